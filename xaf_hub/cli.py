@@ -1,0 +1,115 @@
+"""Command line entry point: argparse, and the ONE place that maps errors to exit codes."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+import traceback
+from collections.abc import Sequence
+from typing import Any, NoReturn
+
+from xaf_hub.errors import ExitCode, HubError, UsageError
+
+# Subcommand modules under xaf_hub.commands, in the order --help lists them.
+COMMANDS = (
+    "instances",
+    "sessions",
+    "status",
+)
+
+DESCRIPTION = """\
+Run a fleet of opencode servers as one: find the project's sessions on every instance,
+send work to the right session or instance without exceeding any instance's limit,
+clean up, watch, and keep the fleet busy with the patrol.
+
+exit codes: 0 ok, 1 internal error, 2 instance unreachable, 3 concurrency limit or lock
+timeout, 4 bad argument/config or production not allowed, 5 not a project session.
+"""
+
+
+class Parser(argparse.ArgumentParser):
+    """ArgumentParser whose usage errors exit 4 (USAGE), not argparse's 2."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{self.prog}: {message} (see --help)")
+
+
+def _common() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--config", metavar="PATH", help="config file (default: see README)")
+    common.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    return common
+
+
+def build_parser() -> Parser:
+    """The full parser with every subcommand."""
+    parser = Parser(
+        prog="xaf-hub",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        parents=[_common()],
+    )
+    from xaf_hub import __version__
+
+    parser.add_argument("--version", action="version", version=f"xaf-hub {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+    common = _common()
+    for name in COMMANDS:
+        module = importlib.import_module(f"xaf_hub.commands.{name}")
+        p = sub.add_parser(
+            name.replace("_", "-"),
+            help=module.HELP,
+            description=module.__doc__,
+            epilog=getattr(module, "EXAMPLES", None),
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+            parents=[common],
+        )
+        module.add_arguments(p)
+        p.set_defaults(func=module.run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None, **context: Any) -> int:
+    """Run one command; return its exit code (tests call this directly)."""
+    from xaf_hub.context import Context
+
+    args: Any = None
+    ctx: Context | None = None
+    try:
+        parser = build_parser()
+        args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+        if not getattr(args, "command", None):
+            parser.print_help(context.get("stdout", sys.stdout))
+            return int(ExitCode.USAGE)
+        ctx = Context(args=args, **context)
+        return int(args.func(ctx))
+    except SystemExit as exc:  # --help / --version
+        return int(exc.code or 0) if isinstance(exc.code, int) else 0
+    except KeyboardInterrupt:
+        _report(ctx, args, "interrupted", None)
+        return 130
+    except HubError as exc:
+        _report(ctx, args, str(exc), exc)
+        return int(exc.exit_code)
+    except Exception as exc:  # noqa: BLE001 - the last line of defence prints one line
+        _report(ctx, args, f"internal error: {type(exc).__name__}: {exc}", exc, internal=True)
+        return int(ExitCode.INTERNAL)
+
+
+def _report(
+    ctx: Any, args: Any, message: str, exc: BaseException | None, internal: bool = False
+) -> None:
+    from xaf_hub.output import redact
+
+    stderr = ctx.stderr if ctx is not None else sys.stderr
+    secrets: tuple[str, ...] = ()
+    if ctx is not None and ctx._config is not None:
+        secrets = ctx._config.secrets()
+    if args is not None and getattr(args, "debug", False) and exc is not None:
+        text = "".join(traceback.format_exception(exc))
+        print(redact(text, secrets), file=stderr, end="")
+    line = f"xaf-hub: error: {message}"
+    if internal and not (args is not None and getattr(args, "debug", False)):
+        line += " (run with --debug for details)"
+    print(redact(line, secrets), file=stderr)

@@ -1,0 +1,476 @@
+"""Async client for one opencode instance, both API dialects behind one interface.
+
+Every transport or protocol failure becomes an UnreachableError with a short, secret-free
+reason; ``httpx.HTTPError`` never escapes this module. Retries (``retries`` times) happen on
+network errors, 5xx and truncated bodies, never on 4xx; a non-idempotent request is retried
+only when the connection was never made.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, TypedDict
+
+import httpx
+
+from xaf_hub.config import InstanceConfig
+from xaf_hub.errors import HubError, UnreachableError, UsageError
+
+Dialect = Literal["classic", "v2"]
+
+
+class RawStatus(TypedDict, total=False):
+    """One entry of the classic ``/session/status`` map."""
+
+    type: str
+    attempt: int
+    message: str
+    next: int
+
+
+@dataclass(frozen=True)
+class ServerSession:
+    """A session as the server described it, before project rules and run state."""
+
+    id: str
+    title: str
+    directory: str
+    created: int
+    updated: int
+    cost: float
+    parent_id: str
+    model: str
+
+
+class ApiError(HubError):
+    """The server refused a request with a 4xx other than 401 (e.g. 400 bad request)."""
+
+    def __init__(self, instance: str, status: int, message: str) -> None:
+        super().__init__(f"{instance}: HTTP {status}: {message}")
+        self.status = status
+
+
+class SessionNotFound(UsageError):
+    """A session id that the instance does not know."""
+
+
+_DNS_HINTS = (
+    "name or service not known",
+    "nodename nor servname",
+    "getaddrinfo failed",
+    "temporary failure in name resolution",
+    "no address associated",
+    "name resolution",
+    "11001",
+)
+_REFUSED_HINTS = ("connection refused", "errno 111", "10061", "actively refused")
+
+
+def describe_error(exc: BaseException, connect_timeout: float, read_timeout: float) -> str:
+    """Turn an httpx exception into a short human reason (never includes credentials)."""
+    text = str(exc).lower()
+    if isinstance(exc, httpx.ConnectTimeout):
+        return f"connection timed out after {connect_timeout:g}s"
+    if isinstance(exc, httpx.TimeoutException):
+        return f"no answer within {read_timeout:g}s (timed out)"
+    if isinstance(exc, httpx.ConnectError):
+        if any(h in text for h in _DNS_HINTS):
+            return "DNS lookup failed (host name not found)"
+        if any(h in text for h in _REFUSED_HINTS):
+            return "connection refused (nothing listening on that port)"
+        return "could not connect"
+    if isinstance(exc, httpx.RemoteProtocolError):
+        return "truncated response (the server closed the connection mid-answer)"
+    if isinstance(exc, httpx.ReadError | httpx.WriteError):
+        return "connection dropped while talking to the server"
+    if isinstance(exc, httpx.UnsupportedProtocol | httpx.InvalidURL):
+        return "bad URL in the config"
+    return f"network error ({type(exc).__name__})"
+
+
+def _ms(value: Any) -> int:
+    try:
+        return int(value) if value is not None else 0
+    except (TypeError, ValueError):
+        return 0
+
+
+def _model_name(model: Any) -> str:
+    if isinstance(model, Mapping):
+        provider = model.get("providerID") or ""
+        ident = model.get("id") or model.get("modelID") or ""
+        if provider and ident:
+            return f"{provider}/{ident}"
+    return ""
+
+
+def session_from_classic(obj: Mapping[str, Any]) -> ServerSession:
+    """Normalise a classic Session / GlobalSession object."""
+    t = obj.get("time") or {}
+    return ServerSession(
+        id=str(obj["id"]),
+        title=str(obj.get("title") or ""),
+        directory=str(obj.get("directory") or ""),
+        created=_ms(t.get("created")),
+        updated=_ms(t.get("updated")),
+        cost=float(obj.get("cost") or 0.0),
+        parent_id=str(obj.get("parentID") or ""),
+        model=_model_name(obj.get("model")),
+    )
+
+
+def session_from_v2(obj: Mapping[str, Any]) -> ServerSession:
+    """Normalise a v2 SessionV2Info object (directory lives in ``location``)."""
+    t = obj.get("time") or {}
+    loc = obj.get("location") or {}
+    return ServerSession(
+        id=str(obj["id"]),
+        title=str(obj.get("title") or ""),
+        directory=str(loc.get("directory") or obj.get("directory") or ""),
+        created=_ms(t.get("created")),
+        updated=_ms(t.get("updated")),
+        cost=float(obj.get("cost") or 0.0),
+        parent_id=str(obj.get("parentID") or ""),
+        model=_model_name(obj.get("model")),
+    )
+
+
+def split_model(model: str) -> dict[str, str]:
+    """'provider/model' -> {providerID, modelID} as prompt bodies want it."""
+    provider, _, ident = model.partition("/")
+    return {"providerID": provider, "modelID": ident}
+
+
+class OpencodeClient:
+    """One instance, one ``httpx.AsyncClient``; use as ``async with``."""
+
+    def __init__(
+        self,
+        inst: InstanceConfig,
+        *,
+        connect_timeout: float = 8.0,
+        read_timeout: float = 30.0,
+        retries: int = 1,
+        page_size: int = 8000,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.inst = inst
+        self.name = inst.name
+        self.connect_timeout = connect_timeout
+        self.read_timeout = read_timeout
+        self.retries = retries
+        self.page_size = page_size
+        self.dialect: Dialect | None = None if inst.api == "auto" else inst.api  # type: ignore[assignment]
+        self.version = ""
+        auth = httpx.BasicAuth(inst.username, inst.password) if inst.password else None
+        self._http = httpx.AsyncClient(
+            base_url=inst.url,
+            auth=auth,
+            timeout=httpx.Timeout(read_timeout, connect=connect_timeout),
+            transport=transport,
+            headers={"accept": "application/json"},
+            follow_redirects=False,
+            trust_env=False,
+        )
+
+    async def __aenter__(self) -> OpencodeClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the connection pool."""
+        await self._http.aclose()
+
+    # -----------------------------------------------------------------------------------
+    # transport
+
+    def _fail(self, reason: str) -> UnreachableError:
+        return UnreachableError(self.name, reason)
+
+    async def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, Any] | None = None,
+        body: Any = None,
+        expect_json: bool = True,
+        idempotent: bool = True,
+        not_found_ok: bool = False,
+    ) -> tuple[Any, httpx.Response | None]:
+        attempts = self.retries + 1
+        last_reason = "no attempt made"
+        for attempt in range(attempts):
+            if attempt:
+                await asyncio.sleep(min(0.2 * attempt, 1.0))
+            try:
+                resp = await self._http.request(
+                    method, path, params=params, json=body if body is not None else None
+                )
+                content = resp.content
+            except httpx.ConnectError as exc:
+                last_reason = describe_error(exc, self.connect_timeout, self.read_timeout)
+                if "dns" in last_reason.lower():
+                    break  # a missing host name will not appear on retry
+                continue
+            except httpx.HTTPError as exc:
+                last_reason = describe_error(exc, self.connect_timeout, self.read_timeout)
+                if not idempotent:
+                    break
+                continue
+            status = resp.status_code
+            if status == 401:
+                raise self._fail("auth rejected (HTTP 401): check the username and password")
+            if status == 403:
+                raise self._fail("access forbidden (HTTP 403)")
+            if status >= 500:
+                last_reason = f"server error (HTTP {status})"
+                if idempotent:
+                    continue
+                break
+            if status == 404 and not_found_ok:
+                return None, resp
+            if status >= 400:
+                raise ApiError(self.name, status, _error_message(content))
+            if not expect_json:
+                return None, resp
+            ctype = resp.headers.get("content-type", "")
+            if "html" in ctype or content.lstrip()[:1] == b"<":
+                raise self._fail(
+                    "answered with an HTML page instead of JSON (wrong URL or path prefix?)"
+                )
+            try:
+                return json.loads(content), resp
+            except (UnicodeDecodeError, json.JSONDecodeError):
+                last_reason = "truncated or invalid JSON in the response"
+                if idempotent:
+                    continue
+                break
+        raise self._fail(last_reason)
+
+    def _shape(self, what: str) -> UnreachableError:
+        return self._fail(f"unexpected response shape from {what} (not an opencode server?)")
+
+    # -----------------------------------------------------------------------------------
+    # discovery
+
+    async def detect(self) -> Dialect:
+        """Find the API dialect (classic first) and the server version."""
+        if self.dialect == "classic" or self.dialect is None:
+            try:
+                data, _ = await self._request("GET", "/global/health")
+            except UnreachableError as exc:
+                if self.dialect == "classic" or "HTML" not in exc.reason:
+                    raise
+            else:
+                if not isinstance(data, dict) or "healthy" not in data:
+                    raise self._shape("/global/health")
+                self.dialect = "classic"
+                self.version = str(data.get("version") or "")
+                return "classic"
+        for path in ("/api/info", "/api/health"):
+            try:
+                data, _ = await self._request("GET", path)
+            except UnreachableError as exc:
+                if "HTML" in exc.reason:
+                    continue
+                raise
+            if isinstance(data, dict):
+                self.dialect = "v2"
+                self.version = str(data.get("version") or self.version or "")
+                return "v2"
+        raise self._fail("answered with an HTML page instead of JSON (wrong URL or path prefix?)")
+
+    async def _dialect(self) -> Dialect:
+        if self.dialect is None:
+            return await self.detect()
+        return self.dialect
+
+    async def list_sessions(self) -> list[ServerSession]:
+        """Every session on the instance, all pages, page size sent explicitly."""
+        if await self._dialect() == "v2":
+            return await self._list_v2()
+        return await self._list_classic()
+
+    async def _list_classic(self) -> list[ServerSession]:
+        seen: dict[str, ServerSession] = {}
+        cursor: int | None = None
+        while True:
+            params: dict[str, Any] = {"limit": self.page_size}
+            if cursor is not None:
+                params["cursor"] = cursor
+            data, _ = await self._request("GET", "/experimental/session", params=params)
+            if not isinstance(data, list):
+                raise self._shape("/experimental/session")
+            new = 0
+            try:
+                for obj in data:
+                    s = session_from_classic(obj)
+                    if s.id not in seen:
+                        seen[s.id] = s
+                        new += 1
+            except (KeyError, TypeError, AttributeError, ValueError):
+                raise self._shape("/experimental/session") from None
+            if len(data) < self.page_size or new == 0:
+                break
+            # The cursor returns time.updated < cursor; +1 re-reads the boundary millisecond
+            # so sessions sharing it are not skipped (duplicates are dropped by id).
+            last = min(s.updated for s in (session_from_classic(o) for o in data))
+            cursor = last + 1 if cursor is None or last + 1 < cursor else last
+        return list(seen.values())
+
+    async def _list_v2(self) -> list[ServerSession]:
+        out: dict[str, ServerSession] = {}
+        cursor: str | None = None
+        for _ in range(100000):
+            params: dict[str, Any] = {"limit": self.page_size}
+            if cursor:
+                params["cursor"] = cursor
+            data, _ = await self._request("GET", "/api/session", params=params)
+            if not isinstance(data, dict) or not isinstance(data.get("data"), list):
+                raise self._shape("/api/session")
+            try:
+                items = [session_from_v2(o) for o in data["data"]]
+            except (KeyError, TypeError, AttributeError, ValueError):
+                raise self._shape("/api/session") from None
+            before = len(out)
+            out.update((s.id, s) for s in items)
+            nxt = (data.get("cursor") or {}).get("next")
+            if not nxt or len(items) < self.page_size or len(out) == before:
+                break
+            cursor = str(nxt)
+        return list(out.values())
+
+    async def status(self, directory: str) -> dict[str, RawStatus]:
+        """Busy/retry sessions of one directory (classic); idle ones are absent."""
+        data, _ = await self._request("GET", "/session/status", params={"directory": directory})
+        if not isinstance(data, dict):
+            raise self._shape("/session/status")
+        return {str(k): v for k, v in data.items() if isinstance(v, dict)}
+
+    async def active(self) -> dict[str, RawStatus]:
+        """Running sessions of the whole instance (v2 ``/api/session/active``)."""
+        data, _ = await self._request("GET", "/api/session/active")
+        if not isinstance(data, dict) or not isinstance(data.get("data"), dict):
+            raise self._shape("/api/session/active")
+        return {str(k): {"type": "busy"} for k in data["data"]}
+
+    async def running(self, directories: list[str]) -> dict[str, RawStatus]:
+        """Run state of every running session in ``directories`` (classic) or everywhere (v2)."""
+        if await self._dialect() == "v2":
+            return await self.active()
+        results = await asyncio.gather(*(self.status(d) for d in directories))
+        merged: dict[str, RawStatus] = {}
+        for r in results:
+            merged.update(r)
+        return merged
+
+    async def get_session(self, session_id: str) -> ServerSession:
+        """One session by id; SessionNotFound when the instance does not know it."""
+        v2 = await self._dialect() == "v2"
+        path = f"/api/session/{session_id}" if v2 else f"/session/{session_id}"
+        if not session_id.startswith("ses"):
+            # opencode answers 500 to malformed ids; say what is wrong instead.
+            raise SessionNotFound(f"{self.name}: {session_id!r} is not a session id (ses_...)")
+        data, _ = await self._request("GET", path, not_found_ok=True)
+        if data is None:
+            raise SessionNotFound(f"{self.name}: session {session_id} not found")
+        try:
+            if v2:
+                return session_from_v2(data.get("data", data))
+            return session_from_classic(data)
+        except (KeyError, TypeError, AttributeError, ValueError):
+            raise self._shape(path) from None
+
+    async def messages(self, session_id: str, limit: int = 5) -> list[dict[str, Any]]:
+        """The newest ``limit`` messages of a session, oldest first."""
+        v2 = await self._dialect() == "v2"
+        path = f"/api/session/{session_id}/message" if v2 else f"/session/{session_id}/message"
+        data, _ = await self._request("GET", path, params={"limit": limit}, not_found_ok=True)
+        if data is None:
+            raise SessionNotFound(f"{self.name}: session {session_id} not found")
+        if isinstance(data, dict) and isinstance(data.get("data"), list):
+            data = data["data"]
+        if not isinstance(data, list):
+            raise self._shape(path)
+        return [m for m in data if isinstance(m, dict)]
+
+    # -----------------------------------------------------------------------------------
+    # writes
+
+    async def create_session(self, directory: str, title: str) -> ServerSession:
+        """Create a session in ``directory`` (the query parameter; a body field is ignored)."""
+        if await self._dialect() == "v2":
+            data, _ = await self._request(
+                "POST", "/api/session", body={"location": {"directory": directory}},
+                idempotent=False,
+            )
+            obj = data.get("data", data) if isinstance(data, dict) else None
+            if not isinstance(obj, dict):
+                raise self._shape("/api/session")
+            return session_from_v2(obj)
+        data, _ = await self._request(
+            "POST", "/session", params={"directory": directory}, body={"title": title},
+            idempotent=False,
+        )
+        if not isinstance(data, dict) or "id" not in data:
+            raise self._shape("/session")
+        return session_from_classic(data)
+
+    async def prompt_async(self, session_id: str, text: str, model: str | None) -> None:
+        """Send a prompt without waiting for the model (classic 204)."""
+        if await self._dialect() == "v2":
+            if model:
+                await self._request(
+                    "POST", f"/api/session/{session_id}/model",
+                    body={"model": {"providerID": model.split("/", 1)[0],
+                                    "id": model.split("/", 1)[1]}},
+                    expect_json=False, idempotent=False,
+                )
+            await self._request(
+                "POST", f"/api/session/{session_id}/prompt",
+                body={"prompt": {"text": text}}, expect_json=False, idempotent=False,
+            )
+            return
+        body: dict[str, Any] = {"parts": [{"type": "text", "text": text}]}
+        if model:
+            body["model"] = split_model(model)
+        _, resp = await self._request(
+            "POST", f"/session/{session_id}/prompt_async", body=body, expect_json=False,
+            idempotent=False, not_found_ok=True,
+        )
+        if resp is not None and resp.status_code == 404:
+            raise SessionNotFound(f"{self.name}: session {session_id} not found")
+
+    async def abort(self, session_id: str) -> None:
+        """Stop a running session (a no-op when idle)."""
+        path = (
+            f"/api/session/{session_id}/interrupt"
+            if await self._dialect() == "v2"
+            else f"/session/{session_id}/abort"
+        )
+        await self._request("POST", path, expect_json=False)
+
+    async def delete(self, session_id: str) -> None:
+        """Delete a session (callers abort first: deleting does not stop a run)."""
+        await self._request("DELETE", f"/session/{session_id}", expect_json=False)
+
+
+def _error_message(content: bytes) -> str:
+    try:
+        data = json.loads(content)
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return content[:200].decode("utf-8", "replace").strip() or "no message"
+    if isinstance(data, dict):
+        inner = data.get("data")
+        if isinstance(inner, dict) and inner.get("message"):
+            return str(inner["message"])[:300]
+        for key in ("message", "name", "_tag"):
+            if data.get(key):
+                return str(data[key])[:300]
+    return "no message"

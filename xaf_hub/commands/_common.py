@@ -1,0 +1,53 @@
+"""Pieces several commands share: instance selection, scanning, scan exit codes."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+
+from xaf_hub.config import InstanceConfig
+from xaf_hub.context import Context
+from xaf_hub.errors import ExitCode
+from xaf_hub.records import Snapshot
+from xaf_hub.scan import InstanceScan, scan_fleet
+
+
+def add_json(p: argparse.ArgumentParser) -> None:
+    """Add --json."""
+    p.add_argument("--json", action="store_true", help="print machine-readable JSON on stdout")
+
+
+def add_instance(p: argparse.ArgumentParser, what: str = "only this instance") -> None:
+    """Add --instance NAME."""
+    p.add_argument("--instance", metavar="NAME", help=what)
+
+
+def chosen_instances(ctx: Context) -> list[InstanceConfig]:
+    """All instances, or the one named by --instance (UsageError when unknown)."""
+    name = getattr(ctx.args, "instance", None)
+    cfg = ctx.config
+    if name:
+        return [cfg.instance(name)]
+    return list(cfg.instances)
+
+
+def scan(ctx: Context, instances: list[InstanceConfig]) -> tuple[Snapshot, list[InstanceScan]]:
+    """Scan the given instances (progress to stderr when many and not --json)."""
+    return asyncio.run(scan_fleet(ctx.config, instances, transport_factory=ctx.transport_factory))
+
+
+def report_unreachable(ctx: Context, snap: Snapshot) -> None:
+    """One stderr line per instance that did not answer, and any fail-closed warnings."""
+    for item in snap.unreachable:
+        ctx.warn(f"{item['instance']} unreachable: {item['reason']}")
+    for w in snap.warnings:
+        ctx.warn(w)
+
+
+def scan_exit(snap: Snapshot) -> int:
+    """0 when at least one instance answered, 2 when none did (or the only one asked)."""
+    if not snap.instances:
+        return int(ExitCode.OK)
+    if any(i.reachable for i in snap.instances):
+        return int(ExitCode.OK)
+    return int(ExitCode.UNREACHABLE)

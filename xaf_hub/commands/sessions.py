@@ -1,0 +1,88 @@
+"""List the project's sessions on every instance, newest first; export JSON, CSV or HTML."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+from xaf_hub.commands._common import (
+    add_json,
+    chosen_instances,
+    report_unreachable,
+    scan,
+    scan_exit,
+)
+from xaf_hub.context import Context
+from xaf_hub.output import ago, dumps, shorten, table
+from xaf_hub.records import Snapshot
+
+HELP = "the project's sessions (table, JSON, CSV or HTML export)"
+EXAMPLES = """\
+examples:
+  xaf-hub sessions
+  xaf-hub sessions --instance lan-189 --keyword 登录 --limit 20
+  xaf-hub sessions --json > sessions.json
+  xaf-hub sessions --out out/sessions.csv      # UTF-8 with BOM, opens in Excel
+  xaf-hub sessions --html overview.html        # one self-contained page for colleagues
+--limit only shortens the screen listing; --json, --out and --html always hold everything.
+"""
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Options of `sessions`."""
+    add_json(p)
+    p.add_argument("--instance", metavar="NAME", help="only this instance")
+    p.add_argument("--keyword", metavar="K", help="only sessions whose title contains K")
+    p.add_argument("--limit", type=int, metavar="N", help="show at most N rows on screen")
+    p.add_argument("--out", metavar="FILE", help="export everything to FILE (.json or .csv)")
+    p.add_argument("--html", metavar="FILE", help="write the HTML overview page to FILE")
+
+
+def filter_keyword(snap: Snapshot, keyword: str | None) -> Snapshot:
+    """Keep only project sessions whose title contains ``keyword`` (case-insensitive)."""
+    if not keyword:
+        return snap
+    k = keyword.lower()
+    kept = tuple(s for s in snap.sessions if not s.project or k in s.title.lower())
+    return Snapshot(snap.generated_at, snap.instances, kept, snap.warnings)
+
+
+def run(ctx: Context) -> int:
+    """Scan, then print or export."""
+    from xaf_hub.errors import UsageError
+
+    args = ctx.args
+    if args.limit is not None and args.limit < 0:
+        raise UsageError("--limit must be 0 or more")
+    if args.out and Path(args.out).suffix.lower() not in (".json", ".csv"):
+        raise UsageError(f"unsupported export format {Path(args.out).suffix or args.out!r}: "
+                         "use a .json or .csv file name (or --html FILE for the page)")
+    snap, _ = scan(ctx, chosen_instances(ctx))
+    snap = filter_keyword(snap, args.keyword)
+    if args.out or args.html or ctx.json:
+        from xaf_hub import report
+
+        if args.out:
+            report.export(snap, Path(args.out))
+            ctx.info(f"wrote {args.out}")
+        if args.html:
+            report.write_html(snap, Path(args.html), now_ms=int(time.time() * 1000),
+                              title=ctx.config.project_name)
+            ctx.info(f"wrote {args.html}")
+        if ctx.json:
+            ctx.out(dumps(report.snapshot_document(snap)))
+            report_unreachable(ctx, snap)
+            return scan_exit(snap)
+    rows_all = snap.project_sessions()
+    rows = rows_all if args.limit is None else rows_all[: args.limit]
+    now = int(time.time() * 1000)
+    ctx.out(table(
+        [[s.instance, s.id, s.run_state, ago(s.updated, now), shorten(s.title, 40),
+          shorten(s.directory, 48)] for s in rows],
+        ["instance", "session", "state", "updated", "title", "directory"],
+    ))
+    shown = f"{len(rows)} of {len(rows_all)}" if len(rows) < len(rows_all) else str(len(rows))
+    ctx.info(f"{shown} project session(s)")
+    report_unreachable(ctx, snap)
+    return scan_exit(snap)

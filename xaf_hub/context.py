@@ -1,0 +1,50 @@
+"""The per-run context every command receives: parsed args, config, streams, seams."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+from xaf_hub.config import Config, load_config
+from xaf_hub.scan import TransportFactory
+
+
+@dataclass
+class Context:
+    """Built once from argv; commands read it, never mutate global state."""
+
+    args: Any
+    stdout: TextIO = field(default_factory=lambda: sys.stdout)
+    stderr: TextIO = field(default_factory=lambda: sys.stderr)
+    env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
+    cwd: Path = field(default_factory=Path.cwd)
+    transport_factory: TransportFactory | None = None
+    _config: Config | None = None
+
+    @property
+    def config(self) -> Config:
+        """The validated configuration (loaded on first use)."""
+        if self._config is None:
+            self._config = load_config(getattr(self.args, "config", None), env=self.env, cwd=self.cwd)
+        return self._config
+
+    @property
+    def json(self) -> bool:
+        """True when the user asked for JSON output."""
+        return bool(getattr(self.args, "json", False))
+
+    def out(self, text: str = "") -> None:
+        """Print a line of normal output."""
+        print(text, file=self.stdout)
+
+    def warn(self, text: str) -> None:
+        """Print a warning line to stderr."""
+        print(f"warning: {text}", file=self.stderr)
+
+    def info(self, text: str) -> None:
+        """Print progress to stderr (keeps stdout clean for --json)."""
+        print(text, file=self.stderr)

@@ -1,0 +1,81 @@
+"""Exit codes and the exception tree.
+
+Every failure the hub reports to a user is one of these::
+
+    HubError                      (exit 1, INTERNAL unless a subclass says otherwise)
+    ├── ConfigError               (exit 4) bad config file, key or value
+    ├── UsageError                (exit 4) bad argument, unknown instance, empty --text
+    │   └── ProductionRefused     (exit 4) a write to a `danger` instance without --allow-prod
+    ├── StateFileError            (exit 1) a corrupt state file (backlog, model state, slot); never reset
+    ├── UnreachableError          (exit 2) an instance did not answer usefully (DNS, refused, 401, 5xx...)
+    ├── BusyError                 (exit 3) concurrency limit reached, or the dispatch lock timed out
+    └── NotProjectSession         (exit 5) the target session is outside the project (--force overrides)
+
+Only ``cli.py`` turns these into exit codes and printed lines.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    """Process exit status, the same for every command."""
+
+    OK = 0
+    INTERNAL = 1
+    UNREACHABLE = 2
+    BUSY = 3
+    USAGE = 4
+    NOT_PROJECT = 5
+
+
+class HubError(Exception):
+    """Base of every error the hub reports to a person in one line."""
+
+    exit_code: ExitCode = ExitCode.INTERNAL
+
+
+class ConfigError(HubError):
+    """The configuration is missing, malformed or invalid."""
+
+    exit_code = ExitCode.USAGE
+
+
+class UsageError(HubError):
+    """A command-line argument is wrong or names something that does not exist."""
+
+    exit_code = ExitCode.USAGE
+
+
+class ProductionRefused(UsageError):
+    """A write was aimed at a production (`danger`) instance without --allow-prod."""
+
+
+class StateFileError(HubError):
+    """A state file the hub owns is corrupt; it is reported, never silently reset."""
+
+    exit_code = ExitCode.INTERNAL
+
+
+class UnreachableError(HubError):
+    """An instance could not be used; ``reason`` is short, human and secret-free."""
+
+    exit_code = ExitCode.UNREACHABLE
+
+    def __init__(self, instance: str, reason: str) -> None:
+        super().__init__(f"{instance}: unreachable: {reason}")
+        self.instance = instance
+        self.reason = reason
+
+
+class BusyError(HubError):
+    """The instance is at its concurrency limit or its dispatch lock is held."""
+
+    exit_code = ExitCode.BUSY
+
+
+class NotProjectSession(HubError):
+    """The target session does not belong to the project."""
+
+    exit_code = ExitCode.NOT_PROJECT

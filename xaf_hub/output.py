@@ -1,0 +1,67 @@
+"""Terminal output helpers: the one table builder, JSON dumps, secret redaction, times."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+
+def table(rows: Sequence[Sequence[Any]], headers: Sequence[str]) -> str:
+    """Render rows with tabulate; wide (CJK) characters count double so columns line up."""
+    import tabulate as tab
+
+    tab.WIDE_CHARS_MODE = True  # needs wcwidth; CJK titles would otherwise misalign
+    return str(tab.tabulate(rows, headers=list(headers), tablefmt="simple", disable_numparse=True))
+
+
+def dumps(data: Any) -> str:
+    """JSON for scripts: UTF-8 text, stable key order as built."""
+    return json.dumps(data, ensure_ascii=False, indent=2)
+
+
+def redact(text: str, secrets: Iterable[str]) -> str:
+    """Replace every secret (and its obvious encodings) in ``text`` with ***."""
+    import base64
+    from urllib.parse import quote
+
+    for secret in secrets:
+        if not secret:
+            continue
+        for form in {secret, quote(secret, safe=""), base64.b64encode(secret.encode()).decode()}:
+            if form:
+                text = text.replace(form, "***")
+    return text
+
+
+def fmt_time(ms: int) -> str:
+    """Local 'YYYY-MM-DD HH:MM' or '-' for an unknown time."""
+    if ms <= 0:
+        return "-"
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(ms / 1000))
+
+
+def ago(ms: int, now_ms: int) -> str:
+    """'3h ago' style, compact for tables."""
+    if ms <= 0:
+        return "-"
+    secs = max(0, (now_ms - ms) // 1000)
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if secs >= size:
+            return f"{secs // size}{unit} ago"
+    return f"{secs}s ago"
+
+
+def shorten(text: str, width: int) -> str:
+    """Cut ``text`` to ``width`` display cells (CJK counts double), adding an ellipsis."""
+    from wcwidth import wcwidth
+
+    out, used = [], 0
+    for ch in text.replace("\n", " "):
+        w = max(wcwidth(ch), 0)
+        if used + w > width - 1:
+            return "".join(out) + "…"
+        out.append(ch)
+        used += w
+    return "".join(out)

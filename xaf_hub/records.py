@@ -1,0 +1,81 @@
+"""Plain records shared by every layer: sessions, instance summaries, snapshots."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+RunState = Literal["idle", "busy", "retry"]
+
+
+@dataclass(frozen=True)
+class SessionRecord:
+    """One opencode session, normalised across API dialects.
+
+    Times are milliseconds since the epoch (0 when the server gave none).
+    """
+
+    instance: str
+    id: str
+    title: str
+    directory: str
+    created: int = 0
+    updated: int = 0
+    cost: float = 0.0
+    running: bool = False
+    run_state: RunState = "idle"
+    retry_message: str = ""
+    retry_next: int = 0
+    parent_id: str = ""
+    model: str = ""
+    outcome: str = ""
+    project: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the export form (SPEC §5 field names)."""
+        data = asdict(self)
+        data.pop("project")
+        return data
+
+
+@dataclass(frozen=True)
+class InstanceSummary:
+    """What one scan learnt about one instance."""
+
+    name: str
+    url: str
+    reachable: bool
+    reason: str = ""
+    version: str = ""
+    api: str = ""
+    total_sessions: int = 0
+    project_sessions: int = 0
+    running_total: int = 0
+    running_project: int = 0
+    limit: int = 2
+    danger: bool = False
+    note: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the export form."""
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The result of scanning the fleet once."""
+
+    generated_at: int
+    instances: tuple[InstanceSummary, ...]
+    sessions: tuple[SessionRecord, ...] = field(default_factory=tuple)
+    warnings: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def unreachable(self) -> list[dict[str, str]]:
+        """Instances that did not answer, with their reason."""
+        return [{"instance": i.name, "reason": i.reason} for i in self.instances if not i.reachable]
+
+    def project_sessions(self, instance: str | None = None) -> list[SessionRecord]:
+        """Project sessions, newest first, optionally of one instance."""
+        rows = [s for s in self.sessions if s.project and (instance is None or s.instance == instance)]
+        return sorted(rows, key=lambda s: s.updated, reverse=True)

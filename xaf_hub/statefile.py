@@ -1,0 +1,133 @@
+"""Atomic, locked JSON state files.
+
+Writers replace a file in one step (temp file in the same folder, fsync, ``os.replace``,
+fsync of the folder where the platform allows it), so a crash leaves either the old or the
+new content, never half of one. Read-modify-write cycles hold an exclusive lock on a sibling
+``.lock`` file so two processes never lose each other's update.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import portalocker
+
+from xaf_hub.errors import BusyError, StateFileError
+
+T = TypeVar("T")
+
+
+def _fsync_dir(folder: Path) -> None:
+    """Flush a directory entry so a rename survives power loss (POSIX only)."""
+    if os.name != "posix":  # Windows cannot open a directory for fsync.
+        return
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_text_atomic(path: Path, text: str, *, private: bool = True) -> None:
+    """Replace ``path`` with ``text`` in one step; mode 0600 when ``private``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        if private:
+            with contextlib.suppress(OSError):
+                os.chmod(tmp, 0o600)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    _fsync_dir(path.parent)
+
+
+def write_json_atomic(path: Path, data: Any, *, private: bool = True) -> None:
+    """Serialise ``data`` as pretty UTF-8 JSON and replace ``path`` atomically."""
+    write_text_atomic(path, json.dumps(data, ensure_ascii=False, indent=2) + "\n", private=private)
+
+
+def read_json(path: Path, *, what: str) -> Any:
+    """Parse a JSON state file; a corrupt one raises StateFileError naming file and position."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        raise StateFileError(f"{what} {path}: cannot read: {exc.strerror or exc}") from None
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise StateFileError(
+            f"{what} {path}: not UTF-8 text (bad byte at offset {exc.start})"
+        ) from None
+    if "\x00" in text:
+        pos = text.index("\x00")
+        raise StateFileError(f"{what} {path}: contains a NUL byte at offset {pos}") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise StateFileError(
+            f"{what} {path}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}"
+        ) from None
+
+
+@contextlib.contextmanager
+def file_lock(lock_path: Path, timeout: float, *, what: str = "lock") -> Iterator[None]:
+    """Hold an exclusive lock on ``lock_path``, polling until ``timeout`` seconds, else BusyError."""
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    deadline = time.monotonic() + max(timeout, 0.0)
+    handle = open(lock_path, "a+b")  # noqa: SIM115 - held open for the lock's lifetime
+    try:
+        while True:
+            try:
+                portalocker.lock(handle, portalocker.LOCK_EX | portalocker.LOCK_NB)
+                break
+            except (portalocker.LockException, BlockingIOError, PermissionError):
+                if time.monotonic() >= deadline:
+                    raise BusyError(
+                        f"could not obtain the {what} ({lock_path}) within {timeout:g}s; "
+                        "another xaf-hub process holds it - retry in a few seconds"
+                    ) from None
+                time.sleep(0.02)
+        try:
+            yield
+        finally:
+            with contextlib.suppress(Exception):
+                portalocker.unlock(handle)
+    finally:
+        handle.close()
+
+
+def update_json(
+    path: Path,
+    mutate: Callable[[Any], T],
+    *,
+    default: Callable[[], Any],
+    what: str,
+    timeout: float = 20.0,
+) -> T:
+    """Locked read-modify-write: ``mutate(data)`` changes data in place; saved only if it changed."""
+    with file_lock(path.with_name(path.name + ".lock"), timeout, what=f"{what} lock"):
+        try:
+            data = read_json(path, what=what)
+        except FileNotFoundError:
+            data = default()
+        before = json.dumps(data, sort_keys=True, ensure_ascii=False)
+        result = mutate(data)
+        if json.dumps(data, sort_keys=True, ensure_ascii=False) != before or not path.exists():
+            write_json_atomic(path, data)
+        return result
