@@ -16,6 +16,10 @@ COMMANDS = (
     "instances",
     "sessions",
     "status",
+    "dispatch",
+    "cleanup",
+    "interrupt",
+    "watch",
 )
 
 DESCRIPTION = """\

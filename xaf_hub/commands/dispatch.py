@@ -1,0 +1,193 @@
+"""Send a task to the right session: a related one (smart match), a named one, or a new one.
+
+Smart matching compares the task with every project session's title and directory. A related
+session that is running is steered at once (no new slot, even on a full instance); a related
+idle one is reused only when its instance has a free slot. Otherwise a new session is created
+on the least-loaded instance that can take it. New sessions and idle reuse pass the gate:
+the instance lock plus slot reservations keep every instance at or under its limit, however
+many dispatches run at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from typing import Any
+
+from xaf_hub.commands._common import add_json
+from xaf_hub.context import Context
+from xaf_hub.errors import BusyError, UsageError
+from xaf_hub.output import dumps
+
+HELP = "send a task to a related, named or new session"
+EXAMPLES = """\
+examples:
+  xaf-hub dispatch --text "修复登录页样式" --dry-run      # show the plan and the full prompt
+  xaf-hub dispatch --text "Fix the login page styles"
+  xaf-hub dispatch --text "continue" --session ses_abc --instance lan-189
+  xaf-hub dispatch --text "rework the check-in page" --instance lan-189 --dir /srv/shop/book --new
+  xaf-hub dispatch --text "docs only" --instance prod-edge --allow-prod --dry-run
+exit codes: 3 when the instance is full or its dispatch lock is busy, 4 for production without
+--allow-prod or a bad argument, 5 when the target is not a project session (--force overrides).
+"""
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Options of `dispatch`."""
+    add_json(p)
+    p.add_argument("--text", required=True, help="what the agent should do")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print the plan, candidates, model and prompt; change nothing")
+    p.add_argument("--instance", metavar="NAME", help="only this instance")
+    p.add_argument("--session", metavar="ID", help="send to this session")
+    p.add_argument("--dir", dest="directory", metavar="D",
+                   help="directory for a new session (must lie under the instance's roots)")
+    p.add_argument("--title", metavar="K",
+                   help="reuse the newest project session whose title contains K "
+                        "(with --new: the new session's title)")
+    p.add_argument("--new", action="store_true", help="always create a new session")
+    p.add_argument("--no-match", action="store_true", help="skip smart matching")
+    p.add_argument("--auto-cleanup", action="store_true", help="run `cleanup --execute` first")
+    p.add_argument("--allow-prod", action="store_true", help="allow writes to production")
+    p.add_argument("--force", action="store_true", help="allow a non-project target session")
+    p.add_argument("--model", metavar="P/M", help="model as provider/model")
+    p.add_argument("--no-record", action="store_true",
+                   help="do not record this dispatch in the task pool")
+
+
+def _scores(ctx: Context, scans: list[Any], text: str) -> list[tuple[Any, float]]:
+    from xaf_hub.matcher import document_text, rank
+
+    pool = {}
+    for sc in scans:
+        if not sc.reachable:
+            continue
+        for s in sc.sessions:
+            if s.project:
+                pool[f"{s.instance}\x00{s.id}"] = s
+    docs = [(k, document_text(s.title, s.directory)) for k, s in pool.items()]
+    return [(pool[c.key], c.score) for c in rank(text, docs, top=5)]
+
+
+def run(ctx: Context) -> int:
+    """Plan, then (unless --dry-run) execute through the gate."""
+    from xaf_hub.commands._common import chosen_instances, scan
+    from xaf_hub.dispatcher import build_prompt, choose_model, execute
+    from xaf_hub.gate import Gate
+    from xaf_hub.planner import DispatchRequest, InstanceView, plan_dispatch
+    from xaf_hub.scan import make_client
+
+    args = ctx.args
+    if not args.text.strip():
+        raise UsageError("--text is empty: say what the agent should do")
+    if args.model and "/" not in args.model:
+        raise UsageError(f"--model must be provider/model, got {args.model!r}")
+    cfg = ctx.config
+    if args.auto_cleanup and not args.dry_run:
+        from xaf_hub.commands.cleanup import cleanup_fleet
+
+        cleanup_fleet(ctx, execute=True, ttl_days=cfg.session_ttl_days,
+                      instance=args.instance, allow_prod=args.allow_prod)
+    req = DispatchRequest(
+        text=args.text, instance=args.instance, session=args.session,
+        directory=args.directory, title=args.title, new=args.new, no_match=args.no_match,
+        allow_prod=args.allow_prod, force=args.force, model=args.model,
+    )
+    snap, scans = scan(ctx, chosen_instances(ctx))
+    gate = Gate(cfg.lock_dir, cfg.lock)
+    views = []
+    for sc in scans:
+        running = {s.id for s in sc.sessions if s.running}
+        reserved = len(gate.live_reservations(sc.inst.name, running)) if sc.reachable else 0
+        views.append(InstanceView(sc.inst, sc.reachable, sc.reason, tuple(sc.sessions), reserved))
+    smart = not (args.session or args.title or args.new or args.no_match) and cfg.auto_match
+    scores = _scores(ctx, scans, args.text) if smart else []
+    plan = plan_dispatch(cfg, views, req, scores)
+    for w in plan.warnings + snap.warnings:
+        ctx.warn(w)
+
+    from xaf_hub.backlog import Backlog
+
+    backlog = Backlog(cfg.backlog_path, lock_timeout=cfg.lock.lock_timeout_seconds)
+    override = backlog.load().discipline
+    model = choose_model(cfg, plan.instance, args.model)
+    if args.model and model != args.model:
+        ctx.warn(f"model {args.model} is blacked out (rate limit); using {model or 'server default'}")
+    prompt = build_prompt(cfg, plan.instance, args.text, plan.title, override)
+    view = next(v for v in views if v.inst.name == plan.instance.name)
+
+    if args.dry_run:
+        _print_plan(ctx, plan, view, model, prompt)
+        if plan.gated and view.free == 0:
+            raise BusyError(f"{plan.instance.name} is at its limit "
+                            f"({view.running_project} running + {view.reserved} reserved of "
+                            f"{plan.instance.concurrency_limit}): a real run would be refused")
+        return 0
+
+    async def go() -> Any:
+        async with make_client(cfg, plan.instance,
+                               ctx.transport_factory(plan.instance) if ctx.transport_factory
+                               else None) as client:
+            return await execute(cfg, plan, prompt, model, client, gate, env=ctx.env)
+
+    result = asyncio.run(go())
+    for w in gate.warnings:
+        ctx.warn(w)
+    task_id = ""
+    if not args.no_record:
+        from xaf_hub.dispatcher import now_utc
+
+        task = backlog.record_manual_dispatch(
+            plan.title, args.text, result.session_id, result.instance, result.model, now_utc())
+        task_id = task.id
+    if ctx.json:
+        ctx.out(dumps({**result.__dict__, "via": plan.via, "task_id": task_id}))
+    else:
+        verb = {"steer": "steered running session", "reuse": "started idle session",
+                "create": "created session"}[result.action]
+        ctx.out(f"{verb} {result.session_id} on {result.instance} ({plan.via}); "
+                f"model: {result.model or 'server default'}; directory: {result.directory}")
+    return 0
+
+
+def _print_plan(ctx: Context, plan: Any, view: Any, model: str | None, prompt: str) -> None:
+    inst = plan.instance
+    doc = {
+        "action": plan.action,
+        "instance": inst.name,
+        "session_id": plan.session.id if plan.session else None,
+        "directory": plan.directory,
+        "title": plan.title,
+        "via": plan.via,
+        "load": {"running_project": view.running_project, "reserved": view.reserved,
+                 "limit": inst.concurrency_limit},
+        "candidates": [
+            {"instance": c.session.instance, "session_id": c.session.id, "title": c.session.title,
+             "running": c.session.running, "similarity": round(c.score, 4), "verdict": c.verdict}
+            for c in plan.candidates
+        ],
+        "model": model,
+        "prompt": prompt,
+        "dry_run": True,
+    }
+    if ctx.json:
+        ctx.out(dumps(doc))
+        return
+    what = {"steer": "steer the running session", "reuse": "start the idle session",
+            "create": "create a new session"}[plan.action]
+    ctx.out(f"plan: {what} on {inst.name} ({plan.via})")
+    if plan.session:
+        ctx.out(f"  session:   {plan.session.id}  {plan.session.title}")
+    ctx.out(f"  directory: {plan.directory}")
+    ctx.out(f"  title:     {plan.title}")
+    ctx.out(f"  load:      {view.running_project} running + {view.reserved} reserved "
+            f"of {inst.concurrency_limit}")
+    ctx.out(f"  model:     {model or 'server default'}")
+    if plan.candidates:
+        ctx.out("  candidates:")
+        for c in plan.candidates:
+            ctx.out(f"    {c.score:.3f}  {c.session.instance}/{c.session.id}  "
+                    f"{c.session.title}  [{c.verdict}]")
+    ctx.out("  prompt:")
+    for line in prompt.splitlines():
+        ctx.out(f"    | {line}")
