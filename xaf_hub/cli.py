@@ -39,10 +39,14 @@ class Parser(argparse.ArgumentParser):
         raise UsageError(f"{self.prog}: {message} (see --help)")
 
 
-def _common() -> argparse.ArgumentParser:
+def _common(sub: bool = False) -> argparse.ArgumentParser:
+    # On subcommands the defaults are SUPPRESS so `xaf-hub --config X status` keeps X.
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--config", metavar="PATH", help="config file (default: see README)")
-    common.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    extra = {"default": argparse.SUPPRESS} if sub else {}
+    common.add_argument("--config", metavar="PATH", help="config file (default: see README)",
+                        **extra)
+    common.add_argument("--debug", action="store_true", help="show tracebacks on errors",
+                        **extra)
     return common
 
 
@@ -58,7 +62,7 @@ def build_parser() -> Parser:
 
     parser.add_argument("--version", action="version", version=f"xaf-hub {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
-    common = _common()
+    common = _common(sub=True)
     for name in COMMANDS:
         module = importlib.import_module(f"xaf_hub.commands.{name}")
         p = sub.add_parser(

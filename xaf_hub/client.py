@@ -66,12 +66,25 @@ _DNS_HINTS = (
     "name resolution",
     "11001",
 )
-_REFUSED_HINTS = ("connection refused", "errno 111", "10061", "actively refused")
+_REFUSED_HINTS = (
+    "connection refused", "connectionrefusederror", "errno 111", "10061", "actively refused"
+)
+
+
+def _chain_text(exc: BaseException) -> str:
+    """The messages of an exception and its causes (anyio hides the errno two levels down)."""
+    parts, seen = [], set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        parts.append(f"{type(cur).__name__} {cur}")
+        cur = cur.__cause__ or cur.__context__
+    return " | ".join(parts).lower()
 
 
 def describe_error(exc: BaseException, connect_timeout: float, read_timeout: float) -> str:
     """Turn an httpx exception into a short human reason (never includes credentials)."""
-    text = str(exc).lower()
+    text = _chain_text(exc)
     if isinstance(exc, httpx.ConnectTimeout):
         return f"connection timed out after {connect_timeout:g}s"
     if isinstance(exc, httpx.TimeoutException):

@@ -537,6 +537,9 @@ def _parse_patrol(r: _Reader, path: Path) -> PatrolConfig:
         lead_backlog_path=rel(lead),
         max_attempts=r.num("max_attempts", 3, minimum=1, integer=True),
     )
+    base = cfg.base_branch.strip().removeprefix("origin/")
+    if not base or base.startswith("feature/"):
+        raise r.fail("base_branch", f"must name the integration branch, got {cfg.base_branch!r}")
     for i, pattern in enumerate(cfg.batch_patterns):
         try:
             re.compile(pattern)

@@ -65,3 +65,10 @@ def shorten(text: str, width: int) -> str:
         out.append(ch)
         used += w
     return "".join(out)
+
+
+def shorten_left(text: str, width: int) -> str:
+    """Keep the end of ``text`` (the useful part of a long path) within ``width`` cells."""
+    if len(text) <= width:
+        return text
+    return "…" + shorten(text[::-1], width)[:-1][::-1]

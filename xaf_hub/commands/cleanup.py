@@ -15,7 +15,7 @@ from typing import Any
 
 from xaf_hub.commands._common import add_json, report_unreachable, scan, scan_exit
 from xaf_hub.context import Context
-from xaf_hub.output import ago, dumps, shorten, table
+from xaf_hub.output import ago, dumps, shorten, shorten_left, table
 from xaf_hub.records import SessionRecord
 
 HELP = "preview (or --execute) deletion of stale project sessions"
@@ -128,7 +128,7 @@ def run(ctx: Context) -> int:
                          else "FAILED" if any(f["id"] == s["id"] for f in entry["failed"])
                          else "would delete")
                 rows.append([entry["instance"], s["id"], ago(s["updated"], now),
-                             shorten(s["title"], 36), shorten(s["directory"], 40), state])
+                             shorten(s["title"], 36), shorten_left(s["directory"], 40), state])
         if rows:
             ctx.out(table(rows, ["instance", "session", "updated", "title", "directory", "action"]))
         total = sum(len(e["stale"]) for e in report["instances"])

@@ -14,7 +14,7 @@ from xaf_hub.commands._common import (
     scan_exit,
 )
 from xaf_hub.context import Context
-from xaf_hub.output import ago, dumps, shorten, table
+from xaf_hub.output import ago, dumps, shorten, shorten_left, table
 from xaf_hub.records import Snapshot
 
 HELP = "the project's sessions (table, JSON, CSV or HTML export)"
@@ -79,7 +79,7 @@ def run(ctx: Context) -> int:
     now = int(time.time() * 1000)
     ctx.out(table(
         [[s.instance, s.id, s.run_state, ago(s.updated, now), shorten(s.title, 40),
-          shorten(s.directory, 48)] for s in rows],
+          shorten_left(s.directory, 48)] for s in rows],
         ["instance", "session", "state", "updated", "title", "directory"],
     ))
     shown = f"{len(rows)} of {len(rows_all)}" if len(rows) < len(rows_all) else str(len(rows))
