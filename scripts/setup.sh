@@ -21,11 +21,11 @@ if [ ! -x .opencode/node_modules/opencode-ai/bin/opencode.exe ] && \
   npm install --prefix .opencode --no-audit --no-fund --loglevel=error "opencode-ai@${OPENCODE_VERSION}"
 fi
 
-if [ "${XAF_HUB_SKIP_BROWSER:-0}" != "1" ] && [ ! -x /usr/bin/chromium ]; then
+if [ "${XAF_HUB_SKIP_BROWSER:-0}" != "1" ] && { [ ! -x /usr/bin/chromium ] || ! fc-list 2>/dev/null | grep -qi "wenquanyi\|noto sans cjk"; }; then
   if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = "0" ]; then
-    echo "==> chromium (Debian package) for the browser tests"
+    echo "==> chromium and a Chinese font (Debian packages) for the browser tests"
     apt-get update -qq >/dev/null
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium fonts-wqy-microhei >/dev/null
   else
     echo "note: /usr/bin/chromium missing and apt-get unavailable: browser tests will be skipped"
   fi

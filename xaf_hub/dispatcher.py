@@ -135,7 +135,7 @@ async def _gated(
             await client.prompt_async(plan.session.id, prompt, model)
             return DispatchResult("steer", inst.name, plan.session.id, plan.directory,
                                   plan.title, model, steered_instead=True)
-        reserved = gate.live_reservations(inst.name, running)
+        reserved = gate.pending(inst.name, running)
         if running_project + len(reserved) >= inst.concurrency_limit:
             raise BusyError(
                 f"{inst.name} is at its limit: {running_project} running + {len(reserved)} "

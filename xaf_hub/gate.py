@@ -145,6 +145,15 @@ class Gate:
                     path.unlink()
         return live
 
+    def pending(self, instance: str, running_ids: set[str]) -> list[Reservation]:
+        """Live reservations whose session the server does not yet report as running.
+
+        These are the ones to add to the running count: a reservation whose session already
+        shows as running is counted once, as that running session.
+        """
+        return [r for r in self.live_reservations(instance, running_ids)
+                if not r.session_id or r.session_id not in running_ids]
+
     def reserve(self, instance: str) -> Reservation:
         """Write a new reservation for this process."""
         token = f"{int(self.clock() * 1000)}-{os.getpid()}-{secrets.token_hex(3)}"

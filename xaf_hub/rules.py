@@ -97,6 +97,18 @@ class ProjectRules:
         """True when sessions in ``directory`` belong to the project."""
         return self.classify(directory) in ("root", "segment")
 
+    def relative(self, directory: str, keep: int = 2) -> str:
+        """The telling part of a directory: below its root, else its last ``keep`` segments.
+
+        The shared prefix of every project path says nothing about the work; matching on it
+        only dilutes the similarity of the parts that differ.
+        """
+        norm = normalize_dir(directory)
+        for root in sorted(self.roots, key=len, reverse=True):
+            if is_under(norm, root):
+                return norm[len(root):].strip("/")
+        return "/".join([seg for seg in norm.split("/") if seg][-keep:])
+
     def under_roots(self, directory: str) -> bool:
         """True when ``directory`` lies under one of this instance's roots and is not excluded."""
         return self.classify(directory) == "root"

@@ -44,9 +44,9 @@ def write_text_atomic(path: Path, text: str, *, private: bool = True) -> None:
             handle.write(text)
             handle.flush()
             os.fsync(handle.fileno())
-        if private:
-            with contextlib.suppress(OSError):
-                os.chmod(tmp, 0o600)
+        # mkstemp creates 0600; exports meant for others get the usual 0644.
+        with contextlib.suppress(OSError):
+            os.chmod(tmp, 0o600 if private else 0o644)
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):

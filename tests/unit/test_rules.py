@@ -103,3 +103,12 @@ def test_excluded_never_project(text: str) -> None:
     rules = ProjectRules.build(roots=["/a"], fallback_segments=["a"], exclude_substrings=["b"])
     if "b" in text.lower():
         assert not rules.is_project(text)
+
+
+@pytest.mark.parametrize(
+    ("directory", "expected"),
+    [("/srv/demo/web/src", "web/src"), ("/srv/demo", ""), (r"E:\cfc\docs", "docs"),
+     ("/opt/x/caremate/api", "caremate/api"), ("/a", "a")],
+)
+def test_relative_part(directory: str, expected: str) -> None:
+    assert RULES.relative(directory) == expected

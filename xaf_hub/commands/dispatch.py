@@ -58,14 +58,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def _scores(ctx: Context, scans: list[Any], text: str) -> list[tuple[Any, float]]:
     from xaf_hub.matcher import document_text, rank
 
-    pool = {}
+    pool, docs = {}, []
     for sc in scans:
         if not sc.reachable:
             continue
         for s in sc.sessions:
             if s.project:
-                pool[f"{s.instance}\x00{s.id}"] = s
-    docs = [(k, document_text(s.title, s.directory)) for k, s in pool.items()]
+                key = f"{s.instance}\x00{s.id}"
+                pool[key] = s
+                docs.append((key, document_text(s.title, sc.inst.rules.relative(s.directory))))
     return [(pool[c.key], c.score) for c in rank(text, docs, top=5)]
 
 
@@ -98,7 +99,7 @@ def run(ctx: Context) -> int:
     views = []
     for sc in scans:
         running = {s.id for s in sc.sessions if s.running}
-        reserved = len(gate.live_reservations(sc.inst.name, running)) if sc.reachable else 0
+        reserved = len(gate.pending(sc.inst.name, running)) if sc.reachable else 0
         views.append(InstanceView(sc.inst, sc.reachable, sc.reason, tuple(sc.sessions), reserved))
     smart = not (args.session or args.title or args.new or args.no_match) and cfg.auto_match
     scores = _scores(ctx, scans, args.text) if smart else []

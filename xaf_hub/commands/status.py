@@ -59,7 +59,7 @@ def instance_load(cfg: Config, gate: Gate, sc: InstanceScan, allow_prod: bool) -
     """Apply the dispatchable rule to one scanned instance."""
     summary = sc.summary()
     running_ids = {s.id for s in sc.sessions if s.running}
-    reserved = len(gate.live_reservations(sc.inst.name, running_ids)) if sc.reachable else 0
+    reserved = len(gate.pending(sc.inst.name, running_ids)) if sc.reachable else 0
     used = summary.running_project + reserved
     if not sc.reachable:
         ok, reason = False, f"unreachable: {sc.reason}"

@@ -1,0 +1,196 @@
+"""`dispatch` against real opencode servers: smart match, the gate under races, exit codes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.conftest import Hub
+from tests.e2e.proxy import StallProxy
+from xaf_hub.sandbox import fleet as sandbox
+
+pytestmark = pytest.mark.e2e
+
+
+def slow(hub: Hub, seconds: float = 25) -> None:
+    """Make the dispatch model answer slowly so sessions stay busy."""
+    hub.llm.set_mode("slow-model", "slow", delay=seconds)
+    hub.doc["models"]["default_dispatch_model"] = "fake/slow-model"
+    hub.write_config()
+
+
+def abort_all(hub: Hub, name: str) -> None:
+    for sid in hub.busy_ids(name):
+        sandbox.abort(hub.server(name).url, hub.password(name), sid)
+
+
+def audit_lines(hub: Hub) -> list[dict[str, object]]:
+    path = Path(hub.env["XAF_HUB_HOME"]) / "audit.log"
+    return [json.loads(ln) for ln in path.read_text("utf-8").splitlines()] if path.exists() else []
+
+
+def race(hub: Hub, n: int) -> list[int]:
+    procs = [hub.popen("dispatch", "--new", "--instance", "local-a", "--text", f"race task {i}",
+                       "--no-record") for i in range(n)]
+    codes = []
+    for p in procs:
+        _, err = p.communicate(timeout=120)
+        codes.append(p.returncode)
+        assert p.returncode in (0, 3), err
+        if p.returncode == 3:
+            assert "at its limit" in err or "dispatch lock" in err
+    return codes
+
+
+@pytest.mark.parametrize("attempt", range(5))
+def test_race_three_processes(hub: Hub, attempt: int) -> None:
+    slow(hub)
+    try:
+        codes = race(hub, 3)
+        assert sorted(codes) == [0, 0, 3]
+        assert len(hub.busy_ids("local-a")) == 2
+    finally:
+        abort_all(hub, "local-a")
+
+
+def test_race_eight_processes(hub: Hub) -> None:
+    slow(hub)
+    try:
+        codes = race(hub, 8)
+        assert codes.count(0) == 2 and codes.count(3) == 6
+        assert len(hub.busy_ids("local-a")) == 2
+        ok = [e for e in audit_lines(hub) if e["result"] == "create"]
+        assert len(ok) == 2
+    finally:
+        abort_all(hub, "local-a")
+
+
+def test_smart_match_dry_run_and_steer(hub: Hub) -> None:
+    slow(hub, 40)
+    login = hub.session("lan-b", "修复登录页样式", "web")
+    tests = hub.session("lan-b", "补充单元测试", "api")
+    hub.prompt("lan-b", tests, "write tests", "fake/slow-model")
+    hub.wait_for(lambda: tests in hub.busy_ids("lan-b"))
+    try:
+        code, plan = hub.cli_json("dispatch", "--text", "登录页样式再调整一下", "--dry-run")
+        assert code == 0
+        assert (plan["action"], plan["session_id"], plan["instance"]) == ("reuse", login, "lan-b")
+        top = plan["candidates"][0]
+        assert top["session_id"] == login and top["similarity"] >= 0.12
+        assert "--- xaf-hub discipline ---" in plan["prompt"]
+        assert "feature/" in plan["prompt"]  # lan-b is a branch-policy instance
+        assert plan["model"] == "fake/slow-model"
+        # Dry run wrote nothing: no reservation, no audit line, no new session.
+        assert not list((Path(hub.env["XAF_HUB_HOME"]) / "slots").glob("*.slot"))
+        assert audit_lines(hub) == []
+
+        # A running related session is steered even when its instance is full.
+        hub.set_instance("lan-b", concurrency_limit=1)
+        code, out, err = hub.cli("dispatch", "--text", "单元测试 再补充几个边界用例")
+        assert code == 0, err
+        assert f"steered running session {tests} on lan-b" in out
+        hub.wait_for(lambda: any("边界用例" in r["last_user_text"] for r in hub.llm.requests()),
+                     timeout=60)
+
+        # The idle login session sits on the full instance now: skipped, a new session elsewhere.
+        code, plan = hub.cli_json("dispatch", "--text", "登录页样式再调整一下", "--dry-run")
+        assert code == 0 and plan["action"] == "create" and plan["instance"] != "lan-b"
+        verdicts = {c["session_id"]: c["verdict"] for c in plan["candidates"]}
+        assert verdicts[login] == "instance full"
+    finally:
+        abort_all(hub, "lan-b")
+
+
+def test_dispatch_creates_prompts_and_records(hub: Hub) -> None:
+    code, out, err = hub.cli("dispatch", "--new", "--instance", "local-a", "--text",
+                             "Add a health check endpoint")
+    assert code == 0, err
+    sid = out.split("created session ", 1)[1].split()[0]
+    hub.wait_for(lambda: any(r["last_user_text"].startswith("Add a health check")
+                             for r in hub.llm.requests()), timeout=30)
+    req = next(r for r in hub.llm.requests() if r["last_user_text"].startswith("Add a health"))
+    assert "--- xaf-hub discipline ---" in req["last_user_text"]
+    assert "create no branch" in req["last_user_text"].lower() or "主分支" in req["last_user_text"]
+    code, doc = hub.cli_json("sessions", "--instance", "local-a")
+    s = next(x for x in doc["sessions"] if x["id"] == sid)
+    assert s["directory"] == str(hub.root / "app")
+    pool = json.loads((Path(hub.env["XAF_HUB_HOME"]) / "tasks_backlog.json").read_text("utf-8"))
+    task = pool["tasks"][-1]
+    assert (task["status"], task["session_id"], task["dispatched_to"]) == ("dispatched", sid, "local-a")
+    entry = audit_lines(hub)[-1]
+    assert (entry["command"], entry["instance"], entry["session"]) == ("dispatch", "local-a", sid)
+    assert not any(pw in json.dumps(audit_lines(hub)) for pw in hub.secrets())
+
+
+def test_exit_codes(hub: Hub) -> None:
+    hub.doc["instances"].append({"name": "lan-down", "url": "http://127.0.0.1:9",
+                                 "roots": [str(hub.root)]})
+    hub.doc["instances"].append({"name": "prod-x", "url": hub.server("lan-c").url,
+                                 "roots": [str(hub.root)], "danger": True})
+    hub.write_config()
+    hub.env["XAF_HUB_PW_PROD_X"] = hub.password("lan-c")
+    outside = hub.session("lan-c", "not ours", directory=hub.root.parent / "other")
+
+    assert hub.cli("dispatch", "--text", "x", "--instance", "lan-down", "--new")[0] == 2
+    code, _, err = hub.cli("dispatch", "--text", "x", "--instance", "prod-x", "--new")
+    assert code == 4 and "--allow-prod" in err
+    assert hub.cli("dispatch", "--text", "x", "--instance", "prod-x", "--new", "--allow-prod",
+                   "--dry-run")[0] == 0
+    code, _, err = hub.cli("dispatch", "--text", "   ", "--new")
+    assert code == 4 and "empty" in err
+    code, _, err = hub.cli("dispatch", "--text", "x", "--session", outside)
+    assert code == 5 and "not a project session" in err
+    assert hub.cli("dispatch", "--text", "x", "--session", outside, "--force", "--dry-run")[0] == 0
+    assert hub.cli("dispatch", "--text", "x", "--instance", "nope")[0] == 4
+    assert hub.cli("dispatch", "--text", "x", "--new", "--dir", "/etc", "--instance", "lan-b")[0] == 4
+
+    slow(hub)
+    hub.set_instance("lan-b", concurrency_limit=1)
+    try:
+        assert hub.cli("dispatch", "--text", "fill", "--new", "--instance", "lan-b")[0] == 0
+        code, _, err = hub.cli("dispatch", "--text", "one more", "--new", "--instance", "lan-b")
+        assert code == 3 and "at its limit" in err
+        assert hub.cli("dispatch", "--text", "one more", "--new", "--instance", "lan-b",
+                       "--dry-run")[0] == 3
+    finally:
+        abort_all(hub, "lan-b")
+
+
+def test_killed_between_reserve_and_create_frees_the_slot(hub: Hub) -> None:
+    target = hub.server("lan-c").url
+    with StallProxy(target, lambda m, p: m == "POST" and p.startswith("/session?")) as proxy:
+        hub.set_instance("lan-c", url=proxy.url, concurrency_limit=1)
+        proc = hub.popen("dispatch", "--new", "--instance", "lan-c", "--text", "doomed")
+        assert proxy.stalled.wait(60), "the dispatch never reached create"
+        slots = list((Path(hub.env["XAF_HUB_HOME"]) / "slots").glob("lan-c.*.slot"))
+        assert len(slots) == 1 and json.loads(slots[0].read_text())["pid"] == proc.pid
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.communicate(timeout=10)
+        proxy.released.set()
+    hub.set_instance("lan-c", url=target)
+    code, data = hub.cli_json("status", "--instance", "lan-c")
+    assert data["instances"][0]["reserved"] == 0  # its process is gone: the slot is dead
+    assert not list((Path(hub.env["XAF_HUB_HOME"]) / "slots").glob("lan-c.*.slot"))
+    code, out, err = hub.cli("dispatch", "--new", "--instance", "lan-c", "--text", "after crash")
+    assert code == 0, err
+
+
+def test_reservation_of_live_process_counts_until_ttl(hub: Hub) -> None:
+    # A slot left by a process that is still alive (another host would look the same) counts
+    # until its TTL, then stops counting.
+    hub.doc["lock"]["slot_ttl_seconds"] = 2
+    hub.set_instance("lan-c", concurrency_limit=1)
+    slots = Path(hub.env["XAF_HUB_HOME"]) / "slots"
+    slots.mkdir(parents=True, exist_ok=True)
+    (slots / "lan-c.manual.slot").write_text(json.dumps({
+        "instance": "lan-c", "pid": os.getpid(), "host": "other-host", "created": time.time(),
+        "session_id": ""}))
+    code, _, err = hub.cli("dispatch", "--new", "--instance", "lan-c", "--text", "blocked", "--dry-run")
+    assert code == 3
+    time.sleep(2.2)
+    assert hub.cli("dispatch", "--new", "--instance", "lan-c", "--text", "ok now", "--dry-run")[0] == 0

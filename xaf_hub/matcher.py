@@ -1,0 +1,171 @@
+"""Rank sessions against a task text: TF-IDF over character n-grams, cosine similarity.
+
+This is the only module that imports scikit-learn (and numpy/scipy, which come
+with it), and it does so inside `rank`: the CLI starts, and every command
+that does not smart-match runs, without paying their ~1 s import.
+
+Why our own n-grams instead of sklearn's `char_wb` (measured on realistic
+titles; the cases are in tests/unit/test_matcher.py):
+
+* Chinese has no spaces, and one Han character is roughly one morpheme, so
+  character bigrams are roughly words (登录, 样式, 回调). Unigrams add matches on
+  single shared characters (用, 户, 新) that pushed unrelated tasks over the
+  0.12 default threshold; trigrams only dilute short titles.
+* In English a letter bigram or trigram is not a word: `char_wb` 1-3 or 2-3
+  gave "Write release notes for v2.3" a 0.20 similarity to "Add unit tests
+  for order service" (through "for", "tes", "es "). Padded 3-5 grams inside
+  each word keep stems ("style"/"styles", "refactor"/"refactoring") while a
+  whole short word ("csv", "502") still counts as one unit.
+* English function words ("for", "the", "to") are dropped before n-gramming:
+  they occur in many titles and carry no task meaning.
+
+So each script gets the n-gram size at which a character n-gram means
+something; both feed one TF-IDF space (sklearn's `TfidfTransformer`).
+"""
+
+from __future__ import annotations
+
+import heapq
+import re
+import unicodedata
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One ranked document: the caller's key and its cosine similarity to the query."""
+
+    key: str
+    score: float
+
+
+# Scripts written without spaces between words: kana, Han (BMP, Ext A, compat,
+# Ext B and later planes), Hangul syllables.
+_CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff\U00020000-\U0002fa1f"
+_CJK_CHAR = re.compile(rf"[{_CJK}]")
+# A run of CJK characters, or a run of other letters/digits. Underscores and
+# punctuation (path separators included) end a run, so an n-gram never
+# straddles `order_service`, `web/src` or `D:\work`.
+_RUN = re.compile(rf"[{_CJK}]+|[^\W_{_CJK}]+")
+
+_LATIN_NGRAMS = range(3, 6)
+
+_STOP_WORDS = frozenset(
+    {"a", "an", "and", "are", "as", "at", "be", "by", "for", "from", "in", "into", "is", "it"}
+    | {"of", "on", "or", "the", "this", "that", "to", "with"}
+)
+
+# opencode names an untitled session "New session - <ISO time>" (sub-agents:
+# "Child session - ..."); that text says nothing about the task, and its shared
+# words and digits would make every untitled session look alike to any query.
+_PLACEHOLDER_TITLE = re.compile(r"(new|child) session - \d{4}-\d\d-\d\dT[\d:.]+Z?", re.IGNORECASE)
+
+# A Windows drive designator as a whole path segment ("c:").
+_DRIVE = re.compile(r"[a-z]:")
+
+
+def _runs(text: str) -> list[str]:
+    """Split text into runs of CJK characters and runs of other letters/digits."""
+    # NFKC folds full-width Latin and digits typed with a Chinese IME (ＣＳＶ, ５０２)
+    # into their ASCII forms, so they match titles typed the other way.
+    return _RUN.findall(unicodedata.normalize("NFKC", text).lower())
+
+
+def _run_grams(run: str) -> list[str]:
+    """Return the character n-grams of one run (see the module docstring for the sizes)."""
+    if _CJK_CHAR.match(run):
+        if len(run) == 1:
+            return [run]
+        return [run[i : i + 2] for i in range(len(run) - 1)]
+    if run in _STOP_WORDS:
+        return []
+    padded = f" {run} "
+    return [padded[i : i + n] for n in _LATIN_NGRAMS for i in range(len(padded) - n + 1)]
+
+
+def _count_matrix(texts: list[str]) -> Any:
+    """Return the sparse text x n-gram count matrix (CSR, n-grams numbered in sorted order)."""
+    import numpy as np
+    from scipy.sparse import csr_matrix
+
+    # sklearn's CountVectorizer looks every n-gram of every text up in Python,
+    # several times slower at 10k sessions than the 0.3 s budget allows. Runs
+    # (words, directory segments, CJK phrases) repeat heavily across titles and
+    # directories, so count runs per text, n-gram each distinct run once, and
+    # let one sparse product in C do the rest: (text x run) @ (run x n-gram).
+    all_runs: list[str] = []
+    text_bounds = [0]
+    for text in texts:
+        all_runs.extend(_runs(text))
+        text_bounds.append(len(all_runs))
+    # Number distinct runs in first-seen order; fromkeys and map run in C.
+    run_ids: dict[str, int] = dict.fromkeys(all_runs, 0)
+    for i, run in enumerate(run_ids):
+        run_ids[run] = i
+    text_runs = csr_matrix(
+        (np.ones(len(all_runs)), list(map(run_ids.__getitem__, all_runs)), text_bounds),
+        shape=(len(texts), len(run_ids)),
+    )
+
+    grams_of_run = [_run_grams(run) for run in run_ids]  # dicts keep insertion order = id
+    all_grams = np.array([gram for grams in grams_of_run for gram in grams], dtype=str)
+    # np.unique numbers the n-grams in sorted order, in C. Sorted numbering
+    # makes the columns, and so the floating-point sums behind every score,
+    # independent of the order of the documents and of the n-grams in a text:
+    # equal texts up to word order get exactly equal scores, and ties go by key.
+    vocabulary, gram_columns = np.unique(all_grams, return_inverse=True)
+    run_grams = csr_matrix(
+        (
+            np.ones(len(all_grams)),
+            gram_columns,
+            np.cumsum([0] + [len(grams) for grams in grams_of_run]),
+        ),
+        shape=(len(run_ids), len(vocabulary)),
+    )
+    counts = text_runs @ run_grams
+    counts.sort_indices()
+    return counts
+
+
+def document_text(title: str, directory: str) -> str:
+    """Build the text that represents one session for matching: title plus directory."""
+    title = title.strip()
+    if _PLACEHOLDER_TITLE.fullmatch(title):
+        title = ""
+    # Same normalisation as the project rules (SPEC §4): `\` and `/` alike,
+    # repeated and trailing separators gone, lower case. The drive letter is
+    # dropped and segments are joined by spaces, so `D:\Work\demo\web` and
+    # `/work/demo/web` give the same text and the same n-grams.
+    segments = [
+        segment
+        for segment in directory.replace("\\", "/").lower().split("/")
+        if segment and not _DRIVE.fullmatch(segment)
+    ]
+    return " ".join(part for part in (title, " ".join(segments)) if part)
+
+
+def rank(query: str, documents: Sequence[tuple[str, str]], top: int = 5) -> list[Candidate]:
+    """Return the `top` documents most similar to the query, best first."""
+    if top < 1 or not documents or not any(_run_grams(run) for run in _runs(query)):
+        return []
+
+    import numpy as np
+    from sklearn.feature_extraction.text import TfidfTransformer
+
+    # The query is counted with the documents so that its n-grams are in the
+    # vocabulary and IDF sees the whole population being compared. sublinear_tf
+    # damps an n-gram repeated within one text (a project name recurring along
+    # a path); on realistic titles its effect is small.
+    counts = _count_matrix([text for _, text in documents] + [query])
+    matrix = TfidfTransformer(sublinear_tf=True).fit_transform(counts)
+    # Rows are L2-normalised, so the dot product is the cosine similarity.
+    raw = (matrix[:-1] @ matrix[-1].T).toarray().ravel()
+    scores: list[float] = np.clip(raw, 0.0, 1.0).tolist()
+
+    keys = [key for key, _ in documents]
+    count = min(top, len(scores))
+    # nsmallest on (-score, key) is a partial sort, O(n log top); ties go by key.
+    best = heapq.nsmallest(count, range(len(scores)), key=lambda i: (-scores[i], keys[i]))
+    return [Candidate(key=keys[i], score=scores[i]) for i in best]
