@@ -240,8 +240,10 @@ class OpencodeServer:
         start_timeout: float = 30.0,
         extra_env: Mapping[str, str] | None = None,
         preseed: bool = True,
+        port: int = 0,
     ) -> None:
         self.binary = binary
+        self.requested_port = port
         self.home = home
         self.cwd = cwd
         self.password = password
@@ -289,7 +291,8 @@ class OpencodeServer:
         self.cwd.mkdir(parents=True, exist_ok=True)
         if self.preseed:
             preseed_config_dir(self.home / ".config" / "opencode")
-        args = [str(self.binary), "serve", "--hostname", "127.0.0.1", "--port", "0",
+        args = [str(self.binary), "serve", "--hostname", "127.0.0.1", "--port",
+                str(self.requested_port),
                 "--print-logs", "--log-level", self.log_level]
         kwargs: dict[str, Any] = {}
         if sys.platform == "win32":
