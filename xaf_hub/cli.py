@@ -84,6 +84,7 @@ def main(argv: Sequence[str] | None = None, **context: Any) -> int:
 
     args: Any = None
     ctx: Context | None = None
+    stderr = context.get("stderr", sys.stderr)
     try:
         parser = build_parser()
         args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
@@ -95,25 +96,31 @@ def main(argv: Sequence[str] | None = None, **context: Any) -> int:
     except SystemExit as exc:  # --help / --version
         return int(exc.code or 0) if isinstance(exc.code, int) else 0
     except KeyboardInterrupt:
-        _report(ctx, args, "interrupted", None)
+        _report(ctx, stderr, args, "interrupted", None)
         return 130
     except HubError as exc:
-        _report(ctx, args, str(exc), exc)
+        _report(ctx, stderr, args, str(exc), exc)
         return int(exc.exit_code)
     except Exception as exc:  # noqa: BLE001 - the last line of defence prints one line
-        _report(ctx, args, f"internal error: {type(exc).__name__}: {exc}", exc, internal=True)
+        _report(ctx, stderr, args, f"internal error: {type(exc).__name__}: {exc}", exc, internal=True)
         return int(ExitCode.INTERNAL)
 
 
 def _report(
-    ctx: Any, args: Any, message: str, exc: BaseException | None, internal: bool = False
+    ctx: Any, stderr: Any, args: Any, message: str, exc: BaseException | None,
+    internal: bool = False,
 ) -> None:
     from xaf_hub.output import redact
 
-    stderr = ctx.stderr if ctx is not None else sys.stderr
-    secrets: tuple[str, ...] = ()
-    if ctx is not None and ctx._config is not None:
-        secrets = ctx._config.secrets()
+    secrets: list[str] = []
+    if ctx is not None:
+        # Learn every configured password, even when the failure came before the command
+        # loaded the config, so no message can carry one.
+        try:
+            secrets.extend(ctx.config.secrets())
+        except Exception:  # noqa: BLE001 - a broken config simply has no secrets to learn
+            pass
+        secrets.extend(v for k, v in ctx.env.items() if k.startswith("XAF_HUB_PW_") and v)
     if args is not None and getattr(args, "debug", False) and exc is not None:
         text = "".join(traceback.format_exception(exc))
         print(redact(text, secrets), file=stderr, end="")

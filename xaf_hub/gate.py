@@ -134,7 +134,11 @@ class Gate:
         if not folder.is_dir():
             return []
         live = []
-        for path in sorted(folder.glob(f"{safe_name(instance)}.*.slot")):
+        want = safe_name(instance)
+        for path in sorted(folder.glob("*.slot")):
+            # <instance>.<token>.slot; the token has no dot, an instance name may.
+            if path.name.rsplit(".", 2)[0] != want:
+                continue
             res = self._read(path)
             if res is None:
                 continue
