@@ -17,3 +17,8 @@ def _isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         if key.startswith("XAF_HUB_PW_"):
             monkeypatch.delenv(key)
     return home
+
+
+# The real-server fleet fixtures (tests/fleet.py) are shared by tests/e2e and tests/browser;
+# registering them once here means one fleet per run, not one per folder.
+pytest_plugins = ["tests.fleet"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import sys
 import traceback
@@ -20,6 +21,10 @@ COMMANDS = (
     "cleanup",
     "interrupt",
     "watch",
+    "serve",
+    "doctor",
+    "patrol",
+    "backlog",
 )
 
 DESCRIPTION = """\
@@ -39,14 +44,14 @@ class Parser(argparse.ArgumentParser):
         raise UsageError(f"{self.prog}: {message} (see --help)")
 
 
-def _common(sub: bool = False) -> argparse.ArgumentParser:
+def _common(sub: bool = False) -> Parser:
     # On subcommands the defaults are SUPPRESS so `xaf-hub --config X status` keeps X.
-    common = argparse.ArgumentParser(add_help=False)
-    extra = {"default": argparse.SUPPRESS} if sub else {}
-    common.add_argument("--config", metavar="PATH", help="config file (default: see README)",
-                        **extra)
-    common.add_argument("--debug", action="store_true", help="show tracebacks on errors",
-                        **extra)
+    common = Parser(add_help=False)
+    extra: dict[str, Any] = {"default": argparse.SUPPRESS} if sub else {}
+    common.add_argument(
+        "--config", metavar="PATH", help="config file (default: see README)", **extra
+    )
+    common.add_argument("--debug", action="store_true", help="show tracebacks on errors", **extra)
     return common
 
 
@@ -102,12 +107,18 @@ def main(argv: Sequence[str] | None = None, **context: Any) -> int:
         _report(ctx, stderr, args, str(exc), exc)
         return int(exc.exit_code)
     except Exception as exc:  # noqa: BLE001 - the last line of defence prints one line
-        _report(ctx, stderr, args, f"internal error: {type(exc).__name__}: {exc}", exc, internal=True)
+        _report(
+            ctx, stderr, args, f"internal error: {type(exc).__name__}: {exc}", exc, internal=True
+        )
         return int(ExitCode.INTERNAL)
 
 
 def _report(
-    ctx: Any, stderr: Any, args: Any, message: str, exc: BaseException | None,
+    ctx: Any,
+    stderr: Any,
+    args: Any,
+    message: str,
+    exc: BaseException | None,
     internal: bool = False,
 ) -> None:
     from xaf_hub.output import redact
@@ -116,10 +127,8 @@ def _report(
     if ctx is not None:
         # Learn every configured password, even when the failure came before the command
         # loaded the config, so no message can carry one.
-        try:
+        with contextlib.suppress(Exception):  # a broken config has no secrets to learn
             secrets.extend(ctx.config.secrets())
-        except Exception:  # noqa: BLE001 - a broken config simply has no secrets to learn
-            pass
         secrets.extend(v for k, v in ctx.env.items() if k.startswith("XAF_HUB_PW_") and v)
     if args is not None and getattr(args, "debug", False) and exc is not None:
         text = "".join(traceback.format_exception(exc))

@@ -12,7 +12,7 @@ import asyncio
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, TypedDict
+from typing import Any, Literal, TypedDict, cast
 
 import httpx
 
@@ -67,7 +67,11 @@ _DNS_HINTS = (
     "11001",
 )
 _REFUSED_HINTS = (
-    "connection refused", "connectionrefusederror", "errno 111", "10061", "actively refused"
+    "connection refused",
+    "connectionrefusederror",
+    "errno 111",
+    "10061",
+    "actively refused",
 )
 
 
@@ -364,7 +368,7 @@ class OpencodeClient:
         data, _ = await self._request("GET", "/session/status", params={"directory": directory})
         if not isinstance(data, dict):
             raise self._shape("/session/status")
-        return {str(k): v for k, v in data.items() if isinstance(v, dict)}
+        return {str(k): cast(RawStatus, v) for k, v in data.items() if isinstance(v, dict)}
 
     async def active(self) -> dict[str, RawStatus]:
         """Running sessions of the whole instance (v2 ``/api/session/active``)."""
@@ -420,7 +424,9 @@ class OpencodeClient:
         """Create a session in ``directory`` (the query parameter; a body field is ignored)."""
         if await self._dialect() == "v2":
             data, _ = await self._request(
-                "POST", "/api/session", body={"location": {"directory": directory}},
+                "POST",
+                "/api/session",
+                body={"location": {"directory": directory}},
                 idempotent=False,
             )
             obj = data.get("data", data) if isinstance(data, dict) else None
@@ -428,7 +434,10 @@ class OpencodeClient:
                 raise self._shape("/api/session")
             return session_from_v2(obj)
         data, _ = await self._request(
-            "POST", "/session", params={"directory": directory}, body={"title": title},
+            "POST",
+            "/session",
+            params={"directory": directory},
+            body={"title": title},
             idempotent=False,
         )
         if not isinstance(data, dict) or "id" not in data:
@@ -440,22 +449,35 @@ class OpencodeClient:
         if await self._dialect() == "v2":
             if model:
                 await self._request(
-                    "POST", f"/api/session/{session_id}/model",
-                    body={"model": {"providerID": model.split("/", 1)[0],
-                                    "id": model.split("/", 1)[1]}},
-                    expect_json=False, idempotent=False,
+                    "POST",
+                    f"/api/session/{session_id}/model",
+                    body={
+                        "model": {
+                            "providerID": model.split("/", 1)[0],
+                            "id": model.split("/", 1)[1],
+                        }
+                    },
+                    expect_json=False,
+                    idempotent=False,
                 )
             await self._request(
-                "POST", f"/api/session/{session_id}/prompt",
-                body={"prompt": {"text": text}}, expect_json=False, idempotent=False,
+                "POST",
+                f"/api/session/{session_id}/prompt",
+                body={"prompt": {"text": text}},
+                expect_json=False,
+                idempotent=False,
             )
             return
         body: dict[str, Any] = {"parts": [{"type": "text", "text": text}]}
         if model:
             body["model"] = split_model(model)
         _, resp = await self._request(
-            "POST", f"/session/{session_id}/prompt_async", body=body, expect_json=False,
-            idempotent=False, not_found_ok=True,
+            "POST",
+            f"/session/{session_id}/prompt_async",
+            body=body,
+            expect_json=False,
+            idempotent=False,
+            not_found_ok=True,
         )
         if resp is not None and resp.status_code == 404:
             raise SessionNotFound(f"{self.name}: session {session_id} not found")

@@ -184,7 +184,9 @@ class _Reader:
     def fail(self, name: str, message: str) -> ConfigError:
         return ConfigError(f"{self.file}: key '{self.key(name)}': {message}")
 
-    def get(self, name: str, types: tuple[type, ...], default: Any, *, nullable: bool = True) -> Any:
+    def get(
+        self, name: str, types: tuple[type, ...], default: Any, *, nullable: bool = True
+    ) -> Any:
         self.seen.add(name)
         if name not in self.data:
             return default
@@ -244,8 +246,14 @@ def _json_type(value: Any) -> str:
 
 
 def _type_names(types: tuple[type, ...]) -> str:
-    names = {int: "a number", float: "a number", str: "a string", bool: "a boolean",
-             list: "a list", dict: "an object"}
+    names = {
+        int: "a number",
+        float: "a number",
+        str: "a string",
+        bool: "a boolean",
+        list: "a list",
+        dict: "an object",
+    }
     return " or ".join(dict.fromkeys(names.get(t, t.__name__) for t in types))
 
 
@@ -270,7 +278,7 @@ def load_json_file(path: Path, what: str = "config") -> Any:
 
 
 def find_config(explicit: str | None, env: Mapping[str, str], cwd: Path) -> Path:
-    """Apply the lookup order --config > XAF_HUB_CONFIG > ./config.json > $XAF_HUB_HOME/config.json."""
+    """Find the config: --config, XAF_HUB_CONFIG, ./config.json, $XAF_HUB_HOME/config.json."""
     if explicit:
         return Path(explicit).expanduser()
     if env.get("XAF_HUB_CONFIG"):
@@ -441,8 +449,9 @@ def parse_config(raw: Any, *, path: Path, env: Mapping[str, str]) -> Config:
             else:
                 merged[key] = value
         instances.append(
-            _parse_instance(merged, path, label, env, local_path, limit, fallback,
-                            exclude_dirs, exclude_subs)
+            _parse_instance(
+                merged, path, label, env, local_path, limit, fallback, exclude_dirs, exclude_subs
+            )
         )
 
     top_fields = dict(

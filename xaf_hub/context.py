@@ -29,7 +29,9 @@ class Context:
     def config(self) -> Config:
         """The validated configuration (loaded on first use)."""
         if self._config is None:
-            self._config = load_config(getattr(self.args, "config", None), env=self.env, cwd=self.cwd)
+            self._config = load_config(
+                getattr(self.args, "config", None), env=self.env, cwd=self.cwd
+            )
         return self._config
 
     @property

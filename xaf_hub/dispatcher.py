@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from xaf_hub import audit
 from xaf_hub.client import OpencodeClient
@@ -43,7 +43,7 @@ def choose_model(
     cfg: Config, inst: InstanceConfig, explicit: str | None, now: datetime | None = None
 ) -> str | None:
     """resolve_dispatch_model for one instance with the current blackouts."""
-    now = now or datetime.now(timezone.utc)
+    now = now or datetime.now(UTC)
     blacked = model_state(cfg).blacked_out_families(now)
     return resolve_dispatch_model(
         explicit=explicit,
@@ -101,18 +101,32 @@ async def execute(
         if not plan.gated:
             assert plan.session is not None
             await client.prompt_async(plan.session.id, prompt, model)
-            result = DispatchResult("steer", inst.name, plan.session.id, plan.directory,
-                                    plan.title, model)
+            result = DispatchResult(
+                "steer", inst.name, plan.session.id, plan.directory, plan.title, model
+            )
         else:
             result = await _gated(cfg, plan, prompt, model, client, gate)
     except Exception as exc:
-        audit.append(cfg.state_dir, command=command, instance=inst.name,
-                     session=plan.session.id if plan.session else "", result="failed",
-                     reason=str(exc), env=env)
+        audit.append(
+            cfg.state_dir,
+            command=command,
+            instance=inst.name,
+            session=plan.session.id if plan.session else "",
+            result="failed",
+            reason=str(exc),
+            env=env,
+        )
         raise
-    audit.append(cfg.state_dir, command=command, instance=inst.name, session=result.session_id,
-                 result=result.action, reason=plan.via, env=env,
-                 extra={"model": model or "", "directory": result.directory})
+    audit.append(
+        cfg.state_dir,
+        command=command,
+        instance=inst.name,
+        session=result.session_id,
+        result=result.action,
+        reason=plan.via,
+        env=env,
+        extra={"model": model or "", "directory": result.directory},
+    )
     return result
 
 
@@ -133,8 +147,15 @@ async def _gated(
         if plan.action == "reuse" and plan.session is not None and plan.session.id in running:
             # It started running meanwhile: a prompt now steers it and takes no slot.
             await client.prompt_async(plan.session.id, prompt, model)
-            return DispatchResult("steer", inst.name, plan.session.id, plan.directory,
-                                  plan.title, model, steered_instead=True)
+            return DispatchResult(
+                "steer",
+                inst.name,
+                plan.session.id,
+                plan.directory,
+                plan.title,
+                model,
+                steered_instead=True,
+            )
         reserved = gate.pending(inst.name, running)
         if running_project + len(reserved) >= inst.concurrency_limit:
             raise BusyError(
@@ -160,5 +181,4 @@ async def _gated(
 
 def now_utc() -> datetime:
     """The current time, timezone-aware."""
-    return datetime.fromtimestamp(time.time(), timezone.utc)
-
+    return datetime.fromtimestamp(time.time(), UTC)

@@ -2,14 +2,14 @@
 
 Every failure the hub reports to a user is one of these::
 
-    HubError                      (exit 1, INTERNAL unless a subclass says otherwise)
-    ├── ConfigError               (exit 4) bad config file, key or value
-    ├── UsageError                (exit 4) bad argument, unknown instance, empty --text
-    │   └── ProductionRefused     (exit 4) a write to a `danger` instance without --allow-prod
-    ├── StateFileError            (exit 1) a corrupt state file (backlog, model state, slot); never reset
-    ├── UnreachableError          (exit 2) an instance did not answer usefully (DNS, refused, 401, 5xx...)
-    ├── BusyError                 (exit 3) concurrency limit reached, or the dispatch lock timed out
-    └── NotProjectSession         (exit 5) the target session is outside the project (--force overrides)
+    HubError                (exit 1, INTERNAL unless a subclass says otherwise)
+    ├── ConfigError         (exit 4) bad config file, key or value
+    ├── UsageError          (exit 4) bad argument, unknown instance, empty --text
+    │   └── ProductionRefused (exit 4) a write to a `danger` instance without --allow-prod
+    ├── StateFileError      (exit 1) a corrupt state file (backlog, model state); never reset
+    ├── UnreachableError    (exit 2) an instance did not answer usefully (DNS, refused, 401, 5xx)
+    ├── BusyError           (exit 3) concurrency limit reached, or the dispatch lock timed out
+    └── NotProjectSession   (exit 5) the target session is outside the project (--force overrides)
 
 Only ``cli.py`` turns these into exit codes and printed lines.
 """

@@ -155,8 +155,11 @@ class Gate:
         These are the ones to add to the running count: a reservation whose session already
         shows as running is counted once, as that running session.
         """
-        return [r for r in self.live_reservations(instance, running_ids)
-                if not r.session_id or r.session_id not in running_ids]
+        return [
+            r
+            for r in self.live_reservations(instance, running_ids)
+            if not r.session_id or r.session_id not in running_ids
+        ]
 
     def reserve(self, instance: str) -> Reservation:
         """Write a new reservation for this process."""

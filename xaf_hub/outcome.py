@@ -25,7 +25,7 @@ def last_error(messages: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | Non
 
 
 def outcome_of(messages: Sequence[Mapping[str, Any]]) -> str:
-    """succeeded | failed:<error name> | rate_limited | model_unavailable | aborted | running | unknown."""
+    """succeeded | failed:<name> | rate_limited | aborted | running | unknown, from messages."""
     info = last_assistant(messages)
     if info is None:
         return "unknown"

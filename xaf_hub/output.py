@@ -57,7 +57,8 @@ def shorten(text: str, width: int) -> str:
     """Cut ``text`` to ``width`` display cells (CJK counts double), adding an ellipsis."""
     from wcwidth import wcwidth
 
-    out, used = [], 0
+    out: list[str] = []
+    used = 0
     for ch in text.replace("\n", " "):
         w = max(wcwidth(ch), 0)
         if used + w > width - 1:

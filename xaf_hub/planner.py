@@ -11,7 +11,13 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from xaf_hub.config import Config, InstanceConfig
-from xaf_hub.errors import BusyError, NotProjectSession, ProductionRefused, UnreachableError, UsageError
+from xaf_hub.errors import (
+    BusyError,
+    NotProjectSession,
+    ProductionRefused,
+    UnreachableError,
+    UsageError,
+)
 from xaf_hub.records import SessionRecord
 from xaf_hub.rules import apply_aliases
 
@@ -107,12 +113,7 @@ def _check_reachable(view: InstanceView) -> None:
 
 
 def _eligible_for_new(view: InstanceView, req: DispatchRequest) -> bool:
-    return (
-        view.reachable
-        and (not view.inst.production)
-        and view.free > 0
-        and bool(view.inst.roots)
-    )
+    return view.reachable and (not view.inst.production) and view.free > 0 and bool(view.inst.roots)
 
 
 def pick_instance(views: Sequence[InstanceView], req: DispatchRequest) -> InstanceView:
@@ -156,8 +157,12 @@ def new_session_directory(view: InstanceView, req: DispatchRequest) -> str:
 
 
 def _target_plan(
-    view: InstanceView, session: SessionRecord, req: DispatchRequest, via: str,
-    candidates: tuple[CandidateVerdict, ...] = (), warnings: tuple[str, ...] = (),
+    view: InstanceView,
+    session: SessionRecord,
+    req: DispatchRequest,
+    via: str,
+    candidates: tuple[CandidateVerdict, ...] = (),
+    warnings: tuple[str, ...] = (),
 ) -> Plan:
     if not session.project and not req.force:
         raise NotProjectSession(
@@ -165,8 +170,9 @@ def _target_plan(
             f"({session.directory or 'no directory'}); --force overrides"
         )
     action: Action = "steer" if session.running else "reuse"
-    return Plan(action, view.inst, session, session.directory, session.title, via,
-                candidates, warnings)
+    return Plan(
+        action, view.inst, session, session.directory, session.title, via, candidates, warnings
+    )
 
 
 def plan_dispatch(
@@ -203,8 +209,11 @@ def plan_dispatch(
         allowed = {v.inst.name for v in scoped}
 
         def rest(i: int) -> tuple[CandidateVerdict, ...]:
-            later = [CandidateVerdict(s, sc, "not needed") for s, sc in scores[i + 1 :]
-                     if s.instance in allowed]
+            later = [
+                CandidateVerdict(s, sc, "not needed")
+                for s, sc in scores[i + 1 :]
+                if s.instance in allowed
+            ]
             return tuple(verdicts + later)
 
         for i, (session, score) in enumerate(scores):
@@ -219,12 +228,26 @@ def plan_dispatch(
                 continue
             if session.running:
                 verdicts.append(CandidateVerdict(session, score, "chosen: running, steer it"))
-                return Plan("steer", view.inst, session, session.directory, session.title,
-                            "smart match", rest(i))
+                return Plan(
+                    "steer",
+                    view.inst,
+                    session,
+                    session.directory,
+                    session.title,
+                    "smart match",
+                    rest(i),
+                )
             if view.free > 0:
                 verdicts.append(CandidateVerdict(session, score, "chosen: idle, free slot"))
-                return Plan("reuse", view.inst, session, session.directory, session.title,
-                            "smart match", rest(i))
+                return Plan(
+                    "reuse",
+                    view.inst,
+                    session,
+                    session.directory,
+                    session.title,
+                    "smart match",
+                    rest(i),
+                )
             verdicts.append(CandidateVerdict(session, score, "instance full"))
 
     # Choose the instance.

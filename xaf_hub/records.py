@@ -77,5 +77,7 @@ class Snapshot:
 
     def project_sessions(self, instance: str | None = None) -> list[SessionRecord]:
         """Project sessions, newest first, optionally of one instance."""
-        rows = [s for s in self.sessions if s.project and (instance is None or s.instance == instance)]
+        rows = [
+            s for s in self.sessions if s.project and (instance is None or s.instance == instance)
+        ]
         return sorted(rows, key=lambda s: s.updated, reverse=True)

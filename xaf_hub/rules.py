@@ -10,7 +10,7 @@ _SEPARATORS = re.compile(r"/{2,}")
 
 
 def normalize_dir(path: str) -> str:
-    """Normalise a directory for comparison: `/` separators, no doubles, no trailing one, lower case."""
+    """Normalise a directory: `/` separators, no doubles, no trailing one, lower case."""
     text = path.strip().replace("\\", "/")
     unc = text.startswith("//")
     text = _SEPARATORS.sub("/", text)
@@ -42,7 +42,9 @@ def apply_aliases(path: str, aliases: Mapping[str, str]) -> str:
     if best is None:
         return path
     _, written, actual = best
-    rest = path.strip().replace("\\", "/").rstrip("/")[len(written.replace("\\", "/").rstrip("/")):]
+    rest = (
+        path.strip().replace("\\", "/").rstrip("/")[len(written.replace("\\", "/").rstrip("/")) :]
+    )
     rest = rest.lstrip("/")
     if not rest:
         return actual
@@ -77,7 +79,7 @@ class ProjectRules:
         )
 
     def classify(self, directory: str) -> str:
-        """Say why a directory is or is not the project's: excluded, root, segment, outside, empty."""
+        """Say why a directory is (not) the project's: excluded, root, segment, outside, empty."""
         if not directory or not directory.strip():
             return "empty"
         norm = normalize_dir(directory)
@@ -106,7 +108,7 @@ class ProjectRules:
         norm = normalize_dir(directory)
         for root in sorted(self.roots, key=len, reverse=True):
             if is_under(norm, root):
-                return norm[len(root):].strip("/")
+                return norm[len(root) :].strip("/")
         return "/".join([seg for seg in norm.split("/") if seg][-keep:])
 
     def under_roots(self, directory: str) -> bool:

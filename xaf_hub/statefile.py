@@ -87,7 +87,7 @@ def read_json(path: Path, *, what: str) -> Any:
 
 @contextlib.contextmanager
 def file_lock(lock_path: Path, timeout: float, *, what: str = "lock") -> Iterator[None]:
-    """Hold an exclusive lock on ``lock_path``, polling until ``timeout`` seconds, else BusyError."""
+    """Hold an exclusive lock on ``lock_path``, polling up to ``timeout`` s, else BusyError."""
     lock_path.parent.mkdir(parents=True, exist_ok=True)
     deadline = time.monotonic() + max(timeout, 0.0)
     handle = open(lock_path, "a+b")  # noqa: SIM115 - held open for the lock's lifetime
@@ -120,7 +120,7 @@ def update_json(
     what: str,
     timeout: float = 20.0,
 ) -> T:
-    """Locked read-modify-write: ``mutate(data)`` changes data in place; saved only if it changed."""
+    """Locked read-modify-write: ``mutate(data)`` edits in place; saved only if it changed."""
     with file_lock(path.with_name(path.name + ".lock"), timeout, what=f"{what} lock"):
         try:
             data = read_json(path, what=what)

@@ -1,4 +1,4 @@
-"""A loopback forwarding proxy whose chosen requests can be held back (to freeze a client mid-step)."""
+"""A loopback forwarding proxy that can hold chosen requests back (to freeze a client mid-step)."""
 
 from __future__ import annotations
 
@@ -29,15 +29,23 @@ class StallProxy:
                 if proxy.stall(self.command, self.path):
                     proxy.stalled.set()
                     proxy.released.wait()
-                headers = {k: v for k, v in self.headers.items()
-                           if k.lower() not in ("host", "content-length", "connection")}
+                headers = {
+                    k: v
+                    for k, v in self.headers.items()
+                    if k.lower() not in ("host", "content-length", "connection")
+                }
                 with httpx.Client(timeout=30) as c:
-                    r = c.request(self.command, proxy.target + self.path, content=body,
-                                  headers=headers)
+                    r = c.request(
+                        self.command, proxy.target + self.path, content=body, headers=headers
+                    )
                 self.send_response(r.status_code)
                 for k, v in r.headers.items():
-                    if k.lower() not in ("content-length", "transfer-encoding", "connection",
-                                         "content-encoding"):
+                    if k.lower() not in (
+                        "content-length",
+                        "transfer-encoding",
+                        "connection",
+                        "content-encoding",
+                    ):
                         self.send_header(k, v)
                 self.send_header("content-length", str(len(r.content)))
                 self.end_headers()

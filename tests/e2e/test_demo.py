@@ -13,8 +13,12 @@ pytestmark = pytest.mark.e2e
 
 def test_demo_runs_the_tour(tmp_path: Path) -> None:
     out = tmp_path / "demo-out"
-    proc = subprocess.run([sys.executable, "-m", "xaf_hub.sandbox.demo", "--out", str(out)],
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "xaf_hub.sandbox.demo", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     text = proc.stdout
     for command in ("instances", "status", "sessions", "dispatch --dry-run"):

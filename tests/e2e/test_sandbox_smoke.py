@@ -66,8 +66,11 @@ def text_of(msg: dict[str, Any]) -> str:
 
 
 def agent_calls(llm: FakeLLM, provider: str, model: str) -> list[dict[str, Any]]:
-    return [r for r in llm.requests()
-            if r["provider"] == provider and r["model"] == model and not r["title_call"]]
+    return [
+        r
+        for r in llm.requests()
+        if r["provider"] == provider and r["model"] == model and not r["title_call"]
+    ]
 
 
 # -- fixtures ------------------------------------------------------------------------------------
@@ -86,8 +89,9 @@ def _reset_llm(llm: FakeLLM) -> None:
 
 @pytest.fixture(scope="module")
 def fleet(llm: FakeLLM, tmp_path_factory: pytest.TempPathFactory) -> Iterator[fl.Fleet]:
-    f = fl.Fleet(tmp_path_factory.mktemp("fleet"), n=2, llm=llm, models=MODELS,
-                 passwords=list(PASSWORDS))
+    f = fl.Fleet(
+        tmp_path_factory.mktemp("fleet"), n=2, llm=llm, models=MODELS, passwords=list(PASSWORDS)
+    )
     f.start()  # stops whatever it started if it fails
     try:
         yield f
@@ -104,17 +108,20 @@ def repos(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 # -- fake LLM on its own (fast) ------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("mode", "opts", "error"), [
-    ("ok", {}, None),
-    ("slow", {"delay": 2, "interval": 0.1}, None),
-    ("429", {"retry_after": 1, "error_type": "FreeUsageLimitError"}, None),
-    ("hang", {}, None),
-    ("bogus", {}, "unknown mode"),
-    ("ok", {"colour": "red"}, "unknown option"),
-    ("slow", {"delay": -1}, "delay must be"),
-    ("slow", {"interval": 0}, "interval > 0"),
-    ("ok", {"text": 3}, "text must be"),
-])
+@pytest.mark.parametrize(
+    ("mode", "opts", "error"),
+    [
+        ("ok", {}, None),
+        ("slow", {"delay": 2, "interval": 0.1}, None),
+        ("429", {"retry_after": 1, "error_type": "FreeUsageLimitError"}, None),
+        ("hang", {}, None),
+        ("bogus", {}, "unknown mode"),
+        ("ok", {"colour": "red"}, "unknown option"),
+        ("slow", {"delay": -1}, "delay must be"),
+        ("slow", {"interval": 0}, "interval > 0"),
+        ("ok", {"text": 3}, "text must be"),
+    ],
+)
 def test_make_behaviour_validates(mode: str, opts: dict[str, Any], error: str | None) -> None:
     if error is None:
         b = make_behaviour(mode, opts)
@@ -124,15 +131,19 @@ def test_make_behaviour_validates(mode: str, opts: dict[str, Any], error: str | 
             make_behaviour(mode, opts)
 
 
-@pytest.mark.parametrize(("mode", "retry_after", "status", "code", "header"), [
-    ("429", None, 429, "rate_limit_exceeded", None),
-    ("429", 1.0, 429, "rate_limit_exceeded", "1"),
-    ("500", 2.5, 500, None, "2.5"),
-    ("404", 1.0, 404, "model_not_found", None),
-    ("401", None, 401, "invalid_api_key", None),
-])
-def test_error_response_shapes(mode: str, retry_after: float | None, status: int,
-                               code: str | None, header: str | None) -> None:
+@pytest.mark.parametrize(
+    ("mode", "retry_after", "status", "code", "header"),
+    [
+        ("429", None, 429, "rate_limit_exceeded", None),
+        ("429", 1.0, 429, "rate_limit_exceeded", "1"),
+        ("500", 2.5, 500, None, "2.5"),
+        ("404", 1.0, 404, "model_not_found", None),
+        ("401", None, 401, "invalid_api_key", None),
+    ],
+)
+def test_error_response_shapes(
+    mode: str, retry_after: float | None, status: int, code: str | None, header: str | None
+) -> None:
     got_status, headers, body = error_response(Behaviour(mode=mode, retry_after=retry_after), "m")
     assert got_status == status
     assert body["error"]["code"] == code
@@ -158,16 +169,23 @@ def test_control_and_log_endpoints(llm: FakeLLM) -> None:
     with httpx.Client(base_url=llm.base_url, timeout=5, trust_env=False) as c:
         assert c.post("/_control", json={"model": "x", "mode": "429", "retry_after": 7}).is_success
         assert c.post("/_control", json={"mode": "nope"}).status_code == 400
-        agent = c.post("/p/prov/v1/chat/completions",
-                       json={"model": "x", "tools": [{}], "messages": [
-                           {"role": "user", "content": [{"type": "text", "text": "do it"}]}]})
+        agent = c.post(
+            "/p/prov/v1/chat/completions",
+            json={
+                "model": "x",
+                "tools": [{}],
+                "messages": [{"role": "user", "content": [{"type": "text", "text": "do it"}]}],
+            },
+        )
         assert (agent.status_code, agent.headers["retry-after"]) == (429, "7")
         # A call without tools is a title call: always answered, whatever the mode.
         title = c.post("/v1/chat/completions", json={"model": "x", "messages": []})
         assert title.json()["choices"][0]["message"]["content"] == DEFAULT_TITLE
         log = c.get("/_log").json()
         assert [(r["provider"], r["n_tools"], r["mode"]) for r in log] == [
-            ("prov", 1, "429"), (None, 0, "ok")]
+            ("prov", 1, "429"),
+            (None, 0, "ok"),
+        ]
         assert log[0]["last_user_text"] == "do it"
         assert c.post("/_log/clear").is_success
         assert c.get("/_log").json() == []
@@ -184,8 +202,12 @@ def test_stop_does_not_block_on_slow_or_hanging_responses() -> None:
 
     def call(model: str) -> None:
         try:
-            httpx.post(f"{fake.url}/chat/completions", timeout=30, trust_env=False,
-                       json={"model": model, "stream": True, "tools": [{}]})
+            httpx.post(
+                f"{fake.url}/chat/completions",
+                timeout=30,
+                trust_env=False,
+                json={"model": model, "stream": True, "tools": [{}]},
+            )
             outcomes.append("answered")
         except httpx.HTTPError:
             outcomes.append("cut")
@@ -211,8 +233,9 @@ def test_stop_does_not_block_on_slow_or_hanging_responses() -> None:
 
 
 def test_fake_provider_config_points_every_provider_at_the_fake() -> None:
-    cfg = fl.fake_provider_config("http://127.0.0.1:5/v1", MODELS,
-                                  extra_providers={"dead": "http://127.0.0.1:9/v1"})
+    cfg = fl.fake_provider_config(
+        "http://127.0.0.1:5/v1", MODELS, extra_providers={"dead": "http://127.0.0.1:9/v1"}
+    )
     prov = cfg["provider"]
     assert cfg["enabled_providers"] == ["fake", "opencode", "backup", "dead"]
     assert cfg["model"] == cfg["small_model"] == "fake/fake-model"
@@ -224,7 +247,8 @@ def test_fake_provider_config_points_every_provider_at_the_fake() -> None:
 
 
 def test_find_binary_errors_name_the_install_command(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv("XAF_HUB_OPENCODE_BIN", raising=False)
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(fl.SandboxError, match="npm install --prefix .opencode opencode-ai@1.18.33"):
@@ -234,12 +258,15 @@ def test_find_binary_errors_name_the_install_command(
         fl.find_opencode_binary(tmp_path)
 
 
-@pytest.mark.parametrize(("system", "machine", "package"), [
-    ("linux", "x86_64", "opencode-linux-x64"),
-    ("linux", "aarch64", "opencode-linux-arm64"),
-    ("darwin", "arm64", "opencode-darwin-arm64"),
-    ("win32", "AMD64", "opencode-windows-x64"),
-])
+@pytest.mark.parametrize(
+    ("system", "machine", "package"),
+    [
+        ("linux", "x86_64", "opencode-linux-x64"),
+        ("linux", "aarch64", "opencode-linux-arm64"),
+        ("darwin", "arm64", "opencode-darwin-arm64"),
+        ("win32", "AMD64", "opencode-windows-x64"),
+    ],
+)
 def test_platform_package(system: str, machine: str, package: str) -> None:
     assert fl.platform_package(system, machine) == package
 
@@ -260,14 +287,20 @@ def test_find_binary_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
 def test_fake_llm_runs_as_a_module() -> None:
     proc = subprocess.Popen(
         [sys.executable, "-m", "xaf_hub.sandbox.fake_llm", "--port", "0", "--mode", "429"],
-        stdout=subprocess.PIPE, text=True)
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline()
         m = re.fullmatch(r"fake llm listening on (http://127\.0\.0\.1:\d+/v1)\n", line)
         assert m, line
-        r = httpx.post(f"{m.group(1)}/chat/completions", trust_env=False, timeout=5,
-                       json={"model": "x", "tools": [{}]})
+        r = httpx.post(
+            f"{m.group(1)}/chat/completions",
+            trust_env=False,
+            timeout=5,
+            json={"model": "x", "tools": [{}]},
+        )
         assert r.status_code == 429
     finally:
         proc.terminate()
@@ -311,7 +344,8 @@ def test_sessions_live_in_their_git_repos(fleet: fl.Fleet, repos: tuple[Path, Pa
 
 
 def test_slow_prompt_is_busy_then_idle_with_the_fake_text(
-        fleet: fl.Fleet, llm: FakeLLM, repos: tuple[Path, Path]) -> None:
+    fleet: fl.Fleet, llm: FakeLLM, repos: tuple[Path, Path]
+) -> None:
     server, repo = fleet.servers[0], repos[0]
     llm.set_mode("fake-model", "slow", delay=2.5, text="Slow but done.")
     sid = fl.create_session(server.url, server.password, repo, "slow one")["id"]
@@ -329,13 +363,19 @@ def test_slow_prompt_is_busy_then_idle_with_the_fake_text(
 
 
 def test_per_model_modes_at_the_same_time(
-        fleet: fl.Fleet, llm: FakeLLM, repos: tuple[Path, Path]) -> None:
+    fleet: fl.Fleet, llm: FakeLLM, repos: tuple[Path, Path]
+) -> None:
     a, b = fleet.servers
     r1, r2 = repos
     llm.set_mode("opencode/free-model", "429", retry_after=1)
     # A longer Retry-After keeps this one in `retry` long enough to observe it.
-    llm.set_mode("opencode/free-limited", "429", retry_after=3,
-                 error_type="FreeUsageLimitError", error_message="Free usage exceeded")
+    llm.set_mode(
+        "opencode/free-limited",
+        "429",
+        retry_after=3,
+        error_type="FreeUsageLimitError",
+        error_message="Free usage exceeded",
+    )
     llm.set_mode("backup/good-model", "ok", text="Backup model answered.")
     limited = fl.create_session(b.url, b.password, r2, "rate limited")["id"]
     free = fl.create_session(a.url, a.password, r2, "free tier")["id"]
@@ -353,15 +393,22 @@ def test_per_model_modes_at_the_same_time(
 
     # opencode recognises the free-tier body and attaches an action; then abort it.
     action = wait_until(
-        lambda: fl.status(a.url, a.password, r2).get(free, {}).get("action"), 30, "action")
+        lambda: fl.status(a.url, a.password, r2).get(free, {}).get("action"), 30, "action"
+    )
     assert action["reason"] == "free_tier_limit"
     fl.abort(a.url, a.password, free)
     wait_until(lambda: free not in fl.status(a.url, a.password, r2), 10, "abort")
     assert "error" not in assistant(fl.messages(a.url, a.password, free))["info"]
 
     # The other model of the same fake answers normally meanwhile.
-    wait_until(lambda: good not in fl.status(b.url, b.password, r1)
-               and agent_calls(llm, "backup", "good-model"), 60, "backup model done")
+    wait_until(
+        lambda: (
+            good not in fl.status(b.url, b.password, r1)
+            and agent_calls(llm, "backup", "good-model")
+        ),
+        60,
+        "backup model done",
+    )
     assert text_of(assistant(fl.messages(b.url, b.password, good))) == "Backup model answered."
 
     # Retry-After: 1 -> 6 requests about 1 s apart, then APIError 429.

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import Hub
+from tests.fleet import Hub
 from xaf_hub.sandbox import fleet as sandbox
 
 pytestmark = pytest.mark.e2e
@@ -49,7 +49,9 @@ def populate(hub: Hub) -> dict[str, str]:
     ids = {
         "root": hub.session("local-a", "修复登录页样式", directory=hub.root),
         "below": hub.session("local-a", "补充单元测试", "app", "tests"),
-        "segment": hub.session("local-a", "segment hit", directory=hub.root.parent / "x" / "e2e-seg"),
+        "segment": hub.session(
+            "local-a", "segment hit", directory=hub.root.parent / "x" / "e2e-seg"
+        ),
         "excluded": hub.session("local-a", "vendor work", "vendor", "lib"),
         "substring": hub.session("local-a", "workbuddy", "tools", "workbuddy-1"),
         "outside": hub.session("local-a", "outside", directory=hub.root.parent / "elsewhere"),
@@ -77,7 +79,8 @@ def test_sessions_counts_and_exports(hub: Hub, tmp_path: Path) -> None:
     assert rec["running"] is True and rec["run_state"] == "busy"
     assert rec["instance"] == "local-a" and rec["title"] == "补充单元测试"
     assert [s["updated"] for s in doc["sessions"]] == sorted(
-        (s["updated"] for s in doc["sessions"]), reverse=True)
+        (s["updated"] for s in doc["sessions"]), reverse=True
+    )
 
     # --keyword narrows by title; --limit only shortens the screen, never exports.
     code, doc = hub.cli_json("sessions", "--keyword", "登录")
@@ -88,8 +91,17 @@ def test_sessions_counts_and_exports(hub: Hub, tmp_path: Path) -> None:
     raw = out_csv.read_bytes()
     assert raw.startswith(b"\xef\xbb\xbf")
     rows = list(csv.reader(raw.decode("utf-8-sig").splitlines()))
-    assert rows[0] == ["instance", "session id", "directory", "run state", "updated", "created",
-                       "outcome", "title", "cost"]
+    assert rows[0] == [
+        "instance",
+        "session id",
+        "directory",
+        "run state",
+        "updated",
+        "created",
+        "outcome",
+        "title",
+        "cost",
+    ]
     assert len(rows) == 5
     code, _, _ = hub.cli("sessions", "--out", str(out_json))
     assert len(json.loads(out_json.read_text("utf-8"))["sessions"]) == 4
@@ -115,11 +127,17 @@ def test_chinese_titles_line_up(hub: Hub) -> None:
 
 def test_instances_and_status_with_failures(hub: Hub, html_server: str) -> None:
     ids = populate(hub)
-    hub.doc["instances"].extend([
-        {"name": "lan-down", "url": "http://127.0.0.1:9", "roots": [str(hub.root)]},
-        {"name": "lan-html", "url": html_server, "roots": [str(hub.root)]},
-        {"name": "lan-dns", "url": "http://no-such-host.invalid:4096", "roots": [str(hub.root)]},
-    ])
+    hub.doc["instances"].extend(
+        [
+            {"name": "lan-down", "url": "http://127.0.0.1:9", "roots": [str(hub.root)]},
+            {"name": "lan-html", "url": html_server, "roots": [str(hub.root)]},
+            {
+                "name": "lan-dns",
+                "url": "http://no-such-host.invalid:4096",
+                "roots": [str(hub.root)],
+            },
+        ]
+    )
     hub.write_config()
     hub.env["XAF_HUB_PW_LAN_C"] = "wrong-password"
     code, data = hub.cli_json("instances")
@@ -149,25 +167,36 @@ def test_instances_and_status_with_failures(hub: Hub, html_server: str) -> None:
     # A command aimed at one unreachable instance exits 2; so does a fleet where none answers.
     code, _, err = hub.cli("status", "--instance", "lan-down")
     assert code == 2 and "connection refused" in err
-    hub.doc["instances"] = [i for i in hub.doc["instances"] if i["name"] in ("lan-down", "lan-html")]
+    hub.doc["instances"] = [
+        i for i in hub.doc["instances"] if i["name"] in ("lan-down", "lan-html")
+    ]
     hub.write_config()
     assert hub.cli("instances")[0] == 2
     assert hub.cli("sessions")[0] == 2
 
 
 def test_status_when_a_real_instance_stops(hub: Hub, tmp_path: Path) -> None:
-    extra = sandbox.OpencodeServer(sandbox.find_opencode_binary(), home=tmp_path / "h4",
-                                   cwd=tmp_path / "c4", password="pw-four",
-                                   config=sandbox.fake_provider_config(hub.llm.url))
+    extra = sandbox.OpencodeServer(
+        sandbox.find_opencode_binary(),
+        home=tmp_path / "h4",
+        cwd=tmp_path / "c4",
+        password="pw-four",
+        config=sandbox.fake_provider_config(hub.llm.url),
+    )
     extra.start()
     try:
-        hub.doc["instances"].append({"name": "lan-four", "url": extra.url,
-                                     "roots": [str(hub.root)]})
+        hub.doc["instances"].append(
+            {"name": "lan-four", "url": extra.url, "roots": [str(hub.root)]}
+        )
         hub.write_config()
         hub.env["XAF_HUB_PW_LAN_FOUR"] = "pw-four"
         code, data = hub.cli_json("status")
         assert code == 0 and {x["instance"] for x in data["instances"] if x["reachable"]} == {
-            "local-a", "lan-b", "lan-c", "lan-four"}
+            "local-a",
+            "lan-b",
+            "lan-c",
+            "lan-four",
+        }
     finally:
         extra.stop()
     code, out, err = hub.cli("status")
@@ -195,9 +224,18 @@ def test_help_and_status_do_not_import_heavy_modules(hub: Hub) -> None:
         "print(json.dumps([code, heavy]))\n"
     )
     env = {**__import__("os").environ, **hub.env}
-    for args in (["--help"], ["status", "--help"], ["--config", str(hub.config_path), "status"],
-                 ["--config", str(hub.config_path), "instances"]):
-        out = subprocess.run([sys.executable, "-c", probe, *args], capture_output=True, text=True,
-                             env=env, check=True).stdout
+    for args in (
+        ["--help"],
+        ["status", "--help"],
+        ["--config", str(hub.config_path), "status"],
+        ["--config", str(hub.config_path), "instances"],
+    ):
+        out = subprocess.run(
+            [sys.executable, "-c", probe, *args],
+            capture_output=True,
+            text=True,
+            env=env,
+            check=True,
+        ).stdout
         code, heavy = json.loads(out.strip().splitlines()[-1])
         assert code == 0 and heavy == [], (args, heavy)

@@ -32,13 +32,19 @@ def test_usage_errors_exit_4(tmp_path: Path) -> None:
 
 def test_missing_config_is_exit_4_one_line(tmp_path: Path) -> None:
     err = io.StringIO()
-    code = main(["--config", str(tmp_path / "none.json"), "status"], stdout=io.StringIO(),
-                stderr=err, cwd=tmp_path)
+    code = main(
+        ["--config", str(tmp_path / "none.json"), "status"],
+        stdout=io.StringIO(),
+        stderr=err,
+        cwd=tmp_path,
+    )
     assert code == 4
     assert err.getvalue().strip().count("\n") == 0 and "config file not found" in err.getvalue()
 
 
-def test_internal_error_is_one_line_and_debug_redacts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_internal_error_is_one_line_and_debug_redacts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     cfg = tmp_path / "config.json"
     cfg.write_text(json.dumps({"instances": [{"name": "lan-a", "url": "http://127.0.0.1:9"}]}))
     import xaf_hub.commands.status as status
@@ -50,8 +56,9 @@ def test_internal_error_is_one_line_and_debug_redacts(tmp_path: Path, monkeypatc
     env = {"XAF_HUB_PW_LAN_A": "sekrit-pw"}
     for debug in ([], ["--debug"]):
         err = io.StringIO()
-        code = main(["--config", str(cfg), *debug, "status"], stdout=io.StringIO(), stderr=err,
-                    env=env)
+        code = main(
+            ["--config", str(cfg), *debug, "status"], stdout=io.StringIO(), stderr=err, env=env
+        )
         assert code == 1
         text = err.getvalue()
         assert "kaboom" in text and "sekrit-pw" not in text

@@ -18,8 +18,11 @@ SECRET = "s3cret-pw"
 INST = InstanceConfig(name="lan-x", url="http://127.0.0.1:1", password=SECRET)
 
 
-def run(handler: Callable[[httpx.Request], httpx.Response], coro: Callable[[OpencodeClient], Any],
-        **kw: Any) -> Any:
+def run(
+    handler: Callable[[httpx.Request], httpx.Response],
+    coro: Callable[[OpencodeClient], Any],
+    **kw: Any,
+) -> Any:
     async def go() -> Any:
         async with OpencodeClient(INST, transport=httpx.MockTransport(handler), **kw) as c:
             return await coro(c)
@@ -34,8 +37,13 @@ def health(req: httpx.Request) -> httpx.Response | None:
 
 
 def sess(i: int, updated: int, directory: str = "/srv/demo") -> dict[str, Any]:
-    return {"id": f"ses_{i:04d}", "title": f"t{i}", "directory": directory,
-            "time": {"created": 1, "updated": updated}, "cost": 0.5}
+    return {
+        "id": f"ses_{i:04d}",
+        "title": f"t{i}",
+        "directory": directory,
+        "time": {"created": 1, "updated": updated},
+        "cost": 0.5,
+    }
 
 
 def reason_of(handler: Callable[[httpx.Request], httpx.Response], **kw: Any) -> str:
@@ -76,8 +84,9 @@ def test_4xx_not_retried() -> None:
 
     def handler(req: httpx.Request) -> httpx.Response:
         calls.append(1)
-        return health(req) or httpx.Response(404, json={"name": "NotFoundError",
-                                                        "data": {"message": "Session not found"}})
+        return health(req) or httpx.Response(
+            404, json={"name": "NotFoundError", "data": {"message": "Session not found"}}
+        )
 
     with pytest.raises(SessionNotFound):
         run(handler, lambda c: c.get_session("ses_1"), retries=3)
@@ -94,8 +103,9 @@ def test_truncated_json_retried_then_reported() -> None:
 
     def handler(req: httpx.Request) -> httpx.Response:
         calls.append(1)
-        return health(req) or httpx.Response(200, content=b'[{"id": "ses_1", "ti',
-                                             headers={"content-type": "application/json"})
+        return health(req) or httpx.Response(
+            200, content=b'[{"id": "ses_1", "ti', headers={"content-type": "application/json"}
+        )
 
     assert "truncated or invalid JSON" in reason_of(handler, retries=1)
     assert len(calls) == 3
@@ -125,8 +135,15 @@ def test_network_errors(exc: Exception, expected: str) -> None:
 
 def test_paging_uses_explicit_limit_and_keeps_boundary_ties() -> None:
     # 7 sessions, 3 share the boundary millisecond; page size 3.
-    data = [sess(1, 900), sess(2, 800), sess(3, 700), sess(4, 700), sess(5, 700), sess(6, 600),
-            sess(7, 500)]
+    data = [
+        sess(1, 900),
+        sess(2, 800),
+        sess(3, 700),
+        sess(4, 700),
+        sess(5, 700),
+        sess(6, 600),
+        sess(7, 500),
+    ]
     limits = []
 
     def handler(req: httpx.Request) -> httpx.Response:
@@ -152,9 +169,21 @@ def test_v2_detection_and_listing() -> None:
         if p == "/api/session":
             cur = req.url.params.get("cursor")
             if cur is None:
-                return httpx.Response(200, json={"data": [
-                    {"id": "ses_a", "title": "A", "location": {"directory": "/srv/demo"},
-                     "time": {"created": 1, "updated": 2}, "cost": 0}], "cursor": {"next": "n1"}})
+                return httpx.Response(
+                    200,
+                    json={
+                        "data": [
+                            {
+                                "id": "ses_a",
+                                "title": "A",
+                                "location": {"directory": "/srv/demo"},
+                                "time": {"created": 1, "updated": 2},
+                                "cost": 0,
+                            }
+                        ],
+                        "cursor": {"next": "n1"},
+                    },
+                )
             return httpx.Response(200, json={"data": [], "cursor": {}})
         if p == "/api/session/active":
             return httpx.Response(200, json={"data": {"ses_a": {"type": "running"}}})
@@ -192,8 +221,10 @@ def test_prompt_body_and_create_query() -> None:
     create, prompt = seen
     assert create[0] == "POST" and "directory=%2Fsrv%2Fdemo%2Fa+b" in create[1]
     assert create[2] == {"title": "my title"}
-    assert prompt[2] == {"parts": [{"type": "text", "text": "do it"}],
-                         "model": {"providerID": "fake", "modelID": "fake-model"}}
+    assert prompt[2] == {
+        "parts": [{"type": "text", "text": "do it"}],
+        "model": {"providerID": "fake", "modelID": "fake-model"},
+    }
 
 
 def test_post_not_retried_after_server_error() -> None:

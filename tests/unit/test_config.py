@@ -65,20 +65,40 @@ def test_defaults(tmp_path: Path) -> None:
         (base(auto_match="yes"), "key 'auto_match': expected a boolean"),
         (base(timeouts={"connect_seconds": True}), "timeouts.connect_seconds': expected a number"),
         (base(instances=[{"name": "a", "url": "ftp://x"}]), "must be an http:// or https:// URL"),
-        (base(instances=[{"name": "a", "url": "http://u:p@127.0.0.1"}]), "must not carry credentials"),
+        (
+            base(instances=[{"name": "a", "url": "http://u:p@127.0.0.1"}]),
+            "must not carry credentials",
+        ),
         (base(instances=[{"name": "a"}]), "instances[0].url': missing"),
-        (base(instances=[{"name": "a", "url": "http://127.0.0.1", "roots": ["rel/dir"]}]),
-         "roots[0]': must be an absolute path"),
-        (base(instances=[{"name": "a", "url": "http://127.0.0.1"},
-                         {"name": "a", "url": "http://127.0.0.1:2"}]), "duplicate instance name 'a'"),
-        (base(instances=[{"name": "a", "url": "http://127.0.0.1", "password": "hunter2"}]),
-         "a literal password does not belong"),
-        (base(instances=[{"name": "a", "url": "http://127.0.0.1", "branch_policy": "trunk"}]),
-         "must be 'branch' or 'mainline'"),
-        (base(instances=[{"name": "a", "url": "http://127.0.0.1", "api": "v3"}]),
-         "must be 'auto', 'classic' or 'v2'"),
-        (base(instances=[{"name": "a", "url": "http://127.0.0.1", "bogus": 1}]),
-         "instances[0].bogus': unknown key"),
+        (
+            base(instances=[{"name": "a", "url": "http://127.0.0.1", "roots": ["rel/dir"]}]),
+            "roots[0]': must be an absolute path",
+        ),
+        (
+            base(
+                instances=[
+                    {"name": "a", "url": "http://127.0.0.1"},
+                    {"name": "a", "url": "http://127.0.0.1:2"},
+                ]
+            ),
+            "duplicate instance name 'a'",
+        ),
+        (
+            base(instances=[{"name": "a", "url": "http://127.0.0.1", "password": "hunter2"}]),
+            "a literal password does not belong",
+        ),
+        (
+            base(instances=[{"name": "a", "url": "http://127.0.0.1", "branch_policy": "trunk"}]),
+            "must be 'branch' or 'mainline'",
+        ),
+        (
+            base(instances=[{"name": "a", "url": "http://127.0.0.1", "api": "v3"}]),
+            "must be 'auto', 'classic' or 'v2'",
+        ),
+        (
+            base(instances=[{"name": "a", "url": "http://127.0.0.1", "bogus": 1}]),
+            "instances[0].bogus': unknown key",
+        ),
         (base(models={"chain": ["no-slash"]}), "expected 'provider/model'"),
         (base(models={"timezone": "Mars/Olympus"}), "unknown time zone"),
         (base(instances="x"), "'instances': expected a list or an object"),
@@ -96,7 +116,11 @@ def test_validation_errors(tmp_path: Path, doc: Any, message: str) -> None:
 
 @pytest.mark.parametrize(
     ("text", "where"),
-    [('{"instances": [}', "line 1 column 16"), ('{\n  "a": 1,\n}', "line 3 column 1"), ("", "line 1 column 1")],
+    [
+        ('{"instances": [}', "line 1 column 16"),
+        ('{\n  "a": 1,\n}', "line 3 column 1"),
+        ("", "line 1 column 1"),
+    ],
 )
 def test_invalid_json_reports_line_and_column(tmp_path: Path, text: str, where: str) -> None:
     path = write(tmp_path / "config.json", text)
@@ -115,7 +139,9 @@ def test_non_utf8_and_bom(tmp_path: Path) -> None:
 
 
 def test_instances_as_map(tmp_path: Path) -> None:
-    doc = base(instances={"lan-1": {"url": "http://127.0.0.1:1"}, "lan-2": {"url": "http://127.0.0.1:2"}})
+    doc = base(
+        instances={"lan-1": {"url": "http://127.0.0.1:1"}, "lan-2": {"url": "http://127.0.0.1:2"}}
+    )
     cfg = load_config(str(write(tmp_path / "c.json", doc)), env={}, cwd=tmp_path)
     assert [i.name for i in cfg.instances] == ["lan-1", "lan-2"]
     assert cfg.instances[0].branch_policy == "branch"
@@ -123,8 +149,13 @@ def test_instances_as_map(tmp_path: Path) -> None:
 
 def test_credential_order(tmp_path: Path) -> None:
     pwfile = write(tmp_path / "service.json", {"secret": "from-file"})
-    inst = {"name": "lan-a.b", "url": "http://127.0.0.1:1", "password_env": "MY_PW",
-            "password_file": str(pwfile), "password_key": "secret"}
+    inst = {
+        "name": "lan-a.b",
+        "url": "http://127.0.0.1:1",
+        "password_env": "MY_PW",
+        "password_file": str(pwfile),
+        "password_key": "secret",
+    }
     cfgpath = write(tmp_path / "config.json", base(instances=[inst]))
     write(tmp_path / "config.local.json", {"instances": {"lan-a.b": {"password": "from-local"}}})
     assert pw_env_name("lan-a.b") == "XAF_HUB_PW_LAN_A_B"
@@ -142,8 +173,10 @@ def test_credential_order(tmp_path: Path) -> None:
 
 def test_local_list_form_and_overrides(tmp_path: Path) -> None:
     cfgpath = write(tmp_path / "config.json", base())
-    write(tmp_path / "config.local.json",
-          {"instances": [{"name": "local-a", "password": "pw", "concurrency_limit": 5}]})
+    write(
+        tmp_path / "config.local.json",
+        {"instances": [{"name": "local-a", "password": "pw", "concurrency_limit": 5}]},
+    )
     inst = load_config(str(cfgpath), env={}, cwd=tmp_path).instances[0]
     assert inst.password == "pw" and inst.concurrency_limit == 5
 
@@ -152,10 +185,19 @@ def test_home_local_lends_only_credentials(tmp_path: Path, _isolated_home: Path)
     sub = tmp_path / "elsewhere"
     sub.mkdir()
     cfgpath = write(sub / "config.json", base())
-    write(_isolated_home / "config.local.json", {"instances": {
-        "local-a": {"password": "lent", "concurrency_limit": 9, "url": "http://127.0.0.1:9"},
-        "stranger": {"password": "x"},
-    }})
+    write(
+        _isolated_home / "config.local.json",
+        {
+            "instances": {
+                "local-a": {
+                    "password": "lent",
+                    "concurrency_limit": 9,
+                    "url": "http://127.0.0.1:9",
+                },
+                "stranger": {"password": "x"},
+            }
+        },
+    )
     cfg = load_config(str(cfgpath), env={"XAF_HUB_HOME": str(_isolated_home)}, cwd=tmp_path)
     assert [i.name for i in cfg.instances] == ["local-a"]  # never adds instances
     inst = cfg.instances[0]

@@ -56,14 +56,30 @@ def test_reserve_attach_release(tmp_path: Path) -> None:
         (1, "", None, False, "h2", True),  # another host's process: cannot tell, keep
     ],
 )
-def test_liveness(tmp_path: Path, age: float, session: str, running: set[str] | None,
-                  alive: bool, host: str, live: bool) -> None:
+def test_liveness(
+    tmp_path: Path,
+    age: float,
+    session: str,
+    running: set[str] | None,
+    alive: bool,
+    host: str,
+    live: bool,
+) -> None:
     gate, clock = make(tmp_path, {4242} if alive else set())
     slots = tmp_path / "slots"
     slots.mkdir()
     path = slots / "lan-a.t.slot"
-    path.write_text(json.dumps({"instance": "lan-a", "pid": 4242, "host": host,
-                                "created": clock.t - age, "session_id": session}))
+    path.write_text(
+        json.dumps(
+            {
+                "instance": "lan-a",
+                "pid": 4242,
+                "host": host,
+                "created": clock.t - age,
+                "session_id": session,
+            }
+        )
+    )
     assert bool(gate.live_reservations("lan-a", running)) is live
     assert path.exists() is live  # dead ones are removed when the gate is read
 
@@ -105,9 +121,8 @@ def test_lock_times_out_with_busy_error(tmp_path: Path) -> None:
     gate, _ = make(tmp_path)
     other = Gate(tmp_path, CFG)
     with gate.lock("lan-a"):
-        with pytest.raises(BusyError, match="dispatch lock"):
-            with other.lock("lan-a"):
-                pass
+        with pytest.raises(BusyError, match="dispatch lock"), other.lock("lan-a"):
+            pass
         with other.lock("lan-b"):
             pass  # another instance's lock is independent
     with other.lock("lan-a"):

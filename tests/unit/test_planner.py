@@ -7,28 +7,63 @@ from pathlib import Path
 import pytest
 
 from xaf_hub.config import Config, InstanceConfig
-from xaf_hub.errors import BusyError, NotProjectSession, ProductionRefused, UnreachableError, UsageError
+from xaf_hub.errors import (
+    BusyError,
+    NotProjectSession,
+    ProductionRefused,
+    UnreachableError,
+    UsageError,
+)
 from xaf_hub.planner import DispatchRequest, InstanceView, plan_dispatch
 from xaf_hub.records import SessionRecord
 from xaf_hub.rules import ProjectRules
 
 
-def inst(name: str, *, limit: int = 2, danger: bool = False, roots: tuple[str, ...] = ("/srv/demo",),
-         aliases: tuple[tuple[str, str], ...] = ()) -> InstanceConfig:
-    return InstanceConfig(name=name, url="http://127.0.0.1:1", roots=roots, danger=danger,
-                          concurrency_limit=limit, default_directory=roots[0] if roots else "",
-                          dir_aliases=aliases, rules=ProjectRules.build(roots=roots))
+def inst(
+    name: str,
+    *,
+    limit: int = 2,
+    danger: bool = False,
+    roots: tuple[str, ...] = ("/srv/demo",),
+    aliases: tuple[tuple[str, str], ...] = (),
+) -> InstanceConfig:
+    return InstanceConfig(
+        name=name,
+        url="http://127.0.0.1:1",
+        roots=roots,
+        danger=danger,
+        concurrency_limit=limit,
+        default_directory=roots[0] if roots else "",
+        dir_aliases=aliases,
+        rules=ProjectRules.build(roots=roots),
+    )
 
 
-def sess(instance: str, sid: str, title: str, *, running: bool = False, updated: int = 1,
-         directory: str = "/srv/demo/app", project: bool = True) -> SessionRecord:
-    return SessionRecord(instance=instance, id=sid, title=title, directory=directory,
-                         updated=updated, running=running, run_state="busy" if running else "idle",
-                         project=project)
+def sess(
+    instance: str,
+    sid: str,
+    title: str,
+    *,
+    running: bool = False,
+    updated: int = 1,
+    directory: str = "/srv/demo/app",
+    project: bool = True,
+) -> SessionRecord:
+    return SessionRecord(
+        instance=instance,
+        id=sid,
+        title=title,
+        directory=directory,
+        updated=updated,
+        running=running,
+        run_state="busy" if running else "idle",
+        project=project,
+    )
 
 
-def view(i: InstanceConfig, *sessions: SessionRecord, reachable: bool = True,
-         reserved: int = 0) -> InstanceView:
+def view(
+    i: InstanceConfig, *sessions: SessionRecord, reachable: bool = True, reserved: int = 0
+) -> InstanceView:
     return InstanceView(i, reachable, "" if reachable else "connection refused", sessions, reserved)
 
 
@@ -53,8 +88,9 @@ def test_idle_match_on_full_instance_is_skipped_for_next_candidate() -> None:
     idle_b = sess("lan-b", "ses_9", "登录页")
     busy = [sess("lan-a", f"ses_r{i}", "x", running=True) for i in range(2)]
     views = [view(A, idle_a, *busy), view(B, idle_b)]
-    plan = plan_dispatch(CFG, views, DispatchRequest(text="登录页样式"),
-                         [(idle_a, 0.6), (idle_b, 0.3)])
+    plan = plan_dispatch(
+        CFG, views, DispatchRequest(text="登录页样式"), [(idle_a, 0.6), (idle_b, 0.3)]
+    )
     assert (plan.action, plan.session) == ("reuse", idle_b)
     assert [c.verdict for c in plan.candidates] == ["instance full", "chosen: idle, free slot"]
 
@@ -68,7 +104,10 @@ def test_reservations_count_toward_full() -> None:
 
 def test_below_threshold_falls_back_to_least_loaded() -> None:
     s = sess("lan-a", "ses_1", "t")
-    views = [view(A, s, sess("lan-a", "ses_2", "u", running=True)), view(B, sess("lan-b", "ses_3", "v"))]
+    views = [
+        view(A, s, sess("lan-a", "ses_2", "u", running=True)),
+        view(B, sess("lan-b", "ses_3", "v")),
+    ]
     plan = plan_dispatch(CFG, views, DispatchRequest(text="t"), [(s, 0.05)])
     assert plan.action == "create" and plan.instance.name == "lan-b"
     assert plan.candidates[0].verdict == "below threshold"
@@ -78,7 +117,10 @@ def test_below_threshold_falls_back_to_least_loaded() -> None:
 def test_least_loaded_order_running_then_count_then_name() -> None:
     c = inst("lan-c")
     views = [view(B, sess("lan-b", "s1", "x")), view(A, sess("lan-a", "s2", "x")), view(c)]
-    assert plan_dispatch(config(A, B, c), views, DispatchRequest(text="t", new=True)).instance.name == "lan-c"
+    assert (
+        plan_dispatch(config(A, B, c), views, DispatchRequest(text="t", new=True)).instance.name
+        == "lan-c"
+    )
     views = [view(B), view(A)]
     assert plan_dispatch(CFG, views, DispatchRequest(text="t", new=True)).instance.name == "lan-a"
 
@@ -89,7 +131,9 @@ def test_production_never_auto_chosen_and_refused_when_named() -> None:
         plan_dispatch(CFG, views, DispatchRequest(text="t", new=True))
     with pytest.raises(ProductionRefused):
         plan_dispatch(CFG, [view(P)], DispatchRequest(text="t", instance="prod-p"))
-    plan = plan_dispatch(CFG, [view(P)], DispatchRequest(text="t", instance="prod-p", allow_prod=True))
+    plan = plan_dispatch(
+        CFG, [view(P)], DispatchRequest(text="t", instance="prod-p", allow_prod=True)
+    )
     assert plan.instance.name == "prod-p"
 
 
@@ -115,19 +159,28 @@ def test_session_flag_and_non_project_guard() -> None:
 def test_title_reuses_newest_and_warns_about_dir() -> None:
     old = sess("lan-a", "ses_old", "打卡页改造", updated=1)
     new = sess("lan-a", "ses_new", "打卡页改造 二期", updated=5)
-    plan = plan_dispatch(CFG, [view(A, old, new)],
-                         DispatchRequest(text="t", instance="lan-a", title="打卡", directory="/srv/demo/other"))
+    plan = plan_dispatch(
+        CFG,
+        [view(A, old, new)],
+        DispatchRequest(text="t", instance="lan-a", title="打卡", directory="/srv/demo/other"),
+    )
     assert plan.session == new and plan.warnings and "--new" in plan.warnings[0]
-    plan = plan_dispatch(CFG, [view(A, old, new)],
-                         DispatchRequest(text="t", instance="lan-a", title="打卡", new=True,
-                                         directory="/srv/demo/other"))
+    plan = plan_dispatch(
+        CFG,
+        [view(A, old, new)],
+        DispatchRequest(
+            text="t", instance="lan-a", title="打卡", new=True, directory="/srv/demo/other"
+        ),
+    )
     assert (plan.action, plan.directory, plan.title) == ("create", "/srv/demo/other", "打卡")
 
 
 def test_dir_must_be_under_roots_after_aliases() -> None:
     a = inst("lan-a", aliases=(("/posix/demo", "/srv/demo"),))
     cfg = config(a)
-    plan = plan_dispatch(cfg, [view(a)], DispatchRequest(text="t", new=True, directory="/posix/demo/x"))
+    plan = plan_dispatch(
+        cfg, [view(a)], DispatchRequest(text="t", new=True, directory="/posix/demo/x")
+    )
     assert plan.directory == "/srv/demo/x"
     with pytest.raises(UsageError, match="not under"):
         plan_dispatch(cfg, [view(a)], DispatchRequest(text="t", new=True, directory="/elsewhere"))

@@ -69,8 +69,14 @@ def test_no_rules_means_nothing_is_project() -> None:
 
 @pytest.mark.parametrize(
     ("path", "root", "expected"),
-    [("/a/b", "/a", True), ("/a", "/a", True), ("/ab", "/a", False), ("/a/b", "", False),
-     ("/", "/", True), ("/x", "/", True)],
+    [
+        ("/a/b", "/a", True),
+        ("/a", "/a", True),
+        ("/ab", "/a", False),
+        ("/a/b", "", False),
+        ("/", "/", True),
+        ("/x", "/", True),
+    ],
 )
 def test_is_under(path: str, root: str, expected: bool) -> None:
     assert is_under(path, root) is expected
@@ -107,8 +113,13 @@ def test_excluded_never_project(text: str) -> None:
 
 @pytest.mark.parametrize(
     ("directory", "expected"),
-    [("/srv/demo/web/src", "web/src"), ("/srv/demo", ""), (r"E:\cfc\docs", "docs"),
-     ("/opt/x/caremate/api", "caremate/api"), ("/a", "a")],
+    [
+        ("/srv/demo/web/src", "web/src"),
+        ("/srv/demo", ""),
+        (r"E:\cfc\docs", "docs"),
+        ("/opt/x/caremate/api", "caremate/api"),
+        ("/a", "a"),
+    ],
 )
 def test_relative_part(directory: str, expected: str) -> None:
     assert RULES.relative(directory) == expected

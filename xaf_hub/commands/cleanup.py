@@ -31,8 +31,12 @@ examples:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Options of `cleanup`."""
     add_json(p)
-    p.add_argument("--ttl-days", type=float, metavar="N",
-                   help="stale after N days without an update (default: session_ttl_days)")
+    p.add_argument(
+        "--ttl-days",
+        type=float,
+        metavar="N",
+        help="stale after N days without an update (default: session_ttl_days)",
+    )
     p.add_argument("--execute", action="store_true", help="really delete (default: preview)")
     p.add_argument("--instance", metavar="NAME", help="only this instance")
     p.add_argument("--allow-prod", action="store_true", help="include production instances")
@@ -67,11 +71,22 @@ def cleanup_fleet(
     targets = [cfg.instance(instance)] if instance else list(cfg.instances)
     snap, scans = scan(ctx, targets)
     now = int(time.time() * 1000)
-    report: dict[str, Any] = {"ttl_days": ttl_days, "execute": execute, "instances": [],
-                              "unreachable": snap.unreachable, "_snap": snap}
+    report: dict[str, Any] = {
+        "ttl_days": ttl_days,
+        "execute": execute,
+        "instances": [],
+        "unreachable": snap.unreachable,
+        "_snap": snap,
+    }
     for sc in scans:
-        entry: dict[str, Any] = {"instance": sc.inst.name, "skipped": "", "stale": [],
-                                 "deleted": [], "failed": [], "missing_time": 0}
+        entry: dict[str, Any] = {
+            "instance": sc.inst.name,
+            "skipped": "",
+            "stale": [],
+            "deleted": [],
+            "failed": [],
+            "missing_time": 0,
+        }
         report["instances"].append(entry)
         if not sc.reachable:
             entry["skipped"] = f"unreachable: {sc.reason}"
@@ -85,7 +100,9 @@ def cleanup_fleet(
         if not execute or not stale:
             continue
 
-        async def delete_all(inst: Any = sc.inst, rows: list[SessionRecord] = stale) -> None:
+        async def delete_all(
+            inst: Any = sc.inst, rows: list[SessionRecord] = stale, entry: dict[str, Any] = entry
+        ) -> None:
             transport = ctx.transport_factory(inst) if ctx.transport_factory else None
             async with make_client(cfg, inst, transport) as client:
                 for s in rows:
@@ -94,13 +111,26 @@ def cleanup_fleet(
                         await client.delete(s.id)
                     except HubError as exc:
                         entry["failed"].append({"id": s.id, "reason": str(exc)})
-                        audit.append(cfg.state_dir, command="cleanup", instance=inst.name,
-                                     session=s.id, result="failed", reason=str(exc), env=ctx.env)
+                        audit.append(
+                            cfg.state_dir,
+                            command="cleanup",
+                            instance=inst.name,
+                            session=s.id,
+                            result="failed",
+                            reason=str(exc),
+                            env=ctx.env,
+                        )
                         continue
                     entry["deleted"].append(s.id)
-                    audit.append(cfg.state_dir, command="cleanup", instance=inst.name,
-                                 session=s.id, result="deleted",
-                                 reason=f"idle for more than {ttl_days:g} days", env=ctx.env)
+                    audit.append(
+                        cfg.state_dir,
+                        command="cleanup",
+                        instance=inst.name,
+                        session=s.id,
+                        result="deleted",
+                        reason=f"idle for more than {ttl_days:g} days",
+                        env=ctx.env,
+                    )
 
         asyncio.run(delete_all())
     return report
@@ -114,8 +144,9 @@ def run(ctx: Context) -> int:
     ttl = ctx.config.session_ttl_days if args.ttl_days is None else args.ttl_days
     if ttl < 0:
         raise UsageError("--ttl-days must be 0 or more")
-    report = cleanup_fleet(ctx, execute=args.execute, ttl_days=ttl, instance=args.instance,
-                           allow_prod=args.allow_prod)
+    report = cleanup_fleet(
+        ctx, execute=args.execute, ttl_days=ttl, instance=args.instance, allow_prod=args.allow_prod
+    )
     snap = report.pop("_snap")
     if ctx.json:
         ctx.out(dumps(report))
@@ -124,11 +155,23 @@ def run(ctx: Context) -> int:
         rows = []
         for entry in report["instances"]:
             for s in entry["stale"]:
-                state = ("deleted" if s["id"] in entry["deleted"]
-                         else "FAILED" if any(f["id"] == s["id"] for f in entry["failed"])
-                         else "would delete")
-                rows.append([entry["instance"], s["id"], ago(s["updated"], now),
-                             shorten(s["title"], 36), shorten_left(s["directory"], 40), state])
+                state = (
+                    "deleted"
+                    if s["id"] in entry["deleted"]
+                    else "FAILED"
+                    if any(f["id"] == s["id"] for f in entry["failed"])
+                    else "would delete"
+                )
+                rows.append(
+                    [
+                        entry["instance"],
+                        s["id"],
+                        ago(s["updated"], now),
+                        shorten(s["title"], 36),
+                        shorten_left(s["directory"], 40),
+                        state,
+                    ]
+                )
         if rows:
             ctx.out(table(rows, ["instance", "session", "updated", "title", "directory", "action"]))
         total = sum(len(e["stale"]) for e in report["instances"])
@@ -137,14 +180,17 @@ def run(ctx: Context) -> int:
             if entry["skipped"] and not entry["skipped"].startswith("unreachable"):
                 ctx.info(f"{entry['instance']}: skipped: {entry['skipped']}")
             if entry["missing_time"]:
-                ctx.info(f"{entry['instance']}: {entry['missing_time']} session(s) with no "
-                         "update time skipped (never deleted)")
+                ctx.info(
+                    f"{entry['instance']}: {entry['missing_time']} session(s) with no "
+                    "update time skipped (never deleted)"
+                )
         if args.execute:
-            ctx.out(f"deleted {deleted} of {total} stale project session(s) "
-                    f"(idle > {ttl:g} days)")
+            ctx.out(f"deleted {deleted} of {total} stale project session(s) (idle > {ttl:g} days)")
         else:
-            ctx.out(f"{total} stale project session(s) (idle > {ttl:g} days); "
-                    "nothing deleted - add --execute to delete them")
+            ctx.out(
+                f"{total} stale project session(s) (idle > {ttl:g} days); "
+                "nothing deleted - add --execute to delete them"
+            )
     report_unreachable(ctx, snap)
     failed = any(e["failed"] for e in report["instances"])
     code = scan_exit(snap)

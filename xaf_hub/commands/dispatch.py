@@ -36,23 +36,34 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     """Options of `dispatch`."""
     add_json(p)
     p.add_argument("--text", required=True, help="what the agent should do")
-    p.add_argument("--dry-run", action="store_true",
-                   help="print the plan, candidates, model and prompt; change nothing")
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the plan, candidates, model and prompt; change nothing",
+    )
     p.add_argument("--instance", metavar="NAME", help="only this instance")
     p.add_argument("--session", metavar="ID", help="send to this session")
-    p.add_argument("--dir", dest="directory", metavar="D",
-                   help="directory for a new session (must lie under the instance's roots)")
-    p.add_argument("--title", metavar="K",
-                   help="reuse the newest project session whose title contains K "
-                        "(with --new: the new session's title)")
+    p.add_argument(
+        "--dir",
+        dest="directory",
+        metavar="D",
+        help="directory for a new session (must lie under the instance's roots)",
+    )
+    p.add_argument(
+        "--title",
+        metavar="K",
+        help="reuse the newest project session whose title contains K "
+        "(with --new: the new session's title)",
+    )
     p.add_argument("--new", action="store_true", help="always create a new session")
     p.add_argument("--no-match", action="store_true", help="skip smart matching")
     p.add_argument("--auto-cleanup", action="store_true", help="run `cleanup --execute` first")
     p.add_argument("--allow-prod", action="store_true", help="allow writes to production")
     p.add_argument("--force", action="store_true", help="allow a non-project target session")
     p.add_argument("--model", metavar="P/M", help="model as provider/model")
-    p.add_argument("--no-record", action="store_true",
-                   help="do not record this dispatch in the task pool")
+    p.add_argument(
+        "--no-record", action="store_true", help="do not record this dispatch in the task pool"
+    )
 
 
 def _scores(ctx: Context, scans: list[Any], text: str) -> list[tuple[Any, float]]:
@@ -87,12 +98,24 @@ def run(ctx: Context) -> int:
     if args.auto_cleanup and not args.dry_run:
         from xaf_hub.commands.cleanup import cleanup_fleet
 
-        cleanup_fleet(ctx, execute=True, ttl_days=cfg.session_ttl_days,
-                      instance=args.instance, allow_prod=args.allow_prod)
+        cleanup_fleet(
+            ctx,
+            execute=True,
+            ttl_days=cfg.session_ttl_days,
+            instance=args.instance,
+            allow_prod=args.allow_prod,
+        )
     req = DispatchRequest(
-        text=args.text, instance=args.instance, session=args.session,
-        directory=args.directory, title=args.title, new=args.new, no_match=args.no_match,
-        allow_prod=args.allow_prod, force=args.force, model=args.model,
+        text=args.text,
+        instance=args.instance,
+        session=args.session,
+        directory=args.directory,
+        title=args.title,
+        new=args.new,
+        no_match=args.no_match,
+        allow_prod=args.allow_prod,
+        force=args.force,
+        model=args.model,
     )
     snap, scans = scan(ctx, chosen_instances(ctx))
     gate = Gate(cfg.lock_dir, cfg.lock)
@@ -113,22 +136,28 @@ def run(ctx: Context) -> int:
     override = backlog.load().discipline
     model = choose_model(cfg, plan.instance, args.model)
     if args.model and model != args.model:
-        ctx.warn(f"model {args.model} is blacked out (rate limit); using {model or 'server default'}")
+        ctx.warn(
+            f"model {args.model} is blacked out (rate limit); using {model or 'server default'}"
+        )
     prompt = build_prompt(cfg, plan.instance, args.text, plan.title, override)
     view = next(v for v in views if v.inst.name == plan.instance.name)
 
     if args.dry_run:
         _print_plan(ctx, plan, view, model, prompt)
         if plan.gated and view.free == 0:
-            raise BusyError(f"{plan.instance.name} is at its limit "
-                            f"({view.running_project} running + {view.reserved} reserved of "
-                            f"{plan.instance.concurrency_limit}): a real run would be refused")
+            raise BusyError(
+                f"{plan.instance.name} is at its limit "
+                f"({view.running_project} running + {view.reserved} reserved of "
+                f"{plan.instance.concurrency_limit}): a real run would be refused"
+            )
         return 0
 
     async def go() -> Any:
-        async with make_client(cfg, plan.instance,
-                               ctx.transport_factory(plan.instance) if ctx.transport_factory
-                               else None) as client:
+        async with make_client(
+            cfg,
+            plan.instance,
+            ctx.transport_factory(plan.instance) if ctx.transport_factory else None,
+        ) as client:
             return await execute(cfg, plan, prompt, model, client, gate, env=ctx.env)
 
     result = asyncio.run(go())
@@ -139,15 +168,21 @@ def run(ctx: Context) -> int:
         from xaf_hub.dispatcher import now_utc
 
         task = backlog.record_manual_dispatch(
-            plan.title, args.text, result.session_id, result.instance, result.model, now_utc())
+            plan.title, args.text, result.session_id, result.instance, result.model, now_utc()
+        )
         task_id = task.id
     if ctx.json:
         ctx.out(dumps({**result.__dict__, "via": plan.via, "task_id": task_id}))
     else:
-        verb = {"steer": "steered running session", "reuse": "started idle session",
-                "create": "created session"}[result.action]
-        ctx.out(f"{verb} {result.session_id} on {result.instance} ({plan.via}); "
-                f"model: {result.model or 'server default'}; directory: {result.directory}")
+        verb = {
+            "steer": "steered running session",
+            "reuse": "started idle session",
+            "create": "created session",
+        }[result.action]
+        ctx.out(
+            f"{verb} {result.session_id} on {result.instance} ({plan.via}); "
+            f"model: {result.model or 'server default'}; directory: {result.directory}"
+        )
     return 0
 
 
@@ -160,11 +195,20 @@ def _print_plan(ctx: Context, plan: Any, view: Any, model: str | None, prompt: s
         "directory": plan.directory,
         "title": plan.title,
         "via": plan.via,
-        "load": {"running_project": view.running_project, "reserved": view.reserved,
-                 "limit": inst.concurrency_limit},
+        "load": {
+            "running_project": view.running_project,
+            "reserved": view.reserved,
+            "limit": inst.concurrency_limit,
+        },
         "candidates": [
-            {"instance": c.session.instance, "session_id": c.session.id, "title": c.session.title,
-             "running": c.session.running, "similarity": round(c.score, 4), "verdict": c.verdict}
+            {
+                "instance": c.session.instance,
+                "session_id": c.session.id,
+                "title": c.session.title,
+                "running": c.session.running,
+                "similarity": round(c.score, 4),
+                "verdict": c.verdict,
+            }
             for c in plan.candidates
         ],
         "model": model,
@@ -174,21 +218,28 @@ def _print_plan(ctx: Context, plan: Any, view: Any, model: str | None, prompt: s
     if ctx.json:
         ctx.out(dumps(doc))
         return
-    what = {"steer": "steer the running session", "reuse": "start the idle session",
-            "create": "create a new session"}[plan.action]
+    what = {
+        "steer": "steer the running session",
+        "reuse": "start the idle session",
+        "create": "create a new session",
+    }[plan.action]
     ctx.out(f"plan: {what} on {inst.name} ({plan.via})")
     if plan.session:
         ctx.out(f"  session:   {plan.session.id}  {plan.session.title}")
     ctx.out(f"  directory: {plan.directory}")
     ctx.out(f"  title:     {plan.title}")
-    ctx.out(f"  load:      {view.running_project} running + {view.reserved} reserved "
-            f"of {inst.concurrency_limit}")
+    ctx.out(
+        f"  load:      {view.running_project} running + {view.reserved} reserved "
+        f"of {inst.concurrency_limit}"
+    )
     ctx.out(f"  model:     {model or 'server default'}")
     if plan.candidates:
         ctx.out("  candidates:")
         for c in plan.candidates:
-            ctx.out(f"    {c.score:.3f}  {c.session.instance}/{c.session.id}  "
-                    f"{c.session.title}  [{c.verdict}]")
+            ctx.out(
+                f"    {c.score:.3f}  {c.session.instance}/{c.session.id}  "
+                f"{c.session.title}  [{c.verdict}]"
+            )
     ctx.out("  prompt:")
     for line in prompt.splitlines():
         ctx.out(f"    | {line}")

@@ -31,19 +31,30 @@ def run(ctx: Context) -> int:
     rows = []
     for i in snap.instances:
         note = "production: writes need --allow-prod" if i.danger else ""
-        rows.append([
-            i.name,
-            i.url,
-            "ok" if i.reachable else f"UNREACHABLE: {i.reason}",
-            i.version or "-",
-            i.total_sessions if i.reachable else "-",
-            i.project_sessions if i.reachable else "-",
-            f"{i.running_total}/{i.running_project}" if i.reachable else "-",
-            i.limit,
-            note,
-        ])
-    headers = ["instance", "url", "state", "version", "sessions", "project", "running (all/project)",
-               "limit", "note"]
+        rows.append(
+            [
+                i.name,
+                i.url,
+                "ok" if i.reachable else f"UNREACHABLE: {i.reason}",
+                i.version or "-",
+                i.total_sessions if i.reachable else "-",
+                i.project_sessions if i.reachable else "-",
+                f"{i.running_total}/{i.running_project}" if i.reachable else "-",
+                i.limit,
+                note,
+            ]
+        )
+    headers = [
+        "instance",
+        "url",
+        "state",
+        "version",
+        "sessions",
+        "project",
+        "running (all/project)",
+        "limit",
+        "note",
+    ]
     ctx.out(table(rows, headers))
     for w in snap.warnings:
         ctx.warn(w)

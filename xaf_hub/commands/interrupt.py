@@ -50,11 +50,14 @@ def run(ctx: Context) -> int:
         raise UsageError(f"session {args.session} not found on {where}")
     sc, session = hit
     if sc.inst.production and not args.allow_prod:
-        raise ProductionRefused(f"{sc.inst.name} is a production instance: "
-                                "writes need --allow-prod")
+        raise ProductionRefused(
+            f"{sc.inst.name} is a production instance: writes need --allow-prod"
+        )
     if not session.project and not args.force:
-        raise NotProjectSession(f"session {session.id} on {sc.inst.name} is not a project "
-                                f"session ({session.directory}); --force overrides")
+        raise NotProjectSession(
+            f"session {session.id} on {sc.inst.name} is not a project "
+            f"session ({session.directory}); --force overrides"
+        )
 
     async def go() -> None:
         transport = ctx.transport_factory(sc.inst) if ctx.transport_factory else None
@@ -64,14 +67,36 @@ def run(ctx: Context) -> int:
     try:
         asyncio.run(go())
     except Exception as exc:
-        audit.append(cfg.state_dir, command="interrupt", instance=sc.inst.name,
-                     session=session.id, result="failed", reason=str(exc), env=ctx.env)
+        audit.append(
+            cfg.state_dir,
+            command="interrupt",
+            instance=sc.inst.name,
+            session=session.id,
+            result="failed",
+            reason=str(exc),
+            env=ctx.env,
+        )
         raise
-    audit.append(cfg.state_dir, command="interrupt", instance=sc.inst.name, session=session.id,
-                 result="aborted", reason="was " + session.run_state, env=ctx.env)
+    audit.append(
+        cfg.state_dir,
+        command="interrupt",
+        instance=sc.inst.name,
+        session=session.id,
+        result="aborted",
+        reason="was " + session.run_state,
+        env=ctx.env,
+    )
     if ctx.json:
-        ctx.out(dumps({"instance": sc.inst.name, "session_id": session.id,
-                       "was": session.run_state, "result": "aborted"}))
+        ctx.out(
+            dumps(
+                {
+                    "instance": sc.inst.name,
+                    "session_id": session.id,
+                    "was": session.run_state,
+                    "result": "aborted",
+                }
+            )
+        )
     else:
         note = "" if session.running else " (it was not running)"
         ctx.out(f"interrupted {session.id} on {sc.inst.name}{note}")

@@ -56,8 +56,10 @@ def run(ctx: Context) -> int:
     if args.limit is not None and args.limit < 0:
         raise UsageError("--limit must be 0 or more")
     if args.out and Path(args.out).suffix.lower() not in (".json", ".csv"):
-        raise UsageError(f"unsupported export format {Path(args.out).suffix or args.out!r}: "
-                         "use a .json or .csv file name (or --html FILE for the page)")
+        raise UsageError(
+            f"unsupported export format {Path(args.out).suffix or args.out!r}: "
+            "use a .json or .csv file name (or --html FILE for the page)"
+        )
     snap, _ = scan(ctx, chosen_instances(ctx))
     snap = filter_keyword(snap, args.keyword)
     if args.out or args.html or ctx.json:
@@ -67,8 +69,9 @@ def run(ctx: Context) -> int:
             report.export(snap, Path(args.out))
             ctx.info(f"wrote {args.out}")
         if args.html:
-            report.write_html(snap, Path(args.html), now_ms=int(time.time() * 1000),
-                              title=ctx.config.project_name)
+            report.write_html(
+                snap, Path(args.html), now_ms=int(time.time() * 1000), title=ctx.config.project_name
+            )
             ctx.info(f"wrote {args.html}")
         if ctx.json:
             ctx.out(dumps(report.snapshot_document(snap)))
@@ -77,11 +80,22 @@ def run(ctx: Context) -> int:
     rows_all = snap.project_sessions()
     rows = rows_all if args.limit is None else rows_all[: args.limit]
     now = int(time.time() * 1000)
-    ctx.out(table(
-        [[s.instance, s.id, s.run_state, ago(s.updated, now), shorten(s.title, 40),
-          shorten_left(s.directory, 48)] for s in rows],
-        ["instance", "session", "state", "updated", "title", "directory"],
-    ))
+    ctx.out(
+        table(
+            [
+                [
+                    s.instance,
+                    s.id,
+                    s.run_state,
+                    ago(s.updated, now),
+                    shorten(s.title, 40),
+                    shorten_left(s.directory, 48),
+                ]
+                for s in rows
+            ],
+            ["instance", "session", "state", "updated", "title", "directory"],
+        )
+    )
     shown = f"{len(rows)} of {len(rows_all)}" if len(rows) < len(rows_all) else str(len(rows))
     ctx.info(f"{shown} project session(s)")
     report_unreachable(ctx, snap)

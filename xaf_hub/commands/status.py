@@ -32,8 +32,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     """Options of `status`."""
     add_json(p)
     p.add_argument("--instance", metavar="NAME", help="only this instance")
-    p.add_argument("--allow-prod", action="store_true",
-                   help="treat production instances as dispatchable (display only)")
+    p.add_argument(
+        "--allow-prod",
+        action="store_true",
+        help="treat production instances as dispatchable (display only)",
+    )
 
 
 @dataclass(frozen=True)
@@ -69,8 +72,17 @@ def instance_load(cfg: Config, gate: Gate, sc: InstanceScan, allow_prod: bool) -
         ok, reason = False, f"full ({summary.running_project} running + {reserved} reserved)"
     else:
         ok, reason = True, f"{summary.limit - used} free slot(s)"
-    return Load(sc.inst.name, sc.reachable, summary.running_total, summary.running_project,
-                reserved, summary.project_sessions, summary.limit, ok, reason)
+    return Load(
+        sc.inst.name,
+        sc.reachable,
+        summary.running_total,
+        summary.running_project,
+        reserved,
+        summary.project_sessions,
+        summary.limit,
+        ok,
+        reason,
+    )
 
 
 def run(ctx: Context) -> int:
@@ -80,20 +92,37 @@ def run(ctx: Context) -> int:
     gate = Gate(cfg.lock_dir, cfg.lock)
     loads = [instance_load(cfg, gate, sc, ctx.args.allow_prod) for sc in scans]
     if ctx.json:
-        ctx.out(dumps({"generated_at": snap.generated_at, "instances": [x.to_json() for x in loads]}))
+        ctx.out(
+            dumps({"generated_at": snap.generated_at, "instances": [x.to_json() for x in loads]})
+        )
         return scan_exit(snap)
     rows = [
-        [x.instance,
-         x.running_total if x.reachable else "-",
-         x.running_project if x.reachable else "-",
-         x.reserved,
-         x.project_sessions if x.reachable else "-",
-         x.limit,
-         "yes" if x.dispatchable else "no",
-         x.reason]
+        [
+            x.instance,
+            x.running_total if x.reachable else "-",
+            x.running_project if x.reachable else "-",
+            x.reserved,
+            x.project_sessions if x.reachable else "-",
+            x.limit,
+            "yes" if x.dispatchable else "no",
+            x.reason,
+        ]
         for x in loads
     ]
-    ctx.out(table(rows, ["instance", "running", "running project", "reserved", "project sessions",
-                         "limit", "dispatchable", "reason"]))
+    ctx.out(
+        table(
+            rows,
+            [
+                "instance",
+                "running",
+                "running project",
+                "reserved",
+                "project sessions",
+                "limit",
+                "dispatchable",
+                "reason",
+            ],
+        )
+    )
     report_unreachable(ctx, snap)
     return scan_exit(snap)

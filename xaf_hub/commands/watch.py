@@ -1,4 +1,4 @@
-"""Print only what changes: new sessions, runs starting, runs stopping (with outcome), sessions gone.
+"""Print only what changes: new sessions, runs starting or stopping (with outcome), sessions gone.
 
 Polls the fleet every --interval seconds (a poll costs one listing and one status call per
 directory per instance). --once prints the current running state and exits. Ctrl+C exits 0.
@@ -28,7 +28,9 @@ examples:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Options of `watch`."""
     add_json(p)
-    p.add_argument("--interval", type=float, default=10.0, metavar="S", help="seconds between polls")
+    p.add_argument(
+        "--interval", type=float, default=10.0, metavar="S", help="seconds between polls"
+    )
     p.add_argument("--once", action="store_true", help="print the current state and exit")
     p.add_argument("--instance", metavar="NAME", help="only this instance")
     p.add_argument("--verbose", action="store_true", help="also print a line for every poll")
@@ -104,8 +106,9 @@ def run(ctx: Context) -> int:
     if args.once:
         running = [s for s in snap.project_sessions() if s.running]
         if ctx.json:
-            ctx.out(dumps({"running": [s.to_json() for s in running],
-                           "unreachable": snap.unreachable}))
+            ctx.out(
+                dumps({"running": [s.to_json() for s in running], "unreachable": snap.unreachable})
+            )
         else:
             for s in running:
                 ctx.out(_line(s.run_state, s))
@@ -114,8 +117,9 @@ def run(ctx: Context) -> int:
                 ctx.warn(f"{u['instance']} unreachable: {u['reason']}")
         return scan_exit(snap)
     before = _index(snap)
-    ctx.info(f"watching {len(instances)} instance(s), {len(before)} project session(s); "
-             "Ctrl+C to stop")
+    ctx.info(
+        f"watching {len(instances)} instance(s), {len(before)} project session(s); Ctrl+C to stop"
+    )
     down = {u["instance"] for u in snap.unreachable}
     polls = 0
     try:
@@ -135,8 +139,15 @@ def run(ctx: Context) -> int:
             outcomes = _outcomes(ctx, stopped)
             for kind, s in events:
                 if ctx.json:
-                    ctx.out(dumps({"event": kind, "session": s.to_json(),
-                                   "outcome": outcomes.get(s.id, "")}))
+                    ctx.out(
+                        dumps(
+                            {
+                                "event": kind,
+                                "session": s.to_json(),
+                                "outcome": outcomes.get(s.id, ""),
+                            }
+                        )
+                    )
                 else:
                     ctx.out(_line(kind, s, outcomes.get(s.id, "") if kind == "stopped" else ""))
             if args.verbose and not events:

@@ -31,9 +31,23 @@ def _git_repo(path: Path, message: str) -> None:
     path.mkdir(parents=True, exist_ok=True)
     if not (path / ".git").exists():
         subprocess.run(["git", "init", "-q", str(path)], check=True)
-        subprocess.run(["git", "-C", str(path), "-c", "user.name=demo", "-c",
-                        "user.email=demo@example.invalid", "commit", "-q", "--allow-empty",
-                        "-m", message], check=True)
+        subprocess.run(
+            [
+                "git",
+                "-C",
+                str(path),
+                "-c",
+                "user.name=demo",
+                "-c",
+                "user.email=demo@example.invalid",
+                "commit",
+                "-q",
+                "--allow-empty",
+                "-m",
+                message,
+            ],
+            check=True,
+        )
 
 
 def _hub(repo: Path, env: dict[str, str], *args: str) -> int:
@@ -44,8 +58,11 @@ def _hub(repo: Path, env: dict[str, str], *args: str) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Start the demo fleet, seed sessions, run the tour."""
-    parser = argparse.ArgumentParser(prog="python -m xaf_hub.sandbox.demo", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m xaf_hub.sandbox.demo",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--keep", action="store_true", help="keep the fleet running until Ctrl+C")
     parser.add_argument("--out", default="demo-out", help="folder for the page and exports")
     args = parser.parse_args(argv)
@@ -76,12 +93,20 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, on_term)
     try:
         config = sandbox.fake_provider_config(llm.url, MODELS)
-        print(f"starting 3 opencode servers ({binary.name} {sandbox.OPENCODE_VERSION}) "
-              "on 127.0.0.1 ...", flush=True)
+        print(
+            f"starting 3 opencode servers ({binary.name} {sandbox.OPENCODE_VERSION}) "
+            "on 127.0.0.1 ...",
+            flush=True,
+        )
         for name, port in PORTS.items():
-            server = sandbox.OpencodeServer(binary, home=servers_root / name / "home",
-                                            cwd=servers_root / name / "cwd", password=password,
-                                            config=config, port=port)
+            server = sandbox.OpencodeServer(
+                binary,
+                home=servers_root / name / "home",
+                cwd=servers_root / name / "cwd",
+                password=password,
+                config=config,
+                port=port,
+            )
             servers.append(server)
         from concurrent.futures import ThreadPoolExecutor
 
@@ -103,8 +128,9 @@ def main(argv: list[str] | None = None) -> int:
         make("lan-build", "someone else's project", DEMO_ROOT / "elsewhere")
         make("prod-edge", "Review the production hotfix", shop / "docs")
         llm.set_mode("slow-model", "slow", delay=120)
-        sandbox.prompt_async(urls["local-main"], password, busy, "Write the missing unit tests",
-                             "fake/slow-model")
+        sandbox.prompt_async(
+            urls["local-main"], password, busy, "Write the missing unit tests", "fake/slow-model"
+        )
         deadline = time.monotonic() + 30
         while busy not in sandbox.status(urls["local-main"], password, str(shop / "api")):
             if time.monotonic() > deadline:
@@ -116,18 +142,29 @@ def main(argv: list[str] | None = None) -> int:
             _hub(repo, env, "status"),
             _hub(repo, env, "sessions"),
             _hub(repo, env, "dispatch", "--dry-run", "--text", "登录页样式再调整一下"),
-            _hub(repo, env, "sessions", "--html", str(out / "overview.html"),
-                 "--out", str(out / "sessions.csv")),
+            _hub(
+                repo,
+                env,
+                "sessions",
+                "--html",
+                str(out / "overview.html"),
+                "--out",
+                str(out / "sessions.csv"),
+            ),
         ]
         print(f"\nthe overview page for colleagues: {out / 'overview.html'}")
         if args.keep:
             env_file = out / "demo.env"
             fd = os.open(env_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             with os.fdopen(fd, "w") as handle:
-                handle.write(f"export XAF_HUB_DEMO_PASSWORD='{password}'\n"
-                             f"export XAF_HUB_HOME='{out / 'home'}'\n")
-            print(f"fleet left running; in another shell: source {env_file} && "
-                  "xaf-hub --config config.example.json status   (Ctrl+C here stops it)")
+                handle.write(
+                    f"export XAF_HUB_DEMO_PASSWORD='{password}'\n"
+                    f"export XAF_HUB_HOME='{out / 'home'}'\n"
+                )
+            print(
+                f"fleet left running; in another shell: source {env_file} && "
+                "xaf-hub --config config.example.json status   (Ctrl+C here stops it)"
+            )
             while not stop_now:
                 time.sleep(1)
         return 0 if all(c == 0 for c in codes) else 1

@@ -71,9 +71,13 @@ def make_behaviour(mode: str, opts: Mapping[str, Any]) -> Behaviour:
         if value is not None and not isinstance(value, str):
             raise ValueError(f"{name} must be a string or null")
     return Behaviour(
-        mode=mode, delay=delay, interval=interval,
-        retry_after=None if ra is None else float(ra), text=text,
-        error_type=error_type, error_message=error_message,
+        mode=mode,
+        delay=delay,
+        interval=interval,
+        retry_after=None if ra is None else float(ra),
+        text=text,
+        error_type=error_type,
+        error_message=error_message,
     )
 
 
@@ -88,27 +92,60 @@ def error_response(b: Behaviour, model: str) -> tuple[int, dict[str, str], dict[
         msg = b.error_message or (
             "Rate limit exceeded: free usage limit reached. Please try again later."
         )
-        return 429, headers, {
-            "error": {"message": msg, "type": etype, "param": None, "code": "rate_limit_exceeded"}
-        }
+        return (
+            429,
+            headers,
+            {
+                "error": {
+                    "message": msg,
+                    "type": etype,
+                    "param": None,
+                    "code": "rate_limit_exceeded",
+                }
+            },
+        )
     if b.mode == "500":
         msg = b.error_message or "The server had an error while processing your request."
-        return 500, headers, {
-            "error": {"message": msg, "type": b.error_type or "server_error", "param": None,
-                      "code": None}
-        }
+        return (
+            500,
+            headers,
+            {
+                "error": {
+                    "message": msg,
+                    "type": b.error_type or "server_error",
+                    "param": None,
+                    "code": None,
+                }
+            },
+        )
     if b.mode == "404":
         msg = b.error_message or f"The model `{model}` does not exist or you do not have access."
-        return 404, headers, {
-            "error": {"message": msg, "type": b.error_type or "invalid_request_error",
-                      "param": None, "code": "model_not_found"}
-        }
+        return (
+            404,
+            headers,
+            {
+                "error": {
+                    "message": msg,
+                    "type": b.error_type or "invalid_request_error",
+                    "param": None,
+                    "code": "model_not_found",
+                }
+            },
+        )
     if b.mode == "401":
         msg = b.error_message or "Incorrect API key provided."
-        return 401, headers, {
-            "error": {"message": msg, "type": b.error_type or "invalid_request_error",
-                      "param": None, "code": "invalid_api_key"}
-        }
+        return (
+            401,
+            headers,
+            {
+                "error": {
+                    "message": msg,
+                    "type": b.error_type or "invalid_request_error",
+                    "param": None,
+                    "code": "invalid_api_key",
+                }
+            },
+        )
     raise ValueError(f"mode {b.mode!r} is not an error mode")
 
 
@@ -160,8 +197,10 @@ class FakeLLM:
         server.block_on_close = True
         self._server = server
         self._thread = threading.Thread(
-            target=server.serve_forever, kwargs={"poll_interval": 0.1},
-            name=f"fake-llm:{server.server_address[1]}", daemon=True,
+            target=server.serve_forever,
+            kwargs={"poll_interval": 0.1},
+            name=f"fake-llm:{server.server_address[1]}",
+            daemon=True,
         )
         self._thread.start()
 
@@ -183,7 +222,9 @@ class FakeLLM:
         return self
 
     def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
         self.stop()
@@ -304,8 +345,10 @@ class _Handler(BaseHTTPRequestHandler):
         m = _PATH_RE.match(path)
         if m and m.group("endpoint") == "models":
             now = int(time.time())
-            data = [{"id": name, "object": "model", "created": now, "owned_by": "fake"}
-                    for name in self.fake._known_models()]
+            data = [
+                {"id": name, "object": "model", "created": now, "owned_by": "fake"}
+                for name in self.fake._known_models()
+            ]
             self._send_json(200, {"object": "list", "data": data})
             return
         self._send_json(404, {"error": {"message": f"no route {path}", "type": "not_found"}})
@@ -360,12 +403,19 @@ class _Handler(BaseHTTPRequestHandler):
         n_tools = len(tools) if isinstance(tools, list) else 0
         is_title = n_tools == 0
         b = self.fake.behaviour_for(provider, model)
-        self.fake._record({
-            "model": model, "provider": provider, "stream": stream, "n_tools": n_tools,
-            "title_call": is_title, "mode": "ok" if is_title else b.mode,
-            "last_user_text": last_user_text(body.get("messages")),
-            "auth": self.headers.get("Authorization"), "time": time.time(),
-        })
+        self.fake._record(
+            {
+                "model": model,
+                "provider": provider,
+                "stream": stream,
+                "n_tools": n_tools,
+                "title_call": is_title,
+                "mode": "ok" if is_title else b.mode,
+                "last_user_text": last_user_text(body.get("messages")),
+                "auth": self.headers.get("Authorization"),
+                "time": time.time(),
+            }
+        )
         if is_title:
             self._answer(model, DEFAULT_TITLE, stream, delay=0.0, interval=b.interval)
         elif b.mode == "ok":
@@ -386,12 +436,23 @@ class _Handler(BaseHTTPRequestHandler):
         if not stream:
             if delay and self.fake.wait_stopping(delay):
                 return
-            self._send_json(200, {
-                "id": cid, "object": "chat.completion", "created": created, "model": model,
-                "choices": [{"index": 0, "finish_reason": "stop",
-                             "message": {"role": "assistant", "content": text}}],
-                "usage": usage,
-            })
+            self._send_json(
+                200,
+                {
+                    "id": cid,
+                    "object": "chat.completion",
+                    "created": created,
+                    "model": model,
+                    "choices": [
+                        {
+                            "index": 0,
+                            "finish_reason": "stop",
+                            "message": {"role": "assistant", "content": text},
+                        }
+                    ],
+                    "usage": usage,
+                },
+            )
             return
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
@@ -399,9 +460,13 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
 
         def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
-            return {"id": cid, "object": "chat.completion.chunk", "created": created,
-                    "model": model,
-                    "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+            return {
+                "id": cid,
+                "object": "chat.completion.chunk",
+                "created": created,
+                "model": model,
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+            }
 
         def send(obj: Any) -> None:
             payload = obj if isinstance(obj, str) else json.dumps(obj)
@@ -421,8 +486,16 @@ class _Handler(BaseHTTPRequestHandler):
             for piece in split_text(text):
                 send(chunk({"content": piece}))
             send(chunk({}, "stop"))
-            send({"id": cid, "object": "chat.completion.chunk", "created": created,
-                  "model": model, "choices": [], "usage": usage})
+            send(
+                {
+                    "id": cid,
+                    "object": "chat.completion.chunk",
+                    "created": created,
+                    "model": model,
+                    "choices": [],
+                    "usage": usage,
+                }
+            )
             send("[DONE]")
         except (BrokenPipeError, ConnectionResetError, TimeoutError):
             # The client aborted (e.g. opencode's abort); nothing left to do.
@@ -431,8 +504,10 @@ class _Handler(BaseHTTPRequestHandler):
 
 def main(argv: list[str] | None = None) -> int:
     """Run the fake server in the foreground until SIGINT/SIGTERM."""
-    parser = argparse.ArgumentParser(prog="python -m xaf_hub.sandbox.fake_llm",
-                                     description=__doc__.splitlines()[0] if __doc__ else None)
+    parser = argparse.ArgumentParser(
+        prog="python -m xaf_hub.sandbox.fake_llm",
+        description=__doc__.splitlines()[0] if __doc__ else None,
+    )
     parser.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (0 = random)")
     parser.add_argument("--mode", default="ok", choices=sorted(MODES), help="default mode")
     parser.add_argument("--delay", type=float, default=None, help="seconds for the slow mode")

@@ -85,13 +85,15 @@ def platform_package(system: str, machine: str) -> str:
     os_name = {"win32": "windows", "cygwin": "windows"}.get(system, system)
     if os_name.startswith("linux"):
         os_name = "linux"
-    arch = {"x86_64": "x64", "amd64": "x64", "aarch64": "arm64"}.get(machine.lower(),
-                                                                     machine.lower())
+    arch = {"x86_64": "x64", "amd64": "x64", "aarch64": "arm64"}.get(
+        machine.lower(), machine.lower()
+    )
     return f"opencode-{os_name}-{arch}"
 
 
-def binary_candidates(repo_root: Path, system: str | None = None,
-                      machine: str | None = None) -> list[Path]:
+def binary_candidates(
+    repo_root: Path, system: str | None = None, machine: str | None = None
+) -> list[Path]:
     """Return the install locations to try under ``repo_root``, best first."""
     system = system or sys.platform
     machine = machine or platform.machine()
@@ -181,8 +183,11 @@ def fake_provider_config(
             "name": f"Fake {provider}",
             "options": {"baseURL": base, "apiKey": "fake-key"},
             "models": {
-                name: {"name": f"Fake {name}", "tool_call": True,
-                       "limit": {"context": 128000, "output": 4096}}
+                name: {
+                    "name": f"Fake {name}",
+                    "tool_call": True,
+                    "limit": {"context": 128000, "output": 4096},
+                }
                 for name in names
             },
         }
@@ -214,10 +219,19 @@ def preseed_config_dir(config_dir: Path) -> None:
         pkg.write_text(json.dumps({"dependencies": deps}, indent=2) + "\n", encoding="utf-8")
     lock = config_dir / "package-lock.json"
     if not lock.exists():
-        lock.write_text(json.dumps({
-            "name": "opencode-config", "lockfileVersion": 3, "requires": True,
-            "packages": {"": {"dependencies": deps}},
-        }, indent=2) + "\n", encoding="utf-8")
+        lock.write_text(
+            json.dumps(
+                {
+                    "name": "opencode-config",
+                    "lockfileVersion": 3,
+                    "requires": True,
+                    "packages": {"": {"dependencies": deps}},
+                },
+                indent=2,
+            )
+            + "\n",
+            encoding="utf-8",
+        )
 
 
 # -- one server ------------------------------------------------------------------------------
@@ -261,17 +275,24 @@ class OpencodeServer:
 
     def environment(self) -> dict[str, str]:
         """Return the child's environment: isolated HOME/XDG, offline flags, auth, config."""
-        env = {k: v for k, v in os.environ.items()
-               if not k.startswith("OPENCODE_") and k.lower() not in _DROP_ENV
-               and not k.lower().startswith("npm_config_")}
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith("OPENCODE_")
+            and k.lower() not in _DROP_ENV
+            and not k.lower().startswith("npm_config_")
+        }
         home = str(self.home)
-        env.update({
-            "HOME": home, "USERPROFILE": home,
-            "XDG_CONFIG_HOME": str(self.home / ".config"),
-            "XDG_DATA_HOME": str(self.home / ".local" / "share"),
-            "XDG_CACHE_HOME": str(self.home / ".cache"),
-            "XDG_STATE_HOME": str(self.home / ".local" / "state"),
-        })
+        env.update(
+            {
+                "HOME": home,
+                "USERPROFILE": home,
+                "XDG_CONFIG_HOME": str(self.home / ".config"),
+                "XDG_DATA_HOME": str(self.home / ".local" / "share"),
+                "XDG_CACHE_HOME": str(self.home / ".cache"),
+                "XDG_STATE_HOME": str(self.home / ".local" / "state"),
+            }
+        )
         env.update(OFFLINE_ENV)
         if self.password:
             env["OPENCODE_SERVER_PASSWORD"] = self.password
@@ -291,9 +312,17 @@ class OpencodeServer:
         self.cwd.mkdir(parents=True, exist_ok=True)
         if self.preseed:
             preseed_config_dir(self.home / ".config" / "opencode")
-        args = [str(self.binary), "serve", "--hostname", "127.0.0.1", "--port",
-                str(self.requested_port),
-                "--print-logs", "--log-level", self.log_level]
+        args = [
+            str(self.binary),
+            "serve",
+            "--hostname",
+            "127.0.0.1",
+            "--port",
+            str(self.requested_port),
+            "--print-logs",
+            "--log-level",
+            self.log_level,
+        ]
         kwargs: dict[str, Any] = {}
         if sys.platform == "win32":
             kwargs["creationflags"] = subprocess.CREATE_NEW_PROCESS_GROUP
@@ -305,12 +334,18 @@ class OpencodeServer:
         with open(self.log_path, "ab") as log:
             try:
                 self._proc = subprocess.Popen(
-                    args, cwd=self.cwd, env=self.environment(), stdin=subprocess.DEVNULL,
-                    stdout=log, stderr=subprocess.STDOUT, **kwargs,
+                    args,
+                    cwd=self.cwd,
+                    env=self.environment(),
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    **kwargs,
                 )
             except OSError as exc:
-                raise SandboxError(f"cannot run {self.binary}: {exc}; "
-                                   f"install it with: {INSTALL_HINT}") from exc
+                raise SandboxError(
+                    f"cannot run {self.binary}: {exc}; install it with: {INSTALL_HINT}"
+                ) from exc
         try:
             self._url = self._wait_listening(t0)
         except BaseException:
@@ -331,11 +366,13 @@ class OpencodeServer:
             if code is not None:
                 raise SandboxError(
                     f"opencode serve exited with code {code} before listening; "
-                    f"log {self.log_path}:\n{self.log_tail()}")
+                    f"log {self.log_path}:\n{self.log_tail()}"
+                )
             if time.monotonic() > deadline:
                 raise SandboxError(
                     f"opencode serve did not print its listening line within "
-                    f"{self.start_timeout:.0f} s; log {self.log_path}:\n{self.log_tail()}")
+                    f"{self.start_timeout:.0f} s; log {self.log_path}:\n{self.log_tail()}"
+                )
             time.sleep(0.05)
 
     def _read_log(self, offset: int = 0) -> str:
@@ -401,7 +438,9 @@ class OpencodeServer:
         return self
 
     def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
         self.stop()
@@ -435,8 +474,10 @@ class Fleet:
         self.models = tuple(models)
         self.extra_providers = dict(extra_providers or {})
         self.passwords: list[str | None] = (
-            list(passwords) if passwords is not None
-            else [f"pw{i}-{secrets.token_hex(6)}" for i in range(n)])
+            list(passwords)
+            if passwords is not None
+            else [f"pw{i}-{secrets.token_hex(6)}" for i in range(n)]
+        )
         self.start_timeout = start_timeout
         self._own_llm = llm is None
         self.llm = llm if llm is not None else FakeLLM()
@@ -451,9 +492,13 @@ class Fleet:
             config = fake_provider_config(self.llm.url, self.models, self.extra_providers)
             self.servers = [
                 OpencodeServer(
-                    binary, home=self.root / f"server{i}" / "home",
-                    cwd=self.root / f"server{i}" / "cwd", password=self.passwords[i],
-                    config=config, start_timeout=self.start_timeout)
+                    binary,
+                    home=self.root / f"server{i}" / "home",
+                    cwd=self.root / f"server{i}" / "cwd",
+                    password=self.passwords[i],
+                    config=config,
+                    start_timeout=self.start_timeout,
+                )
                 for i in range(self.n)
             ]
             with ThreadPoolExecutor(max_workers=self.n) as pool:
@@ -478,7 +523,9 @@ class Fleet:
         return self
 
     def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
         self.stop()
@@ -497,14 +544,20 @@ def auth_headers(password: str | None, username: str = "opencode") -> dict[str, 
 
 def _client(url: str, password: str | None, username: str = "opencode") -> httpx.Client:
     # trust_env=False: a proxy from the environment must never see loopback calls.
-    return httpx.Client(base_url=url, headers=auth_headers(password, username),
-                        timeout=HTTP_TIMEOUT, trust_env=False)
+    return httpx.Client(
+        base_url=url,
+        headers=auth_headers(password, username),
+        timeout=HTTP_TIMEOUT,
+        trust_env=False,
+    )
 
 
 def _json(resp: httpx.Response) -> Any:
     if resp.status_code >= 400:
-        raise SandboxError(f"{resp.request.method} {resp.request.url.path} -> "
-                           f"{resp.status_code}: {resp.text[:300]}")
+        raise SandboxError(
+            f"{resp.request.method} {resp.request.url.path} -> "
+            f"{resp.status_code}: {resp.text[:300]}"
+        )
     return resp.json()
 
 
@@ -515,18 +568,21 @@ def health(url: str, password: str | None) -> dict[str, Any]:
         return result
 
 
-def create_session(url: str, password: str | None, directory: str | Path,
-                   title: str | None = None) -> dict[str, Any]:
+def create_session(
+    url: str, password: str | None, directory: str | Path, title: str | None = None
+) -> dict[str, Any]:
     """Create a session in ``directory`` and return it."""
     body = {"title": title} if title is not None else {}
     with _client(url, password) as c:
         result: dict[str, Any] = _json(
-            c.post("/session", params={"directory": str(directory)}, json=body))
+            c.post("/session", params={"directory": str(directory)}, json=body)
+        )
         return result
 
 
-def prompt_async(url: str, password: str | None, session_id: str, text: str,
-                 model: str | None = None) -> None:
+def prompt_async(
+    url: str, password: str | None, session_id: str, text: str, model: str | None = None
+) -> None:
     """Send a prompt without waiting; ``model`` is ``"provider/model"`` or None."""
     body: dict[str, Any] = {"parts": [{"type": "text", "text": text}]}
     if model is not None:
@@ -537,15 +593,17 @@ def prompt_async(url: str, password: str | None, session_id: str, text: str,
     with _client(url, password) as c:
         resp = c.post(f"/session/{session_id}/prompt_async", json=body)
         if resp.status_code != 204:
-            raise SandboxError(f"prompt_async {session_id} -> {resp.status_code}: "
-                               f"{resp.text[:300]}")
+            raise SandboxError(
+                f"prompt_async {session_id} -> {resp.status_code}: {resp.text[:300]}"
+            )
 
 
 def status(url: str, password: str | None, directory: str | Path) -> dict[str, Any]:
     """Return ``GET /session/status`` for one directory (busy/retry sessions only)."""
     with _client(url, password) as c:
         result: dict[str, Any] = _json(
-            c.get("/session/status", params={"directory": str(directory)}))
+            c.get("/session/status", params={"directory": str(directory)})
+        )
         return result
 
 

@@ -1,4 +1,4 @@
-"""End-to-end fixtures: one fleet of real opencode servers for the whole run, a fresh project.
+"""Real-server fixtures, registered from tests/conftest.py: one fleet for the whole run.
 
 The fleet (a fake model server plus three `opencode serve` processes, each with its own HOME,
 database and password) starts once per test session. Each test gets its own project root
@@ -83,8 +83,9 @@ class Hub:
     def cli(self, *args: str) -> tuple[int, str, str]:
         """Run the CLI in this process; returns (exit code, stdout, stderr)."""
         out, err = io.StringIO(), io.StringIO()
-        code = main(["--config", str(self.config_path), *args], stdout=out, stderr=err,
-                    env=self.env)
+        code = main(
+            ["--config", str(self.config_path), *args], stdout=out, stderr=err, env=self.env
+        )
         return code, out.getvalue(), err.getvalue()
 
     def cli_json(self, *args: str) -> tuple[int, Any]:
@@ -97,7 +98,11 @@ class Hub:
         env = {**os.environ, **self.env, **(extra_env or {})}
         return subprocess.Popen(
             [sys.executable, "-m", "xaf_hub", "--config", str(self.config_path), *args],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
 
     def project_dir(self, *parts: str) -> Path:
         path = self.root.joinpath(*parts)
@@ -142,15 +147,20 @@ def hub(fleet: sandbox.Fleet, llm: FakeLLM, tmp_path: Path, _isolated_home: Path
     instances = []
     for i, name in enumerate(NAMES):
         env[f"XAF_HUB_PW_{name.upper().replace('-', '_')}"] = fleet.passwords[i] or ""
-        instances.append({
-            "name": name,
-            "url": fleet.servers[i].url,
-            "roots": [str(root)],
-            "default_directory": str(root / "app"),
-        })
+        instances.append(
+            {
+                "name": name,
+                "url": fleet.servers[i].url,
+                "roots": [str(root)],
+                "default_directory": str(root / "app"),
+            }
+        )
     doc = {
-        "project": {"name": "e2e", "exclude_dirs": [str(root / "vendor")],
-                    "exclude_substrings": ["workbuddy"]},
+        "project": {
+            "name": "e2e",
+            "exclude_dirs": [str(root / "vendor")],
+            "exclude_substrings": ["workbuddy"],
+        },
         "timeouts": {"connect_seconds": 2, "read_seconds": 10},
         "lock": {"slot_ttl_seconds": 60, "lock_timeout_seconds": 20, "slot_grace_seconds": 5},
         "models": {"default_dispatch_model": "fake/fake-model"},

@@ -1,0 +1,108 @@
+"""`cleanup`, `interrupt`, `watch` and the v2 dialect against real opencode servers."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.fleet import Hub
+from xaf_hub.sandbox import fleet as sandbox
+
+pytestmark = pytest.mark.e2e
+
+
+def server_ids(hub: Hub, name: str) -> set[str]:
+    import httpx
+
+    with httpx.Client(base_url=hub.server(name).url, auth=("opencode", hub.password(name)),
+                      timeout=15, trust_env=False) as c:
+        return {s["id"] for s in c.get("/experimental/session", params={"limit": 100000}).json()}
+
+
+def test_cleanup_previews_then_deletes_only_stale_idle_project_sessions(hub: Hub) -> None:
+    hub.llm.set_mode("slow-model", "slow", delay=30)
+    old_idle = hub.session("lan-b", "old idle", "a")
+    old_busy = hub.session("lan-b", "old busy", "b")
+    old_outside = hub.session("lan-b", "old outside", directory=hub.root.parent / "not-ours")
+    hub.prompt("lan-b", old_busy, "keep busy", "fake/slow-model")
+    hub.wait_for(lambda: old_busy in hub.busy_ids("lan-b"))
+    time.sleep(3.5)
+    fresh = hub.session("lan-b", "fresh", "c")
+    ttl = str(3.0 / 86400)  # three seconds, in days
+    try:
+        code, report = hub.cli_json("cleanup", "--instance", "lan-b", "--ttl-days", ttl)
+        assert code == 0 and not report["execute"]
+        stale = {s["id"] for s in report["instances"][0]["stale"]}
+        assert stale == {old_idle}
+        assert old_idle in server_ids(hub, "lan-b")  # preview deleted nothing
+        code, out, err = hub.cli("cleanup", "--instance", "lan-b", "--ttl-days", ttl, "--execute")
+        assert code == 0 and "deleted 1 of 1" in out, err
+        left = server_ids(hub, "lan-b")
+        assert old_idle not in left
+        assert {old_busy, old_outside, fresh} <= left
+        entry = [json.loads(ln) for ln in (Path(hub.env["XAF_HUB_HOME"]) / "audit.log")
+                 .read_text().splitlines()][-1]
+        assert (entry["command"], entry["session"], entry["result"]) == (
+            "cleanup", old_idle, "deleted")
+    finally:
+        sandbox.abort(hub.server("lan-b").url, hub.password("lan-b"), old_busy)
+
+
+def test_cleanup_skips_production_without_allow_prod(hub: Hub) -> None:
+    hub.set_instance("lan-c", danger=True)
+    hub.session("lan-c", "stale on prod", "p")
+    time.sleep(1.5)
+    code, report = hub.cli_json("cleanup", "--instance", "lan-c", "--ttl-days", str(1 / 86400),
+                                "--execute")
+    entry = report["instances"][0]
+    assert code == 0 and entry["skipped"].startswith("production") and entry["deleted"] == []
+    code, report = hub.cli_json("cleanup", "--instance", "lan-c", "--ttl-days", str(1 / 86400),
+                                "--allow-prod")
+    assert len(report["instances"][0]["stale"]) == 1
+
+
+def test_interrupt_stops_a_busy_session(hub: Hub) -> None:
+    hub.llm.set_mode("slow-model", "slow", delay=60)
+    sid = hub.session("local-a", "long task", "x")
+    hub.prompt("local-a", sid, "long", "fake/slow-model")
+    hub.wait_for(lambda: sid in hub.busy_ids("local-a"))
+    code, out, err = hub.cli("interrupt", "--session", sid)  # searched on every instance
+    assert code == 0 and f"interrupted {sid} on local-a" in out, err
+    hub.wait_for(lambda: sid not in hub.busy_ids("local-a"), timeout=15)
+    assert hub.cli("interrupt", "--session", "ses_doesnotexist")[0] == 4
+    outside = hub.session("local-a", "not ours", directory=hub.root.parent / "other2")
+    assert hub.cli("interrupt", "--session", outside)[0] == 5
+    hub.set_instance("local-a", danger=True)
+    assert hub.cli("interrupt", "--session", sid)[0] == 4
+    assert hub.cli("interrupt", "--session", sid, "--allow-prod")[0] == 0
+
+
+def test_watch_prints_only_changes(hub: Hub) -> None:
+    hub.llm.set_mode("slow-model", "slow", delay=4)
+    sid = hub.session("lan-c", "watched task", "w")
+    code, out, _ = hub.cli("watch", "--once")
+    assert code == 0 and "0 project session(s) running" in out
+    proc = hub.popen("watch", "--interval", "1", "--instance", "lan-c", "--max-polls", "12")
+    time.sleep(2.5)
+    hub.prompt("lan-c", sid, "go", "fake/slow-model")
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    lines = [ln for ln in out.splitlines() if sid in ln]
+    kinds = [ln.split()[1] for ln in lines]
+    assert kinds == ["started", "stopped"], out
+    assert lines[1].endswith("-> succeeded")
+
+
+def test_v2_dialect_lists_real_sessions(hub: Hub) -> None:
+    a = hub.session("local-a", "v2 listing", "v2")
+    hub.set_instance("local-a", api="v2")
+    code, doc = hub.cli_json("sessions", "--instance", "local-a")
+    assert code == 0
+    assert doc["instances"][0]["api"] == "v2"
+    rec = next(s for s in doc["sessions"] if s["id"] == a)
+    assert rec["directory"] == str(hub.root / "v2") and rec["title"] == "v2 listing"
+    code, doc = hub.cli_json("instances", "--instance", "local-a")
+    assert code == 0 and doc[0]["reachable"]

@@ -1,0 +1,477 @@
+"""Serve the overview page over HTTP, rescanning the fleet at most every few seconds.
+
+Read-only: the server lists sessions and nothing else; it never dispatches, deletes or
+interrupts. Routes: `/` (the same page as `sessions --html`), `/api/snapshot` (the same JSON
+as `sessions --json`) and `/health`. However many people refresh, the fleet is scanned at
+most once per --cache-seconds, and requests that arrive during a scan share it.
+
+It listens on loopback only, unless --public is given AND a viewer password is set in the
+environment variable XAF_HUB_VIEWER_PASSWORD; then every request must log in (any user name,
+that password). The password crosses the network as plain HTTP: use --public on a trusted
+network, or put a TLS reverse proxy in front.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import hashlib
+import hmac
+import http.server
+import ipaddress
+import json
+import signal
+import socket
+import socketserver
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from types import FrameType
+from typing import Any, TextIO, cast
+from urllib.parse import urlsplit
+
+from xaf_hub.commands._common import scan
+from xaf_hub.context import Context
+from xaf_hub.errors import UsageError
+from xaf_hub.output import dumps
+from xaf_hub.records import Snapshot
+
+HELP = "serve the overview page (and its JSON) to colleagues' browsers, read-only"
+EXAMPLES = """\
+examples:
+  xaf-hub serve                                  # http://127.0.0.1:7317/ on this machine only
+  xaf-hub serve --port 0                         # any free port; the URL is printed
+  XAF_HUB_VIEWER_PASSWORD='long shared secret' xaf-hub serve --public --host 0.0.0.0
+routes: /  (the page)   /api/snapshot  (same JSON as `sessions --json`)   /health
+Ctrl+C stops it.
+"""
+
+VIEWER_PASSWORD_ENV = "XAF_HUB_VIEWER_PASSWORD"
+MIN_PASSWORD_LENGTH = 12
+REALM = "xaf-hub overview"
+
+_HTML = "text/html; charset=utf-8"
+_JSON = "application/json; charset=utf-8"
+_TEXT = "text/plain; charset=utf-8"
+_PAGE_ROUTES = ("/", "/index.html")
+_ROUTES = (*_PAGE_ROUTES, "/api/snapshot", "/health")
+
+# Sent with every response. The page carries its own no-network CSP in a <meta>; the header
+# adds what a <meta> cannot say (no framing) and locks down every non-HTML answer entirely.
+_COMMON_HEADERS: tuple[tuple[str, str], ...] = (
+    ("X-Content-Type-Options", "nosniff"),
+    ("Cache-Control", "no-store"),
+    ("Referrer-Policy", "no-referrer"),
+    ("X-Frame-Options", "DENY"),
+)
+_DRAIN_SECONDS = 2.0
+_PAGE_CSP = "frame-ancestors 'none'"
+_OTHER_CSP = "default-src 'none'; frame-ancestors 'none'"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Options of `serve`."""
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=7317, help="port (default 7317; 0 picks a free one)")
+    p.add_argument("--cache-seconds", type=float, default=5.0, metavar="S",
+                   help="reuse a scan for S seconds before scanning again (default 5)")
+    p.add_argument("--public", action="store_true",
+                   help=f"allow a non-loopback --host; requires ${VIEWER_PASSWORD_ENV}")
+
+
+# --------------------------------------------------------------------------- pure checks
+
+
+def is_loopback(host: str) -> bool:
+    """Return whether ``host`` names this machine only (127.0.0.0/8, ::1, localhost)."""
+    name = host.strip().lower()
+    if name.startswith("[") and name.endswith("]"):
+        name = name[1:-1]
+    if name == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False  # any other host name could resolve anywhere
+
+
+def host_header_name(header: str) -> str:
+    """Return the host part of an HTTP Host header ("[::1]:80" -> "::1", "a:80" -> "a")."""
+    value = header.strip()
+    if value.startswith("["):
+        end = value.find("]")
+        return value[1:end] if end > 0 else value
+    return value.rsplit(":", 1)[0] if value.count(":") == 1 else value
+
+
+def check_exposure(host: str, public: bool, password: str | None) -> None:
+    """Refuse a listening address the options do not allow (UsageError)."""
+    if public:
+        if not password:
+            raise UsageError(
+                f"--public needs a viewer password: set {VIEWER_PASSWORD_ENV} (colleagues "
+                "log in with any user name and that password)"
+            )
+        if len(password) < MIN_PASSWORD_LENGTH:
+            raise UsageError(
+                f"{VIEWER_PASSWORD_ENV} is too short: use at least {MIN_PASSWORD_LENGTH} characters"
+            )
+    elif not is_loopback(host):
+        raise UsageError(
+            f"refusing to listen on {host}: without --public only a loopback address "
+            f"(127.0.0.1, ::1, localhost) is allowed; to let colleagues in, set "
+            f"{VIEWER_PASSWORD_ENV} and add --public"
+        )
+
+
+def basic_auth_ok(header: str | None, password: str) -> bool:
+    """Return whether an Authorization header carries ``password`` (any user name)."""
+    if not header:
+        return False
+    scheme, _, token = header.strip().partition(" ")
+    if scheme.lower() != "basic":
+        return False
+    try:
+        decoded = base64.b64decode(token.strip(), validate=True).decode("utf-8")
+    except (ValueError, UnicodeDecodeError):  # binascii.Error is a ValueError
+        return False
+    _, sep, given = decoded.partition(":")
+    if not sep:
+        return False
+    # Digests first so the comparison takes the same time whatever the lengths.
+    return hmac.compare_digest(
+        hashlib.sha256(given.encode("utf-8")).digest(),
+        hashlib.sha256(password.encode("utf-8")).digest(),
+    )
+
+
+def printable(text: str, limit: int = 200) -> str:
+    """Return ``text`` safe for one log line: control characters as "?", at most ``limit``."""
+    clean = "".join(c if c.isprintable() else "?" for c in text[:limit])
+    return clean + ("..." if len(text) > limit else "")
+
+
+# --------------------------------------------------------------------------- the cache
+
+
+@dataclass
+class Scanned:
+    """One scan and the response bodies rendered from it (each rendered once)."""
+
+    snapshot: Snapshot
+    started: float
+    finished: float
+    _bodies: dict[str, bytes] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def body(self, kind: str, render: Callable[[Snapshot], bytes]) -> bytes:
+        """Return the ``kind`` body, rendering it on first use."""
+        with self._lock:
+            if kind not in self._bodies:
+                self._bodies[kind] = render(self.snapshot)
+            return self._bodies[kind]
+
+
+class SnapshotCache:
+    """The latest scan, shared by every request; at most one scan runs at a time."""
+
+    def __init__(
+        self,
+        scan_fleet: Callable[[], Snapshot],
+        max_age: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._scan = scan_fleet
+        self._max_age = max_age
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._latest: Scanned | None = None
+        self.scans = 0
+
+    def get(self, arrived: float) -> tuple[Scanned, bool]:
+        """Return a usable scan for a request that arrived at ``arrived``; True if it scanned.
+
+        A scan is usable while younger than ``max_age``, and also when it began after the
+        request arrived: everyone queued behind a running scan takes its result.
+        """
+        with self._lock:
+            latest = self._latest
+            if latest is not None and (
+                latest.started >= arrived or self._clock() - latest.finished < self._max_age
+            ):
+                return latest, False
+            started = self._clock()
+            snap = self._scan()
+            self._latest = Scanned(snap, started, self._clock())
+            self.scans += 1
+            return self._latest, True
+
+
+# --------------------------------------------------------------------------- routing
+
+
+@dataclass(frozen=True)
+class Response:
+    """What to send back; ``note`` only goes to the request log."""
+
+    status: int
+    content_type: str
+    body: bytes
+    headers: tuple[tuple[str, str], ...] = ()
+    note: str = ""
+
+    def all_headers(self) -> list[tuple[str, str]]:
+        """Every header line to send, in order."""
+        csp = _PAGE_CSP if self.content_type == _HTML else _OTHER_CSP
+        return [
+            ("Content-Type", self.content_type),
+            ("Content-Length", str(len(self.body))),
+            *_COMMON_HEADERS,
+            ("Content-Security-Policy", csp),
+            *self.headers,
+        ]
+
+
+def _text(status: int, message: str, *headers: tuple[str, str], note: str = "") -> Response:
+    return Response(status, _TEXT, (message + "\n").encode("utf-8"), tuple(headers), note)
+
+
+def health_document(snap: Snapshot) -> dict[str, Any]:
+    """The /health body: ok when some instance answered (or none is configured)."""
+    reachable = sum(1 for i in snap.instances if i.reachable)
+    return {
+        "ok": reachable > 0 or not snap.instances,
+        "instances": len(snap.instances),
+        "reachable": reachable,
+    }
+
+
+class Viewer:
+    """Turns one request into one response; all policy lives here, no sockets."""
+
+    def __init__(
+        self,
+        cache: SnapshotCache,
+        *,
+        title: str,
+        password: str | None,
+        clock: Callable[[], float] = time.monotonic,
+        now_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+    ) -> None:
+        self._cache = cache
+        self._title = title
+        self._password = password
+        self._clock = clock
+        self._now_ms = now_ms
+
+    def respond(self, method: str, target: str, header: Callable[[str], str | None]) -> Response:
+        """Answer ``method target``; ``header(name)`` reads a request header."""
+        arrived = self._clock()
+        if self._password is None:
+            # Loopback without a password: a page on another site that re-points its own
+            # name at 127.0.0.1 (DNS rebinding) would send that name in Host; refuse it.
+            host = header("Host")
+            if host and not is_loopback(host_header_name(host)):
+                return _text(403, "this viewer only answers to a loopback host name",
+                             note="wrong Host")
+        elif not basic_auth_ok(header("Authorization"), self._password):
+            return _text(401, "log in with the viewer password (any user name)",
+                         ("WWW-Authenticate", f'Basic realm="{REALM}", charset="UTF-8"'),
+                         note="no or wrong credentials")
+        if method not in ("GET", "HEAD"):
+            return _text(405, "read-only: only GET and HEAD", ("Allow", "GET, HEAD"))
+        path = urlsplit(target).path
+        if path not in _ROUTES:
+            return _text(404, "not found; try / or /api/snapshot or /health")
+        scanned, fresh = self._cache.get(arrived)
+        reachable = sum(1 for i in scanned.snapshot.instances if i.reachable)
+        note = (
+            f"scanned, {reachable} of {len(scanned.snapshot.instances)} answering"
+            if fresh
+            else f"cached {self._clock() - scanned.finished:.1f}s"
+        )
+        if path in _PAGE_ROUTES:
+            return Response(200, _HTML, scanned.body("page", self._page), note=note)
+        if path == "/api/snapshot":
+            return Response(200, _JSON, scanned.body("json", _snapshot_json), note=note)
+        doc = health_document(scanned.snapshot)
+        body = (json.dumps(doc) + "\n").encode("utf-8")
+        return Response(200 if doc["ok"] else 503, _JSON, body, note=note)
+
+    def _page(self, snap: Snapshot) -> bytes:
+        from xaf_hub import report
+
+        # Ages are relative to the scan: the page says what the scan saw, when it saw it.
+        now = snap.generated_at or self._now_ms()
+        return report.render_html(snap, now_ms=now, title=self._title).encode("utf-8")
+
+
+def _snapshot_json(snap: Snapshot) -> bytes:
+    from xaf_hub import report
+
+    # Byte for byte what `sessions --json` prints for the same snapshot.
+    return (dumps(report.snapshot_document(snap)) + "\n").encode("utf-8")
+
+
+# --------------------------------------------------------------------------- HTTP server
+
+
+class _RequestLog:
+    """One line per request to a stream shared by every request thread."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+        self._lock = threading.Lock()
+
+    def line(self, text: str) -> None:
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+        with self._lock:
+            print(f"{stamp} {text}", file=self._stream, flush=True)
+
+
+class _Server(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+    block_on_close = False  # a scan in flight must not hold up Ctrl+C
+    request_queue_size = 64
+
+    def __init__(self, address: tuple[str, int], viewer: Viewer, log: _RequestLog) -> None:
+        self.viewer = viewer
+        self.log = log
+        self._active = 0
+        self._idle = threading.Condition()
+        self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
+        super().__init__(address, _Handler)
+
+    def server_bind(self) -> None:
+        # HTTPServer.server_bind would reverse-resolve the host (slow, and useless here).
+        socketserver.TCPServer.server_bind(self)
+        host, port = self.server_address[:2]
+        self.server_name = str(host)
+        self.server_port = int(port)
+
+    def begin(self) -> None:
+        with self._idle:
+            self._active += 1
+
+    def end(self) -> None:
+        with self._idle:
+            self._active -= 1
+            self._idle.notify_all()
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for requests in flight; return whether none is left."""
+        with self._idle:
+            return self._idle.wait_for(lambda: self._active == 0, timeout)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        peer = client_address[0] if isinstance(client_address, tuple) else "?"
+        self.log.line(f"{peer} connection error (ignored)")
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    timeout = 30  # a client that sends nothing must not keep a thread forever
+
+    def version_string(self) -> str:
+        return "xaf-hub"  # no Python version on the wire
+
+    def _handle(self) -> None:
+        server = cast(_Server, self.server)
+        server.begin()
+        try:
+            self._answer(server)
+        finally:
+            server.end()
+
+    def _answer(self, server: _Server) -> None:
+        started = time.monotonic()
+        try:
+            response = server.viewer.respond(self.command, self.path, self.headers.get)
+        except Exception as exc:  # noqa: BLE001 - one bad scan must not stop the viewer
+            response = _text(500, "internal error while scanning the fleet",
+                              note=f"error: {type(exc).__name__}")
+        try:
+            self.send_response(response.status)
+            for name, value in response.all_headers():
+                self.send_header(name, value)
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(response.body)
+        except (BrokenPipeError, ConnectionResetError):
+            response = replace(response, note="client went away")
+        took = (time.monotonic() - started) * 1000
+        note = f" ({response.note})" if response.note else ""
+        server.log.line(
+            f"{self.client_address[0]} {printable(self.command, 10)} {printable(self.path)} "
+            f"{response.status} {len(response.body)}B {took:.0f}ms{note}"
+        )
+
+    do_GET = do_HEAD = do_POST = do_PUT = do_DELETE = do_PATCH = _handle  # noqa: N815
+
+    def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
+        pass  # _handle writes the one line per request itself
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+        # Only malformed requests get here (send_error); log them, escaped.
+        cast(_Server, self.server).log.line(
+            f"{self.client_address[0]} {printable(format % args)}"
+        )
+
+
+class _Stop(Exception):
+    """Raised from the SIGTERM handler to leave serve_forever."""
+
+
+def _on_sigterm(signum: int, frame: FrameType | None) -> None:
+    raise _Stop
+
+
+def _url(host: str, port: int) -> str:
+    shown = f"[{host}]" if ":" in host else host
+    return f"http://{shown}:{port}/"
+
+
+def run(ctx: Context) -> int:
+    """Serve until Ctrl+C or SIGTERM."""
+    args = ctx.args
+    if not 0 <= args.port <= 65535:
+        raise UsageError("--port must be between 0 and 65535")
+    if not args.cache_seconds >= 0:
+        raise UsageError("--cache-seconds must be 0 or more")
+    password = ctx.env.get(VIEWER_PASSWORD_ENV) or None
+    check_exposure(args.host, args.public, password)
+    cfg = ctx.config
+    instances = list(cfg.instances)
+    cache = SnapshotCache(lambda: scan(ctx, instances)[0], args.cache_seconds)
+    viewer = Viewer(cache, title=cfg.project_name, password=password if args.public else None)
+    log = _RequestLog(ctx.stderr)
+    try:
+        server = _Server((args.host, args.port), viewer, log)
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        raise UsageError(f"cannot listen on {args.host}:{args.port}: {reason}") from exc
+    restore: Any = None
+    if threading.current_thread() is threading.main_thread():
+        restore = signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        url = _url(server.server_name, server.server_port)
+        ctx.out(url)  # stdout holds only the URL, for scripts
+        ctx.stdout.flush()
+        login = " (log in with any user name and the viewer password)" if args.public else ""
+        ctx.info(f"serving the overview of {len(instances)} instance(s) at {url}{login}; "
+                 f"read-only, rescans at most every {args.cache_seconds:g}s; Ctrl+C stops")
+        if args.host in ("0.0.0.0", "::"):
+            ctx.info(f"colleagues open {_url(socket.gethostname(), server.server_port)}")
+        server.serve_forever(poll_interval=0.5)
+    except (KeyboardInterrupt, _Stop):
+        pass
+    finally:
+        if restore is not None:
+            signal.signal(signal.SIGTERM, restore)
+        server.server_close()
+    # Let answers already on their way finish (and log); a scan in flight is not waited for.
+    if not server.wait_idle(_DRAIN_SECONDS):
+        ctx.info("stopped with requests still in flight")
+        return 0
+    ctx.info("stopped")
+    return 0
