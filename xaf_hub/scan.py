@@ -178,3 +178,48 @@ async def scan_fleet(
         warnings=tuple(w for s in scans for w in s.warnings),
     )
     return snap, scans
+
+
+async def _outcomes_of_instance(
+    cfg: Config, sc: InstanceScan, transport: httpx.AsyncBaseTransport | None
+) -> None:
+    from dataclasses import replace
+
+    from xaf_hub.outcome import outcome_of
+
+    sem = asyncio.Semaphore(_STATUS_FAN_OUT)
+    async with make_client(cfg, sc.inst, transport) as client:
+
+        async def one(s: SessionRecord) -> SessionRecord:
+            if not s.project:
+                return s
+            if s.running:
+                return replace(s, outcome="running")
+            async with sem:
+                try:
+                    return replace(s, outcome=outcome_of(await client.messages(s.id, limit=2)))
+                except HubError:
+                    return replace(s, outcome="unknown")
+
+        sc.sessions = list(await asyncio.gather(*(one(s) for s in sc.sessions)))
+
+
+async def fill_outcomes(
+    cfg: Config, scans: Sequence[InstanceScan], transport_factory: TransportFactory | None = None
+) -> Snapshot:
+    """Fetch each project session's last outcome (one small request per idle session)."""
+    await asyncio.gather(
+        *(
+            _outcomes_of_instance(
+                cfg, sc, transport_factory(sc.inst) if transport_factory else None
+            )
+            for sc in scans
+            if sc.reachable
+        )
+    )
+    return Snapshot(
+        generated_at=int(time.time() * 1000),
+        instances=tuple(s.summary() for s in scans),
+        sessions=tuple(r for s in scans for r in s.sessions),
+        warnings=tuple(w for s in scans for w in s.warnings),
+    )

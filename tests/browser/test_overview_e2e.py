@@ -318,8 +318,8 @@ def test_serve_shows_the_fleet_and_scans_once_per_window(
         assert again.status_code == 200 and XSS_TITLE.encode() not in again.content
         assert len(forwarded) == after_page, "a request inside the cache window re-scanned"
 
-        # The JSON is `sessions --json` for the same fleet, moment aside.
-        code, expected = off_loop(hub.cli_json, "sessions")
+        # The JSON is `sessions --outcomes --json` for the same fleet, moment aside.
+        code, expected = off_loop(hub.cli_json, "sessions", "--outcomes")
         assert code == 0
         served_doc = snap.json()
         assert {s["id"] for s in served_doc["sessions"]} == set(ids.values())

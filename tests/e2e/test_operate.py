@@ -17,8 +17,12 @@ pytestmark = pytest.mark.e2e
 def server_ids(hub: Hub, name: str) -> set[str]:
     import httpx
 
-    with httpx.Client(base_url=hub.server(name).url, auth=("opencode", hub.password(name)),
-                      timeout=15, trust_env=False) as c:
+    with httpx.Client(
+        base_url=hub.server(name).url,
+        auth=("opencode", hub.password(name)),
+        timeout=15,
+        trust_env=False,
+    ) as c:
         return {s["id"] for s in c.get("/experimental/session", params={"limit": 100000}).json()}
 
 
@@ -43,10 +47,15 @@ def test_cleanup_previews_then_deletes_only_stale_idle_project_sessions(hub: Hub
         left = server_ids(hub, "lan-b")
         assert old_idle not in left
         assert {old_busy, old_outside, fresh} <= left
-        entry = [json.loads(ln) for ln in (Path(hub.env["XAF_HUB_HOME"]) / "audit.log")
-                 .read_text().splitlines()][-1]
+        entry = [
+            json.loads(ln)
+            for ln in (Path(hub.env["XAF_HUB_HOME"]) / "audit.log").read_text().splitlines()
+        ][-1]
         assert (entry["command"], entry["session"], entry["result"]) == (
-            "cleanup", old_idle, "deleted")
+            "cleanup",
+            old_idle,
+            "deleted",
+        )
     finally:
         sandbox.abort(hub.server("lan-b").url, hub.password("lan-b"), old_busy)
 
@@ -55,12 +64,14 @@ def test_cleanup_skips_production_without_allow_prod(hub: Hub) -> None:
     hub.set_instance("lan-c", danger=True)
     hub.session("lan-c", "stale on prod", "p")
     time.sleep(1.5)
-    code, report = hub.cli_json("cleanup", "--instance", "lan-c", "--ttl-days", str(1 / 86400),
-                                "--execute")
+    code, report = hub.cli_json(
+        "cleanup", "--instance", "lan-c", "--ttl-days", str(1 / 86400), "--execute"
+    )
     entry = report["instances"][0]
     assert code == 0 and entry["skipped"].startswith("production") and entry["deleted"] == []
-    code, report = hub.cli_json("cleanup", "--instance", "lan-c", "--ttl-days", str(1 / 86400),
-                                "--allow-prod")
+    code, report = hub.cli_json(
+        "cleanup", "--instance", "lan-c", "--ttl-days", str(1 / 86400), "--allow-prod"
+    )
     assert len(report["instances"][0]["stale"]) == 1
 
 
@@ -106,3 +117,31 @@ def test_v2_dialect_lists_real_sessions(hub: Hub) -> None:
     assert rec["directory"] == str(hub.root / "v2") and rec["title"] == "v2 listing"
     code, doc = hub.cli_json("instances", "--instance", "local-a")
     assert code == 0 and doc[0]["reachable"]
+
+
+def test_sessions_outcomes_from_real_runs(hub: Hub) -> None:
+    hub.llm.set_mode("slow-model", "slow", delay=30)
+    done = hub.session("lan-c", "finished", "o1")
+    busy = hub.session("lan-c", "still going", "o2")
+    cut = hub.session("lan-c", "cut short", "o3")
+    never = hub.session("lan-c", "never prompted", "o4")
+    hub.prompt("lan-c", done, "quick", "fake/fake-model")
+    hub.prompt("lan-c", busy, "slow", "fake/slow-model")
+    hub.prompt("lan-c", cut, "slow", "fake/slow-model")
+    hub.wait_for(lambda: {busy, cut} <= hub.busy_ids("lan-c"))
+    sandbox.abort(hub.server("lan-c").url, hub.password("lan-c"), cut)
+    try:
+
+        def outcomes() -> dict[str, str] | None:
+            code, doc = hub.cli_json("sessions", "--instance", "lan-c", "--outcomes")
+            got = {s["id"]: s["outcome"] for s in doc["sessions"]}
+            return got if got.get(done) == "succeeded" and got.get(cut) == "aborted" else None
+
+        got = hub.wait_for(outcomes, timeout=60, step=1)
+        assert got[busy] == "running" and got[never] == "unknown"
+        code, out, _ = hub.cli("sessions", "--instance", "lan-c", "--outcomes")
+        assert "last result" in out and "succeeded" in out
+        code, doc = hub.cli_json("sessions", "--instance", "lan-c")
+        assert {s["outcome"] for s in doc["sessions"]} == {""}  # only where fetched
+    finally:
+        sandbox.abort(hub.server("lan-c").url, hub.password("lan-c"), busy)

@@ -9,7 +9,7 @@ from xaf_hub.config import InstanceConfig
 from xaf_hub.context import Context
 from xaf_hub.errors import ExitCode
 from xaf_hub.records import Snapshot
-from xaf_hub.scan import InstanceScan, scan_fleet
+from xaf_hub.scan import InstanceScan, fill_outcomes, scan_fleet
 
 
 def add_json(p: argparse.ArgumentParser) -> None:
@@ -31,9 +31,20 @@ def chosen_instances(ctx: Context) -> list[InstanceConfig]:
     return list(cfg.instances)
 
 
-def scan(ctx: Context, instances: list[InstanceConfig]) -> tuple[Snapshot, list[InstanceScan]]:
-    """Scan the given instances (progress to stderr when many and not --json)."""
-    return asyncio.run(scan_fleet(ctx.config, instances, transport_factory=ctx.transport_factory))
+def scan(
+    ctx: Context, instances: list[InstanceConfig], *, outcomes: bool = False
+) -> tuple[Snapshot, list[InstanceScan]]:
+    """Scan the given instances; with ``outcomes`` also fetch each project session's last result."""
+
+    async def go() -> tuple[Snapshot, list[InstanceScan]]:
+        snap, scans = await scan_fleet(
+            ctx.config, instances, transport_factory=ctx.transport_factory
+        )
+        if outcomes:
+            snap = await fill_outcomes(ctx.config, scans, ctx.transport_factory)
+        return snap, scans
+
+    return asyncio.run(go())
 
 
 def report_unreachable(ctx: Context, snap: Snapshot) -> None:

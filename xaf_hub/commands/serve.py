@@ -442,7 +442,7 @@ def run(ctx: Context) -> int:
     check_exposure(args.host, args.public, password)
     cfg = ctx.config
     instances = list(cfg.instances)
-    cache = SnapshotCache(lambda: scan(ctx, instances)[0], args.cache_seconds)
+    cache = SnapshotCache(lambda: scan(ctx, instances, outcomes=True)[0], args.cache_seconds)
     viewer = Viewer(cache, title=cfg.project_name, password=password if args.public else None)
     log = _RequestLog(ctx.stderr)
     try:

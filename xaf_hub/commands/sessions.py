@@ -37,6 +37,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--limit", type=int, metavar="N", help="show at most N rows on screen")
     p.add_argument("--out", metavar="FILE", help="export everything to FILE (.json or .csv)")
     p.add_argument("--html", metavar="FILE", help="write the HTML overview page to FILE")
+    p.add_argument(
+        "--outcomes",
+        action="store_true",
+        help="also fetch each session's last result (one request per idle session; "
+        "implied by --html)",
+    )
 
 
 def filter_keyword(snap: Snapshot, keyword: str | None) -> Snapshot:
@@ -60,7 +66,7 @@ def run(ctx: Context) -> int:
             f"unsupported export format {Path(args.out).suffix or args.out!r}: "
             "use a .json or .csv file name (or --html FILE for the page)"
         )
-    snap, _ = scan(ctx, chosen_instances(ctx))
+    snap, _ = scan(ctx, chosen_instances(ctx), outcomes=bool(args.outcomes or args.html))
     snap = filter_keyword(snap, args.keyword)
     if args.out or args.html or ctx.json:
         from xaf_hub import report
@@ -80,22 +86,23 @@ def run(ctx: Context) -> int:
     rows_all = snap.project_sessions()
     rows = rows_all if args.limit is None else rows_all[: args.limit]
     now = int(time.time() * 1000)
-    ctx.out(
-        table(
-            [
-                [
-                    s.instance,
-                    s.id,
-                    s.run_state,
-                    ago(s.updated, now),
-                    shorten(s.title, 40),
-                    shorten_left(s.directory, 48),
-                ]
-                for s in rows
-            ],
-            ["instance", "session", "state", "updated", "title", "directory"],
-        )
-    )
+    headers = ["instance", "session", "state", "updated", "title", "directory"]
+    body = [
+        [
+            s.instance,
+            s.id,
+            s.run_state,
+            ago(s.updated, now),
+            shorten(s.title, 40),
+            shorten_left(s.directory, 48),
+        ]
+        for s in rows
+    ]
+    if args.outcomes:
+        headers.append("last result")
+        for row, s in zip(body, rows, strict=True):
+            row.append(s.outcome or "-")
+    ctx.out(table(body, headers))
     shown = f"{len(rows)} of {len(rows_all)}" if len(rows) < len(rows_all) else str(len(rows))
     ctx.info(f"{shown} project session(s)")
     report_unreachable(ctx, snap)
