@@ -136,7 +136,7 @@ async def _gated(
     inst = plan.instance
     with gate.lock(inst.name):
         # Re-read the running state under the lock: the plan was made without it.
-        fresh = await scan_instance(client, inst)
+        fresh = await scan_instance(client, inst, project_only=True)
         if not fresh.reachable:
             from xaf_hub.errors import UnreachableError
 

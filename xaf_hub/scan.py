@@ -116,8 +116,15 @@ async def _bounded_status(
     return merged
 
 
-async def scan_instance(client: OpencodeClient, inst: InstanceConfig) -> InstanceScan:
-    """List every session of one instance and mark running and project ones."""
+async def scan_instance(
+    client: OpencodeClient, inst: InstanceConfig, *, project_only: bool = False
+) -> InstanceScan:
+    """List every session of one instance and mark running and project ones.
+
+    ``project_only`` asks the run state of project directories only: enough for dispatch and
+    the gate (other sessions never count), cheaper on instances with many other folders; the
+    running total then covers project directories only.
+    """
     result = InstanceScan(inst)
     try:
         await client.detect()
@@ -127,7 +134,13 @@ async def scan_instance(client: OpencodeClient, inst: InstanceConfig) -> Instanc
         if client.dialect == "v2":
             statuses = await client.active()
         else:
-            directories = sorted({s.directory for s in sessions if s.directory})
+            directories = sorted(
+                {
+                    s.directory
+                    for s in sessions
+                    if s.directory and (not project_only or inst.rules.is_project(s.directory))
+                }
+            )
             statuses = await _bounded_status(client, directories)
         known = {s.id for s in sessions}
         for sid in statuses:
@@ -159,6 +172,7 @@ async def scan_fleet(
     instances: Sequence[InstanceConfig] | None = None,
     *,
     transport_factory: TransportFactory | None = None,
+    project_only: bool = False,
 ) -> tuple[Snapshot, list[InstanceScan]]:
     """Scan ``instances`` (default: all) concurrently, at most ``scan_workers`` at once."""
     chosen = list(cfg.instances if instances is None else instances)
@@ -168,7 +182,7 @@ async def scan_fleet(
         async with sem:
             transport = transport_factory(inst) if transport_factory else None
             async with make_client(cfg, inst, transport) as client:
-                return await scan_instance(client, inst)
+                return await scan_instance(client, inst, project_only=project_only)
 
     scans = list(await asyncio.gather(*(one(i) for i in chosen)))
     snap = Snapshot(

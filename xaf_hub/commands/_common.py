@@ -32,13 +32,20 @@ def chosen_instances(ctx: Context) -> list[InstanceConfig]:
 
 
 def scan(
-    ctx: Context, instances: list[InstanceConfig], *, outcomes: bool = False
+    ctx: Context,
+    instances: list[InstanceConfig],
+    *,
+    outcomes: bool = False,
+    project_only: bool = False,
 ) -> tuple[Snapshot, list[InstanceScan]]:
     """Scan the given instances; with ``outcomes`` also fetch each project session's last result."""
 
     async def go() -> tuple[Snapshot, list[InstanceScan]]:
         snap, scans = await scan_fleet(
-            ctx.config, instances, transport_factory=ctx.transport_factory
+            ctx.config,
+            instances,
+            transport_factory=ctx.transport_factory,
+            project_only=project_only,
         )
         if outcomes:
             snap = await fill_outcomes(ctx.config, scans, ctx.transport_factory)

@@ -117,7 +117,7 @@ def run(ctx: Context) -> int:
         force=args.force,
         model=args.model,
     )
-    snap, scans = scan(ctx, chosen_instances(ctx))
+    snap, scans = scan(ctx, chosen_instances(ctx), project_only=True)
     gate = Gate(cfg.lock_dir, cfg.lock)
     views = []
     for sc in scans:
