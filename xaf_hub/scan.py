@@ -65,6 +65,7 @@ class InstanceScan:
             running_project=sum(1 for s in project if s.running),
             limit=self.inst.concurrency_limit,
             danger=self.inst.production,
+            note=self.inst.note,
         )
 
 

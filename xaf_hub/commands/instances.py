@@ -30,7 +30,9 @@ def run(ctx: Context) -> int:
         return scan_exit(snap)
     rows = []
     for i in snap.instances:
-        note = "production: writes need --allow-prod" if i.danger else ""
+        notes = ["production: writes need --allow-prod"] if i.danger else []
+        notes += [i.note] if i.note else []
+        note = "; ".join(notes)
         rows.append(
             [
                 i.name,

@@ -1,0 +1,447 @@
+"""The patrol against real opencode servers whose fake model we steer.
+
+Each test drives one acceptance case: heal a rate limit (blackout, next model, once), heal an
+unavailable model (no blackout), abort a stuck retry, resume an interrupted run through the
+gate (once), design rows into the pool, fill free slots in order and settle finished tasks,
+the daemon loop with SIGTERM and a durable pause, and pool writes racing `backlog add`.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.fleet import Hub
+from xaf_hub.discipline import CONTINUE_PROMPT, DISCIPLINE_MARKER, RESUME_PROMPT
+from xaf_hub.model_state import next_reset, resolve_timezone, to_ms
+from xaf_hub.sandbox import fleet as sandbox
+from xaf_hub.statefile import file_lock
+
+pytestmark = pytest.mark.e2e
+
+CONTINUE_HEAD = CONTINUE_PROMPT.splitlines()[0]
+RESUME_HEAD = RESUME_PROMPT.splitlines()[0]
+FAKE_TEXT = "Hello from fake LLM."
+
+
+def home(hub: Hub) -> Path:
+    return Path(hub.env["XAF_HUB_HOME"])
+
+
+def audit_lines(hub: Hub) -> list[dict[str, Any]]:
+    path = home(hub) / "audit.log"
+    return [json.loads(ln) for ln in path.read_text("utf-8").splitlines()] if path.exists() else []
+
+
+def messages(hub: Hub, name: str, sid: str) -> list[dict[str, Any]]:
+    return sandbox.messages(hub.server(name).url, hub.password(name), sid)
+
+
+def last_info(hub: Hub, name: str, sid: str) -> dict[str, Any]:
+    msgs = messages(hub, name, sid)
+    return msgs[-1]["info"] if msgs else {}
+
+
+def settled(hub: Hub, name: str, sid: str) -> dict[str, Any] | None:
+    """The newest assistant message once the session is idle and that message completed."""
+    msgs = messages(hub, name, sid)
+    if not msgs or msgs[-1]["info"]["role"] != "assistant":
+        return None
+    if not msgs[-1]["info"].get("time", {}).get("completed"):
+        return None
+    d = str(hub.root / "app")
+    if sid in hub.status(name, d):
+        return None
+    return msgs[-1]
+
+
+def answered_by(hub: Hub, name: str, sid: str, model: str) -> Callable[[], bool]:
+    def check() -> bool:
+        msg = settled(hub, name, sid)
+        if msg is None or msg["info"].get("error"):
+            return False
+        info = msg["info"]
+        text = "".join(p.get("text", "") for p in msg["parts"] if p.get("type") == "text")
+        return f"{info['providerID']}/{info['modelID']}" == model and FAKE_TEXT in text
+
+    return check
+
+
+def patrol(hub: Hub, *flags: str) -> dict[str, Any]:
+    code, out, err = hub.cli("patrol", "--once", *flags)
+    assert code == 0, err
+    assert not any(pw in out + err for pw in hub.secrets())
+    doc = json.loads((home(hub) / "patrol" / "report-latest.json").read_text("utf-8"))
+    assert not any(pw in json.dumps(doc) for pw in hub.secrets())
+    return doc
+
+
+def agent_requests(hub: Hub, model: str, needle: str) -> list[dict[str, Any]]:
+    return [
+        r
+        for r in hub.llm.requests()
+        if r["model"] == model and not r["title_call"] and needle in r["last_user_text"]
+    ]
+
+
+def use_models(hub: Hub, **models: Any) -> None:
+    hub.doc["models"] = {"default_dispatch_model": "fake/fake-model", **models}
+    hub.write_config()
+
+
+def abort_busy(hub: Hub, *names: str) -> None:
+    for name in names:
+        for sid in hub.busy_ids(name):
+            sandbox.abort(hub.server(name).url, hub.password(name), sid)
+
+
+# ---------------------------------------------------------------------------------------------
+# fix_free_limit
+
+
+def test_rate_limit_heals_once_and_blacks_out_the_family(hub: Hub) -> None:
+    use_models(hub, chain=["opencode/free-model", "backup/good-model"])
+    hub.llm.set_mode("free-model", "429", retry_after=1)
+    sid = hub.session("lan-b", "rate limited work")
+    hub.prompt("lan-b", sid, "do the work", "opencode/free-model")
+    failed = hub.wait_for(lambda: settled(hub, "lan-b", sid), timeout=90)
+    assert failed["info"]["error"]["data"]["statusCode"] == 429
+
+    doc = patrol(hub)
+    healed = [a for a in doc["healed"] if a["session"] == sid]
+    assert [(a["result"], a["from_model"], a["model"]) for a in healed] == [
+        ("ok", "opencode/free-model", "backup/good-model")
+    ]
+    hub.wait_for(answered_by(hub, "lan-b", sid, "backup/good-model"), timeout=60)
+    sent = agent_requests(hub, "good-model", CONTINUE_HEAD)
+    assert len(sent) == 1 and DISCIPLINE_MARKER in sent[0]["last_user_text"]
+
+    state = json.loads((home(hub) / ".model_state.json").read_text("utf-8"))
+    blackout = state["blackouts"]["opencode"]
+    expected = to_ms(next_reset(datetime.now(UTC), 8, resolve_timezone("local")))
+    assert blackout["until_ms"] == expected and "429" in blackout["reason"]
+    assert "fix_free_limit" in blackout["source"]
+
+    # A second cycle leaves the healed session alone.
+    before = (len(messages(hub, "lan-b", sid)), len(agent_requests(hub, "good-model", "")))
+    doc = patrol(hub)
+    assert doc["healed"] == []
+    assert (len(messages(hub, "lan-b", sid)), len(agent_requests(hub, "good-model", ""))) == before
+    assert sum(1 for e in audit_lines(hub) if e["command"] == "patrol.heal") == 1
+
+    # New dispatches skip the blacked-out family, an explicit --model included.
+    code, plan = hub.cli_json(
+        "dispatch", "--new", "--text", "x", "--dry-run", "--model", "opencode/free-model"
+    )
+    assert code == 0 and plan["model"] and not plan["model"].startswith("opencode/")
+
+
+def test_model_unavailable_switches_without_blackout(hub: Hub) -> None:
+    use_models(
+        hub,
+        chain=["fake/missing-model", "backup/good-model"],
+        blackout_families={"opencode": ["opencode/", "opencode-go/"], "fake": ["fake/"]},
+    )
+    hub.llm.set_mode("missing-model", "404")
+    sid = hub.session("lan-c", "model gone")
+    hub.prompt("lan-c", sid, "do the work", "fake/missing-model")
+    failed = hub.wait_for(lambda: settled(hub, "lan-c", sid), timeout=60)
+    assert failed["info"]["error"]["data"]["statusCode"] == 404
+
+    doc = patrol(hub)
+    healed = [a for a in doc["healed"] if a["session"] == sid]
+    assert [(a["result"], a["model"]) for a in healed] == [("ok", "backup/good-model")]
+    assert "model_unavailable" in healed[0]["detail"] and "blacked out" not in healed[0]["detail"]
+    hub.wait_for(answered_by(hub, "lan-c", sid, "backup/good-model"), timeout=60)
+    state_file = home(hub) / ".model_state.json"
+    assert json.loads(state_file.read_text("utf-8"))["blackouts"] == {}
+    assert not any(e["command"] == "patrol.blackout" for e in audit_lines(hub))
+
+
+def test_stuck_retry_is_aborted_and_reprompted(hub: Hub) -> None:
+    use_models(hub, chain=["opencode/free-model", "backup/good-model"])
+    hub.llm.set_mode("free-model", "429", retry_after=3600)
+    sid = hub.session("local-a", "stuck in retry")
+    hub.prompt("local-a", sid, "do the work", "opencode/free-model")
+    d = str(hub.root / "app")
+    hub.wait_for(lambda: hub.status("local-a", d).get(sid, {}).get("type") == "retry", timeout=60)
+
+    doc = patrol(hub)
+    healed = [a for a in doc["healed"] if a["session"] == sid]
+    assert [(a["result"], a["model"]) for a in healed] == [("ok", "backup/good-model")]
+    assert "(retry)" in healed[0]["detail"]
+    hub.wait_for(answered_by(hub, "local-a", sid, "backup/good-model"), timeout=60)
+    assert any(
+        e["command"] == "patrol.heal" and e["result"] == "abort+prompt" for e in audit_lines(hub)
+    )
+    assert "opencode" in json.loads((home(hub) / ".model_state.json").read_text())["blackouts"]
+
+
+# ---------------------------------------------------------------------------------------------
+# check_agents
+
+
+def test_interrupted_session_is_resumed_through_the_gate_once(hub: Hub) -> None:
+    hub.set_instance("lan-c", concurrency_limit=1)
+    hub.llm.set_mode("slow-model", "slow", delay=60)
+    url, pw = hub.server("lan-c").url, hub.password("lan-c")
+    a = hub.session("lan-c", "long running job")
+    hub.prompt("lan-c", a, "long work", "fake/slow-model")
+    hub.wait_for(lambda: agent_requests(hub, "slow-model", "long work"), timeout=30)
+    sandbox.abort(url, pw, a)
+    hub.wait_for(lambda: (settled(hub, "lan-c", a) or {}).get("info", {}).get("error"), timeout=30)
+
+    # Another run holds the only slot: the resume must wait.
+    hub.llm.set_mode("fake-model", "slow", delay=12)
+    b = hub.session("lan-c", "other job")
+    hub.prompt("lan-c", b, "other work", "fake/fake-model")
+    hub.wait_for(lambda: b in hub.busy_ids("lan-c"))
+    doc = patrol(hub, "--no-fill", "--no-design")
+    states = {s["session"]: s["state"] for s in doc["sessions"]["interrupted"]}
+    assert states.get(a) == "interrupted"
+    assert [(r["session"], r["result"]) for r in doc["resumed"]] == [(a, "waiting")]
+    assert not agent_requests(hub, "slow-model", RESUME_HEAD)
+    assert hub.busy_ids("lan-c") == {b}
+
+    hub.wait_for(lambda: not hub.busy_ids("lan-c"), timeout=60)
+    doc = patrol(hub, "--no-fill", "--no-design")
+    assert [(r["session"], r["result"]) for r in doc["resumed"]] == [(a, "ok")]
+    sent = hub.wait_for(lambda: agent_requests(hub, "slow-model", RESUME_HEAD), timeout=30)
+    assert DISCIPLINE_MARKER in sent[0]["last_user_text"]
+    assert hub.busy_ids("lan-c") == {a}
+
+    # Interrupted again after the resume: left for a human, not resumed a second time.
+    sandbox.abort(url, pw, a)
+    hub.wait_for(lambda: not hub.busy_ids("lan-c"), timeout=30)
+    doc = patrol(hub, "--no-fill", "--no-design")
+    assert [(r["session"], r["result"]) for r in doc["resumed"]] == [(a, "skipped")]
+    assert "resumed it once" in doc["resumed"][0]["detail"]
+    assert len(agent_requests(hub, "slow-model", RESUME_HEAD)) == 1
+    report = (home(hub) / "patrol" / "report-latest.md").read_text("utf-8")
+    assert "## Resumed (check_agents)" in report and a in report
+
+
+# ---------------------------------------------------------------------------------------------
+# sync_design_tasks
+
+DESIGN = """# CF 统一方案
+
+| 批次 | 内容 | 状态 |
+|---|---|---|
+| F-7 旧值迁移 | 迁移 | ✅ 已完成 |
+| F-8 清理旧 CF 值 | 王五 | ⏳ 待派发 |
+| T3 | 接口联调 | 未派发 |
+| 步骤 2:补齐迁移脚本 | — | 待派发 |
+| W0.5 文档 | docs | 已派发 |
+| 说明 | 无代号 | 待派发 |
+
+Prose with a | pipe | 待派发 F-9 is not a row.
+
+```
+| F-10 in a code block | x | 待派发 |
+```
+"""
+
+
+def test_design_rows_become_pending_tasks_once(hub: Hub) -> None:
+    hub.write_config(patrol={"repo_root": str(hub.root)})
+    pool = home(hub) / "tasks_backlog.json"
+    only_design = ("--no-freelimit", "--no-check", "--no-fill")
+    doc = patrol(hub, *only_design)
+    assert doc["design_tasks_added"] == [] and not pool.exists()
+
+    plans = hub.root / "docs" / "superpowers" / "plans"
+    plans.mkdir(parents=True)
+    (plans / "cf-unify.md").write_text(DESIGN, "utf-8")
+    doc = patrol(hub, *only_design)
+    added = [(a["task"], a["title"]) for a in doc["design_tasks_added"]]
+    assert added == [
+        ("F-8", "F-8 清理旧 CF 值"),
+        ("T3", "T3 接口联调"),
+        ("AUTO-cf-unify-1", "步骤 2:补齐迁移脚本"),
+    ]
+    tasks = json.loads(pool.read_text("utf-8"))["tasks"]
+    assert [(t["id"], t["status"], t["spec"]) for t in tasks] == [
+        (i, "pending", "docs/superpowers/plans/cf-unify.md") for i, _ in added
+    ]
+    assert [e["tasks"] for e in audit_lines(hub) if e["command"] == "patrol.sync_design"] == [
+        ["F-8", "T3", "AUTO-cf-unify-1"]
+    ]
+
+    stamp = pool.stat().st_mtime_ns
+    (hub.root / "lead_backlog.md").write_text(
+        "# 待拍板\n- [ ] 是否合并 feature/u3\n- [x] 已定:预算\n", "utf-8"
+    )
+    doc = patrol(hub, *only_design)
+    assert doc["waiting"]["lead_backlog"]["items"] == ["是否合并 feature/u3"]
+    assert doc["design_tasks_added"] == []
+    assert pool.stat().st_mtime_ns == stamp
+    waiting = [t["id"] for t in doc["waiting"]["ready"]]
+    assert sorted(waiting) == sorted(i for i, _ in added)
+
+
+# ---------------------------------------------------------------------------------------------
+# fill_slots
+
+
+def test_fill_slots_dispatches_free_slots_in_order_then_settles(hub: Hub) -> None:
+    hub.doc["instances"] = [i for i in hub.doc["instances"] if i["name"] != "lan-c"]
+    hub.write_config()
+    hub.llm.set_mode("fake-model", "slow", delay=10)
+    for title, prio, pin in (
+        ("alpha task", "P2", None),
+        ("bravo task", "P0", "lan-b"),
+        ("charlie task", "P1", None),
+        ("delta task", "P3", None),
+        ("echo task", "P1", "local-a"),
+    ):
+        args = ["backlog", "add", "--title", title, "--priority", prio, "--id", title.split()[0]]
+        code, out, err = hub.cli(*args, *(("--instance", pin) if pin else ()))
+        assert code == 0, err
+    try:
+        doc = patrol(hub, "--no-design")
+        order = [(a["task"], a["instance"]) for a in doc["dispatched"]]
+        assert order == [
+            ("echo", "local-a"),
+            ("charlie", "local-a"),
+            ("bravo", "lan-b"),
+            ("alpha", "lan-b"),
+        ]
+        pool = {
+            t["id"]: t
+            for t in json.loads((home(hub) / "tasks_backlog.json").read_text("utf-8"))["tasks"]
+        }
+        assert pool["delta"]["status"] == "pending"
+        for tid, inst in order:
+            task = pool[tid]
+            assert (task["status"], task["dispatched_to"], task["model"]) == (
+                "dispatched",
+                inst,
+                "fake/fake-model",
+            )
+            hub.wait_for(lambda t=task, i=inst: t["session_id"] in hub.busy_ids(i))
+        assert [e["task"] for e in audit_lines(hub) if e["command"] == "patrol.backlog"] == [
+            t for t, _ in order
+        ]
+        req = agent_requests(hub, "fake-model", "echo task")
+        assert req and DISCIPLINE_MARKER in req[0]["last_user_text"]
+
+        # Both instances are full: another cycle dispatches nothing.
+        doc = patrol(hub, "--no-design")
+        assert doc["dispatched"] == []
+
+        def all_idle() -> bool:
+            return not hub.busy_ids("local-a") and not hub.busy_ids("lan-b")
+
+        hub.llm.set_mode("fake-model", "ok")
+        hub.wait_for(all_idle, timeout=90)
+        doc = patrol(hub, "--no-design")
+        assert sorted(a["task"] for a in doc["tasks_done"]) == ["alpha", "bravo", "charlie", "echo"]
+        assert [a["task"] for a in doc["dispatched"]] == ["delta"]
+        pool = {
+            t["id"]: t
+            for t in json.loads((home(hub) / "tasks_backlog.json").read_text("utf-8"))["tasks"]
+        }
+        assert all(
+            pool[t]["status"] == "done" and pool[t]["done_at"]
+            for t in ("alpha", "bravo", "charlie", "echo")
+        )
+        assert pool["delta"]["status"] == "dispatched"
+    finally:
+        abort_busy(hub, "local-a", "lan-b")
+
+
+# ---------------------------------------------------------------------------------------------
+# the runner
+
+
+def beat(hub: Hub) -> dict[str, Any]:
+    path = home(hub) / "patrol" / "daemon.json"
+    return json.loads(path.read_text("utf-8")) if path.exists() else {}
+
+
+def reports(hub: Hub) -> list[Path]:
+    return sorted(p for p in (home(hub) / "patrol").glob("report-2*.json"))
+
+
+def test_daemon_runs_cycles_stops_on_sigterm_and_pause_survives_restart(hub: Hub) -> None:
+    flags = ("--interval-seconds", "2", "--no-design", "--no-fill")
+    proc = hub.popen("patrol", *flags)
+    try:
+        hub.wait_for(
+            lambda: beat(hub).get("pid") == proc.pid and beat(hub)["ticks"] >= 3, timeout=90
+        )
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=5)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, err
+    assert "patrol daemon stopped" in out and out.count("patrol cycle ok") >= 3
+    assert beat(hub)["stopped_at"] and len(reports(hub)) >= 3
+
+    # The cycle lock: a cycle while another holds it is skipped (exit 3).
+    with file_lock(home(hub) / "patrol" / "cycle.lock", 1):
+        code, out, err = hub.cli("patrol", "--once")
+    assert code == 3 and "another patrol cycle" in out
+
+    assert hub.cli("patrol", "pause")[0] == 0
+    seen = len(reports(hub))
+    proc = hub.popen("patrol", *flags)
+    try:
+        hub.wait_for(
+            lambda: beat(hub).get("pid") == proc.pid and beat(hub)["ticks"] >= 2, timeout=60
+        )
+        assert beat(hub)["last"] == "paused"
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=5)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, err
+    assert "patrol is paused" in out and len(reports(hub)) == seen
+    code, status = hub.cli_json("patrol", "status")
+    assert status["state"] == "paused" and status["last_cycle"]["result"] == "ok"
+    assert status["daemon"]["alive"] is False
+    code, out, _ = hub.cli("patrol", "--once")
+    assert code == 0 and "paused" in out
+    assert hub.cli("patrol", "resume")[0] == 0
+    code, status = hub.cli_json("patrol", "status")
+    assert status["state"] == "active"
+
+
+def test_patrol_cycle_and_concurrent_backlog_adds_lose_no_task(hub: Hub) -> None:
+    hub.write_config(patrol={"repo_root": str(hub.root)})
+    plans = hub.root / "docs" / "superpowers" / "plans"
+    plans.mkdir(parents=True)
+    (plans / "cf-unify.md").write_text(DESIGN, "utf-8")
+    procs = [hub.popen("patrol", "--once")]
+    procs += [hub.popen("backlog", "add", "--title", f"concurrent {i}") for i in range(5)]
+    try:
+        results = [(p.communicate(timeout=120), p.returncode) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    for (_out, err), code in results:
+        assert code == 0, err
+    tasks = json.loads((home(hub) / "tasks_backlog.json").read_text("utf-8"))["tasks"]
+    titles = sorted(t["title"] for t in tasks)
+    assert titles == sorted(
+        [f"concurrent {i}" for i in range(5)]
+        + ["F-8 清理旧 CF 值", "T3 接口联调", "步骤 2:补齐迁移脚本"]
+    )
+    assert len({t["id"] for t in tasks}) == 8
+    adds = [e for e in audit_lines(hub) if e["command"] == "backlog.add"]
+    assert len(adds) == 5
+    hub.wait_for(
+        lambda: not any(hub.busy_ids(n) for n in ("local-a", "lan-b", "lan-c")), timeout=60
+    )

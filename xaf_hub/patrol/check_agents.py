@@ -1,0 +1,251 @@
+"""Patrol job 2: classify the project's sessions and resume interrupted ones (SPEC §8.2).
+
+Classes: ``running`` (busy or retrying), ``stale_busy`` (busy, no update for
+``patrol.stale_minutes``), ``finished`` (last run succeeded), ``failed`` (last run ended with
+an error; the reason is kept), ``interrupted`` (last run aborted, or it stopped without
+finishing — a server restart looks like that), ``idle`` (never ran, or a prompt not answered
+yet). Sessions updated in the last 24 hours, and every running one, are looked at.
+
+Resume: an interrupted session gets RESUME_PROMPT (plus the discipline block) through the gate
+— planner ``reuse`` plan + ``dispatcher.execute`` — so a full instance is never overfilled;
+it is tried again next cycle. The model is the one the run used, unless it is blacked out.
+
+**One automatic resume per session.** The resume is remembered like a heal
+(``resume:<instance>:<session>`` in ``.model_state.json``, kept 14 days). If the resumed run is
+interrupted again, something or someone keeps stopping it; the patrol does not fight that: the
+session is reported as "interrupted again after a resume" and left for a human
+(``xaf-hub dispatch --session ID --text ...`` continues it). A run stopped with
+``xaf-hub interrupt`` (found in the audit log) is a decision and is never resumed.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+from pathlib import Path
+
+from xaf_hub.config import InstanceConfig
+from xaf_hub.discipline import RESUME_PROMPT
+from xaf_hub.dispatcher import build_prompt, choose_model, execute
+from xaf_hub.errors import BusyError, HubError
+from xaf_hub.model_state import to_ms
+from xaf_hub.outcome import error_text
+from xaf_hub.patrol.context import (
+    Cycle,
+    LastRun,
+    PatrolContext,
+    SessionLine,
+    pool_discipline,
+    session_action,
+)
+from xaf_hub.planner import Plan
+from xaf_hub.records import SessionRecord
+
+STEP = "check_agents"
+LOOKBACK = timedelta(hours=24)
+# Read at most this much of the audit log's end when looking for operator interrupts.
+_AUDIT_TAIL_BYTES = 2_000_000
+# A run that "stopped without finishing" must be this quiet before it is resumed.
+RUN_START_GRACE_MS = 60_000
+# An interrupt logged this long before the aborted message was created still counts for it.
+_CLOCK_SLACK_S = 2.0
+
+STATES = ("running", "stale_busy", "finished", "failed", "interrupted", "idle")
+
+
+def classify(
+    rec: SessionRecord, run: LastRun | None, now_ms: int, stale_minutes: float
+) -> tuple[str, str]:
+    """Return (state, detail) for one session (pure)."""
+    if rec.run_state == "retry":
+        return "running", f"retrying: {rec.retry_message[:160]}".rstrip(": ")
+    if rec.run_state == "busy":
+        quiet_ms = now_ms - rec.updated if rec.updated > 0 else 0
+        if quiet_ms > stale_minutes * 60_000:
+            return "stale_busy", f"busy with no update for {quiet_ms // 60_000} min"
+        return "running", "busy"
+    if run is None:
+        return "idle", "last run could not be read"
+    outcome = run.outcome
+    if outcome == "succeeded":
+        return "finished", ""
+    if outcome == "aborted":
+        return "interrupted", "the run was aborted"
+    if outcome == "running":
+        return "interrupted", "the run stopped without finishing (server restart?)"
+    if outcome == "rate_limited" or outcome.startswith("failed:"):
+        return "failed", error_text(run.error) or outcome
+    if outcome == "pending":
+        return "idle", "the last prompt has no answer yet"
+    return "idle", "never ran"
+
+
+def resume_key(instance: str, session: str) -> str:
+    """The healed-memory key that records the patrol's one resume of a session."""
+    return f"resume:{instance}:{session}"
+
+
+def resume_refusal(
+    *,
+    production: bool,
+    touched: bool,
+    already_resumed: bool,
+    operator_interrupt_s: float | None,
+    run: LastRun | None,
+    quiet_ms: int = RUN_START_GRACE_MS,
+) -> str:
+    """Why an interrupted session must not be resumed now ("" = resume it) (pure).
+
+    ``quiet_ms`` is how long the session has not changed: a run that "stopped without
+    finishing" a moment ago may just be starting (its status can lag behind its messages).
+    """
+    if touched:
+        return "already prompted this cycle"
+    if production:
+        return "production instance: the patrol never writes there"
+    if (
+        operator_interrupt_s is not None
+        and run is not None
+        and operator_interrupt_s * 1000 >= run.created_ms - _CLOCK_SLACK_S * 1000
+    ):
+        return "stopped with `xaf-hub interrupt`: a decision, not resumed"
+    if already_resumed:
+        return (
+            "interrupted again after the patrol resumed it once; left for a human "
+            "(xaf-hub dispatch --session ID --text ...)"
+        )
+    if run is not None and run.outcome == "running" and quiet_ms < RUN_START_GRACE_MS:
+        return "its run changed a moment ago and may still be starting; checked next cycle"
+    return ""
+
+
+def operator_interrupts(state_dir: Path) -> dict[tuple[str, str], float]:
+    """Latest `xaf-hub interrupt` per (instance, session) from the audit log, epoch seconds."""
+    path = state_dir / "audit.log"
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(0, 2)
+            size = handle.tell()
+            handle.seek(max(0, size - _AUDIT_TAIL_BYTES))
+            raw = handle.read()
+    except OSError:
+        return {}
+    found: dict[tuple[str, str], float] = {}
+    for line in raw.decode("utf-8", "replace").splitlines():
+        if '"interrupt"' not in line:
+            continue
+        try:
+            entry = json.loads(line)
+            if entry.get("command") != "interrupt" or entry.get("result") != "aborted":
+                continue
+            at = datetime.strptime(str(entry["time"]), "%Y-%m-%dT%H:%M:%S%z").timestamp()
+        except (ValueError, KeyError, TypeError, AttributeError):
+            continue  # a torn first line of the tail, or a hand-edited one
+        key = (str(entry.get("instance") or ""), str(entry.get("session") or ""))
+        found[key] = max(found.get(key, 0.0), at)
+    return found
+
+
+async def check_agents(pctx: PatrolContext, cycle: Cycle) -> None:
+    """Classify every recent project session and resume the interrupted ones."""
+    fleet = await pctx.scan()
+    cycle.note_instances(pctx, fleet)
+    now = pctx.now()
+    now_ms = to_ms(now)
+    horizon = now_ms - int(LOOKBACK.total_seconds() * 1000)
+    items = [
+        (inst, rec) for inst, rec in fleet.work_sessions() if rec.running or rec.updated >= horizon
+    ]
+    runs = await cycle.last_runs(pctx, [(i, r) for i, r in items if not r.running])
+    interrupted = []
+    for inst, rec in items:
+        run = runs.get((inst.name, rec.id))
+        state, detail = classify(rec, run, now_ms, pctx.cfg.patrol.stale_minutes)
+        cycle.sessions.append(
+            SessionLine(
+                inst.name,
+                rec.id,
+                rec.title,
+                state,
+                detail,
+                (run.model if run and run.model else rec.model),
+                rec.updated,
+            )
+        )
+        if state == "interrupted":
+            interrupted.append((inst, rec, run))
+    if not interrupted:
+        return
+    models = pctx.model_state()
+    stops = operator_interrupts(pctx.cfg.state_dir)
+    override = pool_discipline(pctx, cycle, STEP)
+    # Most recently interrupted first: the freshest work is the most likely to matter.
+    for inst, rec, run in sorted(interrupted, key=lambda x: x[1].updated, reverse=True):
+        if pctx.stop_requested():
+            break
+        why = resume_refusal(
+            production=inst.production,
+            touched=(inst.name, rec.id) in cycle.touched,
+            already_resumed=models.was_healed(resume_key(inst.name, rec.id)),
+            operator_interrupt_s=stops.get((inst.name, rec.id)),
+            run=run,
+            quiet_ms=now_ms - rec.updated,
+        )
+        if why:
+            cycle.add(pctx, session_action(STEP, "resume", "skipped", rec, detail=why))
+            continue
+        await _resume(pctx, cycle, inst, rec, run, override)
+
+
+async def _resume(
+    pctx: PatrolContext,
+    cycle: Cycle,
+    inst: InstanceConfig,
+    rec: SessionRecord,
+    run: LastRun | None,
+    override: str | None,
+) -> None:
+    cfg = pctx.cfg
+    # Resume on the model the run used, unless its family is blacked out meanwhile.
+    model = choose_model(
+        cfg, inst, (run.model if run and run.model else rec.model) or None, pctx.now()
+    )
+    prompt = build_prompt(cfg, inst, RESUME_PROMPT, rec.title, override)
+    plan = Plan("reuse", inst, rec, rec.directory, rec.title, via="patrol resume")
+    try:
+        async with pctx.client(inst) as client:
+            await execute(
+                cfg, plan, prompt, model, client, pctx.gate(), command="patrol.resume", env=pctx.env
+            )
+    except BusyError as exc:
+        cycle.deferred.add((inst.name, rec.id))
+        cycle.add(
+            pctx,
+            session_action(
+                STEP,
+                "resume",
+                "waiting",
+                rec,
+                detail=f"no free slot, tried again next cycle ({exc})",
+            ),
+        )
+        return
+    except HubError as exc:
+        cycle.add(pctx, session_action(STEP, "resume", "failed", rec, detail=str(exc)))
+        cycle.error(pctx, STEP, f"resume {inst.name}/{rec.id}: {exc}")
+        return
+    pctx.model_state().remember_healed(resume_key(inst.name, rec.id), model, model, pctx.now())
+    cycle.touched.add((inst.name, rec.id))
+    cycle.add(pctx, session_action(STEP, "resume", "ok", rec, detail=_why(run), model=model or ""))
+
+
+def _why(run: LastRun | None) -> str:
+    if run is None:
+        return ""
+    return "was aborted" if run.outcome == "aborted" else "stopped without finishing"
+
+
+def count_states(lines: Mapping[str, int]) -> str:
+    """'2 running, 1 failed' from a state -> count map, in the fixed state order."""
+    return ", ".join(f"{lines[s]} {s.replace('_', '-')}" for s in STATES if lines.get(s))

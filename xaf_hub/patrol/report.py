@@ -1,0 +1,344 @@
+"""The patrol report: one JSON document and one markdown page per cycle, in the state dir.
+
+Files: ``<state>/patrol/report-latest.json`` / ``.md`` plus a timestamped copy of each
+(``report-<UTC yyyymmdd-HHMMSS-mmm>.*``; the newest ``KEEP_REPORTS`` pairs are kept).
+Contents: how each step ended, instance load, what runs / finished / failed and why /
+was interrupted, what was healed, resumed, added, dispatched, settled, and "waiting for
+dispatch": the task pool's pending tasks with ``backlog.readiness``, the blocked ones (attempts
+used up), and the human-decision list ``lead_backlog.md`` (only listed, never acted on).
+
+Building the document and the markdown is pure; ``write_report`` does the I/O.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from xaf_hub.backlog import Task, readiness
+from xaf_hub.errors import HubError
+from xaf_hub.patrol.context import Cycle, PatrolContext
+from xaf_hub.statefile import read_json, write_json_atomic, write_text_atomic
+
+SCHEMA_VERSION = 1
+KEEP_REPORTS = 200
+LATEST = "report-latest"
+_MAX_LEAD_ITEMS = 100
+
+_LIST_ITEM = re.compile(r"^\s*(?:[-*+]|\d+[.)])\s+(.*\S)\s*$")
+_CHECKBOX = re.compile(r"^\[([ xX])\]\s*")
+
+# Action kinds -> report sections, in the order the markdown shows them.
+SECTIONS: tuple[tuple[str, str, str], ...] = (
+    ("heal", "healed", "Healed (fix_free_limit)"),
+    ("resume", "resumed", "Resumed (check_agents)"),
+    ("add", "design_tasks_added", "Design tasks added (sync_design_tasks)"),
+    ("done", "tasks_done", "Tasks done (fill_slots)"),
+    ("requeue", "tasks_requeued", "Tasks sent back to the pool (fill_slots)"),
+    ("keep", "tasks_kept", "Dispatched tasks left as they are (fill_slots)"),
+    ("dispatch", "dispatched", "Dispatched (fill_slots)"),
+)
+SESSION_STATES: tuple[tuple[str, str], ...] = (
+    ("running", "Running"),
+    ("stale_busy", "Stale busy (no update for a long time)"),
+    ("finished", "Finished"),
+    ("failed", "Failed"),
+    ("interrupted", "Interrupted"),
+    ("idle", "Idle"),
+)
+
+
+def lead_backlog_items(text: str) -> list[str]:
+    """Open items of a human decision list: list lines, without ticked checkboxes (pure)."""
+    items = []
+    for line in text.splitlines():
+        m = _LIST_ITEM.match(line)
+        if not m:
+            continue
+        item = m.group(1)
+        box = _CHECKBOX.match(item)
+        if box:
+            if box.group(1) in "xX":
+                continue
+            item = item[box.end() :]
+        if item.strip():
+            items.append(item.strip())
+        if len(items) >= _MAX_LEAD_ITEMS:
+            break
+    return items
+
+
+def waiting_tasks(
+    tasks: Sequence[Task], now: datetime, max_attempts: int
+) -> dict[str, list[dict[str, Any]]]:
+    """The pool's pending tasks: ready, not ready (with why), blocked (pure)."""
+    out: dict[str, list[dict[str, Any]]] = {"ready": [], "not_ready": [], "blocked": []}
+    for task in tasks:
+        if task.status != "pending":
+            continue
+        row = {
+            "id": task.id,
+            "title": task.title,
+            "priority": task.priority,
+            "instance": task.instance,
+            "attempts": task.attempts,
+            "last_error": task.last_error or "",
+        }
+        if task.attempts >= max_attempts:
+            out["blocked"].append(
+                {**row, "why": f"attempts used up ({task.attempts} of {max_attempts})"}
+            )
+            continue
+        why = readiness(task, tasks, now)
+        out["not_ready" if why else "ready"].append({**row, "why": why})
+    rank = {p: i for i, p in enumerate(("P0", "P1", "P2", "P3"))}
+    for rows in out.values():
+        rows.sort(key=lambda r: rank.get(str(r["priority"]), 9))
+    return out
+
+
+def _iso(when: datetime | None) -> str:
+    return when.astimezone(UTC).isoformat(timespec="seconds") if when else ""
+
+
+def report_document(
+    cycle: Cycle,
+    *,
+    project: str,
+    code: int,
+    waiting: Mapping[str, list[dict[str, Any]]],
+    lead_path: str,
+    lead_items: Sequence[str],
+) -> dict[str, Any]:
+    """The JSON report of one cycle (pure)."""
+    sessions: dict[str, list[dict[str, Any]]] = {state: [] for state, _ in SESSION_STATES}
+    for line in cycle.sessions:
+        sessions.setdefault(line.state, []).append(asdict(line))
+    doc: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
+        "project": project,
+        "started_at": _iso(cycle.started),
+        "finished_at": _iso(cycle.finished),
+        "result": "ok" if code == 0 else "failed",
+        "exit_code": code,
+        "steps": [asdict(s) for s in cycle.steps],
+        "instances": [asdict(i) for i in cycle.instances],
+        "counts": {state: len(rows) for state, rows in sessions.items()},
+        "sessions": sessions,
+    }
+    for kind, key, _ in SECTIONS:
+        doc[key] = [asdict(a) for a in cycle.actions if a.kind == kind]
+    doc["waiting"] = {**waiting, "lead_backlog": {"path": lead_path, "items": list(lead_items)}}
+    doc["errors"] = list(cycle.errors)
+    doc["notes"] = list(cycle.notes)
+    return doc
+
+
+def _cell(value: Any) -> str:
+    text = " ".join(str(value if value is not None else "").split())
+    return text.replace("|", "\\|") or "-"
+
+
+def _table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> list[str]:
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    lines += ["| " + " | ".join(_cell(v) for v in row) + " |" for row in rows]
+    return lines
+
+
+def _local(iso: str) -> str:
+    if not iso:
+        return "-"
+    return datetime.fromisoformat(iso).astimezone().strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _ms_local(ms: int) -> str:
+    if ms <= 0:
+        return "-"
+    return datetime.fromtimestamp(ms / 1000).strftime("%Y-%m-%d %H:%M")
+
+
+def render_markdown(doc: Mapping[str, Any]) -> str:
+    """The report as a markdown page (pure)."""
+    out = [f"# Patrol report — {doc['project']}", ""]
+    result = "ok" if doc["exit_code"] == 0 else f"failed (exit {doc['exit_code']})"
+    out += [
+        f"- cycle: {_local(doc['started_at'])} → {_local(doc['finished_at'])}",
+        f"- result: **{result}**",
+        "",
+    ]
+    out += ["## Steps", ""]
+    out += _table(
+        ["step", "status", "seconds", "error"],
+        ([s["name"], s["status"], f"{s['seconds']:.1f}", s["error"]] for s in doc["steps"]),
+    )
+    if doc["instances"]:
+        out += ["", "## Instances", ""]
+        out += _table(
+            ["instance", "reachable", "running", "reserved", "limit", "note"],
+            (
+                [
+                    i["name"],
+                    "yes" if i["reachable"] else "no",
+                    i["running_project"],
+                    i["reserved"],
+                    i["limit"],
+                    i["reason"] or ("production (never written to)" if i["production"] else ""),
+                ]
+                for i in doc["instances"]
+            ),
+        )
+    counts = doc["counts"]
+    out += ["", "## Sessions", ""]
+    summary = ", ".join(
+        f"{counts[s]} {s.replace('_', '-')}" for s, _ in SESSION_STATES if counts.get(s)
+    )
+    out.append(summary or "No project session was active in the last 24 hours.")
+    for state, heading in SESSION_STATES:
+        rows = doc["sessions"].get(state) or []
+        if not rows or state == "idle":
+            continue
+        out += ["", f"### {heading} ({len(rows)})", ""]
+        out += _table(
+            ["instance", "session", "title", "model", "updated", "detail"],
+            (
+                [
+                    r["instance"],
+                    r["session"],
+                    r["title"],
+                    r["model"],
+                    _ms_local(r["updated_ms"]),
+                    r["detail"],
+                ]
+                for r in rows
+            ),
+        )
+    for _, key, heading in SECTIONS:
+        rows = doc[key]
+        if not rows:
+            continue
+        out += ["", f"## {heading} ({len(rows)})", ""]
+        out += _table(
+            ["result", "task", "instance", "session", "title", "model", "detail"],
+            (
+                [
+                    a["result"],
+                    a["task"],
+                    a["instance"],
+                    a["session"],
+                    a["title"],
+                    (f"{a['from_model']} → {a['model']}" if a["from_model"] else a["model"]),
+                    a["detail"],
+                ]
+                for a in rows
+            ),
+        )
+    waiting = doc["waiting"]
+    out += ["", "## Waiting for dispatch", ""]
+    ready, later, blocked = waiting["ready"], waiting["not_ready"], waiting["blocked"]
+    if not (ready or later or blocked):
+        out.append("The task pool has no pending task.")
+    if ready or later:
+        out += _table(
+            ["task", "priority", "instance", "title", "status"],
+            (
+                [t["id"], t["priority"], t["instance"] or "any", t["title"], t["why"] or "ready"]
+                for t in ready + later
+            ),
+        )
+    if blocked:
+        out += [
+            "",
+            f"### Blocked: attempts used up ({len(blocked)})",
+            "",
+            "Reset with `xaf-hub backlog set ID --status pending --reset`.",
+            "",
+        ]
+        out += _table(
+            ["task", "priority", "title", "attempts", "last error"],
+            ([t["id"], t["priority"], t["title"], t["attempts"], t["last_error"]] for t in blocked),
+        )
+    lead = waiting["lead_backlog"]
+    out += ["", f"### For a human ({lead['path'] or 'lead_backlog.md'})", ""]
+    out += [f"- {item}" for item in lead["items"]] or ["Nothing waiting for a decision."]
+    if doc["errors"]:
+        out += ["", f"## Errors ({len(doc['errors'])})", ""]
+        out += [f"- {_cell(e)}" for e in doc["errors"]]
+    if doc["notes"]:
+        out += ["", "## Notes", ""] + [f"- {_cell(n)}" for n in doc["notes"]]
+    return "\n".join(out) + "\n"
+
+
+def _lead(pctx: PatrolContext) -> tuple[Path, list[str]]:
+    path = pctx.cfg.patrol.lead_backlog_path or pctx.repo_root / "lead_backlog.md"
+    try:
+        text = path.read_bytes().decode("utf-8-sig", errors="replace")
+    except FileNotFoundError:
+        return path, []
+    except OSError as exc:
+        return path, [f"(cannot read {path}: {exc.strerror or exc})"]
+    return path, lead_backlog_items(text)
+
+
+def write_report(pctx: PatrolContext, cycle: Cycle, code: int) -> tuple[Path, Path]:
+    """Write the JSON and markdown report (latest + timestamped); return the latest paths."""
+    try:
+        tasks = pctx.backlog().load().tasks
+    except HubError as exc:
+        tasks = []
+        cycle.errors.append(pctx.redact(f"report: task pool unreadable: {exc}"))
+    waiting = waiting_tasks(tasks, pctx.now(), pctx.cfg.patrol.max_attempts)
+    lead_path, lead_items = _lead(pctx)
+    doc = _scrub(
+        pctx,
+        report_document(
+            cycle,
+            project=pctx.cfg.project_name,
+            code=code,
+            waiting=waiting,
+            lead_path=str(lead_path),
+            lead_items=lead_items,
+        ),
+    )
+    markdown = pctx.redact(render_markdown(doc))
+    folder = pctx.patrol_dir
+    stamp = (
+        cycle.started.astimezone(UTC).strftime("%Y%m%d-%H%M%S-")
+        + f"{cycle.started.microsecond // 1000:03d}"
+    )
+    for name in (f"report-{stamp}", LATEST):
+        write_json_atomic(folder / f"{name}.json", doc)
+        write_text_atomic(folder / f"{name}.md", markdown)
+    prune(folder, KEEP_REPORTS)
+    return folder / f"{LATEST}.json", folder / f"{LATEST}.md"
+
+
+def _scrub(pctx: PatrolContext, value: Any) -> Any:
+    """Every string in a JSON value with the configured secrets replaced."""
+    if isinstance(value, str):
+        return pctx.redact(value)
+    if isinstance(value, list):
+        return [_scrub(pctx, v) for v in value]
+    if isinstance(value, dict):
+        return {k: _scrub(pctx, v) for k, v in value.items()}
+    return value
+
+
+def prune(folder: Path, keep: int) -> None:
+    """Delete all but the newest ``keep`` timestamped reports."""
+    stamped = sorted(p for p in folder.glob("report-*.json") if p.stem != LATEST)
+    for old in stamped[:-keep] if keep > 0 else stamped:
+        for path in (old, old.with_suffix(".md")):
+            path.unlink(missing_ok=True)
+
+
+def latest_report(folder: Path) -> dict[str, Any] | None:
+    """The newest report document, or None when no cycle has run yet."""
+    try:
+        doc = read_json(folder / f"{LATEST}.json", what="patrol report")
+    except FileNotFoundError:
+        return None
+    return doc if isinstance(doc, dict) else None

@@ -1,0 +1,342 @@
+"""Run patrol cycles: one (``--once``) or on an APScheduler loop, with pause and a cycle lock.
+
+* A cycle runs fix_free_limit -> check_agents -> sync_design_tasks -> fill_slots. Each step's
+  exception is caught and recorded (report + log line); the cycle goes on. Its exit code is 0
+  when every step ran, else the worst step's code (internal 1 > config 4 > unreachable 2 >
+  busy 3), and 1 if the report could not be written.
+* ``patrol/cycle.lock`` in the state dir is taken without waiting: two patrols on one
+  machine (two daemons, or cron's ``--once`` next to a daemon) never run a cycle at the same
+  time; the second one skips that cycle with a message (``--once`` then exits 3).
+* ``patrol/paused.json`` is the durable pause flag: a paused patrol runs no cycle and says so.
+* The daemon (``run_daemon``) is an APScheduler 3 ``BlockingScheduler`` with one interval job
+  (``max_instances=1``, ``coalesce=True``), first run aligned to ``patrol.minute_offset``.
+  SIGTERM/SIGINT let the running step finish, skip the remaining steps (the report still
+  says what ran), then exit 0. ``patrol/daemon.json`` is its heartbeat for ``patrol status``.
+  APScheduler is imported only here, inside ``run_daemon``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import os
+import signal
+import socket
+import threading
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from types import FrameType
+from typing import Any, Literal
+
+from xaf_hub.errors import BusyError, ExitCode, HubError, StateFileError
+from xaf_hub.patrol.check_agents import check_agents
+from xaf_hub.patrol.context import Cycle, PatrolContext, StepOutcome
+from xaf_hub.patrol.fill_slots import fill_slots
+from xaf_hub.patrol.fix_free_limit import fix_free_limit
+from xaf_hub.patrol.report import write_report
+from xaf_hub.patrol.sync_design import sync_design_tasks
+from xaf_hub.statefile import file_lock, read_json, write_json_atomic
+
+Job = Callable[[PatrolContext, Cycle], Awaitable[None]]
+
+STEPS: tuple[tuple[str, Job], ...] = (
+    ("fix_free_limit", fix_free_limit),
+    ("check_agents", check_agents),
+    ("sync_design_tasks", sync_design_tasks),
+    ("fill_slots", fill_slots),
+)
+STEP_NAMES: tuple[str, ...] = tuple(name for name, _ in STEPS)
+
+PAUSE_FILE = "paused.json"
+HEARTBEAT_FILE = "daemon.json"
+CYCLE_LOCK = "cycle.lock"
+
+# Higher is worse: a bug or bad config outranks an unreachable fleet, which outranks "busy".
+_SEVERITY = {
+    ExitCode.OK: 0,
+    ExitCode.BUSY: 1,
+    ExitCode.NOT_PROJECT: 1,
+    ExitCode.UNREACHABLE: 2,
+    ExitCode.USAGE: 3,
+    ExitCode.INTERNAL: 4,
+}
+
+
+def worst_code(codes: Iterable[int]) -> int:
+    """The most severe exit code of several (0 when all are 0)."""
+    worst = 0
+    for code in codes:
+        if _SEVERITY.get(ExitCode(code), 4) > _SEVERITY.get(ExitCode(worst), 4):
+            worst = code
+    return worst
+
+
+async def run_cycle(
+    pctx: PatrolContext, skip: Iterable[str] = (), steps: tuple[tuple[str, Job], ...] = STEPS
+) -> Cycle:
+    """Run the steps in order; a failing step is recorded and the next one still runs."""
+    skipped = set(skip)
+    cycle = Cycle(started=pctx.now())
+    for name, job in steps:
+        if name in skipped:
+            cycle.steps.append(StepOutcome(name, "skipped"))
+            continue
+        if pctx.stop_requested():
+            cycle.steps.append(StepOutcome(name, "not run", error="stop requested"))
+            continue
+        t0 = time.monotonic()
+        try:
+            await job(pctx, cycle)
+        except HubError as exc:
+            outcome = StepOutcome(
+                name, "failed", int(exc.exit_code), pctx.redact(str(exc)), time.monotonic() - t0
+            )
+        except Exception as exc:  # noqa: BLE001 - one step's bug must not stop the others
+            outcome = StepOutcome(
+                name,
+                "failed",
+                int(ExitCode.INTERNAL),
+                pctx.redact(f"internal error: {type(exc).__name__}: {exc}"),
+                time.monotonic() - t0,
+            )
+        else:
+            outcome = StepOutcome(name, "ok", seconds=time.monotonic() - t0)
+        cycle.steps.append(outcome)
+        if outcome.status == "failed":
+            pctx.log(f"{name}: failed (exit {outcome.code}): {outcome.error}")
+    cycle.finished = pctx.now()
+    return cycle
+
+
+def cycle_code(cycle: Cycle) -> int:
+    """0 when every step that was asked for ran, else the worst failed step's code."""
+    return worst_code(s.code for s in cycle.steps)
+
+
+@dataclass(frozen=True)
+class CycleRun:
+    """How a request to run one cycle ended."""
+
+    status: Literal["ran", "paused", "locked"]
+    code: int
+    message: str
+    cycle: Cycle | None = None
+    report: Path | None = None
+
+
+def summary(cycle: Cycle, code: int) -> str:
+    """One line about a finished cycle."""
+    counts: dict[str, int] = {}
+    for a in cycle.actions:
+        if a.result == "ok":
+            counts[a.kind] = counts.get(a.kind, 0) + 1
+    words = (
+        ("heal", "healed"),
+        ("resume", "resumed"),
+        ("add", "added"),
+        ("dispatch", "dispatched"),
+        ("done", "done"),
+        ("requeue", "requeued"),
+    )
+    done = ", ".join(f"{label} {counts.get(kind, 0)}" for kind, label in words)
+    failed = [s.name for s in cycle.steps if s.status == "failed"]
+    result = "ok" if code == 0 else f"exit {code}, failed: {', '.join(failed) or 'report'}"
+    return f"patrol cycle {result}; {done}; errors {len(cycle.errors)}"
+
+
+def run_once(
+    pctx: PatrolContext, skip: Iterable[str] = (), steps: tuple[tuple[str, Job], ...] = STEPS
+) -> CycleRun:
+    """Run one cycle unless paused or another cycle holds the lock; write the report."""
+    folder = pctx.patrol_dir
+    paused = pause_info(folder)
+    if paused is not None:
+        return CycleRun("paused", 0, paused_message(paused))
+    with contextlib.ExitStack() as stack:
+        try:
+            stack.enter_context(file_lock(folder / CYCLE_LOCK, 0, what="patrol cycle lock"))
+        except BusyError:
+            return CycleRun(
+                "locked",
+                int(ExitCode.BUSY),
+                "another patrol cycle is running on this machine; this one skipped",
+            )
+        cycle = asyncio.run(run_cycle(pctx, skip, steps))
+        code = cycle_code(cycle)
+        report: Path | None = None
+        try:
+            report = write_report(pctx, cycle, code)[1]
+        except (OSError, HubError) as exc:
+            code = worst_code((code, int(ExitCode.INTERNAL)))
+            cycle.errors.append(pctx.redact(f"report not written: {exc}"))
+            pctx.log(f"error: report not written: {pctx.redact(str(exc))}")
+    return CycleRun("ran", code, summary(cycle, code), cycle, report)
+
+
+# ---------------------------------------------------------------------------------------------
+# Pause flag and heartbeat
+
+
+def pause_info(folder: Path) -> dict[str, Any] | None:
+    """The pause flag's content when paused, else None (a damaged flag still means paused)."""
+    try:
+        data = read_json(folder / PAUSE_FILE, what="patrol pause flag")
+    except FileNotFoundError:
+        return None
+    except StateFileError as exc:
+        return {"paused_at": "", "by": "", "note": str(exc)}
+    return data if isinstance(data, dict) else {"paused_at": "", "by": ""}
+
+
+def paused_message(info: dict[str, Any]) -> str:
+    """The line a paused patrol prints instead of running."""
+    since = f" since {info['paused_at']}" if info.get("paused_at") else ""
+    by = f" by {info['by']}" if info.get("by") else ""
+    return f"patrol is paused{since}{by}; no cycle run (xaf-hub patrol resume)"
+
+
+def set_paused(folder: Path, who: str, now: datetime) -> bool:
+    """Write the pause flag; False when it was already paused."""
+    if pause_info(folder) is not None:
+        return False
+    write_json_atomic(
+        folder / PAUSE_FILE,
+        {"schema_version": 1, "paused_at": now.isoformat(timespec="seconds"), "by": who},
+    )
+    return True
+
+
+def clear_paused(folder: Path) -> bool:
+    """Remove the pause flag; False when it was not paused."""
+    try:
+        (folder / PAUSE_FILE).unlink()
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def heartbeat(folder: Path) -> dict[str, Any] | None:
+    """The daemon heartbeat, or None when no daemon ever ran."""
+    try:
+        data = read_json(folder / HEARTBEAT_FILE, what="patrol heartbeat")
+    except (FileNotFoundError, StateFileError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+# ---------------------------------------------------------------------------------------------
+# Daemon
+
+
+def first_run(now: datetime, interval: timedelta, offset_minutes: int) -> datetime:
+    """The first run after ``now`` on the grid hour:offset + k·interval (pure)."""
+    anchor = now.replace(minute=offset_minutes, second=0, microsecond=0)
+    step = interval.total_seconds()
+    k = math.floor((now - anchor).total_seconds() / step) + 1
+    return anchor + timedelta(seconds=k * step)
+
+
+def run_daemon(
+    pctx: PatrolContext,
+    skip: Iterable[str],
+    interval: timedelta,
+    *,
+    aligned: bool,
+    out: Callable[[str], None],
+) -> int:
+    """Run cycles every ``interval`` until SIGTERM/SIGINT; return the exit code (0)."""
+    from apscheduler.schedulers.blocking import BlockingScheduler
+    from apscheduler.triggers.interval import IntervalTrigger
+
+    stop = threading.Event()
+    busy = threading.Lock()
+    pctx = replace(pctx, stop_requested=stop.is_set)
+    skip = tuple(skip)
+    folder = pctx.patrol_dir
+    now = pctx.now().astimezone(UTC)
+    if aligned:
+        start = first_run(now.astimezone(), interval, pctx.cfg.patrol.minute_offset)
+    else:
+        start = now + timedelta(seconds=0.2)
+    beat: dict[str, Any] = {
+        "schema_version": 1,
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "started_at": now.isoformat(timespec="seconds"),
+        "interval_seconds": interval.total_seconds(),
+        "ticks": 0,
+        "tick_at": "",
+        "last": "",
+        "stopped_at": "",
+    }
+
+    def save_beat() -> None:
+        with contextlib.suppress(OSError):
+            write_json_atomic(folder / HEARTBEAT_FILE, beat)
+
+    def tick() -> None:
+        with busy:
+            if stop.is_set():
+                return
+            try:
+                result = run_once(pctx, skip)
+            except Exception as exc:  # noqa: BLE001 - the loop must outlive one bad cycle
+                result = CycleRun(
+                    "ran",
+                    int(ExitCode.INTERNAL),
+                    pctx.redact(f"cycle crashed: {type(exc).__name__}: {exc}"),
+                )
+            beat.update(
+                ticks=beat["ticks"] + 1,
+                last=result.status,
+                code=result.code,
+                tick_at=pctx.now().isoformat(timespec="seconds"),
+            )
+            save_beat()
+            out(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {result.message}")
+
+    scheduler = BlockingScheduler(timezone=UTC)
+    scheduler.add_job(
+        tick,
+        IntervalTrigger(seconds=interval.total_seconds(), start_date=start, timezone=UTC),
+        id="patrol",
+        name="patrol cycle",
+        max_instances=1,
+        coalesce=True,
+        misfire_grace_time=None,
+    )
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+        if scheduler.running:
+            scheduler.shutdown(wait=False)
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in _stop_signals()}
+    save_beat()
+    out(
+        f"patrol daemon started (pid {os.getpid()}); every {interval.total_seconds():g}s, "
+        f"first cycle at {start.astimezone():%Y-%m-%d %H:%M:%S}"
+    )
+    try:
+        if not stop.is_set():
+            scheduler.start()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    with busy:  # the running cycle finishes its current step, then sees the stop
+        pass
+    beat["stopped_at"] = pctx.now().isoformat(timespec="seconds")
+    save_beat()
+    out("patrol daemon stopped")
+    return int(ExitCode.OK)
+
+
+def _stop_signals() -> list[signal.Signals]:
+    sigs = [signal.SIGINT, signal.SIGTERM]
+    if hasattr(signal, "SIGBREAK"):  # Windows console Ctrl+Break
+        sigs.append(signal.SIGBREAK)
+    return sigs
