@@ -29,6 +29,10 @@ def hub_home(env: Mapping[str, str] | None = None) -> Path:
     return Path(raw).expanduser() if raw else Path.home() / ".xaf_hub"
 
 
+REDIS_PASSWORD_ENV = "XAF_HUB_REDIS_PASSWORD"
+_REDIS_PREFIX = re.compile(r"^[A-Za-z0-9_.:-]+$")
+
+
 def pw_env_name(instance: str) -> str:
     """The conventional env var holding an instance's password: XAF_HUB_PW_<NAME>."""
     return "XAF_HUB_PW_" + re.sub(r"[-/.]", "_", instance.upper())
@@ -52,6 +56,7 @@ class InstanceConfig:
     dir_aliases: tuple[tuple[str, str], ...] = ()
     models: tuple[str, ...] = ()
     api: str = "auto"
+    note: str = ""
     rules: ProjectRules = field(default_factory=ProjectRules)
 
     @property
@@ -72,6 +77,11 @@ class LockConfig:
     lock_timeout_seconds: float = 20.0
     slot_grace_seconds: float = 5.0
     dir: Path | None = None
+    # "file": locks/ and slots/ on this host. "redis": one gate shared by every host using it.
+    backend: str = "file"
+    redis_url: str = ""
+    redis_prefix: str = "xaf-hub"
+    redis_password: str | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True)
@@ -85,6 +95,8 @@ class ModelsConfig:
     )
     blackout_reset_hour: int = 8
     timezone: str = "local"
+    # Where blackouts and healed memory live; "redis" shares them through lock.redis_url.
+    state_backend: str = "file"
 
     def families(self) -> dict[str, list[str]]:
         """Blackout families as a plain mapping."""
@@ -160,7 +172,8 @@ class Config:
 
     def secrets(self) -> tuple[str, ...]:
         """Every secret value held, for redaction."""
-        return tuple(s for inst in self.instances for s in inst.secrets())
+        redis = (self.lock.redis_password,) if self.lock.redis_password else ()
+        return tuple(s for inst in self.instances for s in inst.secrets()) + redis
 
 
 # ---------------------------------------------------------------------------------------
@@ -401,10 +414,16 @@ def parse_config(raw: Any, *, path: Path, env: Mapping[str, str]) -> Config:
         lock_timeout_seconds=float(lock_r.num("lock_timeout_seconds", 20.0)),
         slot_grace_seconds=float(lock_r.num("slot_grace_seconds", 5.0)),
         dir=Path(lock_dir).expanduser() if lock_dir else None,
+        **_parse_redis(lock_r, env),
     )
     lock_r.finish()
 
     models = _parse_models(top.sub("models"), path)
+    if models.state_backend == "redis" and not lock.redis_url:
+        raise ConfigError(
+            f"{path}: key 'models.state_backend': 'redis' needs lock.redis_url "
+            "(e.g. redis://10.0.0.5:6379/0)"
+        )
     patrol = _parse_patrol(top.sub("patrol"), path)
 
     top.seen.add("instances")
@@ -514,8 +533,46 @@ def _parse_models(r: _Reader, path: Path) -> ModelsConfig:
             ZoneInfo(tz)
         except (ZoneInfoNotFoundError, ValueError):
             raise r.fail("timezone", f"unknown time zone {tz!r}") from None
+    state_backend = r.get("state_backend", (str,), "file")
+    if state_backend not in ("file", "redis"):
+        raise r.fail("state_backend", f"must be 'file' or 'redis', got {state_backend!r}")
     r.finish()
-    return ModelsConfig(default, chain, families, hour, tz)
+    return ModelsConfig(default, chain, families, hour, tz, state_backend=state_backend)
+
+
+def _parse_redis(r: _Reader, env: Mapping[str, str]) -> dict[str, Any]:
+    """lock.backend, lock.redis_url and lock.redis_prefix; the password only from the env."""
+    backend = r.get("backend", (str,), "file")
+    if backend not in ("file", "redis"):
+        raise r.fail("backend", f"must be 'file' or 'redis', got {backend!r}")
+    url = r.get("redis_url", (str,), "") or ""
+    if url:
+        parts = urlsplit(url)
+        if parts.scheme not in ("redis", "rediss", "unix"):
+            raise r.fail("redis_url", f"must be a redis://, rediss:// or unix:// URL, got {url!r}")
+        try:
+            parts.port  # noqa: B018 - urlsplit checks the port only when it is read
+        except ValueError:
+            raise r.fail("redis_url", f"bad port in {url!r}") from None
+        if parts.scheme != "unix" and not parts.hostname:
+            raise r.fail("redis_url", f"names no host: {url!r}")
+        if parts.password or re.search(r"(^|&)password=", parts.query):
+            raise r.fail(
+                "redis_url",
+                f"must not carry a password; put it in the env var {REDIS_PASSWORD_ENV}",
+            )
+    elif backend == "redis":
+        # No default: a silent localhost fallback would give each host its own private gate.
+        raise r.fail("redis_url", "required when lock.backend is 'redis' (redis://HOST:6379/0)")
+    prefix = r.get("redis_prefix", (str,), "xaf-hub")
+    if not _REDIS_PREFIX.match(prefix):
+        raise r.fail("redis_prefix", f"use letters, digits and _ . : - only, got {prefix!r}")
+    return {
+        "backend": backend,
+        "redis_url": url,
+        "redis_prefix": prefix,
+        "redis_password": env.get(REDIS_PASSWORD_ENV) or None,
+    }
 
 
 def _parse_patrol(r: _Reader, path: Path) -> PatrolConfig:
@@ -609,7 +666,7 @@ def _parse_instance(
     limit = r.num("concurrency_limit", default_limit, minimum=1, integer=True)
     danger = r.get("danger", (bool,), False)
     readonly = r.get("readonly_default", (bool,), False)
-    r.seen.add("note")
+    note = r.get("note", (str,), "")
     r.finish()
     return InstanceConfig(
         name=name,
@@ -626,6 +683,7 @@ def _parse_instance(
         dir_aliases=tuple(aliases_raw.items()),
         models=models,
         api=api,
+        note=note,
         rules=ProjectRules.build(
             roots=roots,
             fallback_segments=fallback,

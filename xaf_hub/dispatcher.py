@@ -24,13 +24,23 @@ from xaf_hub.scan import scan_instance
 
 
 def model_state(cfg: Config) -> ModelState:
-    """The fleet's model state store (blackouts, healed failures)."""
-    return ModelState(
-        cfg.state_dir / ".model_state.json",
+    """The fleet's model state store (blackouts, healed failures): a file, or Redis if asked."""
+    policy = (
         cfg.models.blackout_reset_hour,
         resolve_timezone(cfg.models.timezone),
         cfg.models.families(),
-        lock_timeout=cfg.lock.lock_timeout_seconds,
+    )
+    if cfg.models.state_backend == "redis":
+        from xaf_hub.redis_backend import RedisModelState, connect
+
+        return RedisModelState(
+            connect(cfg.lock),
+            cfg.lock.redis_prefix,
+            *policy,
+            lock_timeout=cfg.lock.lock_timeout_seconds,
+        )
+    return ModelState(
+        cfg.state_dir / ".model_state.json", *policy, lock_timeout=cfg.lock.lock_timeout_seconds
     )
 
 

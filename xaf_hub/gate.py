@@ -3,6 +3,9 @@
 ``locks/<instance>.lock`` serialises "read running state -> count -> decide -> create ->
 prompt" across processes. ``slots/<instance>.<token>.slot`` holds a slot from the decision
 until the server reports the run, so a session that is not yet visible as busy still counts.
+
+Files hold on one host. ``make_gate`` picks the Redis gate (``xaf_hub.redis_backend``, same
+interface, shared by every host) when ``lock.backend`` is "redis"; only then is redis imported.
 """
 
 from __future__ import annotations
@@ -17,9 +20,13 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from xaf_hub.config import LockConfig
+from xaf_hub.config import Config, LockConfig
 from xaf_hub.statefile import file_lock, write_json_atomic
+
+if TYPE_CHECKING:
+    from xaf_hub.redis_backend import RedisGate
 
 _SAFE = re.compile(r"[^A-Za-z0-9_.-]")
 
@@ -39,16 +46,27 @@ def pid_alive(pid: int) -> bool:
         return True
 
 
+def host_name() -> str:
+    """This host's name in reservations: $XAF_HUB_HOSTNAME, else the system's."""
+    return os.environ.get("XAF_HUB_HOSTNAME") or socket.gethostname()
+
+
+def new_token(now: float) -> str:
+    """A reservation's unique name: time, pid and randomness (no dots, no colons)."""
+    return f"{int(now * 1000)}-{os.getpid()}-{secrets.token_hex(3)}"
+
+
 @dataclass(frozen=True)
 class Reservation:
-    """One held slot."""
+    """One held slot: a file under slots/ (``path``) or a Redis key (``key``)."""
 
-    path: Path
+    path: Path | None
     instance: str
     pid: int
     host: str
     created: float
     session_id: str = ""
+    key: str = ""
 
     def to_json(self) -> dict[str, object]:
         """The slot file's content."""
@@ -76,7 +94,7 @@ class Gate:
     ) -> None:
         self.root = root
         self.cfg = cfg
-        self.host = host or os.environ.get("XAF_HUB_HOSTNAME") or socket.gethostname()
+        self.host = host or host_name()
         self.clock = clock
         self.alive = alive
         self.warnings: list[str] = []
@@ -112,9 +130,11 @@ class Gate:
                 return None
             return Reservation(path, "?", -1, "?", mtime)
 
-    def is_live(self, res: Reservation, running_ids: set[str] | None) -> bool:
+    def is_live(
+        self, res: Reservation, running_ids: set[str] | None, now: float | None = None
+    ) -> bool:
         """Apply the liveness rules: TTL, session no longer running after grace, process gone."""
-        age = self.clock() - res.created
+        age = (self.clock() if now is None else now) - res.created
         if age > self.cfg.slot_ttl_seconds:
             return False
         if (
@@ -163,24 +183,36 @@ class Gate:
 
     def reserve(self, instance: str) -> Reservation:
         """Write a new reservation for this process."""
-        token = f"{int(self.clock() * 1000)}-{os.getpid()}-{secrets.token_hex(3)}"
+        path = self._slot_dir() / f"{safe_name(instance)}.{new_token(self.clock())}.slot"
         res = Reservation(
-            path=self._slot_dir() / f"{safe_name(instance)}.{token}.slot",
+            path=path,
             instance=instance,
             pid=os.getpid(),
             host=self.host,
             created=self.clock(),
         )
-        write_json_atomic(res.path, res.to_json())
+        write_json_atomic(path, res.to_json())
         return res
 
     def attach(self, res: Reservation, session_id: str) -> Reservation:
         """Record the created session and restart the reservation's timer."""
+        assert res.path is not None, "a file gate's reservation has a path"
         new = Reservation(res.path, res.instance, res.pid, res.host, self.clock(), session_id)
-        write_json_atomic(new.path, new.to_json())
+        write_json_atomic(res.path, new.to_json())
         return new
 
     def release(self, res: Reservation) -> None:
         """Give the slot back at once (failure paths)."""
+        if res.path is None:
+            return
         with contextlib.suppress(FileNotFoundError):
             res.path.unlink()
+
+
+def make_gate(cfg: Config) -> Gate | RedisGate:
+    """The gate ``lock.backend`` asks for: slot files here, or Redis shared by every host."""
+    if cfg.lock.backend == "redis":
+        from xaf_hub.redis_backend import RedisGate, connect
+
+        return RedisGate(cfg.lock, connect(cfg.lock))
+    return Gate(cfg.lock_dir, cfg.lock)

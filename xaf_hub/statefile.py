@@ -3,7 +3,8 @@
 Writers replace a file in one step (temp file in the same folder, fsync, ``os.replace``,
 fsync of the folder where the platform allows it), so a crash leaves either the old or the
 new content, never half of one. Read-modify-write cycles hold an exclusive lock on a sibling
-``.lock`` file so two processes never lose each other's update.
+``.lock`` file so two processes never lose each other's update; under that lock they also
+delete the temp files a writer killed mid-write left behind.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -53,6 +55,24 @@ def write_text_atomic(path: Path, text: str, *, private: bool = True) -> None:
             os.unlink(tmp)
         raise
     _fsync_dir(path.parent)
+
+
+def _temp_pattern(path: Path) -> re.Pattern[str]:
+    # write_text_atomic's temp names: "." + name + "." + 8 of mkstemp's [a-z0-9_] + ".tmp".
+    return re.compile(rf"^\.{re.escape(path.name)}\.[a-z0-9_]{{8}}\.tmp$")
+
+
+def sweep_temp_files(path: Path) -> int:
+    """Delete temp files that killed writers of ``path`` left; call only under its lock."""
+    pattern = _temp_pattern(path)
+    removed = 0
+    with contextlib.suppress(OSError):
+        for entry in path.parent.iterdir():
+            if pattern.match(entry.name):
+                with contextlib.suppress(OSError):
+                    entry.unlink()
+                    removed += 1
+    return removed
 
 
 def write_json_atomic(path: Path, data: Any, *, private: bool = True) -> None:
@@ -122,6 +142,9 @@ def update_json(
 ) -> T:
     """Locked read-modify-write: ``mutate(data)`` edits in place; saved only if it changed."""
     with file_lock(path.with_name(path.name + ".lock"), timeout, what=f"{what} lock"):
+        # Every writer of this file holds this lock, so any temp file of it is a dead
+        # writer's half-written leftover (SIGKILL mid-write): clear it.
+        sweep_temp_files(path)
         try:
             data = read_json(path, what=what)
         except FileNotFoundError:

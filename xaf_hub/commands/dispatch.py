@@ -85,7 +85,7 @@ def run(ctx: Context) -> int:
     """Plan, then (unless --dry-run) execute through the gate."""
     from xaf_hub.commands._common import chosen_instances, scan
     from xaf_hub.dispatcher import build_prompt, choose_model, execute
-    from xaf_hub.gate import Gate
+    from xaf_hub.gate import make_gate
     from xaf_hub.planner import DispatchRequest, InstanceView, plan_dispatch
     from xaf_hub.scan import make_client
 
@@ -118,7 +118,7 @@ def run(ctx: Context) -> int:
         model=args.model,
     )
     snap, scans = scan(ctx, chosen_instances(ctx), project_only=True)
-    gate = Gate(cfg.lock_dir, cfg.lock)
+    gate = make_gate(cfg)
     views = []
     for sc in scans:
         running = {s.id for s in sc.sessions if s.running}

@@ -15,7 +15,8 @@ from xaf_hub.commands._common import (
 )
 from xaf_hub.config import Config
 from xaf_hub.context import Context
-from xaf_hub.gate import Gate
+from xaf_hub.errors import UnreachableError
+from xaf_hub.gate import Gate, make_gate
 from xaf_hub.output import dumps, table
 from xaf_hub.scan import InstanceScan
 
@@ -47,7 +48,7 @@ class Load:
     reachable: bool
     running_total: int
     running_project: int
-    reserved: int
+    reserved: int | None  # None: the shared gate (Redis) could not be read
     project_sessions: int
     limit: int
     dispatchable: bool
@@ -58,18 +59,23 @@ class Load:
         return dict(self.__dict__)
 
 
-def instance_load(cfg: Config, gate: Gate, sc: InstanceScan, allow_prod: bool) -> Load:
-    """Apply the dispatchable rule to one scanned instance."""
+def instance_load(cfg: Config, gate: Gate | None, sc: InstanceScan, allow_prod: bool) -> Load:
+    """Apply the dispatchable rule to one scanned instance (``gate`` None: reservations unknown)."""
     summary = sc.summary()
     running_ids = {s.id for s in sc.sessions if s.running}
-    reserved = len(gate.pending(sc.inst.name, running_ids)) if sc.reachable else 0
-    used = summary.running_project + reserved
+    reserved: int | None = 0
+    if sc.reachable:
+        reserved = None if gate is None else len(gate.pending(sc.inst.name, running_ids))
+    used = summary.running_project + (reserved or 0)
     if not sc.reachable:
         ok, reason = False, f"unreachable: {sc.reason}"
     elif sc.inst.production and not allow_prod:
         ok, reason = False, "production instance (needs --allow-prod)"
     elif used >= summary.limit:
-        ok, reason = False, f"full ({summary.running_project} running + {reserved} reserved)"
+        shown = "?" if reserved is None else reserved
+        ok, reason = False, f"full ({summary.running_project} running + {shown} reserved)"
+    elif reserved is None:
+        ok, reason = False, "reservations unknown (the shared gate is unreachable)"
     else:
         ok, reason = True, f"{summary.limit - used} free slot(s)"
     return Load(
@@ -89,8 +95,13 @@ def run(ctx: Context) -> int:
     """Scan and print the load table."""
     cfg = ctx.config
     snap, scans = scan(ctx, chosen_instances(ctx))
-    gate = Gate(cfg.lock_dir, cfg.lock)
-    loads = [instance_load(cfg, gate, sc, ctx.args.allow_prod) for sc in scans]
+    gate = make_gate(cfg)
+    try:
+        loads = [instance_load(cfg, gate, sc, ctx.args.allow_prod) for sc in scans]
+    except UnreachableError as exc:
+        # status only reads: without the shared gate, show the rest with reservations unknown.
+        ctx.warn(f"reservations unknown: {exc}")
+        loads = [instance_load(cfg, None, sc, ctx.args.allow_prod) for sc in scans]
     if ctx.json:
         ctx.out(
             dumps({"generated_at": snap.generated_at, "instances": [x.to_json() for x in loads]})
@@ -101,7 +112,7 @@ def run(ctx: Context) -> int:
             x.instance,
             x.running_total if x.reachable else "-",
             x.running_project if x.reachable else "-",
-            x.reserved,
+            "?" if x.reserved is None else x.reserved,
             x.project_sessions if x.reachable else "-",
             x.limit,
             "yes" if x.dispatchable else "no",

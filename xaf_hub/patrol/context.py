@@ -23,7 +23,7 @@ from xaf_hub.backlog import Backlog
 from xaf_hub.client import OpencodeClient
 from xaf_hub.config import Config, InstanceConfig
 from xaf_hub.errors import HubError, StateFileError, UnreachableError
-from xaf_hub.gate import Gate
+from xaf_hub.gate import Gate, make_gate
 from xaf_hub.model_state import ModelState
 from xaf_hub.outcome import outcome_of
 from xaf_hub.output import redact
@@ -90,7 +90,7 @@ class PatrolContext:
 
     def gate(self) -> Gate:
         """The dispatch gate (locks and reservations)."""
-        return Gate(self.cfg.lock_dir, self.cfg.lock)
+        return make_gate(self.cfg)
 
     def client(self, inst: InstanceConfig) -> OpencodeClient:
         """A fresh client for ``inst``; use it as ``async with``."""

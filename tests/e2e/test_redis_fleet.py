@@ -1,0 +1,258 @@
+"""Several hubs on "different hosts" sharing one gate and one model state through Redis.
+
+Each simulated host has its own XAF_HUB_HOME (so its own state folder) and its own
+XAF_HUB_HOSTNAME; the two share nothing but a real redis-server (tests/redis_fixture.py) and
+the real opencode fleet. Host-specific commands run as separate processes.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import signal
+import subprocess
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.proxy import StallProxy
+from tests.fleet import Hub
+from tests.redis_fixture import RedisServer, write_redis_config
+from xaf_hub.sandbox import fleet as sandbox
+
+pytestmark = pytest.mark.e2e
+
+
+@dataclass
+class Host:
+    """One simulated host: a hub with its own home and host name."""
+
+    name: str
+    hub: Hub
+
+    @property
+    def home(self) -> Path:
+        return Path(self.hub.env["XAF_HUB_HOME"])
+
+    def popen(self, *args: str) -> subprocess.Popen[str]:
+        return self.hub.popen(*args, extra_env={"XAF_HUB_HOSTNAME": self.name})
+
+    def run(self, *args: str) -> tuple[int, str, str]:
+        proc = self.popen(*args)
+        out, err = proc.communicate(timeout=120)
+        return proc.returncode, out, err
+
+    def write(self, change: Any) -> None:
+        change(self.hub.doc)
+        self.hub.write_config()
+
+
+@pytest.fixture
+def hosts(hub: Hub, redis_server: RedisServer, tmp_path: Path) -> tuple[Host, Host]:
+    prefix = RedisServer.prefix()
+    b_dir = tmp_path / "host-b"
+    (b_dir / "home").mkdir(parents=True)
+    hub_b = replace(
+        hub,
+        config_path=b_dir / "config.json",
+        env={**hub.env, "XAF_HUB_HOME": str(b_dir / "home")},
+        doc=copy.deepcopy(hub.doc),
+    )
+    for h in (hub, hub_b):
+        h.env.update(redis_server.env())
+        write_redis_config(h.doc, redis_server, prefix)
+        h.write_config()
+    return Host("host-a", hub), Host("host-b", hub_b)
+
+
+def on_both(hosts: tuple[Host, Host], change: Any) -> None:
+    for h in hosts:
+        h.write(change)
+
+
+def slow(hosts: tuple[Host, Host], seconds: float = 25) -> None:
+    hosts[0].hub.llm.set_mode("slow-model", "slow", delay=seconds)
+
+    def change(doc: dict[str, Any]) -> None:
+        doc["models"]["default_dispatch_model"] = "fake/slow-model"
+
+    on_both(hosts, change)
+
+
+def set_instance(hosts: tuple[Host, Host], name: str, **fields: Any) -> None:
+    def change(doc: dict[str, Any]) -> None:
+        for inst in doc["instances"]:
+            if inst["name"] == name:
+                inst.update(fields)
+
+    on_both(hosts, change)
+
+
+def abort_all(hub: Hub, name: str) -> None:
+    for sid in hub.busy_ids(name):
+        sandbox.abort(hub.server(name).url, hub.password(name), sid)
+
+
+def slot_entries(rds: Any, hub: Hub, instance: str) -> dict[str, dict[str, Any]]:
+    prefix = hub.doc["lock"]["redis_prefix"]
+    keys = [f"{prefix}:slot:{instance}:{t}" for t in rds.smembers(f"{prefix}:slots:{instance}")]
+    values = rds.mget(keys) if keys else []
+    return {k: json.loads(v) for k, v in zip(keys, values, strict=True) if v}
+
+
+@pytest.fixture
+def rds(redis_server: RedisServer) -> Any:
+    client = redis_server.client()
+    yield client
+    client.close()
+
+
+@pytest.mark.parametrize("attempt", range(10))
+def test_race_across_two_hosts(hosts: tuple[Host, Host], rds: Any, attempt: int) -> None:
+    a, b = hosts
+    slow(hosts)
+    # Three dispatchers at once for limit 2, split over the hosts (2+1, then 1+2, ...).
+    order = (a, b, a) if attempt % 2 == 0 else (b, a, b)
+    procs = [
+        h.popen(
+            "dispatch",
+            "--new",
+            "--instance",
+            "local-a",
+            "--text",
+            f"race {attempt}.{i}",
+            "--no-record",
+        )
+        for i, h in enumerate(order)
+    ]
+    try:
+        codes = []
+        for p in procs:
+            _, err = p.communicate(timeout=120)
+            codes.append(p.returncode)
+            assert p.returncode in (0, 3), err
+            if p.returncode == 3:
+                assert "at its limit" in err or "dispatch lock" in err
+        assert sorted(codes) == [0, 0, 3]
+        assert len(a.hub.busy_ids("local-a")) == 2
+        # The winners' reservations are in Redis, tagged with their host; no slot files exist.
+        # (The loser may already have dropped a winner from its own host whose process exited:
+        # "process gone, same host" — the winner on the other host is always still there.)
+        held = slot_entries(rds, a.hub, "local-a")
+        assert 1 <= len(held) <= 2
+        assert {e["host"] for e in held.values()} <= {"host-a", "host-b"}
+        assert all(e["session_id"] for e in held.values())
+        assert not any((h.home / "slots").exists() for h in hosts)
+    finally:
+        abort_all(a.hub, "local-a")
+
+
+def test_sigkill_leaves_a_reservation_that_redis_expires(
+    hosts: tuple[Host, Host], rds: Any
+) -> None:
+    a, b = hosts
+    ttl = 8
+
+    def short_ttl(doc: dict[str, Any]) -> None:
+        doc["lock"]["slot_ttl_seconds"] = ttl
+
+    on_both(hosts, short_ttl)
+    set_instance(hosts, "lan-c", concurrency_limit=1)
+    target = a.hub.server("lan-c").url
+    with StallProxy(target, lambda m, p: m == "POST" and p.startswith("/session?")) as proxy:
+        # Host A reaches lan-c through a proxy that freezes session creation: A dies holding
+        # the lock and a reservation.
+        a.hub.set_instance("lan-c", url=proxy.url)
+        proc = a.popen("dispatch", "--new", "--instance", "lan-c", "--text", "doomed")
+        assert proxy.stalled.wait(60), "the dispatch never reached create"
+        held = slot_entries(rds, a.hub, "lan-c")
+        assert len(held) == 1
+        ((key, entry),) = held.items()
+        assert (entry["pid"], entry["host"], entry["session_id"]) == (proc.pid, "host-a", "")
+        assert 0 < rds.pttl(key) <= ttl * 1000
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.communicate(timeout=10)
+        proxy.released.set()
+    a.hub.set_instance("lan-c", url=target)
+
+    # Host B cannot see host A's processes: the orphan counts, and B is refused.
+    code, out, err = b.run("status", "--instance", "lan-c", "--json")
+    assert code == 0, err
+    assert json.loads(out)["instances"][0]["reserved"] == 1
+    code, _, err = b.run("dispatch", "--new", "--instance", "lan-c", "--text", "x", "--dry-run")
+    assert code == 3 and "at its limit" in err
+
+    # Nobody reads or cleans anything now: the Redis server expires the key on its own.
+    b.hub.wait_for(lambda: rds.exists(key) == 0, timeout=ttl + 20, step=0.25)
+    try:
+        code, out, err = b.run("dispatch", "--new", "--instance", "lan-c", "--text", "after crash")
+        assert code == 0, err  # the dead holder's lock lease has lapsed as well
+        assert "created session" in out
+    finally:
+        abort_all(b.hub, "lan-c")
+
+
+def test_blackout_seen_by_one_hub_stops_the_other(hosts: tuple[Host, Host]) -> None:
+    from xaf_hub.config import load_config
+    from xaf_hub.dispatcher import model_state
+
+    a, b = hosts
+    args = ("dispatch", "--new", "--instance", "local-a", "--model", "opencode/free-model")
+    code, plan = b.hub.cli_json(*args, "--text", "before", "--dry-run")
+    assert code == 0 and plan["model"] == "opencode/free-model"  # no blackout yet
+
+    # Hub A sees a rate limit and records the blackout through the one writer.
+    cfg_a = load_config(str(a.hub.config_path), env=a.hub.env)
+    model_state(cfg_a).mark_blackout(
+        "opencode", "429 free usage limit", "host-a", datetime.now(UTC)
+    )
+    assert not (a.home / ".model_state.json").exists()  # it went to Redis, not to A's files
+
+    code, out, err = b.hub.cli(*args, "--text", "after the blackout")
+    assert code == 0, err
+    assert "opencode/free-model is blacked out" in err
+    sid = out.split("created session ", 1)[1].split()[0]
+    try:
+        sent = b.hub.wait_for(
+            lambda: [
+                r
+                for r in b.hub.llm.requests()
+                if r["last_user_text"].startswith("after the blackout") and not r["title_call"]
+            ],
+            timeout=60,
+        )
+        assert {r["model"] for r in sent} == {"fake-model"}
+    finally:
+        sandbox.abort(b.hub.server("local-a").url, b.hub.password("local-a"), sid)
+
+
+def test_unreachable_redis(hub: Hub, redis_server: RedisServer) -> None:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    hub.env.update(redis_server.env())
+    write_redis_config(hub.doc, redis_server, RedisServer.prefix())
+    hub.doc["lock"]["redis_url"] = f"redis://127.0.0.1:{port}/0"
+    hub.write_config()
+
+    # Commands that need the gate stop with exit 2 and say why.
+    code, _, err = hub.cli("dispatch", "--new", "--instance", "local-a", "--text", "x")
+    assert code == 2 and "redis: unreachable" in err and "connection refused" in err
+    assert "127.0.0.1:" in err and redis_server.password not in err
+
+    # Read-only commands still work; status shows reservations as unknown.
+    code, out, err = hub.cli("status", "--json")
+    assert code == 0, err
+    assert "reservations unknown" in err and "redis: unreachable" in err
+    rows = json.loads(out)["instances"]
+    assert [r["reserved"] for r in rows] == [None, None, None]
+    assert not any(r["dispatchable"] for r in rows)
+    code, out, _ = hub.cli("status")
+    assert code == 0 and "reservations unknown" in out
+    assert hub.cli("sessions", "--instance", "local-a")[0] == 0

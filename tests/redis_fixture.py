@@ -1,0 +1,133 @@
+"""A real redis-server on loopback for the shared-gate tests: one per test session.
+
+Registered from tests/conftest.py. It runs Debian's ``redis-server`` on a free port with a
+password (so every test also goes through XAF_HUB_REDIS_PASSWORD), no persistence, and stops
+it at the end. Tests are skipped when redis-server is not installed — except under CI, where a
+missing server is a failure (scripts/setup.sh installs it).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import socket
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+
+@dataclass(frozen=True)
+class RedisServer:
+    """Where the test server listens and how to log in."""
+
+    port: int
+    password: str
+
+    @property
+    def url(self) -> str:
+        """The URL for config.json (no password in it)."""
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def env(self) -> dict[str, str]:
+        """The env a hub needs to reach it."""
+        return {"XAF_HUB_REDIS_PASSWORD": self.password}
+
+    def client(self) -> Any:
+        """A plain redis-py client, for looking at keys directly."""
+        import redis
+
+        return redis.Redis(
+            host="127.0.0.1", port=self.port, password=self.password, decode_responses=True
+        )
+
+    @staticmethod
+    def prefix() -> str:
+        """A fresh key prefix, so tests sharing the server never see each other's keys."""
+        return f"t{uuid.uuid4().hex[:12]}"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _answers(port: int, password: str) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5) as s:
+            s.sendall(f"AUTH {password}\r\nPING\r\n".encode())
+            s.settimeout(1)
+            got = b""
+            while b"PONG" not in got:
+                chunk = s.recv(64)
+                if not chunk:
+                    return False
+                got += chunk
+            return True
+    except OSError:
+        return False
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    binary = shutil.which("redis-server")
+    if binary is None:
+        message = "redis-server is not installed (scripts/setup.sh installs Debian's package)"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    pytest.importorskip("redis", reason="the 'redis' package is missing: pip install -e '.[test]'")
+    folder = tmp_path_factory.mktemp("redis")
+    password = secrets.token_hex(16)
+    # redis-server cannot pick its own port (no --port 0): pick one, retry if someone took it.
+    for _ in range(5):
+        port = _free_port()
+        conf = folder / f"redis-{port}.conf"
+        conf.write_text(
+            f'port {port}\nbind 127.0.0.1\nsave ""\nappendonly no\ndir {folder}\n'
+            f"requirepass {password}\nlogfile {folder / f'redis-{port}.log'}\n",
+            encoding="utf-8",
+        )
+        proc = subprocess.Popen([binary, str(conf)], stdout=subprocess.DEVNULL)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and proc.poll() is None:
+            if _answers(port, password):
+                break
+            time.sleep(0.05)
+        if proc.poll() is None and _answers(port, password):
+            break
+        _stop(proc)
+    else:
+        log = "\n".join(p.read_text(errors="replace")[-2000:] for p in folder.glob("*.log"))
+        pytest.fail(f"redis-server did not start:\n{log}")
+    try:
+        yield RedisServer(port, password)
+    finally:
+        _stop(proc)
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
+def write_redis_config(doc: dict[str, Any], server: RedisServer, prefix: str) -> None:
+    """Point a config document's gate and model state at ``server`` under ``prefix``."""
+    doc.setdefault("lock", {}).update(
+        {"backend": "redis", "redis_url": server.url, "redis_prefix": prefix}
+    )
+    doc.setdefault("models", {})["state_backend"] = "redis"
+
+
+__all__ = ["RedisServer", "redis_server", "write_redis_config"]
