@@ -18,6 +18,7 @@ COMMANDS = (
     "sessions",
     "status",
     "dispatch",
+    "confirm",
     "cleanup",
     "interrupt",
     "watch",
@@ -121,7 +122,7 @@ def _report(
     exc: BaseException | None,
     internal: bool = False,
 ) -> None:
-    from xaf_hub.output import redact
+    from xaf_hub.output import redact, terminal_safe
 
     secrets: list[str] = []
     if ctx is not None:
@@ -132,8 +133,8 @@ def _report(
         secrets.extend(v for k, v in ctx.env.items() if k.startswith("XAF_HUB_PW_") and v)
     if args is not None and getattr(args, "debug", False) and exc is not None:
         text = "".join(traceback.format_exception(exc))
-        print(redact(text, secrets), file=stderr, end="")
+        print(terminal_safe(redact(text, secrets)), file=stderr, end="")
     line = f"xaf-hub: error: {message}"
     if internal and not (args is not None and getattr(args, "debug", False)):
         line += " (run with --debug for details)"
-    print(redact(line, secrets), file=stderr)
+    print(terminal_safe(redact(line, secrets)), file=stderr)

@@ -7,10 +7,13 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from xaf_hub.config import Config, load_config
-from xaf_hub.scan import TransportFactory
+from xaf_hub.output import terminal_safe
+
+if TYPE_CHECKING:  # the scanner pulls in httpx; --help must stay light
+    from xaf_hub.scan import TransportFactory
 
 
 @dataclass
@@ -40,13 +43,14 @@ class Context:
         return bool(getattr(self.args, "json", False))
 
     def out(self, text: str = "") -> None:
-        """Print a line of normal output."""
-        print(text, file=self.stdout)
+        """Print a line of normal output (control characters neutralised unless --json)."""
+        # JSON already escapes every C0 control; text may carry server-supplied titles.
+        print(text if self.json else terminal_safe(text), file=self.stdout)
 
     def warn(self, text: str) -> None:
         """Print a warning line to stderr."""
-        print(f"warning: {text}", file=self.stderr)
+        print(f"warning: {terminal_safe(text)}", file=self.stderr)
 
     def info(self, text: str) -> None:
         """Print progress to stderr (keeps stdout clean for --json)."""
-        print(text, file=self.stderr)
+        print(terminal_safe(text), file=self.stderr)

@@ -19,8 +19,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
-import portalocker
-
 from xaf_hub.errors import BusyError, StateFileError
 
 T = TypeVar("T")
@@ -108,6 +106,8 @@ def read_json(path: Path, *, what: str) -> Any:
 @contextlib.contextmanager
 def file_lock(lock_path: Path, timeout: float, *, what: str = "lock") -> Iterator[None]:
     """Hold an exclusive lock on ``lock_path``, polling up to ``timeout`` s, else BusyError."""
+    import portalocker  # lazy: it pulls in redis when that is installed (~0.15 s)
+
     lock_path.parent.mkdir(parents=True, exist_ok=True)
     deadline = time.monotonic() + max(timeout, 0.0)
     handle = open(lock_path, "a+b")  # noqa: SIM115 - held open for the lock's lifetime

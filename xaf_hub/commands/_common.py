@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+from typing import TYPE_CHECKING
 
 from xaf_hub.config import InstanceConfig
 from xaf_hub.context import Context
 from xaf_hub.errors import ExitCode
 from xaf_hub.records import Snapshot
-from xaf_hub.scan import InstanceScan, fill_outcomes, scan_fleet
+
+if TYPE_CHECKING:  # the scanner pulls in httpx; --help must stay light
+    from xaf_hub.scan import InstanceScan
 
 
 def add_json(p: argparse.ArgumentParser) -> None:
@@ -39,6 +42,8 @@ def scan(
     project_only: bool = False,
 ) -> tuple[Snapshot, list[InstanceScan]]:
     """Scan the given instances; with ``outcomes`` also fetch each project session's last result."""
+
+    from xaf_hub.scan import fill_outcomes, scan_fleet
 
     async def go() -> tuple[Snapshot, list[InstanceScan]]:
         snap, scans = await scan_fleet(

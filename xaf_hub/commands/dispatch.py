@@ -6,6 +6,13 @@ idle one is reused only when its instance has a free slot. Otherwise a new sessi
 on the least-loaded instance that can take it. New sessions and idle reuse pass the gate:
 the instance lock plus slot reservations keep every instance at or under its limit, however
 many dispatches run at once.
+
+Dispatch sends and returns: it never waits for the model. `--confirm-wait [SECONDS]` (30 when
+given bare) waits after the send until the server shows the run started (the model answers,
+or the session stays busy) or failed. A rate-limit or model-unavailable failure in that window
+is healed on the spot exactly as the patrol's fix_free_limit would - blackout through the one
+writer, next model of the chain, re-send with the continue prompt - and the command says
+what happened.
 """
 
 from __future__ import annotations
@@ -27,8 +34,13 @@ examples:
   xaf-hub dispatch --text "continue" --session ses_abc --instance lan-189
   xaf-hub dispatch --text "rework the check-in page" --instance lan-189 --dir /srv/shop/book --new
   xaf-hub dispatch --text "docs only" --instance prod-edge --allow-prod --dry-run
+  xaf-hub dispatch --text "Fix the login page styles" --confirm-wait      # wait up to 30 s
 exit codes: 3 when the instance is full or its dispatch lock is busy, 4 for production without
 --allow-prod or a bad argument, 5 when the target is not a project session (--force overrides).
+With --confirm-wait (the task is sent in every case): 0 when the run was seen going, healed
+or not; 1 when it failed and could not be healed, kept retrying, or showed no sign of starting
+in the window (`xaf-hub confirm --session ID` looks again later); 2 when the instance stopped
+answering while waiting.
 """
 
 
@@ -64,6 +76,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--no-record", action="store_true", help="do not record this dispatch in the task pool"
     )
+    p.add_argument(
+        "--confirm-wait",
+        nargs="?",
+        const=30.0,
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="after sending, wait up to SECONDS (30 when bare) until the run is seen to start "
+        "or fail; heal a rate limit / unavailable model on the spot (default: do not wait)",
+    )
 
 
 def _scores(ctx: Context, scans: list[Any], text: str) -> list[tuple[Any, float]]:
@@ -94,6 +116,11 @@ def run(ctx: Context) -> int:
         raise UsageError("--text is empty: say what the agent should do")
     if args.model and "/" not in args.model:
         raise UsageError(f"--model must be provider/model, got {args.model!r}")
+    if args.confirm_wait is not None:
+        if args.dry_run:
+            raise UsageError("--confirm-wait makes no sense with --dry-run (nothing is sent)")
+        if not args.confirm_wait > 0:
+            raise UsageError(f"--confirm-wait must be more than 0 seconds, got {args.confirm_wait}")
     cfg = ctx.config
     if args.auto_cleanup and not args.dry_run:
         from xaf_hub.commands.cleanup import cleanup_fleet
@@ -152,15 +179,20 @@ def run(ctx: Context) -> int:
             )
         return 0
 
-    async def go() -> Any:
+    async def go() -> tuple[Any, str | None]:
         async with make_client(
             cfg,
             plan.instance,
             ctx.transport_factory(plan.instance) if ctx.transport_factory else None,
         ) as client:
-            return await execute(cfg, plan, prompt, model, client, gate, env=ctx.env)
+            baseline = None
+            if args.confirm_wait is not None and plan.session is not None:
+                # The newest message before the send: what comes after it is this run.
+                newest = await client.messages(plan.session.id, limit=1)
+                baseline = str((newest[-1].get("info") or {}).get("id") or "") if newest else ""
+            return await execute(cfg, plan, prompt, model, client, gate, env=ctx.env), baseline
 
-    result = asyncio.run(go())
+    result, baseline = asyncio.run(go())
     for w in gate.warnings:
         ctx.warn(w)
     task_id = ""
@@ -171,19 +203,59 @@ def run(ctx: Context) -> int:
             plan.title, args.text, result.session_id, result.instance, result.model, now_utc()
         )
         task_id = task.id
+    if args.confirm_wait is not None:
+        return _confirm(ctx, plan, result, baseline, task_id)
     if ctx.json:
         ctx.out(dumps({**result.__dict__, "via": plan.via, "task_id": task_id}))
     else:
-        verb = {
-            "steer": "steered running session",
-            "reuse": "started idle session",
-            "create": "created session",
-        }[result.action]
-        ctx.out(
-            f"{verb} {result.session_id} on {result.instance} ({plan.via}); "
-            f"model: {result.model or 'server default'}; directory: {result.directory}"
-        )
+        ctx.out(_sent_line(plan, result))
     return 0
+
+
+def _sent_line(plan: Any, result: Any) -> str:
+    verb = {
+        "steer": "steered running session",
+        "reuse": "started idle session",
+        "create": "created session",
+    }[result.action]
+    return (
+        f"{verb} {result.session_id} on {result.instance} ({plan.via}); "
+        f"model: {result.model or 'server default'}; directory: {result.directory}"
+    )
+
+
+def _confirm(ctx: Context, plan: Any, result: Any, baseline: str | None, task_id: str) -> int:
+    """Wait for the run to show, heal it on the spot if it fails, and say what happened."""
+    from xaf_hub.client import ServerSession
+    from xaf_hub.commands.confirm import wait_exit, wait_json, wait_text
+    from xaf_hub.model_state import resolve_timezone, to_ms
+    from xaf_hub.patrol.confirm import confirm_run
+    from xaf_hub.patrol.context import PatrolContext, utc_now
+
+    cfg = ctx.config
+    window = float(ctx.args.confirm_wait)
+    if not ctx.json:
+        ctx.out(_sent_line(plan, result))
+        ctx.stdout.flush()
+    pctx = PatrolContext(cfg, env=ctx.env, transport_factory=ctx.transport_factory)
+    session = ServerSession(
+        result.session_id, result.title, result.directory, 0, 0, 0.0, "", result.model or ""
+    )
+    waited = asyncio.run(
+        confirm_run(
+            pctx, plan.instance, session, baseline=baseline, window=window, origin="dispatch"
+        )
+    )
+    for healing in waited.heals:
+        for note in healing.notes:
+            ctx.warn(note)
+    line = wait_text(waited, window, resolve_timezone(cfg.models.timezone), to_ms(utc_now()))
+    if ctx.json:
+        doc = {**result.__dict__, "via": plan.via, "task_id": task_id}
+        ctx.out(dumps({**doc, "confirm": wait_json(waited, window, line)}))
+    else:
+        ctx.out(f"confirm: {line}")
+    return wait_exit(waited)
 
 
 def _print_plan(ctx: Context, plan: Any, view: Any, model: str | None, prompt: str) -> None:

@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, tzinfo
 from pathlib import Path, PurePosixPath, PureWindowsPath
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from xaf_hub.commands._common import add_json
 from xaf_hub.config import (
@@ -41,7 +41,9 @@ from xaf_hub.errors import ConfigError, ExitCode, HubError, UnreachableError
 from xaf_hub.model_state import Blackout, next_reset, resolve_timezone
 from xaf_hub.output import dumps, redact
 from xaf_hub.rules import is_under, normalize_dir
-from xaf_hub.scan import TransportFactory, make_client
+
+if TYPE_CHECKING:  # the scanner pulls in httpx; --help must stay light
+    from xaf_hub.scan import TransportFactory
 
 HELP = "check config, credentials, instances, state folder, blackouts and patrol; say how to fix"
 EXAMPLES = """\
@@ -494,6 +496,8 @@ async def probe_instance(
     cfg: Config, inst: InstanceConfig, transport_factory: TransportFactory | None = None
 ) -> Probe:
     """Detect dialect and version, then list every session's folder."""
+    from xaf_hub.scan import make_client
+
     transport = transport_factory(inst) if transport_factory else None
     async with make_client(cfg, inst, transport) as client:
         try:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from xaf_hub.commands._common import (
     add_json,
@@ -18,7 +18,9 @@ from xaf_hub.context import Context
 from xaf_hub.errors import UnreachableError
 from xaf_hub.gate import Gate, make_gate
 from xaf_hub.output import dumps, table
-from xaf_hub.scan import InstanceScan
+
+if TYPE_CHECKING:
+    from xaf_hub.scan import InstanceScan
 
 HELP = "load per instance and whether it can take new work"
 EXAMPLES = """\

@@ -48,7 +48,6 @@ from xaf_hub.planner import Plan
 from xaf_hub.records import SessionRecord
 
 STEP = "fix_free_limit"
-SOURCE = "patrol.fix_free_limit"
 # Failures older than this are history, not something to heal now.
 LOOKBACK = timedelta(hours=24)
 # How long to wait for an aborted retry to go idle before sending the new prompt.
@@ -215,11 +214,15 @@ async def heal(
     cand: HealCandidate,
     state: ModelState,
     override: str | None,
+    *,
+    origin: str = "patrol",
 ) -> str | None:
     """Heal one session: blackout if due, next model, abort a stuck retry, continue prompt.
 
     Returns the new model, or None when no usable model is left (nothing was sent). Also
-    the building block for ``dispatch --confirm-wait`` and ``confirm --fix``.
+    the building block for ``dispatch --confirm-wait`` and ``confirm --fix``
+    (patrol/confirm.py); ``origin`` names the caller in the blackout's source and the audit
+    log ("patrol", "dispatch", "confirm"), nothing else differs.
     """
     cfg = pctx.cfg
     families = cfg.models.families()
@@ -229,12 +232,12 @@ async def heal(
     if family is not None:
         # Blackout first, then the target: the target must already skip the family.
         until_ms = state.mark_blackout(
-            family, cand.reason[:300], f"{SOURCE} {inst.name}/{rec.id}", now
+            family, cand.reason[:300], f"{origin}.{STEP} {inst.name}/{rec.id}", now
         )
         until = datetime.fromtimestamp(until_ms / 1000, state.tz)
         blackout = f"{family} blacked out until {until:%Y-%m-%d %H:%M}"
         pctx.audit(
-            "patrol.blackout",
+            f"{origin}.blackout",
             instance=inst.name,
             session=rec.id,
             result="blackout",
@@ -271,12 +274,19 @@ async def heal(
         return None
     prompt = build_prompt(cfg, inst, CONTINUE_PROMPT, rec.title, override)
     if cand.state == "retry":
-        await _abort_and_prompt(pctx, inst, rec, prompt, target)
+        await _abort_and_prompt(pctx, inst, rec, prompt, target, origin)
     else:
         plan = Plan("reuse", inst, rec, rec.directory, rec.title, via=f"heal ({cand.signal})")
         async with pctx.client(inst) as client:
             await execute(
-                cfg, plan, prompt, target, client, pctx.gate(), command="patrol.heal", env=pctx.env
+                cfg,
+                plan,
+                prompt,
+                target,
+                client,
+                pctx.gate(),
+                command=f"{origin}.heal",
+                env=pctx.env,
             )
     state.remember_healed(cand.key, cand.model or None, target, now)
     cycle.touched.add((inst.name, rec.id))
@@ -291,7 +301,12 @@ async def heal(
 
 
 async def _abort_and_prompt(
-    pctx: PatrolContext, inst: InstanceConfig, rec: SessionRecord, prompt: str, model: str
+    pctx: PatrolContext,
+    inst: InstanceConfig,
+    rec: SessionRecord,
+    prompt: str,
+    model: str,
+    origin: str,
 ) -> None:
     """Abort a stuck retry and send the new prompt while holding the instance's gate lock.
 
@@ -306,11 +321,11 @@ async def _abort_and_prompt(
                 await client.prompt_async(rec.id, prompt, model)
     except Exception as exc:
         pctx.audit(
-            "patrol.heal", instance=inst.name, session=rec.id, result="failed", reason=str(exc)
+            f"{origin}.heal", instance=inst.name, session=rec.id, result="failed", reason=str(exc)
         )
         raise
     pctx.audit(
-        "patrol.heal",
+        f"{origin}.heal",
         instance=inst.name,
         session=rec.id,
         result="abort+prompt",

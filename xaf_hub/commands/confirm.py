@@ -1,0 +1,320 @@
+"""Say whether one session is really running, and with --fix heal it the patrol's way.
+
+The session is looked up on every instance (or the one named by --instance). The answer is
+one of: running, retrying (with the provider's message and the next try), finished, failed
+(with the error), aborted, interrupted, pending (a prompt with no answer yet) or idle.
+
+`--fix` heals a session that the patrol's fix_free_limit would heal - still retrying on a
+rate limit, or idle after a rate-limit or model-unavailable error - with the same code: the
+blackout (rate limit on a blackout family only) through the one writer, the next usable model
+of the instance's chain, abort of a stuck retry, and the continue prompt with the discipline
+block, through the gate. A failure is healed once, whoever heals it first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from datetime import datetime, tzinfo
+from typing import TYPE_CHECKING, Any
+
+from xaf_hub.commands._common import add_json
+from xaf_hub.context import Context
+from xaf_hub.errors import ExitCode, HubError
+from xaf_hub.output import dumps
+
+if TYPE_CHECKING:
+    from xaf_hub.config import InstanceConfig
+    from xaf_hub.patrol.confirm import Healing, Sighting, Verdict, WaitResult
+
+HELP = "say whether one session really runs (retrying? failed? why); --fix heals it"
+EXAMPLES = """\
+examples:
+  xaf-hub confirm --session ses_abc123               # searches every instance
+  xaf-hub confirm --session ses_abc123 --instance lan-189 --json
+  xaf-hub confirm --session ses_abc123 --fix         # heal a rate limit now, as the patrol would
+exit codes: 0 when the session runs, finished, or is idle (or --fix healed it); 1 when it is
+retrying or its last run failed (and --fix did not heal it); 2 unreachable; 3 when --fix found
+no free slot for the re-send; 4 unknown session, or --fix on production without --allow-prod;
+5 --fix on a non-project session without --force.
+"""
+
+_SIGNAL_WORDS = {"rate_limited": "rate-limited", "model_unavailable": "model unavailable"}
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Options of `confirm`."""
+    add_json(p)
+    p.add_argument("--session", required=True, metavar="ID", help="the session to look at")
+    p.add_argument("--instance", metavar="NAME", help="where it lives (default: search all)")
+    p.add_argument(
+        "--fix",
+        action="store_true",
+        help="heal a rate-limited / model-unavailable session now, exactly as the patrol would",
+    )
+    p.add_argument("--allow-prod", action="store_true", help="allow --fix on production")
+    p.add_argument("--force", action="store_true", help="allow --fix on a non-project session")
+
+
+# ---------------------------------------------------------------------------------------------
+# Wording shared with `dispatch --confirm-wait`
+
+
+def local_time(ms: int, tz: tzinfo, seconds: bool = True) -> str:
+    """An epoch-ms instant as local wall time in ``tz``."""
+    moment = datetime.fromtimestamp(ms / 1000, tz)
+    return f"{moment:%Y-%m-%d %H:%M:%S}" if seconds else f"{moment:%Y-%m-%d %H:%M}"
+
+
+def _in(ms: int, now_ms: int) -> str:
+    left = (ms - now_ms) // 1000
+    if left <= 0:
+        return "due now"
+    if left < 120:
+        return f"in {left} s"
+    if left < 7200:
+        return f"in {left // 60} min"
+    return f"in {left // 3600} h {left % 3600 // 60} min"
+
+
+def _model(model: str) -> str:
+    return model or "the server's default model"
+
+
+def verdict_text(v: Verdict, tz: tzinfo, now_ms: int) -> str:
+    """One phrase for a verdict."""
+    if v.state == "running":
+        return f"running on {_model(v.model)} ({v.detail})"
+    if v.state == "retrying":
+        attempt = f" (attempt {v.attempt})" if v.attempt else ""
+        when = (
+            f"; next try at {local_time(v.next_ms, tz)} ({_in(v.next_ms, now_ms)})"
+            if v.next_ms
+            else ""
+        )
+        return f"retrying on {_model(v.model)}{attempt}: {v.detail or 'no message'}{when}"
+    if v.state == "finished":
+        return f"finished (last run on {_model(v.model)})"
+    if v.state == "failed":
+        return f"failed on {_model(v.model)}: {v.detail}"
+    return f"{v.state}: {v.detail}"
+
+
+def healing_text(h: Healing, tz: tzinfo) -> str:
+    """What one heal did, e.g. "rate-limited on A, re-sent on B (blackout of ...)"."""
+    words = _SIGNAL_WORDS.get(h.signal, h.signal)
+    head = f"{words} on {h.from_model or 'an unknown model'}"
+    if h.already:
+        return f"{head}: already healed (by the patrol or another command)"
+    tail = f" (blackout of family {h.family} until {blackout_until(h, tz)})" if h.family else ""
+    if h.to_model is None:
+        return f"{head}: no usable model left in the chain{tail}"
+    return f"{head}, healed: re-sent on {h.to_model}{tail}"
+
+
+def blackout_until(h: Healing, tz: tzinfo) -> str:
+    """A heal's blackout end as local wall time."""
+    return local_time(h.until_ms, tz, seconds=False) if h.until_ms is not None else "?"
+
+
+def wait_text(r: WaitResult, window: float, tz: tzinfo, now_ms: int) -> str:
+    """One line for how `dispatch --confirm-wait` ended."""
+    model = _model(r.model)
+    final = {
+        "running": f"running on {model}",
+        "finished": f"ran on {model} and already finished",
+        "failed": f"failed: {r.detail}",
+        "no_sign": f"no sign of a run within {window:g} s"
+        + (f" (last seen: {r.detail})" if r.detail else ""),
+        "retrying": f"retrying on {model}: {r.detail}"
+        + (
+            f"; next try at {local_time(r.next_ms, tz)} ({_in(r.next_ms, now_ms)})"
+            if r.next_ms
+            else ""
+        ),
+        "unreachable": f"unreachable while waiting: {r.detail}",
+    }[r.state]
+    if not r.heals:
+        return final
+    blackouts = [
+        f"blackout of family {h.family} until {blackout_until(h, tz)}" for h in r.heals if h.family
+    ]
+    tail = f" ({'; '.join(blackouts)})" if blackouts else ""
+    heads = [
+        f"{_SIGNAL_WORDS.get(h.signal, h.signal)} on {h.from_model or 'an unknown model'}"
+        for h in r.heals
+    ]
+    if r.state in ("running", "finished"):
+        now = "now " if r.state == "running" else ""
+        return f"{', then '.join(heads)}, healed: {now}{final}{tail}"
+    last = r.heals[-1]
+    sent = f", re-sent on {last.to_model}" if last.to_model else ""
+    return f"{', then '.join(heads)}{sent}; {final}{tail}"
+
+
+def wait_json(r: WaitResult, window: float, line: str) -> dict[str, Any]:
+    """The `confirm` object of `dispatch --json`."""
+    return {
+        "state": r.state,
+        "model": r.model or None,
+        "detail": r.detail,
+        "window_seconds": window,
+        "seconds": r.seconds,
+        "next_try_ms": r.next_ms or None,
+        "healed": [h.to_json() for h in r.heals],
+        "message": line,
+    }
+
+
+def wait_exit(r: WaitResult) -> int:
+    """0 when the run was seen going (healed or not), 2 unreachable, else 1."""
+    if r.state in ("running", "finished"):
+        return int(ExitCode.OK)
+    if r.state == "unreachable":
+        return int(ExitCode.UNREACHABLE)
+    return int(ExitCode.INTERNAL)
+
+
+# ---------------------------------------------------------------------------------------------
+# The command
+
+
+async def _find(
+    ctx: Context, instances: list[InstanceConfig], session_id: str
+) -> tuple[list[tuple[InstanceConfig, Sighting]], list[tuple[InstanceConfig, str]]]:
+    """Every instance that knows the session (with a look at it), and those that did not answer."""
+    from xaf_hub.client import SessionNotFound
+    from xaf_hub.patrol.confirm import look
+    from xaf_hub.scan import make_client
+
+    cfg = ctx.config
+
+    async def one(inst: InstanceConfig) -> tuple[InstanceConfig, Sighting | str | None]:
+        transport = ctx.transport_factory(inst) if ctx.transport_factory else None
+        async with make_client(cfg, inst, transport) as client:
+            try:
+                session = await client.get_session(session_id)
+                return inst, await look(client, inst, session)
+            except SessionNotFound:
+                return inst, None
+            except HubError as exc:
+                return inst, getattr(exc, "reason", None) or str(exc)
+
+    found, down = [], []
+    for inst, what in await asyncio.gather(*(one(i) for i in instances)):
+        if isinstance(what, str):
+            down.append((inst, what))
+        elif what is not None:
+            found.append((inst, what))
+    return found, down
+
+
+def run(ctx: Context) -> int:
+    """Find the session, judge it, and with --fix heal it."""
+    from xaf_hub.commands._common import chosen_instances
+    from xaf_hub.errors import NotProjectSession, ProductionRefused, UnreachableError, UsageError
+    from xaf_hub.model_state import resolve_timezone, to_ms
+    from xaf_hub.patrol.confirm import heal_candidate, heal_session, judge
+    from xaf_hub.patrol.context import PatrolContext, utc_now
+
+    args = ctx.args
+    cfg = ctx.config
+    instances = chosen_instances(ctx)
+    found, down = asyncio.run(_find(ctx, instances, args.session))
+    if not found:
+        if down and len(down) == len(instances):
+            raise UnreachableError(down[0][0].name, down[0][1])
+        for inst, reason in down:
+            ctx.warn(f"{inst.name} unreachable: {reason}")
+        raise UsageError(f"session {args.session} not found on {args.instance or 'any instance'}")
+    # Servers sharing one database all know the session; only the one running it says so.
+    inst, seen = next(((i, s) for i, s in found if s.rec.running), found[0])
+    if len(found) > 1:
+        names = ", ".join(i.name for i, _ in found)
+        ctx.warn(f"{args.session} is known to {names} (a shared database?); using {inst.name}")
+    tz = resolve_timezone(cfg.models.timezone)
+    now_ms = to_ms(utc_now())
+    verdict = judge(seen)
+    cand = heal_candidate(seen)
+    rec = seen.rec
+    line = (
+        f"{rec.id} on {inst.name} ({rec.title or 'untitled'}): {verdict_text(verdict, tz, now_ms)}"
+    )
+    code = int(ExitCode.INTERNAL if verdict.state in ("retrying", "failed") else ExitCode.OK)
+    fix: dict[str, Any] | None = None
+    fix_line = ""
+    if args.fix:
+        if cand is None:
+            fix = {"healed": False, "reason": "nothing the patrol would heal"}
+            fix_line = "nothing to fix: " + (
+                "not a rate limit or an unavailable model; --fix heals only those"
+                if verdict.state in ("retrying", "failed")
+                else f"the session is {verdict.state}"
+            )
+        else:
+            if inst.production and not args.allow_prod:
+                raise ProductionRefused(
+                    f"{inst.name} is a production instance: --fix needs --allow-prod"
+                )
+            if not rec.project and not args.force:
+                raise NotProjectSession(
+                    f"session {rec.id} on {inst.name} is not a project session "
+                    f"({rec.directory}); --force overrides"
+                )
+            if rec.parent_id:
+                raise UsageError(
+                    f"{rec.id} is a sub-agent session of {rec.parent_id}: its parent owns it; "
+                    "confirm the parent instead"
+                )
+            pctx = PatrolContext(cfg, env=ctx.env, transport_factory=ctx.transport_factory)
+            try:
+                healing = asyncio.run(heal_session(pctx, inst, rec, cand, origin="confirm"))
+            except HubError as exc:
+                fix = {"healed": False, "error": str(exc)}
+                fix_line = f"fix failed: {exc}"
+                code = int(exc.exit_code)
+            else:
+                for note in healing.notes:
+                    ctx.warn(note)
+                healed = healing.to_model is not None and not healing.already
+                fix = {"healed": healed, **healing.to_json()}
+                fix_line = "fix: " + healing_text(healing, tz)
+                code = int(ExitCode.OK if healed or healing.already else ExitCode.INTERNAL)
+    if ctx.json:
+        ctx.out(
+            dumps(
+                {
+                    "instance": inst.name,
+                    "session_id": rec.id,
+                    "title": rec.title,
+                    "directory": rec.directory,
+                    "project": rec.project,
+                    "state": verdict.state,
+                    "model": verdict.model or None,
+                    "detail": verdict.detail,
+                    "signal": verdict.signal,
+                    "retry": {
+                        "attempt": verdict.attempt,
+                        "message": verdict.detail,
+                        "next_ms": verdict.next_ms or None,
+                        "next": local_time(verdict.next_ms, tz) if verdict.next_ms else None,
+                    }
+                    if verdict.state == "retrying"
+                    else None,
+                    "healable": cand is not None,
+                    "fix": fix,
+                    "message": line,
+                    "fix_message": fix_line or None,
+                }
+            )
+        )
+    else:
+        ctx.out(line)
+        if fix_line:
+            ctx.out(fix_line)
+        elif cand is not None:
+            ctx.out(
+                f"hint: the patrol heals this; `xaf-hub confirm --session {rec.id} --fix` "
+                "does it now"
+            )
+    return code
