@@ -12,21 +12,22 @@ from typing import Any, NoReturn
 
 from xaf_hub.errors import ExitCode, HubError, UsageError
 
-# Subcommand modules under xaf_hub.commands, in the order --help lists them.
-COMMANDS = (
-    "instances",
-    "sessions",
-    "status",
-    "dispatch",
-    "confirm",
-    "cleanup",
-    "interrupt",
-    "watch",
-    "serve",
-    "doctor",
-    "patrol",
-    "backlog",
-)
+# Subcommand modules under xaf_hub.commands and their one-line help, in --help order.
+# A module is imported only when its command runs, so `xaf-hub --help` stays light.
+COMMANDS: dict[str, str] = {
+    "instances": "health and totals of every instance",
+    "sessions": "the project's sessions (table, JSON, CSV or HTML export)",
+    "status": "load per instance and whether it can take new work",
+    "dispatch": "send a task to a related, named or new session",
+    "confirm": "say whether one session really runs (retrying? failed? why); --fix heals it",
+    "cleanup": "preview (or --execute) deletion of stale project sessions",
+    "interrupt": "abort a session's run",
+    "watch": "print changes in the fleet as they happen",
+    "serve": "serve the overview page (and its JSON) to colleagues' browsers, read-only",
+    "doctor": "check config, credentials, instances, state, blackouts, patrol; say how to fix",
+    "patrol": "run the patrol (heal, resume, sync design tasks, fill slots); pause/resume/status",
+    "backlog": "list, add, show or change tasks in the patrol's task pool",
+}
 
 DESCRIPTION = """\
 Run a fleet of opencode servers as one: find the project's sessions on every instance,
@@ -56,8 +57,8 @@ def _common(sub: bool = False) -> Parser:
     return common
 
 
-def build_parser() -> Parser:
-    """The full parser with every subcommand."""
+def build_parser(argv: Sequence[str] | None = None) -> Parser:
+    """The parser; only the commands named in ``argv`` (all when None) get their options."""
     parser = Parser(
         prog="xaf-hub",
         description=DESCRIPTION,
@@ -69,11 +70,15 @@ def build_parser() -> Parser:
     parser.add_argument("--version", action="version", version=f"xaf-hub {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     common = _common(sub=True)
-    for name in COMMANDS:
+    wanted = set(COMMANDS) if argv is None else set(argv) & set(COMMANDS)
+    for name, help_text in COMMANDS.items():
+        if name not in wanted:
+            sub.add_parser(name, help=help_text, add_help=False)
+            continue
         module = importlib.import_module(f"xaf_hub.commands.{name}")
         p = sub.add_parser(
-            name.replace("_", "-"),
-            help=module.HELP,
+            name,
+            help=help_text,
             description=module.__doc__,
             epilog=getattr(module, "EXAMPLES", None),
             formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -92,8 +97,9 @@ def main(argv: Sequence[str] | None = None, **context: Any) -> int:
     ctx: Context | None = None
     stderr = context.get("stderr", sys.stderr)
     try:
-        parser = build_parser()
-        args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+        words = list(sys.argv[1:] if argv is None else argv)
+        parser = build_parser(words)
+        args = parser.parse_args(words)
         if not getattr(args, "command", None):
             parser.print_help(context.get("stdout", sys.stdout))
             return int(ExitCode.USAGE)

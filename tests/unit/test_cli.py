@@ -13,13 +13,34 @@ from xaf_hub.cli import COMMANDS, build_parser, main
 
 
 @pytest.mark.parametrize("name", COMMANDS)
-def test_every_command_has_help_and_examples(name: str) -> None:
+def test_every_command_has_help_and_examples(
+    name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     module = importlib.import_module(f"xaf_hub.commands.{name}")
-    assert module.HELP and module.__doc__ and "example" in module.EXAMPLES
-    out = io.StringIO()
+    assert COMMANDS[name] and module.__doc__ and "example" in module.EXAMPLES
     with pytest.raises(SystemExit):
-        build_parser().parse_args([name.replace("_", "-"), "--help"])
-    assert out is not None
+        build_parser([name]).parse_args([name, "--help"])
+    text = capsys.readouterr().out
+    assert "examples:" in text and "--config" in text
+
+
+def test_top_level_help_lists_every_command_without_importing_them() -> None:
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys, io\n"
+        "from xaf_hub.cli import main\n"
+        "main(['--help'], stdout=io.StringIO())\n"
+        "print(sorted(m for m in sys.modules if m.startswith('xaf_hub.commands.')))\n"
+        "print(sorted(m for m in ('httpx', 'sklearn', 'jinja2', 'apscheduler', 'portalocker')"
+        " if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         check=True).stdout
+    assert out.strip().splitlines()[-2:] == ["[]", "[]"]
+    for name in COMMANDS:
+        assert name in out
 
 
 def test_usage_errors_exit_4(tmp_path: Path) -> None:

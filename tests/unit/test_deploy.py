@@ -166,5 +166,5 @@ def test_every_placeholder_is_documented() -> None:
 def test_service_command_lines_parse() -> None:
     if "patrol" not in COMMANDS:
         pytest.skip("the patrol command is not registered yet")
-    args = build_parser().parse_args(["--config", "/x/config.json", "patrol"])
+    args = build_parser(["patrol"]).parse_args(["--config", "/x/config.json", "patrol"])
     assert args.command == "patrol" and args.config == "/x/config.json"

@@ -20,7 +20,6 @@ from xaf_hub.output import dumps
 if TYPE_CHECKING:
     from xaf_hub.backlog import Backlog, Task
 
-HELP = "list, add, show or change tasks in the patrol's task pool"
 EXAMPLES = """\
 examples:
   xaf-hub backlog list

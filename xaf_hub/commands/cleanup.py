@@ -18,7 +18,6 @@ from xaf_hub.context import Context
 from xaf_hub.output import ago, dumps, shorten, shorten_left, table
 from xaf_hub.records import SessionRecord
 
-HELP = "preview (or --execute) deletion of stale project sessions"
 EXAMPLES = """\
 examples:
   xaf-hub cleanup                      # preview: what would be deleted

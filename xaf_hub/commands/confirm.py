@@ -27,7 +27,6 @@ if TYPE_CHECKING:
     from xaf_hub.config import InstanceConfig
     from xaf_hub.patrol.confirm import Healing, Sighting, Verdict, WaitResult
 
-HELP = "say whether one session really runs (retrying? failed? why); --fix heals it"
 EXAMPLES = """\
 examples:
   xaf-hub confirm --session ses_abc123               # searches every instance

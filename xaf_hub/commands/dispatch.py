@@ -26,7 +26,6 @@ from xaf_hub.context import Context
 from xaf_hub.errors import BusyError, UsageError
 from xaf_hub.output import dumps
 
-HELP = "send a task to a related, named or new session"
 EXAMPLES = """\
 examples:
   xaf-hub dispatch --text "修复登录页样式" --dry-run      # show the plan and the full prompt

@@ -45,7 +45,6 @@ from xaf_hub.rules import is_under, normalize_dir
 if TYPE_CHECKING:  # the scanner pulls in httpx; --help must stay light
     from xaf_hub.scan import TransportFactory
 
-HELP = "check config, credentials, instances, state folder, blackouts and patrol; say how to fix"
 EXAMPLES = """\
 examples:
   xaf-hub doctor

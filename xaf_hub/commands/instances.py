@@ -8,7 +8,6 @@ from xaf_hub.commands._common import add_json, chosen_instances, scan, scan_exit
 from xaf_hub.context import Context
 from xaf_hub.output import dumps, table
 
-HELP = "health and totals of every instance"
 EXAMPLES = """\
 examples:
   xaf-hub instances

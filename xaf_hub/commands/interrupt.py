@@ -9,7 +9,6 @@ from xaf_hub.commands._common import add_json
 from xaf_hub.context import Context
 from xaf_hub.output import dumps
 
-HELP = "abort a session's run"
 EXAMPLES = """\
 examples:
   xaf-hub interrupt --session ses_abc123 --instance lan-248

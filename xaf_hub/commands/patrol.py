@@ -25,7 +25,6 @@ from xaf_hub.output import dumps
 if TYPE_CHECKING:
     from xaf_hub.patrol.context import PatrolContext
 
-HELP = "run the patrol (heal, resume, sync design tasks, fill slots); pause/resume/status"
 EXAMPLES = """\
 examples:
   xaf-hub patrol --once                     # one cycle, then exit (cron: 7 * * * *)

@@ -37,7 +37,6 @@ from xaf_hub.errors import UsageError
 from xaf_hub.output import dumps
 from xaf_hub.records import Snapshot
 
-HELP = "serve the overview page (and its JSON) to colleagues' browsers, read-only"
 EXAMPLES = """\
 examples:
   xaf-hub serve                                  # http://127.0.0.1:7317/ on this machine only

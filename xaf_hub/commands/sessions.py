@@ -17,7 +17,6 @@ from xaf_hub.context import Context
 from xaf_hub.output import ago, dumps, shorten, shorten_left, table
 from xaf_hub.records import Snapshot
 
-HELP = "the project's sessions (table, JSON, CSV or HTML export)"
 EXAMPLES = """\
 examples:
   xaf-hub sessions

@@ -22,7 +22,6 @@ from xaf_hub.output import dumps, table
 if TYPE_CHECKING:
     from xaf_hub.scan import InstanceScan
 
-HELP = "load per instance and whether it can take new work"
 EXAMPLES = """\
 examples:
   xaf-hub status

@@ -16,7 +16,6 @@ from xaf_hub.context import Context
 from xaf_hub.output import dumps, shorten
 from xaf_hub.records import SessionRecord, Snapshot
 
-HELP = "print changes in the fleet as they happen"
 EXAMPLES = """\
 examples:
   xaf-hub watch                  # every 10 s
