@@ -422,7 +422,7 @@ def parse_config(raw: Any, *, path: Path, env: Mapping[str, str]) -> Config:
     if models.state_backend == "redis" and not lock.redis_url:
         raise ConfigError(
             f"{path}: key 'models.state_backend': 'redis' needs lock.redis_url "
-            "(e.g. redis://10.0.0.5:6379/0)"
+            "(e.g. redis://hub-redis.example.internal:6379/0)"
         )
     patrol = _parse_patrol(top.sub("patrol"), path)
 
@@ -463,6 +463,13 @@ def parse_config(raw: Any, *, path: Path, env: Mapping[str, str]) -> Config:
         for key, value in extra.items():
             if local_scope == "home" and key not in CREDENTIAL_KEYS:
                 continue
+            if key in CREDENTIAL_KEYS and value is not None and not isinstance(value, str):
+                # Checked here: a wrong type would otherwise be ignored (password) or blamed
+                # on the main config file (the others).
+                raise ConfigError(
+                    f"{local_path}: key 'instances.{name}.{key}': expected a string, "
+                    f"got {_json_type(value)}"
+                )
             if key == "password":
                 merged["_local_password"] = value
             else:

@@ -353,7 +353,7 @@ def test_serve_refuses_to_expose_the_fleet_without_a_password(
     monkeypatch.delenv(VIEWER_PASSWORD_ENV, raising=False)
     for args, needle in (
         (("--host", "0.0.0.0"), "--public"),
-        (("--host", "192.168.1.5"), "--public"),
+        (("--host", "::"), "--public"),
         (("--public",), VIEWER_PASSWORD_ENV),
         (("--public", "--host", "0.0.0.0"), VIEWER_PASSWORD_ENV),
     ):

@@ -34,7 +34,7 @@ PASSWORD = "correct horse battery"
         ("LOCALHOST", True),
         ("0.0.0.0", False),
         ("::", False),
-        ("192.168.1.5", False),
+        ("198.51.100.7", False),
         ("128.0.0.1", False),
         ("localhost.evil.example", False),
         ("myhost", False),
@@ -222,7 +222,7 @@ def test_health_is_503_when_nothing_answers() -> None:
 
 def test_loopback_viewer_refuses_foreign_host_names() -> None:
     viewer, cache = _viewer()
-    for host in ("evil.example", "evil.example:7317", "192.168.1.5:7317"):
+    for host in ("evil.example", "evil.example:7317", "198.51.100.7:7317"):
         assert viewer.respond("GET", "/", _headers(host=host).get).status == 403
     assert cache.scans == 0
     for host in ("127.0.0.1:7317", "localhost:7317", "[::1]:7317"):
