@@ -35,6 +35,16 @@ def redact(text: str, secrets: Iterable[str]) -> str:
     return text
 
 
+# C0 controls except tab and newline, DEL, and the C1 block: a session title or a server's
+# error text holding ESC sequences must not recolour, retitle or rewrite the terminal.
+_CONTROLS = {c: "\ufffd" for c in (*range(0x00, 0x20), *range(0x7F, 0xA0)) if c not in (9, 10)}
+
+
+def terminal_safe(text: str) -> str:
+    """Replace terminal control characters (ESC, CR, NUL, C1...) with U+FFFD."""
+    return text.translate(_CONTROLS)
+
+
 def fmt_time(ms: int) -> str:
     """Local 'YYYY-MM-DD HH:MM' or '-' for an unknown time."""
     if ms <= 0:

@@ -211,8 +211,18 @@ def test_production_is_never_written_without_allow_prod(hub: Hub) -> None:
     try:
         with StepProxy(url) as proxy:
             _prod_hub(hub, proxy)
-            code, _, err = hub.cli("backlog", "add", "--title", "prod task", "--id", "PX-1",
-                                   "--instance", "prod-x", "--prompt", "prod pinned work")
+            code, _, err = hub.cli(
+                "backlog",
+                "add",
+                "--title",
+                "prod task",
+                "--id",
+                "PX-1",
+                "--instance",
+                "prod-x",
+                "--prompt",
+                "prod pinned work",
+            )
             assert code == 0, err
 
             def refused(*args: str) -> None:
@@ -231,8 +241,16 @@ def test_production_is_never_written_without_allow_prod(hub: Hub) -> None:
             for args in (
                 ("cleanup", "--ttl-days", "0", "--execute"),
                 ("cleanup", "--ttl-days", "0", "--execute", "--instance", "prod-x"),
-                ("dispatch", "--new", "--instance", "prod-x", "--text", "x", "--dry-run",
-                 "--allow-prod"),
+                (
+                    "dispatch",
+                    "--new",
+                    "--instance",
+                    "prod-x",
+                    "--text",
+                    "x",
+                    "--dry-run",
+                    "--allow-prod",
+                ),
             ):
                 code, _, err = hub.cli(*args)
                 assert code == 0, (args, err)
@@ -276,7 +294,9 @@ def test_new_state_files_are_private_under_a_permissive_umask(hub: Hub) -> None:
     ):
         subprocess.run(
             [sys.executable, "-c", script, "--config", str(hub.config_path), *args],
-            env=env, check=True, capture_output=True,
+            env=env,
+            check=True,
+            capture_output=True,
         )
     files = [p for p in home(hub).rglob("*") if p.is_file() and not p.name.endswith(".lock")]
     assert {"audit.log", "tasks_backlog.json"} <= {p.name for p in files}
