@@ -7,7 +7,7 @@ heal): the model choice and the prompt with its discipline block.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -104,8 +104,14 @@ async def execute(
     *,
     command: str = "dispatch",
     env: Mapping[str, str] | None = None,
+    on_created: Callable[[str], None] | None = None,
 ) -> DispatchResult:
-    """Send the prompt; for gated plans hold the lock, re-count, reserve, create, prompt."""
+    """Send the prompt; for gated plans hold the lock, re-count, reserve, create, prompt.
+
+    ``on_created(session_id)`` runs after a new session exists and before its prompt is sent,
+    so a caller can record the session first: a crash between the two then never leads to
+    the same work being sent twice.
+    """
     inst = plan.instance
     try:
         if not plan.gated:
@@ -115,7 +121,7 @@ async def execute(
                 "steer", inst.name, plan.session.id, plan.directory, plan.title, model
             )
         else:
-            result = await _gated(cfg, plan, prompt, model, client, gate)
+            result = await _gated(cfg, plan, prompt, model, client, gate, on_created)
     except Exception as exc:
         audit.append(
             cfg.state_dir,
@@ -141,7 +147,13 @@ async def execute(
 
 
 async def _gated(
-    cfg: Config, plan: Plan, prompt: str, model: str | None, client: OpencodeClient, gate: Gate
+    cfg: Config,
+    plan: Plan,
+    prompt: str,
+    model: str | None,
+    client: OpencodeClient,
+    gate: Gate,
+    on_created: Callable[[str], None] | None = None,
 ) -> DispatchResult:
     inst = plan.instance
     with gate.lock(inst.name):
@@ -182,6 +194,8 @@ async def _gated(
                 assert plan.session is not None
                 session_id, directory = plan.session.id, plan.directory
             res = gate.attach(res, session_id)
+            if on_created is not None:
+                on_created(session_id)
             await client.prompt_async(session_id, prompt, model)
         except BaseException:
             gate.release(res)

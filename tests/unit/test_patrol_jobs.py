@@ -430,6 +430,13 @@ def dispatched(tid: str = "T1", *, ago: timedelta = timedelta(minutes=10)) -> Ta
             "never answered",
         ),
         (dispatched(), Sighting(session=rec(), run=None), "keep", False, "could not be read"),
+        (
+            dispatched(ago=timedelta(seconds=10)),
+            Sighting(session=rec(), run=LastRun("none")),
+            "requeue",
+            True,
+            "never received its prompt",
+        ),
     ],
 )
 def test_settle(task: Task, seen: Sighting, action: str, infra: bool, reason: str) -> None:

@@ -142,7 +142,13 @@ def settle(task: Task, seen: Sighting, now: datetime, stale_minutes: float) -> S
         return Settlement("done")
     if outcome in ("aborted", "running"):
         return Settlement("keep", reason="interrupted and not resumed: needs a human")
-    if outcome in ("pending", "none"):
+    if outcome == "none":
+        # No message at all: the session was recorded before its prompt (fill_slots does
+        # that on purpose) and the hub stopped in between. Nothing ran; send it again.
+        return Settlement(
+            "requeue", True, "the session never received its prompt (the hub stopped first)"
+        )
+    if outcome == "pending":
         if age is not None and age > NO_ANSWER_GRACE:
             return Settlement(
                 "requeue", True, "the prompt was never answered (model unknown to the server?)"
@@ -193,10 +199,11 @@ def session_title(task: Task) -> str:
 
 async def fill_slots(pctx: PatrolContext, cycle: Cycle) -> None:
     """Settle dispatched tasks, then dispatch pending ones into every free slot."""
+    scanned_at = pctx.now()
     fleet = await pctx.scan()
     cycle.note_instances(pctx, fleet)
     backlog = pctx.backlog()
-    await settle_dispatched(pctx, cycle, fleet, backlog.load().tasks)
+    await settle_dispatched(pctx, cycle, fleet, backlog.load().tasks, scanned_at)
     if pctx.stop_requested():
         return
     data = backlog.load()
@@ -288,24 +295,34 @@ async def _dispatch(
     title = session_title(task)
     plan = Plan("create", inst, None, directory, title, via=f"patrol fill_slots ({task.id})")
     prompt = build_prompt(cfg, inst, task.prompt or task.title, task.title, override)
+
+    def record(session_id: str) -> None:
+        # Marked before the prompt goes out: if the patrol dies in between, the next cycle
+        # finds the task dispatched (and settles it) instead of sending the work again.
+        try:
+            pctx.backlog().mark_dispatched(task.id, session_id, inst.name, model, pctx.now())
+        except HubError as exc:
+            cycle.error(
+                pctx,
+                STEP,
+                f"task {task.id}: session {inst.name}/{session_id} created but the pool "
+                f"could not record it, so no prompt was sent: {exc}",
+            )
+            raise
+
     async with pctx.client(inst) as client:
         result = await execute(
-            cfg, plan, prompt, model, client, pctx.gate(), command="patrol.fill_slots", env=pctx.env
+            cfg,
+            plan,
+            prompt,
+            model,
+            client,
+            pctx.gate(),
+            command="patrol.fill_slots",
+            env=pctx.env,
+            on_created=record,
         )
     cycle.touched.add((inst.name, result.session_id))
-    try:
-        pctx.backlog().mark_dispatched(
-            task.id, result.session_id, inst.name, result.model, pctx.now()
-        )
-    except HubError as exc:
-        # The session runs but the pool could not say so: make that loud, never silent.
-        cycle.error(
-            pctx,
-            STEP,
-            f"task {task.id} runs in {inst.name}/{result.session_id} but "
-            f"the pool was not updated: {exc}",
-        )
-        raise
     pctx.audit(
         "patrol.backlog",
         instance=inst.name,
@@ -345,10 +362,23 @@ async def _with_run_state(
 
 
 async def settle_dispatched(
-    pctx: PatrolContext, cycle: Cycle, fleet: Fleet, tasks: Sequence[Task]
+    pctx: PatrolContext,
+    cycle: Cycle,
+    fleet: Fleet,
+    tasks: Sequence[Task],
+    scanned_at: datetime | None = None,
 ) -> None:
-    """Mark finished tasks done and requeue failed ones."""
-    dispatched = [t for t in tasks if t.status == "dispatched"]
+    """Mark finished tasks done and requeue failed ones.
+
+    A task dispatched after ``scanned_at`` (by a concurrent `dispatch`) is left alone: the
+    scan cannot have seen its session, and calling it gone would send the work twice.
+    """
+
+    def too_new(task: Task) -> bool:
+        when = parse_instant(task.dispatched_at)
+        return scanned_at is not None and when is not None and when >= scanned_at
+
+    dispatched = [t for t in tasks if t.status == "dispatched" and not too_new(t)]
     if not dispatched:
         return
     configured = {i.name for i in pctx.cfg.instances}
