@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import heapq
 import re
+import threading
 import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -127,6 +128,22 @@ def _count_matrix(texts: list[str]) -> Any:
     counts = text_runs @ run_grams
     counts.sort_indices()
     return counts
+
+
+def preload() -> threading.Thread:
+    """Start importing scikit-learn in a background thread; returns the thread.
+
+    The import costs a second or two of CPU; dispatch starts it before its network scan so
+    the two overlap. ``rank`` then finds the modules loaded (or waits for the import lock).
+    """
+
+    def load() -> None:
+        import scipy.sparse  # noqa: F401
+        import sklearn.feature_extraction.text  # noqa: F401
+
+    thread = threading.Thread(target=load, name="xaf-hub-sklearn-preload", daemon=True)
+    thread.start()
+    return thread
 
 
 def document_text(title: str, directory: str) -> str:

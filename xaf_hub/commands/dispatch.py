@@ -143,6 +143,11 @@ def run(ctx: Context) -> int:
         force=args.force,
         model=args.model,
     )
+    smart = not (args.session or args.title or args.new or args.no_match) and cfg.auto_match
+    if smart:
+        from xaf_hub.matcher import preload
+
+        preload()  # the scikit-learn import overlaps the network scan
     snap, scans = scan(ctx, chosen_instances(ctx), project_only=True)
     gate = make_gate(cfg)
     views = []
@@ -150,7 +155,6 @@ def run(ctx: Context) -> int:
         running = {s.id for s in sc.sessions if s.running}
         reserved = len(gate.pending(sc.inst.name, running)) if sc.reachable else 0
         views.append(InstanceView(sc.inst, sc.reachable, sc.reason, tuple(sc.sessions), reserved))
-    smart = not (args.session or args.title or args.new or args.no_match) and cfg.auto_match
     scores = _scores(ctx, scans, args.text) if smart else []
     plan = plan_dispatch(cfg, views, req, scores)
     for w in plan.warnings + snap.warnings:

@@ -23,7 +23,8 @@ from xaf_hub.sandbox import fleet as sandbox
 from xaf_hub.sandbox.fake_llm import FakeLLM
 
 DEMO_ROOT = Path("/tmp/xaf-hub-demo")
-PORTS = {"local-main": 47101, "lan-build": 47102, "prod-edge": 47103}
+# Below the usual ephemeral range (32768+), so an outgoing connection never holds one.
+PORTS = {"local-main": 24101, "lan-build": 24102, "prod-edge": 24103}
 MODELS = ("fake/fake-model", "fake/slow-model", "opencode/free-model", "backup/good-model")
 
 
