@@ -128,6 +128,9 @@ class FaultServer:
                 pass
 
         class Server(http.server.ThreadingHTTPServer):
+            # The hub fans out up to 16 requests per instance: a 5-deep backlog drops SYNs.
+            request_queue_size = 128
+
             daemon_threads = True
 
             def handle_error(self, request: object, client_address: object) -> None:
@@ -301,6 +304,9 @@ class StepProxy:
                 pass
 
         class Server(http.server.ThreadingHTTPServer):
+            # The hub fans out up to 16 requests per instance: a 5-deep backlog drops SYNs.
+            request_queue_size = 128
+
             daemon_threads = True
 
             def handle_error(self, request: object, client_address: object) -> None:

@@ -57,6 +57,9 @@ class StallProxy:
                 pass
 
         class Server(http.server.ThreadingHTTPServer):
+            # The hub fans out up to 16 requests per instance: a 5-deep backlog drops SYNs.
+            request_queue_size = 128
+
             def handle_error(self, request: object, client_address: object) -> None:
                 pass  # a client killed mid-request is the point of some tests
 

@@ -171,7 +171,7 @@ def _hub(fleet: sandbox.Fleet, llm: FakeLLM, tmp: Path) -> Hub:
         )
     doc = {
         "project": {"name": "matrix"},
-        "timeouts": {"connect_seconds": 1, "read_seconds": READ_TIMEOUT},
+        "timeouts": {"connect_seconds": 2, "read_seconds": READ_TIMEOUT},
         "retries": 0,
         "lock": {"slot_ttl_seconds": 60, "lock_timeout_seconds": 10, "slot_grace_seconds": 1},
         "models": {"default_dispatch_model": "fake/fake-model"},
