@@ -794,6 +794,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 result["matcher"] = measure_matcher(args.repeat, root, log)
     except KeyboardInterrupt:
         log("interrupted; servers stopped")
+        if result["sizes"]:
+            partial = args.out.with_suffix(".partial.json")
+            partial.parent.mkdir(parents=True, exist_ok=True)
+            partial.write_text(json.dumps(result, ensure_ascii=False, indent=2), "utf-8")
+            log(f"sizes finished before the interrupt are in {partial}")
         return 130
     finally:
         if args.keep_artifacts:
