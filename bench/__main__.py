@@ -564,8 +564,6 @@ def probe_matcher(n: int, repeat: int) -> dict[str, Any]:
 
     t0 = time.perf_counter()
     import numpy  # noqa: F401 - timed here so the rank() timing below is "after import"
-    import scipy.sparse  # noqa: F401
-    import sklearn.feature_extraction.text  # noqa: F401
 
     import_s = time.perf_counter() - t0
     from bench import matcher_documents

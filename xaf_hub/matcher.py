@@ -1,8 +1,13 @@
 """Rank sessions against a task text: TF-IDF over character n-grams, cosine similarity.
 
-This is the only module that imports scikit-learn (and numpy/scipy, which come
-with it), and it does so inside `rank`: the CLI starts, and every command
-that does not smart-match runs, without paying their ~1 s import.
+This is the only module that imports numpy, and it does so inside `rank`: the
+CLI starts, and every command that does not smart-match runs, without it.
+
+The TF-IDF weights are scikit-learn's (`TfidfTransformer(sublinear_tf=True)`:
+smooth idf, l2 norm), computed with a few numpy calls rather than by
+scikit-learn itself: its import alone cost about 1.1 s of CPU and 70 MB per
+dispatch, more than the whole match. The unit tests check the weights and
+scores against scikit-learn's transformer on generated corpora.
 
 Why our own n-grams instead of sklearn's `char_wb` (measured on realistic
 titles; the cases are in tests/unit/test_matcher.py):
@@ -20,7 +25,7 @@ titles; the cases are in tests/unit/test_matcher.py):
   they occur in many titles and carry no task meaning.
 
 So each script gets the n-gram size at which a character n-gram means
-something; both feed one TF-IDF space (sklearn's `TfidfTransformer`).
+something; both feed one TF-IDF space.
 """
 
 from __future__ import annotations
@@ -86,62 +91,75 @@ def _run_grams(run: str) -> list[str]:
     return [padded[i : i + n] for n in _LATIN_NGRAMS for i in range(len(padded) - n + 1)]
 
 
-def _count_matrix(texts: list[str]) -> Any:
-    """Return the sparse text x n-gram count matrix (CSR, n-grams numbered in sorted order)."""
-    import numpy as np
-    from scipy.sparse import csr_matrix
+def _tfidf(texts: list[str]) -> tuple[Any, Any, Any, int]:
+    """Return the L2-normalised TF-IDF weights of the texts as sparse (row, column, value) arrays
+    and the number of columns.
 
-    # sklearn's CountVectorizer looks every n-gram of every text up in Python,
-    # several times slower at 10k sessions than the 0.3 s budget allows. Runs
-    # (words, directory segments, CJK phrases) repeat heavily across titles and
-    # directories, so count runs per text, n-gram each distinct run once, and
-    # let one sparse product in C do the rest: (text x run) @ (run x n-gram).
+    Rows are texts, columns n-grams numbered in sorted order; entries are sorted by row, then
+    column. The weights are those of scikit-learn's ``TfidfTransformer(sublinear_tf=True)``
+    (defaults: smooth idf, l2 norm) - ``tests/unit/test_matcher.py`` checks them against it -
+    computed with a handful of numpy calls, so dispatch does not pay scikit-learn's import
+    (about a second and 70 MB) on every run.
+    """
+    import numpy as np
+
+    # Counting n-grams one by one in Python is several times slower at 10k sessions than
+    # the 0.3 s budget allows. Runs (words, directory segments, CJK phrases) repeat heavily
+    # across titles and directories, so n-gram each distinct run once and expand in numpy.
     all_runs: list[str] = []
-    text_bounds = [0]
+    runs_per_text: list[int] = []
     for text in texts:
-        all_runs.extend(_runs(text))
-        text_bounds.append(len(all_runs))
+        runs = _runs(text)
+        all_runs.extend(runs)
+        runs_per_text.append(len(runs))
     # Number distinct runs in first-seen order; fromkeys and map run in C.
     run_ids: dict[str, int] = dict.fromkeys(all_runs, 0)
     for i, run in enumerate(run_ids):
         run_ids[run] = i
-    text_runs = csr_matrix(
-        (np.ones(len(all_runs)), list(map(run_ids.__getitem__, all_runs)), text_bounds),
-        shape=(len(texts), len(run_ids)),
-    )
-
     grams_of_run = [_run_grams(run) for run in run_ids]  # dicts keep insertion order = id
-    all_grams = np.array([gram for grams in grams_of_run for gram in grams], dtype=str)
-    # np.unique numbers the n-grams in sorted order, in C. Sorted numbering
-    # makes the columns, and so the floating-point sums behind every score,
-    # independent of the order of the documents and of the n-grams in a text:
-    # equal texts up to word order get exactly equal scores, and ties go by key.
-    vocabulary, gram_columns = np.unique(all_grams, return_inverse=True)
-    run_grams = csr_matrix(
-        (
-            np.ones(len(all_grams)),
-            gram_columns,
-            np.cumsum([0] + [len(grams) for grams in grams_of_run]),
-        ),
-        shape=(len(run_ids), len(vocabulary)),
+    flat_grams = [gram for grams in grams_of_run for gram in grams]
+    # np.unique numbers the n-grams in sorted order, in C. Sorted numbering makes the
+    # entries of a text, and so the floating-point sums behind every score, independent of
+    # the order of the documents and of the words in a text: texts equal up to word order
+    # get exactly equal scores, and ties go by key.
+    vocabulary, gram_column = np.unique(np.array(flat_grams, dtype=str), return_inverse=True)
+    gram_column = gram_column.astype(np.int64)
+    grams_per_run = np.fromiter(map(len, grams_of_run), dtype=np.int64, count=len(grams_of_run))
+    first_gram = np.cumsum(grams_per_run) - grams_per_run
+
+    # Expand every run occurrence into its n-grams: occurrence -> (text, n-gram column).
+    occurrence_run = np.fromiter(
+        map(run_ids.__getitem__, all_runs), dtype=np.int64, count=len(all_runs)
     )
-    counts = text_runs @ run_grams
-    counts.sort_indices()
-    return counts
+    occurrence_text = np.repeat(np.arange(len(texts), dtype=np.int64), runs_per_text)
+    width = grams_per_run[occurrence_run]
+    total = int(width.sum())
+    shift = np.repeat(first_gram[occurrence_run] - (np.cumsum(width) - width), width)
+    columns = gram_column[shift + np.arange(total, dtype=np.int64)]
+    rows = np.repeat(occurrence_text, width)
+
+    # One entry per (text, n-gram) with its count, sorted by text then n-gram.
+    keys, counts = np.unique(rows * len(vocabulary) + columns, return_counts=True)
+    rows, columns = np.divmod(keys, len(vocabulary))
+    document_frequency = np.bincount(columns, minlength=len(vocabulary))
+    idf = np.log((1.0 + len(texts)) / (1.0 + document_frequency)) + 1.0
+    values = (1.0 + np.log(counts)) * idf[columns]
+    norms = np.sqrt(np.bincount(rows, weights=values * values, minlength=len(texts)))
+    values /= norms[rows]
+    return rows, columns, values, len(vocabulary)
 
 
 def preload() -> threading.Thread:
-    """Start importing scikit-learn in a background thread; returns the thread.
+    """Start importing numpy in a background thread; returns the thread.
 
-    The import costs a second or two of CPU; dispatch starts it before its network scan so
-    the two overlap. ``rank`` then finds the modules loaded (or waits for the import lock).
+    The import costs about 0.2 s of CPU; dispatch starts it before its network scan so the two
+    overlap. ``rank`` then finds the module loaded (or waits for the import lock).
     """
 
     def load() -> None:
-        import scipy.sparse  # noqa: F401
-        import sklearn.feature_extraction.text  # noqa: F401
+        import numpy  # noqa: F401
 
-    thread = threading.Thread(target=load, name="xaf-hub-sklearn-preload", daemon=True)
+    thread = threading.Thread(target=load, name="xaf-hub-numpy-preload", daemon=True)
     thread.start()
     return thread
 
@@ -169,17 +187,20 @@ def rank(query: str, documents: Sequence[tuple[str, str]], top: int = 5) -> list
         return []
 
     import numpy as np
-    from sklearn.feature_extraction.text import TfidfTransformer
 
-    # The query is counted with the documents so that its n-grams are in the
-    # vocabulary and IDF sees the whole population being compared. sublinear_tf
+    # The query is weighted with the documents so that its n-grams are in the
+    # vocabulary and IDF sees the whole population being compared. Sublinear tf
     # damps an n-gram repeated within one text (a project name recurring along
     # a path); on realistic titles its effect is small.
-    counts = _count_matrix([text for _, text in documents] + [query])
-    matrix = TfidfTransformer(sublinear_tf=True).fit_transform(counts)
-    # Rows are L2-normalised, so the dot product is the cosine similarity.
-    raw = (matrix[:-1] @ matrix[-1].T).toarray().ravel()
-    scores: list[float] = np.clip(raw, 0.0, 1.0).tolist()
+    rows, columns, values, width = _tfidf([text for _, text in documents] + [query])
+    query_row = len(documents)
+    query_weights = np.zeros(width)
+    in_query = rows == query_row
+    query_weights[columns[in_query]] = values[in_query]
+    # Rows are L2-normalised, so each text's dot product with the query is the
+    # cosine similarity; only n-grams the query has contribute.
+    raw = np.bincount(rows, weights=values * query_weights[columns], minlength=query_row + 1)
+    scores: list[float] = np.clip(raw[:query_row], 0.0, 1.0).tolist()
 
     keys = [key for key, _ in documents]
     count = min(top, len(scores))

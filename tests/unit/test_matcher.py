@@ -6,10 +6,13 @@ import random
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from xaf_hub.matcher import Candidate, document_text, rank
+from xaf_hub.matcher import Candidate, _run_grams, _runs, _tfidf, document_text, rank
 
 # SPEC §3: `match_threshold` default. The matcher does not apply it; dispatch
 # does. These tests pin down what the default means on realistic titles.
@@ -348,3 +351,78 @@ def test_importing_the_matcher_does_not_import_sklearn() -> None:
     )
     assert result.returncode == 0, result.stderr
     assert (result.stdout, result.stderr) == ("", "")
+
+
+# --- the weights are scikit-learn's -------------------------------------------------
+
+_ALPHABET = "登录页样式修复订单导出用户aAbBcdeéfxyz0129 _/\\-.　ＣＳ"
+
+
+def _sklearn_reference(texts: list[str]) -> tuple[list[str], Any]:
+    """Weights computed the slow, obvious way: Counter per text, then sklearn's transformer."""
+    from collections import Counter
+
+    import numpy as np
+    from scipy.sparse import csr_matrix
+    from sklearn.feature_extraction.text import TfidfTransformer
+
+    counters = [Counter(g for run in _runs(text) for g in _run_grams(run)) for text in texts]
+    vocabulary = sorted(set().union(*counters))
+    column = {gram: i for i, gram in enumerate(vocabulary)}
+    data, indices, indptr = [], [], [0]
+    for counter in counters:
+        for gram, n in counter.items():
+            indices.append(column[gram])
+            data.append(float(n))
+        indptr.append(len(indices))
+    if not vocabulary:  # sklearn refuses an empty matrix
+        return vocabulary, np.zeros((len(texts), 0))
+    counts = csr_matrix((data, indices, indptr), shape=(len(texts), len(vocabulary)))
+    return vocabulary, TfidfTransformer(sublinear_tf=True).fit_transform(counts).toarray()
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.text(alphabet=_ALPHABET, max_size=30), min_size=1, max_size=12))
+def test_weights_equal_sklearn_tfidf_transformer(texts: list[str]) -> None:
+    import numpy as np
+
+    vocabulary, expected = _sklearn_reference(texts)
+    rows, columns, values, width = _tfidf(texts)
+    assert width == len(vocabulary)
+    ours = np.zeros((len(texts), width))
+    ours[rows, columns] = values
+    assert np.allclose(ours, expected, rtol=0, atol=1e-12)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(st.text(alphabet=_ALPHABET, max_size=30), min_size=1, max_size=12),
+    st.text(alphabet=_ALPHABET, min_size=1, max_size=20),
+)
+def test_scores_equal_sklearn_cosine(texts: list[str], query: str) -> None:
+    import numpy as np
+
+    documents = [(f"k{i:02d}", text) for i, text in enumerate(texts)]
+    got = rank(query, documents, top=len(documents))
+    if not any(_run_grams(run) for run in _runs(query)):
+        assert got == []
+        return
+    _, weights = _sklearn_reference(texts + [query])
+    expected = np.clip(weights[:-1] @ weights[-1], 0.0, 1.0)
+    assert sorted(c.key for c in got) == [key for key, _ in documents]
+    for candidate in got:
+        assert abs(candidate.score - expected[int(candidate.key[1:])]) < 1e-12
+
+
+def test_matching_imports_neither_sklearn_nor_scipy() -> None:
+    code = (
+        "import sys\n"
+        "from xaf_hub.matcher import rank\n"
+        "assert rank('修复登录页样式', [('a', '修复登录页'), ('b', 'fix styles')])\n"
+        "heavy = sorted(m for m in ('sklearn', 'scipy') if m in sys.modules)\n"
+        "assert not heavy, heavy\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
