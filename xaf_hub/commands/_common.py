@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 from typing import TYPE_CHECKING
 
+from xaf_hub import aio
 from xaf_hub.config import InstanceConfig
 from xaf_hub.context import Context
 from xaf_hub.errors import ExitCode
@@ -56,7 +56,7 @@ def scan(
             snap = await fill_outcomes(ctx.config, scans, ctx.transport_factory)
         return snap, scans
 
-    return asyncio.run(go())
+    return aio.run(go())
 
 
 def report_unreachable(ctx: Context, snap: Snapshot) -> None:

@@ -9,10 +9,10 @@ a run started since the scan.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import time
 from typing import Any
 
+from xaf_hub import aio
 from xaf_hub.commands._common import add_json, report_unreachable, scan, scan_exit
 from xaf_hub.context import Context
 from xaf_hub.output import ago, dumps, shorten, shorten_left, table
@@ -131,7 +131,7 @@ def cleanup_fleet(
                         env=ctx.env,
                     )
 
-        asyncio.run(delete_all())
+        aio.run(delete_all())
     return report
 
 

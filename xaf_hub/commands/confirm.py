@@ -18,6 +18,7 @@ import asyncio
 from datetime import datetime, tzinfo
 from typing import TYPE_CHECKING, Any
 
+from xaf_hub import aio
 from xaf_hub.commands._common import add_json
 from xaf_hub.context import Context
 from xaf_hub.errors import ExitCode, HubError
@@ -219,7 +220,7 @@ def run(ctx: Context) -> int:
     args = ctx.args
     cfg = ctx.config
     instances = chosen_instances(ctx)
-    found, down = asyncio.run(_find(ctx, instances, args.session))
+    found, down = aio.run(_find(ctx, instances, args.session))
     if not found:
         if down and len(down) == len(instances):
             raise UnreachableError(down[0][0].name, down[0][1])
@@ -267,7 +268,7 @@ def run(ctx: Context) -> int:
                 )
             pctx = PatrolContext(cfg, env=ctx.env, transport_factory=ctx.transport_factory)
             try:
-                healing = asyncio.run(heal_session(pctx, inst, rec, cand, origin="confirm"))
+                healing = aio.run(heal_session(pctx, inst, rec, cand, origin="confirm"))
             except HubError as exc:
                 fix = {"healed": False, "error": str(exc)}
                 fix_line = f"fix failed: {exc}"

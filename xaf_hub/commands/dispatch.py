@@ -18,9 +18,9 @@ what happened.
 from __future__ import annotations
 
 import argparse
-import asyncio
 from typing import Any
 
+from xaf_hub import aio
 from xaf_hub.commands._common import add_json
 from xaf_hub.context import Context
 from xaf_hub.errors import BusyError, UsageError
@@ -94,11 +94,14 @@ def _scores(ctx: Context, scans: list[Any], text: str) -> list[tuple[Any, float]
     for sc in scans:
         if not sc.reachable:
             continue
+        relative: dict[str, str] = {}  # many sessions share a directory
         for s in sc.sessions:
             if s.project:
                 key = f"{s.instance}\x00{s.id}"
                 pool[key] = s
-                docs.append((key, document_text(s.title, sc.inst.rules.relative(s.directory))))
+                if s.directory not in relative:
+                    relative[s.directory] = sc.inst.rules.relative(s.directory)
+                docs.append((key, document_text(s.title, relative[s.directory])))
     return [(pool[c.key], c.score) for c in rank(text, docs, top=5)]
 
 
@@ -147,7 +150,7 @@ def run(ctx: Context) -> int:
     if smart:
         from xaf_hub.matcher import preload
 
-        preload()  # the scikit-learn import overlaps the network scan
+        preload()  # the numpy import overlaps the network scan
     snap, scans = scan(ctx, chosen_instances(ctx), project_only=True)
     gate = make_gate(cfg)
     views = []
@@ -195,7 +198,7 @@ def run(ctx: Context) -> int:
                 baseline = str((newest[-1].get("info") or {}).get("id") or "") if newest else ""
             return await execute(cfg, plan, prompt, model, client, gate, env=ctx.env), baseline
 
-    result, baseline = asyncio.run(go())
+    result, baseline = aio.run(go())
     for w in gate.warnings:
         ctx.warn(w)
     task_id = ""
@@ -244,7 +247,7 @@ def _confirm(ctx: Context, plan: Any, result: Any, baseline: str | None, task_id
     session = ServerSession(
         result.session_id, result.title, result.directory, 0, 0, 0.0, "", result.model or ""
     )
-    waited = asyncio.run(
+    waited = aio.run(
         confirm_run(
             pctx, plan.instance, session, baseline=baseline, window=window, origin="dispatch"
         )

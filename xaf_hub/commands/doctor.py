@@ -26,6 +26,7 @@ from datetime import datetime, tzinfo
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import TYPE_CHECKING, Any, Literal
 
+from xaf_hub import aio
 from xaf_hub.commands._common import add_json
 from xaf_hub.config import (
     CREDENTIAL_KEYS,
@@ -612,7 +613,7 @@ def collect(ctx: Context, now: datetime) -> tuple[Path | None, list[Finding], tu
             local_doc = load_json_file(cfg.local_config, "config.local.json")
     findings = config_findings(cfg, local_doc)
     findings.extend(_credential_file_findings(cfg))
-    probes = asyncio.run(probe_all(cfg, ctx.transport_factory))
+    probes = aio.run(probe_all(cfg, ctx.transport_factory))
     for inst, probe in zip(cfg.instances, probes, strict=True):
         findings.extend(instance_findings(inst, probe))
         findings.extend(layout_findings(inst))

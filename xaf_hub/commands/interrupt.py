@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 
+from xaf_hub import aio
 from xaf_hub.commands._common import add_json
 from xaf_hub.context import Context
 from xaf_hub.output import dumps
@@ -64,7 +64,7 @@ def run(ctx: Context) -> int:
             await client.abort(session.id)
 
     try:
-        asyncio.run(go())
+        aio.run(go())
     except Exception as exc:
         audit.append(
             cfg.state_dir,

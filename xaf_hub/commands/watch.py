@@ -11,6 +11,7 @@ import asyncio
 import time
 from collections.abc import Sequence
 
+from xaf_hub import aio
 from xaf_hub.commands._common import add_json, chosen_instances, scan, scan_exit
 from xaf_hub.context import Context
 from xaf_hub.output import dumps, shorten
@@ -82,7 +83,7 @@ def _outcomes(ctx: Context, sessions: Sequence[SessionRecord]) -> dict[str, str]
     async def all_() -> list[tuple[str, str]]:
         return list(await asyncio.gather(*(one(s) for s in sessions)))
 
-    return dict(asyncio.run(all_())) if sessions else {}
+    return dict(aio.run(all_())) if sessions else {}
 
 
 def _line(kind: str, s: SessionRecord, outcome: str = "") -> str:

@@ -17,7 +17,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import math
 import os
@@ -32,6 +31,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, Literal
 
+from xaf_hub import aio
 from xaf_hub.errors import BusyError, ExitCode, HubError, StateFileError
 from xaf_hub.patrol.check_agents import check_agents
 from xaf_hub.patrol.context import Cycle, PatrolContext, StepOutcome
@@ -165,7 +165,7 @@ def run_once(
                 int(ExitCode.BUSY),
                 "another patrol cycle is running on this machine; this one skipped",
             )
-        cycle = asyncio.run(run_cycle(pctx, skip, steps))
+        cycle = aio.run(run_cycle(pctx, skip, steps))
         code = cycle_code(cycle)
         report: Path | None = None
         try:
