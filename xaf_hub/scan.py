@@ -132,16 +132,12 @@ async def scan_instance(
         result.api = client.dialect or ""
         result.version = client.version
         sessions = await client.list_sessions()
+        # Sessions share a few hundred directories at most: classify each directory once.
+        project_dir = {d: inst.rules.is_project(d) for d in {s.directory for s in sessions} if d}
         if client.dialect == "v2":
             statuses = await client.active()
         else:
-            directories = sorted(
-                {
-                    s.directory
-                    for s in sessions
-                    if s.directory and (not project_only or inst.rules.is_project(s.directory))
-                }
-            )
+            directories = sorted(d for d, ok in project_dir.items() if ok or not project_only)
             statuses = await _bounded_status(client, directories)
         known = {s.id for s in sessions}
         for sid in statuses:
@@ -158,7 +154,9 @@ async def scan_instance(
                 )
                 sessions.append(ServerSession(sid, "(unknown)", "", 0, 0, 0.0, "", ""))
         for s in sessions:
-            project = inst.rules.is_project(s.directory) if s.directory else s.id in statuses
+            if s.directory not in project_dir:  # a late arrival looked up above
+                project_dir[s.directory] = inst.rules.is_project(s.directory)
+            project = project_dir[s.directory] if s.directory else s.id in statuses
             result.sessions.append(build_record(inst, s, statuses.get(s.id), project))
         result.reachable = True
     except UnreachableError as exc:
