@@ -506,6 +506,17 @@ class Backlog:
 
         return self.update(mutate)
 
+    def discard(self, task_id: str) -> bool:
+        """Remove a task from the pool; False when it was not there."""
+
+        def mutate(data: BacklogData) -> bool:
+            kept = [t for t in data.tasks if t.id != task_id]
+            found = len(kept) != len(data.tasks)
+            data.tasks[:] = kept
+            return found
+
+        return self.update(mutate)
+
     def record_manual_dispatch(
         self,
         title: str,

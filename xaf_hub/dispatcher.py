@@ -104,24 +104,27 @@ async def execute(
     *,
     command: str = "dispatch",
     env: Mapping[str, str] | None = None,
-    on_created: Callable[[str], None] | None = None,
+    before_prompt: Callable[[str], None] | None = None,
 ) -> DispatchResult:
     """Send the prompt; for gated plans hold the lock, re-count, reserve, create, prompt.
 
-    ``on_created(session_id)`` runs after a new session exists and before its prompt is sent,
-    so a caller can record the session first: a crash between the two then never leads to
-    the same work being sent twice.
+    ``before_prompt(session_id)`` runs once the target session is known (created, or the
+    existing one) and before the prompt is sent, so a caller can record the work first: a
+    crash between the two then leaves a record of work not yet sent, never work sent twice
+    or running unrecorded. When it raises, nothing is sent.
     """
     inst = plan.instance
     try:
         if not plan.gated:
             assert plan.session is not None
+            if before_prompt is not None:
+                before_prompt(plan.session.id)
             await client.prompt_async(plan.session.id, prompt, model)
             result = DispatchResult(
                 "steer", inst.name, plan.session.id, plan.directory, plan.title, model
             )
         else:
-            result = await _gated(cfg, plan, prompt, model, client, gate, on_created)
+            result = await _gated(cfg, plan, prompt, model, client, gate, before_prompt)
     except Exception as exc:
         audit.append(
             cfg.state_dir,
@@ -153,7 +156,7 @@ async def _gated(
     model: str | None,
     client: OpencodeClient,
     gate: Gate,
-    on_created: Callable[[str], None] | None = None,
+    before_prompt: Callable[[str], None] | None = None,
 ) -> DispatchResult:
     inst = plan.instance
     with gate.lock(inst.name):
@@ -168,6 +171,8 @@ async def _gated(
         running_project = sum(1 for s in fresh.sessions if s.project and s.running)
         if plan.action == "reuse" and plan.session is not None and plan.session.id in running:
             # It started running meanwhile: a prompt now steers it and takes no slot.
+            if before_prompt is not None:
+                before_prompt(plan.session.id)
             await client.prompt_async(plan.session.id, prompt, model)
             return DispatchResult(
                 "steer",
@@ -194,8 +199,8 @@ async def _gated(
                 assert plan.session is not None
                 session_id, directory = plan.session.id, plan.directory
             res = gate.attach(res, session_id)
-            if on_created is not None:
-                on_created(session_id)
+            if before_prompt is not None:
+                before_prompt(session_id)
             await client.prompt_async(session_id, prompt, model)
         except BaseException:
             gate.release(res)

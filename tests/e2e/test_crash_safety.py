@@ -115,7 +115,14 @@ def test_dispatch_killed_at_each_step(hub: Hub, step: str) -> None:
             data = json.loads(slot.read_text("utf-8"))
             assert (data["pid"], data["host"]) == (proc.pid, "crashed-host")
             assert bool(data["session_id"]) == (step != "after-reserve")
-            assert pool(hub) == []  # it never reported success, so nothing was recorded
+            # The pool row is written with the session, before the prompt goes out.
+            rows = pool(hub)
+            if step == "after-reserve":
+                assert rows == []
+            else:
+                [row] = rows
+                assert (row["status"], row["session_id"]) == ("dispatched", data["session_id"])
+                assert row["title"] == f"crash {step}"
             proxy.release()
         hub.set_instance("lan-c", url=target)
 
@@ -134,7 +141,8 @@ def test_dispatch_killed_at_each_step(hub: Hub, step: str) -> None:
             assert code == 3 and "at its limit" in err
         else:
             assert code == 0, err
-            assert [t["title"] for t in pool(hub)] == ["next"]
+            titles = [t["title"] for t in pool(hub)]
+            assert titles == (["next"] if step == "after-reserve" else [f"crash {step}", "next"])
         state_files_parse(home(hub))
     finally:
         abort_busy(hub, "lan-c")
@@ -343,3 +351,20 @@ def test_atomic_write_syncs_the_file_before_and_the_folder_after_the_rename(
     monkeypatch.setattr(os, "replace", replace)
     statefile.write_json_atomic(tmp_path / "tasks_backlog.json", {"tasks": []})
     assert events == ["fsync file", "replace", "fsync dir"]
+
+
+def test_dispatch_whose_prompt_fails_leaves_no_pool_row(hub: Hub) -> None:
+    # The row is written before the prompt; when the prompt then fails, the command says so
+    # and takes the row back, or the patrol would later send work the user saw fail.
+    target = hub.server("lan-c").url
+    with StepProxy(target, before=_prompt) as proxy:
+        proxy.release()  # every prompt request is dropped unanswered
+        hub.set_instance("lan-c", url=proxy.url)
+        code, _, err = hub.cli("dispatch", "--new", "--instance", "lan-c", "--text", "lost prompt")
+        assert any(p.endswith("/prompt_async") for _, p in proxy.writes())
+    hub.set_instance("lan-c", url=target)
+    assert code == 2, err
+    assert "lan-c" in err
+    assert pool(hub) == []
+    assert reserved(hub, "lan-c") == 0
+    state_files_parse(home(hub))

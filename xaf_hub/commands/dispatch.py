@@ -18,12 +18,13 @@ what happened.
 from __future__ import annotations
 
 import argparse
+import contextlib
 from typing import Any
 
 from xaf_hub import aio
 from xaf_hub.commands._common import add_json
 from xaf_hub.context import Context
-from xaf_hub.errors import BusyError, UsageError
+from xaf_hub.errors import BusyError, HubError, UsageError
 from xaf_hub.output import dumps
 
 EXAMPLES = """\
@@ -185,6 +186,20 @@ def run(ctx: Context) -> int:
             )
         return 0
 
+    from xaf_hub.dispatcher import now_utc
+
+    recorded: list[str] = []
+
+    def record(session_id: str) -> None:
+        # Recorded before the prompt goes out (as the patrol does): a crash in between leaves
+        # a pool row for work not yet sent, which the patrol settles, never work running
+        # without a row.
+        if not args.no_record:
+            task = backlog.record_manual_dispatch(
+                plan.title, args.text, session_id, plan.instance.name, model, now_utc()
+            )
+            recorded.append(task.id)
+
     async def go() -> tuple[Any, str | None]:
         async with make_client(
             cfg,
@@ -196,19 +211,23 @@ def run(ctx: Context) -> int:
                 # The newest message before the send: what comes after it is this run.
                 newest = await client.messages(plan.session.id, limit=1)
                 baseline = str((newest[-1].get("info") or {}).get("id") or "") if newest else ""
-            return await execute(cfg, plan, prompt, model, client, gate, env=ctx.env), baseline
+            result = await execute(
+                cfg, plan, prompt, model, client, gate, env=ctx.env, before_prompt=record
+            )
+            return result, baseline
 
-    result, baseline = aio.run(go())
+    try:
+        result, baseline = aio.run(go())
+    except BaseException:
+        # The command fails and says so; a row for work that was not sent would make the
+        # patrol send it later behind the user's back.
+        for task_id in recorded:
+            with contextlib.suppress(HubError):
+                backlog.discard(task_id)
+        raise
     for w in gate.warnings:
         ctx.warn(w)
-    task_id = ""
-    if not args.no_record:
-        from xaf_hub.dispatcher import now_utc
-
-        task = backlog.record_manual_dispatch(
-            plan.title, args.text, result.session_id, result.instance, result.model, now_utc()
-        )
-        task_id = task.id
+    task_id = recorded[0] if recorded else ""
     if args.confirm_wait is not None:
         return _confirm(ctx, plan, result, baseline, task_id)
     if ctx.json:

@@ -320,7 +320,7 @@ async def _dispatch(
             pctx.gate(),
             command="patrol.fill_slots",
             env=pctx.env,
-            on_created=record,
+            before_prompt=record,
         )
     cycle.touched.add((inst.name, result.session_id))
     pctx.audit(
