@@ -333,6 +333,10 @@ def check_interrupt(m: Matrix) -> None:
     r = m.cli("interrupt", "--session", m.idle_c, "--instance", BAD)
     assert r.code == 2, r.err
     m.error_line(r)
+    # Searched everywhere: not found on the instances that answered is not "no such session".
+    r = m.cli("interrupt", "--session", m.idle_c)
+    assert r.code == 2, r.err
+    assert "may be there" in m.error_line(r)
     assert m.audit()[audit_before:] == []
 
 

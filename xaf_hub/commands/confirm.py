@@ -211,8 +211,8 @@ async def _find(
 
 def run(ctx: Context) -> int:
     """Find the session, judge it, and with --fix heal it."""
-    from xaf_hub.commands._common import chosen_instances
-    from xaf_hub.errors import NotProjectSession, ProductionRefused, UnreachableError, UsageError
+    from xaf_hub.commands._common import chosen_instances, session_not_found
+    from xaf_hub.errors import NotProjectSession, ProductionRefused, UsageError
     from xaf_hub.model_state import resolve_timezone, to_ms
     from xaf_hub.patrol.confirm import heal_candidate, heal_session, judge
     from xaf_hub.patrol.context import PatrolContext, utc_now
@@ -222,11 +222,7 @@ def run(ctx: Context) -> int:
     instances = chosen_instances(ctx)
     found, down = aio.run(_find(ctx, instances, args.session))
     if not found:
-        if down and len(down) == len(instances):
-            raise UnreachableError(down[0][0].name, down[0][1])
-        for inst, reason in down:
-            ctx.warn(f"{inst.name} unreachable: {reason}")
-        raise UsageError(f"session {args.session} not found on {args.instance or 'any instance'}")
+        raise session_not_found(args.session, [(inst.name, reason) for inst, reason in down])
     # Servers sharing one database all know the session; only the one running it says so.
     inst, seen = next(((i, s) for i, s in found if s.rec.running), found[0])
     if len(found) > 1:

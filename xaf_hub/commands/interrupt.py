@@ -28,13 +28,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(ctx: Context) -> int:
     """Find the session, apply the production and project guards, abort it."""
     from xaf_hub import audit
-    from xaf_hub.commands._common import chosen_instances, scan
-    from xaf_hub.errors import (
-        NotProjectSession,
-        ProductionRefused,
-        UnreachableError,
-        UsageError,
-    )
+    from xaf_hub.commands._common import chosen_instances, scan, session_not_found
+    from xaf_hub.errors import NotProjectSession, ProductionRefused
     from xaf_hub.scan import make_client
 
     args = ctx.args
@@ -42,11 +37,9 @@ def run(ctx: Context) -> int:
     snap, scans = scan(ctx, chosen_instances(ctx))
     hit = next(((sc, s) for sc in scans for s in sc.sessions if s.id == args.session), None)
     if hit is None:
-        down = [sc for sc in scans if not sc.reachable]
-        if down and (args.instance or len(down) == len(scans)):
-            raise UnreachableError(down[0].inst.name, down[0].reason)
-        where = args.instance or "any reachable instance"
-        raise UsageError(f"session {args.session} not found on {where}")
+        raise session_not_found(
+            args.session, [(sc.inst.name, sc.reason) for sc in scans if not sc.reachable]
+        )
     sc, session = hit
     if sc.inst.production and not args.allow_prod:
         raise ProductionRefused(
