@@ -56,7 +56,14 @@ except ImportError:  # pragma: no cover - exercised only where the extra is miss
         "not installed: pip install 'xaf-hub[redis]'"
     ) from None
 
-__all__ = ["LOCK_LEASE_SECONDS", "RedisGate", "RedisModelState", "connect", "describe"]
+__all__ = [
+    "LOCK_LEASE_SECONDS",
+    "RedisGate",
+    "RedisModelState",
+    "connect",
+    "describe",
+    "probe",
+]
 
 _T = TypeVar("_T")
 
@@ -98,6 +105,19 @@ def describe(client: redis.Redis) -> str:
     if kw.get("path"):
         return f"{kw['path']}/{kw.get('db', 0)}"
     return f"{kw.get('host', 'localhost')}:{kw.get('port', 6379)}/{kw.get('db', 0)}"
+
+
+def probe(cfg: LockConfig) -> str:
+    """Ping ``lock.redis_url``; return "redis <version> at <where>" or raise UnreachableError."""
+    client = connect(cfg)
+    where = describe(client)
+    try:
+        with _redis_errors(where):
+            client.ping()
+            version = str(client.info("server").get("redis_version") or "?")
+    finally:
+        client.close()
+    return f"redis {version} at {where}"
 
 
 def _reason(exc: RedisError, where: str) -> str:

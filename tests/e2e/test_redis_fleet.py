@@ -230,6 +230,18 @@ def test_blackout_seen_by_one_hub_stops_the_other(hosts: tuple[Host, Host]) -> N
         sandbox.abort(b.hub.server("local-a").url, b.hub.password("local-a"), sid)
 
 
+def test_doctor_checks_the_shared_redis(hub: Hub, redis_server: RedisServer) -> None:
+    hub.env.update(redis_server.env())
+    write_redis_config(hub.doc, redis_server, RedisServer.prefix())
+    hub.write_config()
+    code, doc = hub.cli_json("doctor")
+    [line] = [f for f in doc["findings"] if (f["area"], f["subject"]) == ("lock", "redis")]
+    assert line["level"] == "ok", line
+    assert f"at 127.0.0.1:{redis_server.port}/0 answers" in line["message"]
+    assert "dispatch gate and the model state" in line["message"]
+    assert redis_server.password not in json.dumps(doc)
+
+
 def test_unreachable_redis(hub: Hub, redis_server: RedisServer) -> None:
     import socket
 
@@ -256,3 +268,13 @@ def test_unreachable_redis(hub: Hub, redis_server: RedisServer) -> None:
     code, out, _ = hub.cli("status")
     assert code == 0 and "reservations unknown" in out
     assert hub.cli("sessions", "--instance", "local-a")[0] == 0
+
+    # doctor names Redis as the problem, with the fix, for the gate and the model state.
+    code, doc = hub.cli_json("doctor")
+    assert code == 2
+    failing = {(f["area"], f["subject"]): f for f in doc["findings"] if f["level"] == "error"}
+    assert set(failing) == {("lock", "redis"), ("clock", "model state")}
+    for finding in failing.values():
+        assert "connection refused" in finding["message"]
+        assert "redis-server" in finding["fix"] and "XAF_HUB_REDIS_PASSWORD" in finding["fix"]
+    assert redis_server.password not in json.dumps(doc)

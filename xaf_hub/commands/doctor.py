@@ -580,6 +580,30 @@ def _patrol(cfg: Config) -> list[Finding]:
             daemon_finding(heartbeat(folder))]
 
 
+def _redis_fix() -> str:
+    from xaf_hub.config import REDIS_PASSWORD_ENV
+
+    return (f"Start redis-server there or correct lock.redis_url; its password comes from "
+            f"${REDIS_PASSWORD_ENV}.")
+
+
+def _redis(cfg: Config) -> list[Finding]:
+    """One line for the shared Redis, when the gate or the model state lives there."""
+    users = [what for what, on in (("dispatch gate", cfg.lock.backend == "redis"),
+                                   ("model state", cfg.models.state_backend == "redis")) if on]
+    if not users:
+        return []
+    try:
+        from xaf_hub import redis_backend
+
+        found = redis_backend.probe(cfg.lock)
+    except ConfigError as exc:  # the redis package is missing
+        return [error("lock", "redis", str(exc), "pip install 'xaf-hub[redis]'", exc.exit_code)]
+    except HubError as exc:
+        return [error("lock", "redis", str(exc), _redis_fix(), exc.exit_code)]
+    return [ok("lock", "redis", f"{found} answers (holds the {' and the '.join(users)})")]
+
+
 def _clock(cfg: Config, now: datetime) -> list[Finding]:
     from xaf_hub.dispatcher import model_state
 
@@ -590,10 +614,11 @@ def _clock(cfg: Config, now: datetime) -> list[Finding]:
     try:
         blackouts = model_state(cfg).active_blackouts(now)
     except HubError as exc:
+        fix = (_redis_fix() if cfg.models.state_backend == "redis" else
+               "Repair or move aside the named file (it is never reset silently); "
+               "the hub recreates it on the next blackout.")
         return [*clock_findings(cfg.models, tz, now, {}),
-                error("clock", "model state", str(exc),
-                      "Repair or move aside the named file (it is never reset silently); "
-                      "the hub recreates it on the next blackout.", exc.exit_code)]
+                error("clock", "model state", str(exc), fix, exc.exit_code)]
     return clock_findings(cfg.models, tz, now, blackouts)
 
 
@@ -624,6 +649,7 @@ def collect(ctx: Context, now: datetime) -> tuple[Path | None, list[Finding], tu
     for label, folder in folders:
         problem, missing = check_writable(folder)
         findings.append(folder_finding(label, folder, problem, missing))
+    findings.extend(_redis(cfg))
     findings.extend(_clock(cfg, now))
     findings.extend(_patrol(cfg))
     return cfg.path, findings, cfg.secrets()
