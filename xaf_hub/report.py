@@ -410,8 +410,14 @@ def _bars(sections: Iterable[SectionView]) -> list[BarView]:
     ]
 
 
-def overview_context(snap: Snapshot, *, now_ms: int, title: str) -> dict[str, Any]:
-    """Precompute the plain data the overview template lays out."""
+def overview_context(
+    snap: Snapshot, *, now_ms: int, title: str, autopilot: Any = None
+) -> dict[str, Any]:
+    """Precompute the plain data the overview template lays out.
+
+    ``autopilot`` is an ``xaf_hub.patrol.overview.AutopilotView`` (the patrol panel), or None
+    to leave the panel out.
+    """
     counts = _counts(snap)
     rows: dict[str, list[RowView]] = {name: [] for name in counts}
     waiting = 0
@@ -453,17 +459,24 @@ def overview_context(snap: Snapshot, *, now_ms: int, title: str) -> dict[str, An
         "sections": sections,
         "total_rows": total,
         "warnings": list(snap.warnings),
+        "autopilot": autopilot,
     }
 
 
-def render_html(snap: Snapshot, *, now_ms: int, title: str = "project") -> str:
-    """Render the self-contained HTML overview page."""
-    return render_page("overview.html.j2", overview_context(snap, now_ms=now_ms, title=title))
+def render_html(
+    snap: Snapshot, *, now_ms: int, title: str = "project", autopilot: Any = None
+) -> str:
+    """Render the self-contained HTML overview page (with the patrol panel when given)."""
+    context = overview_context(snap, now_ms=now_ms, title=title, autopilot=autopilot)
+    return render_page("overview.html.j2", context)
 
 
-def write_html(snap: Snapshot, path: Path, *, now_ms: int, title: str = "project") -> None:
+def write_html(
+    snap: Snapshot, path: Path, *, now_ms: int, title: str = "project", autopilot: Any = None
+) -> None:
     """Write the HTML overview page to ``path`` atomically."""
-    write_text_atomic(path, render_html(snap, now_ms=now_ms, title=title), private=False)
+    html = render_html(snap, now_ms=now_ms, title=title, autopilot=autopilot)
+    write_text_atomic(path, html, private=False)
 
 
 # --------------------------------------------------------------------------- dispatch

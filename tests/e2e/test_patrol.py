@@ -9,6 +9,7 @@ the daemon loop with SIGTERM and a durable pause, and pool writes racing `backlo
 from __future__ import annotations
 
 import json
+import re
 import signal
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -331,6 +332,19 @@ def test_fill_slots_dispatches_free_slots_in_order_then_settles(hub: Hub) -> Non
         ]
         req = agent_requests(hub, "fake-model", "echo task")
         assert req and DISCIPLINE_MARKER in req[0]["last_user_text"]
+
+        # The overview page tells a reader what the autopilot just did and what waits.
+        page_path = home(hub) / "page.html"
+        code, _, err = hub.cli("sessions", "--html", str(page_path))
+        assert code == 0, err
+        page = page_path.read_text("utf-8")
+        start = page.index('id="autopilot"')
+        panel = page[start : page.index("</section>", start)]
+        assert re.search(r"looked after the servers (just now|\d+ minutes? ago); everything", panel)
+        assert "<li><b>4</b> started from the queue</li>" in panel
+        assert "<li><b>1</b> waiting to start</li>" in panel
+        assert "<li><b>4</b> in progress</li>" in panel
+        assert "delta task" in panel and "alpha task" not in panel
 
         # Both instances are full: another cycle dispatches nothing.
         doc = patrol(hub, "--no-design")

@@ -213,6 +213,25 @@ def test_routes_and_headers() -> None:
     assert cache.scans == 1
 
 
+def test_page_carries_the_autopilot_panel_built_once_per_scan() -> None:
+    from xaf_hub.patrol.overview import AutopilotView
+
+    clock = Clock()
+    cache = SnapshotCache(_snap, 5.0, clock)
+    asked: list[int] = []
+
+    def panel(now_ms: int) -> AutopilotView:
+        asked.append(now_ms)
+        return AutopilotView(state="paused", headline="Paused <by> li.")
+
+    viewer = Viewer(cache, title="T", password=None, clock=clock, autopilot=panel)
+    h = _headers(host="localhost")
+    first = viewer.respond("GET", "/", h.get).body.decode("utf-8")
+    assert 'id="autopilot"' in first and "Paused &lt;by&gt; li." in first
+    assert viewer.respond("GET", "/", h.get).body.decode("utf-8") == first  # cached scan
+    assert asked == [_snap().generated_at]
+
+
 def test_health_is_503_when_nothing_answers() -> None:
     viewer, _ = _viewer(reachable=False)
     health = viewer.respond("GET", "/health", _headers(host="localhost").get)

@@ -190,11 +190,8 @@ def _local(iso: str) -> str:
 
 
 def _status(ctx: Context) -> int:
-    import socket
-
-    from xaf_hub.gate import pid_alive
     from xaf_hub.patrol.report import LATEST, latest_report
-    from xaf_hub.patrol.runner import heartbeat, pause_info
+    from xaf_hub.patrol.runner import daemon_alive, heartbeat, pause_info
 
     folder = ctx.config.state_dir / "patrol"
     paused = pause_info(folder)
@@ -202,15 +199,9 @@ def _status(ctx: Context) -> int:
     beat = heartbeat(folder)
     daemon = None
     if beat is not None:
-        alive = (
-            not beat.get("stopped_at")
-            and beat.get("host") == socket.gethostname()
-            and isinstance(beat.get("pid"), int)
-            and pid_alive(beat["pid"])
-        )
         daemon = {
             "pid": beat.get("pid"),
-            "alive": alive,
+            "alive": daemon_alive(beat),
             "last_tick": beat.get("tick_at"),
             "ticks": beat.get("ticks"),
             "last": beat.get("last"),

@@ -257,8 +257,10 @@ class Viewer:
         password: str | None,
         clock: Callable[[], float] = time.monotonic,
         now_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+        autopilot: Callable[[int], Any] | None = None,
     ) -> None:
         self._cache = cache
+        self._autopilot = autopilot
         self._title = title
         self._password = password
         self._clock = clock
@@ -303,7 +305,10 @@ class Viewer:
 
         # Ages are relative to the scan: the page says what the scan saw, when it saw it.
         now = snap.generated_at or self._now_ms()
-        return report.render_html(snap, now_ms=now, title=self._title).encode("utf-8")
+        panel = self._autopilot(now) if self._autopilot is not None else None
+        return report.render_html(snap, now_ms=now, title=self._title, autopilot=panel).encode(
+            "utf-8"
+        )
 
 
 def _snapshot_json(snap: Snapshot) -> bytes:
@@ -442,7 +447,14 @@ def run(ctx: Context) -> int:
     cfg = ctx.config
     instances = list(cfg.instances)
     cache = SnapshotCache(lambda: scan(ctx, instances, outcomes=True)[0], args.cache_seconds)
-    viewer = Viewer(cache, title=cfg.project_name, password=password if args.public else None)
+    from xaf_hub.patrol import overview
+
+    viewer = Viewer(
+        cache,
+        title=cfg.project_name,
+        password=password if args.public else None,
+        autopilot=lambda now: overview.build(cfg, now),
+    )
     log = _RequestLog(ctx.stderr)
     try:
         server = _Server((args.host, args.port), viewer, log)

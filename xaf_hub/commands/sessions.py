@@ -74,8 +74,15 @@ def run(ctx: Context) -> int:
             report.export(snap, Path(args.out))
             ctx.info(f"wrote {args.out}")
         if args.html:
+            from xaf_hub.patrol import overview
+
+            now = int(time.time() * 1000)
             report.write_html(
-                snap, Path(args.html), now_ms=int(time.time() * 1000), title=ctx.config.project_name
+                snap,
+                Path(args.html),
+                now_ms=now,
+                title=ctx.config.project_name,
+                autopilot=overview.build(ctx.config, now),
             )
             ctx.info(f"wrote {args.html}")
         if ctx.json:

@@ -228,6 +228,19 @@ def heartbeat(folder: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
+def daemon_alive(beat: dict[str, Any] | None) -> bool:
+    """True when the heartbeat's daemon is a live process on this host that has not stopped."""
+    from xaf_hub.gate import pid_alive
+
+    return bool(
+        beat
+        and not beat.get("stopped_at")
+        and beat.get("host") == socket.gethostname()
+        and isinstance(beat.get("pid"), int)
+        and pid_alive(beat["pid"])
+    )
+
+
 # ---------------------------------------------------------------------------------------------
 # Daemon
 
