@@ -558,3 +558,16 @@ def test_three_thousand_sessions_render(tmp_path: Path) -> None:
     print(
         f"\n3000 sessions: {os.path.getsize(path) // 1024} KiB written in {elapsed * 1000:.0f} ms"
     )
+
+
+def test_record_exports_equal_asdict_minus_project_in_field_order() -> None:
+    from dataclasses import asdict
+
+    rec = SessionRecord(
+        "a", "ses_1", "标题", "/p", 1, 2, 0.5, True, "retry", "429", 3, "ses_0", "m/x", "ok", True
+    )
+    expected = asdict(rec)
+    del expected["project"]
+    assert list(rec.to_json().items()) == list(expected.items())
+    summary = InstanceSummary("a", "http://127.0.0.1:1", False, reason="down", note="n")
+    assert list(summary.to_json().items()) == list(asdict(summary).items())
