@@ -31,23 +31,24 @@ import json
 import socket
 import threading
 from collections.abc import Callable, Iterator
-from types import TracebackType
 
 import httpx
+
+from tests.e2e.proxy import LoopbackServer, forward, read_body, send_back
+from xaf_hub.sandbox.fake_llm import Running
 
 FAULTS = ("refused", "dns", "hang", "401", "500", "truncated", "html", "shape", "slow")
 DNS_URL = "http://xaf-hub-fault.invalid:4096"
 HTML_PAGE = b"<!doctype html><html><head><title>opencode</title></head><body>app</body></html>"
 
 
-class FaultServer:
+class FaultServer(LoopbackServer):
     """A loopback HTTP server that answers every request with the fault named by ``mode``."""
 
     def __init__(self, mode: str, target: str = "", hold: float = 60.0) -> None:
         self.mode = mode
         self.target = target.rstrip("/")
         self.hold = hold
-        self.released = threading.Event()
         self.hits: list[tuple[str, str]] = []
         server = self
 
@@ -55,8 +56,7 @@ class FaultServer:
             protocol_version = "HTTP/1.1"
 
             def _answer(self) -> None:
-                length = int(self.headers.get("content-length") or 0)
-                body = self.rfile.read(length) if length else b""
+                body = read_body(self)
                 server.hits.append((self.command, self.path))
                 getattr(self, "_" + {"401": "unauthorized", "500": "error"}.get(mode, mode))(body)
 
@@ -109,49 +109,17 @@ class FaultServer:
             def _slow(self, body: bytes) -> None:
                 if self.path.startswith("/session/status"):
                     server.released.wait(server.hold)
-                headers = {
-                    k: v
-                    for k, v in self.headers.items()
-                    if k.lower() not in ("host", "content-length", "connection")
-                }
                 try:
-                    with httpx.Client(timeout=30) as c:
-                        r = c.request(
-                            self.command, server.target + self.path, content=body, headers=headers
-                        )
+                    r = forward(self, server.target, body, timeout=30)
                 except httpx.HTTPError:
                     self._send(502, "text/plain", b"bad gateway")
                     return
-                self._send(r.status_code, r.headers.get("content-type", ""), r.content)
+                send_back(self, r, all_headers=False)
 
             def log_message(self, *args: object) -> None:
                 pass
 
-        class Server(http.server.ThreadingHTTPServer):
-            # The hub fans out up to 16 requests per instance: a 5-deep backlog drops SYNs.
-            request_queue_size = 128
-
-            daemon_threads = True
-
-            def handle_error(self, request: object, client_address: object) -> None:
-                pass  # clients that time out and hang up are the point of these servers
-
-        self.server = Server(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}"
-
-    def __enter__(self) -> FaultServer:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.released.set()
-        self.server.shutdown()
-        self.server.server_close()
-        self.thread.join()
+        super().__init__(Handler)
 
 
 class HangServer:
@@ -208,7 +176,7 @@ class RefusedPort:
         self.sock.close()
 
 
-class FaultKit:
+class FaultKit(Running):
     """One server per fault, started together; ``url(fault)`` is where that fault lives."""
 
     def __init__(self, slow_target: str) -> None:
@@ -217,7 +185,7 @@ class FaultKit:
         self.urls: dict[str, str] = {}
         self.servers: dict[str, FaultServer] = {}
 
-    def __enter__(self) -> FaultKit:
+    def start(self) -> None:
         self.urls["refused"] = self.stack.enter_context(RefusedPort()).url
         self.urls["dns"] = DNS_URL
         self.urls["hang"] = self.stack.enter_context(HangServer()).url
@@ -225,14 +193,8 @@ class FaultKit:
             srv = self.stack.enter_context(FaultServer(mode, target=self.slow_target))
             self.servers[mode] = srv
             self.urls[mode] = srv.url
-        return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def stop(self) -> None:
         self.stack.close()
 
     def url(self, fault: str) -> str:
@@ -249,7 +211,7 @@ def fault_kit(slow_target: str) -> Iterator[FaultKit]:
 Match = Callable[[str, str], bool]
 
 
-class StepProxy:
+class StepProxy(LoopbackServer):
     """Forward to ``target``, recording (method, path) in ``hits``.
 
     A request matching ``before`` is held until ``release()`` and then dropped, never
@@ -260,7 +222,6 @@ class StepProxy:
     def __init__(self, target: str, *, before: Match | None = None, after: Match | None = None):
         self.target = target.rstrip("/")
         self.held = threading.Event()
-        self.released = threading.Event()
         self.hits: list[tuple[str, str]] = []
         proxy = self
 
@@ -272,66 +233,24 @@ class StepProxy:
             protocol_version = "HTTP/1.1"
 
             def _forward(self) -> None:
-                length = int(self.headers.get("content-length") or 0)
-                body = self.rfile.read(length) if length else b""
+                body = read_body(self)
                 proxy.hits.append((self.command, self.path))
                 if before is not None and before(self.command, self.path):
                     hold()
                     self.close_connection = True
                     return  # its sender was killed before the request left the machine
-                headers = {
-                    k: v
-                    for k, v in self.headers.items()
-                    if k.lower() not in ("host", "content-length", "connection")
-                }
-                with httpx.Client(timeout=60) as c:
-                    r = c.request(
-                        self.command, proxy.target + self.path, content=body, headers=headers
-                    )
+                r = forward(self, proxy.target, body, timeout=60)
                 if after is not None and after(self.command, self.path):
                     hold()
-                self.send_response(r.status_code)
-                ctype = r.headers.get("content-type")
-                if ctype:
-                    self.send_header("content-type", ctype)
-                self.send_header("content-length", str(len(r.content)))
-                self.end_headers()
-                self.wfile.write(r.content)
+                send_back(self, r, all_headers=False)
 
             do_GET = do_POST = do_DELETE = do_PATCH = do_PUT = _forward  # noqa: N815 - stdlib
 
             def log_message(self, *args: object) -> None:
                 pass
 
-        class Server(http.server.ThreadingHTTPServer):
-            # The hub fans out up to 16 requests per instance: a 5-deep backlog drops SYNs.
-            request_queue_size = 128
-
-            daemon_threads = True
-
-            def handle_error(self, request: object, client_address: object) -> None:
-                pass  # the client was killed mid-request: that is the point
-
-        self.server = Server(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}"
+        super().__init__(Handler)
 
     def writes(self) -> list[tuple[str, str]]:
         """Every request that could change the server (anything but GET/HEAD)."""
         return [(m, p) for m, p in self.hits if m not in ("GET", "HEAD")]
-
-    def release(self) -> None:
-        self.released.set()
-
-    def __enter__(self) -> StepProxy:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.released.set()
-        self.server.shutdown()
-        self.server.server_close()
-        self.thread.join()

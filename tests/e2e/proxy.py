@@ -1,77 +1,50 @@
-"""A loopback forwarding proxy that can hold chosen requests back (to freeze a client mid-step)."""
+"""Loopback HTTP servers for the tests: a threaded server base, request forwarding, and a
+forwarding proxy that can hold chosen requests back (to freeze a client mid-step)."""
 
 from __future__ import annotations
 
 import http.server
 import threading
 from collections.abc import Callable
+from typing import Self
 
 import httpx
 
+# Hop-by-hop and length headers are the forwarding server's own business.
+_NOT_FORWARDED = ("host", "content-length", "connection")
+_NOT_RETURNED = ("content-length", "transfer-encoding", "connection", "content-encoding")
 
-class StallProxy:
-    """Forward everything to ``target``; requests for which ``stall(method, path)`` is true wait
-    until ``release()`` (or forever) before being forwarded."""
 
-    def __init__(self, target: str, stall: Callable[[str, str], bool]) -> None:
-        self.target = target.rstrip("/")
-        self.stall = stall
+class QuietServer(http.server.ThreadingHTTPServer):
+    """A threaded server that keeps a deep accept queue and stays quiet about dropped clients."""
+
+    # The hub fans out up to 16 requests per instance: a 5-deep backlog drops SYNs.
+    request_queue_size = 128
+    daemon_threads = True
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        pass  # clients that are killed or time out mid-request are the point of these servers
+
+
+class LoopbackServer:
+    """Serve ``handler`` on 127.0.0.1 in a thread while inside ``with``.
+
+    ``released`` is set by ``release()`` and on the way out, so handlers that wait on it end.
+    """
+
+    def __init__(self, handler: type[http.server.BaseHTTPRequestHandler]) -> None:
         self.released = threading.Event()
-        self.stalled = threading.Event()
-        proxy = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def _forward(self) -> None:
-                length = int(self.headers.get("content-length") or 0)
-                body = self.rfile.read(length) if length else b""
-                if proxy.stall(self.command, self.path):
-                    proxy.stalled.set()
-                    proxy.released.wait()
-                headers = {
-                    k: v
-                    for k, v in self.headers.items()
-                    if k.lower() not in ("host", "content-length", "connection")
-                }
-                with httpx.Client(timeout=30) as c:
-                    r = c.request(
-                        self.command, proxy.target + self.path, content=body, headers=headers
-                    )
-                self.send_response(r.status_code)
-                for k, v in r.headers.items():
-                    if k.lower() not in (
-                        "content-length",
-                        "transfer-encoding",
-                        "connection",
-                        "content-encoding",
-                    ):
-                        self.send_header(k, v)
-                self.send_header("content-length", str(len(r.content)))
-                self.end_headers()
-                self.wfile.write(r.content)
-
-            do_GET = do_POST = do_DELETE = do_PATCH = _forward  # noqa: N815 - stdlib names
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        class Server(http.server.ThreadingHTTPServer):
-            # The hub fans out up to 16 requests per instance: a 5-deep backlog drops SYNs.
-            request_queue_size = 128
-
-            def handle_error(self, request: object, client_address: object) -> None:
-                pass  # a client killed mid-request is the point of some tests
-
-        self.server = Server(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
+        self.server = QuietServer(("127.0.0.1", 0), handler)
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.server.server_address[1]}"
 
-    def __enter__(self) -> StallProxy:
+    def release(self) -> None:
+        self.released.set()
+
+    def __enter__(self) -> Self:
         self.thread.start()
         return self
 
@@ -80,3 +53,62 @@ class StallProxy:
         self.server.shutdown()
         self.server.server_close()
         self.thread.join()
+
+
+def read_body(handler: http.server.BaseHTTPRequestHandler) -> bytes:
+    """The request body (by content-length)."""
+    length = int(handler.headers.get("content-length") or 0)
+    return handler.rfile.read(length) if length else b""
+
+
+def forward(
+    handler: http.server.BaseHTTPRequestHandler, target: str, body: bytes, timeout: float
+) -> httpx.Response:
+    """Send the handler's request, with ``body``, to ``target`` and return the answer."""
+    headers = {k: v for k, v in handler.headers.items() if k.lower() not in _NOT_FORWARDED}
+    with httpx.Client(timeout=timeout) as c:
+        return c.request(handler.command, target + handler.path, content=body, headers=headers)
+
+
+def send_back(
+    handler: http.server.BaseHTTPRequestHandler, r: httpx.Response, *, all_headers: bool = True
+) -> None:
+    """Answer the handler's client with ``r`` (its headers, or only its content type)."""
+    handler.send_response(r.status_code)
+    if all_headers:
+        for k, v in r.headers.items():
+            if k.lower() not in _NOT_RETURNED:
+                handler.send_header(k, v)
+    elif r.headers.get("content-type"):
+        handler.send_header("content-type", r.headers["content-type"])
+    handler.send_header("content-length", str(len(r.content)))
+    handler.end_headers()
+    handler.wfile.write(r.content)
+
+
+class StallProxy(LoopbackServer):
+    """Forward everything to ``target``; requests for which ``stall(method, path)`` is true wait
+    until ``release()`` (or forever) before being forwarded."""
+
+    def __init__(self, target: str, stall: Callable[[str, str], bool]) -> None:
+        self.target = target.rstrip("/")
+        self.stall = stall
+        self.stalled = threading.Event()
+        proxy = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def _forward(self) -> None:
+                body = read_body(self)
+                if proxy.stall(self.command, self.path):
+                    proxy.stalled.set()
+                    proxy.released.wait()
+                send_back(self, forward(self, proxy.target, body, timeout=30))
+
+            do_GET = do_POST = do_DELETE = do_PATCH = _forward  # noqa: N815 - stdlib names
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        super().__init__(Handler)

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import FrameType, TracebackType
-from typing import Any
+from typing import Any, Self
 
 MODES = frozenset({"ok", "slow", "429", "500", "404", "401", "hang"})
 
@@ -171,7 +171,29 @@ def split_text(text: str) -> list[str]:
     return re.findall(r"\S+\s*|\s+", text) or [""]
 
 
-class FakeLLM:
+class Running:
+    """``with x:`` runs ``x.start()``, and ``x.stop()`` on the way out, however it is left."""
+
+    def start(self) -> None:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+class FakeLLM(Running):
     """A fake OpenAI-compatible server; behaviour is set per model id."""
 
     def __init__(self, port: int = 0, host: str = "127.0.0.1") -> None:
@@ -216,18 +238,6 @@ class FakeLLM:
             thread.join(timeout=5)
         self._server = None
         self._thread = None
-
-    def __enter__(self) -> FakeLLM:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     @property
     def port(self) -> int:

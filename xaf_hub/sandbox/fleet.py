@@ -37,13 +37,12 @@ import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 import httpx
 
 from xaf_hub.errors import HubError
-from xaf_hub.sandbox.fake_llm import FakeLLM
+from xaf_hub.sandbox.fake_llm import FakeLLM, Running
 
 OPENCODE_VERSION = "1.18.33"
 INSTALL_HINT = f"npm install --prefix .opencode opencode-ai@{OPENCODE_VERSION}"
@@ -237,7 +236,7 @@ def preseed_config_dir(config_dir: Path) -> None:
 # -- one server ------------------------------------------------------------------------------
 
 
-class OpencodeServer:
+class OpencodeServer(Running):
     """One real ``opencode serve`` process on 127.0.0.1 with an isolated HOME."""
 
     def __init__(
@@ -433,23 +432,11 @@ class OpencodeServer:
         self._proc = None
         self._url = None
 
-    def __enter__(self) -> OpencodeServer:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
 
 # -- a fleet ---------------------------------------------------------------------------------
 
 
-class Fleet:
+class Fleet(Running):
     """N opencode servers (own HOME, DB and password each) sharing one FakeLLM."""
 
     def __init__(
@@ -517,18 +504,6 @@ class Fleet:
             s.stop()
         if self._own_llm:
             self.llm.stop()
-
-    def __enter__(self) -> Fleet:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
 
 # -- HTTP helpers for tests and demo setup ---------------------------------------------------
