@@ -138,12 +138,20 @@ class Hub:
             time.sleep(step)
 
 
-@pytest.fixture
-def hub(fleet: sandbox.Fleet, llm: FakeLLM, tmp_path: Path, _isolated_home: Path) -> Iterator[Hub]:
-    root = tmp_path / "proj"
+def make_hub(
+    fleet: sandbox.Fleet,
+    llm: FakeLLM,
+    tmp: Path,
+    home: Path,
+    project: dict[str, Any],
+    **settings: Any,
+) -> Hub:
+    """A hub over the session fleet: a git project under ``tmp``, one config entry per server
+    (password in the env), ``settings`` as further top-level config keys."""
+    root = tmp / "proj"
     root.mkdir()
     subprocess.run(["git", "init", "-q", str(root)], check=True)
-    env = {"XAF_HUB_HOME": str(_isolated_home)}
+    env = {"XAF_HUB_HOME": str(home)}
     instances = []
     for i, name in enumerate(NAMES):
         env[f"XAF_HUB_PW_{name.upper().replace('-', '_')}"] = fleet.passwords[i] or ""
@@ -156,19 +164,34 @@ def hub(fleet: sandbox.Fleet, llm: FakeLLM, tmp_path: Path, _isolated_home: Path
             }
         )
     doc = {
-        "project": {
-            "name": "e2e",
-            "exclude_dirs": [str(root / "vendor")],
-            "exclude_substrings": ["workbuddy"],
-        },
-        "timeouts": {"connect_seconds": 2, "read_seconds": 10},
-        "lock": {"slot_ttl_seconds": 60, "lock_timeout_seconds": 20, "slot_grace_seconds": 5},
+        "project": project,
+        **settings,
         "models": {"default_dispatch_model": "fake/fake-model"},
         "instances": instances,
     }
-    h = Hub(root, tmp_path / "config.json", env, fleet, llm, doc)
+    h = Hub(root, tmp / "config.json", env, fleet, llm, doc)
     h.write_config()
     (root / "app").mkdir()
+    return h
+
+
+@pytest.fixture
+def hub(fleet: sandbox.Fleet, llm: FakeLLM, tmp_path: Path, _isolated_home: Path) -> Iterator[Hub]:
+    root = tmp_path / "proj"
+    project = {
+        "name": "e2e",
+        "exclude_dirs": [str(root / "vendor")],
+        "exclude_substrings": ["workbuddy"],
+    }
+    h = make_hub(
+        fleet,
+        llm,
+        tmp_path,
+        _isolated_home,
+        project,
+        timeouts={"connect_seconds": 2, "read_seconds": 10},
+        lock={"slot_ttl_seconds": 60, "lock_timeout_seconds": 20, "slot_grace_seconds": 5},
+    )
     llm.reset()
     yield h
     llm.reset()

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -26,7 +25,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.faulty import FAULTS, FaultKit
-from tests.fleet import NAMES, Hub
+from tests.fleet import Hub, make_hub
 from xaf_hub.sandbox import fleet as sandbox
 from xaf_hub.sandbox.fake_llm import FakeLLM
 
@@ -152,35 +151,18 @@ class Matrix:
 
 
 def _hub(fleet: sandbox.Fleet, llm: FakeLLM, tmp: Path) -> Hub:
-    root = tmp / "proj"
-    root.mkdir()
-    subprocess.run(["git", "init", "-q", str(root)], check=True)
     home = tmp / "hubhome"
     home.mkdir()
-    env = {"XAF_HUB_HOME": str(home)}
-    instances = []
-    for i, name in enumerate(NAMES):
-        env[f"XAF_HUB_PW_{name.upper().replace('-', '_')}"] = fleet.passwords[i] or ""
-        instances.append(
-            {
-                "name": name,
-                "url": fleet.servers[i].url,
-                "roots": [str(root)],
-                "default_directory": str(root / "app"),
-            }
-        )
-    doc = {
-        "project": {"name": "matrix"},
-        "timeouts": {"connect_seconds": 2, "read_seconds": READ_TIMEOUT},
-        "retries": 0,
-        "lock": {"slot_ttl_seconds": 60, "lock_timeout_seconds": 10, "slot_grace_seconds": 1},
-        "models": {"default_dispatch_model": "fake/fake-model"},
-        "instances": instances,
-    }
-    hub = Hub(root, tmp / "config.json", env, fleet, llm, doc)
-    hub.write_config()
-    (root / "app").mkdir()
-    return hub
+    return make_hub(
+        fleet,
+        llm,
+        tmp,
+        home,
+        {"name": "matrix"},
+        timeouts={"connect_seconds": 2, "read_seconds": READ_TIMEOUT},
+        retries=0,
+        lock={"slot_ttl_seconds": 60, "lock_timeout_seconds": 10, "slot_grace_seconds": 1},
+    )
 
 
 @pytest.fixture(scope="module")

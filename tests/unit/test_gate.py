@@ -43,19 +43,22 @@ def test_reserve_attach_release(tmp_path: Path) -> None:
     assert gate.live_reservations("lan-a") == []
 
 
-@pytest.mark.parametrize(
-    ("age", "session", "running", "alive", "host", "live"),
-    [
-        (1, "", None, True, "h1", True),
-        (61, "", None, True, "h1", False),  # past TTL
-        (4, "ses_1", set(), True, "h1", True),  # not running yet, within grace
-        (6, "ses_1", set(), True, "h1", False),  # not running after grace
-        (30, "ses_1", {"ses_1"}, True, "h1", True),  # running: live until TTL
-        (6, "ses_1", None, True, "h1", True),  # running state unknown: keep
-        (1, "", None, False, "h1", False),  # process gone on this host
-        (1, "", None, False, "h2", True),  # another host's process: cannot tell, keep
-    ],
-)
+# When a reservation still counts (TTL 60 s, grace 5 s, this host "h1", pid 4242), for the
+# file gate here and the Redis gate in test_redis_gate.py alike:
+# (age s, attached session, running ids or None = unknown, pid alive, host, live)
+LIVENESS_CASES = [
+    (1, "", None, True, "h1", True),
+    (61, "", None, True, "h1", False),  # past TTL (Redis would have expired it too)
+    (4, "ses_1", set(), True, "h1", True),  # not running yet, within grace
+    (6, "ses_1", set(), True, "h1", False),  # not running after grace
+    (30, "ses_1", {"ses_1"}, True, "h1", True),  # running: live until TTL
+    (6, "ses_1", None, True, "h1", True),  # running state unknown: keep
+    (1, "", None, False, "h1", False),  # process gone on this host
+    (1, "", None, False, "h2", True),  # another host's process: cannot tell, keep
+]
+
+
+@pytest.mark.parametrize(("age", "session", "running", "alive", "host", "live"), LIVENESS_CASES)
 def test_liveness(
     tmp_path: Path,
     age: float,

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from tests.redis_fixture import RedisServer
+from tests.unit.test_gate import LIVENESS_CASES
 from xaf_hub.config import Config, LockConfig, parse_config
 from xaf_hub.errors import BusyError, ConfigError, ExitCode, StateFileError, UnreachableError
 from xaf_hub.gate import Gate, make_gate
@@ -254,19 +255,7 @@ def test_reserve_attach_release(lock_cfg: LockConfig, rds: Any) -> None:
     assert rds.smembers(gate.index_key("lan-a")) == set()
 
 
-@pytest.mark.parametrize(
-    ("age", "session", "running", "alive", "host", "live"),
-    [
-        (1, "", None, True, "h1", True),
-        (61, "", None, True, "h1", False),  # past TTL (Redis would have expired it too)
-        (4, "ses_1", set(), True, "h1", True),  # not running yet, within grace
-        (6, "ses_1", set(), True, "h1", False),  # not running after grace
-        (30, "ses_1", {"ses_1"}, True, "h1", True),  # running: live until TTL
-        (6, "ses_1", None, True, "h1", True),  # running state unknown: keep
-        (1, "", None, False, "h1", False),  # process gone on this host
-        (1, "", None, False, "h2", True),  # another host's process: cannot tell, keep
-    ],
-)
+@pytest.mark.parametrize(("age", "session", "running", "alive", "host", "live"), LIVENESS_CASES)
 def test_liveness(
     lock_cfg: LockConfig,
     rds: Any,
