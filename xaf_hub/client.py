@@ -229,6 +229,9 @@ class OpencodeClient:
     ) -> tuple[Any, httpx.Response | None]:
         attempts = self.retries + 1
         last_reason = "no attempt made"
+        # Whether a failed write may still have reached the server (callers that recorded the
+        # write beforehand must then keep that record).
+        uncertain = False
         for attempt in range(attempts):
             if attempt:
                 await asyncio.sleep(min(0.2 * attempt, 1.0))
@@ -245,6 +248,8 @@ class OpencodeClient:
             except httpx.HTTPError as exc:
                 last_reason = describe_error(exc, self.connect_timeout, self.read_timeout)
                 if not idempotent:
+                    # Nothing left the machine on a connect or pool timeout; after that, unknown.
+                    uncertain = not isinstance(exc, (httpx.ConnectTimeout, httpx.PoolTimeout))
                     break
                 continue
             status = resp.status_code
@@ -256,6 +261,7 @@ class OpencodeClient:
                 last_reason = f"server error (HTTP {status})"
                 if idempotent:
                     continue
+                uncertain = True
                 break
             if status == 404 and not_found_ok:
                 return None, resp
@@ -274,8 +280,9 @@ class OpencodeClient:
                 last_reason = "truncated or invalid JSON in the response"
                 if idempotent:
                     continue
+                uncertain = True
                 break
-        raise self._fail(last_reason)
+        raise UnreachableError(self.name, last_reason, maybe_delivered=uncertain)
 
     def _shape(self, what: str) -> UnreachableError:
         return self._fail(f"unexpected response shape from {what} (not an opencode server?)")

@@ -15,7 +15,7 @@ from xaf_hub import audit
 from xaf_hub.client import OpencodeClient
 from xaf_hub.config import Config, InstanceConfig
 from xaf_hub.discipline import compose_prompt, slugify
-from xaf_hub.errors import BusyError
+from xaf_hub.errors import BusyError, HubError
 from xaf_hub.gate import Gate
 from xaf_hub.model_state import ModelState, resolve_dispatch_model, resolve_timezone
 from xaf_hub.planner import Plan
@@ -136,16 +136,20 @@ async def execute(
             env=env,
         )
         raise
-    audit.append(
-        cfg.state_dir,
-        command=command,
-        instance=inst.name,
-        session=result.session_id,
-        result=result.action,
-        reason=plan.via,
-        env=env,
-        extra={"model": model or "", "directory": result.directory},
-    )
+    try:
+        audit.append(
+            cfg.state_dir,
+            command=command,
+            instance=inst.name,
+            session=result.session_id,
+            result=result.action,
+            reason=plan.via,
+            env=env,
+            extra={"model": model or "", "directory": result.directory},
+        )
+    except HubError as exc:
+        # The work is sent: failing now would make the caller think it was not.
+        gate.warnings.append(f"the audit log could not record this dispatch: {exc}")
     return result
 
 

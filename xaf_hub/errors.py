@@ -59,14 +59,19 @@ class StateFileError(HubError):
 
 
 class UnreachableError(HubError):
-    """An instance could not be used; ``reason`` is short, human and secret-free."""
+    """An instance could not be used; ``reason`` is short, human and secret-free.
+
+    ``maybe_delivered`` is True when a write may have reached the server before it failed (a
+    timeout or broken connection after the request went out, or a server error answering it).
+    """
 
     exit_code = ExitCode.UNREACHABLE
 
-    def __init__(self, instance: str, reason: str) -> None:
+    def __init__(self, instance: str, reason: str, *, maybe_delivered: bool = False) -> None:
         super().__init__(f"{instance}: unreachable: {reason}")
         self.instance = instance
         self.reason = reason
+        self.maybe_delivered = maybe_delivered
 
 
 class BusyError(HubError):

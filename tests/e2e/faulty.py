@@ -216,10 +216,18 @@ class StepProxy(LoopbackServer):
 
     A request matching ``before`` is held until ``release()`` and then dropped, never
     forwarded (its sender died before sending it); one matching ``after`` is forwarded and its
-    answer held until ``release()`` (its sender died waiting for the answer).
+    answer held until ``release()`` (its sender died waiting for the answer); one matching
+    ``refuse`` is answered 400 without being forwarded.
     """
 
-    def __init__(self, target: str, *, before: Match | None = None, after: Match | None = None):
+    def __init__(
+        self,
+        target: str,
+        *,
+        before: Match | None = None,
+        after: Match | None = None,
+        refuse: Match | None = None,
+    ):
         self.target = target.rstrip("/")
         self.held = threading.Event()
         self.hits: list[tuple[str, str]] = []
@@ -239,6 +247,15 @@ class StepProxy(LoopbackServer):
                     hold()
                     self.close_connection = True
                     return  # its sender was killed before the request left the machine
+                if refuse is not None and refuse(self.command, self.path):
+                    doc = {"name": "BadRequest", "data": {"message": "refused by the test"}}
+                    payload = json.dumps(doc).encode()
+                    self.send_response(400)
+                    self.send_header("content-type", "application/json")
+                    self.send_header("content-length", str(len(payload)))
+                    self.end_headers()
+                    self.wfile.write(payload)
+                    return
                 r = forward(self, proxy.target, body, timeout=60)
                 if after is not None and after(self.command, self.path):
                     hold()

@@ -28,6 +28,7 @@ import pytest
 
 from tests.e2e.faulty import Match, StepProxy
 from tests.fleet import Hub
+from xaf_hub.patrol.fill_slots import JUST_DISPATCHED
 from xaf_hub.sandbox import fleet as sandbox
 
 pytestmark = pytest.mark.e2e
@@ -187,6 +188,8 @@ def test_patrol_killed_after_create_sends_the_task_once(hub: Hub) -> None:
     [task] = pool(hub)  # recorded with its session before the prompt went out
     assert task["status"] == "dispatched" and task["session_id"]
     empty = task["session_id"]
+    # A row younger than JUST_DISPATCHED is left alone (its prompt may still be on the way).
+    time.sleep(JUST_DISPATCHED.total_seconds() + 1)
     code, _, err = hub.cli("patrol", "--once", "--no-freelimit", "--no-check", "--no-design")
     assert code == 0, err
     [task] = pool(hub)  # the empty session is given up; the work goes out exactly once
@@ -353,18 +356,28 @@ def test_atomic_write_syncs_the_file_before_and_the_folder_after_the_rename(
     assert events == ["fsync file", "replace", "fsync dir"]
 
 
-def test_dispatch_whose_prompt_fails_leaves_no_pool_row(hub: Hub) -> None:
-    # The row is written before the prompt; when the prompt then fails, the command says so
-    # and takes the row back, or the patrol would later send work the user saw fail.
+@pytest.mark.parametrize("failure", ["refused", "dropped"])
+def test_dispatch_whose_prompt_fails(hub: Hub, failure: str) -> None:
+    # The row is written before the prompt. A prompt the server refused is taken back (or the
+    # patrol would later send work the user saw fail); one whose answer was lost may have
+    # arrived, so its row stays for the patrol to settle, and the user is told.
     target = hub.server("lan-c").url
-    with StepProxy(target, before=_prompt) as proxy:
-        proxy.release()  # every prompt request is dropped unanswered
+    hold = {"refused": {"refuse": _prompt}, "dropped": {"before": _prompt}}[failure]
+    with StepProxy(target, **hold) as proxy:
+        proxy.release()  # a dropped prompt is dropped at once
         hub.set_instance("lan-c", url=proxy.url)
         code, _, err = hub.cli("dispatch", "--new", "--instance", "lan-c", "--text", "lost prompt")
         assert any(p.endswith("/prompt_async") for _, p in proxy.writes())
     hub.set_instance("lan-c", url=target)
-    assert code == 2, err
-    assert "lan-c" in err
-    assert pool(hub) == []
+    assert code != 0 and "lan-c" in err, err
+    rows = pool(hub)
+    if failure == "refused":
+        assert "HTTP 400" in err
+        assert rows == []
+    else:
+        assert code == 2
+        [row] = rows
+        assert (row["status"], row["title"]) == ("dispatched", "lost prompt")
+        assert f"task {row['id']} stays in the task pool" in err
     assert reserved(hub, "lan-c") == 0
     state_files_parse(home(hub))

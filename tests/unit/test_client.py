@@ -244,3 +244,42 @@ def test_post_not_retried_after_server_error() -> None:
 def test_malformed_session_id_is_a_usage_error() -> None:
     with pytest.raises(SessionNotFound, match="not a session id"):
         run(lambda r: health(r) or httpx.Response(500), lambda c: c.get_session("bogus"))
+
+
+def _prompt_failure(fault: Callable[[httpx.Request], httpx.Response]) -> UnreachableError:
+    def handler(req: httpx.Request) -> httpx.Response:
+        return health(req) or fault(req)
+
+    with pytest.raises(UnreachableError) as err:
+        run(handler, lambda c: c.prompt_async("ses_1", "do it", None), retries=2)
+    return err.value
+
+
+def _raise(exc: type[httpx.HTTPError]) -> Callable[[httpx.Request], httpx.Response]:
+    def fault(req: httpx.Request) -> httpx.Response:
+        raise exc("boom", request=req)
+
+    return fault
+
+
+@pytest.mark.parametrize(
+    ("fault", "maybe"),
+    [
+        (_raise(httpx.ConnectError), False),  # never reached the server
+        (_raise(httpx.ConnectTimeout), False),
+        (_raise(httpx.PoolTimeout), False),
+        (_raise(httpx.ReadTimeout), True),  # sent; the answer is what got lost
+        (_raise(httpx.RemoteProtocolError), True),
+        (lambda req: httpx.Response(502), True),  # answered with an error: unknown
+    ],
+)
+def test_a_failed_write_says_whether_it_may_have_arrived(
+    fault: Callable[[httpx.Request], httpx.Response], maybe: bool
+) -> None:
+    assert _prompt_failure(fault).maybe_delivered is maybe
+
+
+def test_a_failed_read_is_never_maybe_delivered() -> None:
+    with pytest.raises(UnreachableError) as err:
+        run(lambda req: health(req) or httpx.Response(502), lambda c: c.list_sessions())
+    assert err.value.maybe_delivered is False

@@ -431,11 +431,26 @@ def dispatched(tid: str = "T1", *, ago: timedelta = timedelta(minutes=10)) -> Ta
         ),
         (dispatched(), Sighting(session=rec(), run=None), "keep", False, "could not be read"),
         (
-            dispatched(ago=timedelta(seconds=10)),
+            dispatched(ago=timedelta(seconds=30)),
             Sighting(session=rec(), run=LastRun("none")),
             "requeue",
             True,
             "never received its prompt",
+        ),
+        # Read between the row and its prompt: the session does not show the prompt yet.
+        (
+            dispatched(ago=timedelta(seconds=3)),
+            Sighting(session=rec(), run=LastRun("none")),
+            "keep",
+            False,
+            "just dispatched",
+        ),
+        (
+            dispatched(ago=timedelta(seconds=3)),
+            Sighting(session=rec(), run=LastRun("succeeded")),
+            "keep",
+            False,
+            "just dispatched",
         ),
     ],
 )

@@ -18,13 +18,12 @@ what happened.
 from __future__ import annotations
 
 import argparse
-import contextlib
 from typing import Any
 
 from xaf_hub import aio
 from xaf_hub.commands._common import add_json
 from xaf_hub.context import Context
-from xaf_hub.errors import BusyError, HubError, UsageError
+from xaf_hub.errors import BusyError, UsageError
 from xaf_hub.output import dumps
 
 EXAMPLES = """\
@@ -218,12 +217,9 @@ def run(ctx: Context) -> int:
 
     try:
         result, baseline = aio.run(go())
-    except BaseException:
-        # The command fails and says so; a row for work that was not sent would make the
-        # patrol send it later behind the user's back.
+    except BaseException as exc:
         for task_id in recorded:
-            with contextlib.suppress(HubError):
-                backlog.discard(task_id)
+            _take_back(ctx, backlog, task_id, exc)
         raise
     for w in gate.warnings:
         ctx.warn(w)
@@ -235,6 +231,35 @@ def run(ctx: Context) -> int:
     else:
         ctx.out(_sent_line(plan, result))
     return 0
+
+
+def _take_back(ctx: Context, backlog: Any, task_id: str, exc: BaseException) -> None:
+    """After a failed send, drop the task's pool row unless the prompt may have arrived.
+
+    The command fails and says so; a row for work that never arrived would make the patrol
+    send it later behind the user's back. A row for work that may have arrived stays: the
+    patrol settles it from what the session shows.
+    """
+    from xaf_hub.client import ApiError
+    from xaf_hub.errors import UnreachableError
+
+    refused = isinstance(exc, ApiError) or (
+        isinstance(exc, UnreachableError) and not exc.maybe_delivered
+    )
+    if not refused:
+        ctx.warn(
+            f"task {task_id} stays in the task pool: the prompt may have reached the server, "
+            "and the patrol will settle it from what the session shows "
+            f"(xaf-hub backlog set {task_id} --status done keeps it from being sent again)"
+        )
+        return
+    try:
+        backlog.discard(task_id)
+    except Exception as problem:  # noqa: BLE001 - the original failure is what gets raised
+        ctx.warn(
+            f"task {task_id} could not be taken back from the task pool ({problem}); "
+            f"xaf-hub backlog set {task_id} --status done keeps the patrol from sending it"
+        )
 
 
 def _sent_line(plan: Any, result: Any) -> str:

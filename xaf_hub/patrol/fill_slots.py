@@ -51,6 +51,9 @@ from xaf_hub.records import RunState, SessionRecord
 STEP = "fill_slots"
 # A prompt with no answer after this long was refused (e.g. a model the server does not know).
 NO_ANSWER_GRACE = timedelta(minutes=2)
+# A task's row is written just before its prompt is sent; a session read in between still
+# shows its state from before the prompt. Rows younger than this are not judged yet.
+JUST_DISPATCHED = timedelta(seconds=10)
 
 _INFRA_ERROR_NAMES = frozenset({"ProviderAuthError"})
 _INFRA_STATUS = frozenset({401, 403, 408, 409, 425})
@@ -134,6 +137,8 @@ def settle(task: Task, seen: Sighting, now: datetime, stale_minutes: float) -> S
         return Settlement("keep", reason="waiting for a free slot to be healed or resumed")
     if seen.session.running:
         return Settlement("keep")
+    if age is not None and age < JUST_DISPATCHED:
+        return Settlement("keep", reason="just dispatched; its prompt may not show yet")
     run = seen.run
     if run is None:
         return Settlement("keep", reason="last run could not be read")
