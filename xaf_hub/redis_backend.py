@@ -89,6 +89,13 @@ return 0
 def connect(cfg: LockConfig) -> redis.Redis:
     """A client for ``lock.redis_url`` with the password from the env; connects on first use."""
     # One quick retry covers a dropped idle connection; a dead server fails in seconds.
+    try:
+        return _from_url(cfg)
+    except ValueError as exc:  # e.g. ?socket_timeout=abc in the URL
+        raise ConfigError(f"lock.redis_url: {exc}") from None
+
+
+def _from_url(cfg: LockConfig) -> redis.Redis:
     return redis.Redis.from_url(
         cfg.redis_url,
         password=cfg.redis_password,
@@ -114,7 +121,10 @@ def probe(cfg: LockConfig) -> str:
     try:
         with _redis_errors(where):
             client.ping()
+        try:
             version = str(client.info("server").get("redis_version") or "?")
+        except RedisError:  # an ACL may forbid INFO (@dangerous) to a user the gate works for
+            version = "?"
     finally:
         client.close()
     return f"redis {version} at {where}"

@@ -145,3 +145,29 @@ def test_a_live_daemon_is_mentioned(cfg: Config) -> None:
     assert "It runs in the background on this computer." in overview.build(cfg, NOW_MS).details
     (folder / "daemon.json").write_text(json.dumps({**beat, "stopped_at": "x"}), "utf-8")
     assert "It runs in the background on this computer." not in overview.build(cfg, NOW_MS).details
+
+
+def test_odd_report_contents_and_tasks_not_ready_yet(cfg: Config) -> None:
+    write_report(cfg, steps=None, started_at=None, finished_at="not a time", dispatched="x")
+    pool = Backlog(cfg.backlog_path)
+    later = (NOW + timedelta(hours=1)).isoformat()
+    pool.add(Task(id="B1", title="backing off", priority="P0", not_before=later))
+    pool.add(Task(id="D1", title="waits for B1", priority="P0", depends_on=("B1",)))
+    pool.add(Task(id="R1", title="ready", priority="P3"))
+    view = overview.build(cfg, NOW_MS)
+    assert view.headline == (
+        "The autopilot last looked after the servers at a time its report does not say; "
+        "everything went as planned."
+    )
+    assert view.figures == ()
+    assert view.queue[0] == (3, "waiting to start")
+    assert view.next_up == (("P3", "ready"),)
+
+
+def test_a_report_that_is_not_an_object_is_a_problem_line(cfg: Config) -> None:
+    folder = cfg.state_dir / "patrol"
+    folder.mkdir(parents=True)
+    (folder / "report-latest.json").write_text('{"steps": [1, "x", {"name": 3}]}', "utf-8")
+    assert overview.build(cfg, NOW_MS).problems == ()  # odd steps are skipped, not fatal
+    (folder / "report-latest.json").write_text("[1, 2]", "utf-8")
+    assert overview.build(cfg, NOW_MS).state == "never"

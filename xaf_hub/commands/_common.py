@@ -67,14 +67,16 @@ def report_unreachable(ctx: Context, snap: Snapshot) -> None:
         ctx.warn(w)
 
 
-def session_not_found(session_id: str, down: list[tuple[str, str]]) -> HubError:
+def session_not_found(
+    session_id: str, down: list[tuple[str, str]], instance: str | None = None
+) -> HubError:
     """The error for a session no instance answered for; ``down`` = (instance, reason) pairs.
 
     While any instance did not answer, "not found" is not known: that is exit 2 (unreachable)
-    naming where the session may be, not exit 4.
+    naming where the session may be, not exit 4. ``instance``: the one asked (--instance).
     """
     if not down:
-        return UsageError(f"session {session_id} not found on any instance")
+        return UsageError(f"session {session_id} not found on {instance or 'any instance'}")
     names = ", ".join(name for name, _ in down)
     reason = down[0][1] if len(down) == 1 else "; ".join(f"{n}: {r}" for n, r in down)
     return UnreachableError(

@@ -222,7 +222,8 @@ def run(ctx: Context) -> int:
     instances = chosen_instances(ctx)
     found, down = aio.run(_find(ctx, instances, args.session))
     if not found:
-        raise session_not_found(args.session, [(inst.name, reason) for inst, reason in down])
+        down_names = [(inst.name, reason) for inst, reason in down]
+        raise session_not_found(args.session, down_names, args.instance)
     # Servers sharing one database all know the session; only the one running it says so.
     inst, seen = next(((i, s) for i, s in found if s.rec.running), found[0])
     if len(found) > 1:

@@ -38,7 +38,9 @@ def run(ctx: Context) -> int:
     hit = next(((sc, s) for sc in scans for s in sc.sessions if s.id == args.session), None)
     if hit is None:
         raise session_not_found(
-            args.session, [(sc.inst.name, sc.reason) for sc in scans if not sc.reachable]
+            args.session,
+            [(sc.inst.name, sc.reason) for sc in scans if not sc.reachable],
+            args.instance,
         )
     sc, session = hit
     if sc.inst.production and not args.allow_prod:

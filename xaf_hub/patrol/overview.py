@@ -71,9 +71,10 @@ def _headline(
     else:
         last = _ms(report.get("finished_at") or report.get("started_at"))
         exact = local_time_with_zone(last) if last else ""
+        steps = report.get("steps")
         failed = [
             STEP_WORDS.get(str(s.get("name")), str(s.get("name")))
-            for s in report.get("steps", [])
+            for s in (steps if isinstance(steps, list) else [])
             if isinstance(s, dict) and s.get("status") == "failed"
         ]
         how = (
@@ -82,8 +83,8 @@ def _headline(
             else "some of it did not work: " + ", ".join(failed) + "."
         )
         state = "active"
-        ago = humanize_age(last, now_ms)
-        headline = f"The autopilot last looked after the servers {ago}; {how}"
+        when = humanize_age(last, now_ms) if last else "at a time its report does not say"
+        headline = f"The autopilot last looked after the servers {when}; {how}"
     if paused is not None:
         state = "paused"
         since = _ms(paused.get("paused_at"))
@@ -99,8 +100,23 @@ def _headline(
 
 
 def build(cfg: Config, now_ms: int) -> AutopilotView:
-    """Read the patrol's files and say what it is doing."""
-    from xaf_hub.backlog import Backlog
+    """Read the patrol's files and say what it is doing; never raises.
+
+    The panel is one part of a page that must render: whatever goes wrong reading the
+    patrol's state (a file of an unexpected shape included) becomes a line on the panel.
+    """
+    try:
+        return _build(cfg, now_ms)
+    except Exception as exc:  # noqa: BLE001 - see above
+        return AutopilotView(
+            state="never",
+            headline="The autopilot's state could not be read.",
+            problems=(f"{type(exc).__name__}: {exc}",),
+        )
+
+
+def _build(cfg: Config, now_ms: int) -> AutopilotView:
+    from xaf_hub.backlog import Backlog, readiness
     from xaf_hub.dispatcher import model_state
     from xaf_hub.patrol.fill_slots import is_blocked
     from xaf_hub.patrol.report import latest_report
@@ -139,8 +155,12 @@ def build(cfg: Config, now_ms: int) -> AutopilotView:
             (sum(1 for t in tasks if t.status == "done"), "done"),
             (len(stuck), "stuck after too many failed tries (a person must look)"),
         ]
-        waiting.sort(key=lambda t: (t.priority, t.created_at or ""))
-        next_up = [(t.priority, t.title) for t in waiting[:NEXT_UP]]
+        # Next = what fill_slots would take first: ready now (not backing off, dependencies
+        # done), by priority, then age.
+        now = datetime.fromtimestamp(now_ms / 1000, UTC)
+        ready = [t for t in waiting if not readiness(t, tasks, now)]
+        ready.sort(key=lambda t: (t.priority, t.created_at or ""))
+        next_up = [(t.priority, t.title) for t in ready[:NEXT_UP]]
 
     rests: list[str] = []
     try:
