@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 _SEPARATORS = re.compile(r"/{2,}")
+_TRAILING = re.compile(r"[/\s]+$")
 
 
 def normalize_dir(path: str) -> str:
@@ -16,8 +17,10 @@ def normalize_dir(path: str) -> str:
     text = _SEPARATORS.sub("/", text)
     if unc:  # keep a Windows UNC prefix (//server/share) recognisable
         text = "/" + text
-    if len(text) > 1 and text.endswith("/"):
-        text = text.rstrip("/") or "/"
+    if len(text) > 1:
+        # Trailing separators and whitespace in any mix ("0\r\\" once left "0\r", which
+        # the next call stripped: not idempotent).
+        text = _TRAILING.sub("", text) or "/"
     return text.lower()
 
 
