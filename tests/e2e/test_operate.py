@@ -126,18 +126,30 @@ def test_sessions_outcomes_from_real_runs(hub: Hub) -> None:
     cut = hub.session("lan-c", "cut short", "o3")
     never = hub.session("lan-c", "never prompted", "o4")
     hub.prompt("lan-c", done, "quick", "fake/fake-model")
-    hub.prompt("lan-c", busy, "slow", "fake/slow-model")
-    hub.prompt("lan-c", cut, "slow", "fake/slow-model")
+    hub.prompt("lan-c", busy, "slow busy", "fake/slow-model")
+    hub.prompt("lan-c", cut, "slow cut", "fake/slow-model")
     hub.wait_for(lambda: {busy, cut} <= hub.busy_ids("lan-c"))
+    # Abort once the model is answering: a session is busy a moment before its answer exists,
+    # and an abort in that moment leaves no answer to call "aborted".
+    hub.wait_for(
+        lambda: any(
+            "slow cut" in r["last_user_text"] and not r["title_call"] for r in hub.llm.requests()
+        )
+    )
     sandbox.abort(hub.server("lan-c").url, hub.password("lan-c"), cut)
+    last: dict[str, str] = {}
     try:
 
         def outcomes() -> dict[str, str] | None:
             code, doc = hub.cli_json("sessions", "--instance", "lan-c", "--outcomes")
             got = {s["id"]: s["outcome"] for s in doc["sessions"]}
+            last.update(got)
             return got if got.get(done) == "succeeded" and got.get(cut) == "aborted" else None
 
-        got = hub.wait_for(outcomes, timeout=60, step=1)
+        try:
+            got = hub.wait_for(outcomes, timeout=60, step=1)
+        except AssertionError:
+            raise AssertionError(f"outcomes seen last: {last}") from None
         assert got[busy] == "running" and got[never] == "unknown"
         code, out, _ = hub.cli("sessions", "--instance", "lan-c", "--outcomes")
         assert "last result" in out and "succeeded" in out
