@@ -117,9 +117,7 @@ async def execute(
     try:
         if not plan.gated:
             assert plan.session is not None
-            if before_prompt is not None:
-                before_prompt(plan.session.id)
-            await client.prompt_async(plan.session.id, prompt, model)
+            await _send(client, plan.session.id, prompt, model, before_prompt)
             result = DispatchResult(
                 "steer", inst.name, plan.session.id, plan.directory, plan.title, model
             )
@@ -153,6 +151,19 @@ async def execute(
     return result
 
 
+async def _send(
+    client: OpencodeClient,
+    session_id: str,
+    prompt: str,
+    model: str | None,
+    before_prompt: Callable[[str], None] | None,
+) -> None:
+    """Run ``before_prompt`` (see ``execute``), then send the prompt: every path sends here."""
+    if before_prompt is not None:
+        before_prompt(session_id)
+    await client.prompt_async(session_id, prompt, model)
+
+
 async def _gated(
     cfg: Config,
     plan: Plan,
@@ -175,9 +186,7 @@ async def _gated(
         running_project = sum(1 for s in fresh.sessions if s.project and s.running)
         if plan.action == "reuse" and plan.session is not None and plan.session.id in running:
             # It started running meanwhile: a prompt now steers it and takes no slot.
-            if before_prompt is not None:
-                before_prompt(plan.session.id)
-            await client.prompt_async(plan.session.id, prompt, model)
+            await _send(client, plan.session.id, prompt, model, before_prompt)
             return DispatchResult(
                 "steer",
                 inst.name,
@@ -203,9 +212,7 @@ async def _gated(
                 assert plan.session is not None
                 session_id, directory = plan.session.id, plan.directory
             res = gate.attach(res, session_id)
-            if before_prompt is not None:
-                before_prompt(session_id)
-            await client.prompt_async(session_id, prompt, model)
+            await _send(client, session_id, prompt, model, before_prompt)
         except BaseException:
             gate.release(res)
             raise
