@@ -96,10 +96,7 @@ def _tfidf(texts: list[str]) -> tuple[Any, Any, Any, int]:
     and the number of columns.
 
     Rows are texts, columns n-grams numbered in sorted order; entries are sorted by row, then
-    column. The weights are those of scikit-learn's ``TfidfTransformer(sublinear_tf=True)``
-    (defaults: smooth idf, l2 norm) - ``tests/unit/test_matcher.py`` checks them against it -
-    computed with a handful of numpy calls, so dispatch does not pay scikit-learn's import
-    (about a second and 70 MB) on every run.
+    column. The weights are scikit-learn's (see the module docstring).
     """
     import numpy as np
 

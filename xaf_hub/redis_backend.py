@@ -88,22 +88,18 @@ return 0
 
 def connect(cfg: LockConfig) -> redis.Redis:
     """A client for ``lock.redis_url`` with the password from the env; connects on first use."""
-    # One quick retry covers a dropped idle connection; a dead server fails in seconds.
     try:
-        return _from_url(cfg)
+        # One quick retry covers a dropped idle connection; a dead server fails in seconds.
+        return redis.Redis.from_url(
+            cfg.redis_url,
+            password=cfg.redis_password,
+            decode_responses=True,
+            socket_connect_timeout=CONNECT_TIMEOUT_SECONDS,
+            socket_timeout=SOCKET_TIMEOUT_SECONDS,
+            retry=Retry(NoBackoff(), 1),
+        )
     except ValueError as exc:  # e.g. ?socket_timeout=abc in the URL
         raise ConfigError(f"lock.redis_url: {exc}") from None
-
-
-def _from_url(cfg: LockConfig) -> redis.Redis:
-    return redis.Redis.from_url(
-        cfg.redis_url,
-        password=cfg.redis_password,
-        decode_responses=True,
-        socket_connect_timeout=CONNECT_TIMEOUT_SECONDS,
-        socket_timeout=SOCKET_TIMEOUT_SECONDS,
-        retry=Retry(NoBackoff(), 1),
-    )
 
 
 def describe(client: redis.Redis) -> str:
