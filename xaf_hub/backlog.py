@@ -591,3 +591,8 @@ def pick_tasks(tasks: Sequence[Task], instance: str, free: int, now: datetime) -
 def is_generated_id(task_id: str) -> bool:
     """Tell whether an id has the hub's generated ``T-<yyyymmdd>-<hex>`` form."""
     return bool(_TASK_ID_RE.match(task_id))
+
+
+def is_blocked(task: Task, max_attempts: int) -> bool:
+    """A pending task that used up its attempts waits for a human."""
+    return task.status == "pending" and task.attempts >= max_attempts

@@ -13,6 +13,7 @@ from xaf_hub.config import Config, load_config
 from xaf_hub.output import terminal_safe
 
 if TYPE_CHECKING:  # the scanner pulls in httpx; --help must stay light
+    from xaf_hub.ops.context import OpsContext
     from xaf_hub.scan import TransportFactory
 
 
@@ -36,6 +37,12 @@ class Context:
                 getattr(self.args, "config", None), env=self.env, cwd=self.cwd
             )
         return self._config
+
+    def ops(self) -> OpsContext:
+        """The operations context for this run: config, env and the transport seam."""
+        from xaf_hub.ops.context import OpsContext
+
+        return OpsContext(self.config, env=self.env, transport_factory=self.transport_factory)
 
     @property
     def json(self) -> bool:

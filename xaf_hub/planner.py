@@ -18,7 +18,7 @@ from xaf_hub.errors import (
     UnreachableError,
     UsageError,
 )
-from xaf_hub.records import SessionRecord
+from xaf_hub.records import SessionRecord, running_project
 from xaf_hub.rules import apply_aliases
 
 Action = Literal["steer", "reuse", "create"]
@@ -53,7 +53,7 @@ class InstanceView:
     @property
     def running_project(self) -> int:
         """Running project sessions."""
-        return sum(1 for s in self.sessions if s.project and s.running)
+        return running_project(self.sessions)
 
     @property
     def project_count(self) -> int:
@@ -92,6 +92,16 @@ class Plan:
     def gated(self) -> bool:
         """True when the plan takes a slot (new session or idle reuse)."""
         return self.action != "steer"
+
+
+def plan_reuse(inst: InstanceConfig, session: SessionRecord, *, via: str) -> Plan:
+    """Start ``session`` again (the patrol's resume and heal): gated like any idle reuse."""
+    return Plan("reuse", inst, session, session.directory, session.title, via=via)
+
+
+def plan_create(inst: InstanceConfig, directory: str, title: str, *, via: str) -> Plan:
+    """A new session in ``directory`` (the patrol's fill_slots picks instance and directory)."""
+    return Plan("create", inst, None, directory, title, via=via)
 
 
 def default_title(text: str, width: int = 60) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
@@ -84,3 +85,8 @@ class Snapshot:
             s for s in self.sessions if s.project and (instance is None or s.instance == instance)
         ]
         return sorted(rows, key=lambda s: s.updated, reverse=True)
+
+
+def running_project(sessions: Iterable[SessionRecord]) -> int:
+    """How many of ``sessions`` are project sessions the server reports running."""
+    return sum(1 for s in sessions if s.project and s.running)

@@ -415,7 +415,7 @@ def overview_context(
 ) -> dict[str, Any]:
     """Precompute the plain data the overview template lays out.
 
-    ``autopilot`` is an ``xaf_hub.patrol.overview.AutopilotView`` (the patrol panel), or None
+    ``autopilot`` is an ``xaf_hub.ops.autopilot.AutopilotView`` (the patrol panel), or None
     to leave the panel out.
     """
     counts = _counts(snap)

@@ -15,7 +15,7 @@ import httpx
 from xaf_hub.client import OpencodeClient, RawStatus, ServerSession
 from xaf_hub.config import Config, InstanceConfig
 from xaf_hub.errors import HubError, UnreachableError
-from xaf_hub.records import InstanceSummary, RunState, SessionRecord, Snapshot
+from xaf_hub.records import InstanceSummary, RunState, SessionRecord, Snapshot, running_project
 
 TransportFactory = Callable[[InstanceConfig], httpx.AsyncBaseTransport | None]
 
@@ -62,7 +62,7 @@ class InstanceScan:
             total_sessions=len(self.sessions),
             project_sessions=len(project),
             running_total=sum(1 for s in self.sessions if s.running),
-            running_project=sum(1 for s in project if s.running),
+            running_project=running_project(project),
             limit=self.inst.concurrency_limit,
             danger=self.inst.production,
             note=self.inst.note,
@@ -198,7 +198,7 @@ async def _outcomes_of_instance(
 ) -> None:
     from dataclasses import replace
 
-    from xaf_hub.outcome import outcome_of
+    from xaf_hub.ops.runstate import outcome_of
 
     sem = asyncio.Semaphore(_STATUS_FAN_OUT)
     async with make_client(cfg, sc.inst, transport) as client:

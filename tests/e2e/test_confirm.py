@@ -21,7 +21,7 @@ import pytest
 from tests.fleet import Hub
 from xaf_hub.discipline import CONTINUE_PROMPT, DISCIPLINE_MARKER
 from xaf_hub.model_state import ModelState, next_reset, resolve_timezone, to_ms
-from xaf_hub.patrol import confirm as confirm_module
+from xaf_hub.ops import heal as heal_module
 from xaf_hub.patrol import fix_free_limit
 from xaf_hub.sandbox import fleet as sandbox
 
@@ -84,20 +84,19 @@ def writers(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     """Spy on the one blackout writer and on the patrol's heal, as the commands call them."""
     calls: list[str] = []
     # The commands heal with the patrol's own function, not a copy of it.
-    assert confirm_module.__dict__["heal"] is fix_free_limit.heal
-    real_mark, real_heal = ModelState.mark_blackout, fix_free_limit.heal
+    assert fix_free_limit.__dict__["heal"] is heal_module.heal
+    real_mark, real_heal = ModelState.mark_blackout, heal_module.heal
 
     def mark(self: ModelState, family: str, reason: str, source: str, now: datetime) -> int:
         calls.append(f"mark_blackout {family} {source.split()[0]}")
         return real_mark(self, family, reason, source, now)
 
-    async def heal(*args: Any, **kwargs: Any) -> str | None:
+    async def heal(*args: Any, **kwargs: Any) -> heal_module.Healing:
         calls.append(f"heal {kwargs.get('origin')}")
-        target: str | None = await real_heal(*args, **kwargs)
-        return target
+        return await real_heal(*args, **kwargs)
 
     monkeypatch.setattr(ModelState, "mark_blackout", mark)
-    monkeypatch.setattr(confirm_module, "heal", heal)
+    monkeypatch.setattr(heal_module, "heal", heal)
     yield calls
 
 

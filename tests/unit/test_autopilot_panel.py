@@ -13,8 +13,8 @@ import pytest
 from xaf_hub import report
 from xaf_hub.backlog import Backlog, Task
 from xaf_hub.config import Config, parse_config
-from xaf_hub.dispatcher import model_state
-from xaf_hub.patrol import overview
+from xaf_hub.ops import autopilot as overview
+from xaf_hub.ops.models import model_state
 from xaf_hub.records import Snapshot
 
 NOW = datetime(2026, 11, 30, 9, 30, tzinfo=UTC)

@@ -11,13 +11,12 @@ from typing import Any
 import pytest
 
 from xaf_hub.client import RawStatus, ServerSession
-from xaf_hub.commands.confirm import healing_text, verdict_text, wait_exit, wait_text
+from xaf_hub.commands._common import healing_text, verdict_text, wait_exit, wait_text
 from xaf_hub.config import InstanceConfig
 from xaf_hub.errors import BusyError, UnreachableError
-from xaf_hub.patrol.confirm import (
+from xaf_hub.ops.confirm import (
     BUSY_SETTLE_SECONDS,
     MAX_HEALS,
-    Healing,
     Sighting,
     WaitResult,
     answered,
@@ -27,7 +26,7 @@ from xaf_hub.patrol.confirm import (
     wait_for_run,
     wait_step,
 )
-from xaf_hub.patrol.fix_free_limit import HealCandidate
+from xaf_hub.ops.heal import HealCandidate, Healing
 from xaf_hub.rules import ProjectRules
 
 ROOT = "/srv/proj"

@@ -10,22 +10,21 @@ from typing import Any
 
 import pytest
 
-from xaf_hub.backlog import Task, format_instant
-from xaf_hub.patrol.check_agents import classify, operator_interrupts, resume_refusal
-from xaf_hub.patrol.context import LastRun, last_run
-from xaf_hub.patrol.fill_slots import (
-    Sighting,
-    is_blocked,
-    is_infrastructure_failure,
-    plan_fill,
-    session_title,
-    settle,
-)
-from xaf_hub.patrol.fix_free_limit import (
+from xaf_hub.backlog import Task, format_instant, is_blocked
+from xaf_hub.ops.heal import (
     blackout_family,
     heal_candidate,
     heal_key,
     heal_target,
+)
+from xaf_hub.ops.runstate import LastRun, classify, last_run
+from xaf_hub.patrol.check_agents import operator_interrupts, resume_refusal
+from xaf_hub.patrol.fill_slots import (
+    Sighting,
+    is_infrastructure_failure,
+    plan_fill,
+    session_title,
+    settle,
 )
 from xaf_hub.records import SessionRecord
 

@@ -132,7 +132,7 @@ if block:
     sys.meta_path.insert(0, NoRedis())
 
 from xaf_hub.config import parse_config
-from xaf_hub.dispatcher import model_state
+from xaf_hub.ops.models import model_state
 from xaf_hub.errors import HubError
 from xaf_hub.gate import make_gate
 
@@ -505,7 +505,7 @@ def test_model_state_factory(lock_cfg: LockConfig, tmp_path: Path) -> None:
     from dataclasses import replace
 
     from xaf_hub.config import ModelsConfig
-    from xaf_hub.dispatcher import model_state
+    from xaf_hub.ops.models import model_state
     from xaf_hub.redis_backend import RedisModelState
 
     cfg = Config(path=None, home=tmp_path, state_dir=tmp_path, lock=lock_cfg)

@@ -214,7 +214,7 @@ def test_routes_and_headers() -> None:
 
 
 def test_page_carries_the_autopilot_panel_built_once_per_scan() -> None:
-    from xaf_hub.patrol.overview import AutopilotView
+    from xaf_hub.ops.autopilot import AutopilotView
 
     clock = Clock()
     cache = SnapshotCache(_snap, 5.0, clock)

@@ -1,9 +1,11 @@
-"""Pieces several commands share: instance selection, scanning, scan exit codes."""
+"""Pieces several commands share: instance selection, scanning, scan exit codes, and the
+wording of run verdicts, heals and waits (`confirm` and `dispatch --confirm-wait`)."""
 
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING
+from datetime import datetime, tzinfo
+from typing import TYPE_CHECKING, Any
 
 from xaf_hub import aio
 from xaf_hub.config import InstanceConfig
@@ -12,6 +14,9 @@ from xaf_hub.errors import ExitCode, HubError, UnreachableError, UsageError
 from xaf_hub.records import Snapshot
 
 if TYPE_CHECKING:  # the scanner pulls in httpx; --help must stay light
+    from xaf_hub.ops.confirm import WaitResult
+    from xaf_hub.ops.heal import Healing
+    from xaf_hub.ops.runstate import Verdict
     from xaf_hub.scan import InstanceScan
 
 
@@ -91,3 +96,125 @@ def scan_exit(snap: Snapshot) -> int:
     if any(i.reachable for i in snap.instances):
         return int(ExitCode.OK)
     return int(ExitCode.UNREACHABLE)
+
+
+# ---------------------------------------------------------------------------------------------
+# Wording of verdicts, heals and waits (`confirm`, `dispatch --confirm-wait`)
+
+
+def local_time(ms: int, tz: tzinfo, seconds: bool = True) -> str:
+    """An epoch-ms instant as local wall time in ``tz``."""
+    moment = datetime.fromtimestamp(ms / 1000, tz)
+    return f"{moment:%Y-%m-%d %H:%M:%S}" if seconds else f"{moment:%Y-%m-%d %H:%M}"
+
+
+def _in(ms: int, now_ms: int) -> str:
+    left = (ms - now_ms) // 1000
+    if left <= 0:
+        return "due now"
+    if left < 120:
+        return f"in {left} s"
+    if left < 7200:
+        return f"in {left // 60} min"
+    return f"in {left // 3600} h {left % 3600 // 60} min"
+
+
+def _model(model: str) -> str:
+    return model or "the server's default model"
+
+
+def verdict_text(v: Verdict, tz: tzinfo, now_ms: int) -> str:
+    """One phrase for a verdict."""
+    if v.state == "running":
+        return f"running on {_model(v.model)} ({v.detail})"
+    if v.state == "retrying":
+        attempt = f" (attempt {v.attempt})" if v.attempt else ""
+        when = (
+            f"; next try at {local_time(v.next_ms, tz)} ({_in(v.next_ms, now_ms)})"
+            if v.next_ms
+            else ""
+        )
+        return f"retrying on {_model(v.model)}{attempt}: {v.detail or 'no message'}{when}"
+    if v.state == "finished":
+        return f"finished (last run on {_model(v.model)})"
+    if v.state == "failed":
+        return f"failed on {_model(v.model)}: {v.detail}"
+    return f"{v.state}: {v.detail}"
+
+
+def healing_text(h: Healing, tz: tzinfo) -> str:
+    """What one heal did, e.g. "rate-limited on A, re-sent on B (blackout of ...)"."""
+    words = _SIGNAL_WORDS.get(h.signal, h.signal)
+    head = f"{words} on {h.from_model or 'an unknown model'}"
+    if h.already:
+        return f"{head}: already healed (by the patrol or another command)"
+    tail = f" (blackout of family {h.family} until {blackout_until(h, tz)})" if h.family else ""
+    if h.to_model is None:
+        return f"{head}: no usable model left in the chain{tail}"
+    return f"{head}, healed: re-sent on {h.to_model}{tail}"
+
+
+def blackout_until(h: Healing, tz: tzinfo) -> str:
+    """A heal's blackout end as local wall time."""
+    return local_time(h.until_ms, tz, seconds=False) if h.until_ms is not None else "?"
+
+
+def wait_text(r: WaitResult, window: float, tz: tzinfo, now_ms: int) -> str:
+    """One line for how `dispatch --confirm-wait` ended."""
+    model = _model(r.model)
+    final = {
+        "running": f"running on {model}",
+        "finished": f"ran on {model} and already finished",
+        "failed": f"failed: {r.detail}",
+        "no_sign": f"no sign of a run within {window:g} s"
+        + (f" (last seen: {r.detail})" if r.detail else ""),
+        "retrying": f"retrying on {model}: {r.detail}"
+        + (
+            f"; next try at {local_time(r.next_ms, tz)} ({_in(r.next_ms, now_ms)})"
+            if r.next_ms
+            else ""
+        ),
+        "unreachable": f"unreachable while waiting: {r.detail}",
+    }[r.state]
+    if not r.heals:
+        return final
+    blackouts = [
+        f"blackout of family {h.family} until {blackout_until(h, tz)}" for h in r.heals if h.family
+    ]
+    tail = f" ({'; '.join(blackouts)})" if blackouts else ""
+    heads = [
+        f"{_SIGNAL_WORDS.get(h.signal, h.signal)} on {h.from_model or 'an unknown model'}"
+        for h in r.heals
+    ]
+    if r.state in ("running", "finished"):
+        now = "now " if r.state == "running" else ""
+        return f"{', then '.join(heads)}, healed: {now}{final}{tail}"
+    last = r.heals[-1]
+    sent = f", re-sent on {last.to_model}" if last.to_model else ""
+    return f"{', then '.join(heads)}{sent}; {final}{tail}"
+
+
+def wait_json(r: WaitResult, window: float, line: str) -> dict[str, Any]:
+    """The `confirm` object of `dispatch --json`."""
+    return {
+        "state": r.state,
+        "model": r.model or None,
+        "detail": r.detail,
+        "window_seconds": window,
+        "seconds": r.seconds,
+        "next_try_ms": r.next_ms or None,
+        "healed": [h.to_json() for h in r.heals],
+        "message": line,
+    }
+
+
+def wait_exit(r: WaitResult) -> int:
+    """0 when the run was seen going (healed or not), 2 unreachable, else 1."""
+    if r.state in ("running", "finished"):
+        return int(ExitCode.OK)
+    if r.state == "unreachable":
+        return int(ExitCode.UNREACHABLE)
+    return int(ExitCode.INTERNAL)
+
+
+_SIGNAL_WORDS = {"rate_limited": "rate-limited", "model_unavailable": "model unavailable"}

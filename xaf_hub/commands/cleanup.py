@@ -10,13 +10,11 @@ from __future__ import annotations
 
 import argparse
 import time
-from typing import Any
 
 from xaf_hub import aio
-from xaf_hub.commands._common import add_json, report_unreachable, scan, scan_exit
+from xaf_hub.commands._common import add_json, report_unreachable, scan_exit
 from xaf_hub.context import Context
 from xaf_hub.output import ago, dumps, shorten, shorten_left, table
-from xaf_hub.records import SessionRecord
 
 EXAMPLES = """\
 examples:
@@ -41,100 +39,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--allow-prod", action="store_true", help="include production instances")
 
 
-def stale_sessions(
-    sessions: list[SessionRecord], *, now_ms: int, ttl_days: float
-) -> tuple[list[SessionRecord], int]:
-    """Idle project sessions older than the TTL; also the count skipped for a missing time."""
-    cutoff = now_ms - int(ttl_days * 86400 * 1000)
-    stale, missing = [], 0
-    for s in sessions:
-        if not s.project or s.running:
-            continue
-        if s.updated <= 0:
-            missing += 1
-            continue
-        if s.updated < cutoff:
-            stale.append(s)
-    return sorted(stale, key=lambda s: s.updated), missing
-
-
-def cleanup_fleet(
-    ctx: Context, *, execute: bool, ttl_days: float, instance: str | None, allow_prod: bool
-) -> dict[str, Any]:
-    """Scan, pick stale sessions, and delete them when ``execute``; returns a report."""
-    from xaf_hub import audit
-    from xaf_hub.errors import HubError
-    from xaf_hub.scan import make_client
-
-    cfg = ctx.config
-    targets = [cfg.instance(instance)] if instance else list(cfg.instances)
-    snap, scans = scan(ctx, targets)
-    now = int(time.time() * 1000)
-    report: dict[str, Any] = {
-        "ttl_days": ttl_days,
-        "execute": execute,
-        "instances": [],
-        "unreachable": snap.unreachable,
-        "_snap": snap,
-    }
-    for sc in scans:
-        entry: dict[str, Any] = {
-            "instance": sc.inst.name,
-            "skipped": "",
-            "stale": [],
-            "deleted": [],
-            "failed": [],
-            "missing_time": 0,
-        }
-        report["instances"].append(entry)
-        if not sc.reachable:
-            entry["skipped"] = f"unreachable: {sc.reason}"
-            continue
-        if sc.inst.production and not allow_prod:
-            entry["skipped"] = "production instance (needs --allow-prod)"
-            continue
-        stale, missing = stale_sessions(sc.sessions, now_ms=now, ttl_days=ttl_days)
-        entry["missing_time"] = missing
-        entry["stale"] = [s.to_json() for s in stale]
-        if not execute or not stale:
-            continue
-
-        async def delete_all(
-            inst: Any = sc.inst, rows: list[SessionRecord] = stale, entry: dict[str, Any] = entry
-        ) -> None:
-            transport = ctx.transport_factory(inst) if ctx.transport_factory else None
-            async with make_client(cfg, inst, transport) as client:
-                for s in rows:
-                    try:
-                        await client.abort(s.id)
-                        await client.delete(s.id)
-                    except HubError as exc:
-                        entry["failed"].append({"id": s.id, "reason": str(exc)})
-                        audit.append(
-                            cfg.state_dir,
-                            command="cleanup",
-                            instance=inst.name,
-                            session=s.id,
-                            result="failed",
-                            reason=str(exc),
-                            env=ctx.env,
-                        )
-                        continue
-                    entry["deleted"].append(s.id)
-                    audit.append(
-                        cfg.state_dir,
-                        command="cleanup",
-                        instance=inst.name,
-                        session=s.id,
-                        result="deleted",
-                        reason=f"idle for more than {ttl_days:g} days",
-                        env=ctx.env,
-                    )
-
-        aio.run(delete_all())
-    return report
-
-
 def run(ctx: Context) -> int:
     """Preview or execute the cleanup."""
     from xaf_hub.errors import UsageError
@@ -143,8 +47,16 @@ def run(ctx: Context) -> int:
     ttl = ctx.config.session_ttl_days if args.ttl_days is None else args.ttl_days
     if ttl < 0:
         raise UsageError("--ttl-days must be 0 or more")
-    report = cleanup_fleet(
-        ctx, execute=args.execute, ttl_days=ttl, instance=args.instance, allow_prod=args.allow_prod
+    from xaf_hub.ops.cleanup import cleanup_fleet
+
+    report = aio.run(
+        cleanup_fleet(
+            ctx.ops(),
+            execute=args.execute,
+            ttl_days=ttl,
+            instance=args.instance,
+            allow_prod=args.allow_prod,
+        )
     )
     snap = report.pop("_snap")
     if ctx.json:

@@ -15,18 +15,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-from datetime import datetime, tzinfo
 from typing import TYPE_CHECKING, Any
 
 from xaf_hub import aio
-from xaf_hub.commands._common import add_json
+from xaf_hub.commands._common import add_json, healing_text, local_time, verdict_text
 from xaf_hub.context import Context
 from xaf_hub.errors import ExitCode, HubError
 from xaf_hub.output import dumps
 
 if TYPE_CHECKING:
     from xaf_hub.config import InstanceConfig
-    from xaf_hub.patrol.confirm import Healing, Sighting, Verdict, WaitResult
+    from xaf_hub.ops.confirm import Sighting
 
 EXAMPLES = """\
 examples:
@@ -38,9 +37,6 @@ retrying or its last run failed (and --fix did not heal it); 2 unreachable; 3 wh
 no free slot for the re-send; 4 unknown session, or --fix on production without --allow-prod;
 5 --fix on a non-project session without --force.
 """
-
-_SIGNAL_WORDS = {"rate_limited": "rate-limited", "model_unavailable": "model unavailable"}
-
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Options of `confirm`."""
@@ -56,135 +52,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--force", action="store_true", help="allow --fix on a non-project session")
 
 
-# ---------------------------------------------------------------------------------------------
-# Wording shared with `dispatch --confirm-wait`
-
-
-def local_time(ms: int, tz: tzinfo, seconds: bool = True) -> str:
-    """An epoch-ms instant as local wall time in ``tz``."""
-    moment = datetime.fromtimestamp(ms / 1000, tz)
-    return f"{moment:%Y-%m-%d %H:%M:%S}" if seconds else f"{moment:%Y-%m-%d %H:%M}"
-
-
-def _in(ms: int, now_ms: int) -> str:
-    left = (ms - now_ms) // 1000
-    if left <= 0:
-        return "due now"
-    if left < 120:
-        return f"in {left} s"
-    if left < 7200:
-        return f"in {left // 60} min"
-    return f"in {left // 3600} h {left % 3600 // 60} min"
-
-
-def _model(model: str) -> str:
-    return model or "the server's default model"
-
-
-def verdict_text(v: Verdict, tz: tzinfo, now_ms: int) -> str:
-    """One phrase for a verdict."""
-    if v.state == "running":
-        return f"running on {_model(v.model)} ({v.detail})"
-    if v.state == "retrying":
-        attempt = f" (attempt {v.attempt})" if v.attempt else ""
-        when = (
-            f"; next try at {local_time(v.next_ms, tz)} ({_in(v.next_ms, now_ms)})"
-            if v.next_ms
-            else ""
-        )
-        return f"retrying on {_model(v.model)}{attempt}: {v.detail or 'no message'}{when}"
-    if v.state == "finished":
-        return f"finished (last run on {_model(v.model)})"
-    if v.state == "failed":
-        return f"failed on {_model(v.model)}: {v.detail}"
-    return f"{v.state}: {v.detail}"
-
-
-def healing_text(h: Healing, tz: tzinfo) -> str:
-    """What one heal did, e.g. "rate-limited on A, re-sent on B (blackout of ...)"."""
-    words = _SIGNAL_WORDS.get(h.signal, h.signal)
-    head = f"{words} on {h.from_model or 'an unknown model'}"
-    if h.already:
-        return f"{head}: already healed (by the patrol or another command)"
-    tail = f" (blackout of family {h.family} until {blackout_until(h, tz)})" if h.family else ""
-    if h.to_model is None:
-        return f"{head}: no usable model left in the chain{tail}"
-    return f"{head}, healed: re-sent on {h.to_model}{tail}"
-
-
-def blackout_until(h: Healing, tz: tzinfo) -> str:
-    """A heal's blackout end as local wall time."""
-    return local_time(h.until_ms, tz, seconds=False) if h.until_ms is not None else "?"
-
-
-def wait_text(r: WaitResult, window: float, tz: tzinfo, now_ms: int) -> str:
-    """One line for how `dispatch --confirm-wait` ended."""
-    model = _model(r.model)
-    final = {
-        "running": f"running on {model}",
-        "finished": f"ran on {model} and already finished",
-        "failed": f"failed: {r.detail}",
-        "no_sign": f"no sign of a run within {window:g} s"
-        + (f" (last seen: {r.detail})" if r.detail else ""),
-        "retrying": f"retrying on {model}: {r.detail}"
-        + (
-            f"; next try at {local_time(r.next_ms, tz)} ({_in(r.next_ms, now_ms)})"
-            if r.next_ms
-            else ""
-        ),
-        "unreachable": f"unreachable while waiting: {r.detail}",
-    }[r.state]
-    if not r.heals:
-        return final
-    blackouts = [
-        f"blackout of family {h.family} until {blackout_until(h, tz)}" for h in r.heals if h.family
-    ]
-    tail = f" ({'; '.join(blackouts)})" if blackouts else ""
-    heads = [
-        f"{_SIGNAL_WORDS.get(h.signal, h.signal)} on {h.from_model or 'an unknown model'}"
-        for h in r.heals
-    ]
-    if r.state in ("running", "finished"):
-        now = "now " if r.state == "running" else ""
-        return f"{', then '.join(heads)}, healed: {now}{final}{tail}"
-    last = r.heals[-1]
-    sent = f", re-sent on {last.to_model}" if last.to_model else ""
-    return f"{', then '.join(heads)}{sent}; {final}{tail}"
-
-
-def wait_json(r: WaitResult, window: float, line: str) -> dict[str, Any]:
-    """The `confirm` object of `dispatch --json`."""
-    return {
-        "state": r.state,
-        "model": r.model or None,
-        "detail": r.detail,
-        "window_seconds": window,
-        "seconds": r.seconds,
-        "next_try_ms": r.next_ms or None,
-        "healed": [h.to_json() for h in r.heals],
-        "message": line,
-    }
-
-
-def wait_exit(r: WaitResult) -> int:
-    """0 when the run was seen going (healed or not), 2 unreachable, else 1."""
-    if r.state in ("running", "finished"):
-        return int(ExitCode.OK)
-    if r.state == "unreachable":
-        return int(ExitCode.UNREACHABLE)
-    return int(ExitCode.INTERNAL)
-
-
-# ---------------------------------------------------------------------------------------------
-# The command
-
-
 async def _find(
     ctx: Context, instances: list[InstanceConfig], session_id: str
 ) -> tuple[list[tuple[InstanceConfig, Sighting]], list[tuple[InstanceConfig, str]]]:
     """Every instance that knows the session (with a look at it), and those that did not answer."""
     from xaf_hub.client import SessionNotFound
-    from xaf_hub.patrol.confirm import look
+    from xaf_hub.ops.confirm import look
     from xaf_hub.scan import make_client
 
     cfg = ctx.config
@@ -214,8 +87,9 @@ def run(ctx: Context) -> int:
     from xaf_hub.commands._common import chosen_instances, session_not_found
     from xaf_hub.errors import NotProjectSession, ProductionRefused, UsageError
     from xaf_hub.model_state import resolve_timezone, to_ms
-    from xaf_hub.patrol.confirm import heal_candidate, heal_session, judge
-    from xaf_hub.patrol.context import PatrolContext, utc_now
+    from xaf_hub.ops.confirm import heal_candidate, judge
+    from xaf_hub.ops.context import utc_now
+    from xaf_hub.ops.heal import heal_session
 
     args = ctx.args
     cfg = ctx.config
@@ -263,9 +137,8 @@ def run(ctx: Context) -> int:
                     f"{rec.id} is a sub-agent session of {rec.parent_id}: its parent owns it; "
                     "confirm the parent instead"
                 )
-            pctx = PatrolContext(cfg, env=ctx.env, transport_factory=ctx.transport_factory)
             try:
-                healing = aio.run(heal_session(pctx, inst, rec, cand, origin="confirm"))
+                healing = aio.run(heal_session(ctx.ops(), inst, rec, cand, origin="confirm"))
             except HubError as exc:
                 fix = {"healed": False, "error": str(exc)}
                 fix_line = f"fix failed: {exc}"

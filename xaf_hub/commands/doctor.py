@@ -572,10 +572,9 @@ def _credential_file_findings(cfg: Config) -> list[Finding]:
 
 def _patrol(cfg: Config) -> list[Finding]:
     # The patrol owns its files; imported here so `xaf-hub --help` does not load the patrol.
-    from xaf_hub.patrol.context import PatrolContext
-    from xaf_hub.patrol.runner import PAUSE_FILE, heartbeat, pause_info
+    from xaf_hub.ops.patrol_state import PAUSE_FILE, heartbeat, patrol_dir, pause_info
 
-    folder = PatrolContext(cfg).patrol_dir
+    folder = patrol_dir(cfg)
     return [patrol_finding(folder / PAUSE_FILE, pause_info(folder)),
             daemon_finding(heartbeat(folder))]
 
@@ -605,7 +604,7 @@ def _redis(cfg: Config) -> list[Finding]:
 
 
 def _clock(cfg: Config, now: datetime) -> list[Finding]:
-    from xaf_hub.dispatcher import model_state
+    from xaf_hub.ops.models import model_state
 
     try:
         tz = resolve_timezone(cfg.models.timezone)
@@ -690,7 +689,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(ctx: Context) -> int:
     """Check everything and print one line per check, with a fix for each problem."""
-    from xaf_hub.dispatcher import now_utc
+    from xaf_hub.ops.context import utc_now as now_utc
 
     path, findings, secrets = collect(ctx, now_utc())
     code = worst(findings)

@@ -190,8 +190,8 @@ def _local(iso: str) -> str:
 
 
 def _status(ctx: Context) -> int:
+    from xaf_hub.ops.patrol_state import daemon_alive, heartbeat, pause_info
     from xaf_hub.patrol.report import LATEST, latest_report
-    from xaf_hub.patrol.runner import daemon_alive, heartbeat, pause_info
 
     folder = ctx.config.state_dir / "patrol"
     paused = pause_info(folder)

@@ -447,7 +447,7 @@ def run(ctx: Context) -> int:
     cfg = ctx.config
     instances = list(cfg.instances)
     cache = SnapshotCache(lambda: scan(ctx, instances, outcomes=True)[0], args.cache_seconds)
-    from xaf_hub.patrol import overview
+    from xaf_hub.ops import autopilot as overview
 
     viewer = Viewer(
         cache,

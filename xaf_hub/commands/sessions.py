@@ -74,7 +74,7 @@ def run(ctx: Context) -> int:
             report.export(snap, Path(args.out))
             ctx.info(f"wrote {args.out}")
         if args.html:
-            from xaf_hub.patrol import overview
+            from xaf_hub.ops import autopilot as overview
 
             now = int(time.time() * 1000)
             report.write_html(

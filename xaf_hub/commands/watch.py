@@ -66,7 +66,7 @@ def _index(snap: Snapshot) -> dict[str, SessionRecord]:
 
 def _outcomes(ctx: Context, sessions: Sequence[SessionRecord]) -> dict[str, str]:
     from xaf_hub.errors import HubError
-    from xaf_hub.outcome import outcome_of
+    from xaf_hub.ops.runstate import outcome_of
     from xaf_hub.scan import make_client
 
     cfg = ctx.config

@@ -116,11 +116,9 @@ def build(cfg: Config, now_ms: int) -> AutopilotView:
 
 
 def _build(cfg: Config, now_ms: int) -> AutopilotView:
-    from xaf_hub.backlog import Backlog, readiness
-    from xaf_hub.dispatcher import model_state
-    from xaf_hub.patrol.fill_slots import is_blocked
-    from xaf_hub.patrol.report import latest_report
-    from xaf_hub.patrol.runner import daemon_alive, heartbeat, pause_info
+    from xaf_hub.backlog import Backlog, is_blocked, readiness
+    from xaf_hub.ops.models import model_state
+    from xaf_hub.ops.patrol_state import daemon_alive, heartbeat, latest_report, pause_info
 
     folder = cfg.state_dir / "patrol"
     problems: list[str] = []

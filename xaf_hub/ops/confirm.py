@@ -1,17 +1,13 @@
-"""Is one session's run really going? Judge it, wait for it, heal it the patrol's way.
+"""Is one session's run really going? Look at it, wait for it, heal it on the spot.
 
-The building blocks of ``xaf-hub confirm --session ID [--fix]`` and ``dispatch --confirm-wait``
-(SPEC §6, §7):
+The building blocks of ``xaf-hub confirm --session ID [--fix]`` and ``dispatch --confirm-wait``:
 
-* ``sighting`` / ``judge`` (pure) — read a session's run state and newest messages as one of
-  running, retrying, finished, failed, aborted, interrupted, pending or idle, with the
-  provider's message and the next try for a retry.
+* ``sighting`` / ``judge`` (pure) — a session's run state and newest messages, judged with
+  the run-state vocabulary (``ops.runstate.judge``): running, retrying, finished, failed,
+  aborted, interrupted, pending or idle, with the provider's message and a retry's next try.
 * ``wait_step`` (pure) and ``wait_for_run`` — after a send, poll until the run is seen to start
-  or fail; a rate-limit or model-unavailable failure is handed to the healer on the spot.
-* ``heal_session`` — the one way both commands heal: ``fix_free_limit.heal_candidate`` decides,
-  ``fix_free_limit.heal`` acts (blackout through ``ModelState.mark_blackout``, next model of
-  the chain, abort a stuck retry, continue prompt with the discipline block), and the failure
-  is remembered so neither the patrol nor a second command heals it again.
+  or fail; a rate-limit or model-unavailable failure is handed to ``ops.heal.heal_session``
+  on the spot, so neither the patrol nor a second command heals it again.
 
 "Started" needs more than one glimpse of ``busy``: a provider that answers 429 at once leaves
 the session busy for a moment before it turns to ``retry``. A run counts as started when the
@@ -24,17 +20,17 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from xaf_hub.client import OpencodeClient, RawStatus, ServerSession
 from xaf_hub.config import InstanceConfig
 from xaf_hub.errors import BusyError, UnreachableError
-from xaf_hub.model_state import ErrorClass, classify_error, classify_message
-from xaf_hub.outcome import error_text
-from xaf_hub.patrol.context import Cycle, LastRun, PatrolContext, last_run, pool_discipline
-from xaf_hub.patrol.fix_free_limit import STEP, HealCandidate, blackout_family, heal
-from xaf_hub.patrol.fix_free_limit import heal_candidate as _heal_candidate
+from xaf_hub.ops.context import OpsContext
+from xaf_hub.ops.heal import HealCandidate, Healing, heal_session
+from xaf_hub.ops.heal import heal_candidate as _heal_candidate
+from xaf_hub.ops.runstate import LastRun, Verdict, last_run
+from xaf_hub.ops.runstate import judge as _judge
 from xaf_hub.records import SessionRecord
 from xaf_hub.scan import build_record
 
@@ -48,9 +44,6 @@ POST_HEAL_SECONDS = 10.0
 # More heals than this in one wait means the chain itself is in trouble: left to the patrol.
 MAX_HEALS = 3
 
-RunVerdict = Literal[
-    "running", "retrying", "finished", "failed", "aborted", "interrupted", "pending", "idle"
-]
 WaitState = Literal["running", "finished", "failed", "retrying", "no_sign", "unreachable"]
 Step = Literal["wait", "started", "finished", "heal", "failed"]
 
@@ -64,47 +57,6 @@ class Sighting:
     answered: bool = False  # the model has begun answering the newest run
     attempt: int = 0  # retry attempt number (0 unless retrying)
     newest_id: str = ""  # newest message id of the whole session: the next baseline
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """What a sighting means, in words a person can act on."""
-
-    state: RunVerdict
-    model: str
-    detail: str = ""
-    signal: ErrorClass = "none"  # classification of the retry message or the error
-    next_ms: int = 0  # a retry's next try, ms since the epoch
-    attempt: int = 0
-
-
-@dataclass(frozen=True)
-class Healing:
-    """One heal: what failed, where the work went, and the blackout it caused."""
-
-    state: str  # retry | failed: the shape of the failure that was healed
-    signal: str  # rate_limited | model_unavailable
-    from_model: str
-    to_model: str | None  # None: no usable model left, nothing was sent
-    reason: str
-    family: str | None = None  # blacked-out family, if this heal marked one
-    until_ms: int | None = None
-    already: bool = False  # someone (the patrol) healed this failure first; nothing was done
-    notes: tuple[str, ...] = ()  # non-fatal problems met on the way (e.g. unreadable pool)
-
-    def to_json(self) -> dict[str, Any]:
-        """The JSON form."""
-        return {
-            "state": self.state,
-            "signal": self.signal,
-            "from_model": self.from_model,
-            "to_model": self.to_model,
-            "reason": self.reason,
-            "blackout": None
-            if self.family is None
-            else {"family": self.family, "until_ms": self.until_ms},
-            "already_healed": self.already,
-        }
 
 
 @dataclass(frozen=True)
@@ -170,37 +122,8 @@ def sighting(
 
 
 def judge(s: Sighting) -> Verdict:
-    """Say what a sighting means (pure)."""
-    rec, run = s.rec, s.run
-    model = run.model or rec.model
-    if rec.run_state == "retry":
-        return Verdict(
-            "retrying",
-            model,
-            rec.retry_message,
-            classify_message(rec.retry_message),
-            rec.retry_next,
-            s.attempt,
-        )
-    if rec.run_state == "busy":
-        detail = "the model is answering" if s.answered else "busy; no answer from the model yet"
-        return Verdict("running", model, detail)
-    outcome = run.outcome
-    if outcome == "succeeded":
-        return Verdict("finished", model, "the last run finished")
-    if outcome == "aborted":
-        return Verdict("aborted", model, "the last run was aborted")
-    if outcome == "running":
-        return Verdict("interrupted", model, "the last run stopped without finishing")
-    if outcome == "rate_limited" or outcome.startswith("failed:"):
-        return Verdict("failed", model, error_text(run.error) or outcome, classify_error(run.error))
-    if outcome == "pending":
-        return Verdict(
-            "pending",
-            model,
-            "the last prompt has no answer yet (just sent, or refused before any reply)",
-        )
-    return Verdict("idle", model, "no run yet")
+    """Say what a sighting means (pure): ``ops.runstate.judge`` with what the look saw."""
+    return _judge(s.rec, s.run, answered=s.answered, attempt=s.attempt)
 
 
 def heal_candidate(s: Sighting) -> HealCandidate | None:
@@ -241,42 +164,6 @@ async def look(
     statuses = await client.running([session.directory]) if session.directory else {}
     messages = await client.messages(session.id, limit=LOOK_WINDOW)
     return sighting(inst, session, statuses.get(session.id), messages, baseline)
-
-
-async def heal_session(
-    pctx: PatrolContext,
-    inst: InstanceConfig,
-    rec: SessionRecord,
-    cand: HealCandidate,
-    *,
-    origin: str,
-) -> Healing:
-    """Heal one failure exactly as fix_free_limit does, unless it was healed already.
-
-    Raises what ``fix_free_limit.heal`` raises (BusyError when the re-send finds no free slot).
-    """
-    state = pctx.model_state()
-    base = Healing(cand.state, cand.signal, cand.model, None, cand.reason)
-    if state.was_healed(cand.key):
-        return replace(base, already=True)
-    cycle = Cycle(pctx.now())
-    override = pool_discipline(pctx, cycle, STEP)
-    target = await heal(pctx, cycle, inst, rec, cand, state, override, origin=origin)
-    family = blackout_family(cand, pctx.cfg.models.families())
-    until: int | None = None
-    if family is not None:
-        current = state.active_blackouts(pctx.now()).get(family)
-        until = current.until_ms if current is not None else None
-    return Healing(
-        cand.state,
-        cand.signal,
-        cand.model,
-        target,
-        cand.reason,
-        family,
-        until,
-        notes=tuple(cycle.errors),
-    )
 
 
 Look = Callable[[str | None], Awaitable[Sighting]]
@@ -360,7 +247,7 @@ async def wait_for_run(
 
 
 async def confirm_run(
-    pctx: PatrolContext,
+    ops: OpsContext,
     inst: InstanceConfig,
     session: ServerSession,
     *,
@@ -369,12 +256,12 @@ async def confirm_run(
     origin: str,
 ) -> WaitResult:
     """Wait for the run just sent to ``session`` to start; heal it on the spot if it fails."""
-    async with pctx.client(inst) as client:
+    async with ops.client(inst) as client:
 
         async def look_at(base: str | None) -> Sighting:
             return await look(client, inst, session, base)
 
         async def fix(seen: Sighting, cand: HealCandidate) -> Healing:
-            return await heal_session(pctx, inst, seen.rec, cand, origin=origin)
+            return await heal_session(ops, inst, seen.rec, cand, origin=origin)
 
         return await wait_for_run(look_at, fix, window=window, baseline=baseline)

@@ -1,111 +1,100 @@
-"""Carry out a dispatch plan: gate, create, prompt, audit (SPEC §6 step 4-5, §6a).
+"""Send work: the one path every prompt takes, for commands and patrol jobs alike.
 
-Also home of the pieces every dispatch path shares (manual dispatch, fill_slots, resume,
-heal): the model choice and the prompt with its discipline block.
+``send_work`` carries out a ``planner.Plan``: a steer of a running session is sent as is; a
+new session or an idle one started again passes the gate: hold the instance lock, re-count
+the load (``ops.load.instance_load``) from a fresh read of the server, reserve a slot,
+create the session, attach it to the reservation, record the work (``before_prompt``), send
+the prompt, release the lock. Every outcome is written to the audit log. The result carries
+the warnings met on the way (fail-closed scan notes, gate problems, an audit write that
+failed after the work was sent), so no caller depends on a shared mailbox.
+
+``abort_and_prompt`` (a heal of a run stuck in retry) and ``build_prompt`` (the task text
+plus the commit/branch discipline, from ``xaf_hub.discipline``) live here too: this is the
+only module that calls ``OpencodeClient.prompt_async`` (docs/architecture.md, "Sending work").
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from datetime import UTC, datetime
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
-from xaf_hub import audit
 from xaf_hub.client import OpencodeClient
-from xaf_hub.config import Config, InstanceConfig
+from xaf_hub.config import InstanceConfig
 from xaf_hub.discipline import compose_prompt, slugify
-from xaf_hub.errors import BusyError, HubError
+from xaf_hub.errors import BusyError, HubError, StateFileError, UnreachableError
 from xaf_hub.gate import Gate
-from xaf_hub.model_state import ModelState, resolve_dispatch_model, resolve_timezone
+from xaf_hub.ops.context import OpsContext
+from xaf_hub.ops.load import instance_load
 from xaf_hub.planner import Plan
-from xaf_hub.records import SessionRecord
 from xaf_hub.scan import scan_instance
 
-
-def model_state(cfg: Config) -> ModelState:
-    """The fleet's model state store (blackouts, healed failures): a file, or Redis if asked."""
-    policy = (
-        cfg.models.blackout_reset_hour,
-        resolve_timezone(cfg.models.timezone),
-        cfg.models.families(),
-    )
-    if cfg.models.state_backend == "redis":
-        from xaf_hub.redis_backend import RedisModelState, connect
-
-        return RedisModelState(
-            connect(cfg.lock),
-            cfg.lock.redis_prefix,
-            *policy,
-            lock_timeout=cfg.lock.lock_timeout_seconds,
-        )
-    return ModelState(
-        cfg.state_dir / ".model_state.json", *policy, lock_timeout=cfg.lock.lock_timeout_seconds
-    )
-
-
-def model_chain(cfg: Config, inst: InstanceConfig) -> tuple[str, ...]:
-    """The instance's model chain, else the global one."""
-    return inst.models or cfg.models.chain
-
-
-def choose_model(
-    cfg: Config, inst: InstanceConfig, explicit: str | None, now: datetime | None = None
-) -> str | None:
-    """resolve_dispatch_model for one instance with the current blackouts."""
-    now = now or datetime.now(UTC)
-    blacked = model_state(cfg).blacked_out_families(now)
-    return resolve_dispatch_model(
-        explicit=explicit,
-        chain=model_chain(cfg, inst),
-        default_model=cfg.models.default_dispatch_model,
-        blacked_out=blacked,
-        families=cfg.models.families(),
-    )
+# How long to wait for an aborted retry to go idle before sending the new prompt.
+ABORT_SETTLE_SECONDS = 10.0
 
 
 def build_prompt(
-    cfg: Config, inst: InstanceConfig, text: str, title: str, override: str | None = None
+    ops: OpsContext, inst: InstanceConfig, text: str, title: str, override: str | None = None
 ) -> str:
     """Task text plus the discipline block for ``inst`` (the one place prompts are built)."""
     return compose_prompt(
         text,
         "mainline" if inst.branch_policy == "mainline" else "branch",
-        base_branch=cfg.patrol.base_branch,
+        base_branch=ops.cfg.patrol.base_branch,
         slug=slugify(title or text),
         override=override,
     )
 
 
-@dataclass(frozen=True)
-class DispatchResult:
-    """What was done."""
+def pool_discipline(ops: OpsContext) -> tuple[str | None, str]:
+    """The task pool's discipline override, and why it could not be read ("" when it could).
 
-    action: str
+    A corrupt pool never stops a send: the prompt then carries the default discipline.
+    """
+    try:
+        return ops.backlog().load().discipline, ""
+    except StateFileError as exc:
+        return None, f"task pool unreadable, prompts use the default discipline: {exc}"
+
+
+@dataclass(frozen=True)
+class SendResult:
+    """What was done, and what the caller should tell a person."""
+
+    action: str  # steer | reuse | create
     instance: str
     session_id: str
     directory: str
     title: str
     model: str | None
     steered_instead: bool = False
+    warnings: tuple[str, ...] = field(default=(), compare=False)
+
+    def to_json(self) -> dict[str, object]:
+        """The JSON form (warnings go to stderr, not into the document)."""
+        doc = dict(self.__dict__)
+        doc.pop("warnings")
+        return doc
 
 
-def _running_ids(sessions: list[SessionRecord]) -> set[str]:
-    return {s.id for s in sessions if s.running}
+def _drain(gate: Gate) -> list[str]:
+    out = list(gate.warnings)
+    gate.warnings.clear()
+    return out
 
 
-async def execute(
-    cfg: Config,
+async def send_work(
+    ops: OpsContext,
     plan: Plan,
     prompt: str,
     model: str | None,
     client: OpencodeClient,
-    gate: Gate,
+    gate: Gate | None = None,
     *,
     command: str = "dispatch",
-    env: Mapping[str, str] | None = None,
     before_prompt: Callable[[str], None] | None = None,
-) -> DispatchResult:
+) -> SendResult:
     """Send the prompt; for gated plans hold the lock, re-count, reserve, create, prompt.
 
     ``before_prompt(session_id)`` runs once the target session is known (created, or the
@@ -113,95 +102,88 @@ async def execute(
     crash between the two then leaves a record of work not yet sent, never work sent twice
     or running unrecorded. When it raises, nothing is sent.
     """
+    gate = gate if gate is not None else ops.gate()
     inst = plan.instance
+    warnings: list[str] = []
     try:
         if not plan.gated:
             assert plan.session is not None
-            await _send(client, plan.session.id, prompt, model, before_prompt)
-            result = DispatchResult(
+            await _send(client, plan.session.id, plan.directory, prompt, model, before_prompt)
+            result = SendResult(
                 "steer", inst.name, plan.session.id, plan.directory, plan.title, model
             )
         else:
-            result = await _gated(cfg, plan, prompt, model, client, gate, before_prompt)
+            result = await _gated(plan, prompt, model, client, gate, warnings, before_prompt)
     except Exception as exc:
-        audit.append(
-            cfg.state_dir,
-            command=command,
+        ops.audit(
+            command,
             instance=inst.name,
             session=plan.session.id if plan.session else "",
             result="failed",
             reason=str(exc),
-            env=env,
         )
         raise
+    finally:
+        warnings.extend(_drain(gate))
     try:
-        audit.append(
-            cfg.state_dir,
-            command=command,
+        ops.audit(
+            command,
             instance=inst.name,
             session=result.session_id,
             result=result.action,
             reason=plan.via,
-            env=env,
             extra={"model": model or "", "directory": result.directory},
         )
     except HubError as exc:
         # The work is sent: failing now would make the caller think it was not.
-        gate.warnings.append(f"the audit log could not record this dispatch: {exc}")
-    return result
+        warnings.append(f"the audit log could not record this dispatch: {exc}")
+    return SendResult(**{**result.__dict__, "warnings": tuple(warnings)})
 
 
 async def _send(
     client: OpencodeClient,
     session_id: str,
+    directory: str,
     prompt: str,
     model: str | None,
     before_prompt: Callable[[str], None] | None,
 ) -> None:
-    """Run ``before_prompt`` (see ``execute``), then send the prompt: every path sends here."""
+    """Run ``before_prompt`` (see ``send_work``), then send the prompt: every path ends here."""
     if before_prompt is not None:
         before_prompt(session_id)
     await client.prompt_async(session_id, prompt, model)
 
 
 async def _gated(
-    cfg: Config,
     plan: Plan,
     prompt: str,
     model: str | None,
     client: OpencodeClient,
     gate: Gate,
+    warnings: list[str],
     before_prompt: Callable[[str], None] | None = None,
-) -> DispatchResult:
+) -> SendResult:
     inst = plan.instance
     with gate.lock(inst.name):
         # Re-read the running state under the lock: the plan was made without it.
         fresh = await scan_instance(client, inst, project_only=True)
         if not fresh.reachable:
-            from xaf_hub.errors import UnreachableError
-
             raise UnreachableError(inst.name, fresh.reason)
-        gate.warnings.extend(fresh.warnings)
-        running = _running_ids(fresh.sessions)
-        running_project = sum(1 for s in fresh.sessions if s.project and s.running)
-        if plan.action == "reuse" and plan.session is not None and plan.session.id in running:
+        warnings.extend(fresh.warnings)
+        load = instance_load(fresh, gate, allow_prod=True)
+        session = plan.session if plan.action == "reuse" else None
+        if session is not None and session.id in load.running_ids:
             # It started running meanwhile: a prompt now steers it and takes no slot.
-            await _send(client, plan.session.id, prompt, model, before_prompt)
-            return DispatchResult(
-                "steer",
-                inst.name,
-                plan.session.id,
-                plan.directory,
-                plan.title,
-                model,
-                steered_instead=True,
+            await _send(client, session.id, plan.directory, prompt, model, before_prompt)
+            return SendResult(
+                "steer", inst.name, session.id, plan.directory, plan.title, model, True
             )
-        reserved = gate.pending(inst.name, running)
-        if running_project + len(reserved) >= inst.concurrency_limit:
+        assert load.reserved is not None
+        if load.running_project + load.reserved >= inst.concurrency_limit:
             raise BusyError(
-                f"{inst.name} is at its limit: {running_project} running + {len(reserved)} "
-                f"reserved of {inst.concurrency_limit}; try later or steer a running session "
-                "with --session"
+                f"{inst.name} is at its limit: {load.running_project} running + "
+                f"{load.reserved} reserved of {inst.concurrency_limit}; try later or steer a "
+                "running session with --session"
             )
         res = gate.reserve(inst.name)
         try:
@@ -212,13 +194,57 @@ async def _gated(
                 assert plan.session is not None
                 session_id, directory = plan.session.id, plan.directory
             res = gate.attach(res, session_id)
-            await _send(client, session_id, prompt, model, before_prompt)
+            await _send(client, session_id, directory, prompt, model, before_prompt)
         except BaseException:
             gate.release(res)
             raise
-    return DispatchResult(plan.action, inst.name, session_id, directory, plan.title, model)
+    return SendResult(plan.action, inst.name, session_id, directory, plan.title, model)
 
 
-def now_utc() -> datetime:
-    """The current time, timezone-aware."""
-    return datetime.fromtimestamp(time.time(), UTC)
+async def wait_until_idle(
+    client: OpencodeClient, directory: str, session: str, timeout: float
+) -> bool:
+    """Poll the directory's status until ``session`` is no longer running (or timeout)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if session not in await client.status(directory):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        await asyncio.sleep(0.2)
+
+
+async def abort_and_prompt(
+    ops: OpsContext,
+    inst: InstanceConfig,
+    session: str,
+    directory: str,
+    prompt: str,
+    model: str,
+    *,
+    command: str,
+    reason: str,
+) -> None:
+    """Abort a running session and send a new prompt while holding the instance's gate lock.
+
+    The session holds a slot while it runs; holding the lock across abort -> prompt keeps
+    any other dispatch from taking that slot in between.
+    """
+    try:
+        async with ops.client(inst) as client:
+            with ops.gate().lock(inst.name):
+                await client.abort(session)
+                await wait_until_idle(client, directory, session, ABORT_SETTLE_SECONDS)
+                await client.prompt_async(session, prompt, model)
+    except Exception as exc:
+        ops.audit(command, instance=inst.name, session=session, result="failed", reason=str(exc))
+        raise
+    ops.audit(
+        command,
+        instance=inst.name,
+        session=session,
+        result="abort+prompt",
+        reason=reason,
+        extra={"model": model},
+    )
+

@@ -1,14 +1,14 @@
-"""Patrol job 2: classify the project's sessions and resume interrupted ones (SPEC §8.2).
+"""Patrol job 2: classify the project's sessions and resume interrupted ones.
 
-Classes: ``running`` (busy or retrying), ``stale_busy`` (busy, no update for
-``patrol.stale_minutes``), ``finished`` (last run succeeded), ``failed`` (last run ended with
-an error; the reason is kept), ``interrupted`` (last run aborted, or it stopped without
-finishing — a server restart looks like that), ``idle`` (never ran, or a prompt not answered
-yet). Sessions updated in the last 24 hours, and every running one, are looked at.
+Classes (``ops.runstate.classify``): ``running`` (busy or retrying), ``stale_busy`` (busy, no
+update for ``patrol.stale_minutes``), ``finished`` (last run succeeded), ``failed`` (last run
+ended with an error; the reason is kept), ``interrupted`` (last run aborted, or it stopped
+without finishing — a server restart looks like that), ``idle`` (never ran, or a prompt not
+answered yet). Sessions updated in the last 24 hours, and every running one, are looked at.
 
 Resume: an interrupted session gets RESUME_PROMPT (plus the discipline block) through the gate
-— planner ``reuse`` plan + ``dispatcher.execute`` — so a full instance is never overfilled;
-it is tried again next cycle. The model is the one the run used, unless it is blacked out.
+— ``planner.plan_reuse`` + ``ops.send.send_work`` — so a full instance is never overfilled;
+a full one is tried again next cycle. The model is the one the run used, unless it is blacked out.
 
 **One automatic resume per session.** The resume is remembered like a heal
 (``resume:<instance>:<session>`` in ``.model_state.json``, kept 14 days). If the resumed run is
@@ -21,25 +21,24 @@ session is reported as "interrupted again after a resume" and left for a human
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 from datetime import datetime, timedelta
 from pathlib import Path
 
 from xaf_hub.config import InstanceConfig
 from xaf_hub.discipline import RESUME_PROMPT
-from xaf_hub.dispatcher import build_prompt, choose_model, execute
 from xaf_hub.errors import BusyError, HubError
 from xaf_hub.model_state import to_ms
-from xaf_hub.outcome import error_text
+from xaf_hub.ops.models import choose_model
+from xaf_hub.ops.runstate import LastRun, classify
+from xaf_hub.ops.send import build_prompt, send_work
 from xaf_hub.patrol.context import (
     Cycle,
-    LastRun,
     PatrolContext,
     SessionLine,
     pool_discipline,
     session_action,
 )
-from xaf_hub.planner import Plan
+from xaf_hub.planner import plan_reuse
 from xaf_hub.records import SessionRecord
 
 STEP = "check_agents"
@@ -50,35 +49,6 @@ _AUDIT_TAIL_BYTES = 2_000_000
 RUN_START_GRACE_MS = 60_000
 # An interrupt logged this long before the aborted message was created still counts for it.
 _CLOCK_SLACK_S = 2.0
-
-STATES = ("running", "stale_busy", "finished", "failed", "interrupted", "idle")
-
-
-def classify(
-    rec: SessionRecord, run: LastRun | None, now_ms: int, stale_minutes: float
-) -> tuple[str, str]:
-    """Return (state, detail) for one session (pure)."""
-    if rec.run_state == "retry":
-        return "running", f"retrying: {rec.retry_message[:160]}".rstrip(": ")
-    if rec.run_state == "busy":
-        quiet_ms = now_ms - rec.updated if rec.updated > 0 else 0
-        if quiet_ms > stale_minutes * 60_000:
-            return "stale_busy", f"busy with no update for {quiet_ms // 60_000} min"
-        return "running", "busy"
-    if run is None:
-        return "idle", "last run could not be read"
-    outcome = run.outcome
-    if outcome == "succeeded":
-        return "finished", ""
-    if outcome == "aborted":
-        return "interrupted", "the run was aborted"
-    if outcome == "running":
-        return "interrupted", "the run stopped without finishing (server restart?)"
-    if outcome == "rate_limited" or outcome.startswith("failed:"):
-        return "failed", error_text(run.error) or outcome
-    if outcome == "pending":
-        return "idle", "the last prompt has no answer yet"
-    return "idle", "never ran"
 
 
 def resume_key(instance: str, session: str) -> str:
@@ -211,13 +181,11 @@ async def _resume(
     model = choose_model(
         cfg, inst, (run.model if run and run.model else rec.model) or None, pctx.now()
     )
-    prompt = build_prompt(cfg, inst, RESUME_PROMPT, rec.title, override)
-    plan = Plan("reuse", inst, rec, rec.directory, rec.title, via="patrol resume")
+    prompt = build_prompt(pctx, inst, RESUME_PROMPT, rec.title, override)
+    plan = plan_reuse(inst, rec, via="patrol resume")
     try:
         async with pctx.client(inst) as client:
-            await execute(
-                cfg, plan, prompt, model, client, pctx.gate(), command="patrol.resume", env=pctx.env
-            )
+            sent = await send_work(pctx, plan, prompt, model, client, command="patrol.resume")
     except BusyError as exc:
         cycle.deferred.add((inst.name, rec.id))
         cycle.add(
@@ -235,6 +203,8 @@ async def _resume(
         cycle.add(pctx, session_action(STEP, "resume", "failed", rec, detail=str(exc)))
         cycle.error(pctx, STEP, f"resume {inst.name}/{rec.id}: {exc}")
         return
+    for warning in sent.warnings:
+        cycle.note(pctx, f"{STEP}: {warning}")
     pctx.model_state().remember_healed(resume_key(inst.name, rec.id), model, model, pctx.now())
     cycle.touched.add((inst.name, rec.id))
     cycle.add(pctx, session_action(STEP, "resume", "ok", rec, detail=_why(run), model=model or ""))
@@ -244,8 +214,3 @@ def _why(run: LastRun | None) -> str:
     if run is None:
         return ""
     return "was aborted" if run.outcome == "aborted" else "stopped without finishing"
-
-
-def count_states(lines: Mapping[str, int]) -> str:
-    """'2 running, 1 failed' from a state -> count map, in the fixed state order."""
-    return ", ".join(f"{lines[s]} {s.replace('_', '-')}" for s in STATES if lines.get(s))

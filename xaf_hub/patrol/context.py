@@ -1,222 +1,35 @@
-"""What every patrol job shares: the injected context, the cycle's record, the last-run view.
+"""What every patrol job shares besides the operations context: the cycle's record.
 
-* ``PatrolContext`` — built once per run: config, clock, env, transport seam, a log line sink
-  and a "stop requested" probe. Stores (gate, task pool, model state) and clients are made
-  from it on demand, so a job never reaches for a global.
 * ``Cycle`` — what one cycle did, filled in by the jobs in order and read by the report: step
   outcomes, actions (heals, resumes, dispatches, pool changes), session classes, errors, and
   which sessions were already prompted this cycle (so a later job leaves them alone).
-* ``LastRun`` / ``last_run`` — the newest message of a session, read as plain data (pure).
+* ``pool_discipline`` — the pool's discipline override, an unreadable pool reported.
+
+Jobs take an ``xaf_hub.ops.context.OpsContext`` (``PatrolContext`` is the same class).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from pathlib import Path
-from typing import Any
+from datetime import datetime
 
-from xaf_hub import audit as audit_log
-from xaf_hub.backlog import Backlog
-from xaf_hub.client import OpencodeClient
-from xaf_hub.config import Config, InstanceConfig
-from xaf_hub.errors import HubError, StateFileError, UnreachableError
-from xaf_hub.gate import Gate, make_gate
-from xaf_hub.model_state import ModelState
-from xaf_hub.outcome import outcome_of
-from xaf_hub.output import redact
+from xaf_hub.config import InstanceConfig
+from xaf_hub.errors import HubError
+from xaf_hub.ops.context import Fleet, OpsContext
+from xaf_hub.ops.context import OpsContext as PatrolContext
+from xaf_hub.ops.load import instance_load
+from xaf_hub.ops.runstate import LastRun, last_run
+from xaf_hub.ops.send import pool_discipline as _pool_discipline
 from xaf_hub.records import SessionRecord
-from xaf_hub.scan import InstanceScan, TransportFactory, make_client, scan_fleet
+
+__all__ = ["Fleet", "OpsContext", "PatrolContext"]
 
 # Only the newest message decides the last run; messages can be large, so read just that one.
 MESSAGE_WINDOW = 1
 # Concurrent message reads per cycle step (the server answers each in a few ms).
 _MESSAGE_FAN_OUT = 8
-
-
-def utc_now() -> datetime:
-    """The default patrol clock: an aware UTC datetime."""
-    return datetime.now(UTC)
-
-
-def _silent(line: str) -> None:
-    return None
-
-
-def _never() -> bool:
-    return False
-
-
-@dataclass(frozen=True)
-class PatrolContext:
-    """The patrol's inputs and I/O seams; jobs take it as their first argument."""
-
-    cfg: Config
-    clock: Callable[[], datetime] = utc_now
-    env: Mapping[str, str] = field(default_factory=dict)
-    transport_factory: TransportFactory | None = None
-    log: Callable[[str], None] = _silent
-    stop_requested: Callable[[], bool] = _never
-
-    def now(self) -> datetime:
-        """The current time from the injected clock (aware)."""
-        return self.clock()
-
-    @property
-    def repo_root(self) -> Path:
-        """patrol.repo_root, else the config file's folder."""
-        if self.cfg.patrol.repo_root is not None:
-            return self.cfg.patrol.repo_root
-        return self.cfg.path.parent if self.cfg.path is not None else Path.cwd()
-
-    @property
-    def patrol_dir(self) -> Path:
-        """Where the patrol keeps its reports, pause flag and locks."""
-        return self.cfg.state_dir / "patrol"
-
-    def backlog(self) -> Backlog:
-        """The task pool store."""
-        return Backlog(
-            self.cfg.backlog_path, lock_timeout=self.cfg.lock.lock_timeout_seconds, clock=self.clock
-        )
-
-    def model_state(self) -> ModelState:
-        """The blackout / healed-failure store."""
-        from xaf_hub.dispatcher import model_state
-
-        return model_state(self.cfg)
-
-    def gate(self) -> Gate:
-        """The dispatch gate (locks and reservations)."""
-        return make_gate(self.cfg)
-
-    def client(self, inst: InstanceConfig) -> OpencodeClient:
-        """A fresh client for ``inst``; use it as ``async with``."""
-        transport = self.transport_factory(inst) if self.transport_factory else None
-        return make_client(self.cfg, inst, transport)
-
-    def redact(self, text: str) -> str:
-        """``text`` with every configured secret replaced."""
-        return redact(text, self.cfg.secrets())
-
-    def audit(
-        self,
-        command: str,
-        *,
-        instance: str = "",
-        session: str = "",
-        result: str = "ok",
-        reason: str = "",
-        extra: Mapping[str, Any] | None = None,
-    ) -> None:
-        """Append one audit line for a write the patrol made."""
-        audit_log.append(
-            self.cfg.state_dir,
-            command=command,
-            instance=instance,
-            session=session,
-            result=result,
-            reason=self.redact(reason),
-            env=self.env,
-            extra=extra,
-        )
-
-    async def scan(self) -> Fleet:
-        """Scan every instance; UnreachableError when instances exist and none answered.
-
-        Run state is asked for project directories only (the patrol acts on nothing else),
-        so sessions outside the project always look idle here.
-        """
-        _, scans = await scan_fleet(
-            self.cfg, transport_factory=self.transport_factory, project_only=True
-        )
-        fleet = Fleet(scans)
-        if scans and not fleet.reachable:
-            reasons = "; ".join(f"{s.inst.name}: {s.reason}" for s in scans)
-            raise UnreachableError("fleet", f"no instance answered ({reasons})")
-        return fleet
-
-
-@dataclass(frozen=True)
-class Fleet:
-    """One scan of the fleet, as the jobs use it."""
-
-    scans: Sequence[InstanceScan]
-
-    @property
-    def reachable(self) -> list[InstanceScan]:
-        """Instances that answered."""
-        return [s for s in self.scans if s.reachable]
-
-    def work_sessions(self) -> list[tuple[InstanceConfig, SessionRecord]]:
-        """Project sessions that are not sub-agent children (their parent owns them)."""
-        return [
-            (sc.inst, s)
-            for sc in self.reachable
-            for s in sc.sessions
-            if s.project and not s.parent_id
-        ]
-
-    def scan_of(self, instance: str) -> InstanceScan | None:
-        """The scan of one instance by name."""
-        return next((s for s in self.scans if s.inst.name == instance), None)
-
-
-# ---------------------------------------------------------------------------------------------
-# The last run of a session (pure)
-
-
-@dataclass(frozen=True)
-class LastRun:
-    """What a session's newest message says.
-
-    ``outcome`` is ``outcome_of``'s word for an assistant message (succeeded, failed:<name>,
-    rate_limited, failed:model_unavailable, aborted, running = never completed), ``pending``
-    when the newest message is a prompt with no answer yet, ``none`` without messages.
-    """
-
-    outcome: str
-    message_id: str = ""
-    model: str = ""
-    error: Mapping[str, Any] | None = None
-    created_ms: int = 0
-
-
-def _info(message: Mapping[str, Any]) -> Mapping[str, Any]:
-    info = message.get("info")
-    return info if isinstance(info, Mapping) else message
-
-
-def _model_of(info: Mapping[str, Any]) -> str:
-    provider, model = info.get("providerID"), info.get("modelID")
-    if not (provider and model):
-        ref = info.get("model")
-        if isinstance(ref, Mapping):
-            provider, model = ref.get("providerID"), ref.get("modelID") or ref.get("id")
-    return f"{provider}/{model}" if provider and model else ""
-
-
-def last_run(messages: Sequence[Mapping[str, Any]]) -> LastRun:
-    """Read the newest message (``messages`` oldest first, as the server returns them)."""
-    if not messages:
-        return LastRun("none")
-    info = _info(messages[-1])
-    times = info.get("time")
-    created = int((times.get("created") if isinstance(times, Mapping) else 0) or 0)
-    message_id, model = str(info.get("id") or ""), _model_of(info)
-    if info.get("role") != "assistant":
-        # A prompt nobody answered yet: just sent, or refused before any reply (unknown model).
-        return LastRun("pending", message_id, model, None, created)
-    err = info.get("error")
-    return LastRun(
-        outcome_of([messages[-1]]),
-        message_id,
-        model,
-        err if isinstance(err, Mapping) else None,
-        created,
-    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -311,6 +124,12 @@ class Cycle:
             )
         )
 
+    def note(self, pctx: PatrolContext, text: str) -> None:
+        """Record a warning met on the way (the round goes on; the report lists it)."""
+        line = pctx.redact(text)
+        self.notes.append(line)
+        pctx.log(f"note: {line}")
+
     def error(self, pctx: PatrolContext, step: str, text: str) -> None:
         """Record a non-fatal error of one item (the job goes on with the others)."""
         line = pctx.redact(f"{step}: {text}")
@@ -322,16 +141,15 @@ class Cycle:
         gate = pctx.gate()
         lines = []
         for sc in fleet.scans:
-            running = {s.id for s in sc.sessions if s.running}
-            reserved = len(gate.pending(sc.inst.name, running)) if sc.reachable else 0
+            load = instance_load(sc, gate, allow_prod=True)
             lines.append(
                 InstanceLine(
                     sc.inst.name,
                     sc.reachable,
                     sc.reason,
-                    sum(1 for s in sc.sessions if s.project and s.running),
-                    reserved,
-                    sc.inst.concurrency_limit,
+                    load.running_project,
+                    load.reserved or 0,
+                    load.limit,
                     sc.inst.production,
                 )
             )
@@ -378,8 +196,7 @@ class Cycle:
 
 def pool_discipline(pctx: PatrolContext, cycle: Cycle, step: str) -> str | None:
     """The task pool's discipline override; a corrupt pool is reported, never fatal here."""
-    try:
-        return pctx.backlog().load().discipline
-    except StateFileError as exc:
-        cycle.error(pctx, step, f"task pool unreadable, prompts use the default discipline: {exc}")
-        return None
+    override, problem = _pool_discipline(pctx)
+    if problem:
+        cycle.error(pctx, step, problem)
+    return override

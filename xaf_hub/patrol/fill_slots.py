@@ -1,4 +1,4 @@
-"""Patrol job 4: settle dispatched tasks, then fill every free slot from the pool (SPEC §8.4).
+"""Patrol job 4: settle dispatched tasks, then fill every free slot from the pool.
 
 **Settling** a ``dispatched`` task looks at its session:
 
@@ -19,12 +19,12 @@
 *blocked*: fill_slots never picks it again and the report lists it with its last error until a
 human resets it (``xaf-hub backlog set ID --status pending --reset``).
 
-**Filling**: free = limit − running project sessions − pending reservations, per reachable,
+**Filling**: free slots per instance are ``ops.load.instance_load``'s, on every reachable,
 non-production instance with a directory for new sessions. Picking is ``backlog.pick_tasks``
 in two rounds — first every instance takes its own pinned tasks then unpinned ones, then
 instances with slots left borrow tasks pinned elsewhere — so an instance never takes a task
 pinned to another one that still has room for it. Each pick goes through the same gated path
-as ``dispatch`` (planner ``create`` plan + ``dispatcher.execute``); a BusyError stops filling
+as ``dispatch`` (``planner.plan_create`` + ``ops.send.send_work``); a BusyError stops filling
 that instance. The task is then marked ``dispatched`` (``Backlog.mark_dispatched``).
 """
 
@@ -36,16 +36,18 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
-from xaf_hub.backlog import Task, parse_instant, pick_tasks
+from xaf_hub.backlog import Task, is_blocked, parse_instant, pick_tasks
 from xaf_hub.config import InstanceConfig
-from xaf_hub.dispatcher import build_prompt, choose_model, execute
 from xaf_hub.errors import BusyError, HubError, UnreachableError, UsageError
 from xaf_hub.gate import Gate
 from xaf_hub.model_state import classify_error
-from xaf_hub.outcome import error_text
-from xaf_hub.patrol.context import Action, Cycle, Fleet, LastRun, PatrolContext
-from xaf_hub.patrol.fix_free_limit import heal_candidate
-from xaf_hub.planner import DispatchRequest, InstanceView, Plan, new_session_directory
+from xaf_hub.ops.heal import heal_candidate
+from xaf_hub.ops.load import instance_load
+from xaf_hub.ops.models import choose_model
+from xaf_hub.ops.runstate import LastRun, error_text
+from xaf_hub.ops.send import build_prompt, send_work
+from xaf_hub.patrol.context import Action, Cycle, Fleet, PatrolContext
+from xaf_hub.planner import DispatchRequest, InstanceView, new_session_directory, plan_create
 from xaf_hub.records import RunState, SessionRecord
 
 STEP = "fill_slots"
@@ -76,11 +78,6 @@ def is_infrastructure_failure(error: Mapping[str, Any] | None) -> bool:
             return True  # no HTTP status: the provider could not be reached at all
         return code >= 500 or code in _INFRA_STATUS
     return False
-
-
-def is_blocked(task: Task, max_attempts: int) -> bool:
-    """A pending task that used up its attempts waits for a human."""
-    return task.status == "pending" and task.attempts >= max_attempts
 
 
 @dataclass(frozen=True)
@@ -274,16 +271,14 @@ def free_slots(fleet: Fleet, gate: Gate) -> list[tuple[InstanceConfig, int, str]
     for sc in fleet.scans:
         if not sc.reachable or sc.inst.production:
             continue
-        running = {s.id for s in sc.sessions if s.running}
-        view = InstanceView(
-            sc.inst, True, "", tuple(sc.sessions), len(gate.pending(sc.inst.name, running))
-        )
+        load = instance_load(sc, gate, allow_prod=True)
+        view = InstanceView(sc.inst, True, "", tuple(sc.sessions), load.reserved or 0)
         try:
             directory = new_session_directory(view, DispatchRequest(text="fill"))
         except UsageError:
             continue  # neither default_directory nor roots: nowhere to create a session
-        if view.free > 0:
-            out.append((sc.inst, view.free, directory))
+        if load.free > 0:
+            out.append((sc.inst, load.free, directory))
     return out
 
 
@@ -296,10 +291,9 @@ async def _dispatch(
     model: str | None,
     override: str | None,
 ) -> None:
-    cfg = pctx.cfg
     title = session_title(task)
-    plan = Plan("create", inst, None, directory, title, via=f"patrol fill_slots ({task.id})")
-    prompt = build_prompt(cfg, inst, task.prompt or task.title, task.title, override)
+    plan = plan_create(inst, directory, title, via=f"patrol fill_slots ({task.id})")
+    prompt = build_prompt(pctx, inst, task.prompt or task.title, task.title, override)
 
     def record(session_id: str) -> None:
         # Marked before the prompt goes out: if the patrol dies in between, the next cycle
@@ -316,17 +310,11 @@ async def _dispatch(
             raise
 
     async with pctx.client(inst) as client:
-        result = await execute(
-            cfg,
-            plan,
-            prompt,
-            model,
-            client,
-            pctx.gate(),
-            command="patrol.fill_slots",
-            env=pctx.env,
-            before_prompt=record,
+        result = await send_work(
+            pctx, plan, prompt, model, client, command="patrol.fill_slots", before_prompt=record
         )
+    for warning in result.warnings:
+        cycle.note(pctx, f"{STEP}: {warning}")
     cycle.touched.add((inst.name, result.session_id))
     pctx.audit(
         "patrol.backlog",

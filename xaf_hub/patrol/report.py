@@ -21,12 +21,14 @@ from typing import Any
 
 from xaf_hub.backlog import Task, readiness
 from xaf_hub.errors import HubError
+from xaf_hub.ops.patrol_state import LATEST, latest_report
 from xaf_hub.patrol.context import Cycle, PatrolContext
-from xaf_hub.statefile import read_json, write_json_atomic, write_text_atomic
+from xaf_hub.statefile import write_json_atomic, write_text_atomic
+
+__all__ = ["LATEST", "latest_report", "render_markdown", "report_document", "write_report"]
 
 SCHEMA_VERSION = 1
 KEEP_REPORTS = 200
-LATEST = "report-latest"
 _MAX_LEAD_ITEMS = 100
 
 _LIST_ITEM = re.compile(r"^\s*(?:[-*+]|\d+[.)])\s+(.*\S)\s*$")
@@ -333,12 +335,3 @@ def prune(folder: Path, keep: int) -> None:
     for old in stamped[:-keep] if keep > 0 else stamped:
         for path in (old, old.with_suffix(".md")):
             path.unlink(missing_ok=True)
-
-
-def latest_report(folder: Path) -> dict[str, Any] | None:
-    """The newest report document, or None when no cycle has run yet."""
-    try:
-        doc = read_json(folder / f"{LATEST}.json", what="patrol report")
-    except FileNotFoundError:
-        return None
-    return doc if isinstance(doc, dict) else None

@@ -32,14 +32,37 @@ from types import FrameType
 from typing import Any, Literal
 
 from xaf_hub import aio
-from xaf_hub.errors import BusyError, ExitCode, HubError, StateFileError
+from xaf_hub.errors import BusyError, ExitCode, HubError
+from xaf_hub.ops.patrol_state import (
+    HEARTBEAT_FILE,
+    PAUSE_FILE,
+    clear_paused,
+    daemon_alive,
+    heartbeat,
+    pause_info,
+    paused_message,
+    set_paused,
+)
 from xaf_hub.patrol.check_agents import check_agents
 from xaf_hub.patrol.context import Cycle, PatrolContext, StepOutcome
 from xaf_hub.patrol.fill_slots import fill_slots
 from xaf_hub.patrol.fix_free_limit import fix_free_limit
 from xaf_hub.patrol.report import write_report
 from xaf_hub.patrol.sync_design import sync_design_tasks
-from xaf_hub.statefile import file_lock, read_json, write_json_atomic
+from xaf_hub.statefile import file_lock, write_json_atomic
+
+__all__ = [
+    "HEARTBEAT_FILE",
+    "PAUSE_FILE",
+    "clear_paused",
+    "daemon_alive",
+    "heartbeat",
+    "pause_info",
+    "paused_message",
+    "run_daemon",
+    "run_once",
+    "set_paused",
+]
 
 Job = Callable[[PatrolContext, Cycle], Awaitable[None]]
 
@@ -51,8 +74,6 @@ STEPS: tuple[tuple[str, Job], ...] = (
 )
 STEP_NAMES: tuple[str, ...] = tuple(name for name, _ in STEPS)
 
-PAUSE_FILE = "paused.json"
-HEARTBEAT_FILE = "daemon.json"
 CYCLE_LOCK = "cycle.lock"
 
 # Higher is worse: a bug or bad config outranks an unreachable fleet, which outranks "busy".
@@ -175,70 +196,6 @@ def run_once(
             cycle.errors.append(pctx.redact(f"report not written: {exc}"))
             pctx.log(f"error: report not written: {pctx.redact(str(exc))}")
     return CycleRun("ran", code, summary(cycle, code), cycle, report)
-
-
-# ---------------------------------------------------------------------------------------------
-# Pause flag and heartbeat
-
-
-def pause_info(folder: Path) -> dict[str, Any] | None:
-    """The pause flag's content when paused, else None (a damaged flag still means paused)."""
-    try:
-        data = read_json(folder / PAUSE_FILE, what="patrol pause flag")
-    except FileNotFoundError:
-        return None
-    except StateFileError as exc:
-        return {"paused_at": "", "by": "", "note": str(exc)}
-    return data if isinstance(data, dict) else {"paused_at": "", "by": ""}
-
-
-def paused_message(info: dict[str, Any]) -> str:
-    """The line a paused patrol prints instead of running."""
-    since = f" since {info['paused_at']}" if info.get("paused_at") else ""
-    by = f" by {info['by']}" if info.get("by") else ""
-    return f"patrol is paused{since}{by}; no cycle run (xaf-hub patrol resume)"
-
-
-def set_paused(folder: Path, who: str, now: datetime) -> bool:
-    """Write the pause flag; False when it was already paused."""
-    if pause_info(folder) is not None:
-        return False
-    write_json_atomic(
-        folder / PAUSE_FILE,
-        {"schema_version": 1, "paused_at": now.isoformat(timespec="seconds"), "by": who},
-    )
-    return True
-
-
-def clear_paused(folder: Path) -> bool:
-    """Remove the pause flag; False when it was not paused."""
-    try:
-        (folder / PAUSE_FILE).unlink()
-    except FileNotFoundError:
-        return False
-    return True
-
-
-def heartbeat(folder: Path) -> dict[str, Any] | None:
-    """The daemon heartbeat, or None when no daemon ever ran."""
-    try:
-        data = read_json(folder / HEARTBEAT_FILE, what="patrol heartbeat")
-    except (FileNotFoundError, StateFileError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def daemon_alive(beat: dict[str, Any] | None) -> bool:
-    """True when the heartbeat's daemon is a live process on this host that has not stopped."""
-    from xaf_hub.gate import pid_alive
-
-    return bool(
-        beat
-        and not beat.get("stopped_at")
-        and beat.get("host") == socket.gethostname()
-        and isinstance(beat.get("pid"), int)
-        and pid_alive(beat["pid"])
-    )
 
 
 # ---------------------------------------------------------------------------------------------

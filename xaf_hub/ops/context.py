@@ -1,0 +1,154 @@
+"""The context every operation runs in, for commands and patrol jobs alike.
+
+``OpsContext`` is built once per command run or patrol run: config, clock, env, the
+transport seam (tests inject loopback transports), a log-line sink and a "stop requested"
+probe. Stores (gate, task pool, model state) and clients are made from it on demand, so an
+operation never reaches for a global. ``Fleet`` is one scan of the fleet as operations use it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from xaf_hub import audit as audit_log
+from xaf_hub.backlog import Backlog
+from xaf_hub.client import OpencodeClient
+from xaf_hub.config import Config, InstanceConfig
+from xaf_hub.errors import UnreachableError
+from xaf_hub.gate import Gate, make_gate
+from xaf_hub.model_state import ModelState
+from xaf_hub.output import redact
+from xaf_hub.records import SessionRecord
+from xaf_hub.scan import InstanceScan, TransportFactory, make_client, scan_fleet
+
+
+def utc_now() -> datetime:
+    """The default patrol clock: an aware UTC datetime."""
+    return datetime.now(UTC)
+
+
+def _silent(line: str) -> None:
+    return None
+
+
+def _never() -> bool:
+    return False
+
+
+@dataclass(frozen=True)
+class OpsContext:
+    """An operation's inputs and I/O seams; operations and patrol jobs take it first."""
+
+    cfg: Config
+    clock: Callable[[], datetime] = utc_now
+    env: Mapping[str, str] = field(default_factory=dict)
+    transport_factory: TransportFactory | None = None
+    log: Callable[[str], None] = _silent
+    stop_requested: Callable[[], bool] = _never
+
+    def now(self) -> datetime:
+        """The current time from the injected clock (aware)."""
+        return self.clock()
+
+    @property
+    def repo_root(self) -> Path:
+        """patrol.repo_root, else the config file's folder."""
+        if self.cfg.patrol.repo_root is not None:
+            return self.cfg.patrol.repo_root
+        return self.cfg.path.parent if self.cfg.path is not None else Path.cwd()
+
+    @property
+    def patrol_dir(self) -> Path:
+        """Where the patrol keeps its reports, pause flag and locks."""
+        return self.cfg.state_dir / "patrol"
+
+    def backlog(self) -> Backlog:
+        """The task pool store."""
+        return Backlog(
+            self.cfg.backlog_path, lock_timeout=self.cfg.lock.lock_timeout_seconds, clock=self.clock
+        )
+
+    def model_state(self) -> ModelState:
+        """The blackout / healed-failure store."""
+        from xaf_hub.ops.models import model_state
+
+        return model_state(self.cfg)
+
+    def gate(self) -> Gate:
+        """The dispatch gate (locks and reservations)."""
+        return make_gate(self.cfg)
+
+    def client(self, inst: InstanceConfig) -> OpencodeClient:
+        """A fresh client for ``inst``; use it as ``async with``."""
+        transport = self.transport_factory(inst) if self.transport_factory else None
+        return make_client(self.cfg, inst, transport)
+
+    def redact(self, text: str) -> str:
+        """``text`` with every configured secret replaced."""
+        return redact(text, self.cfg.secrets())
+
+    def audit(
+        self,
+        command: str,
+        *,
+        instance: str = "",
+        session: str = "",
+        result: str = "ok",
+        reason: str = "",
+        extra: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Append one audit line for a write the patrol made."""
+        audit_log.append(
+            self.cfg.state_dir,
+            command=command,
+            instance=instance,
+            session=session,
+            result=result,
+            reason=self.redact(reason),
+            env=self.env,
+            extra=extra,
+        )
+
+    async def scan(self) -> Fleet:
+        """Scan every instance; UnreachableError when instances exist and none answered.
+
+        Run state is asked for project directories only (the patrol acts on nothing else),
+        so sessions outside the project always look idle here.
+        """
+        _, scans = await scan_fleet(
+            self.cfg, transport_factory=self.transport_factory, project_only=True
+        )
+        fleet = Fleet(scans)
+        if scans and not fleet.reachable:
+            reasons = "; ".join(f"{s.inst.name}: {s.reason}" for s in scans)
+            raise UnreachableError("fleet", f"no instance answered ({reasons})")
+        return fleet
+
+
+@dataclass(frozen=True)
+class Fleet:
+    """One scan of the fleet, as the jobs use it."""
+
+    scans: Sequence[InstanceScan]
+
+    @property
+    def reachable(self) -> list[InstanceScan]:
+        """Instances that answered."""
+        return [s for s in self.scans if s.reachable]
+
+    def work_sessions(self) -> list[tuple[InstanceConfig, SessionRecord]]:
+        """Project sessions that are not sub-agent children (their parent owns them)."""
+        return [
+            (sc.inst, s)
+            for sc in self.reachable
+            for s in sc.sessions
+            if s.project and not s.parent_id
+        ]
+
+    def scan_of(self, instance: str) -> InstanceScan | None:
+        """The scan of one instance by name."""
+        return next((s for s in self.scans if s.inst.name == instance), None)

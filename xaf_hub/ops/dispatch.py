@@ -1,0 +1,187 @@
+"""A person's dispatch: find the right session or instance, then send through the gate.
+
+``prepare`` scans (run state of project directories only), counts each instance's load
+(``ops.load``), ranks related sessions with the matcher, asks the planner for a plan, picks
+the model and builds the prompt: everything ``dispatch --dry-run`` shows. ``send_prepared``
+records the work in the task pool, then sends it with ``ops.send.send_work``; when the send
+fails, the pool row is taken back only if the prompt certainly never arrived.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from xaf_hub.client import ApiError
+from xaf_hub.errors import UnreachableError
+from xaf_hub.ops.context import OpsContext, utc_now
+from xaf_hub.ops.load import instance_load
+from xaf_hub.ops.models import choose_model
+from xaf_hub.ops.send import SendResult, build_prompt, send_work
+from xaf_hub.planner import DispatchRequest, InstanceView, Plan, plan_dispatch
+from xaf_hub.records import SessionRecord
+from xaf_hub.scan import InstanceScan, scan_fleet
+
+
+@dataclass(frozen=True)
+class DispatchOrder:
+    """What a person asked ``dispatch`` to do (the typed form of its options)."""
+
+    request: DispatchRequest
+    record: bool = True  # record the work in the task pool
+    auto_cleanup: bool = False  # run `cleanup --execute` first
+    dry_run: bool = False
+    baseline: bool = False  # read the session's newest message before sending (--confirm-wait)
+
+    @property
+    def smart(self) -> bool:
+        """True when the target is chosen by similarity."""
+        req = self.request
+        return not (req.session or req.title or req.new or req.no_match)
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """The plan and everything shown before a send."""
+
+    plan: Plan
+    view: InstanceView
+    model: str | None
+    prompt: str
+    warnings: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Dispatched:
+    """A sent dispatch: the send's result, its pool row and the message before it."""
+
+    result: SendResult
+    task_id: str = ""
+    baseline: str | None = None
+    warnings: tuple[str, ...] = field(default=())
+
+
+def _scores(scans: Sequence[InstanceScan], text: str) -> list[tuple[SessionRecord, float]]:
+    from xaf_hub.matcher import document_text, rank
+
+    pool, docs = {}, []
+    for sc in scans:
+        if not sc.reachable:
+            continue
+        relative: dict[str, str] = {}  # many sessions share a directory
+        for s in sc.sessions:
+            if s.project:
+                key = f"{s.instance}\x00{s.id}"
+                pool[key] = s
+                if s.directory not in relative:
+                    relative[s.directory] = sc.inst.rules.relative(s.directory)
+                docs.append((key, document_text(s.title, relative[s.directory])))
+    return [(pool[c.key], c.score) for c in rank(text, docs, top=5)]
+
+
+async def prepare(ops: OpsContext, order: DispatchOrder) -> Prepared:
+    """Scan, plan, choose the model and build the prompt; sends nothing."""
+    cfg, req = ops.cfg, order.request
+    warnings: list[str] = []
+    if order.auto_cleanup and not order.dry_run:
+        from xaf_hub.ops.cleanup import cleanup_fleet
+
+        await cleanup_fleet(
+            ops,
+            execute=True,
+            ttl_days=cfg.session_ttl_days,
+            instance=req.instance,
+            allow_prod=req.allow_prod,
+        )
+    smart = order.smart and cfg.auto_match
+    if smart:
+        from xaf_hub.matcher import preload
+
+        preload()  # the numpy import overlaps the network scan
+    instances = [cfg.instance(req.instance)] if req.instance else list(cfg.instances)
+    snap, scans = await scan_fleet(
+        cfg, instances, transport_factory=ops.transport_factory, project_only=True
+    )
+    gate = ops.gate()
+    views = []
+    for sc in scans:
+        reserved = (instance_load(sc, gate, allow_prod=True).reserved or 0) if sc.reachable else 0
+        views.append(InstanceView(sc.inst, sc.reachable, sc.reason, tuple(sc.sessions), reserved))
+    scores = _scores(scans, req.text) if smart else []
+    plan = plan_dispatch(cfg, views, req, scores)
+    warnings.extend(plan.warnings + snap.warnings)
+    override = ops.backlog().load().discipline
+    model = choose_model(cfg, plan.instance, req.model)
+    if req.model and model != req.model:
+        warnings.append(
+            f"model {req.model} is blacked out (rate limit); using {model or 'server default'}"
+        )
+    prompt = build_prompt(ops, plan.instance, req.text, plan.title, override)
+    view = next(v for v in views if v.inst.name == plan.instance.name)
+    return Prepared(plan, view, model, prompt, tuple(warnings))
+
+
+async def send_prepared(
+    ops: OpsContext, prep: Prepared, order: DispatchOrder, warn: Callable[[str], None]
+) -> Dispatched:
+    """Record the work in the pool, then send it; on failure take the row back if safe.
+
+    ``warn`` hears what a person must know when the send fails (the failure is raised).
+    """
+    plan, req = prep.plan, order.request
+    backlog = ops.backlog()
+    recorded: list[str] = []
+
+    def record(session_id: str) -> None:
+        # Recorded before the prompt goes out (as the patrol does): a crash in between leaves
+        # a pool row for work not yet sent, which the patrol settles, never work running
+        # without a row.
+        if order.record:
+            task = backlog.record_manual_dispatch(
+                plan.title, req.text, session_id, plan.instance.name, prep.model, utc_now()
+            )
+            recorded.append(task.id)
+
+    try:
+        async with ops.client(plan.instance) as client:
+            baseline = None
+            if order.baseline and plan.session is not None:
+                # The newest message before the send: what comes after it is this run.
+                newest = await client.messages(plan.session.id, limit=1)
+                baseline = str((newest[-1].get("info") or {}).get("id") or "") if newest else ""
+            result = await send_work(
+                ops, plan, prep.prompt, prep.model, client, before_prompt=record
+            )
+    except BaseException as exc:
+        for task_id in recorded:
+            take_back(ops, task_id, exc, warn)
+        raise
+    return Dispatched(result, recorded[0] if recorded else "", baseline, result.warnings)
+
+
+def take_back(
+    ops: OpsContext, task_id: str, exc: BaseException, warn: Callable[[str], None]
+) -> None:
+    """After a failed send, drop the task's pool row unless the prompt may have arrived.
+
+    The command fails and says so; a row for work that never arrived would make the patrol
+    send it later behind the user's back. A row for work that may have arrived stays: the
+    patrol settles it from what the session shows.
+    """
+    refused = isinstance(exc, ApiError) or (
+        isinstance(exc, UnreachableError) and not exc.maybe_delivered
+    )
+    if not refused:
+        warn(
+            f"task {task_id} stays in the task pool: the prompt may have reached the server, "
+            "and the patrol will settle it from what the session shows "
+            f"(xaf-hub backlog set {task_id} --status done keeps it from being sent again)"
+        )
+        return
+    try:
+        ops.backlog().discard(task_id)
+    except Exception as problem:  # noqa: BLE001 - the original failure is what gets raised
+        warn(
+            f"task {task_id} could not be taken back from the task pool ({problem}); "
+            f"xaf-hub backlog set {task_id} --status done keeps the patrol from sending it"
+        )

@@ -1,0 +1,265 @@
+"""Heal a session that hit a rate limit or an unavailable model: the one way, for everyone.
+
+Used by the patrol's fix_free_limit job, ``confirm --fix`` and ``dispatch --confirm-wait``.
+Two shapes of the same failure are healed:
+
+* a session still in ``retry`` whose retry message is a rate-limit message (the provider may
+  keep it there for hours with a long Retry-After): abort the stuck run, then prompt again
+  (``ops.send.abort_and_prompt``, under the instance lock);
+* an idle session whose newest message is an assistant message that ended with a rate-limit
+  or model-unavailable error: prompt again through the gate (``ops.send.send_work``).
+
+Order: mark the blackout first (only for a rate-limit signal on a model of a blackout family,
+only through ``ModelState.mark_blackout``), then pick the next usable model in the instance's
+chain (default_dispatch_model when the chain is exhausted), then send the continue prompt
+with the discipline block. Each failure is healed once: its key is instance + session + the
+failing assistant message id (a retry's message id for a stuck retry), remembered in the
+model state. A new failure of the healed run is a new message, so it is healed again with
+the model after that: the chain moves on, it never loops back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import Any, Literal
+
+from xaf_hub.config import InstanceConfig
+from xaf_hub.discipline import CONTINUE_PROMPT
+from xaf_hub.model_state import (
+    ErrorClass,
+    ModelState,
+    classify_error,
+    classify_message,
+    family_of,
+    next_model_in_chain,
+    resolve_dispatch_model,
+)
+from xaf_hub.ops.context import OpsContext
+from xaf_hub.ops.models import model_chain
+from xaf_hub.ops.runstate import LastRun, error_text
+from xaf_hub.ops.send import abort_and_prompt, build_prompt, pool_discipline, send_work
+from xaf_hub.planner import plan_reuse
+from xaf_hub.records import SessionRecord
+
+STEP = "fix_free_limit"
+
+Signal = Literal["rate_limited", "model_unavailable"]
+
+
+@dataclass(frozen=True)
+class HealCandidate:
+    """A session the job should heal, and why."""
+
+    instance: str
+    session: str
+    state: Literal["retry", "failed"]
+    signal: Signal
+    model: str  # the model that failed ("" when unknown)
+    key: str  # the failure's identity, for "never heal twice"
+    reason: str
+
+
+def heal_key(instance: str, session: str, identity: str) -> str:
+    """The healed-memory key of one failure."""
+    return f"heal:{instance}:{session}:{identity}"
+
+
+def heal_candidate(rec: SessionRecord, run: LastRun | None) -> HealCandidate | None:
+    """Decide whether a session shows a healable failure (pure)."""
+    if rec.run_state == "retry":
+        if classify_message(rec.retry_message) != "rate_limited":
+            return None
+        # The retry lives inside one assistant message; its id names this stuck run.
+        identity = run.message_id if run is not None and run.message_id else "retry"
+        model = run.model if run is not None and run.model else rec.model
+        return HealCandidate(
+            rec.instance,
+            rec.id,
+            "retry",
+            "rate_limited",
+            model,
+            heal_key(rec.instance, rec.id, identity),
+            rec.retry_message,
+        )
+    if rec.run_state != "idle" or run is None or run.error is None or not run.message_id:
+        return None
+    kind: ErrorClass = classify_error(run.error)
+    if kind not in ("rate_limited", "model_unavailable"):
+        return None
+    signal: Signal = "rate_limited" if kind == "rate_limited" else "model_unavailable"
+    return HealCandidate(
+        rec.instance,
+        rec.id,
+        "failed",
+        signal,
+        run.model or rec.model,
+        heal_key(rec.instance, rec.id, run.message_id),
+        error_text(run.error),
+    )
+
+
+def blackout_family(cand: HealCandidate, families: Mapping[str, Sequence[str]]) -> str | None:
+    """The family to black out: only for a rate limit on a model of a blackout family."""
+    if cand.signal != "rate_limited" or not cand.model:
+        return None
+    return family_of(cand.model, families)
+
+
+def heal_target(
+    current: str,
+    chain: Sequence[str],
+    default_model: str | None,
+    blacked_out: set[str],
+    families: Mapping[str, Sequence[str]],
+) -> str | None:
+    """The next usable model after ``current``; else the default if usable and different."""
+    nxt = next_model_in_chain(current or None, chain, blacked_out, families)
+    if nxt is not None:
+        return nxt
+    fallback = resolve_dispatch_model(
+        explicit=None,
+        chain=(),
+        default_model=default_model,
+        blacked_out=blacked_out,
+        families=families,
+    )
+    return fallback if fallback and fallback != current else None
+
+
+@dataclass(frozen=True)
+class Healing:
+    """One heal: what failed, where the work went, and the blackout it caused."""
+
+    state: str  # retry | failed: the shape of the failure that was healed
+    signal: str  # rate_limited | model_unavailable
+    from_model: str
+    to_model: str | None  # None: no usable model left, nothing was sent
+    reason: str
+    family: str | None = None  # blacked-out family, if this heal marked one
+    until_ms: int | None = None
+    already: bool = False  # someone (the patrol) healed this failure first; nothing was done
+    notes: tuple[str, ...] = ()  # non-fatal problems met on the way (e.g. unreadable pool)
+    blackout: str = ""  # "<family> blacked out until <local time>", when this heal marked one
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON form."""
+        return {
+            "state": self.state,
+            "signal": self.signal,
+            "from_model": self.from_model,
+            "to_model": self.to_model,
+            "reason": self.reason,
+            "blackout": None
+            if self.family is None
+            else {"family": self.family, "until_ms": self.until_ms},
+            "already_healed": self.already,
+        }
+
+    @property
+    def detail(self) -> str:
+        """One line for reports: what failed, and the blackout it caused."""
+        if self.to_model is None:
+            return "; ".join(
+                p
+                for p in (
+                    f"{self.signal} on {self.from_model or 'unknown model'}",
+                    self.blackout,
+                    "no usable model left in the chain",
+                )
+                if p
+            )
+        text = f"{self.signal} ({self.state}): {self.reason[:160]}"
+        return f"{text}; {self.blackout}" if self.blackout else text
+
+
+async def heal(
+    ops: OpsContext,
+    inst: InstanceConfig,
+    rec: SessionRecord,
+    cand: HealCandidate,
+    state: ModelState,
+    override: str | None,
+    *,
+    origin: str = "patrol",
+) -> Healing:
+    """Heal one session: blackout if due, next model, abort a stuck retry, continue prompt.
+
+    ``Healing.to_model`` is None when no usable model is left (nothing was sent). ``origin``
+    names the caller in the blackout's source and the audit log ("patrol", "dispatch",
+    "confirm"); nothing else differs. Raises BusyError when the re-send finds no free slot.
+    """
+    cfg = ops.cfg
+    families = cfg.models.families()
+    now = ops.now()
+    family = blackout_family(cand, families)
+    blackout, until_ms = "", None
+    if family is not None:
+        # Blackout first, then the target: the target must already skip the family.
+        until_ms = state.mark_blackout(
+            family, cand.reason[:300], f"{origin}.{STEP} {inst.name}/{rec.id}", now
+        )
+        until = datetime.fromtimestamp(until_ms / 1000, state.tz)
+        blackout = f"{family} blacked out until {until:%Y-%m-%d %H:%M}"
+        ops.audit(
+            f"{origin}.blackout",
+            instance=inst.name,
+            session=rec.id,
+            result="blackout",
+            reason=cand.reason[:300],
+            extra={"family": family, "until_ms": until_ms},
+        )
+    base = Healing(
+        cand.state, cand.signal, cand.model, None, cand.reason, family, until_ms, blackout=blackout
+    )
+    target = heal_target(
+        cand.model,
+        model_chain(cfg, inst),
+        cfg.models.default_dispatch_model,
+        state.blacked_out_families(now),
+        families,
+    )
+    if target is None:
+        return base
+    prompt = build_prompt(ops, inst, CONTINUE_PROMPT, rec.title, override)
+    if cand.state == "retry":
+        await abort_and_prompt(
+            ops,
+            inst,
+            rec.id,
+            rec.directory,
+            prompt,
+            target,
+            command=f"{origin}.heal",
+            reason="stuck in retry with a rate limit",
+        )
+    else:
+        plan = plan_reuse(inst, rec, via=f"heal ({cand.signal})")
+        async with ops.client(inst) as client:
+            await send_work(ops, plan, prompt, target, client, command=f"{origin}.heal")
+    state.remember_healed(cand.key, cand.model or None, target, now)
+    if family is not None:
+        current = state.active_blackouts(now).get(family)
+        base = replace(base, until_ms=current.until_ms if current is not None else until_ms)
+    return replace(base, to_model=target)
+
+
+async def heal_session(
+    ops: OpsContext,
+    inst: InstanceConfig,
+    rec: SessionRecord,
+    cand: HealCandidate,
+    *,
+    origin: str,
+) -> Healing:
+    """Heal one failure as the patrol does, unless it was healed already (by anyone).
+
+    Raises what ``heal`` raises (BusyError when the re-send finds no free slot).
+    """
+    state = ops.model_state()
+    if state.was_healed(cand.key):
+        return Healing(cand.state, cand.signal, cand.model, None, cand.reason, already=True)
+    override, problem = pool_discipline(ops)
+    healing = await heal(ops, inst, rec, cand, state, override, origin=origin)
+    return replace(healing, notes=(f"{STEP}: {problem}",) if problem else ())

@@ -1,0 +1,79 @@
+"""Instance load: running project sessions plus live reservations against the limit.
+
+``instance_load`` is the one place that counts an instance's load, for ``status``, the
+planner's views, the gate's re-count under the lock and the patrol's free slots. A
+reservation whose session the server already reports running is counted once, as that
+running session (``Gate.pending``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from xaf_hub.gate import Gate
+    from xaf_hub.redis_backend import RedisGate
+    from xaf_hub.scan import InstanceScan
+
+
+@dataclass(frozen=True)
+class Load:
+    """One instance's load as the gate counts it, and whether it can take new work."""
+
+    instance: str
+    reachable: bool
+    running_total: int
+    running_project: int
+    reserved: int | None  # None: the shared gate (Redis) could not be read
+    project_sessions: int
+    limit: int
+    dispatchable: bool
+    reason: str
+    running_ids: frozenset[str] = field(default=frozenset(), compare=False, repr=False)
+
+    @property
+    def free(self) -> int:
+        """Free slots (never negative; 0 while reservations are unknown)."""
+        if not self.reachable or self.reserved is None:
+            return 0
+        return max(0, self.limit - self.running_project - self.reserved)
+
+    def to_json(self) -> dict[str, Any]:
+        """Export form."""
+        doc = dict(self.__dict__)
+        doc.pop("running_ids")
+        return doc
+
+
+def instance_load(sc: InstanceScan, gate: Gate | RedisGate | None, allow_prod: bool) -> Load:
+    """Count one scanned instance's load (``gate`` None: reservations unknown)."""
+    summary = sc.summary()
+    running_ids = frozenset(s.id for s in sc.sessions if s.running)
+    reserved: int | None = 0
+    if sc.reachable:
+        reserved = None if gate is None else len(gate.pending(sc.inst.name, set(running_ids)))
+    used = summary.running_project + (reserved or 0)
+    if not sc.reachable:
+        ok, reason = False, f"unreachable: {sc.reason}"
+    elif sc.inst.production and not allow_prod:
+        ok, reason = False, "production instance (needs --allow-prod)"
+    elif used >= summary.limit:
+        shown = "?" if reserved is None else reserved
+        ok, reason = False, f"full ({summary.running_project} running + {shown} reserved)"
+    elif reserved is None:
+        ok, reason = False, "reservations unknown (the shared gate is unreachable)"
+    else:
+        ok, reason = True, f"{summary.limit - used} free slot(s)"
+    return Load(
+        sc.inst.name,
+        sc.reachable,
+        summary.running_total,
+        summary.running_project,
+        reserved,
+        summary.project_sessions,
+        summary.limit,
+        ok,
+        reason,
+        running_ids,
+    )

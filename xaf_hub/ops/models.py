@@ -1,0 +1,54 @@
+"""Which model a piece of work runs on: the fleet's model state, chains and the choice.
+
+Blackouts and healed failures live in one store (a file, or Redis when
+``models.state_backend`` asks); ``choose_model`` applies the current blackouts to an
+instance's chain. Every send path picks its model here.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from xaf_hub.config import Config, InstanceConfig
+from xaf_hub.model_state import ModelState, resolve_dispatch_model, resolve_timezone
+
+
+def model_state(cfg: Config) -> ModelState:
+    """The fleet's model state store (blackouts, healed failures): a file, or Redis if asked."""
+    policy = (
+        cfg.models.blackout_reset_hour,
+        resolve_timezone(cfg.models.timezone),
+        cfg.models.families(),
+    )
+    if cfg.models.state_backend == "redis":
+        from xaf_hub.redis_backend import RedisModelState, connect
+
+        return RedisModelState(
+            connect(cfg.lock),
+            cfg.lock.redis_prefix,
+            *policy,
+            lock_timeout=cfg.lock.lock_timeout_seconds,
+        )
+    return ModelState(
+        cfg.state_dir / ".model_state.json", *policy, lock_timeout=cfg.lock.lock_timeout_seconds
+    )
+
+
+def model_chain(cfg: Config, inst: InstanceConfig) -> tuple[str, ...]:
+    """The instance's model chain, else the global one."""
+    return inst.models or cfg.models.chain
+
+
+def choose_model(
+    cfg: Config, inst: InstanceConfig, explicit: str | None, now: datetime | None = None
+) -> str | None:
+    """resolve_dispatch_model for one instance with the current blackouts."""
+    now = now or datetime.now(UTC)
+    blacked = model_state(cfg).blacked_out_families(now)
+    return resolve_dispatch_model(
+        explicit=explicit,
+        chain=model_chain(cfg, inst),
+        default_model=cfg.models.default_dispatch_model,
+        blacked_out=blacked,
+        families=cfg.models.families(),
+    )
