@@ -184,7 +184,7 @@ def _check_field(key: str, value: object, *, allow_empty_id: bool = False) -> No
 
 @dataclass(frozen=True)
 class Task:
-    """One unit of work in the pool (SPEC §8 task fields, plus attempts/back-off/dependencies)."""
+    """One unit of work in the pool (architecture §8), plus attempts, back-off and dependencies."""
 
     id: str
     title: str
@@ -261,7 +261,7 @@ class BacklogData:
     """The whole pool as read from disk; ``Backlog.update`` hands it to a mutator to change."""
 
     tasks: list[Task] = field(default_factory=list)
-    discipline: str | None = None  # pool-wide discipline override (SPEC §8)
+    discipline: str | None = None  # pool-wide discipline override (architecture §8)
     schema_version: int = SCHEMA_VERSION
     extra: dict[str, Any] = field(default_factory=dict)
 

@@ -1,4 +1,4 @@
-"""Load and validate config.json, config.local.json and credentials (SPEC §3).
+"""Load and validate config.json, config.local.json and credentials (architecture §11).
 
 Validation is strict: an unknown key, a wrong type, a duplicate instance or a literal
 password in config.json stops the run with a ConfigError that names the file and key.
@@ -6,7 +6,6 @@ password in config.json stops the run with a ConfigError that names the file and
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections.abc import Mapping
@@ -15,6 +14,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from xaf_hub.config_reader import Reader as _Reader
+from xaf_hub.config_reader import json_type, load_json_file
 from xaf_hub.errors import ConfigError
 from xaf_hub.rules import ProjectRules
 
@@ -71,7 +72,7 @@ class InstanceConfig:
 
 @dataclass(frozen=True)
 class LockConfig:
-    """Gate settings (SPEC §6a)."""
+    """Gate settings (architecture §5)."""
 
     slot_ttl_seconds: float = 60.0
     lock_timeout_seconds: float = 20.0
@@ -86,7 +87,7 @@ class LockConfig:
 
 @dataclass(frozen=True)
 class ModelsConfig:
-    """Dispatch model policy (SPEC §7)."""
+    """Dispatch model policy (architecture §7)."""
 
     default_dispatch_model: str | None = None
     chain: tuple[str, ...] = ()
@@ -105,7 +106,7 @@ class ModelsConfig:
 
 @dataclass(frozen=True)
 class PatrolConfig:
-    """Patrol settings (SPEC §8)."""
+    """Patrol settings (architecture §8)."""
 
     interval_minutes: float = 60.0
     minute_offset: int = 0
@@ -177,118 +178,6 @@ class Config:
 
 
 # ---------------------------------------------------------------------------------------
-# Parsing helpers
-
-
-class _Reader:
-    """Typed access to one JSON object that reports unknown keys and wrong types."""
-
-    def __init__(self, data: Any, file: Path | str, where: str) -> None:
-        if not isinstance(data, dict):
-            raise ConfigError(f"{file}: {where or 'top level'} must be an object")
-        self.data: dict[str, Any] = data
-        self.file = file
-        self.where = where
-        self.seen: set[str] = set()
-
-    def key(self, name: str) -> str:
-        return f"{self.where}.{name}" if self.where else name
-
-    def fail(self, name: str, message: str) -> ConfigError:
-        return ConfigError(f"{self.file}: key '{self.key(name)}': {message}")
-
-    def get(
-        self, name: str, types: tuple[type, ...], default: Any, *, nullable: bool = True
-    ) -> Any:
-        self.seen.add(name)
-        if name not in self.data:
-            return default
-        value = self.data[name]
-        if value is None and nullable:
-            return default
-        if isinstance(value, bool) and bool not in types:
-            raise self.fail(name, f"expected {_type_names(types)}, got a boolean")
-        if not isinstance(value, types):
-            raise self.fail(name, f"expected {_type_names(types)}, got {_json_type(value)}")
-        return value
-
-    def num(self, name: str, default: float, *, minimum: float = 0.0, integer: bool = False) -> Any:
-        types: tuple[type, ...] = (int,) if integer else (int, float)
-        value = self.get(name, types, default)
-        if value < minimum:
-            raise self.fail(name, f"must be at least {minimum:g}, got {value}")
-        return value
-
-    def strings(self, name: str, default: tuple[str, ...] = ()) -> tuple[str, ...]:
-        value = self.get(name, (list,), None)
-        if value is None:
-            return default
-        for i, item in enumerate(value):
-            if not isinstance(item, str):
-                raise self.fail(f"{name}[{i}]", f"expected a string, got {_json_type(item)}")
-        return tuple(value)
-
-    def sub(self, name: str) -> _Reader:
-        value = self.get(name, (dict,), {})
-        return _Reader(value, self.file, self.key(name))
-
-    def finish(self) -> None:
-        unknown = sorted(set(self.data) - self.seen)
-        if unknown:
-            raise self.fail(unknown[0], "unknown key" + _suggest(unknown[0], self.seen))
-
-
-def _suggest(name: str, known: set[str]) -> str:
-    import difflib
-
-    close = difflib.get_close_matches(name, sorted(known), n=1)
-    return f" (did you mean '{close[0]}'?)" if close else ""
-
-
-def _json_type(value: Any) -> str:
-    if value is None:
-        return "null"
-    return {
-        bool: "a boolean",
-        int: "a number",
-        float: "a number",
-        str: "a string",
-        list: "a list",
-        dict: "an object",
-    }.get(type(value), type(value).__name__)
-
-
-def _type_names(types: tuple[type, ...]) -> str:
-    names = {
-        int: "a number",
-        float: "a number",
-        str: "a string",
-        bool: "a boolean",
-        list: "a list",
-        dict: "an object",
-    }
-    return " or ".join(dict.fromkeys(names.get(t, t.__name__) for t in types))
-
-
-def load_json_file(path: Path, what: str = "config") -> Any:
-    """Read a JSON file; errors name the file and, for bad JSON, line and column."""
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: {what} file not found") from None
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read {what} file: {exc.strerror or exc}") from None
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{path}: not UTF-8 text (bad byte at offset {exc.start})") from None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ConfigError(
-            f"{path}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}"
-        ) from None
-
 
 def find_config(explicit: str | None, env: Mapping[str, str], cwd: Path) -> Path:
     """Find the config: --config, XAF_HUB_CONFIG, ./config.json, $XAF_HUB_HOME/config.json."""
@@ -468,7 +357,7 @@ def parse_config(raw: Any, *, path: Path, env: Mapping[str, str]) -> Config:
                 # on the main config file (the others).
                 raise ConfigError(
                     f"{local_path}: key 'instances.{name}.{key}': expected a string, "
-                    f"got {_json_type(value)}"
+                    f"got {json_type(value)}"
                 )
             if key == "password":
                 merged["_local_password"] = value
@@ -663,7 +552,7 @@ def _parse_instance(
     aliases_raw = r.get("dir_aliases", (dict,), {})
     for k, v in aliases_raw.items():
         if not isinstance(v, str):
-            raise r.fail(f"dir_aliases.{k}", f"expected a string, got {_json_type(v)}")
+            raise r.fail(f"dir_aliases.{k}", f"expected a string, got {json_type(v)}")
     models = r.strings("models")
     for j, m in enumerate(models):
         _model_id(r, f"models[{j}]", m)

@@ -5,7 +5,7 @@ A **task row** is a markdown table row that carries a *pending marker* and a *ba
     | F-8 清理旧 CF 值 | 王五 | ⏳ 待派发 |        -> id "F-8", title "F-8 清理旧 CF 值"
     | 步骤 3:补齐迁移脚本 | — | 未派发 |       -> id "AUTO-<slug>-1" (a word, no code)
 
-Rules (SPEC §8 step 3):
+Rules (architecture §8 step 3):
 
 * A table row has at least two unescaped ``|``, is not a separator row (``|---|:--:|``), is not
   inside a fenced code block or an HTML comment, and either starts with ``|`` or sits in a

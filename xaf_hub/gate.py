@@ -1,4 +1,4 @@
-"""The dispatch gate: a per-instance lock plus slot reservations (SPEC §6a).
+"""The dispatch gate: a per-instance lock plus slot reservations (architecture §5).
 
 ``locks/<instance>.lock`` serialises "read running state -> count -> decide -> create ->
 prompt" across processes. ``slots/<instance>.<token>.slot`` holds a slot from the decision

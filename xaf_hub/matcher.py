@@ -166,7 +166,7 @@ def document_text(title: str, directory: str) -> str:
     title = title.strip()
     if _PLACEHOLDER_TITLE.fullmatch(title):
         title = ""
-    # Same normalisation as the project rules (SPEC §4): `\` and `/` alike,
+    # Same normalisation as the project rules (architecture §2): `\` and `/` alike,
     # repeated and trailing separators gone, lower case. The drive letter is
     # dropped and segments are joined by spaces, so `D:\Work\demo\web` and
     # `/work/demo/web` give the same text and the same n-grams.

@@ -11,7 +11,7 @@ Four parts, from pure to stateful:
 * **Store** — ``ModelState`` over ``.model_state.json``; ``ModelState.mark_blackout`` is the
   one writer of blackouts, ``remember_healed`` the memory behind "never heal twice".
 * **Resolution** — ``resolve_dispatch_model`` and ``next_model_in_chain`` pick models that
-  are not blacked out (SPEC §7).
+  are not blacked out (architecture §7).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Dispatch planning: snapshot + request -> plan (SPEC §6 `dispatch` steps 1-3). Pure.
+"""Dispatch planning: snapshot + request -> plan (architecture §6 `dispatch` steps 1-3). Pure.
 
 The planner decides *where* work goes; the dispatcher carries the plan out under the gate.
 Similarity scores come in from the matcher, so this module never imports scikit-learn.

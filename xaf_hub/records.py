@@ -33,7 +33,7 @@ class SessionRecord:
     project: bool = False
 
     def to_json(self) -> dict[str, Any]:
-        """Return the export form (SPEC §5 field names)."""
+        """Return the export form (architecture §3 field names)."""
         # Every field is a str/int/float/bool: no deep copy needed (asdict's costs 0.7 s
         # for a 24k-session snapshot).
         return {name: getattr(self, name) for name in _SESSION_EXPORT}

@@ -3,7 +3,7 @@
 Chosen by ``lock.backend: "redis"`` (the gate, through ``gate.make_gate``) and
 ``models.state_backend: "redis"`` (blackouts and healed memory, through
 ``dispatcher.model_state``). Nothing else imports this module, so the default file backend
-never loads the ``redis`` package. The rules are those of SPEC §6a and §7; only the storage
+never loads the ``redis`` package. The rules are those of architecture §5 and §7; only the storage
 differs. Keys, under ``lock.redis_prefix`` (``P``)::
 
     P:lock:<instance>           the dispatch lock: redis-py's Lock (random token, a lease that

@@ -167,7 +167,7 @@ def _counts(snap: Snapshot) -> dict[str, dict[str, int]]:
 
 
 def snapshot_document(snap: Snapshot) -> dict[str, Any]:
-    """Build the JSON export document (SPEC §6 `sessions`)."""
+    """Build the JSON export document (architecture §6 `sessions`)."""
     return {
         "generated_at": _utc_iso(snap.generated_at),
         "by_instance": _counts(snap),
@@ -364,7 +364,7 @@ def _state_badge(s: SessionRecord, now_ms: int) -> Badge:
 
 
 def outcome_badge(outcome: str) -> Badge:
-    """Put a session's last outcome (SPEC §5 values) into plain words."""
+    """Put a session's last outcome (architecture §3 values) into plain words."""
     if outcome.startswith("failed"):
         detail = outcome.partition(":")[2]
         return Badge(

@@ -1,4 +1,4 @@
-"""Which sessions belong to the project: pure functions over directory strings (SPEC §4)."""
+"""Which sessions belong to the project: pure functions over directory strings (architecture §2)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Scan the fleet in parallel and build one Snapshot (SPEC §4, §5).
+"""Scan the fleet in parallel and build one Snapshot (architecture §2, §3).
 
 One instance's failure is recorded as its unreachable reason; it never stops the others.
 """

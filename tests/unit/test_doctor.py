@@ -18,6 +18,7 @@ from xaf_hub.commands import doctor as d
 from xaf_hub.config import Config, InstanceConfig, ModelsConfig, load_config
 from xaf_hub.errors import ConfigError, ExitCode
 from xaf_hub.model_state import Blackout, to_ms
+from xaf_hub.ops import health as h
 from xaf_hub.patrol.runner import PAUSE_FILE, clear_paused, pause_info, set_paused
 from xaf_hub.rules import ProjectRules
 
@@ -32,12 +33,12 @@ def inst(name: str = "lan-b", **kw: Any) -> InstanceConfig:
         rules=ProjectRules.build(roots=roots, exclude_dirs=exclude), **kw)
 
 
-def probe(name: str = "lan-b", *dirs: str, reachable: bool = True, reason: str = "") -> d.Probe:
-    return d.Probe(name, reachable, reason, "classic" if reachable else "",
+def probe(name: str = "lan-b", *dirs: str, reachable: bool = True, reason: str = "") -> h.Probe:
+    return h.Probe(name, reachable, reason, "classic" if reachable else "",
                    "1.18.33" if reachable else "", tuple(dirs))
 
 
-def levels(findings: list[d.Finding]) -> list[str]:
+def levels(findings: list[h.Finding]) -> list[str]:
     return [f.level for f in findings]
 
 
@@ -74,7 +75,7 @@ def test_config_error_line_names_file_key_and_fix(
     tmp_path: Path, text: str, in_message: str, in_fix: str
 ) -> None:
     message = _config_error(tmp_path, text)
-    f = d.config_error_finding(message, tmp_path / "config.json")
+    f = h.config_error_finding(message, tmp_path / "config.json")
     assert f.level == "error" and f.exit_code == ExitCode.USAGE
     assert str(tmp_path / "config.json") in f.message
     assert in_message in f.message
@@ -82,7 +83,7 @@ def test_config_error_line_names_file_key_and_fix(
 
 
 def test_config_fix_for_missing_config() -> None:
-    assert "config.example.json" in d.config_fix("no config found: tried --config, ...")
+    assert "config.example.json" in h.config_fix("no config found: tried --config, ...")
 
 
 # ------------------------------------------------------------------------------------------
@@ -91,7 +92,7 @@ def test_config_fix_for_missing_config() -> None:
 
 def test_auth_rejected_names_source_and_hides_password() -> None:
     i = inst(password=SECRET, password_source="env:XAF_HUB_PW_LAN_B")
-    fs = d.instance_findings(i, probe(reachable=False,
+    fs = h.instance_findings(i, probe(reachable=False,
                                       reason="auth rejected (HTTP 401): check the password"))
     assert levels(fs) == ["error"]
     assert fs[0].exit_code == ExitCode.UNREACHABLE
@@ -101,7 +102,7 @@ def test_auth_rejected_names_source_and_hides_password() -> None:
 
 
 def test_auth_rejected_without_password_says_where_to_put_one() -> None:
-    fs = d.instance_findings(inst(), probe(reachable=False, reason="auth rejected (HTTP 401)"))
+    fs = h.instance_findings(inst(), probe(reachable=False, reason="auth rejected (HTTP 401)"))
     assert "Set XAF_HUB_PW_LAN_B" in fs[0].fix
     assert "instances.lan-b.password" in fs[0].fix
 
@@ -116,7 +117,7 @@ def test_auth_rejected_without_password_says_where_to_put_one() -> None:
     ("something new", "/global/health"),
 ])
 def test_unreachable_reasons_get_their_fix(reason: str, fix: str) -> None:
-    fs = d.instance_findings(inst(password="x", password_source="local:/c.json"),
+    fs = h.instance_findings(inst(password="x", password_source="local:/c.json"),
                              probe(reachable=False, reason=reason))
     assert levels(fs) == ["error"]
     assert fs[0].exit_code == ExitCode.UNREACHABLE
@@ -126,7 +127,7 @@ def test_unreachable_reasons_get_their_fix(reason: str, fix: str) -> None:
 
 def test_healthy_instance_is_one_ok_line_with_version_dialect_and_source() -> None:
     i = inst(password=SECRET, password_source="file:/etc/hub/pw.json")
-    fs = d.instance_findings(i, probe("lan-b", "/srv/demo/app", "/tmp/x"))
+    fs = h.instance_findings(i, probe("lan-b", "/srv/demo/app", "/tmp/x"))
     assert levels(fs) == ["ok"]
     text = fs[0].message
     assert "opencode 1.18.33" in text and "classic API" in text and "2 session(s)" in text
@@ -134,10 +135,10 @@ def test_healthy_instance_is_one_ok_line_with_version_dialect_and_source() -> No
 
 
 def test_missing_password_on_open_server_is_a_warning() -> None:
-    fs = d.instance_findings(inst(), probe())
+    fs = h.instance_findings(inst(), probe())
     assert levels(fs) == ["ok", "warn"]
     assert "no password configured" in fs[1].message
-    assert d.worst(fs) == ExitCode.OK
+    assert h.worst(fs) == ExitCode.OK
 
 
 # ------------------------------------------------------------------------------------------
@@ -159,14 +160,14 @@ def test_missing_password_on_open_server_is_a_warning() -> None:
     ({"roots": ("C:\\Work\\Demo",), "default_directory": "c:/work/demo/app"}, []),
 ])
 def test_layout(kw: dict[str, Any], expect: list[str]) -> None:
-    fs = d.layout_findings(inst(**kw))
+    fs = h.layout_findings(inst(**kw))
     assert levels(fs) == expect
     assert all(f.fix for f in fs if f.level in ("warn", "error"))
 
 
 def test_root_without_sessions_warns_with_typo_hint() -> None:
     i = inst(roots=("/srv/project", "/srv/used"))
-    fs = d.root_usage_findings(i, probe("lan-b", "/srv/projekt/app", "/SRV/Used/x/"))
+    fs = h.root_usage_findings(i, probe("lan-b", "/srv/projekt/app", "/SRV/Used/x/"))
     assert levels(fs) == ["warn"]
     assert "/srv/project has no sessions" in fs[0].message
     assert "closest session folder: /srv/projekt" in fs[0].message
@@ -174,8 +175,8 @@ def test_root_without_sessions_warns_with_typo_hint() -> None:
 
 def test_root_usage_is_silent_when_unreachable_or_used() -> None:
     i = inst(roots=("D:\\Repo",))
-    assert d.root_usage_findings(i, probe("lan-b", "d:/repo/sub")) == []
-    assert d.root_usage_findings(i, probe(reachable=False, reason="refused")) == []
+    assert h.root_usage_findings(i, probe("lan-b", "d:/repo/sub")) == []
+    assert h.root_usage_findings(i, probe(reachable=False, reason="refused")) == []
 
 
 # ------------------------------------------------------------------------------------------
@@ -192,7 +193,7 @@ def test_home_local_config_reports_scope_and_ignored_keys(tmp_path: Path) -> Non
     cfg = _cfg(tmp_path, "home", inst("lan-b"), inst("lan-c"))
     doc = {"instances": {"lan-b": {"password": SECRET, "roots": ["/x"]},
                          "lan_c": {"password": SECRET}}}
-    fs = d.config_findings(cfg, doc)
+    fs = h.config_findings(cfg, doc)
     text = "\n".join(f.message for f in fs)
     assert "scope 'home'" in text
     assert "instances.lan-b: roots ignored" in text
@@ -203,7 +204,7 @@ def test_home_local_config_reports_scope_and_ignored_keys(tmp_path: Path) -> Non
 
 def test_beside_local_config_may_override_anything(tmp_path: Path) -> None:
     cfg = _cfg(tmp_path, "beside", inst("lan-b"))
-    fs = d.config_findings(cfg, {"instances": [{"name": "lan-b", "roots": ["/x"]}]})
+    fs = h.config_findings(cfg, {"instances": [{"name": "lan-b", "roots": ["/x"]}]})
     assert levels(fs) == ["ok", "ok"]
     assert "scope 'beside'" in fs[1].message
 
@@ -211,13 +212,13 @@ def test_beside_local_config_may_override_anything(tmp_path: Path) -> None:
 def test_no_local_config_is_info(tmp_path: Path) -> None:
     cfg = Config(path=tmp_path / "config.json", home=tmp_path, state_dir=tmp_path,
                  instances=(inst(),))
-    assert levels(d.config_findings(cfg)) == ["ok", "info"]
+    assert levels(h.config_findings(cfg)) == ["ok", "info"]
 
 
 @pytest.mark.parametrize(("mode", "warns"), [(0o100600, False), (0o100644, True),
                                               (0o100640, True), (None, False)])
 def test_credential_file_mode(mode: int | None, warns: bool) -> None:
-    f = d.file_mode_finding(Path("/h/config.local.json"), mode, "config.local.json")
+    f = h.file_mode_finding(Path("/h/config.local.json"), mode, "config.local.json")
     assert (f is not None) == warns
     if f is not None:
         assert "chmod 600 /h/config.local.json" in f.fix
@@ -239,7 +240,7 @@ def test_check_writable(tmp_path: Path) -> None:
     blocker.write_text("x")
     problem, _ = d.check_writable(blocker / "state")
     assert problem is not None and "is a file" in problem
-    f = d.folder_finding("state folder", blocker / "state", problem, True)
+    f = h.folder_finding("state folder", blocker / "state", problem, True)
     assert f.level == "error" and f.exit_code == ExitCode.USAGE and "state_dir" in f.fix
 
 
@@ -249,66 +250,66 @@ def test_clock_shows_zone_next_reset_and_active_blackouts() -> None:
     until = datetime(2025, 3, 30, 6, 0, tzinfo=UTC)  # 08:00 CEST
     blackouts = {"opencode": Blackout("opencode", to_ms(until), "free usage limit",
                                       "patrol.fix_free_limit", to_ms(now))}
-    fs = d.clock_findings(ModelsConfig(timezone="Europe/Berlin"), tz, now, blackouts)
+    fs = h.clock_findings(ModelsConfig(timezone="Europe/Berlin"), tz, now, blackouts)
     assert levels(fs) == ["ok", "warn"]
     assert "Europe/Berlin" in fs[0].message
     assert "next reset 2025-03-30 08:00 CEST (in 21h 00m)" in fs[0].message
     assert "until 2025-03-30 08:00" in fs[1].message and "free usage limit" in fs[1].message
-    assert d.worst(fs) == ExitCode.OK
+    assert h.worst(fs) == ExitCode.OK
 
 
 def test_patrol_flag_as_the_patrol_writes_it(tmp_path: Path) -> None:
     flag = tmp_path / PAUSE_FILE
-    assert d.patrol_finding(flag, pause_info(tmp_path)).level == "ok"
+    assert h.patrol_finding(flag, pause_info(tmp_path)).level == "ok"
     set_paused(tmp_path, "ops@host", datetime(2025, 5, 1, 9, 30, tzinfo=UTC))
-    f = d.patrol_finding(flag, pause_info(tmp_path))
+    f = h.patrol_finding(flag, pause_info(tmp_path))
     assert f.level == "warn"
     assert "since 2025-05-01T09:30:00+00:00 by ops@host" in f.message and str(flag) in f.message
     assert "xaf-hub patrol resume" in f.fix
     clear_paused(tmp_path)
     flag.write_text("{not json")  # a damaged flag still means paused
-    assert d.patrol_finding(flag, pause_info(tmp_path)).level == "warn"
+    assert h.patrol_finding(flag, pause_info(tmp_path)).level == "warn"
 
 
 def test_daemon_heartbeat_line() -> None:
-    assert "no patrol daemon" in d.daemon_finding(None).message
-    running = d.daemon_finding({"pid": 42, "host": "box", "started_at": "2025-05-01T09:00:00",
+    assert "no patrol daemon" in h.daemon_finding(None).message
+    running = h.daemon_finding({"pid": 42, "host": "box", "started_at": "2025-05-01T09:00:00",
                                 "ticks": 3, "tick_at": "2025-05-01T11:00:00", "last": "ran",
                                 "stopped_at": ""})
     assert running.level == "info"
     assert "pid 42 on box" in running.message and "no clean stop recorded" in running.message
     assert "3 cycle(s), last at 2025-05-01T11:00:00 (ran)" in running.message
-    stopped = d.daemon_finding({"pid": 42, "host": "box", "stopped_at": "2025-05-01T12:00:00"})
+    stopped = h.daemon_finding({"pid": 42, "host": "box", "stopped_at": "2025-05-01T12:00:00"})
     assert "stopped at 2025-05-01T12:00:00" in stopped.message
     text = d.render(None, [stopped], ExitCode.OK)
     assert "hint: `xaf-hub patrol status`" in text and "fix:" not in text
 
 
-def _err(code: ExitCode) -> d.Finding:
-    return d.error("x", "y", "m", "f", code)
+def _err(code: ExitCode) -> h.Finding:
+    return h.error("x", "y", "m", "f", code)
 
 
 @pytest.mark.parametrize(("findings", "code"), [
     ([], ExitCode.OK),
-    ([d.warn("a", "b", "c", "d"), d.info("a", "b", "c")], ExitCode.OK),
+    ([h.warn("a", "b", "c", "d"), h.info("a", "b", "c")], ExitCode.OK),
     ([_err(ExitCode.UNREACHABLE), _err(ExitCode.USAGE)], ExitCode.USAGE),
     ([_err(ExitCode.INTERNAL), _err(ExitCode.UNREACHABLE)], ExitCode.UNREACHABLE),
     ([_err(ExitCode.INTERNAL)], ExitCode.INTERNAL),
 ])
-def test_worst(findings: list[d.Finding], code: ExitCode) -> None:
-    assert d.worst(findings) == code
+def test_worst(findings: list[h.Finding], code: ExitCode) -> None:
+    assert h.worst(findings) == code
 
 
 def test_render_puts_fix_under_problem_and_sums_up() -> None:
-    fs = [d.ok("config", "config", "fine"),
+    fs = [h.ok("config", "config", "fine"),
           _err(ExitCode.UNREACHABLE),
-          d.warn("roots", "lan-b", "no roots", "add roots")]
-    text = d.render(Path("/c.json"), fs, d.worst(fs))
+          h.warn("roots", "lan-b", "no roots", "add roots")]
+    text = d.render(Path("/c.json"), fs, h.worst(fs))
     lines = text.splitlines()
     assert lines[0] == "xaf-hub doctor: config /c.json"
     assert lines[3].strip() == "fix: f" and lines[5].strip() == "fix: add roots"
     assert lines[-1] == "1 problem(s), 1 warning(s): exit 2"
-    assert d.render(None, [d.ok("a", "b", "c")], ExitCode.OK).splitlines()[-1] == "all well"
+    assert d.render(None, [h.ok("a", "b", "c")], ExitCode.OK).splitlines()[-1] == "all well"
 
 
 # ------------------------------------------------------------------------------------------

@@ -16,32 +16,42 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import difflib
 import os
-import stat
 import tempfile
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from datetime import datetime, tzinfo
-from pathlib import Path, PurePosixPath, PureWindowsPath
-from typing import TYPE_CHECKING, Any, Literal
+from collections.abc import Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from xaf_hub import aio
 from xaf_hub.commands._common import add_json
 from xaf_hub.config import (
-    CREDENTIAL_KEYS,
     Config,
     InstanceConfig,
-    ModelsConfig,
     find_config,
-    load_json_file,
-    pw_env_name,
 )
+from xaf_hub.config_reader import load_json_file
 from xaf_hub.context import Context
 from xaf_hub.errors import ConfigError, ExitCode, HubError, UnreachableError
-from xaf_hub.model_state import Blackout, next_reset, resolve_timezone
+from xaf_hub.model_state import resolve_timezone
+from xaf_hub.ops.health import (
+    Finding,
+    Probe,
+    clock_findings,
+    config_error_finding,
+    config_findings,
+    daemon_finding,
+    error,
+    file_mode_finding,
+    folder_finding,
+    instance_findings,
+    layout_findings,
+    ok,
+    patrol_finding,
+    root_usage_findings,
+    worst,
+)
 from xaf_hub.output import dumps, redact
-from xaf_hub.rules import is_under, normalize_dir
 
 if TYPE_CHECKING:  # the scanner pulls in httpx; --help must stay light
     from xaf_hub.scan import TransportFactory
@@ -55,437 +65,6 @@ examples:
 exit status: 0 all well (warnings allowed), 4 config problem or unwritable state folder,
 2 an instance unreachable or its password rejected, 1 a corrupt state file.
 """
-
-Level = Literal["ok", "info", "warn", "error"]
-
-# Which exit code wins when several problems are found: a config problem stops every
-# command, an unreachable instance stops only its share of the work.
-_SEVERITY = {
-    ExitCode.OK: 0,
-    ExitCode.NOT_PROJECT: 1,
-    ExitCode.BUSY: 1,
-    ExitCode.INTERNAL: 2,
-    ExitCode.UNREACHABLE: 3,
-    ExitCode.USAGE: 4,
-}
-
-
-@dataclass(frozen=True)
-class Finding:
-    """One line of the report: what was checked, how it went, and how to fix a problem."""
-
-    area: str
-    subject: str
-    level: Level
-    message: str
-    fix: str = ""
-    exit_code: ExitCode = ExitCode.OK
-
-    def to_json(self) -> dict[str, Any]:
-        """Export form."""
-        return {
-            "area": self.area,
-            "subject": self.subject,
-            "level": self.level,
-            "message": self.message,
-            "fix": self.fix,
-            "exit_code": int(self.exit_code),
-        }
-
-
-def ok(area: str, subject: str, message: str) -> Finding:
-    """A passed check."""
-    return Finding(area, subject, "ok", message)
-
-
-def info(area: str, subject: str, message: str, fix: str = "") -> Finding:
-    """A fact worth knowing that is not a problem."""
-    return Finding(area, subject, "info", message, fix)
-
-
-def warn(area: str, subject: str, message: str, fix: str) -> Finding:
-    """A likely mistake that does not stop the hub."""
-    return Finding(area, subject, "warn", message, fix)
-
-
-def error(area: str, subject: str, message: str, fix: str, code: ExitCode) -> Finding:
-    """A problem that stops some or all of the hub's work."""
-    return Finding(area, subject, "error", message, fix, code)
-
-
-def worst(findings: Sequence[Finding]) -> ExitCode:
-    """The exit code of the worst error (OK when there is none)."""
-    codes = [f.exit_code for f in findings if f.level == "error"]
-    return max(codes, key=lambda c: _SEVERITY.get(c, 2), default=ExitCode.OK)
-
-
-# ---------------------------------------------------------------------------------------------
-# Config file
-
-
-_CONFIG_FIXES: tuple[tuple[str, str], ...] = (
-    ("no config found",
-     "Copy config.example.json to ./config.json or $XAF_HUB_HOME/config.json and edit it, "
-     "or pass --config PATH."),
-    ("config file not found",
-     "Point --config or $XAF_HUB_CONFIG at a file that exists."),
-    ("password file not found",
-     "Create the password_file named for that instance, or correct its path."),
-    ("invalid JSON",
-     "Fix the JSON syntax at that line and column (a trailing comma or a missing quote is "
-     "the usual cause)."),
-    ("not UTF-8", "Save the file as UTF-8 text."),
-    ("literal password",
-     "Delete the password from the config file and put it in config.local.json or in the "
-     "environment variable the message names."),
-    ("unknown key",
-     "Remove the key or correct its spelling; config.example.json shows every valid key."),
-    ("duplicate instance", "Give every instance its own name."),
-    ("must be an http",
-     "Write the server's base address, e.g. http://127.0.0.1:4096, with no credentials in it."),
-    ("must not carry credentials",
-     "Remove user:password@ from the url; put the password in config.local.json or "
-     "XAF_HUB_PW_<NAME>."),
-    ("absolute path", "Write the full path, e.g. /srv/project or C:\\work\\project."),
-    ("unknown time zone",
-     "Use an IANA zone name such as Europe/Berlin or Asia/Shanghai, or \"local\"."),
-    ("expected a string password",
-     "Make the password file a JSON object holding the password under password_key "
-     "(default \"password\")."),
-    ("cannot read", "Give the user running the hub read access to that file."),
-)
-
-
-def config_fix(message: str) -> str:
-    """The one-sentence fix for a ConfigError message."""
-    lowered = message.lower()
-    for needle, fix in _CONFIG_FIXES:
-        if needle.lower() in lowered:
-            return fix
-    return "Correct the key the message names; config.example.json shows a valid value."
-
-
-def config_error_finding(message: str, path: Path | None) -> Finding:
-    """The doctor line for a config that does not load (the message names file and key)."""
-    del path  # the message already names the file; the header shows it too
-    return error("config", "config", message, config_fix(message), ExitCode.USAGE)
-
-
-def config_findings(cfg: Config, local_doc: Any = None) -> list[Finding]:
-    """Which config file is in use and what its config.local.json contributed."""
-    out = [ok("config", "config",
-              f"{cfg.path}: valid; {len(cfg.instances)} instance(s); "
-              f"state folder {cfg.state_dir}")]
-    if not cfg.instances:
-        out.append(warn("config", "config", f"{cfg.path}: no instances configured",
-                        "Add the opencode servers under \"instances\" (see "
-                        "config.example.json)."))
-    local = cfg.local_config
-    if local is None:
-        beside = cfg.path.parent / "config.local.json" if cfg.path else "beside the config"
-        out.append(info("credentials", "config.local.json",
-                        f"none found (looked at {beside} and {cfg.home / 'config.local.json'})"))
-        return out
-    if cfg.local_scope == "home":
-        out.append(ok("credentials", "config.local.json",
-                      f"{local} from the hub home (scope 'home'): lends only "
-                      "credential fields to instances the config already names"))
-    else:
-        out.append(ok("credentials", "config.local.json",
-                      f"{local} beside the config (scope 'beside'): its instance "
-                      "fields override the config's"))
-    out.extend(_local_doc_findings(cfg, local, local_doc))
-    return out
-
-
-def _local_entries(doc: Any) -> list[tuple[str, dict[str, Any]]]:
-    """(name, fields) pairs of config.local.json's instances, list or map form."""
-    raw = doc.get("instances") if isinstance(doc, dict) else None
-    if isinstance(raw, dict):
-        return [(str(k), v) for k, v in raw.items() if isinstance(v, dict)]
-    if isinstance(raw, list):
-        return [(str(v.get("name")), v) for v in raw if isinstance(v, dict)]
-    return []
-
-
-def _local_doc_findings(cfg: Config, local: Path, doc: Any) -> list[Finding]:
-    known = [i.name for i in cfg.instances]
-    out = []
-    for name, fields in _local_entries(doc):
-        if name not in known:
-            hint = difflib.get_close_matches(name, known, n=1)
-            fix = (f"Rename it to '{hint[0]}'." if hint
-                   else f"Rename it to one of: {', '.join(known) or '(none configured)'}.")
-            out.append(warn("credentials", "config.local.json",
-                            f"{local}: instances.{name} matches no configured instance, so its "
-                            "credentials are never used", fix))
-        ignored = sorted(k for k in fields if k not in (*CREDENTIAL_KEYS, "name"))
-        if cfg.local_scope == "home" and ignored:
-            out.append(warn("credentials", "config.local.json",
-                            f"{local}: instances.{name}: {', '.join(ignored)} ignored, because a "
-                            "config.local.json in the hub home lends only password, "
-                            "password_env, password_file and password_key",
-                            "Move those keys into the config file, or put config.local.json "
-                            "beside the config file."))
-    return out
-
-
-def file_mode_finding(path: Path, mode: int | None, subject: str) -> Finding | None:
-    """A warning when a file holding passwords is readable by other users (POSIX modes)."""
-    if mode is None or not mode & 0o077:
-        return None
-    return warn("credentials", subject,
-                f"{path} is readable by other users (mode {stat.S_IMODE(mode):04o})",
-                f"Run: chmod 600 {path}")
-
-
-# ---------------------------------------------------------------------------------------------
-# Instances
-
-
-@dataclass(frozen=True)
-class Probe:
-    """What talking to one instance showed."""
-
-    instance: str
-    reachable: bool
-    reason: str = ""
-    api: str = ""
-    version: str = ""
-    directories: tuple[str, ...] = ()
-
-    @property
-    def auth_rejected(self) -> bool:
-        """True when the server refused the credentials."""
-        return "HTTP 401" in self.reason
-
-
-def _unreachable_fix(reason: str, inst: InstanceConfig) -> str:
-    r = reason.lower()
-    if "refused" in r:
-        return (f"Start `opencode serve` at {inst.url} (check host and port), or correct "
-                "the instance's url.")
-    if "dns" in r:
-        return "Correct the host name in the instance's url, or make it resolvable (DNS/hosts)."
-    if "timed out" in r:
-        return ("Check that the host is up and no firewall blocks the port; on a slow link "
-                "raise timeouts.connect_seconds / read_seconds.")
-    if "html" in r:
-        return ("The url reaches a web page, not the opencode API: use the server's base "
-                "address with no path (e.g. http://host:4096).")
-    if "403" in r:
-        return "A proxy in front of the server refuses the hub: allow this host or use the " \
-               "server's direct address."
-    if "server error" in r:
-        return "The server failed internally: read its log (the `opencode serve` output) " \
-               "and restart it."
-    if "truncated" in r or "dropped" in r:
-        return "The connection was cut mid-answer: check the server's log and any proxy " \
-               "in between, then retry."
-    return f"Check that {inst.url} is an opencode server: open {inst.url}/global/health."
-
-
-def _auth_fix(inst: InstanceConfig) -> str:
-    var = pw_env_name(inst.name)
-    if inst.password_source == "none":
-        return (f"Set {var} (or the instance's password_env) to the server's "
-                "OPENCODE_SERVER_PASSWORD, or add instances."
-                f"{inst.name}.password to config.local.json.")
-    return (f"The password from {inst.password_source} was refused: set it to the server's "
-            f"OPENCODE_SERVER_PASSWORD, and username (now '{inst.username}') to its "
-            "OPENCODE_SERVER_USERNAME (default opencode).")
-
-
-def _describe_source(source: str) -> str:
-    kind, _, where = source.partition(":")
-    return {
-        "env": f"env var {where}",
-        "local": f"config.local.json {where}",
-        "file": f"password_file {where}",
-    }.get(kind, source)
-
-
-def instance_findings(inst: InstanceConfig, probe: Probe) -> list[Finding]:
-    """Reachability, auth, dialect/version and the credential source of one instance."""
-    name = inst.name
-    if inst.password_source == "none":
-        cred = "no password configured"
-    else:
-        cred = f"password from {_describe_source(inst.password_source)}"
-    out: list[Finding] = []
-    if probe.auth_rejected:
-        out.append(error("instance", name, f"{inst.url}: auth rejected (HTTP 401); {cred}",
-                         _auth_fix(inst), ExitCode.UNREACHABLE))
-        return out
-    if not probe.reachable:
-        known = f"; {cred}" if inst.password_source != "none" else ""
-        out.append(error("instance", name, f"{inst.url}: unreachable: {probe.reason}{known}",
-                         _unreachable_fix(probe.reason, inst), ExitCode.UNREACHABLE))
-        if inst.password_source == "none":
-            out.append(warn("credentials", name, "no password configured",
-                            _auth_fix(inst)))
-        return out
-    version = f"opencode {probe.version}" if probe.version else "opencode version unknown"
-    api = f"{probe.api} API" if probe.api else "API unknown"
-    out.append(ok("instance", name,
-                  f"{inst.url}: reachable, auth accepted, {version}, {api}, "
-                  f"{len(probe.directories)} session(s); {cred}"))
-    if inst.password_source == "none":
-        out.append(warn("credentials", name,
-                        "no password configured and the server answered without one: "
-                        "anyone who can reach it can use it",
-                        "Start the server with OPENCODE_SERVER_PASSWORD set and give the hub "
-                        f"the same password in {pw_env_name(name)} or config.local.json."))
-    return out
-
-
-def _absolute(path: str) -> bool:
-    return PurePosixPath(path).is_absolute() or PureWindowsPath(path).is_absolute()
-
-
-def layout_findings(inst: InstanceConfig) -> list[Finding]:
-    """Roots and default_directory: absolute, present, consistent (no server needed)."""
-    name = inst.name
-    out: list[Finding] = []
-    if inst.production:
-        out.append(info("roots", name,
-                        "production instance (danger/readonly_default): every write needs "
-                        "--allow-prod and nothing is dispatched there by default"))
-    elif not inst.roots:
-        out.append(warn("roots", name,
-                        "no roots: dispatch never picks this instance for new sessions, and "
-                        "only project.fallback_segments decide which sessions are the project's",
-                        f"Add the project's folder(s) on that machine to {name}'s roots."))
-    for root in inst.roots:
-        if not _absolute(root):
-            out.append(error("roots", name, f"root {root!r} is not an absolute path",
-                             "Write the full path, e.g. /srv/project or C:\\work\\project.",
-                             ExitCode.USAGE))
-        elif inst.rules.classify(root) == "excluded":
-            out.append(warn("roots", name,
-                            f"root {root} is excluded by project.exclude_dirs or "
-                            "exclude_substrings, so nothing under it counts",
-                            "Remove the exclusion that covers it, or drop the root."))
-    d = inst.default_directory
-    if d:
-        if not _absolute(d):
-            out.append(error("roots", name, f"default_directory {d!r} is not an absolute path",
-                             "Write the full path of the folder new sessions should start in.",
-                             ExitCode.USAGE))
-        elif inst.roots and inst.rules.classify(d) != "root":
-            out.append(warn("roots", name,
-                            f"default_directory {d} is not under any root "
-                            f"({', '.join(inst.roots)}) or is excluded: sessions created "
-                            "there would not count as the project's",
-                            "Move default_directory under one of the roots, or add its "
-                            "parent folder to roots."))
-    return out
-
-
-def root_usage_findings(inst: InstanceConfig, probe: Probe) -> list[Finding]:
-    """Warn about roots that hold no session at all on the instance (a typo, usually)."""
-    if not probe.reachable:
-        return []
-    dirs = [normalize_dir(d) for d in probe.directories if d]
-    out = []
-    for root in inst.roots:
-        key = normalize_dir(root)
-        if any(is_under(d, key) for d in dirs):
-            continue
-        # Suggest a session folder at the same depth that looks like the root (typo hint).
-        depth = key.count("/")
-        prefixes = sorted({"/".join(d.split("/")[: depth + 1]) for d in dirs})
-        near = difflib.get_close_matches(key, prefixes, n=1, cutoff=0.85)
-        hint = f" (closest session folder: {near[0]})" if near else ""
-        out.append(warn("roots", inst.name,
-                        f"root {root} has no sessions on this instance{hint}",
-                        "Check the path for a typo against `xaf-hub sessions` or the server's "
-                        "folders; on a new project with no sessions yet this is expected."))
-    return out
-
-
-# ---------------------------------------------------------------------------------------------
-# State, clock, patrol
-
-
-def folder_finding(label: str, path: Path, problem: str | None, created_later: bool) -> Finding:
-    """The line for one folder the hub writes to."""
-    if problem is not None:
-        return error("state", label, f"{path} is not writable: {problem}",
-                     f"Give the user running the hub write access to {path}, or point "
-                     f"{'lock.dir' if label == 'lock folder' else 'state_dir'} at a writable "
-                     "folder.", ExitCode.USAGE)
-    if created_later:
-        return ok("state", label, f"{path} does not exist yet; it will be created on first use")
-    return ok("state", label, f"{path} is writable")
-
-
-def zone_name(tz: tzinfo, now: datetime) -> str:
-    """A readable name for a zone: its IANA key when it has one."""
-    key = getattr(tz, "key", None)
-    return str(key) if key else str(now.astimezone(tz).tzname() or "system local time")
-
-
-def _until(now: datetime, then: datetime) -> str:
-    minutes = max(0, int((then - now).total_seconds() // 60))
-    hours, minutes = divmod(minutes, 60)
-    return f"in {hours}h {minutes:02d}m" if hours else f"in {minutes}m"
-
-
-def clock_findings(
-    models: ModelsConfig, tz: tzinfo, now: datetime, blackouts: Mapping[str, Blackout]
-) -> list[Finding]:
-    """The blackout clock: zone, next reset and the blackouts in force at ``now``."""
-    reset = next_reset(now, models.blackout_reset_hour, tz)
-    local_reset = reset.astimezone(tz)
-    name = zone_name(tz, now)
-    out = [ok("clock", "blackouts",
-              f"models.timezone {models.timezone!r} -> {name}; resets daily at "
-              f"{models.blackout_reset_hour:02d}:00; next reset "
-              f"{local_reset:%Y-%m-%d %H:%M %Z} ({_until(now, reset)})")]
-    if getattr(tz, "key", None) is None:
-        out.append(info("clock", "blackouts",
-                        "no IANA zone name found for the local clock; offsets come from the "
-                        "operating system",
-                        "Set models.timezone to an IANA name (e.g. Asia/Shanghai) if resets "
-                        "happen at the hour you do not expect."))
-    for family, b in sorted(blackouts.items()):
-        until = datetime.fromtimestamp(b.until_ms / 1000, tz)
-        out.append(warn("clock", f"family {family}",
-                        f"blacked out until {until:%Y-%m-%d %H:%M} ({_until(now, until)}): "
-                        f"{b.reason or 'rate limit'} (seen by {b.source or 'unknown'})",
-                        "Nothing to do: dispatch uses the next model of the chain until the "
-                        "reset; if work stops, add a model of another family to the chain."))
-    return out
-
-
-def patrol_finding(flag: Path, pause: Mapping[str, Any] | None) -> Finding:
-    """Paused or not, from the patrol's durable pause flag (its content when present)."""
-    if pause is None:
-        return ok("patrol", "pause flag", f"not paused (no {flag})")
-    parts = [f"since {pause['paused_at']}" if pause.get("paused_at") else "",
-             f"by {pause['by']}" if pause.get("by") else "",
-             f"({pause['note']})" if pause.get("note") else ""]
-    detail = " ".join(p for p in parts if p)
-    return warn("patrol", "pause flag",
-                f"patrol paused{' ' + detail if detail else ''}: no cycle runs; flag {flag}",
-                "Run `xaf-hub patrol resume` once the planned work is done; the flag "
-                "survives restarts.")
-
-
-def daemon_finding(beat: Mapping[str, Any] | None) -> Finding:
-    """What the patrol daemon's heartbeat says (it cannot prove the daemon is alive)."""
-    if beat is None:
-        return info("patrol", "daemon", "no patrol daemon has run with this state folder")
-    where = f"pid {beat.get('pid', '?')} on {beat.get('host') or '?'}"
-    if beat.get("stopped_at"):
-        state = f"stopped at {beat['stopped_at']}"
-    else:
-        state = f"started {beat.get('started_at') or '?'}, no clean stop recorded"
-    last = (f"; {beat.get('ticks', 0)} cycle(s), last at {beat['tick_at']} ({beat.get('last')})"
-            if beat.get("tick_at") else "")
-    return info("patrol", "daemon", f"last daemon {where}: {state}{last}",
-                "`xaf-hub patrol status` shows whether it runs now.")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""The patrol: four jobs that keep the fleet busy and healthy without a human (SPEC §8).
+"""The patrol: four jobs that keep the fleet busy and healthy without a human (architecture §8).
 
 One cycle runs, in order, each surviving the others' failure:
 

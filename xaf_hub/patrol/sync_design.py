@@ -1,4 +1,4 @@
-"""Patrol job 3: add pending tasks found in design documents to the pool (SPEC §8.3).
+"""Patrol job 3: add pending tasks found in design documents to the pool (architecture §8).
 
 ``design_scan.scan_dirs`` reads ``patrol.design_dirs`` under ``patrol.repo_root`` (default:
 the config file's folder); ``merge_design_tasks`` keeps only rows the pool does not know yet.
