@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from xaf_hub import aio
 from xaf_hub.config import InstanceConfig
 from xaf_hub.context import Context
-from xaf_hub.errors import ExitCode, HubError, UnreachableError, UsageError
+from xaf_hub.errors import ExitCode, HubError
 from xaf_hub.records import Snapshot
 
 if TYPE_CHECKING:  # the scanner pulls in httpx; --help must stay light
@@ -75,18 +75,10 @@ def report_unreachable(ctx: Context, snap: Snapshot) -> None:
 def session_not_found(
     session_id: str, down: list[tuple[str, str]], instance: str | None = None
 ) -> HubError:
-    """The error for a session no instance answered for; ``down`` = (instance, reason) pairs.
+    """The error for a session no instance answered for (see ``ops.interrupt``)."""
+    from xaf_hub.ops.interrupt import session_not_found as not_found
 
-    While any instance did not answer, "not found" is not known: that is exit 2 (unreachable)
-    naming where the session may be, not exit 4. ``instance``: the one asked (--instance).
-    """
-    if not down:
-        return UsageError(f"session {session_id} not found on {instance or 'any instance'}")
-    names = ", ".join(name for name, _ in down)
-    reason = down[0][1] if len(down) == 1 else "; ".join(f"{n}: {r}" for n, r in down)
-    return UnreachableError(
-        names, f"{reason} (session {session_id} was not found where asked; it may be there)"
-    )
+    return not_found(session_id, down, instance)
 
 
 def scan_exit(snap: Snapshot) -> int:

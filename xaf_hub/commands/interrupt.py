@@ -26,72 +26,31 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(ctx: Context) -> int:
-    """Find the session, apply the production and project guards, abort it."""
-    from xaf_hub import audit
-    from xaf_hub.commands._common import chosen_instances, scan, session_not_found
-    from xaf_hub.errors import NotProjectSession, ProductionRefused
-    from xaf_hub.scan import make_client
+    """Stop the session (``ops.interrupt``) and say so."""
+    from xaf_hub.ops.interrupt import interrupt_session
 
     args = ctx.args
-    cfg = ctx.config
-    snap, scans = scan(ctx, chosen_instances(ctx))
-    hit = next(((sc, s) for sc in scans for s in sc.sessions if s.id == args.session), None)
-    if hit is None:
-        raise session_not_found(
+    done = aio.run(
+        interrupt_session(
+            ctx.ops(),
             args.session,
-            [(sc.inst.name, sc.reason) for sc in scans if not sc.reachable],
-            args.instance,
+            instance=args.instance,
+            allow_prod=args.allow_prod,
+            force=args.force,
         )
-    sc, session = hit
-    if sc.inst.production and not args.allow_prod:
-        raise ProductionRefused(
-            f"{sc.inst.name} is a production instance: writes need --allow-prod"
-        )
-    if not session.project and not args.force:
-        raise NotProjectSession(
-            f"session {session.id} on {sc.inst.name} is not a project "
-            f"session ({session.directory}); --force overrides"
-        )
-
-    async def go() -> None:
-        transport = ctx.transport_factory(sc.inst) if ctx.transport_factory else None
-        async with make_client(cfg, sc.inst, transport) as client:
-            await client.abort(session.id)
-
-    try:
-        aio.run(go())
-    except Exception as exc:
-        audit.append(
-            cfg.state_dir,
-            command="interrupt",
-            instance=sc.inst.name,
-            session=session.id,
-            result="failed",
-            reason=str(exc),
-            env=ctx.env,
-        )
-        raise
-    audit.append(
-        cfg.state_dir,
-        command="interrupt",
-        instance=sc.inst.name,
-        session=session.id,
-        result="aborted",
-        reason="was " + session.run_state,
-        env=ctx.env,
     )
     if ctx.json:
         ctx.out(
             dumps(
                 {
-                    "instance": sc.inst.name,
-                    "session_id": session.id,
-                    "was": session.run_state,
+                    "instance": done.instance,
+                    "session_id": done.session_id,
+                    "was": done.was,
                     "result": "aborted",
                 }
             )
         )
     else:
-        note = "" if session.running else " (it was not running)"
-        ctx.out(f"interrupted {session.id} on {sc.inst.name}{note}")
+        note = "" if done.running else " (it was not running)"
+        ctx.out(f"interrupted {done.session_id} on {done.instance}{note}")
     return 0

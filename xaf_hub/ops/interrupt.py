@@ -1,0 +1,91 @@
+"""A person stops a session's run: find it, apply the production and project guards, abort.
+
+The audit line this writes (command ``interrupt``, result ``aborted``) is how the patrol
+knows the stop was a person's decision and must not be undone (architecture §8).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from xaf_hub.errors import HubError, NotProjectSession, ProductionRefused, UnreachableError
+from xaf_hub.ops.context import OpsContext
+from xaf_hub.scan import scan_fleet
+
+
+@dataclass(frozen=True)
+class Interrupted:
+    """The session that was stopped and what it was doing."""
+
+    instance: str
+    session_id: str
+    was: str  # its run state before: busy | retry | idle
+
+    @property
+    def running(self) -> bool:
+        """Whether it was running when stopped."""
+        return self.was != "idle"
+
+
+async def interrupt_session(
+    ops: OpsContext,
+    session_id: str,
+    *,
+    instance: str | None = None,
+    allow_prod: bool = False,
+    force: bool = False,
+) -> Interrupted:
+    """Find ``session_id`` (on ``instance``, or anywhere) and abort its run."""
+    cfg = ops.cfg
+    targets = [cfg.instance(instance)] if instance else list(cfg.instances)
+    _, scans = await scan_fleet(cfg, targets, transport_factory=ops.transport_factory)
+    hit = next(((sc, s) for sc in scans for s in sc.sessions if s.id == session_id), None)
+    if hit is None:
+        raise session_not_found(
+            session_id, [(sc.inst.name, sc.reason) for sc in scans if not sc.reachable], instance
+        )
+    sc, session = hit
+    if sc.inst.production and not allow_prod:
+        raise ProductionRefused(
+            f"{sc.inst.name} is a production instance: writes need --allow-prod"
+        )
+    if not session.project and not force:
+        raise NotProjectSession(
+            f"session {session.id} on {sc.inst.name} is not a project "
+            f"session ({session.directory}); --force overrides"
+        )
+    try:
+        async with ops.client(sc.inst) as client:
+            await client.abort(session.id)
+    except Exception as exc:
+        ops.audit(
+            "interrupt", instance=sc.inst.name, session=session.id, result="failed", reason=str(exc)
+        )
+        raise
+    ops.audit(
+        "interrupt",
+        instance=sc.inst.name,
+        session=session.id,
+        result="aborted",
+        reason="was " + session.run_state,
+    )
+    return Interrupted(sc.inst.name, session.id, session.run_state)
+
+
+def session_not_found(
+    session_id: str, down: list[tuple[str, str]], instance: str | None = None
+) -> HubError:
+    """The error for a session no instance answered for; ``down`` = (instance, reason) pairs.
+
+    While any instance did not answer, "not found" is not known: that is exit 2 (unreachable)
+    naming where the session may be, not exit 4. ``instance``: the one asked (--instance).
+    """
+    from xaf_hub.errors import UsageError
+
+    if not down:
+        return UsageError(f"session {session_id} not found on {instance or 'any instance'}")
+    names = ", ".join(name for name, _ in down)
+    reason = down[0][1] if len(down) == 1 else "; ".join(f"{n}: {r}" for n, r in down)
+    return UnreachableError(
+        names, f"{reason} (session {session_id} was not found where asked; it may be there)"
+    )
