@@ -123,7 +123,7 @@ def order_from(args: argparse.Namespace) -> DispatchOrder:
         record=not args.no_record,
         auto_cleanup=args.auto_cleanup,
         dry_run=args.dry_run,
-        baseline=args.confirm_wait is not None,
+        confirm_wait=args.confirm_wait,
     )
 
 
@@ -149,8 +149,8 @@ def run(ctx: Context) -> int:
     sent = aio.run(send_prepared(ops, prep, order, ctx.warn))
     for w in sent.warnings:
         ctx.warn(w)
-    if ctx.args.confirm_wait is not None:
-        return _confirm(ctx, plan, sent)
+    if order.confirm_wait is not None:
+        return _confirm(ctx, plan, sent, order.confirm_wait)
     if ctx.json:
         ctx.out(dumps({**sent.result.to_json(), "via": plan.via, "task_id": sent.task_id}))
     else:
@@ -170,7 +170,7 @@ def _sent_line(plan: Plan, result: SendResult) -> str:
     )
 
 
-def _confirm(ctx: Context, plan: Plan, sent: Dispatched) -> int:
+def _confirm(ctx: Context, plan: Plan, sent: Dispatched, window: float) -> int:
     """Wait for the run to show, heal it on the spot if it fails, and say what happened."""
     from xaf_hub.client import ServerSession
     from xaf_hub.commands._common import wait_exit, wait_json, wait_text
@@ -179,7 +179,6 @@ def _confirm(ctx: Context, plan: Plan, sent: Dispatched) -> int:
     from xaf_hub.ops.context import utc_now
 
     cfg, result = ctx.config, sent.result
-    window = float(ctx.args.confirm_wait)
     if not ctx.json:
         ctx.out(_sent_line(plan, result))
         ctx.stdout.flush()

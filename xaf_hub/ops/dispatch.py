@@ -31,7 +31,12 @@ class DispatchOrder:
     record: bool = True  # record the work in the task pool
     auto_cleanup: bool = False  # run `cleanup --execute` first
     dry_run: bool = False
-    baseline: bool = False  # read the session's newest message before sending (--confirm-wait)
+    confirm_wait: float | None = None  # seconds to wait for the run after sending
+
+    @property
+    def baseline(self) -> bool:
+        """Read the session's newest message before sending (to tell this run's messages)."""
+        return self.confirm_wait is not None
 
     @property
     def smart(self) -> bool:
