@@ -120,6 +120,8 @@ class PatrolConfig:
     backlog_path: Path | None = None
     lead_backlog_path: Path | None = None
     max_attempts: int = 3
+    max_infra_failures: int = 4  # infrastructure failures in a row that park a task
+    no_answer_grace_seconds: float = 120.0  # a prompt unanswered this long was refused
 
 
 @dataclass(frozen=True)
@@ -178,6 +180,7 @@ class Config:
 
 
 # ---------------------------------------------------------------------------------------
+
 
 def find_config(explicit: str | None, env: Mapping[str, str], cwd: Path) -> Path:
     """Find the config: --config, XAF_HUB_CONFIG, ./config.json, $XAF_HUB_HOME/config.json."""
@@ -498,6 +501,8 @@ def _parse_patrol(r: _Reader, path: Path) -> PatrolConfig:
         backlog_path=rel(backlog),
         lead_backlog_path=rel(lead),
         max_attempts=r.num("max_attempts", 3, minimum=1, integer=True),
+        max_infra_failures=r.num("max_infra_failures", 4, minimum=1, integer=True),
+        no_answer_grace_seconds=float(r.num("no_answer_grace_seconds", 120.0, minimum=0)),
     )
     base = cfg.base_branch.strip().removeprefix("origin/")
     if not base or base.startswith("feature/"):

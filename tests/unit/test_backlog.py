@@ -15,9 +15,13 @@ import pytest
 from xaf_hub.backlog import (
     Backlog,
     BacklogData,
+    InfraPolicy,
     Task,
+    TaskChanged,
     backoff_delay,
+    format_instant,
     is_generated_id,
+    parse_instant,
     pick_tasks,
     readiness,
 )
@@ -169,7 +173,7 @@ def test_corrupt_pool_is_reported_and_never_reset(
     for attempt in (
         lambda: backlog.add(Task(id="T9", title="x"), now=NOW),
         lambda: backlog.update(lambda data: data.tasks.clear()),
-        lambda: backlog.record_manual_dispatch("t", "p", "ses", "a", None, NOW),
+        lambda: backlog.record_manual_dispatch("p", "ses", "a", None, NOW),
     ):
         with pytest.raises(StateFileError):
             attempt()
@@ -336,9 +340,9 @@ def test_backoff_delay_custom_base() -> None:
 
 def test_record_manual_dispatch(tmp_path: Path) -> None:
     backlog = Backlog(tmp_path / "pool.json")
-    task = backlog.record_manual_dispatch(
-        "修复登录页", "修复登录页的重定向问题", "ses_42", "lan-248", "", NOW
-    )
+    rec = backlog.record_manual_dispatch("修复登录页的重定向问题", "ses_42", "lan-248", "", NOW)
+    task = rec.task
+    assert rec.created and rec.before is None
     assert is_generated_id(task.id)
     assert (task.status, task.session_id, task.dispatched_to, task.model) == (
         "dispatched",
@@ -346,10 +350,109 @@ def test_record_manual_dispatch(tmp_path: Path) -> None:
         "lan-248",
         None,
     )
+    assert task.title == "修复登录页的重定向问题" and task.prompts == ("修复登录页的重定向问题",)
     assert task.created_at == task.dispatched_at == "2026-10-25T12:00:00+00:00"
-    untitled = backlog.record_manual_dispatch("", "first line\nsecond", "s2", "a", "m/x", NOW)
+    assert task.steered_at is None
+    # The title is the task's first line, never a session title.
+    untitled = backlog.record_manual_dispatch("\nfirst line\nsecond", "s2", "a", "m/x", NOW).task
     assert untitled.title == "first line"
     assert [t.id for t in backlog.load().tasks] == [task.id, untitled.id]
+
+
+def test_steers_of_one_session_add_to_its_row(tmp_path: Path) -> None:
+    backlog = Backlog(tmp_path / "pool.json")
+    first = backlog.record_manual_dispatch("build the export", "ses_1", "lan-b", "m/a", NOW).task
+    later = NOW + timedelta(minutes=3)
+    steer = backlog.record_manual_dispatch("also add retries", "ses_1", "lan-b", None, later)
+    assert not steer.created and steer.before == first
+    again = backlog.record_manual_dispatch("and a progress bar", "ses_1", "lan-b", None, later)
+    [row] = backlog.load().tasks
+    assert row == again.task and row.id == first.id
+    assert row.prompts == ("build the export", "also add retries", "and a progress bar")
+    assert row.title == "build the export" and row.model == "m/a"
+    assert row.steered_at == format_instant(later)
+    assert row.work_text() == "build the export\n\nalso add retries\n\nand a progress bar"
+    # The same session id on another instance is another piece of work.
+    other = backlog.record_manual_dispatch("x", "ses_1", "lan-c", None, later)
+    assert other.created
+    # Taking back a steer whose prompt never arrived restores the row as it was.
+    assert backlog.take_back(again)
+    assert backlog.load().require(first.id) == steer.task
+    assert backlog.take_back(other) and len(backlog.load().tasks) == 1
+    # A row changed since (here: by the steer taken back) is left alone.
+    assert not backlog.take_back(again)
+
+
+def test_a_patrol_row_steered_by_hand_keeps_its_text_first(tmp_path: Path) -> None:
+    backlog = Backlog(tmp_path / "pool.json")
+    backlog.add(Task(id="F-8", title="F-8 clean up", prompt="remove the old values"), now=NOW)
+    backlog.mark_dispatched("F-8", "ses_9", "lan-b", "m/a", NOW)
+    row = backlog.record_manual_dispatch("also the tests", "ses_9", "lan-b", None, NOW).task
+    assert row.id == "F-8"
+    assert row.prompts == ("remove the old values", "also the tests")
+
+
+def test_old_rows_load_with_defaults_for_new_keys(tmp_path: Path) -> None:
+    pool = tmp_path / "pool.json"
+    write_pool(pool, [{"id": "T1", "title": "old", "status": "pending"}])
+    [task] = Backlog(pool).load().tasks
+    assert (task.prompts, task.steered_at, task.infra_failures, task.parked) == ((), None, 0, None)
+    assert task.avoid_models == () and task.texts() == ("old",)
+
+
+def test_claim_sends_only_the_row_it_planned_from(tmp_path: Path) -> None:
+    backlog = Backlog(tmp_path / "pool.json")
+    planned = backlog.add(Task(id="T1", title="x"), now=NOW)
+    backlog.set_status("T1", "done", done_at=format_instant(NOW))
+    with pytest.raises(TaskChanged, match="now done"):
+        backlog.claim(planned, "ses_1", "lan-b", None, NOW)
+    assert backlog.load().require("T1").status == "done"
+    backlog.set_status("T1", "pending", done_at=None, priority="P0")
+    with pytest.raises(TaskChanged):  # changed, even if pending again
+        backlog.claim(planned, "ses_1", "lan-b", None, NOW)
+    fresh = backlog.load().require("T1")
+    claimed = backlog.claim(fresh, "ses_1", "lan-b", "m/a", NOW)
+    assert (claimed.status, claimed.session_id, claimed.model) == ("dispatched", "ses_1", "m/a")
+    backlog.discard("T1")
+    with pytest.raises(TaskChanged, match="gone"):
+        backlog.claim(fresh, "ses_1", "lan-b", None, NOW)
+
+
+def test_infrastructure_failures_back_off_then_park(tmp_path: Path) -> None:
+    backlog = Backlog(tmp_path / "pool.json")
+    backlog.add(Task(id="T1", title="x", attempts=1), now=NOW)
+    policy = InfraPolicy(max_failures=4)
+    waits = []
+    for _ in range(3):
+        backlog.mark_dispatched("T1", "ses_1", "lan-b", None, NOW)
+        task = backlog.requeue("T1", reason="HTTP 500", infrastructure=True, now=NOW, policy=policy)
+        assert task.attempts == 1 and not task.parked
+        waits.append(parse_instant(task.not_before) - NOW)  # type: ignore[operator]
+        assert readiness(task, [task], NOW).startswith("backing off")
+    assert waits == [timedelta(minutes=5), timedelta(minutes=15), timedelta(hours=1)]
+    backlog.mark_dispatched("T1", "ses_1", "lan-b", None, NOW)
+    task = backlog.requeue("T1", reason="HTTP 500", infrastructure=True, now=NOW, policy=policy)
+    assert task.parked == "4 infrastructure failures in a row; last: HTTP 500"
+    assert task.not_before is None and task.infra_failures == 4
+    assert readiness(task, [task], NOW + timedelta(days=9)) == f"parked: {task.parked}"
+    assert pick_tasks([task], "lan-b", 1, NOW + timedelta(days=9)) == []
+    # A task failure or a success ends the run of infrastructure failures.
+    backlog.set_status("T1", "dispatched", parked=None, session_id="s", dispatched_to="lan-b")
+    assert backlog.requeue("T1", reason="t", infrastructure=False, now=NOW).infra_failures == 0
+
+
+def test_move_model_avoids_the_failed_model_without_cost(tmp_path: Path) -> None:
+    backlog = Backlog(tmp_path / "pool.json")
+    backlog.add(Task(id="T1", title="x"), now=NOW)
+    backlog.mark_dispatched("T1", "ses_1", "lan-b", "p/a", NOW)
+    task = backlog.move_model("T1", reason="Incorrect API key", failed_model="p/a", now=NOW)
+    assert (task.status, task.attempts, task.infra_failures, task.not_before) == (
+        "pending",
+        0,
+        0,
+        None,
+    )
+    assert task.avoid_models == ("p/a",) and "p/a" in (task.last_error or "")
 
 
 # --------------------------------------------------------------------------- concurrency

@@ -3,9 +3,7 @@ which failures to heal and with what model, resume refusals, task settlement, fi
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,7 +16,7 @@ from xaf_hub.ops.heal import (
     heal_target,
 )
 from xaf_hub.ops.runstate import LastRun, classify, last_run
-from xaf_hub.patrol.check_agents import operator_interrupts, resume_refusal
+from xaf_hub.patrol.check_agents import resume_refusal
 from xaf_hub.patrol.fill_slots import (
     Sighting,
     is_infrastructure_failure,
@@ -198,10 +196,6 @@ ABORTED = LastRun("aborted", "msg_a", created_ms=NOW_MS - 60_000)
         ({"touched": True}, "this cycle"),
         ({"production": True}, "production"),
         ({"already_resumed": True}, "resumed it once"),
-        # An operator interrupt after the aborted run started: a decision.
-        ({"operator_interrupt_s": (NOW_MS - 30_000) / 1000}, "xaf-hub interrupt"),
-        # An operator interrupt of an earlier run does not cover this later one.
-        ({"operator_interrupt_s": (NOW_MS - 3_600_000) / 1000}, ""),
         # A run that stopped without finishing a moment ago may still be starting.
         ({"run": LastRun("running", "msg_a", created_ms=NOW_MS), "quiet_ms": 5_000}, "moment"),
         ({"run": LastRun("running", "msg_a", created_ms=NOW_MS), "quiet_ms": 120_000}, ""),
@@ -213,59 +207,11 @@ def test_resume_refusal(kwargs: dict[str, Any], refused: str) -> None:
         "production": False,
         "touched": False,
         "already_resumed": False,
-        "operator_interrupt_s": None,
         "run": ABORTED,
         **kwargs,
     }
     why = resume_refusal(**args)
     assert (refused in why) if refused else why == ""
-
-
-def test_operator_interrupts_reads_the_audit_tail(tmp_path: Path) -> None:
-    lines = [
-        "{torn line",
-        json.dumps(
-            {
-                "time": "2026-11-30T12:00:00+0000",
-                "command": "interrupt",
-                "instance": "lan-b",
-                "session": "ses_1",
-                "result": "aborted",
-            }
-        ),
-        json.dumps(
-            {
-                "time": "2026-11-30T12:05:00+0000",
-                "command": "interrupt",
-                "instance": "lan-b",
-                "session": "ses_1",
-                "result": "aborted",
-            }
-        ),
-        json.dumps(
-            {
-                "time": "2026-11-30T12:06:00+0000",
-                "command": "interrupt",
-                "instance": "lan-b",
-                "session": "ses_2",
-                "result": "failed",
-            }
-        ),
-        json.dumps(
-            {
-                "time": "2026-11-30T12:07:00+0000",
-                "command": "dispatch",
-                "instance": "lan-b",
-                "session": "ses_3",
-                "result": "create",
-                "reason": "interrupt",
-            }
-        ),
-    ]
-    (tmp_path / "audit.log").write_text("\n".join(lines) + "\n", "utf-8")
-    found = operator_interrupts(tmp_path)
-    assert found == {("lan-b", "ses_1"): datetime(2026, 11, 30, 12, 5, tzinfo=UTC).timestamp()}
-    assert operator_interrupts(tmp_path / "missing") == {}
 
 
 # --------------------------------------------------------------------------- fix_free_limit

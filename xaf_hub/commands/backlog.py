@@ -3,7 +3,10 @@
 The patrol's fill_slots dispatches pending tasks by priority (P0 first, then age): tasks
 pinned to an instance go there first, unpinned ones anywhere, pinned ones may be borrowed by
 another instance with room. Every change is one locked, atomic write and an audit line.
-A task whose attempts reached patrol.max_attempts is "blocked" until `set --reset`.
+A task whose attempts reached patrol.max_attempts is "blocked" until `set --reset`; one
+parked after infrastructure failures in a row, or left to a person (interrupted, steered by
+hand), goes back to the patrol with `set ID --status pending`. That refuses (exit 4) while the
+task's session still runs, unless --force: the patrol would run the work a second time.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ examples:
   xaf-hub backlog show T-20261130-ab12
   xaf-hub backlog set T-20261130-ab12 --status done
   xaf-hub backlog set F-8 --status pending --reset     # unblock: attempts and back-off cleared
+  xaf-hub backlog set F-8 --status pending --force     # even though its session still runs
 """
 
 _PRIORITIES = ("P0", "P1", "P2", "P3")
@@ -96,6 +100,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     st.add_argument("--priority", choices=_PRIORITIES, help="also change the priority")
     st.add_argument("--session", metavar="ID", help="with --status dispatched: the session")
     st.add_argument("--to", metavar="NAME", help="with --status dispatched: its instance")
+    st.add_argument(
+        "--force",
+        action="store_true",
+        help="with --status pending: even if the task's session still runs",
+    )
 
 
 def _store(ctx: Context) -> Backlog:
@@ -258,6 +267,11 @@ def _set(ctx: Context) -> int:
         raise UsageError("--session/--to go with --status dispatched only")
     elif args.status == "done":
         fields.update(done_at=format_instant(now), not_before=None)
+    elif args.status == "pending":
+        # A person acts: whatever parked the task or left it to a person is over.
+        fields.update(parked=None, infra_failures=0, avoid_models=(), steered_at=None)
+        if not args.force:
+            _refuse_if_running(ctx, _store(ctx).load().require(args.task_id))
 
     def mutate(data: BacklogData) -> Task:
         old = data.require(args.task_id)
@@ -290,3 +304,28 @@ def _set(ctx: Context) -> int:
         extra = " (attempts and back-off cleared)" if args.reset else ""
         ctx.out(f"task {task.id} is now {task.status}{extra}")
     return int(ExitCode.OK)
+
+
+def _refuse_if_running(ctx: Context, task: Task) -> None:
+    """Refuse to put a task back in the pool while its session still runs (one scan)."""
+    from xaf_hub import aio
+    from xaf_hub.errors import UnreachableError
+    from xaf_hub.ops.decisions import session_still_runs
+
+    if task.status == "pending" or not task.session_id or not task.dispatched_to:
+        return
+    where = f"{task.dispatched_to}/{task.session_id}"
+    try:
+        runs = aio.run(session_still_runs(ctx.ops(), task.dispatched_to, task.session_id))
+    except UnreachableError as exc:
+        raise UnreachableError(
+            task.dispatched_to,
+            f"cannot tell whether task {task.id}'s session {where} still runs ({exc.reason}); "
+            "--force sets it pending anyway",
+        ) from None
+    if runs:
+        raise UsageError(
+            f"task {task.id}'s session {where} is still running: back in the pool, the patrol "
+            f"would run the work a second time. Stop it first (xaf-hub interrupt --session "
+            f"{task.session_id}) or pass --force"
+        )

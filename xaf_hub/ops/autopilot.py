@@ -137,6 +137,7 @@ def _build(cfg: Config, now_ms: int) -> AutopilotView:
             rows = report.get(key)
             if isinstance(rows, list) and rows:
                 figures.append((len(rows), words))
+        details += _needs_person(report.get("needs_person"))
 
     queue: list[tuple[int, str]] = []
     next_up: list[tuple[str, str]] = []
@@ -145,7 +146,7 @@ def _build(cfg: Config, now_ms: int) -> AutopilotView:
     except HubError as exc:
         problems.append(f"The work queue could not be read ({exc}).")
     else:
-        stuck = [t for t in tasks if is_blocked(t, cfg.patrol.max_attempts)]
+        stuck = [t for t in tasks if is_blocked(t, cfg.patrol.max_attempts) or t.parked]
         waiting = [t for t in tasks if t.status == "pending" and t not in stuck]
         queue = [
             (len(waiting), "waiting to start"),
@@ -159,6 +160,7 @@ def _build(cfg: Config, now_ms: int) -> AutopilotView:
         ready = [t for t in waiting if not readiness(t, tasks, now)]
         ready.sort(key=lambda t: (t.priority, t.created_at or ""))
         next_up = [(t.priority, t.title) for t in ready[:NEXT_UP]]
+        details += [f"Left for a person: {t.title}: parked: {t.parked}" for t in tasks if t.parked]
 
     rests: list[str] = []
     try:
@@ -183,3 +185,14 @@ def _build(cfg: Config, now_ms: int) -> AutopilotView:
         rests=tuple(rests),
         problems=tuple(problems),
     )
+
+
+def _needs_person(rows: object) -> list[str]:
+    """One sentence per session the patrol leaves to a person ("interrupted by ... at ...")."""
+    if not isinstance(rows, list):
+        return []
+    return [
+        f"Left for a person: {r.get('title') or r.get('session')}: {r.get('detail')}"
+        for r in rows
+        if isinstance(r, dict)
+    ]

@@ -4,7 +4,11 @@
 (``ops.load``), ranks related sessions with the matcher, asks the planner for a plan, picks
 the model and builds the prompt: everything ``dispatch --dry-run`` shows. ``send_prepared``
 records the work in the task pool, then sends it with ``ops.send.send_work``; when the send
-fails, the pool row is taken back only if the prompt certainly never arrived.
+fails, the pool record is taken back only if the prompt certainly never arrived.
+
+One row per piece of work: a steer (or restart) of a session that already has a row adds its
+prompt to that row (``Backlog.record_manual_dispatch``); only work in a session without a
+row gets a new one.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from xaf_hub.backlog import ManualRecord
 from xaf_hub.client import ApiError
 from xaf_hub.errors import UnreachableError
 from xaf_hub.ops.context import OpsContext, utc_now
@@ -135,17 +140,18 @@ async def send_prepared(
     """
     plan, req = prep.plan, order.request
     backlog = ops.backlog()
-    recorded: list[str] = []
+    recorded: list[ManualRecord] = []
 
     def record(session_id: str) -> None:
         # Recorded before the prompt goes out (as the patrol does): a crash in between leaves
         # a pool row for work not yet sent, which the patrol settles, never work running
         # without a row.
         if order.record:
-            task = backlog.record_manual_dispatch(
-                plan.title, req.text, session_id, plan.instance.name, prep.model, utc_now()
+            recorded.append(
+                backlog.record_manual_dispatch(
+                    req.text, session_id, plan.instance.name, prep.model, utc_now()
+                )
             )
-            recorded.append(task.id)
 
     try:
         async with ops.client(plan.instance) as client:
@@ -158,21 +164,24 @@ async def send_prepared(
                 ops, plan, prep.prompt, prep.model, client, before_prompt=record
             )
     except BaseException as exc:
-        for task_id in recorded:
-            take_back(ops, task_id, exc, warn)
+        for rec in recorded:
+            take_back(ops, rec, exc, warn)
         raise
-    return Dispatched(result, recorded[0] if recorded else "", baseline, result.warnings)
+    return Dispatched(result, recorded[0].task.id if recorded else "", baseline, result.warnings)
 
 
 def take_back(
-    ops: OpsContext, task_id: str, exc: BaseException, warn: Callable[[str], None]
+    ops: OpsContext, rec: ManualRecord, exc: BaseException, warn: Callable[[str], None]
 ) -> None:
-    """After a failed send, drop the task's pool row unless the prompt may have arrived.
+    """After a failed send, undo the pool record unless the prompt may have arrived.
+
+    A new row is dropped; a row the prompt was added to loses that prompt again.
 
     The command fails and says so; a row for work that never arrived would make the patrol
     send it later behind the user's back. A row for work that may have arrived stays: the
     patrol settles it from what the session shows.
     """
+    task_id = rec.task.id
     refused = isinstance(exc, ApiError) or (
         isinstance(exc, UnreachableError) and not exc.maybe_delivered
     )
@@ -184,7 +193,7 @@ def take_back(
         )
         return
     try:
-        ops.backlog().discard(task_id)
+        ops.backlog().take_back(rec)
     except Exception as problem:  # noqa: BLE001 - the original failure is what gets raised
         warn(
             f"task {task_id} could not be taken back from the task pool ({problem}); "

@@ -7,10 +7,11 @@ instance's chain. Every send path picks its model here.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 
 from xaf_hub.config import Config, InstanceConfig
-from xaf_hub.model_state import ModelState, resolve_dispatch_model, resolve_timezone
+from xaf_hub.model_state import ModelState, family_of, resolve_dispatch_model, resolve_timezone
 
 
 def model_state(cfg: Config) -> ModelState:
@@ -52,3 +53,29 @@ def choose_model(
         blacked_out=blacked,
         families=cfg.models.families(),
     )
+
+
+def untried_model(
+    cfg: Config,
+    inst: InstanceConfig,
+    avoid: Sequence[str],
+    now: datetime | None = None,
+) -> str | None:
+    """The first usable model of the instance's chain (then the default) not in ``avoid``.
+
+    A task whose run failed by naming its model (provider 401, model unavailable) moves
+    along the chain this way before its failure counts as infrastructure; None when every
+    model was tried.
+    """
+    now = now or datetime.now(UTC)
+    blacked = model_state(cfg).blacked_out_families(now)
+    families = cfg.models.families()
+    for model in (*model_chain(cfg, inst), cfg.models.default_dispatch_model):
+        if model and model not in avoid and not _blacked(model, blacked, families):
+            return model
+    return None
+
+
+def _blacked(model: str, blacked: set[str], families: Mapping[str, Sequence[str]]) -> bool:
+    family = family_of(model, families)
+    return family is not None and family in blacked

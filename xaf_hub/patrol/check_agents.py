@@ -14,20 +14,23 @@ a full one is tried again next cycle. The model is the one the run used, unless 
 (``resume:<instance>:<session>`` in ``.model_state.json``, kept 14 days). If the resumed run is
 interrupted again, something or someone keeps stopping it; the patrol does not fight that: the
 session is reported as "interrupted again after a resume" and left for a human
-(``xaf-hub dispatch --session ID --text ...`` continues it). A run stopped with
-``xaf-hub interrupt`` (found in the audit log) is a decision and is never resumed.
+(``xaf-hub dispatch --session ID --text ...`` continues it).
+
+**A person's decision** (``ops.decisions``): a run stopped with ``xaf-hub interrupt`` (the
+audit log says who and when), or a session whose pool row a person steered by hand, is never
+resumed; it is classed ``interrupted`` with "interrupted by <who> at <time>" and listed under
+"needs a person".
 """
 
 from __future__ import annotations
 
-import json
-from datetime import datetime, timedelta
-from pathlib import Path
+from datetime import timedelta
 
 from xaf_hub.config import InstanceConfig
 from xaf_hub.discipline import RESUME_PROMPT
 from xaf_hub.errors import BusyError, HubError
 from xaf_hub.model_state import to_ms
+from xaf_hub.ops.decisions import load_decisions
 from xaf_hub.ops.models import choose_model
 from xaf_hub.ops.runstate import LastRun, classify
 from xaf_hub.ops.send import build_prompt, send_work
@@ -43,12 +46,8 @@ from xaf_hub.records import SessionRecord
 
 STEP = "check_agents"
 LOOKBACK = timedelta(hours=24)
-# Read at most this much of the audit log's end when looking for operator interrupts.
-_AUDIT_TAIL_BYTES = 2_000_000
 # A run that "stopped without finishing" must be this quiet before it is resumed.
 RUN_START_GRACE_MS = 60_000
-# An interrupt logged this long before the aborted message was created still counts for it.
-_CLOCK_SLACK_S = 2.0
 
 
 def resume_key(instance: str, session: str) -> str:
@@ -61,7 +60,6 @@ def resume_refusal(
     production: bool,
     touched: bool,
     already_resumed: bool,
-    operator_interrupt_s: float | None,
     run: LastRun | None,
     quiet_ms: int = RUN_START_GRACE_MS,
 ) -> str:
@@ -74,12 +72,6 @@ def resume_refusal(
         return "already prompted this cycle"
     if production:
         return "production instance: the patrol never writes there"
-    if (
-        operator_interrupt_s is not None
-        and run is not None
-        and operator_interrupt_s * 1000 >= run.created_ms - _CLOCK_SLACK_S * 1000
-    ):
-        return "stopped with `xaf-hub interrupt`: a decision, not resumed"
     if already_resumed:
         return (
             "interrupted again after the patrol resumed it once; left for a human "
@@ -88,33 +80,6 @@ def resume_refusal(
     if run is not None and run.outcome == "running" and quiet_ms < RUN_START_GRACE_MS:
         return "its run changed a moment ago and may still be starting; checked next cycle"
     return ""
-
-
-def operator_interrupts(state_dir: Path) -> dict[tuple[str, str], float]:
-    """Latest `xaf-hub interrupt` per (instance, session) from the audit log, epoch seconds."""
-    path = state_dir / "audit.log"
-    try:
-        with open(path, "rb") as handle:
-            handle.seek(0, 2)
-            size = handle.tell()
-            handle.seek(max(0, size - _AUDIT_TAIL_BYTES))
-            raw = handle.read()
-    except OSError:
-        return {}
-    found: dict[tuple[str, str], float] = {}
-    for line in raw.decode("utf-8", "replace").splitlines():
-        if '"interrupt"' not in line:
-            continue
-        try:
-            entry = json.loads(line)
-            if entry.get("command") != "interrupt" or entry.get("result") != "aborted":
-                continue
-            at = datetime.strptime(str(entry["time"]), "%Y-%m-%dT%H:%M:%S%z").timestamp()
-        except (ValueError, KeyError, TypeError, AttributeError):
-            continue  # a torn first line of the tail, or a hand-edited one
-        key = (str(entry.get("instance") or ""), str(entry.get("session") or ""))
-        found[key] = max(found.get(key, 0.0), at)
-    return found
 
 
 async def check_agents(pctx: PatrolContext, cycle: Cycle) -> None:
@@ -128,10 +93,22 @@ async def check_agents(pctx: PatrolContext, cycle: Cycle) -> None:
         (inst, rec) for inst, rec in fleet.work_sessions() if rec.running or rec.updated >= horizon
     ]
     runs = await cycle.last_runs(pctx, [(i, r) for i, r in items if not r.running])
+    people = load_decisions(pctx)
+    if people.problem:
+        cycle.error(pctx, STEP, people.problem)
     interrupted = []
     for inst, rec in items:
         run = runs.get((inst.name, rec.id))
         state, detail = classify(rec, run, now_ms, pctx.cfg.patrol.stale_minutes)
+        decision = people.for_session(inst.name, rec.id, run.created_ms if run else None)
+        if decision is not None and not rec.running:
+            if decision.kind == "interrupted" and state == "idle":
+                state = "interrupted"  # stopped with a prompt still unanswered: looks idle
+            if state == "interrupted":
+                detail = decision.text
+                cycle.add(
+                    pctx, session_action(STEP, "person", "skipped", rec, detail=decision.text)
+                )
         cycle.sessions.append(
             SessionLine(
                 inst.name,
@@ -143,12 +120,11 @@ async def check_agents(pctx: PatrolContext, cycle: Cycle) -> None:
                 rec.updated,
             )
         )
-        if state == "interrupted":
+        if state == "interrupted" and decision is None:
             interrupted.append((inst, rec, run))
     if not interrupted:
         return
     models = pctx.model_state()
-    stops = operator_interrupts(pctx.cfg.state_dir)
     override = pool_discipline(pctx, cycle, STEP)
     # Most recently interrupted first: the freshest work is the most likely to matter.
     for inst, rec, run in sorted(interrupted, key=lambda x: x[1].updated, reverse=True):
@@ -158,7 +134,6 @@ async def check_agents(pctx: PatrolContext, cycle: Cycle) -> None:
             production=inst.production,
             touched=(inst.name, rec.id) in cycle.touched,
             already_resumed=models.was_healed(resume_key(inst.name, rec.id)),
-            operator_interrupt_s=stops.get((inst.name, rec.id)),
             run=run,
             quiet_ms=now_ms - rec.updated,
         )

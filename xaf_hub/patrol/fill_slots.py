@@ -6,14 +6,22 @@
 * failed for a *task* reason (context overflow, output too long, content filter, a 4xx the
   provider gave for the request itself...) -> back to ``pending`` with one attempt used and a
   back-off (``Backlog.requeue(infrastructure=False)``);
-* failed for an *infrastructure* reason (rate limit, model unavailable, provider auth or 5xx,
-  no connection to the provider, session gone, prompt never answered, instance unreachable for
-  longer than ``patrol.stale_minutes``, instance removed from the config) -> back to
-  ``pending`` without using an attempt (``infrastructure=True``). The abandoned session's
-  failure is then marked settled, so fix_free_limit never heals it behind the pool's back;
+* failed in a way that names the model (provider 401/403, model unavailable) -> back to
+  ``pending`` on the next untried model of the chain (``Backlog.move_model``, no attempt, no
+  back-off); once every model was tried it counts as an infrastructure failure;
+* failed for an *infrastructure* reason (rate limit, provider 5xx, no connection to the
+  provider, session gone, prompt never answered within ``patrol.no_answer_grace_seconds``,
+  instance unreachable for longer than ``patrol.stale_minutes``, instance removed from the
+  config) -> back to ``pending`` without using an attempt, backing off 5 min, 15 min, 1 h and
+  parked with the reason after ``patrol.max_infra_failures`` in a row (``InfraPolicy``). A
+  session that never got its prompt because the hub stopped first is sent again at once. The
+  abandoned session's failure is marked settled, so fix_free_limit never heals it later;
 * running, healed or resumed this cycle, or waiting for a slot to be -> left alone;
-* interrupted and not resumed (check_agents resumes a session once; an operator's interrupt is
-  a decision) -> left ``dispatched`` and listed in the report for a human.
+* a person's decision (``ops.decisions``: its session was interrupted by an operator after its
+  last prompt, or steered by hand) -> never requeued or sent again; left ``dispatched`` and
+  listed under "needs a person" until someone sets it pending or dispatches to it;
+* interrupted and not resumed (check_agents resumes a session once) -> left ``dispatched`` and
+  listed in the report for a human.
 
 **max_attempts**: a task whose attempts reach ``patrol.max_attempts`` stays ``pending`` but is
 *blocked*: fill_slots never picks it again and the report lists it with its last error until a
@@ -25,139 +33,58 @@ in two rounds — first every instance takes its own pinned tasks then unpinned 
 instances with slots left borrow tasks pinned elsewhere — so an instance never takes a task
 pinned to another one that still has room for it. Each pick goes through the same gated path
 as ``dispatch`` (``planner.plan_create`` + ``ops.send.send_work``); a BusyError stops filling
-that instance. The task is then marked ``dispatched`` (``Backlog.mark_dispatched``).
+that instance. Right before the prompt (``before_prompt``, after the session is created) the
+row is re-read under the pool lock and marked ``dispatched`` only if it is still the row the
+plan was made from (``Backlog.claim``); if a person changed it meanwhile (marked it done,
+dispatched it by hand), nothing is sent, the just-created empty session is deleted and the
+person's change stands. A new session is told all of the task's texts in order.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from datetime import datetime, timedelta
-from typing import Any, Literal
+from typing import Any
 
-from xaf_hub.backlog import Task, is_blocked, parse_instant, pick_tasks
+from xaf_hub.backlog import InfraPolicy, Task, TaskChanged, is_blocked, parse_instant, pick_tasks
 from xaf_hub.config import InstanceConfig
 from xaf_hub.errors import BusyError, HubError, UnreachableError, UsageError
 from xaf_hub.gate import Gate
-from xaf_hub.model_state import classify_error
+from xaf_hub.ops.decisions import decisions_from, operator_interrupts
 from xaf_hub.ops.heal import heal_candidate
 from xaf_hub.ops.load import instance_load
-from xaf_hub.ops.models import choose_model
-from xaf_hub.ops.runstate import LastRun, error_text
+from xaf_hub.ops.models import choose_model, untried_model
 from xaf_hub.ops.send import build_prompt, send_work
 from xaf_hub.patrol.context import Action, Cycle, Fleet, PatrolContext
+from xaf_hub.patrol.settle import (
+    JUST_DISPATCHED,
+    NO_ANSWER_GRACE,
+    Settlement,
+    Sighting,
+    is_infrastructure_failure,
+    names_model,
+    settle,
+)
 from xaf_hub.planner import DispatchRequest, InstanceView, new_session_directory, plan_create
 from xaf_hub.records import RunState, SessionRecord
 
+__all__ = [
+    "JUST_DISPATCHED",
+    "NO_ANSWER_GRACE",
+    "STEP",
+    "Settlement",
+    "Sighting",
+    "fill_slots",
+    "is_infrastructure_failure",
+    "names_model",
+    "plan_fill",
+    "session_title",
+    "settle",
+    "settle_dispatched",
+]
+
 STEP = "fill_slots"
-# A prompt with no answer after this long was refused (e.g. a model the server does not know).
-NO_ANSWER_GRACE = timedelta(minutes=2)
-# A task's row is written just before its prompt is sent; a session read in between still
-# shows its state from before the prompt. Rows younger than this are not judged yet.
-JUST_DISPATCHED = timedelta(seconds=10)
-
-_INFRA_ERROR_NAMES = frozenset({"ProviderAuthError"})
-_INFRA_STATUS = frozenset({401, 403, 408, 409, 425})
-
-
-def is_infrastructure_failure(error: Mapping[str, Any] | None) -> bool:
-    """Tell an infrastructure failure (not the task's fault) from a task failure (pure)."""
-    if error is None:
-        return True  # no error object: the run never got going
-    if classify_error(error) in ("rate_limited", "model_unavailable"):
-        return True
-    name = str(error.get("name") or "")
-    if name in _INFRA_ERROR_NAMES:
-        return True
-    if name == "APIError":
-        data = error.get("data") if isinstance(error.get("data"), Mapping) else {}
-        assert isinstance(data, Mapping)
-        code = data.get("statusCode")
-        if not isinstance(code, int) or isinstance(code, bool):
-            return True  # no HTTP status: the provider could not be reached at all
-        return code >= 500 or code in _INFRA_STATUS
-    return False
-
-
-@dataclass(frozen=True)
-class Sighting:
-    """What the patrol saw of a dispatched task's session this cycle."""
-
-    configured: bool = True
-    reachable: bool = True
-    session: SessionRecord | None = None
-    run: LastRun | None = None
-    touched: bool = False  # healed or resumed this cycle
-    deferred: bool = False  # heal or resume waits for a free slot
-
-
-@dataclass(frozen=True)
-class Settlement:
-    """What to do with a dispatched task."""
-
-    action: Literal["keep", "done", "requeue"]
-    infrastructure: bool = False
-    reason: str = ""
-
-
-def _age(task: Task, now: datetime) -> timedelta | None:
-    try:
-        at = parse_instant(task.dispatched_at)
-    except ValueError:
-        return None
-    return None if at is None else now - at
-
-
-def settle(task: Task, seen: Sighting, now: datetime, stale_minutes: float) -> Settlement:
-    """Decide a dispatched task's fate from its session (pure)."""
-    if task.status != "dispatched":
-        return Settlement("keep")
-    if not task.session_id or not task.dispatched_to:
-        return Settlement("keep", reason="dispatched without a session id or instance")
-    if not seen.configured:
-        return Settlement("requeue", True, f"instance {task.dispatched_to} is no longer configured")
-    age = _age(task, now)
-    if not seen.reachable:
-        if age is not None and age > timedelta(minutes=stale_minutes):
-            return Settlement(
-                "requeue",
-                True,
-                f"instance {task.dispatched_to} unreachable for more than {stale_minutes:g} min",
-            )
-        return Settlement("keep", reason="instance unreachable; checked again next cycle")
-    if seen.session is None:
-        return Settlement("requeue", True, "session gone from its instance")
-    if seen.touched:
-        return Settlement("keep", reason="healed or resumed this cycle")
-    if seen.deferred:
-        return Settlement("keep", reason="waiting for a free slot to be healed or resumed")
-    if seen.session.running:
-        return Settlement("keep")
-    if age is not None and age < JUST_DISPATCHED:
-        return Settlement("keep", reason="just dispatched; its prompt may not show yet")
-    run = seen.run
-    if run is None:
-        return Settlement("keep", reason="last run could not be read")
-    outcome = run.outcome
-    if outcome == "succeeded":
-        return Settlement("done")
-    if outcome in ("aborted", "running"):
-        return Settlement("keep", reason="interrupted and not resumed: needs a human")
-    if outcome == "none":
-        # No message at all: the session was recorded before its prompt (fill_slots does
-        # that on purpose) and the hub stopped in between. Nothing ran; send it again.
-        return Settlement(
-            "requeue", True, "the session never received its prompt (the hub stopped first)"
-        )
-    if outcome == "pending":
-        if age is not None and age > NO_ANSWER_GRACE:
-            return Settlement(
-                "requeue", True, "the prompt was never answered (model unknown to the server?)"
-            )
-        return Settlement("keep")
-    reason = error_text(run.error) or outcome
-    return Settlement("requeue", is_infrastructure_failure(run.error), reason)
 
 
 def plan_fill(
@@ -230,8 +157,11 @@ async def fill_slots(pctx: PatrolContext, cycle: Cycle) -> None:
         if name in stopped:
             continue
         inst, directory = where[name]
+        model = models[name]
+        if task.avoid_models:
+            model = untried_model(pctx.cfg, inst, task.avoid_models, now) or model
         try:
-            await _dispatch(pctx, cycle, inst, directory, task, models[name], override)
+            await _dispatch(pctx, cycle, inst, directory, task, model, override)
         except BusyError as exc:
             stopped.add(name)
             cycle.add(
@@ -293,13 +223,18 @@ async def _dispatch(
 ) -> None:
     title = session_title(task)
     plan = plan_create(inst, directory, title, via=f"patrol fill_slots ({task.id})")
-    prompt = build_prompt(pctx, inst, task.prompt or task.title, task.title, override)
+    prompt = build_prompt(pctx, inst, task.work_text(), task.title, override)
+    created: list[str] = []
 
     def record(session_id: str) -> None:
         # Marked before the prompt goes out: if the patrol dies in between, the next cycle
         # finds the task dispatched (and settles it) instead of sending the work again.
+        # Marked only if the row is still the one planned from: a person's change wins.
+        created.append(session_id)
         try:
-            pctx.backlog().mark_dispatched(task.id, session_id, inst.name, model, pctx.now())
+            pctx.backlog().claim(task, session_id, inst.name, model, pctx.now())
+        except TaskChanged:
+            raise
         except HubError as exc:
             cycle.error(
                 pctx,
@@ -310,9 +245,25 @@ async def _dispatch(
             raise
 
     async with pctx.client(inst) as client:
-        result = await send_work(
-            pctx, plan, prompt, model, client, command="patrol.fill_slots", before_prompt=record
-        )
+        try:
+            result = await send_work(
+                pctx, plan, prompt, model, client, command="patrol.fill_slots", before_prompt=record
+            )
+        except TaskChanged as exc:
+            detail = await _drop_empty(pctx, client, inst, created, str(exc))
+            cycle.add(
+                pctx,
+                Action(
+                    STEP,
+                    "dispatch",
+                    "skipped",
+                    inst.name,
+                    task=task.id,
+                    title=task.title,
+                    detail=detail,
+                ),
+            )
+            return
     for warning in result.warnings:
         cycle.note(pctx, f"{STEP}: {warning}")
     cycle.touched.add((inst.name, result.session_id))
@@ -338,6 +289,26 @@ async def _dispatch(
             model=result.model or "",
         ),
     )
+
+
+async def _drop_empty(
+    pctx: PatrolContext, client: Any, inst: InstanceConfig, created: list[str], why: str
+) -> str:
+    """Delete the session created for a task that changed before its prompt (it is empty)."""
+    if not created:
+        return why
+    try:
+        await client.delete(created[0])
+    except HubError as exc:
+        return f"{why}; its empty session {created[0]} stays idle (delete failed: {exc})"
+    pctx.audit(
+        "patrol.fill_slots",
+        instance=inst.name,
+        session=created[0],
+        result="deleted",
+        reason="empty session: its task changed before the prompt",
+    )
+    return f"{why}; its empty session was deleted"
 
 
 async def _with_run_state(
@@ -388,12 +359,13 @@ async def settle_dispatched(
     idle = [(inst, rec) for inst, rec, _ in found.values() if rec is not None and not rec.running]
     runs = await cycle.last_runs(pctx, idle)
     now = pctx.now()
-    backlog = pctx.backlog()
-    state = pctx.model_state()
-    max_attempts = pctx.cfg.patrol.max_attempts
+    people = decisions_from(operator_interrupts(pctx.cfg.state_dir), tasks)
+    patrol = pctx.cfg.patrol
+    grace = timedelta(seconds=patrol.no_answer_grace_seconds)
     for task in dispatched:
         inst, rec, reachable = found.get(task.id, (None, None, False))
         key = (task.dispatched_to or "", task.session_id or "")
+        decision = people.for_task(task)
         seen = Sighting(
             configured=task.dispatched_to in configured,
             reachable=reachable,
@@ -401,11 +373,12 @@ async def settle_dispatched(
             run=runs.get(key),
             touched=key in cycle.touched,
             deferred=key in cycle.deferred,
+            decision=decision.text if decision is not None else "",
         )
-        verdict = settle(task, seen, now, pctx.cfg.patrol.stale_minutes)
+        verdict = settle(task, seen, now, patrol.stale_minutes, grace)
         try:
             if verdict.action == "done":
-                backlog.mark_done(task.id, now)
+                pctx.backlog().mark_done(task.id, now)
                 pctx.audit(
                     "patrol.backlog",
                     instance=key[0],
@@ -418,20 +391,7 @@ async def settle_dispatched(
                     pctx, Action(STEP, "done", "ok", key[0], key[1], task=task.id, title=task.title)
                 )
             elif verdict.action == "requeue":
-                if rec is not None and seen.run is not None:
-                    cand = heal_candidate(rec, seen.run)
-                    if cand is not None:
-                        # The pool moves on; the abandoned session must not be healed later.
-                        state.remember_healed(cand.key, cand.model or None, None, now)
-                new = backlog.requeue(
-                    task.id, reason=verdict.reason, infrastructure=verdict.infrastructure, now=now
-                )
-                kind = "infrastructure" if verdict.infrastructure else "task"
-                detail = f"{kind} failure: {verdict.reason}"
-                if not verdict.infrastructure:
-                    detail += f" (attempt {new.attempts} of {max_attempts})"
-                    if is_blocked(new, max_attempts):
-                        detail += "; attempts used up, blocked until a human resets it"
+                detail = _requeue(pctx, task, inst, seen, verdict, now)
                 pctx.audit(
                     "patrol.backlog",
                     instance=key[0],
@@ -454,11 +414,12 @@ async def settle_dispatched(
                     ),
                 )
             elif verdict.reason:
+                kind = "person" if verdict.person else "keep"
                 cycle.add(
                     pctx,
                     Action(
                         STEP,
-                        "keep",
+                        kind,
                         "skipped",
                         key[0],
                         key[1],
@@ -469,3 +430,49 @@ async def settle_dispatched(
                 )
         except HubError as exc:
             cycle.error(pctx, STEP, f"settle task {task.id}: {exc}")
+
+
+def _requeue(
+    pctx: PatrolContext,
+    task: Task,
+    inst: InstanceConfig | None,
+    seen: Sighting,
+    verdict: Settlement,
+    now: datetime,
+) -> str:
+    """Send a failed task back to the pool: next model, back-off or parked; say what happened."""
+    backlog = pctx.backlog()
+    rec, run = seen.session, seen.run
+    if rec is not None and run is not None:
+        cand = heal_candidate(rec, run)
+        if cand is not None:
+            # The pool moves on; the abandoned session must not be healed later.
+            pctx.model_state().remember_healed(cand.key, cand.model or None, None, now)
+    if verdict.model_named and inst is not None:
+        failed = task.model or (run.model if run is not None else "") or ""
+        tried = (*task.avoid_models, failed)
+        nxt = untried_model(pctx.cfg, inst, tried, now)
+        if nxt is not None:
+            backlog.move_model(task.id, reason=verdict.reason, failed_model=failed, now=now)
+            return f"failed on {failed or 'its model'}: {verdict.reason}; next model {nxt}"
+    if not verdict.infrastructure:
+        max_attempts = pctx.cfg.patrol.max_attempts
+        new = backlog.requeue(task.id, reason=verdict.reason, infrastructure=False, now=now)
+        detail = f"task failure: {verdict.reason} (attempt {new.attempts} of {max_attempts})"
+        if is_blocked(new, max_attempts):
+            detail += "; attempts used up, blocked until a human resets it"
+        return detail
+    policy = InfraPolicy(max_failures=pctx.cfg.patrol.max_infra_failures)
+    new = backlog.requeue(
+        task.id,
+        reason=verdict.reason,
+        infrastructure=True,
+        now=now,
+        policy=policy if verdict.backoff else None,
+    )
+    detail = f"infrastructure failure: {verdict.reason}"
+    if new.parked:
+        return f"{detail}; parked: {new.parked}"
+    if new.not_before:
+        detail += f" ({new.infra_failures} in a row; not before {new.not_before})"
+    return detail

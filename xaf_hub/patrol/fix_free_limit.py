@@ -2,7 +2,9 @@
 
 The job decides *which* sessions to heal, now: project sessions that are not sub-agent
 children, stuck in a rate-limited ``retry`` or idle after such a failure in the last 24 hours,
-whose failure was not healed before, on non-production instances. How a heal is done
+whose failure was not healed before, on non-production instances, and not a person's decision
+(``ops.decisions``: interrupted by an operator after the failure, or steered by hand: listed
+under "needs a person" instead). How a heal is done
 (blackout, next model of the chain, abort a stuck retry, continue prompt through the gate)
 is ``xaf_hub.ops.heal``, shared with ``confirm --fix`` and ``dispatch --confirm-wait``.
 """
@@ -13,6 +15,7 @@ from datetime import timedelta
 
 from xaf_hub.errors import BusyError, HubError
 from xaf_hub.model_state import to_ms
+from xaf_hub.ops.decisions import Decisions, load_decisions
 from xaf_hub.ops.heal import STEP, Healing, heal, heal_candidate
 from xaf_hub.patrol.context import Cycle, PatrolContext, pool_discipline, session_action
 from xaf_hub.records import SessionRecord
@@ -62,11 +65,18 @@ async def fix_free_limit(pctx: PatrolContext, cycle: Cycle) -> None:
     state = pctx.model_state()
     override: str | None = None
     loaded = False
+    people: Decisions | None = None
     for inst, rec in items:
         if pctx.stop_requested():
             break
-        cand = heal_candidate(rec, runs.get((inst.name, rec.id)))
+        run = runs.get((inst.name, rec.id))
+        cand = heal_candidate(rec, run)
         if cand is None or state.was_healed(cand.key):
+            continue
+        people = people or load_decisions(pctx)
+        decision = people.for_session(inst.name, rec.id, run.created_ms if run else None)
+        if decision is not None:
+            cycle.add(pctx, session_action(STEP, "person", "skipped", rec, detail=decision.text))
             continue
         if inst.production:
             cycle.add(

@@ -3,9 +3,12 @@
 Files: ``<state>/patrol/report-latest.json`` / ``.md`` plus a timestamped copy of each
 (``report-<UTC yyyymmdd-HHMMSS-mmm>.*``; the newest ``KEEP_REPORTS`` pairs are kept).
 Contents: how each step ended, instance load, what runs / finished / failed and why /
-was interrupted, what was healed, resumed, added, dispatched, settled, and "waiting for
-dispatch": the task pool's pending tasks with ``backlog.readiness``, the blocked ones (attempts
-used up), and the human-decision list ``lead_backlog.md`` (only listed, never acted on).
+was interrupted, what was healed, resumed, added, dispatched, settled, what "needs a person"
+(an operator's interrupt, "interrupted by <who> at <time>", or a session steered by hand: the
+patrol leaves them alone), and "waiting for dispatch": the task pool's pending tasks with
+``backlog.readiness``, the blocked ones (attempts used up), the parked ones ("parked:
+<reason>", after infrastructure failures in a row) and the human-decision list
+``lead_backlog.md`` (only listed, never acted on).
 
 Building the document and the markdown is pure; ``write_report`` does the I/O.
 """
@@ -42,6 +45,7 @@ SECTIONS: tuple[tuple[str, str, str], ...] = (
     ("done", "tasks_done", "Tasks done (fill_slots)"),
     ("requeue", "tasks_requeued", "Tasks sent back to the pool (fill_slots)"),
     ("keep", "tasks_kept", "Dispatched tasks left as they are (fill_slots)"),
+    ("person", "needs_person", "Needs a person (the patrol leaves these alone)"),
     ("dispatch", "dispatched", "Dispatched (fill_slots)"),
 )
 SESSION_STATES: tuple[tuple[str, str], ...] = (
@@ -78,7 +82,12 @@ def waiting_tasks(
     tasks: Sequence[Task], now: datetime, max_attempts: int
 ) -> dict[str, list[dict[str, Any]]]:
     """The pool's pending tasks: ready, not ready (with why), blocked (pure)."""
-    out: dict[str, list[dict[str, Any]]] = {"ready": [], "not_ready": [], "blocked": []}
+    out: dict[str, list[dict[str, Any]]] = {
+        "ready": [],
+        "not_ready": [],
+        "blocked": [],
+        "parked": [],
+    }
     for task in tasks:
         if task.status != "pending":
             continue
@@ -96,6 +105,9 @@ def waiting_tasks(
             )
             continue
         why = readiness(task, tasks, now)
+        if task.parked:
+            out["parked"].append({**row, "why": why})
+            continue
         out["not_ready" if why else "ready"].append({**row, "why": why})
     rank = {p: i for i, p in enumerate(("P0", "P1", "P2", "P3"))}
     for rows in out.values():
@@ -134,10 +146,21 @@ def report_document(
     }
     for kind, key, _ in SECTIONS:
         doc[key] = [asdict(a) for a in cycle.actions if a.kind == kind]
+    doc["needs_person"] = _one_per_session(doc["needs_person"])
     doc["waiting"] = {**waiting, "lead_backlog": {"path": lead_path, "items": list(lead_items)}}
     doc["errors"] = list(cycle.errors)
     doc["notes"] = list(cycle.notes)
     return doc
+
+
+def _one_per_session(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Several jobs may name the same session; keep one line, the one naming its task."""
+    kept: dict[tuple[str, str], dict[str, Any]] = {}
+    for row in rows:
+        key = (row["instance"], row["session"])
+        if key not in kept or (row["task"] and not kept[key]["task"]):
+            kept[key] = row
+    return list(kept.values())
 
 
 def _cell(value: Any) -> str:
@@ -223,6 +246,13 @@ def render_markdown(doc: Mapping[str, Any]) -> str:
         if not rows:
             continue
         out += ["", f"## {heading} ({len(rows)})", ""]
+        if key == "needs_person":
+            out += [
+                "Nothing is sent for these until someone acts: "
+                "`xaf-hub backlog set ID --status pending` retries the task in a new session, "
+                "or dispatch to the session again.",
+                "",
+            ]
         out += _table(
             ["result", "task", "instance", "session", "title", "model", "detail"],
             (
@@ -241,7 +271,8 @@ def render_markdown(doc: Mapping[str, Any]) -> str:
     waiting = doc["waiting"]
     out += ["", "## Waiting for dispatch", ""]
     ready, later, blocked = waiting["ready"], waiting["not_ready"], waiting["blocked"]
-    if not (ready or later or blocked):
+    parked = waiting.get("parked") or []
+    if not (ready or later or blocked or parked):
         out.append("The task pool has no pending task.")
     if ready or later:
         out += _table(
@@ -262,6 +293,18 @@ def render_markdown(doc: Mapping[str, Any]) -> str:
         out += _table(
             ["task", "priority", "title", "attempts", "last error"],
             ([t["id"], t["priority"], t["title"], t["attempts"], t["last_error"]] for t in blocked),
+        )
+    if parked:
+        out += [
+            "",
+            f"### Parked after infrastructure failures ({len(parked)})",
+            "",
+            "Retry with `xaf-hub backlog set ID --status pending` once the cause is fixed.",
+            "",
+        ]
+        out += _table(
+            ["task", "priority", "title", "status"],
+            ([t["id"], t["priority"], t["title"], t["why"]] for t in parked),
         )
     lead = waiting["lead_backlog"]
     out += ["", f"### For a human ({lead['path'] or 'lead_backlog.md'})", ""]

@@ -1,0 +1,218 @@
+"""A person's decision (ops.decisions) and how fill_slots settles around it (pure parts)."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from xaf_hub.backlog import Task, format_instant
+from xaf_hub.ops.decisions import (
+    Decision,
+    Interrupt,
+    decisions_from,
+    operator_interrupts,
+)
+from xaf_hub.ops.runstate import LastRun
+from xaf_hub.patrol.settle import Sighting, names_model, settle
+from xaf_hub.records import SessionRecord
+
+NOW = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
+E401 = {"name": "APIError", "data": {"message": "Incorrect API key", "statusCode": 401}}
+E500 = {"name": "APIError", "data": {"message": "upstream", "statusCode": 500}}
+NOT_FOUND = {"name": "ProviderModelNotFoundError", "data": {"message": "model not found"}}
+
+
+def row(*, ago: timedelta = timedelta(minutes=10), steered: timedelta | None = None) -> Task:
+    return Task(
+        id="T1",
+        title="build the export",
+        status="dispatched",
+        session_id="ses_1",
+        dispatched_to="lan-b",
+        dispatched_at=format_instant(NOW - ago),
+        steered_at=None if steered is None else format_instant(NOW - steered),
+    )
+
+
+def idle() -> SessionRecord:
+    return SessionRecord(instance="lan-b", id="ses_1", title="t", directory="/p/app")
+
+
+def stop(ago: timedelta, who: str = "alice@box") -> Interrupt:
+    return Interrupt((NOW - ago).timestamp(), who)
+
+
+def test_operator_interrupts_reads_the_audit_tail(tmp_path: Path) -> None:
+    lines = [
+        "{torn line",
+        json.dumps(
+            {
+                "time": "2026-11-30T12:00:00+0000",
+                "command": "interrupt",
+                "instance": "lan-b",
+                "session": "ses_1",
+                "result": "aborted",
+            }
+        ),
+        json.dumps(
+            {
+                "time": "2026-11-30T12:05:00+0000",
+                "command": "interrupt",
+                "instance": "lan-b",
+                "session": "ses_1",
+                "result": "aborted",
+            }
+        ),
+        json.dumps(
+            {
+                "time": "2026-11-30T12:06:00+0000",
+                "command": "interrupt",
+                "instance": "lan-b",
+                "session": "ses_2",
+                "result": "failed",
+            }
+        ),
+        json.dumps(
+            {
+                "time": "2026-11-30T12:07:00+0000",
+                "command": "dispatch",
+                "instance": "lan-b",
+                "session": "ses_3",
+                "result": "create",
+                "reason": "interrupt",
+            }
+        ),
+    ]
+    (tmp_path / "audit.log").write_text("\n".join(lines) + "\n", "utf-8")
+    found = operator_interrupts(tmp_path)
+    at = datetime(2026, 11, 30, 12, 5, tzinfo=UTC).timestamp()
+    assert found == {("lan-b", "ses_1"): Interrupt(at, "someone")}
+    assert operator_interrupts(tmp_path / "missing") == {}
+
+
+def test_operator_interrupts_keep_who_stopped_it(tmp_path: Path) -> None:
+    entry = {
+        "time": "2026-11-30T12:05:00+0000",
+        "who": {"caller": "", "user": "alice", "host": "box"},
+        "command": "interrupt",
+        "instance": "lan-b",
+        "session": "ses_1",
+        "result": "aborted",
+    }
+    (tmp_path / "audit.log").write_text(json.dumps(entry) + "\n", "utf-8")
+    [(key, found)] = operator_interrupts(tmp_path).items()
+    assert key == ("lan-b", "ses_1") and found.who == "alice@box"
+    entry["who"] = {"caller": "lead-agent", "user": "alice", "host": "box"}
+    (tmp_path / "audit.log").write_text(json.dumps(entry) + "\n", "utf-8")
+    assert operator_interrupts(tmp_path)[key].who == "lead-agent@box"
+
+
+def test_an_interrupt_after_the_last_prompt_is_a_decision() -> None:
+    people = decisions_from({("lan-b", "ses_1"): stop(timedelta(minutes=1))}, [])
+    decision = people.for_task(row(ago=timedelta(minutes=5)))
+    assert decision is not None and decision.kind == "interrupted"
+    assert decision.text.startswith("interrupted by alice@box at 2026-11-30 ")
+    # An interrupt before the row's (last) prompt was answered by a new dispatch: not a decision.
+    earlier = decisions_from({("lan-b", "ses_1"): stop(timedelta(minutes=9))}, [])
+    assert earlier.for_task(row(ago=timedelta(minutes=5))) is None
+    # Another session's interrupt says nothing about this one.
+    other = decisions_from({("lan-b", "ses_2"): stop(timedelta(minutes=1))}, [])
+    assert other.for_task(row()) is None
+
+
+def test_a_row_steered_by_hand_is_a_decision_for_its_session_too() -> None:
+    steered = row(steered=timedelta(minutes=2))
+    people = decisions_from({}, [steered, row()])
+    decision = people.for_task(steered)
+    assert decision is not None and decision.kind == "steered"
+    assert "steered by hand" in decision.text
+    assert people.for_task(row()) is None
+    by_session = people.for_session("lan-b", "ses_1", None)
+    assert by_session is not None and by_session.kind == "steered"
+    assert people.for_session("lan-c", "ses_1", None) is None
+    # A session interrupted after its run started: interrupted wins over steered.
+    both = decisions_from({("lan-b", "ses_1"): stop(timedelta(minutes=1))}, [steered])
+    run_ms = int((NOW - timedelta(minutes=3)).timestamp() * 1000)
+    found = both.for_session("lan-b", "ses_1", run_ms)
+    assert found is not None and found.kind == "interrupted"
+    # An interrupt before the run it would stop does not cover that run.
+    late_ms = int(NOW.timestamp() * 1000)
+    assert (
+        decisions_from({("lan-b", "ses_1"): stop(timedelta(minutes=1))}, []).for_session(
+            "lan-b", "ses_1", late_ms
+        )
+        is None
+    )
+
+
+DECIDED = "interrupted by alice@box at 2026-11-30 12:00 UTC"
+
+
+@pytest.mark.parametrize(
+    "run",
+    [
+        LastRun("pending"),  # the steers queued behind the stopped run: "never answered"
+        LastRun("aborted"),
+        LastRun("failed:APIError", error=E500),
+        None,
+    ],
+)
+def test_a_decision_turns_every_requeue_into_needs_a_person(run: LastRun | None) -> None:
+    seen = Sighting(session=idle(), run=run, decision=DECIDED)
+    verdict = settle(row(), seen, NOW, 90.0, timedelta(seconds=1))
+    if run is None:
+        assert verdict.action == "keep" and not verdict.person  # unreadable: no judgement
+        return
+    assert (verdict.action, verdict.person, verdict.reason) == ("keep", True, DECIDED)
+    # Without the decision the same sighting is requeued (or kept for a human).
+    plain = settle(row(), Sighting(session=idle(), run=run), NOW, 90.0, timedelta(seconds=1))
+    assert plain.action in ("requeue", "keep") and not plain.person
+
+
+def test_a_decided_task_that_finished_is_still_done() -> None:
+    seen = Sighting(session=idle(), run=LastRun("succeeded"), decision=DECIDED)
+    assert settle(row(), seen, NOW, 90.0).action == "done"
+
+
+def test_a_decision_about_a_gone_session_keeps_the_row() -> None:
+    verdict = settle(row(), Sighting(session=None, decision=DECIDED), NOW, 90.0)
+    assert (verdict.action, verdict.person) == ("keep", True)
+
+
+def test_no_answer_grace_is_the_callers() -> None:
+    seen = Sighting(session=idle(), run=LastRun("pending"))
+    young = row(ago=timedelta(seconds=30))
+    assert settle(young, seen, NOW, 90.0).action == "keep"  # default grace: 2 minutes
+    assert settle(young, seen, NOW, 90.0, timedelta(seconds=20)).action == "requeue"
+
+
+@pytest.mark.parametrize(
+    ("error", "named"),
+    [
+        (E401, True),
+        ({"name": "APIError", "data": {"statusCode": 403, "message": "forbidden"}}, True),
+        ({"name": "ProviderAuthError", "data": {"providerID": "x", "message": "bad key"}}, True),
+        (NOT_FOUND, True),
+        (E500, False),
+        ({"name": "APIError", "data": {"statusCode": 429, "message": "rate"}}, False),
+        (None, False),
+    ],
+)
+def test_failures_that_name_the_model(error: dict[str, object] | None, named: bool) -> None:
+    assert names_model(error) is named
+    if error is not None:
+        verdict = settle(row(), Sighting(session=idle(), run=LastRun("x", error=error)), NOW, 90.0)
+        assert verdict.action == "requeue" and verdict.model_named is named
+
+
+def test_a_prompt_the_hub_never_sent_is_resent_without_back_off() -> None:
+    seen = Sighting(session=idle(), run=LastRun("none"))
+    verdict = settle(row(), seen, NOW, 90.0)
+    assert (verdict.action, verdict.infrastructure, verdict.backoff) == ("requeue", True, False)
+
+
+def test_decision_text_names_the_kind() -> None:
+    assert Decision("steered", "", 0.0).text.startswith("steered by hand at ")

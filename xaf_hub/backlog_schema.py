@@ -1,0 +1,401 @@
+"""The task pool's file format: one task record, the whole document, and their checks.
+
+File layout (schema version 1)::
+
+    {"schema_version": 1, "discipline": null, "tasks": [{"id": "F-8", "title": ..., ...}]}
+
+* ``Task`` is one frozen record; ``Task.from_json`` is strict (a wrong type, an unknown status
+  or priority is a ``StateFileError`` naming the file, the task index and the key). Keys the
+  hub does not know are kept in ``Task.extra`` and written back unchanged, so a hand-added
+  note survives every rewrite. Keys added later (``prompts``, ``steered_at``,
+  ``infra_failures``, ``parked``, ``avoid_models``) have defaults, so older files still load.
+* ``BacklogData`` is the whole document as ``backlog.Backlog`` reads and rewrites it.
+
+Times in the file are ISO 8601 strings written by the hub; ``not_before`` and ``created_at``
+may also be milliseconds since the epoch (hand-edited files). A time without an offset is read
+as local time, the way ``datetime.timestamp`` reads it.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import re
+import secrets
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Final, Literal, cast, get_args
+
+from xaf_hub.errors import StateFileError, UsageError
+
+__all__ = [
+    "PRIORITIES",
+    "SCHEMA_VERSION",
+    "STATUSES",
+    "BacklogData",
+    "Priority",
+    "Status",
+    "Task",
+    "TASK_KEYS",
+    "first_line",
+    "format_instant",
+    "instant_seconds",
+    "is_generated_id",
+    "new_task_id",
+    "parse_instant",
+]
+
+SCHEMA_VERSION: Final = 1
+
+Priority = Literal["P0", "P1", "P2", "P3"]
+Status = Literal["pending", "dispatched", "done"]
+PRIORITIES: Final[tuple[str, ...]] = get_args(Priority)
+STATUSES: Final[tuple[str, ...]] = get_args(Status)
+
+_WHAT = "task pool"
+_TASK_ID_RE = re.compile(r"^T-\d{8}-[0-9a-f]{4}$")
+
+# Declared types of every known task key: (accepted JSON types, may be null).
+# bool is excluded from int explicitly below because JSON true is not a count.
+_STR = (str,)
+_FIELD_TYPES: Final[dict[str, tuple[tuple[type, ...], bool]]] = {
+    "id": (_STR, False),
+    "title": (_STR, False),
+    "priority": (_STR, False),
+    "module": (_STR, False),
+    "instance": (_STR, False),
+    "status": (_STR, False),
+    "spec": (_STR, False),
+    "prompt": (_STR, False),
+    "session_id": (_STR, True),
+    "dispatched_at": (_STR, True),
+    "dispatched_to": (_STR, True),
+    "model": (_STR, True),
+    "done_at": (_STR, True),
+    "attempts": ((int,), False),
+    "not_before": ((str, int), True),
+    "last_error": (_STR, True),
+    "created_at": ((str, int), True),
+    "depends_on": ((list, tuple), False),
+    "prompts": ((list, tuple), False),
+    "steered_at": (_STR, True),
+    "infra_failures": ((int,), False),
+    "parked": (_STR, True),
+    "avoid_models": ((list, tuple), False),
+}
+TASK_KEYS: Final = frozenset(_FIELD_TYPES)
+# Keys holding an array of strings (kept as tuples in the record).
+_LIST_KEYS: Final = ("depends_on", "prompts", "avoid_models")
+_INSTANT_KEYS: Final = ("dispatched_at", "done_at", "not_before", "created_at", "steered_at")
+
+
+class _FieldProblem(Exception):
+    """One bad task key; turned into StateFileError or ValueError by the caller."""
+
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(message)
+        self.key = key
+        self.message = message
+
+
+def _json_type(value: object) -> str:
+    """Name a value's JSON type for an error message."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list | tuple):
+        return "array"
+    if isinstance(value, dict):
+        return "object"
+    return type(value).__name__
+
+
+def parse_instant(value: str | int | float | None) -> datetime | None:
+    """Read an ISO 8601 string or epoch milliseconds (None stays None); bad text: ValueError."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise ValueError("a boolean is not a time")
+    if isinstance(value, int | float):
+        return datetime.fromtimestamp(value / 1000, tz=UTC)
+    text = value.strip()
+    if not text:
+        return None
+    return datetime.fromisoformat(text)
+
+
+def format_instant(when: datetime) -> str:
+    """Write a time the way the pool stores it (ISO 8601, seconds)."""
+    return when.isoformat(timespec="seconds")
+
+
+def instant_seconds(value: str | int | None) -> float | None:
+    """Seconds since the epoch for a stored time (validated on load, so parsing succeeds)."""
+    parsed = parse_instant(value)
+    return None if parsed is None else parsed.timestamp()
+
+
+_WANTED: Final[dict[tuple[type, ...], str]] = {
+    (str,): "a string",
+    (int,): "an integer",
+    (str, int): "an ISO 8601 string or epoch milliseconds",
+    (list, tuple): "an array of texts",
+}
+
+
+def _check_field(key: str, value: object, *, allow_empty_id: bool = False) -> None:
+    """Raise _FieldProblem when ``value`` is not valid for task key ``key``."""
+    types, nullable = _FIELD_TYPES[key]
+    if value is None:
+        if not nullable:
+            raise _FieldProblem(key, "must not be null")
+        return
+    if isinstance(value, bool) or not isinstance(value, types):
+        wanted = "an array of task ids" if key == "depends_on" else _WANTED[types]
+        raise _FieldProblem(key, f"expected {wanted}, got {_json_type(value)}")
+    if key == "id" and not allow_empty_id and not cast(str, value).strip():
+        raise _FieldProblem(key, "must not be empty")
+    if key == "title" and not cast(str, value).strip():
+        raise _FieldProblem(key, "must not be empty")
+    if key == "priority" and value not in PRIORITIES:
+        raise _FieldProblem(key, f"expected one of {', '.join(PRIORITIES)}, got {value!r}")
+    if key == "status" and value not in STATUSES:
+        raise _FieldProblem(key, f"expected one of {', '.join(STATUSES)}, got {value!r}")
+    if key in ("attempts", "infra_failures") and cast(int, value) < 0:
+        raise _FieldProblem(key, f"must be 0 or more, got {value}")
+    if key in _LIST_KEYS:
+        for i, item in enumerate(cast(Sequence[object], value)):
+            if not isinstance(item, str) or (key != "prompts" and not item.strip()):
+                what = "a task id" if key == "depends_on" else "a text"
+                raise _FieldProblem(f"{key}[{i}]", f"expected {what}, got {_json_type(item)}")
+    if key in _INSTANT_KEYS:
+        try:
+            parse_instant(cast("str | int", value))
+        except (ValueError, OverflowError, OSError):
+            raise _FieldProblem(
+                key, f"not an ISO 8601 time or epoch milliseconds: {value!r}"
+            ) from None
+
+
+@dataclass(frozen=True)
+class Task:
+    """One piece of work in the pool (architecture §8): its prompts, attempts and back-off.
+
+    ``prompts`` are the texts sent for it by hand, in order (a dispatch, then each steer of its
+    session); empty for a task added to the pool, whose text is ``prompt`` or the title.
+    ``steered_at`` is when a person last steered its session by hand. ``infra_failures``
+    counts infrastructure failures in a row; ``parked`` (the reason) keeps the patrol from
+    sending it until someone sets it pending again. ``avoid_models`` are models that
+    failed it by name (provider 401, model unavailable) and are skipped when choosing.
+    """
+
+    id: str
+    title: str
+    priority: Priority = "P2"
+    module: str = ""
+    instance: str = ""  # "" = any instance may take it
+    status: Status = "pending"
+    spec: str = ""  # design document, relative to the repo root
+    prompt: str = ""  # the work text; the discipline block is appended at dispatch time
+    session_id: str | None = None
+    dispatched_at: str | None = None
+    dispatched_to: str | None = None
+    model: str | None = None
+    done_at: str | None = None
+    attempts: int = 0
+    not_before: str | int | None = None  # back-off: not dispatched before this time
+    last_error: str | None = None
+    created_at: str | int | None = None
+    depends_on: tuple[str, ...] = ()
+    prompts: tuple[str, ...] = ()
+    steered_at: str | None = None
+    infra_failures: int = 0
+    parked: str | None = None
+    avoid_models: tuple[str, ...] = ()
+    # Keys the hub does not know, kept verbatim so a rewrite never drops them.
+    extra: Mapping[str, Any] = field(default_factory=dict, hash=False)
+
+    def __post_init__(self) -> None:
+        """Refuse a record that would write an invalid pool file."""
+        # Accept any sequence but keep a tuple, so the record stays immutable.
+        for key in _LIST_KEYS:
+            if isinstance(getattr(self, key), list):
+                object.__setattr__(self, key, tuple(getattr(self, key)))
+        for key in _FIELD_TYPES:
+            try:
+                # An empty id is allowed here only so Backlog.add can fill one in.
+                _check_field(key, getattr(self, key), allow_empty_id=True)
+            except _FieldProblem as exc:
+                raise ValueError(f"task {self.id!r}: {exc.key}: {exc.message}") from None
+        clash = set(self.extra) & set(_FIELD_TYPES)
+        if clash:
+            raise ValueError(f"task {self.id!r}: extra repeats known keys {sorted(clash)}")
+
+    def texts(self) -> tuple[str, ...]:
+        """Every text of this piece of work, in the order it was given."""
+        if self.prompts:
+            return self.prompts
+        return (self.prompt or self.title,)
+
+    def work_text(self) -> str:
+        """What a new session for this task is told: all its texts, in order."""
+        return "\n\n".join(t for t in self.texts() if t.strip()) or self.title
+
+    @classmethod
+    def from_json(cls, raw: object, *, path: Path | str = "?", index: int = 0) -> Task:
+        """Build a task from its JSON object; any problem names the file, index and key."""
+        where = f"{_WHAT} {path}: tasks[{index}]"
+        if not isinstance(raw, dict):
+            raise StateFileError(f"{where}: expected an object, got {_json_type(raw)}")
+        for key in ("id", "title"):
+            if key not in raw:
+                raise StateFileError(f"{where}: missing required key {key!r}")
+        known: dict[str, Any] = {}
+        extra: dict[str, Any] = {}
+        for key, value in raw.items():
+            if key not in _FIELD_TYPES:
+                extra[key] = copy.deepcopy(value)
+                continue
+            try:
+                _check_field(key, value)
+            except _FieldProblem as exc:
+                raise StateFileError(f"{where}.{exc.key}: {exc.message}") from None
+            known[key] = tuple(value) if key in _LIST_KEYS else value
+        return cls(**known, extra=extra)
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the JSON object stored in the pool file (known keys first, then extras)."""
+        data: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            if f.name == "extra":
+                continue
+            value = getattr(self, f.name)
+            data[f.name] = list(value) if f.name in _LIST_KEYS else value
+        data.update(copy.deepcopy(dict(self.extra)))
+        return data
+
+
+@dataclass
+class BacklogData:
+    """The whole pool as read from disk; ``Backlog.update`` hands it to a mutator to change."""
+
+    tasks: list[Task] = field(default_factory=list)
+    discipline: str | None = None  # pool-wide discipline override (architecture §8)
+    schema_version: int = SCHEMA_VERSION
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_json(cls, raw: object, *, path: Path | str = "?") -> BacklogData:
+        """Validate a parsed pool file; problems name the file and where in it."""
+        where = f"{_WHAT} {path}"
+        if not isinstance(raw, dict):
+            raise StateFileError(
+                f"{where}: expected a JSON object at the top, got {_json_type(raw)}"
+            )
+        version = raw.get("schema_version", SCHEMA_VERSION)
+        if isinstance(version, bool) or not isinstance(version, int):
+            raise StateFileError(f"{where}: schema_version: expected an integer")
+        if version != SCHEMA_VERSION:
+            raise StateFileError(
+                f"{where}: schema_version {version} is not supported (this xaf-hub reads "
+                f"{SCHEMA_VERSION}); upgrade xaf-hub instead of editing the file"
+            )
+        discipline = raw.get("discipline")
+        if discipline is not None and not isinstance(discipline, str):
+            raise StateFileError(f"{where}: discipline: expected a string or null")
+        raw_tasks = raw.get("tasks", [])
+        if not isinstance(raw_tasks, list):
+            raise StateFileError(f"{where}: tasks: expected an array, got {_json_type(raw_tasks)}")
+        tasks = [Task.from_json(item, path=path, index=i) for i, item in enumerate(raw_tasks)]
+        seen: dict[str, int] = {}
+        for i, task in enumerate(tasks):
+            if task.id in seen:
+                first = seen[task.id]
+                raise StateFileError(
+                    f"{where}: tasks[{i}].id: duplicate id {task.id!r} (also tasks[{first}])"
+                )
+            seen[task.id] = i
+        extra = {
+            k: copy.deepcopy(v)
+            for k, v in raw.items()
+            if k not in ("schema_version", "discipline", "tasks")
+        }
+        return cls(tasks=tasks, discipline=discipline, schema_version=version, extra=extra)
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the whole file's JSON document."""
+        data: dict[str, Any] = {
+            "schema_version": self.schema_version,
+            "discipline": self.discipline,
+            "tasks": [t.to_json() for t in self.tasks],
+        }
+        data.update(copy.deepcopy(self.extra))
+        return data
+
+    def get(self, task_id: str) -> Task | None:
+        """Return the task with this id, or None."""
+        for task in self.tasks:
+            if task.id == task_id:
+                return task
+        return None
+
+    def require(self, task_id: str) -> Task:
+        """Return the task with this id or raise UsageError."""
+        task = self.get(task_id)
+        if task is None:
+            raise UsageError(f"no task {task_id!r} in the task pool")
+        return task
+
+    def replace(self, task: Task) -> Task:
+        """Swap in a new version of an existing task (matched by id), keeping its place."""
+        for i, old in enumerate(self.tasks):
+            if old.id == task.id:
+                self.tasks[i] = task
+                return task
+        raise UsageError(f"no task {task.id!r} in the task pool")
+
+    def append(self, task: Task) -> Task:
+        """Add a task at the end; its id must be new and not empty."""
+        if not task.id.strip():
+            raise UsageError("a task in the pool needs an id")
+        if self.get(task.id) is not None:
+            raise UsageError(f"task id {task.id!r} already exists in the task pool")
+        self.tasks.append(task)
+        return task
+
+    def extend(self, tasks: Iterable[Task]) -> list[Task]:
+        """Add several tasks (ids must be new); return them."""
+        return [self.append(t) for t in tasks]
+
+    def _state(self) -> tuple[Any, ...]:
+        """A comparable snapshot; tasks are frozen so a shallow list copy is enough."""
+        return (tuple(self.tasks), self.discipline, self.schema_version, copy.deepcopy(self.extra))
+
+
+def new_task_id(now: datetime, taken: Iterable[str]) -> str:
+    """Return a fresh ``T-<yyyymmdd>-<4 hex>`` id not in ``taken``."""
+    used = set(taken)
+    while True:
+        candidate = f"T-{now:%Y%m%d}-{secrets.token_hex(2)}"
+        if candidate not in used:
+            return candidate
+
+
+def first_line(text: str, limit: int = 80) -> str:
+    """A task's title from its text: the first non-empty line, shortened."""
+    for line in text.splitlines():
+        if line.strip():
+            return line.strip()[:limit]
+    return ""
+
+
+def is_generated_id(task_id: str) -> bool:
+    """Tell whether an id has the hub's generated ``T-<yyyymmdd>-<hex>`` form."""
+    return bool(_TASK_ID_RE.match(task_id))

@@ -1,0 +1,188 @@
+"""What people decided, and the one rule every patrol job applies to it.
+
+A person's decision is either
+
+* an operator interrupt: ``xaf-hub interrupt`` stopped the session (the audit log says who
+  and when) after the run or prompt the patrol would act on; or
+* a task-pool row whose session a person steered by hand (``dispatch --session``, or a
+  restart of that idle session): the work is theirs to carry on.
+
+The patrol never sends anything for it again: check_agents does not resume it, fix_free_limit
+does not heal it, fill_slots does not requeue or re-send its row. The report lists it under
+"needs a person" until someone acts: ``xaf-hub backlog set ID --status pending`` to retry in a
+new session, or a new dispatch into the session (which starts a run after the interrupt).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Literal
+
+from xaf_hub.backlog_schema import Task, instant_seconds
+from xaf_hub.errors import StateFileError
+from xaf_hub.ops.context import OpsContext
+
+# Read at most this much of the audit log's end when looking for operator interrupts.
+_AUDIT_TAIL_BYTES = 2_000_000
+# An interrupt logged this long before the message it stopped was created still counts for it
+# (the audit log has whole seconds; the server's clock may differ a little).
+CLOCK_SLACK_S = 2.0
+
+Key = tuple[str, str]  # (instance, session)
+
+
+@dataclass(frozen=True)
+class Interrupt:
+    """The latest ``xaf-hub interrupt`` of one session."""
+
+    at: float  # epoch seconds
+    who: str
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Why the patrol leaves a session or a task alone."""
+
+    kind: Literal["interrupted", "steered"]
+    who: str
+    at: float  # epoch seconds
+
+    @property
+    def text(self) -> str:
+        """One line for the report and the page."""
+        when = local_time(self.at)
+        if self.kind == "interrupted":
+            return f"interrupted by {self.who} at {when}"
+        return f"steered by hand at {when}; the patrol leaves it to a person"
+
+
+def local_time(at: float) -> str:
+    """Epoch seconds as local time with its zone, minutes only."""
+    return datetime.fromtimestamp(at).astimezone().strftime("%Y-%m-%d %H:%M %Z")
+
+
+def _who(raw: object) -> str:
+    if not isinstance(raw, Mapping):
+        return "someone"
+    name = str(raw.get("caller") or raw.get("user") or "")
+    host = str(raw.get("host") or "")
+    if name and host:
+        return f"{name}@{host}"
+    return name or host or "someone"
+
+
+def operator_interrupts(state_dir: Path) -> dict[Key, Interrupt]:
+    """Latest ``xaf-hub interrupt`` per (instance, session), from the audit log's tail."""
+    path = state_dir / "audit.log"
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(0, 2)
+            size = handle.tell()
+            handle.seek(max(0, size - _AUDIT_TAIL_BYTES))
+            raw = handle.read()
+    except OSError:
+        return {}
+    found: dict[Key, Interrupt] = {}
+    for line in raw.decode("utf-8", "replace").splitlines():
+        if '"interrupt"' not in line:
+            continue
+        try:
+            entry = json.loads(line)
+            if entry.get("command") != "interrupt" or entry.get("result") != "aborted":
+                continue
+            at = datetime.strptime(str(entry["time"]), "%Y-%m-%dT%H:%M:%S%z").timestamp()
+        except (ValueError, KeyError, TypeError, AttributeError):
+            continue  # a torn first line of the tail, or a hand-edited one
+        key = (str(entry.get("instance") or ""), str(entry.get("session") or ""))
+        if key not in found or at >= found[key].at:
+            found[key] = Interrupt(at, _who(entry.get("who")))
+    return found
+
+
+def stopped_after(stop: Interrupt | None, since_s: float | None) -> bool:
+    """True when ``stop`` came at or after ``since_s`` (None: any interrupt counts)."""
+    if stop is None:
+        return False
+    return since_s is None or stop.at >= since_s - CLOCK_SLACK_S
+
+
+def is_steered(task: Task) -> bool:
+    """A row whose session a person steered by hand."""
+    return task.status == "dispatched" and task.steered_at is not None
+
+
+@dataclass(frozen=True)
+class Decisions:
+    """Every person's decision the patrol knows of this cycle (read once per job)."""
+
+    interrupts: Mapping[Key, Interrupt] = field(default_factory=dict)
+    steered: Mapping[Key, Task] = field(default_factory=dict)
+    problem: str = ""  # the pool could not be read: steered rows unknown
+
+    def for_session(self, instance: str, session: str, since_ms: int | None) -> Decision | None:
+        """The decision about one session whose run (or prompt) started at ``since_ms``."""
+        stop = self.interrupts.get((instance, session))
+        since = None if not since_ms else since_ms / 1000
+        if stopped_after(stop, since):
+            assert stop is not None
+            return Decision("interrupted", stop.who, stop.at)
+        task = self.steered.get((instance, session))
+        if task is not None:
+            return _steered(task)
+        return None
+
+    def for_task(self, task: Task) -> Decision | None:
+        """The decision about a dispatched row: interrupted after its last prompt, or steered."""
+        if task.status != "dispatched" or not task.session_id or not task.dispatched_to:
+            return None
+        stop = self.interrupts.get((task.dispatched_to, task.session_id))
+        since = instant_seconds(task.steered_at or task.dispatched_at)
+        if stopped_after(stop, since):
+            assert stop is not None
+            return Decision("interrupted", stop.who, stop.at)
+        return _steered(task) if is_steered(task) else None
+
+
+def _steered(task: Task) -> Decision:
+    return Decision("steered", "", instant_seconds(task.steered_at) or 0.0)
+
+
+def decisions_from(interrupts: Mapping[Key, Interrupt], tasks: Iterable[Task]) -> Decisions:
+    """Build the cycle's view from the audit log's interrupts and the pool's rows (pure)."""
+    steered = {(t.dispatched_to or "", t.session_id or ""): t for t in tasks if is_steered(t)}
+    return Decisions(dict(interrupts), steered)
+
+
+def load_decisions(ops: OpsContext) -> Decisions:
+    """Read the audit log and the task pool; an unreadable pool is reported, never fatal."""
+    interrupts = operator_interrupts(ops.cfg.state_dir)
+    try:
+        tasks = ops.backlog().load().tasks
+    except StateFileError as exc:
+        return Decisions(interrupts, {}, f"task pool unreadable, steered rows unknown: {exc}")
+    return decisions_from(interrupts, tasks)
+
+
+async def session_still_runs(ops: OpsContext, instance: str, session_id: str) -> bool:
+    """Ask the one instance whether the session runs now (busy or retrying).
+
+    A session the instance no longer knows, or an instance no longer configured, does not
+    run. An instance that does not answer raises UnreachableError: nobody can tell.
+    """
+    from xaf_hub.client import SessionNotFound
+
+    names = {i.name for i in ops.cfg.instances}
+    if instance not in names:
+        return False
+    inst = ops.cfg.instance(instance)
+    async with ops.client(inst) as client:
+        try:
+            session = await client.get_session(session_id)
+        except SessionNotFound:
+            return False
+        running = await client.running([session.directory] if session.directory else [])
+    return session_id in running

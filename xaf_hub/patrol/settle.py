@@ -1,0 +1,170 @@
+"""How fill_slots settles a dispatched task from what its session shows (pure).
+
+``settle`` turns one ``Sighting`` (the task's session as the patrol saw it this cycle, and a
+person's decision about it if any) into a ``Settlement``: keep, done, or requeue as a task
+failure, an infrastructure failure, or a failure that names the model. fill_slots acts on it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Literal
+
+from xaf_hub.backlog import Task, parse_instant
+from xaf_hub.model_state import classify_error
+from xaf_hub.ops.runstate import LastRun, error_text
+from xaf_hub.records import SessionRecord
+
+# A prompt with no answer after this long was refused (e.g. a model the server does not know);
+# the patrol reads ``patrol.no_answer_grace_seconds`` (this is its default).
+NO_ANSWER_GRACE = timedelta(minutes=2)
+# A task's row is written just before its prompt is sent; a session read in between still
+# shows its state from before the prompt. Rows younger than this are not judged yet.
+JUST_DISPATCHED = timedelta(seconds=10)
+
+_INFRA_ERROR_NAMES = frozenset({"ProviderAuthError"})
+_INFRA_STATUS = frozenset({401, 403, 408, 409, 425})
+
+
+def is_infrastructure_failure(error: Mapping[str, Any] | None) -> bool:
+    """Tell an infrastructure failure (not the task's fault) from a task failure (pure)."""
+    if error is None:
+        return True  # no error object: the run never got going
+    if classify_error(error) in ("rate_limited", "model_unavailable"):
+        return True
+    name = str(error.get("name") or "")
+    if name in _INFRA_ERROR_NAMES:
+        return True
+    if name == "APIError":
+        data = error.get("data") if isinstance(error.get("data"), Mapping) else {}
+        assert isinstance(data, Mapping)
+        code = data.get("statusCode")
+        if not isinstance(code, int) or isinstance(code, bool):
+            return True  # no HTTP status: the provider could not be reached at all
+        return code >= 500 or code in _INFRA_STATUS
+    return False
+
+
+def names_model(error: Mapping[str, Any] | None) -> bool:
+    """Tell a failure that is about the model (its key refused, or it is unavailable) (pure)."""
+    if error is None:
+        return False
+    if classify_error(error) == "model_unavailable":
+        return True
+    name = str(error.get("name") or "")
+    if name in _INFRA_ERROR_NAMES:
+        return True
+    data = error.get("data")
+    code = data.get("statusCode") if isinstance(data, Mapping) else None
+    return name == "APIError" and code in (401, 403)
+
+
+@dataclass(frozen=True)
+class Sighting:
+    """What the patrol saw of a dispatched task's session this cycle."""
+
+    configured: bool = True
+    reachable: bool = True
+    session: SessionRecord | None = None
+    run: LastRun | None = None
+    touched: bool = False  # healed or resumed this cycle
+    deferred: bool = False  # heal or resume waits for a free slot
+    decision: str = ""  # a person's decision about it (ops.decisions), as one line
+
+
+@dataclass(frozen=True)
+class Settlement:
+    """What to do with a dispatched task."""
+
+    action: Literal["keep", "done", "requeue"]
+    infrastructure: bool = False
+    reason: str = ""
+    person: bool = False  # kept because a person decided: listed under "needs a person"
+    backoff: bool = True  # an infrastructure failure that counts towards parking
+    model_named: bool = False  # the failure names the model: try the next one first
+
+
+def _age(task: Task, now: datetime) -> timedelta | None:
+    try:
+        at = parse_instant(task.dispatched_at)
+    except ValueError:
+        return None
+    return None if at is None else now - at
+
+
+def settle(
+    task: Task,
+    seen: Sighting,
+    now: datetime,
+    stale_minutes: float,
+    grace: timedelta = NO_ANSWER_GRACE,
+) -> Settlement:
+    """Decide a dispatched task's fate from its session (pure).
+
+    A person's decision turns every requeue into "keep, needs a person", and names why
+    an interrupted session is left alone; finishing cleanly still makes the task done.
+    """
+    verdict = _settle(task, seen, now, stale_minutes, grace)
+    if not seen.decision or verdict.action == "done":
+        return verdict
+    if verdict.action == "requeue" or "interrupted" in verdict.reason:
+        return Settlement("keep", reason=seen.decision, person=True)
+    return verdict
+
+
+def _settle(
+    task: Task, seen: Sighting, now: datetime, stale_minutes: float, grace: timedelta
+) -> Settlement:
+    if task.status != "dispatched":
+        return Settlement("keep")
+    if not task.session_id or not task.dispatched_to:
+        return Settlement("keep", reason="dispatched without a session id or instance")
+    if not seen.configured:
+        return Settlement("requeue", True, f"instance {task.dispatched_to} is no longer configured")
+    age = _age(task, now)
+    if not seen.reachable:
+        if age is not None and age > timedelta(minutes=stale_minutes):
+            return Settlement(
+                "requeue",
+                True,
+                f"instance {task.dispatched_to} unreachable for more than {stale_minutes:g} min",
+            )
+        return Settlement("keep", reason="instance unreachable; checked again next cycle")
+    if seen.session is None:
+        return Settlement("requeue", True, "session gone from its instance")
+    if seen.touched:
+        return Settlement("keep", reason="healed or resumed this cycle")
+    if seen.deferred:
+        return Settlement("keep", reason="waiting for a free slot to be healed or resumed")
+    if seen.session.running:
+        return Settlement("keep")
+    if age is not None and age < JUST_DISPATCHED:
+        return Settlement("keep", reason="just dispatched; its prompt may not show yet")
+    run = seen.run
+    if run is None:
+        return Settlement("keep", reason="last run could not be read")
+    outcome = run.outcome
+    if outcome == "succeeded":
+        return Settlement("done")
+    if outcome in ("aborted", "running"):
+        return Settlement("keep", reason="interrupted and not resumed: needs a human")
+    if outcome == "none":
+        # No message at all: the session was recorded before its prompt (fill_slots does
+        # that on purpose) and the hub stopped in between. Nothing ran; send it again.
+        return Settlement(
+            "requeue",
+            True,
+            "the session never received its prompt (the hub stopped first)",
+            backoff=False,
+        )
+    if outcome == "pending":
+        if age is not None and age > grace:
+            return Settlement(
+                "requeue", True, "the prompt was never answered (model unknown to the server?)"
+            )
+        return Settlement("keep")
+    reason = error_text(run.error) or outcome
+    infra = is_infrastructure_failure(run.error)
+    return Settlement("requeue", infra, reason, model_named=infra and names_model(run.error))
