@@ -217,7 +217,8 @@ class StepProxy(LoopbackServer):
     A request matching ``before`` is held until ``release()`` and then dropped, never
     forwarded (its sender died before sending it); one matching ``after`` is forwarded and its
     answer held until ``release()`` (its sender died waiting for the answer); one matching
-    ``refuse`` is answered 400 without being forwarded.
+    ``refuse`` is answered 400 without being forwarded; one matching ``pause`` is held until
+    ``release()`` and then forwarded as usual (a slow link: the sender is still waiting).
     """
 
     def __init__(
@@ -227,6 +228,7 @@ class StepProxy(LoopbackServer):
         before: Match | None = None,
         after: Match | None = None,
         refuse: Match | None = None,
+        pause: Match | None = None,
     ):
         self.target = target.rstrip("/")
         self.held = threading.Event()
@@ -247,6 +249,8 @@ class StepProxy(LoopbackServer):
                     hold()
                     self.close_connection = True
                     return  # its sender was killed before the request left the machine
+                if pause is not None and pause(self.command, self.path):
+                    hold()
                 if refuse is not None and refuse(self.command, self.path):
                     doc = {"name": "BadRequest", "data": {"message": "refused by the test"}}
                     payload = json.dumps(doc).encode()
