@@ -33,6 +33,11 @@ def home(hub: Hub) -> Path:
     return Path(hub.env["XAF_HUB_HOME"])
 
 
+def audit_lines(hub: Hub) -> list[dict[str, Any]]:
+    path = home(hub) / "audit.log"
+    return [json.loads(ln) for ln in path.read_text("utf-8").splitlines()]
+
+
 def pool(hub: Hub) -> list[dict[str, Any]]:
     code, doc = hub.cli_json("backlog", "list")
     assert code == 0
@@ -128,12 +133,15 @@ def test_an_interrupt_is_never_undone_and_steers_stay_one_row(hub: Hub) -> None:
 
         before_sessions = project_sessions(hub)
         before_requests = len(agent_requests(hub))
+        audit_mark = len(audit_lines(hub))
         doc = patrol(hub, "--no-freelimit", "--no-design")
 
         # Nothing was sent, created or started; the row is still the one row, still dispatched.
         assert project_sessions(hub) == before_sessions
         assert len(agent_requests(hub)) == before_requests
         assert all(not hub.busy_ids(name) for name in NAMES)
+        writes = [e for e in audit_lines(hub)[audit_mark:] if e["instance"]]
+        assert writes == [], writes  # no prompt, create, abort or delete by the patrol
         assert doc["dispatched"] == [] and doc["tasks_requeued"] == [] and doc["resumed"] == []
         [row] = pool(hub)
         assert (row["id"], row["status"], row["session_id"]) == (task_id, "dispatched", sid)
