@@ -45,9 +45,9 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from datetime import datetime, timedelta
-from typing import Any
 
 from xaf_hub.backlog import InfraPolicy, Task, TaskChanged, is_blocked, parse_instant, pick_tasks
+from xaf_hub.client import OpencodeClient
 from xaf_hub.config import InstanceConfig
 from xaf_hub.errors import BusyError, HubError, UnreachableError, UsageError
 from xaf_hub.gate import Gate
@@ -292,7 +292,11 @@ async def _dispatch(
 
 
 async def _drop_empty(
-    pctx: PatrolContext, client: Any, inst: InstanceConfig, created: list[str], why: str
+    pctx: PatrolContext,
+    client: OpencodeClient,
+    inst: InstanceConfig,
+    created: list[str],
+    why: str,
 ) -> str:
     """Delete the session created for a task that changed before its prompt (it is empty)."""
     if not created:
