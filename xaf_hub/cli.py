@@ -27,6 +27,7 @@ COMMANDS: dict[str, str] = {
     "doctor": "check config, credentials, instances, state, blackouts, patrol; say how to fix",
     "patrol": "run the patrol (heal, resume, sync design tasks, fill slots); pause/resume/status",
     "backlog": "list, add, show or change tasks in the patrol's task pool",
+    "notify": "send a test message to the team's chat webhooks (the patrol sends events)",
 }
 
 DESCRIPTION = """\

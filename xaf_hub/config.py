@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 from xaf_hub.config_reader import Reader as _Reader
 from xaf_hub.config_reader import json_type, load_json_file
 from xaf_hub.errors import ConfigError
+from xaf_hub.notify.config import NotifyConfig, parse_notify
 from xaf_hub.rules import ProjectRules
 
 CREDENTIAL_KEYS = ("password", "password_env", "password_file", "password_key")
@@ -150,6 +151,7 @@ class Config:
     instances: tuple[InstanceConfig, ...] = ()
     local_config: Path | None = None
     local_scope: str = ""
+    notify: NotifyConfig = field(default_factory=NotifyConfig)
 
     @property
     def lock_dir(self) -> Path:
@@ -176,7 +178,8 @@ class Config:
     def secrets(self) -> tuple[str, ...]:
         """Every secret value held, for redaction."""
         redis = (self.lock.redis_password,) if self.lock.redis_password else ()
-        return tuple(s for inst in self.instances for s in inst.secrets()) + redis
+        hooks = self.notify.secrets()
+        return tuple(s for inst in self.instances for s in inst.secrets()) + redis + hooks
 
 
 # ---------------------------------------------------------------------------------------
@@ -381,7 +384,9 @@ def parse_config(raw: Any, *, path: Path, env: Mapping[str, str]) -> Config:
         page_size=top.num("page_size", 8000, minimum=1, integer=True),
         scan_workers=top.num("scan_workers", 6, minimum=1, integer=True),
     )
-    top.seen.update({"$schema", "_comment"})
+    # notify/ owns its section; it also reads page.language and page.url (the page owns them).
+    top.seen.update({"$schema", "_comment", "notify", "page"})
+    notify = parse_notify(top.data.get("notify"), top.data.get("page"), file=path, env=env)
     top.finish()
     return Config(
         path=path,
@@ -399,6 +404,7 @@ def parse_config(raw: Any, *, path: Path, env: Mapping[str, str]) -> Config:
         instances=tuple(instances),
         local_config=local_path,
         local_scope=local_scope,
+        notify=notify,
         **top_fields,
     )
 

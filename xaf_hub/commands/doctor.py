@@ -230,6 +230,11 @@ def collect(ctx: Context, now: datetime) -> tuple[Path | None, list[Finding], tu
     findings.extend(_redis(cfg))
     findings.extend(_clock(cfg, now))
     findings.extend(_patrol(cfg))
+    from xaf_hub.notify.check import webhook_checks
+
+    online = bool(getattr(ctx.args, "online", False))
+    findings += [Finding("notify", c.subject, c.level, c.message, c.fix, c.code)
+                 for c in webhook_checks(cfg.notify, cfg.state_dir, online=online)]
     return cfg.path, findings, cfg.secrets()
 
 
@@ -264,6 +269,8 @@ def render(path: Path | None, findings: Sequence[Finding], code: ExitCode) -> st
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Options of `doctor`."""
     add_json(p)
+    p.add_argument("--online", action="store_true",
+                   help="also check that each webhook's host resolves (sends nothing)")
 
 
 def run(ctx: Context) -> int:

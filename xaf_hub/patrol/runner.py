@@ -33,6 +33,7 @@ from typing import Any, Literal
 
 from xaf_hub import aio
 from xaf_hub.errors import BusyError, ExitCode, HubError
+from xaf_hub.notify.patrol import notify_round
 from xaf_hub.ops.patrol_state import (
     HEARTBEAT_FILE,
     PAUSE_FILE,
@@ -187,6 +188,7 @@ def run_once(
                 "another patrol cycle is running on this machine; this one skipped",
             )
         cycle = aio.run(run_cycle(pctx, skip, steps))
+        notify_round(pctx, cycle)  # before the report, which says what could not be sent
         code = cycle_code(cycle)
         report: Path | None = None
         try:

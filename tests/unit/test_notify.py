@@ -1,0 +1,616 @@
+"""Notifications, piece by piece: config, the services' message shapes and signatures, answers,
+retries, events derived from a cycle, the outbox, messages, and doctor's checks."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import httpx
+import pytest
+
+from tests.notify_capture import TOKEN, dingtalk_expected, feishu_expected
+from xaf_hub import aio
+from xaf_hub.config import parse_config
+from xaf_hub.errors import ConfigError, ExitCode, StateFileError
+from xaf_hub.notify import outbox
+from xaf_hub.notify.check import webhook_checks
+from xaf_hub.notify.config import DEFAULT_EVENTS, NotifyConfig, Webhook, parse_notify
+from xaf_hub.notify.derive import Inputs, Parked, derive
+from xaf_hub.notify.events import Event
+from xaf_hub.notify.formats import Outgoing, build, judge
+from xaf_hub.notify.messages import render
+from xaf_hub.notify.send import deliver
+from xaf_hub.patrol.context import Action, Cycle, InstanceLine, SessionLine, StepOutcome
+
+FIXTURES = Path(__file__).parent / "notify_fixtures"
+URL = f"http://127.0.0.1:9/hook/{TOKEN}"
+NOW = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
+
+
+def fixture(name: str) -> dict[str, Any]:
+    return json.loads((FIXTURES / f"{name}.json").read_text("utf-8"))
+
+
+def parse(notify: Any, page: Any = None, env: dict[str, str] | None = None) -> NotifyConfig:
+    return parse_notify(notify, page, file="config.json", env=env or {})
+
+
+def hook(fmt: str, secret: str = "", **kw: Any) -> Webhook:
+    return Webhook(
+        "team",
+        "HOOK",
+        fmt,
+        url=URL,
+        secret=secret or None,
+        secret_env="SECRET" if secret else "",
+        **kw,
+    )
+
+
+EVENT = Event(
+    "task_done:T-1:ses_1",
+    "task_done",
+    "2026-12-01T10:00:00+00:00",
+    "lan-b",
+    "ses_1",
+    "登录页 <!channel> & more",
+    "T-1",
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# Config
+
+
+def test_config_reads_urls_and_secrets_only_from_the_environment() -> None:
+    cfg = parse(
+        {
+            "webhooks": [
+                {"name": "team", "url_env": "HOOK", "format": "feishu", "secret_env": "HOOK_SECRET"}
+            ]
+        },
+        {"language": "zh-CN", "url": "http://127.0.0.1:8080/"},
+        {"HOOK": URL, "HOOK_SECRET": "s3cret-signing-key"},
+    )
+    team = cfg.webhook("team")
+    assert (team.url, team.secret, team.events) == (URL, "s3cret-signing-key", DEFAULT_EVENTS)
+    assert "healed" not in team.events
+    assert (cfg.language, cfg.page_url) == ("zh", "http://127.0.0.1:8080/")
+    # The URL, its token on its own and the secret are all redacted.
+    assert {URL, TOKEN, "s3cret-signing-key"} <= set(cfg.secrets())
+    assert "s3cret" not in repr(cfg)
+
+
+@pytest.mark.parametrize(
+    ("hook_raw", "page", "needle"),
+    [
+        (
+            {"name": "t", "url_env": "H", "url": "https://x.example/hook/abc"},
+            None,
+            "key 'notify.webhooks[0].url': a literal webhook url",
+        ),
+        ({"name": "t", "url_env": "H", "secret": "abc"}, None, "webhooks[0].secret'"),
+        ({"name": "t", "url_env": "https://x.example/hook"}, None, "NAME of an environment"),
+        ({"name": "t"}, None, "url_env': missing"),
+        ({"name": "t", "url_env": "H", "format": "teams"}, None, "must be one of json"),
+        (
+            {"name": "t", "url_env": "H", "events": ["task_done", "oops"]},
+            None,
+            "events[1]': unknown event 'oops'",
+        ),
+        (
+            {"name": "t", "url_env": "H", "format": "wecom", "secret_env": "S"},
+            None,
+            "no signing secret",
+        ),
+        ({"name": "t", "url_env": "H", "colour": "red"}, None, "colour': unknown key"),
+        ({"name": "t", "url_env": "H"}, {"url": "http://u:p@127.0.0.1/"}, "page.url"),
+        ({"name": "t", "url_env": "H"}, {"url": "ftp://127.0.0.1/"}, "page.url"),
+    ],
+)
+def test_bad_notify_config_is_one_line_naming_file_and_key(
+    hook_raw: dict[str, Any], page: Any, needle: str
+) -> None:
+    with pytest.raises(ConfigError) as err:
+        parse({"webhooks": [hook_raw]}, page)
+    assert needle in str(err.value) and str(err.value).startswith("config.json: key '")
+    assert err.value.exit_code == ExitCode.USAGE
+
+
+def test_duplicate_names_and_bad_numbers_are_refused() -> None:
+    two = [{"name": "t", "url_env": "A"}, {"name": "t", "url_env": "B"}]
+    with pytest.raises(ConfigError, match="duplicate webhook name"):
+        parse({"webhooks": two})
+    with pytest.raises(ConfigError, match="notify.retries': must be 0..5"):
+        parse({"webhooks": [], "retries": 9})
+    with pytest.raises(ConfigError, match="notify.bogus': unknown key"):
+        parse({"bogus": 1})
+
+
+def test_config_loading_calls_the_notify_parser(tmp_path: Path) -> None:
+    raw = {"notify": {"webhooks": [{"name": "t", "url_env": "H", "url": URL}]}, "instances": []}
+    with pytest.raises(ConfigError, match="literal webhook url"):
+        parse_config(raw, path=tmp_path / "config.json", env={})
+    raw["notify"] = {"webhooks": [{"name": "t", "url_env": "H"}]}
+    cfg = parse_config(raw, path=tmp_path / "config.json", env={"H": URL})
+    assert URL in cfg.secrets() and cfg.notify.webhooks[0].name == "t"
+
+
+# ---------------------------------------------------------------------------------------------
+# Formats against each service's documented shape
+
+
+def shape(value: Any) -> Any:
+    """Keys and value types, recursively: what a documented example fixes about a request."""
+    if isinstance(value, dict):
+        return {k: shape(v) for k, v in sorted(value.items())}
+    return type(value).__name__
+
+
+def sent(out: Outgoing) -> dict[str, Any]:
+    body = json.loads(out.body)
+    assert isinstance(body, dict)
+    return body
+
+
+def test_slack_matches_the_documented_shape_and_escapes_control_characters() -> None:
+    doc = fixture("slack")
+    out = build(
+        hook("slack"), EVENT, "Head <b>", "a & b", project="p", language="en", page_url="", now=NOW
+    )
+    body = sent(out)
+    assert shape(body) == shape(doc["request"]) and out.url == URL
+    stripped = body["text"]
+    for entity in doc["escaped_characters"].values():
+        stripped = stripped.replace(entity, "")
+    assert not set(stripped) & set(doc["escaped_characters"])
+    assert "&lt;b&gt;" in body["text"] and "a &amp; b" in body["text"]
+
+
+def test_feishu_matches_the_documented_shapes_and_signs_as_documented() -> None:
+    doc = fixture("feishu")
+    plain = sent(
+        build(hook("feishu"), EVENT, "h", "t", project="p", language="en", page_url="", now=NOW)
+    )
+    assert shape(plain) == shape(doc["request_unsigned"])
+    signed = sent(
+        build(
+            hook("feishu", "feishu-secret-1"),
+            EVENT,
+            "h",
+            "t",
+            project="p",
+            language="en",
+            page_url="",
+            now=NOW,
+        )
+    )
+    assert shape(signed) == shape(doc["request_signed"])
+    assert signed["timestamp"] == str(int(NOW.timestamp()))  # seconds, as a string
+    assert signed["sign"] == feishu_expected(signed["timestamp"], "feishu-secret-1")
+    assert signed["content"]["text"] == "h\nt"
+
+
+def test_dingtalk_matches_the_documented_shape_and_signs_the_query_as_documented() -> None:
+    doc = fixture("dingtalk")
+    h = Webhook(
+        "d",
+        "H",
+        "dingtalk",
+        url=f"http://127.0.0.1:9/robot/send?access_token={TOKEN}",
+        secret="SECding-secret",
+        secret_env="S",
+    )
+    out = build(h, EVENT, "h", "t", project="p", language="en", page_url="", now=NOW)
+    assert shape(sent(out)) == shape(doc["request"])
+    query = parse_qs(urlsplit(out.url).query)
+    assert sorted(query) == sorted(doc["signed_query"])
+    ts = query["timestamp"][0]
+    assert ts == str(int(NOW.timestamp() * 1000))  # milliseconds
+    assert query["sign"][0] == dingtalk_expected(ts, "SECding-secret")
+    # The sign is URL-encoded in the URL itself (base64 '+', '/', '=' never appear raw).
+    raw_sign = out.url.split("sign=", 1)[1]
+    assert not set(raw_sign) & set("+/=")
+
+
+def test_wecom_matches_the_documented_shape_and_byte_limit() -> None:
+    doc = fixture("wecom")
+    long_text = "长" * 3000
+    body = sent(
+        build(
+            hook("wecom"), EVENT, "h", long_text, project="p", language="zh", page_url="", now=NOW
+        )
+    )
+    assert shape(body) == shape(doc["request"])
+    assert len(body["text"]["content"].encode()) <= doc["content_max_bytes"]
+
+
+def test_json_carries_the_event_record_and_an_optional_signature() -> None:
+    doc = fixture("json")
+    out = build(
+        hook("json", "json-secret"),
+        EVENT,
+        "h",
+        "t",
+        project="e2e",
+        language="en",
+        page_url="",
+        now=NOW,
+    )
+    assert shape(sent(out)) == shape(doc["request"])
+    assert sent(out)["event"] == EVENT.to_json()
+    ts = out.headers["X-Xaf-Hub-Timestamp"]
+    mac = hmac.new(b"json-secret", ts.encode() + b"." + out.body, hashlib.sha256).hexdigest()
+    assert out.headers["X-Xaf-Hub-Signature-256"] == f"sha256={mac}"
+
+
+@pytest.mark.parametrize(
+    ("fmt", "status", "body", "ok", "retry"),
+    [
+        ("slack", 200, "ok", True, False),
+        ("slack", 400, "invalid_payload", False, False),
+        ("slack", 404, "no_service", False, False),
+        ("slack", 429, "", False, True),
+        ("json", 503, "", False, True),
+        ("feishu", 200, json.dumps(fixture("feishu")["answer_ok"]), True, False),
+        ("feishu", 200, json.dumps({"StatusCode": 0, "StatusMessage": "success"}), True, False),
+        ("feishu", 200, json.dumps(fixture("feishu")["answer_bad_sign"]), False, False),
+        ("feishu", 200, json.dumps({"code": 11232, "msg": "frequency limited"}), False, True),
+        ("dingtalk", 200, json.dumps(fixture("dingtalk")["answer_ok"]), True, False),
+        ("dingtalk", 200, json.dumps(fixture("dingtalk")["answer_bad_sign"]), False, False),
+        ("dingtalk", 200, json.dumps({"errcode": 130101, "errmsg": "too fast"}), False, True),
+        ("wecom", 200, json.dumps(fixture("wecom")["answer_ok"]), True, False),
+        ("wecom", 200, json.dumps({"errcode": 93000, "errmsg": "invalid url"}), False, False),
+        ("wecom", 200, "<html>proxy</html>", False, False),
+    ],
+)
+def test_answers_are_judged_per_service(
+    fmt: str, status: int, body: str, ok: bool, retry: bool
+) -> None:
+    verdict = judge(fmt, status, body)
+    assert (verdict.ok, verdict.retry) == (ok, retry), verdict
+
+
+# ---------------------------------------------------------------------------------------------
+# Delivery: timeout, retries, back-off
+
+
+def run_deliver(handler: Callable[[httpx.Request], httpx.Response], retries: int = 2) -> Any:
+    pauses: list[float] = []
+
+    async def sleep(s: float) -> None:
+        pauses.append(s)
+
+    async def go() -> Any:
+        async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
+            return await deliver(
+                client,
+                "feishu",
+                lambda: build(
+                    hook("feishu", "k"),
+                    EVENT,
+                    "h",
+                    "t",
+                    project="p",
+                    language="en",
+                    page_url="",
+                    now=datetime.now(UTC),
+                ),
+                retries=retries,
+                timeout=1,
+                sleep=sleep,
+            )
+
+    return aio.run(go()), pauses
+
+
+def test_retries_with_back_off_then_delivers() -> None:
+    calls: list[bytes] = []
+
+    def handler(req: httpx.Request) -> httpx.Response:
+        calls.append(req.content)
+        if len(calls) < 3:
+            return httpx.Response(502, text="bad gateway")
+        return httpx.Response(200, json={"code": 0, "msg": "success"})
+
+    answer, pauses = run_deliver(handler)
+    assert answer.ok and answer.tries == 3 and pauses == [0.5, 1.0]
+
+
+def test_a_refusal_is_not_retried_and_a_dead_receiver_is_tried_retries_plus_one_times() -> None:
+    calls = []
+
+    def refuse(req: httpx.Request) -> httpx.Response:
+        calls.append(1)
+        return httpx.Response(200, json={"code": 19021, "msg": "sign match fail"})
+
+    answer, _ = run_deliver(refuse)
+    assert (answer.ok, answer.retry, answer.tries, len(calls)) == (False, False, 1, 1)
+    assert "19021" in answer.reason
+
+    def dead(req: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("[Errno 111] Connection refused", request=req)
+
+    answer, pauses = run_deliver(dead, retries=2)
+    assert (answer.ok, answer.retry, answer.tries) == (False, True, 3)
+    assert answer.reason == "connection refused" and len(pauses) == 2
+
+    def slow(req: httpx.Request) -> httpx.Response:
+        raise httpx.ReadTimeout("timed out", request=req)
+
+    answer, _ = run_deliver(slow, retries=0)
+    assert answer.reason == "no answer within 1s" and answer.tries == 1
+
+
+# ---------------------------------------------------------------------------------------------
+# Events derived from a cycle
+
+
+def cycle(**kw: Any) -> Cycle:
+    c = Cycle(started=NOW, finished=NOW)
+    for k, v in kw.items():
+        setattr(c, k, v)
+    return c
+
+
+def up(name: str, reachable: bool = True, reason: str = "") -> InstanceLine:
+    return InstanceLine(name, reachable, reason, 0, 0, 2, False)
+
+
+def run_derive(c: Cycle, state: dict[str, Any], **inputs: Any) -> list[Event]:
+    inp = Inputs(configured=inputs.pop("configured", ["a", "b"]), **inputs)
+    return derive(c, inp, state, now=NOW, tz=UTC, summary_hour=23)
+
+
+def test_instance_events_compare_with_the_previous_round() -> None:
+    state: dict[str, Any] = {}
+    assert run_derive(cycle(instances=[up("a"), up("b")]), state) == []  # first round: record
+    down = run_derive(cycle(instances=[up("a"), up("b", False, "connection refused")]), state)
+    assert [(e.type, e.instance, e.data["reason"]) for e in down] == [
+        ("instance_down", "b", "connection refused")
+    ]
+    assert run_derive(cycle(instances=[up("a"), up("b", False, "refused")]), state) == []
+    back = run_derive(cycle(instances=[up("a"), up("b")]), state)
+    assert [(e.type, e.instance) for e in back] == [("instance_up", "b")]
+    assert back[0].id != down[0].id
+    # No instance answered: the cycle has no instance lines, but the step says so.
+    fleet_down = cycle(
+        steps=[StepOutcome("check_agents", "failed", 2, "fleet: unreachable: no instance answered")]
+    )
+    assert sorted(e.instance for e in run_derive(fleet_down, state)) == ["a", "b"]
+    # Steps skipped: nothing known, nothing said.
+    assert run_derive(cycle(), state) == []
+
+
+def line(state: str, sid: str = "s1", updated: int = 5) -> SessionLine:
+    return SessionLine("a", sid, f"title {sid}", state, f"detail {sid}", "m", updated)
+
+
+def test_session_events_need_a_reason_a_person_must_act() -> None:
+    act = Action
+    c = cycle(
+        actions=[
+            act("fill_slots", "done", "ok", "a", "s9", task="T-9", title="nine"),
+            act(
+                "fix_free_limit", "heal", "ok", "a", "s2", title="two", model="m2", from_model="m1"
+            ),
+            act(
+                "check_agents",
+                "resume",
+                "skipped",
+                "a",
+                "s4",
+                detail="interrupted again after the patrol resumed it once; left for a human",
+            ),
+            act(
+                "check_agents",
+                "resume",
+                "skipped",
+                "a",
+                "s5",
+                detail="its run changed a moment ago and may still be starting",
+            ),
+            act("check_agents", "resume", "waiting", "a", "s6", detail="no free slot"),
+        ],
+        sessions=[
+            line("failed", "s1"),  # nobody took care of it
+            line("failed", "s2"),  # healed
+            line("failed", "s3"),  # a pool task's session
+            line("interrupted", "s4"),  # left for a human
+            line("interrupted", "s5"),  # may still be starting
+            line("interrupted", "s6"),  # waits for a slot
+            line("stale_busy", "s7"),
+            line("running", "s8"),
+        ],
+    )
+    events = run_derive(c, {}, pool_sessions=frozenset({("a", "s3")}))
+    got = [(e.type, e.session) for e in events]
+    assert got == [
+        ("task_done", "s9"),
+        ("healed", "s2"),
+        ("needs_person", "s1"),
+        ("needs_person", "s4"),
+        ("needs_person", "s7"),
+    ]
+    assert "left for a human" in events[3].data["detail"]
+    # Derived again next round (same session update): the same ids, so sent once.
+    again = run_derive(c, {}, pool_sessions=frozenset({("a", "s3")}))
+    assert [e.id for e in again if e.type == "needs_person"] == [
+        e.id for e in events if e.type == "needs_person"
+    ]
+
+
+def test_parked_tasks_blackouts_and_the_daily_summary() -> None:
+    state: dict[str, Any] = {}
+    parked = [Parked("T-3", "three", 3, "context too long")]
+    blackouts = {"opencode": ("2026-12-02T00:00:00+00:00", "429")}
+    events = derive(
+        cycle(instances=[up("a")]),
+        Inputs(["a"], parked, 2, blackouts=blackouts),
+        state,
+        now=NOW,
+        tz=UTC,
+        summary_hour=9,
+    )
+    assert [e.type for e in events] == ["task_parked", "blackout", "daily_summary"]
+    summary = events[-1].data
+    assert summary["counts"] == {"task_parked": 1, "blackout": 1}
+    assert (summary["waiting"], summary["up"], summary["servers"]) == (2, 1, 1)
+    # Same blackout, same day: only the parked task is derived again (its id dedupes it).
+    events = derive(
+        cycle(instances=[up("a")]),
+        Inputs(["a"], parked, 2, blackouts=blackouts),
+        state,
+        now=NOW + timedelta(hours=1),
+        tz=UTC,
+        summary_hour=9,
+    )
+    assert [e.type for e in events] == ["task_parked"]
+    # A new blackout time is news; a new day brings a new summary, not before summary_hour.
+    later = {"opencode": ("2026-12-03T00:00:00+00:00", "429")}
+    early = datetime(2026, 12, 2, 8, 59, tzinfo=UTC)
+    events = derive(
+        cycle(), Inputs(["a"], blackouts=later), state, now=early, tz=UTC, summary_hour=9
+    )
+    assert [e.type for e in events] == ["blackout"]
+    events = derive(
+        cycle(),
+        Inputs(["a"], blackouts=later),
+        state,
+        now=early + timedelta(minutes=2),
+        tz=UTC,
+        summary_hour=9,
+    )
+    assert [(e.type, e.data["day"]) for e in events] == [("daily_summary", "2026-12-02")]
+
+
+# ---------------------------------------------------------------------------------------------
+# The outbox
+
+
+def queue(
+    tmp: Path, events: list[Event], hooks: list[Webhook], now: datetime = NOW, limit: int = 100
+) -> outbox.Queued:
+    return outbox.enqueue(
+        tmp, lambda state: events, hooks, now=now, queue_limit=limit, keep_hours=24
+    )
+
+
+def test_outbox_queues_each_event_once_and_forgets_it_once_delivered(tmp_path: Path) -> None:
+    done = Webhook("done-only", "H", "json", events=("task_done",), url=URL)
+    everything = Webhook("all", "H", "json", url=URL)
+    down = Event("instance_down:b:x", "instance_down", NOW.isoformat(), "b")
+    q = queue(tmp_path, [EVENT, down], [done, everything])
+    assert [(e.webhook, e.event.type) for e in q.pending] == [
+        ("done-only", "task_done"),
+        ("all", "task_done"),
+        ("all", "instance_down"),
+    ]
+    assert queue(tmp_path, [EVENT, down], [done, everything]).new == []  # seen: not again
+    outbox.record(tmp_path, q.pending[0], ok=True, reason="HTTP 200", now=NOW)
+    outbox.record(tmp_path, q.pending[1], ok=False, reason="connection refused", now=NOW)
+    state = outbox.read_state(tmp_path)
+    assert state is not None
+    assert [(i["webhook"], i["attempts"]) for i in state["outbox"]] == [("all", 1), ("all", 0)]
+    assert state["outbox"][0]["last_error"] == "connection refused"
+    assert state["last"]["all"]["error"] == "connection refused"
+    assert f"done-only:{EVENT.id}" in state["sent"]
+    if hasattr(__import__("os"), "geteuid"):
+        assert oct(outbox.state_path(tmp_path).stat().st_mode & 0o777) == "0o600"
+
+
+def test_outbox_is_bounded_by_size_and_age(tmp_path: Path) -> None:
+    h = Webhook("all", "H", "json", url=URL)
+    many = [Event(f"needs_person:a:s{i}:1", "needs_person", NOW.isoformat()) for i in range(5)]
+    q = queue(tmp_path, many, [h], limit=3)
+    assert [e.event.id for e in q.pending] == [e.id for e in many[2:]]
+    assert len(q.dropped) == 2 and "queue full" in q.dropped[0]
+    q = queue(tmp_path, [], [h], now=NOW + timedelta(hours=25))
+    assert q.pending == [] and len(q.dropped) == 3 and "more than 24 h" in q.dropped[0]
+
+
+def test_a_damaged_outbox_is_reported_never_reset(tmp_path: Path) -> None:
+    path = outbox.state_path(tmp_path)
+    path.parent.mkdir(parents=True)
+    path.write_text('{"schema_version": 1, "outbox": [{"event": 3}]}', "utf-8")
+    with pytest.raises(StateFileError, match=r"outbox\[0\]"):
+        queue(tmp_path, [EVENT], [hook("json")])
+    assert path.read_text("utf-8") == '{"schema_version": 1, "outbox": [{"event": 3}]}'
+
+
+# ---------------------------------------------------------------------------------------------
+# Messages
+
+
+def test_messages_in_both_languages_with_title_instance_and_link() -> None:
+    for lang, words in (("en", "finished"), ("zh", "已在")):
+        head, text = render(
+            EVENT, language=lang, project="商城", page_url="http://127.0.0.1:8/", tz=UTC
+        )
+        assert head.startswith("[xaf-hub · 商城]") and "登录页" in head
+        assert words in text and "lan-b" in text and "http://127.0.0.1:8/" in text
+    down = Event(
+        "instance_down:b:1",
+        "instance_down",
+        NOW.isoformat(),
+        "lan-b",
+        data={"reason": "connection refused"},
+    )
+    head, text = render(down, language="zh", project="p", page_url="", tz=UTC)
+    assert "服务器无响应" in head and "lan-b" in text and "Overview" not in text
+    head, text = render(down, language="en", project="p", page_url="", tz=UTC)
+    assert head.endswith("Server down: lan-b") and "connection refused" in text
+    # Every catalogue entry renders in both languages without a missing field.
+    from xaf_hub.notify.messages import CATALOGUE
+
+    for lang in CATALOGUE:
+        for kind in CATALOGUE["en"]:
+            render(
+                Event("x", kind, NOW.isoformat()), language=lang, project="p", page_url="", tz=UTC
+            )
+
+
+# ---------------------------------------------------------------------------------------------
+# doctor
+
+
+def test_doctor_checks_env_vars_and_only_resolves_when_online(tmp_path: Path) -> None:
+    cfg = parse(
+        {
+            "webhooks": [
+                {"name": "ok", "url_env": "OK_URL", "format": "dingtalk"},
+                {"name": "unset", "url_env": "NOPE", "format": "slack"},
+                {
+                    "name": "nosecret",
+                    "url_env": "OK_URL",
+                    "format": "feishu",
+                    "secret_env": "MISSING",
+                },
+            ]
+        },
+        env={"OK_URL": "https://chat.invalid/robot/send?access_token=" + TOKEN},
+    )
+    asked: list[tuple[str, int]] = []
+
+    def resolver(host: str, port: int) -> Any:
+        asked.append((host, port))
+        raise OSError(-2, "Name or service not known")
+
+    offline = webhook_checks(cfg, tmp_path, resolver=resolver)
+    assert asked == []
+    levels = [(c.subject, c.level, c.code) for c in offline]
+    assert ("webhook unset", "error", ExitCode.USAGE) in levels
+    assert ("webhook nosecret", "error", ExitCode.USAGE) in levels
+    assert ("webhook ok", "info", ExitCode.OK) in levels  # dingtalk without signing
+    assert not any(TOKEN in c.message + c.fix for c in offline)
+    online = webhook_checks(cfg, tmp_path, online=True, resolver=resolver)
+    assert asked == [("chat.invalid", 443), ("chat.invalid", 443)]
+    bad = [c for c in online if "does not resolve" in c.message]
+    assert bad and bad[0].code == ExitCode.UNREACHABLE

@@ -1,0 +1,266 @@
+"""A finished patrol cycle, compared with what the previous round saw, as events (pure).
+
+From the cycle's record:
+
+* ``task_done``    — a pool task settled as done (fill_slots' ``done`` actions).
+* ``healed``       — a session switched to another model after a limit (``heal`` ok).
+* ``needs_person`` — a failed, stale-busy or interrupted session that no step took care of this
+  round: not healed, resumed, requeued or waiting for a slot; an interrupted one only when the
+  patrol said it leaves it to a person (resumed once already, or on production). Sessions of
+  pool tasks are the pool's business (``task_parked``), not this.
+* ``instance_down`` / ``instance_up`` — reachability changed since the previous round (the
+  first round only records it). When no instance answered, the cycle has no instance lines
+  but a step failed with "no instance answered": every configured instance counts as down.
+
+From the stores, compared with the previous round: ``task_parked`` (a pool task whose attempts
+are used up), ``blackout`` (a family newly blacked out, or until a new time), and
+``daily_summary`` (the first round on or after ``summary_hour`` each local day).
+
+``derive`` updates the previous-round view in ``state`` in place; ids make "send once" hold
+when the same fact is derived again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, MutableMapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta, tzinfo
+from typing import TYPE_CHECKING, Any
+
+from xaf_hub.notify.events import Event
+
+if TYPE_CHECKING:  # only the record's shape is needed; notify never runs a patrol step
+    from xaf_hub.patrol.context import Cycle
+
+UNREACHABLE = 2  # ExitCode.UNREACHABLE, without importing the CLI's vocabulary here
+_FLEET_DOWN = "no instance answered"
+_PERSON_STATES = ("failed", "stale_busy", "interrupted")
+# A skipped resume whose reason says a person must act (see check_agents.resume_refusal).
+_LEFT_FOR_PERSON = ("human", "production")
+HISTORY_HOURS = 48
+
+
+@dataclass(frozen=True)
+class Parked:
+    """A pool task whose attempts are used up."""
+
+    id: str
+    title: str
+    attempts: int
+    last_error: str
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """What the stores say at the end of the round (read by the caller)."""
+
+    configured: Sequence[str]
+    parked: Sequence[Parked] = ()
+    waiting: int = 0
+    pool_sessions: frozenset[tuple[str, str]] = frozenset()
+    # family -> (until as ISO 8601 UTC, reason)
+    blackouts: Mapping[str, tuple[str, str]] | None = None
+
+
+def _iso(when: datetime) -> str:
+    return when.astimezone(UTC).isoformat(timespec="seconds")
+
+
+def reachability(cycle: Cycle, configured: Sequence[str]) -> dict[str, tuple[bool, str]]:
+    """Each instance's (reachable, reason) as this cycle saw it ({} when it did not look)."""
+    if cycle.instances:
+        return {i.name: (i.reachable, i.reason) for i in cycle.instances}
+    if any(s.code == UNREACHABLE and _FLEET_DOWN in s.error for s in cycle.steps):
+        return {name: (False, _FLEET_DOWN) for name in configured}
+    return {}
+
+
+def _instance_events(
+    seen: Mapping[str, tuple[bool, str]], state: MutableMapping[str, Any], at: str
+) -> list[Event]:
+    prev: MutableMapping[str, Any] = state.setdefault("instances", {})
+    events = []
+    for name, (up, reason) in seen.items():
+        before = prev.get(name)
+        if isinstance(before, Mapping) and bool(before.get("up")) != up:
+            since = str(before.get("since") or "")
+            if up:
+                events.append(
+                    Event(
+                        f"instance_up:{name}:{at}",
+                        "instance_up",
+                        at,
+                        instance=name,
+                        data={"down_since": since},
+                    )
+                )
+            else:
+                events.append(
+                    Event(
+                        f"instance_down:{name}:{at}",
+                        "instance_down",
+                        at,
+                        instance=name,
+                        data={"reason": reason},
+                    )
+                )
+        if not isinstance(before, Mapping) or bool(before.get("up")) != up:
+            prev[name] = {"up": up, "since": at, "reason": reason}
+    return events
+
+
+def _session_events(cycle: Cycle, inputs: Inputs, at: str) -> list[Event]:
+    events = []
+    for a in cycle.actions:
+        if a.kind == "done" and a.result == "ok":
+            events.append(
+                Event(
+                    f"task_done:{a.task}:{a.session}",
+                    "task_done",
+                    at,
+                    a.instance,
+                    a.session,
+                    a.title,
+                    a.task,
+                )
+            )
+        elif a.kind == "heal" and a.result == "ok":
+            events.append(
+                Event(
+                    f"healed:{a.instance}:{a.session}:{at}",
+                    "healed",
+                    at,
+                    a.instance,
+                    a.session,
+                    a.title,
+                    data={"from_model": a.from_model, "model": a.model, "detail": a.detail},
+                )
+            )
+    handled = {(a.instance, a.session) for a in cycle.actions if a.result in ("ok", "waiting")}
+    handled |= cycle.touched | cycle.deferred
+    left = {
+        (a.instance, a.session): a.detail
+        for a in cycle.actions
+        if a.kind in ("resume", "heal", "keep")
+        and a.result in ("skipped", "failed")
+        and (a.result == "failed" or any(w in a.detail for w in _LEFT_FOR_PERSON))
+    }
+    for line in cycle.sessions:
+        key = (line.instance, line.session)
+        if line.state not in _PERSON_STATES or key in handled or key in inputs.pool_sessions:
+            continue
+        if line.state == "interrupted" and key not in left:
+            continue  # resumed later, starting, or stopped on purpose with `interrupt`
+        detail = "; ".join(p for p in (line.detail, left.get(key, "")) if p)
+        events.append(
+            Event(
+                f"needs_person:{line.instance}:{line.session}:{line.updated_ms}",
+                "needs_person",
+                at,
+                line.instance,
+                line.session,
+                line.title,
+                data={"state": line.state, "detail": detail},
+            )
+        )
+    return events
+
+
+def _store_events(inputs: Inputs, state: MutableMapping[str, Any], at: str) -> list[Event]:
+    events = [
+        Event(
+            f"task_parked:{t.id}:{t.attempts}",
+            "task_parked",
+            at,
+            title=t.title,
+            task=t.id,
+            data={"attempts": t.attempts, "error": t.last_error},
+        )
+        for t in inputs.parked
+    ]
+    if inputs.blackouts is not None:
+        before = state.get("blackouts")
+        before = before if isinstance(before, Mapping) else {}
+        for family, (until, reason) in sorted(inputs.blackouts.items()):
+            if before.get(family) != until:
+                events.append(
+                    Event(
+                        f"blackout:{family}:{until}",
+                        "blackout",
+                        at,
+                        data={"family": family, "until": until, "reason": reason},
+                    )
+                )
+        state["blackouts"] = {f: u for f, (u, _) in inputs.blackouts.items()}
+    return events
+
+
+def counts_since(history: Sequence[Mapping[str, Any]], since: datetime) -> dict[str, int]:
+    """How many events of each type were derived since ``since``."""
+    out: dict[str, int] = {}
+    for item in history:
+        try:
+            when = datetime.fromisoformat(str(item.get("at")))
+        except ValueError:
+            continue
+        if when >= since:
+            kind = str(item.get("type"))
+            out[kind] = out.get(kind, 0) + 1
+    return out
+
+
+def _summary(
+    cycle: Cycle,
+    inputs: Inputs,
+    state: MutableMapping[str, Any],
+    seen: Mapping[str, tuple[bool, str]],
+    now: datetime,
+    tz: tzinfo,
+    summary_hour: int,
+    fresh: Sequence[Event],
+) -> list[Event]:
+    local = now.astimezone(tz)
+    day = local.date().isoformat()
+    if local.hour < summary_hour or state.get("summary_day") == day:
+        return []
+    state["summary_day"] = day
+    history = list(state.get("history") or [])
+    seen_ids = state.get("seen")
+    seen_ids = seen_ids if isinstance(seen_ids, Mapping) else {}
+    history += [{"type": e.type, "at": e.at} for e in fresh if e.id not in seen_ids]
+    counts = counts_since(history, now - timedelta(hours=24))
+    at = _iso(now)
+    return [
+        Event(
+            f"daily_summary:{day}",
+            "daily_summary",
+            at,
+            data={
+                "day": day,
+                "counts": counts,
+                "running": sum(1 for s in cycle.sessions if s.state in ("running", "stale_busy")),
+                "waiting": inputs.waiting,
+                "up": sum(1 for up, _ in seen.values() if up),
+                "servers": len(inputs.configured),
+            },
+        )
+    ]
+
+
+def derive(
+    cycle: Cycle,
+    inputs: Inputs,
+    state: MutableMapping[str, Any],
+    *,
+    now: datetime,
+    tz: tzinfo,
+    summary_hour: int,
+) -> list[Event]:
+    """The round's events, in the order a reader wants them; ``state`` moves to this round."""
+    at = _iso(cycle.started)
+    seen = reachability(cycle, inputs.configured)
+    events = _instance_events(seen, state, at)
+    events += _session_events(cycle, inputs, at)
+    events += _store_events(inputs, state, at)
+    events += _summary(cycle, inputs, state, seen, now, tz, summary_hour, events)
+    return events

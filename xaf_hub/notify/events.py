@@ -1,0 +1,59 @@
+"""The event record: one thing the team hears about, with a stable id for "send once"."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Event:
+    """One notification-worthy fact.
+
+    ``id`` is stable for the fact (the same task finishing, the same outage), so deriving it
+    twice never sends it twice. ``data`` holds the type's own fields (models, reasons, counts),
+    as JSON values.
+    """
+
+    id: str
+    type: str
+    at: str  # ISO 8601, UTC
+    instance: str = ""
+    session: str = ""
+    title: str = ""
+    task: str = ""
+    data: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        """The hub's own event record (the ``json`` format's body carries it)."""
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "id": self.id,
+            "type": self.type,
+            "at": self.at,
+            "instance": self.instance,
+            "session": self.session,
+            "title": self.title,
+            "task": self.task,
+            "data": dict(self.data),
+        }
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> Event:
+        """Read a record back from the outbox (ValueError when it is not one)."""
+        if not isinstance(raw.get("id"), str) or not isinstance(raw.get("type"), str):
+            raise ValueError("an event needs a string id and type")
+        data = raw.get("data")
+        return cls(
+            id=raw["id"],
+            type=raw["type"],
+            at=str(raw.get("at") or ""),
+            instance=str(raw.get("instance") or ""),
+            session=str(raw.get("session") or ""),
+            title=str(raw.get("title") or ""),
+            task=str(raw.get("task") or ""),
+            data=dict(data) if isinstance(data, Mapping) else {},
+        )

@@ -1,0 +1,167 @@
+"""An event in plain words, in English or Chinese: a short headline and one or two lines.
+
+The catalogue is small on purpose: one headline and one body per event type and language.
+Error texts quoted from servers stay as the server wrote them. Rendering is pure: the clock's
+zone for local times and the overview link are passed in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime, tzinfo
+from typing import Any
+
+from xaf_hub.notify.events import Event
+
+# A chat line is read on a phone: long titles and error texts are cut.
+_TITLE_CHARS = 80
+_DETAIL_CHARS = 300
+
+CATALOGUE: dict[str, dict[str, tuple[str, str]]] = {
+    "en": {
+        "task_done": ("Task done: {title}", "Task {task} finished in its session on {instance}."),
+        "task_parked": (
+            "Task parked: {title}",
+            "Task {task} failed {attempts} times and waits for a person. Last error: {error}\n"
+            "To try it again: xaf-hub backlog set {task} --status pending --reset",
+        ),
+        "needs_person": (
+            "Needs a person: {title}",
+            "Session \u201c{title}\u201d on {instance} {state}",
+        ),
+        "healed": (
+            "Healed: {title}",
+            "Session \u201c{title}\u201d on {instance} hit a limit on {from_model}; "
+            "it goes on with {model}.",
+        ),
+        "blackout": (
+            "Provider resting: {family}",
+            "{family} models hit a rate limit. The hub stops using them until {until}.",
+        ),
+        "instance_down": (
+            "Server down: {instance}",
+            "{instance} does not answer ({reason}). Its work waits until it is back.",
+        ),
+        "instance_up": ("Server back: {instance}", "{instance} answers again."),
+        "daily_summary": (
+            "Daily summary for {day}",
+            "Last 24 hours: {done} task(s) done, {parked} parked, {healed} healed, "
+            "{people} needing a person.\nNow: {running} running, {waiting} waiting in the queue; "
+            "{up} of {servers} server(s) answering.",
+        ),
+        "test": (
+            "Test message",
+            "A test from xaf-hub for the webhook \u201c{webhook}\u201d. "
+            "If you can read this, notifications work.",
+        ),
+    },
+    "zh": {
+        "task_done": ("任务完成:{title}", "任务 {task} 已在 {instance} 上的会话中完成。"),
+        "task_parked": (
+            "任务搁置:{title}",
+            "任务 {task} 已失败 {attempts} 次,等人处理。最后的错误:{error}\n"
+            "重新排队:xaf-hub backlog set {task} --status pending --reset",
+        ),
+        "needs_person": ("需要人工处理:{title}", "{instance} 上的会话“{title}”{state}"),
+        "healed": (
+            "已自动恢复:{title}",
+            "{instance} 上的会话“{title}”在 {from_model} 上遇到限额,已改用 {model} 继续。",
+        ),
+        "blackout": (
+            "模型暂停使用:{family}",
+            "{family} 系列模型遇到限流,{until} 之前不再使用。",
+        ),
+        "instance_down": (
+            "服务器无响应:{instance}",
+            "{instance} 没有响应({reason})。它上面的工作等它恢复后继续。",
+        ),
+        "instance_up": ("服务器已恢复:{instance}", "{instance} 又能正常响应了。"),
+        "daily_summary": (
+            "{day} 每日汇总",
+            "过去 24 小时:完成 {done} 个任务,搁置 {parked} 个,自动恢复 {healed} 次,"
+            "{people} 次需要人工处理。\n现在:{running} 个在运行,{waiting} 个在排队;"
+            "{servers} 台服务器中 {up} 台正常响应。",
+        ),
+        "test": (
+            "测试消息",
+            "这是 xaf-hub 发给 webhook“{webhook}”的测试消息。能看到它,说明通知已经接通。",
+        ),
+    },
+}
+
+_STATES: dict[str, dict[str, str]] = {
+    "en": {
+        "failed": "stopped with an error: {detail}",
+        "interrupted": "was interrupted and will not be restarted automatically: {detail}",
+        "stale_busy": "has been busy with no progress for a long time: {detail}",
+        "": "needs a look: {detail}",
+    },
+    "zh": {
+        "failed": "出错停下了:{detail}",
+        "interrupted": "被中断了,不会再自动续跑:{detail}",
+        "stale_busy": "长时间忙碌却没有进展:{detail}",
+        "": "需要有人看一下:{detail}",
+    },
+}
+
+_PREFIX = {"en": "[xaf-hub \u00b7 {project}]", "zh": "[xaf-hub \u00b7 {project}]"}
+_LINK = {"en": "Overview: {url}", "zh": "总览页:{url}"}
+_UNKNOWN = {"en": "unknown", "zh": "未知"}
+
+
+def _cut(text: str, limit: int) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 1] + "\u2026"
+
+
+def _local(iso: str, tz: tzinfo) -> str:
+    try:
+        return datetime.fromisoformat(iso).astimezone(tz).strftime("%Y-%m-%d %H:%M")
+    except (ValueError, TypeError):
+        return iso or "?"
+
+
+def _fields(event: Event, lang: str, tz: tzinfo) -> dict[str, Any]:
+    data: Mapping[str, Any] = event.data
+    unknown = _UNKNOWN[lang]
+    detail = _cut(str(data.get("detail") or unknown), _DETAIL_CHARS)
+    states = _STATES[lang]
+    counts = data.get("counts") if isinstance(data.get("counts"), Mapping) else {}
+    assert isinstance(counts, Mapping)
+    return {
+        "title": _cut(event.title or event.task or event.session or unknown, _TITLE_CHARS),
+        "task": event.task or "-",
+        "instance": event.instance or unknown,
+        "attempts": data.get("attempts", "?"),
+        "error": _cut(str(data.get("error") or unknown), _DETAIL_CHARS),
+        "state": states.get(str(data.get("state") or ""), states[""]).format(detail=detail),
+        "from_model": data.get("from_model") or unknown,
+        "model": data.get("model") or unknown,
+        "family": data.get("family") or unknown,
+        "until": _local(str(data.get("until") or ""), tz),
+        "reason": _cut(str(data.get("reason") or unknown), _DETAIL_CHARS),
+        "day": data.get("day") or "",
+        "done": counts.get("task_done", 0),
+        "parked": counts.get("task_parked", 0),
+        "healed": counts.get("healed", 0),
+        "people": counts.get("needs_person", 0),
+        "running": data.get("running", 0),
+        "waiting": data.get("waiting", 0),
+        "up": data.get("up", 0),
+        "servers": data.get("servers", 0),
+        "webhook": data.get("webhook") or "",
+    }
+
+
+def render(
+    event: Event, *, language: str, project: str, page_url: str, tz: tzinfo
+) -> tuple[str, str]:
+    """(headline, body) for ``event``; the headline names the hub and project."""
+    lang = language if language in CATALOGUE else "en"
+    head, body = CATALOGUE[lang].get(event.type, ("{title}", "{state}"))
+    values = _fields(event, lang, tz)
+    headline = _PREFIX[lang].format(project=project) + " " + head.format(**values)
+    text = body.format(**values)
+    if page_url:
+        text += "\n" + _LINK[lang].format(url=page_url)
+    return headline, text

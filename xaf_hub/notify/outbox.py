@@ -1,0 +1,240 @@
+"""The notifications' durable state: ``<state>/notify/state.json`` (schema 1, mode 0600).
+
+Keys: ``instances`` and ``blackouts`` (what the previous round saw), ``summary_day``,
+``seen`` (event id -> when it was queued; 14 days), ``history`` (type and time of each new
+event; 48 hours, for the daily summary), ``outbox`` (messages not delivered yet, oldest first:
+webhook, event, queued_at, attempts, last_error), ``sent`` (webhook + event id -> when; 14
+days) and ``last`` (per webhook: last success, last failure and its reason, for ``doctor``).
+
+Every change is a locked read-modify-write with an atomic replace (``statefile.update_json``),
+so a crash leaves the old or the new state. An event is queued once (its id goes to ``seen``
+in the same write that queues it) and leaves the outbox in the write that records its
+delivery. A process killed between the receiver's answer and that write sends the message
+again next round: the only way a message can arrive twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from xaf_hub.errors import StateFileError
+from xaf_hub.notify.config import Webhook
+from xaf_hub.notify.derive import HISTORY_HOURS
+from xaf_hub.notify.events import Event
+from xaf_hub.statefile import read_json, update_json
+
+SCHEMA_VERSION = 1
+FILE = Path("notify") / "state.json"
+SEEN_DAYS = 14
+_WHAT = "notification state"
+
+
+def state_path(state_dir: Path) -> Path:
+    """Where the notification state lives."""
+    return state_dir / FILE
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One queued message: an event for one webhook."""
+
+    webhook: str
+    event: Event
+    queued_at: str
+    attempts: int
+    last_error: str
+
+
+def _iso(when: datetime) -> str:
+    return when.astimezone(UTC).isoformat(timespec="seconds")
+
+
+def _when(text: Any) -> datetime | None:
+    try:
+        when = datetime.fromisoformat(str(text))
+    except ValueError:
+        return None
+    return when if when.tzinfo else when.replace(tzinfo=UTC)
+
+
+def _empty() -> dict[str, Any]:
+    return {"schema_version": SCHEMA_VERSION}
+
+
+def _checked(data: Any, path: Path) -> dict[str, Any]:
+    """The state with every key present; a wrong shape is an error naming the file."""
+    if not isinstance(data, dict):
+        raise StateFileError(f"{_WHAT} {path}: top level must be an object")
+    version = data.get("schema_version", SCHEMA_VERSION)
+    if version != SCHEMA_VERSION:
+        raise StateFileError(
+            f"{_WHAT} {path}: schema_version {version} is not {SCHEMA_VERSION} "
+            "(written by another xaf-hub version)"
+        )
+    data["schema_version"] = SCHEMA_VERSION
+    for key, kind in (
+        ("instances", dict),
+        ("blackouts", dict),
+        ("seen", dict),
+        ("history", list),
+        ("outbox", list),
+        ("sent", dict),
+        ("last", dict),
+    ):
+        if key not in data:
+            data[key] = kind()
+        elif not isinstance(data[key], kind):
+            raise StateFileError(f"{_WHAT} {path}: key '{key}' must be a {kind.__name__}")
+    for i, item in enumerate(data["outbox"]):
+        if not (isinstance(item, dict) and isinstance(item.get("event"), dict)):
+            raise StateFileError(f"{_WHAT} {path}: key 'outbox[{i}]' is not a queued message")
+        try:
+            Event.from_json(item["event"])
+        except ValueError as exc:
+            raise StateFileError(f"{_WHAT} {path}: key 'outbox[{i}].event': {exc}") from None
+    return data
+
+
+def _entry(item: Mapping[str, Any]) -> Entry:
+    return Entry(
+        str(item.get("webhook") or ""),
+        Event.from_json(item["event"]),
+        str(item.get("queued_at") or ""),
+        int(item.get("attempts") or 0),
+        str(item.get("last_error") or ""),
+    )
+
+
+@dataclass(frozen=True)
+class Queued:
+    """What one round put in and found in the outbox."""
+
+    pending: list[Entry]
+    new: list[Event]
+    dropped: list[str]  # one line per message given up on (too old, queue full)
+
+
+def enqueue(
+    state_dir: Path,
+    derive: Callable[[dict[str, Any]], list[Event]],
+    hooks: Sequence[Webhook],
+    *,
+    now: datetime,
+    queue_limit: int,
+    keep_hours: float,
+    lock_timeout: float = 20.0,
+) -> Queued:
+    """Run ``derive(state)`` under the lock, queue its new events, trim; return the outbox."""
+    path = state_path(state_dir)
+    stamp = _iso(now)
+    names = {h.name for h in hooks}
+
+    def mutate(raw: Any) -> Queued:
+        data = _checked(raw, path)
+        events = derive(data)
+        new = []
+        for ev in events:
+            if ev.id in data["seen"]:
+                continue
+            new.append(ev)
+            data["seen"][ev.id] = stamp
+            data["history"].append({"type": ev.type, "at": ev.at})
+            for hook in hooks:
+                if hook.wants(ev.type):
+                    data["outbox"].append(
+                        {
+                            "webhook": hook.name,
+                            "event": ev.to_json(),
+                            "queued_at": stamp,
+                            "attempts": 0,
+                            "last_error": "",
+                        }
+                    )
+        dropped: list[str] = []
+        oldest = now - timedelta(hours=keep_hours)
+        kept: list[dict[str, Any]] = []
+        for item in data["outbox"]:
+            when = _when(item.get("queued_at"))
+            if item.get("webhook") not in names:
+                continue  # the webhook left the config: nobody to send it to
+            if when is not None and when < oldest:
+                dropped.append(_drop_line(item, f"unsent for more than {keep_hours:g} h"))
+                continue
+            kept.append(item)
+        for name in names:
+            mine = [i for i in kept if i.get("webhook") == name]
+            for item in mine[: max(0, len(mine) - queue_limit)]:
+                dropped.append(_drop_line(item, f"queue full ({queue_limit} messages)"))
+                kept.remove(item)
+        data["outbox"] = kept
+        _prune(data, now)
+        return Queued([_entry(i) for i in kept], new, dropped)
+
+    return update_json(path, mutate, default=_empty, what=_WHAT, timeout=lock_timeout)
+
+
+def _drop_line(item: Mapping[str, Any], why: str) -> str:
+    ev = item.get("event") or {}
+    return f"gave up on {ev.get('type')} {ev.get('id')} for webhook '{item.get('webhook')}': {why}"
+
+
+def _prune(data: dict[str, Any], now: datetime) -> None:
+    for key, keep in (("seen", timedelta(days=SEEN_DAYS)), ("sent", timedelta(days=SEEN_DAYS))):
+        data[key] = {
+            k: v for k, v in data[key].items() if (w := _when(v)) is None or w >= now - keep
+        }
+    horizon = now - timedelta(hours=HISTORY_HOURS)
+    data["history"] = [
+        h
+        for h in data["history"]
+        if isinstance(h, dict) and (w := _when(h.get("at"))) is not None and w >= horizon
+    ][-5000:]
+
+
+def record(
+    state_dir: Path,
+    entry: Entry,
+    *,
+    ok: bool,
+    reason: str,
+    now: datetime,
+    lock_timeout: float = 20.0,
+) -> None:
+    """Record one delivery: delivered leaves the outbox; a failure counts an attempt."""
+    path = state_path(state_dir)
+    stamp = _iso(now)
+
+    def mutate(raw: Any) -> None:
+        data = _checked(raw, path)
+        last = data["last"].setdefault(entry.webhook, {})
+        if ok:
+            data["outbox"] = [
+                i
+                for i in data["outbox"]
+                if not (
+                    i.get("webhook") == entry.webhook and i["event"].get("id") == entry.event.id
+                )
+            ]
+            data["sent"][f"{entry.webhook}:{entry.event.id}"] = stamp
+            last.update(ok_at=stamp)
+            return
+        for item in data["outbox"]:
+            if item.get("webhook") == entry.webhook and item["event"].get("id") == entry.event.id:
+                item["attempts"] = int(item.get("attempts") or 0) + 1
+                item["last_error"] = reason
+        last.update(error_at=stamp, error=reason)
+
+    update_json(path, mutate, default=_empty, what=_WHAT, timeout=lock_timeout)
+
+
+def read_state(state_dir: Path) -> dict[str, Any] | None:
+    """The state for ``doctor`` (None before the first round; StateFileError when corrupt)."""
+    path = state_path(state_dir)
+    try:
+        return _checked(read_json(path, what=_WHAT), path)
+    except FileNotFoundError:
+        return None
