@@ -340,13 +340,13 @@ def test_a_refusal_is_not_retried_and_a_dead_receiver_is_tried_retries_plus_one_
 
     answer, pauses = run_deliver(dead, retries=2)
     assert (answer.ok, answer.retry, answer.tries) == (False, True, 3)
-    assert answer.reason == "connection refused" and len(pauses) == 2
+    assert answer.reason.startswith("connection refused") and len(pauses) == 2
 
     def slow(req: httpx.Request) -> httpx.Response:
         raise httpx.ReadTimeout("timed out", request=req)
 
     answer, _ = run_deliver(slow, retries=0)
-    assert answer.reason == "no answer within 1s" and answer.tries == 1
+    assert answer.reason.startswith("no answer within 1s") and answer.tries == 1
 
 
 # ---------------------------------------------------------------------------------------------

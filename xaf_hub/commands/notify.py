@@ -29,7 +29,7 @@ receiver refused the message (wrong token, bad signature).
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Options of `notify`."""
-    p.add_argument("action", choices=("test",), help="test: send one test message")
+    p.add_argument("action", nargs="?", choices=("test",), help="test: send one test message")
     p.add_argument("--webhook", metavar="NAME", help="only this webhook (default: all)")
     add_json(p)
 
@@ -39,6 +39,8 @@ def run(ctx: Context) -> int:
     from xaf_hub import aio
     from xaf_hub.notify.patrol import send_test
 
+    if ctx.args.action is None:
+        raise UsageError("notify needs an action: `xaf-hub notify test` (see --help)")
     cfg = ctx.config
     notify = cfg.notify
     if not notify.webhooks:

@@ -251,8 +251,10 @@ def _webhook(raw: Any, index: int, env: Mapping[str, str], bad: _Problem) -> Web
         format=str(fmt),
         events=events,
         secret_env=strings["secret_env"],
-        url=env.get(strings["url_env"]) or None,
-        secret=(env.get(strings["secret_env"]) or None) if strings["secret_env"] else None,
+        url=(env.get(strings["url_env"]) or "").strip() or None,
+        secret=(env.get(strings["secret_env"]) or "").strip() or None
+        if strings["secret_env"]
+        else None,
     )
 
 

@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from xaf_hub.client import describe_error
 from xaf_hub.notify.formats import Outgoing, judge
 
 # Back-off between tries: 0.5 s, 1 s, 2 s... capped.
@@ -56,19 +57,6 @@ def make_client(
     )
 
 
-def _network_reason(exc: httpx.HTTPError, timeout: float) -> str:
-    if isinstance(exc, httpx.TimeoutException):
-        return f"no answer within {timeout:g}s"
-    if isinstance(exc, httpx.ConnectError):
-        text = str(exc).lower()
-        if "refused" in text:
-            return "connection refused"
-        if "name" in text or "nodename" in text or "resolv" in text:
-            return "host name does not resolve"
-        return "cannot connect"
-    return f"connection failed ({type(exc).__name__})"
-
-
 async def deliver(
     client: httpx.AsyncClient,
     fmt: str,
@@ -91,7 +79,7 @@ async def deliver(
             verdict = judge(fmt, status, body)
             ok, retry, reason = verdict.ok, verdict.retry, verdict.reason
         except httpx.HTTPError as exc:
-            ok, retry, reason = False, True, _network_reason(exc, timeout)
+            ok, retry, reason = False, True, describe_error(exc, timeout, timeout)
         if ok or not retry or tries > retries:
             return Answer(ok, retry, status, reason, body, tries)
         pause = min(BACKOFF_FIRST * 2 ** (tries - 1), BACKOFF_MAX)
