@@ -4,7 +4,8 @@ Checks, in order: the config file (which one, valid or not, which config.local.j
 credentials), each instance (reachable, auth accepted, API dialect and opencode version, where
 its password came from, roots and default_directory), the state and lock folders (writable),
 the blackout clock (zone, next reset, active blackouts), the patrol's pause flag and the
-last heartbeat of its daemon.
+last heartbeat of its daemon, and each chat webhook (its environment variables, its last
+delivery; with --online, whether its host resolves: nothing is sent).
 
 Exit status: 0 when nothing is wrong (warnings alone still exit 0), else the code of the worst
 problem: 4 for a config problem (or an unwritable state folder), 2 for an instance that is
@@ -59,6 +60,7 @@ if TYPE_CHECKING:  # the scanner pulls in httpx; --help must stay light
 EXAMPLES = """\
 examples:
   xaf-hub doctor
+  xaf-hub doctor --online                       # also resolve each webhook's host
   xaf-hub doctor --json | jq '.findings[] | select(.level != "ok")'
   xaf-hub --config /etc/xaf-hub/config.json doctor   # what the service will see
 
