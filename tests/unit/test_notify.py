@@ -22,7 +22,7 @@ from xaf_hub.errors import ConfigError, ExitCode, StateFileError
 from xaf_hub.notify import outbox
 from xaf_hub.notify.check import webhook_checks
 from xaf_hub.notify.config import DEFAULT_EVENTS, NotifyConfig, Webhook, parse_notify
-from xaf_hub.notify.derive import Inputs, Parked, derive
+from xaf_hub.notify.derive import Done, Inputs, Parked, derive
 from xaf_hub.notify.events import Event
 from xaf_hub.notify.formats import Outgoing, build, judge
 from xaf_hub.notify.messages import render
@@ -489,6 +489,21 @@ def test_parked_tasks_blackouts_and_the_daily_summary() -> None:
         summary_hour=9,
     )
     assert [(e.type, e.data["day"]) for e in events] == [("daily_summary", "2026-12-02")]
+
+
+def test_tasks_done_in_a_killed_round_are_caught_up_once() -> None:
+    state: dict[str, Any] = {}
+    early = Done("T-1", "one", "a", "s1", NOW - timedelta(hours=1))
+    in_this_round = Action("fill_slots", "done", "ok", "a", "s1", task="T-1", title="one")
+    first = run_derive(cycle(actions=[in_this_round]), state, done=[early])
+    assert [e.id for e in first] == ["task_done:T-1:s1"]  # the action and the pool agree
+    # The next round was killed after settling T-2; the round after finds it in the pool.
+    killed = Done("T-2", "two", "b", "s2", NOW + timedelta(minutes=30))
+    later = Cycle(started=NOW + timedelta(hours=1))
+    events = run_derive(later, state, done=[early, killed])
+    assert [(e.type, e.task, e.instance, e.session) for e in events] == [
+        ("task_done", "T-2", "b", "s2")
+    ]
 
 
 # ---------------------------------------------------------------------------------------------

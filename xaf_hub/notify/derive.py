@@ -12,7 +12,9 @@ From the cycle's record:
   first round only records it). When no instance answered, the cycle has no instance lines
   but a step failed with "no instance answered": every configured instance counts as down.
 
-From the stores, compared with the previous round: ``task_parked`` (a pool task whose attempts
+From the stores, compared with the previous round: ``task_done`` again for pool tasks done
+since the previous finished round began (a round killed after settling a task but before
+queueing its message loses nothing), ``task_parked`` (a pool task whose attempts
 are used up), ``blackout`` (a family newly blacked out, or until a new time), and
 ``daily_summary`` (the first round on or after ``summary_hour`` each local day).
 
@@ -51,6 +53,17 @@ class Parked:
 
 
 @dataclass(frozen=True)
+class Done:
+    """A pool task marked done, with the session that did it."""
+
+    id: str
+    title: str
+    instance: str
+    session: str
+    done_at: datetime
+
+
+@dataclass(frozen=True)
 class Inputs:
     """What the stores say at the end of the round (read by the caller)."""
 
@@ -58,6 +71,7 @@ class Inputs:
     parked: Sequence[Parked] = ()
     waiting: int = 0
     pool_sessions: frozenset[tuple[str, str]] = frozenset()
+    done: Sequence[Done] = ()
     # family -> (until as ISO 8601 UTC, reason)
     blackouts: Mapping[str, tuple[str, str]] | None = None
 
@@ -166,6 +180,28 @@ def _session_events(cycle: Cycle, inputs: Inputs, at: str) -> list[Event]:
     return events
 
 
+def _catch_up(inputs: Inputs, state: MutableMapping[str, Any], at: str) -> list[Event]:
+    """task_done for pool tasks done since the previous finished round began.
+
+    The cycle's record already has this round's; these are the ones of a round that was
+    killed before it could queue them (same ids, so nothing is announced twice).
+    """
+    try:
+        since = datetime.fromisoformat(str(state.get("last_round")))
+    except ValueError:
+        since = None
+    state["last_round"] = at
+    if since is None:
+        return []
+    return [
+        Event(
+            f"task_done:{t.id}:{t.session}", "task_done", at, t.instance, t.session, t.title, t.id
+        )
+        for t in inputs.done
+        if t.done_at >= since
+    ]
+
+
 def _store_events(inputs: Inputs, state: MutableMapping[str, Any], at: str) -> list[Event]:
     events = [
         Event(
@@ -261,6 +297,8 @@ def derive(
     seen = reachability(cycle, inputs.configured)
     events = _instance_events(seen, state, at)
     events += _session_events(cycle, inputs, at)
+    ids = {e.id for e in events}
+    events += [e for e in _catch_up(inputs, state, at) if e.id not in ids]
     events += _store_events(inputs, state, at)
     events += _summary(cycle, inputs, state, seen, now, tz, summary_hour, events)
     return events

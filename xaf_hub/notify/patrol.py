@@ -26,10 +26,11 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from xaf_hub import aio
+from xaf_hub.backlog import parse_instant
 from xaf_hub.errors import HubError
 from xaf_hub.notify import outbox
 from xaf_hub.notify.config import NotifyConfig, Webhook
-from xaf_hub.notify.derive import Inputs, Parked, derive
+from xaf_hub.notify.derive import Done, Inputs, Parked, derive
 from xaf_hub.notify.events import Event
 from xaf_hub.notify.formats import Outgoing, build
 from xaf_hub.notify.messages import render
@@ -55,9 +56,14 @@ def _inputs(pctx: PatrolContext, cycle: Cycle, now: datetime) -> Inputs:
     except HubError as exc:
         cycle.error(pctx, STEP, f"task pool unreadable, no task events this round: {exc}")
         tasks = []
+    done: list[Done] = []
     for t in tasks:
         if t.session_id:
             pool_sessions.add((t.dispatched_to or "", t.session_id))
+        if t.status == "done" and t.session_id:
+            when = _instant(t.done_at)
+            if when is not None:
+                done.append(Done(t.id, t.title, t.dispatched_to or "", t.session_id, when))
         if t.status != "pending":
             continue
         if t.attempts >= cfg.patrol.max_attempts:
@@ -79,8 +85,17 @@ def _inputs(pctx: PatrolContext, cycle: Cycle, now: datetime) -> Inputs:
         parked=parked,
         waiting=waiting,
         pool_sessions=frozenset(pool_sessions),
+        done=done,
         blackouts=blackouts,
     )
+
+
+def _instant(value: str | None) -> datetime | None:
+    try:
+        when = parse_instant(value)
+    except ValueError:
+        return None
+    return when if when is None or when.tzinfo else when.replace(tzinfo=UTC)
 
 
 def _what(ev: Event) -> str:
