@@ -214,6 +214,7 @@ def test_an_instance_stopped_between_rounds_is_announced_down_then_up(
             password="pw-lan-x",
             config=sandbox.fake_provider_config(hub.llm.url),
             port=port,
+            start_timeout=120,  # the machine is shared: a slow start is not a failure here
         )
 
     extra = server()
