@@ -15,6 +15,7 @@ from __future__ import annotations
 import base64
 import json
 import signal
+import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -205,11 +206,11 @@ def test_an_instance_stopped_between_rounds_is_announced_down_then_up(
         ],
     )
 
-    def server(port: int = 0) -> sandbox.OpencodeServer:
+    def server(port: int, run: int) -> sandbox.OpencodeServer:
         # A fresh home each start: the log of the first run must not answer for the second.
         return sandbox.OpencodeServer(
             sandbox.find_opencode_binary(),
-            home=tmp_path / f"h-x{port}",
+            home=tmp_path / f"h-x{run}",
             cwd=tmp_path / "c-x",
             password="pw-lan-x",
             config=sandbox.fake_provider_config(hub.llm.url),
@@ -217,10 +218,14 @@ def test_an_instance_stopped_between_rounds_is_announced_down_then_up(
             start_timeout=120,  # the machine is shared: a slow start is not a failure here
         )
 
-    extra = server()
+    # An explicit free port: with port 0 opencode first tries 4096, which other servers on this
+    # shared machine may take while lan-x is stopped.
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    extra = server(port, 1)
     extra.start()
     try:
-        port = extra.port
         hub.doc["instances"].append({"name": "lan-x", "url": extra.url, "roots": [str(hub.root)]})
         hub.write_config()
         hub.env["XAF_HUB_PW_LAN_X"] = "pw-lan-x"
@@ -237,7 +242,7 @@ def test_an_instance_stopped_between_rounds_is_announced_down_then_up(
         patrol(hub, *only_check)
         assert len(wecom.hits) == 1  # still down: nothing new
 
-        extra = server(port)
+        extra = server(port, 2)
         extra.start()
         assert extra.port == port
         patrol(hub, *only_check)
