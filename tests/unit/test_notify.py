@@ -418,6 +418,17 @@ def test_session_events_need_a_reason_a_person_must_act() -> None:
                 detail="its run changed a moment ago and may still be starting",
             ),
             act("check_agents", "resume", "waiting", "a", "s6", detail="no free slot"),
+            # A person's decision about a pool task (the report's "Needs a person").
+            act(
+                "fill_slots",
+                "person",
+                "skipped",
+                "a",
+                "s10",
+                task="T-10",
+                title="ten",
+                detail="interrupted by alice@box at 14:03 UTC",
+            ),
         ],
         sessions=[
             line("failed", "s1"),  # nobody took care of it
@@ -435,11 +446,13 @@ def test_session_events_need_a_reason_a_person_must_act() -> None:
     assert got == [
         ("task_done", "s9"),
         ("healed", "s2"),
+        ("needs_person", "s10"),
         ("needs_person", "s1"),
         ("needs_person", "s4"),
         ("needs_person", "s7"),
     ]
-    assert "left for a human" in events[3].data["detail"]
+    assert (events[2].task, events[2].data["state"]) == ("T-10", "person")
+    assert "left for a human" in events[4].data["detail"]
     # Derived again next round (same session update): the same ids, so sent once.
     again = run_derive(c, {}, pool_sessions=frozenset({("a", "s3")}))
     assert [e.id for e in again if e.type == "needs_person"] == [

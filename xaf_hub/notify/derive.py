@@ -4,10 +4,12 @@ From the cycle's record:
 
 * ``task_done``    — a pool task settled as done (fill_slots' ``done`` actions).
 * ``healed``       — a session switched to another model after a limit (``heal`` ok).
-* ``needs_person`` — a failed, stale-busy or interrupted session that no step took care of this
-  round: not healed, resumed, requeued or waiting for a slot; an interrupted one only when the
-  patrol said it leaves it to a person (resumed once already, or on production). Sessions of
-  pool tasks are the pool's business (``task_parked``), not this.
+* ``needs_person`` — what the report lists under "Needs a person" (a person's decision: an
+  operator's interrupt, a task steered by hand), and a failed, stale-busy or interrupted
+  session that no step took care of this round: not healed, resumed, requeued or waiting for a
+  slot; an interrupted one only when the patrol said it leaves it to a person (resumed once
+  already, or on production). Failed sessions of pool tasks are the pool's business
+  (``task_parked``), not this.
 * ``instance_down`` / ``instance_up`` — reachability changed since the previous round (the
   first round only records it). When no instance answered, the cycle has no instance lines
   but a step failed with "no instance answered": every configured instance counts as down.
@@ -44,12 +46,13 @@ HISTORY_HOURS = 48
 
 @dataclass(frozen=True)
 class Parked:
-    """A pool task whose attempts are used up."""
+    """A pool task that waits for a person: attempts used up, or parked by the pool."""
 
     id: str
     title: str
     attempts: int
     last_error: str
+    dispatched_at: str = ""  # the run it was parked after: a later parking is news again
 
 
 @dataclass(frozen=True)
@@ -150,6 +153,35 @@ def _session_events(cycle: Cycle, inputs: Inputs, at: str) -> list[Event]:
                     data={"from_model": a.from_model, "model": a.model, "detail": a.detail},
                 )
             )
+    return events + _person_events(cycle, inputs, at)
+
+
+def _person_events(cycle: Cycle, inputs: Inputs, at: str) -> list[Event]:
+    lines = {(line.instance, line.session): line for line in cycle.sessions}
+    found: dict[tuple[str, str], Event] = {}
+
+    def add(key: tuple[str, str], title: str, task: str, state: str, detail: str) -> None:
+        line = lines.get(key)
+        updated = line.updated_ms if line is not None else 0
+        found.setdefault(
+            key,
+            Event(
+                f"needs_person:{key[0]}:{key[1]}:{updated}",
+                "needs_person",
+                at,
+                key[0],
+                key[1],
+                title or (line.title if line is not None else ""),
+                task,
+                data={"state": state, "detail": detail},
+            ),
+        )
+
+    # A person's decision: what the report lists under "Needs a person".
+    for a in cycle.actions:
+        if a.kind == "person":
+            add((a.instance, a.session), a.title, a.task, "person", a.detail)
+    # Sessions in trouble that no step took care of this round.
     handled = {(a.instance, a.session) for a in cycle.actions if a.result in ("ok", "waiting")}
     handled |= cycle.touched | cycle.deferred
     left = {
@@ -164,20 +196,10 @@ def _session_events(cycle: Cycle, inputs: Inputs, at: str) -> list[Event]:
         if line.state not in _PERSON_STATES or key in handled or key in inputs.pool_sessions:
             continue
         if line.state == "interrupted" and key not in left:
-            continue  # resumed later, starting, or stopped on purpose with `interrupt`
+            continue  # resumed later, or still starting
         detail = "; ".join(p for p in (line.detail, left.get(key, "")) if p)
-        events.append(
-            Event(
-                f"needs_person:{line.instance}:{line.session}:{line.updated_ms}",
-                "needs_person",
-                at,
-                line.instance,
-                line.session,
-                line.title,
-                data={"state": line.state, "detail": detail},
-            )
-        )
-    return events
+        add(key, line.title, "", line.state, detail)
+    return list(found.values())
 
 
 def _catch_up(inputs: Inputs, state: MutableMapping[str, Any], at: str) -> list[Event]:
@@ -205,7 +227,7 @@ def _catch_up(inputs: Inputs, state: MutableMapping[str, Any], at: str) -> list[
 def _store_events(inputs: Inputs, state: MutableMapping[str, Any], at: str) -> list[Event]:
     events = [
         Event(
-            f"task_parked:{t.id}:{t.attempts}",
+            f"task_parked:{t.id}:{t.dispatched_at}:{t.attempts}",
             "task_parked",
             at,
             title=t.title,

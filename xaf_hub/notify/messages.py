@@ -22,8 +22,8 @@ CATALOGUE: dict[str, dict[str, tuple[str, str]]] = {
         "task_done": ("Task done: {title}", "Task {task} finished in its session on {instance}."),
         "task_parked": (
             "Task parked: {title}",
-            "Task {task} failed {attempts} times and waits for a person. Last error: {error}\n"
-            "To try it again: xaf-hub backlog set {task} --status pending --reset",
+            "Task {task} is parked and waits for a person ({attempts} failed attempt(s)): "
+            "{error}\nTo try it again: xaf-hub backlog set {task} --status pending --reset",
         ),
         "needs_person": (
             "Needs a person: {title}",
@@ -59,7 +59,7 @@ CATALOGUE: dict[str, dict[str, tuple[str, str]]] = {
         "task_done": ("任务完成:{title}", "任务 {task} 已在 {instance} 上的会话中完成。"),
         "task_parked": (
             "任务搁置:{title}",
-            "任务 {task} 已失败 {attempts} 次,等人处理。最后的错误:{error}\n"
+            "任务 {task} 已搁置,等人处理(失败 {attempts} 次):{error}\n"
             "重新排队:xaf-hub backlog set {task} --status pending --reset",
         ),
         "needs_person": ("需要人工处理:{title}", "{instance} 上的会话“{title}”{state}"),
@@ -94,12 +94,14 @@ _STATES: dict[str, dict[str, str]] = {
         "failed": "stopped with an error: {detail}",
         "interrupted": "was interrupted and will not be restarted automatically: {detail}",
         "stale_busy": "has been busy with no progress for a long time: {detail}",
+        "person": "\u2014 {detail}. The patrol leaves it alone until someone acts.",
         "": "needs a look: {detail}",
     },
     "zh": {
         "failed": "出错停下了:{detail}",
         "interrupted": "被中断了,不会再自动续跑:{detail}",
         "stale_busy": "长时间忙碌却没有进展:{detail}",
+        "person": "——{detail}。在有人处理之前,巡检不会再动它。",
         "": "需要有人看一下:{detail}",
     },
 }

@@ -66,8 +66,10 @@ def _inputs(pctx: PatrolContext, cycle: Cycle, now: datetime) -> Inputs:
                 done.append(Done(t.id, t.title, t.dispatched_to or "", t.session_id, when))
         if t.status != "pending":
             continue
-        if t.attempts >= cfg.patrol.max_attempts:
-            parked.append(Parked(t.id, t.title, t.attempts, t.last_error or ""))
+        if t.attempts >= cfg.patrol.max_attempts or t.parked:
+            # Attempts used up, or parked after infrastructure failures: both wait for a person.
+            why = t.parked or t.last_error or ""
+            parked.append(Parked(t.id, t.title, t.attempts, why, t.dispatched_at or ""))
         else:
             waiting += 1
     blackouts: dict[str, tuple[str, str]] | None
