@@ -9,6 +9,7 @@ Every failure the hub reports to a user is one of these::
     ├── StateFileError      (exit 1) a corrupt state file (backlog, model state); never reset
     ├── UnreachableError    (exit 2) an instance did not answer usefully (DNS, refused, 401, 5xx)
     ├── BusyError           (exit 3) concurrency limit reached, or the dispatch lock timed out
+    │   └── LockLostError   (exit 3) the dispatch lock was lost before the prompt went out
     └── NotProjectSession   (exit 5) the target session is outside the project (--force overrides)
 
 Only ``cli.py`` turns these into exit codes and printed lines.
@@ -78,6 +79,13 @@ class BusyError(HubError):
     """The instance is at its concurrency limit or its dispatch lock is held."""
 
     exit_code = ExitCode.BUSY
+
+
+class LockLostError(BusyError):
+    """The dispatch lock stopped being this process's before the prompt was sent.
+
+    Nothing was sent; the message names the instance and session and what was given back.
+    """
 
 
 class NotProjectSession(HubError):

@@ -4,6 +4,17 @@
 prompt" across processes. ``slots/<instance>.<token>.slot`` holds a slot from the decision
 until the server reports the run, so a session that is not yet visible as busy still counts.
 
+A reservation's ``prompt`` says how far its work got, and that decides what frees it:
+
+* ``""`` (nothing sent yet): the TTL, or its process on this host being gone;
+* ``"sent"`` (the prompt is on its way, or its answer was lost): counted whenever its session
+  is not shown running, until the TTL; the sending process no longer matters;
+* ``"accepted"`` (the server answered the prompt): the TTL, or its session not shown running
+  ``slot_grace_seconds`` after the acceptance.
+
+A "not running" reading only judges reservations older than the grace *when the reading was
+made* (``observed_at``): a slow or stale reading never frees a reservation made after it.
+
 Files hold on one host. ``make_gate`` picks the Redis gate (``xaf_hub.redis_backend``, same
 interface, shared by every host) when ``lock.backend`` is "redis"; only then is redis imported.
 """
@@ -18,7 +29,7 @@ import secrets
 import socket
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -67,6 +78,7 @@ class Reservation:
     created: float
     session_id: str = ""
     key: str = ""
+    prompt: str = ""  # "" | PROMPT_SENT | PROMPT_ACCEPTED (see the module docstring)
 
     def to_json(self) -> dict[str, object]:
         """The slot file's content."""
@@ -77,7 +89,26 @@ class Reservation:
             "host": self.host,
             "created": self.created,
             "session_id": self.session_id,
+            "prompt": self.prompt,
         }
+
+
+PROMPT_SENT = "sent"
+PROMPT_ACCEPTED = "accepted"
+
+
+def parse_reservation(data: dict[str, object], path: Path | None, key: str = "") -> Reservation:
+    """A reservation from its JSON document (raises on a missing or mistyped field)."""
+    return Reservation(
+        path=path,
+        instance=str(data["instance"]),
+        pid=int(data["pid"]),  # type: ignore[call-overload]
+        host=str(data["host"]),
+        created=float(data["created"]),  # type: ignore[arg-type]
+        session_id=str(data.get("session_id") or ""),
+        key=key,
+        prompt=str(data.get("prompt") or ""),
+    )
 
 
 class Gate:
@@ -98,31 +129,40 @@ class Gate:
         self.clock = clock
         self.alive = alive
         self.warnings: list[str] = []
+        self._held: set[str] = set()
 
     @contextlib.contextmanager
     def lock(self, instance: str) -> Iterator[None]:
         """Hold the instance's dispatch lock, or raise BusyError after lock_timeout_seconds."""
         path = self.root / "locks" / f"{safe_name(instance)}.lock"
         with file_lock(path, self.cfg.lock_timeout_seconds, what="dispatch lock"):
-            yield
+            self._held.add(instance)
+            try:
+                yield
+            finally:
+                self._held.discard(instance)
+
+    def owns_lock(self, instance: str) -> bool:
+        """True while this process still holds ``instance``'s dispatch lock.
+
+        A file lock lives as long as its open handle, so here it is owned for the whole
+        ``with lock()``; the Redis gate asks the server (a lease can run out).
+        """
+        return instance in self._held
+
+    def holds(self, res: Reservation) -> bool:
+        """True when the reservation is still stored (nobody deleted it)."""
+        return res.path is not None and res.path.exists()
 
     def _slot_dir(self) -> Path:
         return self.root / "slots"
 
     def _read(self, path: Path) -> Reservation | None:
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-            return Reservation(
-                path=path,
-                instance=str(data["instance"]),
-                pid=int(data["pid"]),
-                host=str(data["host"]),
-                created=float(data["created"]),
-                session_id=str(data.get("session_id") or ""),
-            )
+            return parse_reservation(json.loads(path.read_text(encoding="utf-8")), path)
         except FileNotFoundError:
             return None
-        except (OSError, ValueError, KeyError, TypeError):
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
             # A slot file cut short by a crash: count it until its mtime passes the TTL.
             try:
                 mtime = path.stat().st_mtime
@@ -131,23 +171,37 @@ class Gate:
             return Reservation(path, "?", -1, "?", mtime)
 
     def is_live(
-        self, res: Reservation, running_ids: set[str] | None, now: float | None = None
+        self,
+        res: Reservation,
+        running_ids: set[str] | None,
+        now: float | None = None,
+        observed_at: float | None = None,
     ) -> bool:
-        """Apply the liveness rules: TTL, session no longer running after grace, process gone."""
-        age = (self.clock() if now is None else now) - res.created
-        if age > self.cfg.slot_ttl_seconds:
+        """Apply the liveness rules (module docstring).
+
+        ``running_ids`` were read at ``observed_at`` (default: now), on the gate's clock.
+        """
+        now = self.clock() if now is None else now
+        if now - res.created > self.cfg.slot_ttl_seconds:
             return False
+        seen = now if observed_at is None else min(observed_at, now)
         if (
             res.session_id
+            and res.prompt != PROMPT_SENT  # a prompt still on its way: wait for the run or TTL
             and running_ids is not None
             and res.session_id not in running_ids
-            and age > self.cfg.slot_grace_seconds
+            and seen - res.created > self.cfg.slot_grace_seconds
         ):
             return False
+        if res.prompt:
+            return True  # the prompt went out: the server's state decides, not the process
         return not (res.host == self.host and res.pid > 0 and not self.alive(res.pid))
 
     def live_reservations(
-        self, instance: str, running_ids: set[str] | None = None
+        self,
+        instance: str,
+        running_ids: set[str] | None = None,
+        observed_at: float | None = None,
     ) -> list[Reservation]:
         """Live reservations of ``instance``; dead ones are deleted on the way."""
         folder = self._slot_dir()
@@ -162,14 +216,16 @@ class Gate:
             res = self._read(path)
             if res is None:
                 continue
-            if self.is_live(res, running_ids):
+            if self.is_live(res, running_ids, observed_at=observed_at):
                 live.append(res)
             else:
                 with contextlib.suppress(OSError):
                     path.unlink()
         return live
 
-    def pending(self, instance: str, running_ids: set[str]) -> list[Reservation]:
+    def pending(
+        self, instance: str, running_ids: set[str], observed_at: float | None = None
+    ) -> list[Reservation]:
         """Live reservations whose session the server does not yet report as running.
 
         These are the ones to add to the running count: a reservation whose session already
@@ -177,11 +233,11 @@ class Gate:
         """
         return [
             r
-            for r in self.live_reservations(instance, running_ids)
+            for r in self.live_reservations(instance, running_ids, observed_at)
             if not r.session_id or r.session_id not in running_ids
         ]
 
-    def reserve(self, instance: str) -> Reservation:
+    def reserve(self, instance: str, session_id: str = "", prompt: str = "") -> Reservation:
         """Write a new reservation for this process."""
         path = self._slot_dir() / f"{safe_name(instance)}.{new_token(self.clock())}.slot"
         res = Reservation(
@@ -190,16 +246,27 @@ class Gate:
             pid=os.getpid(),
             host=self.host,
             created=self.clock(),
+            session_id=session_id,
+            prompt=prompt,
         )
         write_json_atomic(path, res.to_json())
         return res
 
-    def attach(self, res: Reservation, session_id: str) -> Reservation:
-        """Record the created session and restart the reservation's timer."""
+    def attach(self, res: Reservation, session_id: str, prompt: str | None = None) -> Reservation:
+        """Record the session (and how far its prompt got); restart the reservation's timer."""
         assert res.path is not None, "a file gate's reservation has a path"
-        new = Reservation(res.path, res.instance, res.pid, res.host, self.clock(), session_id)
+        new = replace(
+            res,
+            created=self.clock(),
+            session_id=session_id,
+            prompt=res.prompt if prompt is None else prompt,
+        )
         write_json_atomic(res.path, new.to_json())
         return new
+
+    def accepted(self, res: Reservation) -> Reservation:
+        """The server answered the prompt: from now on the grace rule applies."""
+        return self.attach(res, res.session_id, PROMPT_ACCEPTED)
 
     def release(self, res: Reservation) -> None:
         """Give the slot back at once (failure paths)."""

@@ -7,7 +7,10 @@ never loads the ``redis`` package. The rules are those of architecture ยง5 and ย
 differs. Keys, under ``lock.redis_prefix`` (``P``)::
 
     P:lock:<instance>           the dispatch lock: redis-py's Lock (random token, a lease that
-                                a watchdog thread renews while the lock is held)
+                                a watchdog thread renews while the lock is held). A holder
+                                writes reservations only while the key still holds its token
+                                (checked in the same Lua script as the write), and asks again
+                                right before it sends a prompt (``owns_lock``).
     P:slot:<instance>:<token>   one reservation, the slot file's JSON, PX slot_ttl_seconds
     P:slots:<instance>          the set of that instance's tokens (an index; it expires too)
     P:model_state               the .model_state.json document; written under WATCH/MULTI
@@ -32,8 +35,21 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from xaf_hub.config import REDIS_PASSWORD_ENV, LockConfig
-from xaf_hub.errors import BusyError, ConfigError, StateFileError, UnreachableError
-from xaf_hub.gate import Gate, Reservation, new_token, pid_alive
+from xaf_hub.errors import (
+    BusyError,
+    ConfigError,
+    LockLostError,
+    StateFileError,
+    UnreachableError,
+)
+from xaf_hub.gate import (
+    PROMPT_ACCEPTED,
+    Gate,
+    Reservation,
+    new_token,
+    parse_reservation,
+    pid_alive,
+)
 from xaf_hub.model_state import HEALED_RETENTION, SCHEMA_VERSION, ModelState, to_ms
 
 try:
@@ -83,6 +99,19 @@ if current == false or current == ARGV[1] then
   return 1
 end
 return 0
+"""
+
+
+# Write one reservation and index it; when a lock token is given, only while the lock key still
+# holds it (a holder whose lease ran out, or whose keys were flushed, writes nothing).
+_WRITE_IF_OWNER = """
+if ARGV[1] ~= '' and redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  return 0
+end
+redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
+redis.call('SADD', KEYS[3], ARGV[4])
+redis.call('PEXPIRE', KEYS[3], ARGV[3])
+return 1
 """
 
 
@@ -183,6 +212,9 @@ class RedisGate(Gate):
         self.lease_seconds = lease_seconds
         self.where = describe(client)
         self._delete_if_unchanged = client.register_script(_DELETE_IF_UNCHANGED)
+        self._write_if_owner = client.register_script(_WRITE_IF_OWNER)
+        self._locks: dict[str, Lock] = {}
+        self._lost: set[str] = set()  # lost locks the caller was told about (no second warning)
 
     def _key(self, *parts: str) -> str:
         return ":".join((self.prefix, *parts))
@@ -228,20 +260,58 @@ class RedisGate(Gate):
             target=self._renew, args=(lk, stop), name=f"xaf-hub lock {instance}", daemon=True
         )
         watchdog.start()
+        self._locks[instance] = lk
+        self._held.add(instance)
+        self._lost.discard(instance)
         try:
             yield
         finally:
+            self._held.discard(instance)
+            self._locks.pop(instance, None)
             stop.set()
             watchdog.join()
             try:
                 lk.release()
             except LockError:
-                self.warnings.append(
-                    f"the dispatch lock for {instance} lapsed before it was released (redis "
-                    f"{self.where} was out of reach for over {self.lease_seconds:g}s)"
-                )
+                if instance not in self._lost:
+                    self.warnings.append(
+                        f"the dispatch lock for {instance} was lost before it was released: "
+                        f"its {self.lease_seconds:g}s lease in redis {self.where} ran out (this "
+                        "process was paused, or could not reach redis) or redis lost its keys "
+                        "(FLUSHALL, a restart)"
+                    )
             except RedisError:
                 pass  # the lease frees it within lease_seconds
+
+    def _token_of(self, instance: str) -> str:
+        """The held lock's token for ``instance`` ("" when this gate holds no lock there)."""
+        lk = self._locks.get(instance)
+        token = getattr(lk.local, "token", None) if lk is not None else None
+        if token is None:
+            return ""
+        return token.decode("utf-8") if isinstance(token, bytes) else str(token)
+
+    def owns_lock(self, instance: str) -> bool:
+        """Ask Redis whether the lock key still holds this process's token (one GET).
+
+        False once the lease ran out and someone else took the lock, or the key vanished
+        (FLUSHALL, a restart without persistence). Raises UnreachableError when Redis cannot
+        be asked; the caller then cannot rely on the lock either.
+        """
+        token = self._token_of(instance)
+        if not token:
+            return False
+        with _redis_errors(self.where):
+            current = self.client.get(self._key("lock", instance))
+        owned = current is not None and _text(current) == token
+        if not owned:
+            self._lost.add(instance)
+        return owned
+
+    def holds(self, res: Reservation) -> bool:
+        """True when the reservation's key is still in Redis."""
+        with _redis_errors(self.where):
+            return bool(self.client.exists(res.key))
 
     def _renew(self, lk: Lock, stop: threading.Event) -> None:
         """Push the lease out every third of it until ``stop``; a lost lock ends the loop."""
@@ -257,22 +327,16 @@ class RedisGate(Gate):
 
     def _decode(self, raw: str, key: str, instance: str, now: float) -> Reservation:
         try:
-            data = json.loads(raw)
-            return Reservation(
-                path=None,
-                instance=str(data["instance"]),
-                pid=int(data["pid"]),
-                host=str(data["host"]),
-                created=float(data["created"]),
-                session_id=str(data.get("session_id") or ""),
-                key=key,
-            )
-        except (ValueError, KeyError, TypeError):
+            return parse_reservation(json.loads(raw), None, key)
+        except (ValueError, KeyError, TypeError, AttributeError):
             # Unreadable content counts as held until Redis expires the key.
             return Reservation(None, instance, -1, "?", now, key=key)
 
     def live_reservations(
-        self, instance: str, running_ids: set[str] | None = None
+        self,
+        instance: str,
+        running_ids: set[str] | None = None,
+        observed_at: float | None = None,
     ) -> list[Reservation]:
         """Live reservations of ``instance``; dead ones are deleted on the way."""
         index = self.index_key(instance)
@@ -290,7 +354,7 @@ class RedisGate(Gate):
                     expired.append(token)  # Redis expired it (or it was released)
                     continue
                 res = self._decode(_text(raw), key, instance, now)
-                if self.is_live(res, running_ids, now):
+                if self.is_live(res, running_ids, now, observed_at):
                     live.append(res)
                 else:
                     self._delete_if_unchanged(keys=[key, index], args=[raw, token])
@@ -298,17 +362,28 @@ class RedisGate(Gate):
                 self.client.srem(index, *expired)
         return live
 
-    def _write(self, res: Reservation) -> None:
-        ttl_ms = max(1, int(self.cfg.slot_ttl_seconds * 1000))
-        index = self.index_key(res.instance)
-        with _redis_errors(self.where), self.client.pipeline(transaction=True) as pipe:
-            pipe.set(res.key, json.dumps(res.to_json()), px=ttl_ms)
-            pipe.sadd(index, _token(res))
-            # Every key expires within ttl of its last write, so the index outlives them all.
-            pipe.pexpire(index, ttl_ms)
-            pipe.execute()
+    def _write(self, res: Reservation, *, guarded: bool = True) -> None:
+        """Store ``res`` (PX slot_ttl_seconds) and index it.
 
-    def reserve(self, instance: str) -> Reservation:
+        While this gate holds the instance's lock and ``guarded``, the write happens only if
+        the lock is still ours, in one script; otherwise LockLostError, nothing written.
+        """
+        ttl_ms = max(1, int(self.cfg.slot_ttl_seconds * 1000))
+        token = self._token_of(res.instance) if guarded else ""
+        with _redis_errors(self.where):
+            # Every key expires within ttl of its last write, so the index outlives them all.
+            done = self._write_if_owner(
+                keys=[self._key("lock", res.instance), res.key, self.index_key(res.instance)],
+                args=[token, json.dumps(res.to_json()), ttl_ms, _token(res)],
+            )
+        if not done:
+            self._lost.add(res.instance)
+            raise LockLostError(
+                f"{res.instance}: the dispatch lock (redis {self.where}) stopped being this "
+                "process's before its reservation could be written"
+            )
+
+    def reserve(self, instance: str, session_id: str = "", prompt: str = "") -> Reservation:
         """Write a new reservation for this process; Redis expires it after slot_ttl_seconds."""
         now = self.clock()
         res = Reservation(
@@ -317,15 +392,32 @@ class RedisGate(Gate):
             pid=os.getpid(),
             host=self.host,
             created=now,
+            session_id=session_id,
             key=self.slot_key(instance, new_token(now)),
+            prompt=prompt,
         )
         self._write(res)
         return res
 
-    def attach(self, res: Reservation, session_id: str) -> Reservation:
-        """Record the created session and restart the reservation's timer (and its TTL)."""
-        new = replace(res, created=self.clock(), session_id=session_id)
+    def attach(self, res: Reservation, session_id: str, prompt: str | None = None) -> Reservation:
+        """Record the session (and how far its prompt got); restart the timer and its TTL."""
+        new = replace(
+            res,
+            created=self.clock(),
+            session_id=session_id,
+            prompt=res.prompt if prompt is None else prompt,
+        )
         self._write(new)
+        return new
+
+    def accepted(self, res: Reservation) -> Reservation:
+        """The server answered the prompt: from now on the grace rule applies.
+
+        Written even when the lock was lost meanwhile: the run is real and must keep counting
+        (this also puts back a reservation that Redis lost).
+        """
+        new = replace(res, created=self.clock(), prompt=PROMPT_ACCEPTED)
+        self._write(new, guarded=False)
         return new
 
     def release(self, res: Reservation) -> None:

@@ -87,6 +87,51 @@ def test_liveness(
     assert path.exists() is live  # dead ones are removed when the gate is read
 
 
+# How far the prompt got changes what frees a reservation of session ses_1 (this host's pid
+# 4242): (age s, prompt, running ids, pid alive, age when the running ids were read, live)
+PROMPT_CASES = [
+    (1, "sent", None, False, None, True),  # the sender is gone: the prompt is out, kept
+    (30, "sent", set(), True, None, True),  # not shown running past the grace: may still land
+    (61, "sent", set(), True, None, False),  # the TTL ends it
+    (3, "accepted", set(), False, None, True),  # answered, within the grace, sender gone
+    (30, "accepted", {"ses_1"}, False, None, True),  # running: kept, whoever sent it
+    (30, "accepted", set(), True, None, False),  # answered, not running after the grace
+    (30, "accepted", set(), True, 2, True),  # the reading was taken 2 s after it was made
+    (30, "accepted", set(), True, -1, True),  # the reading predates it: it cannot judge it
+    (30, "", set(), True, 10, False),  # a reading made after the grace judges it
+]
+
+
+@pytest.mark.parametrize(("age", "prompt", "running", "alive", "seen", "live"), PROMPT_CASES)
+def test_liveness_by_prompt_state(
+    tmp_path: Path,
+    age: float,
+    prompt: str,
+    running: set[str] | None,
+    alive: bool,
+    seen: float | None,
+    live: bool,
+) -> None:
+    gate, clock = make(tmp_path, {4242} if alive else set())
+    created = clock.t - age
+    doc = {"instance": "lan-a", "pid": 4242, "host": "h1", "created": created,
+           "session_id": "ses_1", "prompt": prompt}
+    slots = tmp_path / "slots"
+    slots.mkdir()
+    (slots / "lan-a.t.slot").write_text(json.dumps(doc))
+    observed = None if seen is None else created + seen
+    assert bool(gate.live_reservations("lan-a", running, observed)) is live
+    assert (slots / "lan-a.t.slot").exists() is live
+
+
+def test_file_lock_is_owned_while_held(tmp_path: Path) -> None:
+    gate, _ = make(tmp_path)
+    assert not gate.owns_lock("lan-a")
+    with gate.lock("lan-a"):
+        assert gate.owns_lock("lan-a") and not gate.owns_lock("lan-b")
+    assert not gate.owns_lock("lan-a")
+
+
 def test_pending_counts_a_running_session_once(tmp_path: Path) -> None:
     import os
 

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from tests.redis_fixture import RedisServer
-from tests.unit.test_gate import LIVENESS_CASES
+from tests.unit.test_gate import LIVENESS_CASES, PROMPT_CASES
 from xaf_hub.config import Config, LockConfig, parse_config
 from xaf_hub.errors import BusyError, ConfigError, ExitCode, StateFileError, UnreachableError
 from xaf_hub.gate import Gate, make_gate
@@ -361,7 +361,59 @@ def test_a_lost_lock_is_reported(lock_cfg: LockConfig, rds: Any) -> None:
     gate = make(lock_cfg)
     with gate.lock("lan-a"):
         rds.delete(f"{lock_cfg.redis_prefix}:lock:lan-a")
-    assert any("lapsed before it was released" in w for w in gate.warnings)
+    [warning] = gate.warnings
+    assert "lost before it was released" in warning and "lease" in warning
+    assert "out of reach for over" not in warning  # it does not claim what it cannot know
+
+
+@pytest.mark.parametrize("how", ["flushed", "taken"])
+def test_a_lost_lock_writes_no_reservation(lock_cfg: LockConfig, rds: Any, how: str) -> None:
+    from xaf_hub.errors import LockLostError
+
+    gate = make(lock_cfg, {os.getpid()})
+    lock_key = f"{lock_cfg.redis_prefix}:lock:lan-a"
+    with gate.lock("lan-a"):
+        assert gate.owns_lock("lan-a")
+        res = gate.reserve("lan-a")  # still ours: written
+        if how == "flushed":
+            rds.delete(lock_key, res.key)  # what FLUSHALL or a restart does to our keys
+        else:
+            rds.set(lock_key, "another-host-token")  # the lease ran out; someone took it
+        assert not gate.owns_lock("lan-a")
+        with pytest.raises(LockLostError) as err:
+            gate.reserve("lan-a")
+        assert err.value.exit_code == ExitCode.BUSY
+        with pytest.raises(LockLostError):
+            gate.attach(res, "ses_1")
+        kept = [] if how == "flushed" else [res.key]
+        assert [r.key for r in gate.live_reservations("lan-a")] == kept
+        gate.accepted(res)  # the prompt went out anyway: its run must count (written back)
+        assert gate.holds(res)
+    assert gate.warnings == []  # the caller was told through owns_lock / LockLostError
+
+
+@pytest.mark.parametrize(("age", "prompt", "running", "alive", "seen", "live"), PROMPT_CASES)
+def test_liveness_by_prompt_state(
+    lock_cfg: LockConfig,
+    rds: Any,
+    age: float,
+    prompt: str,
+    running: set[str] | None,
+    alive: bool,
+    seen: float | None,
+    live: bool,
+) -> None:
+    clock = Clock()
+    gate = make(lock_cfg, {4242} if alive else set(), clock=clock)
+    key = gate.slot_key("lan-a", "t1")
+    created = clock.t - age
+    doc = {"instance": "lan-a", "pid": 4242, "host": "h1", "created": created,
+           "session_id": "ses_1", "prompt": prompt}
+    rds.set(key, json.dumps(doc), px=60_000)
+    rds.sadd(gate.index_key("lan-a"), "t1")
+    observed = None if seen is None else created + seen
+    assert bool(gate.live_reservations("lan-a", running, observed)) is live
+    assert bool(rds.exists(key)) is live
 
 
 def _closed_port() -> int:

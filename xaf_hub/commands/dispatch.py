@@ -164,8 +164,10 @@ def _sent_line(plan: Plan, result: SendResult) -> str:
         "reuse": "started idle session",
         "create": "created session",
     }[result.action]
+    # A steer whose session stopped before the lock was taken went through the gate instead.
+    stopped = " (it had stopped)" if result.had_stopped else ""
     return (
-        f"{verb} {result.session_id} on {result.instance} ({plan.via}); "
+        f"{verb} {result.session_id}{stopped} on {result.instance} ({plan.via}); "
         f"model: {result.model or 'server default'}; directory: {result.directory}"
     )
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from xaf_hub.backlog import ManualRecord
 from xaf_hub.client import ApiError
-from xaf_hub.errors import UnreachableError
+from xaf_hub.errors import BusyError, UnreachableError
 from xaf_hub.ops.context import OpsContext, utc_now
 from xaf_hub.ops.load import instance_load
 from xaf_hub.ops.models import choose_model
@@ -109,13 +109,15 @@ async def prepare(ops: OpsContext, order: DispatchOrder) -> Prepared:
 
         preload()  # the numpy import overlaps the network scan
     instances = [cfg.instance(req.instance)] if req.instance else list(cfg.instances)
+    gate = ops.gate()
+    observed = gate.clock()  # the scan judges only reservations made before it
     snap, scans = await scan_fleet(
         cfg, instances, transport_factory=ops.transport_factory, project_only=True
     )
-    gate = ops.gate()
     views = []
     for sc in scans:
-        reserved = (instance_load(sc, gate, allow_prod=True).reserved or 0) if sc.reachable else 0
+        load = instance_load(sc, gate, allow_prod=True, observed_at=observed)
+        reserved = (load.reserved or 0) if sc.reachable else 0
         views.append(InstanceView(sc.inst, sc.reachable, sc.reason, tuple(sc.sessions), reserved))
     scores = _scores(scans, req.text) if smart else []
     plan = plan_dispatch(cfg, views, req, scores)
@@ -179,10 +181,11 @@ def take_back(
 
     The command fails and says so; a row for work that never arrived would make the patrol
     send it later behind the user's back. A row for work that may have arrived stays: the
-    patrol settles it from what the session shows.
+    patrol settles it from what the session shows. ``send_work`` raises BusyError (the
+    limit, a lock timeout, a lock lost before the prompt left) only before sending.
     """
     task_id = rec.task.id
-    refused = isinstance(exc, ApiError) or (
+    refused = isinstance(exc, (ApiError, BusyError)) or (
         isinstance(exc, UnreachableError) and not exc.maybe_delivered
     )
     if not refused:

@@ -46,13 +46,26 @@ class Load:
         return doc
 
 
-def instance_load(sc: InstanceScan, gate: Gate | RedisGate | None, allow_prod: bool) -> Load:
-    """Count one scanned instance's load (``gate`` None: reservations unknown)."""
+def instance_load(
+    sc: InstanceScan,
+    gate: Gate | RedisGate | None,
+    allow_prod: bool,
+    observed_at: float | None = None,
+) -> Load:
+    """Count one scanned instance's load (``gate`` None: reservations unknown).
+
+    ``observed_at`` is when the scan's run state was read (gate clock; default now): a
+    reservation made after it is never judged by it.
+    """
     summary = sc.summary()
     running_ids = frozenset(s.id for s in sc.sessions if s.running)
     reserved: int | None = 0
     if sc.reachable:
-        reserved = None if gate is None else len(gate.pending(sc.inst.name, set(running_ids)))
+        reserved = (
+            None
+            if gate is None
+            else len(gate.pending(sc.inst.name, set(running_ids), observed_at))
+        )
     used = summary.running_project + (reserved or 0)
     if not sc.reachable:
         ok, reason = False, f"unreachable: {sc.reason}"

@@ -1,12 +1,19 @@
 """Send work: the one path every prompt takes, for commands and patrol jobs alike.
 
-``send_work`` carries out a ``planner.Plan``: a steer of a running session is sent as is; a
-new session or an idle one started again passes the gate: hold the instance lock, re-count
-the load (``ops.load.instance_load``) from a fresh read of the server, reserve a slot,
-create the session, attach it to the reservation, record the work (``before_prompt``), send
-the prompt, release the lock. Every outcome is written to the audit log. The result carries
-the warnings met on the way (fail-closed scan notes, gate problems, an audit write that
-failed after the work was sent), so no caller depends on a shared mailbox.
+``send_work`` carries out a ``planner.Plan`` under the instance lock: re-read the server's
+run state, confirm the lock is still ours, re-count the load (``ops.load.instance_load``).
+A session still running is steered (no slot; a reservation tied to it counts only if its run
+ends while the prompt travels). A new session, an idle one started again, or a steer whose
+session stopped meanwhile is refused at the limit, else: reserve a slot, create the session,
+attach it to the reservation (marked "sent"), record the work (``before_prompt``), confirm
+the lock again, send the prompt, mark the reservation "accepted", release the lock.
+
+A prompt certainly not delivered gives its slot back; one whose fate is unknown keeps it
+until the server shows the run or the TTL passes (``gate`` module docstring). A lost lock
+(Redis lease, FLUSHALL, restart) before the prompt leaves sends nothing: LockLostError, exit
+3. Every outcome is written to the audit log. The result carries the warnings met on the way
+(fail-closed scan notes, gate problems, an audit write that failed after the work was sent),
+so no caller depends on a shared mailbox.
 
 ``abort_and_prompt`` (a heal of a run stuck in retry) and ``build_prompt`` (the task text
 plus the commit/branch discipline, from ``xaf_hub.discipline``) live here too: this is the
@@ -20,11 +27,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from xaf_hub.client import OpencodeClient
+from xaf_hub.client import ApiError, OpencodeClient
 from xaf_hub.config import InstanceConfig
 from xaf_hub.discipline import compose_prompt, slugify
-from xaf_hub.errors import BusyError, HubError, StateFileError, UnreachableError
-from xaf_hub.gate import Gate
+from xaf_hub.errors import BusyError, HubError, LockLostError, StateFileError, UnreachableError
+from xaf_hub.gate import PROMPT_SENT, Gate, Reservation
 from xaf_hub.ops.context import OpsContext
 from xaf_hub.ops.load import instance_load
 from xaf_hub.planner import Plan
@@ -68,7 +75,8 @@ class SendResult:
     directory: str
     title: str
     model: str | None
-    steered_instead: bool = False
+    steered_instead: bool = False  # planned as an idle restart, found running: steered
+    had_stopped: bool = False  # planned as a steer, found stopped: started again via the gate
     warnings: tuple[str, ...] = field(default=(), compare=False)
 
     def to_json(self) -> dict[str, object]:
@@ -95,7 +103,7 @@ async def send_work(
     command: str = "dispatch",
     before_prompt: Callable[[str], None] | None = None,
 ) -> SendResult:
-    """Send the prompt; for gated plans hold the lock, re-count, reserve, create, prompt.
+    """Send the prompt under the instance lock: re-read, re-count, reserve, create, prompt.
 
     ``before_prompt(session_id)`` runs once the target session is known (created, or the
     existing one) and before the prompt is sent, so a caller can record the work first: a
@@ -106,14 +114,7 @@ async def send_work(
     inst = plan.instance
     warnings: list[str] = []
     try:
-        if not plan.gated:
-            assert plan.session is not None
-            await _send(client, plan.session.id, plan.directory, prompt, model, before_prompt)
-            result = SendResult(
-                "steer", inst.name, plan.session.id, plan.directory, plan.title, model
-            )
-        else:
-            result = await _gated(plan, prompt, model, client, gate, warnings, before_prompt)
+        result = await _gated(plan, prompt, model, client, gate, warnings, before_prompt)
     except Exception as exc:
         ops.audit(
             command,
@@ -131,7 +132,7 @@ async def send_work(
             instance=inst.name,
             session=result.session_id,
             result=result.action,
-            reason=plan.via,
+            reason=plan.via + (" (it had stopped)" if result.had_stopped else ""),
             extra={"model": model or "", "directory": result.directory},
         )
     except HubError as exc:
@@ -140,18 +141,30 @@ async def send_work(
     return SendResult(**{**result.__dict__, "warnings": tuple(warnings)})
 
 
-async def _send(
-    client: OpencodeClient,
-    session_id: str,
-    directory: str,
-    prompt: str,
-    model: str | None,
-    before_prompt: Callable[[str], None] | None,
-) -> None:
-    """Run ``before_prompt`` (see ``send_work``), then send the prompt: every path ends here."""
-    if before_prompt is not None:
-        before_prompt(session_id)
-    await client.prompt_async(session_id, prompt, model)
+def _lock_lost(instance: str, step: str, session_id: str, why: str = "") -> LockLostError:
+    """The exit-3 error of a process whose dispatch lock stopped being its own before sending."""
+    target = f"session {session_id}" if session_id else "the new session"
+    cause = why or (
+        "another process may hold it now: its lease ran out while this process was paused "
+        "or cut off from the lock's server, or that server lost its keys"
+    )
+    return LockLostError(
+        f"{instance}: the dispatch lock was lost {step} ({cause}); nothing was sent to "
+        f"{target} and this process's reservation was given back, so this dispatch did not "
+        "take a slot - retry"
+    )
+
+
+def _confirm(gate: Gate, instance: str, step: str, session_id: str) -> None:
+    """Raise LockLostError unless the lock is still this process's (asked at this moment)."""
+    try:
+        owned = gate.owns_lock(instance)
+    except UnreachableError as exc:
+        raise _lock_lost(
+            instance, step, session_id, f"could not ask whether it is still ours: {exc.reason}"
+        ) from None
+    if not owned:
+        raise _lock_lost(instance, step, session_id)
 
 
 async def _gated(
@@ -164,41 +177,135 @@ async def _gated(
     before_prompt: Callable[[str], None] | None = None,
 ) -> SendResult:
     inst = plan.instance
+    planned = plan.session.id if plan.session is not None else ""
     with gate.lock(inst.name):
-        # Re-read the running state under the lock: the plan was made without it.
+        # Re-read the running state under the lock: the plan was made without it. The read
+        # judges only reservations made before it (observed_at), however slow it was.
+        observed = gate.clock()
         fresh = await scan_instance(client, inst, project_only=True)
         if not fresh.reachable:
             raise UnreachableError(inst.name, fresh.reason)
         warnings.extend(fresh.warnings)
-        load = instance_load(fresh, gate, allow_prod=True)
-        session = plan.session if plan.action == "reuse" else None
+        _confirm(gate, inst.name, "before its load was counted", planned)
+        load = instance_load(fresh, gate, allow_prod=True, observed_at=observed)
+        session = plan.session if plan.action in ("reuse", "steer") else None
         if session is not None and session.id in load.running_ids:
-            # It started running meanwhile: a prompt now steers it and takes no slot.
-            await _send(client, session.id, plan.directory, prompt, model, before_prompt)
+            # Running: the prompt steers it and takes no slot. The reservation tied to it
+            # counts only if the run ends while the prompt travels and the prompt starts it
+            # again (it is not running then), until the server shows that run.
+            try:
+                res = gate.reserve(inst.name, session.id, PROMPT_SENT)
+            except LockLostError:
+                raise _lock_lost(inst.name, "before reserving", session.id) from None
+            await _deliver(client, gate, res, prompt, model, before_prompt, warnings)
             return SendResult(
-                "steer", inst.name, session.id, plan.directory, plan.title, model, True
+                "steer", inst.name, session.id, plan.directory, plan.title, model,
+                steered_instead=plan.action != "steer",
             )
+        stopped = plan.action == "steer"
         assert load.reserved is not None
         if load.running_project + load.reserved >= inst.concurrency_limit:
+            why = (
+                f"session {planned} had stopped, so a prompt would start a new run; "
+                if stopped
+                else ""
+            )
             raise BusyError(
                 f"{inst.name} is at its limit: {load.running_project} running + "
-                f"{load.reserved} reserved of {inst.concurrency_limit}; try later or steer a "
-                "running session with --session"
+                f"{load.reserved} reserved of {inst.concurrency_limit}; {why}try later or "
+                "steer a running session with --session"
             )
-        res = gate.reserve(inst.name)
+        try:
+            res = gate.reserve(inst.name)
+        except LockLostError:
+            raise _lock_lost(inst.name, "before reserving", planned) from None
+        session_id, directory = planned, plan.directory
         try:
             if plan.action == "create":
                 created = await client.create_session(plan.directory, plan.title)
                 session_id, directory = created.id, created.directory
-            else:
-                assert plan.session is not None
-                session_id, directory = plan.session.id, plan.directory
-            res = gate.attach(res, session_id)
-            await _send(client, session_id, directory, prompt, model, before_prompt)
+            # From here on the prompt may go out at any moment: "sent" keeps the slot
+            # counting until the server shows the run (or the TTL), whatever this process does.
+            res = gate.attach(res, session_id, PROMPT_SENT)
+        except LockLostError:
+            gate.release(res)
+            raise _lock_lost(inst.name, "before sending", session_id) from None
         except BaseException:
             gate.release(res)
             raise
-    return SendResult(plan.action, inst.name, session_id, directory, plan.title, model)
+        await _deliver(client, gate, res, prompt, model, before_prompt, warnings)
+    action = "reuse" if stopped else plan.action
+    return SendResult(
+        action, inst.name, session_id, directory, plan.title, model, had_stopped=stopped
+    )
+
+
+async def _deliver(
+    client: OpencodeClient,
+    gate: Gate,
+    res: Reservation,
+    prompt: str,
+    model: str | None,
+    before_prompt: Callable[[str], None] | None,
+    warnings: list[str],
+) -> None:
+    """Record the work, confirm the lock, send the prompt; settle the reservation.
+
+    A prompt certainly not delivered (refused, never connected, lock lost before it left)
+    gives the slot back. One whose fate is unknown (timeout, dropped connection, 5xx) keeps
+    its reservation counting until the server shows the run or slot_ttl_seconds pass.
+    """
+    instance, session_id = res.instance, res.session_id
+    try:
+        if before_prompt is not None:
+            before_prompt(session_id)
+        _confirm(gate, instance, "before sending", session_id)
+    except BaseException:
+        gate.release(res)
+        raise
+    try:
+        await client.prompt_async(session_id, prompt, model)
+    except ApiError:
+        gate.release(res)  # the server answered with a refusal: nothing runs
+        raise
+    except UnreachableError as exc:
+        if not exc.maybe_delivered:
+            gate.release(res)
+            raise
+        raise UnreachableError(
+            exc.instance,
+            f"{exc.reason}; the prompt to {session_id} may still arrive, so its slot stays "
+            "reserved until the server shows the run or slot_ttl_seconds pass",
+            maybe_delivered=True,
+        ) from exc
+    # Anything else (a cancel, a crash) leaves the reservation as it is: "sent".
+    try:
+        lost = not gate.owns_lock(instance)
+        kept = gate.holds(res) if lost else True
+    except UnreachableError as exc:
+        lost, kept = True, True
+        warnings.append(
+            f"{instance}: could not confirm the dispatch lock after sending to {session_id} "
+            f"({exc.reason})"
+        )
+    if lost and not kept:
+        warnings.append(
+            f"{instance}: the dispatch lock was lost and its reservation erased while the "
+            f"prompt to {session_id} was on its way: another dispatch may have taken the same "
+            "slot, so the limit may have been exceeded for one run"
+        )
+    elif lost:
+        warnings.append(
+            f"{instance}: the dispatch lock was lost while the prompt to {session_id} was on its "
+            "way; its reservation kept counting, so the limit held"
+        )
+    try:
+        gate.accepted(res)
+    except HubError as exc:
+        warnings.append(
+            f"{instance}: could not mark the reservation for {session_id} as answered ({exc}); "
+            "it keeps counting until the server shows the run or slot_ttl_seconds pass"
+        )
 
 
 async def wait_until_idle(

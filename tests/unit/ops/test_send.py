@@ -1,7 +1,9 @@
 """The one send path (ops.send.send_work) step by step, with a fake client and a spying gate.
 
-Order that keeps the limit: lock -> fresh read -> re-count -> reserve -> create -> attach ->
-record -> prompt -> unlock; every failure after the reservation releases it.
+Order that keeps the limit: lock -> fresh read -> lock still ours? -> re-count -> reserve ->
+create -> attach ("sent") -> record -> lock still ours? -> prompt -> "accepted" -> unlock.
+A failure that certainly kept the prompt from the server releases the reservation; one that
+may have let it through keeps it counting. Steers take the lock too.
 """
 
 from __future__ import annotations
@@ -9,15 +11,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from xaf_hub.client import ApiError, RawStatus, ServerSession
 from xaf_hub.config import Config, parse_config
-from xaf_hub.errors import BusyError, UnreachableError
-from xaf_hub.gate import Gate, Reservation
+from xaf_hub.errors import BusyError, LockLostError, UnreachableError
+from xaf_hub.gate import PROMPT_ACCEPTED, PROMPT_SENT, Gate, Reservation
 from xaf_hub.ops.context import OpsContext
 from xaf_hub.ops.send import SendResult, send_work
 from xaf_hub.planner import Plan, plan_create, plan_reuse
@@ -84,9 +87,22 @@ class FakeClient:
 class SpyGate(Gate):
     """The file gate, logging each step into the shared log."""
 
-    def __init__(self, root: Path, cfg: Config, log: list[str]) -> None:
-        super().__init__(root, cfg.lock, host="h1")
+    def __init__(
+        self,
+        root: Path,
+        cfg: Config,
+        log: list[str],
+        clock: Callable[[], float] = time.time,
+        alive: Callable[[int], bool] = lambda pid: True,
+    ) -> None:
+        super().__init__(root, cfg.lock, host="h1", clock=clock, alive=alive)
         self.log = log
+        self.ownership: list[bool] = []  # answers of owns_lock, in order (then: really held)
+
+    def owns_lock(self, instance: str) -> bool:
+        owned = self.ownership.pop(0) if self.ownership else super().owns_lock(instance)
+        self.log.append("owned" if owned else "lost")
+        return owned
 
     @contextlib.contextmanager
     def lock(self, instance: str) -> Iterator[None]:
@@ -97,13 +113,13 @@ class SpyGate(Gate):
             finally:
                 self.log.append("unlock")
 
-    def reserve(self, instance: str) -> Reservation:
-        self.log.append("reserve")
-        return super().reserve(instance)
+    def reserve(self, instance: str, session_id: str = "", prompt: str = "") -> Reservation:
+        self.log.append(f"reserve {session_id}".strip())
+        return super().reserve(instance, session_id, prompt)
 
-    def attach(self, res: Reservation, session_id: str) -> Reservation:
-        self.log.append(f"attach {session_id}")
-        return super().attach(res, session_id)
+    def attach(self, res: Reservation, session_id: str, prompt: str | None = None) -> Reservation:
+        self.log.append(f"attach {session_id}" if prompt != PROMPT_ACCEPTED else "accepted")
+        return super().attach(res, session_id, prompt)
 
     def release(self, res: Reservation) -> None:
         self.log.append("release")
@@ -147,8 +163,8 @@ def test_new_session_goes_through_every_step_in_order(cfg: Config, tmp_path: Pat
     client, gate = FakeClient(log, ["s1"], {"s1"}), SpyGate(cfg.state_dir, cfg, log)
     result = send(cfg, plan_create(cfg.instances[0], ROOT, "t", via="test"), client, gate, log)
     new = result.session_id
-    assert log == ["lock", "read", "reserve", f"create {new}", f"attach {new}",
-                   f"record {new}", f"prompt {new}", "unlock"]
+    assert log == ["lock", "read", "owned", "reserve", f"create {new}", f"attach {new}",
+                   f"record {new}", "owned", f"prompt {new}", "owned", "accepted", "unlock"]
     assert (result.action, result.instance, result.model) == ("create", "a", "p/m")
     # The reservation keeps counting after the send until the server shows the run.
     assert len(slot_files(cfg)) == 1
@@ -160,7 +176,7 @@ def test_at_the_limit_nothing_is_reserved_created_or_sent(cfg: Config) -> None:
     client, gate = FakeClient(log, ["s1", "s2"], {"s1", "s2"}), SpyGate(cfg.state_dir, cfg, log)
     with pytest.raises(BusyError, match="2 running \\+ 0 reserved of 2"):
         send(cfg, plan_create(cfg.instances[0], ROOT, "t", via="test"), client, gate, log)
-    assert log == ["lock", "read", "unlock"]
+    assert log == ["lock", "read", "owned", "unlock"]
     assert slot_files(cfg) == []
     assert audit_results(cfg) == ["failed"]
 
@@ -181,16 +197,10 @@ def test_idle_session_that_started_meanwhile_is_steered_without_a_slot(cfg: Conf
     plan = plan_reuse(cfg.instances[0], record("s1"), via="test")  # planned while idle
     result = send(cfg, plan, client, gate, log)
     assert (result.action, result.steered_instead) == ("steer", True)
-    assert log == ["lock", "read", "record s1", "prompt s1", "unlock"]
-    assert slot_files(cfg) == []
-
-
-def test_steer_of_a_running_session_takes_no_lock_and_no_slot(cfg: Config) -> None:
-    log: list[str] = []
-    client, gate = FakeClient(log, ["s1"], {"s1"}), SpyGate(cfg.state_dir, cfg, log)
-    plan = Plan("steer", cfg.instances[0], record("s1", "busy"), ROOT, "s1", via="test")
-    result = send(cfg, plan, client, gate, log)
-    assert result.action == "steer" and log == ["record s1", "prompt s1"]
+    assert log == ["lock", "read", "owned", "reserve s1", "record s1", "owned", "prompt s1",
+                   "owned", "accepted", "unlock"]
+    # Tied to a running session, the reservation adds nothing to the count.
+    assert gate.pending("a", {"s1", "s2"}) == []
 
 
 @pytest.mark.parametrize(
@@ -273,3 +283,185 @@ def test_no_module_is_over_600_lines() -> None:
     assert long == {}
 
 
+
+
+# -- steers take the lock ----------------------------------------------------------------------
+
+
+def steer_plan(cfg: Config, sid: str) -> Plan:
+    return Plan("steer", cfg.instances[0], record(sid, "busy"), ROOT, sid, via="test")
+
+
+def test_steer_of_a_running_session_is_locked_and_takes_no_slot(cfg: Config) -> None:
+    log: list[str] = []
+    client, gate = FakeClient(log, ["s1", "s2"], {"s1", "s2"}), SpyGate(cfg.state_dir, cfg, log)
+    result = send(cfg, steer_plan(cfg, "s1"), client, gate, log)  # on a full instance
+    assert (result.action, result.had_stopped) == ("steer", False)
+    assert log == ["lock", "read", "owned", "reserve s1", "record s1", "owned", "prompt s1",
+                   "owned", "accepted", "unlock"]
+    [res] = gate.live_reservations("a", {"s1", "s2"})
+    assert (res.session_id, res.prompt) == ("s1", PROMPT_ACCEPTED)
+    assert gate.pending("a", {"s1", "s2"}) == []  # counted once, as the running session
+    # Had the run ended as the prompt landed and the new run not shown yet, it would count.
+    assert len(gate.pending("a", {"s2"})) == 1
+
+
+def test_steer_of_a_session_that_stopped_is_refused_at_the_limit(cfg: Config) -> None:
+    log: list[str] = []
+    # Planned while s1 ran; under the lock the server shows s1 idle and s2, s3 running.
+    client = FakeClient(log, ["s1", "s2", "s3"], {"s2", "s3"})
+    gate = SpyGate(cfg.state_dir, cfg, log)
+    with pytest.raises(BusyError, match="session s1 had stopped") as err:
+        send(cfg, steer_plan(cfg, "s1"), client, gate, log)
+    assert err.value.exit_code == 3
+    assert log == ["lock", "read", "owned", "unlock"]  # nothing reserved, recorded or sent
+    assert slot_files(cfg) == []
+
+
+def test_steer_of_a_session_that_stopped_goes_through_the_gate(cfg: Config) -> None:
+    from xaf_hub.commands.dispatch import _sent_line
+
+    log: list[str] = []
+    client, gate = FakeClient(log, ["s1", "s2"], {"s2"}), SpyGate(cfg.state_dir, cfg, log)
+    plan = steer_plan(cfg, "s1")
+    result = send(cfg, plan, client, gate, log)
+    assert (result.action, result.had_stopped) == ("reuse", True)
+    assert log == ["lock", "read", "owned", "reserve", "attach s1", "record s1", "owned",
+                   "prompt s1", "owned", "accepted", "unlock"]
+    assert _sent_line(plan, result).startswith("started idle session s1 (it had stopped) on a")
+    assert result.to_json()["had_stopped"] is True
+    plain = send(cfg, steer_plan(cfg, "s1"), client, gate, log)  # s1 runs now
+    assert _sent_line(plan, plain).startswith("steered running session s1 on a")
+
+
+# -- uncertain delivery ------------------------------------------------------------------------
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def test_a_prompt_that_may_have_arrived_keeps_its_slot_until_the_run_shows(cfg: Config) -> None:
+    log: list[str] = []
+    clock = Clock()
+    # alive=False: the sending process is gone; that must not free a prompt that went out.
+    client = FakeClient(log, ["s1"], {"s1"})
+    gate = SpyGate(cfg.state_dir, cfg, log, clock=clock, alive=lambda pid: False)
+    client.fail_prompt = UnreachableError("a", "no answer within 3s", maybe_delivered=True)
+    with pytest.raises(UnreachableError, match="slot stays reserved") as err:
+        send(cfg, plan_create(cfg.instances[0], ROOT, "t", via="test"), client, gate, log)
+    assert err.value.maybe_delivered
+    assert "release" not in log
+    [res] = gate.live_reservations("a", {"s1"})
+    assert res.prompt == PROMPT_SENT and res.session_id.startswith("ses_new")
+    clock.t += cfg.lock.slot_grace_seconds + 30  # well past the grace, inside the TTL
+    client.fail_prompt = None
+    log.clear()
+    with pytest.raises(BusyError, match="1 running \\+ 1 reserved of 2"):
+        send(cfg, plan_create(cfg.instances[0], ROOT, "u", via="test"), client, gate, log)
+    # The late prompt lands: the run counts once, as itself.
+    client.busy.add(res.session_id)
+    assert gate.pending("a", {"s1", res.session_id}) == []
+    clock.t = res.created + cfg.lock.slot_ttl_seconds + 1
+    assert gate.live_reservations("a", {"s1"}) == []  # the TTL ends it in any case
+
+
+def test_a_prompt_that_was_answered_lives_by_the_server_not_the_process(cfg: Config) -> None:
+    log: list[str] = []
+    clock = Clock()
+    client = FakeClient(log, [], set())
+    gate = SpyGate(cfg.state_dir, cfg, log, clock=clock, alive=lambda pid: False)
+    result = send(cfg, plan_create(cfg.instances[0], ROOT, "t", via="test"), client, gate, log)
+    [res] = gate.live_reservations("a", set())  # process gone, run not shown yet: counts
+    assert (res.session_id, res.prompt) == (result.session_id, PROMPT_ACCEPTED)
+    clock.t += cfg.lock.slot_grace_seconds + 1
+    assert gate.live_reservations("a", {result.session_id}) != []  # running: kept
+    assert gate.live_reservations("a", set()) == []  # not running after the grace: gone
+
+
+# -- a lock lost on the way --------------------------------------------------------------------
+
+
+def test_lock_lost_before_counting_sends_nothing(cfg: Config) -> None:
+    log: list[str] = []
+    client, gate = FakeClient(log, [], set()), SpyGate(cfg.state_dir, cfg, log)
+    gate.ownership = [False]
+    with pytest.raises(LockLostError, match="lost before its load was counted") as err:
+        send(cfg, plan_create(cfg.instances[0], ROOT, "t", via="test"), client, gate, log)
+    assert err.value.exit_code == 3
+    assert "may have been exceeded" not in str(err.value)
+    assert log == ["lock", "read", "lost", "unlock"]
+    assert slot_files(cfg) == []
+
+
+def test_lock_lost_before_sending_releases_and_names_the_session(cfg: Config) -> None:
+    log: list[str] = []
+    client, gate = FakeClient(log, [], set()), SpyGate(cfg.state_dir, cfg, log)
+    gate.ownership = [True, False]
+    with pytest.raises(LockLostError, match="lost before sending") as err:
+        send(cfg, plan_create(cfg.instances[0], ROOT, "t", via="test"), client, gate, log)
+    new = next(step.split()[1] for step in log if step.startswith("create"))
+    assert f"nothing was sent to session {new}" in str(err.value)
+    assert "may have been exceeded" not in str(err.value)
+    assert not any(step.startswith("prompt") for step in log)
+    assert log[-3:] == ["lost", "release", "unlock"]
+    assert slot_files(cfg) == []
+
+
+@pytest.mark.parametrize("kept", [True, False])
+def test_lock_lost_while_the_prompt_travelled_is_reported(cfg: Config, kept: bool) -> None:
+    log: list[str] = []
+    client, gate = FakeClient(log, [], set()), SpyGate(cfg.state_dir, cfg, log)
+    gate.ownership = [True, True, False]
+    if not kept:  # the lock's server lost the reservation too (FLUSHALL, restart)
+        real = client.prompt_async
+
+        async def prompt_and_flush(session_id: str, text: str, model: str | None) -> None:
+            await real(session_id, text, model)
+            for path in slot_files(cfg):
+                path.unlink()
+
+        client.prompt_async = prompt_and_flush  # type: ignore[method-assign]
+    result = send(cfg, plan_create(cfg.instances[0], ROOT, "t", via="test"), client, gate, log)
+    [warning] = result.warnings
+    assert result.session_id in warning
+    assert ("may have been exceeded" in warning) is (not kept)
+    assert ("the limit held" in warning) is kept
+    assert len(slot_files(cfg)) == 1  # the run counts (put back when it was lost)
+
+
+def test_a_stale_reading_never_frees_a_reservation_made_after_it(cfg: Config) -> None:
+    log: list[str] = []
+    clock = Clock()
+    client = FakeClient(log, ["s1"], {"s1"})
+    gate = SpyGate(cfg.state_dir, cfg, log, clock=clock)
+    other = Gate(cfg.state_dir, cfg.lock, host="h2", clock=clock)
+    real = client.list_sessions
+
+    async def slow_read() -> list[ServerSession]:
+        sessions = await real()  # the reading is taken here ...
+        # ... then this process stalls; another host starts "s9" (not in this reading).
+        clock.t += 1
+        other.accepted(other.attach(other.reserve("a"), "s9", PROMPT_SENT))
+        clock.t += cfg.lock.slot_grace_seconds + 20
+        return sessions
+
+    client.list_sessions = slow_read  # type: ignore[method-assign]
+    with pytest.raises(BusyError, match="1 running \\+ 1 reserved of 2"):
+        send(cfg, plan_create(cfg.instances[0], ROOT, "t", via="test"), client, gate, log)
+    assert len(slot_files(cfg)) == 1  # the other host's reservation is still there
+
+
+def test_take_back_drops_the_row_of_a_dispatch_refused_before_sending(cfg: Config) -> None:
+    from xaf_hub.ops.dispatch import take_back
+
+    ops = OpsContext(cfg)
+    pool = ops.backlog()
+    task = pool.record_manual_dispatch("t", "do it", "ses_x", "a", None, ops.now())
+    heard: list[str] = []
+    take_back(ops, task.id, LockLostError("a: lost before sending"), heard.append)
+    assert heard == [] and pool.load().tasks == []
