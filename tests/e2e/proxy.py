@@ -112,3 +112,33 @@ class StallProxy(LoopbackServer):
                 pass
 
         super().__init__(Handler)
+
+
+class DelayProxy(LoopbackServer):
+    """Forward everything to ``target``; a request for which ``delay(method, path)`` is above 0
+    waits that many seconds first (a slow link), and is forwarded even if its sender gave up
+    meanwhile (the late packet still lands). ``delayed`` is set when one starts waiting."""
+
+    def __init__(self, target: str, delay: Callable[[str, str], float]) -> None:
+        self.target = target.rstrip("/")
+        self.delayed = threading.Event()
+        proxy = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def _forward(self) -> None:
+                body = read_body(self)
+                seconds = proxy.delay_for(self.command, self.path)
+                if seconds > 0:
+                    proxy.delayed.set()
+                    proxy.released.wait(seconds)
+                send_back(self, forward(self, proxy.target, body, timeout=60))
+
+            do_GET = do_POST = do_DELETE = do_PATCH = _forward  # noqa: N815 - stdlib names
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.delay_for = delay
+        super().__init__(Handler)

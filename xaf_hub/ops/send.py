@@ -142,16 +142,23 @@ async def send_work(
 
 
 def _lock_lost(instance: str, step: str, session_id: str, why: str = "") -> LockLostError:
-    """The exit-3 error of a process whose dispatch lock stopped being its own before sending."""
-    target = f"session {session_id}" if session_id else "the new session"
+    """The exit-3 error of a process whose dispatch lock stopped being its own before sending.
+
+    Nothing was sent, so this dispatch cannot have pushed the instance over its limit.
+    """
+    target = f"session {session_id}" if session_id else "a new session"
     cause = why or (
         "another process may hold it now: its lease ran out while this process was paused "
         "or cut off from the lock's server, or that server lost its keys"
     )
+    done = (
+        "its reservation was given back"
+        if step == "before sending"
+        else "nothing was reserved"
+    )
     return LockLostError(
         f"{instance}: the dispatch lock was lost {step} ({cause}); nothing was sent to "
-        f"{target} and this process's reservation was given back, so this dispatch did not "
-        "take a slot - retry"
+        f"{target} and {done}, so this dispatch took no slot - retry"
     )
 
 
