@@ -341,15 +341,27 @@ async def abort_and_prompt(
 ) -> None:
     """Abort a running session and send a new prompt while holding the instance's gate lock.
 
-    The session holds a slot while it runs; holding the lock across abort -> prompt keeps
-    any other dispatch from taking that slot in between.
+    The session holds a slot while it runs; holding the lock across abort -> prompt, and a
+    reservation tied to the session from before the abort until the new run shows, keep any
+    other dispatch from taking that slot in between. The prompt goes out as in ``send_work``
+    (lock confirmed right before it; an unknown delivery keeps the reservation).
     """
+    gate = ops.gate()
+    warnings: list[str] = []
     try:
         async with ops.client(inst) as client:
-            with ops.gate().lock(inst.name):
-                await client.abort(session)
-                await wait_until_idle(client, directory, session, ABORT_SETTLE_SECONDS)
-                await client.prompt_async(session, prompt, model)
+            with gate.lock(inst.name):
+                try:
+                    res = gate.reserve(inst.name, session, PROMPT_SENT)
+                except LockLostError:
+                    raise _lock_lost(inst.name, "before reserving", session) from None
+                try:
+                    await client.abort(session)
+                    await wait_until_idle(client, directory, session, ABORT_SETTLE_SECONDS)
+                except BaseException:
+                    gate.release(res)
+                    raise
+                await _deliver(client, gate, res, prompt, model, None, warnings)
     except Exception as exc:
         ops.audit(command, instance=inst.name, session=session, result="failed", reason=str(exc))
         raise
@@ -359,6 +371,7 @@ async def abort_and_prompt(
         session=session,
         result="abort+prompt",
         reason=reason,
-        extra={"model": model},
+        # No caller prints this heal's warnings (a lock lost while its prompt travelled).
+        extra={"model": model, **({"warnings": "; ".join(warnings)} if warnings else {})},
     )
 
