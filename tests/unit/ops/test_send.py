@@ -461,7 +461,7 @@ def test_take_back_drops_the_row_of_a_dispatch_refused_before_sending(cfg: Confi
 
     ops = OpsContext(cfg)
     pool = ops.backlog()
-    task = pool.record_manual_dispatch("t", "do it", "ses_x", "a", None, ops.now())
+    rec = pool.record_manual_dispatch("do it", "ses_x", "a", None, ops.now())
     heard: list[str] = []
-    take_back(ops, task.id, LockLostError("a: lost before sending"), heard.append)
+    take_back(ops, rec, LockLostError("a: lost before sending"), heard.append)
     assert heard == [] and pool.load().tasks == []
