@@ -290,10 +290,11 @@ async def _deliver(
         lost = not gate.owns_lock(instance)
         kept = gate.holds(res) if lost else True
     except UnreachableError as exc:
-        lost, kept = True, True
+        lost, kept = False, True  # unknown: say only that
         warnings.append(
             f"{instance}: could not confirm the dispatch lock after sending to {session_id} "
-            f"({exc.reason})"
+            f"({exc.reason}); its reservation counts the run until the server shows it or "
+            "slot_ttl_seconds pass"
         )
     if lost and not kept:
         warnings.append(

@@ -465,3 +465,21 @@ def test_take_back_drops_the_row_of_a_dispatch_refused_before_sending(cfg: Confi
     heard: list[str] = []
     take_back(ops, rec, LockLostError("a: lost before sending"), heard.append)
     assert heard == [] and pool.load().tasks == []
+
+
+def test_a_lock_that_cannot_be_asked_about_after_sending_claims_nothing(cfg: Config) -> None:
+    log: list[str] = []
+    client, gate = FakeClient(log, [], set()), SpyGate(cfg.state_dir, cfg, log)
+    answers = iter([True, True])
+
+    def owns_lock(instance: str) -> bool:
+        for owned in answers:
+            return owned
+        raise UnreachableError("redis", "127.0.0.1:6379/0: timed out")
+
+    gate.owns_lock = owns_lock  # type: ignore[method-assign]
+    result = send(cfg, plan_create(cfg.instances[0], ROOT, "t", via="test"), client, gate, log)
+    [warning] = result.warnings
+    assert "could not confirm the dispatch lock after sending" in warning
+    assert "limit held" not in warning and "exceeded" not in warning
+    assert len(slot_files(cfg)) == 1
