@@ -1,9 +1,14 @@
 #!/usr/bin/env bash
 # Run the project's checks and the whole test suite (unit, end-to-end against real opencode
-# servers, browser). pytest's exit 5 ("no tests collected") counts as a failure.
+# servers, browser) with the virtual environment scripts/setup.sh made. pytest's exit 5
+# ("no tests collected") counts as a failure. PYTHON overrides the interpreter.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-PY=${PYTHON:-python3}
+PY=${PYTHON:-${XAF_HUB_VENV:-.venv}/bin/python}
+if [ ! -x "$PY" ]; then
+  echo "test: no $PY: run bash scripts/setup.sh first" >&2
+  exit 1
+fi
 
 echo "==> ruff check" && "$PY" -m ruff check xaf_hub tests bench || exit 1
 echo "==> mypy --strict" && "$PY" -m mypy xaf_hub || exit 1
