@@ -199,7 +199,7 @@ def find_config(explicit: str | None, env: Mapping[str, str], cwd: Path) -> Path
         return home_cfg
     raise ConfigError(
         f"no config found: tried --config, $XAF_HUB_CONFIG, {local} and {home_cfg}; "
-        "copy config.example.json to config.json and edit it"
+        "run `xaf-hub init` to write a starter config.json"
     )
 
 

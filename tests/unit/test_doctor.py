@@ -83,7 +83,7 @@ def test_config_error_line_names_file_key_and_fix(
 
 
 def test_config_fix_for_missing_config() -> None:
-    assert "config.example.json" in h.config_fix("no config found: tried --config, ...")
+    assert "xaf-hub init" in h.config_fix("no config found: tried --config, ...")
 
 
 # ------------------------------------------------------------------------------------------

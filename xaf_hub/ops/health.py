@@ -88,7 +88,7 @@ def worst(findings: Sequence[Finding]) -> ExitCode:
 
 _CONFIG_FIXES: tuple[tuple[str, str], ...] = (
     ("no config found",
-     "Copy config.example.json to ./config.json or $XAF_HUB_HOME/config.json and edit it, "
+     "Run `xaf-hub init` (writes ./config.json; --help shows the options), "
      "or pass --config PATH."),
     ("config file not found",
      "Point --config or $XAF_HUB_CONFIG at a file that exists."),

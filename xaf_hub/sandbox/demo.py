@@ -1,10 +1,12 @@
 """The bundled demo: three real opencode servers on 127.0.0.1, a fake model, example sessions,
-then the hub's main commands against them using config.example.json.
+then the hub's main commands against them using the bundled config.example.json.
 
 Run from the repository root after `bash scripts/setup.sh`:
 
-    python3 -m xaf_hub.sandbox.demo          # run the tour, then stop everything
-    python3 -m xaf_hub.sandbox.demo --keep   # leave the fleet running until Ctrl+C
+    .venv/bin/python -m xaf_hub.sandbox.demo          # run the tour, then stop everything
+    .venv/bin/python -m xaf_hub.sandbox.demo --keep   # leave the fleet running until Ctrl+C
+
+From an installed wheel it needs `opencode` on PATH (or $XAF_HUB_OPENCODE_BIN) and says so.
 """
 
 from __future__ import annotations
@@ -51,10 +53,30 @@ def _git_repo(path: Path, message: str) -> None:
         )
 
 
-def _hub(repo: Path, env: dict[str, str], *args: str) -> int:
-    cmd = [sys.executable, "-m", "xaf_hub", "--config", str(repo / "config.example.json"), *args]
+EXAMPLE_CONFIG = Path(__file__).resolve().parents[1] / "config.example.json"
+
+
+def _hub(cwd: Path, env: dict[str, str], *args: str) -> int:
+    cmd = [sys.executable, "-m", "xaf_hub", "--config", str(EXAMPLE_CONFIG), *args]
     print(f"\n$ xaf-hub {' '.join(args)}", flush=True)
-    return subprocess.run(cmd, env=env, cwd=repo).returncode
+    return subprocess.run(cmd, env=env, cwd=cwd).returncode
+
+
+def _find_opencode(repo: Path) -> Path | None:
+    """The opencode binary, or None after one line saying how to get it."""
+    checkout = (repo / "scripts" / "setup.sh").is_file()
+    try:
+        return sandbox.find_opencode_binary(repo if checkout else Path.cwd())
+    except sandbox.SandboxError as exc:
+        how = (
+            f"run `bash {repo / 'scripts' / 'setup.sh'}`"
+            if checkout
+            else f"install it with `npm install -g opencode-ai@{sandbox.OPENCODE_VERSION}` "
+            "(needs Node.js 18+) or set XAF_HUB_OPENCODE_BIN"
+        )
+        detail = str(exc) if "XAF_HUB_OPENCODE_BIN=" in str(exc) else "opencode not found"
+        print(f"demo: {detail}: {how}", file=sys.stderr)
+        return None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -69,7 +91,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     repo = Path(__file__).resolve().parents[2]
-    out = (repo / args.out) if not Path(args.out).is_absolute() else Path(args.out)
+    binary = _find_opencode(repo)
+    if binary is None:
+        return 1
+    here = Path.cwd()
+    out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     servers_root = DEMO_ROOT / "servers"
     shutil.rmtree(servers_root, ignore_errors=True)  # a fresh database every run
@@ -82,7 +108,6 @@ def main(argv: list[str] | None = None) -> int:
 
     password = secrets.token_urlsafe(18)  # never printed; handed to the hub through the env
     env = {**os.environ, "XAF_HUB_DEMO_PASSWORD": password, "XAF_HUB_HOME": str(out / "home")}
-    binary = sandbox.find_opencode_binary(repo)
     llm = FakeLLM()
     llm.start()
     servers: list[sandbox.OpencodeServer] = []
@@ -139,12 +164,12 @@ def main(argv: list[str] | None = None) -> int:
             time.sleep(0.3)
 
         codes = [
-            _hub(repo, env, "instances"),
-            _hub(repo, env, "status"),
-            _hub(repo, env, "sessions"),
-            _hub(repo, env, "dispatch", "--dry-run", "--text", "登录页样式再调整一下"),
+            _hub(here, env, "instances"),
+            _hub(here, env, "status"),
+            _hub(here, env, "sessions"),
+            _hub(here, env, "dispatch", "--dry-run", "--text", "登录页样式再调整一下"),
             _hub(
-                repo,
+                here,
                 env,
                 "sessions",
                 "--html",
@@ -164,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
                 )
             print(
                 f"fleet left running; in another shell: source {env_file} && "
-                "xaf-hub --config config.example.json status   (Ctrl+C here stops it)"
+                f"xaf-hub --config {EXAMPLE_CONFIG} status   (Ctrl+C here stops it)"
             )
             while not stop_now:
                 time.sleep(1)

@@ -1,0 +1,69 @@
+"""What a user's install relies on: the bundled example config, lean runtime dependencies, and a
+demo that explains (in one line, no traceback) how to get opencode when it is missing."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from xaf_hub.config import load_config
+from xaf_hub.sandbox import demo
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_example_config_is_package_data() -> None:
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text("utf-8"))
+    data = pyproject["tool"]["setuptools"]["package-data"]["xaf_hub"]
+    assert "config.example.json" in data
+    assert demo.EXAMPLE_CONFIG.is_file()
+    assert demo.EXAMPLE_CONFIG.parent == Path(demo.__file__).resolve().parents[1]
+    assert load_config(str(demo.EXAMPLE_CONFIG), env={}, cwd=REPO).instances
+
+
+def test_runtime_dependencies_leave_out_the_test_oracle() -> None:
+    project = tomllib.loads((REPO / "pyproject.toml").read_text("utf-8"))["project"]
+    runtime = " ".join(project["dependencies"])
+    assert "scikit-learn" not in runtime and "scipy" not in runtime
+    assert any(d.startswith("scikit-learn") for d in project["optional-dependencies"]["test"])
+    assert project["license"] == "MIT" and (REPO / "LICENSE").is_file()
+
+
+def test_demo_without_opencode_says_how_to_get_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # As from an installed wheel: no checkout around the package, nothing on PATH.
+    monkeypatch.delenv("XAF_HUB_OPENCODE_BIN", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
+    monkeypatch.chdir(tmp_path)
+    assert demo._find_opencode(tmp_path / "site-packages") is None
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1
+    assert "opencode not found" in err[0] and "npm install -g opencode-ai@" in err[0]
+
+
+def test_demo_in_a_checkout_points_at_setup(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "scripts").mkdir()
+    (tmp_path / "scripts" / "setup.sh").write_text("", "utf-8")
+    monkeypatch.delenv("XAF_HUB_OPENCODE_BIN", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
+    assert demo._find_opencode(tmp_path) is None
+    assert "scripts/setup.sh" in capsys.readouterr().err
+
+
+def test_demo_process_exits_1_with_one_line(tmp_path: Path) -> None:
+    env = {"PATH": str(tmp_path), "XAF_HUB_OPENCODE_BIN": str(tmp_path / "no-such-opencode")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "xaf_hub.sandbox.demo", "--out", str(tmp_path / "out")],
+        capture_output=True, text=True, timeout=120, env={**env, "PYTHONPATH": str(REPO)},
+    )
+    assert proc.returncode == 1
+    assert "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert "XAF_HUB_OPENCODE_BIN=" in proc.stderr
