@@ -15,6 +15,7 @@ from xaf_hub.errors import ExitCode, HubError, UsageError
 # Subcommand modules under xaf_hub.commands and their one-line help, in --help order.
 # A module is imported only when its command runs, so `xaf-hub --help` stays light.
 COMMANDS: dict[str, str] = {
+    "init": "write a starter config.json (from --instance/--root, or the bundled example)",
     "instances": "health and totals of every instance",
     "sessions": "the project's sessions (table, JSON, CSV or HTML export)",
     "status": "load per instance and whether it can take new work",
