@@ -10,7 +10,7 @@ import traceback
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from xaf_hub.errors import ExitCode, HubError, UsageError
+from xaf_hub.errors import ExitCode, HubError, MissingPassword, UsageError
 
 # Subcommand modules under xaf_hub.commands and their one-line help, in --help order.
 # A module is imported only when its command runs, so `xaf-hub --help` stays light.
@@ -112,7 +112,8 @@ def main(argv: Sequence[str] | None = None, **context: Any) -> int:
     except KeyboardInterrupt:
         _report(ctx, stderr, args, "interrupted", None)
         return 130
-    except HubError as exc:
+    except HubError as raised:
+        exc = MissingPassword.upgrade(raised)
         _report(ctx, stderr, args, str(exc), exc)
         return int(exc.exit_code)
     except Exception as exc:  # noqa: BLE001 - the last line of defence prints one line

@@ -19,7 +19,7 @@ from typing import Any, Literal, TypedDict, cast
 import httpx
 
 from xaf_hub.config import InstanceConfig
-from xaf_hub.errors import HubError, UnreachableError, UsageError
+from xaf_hub.errors import HubError, MissingPassword, UnreachableError, UsageError
 
 Dialect = Literal["classic", "v2"]
 
@@ -254,6 +254,8 @@ class OpencodeClient:
                 continue
             status = resp.status_code
             if status == 401:
+                if not self.inst.password:
+                    raise MissingPassword(self.name, self.inst.password_var)
                 raise self._fail("auth rejected (HTTP 401): check the username and password")
             if status == 403:
                 raise self._fail("access forbidden (HTTP 403)")

@@ -60,6 +60,12 @@ class InstanceConfig:
     api: str = "auto"
     note: str = ""
     rules: ProjectRules = field(default_factory=ProjectRules)
+    password_env: str = ""  # the env var the config names for the password, if any
+
+    @property
+    def password_var(self) -> str:
+        """The env var to set for this instance's password: password_env, else XAF_HUB_PW_<NAME>."""
+        return self.password_env or pw_env_name(self.name)
 
     @property
     def production(self) -> bool:
@@ -546,7 +552,7 @@ def _parse_instance(
     if parts.username or parts.password:
         raise r.fail("url", "must not carry credentials; use username and config.local.json")
     username = r.get("username", (str,), "opencode")
-    r.get("password_env", (str,), None)
+    password_env = r.get("password_env", (str,), None) or ""
     r.get("password_file", (str,), None)
     r.get("password_key", (str,), None)
     roots = r.strings("roots")
@@ -591,6 +597,7 @@ def _parse_instance(
         models=models,
         api=api,
         note=note,
+        password_env=password_env,
         rules=ProjectRules.build(
             roots=roots,
             fallback_segments=fallback,

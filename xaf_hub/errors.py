@@ -8,6 +8,7 @@ Every failure the hub reports to a user is one of these::
     │   └── ProductionRefused (exit 4) a write to a `danger` instance without --allow-prod
     ├── StateFileError      (exit 1) a corrupt state file (backlog, model state); never reset
     ├── UnreachableError    (exit 2) an instance did not answer usefully (DNS, refused, 401, 5xx)
+    │   └── MissingPassword (exit 4) the server asks for a password and none is configured
     ├── BusyError           (exit 3) concurrency limit reached, or the dispatch lock timed out
     │   └── LockLostError   (exit 3) the dispatch lock was lost before the prompt went out
     └── NotProjectSession   (exit 5) the target session is outside the project (--force overrides)
@@ -73,6 +74,35 @@ class UnreachableError(HubError):
         self.instance = instance
         self.reason = reason
         self.maybe_delivered = maybe_delivered
+
+
+class MissingPassword(UnreachableError):
+    """The server answered 401 and the config gives this instance no password at all."""
+
+    exit_code = ExitCode.USAGE
+    REASON = "no password configured"
+
+    def __init__(self, instance: str, variable: str) -> None:
+        super().__init__(instance, f"{self.REASON}: set {variable}")
+        self.args = (f"{self.REASON} for {instance}: set {variable}",)
+        self.variable = variable
+
+    @classmethod
+    def is_reason(cls, reason: str) -> bool:
+        """True when an instance's recorded failure reason is this error's."""
+        return reason.startswith(cls.REASON + ": set ")
+
+    @classmethod
+    def from_reason(cls, instance: str, reason: str) -> MissingPassword:
+        """Rebuild the error from an instance name and a reason ``is_reason`` accepts."""
+        return cls(instance, reason.removeprefix(cls.REASON + ": set ").split(" ", 1)[0])
+
+    @classmethod
+    def upgrade(cls, exc: HubError) -> HubError:
+        """An UnreachableError re-raised from a recorded missing-password reason becomes one."""
+        if type(exc) is UnreachableError and cls.is_reason(exc.reason):
+            return cls.from_reason(exc.instance, exc.reason)
+        return exc
 
 
 class BusyError(HubError):

@@ -13,6 +13,7 @@ from typing import Literal
 from xaf_hub.config import Config, InstanceConfig
 from xaf_hub.errors import (
     BusyError,
+    MissingPassword,
     NotProjectSession,
     ProductionRefused,
     UnreachableError,
@@ -210,6 +211,9 @@ def plan_dispatch(
         unreachable = [v.inst.name for v in scoped if not v.reachable]
         if unreachable and len(unreachable) == len(scoped):
             _check_reachable(scoped[0])
+        for v in scoped:  # it may be where the config lacks a password: say how to fix that
+            if not v.reachable and MissingPassword.is_reason(v.reason):
+                raise MissingPassword.from_reason(v.inst.name, v.reason)
         where = req.instance or "any reachable instance"
         raise UsageError(f"session {req.session} not found on {where}")
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from xaf_hub import aio
 from xaf_hub.config import InstanceConfig
 from xaf_hub.context import Context
-from xaf_hub.errors import ExitCode, HubError
+from xaf_hub.errors import ExitCode, HubError, MissingPassword
 from xaf_hub.records import Snapshot
 
 if TYPE_CHECKING:  # the scanner pulls in httpx; --help must stay light
@@ -64,10 +64,20 @@ def scan(
     return aio.run(go())
 
 
+def report_missing_passwords(ctx: Context, snap: Snapshot) -> None:
+    """One error line per instance that asked for a password the config does not give."""
+    for item in snap.unreachable:
+        if MissingPassword.is_reason(item["reason"]):
+            missing = MissingPassword.from_reason(item["instance"], item["reason"])
+            ctx.info(f"xaf-hub: error: {missing}")
+
+
 def report_unreachable(ctx: Context, snap: Snapshot) -> None:
     """One stderr line per instance that did not answer, and any fail-closed warnings."""
+    report_missing_passwords(ctx, snap)
     for item in snap.unreachable:
-        ctx.warn(f"{item['instance']} unreachable: {item['reason']}")
+        if not MissingPassword.is_reason(item["reason"]):
+            ctx.warn(f"{item['instance']} unreachable: {item['reason']}")
     for w in snap.warnings:
         ctx.warn(w)
 
@@ -78,11 +88,17 @@ def session_not_found(
     """The error for a session no instance answered for (see ``ops.interrupt``)."""
     from xaf_hub.ops.interrupt import session_not_found as not_found
 
+    for name, reason in down:
+        if MissingPassword.is_reason(reason):  # a config fix, whatever else failed
+            return MissingPassword.from_reason(name, reason)
     return not_found(session_id, down, instance)
 
 
 def scan_exit(snap: Snapshot) -> int:
-    """0 when at least one instance answered, 2 when none did (or the only one asked)."""
+    """4 when an instance needs a password the config lacks; else 0 when at least one instance
+    answered, 2 when none did (or the only one asked)."""
+    if any(MissingPassword.is_reason(i.reason) for i in snap.instances if not i.reachable):
+        return int(ExitCode.USAGE)
     if not snap.instances:
         return int(ExitCode.OK)
     if any(i.reachable for i in snap.instances):

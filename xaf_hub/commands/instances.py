@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import argparse
 
-from xaf_hub.commands._common import add_json, chosen_instances, scan, scan_exit
+from xaf_hub.commands._common import (
+    add_json,
+    chosen_instances,
+    report_missing_passwords,
+    scan,
+    scan_exit,
+)
 from xaf_hub.context import Context
 from xaf_hub.output import dumps, table
 
@@ -26,6 +32,7 @@ def run(ctx: Context) -> int:
     snap, _ = scan(ctx, chosen_instances(ctx))
     if ctx.json:
         ctx.out(dumps([i.to_json() for i in snap.instances]))
+        report_missing_passwords(ctx, snap)
         return scan_exit(snap)
     rows = []
     for i in snap.instances:
@@ -59,4 +66,5 @@ def run(ctx: Context) -> int:
     ctx.out(table(rows, headers))
     for w in snap.warnings:
         ctx.warn(w)
+    report_missing_passwords(ctx, snap)
     return scan_exit(snap)

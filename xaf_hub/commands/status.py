@@ -7,6 +7,7 @@ import argparse
 from xaf_hub.commands._common import (
     add_json,
     chosen_instances,
+    report_missing_passwords,
     report_unreachable,
     scan,
     scan_exit,
@@ -51,6 +52,7 @@ def run(ctx: Context) -> int:
         ctx.out(
             dumps({"generated_at": snap.generated_at, "instances": [x.to_json() for x in loads]})
         )
+        report_missing_passwords(ctx, snap)
         return scan_exit(snap)
     rows = [
         [

@@ -16,8 +16,8 @@ from datetime import datetime, tzinfo
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any, Literal
 
-from xaf_hub.config import CREDENTIAL_KEYS, Config, InstanceConfig, ModelsConfig, pw_env_name
-from xaf_hub.errors import ExitCode
+from xaf_hub.config import CREDENTIAL_KEYS, Config, InstanceConfig, ModelsConfig
+from xaf_hub.errors import ExitCode, MissingPassword
 from xaf_hub.model_state import Blackout, next_reset
 from xaf_hub.rules import is_under, normalize_dir
 
@@ -249,9 +249,9 @@ def _unreachable_fix(reason: str, inst: InstanceConfig) -> str:
 
 
 def _auth_fix(inst: InstanceConfig) -> str:
-    var = pw_env_name(inst.name)
+    var = inst.password_var
     if inst.password_source == "none":
-        return (f"Set {var} (or the instance's password_env) to the server's "
+        return (f"Set {var} to the server's "
                 "OPENCODE_SERVER_PASSWORD, or add instances."
                 f"{inst.name}.password to config.local.json.")
     return (f"The password from {inst.password_source} was refused: set it to the server's "
@@ -276,6 +276,10 @@ def instance_findings(inst: InstanceConfig, probe: Probe) -> list[Finding]:
     else:
         cred = f"password from {_describe_source(inst.password_source)}"
     out: list[Finding] = []
+    if MissingPassword.is_reason(probe.reason):
+        out.append(error("instance", name, str(MissingPassword(name, inst.password_var)),
+                         _auth_fix(inst), ExitCode.USAGE))
+        return out
     if probe.auth_rejected:
         out.append(error("instance", name, f"{inst.url}: auth rejected (HTTP 401); {cred}",
                          _auth_fix(inst), ExitCode.UNREACHABLE))
@@ -298,7 +302,7 @@ def instance_findings(inst: InstanceConfig, probe: Probe) -> list[Finding]:
                         "no password configured and the server answered without one: "
                         "anyone who can reach it can use it",
                         "Start the server with OPENCODE_SERVER_PASSWORD set and give the hub "
-                        f"the same password in {pw_env_name(name)} or config.local.json."))
+                        f"the same password in {inst.password_var} or config.local.json."))
     return out
 
 
