@@ -113,9 +113,9 @@ def main(argv: Sequence[str] | None = None, **context: Any) -> int:
         _report(ctx, stderr, args, "interrupted", None)
         return 130
     except HubError as raised:
-        exc = MissingPassword.upgrade(raised)
-        _report(ctx, stderr, args, str(exc), exc)
-        return int(exc.exit_code)
+        shown = MissingPassword.upgrade(raised)
+        _report(ctx, stderr, args, str(shown), shown)
+        return int(shown.exit_code)
     except Exception as exc:  # noqa: BLE001 - the last line of defence prints one line
         _report(
             ctx, stderr, args, f"internal error: {type(exc).__name__}: {exc}", exc, internal=True
