@@ -42,10 +42,42 @@ timeout, 4 bad argument/config or production not allowed, 5 not a project sessio
 
 
 class Parser(argparse.ArgumentParser):
-    """ArgumentParser whose usage errors exit 4 (USAGE), not argparse's 2."""
+    """ArgumentParser whose usage errors exit 4 (USAGE), not argparse's 2, and suggest the
+    command or option a typo was probably meant to be."""
 
     def error(self, message: str) -> NoReturn:
-        raise UsageError(f"{self.prog}: {message} (see --help)")
+        import re
+
+        where = self.prog.removeprefix("xaf-hub").strip()  # the subcommand, if any
+        hint = self._did_you_mean(message)
+        unknown = re.match(r"argument COMMAND: invalid choice: ('[^']*')", message)
+        if unknown:  # argparse's text lists every command; a suggestion is enough
+            message = f"unknown command {unknown.group(1)}"
+            if not hint:
+                hint = f"; the commands are: {', '.join(COMMANDS)}"
+        text = f"{where}: {message}" if where else message
+        raise UsageError(f"{text}{hint} (see {self.prog} --help)")
+
+    def _did_you_mean(self, message: str) -> str:
+        import difflib
+        import re
+
+        choice = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
+        if choice:
+            known = re.findall(r"'?([^',\s]+)'?", choice.group(2))
+            close = difflib.get_close_matches(choice.group(1), known, n=1, cutoff=0.6)
+            return f"; did you mean '{close[0]}'?" if close else ""
+        extra = re.match(r"unrecognized arguments: (.*)", message)
+        if extra:
+            options = set(self._option_string_actions)
+            for action in self._subparsers._group_actions if self._subparsers else ():
+                for sub in (getattr(action, "choices", None) or {}).values():
+                    options.update(getattr(sub, "_option_string_actions", {}))
+            for word in extra.group(1).split():
+                close = difflib.get_close_matches(word.split("=")[0], sorted(options), n=1)
+                if word.startswith("--") and close:
+                    return f"; did you mean {close[0]}?"
+        return ""
 
 
 def _common(sub: bool = False) -> Parser:

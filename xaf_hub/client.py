@@ -251,6 +251,8 @@ class OpencodeClient:
                     # Nothing left the machine on a connect or pool timeout; after that, unknown.
                     uncertain = not isinstance(exc, (httpx.ConnectTimeout, httpx.PoolTimeout))
                     break
+                if isinstance(exc, httpx.TimeoutException):
+                    break  # a retry would silently double the wait the reason states
                 continue
             status = resp.status_code
             if status == 401:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
@@ -53,6 +53,15 @@ class Context:
         """Print a line of normal output (control characters neutralised unless --json)."""
         # JSON already escapes every C0 control; text may carry server-supplied titles.
         print(text if self.json else terminal_safe(text), file=self.stdout)
+
+    def table(self, rows: Sequence[Sequence[Any]], headers: Sequence[str], **how: Any) -> None:
+        """Print a table: fitted to the terminal and coloured on a TTY (see termfit), as is on a
+        pipe or with --wide. ``how``: termfit.render's flexible / keep_end / colors."""
+        from xaf_hub.termfit import Screen, render
+
+        screen = Screen.of(self.stdout, self.env, wide=bool(getattr(self.args, "wide", False)))
+        safe = [["" if v is None else terminal_safe(str(v)) for v in row] for row in rows]
+        print(render(safe, [terminal_safe(h) for h in headers], screen, **how), file=self.stdout)
 
     def warn(self, text: str) -> None:
         """Print a warning line to stderr."""

@@ -8,12 +8,21 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 
-def table(rows: Sequence[Sequence[Any]], headers: Sequence[str]) -> str:
-    """Render rows with tabulate; wide (CJK) characters count double so columns line up."""
+def table(rows: Sequence[Sequence[Any]], headers: Sequence[str], *, header_pad: int = 2) -> str:
+    """Render rows with tabulate; wide (CJK) characters count double so columns line up.
+
+    ``header_pad``: the cells a column keeps beyond its header (tabulate's default is 2;
+    tables fitted to a terminal use 0)."""
     import tabulate as tab
 
     tab.WIDE_CHARS_MODE = True  # needs wcwidth; CJK titles would otherwise misalign
-    return str(tab.tabulate(rows, headers=list(headers), tablefmt="simple", disable_numparse=True))
+    saved, tab.MIN_PADDING = tab.MIN_PADDING, header_pad
+    try:
+        return str(
+            tab.tabulate(rows, headers=list(headers), tablefmt="simple", disable_numparse=True)
+        )
+    finally:
+        tab.MIN_PADDING = saved
 
 
 def dumps(data: Any) -> str:

@@ -172,8 +172,10 @@ async def scan_fleet(
     *,
     transport_factory: TransportFactory | None = None,
     project_only: bool = False,
+    on_done: Callable[[str], None] | None = None,
 ) -> tuple[Snapshot, list[InstanceScan]]:
-    """Scan ``instances`` (default: all) concurrently, at most ``scan_workers`` at once."""
+    """Scan ``instances`` (default: all) concurrently, at most ``scan_workers`` at once;
+    ``on_done(name)`` is called as each instance's scan ends (for the progress line)."""
     chosen = list(cfg.instances if instances is None else instances)
     sem = asyncio.Semaphore(cfg.scan_workers)
 
@@ -181,7 +183,10 @@ async def scan_fleet(
         async with sem:
             transport = transport_factory(inst) if transport_factory else None
             async with make_client(cfg, inst, transport) as client:
-                return await scan_instance(client, inst, project_only=project_only)
+                result = await scan_instance(client, inst, project_only=project_only)
+        if on_done is not None:
+            on_done(inst.name)
+        return result
 
     scans = list(await asyncio.gather(*(one(i) for i in chosen)))
     snap = Snapshot(

@@ -283,3 +283,28 @@ def test_a_failed_read_is_never_maybe_delivered() -> None:
     with pytest.raises(UnreachableError) as err:
         run(lambda req: health(req) or httpx.Response(502), lambda c: c.list_sessions())
     assert err.value.maybe_delivered is False
+
+
+@pytest.mark.parametrize("exc", [httpx.ReadTimeout("timed out"), httpx.ConnectTimeout("slow")])
+def test_a_timeout_is_not_retried_so_the_stated_wait_is_the_real_one(exc: Exception) -> None:
+    calls: list[str] = []
+
+    def handler(req: httpx.Request) -> httpx.Response:
+        calls.append(req.url.path)
+        if req.url.path == "/global/health":
+            return httpx.Response(200, json={"healthy": True, "version": "1.18.33"})
+        raise exc
+
+    reason_of(handler, retries=3)
+    assert calls[0] == "/global/health" and len(calls) == 2, calls
+
+
+def test_a_refused_connection_is_still_retried() -> None:
+    calls: list[str] = []
+
+    def handler(req: httpx.Request) -> httpx.Response:
+        calls.append(req.url.path)
+        raise httpx.ConnectError("[Errno 111] Connection refused")
+
+    assert "connection refused" in reason_of(handler, retries=2)
+    assert len(calls) == 3

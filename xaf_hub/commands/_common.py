@@ -4,6 +4,8 @@ wording of run verdicts, heals and waits (`confirm` and `dispatch --confirm-wait
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
 from datetime import datetime, tzinfo
 from typing import TYPE_CHECKING, Any
 
@@ -22,12 +24,22 @@ if TYPE_CHECKING:  # the scanner pulls in httpx; --help must stay light
 
 def add_json(p: argparse.ArgumentParser) -> None:
     """Add --json."""
-    p.add_argument("--json", action="store_true", help="print machine-readable JSON on stdout")
+    p.add_argument("-j", "--json", action="store_true", help="print JSON for scripts on stdout")
+
+
+def add_wide(p: argparse.ArgumentParser) -> None:
+    """Add --wide (tables are otherwise cut to the terminal's width on a TTY)."""
+    p.add_argument(
+        "-w",
+        "--wide",
+        action="store_true",
+        help="show every column whole (on a terminal, tables are cut to its width)",
+    )
 
 
 def add_instance(p: argparse.ArgumentParser, what: str = "only this instance") -> None:
     """Add --instance NAME."""
-    p.add_argument("--instance", metavar="NAME", help=what)
+    p.add_argument("-i", "--instance", metavar="NAME", help=what)
 
 
 def chosen_instances(ctx: Context) -> list[InstanceConfig]:
@@ -45,18 +57,30 @@ def scan(
     *,
     outcomes: bool = False,
     project_only: bool = False,
+    progress: bool = False,
 ) -> tuple[Snapshot, list[InstanceScan]]:
-    """Scan the given instances; with ``outcomes`` also fetch each project session's last result."""
+    """Scan the given instances; with ``outcomes`` also fetch each project session's last result.
 
+    ``progress``: on a terminal, name the instances still awaited after a second (stderr)."""
+
+    from xaf_hub.progress import Progress
     from xaf_hub.scan import fill_outcomes, scan_fleet
 
     async def go() -> tuple[Snapshot, list[InstanceScan]]:
-        snap, scans = await scan_fleet(
-            ctx.config,
-            instances,
-            transport_factory=ctx.transport_factory,
-            project_only=project_only,
-        )
+        waiting = Progress(ctx.stderr, [i.name for i in instances] if progress else [], ctx.env)
+        ticker = asyncio.create_task(waiting.run())
+        try:
+            snap, scans = await scan_fleet(
+                ctx.config,
+                instances,
+                transport_factory=ctx.transport_factory,
+                project_only=project_only,
+                on_done=waiting.done,
+            )
+        finally:
+            ticker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await ticker
         if outcomes:
             snap = await fill_outcomes(ctx.config, scans, ctx.transport_factory)
         return snap, scans

@@ -50,7 +50,7 @@ def _common(sp: argparse.ArgumentParser) -> None:
     sp.add_argument(
         "--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks on errors"
     )
-    sp.add_argument("--json", action="store_true", help="print machine-readable JSON on stdout")
+    sp.add_argument("-j", "--json", action="store_true", help="print JSON for scripts on stdout")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -66,6 +66,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add.add_argument("--id", default="", help="task id (default: T-<yyyymmdd>-<hex>)")
     add.add_argument("--priority", choices=_PRIORITIES, default="P2", help="default P2")
     add.add_argument(
+        "-i",
         "--instance",
         default="",
         metavar="NAME",
@@ -98,7 +99,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="clear attempts, back-off and last error (unblocks a task)",
     )
     st.add_argument("--priority", choices=_PRIORITIES, help="also change the priority")
-    st.add_argument("--session", metavar="ID", help="with --status dispatched: the session")
+    st.add_argument("-s", "--session", metavar="ID", help="with --status dispatched: the session")
     st.add_argument("--to", metavar="NAME", help="with --status dispatched: its instance")
     st.add_argument(
         "--force",

@@ -35,7 +35,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="stale after N days without an update (default: session_ttl_days)",
     )
     p.add_argument("--execute", action="store_true", help="really delete (default: preview)")
-    p.add_argument("--instance", metavar="NAME", help="only this instance")
+    p.add_argument("-i", "--instance", metavar="NAME", help="only this instance")
     p.add_argument("--allow-prod", action="store_true", help="include production instances")
 
 

@@ -41,8 +41,8 @@ no free slot for the re-send; 4 unknown session, or --fix on production without 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Options of `confirm`."""
     add_json(p)
-    p.add_argument("--session", required=True, metavar="ID", help="the session to look at")
-    p.add_argument("--instance", metavar="NAME", help="where it lives (default: search all)")
+    p.add_argument("-s", "--session", required=True, metavar="ID", help="the session to look at")
+    p.add_argument("-i", "--instance", metavar="NAME", help="where it lives (default: search all)")
     p.add_argument(
         "--fix",
         action="store_true",

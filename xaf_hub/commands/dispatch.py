@@ -51,14 +51,14 @@ answering while waiting.
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Options of `dispatch`."""
     add_json(p)
-    p.add_argument("--text", required=True, help="what the agent should do")
+    p.add_argument("-t", "--text", required=True, help="what the agent should do")
     p.add_argument(
         "--dry-run",
         action="store_true",
         help="print the plan, candidates, model and prompt; change nothing",
     )
-    p.add_argument("--instance", metavar="NAME", help="only this instance")
-    p.add_argument("--session", metavar="ID", help="send to this session")
+    p.add_argument("-i", "--instance", metavar="NAME", help="only this instance")
+    p.add_argument("-s", "--session", metavar="ID", help="send to this session")
     p.add_argument(
         "--dir",
         dest="directory",

@@ -48,9 +48,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="a folder of the project on the servers (repeatable; relative to here if relative)",
     )
     p.add_argument("--project", metavar="NAME", help="project name (default: the first root's)")
-    p.add_argument(
-        "-f", "--force", action="store_true", help="overwrite an existing config file"
-    )
+    p.add_argument("--force", action="store_true", help="overwrite an existing config file")
 
 
 def _instance(spec: str) -> tuple[str, str]:

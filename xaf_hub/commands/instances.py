@@ -6,13 +6,15 @@ import argparse
 
 from xaf_hub.commands._common import (
     add_json,
+    add_wide,
     chosen_instances,
     report_missing_passwords,
     scan,
     scan_exit,
 )
 from xaf_hub.context import Context
-from xaf_hub.output import dumps, table
+from xaf_hub.output import dumps
+from xaf_hub.termfit import state_color
 
 EXAMPLES = """\
 examples:
@@ -24,12 +26,13 @@ examples:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Options of `instances`."""
     add_json(p)
-    p.add_argument("--instance", metavar="NAME", help="only this instance")
+    add_wide(p)
+    p.add_argument("-i", "--instance", metavar="NAME", help="only this instance")
 
 
 def run(ctx: Context) -> int:
     """Scan and print one row per instance."""
-    snap, _ = scan(ctx, chosen_instances(ctx))
+    snap, _ = scan(ctx, chosen_instances(ctx), progress=True)
     if ctx.json:
         ctx.out(dumps([i.to_json() for i in snap.instances]))
         report_missing_passwords(ctx, snap)
@@ -63,7 +66,18 @@ def run(ctx: Context) -> int:
         "limit",
         "note",
     ]
-    ctx.out(table(rows, headers))
+    ctx.table(
+        rows,
+        headers,
+        flexible=[
+            ("note", 8),
+            ("running (all/project)", 7),
+            ("url", 12),
+            ("state", 14),
+            ("instance", 10),
+        ],
+        colors={"state": state_color},
+    )
     for w in snap.warnings:
         ctx.warn(w)
     report_missing_passwords(ctx, snap)

@@ -19,8 +19,8 @@ examples:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Options of `interrupt`."""
     add_json(p)
-    p.add_argument("--session", required=True, metavar="ID", help="the session to stop")
-    p.add_argument("--instance", metavar="NAME", help="where it runs (default: search all)")
+    p.add_argument("-s", "--session", required=True, metavar="ID", help="the session to stop")
+    p.add_argument("-i", "--instance", metavar="NAME", help="where it runs (default: search all)")
     p.add_argument("--allow-prod", action="store_true", help="allow writes to production")
     p.add_argument("--force", action="store_true", help="allow a non-project session")
 

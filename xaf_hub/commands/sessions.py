@@ -8,14 +8,16 @@ from pathlib import Path
 
 from xaf_hub.commands._common import (
     add_json,
+    add_wide,
     chosen_instances,
     report_unreachable,
     scan,
     scan_exit,
 )
 from xaf_hub.context import Context
-from xaf_hub.output import ago, dumps, shorten, shorten_left, table
+from xaf_hub.output import ago, dumps, shorten, shorten_left
 from xaf_hub.records import Snapshot
+from xaf_hub.termfit import state_color
 
 EXAMPLES = """\
 examples:
@@ -31,9 +33,10 @@ examples:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Options of `sessions`."""
     add_json(p)
-    p.add_argument("--instance", metavar="NAME", help="only this instance")
-    p.add_argument("--keyword", metavar="K", help="only sessions whose title contains K")
-    p.add_argument("--limit", type=int, metavar="N", help="show at most N rows on screen")
+    add_wide(p)
+    p.add_argument("-i", "--instance", metavar="NAME", help="only this instance")
+    p.add_argument("-k", "--keyword", metavar="K", help="only sessions whose title contains K")
+    p.add_argument("-n", "--limit", type=int, metavar="N", help="show at most N rows on screen")
     p.add_argument("--out", metavar="FILE", help="export everything to FILE (.json or .csv)")
     p.add_argument("--html", metavar="FILE", help="write the HTML overview page to FILE")
     p.add_argument(
@@ -65,7 +68,9 @@ def run(ctx: Context) -> int:
             f"unsupported export format {Path(args.out).suffix or args.out!r}: "
             "use a .json or .csv file name (or --html FILE for the page)"
         )
-    snap, _ = scan(ctx, chosen_instances(ctx), outcomes=bool(args.outcomes or args.html))
+    snap, _ = scan(
+        ctx, chosen_instances(ctx), progress=True, outcomes=bool(args.outcomes or args.html)
+    )
     snap = filter_keyword(snap, args.keyword)
     if args.out or args.html or ctx.json:
         from xaf_hub import report
@@ -93,14 +98,15 @@ def run(ctx: Context) -> int:
     rows = rows_all if args.limit is None else rows_all[: args.limit]
     now = int(time.time() * 1000)
     headers = ["instance", "session", "state", "updated", "title", "directory"]
+    wide = bool(args.wide)
     body = [
         [
             s.instance,
             s.id,
             s.run_state,
             ago(s.updated, now),
-            shorten(s.title, 40),
-            shorten_left(s.directory, 48),
+            s.title.replace("\n", " ") if wide else shorten(s.title, 40),
+            s.directory if wide else shorten_left(s.directory, 48),
         ]
         for s in rows
     ]
@@ -108,7 +114,14 @@ def run(ctx: Context) -> int:
         headers.append("last result")
         for row, s in zip(body, rows, strict=True):
             row.append(s.outcome or "-")
-    ctx.out(table(body, headers))
+    ctx.table(
+        body,
+        headers,
+        flexible=[("directory", 10), ("last result", 10), ("title", 12), ("instance", 8)],
+        keep_end=["directory"],
+        keep=["session"],
+        colors={"state": state_color, "last result": state_color},
+    )
     shown = f"{len(rows)} of {len(rows_all)}" if len(rows) < len(rows_all) else str(len(rows))
     ctx.info(f"{shown} project session(s)")
     report_unreachable(ctx, snap)

@@ -6,6 +6,7 @@ import argparse
 
 from xaf_hub.commands._common import (
     add_json,
+    add_wide,
     chosen_instances,
     report_missing_passwords,
     report_unreachable,
@@ -16,7 +17,8 @@ from xaf_hub.context import Context
 from xaf_hub.errors import UnreachableError
 from xaf_hub.gate import make_gate
 from xaf_hub.ops.load import instance_load
-from xaf_hub.output import dumps, table
+from xaf_hub.output import dumps
+from xaf_hub.termfit import yes_no_color
 
 EXAMPLES = """\
 examples:
@@ -29,7 +31,8 @@ examples:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Options of `status`."""
     add_json(p)
-    p.add_argument("--instance", metavar="NAME", help="only this instance")
+    add_wide(p)
+    p.add_argument("-i", "--instance", metavar="NAME", help="only this instance")
     p.add_argument(
         "--allow-prod",
         action="store_true",
@@ -40,7 +43,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(ctx: Context) -> int:
     """Scan and print the load table."""
     cfg = ctx.config
-    snap, scans = scan(ctx, chosen_instances(ctx))
+    snap, scans = scan(ctx, chosen_instances(ctx), progress=True)
     gate = make_gate(cfg)
     try:
         loads = [instance_load(sc, gate, ctx.args.allow_prod) for sc in scans]
@@ -67,20 +70,20 @@ def run(ctx: Context) -> int:
         ]
         for x in loads
     ]
-    ctx.out(
-        table(
-            rows,
-            [
-                "instance",
-                "running",
-                "running project",
-                "reserved",
-                "project sessions",
-                "limit",
-                "dispatchable",
-                "reason",
-            ],
-        )
+    ctx.table(
+        rows,
+        [
+            "instance",
+            "running",
+            "running project",
+            "reserved",
+            "project sessions",
+            "limit",
+            "dispatchable",
+            "reason",
+        ],
+        flexible=[("reason", 16), ("project sessions", 8), ("running project", 8)],
+        colors={"dispatchable": yes_no_color},
     )
     report_unreachable(ctx, snap)
     return scan_exit(snap)

@@ -32,7 +32,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--interval", type=float, default=10.0, metavar="S", help="seconds between polls"
     )
     p.add_argument("--once", action="store_true", help="print the current state and exit")
-    p.add_argument("--instance", metavar="NAME", help="only this instance")
+    p.add_argument("-i", "--instance", metavar="NAME", help="only this instance")
     p.add_argument("--verbose", action="store_true", help="also print a line for every poll")
     p.add_argument("--max-polls", type=int, default=0, help=argparse.SUPPRESS)
 
