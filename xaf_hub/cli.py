@@ -29,6 +29,7 @@ COMMANDS: dict[str, str] = {
     "patrol": "run the patrol (heal, resume, sync design tasks, fill slots); pause/resume/status",
     "backlog": "list, add, show or change tasks in the patrol's task pool",
     "notify": "send a test message to the team's chat webhooks (the patrol sends events)",
+    "completion": "print a shell completion script (bash, zsh or fish)",
 }
 
 DESCRIPTION = """\
