@@ -20,6 +20,7 @@ COMMANDS: dict[str, str] = {
     "sessions": "the project's sessions (table, JSON, CSV or HTML export)",
     "status": "load per instance and whether it can take new work",
     "dispatch": "send a task to a related, named or new session",
+    "show": "one session: state, model, cost, last prompt and answer, how to open it",
     "confirm": "say whether one session really runs (retrying? failed? why); --fix heals it",
     "cleanup": "preview (or --execute) deletion of stale project sessions",
     "interrupt": "abort a session's run",

@@ -232,6 +232,7 @@ class OpencodeClient:
         # Whether a failed write may still have reached the server (callers that recorded the
         # write beforehand must then keep that record).
         uncertain = False
+        timed_out, waited = 0, 0.0  # a retried timeout says so: the user waited for each try
         for attempt in range(attempts):
             if attempt:
                 await asyncio.sleep(min(0.2 * attempt, 1.0))
@@ -252,7 +253,12 @@ class OpencodeClient:
                     uncertain = not isinstance(exc, (httpx.ConnectTimeout, httpx.PoolTimeout))
                     break
                 if isinstance(exc, httpx.TimeoutException):
-                    break  # a retry would silently double the wait the reason states
+                    timed_out += 1
+                    waited += (
+                        self.connect_timeout
+                        if isinstance(exc, httpx.ConnectTimeout)
+                        else self.read_timeout
+                    )
                 continue
             status = resp.status_code
             if status == 401:
@@ -286,6 +292,8 @@ class OpencodeClient:
                     continue
                 uncertain = True
                 break
+        if timed_out > 1 and "timed out" in last_reason:
+            last_reason += f"; {timed_out} tries, {waited:g}s in all"
         raise UnreachableError(self.name, last_reason, maybe_delivered=uncertain)
 
     def _shape(self, what: str) -> UnreachableError:

@@ -61,6 +61,17 @@ def fmt_time(ms: int) -> str:
     return time.strftime("%Y-%m-%d %H:%M", time.localtime(ms / 1000))
 
 
+def iso_time(ms: int) -> str | None:
+    """ISO 8601 in UTC with its offset ('2026-12-01T14:05:09Z'), the one time format of every
+    JSON document; None for an unknown time (0)."""
+    from datetime import UTC, datetime
+
+    if ms <= 0:
+        return None
+    moment = datetime.fromtimestamp(ms / 1000, tz=UTC)
+    return moment.isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
 def ago(ms: int, now_ms: int) -> str:
     """'3h ago' style, compact for tables."""
     if ms <= 0:

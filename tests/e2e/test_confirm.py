@@ -264,7 +264,8 @@ def test_confirm_wait_heals_a_run_that_fails_in_the_window(hub: Hub, writers: li
         "dispatch", "--new", "--instance", "lan-b", "--text", "fix the invoice", "--confirm-wait"
     )
     assert code == 0, out + err
-    sent_line, confirm_line = out.strip().splitlines()
+    sent_line, attach_line, confirm_line = out.strip().splitlines()
+    assert attach_line.startswith("open it in opencode: OPENCODE_SERVER_PASSWORD=")
     assert sent_line.startswith("created session ") and "model: opencode/free-model" in sent_line
     assert confirm_line.startswith("confirm: rate-limited on opencode/free-model, healed: ")
     assert (

@@ -164,11 +164,14 @@ def _sent_line(plan: Plan, result: SendResult) -> str:
         "reuse": "started idle session",
         "create": "created session",
     }[result.action]
+    from xaf_hub.attach import attach_command
+
     # A steer whose session stopped before the lock was taken went through the gate instead.
     stopped = " (it had stopped)" if result.had_stopped else ""
     return (
         f"{verb} {result.session_id}{stopped} on {result.instance} ({plan.via}); "
-        f"model: {result.model or 'server default'}; directory: {result.directory}"
+        f"model: {result.model or 'server default'}; directory: {result.directory}\n"
+        f"open it in opencode: {attach_command(plan.instance, result.session_id, result.directory)}"
     )
 
 
