@@ -64,12 +64,10 @@ def fmt_time(ms: int) -> str:
 def iso_time(ms: int) -> str | None:
     """ISO 8601 in UTC with its offset ('2026-12-01T14:05:09Z'), the one time format of every
     JSON document; None for an unknown time (0)."""
-    from datetime import UTC, datetime
-
     if ms <= 0:
         return None
-    moment = datetime.fromtimestamp(ms / 1000, tz=UTC)
-    return moment.isoformat(timespec="seconds").replace("+00:00", "Z")
+    # time.gmtime/strftime: several times cheaper than datetime for thousands of records.
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ms / 1000))
 
 
 def ago(ms: int, now_ms: int) -> str:

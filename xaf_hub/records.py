@@ -33,10 +33,17 @@ class SessionRecord:
     project: bool = False
 
     def to_json(self) -> dict[str, Any]:
-        """Return the export form (architecture §3 field names)."""
+        """Return the export form (architecture §3 field names), with each epoch-ms time also
+        as ISO 8601 (`created_at`, `updated_at`, `retry_next_at`; null when unknown)."""
+        from xaf_hub.output import iso_time
+
         # Every field is a str/int/float/bool: no deep copy needed (asdict's costs 0.7 s
         # for a 24k-session snapshot).
-        return {name: getattr(self, name) for name in _SESSION_EXPORT}
+        doc = {name: getattr(self, name) for name in _SESSION_EXPORT}
+        doc["created_at"] = iso_time(self.created)
+        doc["updated_at"] = iso_time(self.updated)
+        doc["retry_next_at"] = iso_time(self.retry_next)
+        return doc
 
 
 _SESSION_EXPORT = tuple(f.name for f in fields(SessionRecord) if f.name != "project")

@@ -62,3 +62,17 @@ def test_dispatch_prints_the_attach_command(hub: Hub) -> None:
            f"attach {hub.server('lan-b').url} --session {sid}" in out
     code, data = hub.cli_json("show", sid)
     assert code == 0 and json.dumps(data)
+
+
+def test_every_json_time_is_iso_with_the_epoch_ms_beside(hub: Hub) -> None:
+    import re
+
+    iso = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$")
+    hub.session("local-a", "a session to list")
+    code, status = hub.cli_json("status")
+    assert code == 0 and iso.match(status["generated_at"]) and status["generated_at_ms"] > 0
+    code, sessions = hub.cli_json("sessions")
+    assert code == 0 and iso.match(sessions["generated_at"])
+    first = sessions["sessions"][0]
+    assert iso.match(first["updated_at"]) and iso.match(first["created_at"])
+    assert isinstance(first["updated"], int) and first["updated"] > 0

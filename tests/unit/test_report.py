@@ -568,6 +568,9 @@ def test_record_exports_equal_asdict_minus_project_in_field_order() -> None:
     )
     expected = asdict(rec)
     del expected["project"]
+    # then each epoch-ms time again as ISO 8601 (tests/unit/test_time_format.py)
+    expected.update(created_at="1970-01-01T00:00:00Z", updated_at="1970-01-01T00:00:00Z",
+                    retry_next_at="1970-01-01T00:00:00Z")
     assert list(rec.to_json().items()) == list(expected.items())
     summary = InstanceSummary("a", "http://127.0.0.1:1", False, reason="down", note="n")
     assert list(summary.to_json().items()) == list(asdict(summary).items())

@@ -13,6 +13,7 @@ from xaf_hub import aio
 from xaf_hub.config import InstanceConfig
 from xaf_hub.context import Context
 from xaf_hub.errors import ExitCode, HubError, MissingPassword
+from xaf_hub.output import iso_time
 from xaf_hub.records import Snapshot
 
 if TYPE_CHECKING:  # the scanner pulls in httpx; --help must stay light
@@ -234,6 +235,7 @@ def wait_json(r: WaitResult, window: float, line: str) -> dict[str, Any]:
         "detail": r.detail,
         "window_seconds": window,
         "seconds": r.seconds,
+        "next_try": iso_time(r.next_ms),
         "next_try_ms": r.next_ms or None,
         "healed": [h.to_json() for h in r.heals],
         "message": line,

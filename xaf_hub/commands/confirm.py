@@ -18,10 +18,10 @@ import asyncio
 from typing import TYPE_CHECKING, Any
 
 from xaf_hub import aio
-from xaf_hub.commands._common import add_json, healing_text, local_time, verdict_text
+from xaf_hub.commands._common import add_json, healing_text, verdict_text
 from xaf_hub.context import Context
 from xaf_hub.errors import ExitCode, HubError
-from xaf_hub.output import dumps
+from xaf_hub.output import dumps, iso_time
 
 if TYPE_CHECKING:
     from xaf_hub.config import InstanceConfig
@@ -167,7 +167,7 @@ def run(ctx: Context) -> int:
                         "attempt": verdict.attempt,
                         "message": verdict.detail,
                         "next_ms": verdict.next_ms or None,
-                        "next": local_time(verdict.next_ms, tz) if verdict.next_ms else None,
+                        "next": iso_time(verdict.next_ms),
                     }
                     if verdict.state == "retrying"
                     else None,

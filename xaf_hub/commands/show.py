@@ -90,7 +90,7 @@ def run(ctx: Context) -> int:
     from xaf_hub.attach import attach_command, attach_hint
     from xaf_hub.commands._common import chosen_instances, scan, session_not_found
     from xaf_hub.errors import UsageError
-    from xaf_hub.outcome import error_text, last_error, outcome_of
+    from xaf_hub.ops.runstate import error_text, last_error, outcome_of
     from xaf_hub.scan import make_client
 
     args = ctx.args

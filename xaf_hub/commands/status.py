@@ -17,7 +17,7 @@ from xaf_hub.context import Context
 from xaf_hub.errors import UnreachableError
 from xaf_hub.gate import make_gate
 from xaf_hub.ops.load import instance_load
-from xaf_hub.output import dumps
+from xaf_hub.output import dumps, iso_time
 from xaf_hub.termfit import yes_no_color
 
 EXAMPLES = """\
@@ -53,7 +53,13 @@ def run(ctx: Context) -> int:
         loads = [instance_load(sc, None, ctx.args.allow_prod) for sc in scans]
     if ctx.json:
         ctx.out(
-            dumps({"generated_at": snap.generated_at, "instances": [x.to_json() for x in loads]})
+            dumps(
+                {
+                    "generated_at": iso_time(snap.generated_at),
+                    "generated_at_ms": snap.generated_at,
+                    "instances": [x.to_json() for x in loads],
+                }
+            )
         )
         report_missing_passwords(ctx, snap)
         return scan_exit(snap)
