@@ -25,7 +25,7 @@ def attach_command(inst: InstanceConfig, session_id: str, directory: str = "") -
     if inst.password_source == "none":
         return command
     kind, _, where = inst.password_source.partition(":")
-    variable = where if kind == "env" else inst.password_var
+    variable = where if kind == "env" else inst.password_var()
     return f'OPENCODE_SERVER_PASSWORD="${variable}" {command}'
 
 
@@ -33,4 +33,4 @@ def attach_hint(inst: InstanceConfig) -> str:
     """What must be true for the command to work, when the password is not in an env var."""
     if inst.password_source == "none" or inst.password_source.startswith("env:"):
         return ""
-    return f"(set {inst.password_var} to {inst.name}'s password first)"
+    return f"(set {inst.password_var()} to {inst.name}'s password first)"

@@ -263,7 +263,7 @@ class OpencodeClient:
             status = resp.status_code
             if status == 401:
                 if not self.inst.password:
-                    raise MissingPassword(self.name, self.inst.password_var)
+                    raise MissingPassword(self.name, self.inst.password_var())
                 raise self._fail("auth rejected (HTTP 401): check the username and password")
             if status == 403:
                 raise self._fail("access forbidden (HTTP 403)")

@@ -62,7 +62,6 @@ class InstanceConfig:
     rules: ProjectRules = field(default_factory=ProjectRules)
     password_env: str = ""  # the env var the config names for the password, if any
 
-    @property
     def password_var(self) -> str:
         """The env var to set for this instance's password: password_env, else XAF_HUB_PW_<NAME>."""
         return self.password_env or pw_env_name(self.name)

@@ -56,7 +56,7 @@ def test_password_env_is_kept_from_the_config(tmp_path: Path) -> None:
         {"name": "b-1", "url": "http://127.0.0.1:2"},
     ]}), "utf-8")
     cfg = load_config(str(path), env={}, cwd=tmp_path)
-    assert [i.password_var for i in cfg.instances] == ["A_PW", "XAF_HUB_PW_B_1"]
+    assert [i.password_var() for i in cfg.instances] == ["A_PW", "XAF_HUB_PW_B_1"]
     cfg = load_config(str(path), env={"A_PW": "x"}, cwd=tmp_path)
     assert cfg.instances[0].password == "x" and cfg.instances[0].password_source == "env:A_PW"
 

@@ -249,7 +249,7 @@ def _unreachable_fix(reason: str, inst: InstanceConfig) -> str:
 
 
 def _auth_fix(inst: InstanceConfig) -> str:
-    var = inst.password_var
+    var = inst.password_var()
     if inst.password_source == "none":
         return (f"Set {var} to the server's "
                 "OPENCODE_SERVER_PASSWORD, or add instances."
@@ -277,7 +277,7 @@ def instance_findings(inst: InstanceConfig, probe: Probe) -> list[Finding]:
         cred = f"password from {_describe_source(inst.password_source)}"
     out: list[Finding] = []
     if MissingPassword.is_reason(probe.reason):
-        out.append(error("instance", name, str(MissingPassword(name, inst.password_var)),
+        out.append(error("instance", name, str(MissingPassword(name, inst.password_var())),
                          _auth_fix(inst), ExitCode.USAGE))
         return out
     if probe.auth_rejected:
@@ -302,7 +302,7 @@ def instance_findings(inst: InstanceConfig, probe: Probe) -> list[Finding]:
                         "no password configured and the server answered without one: "
                         "anyone who can reach it can use it",
                         "Start the server with OPENCODE_SERVER_PASSWORD set and give the hub "
-                        f"the same password in {inst.password_var} or config.local.json."))
+                        f"the same password in {inst.password_var()} or config.local.json."))
     return out
 
 
