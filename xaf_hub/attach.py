@@ -12,6 +12,7 @@ from __future__ import annotations
 import shlex
 
 from xaf_hub.config import InstanceConfig
+from xaf_hub.config_reader import password_var
 
 
 def attach_command(inst: InstanceConfig, session_id: str, directory: str = "") -> str:
@@ -25,7 +26,7 @@ def attach_command(inst: InstanceConfig, session_id: str, directory: str = "") -
     if inst.password_source == "none":
         return command
     kind, _, where = inst.password_source.partition(":")
-    variable = where if kind == "env" else inst.password_var()
+    variable = where if kind == "env" else password_var(inst.name, inst.password_env)
     return f'OPENCODE_SERVER_PASSWORD="${variable}" {command}'
 
 
@@ -33,4 +34,4 @@ def attach_hint(inst: InstanceConfig) -> str:
     """What must be true for the command to work, when the password is not in an env var."""
     if inst.password_source == "none" or inst.password_source.startswith("env:"):
         return ""
-    return f"(set {inst.password_var()} to {inst.name}'s password first)"
+    return f"(set {password_var(inst.name, inst.password_env)} to {inst.name}'s password first)"

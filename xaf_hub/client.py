@@ -19,6 +19,7 @@ from typing import Any, Literal, TypedDict, cast
 import httpx
 
 from xaf_hub.config import InstanceConfig
+from xaf_hub.config_reader import password_var
 from xaf_hub.errors import HubError, MissingPassword, UnreachableError, UsageError
 
 Dialect = Literal["classic", "v2"]
@@ -263,7 +264,8 @@ class OpencodeClient:
             status = resp.status_code
             if status == 401:
                 if not self.inst.password:
-                    raise MissingPassword(self.name, self.inst.password_var())
+                    variable = password_var(self.name, self.inst.password_env)
+                    raise MissingPassword(self.name, variable)
                 raise self._fail("auth rejected (HTTP 401): check the username and password")
             if status == 403:
                 raise self._fail("access forbidden (HTTP 403)")

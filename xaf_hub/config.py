@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 
 from xaf_hub.config_reader import Reader as _Reader
 from xaf_hub.config_reader import json_type, load_json_file
+from xaf_hub.config_reader import pw_env_name as pw_env_name  # re-exported: its old home
 from xaf_hub.errors import ConfigError
 from xaf_hub.notify.config import NotifyConfig, parse_notify
 from xaf_hub.rules import ProjectRules
@@ -33,11 +34,6 @@ def hub_home(env: Mapping[str, str] | None = None) -> Path:
 
 REDIS_PASSWORD_ENV = "XAF_HUB_REDIS_PASSWORD"
 _REDIS_PREFIX = re.compile(r"^[A-Za-z0-9_.:-]+$")
-
-
-def pw_env_name(instance: str) -> str:
-    """The conventional env var holding an instance's password: XAF_HUB_PW_<NAME>."""
-    return "XAF_HUB_PW_" + re.sub(r"[-/.]", "_", instance.upper())
 
 
 @dataclass(frozen=True)
@@ -61,10 +57,6 @@ class InstanceConfig:
     note: str = ""
     rules: ProjectRules = field(default_factory=ProjectRules)
     password_env: str = ""  # the env var the config names for the password, if any
-
-    def password_var(self) -> str:
-        """The env var to set for this instance's password: password_env, else XAF_HUB_PW_<NAME>."""
-        return self.password_env or pw_env_name(self.name)
 
     @property
     def production(self) -> bool:

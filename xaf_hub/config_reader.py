@@ -3,12 +3,14 @@
 ``Reader`` wraps one JSON object: typed getters that reject wrong types (a boolean is never
 a number), unknown keys reported with a "did you mean" suggestion, and ``load_json_file``
 that names the file and, for bad JSON, the line and column. ``config.py`` builds the
-configuration with it; other JSON config sections can use it the same way.
+configuration with it; other JSON config sections can use it the same way. Also the names of
+the env vars that hold instance passwords (``pw_env_name``, ``password_var``).
 """
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -123,3 +125,13 @@ def load_json_file(path: Path, what: str = "config") -> Any:
         raise ConfigError(
             f"{path}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}"
         ) from None
+
+
+def pw_env_name(instance: str) -> str:
+    """The conventional env var holding an instance's password: XAF_HUB_PW_<NAME>."""
+    return "XAF_HUB_PW_" + re.sub(r"[-/.]", "_", instance.upper())
+
+
+def password_var(instance: str, password_env: str = "") -> str:
+    """The env var to set for an instance's password: its password_env, else the convention."""
+    return password_env or pw_env_name(instance)

@@ -297,6 +297,7 @@ def _bogus(name: str) -> list[str]:
         "interrupt": ["--session", "ses_x"],
         "confirm": ["--session", "ses_x"],
         "backlog": ["list"],
+        "show": ["ses_x"],
     }
     return [name, *required.get(name, []), "--no-such-flag"]
 

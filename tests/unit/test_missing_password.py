@@ -16,6 +16,7 @@ from xaf_hub.cli import main
 from xaf_hub.client import OpencodeClient
 from xaf_hub.commands._common import session_not_found
 from xaf_hub.config import InstanceConfig, load_config
+from xaf_hub.config_reader import password_var
 from xaf_hub.errors import ExitCode, MissingPassword, UnreachableError
 
 
@@ -56,7 +57,9 @@ def test_password_env_is_kept_from_the_config(tmp_path: Path) -> None:
         {"name": "b-1", "url": "http://127.0.0.1:2"},
     ]}), "utf-8")
     cfg = load_config(str(path), env={}, cwd=tmp_path)
-    assert [i.password_var() for i in cfg.instances] == ["A_PW", "XAF_HUB_PW_B_1"]
+    assert [password_var(i.name, i.password_env) for i in cfg.instances] == [
+        "A_PW", "XAF_HUB_PW_B_1"
+    ]
     cfg = load_config(str(path), env={"A_PW": "x"}, cwd=tmp_path)
     assert cfg.instances[0].password == "x" and cfg.instances[0].password_source == "env:A_PW"
 

@@ -17,6 +17,7 @@ from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any, Literal
 
 from xaf_hub.config import CREDENTIAL_KEYS, Config, InstanceConfig, ModelsConfig
+from xaf_hub.config_reader import password_var
 from xaf_hub.errors import ExitCode, MissingPassword
 from xaf_hub.model_state import Blackout, next_reset
 from xaf_hub.rules import is_under, normalize_dir
@@ -249,7 +250,7 @@ def _unreachable_fix(reason: str, inst: InstanceConfig) -> str:
 
 
 def _auth_fix(inst: InstanceConfig) -> str:
-    var = inst.password_var()
+    var = password_var(inst.name, inst.password_env)
     if inst.password_source == "none":
         return (f"Set {var} to the server's "
                 "OPENCODE_SERVER_PASSWORD, or add instances."
@@ -277,7 +278,8 @@ def instance_findings(inst: InstanceConfig, probe: Probe) -> list[Finding]:
         cred = f"password from {_describe_source(inst.password_source)}"
     out: list[Finding] = []
     if MissingPassword.is_reason(probe.reason):
-        out.append(error("instance", name, str(MissingPassword(name, inst.password_var())),
+        var = password_var(name, inst.password_env)
+        out.append(error("instance", name, str(MissingPassword(name, var)),
                          _auth_fix(inst), ExitCode.USAGE))
         return out
     if probe.auth_rejected:
@@ -302,7 +304,8 @@ def instance_findings(inst: InstanceConfig, probe: Probe) -> list[Finding]:
                         "no password configured and the server answered without one: "
                         "anyone who can reach it can use it",
                         "Start the server with OPENCODE_SERVER_PASSWORD set and give the hub "
-                        f"the same password in {inst.password_var()} or config.local.json."))
+                        f"the same password in {password_var(name, inst.password_env)} or "
+                        "config.local.json."))
     return out
 
 
