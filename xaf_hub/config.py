@@ -149,6 +149,7 @@ class Config:
     local_config: Path | None = None
     local_scope: str = ""
     notify: NotifyConfig = field(default_factory=NotifyConfig)
+    page_language: str = "auto"  # overview page: "auto" (the browser's), "en" or "zh"
 
     @property
     def lock_dir(self) -> Path:
@@ -317,6 +318,12 @@ def parse_config(raw: Any, *, path: Path, env: Mapping[str, str]) -> Config:
             "(e.g. redis://hub-redis.example.internal:6379/0)"
         )
     patrol = _parse_patrol(top.sub("patrol"), path)
+    page = top.sub("page")
+    page.seen.add("url")  # notify/ reads and checks page.url
+    page_language = page.get("language", (str,), "auto")
+    if page_language not in ("auto", "en", "zh"):
+        raise page.fail("language", f"must be auto, en or zh, got {page_language!r}")
+    page.finish()
 
     top.seen.add("instances")
     inst_raw = _instances_list(top.data.get("instances", []), path)
@@ -402,6 +409,7 @@ def parse_config(raw: Any, *, path: Path, env: Mapping[str, str]) -> Config:
         local_config=local_path,
         local_scope=local_scope,
         notify=notify,
+        page_language=page_language,
         **top_fields,
     )
 

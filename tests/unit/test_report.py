@@ -21,7 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from markupsafe import escape
 
-from xaf_hub import report
+from xaf_hub import page_view, report
 from xaf_hub.errors import ExitCode, UsageError
 from xaf_hub.records import InstanceSummary, SessionRecord, Snapshot
 
@@ -34,7 +34,8 @@ NASTY_DIR = "/srv/demo/\"'><"
 URL_TITLE = "read https://example.com/a?b=1&c=2 and http://evil.test/x.js"
 # Every element the overview may contain; anything else would be injected markup.
 ALLOWED_TAGS = """html head meta link title style body header div h1 h2 p main section span ul li
-    svg rect details summary dl dt dd label input table thead tbody tr th td strong script i"""
+    svg rect details summary dl dt dd label input table thead tbody tr th td strong script i
+    time a"""
 CSV_TITLES = [
     "plain",
     "comma, separated, title",
@@ -129,6 +130,7 @@ class PageParser(HTMLParser):
         self.tags: list[tuple[str, dict[str, str]]] = []
         self.blocks: dict[str, list[str]] = {"style": [], "script": []}
         self.titles: list[str] = []
+        self.notes: list[str] = []
         self._open: str | None = None
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
@@ -137,6 +139,9 @@ class PageParser(HTMLParser):
         if tag in self.blocks:
             self._open = tag
             self.blocks[tag].append("")
+        elif attributes.get("class") == "badge-note":
+            self._open = "note"
+            self.notes.append("")
         elif attributes.get("class") == "session-title":
             self._open = "title"
             self.titles.append("")
@@ -147,6 +152,8 @@ class PageParser(HTMLParser):
     def handle_data(self, data: str) -> None:
         if self._open == "title":
             self.titles[-1] += data
+        elif self._open == "note":
+            self.notes[-1] += data
         elif self._open in self.blocks:
             self.blocks[self._open][-1] += data
 
@@ -357,8 +364,8 @@ def test_hostile_values_stay_text() -> None:
     assert XSS_TITLE in page.titles
     keys = [a["data-k"] for t, a in page.tags if t == "tr" and "data-k" in a]
     assert f"{XSS_TITLE}\n{NASTY_DIR}\nses_xss".lower() in keys
-    hovers = [a.get("title", "") for _, a in page.tags]
-    assert any("429 <b>slow down</b>" in h for h in hovers)
+    # The provider's message is shown under the badge, as text.
+    assert any(n.startswith("The AI provider said: 429 <b>slow down</b> ") for n in page.notes)
     allowed = set(re.findall(r"\w+", ALLOWED_TAGS))
     assert {t for t, _ in page.tags} <= allowed
     assert len(page.blocks["script"]) == 1
@@ -415,8 +422,9 @@ def test_templates_are_strict_and_named_safely() -> None:
 
 
 def test_cards_and_sections_count_from_the_rows() -> None:
-    ctx = report.overview_context(fleet(), now_ms=NOW, title="demo")
-    assert ctx["cards"] == report.CardsView(healthy=2, servers=3, sessions=4, running=2, waiting=1)
+    ctx = page_view.overview_context(fleet(), now_ms=NOW, title="demo")
+    cards = page_view.CardsView(healthy=2, servers=3, sessions=4, running=2, waiting=1)
+    assert ctx["cards"] == cards
     assert [(s.name, s.reachable, len(s.rows)) for s in ctx["sections"]] == [
         ("alpha", True, 2),
         ("beta", True, 2),
@@ -461,15 +469,15 @@ def test_page_text_uses_plain_words() -> None:
 )
 def test_run_state_words(state: str, label: str, hover_has: str | None) -> None:
     s = session("s", run_state=state, retry_message="quota", retry_next=NOW + 5 * MIN)
-    (row,) = report.overview_context(
+    (row,) = page_view.overview_context(
         Snapshot(NOW, (InstanceSummary("alpha", "u", True),), (s,)), now_ms=NOW, title="t"
     )["sections"][0].rows
     assert row.state.label == label
     if hover_has is None:
-        assert row.state.hover == ""
+        assert row.state.note == ""
     else:
-        assert hover_has in row.state.hover
-        assert "in 5 minutes" in row.state.hover
+        assert hover_has in row.state.note
+        assert "in 5 minutes" in row.state.note
 
 
 @pytest.mark.parametrize(
@@ -481,16 +489,16 @@ def test_run_state_words(state: str, label: str, hover_has: str | None) -> None:
         ("rate_limited", "rate-limited", "warn", "too many requests"),
         ("aborted", "stopped early", "muted", "stopped"),
         ("running", "still running", "info", ""),
-        ("unknown", "unknown", "muted", "could not be determined"),
-        ("", "unknown", "muted", "not checked"),
+        ("unknown", "never ran", "muted", ""),
+        ("", "not checked", "muted", "not checked"),
         ("something_new", "something_new", "muted", ""),
     ],
 )
 def test_outcome_words(outcome: str, label: str, css: str, hover_has: str) -> None:
-    badge = report.outcome_badge(outcome)
+    badge = page_view.outcome_badge(outcome)
     assert (badge.label, badge.css) == (label, css)
-    assert hover_has in badge.hover
-    assert bool(badge.hover) == bool(hover_has)
+    assert hover_has in badge.note
+    assert bool(badge.note) == bool(hover_has)
 
 
 @pytest.mark.parametrize(

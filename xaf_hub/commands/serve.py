@@ -1,8 +1,9 @@
 """Serve the overview page over HTTP, rescanning the fleet at most every few seconds.
 
 Read-only: the server lists sessions and nothing else; it never dispatches, deletes or
-interrupts. Routes: `/` (the same page as `sessions --html`), `/api/snapshot` (the same JSON
-as `sessions --json`) and `/health`. However many people refresh, the fleet is scanned at
+interrupts. Routes: `/` (the same page as `sessions --html`, in the browser's language, and
+fetching itself again every few seconds), `/api/snapshot` (the same JSON as
+`sessions --json`) and `/health`. However many people refresh, the fleet is scanned at
 most once per --cache-seconds, and requests that arrive during a scan share it.
 
 It listens on loopback only, unless --public is given AND a viewer password is set in the
@@ -29,12 +30,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from types import FrameType
 from typing import Any, TextIO, cast
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 from xaf_hub.commands._common import scan
 from xaf_hub.context import Context
 from xaf_hub.errors import UsageError
 from xaf_hub.output import dumps
+from xaf_hub.page_text import LANGS, Lang, pick_language
 from xaf_hub.records import Snapshot
 
 EXAMPLES = """\
@@ -65,6 +67,8 @@ _COMMON_HEADERS: tuple[tuple[str, str], ...] = (
     ("X-Frame-Options", "DENY"),
 )
 _DRAIN_SECONDS = 2.0
+# How often the served page fetches itself again (the scan cache decides what is new).
+REFRESH_SECONDS = 10
 _PAGE_CSP = "frame-ancestors 'none'"
 _OTHER_CSP = "default-src 'none'; frame-ancestors 'none'"
 
@@ -257,10 +261,18 @@ class Viewer:
         password: str | None,
         clock: Callable[[], float] = time.monotonic,
         now_ms: Callable[[], int] = lambda: int(time.time() * 1000),
-        autopilot: Callable[[int], Any] | None = None,
+        autopilot: Callable[[int, Lang, Snapshot], Any] | None = None,
+        language: str = "auto",
+        links: Callable[[list[str]], Any] | None = None,
+        tasks: Callable[[], dict[str, str]] | None = None,
+        refresh_seconds: int = REFRESH_SECONDS,
     ) -> None:
         self._cache = cache
         self._autopilot = autopilot
+        self._language = language
+        self._links = links
+        self._tasks = tasks
+        self._refresh = refresh_seconds
         self._title = title
         self._password = password
         self._clock = clock
@@ -282,7 +294,8 @@ class Viewer:
                          note="no or wrong credentials")
         if method not in ("GET", "HEAD"):
             return _text(405, "read-only: only GET and HEAD", ("Allow", "GET, HEAD"))
-        path = urlsplit(target).path
+        parts = urlsplit(target)
+        path = parts.path
         if path not in _ROUTES:
             return _text(404, "not found; try / or /api/snapshot or /health")
         scanned, fresh = self._cache.get(arrived)
@@ -293,22 +306,52 @@ class Viewer:
             else f"cached {self._clock() - scanned.finished:.1f}s"
         )
         if path in _PAGE_ROUTES:
-            return Response(200, _HTML, scanned.body("page", self._page), note=note)
+            asked = parse_qs(parts.query).get("lang", [""])[0]
+            lang = pick_language(
+                asked if asked in LANGS else self._language, header("Accept-Language")
+            )
+            # Links to a loopback instance only work for a reader on this very machine.
+            host = header("Host") or ""
+            local = self._password is None or is_loopback(host_header_name(host))
+            body = scanned.body(
+                f"page:{lang}:{int(local)}", lambda snap: self._page(snap, lang, local)
+            )
+            return Response(
+                200,
+                _HTML,
+                body,
+                (("Content-Language", "zh-CN" if lang == "zh" else "en"),
+                 ("Vary", "Accept-Language")),
+                note=note,
+            )
         if path == "/api/snapshot":
             return Response(200, _JSON, scanned.body("json", _snapshot_json), note=note)
         doc = health_document(scanned.snapshot)
         body = (json.dumps(doc) + "\n").encode("utf-8")
         return Response(200 if doc["ok"] else 503, _JSON, body, note=note)
 
-    def _page(self, snap: Snapshot) -> bytes:
+    def _page(self, snap: Snapshot, lang: Lang = "en", local: bool = True) -> bytes:
         from xaf_hub import report
 
-        # Ages are relative to the scan: the page says what the scan saw, when it saw it.
+        # Ages are relative to the scan: the page says what the scan saw, when it saw it
+        # (the page's script then keeps them current).
         now = snap.generated_at or self._now_ms()
-        panel = self._autopilot(now) if self._autopilot is not None else None
-        return report.render_html(snap, now_ms=now, title=self._title, autopilot=panel).encode(
-            "utf-8"
+        panel = self._autopilot(now, lang, snap) if self._autopilot is not None else None
+        links: dict[str, Any] = {}
+        if self._links is not None:
+            found = self._links([i.name for i in snap.instances if i.reachable])
+            links = {n: ui for n, ui in found.items() if local or not ui.loopback}
+        html = report.render_html(
+            snap,
+            now_ms=now,
+            title=self._title,
+            autopilot=panel,
+            lang=lang,
+            live_seconds=self._refresh,
+            links=links,
+            tasks=self._tasks() if self._tasks is not None else None,
         )
+        return html.encode("utf-8")
 
 
 def _snapshot_json(snap: Snapshot) -> bytes:
@@ -448,12 +491,18 @@ def run(ctx: Context) -> int:
     instances = list(cfg.instances)
     cache = SnapshotCache(lambda: scan(ctx, instances, outcomes=True)[0], args.cache_seconds)
     from xaf_hub.ops import autopilot as overview
+    from xaf_hub.web_ui import Finder
 
     viewer = Viewer(
         cache,
         title=cfg.project_name,
         password=password if args.public else None,
-        autopilot=lambda now: overview.build(cfg, now),
+        autopilot=lambda now, lang, snap: overview.build(
+            cfg, now, lang, {(s.instance, s.id): s for s in snap.sessions}
+        ),
+        language=cfg.page_language,
+        links=Finder(cfg, ctx.transport_factory),
+        tasks=lambda: overview.task_ids_by_session(cfg),
     )
     log = _RequestLog(ctx.stderr)
     try:
