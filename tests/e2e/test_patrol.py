@@ -340,10 +340,11 @@ def test_fill_slots_dispatches_free_slots_in_order_then_settles(hub: Hub) -> Non
         page = page_path.read_text("utf-8")
         start = page.index('id="autopilot"')
         panel = page[start : page.index("</section>", start)]
-        assert re.search(r"looked after the servers (just now|\d+ minutes? ago); everything", panel)
+        last = r"<time [^>]*>(just now|\d+ minutes? ago)</time>"
+        assert re.search(rf"looked after the servers {last}: everything", panel)
         assert "<li><b>4</b> started from the queue</li>" in panel
-        assert "<li><b>1</b> waiting to start</li>" in panel
-        assert "<li><b>4</b> in progress</li>" in panel
+        assert '<li data-kind="waiting"><b>1</b> waiting to start</li>' in panel
+        assert '<li data-kind="in_progress"><b>4</b> in progress</li>' in panel
         assert "delta task" in panel and "alpha task" not in panel
 
         # Both instances are full: another cycle dispatches nothing.
