@@ -57,7 +57,7 @@ def fixed_text(page: Any) -> str:
     return str(page.evaluate(
         """() => {
             const doc = document.body.cloneNode(true);
-            doc.querySelectorAll('tbody, h2, .bars .name, #page-data, .session-title')
+            doc.querySelectorAll('tbody, h2, .bars .name, #page-data, script, style')
                .forEach(e => e.remove());
             return doc.innerText;
         }"""
