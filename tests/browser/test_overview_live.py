@@ -191,7 +191,7 @@ def test_static_page_times_move_with_the_clock(browser: Any, tmp_path: Path) -> 
         assert later[0] == "15 minutes ago"
         assert later != first
         changed = sum(a != b for a, b in zip(first, later, strict=True))
-        assert changed >= 10, (first, later)
+        assert changed >= 5, (first, later)  # minutes move; "3 hours ago" may stay
     finally:
         context.close()
 

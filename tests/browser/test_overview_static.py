@@ -186,15 +186,6 @@ class Watched:
 
     def screenshot(self, name: str) -> None:
         """Save the whole page, every row drawn, under test-artifacts/."""
-        # Rows off screen skip rendering (content-visibility), and so would miss from a
-        # full-page capture: grow the viewport to the page first, until its height settles.
-        width = self.page.viewport_size["width"]
-        for _ in range(4):
-            height = self.page.evaluate("document.documentElement.scrollHeight")
-            self.page.set_viewport_size({"width": width, "height": height})
-            self.page.evaluate("new Promise(r => requestAnimationFrame(() => setTimeout(r)))")
-            if self.page.evaluate("document.documentElement.scrollHeight") == height:
-                break
         ARTIFACTS.mkdir(exist_ok=True)
         self.page.screenshot(path=str(ARTIFACTS / name), full_page=True)
 

@@ -219,3 +219,17 @@ def test_example_config_is_valid() -> None:
     assert cfg.instances
     for inst in cfg.instances:
         assert inst.url.startswith(("http://127.0.0.1", "http://localhost"))
+
+
+def test_page_language_setting(tmp_path: Path) -> None:
+    from xaf_hub.config import parse_config
+
+    where = tmp_path / "config.json"
+    assert parse_config({}, path=where, env={}).page_language == "auto"
+    for value in ("auto", "en", "zh"):
+        cfg = parse_config({"page": {"language": value}}, path=where, env={})
+        assert cfg.page_language == value
+    with pytest.raises(ConfigError, match=r"page.language.*auto, en or zh"):
+        parse_config({"page": {"language": "fr"}}, path=where, env={})
+    with pytest.raises(ConfigError, match=r"page.colour.*unknown key"):
+        parse_config({"page": {"colour": "blue"}}, path=where, env={})
