@@ -21,7 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from markupsafe import escape
 
-from xaf_hub import page_view, report
+from xaf_hub import page_text, page_view, report
 from xaf_hub.errors import ExitCode, UsageError
 from xaf_hub.records import InstanceSummary, SessionRecord, Snapshot
 
@@ -582,3 +582,36 @@ def test_record_exports_equal_asdict_minus_project_in_field_order() -> None:
     assert list(rec.to_json().items()) == list(expected.items())
     summary = InstanceSummary("a", "http://127.0.0.1:1", False, reason="down", note="n")
     assert list(summary.to_json().items()) == list(asdict(summary).items())
+
+
+def test_servers_that_did_not_answer_are_summarised_first() -> None:
+    html = report.render_html(fleet(), now_ms=NOW, title="demo")
+    top = html.index('id="down-summary"')
+    assert top < html.index('id="card-healthy"')
+    summary = html[top : html.index("</div></div>", top)]
+    assert "1 of 3 servers did not answer:" in summary
+    assert "gamma: the server did not answer in time" in summary
+    assert 'id="fleet-down"' not in html
+    silent = Snapshot(NOW, (InstanceSummary("a", "u", False, reason="connection refused"),))
+    down = report.render_html(silent, now_ms=NOW, title="demo")
+    assert 'id="fleet-down"' in down and "empty, not zero work" in down
+
+
+def test_chinese_page_has_no_english_of_its_own() -> None:
+    html = report.render_html(fleet(), now_ms=NOW, title="demo", lang="zh")
+    assert '<html lang="zh-CN">' in html
+    for words in ("应答的服务器", "3 台服务器中有 1 台没有应答：", "gamma：服务器没有及时应答",
+                  "工作中", "等待重试（限流）", "3 天前", "5 分钟前", "显示 4 / 4", "生产环境"):
+        assert words in html, words
+    # The page's own English words do not appear (the data's do: titles, folders, the scan's
+    # notes, raw reasons).
+    body = re.sub(r"<(script|style)>.*?</\1>", "", html, flags=re.DOTALL)
+    for key in ("cards.healthy", "filter.label", "help.summary", "col.status", "state.retry"):
+        assert page_text.TEXT[key][0] not in body, key
+
+
+def test_saved_page_may_reach_nothing_served_page_only_its_origin() -> None:
+    saved = report.render_html(fleet(), now_ms=NOW)
+    served = report.render_html(fleet(), now_ms=NOW, live_seconds=10)
+    assert "connect-src" not in saved and 'data-live-seconds="0"' in saved
+    assert "connect-src 'self';" in served and 'data-live-seconds="10"' in served
