@@ -344,7 +344,10 @@ def test_fill_slots_dispatches_free_slots_in_order_then_settles(hub: Hub) -> Non
         assert re.search(rf"looked after the servers {last}: everything", panel)
         assert "<li><b>4</b> started from the queue</li>" in panel
         assert '<li data-kind="waiting"><b>1</b> waiting to start</li>' in panel
-        assert '<li data-kind="in_progress"><b>4</b> in progress</li>' in panel
+        # A task whose session already finished (slow model, busy machine) counts as done,
+        # as its session's badge says; together they are the four sent.
+        counts = dict(re.findall(r'<li data-kind="(in_progress|done)"><b>(\d+)</b>', panel))
+        assert int(counts["in_progress"]) + int(counts["done"]) == 4
         assert "delta task" in panel and "alpha task" not in panel
 
         # Both instances are full: another cycle dispatches nothing.
