@@ -40,6 +40,10 @@ _REASON_KEYS: tuple[tuple[tuple[str, ...], str], ...] = (
     (("ssl", "tls", "certificate"), "reason.tls"),
 )
 
+# Above this many rows the page is far too long to capture whole (~60 px a row on a desktop,
+# ~200 on a phone), and rows off screen may skip rendering so the filter stays instant.
+MANY_ROWS = 500
+
 Phase = Literal["working", "waiting", "finished", "ended_badly", "not_started", "unchecked"]
 
 
@@ -316,6 +320,7 @@ def overview_context(
         "bars": _bars(sections),
         "sections": sections,
         "total_rows": total,
+        "many_rows": MANY_ROWS,
         "warnings": list(snap.warnings),
         "autopilot": autopilot,
     }

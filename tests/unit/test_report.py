@@ -615,3 +615,13 @@ def test_saved_page_may_reach_nothing_served_page_only_its_origin() -> None:
     served = report.render_html(fleet(), now_ms=NOW, live_seconds=10)
     assert "connect-src" not in saved and 'data-live-seconds="0"' in saved
     assert "connect-src 'self';" in served and 'data-live-seconds="10"' in served
+
+
+def test_only_a_page_too_long_to_capture_lets_rows_skip_rendering() -> None:
+    def page(n: int) -> str:
+        rows = tuple(session(f"s{i}", title=f"t{i}") for i in range(n))
+        snap = Snapshot(NOW, (InstanceSummary("alpha", "u", True),), rows)
+        return report.render_html(snap, now_ms=NOW)
+
+    assert '<div data-live="sections">' in page(page_view.MANY_ROWS)
+    assert '<div data-live="sections" class="many">' in page(page_view.MANY_ROWS + 1)
