@@ -304,6 +304,11 @@ TEXT: dict[str, tuple[str, str]] = {
         "上次运行在完成前被停止。",
     ),
     "result.running": ("still running", "仍在运行"),
+    "result.interrupted": ("interrupted", "被中断"),
+    "result.interrupted_d": (
+        "The last run stopped without finishing (a server restart?); the autopilot resumes it.",
+        "上次运行没有完成就停止了（服务器重启？）；自动巡检会让它继续。",
+    ),
     "result.never": ("never ran", "从未运行"),
     "result.not_checked": ("not checked", "未检查"),
     "result.not_checked_d": (

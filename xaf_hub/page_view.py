@@ -121,23 +121,32 @@ def plain_reason(reason: str, lang: Lang = "en") -> str:
     return text(lang, "reason.other")
 
 
+# The run-state layer's verdict (ops.runstate.judge) -> where the page says the work stands.
+_PHASES: dict[str, Phase] = {
+    "retrying": "waiting",
+    "running": "working",
+    "pending": "working",
+    "finished": "finished",
+    "failed": "ended_badly",
+    "aborted": "ended_badly",
+    "interrupted": "ended_badly",
+    "idle": "not_started",
+}
+
+
 def session_phase(s: SessionRecord) -> Phase:
-    """Where a session's work stands, in the page's one vocabulary.
+    """Where a session's work stands, in the run-state layer's vocabulary.
 
     Every badge and every count on the page derives from this (the Autopilot panel's work
-    queue included); the run-state layer can take it over without the page changing.
+    queue included), and this from ``ops.runstate.judge``, the words every command uses.
     """
-    if s.run_state == "retry":
-        return "waiting"
-    if s.running or s.run_state == "busy" or s.outcome == "running":
-        return "working"
-    if s.outcome == "succeeded":
-        return "finished"
-    if s.outcome == "unknown":
-        return "not_started"  # no answer from the assistant in it yet
-    if not s.outcome:
-        return "unchecked"
-    return "ended_badly"  # failed, rate-limited, stopped early, or a result we do not know
+    from xaf_hub.ops.runstate import LastRun, judge
+
+    if s.running and s.run_state == "idle":
+        return "working"  # the server reports it running, whatever its last message says
+    if not s.outcome and s.run_state == "idle":
+        return "unchecked"  # its last result was not fetched
+    return _PHASES.get(judge(s, LastRun(s.outcome) if s.outcome else None).state, "not_started")
 
 
 def session_badges(s: SessionRecord, lang: Lang, now_ms: int) -> tuple[Badge, Badge]:
@@ -160,6 +169,10 @@ def session_badges(s: SessionRecord, lang: Lang, now_ms: int) -> tuple[Badge, Ba
         state = Badge(text(lang, "state.busy"), "working")
     else:
         state = Badge(text(lang, "state.idle"), "idle")
+    if s.outcome == "running" and phase != "working":
+        # Its last run never completed and nothing runs now: the server stopped mid-run.
+        words = text(lang, "result.interrupted"), text(lang, "result.interrupted_d")
+        return state, Badge(words[0], "warn", words[1])
     return state, outcome_badge(s.outcome, lang)
 
 

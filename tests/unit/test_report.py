@@ -625,3 +625,28 @@ def test_only_a_page_too_long_to_capture_lets_rows_skip_rendering() -> None:
 
     assert '<div data-live="sections">' in page(page_view.MANY_ROWS)
     assert '<div data-live="sections" class="many">' in page(page_view.MANY_ROWS + 1)
+
+
+@pytest.mark.parametrize(
+    ("fields", "phase", "state", "result"),
+    [
+        ({"run_state": "busy", "running": True, "outcome": "running"}, "working", "working",
+         "still running"),
+        ({"run_state": "retry", "running": True, "outcome": "rate_limited"}, "waiting",
+         "waiting to retry (rate limit)", "rate-limited"),
+        ({"outcome": "succeeded"}, "finished", "idle", "succeeded"),
+        ({"outcome": "failed:APIError"}, "ended_badly", "idle", "failed"),
+        ({"outcome": "aborted"}, "ended_badly", "idle", "stopped early"),
+        # Idle, but its last run never completed: the server stopped mid-run.
+        ({"outcome": "running"}, "ended_badly", "idle", "interrupted"),
+        ({"outcome": "unknown"}, "not_started", "idle", "never ran"),
+        ({"outcome": ""}, "unchecked", "idle", "not checked"),
+    ],
+)
+def test_one_vocabulary_for_phase_and_badges(
+    fields: dict[str, Any], phase: str, state: str, result: str
+) -> None:
+    s = session("s", **fields)
+    assert page_view.session_phase(s) == phase
+    badges = page_view.session_badges(s, "en", NOW)
+    assert (badges[0].label, badges[1].label) == (state, result)
