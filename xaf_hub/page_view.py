@@ -18,6 +18,7 @@ from xaf_hub.page_text import (
     WHEN,
     Lang,
     ago,
+    clean,
     clock_words,
     local_time,
     local_time_with_zone,
@@ -54,6 +55,7 @@ class Badge:
     label: str
     css: str
     note: str = ""
+    note_ms: int = 0  # the time a ``page_text.WHEN`` mark in ``note`` stands for
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,16 +157,14 @@ def session_badges(s: SessionRecord, lang: Lang, now_ms: int) -> tuple[Badge, Ba
     if phase == "waiting":
         parts = []
         if s.retry_message:
-            parts.append(text(lang, "state.retry_said", message=s.retry_message))
+            parts.append(text(lang, "state.retry_said", message=clean(s.retry_message)))
         if s.retry_next > 0:
-            when = text(lang, "state.retry_now") if s.retry_next <= now_ms else ago(
-                lang, s.retry_next, now_ms
-            )
-            parts.append(
-                text(lang, "state.retry_next", when=when, exact=local_time_with_zone(s.retry_next))
-            )
+            # A live time the page's script keeps current, unless the try is already due.
+            when = text(lang, "state.retry_now") if s.retry_next <= now_ms else WHEN
+            exact = local_time_with_zone(s.retry_next)
+            parts.append(text(lang, "state.retry_next", when=when, exact=exact))
         note = " ".join(parts) or text(lang, "state.retry_plain")
-        state = Badge(text(lang, "state.retry"), "waiting", note)
+        state = Badge(text(lang, "state.retry"), "waiting", note, s.retry_next)
     elif phase == "working":
         state = Badge(text(lang, "state.busy"), "working")
     else:

@@ -365,7 +365,8 @@ def test_hostile_values_stay_text() -> None:
     keys = [a["data-k"] for t, a in page.tags if t == "tr" and "data-k" in a]
     assert f"{XSS_TITLE}\n{NASTY_DIR}\nses_xss".lower() in keys
     # The provider's message is shown under the badge, as text.
-    assert any(n.startswith("The AI provider said: 429 <b>slow down</b> ") for n in page.notes)
+    assert any(n.startswith("The AI provider said: 429 <b>slow down</b> Next try: in 10 minutes")
+               for n in page.notes)
     allowed = set(re.findall(r"\w+", ALLOWED_TAGS))
     assert {t for t, _ in page.tags} <= allowed
     assert len(page.blocks["script"]) == 1
@@ -477,7 +478,10 @@ def test_run_state_words(state: str, label: str, hover_has: str | None) -> None:
         assert row.state.note == ""
     else:
         assert hover_has in row.state.note
-        assert "in 5 minutes" in row.state.note
+        # The next try is a live time: the page shows it relative to the reader's clock.
+        assert row.state.note_ms == NOW + 5 * MIN
+        live = row.state.note.replace(page_text.WHEN, page_text.ago("en", row.state.note_ms, NOW))
+        assert "Next try: in 5 minutes" in live
 
 
 @pytest.mark.parametrize(
