@@ -233,3 +233,11 @@ def test_page_language_setting(tmp_path: Path) -> None:
         parse_config({"page": {"language": "fr"}}, path=where, env={})
     with pytest.raises(ConfigError, match=r"page.colour.*unknown key"):
         parse_config({"page": {"colour": "blue"}}, path=where, env={})
+
+
+def test_page_section_is_shared_with_notifications(tmp_path: Path) -> None:
+    from xaf_hub.config import parse_config
+
+    doc = {"page": {"language": "zh", "url": "https://hub.example.internal/"}}
+    cfg = parse_config(doc, path=tmp_path / "config.json", env={})
+    assert cfg.page_language == "zh"
