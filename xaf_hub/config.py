@@ -302,7 +302,7 @@ def parse_config(raw: Any, *, path: Path, env: Mapping[str, str]) -> Config:
     patrol = _parse_patrol(top.sub("patrol"), path)
     page = top.sub("page")
     page.seen.add("url")  # notify/ reads and checks page.url
-    page_language = page.choice("language", ("auto", "en", "zh"), "auto")
+    page_language = page.choice("language", ("auto", "en", "zh"), "auto", tags=True)
     page.finish()
 
     top.seen.add("instances")

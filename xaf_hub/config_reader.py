@@ -65,13 +65,17 @@ class Reader:
                 raise self.fail(f"{name}[{i}]", f"expected a string, got {json_type(item)}")
         return tuple(value)
 
-    def choice(self, name: str, choices: tuple[str, ...], default: str) -> str:
-        """A string that must be one of ``choices``."""
+    def choice(
+        self, name: str, choices: tuple[str, ...], default: str, *, tags: bool = False
+    ) -> str:
+        """A string that must be one of ``choices``; with ``tags``, a language tag such as
+        "zh-CN" or "en_US" counts as its first part ("zh", "en")."""
         value = self.get(name, (str,), default)
-        if value not in choices:
+        key = value.strip().lower().replace("_", "-").split("-")[0] if tags else value
+        if key not in choices:
             words = f"{', '.join(choices[:-1])} or {choices[-1]}"
             raise self.fail(name, f"must be {words}, got {value!r}")
-        return str(value)
+        return str(key)
 
     def sub(self, name: str) -> Reader:
         value = self.get(name, (dict,), {})

@@ -238,6 +238,8 @@ def test_page_language_setting(tmp_path: Path) -> None:
 def test_page_section_is_shared_with_notifications(tmp_path: Path) -> None:
     from xaf_hub.config import parse_config
 
-    doc = {"page": {"language": "zh", "url": "https://hub.example.internal/"}}
-    cfg = parse_config(doc, path=tmp_path / "config.json", env={})
-    assert cfg.page_language == "zh"
+    for tag, lang in (("zh", "zh"), ("zh-CN", "zh"), ("zh_TW", "zh"), ("en-US", "en")):
+        doc = {"page": {"language": tag, "url": "https://hub.example.internal/"}}
+        cfg = parse_config(doc, path=tmp_path / "config.json", env={})
+        assert cfg.page_language == lang
+        assert cfg.notify.language == lang  # notifications speak the page's language
