@@ -9,6 +9,7 @@ only when the connection was never made.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 import ssl
@@ -300,6 +301,23 @@ class OpencodeClient:
 
     def _shape(self, what: str) -> UnreachableError:
         return self._fail(f"unexpected response shape from {what} (not an opencode server?)")
+
+    def open_stream(
+        self, path: str, params: Mapping[str, Any] | None = None
+    ) -> contextlib.AbstractAsyncContextManager[httpx.Response]:
+        """A streaming GET of server-sent events (``ops.follow`` reads it line by line).
+
+        The one exception to this module's rule: httpx errors reach the caller, which turns
+        them into reasons with ``describe_error``. No read timeout: the caller keeps the
+        heartbeat deadline.
+        """
+        return self._http.stream(
+            "GET",
+            path,
+            params=params,
+            headers={"accept": "text/event-stream"},
+            timeout=httpx.Timeout(None, connect=self.connect_timeout),
+        )
 
     # -----------------------------------------------------------------------------------
     # discovery
