@@ -96,7 +96,9 @@ def test_watch_prints_only_changes(hub: Hub) -> None:
     sid = hub.session("lan-c", "watched task", "w")
     code, out, _ = hub.cli("watch", "--once")
     assert code == 0 and "0 project session(s) running" in out
-    proc = hub.popen("watch", "--interval", "1", "--instance", "lan-c", "--max-polls", "12")
+    proc = hub.popen(
+        "watch", "--poll", "--interval", "1", "--instance", "lan-c", "--max-polls", "12"
+    )
     time.sleep(2.5)
     hub.prompt("lan-c", sid, "go", "fake/slow-model")
     out, err = proc.communicate(timeout=120)
