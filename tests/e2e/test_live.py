@@ -182,3 +182,101 @@ def test_watch_reports_a_restarted_instance_down_and_up_and_loses_nothing(
     assert lines.about(before) == ["new"]
     assert lines.about(during) == ["new", "started", "stopped"]
 
+
+# ---------------------------------------------------------------------------------------------
+# The patrol daemon reacting between its rounds
+
+
+def _home(hub: Hub) -> Path:
+    return Path(hub.env["XAF_HUB_HOME"])
+
+
+def _beat(hub: Hub) -> dict[str, Any]:
+    path = _home(hub) / "patrol" / "daemon.json"
+    try:
+        return dict(json.loads(path.read_text("utf-8")))
+    except (OSError, ValueError):
+        return {}
+
+
+def _audit(hub: Hub, command: str) -> list[dict[str, Any]]:
+    path = _home(hub) / "audit.log"
+    if not path.exists():
+        return []
+    rows = [json.loads(ln) for ln in path.read_text("utf-8").splitlines()]
+    return [r for r in rows if r["command"] == command]
+
+
+def _daemon(hub: Hub, *flags: str) -> Lines:
+    """A patrol daemon whose next round is an hour away once its first one ran."""
+    lines = Lines(hub.popen("patrol", "--interval-seconds", "3600", "--no-design", *flags))
+    hub.wait_for(lambda: _beat(hub).get("pid") == lines.proc.pid and _beat(hub)["ticks"] >= 1,
+                 timeout=120)
+    return lines
+
+
+def _last_assistant(hub: Hub, url: str, pw: str | None, sid: str) -> dict[str, Any]:
+    msgs = [m for m in sandbox.messages(url, pw, sid) if m["info"]["role"] == "assistant"]
+    return msgs[-1] if msgs else {}
+
+
+def test_daemon_heals_a_rate_limited_session_without_waiting_for_its_round(hub: Hub) -> None:
+    hub.doc["models"] = {"default_dispatch_model": "fake/fake-model",
+                         "chain": ["opencode/free-model", "backup/good-model"]}
+    hub.write_config()
+    hub.llm.set_mode("free-model", "429", retry_after=1)
+    lines = _daemon(hub, "--no-fill")
+    try:
+        sid = hub.session("lan-b", "rate limited live", "rl")
+        hub.prompt("lan-b", sid, "do the work", "opencode/free-model")
+        url, pw = hub.server("lan-b").url, hub.password("lan-b")
+
+        def healed() -> bool:
+            info = _last_assistant(hub, url, pw, sid).get("info", {})
+            done = bool(info.get("time", {}).get("completed"))
+            return info.get("modelID") == "good-model" and done
+
+        hub.wait_for(healed, timeout=240)
+        assert _beat(hub)["ticks"] == 1  # healed by the live reaction, not by a round
+        heals = [r for r in _audit(hub, "patrol.heal") if r["session"] == sid]
+        assert len(heals) == 1, heals
+        assert any(f"heal lan-b/{sid}" in ln for ln in lines.lines), lines.lines
+    finally:
+        assert lines.stop() == 0, lines.err
+    out = "\n".join(lines.lines + lines.err)
+    assert not any(pw in out for pw in hub.secrets())
+
+
+def test_daemon_follows_a_restart_and_resumes_the_cut_run_once(
+    hub: Hub, own_server: sandbox.OpencodeServer
+) -> None:
+    hub.llm.set_mode("fake-model", "slow", delay=40)
+    code, _, err = hub.cli("backlog", "add", "--id", "LIVE-1", "--title", "live task")
+    assert code == 0, err
+    lines = _daemon(hub)
+    try:
+        pool = _home(hub) / "tasks_backlog.json"
+
+        def task() -> dict[str, Any]:
+            return next(t for t in json.loads(pool.read_text("utf-8"))["tasks"]
+                        if t["id"] == "LIVE-1")
+
+        hub.wait_for(lambda: task()["status"] == "dispatched", timeout=60)
+        sid = task()["session_id"]
+        hub.wait_for(lambda: any("live task" in r["last_user_text"] or "LIVE-1" in
+                                 r["last_user_text"] for r in hub.llm.requests()), timeout=120)
+        port = own_server.port
+        own_server.stop(grace=2.0)
+        hub.wait_for(lambda: any("live: own down" in ln for ln in lines.lines), timeout=90)
+        hub.llm.set_mode("fake-model", "ok")
+        start_again(own_server, port)
+        hub.wait_for(lambda: any("live: own up" in ln for ln in lines.lines), timeout=120)
+        # The cut run is resumed once (after the grace for runs that may still be starting),
+        # then finishes, and the pool settles the task: all before the next round.
+        hub.wait_for(lambda: task()["status"] == "done", timeout=300)
+        assert _beat(hub)["ticks"] == 1
+    finally:
+        assert lines.stop() == 0, lines.err
+    assert [r["session"] for r in _audit(hub, "patrol.fill_slots")] == [sid]
+    assert [r["session"] for r in _audit(hub, "patrol.resume")] == [sid]
+

@@ -219,8 +219,14 @@ def run_daemon(
     *,
     aligned: bool,
     out: Callable[[str], None],
+    live: bool = True,
 ) -> int:
-    """Run cycles every ``interval`` until SIGTERM/SIGINT; return the exit code (0)."""
+    """Run cycles every ``interval`` until SIGTERM/SIGINT; return the exit code (0).
+
+    With ``live`` the daemon also follows the fleet's events between cycles
+    (``patrol.live``): heals, resumes and fills as soon as a session fails, is interrupted
+    or frees a slot, under the same locks as a cycle.
+    """
     from apscheduler.schedulers.blocking import BlockingScheduler
     from apscheduler.triggers.interval import IntervalTrigger
 
@@ -293,12 +299,19 @@ def run_daemon(
         f"patrol daemon started (pid {os.getpid()}); every {interval.total_seconds():g}s, "
         f"first cycle at {start.astimezone():%Y-%m-%d %H:%M:%S}"
     )
+    following = None
+    if live:
+        from xaf_hub.patrol.live import start_live, stop_live
+
+        following = start_live(pctx, skip, busy, out)
     try:
         if not stop.is_set():
             scheduler.start()
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        if following is not None:
+            stop_live(following)
     with busy:  # the running cycle finishes its current step, then sees the stop
         pass
     beat["stopped_at"] = pctx.now().isoformat(timespec="seconds")
