@@ -280,3 +280,42 @@ def test_daemon_follows_a_restart_and_resumes_the_cut_run_once(
     assert [r["session"] for r in _audit(hub, "patrol.fill_slots")] == [sid]
     assert [r["session"] for r in _audit(hub, "patrol.resume")] == [sid]
 
+
+# ---------------------------------------------------------------------------------------------
+# serve: change notices to open pages
+
+
+def test_serve_pushes_change_notices_to_every_open_page(hub: Hub) -> None:
+    proc = hub.popen("serve", "--port", "0", "--cache-seconds", "600")
+    lines = Lines(proc)
+    try:
+        hub.wait_for(lambda: lines.lines and lines.lines[0].startswith("http://127.0.0.1:"),
+                     timeout=60)
+        base = lines.lines[0].rstrip("/")
+        got: list[list[str]] = [[], []]
+
+        def listen(into: list[str]) -> None:
+            with httpx.Client(trust_env=False, timeout=httpx.Timeout(None, connect=10)) as c, \
+                    c.stream("GET", base + "/api/events") as resp:
+                assert resp.headers["content-type"].startswith("text/event-stream")
+                for line in resp.iter_lines():
+                    into.append(line)
+
+        for into in got:
+            threading.Thread(target=listen, args=(into,), daemon=True).start()
+        hub.wait_for(lambda: all(any(ln.startswith("event: hello") for ln in g) for g in got),
+                     timeout=60)
+        with httpx.Client(trust_env=False, timeout=120) as c:
+            first = c.get(base + "/api/snapshot").json()
+        sid = hub.session("lan-b", "served live", "srv")
+        assert sid not in json.dumps(first)
+        hub.wait_for(lambda: all(any(sid in ln for ln in g) for g in got), timeout=60)
+        # The cached scan is stale after the notice although --cache-seconds is long.
+        with httpx.Client(trust_env=False, timeout=120) as c:
+            after = c.get(base + "/api/snapshot").json()
+        assert sid in [s["id"] for s in after["sessions"]]
+        notes = [json.loads(ln[5:]) for g in got for ln in g if ln.startswith("data:")]
+        assert any(n.get("event") == "new" and n.get("session") == sid for n in notes)
+        assert "served live" not in "\n".join(got[0] + got[1])  # notices carry no titles
+    finally:
+        assert lines.stop() == 0, lines.err

@@ -307,3 +307,81 @@ def test_doctor_says_which_stream_or_that_it_polls(tmp_path: Path) -> None:
             stream_findings(cfg, cfg.instances, lambda inst, t=transport: t)  # type: ignore[misc]
         )
         assert [(f.level, words in f.message) for f in found] == [(level, True)], found
+
+
+# ---------------------------------------------------------------------------------------------
+# serve's change notices
+
+
+class _Sink:
+    def __init__(self, fail_after: int = 10**9) -> None:
+        self.data = b""
+        self.fail_after = fail_after
+
+    def write(self, data: bytes) -> int:
+        if len(self.data) > self.fail_after:
+            raise BrokenPipeError
+        self.data += data
+        return len(data)
+
+    def flush(self) -> None:
+        return None
+
+
+def test_change_feed_wakes_every_viewer_and_says_nothing_secret(tmp_path: Path) -> None:
+    import threading
+    import time
+
+    from xaf_hub.ops.notices import ChangeFeed
+
+    feed = ChangeFeed(_cfg(tmp_path), keepalive_seconds=0.1)
+    stale: list[str] = []
+    feed.on_change.append(lambda ev: stale.append(ev.kind))
+    sinks = [_Sink(), _Sink()]
+    threads = [threading.Thread(target=feed.stream, args=(s,)) for s in sinks]
+    for t in threads:
+        t.start()
+    for _ in range(200):
+        if feed.viewers == 2:
+            break
+        time.sleep(0.01)
+    rec = SessionRecord("a", "ses_x", "secret title", "/srv/proj/secret-dir", project=True)
+    feed.publish(FleetEvent("ready", "a", detail="global"))
+    feed.publish(FleetEvent("stopped", "a", rec, outcome="succeeded", at_ms=5))
+    time.sleep(0.3)
+    feed.close()
+    for t in threads:
+        t.join(5)
+    assert stale == ["stopped"] and feed.version == 1 and feed.viewers == 0
+    for sink in sinks:
+        text = sink.data.decode()
+        assert text.startswith("retry: ") and 'event: hello\ndata: {"version": 0}' in text
+        assert 'event: change\ndata: {"version": 1, "event": "stopped", "instance": "a", ' \
+               '"session": "ses_x", "outcome": "succeeded", "at_ms": 5}' in text
+        assert ": keep-alive" in text
+        assert "secret" not in text
+    # A viewer that went away ends its stream and is no longer counted.
+    gone = _Sink(fail_after=0)
+    feed2 = ChangeFeed(_cfg(tmp_path), keepalive_seconds=0.05)
+    assert feed2.stream(gone) == "viewer went away" and feed2.viewers == 0
+
+
+def test_snapshot_cache_scans_again_once_after_a_change() -> None:
+    from xaf_hub.commands.serve import SnapshotCache
+    from xaf_hub.records import Snapshot
+
+    calls: list[int] = []
+
+    def scan() -> Snapshot:
+        calls.append(1)
+        return Snapshot(generated_at=len(calls), instances=())
+
+    now = [100.0]
+    cache = SnapshotCache(scan, max_age=60.0, clock=lambda: now[0])
+    assert cache.get(now[0])[1] is True
+    assert cache.get(now[0])[1] is False  # within max_age: shared
+    cache.invalidate()
+    now[0] += 1
+    assert cache.get(now[0])[1] is True  # stale after a change: scanned again
+    assert cache.get(now[0])[1] is False  # and shared again by the next viewers
+    assert len(calls) == 2

@@ -3,8 +3,11 @@
 Read-only: the server lists sessions and nothing else; it never dispatches, deletes or
 interrupts. Routes: `/` (the same page as `sessions --html`, in the browser's language, and
 fetching itself again every few seconds), `/api/snapshot` (the same JSON as
-`sessions --json`) and `/health`. However many people refresh, the fleet is scanned at
-most once per --cache-seconds, and requests that arrive during a scan share it.
+`sessions --json`), `/api/events` (server-sent change notices) and `/health`. However many
+people refresh, the fleet is scanned at most once per --cache-seconds, and requests that
+arrive during a scan share it. One follower of the servers' event streams serves every open
+page: a change marks the cached scan stale and notifies the pages, which can fetch
+`/api/snapshot` again at once.
 
 It listens on loopback only, unless --public is given AND a viewer password is set in the
 environment variable XAF_HUB_VIEWER_PASSWORD; then every request must log in (any user name,
@@ -29,7 +32,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from types import FrameType
-from typing import Any, TextIO, cast
+from typing import TYPE_CHECKING, Any, TextIO, cast
 from urllib.parse import parse_qs, urlsplit
 
 from xaf_hub.commands._common import scan
@@ -38,6 +41,9 @@ from xaf_hub.errors import UsageError
 from xaf_hub.output import dumps
 from xaf_hub.page_text import LANGS, Lang, pick_language
 from xaf_hub.records import Snapshot
+
+if TYPE_CHECKING:  # the follower pulls in httpx; --help must stay light
+    from xaf_hub.ops.notices import ChangeFeed
 
 EXAMPLES = """\
 examples:
@@ -56,7 +62,9 @@ _HTML = "text/html; charset=utf-8"
 _JSON = "application/json; charset=utf-8"
 _TEXT = "text/plain; charset=utf-8"
 _PAGE_ROUTES = ("/", "/index.html")
-_ROUTES = (*_PAGE_ROUTES, "/api/snapshot", "/health")
+_EVENTS = "text/event-stream; charset=utf-8"
+_EVENTS_ROUTE = "/api/events"
+_ROUTES = (*_PAGE_ROUTES, "/api/snapshot", _EVENTS_ROUTE, "/health")
 
 # Sent with every response. The page carries its own no-network CSP in a <meta>; the header
 # adds what a <meta> cannot say (no framing) and locks down every non-HTML answer entirely.
@@ -190,7 +198,12 @@ class SnapshotCache:
         self._clock = clock
         self._lock = threading.Lock()
         self._latest: Scanned | None = None
+        self._stale = False
         self.scans = 0
+
+    def invalidate(self, *_: object) -> None:
+        """The fleet changed: the next request scans again (once, for everyone waiting)."""
+        self._stale = True
 
     def get(self, arrived: float) -> tuple[Scanned, bool]:
         """Return a usable scan for a request that arrived at ``arrived``; True if it scanned.
@@ -201,9 +214,11 @@ class SnapshotCache:
         with self._lock:
             latest = self._latest
             if latest is not None and (
-                latest.started >= arrived or self._clock() - latest.finished < self._max_age
+                latest.started >= arrived
+                or (not self._stale and self._clock() - latest.finished < self._max_age)
             ):
                 return latest, False
+            self._stale = False
             started = self._clock()
             snap = self._scan()
             self._latest = Scanned(snap, started, self._clock())
@@ -227,9 +242,10 @@ class Response:
     def all_headers(self) -> list[tuple[str, str]]:
         """Every header line to send, in order."""
         csp = _PAGE_CSP if self.content_type == _HTML else _OTHER_CSP
+        length = [] if self.content_type == _EVENTS else [("Content-Length", str(len(self.body)))]
         return [
             ("Content-Type", self.content_type),
-            ("Content-Length", str(len(self.body))),
+            *length,
             *_COMMON_HEADERS,
             ("Content-Security-Policy", csp),
             *self.headers,
@@ -298,6 +314,8 @@ class Viewer:
         path = parts.path
         if path not in _ROUTES:
             return _text(404, "not found; try / or /api/snapshot or /health")
+        if path == _EVENTS_ROUTE:
+            return Response(200, _EVENTS, b"", note="change notices")
         scanned, fresh = self._cache.get(arrived)
         reachable = sum(1 for i in scanned.snapshot.instances if i.reachable)
         note = (
@@ -381,6 +399,7 @@ class _Server(http.server.ThreadingHTTPServer):
     daemon_threads = True
     block_on_close = False  # a scan in flight must not hold up Ctrl+C
     request_queue_size = 64
+    feed: ChangeFeed | None = None  # change notices for /api/events (ops.notices)
 
     def __init__(self, address: tuple[str, int], viewer: Viewer, log: _RequestLog) -> None:
         self.viewer = viewer
@@ -437,12 +456,18 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         except Exception as exc:  # noqa: BLE001 - one bad scan must not stop the viewer
             response = _text(500, "internal error while scanning the fleet",
                               note=f"error: {type(exc).__name__}")
+        feed = server.feed
+        if response.content_type == _EVENTS and feed is None:
+            response = _text(404, "change notices are off")
         try:
             self.send_response(response.status)
             for name, value in response.all_headers():
                 self.send_header(name, value)
             self.end_headers()
-            if self.command != "HEAD":
+            if self.command != "HEAD" and response.content_type == _EVENTS and feed is not None:
+                self.close_connection = True
+                response = replace(response, note=feed.stream(self.wfile))
+            elif self.command != "HEAD":
                 self.wfile.write(response.body)
         except (BrokenPipeError, ConnectionResetError):
             response = replace(response, note="client went away")
@@ -478,6 +503,15 @@ def _url(host: str, port: int) -> str:
     return f"http://{shown}:{port}/"
 
 
+def _start_feed(ctx: Context, cache: SnapshotCache) -> ChangeFeed:
+    from xaf_hub.ops.notices import ChangeFeed
+
+    feed = ChangeFeed(ctx.config, transport_factory=ctx.transport_factory)
+    feed.on_change.append(cache.invalidate)
+    feed.start()
+    return feed
+
+
 def run(ctx: Context) -> int:
     """Serve until Ctrl+C or SIGTERM."""
     args = ctx.args
@@ -507,6 +541,7 @@ def run(ctx: Context) -> int:
     log = _RequestLog(ctx.stderr)
     try:
         server = _Server((args.host, args.port), viewer, log)
+        server.feed = _start_feed(ctx, cache)
     except OSError as exc:
         reason = exc.strerror or str(exc)
         raise UsageError(f"cannot listen on {args.host}:{args.port}: {reason}") from exc
@@ -529,6 +564,8 @@ def run(ctx: Context) -> int:
         if restore is not None:
             signal.signal(signal.SIGTERM, restore)
         server.server_close()
+        if server.feed is not None:
+            server.feed.close()  # ends every open /api/events stream
     # Let answers already on their way finish (and log); a scan in flight is not waited for.
     if not server.wait_idle(_DRAIN_SECONDS):
         ctx.info("stopped with requests still in flight")
