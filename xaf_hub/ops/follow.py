@@ -45,6 +45,7 @@ POLL_SECONDS = 10.0
 RESCAN_SECONDS = 300.0  # per-directory streams: look for new project directories this often
 BACKOFF: tuple[float, ...] = (1.0, 2.0, 4.0, 8.0, 15.0, 30.0)
 MAX_DIRECTORY_STREAMS = 64
+_SHORT_LIVED = 5.0  # seconds: a connection that ended sooner is retried with back-off
 # The first release line measured to answer on /global/event.
 _GLOBAL_FROM = (1, 15)
 
@@ -235,14 +236,21 @@ class FleetFollower:
         st = self.state[inst.name]
         attempt = 0
         while not self.stopping():
+            began = time.monotonic()
             connected, reason = await self._connection(inst)
             if self.stopping():
                 break
             st.up = False
             st.reason = reason
             if connected:
-                attempt = 0
-                continue  # it was up: try again at once; down only when that fails
+                # It was up: try again at once; down only when that fails. A stream that
+                # keeps ending right after it opened (a proxy?) is retried with back-off.
+                if time.monotonic() - began >= _SHORT_LIVED:
+                    attempt = 0
+                else:
+                    await self._pause(self.backoff[min(attempt, len(self.backoff) - 1)])
+                    attempt += 1
+                continue
             if not st.reported_down:
                 st.reported_down = True
                 self.emit(FleetEvent("down", inst.name, detail=reason, at_ms=_ms()))
