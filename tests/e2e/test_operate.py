@@ -99,7 +99,8 @@ def test_watch_prints_only_changes(hub: Hub) -> None:
     proc = hub.popen(
         "watch", "--poll", "--interval", "1", "--instance", "lan-c", "--max-polls", "12"
     )
-    time.sleep(2.5)
+    assert proc.stderr is not None
+    assert "watching" in proc.stderr.readline()  # its first view is taken: prompt now
     hub.prompt("lan-c", sid, "go", "fake/slow-model")
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err

@@ -235,6 +235,11 @@ def run_daemon(
     pctx = replace(pctx, stop_requested=stop.is_set)
     skip = tuple(skip)
     folder = pctx.patrol_dir
+    following = None
+    if live:  # before the first run is timed: starting it may take a moment on a busy box
+        from xaf_hub.patrol.live import start_live, stop_live
+
+        following = start_live(pctx, skip, busy, out)
     now = pctx.now().astimezone(UTC)
     if aligned:
         start = first_run(now.astimezone(), interval, pctx.cfg.patrol.minute_offset)
@@ -299,11 +304,6 @@ def run_daemon(
         f"patrol daemon started (pid {os.getpid()}); every {interval.total_seconds():g}s, "
         f"first cycle at {start.astimezone():%Y-%m-%d %H:%M:%S}"
     )
-    following = None
-    if live:
-        from xaf_hub.patrol.live import start_live, stop_live
-
-        following = start_live(pctx, skip, busy, out)
     try:
         if not stop.is_set():
             scheduler.start()
