@@ -155,6 +155,7 @@ def start_again(server: sandbox.OpencodeServer, port: int) -> None:
     raise AssertionError("the restarted server never answered")
 
 
+@pytest.mark.timeout(900)
 def test_watch_reports_a_restarted_instance_down_and_up_and_loses_nothing(
     hub: Hub, own_server: sandbox.OpencodeServer
 ) -> None:
@@ -220,6 +221,7 @@ def _last_assistant(hub: Hub, url: str, pw: str | None, sid: str) -> dict[str, A
     return msgs[-1] if msgs else {}
 
 
+@pytest.mark.timeout(900)
 def test_daemon_heals_a_rate_limited_session_without_waiting_for_its_round(hub: Hub) -> None:
     hub.doc["models"] = {"default_dispatch_model": "fake/fake-model",
                          "chain": ["opencode/free-model", "backup/good-model"]}
@@ -247,6 +249,7 @@ def test_daemon_heals_a_rate_limited_session_without_waiting_for_its_round(hub: 
     assert not any(pw in out for pw in hub.secrets())
 
 
+@pytest.mark.timeout(900)
 def test_daemon_follows_a_restart_and_resumes_the_cut_run_once(
     hub: Hub, own_server: sandbox.OpencodeServer
 ) -> None:
