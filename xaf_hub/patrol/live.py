@@ -7,8 +7,8 @@ the rounds' own job functions — nothing here decides differently from a round:
 * a session that stopped, failed or is retrying -> read it afresh; a rate-limit or
   unavailable-model failure is healed (``fix_free_limit.heal_item``: blackout, next model,
   once per failure); otherwise it is classified at once (``ops.runstate.classify``) and an
-  interrupted one is resumed (``check_agents.resume_one``: once, never after an operator's
-  interrupt, through the gate). A run that stopped a moment ago "without finishing" may
+  interrupted one is resumed (``check_agents.resume_one``: once, never a person's decision
+  (``ops.decisions``), through the gate). A run that stopped a moment ago "without finishing" may
   still be starting: it is looked at again after ``check_agents.RUN_START_GRACE_MS``.
 * a session that stopped or went away frees a slot -> ``fill_slots`` runs (it settles the
   pool's dispatched tasks, then fills every free slot through the gate).
@@ -31,14 +31,15 @@ from dataclasses import dataclass, field
 from xaf_hub import aio
 from xaf_hub.errors import BusyError, HubError
 from xaf_hub.model_state import to_ms
+from xaf_hub.ops.decisions import load_decisions
 from xaf_hub.ops.events import FleetEvent
 from xaf_hub.ops.follow import FleetFollower, run_in_thread
 from xaf_hub.ops.heal import heal_candidate
 from xaf_hub.ops.patrol_state import pause_info
 from xaf_hub.ops.runstate import classify
-from xaf_hub.patrol.check_agents import RUN_START_GRACE_MS, operator_interrupts, resume_one
+from xaf_hub.patrol.check_agents import RUN_START_GRACE_MS, resume_one
 from xaf_hub.patrol.check_agents import STEP as CHECK
-from xaf_hub.patrol.context import Cycle, PatrolContext, pool_discipline
+from xaf_hub.patrol.context import Cycle, PatrolContext, pool_discipline, session_action
 from xaf_hub.patrol.fill_slots import fill_slots
 from xaf_hub.patrol.fix_free_limit import STEP as HEAL
 from xaf_hub.patrol.fix_free_limit import heal_item
@@ -217,11 +218,12 @@ class LiveReactor:
         rec = build_record(inst, s, status, True)
         run = (await cycle.last_runs(pctx, [(inst, rec)])).get((inst.name, rec.id))
         state = pctx.model_state()
+        people = load_decisions(pctx)
         cand = heal_candidate(rec, run) if HEAL not in self.skip else None
         if cand is not None:
             if not state.was_healed(cand.key):
-                override = None if inst.production else pool_discipline(pctx, cycle, HEAL)
-                await heal_item(pctx, cycle, inst, rec, cand, state, override)
+                await heal_item(pctx, cycle, inst, rec, run, cand, state, people,
+                                lambda: pool_discipline(pctx, cycle, HEAL))
             return ""
         if CHECK in self.skip or rec.running:
             return ""
@@ -229,11 +231,13 @@ class LiveReactor:
         verdict, _detail = classify(rec, run, now_ms, pctx.cfg.patrol.stale_minutes)
         if verdict != "interrupted":
             return ""
+        decision = people.for_session(inst.name, rec.id, run.created_ms if run else None)
+        if decision is not None:  # a person stopped or steered it: theirs, not the patrol's
+            cycle.add(pctx, session_action(CHECK, "person", "skipped", rec, detail=decision.text))
+            return ""
         override = pool_discipline(pctx, cycle, CHECK)
-        stops = operator_interrupts(pctx.cfg.state_dir)
-        why = await resume_one(pctx, cycle, inst, rec, run, override, state, stops, now_ms)
+        why = await resume_one(pctx, cycle, inst, rec, run, override, state, now_ms)
         return "recheck" if "may still be starting" in why else ""
-
 
 def start_live(
     pctx: PatrolContext, skip: Iterable[str], busy: threading.Lock, out: Callable[[str], None]
