@@ -1,10 +1,10 @@
 """Print only what changes: new sessions, runs starting or stopping (with outcome), sessions
 gone, instances down and up.
 
-Follows each instance's event stream (``ops.follow``): a change shows as soon as the server
-reports it, and nothing is polled on an interval; after every (re)connect the instance is
-rescanned once so nothing that happened meanwhile is missed. ``--poll`` rescans the fleet
-every --interval seconds instead (one listing and one status call per directory per
+Follows each instance's event stream: a change shows as soon as the server reports it, and
+nothing is polled on an interval; after every (re)connect the instance is rescanned once so
+nothing that happened meanwhile is missed. --poll rescans the fleet every --interval
+seconds instead (one listing and one status call per directory per
 instance). With --json each change is one line of JSON. --once prints the current running
 state and exits. Ctrl+C exits 0.
 """
