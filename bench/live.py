@@ -136,13 +136,16 @@ def _raw_busy(url: str, password: str, into: dict[str, float]) -> None:
 
     from xaf_hub.sandbox import fleet as sandbox
 
-    with httpx.Client(base_url=url, headers=sandbox.auth_headers(password), trust_env=False,
-                      timeout=httpx.Timeout(None, connect=10)) as c, \
-            c.stream("GET", "/global/event") as resp:
-        for line in resp.iter_lines():
-            if '"session.status"' in line and '"busy"' in line:
-                sid = json.loads(line[5:])["payload"]["properties"]["sessionID"]
-                into.setdefault(sid, time.monotonic())
+    try:
+        with httpx.Client(base_url=url, headers=sandbox.auth_headers(password),
+                          trust_env=False, timeout=httpx.Timeout(None, connect=10)) as c, \
+                c.stream("GET", "/global/event") as resp:
+            for line in resp.iter_lines():
+                if '"session.status"' in line and '"busy"' in line:
+                    sid = json.loads(line[5:])["payload"]["properties"]["sessionID"]
+                    into.setdefault(sid, time.monotonic())
+    except httpx.HTTPError:
+        return  # the servers stopped at the end of the run
 
 
 def _watch(hub: list[str], env: dict[str, str], root: Path, fleet: Any,

@@ -291,6 +291,9 @@ def run_daemon(
         max_instances=1,
         coalesce=True,
         misfire_grace_time=None,
+        # The first run as computed, even if the scheduler starts after it (a loaded box):
+        # without this APScheduler skips to the next grid point, a whole interval later.
+        next_run_time=start,
     )
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
