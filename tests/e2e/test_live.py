@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import threading
 import time
@@ -124,10 +125,15 @@ def test_watch_reports_new_start_stop_and_gone_from_events(hub: Hub, watching: L
 def own_server(hub: Hub, tmp_path: Path) -> Iterator[sandbox.OpencodeServer]:
     """A fourth server only this test uses (restarting a shared one would upset others)."""
     config = sandbox.fake_provider_config(hub.llm.url, MODELS)
+    # An explicit free port: with port 0 opencode first tries 4096, which another server on
+    # this shared machine may take while ours is stopped for the restart.
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
     server = sandbox.OpencodeServer(
         sandbox.find_opencode_binary(), home=tmp_path / "own" / "home",
         cwd=tmp_path / "own" / "cwd", password="own-" + os.urandom(6).hex(), config=config,
-        start_timeout=180.0,
+        start_timeout=180.0, port=port,
     )
     server.start()
     hub.doc["instances"] = [{"name": "own", "url": server.url, "roots": [str(hub.root)],
