@@ -13,7 +13,7 @@ import contextlib
 import functools
 import json
 import ssl
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypedDict, cast
 
@@ -22,6 +22,7 @@ import httpx
 from xaf_hub.config import InstanceConfig
 from xaf_hub.config_reader import password_var
 from xaf_hub.errors import HubError, MissingPassword, UnreachableError, UsageError
+from xaf_hub.releases import Release, RunStateUnknown, classify
 
 Dialect = Literal["classic", "v2"]
 
@@ -186,6 +187,10 @@ class OpencodeClient:
         self.page_size = page_size
         self.dialect: Dialect | None = None if inst.api == "auto" else inst.api  # type: ignore[assignment]
         self.version = ""
+        self._detected = False
+        # Session id -> directory, from every session this client has seen: per-session calls
+        # send it as ?directory= (on 1.2-1.14 a prompt without it runs in the server's cwd).
+        self._dirs: dict[str, str] = {}
         auth = httpx.BasicAuth(inst.username, inst.password) if inst.password else None
         if transport is None:
             # Loading the CA bundle costs ~0.14 s per client; plain-http instances need none
@@ -335,6 +340,7 @@ class OpencodeClient:
                     raise self._shape("/global/health")
                 self.dialect = "classic"
                 self.version = str(data.get("version") or "")
+                self._detected = True
                 return "classic"
         for path in ("/api/info", "/api/health"):
             try:
@@ -346,6 +352,7 @@ class OpencodeClient:
             if isinstance(data, dict):
                 self.dialect = "v2"
                 self.version = str(data.get("version") or self.version or "")
+                self._detected = True
                 return "v2"
         raise self._fail("answered with an HTML page instead of JSON (wrong URL or path prefix?)")
 
@@ -354,11 +361,39 @@ class OpencodeClient:
             return await self.detect()
         return self.dialect
 
+    @property
+    def release(self) -> Release:
+        """The release and its run-state behaviour, from the version ``detect`` read."""
+        return classify(self.version, self.dialect or "classic")
+
+    def _remember(self, sessions: Sequence[ServerSession]) -> None:
+        self._dirs.update((s.id, s.directory) for s in sessions if s.directory)
+
+    async def _where(
+        self, session_id: str, directory: str | None, write: bool = False
+    ) -> dict[str, str] | None:
+        """``?directory=`` of a per-session call: the caller's, else the remembered one, else
+        (writes) the session's own. A write goes without it while the session runs in the
+        server's own directory (1.2-1.14, started there without one): sent with it, a prompt
+        would start a second run beside it and an abort would stop nothing (measured)."""
+        if directory:
+            self._dirs[session_id] = directory  # later calls on this session send it too
+        d = directory or self._dirs.get(session_id)
+        if write:
+            d = d or (await self.get_session(session_id)).directory
+            if not self._detected:
+                await self.detect()
+            if d and self.release.reads_server_wide and session_id in await self._status_map(None):
+                d = ""
+        return {"directory": d} if d else None
+
     async def list_sessions(self) -> list[ServerSession]:
         """Every session on the instance, all pages, page size sent explicitly."""
         if await self._dialect() == "v2":
             return await self._list_v2()
-        return await self._list_classic()
+        sessions = await self._list_classic()
+        self._remember(sessions)
+        return sessions
 
     async def _list_classic(self) -> list[ServerSession]:
         seen: dict[str, ServerSession] = {}
@@ -409,12 +444,16 @@ class OpencodeClient:
             cursor = str(nxt)
         return list(out.values())
 
-    async def status(self, directory: str) -> dict[str, RawStatus]:
-        """Busy/retry sessions of one directory (classic); idle ones are absent."""
-        data, _ = await self._request("GET", "/session/status", params={"directory": directory})
+    async def _status_map(self, directory: str | None) -> dict[str, RawStatus]:
+        params = {"directory": directory} if directory is not None else None
+        data, _ = await self._request("GET", "/session/status", params=params)
         if not isinstance(data, dict):
             raise self._shape("/session/status")
         return {str(k): cast(RawStatus, v) for k, v in data.items() if isinstance(v, dict)}
+
+    async def status(self, directory: str) -> dict[str, RawStatus]:
+        """Busy/retry sessions of one directory (idle ones are absent); see ``running``."""
+        return await self.running([directory])
 
     async def active(self) -> dict[str, RawStatus]:
         """Running sessions of the whole instance (v2 ``/api/session/active``)."""
@@ -423,38 +462,59 @@ class OpencodeClient:
             raise self._shape("/api/session/active")
         return {str(k): {"type": "busy"} for k in data["data"]}
 
-    async def running(self, directories: list[str]) -> dict[str, RawStatus]:
-        """Run state of every running session in ``directories`` (classic) or everywhere (v2)."""
+    async def running(self, directories: Sequence[str], fan_out: int = 16) -> dict[str, RawStatus]:
+        """Run state of every running session in ``directories``, read the way this release
+        answers (xaf_hub.releases): per directory, plus the server-wide map where runs started
+        without a directory show; everywhere on v2. RunStateUnknown when the release is not
+        one the hub can read (the caller then counts the instance full)."""
         if await self._dialect() == "v2":
             return await self.active()
-        results = await asyncio.gather(*(self.status(d) for d in directories))
+        if not self._detected:
+            await self.detect()
+        release = self.release
+        if not release.known:
+            raise RunStateUnknown(self.name, release.note)
+        sem = asyncio.Semaphore(fan_out)
+
+        async def one(d: str | None) -> dict[str, RawStatus]:
+            async with sem:
+                return await self._status_map(d)
+
+        wide: list[str | None] = [None] if release.reads_server_wide else []
         merged: dict[str, RawStatus] = {}
-        for r in results:
-            merged.update(r)
+        for part in await asyncio.gather(*(one(d) for d in [*directories, *wide])):
+            merged.update(part)
         return merged
 
-    async def get_session(self, session_id: str) -> ServerSession:
+    async def get_session(self, session_id: str, directory: str | None = None) -> ServerSession:
         """One session by id; SessionNotFound when the instance does not know it."""
         v2 = await self._dialect() == "v2"
         path = f"/api/session/{session_id}" if v2 else f"/session/{session_id}"
         if not session_id.startswith("ses"):
             # opencode answers 500 to malformed ids; say what is wrong instead.
             raise SessionNotFound(f"{self.name}: {session_id!r} is not a session id (ses_...)")
-        data, _ = await self._request("GET", path, not_found_ok=True)
+        params = None if v2 else await self._where(session_id, directory)
+        data, _ = await self._request("GET", path, params=params, not_found_ok=True)
         if data is None:
             raise SessionNotFound(f"{self.name}: session {session_id} not found")
         try:
             if v2:
                 return session_from_v2(data.get("data", data))
-            return session_from_classic(data)
+            found = session_from_classic(data)
         except (KeyError, TypeError, AttributeError, ValueError):
             raise self._shape(path) from None
+        self._remember([found])
+        return found
 
-    async def messages(self, session_id: str, limit: int = 5) -> list[dict[str, Any]]:
+    async def messages(
+        self, session_id: str, limit: int = 5, directory: str | None = None
+    ) -> list[dict[str, Any]]:
         """The newest ``limit`` messages of a session, oldest first."""
         v2 = await self._dialect() == "v2"
         path = f"/api/session/{session_id}/message" if v2 else f"/session/{session_id}/message"
-        data, _ = await self._request("GET", path, params={"limit": limit}, not_found_ok=True)
+        where = None if v2 else await self._where(session_id, directory)
+        params = {"limit": limit, **(where or {})}
+        data, _ = await self._request("GET", path, params=params, not_found_ok=True)
         if data is None:
             raise SessionNotFound(f"{self.name}: session {session_id} not found")
         if isinstance(data, dict) and isinstance(data.get("data"), list):
@@ -488,10 +548,15 @@ class OpencodeClient:
         )
         if not isinstance(data, dict) or "id" not in data:
             raise self._shape("/session")
-        return session_from_classic(data)
+        created = session_from_classic(data)
+        self._remember([created])
+        return created
 
-    async def prompt_async(self, session_id: str, text: str, model: str | None) -> None:
-        """Send a prompt without waiting for the model (classic 204)."""
+    async def prompt_async(
+        self, session_id: str, text: str, model: str | None, directory: str | None = None
+    ) -> None:
+        """Send a prompt without waiting for the model (classic 204), with the session's
+        directory: without it, releases 1.2-1.14 run the prompt in the server's own cwd."""
         if await self._dialect() == "v2":
             if model:
                 await self._request(
@@ -520,6 +585,7 @@ class OpencodeClient:
         _, resp = await self._request(
             "POST",
             f"/session/{session_id}/prompt_async",
+            params=await self._where(session_id, directory, write=True),
             body=body,
             expect_json=False,
             idempotent=False,
@@ -528,18 +594,19 @@ class OpencodeClient:
         if resp is not None and resp.status_code == 404:
             raise SessionNotFound(f"{self.name}: session {session_id} not found")
 
-    async def abort(self, session_id: str) -> None:
-        """Stop a running session (a no-op when idle)."""
-        path = (
-            f"/api/session/{session_id}/interrupt"
-            if await self._dialect() == "v2"
-            else f"/session/{session_id}/abort"
-        )
-        await self._request("POST", path, expect_json=False)
+    async def abort(self, session_id: str, directory: str | None = None) -> None:
+        """Stop a running session (a no-op when idle), in the directory it runs in."""
+        if await self._dialect() == "v2":
+            path, params = f"/api/session/{session_id}/interrupt", None
+        else:
+            path = f"/session/{session_id}/abort"
+            params = await self._where(session_id, directory, write=True)
+        await self._request("POST", path, params=params, expect_json=False)
 
-    async def delete(self, session_id: str) -> None:
+    async def delete(self, session_id: str, directory: str | None = None) -> None:
         """Delete a session (callers abort first: deleting does not stop a run)."""
-        await self._request("DELETE", f"/session/{session_id}", expect_json=False)
+        params = await self._where(session_id, directory)
+        await self._request("DELETE", f"/session/{session_id}", params=params, expect_json=False)
 
 
 @functools.lru_cache(maxsize=1)

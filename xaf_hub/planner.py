@@ -50,6 +50,7 @@ class InstanceView:
     reason: str
     sessions: tuple[SessionRecord, ...]
     reserved: int = 0
+    run_state_unknown: str = ""  # set: the run state could not be read; counted full
 
     @property
     def running_project(self) -> int:
@@ -63,7 +64,9 @@ class InstanceView:
 
     @property
     def free(self) -> int:
-        """Free slots (never negative)."""
+        """Free slots (never negative; none while the run state is unknown)."""
+        if self.run_state_unknown:
+            return 0
         return max(0, self.inst.concurrency_limit - self.running_project - self.reserved)
 
 

@@ -330,6 +330,8 @@ def _server(password: str | None) -> httpx.MockTransport:
             hello = b'data: {"payload":{"type":"server.connected","properties":{}}}\n\n'
             return httpx.Response(200, headers={"content-type": "text/event-stream"},
                                   content=hello)
+        if request.url.path == "/session/status":
+            return httpx.Response(200, json={})
         return httpx.Response(404)
     return httpx.MockTransport(handler)
 

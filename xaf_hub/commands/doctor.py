@@ -78,20 +78,23 @@ async def probe_instance(
     cfg: Config, inst: InstanceConfig, transport_factory: TransportFactory | None = None
 ) -> Probe:
     """Detect dialect and version, then list every session's folder."""
-    from xaf_hub.scan import make_client
+    from xaf_hub.scan import make_client, read_run_state
 
     transport = transport_factory(inst) if transport_factory else None
     async with make_client(cfg, inst, transport) as client:
         try:
             await client.detect()
             sessions = await client.list_sessions()
+            # One directory is enough to see whether this release's run state can be read.
+            folders = sorted({s.directory for s in sessions if s.directory})[:1]
+            _, unknown = await read_run_state(client, folders)
         except UnreachableError as exc:
             return Probe(inst.name, False, exc.reason, client.dialect or "", client.version)
         except HubError as exc:
             return Probe(inst.name, False, str(exc).removeprefix(f"{inst.name}: "),
                          client.dialect or "", client.version)
         return Probe(inst.name, True, "", client.dialect or "", client.version,
-                     tuple(s.directory for s in sessions))
+                     tuple(s.directory for s in sessions), unknown)
 
 
 async def probe_all(cfg: Config, transport_factory: TransportFactory | None = None) -> list[Probe]:

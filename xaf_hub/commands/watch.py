@@ -80,7 +80,8 @@ def _outcomes(ctx: Context, sessions: Sequence[SessionRecord]) -> dict[str, str]
         transport = ctx.transport_factory(inst) if ctx.transport_factory else None
         async with make_client(cfg, inst, transport) as client:
             try:
-                return s.id, outcome_of(await client.messages(s.id, limit=3))
+                msgs = await client.messages(s.id, limit=3, directory=s.directory)
+                return s.id, outcome_of(msgs)
             except HubError:
                 return s.id, "unknown"
 
