@@ -211,19 +211,26 @@ class Probe:
                     f"HTTP {r.status_code}; roles {roles}; assistant errors {errs}",
                 )
 
-        # Steering with the directory a run another client started without one.
+        # Steering with the directory a run another client started without one: queued behind
+        # it (the steer's text reaches the model only after the first run), or a second run?
         s = self.create(self.g, "steer")
         self.prompt(s["id"], None)
-        self.wait(lambda: self.run_state_of(s["id"]) != "nowhere", 20)
-        time.sleep(1)
-        self.llm.clear_log()
-        code = self.prompt(s["id"], self.g, "fake/fake-model")
+        calls = self.agent_calls()
+        self.wait(lambda: self.agent_calls() > calls, 60)
+        code = int(
+            self.call(
+                "POST",
+                f"/session/{s['id']}/prompt_async",
+                self.g,
+                json={"parts": [{"type": "text", "text": "steer text"}]},
+            ).status_code
+        )
         time.sleep(4)
-        calls = [r for r in self.llm.requests() if not r.get("title_call")]
+        early = any("steer text" in r["last_user_text"] for r in self.llm.requests())
         self.note(
             "prompt_async ?directory=G to a run started without one",
-            f"HTTP {code}; running shows {self.run_state_of(s['id'])}; "
-            f"new model calls within 4 s: {len(calls)}",
+            f"HTTP {code}; running shows {self.run_state_of(s['id'])}; steer reached the model "
+            f"while the first still ran: {early} ({'second run' if early else 'queued'})",
         )
         for ad in (None, self.g):
             self.call("POST", f"/session/{s['id']}/abort", ad)

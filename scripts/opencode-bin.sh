@@ -6,6 +6,10 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 v=${1:?usage: scripts/opencode-bin.sh VERSION}
 nm="$PWD/.opencode-releases/$v/node_modules"
+# The pinned release of scripts/setup.sh lives in .opencode/; use it when it is this version.
+if [ ! -d "$nm" ] && grep -q "\"version\": \"$v\"" .opencode/node_modules/opencode-ai/package.json 2>/dev/null; then
+  nm="$PWD/.opencode/node_modules"
+fi
 case "$(uname -m)" in x86_64|amd64) arch=x64 ;; aarch64|arm64) arch=arm64 ;; *) arch=$(uname -m) ;; esac
 os=$(uname -s | tr '[:upper:]' '[:lower:]')
 tmp_home=$(mktemp -d)

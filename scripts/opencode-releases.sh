@@ -21,7 +21,7 @@ done
 for v in "$@"; do
   dir=".opencode-releases/$v"
   if scripts/opencode-bin.sh "$v" >/dev/null 2>&1; then
-    echo "==> opencode-ai@$v already in $dir"
+    echo "==> opencode-ai@$v already installed: $(scripts/opencode-bin.sh "$v")"
     continue
   fi
   echo "==> opencode-ai@$v from npm into $dir/"

@@ -75,6 +75,7 @@ def test_cleanup_skips_production_without_allow_prod(hub: Hub) -> None:
     assert len(report["instances"][0]["stale"]) == 1
 
 
+@pytest.mark.core
 def test_interrupt_stops_a_busy_session(hub: Hub) -> None:
     hub.llm.set_mode("slow-model", "slow", delay=60)
     sid = hub.session("local-a", "long task", "x")
