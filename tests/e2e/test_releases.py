@@ -156,7 +156,7 @@ class RunStateProxy(LoopbackServer):
 def test_an_instance_whose_run_state_cannot_be_read_counts_full(
     hub: Hub, mode: str, why: str
 ) -> None:
-    hub.session("lan-c", "idle project work", "lib")
+    idle = hub.session("lan-c", "idle project work", "lib")
     with RunStateProxy(hub.server("lan-c").url, mode) as proxy:
         hub.set_instance("lan-c", url=proxy.url)
         code, data = hub.cli_json("status")
@@ -175,6 +175,10 @@ def test_an_instance_whose_run_state_cannot_be_read_counts_full(
         code, _, err = hub.cli("dispatch", "--new", "--instance", "lan-c", "--text", "x")
         assert code == 3 and "run state unknown" in err and "counted full" in err
         assert not list((Path(hub.env["XAF_HUB_HOME"]) / "slots").glob("*.slot"))
+        # Its sessions look running only as a guess: a prompt to one is a start, not a steer.
+        code, _, err = hub.cli("dispatch", "--session", idle, "--text", "not a steer")
+        assert code == 3 and "run state unknown" in err, err
+        assert sandbox.messages(hub.server("lan-c").url, hub.password("lan-c"), idle) == []
         code, plan = hub.cli_json("dispatch", "--new", "--text", "y", "--dry-run")
         assert code == 0 and plan["instance"] != "lan-c"
 
