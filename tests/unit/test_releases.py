@@ -233,3 +233,15 @@ def test_per_directory_releases_need_no_server_wide_read_for_writes() -> None:
     run(server, lambda c: c.prompt_async("ses_b", "steer", None, G))
     assert _calls(server, "POST", "/prompt_async") == [G]
     assert ("GET", "/session/status", None) not in server.seen
+
+
+def test_a_directory_given_once_is_sent_on_later_calls() -> None:
+    server = Server("1.18.33", {})
+
+    async def go(c: OpencodeClient) -> None:
+        await c.abort("ses_a", "/srv/demo/other")  # the caller knew it
+        await c.prompt_async("ses_a", "hi", None)  # the caller did not (ops.send's delivery)
+
+    run(server, go)
+    assert _calls(server, "POST", "/prompt_async") == ["/srv/demo/other"]
+    assert not [p for m, p, d in server.seen if (m, p) == ("GET", "/session/ses_a")]
