@@ -187,9 +187,7 @@ class OpencodeClient:
         self.page_size = page_size
         self.dialect: Dialect | None = None if inst.api == "auto" else inst.api  # type: ignore[assignment]
         self.version = ""
-        self._detected = False
-        # Session id -> directory, from every session this client has seen: per-session calls
-        # send it as ?directory= (on 1.2-1.14 a prompt without it runs in the server's cwd).
+        # Session id -> directory of every session seen: per-session calls send it (_where).
         self._dirs: dict[str, str] = {}
         auth = httpx.BasicAuth(inst.username, inst.password) if inst.password else None
         if transport is None:
@@ -340,7 +338,6 @@ class OpencodeClient:
                     raise self._shape("/global/health")
                 self.dialect = "classic"
                 self.version = str(data.get("version") or "")
-                self._detected = True
                 return "classic"
         for path in ("/api/info", "/api/health"):
             try:
@@ -352,7 +349,6 @@ class OpencodeClient:
             if isinstance(data, dict):
                 self.dialect = "v2"
                 self.version = str(data.get("version") or self.version or "")
-                self._detected = True
                 return "v2"
         raise self._fail("answered with an HTML page instead of JSON (wrong URL or path prefix?)")
 
@@ -366,22 +362,23 @@ class OpencodeClient:
         """The release and its run-state behaviour, from the version ``detect`` read."""
         return classify(self.version, self.dialect or "classic")
 
-    def _remember(self, sessions: Sequence[ServerSession]) -> None:
-        self._dirs.update((s.id, s.directory) for s in sessions if s.directory)
+    def _seen(self, session: ServerSession) -> ServerSession:
+        if session.directory:
+            self._dirs[session.id] = session.directory
+        return session
 
     async def _where(
         self, session_id: str, directory: str | None, write: bool = False
     ) -> dict[str, str] | None:
-        """``?directory=`` of a per-session call: the caller's, else the remembered one, else
-        (writes) the session's own. A write goes without it while the session runs in the
-        server's own directory (1.2-1.14, started there without one): sent with it, a prompt
-        would start a second run beside it and an abort would stop nothing (measured)."""
+        """``?directory=`` of a per-session call: the caller's, the remembered or (writes) the
+        session's own; none while it runs in the server's own directory (1.2-1.14, started
+        there without one), where a prompt with it starts a second run, an abort stops nothing."""
         if directory:
             self._dirs[session_id] = directory  # later calls on this session send it too
         d = directory or self._dirs.get(session_id)
         if write:
             d = d or (await self.get_session(session_id)).directory
-            if not self._detected:
+            if not self.version:
                 await self.detect()
             if d and self.release.reads_server_wide and session_id in await self._status_map(None):
                 d = ""
@@ -391,9 +388,7 @@ class OpencodeClient:
         """Every session on the instance, all pages, page size sent explicitly."""
         if await self._dialect() == "v2":
             return await self._list_v2()
-        sessions = await self._list_classic()
-        self._remember(sessions)
-        return sessions
+        return [self._seen(s) for s in await self._list_classic()]
 
     async def _list_classic(self) -> list[ServerSession]:
         seen: dict[str, ServerSession] = {}
@@ -463,13 +458,11 @@ class OpencodeClient:
         return {str(k): {"type": "busy"} for k in data["data"]}
 
     async def running(self, directories: Sequence[str], fan_out: int = 16) -> dict[str, RawStatus]:
-        """Run state of every running session in ``directories``, read the way this release
-        answers (xaf_hub.releases): per directory, plus the server-wide map where runs started
-        without a directory show; everywhere on v2. RunStateUnknown when the release is not
-        one the hub can read (the caller then counts the instance full)."""
+        """Running sessions of ``directories`` as this release reports them (xaf_hub.releases);
+        RunStateUnknown when the hub cannot read it (the caller counts the instance full)."""
         if await self._dialect() == "v2":
             return await self.active()
-        if not self._detected:
+        if not self.version:
             await self.detect()
         release = self.release
         if not release.known:
@@ -481,10 +474,8 @@ class OpencodeClient:
                 return await self._status_map(d)
 
         wide: list[str | None] = [None] if release.reads_server_wide else []
-        merged: dict[str, RawStatus] = {}
-        for part in await asyncio.gather(*(one(d) for d in [*directories, *wide])):
-            merged.update(part)
-        return merged
+        parts = await asyncio.gather(*(one(d) for d in [*directories, *wide]))
+        return {k: v for part in parts for k, v in part.items()}
 
     async def get_session(self, session_id: str, directory: str | None = None) -> ServerSession:
         """One session by id; SessionNotFound when the instance does not know it."""
@@ -500,11 +491,9 @@ class OpencodeClient:
         try:
             if v2:
                 return session_from_v2(data.get("data", data))
-            found = session_from_classic(data)
+            return self._seen(session_from_classic(data))
         except (KeyError, TypeError, AttributeError, ValueError):
             raise self._shape(path) from None
-        self._remember([found])
-        return found
 
     async def messages(
         self, session_id: str, limit: int = 5, directory: str | None = None
@@ -548,15 +537,12 @@ class OpencodeClient:
         )
         if not isinstance(data, dict) or "id" not in data:
             raise self._shape("/session")
-        created = session_from_classic(data)
-        self._remember([created])
-        return created
+        return self._seen(session_from_classic(data))
 
     async def prompt_async(
         self, session_id: str, text: str, model: str | None, directory: str | None = None
     ) -> None:
-        """Send a prompt without waiting for the model (classic 204), with the session's
-        directory: without it, releases 1.2-1.14 run the prompt in the server's own cwd."""
+        """Send a prompt without waiting for the model (classic 204), in the session's folder."""
         if await self._dialect() == "v2":
             if model:
                 await self._request(
