@@ -22,7 +22,7 @@ import httpx
 from xaf_hub.config import InstanceConfig
 from xaf_hub.config_reader import password_var
 from xaf_hub.errors import HubError, MissingPassword, UnreachableError, UsageError
-from xaf_hub.releases import Release, RunStateUnknown, classify
+from xaf_hub.releases import Release, classify, read_running
 
 Dialect = Literal["classic", "v2"]
 
@@ -370,9 +370,8 @@ class OpencodeClient:
     async def _where(
         self, session_id: str, directory: str | None, write: bool = False
     ) -> dict[str, str] | None:
-        """``?directory=`` of a per-session call: the caller's, the remembered or (writes) the
-        session's own; none while it runs in the server's own directory (1.2-1.14, started
-        there without one), where a prompt with it starts a second run, an abort stops nothing."""
+        """``?directory=`` of a session's call: the caller's, remembered or (writes) looked up; none
+        while it runs in the server's own directory (1.2-1.14: else 2 runs, or no abort)."""
         if directory:
             self._dirs[session_id] = directory  # later calls on this session send it too
         d = directory or self._dirs.get(session_id)
@@ -462,20 +461,7 @@ class OpencodeClient:
         RunStateUnknown when the hub cannot read it (the caller counts the instance full)."""
         if await self._dialect() == "v2":
             return await self.active()
-        if not self.version:
-            await self.detect()
-        release = self.release
-        if not release.known:
-            raise RunStateUnknown(self.name, release.note)
-        sem = asyncio.Semaphore(fan_out)
-
-        async def one(d: str | None) -> dict[str, RawStatus]:
-            async with sem:
-                return await self._status_map(d)
-
-        wide: list[str | None] = [None] if release.reads_server_wide else []
-        parts = await asyncio.gather(*(one(d) for d in [*directories, *wide]))
-        return {k: v for part in parts for k, v in part.items()}
+        return await read_running(self, directories, fan_out)
 
     async def get_session(self, session_id: str, directory: str | None = None) -> ServerSession:
         """One session by id; SessionNotFound when the instance does not know it."""
@@ -582,11 +568,9 @@ class OpencodeClient:
 
     async def abort(self, session_id: str, directory: str | None = None) -> None:
         """Stop a running session (a no-op when idle), in the directory it runs in."""
-        if await self._dialect() == "v2":
-            path, params = f"/api/session/{session_id}/interrupt", None
-        else:
-            path = f"/session/{session_id}/abort"
-            params = await self._where(session_id, directory, write=True)
+        v2 = await self._dialect() == "v2"
+        path = f"/api/session/{session_id}/interrupt" if v2 else f"/session/{session_id}/abort"
+        params = None if v2 else await self._where(session_id, directory, write=True)
         await self._request("POST", path, params=params, expect_json=False)
 
     async def delete(self, session_id: str, directory: str | None = None) -> None:

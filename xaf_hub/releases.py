@@ -18,11 +18,16 @@ instance as full (fail closed), with the reason from :func:`classify`.
 
 from __future__ import annotations
 
+import asyncio
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from xaf_hub.errors import BusyError
+
+if TYPE_CHECKING:
+    from xaf_hub.client import OpencodeClient, RawStatus
 
 Behaviour = Literal["per-directory", "server-wide", "unknown", "v2"]
 
@@ -92,3 +97,25 @@ def classify(version: str, dialect: str = "classic") -> Release:
         newest = ".".join(map(str, NEWEST_MEASURED))
         return Release(version, "per-directory", f"newer than {newest}: also read server-wide")
     return Release(version, "per-directory")
+
+
+async def read_running(
+    client: OpencodeClient, directories: Sequence[str], fan_out: int = 16
+) -> dict[str, RawStatus]:
+    """Running sessions of ``directories`` on a classic-API instance, read the way its release
+    answers: each directory, plus the server-wide map where this release keeps runs started
+    without a directory. RunStateUnknown when the release is not one the hub can read."""
+    if not client.version:
+        await client.detect()
+    release = client.release
+    if not release.known:
+        raise RunStateUnknown(client.name, release.note)
+    sem = asyncio.Semaphore(fan_out)
+
+    async def one(d: str | None) -> dict[str, RawStatus]:
+        async with sem:
+            return await client._status_map(d)
+
+    wide: list[str | None] = [None] if release.reads_server_wide else []
+    parts = await asyncio.gather(*(one(d) for d in [*directories, *wide]))
+    return {k: v for part in parts for k, v in part.items()}
