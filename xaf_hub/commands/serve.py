@@ -401,6 +401,16 @@ class _Server(http.server.ThreadingHTTPServer):
     block_on_close = False  # a scan in flight must not hold up Ctrl+C
     request_queue_size = 64
     feed: ChangeFeed | None = None  # change notices for /api/events (ops.notices)
+    # Starts the follower on the first /api/events viewer: no listener, no stream traffic.
+    feed_factory: Callable[[], ChangeFeed] | None = None
+    _feed_lock = threading.Lock()
+
+    def change_feed(self) -> ChangeFeed | None:
+        """The shared follower, started when the first page asks for change notices."""
+        with self._feed_lock:
+            if self.feed is None and self.feed_factory is not None:
+                self.feed = self.feed_factory()
+            return self.feed
 
     def __init__(self, address: tuple[str, int], viewer: Viewer, log: _RequestLog) -> None:
         self.viewer = viewer
@@ -457,7 +467,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         except Exception as exc:  # noqa: BLE001 - one bad scan must not stop the viewer
             response = _text(500, "internal error while scanning the fleet",
                               note=f"error: {type(exc).__name__}")
-        feed = server.feed
+        feed = server.change_feed() if response.content_type == _EVENTS else None
         if response.content_type == _EVENTS and feed is None:
             response = _text(404, "change notices are off")
         try:
@@ -542,7 +552,7 @@ def run(ctx: Context) -> int:
     log = _RequestLog(ctx.stderr)
     try:
         server = _Server((args.host, args.port), viewer, log)
-        server.feed = _start_feed(ctx, cache)
+        server.feed_factory = lambda: _start_feed(ctx, cache)
     except OSError as exc:
         reason = exc.strerror or str(exc)
         raise UsageError(f"cannot listen on {args.host}:{args.port}: {reason}") from exc
