@@ -9,10 +9,12 @@ only when the connection was never made.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import json
+import math
 import ssl
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, TypedDict, cast
 
@@ -21,6 +23,13 @@ import httpx
 from xaf_hub.config import InstanceConfig
 from xaf_hub.config_reader import password_var
 from xaf_hub.errors import HubError, MissingPassword, UnreachableError, UsageError
+from xaf_hub.records import sane_ms
+
+# What a hostile or broken server may cost us, at most: one answer's size (decompressed), the
+# pages and the sessions of one listing. Real instances stay far below (8000 sessions ~ 4 MB).
+MAX_BODY_BYTES = 64 * 1024 * 1024
+MAX_PAGES = 1000
+MAX_SESSIONS = 100_000
 
 Dialect = Literal["classic", "v2"]
 
@@ -58,6 +67,10 @@ class ApiError(HubError):
 
 class SessionNotFound(UsageError):
     """A session id that the instance does not know."""
+
+
+class _TooLarge(Exception):
+    """An answer grew past the client's body cap."""
 
 
 _DNS_HINTS = (
@@ -111,51 +124,69 @@ def describe_error(exc: BaseException, connect_timeout: float, read_timeout: flo
     return f"network error ({type(exc).__name__})"
 
 
-def _ms(value: Any) -> int:
-    try:
-        return int(value) if value is not None else 0
-    except (TypeError, ValueError):
-        return 0
+def _text(value: Any) -> str:
+    """A string field; numbers as text, anything else (object, list, null) as ''."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return str(value)
+    return ""
+
+
+def _obj(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _cost(value: Any) -> float:
+    """A finite, non-negative cost; anything else (NaN, Infinity, text) counts as 0."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        number = float(value)
+        return number if math.isfinite(number) and number >= 0 else 0.0
+    return 0.0
+
+
+def _id(obj: Any) -> str:
+    """A session's id, or '' when the entry is not an object with a usable id."""
+    ident = obj.get("id") if isinstance(obj, Mapping) else None
+    return ident if isinstance(ident, str) and 0 < len(ident) <= 200 else ""
 
 
 def _model_name(model: Any) -> str:
     if isinstance(model, Mapping):
-        provider = model.get("providerID") or ""
-        ident = model.get("id") or model.get("modelID") or ""
+        provider = _text(model.get("providerID"))
+        ident = _text(model.get("id")) or _text(model.get("modelID"))
         if provider and ident:
             return f"{provider}/{ident}"
     return ""
 
 
 def session_from_classic(obj: Mapping[str, Any]) -> ServerSession:
-    """Normalise a classic Session / GlobalSession object."""
-    t = obj.get("time") or {}
+    """Normalise a classic Session / GlobalSession object (KeyError without a usable id).
+
+    Every other field of the wrong type or range reads as unknown: '' or 0.
+    """
+    ident = _id(obj)
+    if not ident:
+        raise KeyError("id")
+    t = _obj(obj.get("time"))
     return ServerSession(
-        id=str(obj["id"]),
-        title=str(obj.get("title") or ""),
-        directory=str(obj.get("directory") or ""),
-        created=_ms(t.get("created")),
-        updated=_ms(t.get("updated")),
-        cost=float(obj.get("cost") or 0.0),
-        parent_id=str(obj.get("parentID") or ""),
+        id=ident,
+        title=_text(obj.get("title")),
+        directory=_text(obj.get("directory")),
+        created=sane_ms(t.get("created")),
+        updated=sane_ms(t.get("updated")),
+        cost=_cost(obj.get("cost")),
+        parent_id=_text(obj.get("parentID")),
         model=_model_name(obj.get("model")),
     )
 
 
 def session_from_v2(obj: Mapping[str, Any]) -> ServerSession:
     """Normalise a v2 SessionV2Info object (directory lives in ``location``)."""
-    t = obj.get("time") or {}
-    loc = obj.get("location") or {}
-    return ServerSession(
-        id=str(obj["id"]),
-        title=str(obj.get("title") or ""),
-        directory=str(loc.get("directory") or obj.get("directory") or ""),
-        created=_ms(t.get("created")),
-        updated=_ms(t.get("updated")),
-        cost=float(obj.get("cost") or 0.0),
-        parent_id=str(obj.get("parentID") or ""),
-        model=_model_name(obj.get("model")),
-    )
+    loc = _obj(obj.get("location")) if isinstance(obj, Mapping) else {}
+    plain = session_from_classic(obj)
+    directory = _text(loc.get("directory")) or plain.directory
+    return dataclasses.replace(plain, directory=directory)
 
 
 def split_model(model: str) -> dict[str, str]:
@@ -176,6 +207,10 @@ class OpencodeClient:
         retries: int = 1,
         page_size: int = 8000,
         transport: httpx.AsyncBaseTransport | None = None,
+        deadline: float | None = None,
+        max_body_bytes: int = MAX_BODY_BYTES,
+        max_pages: int = MAX_PAGES,
+        max_sessions: int = MAX_SESSIONS,
     ) -> None:
         self.inst = inst
         self.name = inst.name
@@ -183,6 +218,12 @@ class OpencodeClient:
         self.read_timeout = read_timeout
         self.retries = retries
         self.page_size = page_size
+        # The read timeout counts per chunk; the deadline bounds a whole answer (and a scan).
+        self.deadline = read_timeout + 5.0 if deadline is None else deadline
+        self.max_body_bytes = max_body_bytes
+        self.max_pages = max_pages
+        self.max_sessions = max_sessions
+        self.notes: list[str] = []  # entries skipped while reading listings, one line each
         self.dialect: Dialect | None = None if inst.api == "auto" else inst.api  # type: ignore[assignment]
         self.version = ""
         auth = httpx.BasicAuth(inst.username, inst.password) if inst.password else None
@@ -238,10 +279,22 @@ class OpencodeClient:
             if attempt:
                 await asyncio.sleep(min(0.2 * attempt, 1.0))
             try:
-                resp = await self._http.request(
-                    method, path, params=params, json=body if body is not None else None
+                async with asyncio.timeout(self.deadline):
+                    resp, content = await self._read(method, path, params, body)
+            except TimeoutError:
+                last_reason = (
+                    f"no complete answer within {self.deadline:g}s (timed out; "
+                    "the server sends too slowly)"
                 )
-                content = resp.content
+                uncertain = not idempotent
+                break  # retrying would only wait as long again
+            except _TooLarge:
+                last_reason = (
+                    f"answer larger than {self.max_body_bytes // 2**20} MB (stopped reading; "
+                    "not an opencode server?)"
+                )
+                uncertain = not idempotent
+                break
             except httpx.ConnectError as exc:
                 last_reason = describe_error(exc, self.connect_timeout, self.read_timeout)
                 if "dns" in last_reason.lower():
@@ -278,7 +331,7 @@ class OpencodeClient:
             if status == 404 and not_found_ok:
                 return None, resp
             if status >= 400:
-                raise ApiError(self.name, status, _error_message(content))
+                raise ApiError(self.name, status, self._scrub(_error_message(content)))
             if not expect_json:
                 return None, resp
             ctype = resp.headers.get("content-type", "")
@@ -288,7 +341,7 @@ class OpencodeClient:
                 )
             try:
                 return json.loads(content), resp
-            except (UnicodeDecodeError, json.JSONDecodeError):
+            except (ValueError, RecursionError):  # bad UTF-8 or JSON, a 5000-digit number
                 last_reason = "truncated or invalid JSON in the response"
                 if idempotent:
                     continue
@@ -297,6 +350,33 @@ class OpencodeClient:
         if timed_out > 1 and "timed out" in last_reason:
             last_reason += f"; {timed_out} tries, {waited:g}s in all"
         raise UnreachableError(self.name, last_reason, maybe_delivered=uncertain)
+
+    async def _read(
+        self, method: str, path: str, params: Mapping[str, Any] | None, body: Any
+    ) -> tuple[httpx.Response, bytes]:
+        """Send one request and read its answer in chunks, stopping past the size cap."""
+        request = self._http.build_request(method, path, params=params, json=body)
+        resp = await self._http.send(request, stream=True)
+        try:
+            declared = resp.headers.get("content-length", "")
+            if declared.isdigit() and int(declared) > self.max_body_bytes:
+                raise _TooLarge
+            chunks: list[bytes] = []
+            size = 0
+            async for chunk in resp.aiter_bytes():
+                size += len(chunk)
+                if size > self.max_body_bytes:
+                    raise _TooLarge
+                chunks.append(chunk)
+        finally:
+            await resp.aclose()
+        return resp, b"".join(chunks)
+
+    def _scrub(self, text: str) -> str:
+        """A server's error text without our own credential, should it echo the request."""
+        from xaf_hub.output import redact
+
+        return redact(text, self.inst.secrets())
 
     def _shape(self, what: str) -> UnreachableError:
         return self._fail(f"unexpected response shape from {what} (not an opencode server?)")
@@ -342,53 +422,81 @@ class OpencodeClient:
             return await self._list_v2()
         return await self._list_classic()
 
+    def _read_page(
+        self,
+        items: list[Any],
+        parse: Callable[[Any], ServerSession],
+        seen: dict[str, ServerSession],
+        what: str,
+    ) -> tuple[list[ServerSession], int]:
+        """Parse one page into ``seen``; entries without a usable id are skipped with a note."""
+        page: list[ServerSession] = []
+        new = skipped = 0
+        for obj in items:
+            try:
+                s = parse(obj)
+            except KeyError:
+                skipped += 1
+                continue
+            page.append(s)
+            if s.id not in seen:
+                seen[s.id] = s
+                new += 1
+        if skipped:
+            self.notes.append(
+                f"{self.name}: skipped {skipped} entr{'y' if skipped == 1 else 'ies'} of {what} "
+                "without a usable session id"
+            )
+        if len(seen) > self.max_sessions:
+            raise self._fail(
+                f"more than {self.max_sessions} sessions listed (stopped reading; "
+                "endless pagination?)"
+            )
+        return page, new
+
+    def _next_page(self, pages: int) -> None:
+        if pages >= self.max_pages:
+            raise self._fail(
+                f"more than {self.max_pages} pages of sessions (stopped reading; "
+                "endless pagination?)"
+            )
+
     async def _list_classic(self) -> list[ServerSession]:
         seen: dict[str, ServerSession] = {}
         cursor: int | None = None
-        while True:
+        for pages in range(1, self.max_pages + 1):
             params: dict[str, Any] = {"limit": self.page_size}
             if cursor is not None:
                 params["cursor"] = cursor
             data, _ = await self._request("GET", "/experimental/session", params=params)
             if not isinstance(data, list):
                 raise self._shape("/experimental/session")
-            new = 0
-            try:
-                for obj in data:
-                    s = session_from_classic(obj)
-                    if s.id not in seen:
-                        seen[s.id] = s
-                        new += 1
-            except (KeyError, TypeError, AttributeError, ValueError):
-                raise self._shape("/experimental/session") from None
-            if len(data) < self.page_size or new == 0:
+            page, new = self._read_page(data, session_from_classic, seen, "/experimental/session")
+            if len(data) < self.page_size or new == 0 or not page:
                 break
+            self._next_page(pages)
             # The cursor returns time.updated < cursor; +1 re-reads the boundary millisecond
             # so sessions sharing it are not skipped (duplicates are dropped by id).
-            last = min(s.updated for s in (session_from_classic(o) for o in data))
+            last = min(s.updated for s in page)
             cursor = last + 1 if cursor is None or last + 1 < cursor else last
         return list(seen.values())
 
     async def _list_v2(self) -> list[ServerSession]:
         out: dict[str, ServerSession] = {}
         cursor: str | None = None
-        for _ in range(100000):
+        for pages in range(1, self.max_pages + 1):
             params: dict[str, Any] = {"limit": self.page_size}
             if cursor:
                 params["cursor"] = cursor
             data, _ = await self._request("GET", "/api/session", params=params)
             if not isinstance(data, dict) or not isinstance(data.get("data"), list):
                 raise self._shape("/api/session")
-            try:
-                items = [session_from_v2(o) for o in data["data"]]
-            except (KeyError, TypeError, AttributeError, ValueError):
-                raise self._shape("/api/session") from None
-            before = len(out)
-            out.update((s.id, s) for s in items)
-            nxt = (data.get("cursor") or {}).get("next")
-            if not nxt or len(items) < self.page_size or len(out) == before:
+            items, new = self._read_page(data["data"], session_from_v2, out, "/api/session")
+            nxt = _text(_obj(data.get("cursor")).get("next"))
+            if not nxt or len(data["data"]) < self.page_size or new == 0:
                 break
-            cursor = str(nxt)
+            self._next_page(pages)
+            cursor = nxt
         return list(out.values())
 
     async def status(self, directory: str) -> dict[str, RawStatus]:
@@ -458,7 +566,7 @@ class OpencodeClient:
                 idempotent=False,
             )
             obj = data.get("data", data) if isinstance(data, dict) else None
-            if not isinstance(obj, dict):
+            if not isinstance(obj, dict) or not _id(obj):
                 raise self._shape("/api/session")
             return session_from_v2(obj)
         data, _ = await self._request(
@@ -468,7 +576,7 @@ class OpencodeClient:
             body={"title": title},
             idempotent=False,
         )
-        if not isinstance(data, dict) or "id" not in data:
+        if not isinstance(data, dict) or not _id(data):
             raise self._shape("/session")
         return session_from_classic(data)
 
@@ -533,13 +641,17 @@ def _tls_context() -> ssl.SSLContext:
 def _error_message(content: bytes) -> str:
     try:
         data = json.loads(content)
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        return content[:200].decode("utf-8", "replace").strip() or "no message"
+    except (ValueError, RecursionError):
+        return _one_line(content[:200].decode("utf-8", "replace")) or "no message"
     if isinstance(data, dict):
         inner = data.get("data")
         if isinstance(inner, dict) and inner.get("message"):
-            return str(inner["message"])[:300]
+            return _one_line(str(inner["message"])[:300])
         for key in ("message", "name", "_tag"):
             if data.get(key):
-                return str(data[key])[:300]
+                return _one_line(str(data[key])[:300])
     return "no message"
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())

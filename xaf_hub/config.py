@@ -64,8 +64,13 @@ class InstanceConfig:
         return self.danger or self.readonly_default
 
     def secrets(self) -> tuple[str, ...]:
-        """Values that must never be printed."""
-        return (self.password,) if self.password else ()
+        """Values that must never be printed: the password and the Basic credential sent."""
+        import base64
+
+        if not self.password:
+            return ()
+        token = f"{self.username}:{self.password}".encode()
+        return (self.password, base64.b64encode(token).decode("ascii"))
 
 
 @dataclass(frozen=True)
@@ -139,6 +144,7 @@ class Config:
     auto_match: bool = True
     connect_timeout: float = 8.0
     read_timeout: float = 30.0
+    scan_timeout: float = 35.0  # one instance's whole scan (and any one answer), at most
     retries: int = 1
     page_size: int = 8000
     scan_workers: int = 6
@@ -297,6 +303,7 @@ def parse_config(raw: Any, *, path: Path, env: Mapping[str, str]) -> Config:
     timeouts = top.sub("timeouts")
     connect = timeouts.num("connect_seconds", 8.0, minimum=0.1)
     read = timeouts.num("read_seconds", 30.0, minimum=0.1)
+    scan_limit = timeouts.num("scan_seconds", float(read) + 5.0, minimum=0.1)
     timeouts.finish()
 
     lock_r = top.sub("lock")
@@ -395,6 +402,7 @@ def parse_config(raw: Any, *, path: Path, env: Mapping[str, str]) -> Config:
         exclude_substrings=exclude_subs,
         connect_timeout=float(connect),
         read_timeout=float(read),
+        scan_timeout=float(scan_limit),
         lock=lock,
         models=models,
         patrol=patrol,

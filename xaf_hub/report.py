@@ -15,15 +15,15 @@ import hashlib
 import io
 import re
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from xaf_hub.errors import UsageError
-from xaf_hub.records import InstanceSummary, SessionRecord, Snapshot
-from xaf_hub.statefile import write_json_atomic, write_text_atomic
+from xaf_hub.records import MAX_TIME_MS, InstanceSummary, SessionRecord, Snapshot
+from xaf_hub.statefile import write_text_atomic
 
 if TYPE_CHECKING:  # jinja2 is imported lazily: `status` and `instances` must not pay for it.
     import jinja2
@@ -96,7 +96,7 @@ _REASON_WORDS: tuple[tuple[tuple[str, ...], str], ...] = (
 
 def humanize_age(ms: int, now_ms: int) -> str:
     """Describe how long ago ``ms`` was, relative to ``now_ms``, in plain words."""
-    if ms <= 0:
+    if not 0 < ms <= MAX_TIME_MS:
         return "unknown"
     delta = now_ms - ms
     if abs(delta) < _MINUTE:
@@ -122,18 +122,24 @@ def _span_words(ms: int) -> str:
 
 
 def local_time(ms: int) -> str:
-    """Return ``ms`` as local "YYYY-MM-DD HH:MM:SS", or "" when unknown (0)."""
-    if ms <= 0:
+    """Return ``ms`` as local "YYYY-MM-DD HH:MM:SS", or "" when unknown (0 or absurd)."""
+    if not 0 < ms <= MAX_TIME_MS:
         return ""
     # time.localtime/strftime: several times cheaper than datetime for thousands of rows.
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ms / 1000))
+    try:
+        return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ms / 1000))
+    except (OverflowError, OSError, ValueError):  # beyond what the C library can show
+        return ""
 
 
 def local_time_with_zone(ms: int) -> str:
     """Return ``ms`` as local time with its UTC offset ("... UTC+08:00"), or "unknown"."""
-    if ms <= 0:
+    if not 0 < ms <= MAX_TIME_MS:
         return "unknown"
-    moment = time.localtime(ms / 1000)
+    try:
+        moment = time.localtime(ms / 1000)
+    except (OverflowError, OSError, ValueError):
+        return "unknown"
     offset = moment.tm_gmtoff or 0
     sign = "-" if offset < 0 else "+"
     hours, minutes = divmod(abs(offset) // 60, 60)
@@ -182,6 +188,16 @@ def _cost_text(cost: float) -> str:
     return f"{cost:.6f}".rstrip("0").rstrip(".") or "0"
 
 
+# A spreadsheet reads a cell starting with one of these as a formula (=HYPERLINK, @SUM, +1+1,
+# -2+3; tab and CR hide the start): a leading quote makes it plain text (OWASP's advice).
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_cell(text: str) -> str:
+    """Return ``text`` safe for a spreadsheet cell: never read as a formula."""
+    return "'" + text if text.startswith(_FORMULA_START) else text
+
+
 def csv_text(snap: Snapshot) -> str:
     """Return the CSV export (with a leading BOM so spreadsheet programs detect UTF-8)."""
     buffer = io.StringIO()
@@ -190,28 +206,37 @@ def csv_text(snap: Snapshot) -> str:
     for s in snap.project_sessions():
         writer.writerow(
             [
-                s.instance,
-                s.id,
-                s.directory,
+                csv_cell(s.instance),
+                csv_cell(s.id),
+                csv_cell(s.directory),
                 s.run_state,
                 local_time(s.updated),
                 local_time(s.created),
-                s.outcome,
-                s.title,
+                csv_cell(s.outcome),
+                csv_cell(s.title),
                 _cost_text(s.cost),
             ]
         )
     return "\ufeff" + buffer.getvalue()
 
 
-def write_json(snap: Snapshot, path: Path) -> None:
-    """Write the JSON export to ``path`` atomically."""
-    write_json_atomic(path, snapshot_document(snap), private=False)
+Redact = Callable[[str], str]
 
 
-def write_csv(snap: Snapshot, path: Path) -> None:
+def _same(text: str) -> str:
+    return text
+
+
+def write_json(snap: Snapshot, path: Path, redact: Redact = _same) -> None:
+    """Write the JSON export to ``path`` atomically (strict JSON: no NaN)."""
+    from xaf_hub.output import dumps
+
+    write_text_atomic(path, redact(dumps(snapshot_document(snap))) + "\n", private=False)
+
+
+def write_csv(snap: Snapshot, path: Path, redact: Redact = _same) -> None:
     """Write the CSV export to ``path`` atomically."""
-    write_text_atomic(path, csv_text(snap), private=False)
+    write_text_atomic(path, redact(csv_text(snap)), private=False)
 
 
 # --------------------------------------------------------------------------- HTML
@@ -472,29 +497,40 @@ def render_html(
 
 
 def write_html(
-    snap: Snapshot, path: Path, *, now_ms: int, title: str = "project", autopilot: Any = None
+    snap: Snapshot,
+    path: Path,
+    *,
+    now_ms: int,
+    title: str = "project",
+    autopilot: Any = None,
+    redact: Redact = _same,
 ) -> None:
     """Write the HTML overview page to ``path`` atomically."""
     html = render_html(snap, now_ms=now_ms, title=title, autopilot=autopilot)
-    write_text_atomic(path, html, private=False)
+    write_text_atomic(path, redact(html), private=False)
 
 
 # --------------------------------------------------------------------------- dispatch
 
 
 def export(
-    snap: Snapshot, path: Path, *, now_ms: int | None = None, title: str = "project"
+    snap: Snapshot,
+    path: Path,
+    *,
+    now_ms: int | None = None,
+    title: str = "project",
+    redact: Redact = _same,
 ) -> None:
-    """Write ``snap`` to ``path`` in the format its suffix names."""
+    """Write ``snap`` to ``path`` in the format its suffix names, through ``redact``."""
     suffix = path.suffix.lower()
     if suffix == ".json":
-        write_json(snap, path)
+        write_json(snap, path, redact)
     elif suffix == ".csv":
-        write_csv(snap, path)
+        write_csv(snap, path, redact)
     elif suffix in (".html", ".htm"):
         # Ages on the page are relative to the snapshot, which is what the reader sees.
         now = now_ms if now_ms is not None else snap.generated_at or int(time.time() * 1000)
-        write_html(snap, path, now_ms=now, title=title)
+        write_html(snap, path, now_ms=now, title=title, redact=redact)
     else:
         raise UsageError(
             f"unsupported export format {path.suffix or '(no suffix)'!r} for {path}; "

@@ -32,6 +32,7 @@ from typing import Any, TextIO, cast
 from urllib.parse import urlsplit
 
 from xaf_hub.commands._common import scan
+from xaf_hub.commands._serve_limits import ANSWER_SECONDS, REQUEST_SECONDS, ConnectionGuard
 from xaf_hub.context import Context
 from xaf_hub.errors import UsageError
 from xaf_hub.output import dumps
@@ -172,18 +173,28 @@ class Scanned:
             return self._bodies[kind]
 
 
+class ScanPending(Exception):
+    """The first scan is still running after the wait; there is nothing to show yet."""
+
+
 class SnapshotCache:
-    """The latest scan, shared by every request; at most one scan runs at a time."""
+    """The latest scan, shared by every request; at most one scan runs at a time.
+
+    A request waits at most ``wait`` seconds for a running scan; then it takes the previous
+    scan (or ScanPending before the first), so a slow fleet never stalls the page or /health.
+    """
 
     def __init__(
         self,
         scan_fleet: Callable[[], Snapshot],
         max_age: float,
         clock: Callable[[], float] = time.monotonic,
+        wait: float | None = None,
     ) -> None:
         self._scan = scan_fleet
         self._max_age = max_age
         self._clock = clock
+        self._wait = wait
         self._lock = threading.Lock()
         self._latest: Scanned | None = None
         self.scans = 0
@@ -194,7 +205,11 @@ class SnapshotCache:
         A scan is usable while younger than ``max_age``, and also when it began after the
         request arrived: everyone queued behind a running scan takes its result.
         """
-        with self._lock:
+        if not self._lock.acquire(timeout=-1 if self._wait is None else self._wait):
+            if self._latest is None:
+                raise ScanPending
+            return self._latest, False
+        try:
             latest = self._latest
             if latest is not None and (
                 latest.started >= arrived or self._clock() - latest.finished < self._max_age
@@ -205,6 +220,8 @@ class SnapshotCache:
             self._latest = Scanned(snap, started, self._clock())
             self.scans += 1
             return self._latest, True
+        finally:
+            self._lock.release()
 
 
 # --------------------------------------------------------------------------- routing
@@ -258,8 +275,10 @@ class Viewer:
         clock: Callable[[], float] = time.monotonic,
         now_ms: Callable[[], int] = lambda: int(time.time() * 1000),
         autopilot: Callable[[int], Any] | None = None,
+        redact: Callable[[str], str] = str,
     ) -> None:
         self._cache = cache
+        self._redact = redact
         self._autopilot = autopilot
         self._title = title
         self._password = password
@@ -285,7 +304,14 @@ class Viewer:
         path = urlsplit(target).path
         if path not in _ROUTES:
             return _text(404, "not found; try / or /api/snapshot or /health")
-        scanned, fresh = self._cache.get(arrived)
+        try:
+            scanned, fresh = self._cache.get(arrived)
+        except ScanPending:
+            if path == "/health":
+                body = b'{"ok": false, "scanning": true}\n'
+                return Response(503, _JSON, body, (("Retry-After", "5"),), "first scan running")
+            return _text(503, "the first scan of the fleet is still running; try again soon",
+                         ("Retry-After", "5"), note="first scan running")
         reachable = sum(1 for i in scanned.snapshot.instances if i.reachable)
         note = (
             f"scanned, {reachable} of {len(scanned.snapshot.instances)} answering"
@@ -295,7 +321,7 @@ class Viewer:
         if path in _PAGE_ROUTES:
             return Response(200, _HTML, scanned.body("page", self._page), note=note)
         if path == "/api/snapshot":
-            return Response(200, _JSON, scanned.body("json", _snapshot_json), note=note)
+            return Response(200, _JSON, scanned.body("json", self._json), note=note)
         doc = health_document(scanned.snapshot)
         body = (json.dumps(doc) + "\n").encode("utf-8")
         return Response(200 if doc["ok"] else 503, _JSON, body, note=note)
@@ -306,16 +332,14 @@ class Viewer:
         # Ages are relative to the scan: the page says what the scan saw, when it saw it.
         now = snap.generated_at or self._now_ms()
         panel = self._autopilot(now) if self._autopilot is not None else None
-        return report.render_html(snap, now_ms=now, title=self._title, autopilot=panel).encode(
-            "utf-8"
-        )
+        page = report.render_html(snap, now_ms=now, title=self._title, autopilot=panel)
+        return self._redact(page).encode("utf-8")
 
+    def _json(self, snap: Snapshot) -> bytes:
+        from xaf_hub import report
 
-def _snapshot_json(snap: Snapshot) -> bytes:
-    from xaf_hub import report
-
-    # Byte for byte what `sessions --json` prints for the same snapshot.
-    return (dumps(report.snapshot_document(snap)) + "\n").encode("utf-8")
+        # Byte for byte what `sessions --json` prints for the same snapshot.
+        return (self._redact(dumps(report.snapshot_document(snap))) + "\n").encode("utf-8")
 
 
 # --------------------------------------------------------------------------- HTTP server
@@ -324,14 +348,15 @@ def _snapshot_json(snap: Snapshot) -> bytes:
 class _RequestLog:
     """One line per request to a stream shared by every request thread."""
 
-    def __init__(self, stream: TextIO) -> None:
+    def __init__(self, stream: TextIO, redact: Callable[[str], str] = str) -> None:
         self._stream = stream
+        self._redact = redact
         self._lock = threading.Lock()
 
     def line(self, text: str) -> None:
         stamp = time.strftime("%Y-%m-%d %H:%M:%S")
         with self._lock:
-            print(f"{stamp} {text}", file=self._stream, flush=True)
+            print(f"{stamp} {self._redact(text)}", file=self._stream, flush=True)
 
 
 class _Server(http.server.ThreadingHTTPServer):
@@ -339,9 +364,17 @@ class _Server(http.server.ThreadingHTTPServer):
     block_on_close = False  # a scan in flight must not hold up Ctrl+C
     request_queue_size = 64
 
-    def __init__(self, address: tuple[str, int], viewer: Viewer, log: _RequestLog) -> None:
+    def __init__(
+        self,
+        address: tuple[str, int],
+        viewer: Viewer,
+        log: _RequestLog,
+        guard: ConnectionGuard | None = None,
+    ) -> None:
         self.viewer = viewer
         self.log = log
+        self.guard = guard or ConnectionGuard()
+        self.answer_seconds = ANSWER_SECONDS
         self._active = 0
         self._idle = threading.Condition()
         self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
@@ -353,6 +386,18 @@ class _Server(http.server.ThreadingHTTPServer):
         host, port = self.server_address[:2]
         self.server_name = str(host)
         self.server_port = int(port)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self.guard.admit(request):
+            self.shutdown_request(request)
+            return
+        super().process_request(request, client_address)
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.guard.release(request)
 
     def begin(self) -> None:
         with self._idle:
@@ -374,13 +419,16 @@ class _Server(http.server.ThreadingHTTPServer):
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
-    timeout = 30  # a client that sends nothing must not keep a thread forever
+    # Per read; the guard's deadline bounds the whole request (a slow-loris client).
+    timeout = REQUEST_SECONDS
 
     def version_string(self) -> str:
         return "xaf-hub"  # no Python version on the wire
 
     def _handle(self) -> None:
         server = cast(_Server, self.server)
+        # The request has arrived: time now for the scan wait and for sending the answer.
+        server.guard.extend(self.connection, server.answer_seconds)
         server.begin()
         try:
             self._answer(server)
@@ -446,7 +494,10 @@ def run(ctx: Context) -> int:
     check_exposure(args.host, args.public, password)
     cfg = ctx.config
     instances = list(cfg.instances)
-    cache = SnapshotCache(lambda: scan(ctx, instances, outcomes=True)[0], args.cache_seconds)
+    # No request waits for a scan longer than one instance's scan deadline.
+    cache = SnapshotCache(
+        lambda: scan(ctx, instances, outcomes=True)[0], args.cache_seconds, wait=cfg.scan_timeout
+    )
     from xaf_hub.ops import autopilot as overview
 
     viewer = Viewer(
@@ -454,10 +505,12 @@ def run(ctx: Context) -> int:
         title=cfg.project_name,
         password=password if args.public else None,
         autopilot=lambda now: overview.build(cfg, now),
+        redact=ctx.redact,
     )
-    log = _RequestLog(ctx.stderr)
+    log = _RequestLog(ctx.stderr, ctx.redact)
     try:
         server = _Server((args.host, args.port), viewer, log)
+        server.answer_seconds = cfg.scan_timeout + ANSWER_SECONDS
     except OSError as exc:
         reason = exc.strerror or str(exc)
         raise UsageError(f"cannot listen on {args.host}:{args.port}: {reason}") from exc
@@ -473,10 +526,12 @@ def run(ctx: Context) -> int:
                  f"read-only, rescans at most every {args.cache_seconds:g}s; Ctrl+C stops")
         if args.host in ("0.0.0.0", "::"):
             ctx.info(f"colleagues open {_url(socket.gethostname(), server.server_port)}")
+        server.guard.start()
         server.serve_forever(poll_interval=0.5)
     except (KeyboardInterrupt, _Stop):
         pass
     finally:
+        server.guard.stop()
         if restore is not None:
             signal.signal(signal.SIGTERM, restore)
         server.server_close()

@@ -76,7 +76,7 @@ def run(ctx: Context) -> int:
         from xaf_hub import report
 
         if args.out:
-            report.export(snap, Path(args.out))
+            report.export(snap, Path(args.out), redact=ctx.redact)
             ctx.info(f"wrote {args.out}")
         if args.html:
             from xaf_hub.ops import autopilot as overview
@@ -88,6 +88,7 @@ def run(ctx: Context) -> int:
                 now_ms=now,
                 title=ctx.config.project_name,
                 autopilot=overview.build(ctx.config, now),
+                redact=ctx.redact,
             )
             ctx.info(f"wrote {args.html}")
         if ctx.json:
