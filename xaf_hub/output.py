@@ -79,6 +79,7 @@ def secret_forms(secret: str) -> set[str]:
     b64 = base64.b64encode(secret.encode()).decode()
     forms = {
         secret,
+        secret.rstrip("="),  # a base64 secret (a Basic credential) may lose its padding
         quote(secret, safe=""),
         quote_plus(secret),
         b64,
