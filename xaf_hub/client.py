@@ -331,7 +331,8 @@ class OpencodeClient:
             if status == 404 and not_found_ok:
                 return None, resp
             if status >= 400:
-                raise ApiError(self.name, status, self._scrub(_error_message(content)))
+                # Redacted before it is cut short: a cut could leave half a secret behind.
+                raise ApiError(self.name, status, self._scrub(_error_message(content))[:300])
             if not expect_json:
                 return None, resp
             ctype = resp.headers.get("content-type", "")
@@ -642,14 +643,14 @@ def _error_message(content: bytes) -> str:
     try:
         data = json.loads(content)
     except (ValueError, RecursionError):
-        return _one_line(content[:200].decode("utf-8", "replace")) or "no message"
+        return _one_line(content.decode("utf-8", "replace")) or "no message"
     if isinstance(data, dict):
         inner = data.get("data")
         if isinstance(inner, dict) and inner.get("message"):
-            return _one_line(str(inner["message"])[:300])
+            return _one_line(str(inner["message"]))
         for key in ("message", "name", "_tag"):
             if data.get(key):
-                return _one_line(str(data[key])[:300])
+                return _one_line(str(data[key]))
     return "no message"
 
 

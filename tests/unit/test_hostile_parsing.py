@@ -305,3 +305,15 @@ def test_csv_formula_cells_are_neutralised() -> None:
         expected = title if title == "ok" else "'" + title
         assert shown[f"ses_{i}"] == expected
 
+
+
+def test_a_secret_at_the_cut_of_a_long_error_is_not_half_shown() -> None:
+    def echo(req: httpx.Request) -> httpx.Response:
+        if (h := health(req)) is not None:
+            return h
+        # The message is cut to 300 characters; the password straddles the cut.
+        return httpx.Response(400, json={"message": "x" * 296 + " " + SECRET + " tail"})
+
+    reason = scan(echo).reason
+    # Cut first, then redacted, the reason would end in "s3c" (half the password).
+    assert reason.endswith(" ***") and SECRET[:3] not in reason, reason
