@@ -9,13 +9,10 @@ only when the connection was never made.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import functools
 import json
-import math
 import ssl
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any, Literal, TypedDict, cast
 
 import httpx
@@ -23,7 +20,11 @@ import httpx
 from xaf_hub.config import InstanceConfig
 from xaf_hub.config_reader import password_var
 from xaf_hub.errors import HubError, MissingPassword, UnreachableError, UsageError
-from xaf_hub.records import sane_ms
+from xaf_hub.wire import ServerSession as ServerSession
+from xaf_hub.wire import as_mapping as _obj
+from xaf_hub.wire import error_message, session_from_classic, session_from_v2
+from xaf_hub.wire import text_field as _text
+from xaf_hub.wire import usable_id as _id
 
 # What a hostile or broken server may cost us, at most: one answer's size (decompressed), the
 # pages and the sessions of one listing. Real instances stay far below (8000 sessions ~ 4 MB).
@@ -41,20 +42,6 @@ class RawStatus(TypedDict, total=False):
     attempt: int
     message: str
     next: int
-
-
-@dataclass(frozen=True)
-class ServerSession:
-    """A session as the server described it, before project rules and run state."""
-
-    id: str
-    title: str
-    directory: str
-    created: int
-    updated: int
-    cost: float
-    parent_id: str
-    model: str
 
 
 class ApiError(HubError):
@@ -122,71 +109,6 @@ def describe_error(exc: BaseException, connect_timeout: float, read_timeout: flo
     if isinstance(exc, httpx.UnsupportedProtocol | httpx.InvalidURL):
         return "bad URL in the config"
     return f"network error ({type(exc).__name__})"
-
-
-def _text(value: Any) -> str:
-    """A string field; numbers as text, anything else (object, list, null) as ''."""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return str(value)
-    return ""
-
-
-def _obj(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
-def _cost(value: Any) -> float:
-    """A finite, non-negative cost; anything else (NaN, Infinity, text) counts as 0."""
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        number = float(value)
-        return number if math.isfinite(number) and number >= 0 else 0.0
-    return 0.0
-
-
-def _id(obj: Any) -> str:
-    """A session's id, or '' when the entry is not an object with a usable id."""
-    ident = obj.get("id") if isinstance(obj, Mapping) else None
-    return ident if isinstance(ident, str) and 0 < len(ident) <= 200 else ""
-
-
-def _model_name(model: Any) -> str:
-    if isinstance(model, Mapping):
-        provider = _text(model.get("providerID"))
-        ident = _text(model.get("id")) or _text(model.get("modelID"))
-        if provider and ident:
-            return f"{provider}/{ident}"
-    return ""
-
-
-def session_from_classic(obj: Mapping[str, Any]) -> ServerSession:
-    """Normalise a classic Session / GlobalSession object (KeyError without a usable id).
-
-    Every other field of the wrong type or range reads as unknown: '' or 0.
-    """
-    ident = _id(obj)
-    if not ident:
-        raise KeyError("id")
-    t = _obj(obj.get("time"))
-    return ServerSession(
-        id=ident,
-        title=_text(obj.get("title")),
-        directory=_text(obj.get("directory")),
-        created=sane_ms(t.get("created")),
-        updated=sane_ms(t.get("updated")),
-        cost=_cost(obj.get("cost")),
-        parent_id=_text(obj.get("parentID")),
-        model=_model_name(obj.get("model")),
-    )
-
-
-def session_from_v2(obj: Mapping[str, Any]) -> ServerSession:
-    """Normalise a v2 SessionV2Info object (directory lives in ``location``)."""
-    loc = _obj(obj.get("location")) if isinstance(obj, Mapping) else {}
-    plain = session_from_classic(obj)
-    directory = _text(loc.get("directory")) or plain.directory
-    return dataclasses.replace(plain, directory=directory)
 
 
 def split_model(model: str) -> dict[str, str]:
@@ -332,7 +254,7 @@ class OpencodeClient:
                 return None, resp
             if status >= 400:
                 # Redacted before it is cut short: a cut could leave half a secret behind.
-                raise ApiError(self.name, status, self._scrub(_error_message(content))[:300])
+                raise ApiError(self.name, status, self._scrub(error_message(content))[:300])
             if not expect_json:
                 return None, resp
             ctype = resp.headers.get("content-type", "")
@@ -637,22 +559,3 @@ class OpencodeClient:
 def _tls_context() -> ssl.SSLContext:
     """One certificate-verifying TLS context for every https instance of this process."""
     return ssl.create_default_context()
-
-
-def _error_message(content: bytes) -> str:
-    try:
-        data = json.loads(content)
-    except (ValueError, RecursionError):
-        return _one_line(content.decode("utf-8", "replace")) or "no message"
-    if isinstance(data, dict):
-        inner = data.get("data")
-        if isinstance(inner, dict) and inner.get("message"):
-            return _one_line(str(inner["message"]))
-        for key in ("message", "name", "_tag"):
-            if data.get(key):
-                return _one_line(str(data[key]))
-    return "no message"
-
-
-def _one_line(text: str) -> str:
-    return " ".join(text.split())

@@ -64,13 +64,8 @@ class InstanceConfig:
         return self.danger or self.readonly_default
 
     def secrets(self) -> tuple[str, ...]:
-        """Values that must never be printed: the password and the Basic credential sent."""
-        import base64
-
-        if not self.password:
-            return ()
-        token = f"{self.username}:{self.password}".encode()
-        return (self.password, base64.b64encode(token).decode("ascii"))
+        """Never printed: the password, and user:password (its base64 is the Basic credential)."""
+        return (self.password, f"{self.username}:{self.password}") if self.password else ()
 
 
 @dataclass(frozen=True)
