@@ -296,10 +296,6 @@ def parse_config(raw: Any, *, path: Path, env: Mapping[str, str]) -> Config:
     state_raw = top.get("state_dir", (str,), None)
     state_dir = Path(state_raw).expanduser() if state_raw else home
     timeouts = top.sub("timeouts")
-    connect = timeouts.num("connect_seconds", 8.0, minimum=0.1)
-    read = timeouts.num("read_seconds", 30.0, minimum=0.1)
-    scan_limit = timeouts.num("scan_seconds", float(read) + 5.0, minimum=0.1)
-    timeouts.finish()
 
     lock_r = top.sub("lock")
     lock_dir = lock_r.get("dir", (str,), None)
@@ -382,7 +378,11 @@ def parse_config(raw: Any, *, path: Path, env: Mapping[str, str]) -> Config:
         retries=top.num("retries", 1, integer=True),
         page_size=top.num("page_size", 8000, minimum=1, integer=True),
         scan_workers=top.num("scan_workers", 6, minimum=1, integer=True),
+        connect_timeout=float(timeouts.num("connect_seconds", 8.0, minimum=0.1)),
+        read_timeout=(read := float(timeouts.num("read_seconds", 30.0, minimum=0.1))),
+        scan_timeout=float(timeouts.num("scan_seconds", read + 5.0, minimum=0.1)),
     )
+    timeouts.finish()
     # notify/ owns its section; it also reads page.language and page.url (the page owns them).
     top.seen.update({"$schema", "_comment", "notify", "page"})
     notify = parse_notify(top.data.get("notify"), top.data.get("page"), file=path, env=env)
@@ -395,9 +395,6 @@ def parse_config(raw: Any, *, path: Path, env: Mapping[str, str]) -> Config:
         fallback_segments=fallback,
         exclude_dirs=exclude_dirs,
         exclude_substrings=exclude_subs,
-        connect_timeout=float(connect),
-        read_timeout=float(read),
-        scan_timeout=float(scan_limit),
         lock=lock,
         models=models,
         patrol=patrol,

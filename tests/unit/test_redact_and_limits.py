@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 
 from xaf_hub import audit
-from xaf_hub.commands._serve_limits import ConnectionGuard
 from xaf_hub.commands.serve import SnapshotCache, Viewer, _RequestLog, _Server
 from xaf_hub.config import InstanceConfig
 from xaf_hub.output import dumps, redact, secret_forms
 from xaf_hub.records import InstanceSummary, SessionRecord, Snapshot
+from xaf_hub.serve_limits import ConnectionGuard
 
 PW = 'pa"ss/w:rd+<&>'
 INST = InstanceConfig(name="a", url="http://127.0.0.1:1", username="alice", password=PW)

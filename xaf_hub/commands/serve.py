@@ -32,11 +32,11 @@ from typing import Any, TextIO, cast
 from urllib.parse import urlsplit
 
 from xaf_hub.commands._common import scan
-from xaf_hub.commands._serve_limits import ANSWER_SECONDS, REQUEST_SECONDS, ConnectionGuard
 from xaf_hub.context import Context
 from xaf_hub.errors import UsageError
 from xaf_hub.output import dumps
 from xaf_hub.records import Snapshot
+from xaf_hub.serve_limits import ANSWER_SECONDS, REQUEST_SECONDS, ConnectionGuard
 
 EXAMPLES = """\
 examples:
