@@ -56,7 +56,7 @@ UNREACHABLE: dict[str, tuple[str, ...] | None] = {
     "time-huge": None,
     "nan-cost": None,
     "types": None,
-    "echo-auth": ("HTTP 400: bad request; you sent Authorization: Basic *** (opencode:***)",),
+    "echo-auth": ("HTTP 400: bad request; you sent Authorization: Basic *** (***)",),
     "formula": None,
 }
 

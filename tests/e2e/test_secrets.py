@@ -220,7 +220,7 @@ def test_echoed_authorization_never_leaks(hub: Hub, tmp_path: Path) -> None:
                 seen.append((args, code, out + err))
             # The server did echo (shown masked), and the other instances were still scanned.
             texts = "".join(text for _, _, text in seen)
-            assert f"Authorization: Basic *** ({ECHO_USER}:***)" in texts, mode
+            assert "Authorization: Basic *** (***)" in texts, mode  # user:password too
             assert seen[0][1] == 0 and "echo test healthy" in seen[1][2], mode
         assert any(m == "POST" for m, _ in server.hits), server.hits
     audit_log = home(hub) / "audit.log"
