@@ -174,6 +174,7 @@ class BenchFleet:
     busy: int = 0
     seed_seconds: float = 0.0
     start_seconds: float = 0.0
+    models: tuple[str, ...] = ("fake/fake-model", SLOW_MODEL)
 
     @property
     def project_root(self) -> Path:
@@ -196,7 +197,7 @@ class BenchFleet:
         self.llm.start()
         # Busy sessions stream keep-alive frames for hours; stopping the fake releases them.
         self.llm.set_mode(SLOW_MODEL.split("/", 1)[1], "slow", delay=6 * 3600.0, interval=5.0)
-        config = sandbox.fake_provider_config(self.llm.url, ("fake/fake-model", SLOW_MODEL))
+        config = sandbox.fake_provider_config(self.llm.url, self.models)
         self.passwords = [secrets.token_urlsafe(12) for _ in range(self.k)]
         t0 = time.perf_counter()
         for first in range(0, self.k, SERVER_START_BATCH):
@@ -771,6 +772,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--keep-artifacts", action="store_true",
                    help="keep the temp folder (server homes, configs, outputs)")
     p.add_argument("--out", type=Path, default=RESULTS / "latest.json", help="result JSON")
+    p.add_argument("--live", action="store_true",
+                   help="only the live views (watch, patrol daemon) at --k/--m, default 2 x 300")
+    p.add_argument("--samples", type=int, default=5, help="--live: prompts timed (default 5)")
+    p.add_argument("--idle-seconds", type=float, default=60.0,
+                   help="--live: seconds of idle CPU measured per process (default 60)")
     p.add_argument("--probe-matcher", type=int, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if (args.k is None) != (args.m is None):
@@ -789,6 +795,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     def log(text: str) -> None:
         print(f"{time.strftime('%H:%M:%S')} {text}", file=sys.stderr, flush=True)
+
+    if args.live:
+        return run_live(args, log)
 
     if args.k is not None:
         plan = {f"k{args.k}m{args.m}": (args.k, args.m)}
@@ -829,6 +838,33 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.out.write_text(json.dumps(result, ensure_ascii=False, indent=2), encoding="utf-8")
     args.out.with_suffix(".md").write_text(f"```\n{text}```\n", encoding="utf-8")
     log(f"wrote {args.out}")
+    return 0
+
+
+def run_live(args: argparse.Namespace, log: Callable[[str], None]) -> int:
+    """`python -m bench --live`: the live views' figures (bench/live.py)."""
+    from bench.live import measure_live, render
+
+    root = Path(tempfile.mkdtemp(prefix="xaf-bench-live-"))
+    try:
+        with sigterm_as_interrupt():
+            result = measure_live(args.k or 2, args.m or 300, root, log,
+                                  samples=args.samples, idle_seconds=args.idle_seconds)
+    except KeyboardInterrupt:
+        log("interrupted; servers stopped")
+        return 130
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    result["machine"] = machine()
+    result["code"] = code_state()
+    text, checks = render(result)
+    result["targets"] = checks
+    print(text)
+    out = RESULTS / "live.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, ensure_ascii=False, indent=2), encoding="utf-8")
+    out.with_suffix(".md").write_text(f"```\n{text}```\n", encoding="utf-8")
+    log(f"wrote {out}")
     return 0
 
 

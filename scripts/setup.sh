@@ -92,4 +92,6 @@ if ! command -v redis-server >/dev/null 2>&1; then
     echo "note: no redis-server (sudo apt-get install redis-server): Redis gate tests will be skipped"
   fi
 fi
+# Older opencode releases for the release matrix (scripts/test.sh runs it; ~550 MB each).
+[ "${XAF_HUB_SKIP_RELEASES:-0}" = "1" ] || scripts/opencode-releases.sh 1.14.41 1.2.27
 echo "==> setup done; the environment's python is ${VPY}"

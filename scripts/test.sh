@@ -19,4 +19,8 @@ if [ "$code" -eq 5 ]; then
   echo "error: pytest collected no tests" >&2
   exit 1
 fi
+# After the full run, the core subset on older opencode releases (docs/opencode-releases.md).
+if [ "$#" -eq 0 ] && [ "${XAF_HUB_SKIP_RELEASES:-0}" != "1" ]; then
+  PYTHON="$PY" scripts/release-matrix.sh 1.14.41 1.2.27 || code=1
+fi
 exit "$code"

@@ -44,7 +44,7 @@ def llm() -> Iterator[FakeLLM]:
 @pytest.fixture(scope="session")
 def fleet(tmp_path_factory: pytest.TempPathFactory, llm: FakeLLM) -> Iterator[sandbox.Fleet]:
     root = tmp_path_factory.mktemp("fleet")
-    with sandbox.Fleet(root, n=3, llm=llm, models=MODELS) as f:
+    with sandbox.Fleet(root, n=3, llm=llm, models=MODELS, start_timeout=120.0) as f:
         yield f
 
 

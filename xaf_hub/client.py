@@ -9,28 +9,25 @@ only when the connection was never made.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 import ssl
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, TypedDict, cast
 
 import httpx
 
+from xaf_hub import wire
 from xaf_hub.config import InstanceConfig
 from xaf_hub.config_reader import password_var
 from xaf_hub.errors import HubError, MissingPassword, UnreachableError, UsageError
+from xaf_hub.releases import Release, classify, read_running
 from xaf_hub.wire import ServerSession as ServerSession
 from xaf_hub.wire import as_mapping as _obj
 from xaf_hub.wire import error_message, session_from_classic, session_from_v2
 from xaf_hub.wire import text_field as _text
 from xaf_hub.wire import usable_id as _id
-
-# What a hostile or broken server may cost us, at most: one answer's size (decompressed), the
-# pages and the sessions of one listing. Real instances stay far below (8000 sessions ~ 4 MB).
-MAX_BODY_BYTES = 64 * 1024 * 1024
-MAX_PAGES = 1000
-MAX_SESSIONS = 100_000
 
 Dialect = Literal["classic", "v2"]
 
@@ -130,9 +127,9 @@ class OpencodeClient:
         page_size: int = 8000,
         transport: httpx.AsyncBaseTransport | None = None,
         deadline: float | None = None,
-        max_body_bytes: int = MAX_BODY_BYTES,
-        max_pages: int = MAX_PAGES,
-        max_sessions: int = MAX_SESSIONS,
+        max_body_bytes: int = wire.MAX_BODY_BYTES,
+        max_pages: int = wire.MAX_PAGES,
+        max_sessions: int = wire.MAX_SESSIONS,
     ) -> None:
         self.inst = inst
         self.name = inst.name
@@ -148,6 +145,8 @@ class OpencodeClient:
         self.notes: list[str] = []  # entries skipped while reading listings, one line each
         self.dialect: Dialect | None = None if inst.api == "auto" else inst.api  # type: ignore[assignment]
         self.version = ""
+        # Session id -> directory of every session seen: per-session calls send it (_where).
+        self._dirs: dict[str, str] = {}
         auth = httpx.BasicAuth(inst.username, inst.password) if inst.password else None
         if transport is None:
             # Loading the CA bundle costs ~0.14 s per client; plain-http instances need none
@@ -304,6 +303,23 @@ class OpencodeClient:
     def _shape(self, what: str) -> UnreachableError:
         return self._fail(f"unexpected response shape from {what} (not an opencode server?)")
 
+    def open_stream(
+        self, path: str, params: Mapping[str, Any] | None = None
+    ) -> contextlib.AbstractAsyncContextManager[httpx.Response]:
+        """A streaming GET of server-sent events (``ops.follow`` reads it line by line).
+
+        The one exception to this module's rule: httpx errors reach the caller, which turns
+        them into reasons with ``describe_error``. No read timeout: the caller keeps the
+        heartbeat deadline.
+        """
+        return self._http.stream(
+            "GET",
+            path,
+            params=params,
+            headers={"accept": "text/event-stream"},
+            timeout=httpx.Timeout(None, connect=self.connect_timeout),
+        )
+
     # -----------------------------------------------------------------------------------
     # discovery
 
@@ -339,11 +355,37 @@ class OpencodeClient:
             return await self.detect()
         return self.dialect
 
+    @property
+    def release(self) -> Release:
+        """The release and its run-state behaviour, from the version ``detect`` read."""
+        return classify(self.version, self.dialect or "classic")
+
+    def _seen(self, session: ServerSession) -> ServerSession:
+        if session.directory:
+            self._dirs[session.id] = session.directory
+        return session
+
+    async def _where(
+        self, session_id: str, directory: str | None, write: bool = False
+    ) -> dict[str, str] | None:
+        """``?directory=`` of a session's call: the caller's, remembered or (writes) looked up; none
+        while it runs in the server's own directory (1.2-1.14: else 2 runs, or no abort)."""
+        if directory:
+            self._dirs[session_id] = directory  # later calls on this session send it too
+        d = directory or self._dirs.get(session_id)
+        if write:
+            d = d or (await self.get_session(session_id)).directory
+            if not self.version:
+                await self.detect()
+            if d and self.release.reads_server_wide and session_id in await self._status_map(None):
+                d = ""
+        return {"directory": d} if d else None
+
     async def list_sessions(self) -> list[ServerSession]:
         """Every session on the instance, all pages, page size sent explicitly."""
         if await self._dialect() == "v2":
             return await self._list_v2()
-        return await self._list_classic()
+        return [self._seen(s) for s in await self._list_classic()]
 
     def _read_page(
         self,
@@ -353,36 +395,16 @@ class OpencodeClient:
         what: str,
     ) -> tuple[list[ServerSession], int]:
         """Parse one page into ``seen``; entries without a usable id are skipped with a note."""
-        page: list[ServerSession] = []
-        new = skipped = 0
-        for obj in items:
-            try:
-                s = parse(obj)
-            except KeyError:
-                skipped += 1
-                continue
-            page.append(s)
-            if s.id not in seen:
-                seen[s.id] = s
-                new += 1
+        page, new, skipped = wire.read_page(items, parse, seen)
         if skipped:
-            self.notes.append(
-                f"{self.name}: skipped {skipped} entr{'y' if skipped == 1 else 'ies'} of {what} "
-                "without a usable session id"
-            )
+            self.notes.append(f"{self.name}: {wire.skip_note(skipped, what)}")
         if len(seen) > self.max_sessions:
-            raise self._fail(
-                f"more than {self.max_sessions} sessions listed (stopped reading; "
-                "endless pagination?)"
-            )
+            raise self._fail(wire.over_cap(self.max_sessions, "sessions listed"))
         return page, new
 
     def _next_page(self, pages: int) -> None:
         if pages >= self.max_pages:
-            raise self._fail(
-                f"more than {self.max_pages} pages of sessions (stopped reading; "
-                "endless pagination?)"
-            )
+            raise self._fail(wire.over_cap(self.max_pages, "pages of sessions"))
 
     async def _list_classic(self) -> list[ServerSession]:
         seen: dict[str, ServerSession] = {}
@@ -422,12 +444,16 @@ class OpencodeClient:
             cursor = nxt
         return list(out.values())
 
-    async def status(self, directory: str) -> dict[str, RawStatus]:
-        """Busy/retry sessions of one directory (classic); idle ones are absent."""
-        data, _ = await self._request("GET", "/session/status", params={"directory": directory})
+    async def _status_map(self, directory: str | None) -> dict[str, RawStatus]:
+        params = {"directory": directory} if directory is not None else None
+        data, _ = await self._request("GET", "/session/status", params=params)
         if not isinstance(data, dict):
             raise self._shape("/session/status")
         return {str(k): cast(RawStatus, v) for k, v in data.items() if isinstance(v, dict)}
+
+    async def status(self, directory: str) -> dict[str, RawStatus]:
+        """Busy/retry sessions of one directory (idle ones are absent); see ``running``."""
+        return await self.running([directory])
 
     async def active(self) -> dict[str, RawStatus]:
         """Running sessions of the whole instance (v2 ``/api/session/active``)."""
@@ -436,38 +462,40 @@ class OpencodeClient:
             raise self._shape("/api/session/active")
         return {str(k): {"type": "busy"} for k in data["data"]}
 
-    async def running(self, directories: list[str]) -> dict[str, RawStatus]:
-        """Run state of every running session in ``directories`` (classic) or everywhere (v2)."""
+    async def running(self, directories: Sequence[str], fan_out: int = 16) -> dict[str, RawStatus]:
+        """Running sessions of ``directories`` as this release reports them (xaf_hub.releases);
+        RunStateUnknown when the hub cannot read it (the caller counts the instance full)."""
         if await self._dialect() == "v2":
             return await self.active()
-        results = await asyncio.gather(*(self.status(d) for d in directories))
-        merged: dict[str, RawStatus] = {}
-        for r in results:
-            merged.update(r)
-        return merged
+        return await read_running(self, directories, fan_out)
 
-    async def get_session(self, session_id: str) -> ServerSession:
+    async def get_session(self, session_id: str, directory: str | None = None) -> ServerSession:
         """One session by id; SessionNotFound when the instance does not know it."""
         v2 = await self._dialect() == "v2"
         path = f"/api/session/{session_id}" if v2 else f"/session/{session_id}"
         if not session_id.startswith("ses"):
             # opencode answers 500 to malformed ids; say what is wrong instead.
             raise SessionNotFound(f"{self.name}: {session_id!r} is not a session id (ses_...)")
-        data, _ = await self._request("GET", path, not_found_ok=True)
+        params = None if v2 else await self._where(session_id, directory)
+        data, _ = await self._request("GET", path, params=params, not_found_ok=True)
         if data is None:
             raise SessionNotFound(f"{self.name}: session {session_id} not found")
         try:
             if v2:
                 return session_from_v2(data.get("data", data))
-            return session_from_classic(data)
+            return self._seen(session_from_classic(data))
         except (KeyError, TypeError, AttributeError, ValueError):
             raise self._shape(path) from None
 
-    async def messages(self, session_id: str, limit: int = 5) -> list[dict[str, Any]]:
+    async def messages(
+        self, session_id: str, limit: int = 5, directory: str | None = None
+    ) -> list[dict[str, Any]]:
         """The newest ``limit`` messages of a session, oldest first."""
         v2 = await self._dialect() == "v2"
         path = f"/api/session/{session_id}/message" if v2 else f"/session/{session_id}/message"
-        data, _ = await self._request("GET", path, params={"limit": limit}, not_found_ok=True)
+        where = None if v2 else await self._where(session_id, directory)
+        params = {"limit": limit, **(where or {})}
+        data, _ = await self._request("GET", path, params=params, not_found_ok=True)
         if data is None:
             raise SessionNotFound(f"{self.name}: session {session_id} not found")
         if isinstance(data, dict) and isinstance(data.get("data"), list):
@@ -501,10 +529,12 @@ class OpencodeClient:
         )
         if not isinstance(data, dict) or not _id(data):
             raise self._shape("/session")
-        return session_from_classic(data)
+        return self._seen(session_from_classic(data))
 
-    async def prompt_async(self, session_id: str, text: str, model: str | None) -> None:
-        """Send a prompt without waiting for the model (classic 204)."""
+    async def prompt_async(
+        self, session_id: str, text: str, model: str | None, directory: str | None = None
+    ) -> None:
+        """Send a prompt without waiting for the model (classic 204), in the session's folder."""
         if await self._dialect() == "v2":
             if model:
                 await self._request(
@@ -533,6 +563,7 @@ class OpencodeClient:
         _, resp = await self._request(
             "POST",
             f"/session/{session_id}/prompt_async",
+            params=await self._where(session_id, directory, write=True),
             body=body,
             expect_json=False,
             idempotent=False,
@@ -541,18 +572,17 @@ class OpencodeClient:
         if resp is not None and resp.status_code == 404:
             raise SessionNotFound(f"{self.name}: session {session_id} not found")
 
-    async def abort(self, session_id: str) -> None:
-        """Stop a running session (a no-op when idle)."""
-        path = (
-            f"/api/session/{session_id}/interrupt"
-            if await self._dialect() == "v2"
-            else f"/session/{session_id}/abort"
-        )
-        await self._request("POST", path, expect_json=False)
+    async def abort(self, session_id: str, directory: str | None = None) -> None:
+        """Stop a running session (a no-op when idle), in the directory it runs in."""
+        v2 = await self._dialect() == "v2"
+        path = f"/api/session/{session_id}/interrupt" if v2 else f"/session/{session_id}/abort"
+        params = None if v2 else await self._where(session_id, directory, write=True)
+        await self._request("POST", path, params=params, expect_json=False)
 
-    async def delete(self, session_id: str) -> None:
+    async def delete(self, session_id: str, directory: str | None = None) -> None:
         """Delete a session (callers abort first: deleting does not stop a run)."""
-        await self._request("DELETE", f"/session/{session_id}", expect_json=False)
+        params = await self._where(session_id, directory)
+        await self._request("DELETE", f"/session/{session_id}", params=params, expect_json=False)
 
 
 @functools.lru_cache(maxsize=1)

@@ -15,7 +15,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from xaf_hub.config_reader import Reader as _Reader
-from xaf_hub.config_reader import json_type, load_json_file
+from xaf_hub.config_reader import instances_list, json_type, load_json_file
 from xaf_hub.config_reader import pw_env_name as pw_env_name  # re-exported: its old home
 from xaf_hub.errors import ConfigError
 from xaf_hub.notify.config import NotifyConfig, parse_notify
@@ -150,6 +150,7 @@ class Config:
     local_config: Path | None = None
     local_scope: str = ""
     notify: NotifyConfig = field(default_factory=NotifyConfig)
+    page_language: str = "auto"  # overview page: "auto" (the browser's), "en" or "zh"
 
     @property
     def lock_dir(self) -> Path:
@@ -205,24 +206,6 @@ def _is_absolute(path: str) -> bool:
     return bool(_ABSOLUTE.match(path))
 
 
-def _instances_list(raw: Any, file: Path) -> list[dict[str, Any]]:
-    if isinstance(raw, dict):
-        out = []
-        for name, obj in raw.items():
-            if not isinstance(obj, dict):
-                raise ConfigError(f"{file}: key 'instances.{name}': expected an object")
-            if "name" in obj and obj["name"] != name:
-                raise ConfigError(f"{file}: key 'instances.{name}.name': differs from its key")
-            out.append({**obj, "name": name})
-        return out
-    if isinstance(raw, list):
-        for i, obj in enumerate(raw):
-            if not isinstance(obj, dict):
-                raise ConfigError(f"{file}: key 'instances[{i}]': expected an object")
-        return list(raw)
-    raise ConfigError(f"{file}: key 'instances': expected a list or an object")
-
-
 def _local_overrides(raw: Any, file: Path) -> dict[str, dict[str, Any]]:
     """config.local.json's instances, keyed by name."""
     if not isinstance(raw, dict):
@@ -232,7 +215,7 @@ def _local_overrides(raw: Any, file: Path) -> dict[str, dict[str, Any]]:
         raise ConfigError(
             f"{file}: key '{unknown[0]}': unknown key (config.local.json holds only 'instances')"
         )
-    items = _instances_list(raw.get("instances", {}), file)
+    items = instances_list(raw.get("instances", {}), file)
     out: dict[str, dict[str, Any]] = {}
     for i, obj in enumerate(items):
         name = obj.get("name")
@@ -315,9 +298,13 @@ def parse_config(raw: Any, *, path: Path, env: Mapping[str, str]) -> Config:
             "(e.g. redis://hub-redis.example.internal:6379/0)"
         )
     patrol = _parse_patrol(top.sub("patrol"), path)
+    page = top.sub("page")
+    page.seen.add("url")  # notify/ reads and checks page.url
+    page_language = page.choice("language", ("auto", "en", "zh"), "auto", tags=True)
+    page.finish()
 
     top.seen.add("instances")
-    inst_raw = _instances_list(top.data.get("instances", []), path)
+    inst_raw = instances_list(top.data.get("instances", []), path)
 
     # config.local.json beside the config file overrides instance fields; the one in the hub
     # home only lends credential fields for instances this config already has.
@@ -402,6 +389,7 @@ def parse_config(raw: Any, *, path: Path, env: Mapping[str, str]) -> Config:
         local_config=local_path,
         local_scope=local_scope,
         notify=notify,
+        page_language=page_language,
         **top_fields,
     )
 

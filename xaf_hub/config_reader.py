@@ -65,6 +65,18 @@ class Reader:
                 raise self.fail(f"{name}[{i}]", f"expected a string, got {json_type(item)}")
         return tuple(value)
 
+    def choice(
+        self, name: str, choices: tuple[str, ...], default: str, *, tags: bool = False
+    ) -> str:
+        """A string that must be one of ``choices``; with ``tags``, a language tag such as
+        "zh-CN" or "en_US" counts as its first part ("zh", "en")."""
+        value = self.get(name, (str,), default)
+        key = value.strip().lower().replace("_", "-").split("-")[0] if tags else value
+        if key not in choices:
+            words = f"{', '.join(choices[:-1])} or {choices[-1]}"
+            raise self.fail(name, f"must be {words}, got {value!r}")
+        return str(key)
+
     def sub(self, name: str) -> Reader:
         value = self.get(name, (dict,), {})
         return Reader(value, self.file, self.key(name))
@@ -135,3 +147,22 @@ def pw_env_name(instance: str) -> str:
 def password_var(instance: str, password_env: str = "") -> str:
     """The env var to set for an instance's password: its password_env, else the convention."""
     return password_env or pw_env_name(instance)
+
+
+def instances_list(raw: Any, file: Path) -> list[dict[str, Any]]:
+    """The ``instances`` value as a list of objects (a list, or an object keyed by name)."""
+    if isinstance(raw, dict):
+        out = []
+        for name, obj in raw.items():
+            if not isinstance(obj, dict):
+                raise ConfigError(f"{file}: key 'instances.{name}': expected an object")
+            if "name" in obj and obj["name"] != name:
+                raise ConfigError(f"{file}: key 'instances.{name}.name': differs from its key")
+            out.append({**obj, "name": name})
+        return out
+    if isinstance(raw, list):
+        for i, obj in enumerate(raw):
+            if not isinstance(obj, dict):
+                raise ConfigError(f"{file}: key 'instances[{i}]': expected an object")
+        return list(raw)
+    raise ConfigError(f"{file}: key 'instances': expected a list or an object")

@@ -50,6 +50,7 @@ class InstanceView:
     reason: str
     sessions: tuple[SessionRecord, ...]
     reserved: int = 0
+    run_state_unknown: str = ""  # set: the run state could not be read; counted full
 
     @property
     def running_project(self) -> int:
@@ -63,7 +64,9 @@ class InstanceView:
 
     @property
     def free(self) -> int:
-        """Free slots (never negative)."""
+        """Free slots (never negative; none while the run state is unknown)."""
+        if self.run_state_unknown:
+            return 0
         return max(0, self.inst.concurrency_limit - self.running_project - self.reserved)
 
 
@@ -180,7 +183,8 @@ def _target_plan(
             f"session {session.id} on {view.inst.name} is not a project session "
             f"({session.directory or 'no directory'}); --force overrides"
         )
-    action: Action = "steer" if session.running else "reuse"
+    # Run state unknown: "running" is only the fail-closed guess, so it passes the gate.
+    action: Action = "steer" if session.running and not view.run_state_unknown else "reuse"
     return Plan(
         action, view.inst, session, session.directory, session.title, via, candidates, warnings
     )
@@ -240,7 +244,7 @@ def plan_dispatch(
             if view.inst.production and not req.allow_prod:
                 verdicts.append(CandidateVerdict(session, score, "production instance"))
                 continue
-            if session.running:
+            if session.running and not view.run_state_unknown:
                 verdicts.append(CandidateVerdict(session, score, "chosen: running, steer it"))
                 return Plan(
                     "steer",

@@ -85,6 +85,8 @@ class InstanceSummary:
     limit: int = 2
     danger: bool = False
     note: str = ""
+    release: str = ""  # the release and the run-state behaviour detected (xaf_hub.releases)
+    run_state_unknown: str = ""  # why run state could not be read: counted full (fail closed)
 
     def to_json(self) -> dict[str, Any]:
         """Return the export form."""

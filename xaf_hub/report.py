@@ -1,7 +1,8 @@
 """Exports of a fleet snapshot: JSON document, CSV sheet and a self-contained HTML page.
 
 The HTML page is meant for people who have never heard of opencode, so every value shown
-there is precomputed here into plain words; the template only lays it out. Pages are
+there is precomputed into plain words (``page_view``, in the reader's language from
+``page_text``); the template only lays it out. Pages are
 "sealed" with a Content-Security-Policy that forbids every network request and allows only
 the page's own inline style and script (by hash), so even a escaping slip could neither run
 injected script nor call home.
@@ -15,14 +16,15 @@ import hashlib
 import io
 import re
 import time
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from xaf_hub.errors import UsageError
-from xaf_hub.records import MAX_TIME_MS, InstanceSummary, SessionRecord, Snapshot
+from xaf_hub.page_text import Lang, ago, local_time
+from xaf_hub.page_text import local_time_with_zone as local_time_with_zone
+from xaf_hub.records import SessionRecord, Snapshot
 from xaf_hub.statefile import write_text_atomic
 
 if TYPE_CHECKING:  # jinja2 is imported lazily: `status` and `instances` must not pay for it.
@@ -46,105 +48,14 @@ EXPORT_SUFFIXES: tuple[str, ...] = (".json", ".csv", ".html", ".htm")
 _CSP_PLACEHOLDER = "__XAF_HUB_CSP__"
 _INLINE_BLOCK = re.compile(r"<(style|script)>(.*?)</\1>", re.DOTALL)
 
-_MINUTE = 60_000
-_HOUR = 60 * _MINUTE
-_DAY = 24 * _HOUR
-
-_RUN_STATE_WORDS: dict[str, tuple[str, str]] = {
-    # state -> (label, css class)
-    "busy": ("working", "working"),
-    "retry": ("waiting to retry (rate limit)", "waiting"),
-    "idle": ("idle", "idle"),
-}
-
-_OUTCOME_WORDS: dict[str, tuple[str, str, str]] = {
-    # outcome -> (label, css class, explanation shown on hover; "" where the word says it all,
-    # since a hover repeated on thousands of rows weighs on the page)
-    "succeeded": ("succeeded", "ok", ""),
-    "rate_limited": (
-        "rate-limited",
-        "warn",
-        "The AI provider refused the last run because of too many requests.",
-    ),
-    "aborted": ("stopped early", "muted", "The last run was stopped before it finished."),
-    "running": ("still running", "info", ""),
-    "unknown": ("unknown", "muted", "The result of the last run could not be determined."),
-    "": ("unknown", "muted", "The result of the last run was not checked."),
-}
-
-# Lower-case fragments of a scan failure reason -> the same thing in plain words.
-_REASON_WORDS: tuple[tuple[tuple[str, ...], str], ...] = (
-    (("401", "403", "auth", "unauthori", "forbidden"), "the server refused our login"),
-    (
-        ("dns", "name or service", "getaddrinfo", "resolve", "nodename"),
-        "the server's address could not be found",
-    ),
-    (("refused",), "nothing is answering at the server's address (it may be switched off)"),
-    (("timeout", "timed out"), "the server did not answer in time"),
-    (("html",), "the address answers, but not as a coding-assistant server (wrong address?)"),
-    (
-        ("5xx", "500", "502", "503", "504", "server error", "internal error"),
-        "the server reported an internal error",
-    ),
-    (("truncated", "invalid", "json", "incomplete"), "the server sent a garbled answer"),
-    (("ssl", "tls", "certificate"), "a secure connection to the server could not be made"),
-)
 
 
 # --------------------------------------------------------------------------- time words
 
 
 def humanize_age(ms: int, now_ms: int) -> str:
-    """Describe how long ago ``ms`` was, relative to ``now_ms``, in plain words."""
-    if not 0 < ms <= MAX_TIME_MS:
-        return "unknown"
-    delta = now_ms - ms
-    if abs(delta) < _MINUTE:
-        return "just now"
-    span = _span_words(abs(delta))
-    # A time ahead of "now" is clock skew between machines; say so rather than hide it.
-    return f"{span} ago" if delta > 0 else f"in {span}"
-
-
-def _span_words(ms: int) -> str:
-    """Return ``ms`` (at least a minute) as "N units" with the largest fitting unit."""
-    for size, unit, upto in (
-        (_MINUTE, "minute", 60),
-        (_HOUR, "hour", 24),
-        (_DAY, "day", 60),
-        (30 * _DAY, "month", 12),
-    ):
-        count = ms // size
-        if count < upto:
-            return f"{count} {unit}" + ("" if count == 1 else "s")
-    years = ms // (365 * _DAY)
-    return f"{years} year" + ("" if years == 1 else "s")
-
-
-def local_time(ms: int) -> str:
-    """Return ``ms`` as local "YYYY-MM-DD HH:MM:SS", or "" when unknown (0 or absurd)."""
-    if not 0 < ms <= MAX_TIME_MS:
-        return ""
-    # time.localtime/strftime: several times cheaper than datetime for thousands of rows.
-    try:
-        return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ms / 1000))
-    except (OverflowError, OSError, ValueError):  # beyond what the C library can show
-        return ""
-
-
-def local_time_with_zone(ms: int) -> str:
-    """Return ``ms`` as local time with its UTC offset ("... UTC+08:00"), or "unknown"."""
-    if not 0 < ms <= MAX_TIME_MS:
-        return "unknown"
-    try:
-        moment = time.localtime(ms / 1000)
-    except (OverflowError, OSError, ValueError):
-        return "unknown"
-    offset = moment.tm_gmtoff or 0
-    sign = "-" if offset < 0 else "+"
-    hours, minutes = divmod(abs(offset) // 60, 60)
-    stamp = time.strftime("%Y-%m-%d %H:%M:%S", moment)
-    return f"{stamp} UTC{sign}{hours:02d}:{minutes:02d}"
+    """Describe how long ago ``ms`` was, relative to ``now_ms``, in plain English."""
+    return ago("en", ms, now_ms)
 
 
 def _utc_iso(ms: int) -> str:
@@ -243,18 +154,19 @@ def write_csv(snap: Snapshot, path: Path, redact: Redact = _same) -> None:
 
 
 def _template_source(name: str) -> str | None:
-    """Load a template's text from the installed package, else from a source checkout."""
+    """Load a template's text from this source checkout, else from the installed package."""
     if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*\.j2", name):
         return None  # Template names are ours; refuse anything path-like.
+    # A source checkout (pyproject.toml beside the package) uses its own templates/: an
+    # editable install maps xaf_hub.templates to whichever checkout was installed.
+    checkout = Path(__file__).resolve().parent.parent
+    if (checkout / "pyproject.toml").is_file() and (checkout / "templates" / name).is_file():
+        return (checkout / "templates" / name).read_text(encoding="utf-8")
     try:
         from importlib.resources import files
 
         return files("xaf_hub.templates").joinpath(name).read_text(encoding="utf-8")
-    except ModuleNotFoundError:
-        # Not installed: `templates/` is only mapped to xaf_hub.templates by the wheel build.
-        source = Path(__file__).resolve().parent.parent / "templates" / name
-        return source.read_text(encoding="utf-8") if source.is_file() else None
-    except FileNotFoundError:
+    except (ModuleNotFoundError, FileNotFoundError):
         return None
 
 
@@ -272,228 +184,73 @@ def _environment() -> jinja2.Environment:
     )
 
 
-def _csp(html: str) -> str:
-    """Return a policy allowing no network and only the page's own inline blocks."""
+def _csp(html: str, connect_self: bool = False) -> str:
+    """Return a policy allowing no network and only the page's own inline blocks.
+
+    ``connect_self`` lets the page's script fetch from its own origin (a served page that
+    updates itself); a saved page may reach nothing at all.
+    """
     hashes: dict[str, list[str]] = {"style": [], "script": []}
     for match in _INLINE_BLOCK.finditer(html):
         digest = hashlib.sha256(match.group(2).encode("utf-8")).digest()
         hashes[match.group(1)].append(f"'sha256-{base64.b64encode(digest).decode('ascii')}'")
     style = " ".join(hashes["style"]) or "'none'"
     script = " ".join(hashes["script"]) or "'none'"
+    connect = "connect-src 'self'; " if connect_self else ""
     return (
-        f"default-src 'none'; style-src {style}; script-src {script}; "
+        f"default-src 'none'; style-src {style}; script-src {script}; {connect}"
         "img-src data:; base-uri 'none'; form-action 'none'"
     )
 
 
-def seal_html(html: str) -> str:
+def seal_html(html: str, connect_self: bool = False) -> str:
     """Fill the page's CSP placeholder so only its own inline style and script may run."""
     if _CSP_PLACEHOLDER not in html:
         raise ValueError("page has no CSP placeholder; extend _base.html.j2")
-    return html.replace(_CSP_PLACEHOLDER, _csp(html), 1)
+    return html.replace(_CSP_PLACEHOLDER, _csp(html, connect_self), 1)
 
 
-def render_page(template: str, context: dict[str, Any]) -> str:
+def render_page(template: str, context: dict[str, Any], connect_self: bool = False) -> str:
     """Render one page template (extending _base.html.j2) and seal it."""
-    return seal_html(_environment().get_template(template).render(context))
+    return seal_html(_environment().get_template(template).render(context), connect_self)
 
 
-def plain_reason(reason: str) -> str:
+def plain_reason(reason: str, lang: Lang = "en") -> str:
     """Translate a scan failure reason into words for a non-technical reader."""
-    lowered = reason.lower()
-    for fragments, words in _REASON_WORDS:
-        if any(fragment in lowered for fragment in fragments):
-            return words
-    return "the server could not be reached"
+    from xaf_hub.page_view import plain_reason as words
 
-
-@dataclass(frozen=True, slots=True)
-class Badge:
-    """A coloured word, with an optional explanation shown on hover."""
-
-    label: str
-    css: str
-    hover: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class RowView:
-    """One session as the page shows it; every field is display-ready text."""
-
-    id: str
-    title: str
-    directory: str
-    key: str  # lower-cased title, folder and id: what the page's filter searches
-    state: Badge
-    updated_words: str
-    updated_exact: str
-    created: str
-    outcome: Badge
-    cost: str
-
-
-@dataclass(frozen=True, slots=True)
-class SectionView:
-    """One server's part of the page."""
-
-    name: str
-    reachable: bool
-    reason_words: str
-    reason: str
-    production: bool
-    note: str
-    limit: int
-    running: int
-    rows: tuple[RowView, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class BarView:
-    """One server's bar in the distribution card; widths are 0-100."""
-
-    name: str
-    total: int
-    running: int
-    width: float
-    running_width: float
-
-
-@dataclass(frozen=True, slots=True)
-class CardsView:
-    """The summary figures at the top of the page."""
-
-    healthy: int
-    servers: int
-    sessions: int
-    running: int
-    waiting: int
-
-
-# Fixed badges are built once and shared by every row that shows them.
-_STATE_BADGES = {state: Badge(label, css) for state, (label, css) in _RUN_STATE_WORDS.items()}
-_OUTCOME_BADGES = {key: Badge(*words) for key, words in _OUTCOME_WORDS.items()}
-
-
-def _state_badge(s: SessionRecord, now_ms: int) -> Badge:
-    """Return the run-state badge; a retry carries the provider's message on hover."""
-    if s.run_state != "retry":
-        return _STATE_BADGES.get(s.run_state) or Badge(s.run_state or "idle", "idle")
-    parts = []
-    if s.retry_message:
-        parts.append(f"The AI provider said: {s.retry_message}")
-    if s.retry_next > 0:
-        when = "now" if s.retry_next <= now_ms else humanize_age(s.retry_next, now_ms)
-        parts.append(f"Next try: {when}, {local_time_with_zone(s.retry_next)}.")
-    hover = " ".join(parts) or "The AI provider asked us to slow down; it retries by itself."
-    return Badge(_RUN_STATE_WORDS["retry"][0], _RUN_STATE_WORDS["retry"][1], hover)
-
-
-def outcome_badge(outcome: str) -> Badge:
-    """Put a session's last outcome (architecture §3 values) into plain words."""
-    if outcome.startswith("failed"):
-        detail = outcome.partition(":")[2]
-        return Badge(
-            "failed",
-            "bad",
-            f"The last run ended with an error: {detail}."
-            if detail
-            else "The last run ended with an error.",
-        )
-    return _OUTCOME_BADGES.get(outcome) or Badge(outcome, "muted")
-
-
-def _row_view(s: SessionRecord, now_ms: int) -> RowView:
-    """Precompute everything one table row shows."""
-    return RowView(
-        id=s.id,
-        title=s.title.strip() or "(untitled)",
-        directory=s.directory,
-        key=f"{s.title}\n{s.directory}\n{s.id}".lower(),
-        state=_state_badge(s, now_ms),
-        updated_words=humanize_age(s.updated, now_ms),
-        updated_exact=local_time_with_zone(s.updated),
-        created=local_time(s.created)[:16] or "unknown",
-        outcome=outcome_badge(s.outcome),
-        cost=f"${s.cost:,.2f}",
-    )
-
-
-def _bars(sections: Iterable[SectionView]) -> list[BarView]:
-    """Return per-server bars for the distribution card, scaled to the busiest server."""
-    items = [s for s in sections if s.reachable]
-    peak = max((len(s.rows) for s in items), default=0) or 1
-    return [
-        BarView(
-            name=s.name,
-            total=len(s.rows),
-            running=s.running,
-            # A server with any session keeps a visible sliver next to a much larger one.
-            width=max(len(s.rows) * 100 / peak, 1.5 if s.rows else 0.0),
-            running_width=s.running * 100 / peak,
-        )
-        for s in items
-    ]
-
-
-def overview_context(
-    snap: Snapshot, *, now_ms: int, title: str, autopilot: Any = None
-) -> dict[str, Any]:
-    """Precompute the plain data the overview template lays out.
-
-    ``autopilot`` is an ``xaf_hub.ops.autopilot.AutopilotView`` (the patrol panel), or None
-    to leave the panel out.
-    """
-    counts = _counts(snap)
-    rows: dict[str, list[RowView]] = {name: [] for name in counts}
-    waiting = 0
-    for s in snap.project_sessions():
-        rows[s.instance].append(_row_view(s, now_ms))
-        waiting += s.run_state == "retry"
-    summaries = {i.name: i for i in snap.instances}
-    sections = []
-    for name, views in rows.items():
-        # A session of an instance missing from the summaries still gets a section.
-        info = summaries.get(name) or InstanceSummary(name=name, url="", reachable=True)
-        sections.append(
-            SectionView(
-                name=name,
-                reachable=info.reachable,
-                reason_words=plain_reason(info.reason),
-                reason=info.reason,
-                production=info.danger,
-                note=info.note,
-                limit=info.limit,
-                running=counts[name]["running"],
-                rows=tuple(views),
-            )
-        )
-    generated = snap.generated_at or now_ms
-    total = sum(len(s.rows) for s in sections)
-    return {
-        "title": title,
-        "generated_exact": local_time_with_zone(generated),
-        "generated_words": humanize_age(generated, now_ms),
-        "cards": CardsView(
-            healthy=sum(1 for i in snap.instances if i.reachable),
-            servers=len(snap.instances),
-            sessions=total,
-            running=sum(c["running"] for c in counts.values()),
-            waiting=waiting,
-        ),
-        "bars": _bars(sections),
-        "sections": sections,
-        "total_rows": total,
-        "warnings": list(snap.warnings),
-        "autopilot": autopilot,
-    }
+    return words(reason, lang)
 
 
 def render_html(
-    snap: Snapshot, *, now_ms: int, title: str = "project", autopilot: Any = None
+    snap: Snapshot,
+    *,
+    now_ms: int,
+    title: str = "project",
+    autopilot: Any = None,
+    lang: Lang = "en",
+    live_seconds: int = 0,
+    links: Mapping[str, Any] | None = None,
+    tasks: Mapping[str, str] | None = None,
 ) -> str:
-    """Render the self-contained HTML overview page (with the patrol panel when given)."""
-    context = overview_context(snap, now_ms=now_ms, title=title, autopilot=autopilot)
-    return render_page("overview.html.j2", context)
+    """Render the self-contained HTML overview page (with the patrol panel when given).
+
+    ``live_seconds`` > 0 renders the served variant that fetches itself again that often;
+    ``links`` and ``tasks`` are described at ``page_view.overview_context``.
+    """
+    from xaf_hub.page_view import overview_context
+
+    context = overview_context(
+        snap,
+        now_ms=now_ms,
+        title=title,
+        lang=lang,
+        autopilot=autopilot,
+        live_seconds=live_seconds,
+        links=links,
+        tasks=tasks,
+    )
+    return render_page("overview.html.j2", context, connect_self=live_seconds > 0)
 
 
 def write_html(
@@ -503,10 +260,15 @@ def write_html(
     now_ms: int,
     title: str = "project",
     autopilot: Any = None,
+    lang: Lang = "en",
+    links: Mapping[str, Any] | None = None,
+    tasks: Mapping[str, str] | None = None,
     redact: Redact = _same,
 ) -> None:
     """Write the HTML overview page to ``path`` atomically."""
-    html = render_html(snap, now_ms=now_ms, title=title, autopilot=autopilot)
+    html = render_html(
+        snap, now_ms=now_ms, title=title, autopilot=autopilot, lang=lang, links=links, tasks=tasks
+    )
     write_text_atomic(path, redact(html), private=False)
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import httpx
 
-from xaf_hub.client import OpencodeClient, RawStatus, ServerSession
+from xaf_hub.client import ApiError, OpencodeClient, RawStatus, ServerSession
 from xaf_hub.config import Config, InstanceConfig
 from xaf_hub.errors import HubError, UnreachableError
 from xaf_hub.records import (
@@ -23,6 +23,7 @@ from xaf_hub.records import (
     running_project,
     sane_ms,
 )
+from xaf_hub.releases import RunStateUnknown
 
 TransportFactory = Callable[[InstanceConfig], httpx.AsyncBaseTransport | None]
 
@@ -56,6 +57,10 @@ class InstanceScan:
     api: str = ""
     sessions: list[SessionRecord] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    release: str = ""  # e.g. "1.14.41 (server-wide run state)": releases.Release.describe()
+    # Why the run state could not be read ("" when it was): project sessions then count as
+    # running and the instance as full.
+    run_state_unknown: str = ""
 
     def summary(self) -> InstanceSummary:
         """Counts for tables and exports."""
@@ -74,6 +79,8 @@ class InstanceScan:
             limit=self.inst.concurrency_limit,
             danger=self.inst.production,
             note=self.inst.note,
+            release=self.release,
+            run_state_unknown=self.run_state_unknown,
         )
 
 
@@ -91,8 +98,8 @@ def build_record(
             raw = status.get("message")
             message = raw if isinstance(raw, str) else ""
             nxt = sane_ms(status.get("next"))  # "soon", 1e400, 10**22: unknown
-        elif kind == "busy":
-            state = "busy"
+        elif kind != "idle":
+            state = "busy"  # busy, or a kind this hub does not know: never read as idle
     return SessionRecord(
         instance=inst.name,
         id=s.id,
@@ -111,19 +118,17 @@ def build_record(
     )
 
 
-async def _bounded_status(
-    client: OpencodeClient, directories: Sequence[str]
-) -> dict[str, RawStatus]:
-    sem = asyncio.Semaphore(_STATUS_FAN_OUT)
-
-    async def one(d: str) -> dict[str, RawStatus]:
-        async with sem:
-            return await client.status(d)
-
-    merged: dict[str, RawStatus] = {}
-    for part in await asyncio.gather(*(one(d) for d in directories)):
-        merged.update(part)
-    return merged
+async def read_run_state(
+    client: OpencodeClient, directories: list[str]
+) -> tuple[dict[str, RawStatus], str]:
+    """Running sessions, or (empty, why) when the listing answered but the run state cannot be
+    established: an unknown release, or a refused /session/status (the caller fails closed)."""
+    try:
+        return await client.running(directories, fan_out=_STATUS_FAN_OUT), ""
+    except RunStateUnknown as exc:
+        return {}, exc.reason
+    except ApiError as exc:
+        return {}, "/session/status " + str(exc).removeprefix(f"{client.name}: ")
 
 
 async def scan_instance(
@@ -165,11 +170,14 @@ async def _scan_into(
     sessions = await client.list_sessions()
     # Sessions share a few hundred directories at most: classify each directory once.
     project_dir = {d: inst.rules.is_project(d) for d in {s.directory for s in sessions} if d}
-    if client.dialect == "v2":
-        statuses = await client.active()
-    else:
-        directories = sorted(d for d, ok in project_dir.items() if ok or not project_only)
-        statuses = await _bounded_status(client, directories)
+    result.release = client.release.describe()
+    directories = sorted(d for d, ok in project_dir.items() if ok or not project_only)
+    statuses, result.run_state_unknown = await read_run_state(client, directories)
+    if result.run_state_unknown:
+        result.warnings.append(
+            f"{inst.name}: run state unknown ({result.run_state_unknown}); its project "
+            "sessions count as running and it takes no new work"
+        )
     known = {s.id for s in sessions}
     for sid in statuses:
         if sid in known:
@@ -188,7 +196,10 @@ async def _scan_into(
         if s.directory not in project_dir:  # a late arrival looked up above
             project_dir[s.directory] = inst.rules.is_project(s.directory)
         project = project_dir[s.directory] if s.directory else s.id in statuses
-        result.sessions.append(build_record(inst, s, statuses.get(s.id), project))
+        status = statuses.get(s.id)
+        if result.run_state_unknown and project:
+            status = {"type": "busy"}
+        result.sessions.append(build_record(inst, s, status, project))
 
 
 async def scan_fleet(
@@ -240,7 +251,8 @@ async def _outcomes_of_instance(
                 return replace(s, outcome="running")
             async with sem:
                 try:
-                    return replace(s, outcome=outcome_of(await client.messages(s.id, limit=2)))
+                    msgs = await client.messages(s.id, limit=2, directory=s.directory)
+                    return replace(s, outcome=outcome_of(msgs))
                 except Exception:  # noqa: BLE001 - a failed or malformed answer: one unknown
                     return replace(s, outcome="unknown")
 

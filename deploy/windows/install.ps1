@@ -1,16 +1,19 @@
 <#
 .SYNOPSIS
-  Install (or remove) the xaf-hub patrol on Windows: a Task Scheduler task, or an nssm service.
+  Install (or remove) the xaf-hub patrol, or the overview page (-Program Serve), on Windows: a
+  Task Scheduler task, or an nssm service.
 
 .DESCRIPTION
-  Task mode (default) fills the placeholders of xaf-hub-patrol.xml and registers the task for
+  Task mode (default) fills the placeholders of xaf-hub-patrol.xml (xaf-hub-serve.xml for
+  -Program Serve) and registers the task for
   the current user: starts at logon, restarted by a 5-minute watchdog trigger if it exits.
   Task Scheduler's "End" is a hard stop; the hub's files are written atomically, so nothing
   is left half-written, but the step in progress is cut short.
 
   Nssm mode installs a Windows service with nssm (https://nssm.cc). Stopping the service sends
   Ctrl+C, the patrol finishes the step it is running and exits; nssm waits up to 300 s. Output
-  goes to patrol.out.log / patrol.err.log in -LogDir. Exit code 4 (bad config) is not retried.
+  goes to patrol.out.log / patrol.err.log (serve.*.log for Serve) in -LogDir. Exit code 4 (bad
+  config) is not retried.
 
   Both modes run `xaf-hub doctor` first and stop when it reports a config problem.
 
@@ -21,18 +24,23 @@
 .EXAMPLE
   .\install.ps1 -Mode Nssm -Config C:\hub\config.json -ServiceCredential (Get-Credential)
 .EXAMPLE
+  .\install.ps1 -Program Serve -Config C:\Users\me\.xaf_hub\config.json   # http://127.0.0.1:7317/
+.EXAMPLE
   .\install.ps1 -Uninstall            # or: .\install.ps1 -Mode Nssm -Uninstall
 #>
 [CmdletBinding()]
 param(
     [ValidateSet('Task', 'Nssm')]
     [string]$Mode = 'Task',
+    # What to run: the patrol, or serve (the live overview page, read-only, on 127.0.0.1:7317).
+    [ValidateSet('Patrol', 'Serve')]
+    [string]$Program = 'Patrol',
     [string]$Config,
     # Folder holding python.exe / pythonw.exe of the environment xaf-hub is installed in.
     [string]$PythonDir,
     [string]$WorkDir,
     [string]$LogDir = (Join-Path $env:USERPROFILE '.xaf_hub\logs'),
-    [string]$Name = 'xaf-hub-patrol',
+    [string]$Name,
     # Task mode: start at boot without a logon (S4U, needs an elevated prompt) instead of at logon.
     [switch]$AtStartup,
     # Nssm mode: the account the service runs as (default LocalSystem has another home folder).
@@ -42,6 +50,10 @@ param(
 
 Set-StrictMode -Version Latest
 $ErrorActionPreference = 'Stop'
+$program = $Program.ToLowerInvariant()
+if (-not $Name) { $Name = "xaf-hub-$program" }
+# The command line after `xaf_hub [--config ...]`: serve stays on loopback, on its usual port.
+$arguments = if ($program -eq 'serve') { @('serve', '--port', '7317') } else { @('patrol') }
 
 function Remove-Patrol {
     if ($Mode -eq 'Task') {
@@ -90,7 +102,7 @@ if ($doctorExit -ne 0) { Write-Warning "xaf-hub doctor exited $doctorExit; insta
 
 if ($Mode -eq 'Task') {
     $user = [System.Security.Principal.WindowsIdentity]::GetCurrent().Name
-    $xml = Get-Content -Raw -LiteralPath (Join-Path $PSScriptRoot 'xaf-hub-patrol.xml')
+    $xml = Get-Content -Raw -LiteralPath (Join-Path $PSScriptRoot "xaf-hub-$program.xml")
     $values = @{
         '@@XAF_HUB_PYTHONW@@' = $pythonw
         '@@XAF_HUB_CONFIG@@'  = $Config
@@ -112,23 +124,24 @@ if ($Mode -eq 'Task') {
     Register-ScheduledTask -TaskName $Name -Xml $xml -Force | Out-Null
     Start-ScheduledTask -TaskName $Name
     Write-Host "registered and started scheduled task '$Name' (runs as $user)"
-    Write-Host "stop: xaf-hub patrol pause; Disable-ScheduledTask '$Name'; Stop-ScheduledTask '$Name'"
+    $pause = if ($program -eq 'patrol') { 'xaf-hub patrol pause; ' } else { '' }
+    Write-Host "stop: ${pause}Disable-ScheduledTask '$Name'; Stop-ScheduledTask '$Name'"
 } else {
     $nssm = (Get-Command nssm.exe -ErrorAction Stop).Source
     New-Item -ItemType Directory -Force -Path $LogDir | Out-Null
     # The config travels as XAF_HUB_CONFIG, not --config: nssm stores parameters as one string
     # and a path with spaces would need quotes that Windows PowerShell 5.1 passes on mangled.
-    & $nssm install $Name $python -m xaf_hub patrol
+    & $nssm install $Name $python -m xaf_hub @arguments
     $settings = @(
         @('AppDirectory', $WorkDir),
-        @('AppStdout', (Join-Path $LogDir 'patrol.out.log')),
-        @('AppStderr', (Join-Path $LogDir 'patrol.err.log')),
+        @('AppStdout', (Join-Path $LogDir "$program.out.log")),
+        @('AppStderr', (Join-Path $LogDir "$program.err.log")),
         @('AppRotateFiles', '1'),
         @('AppRotateBytes', '10485760'),
         # Ctrl+C first and wait 300 s: the patrol finishes its step, then exits.
         @('AppStopMethodConsole', '300000'),
         @('AppRestartDelay', '30000'),
-        @('AppEnvironmentExtra', 'PYTHONUNBUFFERED=1', 'XAF_HUB_CALLER=patrol-service',
+        @('AppEnvironmentExtra', 'PYTHONUNBUFFERED=1', "XAF_HUB_CALLER=$program-service",
           "XAF_HUB_CONFIG=$Config"),
         @('Start', 'SERVICE_AUTO_START')
     )
@@ -144,5 +157,6 @@ if ($Mode -eq 'Task') {
     }
     & $nssm start $Name
     Write-Host "installed service '$Name'; logs in $LogDir"
-    Write-Host "stop gracefully: xaf-hub patrol pause; nssm stop $Name"
+    $pause = if ($program -eq 'patrol') { 'xaf-hub patrol pause; ' } else { '' }
+    Write-Host "stop gracefully: ${pause}nssm stop $Name"
 }

@@ -186,15 +186,6 @@ class Watched:
 
     def screenshot(self, name: str) -> None:
         """Save the whole page, every row drawn, under test-artifacts/."""
-        # Rows off screen skip rendering (content-visibility), and so would miss from a
-        # full-page capture: grow the viewport to the page first, until its height settles.
-        width = self.page.viewport_size["width"]
-        for _ in range(4):
-            height = self.page.evaluate("document.documentElement.scrollHeight")
-            self.page.set_viewport_size({"width": width, "height": height})
-            self.page.evaluate("new Promise(r => requestAnimationFrame(() => setTimeout(r)))")
-            if self.page.evaluate("document.documentElement.scrollHeight") == height:
-                break
         ARTIFACTS.mkdir(exist_ok=True)
         self.page.screenshot(path=str(ARTIFACTS / name), full_page=True)
 
@@ -235,11 +226,21 @@ def test_cards_show_the_fleet_figures(small_page: Watched) -> None:
 
 
 def test_unreachable_server_explained_in_plain_words(small_page: Watched) -> None:
-    gamma = small_page.page.locator('section[data-server="gamma"]')
+    page = small_page.page
+    # Summarised at the top, with the reason, before any figure...
+    top = page.locator("#down-summary").inner_text()
+    assert "1 of 3 servers did not answer:" in top
+    assert "gamma: nothing is answering at the server's address" in top
+    summary, cards = page.locator("#down-summary"), page.locator(".cards")
+    assert summary.bounding_box()["y"] < cards.bounding_box()["y"]
+    # ...and in its own section, the technical detail one tap away.
+    gamma = page.locator('section[data-server="gamma"]')
     text = gamma.inner_text()
     assert "not answering" in text
     assert "nothing is answering at the server's address" in text
-    assert "connection refused" in text
+    assert "connection refused" not in text
+    gamma.locator("details.reason summary").click()
+    assert "connection refused" in gamma.inner_text()
 
 
 def test_hostile_values_render_as_text(small_page: Watched) -> None:

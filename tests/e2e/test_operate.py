@@ -75,6 +75,7 @@ def test_cleanup_skips_production_without_allow_prod(hub: Hub) -> None:
     assert len(report["instances"][0]["stale"]) == 1
 
 
+@pytest.mark.core
 def test_interrupt_stops_a_busy_session(hub: Hub) -> None:
     hub.llm.set_mode("slow-model", "slow", delay=60)
     sid = hub.session("local-a", "long task", "x")
@@ -96,8 +97,11 @@ def test_watch_prints_only_changes(hub: Hub) -> None:
     sid = hub.session("lan-c", "watched task", "w")
     code, out, _ = hub.cli("watch", "--once")
     assert code == 0 and "0 project session(s) running" in out
-    proc = hub.popen("watch", "--interval", "1", "--instance", "lan-c", "--max-polls", "12")
-    time.sleep(2.5)
+    proc = hub.popen(
+        "watch", "--poll", "--interval", "1", "--instance", "lan-c", "--max-polls", "12"
+    )
+    assert proc.stderr is not None
+    assert "watching" in proc.stderr.readline()  # its first view is taken: prompt now
     hub.prompt("lan-c", sid, "go", "fake/slow-model")
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err

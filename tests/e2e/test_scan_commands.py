@@ -60,6 +60,7 @@ def populate(hub: Hub) -> dict[str, str]:
     return ids
 
 
+@pytest.mark.core
 def test_sessions_counts_and_exports(hub: Hub, tmp_path: Path) -> None:
     hub.doc["project"]["fallback_segments"] = ["e2e-seg"]
     hub.write_config()

@@ -251,7 +251,7 @@ def _prompt_failure(fault: Callable[[httpx.Request], httpx.Response]) -> Unreach
         return health(req) or fault(req)
 
     with pytest.raises(UnreachableError) as err:
-        run(handler, lambda c: c.prompt_async("ses_1", "do it", None), retries=2)
+        run(handler, lambda c: c.prompt_async("ses_1", "do it", None, "/srv/demo"), retries=2)
     return err.value
 
 

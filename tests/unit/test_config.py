@@ -219,3 +219,27 @@ def test_example_config_is_valid() -> None:
     assert cfg.instances
     for inst in cfg.instances:
         assert inst.url.startswith(("http://127.0.0.1", "http://localhost"))
+
+
+def test_page_language_setting(tmp_path: Path) -> None:
+    from xaf_hub.config import parse_config
+
+    where = tmp_path / "config.json"
+    assert parse_config({}, path=where, env={}).page_language == "auto"
+    for value in ("auto", "en", "zh"):
+        cfg = parse_config({"page": {"language": value}}, path=where, env={})
+        assert cfg.page_language == value
+    with pytest.raises(ConfigError, match=r"page.language.*auto, en or zh"):
+        parse_config({"page": {"language": "fr"}}, path=where, env={})
+    with pytest.raises(ConfigError, match=r"page.colour.*unknown key"):
+        parse_config({"page": {"colour": "blue"}}, path=where, env={})
+
+
+def test_page_section_is_shared_with_notifications(tmp_path: Path) -> None:
+    from xaf_hub.config import parse_config
+
+    for tag, lang in (("zh", "zh"), ("zh-CN", "zh"), ("zh_TW", "zh"), ("en-US", "en")):
+        doc = {"page": {"language": tag, "url": "https://hub.example.internal/"}}
+        cfg = parse_config(doc, path=tmp_path / "config.json", env={})
+        assert cfg.page_language == lang
+        assert cfg.notify.language == lang  # notifications speak the page's language

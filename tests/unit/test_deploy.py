@@ -19,6 +19,9 @@ DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 UNIT = DEPLOY / "systemd" / "xaf-hub-patrol.service"
 PLIST = DEPLOY / "launchd" / "com.xafhub.patrol.plist"
 TASK = DEPLOY / "windows" / "xaf-hub-patrol.xml"
+SERVE_UNIT = DEPLOY / "systemd" / "xaf-hub-serve.service"
+SERVE_PLIST = DEPLOY / "launchd" / "com.xafhub.serve.plist"
+SERVE_TASK = DEPLOY / "windows" / "xaf-hub-serve.xml"
 INSTALL = DEPLOY / "windows" / "install.ps1"
 NS = {"t": "http://schemas.microsoft.com/windows/2004/02/mit/task"}
 PLACEHOLDER = re.compile(r"@@[A-Z_]+@@")
@@ -37,22 +40,22 @@ def unit_settings(text: str) -> dict[str, str]:
     return out
 
 
-def fill_unit(tmp_path: Path) -> Path:
+def fill_unit(tmp_path: Path, unit: Path = UNIT) -> Path:
     """The unit with every placeholder replaced by a real absolute path."""
     work = tmp_path / "work"
-    work.mkdir()
+    work.mkdir(exist_ok=True)
     values = {
         "@@XAF_HUB_BIN@@": sys.executable,  # verify checks that ExecStart is executable
         "@@XAF_HUB_CONFIG@@": str(work / "config.json"),
         "@@XAF_HUB_WORKDIR@@": str(work),
         "@@XAF_HUB_ENV_FILE@@": str(work / "patrol.env"),
     }
-    text = UNIT.read_text("utf-8")
-    assert placeholders(UNIT) == set(values)
+    text = unit.read_text("utf-8")
+    assert placeholders(unit) == set(values)
     for key, value in values.items():
         text = text.replace(key, value)
-    out = tmp_path / "units" / UNIT.name
-    out.parent.mkdir()
+    out = tmp_path / "units" / unit.name
+    out.parent.mkdir(exist_ok=True)
     out.write_text(text, "utf-8")
     return out
 
@@ -71,8 +74,9 @@ needs_systemd = pytest.mark.skipif(shutil.which("systemd-analyze") is None,
 
 
 @needs_systemd
-def test_systemd_unit_verifies_clean(tmp_path: Path) -> None:
-    unit = fill_unit(tmp_path)
+@pytest.mark.parametrize("source", [UNIT, SERVE_UNIT], ids=["patrol", "serve"])
+def test_systemd_unit_verifies_clean(tmp_path: Path, source: Path) -> None:
+    unit = fill_unit(tmp_path, source)
     result = verify(unit, tmp_path)
     if "Failed to initialize manager" in result.stderr:
         pytest.skip(f"no user manager possible here: {result.stderr.strip()}")
@@ -156,9 +160,55 @@ def test_install_script_fills_every_task_placeholder_and_its_anchors_exist() -> 
     assert "AppStopMethodConsole" in script and "AppExit 4 Exit" in script
 
 
+def test_serve_units_run_the_viewer_on_loopback_and_stop_quickly() -> None:
+    s = unit_settings(SERVE_UNIT.read_text("utf-8"))
+    assert s["ExecStart"] == "@@XAF_HUB_BIN@@ --config @@XAF_HUB_CONFIG@@ serve --port 7317"
+    assert "--public" not in s["ExecStart"] and "--host" not in s["ExecStart"]
+    assert s["KillSignal"] == "SIGTERM" and int(s["TimeoutStopSec"]) <= 60
+    assert s["Restart"] == "on-failure" and s["RestartPreventExitStatus"] == "4"
+    assert s["EnvironmentFile"] == "@@XAF_HUB_ENV_FILE@@"
+    assert s["WantedBy"] == "default.target"
+    # The patrol's unit and the viewer's differ only where they must.
+    patrol = unit_settings(UNIT.read_text("utf-8"))
+    same = ("Type", "WorkingDirectory", "EnvironmentFile", "KillMode", "Restart", "UMask",
+            "NoNewPrivileges", "StandardOutput", "StandardError")
+    assert {k: s[k] for k in same} == {k: patrol[k] for k in same}
+
+    with SERVE_PLIST.open("rb") as fh:
+        doc = plistlib.load(fh)
+    assert doc["Label"] == "com.xafhub.serve"
+    assert doc["ProgramArguments"] == ["@@XAF_HUB_BIN@@", "--config", "@@XAF_HUB_CONFIG@@",
+                                       "serve", "--port", "7317"]
+    assert doc["KeepAlive"] == {"SuccessfulExit": False} and doc["RunAtLoad"] is True
+    assert doc["StandardErrorPath"] == "@@XAF_HUB_LOG_DIR@@/serve.err.log"
+    assert not any("PASSWORD" in key or "PW" in key for key in doc["EnvironmentVariables"])
+
+    root = ET.parse(SERVE_TASK).getroot()
+    exe = root.find("t:Actions/t:Exec", NS)
+    assert exe is not None
+    assert exe.findtext("t:Command", namespaces=NS) == "@@XAF_HUB_PYTHONW@@"
+    assert exe.findtext("t:Arguments", namespaces=NS) == (
+        '-m xaf_hub --config "@@XAF_HUB_CONFIG@@" serve --port 7317')
+    settings = root.find("t:Settings", NS)
+    assert settings is not None
+    assert settings.findtext("t:MultipleInstancesPolicy", namespaces=NS) == "IgnoreNew"
+    assert placeholders(SERVE_TASK) == placeholders(TASK)
+    script = INSTALL.read_text("utf-8")
+    assert "[ValidateSet('Patrol', 'Serve')]" in script
+    assert '"xaf-hub-$program.xml"' in script and "'serve', '--port', '7317'" in script
+
+
+def test_serve_command_lines_parse() -> None:
+    args = build_parser(["serve"]).parse_args(
+        ["--config", "/x/config.json", "serve", "--port", "7317"]
+    )
+    assert args.command == "serve" and args.port == 7317 and args.host == "127.0.0.1"
+
+
 def test_every_placeholder_is_documented() -> None:
     readme = (DEPLOY / "README.md").read_text("utf-8")
-    for path in (UNIT, PLIST, TASK):
+    assert "xaf-hub-serve.service" in readme and "com.xafhub.serve.plist" in readme
+    for path in (UNIT, PLIST, TASK, SERVE_UNIT, SERVE_PLIST, SERVE_TASK):
         for name in placeholders(path):
             assert name in readme, f"{name} from {path.name} is not explained in deploy/README.md"
 

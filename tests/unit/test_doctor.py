@@ -326,6 +326,12 @@ def _server(password: str | None) -> httpx.MockTransport:
         if request.url.path == "/experimental/session":
             return httpx.Response(200, json=[{"id": "ses_1", "directory": "/srv/demo/app",
                                               "time": {"created": 1, "updated": 2}}])
+        if request.url.path == "/global/event":
+            hello = b'data: {"payload":{"type":"server.connected","properties":{}}}\n\n'
+            return httpx.Response(200, headers={"content-type": "text/event-stream"},
+                                  content=hello)
+        if request.url.path == "/session/status":
+            return httpx.Response(200, json={})
         return httpx.Response(404)
     return httpx.MockTransport(handler)
 

@@ -198,3 +198,16 @@ def test_no_match_and_new_skip_smart_matching() -> None:
     for req in (DispatchRequest(text="t", no_match=True), DispatchRequest(text="t", new=True)):
         plan = plan_dispatch(CFG, [view(A, s)], req, [(s, 0.99)])
         assert plan.action == "create" and not plan.candidates
+
+
+def test_run_state_unknown_counts_full_and_never_steers() -> None:
+    # Fail closed: the scan marked the project sessions running only as a guess.
+    guess = sess("lan-a", "ses_1", "补充单元测试", running=True)
+    unknown = InstanceView(A, True, "", (guess,), 0, "version 'local' is not a release number")
+    assert unknown.free == 0
+    req = DispatchRequest(text="补充单元测试 再来", session="ses_1")
+    plan = plan_dispatch(CFG, [unknown, view(B)], req)
+    assert (plan.action, plan.gated) == ("reuse", True)  # passes the gate, which refuses it
+    plan = plan_dispatch(CFG, [unknown, view(B)], DispatchRequest(text="x"), [(guess, 0.9)])
+    assert plan.action == "create" and plan.instance.name == "lan-b"
+    assert [c.verdict for c in plan.candidates] == ["instance full"]

@@ -21,7 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from markupsafe import escape
 
-from xaf_hub import report
+from xaf_hub import page_text, page_view, report
 from xaf_hub.errors import ExitCode, UsageError
 from xaf_hub.records import InstanceSummary, SessionRecord, Snapshot
 
@@ -34,7 +34,8 @@ NASTY_DIR = "/srv/demo/\"'><"
 URL_TITLE = "read https://example.com/a?b=1&c=2 and http://evil.test/x.js"
 # Every element the overview may contain; anything else would be injected markup.
 ALLOWED_TAGS = """html head meta link title style body header div h1 h2 p main section span ul li
-    svg rect details summary dl dt dd label input table thead tbody tr th td strong script i"""
+    svg rect details summary dl dt dd label input table thead tbody tr th td strong script i
+    time a"""
 CSV_TITLES = [
     "plain",
     "comma, separated, title",
@@ -129,6 +130,7 @@ class PageParser(HTMLParser):
         self.tags: list[tuple[str, dict[str, str]]] = []
         self.blocks: dict[str, list[str]] = {"style": [], "script": []}
         self.titles: list[str] = []
+        self.notes: list[str] = []
         self._open: str | None = None
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
@@ -137,6 +139,9 @@ class PageParser(HTMLParser):
         if tag in self.blocks:
             self._open = tag
             self.blocks[tag].append("")
+        elif attributes.get("class") == "badge-note":
+            self._open = "note"
+            self.notes.append("")
         elif attributes.get("class") == "session-title":
             self._open = "title"
             self.titles.append("")
@@ -147,6 +152,8 @@ class PageParser(HTMLParser):
     def handle_data(self, data: str) -> None:
         if self._open == "title":
             self.titles[-1] += data
+        elif self._open == "note":
+            self.notes[-1] += data
         elif self._open in self.blocks:
             self.blocks[self._open][-1] += data
 
@@ -361,8 +368,9 @@ def test_hostile_values_stay_text() -> None:
     assert XSS_TITLE in page.titles
     keys = [a["data-k"] for t, a in page.tags if t == "tr" and "data-k" in a]
     assert f"{XSS_TITLE}\n{NASTY_DIR}\nses_xss".lower() in keys
-    hovers = [a.get("title", "") for _, a in page.tags]
-    assert any("429 <b>slow down</b>" in h for h in hovers)
+    # The provider's message is shown under the badge, as text.
+    assert any(n.startswith("The AI provider said: 429 <b>slow down</b> Next try: in 10 minutes")
+               for n in page.notes)
     allowed = set(re.findall(r"\w+", ALLOWED_TAGS))
     assert {t for t, _ in page.tags} <= allowed
     assert len(page.blocks["script"]) == 1
@@ -419,8 +427,9 @@ def test_templates_are_strict_and_named_safely() -> None:
 
 
 def test_cards_and_sections_count_from_the_rows() -> None:
-    ctx = report.overview_context(fleet(), now_ms=NOW, title="demo")
-    assert ctx["cards"] == report.CardsView(healthy=2, servers=3, sessions=4, running=2, waiting=1)
+    ctx = page_view.overview_context(fleet(), now_ms=NOW, title="demo")
+    cards = page_view.CardsView(healthy=2, servers=3, sessions=4, running=2, waiting=1)
+    assert ctx["cards"] == cards
     assert [(s.name, s.reachable, len(s.rows)) for s in ctx["sections"]] == [
         ("alpha", True, 2),
         ("beta", True, 2),
@@ -465,15 +474,18 @@ def test_page_text_uses_plain_words() -> None:
 )
 def test_run_state_words(state: str, label: str, hover_has: str | None) -> None:
     s = session("s", run_state=state, retry_message="quota", retry_next=NOW + 5 * MIN)
-    (row,) = report.overview_context(
+    (row,) = page_view.overview_context(
         Snapshot(NOW, (InstanceSummary("alpha", "u", True),), (s,)), now_ms=NOW, title="t"
     )["sections"][0].rows
     assert row.state.label == label
     if hover_has is None:
-        assert row.state.hover == ""
+        assert row.state.note == ""
     else:
-        assert hover_has in row.state.hover
-        assert "in 5 minutes" in row.state.hover
+        assert hover_has in row.state.note
+        # The next try is a live time: the page shows it relative to the reader's clock.
+        assert row.state.note_ms == NOW + 5 * MIN
+        live = row.state.note.replace(page_text.WHEN, page_text.ago("en", row.state.note_ms, NOW))
+        assert "Next try: in 5 minutes" in live
 
 
 @pytest.mark.parametrize(
@@ -485,16 +497,16 @@ def test_run_state_words(state: str, label: str, hover_has: str | None) -> None:
         ("rate_limited", "rate-limited", "warn", "too many requests"),
         ("aborted", "stopped early", "muted", "stopped"),
         ("running", "still running", "info", ""),
-        ("unknown", "unknown", "muted", "could not be determined"),
-        ("", "unknown", "muted", "not checked"),
+        ("unknown", "never ran", "muted", ""),
+        ("", "not checked", "muted", "not checked"),
         ("something_new", "something_new", "muted", ""),
     ],
 )
 def test_outcome_words(outcome: str, label: str, css: str, hover_has: str) -> None:
-    badge = report.outcome_badge(outcome)
+    badge = page_view.outcome_badge(outcome)
     assert (badge.label, badge.css) == (label, css)
-    assert hover_has in badge.hover
-    assert bool(badge.hover) == bool(hover_has)
+    assert hover_has in badge.note
+    assert bool(badge.note) == bool(hover_has)
 
 
 @pytest.mark.parametrize(
@@ -578,3 +590,71 @@ def test_record_exports_equal_asdict_minus_project_in_field_order() -> None:
     assert list(rec.to_json().items()) == list(expected.items())
     summary = InstanceSummary("a", "http://127.0.0.1:1", False, reason="down", note="n")
     assert list(summary.to_json().items()) == list(asdict(summary).items())
+
+
+def test_servers_that_did_not_answer_are_summarised_first() -> None:
+    html = report.render_html(fleet(), now_ms=NOW, title="demo")
+    top = html.index('id="down-summary"')
+    assert top < html.index('id="card-healthy"')
+    summary = html[top : html.index("</div></div>", top)]
+    assert "1 of 3 servers did not answer:" in summary
+    assert "gamma: the server did not answer in time" in summary
+    assert 'id="fleet-down"' not in html
+    silent = Snapshot(NOW, (InstanceSummary("a", "u", False, reason="connection refused"),))
+    down = report.render_html(silent, now_ms=NOW, title="demo")
+    assert 'id="fleet-down"' in down and "empty, not zero work" in down
+
+
+def test_chinese_page_has_no_english_of_its_own() -> None:
+    html = report.render_html(fleet(), now_ms=NOW, title="demo", lang="zh")
+    assert '<html lang="zh-CN">' in html
+    for words in ("应答的服务器", "3 台服务器中有 1 台没有应答：", "gamma：服务器没有及时应答",
+                  "工作中", "等待重试（限流）", "3 天前", "5 分钟前", "显示 4 / 4", "生产环境"):
+        assert words in html, words
+    # The page's own English words do not appear (the data's do: titles, folders, the scan's
+    # notes, raw reasons).
+    body = re.sub(r"<(script|style)>.*?</\1>", "", html, flags=re.DOTALL)
+    for key in ("cards.healthy", "filter.label", "help.summary", "col.status", "state.retry"):
+        assert page_text.TEXT[key][0] not in body, key
+
+
+def test_saved_page_may_reach_nothing_served_page_only_its_origin() -> None:
+    saved = report.render_html(fleet(), now_ms=NOW)
+    served = report.render_html(fleet(), now_ms=NOW, live_seconds=10)
+    assert "connect-src" not in saved and 'data-live-seconds="0"' in saved
+    assert "connect-src 'self';" in served and 'data-live-seconds="10"' in served
+
+
+def test_only_a_page_too_long_to_capture_lets_rows_skip_rendering() -> None:
+    def page(n: int) -> str:
+        rows = tuple(session(f"s{i}", title=f"t{i}") for i in range(n))
+        snap = Snapshot(NOW, (InstanceSummary("alpha", "u", True),), rows)
+        return report.render_html(snap, now_ms=NOW)
+
+    assert '<div data-live="sections">' in page(page_view.MANY_ROWS)
+    assert '<div data-live="sections" class="many">' in page(page_view.MANY_ROWS + 1)
+
+
+@pytest.mark.parametrize(
+    ("fields", "phase", "state", "result"),
+    [
+        ({"run_state": "busy", "running": True, "outcome": "running"}, "working", "working",
+         "still running"),
+        ({"run_state": "retry", "running": True, "outcome": "rate_limited"}, "waiting",
+         "waiting to retry (rate limit)", "rate-limited"),
+        ({"outcome": "succeeded"}, "finished", "idle", "succeeded"),
+        ({"outcome": "failed:APIError"}, "ended_badly", "idle", "failed"),
+        ({"outcome": "aborted"}, "ended_badly", "idle", "stopped early"),
+        # Idle, but its last run never completed: the server stopped mid-run.
+        ({"outcome": "running"}, "ended_badly", "idle", "interrupted"),
+        ({"outcome": "unknown"}, "not_started", "idle", "never ran"),
+        ({"outcome": ""}, "unchecked", "idle", "not checked"),
+    ],
+)
+def test_one_vocabulary_for_phase_and_badges(
+    fields: dict[str, Any], phase: str, state: str, result: str
+) -> None:
+    s = session("s", **fields)
+    assert page_view.session_phase(s) == phase
+    badges = page_view.session_badges(s, "en", NOW)
+    assert (badges[0].label, badges[1].label) == (state, result)

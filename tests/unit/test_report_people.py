@@ -72,8 +72,12 @@ def test_autopilot_panel_names_what_is_left_for_a_person(cfg: Config) -> None:
     }
     (folder / "report-latest.json").write_text(json.dumps(report), "utf-8")
     Backlog(cfg.backlog_path).add(Task(id="T2", title="keyed task", parked=PARKED), now=NOW)
-    view = overview.build(cfg, int(NOW.timestamp() * 1000))
-    assert f"Left for a person: build the export: {WHO}" in view.details
-    assert f"Left for a person: keyed task: parked: {PARKED}" in view.details
-    assert (1, "stuck after too many failed tries (a person must look)") in view.queue
-    assert (0, "waiting to start") in view.queue
+    now_ms = int(NOW.timestamp() * 1000)
+    view = overview.build(cfg, now_ms)
+    said = overview.plain(view, "en", now_ms)
+    assert f"Left for a person: build the export: {WHO}" in said
+    assert f"Left for a person: keyed task: parked: {PARKED}" in said
+    assert (1, "stuck after too many failed tries (a person must look)", "stuck") in view.queue
+    assert (0, "waiting to start", "waiting") in view.queue
+    zh = overview.plain(overview.build(cfg, now_ms, "zh"), "zh", now_ms)
+    assert f"留给人处理：keyed task：已搁置：{PARKED}" in zh

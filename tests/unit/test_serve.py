@@ -18,6 +18,7 @@ from xaf_hub.commands.serve import (
     printable,
 )
 from xaf_hub.errors import UsageError
+from xaf_hub.page_text import Lang, Line
 from xaf_hub.records import InstanceSummary, SessionRecord, Snapshot
 
 PASSWORD = "correct horse battery"
@@ -218,18 +219,76 @@ def test_page_carries_the_autopilot_panel_built_once_per_scan() -> None:
 
     clock = Clock()
     cache = SnapshotCache(_snap, 5.0, clock)
-    asked: list[int] = []
+    asked: list[tuple[int, str]] = []
 
-    def panel(now_ms: int) -> AutopilotView:
-        asked.append(now_ms)
-        return AutopilotView(state="paused", headline="Paused <by> li.")
+    def panel(now_ms: int, lang: Lang, snap: Snapshot) -> AutopilotView:
+        asked.append((now_ms, lang))
+        return AutopilotView(state="paused", headline=Line(f"Paused <by> li ({lang})."))
 
     viewer = Viewer(cache, title="T", password=None, clock=clock, autopilot=panel)
     h = _headers(host="localhost")
     first = viewer.respond("GET", "/", h.get).body.decode("utf-8")
-    assert 'id="autopilot"' in first and "Paused &lt;by&gt; li." in first
+    assert 'id="autopilot"' in first and "Paused &lt;by&gt; li (en)." in first
     assert viewer.respond("GET", "/", h.get).body.decode("utf-8") == first  # cached scan
-    assert asked == [_snap().generated_at]
+    assert asked == [(_snap().generated_at, "en")]
+    # Each language is rendered once per scan too.
+    zh = _headers(host="localhost", accept_language="zh-CN,zh;q=0.9")
+    assert "Paused &lt;by&gt; li (zh)." in viewer.respond("GET", "/", zh.get).body.decode()
+    viewer.respond("GET", "/", zh.get)
+    assert asked == [(_snap().generated_at, "en"), (_snap().generated_at, "zh")]
+
+
+@pytest.mark.parametrize(
+    ("setting", "accept", "query", "lang"),
+    [
+        ("auto", "zh-CN,zh;q=0.9,en;q=0.8", "", "zh"),
+        ("auto", "en-US,en;q=0.9", "", "en"),
+        ("auto", "fr-FR,zh-TW;q=0.5,en;q=0.4", "", "zh"),
+        ("auto", "fr-FR", "", "en"),
+        ("auto", "", "", "en"),
+        ("en", "zh-CN", "", "en"),
+        ("zh", "en-US", "", "zh"),
+        ("auto", "zh-CN", "lang=en", "en"),
+        ("en", "en-US", "lang=zh", "zh"),
+        ("auto", "en-US", "lang=xx", "en"),
+    ],
+)
+def test_page_language(setting: str, accept: str, query: str, lang: str) -> None:
+    clock = Clock()
+    viewer = Viewer(SnapshotCache(_snap, 5.0, clock), title="T", password=None, clock=clock,
+                    language=setting)
+    h = _headers(host="localhost", accept_language=accept)
+    page = viewer.respond("GET", "/?" + query, h.get)
+    html = page.body.decode("utf-8")
+    want = "zh-CN" if lang == "zh" else "en"
+    assert f'<html lang="{want}">' in html
+    assert dict(page.all_headers())["Content-Language"] == want
+    assert ("查找" in html) == (lang == "zh")
+    assert ('data-live-seconds="10"' in html)  # a served page refreshes itself
+    # and may fetch from its own origin, nothing else
+    assert "connect-src 'self'" in html
+
+
+def test_links_only_for_instances_with_the_web_app_and_never_loopback_for_others() -> None:
+    from xaf_hub.web_ui import WebUI
+
+    clock = Clock()
+    seen: list[list[str]] = []
+
+    def links(names: list[str]) -> dict[str, WebUI]:
+        seen.append(names)
+        return {"a": WebUI("http://127.0.0.1:4096", loopback=True)}
+
+    local = Viewer(SnapshotCache(_snap, 5.0, clock), title="T", password=None, clock=clock,
+                   links=links)
+    html = local.respond("GET", "/", _headers(host="127.0.0.1:7317").get).body.decode()
+    assert 'href="http://127.0.0.1:4096/' in html and "/session/" in html
+    assert seen == [["a"]]
+    public = Viewer(SnapshotCache(_snap, 5.0, clock), title="T", password=PASSWORD,
+                    clock=clock, links=links)
+    auth = _headers(host="hub.lan:7317", authorization=_basic("v", PASSWORD))
+    html = public.respond("GET", "/", auth.get).body.decode()
+    assert "/session/" not in html  # 127.0.0.1 would be the reader's own computer
 
 
 def test_health_is_503_when_nothing_answers() -> None:

@@ -2,10 +2,11 @@
 
 Checks, in order: the config file (which one, valid or not, which config.local.json lent
 credentials), each instance (reachable, auth accepted, API dialect and opencode version, where
-its password came from, roots and default_directory), the state and lock folders (writable),
-the blackout clock (zone, next reset, active blackouts), the patrol's pause flag and the
-last heartbeat of its daemon, and each chat webhook (its environment variables, its last
-delivery; with --online, whether its host resolves: nothing is sent).
+its password came from, roots and default_directory, which event stream live views follow),
+the state and lock folders (writable), the blackout clock (zone, next reset, active
+blackouts), the patrol's pause flag and the last heartbeat of its daemon, and each chat
+webhook (its environment variables, its last delivery; with --online, whether its host
+resolves: nothing is sent).
 
 Exit status: 0 when nothing is wrong (warnings alone still exit 0), else the code of the worst
 problem: 4 for a config problem (or an unwritable state folder), 2 for an instance that is
@@ -77,20 +78,23 @@ async def probe_instance(
     cfg: Config, inst: InstanceConfig, transport_factory: TransportFactory | None = None
 ) -> Probe:
     """Detect dialect and version, then list every session's folder."""
-    from xaf_hub.scan import make_client
+    from xaf_hub.scan import make_client, read_run_state
 
     transport = transport_factory(inst) if transport_factory else None
     async with make_client(cfg, inst, transport) as client:
         try:
             await client.detect()
             sessions = await client.list_sessions()
+            # One directory is enough to see whether this release's run state can be read.
+            folders = sorted({s.directory for s in sessions if s.directory})[:1]
+            _, unknown = await read_run_state(client, folders)
         except UnreachableError as exc:
             return Probe(inst.name, False, exc.reason, client.dialect or "", client.version)
         except HubError as exc:
             return Probe(inst.name, False, str(exc).removeprefix(f"{inst.name}: "),
                          client.dialect or "", client.version)
         return Probe(inst.name, True, "", client.dialect or "", client.version,
-                     tuple(s.directory for s in sessions))
+                     tuple(s.directory for s in sessions), unknown)
 
 
 async def probe_all(cfg: Config, transport_factory: TransportFactory | None = None) -> list[Probe]:
@@ -223,6 +227,10 @@ def collect(ctx: Context, now: datetime) -> tuple[Path | None, list[Finding], tu
         findings.extend(instance_findings(inst, probe))
         findings.extend(layout_findings(inst))
         findings.extend(root_usage_findings(inst, probe))
+    from xaf_hub.ops.follow import stream_findings
+
+    live = [i for i, p in zip(cfg.instances, probes, strict=True) if p.reachable]
+    findings.extend(aio.run(stream_findings(cfg, live, ctx.transport_factory)))
     folders = [("state folder", cfg.state_dir)]
     if cfg.lock_dir != cfg.state_dir:
         folders.append(("lock folder", cfg.lock_dir))

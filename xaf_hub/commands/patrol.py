@@ -9,7 +9,8 @@ free slots through the gate). The report goes to <state dir>/patrol/report-lates
 
 `patrol --once` runs one cycle (for cron); `patrol` runs cycles on a timer
 (patrol.interval_minutes, first run at patrol.minute_offset) until SIGTERM or Ctrl+C, which
-finish the running step and exit. `patrol pause|resume|status` are durable.
+finish the running step and exit; between rounds it follows the servers' events and heals,
+resumes or fills at once (--no-live: rounds only). `patrol pause|resume|status` are durable.
 """
 
 from __future__ import annotations
@@ -59,6 +60,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-check", action="store_true", help="skip check_agents")
     p.add_argument("--no-design", action="store_true", help="skip sync_design_tasks")
     p.add_argument("--no-fill", action="store_true", help="skip fill_slots")
+    p.add_argument("--no-live", action="store_true",
+                   help="daemon: run rounds only, do not react to the servers' events")
     # Tests and demos run the loop in seconds; operators use patrol.interval_minutes.
     p.add_argument("--interval-seconds", type=float, default=None, help=argparse.SUPPRESS)
 
@@ -122,7 +125,7 @@ def run(ctx: Context) -> int:
         ctx.out(line)
         ctx.stdout.flush()
 
-    return run_daemon(pctx, skip, interval, aligned=aligned, out=out)
+    return run_daemon(pctx, skip, interval, aligned=aligned, out=out, live=not args.no_live)
 
 
 def _who(ctx: Context) -> str:

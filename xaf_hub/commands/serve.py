@@ -1,9 +1,13 @@
 """Serve the overview page over HTTP, rescanning the fleet at most every few seconds.
 
 Read-only: the server lists sessions and nothing else; it never dispatches, deletes or
-interrupts. Routes: `/` (the same page as `sessions --html`), `/api/snapshot` (the same JSON
-as `sessions --json`) and `/health`. However many people refresh, the fleet is scanned at
-most once per --cache-seconds, and requests that arrive during a scan share it.
+interrupts. Routes: `/` (the same page as `sessions --html`, in the browser's language, and
+fetching itself again every few seconds), `/api/snapshot` (the same JSON as
+`sessions --json`), `/api/events` (server-sent change notices) and `/health`. However many
+people refresh, the fleet is scanned at most once per --cache-seconds, and requests that
+arrive during a scan share it. One follower of the servers' event streams serves every open
+page: a change marks the cached scan stale and notifies the pages, which can fetch
+`/api/snapshot` again at once.
 
 It listens on loopback only, unless --public is given AND a viewer password is set in the
 environment variable XAF_HUB_VIEWER_PASSWORD; then every request must log in (any user name,
@@ -14,12 +18,9 @@ network, or put a TLS reverse proxy in front.
 from __future__ import annotations
 
 import argparse
-import base64
-import hashlib
-import hmac
 import http.server
-import ipaddress
 import json
+import math
 import signal
 import socket
 import socketserver
@@ -28,34 +29,46 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from types import FrameType
-from typing import Any, TextIO, cast
-from urllib.parse import urlsplit
+from typing import TYPE_CHECKING, Any, TextIO, cast
+from urllib.parse import parse_qs, urlsplit
 
 from xaf_hub.commands._common import scan
 from xaf_hub.context import Context
 from xaf_hub.errors import UsageError
 from xaf_hub.output import dumps
+from xaf_hub.page_text import LANGS, Lang, pick_language
 from xaf_hub.records import Snapshot
+from xaf_hub.serve_checks import MIN_PASSWORD_LENGTH as MIN_PASSWORD_LENGTH
+from xaf_hub.serve_checks import VIEWER_PASSWORD_ENV as VIEWER_PASSWORD_ENV
+from xaf_hub.serve_checks import basic_auth_ok as basic_auth_ok
+from xaf_hub.serve_checks import check_exposure as check_exposure
+from xaf_hub.serve_checks import host_header_name as host_header_name
+from xaf_hub.serve_checks import is_loopback as is_loopback
+from xaf_hub.serve_checks import printable as printable
 from xaf_hub.serve_limits import ANSWER_SECONDS, REQUEST_SECONDS, ConnectionGuard
+
+if TYPE_CHECKING:  # the follower pulls in httpx; --help must stay light
+    from xaf_hub.ops.notices import ChangeFeed
 
 EXAMPLES = """\
 examples:
   xaf-hub serve                                  # http://127.0.0.1:7317/ on this machine only
   xaf-hub serve --port 0                         # any free port; the URL is printed
   XAF_HUB_VIEWER_PASSWORD='long shared secret' xaf-hub serve --public --host 0.0.0.0
-routes: /  (the page)   /api/snapshot  (same JSON as `sessions --json`)   /health
+routes: /  (the page)   /api/snapshot  (same JSON as `sessions --json`)   /api/events  (change
+notices, server-sent events)   /health
 Ctrl+C stops it.
 """
 
-VIEWER_PASSWORD_ENV = "XAF_HUB_VIEWER_PASSWORD"
-MIN_PASSWORD_LENGTH = 12
 REALM = "xaf-hub overview"
 
 _HTML = "text/html; charset=utf-8"
 _JSON = "application/json; charset=utf-8"
 _TEXT = "text/plain; charset=utf-8"
 _PAGE_ROUTES = ("/", "/index.html")
-_ROUTES = (*_PAGE_ROUTES, "/api/snapshot", "/health")
+_EVENTS = "text/event-stream; charset=utf-8"
+_EVENTS_ROUTE = "/api/events"
+_ROUTES = (*_PAGE_ROUTES, "/api/snapshot", _EVENTS_ROUTE, "/health")
 
 # Sent with every response. The page carries its own no-network CSP in a <meta>; the header
 # adds what a <meta> cannot say (no framing) and locks down every non-HTML answer entirely.
@@ -66,6 +79,8 @@ _COMMON_HEADERS: tuple[tuple[str, str], ...] = (
     ("X-Frame-Options", "DENY"),
 )
 _DRAIN_SECONDS = 2.0
+# How often the served page fetches itself again (the scan cache decides what is new).
+REFRESH_SECONDS = 10
 _PAGE_CSP = "frame-ancestors 'none'"
 _OTHER_CSP = "default-src 'none'; frame-ancestors 'none'"
 
@@ -78,78 +93,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="reuse a scan for S seconds before scanning again (default 5)")
     p.add_argument("--public", action="store_true",
                    help=f"allow a non-loopback --host; requires ${VIEWER_PASSWORD_ENV}")
-
-
-# --------------------------------------------------------------------------- pure checks
-
-
-def is_loopback(host: str) -> bool:
-    """Return whether ``host`` names this machine only (127.0.0.0/8, ::1, localhost)."""
-    name = host.strip().lower()
-    if name.startswith("[") and name.endswith("]"):
-        name = name[1:-1]
-    if name == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(name).is_loopback
-    except ValueError:
-        return False  # any other host name could resolve anywhere
-
-
-def host_header_name(header: str) -> str:
-    """Return the host part of an HTTP Host header ("[::1]:80" -> "::1", "a:80" -> "a")."""
-    value = header.strip()
-    if value.startswith("["):
-        end = value.find("]")
-        return value[1:end] if end > 0 else value
-    return value.rsplit(":", 1)[0] if value.count(":") == 1 else value
-
-
-def check_exposure(host: str, public: bool, password: str | None) -> None:
-    """Refuse a listening address the options do not allow (UsageError)."""
-    if public:
-        if not password:
-            raise UsageError(
-                f"--public needs a viewer password: set {VIEWER_PASSWORD_ENV} (colleagues "
-                "log in with any user name and that password)"
-            )
-        if len(password) < MIN_PASSWORD_LENGTH:
-            raise UsageError(
-                f"{VIEWER_PASSWORD_ENV} is too short: use at least {MIN_PASSWORD_LENGTH} characters"
-            )
-    elif not is_loopback(host):
-        raise UsageError(
-            f"refusing to listen on {host}: without --public only a loopback address "
-            f"(127.0.0.1, ::1, localhost) is allowed; to let colleagues in, set "
-            f"{VIEWER_PASSWORD_ENV} and add --public"
-        )
-
-
-def basic_auth_ok(header: str | None, password: str) -> bool:
-    """Return whether an Authorization header carries ``password`` (any user name)."""
-    if not header:
-        return False
-    scheme, _, token = header.strip().partition(" ")
-    if scheme.lower() != "basic":
-        return False
-    try:
-        decoded = base64.b64decode(token.strip(), validate=True).decode("utf-8")
-    except (ValueError, UnicodeDecodeError):  # binascii.Error is a ValueError
-        return False
-    _, sep, given = decoded.partition(":")
-    if not sep:
-        return False
-    # Digests first so the comparison takes the same time whatever the lengths.
-    return hmac.compare_digest(
-        hashlib.sha256(given.encode("utf-8")).digest(),
-        hashlib.sha256(password.encode("utf-8")).digest(),
-    )
-
-
-def printable(text: str, limit: int = 200) -> str:
-    """Return ``text`` safe for one log line: control characters as "?", at most ``limit``."""
-    clean = "".join(c if c.isprintable() else "?" for c in text[:limit])
-    return clean + ("..." if len(text) > limit else "")
 
 
 # --------------------------------------------------------------------------- the cache
@@ -197,7 +140,12 @@ class SnapshotCache:
         self._wait = wait
         self._lock = threading.Lock()
         self._latest: Scanned | None = None
+        self._stale = False
         self.scans = 0
+
+    def invalidate(self, *_: object) -> None:
+        """The fleet changed: the next request scans again (once, for everyone waiting)."""
+        self._stale = True
 
     def get(self, arrived: float) -> tuple[Scanned, bool]:
         """Return a usable scan for a request that arrived at ``arrived``; True if it scanned.
@@ -212,9 +160,11 @@ class SnapshotCache:
         try:
             latest = self._latest
             if latest is not None and (
-                latest.started >= arrived or self._clock() - latest.finished < self._max_age
+                latest.started >= arrived
+                or (not self._stale and self._clock() - latest.finished < self._max_age)
             ):
                 return latest, False
+            self._stale = False
             started = self._clock()
             snap = self._scan()
             self._latest = Scanned(snap, started, self._clock())
@@ -240,9 +190,10 @@ class Response:
     def all_headers(self) -> list[tuple[str, str]]:
         """Every header line to send, in order."""
         csp = _PAGE_CSP if self.content_type == _HTML else _OTHER_CSP
+        length = [] if self.content_type == _EVENTS else [("Content-Length", str(len(self.body)))]
         return [
             ("Content-Type", self.content_type),
-            ("Content-Length", str(len(self.body))),
+            *length,
             *_COMMON_HEADERS,
             ("Content-Security-Policy", csp),
             *self.headers,
@@ -274,12 +225,20 @@ class Viewer:
         password: str | None,
         clock: Callable[[], float] = time.monotonic,
         now_ms: Callable[[], int] = lambda: int(time.time() * 1000),
-        autopilot: Callable[[int], Any] | None = None,
+        autopilot: Callable[[int, Lang, Snapshot], Any] | None = None,
+        language: str = "auto",
+        links: Callable[[list[str]], Any] | None = None,
+        tasks: Callable[[], dict[str, str]] | None = None,
+        refresh_seconds: int = REFRESH_SECONDS,
         redact: Callable[[str], str] = str,
     ) -> None:
         self._cache = cache
         self._redact = redact
         self._autopilot = autopilot
+        self._language = language
+        self._links = links
+        self._tasks = tasks
+        self._refresh = refresh_seconds
         self._title = title
         self._password = password
         self._clock = clock
@@ -301,9 +260,12 @@ class Viewer:
                          note="no or wrong credentials")
         if method not in ("GET", "HEAD"):
             return _text(405, "read-only: only GET and HEAD", ("Allow", "GET, HEAD"))
-        path = urlsplit(target).path
+        parts = urlsplit(target)
+        path = parts.path
         if path not in _ROUTES:
             return _text(404, "not found; try / or /api/snapshot or /health")
+        if path == _EVENTS_ROUTE:
+            return Response(200, _EVENTS, b"", note="change notices")
         try:
             scanned, fresh = self._cache.get(arrived)
         except ScanPending:
@@ -319,21 +281,52 @@ class Viewer:
             else f"cached {self._clock() - scanned.finished:.1f}s"
         )
         if path in _PAGE_ROUTES:
-            return Response(200, _HTML, scanned.body("page", self._page), note=note)
+            asked = parse_qs(parts.query).get("lang", [""])[0]
+            lang = pick_language(
+                asked if asked in LANGS else self._language, header("Accept-Language")
+            )
+            # Links to a loopback instance only work for a reader on this very machine.
+            host = header("Host") or ""
+            local = self._password is None or is_loopback(host_header_name(host))
+            body = scanned.body(
+                f"page:{lang}:{int(local)}", lambda snap: self._page(snap, lang, local)
+            )
+            return Response(
+                200,
+                _HTML,
+                body,
+                (("Content-Language", "zh-CN" if lang == "zh" else "en"),
+                 ("Vary", "Accept-Language")),
+                note=note,
+            )
         if path == "/api/snapshot":
             return Response(200, _JSON, scanned.body("json", self._json), note=note)
         doc = health_document(scanned.snapshot)
         body = (json.dumps(doc) + "\n").encode("utf-8")
         return Response(200 if doc["ok"] else 503, _JSON, body, note=note)
 
-    def _page(self, snap: Snapshot) -> bytes:
+    def _page(self, snap: Snapshot, lang: Lang = "en", local: bool = True) -> bytes:
         from xaf_hub import report
 
-        # Ages are relative to the scan: the page says what the scan saw, when it saw it.
+        # Ages are relative to the scan: the page says what the scan saw, when it saw it
+        # (the page's script then keeps them current).
         now = snap.generated_at or self._now_ms()
-        panel = self._autopilot(now) if self._autopilot is not None else None
-        page = report.render_html(snap, now_ms=now, title=self._title, autopilot=panel)
-        return self._redact(page).encode("utf-8")
+        panel = self._autopilot(now, lang, snap) if self._autopilot is not None else None
+        links: dict[str, Any] = {}
+        if self._links is not None:
+            found = self._links([i.name for i in snap.instances if i.reachable])
+            links = {n: ui for n, ui in found.items() if local or not ui.loopback}
+        html = report.render_html(
+            snap,
+            now_ms=now,
+            title=self._title,
+            autopilot=panel,
+            lang=lang,
+            live_seconds=self._refresh,
+            links=links,
+            tasks=self._tasks() if self._tasks is not None else None,
+        )
+        return self._redact(html).encode("utf-8")
 
     def _json(self, snap: Snapshot) -> bytes:
         from xaf_hub import report
@@ -363,6 +356,7 @@ class _Server(http.server.ThreadingHTTPServer):
     daemon_threads = True
     block_on_close = False  # a scan in flight must not hold up Ctrl+C
     request_queue_size = 64
+    feed: ChangeFeed | None = None  # change notices for /api/events (ops.notices)
 
     def __init__(
         self,
@@ -442,12 +436,22 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         except Exception as exc:  # noqa: BLE001 - one bad scan must not stop the viewer
             response = _text(500, "internal error while scanning the fleet",
                               note=f"error: {type(exc).__name__}")
+        feed = server.feed
+        if response.content_type == _EVENTS and feed is None:
+            response = _text(404, "change notices are off")
         try:
             self.send_response(response.status)
             for name, value in response.all_headers():
                 self.send_header(name, value)
             self.end_headers()
-            if self.command != "HEAD":
+            if self.command != "HEAD" and response.content_type == _EVENTS and feed is not None:
+                self.close_connection = True
+                # A change-notice stream lives as long as its page: no answer deadline. It
+                # still counts against the connection cap, and a viewer that stops reading
+                # is dropped by the socket's write timeout within a keep-alive or two.
+                server.guard.extend(self.connection, math.inf)
+                response = replace(response, note=feed.stream(self.wfile))
+            elif self.command != "HEAD":
                 self.wfile.write(response.body)
         except (BrokenPipeError, ConnectionResetError):
             response = replace(response, note="client went away")
@@ -483,6 +487,15 @@ def _url(host: str, port: int) -> str:
     return f"http://{shown}:{port}/"
 
 
+def _start_feed(ctx: Context, cache: SnapshotCache) -> ChangeFeed:
+    from xaf_hub.ops.notices import ChangeFeed
+
+    feed = ChangeFeed(ctx.config, transport_factory=ctx.transport_factory)
+    feed.on_change.append(cache.invalidate)
+    feed.start()
+    return feed
+
+
 def run(ctx: Context) -> int:
     """Serve until Ctrl+C or SIGTERM."""
     args = ctx.args
@@ -499,18 +512,25 @@ def run(ctx: Context) -> int:
         lambda: scan(ctx, instances, outcomes=True)[0], args.cache_seconds, wait=cfg.scan_timeout
     )
     from xaf_hub.ops import autopilot as overview
+    from xaf_hub.web_ui import Finder
 
     viewer = Viewer(
         cache,
         title=cfg.project_name,
         password=password if args.public else None,
-        autopilot=lambda now: overview.build(cfg, now),
+        autopilot=lambda now, lang, snap: overview.build(
+            cfg, now, lang, {(s.instance, s.id): s for s in snap.sessions}
+        ),
+        language=cfg.page_language,
+        links=Finder(cfg, ctx.transport_factory),
+        tasks=lambda: overview.task_ids_by_session(cfg),
         redact=ctx.redact,
     )
     log = _RequestLog(ctx.stderr, ctx.redact)
     try:
         server = _Server((args.host, args.port), viewer, log)
         server.answer_seconds = cfg.scan_timeout + ANSWER_SECONDS
+        server.feed = _start_feed(ctx, cache)
     except OSError as exc:
         reason = exc.strerror or str(exc)
         raise UsageError(f"cannot listen on {args.host}:{args.port}: {reason}") from exc
@@ -535,6 +555,8 @@ def run(ctx: Context) -> int:
         if restore is not None:
             signal.signal(signal.SIGTERM, restore)
         server.server_close()
+        if server.feed is not None:
+            server.feed.close()  # ends every open /api/events stream
     # Let answers already on their way finish (and log); a scan in flight is not waited for.
     if not server.wait_idle(_DRAIN_SECONDS):
         ctx.info("stopped with requests still in flight")

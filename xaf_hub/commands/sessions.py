@@ -26,6 +26,7 @@ examples:
   xaf-hub sessions --json > sessions.json
   xaf-hub sessions --out out/sessions.csv      # UTF-8 with BOM, opens in Excel
   xaf-hub sessions --html overview.html        # one self-contained page for colleagues
+  xaf-hub sessions --html 概览.html --lang zh    # the page in Chinese (default: page.language)
 --limit only shortens the screen listing; --json, --out and --html always hold everything.
 """
 
@@ -39,6 +40,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-n", "--limit", type=int, metavar="N", help="show at most N rows on screen")
     p.add_argument("--out", metavar="FILE", help="export everything to FILE (.json or .csv)")
     p.add_argument("--html", metavar="FILE", help="write the HTML overview page to FILE")
+    p.add_argument(
+        "--lang",
+        choices=("en", "zh"),
+        help="language of the --html page (default: config page.language; English for auto)",
+    )
     p.add_argument(
         "--outcomes",
         action="store_true",
@@ -54,6 +60,35 @@ def filter_keyword(snap: Snapshot, keyword: str | None) -> Snapshot:
     k = keyword.lower()
     kept = tuple(s for s in snap.sessions if not s.project or k in s.title.lower())
     return Snapshot(snap.generated_at, snap.instances, kept, snap.warnings)
+
+
+def write_page(ctx: Context, snap: Snapshot, path: Path, lang: str | None) -> None:
+    """Write the overview page: Autopilot panel, task chips and links to each session."""
+    from xaf_hub import aio, report
+    from xaf_hub.ops import autopilot as overview
+    from xaf_hub.page_text import pick_language
+    from xaf_hub.web_ui import probe_all
+
+    cfg = ctx.config
+    # Nobody's browser to ask: "auto" is English unless --lang says otherwise.
+    chosen = pick_language(lang or cfg.page_language, None)
+    now = int(time.time() * 1000)
+    reachable = {i.name for i in snap.instances if i.reachable}
+    links = aio.run(
+        probe_all([i for i in cfg.instances if i.name in reachable], ctx.transport_factory)
+    )
+    sessions = {(s.instance, s.id): s for s in snap.sessions}
+    report.write_html(
+        snap,
+        path,
+        now_ms=now,
+        title=cfg.project_name,
+        autopilot=overview.build(cfg, now, chosen, sessions),
+        lang=chosen,
+        links=links,
+        tasks=overview.task_ids_by_session(cfg),
+        redact=ctx.redact,
+    )
 
 
 def run(ctx: Context) -> int:
@@ -79,17 +114,7 @@ def run(ctx: Context) -> int:
             report.export(snap, Path(args.out), redact=ctx.redact)
             ctx.info(f"wrote {args.out}")
         if args.html:
-            from xaf_hub.ops import autopilot as overview
-
-            now = int(time.time() * 1000)
-            report.write_html(
-                snap,
-                Path(args.html),
-                now_ms=now,
-                title=ctx.config.project_name,
-                autopilot=overview.build(ctx.config, now),
-                redact=ctx.redact,
-            )
+            write_page(ctx, snap, Path(args.html), args.lang)
             ctx.info(f"wrote {args.html}")
         if ctx.json:
             ctx.out(dumps(report.snapshot_document(snap)))

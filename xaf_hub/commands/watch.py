@@ -1,15 +1,23 @@
-"""Print only what changes: new sessions, runs starting or stopping (with outcome), sessions gone.
+"""Print only what changes: new sessions, runs starting or stopping (with outcome), sessions
+gone, instances down and up.
 
-Polls the fleet every --interval seconds (a poll costs one listing and one status call per
-directory per instance). --once prints the current running state and exits. Ctrl+C exits 0.
+Follows each instance's event stream: a change shows as soon as the server reports it, and
+nothing is polled on an interval; after every (re)connect the instance is rescanned once so
+nothing that happened meanwhile is missed. --poll rescans the fleet every --interval
+seconds instead (one listing and one status call per directory per
+instance). With --json each change is one line of JSON. --once prints the current running
+state and exits. Ctrl+C exits 0.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import json
 import time
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from xaf_hub import aio
 from xaf_hub.commands._common import add_json, chosen_instances, scan, scan_exit
@@ -17,10 +25,15 @@ from xaf_hub.context import Context
 from xaf_hub.output import dumps, shorten
 from xaf_hub.records import SessionRecord, Snapshot
 
+if TYPE_CHECKING:  # the follower pulls in httpx; --help must stay light
+    from xaf_hub.config import InstanceConfig
+    from xaf_hub.ops.events import FleetEvent
+
 EXAMPLES = """\
 examples:
-  xaf-hub watch                  # every 10 s
-  xaf-hub watch --interval 5 --instance lan-189 --verbose
+  xaf-hub watch                  # follow the servers' event streams
+  xaf-hub watch --instance lan-189 --json
+  xaf-hub watch --poll --interval 5   # rescan every 5 s instead of following events
   xaf-hub watch --once           # current running sessions, then exit
 """
 
@@ -28,36 +41,27 @@ examples:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Options of `watch`."""
     add_json(p)
+    p.add_argument("--poll", action="store_true",
+                   help="rescan every --interval seconds instead of following event streams")
     p.add_argument(
-        "--interval", type=float, default=10.0, metavar="S", help="seconds between polls"
+        "--interval", type=float, default=10.0, metavar="S",
+        help="seconds between polls (with --poll, or for servers without an event stream)",
     )
     p.add_argument("--once", action="store_true", help="print the current state and exit")
     p.add_argument("-i", "--instance", metavar="NAME", help="only this instance")
-    p.add_argument("--verbose", action="store_true", help="also print a line for every poll")
+    p.add_argument("--verbose", action="store_true",
+                   help="also say how each instance is followed (or a line for every poll)")
+    # Tests stop the loop after a while: N polls, or N x --interval seconds of following.
     p.add_argument("--max-polls", type=int, default=0, help=argparse.SUPPRESS)
 
 
 def diff(
     before: dict[str, SessionRecord], after: dict[str, SessionRecord]
 ) -> list[tuple[str, SessionRecord]]:
-    """Changes between two polls: new, started, stopped, gone (pure)."""
-    events: list[tuple[str, SessionRecord]] = []
-    for key, s in after.items():
-        old = before.get(key)
-        if old is None:
-            events.append(("new", s))
-            if s.running:
-                events.append(("started", s))
-        elif s.running and not old.running:
-            events.append(("started", s))
-        elif old.running and not s.running:
-            events.append(("stopped", s))
-        elif s.run_state != old.run_state:
-            events.append((s.run_state, s))
-    for key, s in before.items():
-        if key not in after:
-            events.append(("gone", s))
-    return events
+    """Changes between two polls: new, started, stopped, retry, gone (pure)."""
+    from xaf_hub.ops.events import diff as changes
+
+    return [(kind, s) for kind, s in changes(before, after)]
 
 
 def _index(snap: Snapshot) -> dict[str, SessionRecord]:
@@ -76,7 +80,8 @@ def _outcomes(ctx: Context, sessions: Sequence[SessionRecord]) -> dict[str, str]
         transport = ctx.transport_factory(inst) if ctx.transport_factory else None
         async with make_client(cfg, inst, transport) as client:
             try:
-                return s.id, outcome_of(await client.messages(s.id, limit=3))
+                msgs = await client.messages(s.id, limit=3, directory=s.directory)
+                return s.id, outcome_of(msgs)
             except HubError:
                 return s.id, "unknown"
 
@@ -94,14 +99,72 @@ def _line(kind: str, s: SessionRecord, outcome: str = "") -> str:
     return f"{stamp} {kind:<8} {s.instance}/{s.id}  {shorten(s.title, 40)}{extra}"
 
 
+def _json_line(doc: dict[str, Any]) -> str:
+    """One change as one line of JSON (a stream of JSON Lines)."""
+    return json.dumps(doc, ensure_ascii=False)
+
+
+def _event_line(ev: FleetEvent) -> str:
+    stamp = time.strftime("%H:%M:%S")
+    if ev.session is None:
+        tail = f": {ev.detail}" if ev.kind == "down" and ev.detail else ""
+        return f"{stamp} {ev.kind:<8} {ev.instance}{tail}"
+    if ev.kind == "error":
+        return f"{_line(ev.kind, ev.session)} ({shorten(ev.detail, 60)})"
+    return _line(ev.kind, ev.session, ev.outcome)
+
+
+def follow(
+    ctx: Context, instances: Sequence[InstanceConfig], *, poll_seconds: float, max_seconds: float
+) -> int:
+    """Print each change the fleet's event streams report until Ctrl+C (or ``max_seconds``)."""
+    from xaf_hub.ops.follow import FleetFollower
+
+    sessions = [0]
+    pending = {i.name for i in instances}
+
+    def show(ev: FleetEvent) -> None:
+        if ev.kind in ("ready", "polling"):
+            if ev.kind == "polling":
+                ctx.warn(f"{ev.instance}: {ev.detail}; polling it every {poll_seconds:g} s")
+            elif ctx.args.verbose:
+                ctx.info(f"{ev.instance}: following its {ev.detail} event stream")
+            if ev.kind == "ready" and ev.instance in pending:
+                pending.discard(ev.instance)
+                sessions[0] += len(follower.boards[ev.instance].sessions)
+                if not pending:
+                    ctx.info(f"watching {len(instances)} instance(s), {sessions[0]} project "
+                             "session(s); Ctrl+C to stop")
+            return
+        if ev.kind == "down":
+            pending.discard(ev.instance)
+        ctx.out(_json_line(ev.to_json()) if ctx.json else _event_line(ev))
+        ctx.stdout.flush()
+
+    follower = FleetFollower(ctx.config, instances, emit=show,
+                             transport_factory=ctx.transport_factory, poll_seconds=poll_seconds)
+
+    async def main() -> None:
+        if max_seconds:
+            asyncio.get_running_loop().call_later(max_seconds, follower.stop)
+        await follower.run()
+
+    with contextlib.suppress(KeyboardInterrupt):
+        aio.run(main())
+    return 0
+
+
 def run(ctx: Context) -> int:
-    """Poll until Ctrl+C (or once)."""
+    """Follow (or poll) until Ctrl+C, or print once."""
     from xaf_hub.errors import UsageError
 
     args = ctx.args
     if args.interval <= 0:
         raise UsageError("--interval must be more than 0")
     instances = chosen_instances(ctx)
+    if not args.once and not args.poll:
+        limit = args.max_polls * args.interval if args.max_polls else 0.0
+        return follow(ctx, instances, poll_seconds=args.interval, max_seconds=limit)
     snap, _ = scan(ctx, instances)
     if args.once:
         running = [s for s in snap.project_sessions() if s.running]
@@ -128,9 +191,9 @@ def run(ctx: Context) -> int:
             snap, _ = scan(ctx, instances)
             now_down = {u["instance"]: u["reason"] for u in snap.unreachable}
             for name in sorted(set(now_down) - down):
-                ctx.out(f"{time.strftime('%H:%M:%S')} unreachable {name}: {now_down[name]}")
+                ctx.out(f"{time.strftime('%H:%M:%S')} down     {name}: {now_down[name]}")
             for name in sorted(down - set(now_down)):
-                ctx.out(f"{time.strftime('%H:%M:%S')} back     {name}")
+                ctx.out(f"{time.strftime('%H:%M:%S')} up       {name}")
             # An unreachable instance's sessions are not "gone": keep the last view of them.
             after = _index(snap)
             after.update({k: v for k, v in before.items() if v.instance in now_down})
@@ -140,7 +203,7 @@ def run(ctx: Context) -> int:
             for kind, s in events:
                 if ctx.json:
                     ctx.out(
-                        dumps(
+                        _json_line(
                             {
                                 "event": kind,
                                 "session": s.to_json(),

@@ -86,8 +86,8 @@ async def _delete_all(
     async with ops.client(inst) as client:
         for s in rows:
             try:
-                await client.abort(s.id)
-                await client.delete(s.id)
+                await client.abort(s.id, s.directory)
+                await client.delete(s.id, s.directory)
             except HubError as exc:
                 entry["failed"].append({"id": s.id, "reason": str(exc)})
                 ops.audit(

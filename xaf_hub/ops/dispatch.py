@@ -118,7 +118,11 @@ async def prepare(ops: OpsContext, order: DispatchOrder) -> Prepared:
     for sc in scans:
         load = instance_load(sc, gate, allow_prod=True, observed_at=observed)
         reserved = (load.reserved or 0) if sc.reachable else 0
-        views.append(InstanceView(sc.inst, sc.reachable, sc.reason, tuple(sc.sessions), reserved))
+        views.append(
+            InstanceView(
+                sc.inst, sc.reachable, sc.reason, tuple(sc.sessions), reserved, sc.run_state_unknown
+            )
+        )
     scores = _scores(scans, req.text) if smart else []
     plan = plan_dispatch(cfg, views, req, scores)
     warnings.extend(plan.warnings + snap.warnings)

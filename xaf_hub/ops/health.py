@@ -20,6 +20,7 @@ from xaf_hub.config import CREDENTIAL_KEYS, Config, InstanceConfig, ModelsConfig
 from xaf_hub.config_reader import password_var
 from xaf_hub.errors import ExitCode, MissingPassword
 from xaf_hub.model_state import Blackout, next_reset
+from xaf_hub.releases import classify
 from xaf_hub.rules import is_under, normalize_dir
 
 Level = Literal["ok", "info", "warn", "error"]
@@ -217,6 +218,7 @@ class Probe:
     api: str = ""
     version: str = ""
     directories: tuple[str, ...] = ()
+    run_state_unknown: str = ""  # why the run state could not be read (counted full)
 
     @property
     def auth_rejected(self) -> bool:
@@ -294,11 +296,16 @@ def instance_findings(inst: InstanceConfig, probe: Probe) -> list[Finding]:
             out.append(warn("credentials", name, "no password configured",
                             _auth_fix(inst)))
         return out
-    version = f"opencode {probe.version}" if probe.version else "opencode version unknown"
+    version = f"opencode {classify(probe.version, probe.api or 'classic').describe()}"
     api = f"{probe.api} API" if probe.api else "API unknown"
     out.append(ok("instance", name,
                   f"{inst.url}: reachable, auth accepted, {version}, {api}, "
                   f"{len(probe.directories)} session(s); {cred}"))
+    if probe.run_state_unknown:
+        out.append(warn("instance", name, f"run state unknown ({probe.run_state_unknown}): its "
+                        "project sessions count as running and it takes no new work",
+                        "Run a supported opencode release (1.2 to 1.18, see "
+                        "docs/opencode-releases.md) and let the hub read GET /session/status."))
     if inst.password_source == "none":
         out.append(warn("credentials", name,
                         "no password configured and the server answered without one: "

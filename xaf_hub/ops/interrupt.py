@@ -56,7 +56,7 @@ async def interrupt_session(
         )
     try:
         async with ops.client(sc.inst) as client:
-            await client.abort(session.id)
+            await client.abort(session.id, session.directory)
     except Exception as exc:
         ops.audit(
             "interrupt", instance=sc.inst.name, session=session.id, result="failed", reason=str(exc)

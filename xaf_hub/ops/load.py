@@ -31,11 +31,12 @@ class Load:
     dispatchable: bool
     reason: str
     running_ids: frozenset[str] = field(default=frozenset(), compare=False, repr=False)
+    run_state_unknown: str = ""  # why the run state could not be read: counted full
 
     @property
     def free(self) -> int:
-        """Free slots (never negative; 0 while reservations are unknown)."""
-        if not self.reachable or self.reserved is None:
+        """Free slots (never negative; 0 while reservations or the run state are unknown)."""
+        if not self.reachable or self.reserved is None or self.run_state_unknown:
             return 0
         return max(0, self.limit - self.running_project - self.reserved)
 
@@ -69,6 +70,8 @@ def instance_load(
     used = summary.running_project + (reserved or 0)
     if not sc.reachable:
         ok, reason = False, f"unreachable: {sc.reason}"
+    elif sc.run_state_unknown:
+        ok, reason = False, f"counted full: run state unknown ({sc.run_state_unknown})"
     elif sc.inst.production and not allow_prod:
         ok, reason = False, "production instance (needs --allow-prod)"
     elif used >= summary.limit:
@@ -89,4 +92,5 @@ def instance_load(
         ok,
         reason,
         running_ids,
+        sc.run_state_unknown,
     )

@@ -35,6 +35,7 @@ from xaf_hub.gate import PROMPT_SENT, Gate, Reservation
 from xaf_hub.ops.context import OpsContext
 from xaf_hub.ops.load import instance_load
 from xaf_hub.planner import Plan
+from xaf_hub.releases import RunStateUnknown
 from xaf_hub.scan import scan_instance
 
 # How long to wait for an aborted retry to go idle before sending the new prompt.
@@ -192,6 +193,8 @@ async def _gated(
         fresh = await scan_instance(client, inst, project_only=True)
         if not fresh.reachable:
             raise UnreachableError(inst.name, fresh.reason)
+        if fresh.run_state_unknown:  # fail closed: no slot is known to be free, none is taken
+            raise RunStateUnknown(inst.name, fresh.run_state_unknown)
         warnings.extend(fresh.warnings)
         _confirm(gate, inst.name, "before its load was counted", planned)
         load = instance_load(fresh, gate, allow_prod=True, observed_at=observed)
@@ -357,7 +360,7 @@ async def abort_and_prompt(
                 except LockLostError:
                     raise _lock_lost(inst.name, "before reserving", session) from None
                 try:
-                    await client.abort(session)
+                    await client.abort(session, directory)
                     await wait_until_idle(client, directory, session, ABORT_SETTLE_SECONDS)
                 except BaseException:
                     gate.release(res)

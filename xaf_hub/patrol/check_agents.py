@@ -29,7 +29,7 @@ from datetime import timedelta
 from xaf_hub.config import InstanceConfig
 from xaf_hub.discipline import RESUME_PROMPT
 from xaf_hub.errors import BusyError, HubError
-from xaf_hub.model_state import to_ms
+from xaf_hub.model_state import ModelState, to_ms
 from xaf_hub.ops.decisions import load_decisions
 from xaf_hub.ops.models import choose_model
 from xaf_hub.ops.runstate import LastRun, classify
@@ -130,17 +130,36 @@ async def check_agents(pctx: PatrolContext, cycle: Cycle) -> None:
     for inst, rec, run in sorted(interrupted, key=lambda x: x[1].updated, reverse=True):
         if pctx.stop_requested():
             break
-        why = resume_refusal(
-            production=inst.production,
-            touched=(inst.name, rec.id) in cycle.touched,
-            already_resumed=models.was_healed(resume_key(inst.name, rec.id)),
-            run=run,
-            quiet_ms=now_ms - rec.updated,
-        )
-        if why:
-            cycle.add(pctx, session_action(STEP, "resume", "skipped", rec, detail=why))
-            continue
-        await _resume(pctx, cycle, inst, rec, run, override)
+        await resume_one(pctx, cycle, inst, rec, run, override, models, now_ms)
+
+
+async def resume_one(
+    pctx: PatrolContext,
+    cycle: Cycle,
+    inst: InstanceConfig,
+    rec: SessionRecord,
+    run: LastRun | None,
+    override: str | None,
+    models: ModelState,
+    now_ms: int,
+) -> str:
+    """Resume one interrupted session (not a person's decision) unless a rule says no.
+
+    Returns that rule ("" = sent). The round calls it for each interrupted session; the
+    daemon's live reactions for one.
+    """
+    why = resume_refusal(
+        production=inst.production,
+        touched=(inst.name, rec.id) in cycle.touched,
+        already_resumed=models.was_healed(resume_key(inst.name, rec.id)),
+        run=run,
+        quiet_ms=now_ms - rec.updated,
+    )
+    if why:
+        cycle.add(pctx, session_action(STEP, "resume", "skipped", rec, detail=why))
+        return why
+    await _resume(pctx, cycle, inst, rec, run, override)
+    return ""
 
 
 async def _resume(

@@ -11,16 +11,19 @@ is ``xaf_hub.ops.heal``, shared with ``confirm --fix`` and ``dispatch --confirm-
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import timedelta
 
+from xaf_hub.config import InstanceConfig
 from xaf_hub.errors import BusyError, HubError
-from xaf_hub.model_state import to_ms
+from xaf_hub.model_state import ModelState, to_ms
 from xaf_hub.ops.decisions import Decisions, load_decisions
-from xaf_hub.ops.heal import STEP, Healing, heal, heal_candidate
+from xaf_hub.ops.heal import STEP, HealCandidate, Healing, heal, heal_candidate
+from xaf_hub.ops.runstate import LastRun
 from xaf_hub.patrol.context import Cycle, PatrolContext, pool_discipline, session_action
 from xaf_hub.records import SessionRecord
 
-__all__ = ["STEP", "fix_free_limit", "record_heal"]
+__all__ = ["STEP", "fix_free_limit", "heal_item", "record_heal"]
 
 # Failures older than this are history, not something to heal now.
 LOOKBACK = timedelta(hours=24)
@@ -63,8 +66,13 @@ async def fix_free_limit(pctx: PatrolContext, cycle: Cycle) -> None:
     ]
     runs = await cycle.last_runs(pctx, items)
     state = pctx.model_state()
-    override: str | None = None
-    loaded = False
+    override: list[str | None] = []
+
+    def discipline() -> str | None:
+        if not override:
+            override.append(pool_discipline(pctx, cycle, STEP))
+        return override[0]
+
     people: Decisions | None = None
     for inst, rec in items:
         if pctx.stop_requested():
@@ -74,44 +82,60 @@ async def fix_free_limit(pctx: PatrolContext, cycle: Cycle) -> None:
         if cand is None or state.was_healed(cand.key):
             continue
         people = people or load_decisions(pctx)
-        decision = people.for_session(inst.name, rec.id, run.created_ms if run else None)
-        if decision is not None:
-            cycle.add(pctx, session_action(STEP, "person", "skipped", rec, detail=decision.text))
-            continue
-        if inst.production:
-            cycle.add(
-                pctx,
-                session_action(
-                    STEP,
-                    "heal",
-                    "skipped",
-                    rec,
-                    detail="production instance: the patrol never writes there",
-                ),
-            )
-            continue
-        if not loaded:
-            override, loaded = pool_discipline(pctx, cycle, STEP), True
-        try:
-            healing = await heal(pctx, inst, rec, cand, state, override)
-        except BusyError as exc:
-            cycle.deferred.add((inst.name, rec.id))
-            cycle.add(
-                pctx,
-                session_action(
-                    STEP,
-                    "heal",
-                    "waiting",
-                    rec,
-                    detail=f"no free slot yet, healed next cycle ({exc})",
-                    from_model=cand.model,
-                ),
-            )
-        except HubError as exc:
-            cycle.add(
-                pctx,
-                session_action(STEP, "heal", "failed", rec, detail=str(exc), from_model=cand.model),
-            )
-            cycle.error(pctx, STEP, f"heal {inst.name}/{rec.id}: {exc}")
-        else:
-            record_heal(pctx, cycle, rec, healing)
+        await heal_item(pctx, cycle, inst, rec, run, cand, state, people, discipline)
+
+
+async def heal_item(
+    pctx: PatrolContext,
+    cycle: Cycle,
+    inst: InstanceConfig,
+    rec: SessionRecord,
+    run: LastRun | None,
+    cand: HealCandidate,
+    state: ModelState,
+    people: Decisions,
+    discipline: Callable[[], str | None],
+) -> None:
+    """Heal one candidate the job chose (the round, or a live reaction to one event).
+
+    ``discipline`` gives the pool's discipline override, read only when a prompt is sent.
+    """
+    decision = people.for_session(inst.name, rec.id, run.created_ms if run else None)
+    if decision is not None:
+        cycle.add(pctx, session_action(STEP, "person", "skipped", rec, detail=decision.text))
+        return
+    if inst.production:
+        cycle.add(
+            pctx,
+            session_action(
+                STEP,
+                "heal",
+                "skipped",
+                rec,
+                detail="production instance: the patrol never writes there",
+            ),
+        )
+        return
+    try:
+        healing = await heal(pctx, inst, rec, cand, state, discipline())
+    except BusyError as exc:
+        cycle.deferred.add((inst.name, rec.id))
+        cycle.add(
+            pctx,
+            session_action(
+                STEP,
+                "heal",
+                "waiting",
+                rec,
+                detail=f"no free slot yet, healed next cycle ({exc})",
+                from_model=cand.model,
+            ),
+        )
+    except HubError as exc:
+        cycle.add(
+            pctx,
+            session_action(STEP, "heal", "failed", rec, detail=str(exc), from_model=cand.model),
+        )
+        cycle.error(pctx, STEP, f"heal {inst.name}/{rec.id}: {exc}")
+    else:
+        record_heal(pctx, cycle, rec, healing)

@@ -219,8 +219,14 @@ def run_daemon(
     *,
     aligned: bool,
     out: Callable[[str], None],
+    live: bool = True,
 ) -> int:
-    """Run cycles every ``interval`` until SIGTERM/SIGINT; return the exit code (0)."""
+    """Run cycles every ``interval`` until SIGTERM/SIGINT; return the exit code (0).
+
+    With ``live`` the daemon also follows the fleet's events between cycles
+    (``patrol.live``): heals, resumes and fills as soon as a session fails, is interrupted
+    or frees a slot, under the same locks as a cycle.
+    """
     from apscheduler.schedulers.blocking import BlockingScheduler
     from apscheduler.triggers.interval import IntervalTrigger
 
@@ -229,6 +235,11 @@ def run_daemon(
     pctx = replace(pctx, stop_requested=stop.is_set)
     skip = tuple(skip)
     folder = pctx.patrol_dir
+    following = None
+    if live:  # before the first run is timed: starting it may take a moment on a busy box
+        from xaf_hub.patrol.live import start_live, stop_live
+
+        following = start_live(pctx, skip, busy, out)
     now = pctx.now().astimezone(UTC)
     if aligned:
         start = first_run(now.astimezone(), interval, pctx.cfg.patrol.minute_offset)
@@ -280,6 +291,9 @@ def run_daemon(
         max_instances=1,
         coalesce=True,
         misfire_grace_time=None,
+        # The first run as computed, even if the scheduler starts after it (a loaded box):
+        # without this APScheduler skips to the next grid point, a whole interval later.
+        next_run_time=start,
     )
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -299,6 +313,8 @@ def run_daemon(
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        if following is not None:
+            stop_live(following)
     with busy:  # the running cycle finishes its current step, then sees the stop
         pass
     beat["stopped_at"] = pctx.now().isoformat(timespec="seconds")

@@ -15,9 +15,9 @@ Offline measures (see the opencode API doc, section 2):
   dependency, so :func:`preseed_config_dir` writes exactly that;
 * a ``.opencode`` folder inside a session's project triggers the same install,
   so ``OPENCODE_DISABLE_PROJECT_CONFIG=1`` is set too;
-* as a second fence ``npm_config_registry`` points at a closed loopback port,
-  and proxy variables are removed, so a missed install fails locally instead
-  of reaching the registry.
+* as a second fence ``npm_config_registry`` and every proxy variable point at a
+  closed loopback port, so a missed install, or the ripgrep download from github.com
+  that releases 1.2-1.14 try, fails locally before any DNS lookup.
 """
 
 from __future__ import annotations
@@ -64,6 +64,8 @@ OFFLINE_ENV: Mapping[str, str] = {
     "npm_config_registry": DEAD_REGISTRY,
     "NO_PROXY": "127.0.0.1,localhost",
     "no_proxy": "127.0.0.1,localhost",
+    # Measured (strace): without it 1.2.27 and 1.14.41 resolve github.com for ripgrep.
+    **{k: DEAD_REGISTRY for k in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy")},
 }
 _DROP_ENV = ("http_proxy", "https_proxy", "all_proxy", "ftp_proxy")
 

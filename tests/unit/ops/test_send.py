@@ -25,6 +25,7 @@ from xaf_hub.ops.context import OpsContext
 from xaf_hub.ops.send import SendResult, send_work
 from xaf_hub.planner import Plan, plan_create, plan_reuse
 from xaf_hub.records import SessionRecord
+from xaf_hub.releases import classify
 
 ROOT = "/srv/demo"
 
@@ -46,6 +47,7 @@ class FakeClient:
 
     dialect = "classic"
     version = "1.18.33"
+    release = classify(version)
 
     def __init__(self, log: list[str], sessions: list[str], busy: set[str]) -> None:
         self.log = log
@@ -67,6 +69,12 @@ class FakeClient:
         here = [sid for sid in self.busy if self.sessions[sid].directory == directory]
         return {sid: {"type": "busy"} for sid in here}
 
+    async def running(self, directories: list[str], fan_out: int = 16) -> dict[str, RawStatus]:
+        merged: dict[str, RawStatus] = {}
+        for d in directories:
+            merged.update(await self.status(d))
+        return merged
+
     async def get_session(self, session_id: str) -> ServerSession:
         return self.sessions[session_id]
 
@@ -78,7 +86,9 @@ class FakeClient:
         self.log.append(f"create {sid}")
         return self.sessions[sid]
 
-    async def prompt_async(self, session_id: str, text: str, model: str | None) -> None:
+    async def prompt_async(
+        self, session_id: str, text: str, model: str | None, directory: str | None = None
+    ) -> None:
         if self.fail_prompt is not None:
             self.log.append(f"prompt {session_id} failed")
             raise self.fail_prompt

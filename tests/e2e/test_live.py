@@ -1,0 +1,330 @@
+"""Following the fleet live against real opencode servers: `watch` and the patrol daemon read
+the servers' event streams; an instance killed and restarted under them is reported down and
+up, and nothing is lost or sent twice.
+
+Latency targets are measured in `python -m bench`; here the waits are generous (a loaded CI
+box) and nothing asserts on elapsed time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.fleet import MODELS, Hub
+from xaf_hub.sandbox import fleet as sandbox
+
+pytestmark = pytest.mark.e2e
+
+
+class Lines:
+    """A child process's stdout lines, collected by a thread as they come."""
+
+    def __init__(self, proc: subprocess.Popen[str]) -> None:
+        self.proc = proc
+        self.lines: list[str] = []
+        self.err: list[str] = []
+        self._threads = [
+            threading.Thread(target=self._pump, args=(proc.stdout, self.lines), daemon=True),
+            threading.Thread(target=self._pump, args=(proc.stderr, self.err), daemon=True),
+        ]
+        for t in self._threads:
+            t.start()
+
+    @staticmethod
+    def _pump(stream: Any, into: list[str]) -> None:
+        for line in stream:
+            into.append(line.rstrip("\n"))
+
+    def events(self) -> list[dict[str, Any]]:
+        out = []
+        for line in list(self.lines):
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                continue
+        return out
+
+    def about(self, sid: str) -> list[str]:
+        return [e["event"] for e in self.events() if (e.get("session") or {}).get("id") == sid]
+
+    def instance_kinds(self, name: str) -> list[str]:
+        return [e["event"] for e in self.events() if e["instance"] == name and not e["session"]]
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        for t in self._threads:
+            t.join(5)
+        for stream in (self.proc.stdout, self.proc.stderr):
+            if stream is not None:
+                stream.close()
+        return int(self.proc.returncode)
+
+
+@pytest.fixture
+def watching(hub: Hub) -> Iterator[Lines]:
+    proc = hub.popen("watch", "--json", "--instance", "lan-c", "--verbose")
+    lines = Lines(proc)
+    try:
+        hub.wait_for(lambda: any("watching 1 instance" in e for e in lines.err), timeout=120)
+        yield lines
+    finally:
+        lines.stop()
+
+
+def delete_session(hub: Hub, name: str, sid: str) -> None:
+    with httpx.Client(base_url=hub.server(name).url, trust_env=False, timeout=30,
+                      headers=sandbox.auth_headers(hub.password(name))) as c:
+        assert c.delete(f"/session/{sid}").status_code < 300
+
+
+def test_watch_reports_new_start_stop_and_gone_from_events(hub: Hub, watching: Lines) -> None:
+    assert any("following its global event stream" in e for e in watching.err), watching.err
+    sid = hub.session("lan-c", "live task", "live")
+    hub.wait_for(lambda: "new" in watching.about(sid), timeout=60)
+    hub.prompt("lan-c", sid, "say hello", "fake/fake-model")
+    hub.wait_for(lambda: "stopped" in watching.about(sid), timeout=120)
+    stopped = [e for e in watching.events()
+               if e["event"] == "stopped" and e["session"]["id"] == sid]
+    assert stopped[0]["outcome"] == "succeeded" and stopped[0]["source"] == "stream"
+    delete_session(hub, "lan-c", sid)
+    hub.wait_for(lambda: "gone" in watching.about(sid), timeout=60)
+    assert watching.about(sid) == ["new", "started", "stopped", "gone"]
+    # Sessions outside the project never show.
+    outside = hub.session("lan-c", "not ours", directory=hub.root.parent / "elsewhere")
+    hub.prompt("lan-c", outside, "hello", "fake/fake-model")
+    marker = hub.session("lan-c", "marker", "live")
+    hub.wait_for(lambda: "new" in watching.about(marker), timeout=60)
+    assert watching.about(outside) == []
+    assert watching.stop() == 0
+    assert not any(pw in "\n".join(watching.lines + watching.err) for pw in hub.secrets())
+
+
+# ---------------------------------------------------------------------------------------------
+# An instance of our own, killed and restarted under the followers
+
+
+@pytest.fixture
+def own_server(hub: Hub, tmp_path: Path) -> Iterator[sandbox.OpencodeServer]:
+    """A fourth server only this test uses (restarting a shared one would upset others)."""
+    config = sandbox.fake_provider_config(hub.llm.url, MODELS)
+    # An explicit free port: with port 0 opencode first tries 4096, which another server on
+    # this shared machine may take while ours is stopped for the restart.
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = sandbox.OpencodeServer(
+        sandbox.find_opencode_binary(), home=tmp_path / "own" / "home",
+        cwd=tmp_path / "own" / "cwd", password="own-" + os.urandom(6).hex(), config=config,
+        start_timeout=180.0, port=port,
+    )
+    server.start()
+    hub.doc["instances"] = [{"name": "own", "url": server.url, "roots": [str(hub.root)],
+                             "default_directory": str(hub.root / "app")}]
+    hub.env["XAF_HUB_PW_OWN"] = server.password or ""
+    hub.write_config()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def start_again(server: sandbox.OpencodeServer, port: int) -> None:
+    """Start a stopped server on its old port; wait until it answers (its log still holds the
+    old "listening" line, so ``start`` alone may return early)."""
+    server.requested_port = port
+    server.start()
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(600):
+        try:
+            sandbox.health(url, server.password)
+            return
+        except (httpx.HTTPError, sandbox.SandboxError):
+            time.sleep(0.2)
+    raise AssertionError("the restarted server never answered")
+
+
+@pytest.mark.timeout(900)
+def test_watch_reports_a_restarted_instance_down_and_up_and_loses_nothing(
+    hub: Hub, own_server: sandbox.OpencodeServer
+) -> None:
+    url, pw = own_server.url, own_server.password
+    proc = hub.popen("watch", "--json")
+    lines = Lines(proc)
+    try:
+        hub.wait_for(lambda: any("watching 1 instance" in e for e in lines.err), timeout=120)
+        before = sandbox.create_session(url, pw, str(hub.project_dir("app")), "before")["id"]
+        hub.wait_for(lambda: "new" in lines.about(before), timeout=60)
+        port = own_server.port
+        own_server.stop(grace=2.0)
+        hub.wait_for(lambda: "down" in lines.instance_kinds("own"), timeout=90)
+        start_again(own_server, port)
+        # While the watcher reconnects, a session is made and run: the rescan finds it.
+        during = sandbox.create_session(url, pw, str(hub.project_dir("app")), "during")["id"]
+        hub.wait_for(lambda: "up" in lines.instance_kinds("own"), timeout=120)
+        hub.wait_for(lambda: "new" in lines.about(during), timeout=60)
+        sandbox.prompt_async(url, pw, during, "hello", "fake/fake-model")
+        hub.wait_for(lambda: "stopped" in lines.about(during), timeout=120)
+    finally:
+        code = lines.stop()
+    assert code == 0, lines.err
+    assert lines.instance_kinds("own") == ["down", "up"]
+    assert lines.about(before) == ["new"]
+    assert lines.about(during) == ["new", "started", "stopped"]
+
+
+# ---------------------------------------------------------------------------------------------
+# The patrol daemon reacting between its rounds
+
+
+def _home(hub: Hub) -> Path:
+    return Path(hub.env["XAF_HUB_HOME"])
+
+
+def _beat(hub: Hub) -> dict[str, Any]:
+    path = _home(hub) / "patrol" / "daemon.json"
+    try:
+        return dict(json.loads(path.read_text("utf-8")))
+    except (OSError, ValueError):
+        return {}
+
+
+def _audit(hub: Hub, command: str) -> list[dict[str, Any]]:
+    path = _home(hub) / "audit.log"
+    if not path.exists():
+        return []
+    rows = [json.loads(ln) for ln in path.read_text("utf-8").splitlines()]
+    return [r for r in rows if r["command"] == command]
+
+
+def _daemon(hub: Hub, *flags: str) -> Lines:
+    """A patrol daemon whose next round is an hour away once its first one ran."""
+    lines = Lines(hub.popen("patrol", "--interval-seconds", "3600", "--no-design", *flags))
+    hub.wait_for(lambda: _beat(hub).get("pid") == lines.proc.pid and _beat(hub)["ticks"] >= 1,
+                 timeout=120)
+    return lines
+
+
+def _last_assistant(hub: Hub, url: str, pw: str | None, sid: str) -> dict[str, Any]:
+    msgs = [m for m in sandbox.messages(url, pw, sid) if m["info"]["role"] == "assistant"]
+    return msgs[-1] if msgs else {}
+
+
+@pytest.mark.timeout(900)
+def test_daemon_heals_a_rate_limited_session_without_waiting_for_its_round(hub: Hub) -> None:
+    hub.doc["models"] = {"default_dispatch_model": "fake/fake-model",
+                         "chain": ["opencode/free-model", "backup/good-model"]}
+    hub.write_config()
+    hub.llm.set_mode("free-model", "429", retry_after=1)
+    lines = _daemon(hub, "--no-fill")
+    try:
+        sid = hub.session("lan-b", "rate limited live", "rl")
+        hub.prompt("lan-b", sid, "do the work", "opencode/free-model")
+        url, pw = hub.server("lan-b").url, hub.password("lan-b")
+
+        def healed() -> bool:
+            info = _last_assistant(hub, url, pw, sid).get("info", {})
+            done = bool(info.get("time", {}).get("completed"))
+            return info.get("modelID") == "good-model" and done
+
+        hub.wait_for(healed, timeout=240)
+        assert _beat(hub)["ticks"] == 1  # healed by the live reaction, not by a round
+        heals = [r for r in _audit(hub, "patrol.heal") if r["session"] == sid]
+        assert len(heals) == 1, heals
+        assert any(f"heal lan-b/{sid}" in ln for ln in lines.lines), lines.lines
+    finally:
+        assert lines.stop() == 0, lines.err
+    out = "\n".join(lines.lines + lines.err)
+    assert not any(pw in out for pw in hub.secrets())
+
+
+@pytest.mark.timeout(900)
+def test_daemon_follows_a_restart_and_resumes_the_cut_run_once(
+    hub: Hub, own_server: sandbox.OpencodeServer
+) -> None:
+    hub.llm.set_mode("fake-model", "slow", delay=40)
+    code, _, err = hub.cli("backlog", "add", "--id", "LIVE-1", "--title", "live task")
+    assert code == 0, err
+    lines = _daemon(hub)
+    try:
+        pool = _home(hub) / "tasks_backlog.json"
+
+        def task() -> dict[str, Any]:
+            return next(t for t in json.loads(pool.read_text("utf-8"))["tasks"]
+                        if t["id"] == "LIVE-1")
+
+        hub.wait_for(lambda: task()["status"] == "dispatched", timeout=60)
+        sid = task()["session_id"]
+        hub.wait_for(lambda: any("live task" in r["last_user_text"] or "LIVE-1" in
+                                 r["last_user_text"] for r in hub.llm.requests()), timeout=120)
+        port = own_server.port
+        own_server.stop(grace=2.0)
+        hub.wait_for(lambda: any("live: own down" in ln for ln in lines.lines), timeout=90)
+        hub.llm.set_mode("fake-model", "ok")
+        start_again(own_server, port)
+        hub.wait_for(lambda: any("live: own up" in ln for ln in lines.lines), timeout=120)
+        # The cut run is resumed once (after the grace for runs that may still be starting),
+        # then finishes, and the pool settles the task: all before the next round.
+        hub.wait_for(lambda: task()["status"] == "done", timeout=300)
+        assert _beat(hub)["ticks"] == 1
+    finally:
+        assert lines.stop() == 0, lines.err
+    assert [r["session"] for r in _audit(hub, "patrol.fill_slots")] == [sid]
+    assert [r["session"] for r in _audit(hub, "patrol.resume")] == [sid]
+
+
+# ---------------------------------------------------------------------------------------------
+# serve: change notices to open pages
+
+
+def test_serve_pushes_change_notices_to_every_open_page(hub: Hub) -> None:
+    proc = hub.popen("serve", "--port", "0", "--cache-seconds", "600")
+    lines = Lines(proc)
+    try:
+        hub.wait_for(lambda: lines.lines and lines.lines[0].startswith("http://127.0.0.1:"),
+                     timeout=60)
+        base = lines.lines[0].rstrip("/")
+        got: list[list[str]] = [[], []]
+
+        def listen(into: list[str]) -> None:
+            with httpx.Client(trust_env=False, timeout=httpx.Timeout(None, connect=10)) as c, \
+                    c.stream("GET", base + "/api/events") as resp:
+                assert resp.headers["content-type"].startswith("text/event-stream")
+                for line in resp.iter_lines():
+                    into.append(line)
+
+        for into in got:
+            threading.Thread(target=listen, args=(into,), daemon=True).start()
+        hub.wait_for(lambda: all(any(ln.startswith("event: hello") for ln in g) for g in got),
+                     timeout=60)
+        with httpx.Client(trust_env=False, timeout=120) as c:
+            first = c.get(base + "/api/snapshot").json()
+        sid = hub.session("lan-b", "served live", "srv")
+        assert sid not in json.dumps(first)
+        hub.wait_for(lambda: all(any(sid in ln for ln in g) for g in got), timeout=60)
+        # The cached scan is stale after the notice although --cache-seconds is long.
+        with httpx.Client(trust_env=False, timeout=120) as c:
+            after = c.get(base + "/api/snapshot").json()
+        assert sid in [s["id"] for s in after["sessions"]]
+        notes = [json.loads(ln[5:]) for g in got for ln in g if ln.startswith("data:")]
+        assert any(n.get("event") == "new" and n.get("session") == sid for n in notes)
+        assert "served live" not in "\n".join(got[0] + got[1])  # notices carry no titles
+    finally:
+        assert lines.stop() == 0, lines.err

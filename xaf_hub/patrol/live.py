@@ -1,0 +1,264 @@
+"""The patrol daemon's reactions to the fleet's events, between its rounds.
+
+The daemon follows every instance (``ops.follow.FleetFollower``, in a thread) and hands each
+event to a ``LiveReactor``, which acts on the one session (or instance) the event names with
+the rounds' own job functions — nothing here decides differently from a round:
+
+* a session that stopped, failed or is retrying -> read it afresh; a rate-limit or
+  unavailable-model failure is healed (``fix_free_limit.heal_item``: blackout, next model,
+  once per failure); otherwise it is classified at once (``ops.runstate.classify``) and an
+  interrupted one is resumed (``check_agents.resume_one``: once, never a person's decision
+  (``ops.decisions``), through the gate). A run that stopped a moment ago "without finishing" may
+  still be starting: it is looked at again after ``check_agents.RUN_START_GRACE_MS``.
+* a session that stopped or went away frees a slot -> ``fill_slots`` runs (it settles the
+  pool's dispatched tasks, then fills every free slot through the gate).
+
+Reactions wait ``settle_seconds`` to gather a burst of events into one batch, then run under
+the daemon's own lock (never beside a round of this daemon) and the same ``cycle.lock`` as
+a round (never beside another patrol on this machine; when it is held the batch waits and
+is tried again). A paused patrol reacts to nothing. The hourly round stays the safety net
+for whatever a reaction missed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from xaf_hub import aio
+from xaf_hub.errors import BusyError, HubError
+from xaf_hub.model_state import to_ms
+from xaf_hub.ops.decisions import load_decisions
+from xaf_hub.ops.events import FleetEvent
+from xaf_hub.ops.follow import FleetFollower, run_in_thread
+from xaf_hub.ops.heal import heal_candidate
+from xaf_hub.ops.patrol_state import pause_info
+from xaf_hub.ops.runstate import classify
+from xaf_hub.patrol.check_agents import RUN_START_GRACE_MS, resume_one
+from xaf_hub.patrol.check_agents import STEP as CHECK
+from xaf_hub.patrol.context import Cycle, PatrolContext, pool_discipline, session_action
+from xaf_hub.patrol.fill_slots import fill_slots
+from xaf_hub.patrol.fix_free_limit import STEP as HEAL
+from xaf_hub.patrol.fix_free_limit import heal_item
+from xaf_hub.scan import build_record
+from xaf_hub.statefile import file_lock
+
+FILL = "fill_slots"
+_SESSION_KINDS = frozenset({"retry", "stopped", "error"})
+_FREES_A_SLOT = frozenset({"stopped", "gone"})
+LOCKED_RETRY_SECONDS = 5.0
+
+
+@dataclass
+class _Work:
+    """What is waiting to be done: sessions to look at (with when), and whether to fill."""
+
+    sessions: dict[tuple[str, str], float] = field(default_factory=dict)
+    fill: bool = False
+
+    def empty(self) -> bool:
+        return not self.sessions and not self.fill
+
+
+class LiveReactor:
+    """Turns events into reactions, one batch at a time, in its own thread."""
+
+    def __init__(
+        self,
+        pctx: PatrolContext,
+        skip: Iterable[str],
+        busy: threading.Lock,
+        out: Callable[[str], None],
+        *,
+        settle_seconds: float = 1.0,
+        lock_name: str = "cycle.lock",
+    ) -> None:
+        self.pctx = pctx
+        self.skip = frozenset(skip)
+        self.busy = busy
+        self.out = out
+        self.settle_seconds = settle_seconds
+        self.lock_name = lock_name
+        self.reactions = 0
+        self._work = _Work()
+        self._cond = threading.Condition()
+        self._stopped = False
+        self._thread = threading.Thread(target=self._loop, name="xaf-hub-live", daemon=True)
+
+    def start(self) -> None:
+        """Start reacting."""
+        self._thread.start()
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Stop after the running reaction (if any)."""
+        with self._cond:
+            self._stopped = True
+            self._cond.notify_all()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
+    def on_event(self, ev: FleetEvent) -> None:
+        """Called by the follower for every change (from its thread)."""
+        if ev.kind in ("down", "up", "polling"):
+            tail = f": {ev.detail}" if ev.detail and ev.kind != "up" else ""
+            stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+            self.out(self.pctx.redact(f"{stamp} live: {ev.instance} {ev.kind}{tail}"))
+        with self._cond:
+            if ev.session is not None and ev.kind in _SESSION_KINDS:
+                key = (ev.instance, ev.session.id)
+                self._work.sessions.setdefault(key, time.monotonic())
+            if ev.kind in _FREES_A_SLOT and FILL not in self.skip:
+                self._work.fill = True
+            self._cond.notify_all()
+
+    # ------------------------------------------------------------------------- the thread
+
+    def _take(self) -> _Work | None:
+        """Wait for due work; None once stopped."""
+        with self._cond:
+            while True:
+                if self._stopped:
+                    return None
+                now = time.monotonic()
+                due = {k: t for k, t in self._work.sessions.items() if t <= now}
+                if due or self._work.fill:
+                    break
+                later = min(self._work.sessions.values(), default=now + 3600.0)
+                self._cond.wait(max(0.05, later - now))
+        # Let a burst settle (a stop is followed by its idle, its message, the next event).
+        time.sleep(self.settle_seconds)
+        with self._cond:
+            now = time.monotonic()
+            work = _Work(
+                {k: t for k, t in self._work.sessions.items() if t <= now}, self._work.fill
+            )
+            for k in work.sessions:
+                del self._work.sessions[k]
+            self._work.fill = False
+            return work
+
+    def _later(self, work: _Work, seconds: float) -> None:
+        with self._cond:
+            when = time.monotonic() + seconds
+            for k in work.sessions:
+                self._work.sessions[k] = min(self._work.sessions.get(k, when), when)
+            self._work.fill = self._work.fill or work.fill
+
+    def _loop(self) -> None:
+        while True:
+            work = self._take()
+            if work is None:
+                return
+            try:
+                retry = self._run(work)
+            except Exception as exc:  # noqa: BLE001 - a bad reaction must not end the daemon
+                line = f"live: reaction failed: {type(exc).__name__}: {exc}"
+                self.pctx.log(self.pctx.redact(line))
+                retry = None
+            if retry is not None:
+                self._later(retry[0], retry[1])
+
+    def _run(self, work: _Work) -> tuple[_Work, float] | None:
+        """One batch under the locks; returns work to try again later, and when."""
+        pctx = self.pctx
+        with self.busy:
+            if self._stopped:
+                return None
+            if pause_info(pctx.patrol_dir) is not None:
+                return None  # paused: the patrol does nothing, events included
+            try:
+                with file_lock(pctx.patrol_dir / self.lock_name, 0, what="patrol cycle lock"):
+                    cycle, again = aio.run(self._react(work))
+            except BusyError:
+                return work, LOCKED_RETRY_SECONDS  # a round (maybe another patrol) is running
+        self.reactions += 1
+        done = [a for a in cycle.actions if a.result == "ok"]
+        if done:
+            words = ", ".join(f"{a.kind} {a.instance}/{a.session or a.task}" for a in done)
+            self.out(f"{time.strftime('%Y-%m-%d %H:%M:%S')} live: {words}")
+        if again.sessions:
+            return again, RUN_START_GRACE_MS / 1000 + 1.0
+        return None
+
+    async def _react(self, work: _Work) -> tuple[Cycle, _Work]:
+        pctx = self.pctx
+        cycle = Cycle(started=pctx.now())
+        again = _Work()
+        for key in sorted(work.sessions):
+            if pctx.stop_requested():
+                break
+            with contextlib.suppress(HubError):
+                if await self._session(cycle, *key) == "recheck":
+                    again.sessions[key] = 0.0
+        if work.fill and not pctx.stop_requested():
+            try:
+                # Only when the pool has work: a fill scans the whole fleet.
+                if any(t.status in ("pending", "dispatched") for t in pctx.backlog().load().tasks):
+                    await fill_slots(pctx, cycle)
+            except HubError as exc:
+                cycle.error(pctx, FILL, str(exc))
+        cycle.finished = pctx.now()
+        return cycle, again
+
+    async def _session(self, cycle: Cycle, instance: str, sid: str) -> str:
+        """React to one session; "recheck" when it should be looked at again shortly."""
+        pctx = self.pctx
+        try:
+            inst = pctx.cfg.instance(instance)
+        except HubError:
+            return ""
+        async with pctx.client(inst) as client:
+            s = await client.get_session(sid)
+            status = (await client.status(s.directory)).get(sid) if s.directory else None
+        if not s.directory or not inst.rules.is_project(s.directory) or s.parent_id:
+            return ""
+        rec = build_record(inst, s, status, True)
+        run = (await cycle.last_runs(pctx, [(inst, rec)])).get((inst.name, rec.id))
+        state = pctx.model_state()
+        people = load_decisions(pctx)
+        cand = heal_candidate(rec, run) if HEAL not in self.skip else None
+        if cand is not None:
+            if not state.was_healed(cand.key):
+                await heal_item(pctx, cycle, inst, rec, run, cand, state, people,
+                                lambda: pool_discipline(pctx, cycle, HEAL))
+            return ""
+        if CHECK in self.skip or rec.running:
+            return ""
+        now_ms = to_ms(pctx.now())
+        verdict, _detail = classify(rec, run, now_ms, pctx.cfg.patrol.stale_minutes)
+        if verdict != "interrupted":
+            return ""
+        decision = people.for_session(inst.name, rec.id, run.created_ms if run else None)
+        if decision is not None:  # a person stopped or steered it: theirs, not the patrol's
+            cycle.add(pctx, session_action(CHECK, "person", "skipped", rec, detail=decision.text))
+            return ""
+        override = pool_discipline(pctx, cycle, CHECK)
+        why = await resume_one(pctx, cycle, inst, rec, run, override, state, now_ms)
+        return "recheck" if "may still be starting" in why else ""
+
+def start_live(
+    pctx: PatrolContext, skip: Iterable[str], busy: threading.Lock, out: Callable[[str], None]
+) -> tuple[FleetFollower, LiveReactor]:
+    """Follow the fleet and react to it, until ``stop_live``."""
+    reactor = LiveReactor(pctx, skip, busy, out)
+    follower = FleetFollower(
+        pctx.cfg, emit=reactor.on_event, transport_factory=pctx.transport_factory,
+        outcomes=False,
+    )
+    reactor.start()
+    run_in_thread(follower, "xaf-hub-patrol-follower")
+    return follower, reactor
+
+
+def stop_live(live: tuple[FleetFollower, LiveReactor]) -> None:
+    """Stop following, then let the running reaction finish."""
+    follower, reactor = live
+    follower.stop()
+    reactor.stop()
+
+
+__all__ = ["LiveReactor", "start_live", "stop_live"]
+
