@@ -217,3 +217,35 @@ def test_a_client_dribbling_one_byte_at_a_time_is_cut() -> None:
     finally:
         sock.close()
         _stop(server, thread)
+
+
+def test_a_change_notice_stream_outlives_the_answer_deadline(tmp_path: Path) -> None:
+    from xaf_hub.config import load_config
+    from xaf_hub.ops.notices import ChangeFeed
+
+    path = tmp_path / "config.json"
+    doc = {"project": {"name": "t"}, "instances": [{"name": "a", "url": "http://127.0.0.1:9"}]}
+    path.write_text(json.dumps(doc), "utf-8")
+    cfg = load_config(str(path), env={"XAF_HUB_HOME": str(tmp_path / "home")}, cwd=tmp_path)
+    guard = ConnectionGuard(4, request_seconds=0.5, tick=0.05)
+    server, thread = _serve(guard)
+    server.answer_seconds = 0.5
+    feed = server.feed = ChangeFeed(cfg, keepalive_seconds=0.1)  # the follower never started
+    sock = socket.create_connection(("127.0.0.1", server.server_port), timeout=20)
+    try:
+        sock.sendall(b"GET /api/events HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+        got = b""
+        # Several answer deadlines long: the stream keeps its keep-alives coming.
+        until = time.monotonic() + 3.0
+        while time.monotonic() < until:
+            chunk = sock.recv(65536)
+            assert chunk, "the stream was cut"
+            got += chunk
+        assert got.startswith(b"HTTP/1.0 200") and got.count(b": keep-alive") >= 3
+        assert guard.cut == 0 and guard.open == 1  # it still counts against the cap
+        feed.close()
+        assert _closed(sock)  # and the feed's close ends it
+    finally:
+        feed.close()
+        sock.close()
+        _stop(server, thread)
