@@ -24,33 +24,42 @@ def _isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 pytest_plugins = ["tests.fleet", "tests.redis_fixture"]
 
 
-# --- fault matrix summary (tests/e2e/test_fault_matrix.py) -----------------------------------
-_MATRIX_TEST = "test_fault_matrix.py::test_cell["
+# --- case tables: the fault matrix and the hostile-server cases ------------------------------
+_TABLES = (
+    ("test_fault_matrix.py::test_cell[", "fault matrix (faults x commands)", "fault"),
+    ("test_hostile.py::test_case[", "hostile servers (attacks x commands)", "attack"),
+)
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    """Print the fault matrix (faults x commands, pass/fail) when its cells ran."""
+    """Print each case table (rows x commands, pass/fail) whose cells ran."""
+    for marker, title, row_name in _TABLES:
+        _table(terminalreporter, marker, title, row_name)
+
+
+def _table(tr: pytest.TerminalReporter, marker: str, title: str, row_name: str) -> None:
     cells: dict[tuple[str, str], str] = {}
     for outcome in ("passed", "failed", "error", "skipped"):
-        for rep in terminalreporter.stats.get(outcome, []):
+        for rep in tr.stats.get(outcome, []):
             nodeid = getattr(rep, "nodeid", "")
-            if _MATRIX_TEST not in nodeid or (outcome == "passed" and rep.when != "call"):
+            if marker not in nodeid or (outcome == "passed" and rep.when != "call"):
                 continue
-            fault, _, command = nodeid.split("[", 1)[1].rstrip("]").partition("-")
+            # Row names may hold dashes ("slow-body"); commands never do.
+            row, _, command = nodeid.split("[", 1)[1].rstrip("]").rpartition("-")
             mark = {"passed": "pass", "failed": "FAIL", "error": "ERROR", "skipped": "skip"}
             # A failure in teardown must not hide behind the call's pass.
-            if cells.get((fault, command)) in (None, "pass", "skip"):
-                cells[(fault, command)] = mark[outcome]
+            if cells.get((row, command)) in (None, "pass", "skip"):
+                cells[(row, command)] = mark[outcome]
     if not cells:
         return
-    faults = list(dict.fromkeys(f for f, _ in cells))
+    rows = list(dict.fromkeys(r for r, _ in cells))
     commands = list(dict.fromkeys(c for _, c in cells))
     width = max(len(c) for c in commands) + 2
-    tr = terminalreporter
-    tr.write_sep("=", "fault matrix (faults x commands)")
-    tr.write_line("fault".ljust(10) + "".join(c.ljust(width) for c in commands))
-    for fault in faults:
-        row = "".join(cells.get((fault, c), "-").ljust(width) for c in commands)
-        tr.write_line(fault.ljust(10) + row)
+    first = max(len(r) for r in [*rows, row_name]) + 2
+    tr.write_sep("=", title)
+    tr.write_line(row_name.ljust(first) + "".join(c.ljust(width) for c in commands))
+    for row in rows:
+        line = "".join(cells.get((row, c), "-").ljust(width) for c in commands)
+        tr.write_line(row.ljust(first) + line)
     failed = sum(1 for v in cells.values() if v in ("FAIL", "ERROR"))
     tr.write_line(f"{len(cells)} cells, {len(cells) - failed} passed, {failed} failed")

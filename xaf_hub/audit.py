@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import getpass
-import json
 import os
 import socket
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -29,8 +28,15 @@ def append(
     reason: str = "",
     env: Mapping[str, str] | None = None,
     extra: Mapping[str, Any] | None = None,
+    secrets: Iterable[str] = (),
 ) -> None:
-    """Append one line to ``<state_dir>/audit.log`` (locked, created 0600)."""
+    """Append one line to ``<state_dir>/audit.log`` (locked, created 0600).
+
+    The line goes through ``output.redact``: no ``secrets`` form and no echoed credential
+    (a server's error text quoting our Authorization header) is ever written.
+    """
+    from xaf_hub.output import dumps_line, redact
+
     env = os.environ if env is None else env
     try:
         user = getpass.getuser()
@@ -49,7 +55,7 @@ def append(
         entry.update(extra)
     path = state_dir / "audit.log"
     state_dir.mkdir(parents=True, exist_ok=True)
-    line = json.dumps(entry, ensure_ascii=False) + "\n"
+    line = redact(dumps_line(entry), secrets) + "\n"
     with file_lock(state_dir / "audit.log.lock", 10.0, what="audit log lock"):
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         try:

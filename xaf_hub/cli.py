@@ -172,8 +172,8 @@ def _report(
         # Learn every configured password, even when the failure came before the command
         # loaded the config, so no message can carry one.
         with contextlib.suppress(Exception):  # a broken config has no secrets to learn
-            secrets.extend(ctx.config.secrets())
-        secrets.extend(v for k, v in ctx.env.items() if k.startswith("XAF_HUB_PW_") and v)
+            _ = ctx.config  # loading it is the point
+        secrets.extend(ctx.secrets())
     if args is not None and getattr(args, "debug", False) and exc is not None:
         text = "".join(traceback.format_exception(exc))
         print(terminal_safe(redact(text, secrets)), file=stderr, end="")

@@ -13,16 +13,21 @@ import contextlib
 import functools
 import json
 import ssl
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, TypedDict, cast
 
 import httpx
 
+from xaf_hub import wire
 from xaf_hub.config import InstanceConfig
 from xaf_hub.config_reader import password_var
 from xaf_hub.errors import HubError, MissingPassword, UnreachableError, UsageError
 from xaf_hub.releases import Release, classify, read_running
+from xaf_hub.wire import ServerSession as ServerSession
+from xaf_hub.wire import as_mapping as _obj
+from xaf_hub.wire import error_message, session_from_classic, session_from_v2
+from xaf_hub.wire import text_field as _text
+from xaf_hub.wire import usable_id as _id
 
 Dialect = Literal["classic", "v2"]
 
@@ -36,20 +41,6 @@ class RawStatus(TypedDict, total=False):
     next: int
 
 
-@dataclass(frozen=True)
-class ServerSession:
-    """A session as the server described it, before project rules and run state."""
-
-    id: str
-    title: str
-    directory: str
-    created: int
-    updated: int
-    cost: float
-    parent_id: str
-    model: str
-
-
 class ApiError(HubError):
     """The server refused a request with a 4xx other than 401 (e.g. 400 bad request)."""
 
@@ -60,6 +51,10 @@ class ApiError(HubError):
 
 class SessionNotFound(UsageError):
     """A session id that the instance does not know."""
+
+
+class _TooLarge(Exception):
+    """An answer grew past the client's body cap."""
 
 
 _DNS_HINTS = (
@@ -113,53 +108,6 @@ def describe_error(exc: BaseException, connect_timeout: float, read_timeout: flo
     return f"network error ({type(exc).__name__})"
 
 
-def _ms(value: Any) -> int:
-    try:
-        return int(value) if value is not None else 0
-    except (TypeError, ValueError):
-        return 0
-
-
-def _model_name(model: Any) -> str:
-    if isinstance(model, Mapping):
-        provider = model.get("providerID") or ""
-        ident = model.get("id") or model.get("modelID") or ""
-        if provider and ident:
-            return f"{provider}/{ident}"
-    return ""
-
-
-def session_from_classic(obj: Mapping[str, Any]) -> ServerSession:
-    """Normalise a classic Session / GlobalSession object."""
-    t = obj.get("time") or {}
-    return ServerSession(
-        id=str(obj["id"]),
-        title=str(obj.get("title") or ""),
-        directory=str(obj.get("directory") or ""),
-        created=_ms(t.get("created")),
-        updated=_ms(t.get("updated")),
-        cost=float(obj.get("cost") or 0.0),
-        parent_id=str(obj.get("parentID") or ""),
-        model=_model_name(obj.get("model")),
-    )
-
-
-def session_from_v2(obj: Mapping[str, Any]) -> ServerSession:
-    """Normalise a v2 SessionV2Info object (directory lives in ``location``)."""
-    t = obj.get("time") or {}
-    loc = obj.get("location") or {}
-    return ServerSession(
-        id=str(obj["id"]),
-        title=str(obj.get("title") or ""),
-        directory=str(loc.get("directory") or obj.get("directory") or ""),
-        created=_ms(t.get("created")),
-        updated=_ms(t.get("updated")),
-        cost=float(obj.get("cost") or 0.0),
-        parent_id=str(obj.get("parentID") or ""),
-        model=_model_name(obj.get("model")),
-    )
-
-
 def split_model(model: str) -> dict[str, str]:
     """'provider/model' -> {providerID, modelID} as prompt bodies want it."""
     provider, _, ident = model.partition("/")
@@ -178,6 +126,10 @@ class OpencodeClient:
         retries: int = 1,
         page_size: int = 8000,
         transport: httpx.AsyncBaseTransport | None = None,
+        deadline: float | None = None,
+        max_body_bytes: int = wire.MAX_BODY_BYTES,
+        max_pages: int = wire.MAX_PAGES,
+        max_sessions: int = wire.MAX_SESSIONS,
     ) -> None:
         self.inst = inst
         self.name = inst.name
@@ -185,6 +137,12 @@ class OpencodeClient:
         self.read_timeout = read_timeout
         self.retries = retries
         self.page_size = page_size
+        # The read timeout counts per chunk; the deadline bounds a whole answer (and a scan).
+        self.deadline = read_timeout + 5.0 if deadline is None else deadline
+        self.max_body_bytes = max_body_bytes
+        self.max_pages = max_pages
+        self.max_sessions = max_sessions
+        self.notes: list[str] = []  # entries skipped while reading listings, one line each
         self.dialect: Dialect | None = None if inst.api == "auto" else inst.api  # type: ignore[assignment]
         self.version = ""
         # Session id -> directory of every session seen: per-session calls send it (_where).
@@ -242,10 +200,22 @@ class OpencodeClient:
             if attempt:
                 await asyncio.sleep(min(0.2 * attempt, 1.0))
             try:
-                resp = await self._http.request(
-                    method, path, params=params, json=body if body is not None else None
+                async with asyncio.timeout(self.deadline):
+                    resp, content = await self._read(method, path, params, body)
+            except TimeoutError:
+                last_reason = (
+                    f"no complete answer within {self.deadline:g}s (timed out; "
+                    "the server sends too slowly)"
                 )
-                content = resp.content
+                uncertain = not idempotent
+                break  # retrying would only wait as long again
+            except _TooLarge:
+                last_reason = (
+                    f"answer larger than {self.max_body_bytes // 2**20} MB (stopped reading; "
+                    "not an opencode server?)"
+                )
+                uncertain = not idempotent
+                break
             except httpx.ConnectError as exc:
                 last_reason = describe_error(exc, self.connect_timeout, self.read_timeout)
                 if "dns" in last_reason.lower():
@@ -282,7 +252,8 @@ class OpencodeClient:
             if status == 404 and not_found_ok:
                 return None, resp
             if status >= 400:
-                raise ApiError(self.name, status, _error_message(content))
+                # Redacted before it is cut short: a cut could leave half a secret behind.
+                raise ApiError(self.name, status, self._scrub(error_message(content))[:300])
             if not expect_json:
                 return None, resp
             ctype = resp.headers.get("content-type", "")
@@ -292,7 +263,7 @@ class OpencodeClient:
                 )
             try:
                 return json.loads(content), resp
-            except (UnicodeDecodeError, json.JSONDecodeError):
+            except (ValueError, RecursionError):  # bad UTF-8 or JSON, a 5000-digit number
                 last_reason = "truncated or invalid JSON in the response"
                 if idempotent:
                     continue
@@ -301,6 +272,33 @@ class OpencodeClient:
         if timed_out > 1 and "timed out" in last_reason:
             last_reason += f"; {timed_out} tries, {waited:g}s in all"
         raise UnreachableError(self.name, last_reason, maybe_delivered=uncertain)
+
+    async def _read(
+        self, method: str, path: str, params: Mapping[str, Any] | None, body: Any
+    ) -> tuple[httpx.Response, bytes]:
+        """Send one request and read its answer in chunks, stopping past the size cap."""
+        request = self._http.build_request(method, path, params=params, json=body)
+        resp = await self._http.send(request, stream=True)
+        try:
+            declared = resp.headers.get("content-length", "")
+            if declared.isdigit() and int(declared) > self.max_body_bytes:
+                raise _TooLarge
+            chunks: list[bytes] = []
+            size = 0
+            async for chunk in resp.aiter_bytes():
+                size += len(chunk)
+                if size > self.max_body_bytes:
+                    raise _TooLarge
+                chunks.append(chunk)
+        finally:
+            await resp.aclose()
+        return resp, b"".join(chunks)
+
+    def _scrub(self, text: str) -> str:
+        """A server's error text without our own credential, should it echo the request."""
+        from xaf_hub.output import redact
+
+        return redact(text, self.inst.secrets())
 
     def _shape(self, what: str) -> UnreachableError:
         return self._fail(f"unexpected response shape from {what} (not an opencode server?)")
@@ -389,53 +387,61 @@ class OpencodeClient:
             return await self._list_v2()
         return [self._seen(s) for s in await self._list_classic()]
 
+    def _read_page(
+        self,
+        items: list[Any],
+        parse: Callable[[Any], ServerSession],
+        seen: dict[str, ServerSession],
+        what: str,
+    ) -> tuple[list[ServerSession], int]:
+        """Parse one page into ``seen``; entries without a usable id are skipped with a note."""
+        page, new, skipped = wire.read_page(items, parse, seen)
+        if skipped:
+            self.notes.append(f"{self.name}: {wire.skip_note(skipped, what)}")
+        if len(seen) > self.max_sessions:
+            raise self._fail(wire.over_cap(self.max_sessions, "sessions listed"))
+        return page, new
+
+    def _next_page(self, pages: int) -> None:
+        if pages >= self.max_pages:
+            raise self._fail(wire.over_cap(self.max_pages, "pages of sessions"))
+
     async def _list_classic(self) -> list[ServerSession]:
         seen: dict[str, ServerSession] = {}
         cursor: int | None = None
-        while True:
+        for pages in range(1, self.max_pages + 1):
             params: dict[str, Any] = {"limit": self.page_size}
             if cursor is not None:
                 params["cursor"] = cursor
             data, _ = await self._request("GET", "/experimental/session", params=params)
             if not isinstance(data, list):
                 raise self._shape("/experimental/session")
-            new = 0
-            try:
-                for obj in data:
-                    s = session_from_classic(obj)
-                    if s.id not in seen:
-                        seen[s.id] = s
-                        new += 1
-            except (KeyError, TypeError, AttributeError, ValueError):
-                raise self._shape("/experimental/session") from None
-            if len(data) < self.page_size or new == 0:
+            page, new = self._read_page(data, session_from_classic, seen, "/experimental/session")
+            if len(data) < self.page_size or new == 0 or not page:
                 break
+            self._next_page(pages)
             # The cursor returns time.updated < cursor; +1 re-reads the boundary millisecond
             # so sessions sharing it are not skipped (duplicates are dropped by id).
-            last = min(s.updated for s in (session_from_classic(o) for o in data))
+            last = min(s.updated for s in page)
             cursor = last + 1 if cursor is None or last + 1 < cursor else last
         return list(seen.values())
 
     async def _list_v2(self) -> list[ServerSession]:
         out: dict[str, ServerSession] = {}
         cursor: str | None = None
-        for _ in range(100000):
+        for pages in range(1, self.max_pages + 1):
             params: dict[str, Any] = {"limit": self.page_size}
             if cursor:
                 params["cursor"] = cursor
             data, _ = await self._request("GET", "/api/session", params=params)
             if not isinstance(data, dict) or not isinstance(data.get("data"), list):
                 raise self._shape("/api/session")
-            try:
-                items = [session_from_v2(o) for o in data["data"]]
-            except (KeyError, TypeError, AttributeError, ValueError):
-                raise self._shape("/api/session") from None
-            before = len(out)
-            out.update((s.id, s) for s in items)
-            nxt = (data.get("cursor") or {}).get("next")
-            if not nxt or len(items) < self.page_size or len(out) == before:
+            items, new = self._read_page(data["data"], session_from_v2, out, "/api/session")
+            nxt = _text(_obj(data.get("cursor")).get("next"))
+            if not nxt or len(data["data"]) < self.page_size or new == 0:
                 break
-            cursor = str(nxt)
+            self._next_page(pages)
+            cursor = nxt
         return list(out.values())
 
     async def _status_map(self, directory: str | None) -> dict[str, RawStatus]:
@@ -511,7 +517,7 @@ class OpencodeClient:
                 idempotent=False,
             )
             obj = data.get("data", data) if isinstance(data, dict) else None
-            if not isinstance(obj, dict):
+            if not isinstance(obj, dict) or not _id(obj):
                 raise self._shape("/api/session")
             return session_from_v2(obj)
         data, _ = await self._request(
@@ -521,7 +527,7 @@ class OpencodeClient:
             body={"title": title},
             idempotent=False,
         )
-        if not isinstance(data, dict) or "id" not in data:
+        if not isinstance(data, dict) or not _id(data):
             raise self._shape("/session")
         return self._seen(session_from_classic(data))
 
@@ -583,18 +589,3 @@ class OpencodeClient:
 def _tls_context() -> ssl.SSLContext:
     """One certificate-verifying TLS context for every https instance of this process."""
     return ssl.create_default_context()
-
-
-def _error_message(content: bytes) -> str:
-    try:
-        data = json.loads(content)
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        return content[:200].decode("utf-8", "replace").strip() or "no message"
-    if isinstance(data, dict):
-        inner = data.get("data")
-        if isinstance(inner, dict) and inner.get("message"):
-            return str(inner["message"])[:300]
-        for key in ("message", "name", "_tag"):
-            if data.get(key):
-                return str(data[key])[:300]
-    return "no message"

@@ -64,8 +64,8 @@ class InstanceConfig:
         return self.danger or self.readonly_default
 
     def secrets(self) -> tuple[str, ...]:
-        """Values that must never be printed."""
-        return (self.password,) if self.password else ()
+        """Never printed: the password, and user:password (its base64 is the Basic credential)."""
+        return (self.password, f"{self.username}:{self.password}") if self.password else ()
 
 
 @dataclass(frozen=True)
@@ -139,6 +139,7 @@ class Config:
     auto_match: bool = True
     connect_timeout: float = 8.0
     read_timeout: float = 30.0
+    scan_timeout: float = 35.0  # one instance's whole scan (and any one answer), at most
     retries: int = 1
     page_size: int = 8000
     scan_workers: int = 6
@@ -278,9 +279,6 @@ def parse_config(raw: Any, *, path: Path, env: Mapping[str, str]) -> Config:
     state_raw = top.get("state_dir", (str,), None)
     state_dir = Path(state_raw).expanduser() if state_raw else home
     timeouts = top.sub("timeouts")
-    connect = timeouts.num("connect_seconds", 8.0, minimum=0.1)
-    read = timeouts.num("read_seconds", 30.0, minimum=0.1)
-    timeouts.finish()
 
     lock_r = top.sub("lock")
     lock_dir = lock_r.get("dir", (str,), None)
@@ -367,7 +365,11 @@ def parse_config(raw: Any, *, path: Path, env: Mapping[str, str]) -> Config:
         retries=top.num("retries", 1, integer=True),
         page_size=top.num("page_size", 8000, minimum=1, integer=True),
         scan_workers=top.num("scan_workers", 6, minimum=1, integer=True),
+        connect_timeout=float(timeouts.num("connect_seconds", 8.0, minimum=0.1)),
+        read_timeout=(read := float(timeouts.num("read_seconds", 30.0, minimum=0.1))),
+        scan_timeout=float(timeouts.num("scan_seconds", read + 5.0, minimum=0.1)),
     )
+    timeouts.finish()
     # notify/ owns its section; it also reads page.language and page.url (the page owns them).
     top.seen.update({"$schema", "_comment", "notify", "page"})
     notify = parse_notify(top.data.get("notify"), top.data.get("page"), file=path, env=env)
@@ -380,8 +382,6 @@ def parse_config(raw: Any, *, path: Path, env: Mapping[str, str]) -> Config:
         fallback_segments=fallback,
         exclude_dirs=exclude_dirs,
         exclude_substrings=exclude_subs,
-        connect_timeout=float(connect),
-        read_timeout=float(read),
         lock=lock,
         models=models,
         patrol=patrol,

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from xaf_hub.config import Config, load_config
-from xaf_hub.output import terminal_safe
+from xaf_hub.output import redact, terminal_safe
 
 if TYPE_CHECKING:  # the scanner pulls in httpx; --help must stay light
     from xaf_hub.ops.context import OpsContext
@@ -49,9 +49,23 @@ class Context:
         """True when the user asked for JSON output."""
         return bool(getattr(self.args, "json", False))
 
+    def secrets(self) -> tuple[str, ...]:
+        """Every secret this run knows: the config's (once loaded) and the environment's."""
+        from_env = tuple(
+            v
+            for k, v in self.env.items()
+            if v and (k.startswith("XAF_HUB_PW_") or k == "XAF_HUB_VIEWER_PASSWORD")
+        )
+        return (self._config.secrets() if self._config is not None else ()) + from_env
+
+    def redact(self, text: str) -> str:
+        """``text`` without any secret this run knows (see ``output.redact``)."""
+        return redact(text, self.secrets())
+
     def out(self, text: str = "") -> None:
         """Print a line of normal output (control characters neutralised unless --json)."""
         # JSON already escapes every C0 control; text may carry server-supplied titles.
+        text = self.redact(text)
         print(text if self.json else terminal_safe(text), file=self.stdout)
 
     def table(self, rows: Sequence[Sequence[Any]], headers: Sequence[str], **how: Any) -> None:
@@ -65,8 +79,8 @@ class Context:
 
     def warn(self, text: str) -> None:
         """Print a warning line to stderr."""
-        print(f"warning: {terminal_safe(text)}", file=self.stderr)
+        print(f"warning: {terminal_safe(self.redact(text))}", file=self.stderr)
 
     def info(self, text: str) -> None:
         """Print progress to stderr (keeps stdout clean for --json)."""
-        print(terminal_safe(text), file=self.stderr)
+        print(terminal_safe(self.redact(text)), file=self.stderr)

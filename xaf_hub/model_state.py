@@ -17,9 +17,11 @@ Four parts, from pure to stateful:
 from __future__ import annotations
 
 import calendar
+import io
 import json
 import os
 import re
+import struct
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -275,6 +277,41 @@ def _zone_key(candidate: str) -> ZoneInfo | None:
         return None
 
 
+def _zone_file(candidate: str) -> ZoneInfo | None:
+    """The zone of a TZ naming a file (``/usr/share/zoneinfo/Asia/Shanghai``, ``:/etc/x``)."""
+    path = candidate.strip().lstrip(":")
+    if not path.startswith("/"):
+        return None
+    marker = "/zoneinfo/"
+    if marker in path:
+        zone = _zone_key(path.rsplit(marker, 1)[1])
+        if zone is not None:
+            return zone
+    try:
+        with open(path, "rb") as handle:
+            return ZoneInfo.from_file(handle, key=path)
+    except (OSError, ValueError):
+        return None
+
+
+def _posix_zone(rule: str) -> ZoneInfo | None:
+    """The zone of a POSIX TZ rule (``CST-8``: UTC+8), as the C library reads it; else None.
+
+    zoneinfo reads such a rule from the footer of a TZif file, so build the smallest one: no
+    transitions, one placeholder type, and the rule that then applies at all times.
+    """
+    text = rule.strip()
+    if not text or text.startswith((":", "/")) or "\n" in text or not text.isascii():
+        return None
+    header = b"TZif2" + b"\0" * 15 + struct.pack(">6l", 0, 0, 0, 0, 1, 4)
+    block = header + struct.pack(">lbb", 0, 0, 0) + b"UTC\0"
+    data = block + block + b"\n" + text.encode("ascii") + b"\n"
+    try:
+        return ZoneInfo.from_file(io.BytesIO(data), key=text)
+    except ValueError:  # not a rule zoneinfo (nor the C library) can read
+        return None
+
+
 def resolve_timezone(
     name: str,
     *,
@@ -283,10 +320,12 @@ def resolve_timezone(
 ) -> tzinfo:
     """Turn a ``models.timezone`` value (IANA key or "local") into a tzinfo; bad key: ConfigError.
 
-    "local" is the zone the C library uses, found without extra packages: ``$TZ`` if it is an
-    IANA key, else the key ``/etc/localtime`` links to, else a tzinfo that asks the C library
-    for every offset (Windows, odd setups). Never a fixed offset, so a long-running patrol
-    stays right across DST changes.
+    "local" is the zone the C library uses, found without extra packages. ``$TZ``, when set,
+    decides as it does for the C library: an IANA key, a zone file path (``:/path`` or
+    ``/path``), or a POSIX rule such as ``CST-8`` or ``EST5EDT,M3.2.0,M11.1.0``. Without it,
+    the key ``/etc/localtime`` links to, else a tzinfo that asks the C library for every
+    offset (Windows, odd setups). Never a fixed offset, so a long-running patrol stays right
+    across DST changes.
     """
     if name.strip().casefold() != "local":
         zone = _zone_key(name)
@@ -295,9 +334,12 @@ def resolve_timezone(
         return zone
     env = os.environ if environ is None else environ
     if env.get("TZ"):
-        zone = _zone_key(env["TZ"])
+        zone = _zone_key(env["TZ"]) or _zone_file(env["TZ"]) or _posix_zone(env["TZ"])
         if zone is not None:
             return zone
+        # Unreadable: the C library of this process says what it made of it; for another
+        # environment, do as glibc does with a TZ it cannot read (UTC).
+        return _SystemLocalZone() if environ is None else ZoneInfo("UTC")
     try:
         target = str(localtime_path.resolve(strict=True))
     except OSError:

@@ -1,11 +1,21 @@
-"""Terminal output helpers: the one table builder, JSON dumps, secret redaction, times."""
+"""Terminal output helpers: the one table builder, JSON dumps, secret redaction, times.
+
+``redact`` is the one place secrets are taken out of text: everything the hub prints, logs,
+exports or serves passes through it (via ``Context.out``/``warn``/``info``, the audit log, the
+patrol report, the exports and the served page).
+"""
 
 from __future__ import annotations
 
+import functools
 import json
+import math
+import re
 import time
 from collections.abc import Iterable, Sequence
 from typing import Any
+
+from xaf_hub.records import MAX_TIME_MS
 
 
 def table(rows: Sequence[Sequence[Any]], headers: Sequence[str], *, header_pad: int = 2) -> str:
@@ -26,22 +36,78 @@ def table(rows: Sequence[Sequence[Any]], headers: Sequence[str], *, header_pad: 
 
 
 def dumps(data: Any) -> str:
-    """JSON for scripts: UTF-8 text, stable key order as built."""
-    return json.dumps(data, ensure_ascii=False, indent=2)
+    """JSON for scripts: UTF-8 text, stable key order as built, never NaN or Infinity."""
+    try:
+        return json.dumps(data, ensure_ascii=False, indent=2, allow_nan=False)
+    except ValueError:  # a non-finite float somewhere: JSON has no word for it, say null
+        return json.dumps(finite(data), ensure_ascii=False, indent=2)
+
+
+def dumps_line(data: Any) -> str:
+    """Compact one-line JSON (for logs), never NaN or Infinity."""
+    try:
+        return json.dumps(data, ensure_ascii=False, allow_nan=False)
+    except ValueError:
+        return json.dumps(finite(data), ensure_ascii=False)
+
+
+def finite(data: Any) -> Any:
+    """``data`` with every NaN / Infinity float replaced by None (for strict JSON)."""
+    if isinstance(data, float):
+        return data if math.isfinite(data) else None
+    if isinstance(data, dict):
+        return {k: finite(v) for k, v in data.items()}
+    if isinstance(data, list | tuple):
+        return [finite(v) for v in data]
+    return data
+
+
+# An echoed request header ("Authorization: Basic dXNlcjpwdw==", JSON "authorization":"...")
+# loses its credential whatever the value: a proxy may echo one we never configured.
+_AUTH_ECHO = re.compile(
+    r"""(?i)(\b(?:proxy-)?authorization\b["']?\s*[:=]\s*["']?)"""
+    r"""((?:basic|bearer|digest|token|negotiate)\s+)?[^\s"'<>,;\\\]}&]+"""
+)
+
+
+def secret_forms(secret: str) -> set[str]:
+    """How ``secret`` can show up in text: plain, URL-quoted, base64, JSON/HTML/CSV-escaped."""
+    import base64
+    import html
+    from urllib.parse import quote, quote_plus
+
+    b64 = base64.b64encode(secret.encode()).decode()
+    forms = {
+        secret,
+        secret.rstrip("="),  # a base64 secret (a Basic credential) may lose its padding
+        quote(secret, safe=""),
+        quote_plus(secret),
+        b64,
+        b64.rstrip("="),
+        json.dumps(secret, ensure_ascii=False)[1:-1],
+        json.dumps(secret)[1:-1],
+        html.escape(secret),
+        html.escape(secret, quote=False),
+        secret.replace('"', '""'),
+    }
+    return {f for f in forms if f}
+
+
+@functools.lru_cache(maxsize=32)
+def _secret_pattern(secrets: tuple[str, ...]) -> re.Pattern[str] | None:
+    forms = {f for s in secrets if s for f in secret_forms(s)}
+    if not forms:
+        return None
+    # Longest first, so a form is never cut short by a shorter one it starts with.
+    return re.compile("|".join(re.escape(f) for f in sorted(forms, key=len, reverse=True)))
 
 
 def redact(text: str, secrets: Iterable[str]) -> str:
-    """Replace every secret (and its obvious encodings) in ``text`` with ***."""
-    import base64
-    from urllib.parse import quote
-
-    for secret in secrets:
-        if not secret:
-            continue
-        for form in {secret, quote(secret, safe=""), base64.b64encode(secret.encode()).decode()}:
-            if form:
-                text = text.replace(form, "***")
-    return text
+    """Replace every secret (in every form ``secret_forms`` knows) and echoed credential by ***."""
+    pattern = _secret_pattern(tuple(sorted(set(secrets))))
+    if pattern is not None:
+        text = pattern.sub("***", text)
+    return _AUTH_ECHO.sub(lambda m: f"{m.group(1)}{m.group(2) or ''}***", text)
 
 
 # C0 controls except tab and newline, DEL, and the C1 block: a session title or a server's
@@ -56,9 +122,12 @@ def terminal_safe(text: str) -> str:
 
 def fmt_time(ms: int) -> str:
     """Local 'YYYY-MM-DD HH:MM' or '-' for an unknown time."""
-    if ms <= 0:
+    if not 0 < ms <= MAX_TIME_MS:
         return "-"
-    return time.strftime("%Y-%m-%d %H:%M", time.localtime(ms / 1000))
+    try:
+        return time.strftime("%Y-%m-%d %H:%M", time.localtime(ms / 1000))
+    except (OverflowError, OSError, ValueError):  # beyond what the C library can show
+        return "-"
 
 
 def iso_time(ms: int) -> str | None:
@@ -72,7 +141,7 @@ def iso_time(ms: int) -> str | None:
 
 def ago(ms: int, now_ms: int) -> str:
     """'3h ago' style, compact for tables."""
-    if ms <= 0:
+    if not 0 < ms <= MAX_TIME_MS:
         return "-"
     secs = max(0, (now_ms - ms) // 1000)
     for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):

@@ -14,6 +14,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
+from xaf_hub.records import MAX_TIME_MS
+
 Lang = Literal["en", "zh"]
 LANGS: tuple[Lang, ...] = ("en", "zh")
 LANGUAGE_SETTINGS = ("auto", "en", "zh")
@@ -407,7 +409,7 @@ def span(lang: Lang, ms: int) -> str:
 
 def ago(lang: Lang, ms: int, now_ms: int) -> str:
     """How long ago ``ms`` was, seen at ``now_ms`` ("3 hours ago", "3 小时前")."""
-    if ms <= 0:
+    if not 0 < ms <= MAX_TIME_MS:  # 0 or absurd (a hostile server's year 300000)
         return text(lang, "time.unknown")
     delta = now_ms - ms
     if abs(delta) < _MINUTE:
@@ -474,18 +476,24 @@ def catalogue(lang: Lang) -> Mapping[str, str]:
 
 
 def local_time(ms: int) -> str:
-    """``ms`` as local "YYYY-MM-DD HH:MM:SS", or "" when unknown (0)."""
-    if ms <= 0:
+    """``ms`` as local "YYYY-MM-DD HH:MM:SS", or "" when unknown (0 or absurd)."""
+    if not 0 < ms <= MAX_TIME_MS:
         return ""
     # time.localtime/strftime: several times cheaper than datetime for thousands of rows.
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ms / 1000))
+    try:
+        return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ms / 1000))
+    except (OverflowError, OSError, ValueError):  # beyond what the C library can show
+        return ""
 
 
 def local_time_with_zone(ms: int) -> str:
     """``ms`` as local time with its UTC offset ("... UTC+08:00"), or "unknown"."""
-    if ms <= 0:
+    if not 0 < ms <= MAX_TIME_MS:
         return "unknown"
-    moment = time.localtime(ms / 1000)
+    try:
+        moment = time.localtime(ms / 1000)
+    except (OverflowError, OSError, ValueError):
+        return "unknown"
     offset = moment.tm_gmtoff or 0
     sign = "-" if offset < 0 else "+"
     hours, minutes = divmod(abs(offset) // 60, 60)

@@ -2,11 +2,30 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
 RunState = Literal["idle", "busy", "retry"]
+
+# 9999-12-31T23:59:59.999Z: a later "time" from a server is nonsense, and the C library's
+# time functions fail on it (OverflowError, ValueError) or print a year no one can read.
+MAX_TIME_MS = 253_402_300_799_999
+
+
+def sane_ms(value: Any) -> int:
+    """A server's epoch-milliseconds value, or 0 (unknown) when not a number in range."""
+    if isinstance(value, str):
+        try:
+            value = float(value)
+        except ValueError:
+            return 0
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return 0
+    if isinstance(value, float) and not math.isfinite(value):
+        return 0
+    return int(value) if 0 < value <= MAX_TIME_MS else 0
 
 
 @dataclass(frozen=True)

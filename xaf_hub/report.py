@@ -16,7 +16,7 @@ import hashlib
 import io
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -25,7 +25,7 @@ from xaf_hub.errors import UsageError
 from xaf_hub.page_text import Lang, ago, local_time
 from xaf_hub.page_text import local_time_with_zone as local_time_with_zone
 from xaf_hub.records import SessionRecord, Snapshot
-from xaf_hub.statefile import write_json_atomic, write_text_atomic
+from xaf_hub.statefile import write_text_atomic
 
 if TYPE_CHECKING:  # jinja2 is imported lazily: `status` and `instances` must not pay for it.
     import jinja2
@@ -99,6 +99,16 @@ def _cost_text(cost: float) -> str:
     return f"{cost:.6f}".rstrip("0").rstrip(".") or "0"
 
 
+# A spreadsheet reads a cell starting with one of these as a formula (=HYPERLINK, @SUM, +1+1,
+# -2+3; tab and CR hide the start): a leading quote makes it plain text (OWASP's advice).
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_cell(text: str) -> str:
+    """Return ``text`` safe for a spreadsheet cell: never read as a formula."""
+    return "'" + text if text.startswith(_FORMULA_START) else text
+
+
 def csv_text(snap: Snapshot) -> str:
     """Return the CSV export (with a leading BOM so spreadsheet programs detect UTF-8)."""
     buffer = io.StringIO()
@@ -107,28 +117,37 @@ def csv_text(snap: Snapshot) -> str:
     for s in snap.project_sessions():
         writer.writerow(
             [
-                s.instance,
-                s.id,
-                s.directory,
+                csv_cell(s.instance),
+                csv_cell(s.id),
+                csv_cell(s.directory),
                 s.run_state,
                 local_time(s.updated),
                 local_time(s.created),
-                s.outcome,
-                s.title,
+                csv_cell(s.outcome),
+                csv_cell(s.title),
                 _cost_text(s.cost),
             ]
         )
     return "\ufeff" + buffer.getvalue()
 
 
-def write_json(snap: Snapshot, path: Path) -> None:
-    """Write the JSON export to ``path`` atomically."""
-    write_json_atomic(path, snapshot_document(snap), private=False)
+Redact = Callable[[str], str]
 
 
-def write_csv(snap: Snapshot, path: Path) -> None:
+def _same(text: str) -> str:
+    return text
+
+
+def write_json(snap: Snapshot, path: Path, redact: Redact = _same) -> None:
+    """Write the JSON export to ``path`` atomically (strict JSON: no NaN)."""
+    from xaf_hub.output import dumps
+
+    write_text_atomic(path, redact(dumps(snapshot_document(snap))) + "\n", private=False)
+
+
+def write_csv(snap: Snapshot, path: Path, redact: Redact = _same) -> None:
     """Write the CSV export to ``path`` atomically."""
-    write_text_atomic(path, csv_text(snap), private=False)
+    write_text_atomic(path, redact(csv_text(snap)), private=False)
 
 
 # --------------------------------------------------------------------------- HTML
@@ -244,30 +263,36 @@ def write_html(
     lang: Lang = "en",
     links: Mapping[str, Any] | None = None,
     tasks: Mapping[str, str] | None = None,
+    redact: Redact = _same,
 ) -> None:
     """Write the HTML overview page to ``path`` atomically."""
     html = render_html(
         snap, now_ms=now_ms, title=title, autopilot=autopilot, lang=lang, links=links, tasks=tasks
     )
-    write_text_atomic(path, html, private=False)
+    write_text_atomic(path, redact(html), private=False)
 
 
 # --------------------------------------------------------------------------- dispatch
 
 
 def export(
-    snap: Snapshot, path: Path, *, now_ms: int | None = None, title: str = "project"
+    snap: Snapshot,
+    path: Path,
+    *,
+    now_ms: int | None = None,
+    title: str = "project",
+    redact: Redact = _same,
 ) -> None:
-    """Write ``snap`` to ``path`` in the format its suffix names."""
+    """Write ``snap`` to ``path`` in the format its suffix names, through ``redact``."""
     suffix = path.suffix.lower()
     if suffix == ".json":
-        write_json(snap, path)
+        write_json(snap, path, redact)
     elif suffix == ".csv":
-        write_csv(snap, path)
+        write_csv(snap, path, redact)
     elif suffix in (".html", ".htm"):
         # Ages on the page are relative to the snapshot, which is what the reader sees.
         now = now_ms if now_ms is not None else snap.generated_at or int(time.time() * 1000)
-        write_html(snap, path, now_ms=now, title=title)
+        write_html(snap, path, now_ms=now, title=title, redact=redact)
     else:
         raise UsageError(
             f"unsupported export format {path.suffix or '(no suffix)'!r} for {path}; "

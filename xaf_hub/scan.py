@@ -15,7 +15,14 @@ import httpx
 from xaf_hub.client import ApiError, OpencodeClient, RawStatus, ServerSession
 from xaf_hub.config import Config, InstanceConfig
 from xaf_hub.errors import HubError, UnreachableError
-from xaf_hub.records import InstanceSummary, RunState, SessionRecord, Snapshot, running_project
+from xaf_hub.records import (
+    InstanceSummary,
+    RunState,
+    SessionRecord,
+    Snapshot,
+    running_project,
+    sane_ms,
+)
 from xaf_hub.releases import RunStateUnknown
 
 TransportFactory = Callable[[InstanceConfig], httpx.AsyncBaseTransport | None]
@@ -35,6 +42,7 @@ def make_client(
         retries=cfg.retries,
         page_size=cfg.page_size,
         transport=transport,
+        deadline=cfg.scan_timeout,
     )
 
 
@@ -87,8 +95,9 @@ def build_record(
         kind = status.get("type")
         if kind == "retry":
             state = "retry"
-            message = str(status.get("message") or "")
-            nxt = int(status.get("next") or 0)
+            raw = status.get("message")
+            message = raw if isinstance(raw, str) else ""
+            nxt = sane_ms(status.get("next"))  # "soon", 1e400, 10**22: unknown
         elif kind != "idle":
             state = "busy"  # busy, or a kind this hub does not know: never read as idle
     return SessionRecord(
@@ -133,48 +142,64 @@ async def scan_instance(
     """
     result = InstanceScan(inst)
     try:
-        await client.detect()
-        result.api = client.dialect or ""
-        result.version = client.version
-        sessions = await client.list_sessions()
-        # Sessions share a few hundred directories at most: classify each directory once.
-        project_dir = {d: inst.rules.is_project(d) for d in {s.directory for s in sessions} if d}
-        result.release = client.release.describe()
-        directories = sorted(d for d, ok in project_dir.items() if ok or not project_only)
-        statuses, result.run_state_unknown = await read_run_state(client, directories)
-        if result.run_state_unknown:
-            result.warnings.append(
-                f"{inst.name}: run state unknown ({result.run_state_unknown}); its project "
-                "sessions count as running and it takes no new work"
-            )
-        known = {s.id for s in sessions}
-        for sid in statuses:
-            if sid in known:
-                continue
-            # Running but missing from the list (created after the listing): look it up;
-            # when even that fails, count it as a project session (fail closed).
-            try:
-                sessions.append(await client.get_session(sid))
-            except HubError:
-                result.warnings.append(
-                    f"{inst.name}: running session {sid} has no readable directory; "
-                    "counted as a project session"
-                )
-                sessions.append(ServerSession(sid, "(unknown)", "", 0, 0, 0.0, "", ""))
-        for s in sessions:
-            if s.directory not in project_dir:  # a late arrival looked up above
-                project_dir[s.directory] = inst.rules.is_project(s.directory)
-            project = project_dir[s.directory] if s.directory else s.id in statuses
-            status = statuses.get(s.id)
-            if result.run_state_unknown and project:
-                status = {"type": "busy"}
-            result.sessions.append(build_record(inst, s, status, project))
+        # The deadline bounds the whole scan: the read timeout only bounds each chunk, so a
+        # server dribbling bytes or paging forever would otherwise hold us without end.
+        async with asyncio.timeout(client.deadline):
+            await _scan_into(result, client, inst, project_only)
         result.reachable = True
+    except TimeoutError:
+        result.reason = f"scan not finished within {client.deadline:g}s (timed out; gave up)"
     except UnreachableError as exc:
         result.reason = exc.reason
     except HubError as exc:
         result.reason = str(exc).removeprefix(f"{inst.name}: ")
+    except Exception as exc:  # noqa: BLE001 - one instance's odd answer never stops the others
+        result.reason = f"unreadable answer from the server ({type(exc).__name__})"
+    result.warnings.extend(client.notes)
+    if not result.reachable:
+        result.sessions = []
     return result
+
+
+async def _scan_into(
+    result: InstanceScan, client: OpencodeClient, inst: InstanceConfig, project_only: bool
+) -> None:
+    await client.detect()
+    result.api = client.dialect or ""
+    result.version = client.version
+    sessions = await client.list_sessions()
+    # Sessions share a few hundred directories at most: classify each directory once.
+    project_dir = {d: inst.rules.is_project(d) for d in {s.directory for s in sessions} if d}
+    result.release = client.release.describe()
+    directories = sorted(d for d, ok in project_dir.items() if ok or not project_only)
+    statuses, result.run_state_unknown = await read_run_state(client, directories)
+    if result.run_state_unknown:
+        result.warnings.append(
+            f"{inst.name}: run state unknown ({result.run_state_unknown}); its project "
+            "sessions count as running and it takes no new work"
+        )
+    known = {s.id for s in sessions}
+    for sid in statuses:
+        if sid in known:
+            continue
+        # Running but missing from the list (created after the listing): look it up;
+        # when even that fails, count it as a project session (fail closed).
+        try:
+            sessions.append(await client.get_session(sid))
+        except HubError:
+            result.warnings.append(
+                f"{inst.name}: running session {sid} has no readable directory; "
+                "counted as a project session"
+            )
+            sessions.append(ServerSession(sid, "(unknown)", "", 0, 0, 0.0, "", ""))
+    for s in sessions:
+        if s.directory not in project_dir:  # a late arrival looked up above
+            project_dir[s.directory] = inst.rules.is_project(s.directory)
+        project = project_dir[s.directory] if s.directory else s.id in statuses
+        status = statuses.get(s.id)
+        if result.run_state_unknown and project:
+            status = {"type": "busy"}
+        result.sessions.append(build_record(inst, s, status, project))
 
 
 async def scan_fleet(
@@ -228,10 +253,17 @@ async def _outcomes_of_instance(
                 try:
                     msgs = await client.messages(s.id, limit=2, directory=s.directory)
                     return replace(s, outcome=outcome_of(msgs))
-                except HubError:
+                except Exception:  # noqa: BLE001 - a failed or malformed answer: one unknown
                     return replace(s, outcome="unknown")
 
-        sc.sessions = list(await asyncio.gather(*(one(s) for s in sc.sessions)))
+        try:
+            async with asyncio.timeout(client.deadline):
+                sc.sessions = list(await asyncio.gather(*(one(s) for s in sc.sessions)))
+        except TimeoutError:
+            sc.warnings.append(
+                f"{sc.inst.name}: last results not all read within {client.deadline:g}s; "
+                "shown as unknown"
+            )
 
 
 async def fill_outcomes(

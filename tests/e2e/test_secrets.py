@@ -1,10 +1,12 @@
 """Secrets never leak, private files are private, production is never written by accident.
 
 * Every command and every export runs with known passwords (from the environment, from
-  config.local.json, and a wrong one that the server rejects); stdout, stderr, the audit log,
+  config.local.json, a wrong one that the server rejects, one a server echoes back inside
+  its 400 answer with the Authorization header); stdout, stderr, the audit log,
   the patrol report, the JSON / CSV / HTML exports, the served page, every file in the state
   dir and the text of errors (``--debug`` tracebacks included) are searched for each password
-  and its encodings: zero hits.
+  and its encodings (plain, URL-quoted, base64, the Basic credential ``base64(user:password)``
+  with and without padding, ``user:password``): zero hits.
 * Every file the hub keeps in its state dir is mode 0600 (lock files hold nothing).
 * A production (``danger``) instance sits behind a recording proxy: dispatch, cleanup,
   interrupt and a full patrol cycle, each with work waiting on that instance, send it no
@@ -28,23 +30,31 @@ import httpx
 import pytest
 
 from tests.e2e.faulty import StepProxy
+from tests.e2e.hostile import HostileServer
 from tests.fleet import Hub
 from xaf_hub.sandbox import fleet as sandbox
 
 pytestmark = pytest.mark.e2e
+
+# "bob:" is 4 bytes: base64 of "bob:<pw>" does not contain base64 of the password (as it
+# would for "alice:", 6 bytes), so only redacting the Basic credential itself can hide it.
+ECHO_USER = "bob"
 
 
 def home(hub: Hub) -> Path:
     return Path(hub.env["XAF_HUB_HOME"])
 
 
-def forms(secret: str) -> list[str]:
-    """A password as it could leak: plain, URL-quoted, inside a Basic auth token."""
+def forms(secret: str, users: tuple[str, ...] = ("opencode", ECHO_USER)) -> list[str]:
+    """A password as it could leak: plain, URL-quoted, base64, inside a Basic credential."""
+    basic = [base64.b64encode(f"{user}:{secret}".encode()).decode() for user in users]
     return [
         secret,
         quote(secret, safe=""),
         base64.b64encode(secret.encode()).decode(),
-        base64.b64encode(f"opencode:{secret}".encode()).decode(),
+        *basic,
+        *(b.rstrip("=") for b in basic),
+        *(f"{user}:{secret}" for user in users),
     ]
 
 
@@ -165,6 +175,62 @@ def test_no_password_in_any_output_file_or_error(
             assert stat.S_IMODE(p.stat().st_mode) == 0o600, (p, oct(p.stat().st_mode))
 
 
+def test_echoed_authorization_never_leaks(hub: Hub, tmp_path: Path) -> None:
+    """A server (or proxy) that answers 400 quoting our Authorization header, decoded too.
+
+    Its echo holds the Basic credential (base64 of user:password) and the password itself;
+    no output, error (``--debug`` included), audit line, report or export may carry either.
+    """
+    pw = "echo-pw-Vb71q/x+y="
+    secrets = [*hub.secrets(), pw]
+    exports = tmp_path / "exports"
+    exports.mkdir()
+    with HostileServer(str(hub.root / "app"), mode="echo-writes") as server:
+        hub.doc["instances"].append(
+            {
+                "name": "lan-echo",
+                "url": server.url,
+                "username": ECHO_USER,
+                "roots": [str(hub.root)],
+                "default_directory": str(hub.root / "app"),
+            }
+        )
+        hub.write_config()
+        hub.env["XAF_HUB_PW_LAN_ECHO"] = pw
+        hub.session("local-a", "echo test healthy")
+        runs: list[tuple[str, ...]] = [
+            ("instances",),
+            ("sessions", "--json"),
+            ("sessions", "--out", str(exports / "e.json")),
+            ("sessions", "--out", str(exports / "e.csv"), "--html", str(exports / "e.html")),
+            ("status",),
+            ("dispatch", "--new", "--instance", "lan-echo", "--text", "echo work"),
+            ("dispatch", "--new", "--instance", "lan-echo", "--text", "echo work", "--debug"),
+            ("interrupt", "--session", "ses_echo1", "--instance", "lan-echo", "--debug"),
+            ("cleanup", "--ttl-days", "0", "--execute", "--instance", "lan-echo"),
+            ("patrol", "--once", "--no-fill", "--no-design"),
+        ]
+        # First a proxy that refuses writes only, then one that refuses everything.
+        for mode in ("echo-writes", "echo-auth"):
+            server.mode = mode
+            seen = []
+            for args in runs:
+                code, out, err = hub.cli(*args)
+                assert not leaks(out + err, secrets), (mode, args, leaks(out + err, secrets))
+                seen.append((args, code, out + err))
+            # The server did echo (shown masked), and the other instances were still scanned.
+            texts = "".join(text for _, _, text in seen)
+            assert "Authorization: Basic *** (***)" in texts, mode  # user:password too
+            assert seen[0][1] == 0 and "echo test healthy" in seen[1][2], mode
+        assert any(m == "POST" for m, _ in server.hits), server.hits
+    audit_log = home(hub) / "audit.log"
+    assert audit_log.exists() and "lan-echo" in audit_log.read_text("utf-8")
+    for p in [*home(hub).rglob("*"), *exports.rglob("*")]:
+        if p.is_file():
+            text = p.read_bytes().decode("utf-8", "replace")
+            assert not leaks(text, secrets), (p, leaks(text, secrets))
+
+
 # ---------------------------------------------------------------------------------------------
 # Production
 
@@ -271,7 +337,9 @@ def test_production_is_never_written_without_allow_prod(hub: Hub) -> None:
             # Positive control: with --allow-prod the write goes through the proxy.
             code, _, err = hub.cli("interrupt", "--session", busy, "--allow-prod")
             assert code == 0, err
-            assert proxy.writes() == [("POST", f"/session/{busy}/abort")]
+            # (The client names the session's folder too: ?directory=, since issue 14.)
+            writes = [(m, p.partition("?")[0]) for m, p in proxy.writes()]
+            assert writes == [("POST", f"/session/{busy}/abort")]
     finally:
         for sid in (busy, stuck):
             sandbox.abort(url, pw, sid)

@@ -337,13 +337,71 @@ def test_resolve_local_from_localtime_link(tmp_path: Path) -> None:
     assert resolve_timezone("Local", environ={}, localtime_path=link) == ZoneInfo("Asia/Tokyo")
 
 
-def test_resolve_local_falls_back_to_the_c_library(tmp_path: Path) -> None:
-    zone = resolve_timezone(
-        "local", environ={"TZ": "CET-1CEST,M3.5.0,M10.5.0/3"}, localtime_path=tmp_path / "none"
-    )
-    assert not isinstance(zone, ZoneInfo)
-    now = datetime.now(UTC)
-    assert now.astimezone(zone) == now
+@pytest.mark.parametrize(
+    "rule", ["CST-8", "CET-1CEST,M3.5.0,M10.5.0/3", "EST5EDT,M3.2.0,M11.1.0", "<+0545>-5:45"]
+)
+def test_resolve_local_posix_rule_agrees_with_the_c_library(
+    rule: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A POSIX TZ rule means what the C library makes of it (CST-8 is UTC+8), all year."""
+    if not hasattr(time, "tzset"):
+        pytest.skip("time.tzset is POSIX only")
+    zone = resolve_timezone("local", environ={"TZ": rule}, localtime_path=tmp_path / "none")
+    monkeypatch.setenv("TZ", rule)
+    time.tzset()
+    try:
+        for day in range(0, 366, 7):
+            for hour in (0, 1, 2, 3, 13):
+                moment = datetime(2026, 1, 1, hour, tzinfo=UTC) + timedelta(days=day)
+                stamp = moment.timestamp()
+                offset = moment.astimezone(zone).utcoffset()
+                assert offset == timedelta(seconds=time.localtime(stamp).tm_gmtoff), moment
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()
+    if rule == "CST-8":
+        assert datetime(2026, 7, 1, 1, tzinfo=UTC).astimezone(zone).hour == 9
+
+
+def test_resolve_local_from_a_zone_file_path(tmp_path: Path) -> None:
+    source = Path("/usr/share/zoneinfo/Asia/Shanghai")
+    if not source.exists():
+        pytest.skip("no system zoneinfo database")
+    for tz in (str(source), ":" + str(source)):
+        zone = resolve_timezone("local", environ={"TZ": tz}, localtime_path=tmp_path / "none")
+        assert zone == ZoneInfo("Asia/Shanghai")
+    # A copy outside any zoneinfo folder is read as a file.
+    copy = tmp_path / "my-zone"
+    copy.write_bytes(source.read_bytes())
+    zone = resolve_timezone("local", environ={"TZ": str(copy)}, localtime_path=tmp_path / "none")
+    assert datetime(2026, 7, 1, 1, tzinfo=UTC).astimezone(zone).utcoffset() == timedelta(hours=8)
+
+
+def test_resolve_local_unreadable_tz_is_utc_like_glibc(tmp_path: Path) -> None:
+    for tz in ("not a zone!", str(tmp_path / "missing-file")):
+        zone = resolve_timezone("local", environ={"TZ": tz}, localtime_path=tmp_path / "none")
+        now = datetime.now(UTC)
+        assert now.astimezone(zone).utcoffset() == timedelta(0)
+
+
+def test_resolve_local_falls_back_to_the_c_library(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """For the process's own $TZ, one nothing else reads is left to the C library."""
+    if not hasattr(time, "tzset"):
+        pytest.skip("time.tzset is POSIX only")
+    monkeypatch.setenv("TZ", "not a zone!")
+    time.tzset()
+    try:
+        zone = resolve_timezone("local", localtime_path=tmp_path / "none")
+        assert not isinstance(zone, ZoneInfo)
+        now = datetime.now(UTC)
+        assert now.astimezone(zone).utcoffset() == timedelta(
+            seconds=time.localtime(now.timestamp()).tm_gmtoff
+        )
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()
 
 
 @pytest.fixture

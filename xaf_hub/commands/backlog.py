@@ -215,6 +215,7 @@ def _add(ctx: Context) -> int:
         result="added",
         reason=added.id,
         env=ctx.env,
+        secrets=ctx.secrets(),
         extra={"task": added.id},
     )
     if ctx.json:
@@ -297,6 +298,7 @@ def _set(ctx: Context) -> int:
         result=args.status,
         reason=task.id,
         env=ctx.env,
+        secrets=ctx.secrets(),
         extra={"task": task.id, "reset": bool(args.reset)},
     )
     if ctx.json:

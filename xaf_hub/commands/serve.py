@@ -18,12 +18,9 @@ network, or put a TLS reverse proxy in front.
 from __future__ import annotations
 
 import argparse
-import base64
-import hashlib
-import hmac
 import http.server
-import ipaddress
 import json
+import math
 import signal
 import socket
 import socketserver
@@ -41,6 +38,14 @@ from xaf_hub.errors import UsageError
 from xaf_hub.output import dumps
 from xaf_hub.page_text import LANGS, Lang, pick_language
 from xaf_hub.records import Snapshot
+from xaf_hub.serve_checks import MIN_PASSWORD_LENGTH as MIN_PASSWORD_LENGTH
+from xaf_hub.serve_checks import VIEWER_PASSWORD_ENV as VIEWER_PASSWORD_ENV
+from xaf_hub.serve_checks import basic_auth_ok as basic_auth_ok
+from xaf_hub.serve_checks import check_exposure as check_exposure
+from xaf_hub.serve_checks import host_header_name as host_header_name
+from xaf_hub.serve_checks import is_loopback as is_loopback
+from xaf_hub.serve_checks import printable as printable
+from xaf_hub.serve_limits import ANSWER_SECONDS, REQUEST_SECONDS, ConnectionGuard
 
 if TYPE_CHECKING:  # the follower pulls in httpx; --help must stay light
     from xaf_hub.ops.notices import ChangeFeed
@@ -55,8 +60,6 @@ notices, server-sent events)   /health
 Ctrl+C stops it.
 """
 
-VIEWER_PASSWORD_ENV = "XAF_HUB_VIEWER_PASSWORD"
-MIN_PASSWORD_LENGTH = 12
 REALM = "xaf-hub overview"
 
 _HTML = "text/html; charset=utf-8"
@@ -92,78 +95,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"allow a non-loopback --host; requires ${VIEWER_PASSWORD_ENV}")
 
 
-# --------------------------------------------------------------------------- pure checks
-
-
-def is_loopback(host: str) -> bool:
-    """Return whether ``host`` names this machine only (127.0.0.0/8, ::1, localhost)."""
-    name = host.strip().lower()
-    if name.startswith("[") and name.endswith("]"):
-        name = name[1:-1]
-    if name == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(name).is_loopback
-    except ValueError:
-        return False  # any other host name could resolve anywhere
-
-
-def host_header_name(header: str) -> str:
-    """Return the host part of an HTTP Host header ("[::1]:80" -> "::1", "a:80" -> "a")."""
-    value = header.strip()
-    if value.startswith("["):
-        end = value.find("]")
-        return value[1:end] if end > 0 else value
-    return value.rsplit(":", 1)[0] if value.count(":") == 1 else value
-
-
-def check_exposure(host: str, public: bool, password: str | None) -> None:
-    """Refuse a listening address the options do not allow (UsageError)."""
-    if public:
-        if not password:
-            raise UsageError(
-                f"--public needs a viewer password: set {VIEWER_PASSWORD_ENV} (colleagues "
-                "log in with any user name and that password)"
-            )
-        if len(password) < MIN_PASSWORD_LENGTH:
-            raise UsageError(
-                f"{VIEWER_PASSWORD_ENV} is too short: use at least {MIN_PASSWORD_LENGTH} characters"
-            )
-    elif not is_loopback(host):
-        raise UsageError(
-            f"refusing to listen on {host}: without --public only a loopback address "
-            f"(127.0.0.1, ::1, localhost) is allowed; to let colleagues in, set "
-            f"{VIEWER_PASSWORD_ENV} and add --public"
-        )
-
-
-def basic_auth_ok(header: str | None, password: str) -> bool:
-    """Return whether an Authorization header carries ``password`` (any user name)."""
-    if not header:
-        return False
-    scheme, _, token = header.strip().partition(" ")
-    if scheme.lower() != "basic":
-        return False
-    try:
-        decoded = base64.b64decode(token.strip(), validate=True).decode("utf-8")
-    except (ValueError, UnicodeDecodeError):  # binascii.Error is a ValueError
-        return False
-    _, sep, given = decoded.partition(":")
-    if not sep:
-        return False
-    # Digests first so the comparison takes the same time whatever the lengths.
-    return hmac.compare_digest(
-        hashlib.sha256(given.encode("utf-8")).digest(),
-        hashlib.sha256(password.encode("utf-8")).digest(),
-    )
-
-
-def printable(text: str, limit: int = 200) -> str:
-    """Return ``text`` safe for one log line: control characters as "?", at most ``limit``."""
-    clean = "".join(c if c.isprintable() else "?" for c in text[:limit])
-    return clean + ("..." if len(text) > limit else "")
-
-
 # --------------------------------------------------------------------------- the cache
 
 
@@ -185,18 +116,28 @@ class Scanned:
             return self._bodies[kind]
 
 
+class ScanPending(Exception):
+    """The first scan is still running after the wait; there is nothing to show yet."""
+
+
 class SnapshotCache:
-    """The latest scan, shared by every request; at most one scan runs at a time."""
+    """The latest scan, shared by every request; at most one scan runs at a time.
+
+    A request waits at most ``wait`` seconds for a running scan; then it takes the previous
+    scan (or ScanPending before the first), so a slow fleet never stalls the page or /health.
+    """
 
     def __init__(
         self,
         scan_fleet: Callable[[], Snapshot],
         max_age: float,
         clock: Callable[[], float] = time.monotonic,
+        wait: float | None = None,
     ) -> None:
         self._scan = scan_fleet
         self._max_age = max_age
         self._clock = clock
+        self._wait = wait
         self._lock = threading.Lock()
         self._latest: Scanned | None = None
         self._stale = False
@@ -212,7 +153,11 @@ class SnapshotCache:
         A scan is usable while younger than ``max_age``, and also when it began after the
         request arrived: everyone queued behind a running scan takes its result.
         """
-        with self._lock:
+        if not self._lock.acquire(timeout=-1 if self._wait is None else self._wait):
+            if self._latest is None:
+                raise ScanPending
+            return self._latest, False
+        try:
             latest = self._latest
             if latest is not None and (
                 latest.started >= arrived
@@ -225,6 +170,8 @@ class SnapshotCache:
             self._latest = Scanned(snap, started, self._clock())
             self.scans += 1
             return self._latest, True
+        finally:
+            self._lock.release()
 
 
 # --------------------------------------------------------------------------- routing
@@ -283,8 +230,10 @@ class Viewer:
         links: Callable[[list[str]], Any] | None = None,
         tasks: Callable[[], dict[str, str]] | None = None,
         refresh_seconds: int = REFRESH_SECONDS,
+        redact: Callable[[str], str] = str,
     ) -> None:
         self._cache = cache
+        self._redact = redact
         self._autopilot = autopilot
         self._language = language
         self._links = links
@@ -317,7 +266,14 @@ class Viewer:
             return _text(404, "not found; try / or /api/snapshot or /health")
         if path == _EVENTS_ROUTE:
             return Response(200, _EVENTS, b"", note="change notices")
-        scanned, fresh = self._cache.get(arrived)
+        try:
+            scanned, fresh = self._cache.get(arrived)
+        except ScanPending:
+            if path == "/health":
+                body = b'{"ok": false, "scanning": true}\n'
+                return Response(503, _JSON, body, (("Retry-After", "5"),), "first scan running")
+            return _text(503, "the first scan of the fleet is still running; try again soon",
+                         ("Retry-After", "5"), note="first scan running")
         reachable = sum(1 for i in scanned.snapshot.instances if i.reachable)
         note = (
             f"scanned, {reachable} of {len(scanned.snapshot.instances)} answering"
@@ -344,7 +300,7 @@ class Viewer:
                 note=note,
             )
         if path == "/api/snapshot":
-            return Response(200, _JSON, scanned.body("json", _snapshot_json), note=note)
+            return Response(200, _JSON, scanned.body("json", self._json), note=note)
         doc = health_document(scanned.snapshot)
         body = (json.dumps(doc) + "\n").encode("utf-8")
         return Response(200 if doc["ok"] else 503, _JSON, body, note=note)
@@ -370,14 +326,13 @@ class Viewer:
             links=links,
             tasks=self._tasks() if self._tasks is not None else None,
         )
-        return html.encode("utf-8")
+        return self._redact(html).encode("utf-8")
 
+    def _json(self, snap: Snapshot) -> bytes:
+        from xaf_hub import report
 
-def _snapshot_json(snap: Snapshot) -> bytes:
-    from xaf_hub import report
-
-    # Byte for byte what `sessions --json` prints for the same snapshot.
-    return (dumps(report.snapshot_document(snap)) + "\n").encode("utf-8")
+        # Byte for byte what `sessions --json` prints for the same snapshot.
+        return (self._redact(dumps(report.snapshot_document(snap))) + "\n").encode("utf-8")
 
 
 # --------------------------------------------------------------------------- HTTP server
@@ -386,14 +341,15 @@ def _snapshot_json(snap: Snapshot) -> bytes:
 class _RequestLog:
     """One line per request to a stream shared by every request thread."""
 
-    def __init__(self, stream: TextIO) -> None:
+    def __init__(self, stream: TextIO, redact: Callable[[str], str] = str) -> None:
         self._stream = stream
+        self._redact = redact
         self._lock = threading.Lock()
 
     def line(self, text: str) -> None:
         stamp = time.strftime("%Y-%m-%d %H:%M:%S")
         with self._lock:
-            print(f"{stamp} {text}", file=self._stream, flush=True)
+            print(f"{stamp} {self._redact(text)}", file=self._stream, flush=True)
 
 
 class _Server(http.server.ThreadingHTTPServer):
@@ -412,9 +368,17 @@ class _Server(http.server.ThreadingHTTPServer):
                 self.feed = self.feed_factory()
             return self.feed
 
-    def __init__(self, address: tuple[str, int], viewer: Viewer, log: _RequestLog) -> None:
+    def __init__(
+        self,
+        address: tuple[str, int],
+        viewer: Viewer,
+        log: _RequestLog,
+        guard: ConnectionGuard | None = None,
+    ) -> None:
         self.viewer = viewer
         self.log = log
+        self.guard = guard or ConnectionGuard()
+        self.answer_seconds = ANSWER_SECONDS
         self._active = 0
         self._idle = threading.Condition()
         self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
@@ -426,6 +390,18 @@ class _Server(http.server.ThreadingHTTPServer):
         host, port = self.server_address[:2]
         self.server_name = str(host)
         self.server_port = int(port)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self.guard.admit(request):
+            self.shutdown_request(request)
+            return
+        super().process_request(request, client_address)
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.guard.release(request)
 
     def begin(self) -> None:
         with self._idle:
@@ -447,13 +423,16 @@ class _Server(http.server.ThreadingHTTPServer):
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
-    timeout = 30  # a client that sends nothing must not keep a thread forever
+    # Per read; the guard's deadline bounds the whole request (a slow-loris client).
+    timeout = REQUEST_SECONDS
 
     def version_string(self) -> str:
         return "xaf-hub"  # no Python version on the wire
 
     def _handle(self) -> None:
         server = cast(_Server, self.server)
+        # The request has arrived: time now for the scan wait and for sending the answer.
+        server.guard.extend(self.connection, server.answer_seconds)
         server.begin()
         try:
             self._answer(server)
@@ -477,6 +456,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.end_headers()
             if self.command != "HEAD" and response.content_type == _EVENTS and feed is not None:
                 self.close_connection = True
+                # A change-notice stream lives as long as its page: no answer deadline. It
+                # still counts against the connection cap, and a viewer that stops reading
+                # is dropped by the socket's write timeout within a keep-alive or two.
+                server.guard.extend(self.connection, math.inf)
                 response = replace(response, note=feed.stream(self.wfile))
             elif self.command != "HEAD":
                 self.wfile.write(response.body)
@@ -534,7 +517,10 @@ def run(ctx: Context) -> int:
     check_exposure(args.host, args.public, password)
     cfg = ctx.config
     instances = list(cfg.instances)
-    cache = SnapshotCache(lambda: scan(ctx, instances, outcomes=True)[0], args.cache_seconds)
+    # No request waits for a scan longer than one instance's scan deadline.
+    cache = SnapshotCache(
+        lambda: scan(ctx, instances, outcomes=True)[0], args.cache_seconds, wait=cfg.scan_timeout
+    )
     from xaf_hub.ops import autopilot as overview
     from xaf_hub.web_ui import Finder
 
@@ -548,10 +534,12 @@ def run(ctx: Context) -> int:
         language=cfg.page_language,
         links=Finder(cfg, ctx.transport_factory),
         tasks=lambda: overview.task_ids_by_session(cfg),
+        redact=ctx.redact,
     )
-    log = _RequestLog(ctx.stderr)
+    log = _RequestLog(ctx.stderr, ctx.redact)
     try:
         server = _Server((args.host, args.port), viewer, log)
+        server.answer_seconds = cfg.scan_timeout + ANSWER_SECONDS
         server.feed_factory = lambda: _start_feed(ctx, cache)
     except OSError as exc:
         reason = exc.strerror or str(exc)
@@ -568,10 +556,12 @@ def run(ctx: Context) -> int:
                  f"read-only, rescans at most every {args.cache_seconds:g}s; Ctrl+C stops")
         if args.host in ("0.0.0.0", "::"):
             ctx.info(f"colleagues open {_url(socket.gethostname(), server.server_port)}")
+        server.guard.start()
         server.serve_forever(poll_interval=0.5)
     except (KeyboardInterrupt, _Stop):
         pass
     finally:
+        server.guard.stop()
         if restore is not None:
             signal.signal(signal.SIGTERM, restore)
         server.server_close()

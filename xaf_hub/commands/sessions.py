@@ -87,6 +87,7 @@ def write_page(ctx: Context, snap: Snapshot, path: Path, lang: str | None) -> No
         lang=chosen,
         links=links,
         tasks=overview.task_ids_by_session(cfg),
+        redact=ctx.redact,
     )
 
 
@@ -110,7 +111,7 @@ def run(ctx: Context) -> int:
         from xaf_hub import report
 
         if args.out:
-            report.export(snap, Path(args.out))
+            report.export(snap, Path(args.out), redact=ctx.redact)
             ctx.info(f"wrote {args.out}")
         if args.html:
             write_page(ctx, snap, Path(args.html), args.lang)

@@ -108,9 +108,10 @@ class OpsContext:
             instance=instance,
             session=session,
             result=result,
-            reason=self.redact(reason),
+            reason=reason,
             env=self.env,
             extra=extra,
+            secrets=self.cfg.secrets(),  # the whole line, extra fields included
         )
 
     async def scan(self) -> Fleet:

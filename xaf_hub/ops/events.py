@@ -19,9 +19,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from xaf_hub.client import session_from_classic
 from xaf_hub.config import InstanceConfig
 from xaf_hub.records import RunState, SessionRecord
+from xaf_hub.wire import session_from_classic
 
 EventKind = Literal[
     "ready", "new", "started", "retry", "stopped", "error", "gone", "down", "up", "polling"

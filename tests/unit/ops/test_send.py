@@ -55,6 +55,8 @@ class FakeClient:
         self.busy = busy
         self.fail_prompt: Exception | None = None
         self.fail_create: Exception | None = None
+        self.deadline = 30.0  # what scan_instance reads from a real client
+        self.notes: list[str] = []
 
     async def detect(self) -> str:
         return "classic"
