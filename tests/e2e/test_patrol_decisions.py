@@ -308,7 +308,7 @@ def test_a_task_marked_done_while_the_patrol_fills_slots_is_never_sent(hub: Hub)
         writes = proxy.writes()
     hub.set_instance("lan-c", url=target)
 
-    assert not any(p.endswith("/prompt_async") for _, p in writes)
+    assert not any(p.split("?")[0].endswith("/prompt_async") for _, p in writes)
     assert not agent_requests(hub, "cancelled task body")
     [row] = pool(hub)
     assert (row["status"], row["session_id"]) == ("done", None)
