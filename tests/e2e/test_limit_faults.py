@@ -66,6 +66,11 @@ class Sampler:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        # A short scenario still gets at least ten samples: keep sampling (the state after
+        # the scenario counts too: a late prompt would show there) before stopping.
+        deadline = time.monotonic() + 30
+        while len(self.samples) < 10 and time.monotonic() < deadline:
+            time.sleep(0.2)
         self.stop.set()
         self.thread.join(timeout=30)
 
