@@ -26,6 +26,7 @@ import pytest
 
 from tests.fleet import Hub
 from tests.notify_capture import TOKEN, Capture
+from xaf_hub.patrol.settle import JUST_DISPATCHED
 from xaf_hub.sandbox import fleet as sandbox
 
 pytestmark = pytest.mark.e2e
@@ -163,6 +164,7 @@ def test_a_task_finished_by_the_pool_is_announced_once(hub: Hub, captures: list[
     )
     assert code == 0, err
     doc = patrol(hub, "--no-design")
+    sent_at = time.monotonic()
     task = next(a for a in doc["dispatched"] if a["task"] == "NT-1")
     assert ding.hits == []
 
@@ -175,6 +177,8 @@ def test_a_task_finished_by_the_pool_is_announced_once(hub: Hub, captures: list[
         )
 
     hub.wait_for(finished, timeout=90)
+    # The pool leaves a row younger than JUST_DISPATCHED alone (its prompt may not show yet).
+    time.sleep(max(0.0, JUST_DISPATCHED.total_seconds() + 1 - (time.monotonic() - sent_at)))
     doc = patrol(hub, "--no-design")
     assert [a["task"] for a in doc["tasks_done"]] == ["NT-1"]
     assert notify_errors(doc) == []
