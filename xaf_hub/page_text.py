@@ -41,9 +41,11 @@ TEXT: dict[str, tuple[str, str]] = {
         "这是一份保存下来的快照：时间会自动更新，数据不会。",
     ),
     "page.live": (
-        "This page updates by itself every {seconds} seconds.",
-        "本页每 {seconds} 秒自动更新。",
+        "This page updates by itself when something changes (at least every {seconds} "
+        "seconds).",
+        "本页在有变化时自动更新（至少每 {seconds} 秒一次）。",
     ),
+    "page.following": ("Following live.", "正在实时跟踪。"),
     "page.updated_ago": ("Updated {seconds} s ago.", "{seconds} 秒前已更新。"),
     "page.updated_now": ("Updated just now.", "刚刚已更新。"),
     "page.lost_hub": (
@@ -431,6 +433,7 @@ def clock_words(lang: Lang) -> dict[str, object]:
         + [[_YEAR, 0, text(lang, "unit.year").split("|")]],
         "updated": text(lang, "page.updated_ago"),
         "updatedNow": text(lang, "page.updated_now"),
+        "following": text(lang, "page.following"),
         "shown": text(lang, "filter.shown"),
         "lost": text(lang, "page.lost_hub"),
     }

@@ -254,6 +254,11 @@ def _bars(sections: Iterable[SectionView]) -> list[BarView]:
     ]
 
 
+# A served page that hears change notices (/api/events) refreshes on each change; its timer
+# then only runs every QUIET_REFRESH_FACTOR x live_seconds, as a safety net.
+QUIET_REFRESH_FACTOR = 6
+
+
 def overview_context(
     snap: Snapshot,
     *,
@@ -321,6 +326,7 @@ def overview_context(
         "generated_exact": local_time_with_zone(generated),
         "generated_words": ago(lang, generated, now_ms),
         "live_seconds": live_seconds,
+        "quiet_seconds": live_seconds * QUIET_REFRESH_FACTOR,
         "cards": CardsView(
             healthy=healthy,
             servers=len(snap.instances),

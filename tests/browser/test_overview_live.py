@@ -148,7 +148,9 @@ def test_served_page_updates_itself_and_keeps_the_filter(
         page.locator("details.help summary").click()  # the reader opened the glossary
         page.evaluate("window.scrollTo(0, 200)")
         scrolled = page.evaluate("window.scrollY")
-        assert page.locator("#live-status").inner_text().startswith("Updated")
+        page.wait_for_function(  # the page listens to the hub's change notices
+            "document.getElementById('live-status').textContent.startsWith('Following live.')",
+            timeout=20_000)
 
         created = time.monotonic()
         hub.session("lan-c", "登录 new after the page opened", "web")
@@ -160,7 +162,7 @@ def test_served_page_updates_itself_and_keeps_the_filter(
         assert not page.locator("tr[data-k]", has_text="Unrelated work").is_visible()
         assert page.locator("details.help").evaluate("d => d.open") is True
         assert page.evaluate("window.scrollY") == scrolled
-        assert re.fullmatch(r"Updated (just now|\d+ s ago)\.",
+        assert re.fullmatch(r"Following live\. Updated (just now|\d+ s ago)\.",
                             page.locator("#live-status").inner_text())
         print(f"new session shown {seen_after:.1f} s after it was created")
 
@@ -169,6 +171,41 @@ def test_served_page_updates_itself_and_keeps_the_filter(
         page.locator("#live-status.bad").wait_for(timeout=30_000)
         assert "cannot reach the hub" in page.locator("#live-status").inner_text()
         assert row.is_visible()
+    finally:
+        context.close()
+
+
+def test_served_page_follows_change_notices_not_its_timer(
+    hub: Hub, browser: Any, served: list[Served]
+) -> None:
+    # Its timer is 10 minutes and a scan is reused for a minute: only a change notice (which
+    # also marks the cached scan stale) can bring a start or a new session onto the page.
+    hub.llm.set_mode("slow-model", "slow", delay=20)
+    sid = hub.session("lan-b", "Migrate the billing tables", "svc")
+    server = Served(hub, "--refresh-seconds", "600", "--cache-seconds", "60")
+    served.append(server)
+    context = browser.new_context(viewport={"width": 1366, "height": 700}, locale="en-US")
+    try:
+        page = context.new_page()
+        page.goto(server.url)
+        page.wait_for_function(
+            "document.getElementById('live-status').textContent.startsWith('Following live.')",
+            timeout=20_000)
+        row = page.locator("tr[data-k]", has_text="Migrate the billing tables")
+        assert row.locator(".badge.working").count() == 0
+        assert "at least every 600 seconds" in page.locator(".snapline").inner_text()
+
+        sent = time.monotonic()
+        hub.prompt("lan-b", sid, "go", "fake/slow-model")
+        row.locator(".badge.working").wait_for(timeout=30_000)
+        started_after = time.monotonic() - sent
+
+        created = time.monotonic()
+        hub.session("local-a", "Rotate the signing keys", "ops")
+        page.locator("tr[data-k]", has_text="Rotate the signing keys").wait_for(timeout=30_000)
+        new_after = time.monotonic() - created
+        print(f"start shown {started_after:.1f} s after the prompt, "
+              f"a new session {new_after:.1f} s after it was created")
     finally:
         context.close()
 

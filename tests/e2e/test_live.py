@@ -23,6 +23,7 @@ import httpx
 import pytest
 
 from tests.fleet import MODELS, Hub
+from tests.notify_capture import Capture
 from xaf_hub.sandbox import fleet as sandbox
 
 pytestmark = pytest.mark.e2e
@@ -231,6 +232,10 @@ def _last_assistant(hub: Hub, url: str, pw: str | None, sid: str) -> dict[str, A
 def test_daemon_heals_a_rate_limited_session_without_waiting_for_its_round(hub: Hub) -> None:
     hub.doc["models"] = {"default_dispatch_model": "fake/fake-model",
                          "chain": ["opencode/free-model", "backup/good-model"]}
+    chat = Capture("json")
+    chat.start()
+    hub.env["HOOK_TEAM"] = chat.url
+    hub.doc["notify"] = {"webhooks": [{"name": "team", "url_env": "HOOK_TEAM", "format": "json"}]}
     hub.write_config()
     hub.llm.set_mode("free-model", "429", retry_after=1)
     lines = _daemon(hub, "--no-fill")
@@ -249,7 +254,14 @@ def test_daemon_heals_a_rate_limited_session_without_waiting_for_its_round(hub: 
         heals = [r for r in _audit(hub, "patrol.heal") if r["session"] == sid]
         assert len(heals) == 1, heals
         assert any(f"heal lan-b/{sid}" in ln for ln in lines.lines), lines.lines
+        # The team hears of it now, not at the round an hour later: once, with the blackout.
+        hub.wait_for(lambda: [e for e in chat.events() if e["type"] == "healed"], timeout=60)
+        time.sleep(3)  # a second copy would come with the next batch
+        kinds = [e["type"] for e in chat.events()]
+        assert kinds.count("healed") == 1 and kinds.count("blackout") == 1, kinds
+        assert _beat(hub)["ticks"] == 1
     finally:
+        chat.stop()
         assert lines.stop() == 0, lines.err
     out = "\n".join(lines.lines + lines.err)
     assert not any(pw in out for pw in hub.secrets())

@@ -205,6 +205,28 @@ def test_parked_tasks_blackouts_and_the_daily_summary() -> None:
     assert [(e.type, e.data["day"]) for e in events] == [("daily_summary", "2026-12-02")]
 
 
+def test_a_live_reaction_says_what_it_did_and_leaves_the_fleet_view_to_the_round() -> None:
+    state: dict[str, Any] = {}
+    run_derive(cycle(instances=[up("a"), up("b")]), state)  # a round saw both up
+    live = cycle(
+        instances=[up("a"), up("b", False, "refused")],  # ignored: a reaction sees no fleet
+        sessions=[line("failed", "s7")],
+        actions=[
+            Action("fix_free_limit", "heal", "ok", "a", "s2", title="two", model="m2"),
+            Action("check_agents", "person", "skipped", "a", "s3", detail="stopped by a person"),
+        ],
+    )
+    blackouts = {"opencode": ("2026-12-02T00:00:00+00:00", "429")}
+    events = derive(live, Inputs(["a", "b"], blackouts=blackouts), state, now=NOW, tz=UTC,
+                    summary_hour=0, live=True)
+    assert [(e.type, e.session) for e in events] == [("healed", "s2"), ("blackout", "")]
+    # The next round still reports what needs a full view, and the blackout only once.
+    events = derive(cycle(instances=[up("a"), up("b", False, "refused")]),
+                    Inputs(["a", "b"], blackouts=blackouts), state, now=NOW, tz=UTC,
+                    summary_hour=0)
+    assert [e.type for e in events] == ["instance_down", "daily_summary"]
+
+
 def test_tasks_done_in_a_killed_round_are_caught_up_once() -> None:
     state: dict[str, Any] = {}
     early = Done("T-1", "one", "a", "s1", NOW - timedelta(hours=1))

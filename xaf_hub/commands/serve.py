@@ -37,6 +37,7 @@ from xaf_hub.context import Context
 from xaf_hub.errors import UsageError
 from xaf_hub.output import dumps
 from xaf_hub.page_text import LANGS, Lang, pick_language
+from xaf_hub.page_view import QUIET_REFRESH_FACTOR
 from xaf_hub.records import Snapshot
 from xaf_hub.serve_checks import MIN_PASSWORD_LENGTH as MIN_PASSWORD_LENGTH
 from xaf_hub.serve_checks import VIEWER_PASSWORD_ENV as VIEWER_PASSWORD_ENV
@@ -79,7 +80,8 @@ _COMMON_HEADERS: tuple[tuple[str, str], ...] = (
     ("X-Frame-Options", "DENY"),
 )
 _DRAIN_SECONDS = 2.0
-# How often the served page fetches itself again (the scan cache decides what is new).
+# How often the served page fetches itself again when it hears no change notice (the scan
+# cache decides what is new); a page that follows /api/events refreshes on each change.
 REFRESH_SECONDS = 10
 _PAGE_CSP = "frame-ancestors 'none'"
 _OTHER_CSP = "default-src 'none'; frame-ancestors 'none'"
@@ -91,6 +93,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--port", type=int, default=7317, help="port (default 7317; 0 picks a free one)")
     p.add_argument("--cache-seconds", type=float, default=5.0, metavar="S",
                    help="reuse a scan for S seconds before scanning again (default 5)")
+    p.add_argument("--refresh-seconds", type=int, default=REFRESH_SECONDS, metavar="S",
+                   help="an open page fetches itself every S seconds when its change notices "
+                        f"are cut off, every {QUIET_REFRESH_FACTOR}xS while they flow (it also "
+                        f"refreshes at once on each change; default {REFRESH_SECONDS})")
     p.add_argument("--public", action="store_true",
                    help=f"allow a non-loopback --host; requires ${VIEWER_PASSWORD_ENV}")
 
@@ -513,6 +519,8 @@ def run(ctx: Context) -> int:
         raise UsageError("--port must be between 0 and 65535")
     if not args.cache_seconds >= 0:
         raise UsageError("--cache-seconds must be 0 or more")
+    if not 1 <= args.refresh_seconds <= 86400:
+        raise UsageError("--refresh-seconds must be between 1 and 86400")
     password = ctx.env.get(VIEWER_PASSWORD_ENV) or None
     check_exposure(args.host, args.public, password)
     cfg = ctx.config
@@ -534,6 +542,7 @@ def run(ctx: Context) -> int:
         language=cfg.page_language,
         links=Finder(cfg, ctx.transport_factory),
         tasks=lambda: overview.task_ids_by_session(cfg),
+        refresh_seconds=args.refresh_seconds,
         redact=ctx.redact,
     )
     log = _RequestLog(ctx.stderr, ctx.redact)

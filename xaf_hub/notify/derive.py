@@ -126,7 +126,7 @@ def _instance_events(
     return events
 
 
-def _session_events(cycle: Cycle, inputs: Inputs, at: str) -> list[Event]:
+def _session_events(cycle: Cycle, inputs: Inputs, at: str, people: bool = True) -> list[Event]:
     events = []
     for a in cycle.actions:
         if a.kind == "done" and a.result == "ok":
@@ -153,7 +153,7 @@ def _session_events(cycle: Cycle, inputs: Inputs, at: str) -> list[Event]:
                     data={"from_model": a.from_model, "model": a.model, "detail": a.detail},
                 )
             )
-    return events + _person_events(cycle, inputs, at)
+    return events + _person_events(cycle, inputs, at) if people else events
 
 
 def _person_events(cycle: Cycle, inputs: Inputs, at: str) -> list[Event]:
@@ -313,14 +313,22 @@ def derive(
     now: datetime,
     tz: tzinfo,
     summary_hour: int,
+    live: bool = False,
 ) -> list[Event]:
-    """The round's events, in the order a reader wants them; ``state`` moves to this round."""
+    """The round's events, in the order a reader wants them; ``state`` moves to this round.
+
+    ``live`` is a patrol daemon's reaction between rounds (``patrol.live``): it looked at a few
+    sessions, not the fleet, so it says what it did (task_done, healed) and what the stores
+    now hold (task_parked, blackout); reachability, "needs a person" and the daily summary
+    need a whole round's view and wait for the next round.
+    """
     at = _iso(cycle.started)
-    seen = reachability(cycle, inputs.configured)
+    seen = {} if live else reachability(cycle, inputs.configured)
     events = _instance_events(seen, state, at)
-    events += _session_events(cycle, inputs, at)
+    events += _session_events(cycle, inputs, at, people=not live)
     ids = {e.id for e in events}
     events += [e for e in _catch_up(inputs, state, at) if e.id not in ids]
     events += _store_events(inputs, state, at)
-    events += _summary(cycle, inputs, state, seen, now, tz, summary_hour, events)
+    if not live:
+        events += _summary(cycle, inputs, state, seen, now, tz, summary_hour, events)
     return events

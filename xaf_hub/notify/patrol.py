@@ -224,14 +224,21 @@ def _zone(name: str) -> Any:
 
 
 def notify_round(
-    pctx: PatrolContext, cycle: Cycle, transport: httpx.AsyncBaseTransport | None = None
+    pctx: PatrolContext,
+    cycle: Cycle,
+    transport: httpx.AsyncBaseTransport | None = None,
+    *,
+    live: bool = False,
 ) -> None:
-    """Derive, queue and send this round's notifications; record the outcome in ``cycle``."""
+    """Derive, queue and send this round's notifications; record the outcome in ``cycle``.
+
+    ``live``: ``cycle`` is a reaction between rounds (see ``derive``).
+    """
     cfg: NotifyConfig = pctx.cfg.notify
     if not cfg.webhooks:
         return
     try:
-        _round(pctx, cycle, cfg, transport)
+        _round(pctx, cycle, cfg, transport, live)
     except Exception as exc:  # noqa: BLE001 - notifications must never break a patrol round
         cycle.error(pctx, STEP, f"notifications failed: {type(exc).__name__}: {exc}")
 
@@ -241,6 +248,7 @@ def _round(
     cycle: Cycle,
     cfg: NotifyConfig,
     transport: httpx.AsyncBaseTransport | None,
+    live: bool,
 ) -> None:
     now = pctx.now()
     inputs = _inputs(pctx, cycle, now)
@@ -249,7 +257,7 @@ def _round(
         queued = outbox.enqueue(
             pctx.cfg.state_dir,
             lambda state: derive(
-                cycle, inputs, state, now=now, tz=tz, summary_hour=cfg.summary_hour
+                cycle, inputs, state, now=now, tz=tz, summary_hour=cfg.summary_hour, live=live
             ),
             cfg.webhooks,
             now=now,

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from xaf_hub import aio
 from xaf_hub.errors import BusyError, HubError
 from xaf_hub.model_state import to_ms
+from xaf_hub.notify.patrol import notify_round
 from xaf_hub.ops.decisions import load_decisions
 from xaf_hub.ops.events import FleetEvent
 from xaf_hub.ops.follow import FleetFollower, run_in_thread
@@ -172,6 +173,8 @@ class LiveReactor:
             try:
                 with file_lock(pctx.patrol_dir / self.lock_name, 0, what="patrol cycle lock"):
                     cycle, again = aio.run(self._react(work))
+                    if cycle.actions:  # what it did reaches the chat now, not at the round
+                        notify_round(pctx, cycle, live=True)
             except BusyError:
                 return work, LOCKED_RETRY_SECONDS  # a round (maybe another patrol) is running
         self.reactions += 1
