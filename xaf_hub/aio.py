@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Coroutine
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -24,3 +24,22 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
 
     asyncio.run(main())
     return box[0]
+
+
+async def gather(*aws: Awaitable[T]) -> list[T]:
+    """``asyncio.gather``, except that a failure ends the others before it is raised.
+
+    ``asyncio.gather`` raises the first error at once and leaves the other awaitables
+    running: their requests go on after the caller has moved on, closed its client and ended
+    its loop, and their sockets are never closed. Here the others are cancelled and waited
+    for first, so nothing outlives the call; the first error is raised as is (not as an
+    ExceptionGroup), so callers keep their ``except`` clauses.
+    """
+    tasks = [asyncio.ensure_future(a) for a in aws]
+    try:
+        return list(await asyncio.gather(*tasks))
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise

@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
+from xaf_hub import aio
 from xaf_hub.errors import BusyError
 
 if TYPE_CHECKING:
@@ -117,5 +118,5 @@ async def read_running(
             return await client._status_map(d)
 
     wide: list[str | None] = [None] if release.reads_server_wide else []
-    parts = await asyncio.gather(*(one(d) for d in [*directories, *wide]))
+    parts = await aio.gather(*(one(d) for d in [*directories, *wide]))
     return {k: v for part in parts for k, v in part.items()}

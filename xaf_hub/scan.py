@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import httpx
 
+from xaf_hub import aio
 from xaf_hub.client import ApiError, OpencodeClient, RawStatus, ServerSession
 from xaf_hub.config import Config, InstanceConfig
 from xaf_hub.errors import HubError, UnreachableError
@@ -224,7 +225,7 @@ async def scan_fleet(
             on_done(inst.name)
         return result
 
-    scans = list(await asyncio.gather(*(one(i) for i in chosen)))
+    scans = list(await aio.gather(*(one(i) for i in chosen)))
     snap = Snapshot(
         generated_at=int(time.time() * 1000),
         instances=tuple(s.summary() for s in scans),
@@ -258,7 +259,7 @@ async def _outcomes_of_instance(
 
         try:
             async with asyncio.timeout(client.deadline):
-                sc.sessions = list(await asyncio.gather(*(one(s) for s in sc.sessions)))
+                sc.sessions = list(await aio.gather(*(one(s) for s in sc.sessions)))
         except TimeoutError:
             sc.warnings.append(
                 f"{sc.inst.name}: last results not all read within {client.deadline:g}s; "
@@ -270,7 +271,7 @@ async def fill_outcomes(
     cfg: Config, scans: Sequence[InstanceScan], transport_factory: TransportFactory | None = None
 ) -> Snapshot:
     """Fetch each project session's last outcome (one small request per idle session)."""
-    await asyncio.gather(
+    await aio.gather(
         *(
             _outcomes_of_instance(
                 cfg, sc, transport_factory(sc.inst) if transport_factory else None

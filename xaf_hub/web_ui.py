@@ -14,7 +14,6 @@ viewer's own computer).
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import re
 import threading
@@ -25,6 +24,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 
 import httpx
 
+from xaf_hub import aio
 from xaf_hub.config import Config, InstanceConfig
 
 # The app page is ~3 KB; a root answering more than this is not it (and is not read further).
@@ -114,7 +114,7 @@ async def probe_all(
 ) -> dict[str, WebUI]:
     """Probe every instance at once; {name: WebUI} for those serving the app."""
     chosen = list(instances)
-    found = await asyncio.gather(
+    found = await aio.gather(
         *(probe(i, transport=transport_factory(i) if transport_factory else None) for i in chosen)
     )
     return {i.name: ui for i, ui in zip(chosen, found, strict=True) if ui is not None}

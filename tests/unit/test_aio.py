@@ -41,3 +41,34 @@ def test_exceptions_propagate() -> None:
 
 def test_none_is_a_result_like_any_other() -> None:
     assert aio.run(_give(None)) is None
+
+
+def test_gather_ends_the_others_before_raising_the_first_error() -> None:
+    ended: list[str] = []
+
+    async def fails() -> int:
+        await asyncio.sleep(0.01)
+        raise ValueError("refused")
+
+    async def slow(name: str) -> int:
+        try:
+            await asyncio.sleep(5)
+        finally:
+            ended.append(name)
+        return 1
+
+    async def go() -> set[asyncio.Task[object]]:
+        with pytest.raises(ValueError, match="refused"):  # as is, not an ExceptionGroup
+            await aio.gather(slow("a"), fails(), slow("b"))
+        assert sorted(ended) == ["a", "b"]  # cancelled and finished before the raise
+        return asyncio.all_tasks() - {asyncio.current_task()}  # type: ignore[operator]
+
+    assert asyncio.run(go()) == set()
+
+
+def test_gather_returns_results_in_order() -> None:
+    async def give(v: int, delay: float) -> int:
+        await asyncio.sleep(delay)
+        return v
+
+    assert aio.run(aio.gather(give(1, 0.02), give(2, 0), give(3, 0.01))) == [1, 2, 3]

@@ -245,3 +245,42 @@ def test_a_directory_given_once_is_sent_on_later_calls() -> None:
     run(server, go)
     assert _calls(server, "POST", "/prompt_async") == ["/srv/demo/other"]
     assert not [p for m, p, d in server.seen if (m, p) == ("GET", "/session/ses_a")]
+
+
+def test_a_refused_directory_leaves_no_status_request_running() -> None:
+    # One directory's /session/status is refused while 39 others are still answering: the
+    # scan fails closed, and none of the others is still in flight (with its connection
+    # open) once it has: the CI run found 12-18 such sockets left for the GC to warn about.
+    dirs = [f"/srv/demo/d{i:02d}" for i in range(40)]
+    state = {"started": 0, "finished": 0, "cancelled": 0}
+
+    async def handler(req: httpx.Request) -> httpx.Response:
+        path, d = req.url.path, req.url.params.get("directory")
+        if path == "/global/health":
+            return httpx.Response(200, json={"healthy": True, "version": "1.18.33"})
+        if path == "/experimental/session":
+            body = [{"id": f"ses_{i:02d}", "directory": d, "time": {"created": 1, "updated": 2}}
+                    for i, d in enumerate(dirs)]
+            return httpx.Response(200, json=body)
+        if d == dirs[0]:
+            return httpx.Response(404, json={"name": "NotFoundError"})
+        state["started"] += 1
+        try:
+            await asyncio.sleep(0.3)
+        except asyncio.CancelledError:
+            state["cancelled"] += 1
+            raise
+        state["finished"] += 1
+        return httpx.Response(200, json={})
+
+    async def go() -> tuple[Any, set[asyncio.Task[Any]]]:
+        async with OpencodeClient(INST, transport=httpx.MockTransport(handler)) as c:
+            sc = await scan_instance(c, INST)
+            others = asyncio.all_tasks() - {asyncio.current_task()}  # type: ignore[operator]
+            return sc, others
+
+    sc, others = asyncio.run(go())
+    assert "/session/status HTTP 404" in sc.run_state_unknown
+    assert others == set()
+    assert state["started"] > 0 and state["cancelled"] == state["started"] - state["finished"]
+    assert state["finished"] < state["started"]  # they were stopped, not waited out

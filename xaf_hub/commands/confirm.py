@@ -14,7 +14,6 @@ block, through the gate. A failure is healed once, whoever heals it first.
 from __future__ import annotations
 
 import argparse
-import asyncio
 from typing import TYPE_CHECKING, Any
 
 from xaf_hub import aio
@@ -74,7 +73,7 @@ async def _find(
                 return inst, getattr(exc, "reason", None) or str(exc)
 
     found, down = [], []
-    for inst, what in await asyncio.gather(*(one(i) for i in instances)):
+    for inst, what in await aio.gather(*(one(i) for i in instances)):
         if isinstance(what, str):
             down.append((inst, what))
         elif what is not None:

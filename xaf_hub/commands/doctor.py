@@ -105,7 +105,7 @@ async def probe_all(cfg: Config, transport_factory: TransportFactory | None = No
         async with sem:
             return await probe_instance(cfg, inst, transport_factory)
 
-    return list(await asyncio.gather(*(one(i) for i in cfg.instances)))
+    return list(await aio.gather(*(one(i) for i in cfg.instances)))
 
 
 def check_writable(path: Path) -> tuple[str | None, bool]:

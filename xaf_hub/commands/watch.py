@@ -86,7 +86,7 @@ def _outcomes(ctx: Context, sessions: Sequence[SessionRecord]) -> dict[str, str]
                 return s.id, "unknown"
 
     async def all_() -> list[tuple[str, str]]:
-        return list(await asyncio.gather(*(one(s) for s in sessions)))
+        return list(await aio.gather(*(one(s) for s in sessions)))
 
     return dict(aio.run(all_())) if sessions else {}
 

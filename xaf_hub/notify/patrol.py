@@ -285,7 +285,7 @@ def _round(
     senders = [s for s in senders if s.entries]
 
     async def all_senders() -> None:
-        await asyncio.gather(*(s.run() for s in senders))
+        await aio.gather(*(s.run() for s in senders))
 
     aio.run(all_senders())
     for s in senders:

@@ -31,6 +31,7 @@ from typing import Any, Literal
 
 import httpx
 
+from xaf_hub import aio
 from xaf_hub.client import OpencodeClient, describe_error
 from xaf_hub.config import Config, InstanceConfig
 from xaf_hub.errors import HubError, UnreachableError
@@ -201,7 +202,7 @@ class FleetFollower:
         """Follow every instance until ``stop()`` is called."""
         self._loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
-        await asyncio.gather(*(self._follow(i) for i in self.instances))
+        await aio.gather(*(self._follow(i) for i in self.instances))
 
     def stop(self) -> None:
         """Ask the follower to end (safe from any thread)."""
@@ -331,7 +332,7 @@ class FleetFollower:
         if not wanted and not streams.directories:
             wanted = [""]  # the server's own directory: proves streams work at all
         patience = self.heartbeat_deadline if self._modes.get(inst.name) else self.probe_seconds
-        results = await asyncio.gather(
+        results = await aio.gather(
             *(streams.open("/event", d, patience) for d in wanted)
         )
         return all(results)
@@ -475,7 +476,6 @@ def run_in_thread(follower: FleetFollower, name: str = "xaf-hub-follower") -> An
     """Run ``follower`` on its own event loop in a daemon thread; returns the thread."""
     import threading
 
-    from xaf_hub import aio
 
     thread = threading.Thread(target=lambda: aio.run(follower.run()), name=name, daemon=True)
     thread.start()
@@ -490,7 +490,7 @@ async def stream_findings(
     """One `doctor` line per instance: which event stream live views will follow."""
     from xaf_hub.ops.health import info, ok, warn
 
-    modes = await asyncio.gather(*(probe_mode(cfg, i, transport_factory) for i in instances))
+    modes = await aio.gather(*(probe_mode(cfg, i, transport_factory) for i in instances))
     out = []
     for inst, (mode, version) in zip(instances, modes, strict=True):
         on = f"opencode {version}" if version else "this server"

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from xaf_hub import aio
 from xaf_hub.config import InstanceConfig
 from xaf_hub.errors import HubError
 from xaf_hub.ops.context import Fleet, OpsContext
@@ -188,9 +189,9 @@ class Cycle:
                     self._runs[(name, rec.id, rec.updated)] = run
                     result[(name, rec.id)] = run
 
-                await asyncio.gather(*(one(r) for r in recs))
+                await aio.gather(*(one(r) for r in recs))
 
-        await asyncio.gather(*(per_instance(n, r) for n, r in wanted.items()))
+        await aio.gather(*(per_instance(n, r) for n, r in wanted.items()))
         return result
 
 
