@@ -235,7 +235,8 @@ def test_daemon_heals_a_rate_limited_session_without_waiting_for_its_round(hub: 
     chat = Capture("json")
     chat.start()
     hub.env["HOOK_TEAM"] = chat.url
-    hub.doc["notify"] = {"webhooks": [{"name": "team", "url_env": "HOOK_TEAM", "format": "json"}]}
+    hub.doc["notify"] = {"webhooks": [{"name": "team", "url_env": "HOOK_TEAM", "format": "json",
+                                       "events": ["healed", "blackout"]}]}
     hub.write_config()
     hub.llm.set_mode("free-model", "429", retry_after=1)
     lines = _daemon(hub, "--no-fill")
