@@ -16,48 +16,21 @@ import httpx
 import pytest
 
 from tests.notify_capture import TOKEN, dingtalk_expected, feishu_expected
+from tests.unit.notify_support import EVENT, NOW, URL, hook, parse
 from xaf_hub import aio
 from xaf_hub.config import parse_config
 from xaf_hub.errors import ConfigError, ExitCode
-from xaf_hub.notify.config import DEFAULT_EVENTS, NotifyConfig, Webhook, parse_notify
-from xaf_hub.notify.events import Event
+from xaf_hub.notify.config import DEFAULT_EVENTS, Webhook
 from xaf_hub.notify.formats import Outgoing, build, judge
 from xaf_hub.notify.send import deliver
 
 FIXTURES = Path(__file__).parent / "notify_fixtures"
-URL = f"http://127.0.0.1:9/hook/{TOKEN}"
-NOW = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
 
 
 def fixture(name: str) -> dict[str, Any]:
     return json.loads((FIXTURES / f"{name}.json").read_text("utf-8"))
 
 
-def parse(notify: Any, page: Any = None, env: dict[str, str] | None = None) -> NotifyConfig:
-    return parse_notify(notify, page, file="config.json", env=env or {})
-
-
-def hook(fmt: str, secret: str = "", **kw: Any) -> Webhook:
-    return Webhook(
-        "team",
-        "HOOK",
-        fmt,
-        url=URL,
-        secret=secret or None,
-        secret_env="SECRET" if secret else "",
-        **kw,
-    )
-
-
-EVENT = Event(
-    "task_done:T-1:ses_1",
-    "task_done",
-    "2026-12-01T10:00:00+00:00",
-    "lan-b",
-    "ses_1",
-    "登录页 <!channel> & more",
-    "T-1",
-)
 
 
 # ---------------------------------------------------------------------------------------------

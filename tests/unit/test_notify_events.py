@@ -10,45 +10,15 @@ from typing import Any
 import pytest
 
 from tests.notify_capture import TOKEN
+from tests.unit.notify_support import EVENT, NOW, URL, hook, parse
 from xaf_hub.errors import ExitCode, StateFileError
 from xaf_hub.notify import outbox
 from xaf_hub.notify.check import webhook_checks
-from xaf_hub.notify.config import NotifyConfig, Webhook, parse_notify
+from xaf_hub.notify.config import Webhook
 from xaf_hub.notify.derive import Done, Inputs, Parked, derive
 from xaf_hub.notify.events import Event
 from xaf_hub.notify.messages import render
 from xaf_hub.patrol.context import Action, Cycle, InstanceLine, SessionLine, StepOutcome
-
-URL = f"http://127.0.0.1:9/hook/{TOKEN}"
-NOW = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
-
-
-def parse(notify: Any, page: Any = None, env: dict[str, str] | None = None) -> NotifyConfig:
-    return parse_notify(notify, page, file="config.json", env=env or {})
-
-
-def hook(fmt: str, secret: str = "", **kw: Any) -> Webhook:
-    return Webhook(
-        "team",
-        "HOOK",
-        fmt,
-        url=URL,
-        secret=secret or None,
-        secret_env="SECRET" if secret else "",
-        **kw,
-    )
-
-
-EVENT = Event(
-    "task_done:T-1:ses_1",
-    "task_done",
-    "2026-12-01T10:00:00+00:00",
-    "lan-b",
-    "ses_1",
-    "登录页 <!channel> & more",
-    "T-1",
-)
-
 
 # ---------------------------------------------------------------------------------------------
 # Events derived from a cycle
