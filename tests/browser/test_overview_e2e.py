@@ -250,6 +250,19 @@ def served(hub: Hub) -> Iterator[list[Served]]:
         s.kill()
 
 
+def settled_count(seen: list[str], quiet: float = 3.0, limit: float = 60.0) -> int:
+    """len(seen) once it has not grown for ``quiet`` seconds."""
+    end = time.monotonic() + limit
+    last, since = len(seen), time.monotonic()
+    while time.monotonic() < end:
+        time.sleep(0.2)
+        if len(seen) != last:
+            last, since = len(seen), time.monotonic()
+        elif time.monotonic() - since >= quiet:
+            return last
+    raise AssertionError(f"still asking lan-b after {limit:g}s: {seen[-5:]}")
+
+
 def test_serve_shows_the_fleet_and_scans_once_per_window(
     hub: Hub, browser: Any, tmp_path: Path, served: list[Served],
     monkeypatch: pytest.MonkeyPatch,
@@ -293,14 +306,20 @@ def test_serve_shows_the_fleet_and_scans_once_per_window(
             assert page.locator("#shown-total").inner_text().strip() == "2 of 6 shown"
             page.locator("#filter").fill("")
             full_screenshot(page, "overview-served.png")
-            # The page itself, then only its own refreshes (same origin, same language).
+            # The page itself, then only its change notices and its own refreshes (same
+            # origin, same language).
+            page.wait_for_function("document.getElementById('live-status').textContent"
+                                   ".startsWith('Following live.')", timeout=30_000)
             assert requests[0] == server.url
-            assert set(requests[1:]) <= {server.url + "?lang=en"}
+            assert set(requests[1:]) <= {server.url + "?lang=en", server.url + "api/events"}
             assert dialogs == []
         finally:
             context.close()
-        after_page = len(forwarded)
-        assert after_page > 0, "the page was served without scanning lan-b"
+        assert forwarded, "the page was served without scanning lan-b"
+        # The notices' one follower (shared by every viewer) rescans each instance once
+        # when it connects; after that it only listens, so the count settles.
+        after_page = settled_count(forwarded)
+        assert any(f.startswith("GET /global/event") for f in forwarded), forwarded
 
         snap = server.get("/api/snapshot")
         assert snap.status_code == 200
