@@ -8,7 +8,6 @@ answer; the page is checked in headless Chromium, and `serve` runs as a real pro
 from __future__ import annotations
 
 import base64
-import importlib.util
 import queue
 import signal
 import subprocess
@@ -25,7 +24,6 @@ import pytest
 from tests.browser import test_overview_static as static
 from tests.browser.test_overview_static import (
     ARTIFACTS,
-    CHROMIUM,
     NOW,
     Watched,
     big_snapshot,
@@ -39,15 +37,7 @@ from xaf_hub.sandbox import fleet as sandbox
 
 T = TypeVar("T")
 
-pytestmark = [
-    pytest.mark.e2e,
-    pytest.mark.browser,
-    pytest.mark.skipif(not CHROMIUM.exists(), reason="no /usr/bin/chromium (apt install chromium)"),
-    pytest.mark.skipif(
-        importlib.util.find_spec("playwright") is None,
-        reason="the playwright Python package is not installed",
-    ),
-]
+pytestmark = [pytest.mark.e2e, *static.NEEDS_CHROMIUM]
 
 XSS_TITLE = "<script>alert(1)</script><img src=x onerror=alert(2)>"
 NASTY_FOLDER = "q\"'><"

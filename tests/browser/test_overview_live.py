@@ -9,7 +9,6 @@ session in opencode's own web app.
 from __future__ import annotations
 
 import base64
-import importlib.util
 import json
 import re
 import time
@@ -21,20 +20,12 @@ import pytest
 
 from tests.browser import test_overview_static as static
 from tests.browser.test_overview_e2e import Served, off_loop
-from tests.browser.test_overview_static import ARTIFACTS, CHROMIUM
+from tests.browser.test_overview_static import ARTIFACTS, NEEDS_CHROMIUM
 from tests.fleet import NAMES, Hub
 from xaf_hub.commands.serve import VIEWER_PASSWORD_ENV
 from xaf_hub.page_text import TEXT
 
-pytestmark = [
-    pytest.mark.e2e,
-    pytest.mark.browser,
-    pytest.mark.skipif(not CHROMIUM.exists(), reason="no /usr/bin/chromium (apt install chromium)"),
-    pytest.mark.skipif(
-        importlib.util.find_spec("playwright") is None,
-        reason="the playwright Python package is not installed",
-    ),
-]
+pytestmark = [pytest.mark.e2e, *NEEDS_CHROMIUM]
 
 browser = static.browser  # the same module-scoped headless Chromium
 _CJK = re.compile(r"[\u4e00-\u9fff]")

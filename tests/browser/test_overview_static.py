@@ -20,7 +20,8 @@ MIN = 60_000
 XSS_TITLE = "<script>alert(1)</script><img src=x onerror=alert(2)>"
 NASTY_DIR = "/srv/shop/\"'><"
 
-pytestmark = [
+# Every browser test: real Chromium through playwright (scripts/setup.sh installs both).
+NEEDS_CHROMIUM = [
     pytest.mark.browser,
     pytest.mark.skipif(not CHROMIUM.exists(), reason="no /usr/bin/chromium (apt install chromium)"),
     pytest.mark.skipif(
@@ -28,6 +29,7 @@ pytestmark = [
         reason="the playwright Python package is not installed",
     ),
 ]
+pytestmark = NEEDS_CHROMIUM
 
 # (instance, id, title, directory, run_state, outcome)
 # fmt: off - one session per line reads as the table it is
