@@ -254,7 +254,7 @@ def test_daemon_heals_a_rate_limited_session_without_waiting_for_its_round(hub: 
         assert _beat(hub)["ticks"] == 1  # healed by the live reaction, not by a round
         heals = [r for r in _audit(hub, "patrol.heal") if r["session"] == sid]
         assert len(heals) == 1, heals
-        assert any(f"heal lan-b/{sid}" in ln for ln in lines.lines), lines.lines
+        hub.wait_for(lambda: any(f"heal lan-b/{sid}" in ln for ln in lines.lines), timeout=30)
         # The team hears of it now, not at the round an hour later: once, with the blackout.
         hub.wait_for(lambda: [e for e in chat.events() if e["type"] == "healed"], timeout=60)
         time.sleep(3)  # a second copy would come with the next batch

@@ -173,18 +173,21 @@ class LiveReactor:
             try:
                 with file_lock(pctx.patrol_dir / self.lock_name, 0, what="patrol cycle lock"):
                     cycle, again = aio.run(self._react(work))
+                    self._say(cycle)
                     if cycle.actions:  # what it did reaches the chat now, not at the round
                         notify_round(pctx, cycle, live=True)
             except BusyError:
                 return work, LOCKED_RETRY_SECONDS  # a round (maybe another patrol) is running
         self.reactions += 1
+        if again.sessions:
+            return again, RUN_START_GRACE_MS / 1000 + 1.0
+        return None
+
+    def _say(self, cycle: Cycle) -> None:
         done = [a for a in cycle.actions if a.result == "ok"]
         if done:
             words = ", ".join(f"{a.kind} {a.instance}/{a.session or a.task}" for a in done)
             self.out(f"{time.strftime('%Y-%m-%d %H:%M:%S')} live: {words}")
-        if again.sessions:
-            return again, RUN_START_GRACE_MS / 1000 + 1.0
-        return None
 
     async def _react(self, work: _Work) -> tuple[Cycle, _Work]:
         pctx = self.pctx
