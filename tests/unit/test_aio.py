@@ -72,3 +72,36 @@ def test_gather_returns_results_in_order() -> None:
         return v
 
     assert aio.run(aio.gather(give(1, 0.02), give(2, 0), give(3, 0.01))) == [1, 2, 3]
+
+
+def test_a_cancel_that_arrives_while_waiting_for_a_cancelled_task_is_not_swallowed() -> None:
+    # The follower's readers are cancelled and waited for; Ctrl+C landing during that wait
+    # must end the follower (a swallowed cancel let `watch` and `serve` run on after SIGINT).
+    async def go() -> bool:
+        cleaning, release = asyncio.Event(), asyncio.Event()
+
+        async def reader() -> None:
+            try:
+                await asyncio.sleep(10)
+            except asyncio.CancelledError:
+                cleaning.set()
+                await release.wait()  # a clean-up that takes a moment
+                raise
+
+        async def follower() -> None:
+            while True:  # reconnects until cancelled
+                sub = asyncio.create_task(reader())
+                await asyncio.sleep(0)
+                await aio.cancel_and_wait(sub)
+
+        task = asyncio.create_task(follower())
+        await cleaning.wait()
+        task.cancel()  # lands while the follower waits for its reader's clean-up
+        release.set()
+        done, _ = await asyncio.wait({task}, timeout=5)
+        if not done:
+            task.cancel()
+            release.set()
+        return task in done and task.cancelled()
+
+    assert aio.run(go())

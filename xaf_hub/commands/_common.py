@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 from datetime import datetime, tzinfo
 from typing import TYPE_CHECKING, Any
 
@@ -79,9 +78,7 @@ def scan(
                 on_done=waiting.done,
             )
         finally:
-            ticker.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await ticker
+            await aio.cancel_and_wait(ticker)
         if outcomes:
             snap = await fill_outcomes(ctx.config, scans, ctx.transport_factory)
         return snap, scans

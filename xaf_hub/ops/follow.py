@@ -104,9 +104,7 @@ class _Streams:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(opened.wait(), probe_seconds)
         if not framed:  # no answer in time, or not a stream
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+            await aio.cancel_and_wait(task)
             self.tasks.remove(task)
             return False
         if directory:
@@ -152,12 +150,8 @@ class _Streams:
 
     async def close(self) -> None:
         """Stop every reader."""
-        for task in self.tasks:
-            task.cancel()
-        for task in self.tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
-        self.tasks = []
+        tasks, self.tasks = self.tasks, []
+        await aio.cancel_and_wait(*tasks)
 
 
 class FleetFollower:
