@@ -8,8 +8,10 @@ box) and nothing asserts on elapsed time.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -163,6 +165,36 @@ def start_again(server: sandbox.OpencodeServer, port: int) -> None:
 
 
 @pytest.mark.timeout(900)
+@pytest.mark.parametrize("command", ["watch", "serve"])
+def test_ctrl_c_at_any_moment_stops_the_follower(hub: Hub, command: str) -> None:
+    # SIGINT while connecting, probing the streams, rescanning or listening: the process
+    # ends promptly and cleanly every time (a cancel swallowed during a reader's clean-up
+    # once kept it following until it was killed).
+    args = ["watch", "--json"] if command == "watch" else ["serve", "--port", "0"]
+    rng = random.Random(20261201)
+    delays = [0.0, 0.3, 0.8, 1.5, 2.5, *(rng.uniform(0, 4) for _ in range(3))]
+    for delay in delays:
+        lines = Lines(hub.popen(*args))
+        if command == "serve":  # the follower starts on the first page that listens
+            hub.wait_for(lambda lines=lines: lines.lines, timeout=60)
+            threading.Thread(target=_listen_once, args=(lines.lines[0],), daemon=True).start()
+        time.sleep(delay)
+        began = time.monotonic()
+        code = lines.stop()
+        took = time.monotonic() - began
+        # Before the command runs (still importing), Ctrl+C ends Python as the signal does.
+        assert code in (0, -signal.SIGINT), (delay, code, lines.err[-5:])
+        assert not any("Traceback" in e for e in lines.err), lines.err
+        assert took < 15, (delay, took)
+
+
+def _listen_once(url: str) -> None:
+    with contextlib.suppress(httpx.HTTPError), httpx.Client(trust_env=False, timeout=30) as c, \
+            c.stream("GET", url.rstrip("/") + "/api/events") as resp:
+        for _ in resp.iter_lines():
+            pass
+
+
 def test_watch_reports_a_restarted_instance_down_and_up_and_loses_nothing(
     hub: Hub, own_server: sandbox.OpencodeServer
 ) -> None:

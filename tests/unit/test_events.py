@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -385,3 +386,39 @@ def test_snapshot_cache_scans_again_once_after_a_change() -> None:
     assert cache.get(now[0])[1] is True  # stale after a change: scanned again
     assert cache.get(now[0])[1] is False  # and shared again by the next viewers
     assert len(calls) == 2
+
+
+def test_a_cancelled_follower_ends_even_while_events_pour_in(tmp_path: Path) -> None:
+    # Ctrl+C is a cancel of the follower's task. Cancelled at random moments while the
+    # stream delivers a frame every millisecond (a cancel arriving with an item is the case
+    # 3.11's wait_for could swallow), it must end every time.
+    rng = random.Random(7)
+
+    async def once(delay: float) -> bool:
+        server = FakeServer()
+        follower, events = _follower(tmp_path, server)
+        task = asyncio.create_task(follower.run())
+        await _until(events, "ready")
+        frame = _g("session.updated", {"info": _info("ses_a")})
+
+        async def pour() -> None:
+            while True:
+                server.push(frame)
+                await asyncio.sleep(0.001)
+
+        pouring = asyncio.create_task(pour())
+        await asyncio.sleep(delay)
+        task.cancel()
+        done, _ = await asyncio.wait({task}, timeout=5)
+        pouring.cancel()
+        server.push(None)
+        if not done:
+            follower.stop()
+            await asyncio.wait({task}, timeout=5)
+        return task in done
+
+    async def scenario() -> list[float]:
+        delays = [rng.uniform(0, 0.05) for _ in range(30)]
+        return [d for d in delays if not await once(d)]
+
+    assert asyncio.run(scenario()) == []

@@ -102,7 +102,8 @@ class _Streams:
         task = asyncio.create_task(self._read(path, params, directory, opened, framed))
         self.tasks.append(task)
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(opened.wait(), probe_seconds)
+            async with asyncio.timeout(probe_seconds):
+                await opened.wait()
         if not framed:  # no answer in time, or not a stream
             await aio.cancel_and_wait(task)
             self.tasks.remove(task)
@@ -193,10 +194,25 @@ class FleetFollower:
     # ------------------------------------------------------------------------- control
 
     async def run(self) -> None:
-        """Follow every instance until ``stop()`` is called."""
+        """Follow every instance until ``stop()`` is called (or this task is cancelled).
+
+        A cancel (Ctrl+C) also stops the follower the cooperative way: every loop checks
+        ``stopping()`` and every queue wait is woken, so a per-instance task that misses
+        the cancel still ends at once.
+        """
         self._loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
-        await aio.gather(*(self._follow(i) for i in self.instances))
+        tasks = [asyncio.ensure_future(self._follow(i)) for i in self.instances]
+        try:
+            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+        except asyncio.CancelledError:
+            self._halt()
+            await aio.cancel_and_wait(*tasks)
+            raise
+        self._halt()
+        await aio.cancel_and_wait(*tasks)
+        for task in done:
+            task.result()  # a follower's own bug is raised, not lost
 
     def stop(self) -> None:
         """Ask the follower to end (safe from any thread)."""
@@ -219,7 +235,8 @@ class FleetFollower:
     async def _pause(self, seconds: float) -> None:
         assert self._stop is not None
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._stop.wait(), seconds)
+            async with asyncio.timeout(seconds):
+                await self._stop.wait()
 
     def _client(self, inst: InstanceConfig) -> OpencodeClient:
         transport = self.transport_factory(inst) if self.transport_factory else None
@@ -368,7 +385,10 @@ class FleetFollower:
             if mode == "directory":
                 wait = min(wait, max(0.5, self.rescan_seconds - (time.monotonic() - rescanned)))
             try:
-                item = await asyncio.wait_for(streams.queue.get(), wait)
+                # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancel that
+                # arrives with an item, and the follower would then never end.
+                async with asyncio.timeout(wait):
+                    item = await streams.queue.get()
             except TimeoutError:
                 if self.stopping():
                     return True, "stop"
