@@ -24,6 +24,7 @@ from tests.browser.test_overview_static import ARTIFACTS, NEEDS_CHROMIUM
 from tests.fleet import NAMES, Hub
 from xaf_hub.commands.serve import VIEWER_PASSWORD_ENV
 from xaf_hub.page_text import TEXT
+from xaf_hub.sandbox import fleet as sandbox
 
 pytestmark = [pytest.mark.e2e, *NEEDS_CHROMIUM]
 
@@ -171,7 +172,7 @@ def test_served_page_follows_change_notices_not_its_timer(
 ) -> None:
     # Its timer is 10 minutes and a scan is reused for a minute: only a change notice (which
     # also marks the cached scan stale) can bring a start or a new session onto the page.
-    hub.llm.set_mode("slow-model", "slow", delay=20)
+    hub.llm.set_mode("slow-model", "slow", delay=45)  # running for longer than any wait below
     sid = hub.session("lan-b", "Migrate the billing tables", "svc")
     server = Served(hub, "--refresh-seconds", "600", "--cache-seconds", "60")
     served.append(server)
@@ -188,7 +189,7 @@ def test_served_page_follows_change_notices_not_its_timer(
 
         sent = time.monotonic()
         hub.prompt("lan-b", sid, "go", "fake/slow-model")
-        row.locator(".badge.working").wait_for(timeout=30_000)
+        row.locator(".badge.working").wait_for(timeout=40_000)
         started_after = time.monotonic() - sent
 
         created = time.monotonic()
@@ -199,6 +200,7 @@ def test_served_page_follows_change_notices_not_its_timer(
               f"a new session {new_after:.1f} s after it was created")
     finally:
         context.close()
+        sandbox.abort(hub.server("lan-b").url, hub.password("lan-b"), sid)  # not left running
 
 
 def test_static_page_times_move_with_the_clock(browser: Any, tmp_path: Path) -> None:
