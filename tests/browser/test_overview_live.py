@@ -142,7 +142,7 @@ def test_served_page_updates_itself_and_keeps_the_filter(
         scrolled = page.evaluate("window.scrollY")
         page.wait_for_function(  # the page listens to the hub's change notices
             "document.getElementById('live-status').textContent.startsWith('Following live.')",
-            timeout=20_000)
+            timeout=30_000)
 
         created = time.monotonic()
         hub.session("lan-c", "登录 new after the page opened", "web")
@@ -182,7 +182,7 @@ def test_served_page_follows_change_notices_not_its_timer(
         page.goto(server.url)
         page.wait_for_function(
             "document.getElementById('live-status').textContent.startsWith('Following live.')",
-            timeout=20_000)
+            timeout=30_000)
         row = page.locator("tr[data-k]", has_text="Migrate the billing tables")
         assert row.locator(".badge.working").count() == 0
         assert "at least every 600 seconds" in page.locator(".snapline").inner_text()
