@@ -422,3 +422,8 @@ def test_a_cancelled_follower_ends_even_while_events_pour_in(tmp_path: Path) -> 
         return [d for d in delays if not await once(d)]
 
     assert asyncio.run(scenario()) == []
+
+
+def test_a_follower_of_no_instance_ends_at_once(tmp_path: Path) -> None:
+    follower = FleetFollower(_cfg(tmp_path), [], emit=lambda ev: None)
+    asyncio.run(asyncio.wait_for(follower.run(), 5))

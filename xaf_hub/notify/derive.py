@@ -153,7 +153,7 @@ def _session_events(cycle: Cycle, inputs: Inputs, at: str, people: bool = True) 
                     data={"from_model": a.from_model, "model": a.model, "detail": a.detail},
                 )
             )
-    return events + _person_events(cycle, inputs, at) if people else events
+    return [*events, *_person_events(cycle, inputs, at)] if people else events
 
 
 def _person_events(cycle: Cycle, inputs: Inputs, at: str) -> list[Event]:

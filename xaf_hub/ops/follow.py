@@ -203,14 +203,13 @@ class FleetFollower:
         self._loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
         tasks = [asyncio.ensure_future(self._follow(i)) for i in self.instances]
+        if not tasks:
+            return  # nothing to follow (asyncio.wait refuses an empty set)
         try:
             done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
-        except asyncio.CancelledError:
+        finally:  # stopped, one follower crashed, or cancelled: end them all
             self._halt()
             await aio.cancel_and_wait(*tasks)
-            raise
-        self._halt()
-        await aio.cancel_and_wait(*tasks)
         for task in done:
             task.result()  # a follower's own bug is raised, not lost
 
