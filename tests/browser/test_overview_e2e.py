@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import queue
+import re
 import signal
 import subprocess
 import threading
@@ -30,7 +31,7 @@ from tests.browser.test_overview_static import (
     expected_ids,
 )
 from tests.e2e.proxy import StallProxy
-from tests.fleet import Hub
+from tests.fleet import NAMES, Hub
 from xaf_hub import report
 from xaf_hub.commands.serve import VIEWER_PASSWORD_ENV, SnapshotCache, Viewer
 from xaf_hub.sandbox import fleet as sandbox
@@ -253,6 +254,12 @@ def settled_count(seen: list[str], quiet: float = 3.0, limit: float = 60.0) -> i
     raise AssertionError(f"still asking lan-b after {limit:g}s: {seen[-5:]}")
 
 
+def followed(log: str, name: str) -> bool:
+    """Whether serve's log says its follower has had its first view of ``name``."""
+    pattern = rf" {re.escape(name)}: (following its |.*; polling it$)"
+    return re.search(pattern, log, re.M) is not None
+
+
 def test_serve_shows_the_fleet_and_scans_once_per_window(
     hub: Hub, browser: Any, tmp_path: Path, served: list[Served],
     monkeypatch: pytest.MonkeyPatch,
@@ -307,11 +314,14 @@ def test_serve_shows_the_fleet_and_scans_once_per_window(
             context.close()
         assert forwarded, "the page was served without scanning lan-b"
         # The notices' one follower (shared by every viewer) rescans each instance once
-        # when it connects; after that it only listens, so the count settles.
-        after_page = settled_count(forwarded)
+        # when it connects; after that it only listens, so the count settles. Its first view
+        # of an instance marks the cached scan stale (a change may have come in between), so
+        # the first request after the last of them may scan once more; later ones share it.
+        hub.wait_for(lambda: all(followed(server.log(), name) for name in NAMES), timeout=60)
         assert any(f.startswith("GET /global/event") for f in forwarded), forwarded
-
         snap = server.get("/api/snapshot")
+        after_page = settled_count(forwarded)
+
         assert snap.status_code == 200
         assert snap.headers["content-type"].startswith("application/json")
         health = server.get("/health")

@@ -203,6 +203,36 @@ def test_served_page_follows_change_notices_not_its_timer(
         sandbox.abort(hub.server("lan-b").url, hub.password("lan-b"), sid)  # not left running
 
 
+def test_a_change_before_the_hubs_follower_starts_still_reaches_the_page(
+    hub: Hub, browser: Any, served: list[Served]
+) -> None:
+    # `serve` starts following the fleet when the first page asks for notices, after that
+    # page's scan. A run that starts in between shows only in the follower's first view of
+    # its instance, which must count as a change (it once did not: the page then waited for
+    # its timer, here 10 minutes). The page's notices are held back until the run is busy.
+    hub.llm.set_mode("slow-model", "slow", delay=45)
+    sid = hub.session("lan-b", "Index the audit trail", "svc")
+    server = Served(hub, "--refresh-seconds", "600", "--cache-seconds", "300")
+    served.append(server)
+    context = browser.new_context(viewport={"width": 1366, "height": 700}, locale="en-US")
+    try:
+        page = context.new_page()
+        page.route("**/api/events", lambda route: route.abort())  # a network error: it retries
+        page.goto(server.url)
+        row = page.locator("tr[data-k]", has_text="Index the audit trail")
+        row.wait_for()
+        assert row.locator(".badge.working").count() == 0
+
+        hub.prompt("lan-b", sid, "go", "fake/slow-model")
+        hub.wait_for(lambda: sid in off_loop(hub.busy_ids, "lan-b"))
+        page.unroute("**/api/events")
+        page.locator("#live-status", has_text="Following live.").wait_for(timeout=30_000)
+        row.locator(".badge.working").wait_for(timeout=30_000)
+    finally:
+        context.close()
+        sandbox.abort(hub.server("lan-b").url, hub.password("lan-b"), sid)
+
+
 def test_static_page_times_move_with_the_clock(browser: Any, tmp_path: Path) -> None:
     from xaf_hub import report
 

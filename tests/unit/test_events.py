@@ -353,11 +353,14 @@ def test_change_feed_wakes_every_viewer_and_says_nothing_secret(tmp_path: Path) 
     feed.close()
     for t in threads:
         t.join(5)
-    assert stale == ["stopped"] and feed.version == 1 and feed.viewers == 0
+    # The follower's first view of an instance is a notice too: a change between the page's
+    # scan and the follower's start would otherwise never reach the page.
+    assert stale == ["ready", "stopped"] and feed.version == 2 and feed.viewers == 0
     for sink in sinks:
         text = sink.data.decode()
         assert text.startswith("retry: ") and 'event: hello\ndata: {"version": 0}' in text
-        assert 'event: change\ndata: {"version": 1, "event": "stopped", "instance": "a", ' \
+        assert 'event: change\ndata: {"version": 1, "event": "ready", "instance": "a", ' in text
+        assert 'event: change\ndata: {"version": 2, "event": "stopped", "instance": "a", ' \
                '"session": "ses_x", "outcome": "succeeded", "at_ms": 5}' in text
         assert ": keep-alive" in text
         assert "secret" not in text
@@ -427,3 +430,17 @@ def test_a_cancelled_follower_ends_even_while_events_pour_in(tmp_path: Path) -> 
 def test_a_follower_of_no_instance_ends_at_once(tmp_path: Path) -> None:
     follower = FleetFollower(_cfg(tmp_path), [], emit=lambda ev: None)
     asyncio.run(asyncio.wait_for(follower.run(), 5))
+
+
+def test_how_an_instance_is_followed_is_said_in_one_line() -> None:
+    from xaf_hub.ops.events import following_words
+
+    assert following_words(FleetEvent("ready", "a", detail="global")) == \
+        "a: following its global event stream"
+    assert following_words(FleetEvent("up", "a", detail="directory")) == \
+        "a: back, following its directory event stream"
+    assert following_words(FleetEvent("down", "a", detail="connection refused")) == \
+        "a: lost (connection refused)"
+    assert following_words(FleetEvent("polling", "a", detail="no event stream answers")) == \
+        "a: no event stream answers; polling it"
+    assert following_words(FleetEvent("started", "a")) is None

@@ -503,11 +503,18 @@ def _url(host: str, port: int) -> str:
     return f"http://{shown}:{port}/"
 
 
-def _start_feed(ctx: Context, cache: SnapshotCache) -> ChangeFeed:
+def _start_feed(ctx: Context, cache: SnapshotCache, log: _RequestLog) -> ChangeFeed:
+    from xaf_hub.ops.events import FleetEvent, following_words
     from xaf_hub.ops.notices import ChangeFeed
+
+    def note(ev: FleetEvent) -> None:
+        line = following_words(ev)
+        if line is not None:
+            log.line(line)
 
     feed = ChangeFeed(ctx.config, transport_factory=ctx.transport_factory)
     feed.on_change.append(cache.invalidate)
+    feed.on_change.append(note)
     feed.start()
     return feed
 
@@ -549,7 +556,7 @@ def run(ctx: Context) -> int:
     try:
         server = _Server((args.host, args.port), viewer, log)
         server.answer_seconds = cfg.scan_timeout + ANSWER_SECONDS
-        server.feed_factory = lambda: _start_feed(ctx, cache)
+        server.feed_factory = lambda: _start_feed(ctx, cache, log)
     except OSError as exc:
         reason = exc.strerror or str(exc)
         raise UsageError(f"cannot listen on {args.host}:{args.port}: {reason}") from exc

@@ -118,6 +118,7 @@ def follow(
     ctx: Context, instances: Sequence[InstanceConfig], *, poll_seconds: float, max_seconds: float
 ) -> int:
     """Print each change the fleet's event streams report until Ctrl+C (or ``max_seconds``)."""
+    from xaf_hub.ops.events import following_words
     from xaf_hub.ops.follow import FleetFollower
 
     sessions = [0]
@@ -128,7 +129,7 @@ def follow(
             if ev.kind == "polling":
                 ctx.warn(f"{ev.instance}: {ev.detail}; polling it every {poll_seconds:g} s")
             elif ctx.args.verbose:
-                ctx.info(f"{ev.instance}: following its {ev.detail} event stream")
+                ctx.info(str(following_words(ev)))
             if ev.kind == "ready" and ev.instance in pending:
                 pending.discard(ev.instance)
                 sessions[0] += len(follower.boards[ev.instance].sessions)

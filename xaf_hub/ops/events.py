@@ -72,6 +72,19 @@ class FleetEvent:
         }
 
 
+def following_words(ev: FleetEvent) -> str | None:
+    """How an instance is followed, when an event changes that (logs and ``watch -v``)."""
+    if ev.kind == "ready":
+        return f"{ev.instance}: following its {ev.detail} event stream"
+    if ev.kind == "up":
+        return f"{ev.instance}: back, following its {ev.detail} event stream"
+    if ev.kind == "down":
+        return f"{ev.instance}: lost ({ev.detail})"
+    if ev.kind == "polling":
+        return f"{ev.instance}: {ev.detail}; polling it"
+    return None
+
+
 @dataclass(frozen=True)
 class Frame:
     """One parsed server event: its type, its properties and the directory it came from."""

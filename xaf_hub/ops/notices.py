@@ -102,8 +102,8 @@ class ChangeFeed:
 
     def publish(self, ev: FleetEvent) -> None:
         """Record one change and wake the viewers (called by the follower)."""
-        if ev.kind == "ready":
-            return  # the first view of an instance: nothing changed for a page
+        # "ready" too: the follower starts after the page's scan (with its first viewer), so
+        # whatever changed in between shows only in the follower's first view of an instance.
         for hook in self.on_change:
             hook(ev)
         with self._cond:
