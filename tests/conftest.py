@@ -19,6 +19,12 @@ def _isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return home
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    from xaf_hub.sandbox.fleet import let_children_see_ctrl_c
+
+    let_children_see_ctrl_c()  # the e2e tests stop `watch` and `serve` with Ctrl+C (SIGINT)
+
+
 # The real-server fleet fixtures (tests/fleet.py) are shared by tests/e2e and tests/browser;
 # registering them once here means one fleet per run, not one per folder.
 pytest_plugins = ["tests.fleet", "tests.redis_fixture"]
