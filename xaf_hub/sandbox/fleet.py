@@ -81,20 +81,6 @@ class SandboxError(HubError):
 # -- locating the binary ---------------------------------------------------------------------
 
 
-def let_children_see_ctrl_c() -> None:
-    """Give SIGINT its default meaning again in this process, hence in the ones it starts.
-
-    A shell without job control starts a background command (``pytest &``, a CI step run in
-    the background) with SIGINT ignored, and an ignored signal stays ignored across exec:
-    Ctrl+C (SIGINT) sent to a `watch` or `serve` started from there would do nothing. The
-    tests and the benchmark stop those processes with SIGINT, as a person does.
-    """
-    import signal
-
-    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-
-
 def platform_package(system: str, machine: str) -> str:
     """Return opencode's npm platform package name, e.g. ``opencode-linux-x64``."""
     os_name = {"win32": "windows", "cygwin": "windows"}.get(system, system)
