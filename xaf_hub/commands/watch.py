@@ -127,7 +127,7 @@ def follow(
     def show(ev: FleetEvent) -> None:
         if ev.kind in ("ready", "polling"):
             if ev.kind == "polling":
-                ctx.warn(f"{ev.instance}: {ev.detail}; polling it every {poll_seconds:g} s")
+                ctx.warn(f"{following_words(ev)} every {poll_seconds:g} s")
             elif ctx.args.verbose:
                 ctx.info(str(following_words(ev)))
             if ev.kind == "ready" and ev.instance in pending:
