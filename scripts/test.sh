@@ -10,7 +10,7 @@ if [ ! -x "$PY" ]; then
   exit 1
 fi
 
-echo "==> ruff check" && "$PY" -m ruff check xaf_hub tests bench || exit 1
+echo "==> ruff check" && "$PY" -m ruff check xaf_hub tests bench scripts || exit 1
 echo "==> mypy --strict" && "$PY" -m mypy xaf_hub || exit 1
 echo "==> pytest"
 "$PY" -m pytest "$@"

@@ -85,8 +85,11 @@ def _counts(snap: Snapshot) -> dict[str, dict[str, int]]:
 
 def snapshot_document(snap: Snapshot) -> dict[str, Any]:
     """Build the JSON export document (architecture §6 `sessions`)."""
+    from xaf_hub import __version__
+
     return {
         "generated_at": _utc_iso(snap.generated_at),
+        "xaf_hub_version": __version__,
         "by_instance": _counts(snap),
         "unreachable": snap.unreachable,
         "instances": [i.to_json() for i in snap.instances],
@@ -157,11 +160,6 @@ def _template_source(name: str) -> str | None:
     """Load a template's text from this source checkout, else from the installed package."""
     if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*\.j2", name):
         return None  # Template names are ours; refuse anything path-like.
-    # A source checkout (pyproject.toml beside the package) uses its own templates/: an
-    # editable install maps xaf_hub.templates to whichever checkout was installed.
-    checkout = Path(__file__).resolve().parent.parent
-    if (checkout / "pyproject.toml").is_file() and (checkout / "templates" / name).is_file():
-        return (checkout / "templates" / name).read_text(encoding="utf-8")
     try:
         from importlib.resources import files
 

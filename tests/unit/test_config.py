@@ -215,7 +215,7 @@ def test_bad_local_file(tmp_path: Path) -> None:
 
 def test_example_config_is_valid() -> None:
     root = Path(__file__).resolve().parents[2]
-    cfg = load_config(str(root / "xaf_hub" / "config.example.json"), env={}, cwd=root)
+    cfg = load_config(str(root / "config.example.json"), env={}, cwd=root)
     assert cfg.instances
     for inst in cfg.instances:
         assert inst.url.startswith(("http://127.0.0.1", "http://localhost"))

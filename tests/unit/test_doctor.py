@@ -13,6 +13,7 @@ from zoneinfo import ZoneInfo
 import httpx
 import pytest
 
+from xaf_hub import __version__
 from xaf_hub.cli import main
 from xaf_hub.commands import doctor as d
 from xaf_hub.config import Config, InstanceConfig, ModelsConfig, load_config
@@ -306,7 +307,7 @@ def test_render_puts_fix_under_problem_and_sums_up() -> None:
           h.warn("roots", "lan-b", "no roots", "add roots")]
     text = d.render(Path("/c.json"), fs, h.worst(fs))
     lines = text.splitlines()
-    assert lines[0] == "xaf-hub doctor: config /c.json"
+    assert lines[0] == f"xaf-hub {__version__} doctor: config /c.json"
     assert lines[3].strip() == "fix: f" and lines[5].strip() == "fix: add roots"
     assert lines[-1] == "1 problem(s), 1 warning(s): exit 2"
     assert d.render(None, [h.ok("a", "b", "c")], ExitCode.OK).splitlines()[-1] == "all well"
@@ -365,6 +366,7 @@ def test_command_reports_each_instance_and_exits_with_the_worst(tmp_path: Path) 
     code, out, _ = _run(tmp_path, env, "--json")
     doc = json.loads(out)
     assert code == doc["exit_code"] == 2 and doc["errors"] == 1
+    assert doc["version"] == __version__
     bad = [f for f in doc["findings"] if f["subject"] == "bad"]
     assert bad[0]["level"] == "error" and bad[0]["fix"]
 
@@ -395,3 +397,16 @@ def test_command_corrupt_model_state_is_named_and_exits_1(tmp_path: Path) -> Non
     assert f"{home / '.model_state.json'}" in out and "line 1" in out
     assert "fix: Repair or move aside the named file" in out
     assert "next reset" in out  # the clock itself is still shown
+
+
+def test_opencode_missing_is_one_line_saying_how_to_get_it(tmp_path: Path) -> None:
+    from xaf_hub.ops.health import opencode_finding
+
+    missing = opencode_finding({"PATH": str(tmp_path)})
+    assert missing.level == "info" and missing.exit_code == ExitCode.OK
+    assert "npm install -g opencode-ai@" in missing.fix and "\n" not in missing.fix
+    tool = tmp_path / "opencode"
+    tool.write_text("#!/bin/sh\n", "utf-8")
+    tool.chmod(0o755)
+    found = opencode_finding({"PATH": str(tmp_path)})
+    assert found.level == "ok" and str(tool) in found.message

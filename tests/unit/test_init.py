@@ -23,7 +23,7 @@ def test_init_without_flags_writes_the_bundled_example(tmp_path: Path) -> None:
     code, out, err = run(tmp_path, "init")
     assert code == 0, err
     written = tmp_path / "config.json"
-    example = Path(__file__).resolve().parents[2] / "xaf_hub" / "config.example.json"
+    example = Path(__file__).resolve().parents[2] / "config.example.json"  # the top-level one
     assert written.read_text("utf-8") == example.read_text("utf-8")
     assert f"wrote {written}" in out and "next:" in out and "xaf-hub doctor" in out
 

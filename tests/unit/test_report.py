@@ -21,7 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from markupsafe import escape
 
-from xaf_hub import page_text, page_view, report
+from xaf_hub import __version__, page_text, page_view, report
 from xaf_hub.errors import ExitCode, UsageError
 from xaf_hub.records import InstanceSummary, SessionRecord, Snapshot
 
@@ -218,7 +218,10 @@ def test_local_times(tz: Any, zone: str, plain: str, with_zone: str) -> None:
 
 def test_json_document_shape() -> None:
     doc = report.snapshot_document(fleet())
-    assert list(doc) == ["generated_at", "by_instance", "unreachable", "instances", "sessions"]
+    assert list(doc) == [
+        "generated_at", "xaf_hub_version", "by_instance", "unreachable", "instances", "sessions",
+    ]
+    assert doc["xaf_hub_version"] == __version__
     assert doc["generated_at"] == "2023-11-14T22:13:20Z"
     assert doc["by_instance"] == {
         "alpha": {"project_sessions": 2, "running": 0},

@@ -49,6 +49,7 @@ from xaf_hub.ops.health import (
     instance_findings,
     layout_findings,
     ok,
+    opencode_finding,
     patrol_finding,
     root_usage_findings,
     worst,
@@ -220,7 +221,8 @@ def collect(ctx: Context, now: datetime) -> tuple[Path | None, list[Finding], tu
     if cfg.local_config is not None:
         with contextlib.suppress(ConfigError):
             local_doc = load_json_file(cfg.local_config, "config.local.json")
-    findings = config_findings(cfg, local_doc)
+    findings = [opencode_finding(ctx.env)]
+    findings.extend(config_findings(cfg, local_doc))
     findings.extend(_credential_file_findings(cfg))
     probes = aio.run(probe_all(cfg, ctx.transport_factory))
     for inst, probe in zip(cfg.instances, probes, strict=True):
@@ -258,7 +260,10 @@ _MARK = {"ok": "ok", "info": "info", "warn": "WARN", "error": "FAIL"}
 def render(path: Path | None, findings: Sequence[Finding], code: ExitCode) -> str:
     """The one-screen text report."""
     width = min(max((len(f.subject) for f in findings), default=8), 24)
-    lines = [f"xaf-hub doctor: config {path if path is not None else '(none found)'}"]
+    from xaf_hub import __version__
+
+    where = path if path is not None else "(none found)"
+    lines = [f"xaf-hub {__version__} doctor: config {where}"]
     for f in findings:
         subject = f.subject if len(f.subject) <= width else "..." + f.subject[-(width - 3):]
         lines.append(f"  {_MARK[f.level]:<4}  {subject:<{width}}  {f.message}")
@@ -290,7 +295,10 @@ def run(ctx: Context) -> int:
     path, findings, secrets = collect(ctx, now_utc())
     code = worst(findings)
     if ctx.json:
+        from xaf_hub import __version__
+
         doc = {
+            "version": __version__,
             "config": str(path) if path is not None else None,
             "exit_code": int(code),
             "errors": sum(1 for f in findings if f.level == "error"),

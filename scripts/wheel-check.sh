@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# What a user installs is what the tests test. From this checkout: build the sdist and the wheel
+# (python -m build: the wheel is built from the sdist), check their metadata (twine check),
+# install the wheel with pipx and with `uv tool install` into throw-away homes, and from an
+# empty folder, with no checkout on sys.path, run the installed command against a real opencode
+# server (scripts/wheel_smoke.py) and the demo with the installed tool's python. Also measures the
+# installed size. .ci/run calls it after the main suite; it fails when the wheel misses a module.
+# Environment: PYTHON (the venv python with the test extras, default .venv/bin/python).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+REPO=$(pwd)
+PY=${PYTHON:-${XAF_HUB_VENV:-.venv}/bin/python}
+BIN=$(dirname "$PY")
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/xaf-hub-wheel.XXXXXX")
+trap 'rm -rf "$WORK"' EXIT
+BASE_PY=$("$PY" -c 'import sys; print(sys._base_executable)')
+OPENCODE_VERSION=$(sed -n "s/^OPENCODE_VERSION=//p" scripts/setup.sh)
+export XAF_HUB_OPENCODE_BIN=${XAF_HUB_OPENCODE_BIN:-$(bash scripts/opencode-bin.sh "$OPENCODE_VERSION")}
+
+echo "==> build the sdist and the wheel from the tracked files (as a fresh clone has them)"
+# Not from the tree itself: an editable install's xaf_hub.egg-info/SOURCES.txt would lend the
+# build every file it once saw and hide a package the configuration leaves out.
+mkdir -p "$WORK/src"
+git ls-files -z --cached --others --exclude-standard | (cd "$REPO" && xargs -0 cp --parents -t "$WORK/src" 2>/dev/null || true)
+"$PY" -m build --outdir "$WORK/dist" "$WORK/src" >"$WORK/build.log" 2>&1 || { tail -30 "$WORK/build.log"; exit 1; }
+WHEEL=$(ls "$WORK"/dist/xaf_hub-*.whl)
+echo "    $(basename "$WHEEL"), $(basename "$(ls "$WORK"/dist/xaf_hub-*.tar.gz)")"
+echo "==> twine check"
+"$PY" -m twine check --strict "$WORK"/dist/*
+
+# smoke NAME BIN_DIR TOOL_PYTHON: the installed command, from an empty folder, no checkout around
+smoke() {
+  local name=$1 bindir=$2 toolpy=$3 empty="$WORK/empty-$1"
+  mkdir -p "$empty"
+  echo "==> $name: the installed xaf-hub from an empty folder ($empty)"
+  (cd "$empty" && env -u PYTHONPATH "$toolpy" -I "$REPO/scripts/wheel_smoke.py" "$bindir")
+  echo "==> $name: the demo with the installed tool's python"
+  (cd "$empty" && env -u PYTHONPATH "$toolpy" -I -m xaf_hub.sandbox.demo --out "$empty/demo-out" \
+    >"$empty/demo.log" 2>&1) || { tail -40 "$empty/demo.log"; exit 1; }
+  grep -q "the overview page for colleagues" "$empty/demo.log"
+  [ -s "$empty/demo-out/overview.html" ]
+  echo "  ok    demo (overview page written)"
+}
+
+echo "==> pipx install the wheel (isolated pipx home)"
+export PIPX_HOME="$WORK/pipx" PIPX_BIN_DIR="$WORK/pipx-bin" PIPX_MAN_DIR="$WORK/pipx-man"
+"$BIN/pipx" install --python "$BASE_PY" "$WHEEL" >"$WORK/pipx.log" 2>&1 || { cat "$WORK/pipx.log"; exit 1; }
+PIPX_VENV="$PIPX_HOME/venvs/xaf-hub"
+smoke pipx "$PIPX_BIN_DIR" "$PIPX_VENV/bin/python"
+size_kb=$(du -sk "$PIPX_VENV" | cut -f1)
+echo "    installed size (pipx venv): $((size_kb / 1024)) MB"
+if [ "$size_kb" -gt $((120 * 1024)) ]; then
+  echo "wheel-check: the installed hub takes $((size_kb / 1024)) MB, over the 120 MB budget" >&2
+  exit 1
+fi
+
+echo "==> uv tool install the wheel (isolated uv tool folder)"
+export UV_TOOL_DIR="$WORK/uv-tools" UV_TOOL_BIN_DIR="$WORK/uv-bin" UV_CACHE_DIR="$WORK/uv-cache"
+"$BIN/uv" tool install --python "$BASE_PY" "$WHEEL" >"$WORK/uv.log" 2>&1 || { cat "$WORK/uv.log"; exit 1; }
+smoke uv "$UV_TOOL_BIN_DIR" "$UV_TOOL_DIR/xaf-hub/bin/python"
+echo "==> wheel check passed"
