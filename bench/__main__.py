@@ -568,7 +568,7 @@ def probe_matcher(n: int, repeat: int) -> dict[str, Any]:
 
     import_s = time.perf_counter() - t0
     from bench import matcher_documents
-    from xaf_hub.matcher import document_text, rank
+    from xaf_hub.core.matcher import document_text, rank
 
     raw = matcher_documents(n)
     rank(DISPATCH_TEXT, [("warm", document_text("warm up", "/srv/shop/web"))])
@@ -618,7 +618,7 @@ def machine() -> dict[str, Any]:
     mem_gb = 0.0
     with contextlib.suppress(OSError, ValueError, IndexError):
         mem_gb = int(Path("/proc/meminfo").read_text().split()[1]) / 2**20
-    from xaf_hub.sandbox.fleet import OPENCODE_VERSION
+    from xaf_hub.fleet.releases import OPENCODE_VERSION
 
     return {
         "nproc": os.cpu_count(), "cpu": cpu, "memory_gb": round(mem_gb, 1),
@@ -697,7 +697,7 @@ def verdicts(
 
 def render_table(result: dict[str, Any]) -> str:
     """The one table: every measure per size, then the matcher, then the targets."""
-    from xaf_hub.output import table
+    from xaf_hub.core.text import table
 
     rows: list[list[str]] = []
     for label, size in result["sizes"].items():

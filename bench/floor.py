@@ -3,7 +3,7 @@
 Run by path (``python bench/floor.py SPEC.json [--project-only]``) so that nothing but asyncio,
 json and httpx is imported. SPEC.json is ``{"page_size": N, "fan_out": N, "roots": [...],
 "exclude_substrings": [...], "instances": [{"url", "username", "password"}]}``. Per instance,
-in the order xaf_hub.scan needs their answers:
+in the order xaf_hub.fleet.scan needs their answers:
 
 1. ``GET /global/health``;
 2. ``GET /experimental/session?limit=page_size``, paged with the same cursor rule as

@@ -235,7 +235,7 @@ def _daemon(hub: list[str], env: dict[str, str], root: Path, fleet: Any,
 
 def render(result: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:
     """The table and the verdicts."""
-    from xaf_hub.output import table
+    from xaf_hub.core.text import table
 
     w, d = result["watch"], result["daemon"]
     size = f"K={result['k']} M={result['m']}"

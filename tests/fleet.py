@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from xaf_hub.cli import main
+from xaf_hub.cli.main import main
 from xaf_hub.sandbox import fleet as sandbox
 from xaf_hub.sandbox.fake_llm import FakeLLM
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from xaf_hub.cli import main
+from xaf_hub.cli.main import main
 
 if __name__ == "__main__":
     sys.exit(main())

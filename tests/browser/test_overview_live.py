@@ -22,8 +22,8 @@ from tests.browser import test_overview_static as static
 from tests.browser.test_overview_e2e import Served, off_loop
 from tests.browser.test_overview_static import ARTIFACTS, NEEDS_CHROMIUM
 from tests.fleet import NAMES, Hub
-from xaf_hub.commands.serve import VIEWER_PASSWORD_ENV
-from xaf_hub.page_text import TEXT
+from xaf_hub.cli.commands.serve import VIEWER_PASSWORD_ENV
+from xaf_hub.page.words import TEXT
 from xaf_hub.sandbox import fleet as sandbox
 
 pytestmark = [pytest.mark.e2e, *NEEDS_CHROMIUM]
@@ -234,7 +234,7 @@ def test_a_change_before_the_hubs_follower_starts_still_reaches_the_page(
 
 
 def test_static_page_times_move_with_the_clock(browser: Any, tmp_path: Path) -> None:
-    from xaf_hub import report
+    from xaf_hub.page import export as report
 
     path = tmp_path / "overview.html"
     report.write_html(static.small_snapshot(), path, now_ms=static.NOW, title="Shop")

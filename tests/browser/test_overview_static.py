@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from xaf_hub import report
-from xaf_hub.records import InstanceSummary, SessionRecord, Snapshot
+from xaf_hub.core.records import InstanceSummary, SessionRecord, Snapshot
+from xaf_hub.page import export as report
 
 CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"

@@ -28,7 +28,7 @@ import pytest
 
 from tests.e2e.faulty import Match, StepProxy
 from tests.fleet import Hub
-from xaf_hub.patrol.fill_slots import JUST_DISPATCHED
+from xaf_hub.patrol.jobs.fill_slots import JUST_DISPATCHED
 from xaf_hub.sandbox import fleet as sandbox
 
 pytestmark = pytest.mark.e2e
@@ -220,7 +220,7 @@ BACKLOG_WRITER = textwrap.dedent(
     """
     import sys
     from pathlib import Path
-    from xaf_hub.backlog import Backlog, Task
+    from xaf_hub.store.backlog import Backlog, Task
     pool = Backlog(Path(sys.argv[1]))
     prefix, pad = sys.argv[2], "x" * 4000  # a big file widens the write window
     for i in range(10_000):
@@ -237,7 +237,7 @@ MODEL_STATE_WRITER = textwrap.dedent(
     import sys
     from datetime import UTC, datetime
     from pathlib import Path
-    from xaf_hub.model_state import ModelState
+    from xaf_hub.store.model_state import ModelState
     families = {f"fam{i}": [f"p{i}/"] for i in range(5)}
     state = ModelState(Path(sys.argv[1]), 8, UTC, families)
     prefix = sys.argv[2]
@@ -282,7 +282,7 @@ def test_task_pool_survives_random_kills(tmp_path: Path) -> None:
     path = tmp_path / "state dir" / "tasks_backlog.json"
     rounds = _kill_randomly(BACKLOG_WRITER, path, rounds=10, seed=6)
     doc = json.loads(path.read_text("utf-8"))  # parses after every kill
-    from xaf_hub.backlog import Backlog
+    from xaf_hub.store.backlog import Backlog
 
     tasks = {t.id: t for t in Backlog(path).load().tasks}
     assert len(tasks) == len(doc["tasks"])  # no duplicate ids
@@ -299,7 +299,7 @@ def test_task_pool_survives_random_kills(tmp_path: Path) -> None:
 
 
 def test_locked_write_sweeps_only_its_own_dead_temp_files(tmp_path: Path) -> None:
-    from xaf_hub.statefile import update_json
+    from xaf_hub.store.statefile import update_json
 
     path = tmp_path / "tasks_backlog.json"
     dead = tmp_path / ".tasks_backlog.json.k2j4_x9q.tmp"
@@ -316,7 +316,7 @@ def test_model_state_survives_random_kills(tmp_path: Path) -> None:
     rounds = _kill_randomly(MODEL_STATE_WRITER, path, rounds=10, seed=7)
     from datetime import UTC
 
-    from xaf_hub.model_state import ModelState
+    from xaf_hub.store.model_state import ModelState
 
     families = {f"fam{i}": [f"p{i}/"] for i in range(5)}
     state = ModelState(path, 8, UTC, families)
@@ -335,7 +335,7 @@ def test_atomic_write_syncs_the_file_before_and_the_folder_after_the_rename(
 ) -> None:
     import stat as st
 
-    from xaf_hub import statefile
+    from xaf_hub.store import statefile
 
     if os.name != "posix":
         pytest.skip("directories are fsynced on POSIX only")

@@ -19,10 +19,10 @@ from typing import Any
 import pytest
 
 from tests.fleet import Hub
-from xaf_hub.discipline import CONTINUE_PROMPT, DISCIPLINE_MARKER, RESUME_PROMPT
-from xaf_hub.model_state import next_reset, resolve_timezone, to_ms
+from xaf_hub.core.clock import next_reset, resolve_timezone, to_ms
+from xaf_hub.core.discipline import CONTINUE_PROMPT, DISCIPLINE_MARKER, RESUME_PROMPT
 from xaf_hub.sandbox import fleet as sandbox
-from xaf_hub.statefile import file_lock
+from xaf_hub.store.statefile import file_lock
 
 pytestmark = pytest.mark.e2e
 

@@ -20,9 +20,9 @@ import pytest
 
 from tests.e2e.faulty import StepProxy
 from tests.fleet import NAMES, Hub
-from xaf_hub.backlog import Backlog, BacklogData, format_instant, parse_instant
-from xaf_hub.patrol.fill_slots import JUST_DISPATCHED
+from xaf_hub.patrol.jobs.fill_slots import JUST_DISPATCHED
 from xaf_hub.sandbox import fleet as sandbox
+from xaf_hub.store.backlog import Backlog, BacklogData, format_instant, parse_instant
 
 pytestmark = pytest.mark.e2e
 

@@ -197,7 +197,7 @@ def test_sigkill_leaves_a_reservation_that_redis_expires(
 
 
 def test_blackout_seen_by_one_hub_stops_the_other(hosts: tuple[Host, Host]) -> None:
-    from xaf_hub.config import load_config
+    from xaf_hub.config.load import load_config
     from xaf_hub.ops.models import model_state
 
     a, b = hosts

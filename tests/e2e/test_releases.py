@@ -19,7 +19,7 @@ import pytest
 
 from tests.e2e.proxy import LoopbackServer, forward, read_body, send_back
 from tests.fleet import MODELS, Hub
-from xaf_hub.releases import classify
+from xaf_hub.fleet.releases import classify
 from xaf_hub.sandbox import fleet as sandbox
 from xaf_hub.sandbox.fake_llm import FakeLLM
 from xaf_hub.sandbox.releases import release_binary

@@ -219,7 +219,7 @@ def test_unknown_instance_and_bad_config(hub: Hub) -> None:
 def test_help_and_status_do_not_import_heavy_modules(hub: Hub) -> None:
     probe = (
         "import sys, io, json\n"
-        "from xaf_hub.cli import main\n"
+        "from xaf_hub.cli.main import main\n"
         "code = main(sys.argv[1:], stdout=io.StringIO(), stderr=io.StringIO())\n"
         "heavy = [m for m in ('sklearn', 'jinja2', 'apscheduler') if m in sys.modules]\n"
         "print(json.dumps([code, heavy]))\n"

@@ -129,7 +129,7 @@ def test_no_password_in_any_output_file_or_error(
     assert any("auth rejected" in err for _, _, err in seen)
 
     # An internal error whose message holds a password, with and without --debug.
-    import xaf_hub.commands.status as status_cmd
+    import xaf_hub.cli.commands.status as status_cmd
 
     def boom(*args: Any, **kwargs: Any) -> Any:
         raise RuntimeError(f"boom {hub.password('local-a')} {wrong}")
@@ -353,7 +353,8 @@ def test_new_state_files_are_private_under_a_permissive_umask(hub: Hub) -> None:
     if os.name != "posix":
         pytest.skip("POSIX modes")
     script = (
-        "import os, sys; os.umask(0); from xaf_hub.cli import main; sys.exit(main(sys.argv[1:]))"
+        "import os, sys; os.umask(0); from xaf_hub.cli.main import main; "
+        "sys.exit(main(sys.argv[1:]))"
     )
     env = {**os.environ, **hub.env}
     for args in (

@@ -12,7 +12,7 @@ import pytest
 
 from tests.fleet import Hub
 from tests.ptyrun import run_on_pty
-from xaf_hub.termfit import cells
+from xaf_hub.cli.termfit import cells
 
 pytestmark = [
     pytest.mark.e2e,

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from xaf_hub.cli import COMMANDS, build_parser
+from xaf_hub.cli.main import COMMANDS, build_parser
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 UNIT = DEPLOY / "systemd" / "xaf-hub-patrol.service"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from xaf_hub.config import load_config
+from xaf_hub.config.load import load_config
 from xaf_hub.sandbox import demo
 
 REPO = Path(__file__).resolve().parents[2]

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
+from xaf_hub.config.notify import NotifyConfig, Webhook
 from xaf_hub.errors import ExitCode, StateFileError
-from xaf_hub.notify.config import NotifyConfig, Webhook
 from xaf_hub.notify.outbox import read_state, state_path
 
 RESOLVE_SECONDS = 5.0

@@ -30,7 +30,7 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import quote_plus
 
-from xaf_hub.notify.config import Webhook
+from xaf_hub.config.notify import Webhook
 from xaf_hub.notify.events import Event
 
 WECOM_TEXT_BYTES = 2048

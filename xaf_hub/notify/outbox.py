@@ -21,11 +21,11 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from xaf_hub.config.notify import Webhook
 from xaf_hub.errors import StateFileError
-from xaf_hub.notify.config import Webhook
 from xaf_hub.notify.derive import HISTORY_HOURS
 from xaf_hub.notify.events import Event
-from xaf_hub.statefile import read_json, update_json
+from xaf_hub.store.statefile import read_json, update_json
 
 SCHEMA_VERSION = 1
 FILE = Path("notify") / "state.json"

@@ -25,22 +25,22 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from xaf_hub import aio
-from xaf_hub.backlog import parse_instant
+from xaf_hub.config.notify import NotifyConfig, Webhook
+from xaf_hub.core import aio
+from xaf_hub.core.text import redact
 from xaf_hub.errors import HubError
 from xaf_hub.notify import outbox
-from xaf_hub.notify.config import NotifyConfig, Webhook
 from xaf_hub.notify.derive import Done, Inputs, Parked, derive
 from xaf_hub.notify.events import Event
 from xaf_hub.notify.formats import Outgoing, build
 from xaf_hub.notify.messages import render
 from xaf_hub.notify.send import Answer, deliver, make_client
-from xaf_hub.output import redact
+from xaf_hub.store.backlog import parse_instant
 
 if TYPE_CHECKING:
     import httpx
 
-    from xaf_hub.config import Config
+    from xaf_hub.config.load import Config
     from xaf_hub.patrol.context import Cycle, PatrolContext
 
 STEP = "notify"
@@ -215,7 +215,7 @@ class _Sender:
 
 
 def _zone(name: str) -> Any:
-    from xaf_hub.model_state import resolve_timezone
+    from xaf_hub.core.clock import resolve_timezone
 
     try:
         return resolve_timezone(name)

@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from xaf_hub.client import describe_error
+from xaf_hub.fleet.client import describe_error
 from xaf_hub.notify.formats import Outgoing, judge
 
 # Back-off between tries: 0.5 s, 1 s, 2 s... capped.

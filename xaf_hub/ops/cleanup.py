@@ -11,11 +11,11 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from xaf_hub.config import InstanceConfig
+from xaf_hub.config.load import InstanceConfig
+from xaf_hub.core.records import SessionRecord
 from xaf_hub.errors import HubError
+from xaf_hub.fleet.scan import scan_fleet
 from xaf_hub.ops.context import OpsContext
-from xaf_hub.records import SessionRecord
-from xaf_hub.scan import scan_fleet
 
 
 def stale_sessions(

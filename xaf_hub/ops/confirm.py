@@ -3,7 +3,7 @@
 The building blocks of ``xaf-hub confirm --session ID [--fix]`` and ``dispatch --confirm-wait``:
 
 * ``sighting`` / ``judge`` (pure) — a session's run state and newest messages, judged with
-  the run-state vocabulary (``ops.runstate.judge``): running, retrying, finished, failed,
+  the run-state vocabulary (``core.runstate.judge``): running, retrying, finished, failed,
   aborted, interrupted, pending or idle, with the provider's message and a retry's next try.
 * ``wait_step`` (pure) and ``wait_for_run`` — after a send, poll until the run is seen to start
   or fail; a rate-limit or model-unavailable failure is handed to ``ops.heal.heal_session``
@@ -23,16 +23,16 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from xaf_hub.client import OpencodeClient, RawStatus, ServerSession
-from xaf_hub.config import InstanceConfig
+from xaf_hub.config.load import InstanceConfig
+from xaf_hub.core.records import SessionRecord
+from xaf_hub.core.runstate import LastRun, Verdict, last_run
+from xaf_hub.core.runstate import judge as _judge
 from xaf_hub.errors import BusyError, UnreachableError
+from xaf_hub.fleet.client import OpencodeClient, RawStatus, ServerSession
+from xaf_hub.fleet.scan import build_record
 from xaf_hub.ops.context import OpsContext
 from xaf_hub.ops.heal import HealCandidate, Healing, heal_session
 from xaf_hub.ops.heal import heal_candidate as _heal_candidate
-from xaf_hub.ops.runstate import LastRun, Verdict, last_run
-from xaf_hub.ops.runstate import judge as _judge
-from xaf_hub.records import SessionRecord
-from xaf_hub.scan import build_record
 
 # Messages read per look: enough to find everything after the baseline of a fresh send.
 LOOK_WINDOW = 10
@@ -122,7 +122,7 @@ def sighting(
 
 
 def judge(s: Sighting) -> Verdict:
-    """Say what a sighting means (pure): ``ops.runstate.judge`` with what the look saw."""
+    """Say what a sighting means (pure): ``core.runstate.judge`` with what the look saw."""
     return _judge(s.rec, s.run, answered=s.answered, attempt=s.attempt)
 
 

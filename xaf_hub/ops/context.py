@@ -14,16 +14,17 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from xaf_hub import audit as audit_log
-from xaf_hub.backlog import Backlog
-from xaf_hub.client import OpencodeClient
-from xaf_hub.config import Config, InstanceConfig
+from xaf_hub.config.load import Config, InstanceConfig
+from xaf_hub.core.records import SessionRecord
+from xaf_hub.core.text import redact
 from xaf_hub.errors import UnreachableError
-from xaf_hub.gate import Gate, make_gate
-from xaf_hub.model_state import ModelState
-from xaf_hub.output import redact
-from xaf_hub.records import SessionRecord
-from xaf_hub.scan import InstanceScan, TransportFactory, make_client, scan_fleet
+from xaf_hub.fleet.client import OpencodeClient
+from xaf_hub.fleet.scan import InstanceScan, TransportFactory, make_client, scan_fleet
+from xaf_hub.store import audit as audit_log
+from xaf_hub.store.backends import make_gate
+from xaf_hub.store.backlog import Backlog
+from xaf_hub.store.gate import Gate
+from xaf_hub.store.model_state import ModelState
 
 
 def utc_now() -> datetime:

@@ -22,9 +22,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Literal
 
-from xaf_hub.backlog_schema import Task, instant_seconds
 from xaf_hub.errors import StateFileError
 from xaf_hub.ops.context import OpsContext
+from xaf_hub.store.tasks import Task, instant_seconds
 
 # Read at most this much of the audit log's end when looking for operator interrupts.
 _AUDIT_TAIL_BYTES = 2_000_000
@@ -173,7 +173,7 @@ async def session_still_runs(ops: OpsContext, instance: str, session_id: str) ->
     A session the instance no longer knows, or an instance no longer configured, does not
     run. An instance that does not answer raises UnreachableError: nobody can tell.
     """
-    from xaf_hub.client import SessionNotFound
+    from xaf_hub.fleet.client import SessionNotFound
 
     names = {i.name for i in ops.cfg.instances}
     if instance not in names:

@@ -16,16 +16,16 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from xaf_hub.backlog import ManualRecord
-from xaf_hub.client import ApiError
+from xaf_hub.core.records import SessionRecord
 from xaf_hub.errors import BusyError, UnreachableError
+from xaf_hub.fleet.client import ApiError
+from xaf_hub.fleet.scan import InstanceScan, scan_fleet
 from xaf_hub.ops.context import OpsContext, utc_now
 from xaf_hub.ops.load import instance_load
 from xaf_hub.ops.models import choose_model
+from xaf_hub.ops.planner import DispatchRequest, InstanceView, Plan, plan_dispatch
 from xaf_hub.ops.send import SendResult, build_prompt, send_work
-from xaf_hub.planner import DispatchRequest, InstanceView, Plan, plan_dispatch
-from xaf_hub.records import SessionRecord
-from xaf_hub.scan import InstanceScan, scan_fleet
+from xaf_hub.store.backlog import ManualRecord
 
 
 @dataclass(frozen=True)
@@ -72,7 +72,7 @@ class Dispatched:
 
 
 def _scores(scans: Sequence[InstanceScan], text: str) -> list[tuple[SessionRecord, float]]:
-    from xaf_hub.matcher import document_text, rank
+    from xaf_hub.core.matcher import document_text, rank
 
     pool, docs = {}, []
     for sc in scans:
@@ -105,7 +105,7 @@ async def prepare(ops: OpsContext, order: DispatchOrder) -> Prepared:
         )
     smart = order.smart and cfg.auto_match
     if smart:
-        from xaf_hub.matcher import preload
+        from xaf_hub.core.matcher import preload
 
         preload()  # the numpy import overlaps the network scan
     instances = [cfg.instance(req.instance)] if req.instance else list(cfg.instances)

@@ -25,23 +25,20 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Literal
 
-from xaf_hub.config import InstanceConfig
-from xaf_hub.discipline import CONTINUE_PROMPT
-from xaf_hub.model_state import (
-    ErrorClass,
+from xaf_hub.config.load import InstanceConfig
+from xaf_hub.core.discipline import CONTINUE_PROMPT
+from xaf_hub.core.records import SessionRecord
+from xaf_hub.core.runstate import ErrorClass, LastRun, classify_error, classify_message, error_text
+from xaf_hub.ops.context import OpsContext
+from xaf_hub.ops.models import model_chain
+from xaf_hub.ops.planner import plan_reuse
+from xaf_hub.ops.send import abort_and_prompt, build_prompt, pool_discipline, send_work
+from xaf_hub.store.model_state import (
     ModelState,
-    classify_error,
-    classify_message,
     family_of,
     next_model_in_chain,
     resolve_dispatch_model,
 )
-from xaf_hub.ops.context import OpsContext
-from xaf_hub.ops.models import model_chain
-from xaf_hub.ops.runstate import LastRun, error_text
-from xaf_hub.ops.send import abort_and_prompt, build_prompt, pool_discipline, send_work
-from xaf_hub.planner import plan_reuse
-from xaf_hub.records import SessionRecord
 
 STEP = "fix_free_limit"
 

@@ -16,12 +16,16 @@ from datetime import datetime, tzinfo
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any, Literal
 
-from xaf_hub.config import CREDENTIAL_KEYS, Config, InstanceConfig, ModelsConfig
-from xaf_hub.config_reader import password_var
+from xaf_hub.config.load import CREDENTIAL_KEYS, Config, InstanceConfig, ModelsConfig
+from xaf_hub.config.reader import password_var
+from xaf_hub.core import aio
+from xaf_hub.core.clock import next_reset
+from xaf_hub.core.rules import is_under, normalize_dir
 from xaf_hub.errors import ExitCode, MissingPassword
-from xaf_hub.model_state import Blackout, next_reset
-from xaf_hub.releases import classify
-from xaf_hub.rules import is_under, normalize_dir
+from xaf_hub.fleet.follow import POLL_SECONDS, probe_mode
+from xaf_hub.fleet.releases import classify
+from xaf_hub.fleet.scan import TransportFactory
+from xaf_hub.store.model_state import Blackout
 
 Level = Literal["ok", "info", "warn", "error"]
 
@@ -89,7 +93,7 @@ def opencode_finding(env: Mapping[str, str]) -> Finding:
     servers run: the hub itself talks HTTP)."""
     import shutil
 
-    from xaf_hub.sandbox.fleet import OPENCODE_VERSION
+    from xaf_hub.fleet.releases import OPENCODE_VERSION
 
     found = env.get("XAF_HUB_OPENCODE_BIN") or shutil.which("opencode", path=env.get("PATH", ""))
     if found:
@@ -480,3 +484,29 @@ def daemon_finding(beat: Mapping[str, Any] | None) -> Finding:
             if beat.get("tick_at") else "")
     return info("patrol", "daemon", f"last daemon {where}: {state}{last}",
                 "`xaf-hub patrol status` shows whether it runs now.")
+
+
+async def stream_findings(
+    cfg: Config,
+    instances: Sequence[InstanceConfig],
+    transport_factory: TransportFactory | None = None,
+) -> list[Any]:
+    """One `doctor` line per instance: which event stream live views will follow."""
+
+    modes = await aio.gather(*(probe_mode(cfg, i, transport_factory) for i in instances))
+    out = []
+    for inst, (mode, version) in zip(instances, modes, strict=True):
+        on = f"opencode {version}" if version else "this server"
+        if mode == "global":
+            out.append(ok("events", inst.name, "live views follow /global/event"))
+        elif mode == "directory":
+            out.append(info("events", inst.name,
+                            f"live views follow /event?directory= per project directory "
+                            f"({on} does not stream /global/event)"))
+        elif mode == "polling":
+            out.append(warn("events", inst.name,
+                            f"no event stream answered on {on}: watch, the patrol daemon and "
+                            f"serve poll it every {POLL_SECONDS:g} s instead",
+                            "Upgrade the server to opencode 1.18 or later, or check that no "
+                            "proxy in front of it buffers or blocks text/event-stream."))
+    return out

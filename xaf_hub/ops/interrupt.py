@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from xaf_hub.errors import HubError, NotProjectSession, ProductionRefused, UnreachableError
+from xaf_hub.fleet.scan import scan_fleet
 from xaf_hub.ops.context import OpsContext
-from xaf_hub.scan import scan_fleet
 
 
 @dataclass(frozen=True)

@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from xaf_hub.gate import Gate
-    from xaf_hub.redis_backend import RedisGate
-    from xaf_hub.scan import InstanceScan
+    from xaf_hub.fleet.scan import InstanceScan
+    from xaf_hub.store.gate import Gate
+    from xaf_hub.store.redis_backend import RedisGate
 
 
 @dataclass(frozen=True)

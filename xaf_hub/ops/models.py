@@ -10,8 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 
-from xaf_hub.config import Config, InstanceConfig
-from xaf_hub.model_state import ModelState, family_of, resolve_dispatch_model, resolve_timezone
+from xaf_hub.config.load import Config, InstanceConfig
+from xaf_hub.core.clock import resolve_timezone
+from xaf_hub.store.model_state import ModelState, family_of, resolve_dispatch_model
 
 
 def model_state(cfg: Config) -> ModelState:
@@ -22,7 +23,7 @@ def model_state(cfg: Config) -> ModelState:
         cfg.models.families(),
     )
     if cfg.models.state_backend == "redis":
-        from xaf_hub.redis_backend import RedisModelState, connect
+        from xaf_hub.store.redis_backend import RedisModelState, connect
 
         return RedisModelState(
             connect(cfg.lock),

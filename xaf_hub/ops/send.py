@@ -16,7 +16,7 @@ until the server shows the run or the TTL passes (``gate`` module docstring). A 
 so no caller depends on a shared mailbox.
 
 ``abort_and_prompt`` (a heal of a run stuck in retry) and ``build_prompt`` (the task text
-plus the commit/branch discipline, from ``xaf_hub.discipline``) live here too: this is the
+plus the commit/branch discipline, from ``xaf_hub.core.discipline``) live here too: this is the
 only module that calls ``OpencodeClient.prompt_async`` (docs/architecture.md, "Sending work").
 """
 
@@ -27,16 +27,16 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from xaf_hub.client import ApiError, OpencodeClient
-from xaf_hub.config import InstanceConfig
-from xaf_hub.discipline import compose_prompt, slugify
+from xaf_hub.config.load import InstanceConfig
+from xaf_hub.core.discipline import compose_prompt, slugify
 from xaf_hub.errors import BusyError, HubError, LockLostError, StateFileError, UnreachableError
-from xaf_hub.gate import PROMPT_SENT, Gate, Reservation
+from xaf_hub.fleet.client import ApiError, OpencodeClient
+from xaf_hub.fleet.releases import RunStateUnknown
+from xaf_hub.fleet.scan import scan_instance
 from xaf_hub.ops.context import OpsContext
 from xaf_hub.ops.load import instance_load
-from xaf_hub.planner import Plan
-from xaf_hub.releases import RunStateUnknown
-from xaf_hub.scan import scan_instance
+from xaf_hub.ops.planner import Plan
+from xaf_hub.store.gate import PROMPT_SENT, Gate, Reservation
 
 # How long to wait for an aborted retry to go idle before sending the new prompt.
 ABORT_SETTLE_SECONDS = 10.0

@@ -15,15 +15,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from xaf_hub import aio
-from xaf_hub.config import InstanceConfig
+from xaf_hub.config.load import InstanceConfig
+from xaf_hub.core import aio
+from xaf_hub.core.records import SessionRecord
+from xaf_hub.core.runstate import LastRun, last_run
 from xaf_hub.errors import HubError
 from xaf_hub.ops.context import Fleet, OpsContext
 from xaf_hub.ops.context import OpsContext as PatrolContext
 from xaf_hub.ops.load import instance_load
-from xaf_hub.ops.runstate import LastRun, last_run
 from xaf_hub.ops.send import pool_discipline as _pool_discipline
-from xaf_hub.records import SessionRecord
 
 __all__ = ["Fleet", "OpsContext", "PatrolContext"]
 

@@ -1,12 +1,12 @@
 """The patrol daemon's reactions to the fleet's events, between its rounds.
 
-The daemon follows every instance (``ops.follow.FleetFollower``, in a thread) and hands each
+The daemon follows every instance (``fleet.follow.FleetFollower``, in a thread) and hands each
 event to a ``LiveReactor``, which acts on the one session (or instance) the event names with
 the rounds' own job functions — nothing here decides differently from a round:
 
 * a session that stopped, failed or is retrying -> read it afresh; a rate-limit or
   unavailable-model failure is healed (``fix_free_limit.heal_item``: blackout, next model,
-  once per failure); otherwise it is classified at once (``ops.runstate.classify``) and an
+  once per failure); otherwise it is classified at once (``core.runstate.classify``) and an
   interrupted one is resumed (``check_agents.resume_one``: once, never a person's decision
   (``ops.decisions``), through the gate). A run that stopped a moment ago "without finishing" may
   still be starting: it is looked at again after ``check_agents.RUN_START_GRACE_MS``.
@@ -28,24 +28,24 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from xaf_hub import aio
+from xaf_hub.core import aio
+from xaf_hub.core.clock import to_ms
+from xaf_hub.core.runstate import classify
 from xaf_hub.errors import BusyError, HubError
-from xaf_hub.model_state import to_ms
+from xaf_hub.fleet.events import FleetEvent
+from xaf_hub.fleet.follow import FleetFollower, run_in_thread
+from xaf_hub.fleet.scan import build_record
 from xaf_hub.notify.patrol import notify_round
 from xaf_hub.ops.decisions import load_decisions
-from xaf_hub.ops.events import FleetEvent
-from xaf_hub.ops.follow import FleetFollower, run_in_thread
 from xaf_hub.ops.heal import heal_candidate
-from xaf_hub.ops.patrol_state import pause_info
-from xaf_hub.ops.runstate import classify
-from xaf_hub.patrol.check_agents import RUN_START_GRACE_MS, resume_one
-from xaf_hub.patrol.check_agents import STEP as CHECK
 from xaf_hub.patrol.context import Cycle, PatrolContext, pool_discipline, session_action
-from xaf_hub.patrol.fill_slots import fill_slots
-from xaf_hub.patrol.fix_free_limit import STEP as HEAL
-from xaf_hub.patrol.fix_free_limit import heal_item
-from xaf_hub.scan import build_record
-from xaf_hub.statefile import file_lock
+from xaf_hub.patrol.jobs.check_agents import RUN_START_GRACE_MS, resume_one
+from xaf_hub.patrol.jobs.check_agents import STEP as CHECK
+from xaf_hub.patrol.jobs.fill_slots import fill_slots
+from xaf_hub.patrol.jobs.fix_free_limit import STEP as HEAL
+from xaf_hub.patrol.jobs.fix_free_limit import heal_item
+from xaf_hub.store.patrol_state import pause_info
+from xaf_hub.store.statefile import file_lock
 
 FILL = "fill_slots"
 _SESSION_KINDS = frozenset({"retry", "stopped", "error"})

@@ -22,11 +22,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from xaf_hub.backlog import Task, readiness
 from xaf_hub.errors import HubError
-from xaf_hub.ops.patrol_state import LATEST, latest_report
 from xaf_hub.patrol.context import Cycle, PatrolContext
-from xaf_hub.statefile import write_json_atomic, write_text_atomic
+from xaf_hub.store.backlog import Task, readiness
+from xaf_hub.store.patrol_state import LATEST, latest_report
+from xaf_hub.store.statefile import write_json_atomic, write_text_atomic
 
 __all__ = ["LATEST", "latest_report", "render_markdown", "report_document", "write_report"]
 

@@ -31,10 +31,16 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, Literal
 
-from xaf_hub import aio
+from xaf_hub.core import aio
 from xaf_hub.errors import BusyError, ExitCode, HubError
 from xaf_hub.notify.patrol import notify_round
-from xaf_hub.ops.patrol_state import (
+from xaf_hub.patrol.context import Cycle, PatrolContext, StepOutcome
+from xaf_hub.patrol.jobs.check_agents import check_agents
+from xaf_hub.patrol.jobs.fill_slots import fill_slots
+from xaf_hub.patrol.jobs.fix_free_limit import fix_free_limit
+from xaf_hub.patrol.jobs.sync_design import sync_design_tasks
+from xaf_hub.patrol.report import write_report
+from xaf_hub.store.patrol_state import (
     HEARTBEAT_FILE,
     PAUSE_FILE,
     clear_paused,
@@ -44,13 +50,7 @@ from xaf_hub.ops.patrol_state import (
     paused_message,
     set_paused,
 )
-from xaf_hub.patrol.check_agents import check_agents
-from xaf_hub.patrol.context import Cycle, PatrolContext, StepOutcome
-from xaf_hub.patrol.fill_slots import fill_slots
-from xaf_hub.patrol.fix_free_limit import fix_free_limit
-from xaf_hub.patrol.report import write_report
-from xaf_hub.patrol.sync_design import sync_design_tasks
-from xaf_hub.statefile import file_lock, write_json_atomic
+from xaf_hub.store.statefile import file_lock, write_json_atomic
 
 __all__ = [
     "HEARTBEAT_FILE",

@@ -12,10 +12,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
-from xaf_hub.backlog import Task, parse_instant
-from xaf_hub.model_state import classify_error
-from xaf_hub.ops.runstate import LastRun, error_text
-from xaf_hub.records import SessionRecord
+from xaf_hub.core.records import SessionRecord
+from xaf_hub.core.runstate import LastRun, classify_error, error_text
+from xaf_hub.store.backlog import Task, parse_instant
 
 # A prompt with no answer after this long was refused (e.g. a model the server does not know);
 # the patrol reads ``patrol.no_answer_grace_seconds`` (this is its default).

@@ -42,9 +42,9 @@ from typing import Any
 import httpx
 
 from xaf_hub.errors import HubError
+from xaf_hub.fleet.releases import OPENCODE_VERSION as OPENCODE_VERSION
 from xaf_hub.sandbox.fake_llm import FakeLLM, Running
 
-OPENCODE_VERSION = "1.18.33"
 INSTALL_HINT = f"npm install --prefix .opencode opencode-ai@{OPENCODE_VERSION}"
 LISTEN_RE = re.compile(r"opencode server listening on (http://127\.0\.0\.1:(\d+))")
 # Discard port on loopback: nothing listens, so any npm fetch fails at once, locally.

@@ -1,0 +1,93 @@
+"""`xaf-hub init`: a starter config that loads, never an overwrite without --force."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+from pathlib import Path
+
+from xaf_hub.cli.main import main
+from xaf_hub.config.load import load_config
+from xaf_hub.errors import ExitCode
+
+
+def run(cwd: Path, *argv: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = main(list(argv), stdout=out, stderr=err, env=env or {"XAF_HUB_HOME": str(cwd / "h")},
+                cwd=cwd)
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_init_without_flags_writes_the_bundled_example(tmp_path: Path) -> None:
+    code, out, err = run(tmp_path, "init")
+    assert code == 0, err
+    written = tmp_path / "config.json"
+    example = Path(__file__).resolve().parents[4] / "config.example.json"  # the top-level one
+    assert written.read_text("utf-8") == example.read_text("utf-8")
+    assert f"wrote {written}" in out and "next:" in out and "xaf-hub doctor" in out
+
+
+def test_init_from_flags_loads_and_names_the_password_variables(tmp_path: Path) -> None:
+    (tmp_path / "shop").mkdir()
+    code, out, err = run(
+        tmp_path, "init", "-i", "dev-box=http://127.0.0.1:4096/", "--instance",
+        "build=http://127.0.0.1:4097", "--root", "shop", "--project", "商店",
+    )
+    assert code == 0, err
+    cfg = load_config(str(tmp_path / "config.json"), env={}, cwd=tmp_path)
+    assert [i.name for i in cfg.instances] == ["dev-box", "build"]
+    assert cfg.instances[0].url == "http://127.0.0.1:4096"
+    assert cfg.instances[1].roots == (str(tmp_path / "shop"),)
+    assert cfg.project_name == "商店"
+    assert "XAF_HUB_PW_DEV_BOX=" in out and "XAF_HUB_PW_BUILD=" in out
+    assert "`xaf-hub doctor`" in out  # ./config.json is found without --config
+
+
+def test_init_root_only_means_one_local_instance(tmp_path: Path) -> None:
+    code, _, err = run(tmp_path, "init", "--root", "/srv/shop")
+    assert code == 0, err
+    doc = json.loads((tmp_path / "config.json").read_text("utf-8"))
+    assert doc["instances"] == [{
+        "name": "local", "url": "http://127.0.0.1:4096",
+        "roots": ["/srv/shop"], "default_directory": "/srv/shop",
+    }]
+    assert doc["project"]["name"] == "shop"
+
+
+def test_init_refuses_to_overwrite_without_force(tmp_path: Path) -> None:
+    target = tmp_path / "config.json"
+    target.write_text('{"mine": true}', "utf-8")
+    code, out, err = run(tmp_path, "init", "--root", "/srv/shop")
+    assert code == ExitCode.USAGE and out == ""
+    assert err.strip() == f"xaf-hub: error: {target} already exists: pass --force to overwrite it"
+    assert target.read_text("utf-8") == '{"mine": true}'
+    code, _, _ = run(tmp_path, "init", "--root", "/srv/shop", "--force")
+    assert code == 0 and "instances" in json.loads(target.read_text("utf-8"))
+
+
+def test_init_writes_where_config_points_and_says_so(tmp_path: Path) -> None:
+    dest = tmp_path / "deep" / "hub.json"
+    code, out, err = run(tmp_path, "--config", str(dest), "init", "--root", "/srv/shop")
+    assert code == 0, err
+    assert dest.is_file() and not (tmp_path / "config.json").exists()
+    assert f"xaf-hub --config {dest} doctor" in out
+    code, out, err = run(tmp_path, "init", "--root", "/srv/x",
+                         env={"XAF_HUB_CONFIG": str(tmp_path / "env.json")})
+    assert code == 0 and (tmp_path / "env.json").is_file()
+    assert not [p for p in os.listdir(tmp_path / "deep") if p.endswith(".tmp")]
+
+
+def test_init_bad_flags_are_one_line_exit_4(tmp_path: Path) -> None:
+    for argv, message in (
+        (["-i", "nourl"], "--instance 'nourl': expected NAME=URL"),
+        (["-i", "a=ftp://127.0.0.1:1"], "must start with http:// or https://"),
+        (["-i", "a=http://127.0.0.1:1", "-i", "a=http://127.0.0.1:2"], "given twice"),
+    ):
+        code, _, err = run(tmp_path, "init", *argv)
+        assert code == ExitCode.USAGE, argv
+        assert message in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "config.json").exists()
+    (tmp_path / "folder.json").mkdir()
+    code, _, err = run(tmp_path, "--config", str(tmp_path / "folder.json"), "init")
+    assert code == ExitCode.USAGE and "is a folder" in err

@@ -1,0 +1,89 @@
+"""The CLI surface: every command documented, usage errors exit 4, errors are one line."""
+
+from __future__ import annotations
+
+import importlib
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from xaf_hub.cli.main import COMMANDS, build_parser, main
+
+
+@pytest.mark.parametrize("name", COMMANDS)
+def test_every_command_has_help_and_examples(
+    name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    module = importlib.import_module(f"xaf_hub.cli.commands.{name}")
+    assert COMMANDS[name] and module.__doc__ and "example" in module.EXAMPLES
+    with pytest.raises(SystemExit):
+        build_parser([name]).parse_args([name, "--help"])
+    text = capsys.readouterr().out
+    assert "examples:" in text and "--config" in text
+
+
+def test_top_level_help_lists_every_command_without_importing_them() -> None:
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys, io\n"
+        "from xaf_hub.cli.main import main\n"
+        "main(['--help'], stdout=io.StringIO())\n"
+        "print(sorted(m for m in sys.modules if m.startswith('xaf_hub.cli.commands.')))\n"
+        "print(sorted(m for m in ('httpx', 'sklearn', 'jinja2', 'apscheduler', 'portalocker')"
+        " if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         check=True).stdout
+    assert out.strip().splitlines()[-2:] == ["[]", "[]"]
+    for name in COMMANDS:
+        assert name in out
+
+
+def test_usage_errors_exit_4(tmp_path: Path) -> None:
+    err = io.StringIO()
+    assert main(["status", "--no-such-flag"], stdout=io.StringIO(), stderr=err) == 4
+    assert err.getvalue().count("\n") == 1 and "unrecognized arguments" in err.getvalue()
+    assert main(["frobnicate"], stdout=io.StringIO(), stderr=io.StringIO()) == 4
+    assert main([], stdout=io.StringIO(), stderr=io.StringIO()) == 4
+
+
+def test_missing_config_is_exit_4_one_line(tmp_path: Path) -> None:
+    err = io.StringIO()
+    code = main(
+        ["--config", str(tmp_path / "none.json"), "status"],
+        stdout=io.StringIO(),
+        stderr=err,
+        cwd=tmp_path,
+    )
+    assert code == 4
+    assert err.getvalue().strip().count("\n") == 0 and "config file not found" in err.getvalue()
+
+
+def test_internal_error_is_one_line_and_debug_redacts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({"instances": [{"name": "lan-a", "url": "http://127.0.0.1:9"}]}))
+    import xaf_hub.cli.commands.status as status
+
+    def boom(ctx: object) -> int:
+        raise RuntimeError("kaboom with sekrit-pw inside")
+
+    monkeypatch.setattr(status, "run", boom)
+    env = {"XAF_HUB_PW_LAN_A": "sekrit-pw"}
+    for debug in ([], ["--debug"]):
+        err = io.StringIO()
+        code = main(
+            ["--config", str(cfg), *debug, "status"], stdout=io.StringIO(), stderr=err, env=env
+        )
+        assert code == 1
+        text = err.getvalue()
+        assert "kaboom" in text and "sekrit-pw" not in text
+        if not debug:
+            assert text.count("\n") == 1 and "--debug" in text
+        else:
+            assert "Traceback" in text

@@ -1,0 +1,245 @@
+"""Config loading, validation and credential resolution (SPEC §3)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from xaf_hub.config.load import load_config, pw_env_name
+from xaf_hub.errors import ConfigError
+
+
+def write(path: Path, data: Any) -> Path:
+    path.write_text(data if isinstance(data, str) else json.dumps(data), encoding="utf-8")
+    return path
+
+
+def base(**extra: Any) -> dict[str, Any]:
+    doc: dict[str, Any] = {
+        "project": {"name": "demo", "fallback_segments": ["demo"]},
+        "instances": [{"name": "local-a", "url": "http://127.0.0.1:4096", "roots": ["/srv/demo"]}],
+    }
+    doc.update(extra)
+    return doc
+
+
+def test_lookup_order(tmp_path: Path, _isolated_home: Path) -> None:
+    a = write(tmp_path / "a.json", base())
+    b = write(tmp_path / "b.json", base(project={"name": "from-env"}))
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    write(cwd / "config.json", base(project={"name": "from-cwd"}))
+    write(_isolated_home / "config.json", base(project={"name": "from-home"}))
+    env = {"XAF_HUB_HOME": str(_isolated_home), "XAF_HUB_CONFIG": str(b)}
+    assert load_config(str(a), env=env, cwd=cwd).project_name == "demo"
+    assert load_config(None, env=env, cwd=cwd).project_name == "from-env"
+    env.pop("XAF_HUB_CONFIG")
+    assert load_config(None, env=env, cwd=cwd).project_name == "from-cwd"
+    (cwd / "config.json").unlink()
+    assert load_config(None, env=env, cwd=cwd).project_name == "from-home"
+    (_isolated_home / "config.json").unlink()
+    with pytest.raises(ConfigError, match="no config found"):
+        load_config(None, env=env, cwd=cwd)
+
+
+def test_defaults(tmp_path: Path) -> None:
+    cfg = load_config(str(write(tmp_path / "c.json", base())), env={}, cwd=tmp_path)
+    inst = cfg.instances[0]
+    assert (cfg.concurrency_limit, cfg.page_size, cfg.scan_workers, cfg.retries) == (2, 8000, 6, 1)
+    assert (cfg.match_threshold, cfg.session_ttl_days) == (0.12, 10.0)
+    assert inst.branch_policy == "mainline"  # name starts with "local"
+    assert inst.username == "opencode" and inst.password is None
+    assert inst.rules.is_project("/srv/demo/x") and inst.rules.is_project("/elsewhere/demo")
+
+
+@pytest.mark.parametrize(
+    ("doc", "message"),
+    [
+        (base(colour="red"), "key 'colour': unknown key"),
+        (base(concurency_limit=3), "did you mean 'concurrency_limit'"),
+        (base(concurrency_limit="2"), "key 'concurrency_limit': expected a number, got a string"),
+        (base(concurrency_limit=0), "must be at least 1"),
+        (base(auto_match="yes"), "key 'auto_match': expected a boolean"),
+        (base(timeouts={"connect_seconds": True}), "timeouts.connect_seconds': expected a number"),
+        (base(instances=[{"name": "a", "url": "ftp://x"}]), "must be an http:// or https:// URL"),
+        (
+            base(instances=[{"name": "a", "url": "http://u:p@127.0.0.1"}]),
+            "must not carry credentials",
+        ),
+        (base(instances=[{"name": "a"}]), "instances[0].url': missing"),
+        (
+            base(instances=[{"name": "a", "url": "http://127.0.0.1", "roots": ["rel/dir"]}]),
+            "roots[0]': must be an absolute path",
+        ),
+        (
+            base(
+                instances=[
+                    {"name": "a", "url": "http://127.0.0.1"},
+                    {"name": "a", "url": "http://127.0.0.1:2"},
+                ]
+            ),
+            "duplicate instance name 'a'",
+        ),
+        (
+            base(instances=[{"name": "a", "url": "http://127.0.0.1", "password": "hunter2"}]),
+            "a literal password does not belong",
+        ),
+        (
+            base(instances=[{"name": "a", "url": "http://127.0.0.1", "branch_policy": "trunk"}]),
+            "must be 'branch' or 'mainline'",
+        ),
+        (
+            base(instances=[{"name": "a", "url": "http://127.0.0.1", "api": "v3"}]),
+            "must be 'auto', 'classic' or 'v2'",
+        ),
+        (
+            base(instances=[{"name": "a", "url": "http://127.0.0.1", "bogus": 1}]),
+            "instances[0].bogus': unknown key",
+        ),
+        (base(models={"chain": ["no-slash"]}), "expected 'provider/model'"),
+        (base(models={"timezone": "Mars/Olympus"}), "unknown time zone"),
+        (base(instances="x"), "'instances': expected a list or an object"),
+        ([1, 2], "top level must be an object"),
+    ],
+)
+def test_validation_errors(tmp_path: Path, doc: Any, message: str) -> None:
+    path = write(tmp_path / "config.json", doc)
+    with pytest.raises(ConfigError) as err:
+        load_config(str(path), env={}, cwd=tmp_path)
+    assert message in str(err.value)
+    assert str(path) in str(err.value)
+    assert "hunter2" not in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "where"),
+    [
+        ('{"instances": [}', "line 1 column 16"),
+        ('{\n  "a": 1,\n}', "line 3 column 1"),
+        ("", "line 1 column 1"),
+    ],
+)
+def test_invalid_json_reports_line_and_column(tmp_path: Path, text: str, where: str) -> None:
+    path = write(tmp_path / "config.json", text)
+    with pytest.raises(ConfigError, match=where):
+        load_config(str(path), env={}, cwd=tmp_path)
+
+
+def test_non_utf8_and_bom(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_bytes(b'{"project": {"name": "\xff"}}')
+    with pytest.raises(ConfigError, match="not UTF-8"):
+        load_config(str(bad), env={}, cwd=tmp_path)
+    bom = tmp_path / "bom.json"
+    bom.write_bytes(b"\xef\xbb\xbf" + json.dumps(base()).encode())
+    assert load_config(str(bom), env={}, cwd=tmp_path).project_name == "demo"
+
+
+def test_instances_as_map(tmp_path: Path) -> None:
+    doc = base(
+        instances={"lan-1": {"url": "http://127.0.0.1:1"}, "lan-2": {"url": "http://127.0.0.1:2"}}
+    )
+    cfg = load_config(str(write(tmp_path / "c.json", doc)), env={}, cwd=tmp_path)
+    assert [i.name for i in cfg.instances] == ["lan-1", "lan-2"]
+    assert cfg.instances[0].branch_policy == "branch"
+
+
+def test_credential_order(tmp_path: Path) -> None:
+    pwfile = write(tmp_path / "service.json", {"secret": "from-file"})
+    inst = {
+        "name": "lan-a.b",
+        "url": "http://127.0.0.1:1",
+        "password_env": "MY_PW",
+        "password_file": str(pwfile),
+        "password_key": "secret",
+    }
+    cfgpath = write(tmp_path / "config.json", base(instances=[inst]))
+    write(tmp_path / "config.local.json", {"instances": {"lan-a.b": {"password": "from-local"}}})
+    assert pw_env_name("lan-a.b") == "XAF_HUB_PW_LAN_A_B"
+    env = {"MY_PW": "from-env", "XAF_HUB_PW_LAN_A_B": "from-conv"}
+    got = lambda e: load_config(str(cfgpath), env=e, cwd=tmp_path).instances[0]  # noqa: E731
+    assert (got(env).password, got(env).password_source) == ("from-env", "env:MY_PW")
+    env.pop("MY_PW")
+    assert got(env).password == "from-conv"
+    env.pop("XAF_HUB_PW_LAN_A_B")
+    assert got(env).password == "from-local" and got(env).password_source.startswith("local:")
+    (tmp_path / "config.local.json").unlink()
+    assert got(env).password == "from-file"
+    assert "from-file" not in repr(got(env))
+
+
+def test_local_list_form_and_overrides(tmp_path: Path) -> None:
+    cfgpath = write(tmp_path / "config.json", base())
+    write(
+        tmp_path / "config.local.json",
+        {"instances": [{"name": "local-a", "password": "pw", "concurrency_limit": 5}]},
+    )
+    inst = load_config(str(cfgpath), env={}, cwd=tmp_path).instances[0]
+    assert inst.password == "pw" and inst.concurrency_limit == 5
+
+
+def test_home_local_lends_only_credentials(tmp_path: Path, _isolated_home: Path) -> None:
+    sub = tmp_path / "elsewhere"
+    sub.mkdir()
+    cfgpath = write(sub / "config.json", base())
+    write(
+        _isolated_home / "config.local.json",
+        {
+            "instances": {
+                "local-a": {
+                    "password": "lent",
+                    "concurrency_limit": 9,
+                    "url": "http://127.0.0.1:9",
+                },
+                "stranger": {"password": "x"},
+            }
+        },
+    )
+    cfg = load_config(str(cfgpath), env={"XAF_HUB_HOME": str(_isolated_home)}, cwd=tmp_path)
+    assert [i.name for i in cfg.instances] == ["local-a"]  # never adds instances
+    inst = cfg.instances[0]
+    assert inst.password == "lent"
+    assert inst.concurrency_limit == 2 and inst.url == "http://127.0.0.1:4096"
+    assert cfg.local_scope == "home"
+
+
+def test_bad_local_file(tmp_path: Path) -> None:
+    cfgpath = write(tmp_path / "config.json", base())
+    write(tmp_path / "config.local.json", '{"instances": {"local-a": {"password": ')
+    with pytest.raises(ConfigError, match=r"config.local.json: invalid JSON at line 1"):
+        load_config(str(cfgpath), env={}, cwd=tmp_path)
+
+
+def test_example_config_is_valid() -> None:
+    root = Path(__file__).resolve().parents[3]
+    cfg = load_config(str(root / "config.example.json"), env={}, cwd=root)
+    assert cfg.instances
+    for inst in cfg.instances:
+        assert inst.url.startswith(("http://127.0.0.1", "http://localhost"))
+
+
+def test_page_language_setting(tmp_path: Path) -> None:
+    from xaf_hub.config.load import parse_config
+
+    where = tmp_path / "config.json"
+    assert parse_config({}, path=where, env={}).page_language == "auto"
+    for value in ("auto", "en", "zh"):
+        cfg = parse_config({"page": {"language": value}}, path=where, env={})
+        assert cfg.page_language == value
+    with pytest.raises(ConfigError, match=r"page.language.*auto, en or zh"):
+        parse_config({"page": {"language": "fr"}}, path=where, env={})
+    with pytest.raises(ConfigError, match=r"page.colour.*unknown key"):
+        parse_config({"page": {"colour": "blue"}}, path=where, env={})
+
+
+def test_page_section_is_shared_with_notifications(tmp_path: Path) -> None:
+    from xaf_hub.config.load import parse_config
+
+    for tag, lang in (("zh", "zh"), ("zh-CN", "zh"), ("zh_TW", "zh"), ("en-US", "en")):
+        doc = {"page": {"language": tag, "url": "https://hub.example.internal/"}}
+        cfg = parse_config(doc, path=tmp_path / "config.json", env={})
+        assert cfg.page_language == lang
+        assert cfg.notify.language == lang  # notifications speak the page's language

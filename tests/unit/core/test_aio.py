@@ -1,0 +1,107 @@
+"""Tests for xaf_hub.core.aio.run: asyncio.run without formatting the result on the way out."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from xaf_hub.core import aio
+
+
+class Counted:
+    """A result that counts how often it is formatted with repr()."""
+
+    reprs = 0
+
+    def __repr__(self) -> str:
+        Counted.reprs += 1
+        return "Counted()"
+
+
+async def _give(value: object) -> object:
+    await asyncio.sleep(0)
+    return value
+
+
+def test_returns_the_coroutine_result_without_formatting_it() -> None:
+    Counted.reprs = 0
+    value = Counted()
+    assert aio.run(_give(value)) is value
+    assert Counted.reprs == 0
+
+
+def test_exceptions_propagate() -> None:
+    async def fail() -> None:
+        raise KeyError("nope")
+
+    with pytest.raises(KeyError, match="nope"):
+        aio.run(fail())
+
+
+def test_none_is_a_result_like_any_other() -> None:
+    assert aio.run(_give(None)) is None
+
+
+def test_gather_ends_the_others_before_raising_the_first_error() -> None:
+    ended: list[str] = []
+
+    async def fails() -> int:
+        await asyncio.sleep(0.01)
+        raise ValueError("refused")
+
+    async def slow(name: str) -> int:
+        try:
+            await asyncio.sleep(5)
+        finally:
+            ended.append(name)
+        return 1
+
+    async def go() -> set[asyncio.Task[object]]:
+        with pytest.raises(ValueError, match="refused"):  # as is, not an ExceptionGroup
+            await aio.gather(slow("a"), fails(), slow("b"))
+        assert sorted(ended) == ["a", "b"]  # cancelled and finished before the raise
+        return asyncio.all_tasks() - {asyncio.current_task()}  # type: ignore[operator]
+
+    assert asyncio.run(go()) == set()
+
+
+def test_gather_returns_results_in_order() -> None:
+    async def give(v: int, delay: float) -> int:
+        await asyncio.sleep(delay)
+        return v
+
+    assert aio.run(aio.gather(give(1, 0.02), give(2, 0), give(3, 0.01))) == [1, 2, 3]
+
+
+def test_a_cancel_that_arrives_while_waiting_for_a_cancelled_task_is_not_swallowed() -> None:
+    # The follower's readers are cancelled and waited for; Ctrl+C landing during that wait
+    # must end the follower (a swallowed cancel let `watch` and `serve` run on after SIGINT).
+    async def go() -> bool:
+        cleaning, release = asyncio.Event(), asyncio.Event()
+
+        async def reader() -> None:
+            try:
+                await asyncio.sleep(10)
+            except asyncio.CancelledError:
+                cleaning.set()
+                await release.wait()  # a clean-up that takes a moment
+                raise
+
+        async def follower() -> None:
+            while True:  # reconnects until cancelled
+                sub = asyncio.create_task(reader())
+                await asyncio.sleep(0)
+                await aio.cancel_and_wait(sub)
+
+        task = asyncio.create_task(follower())
+        await cleaning.wait()
+        task.cancel()  # lands while the follower waits for its reader's clean-up
+        release.set()
+        done, _ = await asyncio.wait({task}, timeout=5)
+        if not done:
+            task.cancel()
+            release.set()
+        return task in done and task.cancelled()
+
+    assert aio.run(go())

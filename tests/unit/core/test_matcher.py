@@ -1,0 +1,424 @@
+"""Tests for the TF-IDF character n-gram matcher (SPEC §6 dispatch step 1)."""
+
+from __future__ import annotations
+
+import random
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from xaf_hub.core.matcher import Candidate, _run_grams, _runs, _tfidf, document_text, rank
+
+# SPEC §3: `match_threshold` default. The matcher does not apply it; dispatch
+# does. These tests pin down what the default means on realistic titles.
+MATCH_THRESHOLD = 0.12
+
+REPO = Path(__file__).resolve().parents[3]
+
+# A realistic fleet: mixed Chinese/English titles, POSIX and Windows instances,
+# sub-project directories. (key, title, directory)
+SESSIONS: list[tuple[str, str, str]] = [
+    ("lan-189/ses_login_zh", "修复登录页样式", "/srv/demo/web"),
+    ("lan-189/ses_unit_zh", "补充单元测试", "/srv/demo"),
+    ("lan-189/ses_csv", "订单导出 CSV 乱码", "/srv/demo/admin"),
+    ("lan-189/ses_pay_zh", "重构支付回调", "/srv/demo/api"),
+    ("lan-189/ses_home_perf", "首页性能优化", "/srv/demo/web"),
+    ("win-07/ses_login_en", "Fix login page styles", "D:\\work\\demo\\web"),
+    ("win-07/ses_unit_en", "Add unit tests for order service", "D:\\work\\demo\\api"),
+    ("win-07/ses_pay_en", "Refactor payment callback handler", "D:\\work\\demo\\api"),
+    ("lan-190/ses_deps", "升级依赖到最新版本", "/srv/demo"),
+    ("lan-190/ses_avatar", "用户头像上传失败", "/srv/demo/web"),
+    ("lan-190/ses_docker", "Dockerfile 构建缓存优化", "/srv/demo/deploy"),
+    ("lan-190/ses_i18n", "i18n: translate settings page", "/srv/demo/web"),
+    ("lan-191/ses_gateway", "修复 API 网关 502 错误", "/srv/demo/gateway"),
+    ("lan-191/ses_pg", "Migrate user table to PostgreSQL 16", "/srv/demo/api"),
+    ("lan-191/ses_search", "优化商品搜索排序", "/srv/demo/api"),
+    ("lan-191/ses_readme", "Update README install steps", "/srv/demo"),
+    ("lan-191/ses_roles", "权限管理页面新增角色筛选", "/srv/demo/admin"),
+    ("win-08/ses_flaky", "Fix flaky e2e test in checkout flow", "D:\\work\\demo\\web"),
+]
+DOCUMENTS = [(key, document_text(title, directory)) for key, title, directory in SESSIONS]
+# The same fleet where projects live deep under home folders: the shared
+# prefix dilutes every title, and the threshold must still hold.
+HOME_DOCUMENTS = [
+    (
+        key,
+        document_text(
+            title,
+            directory.replace("/srv/demo", "/home/alice/work/company/demo").replace(
+                "D:\\work\\demo", "C:\\Users\\alice\\source\\repos\\demo"
+            ),
+        ),
+    )
+    for key, title, directory in SESSIONS
+]
+
+
+@pytest.fixture(params=["srv-paths", "home-paths"])
+def fleet(request: pytest.FixtureRequest) -> list[tuple[str, str]]:
+    """Return the fleet's documents, with short or with deep directories."""
+    return DOCUMENTS if request.param == "srv-paths" else HOME_DOCUMENTS
+
+
+def scores_of(query: str, documents: list[tuple[str, str]]) -> dict[str, float]:
+    """Return every document's score for the query."""
+    return {c.key: c.score for c in rank(query, documents, top=len(documents))}
+
+
+def test_home_fleet_really_has_deep_directories() -> None:
+    assert HOME_DOCUMENTS[0][1] == "修复登录页样式 home alice work company demo web"
+    assert HOME_DOCUMENTS[5][1] == "Fix login page styles users alice source repos demo web"
+
+
+# --- continuations: the task text continues one session's work ----------------
+
+
+@pytest.mark.parametrize(
+    ("task", "expected"),
+    [
+        # Chinese
+        ("登录页样式再调整一下", "lan-189/ses_login_zh"),
+        ("订单导出的 CSV 还是乱码", "lan-189/ses_csv"),
+        ("支付回调重构继续", "lan-189/ses_pay_zh"),
+        ("首页加载太慢，继续优化性能", "lan-189/ses_home_perf"),
+        ("给补充单元测试收个尾", "lan-189/ses_unit_zh"),
+        ("用户头像上传还是失败", "lan-190/ses_avatar"),
+        # English
+        ("tweak the login page styles again", "win-07/ses_login_en"),
+        ("payment callback refactor: handle retries", "win-07/ses_pay_en"),
+        ("checkout e2e test still flaky", "win-08/ses_flaky"),
+        ("finish the PostgreSQL migration of the user table", "lan-191/ses_pg"),
+        # Mixed
+        ("继续 migrate user table to PostgreSQL", "lan-191/ses_pg"),
+        ("网关 502 又出现了，继续排查", "lan-191/ses_gateway"),
+        ("Dockerfile 缓存还是没命中，再优化构建", "lan-190/ses_docker"),
+        ("README 的 install steps 补一下 Windows", "lan-191/ses_readme"),
+        # Full-width Latin typed with a Chinese IME
+        ("ＣＳＶ 导出乱码", "lan-189/ses_csv"),
+    ],
+)
+def test_continuation_ranks_its_session_first_above_threshold(
+    fleet: list[tuple[str, str]], task: str, expected: str
+) -> None:
+    candidates = rank(task, fleet)
+    assert candidates[0].key == expected
+    assert candidates[0].score >= MATCH_THRESHOLD
+    # The match is clear, not a coin toss with the runner-up.
+    assert candidates[0].score > 2 * candidates[1].score
+
+
+@pytest.mark.parametrize(
+    ("task", "related"),
+    [
+        ("login 页 styles 再微调", {"win-07/ses_login_en"}),
+        # One task written in both scripts finds the work in either language.
+        ("登录页样式 styles 再调整", {"win-07/ses_login_en", "lan-189/ses_login_zh"}),
+        ("订单 order service 单元测试再补几个", {"win-07/ses_unit_en", "lan-189/ses_unit_zh"}),
+    ],
+)
+def test_mixed_language_task_clears_threshold_only_for_related_sessions(
+    fleet: list[tuple[str, str]], task: str, related: set[str]
+) -> None:
+    scores = scores_of(task, fleet)
+    assert {key for key, score in scores.items() if score >= MATCH_THRESHOLD} == related
+
+
+# --- new work: nothing in the fleet is related --------------------------------
+
+
+@pytest.mark.parametrize(
+    "task",
+    [
+        "新增数据库备份脚本",
+        "写一份周报",
+        "设计新的消息推送功能",
+        "调研 Kafka 替代方案",
+        "接入短信验证码服务",
+        "统计每日活跃用户报表",
+        "Write release notes for v2.3",
+        "Set up nightly database backups",
+        "Add dark mode toggle",
+        "Rotate the TLS certificates on staging",
+        "Evaluate Kafka as a replacement for RabbitMQ",
+    ],
+)
+def test_new_work_scores_below_threshold_everywhere(
+    fleet: list[tuple[str, str]], task: str
+) -> None:
+    scores = scores_of(task, fleet)
+    assert len(scores) == len(fleet)
+    best_key = max(scores, key=scores.__getitem__)
+    assert scores[best_key] < MATCH_THRESHOLD, best_key
+
+
+def test_function_words_alone_do_not_relate_tasks() -> None:
+    # "for" / "the" are in many titles; sharing them must not count.
+    documents = [("a", document_text("Add unit tests for order service", "/srv/demo"))]
+    assert rank("Write release notes for the v2.3 tag", documents)[0].score < 0.05
+
+
+# --- the directory is part of the document -------------------------------------
+
+
+def test_directory_breaks_a_tie_between_equal_titles() -> None:
+    documents = [
+        ("api", document_text("修复权限校验", "/srv/demo/api")),
+        ("admin", document_text("修复权限校验", "/srv/demo/admin")),
+    ]
+    first, second = rank("admin 后台权限校验还有问题", documents)
+    assert (first.key, second.key) == ("admin", "api")
+    assert first.score > second.score
+
+
+def test_windows_and_posix_paths_of_one_project_score_alike() -> None:
+    documents = [
+        ("posix", document_text("Fix login page styles", "/work/demo/web/")),
+        ("windows", document_text("Fix login page styles", "D:\\Work\\demo\\web")),
+    ]
+    first, second = rank("login page styles in web", documents)
+    assert first.score == second.score
+    assert (first.key, second.key) == ("posix", "windows")
+
+
+# --- document_text --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("title", "directory", "expected"),
+    [
+        ("修复登录页样式", "/srv/demo/web", "修复登录页样式 srv demo web"),
+        ("修复登录页样式", "D:\\Work\\Demo\\web\\", "修复登录页样式 work demo web"),
+        ("Fix login", "/work/demo//web/", "Fix login work demo web"),
+        ("Fix login", "C:/work/demo/web", "Fix login work demo web"),
+        ("Fix login", "\\\\nas\\share\\demo", "Fix login nas share demo"),
+        ("  Fix login  ", "", "Fix login"),
+        ("", "/srv/demo", "srv demo"),
+        ("", "", ""),
+        # opencode's placeholder title says nothing about the task.
+        ("New session - 2026-11-30T11:38:48.714Z", "/srv/demo", "srv demo"),
+        ("Child session - 2026-11-30T11:38:48.714Z", "/srv/demo", "srv demo"),
+        # A real title that merely starts like one is kept.
+        ("New session handling for SSE", "/srv/demo", "New session handling for SSE srv demo"),
+    ],
+)
+def test_document_text(title: str, directory: str, expected: str) -> None:
+    assert document_text(title, directory) == expected
+
+
+def test_untitled_sessions_do_not_match_a_task_about_sessions() -> None:
+    documents = [
+        (f"s{i}", document_text(f"New session - 2026-11-{i + 10}T08:00:00.000Z", "/srv/demo"))
+        for i in range(3)
+    ] + [("real", document_text("会话列表分页", "/srv/demo/web"))]
+    candidates = rank("new session 列表分页 2026", documents)
+    assert candidates[0].key == "real"
+    assert all(c.score < MATCH_THRESHOLD for c in candidates[1:])
+
+
+# --- ranking mechanics -----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("top", "expected_len"),
+    [(5, 5), (1, 1), (3, 3), (len(DOCUMENTS), len(DOCUMENTS)), (100, len(DOCUMENTS))],
+)
+def test_top_limits_the_number_of_candidates(top: int, expected_len: int) -> None:
+    assert len(rank("修复登录页样式", DOCUMENTS, top=top)) == expected_len
+
+
+def test_default_top_is_five() -> None:
+    assert len(rank("修复 fix page 优化", DOCUMENTS)) == 5
+
+
+def test_candidates_are_sorted_best_first_with_plain_float_scores() -> None:
+    candidates = rank("修复 login page 优化", DOCUMENTS, top=len(DOCUMENTS))
+    assert all(isinstance(c, Candidate) and type(c.score) is float for c in candidates)
+    assert all(0.0 <= c.score <= 1.0 for c in candidates)
+    assert [c.score for c in candidates] == sorted((c.score for c in candidates), reverse=True)
+
+
+def test_identical_text_scores_one_not_more() -> None:
+    # Float rounding puts this cosine at 1.0000000000000004 before clipping.
+    (candidate,) = rank("Refactor payment callback handler work demo api", DOCUMENTS, top=1)
+    assert candidate.key == "win-07/ses_pay_en"
+    assert candidate.score == 1.0
+
+
+def test_ties_are_broken_by_key() -> None:
+    documents = [
+        ("lan-190/ses_b", "Fix login page styles"),
+        ("lan-189/ses_c", "Fix login page styles"),
+        ("lan-189/ses_a", "Fix login page styles"),
+    ]
+    candidates = rank("login page styles", documents)
+    assert [c.key for c in candidates] == ["lan-189/ses_a", "lan-189/ses_c", "lan-190/ses_b"]
+
+
+def test_same_words_in_another_order_score_exactly_alike() -> None:
+    # Equal up to word order means equal n-gram counts; the score must be the
+    # same float so that the tie goes by key, not by summation order.
+    title = "Refactor payment callback handler retries idempotency keys webhook signature verify"
+    words = title.split(" ")
+    documents = []
+    for i in range(6):
+        random.Random(i).shuffle(words)
+        documents.append((f"k{5 - i}", " ".join(words)))
+    candidates = rank("payment callback webhook retries", documents, top=6)
+    assert len({c.score for c in candidates}) == 1
+    assert [c.key for c in candidates] == ["k0", "k1", "k2", "k3", "k4", "k5"]
+
+
+def test_ties_at_the_cut_keep_the_smallest_keys() -> None:
+    documents = [(f"k{i:02d}", "订单导出 CSV") for i in range(10, 0, -1)]
+    assert [c.key for c in rank("CSV 导出", documents, top=3)] == ["k01", "k02", "k03"]
+
+
+def test_result_does_not_depend_on_document_order_or_repetition() -> None:
+    query = "登录页 styles 再调整"
+    expected = rank(query, DOCUMENTS, top=len(DOCUMENTS))
+    shuffled = list(DOCUMENTS)
+    for seed in range(5):
+        random.Random(seed).shuffle(shuffled)
+        assert rank(query, shuffled, top=len(DOCUMENTS)) == expected
+    assert rank(query, DOCUMENTS, top=len(DOCUMENTS)) == expected
+
+
+def test_unrelated_documents_are_still_listed_with_zero() -> None:
+    # Walking candidates against the threshold is dispatch's job; the matcher
+    # reports the top N as they are.
+    documents = [("b", "补充单元测试"), ("a", "Update README")]
+    assert rank("写一份周报", documents) == [Candidate("a", 0.0), Candidate("b", 0.0)]
+
+
+# --- empty inputs ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("query", "documents", "top"),
+    [
+        ("修复登录页样式", [], 5),
+        ("", DOCUMENTS, 5),
+        ("   \n\t　", DOCUMENTS, 5),  # includes an ideographic space
+        ("!!! -- ///", DOCUMENTS, 5),  # no letters or digits
+        ("the of and", DOCUMENTS, 5),  # function words only
+        ("修复登录页样式", DOCUMENTS, 0),
+        ("修复登录页样式", DOCUMENTS, -1),
+    ],
+)
+def test_nothing_to_rank_gives_no_candidates(
+    query: str, documents: list[tuple[str, str]], top: int
+) -> None:
+    assert rank(query, documents, top=top) == []
+
+
+def test_documents_with_empty_text_score_zero() -> None:
+    documents = [("b", ""), ("a", "   "), ("c", document_text("", ""))]
+    assert rank("登录页样式", documents) == [
+        Candidate("a", 0.0),
+        Candidate("b", 0.0),
+        Candidate("c", 0.0),
+    ]
+
+
+def test_single_character_runs_count() -> None:
+    documents = [("page", "页"), ("other", "表")]
+    assert rank("页", documents) == [Candidate("page", 1.0), Candidate("other", 0.0)]
+
+
+# --- side effects ----------------------------------------------------------------
+
+
+def test_rank_prints_nothing(capsys: pytest.CaptureFixture[str]) -> None:
+    rank("登录页样式再调整一下", DOCUMENTS)
+    rank("", DOCUMENTS)
+    captured = capsys.readouterr()
+    assert (captured.out, captured.err) == ("", "")
+
+
+@pytest.mark.parametrize(
+    ("code", "absent"),
+    [
+        ("import xaf_hub.core.matcher", ("sklearn", "scipy", "numpy")),
+        (
+            "from xaf_hub.core.matcher import rank\n"
+            "assert rank('修复登录页样式', [('a', '修复登录页'), ('b', 'fix styles')])",
+            ("sklearn", "scipy"),
+        ),
+    ],
+    ids=["import", "rank"],
+)
+def test_heavy_modules_stay_unloaded(code: str, absent: tuple[str, ...]) -> None:
+    check = f"import sys\n{code}\nheavy = sorted(m for m in {absent!r} if m in sys.modules)\n"
+    check += "assert not heavy, heavy\n"
+    result = subprocess.run(
+        [sys.executable, "-c", check], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    assert (result.stdout, result.stderr) == ("", "")
+
+
+# --- the weights are scikit-learn's -------------------------------------------------
+
+_ALPHABET = "登录页样式修复订单导出用户aAbBcdeéfxyz0129 _/\\-.　ＣＳ"
+
+
+def _sklearn_reference(texts: list[str]) -> tuple[list[str], Any]:
+    """Weights computed the slow, obvious way: Counter per text, then sklearn's transformer."""
+    from collections import Counter
+
+    import numpy as np
+    from scipy.sparse import csr_matrix
+    from sklearn.feature_extraction.text import TfidfTransformer
+
+    counters = [Counter(g for run in _runs(text) for g in _run_grams(run)) for text in texts]
+    vocabulary = sorted(set().union(*counters))
+    column = {gram: i for i, gram in enumerate(vocabulary)}
+    data, indices, indptr = [], [], [0]
+    for counter in counters:
+        for gram, n in counter.items():
+            indices.append(column[gram])
+            data.append(float(n))
+        indptr.append(len(indices))
+    if not vocabulary:  # sklearn refuses an empty matrix
+        return vocabulary, np.zeros((len(texts), 0))
+    counts = csr_matrix((data, indices, indptr), shape=(len(texts), len(vocabulary)))
+    return vocabulary, TfidfTransformer(sublinear_tf=True).fit_transform(counts).toarray()
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.text(alphabet=_ALPHABET, max_size=30), min_size=1, max_size=12))
+def test_weights_equal_sklearn_tfidf_transformer(texts: list[str]) -> None:
+    import numpy as np
+
+    vocabulary, expected = _sklearn_reference(texts)
+    rows, columns, values, width = _tfidf(texts)
+    assert width == len(vocabulary)
+    ours = np.zeros((len(texts), width))
+    ours[rows, columns] = values
+    assert np.allclose(ours, expected, rtol=0, atol=1e-12)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(st.text(alphabet=_ALPHABET, max_size=30), min_size=1, max_size=12),
+    st.text(alphabet=_ALPHABET, min_size=1, max_size=20),
+)
+def test_scores_equal_sklearn_cosine(texts: list[str], query: str) -> None:
+    import numpy as np
+
+    documents = [(f"k{i:02d}", text) for i, text in enumerate(texts)]
+    got = rank(query, documents, top=len(documents))
+    if not any(_run_grams(run) for run in _runs(query)):
+        assert got == []
+        return
+    _, weights = _sklearn_reference(texts + [query])
+    expected = np.clip(weights[:-1] @ weights[-1], 0.0, 1.0)
+    assert sorted(c.key for c in got) == [key for key, _ in documents]
+    for candidate in got:
+        assert abs(candidate.score - expected[int(candidate.key[1:])]) < 1e-12
+

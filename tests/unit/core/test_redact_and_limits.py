@@ -1,0 +1,251 @@
+"""The one redaction point, and `serve`'s limits: scan wait, connection cap, request deadline."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import socket
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from xaf_hub.cli.commands.serve import SnapshotCache, Viewer, _RequestLog, _Server
+from xaf_hub.config.load import InstanceConfig
+from xaf_hub.core.records import InstanceSummary, SessionRecord, Snapshot
+from xaf_hub.core.text import dumps, redact, secret_forms
+from xaf_hub.page.serve_limits import ConnectionGuard
+from xaf_hub.store import audit
+
+PW = 'pa"ss/w:rd+<&>'
+INST = InstanceConfig(name="a", url="http://127.0.0.1:1", username="alice", password=PW)
+BASIC = base64.b64encode(f"alice:{PW}".encode()).decode()
+
+
+def test_instance_secrets_cover_the_basic_credential() -> None:
+    # user:password is a secret; its base64 form (the Basic credential) is one of its forms.
+    assert INST.secrets() == (PW, f"alice:{PW}")
+    assert BASIC in secret_forms(f"alice:{PW}")
+    assert InstanceConfig(name="b", url="http://127.0.0.1:1").secrets() == ()
+
+
+@pytest.mark.parametrize("form", sorted(secret_forms(PW) | {BASIC, BASIC.rstrip("=")}))
+def test_every_form_is_redacted(form: str) -> None:
+    text = f"before {form} after"
+    assert redact(text, INST.secrets()) == "before *** after"
+
+
+@pytest.mark.parametrize(
+    ("echo", "expected"),
+    [
+        ("Authorization: Basic Zm9vOmJhcg==", "Authorization: Basic ***"),
+        ("authorization=Bearer abc.def", "authorization=Bearer ***"),
+        ('{"Authorization": "Basic Zm9v"}', '{"Authorization": "Basic ***"}'),
+        ("Proxy-Authorization: Zm9v", "Proxy-Authorization: ***"),
+        ("AUTHORIZATION:token123 next", "AUTHORIZATION:***next"),
+    ],
+)
+def test_authorization_echoes_lose_their_credential(echo: str, expected: str) -> None:
+    # Any credential, configured or not: a proxy may echo one the hub never knew.
+    assert redact(echo, ()) == expected.replace("***next", "*** next")
+
+
+def test_redacted_json_stays_json() -> None:
+    doc = {"title": f"x {PW} y", "echo": f"Authorization: Basic {BASIC}"}
+    text = redact(dumps(doc), INST.secrets())
+    back = json.loads(text)
+    assert back == {"title": "x *** y", "echo": "Authorization: Basic ***"}
+
+
+def test_audit_log_is_redacted(tmp_path: Path) -> None:
+    audit.append(
+        tmp_path,
+        command="dispatch",
+        reason=f"HTTP 400: echo Authorization: Basic {BASIC}; pw {PW}",
+        extra={"title": f"t {PW}", "cost": float("nan")},
+        env={},
+        secrets=INST.secrets(),
+    )
+    text = (tmp_path / "audit.log").read_text("utf-8")
+    assert PW not in text and BASIC not in text and "NaN" not in text
+    entry = json.loads(text)
+    assert entry["reason"] == "HTTP 400: echo Authorization: Basic ***; pw ***"
+    assert entry["cost"] is None
+
+
+def test_dumps_never_writes_nan() -> None:
+    text = dumps({"a": [float("nan"), float("inf"), 1.5], "b": (float("-inf"),)})
+    assert json.loads(text) == {"a": [None, None, 1.5], "b": [None]}
+
+
+# --------------------------------------------------------------------------- serve
+
+
+def _snap() -> Snapshot:
+    return Snapshot(
+        generated_at=1_717_000_000_000,
+        instances=(InstanceSummary("a", "http://127.0.0.1:1", True),),
+        sessions=(SessionRecord("a", "ses_1", f"title {PW}", "/p/app", project=True),),
+    )
+
+
+def test_a_scan_that_outlives_the_wait_never_blocks_the_viewer() -> None:
+    entered, release = threading.Event(), threading.Event()
+
+    def stuck_scan() -> Snapshot:
+        entered.set()
+        assert release.wait(30)
+        return _snap()
+
+    # max_age 0: every request wants a fresh scan, so each one meets the stuck scan.
+    cache = SnapshotCache(stuck_scan, 0.0, wait=0.3)
+    viewer = Viewer(cache, title="T", password=None, redact=lambda t: redact(t, INST.secrets()))
+    for first in (True, False):
+        entered.clear()
+        release.clear()
+        holder = threading.Thread(target=lambda: cache.get(time.monotonic() + 1))
+        holder.start()
+        try:
+            assert entered.wait(10)
+            health = viewer.respond("GET", "/health", {}.get)
+            page = viewer.respond("GET", "/", {}.get)
+            api = viewer.respond("GET", "/api/snapshot", {}.get)
+            if first:  # nothing to show yet: say so at once instead of waiting
+                assert health.status == 503
+                assert json.loads(health.body) == {"ok": False, "scanning": True}
+                assert page.status == api.status == 503
+            else:  # the previous scan is served, redacted, while the new one is stuck
+                assert health.status == page.status == api.status == 200
+                assert b"title ***" in api.body and PW.encode() not in page.body + api.body
+        finally:
+            release.set()
+            holder.join(10)
+    assert cache.scans == 2
+
+
+def test_request_log_is_redacted() -> None:
+    stream = io.StringIO()
+    _RequestLog(stream, lambda t: redact(t, INST.secrets())).line(f"GET /{PW}")
+    assert PW not in stream.getvalue() and "***" in stream.getvalue()
+
+
+def _serve(guard: ConnectionGuard) -> tuple[_Server, threading.Thread]:
+    cache = SnapshotCache(_snap, 60.0)
+    viewer = Viewer(cache, title="T", password=None)
+    server = _Server(("127.0.0.1", 0), viewer, _RequestLog(io.StringIO()), guard)
+    guard.start()
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
+    thread.start()
+    return server, thread
+
+
+def _stop(server: _Server, thread: threading.Thread) -> None:
+    server.shutdown()
+    thread.join(10)
+    server.guard.stop()
+    server.server_close()
+
+
+def _get(port: int) -> bytes:
+    with socket.create_connection(("127.0.0.1", port), timeout=20) as s:
+        s.sendall(b"GET /health HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+        chunks = []
+        while chunk := s.recv(65536):
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+
+def _closed(sock: socket.socket) -> bool:
+    """Whether the server ended this connection (end of stream or reset) within 20 s."""
+    sock.settimeout(20)
+    try:
+        while sock.recv(1024):
+            pass  # an error answer may come first
+    except ConnectionResetError:
+        pass
+    except TimeoutError:
+        return False
+    return True
+
+
+def test_slow_loris_clients_are_cut_at_the_deadline_and_the_cap_holds() -> None:
+    guard = ConnectionGuard(4, request_seconds=1.0, tick=0.05)
+    server, thread = _serve(guard)
+    port = server.server_port
+    loris = [socket.create_connection(("127.0.0.1", port), timeout=20) for _ in range(4)]
+    try:
+        for s in loris:
+            s.sendall(b"GET / HTT")  # and never the rest
+        deadline = time.monotonic() + 20
+        while guard.open < 4 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert guard.open == 4
+        # Full: the next client is told so at once rather than queued behind the slow ones.
+        assert _get(port).startswith(b"HTTP/1.0 503")
+        assert guard.refused == 1
+        # Past their deadline the slow clients are cut: their sockets see the end.
+        for s in loris:
+            assert _closed(s)
+        while guard.open and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert guard.open == 0 and guard.cut >= 4
+        assert _get(port).startswith(b"HTTP/1.0 200")
+    finally:
+        for s in loris:
+            s.close()
+        _stop(server, thread)
+
+
+def test_a_client_dribbling_one_byte_at_a_time_is_cut() -> None:
+    guard = ConnectionGuard(8, request_seconds=0.8, tick=0.05)
+    server, thread = _serve(guard)
+    sock = socket.create_connection(("127.0.0.1", server.server_port), timeout=20)
+    try:
+        cut = False
+        # One byte every 0.1 s: each read gets data, so only a whole-request deadline helps.
+        for byte in b"GET / HTTP/1.0\r\nX-Long: " + b"a" * 200:
+            try:
+                sock.sendall(bytes([byte]))
+            except OSError:
+                cut = True
+                break
+            time.sleep(0.1)
+        assert cut or _closed(sock)
+        assert guard.cut >= 1
+    finally:
+        sock.close()
+        _stop(server, thread)
+
+
+def test_a_change_notice_stream_outlives_the_answer_deadline(tmp_path: Path) -> None:
+    from xaf_hub.config.load import load_config
+    from xaf_hub.page.notices import ChangeFeed
+
+    path = tmp_path / "config.json"
+    doc = {"project": {"name": "t"}, "instances": [{"name": "a", "url": "http://127.0.0.1:9"}]}
+    path.write_text(json.dumps(doc), "utf-8")
+    cfg = load_config(str(path), env={"XAF_HUB_HOME": str(tmp_path / "home")}, cwd=tmp_path)
+    guard = ConnectionGuard(4, request_seconds=0.5, tick=0.05)
+    server, thread = _serve(guard)
+    server.answer_seconds = 0.5
+    feed = server.feed = ChangeFeed(cfg, keepalive_seconds=0.1)  # the follower never started
+    sock = socket.create_connection(("127.0.0.1", server.server_port), timeout=20)
+    try:
+        sock.sendall(b"GET /api/events HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+        got = b""
+        # Several answer deadlines long: the stream keeps its keep-alives coming.
+        until = time.monotonic() + 3.0
+        while time.monotonic() < until:
+            chunk = sock.recv(65536)
+            assert chunk, "the stream was cut"
+            got += chunk
+        assert got.startswith(b"HTTP/1.0 200") and got.count(b": keep-alive") >= 3
+        assert guard.cut == 0 and guard.open == 1  # it still counts against the cap
+        feed.close()
+        assert _closed(sock)  # and the feed's close ends it
+    finally:
+        feed.close()
+        sock.close()
+        _stop(server, thread)

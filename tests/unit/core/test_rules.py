@@ -1,0 +1,127 @@
+"""Directory rules (SPEC §4), table-driven over POSIX and Windows paths."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
+
+from xaf_hub.core.rules import ProjectRules, apply_aliases, is_under, normalize_dir
+
+RULES = ProjectRules.build(
+    roots=["/srv/demo", r"E:\cfc", "C:/code/CFC/"],
+    fallback_segments=["cfc", "caremate"],
+    exclude_dirs=[r"D:\tmp", "/srv/demo/vendor"],
+    exclude_substrings=["workbuddy"],
+)
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ("/srv/demo/", "/srv/demo"),
+        ("/srv//demo///app", "/srv/demo/app"),
+        (r"E:\CFC\Frontend\\", "e:/cfc/frontend"),
+        ("C:/Code/CFC", "c:/code/cfc"),
+        ("/", "/"),
+        (r"\\server\share\cfc", "//server/share/cfc"),
+        ("  /srv/demo  ", "/srv/demo"),
+    ],
+)
+def test_normalize(raw: str, expected: str) -> None:
+    assert normalize_dir(raw) == expected
+
+
+@pytest.mark.parametrize(
+    ("directory", "verdict"),
+    [
+        ("/srv/demo", "root"),
+        ("/srv/demo/", "root"),
+        ("/srv/demo/app/sub", "root"),
+        ("/SRV/Demo/App", "root"),
+        ("/srv/demo2", "outside"),  # prefix look-alike
+        ("/srv/demo2/cfc", "segment"),  # look-alike, but a fallback segment
+        ("/srv/demo/vendor", "excluded"),  # exclusion beats the root
+        ("/srv/demo/vendor/lib", "excluded"),
+        ("/srv/demo/vendorish", "root"),  # exclusion on a segment boundary only
+        (r"E:\cfc\cfc-frontend", "root"),
+        (r"e:\CFC", "root"),
+        (r"E:\cfc2", "outside"),
+        ("C:\\code\\cfc\\book", "root"),
+        (r"D:\tmp\cfc", "excluded"),  # excluded prefix beats fallback segment
+        ("/home/x/workbuddy/cfc", "excluded"),  # excluded substring beats segment
+        ("/home/x/WorkBuddy-2/cfc", "excluded"),
+        ("/opt/CareMate/api", "segment"),
+        ("/opt/cfc-tools", "outside"),  # segment must be whole
+        ("/home/x/project", "outside"),
+        ("", "empty"),
+        ("   ", "empty"),
+    ],
+)
+def test_classify(directory: str, verdict: str) -> None:
+    assert RULES.classify(directory) == verdict
+    assert RULES.is_project(directory) == (verdict in ("root", "segment"))
+
+
+def test_no_rules_means_nothing_is_project() -> None:
+    assert not ProjectRules.build().is_project("/srv/demo")
+
+
+@pytest.mark.parametrize(
+    ("path", "root", "expected"),
+    [
+        ("/a/b", "/a", True),
+        ("/a", "/a", True),
+        ("/ab", "/a", False),
+        ("/a/b", "", False),
+        ("/", "/", True),
+        ("/x", "/", True),
+    ],
+)
+def test_is_under(path: str, root: str, expected: bool) -> None:
+    assert is_under(path, root) is expected
+
+
+@pytest.mark.parametrize(
+    ("path", "aliases", "expected"),
+    [
+        ("/sc-data/cfc/book", {"/sc-data/cfc": r"C:\code\cfc"}, r"C:\code\cfc\book"),
+        ("/sc-data/cfc", {"/sc-data/cfc": r"C:\code\cfc"}, r"C:\code\cfc"),
+        ("/sc-data/cfc2", {"/sc-data/cfc": r"C:\code\cfc"}, "/sc-data/cfc2"),
+        ("/a/b/c", {"/a": "/x", "/a/b": "/y"}, "/y/c"),  # longest prefix wins
+        (r"E:\cfc\docs", {"E:/cfc": "/srv/cfc"}, "/srv/cfc/docs"),
+        ("/none", {}, "/none"),
+    ],
+)
+def test_aliases(path: str, aliases: dict[str, str], expected: str) -> None:
+    assert apply_aliases(path, aliases) == expected
+
+
+@given(st.text(max_size=80))
+@example("0\r\\")  # whitespace before a trailing separator, found by hypothesis in CI
+@example("D:\\work\\ \t/\\")
+def test_normalize_is_idempotent_and_never_crashes(text: str) -> None:
+    once = normalize_dir(text)
+    assert normalize_dir(once) == once
+    RULES.classify(text)
+
+
+@given(st.text(alphabet="/\\abcDEF:. ", max_size=40))
+def test_excluded_never_project(text: str) -> None:
+    rules = ProjectRules.build(roots=["/a"], fallback_segments=["a"], exclude_substrings=["b"])
+    if "b" in text.lower():
+        assert not rules.is_project(text)
+
+
+@pytest.mark.parametrize(
+    ("directory", "expected"),
+    [
+        ("/srv/demo/web/src", "web/src"),
+        ("/srv/demo", ""),
+        (r"E:\cfc\docs", "docs"),
+        ("/opt/x/caremate/api", "caremate/api"),
+        ("/a", "a"),
+    ],
+)
+def test_relative_part(directory: str, expected: str) -> None:
+    assert RULES.relative(directory) == expected

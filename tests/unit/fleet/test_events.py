@@ -1,0 +1,446 @@
+"""The fleet follower's edge cases over a loopback mock transport (real servers: e2e).
+
+Frames of both streams, the bookkeeping that reports each change once, the choice of stream
+by version, the heartbeat deadline, and down/up with the rescan that finds what the stream
+missed while it was away.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from xaf_hub.config.load import Config, load_config
+from xaf_hub.core.records import SessionRecord
+from xaf_hub.fleet.events import Board, FleetEvent, parse_frame
+from xaf_hub.fleet.follow import FleetFollower
+
+ROOT = "/srv/proj"
+
+
+def _info(sid: str, directory: str = f"{ROOT}/app", title: str = "t") -> dict[str, Any]:
+    return {"id": sid, "title": title, "directory": directory, "time": {"created": 1, "updated": 2}}
+
+
+def _g(kind: str, props: dict[str, Any], directory: str = f"{ROOT}/app") -> str:
+    frame = {"directory": directory, "payload": {"id": "evt_1", "type": kind, "properties": props}}
+    return "data: " + json.dumps(frame)
+
+
+def test_parse_frame_reads_both_streams_and_skips_the_rest() -> None:
+    wrapped = parse_frame(_g("session.idle", {"sessionID": "ses_a"}))
+    assert wrapped is not None and wrapped.type == "session.idle"
+    assert wrapped.directory == f"{ROOT}/app"
+    bare = parse_frame('data: {"type":"session.idle","properties":{"sessionID":"ses_a"}}', "/d")
+    assert bare is not None and bare.directory == "/d" and bare.properties["sessionID"] == "ses_a"
+    assert parse_frame(_g("message.part.delta", {"sessionID": "ses_a"})) is None
+    assert parse_frame('data: {"payload":{"type":"sync","syncEvent":{}}}') is None
+    assert parse_frame("data: {not json session.") is None
+    assert parse_frame(": comment") is None
+
+
+def _cfg(tmp_path: Path) -> Config:
+    doc = {
+        "project": {"name": "t"},
+        "instances": [
+            {"name": "a", "url": "http://127.0.0.1:9", "roots": [ROOT],
+             "default_directory": f"{ROOT}/app"}
+        ],
+    }
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(doc), "utf-8")
+    return load_config(str(path), env={"XAF_HUB_HOME": str(tmp_path / "home")}, cwd=tmp_path)
+
+
+def test_board_reports_each_change_once(tmp_path: Path) -> None:
+    inst = _cfg(tmp_path).instances[0]
+    board = Board(inst)
+    old = SessionRecord("a", "ses_old", "old", f"{ROOT}/app", project=True)
+    assert board.reconcile([old], "rescan")[0].kind == "new"
+
+    def kinds(line: str) -> list[str]:
+        frame = parse_frame(line)
+        assert frame is not None
+        return [e.kind for e in board.apply(frame)]
+
+    assert kinds(_g("session.created", {"info": _info("ses_new")})) == ["new"]
+    assert kinds(_g("session.updated", {"info": _info("ses_new", title="renamed")})) == []
+    assert board.sessions["ses_new"].title == "renamed"
+    assert kinds(_g("session.created", {"info": _info("ses_out", "/elsewhere")})) == []
+    busy = {"sessionID": "ses_new", "status": {"type": "busy"}}
+    assert kinds(_g("session.status", busy)) == ["started"]
+    assert kinds(_g("session.status", busy)) == []
+    retry = {"sessionID": "ses_new",
+             "status": {"type": "retry", "message": "Rate limit", "next": 5}}
+    assert kinds(_g("session.status", retry)) == ["retry"]
+    assert kinds(_g("session.error", {"sessionID": "ses_new", "error": {"name": "X"}})) == ["error"]
+    assert kinds(_g("session.status", {"sessionID": "ses_new", "status": {"type": "idle"}})) == [
+        "stopped"
+    ]
+    assert kinds(_g("session.idle", {"sessionID": "ses_new"})) == []
+    assert kinds(_g("session.status", {"sessionID": "ses_out", "status": {"type": "busy"}})) == []
+    # A session the board never saw, in a project directory: looked up by the caller.
+    assert kinds(_g("session.status", {"sessionID": "ses_late", "status": {"type": "busy"}})) == []
+    assert board.missing == [("ses_late", f"{ROOT}/app")]
+    assert kinds(_g("session.deleted", {"sessionID": "ses_new", "info": _info("ses_new")})) == [
+        "gone"
+    ]
+    # A rescan reports what changed while nobody listened.
+    busy_old = SessionRecord("a", "ses_old", "old", f"{ROOT}/app", running=True,
+                             run_state="busy", project=True)
+    later = SessionRecord("a", "ses_later", "x", f"{ROOT}/app", project=True)
+    assert [(e.kind, e.session.id if e.session else "") for e in
+            board.reconcile([busy_old, later], "rescan")] == [
+        ("started", "ses_old"), ("new", "ses_later")
+    ]
+
+
+# ---------------------------------------------------------------------------------------------
+# The follower over a mock server
+
+
+class _Stream(httpx.AsyncByteStream):
+    def __init__(self, queue: asyncio.Queue[str | None]) -> None:
+        self.queue = queue
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        yield b'data: {"payload":{"type":"server.connected","properties":{}}}\n\n'
+        while True:
+            line = await self.queue.get()
+            if line is None:
+                return
+            yield (line + "\n\n").encode()
+
+
+class FakeServer:
+    """Enough of opencode for the follower: health, listing, status, messages, streams."""
+
+    def __init__(self, version: str = "1.18.33") -> None:
+        self.version = version
+        self.sessions: list[dict[str, Any]] = [_info("ses_a")]
+        self.busy: dict[str, Any] = {}
+        self.up = True
+        self.paths: list[str] = []
+        self.streams: list[asyncio.Queue[str | None]] = []
+
+    def push(self, line: str | None) -> None:
+        for q in self.streams:
+            q.put_nowait(line)
+
+    def handler(self, request: httpx.Request) -> httpx.Response:
+        path = request.url.path
+        self.paths.append(path + ("?" + request.url.query.decode() if request.url.query else ""))
+        if not self.up:
+            raise httpx.ConnectError("connection refused", request=request)
+        if path == "/global/health":
+            return httpx.Response(200, json={"healthy": True, "version": self.version})
+        if path == "/experimental/session":
+            return httpx.Response(200, json=self.sessions)
+        if path == "/session/status":
+            return httpx.Response(200, json=self.busy)
+        if path.endswith("/message"):
+            msg = {"info": {"role": "assistant", "id": "msg_1", "time": {"completed": 3},
+                            "finish": "stop"}, "parts": []}
+            return httpx.Response(200, json=[msg])
+        if path == "/event" or (path == "/global/event" and self.version >= "1.15"):
+            q: asyncio.Queue[str | None] = asyncio.Queue()
+            self.streams.append(q)
+            return httpx.Response(200, headers={"content-type": "text/event-stream"},
+                                  stream=_Stream(q))
+        if path == "/global/event":
+            return httpx.Response(200, headers={"content-type": "text/event-stream"},
+                                  stream=_Stream(asyncio.Queue()))  # never a frame beyond hello
+        return httpx.Response(404, json={"message": "nope"})
+
+
+async def _until(events: list[FleetEvent], kind: str, count: int = 1, timeout: float = 10) -> None:
+    for _ in range(int(timeout / 0.02)):
+        if sum(1 for e in events if e.kind == kind) >= count:
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"no {kind!r} x{count} in {[e.kind for e in events]}")
+
+
+def _follower(
+    tmp_path: Path, server: FakeServer, **kw: Any
+) -> tuple[FleetFollower, list[FleetEvent]]:
+    events: list[FleetEvent] = []
+    transport = httpx.MockTransport(server.handler)
+    follower = FleetFollower(
+        _cfg(tmp_path), emit=events.append, transport_factory=lambda inst: transport,
+        backoff=(0.05,), probe_seconds=1.0, **kw,
+    )
+    return follower, events
+
+
+def test_global_stream_changes_down_up_and_rescan(tmp_path: Path) -> None:
+    server = FakeServer()
+
+    async def scenario() -> None:
+        follower, events = _follower(tmp_path, server)
+        task = asyncio.create_task(follower.run())
+        await _until(events, "ready")
+        assert follower.state["a"].mode == "global"
+        assert not [p for p in server.paths if p.startswith("/event")]
+        server.push(_g("session.status", {"sessionID": "ses_a", "status": {"type": "busy"}}))
+        await _until(events, "started")
+        server.push(_g("session.idle", {"sessionID": "ses_a"}))
+        await _until(events, "stopped")
+        assert [e.outcome for e in events if e.kind == "stopped"] == ["succeeded"]
+        # The server dies; while it is away a session starts; it comes back.
+        server.up = False
+        server.push(None)
+        await _until(events, "down")
+        server.sessions.append(_info("ses_b"))
+        server.busy = {"ses_b": {"type": "busy"}}
+        server.up = True
+        await _until(events, "up")
+        await _until(events, "started", 2)
+        follower.stop()
+        await asyncio.wait_for(task, 5)
+        kinds = [(e.kind, e.session.id if e.session else "") for e in events]
+        assert kinds == [
+            ("ready", ""), ("started", "ses_a"), ("stopped", "ses_a"), ("down", ""),
+            ("up", ""), ("new", "ses_b"), ("started", "ses_b"),
+        ]
+        assert [e.source for e in events if e.session and e.session.id == "ses_b"] == [
+            "rescan", "rescan"
+        ]
+
+    asyncio.run(scenario())
+
+
+def test_old_release_uses_per_directory_streams(tmp_path: Path) -> None:
+    server = FakeServer(version="1.14.41")
+
+    async def scenario() -> None:
+        follower, events = _follower(tmp_path, server)
+        task = asyncio.create_task(follower.run())
+        await _until(events, "ready")
+        assert follower.state["a"].mode == "directory"
+        assert "/global/event" not in server.paths
+        assert "/event?directory=%2Fsrv%2Fproj%2Fapp" in server.paths
+        bare = {"type": "session.status",
+                "properties": {"sessionID": "ses_a", "status": {"type": "busy"}}}
+        server.push("data: " + json.dumps(bare))
+        await _until(events, "started")
+        follower.stop()
+        await asyncio.wait_for(task, 5)
+
+    asyncio.run(scenario())
+
+
+def test_silent_stream_past_its_heartbeat_deadline_is_reconnected(tmp_path: Path) -> None:
+    server = FakeServer()
+
+    async def scenario() -> None:
+        follower, events = _follower(tmp_path, server, heartbeat_deadline=0.4)
+        task = asyncio.create_task(follower.run())
+        await _until(events, "ready")
+        server.push('data: {"payload":{"type":"server.heartbeat","properties":{}}}')
+        for _ in range(300):
+            if follower.state["a"].connects >= 2:
+                break
+            await asyncio.sleep(0.02)
+        assert follower.state["a"].connects >= 2
+        # It answered again at once: never reported down, nothing reported twice.
+        assert [e.kind for e in events] == ["ready"]
+        follower.stop()
+        await asyncio.wait_for(task, 5)
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("version", ["1.18.33", "1.14.41"])
+def test_no_stream_at_all_falls_back_to_polling(tmp_path: Path, version: str) -> None:
+    server = FakeServer(version)
+    original = server.handler
+
+    def no_streams(request: httpx.Request) -> httpx.Response:
+        if request.url.path in ("/event", "/global/event"):
+            return httpx.Response(404, json={"message": "no"})
+        return original(request)
+
+    async def scenario() -> None:
+        events: list[FleetEvent] = []
+        transport = httpx.MockTransport(no_streams)
+        follower = FleetFollower(_cfg(tmp_path), emit=events.append,
+                                 transport_factory=lambda inst: transport, backoff=(0.05,),
+                                 probe_seconds=0.5, poll_seconds=0.1)
+        task = asyncio.create_task(follower.run())
+        await _until(events, "polling")
+        server.busy = {"ses_a": {"type": "busy"}}
+        await _until(events, "started")
+        assert [e.source for e in events if e.kind == "started"] == ["poll"]
+        follower.stop()
+        await asyncio.wait_for(task, 5)
+
+    asyncio.run(scenario())
+
+
+def test_doctor_says_which_stream_or_that_it_polls(tmp_path: Path) -> None:
+    from xaf_hub.ops.health import stream_findings
+
+    cfg = _cfg(tmp_path)
+    for version, handler_paths, level, words in (
+        ("1.18.33", (), "ok", "/global/event"),
+        ("1.14.41", (), "info", "/event?directory="),
+        ("1.18.33", ("/event", "/global/event"), "warn", "poll it every"),
+    ):
+        server = FakeServer(version)
+        original = server.handler
+
+        def handler(request: httpx.Request, blocked: tuple[str, ...] = handler_paths,
+                    fallback: Any = original) -> httpx.Response:
+            if request.url.path in blocked:
+                return httpx.Response(404)
+            return fallback(request)
+
+        transport = httpx.MockTransport(handler)
+        found = asyncio.run(
+            stream_findings(cfg, cfg.instances, lambda inst, t=transport: t)  # type: ignore[misc]
+        )
+        assert [(f.level, words in f.message) for f in found] == [(level, True)], found
+
+
+# ---------------------------------------------------------------------------------------------
+# serve's change notices
+
+
+class _Sink:
+    def __init__(self, fail_after: int = 10**9) -> None:
+        self.data = b""
+        self.fail_after = fail_after
+
+    def write(self, data: bytes) -> int:
+        if len(self.data) > self.fail_after:
+            raise BrokenPipeError
+        self.data += data
+        return len(data)
+
+    def flush(self) -> None:
+        return None
+
+
+def test_change_feed_wakes_every_viewer_and_says_nothing_secret(tmp_path: Path) -> None:
+    import threading
+    import time
+
+    from xaf_hub.page.notices import ChangeFeed
+
+    feed = ChangeFeed(_cfg(tmp_path), keepalive_seconds=0.1)
+    stale: list[str] = []
+    feed.on_change.append(lambda ev: stale.append(ev.kind))
+    sinks = [_Sink(), _Sink()]
+    threads = [threading.Thread(target=feed.stream, args=(s,)) for s in sinks]
+    for t in threads:
+        t.start()
+    for _ in range(200):
+        if feed.viewers == 2:
+            break
+        time.sleep(0.01)
+    rec = SessionRecord("a", "ses_x", "secret title", "/srv/proj/secret-dir", project=True)
+    feed.publish(FleetEvent("ready", "a", detail="global"))
+    feed.publish(FleetEvent("stopped", "a", rec, outcome="succeeded", at_ms=5))
+    time.sleep(0.3)
+    feed.close()
+    for t in threads:
+        t.join(5)
+    # The follower's first view of an instance is a notice too: a change between the page's
+    # scan and the follower's start would otherwise never reach the page.
+    assert stale == ["ready", "stopped"] and feed.version == 2 and feed.viewers == 0
+    for sink in sinks:
+        text = sink.data.decode()
+        assert text.startswith("retry: ") and 'event: hello\ndata: {"version": 0}' in text
+        assert 'event: change\ndata: {"version": 1, "event": "ready", "instance": "a", ' in text
+        assert 'event: change\ndata: {"version": 2, "event": "stopped", "instance": "a", ' \
+               '"session": "ses_x", "outcome": "succeeded", "at_ms": 5}' in text
+        assert ": keep-alive" in text
+        assert "secret" not in text
+    # A viewer that went away ends its stream and is no longer counted.
+    gone = _Sink(fail_after=0)
+    feed2 = ChangeFeed(_cfg(tmp_path), keepalive_seconds=0.05)
+    assert feed2.stream(gone) == "viewer went away" and feed2.viewers == 0
+
+
+def test_snapshot_cache_scans_again_once_after_a_change() -> None:
+    from xaf_hub.cli.commands.serve import SnapshotCache
+    from xaf_hub.core.records import Snapshot
+
+    calls: list[int] = []
+
+    def scan() -> Snapshot:
+        calls.append(1)
+        return Snapshot(generated_at=len(calls), instances=())
+
+    now = [100.0]
+    cache = SnapshotCache(scan, max_age=60.0, clock=lambda: now[0])
+    assert cache.get(now[0])[1] is True
+    assert cache.get(now[0])[1] is False  # within max_age: shared
+    cache.invalidate()
+    now[0] += 1
+    assert cache.get(now[0])[1] is True  # stale after a change: scanned again
+    assert cache.get(now[0])[1] is False  # and shared again by the next viewers
+    assert len(calls) == 2
+
+
+def test_a_cancelled_follower_ends_even_while_events_pour_in(tmp_path: Path) -> None:
+    # Ctrl+C is a cancel of the follower's task. Cancelled at random moments while the
+    # stream delivers a frame every millisecond (a cancel arriving with an item is the case
+    # 3.11's wait_for could swallow), it must end every time.
+    rng = random.Random(7)
+
+    async def once(delay: float) -> bool:
+        server = FakeServer()
+        follower, events = _follower(tmp_path, server)
+        task = asyncio.create_task(follower.run())
+        await _until(events, "ready")
+        frame = _g("session.updated", {"info": _info("ses_a")})
+
+        async def pour() -> None:
+            while True:
+                server.push(frame)
+                await asyncio.sleep(0.001)
+
+        pouring = asyncio.create_task(pour())
+        await asyncio.sleep(delay)
+        task.cancel()
+        done, _ = await asyncio.wait({task}, timeout=5)
+        pouring.cancel()
+        server.push(None)
+        if not done:
+            follower.stop()
+            await asyncio.wait({task}, timeout=5)
+        return task in done
+
+    async def scenario() -> list[float]:
+        delays = [rng.uniform(0, 0.05) for _ in range(30)]
+        return [d for d in delays if not await once(d)]
+
+    assert asyncio.run(scenario()) == []
+
+
+def test_a_follower_of_no_instance_ends_at_once(tmp_path: Path) -> None:
+    follower = FleetFollower(_cfg(tmp_path), [], emit=lambda ev: None)
+    asyncio.run(asyncio.wait_for(follower.run(), 5))
+
+
+def test_how_an_instance_is_followed_is_said_in_one_line() -> None:
+    from xaf_hub.fleet.events import following_words
+
+    assert following_words(FleetEvent("ready", "a", detail="global")) == \
+        "a: following its global event stream"
+    assert following_words(FleetEvent("up", "a", detail="directory")) == \
+        "a: back, following its directory event stream"
+    assert following_words(FleetEvent("down", "a", detail="connection refused")) == \
+        "a: lost (connection refused)"
+    assert following_words(FleetEvent("polling", "a", detail="no event stream answers")) == \
+        "a: no event stream answers; polling it"
+    assert following_words(FleetEvent("started", "a")) is None

@@ -1,0 +1,337 @@
+"""Notifications, second half: events derived from a cycle, the durable outbox, the zh/en
+messages, and doctor's webhook checks."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.notify_capture import TOKEN
+from tests.unit.notify.support import EVENT, NOW, URL, hook, parse
+from xaf_hub.config.notify import Webhook
+from xaf_hub.errors import ExitCode, StateFileError
+from xaf_hub.notify import outbox
+from xaf_hub.notify.check import webhook_checks
+from xaf_hub.notify.derive import Done, Inputs, Parked, derive
+from xaf_hub.notify.events import Event
+from xaf_hub.notify.messages import render
+from xaf_hub.patrol.context import Action, Cycle, InstanceLine, SessionLine, StepOutcome
+
+# ---------------------------------------------------------------------------------------------
+# Events derived from a cycle
+
+
+def cycle(**kw: Any) -> Cycle:
+    c = Cycle(started=NOW, finished=NOW)
+    for k, v in kw.items():
+        setattr(c, k, v)
+    return c
+
+
+def up(name: str, reachable: bool = True, reason: str = "") -> InstanceLine:
+    return InstanceLine(name, reachable, reason, 0, 0, 2, False)
+
+
+def run_derive(c: Cycle, state: dict[str, Any], **inputs: Any) -> list[Event]:
+    inp = Inputs(configured=inputs.pop("configured", ["a", "b"]), **inputs)
+    return derive(c, inp, state, now=NOW, tz=UTC, summary_hour=23)
+
+
+def test_instance_events_compare_with_the_previous_round() -> None:
+    state: dict[str, Any] = {}
+    assert run_derive(cycle(instances=[up("a"), up("b")]), state) == []  # first round: record
+    down = run_derive(cycle(instances=[up("a"), up("b", False, "connection refused")]), state)
+    assert [(e.type, e.instance, e.data["reason"]) for e in down] == [
+        ("instance_down", "b", "connection refused")
+    ]
+    assert run_derive(cycle(instances=[up("a"), up("b", False, "refused")]), state) == []
+    back = run_derive(cycle(instances=[up("a"), up("b")]), state)
+    assert [(e.type, e.instance) for e in back] == [("instance_up", "b")]
+    assert back[0].id != down[0].id
+    # No instance answered: the cycle has no instance lines, but the step says so.
+    fleet_down = cycle(
+        steps=[StepOutcome("check_agents", "failed", 2, "fleet: unreachable: no instance answered")]
+    )
+    assert sorted(e.instance for e in run_derive(fleet_down, state)) == ["a", "b"]
+    # Steps skipped: nothing known, nothing said.
+    assert run_derive(cycle(), state) == []
+
+
+def line(state: str, sid: str = "s1", updated: int = 5) -> SessionLine:
+    return SessionLine("a", sid, f"title {sid}", state, f"detail {sid}", "m", updated)
+
+
+def test_session_events_need_a_reason_a_person_must_act() -> None:
+    act = Action
+    c = cycle(
+        actions=[
+            act("fill_slots", "done", "ok", "a", "s9", task="T-9", title="nine"),
+            act(
+                "fix_free_limit", "heal", "ok", "a", "s2", title="two", model="m2", from_model="m1"
+            ),
+            act(
+                "check_agents",
+                "resume",
+                "skipped",
+                "a",
+                "s4",
+                detail="interrupted again after the patrol resumed it once; left for a human",
+            ),
+            act(
+                "check_agents",
+                "resume",
+                "skipped",
+                "a",
+                "s5",
+                detail="its run changed a moment ago and may still be starting",
+            ),
+            act("check_agents", "resume", "waiting", "a", "s6", detail="no free slot"),
+            # A person's decision about a pool task (the report's "Needs a person").
+            act(
+                "fill_slots",
+                "person",
+                "skipped",
+                "a",
+                "s10",
+                task="T-10",
+                title="ten",
+                detail="interrupted by alice@box at 14:03 UTC",
+            ),
+        ],
+        sessions=[
+            line("failed", "s1"),  # nobody took care of it
+            line("failed", "s2"),  # healed
+            line("failed", "s3"),  # a pool task's session
+            line("interrupted", "s4"),  # left for a human
+            line("interrupted", "s5"),  # may still be starting
+            line("interrupted", "s6"),  # waits for a slot
+            line("stale_busy", "s7"),
+            line("running", "s8"),
+        ],
+    )
+    events = run_derive(c, {}, pool_sessions=frozenset({("a", "s3")}))
+    got = [(e.type, e.session) for e in events]
+    assert got == [
+        ("task_done", "s9"),
+        ("healed", "s2"),
+        ("needs_person", "s10"),
+        ("needs_person", "s1"),
+        ("needs_person", "s4"),
+        ("needs_person", "s7"),
+    ]
+    assert (events[2].task, events[2].data["state"]) == ("T-10", "person")
+    assert "left for a human" in events[4].data["detail"]
+    # Derived again next round (same session update): the same ids, so sent once.
+    again = run_derive(c, {}, pool_sessions=frozenset({("a", "s3")}))
+    assert [e.id for e in again if e.type == "needs_person"] == [
+        e.id for e in events if e.type == "needs_person"
+    ]
+
+
+def test_parked_tasks_blackouts_and_the_daily_summary() -> None:
+    state: dict[str, Any] = {}
+    parked = [Parked("T-3", "three", 3, "context too long")]
+    blackouts = {"opencode": ("2026-12-02T00:00:00+00:00", "429")}
+    events = derive(
+        cycle(instances=[up("a")]),
+        Inputs(["a"], parked, 2, blackouts=blackouts),
+        state,
+        now=NOW,
+        tz=UTC,
+        summary_hour=9,
+    )
+    assert [e.type for e in events] == ["task_parked", "blackout", "daily_summary"]
+    summary = events[-1].data
+    assert summary["counts"] == {"task_parked": 1, "blackout": 1}
+    assert (summary["waiting"], summary["up"], summary["servers"]) == (2, 1, 1)
+    # Same blackout, same day: only the parked task is derived again (its id dedupes it).
+    events = derive(
+        cycle(instances=[up("a")]),
+        Inputs(["a"], parked, 2, blackouts=blackouts),
+        state,
+        now=NOW + timedelta(hours=1),
+        tz=UTC,
+        summary_hour=9,
+    )
+    assert [e.type for e in events] == ["task_parked"]
+    # A new blackout time is news; a new day brings a new summary, not before summary_hour.
+    later = {"opencode": ("2026-12-03T00:00:00+00:00", "429")}
+    early = datetime(2026, 12, 2, 8, 59, tzinfo=UTC)
+    events = derive(
+        cycle(), Inputs(["a"], blackouts=later), state, now=early, tz=UTC, summary_hour=9
+    )
+    assert [e.type for e in events] == ["blackout"]
+    events = derive(
+        cycle(),
+        Inputs(["a"], blackouts=later),
+        state,
+        now=early + timedelta(minutes=2),
+        tz=UTC,
+        summary_hour=9,
+    )
+    assert [(e.type, e.data["day"]) for e in events] == [("daily_summary", "2026-12-02")]
+
+
+def test_a_live_reaction_says_what_it_did_and_leaves_the_fleet_view_to_the_round() -> None:
+    state: dict[str, Any] = {}
+    run_derive(cycle(instances=[up("a"), up("b")]), state)  # a round saw both up
+    live = cycle(
+        instances=[up("a"), up("b", False, "refused")],  # ignored: a reaction sees no fleet
+        sessions=[line("failed", "s7")],
+        actions=[
+            Action("fix_free_limit", "heal", "ok", "a", "s2", title="two", model="m2"),
+            Action("check_agents", "person", "skipped", "a", "s3", detail="stopped by a person"),
+        ],
+    )
+    blackouts = {"opencode": ("2026-12-02T00:00:00+00:00", "429")}
+    events = derive(live, Inputs(["a", "b"], blackouts=blackouts), state, now=NOW, tz=UTC,
+                    summary_hour=0, live=True)
+    assert [(e.type, e.session) for e in events] == [("healed", "s2"), ("blackout", "")]
+    # The next round still reports what needs a full view, and the blackout only once.
+    events = derive(cycle(instances=[up("a"), up("b", False, "refused")]),
+                    Inputs(["a", "b"], blackouts=blackouts), state, now=NOW, tz=UTC,
+                    summary_hour=0)
+    assert [e.type for e in events] == ["instance_down", "daily_summary"]
+
+
+def test_tasks_done_in_a_killed_round_are_caught_up_once() -> None:
+    state: dict[str, Any] = {}
+    early = Done("T-1", "one", "a", "s1", NOW - timedelta(hours=1))
+    in_this_round = Action("fill_slots", "done", "ok", "a", "s1", task="T-1", title="one")
+    first = run_derive(cycle(actions=[in_this_round]), state, done=[early])
+    assert [e.id for e in first] == ["task_done:T-1:s1"]  # the action and the pool agree
+    # The next round was killed after settling T-2; the round after finds it in the pool.
+    killed = Done("T-2", "two", "b", "s2", NOW + timedelta(minutes=30))
+    later = Cycle(started=NOW + timedelta(hours=1))
+    events = run_derive(later, state, done=[early, killed])
+    assert [(e.type, e.task, e.instance, e.session) for e in events] == [
+        ("task_done", "T-2", "b", "s2")
+    ]
+
+
+# ---------------------------------------------------------------------------------------------
+# The outbox
+
+
+def queue(
+    tmp: Path, events: list[Event], hooks: list[Webhook], now: datetime = NOW, limit: int = 100
+) -> outbox.Queued:
+    return outbox.enqueue(
+        tmp, lambda state: events, hooks, now=now, queue_limit=limit, keep_hours=24
+    )
+
+
+def test_outbox_queues_each_event_once_and_forgets_it_once_delivered(tmp_path: Path) -> None:
+    done = Webhook("done-only", "H", "json", events=("task_done",), url=URL)
+    everything = Webhook("all", "H", "json", url=URL)
+    down = Event("instance_down:b:x", "instance_down", NOW.isoformat(), "b")
+    q = queue(tmp_path, [EVENT, down], [done, everything])
+    assert [(e.webhook, e.event.type) for e in q.pending] == [
+        ("done-only", "task_done"),
+        ("all", "task_done"),
+        ("all", "instance_down"),
+    ]
+    assert queue(tmp_path, [EVENT, down], [done, everything]).new == []  # seen: not again
+    outbox.record(tmp_path, q.pending[0], ok=True, reason="HTTP 200", now=NOW)
+    outbox.record(tmp_path, q.pending[1], ok=False, reason="connection refused", now=NOW)
+    state = outbox.read_state(tmp_path)
+    assert state is not None
+    assert [(i["webhook"], i["attempts"]) for i in state["outbox"]] == [("all", 1), ("all", 0)]
+    assert state["outbox"][0]["last_error"] == "connection refused"
+    assert state["last"]["all"]["error"] == "connection refused"
+    assert f"done-only:{EVENT.id}" in state["sent"]
+    if hasattr(__import__("os"), "geteuid"):
+        assert oct(outbox.state_path(tmp_path).stat().st_mode & 0o777) == "0o600"
+
+
+def test_outbox_is_bounded_by_size_and_age(tmp_path: Path) -> None:
+    h = Webhook("all", "H", "json", url=URL)
+    many = [Event(f"needs_person:a:s{i}:1", "needs_person", NOW.isoformat()) for i in range(5)]
+    q = queue(tmp_path, many, [h], limit=3)
+    assert [e.event.id for e in q.pending] == [e.id for e in many[2:]]
+    assert len(q.dropped) == 2 and "queue full" in q.dropped[0]
+    q = queue(tmp_path, [], [h], now=NOW + timedelta(hours=25))
+    assert q.pending == [] and len(q.dropped) == 3 and "more than 24 h" in q.dropped[0]
+
+
+def test_a_damaged_outbox_is_reported_never_reset(tmp_path: Path) -> None:
+    path = outbox.state_path(tmp_path)
+    path.parent.mkdir(parents=True)
+    path.write_text('{"schema_version": 1, "outbox": [{"event": 3}]}', "utf-8")
+    with pytest.raises(StateFileError, match=r"outbox\[0\]"):
+        queue(tmp_path, [EVENT], [hook("json")])
+    assert path.read_text("utf-8") == '{"schema_version": 1, "outbox": [{"event": 3}]}'
+
+
+# ---------------------------------------------------------------------------------------------
+# Messages
+
+
+def test_messages_in_both_languages_with_title_instance_and_link() -> None:
+    for lang, words in (("en", "finished"), ("zh", "已在")):
+        head, text = render(
+            EVENT, language=lang, project="商城", page_url="http://127.0.0.1:8/", tz=UTC
+        )
+        assert head.startswith("[xaf-hub · 商城]") and "登录页" in head
+        assert words in text and "lan-b" in text and "http://127.0.0.1:8/" in text
+    down = Event(
+        "instance_down:b:1",
+        "instance_down",
+        NOW.isoformat(),
+        "lan-b",
+        data={"reason": "connection refused"},
+    )
+    head, text = render(down, language="zh", project="p", page_url="", tz=UTC)
+    assert "服务器无响应" in head and "lan-b" in text and "Overview" not in text
+    head, text = render(down, language="en", project="p", page_url="", tz=UTC)
+    assert head.endswith("Server down: lan-b") and "connection refused" in text
+    # Every catalogue entry renders in both languages without a missing field.
+    from xaf_hub.notify.messages import CATALOGUE
+
+    for lang in CATALOGUE:
+        for kind in CATALOGUE["en"]:
+            render(
+                Event("x", kind, NOW.isoformat()), language=lang, project="p", page_url="", tz=UTC
+            )
+
+
+# ---------------------------------------------------------------------------------------------
+# doctor
+
+
+def test_doctor_checks_env_vars_and_only_resolves_when_online(tmp_path: Path) -> None:
+    cfg = parse(
+        {
+            "webhooks": [
+                {"name": "ok", "url_env": "OK_URL", "format": "dingtalk"},
+                {"name": "unset", "url_env": "NOPE", "format": "slack"},
+                {
+                    "name": "nosecret",
+                    "url_env": "OK_URL",
+                    "format": "feishu",
+                    "secret_env": "MISSING",
+                },
+            ]
+        },
+        env={"OK_URL": "https://chat.invalid/robot/send?access_token=" + TOKEN},
+    )
+    asked: list[tuple[str, int]] = []
+
+    def resolver(host: str, port: int) -> Any:
+        asked.append((host, port))
+        raise OSError(-2, "Name or service not known")
+
+    offline = webhook_checks(cfg, tmp_path, resolver=resolver)
+    assert asked == []
+    levels = [(c.subject, c.level, c.code) for c in offline]
+    assert ("webhook unset", "error", ExitCode.USAGE) in levels
+    assert ("webhook nosecret", "error", ExitCode.USAGE) in levels
+    assert ("webhook ok", "info", ExitCode.OK) in levels  # dingtalk without signing
+    assert not any(TOKEN in c.message + c.fix for c in offline)
+    online = webhook_checks(cfg, tmp_path, online=True, resolver=resolver)
+    assert asked == [("chat.invalid", 443), ("chat.invalid", 443)]
+    bad = [c for c in online if "does not resolve" in c.message]
+    assert bad and bad[0].code == ExitCode.UNREACHABLE

@@ -1,0 +1,213 @@
+"""Dispatch planning (SPEC §6 steps 1-3), pure: views + request + scores -> plan."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from xaf_hub.config.load import Config, InstanceConfig
+from xaf_hub.core.records import SessionRecord
+from xaf_hub.core.rules import ProjectRules
+from xaf_hub.errors import (
+    BusyError,
+    NotProjectSession,
+    ProductionRefused,
+    UnreachableError,
+    UsageError,
+)
+from xaf_hub.ops.planner import DispatchRequest, InstanceView, plan_dispatch
+
+
+def inst(
+    name: str,
+    *,
+    limit: int = 2,
+    danger: bool = False,
+    roots: tuple[str, ...] = ("/srv/demo",),
+    aliases: tuple[tuple[str, str], ...] = (),
+) -> InstanceConfig:
+    return InstanceConfig(
+        name=name,
+        url="http://127.0.0.1:1",
+        roots=roots,
+        danger=danger,
+        concurrency_limit=limit,
+        default_directory=roots[0] if roots else "",
+        dir_aliases=aliases,
+        rules=ProjectRules.build(roots=roots),
+    )
+
+
+def sess(
+    instance: str,
+    sid: str,
+    title: str,
+    *,
+    running: bool = False,
+    updated: int = 1,
+    directory: str = "/srv/demo/app",
+    project: bool = True,
+) -> SessionRecord:
+    return SessionRecord(
+        instance=instance,
+        id=sid,
+        title=title,
+        directory=directory,
+        updated=updated,
+        running=running,
+        run_state="busy" if running else "idle",
+        project=project,
+    )
+
+
+def view(
+    i: InstanceConfig, *sessions: SessionRecord, reachable: bool = True, reserved: int = 0
+) -> InstanceView:
+    return InstanceView(i, reachable, "" if reachable else "connection refused", sessions, reserved)
+
+
+def config(*instances: InstanceConfig) -> Config:
+    return Config(path=None, home=Path("/h"), state_dir=Path("/h"), instances=instances)
+
+
+A, B, P = inst("lan-a"), inst("lan-b"), inst("prod-p", danger=True)
+CFG = config(A, B, P)
+
+
+def test_running_related_session_is_steered_even_on_full_instance() -> None:
+    run1 = sess("lan-a", "ses_1", "补充单元测试", running=True)
+    run2 = sess("lan-a", "ses_2", "other", running=True)
+    views = [view(A, run1, run2), view(B)]
+    plan = plan_dispatch(CFG, views, DispatchRequest(text="单元测试"), [(run1, 0.5)])
+    assert (plan.action, plan.session, plan.gated) == ("steer", run1, False)
+
+
+def test_idle_match_on_full_instance_is_skipped_for_next_candidate() -> None:
+    idle_a = sess("lan-a", "ses_1", "修复登录页样式")
+    idle_b = sess("lan-b", "ses_9", "登录页")
+    busy = [sess("lan-a", f"ses_r{i}", "x", running=True) for i in range(2)]
+    views = [view(A, idle_a, *busy), view(B, idle_b)]
+    plan = plan_dispatch(
+        CFG, views, DispatchRequest(text="登录页样式"), [(idle_a, 0.6), (idle_b, 0.3)]
+    )
+    assert (plan.action, plan.session) == ("reuse", idle_b)
+    assert [c.verdict for c in plan.candidates] == ["instance full", "chosen: idle, free slot"]
+
+
+def test_reservations_count_toward_full() -> None:
+    idle_a = sess("lan-a", "ses_1", "t")
+    views = [view(A, idle_a, reserved=2), view(B)]
+    plan = plan_dispatch(CFG, views, DispatchRequest(text="t"), [(idle_a, 0.9)])
+    assert plan.action == "create" and plan.instance.name == "lan-b"
+
+
+def test_below_threshold_falls_back_to_least_loaded() -> None:
+    s = sess("lan-a", "ses_1", "t")
+    views = [
+        view(A, s, sess("lan-a", "ses_2", "u", running=True)),
+        view(B, sess("lan-b", "ses_3", "v")),
+    ]
+    plan = plan_dispatch(CFG, views, DispatchRequest(text="t"), [(s, 0.05)])
+    assert plan.action == "create" and plan.instance.name == "lan-b"
+    assert plan.candidates[0].verdict == "below threshold"
+    assert plan.directory == "/srv/demo"
+
+
+def test_least_loaded_order_running_then_count_then_name() -> None:
+    c = inst("lan-c")
+    views = [view(B, sess("lan-b", "s1", "x")), view(A, sess("lan-a", "s2", "x")), view(c)]
+    assert (
+        plan_dispatch(config(A, B, c), views, DispatchRequest(text="t", new=True)).instance.name
+        == "lan-c"
+    )
+    views = [view(B), view(A)]
+    assert plan_dispatch(CFG, views, DispatchRequest(text="t", new=True)).instance.name == "lan-a"
+
+
+def test_production_never_auto_chosen_and_refused_when_named() -> None:
+    views = [view(P)]
+    with pytest.raises(UsageError, match="production"):
+        plan_dispatch(CFG, views, DispatchRequest(text="t", new=True))
+    with pytest.raises(ProductionRefused):
+        plan_dispatch(CFG, [view(P)], DispatchRequest(text="t", instance="prod-p"))
+    plan = plan_dispatch(
+        CFG, [view(P)], DispatchRequest(text="t", instance="prod-p", allow_prod=True)
+    )
+    assert plan.instance.name == "prod-p"
+
+
+def test_all_full_is_busy_and_all_down_is_unreachable() -> None:
+    busy = [sess("lan-a", f"r{i}", "x", running=True) for i in range(2)]
+    with pytest.raises(BusyError):
+        plan_dispatch(CFG, [view(A, *busy)], DispatchRequest(text="t", new=True))
+    with pytest.raises(UnreachableError):
+        plan_dispatch(CFG, [view(A, reachable=False)], DispatchRequest(text="t", new=True))
+
+
+def test_session_flag_and_non_project_guard() -> None:
+    other = sess("lan-b", "ses_x", "elsewhere", project=False, directory="/home/x")
+    views = [view(A), view(B, other)]
+    with pytest.raises(NotProjectSession):
+        plan_dispatch(CFG, views, DispatchRequest(text="t", session="ses_x"))
+    plan = plan_dispatch(CFG, views, DispatchRequest(text="t", session="ses_x", force=True))
+    assert (plan.action, plan.instance.name) == ("reuse", "lan-b")
+    with pytest.raises(UsageError, match="not found"):
+        plan_dispatch(CFG, views, DispatchRequest(text="t", session="ses_nope"))
+
+
+def test_title_reuses_newest_and_warns_about_dir() -> None:
+    old = sess("lan-a", "ses_old", "打卡页改造", updated=1)
+    new = sess("lan-a", "ses_new", "打卡页改造 二期", updated=5)
+    plan = plan_dispatch(
+        CFG,
+        [view(A, old, new)],
+        DispatchRequest(text="t", instance="lan-a", title="打卡", directory="/srv/demo/other"),
+    )
+    assert plan.session == new and plan.warnings and "--new" in plan.warnings[0]
+    plan = plan_dispatch(
+        CFG,
+        [view(A, old, new)],
+        DispatchRequest(
+            text="t", instance="lan-a", title="打卡", new=True, directory="/srv/demo/other"
+        ),
+    )
+    assert (plan.action, plan.directory, plan.title) == ("create", "/srv/demo/other", "打卡")
+
+
+def test_dir_must_be_under_roots_after_aliases() -> None:
+    a = inst("lan-a", aliases=(("/posix/demo", "/srv/demo"),))
+    cfg = config(a)
+    plan = plan_dispatch(
+        cfg, [view(a)], DispatchRequest(text="t", new=True, directory="/posix/demo/x")
+    )
+    assert plan.directory == "/srv/demo/x"
+    with pytest.raises(UsageError, match="not under"):
+        plan_dispatch(cfg, [view(a)], DispatchRequest(text="t", new=True, directory="/elsewhere"))
+
+
+def test_empty_text_and_unknown_instance() -> None:
+    with pytest.raises(UsageError, match="empty"):
+        plan_dispatch(CFG, [view(A)], DispatchRequest(text="   "))
+    with pytest.raises(UsageError, match="unknown instance"):
+        plan_dispatch(CFG, [view(A)], DispatchRequest(text="t", instance="nope"))
+
+
+def test_no_match_and_new_skip_smart_matching() -> None:
+    s = sess("lan-a", "ses_1", "t")
+    for req in (DispatchRequest(text="t", no_match=True), DispatchRequest(text="t", new=True)):
+        plan = plan_dispatch(CFG, [view(A, s)], req, [(s, 0.99)])
+        assert plan.action == "create" and not plan.candidates
+
+
+def test_run_state_unknown_counts_full_and_never_steers() -> None:
+    # Fail closed: the scan marked the project sessions running only as a guess.
+    guess = sess("lan-a", "ses_1", "补充单元测试", running=True)
+    unknown = InstanceView(A, True, "", (guess,), 0, "version 'local' is not a release number")
+    assert unknown.free == 0
+    req = DispatchRequest(text="补充单元测试 再来", session="ses_1")
+    plan = plan_dispatch(CFG, [unknown, view(B)], req)
+    assert (plan.action, plan.gated) == ("reuse", True)  # passes the gate, which refuses it
+    plan = plan_dispatch(CFG, [unknown, view(B)], DispatchRequest(text="x"), [(guess, 0.9)])
+    assert plan.action == "create" and plan.instance.name == "lan-b"
+    assert [c.verdict for c in plan.candidates] == ["instance full"]

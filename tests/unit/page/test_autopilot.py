@@ -1,0 +1,242 @@
+"""The overview page's Autopilot panel: built from the patrol's files, in plain words."""
+
+from __future__ import annotations
+
+import json
+import os
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from xaf_hub.config.load import Config, parse_config
+from xaf_hub.core.records import SessionRecord, Snapshot
+from xaf_hub.ops.models import model_state
+from xaf_hub.page import autopilot as overview
+from xaf_hub.page import export as report
+from xaf_hub.page.words import Lang
+from xaf_hub.store.backlog import Backlog, Task
+
+NOW = datetime(2026, 11, 30, 9, 30, tzinfo=UTC)
+NOW_MS = int(NOW.timestamp() * 1000)
+
+
+@pytest.fixture
+def cfg(tmp_path: Path) -> Config:
+    doc = {
+        "project": {"name": "demo"},
+        "state_dir": str(tmp_path / "state"),
+        "instances": [{"name": "a", "url": "http://127.0.0.1:9", "roots": ["/srv/demo"]}],
+        "patrol": {"interval_minutes": 20, "max_attempts": 2},
+    }
+    return parse_config(doc, path=tmp_path / "config.json", env={})
+
+
+def write_report(cfg: Config, **fields: Any) -> None:
+    folder = cfg.state_dir / "patrol"
+    folder.mkdir(parents=True, exist_ok=True)
+    doc = {
+        "started_at": (NOW - timedelta(minutes=12)).isoformat(),
+        "finished_at": (NOW - timedelta(minutes=11)).isoformat(),
+        "steps": [{"name": "fix_free_limit", "status": "ok"}, {"name": "fill_slots"}],
+        **fields,
+    }
+    (folder / "report-latest.json").write_text(json.dumps(doc), "utf-8")
+
+
+def words(view: overview.AutopilotView, lang: Lang = "en") -> list[str]:
+    return overview.plain(view, lang, NOW_MS)
+
+
+def queue(view: overview.AutopilotView) -> dict[str, int]:
+    return {kind: n for n, _, kind in view.queue}
+
+
+def test_before_any_cycle_the_panel_says_so(cfg: Config) -> None:
+    view = overview.build(cfg, NOW_MS)
+    assert view.state == "never"
+    assert words(view) == ["The autopilot has never run."]
+    assert view.figures == () and view.next_up == () and view.rests == () and view.problems == ()
+    assert view.queue[0] == (0, "waiting to start", "waiting")
+    zh = overview.build(cfg, NOW_MS, "zh")
+    assert words(zh, "zh") == ["自动巡检还从未运行过。"]
+    assert zh.queue[0] == (0, "等待开始", "waiting")
+
+
+def test_last_round_queue_and_resting_providers(cfg: Config) -> None:
+    write_report(
+        cfg,
+        dispatched=[{}, {}, {}],
+        healed=[{}],
+        tasks_done=[],
+        steps=[{"name": "fill_slots", "status": "failed"}, {"name": "check_agents"}],
+    )
+    pool = Backlog(cfg.backlog_path)
+    for tid, prio, status, attempts in [
+        ("T1", "P2", "pending", 0),
+        ("T2", "P0", "pending", 0),
+        ("T3", "P1", "dispatched", 0),
+        ("T4", "P1", "pending", 2),  # attempts used up: stuck, not "next"
+        ("T5", "P3", "done", 0),
+    ]:
+        pool.add(Task(id=tid, title=f"task {tid}", priority=prio, status=status, attempts=attempts))
+    model_state(cfg).mark_blackout("opencode", "429 rate limit", "test", NOW)
+
+    view = overview.build(cfg, NOW_MS)
+    assert view.state == "off"  # a report, but no daemon: it ran once, it is not "on"
+    assert words(view)[0] == (
+        "The autopilot is not running in the background. It last looked after the servers "
+        "11 minutes ago: some of it did not work: starting queued work."
+    )
+    assert view.headline.ms == int((NOW - timedelta(minutes=11)).timestamp() * 1000)
+    assert view.figures == ((3, "started from the queue"), (1, "fixed after a rate limit"))
+    assert dict((w, n) for n, w, _ in view.queue) == {
+        "waiting to start": 2,
+        "in progress": 1,
+        "done": 1,
+        "stuck after too many failed tries (a person must look)": 1,
+    }
+    assert view.next_up == (("P0", "task T2"), ("P2", "task T1"))
+    rest = words(view)[-1]
+    assert rest.startswith("Models from “opencode” are not used until ")
+    assert "too many requests" in rest
+    zh = words(overview.build(cfg, NOW_MS, "zh"), "zh")
+    assert zh[0] == (
+        "自动巡检没有在后台运行。它上次检查服务器是在11 分钟前：有些步骤没有成功：开始排队的工作。"
+    )
+    assert zh[-1].startswith("“opencode” 的模型在 ")
+
+
+def test_paused_says_by_whom_and_how_to_resume(cfg: Config) -> None:
+    write_report(cfg)
+    folder = cfg.state_dir / "patrol"
+    paused_at = (NOW - timedelta(hours=2)).isoformat()
+    (folder / "paused.json").write_text(json.dumps({"paused_at": paused_at, "by": "li"}), "utf-8")
+    view = overview.build(cfg, NOW_MS)
+    assert view.state == "paused"
+    assert words(view)[0].endswith("everything went as planned.")
+    assert words(view)[1] == (
+        "It was paused 2 hours ago by li: it fixes nothing and starts no work until someone "
+        "resumes it (xaf-hub patrol resume)."
+    )
+
+
+def test_damaged_files_become_sentences_not_errors(cfg: Config) -> None:
+    folder = cfg.state_dir / "patrol"
+    folder.mkdir(parents=True)
+    (folder / "report-latest.json").write_text("{not json", "utf-8")
+    cfg.backlog_path.write_text('{"tasks": [', "utf-8")
+    view = overview.build(cfg, NOW_MS)
+    assert view.state == "never"
+    assert len(view.problems) == 2
+    assert view.problems[0].startswith("The last autopilot report could not be read (")
+    assert "report-latest.json" in view.problems[0]
+    assert view.problems[1].startswith("The work queue could not be read (")
+    assert str(cfg.backlog_path) in view.problems[1]
+    assert cfg.backlog_path.read_text("utf-8") == '{"tasks": ['  # nothing "repaired"
+
+
+def test_page_shows_the_panel_escaped(cfg: Config) -> None:
+    write_report(cfg, dispatched=[{}])
+    Backlog(cfg.backlog_path).add(Task(id="X1", title="<script>alert(1)</script> 修复登录页"))
+    view = overview.build(cfg, NOW_MS)
+    snap = Snapshot(generated_at=NOW_MS, instances=(), sessions=())
+    html = report.render_html(snap, now_ms=NOW_MS, title="demo", autopilot=view)
+    assert 'id="autopilot"' in html
+    # The time of the last round is a live <time> the page's script keeps current.
+    live = f'<time class="ago" data-ms="{view.headline.ms}"'
+    assert f"It last looked after the servers {live}" in html
+    assert "&lt;script&gt;alert(1)&lt;/script&gt; 修复登录页" in html
+    assert "<script>alert(1)" not in html
+    without = report.render_html(snap, now_ms=NOW_MS, title="demo")
+    assert 'id="autopilot"' not in without
+
+
+def beat_at(when: datetime, **extra: Any) -> dict[str, Any]:
+    import socket
+
+    return {
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "started_at": (when - timedelta(hours=5)).isoformat(),
+        "tick_at": when.isoformat(),
+        "interval_seconds": 1200.0,
+        "stopped_at": "",
+        **extra,
+    }
+
+
+def test_on_only_while_the_daemon_heartbeat_is_fresh(cfg: Config) -> None:
+    write_report(cfg)
+    folder = cfg.state_dir / "patrol"
+    daemon = folder / "daemon.json"
+    daemon.write_text(json.dumps(beat_at(NOW - timedelta(minutes=11))), "utf-8")
+    view = overview.build(cfg, NOW_MS)
+    assert view.state == "on"
+    assert words(view)[0] == (
+        "The autopilot is on: it looks after the servers every 20 minutes. Last round "
+        "11 minutes ago: everything went as planned."
+    )
+    # Stopped, silent for too long, or its process gone: off.
+    for beat in (
+        beat_at(NOW, stopped_at=NOW.isoformat()),
+        beat_at(NOW - timedelta(hours=2)),
+        beat_at(NOW, pid=2**22 + 12345),
+    ):
+        daemon.write_text(json.dumps(beat), "utf-8")
+        assert overview.build(cfg, NOW_MS).state == "off", beat
+    # Another host's daemon cannot be asked about its process: its heartbeat's age decides.
+    daemon.write_text(json.dumps(beat_at(NOW, host="elsewhere", pid=1)), "utf-8")
+    assert overview.build(cfg, NOW_MS).state == "on"
+    assert overview.heartbeat_fresh(None, NOW_MS) is False
+    assert overview.heartbeat_fresh({"tick_at": NOW.isoformat()}, NOW_MS) is False
+
+
+def test_queue_counts_a_finished_session_as_done(cfg: Config) -> None:
+    write_report(cfg)
+    pool = Backlog(cfg.backlog_path)
+    states = {"T1": "succeeded", "T2": "running", "T3": "failed:APIError", "T4": "unknown"}
+    for tid in [*states, "T5"]:
+        pool.add(Task(id=tid, title=f"task {tid}"))
+        pool.mark_dispatched(tid, f"ses_{tid}", "a", None, NOW)
+    sessions = {
+        ("a", f"ses_{tid}"): SessionRecord(
+            "a", f"ses_{tid}", f"{tid} task", "/srv/demo", outcome=outcome,
+            running=outcome == "running", run_state="busy" if outcome == "running" else "idle",
+            project=True,
+        )
+        for tid, outcome in states.items()
+    }
+    before = queue(overview.build(cfg, NOW_MS))
+    assert before == {"waiting": 0, "in_progress": 5, "done": 0, "stuck": 0}
+    after = queue(overview.build(cfg, NOW_MS, "en", sessions))
+    # T1 finished; T3 ended with an error; T2 works; T4 not answered yet; T5 not seen.
+    assert after == {"waiting": 0, "in_progress": 3, "done": 1, "ended_badly": 1, "stuck": 0}
+    assert overview.task_ids_by_session(cfg) == {f"ses_{t}": t for t in [*states, "T5"]}
+
+
+def test_odd_report_contents_and_tasks_not_ready_yet(cfg: Config) -> None:
+    write_report(cfg, steps=None, started_at=None, finished_at="not a time", dispatched="x")
+    pool = Backlog(cfg.backlog_path)
+    later = (NOW + timedelta(hours=1)).isoformat()
+    pool.add(Task(id="B1", title="backing off", priority="P0", not_before=later))
+    pool.add(Task(id="D1", title="waits for B1", priority="P0", depends_on=("B1",)))
+    pool.add(Task(id="R1", title="ready", priority="P3"))
+    view = overview.build(cfg, NOW_MS)
+    assert words(view)[0] == (
+        "The autopilot is not running in the background. It last looked after the servers "
+        "at a time its report does not say: everything went as planned."
+    )
+    assert view.figures == ()
+    assert view.queue[0] == (3, "waiting to start", "waiting")
+    assert view.next_up == (("P3", "ready"),)
+
+
+def test_a_report_that_is_not_an_object_is_a_problem_line(cfg: Config) -> None:
+    folder = cfg.state_dir / "patrol"
+    folder.mkdir(parents=True)
+    (folder / "report-latest.json").write_text('{"steps": [1, "x", {"name": 3}]}', "utf-8")
+    assert overview.build(cfg, NOW_MS).problems == ()  # odd steps are skipped, not fatal
+    (folder / "report-latest.json").write_text("[1, 2]", "utf-8")
+    assert overview.build(cfg, NOW_MS).state == "never"

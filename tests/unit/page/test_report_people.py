@@ -1,0 +1,83 @@
+"""What the patrol report and the Autopilot panel say about people's decisions and parked tasks."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from xaf_hub.config.load import Config, parse_config
+from xaf_hub.page import autopilot as overview
+from xaf_hub.patrol.context import Action, Cycle
+from xaf_hub.patrol.report import render_markdown, report_document, waiting_tasks
+from xaf_hub.store.backlog import Backlog, Task
+
+NOW = datetime(2026, 11, 30, 9, 30, tzinfo=UTC)
+WHO = "interrupted by alice@box at 2026-11-30 09:20 UTC"
+PARKED = "4 infrastructure failures in a row; last: HTTP 401"
+
+
+@pytest.fixture
+def cfg(tmp_path: Path) -> Config:
+    doc = {
+        "project": {"name": "demo"},
+        "state_dir": str(tmp_path / "state"),
+        "instances": [{"name": "a", "url": "http://127.0.0.1:9", "roots": ["/srv/demo"]}],
+    }
+    return parse_config(doc, path=tmp_path / "config.json", env={})
+
+
+def _doc() -> dict[str, object]:
+    cycle = Cycle(started=NOW, finished=NOW)
+    # check_agents and fill_slots both name the session: one line, the one with the task.
+    cycle.actions.append(Action("check_agents", "person", "skipped", "a", "ses_1", detail=WHO))
+    cycle.actions.append(
+        Action("fill_slots", "person", "skipped", "a", "ses_1", task="T1", title="t", detail=WHO)
+    )
+    tasks = [
+        Task(id="T1", title="t", status="dispatched", session_id="ses_1", dispatched_to="a"),
+        Task(id="T2", title="keyed task", infra_failures=4, parked=PARKED),
+        Task(id="T3", title="ready task"),
+    ]
+    waiting = waiting_tasks(tasks, NOW, 3)
+    return report_document(
+        cycle, project="demo", code=0, waiting=waiting, lead_path="", lead_items=()
+    )
+
+
+def test_report_lists_needs_a_person_once_and_parked_tasks_apart() -> None:
+    doc = _doc()
+    [person] = doc["needs_person"]  # type: ignore[misc]
+    assert (person["task"], person["detail"]) == ("T1", WHO)
+    waiting = doc["waiting"]
+    assert [t["id"] for t in waiting["parked"]] == ["T2"]  # type: ignore[index]
+    assert waiting["parked"][0]["why"] == f"parked: {PARKED}"  # type: ignore[index]
+    assert [t["id"] for t in waiting["ready"]] == ["T3"]  # type: ignore[index]
+    md = render_markdown(doc)
+    assert "## Needs a person (the patrol leaves these alone) (1)" in md
+    assert WHO in md and f"parked: {PARKED}" in md
+    assert "xaf-hub backlog set ID --status pending" in md
+
+
+def test_autopilot_panel_names_what_is_left_for_a_person(cfg: Config) -> None:
+    folder = cfg.state_dir / "patrol"
+    folder.mkdir(parents=True)
+    report = {
+        "started_at": (NOW - timedelta(minutes=2)).isoformat(),
+        "finished_at": (NOW - timedelta(minutes=1)).isoformat(),
+        "steps": [],
+        "needs_person": [{"session": "ses_1", "title": "build the export", "detail": WHO}],
+    }
+    (folder / "report-latest.json").write_text(json.dumps(report), "utf-8")
+    Backlog(cfg.backlog_path).add(Task(id="T2", title="keyed task", parked=PARKED), now=NOW)
+    now_ms = int(NOW.timestamp() * 1000)
+    view = overview.build(cfg, now_ms)
+    said = overview.plain(view, "en", now_ms)
+    assert f"Left for a person: build the export: {WHO}" in said
+    assert f"Left for a person: keyed task: parked: {PARKED}" in said
+    assert (1, "stuck after too many failed tries (a person must look)", "stuck") in view.queue
+    assert (0, "waiting to start", "waiting") in view.queue
+    zh = overview.plain(overview.build(cfg, now_ms, "zh"), "zh", now_ms)
+    assert f"留给人处理：keyed task：已搁置：{PARKED}" in zh

@@ -1,0 +1,466 @@
+"""The pure parts of the four patrol jobs, with plain data: last runs, session classes,
+which failures to heal and with what model, resume refusals, task settlement, fill order."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from xaf_hub.core.records import SessionRecord
+from xaf_hub.core.runstate import LastRun, classify, last_run
+from xaf_hub.ops.heal import blackout_family, heal_candidate, heal_key, heal_target
+from xaf_hub.patrol.jobs.check_agents import resume_refusal
+from xaf_hub.patrol.jobs.fill_slots import (
+    Sighting,
+    is_infrastructure_failure,
+    plan_fill,
+    session_title,
+    settle,
+)
+from xaf_hub.store.backlog import Task, format_instant, is_blocked
+
+NOW = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
+NOW_MS = int(NOW.timestamp() * 1000)
+FAMILIES = {"opencode": ["opencode/", "opencode-go/"]}
+
+E429 = {
+    "name": "APIError",
+    "data": {
+        "message": "Rate limit exceeded: free usage limit reached.",
+        "statusCode": 429,
+        "isRetryable": True,
+    },
+}
+E404 = {
+    "name": "APIError",
+    "data": {
+        "message": "The model `missing-model` does not exist",
+        "statusCode": 404,
+        "isRetryable": False,
+        "responseBody": '{"error": {"code": "model_not_found"}}',
+    },
+}
+E500 = {"name": "APIError", "data": {"message": "The server had an error", "statusCode": 500}}
+E400 = {"name": "APIError", "data": {"message": "bad request: tool schema", "statusCode": 400}}
+ENET = {
+    "name": "APIError",
+    "data": {"message": "Cannot connect to API: Unable to connect.", "isRetryable": True},
+}
+ABORT = {"name": "MessageAbortedError", "data": {"message": "Aborted"}}
+OVERFLOW = {"name": "ContextOverflowError", "data": {"message": "context too long"}}
+
+
+def assistant(
+    mid: str = "msg_a",
+    *,
+    error: dict[str, Any] | None = None,
+    finish: str | None = None,
+    completed: bool = True,
+    model: str = "opencode/free-model",
+) -> dict[str, Any]:
+    provider, ident = model.split("/")
+    info: dict[str, Any] = {
+        "id": mid,
+        "role": "assistant",
+        "providerID": provider,
+        "modelID": ident,
+        "time": {"created": NOW_MS - 5000},
+    }
+    if completed:
+        info["time"]["completed"] = NOW_MS - 1000
+    if error is not None:
+        info["error"] = error
+    if finish is not None:
+        info["finish"] = finish
+    return {"info": info, "parts": []}
+
+
+def user(mid: str = "msg_u", model: str = "backup/good-model") -> dict[str, Any]:
+    provider, ident = model.split("/")
+    return {
+        "info": {
+            "id": mid,
+            "role": "user",
+            "time": {"created": NOW_MS},
+            "model": {"providerID": provider, "modelID": ident},
+        },
+        "parts": [],
+    }
+
+
+def rec(
+    state: str = "idle",
+    *,
+    message: str = "",
+    updated: int = NOW_MS,
+    model: str = "",
+    sid: str = "ses_1",
+) -> SessionRecord:
+    return SessionRecord(
+        instance="lan-b",
+        id=sid,
+        title="work",
+        directory="/srv/app",
+        updated=updated,
+        running=state != "idle",
+        run_state=state,  # type: ignore[arg-type]
+        retry_message=message,
+        model=model,
+        project=True,
+    )
+
+
+# --------------------------------------------------------------------------- last_run
+
+
+@pytest.mark.parametrize(
+    ("messages", "outcome", "model", "mid"),
+    [
+        ([], "none", "", ""),
+        ([assistant(finish="stop"), user()], "pending", "backup/good-model", "msg_u"),
+        (
+            [user(), assistant(finish="stop", model="fake/fake-model")],
+            "succeeded",
+            "fake/fake-model",
+            "msg_a",
+        ),
+        ([user(), assistant(error=E429)], "rate_limited", "opencode/free-model", "msg_a"),
+        (
+            [user(), assistant(error=E404)],
+            "failed:model_unavailable",
+            "opencode/free-model",
+            "msg_a",
+        ),
+        ([user(), assistant(error=ABORT)], "aborted", "opencode/free-model", "msg_a"),
+        ([user(), assistant()], "aborted", "opencode/free-model", "msg_a"),  # abort in a retry wait
+        ([user(), assistant(completed=False)], "running", "opencode/free-model", "msg_a"),
+        (
+            [user(), assistant(error=OVERFLOW)],
+            "failed:ContextOverflowError",
+            "opencode/free-model",
+            "msg_a",
+        ),
+    ],
+)
+def test_last_run(messages: list[dict[str, Any]], outcome: str, model: str, mid: str) -> None:
+    run = last_run(messages)
+    assert (run.outcome, run.model, run.message_id) == (outcome, model, mid)
+
+
+# --------------------------------------------------------------------------- check_agents
+
+STALE = 90.0
+
+
+@pytest.mark.parametrize(
+    ("record", "run", "state", "detail"),
+    [
+        (rec("retry", message="Rate limit exceeded"), None, "running", "retrying: Rate limit"),
+        (rec("busy", updated=NOW_MS - 60_000), None, "running", "busy"),
+        (rec("busy", updated=NOW_MS - 91 * 60_000), None, "stale_busy", "91 min"),
+        (rec("busy", updated=0), None, "running", "busy"),
+        (rec(), None, "idle", "could not be read"),
+        (rec(), LastRun("succeeded"), "finished", ""),
+        (rec(), LastRun("aborted"), "interrupted", "aborted"),
+        (rec(), LastRun("running"), "interrupted", "without finishing"),
+        (rec(), LastRun("rate_limited", error=E429), "failed", "HTTP 429"),
+        (
+            rec(),
+            LastRun("failed:ContextOverflowError", error=OVERFLOW),
+            "failed",
+            "context too long",
+        ),
+        (rec(), LastRun("pending"), "idle", "no answer yet"),
+        (rec(), LastRun("none"), "idle", "never ran"),
+    ],
+)
+def test_classify(record: SessionRecord, run: LastRun | None, state: str, detail: str) -> None:
+    got_state, got_detail = classify(record, run, NOW_MS, STALE)
+    assert got_state == state and detail in got_detail
+
+
+ABORTED = LastRun("aborted", "msg_a", created_ms=NOW_MS - 60_000)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "refused"),
+    [
+        ({}, ""),
+        ({"touched": True}, "this cycle"),
+        ({"production": True}, "production"),
+        ({"already_resumed": True}, "resumed it once"),
+        # A run that stopped without finishing a moment ago may still be starting.
+        ({"run": LastRun("running", "msg_a", created_ms=NOW_MS), "quiet_ms": 5_000}, "moment"),
+        ({"run": LastRun("running", "msg_a", created_ms=NOW_MS), "quiet_ms": 120_000}, ""),
+        ({"quiet_ms": 5_000}, ""),  # an abort is final at once
+    ],
+)
+def test_resume_refusal(kwargs: dict[str, Any], refused: str) -> None:
+    args = {
+        "production": False,
+        "touched": False,
+        "already_resumed": False,
+        "run": ABORTED,
+        **kwargs,
+    }
+    why = resume_refusal(**args)
+    assert (refused in why) if refused else why == ""
+
+
+# --------------------------------------------------------------------------- fix_free_limit
+
+
+def test_heal_candidate_stuck_retry_with_a_rate_limit() -> None:
+    run = last_run([user(), assistant("msg_r", completed=False)])
+    cand = heal_candidate(
+        rec("retry", message="Rate limit exceeded: free usage limit reached"), run
+    )
+    assert cand is not None
+    assert (cand.state, cand.signal, cand.model) == ("retry", "rate_limited", "opencode/free-model")
+    assert cand.key == heal_key("lan-b", "ses_1", "msg_r") == "heal:lan-b:ses_1:msg_r"
+
+
+@pytest.mark.parametrize(
+    ("record", "messages", "expected"),
+    [
+        (rec("retry", message="Cannot connect to API: Unable to connect."), [], None),
+        (rec("busy"), [user(), assistant(error=E429)], None),
+        (rec(), [user(), assistant(error=E429)], ("failed", "rate_limited")),
+        (rec(), [user(), assistant(error=E404)], ("failed", "model_unavailable")),
+        (rec(), [user(), assistant(error=E500)], None),
+        (rec(), [user(), assistant(error=ABORT)], None),
+        (rec(), [user(), assistant(finish="stop")], None),
+        (rec(), [assistant(error=E429), user()], None),  # re-prompted already: the error is history
+        (rec(), [], None),
+    ],
+)
+def test_which_failures_to_heal(
+    record: SessionRecord, messages: list[dict[str, Any]], expected: tuple[str, str] | None
+) -> None:
+    cand = heal_candidate(record, last_run(messages) if messages else None)
+    assert (None if cand is None else (cand.state, cand.signal)) == expected
+    if cand is not None:
+        assert cand.key == "heal:lan-b:ses_1:msg_a" and cand.model == "opencode/free-model"
+
+
+@pytest.mark.parametrize(
+    ("signal", "model", "family"),
+    [
+        ("rate_limited", "opencode/free-model", "opencode"),
+        ("rate_limited", "opencode-go/kimi", "opencode"),
+        ("rate_limited", "backup/good-model", None),
+        ("rate_limited", "", None),
+        ("model_unavailable", "opencode/free-model", None),
+    ],
+)
+def test_blackout_only_for_a_rate_limit_on_a_blackout_family(
+    signal: str, model: str, family: str | None
+) -> None:
+    run = last_run([user(), assistant(error=E429 if signal == "rate_limited" else E404)])
+    cand = heal_candidate(rec(), run)
+    assert cand is not None
+    cand = type(cand)(**{**cand.__dict__, "model": model})
+    assert blackout_family(cand, FAMILIES) == family
+
+
+CHAIN = ["opencode/free-model", "backup/good-model", "backup/other-model"]
+
+
+@pytest.mark.parametrize(
+    ("current", "blacked", "default", "target"),
+    [
+        ("opencode/free-model", {"opencode"}, "fake/fake-model", "backup/good-model"),
+        ("backup/good-model", set(), "fake/fake-model", "backup/other-model"),
+        ("backup/other-model", set(), "fake/fake-model", "fake/fake-model"),  # chain exhausted
+        ("backup/other-model", set(), "backup/other-model", None),  # default is the failing one
+        ("backup/other-model", {"opencode"}, "opencode/free-model", None),  # default blacked out
+        ("backup/other-model", set(), None, None),
+        ("fake/missing-model", {"opencode"}, None, "backup/good-model"),  # not in the chain
+        ("", set(), None, "opencode/free-model"),
+    ],
+)
+def test_heal_target(
+    current: str, blacked: set[str], default: str | None, target: str | None
+) -> None:
+    assert heal_target(current, CHAIN, default, blacked, FAMILIES) == target
+
+
+# --------------------------------------------------------------------------- fill_slots
+
+
+@pytest.mark.parametrize(
+    ("error", "infra"),
+    [
+        (E429, True),
+        (E404, True),
+        (E500, True),
+        (ENET, True),
+        (None, True),
+        ({"name": "ProviderAuthError", "data": {"providerID": "x", "message": "bad key"}}, True),
+        ({"name": "APIError", "data": {"message": "Incorrect API key", "statusCode": 401}}, True),
+        (E400, False),
+        (OVERFLOW, False),
+        ({"name": "MessageOutputLengthError", "data": {}}, False),
+        ({"name": "UnknownError", "data": {"message": "something odd"}}, False),
+        ({"name": "UnknownError", "data": {"message": "Model not found: fake/nope."}}, True),
+    ],
+)
+def test_infrastructure_or_task_failure(error: dict[str, Any] | None, infra: bool) -> None:
+    assert is_infrastructure_failure(error) is infra
+
+
+def dispatched(tid: str = "T1", *, ago: timedelta = timedelta(minutes=10)) -> Task:
+    return Task(
+        id=tid,
+        title=f"{tid} work",
+        status="dispatched",
+        session_id="ses_1",
+        dispatched_to="lan-b",
+        dispatched_at=format_instant(NOW - ago),
+    )
+
+
+@pytest.mark.parametrize(
+    ("task", "seen", "action", "infra", "reason"),
+    [
+        (Task(id="T1", title="t"), Sighting(), "keep", False, ""),
+        (dispatched(), Sighting(configured=False), "requeue", True, "no longer configured"),
+        (dispatched(), Sighting(reachable=False), "keep", False, "unreachable"),
+        (
+            dispatched(ago=timedelta(hours=2)),
+            Sighting(reachable=False),
+            "requeue",
+            True,
+            "unreachable for more than 90 min",
+        ),
+        (dispatched(), Sighting(session=None), "requeue", True, "session gone"),
+        (dispatched(), Sighting(session=rec("busy")), "keep", False, ""),
+        (dispatched(), Sighting(session=rec(), touched=True), "keep", False, "this cycle"),
+        (dispatched(), Sighting(session=rec(), deferred=True), "keep", False, "free slot"),
+        (dispatched(), Sighting(session=rec(), run=LastRun("succeeded")), "done", False, ""),
+        (
+            dispatched(),
+            Sighting(session=rec(), run=LastRun("rate_limited", error=E429)),
+            "requeue",
+            True,
+            "HTTP 429",
+        ),
+        (
+            dispatched(),
+            Sighting(session=rec(), run=LastRun("failed:APIError", error=E400)),
+            "requeue",
+            False,
+            "HTTP 400",
+        ),
+        (dispatched(), Sighting(session=rec(), run=LastRun("aborted")), "keep", False, "a human"),
+        (
+            dispatched(ago=timedelta(seconds=10)),
+            Sighting(session=rec(), run=LastRun("pending")),
+            "keep",
+            False,
+            "",
+        ),
+        (
+            dispatched(),
+            Sighting(session=rec(), run=LastRun("pending")),
+            "requeue",
+            True,
+            "never answered",
+        ),
+        (dispatched(), Sighting(session=rec(), run=None), "keep", False, "could not be read"),
+        (
+            dispatched(ago=timedelta(seconds=30)),
+            Sighting(session=rec(), run=LastRun("none")),
+            "requeue",
+            True,
+            "never received its prompt",
+        ),
+        # Read between the row and its prompt: the session does not show the prompt yet.
+        (
+            dispatched(ago=timedelta(seconds=3)),
+            Sighting(session=rec(), run=LastRun("none")),
+            "keep",
+            False,
+            "just dispatched",
+        ),
+        (
+            dispatched(ago=timedelta(seconds=3)),
+            Sighting(session=rec(), run=LastRun("succeeded")),
+            "keep",
+            False,
+            "just dispatched",
+        ),
+    ],
+)
+def test_settle(task: Task, seen: Sighting, action: str, infra: bool, reason: str) -> None:
+    verdict = settle(task, seen, NOW, 90.0)
+    assert (verdict.action, verdict.infrastructure) == (action, infra)
+    assert reason in verdict.reason
+
+
+def pending(tid: str, prio: str = "P2", pin: str = "", **kw: Any) -> Task:
+    return Task(
+        id=tid,
+        title=f"{tid} work",
+        priority=prio,
+        instance=pin,  # type: ignore[arg-type]
+        **kw,
+    )
+
+
+def test_plan_fill_pins_first_then_unpinned_then_borrowed() -> None:
+    tasks = [
+        pending("alpha", "P2"),
+        pending("bravo", "P0", "lan-b"),
+        pending("charlie", "P1"),
+        pending("delta", "P3"),
+        pending("echo", "P1", "local-a"),
+    ]
+    plan = plan_fill(tasks, [("local-a", 2), ("lan-b", 2)], NOW, 3)
+    assert [(i, t.id) for i, t in plan] == [
+        ("local-a", "echo"),
+        ("local-a", "charlie"),
+        ("lan-b", "bravo"),
+        ("lan-b", "alpha"),
+    ]
+
+
+def test_plan_fill_never_steals_a_pin_from_an_instance_with_room() -> None:
+    tasks = [pending("for-b", "P0", "lan-b"), pending("free", "P3")]
+    plan = plan_fill(tasks, [("local-a", 2), ("lan-b", 1)], NOW, 3)
+    assert [(i, t.id) for i, t in plan] == [("local-a", "free"), ("lan-b", "for-b")]
+
+
+def test_plan_fill_borrows_when_the_pinned_instance_is_full() -> None:
+    tasks = [pending("for-b", "P1", "lan-b"), pending("for-c", "P0", "lan-c")]
+    plan = plan_fill(tasks, [("local-a", 3)], NOW, 3)
+    assert [t.id for _, t in plan] == ["for-c", "for-b"]
+
+
+def test_plan_fill_skips_blocked_backing_off_and_waiting_tasks() -> None:
+    later = format_instant(NOW + timedelta(hours=1))
+    tasks = [
+        pending("blocked", "P0", attempts=3),
+        pending("backoff", "P0", not_before=later),
+        pending("child", "P0", depends_on=("parent",)),
+        Task(id="parent", title="parent", status="done", instance="lan-c"),
+        Task(id="other-child", title="x", depends_on=("running",)),
+        Task(id="running", title="running", status="dispatched"),
+        pending("ok", "P3"),
+    ]
+    plan = plan_fill(tasks, [("local-a", 5)], NOW, 3)
+    assert [t.id for _, t in plan] == ["child", "ok"]
+    assert is_blocked(tasks[0], 3) and not is_blocked(tasks[-1], 3)
+
+
+def test_plan_fill_respects_free_slots() -> None:
+    tasks = [pending(f"t{i}") for i in range(5)]
+    assert plan_fill(tasks, [("a", 0), ("b", 1)], NOW, 3) == [("b", tasks[0])]
+    assert plan_fill(tasks, [], NOW, 3) == []
+
+
+def test_session_title_leads_with_the_id() -> None:
+    assert session_title(Task(id="F-8", title="F-8 清理旧 CF 值")) == "F-8 清理旧 CF 值"
+    assert session_title(Task(id="T-1", title="fix login")) == "T-1 fix login"

@@ -1,0 +1,1 @@
+"""One module a command: ``add_arguments(parser)`` and ``run(ctx)``."""

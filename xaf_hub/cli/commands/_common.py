@@ -1,0 +1,251 @@
+"""Pieces several commands share: instance selection, scanning, scan exit codes, and the
+wording of run verdicts, heals and waits (`confirm` and `dispatch --confirm-wait`)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from datetime import datetime, tzinfo
+from typing import TYPE_CHECKING, Any
+
+from xaf_hub.cli.context import Context
+from xaf_hub.config.load import InstanceConfig
+from xaf_hub.core import aio
+from xaf_hub.core.clock import iso_time
+from xaf_hub.core.records import Snapshot
+from xaf_hub.errors import ExitCode, HubError, MissingPassword
+
+if TYPE_CHECKING:  # the scanner pulls in httpx; --help must stay light
+    from xaf_hub.core.runstate import Verdict
+    from xaf_hub.fleet.scan import InstanceScan
+    from xaf_hub.ops.confirm import WaitResult
+    from xaf_hub.ops.heal import Healing
+
+
+def add_json(p: argparse.ArgumentParser) -> None:
+    """Add --json."""
+    p.add_argument("-j", "--json", action="store_true", help="print JSON for scripts on stdout")
+
+
+def add_wide(p: argparse.ArgumentParser) -> None:
+    """Add --wide (tables are otherwise cut to the terminal's width on a TTY)."""
+    p.add_argument(
+        "-w",
+        "--wide",
+        action="store_true",
+        help="show every column whole (on a terminal, tables are cut to its width)",
+    )
+
+
+def add_instance(p: argparse.ArgumentParser, what: str = "only this instance") -> None:
+    """Add --instance NAME."""
+    p.add_argument("-i", "--instance", metavar="NAME", help=what)
+
+
+def chosen_instances(ctx: Context) -> list[InstanceConfig]:
+    """All instances, or the one named by --instance (UsageError when unknown)."""
+    name = getattr(ctx.args, "instance", None)
+    cfg = ctx.config
+    if name:
+        return [cfg.instance(name)]
+    return list(cfg.instances)
+
+
+def scan(
+    ctx: Context,
+    instances: list[InstanceConfig],
+    *,
+    outcomes: bool = False,
+    project_only: bool = False,
+    progress: bool = False,
+) -> tuple[Snapshot, list[InstanceScan]]:
+    """Scan the given instances; with ``outcomes`` also fetch each project session's last result.
+
+    ``progress``: on a terminal, name the instances still awaited after a second (stderr)."""
+
+    from xaf_hub.cli.progress import Progress
+    from xaf_hub.fleet.scan import fill_outcomes, scan_fleet
+
+    async def go() -> tuple[Snapshot, list[InstanceScan]]:
+        waiting = Progress(ctx.stderr, [i.name for i in instances] if progress else [], ctx.env)
+        ticker = asyncio.create_task(waiting.run())
+        try:
+            snap, scans = await scan_fleet(
+                ctx.config,
+                instances,
+                transport_factory=ctx.transport_factory,
+                project_only=project_only,
+                on_done=waiting.done,
+            )
+        finally:
+            await aio.cancel_and_wait(ticker)
+        if outcomes:
+            snap = await fill_outcomes(ctx.config, scans, ctx.transport_factory)
+        return snap, scans
+
+    return aio.run(go())
+
+
+def report_missing_passwords(ctx: Context, snap: Snapshot) -> None:
+    """One error line per instance that asked for a password the config does not give."""
+    for item in snap.unreachable:
+        if MissingPassword.is_reason(item["reason"]):
+            missing = MissingPassword.from_reason(item["instance"], item["reason"])
+            ctx.info(f"xaf-hub: error: {missing}")
+
+
+def report_unreachable(ctx: Context, snap: Snapshot) -> None:
+    """One stderr line per instance that did not answer, and any fail-closed warnings."""
+    report_missing_passwords(ctx, snap)
+    for item in snap.unreachable:
+        if not MissingPassword.is_reason(item["reason"]):
+            ctx.warn(f"{item['instance']} unreachable: {item['reason']}")
+    for w in snap.warnings:
+        ctx.warn(w)
+
+
+def session_not_found(
+    session_id: str, down: list[tuple[str, str]], instance: str | None = None
+) -> HubError:
+    """The error for a session no instance answered for (see ``ops.interrupt``)."""
+    from xaf_hub.ops.interrupt import session_not_found as not_found
+
+    for name, reason in down:
+        if MissingPassword.is_reason(reason):  # a config fix, whatever else failed
+            return MissingPassword.from_reason(name, reason)
+    return not_found(session_id, down, instance)
+
+
+def scan_exit(snap: Snapshot) -> int:
+    """4 when an instance needs a password the config lacks; else 0 when at least one instance
+    answered, 2 when none did (or the only one asked)."""
+    if any(MissingPassword.is_reason(i.reason) for i in snap.instances if not i.reachable):
+        return int(ExitCode.USAGE)
+    if not snap.instances:
+        return int(ExitCode.OK)
+    if any(i.reachable for i in snap.instances):
+        return int(ExitCode.OK)
+    return int(ExitCode.UNREACHABLE)
+
+
+# ---------------------------------------------------------------------------------------------
+# Wording of verdicts, heals and waits (`confirm`, `dispatch --confirm-wait`)
+
+
+def local_time(ms: int, tz: tzinfo, seconds: bool = True) -> str:
+    """An epoch-ms instant as local wall time in ``tz``."""
+    moment = datetime.fromtimestamp(ms / 1000, tz)
+    return f"{moment:%Y-%m-%d %H:%M:%S}" if seconds else f"{moment:%Y-%m-%d %H:%M}"
+
+
+def _in(ms: int, now_ms: int) -> str:
+    left = (ms - now_ms) // 1000
+    if left <= 0:
+        return "due now"
+    if left < 120:
+        return f"in {left} s"
+    if left < 7200:
+        return f"in {left // 60} min"
+    return f"in {left // 3600} h {left % 3600 // 60} min"
+
+
+def _model(model: str) -> str:
+    return model or "the server's default model"
+
+
+def verdict_text(v: Verdict, tz: tzinfo, now_ms: int) -> str:
+    """One phrase for a verdict."""
+    if v.state == "running":
+        return f"running on {_model(v.model)} ({v.detail})"
+    if v.state == "retrying":
+        attempt = f" (attempt {v.attempt})" if v.attempt else ""
+        when = (
+            f"; next try at {local_time(v.next_ms, tz)} ({_in(v.next_ms, now_ms)})"
+            if v.next_ms
+            else ""
+        )
+        return f"retrying on {_model(v.model)}{attempt}: {v.detail or 'no message'}{when}"
+    if v.state == "finished":
+        return f"finished (last run on {_model(v.model)})"
+    if v.state == "failed":
+        return f"failed on {_model(v.model)}: {v.detail}"
+    return f"{v.state}: {v.detail}"
+
+
+def healing_text(h: Healing, tz: tzinfo) -> str:
+    """What one heal did, e.g. "rate-limited on A, re-sent on B (blackout of ...)"."""
+    words = _SIGNAL_WORDS.get(h.signal, h.signal)
+    head = f"{words} on {h.from_model or 'an unknown model'}"
+    if h.already:
+        return f"{head}: already healed (by the patrol or another command)"
+    tail = f" (blackout of family {h.family} until {blackout_until(h, tz)})" if h.family else ""
+    if h.to_model is None:
+        return f"{head}: no usable model left in the chain{tail}"
+    return f"{head}, healed: re-sent on {h.to_model}{tail}"
+
+
+def blackout_until(h: Healing, tz: tzinfo) -> str:
+    """A heal's blackout end as local wall time."""
+    return local_time(h.until_ms, tz, seconds=False) if h.until_ms is not None else "?"
+
+
+def wait_text(r: WaitResult, window: float, tz: tzinfo, now_ms: int) -> str:
+    """One line for how `dispatch --confirm-wait` ended."""
+    model = _model(r.model)
+    final = {
+        "running": f"running on {model}",
+        "finished": f"ran on {model} and already finished",
+        "failed": f"failed: {r.detail}",
+        "no_sign": f"no sign of a run within {window:g} s"
+        + (f" (last seen: {r.detail})" if r.detail else ""),
+        "retrying": f"retrying on {model}: {r.detail}"
+        + (
+            f"; next try at {local_time(r.next_ms, tz)} ({_in(r.next_ms, now_ms)})"
+            if r.next_ms
+            else ""
+        ),
+        "unreachable": f"unreachable while waiting: {r.detail}",
+    }[r.state]
+    if not r.heals:
+        return final
+    blackouts = [
+        f"blackout of family {h.family} until {blackout_until(h, tz)}" for h in r.heals if h.family
+    ]
+    tail = f" ({'; '.join(blackouts)})" if blackouts else ""
+    heads = [
+        f"{_SIGNAL_WORDS.get(h.signal, h.signal)} on {h.from_model or 'an unknown model'}"
+        for h in r.heals
+    ]
+    if r.state in ("running", "finished"):
+        now = "now " if r.state == "running" else ""
+        return f"{', then '.join(heads)}, healed: {now}{final}{tail}"
+    last = r.heals[-1]
+    sent = f", re-sent on {last.to_model}" if last.to_model else ""
+    return f"{', then '.join(heads)}{sent}; {final}{tail}"
+
+
+def wait_json(r: WaitResult, window: float, line: str) -> dict[str, Any]:
+    """The `confirm` object of `dispatch --json`."""
+    return {
+        "state": r.state,
+        "model": r.model or None,
+        "detail": r.detail,
+        "window_seconds": window,
+        "seconds": r.seconds,
+        "next_try": iso_time(r.next_ms),
+        "next_try_ms": r.next_ms or None,
+        "healed": [h.to_json() for h in r.heals],
+        "message": line,
+    }
+
+
+def wait_exit(r: WaitResult) -> int:
+    """0 when the run was seen going (healed or not), 2 unreachable, else 1."""
+    if r.state in ("running", "finished"):
+        return int(ExitCode.OK)
+    if r.state == "unreachable":
+        return int(ExitCode.UNREACHABLE)
+    return int(ExitCode.INTERNAL)
+
+
+_SIGNAL_WORDS = {"rate_limited": "rate-limited", "model_unavailable": "model unavailable"}

@@ -1,0 +1,334 @@
+"""The task pool (tasks_backlog.json) from a terminal: list, add, show, set a task's status.
+
+The patrol's fill_slots dispatches pending tasks by priority (P0 first, then age): tasks
+pinned to an instance go there first, unpinned ones anywhere, pinned ones may be borrowed by
+another instance with room. Every change is one locked, atomic write and an audit line.
+A task whose attempts reached patrol.max_attempts is "blocked" until `set --reset`; one
+parked after infrastructure failures in a row, or left to a person (interrupted, steered by
+hand), goes back to the patrol with `set ID --status pending`. That refuses (exit 4) while the
+task's session still runs, unless --force: the patrol would run the work a second time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from xaf_hub.cli.context import Context
+from xaf_hub.core.text import dumps
+from xaf_hub.errors import ExitCode, UsageError
+
+if TYPE_CHECKING:
+    from xaf_hub.store.backlog import Backlog, Task
+
+EXAMPLES = """\
+examples:
+  xaf-hub backlog list
+  xaf-hub backlog list --status pending --json
+  xaf-hub backlog add --title "清理旧 CF 值" --priority P1 --prompt "Remove the old CF values"
+  xaf-hub backlog add --title "Fix login" --instance lan-189 --spec docs/plans/login.md
+  xaf-hub backlog show T-20261130-ab12
+  xaf-hub backlog set T-20261130-ab12 --status done
+  xaf-hub backlog set F-8 --status pending --reset     # unblock: attempts and back-off cleared
+  xaf-hub backlog set F-8 --status pending --force     # even though its session still runs
+"""
+
+_PRIORITIES = ("P0", "P1", "P2", "P3")
+_STATUSES = ("pending", "dispatched", "done")
+
+
+def _common(sp: argparse.ArgumentParser) -> None:
+    # Accepted after the sub-subcommand too, like every other command's options.
+    sp.add_argument(
+        "--config",
+        metavar="PATH",
+        default=argparse.SUPPRESS,
+        help="config file (default: see README)",
+    )
+    sp.add_argument(
+        "--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks on errors"
+    )
+    sp.add_argument("-j", "--json", action="store_true", help="print JSON for scripts on stdout")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Sub-commands of `backlog`."""
+    sub = p.add_subparsers(dest="backlog_command", metavar="ACTION", required=True)
+    ls = sub.add_parser("list", help="list the tasks (pending first, by priority)")
+    _common(ls)
+    ls.add_argument("--status", choices=_STATUSES, help="only tasks with this status")
+
+    add = sub.add_parser("add", help="add a pending task")
+    _common(add)
+    add.add_argument("--title", required=True, help="short title (also the session title)")
+    add.add_argument("--id", default="", help="task id (default: T-<yyyymmdd>-<hex>)")
+    add.add_argument("--priority", choices=_PRIORITIES, default="P2", help="default P2")
+    add.add_argument(
+        "-i",
+        "--instance",
+        default="",
+        metavar="NAME",
+        help="pin to this instance (others may still borrow it)",
+    )
+    add.add_argument("--module", default="", help="free-form module name")
+    add.add_argument("--spec", default="", help="design document, relative to the repo root")
+    text = add.add_mutually_exclusive_group()
+    text.add_argument("--prompt", default="", help="the work text (default: the title)")
+    text.add_argument("--prompt-file", metavar="FILE", help="read the work text from FILE")
+    add.add_argument(
+        "--depends-on",
+        nargs="+",
+        default=[],
+        metavar="ID",
+        help="dispatch only after these tasks are done",
+    )
+
+    show = sub.add_parser("show", help="show one task in full")
+    _common(show)
+    show.add_argument("task_id", metavar="ID")
+
+    st = sub.add_parser("set", help="change a task's status (and optionally unblock it)")
+    _common(st)
+    st.add_argument("task_id", metavar="ID")
+    st.add_argument("--status", choices=_STATUSES, required=True)
+    st.add_argument(
+        "--reset",
+        action="store_true",
+        help="clear attempts, back-off and last error (unblocks a task)",
+    )
+    st.add_argument("--priority", choices=_PRIORITIES, help="also change the priority")
+    st.add_argument("-s", "--session", metavar="ID", help="with --status dispatched: the session")
+    st.add_argument("--to", metavar="NAME", help="with --status dispatched: its instance")
+    st.add_argument(
+        "--force",
+        action="store_true",
+        help="with --status pending: even if the task's session still runs",
+    )
+
+
+def _store(ctx: Context) -> Backlog:
+    from xaf_hub.store.backlog import Backlog
+
+    cfg = ctx.config
+    return Backlog(cfg.backlog_path, lock_timeout=cfg.lock.lock_timeout_seconds)
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def run(ctx: Context) -> int:
+    """Dispatch to the chosen action."""
+    action = {"list": _list, "add": _add, "show": _show, "set": _set}[ctx.args.backlog_command]
+    return action(ctx)
+
+
+def _state(task: Task, tasks: list[Task], now: datetime, max_attempts: int) -> str:
+    from xaf_hub.store.backlog import readiness
+
+    if task.status != "pending":
+        return task.status
+    if task.attempts >= max_attempts:
+        return f"blocked ({task.attempts}/{max_attempts} attempts)"
+    return readiness(task, tasks, now) or "ready"
+
+
+def _list(ctx: Context) -> int:
+    from xaf_hub.core.text import shorten, table
+    from xaf_hub.store.backlog import PRIORITIES
+
+    data = _store(ctx).load()
+    now = _now()
+    max_attempts = ctx.config.patrol.max_attempts
+    tasks = [t for t in data.tasks if not ctx.args.status or t.status == ctx.args.status]
+    order = {"pending": 0, "dispatched": 1, "done": 2}
+    tasks.sort(key=lambda t: (order[t.status], PRIORITIES.index(t.priority)))
+    if ctx.json:
+        ctx.out(
+            dumps(
+                {
+                    "path": str(ctx.config.backlog_path),
+                    "tasks": [
+                        {**t.to_json(), "state": _state(t, data.tasks, now, max_attempts)}
+                        for t in tasks
+                    ],
+                }
+            )
+        )
+        return int(ExitCode.OK)
+    if not tasks:
+        ctx.out(f"no tasks ({ctx.config.backlog_path})")
+        return int(ExitCode.OK)
+    rows = [
+        [
+            t.id,
+            t.priority,
+            _state(t, data.tasks, now, max_attempts),
+            t.instance or "any",
+            t.attempts,
+            f"{t.dispatched_to}/{t.session_id}" if t.session_id else "-",
+            shorten(t.title, 50),
+        ]
+        for t in tasks
+    ]
+    ctx.out(table(rows, ["id", "priority", "state", "instance", "attempts", "session", "title"]))
+    return int(ExitCode.OK)
+
+
+def _add(ctx: Context) -> int:
+    from pathlib import Path
+
+    from xaf_hub.store import audit
+    from xaf_hub.store.backlog import Task
+
+    args = ctx.args
+    cfg = ctx.config
+    if not args.title.strip():
+        raise UsageError("--title is empty")
+    if args.instance:
+        cfg.instance(args.instance)  # an unknown name is a UsageError listing the known ones
+    prompt = args.prompt
+    if args.prompt_file:
+        try:
+            prompt = Path(args.prompt_file).read_text(encoding="utf-8-sig")
+        except OSError as exc:
+            raise UsageError(f"--prompt-file {args.prompt_file}: {exc.strerror or exc}") from None
+    try:
+        task = Task(
+            id=args.id.strip(),
+            title=args.title.strip(),
+            priority=args.priority,
+            module=args.module,
+            instance=args.instance,
+            spec=args.spec,
+            prompt=prompt,
+            depends_on=tuple(args.depends_on),
+        )
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    added = _store(ctx).add(task)
+    audit.append(
+        cfg.state_dir,
+        command="backlog.add",
+        result="added",
+        reason=added.id,
+        env=ctx.env,
+        secrets=ctx.secrets(),
+        extra={"task": added.id},
+    )
+    if ctx.json:
+        ctx.out(dumps(added.to_json()))
+    else:
+        ctx.out(f"added task {added.id} ({added.priority}): {added.title}")
+    return int(ExitCode.OK)
+
+
+def _show(ctx: Context) -> int:
+    data = _store(ctx).load()
+    task = data.require(ctx.args.task_id)
+    state = _state(task, data.tasks, _now(), ctx.config.patrol.max_attempts)
+    if ctx.json:
+        ctx.out(dumps({**task.to_json(), "state": state}))
+        return int(ExitCode.OK)
+    for key, value in task.to_json().items():
+        if key == "prompt":
+            continue
+        ctx.out(f"{key + ':':<15}{value if value not in (None, '', []) else '-'}")
+    ctx.out(f"{'state:':<15}{state}")
+    ctx.out("prompt:")
+    for line in (task.prompt or "(the title)").splitlines():
+        ctx.out(f"  | {line}")
+    return int(ExitCode.OK)
+
+
+def _set(ctx: Context) -> int:
+    from xaf_hub.store import audit
+    from xaf_hub.store.backlog import BacklogData, format_instant
+
+    args = ctx.args
+    cfg = ctx.config
+    now = _now()
+    fields: dict[str, Any] = {}
+    if args.priority:
+        fields["priority"] = args.priority
+    if args.reset:
+        fields.update(attempts=0, not_before=None, last_error=None)
+    if args.status == "dispatched":
+        if not (args.session and args.to):
+            raise UsageError("--status dispatched needs --session ID and --to INSTANCE")
+        cfg.instance(args.to)
+        fields.update(
+            session_id=args.session,
+            dispatched_to=args.to,
+            dispatched_at=format_instant(now),
+            done_at=None,
+        )
+    elif args.session or args.to:
+        raise UsageError("--session/--to go with --status dispatched only")
+    elif args.status == "done":
+        fields.update(done_at=format_instant(now), not_before=None)
+    elif args.status == "pending":
+        # A person acts: whatever parked the task or left it to a person is over.
+        fields.update(parked=None, infra_failures=0, avoid_models=(), steered_at=None)
+        if not args.force:
+            _refuse_if_running(ctx, _store(ctx).load().require(args.task_id))
+
+    def mutate(data: BacklogData) -> Task:
+        old = data.require(args.task_id)
+        change = dict(fields)
+        if args.status == "pending" and old.status != "pending":
+            # Back to the pool: the old session no longer stands for this task.
+            change.update(
+                session_id=None, dispatched_at=None, dispatched_to=None, model=None, done_at=None
+            )
+        try:
+            new = dataclasses.replace(old, status=args.status, **change)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+        return data.replace(new)
+
+    task = _store(ctx).update(mutate)
+    audit.append(
+        cfg.state_dir,
+        command="backlog.set",
+        session=task.session_id or "",
+        instance=task.dispatched_to or "",
+        result=args.status,
+        reason=task.id,
+        env=ctx.env,
+        secrets=ctx.secrets(),
+        extra={"task": task.id, "reset": bool(args.reset)},
+    )
+    if ctx.json:
+        ctx.out(dumps(task.to_json()))
+    else:
+        extra = " (attempts and back-off cleared)" if args.reset else ""
+        ctx.out(f"task {task.id} is now {task.status}{extra}")
+    return int(ExitCode.OK)
+
+
+def _refuse_if_running(ctx: Context, task: Task) -> None:
+    """Refuse to put a task back in the pool while its session still runs (one scan)."""
+    from xaf_hub.core import aio
+    from xaf_hub.errors import UnreachableError
+    from xaf_hub.ops.decisions import session_still_runs
+
+    if task.status == "pending" or not task.session_id or not task.dispatched_to:
+        return
+    where = f"{task.dispatched_to}/{task.session_id}"
+    try:
+        runs = aio.run(session_still_runs(ctx.ops(), task.dispatched_to, task.session_id))
+    except UnreachableError as exc:
+        raise UnreachableError(
+            task.dispatched_to,
+            f"cannot tell whether task {task.id}'s session {where} still runs ({exc.reason}); "
+            "--force sets it pending anyway",
+        ) from None
+    if runs:
+        raise UsageError(
+            f"task {task.id}'s session {where} is still running: back in the pool, the patrol "
+            f"would run the work a second time. Stop it first (xaf-hub interrupt --session "
+            f"{task.session_id}) or pass --force"
+        )

@@ -1,0 +1,111 @@
+"""Find (and with --execute delete) project sessions unused for longer than the TTL.
+
+Only project sessions are considered. Running sessions, sessions whose last update time is
+missing, and production instances (without --allow-prod) are skipped. Without --execute
+nothing is deleted; a running session is never deleted, and deletion aborts first in case
+a run started since the scan.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from xaf_hub.cli.commands._common import add_json, report_unreachable, scan_exit
+from xaf_hub.cli.context import Context
+from xaf_hub.core import aio
+from xaf_hub.core.clock import ago
+from xaf_hub.core.text import dumps, shorten, shorten_left, table
+
+EXAMPLES = """\
+examples:
+  xaf-hub cleanup                      # preview: what would be deleted
+  xaf-hub cleanup --ttl-days 30
+  xaf-hub cleanup --execute            # really delete (cannot be undone)
+  xaf-hub cleanup --instance lan-189 --execute
+"""
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Options of `cleanup`."""
+    add_json(p)
+    p.add_argument(
+        "--ttl-days",
+        type=float,
+        metavar="N",
+        help="stale after N days without an update (default: session_ttl_days)",
+    )
+    p.add_argument("--execute", action="store_true", help="really delete (default: preview)")
+    p.add_argument("-i", "--instance", metavar="NAME", help="only this instance")
+    p.add_argument("--allow-prod", action="store_true", help="include production instances")
+
+
+def run(ctx: Context) -> int:
+    """Preview or execute the cleanup."""
+    from xaf_hub.errors import UsageError
+
+    args = ctx.args
+    ttl = ctx.config.session_ttl_days if args.ttl_days is None else args.ttl_days
+    if ttl < 0:
+        raise UsageError("--ttl-days must be 0 or more")
+    from xaf_hub.ops.cleanup import cleanup_fleet
+
+    report = aio.run(
+        cleanup_fleet(
+            ctx.ops(),
+            execute=args.execute,
+            ttl_days=ttl,
+            instance=args.instance,
+            allow_prod=args.allow_prod,
+        )
+    )
+    snap = report.pop("_snap")
+    if ctx.json:
+        ctx.out(dumps(report))
+    else:
+        now = int(time.time() * 1000)
+        rows = []
+        for entry in report["instances"]:
+            for s in entry["stale"]:
+                state = (
+                    "deleted"
+                    if s["id"] in entry["deleted"]
+                    else "FAILED"
+                    if any(f["id"] == s["id"] for f in entry["failed"])
+                    else "would delete"
+                )
+                rows.append(
+                    [
+                        entry["instance"],
+                        s["id"],
+                        ago(s["updated"], now),
+                        shorten(s["title"], 36),
+                        shorten_left(s["directory"], 40),
+                        state,
+                    ]
+                )
+        if rows:
+            ctx.out(table(rows, ["instance", "session", "updated", "title", "directory", "action"]))
+        total = sum(len(e["stale"]) for e in report["instances"])
+        deleted = sum(len(e["deleted"]) for e in report["instances"])
+        for entry in report["instances"]:
+            if entry["skipped"] and not entry["skipped"].startswith("unreachable"):
+                ctx.info(f"{entry['instance']}: skipped: {entry['skipped']}")
+            if entry["missing_time"]:
+                ctx.info(
+                    f"{entry['instance']}: {entry['missing_time']} session(s) with no "
+                    "update time skipped (never deleted)"
+                )
+        if args.execute:
+            ctx.out(f"deleted {deleted} of {total} stale project session(s) (idle > {ttl:g} days)")
+        else:
+            ctx.out(
+                f"{total} stale project session(s) (idle > {ttl:g} days); "
+                "nothing deleted - add --execute to delete them"
+            )
+    report_unreachable(ctx, snap)
+    failed = any(e["failed"] for e in report["instances"])
+    code = scan_exit(snap)
+    if args.instance and snap.unreachable:
+        code = 2
+    return code if not failed else max(code, 1)

@@ -1,0 +1,255 @@
+"""Print a shell completion script for bash, zsh or fish.
+
+The script is generated from the command line parser, so it always knows every command and
+option. Instance names after -i/--instance are read from the config when the user presses Tab
+(`xaf-hub completion --instances`, no network); file names after --config, --out, --html and
+other FILE options. Session ids are not completed: listing them needs a scan of every server.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+from dataclasses import dataclass
+
+from xaf_hub.cli.context import Context
+from xaf_hub.errors import UsageError
+
+EXAMPLES = """\
+examples:
+  source <(xaf-hub completion bash)                      # now; add it to ~/.bashrc to keep it
+  xaf-hub completion zsh > "${fpath[1]}/_xaf-hub"        # zsh: then start a new shell
+  xaf-hub completion fish > ~/.config/fish/completions/xaf-hub.fish
+"""
+
+SHELLS = ("bash", "zsh", "fish")
+FILE_DESTS = {"config", "out", "html", "prompt_file"}
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option as a completion script needs it."""
+
+    flags: tuple[str, ...]
+    takes_value: bool
+    kind: str  # "instance", "file" or ""
+    help: str
+
+
+@dataclass(frozen=True)
+class Command:
+    """One subcommand: its help, options and any sub-actions (backlog list/add/...)."""
+
+    name: str
+    help: str
+    options: tuple[Option, ...]
+    actions: tuple[str, ...]
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Options of `completion`."""
+    p.add_argument("shell", nargs="?", choices=SHELLS, help="the shell to print a script for")
+    p.add_argument("--instances", action="store_true", help=argparse.SUPPRESS)
+
+
+def _options(parser: argparse.ArgumentParser) -> list[Option]:
+    out = []
+    for action in parser._actions:
+        if not action.option_strings or action.help == argparse.SUPPRESS:
+            continue
+        takes = action.nargs != 0
+        metavar = str(action.metavar or "")
+        kind = ""
+        if action.dest == "instance" and metavar == "NAME":
+            kind = "instance"
+        elif action.dest in FILE_DESTS or metavar in ("FILE", "PATH"):
+            kind = "file"
+        text = (action.help or "").replace("%(default)s", str(action.default))
+        out.append(Option(tuple(action.option_strings), takes, kind, text))
+    return out
+
+
+def model() -> list[Command]:
+    """Every command with its options, from the real parser."""
+    from xaf_hub.cli.main import COMMANDS, build_parser
+
+    parser = build_parser(None)
+    subs = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    commands = []
+    for name, help_text in COMMANDS.items():
+        sub = subs.choices[name]
+        actions: list[str] = []
+        options = _options(sub)
+        for a in sub._actions:
+            if not a.option_strings and a.choices and not isinstance(a, argparse._SubParsersAction):
+                actions += [str(c) for c in a.choices]
+            if isinstance(a, argparse._SubParsersAction):
+                actions = list(a.choices)
+                for child in a.choices.values():
+                    options += [o for o in _options(child) if o not in options]
+        commands.append(Command(name, help_text, tuple(options), tuple(actions)))
+    return commands
+
+
+def _words(c: Command) -> str:
+    flags = dict.fromkeys(f for o in c.options for f in o.flags if f not in ("-h", "--help"))
+    return " ".join([*c.actions, *flags, "--help"])
+
+
+def _flags(c: Command, *, kind: str | None = None, value: bool = False) -> str:
+    chosen = (
+        o for o in c.options if (kind is None or o.kind == kind) and (o.takes_value or not value)
+    )
+    return " ".join(dict.fromkeys(f for o in chosen for f in o.flags))
+
+
+def bash_script(commands: list[Command]) -> str:
+    """A bash completion function for xaf-hub."""
+    names = " ".join(c.name for c in commands)
+    cases = "\n".join(
+        f'        {c.name}) words="{_words(c)}"\n'
+        f'            inst=" {_flags(c, kind="instance")} " files=" {_flags(c, kind="file")} "'
+        f' vals=" {_flags(c, value=True)} " ;;'
+        for c in commands
+    )
+    return f"""\
+# bash completion for xaf-hub; load it with:  source <(xaf-hub completion bash)
+_xaf_hub() {{
+    local cur=${{COMP_WORDS[COMP_CWORD]}} prev=${{COMP_WORDS[COMP_CWORD-1]}}
+    local cmd="" i words="" inst=" " files=" --config " vals=" --config "
+    for ((i = 1; i < COMP_CWORD; i++)); do
+        case ${{COMP_WORDS[i]}} in
+            --config) ((i++)) ;;
+            -*) ;;
+            *) cmd=${{COMP_WORDS[i]}}; break ;;
+        esac
+    done
+    case $cmd in
+{cases}
+    esac
+    if [[ $files == *" $prev "* ]]; then
+        COMPREPLY=($(compgen -f -- "$cur"))
+    elif [[ $inst == *" $prev "* ]]; then
+        COMPREPLY=($(compgen -W "$(xaf-hub completion --instances 2>/dev/null)" -- "$cur"))
+    elif [[ $vals == *" $prev "* ]]; then
+        COMPREPLY=()
+    elif [[ -z $cmd && $cur == -* ]]; then
+        COMPREPLY=($(compgen -W "--config --debug --version --help" -- "$cur"))
+    elif [[ -z $cmd ]]; then
+        COMPREPLY=($(compgen -W "{names}" -- "$cur"))
+    else
+        COMPREPLY=($(compgen -W "$words" -- "$cur"))
+    fi
+}}
+complete -o default -F _xaf_hub xaf-hub
+"""
+
+
+def _zsh_quote(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("'", "'\\''").replace(":", "\\:")
+
+
+def zsh_script(commands: list[Command]) -> str:
+    """A zsh completion function for xaf-hub (compdef)."""
+    described = "\n".join(f"    '{c.name}:{_zsh_quote(c.help)}'" for c in commands)
+    instance_flags = sorted({f for c in commands for o in c.options if o.kind == "instance"
+                             for f in o.flags})
+    file_flags = sorted({f for c in commands for o in c.options if o.kind == "file"
+                         for f in o.flags} | {"--config"})
+    cases = "\n".join(
+        f"    {c.name}) compadd -- {_words(c)} ;;"
+        for c in commands
+    )
+    return f"""\
+#compdef xaf-hub
+# zsh completion for xaf-hub; install with:  xaf-hub completion zsh > "${{fpath[1]}}/_xaf-hub"
+# or load it now with:  source <(xaf-hub completion zsh)
+_xaf_hub() {{
+  local -a commands
+  commands=(
+{described}
+  )
+  local cmd="" i
+  for (( i = 2; i < CURRENT; i++ )); do
+    case ${{words[i]}} in
+      --config) (( i++ )) ;;
+      -*) ;;
+      *) cmd=${{words[i]}}; break ;;
+    esac
+  done
+  case ${{words[CURRENT-1]}} in
+    {"|".join(file_flags)}) _files; return ;;
+  esac
+  if [[ -n $cmd ]]; then
+    case ${{words[CURRENT-1]}} in
+      {"|".join(instance_flags)})
+        compadd -- ${{(f)"$(xaf-hub completion --instances 2>/dev/null)"}}; return ;;
+    esac
+  fi
+  if [[ -z $cmd ]]; then
+    if [[ ${{words[CURRENT]}} == -* ]]; then
+      compadd -- --config --debug --version --help
+    else
+      _describe 'xaf-hub command' commands
+    fi
+    return
+  fi
+  case $cmd in
+{cases}
+  esac
+}}
+if (( $+functions[compdef] )); then compdef _xaf_hub xaf-hub; fi
+"""
+
+
+def _fish_quote(text: str) -> str:
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def fish_script(commands: list[Command]) -> str:
+    """Fish `complete` lines for xaf-hub."""
+    lines = [
+        "# fish completion for xaf-hub; install with:",
+        "#   xaf-hub completion fish > ~/.config/fish/completions/xaf-hub.fish",
+        "complete -c xaf-hub -f",
+        "complete -c xaf-hub -n __fish_use_subcommand -l config -r -F -d 'config file'",
+        "complete -c xaf-hub -n __fish_use_subcommand -l debug -d 'show tracebacks on errors'",
+        "complete -c xaf-hub -n __fish_use_subcommand -l version -d 'print the version'",
+    ]
+    for c in commands:
+        lines.append(
+            f"complete -c xaf-hub -n __fish_use_subcommand -a {c.name} -d {_fish_quote(c.help)}"
+        )
+    for c in commands:
+        seen = f"-n '__fish_seen_subcommand_from {c.name}'"
+        for action in c.actions:
+            lines.append(f"complete -c xaf-hub {seen} -a {action}")
+        for o in c.options:
+            parts = [f"complete -c xaf-hub {seen}"]
+            for flag in o.flags:
+                parts.append(f"-s {flag[1:]}" if len(flag) == 2 else f"-l {flag[2:]}")
+            if o.kind == "instance":
+                parts.append("-x -a '(xaf-hub completion --instances 2>/dev/null)'")
+            elif o.kind == "file":
+                parts.append("-r -F")
+            elif o.takes_value:
+                parts.append("-x")
+            if o.help:
+                parts.append(f"-d {_fish_quote(o.help.splitlines()[0][:80])}")
+            lines.append(" ".join(parts))
+    return "\n".join(lines) + "\n"
+
+
+def run(ctx: Context) -> int:
+    """Print the script (or, for the scripts themselves, the configured instance names)."""
+    args = ctx.args
+    if args.instances:
+        with contextlib.suppress(Exception):  # Tab must never print an error
+            for inst in ctx.config.instances:
+                ctx.out(inst.name)
+        return 0
+    if not args.shell:
+        raise UsageError("name a shell: bash, zsh or fish (e.g. xaf-hub completion bash)")
+    make = {"bash": bash_script, "zsh": zsh_script, "fish": fish_script}[args.shell]
+    print(make(model()), end="", file=ctx.stdout)
+    return 0

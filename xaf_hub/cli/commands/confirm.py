@@ -1,0 +1,190 @@
+"""Say whether one session is really running, and with --fix heal it the patrol's way.
+
+The session is looked up on every instance (or the one named by --instance). The answer is
+one of: running, retrying (with the provider's message and the next try), finished, failed
+(with the error), aborted, interrupted, pending (a prompt with no answer yet) or idle.
+
+`--fix` heals a session that the patrol's fix_free_limit would heal - still retrying on a
+rate limit, or idle after a rate-limit or model-unavailable error - with the same code: the
+blackout (rate limit on a blackout family only) through the one writer, the next usable model
+of the instance's chain, abort of a stuck retry, and the continue prompt with the discipline
+block, through the gate. A failure is healed once, whoever heals it first.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING, Any
+
+from xaf_hub.cli.commands._common import add_json, healing_text, verdict_text
+from xaf_hub.cli.context import Context
+from xaf_hub.core import aio
+from xaf_hub.core.clock import iso_time
+from xaf_hub.core.text import dumps
+from xaf_hub.errors import ExitCode, HubError
+
+if TYPE_CHECKING:
+    from xaf_hub.config.load import InstanceConfig
+    from xaf_hub.ops.confirm import Sighting
+
+EXAMPLES = """\
+examples:
+  xaf-hub confirm --session ses_abc123               # searches every instance
+  xaf-hub confirm --session ses_abc123 --instance lan-189 --json
+  xaf-hub confirm --session ses_abc123 --fix         # heal a rate limit now, as the patrol would
+exit codes: 0 when the session runs, finished, or is idle (or --fix healed it); 1 when it is
+retrying or its last run failed (and --fix did not heal it); 2 unreachable; 3 when --fix found
+no free slot for the re-send; 4 unknown session, or --fix on production without --allow-prod;
+5 --fix on a non-project session without --force.
+"""
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Options of `confirm`."""
+    add_json(p)
+    p.add_argument("-s", "--session", required=True, metavar="ID", help="the session to look at")
+    p.add_argument("-i", "--instance", metavar="NAME", help="where it lives (default: search all)")
+    p.add_argument(
+        "--fix",
+        action="store_true",
+        help="heal a rate-limited / model-unavailable session now, exactly as the patrol would",
+    )
+    p.add_argument("--allow-prod", action="store_true", help="allow --fix on production")
+    p.add_argument("--force", action="store_true", help="allow --fix on a non-project session")
+
+
+async def _find(
+    ctx: Context, instances: list[InstanceConfig], session_id: str
+) -> tuple[list[tuple[InstanceConfig, Sighting]], list[tuple[InstanceConfig, str]]]:
+    """Every instance that knows the session (with a look at it), and those that did not answer."""
+    from xaf_hub.fleet.client import SessionNotFound
+    from xaf_hub.fleet.scan import make_client
+    from xaf_hub.ops.confirm import look
+
+    cfg = ctx.config
+
+    async def one(inst: InstanceConfig) -> tuple[InstanceConfig, Sighting | str | None]:
+        transport = ctx.transport_factory(inst) if ctx.transport_factory else None
+        async with make_client(cfg, inst, transport) as client:
+            try:
+                session = await client.get_session(session_id)
+                return inst, await look(client, inst, session)
+            except SessionNotFound:
+                return inst, None
+            except HubError as exc:
+                return inst, getattr(exc, "reason", None) or str(exc)
+
+    found, down = [], []
+    for inst, what in await aio.gather(*(one(i) for i in instances)):
+        if isinstance(what, str):
+            down.append((inst, what))
+        elif what is not None:
+            found.append((inst, what))
+    return found, down
+
+
+def run(ctx: Context) -> int:
+    """Find the session, judge it, and with --fix heal it."""
+    from xaf_hub.cli.commands._common import chosen_instances, session_not_found
+    from xaf_hub.core.clock import resolve_timezone, to_ms
+    from xaf_hub.errors import NotProjectSession, ProductionRefused, UsageError
+    from xaf_hub.ops.confirm import heal_candidate, judge
+    from xaf_hub.ops.context import utc_now
+    from xaf_hub.ops.heal import heal_session
+
+    args = ctx.args
+    cfg = ctx.config
+    instances = chosen_instances(ctx)
+    found, down = aio.run(_find(ctx, instances, args.session))
+    if not found:
+        down_names = [(inst.name, reason) for inst, reason in down]
+        raise session_not_found(args.session, down_names, args.instance)
+    # Servers sharing one database all know the session; only the one running it says so.
+    inst, seen = next(((i, s) for i, s in found if s.rec.running), found[0])
+    if len(found) > 1:
+        names = ", ".join(i.name for i, _ in found)
+        ctx.warn(f"{args.session} is known to {names} (a shared database?); using {inst.name}")
+    tz = resolve_timezone(cfg.models.timezone)
+    now_ms = to_ms(utc_now())
+    verdict = judge(seen)
+    cand = heal_candidate(seen)
+    rec = seen.rec
+    line = (
+        f"{rec.id} on {inst.name} ({rec.title or 'untitled'}): {verdict_text(verdict, tz, now_ms)}"
+    )
+    code = int(ExitCode.INTERNAL if verdict.state in ("retrying", "failed") else ExitCode.OK)
+    fix: dict[str, Any] | None = None
+    fix_line = ""
+    if args.fix:
+        if cand is None:
+            fix = {"healed": False, "reason": "nothing the patrol would heal"}
+            fix_line = "nothing to fix: " + (
+                "not a rate limit or an unavailable model; --fix heals only those"
+                if verdict.state in ("retrying", "failed")
+                else f"the session is {verdict.state}"
+            )
+        else:
+            if inst.production and not args.allow_prod:
+                raise ProductionRefused(
+                    f"{inst.name} is a production instance: --fix needs --allow-prod"
+                )
+            if not rec.project and not args.force:
+                raise NotProjectSession(
+                    f"session {rec.id} on {inst.name} is not a project session "
+                    f"({rec.directory}); --force overrides"
+                )
+            if rec.parent_id:
+                raise UsageError(
+                    f"{rec.id} is a sub-agent session of {rec.parent_id}: its parent owns it; "
+                    "confirm the parent instead"
+                )
+            try:
+                healing = aio.run(heal_session(ctx.ops(), inst, rec, cand, origin="confirm"))
+            except HubError as exc:
+                fix = {"healed": False, "error": str(exc)}
+                fix_line = f"fix failed: {exc}"
+                code = int(exc.exit_code)
+            else:
+                for note in healing.notes:
+                    ctx.warn(note)
+                healed = healing.to_model is not None and not healing.already
+                fix = {"healed": healed, **healing.to_json()}
+                fix_line = "fix: " + healing_text(healing, tz)
+                code = int(ExitCode.OK if healed or healing.already else ExitCode.INTERNAL)
+    if ctx.json:
+        ctx.out(
+            dumps(
+                {
+                    "instance": inst.name,
+                    "session_id": rec.id,
+                    "title": rec.title,
+                    "directory": rec.directory,
+                    "project": rec.project,
+                    "state": verdict.state,
+                    "model": verdict.model or None,
+                    "detail": verdict.detail,
+                    "signal": verdict.signal,
+                    "retry": {
+                        "attempt": verdict.attempt,
+                        "message": verdict.detail,
+                        "next_ms": verdict.next_ms or None,
+                        "next": iso_time(verdict.next_ms),
+                    }
+                    if verdict.state == "retrying"
+                    else None,
+                    "healable": cand is not None,
+                    "fix": fix,
+                    "message": line,
+                    "fix_message": fix_line or None,
+                }
+            )
+        )
+    else:
+        ctx.out(line)
+        if fix_line:
+            ctx.out(fix_line)
+        elif cand is not None:
+            ctx.out(
+                f"hint: the patrol heals this; `xaf-hub confirm --session {rec.id} --fix` "
+                "does it now"
+            )
+    return code

@@ -1,0 +1,307 @@
+"""Check everything a new operator tends to get wrong, and say in one sentence how to fix each.
+
+Checks, in order: the config file (which one, valid or not, which config.local.json lent
+credentials), each instance (reachable, auth accepted, API dialect and opencode version, where
+its password came from, roots and default_directory, which event stream live views follow),
+the state and lock folders (writable), the blackout clock (zone, next reset, active
+blackouts), the patrol's pause flag and the last heartbeat of its daemon, and each chat
+webhook (its environment variables, its last delivery; with --online, whether its host
+resolves: nothing is sent).
+
+Exit status: 0 when nothing is wrong (warnings alone still exit 0), else the code of the worst
+problem: 4 for a config problem (or an unwritable state folder), 2 for an instance that is
+unreachable or rejects the password, 1 for a corrupt state file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import tempfile
+from collections.abc import Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from xaf_hub.cli.commands._common import add_json
+from xaf_hub.cli.context import Context
+from xaf_hub.config.load import Config, InstanceConfig, find_config
+from xaf_hub.config.reader import load_json_file
+from xaf_hub.core import aio
+from xaf_hub.core.clock import resolve_timezone
+from xaf_hub.core.text import dumps, redact
+from xaf_hub.errors import ConfigError, ExitCode, HubError, UnreachableError
+from xaf_hub.ops.health import (
+    Finding,
+    Probe,
+    clock_findings,
+    config_error_finding,
+    config_findings,
+    daemon_finding,
+    error,
+    file_mode_finding,
+    folder_finding,
+    instance_findings,
+    layout_findings,
+    ok,
+    opencode_finding,
+    patrol_finding,
+    root_usage_findings,
+    worst,
+)
+
+if TYPE_CHECKING:  # the scanner pulls in httpx; --help must stay light
+    from xaf_hub.fleet.scan import TransportFactory
+
+EXAMPLES = """\
+examples:
+  xaf-hub doctor
+  xaf-hub doctor --online                       # also resolve each webhook's host
+  xaf-hub doctor --json | jq '.findings[] | select(.level != "ok")'
+  xaf-hub --config /etc/xaf-hub/config.json doctor   # what the service will see
+
+exit status: 0 all well (warnings allowed), 4 config problem or unwritable state folder,
+2 an instance unreachable or its password rejected, 1 a corrupt state file.
+"""
+
+
+# ---------------------------------------------------------------------------------------------
+# I/O edges
+
+
+async def probe_instance(
+    cfg: Config, inst: InstanceConfig, transport_factory: TransportFactory | None = None
+) -> Probe:
+    """Detect dialect and version, then list every session's folder."""
+    from xaf_hub.fleet.scan import make_client, read_run_state
+
+    transport = transport_factory(inst) if transport_factory else None
+    async with make_client(cfg, inst, transport) as client:
+        try:
+            await client.detect()
+            sessions = await client.list_sessions()
+            # One directory is enough to see whether this release's run state can be read.
+            folders = sorted({s.directory for s in sessions if s.directory})[:1]
+            _, unknown = await read_run_state(client, folders)
+        except UnreachableError as exc:
+            return Probe(inst.name, False, exc.reason, client.dialect or "", client.version)
+        except HubError as exc:
+            return Probe(inst.name, False, str(exc).removeprefix(f"{inst.name}: "),
+                         client.dialect or "", client.version)
+        return Probe(inst.name, True, "", client.dialect or "", client.version,
+                     tuple(s.directory for s in sessions), unknown)
+
+
+async def probe_all(cfg: Config, transport_factory: TransportFactory | None = None) -> list[Probe]:
+    """Probe every instance, at most ``scan_workers`` at once."""
+    sem = asyncio.Semaphore(cfg.scan_workers)
+
+    async def one(inst: InstanceConfig) -> Probe:
+        async with sem:
+            return await probe_instance(cfg, inst, transport_factory)
+
+    return list(await aio.gather(*(one(i) for i in cfg.instances)))
+
+
+def check_writable(path: Path) -> tuple[str | None, bool]:
+    """Create and remove a temp file in ``path`` (or its nearest existing parent when missing).
+
+    Returns (problem or None, True when the folder does not exist yet).
+    """
+    target, missing = path, False
+    while not target.exists():
+        missing = True
+        if target.parent == target:
+            return "no part of the path exists", True
+        target = target.parent
+    if not target.is_dir():
+        return f"{target} is a file, not a folder", missing
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".xaf-hub-doctor-", dir=target)
+        os.close(fd)
+        os.unlink(tmp)
+    except OSError as exc:
+        return exc.strerror or str(exc), missing
+    return None, missing
+
+
+def _mode(path: Path) -> int | None:
+    if os.name != "posix":  # Windows has ACLs, not mode bits worth reading
+        return None
+    try:
+        return path.stat().st_mode
+    except OSError:
+        return None
+
+
+def _credential_file_findings(cfg: Config) -> list[Finding]:
+    files: dict[Path, str] = {}
+    if cfg.local_config is not None:
+        files[cfg.local_config] = "config.local.json"
+    for inst in cfg.instances:
+        kind, _, where = inst.password_source.partition(":")
+        if kind == "file" and where:
+            files.setdefault(Path(where), inst.name)
+    out = []
+    for path, subject in files.items():
+        f = file_mode_finding(path, _mode(path), subject)
+        if f is not None:
+            out.append(f)
+    return out
+
+
+def _patrol(cfg: Config) -> list[Finding]:
+    # The patrol owns its files; imported here so `xaf-hub --help` does not load the patrol.
+    from xaf_hub.store.patrol_state import PAUSE_FILE, heartbeat, patrol_dir, pause_info
+
+    folder = patrol_dir(cfg)
+    return [patrol_finding(folder / PAUSE_FILE, pause_info(folder)),
+            daemon_finding(heartbeat(folder))]
+
+
+def _redis_fix() -> str:
+    from xaf_hub.config.load import REDIS_PASSWORD_ENV
+
+    return (f"Start redis-server there or correct lock.redis_url; its password comes from "
+            f"${REDIS_PASSWORD_ENV}.")
+
+
+def _redis(cfg: Config) -> list[Finding]:
+    """One line for the shared Redis, when the gate or the model state lives there."""
+    users = [what for what, on in (("dispatch gate", cfg.lock.backend == "redis"),
+                                   ("model state", cfg.models.state_backend == "redis")) if on]
+    if not users:
+        return []
+    try:
+        from xaf_hub.store import redis_backend
+
+        found = redis_backend.probe(cfg.lock)
+    except ConfigError as exc:  # the redis package is missing
+        return [error("lock", "redis", str(exc), "pip install 'xaf-hub[redis]'", exc.exit_code)]
+    except HubError as exc:
+        return [error("lock", "redis", str(exc), _redis_fix(), exc.exit_code)]
+    return [ok("lock", "redis", f"{found} answers (holds the {' and the '.join(users)})")]
+
+
+def _clock(cfg: Config, now: datetime) -> list[Finding]:
+    from xaf_hub.ops.models import model_state
+
+    try:
+        tz = resolve_timezone(cfg.models.timezone)
+    except ConfigError as exc:
+        return [config_error_finding(str(exc), cfg.path)]
+    try:
+        blackouts = model_state(cfg).active_blackouts(now)
+    except HubError as exc:
+        fix = (_redis_fix() if cfg.models.state_backend == "redis" else
+               "Repair or move aside the named file (it is never reset silently); "
+               "the hub recreates it on the next blackout.")
+        return [*clock_findings(cfg.models, tz, now, {}),
+                error("clock", "model state", str(exc), fix, exc.exit_code)]
+    return clock_findings(cfg.models, tz, now, blackouts)
+
+
+def collect(ctx: Context, now: datetime) -> tuple[Path | None, list[Finding], tuple[str, ...]]:
+    """Run every check; return (config path, findings, secrets to redact)."""
+    try:
+        path: Path | None = find_config(getattr(ctx.args, "config", None), ctx.env, ctx.cwd)
+    except ConfigError:
+        path = None
+    try:
+        cfg = ctx.config
+    except ConfigError as exc:
+        return path, [config_error_finding(str(exc), path)], ()
+    local_doc: Any = None
+    if cfg.local_config is not None:
+        with contextlib.suppress(ConfigError):
+            local_doc = load_json_file(cfg.local_config, "config.local.json")
+    findings = [opencode_finding(ctx.env)]
+    findings.extend(config_findings(cfg, local_doc))
+    findings.extend(_credential_file_findings(cfg))
+    probes = aio.run(probe_all(cfg, ctx.transport_factory))
+    for inst, probe in zip(cfg.instances, probes, strict=True):
+        findings.extend(instance_findings(inst, probe))
+        findings.extend(layout_findings(inst))
+        findings.extend(root_usage_findings(inst, probe))
+    from xaf_hub.ops.health import stream_findings
+
+    live = [i for i, p in zip(cfg.instances, probes, strict=True) if p.reachable]
+    findings.extend(aio.run(stream_findings(cfg, live, ctx.transport_factory)))
+    folders = [("state folder", cfg.state_dir)]
+    if cfg.lock_dir != cfg.state_dir:
+        folders.append(("lock folder", cfg.lock_dir))
+    for label, folder in folders:
+        problem, missing = check_writable(folder)
+        findings.append(folder_finding(label, folder, problem, missing))
+    findings.extend(_redis(cfg))
+    findings.extend(_clock(cfg, now))
+    findings.extend(_patrol(cfg))
+    from xaf_hub.notify.check import webhook_checks
+
+    online = bool(getattr(ctx.args, "online", False))
+    findings += [Finding("notify", c.subject, c.level, c.message, c.fix, c.code)
+                 for c in webhook_checks(cfg.notify, cfg.state_dir, online=online)]
+    return cfg.path, findings, cfg.secrets()
+
+
+# ---------------------------------------------------------------------------------------------
+# Output
+
+
+_MARK = {"ok": "ok", "info": "info", "warn": "WARN", "error": "FAIL"}
+
+
+def render(path: Path | None, findings: Sequence[Finding], code: ExitCode) -> str:
+    """The one-screen text report."""
+    width = min(max((len(f.subject) for f in findings), default=8), 24)
+    from xaf_hub import __version__
+
+    where = path if path is not None else "(none found)"
+    lines = [f"xaf-hub {__version__} doctor: config {where}"]
+    for f in findings:
+        subject = f.subject if len(f.subject) <= width else "..." + f.subject[-(width - 3):]
+        lines.append(f"  {_MARK[f.level]:<4}  {subject:<{width}}  {f.message}")
+        if f.fix:
+            label = "hint" if f.level in ("ok", "info") else "fix"
+            lines.append(f"  {'':<4}  {'':<{width}}  {label}: {f.fix}")
+    errors = sum(1 for f in findings if f.level == "error")
+    warnings = sum(1 for f in findings if f.level == "warn")
+    if errors:
+        lines.append(f"{errors} problem(s), {warnings} warning(s): exit {int(code)}")
+    elif warnings:
+        lines.append(f"no problems, {warnings} warning(s) worth a look")
+    else:
+        lines.append("all well")
+    return "\n".join(lines)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Options of `doctor`."""
+    add_json(p)
+    p.add_argument("--online", action="store_true",
+                   help="also check that each webhook's host resolves (sends nothing)")
+
+
+def run(ctx: Context) -> int:
+    """Check everything and print one line per check, with a fix for each problem."""
+    from xaf_hub.ops.context import utc_now as now_utc
+
+    path, findings, secrets = collect(ctx, now_utc())
+    code = worst(findings)
+    if ctx.json:
+        from xaf_hub import __version__
+
+        doc = {
+            "version": __version__,
+            "config": str(path) if path is not None else None,
+            "exit_code": int(code),
+            "errors": sum(1 for f in findings if f.level == "error"),
+            "warnings": sum(1 for f in findings if f.level == "warn"),
+            "findings": [f.to_json() for f in findings],
+        }
+        ctx.out(redact(dumps(doc), secrets))
+    else:
+        ctx.out(redact(render(path, findings, code), secrets))
+    return int(code)

@@ -1,0 +1,118 @@
+"""Write a starter config.json: from --instance NAME=URL and --root DIR, or the bundled example.
+
+The file is validated before it is written, written in one step, and never overwrites an
+existing config unless --force is given. Passwords are not asked for: the next command to run
+names the environment variable each instance reads its password from.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from xaf_hub.cli.context import Context
+from xaf_hub.config.load import parse_config, pw_env_name
+from xaf_hub.errors import UsageError
+from xaf_hub.store.statefile import write_text_atomic
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "config.example.json"  # xaf_hub/config.example.json
+DEFAULT_URL = "http://127.0.0.1:4096"  # where `opencode serve` listens by default
+
+EXAMPLES = """\
+examples:
+  xaf-hub init                                             # the bundled example (demo fleet)
+  xaf-hub init --root ~/src/shop                           # one local instance on port 4096
+  xaf-hub init -i dev=http://127.0.0.1:4096 -i build=http://127.0.0.1:4097 --root /srv/shop
+  xaf-hub --config ~/.xaf_hub/config.json init --root ~/src/shop --force
+"""
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Options of `init`."""
+    p.add_argument(
+        "-i",
+        "--instance",
+        action="append",
+        default=[],
+        metavar="NAME=URL",
+        help=f"an opencode server (repeatable; with only --root: local={DEFAULT_URL})",
+    )
+    p.add_argument(
+        "--root",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="a folder of the project on the servers (repeatable; relative to here if relative)",
+    )
+    p.add_argument("--project", metavar="NAME", help="project name (default: the first root's)")
+    p.add_argument("--force", action="store_true", help="overwrite an existing config file")
+
+
+def _instance(spec: str) -> tuple[str, str]:
+    name, sep, url = spec.partition("=")
+    name, url = name.strip(), url.strip()
+    if not sep or not name or not url:
+        raise UsageError(f"--instance {spec!r}: expected NAME=URL, e.g. dev={DEFAULT_URL}")
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise UsageError(f"--instance {spec!r}: the URL must start with http:// or https://")
+    return name, url.rstrip("/")
+
+
+def starter(instances: list[str], roots: list[str], project: str | None, cwd: Path) -> Any:
+    """The config document for the given flags (None: use the bundled example)."""
+    if not instances and not roots:
+        return None
+    pairs = [_instance(s) for s in instances] or [("local", DEFAULT_URL)]
+    names = [n for n, _ in pairs]
+    dup = next((n for n in names if names.count(n) > 1), None)
+    if dup:
+        raise UsageError(f"--instance: the name {dup!r} is given twice")
+    dirs = [str((cwd / Path(r).expanduser()).resolve()) for r in roots]
+    entries: list[dict[str, Any]] = []
+    for name, url in pairs:
+        entry: dict[str, Any] = {"name": name, "url": url}
+        if dirs:
+            entry["roots"] = dirs
+            entry["default_directory"] = dirs[0]
+        entries.append(entry)
+    return {
+        "project": {"name": project or (Path(dirs[0]).name if dirs else "project")},
+        "concurrency_limit": 2,
+        "instances": entries,
+    }
+
+
+def _next_step(doc: Any, dest: Path, cwd: Path) -> str:
+    flag = "" if dest == cwd / "config.json" else f" --config {dest}"
+    if doc is None:
+        return (
+            "next: the example points at the demo fleet; start it with "
+            "`python -m xaf_hub.sandbox.demo --keep`, then run `xaf-hub" + flag + " doctor`"
+        )
+    exports = " ".join(f"{pw_env_name(i['name'])}=..." for i in doc["instances"])
+    return f"next: export {exports} (each server's password), then run `xaf-hub{flag} doctor`"
+
+
+def run(ctx: Context) -> int:
+    """Build, validate and write the config; print the next command."""
+    args = ctx.args
+    explicit = getattr(args, "config", None) or ctx.env.get("XAF_HUB_CONFIG")
+    dest = Path(explicit or "config.json").expanduser()
+    if not dest.is_absolute():
+        dest = ctx.cwd / dest
+    doc = starter(args.instance, args.root, args.project, ctx.cwd)
+    text = EXAMPLE.read_text("utf-8") if doc is None else json.dumps(doc, indent=2) + "\n"
+    parse_config(json.loads(text), path=dest, env=ctx.env)  # a starter must load
+    if dest.is_dir():
+        raise UsageError(f"{dest} is a folder: pass --config FILE")
+    if dest.exists() and not args.force:
+        raise UsageError(f"{dest} already exists: pass --force to overwrite it")
+    write_text_atomic(dest, text, private=False)
+    what = "the bundled example" if doc is None else f"{len(doc['instances'])} instance(s)"
+    ctx.out(f"wrote {dest} ({what})")
+    ctx.out(_next_step(doc, dest, ctx.cwd))
+    return 0

@@ -1,0 +1,76 @@
+"""Chat notifications: `notify test` sends one test message to each webhook (or the one named)
+and prints what the receiver answered.
+
+Webhooks are configured under notify.webhooks; each URL comes from the environment variable
+named by its url_env, never from the config file. The patrol sends the real events at the end
+of each round (see README, "Notifications"); this command only proves the path works.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from xaf_hub.cli.commands._common import add_json
+from xaf_hub.cli.context import Context
+from xaf_hub.core.text import dumps, redact
+from xaf_hub.errors import ExitCode, UsageError
+
+EXAMPLES = """\
+examples:
+  xaf-hub notify test                    # one test message to every configured webhook
+  xaf-hub notify test --webhook team     # only to the webhook named "team"
+  xaf-hub notify test --json
+exit codes: 0 every receiver took the message; 2 a receiver could not be reached (or answered
+HTTP 5xx / 429); 4 no webhook configured, an unknown name, its URL variable unset, or the
+receiver refused the message (wrong token, bad signature).
+"""
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Options of `notify`."""
+    p.add_argument("action", nargs="?", choices=("test",), help="test: send one test message")
+    p.add_argument("--webhook", metavar="NAME", help="only this webhook (default: all)")
+    add_json(p)
+
+
+def run(ctx: Context) -> int:
+    """Send one test message per chosen webhook and print each receiver's answer."""
+    from xaf_hub.core import aio
+    from xaf_hub.notify.patrol import send_test
+
+    if ctx.args.action is None:
+        raise UsageError("notify needs an action: `xaf-hub notify test` (see --help)")
+    cfg = ctx.config
+    notify = cfg.notify
+    if not notify.webhooks:
+        raise UsageError("no webhook configured: add one under notify.webhooks (see README)")
+    hooks = [notify.webhook(ctx.args.webhook)] if ctx.args.webhook else list(notify.webhooks)
+    secrets = cfg.secrets()
+    rows: list[dict[str, Any]] = []
+    code = ExitCode.OK
+    for hook in hooks:
+        row: dict[str, Any] = {"webhook": hook.name, "format": hook.format}
+        if not hook.url:
+            row.update(delivered=False, status=0, reason=f"${hook.url_env} is not set", answer="")
+            code = max(code, ExitCode.USAGE)
+        else:
+            answer = aio.run(send_test(cfg, hook))
+            row.update(
+                delivered=answer.ok,
+                status=answer.status,
+                reason=redact(answer.reason, secrets),
+                answer=redact(answer.body, secrets),
+            )
+            if not answer.ok:
+                code = max(code, ExitCode.UNREACHABLE if answer.retry else ExitCode.USAGE)
+        rows.append(row)
+    if ctx.json:
+        ctx.out(redact(dumps({"exit_code": int(code), "results": rows}), secrets))
+        return int(code)
+    for row in rows:
+        state = "delivered" if row["delivered"] else "NOT delivered"
+        ctx.out(redact(f"{row['webhook']} ({row['format']}): {state}: {row['reason']}", secrets))
+        if row["answer"]:
+            ctx.out(redact(f"  receiver answered: {row['answer']}", secrets))
+    return int(code)

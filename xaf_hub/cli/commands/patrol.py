@@ -1,0 +1,253 @@
+"""Keep the fleet busy and healthy: heal rate limits, resume interrupted runs, fill free slots.
+
+Each cycle runs four steps in order, each surviving the others' failure:
+fix_free_limit (switch rate-limited / model-unavailable sessions to the next model, black out
+a rate-limited free family until the reset hour), check_agents (classify sessions, resume
+interrupted ones once, through the gate), sync_design_tasks (add pending rows of design
+documents to the task pool), fill_slots (settle dispatched tasks, dispatch pending ones into
+free slots through the gate). The report goes to <state dir>/patrol/report-latest.md/.json.
+
+`patrol --once` runs one cycle (for cron); `patrol` runs cycles on a timer
+(patrol.interval_minutes, first run at patrol.minute_offset) until SIGTERM or Ctrl+C, which
+finish the running step and exit; between rounds it follows the servers' events and heals,
+resumes or fills at once (--no-live: rounds only). `patrol pause|resume|status` are durable.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING
+
+from xaf_hub.cli.commands._common import add_json
+from xaf_hub.cli.context import Context
+from xaf_hub.core.text import dumps
+from xaf_hub.errors import ExitCode, UsageError
+
+if TYPE_CHECKING:
+    from xaf_hub.patrol.context import PatrolContext
+
+EXAMPLES = """\
+examples:
+  xaf-hub patrol --once                     # one cycle, then exit (cron: 7 * * * *)
+  xaf-hub patrol --once --no-fill --no-design
+  xaf-hub patrol                            # run every patrol.interval_minutes until stopped
+  xaf-hub patrol pause                      # durable: survives restarts
+  xaf-hub patrol status --json
+  xaf-hub patrol resume
+exit codes (--once): 0 when every step ran, else the worst failed step's code; 3 when
+another patrol cycle holds the lock on this machine; 0 with a message when paused.
+"""
+
+_SKIPS = (
+    ("no_freelimit", "fix_free_limit"),
+    ("no_check", "check_agents"),
+    ("no_design", "sync_design_tasks"),
+    ("no_fill", "fill_slots"),
+)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Options of `patrol`."""
+    p.add_argument(
+        "action",
+        nargs="?",
+        choices=("pause", "resume", "status"),
+        help="pause or resume the patrol (durable), or show its status",
+    )
+    add_json(p)
+    p.add_argument("--once", action="store_true", help="run one cycle and exit")
+    p.add_argument("--no-freelimit", action="store_true", help="skip fix_free_limit")
+    p.add_argument("--no-check", action="store_true", help="skip check_agents")
+    p.add_argument("--no-design", action="store_true", help="skip sync_design_tasks")
+    p.add_argument("--no-fill", action="store_true", help="skip fill_slots")
+    p.add_argument("--no-live", action="store_true",
+                   help="daemon: run rounds only, do not react to the servers' events")
+    # Tests and demos run the loop in seconds; operators use patrol.interval_minutes.
+    p.add_argument("--interval-seconds", type=float, default=None, help=argparse.SUPPRESS)
+
+
+def _pctx(ctx: Context) -> PatrolContext:
+    from xaf_hub.patrol.context import PatrolContext
+
+    def log(line: str) -> None:
+        ctx.info(line)
+        ctx.stderr.flush()
+
+    return PatrolContext(ctx.config, env=ctx.env, transport_factory=ctx.transport_factory, log=log)
+
+
+def run(ctx: Context) -> int:
+    """Run a cycle, the loop, or a pause/resume/status action."""
+    args = ctx.args
+    if args.action:
+        if args.once or args.interval_seconds is not None:
+            raise UsageError(f"patrol {args.action} takes no --once / --interval-seconds")
+        return {"pause": _pause, "resume": _resume, "status": _status}[args.action](ctx)
+    from datetime import timedelta
+
+    from xaf_hub.patrol.runner import run_daemon, run_once
+
+    pctx = _pctx(ctx)
+    skip = [step for flag, step in _SKIPS if getattr(args, flag)]
+    if args.once:
+        if args.interval_seconds is not None:
+            raise UsageError("--interval-seconds makes no sense with --once")
+        result = run_once(pctx, skip)
+        if ctx.json:
+            from xaf_hub.patrol.report import latest_report
+
+            doc = latest_report(pctx.patrol_dir) if result.status == "ran" else None
+            ctx.out(
+                dumps(
+                    {
+                        "status": result.status,
+                        "exit_code": result.code,
+                        "message": result.message,
+                        "report": doc,
+                    }
+                )
+            )
+        else:
+            ctx.out(result.message)
+            if result.report is not None:
+                ctx.out(f"report: {result.report}")
+        return result.code
+    if ctx.json:
+        raise UsageError("--json needs --once (the loop prints one line per cycle)")
+    if args.interval_seconds is not None:
+        if args.interval_seconds <= 0:
+            raise UsageError("--interval-seconds must be more than 0")
+        interval, aligned = timedelta(seconds=args.interval_seconds), False
+    else:
+        interval, aligned = timedelta(minutes=ctx.config.patrol.interval_minutes), True
+
+    def out(line: str) -> None:
+        ctx.out(line)
+        ctx.stdout.flush()
+
+    return run_daemon(pctx, skip, interval, aligned=aligned, out=out, live=not args.no_live)
+
+
+def _who(ctx: Context) -> str:
+    import getpass
+
+    from xaf_hub.store.audit import caller
+
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = ""
+    return caller(ctx.env) or user
+
+
+def _pause(ctx: Context) -> int:
+    from datetime import UTC, datetime
+
+    from xaf_hub.patrol.runner import set_paused
+    from xaf_hub.store import audit
+
+    cfg = ctx.config
+    changed = set_paused(cfg.state_dir / "patrol", _who(ctx), datetime.now(UTC).astimezone())
+    if changed:
+        audit.append(cfg.state_dir, command="patrol.pause", result="paused", env=ctx.env)
+    _say(
+        ctx,
+        {"paused": True, "changed": changed},
+        "patrol paused (durable; `xaf-hub patrol resume` to undo)"
+        if changed
+        else "patrol was already paused",
+    )
+    return int(ExitCode.OK)
+
+
+def _resume(ctx: Context) -> int:
+    from xaf_hub.patrol.runner import clear_paused
+    from xaf_hub.store import audit
+
+    cfg = ctx.config
+    changed = clear_paused(cfg.state_dir / "patrol")
+    if changed:
+        audit.append(cfg.state_dir, command="patrol.resume", result="active", env=ctx.env)
+    _say(
+        ctx,
+        {"paused": False, "changed": changed},
+        "patrol resumed" if changed else "patrol was not paused",
+    )
+    return int(ExitCode.OK)
+
+
+def _say(ctx: Context, doc: dict[str, object], line: str) -> None:
+    if ctx.json:
+        ctx.out(dumps(doc))
+    else:
+        ctx.out(line)
+
+
+def _local(iso: str) -> str:
+    from datetime import datetime
+
+    try:
+        return datetime.fromisoformat(iso).astimezone().strftime("%Y-%m-%d %H:%M:%S")
+    except ValueError:
+        return iso or "-"
+
+
+def _status(ctx: Context) -> int:
+    from xaf_hub.patrol.report import LATEST, latest_report
+    from xaf_hub.store.patrol_state import daemon_alive, heartbeat, pause_info
+
+    folder = ctx.config.state_dir / "patrol"
+    paused = pause_info(folder)
+    report = latest_report(folder)
+    beat = heartbeat(folder)
+    daemon = None
+    if beat is not None:
+        daemon = {
+            "pid": beat.get("pid"),
+            "alive": daemon_alive(beat),
+            "last_tick": beat.get("tick_at"),
+            "ticks": beat.get("ticks"),
+            "last": beat.get("last"),
+        }
+    last = None
+    failed: list[object] = []
+    if report is not None:
+        failed = [s.get("name") for s in report.get("steps", []) if s.get("status") == "failed"]
+        last = {
+            "started_at": report.get("started_at"),
+            "finished_at": report.get("finished_at"),
+            "result": report.get("result"),
+            "exit_code": report.get("exit_code"),
+            "failed_steps": failed,
+            "report": str(folder / f"{LATEST}.md"),
+        }
+    doc = {
+        "state": "paused" if paused is not None else "active",
+        "paused": paused,
+        "last_cycle": last,
+        "daemon": daemon,
+    }
+    if ctx.json:
+        ctx.out(dumps(doc))
+        return int(ExitCode.OK)
+    if paused is not None:
+        since = f" since {paused.get('paused_at')}" if paused.get("paused_at") else ""
+        by = f" by {paused.get('by')}" if paused.get("by") else ""
+        ctx.out(f"patrol: paused{since}{by}")
+    else:
+        ctx.out("patrol: active")
+    if last is None:
+        ctx.out("last cycle: none yet")
+    else:
+        what = str(last["result"])
+        if failed:
+            what += f" (exit {last['exit_code']}; failed: {', '.join(map(str, failed))})"
+        ctx.out(f"last cycle: {_local(str(last['finished_at'] or last['started_at']))} - {what}")
+        ctx.out(f"report: {last['report']}")
+    if daemon is not None:
+        state = "running" if daemon["alive"] else "not running"
+        ctx.out(
+            f"daemon: {state} (pid {daemon['pid']}, {daemon['ticks']} tick(s), "
+            f"last {_local(str(daemon['last_tick'] or ''))})"
+        )
+    return int(ExitCode.OK)

@@ -1,0 +1,156 @@
+"""List the project's sessions on every instance, newest first; export JSON, CSV or HTML."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+from xaf_hub.cli.commands._common import (
+    add_json,
+    add_wide,
+    chosen_instances,
+    report_unreachable,
+    scan,
+    scan_exit,
+)
+from xaf_hub.cli.context import Context
+from xaf_hub.cli.termfit import state_color
+from xaf_hub.core.clock import ago
+from xaf_hub.core.records import Snapshot
+from xaf_hub.core.text import dumps, shorten, shorten_left
+
+EXAMPLES = """\
+examples:
+  xaf-hub sessions
+  xaf-hub sessions --instance lan-189 --keyword 登录 --limit 20
+  xaf-hub sessions --json > sessions.json
+  xaf-hub sessions --out out/sessions.csv      # UTF-8 with BOM, opens in Excel
+  xaf-hub sessions --html overview.html        # one self-contained page for colleagues
+  xaf-hub sessions --html 概览.html --lang zh    # the page in Chinese (default: page.language)
+--limit only shortens the screen listing; --json, --out and --html always hold everything.
+"""
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Options of `sessions`."""
+    add_json(p)
+    add_wide(p)
+    p.add_argument("-i", "--instance", metavar="NAME", help="only this instance")
+    p.add_argument("-k", "--keyword", metavar="K", help="only sessions whose title contains K")
+    p.add_argument("-n", "--limit", type=int, metavar="N", help="show at most N rows on screen")
+    p.add_argument("--out", metavar="FILE", help="export everything to FILE (.json or .csv)")
+    p.add_argument("--html", metavar="FILE", help="write the HTML overview page to FILE")
+    p.add_argument(
+        "--lang",
+        choices=("en", "zh"),
+        help="language of the --html page (default: config page.language; English for auto)",
+    )
+    p.add_argument(
+        "--outcomes",
+        action="store_true",
+        help="also fetch each session's last result (one request per idle session; "
+        "implied by --html)",
+    )
+
+
+def filter_keyword(snap: Snapshot, keyword: str | None) -> Snapshot:
+    """Keep only project sessions whose title contains ``keyword`` (case-insensitive)."""
+    if not keyword:
+        return snap
+    k = keyword.lower()
+    kept = tuple(s for s in snap.sessions if not s.project or k in s.title.lower())
+    return Snapshot(snap.generated_at, snap.instances, kept, snap.warnings)
+
+
+def write_page(ctx: Context, snap: Snapshot, path: Path, lang: str | None) -> None:
+    """Write the overview page: Autopilot panel, task chips and links to each session."""
+    from xaf_hub.core import aio
+    from xaf_hub.fleet.web_ui import probe_all
+    from xaf_hub.page import autopilot as overview
+    from xaf_hub.page import export as report
+    from xaf_hub.page.words import pick_language
+
+    cfg = ctx.config
+    # Nobody's browser to ask: "auto" is English unless --lang says otherwise.
+    chosen = pick_language(lang or cfg.page_language, None)
+    now = int(time.time() * 1000)
+    reachable = {i.name for i in snap.instances if i.reachable}
+    links = aio.run(
+        probe_all([i for i in cfg.instances if i.name in reachable], ctx.transport_factory)
+    )
+    sessions = {(s.instance, s.id): s for s in snap.sessions}
+    report.write_html(
+        snap,
+        path,
+        now_ms=now,
+        title=cfg.project_name,
+        autopilot=overview.build(cfg, now, chosen, sessions),
+        lang=chosen,
+        links=links,
+        tasks=overview.task_ids_by_session(cfg),
+        redact=ctx.redact,
+    )
+
+
+def run(ctx: Context) -> int:
+    """Scan, then print or export."""
+    from xaf_hub.errors import UsageError
+
+    args = ctx.args
+    if args.limit is not None and args.limit < 0:
+        raise UsageError("--limit must be 0 or more")
+    if args.out and Path(args.out).suffix.lower() not in (".json", ".csv"):
+        raise UsageError(
+            f"unsupported export format {Path(args.out).suffix or args.out!r}: "
+            "use a .json or .csv file name (or --html FILE for the page)"
+        )
+    snap, _ = scan(
+        ctx, chosen_instances(ctx), progress=True, outcomes=bool(args.outcomes or args.html)
+    )
+    snap = filter_keyword(snap, args.keyword)
+    if args.out or args.html or ctx.json:
+        from xaf_hub.page import export as report
+
+        if args.out:
+            report.export(snap, Path(args.out), redact=ctx.redact)
+            ctx.info(f"wrote {args.out}")
+        if args.html:
+            write_page(ctx, snap, Path(args.html), args.lang)
+            ctx.info(f"wrote {args.html}")
+        if ctx.json:
+            ctx.out(dumps(report.snapshot_document(snap)))
+            report_unreachable(ctx, snap)
+            return scan_exit(snap)
+    rows_all = snap.project_sessions()
+    rows = rows_all if args.limit is None else rows_all[: args.limit]
+    now = int(time.time() * 1000)
+    headers = ["instance", "session", "state", "updated", "title", "directory"]
+    wide = bool(args.wide)
+    body = [
+        [
+            s.instance,
+            s.id,
+            s.run_state,
+            ago(s.updated, now),
+            s.title.replace("\n", " ") if wide else shorten(s.title, 40),
+            s.directory if wide else shorten_left(s.directory, 48),
+        ]
+        for s in rows
+    ]
+    if args.outcomes:
+        headers.append("last result")
+        for row, s in zip(body, rows, strict=True):
+            row.append(s.outcome or "-")
+    ctx.table(
+        body,
+        headers,
+        flexible=[("directory", 10), ("last result", 10), ("title", 12), ("instance", 8)],
+        keep_end=["directory"],
+        keep=["session"],
+        colors={"state": state_color, "last result": state_color},
+    )
+    shown = f"{len(rows)} of {len(rows_all)}" if len(rows) < len(rows_all) else str(len(rows))
+    ctx.info(f"{shown} project session(s)")
+    report_unreachable(ctx, snap)
+    return scan_exit(snap)

@@ -1,0 +1,172 @@
+"""Show one session: state, model, cost, the last prompt and the last answer, and the command
+that opens it in opencode's own terminal UI. Without --instance every instance is searched."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from xaf_hub.cli.commands._common import add_json
+from xaf_hub.cli.context import Context
+from xaf_hub.core import aio
+from xaf_hub.core.clock import ago, fmt_time, iso_time
+from xaf_hub.core.text import dumps
+
+EXAMPLES = """\
+examples:
+  xaf-hub show ses_abc123
+  xaf-hub show ses_abc123 -i lan-248 --json
+"""
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Options of `show`."""
+    add_json(p)
+    p.add_argument("session", metavar="SESSION", help="the session id")
+    p.add_argument("-i", "--instance", metavar="NAME", help="where it lives (default: search all)")
+    p.add_argument(
+        "-n",
+        "--limit",
+        type=int,
+        default=30,
+        metavar="N",
+        help="read the newest N messages for the prompt and answer (default 30)",
+    )
+
+
+def _text(message: Mapping[str, Any]) -> str:
+    parts = message.get("parts")
+    if not isinstance(parts, list):
+        return ""
+    texts = [
+        str(p.get("text") or "")
+        for p in parts
+        if isinstance(p, Mapping) and p.get("type") == "text" and not p.get("synthetic")
+    ]
+    return "\n".join(t for t in texts if t.strip()).strip()
+
+
+def _info(message: Mapping[str, Any]) -> Mapping[str, Any]:
+    info = message.get("info")
+    return info if isinstance(info, Mapping) else {}
+
+
+def _ms(info: Mapping[str, Any], key: str) -> int:
+    t = info.get("time")
+    value = t.get(key) if isinstance(t, Mapping) else None
+    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0
+
+
+def last_of(
+    messages: Sequence[Mapping[str, Any]], role: str
+) -> Mapping[str, Any] | None:
+    """The newest message of ``role`` that has text (or, for answers, an error)."""
+    for msg in reversed(messages):
+        info = _info(msg)
+        if info.get("role") != role:
+            continue
+        if _text(msg) or (role == "assistant" and isinstance(info.get("error"), Mapping)):
+            found: Mapping[str, Any] = msg
+            return found
+    return None
+
+
+def model_of(messages: Sequence[Mapping[str, Any]]) -> str:
+    """provider/model of the newest assistant (or user) message that names one."""
+    for msg in reversed(messages):
+        info = _info(msg)
+        provider, model = info.get("providerID"), info.get("modelID")
+        nested = info.get("model")
+        if not model and isinstance(nested, Mapping):
+            provider, model = nested.get("providerID"), nested.get("modelID")
+        if model:
+            return f"{provider}/{model}" if provider else str(model)
+    return ""
+
+
+def run(ctx: Context) -> int:
+    """Find the session, read its newest messages, print."""
+    from xaf_hub.cli.commands._common import chosen_instances, scan, session_not_found
+    from xaf_hub.core.runstate import error_text, last_error, outcome_of
+    from xaf_hub.errors import UsageError
+    from xaf_hub.fleet.attach import attach_command, attach_hint
+    from xaf_hub.fleet.scan import make_client
+
+    args = ctx.args
+    if args.limit < 1:
+        raise UsageError("--limit must be 1 or more")
+    _, scans = scan(ctx, chosen_instances(ctx))
+    hit = next(((sc, s) for sc in scans for s in sc.sessions if s.id == args.session), None)
+    if hit is None:
+        down = [(sc.inst.name, sc.reason) for sc in scans if not sc.reachable]
+        raise session_not_found(args.session, down, args.instance)
+    sc, s = hit
+
+    async def go() -> list[dict[str, Any]]:
+        transport = ctx.transport_factory(sc.inst) if ctx.transport_factory else None
+        async with make_client(ctx.config, sc.inst, transport) as client:
+            return await client.messages(s.id, limit=args.limit)
+
+    messages = aio.run(go())
+    prompt, answer = last_of(messages, "user"), last_of(messages, "assistant")
+    err = error_text(last_error(messages))
+    outcome = outcome_of(messages) if messages else "unknown"
+    model = s.model or model_of(messages)
+    attach = attach_command(sc.inst, s.id, s.directory)
+    now = int(time.time() * 1000)
+
+    def said(msg: Mapping[str, Any] | None) -> dict[str, Any] | None:
+        if msg is None:
+            return None
+        at = _ms(_info(msg), "created")
+        return {"text": _text(msg), "at": iso_time(at), "at_ms": at}
+
+    if ctx.json:
+        ctx.out(dumps({
+            "instance": sc.inst.name,
+            "session_id": s.id,
+            "title": s.title,
+            "directory": s.directory,
+            "project": s.project,
+            "state": s.run_state,
+            "retry_message": s.retry_message,
+            "last_outcome": outcome,
+            "last_error": err,
+            "model": model,
+            "cost": s.cost,
+            "updated": iso_time(s.updated),
+            "updated_ms": s.updated,
+            "last_prompt": said(prompt),
+            "last_answer": said(answer),
+            "attach": attach,
+        }))
+        return 0
+    state = s.run_state + (f" ({s.retry_message})" if s.retry_message else "")
+    rows = [
+        ("session", f"{s.id} on {sc.inst.name} ({sc.inst.url})"),
+        ("title", s.title),
+        ("directory", s.directory + ("" if s.project else "  (not a project session)")),
+        ("state", f"{state}; last run: {outcome}" + (f" ({err})" if err else "")),
+        ("model", model or "server default"),
+        ("cost", f"${s.cost:.4f}"),
+        ("updated", f"{fmt_time(s.updated)} ({ago(s.updated, now)})"),
+    ]
+    for key, value in rows:
+        ctx.out(f"{key + ':':<11}{value}")
+    for label, msg in (("last prompt", prompt), ("last answer", answer)):
+        if msg is None:
+            ctx.out(f"\n{label}: (none in the newest {args.limit} messages)")
+            continue
+        at = _ms(_info(msg), "created")
+        ctx.out(f"\n{label} ({fmt_time(at)}):")
+        body = _text(msg) or f"(no text: {err})"
+        for line in body.splitlines():
+            ctx.out(f"  {line}")
+    ctx.out("\nopen it in opencode:")
+    ctx.out(f"  {attach}")
+    hint = attach_hint(sc.inst)
+    if hint:
+        ctx.out(f"  {hint}")
+    return 0

@@ -1,0 +1,96 @@
+"""Show load and whether each instance can take new work (running, reserved, limit)."""
+
+from __future__ import annotations
+
+import argparse
+
+from xaf_hub.cli.commands._common import (
+    add_json,
+    add_wide,
+    chosen_instances,
+    report_missing_passwords,
+    report_unreachable,
+    scan,
+    scan_exit,
+)
+from xaf_hub.cli.context import Context
+from xaf_hub.cli.termfit import yes_no_color
+from xaf_hub.core.clock import iso_time
+from xaf_hub.core.text import dumps
+from xaf_hub.errors import UnreachableError
+from xaf_hub.ops.load import instance_load
+from xaf_hub.store.backends import make_gate
+
+EXAMPLES = """\
+examples:
+  xaf-hub status
+  xaf-hub status --json
+  xaf-hub status --allow-prod     # count production instances as dispatchable
+"""
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Options of `status`."""
+    add_json(p)
+    add_wide(p)
+    p.add_argument("-i", "--instance", metavar="NAME", help="only this instance")
+    p.add_argument(
+        "--allow-prod",
+        action="store_true",
+        help="treat production instances as dispatchable (display only)",
+    )
+
+
+def run(ctx: Context) -> int:
+    """Scan and print the load table."""
+    cfg = ctx.config
+    snap, scans = scan(ctx, chosen_instances(ctx), progress=True)
+    gate = make_gate(cfg)
+    try:
+        loads = [instance_load(sc, gate, ctx.args.allow_prod) for sc in scans]
+    except UnreachableError as exc:
+        # status only reads: without the shared gate, show the rest with reservations unknown.
+        ctx.warn(f"reservations unknown: {exc}")
+        loads = [instance_load(sc, None, ctx.args.allow_prod) for sc in scans]
+    if ctx.json:
+        ctx.out(
+            dumps(
+                {
+                    "generated_at": iso_time(snap.generated_at),
+                    "generated_at_ms": snap.generated_at,
+                    "instances": [x.to_json() for x in loads],
+                }
+            )
+        )
+        report_missing_passwords(ctx, snap)
+        return scan_exit(snap)
+    rows = [
+        [
+            x.instance,
+            x.running_total if x.reachable else "-",
+            x.running_project if x.reachable else "-",
+            "?" if x.reserved is None else x.reserved,
+            x.project_sessions if x.reachable else "-",
+            x.limit,
+            "yes" if x.dispatchable else "no",
+            x.reason,
+        ]
+        for x in loads
+    ]
+    ctx.table(
+        rows,
+        [
+            "instance",
+            "running",
+            "running project",
+            "reserved",
+            "project sessions",
+            "limit",
+            "dispatchable",
+            "reason",
+        ],
+        flexible=[("reason", 16), ("project sessions", 8), ("running project", 8)],
+        colors={"dispatchable": yes_no_color},
+    )
+    report_unreachable(ctx, snap)
+    return scan_exit(snap)

@@ -1,0 +1,225 @@
+"""Print only what changes: new sessions, runs starting or stopping (with outcome), sessions
+gone, instances down and up.
+
+Follows each instance's event stream: a change shows as soon as the server reports it, and
+nothing is polled on an interval; after every (re)connect the instance is rescanned once so
+nothing that happened meanwhile is missed. --poll rescans the fleet every --interval
+seconds instead (one listing and one status call per directory per
+instance). With --json each change is one line of JSON. --once prints the current running
+state and exits. Ctrl+C exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from xaf_hub.cli.commands._common import add_json, chosen_instances, scan, scan_exit
+from xaf_hub.cli.context import Context
+from xaf_hub.core import aio
+from xaf_hub.core.records import SessionRecord, Snapshot
+from xaf_hub.core.text import dumps, shorten
+
+if TYPE_CHECKING:  # the follower pulls in httpx; --help must stay light
+    from xaf_hub.config.load import InstanceConfig
+    from xaf_hub.fleet.events import FleetEvent
+
+EXAMPLES = """\
+examples:
+  xaf-hub watch                  # follow the servers' event streams
+  xaf-hub watch --instance lan-189 --json
+  xaf-hub watch --poll --interval 5   # rescan every 5 s instead of following events
+  xaf-hub watch --once           # current running sessions, then exit
+"""
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Options of `watch`."""
+    add_json(p)
+    p.add_argument("--poll", action="store_true",
+                   help="rescan every --interval seconds instead of following event streams")
+    p.add_argument(
+        "--interval", type=float, default=10.0, metavar="S",
+        help="seconds between polls (with --poll, or for servers without an event stream)",
+    )
+    p.add_argument("--once", action="store_true", help="print the current state and exit")
+    p.add_argument("-i", "--instance", metavar="NAME", help="only this instance")
+    p.add_argument("--verbose", action="store_true",
+                   help="also say how each instance is followed (or a line for every poll)")
+    # Tests stop the loop after a while: N polls, or N x --interval seconds of following.
+    p.add_argument("--max-polls", type=int, default=0, help=argparse.SUPPRESS)
+
+
+def diff(
+    before: dict[str, SessionRecord], after: dict[str, SessionRecord]
+) -> list[tuple[str, SessionRecord]]:
+    """Changes between two polls: new, started, stopped, retry, gone (pure)."""
+    from xaf_hub.fleet.events import diff as changes
+
+    return [(kind, s) for kind, s in changes(before, after)]
+
+
+def _index(snap: Snapshot) -> dict[str, SessionRecord]:
+    return {f"{s.instance}/{s.id}": s for s in snap.sessions if s.project}
+
+
+def _outcomes(ctx: Context, sessions: Sequence[SessionRecord]) -> dict[str, str]:
+    from xaf_hub.core.runstate import outcome_of
+    from xaf_hub.errors import HubError
+    from xaf_hub.fleet.scan import make_client
+
+    cfg = ctx.config
+
+    async def one(s: SessionRecord) -> tuple[str, str]:
+        inst = cfg.instance(s.instance)
+        transport = ctx.transport_factory(inst) if ctx.transport_factory else None
+        async with make_client(cfg, inst, transport) as client:
+            try:
+                msgs = await client.messages(s.id, limit=3, directory=s.directory)
+                return s.id, outcome_of(msgs)
+            except HubError:
+                return s.id, "unknown"
+
+    async def all_() -> list[tuple[str, str]]:
+        return list(await aio.gather(*(one(s) for s in sessions)))
+
+    return dict(aio.run(all_())) if sessions else {}
+
+
+def _line(kind: str, s: SessionRecord, outcome: str = "") -> str:
+    stamp = time.strftime("%H:%M:%S")
+    extra = f" -> {outcome}" if outcome else ""
+    if kind == "retry" and s.retry_message:
+        extra = f" ({shorten(s.retry_message, 60)})"
+    return f"{stamp} {kind:<8} {s.instance}/{s.id}  {shorten(s.title, 40)}{extra}"
+
+
+def _json_line(doc: dict[str, Any]) -> str:
+    """One change as one line of JSON (a stream of JSON Lines)."""
+    return json.dumps(doc, ensure_ascii=False)
+
+
+def _event_line(ev: FleetEvent) -> str:
+    stamp = time.strftime("%H:%M:%S")
+    if ev.session is None:
+        tail = f": {ev.detail}" if ev.kind == "down" and ev.detail else ""
+        return f"{stamp} {ev.kind:<8} {ev.instance}{tail}"
+    if ev.kind == "error":
+        return f"{_line(ev.kind, ev.session)} ({shorten(ev.detail, 60)})"
+    return _line(ev.kind, ev.session, ev.outcome)
+
+
+def follow(
+    ctx: Context, instances: Sequence[InstanceConfig], *, poll_seconds: float, max_seconds: float
+) -> int:
+    """Print each change the fleet's event streams report until Ctrl+C (or ``max_seconds``)."""
+    from xaf_hub.fleet.events import following_words
+    from xaf_hub.fleet.follow import FleetFollower
+
+    sessions = [0]
+    pending = {i.name for i in instances}
+
+    def show(ev: FleetEvent) -> None:
+        if ev.kind in ("ready", "polling"):
+            if ev.kind == "polling":
+                ctx.warn(f"{following_words(ev)} every {poll_seconds:g} s")
+            elif ctx.args.verbose:
+                ctx.info(str(following_words(ev)))
+            if ev.kind == "ready" and ev.instance in pending:
+                pending.discard(ev.instance)
+                sessions[0] += len(follower.boards[ev.instance].sessions)
+                if not pending:
+                    ctx.info(f"watching {len(instances)} instance(s), {sessions[0]} project "
+                             "session(s); Ctrl+C to stop")
+            return
+        if ev.kind == "down":
+            pending.discard(ev.instance)
+        ctx.out(_json_line(ev.to_json()) if ctx.json else _event_line(ev))
+        ctx.stdout.flush()
+
+    follower = FleetFollower(ctx.config, instances, emit=show,
+                             transport_factory=ctx.transport_factory, poll_seconds=poll_seconds)
+
+    async def main() -> None:
+        if max_seconds:
+            asyncio.get_running_loop().call_later(max_seconds, follower.stop)
+        await follower.run()
+
+    with contextlib.suppress(KeyboardInterrupt):
+        aio.run(main())
+    return 0
+
+
+def run(ctx: Context) -> int:
+    """Follow (or poll) until Ctrl+C, or print once."""
+    from xaf_hub.errors import UsageError
+
+    args = ctx.args
+    if args.interval <= 0:
+        raise UsageError("--interval must be more than 0")
+    instances = chosen_instances(ctx)
+    if not args.once and not args.poll:
+        limit = args.max_polls * args.interval if args.max_polls else 0.0
+        return follow(ctx, instances, poll_seconds=args.interval, max_seconds=limit)
+    snap, _ = scan(ctx, instances)
+    if args.once:
+        running = [s for s in snap.project_sessions() if s.running]
+        if ctx.json:
+            ctx.out(
+                dumps({"running": [s.to_json() for s in running], "unreachable": snap.unreachable})
+            )
+        else:
+            for s in running:
+                ctx.out(_line(s.run_state, s))
+            ctx.out(f"{len(running)} project session(s) running")
+            for u in snap.unreachable:
+                ctx.warn(f"{u['instance']} unreachable: {u['reason']}")
+        return scan_exit(snap)
+    before = _index(snap)
+    ctx.info(
+        f"watching {len(instances)} instance(s), {len(before)} project session(s); Ctrl+C to stop"
+    )
+    down = {u["instance"] for u in snap.unreachable}
+    polls = 0
+    try:
+        while True:
+            time.sleep(args.interval)
+            snap, _ = scan(ctx, instances)
+            now_down = {u["instance"]: u["reason"] for u in snap.unreachable}
+            for name in sorted(set(now_down) - down):
+                ctx.out(f"{time.strftime('%H:%M:%S')} down     {name}: {now_down[name]}")
+            for name in sorted(down - set(now_down)):
+                ctx.out(f"{time.strftime('%H:%M:%S')} up       {name}")
+            # An unreachable instance's sessions are not "gone": keep the last view of them.
+            after = _index(snap)
+            after.update({k: v for k, v in before.items() if v.instance in now_down})
+            events = diff(before, after)
+            stopped = [s for kind, s in events if kind == "stopped"]
+            outcomes = _outcomes(ctx, stopped)
+            for kind, s in events:
+                if ctx.json:
+                    ctx.out(
+                        _json_line(
+                            {
+                                "event": kind,
+                                "session": s.to_json(),
+                                "outcome": outcomes.get(s.id, ""),
+                            }
+                        )
+                    )
+                else:
+                    ctx.out(_line(kind, s, outcomes.get(s.id, "") if kind == "stopped" else ""))
+            if args.verbose and not events:
+                ctx.info(f"{time.strftime('%H:%M:%S')} no change")
+            ctx.stdout.flush()
+            before, down = after, set(now_down)
+            polls += 1
+            if args.max_polls and polls >= args.max_polls:
+                return 0
+    except KeyboardInterrupt:
+        return 0

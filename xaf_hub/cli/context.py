@@ -1,0 +1,86 @@
+"""The per-run context every command receives: parsed args, config, streams, seams."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TextIO
+
+from xaf_hub.config.load import Config, load_config
+from xaf_hub.core.text import redact, terminal_safe
+
+if TYPE_CHECKING:  # the scanner pulls in httpx; --help must stay light
+    from xaf_hub.fleet.scan import TransportFactory
+    from xaf_hub.ops.context import OpsContext
+
+
+@dataclass
+class Context:
+    """Built once from argv; commands read it, never mutate global state."""
+
+    args: Any
+    stdout: TextIO = field(default_factory=lambda: sys.stdout)
+    stderr: TextIO = field(default_factory=lambda: sys.stderr)
+    env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
+    cwd: Path = field(default_factory=Path.cwd)
+    transport_factory: TransportFactory | None = None
+    _config: Config | None = None
+
+    @property
+    def config(self) -> Config:
+        """The validated configuration (loaded on first use)."""
+        if self._config is None:
+            self._config = load_config(
+                getattr(self.args, "config", None), env=self.env, cwd=self.cwd
+            )
+        return self._config
+
+    def ops(self) -> OpsContext:
+        """The operations context for this run: config, env and the transport seam."""
+        from xaf_hub.ops.context import OpsContext
+
+        return OpsContext(self.config, env=self.env, transport_factory=self.transport_factory)
+
+    @property
+    def json(self) -> bool:
+        """True when the user asked for JSON output."""
+        return bool(getattr(self.args, "json", False))
+
+    def secrets(self) -> tuple[str, ...]:
+        """Every secret this run knows: the config's (once loaded) and the environment's."""
+        from_env = tuple(
+            v
+            for k, v in self.env.items()
+            if v and (k.startswith("XAF_HUB_PW_") or k == "XAF_HUB_VIEWER_PASSWORD")
+        )
+        return (self._config.secrets() if self._config is not None else ()) + from_env
+
+    def redact(self, text: str) -> str:
+        """``text`` without any secret this run knows (see ``output.redact``)."""
+        return redact(text, self.secrets())
+
+    def out(self, text: str = "") -> None:
+        """Print a line of normal output (control characters neutralised unless --json)."""
+        # JSON already escapes every C0 control; text may carry server-supplied titles.
+        text = self.redact(text)
+        print(text if self.json else terminal_safe(text), file=self.stdout)
+
+    def table(self, rows: Sequence[Sequence[Any]], headers: Sequence[str], **how: Any) -> None:
+        """Print a table: fitted to the terminal and coloured on a TTY (see termfit), as is on a
+        pipe or with --wide. ``how``: termfit.render's flexible / keep_end / colors."""
+        from xaf_hub.cli.termfit import Screen, render
+
+        screen = Screen.of(self.stdout, self.env, wide=bool(getattr(self.args, "wide", False)))
+        safe = [["" if v is None else terminal_safe(str(v)) for v in row] for row in rows]
+        print(render(safe, [terminal_safe(h) for h in headers], screen, **how), file=self.stdout)
+
+    def warn(self, text: str) -> None:
+        """Print a warning line to stderr."""
+        print(f"warning: {terminal_safe(self.redact(text))}", file=self.stderr)
+
+    def info(self, text: str) -> None:
+        """Print progress to stderr (keeps stdout clean for --json)."""
+        print(terminal_safe(self.redact(text)), file=self.stderr)

@@ -1,0 +1,183 @@
+"""Command line entry point: argparse, and the ONE place that maps errors to exit codes."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+import sys
+import traceback
+from collections.abc import Sequence
+from typing import Any, NoReturn
+
+from xaf_hub.errors import ExitCode, HubError, MissingPassword, UsageError
+
+# Subcommand modules under xaf_hub.commands and their one-line help, in --help order.
+# A module is imported only when its command runs, so `xaf-hub --help` stays light.
+COMMANDS: dict[str, str] = {
+    "init": "write a starter config.json (from --instance/--root, or the bundled example)",
+    "instances": "health and totals of every instance",
+    "sessions": "the project's sessions (table, JSON, CSV or HTML export)",
+    "status": "load per instance and whether it can take new work",
+    "dispatch": "send a task to a related, named or new session",
+    "show": "one session: state, model, cost, last prompt and answer, how to open it",
+    "confirm": "say whether one session really runs (retrying? failed? why); --fix heals it",
+    "cleanup": "preview (or --execute) deletion of stale project sessions",
+    "interrupt": "abort a session's run",
+    "watch": "print changes in the fleet as they happen",
+    "serve": "serve the overview page (and its JSON) to colleagues' browsers, read-only",
+    "doctor": "check config, credentials, instances, state, blackouts, patrol; say how to fix",
+    "patrol": "run the patrol (heal, resume, sync design tasks, fill slots); pause/resume/status",
+    "backlog": "list, add, show or change tasks in the patrol's task pool",
+    "notify": "send a test message to the team's chat webhooks (the patrol sends events)",
+    "completion": "print a shell completion script (bash, zsh or fish)",
+}
+
+DESCRIPTION = """\
+Run a fleet of opencode servers as one: find the project's sessions on every instance,
+send work to the right session or instance without exceeding any instance's limit,
+clean up, watch, and keep the fleet busy with the patrol.
+
+exit codes: 0 ok, 1 internal error, 2 instance unreachable, 3 concurrency limit or lock
+timeout, 4 bad argument/config or production not allowed, 5 not a project session.
+"""
+
+
+class Parser(argparse.ArgumentParser):
+    """ArgumentParser whose usage errors exit 4 (USAGE), not argparse's 2, and suggest the
+    command or option a typo was probably meant to be."""
+
+    def error(self, message: str) -> NoReturn:
+        import re
+
+        where = self.prog.removeprefix("xaf-hub").strip()  # the subcommand, if any
+        hint = self._did_you_mean(message)
+        unknown = re.match(r"argument COMMAND: invalid choice: ('[^']*')", message)
+        if unknown:  # argparse's text lists every command; a suggestion is enough
+            message = f"unknown command {unknown.group(1)}"
+            if not hint:
+                hint = f"; the commands are: {', '.join(COMMANDS)}"
+        text = f"{where}: {message}" if where else message
+        raise UsageError(f"{text}{hint} (see {self.prog} --help)")
+
+    def _did_you_mean(self, message: str) -> str:
+        import difflib
+        import re
+
+        choice = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
+        if choice:
+            known = re.findall(r"'?([^',\s]+)'?", choice.group(2))
+            close = difflib.get_close_matches(choice.group(1), known, n=1, cutoff=0.6)
+            return f"; did you mean '{close[0]}'?" if close else ""
+        extra = re.match(r"unrecognized arguments: (.*)", message)
+        if extra:
+            options = set(self._option_string_actions)
+            for action in self._subparsers._group_actions if self._subparsers else ():
+                for sub in (getattr(action, "choices", None) or {}).values():
+                    options.update(getattr(sub, "_option_string_actions", {}))
+            for word in extra.group(1).split():
+                close = difflib.get_close_matches(word.split("=")[0], sorted(options), n=1)
+                if word.startswith("--") and close:
+                    return f"; did you mean {close[0]}?"
+        return ""
+
+
+def _common(sub: bool = False) -> Parser:
+    # On subcommands the defaults are SUPPRESS so `xaf-hub --config X status` keeps X.
+    common = Parser(add_help=False)
+    extra: dict[str, Any] = {"default": argparse.SUPPRESS} if sub else {}
+    common.add_argument(
+        "--config", metavar="PATH", help="config file (default: see README)", **extra
+    )
+    common.add_argument("--debug", action="store_true", help="show tracebacks on errors", **extra)
+    return common
+
+
+def build_parser(argv: Sequence[str] | None = None) -> Parser:
+    """The parser; only the commands named in ``argv`` (all when None) get their options."""
+    parser = Parser(
+        prog="xaf-hub",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        parents=[_common()],
+    )
+    from xaf_hub import __version__
+
+    parser.add_argument("--version", action="version", version=f"xaf-hub {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+    common = _common(sub=True)
+    wanted = set(COMMANDS) if argv is None else set(argv) & set(COMMANDS)
+    for name, help_text in COMMANDS.items():
+        if name not in wanted:
+            sub.add_parser(name, help=help_text, add_help=False)
+            continue
+        module = importlib.import_module(f"xaf_hub.cli.commands.{name}")
+        p = sub.add_parser(
+            name,
+            help=help_text,
+            description=module.__doc__,
+            epilog=getattr(module, "EXAMPLES", None),
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+            parents=[common],
+        )
+        module.add_arguments(p)
+        p.set_defaults(func=module.run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None, **context: Any) -> int:
+    """Run one command; return its exit code (tests call this directly)."""
+    from xaf_hub.cli.context import Context
+
+    args: Any = None
+    ctx: Context | None = None
+    stderr = context.get("stderr", sys.stderr)
+    try:
+        words = list(sys.argv[1:] if argv is None else argv)
+        parser = build_parser(words)
+        args = parser.parse_args(words)
+        if not getattr(args, "command", None):
+            parser.print_help(context.get("stdout", sys.stdout))
+            return int(ExitCode.USAGE)
+        ctx = Context(args=args, **context)
+        return int(args.func(ctx))
+    except SystemExit as exc:  # --help / --version
+        return int(exc.code or 0) if isinstance(exc.code, int) else 0
+    except KeyboardInterrupt:
+        _report(ctx, stderr, args, "interrupted", None)
+        return 130
+    except HubError as raised:
+        shown = MissingPassword.upgrade(raised)
+        _report(ctx, stderr, args, str(shown), shown)
+        return int(shown.exit_code)
+    except Exception as exc:  # noqa: BLE001 - the last line of defence prints one line
+        _report(
+            ctx, stderr, args, f"internal error: {type(exc).__name__}: {exc}", exc, internal=True
+        )
+        return int(ExitCode.INTERNAL)
+
+
+def _report(
+    ctx: Any,
+    stderr: Any,
+    args: Any,
+    message: str,
+    exc: BaseException | None,
+    internal: bool = False,
+) -> None:
+    from xaf_hub.core.text import redact, terminal_safe
+
+    secrets: list[str] = []
+    if ctx is not None:
+        # Learn every configured password, even when the failure came before the command
+        # loaded the config, so no message can carry one.
+        with contextlib.suppress(Exception):  # a broken config has no secrets to learn
+            _ = ctx.config  # loading it is the point
+        secrets.extend(ctx.secrets())
+    if args is not None and getattr(args, "debug", False) and exc is not None:
+        text = "".join(traceback.format_exception(exc))
+        print(terminal_safe(redact(text, secrets)), file=stderr, end="")
+    line = f"xaf-hub: error: {message}"
+    if internal and not (args is not None and getattr(args, "debug", False)):
+        line += " (run with --debug for details)"
+    print(terminal_safe(redact(line, secrets)), file=stderr)

@@ -1,0 +1,586 @@
+"""Load and validate config.json, config.local.json and credentials (architecture §11).
+
+Validation is strict: an unknown key, a wrong type, a duplicate instance or a literal
+password in config.json stops the run with a ConfigError that names the file and key.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from xaf_hub.config.notify import NotifyConfig, parse_notify
+from xaf_hub.config.reader import Reader as _Reader
+from xaf_hub.config.reader import instances_list, json_type, load_json_file
+from xaf_hub.config.reader import pw_env_name as pw_env_name
+from xaf_hub.core.rules import ProjectRules
+from xaf_hub.errors import ConfigError
+
+CREDENTIAL_KEYS = ("password", "password_env", "password_file", "password_key")
+_ABSOLUTE = re.compile(r"^(/|[A-Za-z]:[\\/]|\\\\)")
+
+
+def hub_home(env: Mapping[str, str] | None = None) -> Path:
+    """The hub's home folder: $XAF_HUB_HOME or ~/.xaf_hub."""
+    env = os.environ if env is None else env
+    raw = env.get("XAF_HUB_HOME")
+    return Path(raw).expanduser() if raw else Path.home() / ".xaf_hub"
+
+
+REDIS_PASSWORD_ENV = "XAF_HUB_REDIS_PASSWORD"
+_REDIS_PREFIX = re.compile(r"^[A-Za-z0-9_.:-]+$")
+
+
+@dataclass(frozen=True)
+class InstanceConfig:
+    """One opencode server as configured."""
+
+    name: str
+    url: str
+    username: str = "opencode"
+    password: str | None = field(default=None, repr=False)
+    password_source: str = "none"
+    roots: tuple[str, ...] = ()
+    default_directory: str = ""
+    danger: bool = False
+    readonly_default: bool = False
+    branch_policy: str = "branch"
+    concurrency_limit: int = 2
+    dir_aliases: tuple[tuple[str, str], ...] = ()
+    models: tuple[str, ...] = ()
+    api: str = "auto"
+    note: str = ""
+    rules: ProjectRules = field(default_factory=ProjectRules)
+    password_env: str = ""  # the env var the config names for the password, if any
+
+    @property
+    def production(self) -> bool:
+        """True when writes need --allow-prod."""
+        return self.danger or self.readonly_default
+
+    def secrets(self) -> tuple[str, ...]:
+        """Never printed: the password, and user:password (its base64 is the Basic credential)."""
+        return (self.password, f"{self.username}:{self.password}") if self.password else ()
+
+
+@dataclass(frozen=True)
+class LockConfig:
+    """Gate settings (architecture §5)."""
+
+    slot_ttl_seconds: float = 60.0
+    lock_timeout_seconds: float = 20.0
+    slot_grace_seconds: float = 5.0
+    dir: Path | None = None
+    # "file": locks/ and slots/ on this host. "redis": one gate shared by every host using it.
+    backend: str = "file"
+    redis_url: str = ""
+    redis_prefix: str = "xaf-hub"
+    redis_password: str | None = field(default=None, repr=False)
+
+
+@dataclass(frozen=True)
+class ModelsConfig:
+    """Dispatch model policy (architecture §7)."""
+
+    default_dispatch_model: str | None = None
+    chain: tuple[str, ...] = ()
+    blackout_families: tuple[tuple[str, tuple[str, ...]], ...] = (
+        ("opencode", ("opencode/", "opencode-go/")),
+    )
+    blackout_reset_hour: int = 8
+    timezone: str = "local"
+    # Where blackouts and healed memory live; "redis" shares them through lock.redis_url.
+    state_backend: str = "file"
+
+    def families(self) -> dict[str, list[str]]:
+        """Blackout families as a plain mapping."""
+        return {name: list(prefixes) for name, prefixes in self.blackout_families}
+
+
+@dataclass(frozen=True)
+class PatrolConfig:
+    """Patrol settings (architecture §8)."""
+
+    interval_minutes: float = 60.0
+    minute_offset: int = 0
+    stale_minutes: float = 90.0
+    repo_root: Path | None = None
+    design_dirs: tuple[str, ...] = ("docs/superpowers/plans", "docs/superpowers/specs")
+    design_max_age_days: int = 30
+    pending_markers: tuple[str, ...] = ()
+    batch_patterns: tuple[str, ...] = ()
+    base_branch: str = "main"
+    backlog_path: Path | None = None
+    lead_backlog_path: Path | None = None
+    max_attempts: int = 3
+    max_infra_failures: int = 4  # infrastructure failures in a row that park a task
+    no_answer_grace_seconds: float = 120.0  # a prompt unanswered this long was refused
+
+
+@dataclass(frozen=True)
+class Config:
+    """The whole validated configuration."""
+
+    path: Path | None
+    home: Path
+    state_dir: Path
+    project_name: str = "project"
+    fallback_segments: tuple[str, ...] = ()
+    exclude_dirs: tuple[str, ...] = ()
+    exclude_substrings: tuple[str, ...] = ()
+    concurrency_limit: int = 2
+    session_ttl_days: float = 10.0
+    match_threshold: float = 0.12
+    auto_match: bool = True
+    connect_timeout: float = 8.0
+    read_timeout: float = 30.0
+    scan_timeout: float = 35.0  # one instance's whole scan (and any one answer), at most
+    retries: int = 1
+    page_size: int = 8000
+    scan_workers: int = 6
+    lock: LockConfig = field(default_factory=LockConfig)
+    models: ModelsConfig = field(default_factory=ModelsConfig)
+    patrol: PatrolConfig = field(default_factory=PatrolConfig)
+    instances: tuple[InstanceConfig, ...] = ()
+    local_config: Path | None = None
+    local_scope: str = ""
+    notify: NotifyConfig = field(default_factory=NotifyConfig)
+    page_language: str = "auto"  # overview page: "auto" (the browser's), "en" or "zh"
+
+    @property
+    def lock_dir(self) -> Path:
+        """Folder for locks/ and slots/."""
+        return self.lock.dir or self.state_dir
+
+    @property
+    def backlog_path(self) -> Path:
+        """The task pool file."""
+        if self.patrol.backlog_path is not None:
+            return self.patrol.backlog_path
+        return self.state_dir / "tasks_backlog.json"
+
+    def instance(self, name: str) -> InstanceConfig:
+        """Look up one instance by name, or raise a UsageError listing the known ones."""
+        from xaf_hub.errors import UsageError
+
+        for inst in self.instances:
+            if inst.name == name:
+                return inst
+        known = ", ".join(i.name for i in self.instances) or "none"
+        raise UsageError(f"unknown instance {name!r} (configured: {known})")
+
+    def secrets(self) -> tuple[str, ...]:
+        """Every secret value held, for redaction."""
+        redis = (self.lock.redis_password,) if self.lock.redis_password else ()
+        hooks = self.notify.secrets()
+        return tuple(s for inst in self.instances for s in inst.secrets()) + redis + hooks
+
+
+# ---------------------------------------------------------------------------------------
+
+
+def find_config(explicit: str | None, env: Mapping[str, str], cwd: Path) -> Path:
+    """Find the config: --config, XAF_HUB_CONFIG, ./config.json, $XAF_HUB_HOME/config.json."""
+    if explicit:
+        return Path(explicit).expanduser()
+    if env.get("XAF_HUB_CONFIG"):
+        return Path(env["XAF_HUB_CONFIG"]).expanduser()
+    local = cwd / "config.json"
+    if local.is_file():
+        return local
+    home_cfg = hub_home(env) / "config.json"
+    if home_cfg.is_file():
+        return home_cfg
+    raise ConfigError(
+        f"no config found: tried --config, $XAF_HUB_CONFIG, {local} and {home_cfg}; "
+        "run `xaf-hub init` to write a starter config.json"
+    )
+
+
+def _is_absolute(path: str) -> bool:
+    return bool(_ABSOLUTE.match(path))
+
+
+def _local_overrides(raw: Any, file: Path) -> dict[str, dict[str, Any]]:
+    """config.local.json's instances, keyed by name."""
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{file}: top level must be an object")
+    unknown = sorted(set(raw) - {"instances"})
+    if unknown:
+        raise ConfigError(
+            f"{file}: key '{unknown[0]}': unknown key (config.local.json holds only 'instances')"
+        )
+    items = instances_list(raw.get("instances", {}), file)
+    out: dict[str, dict[str, Any]] = {}
+    for i, obj in enumerate(items):
+        name = obj.get("name")
+        if not isinstance(name, str) or not name:
+            raise ConfigError(f"{file}: key 'instances[{i}].name': expected a non-empty string")
+        out[name] = {k: v for k, v in obj.items() if k != "name"}
+    return out
+
+
+def _resolve_password(
+    obj: dict[str, Any], name: str, env: Mapping[str, str], file: Path, local_path: Path | None
+) -> tuple[str | None, str]:
+    """Apply the credential order; return (password, where it came from)."""
+    var = obj.get("password_env")
+    if isinstance(var, str) and var and env.get(var):
+        return env[var], f"env:{var}"
+    conventional = pw_env_name(name)
+    if env.get(conventional):
+        return env[conventional], f"env:{conventional}"
+    if isinstance(obj.get("_local_password"), str) and obj["_local_password"]:
+        return obj["_local_password"], f"local:{local_path}"
+    pw_file = obj.get("password_file")
+    if isinstance(pw_file, str) and pw_file:
+        key = obj.get("password_key") or "password"
+        path = Path(pw_file).expanduser()
+        data = load_json_file(path, what="password")
+        if not isinstance(data, dict) or not isinstance(data.get(key), str):
+            raise ConfigError(
+                f"{path}: key '{key}': expected a string password for instance '{name}'"
+            )
+        return data[key], f"file:{path}"
+    return None, "none"
+
+
+def load_config(
+    explicit: str | None = None,
+    *,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+) -> Config:
+    """Find, read and validate the configuration and its credentials."""
+    env = dict(os.environ) if env is None else dict(env)
+    cwd = Path.cwd() if cwd is None else cwd
+    path = find_config(explicit, env, cwd)
+    raw = load_json_file(path)
+    return parse_config(raw, path=path, env=env)
+
+
+def parse_config(raw: Any, *, path: Path, env: Mapping[str, str]) -> Config:
+    """Validate an already-parsed config document (credentials resolved from env and files)."""
+    home = hub_home(env)
+    top = _Reader(raw, path, "")
+    project = top.sub("project")
+    project_name = project.get("name", (str,), "project")
+    fallback = project.strings("fallback_segments")
+    exclude_dirs = project.strings("exclude_dirs")
+    exclude_subs = project.strings("exclude_substrings")
+    project.finish()
+
+    limit = top.num("concurrency_limit", 2, minimum=1, integer=True)
+    state_raw = top.get("state_dir", (str,), None)
+    state_dir = Path(state_raw).expanduser() if state_raw else home
+    timeouts = top.sub("timeouts")
+
+    lock_r = top.sub("lock")
+    lock_dir = lock_r.get("dir", (str,), None)
+    lock = LockConfig(
+        slot_ttl_seconds=float(lock_r.num("slot_ttl_seconds", 60.0, minimum=1)),
+        lock_timeout_seconds=float(lock_r.num("lock_timeout_seconds", 20.0)),
+        slot_grace_seconds=float(lock_r.num("slot_grace_seconds", 5.0)),
+        dir=Path(lock_dir).expanduser() if lock_dir else None,
+        **_parse_redis(lock_r, env),
+    )
+    lock_r.finish()
+
+    models = _parse_models(top.sub("models"), path)
+    if models.state_backend == "redis" and not lock.redis_url:
+        raise ConfigError(
+            f"{path}: key 'models.state_backend': 'redis' needs lock.redis_url "
+            "(e.g. redis://hub-redis.example.internal:6379/0)"
+        )
+    patrol = _parse_patrol(top.sub("patrol"), path)
+    page = top.sub("page")
+    page.seen.add("url")  # notify/ reads and checks page.url
+    page_language = page.choice("language", ("auto", "en", "zh"), "auto", tags=True)
+    page.finish()
+
+    top.seen.add("instances")
+    inst_raw = instances_list(top.data.get("instances", []), path)
+
+    # config.local.json beside the config file overrides instance fields; the one in the hub
+    # home only lends credential fields for instances this config already has.
+    local_path: Path | None = path.parent / "config.local.json"
+    local_scope = "beside"
+    assert local_path is not None
+    if not local_path.is_file():
+        local_path = home / "config.local.json"
+        local_scope = "home"
+        if not local_path.is_file() or local_path.resolve() == path.resolve():
+            local_path, local_scope = None, ""
+    overrides: dict[str, dict[str, Any]] = {}
+    if local_path is not None:
+        overrides = _local_overrides(load_json_file(local_path, "config.local.json"), local_path)
+
+    names: set[str] = set()
+    instances = []
+    for i, obj in enumerate(inst_raw):
+        label = f"instances[{i}]"
+        name = obj.get("name")
+        if not isinstance(name, str) or not name.strip():
+            raise ConfigError(f"{path}: key '{label}.name': expected a non-empty string")
+        if name in names:
+            raise ConfigError(f"{path}: key '{label}.name': duplicate instance name '{name}'")
+        names.add(name)
+        if obj.get("password") not in (None, ""):
+            raise ConfigError(
+                f"{path}: key '{label}.password': a literal password does not belong in "
+                f"{path.name}; move it to config.local.json or the env var {pw_env_name(name)}"
+            )
+        merged = dict(obj)
+        extra = overrides.get(name, {})
+        for key, value in extra.items():
+            if local_scope == "home" and key not in CREDENTIAL_KEYS:
+                continue
+            if key in CREDENTIAL_KEYS and value is not None and not isinstance(value, str):
+                # Checked here: a wrong type would otherwise be ignored (password) or blamed
+                # on the main config file (the others).
+                raise ConfigError(
+                    f"{local_path}: key 'instances.{name}.{key}': expected a string, "
+                    f"got {json_type(value)}"
+                )
+            if key == "password":
+                merged["_local_password"] = value
+            else:
+                merged[key] = value
+        instances.append(
+            _parse_instance(
+                merged, path, label, env, local_path, limit, fallback, exclude_dirs, exclude_subs
+            )
+        )
+
+    top_fields = dict(
+        concurrency_limit=limit,
+        session_ttl_days=float(top.num("session_ttl_days", 10.0)),
+        match_threshold=float(top.num("match_threshold", 0.12)),
+        auto_match=top.get("auto_match", (bool,), True),
+        retries=top.num("retries", 1, integer=True),
+        page_size=top.num("page_size", 8000, minimum=1, integer=True),
+        scan_workers=top.num("scan_workers", 6, minimum=1, integer=True),
+        connect_timeout=float(timeouts.num("connect_seconds", 8.0, minimum=0.1)),
+        read_timeout=(read := float(timeouts.num("read_seconds", 30.0, minimum=0.1))),
+        scan_timeout=float(timeouts.num("scan_seconds", read + 5.0, minimum=0.1)),
+    )
+    timeouts.finish()
+    # notify/ owns its section; it also reads page.language and page.url (the page owns them).
+    top.seen.update({"$schema", "_comment", "notify", "page"})
+    notify = parse_notify(top.data.get("notify"), top.data.get("page"), file=path, env=env)
+    top.finish()
+    return Config(
+        path=path,
+        home=home,
+        state_dir=state_dir,
+        project_name=project_name,
+        fallback_segments=fallback,
+        exclude_dirs=exclude_dirs,
+        exclude_substrings=exclude_subs,
+        lock=lock,
+        models=models,
+        patrol=patrol,
+        instances=tuple(instances),
+        local_config=local_path,
+        local_scope=local_scope,
+        notify=notify,
+        page_language=page_language,
+        **top_fields,
+    )
+
+
+def _model_id(r: _Reader, name: str, value: str) -> str:
+    if "/" not in value or value.startswith("/") or value.endswith("/"):
+        raise r.fail(name, f"expected 'provider/model', got {value!r}")
+    return value
+
+
+def _parse_models(r: _Reader, path: Path) -> ModelsConfig:
+    default = r.get("default_dispatch_model", (str,), None)
+    if default is not None:
+        _model_id(r, "default_dispatch_model", default)
+    chain = r.strings("chain")
+    for i, m in enumerate(chain):
+        _model_id(r, f"chain[{i}]", m)
+    fam_raw = r.get("blackout_families", (dict,), None)
+    families = ModelsConfig().blackout_families
+    if fam_raw is not None:
+        fam_r = _Reader(fam_raw, path, r.key("blackout_families"))
+        families = tuple((k, fam_r.strings(k)) for k in fam_raw)
+    hour = r.num("blackout_reset_hour", 8, integer=True)
+    if hour > 23:
+        raise r.fail("blackout_reset_hour", f"must be 0..23, got {hour}")
+    tz = r.get("timezone", (str,), "local")
+    if tz != "local":
+        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+        try:
+            ZoneInfo(tz)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise r.fail("timezone", f"unknown time zone {tz!r}") from None
+    state_backend = r.get("state_backend", (str,), "file")
+    if state_backend not in ("file", "redis"):
+        raise r.fail("state_backend", f"must be 'file' or 'redis', got {state_backend!r}")
+    r.finish()
+    return ModelsConfig(default, chain, families, hour, tz, state_backend=state_backend)
+
+
+def _parse_redis(r: _Reader, env: Mapping[str, str]) -> dict[str, Any]:
+    """lock.backend, lock.redis_url and lock.redis_prefix; the password only from the env."""
+    backend = r.get("backend", (str,), "file")
+    if backend not in ("file", "redis"):
+        raise r.fail("backend", f"must be 'file' or 'redis', got {backend!r}")
+    url = r.get("redis_url", (str,), "") or ""
+    if url:
+        parts = urlsplit(url)
+        if parts.scheme not in ("redis", "rediss", "unix"):
+            raise r.fail("redis_url", f"must be a redis://, rediss:// or unix:// URL, got {url!r}")
+        try:
+            parts.port  # noqa: B018 - urlsplit checks the port only when it is read
+        except ValueError:
+            raise r.fail("redis_url", f"bad port in {url!r}") from None
+        if parts.scheme != "unix" and not parts.hostname:
+            raise r.fail("redis_url", f"names no host: {url!r}")
+        if parts.password or re.search(r"(^|&)password=", parts.query):
+            raise r.fail(
+                "redis_url",
+                f"must not carry a password; put it in the env var {REDIS_PASSWORD_ENV}",
+            )
+    elif backend == "redis":
+        # No default: a silent localhost fallback would give each host its own private gate.
+        raise r.fail("redis_url", "required when lock.backend is 'redis' (redis://HOST:6379/0)")
+    prefix = r.get("redis_prefix", (str,), "xaf-hub")
+    if not _REDIS_PREFIX.match(prefix):
+        raise r.fail("redis_prefix", f"use letters, digits and _ . : - only, got {prefix!r}")
+    return {
+        "backend": backend,
+        "redis_url": url,
+        "redis_prefix": prefix,
+        "redis_password": env.get(REDIS_PASSWORD_ENV) or None,
+    }
+
+
+def _parse_patrol(r: _Reader, path: Path) -> PatrolConfig:
+    repo_root = r.get("repo_root", (str,), None)
+    backlog = r.get("backlog_path", (str,), None)
+    lead = r.get("lead_backlog_path", (str,), None)
+
+    def rel(p: str | None) -> Path | None:
+        if p is None:
+            return None
+        candidate = Path(p).expanduser()
+        return candidate if candidate.is_absolute() else (path.parent / candidate)
+
+    offset = r.num("minute_offset", 0, integer=True)
+    if offset > 59:
+        raise r.fail("minute_offset", f"must be 0..59, got {offset}")
+    cfg = PatrolConfig(
+        interval_minutes=float(r.num("interval_minutes", 60.0, minimum=0.01)),
+        minute_offset=offset,
+        stale_minutes=float(r.num("stale_minutes", 90.0)),
+        repo_root=rel(repo_root),
+        design_dirs=r.strings("design_dirs", PatrolConfig().design_dirs),
+        design_max_age_days=r.num("design_max_age_days", 30, integer=True),
+        pending_markers=r.strings("pending_markers"),
+        batch_patterns=r.strings("batch_patterns"),
+        base_branch=r.get("base_branch", (str,), "main"),
+        backlog_path=rel(backlog),
+        lead_backlog_path=rel(lead),
+        max_attempts=r.num("max_attempts", 3, minimum=1, integer=True),
+        max_infra_failures=r.num("max_infra_failures", 4, minimum=1, integer=True),
+        no_answer_grace_seconds=float(r.num("no_answer_grace_seconds", 120.0, minimum=0)),
+    )
+    base = cfg.base_branch.strip().removeprefix("origin/")
+    if not base or base.startswith("feature/"):
+        raise r.fail("base_branch", f"must name the integration branch, got {cfg.base_branch!r}")
+    for i, pattern in enumerate(cfg.batch_patterns):
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise r.fail(f"batch_patterns[{i}]", f"invalid regular expression: {exc}") from None
+    r.finish()
+    return cfg
+
+
+def _parse_instance(
+    obj: dict[str, Any],
+    path: Path,
+    label: str,
+    env: Mapping[str, str],
+    local_path: Path | None,
+    default_limit: int,
+    fallback: tuple[str, ...],
+    exclude_dirs: tuple[str, ...],
+    exclude_subs: tuple[str, ...],
+) -> InstanceConfig:
+    name = obj["name"]
+    password, source = _resolve_password(obj, name, env, path, local_path)
+    r = _Reader({k: v for k, v in obj.items() if k != "_local_password"}, path, label)
+    r.seen.update({"name", "password"})
+    url = r.get("url", (str,), None, nullable=False)
+    if url is None:
+        raise r.fail("url", "missing (e.g. http://127.0.0.1:4096)")
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise r.fail("url", f"must be an http:// or https:// URL, got {url!r}")
+    if parts.username or parts.password:
+        raise r.fail("url", "must not carry credentials; use username and config.local.json")
+    username = r.get("username", (str,), "opencode")
+    password_env = r.get("password_env", (str,), None) or ""
+    r.get("password_file", (str,), None)
+    r.get("password_key", (str,), None)
+    roots = r.strings("roots")
+    for j, root in enumerate(roots):
+        if not _is_absolute(root):
+            raise r.fail(f"roots[{j}]", f"must be an absolute path, got {root!r}")
+    default_dir = r.get("default_directory", (str,), "")
+    if default_dir and not _is_absolute(default_dir):
+        raise r.fail("default_directory", f"must be an absolute path, got {default_dir!r}")
+    policy_default = "mainline" if name.startswith("local") else "branch"
+    policy = r.get("branch_policy", (str,), policy_default)
+    if policy not in ("branch", "mainline"):
+        raise r.fail("branch_policy", f"must be 'branch' or 'mainline', got {policy!r}")
+    aliases_raw = r.get("dir_aliases", (dict,), {})
+    for k, v in aliases_raw.items():
+        if not isinstance(v, str):
+            raise r.fail(f"dir_aliases.{k}", f"expected a string, got {json_type(v)}")
+    models = r.strings("models")
+    for j, m in enumerate(models):
+        _model_id(r, f"models[{j}]", m)
+    api = r.get("api", (str,), "auto")
+    if api not in ("auto", "classic", "v2"):
+        raise r.fail("api", f"must be 'auto', 'classic' or 'v2', got {api!r}")
+    limit = r.num("concurrency_limit", default_limit, minimum=1, integer=True)
+    danger = r.get("danger", (bool,), False)
+    readonly = r.get("readonly_default", (bool,), False)
+    note = r.get("note", (str,), "")
+    r.finish()
+    return InstanceConfig(
+        name=name,
+        url=url.rstrip("/"),
+        username=username,
+        password=password,
+        password_source=source,
+        roots=roots,
+        default_directory=default_dir,
+        danger=danger,
+        readonly_default=readonly,
+        branch_policy=policy,
+        concurrency_limit=limit,
+        dir_aliases=tuple(aliases_raw.items()),
+        models=models,
+        api=api,
+        note=note,
+        password_env=password_env,
+        rules=ProjectRules.build(
+            roots=roots,
+            fallback_segments=fallback,
+            exclude_dirs=exclude_dirs,
+            exclude_substrings=exclude_subs,
+        ),
+    )

@@ -1,0 +1,119 @@
+"""Plain records shared by every layer: sessions, instance summaries, snapshots."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field, fields
+from typing import Any, Literal
+
+from xaf_hub.core.clock import MAX_TIME_MS
+
+RunState = Literal["idle", "busy", "retry"]
+
+
+
+def sane_ms(value: Any) -> int:
+    """A server's epoch-milliseconds value, or 0 (unknown) when not a number in range."""
+    if isinstance(value, str):
+        try:
+            value = float(value)
+        except ValueError:
+            return 0
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return 0
+    if isinstance(value, float) and not math.isfinite(value):
+        return 0
+    return int(value) if 0 < value <= MAX_TIME_MS else 0
+
+
+@dataclass(frozen=True)
+class SessionRecord:
+    """One opencode session, normalised across API dialects.
+
+    Times are milliseconds since the epoch (0 when the server gave none).
+    """
+
+    instance: str
+    id: str
+    title: str
+    directory: str
+    created: int = 0
+    updated: int = 0
+    cost: float = 0.0
+    running: bool = False
+    run_state: RunState = "idle"
+    retry_message: str = ""
+    retry_next: int = 0
+    parent_id: str = ""
+    model: str = ""
+    outcome: str = ""
+    project: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the export form (architecture §3 field names), with each epoch-ms time also
+        as ISO 8601 (`created_at`, `updated_at`, `retry_next_at`; null when unknown)."""
+        from xaf_hub.core.clock import iso_time
+
+        # Every field is a str/int/float/bool: no deep copy needed (asdict's costs 0.7 s
+        # for a 24k-session snapshot).
+        doc = {name: getattr(self, name) for name in _SESSION_EXPORT}
+        doc["created_at"] = iso_time(self.created)
+        doc["updated_at"] = iso_time(self.updated)
+        doc["retry_next_at"] = iso_time(self.retry_next)
+        return doc
+
+
+_SESSION_EXPORT = tuple(f.name for f in fields(SessionRecord) if f.name != "project")
+
+
+@dataclass(frozen=True)
+class InstanceSummary:
+    """What one scan learnt about one instance."""
+
+    name: str
+    url: str
+    reachable: bool
+    reason: str = ""
+    version: str = ""
+    api: str = ""
+    total_sessions: int = 0
+    project_sessions: int = 0
+    running_total: int = 0
+    running_project: int = 0
+    limit: int = 2
+    danger: bool = False
+    note: str = ""
+    release: str = ""  # the release and the run-state behaviour detected (xaf_hub.releases)
+    run_state_unknown: str = ""  # why run state could not be read: counted full (fail closed)
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the export form."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The result of scanning the fleet once."""
+
+    generated_at: int
+    instances: tuple[InstanceSummary, ...]
+    sessions: tuple[SessionRecord, ...] = field(default_factory=tuple)
+    warnings: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def unreachable(self) -> list[dict[str, str]]:
+        """Instances that did not answer, with their reason."""
+        return [{"instance": i.name, "reason": i.reason} for i in self.instances if not i.reachable]
+
+    def project_sessions(self, instance: str | None = None) -> list[SessionRecord]:
+        """Project sessions, newest first, optionally of one instance."""
+        rows = [
+            s for s in self.sessions if s.project and (instance is None or s.instance == instance)
+        ]
+        return sorted(rows, key=lambda s: s.updated, reverse=True)
+
+
+def running_project(sessions: Iterable[SessionRecord]) -> int:
+    """How many of ``sessions`` are project sessions the server reports running."""
+    return sum(1 for s in sessions if s.project and s.running)

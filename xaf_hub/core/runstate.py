@@ -1,0 +1,329 @@
+"""The one vocabulary for a session's run state (pure).
+
+Every command, patrol job and page names run states with the words defined here
+(docs/architecture.md, "Run state"):
+
+* the server's **run state** of a session: ``busy``, ``retry``, ``idle``
+  (``records.RunState``, read by the scanner);
+* the **outcome** of its last run, from its newest assistant message (``outcome_of``):
+  ``succeeded``, ``failed:<error name>``, ``failed:model_unavailable``, ``rate_limited``,
+  ``aborted``, ``running`` (never completed), ``unknown``;
+* the **last run** (``LastRun``, ``last_run``): the outcome of the newest message, plus
+  ``pending`` (a prompt with no answer yet) and ``none`` (no message at all);
+* a **verdict** (``Verdict``, ``judge``) a person acts on: running, retrying, finished,
+  failed, aborted, interrupted, pending, idle;
+* a patrol **class** (``classify``): running, stale_busy, finished, failed, interrupted,
+  idle, derived from the verdict.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from xaf_hub.core.records import SessionRecord
+
+RunVerdict = Literal[
+    "running", "retrying", "finished", "failed", "aborted", "interrupted", "pending", "idle"
+]
+# The patrol's classes, in the order reports list them.
+STATES = ("running", "stale_busy", "finished", "failed", "interrupted", "idle")
+
+
+def _info(message: Mapping[str, Any]) -> Mapping[str, Any]:
+    info = message.get("info")
+    return info if isinstance(info, Mapping) else message
+
+
+def last_assistant(messages: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    """The newest assistant message's ``info``, if any."""
+    for msg in reversed(messages):
+        info = _info(msg)
+        if info.get("role") == "assistant":
+            return info
+    return None
+
+
+def last_error(messages: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    """The error object the last assistant message ended with, if any."""
+    info = last_assistant(messages)
+    err = info.get("error") if info else None
+    return err if isinstance(err, Mapping) else None
+
+
+def outcome_of(messages: Sequence[Mapping[str, Any]]) -> str:
+    """succeeded | failed:<name> | rate_limited | aborted | running | unknown, from messages."""
+    info = last_assistant(messages)
+    if info is None:
+        return "unknown"
+    err = info.get("error")
+    if isinstance(err, Mapping):
+        name = str(err.get("name") or "Error")
+        if name == "MessageAbortedError":
+            return "aborted"
+        kind = classify_error(err)
+        if kind == "rate_limited":
+            return "rate_limited"
+        if kind == "model_unavailable":
+            return "failed:model_unavailable"
+        return f"failed:{name}"
+    t = info.get("time") or {}
+    if not isinstance(t, Mapping) or not t.get("completed"):
+        return "running"
+    if info.get("finish"):
+        return "succeeded"
+    # Completed with neither finish nor error: an abort during a retry wait looks like this.
+    return "aborted"
+
+
+def error_text(err: Mapping[str, Any] | None) -> str:
+    """A one-line description of an opencode error object."""
+    if not err:
+        return ""
+    data = err.get("data") if isinstance(err.get("data"), Mapping) else {}
+    assert isinstance(data, Mapping)
+    code = data.get("statusCode")
+    msg = str(data.get("message") or "").strip().splitlines()
+    parts = [str(err.get("name") or "Error")]
+    if code:
+        parts.append(f"HTTP {code}")
+    if msg:
+        parts.append(msg[0][:200])
+    return ": ".join(parts)
+
+
+@dataclass(frozen=True)
+class LastRun:
+    """What a session's newest message says.
+
+    ``outcome`` is ``outcome_of``'s word for an assistant message (succeeded, failed:<name>,
+    rate_limited, failed:model_unavailable, aborted, running = never completed), ``pending``
+    when the newest message is a prompt with no answer yet, ``none`` without messages.
+    """
+
+    outcome: str
+    message_id: str = ""
+    model: str = ""
+    error: Mapping[str, Any] | None = None
+    created_ms: int = 0
+
+
+def _model_of(info: Mapping[str, Any]) -> str:
+    provider, model = info.get("providerID"), info.get("modelID")
+    if not (provider and model):
+        ref = info.get("model")
+        if isinstance(ref, Mapping):
+            provider, model = ref.get("providerID"), ref.get("modelID") or ref.get("id")
+    return f"{provider}/{model}" if provider and model else ""
+
+
+def last_run(messages: Sequence[Mapping[str, Any]]) -> LastRun:
+    """Read the newest message (``messages`` oldest first, as the server returns them)."""
+    if not messages:
+        return LastRun("none")
+    info = _info(messages[-1])
+    times = info.get("time")
+    created = int((times.get("created") if isinstance(times, Mapping) else 0) or 0)
+    message_id, model = str(info.get("id") or ""), _model_of(info)
+    if info.get("role") != "assistant":
+        # A prompt nobody answered yet: just sent, or refused before any reply (unknown model).
+        return LastRun("pending", message_id, model, None, created)
+    err = info.get("error")
+    return LastRun(
+        outcome_of([messages[-1]]),
+        message_id,
+        model,
+        err if isinstance(err, Mapping) else None,
+        created,
+    )
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What a session's state means, in words a person can act on."""
+
+    state: RunVerdict
+    model: str
+    detail: str = ""
+    signal: ErrorClass = "none"  # classification of the retry message or the error
+    next_ms: int = 0  # a retry's next try, ms since the epoch
+    attempt: int = 0
+
+
+def judge(
+    rec: SessionRecord, run: LastRun | None, *, answered: bool = False, attempt: int = 0
+) -> Verdict:
+    """Say what a session's run state and last run mean (pure).
+
+    ``run`` None means its messages could not be read. ``answered``: the model has begun
+    answering the newest run (its assistant message has parts).
+    """
+    model = (run.model if run is not None else "") or rec.model
+    if rec.run_state == "retry":
+        return Verdict(
+            "retrying",
+            model,
+            rec.retry_message,
+            classify_message(rec.retry_message),
+            rec.retry_next,
+            attempt,
+        )
+    if rec.run_state == "busy":
+        detail = "the model is answering" if answered else "busy; no answer from the model yet"
+        return Verdict("running", model, detail)
+    if run is None:
+        return Verdict("idle", model, "last run could not be read")
+    outcome = run.outcome
+    if outcome == "succeeded":
+        return Verdict("finished", model, "the last run finished")
+    if outcome == "aborted":
+        return Verdict("aborted", model, "the last run was aborted")
+    if outcome == "running":
+        return Verdict("interrupted", model, "the last run stopped without finishing")
+    if outcome == "rate_limited" or outcome.startswith("failed:"):
+        return Verdict("failed", model, error_text(run.error) or outcome, classify_error(run.error))
+    if outcome == "pending":
+        return Verdict(
+            "pending",
+            model,
+            "the last prompt has no answer yet (just sent, or refused before any reply)",
+        )
+    return Verdict("idle", model, "no run yet")
+
+
+def classify(
+    rec: SessionRecord, run: LastRun | None, now_ms: int, stale_minutes: float
+) -> tuple[str, str]:
+    """The patrol's (class, detail) for one session, from its verdict (pure)."""
+    v = judge(rec, run)
+    if v.state == "retrying":
+        return "running", f"retrying: {rec.retry_message[:160]}".rstrip(": ")
+    if v.state == "running":
+        quiet_ms = now_ms - rec.updated if rec.updated > 0 else 0
+        if quiet_ms > stale_minutes * 60_000:
+            return "stale_busy", f"busy with no update for {quiet_ms // 60_000} min"
+        return "running", "busy"
+    if v.state == "finished":
+        return "finished", ""
+    if v.state == "aborted":
+        return "interrupted", "the run was aborted"
+    if v.state == "interrupted":
+        return "interrupted", "the run stopped without finishing (server restart?)"
+    if v.state == "failed":
+        return "failed", v.detail
+    if v.state == "pending":
+        return "idle", "the last prompt has no answer yet"
+    return "idle", v.detail if run is None else "never ran"
+
+
+def count_states(lines: Mapping[str, int]) -> str:
+    """'2 running, 1 failed' from a class -> count map, in the fixed class order."""
+    return ", ".join(f"{lines[s]} {s.replace('_', '-')}" for s in STATES if lines.get(s))
+
+
+ErrorClass = Literal["rate_limited", "model_unavailable", "other", "none"]
+
+
+# Rate limits and spent quotas, as providers and opencode word them (API-1.18.33.md §6 and the
+# seed's incident notes). A hit here may black out a whole family until the next reset.
+RATE_LIMIT_PATTERNS: tuple[re.Pattern[str], ...] = tuple(
+    re.compile(p, re.IGNORECASE)
+    for p in (
+        r"free[ _-]?usage[ _-]?(?:limit|exceeded)",
+        r"FreeUsageLimitError|GoUsageLimitError",  # opencode zen error types in responseBody
+        r"usage[ _-]?limit[ _-]?(?:reached|exceeded)",
+        r"\brate[ _-]?limit",  # rate limit, rate_limit_error, rate-limited, ratelimit
+        r"too[ _-]?many[ _-]?requests",
+        r"quota[ _-]?(?:is[ _-]?)?(?:exhausted|exceeded|reached)",
+        r"(?:exceeded|exhausted)[ _-]?(?:your|the)?[ _-]?(?:current[ _-]?)?quota",
+        r"insufficient[ _-]?quota",
+        r"\brps\b[ _-]?(?:limit[ _-]?)?(?:exhausted|exceeded)",
+        r"resource[ _-]?exhausted",  # Google's 429 status name
+        r"(?<![\w.])429(?![\w.])",  # bare status code; not part of a port, version or number
+        r"限流|请求过于频繁|额度(?:已)?(?:用完|用尽|耗尽)|配额(?:已)?(?:用完|用尽|耗尽)",
+    )
+)
+
+
+# The model (or its route) cannot serve at all: switch to the next model, never black out.
+MODEL_UNAVAILABLE_PATTERNS: tuple[re.Pattern[str], ...] = tuple(
+    re.compile(p, re.IGNORECASE)
+    for p in (
+        r"endpoints?[ _-]?(?:is[ _-]?)?(?:unavailable|not[ _-]?available)",
+        r"\bno[ _-]?endpoints?[ _-]?found",
+        r"\bno[ _-]?route",  # no route, no-route, no_route
+        r"model[ _-]?(?:is[ _-]?)?(?:unavailable|not[ _-]?available)",
+        r"model[ _-]?not[ _-]?found",  # model_not_found, Model not found, ProviderModelNotFound
+        r"unknown[ _-]?model",
+        r"model\b.{0,120}?\bdoes not exist",
+        r"provider[ ._-]?internal",  # provider.internal, provider internal error
+        r"not[ _-]?available[ _-]?in[ _-]?(?:the[ _-]?|your[ _-]?)?current[ _-]?"
+        r"(?:token[ _-]?)?plan",
+    )
+)
+
+
+# Errors that are a decision, not a symptom: an abort never heals or blacks out anything.
+_NEVER_A_SIGNAL = frozenset({"MessageAbortedError", "ContextOverflowError"})
+
+
+def _matches(patterns: Sequence[re.Pattern[str]], text: str) -> bool:
+    return any(p.search(text) for p in patterns)
+
+
+def classify_message(text: str) -> ErrorClass:
+    """Classify a retry-status or error message; rate limit wins over model-unavailable."""
+    if not text or not text.strip():
+        return "none"
+    if _matches(RATE_LIMIT_PATTERNS, text):
+        return "rate_limited"
+    if _matches(MODEL_UNAVAILABLE_PATTERNS, text):
+        return "model_unavailable"
+    return "other"
+
+
+def _status_code(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value.strip())
+    return None
+
+
+def _as_text(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    # Some providers hand back a parsed body; search its JSON form like the string form.
+    try:
+        return json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError):
+        return str(value)
+
+
+def classify_error(error: Mapping[str, Any] | None) -> ErrorClass:
+    """Classify an opencode ``info.error`` / ``session.error`` object ``{name, data}``."""
+    if error is None:
+        return "none"
+    name = error.get("name")
+    name = name if isinstance(name, str) else ""
+    if name in _NEVER_A_SIGNAL:
+        return "other"
+    data = error.get("data")
+    data = data if isinstance(data, Mapping) else {}
+    if _status_code(data.get("statusCode")) == 429:
+        return "rate_limited"
+    # The name is searched too: "ProviderModelNotFoundError" says enough on its own.
+    text = "\n".join(
+        part
+        for part in (name, _as_text(data.get("message")), _as_text(data.get("responseBody")))
+        if part
+    )
+    verdict = classify_message(text)
+    return "other" if verdict == "none" else verdict

@@ -1,0 +1,145 @@
+"""Terminal output helpers: the one table builder, JSON dumps, secret redaction, times.
+
+``redact`` is the one place secrets are taken out of text: everything the hub prints, logs,
+exports or serves passes through it (via ``Context.out``/``warn``/``info``, the audit log, the
+patrol report, the exports and the served page).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import re
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+
+def table(rows: Sequence[Sequence[Any]], headers: Sequence[str], *, header_pad: int = 2) -> str:
+    """Render rows with tabulate; wide (CJK) characters count double so columns line up.
+
+    ``header_pad``: the cells a column keeps beyond its header (tabulate's default is 2;
+    tables fitted to a terminal use 0)."""
+    import tabulate as tab
+
+    tab.WIDE_CHARS_MODE = True  # needs wcwidth; CJK titles would otherwise misalign
+    saved, tab.MIN_PADDING = tab.MIN_PADDING, header_pad
+    try:
+        return str(
+            tab.tabulate(rows, headers=list(headers), tablefmt="simple", disable_numparse=True)
+        )
+    finally:
+        tab.MIN_PADDING = saved
+
+
+def dumps(data: Any) -> str:
+    """JSON for scripts: UTF-8 text, stable key order as built, never NaN or Infinity."""
+    try:
+        return json.dumps(data, ensure_ascii=False, indent=2, allow_nan=False)
+    except ValueError:  # a non-finite float somewhere: JSON has no word for it, say null
+        return json.dumps(finite(data), ensure_ascii=False, indent=2)
+
+
+def dumps_line(data: Any) -> str:
+    """Compact one-line JSON (for logs), never NaN or Infinity."""
+    try:
+        return json.dumps(data, ensure_ascii=False, allow_nan=False)
+    except ValueError:
+        return json.dumps(finite(data), ensure_ascii=False)
+
+
+def finite(data: Any) -> Any:
+    """``data`` with every NaN / Infinity float replaced by None (for strict JSON)."""
+    if isinstance(data, float):
+        return data if math.isfinite(data) else None
+    if isinstance(data, dict):
+        return {k: finite(v) for k, v in data.items()}
+    if isinstance(data, list | tuple):
+        return [finite(v) for v in data]
+    return data
+
+
+# An echoed request header ("Authorization: Basic dXNlcjpwdw==", JSON "authorization":"...")
+# loses its credential whatever the value: a proxy may echo one we never configured.
+_AUTH_ECHO = re.compile(
+    r"""(?i)(\b(?:proxy-)?authorization\b["']?\s*[:=]\s*["']?)"""
+    r"""((?:basic|bearer|digest|token|negotiate)\s+)?[^\s"'<>,;\\\]}&]+"""
+)
+
+
+def secret_forms(secret: str) -> set[str]:
+    """How ``secret`` can show up in text: plain, URL-quoted, base64, JSON/HTML/CSV-escaped."""
+    import base64
+    import html
+    from urllib.parse import quote, quote_plus
+
+    b64 = base64.b64encode(secret.encode()).decode()
+    forms = {
+        secret,
+        secret.rstrip("="),  # a base64 secret (a Basic credential) may lose its padding
+        quote(secret, safe=""),
+        quote_plus(secret),
+        b64,
+        b64.rstrip("="),
+        json.dumps(secret, ensure_ascii=False)[1:-1],
+        json.dumps(secret)[1:-1],
+        html.escape(secret),
+        html.escape(secret, quote=False),
+        secret.replace('"', '""'),
+    }
+    return {f for f in forms if f}
+
+
+@functools.lru_cache(maxsize=32)
+def _secret_pattern(secrets: tuple[str, ...]) -> re.Pattern[str] | None:
+    forms = {f for s in secrets if s for f in secret_forms(s)}
+    if not forms:
+        return None
+    # Longest first, so a form is never cut short by a shorter one it starts with.
+    return re.compile("|".join(re.escape(f) for f in sorted(forms, key=len, reverse=True)))
+
+
+def redact(text: str, secrets: Iterable[str]) -> str:
+    """Replace every secret (in every form ``secret_forms`` knows) and echoed credential by ***."""
+    pattern = _secret_pattern(tuple(sorted(set(secrets))))
+    if pattern is not None:
+        text = pattern.sub("***", text)
+    return _AUTH_ECHO.sub(lambda m: f"{m.group(1)}{m.group(2) or ''}***", text)
+
+
+# C0 controls except tab and newline, DEL, and the C1 block: a session title or a server's
+# error text holding ESC sequences must not recolour, retitle or rewrite the terminal.
+_CONTROLS = {c: "\ufffd" for c in (*range(0x00, 0x20), *range(0x7F, 0xA0)) if c not in (9, 10)}
+
+
+def terminal_safe(text: str) -> str:
+    """Replace terminal control characters (ESC, CR, NUL, C1...) with U+FFFD."""
+    return text.translate(_CONTROLS)
+
+
+
+
+
+
+
+
+def shorten(text: str, width: int) -> str:
+    """Cut ``text`` to ``width`` display cells (CJK counts double), adding an ellipsis."""
+    from wcwidth import wcwidth
+
+    out: list[str] = []
+    used = 0
+    for ch in text.replace("\n", " "):
+        w = max(wcwidth(ch), 0)
+        if used + w > width - 1:
+            return "".join(out) + "…"
+        out.append(ch)
+        used += w
+    return "".join(out)
+
+
+def shorten_left(text: str, width: int) -> str:
+    """Keep the end of ``text`` (the useful part of a long path) within ``width`` cells."""
+    if len(text) <= width:
+        return text
+    return "…" + shorten(text[::-1], width)[:-1][::-1]

@@ -1,0 +1,591 @@
+"""Async client for one opencode instance, both API dialects behind one interface.
+
+Every transport or protocol failure becomes an UnreachableError with a short, secret-free
+reason; ``httpx.HTTPError`` never escapes this module. Retries (``retries`` times) happen on
+network errors, 5xx and truncated bodies, never on 4xx; a non-idempotent request is retried
+only when the connection was never made.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import json
+import ssl
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Literal, TypedDict, cast
+
+import httpx
+
+from xaf_hub.config.load import InstanceConfig
+from xaf_hub.config.reader import password_var
+from xaf_hub.errors import HubError, MissingPassword, UnreachableError, UsageError
+from xaf_hub.fleet import wire
+from xaf_hub.fleet.releases import Release, classify, read_running
+from xaf_hub.fleet.wire import ServerSession as ServerSession
+from xaf_hub.fleet.wire import as_mapping as _obj
+from xaf_hub.fleet.wire import error_message, session_from_classic, session_from_v2
+from xaf_hub.fleet.wire import text_field as _text
+from xaf_hub.fleet.wire import usable_id as _id
+
+Dialect = Literal["classic", "v2"]
+
+
+class RawStatus(TypedDict, total=False):
+    """One entry of the classic ``/session/status`` map."""
+
+    type: str
+    attempt: int
+    message: str
+    next: int
+
+
+class ApiError(HubError):
+    """The server refused a request with a 4xx other than 401 (e.g. 400 bad request)."""
+
+    def __init__(self, instance: str, status: int, message: str) -> None:
+        super().__init__(f"{instance}: HTTP {status}: {message}")
+        self.status = status
+
+
+class SessionNotFound(UsageError):
+    """A session id that the instance does not know."""
+
+
+class _TooLarge(Exception):
+    """An answer grew past the client's body cap."""
+
+
+_DNS_HINTS = (
+    "name or service not known",
+    "nodename nor servname",
+    "getaddrinfo failed",
+    "temporary failure in name resolution",
+    "no address associated",
+    "name resolution",
+    "11001",
+)
+_REFUSED_HINTS = (
+    "connection refused",
+    "connectionrefusederror",
+    "errno 111",
+    "10061",
+    "actively refused",
+)
+
+
+def _chain_text(exc: BaseException) -> str:
+    """The messages of an exception and its causes (anyio hides the errno two levels down)."""
+    parts, seen = [], set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        parts.append(f"{type(cur).__name__} {cur}")
+        cur = cur.__cause__ or cur.__context__
+    return " | ".join(parts).lower()
+
+
+def describe_error(exc: BaseException, connect_timeout: float, read_timeout: float) -> str:
+    """Turn an httpx exception into a short human reason (never includes credentials)."""
+    text = _chain_text(exc)
+    if isinstance(exc, httpx.ConnectTimeout):
+        return f"connection timed out after {connect_timeout:g}s"
+    if isinstance(exc, httpx.TimeoutException):
+        return f"no answer within {read_timeout:g}s (timed out)"
+    if isinstance(exc, httpx.ConnectError):
+        if any(h in text for h in _DNS_HINTS):
+            return "DNS lookup failed (host name not found)"
+        if any(h in text for h in _REFUSED_HINTS):
+            return "connection refused (nothing listening on that port)"
+        return "could not connect"
+    if isinstance(exc, httpx.RemoteProtocolError):
+        return "truncated response (the server closed the connection mid-answer)"
+    if isinstance(exc, httpx.ReadError | httpx.WriteError):
+        return "connection dropped while talking to the server"
+    if isinstance(exc, httpx.UnsupportedProtocol | httpx.InvalidURL):
+        return "bad URL in the config"
+    return f"network error ({type(exc).__name__})"
+
+
+def split_model(model: str) -> dict[str, str]:
+    """'provider/model' -> {providerID, modelID} as prompt bodies want it."""
+    provider, _, ident = model.partition("/")
+    return {"providerID": provider, "modelID": ident}
+
+
+class OpencodeClient:
+    """One instance, one ``httpx.AsyncClient``; use as ``async with``."""
+
+    def __init__(
+        self,
+        inst: InstanceConfig,
+        *,
+        connect_timeout: float = 8.0,
+        read_timeout: float = 30.0,
+        retries: int = 1,
+        page_size: int = 8000,
+        transport: httpx.AsyncBaseTransport | None = None,
+        deadline: float | None = None,
+        max_body_bytes: int = wire.MAX_BODY_BYTES,
+        max_pages: int = wire.MAX_PAGES,
+        max_sessions: int = wire.MAX_SESSIONS,
+    ) -> None:
+        self.inst = inst
+        self.name = inst.name
+        self.connect_timeout = connect_timeout
+        self.read_timeout = read_timeout
+        self.retries = retries
+        self.page_size = page_size
+        # The read timeout counts per chunk; the deadline bounds a whole answer (and a scan).
+        self.deadline = read_timeout + 5.0 if deadline is None else deadline
+        self.max_body_bytes = max_body_bytes
+        self.max_pages = max_pages
+        self.max_sessions = max_sessions
+        self.notes: list[str] = []  # entries skipped while reading listings, one line each
+        self.dialect: Dialect | None = None if inst.api == "auto" else inst.api  # type: ignore[assignment]
+        self.version = ""
+        # Session id -> directory of every session seen: per-session calls send it (_where).
+        self._dirs: dict[str, str] = {}
+        auth = httpx.BasicAuth(inst.username, inst.password) if inst.password else None
+        if transport is None:
+            # Loading the CA bundle costs ~0.14 s per client; plain-http instances need none
+            # and https ones share one verified context per process.
+            https = inst.url.startswith("https:")
+            transport = httpx.AsyncHTTPTransport(verify=_tls_context() if https else False)
+        self._http = httpx.AsyncClient(
+            base_url=inst.url,
+            auth=auth,
+            timeout=httpx.Timeout(read_timeout, connect=connect_timeout),
+            transport=transport,
+            headers={"accept": "application/json"},
+            follow_redirects=False,
+            trust_env=False,
+        )
+
+    async def __aenter__(self) -> OpencodeClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the connection pool."""
+        await self._http.aclose()
+
+    # -----------------------------------------------------------------------------------
+    # transport
+
+    def _fail(self, reason: str) -> UnreachableError:
+        return UnreachableError(self.name, reason)
+
+    async def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, Any] | None = None,
+        body: Any = None,
+        expect_json: bool = True,
+        idempotent: bool = True,
+        not_found_ok: bool = False,
+    ) -> tuple[Any, httpx.Response | None]:
+        attempts = self.retries + 1
+        last_reason = "no attempt made"
+        # Whether a failed write may still have reached the server (callers that recorded the
+        # write beforehand must then keep that record).
+        uncertain = False
+        timed_out, waited = 0, 0.0  # a retried timeout says so: the user waited for each try
+        for attempt in range(attempts):
+            if attempt:
+                await asyncio.sleep(min(0.2 * attempt, 1.0))
+            try:
+                async with asyncio.timeout(self.deadline):
+                    resp, content = await self._read(method, path, params, body)
+            except TimeoutError:
+                last_reason = (
+                    f"no complete answer within {self.deadline:g}s (timed out; "
+                    "the server sends too slowly)"
+                )
+                uncertain = not idempotent
+                break  # retrying would only wait as long again
+            except _TooLarge:
+                last_reason = (
+                    f"answer larger than {self.max_body_bytes // 2**20} MB (stopped reading; "
+                    "not an opencode server?)"
+                )
+                uncertain = not idempotent
+                break
+            except httpx.ConnectError as exc:
+                last_reason = describe_error(exc, self.connect_timeout, self.read_timeout)
+                if "dns" in last_reason.lower():
+                    break  # a missing host name will not appear on retry
+                continue
+            except httpx.HTTPError as exc:
+                last_reason = describe_error(exc, self.connect_timeout, self.read_timeout)
+                if not idempotent:
+                    # Nothing left the machine on a connect or pool timeout; after that, unknown.
+                    uncertain = not isinstance(exc, (httpx.ConnectTimeout, httpx.PoolTimeout))
+                    break
+                if isinstance(exc, httpx.TimeoutException):
+                    timed_out += 1
+                    waited += (
+                        self.connect_timeout
+                        if isinstance(exc, httpx.ConnectTimeout)
+                        else self.read_timeout
+                    )
+                continue
+            status = resp.status_code
+            if status == 401:
+                if not self.inst.password:
+                    variable = password_var(self.name, self.inst.password_env)
+                    raise MissingPassword(self.name, variable)
+                raise self._fail("auth rejected (HTTP 401): check the username and password")
+            if status == 403:
+                raise self._fail("access forbidden (HTTP 403)")
+            if status >= 500:
+                last_reason = f"server error (HTTP {status})"
+                if idempotent:
+                    continue
+                uncertain = True
+                break
+            if status == 404 and not_found_ok:
+                return None, resp
+            if status >= 400:
+                # Redacted before it is cut short: a cut could leave half a secret behind.
+                raise ApiError(self.name, status, self._scrub(error_message(content))[:300])
+            if not expect_json:
+                return None, resp
+            ctype = resp.headers.get("content-type", "")
+            if "html" in ctype or content.lstrip()[:1] == b"<":
+                raise self._fail(
+                    "answered with an HTML page instead of JSON (wrong URL or path prefix?)"
+                )
+            try:
+                return json.loads(content), resp
+            except (ValueError, RecursionError):  # bad UTF-8 or JSON, a 5000-digit number
+                last_reason = "truncated or invalid JSON in the response"
+                if idempotent:
+                    continue
+                uncertain = True
+                break
+        if timed_out > 1 and "timed out" in last_reason:
+            last_reason += f"; {timed_out} tries, {waited:g}s in all"
+        raise UnreachableError(self.name, last_reason, maybe_delivered=uncertain)
+
+    async def _read(
+        self, method: str, path: str, params: Mapping[str, Any] | None, body: Any
+    ) -> tuple[httpx.Response, bytes]:
+        """Send one request and read its answer in chunks, stopping past the size cap."""
+        request = self._http.build_request(method, path, params=params, json=body)
+        resp = await self._http.send(request, stream=True)
+        try:
+            declared = resp.headers.get("content-length", "")
+            if declared.isdigit() and int(declared) > self.max_body_bytes:
+                raise _TooLarge
+            chunks: list[bytes] = []
+            size = 0
+            async for chunk in resp.aiter_bytes():
+                size += len(chunk)
+                if size > self.max_body_bytes:
+                    raise _TooLarge
+                chunks.append(chunk)
+        finally:
+            await resp.aclose()
+        return resp, b"".join(chunks)
+
+    def _scrub(self, text: str) -> str:
+        """A server's error text without our own credential, should it echo the request."""
+        from xaf_hub.core.text import redact
+
+        return redact(text, self.inst.secrets())
+
+    def _shape(self, what: str) -> UnreachableError:
+        return self._fail(f"unexpected response shape from {what} (not an opencode server?)")
+
+    def open_stream(
+        self, path: str, params: Mapping[str, Any] | None = None
+    ) -> contextlib.AbstractAsyncContextManager[httpx.Response]:
+        """A streaming GET of server-sent events (``fleet.follow`` reads it line by line).
+
+        The one exception to this module's rule: httpx errors reach the caller, which turns
+        them into reasons with ``describe_error``. No read timeout: the caller keeps the
+        heartbeat deadline.
+        """
+        return self._http.stream(
+            "GET",
+            path,
+            params=params,
+            headers={"accept": "text/event-stream"},
+            timeout=httpx.Timeout(None, connect=self.connect_timeout),
+        )
+
+    # -----------------------------------------------------------------------------------
+    # discovery
+
+    async def detect(self) -> Dialect:
+        """Find the API dialect (classic first) and the server version."""
+        if self.dialect == "classic" or self.dialect is None:
+            try:
+                data, _ = await self._request("GET", "/global/health")
+            except UnreachableError as exc:
+                if self.dialect == "classic" or "HTML" not in exc.reason:
+                    raise
+            else:
+                if not isinstance(data, dict) or "healthy" not in data:
+                    raise self._shape("/global/health")
+                self.dialect = "classic"
+                self.version = str(data.get("version") or "")
+                return "classic"
+        for path in ("/api/info", "/api/health"):
+            try:
+                data, _ = await self._request("GET", path)
+            except UnreachableError as exc:
+                if "HTML" in exc.reason:
+                    continue
+                raise
+            if isinstance(data, dict):
+                self.dialect = "v2"
+                self.version = str(data.get("version") or self.version or "")
+                return "v2"
+        raise self._fail("answered with an HTML page instead of JSON (wrong URL or path prefix?)")
+
+    async def _dialect(self) -> Dialect:
+        if self.dialect is None:
+            return await self.detect()
+        return self.dialect
+
+    @property
+    def release(self) -> Release:
+        """The release and its run-state behaviour, from the version ``detect`` read."""
+        return classify(self.version, self.dialect or "classic")
+
+    def _seen(self, session: ServerSession) -> ServerSession:
+        if session.directory:
+            self._dirs[session.id] = session.directory
+        return session
+
+    async def _where(
+        self, session_id: str, directory: str | None, write: bool = False
+    ) -> dict[str, str] | None:
+        """``?directory=`` of a session's call: the caller's, remembered or (writes) looked up; none
+        while it runs in the server's own directory (1.2-1.14: else 2 runs, or no abort)."""
+        if directory:
+            self._dirs[session_id] = directory  # later calls on this session send it too
+        d = directory or self._dirs.get(session_id)
+        if write:
+            d = d or (await self.get_session(session_id)).directory
+            if not self.version:
+                await self.detect()
+            if d and self.release.reads_server_wide and session_id in await self._status_map(None):
+                d = ""
+        return {"directory": d} if d else None
+
+    async def list_sessions(self) -> list[ServerSession]:
+        """Every session on the instance, all pages, page size sent explicitly."""
+        if await self._dialect() == "v2":
+            return await self._list_v2()
+        return [self._seen(s) for s in await self._list_classic()]
+
+    def _read_page(
+        self,
+        items: list[Any],
+        parse: Callable[[Any], ServerSession],
+        seen: dict[str, ServerSession],
+        what: str,
+    ) -> tuple[list[ServerSession], int]:
+        """Parse one page into ``seen``; entries without a usable id are skipped with a note."""
+        page, new, skipped = wire.read_page(items, parse, seen)
+        if skipped:
+            self.notes.append(f"{self.name}: {wire.skip_note(skipped, what)}")
+        if len(seen) > self.max_sessions:
+            raise self._fail(wire.over_cap(self.max_sessions, "sessions listed"))
+        return page, new
+
+    def _next_page(self, pages: int) -> None:
+        if pages >= self.max_pages:
+            raise self._fail(wire.over_cap(self.max_pages, "pages of sessions"))
+
+    async def _list_classic(self) -> list[ServerSession]:
+        seen: dict[str, ServerSession] = {}
+        cursor: int | None = None
+        for pages in range(1, self.max_pages + 1):
+            params: dict[str, Any] = {"limit": self.page_size}
+            if cursor is not None:
+                params["cursor"] = cursor
+            data, _ = await self._request("GET", "/experimental/session", params=params)
+            if not isinstance(data, list):
+                raise self._shape("/experimental/session")
+            page, new = self._read_page(data, session_from_classic, seen, "/experimental/session")
+            if len(data) < self.page_size or new == 0 or not page:
+                break
+            self._next_page(pages)
+            # The cursor returns time.updated < cursor; +1 re-reads the boundary millisecond
+            # so sessions sharing it are not skipped (duplicates are dropped by id).
+            last = min(s.updated for s in page)
+            cursor = last + 1 if cursor is None or last + 1 < cursor else last
+        return list(seen.values())
+
+    async def _list_v2(self) -> list[ServerSession]:
+        out: dict[str, ServerSession] = {}
+        cursor: str | None = None
+        for pages in range(1, self.max_pages + 1):
+            params: dict[str, Any] = {"limit": self.page_size}
+            if cursor:
+                params["cursor"] = cursor
+            data, _ = await self._request("GET", "/api/session", params=params)
+            if not isinstance(data, dict) or not isinstance(data.get("data"), list):
+                raise self._shape("/api/session")
+            items, new = self._read_page(data["data"], session_from_v2, out, "/api/session")
+            nxt = _text(_obj(data.get("cursor")).get("next"))
+            if not nxt or len(data["data"]) < self.page_size or new == 0:
+                break
+            self._next_page(pages)
+            cursor = nxt
+        return list(out.values())
+
+    async def _status_map(self, directory: str | None) -> dict[str, RawStatus]:
+        params = {"directory": directory} if directory is not None else None
+        data, _ = await self._request("GET", "/session/status", params=params)
+        if not isinstance(data, dict):
+            raise self._shape("/session/status")
+        return {str(k): cast(RawStatus, v) for k, v in data.items() if isinstance(v, dict)}
+
+    async def status(self, directory: str) -> dict[str, RawStatus]:
+        """Busy/retry sessions of one directory (idle ones are absent); see ``running``."""
+        return await self.running([directory])
+
+    async def active(self) -> dict[str, RawStatus]:
+        """Running sessions of the whole instance (v2 ``/api/session/active``)."""
+        data, _ = await self._request("GET", "/api/session/active")
+        if not isinstance(data, dict) or not isinstance(data.get("data"), dict):
+            raise self._shape("/api/session/active")
+        return {str(k): {"type": "busy"} for k in data["data"]}
+
+    async def running(self, directories: Sequence[str], fan_out: int = 16) -> dict[str, RawStatus]:
+        """Running sessions of ``directories`` as this release reports them (fleet/releases.py);
+        RunStateUnknown when the hub cannot read it (the caller counts the instance full)."""
+        if await self._dialect() == "v2":
+            return await self.active()
+        return await read_running(self, directories, fan_out)
+
+    async def get_session(self, session_id: str, directory: str | None = None) -> ServerSession:
+        """One session by id; SessionNotFound when the instance does not know it."""
+        v2 = await self._dialect() == "v2"
+        path = f"/api/session/{session_id}" if v2 else f"/session/{session_id}"
+        if not session_id.startswith("ses"):
+            # opencode answers 500 to malformed ids; say what is wrong instead.
+            raise SessionNotFound(f"{self.name}: {session_id!r} is not a session id (ses_...)")
+        params = None if v2 else await self._where(session_id, directory)
+        data, _ = await self._request("GET", path, params=params, not_found_ok=True)
+        if data is None:
+            raise SessionNotFound(f"{self.name}: session {session_id} not found")
+        try:
+            if v2:
+                return session_from_v2(data.get("data", data))
+            return self._seen(session_from_classic(data))
+        except (KeyError, TypeError, AttributeError, ValueError):
+            raise self._shape(path) from None
+
+    async def messages(
+        self, session_id: str, limit: int = 5, directory: str | None = None
+    ) -> list[dict[str, Any]]:
+        """The newest ``limit`` messages of a session, oldest first."""
+        v2 = await self._dialect() == "v2"
+        path = f"/api/session/{session_id}/message" if v2 else f"/session/{session_id}/message"
+        where = None if v2 else await self._where(session_id, directory)
+        params = {"limit": limit, **(where or {})}
+        data, _ = await self._request("GET", path, params=params, not_found_ok=True)
+        if data is None:
+            raise SessionNotFound(f"{self.name}: session {session_id} not found")
+        if isinstance(data, dict) and isinstance(data.get("data"), list):
+            data = data["data"]
+        if not isinstance(data, list):
+            raise self._shape(path)
+        return [m for m in data if isinstance(m, dict)]
+
+    # -----------------------------------------------------------------------------------
+    # writes
+
+    async def create_session(self, directory: str, title: str) -> ServerSession:
+        """Create a session in ``directory`` (the query parameter; a body field is ignored)."""
+        if await self._dialect() == "v2":
+            data, _ = await self._request(
+                "POST",
+                "/api/session",
+                body={"location": {"directory": directory}},
+                idempotent=False,
+            )
+            obj = data.get("data", data) if isinstance(data, dict) else None
+            if not isinstance(obj, dict) or not _id(obj):
+                raise self._shape("/api/session")
+            return session_from_v2(obj)
+        data, _ = await self._request(
+            "POST",
+            "/session",
+            params={"directory": directory},
+            body={"title": title},
+            idempotent=False,
+        )
+        if not isinstance(data, dict) or not _id(data):
+            raise self._shape("/session")
+        return self._seen(session_from_classic(data))
+
+    async def prompt_async(
+        self, session_id: str, text: str, model: str | None, directory: str | None = None
+    ) -> None:
+        """Send a prompt without waiting for the model (classic 204), in the session's folder."""
+        if await self._dialect() == "v2":
+            if model:
+                await self._request(
+                    "POST",
+                    f"/api/session/{session_id}/model",
+                    body={
+                        "model": {
+                            "providerID": model.split("/", 1)[0],
+                            "id": model.split("/", 1)[1],
+                        }
+                    },
+                    expect_json=False,
+                    idempotent=False,
+                )
+            await self._request(
+                "POST",
+                f"/api/session/{session_id}/prompt",
+                body={"prompt": {"text": text}},
+                expect_json=False,
+                idempotent=False,
+            )
+            return
+        body: dict[str, Any] = {"parts": [{"type": "text", "text": text}]}
+        if model:
+            body["model"] = split_model(model)
+        _, resp = await self._request(
+            "POST",
+            f"/session/{session_id}/prompt_async",
+            params=await self._where(session_id, directory, write=True),
+            body=body,
+            expect_json=False,
+            idempotent=False,
+            not_found_ok=True,
+        )
+        if resp is not None and resp.status_code == 404:
+            raise SessionNotFound(f"{self.name}: session {session_id} not found")
+
+    async def abort(self, session_id: str, directory: str | None = None) -> None:
+        """Stop a running session (a no-op when idle), in the directory it runs in."""
+        v2 = await self._dialect() == "v2"
+        path = f"/api/session/{session_id}/interrupt" if v2 else f"/session/{session_id}/abort"
+        params = None if v2 else await self._where(session_id, directory, write=True)
+        await self._request("POST", path, params=params, expect_json=False)
+
+    async def delete(self, session_id: str, directory: str | None = None) -> None:
+        """Delete a session (callers abort first: deleting does not stop a run)."""
+        params = await self._where(session_id, directory)
+        await self._request("DELETE", f"/session/{session_id}", params=params, expect_json=False)
+
+
+@functools.lru_cache(maxsize=1)
+def _tls_context() -> ssl.SSLContext:
+    """One certificate-verifying TLS context for every https instance of this process."""
+    return ssl.create_default_context()

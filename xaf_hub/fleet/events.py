@@ -1,0 +1,283 @@
+"""The fleet's changes as the hub's own records, and the pure bookkeeping that finds them.
+
+``FleetEvent`` is one change every live view reads (``watch``, the patrol daemon, ``serve``):
+a project session that is new, started, retrying, stopped (with its outcome), failed with an
+error, or gone; an instance that went down or came back up; an instance followed by polling
+because it streams nothing. ``Board`` holds one instance's project sessions and turns a
+server event frame, or a full rescan, into those changes; the same change is never reported
+twice because every change is a difference of state (a ``session.status idle`` followed by
+``session.idle`` stops a run once). ``parse_frame`` reads one ``data:`` line of either stream:
+``/global/event`` wraps the event in ``{"directory", "payload"}``, ``/event?directory=D`` sends
+it bare. The network side (streams, reconnects, heartbeats) is ``fleet.follow``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any, Literal
+
+from xaf_hub.config.load import InstanceConfig
+from xaf_hub.core.records import RunState, SessionRecord
+from xaf_hub.fleet.wire import session_from_classic
+
+EventKind = Literal[
+    "ready", "new", "started", "retry", "stopped", "error", "gone", "down", "up", "polling"
+]
+
+# Server event types that can change what the hub shows; everything else is skipped unparsed.
+WANTED_TYPES = frozenset(
+    {
+        "server.connected",
+        "server.heartbeat",
+        "server.instance.disposed",
+        "session.created",
+        "session.updated",
+        "session.deleted",
+        "session.status",
+        "session.idle",
+        "session.error",
+    }
+)
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass(frozen=True)
+class FleetEvent:
+    """One change in the fleet, as every live view reads it."""
+
+    kind: EventKind
+    instance: str
+    session: SessionRecord | None = None
+    outcome: str = ""  # stopped: the last run's outcome word (core.runstate), when read
+    detail: str = ""  # retry message, error text, down reason, stream mode
+    source: str = "stream"  # stream | rescan | poll
+    at_ms: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``watch --json`` / server-sent form."""
+        return {
+            "event": self.kind,
+            "instance": self.instance,
+            "session": self.session.to_json() if self.session is not None else None,
+            "outcome": self.outcome,
+            "detail": self.detail,
+            "source": self.source,
+            "at_ms": self.at_ms,
+        }
+
+
+def following_words(ev: FleetEvent) -> str | None:
+    """How an instance is followed, when an event changes that (logs and ``watch -v``)."""
+    if ev.kind == "ready":
+        return f"{ev.instance}: following its {ev.detail} event stream"
+    if ev.kind == "up":
+        return f"{ev.instance}: back, following its {ev.detail} event stream"
+    if ev.kind == "down":
+        return f"{ev.instance}: lost ({ev.detail})"
+    if ev.kind == "polling":
+        return f"{ev.instance}: {ev.detail}; polling it"
+    return None
+
+
+@dataclass(frozen=True)
+class Frame:
+    """One parsed server event: its type, its properties and the directory it came from."""
+
+    type: str
+    properties: Mapping[str, Any]
+    directory: str = ""
+
+
+def parse_frame(line: str, stream_directory: str = "") -> Frame | None:
+    """One SSE ``data:`` line -> Frame; None for anything else or an unwanted type (pure)."""
+    if not line.startswith("data:"):
+        return None
+    raw = line[5:].strip()
+    # Cheap skip before parsing: message deltas are most of the traffic of a busy fleet.
+    if '"session.' not in raw and '"server.' not in raw:
+        return None
+    try:
+        obj = json.loads(raw)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(obj, dict):
+        return None
+    directory = stream_directory
+    payload: Any = obj
+    if isinstance(obj.get("payload"), dict):
+        payload = obj["payload"]
+        if isinstance(obj.get("directory"), str):
+            directory = obj["directory"]
+    kind = payload.get("type")
+    if not isinstance(kind, str) or kind not in WANTED_TYPES:
+        return None
+    props = payload.get("properties")
+    return Frame(kind, props if isinstance(props, dict) else {}, directory)
+
+
+def diff(
+    before: Mapping[str, SessionRecord], after: Mapping[str, SessionRecord]
+) -> list[tuple[EventKind, SessionRecord]]:
+    """Changes between two views of the same sessions: new, started, stopped, retry, gone."""
+    events: list[tuple[EventKind, SessionRecord]] = []
+    for key, s in after.items():
+        old = before.get(key)
+        if old is None:
+            events.append(("new", s))
+            if s.running:
+                events.append(("started", s))
+        elif s.running and not old.running:
+            events.append(("started", s))
+        elif old.running and not s.running:
+            events.append(("stopped", s))
+        elif s.run_state != old.run_state and s.run_state == "retry":
+            events.append(("retry", s))
+    for key, s in before.items():
+        if key not in after:
+            events.append(("gone", s))
+    return events
+
+
+def error_detail(err: Any) -> str:
+    """``Name: message`` of a ``session.error`` error object."""
+    if not isinstance(err, Mapping):
+        return "error"
+    name = str(err.get("name") or "error")
+    data = err.get("data")
+    message = str(data.get("message") or "") if isinstance(data, Mapping) else ""
+    return f"{name}: {message}" if message else name
+
+
+class Board:
+    """One instance's project sessions as last seen, and the changes each frame makes.
+
+    ``missing`` lists session ids the last frame named whose directory was unknown: the
+    caller looks them up (one request) and calls ``learn``.
+    """
+
+    def __init__(self, inst: InstanceConfig) -> None:
+        self.inst = inst
+        self.sessions: dict[str, SessionRecord] = {}
+        self._verdicts: dict[str, bool] = {}
+        # Sessions seen outside the project: their frames are ignored without a lookup.
+        self.outside: set[str] = set()
+        self.missing: list[tuple[str, str]] = []  # (session id, directory hint)
+
+    def is_project(self, directory: str) -> bool:
+        """The project verdict of a directory (asked once per directory)."""
+        if directory not in self._verdicts:
+            self._verdicts[directory] = bool(directory) and self.inst.rules.is_project(directory)
+        return self._verdicts[directory]
+
+    def _event(
+        self, kind: EventKind, rec: SessionRecord, source: str, detail: str = ""
+    ) -> FleetEvent:
+        return FleetEvent(kind, self.inst.name, rec, detail=detail, source=source, at_ms=_now_ms())
+
+    def reconcile(self, records: Iterable[SessionRecord], source: str) -> list[FleetEvent]:
+        """Replace the view with a full scan's; the differences are the changes."""
+        after = {r.id: r for r in records if r.project}
+        changes = diff(self.sessions, after)
+        self.sessions = after
+        self.outside = set()
+        return [
+            self._event(kind, rec, source, rec.retry_message if kind == "retry" else "")
+            for kind, rec in changes
+        ]
+
+    def learn(self, rec: SessionRecord) -> list[FleetEvent]:
+        """Add a session looked up after a frame named it (``missing``)."""
+        if not self.is_project(rec.directory):
+            self.outside.add(rec.id)
+            return []
+        if rec.id in self.sessions:
+            return []
+        self.sessions[rec.id] = rec
+        return [self._event("new", rec, "stream")]
+
+    def apply(self, frame: Frame) -> list[FleetEvent]:
+        """The changes one frame makes (state is updated in place)."""
+        self.missing = []
+        props = frame.properties
+        kind = frame.type
+        if kind in ("session.created", "session.updated"):
+            return self._info(props.get("info"))
+        sid = props.get("sessionID")
+        if not isinstance(sid, str) or not sid:
+            return []
+        if kind == "session.deleted":
+            rec = self.sessions.pop(sid, None)
+            return [self._event("gone", rec, "stream")] if rec is not None else []
+        if sid in self.outside:
+            return []
+        rec = self.sessions.get(sid)
+        if rec is None:
+            if frame.directory and not self.is_project(frame.directory):
+                self.outside.add(sid)
+            else:
+                self.missing.append((sid, frame.directory))
+            return []
+        if kind == "session.error":
+            return [self._event("error", rec, "stream", error_detail(props.get("error")))]
+        if kind == "session.idle":
+            return self._status(rec, "idle", {})
+        if kind == "session.status":
+            status = props.get("status")
+            if isinstance(status, Mapping):
+                word = status.get("type")
+                if word in ("busy", "retry", "idle"):
+                    return self._status(rec, word, status)
+        return []
+
+    def _info(self, info: Any) -> list[FleetEvent]:
+        if not isinstance(info, Mapping) or not isinstance(info.get("id"), str):
+            return []
+        try:
+            s = session_from_classic(info)
+        except (KeyError, TypeError, ValueError, AttributeError):
+            return []
+        old = self.sessions.get(s.id)
+        if old is not None:
+            self.sessions[s.id] = replace(
+                old, title=s.title, updated=max(old.updated, s.updated), cost=s.cost,
+                model=s.model or old.model,
+            )
+            return []
+        if not self.is_project(s.directory):
+            self.outside.add(s.id)
+            return []
+        rec = SessionRecord(
+            instance=self.inst.name, id=s.id, title=s.title, directory=s.directory,
+            created=s.created, updated=s.updated, cost=s.cost, parent_id=s.parent_id,
+            model=s.model, project=True,
+        )
+        self.sessions[s.id] = rec
+        self.outside.discard(s.id)
+        return [self._event("new", rec, "stream")]
+
+    def _status(
+        self, rec: SessionRecord, word: RunState, status: Mapping[str, Any]
+    ) -> list[FleetEvent]:
+        message = str(status.get("message") or "") if word == "retry" else ""
+        nxt = int(status.get("next") or 0) if word == "retry" else 0
+        new = replace(
+            rec, run_state=word, running=word != "idle", retry_message=message, retry_next=nxt,
+            updated=max(rec.updated, _now_ms()),
+        )
+        self.sessions[rec.id] = new
+        if word != "idle" and not rec.running:
+            out = [self._event("started", new, "stream")]
+            if word == "retry":
+                out.append(self._event("retry", new, "stream", message))
+            return out
+        if word == "idle" and rec.running:
+            return [self._event("stopped", new, "stream")]
+        if word == "retry" and (rec.run_state != "retry" or rec.retry_message != message):
+            return [self._event("retry", new, "stream", message)]
+        return []

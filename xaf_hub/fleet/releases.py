@@ -1,0 +1,125 @@
+"""What the hub knows about opencode release lines, and how it reads run state on each.
+
+Measured on real servers (docs/opencode-releases.md has the figures):
+
+* 1.2 to 1.14 ("server-wide"): a prompt sent without ``?directory=`` runs in the server's own
+  working directory and its run state shows only in ``GET /session/status`` without a
+  directory; a prompt sent with the session's directory shows under that directory. Sessions
+  other clients start without a directory are therefore seen only server-wide, so the hub
+  reads each project directory and the server-wide map, and merges them.
+* 1.15 and later ("per-directory"): a session runs in its own directory whatever the request
+  says; ``GET /session/status?directory=D`` is the whole truth for D.
+
+A version newer than the newest measured line is read both ways (one extra request; it can
+only add runs). A version the hub cannot place (unparsable, or older than 1.2) leaves the run
+state unknown: the scan then counts the instance's project sessions as running and the
+instance as full (fail closed), with the reason from :func:`classify`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+from xaf_hub.core import aio
+from xaf_hub.errors import BusyError
+
+if TYPE_CHECKING:
+    from xaf_hub.fleet.client import OpencodeClient, RawStatus
+
+Behaviour = Literal["per-directory", "server-wide", "unknown", "v2"]
+
+OLDEST = (1, 2, 0)
+FIRST_PER_DIRECTORY = (1, 15, 0)
+NEWEST_MEASURED = (1, 18, 33)
+SUPPORTED = ("1.2.27", "1.3.2", "1.14.41", "1.15.13", "1.17.19", "1.18.33")
+
+_VERSION_RE = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)(?:[-+.].*)?$")
+
+
+class RunStateUnknown(BusyError):
+    """An instance's run state cannot be established: it is counted full (exit 3)."""
+
+    def __init__(self, instance: str, reason: str) -> None:
+        super().__init__(f"{instance}: run state unknown ({reason}): counted full, no new work")
+        self.instance = instance
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class Release:
+    """One instance's release as the hub understood it."""
+
+    version: str
+    behaviour: Behaviour
+    note: str = ""
+
+    @property
+    def known(self) -> bool:
+        """True when the hub knows how this release reports run state."""
+        return self.behaviour != "unknown"
+
+    @property
+    def reads_server_wide(self) -> bool:
+        """Whether the server-wide ``/session/status`` (no directory) must be read too."""
+        return self.behaviour == "server-wide" or bool(self.note)
+
+    def describe(self) -> str:
+        """One line for doctor and tables, e.g. ``1.14.41 (server-wide run state)``."""
+        shown = self.version or "unknown version"
+        if self.behaviour == "unknown":
+            return f"{shown} (run state unknown: {self.note})"
+        extra = f"; {self.note}" if self.note else ""
+        return f"{shown} ({self.behaviour} run state{extra})"
+
+
+def parse_version(text: str) -> tuple[int, int, int] | None:
+    """``"1.14.41"`` -> ``(1, 14, 41)``; None when it is not a release number."""
+    m = _VERSION_RE.match(text.strip())
+    return (int(m.group(1)), int(m.group(2)), int(m.group(3))) if m else None
+
+
+def classify(version: str, dialect: str = "classic") -> Release:
+    """The run-state behaviour of a server that reported ``version`` in ``/global/health``."""
+    if dialect == "v2":
+        return Release(version, "v2")
+    parsed = parse_version(version)
+    if parsed is None:
+        what = f"version {version[:40]!r}" if version else "no version in /global/health"
+        return Release(version, "unknown", f"{what} is not a release number")
+    if parsed < OLDEST:
+        return Release(version, "unknown", "older than 1.2, never measured")
+    if parsed < FIRST_PER_DIRECTORY:
+        return Release(version, "server-wide")
+    if parsed[:2] > NEWEST_MEASURED[:2]:
+        newest = ".".join(map(str, NEWEST_MEASURED))
+        return Release(version, "per-directory", f"newer than {newest}: also read server-wide")
+    return Release(version, "per-directory")
+
+
+async def read_running(
+    client: OpencodeClient, directories: Sequence[str], fan_out: int = 16
+) -> dict[str, RawStatus]:
+    """Running sessions of ``directories`` on a classic-API instance, read the way its release
+    answers: each directory, plus the server-wide map where this release keeps runs started
+    without a directory. RunStateUnknown when the release is not one the hub can read."""
+    if not client.version:
+        await client.detect()
+    release = client.release
+    if not release.known:
+        raise RunStateUnknown(client.name, release.note)
+    sem = asyncio.Semaphore(fan_out)
+
+    async def one(d: str | None) -> dict[str, RawStatus]:
+        async with sem:
+            return await client._status_map(d)
+
+    wide: list[str | None] = [None] if release.reads_server_wide else []
+    parts = await aio.gather(*(one(d) for d in [*directories, *wide]))
+    return {k: v for part in parts for k, v in part.items()}
+
+
+OPENCODE_VERSION = "1.18.33"

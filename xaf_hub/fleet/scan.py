@@ -1,0 +1,288 @@
+"""Scan the fleet in parallel and build one Snapshot (architecture §2, §3).
+
+One instance's failure is recorded as its unreachable reason; it never stops the others.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import httpx
+
+from xaf_hub.config.load import Config, InstanceConfig
+from xaf_hub.core import aio
+from xaf_hub.core.records import (
+    InstanceSummary,
+    RunState,
+    SessionRecord,
+    Snapshot,
+    running_project,
+    sane_ms,
+)
+from xaf_hub.errors import HubError, UnreachableError
+from xaf_hub.fleet.client import ApiError, OpencodeClient, RawStatus, ServerSession
+from xaf_hub.fleet.releases import RunStateUnknown
+
+TransportFactory = Callable[[InstanceConfig], httpx.AsyncBaseTransport | None]
+
+# Per-instance parallel /session/status calls; the server answers them in about 1 ms each.
+_STATUS_FAN_OUT = 16
+
+
+def make_client(
+    cfg: Config, inst: InstanceConfig, transport: httpx.AsyncBaseTransport | None = None
+) -> OpencodeClient:
+    """A client for ``inst`` with the configured timeouts, retries and page size."""
+    return OpencodeClient(
+        inst,
+        connect_timeout=cfg.connect_timeout,
+        read_timeout=cfg.read_timeout,
+        retries=cfg.retries,
+        page_size=cfg.page_size,
+        transport=transport,
+        deadline=cfg.scan_timeout,
+    )
+
+
+@dataclass
+class InstanceScan:
+    """Everything learnt about one instance in one scan."""
+
+    inst: InstanceConfig
+    reachable: bool = False
+    reason: str = ""
+    version: str = ""
+    api: str = ""
+    sessions: list[SessionRecord] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    release: str = ""  # e.g. "1.14.41 (server-wide run state)": releases.Release.describe()
+    # Why the run state could not be read ("" when it was): project sessions then count as
+    # running and the instance as full.
+    run_state_unknown: str = ""
+
+    def summary(self) -> InstanceSummary:
+        """Counts for tables and exports."""
+        project = [s for s in self.sessions if s.project]
+        return InstanceSummary(
+            name=self.inst.name,
+            url=self.inst.url,
+            reachable=self.reachable,
+            reason=self.reason,
+            version=self.version,
+            api=self.api,
+            total_sessions=len(self.sessions),
+            project_sessions=len(project),
+            running_total=sum(1 for s in self.sessions if s.running),
+            running_project=running_project(project),
+            limit=self.inst.concurrency_limit,
+            danger=self.inst.production,
+            note=self.inst.note,
+            release=self.release,
+            run_state_unknown=self.run_state_unknown,
+        )
+
+
+def build_record(
+    inst: InstanceConfig, s: ServerSession, status: RawStatus | None, project: bool
+) -> SessionRecord:
+    """Combine a server session, its run state and the project verdict."""
+    state: RunState = "idle"
+    message = ""
+    nxt = 0
+    if status:
+        kind = status.get("type")
+        if kind == "retry":
+            state = "retry"
+            raw = status.get("message")
+            message = raw if isinstance(raw, str) else ""
+            nxt = sane_ms(status.get("next"))  # "soon", 1e400, 10**22: unknown
+        elif kind != "idle":
+            state = "busy"  # busy, or a kind this hub does not know: never read as idle
+    return SessionRecord(
+        instance=inst.name,
+        id=s.id,
+        title=s.title,
+        directory=s.directory,
+        created=s.created,
+        updated=s.updated,
+        cost=s.cost,
+        running=state != "idle",
+        run_state=state,
+        retry_message=message,
+        retry_next=nxt,
+        parent_id=s.parent_id,
+        model=s.model,
+        project=project,
+    )
+
+
+async def read_run_state(
+    client: OpencodeClient, directories: list[str]
+) -> tuple[dict[str, RawStatus], str]:
+    """Running sessions, or (empty, why) when the listing answered but the run state cannot be
+    established: an unknown release, or a refused /session/status (the caller fails closed)."""
+    try:
+        return await client.running(directories, fan_out=_STATUS_FAN_OUT), ""
+    except RunStateUnknown as exc:
+        return {}, exc.reason
+    except ApiError as exc:
+        return {}, "/session/status " + str(exc).removeprefix(f"{client.name}: ")
+
+
+async def scan_instance(
+    client: OpencodeClient, inst: InstanceConfig, *, project_only: bool = False
+) -> InstanceScan:
+    """List every session of one instance and mark running and project ones.
+
+    ``project_only`` asks the run state of project directories only: enough for dispatch and
+    the gate (other sessions never count), cheaper on instances with many other folders; the
+    running total then covers project directories only.
+    """
+    result = InstanceScan(inst)
+    try:
+        # The deadline bounds the whole scan: the read timeout only bounds each chunk, so a
+        # server dribbling bytes or paging forever would otherwise hold us without end.
+        async with asyncio.timeout(client.deadline):
+            await _scan_into(result, client, inst, project_only)
+        result.reachable = True
+    except TimeoutError:
+        result.reason = f"scan not finished within {client.deadline:g}s (timed out; gave up)"
+    except UnreachableError as exc:
+        result.reason = exc.reason
+    except HubError as exc:
+        result.reason = str(exc).removeprefix(f"{inst.name}: ")
+    except Exception as exc:  # noqa: BLE001 - one instance's odd answer never stops the others
+        result.reason = f"unreadable answer from the server ({type(exc).__name__})"
+    result.warnings.extend(client.notes)
+    if not result.reachable:
+        result.sessions = []
+    return result
+
+
+async def _scan_into(
+    result: InstanceScan, client: OpencodeClient, inst: InstanceConfig, project_only: bool
+) -> None:
+    await client.detect()
+    result.api = client.dialect or ""
+    result.version = client.version
+    sessions = await client.list_sessions()
+    # Sessions share a few hundred directories at most: classify each directory once.
+    project_dir = {d: inst.rules.is_project(d) for d in {s.directory for s in sessions} if d}
+    result.release = client.release.describe()
+    directories = sorted(d for d, ok in project_dir.items() if ok or not project_only)
+    statuses, result.run_state_unknown = await read_run_state(client, directories)
+    if result.run_state_unknown:
+        result.warnings.append(
+            f"{inst.name}: run state unknown ({result.run_state_unknown}); its project "
+            "sessions count as running and it takes no new work"
+        )
+    known = {s.id for s in sessions}
+    for sid in statuses:
+        if sid in known:
+            continue
+        # Running but missing from the list (created after the listing): look it up;
+        # when even that fails, count it as a project session (fail closed).
+        try:
+            sessions.append(await client.get_session(sid))
+        except HubError:
+            result.warnings.append(
+                f"{inst.name}: running session {sid} has no readable directory; "
+                "counted as a project session"
+            )
+            sessions.append(ServerSession(sid, "(unknown)", "", 0, 0, 0.0, "", ""))
+    for s in sessions:
+        if s.directory not in project_dir:  # a late arrival looked up above
+            project_dir[s.directory] = inst.rules.is_project(s.directory)
+        project = project_dir[s.directory] if s.directory else s.id in statuses
+        status = statuses.get(s.id)
+        if result.run_state_unknown and project:
+            status = {"type": "busy"}
+        result.sessions.append(build_record(inst, s, status, project))
+
+
+async def scan_fleet(
+    cfg: Config,
+    instances: Sequence[InstanceConfig] | None = None,
+    *,
+    transport_factory: TransportFactory | None = None,
+    project_only: bool = False,
+    on_done: Callable[[str], None] | None = None,
+) -> tuple[Snapshot, list[InstanceScan]]:
+    """Scan ``instances`` (default: all) concurrently, at most ``scan_workers`` at once;
+    ``on_done(name)`` is called as each instance's scan ends (for the progress line)."""
+    chosen = list(cfg.instances if instances is None else instances)
+    sem = asyncio.Semaphore(cfg.scan_workers)
+
+    async def one(inst: InstanceConfig) -> InstanceScan:
+        async with sem:
+            transport = transport_factory(inst) if transport_factory else None
+            async with make_client(cfg, inst, transport) as client:
+                result = await scan_instance(client, inst, project_only=project_only)
+        if on_done is not None:
+            on_done(inst.name)
+        return result
+
+    scans = list(await aio.gather(*(one(i) for i in chosen)))
+    snap = Snapshot(
+        generated_at=int(time.time() * 1000),
+        instances=tuple(s.summary() for s in scans),
+        sessions=tuple(r for s in scans for r in s.sessions),
+        warnings=tuple(w for s in scans for w in s.warnings),
+    )
+    return snap, scans
+
+
+async def _outcomes_of_instance(
+    cfg: Config, sc: InstanceScan, transport: httpx.AsyncBaseTransport | None
+) -> None:
+    from dataclasses import replace
+
+    from xaf_hub.core.runstate import outcome_of
+
+    sem = asyncio.Semaphore(_STATUS_FAN_OUT)
+    async with make_client(cfg, sc.inst, transport) as client:
+
+        async def one(s: SessionRecord) -> SessionRecord:
+            if not s.project:
+                return s
+            if s.running:
+                return replace(s, outcome="running")
+            async with sem:
+                try:
+                    msgs = await client.messages(s.id, limit=2, directory=s.directory)
+                    return replace(s, outcome=outcome_of(msgs))
+                except Exception:  # noqa: BLE001 - a failed or malformed answer: one unknown
+                    return replace(s, outcome="unknown")
+
+        try:
+            async with asyncio.timeout(client.deadline):
+                sc.sessions = list(await aio.gather(*(one(s) for s in sc.sessions)))
+        except TimeoutError:
+            sc.warnings.append(
+                f"{sc.inst.name}: last results not all read within {client.deadline:g}s; "
+                "shown as unknown"
+            )
+
+
+async def fill_outcomes(
+    cfg: Config, scans: Sequence[InstanceScan], transport_factory: TransportFactory | None = None
+) -> Snapshot:
+    """Fetch each project session's last outcome (one small request per idle session)."""
+    await aio.gather(
+        *(
+            _outcomes_of_instance(
+                cfg, sc, transport_factory(sc.inst) if transport_factory else None
+            )
+            for sc in scans
+            if sc.reachable
+        )
+    )
+    return Snapshot(
+        generated_at=int(time.time() * 1000),
+        instances=tuple(s.summary() for s in scans),
+        sessions=tuple(r for s in scans for r in s.sessions),
+        warnings=tuple(w for s in scans for w in s.warnings),
+    )

@@ -1,0 +1,157 @@
+"""Links from the overview page into opencode's own web interface, where an instance has one.
+
+Measured on opencode 1.18.33: ``GET /`` answers ``200 text/html`` with the single-page app
+(``<title>OpenCode</title>``; behind the server's Basic auth when it has a password), and the
+app opens one session at ``/<directory>/session/<session id>``, the directory being its UTF-8
+bytes in unpadded URL-safe base64 (the app then moves to its own ``/server/...`` address).
+
+A link is offered only for an instance whose root was seen serving that app in a probe, is
+built from the configured URL with any user name or password removed (a link never carries a
+secret: the browser asks for the server's login itself), and is left out of a served page
+viewed from another machine when the instance's address is loopback (it would point at the
+viewer's own computer).
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from urllib.parse import quote, urlsplit, urlunsplit
+
+import httpx
+
+from xaf_hub.config.load import Config, InstanceConfig
+from xaf_hub.core import aio
+
+# The app page is ~3 KB; a root answering more than this is not it (and is not read further).
+_MAX_BODY = 64 * 1024
+_TITLE = re.compile(rb"<title>\s*opencode\s*</title>", re.IGNORECASE)
+PROBE_SECONDS = 5.0
+CACHE_SECONDS = 600.0
+
+
+@dataclass(frozen=True)
+class WebUI:
+    """An instance's web interface: where it lives and how to open one session there."""
+
+    base: str  # scheme://host:port[/prefix], no credentials, no trailing slash
+    loopback: bool
+
+    def session_url(self, directory: str, session_id: str) -> str:
+        """The address of one session in the app (empty when the session lacks a folder)."""
+        if not directory or not session_id:
+            return ""
+        folder = base64.urlsafe_b64encode(directory.encode("utf-8")).decode("ascii").rstrip("=")
+        return f"{self.base}/{folder}/session/{quote(session_id, safe='')}"
+
+
+def public_base(url: str) -> str:
+    """``url`` without user name, password, query or fragment, and without a trailing slash."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    netloc = f"{host}:{parts.port}" if parts.port else host
+    return urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), "", ""))
+
+
+def _is_loopback_host(url: str) -> bool:
+    import ipaddress
+
+    host = (urlsplit(url).hostname or "").lower()
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def looks_like_the_app(status: int, content_type: str, head: bytes) -> bool:
+    """Whether a root answer is opencode's web app (200, HTML, its title)."""
+    return status == 200 and "text/html" in content_type.lower() and bool(_TITLE.search(head))
+
+
+async def probe(
+    inst: InstanceConfig,
+    *,
+    timeout: float = PROBE_SECONDS,
+    transport: httpx.AsyncBaseTransport | None = None,
+) -> WebUI | None:
+    """Ask ``inst`` for its root page; its WebUI when that is opencode's app, else None."""
+    auth = httpx.BasicAuth(inst.username, inst.password) if inst.password else None
+    try:
+        async with httpx.AsyncClient(
+            auth=auth,
+            timeout=httpx.Timeout(timeout),
+            transport=transport,
+            follow_redirects=False,
+            trust_env=False,
+            verify=not inst.url.startswith("http:"),
+        ) as client, client.stream(
+            "GET", public_base(inst.url) + "/", headers={"accept": "text/html"}
+        ) as resp:
+            head = b""
+            async for chunk in resp.aiter_bytes():
+                head += chunk
+                if len(head) > _MAX_BODY:
+                    return None
+            ok = looks_like_the_app(
+                resp.status_code, resp.headers.get("content-type", ""), head
+            )
+    except (httpx.HTTPError, OSError, ValueError):
+        return None
+    return WebUI(public_base(inst.url), _is_loopback_host(inst.url)) if ok else None
+
+
+async def probe_all(
+    instances: Iterable[InstanceConfig],
+    transport_factory: Callable[[InstanceConfig], httpx.AsyncBaseTransport | None] | None = None,
+) -> dict[str, WebUI]:
+    """Probe every instance at once; {name: WebUI} for those serving the app."""
+    chosen = list(instances)
+    found = await aio.gather(
+        *(probe(i, transport=transport_factory(i) if transport_factory else None) for i in chosen)
+    )
+    return {i.name: ui for i, ui in zip(chosen, found, strict=True) if ui is not None}
+
+
+class Finder:
+    """Probe results for a long-running viewer, each kept ``max_age`` seconds."""
+
+    def __init__(
+        self,
+        cfg: Config,
+        transport_factory: Callable[[InstanceConfig], httpx.AsyncBaseTransport | None]
+        | None = None,
+        max_age: float = CACHE_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._cfg = cfg
+        self._factory = transport_factory
+        self._max_age = max_age
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._at: float | None = None
+        self._probed: set[str] = set()
+        self._found: dict[str, WebUI] = {}
+
+    def __call__(self, reachable: Iterable[str]) -> Mapping[str, WebUI]:
+        """Web interfaces of the named (reachable) instances, probing when the memory is old."""
+        from xaf_hub.core import aio
+
+        names = set(reachable)
+        with self._lock:
+            if self._at is None or self._clock() - self._at >= self._max_age:
+                self._probed, self._found = set(), {}
+                self._at = self._clock()
+            # An instance that was down at the last probe is probed once it answers.
+            chosen = [i for i in self._cfg.instances if i.name in names - self._probed]
+            if chosen:
+                self._found.update(aio.run(probe_all(chosen, self._factory)))
+                self._probed.update(i.name for i in chosen)
+            return {n: ui for n, ui in self._found.items() if n in names}

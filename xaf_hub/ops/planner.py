@@ -1,0 +1,298 @@
+"""Dispatch planning: snapshot + request -> plan (architecture §6 `dispatch` steps 1-3). Pure.
+
+The planner decides *where* work goes; the dispatcher carries the plan out under the gate.
+Similarity scores come in from the matcher, so this module never imports scikit-learn.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from xaf_hub.config.load import Config, InstanceConfig
+from xaf_hub.core.records import SessionRecord, running_project
+from xaf_hub.core.rules import apply_aliases
+from xaf_hub.errors import (
+    BusyError,
+    MissingPassword,
+    NotProjectSession,
+    ProductionRefused,
+    UnreachableError,
+    UsageError,
+)
+
+Action = Literal["steer", "reuse", "create"]
+
+
+@dataclass(frozen=True)
+class DispatchRequest:
+    """What the operator (or the patrol) asked for."""
+
+    text: str
+    instance: str | None = None
+    session: str | None = None
+    directory: str | None = None
+    title: str | None = None
+    new: bool = False
+    no_match: bool = False
+    allow_prod: bool = False
+    force: bool = False
+    model: str | None = None
+
+
+@dataclass(frozen=True)
+class InstanceView:
+    """One instance as the planner sees it."""
+
+    inst: InstanceConfig
+    reachable: bool
+    reason: str
+    sessions: tuple[SessionRecord, ...]
+    reserved: int = 0
+    run_state_unknown: str = ""  # set: the run state could not be read; counted full
+
+    @property
+    def running_project(self) -> int:
+        """Running project sessions."""
+        return running_project(self.sessions)
+
+    @property
+    def project_count(self) -> int:
+        """Project sessions."""
+        return sum(1 for s in self.sessions if s.project)
+
+    @property
+    def free(self) -> int:
+        """Free slots (never negative; none while the run state is unknown)."""
+        if self.run_state_unknown:
+            return 0
+        return max(0, self.inst.concurrency_limit - self.running_project - self.reserved)
+
+
+@dataclass(frozen=True)
+class CandidateVerdict:
+    """One smart-match candidate and what the planner made of it."""
+
+    session: SessionRecord
+    score: float
+    verdict: str
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Where the work goes and how."""
+
+    action: Action
+    instance: InstanceConfig
+    session: SessionRecord | None
+    directory: str
+    title: str
+    via: str
+    candidates: tuple[CandidateVerdict, ...] = ()
+    warnings: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def gated(self) -> bool:
+        """True when the plan takes a slot (new session or idle reuse)."""
+        return self.action != "steer"
+
+
+def plan_reuse(inst: InstanceConfig, session: SessionRecord, *, via: str) -> Plan:
+    """Start ``session`` again (the patrol's resume and heal): gated like any idle reuse."""
+    return Plan("reuse", inst, session, session.directory, session.title, via=via)
+
+
+def plan_create(inst: InstanceConfig, directory: str, title: str, *, via: str) -> Plan:
+    """A new session in ``directory`` (the patrol's fill_slots picks instance and directory)."""
+    return Plan("create", inst, None, directory, title, via=via)
+
+
+def default_title(text: str, width: int = 60) -> str:
+    """A session title from the task's first non-empty line."""
+    first = next((ln.strip() for ln in text.splitlines() if ln.strip()), "task")
+    return first if len(first) <= width else first[: width - 1] + "…"
+
+
+def _check_prod(view: InstanceView, req: DispatchRequest) -> None:
+    if view.inst.production and not req.allow_prod:
+        raise ProductionRefused(
+            f"{view.inst.name} is a production instance: writes need --allow-prod"
+        )
+
+
+def _check_reachable(view: InstanceView) -> None:
+    if not view.reachable:
+        raise UnreachableError(view.inst.name, view.reason)
+
+
+def _eligible_for_new(view: InstanceView, req: DispatchRequest) -> bool:
+    return view.reachable and (not view.inst.production) and view.free > 0 and bool(view.inst.roots)
+
+
+def pick_instance(views: Sequence[InstanceView], req: DispatchRequest) -> InstanceView:
+    """The least-loaded dispatchable instance: running project, project count, then name."""
+    eligible = [v for v in views if _eligible_for_new(v, req)]
+    if eligible:
+        return min(eligible, key=lambda v: (v.running_project, v.project_count, v.inst.name))
+    reachable = [v for v in views if v.reachable]
+    if not reachable:
+        reasons = "; ".join(f"{v.inst.name}: {v.reason}" for v in views) or "no instances"
+        raise UnreachableError("fleet", f"no instance answered ({reasons})")
+    candidates = [v for v in reachable if not v.inst.production and v.inst.roots]
+    if not candidates:
+        raise UsageError(
+            "no instance can take new sessions: each is production or has no project roots "
+            "(use --instance NAME --allow-prod, or add roots)"
+        )
+    detail = ", ".join(
+        f"{v.inst.name} {v.running_project}+{v.reserved}/{v.inst.concurrency_limit}"
+        for v in candidates
+    )
+    raise BusyError(f"every eligible instance is at its limit ({detail}); try again later")
+
+
+def new_session_directory(view: InstanceView, req: DispatchRequest) -> str:
+    """--dir (after dir_aliases, must lie under the roots), else default_directory, else a root."""
+    inst = view.inst
+    if req.directory:
+        mapped = apply_aliases(req.directory, dict(inst.dir_aliases))
+        if not inst.rules.under_roots(mapped):
+            raise UsageError(
+                f"--dir {req.directory!r} is not under {inst.name}'s project roots "
+                f"({', '.join(inst.roots) or 'none configured'})"
+            )
+        return mapped
+    if inst.default_directory:
+        return inst.default_directory
+    if inst.roots:
+        return inst.roots[0]
+    raise UsageError(f"{inst.name} has no default_directory or roots: pass --dir")
+
+
+def _target_plan(
+    view: InstanceView,
+    session: SessionRecord,
+    req: DispatchRequest,
+    via: str,
+    candidates: tuple[CandidateVerdict, ...] = (),
+    warnings: tuple[str, ...] = (),
+) -> Plan:
+    if not session.project and not req.force:
+        raise NotProjectSession(
+            f"session {session.id} on {view.inst.name} is not a project session "
+            f"({session.directory or 'no directory'}); --force overrides"
+        )
+    # Run state unknown: "running" is only the fail-closed guess, so it passes the gate.
+    action: Action = "steer" if session.running and not view.run_state_unknown else "reuse"
+    return Plan(
+        action, view.inst, session, session.directory, session.title, via, candidates, warnings
+    )
+
+
+def plan_dispatch(
+    cfg: Config,
+    views: Sequence[InstanceView],
+    req: DispatchRequest,
+    scores: Sequence[tuple[SessionRecord, float]] = (),
+) -> Plan:
+    """Decide the target for ``req``; ``scores`` are the matcher's top candidates."""
+    if not req.text.strip():
+        raise UsageError("--text is empty: say what the agent should do")
+    by_name = {v.inst.name: v for v in views}
+    if req.instance is not None and req.instance not in by_name:
+        cfg.instance(req.instance)  # raises the "unknown instance" UsageError
+    scoped = [by_name[req.instance]] if req.instance else list(views)
+
+    # --session: find it (on --instance, or anywhere).
+    if req.session:
+        for v in scoped:
+            for s in v.sessions:
+                if s.id == req.session:
+                    _check_reachable(v)
+                    _check_prod(v, req)
+                    return _target_plan(v, s, req, "--session")
+        unreachable = [v.inst.name for v in scoped if not v.reachable]
+        if unreachable and len(unreachable) == len(scoped):
+            _check_reachable(scoped[0])
+        for v in scoped:  # it may be where the config lacks a password: say how to fix that
+            if not v.reachable and MissingPassword.is_reason(v.reason):
+                raise MissingPassword.from_reason(v.inst.name, v.reason)
+        where = req.instance or "any reachable instance"
+        raise UsageError(f"session {req.session} not found on {where}")
+
+    smart = not (req.title or req.new or req.no_match) and cfg.auto_match
+    verdicts: list[CandidateVerdict] = []
+    if smart:
+        allowed = {v.inst.name for v in scoped}
+
+        def rest(i: int) -> tuple[CandidateVerdict, ...]:
+            later = [
+                CandidateVerdict(s, sc, "not needed")
+                for s, sc in scores[i + 1 :]
+                if s.instance in allowed
+            ]
+            return tuple(verdicts + later)
+
+        for i, (session, score) in enumerate(scores):
+            view = by_name.get(session.instance)
+            if view is None or session.instance not in allowed:
+                continue
+            if score < cfg.match_threshold:
+                verdicts.append(CandidateVerdict(session, score, "below threshold"))
+                continue
+            if view.inst.production and not req.allow_prod:
+                verdicts.append(CandidateVerdict(session, score, "production instance"))
+                continue
+            if session.running and not view.run_state_unknown:
+                verdicts.append(CandidateVerdict(session, score, "chosen: running, steer it"))
+                return Plan(
+                    "steer",
+                    view.inst,
+                    session,
+                    session.directory,
+                    session.title,
+                    "smart match",
+                    rest(i),
+                )
+            if view.free > 0:
+                verdicts.append(CandidateVerdict(session, score, "chosen: idle, free slot"))
+                return Plan(
+                    "reuse",
+                    view.inst,
+                    session,
+                    session.directory,
+                    session.title,
+                    "smart match",
+                    rest(i),
+                )
+            verdicts.append(CandidateVerdict(session, score, "instance full"))
+
+    # Choose the instance.
+    if req.instance:
+        view = by_name[req.instance]
+        _check_reachable(view)
+        _check_prod(view, req)
+    else:
+        view = pick_instance(scoped, req)
+
+    warnings: list[str] = []
+    if req.title and not req.new:
+        hits = [s for s in view.sessions if s.project and req.title in s.title]
+        if hits:
+            hit = max(hits, key=lambda s: s.updated)
+            if req.directory:
+                mapped = apply_aliases(req.directory, dict(view.inst.dir_aliases))
+                from xaf_hub.core.rules import normalize_dir
+
+                if normalize_dir(mapped) != normalize_dir(hit.directory):
+                    warnings.append(
+                        f"reusing session {hit.id} ({hit.directory}) found by --title; --dir "
+                        f"{req.directory} was ignored - add --new to create a session there"
+                    )
+            return _target_plan(view, hit, req, "--title", tuple(verdicts), tuple(warnings))
+
+    directory = new_session_directory(view, req)
+    title = req.title if req.title else default_title(req.text)
+    via = "--new" if req.new else ("no related session" if smart else "new session")
+    return Plan("create", view.inst, None, directory, title, via, tuple(verdicts), tuple(warnings))

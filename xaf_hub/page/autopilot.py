@@ -1,0 +1,303 @@
+"""What the patrol is doing, in plain words, for the overview page's "Autopilot" panel.
+
+Everything here is read from the state folder (the last cycle's report, the pause flag, the
+daemon heartbeat, the task pool, the model state); nothing is written and no server is asked.
+A file that cannot be read becomes a sentence in ``problems``: the page always renders.
+
+The badge says "on" only while a patrol daemon's heartbeat is fresh; a round run once (cron,
+``patrol --once``) leaves it "off" with when it last ran. The work queue is counted with the
+page's own vocabulary (``page_view.session_phase``) against the sessions of the same scan, so
+a task whose session has finished is counted as done even before the next round records it.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from xaf_hub.config.load import Config
+from xaf_hub.core.records import SessionRecord
+from xaf_hub.errors import HubError
+from xaf_hub.page.words import WHEN, Lang, Line, ago, clean, local_time_with_zone, text
+
+# Step names (report) -> catalogue key of how a reader who never saw the code would put them.
+STEP_KEYS = ("fix_free_limit", "check_agents", "sync_design_tasks", "fill_slots")
+
+# Report keys of the round's figures, in the order the page shows them.
+ROUND_FIGURES = (
+    "dispatched",
+    "tasks_done",
+    "healed",
+    "resumed",
+    "tasks_requeued",
+    "design_tasks_added",
+)
+
+NEXT_UP = 5
+# A heartbeat older than this many intervals (plus the slack) means the daemon is gone.
+_FRESH_INTERVALS = 2.0
+_FRESH_SLACK_MS = 10 * 60_000
+
+
+@dataclass(frozen=True)
+class AutopilotView:
+    """The panel's content; every string is plain text (the template escapes it)."""
+
+    state: str  # "on", "off", "paused" or "never"
+    headline: Line
+    details: tuple[Line, ...] = ()
+    figures: tuple[tuple[int, str], ...] = ()
+    queue: tuple[tuple[int, str, str], ...] = ()  # (count, words, kind)
+    next_up: tuple[tuple[str, str], ...] = ()
+    rests: tuple[Line, ...] = ()
+    problems: tuple[str, ...] = ()
+
+
+def _ms(iso: object) -> int:
+    try:
+        when = datetime.fromisoformat(str(iso))
+    except ValueError:
+        return 0
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return int(when.timestamp() * 1000)
+
+
+def heartbeat_fresh(beat: Mapping[str, Any] | None, now_ms: int) -> bool:
+    """Whether a patrol daemon is running now, judged from its heartbeat file.
+
+    Not stopped, and written (at start or after a round) within two of its intervals plus
+    ten minutes; on this host its process must also be alive.
+    """
+    if not beat or beat.get("stopped_at"):
+        return False
+    last = max(_ms(beat.get("tick_at") or ""), _ms(beat.get("started_at") or ""))
+    interval = beat.get("interval_seconds")
+    if not last or not isinstance(interval, int | float) or interval <= 0:
+        return False
+    if now_ms - last > interval * 1000 * _FRESH_INTERVALS + _FRESH_SLACK_MS:
+        return False
+    if beat.get("host") == socket.gethostname():
+        from xaf_hub.store.patrol_state import daemon_alive
+
+        return daemon_alive(dict(beat))
+    return True
+
+
+def _headline(
+    lang: Lang,
+    report: Mapping[str, Any] | None,
+    beat: Mapping[str, Any] | None,
+    paused: Mapping[str, Any] | None,
+    now_ms: int,
+    interval_minutes: float,
+) -> tuple[str, Line, list[Line]]:
+    """(state, headline, detail sentences)."""
+    details: list[Line] = []
+    running = heartbeat_fresh(beat, now_ms)
+    if running and beat is not None:
+        interval_minutes = float(beat["interval_seconds"]) / 60
+    every = text(lang, "ap.minutes", n=f"{interval_minutes:g}")
+    if report is None:
+        state, headline = ("on" if running else "never"), Line(text(lang, "ap.never"))
+        if running:
+            headline = Line(text(lang, "ap.on_first", every=every))
+    else:
+        last = _ms(report.get("finished_at") or report.get("started_at"))
+        steps = report.get("steps")
+        failed = [
+            text(lang, f"step.{s['name']}") if s.get("name") in STEP_KEYS else str(s.get("name"))
+            for s in (steps if isinstance(steps, list) else [])
+            if isinstance(s, dict) and s.get("status") == "failed"
+        ]
+        sep = "、" if lang == "zh" else ", "
+        how = (
+            text(lang, "ap.some_failed", steps=sep.join(failed))
+            if failed
+            else text(lang, "ap.all_ok")
+        )
+        when = WHEN if last else text(lang, "ap.when_unknown")
+        state = "on" if running else "off"
+        key = "ap.on" if running else "ap.off"
+        headline = Line(text(lang, key, every=every, when=when, how=how), last)
+    if paused is not None:
+        state = "paused"
+        since = _ms(paused.get("paused_at"))
+        by = clean(str(paused.get("by") or ""))
+        who = text(lang, "ap.by", who=by) if by else text(lang, "ap.by_unknown")
+        if since:
+            details.insert(0, Line(text(lang, "ap.paused", when=WHEN, who=who), since))
+        else:
+            details.insert(0, Line(text(lang, "ap.paused_nowhen", who=who)))
+    return state, headline, details
+
+
+def build(
+    cfg: Config,
+    now_ms: int,
+    lang: Lang = "en",
+    sessions: Mapping[tuple[str, str], SessionRecord] | None = None,
+) -> AutopilotView:
+    """Read the patrol's files and say what it is doing; never raises.
+
+    ``sessions`` (by (instance, session id)) are the sessions of the scan the page shows;
+    with them, dispatched tasks are counted by where their session stands.
+
+    The panel is one part of a page that must render: whatever goes wrong reading the
+    patrol's state (a file of an unexpected shape included) becomes a line on the panel.
+    """
+    try:
+        return _build(cfg, now_ms, lang, sessions or {})
+    except Exception as exc:  # noqa: BLE001 - see above
+        return AutopilotView(
+            state="never",
+            headline=Line(text(lang, "ap.unreadable")),
+            problems=(f"{type(exc).__name__}: {exc}",),
+        )
+
+
+def task_ids_by_session(cfg: Config) -> dict[str, str]:
+    """{session id: task id} for every task of the pool sent to a session; {} if unreadable."""
+    from xaf_hub.store.backlog import Backlog
+
+    try:
+        tasks = Backlog(cfg.backlog_path, lock_timeout=cfg.lock.lock_timeout_seconds).load().tasks
+    except HubError:
+        return {}
+    return {t.session_id: t.id for t in tasks if t.session_id}
+
+
+def _queue(
+    lang: Lang,
+    tasks: list[Any],
+    stuck: list[Any],
+    sessions: Mapping[tuple[str, str], SessionRecord],
+) -> list[tuple[int, str, str]]:
+    from xaf_hub.page.view import session_phase
+
+    counts = {"waiting": 0, "in_progress": 0, "done": 0, "ended_badly": 0}
+    for t in tasks:
+        if t in stuck:
+            continue
+        if t.status == "pending":
+            counts["waiting"] += 1
+        elif t.status == "done":
+            counts["done"] += 1
+        elif t.status == "dispatched":
+            s = sessions.get((t.dispatched_to or "", t.session_id or ""))
+            phase = session_phase(s) if s is not None else "working"
+            if phase == "finished":
+                counts["done"] += 1
+            elif phase == "ended_badly":
+                counts["ended_badly"] += 1
+            else:
+                counts["in_progress"] += 1
+    rows = [
+        (counts["waiting"], text(lang, "queue.waiting"), "waiting"),
+        (counts["in_progress"], text(lang, "queue.in_progress"), "in_progress"),
+        (counts["done"], text(lang, "queue.done"), "done"),
+    ]
+    if counts["ended_badly"]:
+        rows.append((counts["ended_badly"], text(lang, "queue.ended_badly"), "ended_badly"))
+    rows.append((len(stuck), text(lang, "queue.stuck"), "stuck"))
+    return rows
+
+
+def _build(
+    cfg: Config, now_ms: int, lang: Lang, sessions: Mapping[tuple[str, str], SessionRecord]
+) -> AutopilotView:
+    from xaf_hub.ops.models import model_state
+    from xaf_hub.store.backlog import Backlog, is_blocked, readiness
+    from xaf_hub.store.patrol_state import heartbeat, latest_report, pause_info
+
+    folder = cfg.state_dir / "patrol"
+    problems: list[str] = []
+    try:
+        report = latest_report(folder)
+    except HubError as exc:
+        report = None
+        problems.append(text(lang, "ap.report_unreadable", error=exc))
+    state, headline, details = _headline(
+        lang, report, heartbeat(folder), pause_info(folder), now_ms, cfg.patrol.interval_minutes
+    )
+
+    figures: list[tuple[int, str]] = []
+    if report is not None:
+        for key in ROUND_FIGURES:
+            rows = report.get(key)
+            if isinstance(rows, list) and rows:
+                figures.append((len(rows), text(lang, f"fig.{key}")))
+        details += _needs_person(lang, report.get("needs_person"))
+
+    queue: list[tuple[int, str, str]] = []
+    next_up: list[tuple[str, str]] = []
+    try:
+        tasks = Backlog(cfg.backlog_path, lock_timeout=cfg.lock.lock_timeout_seconds).load().tasks
+    except HubError as exc:
+        problems.append(text(lang, "ap.queue_unreadable", error=exc))
+    else:
+        stuck = [t for t in tasks if is_blocked(t, cfg.patrol.max_attempts) or t.parked]
+        queue = _queue(lang, tasks, stuck, sessions)
+        # Next = what fill_slots would take first: ready now (not backing off, dependencies
+        # done), by priority, then age.
+        now = datetime.fromtimestamp(now_ms / 1000, UTC)
+        waiting = [t for t in tasks if t.status == "pending" and t not in stuck]
+        ready = [t for t in waiting if not readiness(t, tasks, now)]
+        ready.sort(key=lambda t: (t.priority, t.created_at or ""))
+        next_up = [(t.priority, t.title) for t in ready[:NEXT_UP]]
+        details += [
+            Line(text(lang, "ap.parked", title=clean(t.title), why=clean(str(t.parked))))
+            for t in tasks
+            if t.parked
+        ]
+
+    rests: list[Line] = []
+    try:
+        blackouts = model_state(cfg).active_blackouts(datetime.fromtimestamp(now_ms / 1000, UTC))
+    except HubError as exc:
+        problems.append(text(lang, "ap.rests_unreadable", error=exc))
+    else:
+        for family, b in sorted(blackouts.items()):
+            exact = local_time_with_zone(b.until_ms)
+            words = text(lang, "ap.rest", family=clean(family), exact=exact, when=WHEN)
+            rests.append(Line(words, b.until_ms))
+    return AutopilotView(
+        state=state,
+        headline=headline,
+        details=tuple(details),
+        figures=tuple(figures),
+        queue=tuple(queue),
+        next_up=tuple(next_up),
+        rests=tuple(rests),
+        problems=tuple(problems),
+    )
+
+
+def _needs_person(lang: Lang, rows: object) -> list[Line]:
+    """One sentence per session the patrol leaves to a person ("interrupted by ... at ...")."""
+    if not isinstance(rows, list):
+        return []
+    return [
+        Line(
+            text(
+                lang,
+                "ap.needs_person",
+                title=clean(str(r.get("title") or r.get("session"))),
+                detail=clean(str(r.get("detail"))),
+            )
+        )
+        for r in rows
+        if isinstance(r, dict)
+    ]
+
+
+def plain(view: AutopilotView, lang: Lang, now_ms: int) -> list[str]:
+    """The panel's sentences as plain text, relative times filled in (for tests and chat)."""
+
+    def one(line: Line) -> str:
+        return line.text.replace(WHEN, ago(lang, line.ms, now_ms))
+
+    return [one(view.headline), *(one(d) for d in view.details), *(one(r) for r in view.rests)]

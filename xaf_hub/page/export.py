@@ -1,0 +1,298 @@
+"""Exports of a fleet snapshot: JSON document, CSV sheet and a self-contained HTML page.
+
+The HTML page is meant for people who have never heard of opencode, so every value shown
+there is precomputed into plain words (``page_view``, in the reader's language from
+``page_text``); the template only lays it out. Pages are
+"sealed" with a Content-Security-Policy that forbids every network request and allows only
+the page's own inline style and script (by hash), so even a escaping slip could neither run
+injected script nor call home.
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import hashlib
+import io
+import re
+import time
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from xaf_hub.core.records import SessionRecord, Snapshot
+from xaf_hub.errors import UsageError
+from xaf_hub.page.words import Lang, ago, local_time
+from xaf_hub.page.words import local_time_with_zone as local_time_with_zone
+from xaf_hub.store.statefile import write_text_atomic
+
+if TYPE_CHECKING:  # jinja2 is imported lazily: `status` and `instances` must not pay for it.
+    import jinja2
+
+CSV_COLUMNS: tuple[str, ...] = (
+    "instance",
+    "session id",
+    "directory",
+    "run state",
+    "updated",
+    "created",
+    "outcome",
+    "title",
+    "cost",
+)
+
+EXPORT_SUFFIXES: tuple[str, ...] = (".json", ".csv", ".html", ".htm")
+
+# Placeholder the base template carries in its CSP <meta>; sealing replaces the first one.
+_CSP_PLACEHOLDER = "__XAF_HUB_CSP__"
+_INLINE_BLOCK = re.compile(r"<(style|script)>(.*?)</\1>", re.DOTALL)
+
+
+
+# --------------------------------------------------------------------------- time words
+
+
+def humanize_age(ms: int, now_ms: int) -> str:
+    """Describe how long ago ``ms`` was, relative to ``now_ms``, in plain English."""
+    return ago("en", ms, now_ms)
+
+
+def _utc_iso(ms: int) -> str:
+    """Return ``ms`` as ISO 8601 UTC with a trailing Z."""
+    moment = datetime.fromtimestamp(ms / 1000, tz=UTC)
+    return moment.isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+# --------------------------------------------------------------------------- JSON / CSV
+
+
+def _is_running(session: SessionRecord) -> bool:
+    """Return whether the server reports the session busy or retrying."""
+    return session.running or session.run_state != "idle"
+
+
+def _counts(snap: Snapshot) -> dict[str, dict[str, int]]:
+    """Count project sessions and running ones per instance, from the exported rows."""
+    # Counted from the rows (not the summaries) so every figure matches the tables below it.
+    counts = {i.name: {"project_sessions": 0, "running": 0} for i in snap.instances}
+    for session in snap.project_sessions():
+        entry = counts.setdefault(session.instance, {"project_sessions": 0, "running": 0})
+        entry["project_sessions"] += 1
+        entry["running"] += int(_is_running(session))
+    return counts
+
+
+def snapshot_document(snap: Snapshot) -> dict[str, Any]:
+    """Build the JSON export document (architecture §6 `sessions`)."""
+    from xaf_hub import __version__
+
+    return {
+        "generated_at": _utc_iso(snap.generated_at),
+        "xaf_hub_version": __version__,
+        "by_instance": _counts(snap),
+        "unreachable": snap.unreachable,
+        "instances": [i.to_json() for i in snap.instances],
+        "sessions": [s.to_json() for s in snap.project_sessions()],
+    }
+
+
+def _cost_text(cost: float) -> str:
+    """Return a cost without float noise ("0.0123", "0")."""
+    return f"{cost:.6f}".rstrip("0").rstrip(".") or "0"
+
+
+# A spreadsheet reads a cell starting with one of these as a formula (=HYPERLINK, @SUM, +1+1,
+# -2+3; tab and CR hide the start): a leading quote makes it plain text (OWASP's advice).
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_cell(text: str) -> str:
+    """Return ``text`` safe for a spreadsheet cell: never read as a formula."""
+    return "'" + text if text.startswith(_FORMULA_START) else text
+
+
+def csv_text(snap: Snapshot) -> str:
+    """Return the CSV export (with a leading BOM so spreadsheet programs detect UTF-8)."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\r\n")
+    writer.writerow(CSV_COLUMNS)
+    for s in snap.project_sessions():
+        writer.writerow(
+            [
+                csv_cell(s.instance),
+                csv_cell(s.id),
+                csv_cell(s.directory),
+                s.run_state,
+                local_time(s.updated),
+                local_time(s.created),
+                csv_cell(s.outcome),
+                csv_cell(s.title),
+                _cost_text(s.cost),
+            ]
+        )
+    return "\ufeff" + buffer.getvalue()
+
+
+Redact = Callable[[str], str]
+
+
+def _same(text: str) -> str:
+    return text
+
+
+def write_json(snap: Snapshot, path: Path, redact: Redact = _same) -> None:
+    """Write the JSON export to ``path`` atomically (strict JSON: no NaN)."""
+    from xaf_hub.core.text import dumps
+
+    write_text_atomic(path, redact(dumps(snapshot_document(snap))) + "\n", private=False)
+
+
+def write_csv(snap: Snapshot, path: Path, redact: Redact = _same) -> None:
+    """Write the CSV export to ``path`` atomically."""
+    write_text_atomic(path, redact(csv_text(snap)), private=False)
+
+
+# --------------------------------------------------------------------------- HTML
+
+
+def _template_source(name: str) -> str | None:
+    """Load a template's text from this source checkout, else from the installed package."""
+    if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*\.j2", name):
+        return None  # Template names are ours; refuse anything path-like.
+    try:
+        from importlib.resources import files
+
+        return files("xaf_hub.page.templates").joinpath(name).read_text(encoding="utf-8")
+    except (ModuleNotFoundError, FileNotFoundError):
+        return None
+
+
+def _environment() -> jinja2.Environment:
+    """Build the Jinja2 environment every page uses."""
+    import jinja2
+
+    return jinja2.Environment(
+        loader=jinja2.FunctionLoader(_template_source),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+    )
+
+
+def _csp(html: str, connect_self: bool = False) -> str:
+    """Return a policy allowing no network and only the page's own inline blocks.
+
+    ``connect_self`` lets the page's script fetch from its own origin (a served page that
+    updates itself); a saved page may reach nothing at all.
+    """
+    hashes: dict[str, list[str]] = {"style": [], "script": []}
+    for match in _INLINE_BLOCK.finditer(html):
+        digest = hashlib.sha256(match.group(2).encode("utf-8")).digest()
+        hashes[match.group(1)].append(f"'sha256-{base64.b64encode(digest).decode('ascii')}'")
+    style = " ".join(hashes["style"]) or "'none'"
+    script = " ".join(hashes["script"]) or "'none'"
+    connect = "connect-src 'self'; " if connect_self else ""
+    return (
+        f"default-src 'none'; style-src {style}; script-src {script}; {connect}"
+        "img-src data:; base-uri 'none'; form-action 'none'"
+    )
+
+
+def seal_html(html: str, connect_self: bool = False) -> str:
+    """Fill the page's CSP placeholder so only its own inline style and script may run."""
+    if _CSP_PLACEHOLDER not in html:
+        raise ValueError("page has no CSP placeholder; extend _base.html.j2")
+    return html.replace(_CSP_PLACEHOLDER, _csp(html, connect_self), 1)
+
+
+def render_page(template: str, context: dict[str, Any], connect_self: bool = False) -> str:
+    """Render one page template (extending _base.html.j2) and seal it."""
+    return seal_html(_environment().get_template(template).render(context), connect_self)
+
+
+def plain_reason(reason: str, lang: Lang = "en") -> str:
+    """Translate a scan failure reason into words for a non-technical reader."""
+    from xaf_hub.page.view import plain_reason as words
+
+    return words(reason, lang)
+
+
+def render_html(
+    snap: Snapshot,
+    *,
+    now_ms: int,
+    title: str = "project",
+    autopilot: Any = None,
+    lang: Lang = "en",
+    live_seconds: int = 0,
+    links: Mapping[str, Any] | None = None,
+    tasks: Mapping[str, str] | None = None,
+) -> str:
+    """Render the self-contained HTML overview page (with the patrol panel when given).
+
+    ``live_seconds`` > 0 renders the served variant that fetches itself again that often;
+    ``links`` and ``tasks`` are described at ``page_view.overview_context``.
+    """
+    from xaf_hub.page.view import overview_context
+
+    context = overview_context(
+        snap,
+        now_ms=now_ms,
+        title=title,
+        lang=lang,
+        autopilot=autopilot,
+        live_seconds=live_seconds,
+        links=links,
+        tasks=tasks,
+    )
+    return render_page("overview.html.j2", context, connect_self=live_seconds > 0)
+
+
+def write_html(
+    snap: Snapshot,
+    path: Path,
+    *,
+    now_ms: int,
+    title: str = "project",
+    autopilot: Any = None,
+    lang: Lang = "en",
+    links: Mapping[str, Any] | None = None,
+    tasks: Mapping[str, str] | None = None,
+    redact: Redact = _same,
+) -> None:
+    """Write the HTML overview page to ``path`` atomically."""
+    html = render_html(
+        snap, now_ms=now_ms, title=title, autopilot=autopilot, lang=lang, links=links, tasks=tasks
+    )
+    write_text_atomic(path, redact(html), private=False)
+
+
+# --------------------------------------------------------------------------- dispatch
+
+
+def export(
+    snap: Snapshot,
+    path: Path,
+    *,
+    now_ms: int | None = None,
+    title: str = "project",
+    redact: Redact = _same,
+) -> None:
+    """Write ``snap`` to ``path`` in the format its suffix names, through ``redact``."""
+    suffix = path.suffix.lower()
+    if suffix == ".json":
+        write_json(snap, path, redact)
+    elif suffix == ".csv":
+        write_csv(snap, path, redact)
+    elif suffix in (".html", ".htm"):
+        # Ages on the page are relative to the snapshot, which is what the reader sees.
+        now = now_ms if now_ms is not None else snap.generated_at or int(time.time() * 1000)
+        write_html(snap, path, now_ms=now, title=title, redact=redact)
+    else:
+        raise UsageError(
+            f"unsupported export format {path.suffix or '(no suffix)'!r} for {path}; "
+            f"use one of {', '.join(EXPORT_SUFFIXES)}"
+        )

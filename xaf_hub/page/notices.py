@@ -1,0 +1,145 @@
+"""Change notices for open overview pages: one fleet follower shared by every viewer.
+
+``ChangeFeed`` follows the fleet (``fleet.follow.FleetFollower``, in its own thread) for as
+long as ``serve`` runs, whoever is looking. Each change bumps a version number, runs the
+``on_change`` hooks (``serve`` marks its cached scan stale there, so the next page fetch
+scans once for everybody) and wakes every open ``/api/events`` stream, which sends it as a
+server-sent event::
+
+    event: change
+    data: {"version": 7, "event": "stopped", "instance": "lan-b", "session": "ses_...",
+           "outcome": "succeeded", "at_ms": 1796...}
+
+A page listens with ``new EventSource("/api/events")`` and ``addEventListener("change", ...)``
+and fetches ``/api/snapshot`` again. A viewer that connects (or reconnects) gets a ``hello``
+event with the current version first; a comment line every ``keepalive_seconds`` keeps
+proxies from closing a quiet stream. Notices never carry titles, directories or secrets:
+the page reads those from the snapshot it fetches.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import deque
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+from xaf_hub.config.load import Config, InstanceConfig
+from xaf_hub.fleet.events import FleetEvent
+from xaf_hub.fleet.scan import TransportFactory
+
+KEEPALIVE_SECONDS = 15.0
+RETRY_MS = 3000
+_BACKLOG = 256
+
+
+class Sink(Protocol):
+    """Where a viewer's stream goes (the request handler's socket file)."""
+
+    def write(self, data: bytes, /) -> Any: ...
+
+    def flush(self) -> Any: ...
+
+
+def notice(version: int, ev: FleetEvent) -> dict[str, Any]:
+    """The public form of one change: what changed where, never its contents (pure)."""
+    return {
+        "version": version,
+        "event": ev.kind,
+        "instance": ev.instance,
+        "session": ev.session.id if ev.session is not None else "",
+        "outcome": ev.outcome,
+        "at_ms": ev.at_ms,
+    }
+
+
+def frame(kind: str, data: dict[str, Any]) -> bytes:
+    """One server-sent event."""
+    return f"event: {kind}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n".encode()
+
+
+class ChangeFeed:
+    """The latest changes, numbered, and the viewers waiting for the next one."""
+
+    def __init__(
+        self,
+        cfg: Config,
+        instances: Sequence[InstanceConfig] | None = None,
+        *,
+        transport_factory: TransportFactory | None = None,
+        keepalive_seconds: float = KEEPALIVE_SECONDS,
+    ) -> None:
+        self.cfg = cfg
+        self.instances = list(cfg.instances if instances is None else instances)
+        self.transport_factory = transport_factory
+        self.keepalive_seconds = keepalive_seconds
+        self.version = 0
+        self.viewers = 0
+        self.on_change: list[Callable[[FleetEvent], None]] = []
+        self._recent: deque[dict[str, Any]] = deque(maxlen=_BACKLOG)
+        self._cond = threading.Condition()
+        self._closed = False
+        self._follower: Any = None
+
+    def start(self) -> None:
+        """Start following the fleet (one follower for every viewer)."""
+        from xaf_hub.fleet.follow import FleetFollower, run_in_thread
+
+        self._follower = FleetFollower(
+            self.cfg, self.instances, emit=self.publish,
+            transport_factory=self.transport_factory, outcomes=False,
+        )
+        run_in_thread(self._follower, "xaf-hub-serve-follower")
+
+    def close(self) -> None:
+        """Stop following and end every open stream."""
+        if self._follower is not None:
+            self._follower.stop()
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+
+    def publish(self, ev: FleetEvent) -> None:
+        """Record one change and wake the viewers (called by the follower)."""
+        # "ready" too: the follower starts after the page's scan (with its first viewer), so
+        # whatever changed in between shows only in the follower's first view of an instance.
+        for hook in self.on_change:
+            hook(ev)
+        with self._cond:
+            self.version += 1
+            self._recent.append(notice(self.version, ev))
+            self._cond.notify_all()
+
+    def since(self, version: int) -> list[dict[str, Any]]:
+        """Notices newer than ``version`` still kept."""
+        with self._cond:
+            return [n for n in self._recent if n["version"] > version]
+
+    def stream(self, out: Sink) -> str:
+        """Write notices to one viewer until it goes away or the feed closes; say why."""
+        with self._cond:
+            seen = self.version
+            self.viewers += 1
+        try:
+            out.write(f"retry: {RETRY_MS}\n\n".encode())
+            out.write(frame("hello", {"version": seen}))
+            out.flush()
+            while True:
+                with self._cond:
+                    if not self._closed and self.version <= seen:
+                        self._cond.wait(self.keepalive_seconds)
+                    if self._closed:
+                        return "server stopping"
+                    fresh = [n for n in self._recent if n["version"] > seen]
+                    seen = self.version
+                if fresh:
+                    out.write(b"".join(frame("change", n) for n in fresh))
+                else:
+                    out.write(b": keep-alive\n\n")
+                out.flush()
+        except (BrokenPipeError, ConnectionResetError, OSError):
+            return "viewer went away"
+        finally:
+            with self._cond:
+                self.viewers -= 1

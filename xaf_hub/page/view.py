@@ -1,0 +1,345 @@
+"""What the overview page shows, precomputed into display-ready text in the reader's language.
+
+``overview_context`` turns a fleet snapshot into the plain values the template lays out: cards,
+one section per server, one row per session, the summary of servers that did not answer. Every
+word comes from ``xaf_hub.page.words``; every badge a session gets comes from one function,
+``session_badges``, which is also what the Autopilot panel's work queue counts with, so a count
+and the badges under it always agree.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from xaf_hub.core.records import InstanceSummary, SessionRecord, Snapshot
+from xaf_hub.page.words import (
+    WHEN,
+    Lang,
+    ago,
+    clean,
+    clock_words,
+    local_time,
+    local_time_with_zone,
+    text,
+)
+
+# A task id the patrol puts in front of a session's title ("T-20261130-7275 Fix login").
+_TASK_ID = re.compile(r"^\s*\[?(T-\d{8}-[0-9A-Za-z]{2,12})\]?[\s:：·-]*")
+
+# Lower-case fragments of a scan failure reason -> the key of the same thing in plain words.
+_REASON_KEYS: tuple[tuple[tuple[str, ...], str], ...] = (
+    (("401", "403", "auth", "unauthori", "forbidden"), "reason.auth"),
+    (("dns", "name or service", "getaddrinfo", "resolve", "nodename"), "reason.dns"),
+    (("refused",), "reason.refused"),
+    (("timeout", "timed out"), "reason.timeout"),
+    (("html",), "reason.html"),
+    (("5xx", "500", "502", "503", "504", "server error", "internal error"), "reason.5xx"),
+    (("truncated", "invalid", "json", "incomplete"), "reason.garbled"),
+    (("ssl", "tls", "certificate"), "reason.tls"),
+)
+
+# Above this many rows the page is far too long to capture whole (~60 px a row on a desktop,
+# ~200 on a phone), and rows off screen may skip rendering so the filter stays instant.
+MANY_ROWS = 500
+
+Phase = Literal["working", "waiting", "finished", "ended_badly", "not_started", "unchecked"]
+
+
+@dataclass(frozen=True, slots=True)
+class Badge:
+    """A coloured word, with an optional explanation (shown under the word, not on hover)."""
+
+    label: str
+    css: str
+    note: str = ""
+    note_ms: int = 0  # the time a ``page_text.WHEN`` mark in ``note`` stands for
+
+
+@dataclass(frozen=True, slots=True)
+class RowView:
+    """One session as the page shows it; every field is display-ready text."""
+
+    id: str
+    title: str
+    task: str  # the work queue's task id, shown as a chip ("" when none)
+    directory: str
+    key: str  # lower-cased title, folder and ids: what the page's filter searches
+    state: Badge
+    updated_ms: int
+    updated_words: str
+    updated_exact: str
+    created: str
+    outcome: Badge
+    cost: str
+    link: str  # the session in its server's own web page, or ""
+
+
+@dataclass(frozen=True, slots=True)
+class SectionView:
+    """One server's part of the page."""
+
+    name: str
+    reachable: bool
+    reason_words: str
+    reason: str
+    production: bool
+    note: str
+    limit: int
+    running: int
+    rows: tuple[RowView, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class BarView:
+    """One server's bar in the distribution card; widths are 0-100."""
+
+    name: str
+    total: int
+    running: int
+    width: float
+    running_width: float
+
+
+@dataclass(frozen=True, slots=True)
+class CardsView:
+    """The summary figures at the top of the page."""
+
+    healthy: int
+    servers: int
+    sessions: int
+    running: int
+    waiting: int
+
+
+def plain_reason(reason: str, lang: Lang = "en") -> str:
+    """Translate a scan failure reason into words for a non-technical reader."""
+    lowered = reason.lower()
+    for fragments, key in _REASON_KEYS:
+        if any(fragment in lowered for fragment in fragments):
+            return text(lang, key)
+    return text(lang, "reason.other")
+
+
+# The run-state layer's verdict (core.runstate.judge) -> where the page says the work stands.
+_PHASES: dict[str, Phase] = {
+    "retrying": "waiting",
+    "running": "working",
+    "pending": "working",
+    "finished": "finished",
+    "failed": "ended_badly",
+    "aborted": "ended_badly",
+    "interrupted": "ended_badly",
+    "idle": "not_started",
+}
+
+
+def session_phase(s: SessionRecord) -> Phase:
+    """Where a session's work stands, in the run-state layer's vocabulary.
+
+    Every badge and every count on the page derives from this (the Autopilot panel's work
+    queue included), and this from ``core.runstate.judge``, the words every command uses.
+    """
+    from xaf_hub.core.runstate import LastRun, judge
+
+    if s.running and s.run_state == "idle":
+        return "working"  # the server reports it running, whatever its last message says
+    if not s.outcome and s.run_state == "idle":
+        return "unchecked"  # its last result was not fetched
+    return _PHASES.get(judge(s, LastRun(s.outcome) if s.outcome else None).state, "not_started")
+
+
+def session_badges(s: SessionRecord, lang: Lang, now_ms: int) -> tuple[Badge, Badge]:
+    """The (run state, last result) badges of one session: the page's whole mapping."""
+    phase = session_phase(s)
+    if phase == "waiting":
+        parts = []
+        if s.retry_message:
+            parts.append(text(lang, "state.retry_said", message=clean(s.retry_message)))
+        if s.retry_next > 0:
+            # A live time the page's script keeps current, unless the try is already due.
+            when = text(lang, "state.retry_now") if s.retry_next <= now_ms else WHEN
+            exact = local_time_with_zone(s.retry_next)
+            parts.append(text(lang, "state.retry_next", when=when, exact=exact))
+        note = " ".join(parts) or text(lang, "state.retry_plain")
+        state = Badge(text(lang, "state.retry"), "waiting", note, s.retry_next)
+    elif phase == "working":
+        state = Badge(text(lang, "state.busy"), "working")
+    else:
+        state = Badge(text(lang, "state.idle"), "idle")
+    if s.outcome == "running" and phase != "working":
+        # Its last run never completed and nothing runs now: the server stopped mid-run.
+        words = text(lang, "result.interrupted"), text(lang, "result.interrupted_d")
+        return state, Badge(words[0], "warn", words[1])
+    return state, outcome_badge(s.outcome, lang)
+
+
+def outcome_badge(outcome: str, lang: Lang = "en") -> Badge:
+    """Put a session's last outcome into plain words."""
+    if outcome.startswith("failed"):
+        detail = outcome.partition(":")[2]
+        note = (
+            text(lang, "result.failed_d", detail=detail)
+            if detail
+            else text(lang, "result.failed_plain")
+        )
+        return Badge(text(lang, "result.failed"), "bad", note)
+    fixed: dict[str, tuple[str, str, str]] = {
+        "succeeded": ("result.succeeded", "ok", ""),
+        "rate_limited": ("result.rate_limited", "warn", "result.rate_limited_d"),
+        "aborted": ("result.aborted", "muted", "result.aborted_d"),
+        "running": ("result.running", "info", ""),
+        "unknown": ("result.never", "muted", ""),
+        "": ("result.not_checked", "muted", "result.not_checked_d"),
+    }
+    if outcome not in fixed:
+        return Badge(outcome, "muted")
+    label, css, note = fixed[outcome]
+    return Badge(text(lang, label), css, text(lang, note) if note else "")
+
+
+def split_task(title: str, task_id: str = "") -> tuple[str, str]:
+    """(task id, title without it) for a title the patrol led with its task id."""
+    if task_id and title.lstrip().startswith(task_id):
+        rest = title.lstrip()[len(task_id):]
+        return task_id, rest.lstrip(" :：·-]").strip() or title.strip()
+    match = _TASK_ID.match(title)
+    if match and match.end() < len(title):
+        return match.group(1), title[match.end():].strip()
+    return task_id, title.strip()
+
+
+def _row_view(
+    s: SessionRecord, lang: Lang, now_ms: int, link: str, task_id: str
+) -> RowView:
+    state, outcome = session_badges(s, lang, now_ms)
+    task, title = split_task(s.title, task_id)
+    return RowView(
+        id=s.id,
+        title=title or text(lang, "row.untitled"),
+        task=task,
+        directory=s.directory,
+        key=f"{s.title}\n{s.directory}\n{s.id}".lower(),
+        state=state,
+        updated_ms=s.updated,
+        updated_words=ago(lang, s.updated, now_ms),
+        updated_exact=local_time_with_zone(s.updated),
+        created=local_time(s.created)[:16] or text(lang, "time.unknown"),
+        outcome=outcome,
+        cost=f"${s.cost:,.2f}",
+        link=link,
+    )
+
+
+def _is_running(session: SessionRecord) -> bool:
+    return session.running or session.run_state != "idle"
+
+
+def _bars(sections: Iterable[SectionView]) -> list[BarView]:
+    """Per-server bars for the distribution card, scaled to the busiest server."""
+    items = [s for s in sections if s.reachable]
+    peak = max((len(s.rows) for s in items), default=0) or 1
+    return [
+        BarView(
+            name=s.name,
+            total=len(s.rows),
+            running=s.running,
+            # A server with any session keeps a visible sliver next to a much larger one.
+            width=max(len(s.rows) * 100 / peak, 1.5 if s.rows else 0.0),
+            running_width=s.running * 100 / peak,
+        )
+        for s in items
+    ]
+
+
+# A served page that hears change notices (/api/events) refreshes on each change; its timer
+# then only runs every QUIET_REFRESH_FACTOR x live_seconds, as a safety net.
+QUIET_REFRESH_FACTOR = 6
+
+
+def overview_context(
+    snap: Snapshot,
+    *,
+    now_ms: int,
+    title: str,
+    lang: Lang = "en",
+    autopilot: Any = None,
+    live_seconds: int = 0,
+    links: Mapping[str, Any] | None = None,
+    tasks: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """Precompute the plain data the overview template lays out.
+
+    ``autopilot`` is an ``xaf_hub.page.autopilot.AutopilotView`` or None; ``live_seconds`` > 0
+    makes the page fetch itself again that often (served pages only); ``links`` maps an
+    instance name to a ``web_ui.WebUI`` that builds session links; ``tasks`` maps a session
+    id to its task id in the work queue.
+    """
+    links = links or {}
+    tasks = tasks or {}
+    counts: dict[str, dict[str, int]] = {i.name: {"n": 0, "running": 0} for i in snap.instances}
+    rows: dict[str, list[RowView]] = {name: [] for name in counts}
+    waiting = 0
+    for s in snap.project_sessions():
+        entry = counts.setdefault(s.instance, {"n": 0, "running": 0})
+        entry["n"] += 1
+        entry["running"] += int(_is_running(s))
+        ui = links.get(s.instance)
+        link = ui.session_url(s.directory, s.id) if ui is not None else ""
+        rows.setdefault(s.instance, []).append(
+            _row_view(s, lang, now_ms, link, tasks.get(s.id, ""))
+        )
+        waiting += s.run_state == "retry"
+    summaries = {i.name: i for i in snap.instances}
+    sections = []
+    for name, views in rows.items():
+        # A session of an instance missing from the summaries still gets a section.
+        info = summaries.get(name) or InstanceSummary(name=name, url="", reachable=True)
+        sections.append(
+            SectionView(
+                name=name,
+                reachable=info.reachable,
+                reason_words=plain_reason(info.reason, lang),
+                reason=info.reason,
+                production=info.danger,
+                note=info.note,
+                limit=info.limit,
+                running=counts[name]["running"],
+                rows=tuple(views),
+            )
+        )
+    generated = snap.generated_at or now_ms
+    total = sum(len(s.rows) for s in sections)
+    healthy = sum(1 for i in snap.instances if i.reachable)
+    return {
+        "lang": lang,
+        "html_lang": "zh-CN" if lang == "zh" else "en",
+        "t": lambda key, **values: text(lang, key, **values),
+        "ago": lambda ms: ago(lang, ms, now_ms),
+        "exact": local_time_with_zone,
+        "mark": WHEN,
+        "words": clock_words(lang),
+        "title": title,
+        "generated_ms": generated,
+        "generated_exact": local_time_with_zone(generated),
+        "generated_words": ago(lang, generated, now_ms),
+        "live_seconds": live_seconds,
+        "quiet_seconds": live_seconds * QUIET_REFRESH_FACTOR,
+        "cards": CardsView(
+            healthy=healthy,
+            servers=len(snap.instances),
+            sessions=total,
+            running=sum(c["running"] for c in counts.values()),
+            waiting=waiting,
+        ),
+        "fleet_down": bool(snap.instances) and healthy == 0,
+        "down": [s for s in sections if not s.reachable],
+        "bars": _bars(sections),
+        "sections": sections,
+        "total_rows": total,
+        "many_rows": MANY_ROWS,
+        "warnings": list(snap.warnings),
+        "autopilot": autopilot,
+    }

@@ -1,0 +1,504 @@
+"""Every word a colleague reads on the overview page, in English and Chinese, in one place.
+
+The catalogue maps a key to its English and Chinese text; ``text(lang, key, **values)`` fills
+``{name}`` placeholders. Relative times ("3 hours ago" / "3 小时前") are built here too, and
+``clock_words`` hands the same words to the page's script, so the browser keeps them current
+with the very phrasing the server used. Other parts of the hub that speak to people (chat
+notifications) read from here as well, so a word is translated once.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+from xaf_hub.core.clock import MAX_TIME_MS
+
+Lang = Literal["en", "zh"]
+LANGS: tuple[Lang, ...] = ("en", "zh")
+LANGUAGE_SETTINGS = ("auto", "en", "zh")
+
+# Marks where a live relative time goes inside a sentence (never in user text: see split_when).
+WHEN = "\x00"
+
+_MINUTE = 60_000
+_HOUR = 60 * _MINUTE
+_DAY = 24 * _HOUR
+
+# key -> (English, Chinese). Keep the wording plain: the readers are not programmers.
+TEXT: dict[str, tuple[str, str]] = {
+    # page frame
+    "page.title": ("{title} · AI coding sessions", "{title} · AI 编程会话"),
+    "page.intro": (
+        "What the team's AI coding assistants are doing for this project, server by server.",
+        "团队的 AI 编程助手正在为这个项目做什么，按服务器列出。",
+    ),
+    "page.data_from": ("Data from {exact} ({when}).", "数据时间：{exact}（{when}）。"),
+    "page.static": (
+        "This page is a saved snapshot: the times stay current, the data does not.",
+        "这是一份保存下来的快照：时间会自动更新，数据不会。",
+    ),
+    "page.live": (
+        "This page updates by itself when something changes (at least every {seconds} "
+        "seconds).",
+        "本页在有变化时自动更新（至少每 {seconds} 秒一次）。",
+    ),
+    "page.following": ("Following live.", "正在实时跟踪。"),
+    "page.updated_ago": ("Updated {seconds} s ago.", "{seconds} 秒前已更新。"),
+    "page.updated_now": ("Updated just now.", "刚刚已更新。"),
+    "page.lost_hub": (
+        "The page cannot reach the hub right now; it shows what it last received and keeps "
+        "trying.",
+        "本页暂时连不上汇总服务，显示的是最后一次收到的数据，会继续重试。",
+    ),
+    "page.fleet_down": (
+        "No server answered the last check: the figures below are empty, not zero work.",
+        "上次检查时没有任何服务器应答：下面的数字是空的，并不代表没有工作。",
+    ),
+    # top summary of servers that did not answer
+    "down.head": (
+        "{count} of {servers} servers did not answer:",
+        "{servers} 台服务器中有 {count} 台没有应答：",
+    ),
+    "down.item": ("{name}: {reason}", "{name}：{reason}"),
+    # cards
+    "cards.aria": ("Summary", "概况"),
+    "cards.healthy": ("Servers answering", "应答的服务器"),
+    "cards.of": ("of {n}", "/ {n}"),
+    "cards.all_answered": ("all servers answered", "所有服务器都已应答"),
+    "cards.some_silent": ("{n} did not answer (listed above)", "{n} 台没有应答（见上方）"),
+    "cards.sessions": ("Project sessions", "项目会话"),
+    "cards.sessions_sub": (
+        "conversations with an assistant, on all servers",
+        "与助手的对话，所有服务器合计",
+    ),
+    "cards.running": ("Running now", "正在运行"),
+    "cards.working": ("{n} working", "{n} 个工作中"),
+    "cards.waiting": ("{n} waiting to retry", "{n} 个等待重试"),
+    "cards.spread": ("Sessions per server", "每台服务器的会话"),
+    "cards.bar_aria": (
+        "{name}: {total} sessions, {running} running",
+        "{name}：{total} 个会话，{running} 个运行中",
+    ),
+    "cards.bar_count": ("{total} · {running} running", "{total} · {running} 个运行中"),
+    "cards.legend_all": ("all sessions", "全部会话"),
+    "cards.legend_run": ("running now", "正在运行"),
+    "cards.none_answered": ("No server answered.", "没有服务器应答。"),
+    # autopilot panel
+    "ap.title": ("Autopilot", "自动巡检"),
+    "ap.badge.on": ("on", "运行中"),
+    "ap.badge.off": ("off", "未运行"),
+    "ap.badge.paused": ("paused", "已暂停"),
+    "ap.badge.never": ("never ran", "从未运行"),
+    "ap.never": ("The autopilot has never run.", "自动巡检还从未运行过。"),
+    "ap.unreadable": ("The autopilot's state could not be read.", "无法读取自动巡检的状态。"),
+    "ap.on": (
+        "The autopilot is on: it looks after the servers every {every}. Last round {when}: "
+        "{how}",
+        "自动巡检已开启：每 {every}检查一次服务器。上一轮在{when}：{how}",
+    ),
+    "ap.off": (
+        "The autopilot is not running in the background. It last looked after the servers "
+        "{when}: {how}",
+        "自动巡检没有在后台运行。它上次检查服务器是在{when}：{how}",
+    ),
+    "ap.on_first": (
+        "The autopilot is on: it looks after the servers every {every}; it has not finished "
+        "a round yet.",
+        "自动巡检已开启：每 {every}检查一次服务器；它还没有完成过一轮。",
+    ),
+    "ap.when_unknown": ("at a time its report does not say", "某个报告里没有写明的时间"),
+    "ap.all_ok": ("everything went as planned.", "一切按计划完成。"),
+    "ap.some_failed": ("some of it did not work: {steps}.", "有些步骤没有成功：{steps}。"),
+    "ap.paused": (
+        "It was paused {when}{who}: it fixes nothing and starts no work until someone resumes "
+        "it (xaf-hub patrol resume).",
+        "它在{when}被{who}暂停：在有人恢复（xaf-hub patrol resume）之前，它不修复任何会话，"
+        "也不开始新工作。",
+    ),
+    "ap.paused_nowhen": (
+        "It was paused{who}: it fixes nothing and starts no work until someone resumes it "
+        "(xaf-hub patrol resume).",
+        "它已被{who}暂停：在有人恢复（xaf-hub patrol resume）之前，它不修复任何会话，"
+        "也不开始新工作。",
+    ),
+    "ap.by": (" by {who}", "{who}"),
+    "ap.by_unknown": ("", "某人"),
+    "ap.minutes": ("{n} minutes", "{n} 分钟"),
+    "ap.needs_person": ("Left for a person: {title}: {detail}", "留给人处理：{title}：{detail}"),
+    "ap.parked": (
+        "Left for a person: {title}: parked: {why}",
+        "留给人处理：{title}：已搁置：{why}",
+    ),
+    "ap.last_round": ("In its last round", "上一轮"),
+    "ap.queue": ("Work queue", "任务队列"),
+    "ap.next": ("Next to start", "接下来要开始的"),
+    "ap.priority_hint": ("Priority: P0 is the most urgent", "优先级：P0 最紧急"),
+    "ap.rest": (
+        "Models from “{family}” are not used until {exact} ({when}): the provider refused for "
+        "too many requests.",
+        "“{family}” 的模型在 {exact}（{when}）之前不再使用：服务商因请求过多而拒绝。",
+    ),
+    "ap.report_unreadable": (
+        "The last autopilot report could not be read ({error}).",
+        "无法读取上一份自动巡检报告（{error}）。",
+    ),
+    "ap.queue_unreadable": (
+        "The work queue could not be read ({error}).",
+        "无法读取任务队列（{error}）。",
+    ),
+    "ap.rests_unreadable": (
+        "The list of resting AI providers could not be read ({error}).",
+        "无法读取暂停使用的 AI 服务商列表（{error}）。",
+    ),
+    "step.fix_free_limit": ("fixing sessions stopped by a rate limit", "修复因限流而停下的会话"),
+    "step.check_agents": ("checking on the sessions", "检查各个会话"),
+    "step.sync_design_tasks": ("reading the design documents", "读取设计文档"),
+    "step.fill_slots": ("starting queued work", "开始排队的工作"),
+    "fig.dispatched": ("started from the queue", "从队列中开始"),
+    "fig.tasks_done": ("finished", "已完成"),
+    "fig.healed": ("fixed after a rate limit", "限流后已修复"),
+    "fig.resumed": ("resumed after an interruption", "中断后已恢复"),
+    "fig.tasks_requeued": ("sent back to the queue", "退回队列"),
+    "fig.design_tasks_added": ("added from design documents", "从设计文档中添加"),
+    "queue.waiting": ("waiting to start", "等待开始"),
+    "queue.in_progress": ("in progress", "进行中"),
+    "queue.done": ("done", "已完成"),
+    "queue.ended_badly": (
+        "ended without success (the autopilot retries them)",
+        "未成功结束（自动巡检会重试）",
+    ),
+    "queue.stuck": (
+        "stuck after too many failed tries (a person must look)",
+        "多次失败后卡住（需要有人查看）",
+    ),
+    # notes and glossary
+    "notes.head": ("Notes from the scan", "扫描时的提示"),
+    "help.summary": ("What do these words mean?", "这些词是什么意思？"),
+    "help.server": ("Server", "服务器"),
+    "help.server_d": (
+        "A computer that runs the coding assistant. The team has several.",
+        "运行编程助手的一台电脑。团队有好几台。",
+    ),
+    "help.session": ("Session", "会话"),
+    "help.session_d": (
+        "One conversation in which the assistant works on a task, inside one project folder.",
+        "助手在某个项目文件夹里处理一项任务的一次对话。",
+    ),
+    "help.working_d": (
+        "The assistant is busy on this session right now.",
+        "助手此刻正在处理这个会话。",
+    ),
+    "help.waiting_d": (
+        "The AI provider asked us to slow down (a rate limit); the assistant tries again by "
+        "itself. The provider's message is shown under the word.",
+        "AI 服务商要求放慢速度（限流）；助手会自己重试。服务商的原话显示在这个词下面。",
+    ),
+    "help.idle_d": (
+        "Nothing is happening in this session at the moment.",
+        "这个会话目前没有在做任何事。",
+    ),
+    "help.result": ("Last result", "上次结果"),
+    "help.result_d": (
+        "How the most recent piece of work ended: succeeded, failed, rate-limited (refused "
+        "for too many requests), stopped early, or still running.",
+        "最近一项工作的结局：成功、失败、被限流（请求过多被拒绝）、提前停止，或仍在运行。",
+    ),
+    "help.never_d": (
+        "The session has been created but the assistant has not answered in it yet, so there "
+        "is no result to show.",
+        "会话已经建立，但助手还没有在里面回答过，所以没有结果可显示。",
+    ),
+    "help.autopilot_d": (
+        "The hub's own regular round over the servers: it restarts work that an AI provider "
+        "stopped for too many requests (switching to another model), resumes interrupted "
+        "sessions, and starts queued tasks when a server has room. “On” means it is running "
+        "in the background right now.",
+        "汇总工具自己定期对服务器做的巡检："
+        "重新开始因请求过多被 AI 服务商停下的工作（换用另一个模型），"
+        "恢复被中断的会话，并在服务器有空位时开始排队的任务。“运行中”表示它此刻正在后台运行。",
+    ),
+    "help.task": ("Task number", "任务编号"),
+    "help.task_d": (
+        "The small grey label such as T-20261130-7275 is the queue's number for the task the "
+        "session works on.",
+        "像 T-20261130-7275 这样的灰色小标签，是该会话所处理任务在队列里的编号。",
+    ),
+    "help.open": ("Open", "打开"),
+    "help.open_d": (
+        "Opens the session in the assistant's own web page, on its server. The server may ask "
+        "for its login; the link works only from a computer that can reach that server.",
+        "在服务器自带的网页里打开这个会话。服务器可能会要求登录；"
+        "只有能连到那台服务器的电脑才能打开。",
+    ),
+    "help.cost": ("Cost", "费用"),
+    "help.cost_d": (
+        "What the AI provider charged for this session so far, in US dollars.",
+        "到目前为止 AI 服务商为这个会话收取的费用，单位为美元。",
+    ),
+    # filter
+    "filter.label": ("Find", "查找"),
+    "filter.placeholder": (
+        "Part of a title, folder or session id",
+        "标题、文件夹或会话编号的一部分",
+    ),
+    "filter.shown": ("{shown} of {total} shown", "显示 {shown} / {total}"),
+    "filter.none": ("No session matches what you typed.", "没有与输入内容匹配的会话。"),
+    # server sections
+    "sec.not_answering": ("not answering", "没有应答"),
+    "sec.production": ("production", "生产环境"),
+    "sec.production_hint": (
+        "Live production server: the hub only reads from it unless told otherwise.",
+        "正式生产服务器：除非另有指示，汇总工具只读取它的信息。",
+    ),
+    "sec.running": ("{running} running (limit {limit})", "{running} 个运行中（上限 {limit}）"),
+    "sec.unreachable": (
+        "This server could not be reached: {reason}. Its sessions are not included in the "
+        "figures above.",
+        "无法连接这台服务器：{reason}。它的会话没有计入上面的数字。",
+    ),
+    "sec.detail": ("Technical detail", "技术细节"),
+    "sec.empty": (
+        "No sessions for this project on this server.",
+        "这台服务器上没有这个项目的会话。",
+    ),
+    # table
+    "col.title": ("Title", "标题"),
+    "col.folder": ("Folder", "文件夹"),
+    "col.status": ("Status", "状态"),
+    "col.activity": ("Last activity", "最近活动"),
+    "col.started": ("Started", "开始时间"),
+    "col.result": ("Last result", "上次结果"),
+    "col.cost": ("Cost", "费用"),
+    "row.untitled": ("(untitled)", "（无标题）"),
+    "row.open": ("open", "打开"),
+    "row.open_hint": (
+        "Open this session in its server's own web page (it may ask for the server's login)",
+        "在服务器自带的网页里打开这个会话（可能需要登录该服务器）",
+    ),
+    "row.task_hint": ("Task number in the work queue", "任务队列中的编号"),
+    # run states and results
+    "state.busy": ("working", "工作中"),
+    "state.retry": ("waiting to retry (rate limit)", "等待重试（限流）"),
+    "state.idle": ("idle", "空闲"),
+    "state.retry_said": ("The AI provider said: {message}", "AI 服务商说：{message}"),
+    "state.retry_next": ("Next try: {when}, {exact}.", "下次重试：{when}，{exact}。"),
+    "state.retry_now": ("now", "现在"),
+    "state.retry_plain": (
+        "The AI provider asked us to slow down; it retries by itself.",
+        "AI 服务商要求放慢速度；它会自己重试。",
+    ),
+    "result.succeeded": ("succeeded", "成功"),
+    "result.failed": ("failed", "失败"),
+    "result.failed_d": (
+        "The last run ended with an error: {detail}.",
+        "上次运行以错误结束：{detail}。",
+    ),
+    "result.failed_plain": ("The last run ended with an error.", "上次运行以错误结束。"),
+    "result.rate_limited": ("rate-limited", "被限流"),
+    "result.rate_limited_d": (
+        "The AI provider refused the last run because of too many requests.",
+        "AI 服务商因请求过多拒绝了上次运行。",
+    ),
+    "result.aborted": ("stopped early", "提前停止"),
+    "result.aborted_d": (
+        "The last run was stopped before it finished.",
+        "上次运行在完成前被停止。",
+    ),
+    "result.running": ("still running", "仍在运行"),
+    "result.interrupted": ("interrupted", "被中断"),
+    "result.interrupted_d": (
+        "The last run stopped without finishing (a server restart?); the autopilot resumes it.",
+        "上次运行没有完成就停止了（服务器重启？）；自动巡检会让它继续。",
+    ),
+    "result.never": ("never ran", "从未运行"),
+    "result.not_checked": ("not checked", "未检查"),
+    "result.not_checked_d": (
+        "The result of the last run was not checked.",
+        "没有检查上次运行的结果。",
+    ),
+    # plain reasons a server did not answer
+    "reason.auth": ("the server refused our login", "服务器拒绝了我们的登录"),
+    "reason.dns": ("the server's address could not be found", "找不到服务器的地址"),
+    "reason.refused": (
+        "nothing is answering at the server's address (it may be switched off)",
+        "服务器地址上没有程序应答（可能已关机）",
+    ),
+    "reason.timeout": ("the server did not answer in time", "服务器没有及时应答"),
+    "reason.html": (
+        "the address answers, but not as a coding-assistant server (wrong address?)",
+        "这个地址有应答，但不是编程助手服务器（地址错了？）",
+    ),
+    "reason.5xx": ("the server reported an internal error", "服务器报告了内部错误"),
+    "reason.garbled": ("the server sent a garbled answer", "服务器发来的回答是乱的"),
+    "reason.tls": (
+        "a secure connection to the server could not be made",
+        "无法与服务器建立安全连接",
+    ),
+    "reason.other": ("the server could not be reached", "无法连接服务器"),
+    # relative times
+    "time.unknown": ("unknown", "未知"),
+    "time.now": ("just now", "刚刚"),
+    "time.ago": ("{span} ago", "{span}前"),
+    "time.ahead": ("in {span}", "{span}后"),
+    "unit.minute": ("minute|minutes", "分钟"),
+    "unit.hour": ("hour|hours", "小时"),
+    "unit.day": ("day|days", "天"),
+    "unit.month": ("month|months", "个月"),
+    "unit.year": ("year|years", "年"),
+}
+
+# (unit key, size in ms, counts below this use the unit), largest unit last.
+_UNITS: tuple[tuple[str, int, int], ...] = (
+    ("unit.minute", _MINUTE, 60),
+    ("unit.hour", _HOUR, 24),
+    ("unit.day", _DAY, 60),
+    ("unit.month", 30 * _DAY, 12),
+)
+_YEAR = 365 * _DAY
+
+
+def text(lang: Lang, key: str, **values: object) -> str:
+    """The ``lang`` wording of ``key`` with ``{name}`` placeholders filled."""
+    words = TEXT[key][1 if lang == "zh" else 0]
+    return words.format(**values) if values else words
+
+
+def pick_language(setting: str, accept_language: str | None) -> Lang:
+    """The page language: a fixed ``setting``, or for "auto" the browser's first zh/en choice.
+
+    ``accept_language`` is an HTTP Accept-Language header ("zh-CN,zh;q=0.9,en;q=0.8"); a
+    header that names neither language, or none at all, gives English.
+    """
+    if setting == "zh":
+        return "zh"
+    if setting == "en":
+        return "en"
+    choices: list[tuple[float, int, Lang]] = []
+    for index, part in enumerate((accept_language or "").split(",")):
+        tag, _, params = part.strip().partition(";")
+        quality = 1.0
+        for param in params.split(";"):
+            name, _, value = param.strip().partition("=")
+            if name.strip().lower() == "q":
+                try:
+                    quality = float(value)
+                except ValueError:
+                    quality = 0.0
+        primary = tag.strip().lower().split("-")[0]
+        if quality > 0 and primary in ("zh", "en"):
+            choices.append((-quality, index, "zh" if primary == "zh" else "en"))
+    return min(choices)[2] if choices else "en"
+
+
+def _unit(lang: Lang, key: str, count: int) -> str:
+    forms = text(lang, key).split("|")
+    if lang == "zh":
+        return f"{count} {forms[0]}"
+    return f"{count} {forms[0] if count == 1 else forms[-1]}"
+
+
+def span(lang: Lang, ms: int) -> str:
+    """``ms`` (at least a minute) as "N units" with the largest unit that fits."""
+    for key, size, upto in _UNITS:
+        count = ms // size
+        if count < upto:
+            return _unit(lang, key, count)
+    return _unit(lang, "unit.year", ms // _YEAR)
+
+
+def ago(lang: Lang, ms: int, now_ms: int) -> str:
+    """How long ago ``ms`` was, seen at ``now_ms`` ("3 hours ago", "3 小时前")."""
+    if not 0 < ms <= MAX_TIME_MS:  # 0 or absurd (a hostile server's year 300000)
+        return text(lang, "time.unknown")
+    delta = now_ms - ms
+    if abs(delta) < _MINUTE:
+        return text(lang, "time.now")
+    # A time ahead of "now" is clock skew between machines; say so rather than hide it.
+    key = "time.ago" if delta > 0 else "time.ahead"
+    return text(lang, key, span=span(lang, abs(delta)))
+
+
+def clock_words(lang: Lang) -> dict[str, object]:
+    """The words the page's script needs to say relative times exactly as ``ago`` does."""
+    return {
+        "now": text(lang, "time.now"),
+        "unknown": text(lang, "time.unknown"),
+        "ago": text(lang, "time.ago"),
+        "ahead": text(lang, "time.ahead"),
+        "zh": lang == "zh",
+        "units": [[size, upto, text(lang, key).split("|")] for key, size, upto in _UNITS]
+        + [[_YEAR, 0, text(lang, "unit.year").split("|")]],
+        "updated": text(lang, "page.updated_ago"),
+        "updatedNow": text(lang, "page.updated_now"),
+        "following": text(lang, "page.following"),
+        "shown": text(lang, "filter.shown"),
+        "lost": text(lang, "page.lost_hub"),
+    }
+
+
+@dataclass(frozen=True)
+class Line:
+    """A sentence that may hold one live relative time: ``WHEN`` in ``text`` marks where
+    the time of ``ms`` goes."""
+
+    text: str
+    ms: int = 0
+
+
+def split_when(sentence: str) -> tuple[str, str] | None:
+    """Split a sentence at its relative-time mark: (before, after), or None without one."""
+    before, mark, after = sentence.partition(WHEN)
+    return (before, after) if mark else None
+
+
+def clean(value: str) -> str:
+    """User text safe to put into a sentence that may carry the time mark."""
+    return value.replace(WHEN, "")
+
+
+def missing_keys(langs: Iterable[Lang] = LANGS) -> list[str]:
+    """Keys whose wording is empty in some language (the catalogue's own check)."""
+    wanted = set(langs)
+    return [
+        key
+        for key, pair in TEXT.items()
+        for lang, words in zip(LANGS, pair, strict=True)
+        if lang in wanted and not words and key not in _MAY_BE_EMPTY
+    ]
+
+
+_MAY_BE_EMPTY = frozenset({"ap.by_unknown"})
+
+
+def catalogue(lang: Lang) -> Mapping[str, str]:
+    """Every wording in ``lang``, by key."""
+    return {key: pair[1 if lang == "zh" else 0] for key, pair in TEXT.items()}
+
+
+def local_time(ms: int) -> str:
+    """``ms`` as local "YYYY-MM-DD HH:MM:SS", or "" when unknown (0 or absurd)."""
+    if not 0 < ms <= MAX_TIME_MS:
+        return ""
+    # time.localtime/strftime: several times cheaper than datetime for thousands of rows.
+    try:
+        return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ms / 1000))
+    except (OverflowError, OSError, ValueError):  # beyond what the C library can show
+        return ""
+
+
+def local_time_with_zone(ms: int) -> str:
+    """``ms`` as local time with its UTC offset ("... UTC+08:00"), or "unknown"."""
+    if not 0 < ms <= MAX_TIME_MS:
+        return "unknown"
+    try:
+        moment = time.localtime(ms / 1000)
+    except (OverflowError, OSError, ValueError):
+        return "unknown"
+    offset = moment.tm_gmtoff or 0
+    sign = "-" if offset < 0 else "+"
+    hours, minutes = divmod(abs(offset) // 60, 60)
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S", moment)
+    return f"{stamp} UTC{sign}{hours:02d}:{minutes:02d}"

@@ -1,0 +1,361 @@
+"""Find task rows waiting for dispatch in design documents (patrol step sync_design_tasks).
+
+A **task row** is a markdown table row that carries a *pending marker* and a *batch code*:
+
+    | F-8 清理旧 CF 值 | 王五 | ⏳ 待派发 |        -> id "F-8", title "F-8 清理旧 CF 值"
+    | 步骤 3:补齐迁移脚本 | — | 未派发 |       -> id "AUTO-<slug>-1" (a word, no code)
+
+Rules (architecture §8 step 3):
+
+* A table row has at least two unescaped ``|``, is not a separator row (``|---|:--:|``), is not
+  inside a fenced code block or an HTML comment, and either starts with ``|`` or sits in a
+  table block that opened with a header and a separator row. Prose that merely contains a
+  ``|`` is therefore not a row.
+* Pending markers: ``DEFAULT_PENDING_MARKERS`` (Chinese and ⏳, matched as substrings) plus
+  ``DEFAULT_ENGLISH_MARKERS`` (matched case-insensitively as whole words, so "auto dispatch"
+  does not count as "to dispatch"). Both are configurable.
+* Batch codes: ``DEFAULT_BATCH_PATTERNS`` (regexes, configurable). The leftmost match that
+  contains a digit becomes the id (``F-8``, ``T3``, ``W0.2``); word-only matches (批次, 步骤,
+  任务, 阶段) qualify the row but make no id, and the row gets ``AUTO-<slug>-<n>``: slug from
+  the file name, n the row's ordinal among such rows in that file, stable across runs.
+* Title = the first non-empty cell without markdown emphasis, links or code ticks. When that
+  cell holds only the batch code or a marker, the next meaningful cell is appended, so a
+  ``| T3 | 接口联调 | 待派发 |`` row is titled "T3 接口联调" rather than a bare "T3".
+
+Everything here is pure except ``scan_dirs``, which reads the files.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Final
+
+from xaf_hub.store.backlog import Priority, Task, format_instant
+
+__all__ = [
+    "DEFAULT_BATCH_PATTERNS",
+    "DEFAULT_ENGLISH_MARKERS",
+    "DEFAULT_MARKERS",
+    "DEFAULT_PENDING_MARKERS",
+    "DesignTask",
+    "design_prompt",
+    "has_marker",
+    "merge_design_tasks",
+    "scan_dirs",
+    "scan_markdown",
+    "slug_of",
+]
+
+DEFAULT_PENDING_MARKERS: Final[tuple[str, ...]] = ("待派发", "未派发", "⏳")
+# English equivalents seen in mixed-language plans. Whole-word, case-insensitive matches.
+# "dispatched"/"done" wording is deliberately absent: only *waiting* rows are work to add.
+DEFAULT_ENGLISH_MARKERS: Final[tuple[str, ...]] = (
+    "pending dispatch",
+    "to dispatch",
+    "to be dispatched",
+    "not dispatched",
+    "undispatched",
+    "TODO-dispatch",
+)
+DEFAULT_MARKERS: Final[tuple[str, ...]] = DEFAULT_PENDING_MARKERS + DEFAULT_ENGLISH_MARKERS
+
+# The code patterns carry ASCII word boundaries so "SPRINT1" or "UTF8" is not read as T1/F8,
+# while a code glued to Chinese text ("F-8清理") still counts.
+DEFAULT_BATCH_PATTERNS: Final[tuple[str, ...]] = (
+    r"(?<![A-Za-z0-9_.-])F-?\d+(?![0-9])",
+    r"(?<![A-Za-z0-9_.-])T\d+(?![0-9])",
+    r"(?<![A-Za-z0-9_.-])W0\.\d+(?![0-9])",
+    "批次",
+    "步骤",
+    "任务",
+    "阶段",
+)
+
+_SEPARATOR_CELL = re.compile(r"^:?-{1,}:?$")
+_UNESCAPED_PIPE = re.compile(r"(?<!\\)\|")
+_FENCE = re.compile(r"^(`{3,}|~{3,})")
+_LINK = re.compile(r"!?\[([^\]]*)\]\([^)]*\)")
+_EMPHASIS = re.compile(r"(\*\*|__|~~|\*|`)")
+_UNDERSCORE_EMPHASIS = re.compile(r"(?<!\w)_+|_+(?!\w)")
+_DIGIT = re.compile(r"[0-9]")
+_SLUG_DROP = re.compile(r"[^\w]+")
+
+
+@dataclass(frozen=True)
+class DesignTask:
+    """One pending task row found in a design document."""
+
+    id: str
+    title: str
+    spec: str  # the document, relative to the repo root, forward slashes
+    line: int  # 1-based line of the row
+    row: str  # the row as written, for the prompt
+    auto_id: bool = False  # True when the id is AUTO-<slug>-<n>
+
+
+def slug_of(spec: str) -> str:
+    """Return the id slug of a spec path: its lower-cased stem, words joined by '-'."""
+    stem = Path(spec.replace("\\", "/")).stem
+    slug = _SLUG_DROP.sub("-", unicodedata.normalize("NFKC", stem).lower()).strip("-_")
+    return slug[:40].rstrip("-_") or "doc"
+
+
+def _cells(line: str) -> list[str]:
+    """Split a table row into cells on unescaped pipes (outer pipes dropped)."""
+    text = line.strip()
+    if text.startswith("|"):
+        text = text[1:]
+    if text.endswith("|") and not text.endswith("\\|"):
+        text = text[:-1]
+    return [c.strip().replace("\\|", "|") for c in _UNESCAPED_PIPE.split(text)]
+
+
+def _is_separator(cells: Sequence[str]) -> bool:
+    """Tell a header/body separator row (``|---|:--:|``) from a content row."""
+    filled = [c.replace(" ", "") for c in cells if c.strip()]
+    return bool(filled) and all(_SEPARATOR_CELL.match(c) for c in filled)
+
+
+def _plain(cell: str) -> str:
+    """Strip markdown decoration from a cell: links to their text, emphasis, code ticks."""
+    text = _LINK.sub(r"\1", cell)
+    text = _EMPHASIS.sub("", text)
+    text = _UNDERSCORE_EMPHASIS.sub("", text)
+    text = re.sub(r"<br\s*/?>", " ", text, flags=re.IGNORECASE)
+    return " ".join(text.split())
+
+
+def _marker_patterns(markers: Iterable[str]) -> list[re.Pattern[str]]:
+    """Compile the markers: ASCII ones as whole words in any case, others as plain substrings."""
+    compiled: list[re.Pattern[str]] = []
+    for marker in markers:
+        if not marker:
+            continue
+        if marker.isascii():
+            compiled.append(
+                re.compile(
+                    r"(?<![A-Za-z0-9_-])" + re.escape(marker) + r"(?![A-Za-z0-9_-])",
+                    re.IGNORECASE,
+                )
+            )
+        else:
+            compiled.append(re.compile(re.escape(marker)))
+    return compiled
+
+
+def has_marker(text: str, markers: Sequence[str] = DEFAULT_MARKERS) -> bool:
+    """Tell whether ``text`` carries one of the pending markers."""
+    return any(p.search(text) for p in _marker_patterns(markers))
+
+
+def _batch_id(text: str, patterns: Sequence[re.Pattern[str]]) -> tuple[bool, str]:
+    """Return (has any batch code, id from the leftmost code containing a digit or "")."""
+    found = False
+    best: tuple[int, int, str] | None = None
+    for pattern in patterns:
+        for match in pattern.finditer(text):
+            if not match.group(0):
+                continue
+            found = True
+            code = "-".join(match.group(0).split())
+            if _DIGIT.search(code) is None:
+                continue
+            key = (match.start(), -len(code), code)
+            if best is None or key < best:
+                best = key
+    return found, (best[2] if best else "")
+
+
+def _meaningful(text: str) -> bool:
+    """Tell whether text has a letter, digit or ideograph (not only punctuation or symbols)."""
+    return any(unicodedata.category(ch)[0] in "LN" for ch in text)
+
+
+def _title(cells: Sequence[str], code: str, markers: Sequence[re.Pattern[str]]) -> str:
+    """First non-empty cell; when it is only the code and/or a marker, use the next real cell."""
+    plain = [p for p in (_plain(c) for c in cells) if p]
+    if not plain:
+        return ""
+
+    def bare(text: str) -> bool:
+        rest = text.replace(code, " ") if code else text
+        for pattern in markers:
+            rest = pattern.sub(" ", rest)
+        return not _meaningful(rest)
+
+    first = plain[0]
+    if bare(first):
+        for other in plain[1:]:
+            if not bare(other):
+                return f"{code} {other}" if code and code in first else other
+    return first
+
+
+def scan_markdown(
+    text: str,
+    spec: str,
+    markers: Sequence[str] = DEFAULT_MARKERS,
+    batch_patterns: Sequence[str] = DEFAULT_BATCH_PATTERNS,
+) -> list[DesignTask]:
+    """Return the pending task rows of one markdown document, in file order."""
+    tests = _marker_patterns(markers)
+    patterns = [re.compile(p) for p in batch_patterns]
+    slug = slug_of(spec)
+    found: list[DesignTask] = []
+    fence: str | None = None
+    in_comment = False
+    in_table = False
+    previous_cells: list[str] | None = None  # the last line, when it could be a table header
+    auto = 0
+    for number, raw_line in enumerate(text.splitlines(), start=1):
+        stripped = raw_line.strip()
+        if fence is not None:
+            if stripped.startswith(fence) and not stripped[len(fence) :].strip(fence[0]).strip():
+                fence = None
+            continue
+        if in_comment:
+            if "-->" in stripped:
+                in_comment = False
+            continue
+        opening = _FENCE.match(stripped)
+        if opening:
+            fence = opening.group(1)
+            in_table = False
+            previous_cells = None
+            continue
+        if stripped.startswith("<!--") and "-->" not in stripped:
+            in_comment = True
+            in_table = False
+            continue
+        if len(_UNESCAPED_PIPE.findall(stripped)) < 2:
+            in_table = False
+            previous_cells = None
+            continue
+        cells = _cells(stripped)
+        if _is_separator(cells):
+            # A separator right after a candidate header opens a table without leading pipes.
+            in_table = previous_cells is not None
+            previous_cells = None
+            continue
+        is_row = stripped.startswith("|") or in_table
+        previous_cells = cells
+        if not is_row or not any(p.search(stripped) for p in tests):
+            continue
+        has_code, code = _batch_id(stripped, patterns)
+        if not has_code:
+            continue
+        title = _title(cells, code, tests)
+        if not title:
+            continue
+        if code:
+            task_id, is_auto = code, False
+        else:
+            auto += 1
+            task_id, is_auto = f"AUTO-{slug}-{auto}", True
+        found.append(DesignTask(task_id, title, spec, number, stripped, is_auto))
+    return found
+
+
+def scan_dirs(
+    dirs: Sequence[Path],
+    repo_root: Path,
+    now: datetime,
+    max_age_days: int = 30,
+    markers: Sequence[str] = DEFAULT_MARKERS,
+    batch_patterns: Sequence[str] = DEFAULT_BATCH_PATTERNS,
+    *,
+    on_error: Callable[[Path, OSError], None] | None = None,
+) -> list[DesignTask]:
+    """Scan the ``.md`` files under ``dirs`` modified in the last ``max_age_days`` days.
+
+    Relative dirs are taken under ``repo_root``; missing dirs are skipped. An unreadable file
+    is reported to ``on_error`` (if given) and skipped, so one bad file does not hide the rest.
+    """
+    oldest = now.timestamp() - max_age_days * 86400
+    files: dict[str, Path] = {}
+    for folder in dirs:
+        base = folder if folder.is_absolute() else repo_root / folder
+        if not base.is_dir():
+            continue
+        for path in base.rglob("*.md"):
+            try:
+                if not path.is_file() or path.stat().st_mtime < oldest:
+                    continue
+            except OSError as exc:
+                if on_error is not None:
+                    on_error(path, exc)
+                continue
+            try:
+                spec = path.resolve().relative_to(repo_root.resolve()).as_posix()
+            except ValueError:  # a design dir outside the repo: keep the full path
+                spec = path.resolve().as_posix()
+            files.setdefault(spec, path)
+    result: list[DesignTask] = []
+    for spec in sorted(files):
+        try:
+            # A stray non-UTF-8 byte should not hide the file's other rows.
+            text = files[spec].read_bytes().decode("utf-8-sig", errors="replace")
+        except OSError as exc:
+            if on_error is not None:
+                on_error(files[spec], exc)
+            continue
+        result.extend(scan_markdown(text, spec, markers, batch_patterns))
+    return result
+
+
+def design_prompt(task: DesignTask) -> str:
+    """Return the work text of a pool task made from a design row (discipline comes later)."""
+    return (
+        f"Design task {task.id} from {task.spec} (line {task.line}): {task.title}\n\n"
+        f"The row in the design document:\n{task.row}\n\n"
+        f"Read {task.spec} first and do the work this row describes. If {task.spec} does not "
+        "exist in your checkout, stop and say so instead of guessing."
+    )
+
+
+def merge_design_tasks(
+    existing: Sequence[Task],
+    found: Sequence[DesignTask],
+    now: datetime,
+    *,
+    priority: Priority = "P2",
+) -> list[Task]:
+    """Return the new pending tasks for rows not yet in the pool; never touch existing ones.
+
+    A row is already known when a task has the same spec and the same id or title. Pool ids are
+    unique, so a code already used by another spec's task becomes ``<code>@<slug>`` (then
+    ``-2``, ``-3``... in the rare case that is taken too).
+    """
+    taken = {t.id for t in existing}
+    known = [(t.spec, t.id, t.title) for t in existing]
+    stamp = format_instant(now)
+    added: list[Task] = []
+    for item in found:
+        qualified = f"{item.id}@{slug_of(item.spec)}"
+        if any(
+            spec == item.spec and (tid in (item.id, qualified) or title == item.title)
+            for spec, tid, title in known
+        ):
+            continue
+        task_id = item.id if item.id not in taken else qualified
+        n = 2
+        while task_id in taken:
+            task_id = f"{qualified}-{n}"
+            n += 1
+        task = Task(
+            id=task_id,
+            title=item.title,
+            priority=priority,
+            spec=item.spec,
+            prompt=design_prompt(item),
+            created_at=stamp,
+        )
+        taken.add(task_id)
+        known.append((item.spec, item.id, item.title))
+        added.append(task)
+    return added

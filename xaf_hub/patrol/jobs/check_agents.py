@@ -1,0 +1,211 @@
+"""Patrol job 2: classify the project's sessions and resume interrupted ones.
+
+Classes (``core.runstate.classify``): ``running`` (busy or retrying), ``stale_busy`` (busy, no
+update for ``patrol.stale_minutes``), ``finished`` (last run succeeded), ``failed`` (last run
+ended with an error; the reason is kept), ``interrupted`` (last run aborted, or it stopped
+without finishing — a server restart looks like that), ``idle`` (never ran, or a prompt not
+answered yet). Sessions updated in the last 24 hours, and every running one, are looked at.
+
+Resume: an interrupted session gets RESUME_PROMPT (plus the discipline block) through the gate
+— ``planner.plan_reuse`` + ``ops.send.send_work`` — so a full instance is never overfilled;
+a full one is tried again next cycle. The model is the one the run used, unless it is blacked out.
+
+**One automatic resume per session.** The resume is remembered like a heal
+(``resume:<instance>:<session>`` in ``.model_state.json``, kept 14 days). If the resumed run is
+interrupted again, something or someone keeps stopping it; the patrol does not fight that: the
+session is reported as "interrupted again after a resume" and left for a human
+(``xaf-hub dispatch --session ID --text ...`` continues it).
+
+**A person's decision** (``ops.decisions``): a run stopped with ``xaf-hub interrupt`` (the
+audit log says who and when), or a session whose pool row a person steered by hand, is never
+resumed; it is classed ``interrupted`` with "interrupted by <who> at <time>" and listed under
+"needs a person".
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from xaf_hub.config.load import InstanceConfig
+from xaf_hub.core.clock import to_ms
+from xaf_hub.core.discipline import RESUME_PROMPT
+from xaf_hub.core.records import SessionRecord
+from xaf_hub.core.runstate import LastRun, classify
+from xaf_hub.errors import BusyError, HubError
+from xaf_hub.ops.decisions import load_decisions
+from xaf_hub.ops.models import choose_model
+from xaf_hub.ops.planner import plan_reuse
+from xaf_hub.ops.send import build_prompt, send_work
+from xaf_hub.patrol.context import (
+    Cycle,
+    PatrolContext,
+    SessionLine,
+    pool_discipline,
+    session_action,
+)
+from xaf_hub.store.model_state import ModelState
+
+STEP = "check_agents"
+LOOKBACK = timedelta(hours=24)
+# A run that "stopped without finishing" must be this quiet before it is resumed.
+RUN_START_GRACE_MS = 60_000
+
+
+def resume_key(instance: str, session: str) -> str:
+    """The healed-memory key that records the patrol's one resume of a session."""
+    return f"resume:{instance}:{session}"
+
+
+def resume_refusal(
+    *,
+    production: bool,
+    touched: bool,
+    already_resumed: bool,
+    run: LastRun | None,
+    quiet_ms: int = RUN_START_GRACE_MS,
+) -> str:
+    """Why an interrupted session must not be resumed now ("" = resume it) (pure).
+
+    ``quiet_ms`` is how long the session has not changed: a run that "stopped without
+    finishing" a moment ago may just be starting (its status can lag behind its messages).
+    """
+    if touched:
+        return "already prompted this cycle"
+    if production:
+        return "production instance: the patrol never writes there"
+    if already_resumed:
+        return (
+            "interrupted again after the patrol resumed it once; left for a human "
+            "(xaf-hub dispatch --session ID --text ...)"
+        )
+    if run is not None and run.outcome == "running" and quiet_ms < RUN_START_GRACE_MS:
+        return "its run changed a moment ago and may still be starting; checked next cycle"
+    return ""
+
+
+async def check_agents(pctx: PatrolContext, cycle: Cycle) -> None:
+    """Classify every recent project session and resume the interrupted ones."""
+    fleet = await pctx.scan()
+    cycle.note_instances(pctx, fleet)
+    now = pctx.now()
+    now_ms = to_ms(now)
+    horizon = now_ms - int(LOOKBACK.total_seconds() * 1000)
+    items = [
+        (inst, rec) for inst, rec in fleet.work_sessions() if rec.running or rec.updated >= horizon
+    ]
+    runs = await cycle.last_runs(pctx, [(i, r) for i, r in items if not r.running])
+    people = load_decisions(pctx)
+    if people.problem:
+        cycle.error(pctx, STEP, people.problem)
+    interrupted = []
+    for inst, rec in items:
+        run = runs.get((inst.name, rec.id))
+        state, detail = classify(rec, run, now_ms, pctx.cfg.patrol.stale_minutes)
+        decision = people.for_session(inst.name, rec.id, run.created_ms if run else None)
+        if decision is not None and not rec.running:
+            if decision.kind == "interrupted" and state == "idle":
+                state = "interrupted"  # stopped with a prompt still unanswered: looks idle
+            if state == "interrupted":
+                detail = decision.text
+                cycle.add(
+                    pctx, session_action(STEP, "person", "skipped", rec, detail=decision.text)
+                )
+        cycle.sessions.append(
+            SessionLine(
+                inst.name,
+                rec.id,
+                rec.title,
+                state,
+                detail,
+                (run.model if run and run.model else rec.model),
+                rec.updated,
+            )
+        )
+        if state == "interrupted" and decision is None:
+            interrupted.append((inst, rec, run))
+    if not interrupted:
+        return
+    models = pctx.model_state()
+    override = pool_discipline(pctx, cycle, STEP)
+    # Most recently interrupted first: the freshest work is the most likely to matter.
+    for inst, rec, run in sorted(interrupted, key=lambda x: x[1].updated, reverse=True):
+        if pctx.stop_requested():
+            break
+        await resume_one(pctx, cycle, inst, rec, run, override, models, now_ms)
+
+
+async def resume_one(
+    pctx: PatrolContext,
+    cycle: Cycle,
+    inst: InstanceConfig,
+    rec: SessionRecord,
+    run: LastRun | None,
+    override: str | None,
+    models: ModelState,
+    now_ms: int,
+) -> str:
+    """Resume one interrupted session (not a person's decision) unless a rule says no.
+
+    Returns that rule ("" = sent). The round calls it for each interrupted session; the
+    daemon's live reactions for one.
+    """
+    why = resume_refusal(
+        production=inst.production,
+        touched=(inst.name, rec.id) in cycle.touched,
+        already_resumed=models.was_healed(resume_key(inst.name, rec.id)),
+        run=run,
+        quiet_ms=now_ms - rec.updated,
+    )
+    if why:
+        cycle.add(pctx, session_action(STEP, "resume", "skipped", rec, detail=why))
+        return why
+    await _resume(pctx, cycle, inst, rec, run, override)
+    return ""
+
+
+async def _resume(
+    pctx: PatrolContext,
+    cycle: Cycle,
+    inst: InstanceConfig,
+    rec: SessionRecord,
+    run: LastRun | None,
+    override: str | None,
+) -> None:
+    cfg = pctx.cfg
+    # Resume on the model the run used, unless its family is blacked out meanwhile.
+    model = choose_model(
+        cfg, inst, (run.model if run and run.model else rec.model) or None, pctx.now()
+    )
+    prompt = build_prompt(pctx, inst, RESUME_PROMPT, rec.title, override)
+    plan = plan_reuse(inst, rec, via="patrol resume")
+    try:
+        async with pctx.client(inst) as client:
+            sent = await send_work(pctx, plan, prompt, model, client, command="patrol.resume")
+    except BusyError as exc:
+        cycle.deferred.add((inst.name, rec.id))
+        cycle.add(
+            pctx,
+            session_action(
+                STEP,
+                "resume",
+                "waiting",
+                rec,
+                detail=f"no free slot, tried again next cycle ({exc})",
+            ),
+        )
+        return
+    except HubError as exc:
+        cycle.add(pctx, session_action(STEP, "resume", "failed", rec, detail=str(exc)))
+        cycle.error(pctx, STEP, f"resume {inst.name}/{rec.id}: {exc}")
+        return
+    for warning in sent.warnings:
+        cycle.note(pctx, f"{STEP}: {warning}")
+    pctx.model_state().remember_healed(resume_key(inst.name, rec.id), model, model, pctx.now())
+    cycle.touched.add((inst.name, rec.id))
+    cycle.add(pctx, session_action(STEP, "resume", "ok", rec, detail=_why(run), model=model or ""))
+
+
+def _why(run: LastRun | None) -> str:
+    if run is None:
+        return ""
+    return "was aborted" if run.outcome == "aborted" else "stopped without finishing"

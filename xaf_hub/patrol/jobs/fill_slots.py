@@ -1,0 +1,489 @@
+"""Patrol job 4: settle dispatched tasks, then fill every free slot from the pool.
+
+**Settling** a ``dispatched`` task looks at its session:
+
+* finished cleanly (last run succeeded, not running) -> ``done``;
+* failed for a *task* reason (context overflow, output too long, content filter, a 4xx the
+  provider gave for the request itself...) -> back to ``pending`` with one attempt used and a
+  back-off (``Backlog.requeue(infrastructure=False)``);
+* failed in a way that names the model (provider 401/403, model unavailable) -> back to
+  ``pending`` on the next untried model of the chain (``Backlog.move_model``, no attempt, no
+  back-off); once every model was tried it counts as an infrastructure failure;
+* failed for an *infrastructure* reason (rate limit, provider 5xx, no connection to the
+  provider, session gone, prompt never answered within ``patrol.no_answer_grace_seconds``,
+  instance unreachable for longer than ``patrol.stale_minutes``, instance removed from the
+  config) -> back to ``pending`` without using an attempt, backing off 5 min, 15 min, 1 h and
+  parked with the reason after ``patrol.max_infra_failures`` in a row (``InfraPolicy``). A
+  session that never got its prompt because the hub stopped first is sent again at once. The
+  abandoned session's failure is marked settled, so fix_free_limit never heals it later;
+* running, healed or resumed this cycle, or waiting for a slot to be -> left alone;
+* a person's decision (``ops.decisions``: its session was interrupted by an operator after its
+  last prompt, or steered by hand) -> never requeued or sent again; left ``dispatched`` and
+  listed under "needs a person" until someone sets it pending or dispatches to it;
+* interrupted and not resumed (check_agents resumes a session once) -> left ``dispatched`` and
+  listed in the report for a human.
+
+**max_attempts**: a task whose attempts reach ``patrol.max_attempts`` stays ``pending`` but is
+*blocked*: fill_slots never picks it again and the report lists it with its last error until a
+human resets it (``xaf-hub backlog set ID --status pending --reset``).
+
+**Filling**: free slots per instance are ``ops.load.instance_load``'s, on every reachable,
+non-production instance with a directory for new sessions. Picking is ``backlog.pick_tasks``
+in two rounds — first every instance takes its own pinned tasks then unpinned ones, then
+instances with slots left borrow tasks pinned elsewhere — so an instance never takes a task
+pinned to another one that still has room for it. Each pick goes through the same gated path
+as ``dispatch`` (``planner.plan_create`` + ``ops.send.send_work``); a BusyError stops filling
+that instance. Right before the prompt (``before_prompt``, after the session is created) the
+row is re-read under the pool lock and marked ``dispatched`` only if it is still the row the
+plan was made from (``Backlog.claim``); if a person changed it meanwhile (marked it done,
+dispatched it by hand), nothing is sent, the just-created empty session is deleted and the
+person's change stands. A new session is told all of the task's texts in order.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+
+from xaf_hub.config.load import InstanceConfig
+from xaf_hub.core.records import RunState, SessionRecord
+from xaf_hub.errors import BusyError, HubError, UnreachableError, UsageError
+from xaf_hub.fleet.client import OpencodeClient
+from xaf_hub.ops.decisions import decisions_from, operator_interrupts
+from xaf_hub.ops.heal import heal_candidate
+from xaf_hub.ops.load import instance_load
+from xaf_hub.ops.models import choose_model, untried_model
+from xaf_hub.ops.planner import DispatchRequest, InstanceView, new_session_directory, plan_create
+from xaf_hub.ops.send import build_prompt, send_work
+from xaf_hub.patrol.context import Action, Cycle, Fleet, PatrolContext
+from xaf_hub.patrol.settle import (
+    JUST_DISPATCHED,
+    NO_ANSWER_GRACE,
+    Settlement,
+    Sighting,
+    is_infrastructure_failure,
+    names_model,
+    settle,
+)
+from xaf_hub.store.backlog import (
+    InfraPolicy,
+    Task,
+    TaskChanged,
+    is_blocked,
+    parse_instant,
+    pick_tasks,
+)
+from xaf_hub.store.gate import Gate
+
+__all__ = [
+    "JUST_DISPATCHED",
+    "NO_ANSWER_GRACE",
+    "STEP",
+    "Settlement",
+    "Sighting",
+    "fill_slots",
+    "is_infrastructure_failure",
+    "names_model",
+    "plan_fill",
+    "session_title",
+    "settle",
+    "settle_dispatched",
+]
+
+STEP = "fill_slots"
+
+
+def plan_fill(
+    tasks: Sequence[Task], slots: Sequence[tuple[str, int]], now: datetime, max_attempts: int
+) -> list[tuple[str, Task]]:
+    """Which task goes to which instance, in dispatch order (pure).
+
+    Round one: each instance (in ``slots`` order) takes its own pinned tasks, then unpinned
+    ones. Round two: instances with slots left borrow tasks pinned to other instances.
+    """
+    usable = [t for t in tasks if not is_blocked(t, max_attempts)]
+    free = dict(slots)
+    picked: set[str] = set()
+    plan: list[tuple[str, Task]] = []
+    for borrow in (False, True):
+        for name, _ in slots:
+            if free[name] <= 0:
+                continue
+            # Non-pending tasks stay in the list: dependencies are judged against them.
+            pool = [
+                t
+                for t in usable
+                if t.status != "pending"
+                or (t.id not in picked and (borrow or not t.instance or t.instance == name))
+            ]
+            for task in pick_tasks(pool, name, free[name], now):
+                plan.append((name, task))
+                picked.add(task.id)
+                free[name] -= 1
+    return plan
+
+
+def session_title(task: Task) -> str:
+    """The new session's title: the task title, led by its id when the title lacks it."""
+    return task.title if task.id in task.title else f"{task.id} {task.title}"
+
+
+# ---------------------------------------------------------------------------------------------
+# I/O
+
+
+async def fill_slots(pctx: PatrolContext, cycle: Cycle) -> None:
+    """Settle dispatched tasks, then dispatch pending ones into every free slot."""
+    scanned_at = pctx.now()
+    fleet = await pctx.scan()
+    cycle.note_instances(pctx, fleet)
+    backlog = pctx.backlog()
+    await settle_dispatched(pctx, cycle, fleet, backlog.load().tasks, scanned_at)
+    if pctx.stop_requested():
+        return
+    data = backlog.load()
+    gate = pctx.gate()
+    slots = free_slots(fleet, gate)
+    now = pctx.now()
+    plan = plan_fill(
+        data.tasks,
+        [(inst.name, free) for inst, free, _ in slots],
+        now,
+        pctx.cfg.patrol.max_attempts,
+    )
+    if not plan:
+        return
+    where = {inst.name: (inst, directory) for inst, _, directory in slots}
+    models = {name: choose_model(pctx.cfg, inst, None, now) for name, (inst, _) in where.items()}
+    override = data.discipline
+    stopped: set[str] = set()
+    for name, task in plan:
+        if pctx.stop_requested():
+            break
+        if name in stopped:
+            continue
+        inst, directory = where[name]
+        model = models[name]
+        if task.avoid_models:
+            model = untried_model(pctx.cfg, inst, task.avoid_models, now) or model
+        try:
+            await _dispatch(pctx, cycle, inst, directory, task, model, override)
+        except BusyError as exc:
+            stopped.add(name)
+            cycle.add(
+                pctx,
+                Action(
+                    STEP,
+                    "dispatch",
+                    "waiting",
+                    name,
+                    task=task.id,
+                    title=task.title,
+                    detail=f"instance full: {exc}",
+                ),
+            )
+        except UnreachableError as exc:
+            stopped.add(name)
+            cycle.error(pctx, STEP, f"dispatch {task.id} to {name}: {exc}")
+        except HubError as exc:
+            cycle.add(
+                pctx,
+                Action(
+                    STEP,
+                    "dispatch",
+                    "failed",
+                    name,
+                    task=task.id,
+                    title=task.title,
+                    detail=str(exc),
+                ),
+            )
+            cycle.error(pctx, STEP, f"dispatch {task.id} to {name}: {exc}")
+
+
+def free_slots(fleet: Fleet, gate: Gate) -> list[tuple[InstanceConfig, int, str]]:
+    """(instance, free slots, new-session directory) of every instance that can take work."""
+    out = []
+    for sc in fleet.scans:
+        if not sc.reachable or sc.inst.production:
+            continue
+        load = instance_load(sc, gate, allow_prod=True)
+        view = InstanceView(sc.inst, True, "", tuple(sc.sessions), load.reserved or 0)
+        try:
+            directory = new_session_directory(view, DispatchRequest(text="fill"))
+        except UsageError:
+            continue  # neither default_directory nor roots: nowhere to create a session
+        if load.free > 0:
+            out.append((sc.inst, load.free, directory))
+    return out
+
+
+async def _dispatch(
+    pctx: PatrolContext,
+    cycle: Cycle,
+    inst: InstanceConfig,
+    directory: str,
+    task: Task,
+    model: str | None,
+    override: str | None,
+) -> None:
+    title = session_title(task)
+    plan = plan_create(inst, directory, title, via=f"patrol fill_slots ({task.id})")
+    prompt = build_prompt(pctx, inst, task.work_text(), task.title, override)
+    created: list[str] = []
+
+    def record(session_id: str) -> None:
+        # Marked before the prompt goes out: if the patrol dies in between, the next cycle
+        # finds the task dispatched (and settles it) instead of sending the work again.
+        # Marked only if the row is still the one planned from: a person's change wins.
+        created.append(session_id)
+        try:
+            pctx.backlog().claim(task, session_id, inst.name, model, pctx.now())
+        except TaskChanged:
+            raise
+        except HubError as exc:
+            cycle.error(
+                pctx,
+                STEP,
+                f"task {task.id}: session {inst.name}/{session_id} created but the pool "
+                f"could not record it, so no prompt was sent: {exc}",
+            )
+            raise
+
+    async with pctx.client(inst) as client:
+        try:
+            result = await send_work(
+                pctx, plan, prompt, model, client, command="patrol.fill_slots", before_prompt=record
+            )
+        except TaskChanged as exc:
+            detail = await _drop_empty(pctx, client, inst, created, str(exc))
+            cycle.add(
+                pctx,
+                Action(
+                    STEP,
+                    "dispatch",
+                    "skipped",
+                    inst.name,
+                    task=task.id,
+                    title=task.title,
+                    detail=detail,
+                ),
+            )
+            return
+    for warning in result.warnings:
+        cycle.note(pctx, f"{STEP}: {warning}")
+    cycle.touched.add((inst.name, result.session_id))
+    pctx.audit(
+        "patrol.backlog",
+        instance=inst.name,
+        session=result.session_id,
+        result="dispatched",
+        reason=task.id,
+        extra={"task": task.id},
+    )
+    cycle.add(
+        pctx,
+        Action(
+            STEP,
+            "dispatch",
+            "ok",
+            inst.name,
+            result.session_id,
+            task=task.id,
+            title=task.title,
+            detail=task.priority,
+            model=result.model or "",
+        ),
+    )
+
+
+async def _drop_empty(
+    pctx: PatrolContext,
+    client: OpencodeClient,
+    inst: InstanceConfig,
+    created: list[str],
+    why: str,
+) -> str:
+    """Delete the session created for a task that changed before its prompt (it is empty)."""
+    if not created:
+        return why
+    try:
+        await client.delete(created[0])
+    except HubError as exc:
+        return f"{why}; its empty session {created[0]} stays idle (delete failed: {exc})"
+    pctx.audit(
+        "patrol.fill_slots",
+        instance=inst.name,
+        session=created[0],
+        result="deleted",
+        reason="empty session: its task changed before the prompt",
+    )
+    return f"{why}; its empty session was deleted"
+
+
+async def _with_run_state(
+    pctx: PatrolContext, inst: InstanceConfig, rec: SessionRecord
+) -> SessionRecord:
+    """Ask the run state of a task session outside the project (a forced manual dispatch)."""
+    try:
+        async with pctx.client(inst) as client:
+            status = (await client.status(rec.directory)).get(rec.id)
+    except HubError:
+        return dataclasses.replace(rec, running=True, run_state="busy")  # unknown: leave it be
+    kind = status.get("type") if status else None
+    state: RunState = "retry" if kind == "retry" else "busy" if kind == "busy" else "idle"
+    return dataclasses.replace(rec, running=state != "idle", run_state=state)
+
+
+async def settle_dispatched(
+    pctx: PatrolContext,
+    cycle: Cycle,
+    fleet: Fleet,
+    tasks: Sequence[Task],
+    scanned_at: datetime | None = None,
+) -> None:
+    """Mark finished tasks done and requeue failed ones.
+
+    A task dispatched after ``scanned_at`` (by a concurrent `dispatch`) is left alone: the
+    scan cannot have seen its session, and calling it gone would send the work twice.
+    """
+
+    def too_new(task: Task) -> bool:
+        when = parse_instant(task.dispatched_at)
+        return scanned_at is not None and when is not None and when >= scanned_at
+
+    dispatched = [t for t in tasks if t.status == "dispatched" and not too_new(t)]
+    if not dispatched:
+        return
+    configured = {i.name for i in pctx.cfg.instances}
+    found: dict[str, tuple[InstanceConfig, SessionRecord | None, bool]] = {}
+    for task in dispatched:
+        sc = fleet.scan_of(task.dispatched_to or "")
+        rec = None
+        if sc is not None and sc.reachable:
+            rec = next((s for s in sc.sessions if s.id == task.session_id), None)
+            if rec is not None and not rec.project:
+                rec = await _with_run_state(pctx, sc.inst, rec)
+        if sc is not None:
+            found[task.id] = (sc.inst, rec, sc.reachable)
+    idle = [(inst, rec) for inst, rec, _ in found.values() if rec is not None and not rec.running]
+    runs = await cycle.last_runs(pctx, idle)
+    now = pctx.now()
+    people = decisions_from(operator_interrupts(pctx.cfg.state_dir), tasks)
+    patrol = pctx.cfg.patrol
+    grace = timedelta(seconds=patrol.no_answer_grace_seconds)
+    for task in dispatched:
+        inst, rec, reachable = found.get(task.id, (None, None, False))
+        key = (task.dispatched_to or "", task.session_id or "")
+        decision = people.for_task(task)
+        seen = Sighting(
+            configured=task.dispatched_to in configured,
+            reachable=reachable,
+            session=rec,
+            run=runs.get(key),
+            touched=key in cycle.touched,
+            deferred=key in cycle.deferred,
+            decision=decision.text if decision is not None else "",
+        )
+        verdict = settle(task, seen, now, patrol.stale_minutes, grace)
+        try:
+            if verdict.action == "done":
+                pctx.backlog().mark_done(task.id, now)
+                pctx.audit(
+                    "patrol.backlog",
+                    instance=key[0],
+                    session=key[1],
+                    result="done",
+                    reason=task.id,
+                    extra={"task": task.id},
+                )
+                cycle.add(
+                    pctx, Action(STEP, "done", "ok", key[0], key[1], task=task.id, title=task.title)
+                )
+            elif verdict.action == "requeue":
+                detail = _requeue(pctx, task, inst, seen, verdict, now)
+                pctx.audit(
+                    "patrol.backlog",
+                    instance=key[0],
+                    session=key[1],
+                    result="requeued",
+                    reason=detail,
+                    extra={"task": task.id},
+                )
+                cycle.add(
+                    pctx,
+                    Action(
+                        STEP,
+                        "requeue",
+                        "ok",
+                        key[0],
+                        key[1],
+                        task=task.id,
+                        title=task.title,
+                        detail=detail,
+                    ),
+                )
+            elif verdict.reason:
+                kind = "person" if verdict.person else "keep"
+                cycle.add(
+                    pctx,
+                    Action(
+                        STEP,
+                        kind,
+                        "skipped",
+                        key[0],
+                        key[1],
+                        task=task.id,
+                        title=task.title,
+                        detail=verdict.reason,
+                    ),
+                )
+        except HubError as exc:
+            cycle.error(pctx, STEP, f"settle task {task.id}: {exc}")
+
+
+def _requeue(
+    pctx: PatrolContext,
+    task: Task,
+    inst: InstanceConfig | None,
+    seen: Sighting,
+    verdict: Settlement,
+    now: datetime,
+) -> str:
+    """Send a failed task back to the pool: next model, back-off or parked; say what happened."""
+    backlog = pctx.backlog()
+    rec, run = seen.session, seen.run
+    if rec is not None and run is not None:
+        cand = heal_candidate(rec, run)
+        if cand is not None:
+            # The pool moves on; the abandoned session must not be healed later.
+            pctx.model_state().remember_healed(cand.key, cand.model or None, None, now)
+    if verdict.model_named and inst is not None:
+        failed = task.model or (run.model if run is not None else "") or ""
+        tried = (*task.avoid_models, failed)
+        nxt = untried_model(pctx.cfg, inst, tried, now)
+        if nxt is not None:
+            backlog.move_model(task.id, reason=verdict.reason, failed_model=failed, now=now)
+            return f"failed on {failed or 'its model'}: {verdict.reason}; next model {nxt}"
+    if not verdict.infrastructure:
+        max_attempts = pctx.cfg.patrol.max_attempts
+        new = backlog.requeue(task.id, reason=verdict.reason, infrastructure=False, now=now)
+        detail = f"task failure: {verdict.reason} (attempt {new.attempts} of {max_attempts})"
+        if is_blocked(new, max_attempts):
+            detail += "; attempts used up, blocked until a human resets it"
+        return detail
+    policy = InfraPolicy(max_failures=pctx.cfg.patrol.max_infra_failures)
+    new = backlog.requeue(
+        task.id,
+        reason=verdict.reason,
+        infrastructure=True,
+        now=now,
+        policy=policy if verdict.backoff else None,
+    )
+    detail = f"infrastructure failure: {verdict.reason}"
+    if new.parked:
+        return f"{detail}; parked: {new.parked}"
+    if new.not_before:
+        detail += f" ({new.infra_failures} in a row; not before {new.not_before})"
+    return detail

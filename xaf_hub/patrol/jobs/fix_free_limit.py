@@ -1,0 +1,142 @@
+"""Patrol job 1: heal sessions that hit a rate limit or an unavailable model.
+
+The job decides *which* sessions to heal, now: project sessions that are not sub-agent
+children, stuck in a rate-limited ``retry`` or idle after such a failure in the last 24 hours,
+whose failure was not healed before, on non-production instances, and not a person's decision
+(``ops.decisions``: interrupted by an operator after the failure, or steered by hand: listed
+under "needs a person" instead). How a heal is done
+(blackout, next model of the chain, abort a stuck retry, continue prompt through the gate)
+is ``xaf_hub.ops.heal``, shared with ``confirm --fix`` and ``dispatch --confirm-wait``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+
+from xaf_hub.config.load import InstanceConfig
+from xaf_hub.core.clock import to_ms
+from xaf_hub.core.records import SessionRecord
+from xaf_hub.core.runstate import LastRun
+from xaf_hub.errors import BusyError, HubError
+from xaf_hub.ops.decisions import Decisions, load_decisions
+from xaf_hub.ops.heal import STEP, HealCandidate, Healing, heal, heal_candidate
+from xaf_hub.patrol.context import Cycle, PatrolContext, pool_discipline, session_action
+from xaf_hub.store.model_state import ModelState
+
+__all__ = ["STEP", "fix_free_limit", "heal_item", "record_heal"]
+
+# Failures older than this are history, not something to heal now.
+LOOKBACK = timedelta(hours=24)
+
+
+def record_heal(pctx: PatrolContext, cycle: Cycle, rec: SessionRecord, healing: Healing) -> None:
+    """Put one heal into the cycle's record: healed, or waiting for a usable model."""
+    if healing.to_model is None:
+        cycle.add(
+            pctx,
+            session_action(
+                STEP, "heal", "waiting", rec, detail=healing.detail, from_model=healing.from_model
+            ),
+        )
+        return
+    cycle.touched.add((rec.instance, rec.id))
+    cycle.add(
+        pctx,
+        session_action(
+            STEP,
+            "heal",
+            "ok",
+            rec,
+            detail=healing.detail,
+            model=healing.to_model,
+            from_model=healing.from_model,
+        ),
+    )
+
+
+async def fix_free_limit(pctx: PatrolContext, cycle: Cycle) -> None:
+    """Heal every rate-limited or model-unavailable project session once."""
+    fleet = await pctx.scan()
+    now = pctx.now()
+    horizon = to_ms(now - LOOKBACK)
+    items = [
+        (inst, rec)
+        for inst, rec in fleet.work_sessions()
+        if rec.run_state == "retry" or (rec.run_state == "idle" and rec.updated >= horizon)
+    ]
+    runs = await cycle.last_runs(pctx, items)
+    state = pctx.model_state()
+    override: list[str | None] = []
+
+    def discipline() -> str | None:
+        if not override:
+            override.append(pool_discipline(pctx, cycle, STEP))
+        return override[0]
+
+    people: Decisions | None = None
+    for inst, rec in items:
+        if pctx.stop_requested():
+            break
+        run = runs.get((inst.name, rec.id))
+        cand = heal_candidate(rec, run)
+        if cand is None or state.was_healed(cand.key):
+            continue
+        people = people or load_decisions(pctx)
+        await heal_item(pctx, cycle, inst, rec, run, cand, state, people, discipline)
+
+
+async def heal_item(
+    pctx: PatrolContext,
+    cycle: Cycle,
+    inst: InstanceConfig,
+    rec: SessionRecord,
+    run: LastRun | None,
+    cand: HealCandidate,
+    state: ModelState,
+    people: Decisions,
+    discipline: Callable[[], str | None],
+) -> None:
+    """Heal one candidate the job chose (the round, or a live reaction to one event).
+
+    ``discipline`` gives the pool's discipline override, read only when a prompt is sent.
+    """
+    decision = people.for_session(inst.name, rec.id, run.created_ms if run else None)
+    if decision is not None:
+        cycle.add(pctx, session_action(STEP, "person", "skipped", rec, detail=decision.text))
+        return
+    if inst.production:
+        cycle.add(
+            pctx,
+            session_action(
+                STEP,
+                "heal",
+                "skipped",
+                rec,
+                detail="production instance: the patrol never writes there",
+            ),
+        )
+        return
+    try:
+        healing = await heal(pctx, inst, rec, cand, state, discipline())
+    except BusyError as exc:
+        cycle.deferred.add((inst.name, rec.id))
+        cycle.add(
+            pctx,
+            session_action(
+                STEP,
+                "heal",
+                "waiting",
+                rec,
+                detail=f"no free slot yet, healed next cycle ({exc})",
+                from_model=cand.model,
+            ),
+        )
+    except HubError as exc:
+        cycle.add(
+            pctx,
+            session_action(STEP, "heal", "failed", rec, detail=str(exc), from_model=cand.model),
+        )
+        cycle.error(pctx, STEP, f"heal {inst.name}/{rec.id}: {exc}")
+    else:
+        record_heal(pctx, cycle, rec, healing)

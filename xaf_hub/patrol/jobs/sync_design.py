@@ -1,0 +1,77 @@
+"""Patrol job 3: add pending tasks found in design documents to the pool (architecture §8).
+
+``design_scan.scan_dirs`` reads ``patrol.design_dirs`` under ``patrol.repo_root`` (default:
+the config file's folder); ``merge_design_tasks`` keeps only rows the pool does not know yet.
+Only ``pending`` tasks are added, none is ever closed, and the pool file is written only when
+something was added — when nothing is found it is not even created.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from xaf_hub.patrol.context import Action, Cycle, PatrolContext
+from xaf_hub.patrol.design_scan import (
+    DEFAULT_BATCH_PATTERNS,
+    DEFAULT_ENGLISH_MARKERS,
+    DEFAULT_PENDING_MARKERS,
+    DesignTask,
+    merge_design_tasks,
+    scan_dirs,
+)
+from xaf_hub.store.backlog import BacklogData, Task
+
+STEP = "sync_design_tasks"
+
+
+def design_markers(configured: Sequence[str]) -> tuple[str, ...]:
+    """The Chinese/⏳ markers always, plus the configured English ones (default set if none)."""
+    extra = tuple(configured) if configured else DEFAULT_ENGLISH_MARKERS
+    return tuple(dict.fromkeys(DEFAULT_PENDING_MARKERS + extra))
+
+
+def batch_patterns(configured: Sequence[str]) -> tuple[str, ...]:
+    """Configured batch-code patterns replace the defaults."""
+    return tuple(configured) if configured else DEFAULT_BATCH_PATTERNS
+
+
+async def sync_design_tasks(pctx: PatrolContext, cycle: Cycle) -> None:
+    """Scan the design folders and add the new pending rows to the task pool."""
+    cfg = pctx.cfg
+    now = pctx.now()
+    root = pctx.repo_root
+
+    def unreadable(path: Path, exc: OSError) -> None:
+        cycle.error(pctx, STEP, f"cannot read {path}: {exc.strerror or exc}")
+
+    found: list[DesignTask] = scan_dirs(
+        [Path(d) for d in cfg.patrol.design_dirs],
+        root,
+        now,
+        cfg.patrol.design_max_age_days,
+        design_markers(cfg.patrol.pending_markers),
+        batch_patterns(cfg.patrol.batch_patterns),
+        on_error=unreadable,
+    )
+    if not found:
+        return
+    backlog = pctx.backlog()
+    # A cheap unlocked look first: update_json would create the file even with nothing to add.
+    if not merge_design_tasks(backlog.load().tasks, found, now):
+        return
+
+    def add(data: BacklogData) -> list[Task]:
+        return data.extend(merge_design_tasks(data.tasks, found, now))
+
+    added = backlog.update(add)
+    if not added:
+        return
+    pctx.audit(
+        "patrol.sync_design",
+        result="added",
+        reason=f"{len(added)} task(s) from design docs",
+        extra={"tasks": [t.id for t in added]},
+    )
+    for task in added:
+        cycle.add(pctx, Action(STEP, "add", "ok", task=task.id, title=task.title, detail=task.spec))

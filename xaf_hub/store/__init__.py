@@ -1,0 +1,12 @@
+"""What the hub keeps: state files, the audit log, the task pool, the gate and the model state.
+
+* ``statefile``    — atomic writes under a lock, JSON read with a clear error; nothing half-written.
+* ``audit``        — the append-only log of every write to a server.
+* ``backlog``      — the task pool store (``tasks_backlog.json``) and its claims.
+* ``tasks``        — the pool's task records and their schema.
+* ``gate``         — per-instance lock plus slot reservations on files (this host).
+* ``redis_backend``— the same gate and the model state shared through Redis (several hosts).
+* ``backends``     — the gate ``lock.backend`` names.
+* ``model_state``  — blackouts per provider family and the memory of healed failures.
+* ``patrol_state`` — the patrol's files others read: pause flag, heartbeat, latest report.
+"""

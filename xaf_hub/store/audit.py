@@ -1,0 +1,64 @@
+"""The audit log: one JSON line per write the hub makes (dispatch, interrupt, delete, heal...)."""
+
+from __future__ import annotations
+
+import getpass
+import os
+import socket
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from xaf_hub.store.statefile import file_lock
+
+
+def caller(env: Mapping[str, str]) -> str:
+    """Who asked: XAF_HUB_CALLER, else PARENT_AGENT, else ''."""
+    return env.get("XAF_HUB_CALLER") or env.get("PARENT_AGENT") or ""
+
+
+def append(
+    state_dir: Path,
+    *,
+    command: str,
+    instance: str = "",
+    session: str = "",
+    result: str = "ok",
+    reason: str = "",
+    env: Mapping[str, str] | None = None,
+    extra: Mapping[str, Any] | None = None,
+    secrets: Iterable[str] = (),
+) -> None:
+    """Append one line to ``<state_dir>/audit.log`` (locked, created 0600).
+
+    The line goes through ``output.redact``: no ``secrets`` form and no echoed credential
+    (a server's error text quoting our Authorization header) is ever written.
+    """
+    from xaf_hub.core.text import dumps_line, redact
+
+    env = os.environ if env is None else env
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = ""
+    entry: dict[str, Any] = {
+        "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "who": {"caller": caller(env), "user": user, "host": socket.gethostname()},
+        "command": command,
+        "instance": instance,
+        "session": session,
+        "result": result,
+        "reason": reason,
+    }
+    if extra:
+        entry.update(extra)
+    path = state_dir / "audit.log"
+    state_dir.mkdir(parents=True, exist_ok=True)
+    line = redact(dumps_line(entry), secrets) + "\n"
+    with file_lock(state_dir / "audit.log.lock", 10.0, what="audit log lock"):
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        try:
+            os.write(fd, line.encode("utf-8"))
+        finally:
+            os.close(fd)

@@ -1,0 +1,451 @@
+"""The task pool (``tasks_backlog.json``): the locked store and pure task selection.
+
+* ``Backlog`` is the store. Every change is one locked read-modify-write through
+  ``statefile.update_json``; the file is rewritten only when the pool really changed. A corrupt
+  file is reported with its position and never reset. The record and file format live in
+  ``backlog_schema`` (re-exported here).
+* One row per piece of work: a manual dispatch adds a row; a later steer or restart of the
+  same session adds its prompt to that row (``record_manual_dispatch``).
+* ``claim`` marks a task dispatched only if its row is still the one the caller planned from
+  (the patrol's last look before it sends).
+* Failures: a task failure costs an attempt and backs off exponentially; an infrastructure
+  failure backs off on its own schedule and parks the task after N in a row (``InfraPolicy``).
+* ``pick_tasks`` / ``readiness`` are pure: which pending tasks an instance should take now.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, Final, TypeVar
+
+from xaf_hub.errors import HubError, UsageError
+from xaf_hub.store.statefile import read_json, update_json
+from xaf_hub.store.tasks import (
+    PRIORITIES,
+    SCHEMA_VERSION,
+    STATUSES,
+    TASK_KEYS,
+    BacklogData,
+    Priority,
+    Status,
+    Task,
+    first_line,
+    format_instant,
+    instant_seconds,
+    is_generated_id,
+    new_task_id,
+    parse_instant,
+)
+
+__all__ = [
+    "MAX_BACKOFF",
+    "PRIORITIES",
+    "SCHEMA_VERSION",
+    "STATUSES",
+    "Backlog",
+    "BacklogData",
+    "InfraPolicy",
+    "ManualRecord",
+    "Priority",
+    "Status",
+    "Task",
+    "TaskChanged",
+    "backoff_delay",
+    "first_line",
+    "format_instant",
+    "is_blocked",
+    "is_generated_id",
+    "new_task_id",
+    "parse_instant",
+    "pick_tasks",
+    "readiness",
+]
+
+_T = TypeVar("_T")
+
+MAX_BACKOFF: Final = timedelta(hours=24)
+_WHAT = "task pool"
+
+
+class TaskChanged(HubError):
+    """The task's row is no longer the one a dispatch planned from: nothing may be sent."""
+
+    def __init__(self, task_id: str, now: Task | None) -> None:
+        what = "is gone" if now is None else f"changed meanwhile (now {now.status})"
+        super().__init__(f"task {task_id} {what}; the change stands and nothing was sent")
+        self.task_id = task_id
+        self.now = now
+
+
+@dataclass(frozen=True)
+class InfraPolicy:
+    """How infrastructure failures back off: the waits in order, and how many in a row park."""
+
+    delays: tuple[timedelta, ...] = (
+        timedelta(minutes=5),
+        timedelta(minutes=15),
+        timedelta(hours=1),
+    )
+    max_failures: int = 4
+
+    def delay(self, failures: int) -> timedelta:
+        """The wait after the ``failures``-th failure in a row (the last wait repeats)."""
+        if failures <= 0 or not self.delays:
+            return timedelta(0)
+        return self.delays[min(failures, len(self.delays)) - 1]
+
+
+@dataclass(frozen=True)
+class ManualRecord:
+    """A manual dispatch's row: the row now, whether it is new, and the row before it."""
+
+    task: Task
+    created: bool
+    before: Task | None = None
+
+
+def backoff_delay(attempts: int, base_s: float = 600) -> timedelta:
+    """Back-off after the ``attempts``-th failure: base·2^(attempts−1), capped at 24 h."""
+    if attempts <= 0:
+        return timedelta(0)
+    # Float arithmetic and an exponent cap: a runaway count must not overflow timedelta.
+    seconds = base_s * 2.0 ** min(attempts - 1, 1000)
+    return timedelta(seconds=min(seconds, MAX_BACKOFF.total_seconds()))
+
+
+def _utc_now() -> datetime:
+    """Default clock of the store."""
+    return datetime.now(UTC)
+
+
+class Backlog:
+    """The task pool file: locked, atomic, never silently reset."""
+
+    def __init__(
+        self,
+        path: Path,
+        lock_timeout: float = 20,
+        *,
+        clock: Callable[[], datetime] = _utc_now,
+    ) -> None:
+        self.path = path
+        self.lock_timeout = lock_timeout
+        self._clock = clock
+
+    def load(self) -> BacklogData:
+        """Read the pool; a missing file is an empty pool, a corrupt one raises StateFileError."""
+        try:
+            raw = read_json(self.path, what=_WHAT)
+        except FileNotFoundError:
+            return BacklogData()
+        return BacklogData.from_json(raw, path=self.path)
+
+    def update(self, mutate: Callable[[BacklogData], _T]) -> _T:
+        """Run ``mutate`` on the pool under the lock; write back only when it changed something."""
+
+        def apply(raw: Any) -> _T:
+            data = BacklogData.from_json(raw, path=self.path)
+            before = data._state()
+            result = mutate(data)
+            if data._state() != before:
+                # Replace in place: update_json compares this very object to decide on writing.
+                raw.clear()
+                raw.update(data.to_json())
+            return result
+
+        return update_json(
+            self.path,
+            apply,
+            default=lambda: BacklogData().to_json(),
+            what=_WHAT,
+            timeout=self.lock_timeout,
+        )
+
+    def add(self, task: Task, *, now: datetime | None = None) -> Task:
+        """Add one task; an empty id gets ``T-<yyyymmdd>-<hex>``, a missing created_at gets now."""
+        when = now if now is not None else self._clock()
+
+        def mutate(data: BacklogData) -> Task:
+            new = task
+            if not new.id.strip():
+                new = dataclasses.replace(new, id=new_task_id(when, (t.id for t in data.tasks)))
+            if new.created_at is None:
+                new = dataclasses.replace(new, created_at=format_instant(when))
+            return data.append(new)
+
+        return self.update(mutate)
+
+    def set_status(self, task_id: str, status: Status, **fields: Any) -> Task:
+        """Set a task's status and any other task fields; unknown id or field raises UsageError."""
+        bad = (set(fields) - TASK_KEYS - {"extra"}) | ({"id", "status"} & set(fields))
+        if bad:
+            raise UsageError(f"cannot set task field(s) {', '.join(sorted(bad))}")
+        if status not in STATUSES:
+            raise UsageError(f"unknown status {status!r}; expected one of {', '.join(STATUSES)}")
+
+        def mutate(data: BacklogData) -> Task:
+            old = data.require(task_id)
+            try:
+                new = dataclasses.replace(old, status=status, **fields)
+            except ValueError as exc:
+                raise UsageError(str(exc)) from None
+            return data.replace(new)
+
+        return self.update(mutate)
+
+    def mark_dispatched(
+        self, task_id: str, session_id: str, instance: str, model: str | None, now: datetime
+    ) -> Task:
+        """Record that a task was sent to ``session_id`` on ``instance``."""
+        return self.set_status(
+            task_id, "dispatched", **_dispatched(session_id, instance, model, now)
+        )
+
+    def claim(
+        self,
+        planned: Task,
+        session_id: str,
+        instance: str,
+        model: str | None,
+        now: datetime,
+    ) -> Task:
+        """Mark ``planned`` dispatched only if its row is still exactly ``planned``.
+
+        The patrol plans from a read of the pool and sends later; a person may have changed
+        the row meanwhile (marked it done, or dispatched by hand). Then TaskChanged is raised,
+        the row is left as the person made it and nothing may be sent.
+        """
+
+        def mutate(data: BacklogData) -> Task:
+            current = data.get(planned.id)
+            if current != planned or current.status != "pending":
+                raise TaskChanged(planned.id, current)
+            fields = _dispatched(session_id, instance, model, now)
+            return data.replace(dataclasses.replace(current, status="dispatched", **fields))
+
+        return self.update(mutate)
+
+    def mark_done(self, task_id: str, now: datetime) -> Task:
+        """Record that a task's session finished cleanly."""
+        return self.set_status(
+            task_id, "done", done_at=format_instant(now), not_before=None, infra_failures=0
+        )
+
+    def requeue(
+        self,
+        task_id: str,
+        *,
+        reason: str,
+        infrastructure: bool,
+        now: datetime,
+        backoff_base_s: float = 600,
+        policy: InfraPolicy | None = None,
+    ) -> Task:
+        """Put a failed task back to pending.
+
+        A task failure costs an attempt and backs off (``backoff_delay``). An infrastructure
+        failure costs no attempt; with a ``policy`` it counts as one more in a row, backs off
+        by the policy and parks the task at ``policy.max_failures``; without one (the hub
+        itself stopped before sending) it is sent again at once.
+        """
+
+        def mutate(data: BacklogData) -> Task:
+            old = data.require(task_id)
+            attempts, failures, parked = old.attempts, old.infra_failures, old.parked
+            not_before: str | None = None
+            if not infrastructure:
+                attempts += 1
+                failures = 0
+                not_before = format_instant(now + backoff_delay(attempts, backoff_base_s))
+            elif policy is not None:
+                failures += 1
+                if failures >= policy.max_failures:
+                    parked = f"{failures} infrastructure failures in a row; last: {reason}"
+                else:
+                    not_before = format_instant(now + policy.delay(failures))
+            new = dataclasses.replace(
+                old,
+                status="pending",
+                attempts=attempts,
+                infra_failures=failures,
+                parked=parked,
+                not_before=not_before,
+                last_error=reason,
+                **_undispatched(),
+            )
+            return data.replace(new)
+
+        return self.update(mutate)
+
+    def move_model(self, task_id: str, *, reason: str, failed_model: str, now: datetime) -> Task:
+        """Put a task back to pending to run on another model: ``failed_model`` is avoided.
+
+        No attempt is used and no back-off applies: the failure named the model, not the
+        task or the infrastructure.
+        """
+
+        def mutate(data: BacklogData) -> Task:
+            old = data.require(task_id)
+            avoid = old.avoid_models
+            if failed_model and failed_model not in avoid:
+                avoid = (*avoid, failed_model)
+            new = dataclasses.replace(
+                old,
+                status="pending",
+                avoid_models=avoid,
+                not_before=None,
+                last_error=f"{reason} (on {failed_model or 'its model'}; moving to another model)",
+                **_undispatched(),
+            )
+            return data.replace(new)
+
+        return self.update(mutate)
+
+    def discard(self, task_id: str) -> bool:
+        """Remove a task from the pool; False when it was not there."""
+
+        def mutate(data: BacklogData) -> bool:
+            kept = [t for t in data.tasks if t.id != task_id]
+            found = len(kept) != len(data.tasks)
+            data.tasks[:] = kept
+            return found
+
+        return self.update(mutate)
+
+    def record_manual_dispatch(
+        self,
+        prompt: str,
+        session_id: str,
+        instance: str,
+        model: str | None,
+        now: datetime,
+    ) -> ManualRecord:
+        """Record a manual ``dispatch`` so the pool matches what really runs: one row per work.
+
+        When a row already stands for this session (a steer, or a restart of an idle
+        session), the prompt is added to that row's ``prompts`` and the row is dispatched
+        again; otherwise a new row is added, titled by the text's first line.
+        """
+        stamp = format_instant(now)
+
+        def mutate(data: BacklogData) -> ManualRecord:
+            for old in data.tasks:
+                if old.session_id == session_id and old.dispatched_to == instance:
+                    new = dataclasses.replace(
+                        old,
+                        status="dispatched",
+                        prompts=(*old.texts(), prompt),
+                        steered_at=stamp,
+                        model=model or old.model,
+                        done_at=None,
+                        parked=None,
+                    )
+                    return ManualRecord(data.replace(new), False, old)
+            task = Task(
+                id=new_task_id(now, (t.id for t in data.tasks)),
+                title=first_line(prompt) or "manual dispatch",
+                status="dispatched",
+                prompt=prompt,
+                prompts=(prompt,),
+                created_at=stamp,
+                **_dispatched(session_id, instance, model, now),
+            )
+            return ManualRecord(data.append(task), True)
+
+        return self.update(mutate)
+
+    def take_back(self, record: ManualRecord) -> bool:
+        """Undo a manual dispatch's record whose prompt never arrived; False if changed since.
+
+        A new row is removed; a row the dispatch added a prompt to gets its earlier self back.
+        Either happens only while the row is still what the dispatch wrote.
+        """
+
+        def mutate(data: BacklogData) -> bool:
+            if data.get(record.task.id) != record.task:
+                return False
+            if record.before is None:
+                data.tasks[:] = [t for t in data.tasks if t.id != record.task.id]
+            else:
+                data.replace(record.before)
+            return True
+
+        return self.update(mutate)
+
+
+def _dispatched(session_id: str, instance: str, model: str | None, now: datetime) -> dict[str, Any]:
+    """The fields of a row just sent to a new session (no person has steered it yet)."""
+    return {
+        "session_id": session_id,
+        "dispatched_at": format_instant(now),
+        "dispatched_to": instance,
+        "model": model or None,
+        "done_at": None,
+        "steered_at": None,
+        "parked": None,
+    }
+
+
+def _undispatched() -> dict[str, Any]:
+    """The fields of a row back in the pool: its old session no longer stands for it."""
+    return {
+        "session_id": None,
+        "dispatched_at": None,
+        "dispatched_to": None,
+        "model": None,
+        "done_at": None,
+        "steered_at": None,
+    }
+
+
+def _priority_rank(task: Task) -> int:
+    """0 for P0 ... 3 for P3."""
+    return PRIORITIES.index(task.priority)
+
+
+def readiness(task: Task, tasks: Sequence[Task], now: datetime) -> str:
+    """Return "" when a task may be dispatched now, else a short reason why not."""
+    if task.status != "pending":
+        return f"status is {task.status}"
+    if task.parked:
+        return f"parked: {task.parked}"
+    not_before = instant_seconds(task.not_before)
+    if not_before is not None and not_before > now.timestamp():
+        return f"backing off until {format_instant(parse_instant(task.not_before) or now)}"
+    status_of = {t.id: t.status for t in tasks}
+    # A dependency that is not in the pool blocks the task: it cannot be confirmed done.
+    waiting = [dep for dep in task.depends_on if status_of.get(dep) != "done"]
+    if waiting:
+        return "waiting for " + ", ".join(waiting)
+    return ""
+
+
+def pick_tasks(tasks: Sequence[Task], instance: str, free: int, now: datetime) -> list[Task]:
+    """Choose up to ``free`` ready tasks for ``instance``: own pins, then unpinned, then borrowed.
+
+    Within each tier: priority P0 > P3, then older ``created_at`` (a task without one counts as
+    oldest, it predates the field), then file order. The caller removes picked tasks before
+    asking for the next instance.
+    """
+    if free <= 0:
+        return []
+    ranked: list[tuple[int, int, float, int, Task]] = []
+    for index, task in enumerate(tasks):
+        if readiness(task, tasks, now):
+            continue
+        tier = 0 if task.instance == instance else 1 if not task.instance else 2
+        created = instant_seconds(task.created_at)
+        ranked.append(
+            (tier, _priority_rank(task), float("-inf") if created is None else created, index, task)
+        )
+    ranked.sort(key=lambda r: r[:4])
+    return [r[4] for r in ranked[:free]]
+
+
+def is_blocked(task: Task, max_attempts: int) -> bool:
+    """A pending task that used up its attempts waits for a human."""
+    return task.status == "pending" and task.attempts >= max_attempts

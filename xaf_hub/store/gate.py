@@ -1,0 +1,278 @@
+"""The dispatch gate: a per-instance lock plus slot reservations (architecture §5).
+
+``locks/<instance>.lock`` serialises "read running state -> count -> decide -> create ->
+prompt" across processes. ``slots/<instance>.<token>.slot`` holds a slot from the decision
+until the server reports the run, so a session that is not yet visible as busy still counts.
+
+A reservation's ``prompt`` says how far its work got, and that decides what frees it:
+
+* ``""`` (nothing sent yet): the TTL, or its process on this host being gone;
+* ``"sent"`` (the prompt is on its way, or its answer was lost): counted whenever its session
+  is not shown running, until the TTL; the sending process no longer matters;
+* ``"accepted"`` (the server answered the prompt): the TTL, or its session not shown running
+  ``slot_grace_seconds`` after the acceptance.
+
+A "not running" reading only judges reservations older than the grace *when the reading was
+made* (``observed_at``): a slow or stale reading never frees a reservation made after it.
+
+Files hold on one host. ``make_gate`` picks the Redis gate (``xaf_hub.store.redis_backend``, same
+interface, shared by every host) when ``lock.backend`` is "redis"; only then is redis imported.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import secrets
+import socket
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from xaf_hub.config.load import LockConfig
+from xaf_hub.store.statefile import file_lock, write_json_atomic
+
+if TYPE_CHECKING:
+    pass
+
+_SAFE = re.compile(r"[^A-Za-z0-9_.-]")
+
+
+def safe_name(instance: str) -> str:
+    """A file-name-safe spelling of an instance name."""
+    return _SAFE.sub("_", instance)
+
+
+def pid_alive(pid: int) -> bool:
+    """True when a process with ``pid`` exists (portable: never signals it)."""
+    import psutil  # Windows' os.kill(pid, 0) would terminate the process, so ask psutil.
+
+    try:
+        return bool(psutil.pid_exists(pid))
+    except (OSError, ValueError):
+        return True
+
+
+def host_name() -> str:
+    """This host's name in reservations: $XAF_HUB_HOSTNAME, else the system's."""
+    return os.environ.get("XAF_HUB_HOSTNAME") or socket.gethostname()
+
+
+def new_token(now: float) -> str:
+    """A reservation's unique name: time, pid and randomness (no dots, no colons)."""
+    return f"{int(now * 1000)}-{os.getpid()}-{secrets.token_hex(3)}"
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """One held slot: a file under slots/ (``path``) or a Redis key (``key``)."""
+
+    path: Path | None
+    instance: str
+    pid: int
+    host: str
+    created: float
+    session_id: str = ""
+    key: str = ""
+    prompt: str = ""  # "" | PROMPT_SENT | PROMPT_ACCEPTED (see the module docstring)
+
+    def to_json(self) -> dict[str, object]:
+        """The slot file's content."""
+        return {
+            "schema_version": 1,
+            "instance": self.instance,
+            "pid": self.pid,
+            "host": self.host,
+            "created": self.created,
+            "session_id": self.session_id,
+            "prompt": self.prompt,
+        }
+
+
+PROMPT_SENT = "sent"
+PROMPT_ACCEPTED = "accepted"
+
+
+def parse_reservation(data: dict[str, object], path: Path | None, key: str = "") -> Reservation:
+    """A reservation from its JSON document (raises on a missing or mistyped field)."""
+    return Reservation(
+        path=path,
+        instance=str(data["instance"]),
+        pid=int(data["pid"]),  # type: ignore[call-overload]
+        host=str(data["host"]),
+        created=float(data["created"]),  # type: ignore[arg-type]
+        session_id=str(data.get("session_id") or ""),
+        key=key,
+        prompt=str(data.get("prompt") or ""),
+    )
+
+
+class Gate:
+    """Locks and reservations under one folder."""
+
+    def __init__(
+        self,
+        root: Path,
+        cfg: LockConfig,
+        *,
+        host: str | None = None,
+        clock: Callable[[], float] = time.time,
+        alive: Callable[[int], bool] = pid_alive,
+    ) -> None:
+        self.root = root
+        self.cfg = cfg
+        self.host = host or host_name()
+        self.clock = clock
+        self.alive = alive
+        self.warnings: list[str] = []
+        self._held: set[str] = set()
+
+    @contextlib.contextmanager
+    def lock(self, instance: str) -> Iterator[None]:
+        """Hold the instance's dispatch lock, or raise BusyError after lock_timeout_seconds."""
+        path = self.root / "locks" / f"{safe_name(instance)}.lock"
+        with file_lock(path, self.cfg.lock_timeout_seconds, what="dispatch lock"):
+            self._held.add(instance)
+            try:
+                yield
+            finally:
+                self._held.discard(instance)
+
+    def owns_lock(self, instance: str) -> bool:
+        """True while this process still holds ``instance``'s dispatch lock.
+
+        A file lock lives as long as its open handle, so here it is owned for the whole
+        ``with lock()``; the Redis gate asks the server (a lease can run out).
+        """
+        return instance in self._held
+
+    def holds(self, res: Reservation) -> bool:
+        """True when the reservation is still stored (nobody deleted it)."""
+        return res.path is not None and res.path.exists()
+
+    def _slot_dir(self) -> Path:
+        return self.root / "slots"
+
+    def _read(self, path: Path) -> Reservation | None:
+        try:
+            return parse_reservation(json.loads(path.read_text(encoding="utf-8")), path)
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            # A slot file cut short by a crash: count it until its mtime passes the TTL.
+            try:
+                mtime = path.stat().st_mtime
+            except OSError:
+                return None
+            return Reservation(path, "?", -1, "?", mtime)
+
+    def is_live(
+        self,
+        res: Reservation,
+        running_ids: set[str] | None,
+        now: float | None = None,
+        observed_at: float | None = None,
+    ) -> bool:
+        """Apply the liveness rules (module docstring).
+
+        ``running_ids`` were read at ``observed_at`` (default: now), on the gate's clock.
+        """
+        now = self.clock() if now is None else now
+        if now - res.created > self.cfg.slot_ttl_seconds:
+            return False
+        seen = now if observed_at is None else min(observed_at, now)
+        if (
+            res.session_id
+            and res.prompt != PROMPT_SENT  # a prompt still on its way: wait for the run or TTL
+            and running_ids is not None
+            and res.session_id not in running_ids
+            and seen - res.created > self.cfg.slot_grace_seconds
+        ):
+            return False
+        if res.prompt:
+            return True  # the prompt went out: the server's state decides, not the process
+        return not (res.host == self.host and res.pid > 0 and not self.alive(res.pid))
+
+    def live_reservations(
+        self,
+        instance: str,
+        running_ids: set[str] | None = None,
+        observed_at: float | None = None,
+    ) -> list[Reservation]:
+        """Live reservations of ``instance``; dead ones are deleted on the way."""
+        folder = self._slot_dir()
+        if not folder.is_dir():
+            return []
+        live = []
+        want = safe_name(instance)
+        for path in sorted(folder.glob("*.slot")):
+            # <instance>.<token>.slot; the token has no dot, an instance name may.
+            if path.name.rsplit(".", 2)[0] != want:
+                continue
+            res = self._read(path)
+            if res is None:
+                continue
+            if self.is_live(res, running_ids, observed_at=observed_at):
+                live.append(res)
+            else:
+                with contextlib.suppress(OSError):
+                    path.unlink()
+        return live
+
+    def pending(
+        self, instance: str, running_ids: set[str], observed_at: float | None = None
+    ) -> list[Reservation]:
+        """Live reservations whose session the server does not yet report as running.
+
+        These are the ones to add to the running count: a reservation whose session already
+        shows as running is counted once, as that running session.
+        """
+        return [
+            r
+            for r in self.live_reservations(instance, running_ids, observed_at)
+            if not r.session_id or r.session_id not in running_ids
+        ]
+
+    def reserve(self, instance: str, session_id: str = "", prompt: str = "") -> Reservation:
+        """Write a new reservation for this process."""
+        path = self._slot_dir() / f"{safe_name(instance)}.{new_token(self.clock())}.slot"
+        res = Reservation(
+            path=path,
+            instance=instance,
+            pid=os.getpid(),
+            host=self.host,
+            created=self.clock(),
+            session_id=session_id,
+            prompt=prompt,
+        )
+        write_json_atomic(path, res.to_json())
+        return res
+
+    def attach(self, res: Reservation, session_id: str, prompt: str | None = None) -> Reservation:
+        """Record the session (and how far its prompt got); restart the reservation's timer."""
+        assert res.path is not None, "a file gate's reservation has a path"
+        new = replace(
+            res,
+            created=self.clock(),
+            session_id=session_id,
+            prompt=res.prompt if prompt is None else prompt,
+        )
+        write_json_atomic(res.path, new.to_json())
+        return new
+
+    def accepted(self, res: Reservation) -> Reservation:
+        """The server answered the prompt: from now on the grace rule applies."""
+        return self.attach(res, res.session_id, PROMPT_ACCEPTED)
+
+    def release(self, res: Reservation) -> None:
+        """Give the slot back at once (failure paths)."""
+        if res.path is None:
+            return
+        with contextlib.suppress(FileNotFoundError):
+            res.path.unlink()
+
+

@@ -1,0 +1,315 @@
+"""Model policy: error signals, blackout families, the blackout window and model resolution.
+
+Four parts, from pure to stateful:
+
+* **Signals** — ``classify_error`` / ``classify_message`` sort an opencode failure into
+  ``rate_limited`` (may black out a family), ``model_unavailable`` (switch model, no blackout),
+  ``other`` or ``none``. The pattern lists below are the only place these words live.
+* **Families and the clock** — ``family_of`` maps "provider/model" to a blackout family;
+  ``next_reset`` finds the next reset hour in a time zone (DST-safe); ``resolve_timezone``
+  turns the ``models.timezone`` config value into a ``tzinfo``.
+* **Store** — ``ModelState`` over ``.model_state.json``; ``ModelState.mark_blackout`` is the
+  one writer of blackouts, ``remember_healed`` the memory behind "never heal twice".
+* **Resolution** — ``resolve_dispatch_model`` and ``next_model_in_chain`` pick models that
+  are not blacked out (architecture §7).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta, tzinfo
+from pathlib import Path
+from typing import Any, TypeVar
+
+from xaf_hub.core.clock import next_reset, to_ms
+from xaf_hub.errors import StateFileError
+from xaf_hub.store.statefile import read_json, update_json
+
+__all__ = [
+    "DEFAULT_BLACKOUT_FAMILIES",
+    "HEALED_RETENTION",
+    "MODEL_STATE_FILE",
+    "SCHEMA_VERSION",
+    "Blackout",
+    "ModelState",
+    "family_of",
+    "next_model_in_chain",
+    "resolve_dispatch_model",
+]
+
+_T = TypeVar("_T")
+
+
+SCHEMA_VERSION = 1
+MODEL_STATE_FILE = ".model_state.json"
+HEALED_RETENTION = timedelta(days=14)
+DEFAULT_BLACKOUT_FAMILIES: Mapping[str, Sequence[str]] = {"opencode": ("opencode/", "opencode-go/")}
+
+_WHAT = "model state"
+
+# ---------------------------------------------------------------------------------------------
+# Signals
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+# ---------------------------------------------------------------------------------------------
+# Families, time zones and the reset clock
+
+
+def family_of(model: str, families: Mapping[str, Sequence[str]]) -> str | None:
+    """Return the blackout family whose provider prefix the model starts with, or None."""
+    wanted = model.strip().casefold()
+    best: tuple[int, str] | None = None
+    for family, prefixes in families.items():
+        for prefix in prefixes:
+            p = prefix.casefold()
+            # Longest prefix wins, so "opencode-go/" can form its own family next to "opencode".
+            if p and wanted.startswith(p) and (best is None or len(p) > best[0]):
+                best = (len(p), family)
+    return best[1] if best else None
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+# ---------------------------------------------------------------------------------------------
+# Store
+
+
+@dataclass(frozen=True)
+class Blackout:
+    """One family's blackout: unusable until ``until_ms``."""
+
+    family: str
+    until_ms: int
+    reason: str
+    source: str
+    marked_at_ms: int
+
+
+def _default_state() -> dict[str, Any]:
+    return {"schema_version": SCHEMA_VERSION, "blackouts": {}, "healed": {}}
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+class ModelState:
+    """The ``.model_state.json`` store: blackouts per family and the healed-failure memory."""
+
+    def __init__(
+        self,
+        path: Path,
+        reset_hour: int,
+        tz: tzinfo,
+        families: Mapping[str, Sequence[str]],
+        lock_timeout: float = 20,
+    ) -> None:
+        if not 0 <= reset_hour <= 23:
+            raise ValueError(f"reset_hour must be 0..23, got {reset_hour}")
+        self.path = path
+        self.reset_hour = reset_hour
+        self.tz = tz
+        self.families = families
+        self.lock_timeout = lock_timeout
+
+    # -- reading and checking ------------------------------------------------------------
+
+    def _bad(self, where: str, problem: str) -> StateFileError:
+        return StateFileError(f"{_WHAT} {self.path}: {where}: {problem}")
+
+    def _check(self, data: Any) -> dict[str, Any]:
+        """Validate the whole document; anything unexpected is an error, never a reset."""
+        if not isinstance(data, dict):
+            raise self._bad("top level", f"expected an object, found {type(data).__name__}")
+        version = data.get("schema_version")
+        if version != SCHEMA_VERSION:
+            raise self._bad(
+                "schema_version",
+                f"expected {SCHEMA_VERSION}, found {version!r} "
+                "(written by another xaf-hub version?)",
+            )
+        for section in ("blackouts", "healed"):
+            if not isinstance(data.setdefault(section, {}), dict):
+                raise self._bad(section, "expected an object")
+        for family, entry in data["blackouts"].items():
+            where = f"blackouts.{family}"
+            if not isinstance(entry, dict):
+                raise self._bad(where, "expected an object")
+            for key in ("until_ms", "marked_at_ms"):
+                if not _is_int(entry.get(key)):
+                    raise self._bad(f"{where}.{key}", "expected an integer (ms since epoch)")
+            for key in ("reason", "source"):
+                if not isinstance(entry.get(key), str):
+                    raise self._bad(f"{where}.{key}", "expected a string")
+        for key, entry in data["healed"].items():
+            where = f"healed.{key}"
+            if not isinstance(entry, dict):
+                raise self._bad(where, "expected an object")
+            if not _is_int(entry.get("at_ms")):
+                raise self._bad(f"{where}.at_ms", "expected an integer (ms since epoch)")
+            for field in ("from_model", "to_model"):
+                if entry.get(field) is not None and not isinstance(entry.get(field), str):
+                    raise self._bad(f"{where}.{field}", "expected a string or null")
+        return data
+
+    def _read(self) -> dict[str, Any]:
+        # No lock needed: writers replace the file in one step, so a reader sees old or new.
+        try:
+            return self._check(read_json(self.path, what=_WHAT))
+        except FileNotFoundError:
+            return _default_state()
+
+    def _update(self, mutate: Callable[[dict[str, Any]], _T]) -> _T:
+        def checked(data: Any) -> _T:
+            return mutate(self._check(data))
+
+        return update_json(
+            self.path, checked, default=_default_state, what=_WHAT, timeout=self.lock_timeout
+        )
+
+    # -- blackouts ------------------------------------------------------------------------
+
+    def mark_blackout(self, family: str, reason: str, source: str, now: datetime) -> int:
+        """Black out ``family`` until the next reset hour; the only writer of blackouts."""
+        if family not in self.families:
+            raise ValueError(f"unknown blackout family {family!r}")
+        now_ms = to_ms(now)
+        until_ms = to_ms(next_reset(now, self.reset_hour, self.tz))
+
+        def mutate(data: dict[str, Any]) -> int:
+            current = data["blackouts"].get(family)
+            if current is not None and current["until_ms"] > now_ms:
+                # A repeat inside the window keeps its end and first cause; it may only pull a
+                # later end (e.g. reset hour changed) back to this reset, never push it out.
+                if current["until_ms"] > until_ms:
+                    current["until_ms"] = until_ms
+                return int(current["until_ms"])
+            data["blackouts"][family] = {
+                "until_ms": until_ms,
+                "reason": reason,
+                "source": source,
+                "marked_at_ms": now_ms,
+            }
+            return until_ms
+
+        return self._update(mutate)
+
+    def active_blackouts(self, now: datetime) -> dict[str, Blackout]:
+        """Return the blackouts still in force at ``now``, by family."""
+        now_ms = to_ms(now)
+        return {
+            family: Blackout(
+                family=family,
+                until_ms=entry["until_ms"],
+                reason=entry["reason"],
+                source=entry["source"],
+                marked_at_ms=entry["marked_at_ms"],
+            )
+            for family, entry in self._read()["blackouts"].items()
+            if entry["until_ms"] > now_ms
+        }
+
+    def blacked_out_families(self, now: datetime) -> set[str]:
+        """Return the families blacked out at ``now`` (expired entries are ignored)."""
+        return set(self.active_blackouts(now))
+
+    # -- healed-failure memory ------------------------------------------------------------
+
+    def was_healed(self, key: str) -> bool:
+        """Return whether the failure identified by ``key`` was already healed."""
+        return key in self._read()["healed"]
+
+    def remember_healed(
+        self, key: str, from_model: str | None, to_model: str | None, now: datetime
+    ) -> None:
+        """Record that ``key`` was healed; forget entries older than 14 days while writing."""
+        now_ms = to_ms(now)
+        horizon_ms = to_ms(now - HEALED_RETENTION)
+
+        def mutate(data: dict[str, Any]) -> None:
+            healed: dict[str, Any] = data["healed"]
+            for old in [k for k, v in healed.items() if v["at_ms"] < horizon_ms]:
+                del healed[old]
+            healed[key] = {"at_ms": now_ms, "from_model": from_model, "to_model": to_model}
+
+        self._update(mutate)
+
+
+# ---------------------------------------------------------------------------------------------
+# Resolution
+
+
+def _usable(
+    model: str | None, blacked_out: set[str], families: Mapping[str, Sequence[str]]
+) -> bool:
+    if not model or not model.strip():
+        return False
+    family = family_of(model, families)
+    return family is None or family not in blacked_out
+
+
+def resolve_dispatch_model(
+    *,
+    explicit: str | None,
+    chain: Sequence[str],
+    default_model: str | None,
+    blacked_out: set[str],
+    families: Mapping[str, Sequence[str]],
+) -> str | None:
+    """Pick the dispatch model: explicit, else chain's first usable, else default, else None."""
+    if _usable(explicit, blacked_out, families):
+        return explicit
+    # An explicit model of a blacked-out family falls through like no explicit model at all:
+    # the blackout exists precisely so that a pinned free model stops eating 429s.
+    for model in chain:
+        if _usable(model, blacked_out, families):
+            return model
+    if _usable(default_model, blacked_out, families):
+        return default_model
+    return None
+
+
+def next_model_in_chain(
+    current: str | None,
+    chain: Sequence[str],
+    blacked_out: set[str],
+    families: Mapping[str, Sequence[str]],
+) -> str | None:
+    """Return the next usable model after ``current`` in the chain, or None when none is left."""
+    rest: Sequence[str] = chain
+    if current is not None and current in chain:
+        rest = chain[list(chain).index(current) + 1 :]
+    for model in rest:
+        if model != current and _usable(model, blacked_out, families):
+            return model
+    return None

@@ -1,0 +1,530 @@
+"""The gate and the model state on Redis, shared by every host that points at one server.
+
+Chosen by ``lock.backend: "redis"`` (the gate, through ``gate.make_gate``) and
+``models.state_backend: "redis"`` (blackouts and healed memory, through
+``dispatcher.model_state``). Nothing else imports this module, so the default file backend
+never loads the ``redis`` package. The rules are those of architecture §5 and §7; only the storage
+differs. Keys, under ``lock.redis_prefix`` (``P``)::
+
+    P:lock:<instance>           the dispatch lock: redis-py's Lock (random token, a lease that
+                                a watchdog thread renews while the lock is held). A holder
+                                writes reservations only while the key still holds its token
+                                (checked in the same Lua script as the write), and asks again
+                                right before it sends a prompt (``owns_lock``).
+    P:slot:<instance>:<token>   one reservation, the slot file's JSON, PX slot_ttl_seconds
+    P:slots:<instance>          the set of that instance's tokens (an index; it expires too)
+    P:model_state               the .model_state.json document; written under WATCH/MULTI
+    P:healed:<key>              one healed failure, PX 14 days
+
+Ages are measured with the Redis server's clock (TIME), so hosts whose clocks disagree still
+agree on when a reservation is past its grace. Redis errors become
+``UnreachableError("redis", reason)`` (exit 2); the reason names the server, never a password.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import replace
+from datetime import datetime, tzinfo
+from pathlib import Path
+from typing import Any, TypeVar
+
+from xaf_hub.config.load import REDIS_PASSWORD_ENV, LockConfig
+from xaf_hub.core.clock import to_ms
+from xaf_hub.errors import BusyError, ConfigError, LockLostError, StateFileError, UnreachableError
+from xaf_hub.store.gate import (
+    PROMPT_ACCEPTED,
+    Gate,
+    Reservation,
+    new_token,
+    parse_reservation,
+    pid_alive,
+)
+from xaf_hub.store.model_state import HEALED_RETENTION, SCHEMA_VERSION, ModelState
+
+try:
+    import redis
+    from redis.backoff import NoBackoff
+    from redis.exceptions import (
+        AuthenticationError,
+        LockError,
+        RedisError,
+        ResponseError,
+        WatchError,
+    )
+    from redis.exceptions import ConnectionError as RedisConnectionError
+    from redis.exceptions import TimeoutError as RedisTimeoutError
+    from redis.lock import Lock
+    from redis.retry import Retry
+except ImportError:  # pragma: no cover - exercised only where the extra is missing
+    raise ConfigError(
+        "lock.backend or models.state_backend is 'redis' but the Python package 'redis' is "
+        "not installed: pip install 'xaf-hub[redis]'"
+    ) from None
+
+__all__ = [
+    "LOCK_LEASE_SECONDS",
+    "RedisGate",
+    "RedisModelState",
+    "connect",
+    "describe",
+    "probe",
+]
+
+_T = TypeVar("_T")
+
+# The lock's lease: how long a crashed holder blocks the instance. The holder renews it every
+# third of this while it works, so a long create/prompt never outlives its lock.
+LOCK_LEASE_SECONDS = 10.0
+CONNECT_TIMEOUT_SECONDS = 5.0
+SOCKET_TIMEOUT_SECONDS = 10.0
+
+# Delete a reservation only if nobody rewrote it since it was judged dead (attach may have
+# restarted its timer in between), and drop its token from the index in the same step.
+_DELETE_IF_UNCHANGED = """
+local current = redis.call('GET', KEYS[1])
+if current == false or current == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  redis.call('SREM', KEYS[2], ARGV[2])
+  return 1
+end
+return 0
+"""
+
+
+# Write one reservation and index it; when a lock token is given, only while the lock key still
+# holds it (a holder whose lease ran out, or whose keys were flushed, writes nothing).
+_WRITE_IF_OWNER = """
+if ARGV[1] ~= '' and redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  return 0
+end
+redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
+redis.call('SADD', KEYS[3], ARGV[4])
+redis.call('PEXPIRE', KEYS[3], ARGV[3])
+return 1
+"""
+
+
+def connect(cfg: LockConfig) -> redis.Redis:
+    """A client for ``lock.redis_url`` with the password from the env; connects on first use."""
+    try:
+        # One quick retry covers a dropped idle connection; a dead server fails in seconds.
+        return redis.Redis.from_url(
+            cfg.redis_url,
+            password=cfg.redis_password,
+            decode_responses=True,
+            socket_connect_timeout=CONNECT_TIMEOUT_SECONDS,
+            socket_timeout=SOCKET_TIMEOUT_SECONDS,
+            retry=Retry(NoBackoff(), 1),
+        )
+    except ValueError as exc:  # e.g. ?socket_timeout=abc in the URL
+        raise ConfigError(f"lock.redis_url: {exc}") from None
+
+
+def describe(client: redis.Redis) -> str:
+    """host:port/db (or the socket path) of a client, for messages."""
+    kw = client.connection_pool.connection_kwargs
+    if kw.get("path"):
+        return f"{kw['path']}/{kw.get('db', 0)}"
+    return f"{kw.get('host', 'localhost')}:{kw.get('port', 6379)}/{kw.get('db', 0)}"
+
+
+def probe(cfg: LockConfig) -> str:
+    """Ping ``lock.redis_url``; return "redis <version> at <where>" or raise UnreachableError."""
+    client = connect(cfg)
+    where = describe(client)
+    try:
+        with _redis_errors(where):
+            client.ping()
+        try:
+            version = str(client.info("server").get("redis_version") or "?")
+        except RedisError:  # an ACL may forbid INFO (@dangerous) to a user the gate works for
+            version = "?"
+    finally:
+        client.close()
+    return f"redis {version} at {where}"
+
+
+def _reason(exc: RedisError, where: str) -> str:
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    lowered = text.lower()
+    if isinstance(exc, AuthenticationError) or any(
+        w in text for w in ("NOAUTH", "WRONGPASS", "without any password")
+    ):
+        return f"{where}: authentication failed (check {REDIS_PASSWORD_ENV})"
+    if isinstance(exc, RedisTimeoutError) or "timed out" in lowered:
+        return f"{where}: timed out"
+    if isinstance(exc, RedisConnectionError):
+        if "refused" in lowered:
+            return f"{where}: connection refused (is redis-server running there?)"
+        if "name or service not known" in lowered or "nodename nor servname" in lowered:
+            return f"{where}: unknown host"
+        return f"{where}: cannot connect ({text})"
+    return f"{where}: {text}"
+
+
+@contextlib.contextmanager
+def _redis_errors(where: str) -> Iterator[None]:
+    """Turn any Redis failure inside the block into UnreachableError("redis", reason)."""
+    try:
+        yield
+    except ResponseError as exc:
+        # A server that answers but refuses (auth, read-only replica, OOM) is unusable too.
+        raise UnreachableError("redis", _reason(exc, where)) from None
+    except RedisError as exc:
+        raise UnreachableError("redis", _reason(exc, where)) from None
+
+
+class RedisGate(Gate):
+    """The dispatch gate on Redis: one lock and one reservation set for every host.
+
+    Same interface and liveness rules as the file ``Gate``: a reservation dies when Redis
+    expires its key (``slot_ttl_seconds``), when its session is not running after
+    ``slot_grace_seconds``, or when its process is gone and it was made on this host.
+    """
+
+    def __init__(
+        self,
+        cfg: LockConfig,
+        client: redis.Redis,
+        *,
+        host: str | None = None,
+        clock: Callable[[], float] | None = None,
+        alive: Callable[[int], bool] = pid_alive,
+        lease_seconds: float = LOCK_LEASE_SECONDS,
+    ) -> None:
+        # No slot folder: everything lives in Redis, so the file gate's root stays unused.
+        super().__init__(
+            Path(os.devnull), cfg, host=host, clock=clock or self.server_time, alive=alive
+        )
+        self.client = client
+        self.prefix = cfg.redis_prefix
+        self.lease_seconds = lease_seconds
+        self.where = describe(client)
+        self._delete_if_unchanged = client.register_script(_DELETE_IF_UNCHANGED)
+        self._write_if_owner = client.register_script(_WRITE_IF_OWNER)
+        self._locks: dict[str, Lock] = {}
+        self._lost: set[str] = set()  # lost locks the caller was told about (no second warning)
+
+    def _key(self, *parts: str) -> str:
+        return ":".join((self.prefix, *parts))
+
+    def index_key(self, instance: str) -> str:
+        """The set of ``instance``'s reservation tokens."""
+        return self._key("slots", instance)
+
+    def slot_key(self, instance: str, token: str) -> str:
+        """One reservation's key."""
+        return self._key("slot", instance, token)
+
+    def server_time(self) -> float:
+        """The Redis server's clock in seconds: one clock for every host."""
+        with _redis_errors(self.where):
+            seconds, micros = self.client.time()
+        return float(seconds) + micros / 1_000_000
+
+    # -- the lock ---------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def lock(self, instance: str) -> Iterator[None]:
+        """Hold the instance's dispatch lock, or raise BusyError after lock_timeout_seconds."""
+        timeout = self.cfg.lock_timeout_seconds
+        # thread_local=False: the watchdog thread renews with the token this thread acquired.
+        lk = Lock(
+            self.client,
+            self._key("lock", instance),
+            timeout=self.lease_seconds,
+            sleep=0.05,
+            blocking_timeout=max(timeout, 0.0),
+            thread_local=False,
+        )
+        with _redis_errors(self.where):
+            acquired = lk.acquire()
+        if not acquired:
+            raise BusyError(
+                f"could not obtain the dispatch lock for {instance} (redis {self.where}) within "
+                f"{timeout:g}s; another xaf-hub process holds it - retry in a few seconds"
+            )
+        stop = threading.Event()
+        watchdog = threading.Thread(
+            target=self._renew, args=(lk, stop), name=f"xaf-hub lock {instance}", daemon=True
+        )
+        watchdog.start()
+        self._locks[instance] = lk
+        self._held.add(instance)
+        self._lost.discard(instance)
+        try:
+            yield
+        finally:
+            self._held.discard(instance)
+            self._locks.pop(instance, None)
+            stop.set()
+            watchdog.join()
+            try:
+                lk.release()
+            except LockError:
+                if instance not in self._lost:
+                    self.warnings.append(
+                        f"the dispatch lock for {instance} was lost before it was released: "
+                        f"its {self.lease_seconds:g}s lease in redis {self.where} ran out (this "
+                        "process was paused, or could not reach redis) or redis lost its keys "
+                        "(FLUSHALL, a restart)"
+                    )
+            except RedisError:
+                pass  # the lease frees it within lease_seconds
+
+    def _token_of(self, instance: str) -> str:
+        """The held lock's token for ``instance`` ("" when this gate holds no lock there)."""
+        lk = self._locks.get(instance)
+        token = getattr(lk.local, "token", None) if lk is not None else None
+        if token is None:
+            return ""
+        return token.decode("utf-8") if isinstance(token, bytes) else str(token)
+
+    def owns_lock(self, instance: str) -> bool:
+        """Ask Redis whether the lock key still holds this process's token (one GET).
+
+        False once the lease ran out and someone else took the lock, or the key vanished
+        (FLUSHALL, a restart without persistence). Raises UnreachableError when Redis cannot
+        be asked; the caller then cannot rely on the lock either.
+        """
+        token = self._token_of(instance)
+        if not token:
+            return False
+        with _redis_errors(self.where):
+            current = self.client.get(self._key("lock", instance))
+        owned = current is not None and _text(current) == token
+        if not owned:
+            self._lost.add(instance)
+        return owned
+
+    def holds(self, res: Reservation) -> bool:
+        """True when the reservation's key is still in Redis."""
+        with _redis_errors(self.where):
+            return bool(self.client.exists(res.key))
+
+    def _renew(self, lk: Lock, stop: threading.Event) -> None:
+        """Push the lease out every third of it until ``stop``; a lost lock ends the loop."""
+        while not stop.wait(self.lease_seconds / 3):
+            try:
+                lk.reacquire()
+            except LockError:
+                return  # no longer ours; release() reports it
+            except RedisError:
+                continue  # a blip: two more tries before the lease runs out
+
+    # -- reservations -----------------------------------------------------------------------
+
+    def _decode(self, raw: str, key: str, instance: str, now: float) -> Reservation:
+        try:
+            return parse_reservation(json.loads(raw), None, key)
+        except (ValueError, KeyError, TypeError, AttributeError):
+            # Unreadable content counts as held until Redis expires the key.
+            return Reservation(None, instance, -1, "?", now, key=key)
+
+    def live_reservations(
+        self,
+        instance: str,
+        running_ids: set[str] | None = None,
+        observed_at: float | None = None,
+    ) -> list[Reservation]:
+        """Live reservations of ``instance``; dead ones are deleted on the way."""
+        index = self.index_key(instance)
+        with _redis_errors(self.where):
+            now = self.clock()
+            tokens = sorted(_text(t) for t in self.client.smembers(index))
+            if not tokens:
+                return []
+            keys = [self.slot_key(instance, t) for t in tokens]
+            values = self.client.mget(keys)
+            live: list[Reservation] = []
+            expired: list[str] = []
+            for token, key, raw in zip(tokens, keys, values, strict=True):
+                if raw is None:
+                    expired.append(token)  # Redis expired it (or it was released)
+                    continue
+                res = self._decode(_text(raw), key, instance, now)
+                if self.is_live(res, running_ids, now, observed_at):
+                    live.append(res)
+                else:
+                    self._delete_if_unchanged(keys=[key, index], args=[raw, token])
+            if expired:
+                self.client.srem(index, *expired)
+        return live
+
+    def _write(self, res: Reservation, *, guarded: bool = True) -> None:
+        """Store ``res`` (PX slot_ttl_seconds) and index it.
+
+        While this gate holds the instance's lock and ``guarded``, the write happens only if
+        the lock is still ours, in one script; otherwise LockLostError, nothing written.
+        """
+        ttl_ms = max(1, int(self.cfg.slot_ttl_seconds * 1000))
+        token = self._token_of(res.instance) if guarded else ""
+        with _redis_errors(self.where):
+            # Every key expires within ttl of its last write, so the index outlives them all.
+            done = self._write_if_owner(
+                keys=[self._key("lock", res.instance), res.key, self.index_key(res.instance)],
+                args=[token, json.dumps(res.to_json()), ttl_ms, _token(res)],
+            )
+        if not done:
+            self._lost.add(res.instance)
+            raise LockLostError(
+                f"{res.instance}: the dispatch lock (redis {self.where}) stopped being this "
+                "process's before its reservation could be written"
+            )
+
+    def reserve(self, instance: str, session_id: str = "", prompt: str = "") -> Reservation:
+        """Write a new reservation for this process; Redis expires it after slot_ttl_seconds."""
+        now = self.clock()
+        res = Reservation(
+            path=None,
+            instance=instance,
+            pid=os.getpid(),
+            host=self.host,
+            created=now,
+            session_id=session_id,
+            key=self.slot_key(instance, new_token(now)),
+            prompt=prompt,
+        )
+        self._write(res)
+        return res
+
+    def attach(self, res: Reservation, session_id: str, prompt: str | None = None) -> Reservation:
+        """Record the session (and how far its prompt got); restart the timer and its TTL."""
+        new = replace(
+            res,
+            created=self.clock(),
+            session_id=session_id,
+            prompt=res.prompt if prompt is None else prompt,
+        )
+        self._write(new)
+        return new
+
+    def accepted(self, res: Reservation) -> Reservation:
+        """The server answered the prompt: from now on the grace rule applies.
+
+        Written even when the lock was lost meanwhile: the run is real and must keep counting
+        (this also puts back a reservation that Redis lost).
+        """
+        new = replace(res, created=self.clock(), prompt=PROMPT_ACCEPTED)
+        self._write(new, guarded=False)
+        return new
+
+    def release(self, res: Reservation) -> None:
+        """Give the slot back at once (failure paths); if Redis is away, the TTL frees it."""
+        try:
+            with self.client.pipeline(transaction=True) as pipe:
+                pipe.delete(res.key)
+                pipe.srem(self.index_key(res.instance), _token(res))
+                pipe.execute()
+        except RedisError as exc:
+            # Raising here would hide the failure that made the caller release.
+            self.warnings.append(
+                f"could not release the reservation on {res.instance} "
+                f"({_reason(exc, self.where)}); it lapses within "
+                f"{self.cfg.slot_ttl_seconds:g}s"
+            )
+
+
+def _text(value: bytes | str) -> str:
+    # decode_responses=True hands back str; the client's types also allow bytes.
+    return value.decode("utf-8") if isinstance(value, bytes) else value
+
+
+def _token(res: Reservation) -> str:
+    return res.key.rsplit(":", 1)[1]
+
+
+class RedisModelState(ModelState):
+    """The model state on Redis: a blackout seen by one hub holds for every hub.
+
+    Blackouts stay one document, so ``ModelState.mark_blackout`` (the single writer, with its
+    "a repeat the same day never pushes the end out" rule) runs unchanged; its
+    read-modify-write is a WATCH/MULTI transaction that retries when another hub wrote first.
+    Each healed failure is its own key that Redis forgets after 14 days.
+    """
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        prefix: str,
+        reset_hour: int,
+        tz: tzinfo,
+        families: Mapping[str, Sequence[str]],
+        lock_timeout: float = 20,
+    ) -> None:
+        self.client = client
+        self.key = f"{prefix}:model_state"
+        self.healed_prefix = f"{prefix}:healed:"
+        self.where = describe(client)
+        # ModelState keeps a path for its messages only; here it carries the key's name.
+        super().__init__(Path(self.key), reset_hour, tz, families, lock_timeout)
+
+    def _bad(self, where: str, problem: str) -> StateFileError:
+        return StateFileError(
+            f"model state in redis {self.where} key {self.key}: {where}: {problem}"
+        )
+
+    def _parse(self, raw: str | None) -> dict[str, Any]:
+        if raw is None:
+            return {"schema_version": SCHEMA_VERSION, "blackouts": {}, "healed": {}}
+        try:
+            data = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise self._bad(f"line {exc.lineno} column {exc.colno}", exc.msg) from None
+        return self._check(data)
+
+    def _read(self) -> dict[str, Any]:
+        with _redis_errors(self.where):
+            raw = self.client.get(self.key)
+        return self._parse(None if raw is None else _text(raw))
+
+    def _update(self, mutate: Callable[[dict[str, Any]], _T]) -> _T:
+        deadline = time.monotonic() + max(self.lock_timeout, 0.0)
+        with _redis_errors(self.where), self.client.pipeline(transaction=True) as pipe:
+            while True:
+                try:
+                    pipe.watch(self.key)  # type: ignore[no-untyped-call]  # unannotated upstream
+                    got = pipe.get(self.key)
+                    raw = None if got is None else _text(got)
+                    data = self._parse(raw)
+                    before = json.dumps(data, sort_keys=True)
+                    result = mutate(data)
+                    if raw is not None and json.dumps(data, sort_keys=True) == before:
+                        pipe.unwatch()
+                        return result
+                    pipe.multi()
+                    pipe.set(self.key, json.dumps(data, ensure_ascii=False))
+                    ends = [int(b["until_ms"]) for b in data["blackouts"].values()]
+                    if ends:
+                        # Past the last end nothing in it counts any more: let Redis drop it.
+                        pipe.pexpireat(self.key, max(ends))
+                    pipe.execute()
+                    return result
+                except WatchError:
+                    # Another hub wrote in between: read again and re-apply (same rules).
+                    if time.monotonic() >= deadline:
+                        raise BusyError(
+                            f"could not update the model state in redis {self.where}: it kept "
+                            f"changing for {self.lock_timeout:g}s"
+                        ) from None
+                    pipe.reset()
+
+    def was_healed(self, key: str) -> bool:
+        """Return whether the failure identified by ``key`` was already healed (any hub)."""
+        with _redis_errors(self.where):
+            return bool(self.client.exists(self.healed_prefix + key))
+
+    def remember_healed(
+        self, key: str, from_model: str | None, to_model: str | None, now: datetime
+    ) -> None:
+        """Record that ``key`` was healed; Redis forgets it after 14 days."""
+        entry = {"at_ms": to_ms(now), "from_model": from_model, "to_model": to_model}
+        retention_ms = int(HEALED_RETENTION.total_seconds() * 1000)
+        with _redis_errors(self.where):
+            self.client.set(self.healed_prefix + key, json.dumps(entry), px=retention_ms)
