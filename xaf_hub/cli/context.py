@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO, TypeVar
 
+from xaf_hub.cli.options import Common, build
 from xaf_hub.config.load import Config, load_config
 from xaf_hub.core.text import redact, terminal_safe
 
@@ -16,26 +18,35 @@ if TYPE_CHECKING:  # the scanner pulls in httpx; --help must stay light
     from xaf_hub.fleet.scan import TransportFactory
     from xaf_hub.ops.context import OpsContext
 
+T = TypeVar("T")
+
 
 @dataclass
 class Context:
-    """Built once from argv; commands read it, never mutate global state."""
+    """Built once from argv; commands read it, never mutate global state. A command reads its
+    options as a typed record (``ctx.options(Options)``), never the namespace itself."""
 
-    args: Any
+    args: argparse.Namespace
     stdout: TextIO = field(default_factory=lambda: sys.stdout)
     stderr: TextIO = field(default_factory=lambda: sys.stderr)
     env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
     cwd: Path = field(default_factory=Path.cwd)
     transport_factory: TransportFactory | None = None
     _config: Config | None = None
+    common: Common = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.common = build(Common, self.args)
+
+    def options(self, cls: type[T]) -> T:
+        """This command's options as the typed record ``cls`` (see ``cli/options.py``)."""
+        return build(cls, self.args)
 
     @property
     def config(self) -> Config:
         """The validated configuration (loaded on first use)."""
         if self._config is None:
-            self._config = load_config(
-                getattr(self.args, "config", None), env=self.env, cwd=self.cwd
-            )
+            self._config = load_config(self.common.config, env=self.env, cwd=self.cwd)
         return self._config
 
     def ops(self) -> OpsContext:
@@ -47,7 +58,7 @@ class Context:
     @property
     def json(self) -> bool:
         """True when the user asked for JSON output."""
-        return bool(getattr(self.args, "json", False))
+        return self.common.json
 
     def secrets(self) -> tuple[str, ...]:
         """Every secret this run knows: the config's (once loaded) and the environment's."""
@@ -73,7 +84,7 @@ class Context:
         pipe or with --wide. ``how``: termfit.render's flexible / keep_end / colors."""
         from xaf_hub.cli.termfit import Screen, render
 
-        screen = Screen.of(self.stdout, self.env, wide=bool(getattr(self.args, "wide", False)))
+        screen = Screen.of(self.stdout, self.env, wide=self.common.wide)
         safe = [["" if v is None else terminal_safe(str(v)) for v in row] for row in rows]
         print(render(safe, [terminal_safe(h) for h in headers], screen, **how), file=self.stdout)
 

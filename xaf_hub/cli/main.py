@@ -8,9 +8,12 @@ import importlib
 import sys
 import traceback
 from collections.abc import Sequence
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 from xaf_hub.errors import ExitCode, HubError, MissingPassword, UsageError
+
+if TYPE_CHECKING:  # --help stays light: the context (and the config) load with a command
+    from xaf_hub.cli.context import Context
 
 # Subcommand modules under xaf_hub.commands and their one-line help, in --help order.
 # A module is imported only when its command runs, so `xaf-hub --help` stays light.
@@ -129,9 +132,9 @@ def main(argv: Sequence[str] | None = None, **context: Any) -> int:
     """Run one command; return its exit code (tests call this directly)."""
     from xaf_hub.cli.context import Context
 
-    args: Any = None
+    args: argparse.Namespace | None = None
     ctx: Context | None = None
-    stderr = context.get("stderr", sys.stderr)
+    stderr: TextIO = context.get("stderr") or sys.stderr
     try:
         words = list(sys.argv[1:] if argv is None else argv)
         parser = build_parser(words)
@@ -158,9 +161,9 @@ def main(argv: Sequence[str] | None = None, **context: Any) -> int:
 
 
 def _report(
-    ctx: Any,
-    stderr: Any,
-    args: Any,
+    ctx: Context | None,
+    stderr: TextIO,
+    args: argparse.Namespace | None,
     message: str,
     exc: BaseException | None,
     internal: bool = False,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+from dataclasses import dataclass
 from datetime import datetime, tzinfo
 from typing import TYPE_CHECKING, Any
 
@@ -42,9 +43,16 @@ def add_instance(p: argparse.ArgumentParser, what: str = "only this instance") -
     p.add_argument("-i", "--instance", metavar="NAME", help=what)
 
 
+@dataclass(frozen=True)
+class InstanceChoice:
+    """``-i/--instance NAME``, where a command has it."""
+
+    instance: str | None = None
+
+
 def chosen_instances(ctx: Context) -> list[InstanceConfig]:
     """All instances, or the one named by --instance (UsageError when unknown)."""
-    name = getattr(ctx.args, "instance", None)
+    name = ctx.options(InstanceChoice).instance
     cfg = ctx.config
     if name:
         return [cfg.instance(name)]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 
 from xaf_hub.cli.commands._common import (
     add_json,
@@ -41,17 +42,26 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
+@dataclass(frozen=True)
+class Options:
+    """What `status` reads of its options."""
+
+    instance: str | None
+    allow_prod: bool
+
+
 def run(ctx: Context) -> int:
     """Scan and print the load table."""
+    opts = ctx.options(Options)
     cfg = ctx.config
     snap, scans = scan(ctx, chosen_instances(ctx), progress=True)
     gate = make_gate(cfg)
     try:
-        loads = [instance_load(sc, gate, ctx.args.allow_prod) for sc in scans]
+        loads = [instance_load(sc, gate, opts.allow_prod) for sc in scans]
     except UnreachableError as exc:
         # status only reads: without the shared gate, show the rest with reservations unknown.
         ctx.warn(f"reservations unknown: {exc}")
-        loads = [instance_load(sc, None, ctx.args.allow_prod) for sc in scans]
+        loads = [instance_load(sc, None, opts.allow_prod) for sc in scans]
     if ctx.json:
         ctx.out(
             dumps(
