@@ -844,7 +844,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def run_live(args: argparse.Namespace, log: Callable[[str], None]) -> int:
     """`python -m bench --live`: the live views' figures (bench/live.py)."""
     from bench.live import measure_live, render
-    from xaf_hub.sandbox.signals import let_children_see_ctrl_c
+    from xaf_hub.sandbox.fleet import let_children_see_ctrl_c
 
     let_children_see_ctrl_c()  # `watch` is stopped with Ctrl+C (SIGINT), as a person does
     root = Path(tempfile.mkdtemp(prefix="xaf-bench-live-"))

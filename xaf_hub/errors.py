@@ -5,20 +5,30 @@ Every failure the hub reports to a user is one of these::
     HubError                (exit 1, INTERNAL unless a subclass says otherwise)
     ├── ConfigError         (exit 4) bad config file, key or value
     ├── UsageError          (exit 4) bad argument, unknown instance, empty --text
-    │   └── ProductionRefused (exit 4) a write to a `danger` instance without --allow-prod
+    │   ├── ProductionRefused (exit 4) a write to a `danger` instance without --allow-prod
+    │   └── SessionNotFound (exit 4) a session id the instance does not know
     ├── StateFileError      (exit 1) a corrupt state file (backlog, model state); never reset
     ├── UnreachableError    (exit 2) an instance did not answer usefully (DNS, refused, 401, 5xx)
     │   └── MissingPassword (exit 4) the server asks for a password and none is configured
     ├── BusyError           (exit 3) concurrency limit reached, or the dispatch lock timed out
-    │   └── LockLostError   (exit 3) the dispatch lock was lost before the prompt went out
-    └── NotProjectSession   (exit 5) the target session is outside the project (--force overrides)
+    │   ├── LockLostError   (exit 3) the dispatch lock was lost before the prompt went out
+    │   └── RunStateUnknown (exit 3) an instance's run state cannot be read: counted full
+    ├── NotProjectSession   (exit 5) the target session is outside the project (--force overrides)
+    ├── ApiError            (exit 1) the server refused a request with a 4xx other than 401
+    ├── TaskChanged         (exit 1) a pool row changed under a dispatch: nothing was sent
+    └── SandboxError        (exit 1) the demo's or the tests' opencode sandbox failed
 
-Only ``cli.py`` turns these into exit codes and printed lines.
+This module is the one home of the tree; only ``cli/main.py`` turns these into exit codes and
+printed lines.
 """
 
 from __future__ import annotations
 
 from enum import IntEnum
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # an annotation only: errors import no folder of the package
+    from xaf_hub.store.tasks import Task
 
 
 class ExitCode(IntEnum):
@@ -122,3 +132,38 @@ class NotProjectSession(HubError):
     """The target session does not belong to the project."""
 
     exit_code = ExitCode.NOT_PROJECT
+
+
+class ApiError(HubError):
+    """The server refused a request with a 4xx other than 401 (e.g. 400 bad request)."""
+
+    def __init__(self, instance: str, status: int, message: str) -> None:
+        super().__init__(f"{instance}: HTTP {status}: {message}")
+        self.status = status
+
+
+class SessionNotFound(UsageError):
+    """A session id that the instance does not know."""
+
+
+class RunStateUnknown(BusyError):
+    """An instance's run state cannot be established: it is counted full (exit 3)."""
+
+    def __init__(self, instance: str, reason: str) -> None:
+        super().__init__(f"{instance}: run state unknown ({reason}): counted full, no new work")
+        self.instance = instance
+        self.reason = reason
+
+
+class TaskChanged(HubError):
+    """The task's row is no longer the one a dispatch planned from: nothing may be sent."""
+
+    def __init__(self, task_id: str, now: Task | None) -> None:
+        what = "is gone" if now is None else f"changed meanwhile (now {now.status})"
+        super().__init__(f"task {task_id} {what}; the change stands and nothing was sent")
+        self.task_id = task_id
+        self.now = now
+
+
+class SandboxError(HubError):
+    """The local opencode sandbox could not be set up or did not answer."""

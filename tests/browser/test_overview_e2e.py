@@ -32,8 +32,8 @@ from tests.browser.test_overview_static import (
 )
 from tests.e2e.proxy import StallProxy
 from tests.fleet import NAMES, Hub
-from xaf_hub.cli.commands.serve import VIEWER_PASSWORD_ENV, SnapshotCache, Viewer
 from xaf_hub.page import export as report
+from xaf_hub.page.serve import VIEWER_PASSWORD_ENV, SnapshotCache, Viewer
 from xaf_hub.sandbox import fleet as sandbox
 
 T = TypeVar("T")

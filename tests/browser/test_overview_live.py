@@ -22,7 +22,7 @@ from tests.browser import test_overview_static as static
 from tests.browser.test_overview_e2e import Served, off_loop
 from tests.browser.test_overview_static import ARTIFACTS, NEEDS_CHROMIUM
 from tests.fleet import NAMES, Hub
-from xaf_hub.cli.commands.serve import VIEWER_PASSWORD_ENV
+from xaf_hub.page.serve import VIEWER_PASSWORD_ENV
 from xaf_hub.page.words import TEXT
 from xaf_hub.sandbox import fleet as sandbox
 

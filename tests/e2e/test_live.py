@@ -26,6 +26,7 @@ import pytest
 
 from tests.fleet import MODELS, Hub
 from tests.notify_capture import Capture
+from xaf_hub.errors import SandboxError
 from xaf_hub.sandbox import fleet as sandbox
 
 pytestmark = pytest.mark.e2e
@@ -159,7 +160,7 @@ def start_again(server: sandbox.OpencodeServer, port: int) -> None:
         try:
             sandbox.health(url, server.password)
             return
-        except (httpx.HTTPError, sandbox.SandboxError):
+        except (httpx.HTTPError, SandboxError):
             time.sleep(0.2)
     raise AssertionError("the restarted server never answered")
 

@@ -19,6 +19,7 @@ import pytest
 
 from tests.e2e.proxy import LoopbackServer, forward, read_body, send_back
 from tests.fleet import MODELS, Hub
+from xaf_hub.errors import SandboxError
 from xaf_hub.fleet.releases import classify
 from xaf_hub.sandbox import fleet as sandbox
 from xaf_hub.sandbox.fake_llm import FakeLLM
@@ -200,7 +201,7 @@ def mixed(
     for name, version in MIXED.items():
         try:
             binaries[name] = release_binary(version)
-        except sandbox.SandboxError as exc:
+        except SandboxError as exc:
             pytest.skip(str(exc))
     root = tmp_path_factory.mktemp("mixed")
     fleets = {

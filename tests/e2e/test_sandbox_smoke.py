@@ -15,6 +15,7 @@ import httpx
 import psutil
 import pytest
 
+from xaf_hub.errors import SandboxError
 from xaf_hub.sandbox import fleet as fl
 from xaf_hub.sandbox.fake_llm import (
     DEFAULT_TITLE,
@@ -251,10 +252,10 @@ def test_find_binary_errors_name_the_install_command(
 ) -> None:
     monkeypatch.delenv("XAF_HUB_OPENCODE_BIN", raising=False)
     monkeypatch.setenv("PATH", str(tmp_path))
-    with pytest.raises(fl.SandboxError, match="npm install --prefix .opencode opencode-ai@1.18.33"):
+    with pytest.raises(SandboxError, match="npm install --prefix .opencode opencode-ai@1.18.33"):
         fl.find_opencode_binary(tmp_path)
     monkeypatch.setenv("XAF_HUB_OPENCODE_BIN", str(tmp_path / "missing"))
-    with pytest.raises(fl.SandboxError, match="XAF_HUB_OPENCODE_BIN"):
+    with pytest.raises(SandboxError, match="XAF_HUB_OPENCODE_BIN"):
         fl.find_opencode_binary(tmp_path)
 
 
@@ -315,7 +316,7 @@ def test_start_failure_reports_log_tail(tmp_path: Path) -> None:
     fake_bin.write_text("#!/bin/sh\necho 'boom: no config' >&2\nexit 3\n")
     fake_bin.chmod(0o755)
     server = fl.OpencodeServer(fake_bin, tmp_path / "home", tmp_path / "cwd")
-    with pytest.raises(fl.SandboxError, match=r"(?s)exited with code 3.*boom: no config"):
+    with pytest.raises(SandboxError, match=r"(?s)exited with code 3.*boom: no config"):
         server.start()
     assert not server.running()
 
@@ -330,7 +331,7 @@ def test_health_and_auth(fleet: fl.Fleet) -> None:
         assert fl.health(server.url, pw) == {"healthy": True, "version": "1.18.33"}
         with httpx.Client(timeout=5, trust_env=False) as c:
             assert c.get(f"{server.url}/global/health").status_code == 401
-    with pytest.raises(fl.SandboxError, match="401"):
+    with pytest.raises(SandboxError, match="401"):
         fl.health(b.url, PASSWORDS[0])  # passwords differ per server
 
 

@@ -2,6 +2,7 @@
 error, credential lookup, and each section's schema.
 
 * ``load``     — Config and its sections, ``load_config`` / ``find_config`` / ``parse_config``.
-* ``reader``   — typed readers of one JSON value with its path; password variable names.
+* ``reader``   — typed readers of one JSON value with its path.
+* ``credentials`` — where each password comes from; the variable names a person sets.
 * ``notify``   — the ``notify`` section (webhooks), kept light: config loading imports it.
 """

@@ -14,14 +14,19 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from xaf_hub.config.credentials import (
+    CREDENTIAL_KEYS,
+    REDIS_PASSWORD_ENV,
+    local_overrides,
+    pw_env_name,
+    resolve_password,
+)
 from xaf_hub.config.notify import NotifyConfig, parse_notify
 from xaf_hub.config.reader import Reader as _Reader
 from xaf_hub.config.reader import instances_list, json_type, load_json_file
-from xaf_hub.config.reader import pw_env_name as pw_env_name
 from xaf_hub.core.rules import ProjectRules
 from xaf_hub.errors import ConfigError
 
-CREDENTIAL_KEYS = ("password", "password_env", "password_file", "password_key")
 _ABSOLUTE = re.compile(r"^(/|[A-Za-z]:[\\/]|\\\\)")
 
 
@@ -32,7 +37,6 @@ def hub_home(env: Mapping[str, str] | None = None) -> Path:
     return Path(raw).expanduser() if raw else Path.home() / ".xaf_hub"
 
 
-REDIS_PASSWORD_ENV = "XAF_HUB_REDIS_PASSWORD"
 _REDIS_PREFIX = re.compile(r"^[A-Za-z0-9_.:-]+$")
 
 
@@ -206,48 +210,8 @@ def _is_absolute(path: str) -> bool:
     return bool(_ABSOLUTE.match(path))
 
 
-def _local_overrides(raw: Any, file: Path) -> dict[str, dict[str, Any]]:
-    """config.local.json's instances, keyed by name."""
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{file}: top level must be an object")
-    unknown = sorted(set(raw) - {"instances"})
-    if unknown:
-        raise ConfigError(
-            f"{file}: key '{unknown[0]}': unknown key (config.local.json holds only 'instances')"
-        )
-    items = instances_list(raw.get("instances", {}), file)
-    out: dict[str, dict[str, Any]] = {}
-    for i, obj in enumerate(items):
-        name = obj.get("name")
-        if not isinstance(name, str) or not name:
-            raise ConfigError(f"{file}: key 'instances[{i}].name': expected a non-empty string")
-        out[name] = {k: v for k, v in obj.items() if k != "name"}
-    return out
 
 
-def _resolve_password(
-    obj: dict[str, Any], name: str, env: Mapping[str, str], file: Path, local_path: Path | None
-) -> tuple[str | None, str]:
-    """Apply the credential order; return (password, where it came from)."""
-    var = obj.get("password_env")
-    if isinstance(var, str) and var and env.get(var):
-        return env[var], f"env:{var}"
-    conventional = pw_env_name(name)
-    if env.get(conventional):
-        return env[conventional], f"env:{conventional}"
-    if isinstance(obj.get("_local_password"), str) and obj["_local_password"]:
-        return obj["_local_password"], f"local:{local_path}"
-    pw_file = obj.get("password_file")
-    if isinstance(pw_file, str) and pw_file:
-        key = obj.get("password_key") or "password"
-        path = Path(pw_file).expanduser()
-        data = load_json_file(path, what="password")
-        if not isinstance(data, dict) or not isinstance(data.get(key), str):
-            raise ConfigError(
-                f"{path}: key '{key}': expected a string password for instance '{name}'"
-            )
-        return data[key], f"file:{path}"
-    return None, "none"
 
 
 def load_config(
@@ -318,7 +282,7 @@ def parse_config(raw: Any, *, path: Path, env: Mapping[str, str]) -> Config:
             local_path, local_scope = None, ""
     overrides: dict[str, dict[str, Any]] = {}
     if local_path is not None:
-        overrides = _local_overrides(load_json_file(local_path, "config.local.json"), local_path)
+        overrides = local_overrides(load_json_file(local_path, "config.local.json"), local_path)
 
     names: set[str] = set()
     instances = []
@@ -519,7 +483,7 @@ def _parse_instance(
     exclude_subs: tuple[str, ...],
 ) -> InstanceConfig:
     name = obj["name"]
-    password, source = _resolve_password(obj, name, env, path, local_path)
+    password, source = resolve_password(obj, name, env, path, local_path)
     r = _Reader({k: v for k, v in obj.items() if k != "_local_password"}, path, label)
     r.seen.update({"name", "password"})
     url = r.get("url", (str,), None, nullable=False)

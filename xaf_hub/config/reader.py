@@ -10,7 +10,6 @@ the env vars that hold instance passwords (``pw_env_name``, ``password_var``).
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 from typing import Any
 
@@ -139,14 +138,8 @@ def load_json_file(path: Path, what: str = "config") -> Any:
         ) from None
 
 
-def pw_env_name(instance: str) -> str:
-    """The conventional env var holding an instance's password: XAF_HUB_PW_<NAME>."""
-    return "XAF_HUB_PW_" + re.sub(r"[-/.]", "_", instance.upper())
 
 
-def password_var(instance: str, password_env: str = "") -> str:
-    """The env var to set for an instance's password: its password_env, else the convention."""
-    return password_env or pw_env_name(instance)
 
 
 def instances_list(raw: Any, file: Path) -> list[dict[str, Any]]:

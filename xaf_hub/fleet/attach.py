@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import shlex
 
+from xaf_hub.config.credentials import password_var
 from xaf_hub.config.load import InstanceConfig
-from xaf_hub.config.reader import password_var
 
 
 def attach_command(inst: InstanceConfig, session_id: str, directory: str = "") -> str:

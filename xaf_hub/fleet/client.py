@@ -18,9 +18,14 @@ from typing import Any, Literal, TypedDict, cast
 
 import httpx
 
+from xaf_hub.config.credentials import password_var
 from xaf_hub.config.load import InstanceConfig
-from xaf_hub.config.reader import password_var
-from xaf_hub.errors import HubError, MissingPassword, UnreachableError, UsageError
+from xaf_hub.errors import (
+    ApiError,
+    MissingPassword,
+    SessionNotFound,
+    UnreachableError,
+)
 from xaf_hub.fleet import wire
 from xaf_hub.fleet.releases import Release, classify, read_running
 from xaf_hub.fleet.wire import ServerSession as ServerSession
@@ -41,16 +46,8 @@ class RawStatus(TypedDict, total=False):
     next: int
 
 
-class ApiError(HubError):
-    """The server refused a request with a 4xx other than 401 (e.g. 400 bad request)."""
-
-    def __init__(self, instance: str, status: int, message: str) -> None:
-        super().__init__(f"{instance}: HTTP {status}: {message}")
-        self.status = status
 
 
-class SessionNotFound(UsageError):
-    """A session id that the instance does not know."""
 
 
 class _TooLarge(Exception):

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from xaf_hub.core import aio
-from xaf_hub.errors import BusyError
+from xaf_hub.errors import RunStateUnknown
 
 if TYPE_CHECKING:
     from xaf_hub.fleet.client import OpencodeClient, RawStatus
@@ -40,13 +40,6 @@ SUPPORTED = ("1.2.27", "1.3.2", "1.14.41", "1.15.13", "1.17.19", "1.18.33")
 _VERSION_RE = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)(?:[-+.].*)?$")
 
 
-class RunStateUnknown(BusyError):
-    """An instance's run state cannot be established: it is counted full (exit 3)."""
-
-    def __init__(self, instance: str, reason: str) -> None:
-        super().__init__(f"{instance}: run state unknown ({reason}): counted full, no new work")
-        self.instance = instance
-        self.reason = reason
 
 
 @dataclass(frozen=True)

@@ -22,9 +22,8 @@ from xaf_hub.core.records import (
     running_project,
     sane_ms,
 )
-from xaf_hub.errors import HubError, UnreachableError
-from xaf_hub.fleet.client import ApiError, OpencodeClient, RawStatus, ServerSession
-from xaf_hub.fleet.releases import RunStateUnknown
+from xaf_hub.errors import ApiError, HubError, RunStateUnknown, UnreachableError
+from xaf_hub.fleet.client import OpencodeClient, RawStatus, ServerSession
 
 TransportFactory = Callable[[InstanceConfig], httpx.AsyncBaseTransport | None]
 

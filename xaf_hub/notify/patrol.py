@@ -41,12 +41,13 @@ if TYPE_CHECKING:
     import httpx
 
     from xaf_hub.config.load import Config
-    from xaf_hub.patrol.context import Cycle, PatrolContext
+    from xaf_hub.ops.context import OpsContext
+    from xaf_hub.patrol.context import Cycle
 
 STEP = "notify"
 
 
-def _inputs(pctx: PatrolContext, cycle: Cycle, now: datetime) -> Inputs:
+def _inputs(pctx: OpsContext, cycle: Cycle, now: datetime) -> Inputs:
     cfg = pctx.cfg
     parked: list[Parked] = []
     waiting = 0
@@ -158,7 +159,7 @@ class _Sender:
 
     def __init__(
         self,
-        pctx: PatrolContext,
+        pctx: OpsContext,
         hook: Webhook,
         entries: Sequence[outbox.Entry],
         deadline: float,
@@ -224,7 +225,7 @@ def _zone(name: str) -> Any:
 
 
 def notify_round(
-    pctx: PatrolContext,
+    pctx: OpsContext,
     cycle: Cycle,
     transport: httpx.AsyncBaseTransport | None = None,
     *,
@@ -244,7 +245,7 @@ def notify_round(
 
 
 def _round(
-    pctx: PatrolContext,
+    pctx: OpsContext,
     cycle: Cycle,
     cfg: NotifyConfig,
     transport: httpx.AsyncBaseTransport | None,

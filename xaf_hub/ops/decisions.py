@@ -22,6 +22,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Literal
 
+from xaf_hub.core import clock
 from xaf_hub.errors import StateFileError
 from xaf_hub.ops.context import OpsContext
 from xaf_hub.store.tasks import Task, instant_seconds
@@ -62,7 +63,7 @@ class Decision:
 
 def local_time(at: float) -> str:
     """Epoch seconds as local time with its zone, minutes only."""
-    return datetime.fromtimestamp(at).astimezone().strftime("%Y-%m-%d %H:%M %Z")
+    return clock.local_time(round(at * 1000), seconds=False, zone="name")
 
 
 def _who(raw: object) -> str:
@@ -173,7 +174,7 @@ async def session_still_runs(ops: OpsContext, instance: str, session_id: str) ->
     A session the instance no longer knows, or an instance no longer configured, does not
     run. An instance that does not answer raises UnreachableError: nobody can tell.
     """
-    from xaf_hub.fleet.client import SessionNotFound
+    from xaf_hub.errors import SessionNotFound
 
     names = {i.name for i in ops.cfg.instances}
     if instance not in names:

@@ -17,8 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from xaf_hub.core.records import SessionRecord
-from xaf_hub.errors import BusyError, UnreachableError
-from xaf_hub.fleet.client import ApiError
+from xaf_hub.errors import ApiError, BusyError, UnreachableError
 from xaf_hub.fleet.scan import InstanceScan, scan_fleet
 from xaf_hub.ops.context import OpsContext, utc_now
 from xaf_hub.ops.load import instance_load

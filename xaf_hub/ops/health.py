@@ -16,8 +16,8 @@ from datetime import datetime, tzinfo
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any, Literal
 
-from xaf_hub.config.load import CREDENTIAL_KEYS, Config, InstanceConfig, ModelsConfig
-from xaf_hub.config.reader import password_var
+from xaf_hub.config.credentials import CREDENTIAL_KEYS, password_var
+from xaf_hub.config.load import Config, InstanceConfig, ModelsConfig
 from xaf_hub.core import aio
 from xaf_hub.core.clock import next_reset
 from xaf_hub.core.rules import is_under, normalize_dir

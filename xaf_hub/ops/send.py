@@ -29,9 +29,16 @@ from dataclasses import dataclass, field
 
 from xaf_hub.config.load import InstanceConfig
 from xaf_hub.core.discipline import compose_prompt, slugify
-from xaf_hub.errors import BusyError, HubError, LockLostError, StateFileError, UnreachableError
-from xaf_hub.fleet.client import ApiError, OpencodeClient
-from xaf_hub.fleet.releases import RunStateUnknown
+from xaf_hub.errors import (
+    ApiError,
+    BusyError,
+    HubError,
+    LockLostError,
+    RunStateUnknown,
+    StateFileError,
+    UnreachableError,
+)
+from xaf_hub.fleet.client import OpencodeClient
 from xaf_hub.fleet.scan import scan_instance
 from xaf_hub.ops.context import OpsContext
 from xaf_hub.ops.load import instance_load

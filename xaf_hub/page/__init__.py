@@ -5,5 +5,6 @@
 * ``export``     — JSON, CSV and the self-contained HTML page (templates/).
 * ``autopilot``  — the Autopilot panel (reads the patrol's state files only).
 * ``notices``    — serve's change notices: one follower for every open page.
-* ``serve_checks``, ``serve_limits`` — who may see the page, and what a request may cost.
+* ``serve``      — the served page: routes, the scan cache, change-notice streams, who may
+  see it and what a request may cost (``cli/commands/serve.py`` only parses and starts it).
 """

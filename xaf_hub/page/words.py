@@ -9,11 +9,11 @@ notifications) read from here as well, so a word is translated once.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
+from xaf_hub.core import clock
 from xaf_hub.core.clock import MAX_TIME_MS
 
 Lang = Literal["en", "zh"]
@@ -480,25 +480,9 @@ def catalogue(lang: Lang) -> Mapping[str, str]:
 
 def local_time(ms: int) -> str:
     """``ms`` as local "YYYY-MM-DD HH:MM:SS", or "" when unknown (0 or absurd)."""
-    if not 0 < ms <= MAX_TIME_MS:
-        return ""
-    # time.localtime/strftime: several times cheaper than datetime for thousands of rows.
-    try:
-        return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ms / 1000))
-    except (OverflowError, OSError, ValueError):  # beyond what the C library can show
-        return ""
+    return clock.local_time(ms)
 
 
 def local_time_with_zone(ms: int) -> str:
     """``ms`` as local time with its UTC offset ("... UTC+08:00"), or "unknown"."""
-    if not 0 < ms <= MAX_TIME_MS:
-        return "unknown"
-    try:
-        moment = time.localtime(ms / 1000)
-    except (OverflowError, OSError, ValueError):
-        return "unknown"
-    offset = moment.tm_gmtoff or 0
-    sign = "-" if offset < 0 else "+"
-    hours, minutes = divmod(abs(offset) // 60, 60)
-    stamp = time.strftime("%Y-%m-%d %H:%M:%S", moment)
-    return f"{stamp} UTC{sign}{hours:02d}:{minutes:02d}"
+    return clock.local_time(ms, zone="offset", unknown="unknown")

@@ -8,7 +8,7 @@ One cycle runs, in order, each surviving the others' failure:
 4. ``fill_slots``        — settle dispatched tasks, fill free slots (jobs/fill_slots.py)
 
 ``runner.py`` runs a cycle (lock, pause flag, report) and the APScheduler loop; ``report.py``
-writes the markdown + JSON report. Every job is a plain async function of a ``PatrolContext``
+writes the markdown + JSON report. Every job is a plain async function of a ``OpsContext``
 (config, clock, I/O seams) and the cycle record ``Cycle``.
 
 Nothing here is imported by ``xaf-hub --help`` or ``status``: the command imports it lazily.

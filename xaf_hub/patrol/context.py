@@ -5,7 +5,7 @@
   which sessions were already prompted this cycle (so a later job leaves them alone).
 * ``pool_discipline`` — the pool's discipline override, an unreadable pool reported.
 
-Jobs take an ``xaf_hub.ops.context.OpsContext`` (``PatrolContext`` is the same class).
+Jobs take the operations context, ``xaf_hub.ops.context.OpsContext``, like every command.
 """
 
 from __future__ import annotations
@@ -21,11 +21,8 @@ from xaf_hub.core.records import SessionRecord
 from xaf_hub.core.runstate import LastRun, last_run
 from xaf_hub.errors import HubError
 from xaf_hub.ops.context import Fleet, OpsContext
-from xaf_hub.ops.context import OpsContext as PatrolContext
 from xaf_hub.ops.load import instance_load
 from xaf_hub.ops.send import pool_discipline as _pool_discipline
-
-__all__ = ["Fleet", "OpsContext", "PatrolContext"]
 
 # Only the newest message decides the last run; messages can be large, so read just that one.
 MESSAGE_WINDOW = 1
@@ -113,7 +110,7 @@ class Cycle:
     deferred: set[tuple[str, str]] = field(default_factory=set)
     _runs: dict[tuple[str, str, int], LastRun] = field(default_factory=dict, repr=False)
 
-    def add(self, pctx: PatrolContext, action: Action) -> None:
+    def add(self, pctx: OpsContext, action: Action) -> None:
         """Record an action and log it as one line."""
         self.actions.append(action)
         where = "/".join(p for p in (action.instance, action.session) if p)
@@ -125,19 +122,19 @@ class Cycle:
             )
         )
 
-    def note(self, pctx: PatrolContext, text: str) -> None:
+    def note(self, pctx: OpsContext, text: str) -> None:
         """Record a warning met on the way (the round goes on; the report lists it)."""
         line = pctx.redact(text)
         self.notes.append(line)
         pctx.log(f"note: {line}")
 
-    def error(self, pctx: PatrolContext, step: str, text: str) -> None:
+    def error(self, pctx: OpsContext, step: str, text: str) -> None:
         """Record a non-fatal error of one item (the job goes on with the others)."""
         line = pctx.redact(f"{step}: {text}")
         self.errors.append(line)
         pctx.log(f"error: {line}")
 
-    def note_instances(self, pctx: PatrolContext, fleet: Fleet) -> None:
+    def note_instances(self, pctx: OpsContext, fleet: Fleet) -> None:
         """Remember every instance's load from ``fleet`` for the report."""
         gate = pctx.gate()
         lines = []
@@ -157,7 +154,7 @@ class Cycle:
         self.instances = lines
 
     async def last_runs(
-        self, pctx: PatrolContext, items: Sequence[tuple[InstanceConfig, SessionRecord]]
+        self, pctx: OpsContext, items: Sequence[tuple[InstanceConfig, SessionRecord]]
     ) -> dict[tuple[str, str], LastRun]:
         """The last run of each session; unreadable ones are left out.
 
@@ -195,7 +192,7 @@ class Cycle:
         return result
 
 
-def pool_discipline(pctx: PatrolContext, cycle: Cycle, step: str) -> str | None:
+def pool_discipline(pctx: OpsContext, cycle: Cycle, step: str) -> str | None:
     """The task pool's discipline override; a corrupt pool is reported, never fatal here."""
     override, problem = _pool_discipline(pctx)
     if problem:

@@ -36,9 +36,10 @@ from xaf_hub.fleet.events import FleetEvent
 from xaf_hub.fleet.follow import FleetFollower, run_in_thread
 from xaf_hub.fleet.scan import build_record
 from xaf_hub.notify.patrol import notify_round
+from xaf_hub.ops.context import OpsContext
 from xaf_hub.ops.decisions import load_decisions
 from xaf_hub.ops.heal import heal_candidate
-from xaf_hub.patrol.context import Cycle, PatrolContext, pool_discipline, session_action
+from xaf_hub.patrol.context import Cycle, pool_discipline, session_action
 from xaf_hub.patrol.jobs.check_agents import RUN_START_GRACE_MS, resume_one
 from xaf_hub.patrol.jobs.check_agents import STEP as CHECK
 from xaf_hub.patrol.jobs.fill_slots import fill_slots
@@ -69,7 +70,7 @@ class LiveReactor:
 
     def __init__(
         self,
-        pctx: PatrolContext,
+        pctx: OpsContext,
         skip: Iterable[str],
         busy: threading.Lock,
         out: Callable[[str], None],
@@ -246,7 +247,7 @@ class LiveReactor:
         return "recheck" if "may still be starting" in why else ""
 
 def start_live(
-    pctx: PatrolContext, skip: Iterable[str], busy: threading.Lock, out: Callable[[str], None]
+    pctx: OpsContext, skip: Iterable[str], busy: threading.Lock, out: Callable[[str], None]
 ) -> tuple[FleetFollower, LiveReactor]:
     """Follow the fleet and react to it, until ``stop_live``."""
     reactor = LiveReactor(pctx, skip, busy, out)

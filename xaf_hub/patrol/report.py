@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from xaf_hub.errors import HubError
-from xaf_hub.patrol.context import Cycle, PatrolContext
+from xaf_hub.ops.context import OpsContext
+from xaf_hub.patrol.context import Cycle
 from xaf_hub.store.backlog import Task, readiness
 from xaf_hub.store.patrol_state import LATEST, latest_report
 from xaf_hub.store.statefile import write_json_atomic, write_text_atomic
@@ -317,7 +318,7 @@ def render_markdown(doc: Mapping[str, Any]) -> str:
     return "\n".join(out) + "\n"
 
 
-def _lead(pctx: PatrolContext) -> tuple[Path, list[str]]:
+def _lead(pctx: OpsContext) -> tuple[Path, list[str]]:
     path = pctx.cfg.patrol.lead_backlog_path or pctx.repo_root / "lead_backlog.md"
     try:
         text = path.read_bytes().decode("utf-8-sig", errors="replace")
@@ -328,7 +329,7 @@ def _lead(pctx: PatrolContext) -> tuple[Path, list[str]]:
     return path, lead_backlog_items(text)
 
 
-def write_report(pctx: PatrolContext, cycle: Cycle, code: int) -> tuple[Path, Path]:
+def write_report(pctx: OpsContext, cycle: Cycle, code: int) -> tuple[Path, Path]:
     """Write the JSON and markdown report (latest + timestamped); return the latest paths."""
     try:
         tasks = pctx.backlog().load().tasks
@@ -361,7 +362,7 @@ def write_report(pctx: PatrolContext, cycle: Cycle, code: int) -> tuple[Path, Pa
     return folder / f"{LATEST}.json", folder / f"{LATEST}.md"
 
 
-def _scrub(pctx: PatrolContext, value: Any) -> Any:
+def _scrub(pctx: OpsContext, value: Any) -> Any:
     """Every string in a JSON value with the configured secrets replaced."""
     if isinstance(value, str):
         return pctx.redact(value)

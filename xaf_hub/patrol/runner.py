@@ -34,7 +34,8 @@ from typing import Any, Literal
 from xaf_hub.core import aio
 from xaf_hub.errors import BusyError, ExitCode, HubError
 from xaf_hub.notify.patrol import notify_round
-from xaf_hub.patrol.context import Cycle, PatrolContext, StepOutcome
+from xaf_hub.ops.context import OpsContext
+from xaf_hub.patrol.context import Cycle, StepOutcome
 from xaf_hub.patrol.jobs.check_agents import check_agents
 from xaf_hub.patrol.jobs.fill_slots import fill_slots
 from xaf_hub.patrol.jobs.fix_free_limit import fix_free_limit
@@ -65,7 +66,7 @@ __all__ = [
     "set_paused",
 ]
 
-Job = Callable[[PatrolContext, Cycle], Awaitable[None]]
+Job = Callable[[OpsContext, Cycle], Awaitable[None]]
 
 STEPS: tuple[tuple[str, Job], ...] = (
     ("fix_free_limit", fix_free_limit),
@@ -98,7 +99,7 @@ def worst_code(codes: Iterable[int]) -> int:
 
 
 async def run_cycle(
-    pctx: PatrolContext, skip: Iterable[str] = (), steps: tuple[tuple[str, Job], ...] = STEPS
+    pctx: OpsContext, skip: Iterable[str] = (), steps: tuple[tuple[str, Job], ...] = STEPS
 ) -> Cycle:
     """Run the steps in order; a failing step is recorded and the next one still runs."""
     skipped = set(skip)
@@ -171,7 +172,7 @@ def summary(cycle: Cycle, code: int) -> str:
 
 
 def run_once(
-    pctx: PatrolContext, skip: Iterable[str] = (), steps: tuple[tuple[str, Job], ...] = STEPS
+    pctx: OpsContext, skip: Iterable[str] = (), steps: tuple[tuple[str, Job], ...] = STEPS
 ) -> CycleRun:
     """Run one cycle unless paused or another cycle holds the lock; write the report."""
     folder = pctx.patrol_dir
@@ -213,7 +214,7 @@ def first_run(now: datetime, interval: timedelta, offset_minutes: int) -> dateti
 
 
 def run_daemon(
-    pctx: PatrolContext,
+    pctx: OpsContext,
     skip: Iterable[str],
     interval: timedelta,
     *,

@@ -21,6 +21,7 @@ import sys
 import time
 from pathlib import Path
 
+from xaf_hub.errors import SandboxError
 from xaf_hub.sandbox import fleet as sandbox
 from xaf_hub.sandbox.fake_llm import FakeLLM
 
@@ -67,7 +68,7 @@ def _find_opencode(repo: Path) -> Path | None:
     checkout = (repo / "scripts" / "setup.sh").is_file()
     try:
         return sandbox.find_opencode_binary(repo if checkout else Path.cwd())
-    except sandbox.SandboxError as exc:
+    except SandboxError as exc:
         how = (
             f"run `bash {repo / 'scripts' / 'setup.sh'}`"
             if checkout

@@ -41,7 +41,7 @@ from typing import Any
 
 import httpx
 
-from xaf_hub.errors import HubError
+from xaf_hub.errors import SandboxError
 from xaf_hub.fleet.releases import OPENCODE_VERSION as OPENCODE_VERSION
 from xaf_hub.sandbox.fake_llm import FakeLLM, Running
 
@@ -74,8 +74,6 @@ _DROP_ENV = ("http_proxy", "https_proxy", "all_proxy", "ftp_proxy")
 HTTP_TIMEOUT = httpx.Timeout(15.0, connect=3.0)
 
 
-class SandboxError(HubError):
-    """The local opencode sandbox could not be set up or did not answer."""
 
 
 # -- locating the binary ---------------------------------------------------------------------
@@ -595,3 +593,15 @@ def abort(url: str, password: str | None, session_id: str) -> None:
     """Abort a session's run."""
     with _client(url, password) as c:
         _json(c.post(f"/session/{session_id}/abort"))
+
+
+def let_children_see_ctrl_c() -> None:
+    """Give SIGINT its default meaning again in this process, hence in the ones it starts.
+
+    A shell without job control starts a background command (``pytest &``, a CI step run in
+    the background) with SIGINT ignored, and an ignored signal stays ignored across exec:
+    Ctrl+C (SIGINT) sent to a `watch` or `serve` started from there would do nothing. The
+    tests and the benchmark stop those processes with SIGINT, as a person does.
+    """
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)

@@ -14,7 +14,8 @@ import os
 import re
 from pathlib import Path
 
-from xaf_hub.sandbox.fleet import SandboxError, _default_repo_root, binary_candidates
+from xaf_hub.errors import SandboxError
+from xaf_hub.sandbox.fleet import _default_repo_root, binary_candidates
 
 RELEASES_DIR = ".opencode-releases"
 _VERSION_RE = re.compile(r"^\d+\.\d+\.\d+$")

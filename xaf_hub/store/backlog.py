@@ -22,7 +22,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
-from xaf_hub.errors import HubError, UsageError
+from xaf_hub.errors import TaskChanged, UsageError
 from xaf_hub.store.statefile import read_json, update_json
 from xaf_hub.store.tasks import (
     PRIORITIES,
@@ -71,14 +71,6 @@ MAX_BACKOFF: Final = timedelta(hours=24)
 _WHAT = "task pool"
 
 
-class TaskChanged(HubError):
-    """The task's row is no longer the one a dispatch planned from: nothing may be sent."""
-
-    def __init__(self, task_id: str, now: Task | None) -> None:
-        what = "is gone" if now is None else f"changed meanwhile (now {now.status})"
-        super().__init__(f"task {task_id} {what}; the change stands and nothing was sent")
-        self.task_id = task_id
-        self.now = now
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,8 @@ from datetime import datetime, tzinfo
 from pathlib import Path
 from typing import Any, TypeVar
 
-from xaf_hub.config.load import REDIS_PASSWORD_ENV, LockConfig
+from xaf_hub.config.credentials import REDIS_PASSWORD_ENV
+from xaf_hub.config.load import LockConfig
 from xaf_hub.core.clock import to_ms
 from xaf_hub.errors import BusyError, ConfigError, LockLostError, StateFileError, UnreachableError
 from xaf_hub.store.gate import (

@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from xaf_hub.config.load import load_config, pw_env_name
+from xaf_hub.config.credentials import pw_env_name
+from xaf_hub.config.load import load_config
 from xaf_hub.errors import ConfigError
 
 

@@ -12,11 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from xaf_hub.cli.commands.serve import SnapshotCache, Viewer, _RequestLog, _Server
 from xaf_hub.config.load import InstanceConfig
 from xaf_hub.core.records import InstanceSummary, SessionRecord, Snapshot
 from xaf_hub.core.text import dumps, redact, secret_forms
-from xaf_hub.page.serve_limits import ConnectionGuard
+from xaf_hub.page.serve import ConnectionGuard, PageServer, RequestLog, SnapshotCache, Viewer
 from xaf_hub.store import audit
 
 PW = 'pa"ss/w:rd+<&>'
@@ -127,21 +126,21 @@ def test_a_scan_that_outlives_the_wait_never_blocks_the_viewer() -> None:
 
 def test_request_log_is_redacted() -> None:
     stream = io.StringIO()
-    _RequestLog(stream, lambda t: redact(t, INST.secrets())).line(f"GET /{PW}")
+    RequestLog(stream, lambda t: redact(t, INST.secrets())).line(f"GET /{PW}")
     assert PW not in stream.getvalue() and "***" in stream.getvalue()
 
 
-def _serve(guard: ConnectionGuard) -> tuple[_Server, threading.Thread]:
+def _serve(guard: ConnectionGuard) -> tuple[PageServer, threading.Thread]:
     cache = SnapshotCache(_snap, 60.0)
     viewer = Viewer(cache, title="T", password=None)
-    server = _Server(("127.0.0.1", 0), viewer, _RequestLog(io.StringIO()), guard)
+    server = PageServer(("127.0.0.1", 0), viewer, RequestLog(io.StringIO()), guard)
     guard.start()
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
     thread.start()
     return server, thread
 
 
-def _stop(server: _Server, thread: threading.Thread) -> None:
+def _stop(server: PageServer, thread: threading.Thread) -> None:
     server.shutdown()
     thread.join(10)
     server.guard.stop()

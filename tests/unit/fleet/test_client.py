@@ -11,8 +11,8 @@ import httpx
 import pytest
 
 from xaf_hub.config.load import InstanceConfig
-from xaf_hub.errors import UnreachableError
-from xaf_hub.fleet.client import OpencodeClient, SessionNotFound
+from xaf_hub.errors import SessionNotFound, UnreachableError
+from xaf_hub.fleet.client import OpencodeClient
 
 SECRET = "s3cret-pw"
 INST = InstanceConfig(name="lan-x", url="http://127.0.0.1:1", password=SECRET)

@@ -371,8 +371,8 @@ def test_change_feed_wakes_every_viewer_and_says_nothing_secret(tmp_path: Path) 
 
 
 def test_snapshot_cache_scans_again_once_after_a_change() -> None:
-    from xaf_hub.cli.commands.serve import SnapshotCache
     from xaf_hub.core.records import Snapshot
+    from xaf_hub.page.serve import SnapshotCache
 
     calls: list[int] = []
 

@@ -14,8 +14,8 @@ import pytest
 
 from xaf_hub.cli.commands._common import session_not_found
 from xaf_hub.cli.main import main
+from xaf_hub.config.credentials import password_var
 from xaf_hub.config.load import InstanceConfig, load_config
-from xaf_hub.config.reader import password_var
 from xaf_hub.errors import ExitCode, MissingPassword, UnreachableError
 from xaf_hub.fleet.client import OpencodeClient
 

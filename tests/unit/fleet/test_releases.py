@@ -15,9 +15,9 @@ import pytest
 
 from xaf_hub.config.load import InstanceConfig
 from xaf_hub.core.rules import ProjectRules
-from xaf_hub.errors import ExitCode
+from xaf_hub.errors import ExitCode, RunStateUnknown
 from xaf_hub.fleet.client import OpencodeClient
-from xaf_hub.fleet.releases import RunStateUnknown, classify, parse_version
+from xaf_hub.fleet.releases import classify, parse_version
 from xaf_hub.fleet.scan import scan_instance
 
 G = "/srv/demo/app"

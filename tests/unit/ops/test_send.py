@@ -19,8 +19,8 @@ import pytest
 
 from xaf_hub.config.load import Config, parse_config
 from xaf_hub.core.records import SessionRecord
-from xaf_hub.errors import BusyError, LockLostError, UnreachableError
-from xaf_hub.fleet.client import ApiError, RawStatus, ServerSession
+from xaf_hub.errors import ApiError, BusyError, LockLostError, UnreachableError
+from xaf_hub.fleet.client import RawStatus, ServerSession
 from xaf_hub.fleet.releases import classify
 from xaf_hub.ops.context import OpsContext
 from xaf_hub.ops.planner import Plan, plan_create, plan_reuse

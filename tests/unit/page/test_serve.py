@@ -8,7 +8,9 @@ import threading
 
 import pytest
 
-from xaf_hub.cli.commands.serve import (
+from xaf_hub.core.records import InstanceSummary, SessionRecord, Snapshot
+from xaf_hub.errors import UsageError
+from xaf_hub.page.serve import (
     SnapshotCache,
     Viewer,
     basic_auth_ok,
@@ -17,8 +19,6 @@ from xaf_hub.cli.commands.serve import (
     is_loopback,
     printable,
 )
-from xaf_hub.core.records import InstanceSummary, SessionRecord, Snapshot
-from xaf_hub.errors import UsageError
 from xaf_hub.page.words import Lang, Line
 
 PASSWORD = "correct horse battery"

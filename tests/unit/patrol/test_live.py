@@ -15,7 +15,8 @@ from pathlib import Path
 from xaf_hub.config.load import load_config
 from xaf_hub.core.records import SessionRecord
 from xaf_hub.fleet.events import FleetEvent
-from xaf_hub.patrol.context import Cycle, PatrolContext
+from xaf_hub.ops.context import OpsContext
+from xaf_hub.patrol.context import Cycle
 from xaf_hub.patrol.live import LOCKED_RETRY_SECONDS, LiveReactor, _Work
 from xaf_hub.store.patrol_state import set_paused
 from xaf_hub.store.statefile import file_lock
@@ -38,7 +39,7 @@ def _reactor(tmp_path: Path, out: list[str], skip: tuple[str, ...] = ()) -> Reco
     (tmp_path / "config.json").write_text(json.dumps(doc), "utf-8")
     cfg = load_config(str(tmp_path / "config.json"),
                       env={"XAF_HUB_HOME": str(tmp_path / "home")}, cwd=tmp_path)
-    return Recording(PatrolContext(cfg), skip, threading.Lock(), out.append, settle_seconds=0)
+    return Recording(OpsContext(cfg), skip, threading.Lock(), out.append, settle_seconds=0)
 
 
 def _ev(kind: str, sid: str = "ses_1") -> FleetEvent:

@@ -17,7 +17,8 @@ import pytest
 from xaf_hub.cli.main import main
 from xaf_hub.config.load import Config, load_config
 from xaf_hub.errors import ExitCode, StateFileError, UnreachableError
-from xaf_hub.patrol.context import Action, Cycle, PatrolContext, SessionLine, StepOutcome
+from xaf_hub.ops.context import OpsContext
+from xaf_hub.patrol.context import Action, Cycle, SessionLine, StepOutcome
 from xaf_hub.patrol.jobs.sync_design import design_markers, sync_design_tasks
 from xaf_hub.patrol.report import (
     lead_backlog_items,
@@ -54,13 +55,13 @@ def make_cfg(tmp_path: Path, **extra: Any) -> Config:
     return load_config(str(path), env={"XAF_HUB_HOME": str(tmp_path / "home")}, cwd=tmp_path)
 
 
-def pctx_for(cfg: Config, lines: list[str] | None = None) -> PatrolContext:
+def pctx_for(cfg: Config, lines: list[str] | None = None) -> OpsContext:
     sink = lines if lines is not None else []
-    return PatrolContext(cfg, clock=lambda: NOW, env={}, log=sink.append)
+    return OpsContext(cfg, clock=lambda: NOW, env={}, log=sink.append)
 
 
 def job(name: str, calls: list[str], exc: BaseException | None = None) -> Any:
-    async def run(pctx: PatrolContext, cycle: Cycle) -> None:
+    async def run(pctx: OpsContext, cycle: Cycle) -> None:
         calls.append(name)
         if exc is not None:
             raise exc
@@ -98,12 +99,12 @@ def test_skipped_and_stopped_steps(tmp_path: Path) -> None:
     pctx = pctx_for(make_cfg(tmp_path))
     stop = {"now": False}
 
-    async def stopper(p: PatrolContext, c: Cycle) -> None:
+    async def stopper(p: OpsContext, c: Cycle) -> None:
         calls.append("check_agents")
         stop["now"] = True
 
     steps = (steps[0], ("check_agents", stopper), steps[2], steps[3])
-    pctx = PatrolContext(pctx.cfg, clock=lambda: NOW, stop_requested=lambda: stop["now"])
+    pctx = OpsContext(pctx.cfg, clock=lambda: NOW, stop_requested=lambda: stop["now"])
     cycle = __import__("asyncio").run(run_cycle(pctx, ["fix_free_limit"], steps))
     assert calls == ["check_agents"]
     assert [s.status for s in cycle.steps] == ["skipped", "ok", "not run", "not run"]

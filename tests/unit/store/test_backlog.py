@@ -12,13 +12,12 @@ from typing import Any
 
 import pytest
 
-from xaf_hub.errors import StateFileError, UsageError
+from xaf_hub.errors import StateFileError, TaskChanged, UsageError
 from xaf_hub.store.backlog import (
     Backlog,
     BacklogData,
     InfraPolicy,
     Task,
-    TaskChanged,
     backoff_delay,
     format_instant,
     is_generated_id,

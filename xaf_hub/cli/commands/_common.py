@@ -6,13 +6,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 from dataclasses import dataclass
-from datetime import datetime, tzinfo
+from datetime import tzinfo
 from typing import TYPE_CHECKING, Any
 
 from xaf_hub.cli.context import Context
 from xaf_hub.config.load import InstanceConfig
 from xaf_hub.core import aio
-from xaf_hub.core.clock import iso_time
+from xaf_hub.core.clock import iso_time, local_time
 from xaf_hub.core.records import Snapshot
 from xaf_hub.errors import ExitCode, HubError, MissingPassword
 
@@ -140,12 +140,6 @@ def scan_exit(snap: Snapshot) -> int:
 # Wording of verdicts, heals and waits (`confirm`, `dispatch --confirm-wait`)
 
 
-def local_time(ms: int, tz: tzinfo, seconds: bool = True) -> str:
-    """An epoch-ms instant as local wall time in ``tz``."""
-    moment = datetime.fromtimestamp(ms / 1000, tz)
-    return f"{moment:%Y-%m-%d %H:%M:%S}" if seconds else f"{moment:%Y-%m-%d %H:%M}"
-
-
 def _in(ms: int, now_ms: int) -> str:
     left = (ms - now_ms) // 1000
     if left <= 0:
@@ -168,7 +162,7 @@ def verdict_text(v: Verdict, tz: tzinfo, now_ms: int) -> str:
     if v.state == "retrying":
         attempt = f" (attempt {v.attempt})" if v.attempt else ""
         when = (
-            f"; next try at {local_time(v.next_ms, tz)} ({_in(v.next_ms, now_ms)})"
+            f"; next try at {local_time(v.next_ms, tz, unknown='?')} ({_in(v.next_ms, now_ms)})"
             if v.next_ms
             else ""
         )
@@ -194,7 +188,7 @@ def healing_text(h: Healing, tz: tzinfo) -> str:
 
 def blackout_until(h: Healing, tz: tzinfo) -> str:
     """A heal's blackout end as local wall time."""
-    return local_time(h.until_ms, tz, seconds=False) if h.until_ms is not None else "?"
+    return local_time(h.until_ms, tz, seconds=False, unknown="?") if h.until_ms is not None else "?"
 
 
 def wait_text(r: WaitResult, window: float, tz: tzinfo, now_ms: int) -> str:
@@ -208,7 +202,7 @@ def wait_text(r: WaitResult, window: float, tz: tzinfo, now_ms: int) -> str:
         + (f" (last seen: {r.detail})" if r.detail else ""),
         "retrying": f"retrying on {model}: {r.detail}"
         + (
-            f"; next try at {local_time(r.next_ms, tz)} ({_in(r.next_ms, now_ms)})"
+            f"; next try at {local_time(r.next_ms, tz, unknown='?')} ({_in(r.next_ms, now_ms)})"
             if r.next_ms
             else ""
         ),

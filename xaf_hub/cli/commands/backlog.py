@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from xaf_hub.cli.context import Context
 from xaf_hub.core.text import dumps
@@ -37,6 +38,8 @@ examples:
 
 _PRIORITIES = ("P0", "P1", "P2", "P3")
 _STATUSES = ("pending", "dispatched", "done")
+Priority = Literal["P0", "P1", "P2", "P3"]
+Status = Literal["pending", "dispatched", "done"]
 
 
 def _common(sp: argparse.ArgumentParser) -> None:
@@ -108,6 +111,55 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
+@dataclass(frozen=True)
+class Choice:
+    """Which action of `backlog` runs."""
+
+    backlog_command: Literal["list", "add", "show", "set"]
+
+
+@dataclass(frozen=True)
+class ListOptions:
+    """What `backlog list` reads of its options."""
+
+    status: Status | None
+
+
+@dataclass(frozen=True)
+class AddOptions:
+    """What `backlog add` reads of its options."""
+
+    title: str
+    id: str
+    priority: Priority
+    instance: str
+    module: str
+    spec: str
+    prompt: str
+    prompt_file: str | None
+    depends_on: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ShowOptions:
+    """What `backlog show` reads of its options."""
+
+    task_id: str
+
+
+@dataclass(frozen=True)
+class SetOptions:
+    """What `backlog set` reads of its options."""
+
+    task_id: str
+    status: Status
+    reset: bool
+    priority: Priority | None
+    session: str | None
+    to: str | None
+    force: bool
+
+
 def _store(ctx: Context) -> Backlog:
     from xaf_hub.store.backlog import Backlog
 
@@ -121,8 +173,14 @@ def _now() -> datetime:
 
 def run(ctx: Context) -> int:
     """Dispatch to the chosen action."""
-    action = {"list": _list, "add": _add, "show": _show, "set": _set}[ctx.args.backlog_command]
-    return action(ctx)
+    command = ctx.options(Choice).backlog_command
+    if command == "list":
+        return _list(ctx, ctx.options(ListOptions))
+    if command == "add":
+        return _add(ctx, ctx.options(AddOptions))
+    if command == "show":
+        return _show(ctx, ctx.options(ShowOptions))
+    return _set(ctx, ctx.options(SetOptions))
 
 
 def _state(task: Task, tasks: list[Task], now: datetime, max_attempts: int) -> str:
@@ -135,14 +193,14 @@ def _state(task: Task, tasks: list[Task], now: datetime, max_attempts: int) -> s
     return readiness(task, tasks, now) or "ready"
 
 
-def _list(ctx: Context) -> int:
+def _list(ctx: Context, opts: ListOptions) -> int:
     from xaf_hub.core.text import shorten, table
     from xaf_hub.store.backlog import PRIORITIES
 
     data = _store(ctx).load()
     now = _now()
     max_attempts = ctx.config.patrol.max_attempts
-    tasks = [t for t in data.tasks if not ctx.args.status or t.status == ctx.args.status]
+    tasks = [t for t in data.tasks if not opts.status or t.status == opts.status]
     order = {"pending": 0, "dispatched": 1, "done": 2}
     tasks.sort(key=lambda t: (order[t.status], PRIORITIES.index(t.priority)))
     if ctx.json:
@@ -177,34 +235,33 @@ def _list(ctx: Context) -> int:
     return int(ExitCode.OK)
 
 
-def _add(ctx: Context) -> int:
+def _add(ctx: Context, opts: AddOptions) -> int:
     from pathlib import Path
 
     from xaf_hub.store import audit
     from xaf_hub.store.backlog import Task
 
-    args = ctx.args
     cfg = ctx.config
-    if not args.title.strip():
+    if not opts.title.strip():
         raise UsageError("--title is empty")
-    if args.instance:
-        cfg.instance(args.instance)  # an unknown name is a UsageError listing the known ones
-    prompt = args.prompt
-    if args.prompt_file:
+    if opts.instance:
+        cfg.instance(opts.instance)  # an unknown name is a UsageError listing the known ones
+    prompt = opts.prompt
+    if opts.prompt_file:
         try:
-            prompt = Path(args.prompt_file).read_text(encoding="utf-8-sig")
+            prompt = Path(opts.prompt_file).read_text(encoding="utf-8-sig")
         except OSError as exc:
-            raise UsageError(f"--prompt-file {args.prompt_file}: {exc.strerror or exc}") from None
+            raise UsageError(f"--prompt-file {opts.prompt_file}: {exc.strerror or exc}") from None
     try:
         task = Task(
-            id=args.id.strip(),
-            title=args.title.strip(),
-            priority=args.priority,
-            module=args.module,
-            instance=args.instance,
-            spec=args.spec,
+            id=opts.id.strip(),
+            title=opts.title.strip(),
+            priority=opts.priority,
+            module=opts.module,
+            instance=opts.instance,
+            spec=opts.spec,
             prompt=prompt,
-            depends_on=tuple(args.depends_on),
+            depends_on=opts.depends_on,
         )
     except ValueError as exc:
         raise UsageError(str(exc)) from None
@@ -225,9 +282,9 @@ def _add(ctx: Context) -> int:
     return int(ExitCode.OK)
 
 
-def _show(ctx: Context) -> int:
+def _show(ctx: Context, opts: ShowOptions) -> int:
     data = _store(ctx).load()
-    task = data.require(ctx.args.task_id)
+    task = data.require(opts.task_id)
     state = _state(task, data.tasks, _now(), ctx.config.patrol.max_attempts)
     if ctx.json:
         ctx.out(dumps({**task.to_json(), "state": state}))
@@ -243,48 +300,47 @@ def _show(ctx: Context) -> int:
     return int(ExitCode.OK)
 
 
-def _set(ctx: Context) -> int:
+def _set(ctx: Context, opts: SetOptions) -> int:
     from xaf_hub.store import audit
     from xaf_hub.store.backlog import BacklogData, format_instant
 
-    args = ctx.args
     cfg = ctx.config
     now = _now()
     fields: dict[str, Any] = {}
-    if args.priority:
-        fields["priority"] = args.priority
-    if args.reset:
+    if opts.priority:
+        fields["priority"] = opts.priority
+    if opts.reset:
         fields.update(attempts=0, not_before=None, last_error=None)
-    if args.status == "dispatched":
-        if not (args.session and args.to):
+    if opts.status == "dispatched":
+        if not (opts.session and opts.to):
             raise UsageError("--status dispatched needs --session ID and --to INSTANCE")
-        cfg.instance(args.to)
+        cfg.instance(opts.to)
         fields.update(
-            session_id=args.session,
-            dispatched_to=args.to,
+            session_id=opts.session,
+            dispatched_to=opts.to,
             dispatched_at=format_instant(now),
             done_at=None,
         )
-    elif args.session or args.to:
+    elif opts.session or opts.to:
         raise UsageError("--session/--to go with --status dispatched only")
-    elif args.status == "done":
+    elif opts.status == "done":
         fields.update(done_at=format_instant(now), not_before=None)
-    elif args.status == "pending":
+    elif opts.status == "pending":
         # A person acts: whatever parked the task or left it to a person is over.
         fields.update(parked=None, infra_failures=0, avoid_models=(), steered_at=None)
-        if not args.force:
-            _refuse_if_running(ctx, _store(ctx).load().require(args.task_id))
+        if not opts.force:
+            _refuse_if_running(ctx, _store(ctx).load().require(opts.task_id))
 
     def mutate(data: BacklogData) -> Task:
-        old = data.require(args.task_id)
+        old = data.require(opts.task_id)
         change = dict(fields)
-        if args.status == "pending" and old.status != "pending":
+        if opts.status == "pending" and old.status != "pending":
             # Back to the pool: the old session no longer stands for this task.
             change.update(
                 session_id=None, dispatched_at=None, dispatched_to=None, model=None, done_at=None
             )
         try:
-            new = dataclasses.replace(old, status=args.status, **change)
+            new = dataclasses.replace(old, status=opts.status, **change)
         except ValueError as exc:
             raise UsageError(str(exc)) from None
         return data.replace(new)
@@ -295,16 +351,16 @@ def _set(ctx: Context) -> int:
         command="backlog.set",
         session=task.session_id or "",
         instance=task.dispatched_to or "",
-        result=args.status,
+        result=opts.status,
         reason=task.id,
         env=ctx.env,
         secrets=ctx.secrets(),
-        extra={"task": task.id, "reset": bool(args.reset)},
+        extra={"task": task.id, "reset": bool(opts.reset)},
     )
     if ctx.json:
         ctx.out(dumps(task.to_json()))
     else:
-        extra = " (attempts and back-off cleared)" if args.reset else ""
+        extra = " (attempts and back-off cleared)" if opts.reset else ""
         ctx.out(f"task {task.id} is now {task.status}{extra}")
     return int(ExitCode.OK)
 

@@ -56,7 +56,7 @@ async def _find(
     ctx: Context, instances: list[InstanceConfig], session_id: str
 ) -> tuple[list[tuple[InstanceConfig, Sighting]], list[tuple[InstanceConfig, str]]]:
     """Every instance that knows the session (with a look at it), and those that did not answer."""
-    from xaf_hub.fleet.client import SessionNotFound
+    from xaf_hub.errors import SessionNotFound
     from xaf_hub.fleet.scan import make_client
     from xaf_hub.ops.confirm import look
 

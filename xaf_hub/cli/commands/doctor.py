@@ -162,7 +162,7 @@ def _patrol(cfg: Config) -> list[Finding]:
 
 
 def _redis_fix() -> str:
-    from xaf_hub.config.load import REDIS_PASSWORD_ENV
+    from xaf_hub.config.credentials import REDIS_PASSWORD_ENV
 
     return (f"Start redis-server there or correct lock.redis_url; its password comes from "
             f"${REDIS_PASSWORD_ENV}.")

@@ -14,7 +14,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from xaf_hub.cli.context import Context
-from xaf_hub.config.load import parse_config, pw_env_name
+from xaf_hub.config.credentials import pw_env_name
+from xaf_hub.config.load import parse_config
 from xaf_hub.errors import UsageError
 from xaf_hub.store.statefile import write_text_atomic
 

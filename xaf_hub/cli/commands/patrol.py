@@ -16,7 +16,8 @@ resumes or fills at once (--no-live: rounds only). `patrol pause|resume|status` 
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
 
 from xaf_hub.cli.commands._common import add_json
 from xaf_hub.cli.context import Context
@@ -24,7 +25,7 @@ from xaf_hub.core.text import dumps
 from xaf_hub.errors import ExitCode, UsageError
 
 if TYPE_CHECKING:
-    from xaf_hub.patrol.context import PatrolContext
+    from xaf_hub.ops.context import OpsContext
 
 EXAMPLES = """\
 examples:
@@ -37,14 +38,6 @@ examples:
 exit codes (--once): 0 when every step ran, else the worst failed step's code; 3 when
 another patrol cycle holds the lock on this machine; 0 with a message when paused.
 """
-
-_SKIPS = (
-    ("no_freelimit", "fix_free_limit"),
-    ("no_check", "check_agents"),
-    ("no_design", "sync_design_tasks"),
-    ("no_fill", "fill_slots"),
-)
-
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Options of `patrol`."""
@@ -66,31 +59,59 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--interval-seconds", type=float, default=None, help=argparse.SUPPRESS)
 
 
-def _pctx(ctx: Context) -> PatrolContext:
-    from xaf_hub.patrol.context import PatrolContext
+@dataclass(frozen=True)
+class Options:
+    """What `patrol` reads of its options."""
+
+    action: Literal["pause", "resume", "status"] | None
+    once: bool
+    no_freelimit: bool
+    no_check: bool
+    no_design: bool
+    no_fill: bool
+    no_live: bool
+    interval_seconds: float | None
+
+
+def _skips(opts: Options) -> list[str]:
+    """The steps the --no-* flags leave out, in cycle order."""
+    return [
+        step
+        for skipped, step in (
+            (opts.no_freelimit, "fix_free_limit"),
+            (opts.no_check, "check_agents"),
+            (opts.no_design, "sync_design_tasks"),
+            (opts.no_fill, "fill_slots"),
+        )
+        if skipped
+    ]
+
+
+def _pctx(ctx: Context) -> OpsContext:
+    from xaf_hub.ops.context import OpsContext
 
     def log(line: str) -> None:
         ctx.info(line)
         ctx.stderr.flush()
 
-    return PatrolContext(ctx.config, env=ctx.env, transport_factory=ctx.transport_factory, log=log)
+    return OpsContext(ctx.config, env=ctx.env, transport_factory=ctx.transport_factory, log=log)
 
 
 def run(ctx: Context) -> int:
     """Run a cycle, the loop, or a pause/resume/status action."""
-    args = ctx.args
-    if args.action:
-        if args.once or args.interval_seconds is not None:
-            raise UsageError(f"patrol {args.action} takes no --once / --interval-seconds")
-        return {"pause": _pause, "resume": _resume, "status": _status}[args.action](ctx)
+    opts = ctx.options(Options)
+    if opts.action:
+        if opts.once or opts.interval_seconds is not None:
+            raise UsageError(f"patrol {opts.action} takes no --once / --interval-seconds")
+        return {"pause": _pause, "resume": _resume, "status": _status}[opts.action](ctx)
     from datetime import timedelta
 
     from xaf_hub.patrol.runner import run_daemon, run_once
 
     pctx = _pctx(ctx)
-    skip = [step for flag, step in _SKIPS if getattr(args, flag)]
-    if args.once:
-        if args.interval_seconds is not None:
+    skip = _skips(opts)
+    if opts.once:
+        if opts.interval_seconds is not None:
             raise UsageError("--interval-seconds makes no sense with --once")
         result = run_once(pctx, skip)
         if ctx.json:
@@ -114,10 +135,10 @@ def run(ctx: Context) -> int:
         return result.code
     if ctx.json:
         raise UsageError("--json needs --once (the loop prints one line per cycle)")
-    if args.interval_seconds is not None:
-        if args.interval_seconds <= 0:
+    if opts.interval_seconds is not None:
+        if opts.interval_seconds <= 0:
             raise UsageError("--interval-seconds must be more than 0")
-        interval, aligned = timedelta(seconds=args.interval_seconds), False
+        interval, aligned = timedelta(seconds=opts.interval_seconds), False
     else:
         interval, aligned = timedelta(minutes=ctx.config.patrol.interval_minutes), True
 
@@ -125,7 +146,7 @@ def run(ctx: Context) -> int:
         ctx.out(line)
         ctx.stdout.flush()
 
-    return run_daemon(pctx, skip, interval, aligned=aligned, out=out, live=not args.no_live)
+    return run_daemon(pctx, skip, interval, aligned=aligned, out=out, live=not opts.no_live)
 
 
 def _who(ctx: Context) -> str:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from xaf_hub.cli.commands._common import (
     add_json,
@@ -54,6 +56,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
+@dataclass(frozen=True)
+class Options:
+    """What `sessions` reads of its options."""
+
+    instance: str | None
+    keyword: str | None
+    limit: int | None
+    out: str | None
+    html: str | None
+    lang: Literal["en", "zh"] | None
+    outcomes: bool
+
+
 def filter_keyword(snap: Snapshot, keyword: str | None) -> Snapshot:
     """Keep only project sessions whose title contains ``keyword`` (case-insensitive)."""
     if not keyword:
@@ -97,36 +112,36 @@ def run(ctx: Context) -> int:
     """Scan, then print or export."""
     from xaf_hub.errors import UsageError
 
-    args = ctx.args
-    if args.limit is not None and args.limit < 0:
+    opts = ctx.options(Options)
+    if opts.limit is not None and opts.limit < 0:
         raise UsageError("--limit must be 0 or more")
-    if args.out and Path(args.out).suffix.lower() not in (".json", ".csv"):
+    if opts.out and Path(opts.out).suffix.lower() not in (".json", ".csv"):
         raise UsageError(
-            f"unsupported export format {Path(args.out).suffix or args.out!r}: "
+            f"unsupported export format {Path(opts.out).suffix or opts.out!r}: "
             "use a .json or .csv file name (or --html FILE for the page)"
         )
     snap, _ = scan(
-        ctx, chosen_instances(ctx), progress=True, outcomes=bool(args.outcomes or args.html)
+        ctx, chosen_instances(ctx), progress=True, outcomes=bool(opts.outcomes or opts.html)
     )
-    snap = filter_keyword(snap, args.keyword)
-    if args.out or args.html or ctx.json:
+    snap = filter_keyword(snap, opts.keyword)
+    if opts.out or opts.html or ctx.json:
         from xaf_hub.page import export as report
 
-        if args.out:
-            report.export(snap, Path(args.out), redact=ctx.redact)
-            ctx.info(f"wrote {args.out}")
-        if args.html:
-            write_page(ctx, snap, Path(args.html), args.lang)
-            ctx.info(f"wrote {args.html}")
+        if opts.out:
+            report.export(snap, Path(opts.out), redact=ctx.redact)
+            ctx.info(f"wrote {opts.out}")
+        if opts.html:
+            write_page(ctx, snap, Path(opts.html), opts.lang)
+            ctx.info(f"wrote {opts.html}")
         if ctx.json:
             ctx.out(dumps(report.snapshot_document(snap)))
             report_unreachable(ctx, snap)
             return scan_exit(snap)
     rows_all = snap.project_sessions()
-    rows = rows_all if args.limit is None else rows_all[: args.limit]
+    rows = rows_all if opts.limit is None else rows_all[: opts.limit]
     now = int(time.time() * 1000)
     headers = ["instance", "session", "state", "updated", "title", "directory"]
-    wide = bool(args.wide)
+    wide = ctx.common.wide
     body = [
         [
             s.instance,
@@ -138,7 +153,7 @@ def run(ctx: Context) -> int:
         ]
         for s in rows
     ]
-    if args.outcomes:
+    if opts.outcomes:
         headers.append("last result")
         for row, s in zip(body, rows, strict=True):
             row.append(s.outcome or "-")

@@ -17,6 +17,7 @@ import contextlib
 import json
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from xaf_hub.cli.commands._common import add_json, chosen_instances, scan, scan_exit
@@ -53,6 +54,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="also say how each instance is followed (or a line for every poll)")
     # Tests stop the loop after a while: N polls, or N x --interval seconds of following.
     p.add_argument("--max-polls", type=int, default=0, help=argparse.SUPPRESS)
+
+
+@dataclass(frozen=True)
+class Options:
+    """What `watch` reads of its options."""
+
+    poll: bool
+    interval: float
+    once: bool
+    instance: str | None
+    verbose: bool
+    max_polls: int
 
 
 def diff(
@@ -115,7 +128,12 @@ def _event_line(ev: FleetEvent) -> str:
 
 
 def follow(
-    ctx: Context, instances: Sequence[InstanceConfig], *, poll_seconds: float, max_seconds: float
+    ctx: Context,
+    instances: Sequence[InstanceConfig],
+    *,
+    poll_seconds: float,
+    max_seconds: float,
+    verbose: bool = False,
 ) -> int:
     """Print each change the fleet's event streams report until Ctrl+C (or ``max_seconds``)."""
     from xaf_hub.fleet.events import following_words
@@ -128,7 +146,7 @@ def follow(
         if ev.kind in ("ready", "polling"):
             if ev.kind == "polling":
                 ctx.warn(f"{following_words(ev)} every {poll_seconds:g} s")
-            elif ctx.args.verbose:
+            elif verbose:
                 ctx.info(str(following_words(ev)))
             if ev.kind == "ready" and ev.instance in pending:
                 pending.discard(ev.instance)
@@ -159,15 +177,17 @@ def run(ctx: Context) -> int:
     """Follow (or poll) until Ctrl+C, or print once."""
     from xaf_hub.errors import UsageError
 
-    args = ctx.args
-    if args.interval <= 0:
+    opts = ctx.options(Options)
+    if opts.interval <= 0:
         raise UsageError("--interval must be more than 0")
     instances = chosen_instances(ctx)
-    if not args.once and not args.poll:
-        limit = args.max_polls * args.interval if args.max_polls else 0.0
-        return follow(ctx, instances, poll_seconds=args.interval, max_seconds=limit)
+    if not opts.once and not opts.poll:
+        limit = opts.max_polls * opts.interval if opts.max_polls else 0.0
+        return follow(
+            ctx, instances, poll_seconds=opts.interval, max_seconds=limit, verbose=opts.verbose
+        )
     snap, _ = scan(ctx, instances)
-    if args.once:
+    if opts.once:
         running = [s for s in snap.project_sessions() if s.running]
         if ctx.json:
             ctx.out(
@@ -188,7 +208,7 @@ def run(ctx: Context) -> int:
     polls = 0
     try:
         while True:
-            time.sleep(args.interval)
+            time.sleep(opts.interval)
             snap, _ = scan(ctx, instances)
             now_down = {u["instance"]: u["reason"] for u in snap.unreachable}
             for name in sorted(set(now_down) - down):
@@ -214,12 +234,12 @@ def run(ctx: Context) -> int:
                     )
                 else:
                     ctx.out(_line(kind, s, outcomes.get(s.id, "") if kind == "stopped" else ""))
-            if args.verbose and not events:
+            if opts.verbose and not events:
                 ctx.info(f"{time.strftime('%H:%M:%S')} no change")
             ctx.stdout.flush()
             before, down = after, set(now_down)
             polls += 1
-            if args.max_polls and polls >= args.max_polls:
+            if opts.max_polls and polls >= opts.max_polls:
                 return 0
     except KeyboardInterrupt:
         return 0

@@ -32,17 +32,12 @@ from xaf_hub.core.discipline import RESUME_PROMPT
 from xaf_hub.core.records import SessionRecord
 from xaf_hub.core.runstate import LastRun, classify
 from xaf_hub.errors import BusyError, HubError
+from xaf_hub.ops.context import OpsContext
 from xaf_hub.ops.decisions import load_decisions
 from xaf_hub.ops.models import choose_model
 from xaf_hub.ops.planner import plan_reuse
 from xaf_hub.ops.send import build_prompt, send_work
-from xaf_hub.patrol.context import (
-    Cycle,
-    PatrolContext,
-    SessionLine,
-    pool_discipline,
-    session_action,
-)
+from xaf_hub.patrol.context import Cycle, SessionLine, pool_discipline, session_action
 from xaf_hub.store.model_state import ModelState
 
 STEP = "check_agents"
@@ -83,7 +78,7 @@ def resume_refusal(
     return ""
 
 
-async def check_agents(pctx: PatrolContext, cycle: Cycle) -> None:
+async def check_agents(pctx: OpsContext, cycle: Cycle) -> None:
     """Classify every recent project session and resume the interrupted ones."""
     fleet = await pctx.scan()
     cycle.note_instances(pctx, fleet)
@@ -135,7 +130,7 @@ async def check_agents(pctx: PatrolContext, cycle: Cycle) -> None:
 
 
 async def resume_one(
-    pctx: PatrolContext,
+    pctx: OpsContext,
     cycle: Cycle,
     inst: InstanceConfig,
     rec: SessionRecord,
@@ -164,7 +159,7 @@ async def resume_one(
 
 
 async def _resume(
-    pctx: PatrolContext,
+    pctx: OpsContext,
     cycle: Cycle,
     inst: InstanceConfig,
     rec: SessionRecord,

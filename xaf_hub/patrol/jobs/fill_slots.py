@@ -48,15 +48,16 @@ from datetime import datetime, timedelta
 
 from xaf_hub.config.load import InstanceConfig
 from xaf_hub.core.records import RunState, SessionRecord
-from xaf_hub.errors import BusyError, HubError, UnreachableError, UsageError
+from xaf_hub.errors import BusyError, HubError, TaskChanged, UnreachableError, UsageError
 from xaf_hub.fleet.client import OpencodeClient
+from xaf_hub.ops.context import Fleet, OpsContext
 from xaf_hub.ops.decisions import decisions_from, operator_interrupts
 from xaf_hub.ops.heal import heal_candidate
 from xaf_hub.ops.load import instance_load
 from xaf_hub.ops.models import choose_model, untried_model
 from xaf_hub.ops.planner import DispatchRequest, InstanceView, new_session_directory, plan_create
 from xaf_hub.ops.send import build_prompt, send_work
-from xaf_hub.patrol.context import Action, Cycle, Fleet, PatrolContext
+from xaf_hub.patrol.context import Action, Cycle
 from xaf_hub.patrol.settle import (
     JUST_DISPATCHED,
     NO_ANSWER_GRACE,
@@ -66,14 +67,7 @@ from xaf_hub.patrol.settle import (
     names_model,
     settle,
 )
-from xaf_hub.store.backlog import (
-    InfraPolicy,
-    Task,
-    TaskChanged,
-    is_blocked,
-    parse_instant,
-    pick_tasks,
-)
+from xaf_hub.store.backlog import InfraPolicy, Task, is_blocked, parse_instant, pick_tasks
 from xaf_hub.store.gate import Gate
 
 __all__ = [
@@ -133,7 +127,7 @@ def session_title(task: Task) -> str:
 # I/O
 
 
-async def fill_slots(pctx: PatrolContext, cycle: Cycle) -> None:
+async def fill_slots(pctx: OpsContext, cycle: Cycle) -> None:
     """Settle dispatched tasks, then dispatch pending ones into every free slot."""
     scanned_at = pctx.now()
     fleet = await pctx.scan()
@@ -220,7 +214,7 @@ def free_slots(fleet: Fleet, gate: Gate) -> list[tuple[InstanceConfig, int, str]
 
 
 async def _dispatch(
-    pctx: PatrolContext,
+    pctx: OpsContext,
     cycle: Cycle,
     inst: InstanceConfig,
     directory: str,
@@ -299,7 +293,7 @@ async def _dispatch(
 
 
 async def _drop_empty(
-    pctx: PatrolContext,
+    pctx: OpsContext,
     client: OpencodeClient,
     inst: InstanceConfig,
     created: list[str],
@@ -323,7 +317,7 @@ async def _drop_empty(
 
 
 async def _with_run_state(
-    pctx: PatrolContext, inst: InstanceConfig, rec: SessionRecord
+    pctx: OpsContext, inst: InstanceConfig, rec: SessionRecord
 ) -> SessionRecord:
     """Ask the run state of a task session outside the project (a forced manual dispatch)."""
     try:
@@ -337,7 +331,7 @@ async def _with_run_state(
 
 
 async def settle_dispatched(
-    pctx: PatrolContext,
+    pctx: OpsContext,
     cycle: Cycle,
     fleet: Fleet,
     tasks: Sequence[Task],
@@ -444,7 +438,7 @@ async def settle_dispatched(
 
 
 def _requeue(
-    pctx: PatrolContext,
+    pctx: OpsContext,
     task: Task,
     inst: InstanceConfig | None,
     seen: Sighting,

@@ -19,9 +19,10 @@ from xaf_hub.core.clock import to_ms
 from xaf_hub.core.records import SessionRecord
 from xaf_hub.core.runstate import LastRun
 from xaf_hub.errors import BusyError, HubError
+from xaf_hub.ops.context import OpsContext
 from xaf_hub.ops.decisions import Decisions, load_decisions
 from xaf_hub.ops.heal import STEP, HealCandidate, Healing, heal, heal_candidate
-from xaf_hub.patrol.context import Cycle, PatrolContext, pool_discipline, session_action
+from xaf_hub.patrol.context import Cycle, pool_discipline, session_action
 from xaf_hub.store.model_state import ModelState
 
 __all__ = ["STEP", "fix_free_limit", "heal_item", "record_heal"]
@@ -30,7 +31,7 @@ __all__ = ["STEP", "fix_free_limit", "heal_item", "record_heal"]
 LOOKBACK = timedelta(hours=24)
 
 
-def record_heal(pctx: PatrolContext, cycle: Cycle, rec: SessionRecord, healing: Healing) -> None:
+def record_heal(pctx: OpsContext, cycle: Cycle, rec: SessionRecord, healing: Healing) -> None:
     """Put one heal into the cycle's record: healed, or waiting for a usable model."""
     if healing.to_model is None:
         cycle.add(
@@ -55,7 +56,7 @@ def record_heal(pctx: PatrolContext, cycle: Cycle, rec: SessionRecord, healing: 
     )
 
 
-async def fix_free_limit(pctx: PatrolContext, cycle: Cycle) -> None:
+async def fix_free_limit(pctx: OpsContext, cycle: Cycle) -> None:
     """Heal every rate-limited or model-unavailable project session once."""
     fleet = await pctx.scan()
     now = pctx.now()
@@ -87,7 +88,7 @@ async def fix_free_limit(pctx: PatrolContext, cycle: Cycle) -> None:
 
 
 async def heal_item(
-    pctx: PatrolContext,
+    pctx: OpsContext,
     cycle: Cycle,
     inst: InstanceConfig,
     rec: SessionRecord,

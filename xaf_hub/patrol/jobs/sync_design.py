@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from xaf_hub.patrol.context import Action, Cycle, PatrolContext
+from xaf_hub.ops.context import OpsContext
+from xaf_hub.patrol.context import Action, Cycle
 from xaf_hub.patrol.design_scan import (
     DEFAULT_BATCH_PATTERNS,
     DEFAULT_ENGLISH_MARKERS,
@@ -36,7 +37,7 @@ def batch_patterns(configured: Sequence[str]) -> tuple[str, ...]:
     return tuple(configured) if configured else DEFAULT_BATCH_PATTERNS
 
 
-async def sync_design_tasks(pctx: PatrolContext, cycle: Cycle) -> None:
+async def sync_design_tasks(pctx: OpsContext, cycle: Cycle) -> None:
     """Scan the design folders and add the new pending rows to the task pool."""
     cfg = pctx.cfg
     now = pctx.now()

@@ -12,7 +12,7 @@ _CHILD = (
     "import signal, subprocess, sys\n"
     "signal.signal(signal.SIGINT, signal.SIG_IGN)  # as a background job starts\n"
     "if sys.argv[1] == 'fix':\n"
-    "    from xaf_hub.sandbox.signals import let_children_see_ctrl_c\n"
+    "    from xaf_hub.sandbox.fleet import let_children_see_ctrl_c\n"
     "    let_children_see_ctrl_c()\n"
     "probe = ('import signal; '\n"
     "         'print(signal.getsignal(signal.SIGINT) is signal.default_int_handler)')\n"
