@@ -5,9 +5,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
+import io
 import sys
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 from xaf_hub.errors import ExitCode, HubError, MissingPassword, UsageError
@@ -33,6 +35,7 @@ COMMANDS: dict[str, str] = {
     "patrol": "run the patrol (heal, resume, sync design tasks, fill slots); pause/resume/status",
     "backlog": "list, add, show or change tasks in the patrol's task pool",
     "notify": "send a test message to the team's chat webhooks (the patrol sends events)",
+    "mcp": "serve the hub to a lead agent over MCP (stdio, or Streamable HTTP with a token)",
     "completion": "print a shell completion script (bash, zsh or fish)",
 }
 
@@ -128,8 +131,14 @@ def build_parser(argv: Sequence[str] | None = None) -> Parser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None, **context: Any) -> int:
-    """Run one command; return its exit code (tests call this directly)."""
+def main(
+    argv: Sequence[str] | None = None,
+    *,
+    on_error: Callable[[HubError], None] | None = None,
+    **context: Any,
+) -> int:
+    """Run one command; return its exit code (tests call this directly). ``on_error`` hears
+    the error a refused command ended with (the MCP server names its class to the agent)."""
     from xaf_hub.cli.context import Context
 
     args: argparse.Namespace | None = None
@@ -152,12 +161,34 @@ def main(argv: Sequence[str] | None = None, **context: Any) -> int:
     except HubError as raised:
         shown = MissingPassword.upgrade(raised)
         _report(ctx, stderr, args, str(shown), shown)
+        if on_error is not None:
+            on_error(shown)
         return int(shown.exit_code)
     except Exception as exc:  # noqa: BLE001 - the last line of defence prints one line
         _report(
             ctx, stderr, args, f"internal error: {type(exc).__name__}: {exc}", exc, internal=True
         )
         return int(ExitCode.INTERNAL)
+
+
+@dataclass(frozen=True)
+class Ran:
+    """What one command did, as a program sees it: its exit code, what it printed (secrets
+    already redacted, as on a terminal) and the error it was refused with."""
+
+    code: int
+    out: str
+    err: str
+    error: HubError | None
+
+
+def invoke(words: Sequence[str], **context: Any) -> Ran:
+    """Run one command exactly as the command line does (same guards, gate, audit and
+    output), capturing its streams: the MCP server's one way to act (``cli/mcp.py``)."""
+    out, err = io.StringIO(), io.StringIO()
+    errors: list[HubError] = []
+    code = main(list(words), on_error=errors.append, stdout=out, stderr=err, **context)
+    return Ran(code, out.getvalue(), err.getvalue(), errors[-1] if errors else None)
 
 
 def _report(

@@ -18,6 +18,7 @@ says what happened. The work itself is done by ``xaf_hub.ops.dispatch``.
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from xaf_hub.cli.commands._common import add_json
@@ -39,7 +40,9 @@ examples:
   xaf-hub dispatch --text "rework the check-in page" --instance lan-189 --dir /srv/shop/book --new
   xaf-hub dispatch --text "docs only" --instance prod-edge --allow-prod --dry-run
   xaf-hub dispatch --text "Fix the login page styles" --confirm-wait      # wait up to 30 s
-exit codes: 3 when the instance is full or its dispatch lock is busy, 4 for production without
+  xaf-hub dispatch --text "Add the export button" --queue   # a full fleet queues it in the pool
+exit codes: 3 when the instance is full or its dispatch lock is busy (with --queue: 0, the task
+waits in the pool), 4 for production without
 --allow-prod or a bad argument, 5 when the target is not a project session (--force overrides).
 With --confirm-wait (the task is sent in every case): 0 when the run was seen going, healed
 or not; 1 when it failed and could not be healed, kept retrying, or showed no sign of starting
@@ -81,6 +84,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--no-record", action="store_true", help="do not record this dispatch in the task pool"
     )
     p.add_argument(
+        "--queue",
+        action="store_true",
+        help="when no eligible instance can take the work now (all full, or the lock busy past "
+        "its wait), put it in the task pool as pending instead of failing; the patrol starts it "
+        "when a slot frees",
+    )
+    p.add_argument(
         "--confirm-wait",
         nargs="?",
         const=30.0,
@@ -92,8 +102,30 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
-def order_from(args: argparse.Namespace) -> DispatchOrder:
-    """The typed form of `dispatch`'s options (UsageError for a bad combination)."""
+@dataclass(frozen=True)
+class Options:
+    """What `dispatch` reads of its options."""
+
+    text: str
+    dry_run: bool
+    instance: str | None
+    session: str | None
+    directory: str | None
+    title: str | None
+    new: bool
+    no_match: bool
+    auto_cleanup: bool
+    allow_prod: bool
+    force: bool
+    model: str | None
+    no_record: bool
+    queue: bool
+    confirm_wait: float | None
+
+
+def order_from(args: Options) -> DispatchOrder:
+    """The operations layer's typed order from `dispatch`'s options (UsageError for a bad
+    combination)."""
     from xaf_hub.ops.dispatch import DispatchOrder
     from xaf_hub.ops.planner import DispatchRequest
 
@@ -106,6 +138,9 @@ def order_from(args: argparse.Namespace) -> DispatchOrder:
             raise UsageError("--confirm-wait makes no sense with --dry-run (nothing is sent)")
         if not args.confirm_wait > 0:
             raise UsageError(f"--confirm-wait must be more than 0 seconds, got {args.confirm_wait}")
+    if args.queue and args.confirm_wait is not None:
+        raise UsageError("--queue and --confirm-wait do not go together (a queued task is not "
+                         "sent now)")
     req = DispatchRequest(
         text=args.text,
         instance=args.instance,
@@ -128,12 +163,18 @@ def order_from(args: argparse.Namespace) -> DispatchOrder:
 
 
 def run(ctx: Context) -> int:
-    """Plan, then (unless --dry-run) send through the gate."""
+    """Plan, then (unless --dry-run) send through the gate; with --queue a full fleet queues."""
     from xaf_hub.ops.dispatch import prepare, send_prepared
 
-    order = order_from(ctx.args)
+    opts = ctx.options(Options)
+    order = order_from(opts)
     ops = ctx.ops()
-    prep = aio.run(prepare(ops, order))
+    try:
+        prep = aio.run(prepare(ops, order))
+    except BusyError as exc:
+        if not opts.queue or order.dry_run:
+            raise
+        return _queue(ctx, opts, exc, instance=opts.instance or "", session=opts.session)
     for w in prep.warnings:
         ctx.warn(w)
     plan, view = prep.plan, prep.view
@@ -146,7 +187,13 @@ def run(ctx: Context) -> int:
                 f"{plan.instance.concurrency_limit}): a real run would be refused"
             )
         return 0
-    sent = aio.run(send_prepared(ops, prep, order, ctx.warn))
+    try:
+        sent = aio.run(send_prepared(ops, prep, order, ctx.warn))
+    except BusyError as exc:  # nothing was sent, and the pool row (if any) was taken back
+        if not opts.queue:
+            raise
+        session = plan.session.id if plan.session is not None else opts.session
+        return _queue(ctx, opts, exc, instance=plan.instance.name, session=session)
     for w in sent.warnings:
         ctx.warn(w)
     if order.confirm_wait is not None:
@@ -155,6 +202,25 @@ def run(ctx: Context) -> int:
         ctx.out(dumps({**sent.result.to_json(), "via": plan.via, "task_id": sent.task_id}))
     else:
         ctx.out(_sent_line(plan, sent.result))
+    return 0
+
+
+def _queue(
+    ctx: Context, opts: Options, why: BusyError, *, instance: str, session: str | None
+) -> int:
+    """Put the work in the pool instead (``ops.queue``) and say where it stands."""
+    from xaf_hub.ops.queue import queue_work
+    from xaf_hub.store.audit import caller
+
+    queued = queue_work(
+        ctx.ops(), opts.text, reason=str(why), instance=instance,
+        title=opts.title if opts.new else None, session=session,
+        caller=caller(ctx.env) or "cli",
+    )
+    if ctx.json:
+        ctx.out(dumps(queued.to_json()))
+    else:
+        ctx.out(queued.line())
     return 0
 
 

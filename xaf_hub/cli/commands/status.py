@@ -18,7 +18,7 @@ from xaf_hub.cli.context import Context
 from xaf_hub.cli.termfit import yes_no_color
 from xaf_hub.core.clock import iso_time
 from xaf_hub.core.text import dumps
-from xaf_hub.errors import UnreachableError
+from xaf_hub.errors import HubError, UnreachableError
 from xaf_hub.ops.load import instance_load
 from xaf_hub.store.backends import make_gate
 
@@ -62,6 +62,7 @@ def run(ctx: Context) -> int:
         # status only reads: without the shared gate, show the rest with reservations unknown.
         ctx.warn(f"reservations unknown: {exc}")
         loads = [instance_load(sc, None, opts.allow_prod) for sc in scans]
+    queued = _queue_length(ctx)
     if ctx.json:
         ctx.out(
             dumps(
@@ -69,6 +70,7 @@ def run(ctx: Context) -> int:
                     "generated_at": iso_time(snap.generated_at),
                     "generated_at_ms": snap.generated_at,
                     "instances": [x.to_json() for x in loads],
+                    "queue": {"pending": queued},
                 }
             )
         )
@@ -102,5 +104,19 @@ def run(ctx: Context) -> int:
         flexible=[("reason", 16), ("project sessions", 8), ("running project", 8)],
         colors={"dispatchable": yes_no_color},
     )
+    if queued:
+        ctx.out(f"queue: {queued} task(s) waiting in the pool for a free slot")
     report_unreachable(ctx, snap)
     return scan_exit(snap)
+
+
+def _queue_length(ctx: Context) -> int | None:
+    """Pending pool tasks ready to start (None, with a warning, when the pool is unreadable)."""
+    from xaf_hub.ops.queue import queue_length
+
+    octx = ctx.ops()
+    try:
+        return queue_length(octx.backlog().load(), octx.now())
+    except HubError as exc:
+        ctx.warn(f"queue unknown: {exc}")
+        return None

@@ -1,0 +1,300 @@
+"""`xaf-hub mcp` against real opencode servers: every tool through the SDK's in-memory client,
+each refusal with its class, the limit under agents calling at once, `dispatch --queue`, and
+Streamable HTTP with and without the bearer token."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+
+pytest.importorskip("mcp.server.mcpserver")
+
+from mcp import Client  # noqa: E402
+
+from tests.fleet import Hub  # noqa: E402
+from xaf_hub.cli.mcp import MAX_TEXT, build_server  # noqa: E402
+from xaf_hub.cli.mcp import Hub as McpHub
+from xaf_hub.sandbox import fleet as sandbox  # noqa: E402
+
+pytestmark = pytest.mark.e2e
+
+
+def tools_of(hub: Hub) -> McpHub:
+    return McpHub(config=str(hub.config_path), env=hub.env, cwd=hub.root)
+
+
+def call(hub: Hub, name: str, arguments: dict[str, Any], *, client: str = "lead") -> Any:
+    """One tool call through the SDK's in-memory client; returns the CallToolResult."""
+
+    async def go() -> Any:
+        async with Client(build_server(tools_of(hub)), client_info=_info(client)) as c:
+            return await c.call_tool(name, arguments)
+
+    return anyio.run(go)
+
+
+def _info(name: str) -> Any:
+    from mcp_types import Implementation
+
+    return Implementation(name=name, version="1")
+
+
+def text(result: Any) -> str:
+    return "".join(getattr(part, "text", "") for part in result.content)
+
+
+def slow(hub: Hub, seconds: float = 40) -> None:
+    hub.llm.set_mode("slow-model", "slow", delay=seconds)
+    hub.doc["models"]["default_dispatch_model"] = "fake/slow-model"
+    hub.write_config()
+
+
+def abort_all(hub: Hub, name: str) -> None:
+    for sid in hub.busy_ids(name):
+        hub.cli("interrupt", "--session", sid, "--allow-prod")
+
+
+def audit(hub: Hub) -> list[dict[str, Any]]:
+    path = Path(hub.env["XAF_HUB_HOME"]) / "audit.log"
+    return [json.loads(ln) for ln in path.read_text("utf-8").splitlines()] if path.exists() else []
+
+
+def test_the_tools_an_agent_sees_have_schemas_and_descriptions(hub: Hub) -> None:
+    async def go() -> Any:
+        async with Client(build_server(tools_of(hub))) as c:
+            return (await c.list_tools()).tools
+
+    tools = {t.name: t for t in anyio.run(go)}
+    assert set(tools) == {"instances", "status", "sessions", "show", "dispatch", "interrupt",
+                          "backlog_list", "backlog_add", "backlog_show"}
+    dispatch = tools["dispatch"].input_schema
+    assert dispatch["required"] == ["text"] and dispatch["additionalProperties"] is False
+    assert dispatch["properties"]["text"]["maxLength"] == MAX_TEXT
+    for name in ("queue", "dry_run", "allow_prod", "instance", "session", "model"):
+        assert dispatch["properties"][name]["description"]
+    assert all(t.description for t in tools.values())
+
+
+def test_reads_give_the_same_documents_as_the_cli(hub: Hub) -> None:
+    sid = hub.session("lan-b", "MCP readable session", "app")
+    got = call(hub, "status", {})
+    assert not got.is_error, text(got)
+    names = [i["instance"] for i in got.structured_content["instances"]]
+    assert names == ["local-a", "lan-b", "lan-c"]
+    assert "local-a 0 running + 0 reserved of 2" in text(got)
+    assert got.structured_content["queue"] == {"pending": 0}
+
+    got = call(hub, "sessions", {"instance": "lan-b", "keyword": "readable"})
+    assert [s["id"] for s in got.structured_content["sessions"]] == [sid]
+    code, cli_doc = hub.cli_json("sessions", "--instance", "lan-b", "--keyword", "readable")
+    assert code == 0 and [s["id"] for s in cli_doc["sessions"]] == [sid]
+
+    got = call(hub, "show", {"session": sid})
+    assert not got.is_error and got.structured_content["session_id"] == sid
+
+    got = call(hub, "instances", {})
+    assert not got.is_error and text(got) == "3 instances"
+    for secret in hub.secrets():
+        assert secret not in json.dumps(got.structured_content) + text(got)
+
+
+def test_dispatch_lands_with_the_discipline_and_is_audited_as_the_agent(hub: Hub) -> None:
+    got = call(hub, "dispatch", {"text": "Add a health check endpoint", "instance": "lan-b",
+                                 "new": True}, client="opencode")
+    assert not got.is_error, text(got)
+    doc = got.structured_content
+    assert doc["action"] == "create" and doc["instance"] == "lan-b"
+    messages = sandbox.messages(hub.server("lan-b").url, hub.password("lan-b"), doc["session_id"])
+    prompt = "".join(p.get("text", "") for m in messages if m["info"]["role"] == "user"
+                     for p in m.get("parts", []))
+    assert "Add a health check endpoint" in prompt and "commit" in prompt.lower()
+    entry = [e for e in audit(hub) if e.get("session") == doc["session_id"]][-1]
+    assert entry["who"]["caller"] == "mcp:opencode"
+
+
+def test_dispatch_into_a_full_instance_is_refused_with_the_reason_and_sends_nothing(
+    hub: Hub,
+) -> None:
+    slow(hub)
+    try:
+        for i in range(2):
+            code, _, err = hub.cli("dispatch", "--new", "--instance", "local-a", "--text",
+                                   f"fill {i}", "--no-record")
+            assert code == 0, err
+        hub.wait_for(lambda: len(hub.busy_ids("local-a")) == 2)
+        before = len(audit(hub))
+        got = call(hub, "dispatch", {"text": "one too many", "instance": "local-a", "new": True})
+        assert got.is_error and "limit reached: " in text(got) and "at its limit" in text(got)
+        assert "Traceback" not in text(got)
+        assert [e for e in audit(hub)[before:] if e.get("result") == "create"] == []
+        assert len(hub.busy_ids("local-a")) == 2
+    finally:
+        abort_all(hub, "local-a")
+
+
+def test_refusals_name_their_class(hub: Hub) -> None:
+    hub.write_config(instances=[*hub.doc["instances"], {
+        "name": "prod-x", "url": hub.server("lan-c").url, "roots": [str(hub.root)],
+        "danger": True}, {"name": "gone", "url": "http://127.0.0.1:9", "roots": [str(hub.root)]}])
+    hub.env["XAF_HUB_PW_PROD_X"] = hub.password("lan-c")
+    outside = hub.session("lan-b", "someone else's", directory=hub.root.parent / "elsewhere")
+    cases = [
+        ({"text": "x", "instance": "prod-x", "new": True}, "production needs allow_prod: "),
+        ({"text": "x", "session": outside, "instance": "lan-b"}, "not a project session: "),
+        ({"text": "x", "instance": "gone", "new": True}, "instance unreachable: "),
+        ({"text": "x", "instance": "nope"}, "bad argument: "),
+        ({"text": "x", "session": "ses_nope", "instance": "lan-b"}, "bad argument: "),
+        ({"text": "   "}, "bad argument: text is empty"),
+    ]
+    for args, expected in cases:
+        got = call(hub, "dispatch", args)
+        assert got.is_error and expected in text(got), (args, text(got))
+        for secret in hub.secrets():
+            assert secret not in text(got)
+    for args, word in [({"text": "x", "surprise": 1}, "surprise"), ({"text": 5}, "text"),
+                       ({}, "text"), ({"text": "x" * (MAX_TEXT + 1)}, "text")]:
+        got = call(hub, "dispatch", args)
+        assert got.is_error and word in text(got), (args, text(got))
+    assert [e for e in audit(hub) if e.get("result") == "create"] == []
+
+
+def test_lock_busy_is_its_own_class(hub: Hub) -> None:
+    import portalocker
+
+    hub.write_config(lock={**hub.doc["lock"], "lock_timeout_seconds": 1})
+    lock_file = Path(hub.env["XAF_HUB_HOME"]) / "locks" / "local-a.lock"
+    lock_file.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock_file, "a+b") as held:
+        portalocker.lock(held, portalocker.LOCK_EX)
+        got = call(hub, "dispatch", {"text": "x", "instance": "local-a", "new": True})
+    assert got.is_error and text(got).startswith("Error executing tool dispatch: lock busy: ")
+
+
+def test_agents_calling_at_once_never_exceed_the_limit(hub: Hub) -> None:
+    slow(hub)
+    server = build_server(tools_of(hub))
+
+    async def one(i: int, results: list[Any]) -> None:
+        async with Client(server, client_info=_info(f"agent-{i}")) as c:
+            results.append(await c.call_tool("dispatch", {
+                "text": f"parallel task {i}", "instance": "local-a", "new": True}))
+
+    async def go() -> list[Any]:
+        results: list[Any] = []
+        async with anyio.create_task_group() as tg:
+            for i in range(6):
+                tg.start_soon(one, i, results)
+        return results
+
+    try:
+        results = anyio.run(go)
+        ok = [r for r in results if not r.is_error]
+        refused = [text(r) for r in results if r.is_error]
+        assert len(ok) == 2, refused
+        assert all("limit reached" in t or "lock busy" in t for t in refused), refused
+        assert len(hub.busy_ids("local-a")) == 2
+        callers = {e["who"]["caller"] for e in audit(hub) if e.get("result") == "create"}
+        assert len(callers) == 2 and all(c.startswith("mcp:agent-") for c in callers)
+    finally:
+        abort_all(hub, "local-a")
+
+
+def test_queue_puts_the_work_in_the_pool_when_the_fleet_is_full(hub: Hub) -> None:
+    slow(hub)
+    for name in ("local-a", "lan-b", "lan-c"):
+        hub.set_instance(name, concurrency_limit=1)
+    try:
+        for name in ("local-a", "lan-b", "lan-c"):
+            code, _, err = hub.cli("dispatch", "--new", "--instance", name, "--text",
+                                   f"fill {name}", "--no-record")
+            assert code == 0, err
+        code, out, err = hub.cli("dispatch", "--text", "Write the release notes", "--queue")
+        assert code == 0, err
+        assert out.startswith("queued as T-") and "(position 1 of 1)" in out
+        assert "no patrol daemon is running" in out
+        got = call(hub, "dispatch", {"text": "Translate the README", "queue": True})
+        assert not got.is_error, text(got)
+        doc = got.structured_content
+        assert doc["queued"] is True and doc["task"].startswith("T-") and doc["position"] == 2
+        code, pool = hub.cli_json("backlog", "list", "--status", "pending")
+        assert code == 0
+        queued = {t["id"]: t for t in pool["tasks"]} if isinstance(pool, dict) else {
+            t["id"]: t for t in pool}
+        assert queued[doc["task"]]["prompt"] == "Translate the README"
+        code, status = hub.cli_json("status")
+        assert status["queue"] == {"pending": 2}
+        # Without --queue the same dispatch still refuses (exit 3) and queues nothing.
+        code, _, err = hub.cli("dispatch", "--text", "not queued", "--new")
+        assert code == 3 and "at its limit" in err
+    finally:
+        for name in ("local-a", "lan-b", "lan-c"):
+            abort_all(hub, name)
+
+
+# -- Streamable HTTP -------------------------------------------------------------------------
+
+
+@pytest.fixture
+def http_server(hub: Hub, tmp_path: Path) -> Iterator[tuple[str, str]]:
+    token = "t0ken-" + os.urandom(12).hex()
+    env = {**os.environ, **hub.env, "XAF_HUB_MCP_TOKEN": token}
+    log = tmp_path / "mcp-http.log"
+    with open(log, "w", encoding="utf-8") as err, subprocess.Popen(
+        [sys.executable, "-m", "xaf_hub", "--config", str(hub.config_path), "mcp", "--http",
+         "--port", "0"], stdout=subprocess.PIPE, stderr=err, text=True, env=env,
+    ) as proc:
+        try:
+            assert proc.stdout is not None
+            url = proc.stdout.readline().strip()
+            assert url.startswith("http://127.0.0.1:") and url.endswith("/mcp"), log.read_text()
+            yield url, token
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        assert token not in log.read_text("utf-8")
+
+
+def test_streamable_http_needs_the_token(hub: Hub, http_server: tuple[str, str]) -> None:
+    url, token = http_server
+    hello = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "curl", "version": "1"}}}
+    headers = {"Accept": "application/json, text/event-stream"}
+    for auth in (None, "Bearer wrong-token-value", f"Basic {token}"):
+        extra = {"Authorization": auth} if auth else {}
+        r = httpx.post(url, json=hello, headers={**headers, **extra}, timeout=10)
+        assert r.status_code == 401 and token not in r.text
+
+    async def go() -> Any:
+        import httpx2
+        from mcp.client.streamable_http import streamable_http_client
+
+        client = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=30)
+        async with client, Client(streamable_http_client(url, http_client=client)) as c:
+            return await c.call_tool("status", {})
+
+    got = anyio.run(go)
+    assert not got.is_error and len(got.structured_content["instances"]) == 3
+
+
+def test_http_without_a_token_or_on_a_public_address_is_refused(hub: Hub) -> None:
+    assert "XAF_HUB_MCP_TOKEN" not in hub.env
+    code, _, err = hub.cli("mcp", "--http", "--port", "0")
+    assert code == 4 and "XAF_HUB_MCP_TOKEN" in err
+    code, _, err = hub.cli("mcp", "--http", "--host", "0.0.0.0", "--port", "0")
+    assert code == 4 and "non-loopback" in err
+    hub.env["XAF_HUB_MCP_TOKEN"] = "short"
+    code, _, err = hub.cli("mcp", "--http", "--port", "0")
+    assert code == 4 and "too short" in err

@@ -1,0 +1,154 @@
+"""Serve the hub to a lead agent over MCP (the Model Context Protocol).
+
+The tools are the CLI's commands, named like them: instances, status, sessions, show,
+dispatch (queue=true queues the task when the fleet is full), interrupt, backlog_list,
+backlog_add, backlog_show. Each runs exactly as the command does: the same limit and gate,
+the same production guard, the same audit log (caller `mcp:<client name>`) and the same
+discipline block in every prompt, however many agents call at once.
+
+By default the server speaks MCP on stdin/stdout, as an agent's MCP client starts it (opencode:
+`"mcp": {"xafhub": {"type": "local", "command": ["xaf-hub", "mcp"]}}`). With --http it serves
+Streamable HTTP at http://HOST:PORT/mcp; every request must carry `Authorization: Bearer
+<token>` with the token from XAF_HUB_MCP_TOKEN, and a non-loopback --host is refused without
+one. Needs the optional extra: pipx install 'xaf-hub[mcp]' (or pip install 'xaf-hub[mcp]').
+"""
+
+from __future__ import annotations
+
+import argparse
+import hmac
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from xaf_hub.cli.context import Context
+from xaf_hub.errors import UsageError
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable, MutableMapping
+
+EXAMPLES = """\
+examples:
+  xaf-hub mcp                                   # MCP on stdio, for an agent's MCP client
+  XAF_HUB_MCP_TOKEN=$(openssl rand -hex 24) xaf-hub mcp --http --port 7318
+opencode (opencode.json):  "mcp": {"xafhub": {"type": "local", "command": ["xaf-hub", "mcp"]}}
+Claude Code:               claude mcp add xafhub -- xaf-hub mcp
+"""
+
+TOKEN_ENV = "XAF_HUB_MCP_TOKEN"
+MIN_TOKEN_LENGTH = 16
+INSTALL_HINT = "pipx install 'xaf-hub[mcp]' (or pip install 'xaf-hub[mcp]')"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Options of `mcp`."""
+    p.add_argument("--http", action="store_true",
+                   help="serve Streamable HTTP at http://HOST:PORT/mcp instead of stdio "
+                   f"(needs a bearer token in {TOKEN_ENV})")
+    p.add_argument("--host", default="127.0.0.1", help="address for --http (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=7318, help="port for --http (default 7318; 0: any)")
+
+
+@dataclass(frozen=True)
+class Options:
+    """What `mcp` reads of its options."""
+
+    http: bool
+    host: str
+    port: int
+
+
+def _is_loopback(host: str) -> bool:
+    from xaf_hub.page.serve import is_loopback
+
+    return is_loopback(host)
+
+
+def _require_sdk() -> None:
+    try:
+        import mcp.server.mcpserver  # noqa: F401
+    except ImportError:
+        raise UsageError(f"xaf-hub mcp needs the MCP SDK: {INSTALL_HINT}") from None
+
+
+def run(ctx: Context) -> int:
+    """Serve until the client closes stdin (stdio) or Ctrl+C (--http)."""
+    opts = ctx.options(Options)
+    token = ctx.env.get(TOKEN_ENV) or ""
+    if opts.http:
+        if not 0 <= opts.port <= 65535:
+            raise UsageError("--port must be between 0 and 65535")
+        if not token:
+            where = "" if _is_loopback(opts.host) else f" on {opts.host}, a non-loopback address"
+            raise UsageError(f"mcp --http{where} needs a bearer token: set {TOKEN_ENV} "
+                             f"(at least {MIN_TOKEN_LENGTH} characters)")
+        if len(token) < MIN_TOKEN_LENGTH:
+            raise UsageError(f"{TOKEN_ENV} is too short: use at least {MIN_TOKEN_LENGTH} "
+                             "characters")
+    _require_sdk()
+    _ = ctx.config  # a broken config is one line now, not an error inside every tool call
+    from xaf_hub.cli.mcp import Hub, build_server
+
+    server = build_server(Hub(config=ctx.common.config, env=ctx.env, cwd=ctx.cwd,
+                              transport_factory=ctx.transport_factory))
+    if not opts.http:
+        import anyio
+
+        anyio.run(server.run_stdio_async)
+        return 0
+    return _serve_http(ctx, server, opts, token)
+
+
+def bearer_guard(app: Any, token: str) -> Callable[..., Awaitable[None]]:
+    """An ASGI wrapper that answers 401 to any HTTP request without the bearer token."""
+    expected = f"Bearer {token}".encode()
+
+    async def guarded(scope: MutableMapping[str, Any], receive: Any, send: Any) -> None:
+        if scope.get("type") == "http":
+            given = dict(scope.get("headers") or []).get(b"authorization", b"")
+            if not hmac.compare_digest(given, expected):
+                await send({"type": "http.response.start", "status": 401, "headers": [
+                    (b"content-type", b"text/plain; charset=utf-8"),
+                    (b"www-authenticate", b'Bearer realm="xaf-hub"')]})
+                await send({"type": "http.response.body",
+                            "body": b"a bearer token is required (XAF_HUB_MCP_TOKEN)\n"})
+                return
+        await app(scope, receive, send)
+
+    return guarded
+
+
+def _serve_http(ctx: Context, server: Any, opts: Options, token: str) -> int:
+    import socket
+
+    import uvicorn
+    from mcp.server.transport_security import TransportSecuritySettings
+
+    # On loopback the SDK checks Host and Origin against DNS rebinding (its default for a
+    # loopback host); on another address the bearer token is what admits a client.
+    security = None if _is_loopback(opts.host) else TransportSecuritySettings(
+        enable_dns_rebinding_protection=False)
+    app = bearer_guard(server.streamable_http_app(host=opts.host, transport_security=security),
+                       token)
+    sock = socket.socket(socket.AF_INET6 if ":" in opts.host else socket.AF_INET)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((opts.host, opts.port))
+    except OSError as exc:
+        sock.close()
+        raise UsageError(f"cannot listen on {opts.host}:{opts.port}: "
+                         f"{exc.strerror or exc}") from exc
+    port = sock.getsockname()[1]
+    shown = f"[{opts.host}]" if ":" in opts.host else opts.host
+    ctx.out(f"http://{shown}:{port}/mcp")  # stdout holds only the URL, for scripts
+    ctx.stdout.flush()
+    ctx.info(f"serving MCP at http://{shown}:{port}/mcp (bearer token from {TOKEN_ENV}); "
+             "Ctrl+C stops")
+    config = uvicorn.Config(app, log_level="warning", lifespan="on")
+    try:
+        uvicorn.Server(config).run(sockets=[sock])
+    except KeyboardInterrupt:
+        pass
+    finally:
+        sock.close()
+    ctx.info("stopped")
+    return 0

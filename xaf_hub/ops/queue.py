@@ -1,0 +1,102 @@
+"""Work that waits its turn: a dispatch the fleet cannot take now becomes a pending pool task.
+
+`dispatch --queue` (and the MCP tool's ``queue: true``) calls ``queue_work`` when every
+eligible instance is at its limit or its lock stayed busy past the wait: nothing was sent,
+and the task enters the pool with its text, the instance it would have gone to as its
+preference (the pool's pin: that instance takes it first, another may borrow it), the matched
+session, who asked and why it waits. The patrol starts it like any pool task: the live daemon
+0.9 s after a slot frees, a round (or cron's `patrol --once`) otherwise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from xaf_hub.ops.context import OpsContext
+from xaf_hub.ops.planner import default_title
+from xaf_hub.store.backlog import pick_tasks
+from xaf_hub.store.patrol_state import daemon_alive, heartbeat, patrol_dir
+from xaf_hub.store.tasks import BacklogData, Task, format_instant, new_task_id
+
+
+@dataclass(frozen=True)
+class Queued:
+    """A task that entered the pool instead of being sent."""
+
+    task: Task
+    position: int  # 1 = the next the patrol starts on its instance
+    of: int  # pending tasks ready to start, this one included
+    reason: str  # why it could not start now
+    daemon_running: bool  # a live patrol daemon on this host will start it when a slot frees
+
+    def line(self) -> str:
+        """What a person reads."""
+        where = f" for {self.task.instance}" if self.task.instance else ""
+        text = f"queued as {self.task.id}{where} (position {self.position} of {self.of}): "
+        text += self.reason
+        if not self.daemon_running:
+            text += ("; no patrol daemon is running here, so nothing starts it until a patrol "
+                     "round (xaf-hub patrol, or patrol --once from cron)")
+        return text
+
+    def to_json(self) -> dict[str, Any]:
+        """Export form (`dispatch --queue --json`)."""
+        return {
+            "queued": True,
+            "task": self.task.id,
+            "position": self.position,
+            "of": self.of,
+            "instance": self.task.instance or None,
+            "reason": self.reason,
+            "daemon_running": self.daemon_running,
+        }
+
+
+def ready_order(tasks: list[Task], instance: str, now: datetime) -> list[Task]:
+    """Pending tasks ready to start, in the order the patrol would start them on ``instance``."""
+    return pick_tasks(tasks, instance, len(tasks), now)
+
+
+def queue_length(data: BacklogData, now: datetime) -> int:
+    """How many pending tasks are ready to start (the work queue's length)."""
+    return len(ready_order(data.tasks, "", now))
+
+
+def queue_work(
+    octx: OpsContext,
+    text: str,
+    *,
+    reason: str,
+    instance: str = "",
+    title: str | None = None,
+    session: str | None = None,
+    caller: str = "",
+) -> Queued:
+    """Add ``text`` to the pool as a pending task (under the pool's lock) and say where it
+    stands. ``instance`` is the preference (the pool's pin); ``session`` the matched session."""
+    now = octx.now()
+    extra: dict[str, Any] = {"queued_reason": reason}
+    if caller:
+        extra["queued_by"] = caller
+    if session:
+        extra["prefer_session"] = session
+
+    def mutate(data: BacklogData) -> tuple[Task, int, int]:
+        task = data.append(Task(
+            id=new_task_id(now, (t.id for t in data.tasks)),
+            title=title or default_title(text),
+            prompt=text,
+            instance=instance,
+            created_at=format_instant(now),
+            extra=extra,
+        ))
+        order = ready_order(data.tasks, instance, now)
+        ids = [t.id for t in order]
+        position = ids.index(task.id) + 1 if task.id in ids else len(ids) + 1
+        return task, position, max(len(ids), position)
+
+    task, position, of = octx.backlog().update(mutate)
+    beat = heartbeat(patrol_dir(octx.cfg))
+    return Queued(task, position, of, reason, daemon_alive(beat))
