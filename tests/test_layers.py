@@ -206,3 +206,12 @@ def test_the_check_sees_an_import_inside_a_function(tmp_path: Path) -> None:
     found = violations({**modules(), "xaf_hub.core.probe": probe})
     assert any(v.startswith("xaf_hub.core.probe:2 imports xaf_hub.cli") and "higher layer" in v
                for v in found)
+
+
+def test_no_command_reads_the_untyped_namespace() -> None:
+    # Every option is read through a typed record (cli/options.py): ctx.options(Options).
+    readers = sorted(
+        module_name(p) for p in (PACKAGE / "cli").rglob("*.py")
+        if "ctx.args" in p.read_text("utf-8") or "getattr(args" in p.read_text("utf-8")
+    )
+    assert readers == []

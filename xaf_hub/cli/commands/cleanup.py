@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from dataclasses import dataclass
 
 from xaf_hub.cli.commands._common import add_json, report_unreachable, scan_exit
 from xaf_hub.cli.context import Context
@@ -40,11 +41,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--allow-prod", action="store_true", help="include production instances")
 
 
+@dataclass(frozen=True)
+class Options:
+    """What `cleanup` reads of its options."""
+
+    ttl_days: float | None
+    execute: bool
+    instance: str | None
+    allow_prod: bool
+
+
 def run(ctx: Context) -> int:
     """Preview or execute the cleanup."""
     from xaf_hub.errors import UsageError
 
-    args = ctx.args
+    args = ctx.options(Options)
     ttl = ctx.config.session_ttl_days if args.ttl_days is None else args.ttl_days
     if ttl < 0:
         raise UsageError("--ttl-days must be 0 or more")

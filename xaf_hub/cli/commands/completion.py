@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 from dataclasses import dataclass
+from typing import Literal
 
 from xaf_hub.cli.context import Context
 from xaf_hub.errors import UsageError
@@ -240,9 +241,17 @@ def fish_script(commands: list[Command]) -> str:
     return "\n".join(lines) + "\n"
 
 
+@dataclass(frozen=True)
+class Options:
+    """What `completion` reads of its options."""
+
+    shell: Literal["bash", "zsh", "fish"] | None
+    instances: bool
+
+
 def run(ctx: Context) -> int:
     """Print the script (or, for the scripts themselves, the configured instance names)."""
-    args = ctx.args
+    args = ctx.options(Options)
     if args.instances:
         with contextlib.suppress(Exception):  # Tab must never print an error
             for inst in ctx.config.instances:

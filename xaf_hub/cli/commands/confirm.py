@@ -14,6 +14,7 @@ block, through the gate. A failure is healed once, whoever heals it first.
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from xaf_hub.cli.commands._common import add_json, healing_text, verdict_text
@@ -82,6 +83,17 @@ async def _find(
     return found, down
 
 
+@dataclass(frozen=True)
+class Options:
+    """What `confirm` reads of its options."""
+
+    session: str
+    instance: str | None
+    fix: bool
+    allow_prod: bool
+    force: bool
+
+
 def run(ctx: Context) -> int:
     """Find the session, judge it, and with --fix heal it."""
     from xaf_hub.cli.commands._common import chosen_instances, session_not_found
@@ -91,7 +103,7 @@ def run(ctx: Context) -> int:
     from xaf_hub.ops.context import utc_now
     from xaf_hub.ops.heal import heal_session
 
-    args = ctx.args
+    args = ctx.options(Options)
     cfg = ctx.config
     instances = chosen_instances(ctx)
     found, down = aio.run(_find(ctx, instances, args.session))

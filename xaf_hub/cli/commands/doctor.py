@@ -21,6 +21,7 @@ import contextlib
 import os
 import tempfile
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -206,7 +207,7 @@ def _clock(cfg: Config, now: datetime) -> list[Finding]:
 def collect(ctx: Context, now: datetime) -> tuple[Path | None, list[Finding], tuple[str, ...]]:
     """Run every check; return (config path, findings, secrets to redact)."""
     try:
-        path: Path | None = find_config(getattr(ctx.args, "config", None), ctx.env, ctx.cwd)
+        path: Path | None = find_config(ctx.common.config, ctx.env, ctx.cwd)
     except ConfigError:
         path = None
     try:
@@ -240,7 +241,7 @@ def collect(ctx: Context, now: datetime) -> tuple[Path | None, list[Finding], tu
     findings.extend(_patrol(cfg))
     from xaf_hub.notify.check import webhook_checks
 
-    online = bool(getattr(ctx.args, "online", False))
+    online = ctx.options(Options).online
     findings += [Finding("notify", c.subject, c.level, c.message, c.fix, c.code)
                  for c in webhook_checks(cfg.notify, cfg.state_dir, online=online)]
     return cfg.path, findings, cfg.secrets()
@@ -282,6 +283,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_json(p)
     p.add_argument("--online", action="store_true",
                    help="also check that each webhook's host resolves (sends nothing)")
+
+
+@dataclass(frozen=True)
+class Options:
+    """What `doctor` reads of its options."""
+
+    online: bool
 
 
 def run(ctx: Context) -> int:

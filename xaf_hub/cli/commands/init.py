@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -63,7 +65,9 @@ def _instance(spec: str) -> tuple[str, str]:
     return name, url.rstrip("/")
 
 
-def starter(instances: list[str], roots: list[str], project: str | None, cwd: Path) -> Any:
+def starter(
+    instances: Sequence[str], roots: Sequence[str], project: str | None, cwd: Path
+) -> Any:
     """The config document for the given flags (None: use the bundled example)."""
     if not instances and not roots:
         return None
@@ -98,10 +102,20 @@ def _next_step(doc: Any, dest: Path, cwd: Path) -> str:
     return f"next: export {exports} (each server's password), then run `xaf-hub{flag} doctor`"
 
 
+@dataclass(frozen=True)
+class Options:
+    """What `init` reads of its options."""
+
+    instance: tuple[str, ...]
+    root: tuple[str, ...]
+    project: str | None
+    force: bool
+
+
 def run(ctx: Context) -> int:
     """Build, validate and write the config; print the next command."""
-    args = ctx.args
-    explicit = getattr(args, "config", None) or ctx.env.get("XAF_HUB_CONFIG")
+    args = ctx.options(Options)
+    explicit = ctx.common.config or ctx.env.get("XAF_HUB_CONFIG")
     dest = Path(explicit or "config.json").expanduser()
     if not dest.is_absolute():
         dest = ctx.cwd / dest

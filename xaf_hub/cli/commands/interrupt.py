@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 
 from xaf_hub.cli.commands._common import add_json
 from xaf_hub.cli.context import Context
@@ -25,11 +26,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--force", action="store_true", help="allow a non-project session")
 
 
+@dataclass(frozen=True)
+class Options:
+    """What `interrupt` reads of its options."""
+
+    session: str
+    instance: str | None
+    allow_prod: bool
+    force: bool
+
+
 def run(ctx: Context) -> int:
     """Stop the session (``ops.interrupt``) and say so."""
     from xaf_hub.ops.interrupt import interrupt_session
 
-    args = ctx.args
+    args = ctx.options(Options)
     done = aio.run(
         interrupt_session(
             ctx.ops(),

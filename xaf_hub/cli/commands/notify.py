@@ -9,7 +9,8 @@ of each round (see README, "Notifications"); this command only proves the path w
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 from xaf_hub.cli.commands._common import add_json
 from xaf_hub.cli.context import Context
@@ -34,18 +35,27 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_json(p)
 
 
+@dataclass(frozen=True)
+class Options:
+    """What `notify` reads of its options."""
+
+    action: Literal["test"] | None
+    webhook: str | None
+
+
 def run(ctx: Context) -> int:
     """Send one test message per chosen webhook and print each receiver's answer."""
     from xaf_hub.core import aio
     from xaf_hub.notify.patrol import send_test
 
-    if ctx.args.action is None:
+    opts = ctx.options(Options)
+    if opts.action is None:
         raise UsageError("notify needs an action: `xaf-hub notify test` (see --help)")
     cfg = ctx.config
     notify = cfg.notify
     if not notify.webhooks:
         raise UsageError("no webhook configured: add one under notify.webhooks (see README)")
-    hooks = [notify.webhook(ctx.args.webhook)] if ctx.args.webhook else list(notify.webhooks)
+    hooks = [notify.webhook(opts.webhook)] if opts.webhook else list(notify.webhooks)
     secrets = cfg.secrets()
     rows: list[dict[str, Any]] = []
     code = ExitCode.OK

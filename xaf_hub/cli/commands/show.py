@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from xaf_hub.cli.commands._common import add_json
@@ -86,6 +87,15 @@ def model_of(messages: Sequence[Mapping[str, Any]]) -> str:
     return ""
 
 
+@dataclass(frozen=True)
+class Options:
+    """What `show` reads of its options."""
+
+    session: str
+    instance: str | None
+    limit: int
+
+
 def run(ctx: Context) -> int:
     """Find the session, read its newest messages, print."""
     from xaf_hub.cli.commands._common import chosen_instances, scan, session_not_found
@@ -94,7 +104,7 @@ def run(ctx: Context) -> int:
     from xaf_hub.fleet.attach import attach_command, attach_hint
     from xaf_hub.fleet.scan import make_client
 
-    args = ctx.args
+    args = ctx.options(Options)
     if args.limit < 1:
         raise UsageError("--limit must be 1 or more")
     _, scans = scan(ctx, chosen_instances(ctx))
