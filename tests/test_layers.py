@@ -209,9 +209,11 @@ def test_the_check_sees_an_import_inside_a_function(tmp_path: Path) -> None:
 
 
 def test_no_command_reads_the_untyped_namespace() -> None:
-    # Every option is read through a typed record (cli/options.py): ctx.options(Options).
+    # Every option is read through a typed record (cli/options.py): ctx.options(Options). Only
+    # the parser's home (cli/main.py: which command, --debug) reads the namespace itself.
     readers = sorted(
         module_name(p) for p in (PACKAGE / "cli").rglob("*.py")
-        if "ctx.args" in p.read_text("utf-8") or "getattr(args" in p.read_text("utf-8")
+        if ("ctx.args" in p.read_text("utf-8") or "getattr(args" in p.read_text("utf-8"))
+        and module_name(p) != "xaf_hub.cli.main"
     )
     assert readers == []

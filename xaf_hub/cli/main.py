@@ -208,10 +208,11 @@ def _report(
         with contextlib.suppress(Exception):  # a broken config has no secrets to learn
             _ = ctx.config  # loading it is the point
         secrets.extend(ctx.secrets())
-    if args is not None and getattr(args, "debug", False) and exc is not None:
+    debug = args is not None and bool(getattr(args, "debug", False))
+    if debug and exc is not None:
         text = "".join(traceback.format_exception(exc))
         print(terminal_safe(redact(text, secrets)), file=stderr, end="")
     line = f"xaf-hub: error: {message}"
-    if internal and not (args is not None and getattr(args, "debug", False)):
+    if internal and not debug:
         line += " (run with --debug for details)"
     print(terminal_safe(redact(line, secrets)), file=stderr)
