@@ -375,3 +375,51 @@ def test_serve_pushes_change_notices_to_every_open_page(hub: Hub) -> None:
         assert "served live" not in "\n".join(got[0] + got[1])  # notices carry no titles
     finally:
         assert lines.stop() == 0, lines.err
+
+
+@pytest.mark.timeout(900)
+def test_queued_work_starts_when_a_slot_frees(hub: Hub) -> None:
+    # dispatch --queue on a full fleet: the task waits in the pool and the daemon's live
+    # reaction starts it on the instance it would have gone to, once that one has a free slot.
+    hub.llm.set_mode("slow-model", "slow", delay=120)
+    hub.doc["models"]["default_dispatch_model"] = "fake/slow-model"
+    # The slot frees while the run sent into it is still in its reservation's grace (a run
+    # sent seconds ago may not show yet): the first fill finds it reserved and must try again.
+    hub.doc["lock"] = {**hub.doc["lock"], "slot_grace_seconds": 15}
+    for inst in hub.doc["instances"]:
+        inst["concurrency_limit"] = 1
+    hub.write_config()
+    for name in ("local-a", "lan-b", "lan-c"):
+        code, _, err = hub.cli("dispatch", "--new", "--instance", name, "--text",
+                               f"fill {name}", "--no-record")
+        assert code == 0, err
+    lines = _daemon(hub)
+    try:
+        code, out, err = hub.cli("dispatch", "--text", "Queued: write the release notes",
+                                 "--instance", "local-a", "--new", "--queue", "--json")
+        assert code == 0, err
+        queued = json.loads(out)
+        assert queued["queued"] is True and queued["daemon_running"] is True, queued
+        assert queued["instance"] == "local-a" and queued["position"] == 1
+        assert _audit(hub, "patrol.fill_slots") == []
+        (busy,) = hub.busy_ids("local-a")
+        hub.cli("interrupt", "--session", busy)
+
+        def started() -> dict[str, Any] | None:
+            code, doc = hub.cli_json("backlog", "show", queued["task"])
+            return doc if code == 0 and doc.get("status") == "dispatched" else None
+
+        task = hub.wait_for(started, timeout=90)
+        assert task["dispatched_to"] == "local-a", task
+        assert _beat(hub)["ticks"] == 1  # started by the live reaction, not a round
+        msgs = sandbox.messages(hub.server("local-a").url, hub.password("local-a"),
+                                task["session_id"])
+        sent = "".join(p.get("text", "") for m in msgs if m["info"]["role"] == "user"
+                       for p in m.get("parts", []))
+        assert "Queued: write the release notes" in sent
+        assert len(hub.busy_ids("local-a")) <= 1
+    finally:
+        assert lines.stop() == 0, lines.err
+        for name in ("local-a", "lan-b", "lan-c"):
+            for sid in hub.busy_ids(name):
+                hub.cli("interrupt", "--session", sid)

@@ -298,3 +298,84 @@ def test_http_without_a_token_or_on_a_public_address_is_refused(hub: Hub) -> Non
     hub.env["XAF_HUB_MCP_TOKEN"] = "short"
     code, _, err = hub.cli("mcp", "--http", "--port", "0")
     assert code == 4 and "too short" in err
+
+
+# -- a real opencode server as the MCP client: a lead agent drives the fleet -------------------
+
+
+@pytest.fixture
+def lead(hub: Hub, tmp_path: Path) -> Iterator[sandbox.OpencodeServer]:
+    """A separate opencode server whose config names `xaf-hub mcp` as its MCP server `xafhub`;
+    its model is the tests' fake, scripted per test to call the hub's tools."""
+    config = sandbox.fake_provider_config(hub.llm.url, ("fake/lead-model", "fake/fake-model"))
+    config["mcp"] = {"xafhub": {
+        "type": "local",
+        "command": [sys.executable, "-m", "xaf_hub", "--config", str(hub.config_path), "mcp"],
+        "environment": {**hub.env, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+        "timeout": 60_000,
+    }}
+    server = sandbox.OpencodeServer(
+        sandbox.find_opencode_binary(), home=tmp_path / "lead" / "home",
+        cwd=tmp_path / "lead" / "cwd", password="lead-" + os.urandom(8).hex(), config=config,
+        start_timeout=120.0,
+    )
+    with server:
+        yield server
+
+
+def lead_run(hub: Hub, lead: sandbox.OpencodeServer, calls: list[Any]) -> list[str]:
+    """Prompt a lead session whose model makes ``calls``; return the tool results it saw."""
+    hub.llm.set_mode("lead-model", "tools", calls=calls, text="lead done")
+    workdir = lead.cwd / "plan"
+    workdir.mkdir(parents=True, exist_ok=True)
+    sid = str(sandbox.create_session(lead.url, lead.password, str(workdir), "lead")["id"])
+    sandbox.prompt_async(lead.url, lead.password, sid, "split the goal and send the pieces",
+                         "fake/lead-model")
+
+    def finished() -> list[str] | None:
+        for entry in reversed(hub.llm.requests()):
+            if entry["model"] == "lead-model" and len(entry["tool_results"]) >= len(calls):
+                return list(entry["tool_results"])
+        return None
+
+    return hub.wait_for(finished, timeout=120, step=0.5)
+
+
+def test_a_lead_agent_in_opencode_sees_the_fleet_and_sends_work(
+    hub: Hub, lead: sandbox.OpencodeServer
+) -> None:
+    results = lead_run(hub, lead, [
+        ["status", {}],
+        ["dispatch", {"text": "Write the changelog entry", "instance": "lan-b", "new": True}],
+    ])
+    assert "local-a" in results[0] and "running" in results[0], results
+    assert results[1].startswith("create ses_") and " on lan-b; model " in results[1], results
+    created = [e for e in audit(hub)
+               if e.get("result") == "create" and e.get("instance") == "lan-b"]
+    assert len(created) == 1 and created[0]["who"]["caller"].startswith("mcp:")
+    sid = created[0]["session"]
+    messages = sandbox.messages(hub.server("lan-b").url, hub.password("lan-b"), sid)
+    prompt = "".join(p.get("text", "") for m in messages if m["info"]["role"] == "user"
+                     for p in m.get("parts", []))
+    assert "Write the changelog entry" in prompt and "commit" in prompt.lower()
+
+
+def test_a_lead_agent_dispatching_into_a_full_instance_is_refused_and_nothing_is_sent(
+    hub: Hub, lead: sandbox.OpencodeServer
+) -> None:
+    slow(hub)
+    try:
+        for i in range(2):
+            code, _, err = hub.cli("dispatch", "--new", "--instance", "local-a", "--text",
+                                   f"fill {i}", "--no-record")
+            assert code == 0, err
+        hub.wait_for(lambda: len(hub.busy_ids("local-a")) == 2)
+        before = len(audit(hub))
+        results = lead_run(hub, lead, [
+            ["dispatch", {"text": "one too many", "instance": "local-a", "new": True}],
+        ])
+        assert "limit reached" in results[0] and "at its limit" in results[0], results
+        assert [e for e in audit(hub)[before:] if e.get("result") == "create"] == []
+        assert len(hub.busy_ids("local-a")) == 2
+    finally:
+        abort_all(hub, "local-a")

@@ -52,6 +52,8 @@ FILL = "fill_slots"
 _SESSION_KINDS = frozenset({"retry", "stopped", "error"})
 _FREES_A_SLOT = frozenset({"stopped", "gone"})
 LOCKED_RETRY_SECONDS = 5.0
+MAX_REFILLS = 3  # fills in a row that wait out a reservation's grace before the round takes over
+_REFILL = ("", "fill")  # the key of a fill due later among the sessions to look at
 
 
 @dataclass
@@ -60,6 +62,7 @@ class _Work:
 
     sessions: dict[tuple[str, str], float] = field(default_factory=dict)
     fill: bool = False
+    fill_tries: int = 0  # fills in a row that found the freed slot still reserved
 
     def empty(self) -> bool:
         return not self.sessions and not self.fill
@@ -135,11 +138,12 @@ class LiveReactor:
         with self._cond:
             now = time.monotonic()
             work = _Work(
-                {k: t for k, t in self._work.sessions.items() if t <= now}, self._work.fill
+                {k: t for k, t in self._work.sessions.items() if t <= now}, self._work.fill,
+                self._work.fill_tries,
             )
             for k in work.sessions:
                 del self._work.sessions[k]
-            self._work.fill = False
+            self._work.fill, self._work.fill_tries = False, 0
             return work
 
     def _later(self, work: _Work, seconds: float) -> None:
@@ -147,7 +151,10 @@ class LiveReactor:
             when = time.monotonic() + seconds
             for k in work.sessions:
                 self._work.sessions[k] = min(self._work.sessions.get(k, when), when)
-            self._work.fill = self._work.fill or work.fill
+            if work.fill:
+                # A fill to try again: due with the sessions (or on its own at ``when``).
+                self._work.sessions.setdefault(_REFILL, when)
+                self._work.fill_tries = max(self._work.fill_tries, work.fill_tries)
 
     def _loop(self) -> None:
         while True:
@@ -180,8 +187,9 @@ class LiveReactor:
             except BusyError:
                 return work, LOCKED_RETRY_SECONDS  # a round (maybe another patrol) is running
         self.reactions += 1
-        if again.sessions:
-            return again, RUN_START_GRACE_MS / 1000 + 1.0
+        if again.sessions or again.fill:
+            grace = pctx.cfg.lock.slot_grace_seconds if again.fill else 0.0
+            return again, max(RUN_START_GRACE_MS / 1000, grace) + 1.0
         return None
 
     def _say(self, cycle: Cycle) -> None:
@@ -194,6 +202,8 @@ class LiveReactor:
         pctx = self.pctx
         cycle = Cycle(started=pctx.now())
         again = _Work()
+        if work.sessions.pop(_REFILL, None) is not None:
+            work.fill = True
         for key in sorted(work.sessions):
             if pctx.stop_requested():
                 break
@@ -205,10 +215,25 @@ class LiveReactor:
                 # Only when the pool has work: a fill scans the whole fleet.
                 if any(t.status in ("pending", "dispatched") for t in pctx.backlog().load().tasks):
                     await fill_slots(pctx, cycle)
+                    if work.fill_tries < MAX_REFILLS and self._slot_still_reserved(pctx):
+                        # The slot that freed may still be held by a reservation in its grace
+                        # (a run sent seconds ago): fill again once the grace has passed, so
+                        # queued work does not wait for the next round.
+                        again.fill, again.fill_tries = True, work.fill_tries + 1
             except HubError as exc:
                 cycle.error(pctx, FILL, str(exc))
         cycle.finished = pctx.now()
         return cycle, again
+
+    @staticmethod
+    def _slot_still_reserved(pctx: OpsContext) -> bool:
+        """True when ready pool work waits while some instance holds a live reservation."""
+        from xaf_hub.ops.queue import queue_length
+
+        if not queue_length(pctx.backlog().load(), pctx.now()):
+            return False
+        gate = pctx.gate()
+        return any(gate.live_reservations(inst.name) for inst in pctx.cfg.instances)
 
     async def _session(self, cycle: Cycle, instance: str, sid: str) -> str:
         """React to one session; "recheck" when it should be looked at again shortly."""

@@ -25,7 +25,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import FrameType, TracebackType
 from typing import Any, Self
 
-MODES = frozenset({"ok", "slow", "429", "500", "404", "401", "hang"})
+MODES = frozenset({"ok", "slow", "429", "500", "404", "401", "hang", "tools"})
 
 DEFAULT_TEXT = "Hello from fake LLM."
 DEFAULT_TITLE = "Fake title"
@@ -45,6 +45,10 @@ class Behaviour:
     text: str = DEFAULT_TEXT
     error_type: str | None = None  # 429: "rate_limit_error" (default) or "FreeUsageLimitError"
     error_message: str | None = None
+    # tools: the tool calls to make, in order, one per answer: (name, JSON arguments). A name
+    # matches the offered tool whose name ends with it ("status" calls "xafhub_status"). After
+    # the last one's result the answer is ``text`` plus the tool results it was given.
+    calls: tuple[tuple[str, str], ...] = ()
 
 
 _OPTION_NAMES = frozenset(f.name for f in fields(Behaviour)) - {"mode"}
@@ -65,6 +69,13 @@ def make_behaviour(mode: str, opts: Mapping[str, Any]) -> Behaviour:
     text = opts.get("text", DEFAULT_TEXT)
     error_type = opts.get("error_type")
     error_message = opts.get("error_message")
+    calls: list[tuple[str, str]] = []
+    for item in opts.get("calls") or ():
+        if not (isinstance(item, (list, tuple)) and len(item) == 2 and isinstance(item[0], str)):
+            raise ValueError("calls must be a list of [tool name, arguments object] pairs")
+        calls.append((item[0], json.dumps(item[1] or {})))
+    if mode == "tools" and not calls:
+        raise ValueError("mode tools needs calls")
     if not isinstance(text, str):
         raise ValueError("text must be a string")
     for name, value in (("error_type", error_type), ("error_message", error_message)):
@@ -78,6 +89,7 @@ def make_behaviour(mode: str, opts: Mapping[str, Any]) -> Behaviour:
         text=text,
         error_type=error_type,
         error_message=error_message,
+        calls=tuple(calls),
     )
 
 
@@ -164,6 +176,24 @@ def last_user_text(messages: Any) -> str:
             return "\n".join(t for t in texts if isinstance(t, str))
         return ""
     return ""
+
+
+def tool_results(messages: Any) -> list[str]:
+    """The tool results sent back since the last user message, oldest first."""
+    if not isinstance(messages, list):
+        return []
+    out: list[str] = []
+    for msg in messages:
+        if not isinstance(msg, dict):
+            continue
+        if msg.get("role") == "user":
+            out = []
+        elif msg.get("role") == "tool":
+            content = msg.get("content")
+            if isinstance(content, list):
+                content = "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+            out.append(str(content))
+    return out
 
 
 def split_text(text: str) -> list[str]:
@@ -422,6 +452,7 @@ class _Handler(BaseHTTPRequestHandler):
                 "title_call": is_title,
                 "mode": "ok" if is_title else b.mode,
                 "last_user_text": last_user_text(body.get("messages")),
+                "tool_results": tool_results(body.get("messages")),
                 "auth": self.headers.get("Authorization"),
                 "time": time.time(),
             }
@@ -430,6 +461,17 @@ class _Handler(BaseHTTPRequestHandler):
             self._answer(model, DEFAULT_TITLE, stream, delay=0.0, interval=b.interval)
         elif b.mode == "ok":
             self._answer(model, b.text, stream, delay=0.0, interval=b.interval)
+        elif b.mode == "tools":
+            done = tool_results(body.get("messages"))
+            if len(done) < len(b.calls):
+                want, arguments = b.calls[len(done)]
+                offered = [str((t.get("function") or {}).get("name", "")) for t in tools or []
+                           if isinstance(t, dict)]
+                name = next((n for n in offered if n == want or n.endswith("_" + want)), want)
+                self._call_tool(model, name, arguments, stream)
+            else:
+                self._answer(model, "\n".join([b.text, *done]), stream, delay=0.0,
+                             interval=b.interval)
         elif b.mode == "slow":
             self._answer(model, b.text, stream, delay=b.delay, interval=b.interval)
         elif b.mode == "hang":
@@ -438,6 +480,45 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             status, headers, err = error_response(b, model)
             self._send_json(status, err, headers)
+
+    def _call_tool(self, model: str, name: str, arguments: str, stream: bool) -> None:
+        created = int(time.time())
+        cid = f"chatcmpl-fake{time.monotonic_ns()}"
+        call = {"id": f"call_{time.monotonic_ns()}", "type": "function",
+                "function": {"name": name, "arguments": arguments}}
+        usage = {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
+        if not stream:
+            self._send_json(200, {
+                "id": cid, "object": "chat.completion", "created": created, "model": model,
+                "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
+                    "role": "assistant", "content": None, "tool_calls": [call]}}],
+                "usage": usage,
+            })
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        self.end_headers()
+
+        def send(obj: Any) -> None:
+            payload = obj if isinstance(obj, str) else json.dumps(obj)
+            self.wfile.write(f"data: {payload}\n\n".encode())
+            self.wfile.flush()
+
+        def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+            return {"id": cid, "object": "chat.completion.chunk", "created": created,
+                    "model": model, "choices": [{"index": 0, "delta": delta,
+                                                 "finish_reason": finish}]}
+
+        try:
+            send(chunk({"role": "assistant", "content": None,
+                        "tool_calls": [{"index": 0, **call}]}))
+            send(chunk({}, "tool_calls"))
+            send({"id": cid, "object": "chat.completion.chunk", "created": created,
+                  "model": model, "choices": [], "usage": usage})
+            send("[DONE]")
+        except (BrokenPipeError, ConnectionResetError, TimeoutError):
+            return
 
     def _answer(self, model: str, text: str, stream: bool, delay: float, interval: float) -> None:
         created = int(time.time())

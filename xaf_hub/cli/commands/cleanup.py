@@ -55,8 +55,8 @@ def run(ctx: Context) -> int:
     """Preview or execute the cleanup."""
     from xaf_hub.errors import UsageError
 
-    args = ctx.options(Options)
-    ttl = ctx.config.session_ttl_days if args.ttl_days is None else args.ttl_days
+    opts = ctx.options(Options)
+    ttl = ctx.config.session_ttl_days if opts.ttl_days is None else opts.ttl_days
     if ttl < 0:
         raise UsageError("--ttl-days must be 0 or more")
     from xaf_hub.ops.cleanup import cleanup_fleet
@@ -64,10 +64,10 @@ def run(ctx: Context) -> int:
     report = aio.run(
         cleanup_fleet(
             ctx.ops(),
-            execute=args.execute,
+            execute=opts.execute,
             ttl_days=ttl,
-            instance=args.instance,
-            allow_prod=args.allow_prod,
+            instance=opts.instance,
+            allow_prod=opts.allow_prod,
         )
     )
     snap = report.pop("_snap")
@@ -107,7 +107,7 @@ def run(ctx: Context) -> int:
                     f"{entry['instance']}: {entry['missing_time']} session(s) with no "
                     "update time skipped (never deleted)"
                 )
-        if args.execute:
+        if opts.execute:
             ctx.out(f"deleted {deleted} of {total} stale project session(s) (idle > {ttl:g} days)")
         else:
             ctx.out(
@@ -117,6 +117,6 @@ def run(ctx: Context) -> int:
     report_unreachable(ctx, snap)
     failed = any(e["failed"] for e in report["instances"])
     code = scan_exit(snap)
-    if args.instance and snap.unreachable:
+    if opts.instance and snap.unreachable:
         code = 2
     return code if not failed else max(code, 1)

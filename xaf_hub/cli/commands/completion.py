@@ -251,14 +251,14 @@ class Options:
 
 def run(ctx: Context) -> int:
     """Print the script (or, for the scripts themselves, the configured instance names)."""
-    args = ctx.options(Options)
-    if args.instances:
+    opts = ctx.options(Options)
+    if opts.instances:
         with contextlib.suppress(Exception):  # Tab must never print an error
             for inst in ctx.config.instances:
                 ctx.out(inst.name)
         return 0
-    if not args.shell:
+    if not opts.shell:
         raise UsageError("name a shell: bash, zsh or fish (e.g. xaf-hub completion bash)")
-    make = {"bash": bash_script, "zsh": zsh_script, "fish": fish_script}[args.shell]
+    make = {"bash": bash_script, "zsh": zsh_script, "fish": fish_script}[opts.shell]
     print(make(model()), end="", file=ctx.stdout)
     return 0

@@ -103,18 +103,18 @@ def run(ctx: Context) -> int:
     from xaf_hub.ops.context import utc_now
     from xaf_hub.ops.heal import heal_session
 
-    args = ctx.options(Options)
+    opts = ctx.options(Options)
     cfg = ctx.config
     instances = chosen_instances(ctx)
-    found, down = aio.run(_find(ctx, instances, args.session))
+    found, down = aio.run(_find(ctx, instances, opts.session))
     if not found:
         down_names = [(inst.name, reason) for inst, reason in down]
-        raise session_not_found(args.session, down_names, args.instance)
+        raise session_not_found(opts.session, down_names, opts.instance)
     # Servers sharing one database all know the session; only the one running it says so.
     inst, seen = next(((i, s) for i, s in found if s.rec.running), found[0])
     if len(found) > 1:
         names = ", ".join(i.name for i, _ in found)
-        ctx.warn(f"{args.session} is known to {names} (a shared database?); using {inst.name}")
+        ctx.warn(f"{opts.session} is known to {names} (a shared database?); using {inst.name}")
     tz = resolve_timezone(cfg.models.timezone)
     now_ms = to_ms(utc_now())
     verdict = judge(seen)
@@ -126,7 +126,7 @@ def run(ctx: Context) -> int:
     code = int(ExitCode.INTERNAL if verdict.state in ("retrying", "failed") else ExitCode.OK)
     fix: dict[str, Any] | None = None
     fix_line = ""
-    if args.fix:
+    if opts.fix:
         if cand is None:
             fix = {"healed": False, "reason": "nothing the patrol would heal"}
             fix_line = "nothing to fix: " + (
@@ -135,11 +135,11 @@ def run(ctx: Context) -> int:
                 else f"the session is {verdict.state}"
             )
         else:
-            if inst.production and not args.allow_prod:
+            if inst.production and not opts.allow_prod:
                 raise ProductionRefused(
                     f"{inst.name} is a production instance: --fix needs --allow-prod"
                 )
-            if not rec.project and not args.force:
+            if not rec.project and not opts.force:
                 raise NotProjectSession(
                     f"session {rec.id} on {inst.name} is not a project session "
                     f"({rec.directory}); --force overrides"

@@ -123,42 +123,42 @@ class Options:
     confirm_wait: float | None
 
 
-def order_from(args: Options) -> DispatchOrder:
+def order_from(opts: Options) -> DispatchOrder:
     """The operations layer's typed order from `dispatch`'s options (UsageError for a bad
     combination)."""
     from xaf_hub.ops.dispatch import DispatchOrder
     from xaf_hub.ops.planner import DispatchRequest
 
-    if not args.text.strip():
+    if not opts.text.strip():
         raise UsageError("--text is empty: say what the agent should do")
-    if args.model and "/" not in args.model:
-        raise UsageError(f"--model must be provider/model, got {args.model!r}")
-    if args.confirm_wait is not None:
-        if args.dry_run:
+    if opts.model and "/" not in opts.model:
+        raise UsageError(f"--model must be provider/model, got {opts.model!r}")
+    if opts.confirm_wait is not None:
+        if opts.dry_run:
             raise UsageError("--confirm-wait makes no sense with --dry-run (nothing is sent)")
-        if not args.confirm_wait > 0:
-            raise UsageError(f"--confirm-wait must be more than 0 seconds, got {args.confirm_wait}")
-    if args.queue and args.confirm_wait is not None:
+        if not opts.confirm_wait > 0:
+            raise UsageError(f"--confirm-wait must be more than 0 seconds, got {opts.confirm_wait}")
+    if opts.queue and opts.confirm_wait is not None:
         raise UsageError("--queue and --confirm-wait do not go together (a queued task is not "
                          "sent now)")
     req = DispatchRequest(
-        text=args.text,
-        instance=args.instance,
-        session=args.session,
-        directory=args.directory,
-        title=args.title,
-        new=args.new,
-        no_match=args.no_match,
-        allow_prod=args.allow_prod,
-        force=args.force,
-        model=args.model,
+        text=opts.text,
+        instance=opts.instance,
+        session=opts.session,
+        directory=opts.directory,
+        title=opts.title,
+        new=opts.new,
+        no_match=opts.no_match,
+        allow_prod=opts.allow_prod,
+        force=opts.force,
+        model=opts.model,
     )
     return DispatchOrder(
         req,
-        record=not args.no_record,
-        auto_cleanup=args.auto_cleanup,
-        dry_run=args.dry_run,
-        confirm_wait=args.confirm_wait,
+        record=not opts.no_record,
+        auto_cleanup=opts.auto_cleanup,
+        dry_run=opts.dry_run,
+        confirm_wait=opts.confirm_wait,
     )
 
 

@@ -204,7 +204,9 @@ def _clock(cfg: Config, now: datetime) -> list[Finding]:
     return clock_findings(cfg.models, tz, now, blackouts)
 
 
-def collect(ctx: Context, now: datetime) -> tuple[Path | None, list[Finding], tuple[str, ...]]:
+def collect(
+    ctx: Context, opts: Options, now: datetime
+) -> tuple[Path | None, list[Finding], tuple[str, ...]]:
     """Run every check; return (config path, findings, secrets to redact)."""
     try:
         path: Path | None = find_config(ctx.common.config, ctx.env, ctx.cwd)
@@ -241,9 +243,8 @@ def collect(ctx: Context, now: datetime) -> tuple[Path | None, list[Finding], tu
     findings.extend(_patrol(cfg))
     from xaf_hub.notify.check import webhook_checks
 
-    online = ctx.options(Options).online
     findings += [Finding("notify", c.subject, c.level, c.message, c.fix, c.code)
-                 for c in webhook_checks(cfg.notify, cfg.state_dir, online=online)]
+                 for c in webhook_checks(cfg.notify, cfg.state_dir, online=opts.online)]
     return cfg.path, findings, cfg.secrets()
 
 
@@ -296,7 +297,8 @@ def run(ctx: Context) -> int:
     """Check everything and print one line per check, with a fix for each problem."""
     from xaf_hub.ops.context import utc_now as now_utc
 
-    path, findings, secrets = collect(ctx, now_utc())
+    opts = ctx.options(Options)
+    path, findings, secrets = collect(ctx, opts, now_utc())
     code = worst(findings)
     if ctx.json:
         from xaf_hub import __version__

@@ -114,17 +114,17 @@ class Options:
 
 def run(ctx: Context) -> int:
     """Build, validate and write the config; print the next command."""
-    args = ctx.options(Options)
+    opts = ctx.options(Options)
     explicit = ctx.common.config or ctx.env.get("XAF_HUB_CONFIG")
     dest = Path(explicit or "config.json").expanduser()
     if not dest.is_absolute():
         dest = ctx.cwd / dest
-    doc = starter(args.instance, args.root, args.project, ctx.cwd)
+    doc = starter(opts.instance, opts.root, opts.project, ctx.cwd)
     text = EXAMPLE.read_text("utf-8") if doc is None else json.dumps(doc, indent=2) + "\n"
     parse_config(json.loads(text), path=dest, env=ctx.env)  # a starter must load
     if dest.is_dir():
         raise UsageError(f"{dest} is a folder: pass --config FILE")
-    if dest.exists() and not args.force:
+    if dest.exists() and not opts.force:
         raise UsageError(f"{dest} already exists: pass --force to overwrite it")
     write_text_atomic(dest, text, private=False)
     what = "the bundled example" if doc is None else f"{len(doc['instances'])} instance(s)"

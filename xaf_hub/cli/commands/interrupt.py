@@ -40,14 +40,14 @@ def run(ctx: Context) -> int:
     """Stop the session (``ops.interrupt``) and say so."""
     from xaf_hub.ops.interrupt import interrupt_session
 
-    args = ctx.options(Options)
+    opts = ctx.options(Options)
     done = aio.run(
         interrupt_session(
             ctx.ops(),
-            args.session,
-            instance=args.instance,
-            allow_prod=args.allow_prod,
-            force=args.force,
+            opts.session,
+            instance=opts.instance,
+            allow_prod=opts.allow_prod,
+            force=opts.force,
         )
     )
     if ctx.json:

@@ -104,20 +104,20 @@ def run(ctx: Context) -> int:
     from xaf_hub.fleet.attach import attach_command, attach_hint
     from xaf_hub.fleet.scan import make_client
 
-    args = ctx.options(Options)
-    if args.limit < 1:
+    opts = ctx.options(Options)
+    if opts.limit < 1:
         raise UsageError("--limit must be 1 or more")
     _, scans = scan(ctx, chosen_instances(ctx))
-    hit = next(((sc, s) for sc in scans for s in sc.sessions if s.id == args.session), None)
+    hit = next(((sc, s) for sc in scans for s in sc.sessions if s.id == opts.session), None)
     if hit is None:
         down = [(sc.inst.name, sc.reason) for sc in scans if not sc.reachable]
-        raise session_not_found(args.session, down, args.instance)
+        raise session_not_found(opts.session, down, opts.instance)
     sc, s = hit
 
     async def go() -> list[dict[str, Any]]:
         transport = ctx.transport_factory(sc.inst) if ctx.transport_factory else None
         async with make_client(ctx.config, sc.inst, transport) as client:
-            return await client.messages(s.id, limit=args.limit)
+            return await client.messages(s.id, limit=opts.limit)
 
     messages = aio.run(go())
     prompt, answer = last_of(messages, "user"), last_of(messages, "assistant")
@@ -167,7 +167,7 @@ def run(ctx: Context) -> int:
         ctx.out(f"{key + ':':<11}{value}")
     for label, msg in (("last prompt", prompt), ("last answer", answer)):
         if msg is None:
-            ctx.out(f"\n{label}: (none in the newest {args.limit} messages)")
+            ctx.out(f"\n{label}: (none in the newest {opts.limit} messages)")
             continue
         at = _ms(_info(msg), "created")
         ctx.out(f"\n{label} ({fmt_time(at)}):")
