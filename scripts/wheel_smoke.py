@@ -87,6 +87,10 @@ def main(bin_dir: Path) -> int:
         env["XAF_HUB_PW_DEV"] = password
         code, out = hub(bin_dir, env, "doctor")
         step("doctor", code == 0 and xaf_hub.__version__ in out and password not in out, out)
+        code, out = hub(bin_dir, env, "mcp")
+        one_line = len(out.strip().splitlines()) == 1
+        step("mcp without the [mcp] extra says how to get it",
+             code == 4 and "pipx install 'xaf-hub[mcp]'" in out and one_line, out)
         code, out = hub(bin_dir, env, "status")
         step("status", code == 0 and "dev" in out, out)
         code, out = hub(bin_dir, env, "sessions", "--json")

@@ -35,6 +35,7 @@ from xaf_hub.errors import (
     ConfigError,
     HubError,
     LockLostError,
+    MissingPassword,
     NotProjectSession,
     ProductionRefused,
     RunStateUnknown,
@@ -73,6 +74,8 @@ def refusal_class(error: HubError | None, code: int) -> str:
         return "production needs allow_prod"
     if isinstance(error, NotProjectSession):
         return "not a project session"
+    if isinstance(error, MissingPassword):
+        return "password missing"
     if isinstance(error, UnreachableError):
         return "instance unreachable"
     if isinstance(error, SessionNotFound | UsageError):
