@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -119,6 +120,55 @@ def test_dispatch_lands_with_the_discipline_and_is_audited_as_the_agent(hub: Hub
     assert "Add a health check endpoint" in prompt and "commit" in prompt.lower()
     entry = [e for e in audit(hub) if e.get("session") == doc["session_id"]][-1]
     assert entry["who"]["caller"] == "mcp:opencode"
+
+
+def test_pool_tools_and_interrupt(hub: Hub) -> None:
+    got = call(hub, "backlog_add", {"title": "Document the API", "priority": "P1",
+                                    "prompt": "Write docs/api.md", "instance": "lan-b"})
+    assert not got.is_error, text(got)
+    task = got.structured_content["id"]
+    assert text(got) == f"added {task}"
+    got = call(hub, "backlog_show", {"task_id": task})
+    assert got.structured_content["prompt"] == "Write docs/api.md"
+    assert got.structured_content["priority"] == "P1"
+    got = call(hub, "backlog_list", {"status": "pending"})
+    assert task in json.dumps(got.structured_content) and text(got).endswith("tasks")
+    got = call(hub, "backlog_show", {"task_id": "T-nope"})
+    assert got.is_error and "bad argument: " in text(got)
+    got = call(hub, "backlog_add", {"title": "x", "priority": "P9"})
+    assert got.is_error and "priority" in text(got)
+
+    slow(hub)
+    sid = hub.session("lan-b", "to be stopped", "app")
+    hub.prompt("lan-b", sid, "long work", "fake/slow-model")
+    hub.wait_for(lambda: sid in hub.busy_ids("lan-b"))
+    got = call(hub, "interrupt", {"session": sid}, client="lead")
+    assert not got.is_error, text(got)
+    hub.wait_for(lambda: sid not in hub.busy_ids("lan-b"))
+    stopped = [e for e in audit(hub) if e.get("session") == sid and e["command"] == "interrupt"]
+    assert stopped and stopped[-1]["who"]["caller"] == "mcp:lead"
+
+
+def test_a_client_that_goes_away_mid_call_leaves_a_dispatch_done_or_not_started(
+    hub: Hub,
+) -> None:
+    # The call is cancelled while its command runs; the command is never abandoned half-way:
+    # whatever the audit log says was created exists on the server, and nothing else does.
+    texts = [f"cancelled call {i}" for i in range(4)]
+
+    async def go(i: int) -> None:
+        async with Client(build_server(tools_of(hub))) as c:
+            with anyio.move_on_after(0.05 * (i + 1)):
+                await c.call_tool("dispatch", {"text": texts[i], "instance": "lan-c",
+                                               "new": True})
+
+    for i in range(len(texts)):
+        anyio.run(go, i)
+    time.sleep(1.0)
+    created = {e["session"] for e in audit(hub) if e.get("result") == "create"}
+    code, doc = hub.cli_json("sessions", "--instance", "lan-c")
+    on_server = {s["id"] for s in doc["sessions"] if s["title"].startswith("cancelled call")}
+    assert created == on_server
 
 
 def test_dispatch_into_a_full_instance_is_refused_with_the_reason_and_sends_nothing(

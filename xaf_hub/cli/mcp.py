@@ -123,7 +123,7 @@ class Hub:
         extra: dict[str, Any] = {}
         if self.transport_factory is not None:
             extra["transport_factory"] = self.transport_factory
-        return invoke([words[0], *head, "--json", *words[1:]], env=env, cwd=self.cwd, **extra)
+        return invoke([words[0], *head, *words[1:], "--json"], env=env, cwd=self.cwd, **extra)
 
     def answer(
         self, words: Sequence[str], caller: str, summary: Callable[[Any], str], *,
