@@ -305,8 +305,8 @@ def test_serve_shows_the_fleet_and_scans_once_per_window(
             full_screenshot(page, "overview-served.png")
             # The page itself, then only its change notices and its own refreshes (same
             # origin, same language).
-            page.wait_for_function("document.getElementById('live-status').textContent"
-                                   ".startsWith('Following live.')", timeout=30_000)
+            # A locator, not wait_for_function("..."): the page's CSP forbids eval.
+            page.locator("#live-status", has_text="Following live.").wait_for(timeout=30_000)
             assert requests[0] == server.url
             assert set(requests[1:]) <= {server.url + "?lang=en", server.url + "api/events"}
             assert dialogs == []

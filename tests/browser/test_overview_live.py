@@ -44,6 +44,14 @@ def served(hub: Hub, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Served]]:
         s.kill()
 
 
+def following(page: Any, timeout_ms: float = 30_000) -> None:
+    """Wait until the page says it follows the hub's change notices. A locator, not
+    ``wait_for_function("...")``: the page's CSP forbids eval, and Playwright evaluates a string
+    predicate with eval once it has to poll (the test failed whenever the first look was early).
+    """
+    page.locator("#live-status", has_text="Following live.").wait_for(timeout=timeout_ms)
+
+
 def fixed_text(page: Any) -> str:
     """The page's own words: everything but the session rows and server names (data)."""
     return str(page.evaluate(
@@ -140,9 +148,7 @@ def test_served_page_updates_itself_and_keeps_the_filter(
         page.locator("details.help summary").click()  # the reader opened the glossary
         page.evaluate("window.scrollTo(0, 200)")
         scrolled = page.evaluate("window.scrollY")
-        page.wait_for_function(  # the page listens to the hub's change notices
-            "document.getElementById('live-status').textContent.startsWith('Following live.')",
-            timeout=30_000)
+        following(page)  # the page listens to the hub's change notices
 
         created = time.monotonic()
         hub.session("lan-c", "登录 new after the page opened", "web")
@@ -180,9 +186,7 @@ def test_served_page_follows_change_notices_not_its_timer(
     try:
         page = context.new_page()
         page.goto(server.url)
-        page.wait_for_function(
-            "document.getElementById('live-status').textContent.startsWith('Following live.')",
-            timeout=30_000)
+        following(page)
         row = page.locator("tr[data-k]", has_text="Migrate the billing tables")
         assert row.locator(".badge.working").count() == 0
         assert "at least every 600 seconds" in page.locator(".snapline").inner_text()
