@@ -61,6 +61,10 @@ def _version(text: str) -> tuple[int, ...]:
     return tuple(parts)
 
 
+# Unreadable frames in a row before the stream is opened again (a reconnect rescans).
+MAX_BAD_FRAMES = 20
+
+
 @dataclass
 class FollowState:
     """How one instance is followed right now (for `doctor`, `serve` and tests)."""
@@ -71,6 +75,7 @@ class FollowState:
     streams: int = 0
     connects: int = 0
     reported_down: bool = False
+    bad_frames: int = 0  # frames dropped because reading them failed (since the start)
 
 
 @dataclass(frozen=True)
@@ -269,7 +274,12 @@ class FleetFollower:
             attempt += 1
 
     async def _connection(self, inst: InstanceConfig) -> tuple[bool, str]:
-        """One connection's life: (whether it got as far as following, why it ended)."""
+        """One connection's life: (whether it got as far as following, why it ended).
+
+        Whatever ends it ends this instance's connection only: a failure of the follower's
+        own (a server's answer it could not read, a bug) is a reason like any other, and the
+        instance is connected again with back-off while every other instance goes on.
+        """
         try:
             async with self._client(inst) as client:
                 return await self._connected(client, inst)
@@ -279,6 +289,8 @@ class FleetFollower:
             return False, str(exc).removeprefix(f"{inst.name}: ")
         except httpx.HTTPError as exc:
             return False, describe_error(exc, self.cfg.connect_timeout, self.cfg.read_timeout)
+        except Exception as exc:  # noqa: BLE001 - one instance's failure never ends the others
+            return False, f"follower error: {type(exc).__name__}: {exc}"[:300]
 
     async def _connected(self, client: OpencodeClient, inst: InstanceConfig) -> tuple[bool, str]:
         await client.detect()
@@ -378,6 +390,7 @@ class FleetFollower:
         if mode == "polling":
             return await self._poll(client, inst, board)
         rescanned = time.monotonic()
+        bad_in_a_row = 0
         while True:
             silent = time.monotonic() - last_line[0]
             wait = max(0.5, self.heartbeat_deadline - silent)
@@ -407,7 +420,18 @@ class FleetFollower:
                 continue
             if isinstance(item, _Closed):
                 return True, item.reason
-            await self._send(client, await self._apply(client, inst, board, item))
+            try:
+                changes = await self._apply(client, inst, board, item)
+            except (HubError, httpx.HTTPError):
+                raise  # the connection's own trouble: reconnect
+            except Exception:  # noqa: BLE001 - a frame we cannot read is dropped, not raised
+                st.bad_frames += 1
+                bad_in_a_row += 1
+                if bad_in_a_row >= MAX_BAD_FRAMES:
+                    return True, f"{bad_in_a_row} unreadable frames in a row"
+                continue
+            bad_in_a_row = 0
+            await self._send(client, changes)
 
     def _why_polling(self, client: OpencodeClient) -> str:
         if self.force_polling:
@@ -438,6 +462,9 @@ class FleetFollower:
             except HubError:
                 board.outside.add(sid)  # gone already, or unreadable: a rescan will tell
                 continue
+            except (ValueError, TypeError, httpx.InvalidURL):
+                board.outside.add(sid)  # an id no request can carry: never ours to follow
+                continue
             changes += board.learn(build_record(inst, s, None, True))
             changes += board.apply(frame)
         return changes
@@ -449,7 +476,7 @@ class FleetFollower:
             if ev.kind == "stopped" and self.outcomes and ev.session is not None:
                 try:
                     outcome = outcome_of(await client.messages(ev.session.id, limit=3))
-                except HubError:
+                except Exception:  # noqa: BLE001 - an unreadable outcome is unknown, not fatal
                     outcome = "unknown"
                 ev = replace(ev, outcome=outcome, session=replace(ev.session, outcome=outcome))
             self.emit(ev)

@@ -444,3 +444,93 @@ def test_how_an_instance_is_followed_is_said_in_one_line() -> None:
     assert following_words(FleetEvent("polling", "a", detail="no event stream answers")) == \
         "a: no event stream answers; polling it"
     assert following_words(FleetEvent("started", "a")) is None
+
+
+# ---------------------------------------------------------------------------------------------
+# One bad frame, or a follower's own failure on one instance, never stops the others
+
+
+def _two(tmp_path: Path) -> Config:
+    doc = {
+        "project": {"name": "t"},
+        "instances": [
+            {"name": name, "url": f"http://127.0.0.{i + 1}:9", "roots": [ROOT],
+             "default_directory": f"{ROOT}/app"} for i, name in enumerate(("a", "b"))
+        ],
+    }
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(doc), "utf-8")
+    return load_config(str(path), env={"XAF_HUB_HOME": str(tmp_path / "home")}, cwd=tmp_path)
+
+
+@pytest.mark.parametrize(("bad", "dropped"), [
+    # a retry whose next try is not a time (ValueError in the status reader): dropped, counted
+    (_g("session.status", {"sessionID": "ses_a", "status": {
+        "type": "retry", "attempt": 1, "message": "x", "next": "soon"}}), 1),
+    # a session id with a control character (an invalid URL when its session is read): never
+    # one of ours, so its frames are left alone without counting as bad
+    (_g("session.status", {"sessionID": "ses_\x07bad", "status": {"type": "busy"}}), 0),
+])
+def test_a_bad_frame_is_dropped_and_every_instance_keeps_following(
+    tmp_path: Path, bad: str, dropped: int
+) -> None:
+    servers = {"a": FakeServer(), "b": FakeServer()}
+    transports = {n: httpx.MockTransport(s.handler) for n, s in servers.items()}
+
+    async def scenario() -> None:
+        events: list[FleetEvent] = []
+        follower = FleetFollower(
+            _two(tmp_path), emit=events.append, transport_factory=lambda i: transports[i.name],
+            backoff=(0.05,), probe_seconds=1.0,
+        )
+        task = asyncio.create_task(follower.run())
+        await _until(events, "ready", 2)
+        servers["a"].push(bad)
+        await asyncio.sleep(0.2)
+        assert not task.done(), "a bad frame ended the follower"
+        for name in ("a", "b"):  # both still follow: a change on each arrives
+            servers[name].busy = {}
+            servers[name].push(_g("session.status", {"sessionID": "ses_a",
+                                                     "status": {"type": "busy"}}))
+        await _until(events, "started", 2)
+        assert {e.instance for e in events if e.kind == "started"} == {"a", "b"}
+        assert follower.state["a"].bad_frames == dropped
+        assert follower.state["b"].bad_frames == 0
+        follower.stop()
+        await asyncio.wait_for(task, 5)
+
+    asyncio.run(scenario())
+
+
+def test_a_follower_failing_on_one_instance_is_restarted_and_the_other_goes_on(
+    tmp_path: Path,
+) -> None:
+    servers = {"a": FakeServer(), "b": FakeServer()}
+    broken = {"on": True}
+
+    def a_handler(request: httpx.Request) -> httpx.Response:
+        if broken["on"] and request.url.path == "/global/health":
+            raise RuntimeError("a bug while reading the health answer")  # not an httpx error
+        return servers["a"].handler(request)
+
+    transports = {"a": httpx.MockTransport(a_handler),
+                  "b": httpx.MockTransport(servers["b"].handler)}
+
+    async def scenario() -> None:
+        events: list[FleetEvent] = []
+        follower = FleetFollower(
+            _two(tmp_path), emit=events.append, transport_factory=lambda i: transports[i.name],
+            backoff=(0.05,), probe_seconds=1.0,
+        )
+        task = asyncio.create_task(follower.run())
+        await _until(events, "down")
+        assert [e.instance for e in events if e.kind == "down"] == ["a"]
+        assert "RuntimeError" in follower.state["a"].reason
+        await _until(events, "ready")  # b follows meanwhile
+        broken["on"] = False
+        await _until(events, "up")
+        assert not task.done()
+        follower.stop()
+        await asyncio.wait_for(task, 5)
+
+    asyncio.run(scenario())
