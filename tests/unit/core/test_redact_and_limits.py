@@ -11,6 +11,8 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from xaf_hub.config.load import InstanceConfig
 from xaf_hub.core.records import InstanceSummary, SessionRecord, Snapshot
@@ -248,3 +250,32 @@ def test_a_change_notice_stream_outlives_the_answer_deadline(tmp_path: Path) -> 
         feed.close()
         sock.close()
         _stop(server, thread)
+
+
+@pytest.mark.parametrize("text", [
+    "Authorization: Basic dXNlcjpwdw==",
+    '{"authorization":"Bearer abc.def"}',
+    "AuThOrIzAtIoN=token xyz; rest",
+    "proxy-authorization: Digest q",
+    "no header here at all, just authoriz ation split",
+    "中文 authorization: Basic 5Lit5paH",
+    "Authorızation: Basic dotless-i",  # (?i) folds U+0131 to i: the pattern still sees it
+    "AUTHORİZATION: Basic dotted-I",
+    "",
+])
+def test_the_fast_path_redacts_exactly_as_the_header_pattern(text: str) -> None:
+    from xaf_hub.core.text import _AUTH_ECHO
+
+    slow = _AUTH_ECHO.sub(lambda m: f"{m.group(1)}{m.group(2) or ''}***", text)
+    assert redact(text, ()) == slow
+
+
+@given(st.lists(st.sampled_from([
+    "authorization", "AUTHORIZATION", "AuThOrIzAtIoN", "proxy-", ":", "=", " ", '"', "'",
+    "basic ", "Bearer ", "tok", "ı", "İ", "K", "中文", "\n", "autho", "rization", "x",
+]), max_size=12).map("".join))
+def test_the_fast_path_agrees_with_the_header_pattern_on_any_text(text: str) -> None:
+    from xaf_hub.core.text import _AUTH_ECHO
+
+    slow = _AUTH_ECHO.sub(lambda m: f"{m.group(1)}{m.group(2) or ''}***", text)
+    assert redact(text, ()) == slow
