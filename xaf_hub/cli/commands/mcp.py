@@ -133,6 +133,9 @@ def _serve_http(ctx: Context, server: Any, opts: Options, token: str) -> int:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((opts.host, opts.port))
+        # Listening before the URL is printed: a client that connects at once waits in the
+        # backlog until uvicorn accepts, instead of being refused.
+        sock.listen(128)
     except OSError as exc:
         sock.close()
         raise UsageError(f"cannot listen on {opts.host}:{opts.port}: "
