@@ -21,6 +21,8 @@ pytest.importorskip("mcp.server.mcpserver")
 
 from mcp import Client  # noqa: E402
 
+from tests.e2e.test_dispatch import abort_all, slow  # noqa: E402
+from tests.e2e.test_dispatch import audit_lines as audit  # noqa: E402
 from tests.fleet import Hub  # noqa: E402
 from xaf_hub.cli.mcp import MAX_TEXT, build_server  # noqa: E402
 from xaf_hub.cli.mcp import Hub as McpHub
@@ -53,20 +55,21 @@ def text(result: Any) -> str:
     return "".join(getattr(part, "text", "") for part in result.content)
 
 
-def slow(hub: Hub, seconds: float = 40) -> None:
-    hub.llm.set_mode("slow-model", "slow", delay=seconds)
-    hub.doc["models"]["default_dispatch_model"] = "fake/slow-model"
-    hub.write_config()
+def fill(hub: Hub, name: str, n: int) -> None:
+    """``n`` slow runs on ``name``, sent by hand (no pool rows), seen running."""
+    slow(hub, 40)
+    for i in range(n):
+        code, _, err = hub.cli("dispatch", "--new", "--instance", name, "--text", f"fill {i}",
+                               "--no-record")
+        assert code == 0, err
+    hub.wait_for(lambda: len(hub.busy_ids(name)) == n)
 
 
-def abort_all(hub: Hub, name: str) -> None:
-    for sid in hub.busy_ids(name):
-        hub.cli("interrupt", "--session", sid, "--allow-prod")
-
-
-def audit(hub: Hub) -> list[dict[str, Any]]:
-    path = Path(hub.env["XAF_HUB_HOME"]) / "audit.log"
-    return [json.loads(ln) for ln in path.read_text("utf-8").splitlines()] if path.exists() else []
+def prompt_of(hub: Hub, name: str, sid: str) -> str:
+    """Everything the session's user messages said, as the server keeps it."""
+    messages = sandbox.messages(hub.server(name).url, hub.password(name), sid)
+    return "".join(p.get("text", "") for m in messages if m["info"]["role"] == "user"
+                   for p in m.get("parts", []))
 
 
 def test_the_tools_an_agent_sees_have_schemas_and_descriptions(hub: Hub) -> None:
@@ -114,9 +117,7 @@ def test_dispatch_lands_with_the_discipline_and_is_audited_as_the_agent(hub: Hub
     assert not got.is_error, text(got)
     doc = got.structured_content
     assert doc["action"] == "create" and doc["instance"] == "lan-b"
-    messages = sandbox.messages(hub.server("lan-b").url, hub.password("lan-b"), doc["session_id"])
-    prompt = "".join(p.get("text", "") for m in messages if m["info"]["role"] == "user"
-                     for p in m.get("parts", []))
+    prompt = prompt_of(hub, "lan-b", doc["session_id"])
     assert "Add a health check endpoint" in prompt and "commit" in prompt.lower()
     entry = [e for e in audit(hub) if e.get("session") == doc["session_id"]][-1]
     assert entry["who"]["caller"] == "mcp:opencode"
@@ -138,7 +139,7 @@ def test_pool_tools_and_interrupt(hub: Hub) -> None:
     got = call(hub, "backlog_add", {"title": "x", "priority": "P9"})
     assert got.is_error and "priority" in text(got)
 
-    slow(hub)
+    slow(hub, 40)
     sid = hub.session("lan-b", "to be stopped", "app")
     hub.prompt("lan-b", sid, "long work", "fake/slow-model")
     hub.wait_for(lambda: sid in hub.busy_ids("lan-b"))
@@ -174,13 +175,8 @@ def test_a_client_that_goes_away_mid_call_leaves_a_dispatch_done_or_not_started(
 def test_dispatch_into_a_full_instance_is_refused_with_the_reason_and_sends_nothing(
     hub: Hub,
 ) -> None:
-    slow(hub)
     try:
-        for i in range(2):
-            code, _, err = hub.cli("dispatch", "--new", "--instance", "local-a", "--text",
-                                   f"fill {i}", "--no-record")
-            assert code == 0, err
-        hub.wait_for(lambda: len(hub.busy_ids("local-a")) == 2)
+        fill(hub, "local-a", 2)
         before = len(audit(hub))
         got = call(hub, "dispatch", {"text": "one too many", "instance": "local-a", "new": True})
         assert got.is_error and "limit reached: " in text(got) and "at its limit" in text(got)
@@ -230,7 +226,7 @@ def test_lock_busy_is_its_own_class(hub: Hub) -> None:
 
 
 def test_agents_calling_at_once_never_exceed_the_limit(hub: Hub) -> None:
-    slow(hub)
+    slow(hub, 40)
     server = build_server(tools_of(hub))
 
     async def one(i: int, results: list[Any]) -> None:
@@ -259,14 +255,11 @@ def test_agents_calling_at_once_never_exceed_the_limit(hub: Hub) -> None:
 
 
 def test_queue_puts_the_work_in_the_pool_when_the_fleet_is_full(hub: Hub) -> None:
-    slow(hub)
     for name in ("local-a", "lan-b", "lan-c"):
         hub.set_instance(name, concurrency_limit=1)
     try:
         for name in ("local-a", "lan-b", "lan-c"):
-            code, _, err = hub.cli("dispatch", "--new", "--instance", name, "--text",
-                                   f"fill {name}", "--no-record")
-            assert code == 0, err
+            fill(hub, name, 1)
         code, out, err = hub.cli("dispatch", "--text", "Write the release notes", "--queue")
         assert code == 0, err
         assert out.startswith("queued as T-") and "(position 1 of 1)" in out
@@ -404,22 +397,15 @@ def test_a_lead_agent_in_opencode_sees_the_fleet_and_sends_work(
                if e.get("result") == "create" and e.get("instance") == "lan-b"]
     assert len(created) == 1 and created[0]["who"]["caller"].startswith("mcp:")
     sid = created[0]["session"]
-    messages = sandbox.messages(hub.server("lan-b").url, hub.password("lan-b"), sid)
-    prompt = "".join(p.get("text", "") for m in messages if m["info"]["role"] == "user"
-                     for p in m.get("parts", []))
+    prompt = prompt_of(hub, "lan-b", sid)
     assert "Write the changelog entry" in prompt and "commit" in prompt.lower()
 
 
 def test_a_lead_agent_dispatching_into_a_full_instance_is_refused_and_nothing_is_sent(
     hub: Hub, lead: sandbox.OpencodeServer
 ) -> None:
-    slow(hub)
     try:
-        for i in range(2):
-            code, _, err = hub.cli("dispatch", "--new", "--instance", "local-a", "--text",
-                                   f"fill {i}", "--no-record")
-            assert code == 0, err
-        hub.wait_for(lambda: len(hub.busy_ids("local-a")) == 2)
+        fill(hub, "local-a", 2)
         before = len(audit(hub))
         results = lead_run(hub, lead, [
             ["dispatch", {"text": "one too many", "instance": "local-a", "new": True}],
