@@ -133,12 +133,11 @@ class Hub:
         (``reads``) that printed its document despite an unreachable instance (exit 2) is a
         result: the document names the instances it could not reach."""
         ran = self.run(words, caller)
-        if ran.code == 2 and reads and ran.error is None and ran.out.strip():
-            pass
-        elif ran.code != 0:
-            reason = ran.error and str(ran.error) or _last_line(ran.err) or f"exit {ran.code}"
-            shown = _last_line(ran.err).removeprefix("xaf-hub: error: ") or reason
-            raise Refused(f"{refusal_class(ran.error, ran.code)}: {shown}")
+        partial = ran.code == 2 and reads and ran.error is None and bool(ran.out.strip())
+        if ran.code != 0 and not partial:
+            shown = _last_line(ran.err).removeprefix("xaf-hub: error: ")
+            reason = shown or (str(ran.error) if ran.error else f"exit {ran.code}")
+            raise Refused(f"{refusal_class(ran.error, ran.code)}: {reason}")
         try:
             doc = json.loads(ran.out) if ran.out.strip() else {}
         except ValueError as exc:  # a command that printed something else: a bug, said plainly
