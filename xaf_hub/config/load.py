@@ -73,6 +73,26 @@ class InstanceConfig:
 
 
 @dataclass(frozen=True)
+class RepositoryConfig:
+    """project.repository and its neighbours: where "done" is checked (architecture §8)."""
+
+    url: str = ""  # a git remote URL or a local path; "" = tasks are done on the agent's word
+    commit_url: str = ""  # the page's link for a commit, "{commit}" stands for its hash
+    fetch_timeout_seconds: float = 60.0
+
+    def secrets(self) -> tuple[str, ...]:
+        """A token in the URL (``https://user:TOKEN@host/...``, or ``https://TOKEN@host/...``)."""
+        parts = urlsplit(self.url) if "://" in self.url else None
+        if parts is None or not parts.netloc or "@" not in parts.netloc:
+            return ()
+        user, password = parts.username or "", parts.password or ""
+        if password:
+            return (password, f"{user}:{password}")
+        # A user with no password over http(s) is a token in that place (ssh://git@ is not).
+        return (user,) if user and parts.scheme in ("http", "https") else ()
+
+
+@dataclass(frozen=True)
 class LockConfig:
     """Gate settings (architecture §5)."""
 
@@ -137,6 +157,7 @@ class Config:
     fallback_segments: tuple[str, ...] = ()
     exclude_dirs: tuple[str, ...] = ()
     exclude_substrings: tuple[str, ...] = ()
+    repository: RepositoryConfig = field(default_factory=RepositoryConfig)
     concurrency_limit: int = 2
     session_ttl_days: float = 10.0
     match_threshold: float = 0.12
@@ -181,7 +202,7 @@ class Config:
     def secrets(self) -> tuple[str, ...]:
         """Every secret value held, for redaction."""
         redis = (self.lock.redis_password,) if self.lock.redis_password else ()
-        hooks = self.notify.secrets()
+        hooks = self.notify.secrets() + self.repository.secrets()
         return tuple(s for inst in self.instances for s in inst.secrets()) + redis + hooks
 
 
@@ -237,6 +258,7 @@ def parse_config(raw: Any, *, path: Path, env: Mapping[str, str]) -> Config:
     fallback = project.strings("fallback_segments")
     exclude_dirs = project.strings("exclude_dirs")
     exclude_subs = project.strings("exclude_substrings")
+    repository = _parse_repository(project)
     project.finish()
 
     limit = top.num("concurrency_limit", 2, minimum=1, integer=True)
@@ -346,6 +368,7 @@ def parse_config(raw: Any, *, path: Path, env: Mapping[str, str]) -> Config:
         fallback_segments=fallback,
         exclude_dirs=exclude_dirs,
         exclude_substrings=exclude_subs,
+        repository=repository,
         lock=lock,
         models=models,
         patrol=patrol,
@@ -356,6 +379,25 @@ def parse_config(raw: Any, *, path: Path, env: Mapping[str, str]) -> Config:
         page_language=page_language,
         **top_fields,
     )
+
+
+def _parse_repository(r: _Reader) -> RepositoryConfig:
+    """project.repository, project.commit_url and project.fetch_timeout_seconds."""
+    url = (r.get("repository", (str,), "") or "").strip()
+    if url.startswith("-"):
+        raise r.fail("repository", "must be a git URL or a path, not an option")
+    local = "://" not in url and not re.match(r"^[^/]*:", url)  # not scp-like host:path either
+    if url and local and not _ABSOLUTE.match(url):
+        url = str((Path(r.file).parent / Path(url).expanduser()).resolve())
+    commit_url = (r.get("commit_url", (str,), "") or "").strip()
+    if commit_url:
+        parts = urlsplit(commit_url)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise r.fail("commit_url", "must be an http(s) URL")
+        if "{commit}" not in commit_url:
+            raise r.fail("commit_url", "must hold {commit} where the hash goes")
+    timeout = float(r.num("fetch_timeout_seconds", 60.0, minimum=1))
+    return RepositoryConfig(url=url, commit_url=commit_url, fetch_timeout_seconds=timeout)
 
 
 def _model_id(r: _Reader, name: str, value: str) -> str:

@@ -125,6 +125,25 @@ def discipline_block(
     return f"{DISCIPLINE_MARKER}\n{body}\n{DISCIPLINE_END_MARKER}"
 
 
+def pushed_branch(
+    policy: BranchPolicy, *, base_branch: str, slug: str, override: str | None = None
+) -> str | None:
+    """The branch ``discipline_block`` tells the agent to push, or None when it names none.
+
+    Mainline: the base branch (its rules always close the block). Branch: ``feature/<slug>``,
+    or the first feature/ branch a pool override names once its placeholders are filled.
+    """
+    base = _base_name(base_branch)
+    if policy == "mainline":
+        return base
+    if override is None or not override.strip():
+        return f"feature/{slug}"
+    m = _FEATURE_TOKEN.search(_fill_override(override, base=base, slug=slug))
+    if m is None or any(c in m.group(0) for c in "<>{}"):
+        return None  # an override that names no branch (or a placeholder we cannot fill)
+    return m.group(0)
+
+
 def strip_discipline(text: str) -> str:
     """Remove every discipline block from text, keeping what surrounds it."""
     while True:

@@ -109,6 +109,24 @@ class LastRun:
     model: str = ""
     error: Mapping[str, Any] | None = None
     created_ms: int = 0
+    answer: str = ""  # the text of the newest assistant message (its final answer)
+
+
+def answer_text(message: Mapping[str, Any]) -> str:
+    """The text parts of one message, joined: what the agent said (tool output aside)."""
+    parts = message.get("parts")
+    if not isinstance(parts, Sequence) or isinstance(parts, str):
+        return ""
+    texts = [
+        p["text"]
+        for p in parts
+        if isinstance(p, Mapping) and p.get("type") == "text" and isinstance(p.get("text"), str)
+    ]
+    return "\n".join(texts)[-ANSWER_CHARS:]
+
+
+# The end of a final answer is what is kept: a report of the commit comes last.
+ANSWER_CHARS = 20_000
 
 
 def _model_of(info: Mapping[str, Any]) -> str:
@@ -138,6 +156,7 @@ def last_run(messages: Sequence[Mapping[str, Any]]) -> LastRun:
         model,
         err if isinstance(err, Mapping) else None,
         created,
+        answer_text(messages[-1]),
     )
 
 

@@ -3,6 +3,11 @@
 ``settle`` turns one ``Sighting`` (the task's session as the patrol saw it this cycle, and a
 person's decision about it if any) into a ``Settlement``: keep, done, or requeue as a task
 failure, an infrastructure failure, or a failure that names the model. fill_slots acts on it.
+
+With ``project.repository`` a "done" is only the agent's word until ``settle_claim`` has
+weighed what the repository mirror found (``store.repository``): the claimed commit on the
+expected branch -> done and verified; missing, ambiguous or never named -> kept for a person;
+the remote unreadable -> kept, checked again next round.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from typing import Any, Literal
 from xaf_hub.core.records import SessionRecord
 from xaf_hub.core.runstate import LastRun, classify_error, error_text
 from xaf_hub.store.backlog import Task, parse_instant
+from xaf_hub.store.repository import Check
 
 # A prompt with no answer after this long was refused (e.g. a model the server does not know);
 # the patrol reads ``patrol.no_answer_grace_seconds`` (this is its default).
@@ -83,6 +89,8 @@ class Settlement:
     person: bool = False  # kept because a person decided: listed under "needs a person"
     backoff: bool = True  # an infrastructure failure that counts towards parking
     model_named: bool = False  # the failure names the model: try the next one first
+    commit: str = ""  # done: the commit found on the repository (full hash)
+    verified: bool | None = None  # done: True when found there; None when nobody looked
 
 
 def _age(task: Task, now: datetime) -> timedelta | None:
@@ -167,3 +175,19 @@ def _settle(
     reason = error_text(run.error) or outcome
     infra = is_infrastructure_failure(run.error)
     return Settlement("requeue", infra, reason, model_named=infra and names_model(run.error))
+
+
+def settle_claim(verdict: Settlement, check: Check | None) -> Settlement:
+    """Weigh a "done" against the repository (pure); ``check`` None: no repository set.
+
+    Only a commit found on the expected branch makes it done. A claim that is missing,
+    ambiguous or absent keeps the task for a person (``backlog set ID --status done`` is
+    their override); a remote that did not answer keeps it as it is for the next round.
+    """
+    if verdict.action != "done" or check is None:
+        return verdict
+    if check.state == "verified":
+        return Settlement("done", commit=check.commit, verified=True)
+    if check.state == "unreachable":
+        return Settlement("keep", reason=f"waiting for verification: {check.reason}")
+    return Settlement("keep", reason=f"not verified: {check.reason}", person=True)

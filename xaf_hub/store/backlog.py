@@ -221,10 +221,23 @@ class Backlog:
 
         return self.update(mutate)
 
-    def mark_done(self, task_id: str, now: datetime) -> Task:
-        """Record that a task's session finished cleanly."""
+    def mark_done(
+        self,
+        task_id: str,
+        now: datetime,
+        *,
+        commit: str | None = None,
+        verified: bool | None = None,
+    ) -> Task:
+        """Record that a task's session finished cleanly (and the commit found for it, if any)."""
         return self.set_status(
-            task_id, "done", done_at=format_instant(now), not_before=None, infra_failures=0
+            task_id,
+            "done",
+            done_at=format_instant(now),
+            not_before=None,
+            infra_failures=0,
+            commit=commit,
+            verified=verified,
         )
 
     def requeue(

@@ -84,10 +84,14 @@ _FIELD_TYPES: Final[dict[str, tuple[tuple[type, ...], bool]]] = {
     "infra_failures": ((int,), False),
     "parked": (_STR, True),
     "avoid_models": ((list, tuple), False),
+    "commit": (_STR, True),
+    "verified": ((bool,), True),
 }
 TASK_KEYS: Final = frozenset(_FIELD_TYPES)
 # Keys holding an array of strings (kept as tuples in the record).
 _LIST_KEYS: Final = ("depends_on", "prompts", "avoid_models")
+# Keys left out of the file while unset (null): the verification of a done task.
+_UNSET_OMITTED: Final = ("commit", "verified")
 _INSTANT_KEYS: Final = ("dispatched_at", "done_at", "not_before", "created_at", "steered_at")
 
 
@@ -147,6 +151,7 @@ _WANTED: Final[dict[tuple[type, ...], str]] = {
     (int,): "an integer",
     (str, int): "an ISO 8601 string or epoch milliseconds",
     (list, tuple): "an array of texts",
+    (bool,): "true or false",
 }
 
 
@@ -157,7 +162,7 @@ def _check_field(key: str, value: object, *, allow_empty_id: bool = False) -> No
         if not nullable:
             raise _FieldProblem(key, "must not be null")
         return
-    if isinstance(value, bool) or not isinstance(value, types):
+    if (isinstance(value, bool) and bool not in types) or not isinstance(value, types):
         wanted = "an array of task ids" if key == "depends_on" else _WANTED[types]
         raise _FieldProblem(key, f"expected {wanted}, got {_json_type(value)}")
     if key == "id" and not allow_empty_id and not cast(str, value).strip():
@@ -219,6 +224,10 @@ class Task:
     infra_failures: int = 0
     parked: str | None = None
     avoid_models: tuple[str, ...] = ()
+    # Done: the commit the patrol found on project.repository, and whether it looked
+    # (True: found there; None: not checked, no repository configured or a person's word).
+    commit: str | None = None
+    verified: bool | None = None
     # Keys the hub does not know, kept verbatim so a rewrite never drops them.
     extra: Mapping[str, Any] = field(default_factory=dict, hash=False)
 
@@ -277,6 +286,8 @@ class Task:
             if f.name == "extra":
                 continue
             value = getattr(self, f.name)
+            if value is None and f.name in _UNSET_OMITTED:
+                continue  # a pool file written before them stays as it was
             data[f.name] = list(value) if f.name in _LIST_KEYS else value
         data.update(copy.deepcopy(dict(self.extra)))
         return data

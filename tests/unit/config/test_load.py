@@ -244,3 +244,39 @@ def test_page_section_is_shared_with_notifications(tmp_path: Path) -> None:
         cfg = parse_config(doc, path=tmp_path / "config.json", env={})
         assert cfg.page_language == lang
         assert cfg.notify.language == lang  # notifications speak the page's language
+
+
+def test_project_repository(tmp_path: Path) -> None:
+    """project.repository / commit_url: a relative path is the config's; a token is a secret."""
+    (tmp_path / "cfg").mkdir()
+    doc = base(project={"name": "shop", "repository": "../origin.git"})
+    cfg = load_config(write(tmp_path / "cfg" / "config.json", doc))
+    assert cfg.repository.url == str((tmp_path / "origin.git").resolve())
+    assert cfg.repository.commit_url == "" and cfg.repository.fetch_timeout_seconds == 60
+    assert load_config(write(tmp_path / "config.json", base())).repository.url == ""
+    token = "ghp_tok3nValue"
+    for url, secrets in (
+        (f"https://user:{token}@git.example/shop.git", (token, f"user:{token}")),
+        (f"https://{token}@git.example/shop.git", (token,)),
+        ("ssh://git@git.example/shop.git", ()),  # a user name, no secret
+        ("git@git.example:shop.git", ()),
+    ):
+        doc = base(project={"name": "shop", "repository": url})
+        cfg = load_config(write(tmp_path / "config.json", doc))
+        assert cfg.repository.url == url  # a URL, not a path: kept as written
+        assert set(secrets) <= set(cfg.secrets()) and cfg.repository.secrets() == secrets
+
+
+@pytest.mark.parametrize(
+    ("project", "message"),
+    [
+        ({"repository": 3}, "key 'project.repository': expected a string"),
+        ({"repository": "--upload-pack=x"}, "key 'project.repository': must be a git URL"),
+        ({"commit_url": "ftp://x/{commit}"}, "key 'project.commit_url': must be an http(s) URL"),
+        ({"commit_url": "https://git.example/c/"}, "must hold {commit} where the hash goes"),
+        ({"fetch_timeout_seconds": 0}, "key 'project.fetch_timeout_seconds': must be at least 1"),
+    ],
+)
+def test_project_repository_errors(tmp_path: Path, project: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        load_config(write(tmp_path / "config.json", base(project={"name": "p", **project})))

@@ -18,6 +18,7 @@ from xaf_hub.core.discipline import (
     compose_prompt,
     default_branch_policy,
     discipline_block,
+    pushed_branch,
     rewrite_branch_to_mainline,
     slugify,
     strip_discipline,
@@ -558,3 +559,33 @@ def test_slugify_is_git_safe_bounded_and_stable(title: str, max_len: int) -> Non
 )
 def test_default_branch_policy(name: str, expected: BranchPolicy) -> None:
     assert default_branch_policy(name) == expected
+
+
+# ---------------------------------------------------------------------------------------------
+# pushed_branch: where the discipline told the agent to push (what the patrol verifies against)
+
+
+@pytest.mark.parametrize(
+    ("policy", "override", "expected"),
+    [
+        ("mainline", None, "main"),
+        ("mainline", "Work on feature/{slug} and push it.", "main"),  # the mainline rules win
+        ("branch", None, "feature/fix-login"),
+        ("branch", "Push to feature/{slug} when done.", "feature/fix-login"),
+        ("branch", "Use `feature/team-x/{slug}`.", "feature/team-x/fix-login"),
+        ("branch", "Commit and push; report the hash.", None),  # names no branch: any
+        ("branch", "Push to feature/<name> when done.", None),  # a placeholder we cannot fill
+    ],
+)
+def test_pushed_branch(policy: BranchPolicy, override: str | None, expected: str | None) -> None:
+    assert (
+        pushed_branch(policy, base_branch="origin/main", slug="fix-login", override=override)
+        == expected
+    )
+
+
+def test_pushed_branch_is_the_branch_the_block_names() -> None:
+    for policy in ("branch", "mainline"):
+        block = discipline_block(policy, base_branch="main", slug="fix-login")
+        branch = pushed_branch(policy, base_branch="main", slug="fix-login")
+        assert f"git push -u origin {branch}" in block or f"git push origin {branch}" in block

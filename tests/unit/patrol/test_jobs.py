@@ -13,13 +13,16 @@ from xaf_hub.core.runstate import LastRun, classify, last_run
 from xaf_hub.ops.heal import blackout_family, heal_candidate, heal_key, heal_target
 from xaf_hub.patrol.jobs.check_agents import resume_refusal
 from xaf_hub.patrol.jobs.fill_slots import (
+    Settlement,
     Sighting,
     is_infrastructure_failure,
     plan_fill,
     session_title,
     settle,
 )
+from xaf_hub.patrol.settle import settle_claim
 from xaf_hub.store.backlog import Task, format_instant, is_blocked
+from xaf_hub.store.repository import Check
 
 NOW = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
 NOW_MS = int(NOW.timestamp() * 1000)
@@ -464,3 +467,57 @@ def test_plan_fill_respects_free_slots() -> None:
 def test_session_title_leads_with_the_id() -> None:
     assert session_title(Task(id="F-8", title="F-8 清理旧 CF 值")) == "F-8 清理旧 CF 值"
     assert session_title(Task(id="T-1", title="fix login")) == "T-1 fix login"
+
+
+# ---------------------------------------------------------------------------------------------
+# settle_claim: a "done" weighed against what the repository mirror found
+
+
+@pytest.mark.parametrize(
+    ("check", "expected"),
+    [
+        (None, Settlement("done")),  # no project.repository: done on the agent's word
+        (
+            Check("verified", commit="a" * 40),
+            Settlement("done", commit="a" * 40, verified=True),
+        ),
+        (
+            Check("missing", reason="claimed commit 0123456 is not on origin/main"),
+            Settlement(
+                "keep",
+                reason="not verified: claimed commit 0123456 is not on origin/main",
+                person=True,
+            ),
+        ),
+        (
+            Check("ambiguous", reason="claimed commit 0123456 is ambiguous"),
+            Settlement(
+                "keep", reason="not verified: claimed commit 0123456 is ambiguous", person=True
+            ),
+        ),
+        (
+            Check("no_claim", reason="no commit hash in the final answer"),
+            Settlement(
+                "keep", reason="not verified: no commit hash in the final answer", person=True
+            ),
+        ),
+        (  # the remote did not answer: nothing is decided, not even "needs a person"
+            Check("unreachable", reason="repository not checked: git fetch gave no answer"),
+            Settlement(
+                "keep",
+                reason="waiting for verification: repository not checked: git fetch gave no answer",
+            ),
+        ),
+    ],
+)
+def test_settle_claim(check: Check | None, expected: Settlement) -> None:
+    assert settle_claim(Settlement("done"), check) == expected
+
+
+@pytest.mark.parametrize(
+    "verdict",
+    [Settlement("keep"), Settlement("requeue", True, "boom"), Settlement("keep", reason="x")],
+)
+def test_settle_claim_leaves_what_is_not_done_alone(verdict: Settlement) -> None:
+    assert settle_claim(verdict, Check("verified", commit="a" * 40)) == verdict
+    assert settle_claim(verdict, Check("missing", reason="gone")) == verdict

@@ -209,7 +209,12 @@ def _list(ctx: Context, opts: ListOptions) -> int:
                 {
                     "path": str(ctx.config.backlog_path),
                     "tasks": [
-                        {**t.to_json(), "state": _state(t, data.tasks, now, max_attempts)}
+                        {
+                            **t.to_json(),
+                            "commit": t.commit,
+                            "verified": t.verified,
+                            "state": _state(t, data.tasks, now, max_attempts),
+                        }
                         for t in tasks
                     ],
                 }
@@ -287,7 +292,8 @@ def _show(ctx: Context, opts: ShowOptions) -> int:
     task = data.require(opts.task_id)
     state = _state(task, data.tasks, _now(), ctx.config.patrol.max_attempts)
     if ctx.json:
-        ctx.out(dumps({**task.to_json(), "state": state}))
+        verification = {"commit": task.commit, "verified": task.verified}
+        ctx.out(dumps({**task.to_json(), **verification, "state": state}))
         return int(ExitCode.OK)
     for key, value in task.to_json().items():
         if key == "prompt":
@@ -334,6 +340,10 @@ def _set(ctx: Context, opts: SetOptions) -> int:
     def mutate(data: BacklogData) -> Task:
         old = data.require(opts.task_id)
         change = dict(fields)
+        if opts.status != old.status:
+            # What the patrol verified belongs to the old status; a person's "done" is theirs
+            # (verified stays null: the hub did not look).
+            change.update(commit=None, verified=None)
         if opts.status == "pending" and old.status != "pending":
             # Back to the pool: the old session no longer stands for this task.
             change.update(

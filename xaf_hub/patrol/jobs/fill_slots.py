@@ -2,7 +2,11 @@
 
 **Settling** a ``dispatched`` task looks at its session:
 
-* finished cleanly (last run succeeded, not running) -> ``done``;
+* finished cleanly (last run succeeded, not running) -> ``done``; with ``project.repository``
+  only once the commit its final answer names is found on the expected branch (one fetch of the
+  hub's mirror per round, ``store.repository``): ``commit`` and ``verified: true``. A claimed
+  commit that is missing or ambiguous, or no hash at all -> left ``dispatched`` under "needs a
+  person"; the remote unreadable -> left as it is, checked again next round;
 * failed for a *task* reason (context overflow, output too long, content filter, a 4xx the
   provider gave for the request itself...) -> back to ``pending`` with one attempt used and a
   back-off (``Backlog.requeue(infrastructure=False)``);
@@ -42,11 +46,14 @@ person's change stands. A new session is told all of the task's texts in order.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 
 from xaf_hub.config.load import InstanceConfig
+from xaf_hub.core.commits import claimed_commits
+from xaf_hub.core.discipline import BranchPolicy, pushed_branch, slugify
 from xaf_hub.core.records import RunState, SessionRecord
 from xaf_hub.errors import BusyError, HubError, TaskChanged, UnreachableError, UsageError
 from xaf_hub.fleet.client import OpencodeClient
@@ -57,7 +64,7 @@ from xaf_hub.ops.load import instance_load
 from xaf_hub.ops.models import choose_model, untried_model
 from xaf_hub.ops.planner import DispatchRequest, InstanceView, new_session_directory, plan_create
 from xaf_hub.ops.send import build_prompt, send_work
-from xaf_hub.patrol.context import Action, Cycle
+from xaf_hub.patrol.context import Action, Cycle, pool_discipline
 from xaf_hub.patrol.settle import (
     JUST_DISPATCHED,
     NO_ANSWER_GRACE,
@@ -66,9 +73,11 @@ from xaf_hub.patrol.settle import (
     is_infrastructure_failure,
     names_model,
     settle,
+    settle_claim,
 )
 from xaf_hub.store.backlog import InfraPolicy, Task, is_blocked, parse_instant, pick_tasks
 from xaf_hub.store.gate import Gate
+from xaf_hub.store.repository import Check, Mirror
 
 __all__ = [
     "JUST_DISPATCHED",
@@ -367,6 +376,7 @@ async def settle_dispatched(
     people = decisions_from(operator_interrupts(pctx.cfg.state_dir), tasks)
     patrol = pctx.cfg.patrol
     grace = timedelta(seconds=patrol.no_answer_grace_seconds)
+    judged: list[tuple[Task, InstanceConfig | None, Sighting, Settlement]] = []
     for task in dispatched:
         inst, rec, reachable = found.get(task.id, (None, None, False))
         key = (task.dispatched_to or "", task.session_id or "")
@@ -380,20 +390,38 @@ async def settle_dispatched(
             deferred=key in cycle.deferred,
             decision=decision.text if decision is not None else "",
         )
-        verdict = settle(task, seen, now, patrol.stale_minutes, grace)
+        judged.append((task, inst, seen, settle(task, seen, now, patrol.stale_minutes, grace)))
+    checks = await _verify(pctx, cycle, [(t, i, s) for t, i, s, v in judged if v.action == "done"])
+    for task, inst, seen, first in judged:
+        key = (task.dispatched_to or "", task.session_id or "")
+        verdict = settle_claim(first, checks.get(task.id))
         try:
             if verdict.action == "done":
-                pctx.backlog().mark_done(task.id, now)
+                pctx.backlog().mark_done(
+                    task.id, now, commit=verdict.commit or None, verified=verdict.verified
+                )
+                proof = {"commit": verdict.commit} if verdict.verified else {}
                 pctx.audit(
                     "patrol.backlog",
                     instance=key[0],
                     session=key[1],
                     result="done",
                     reason=task.id,
-                    extra={"task": task.id},
+                    extra={"task": task.id, **proof},
                 )
+                said = f"verified: commit {verdict.commit} on the repository" if proof else ""
                 cycle.add(
-                    pctx, Action(STEP, "done", "ok", key[0], key[1], task=task.id, title=task.title)
+                    pctx,
+                    Action(
+                        STEP,
+                        "done",
+                        "ok",
+                        key[0],
+                        key[1],
+                        task=task.id,
+                        title=task.title,
+                        detail=said,
+                    ),
                 )
             elif verdict.action == "requeue":
                 detail = _requeue(pctx, task, inst, seen, verdict, now)
@@ -435,6 +463,46 @@ async def settle_dispatched(
                 )
         except HubError as exc:
             cycle.error(pctx, STEP, f"settle task {task.id}: {exc}")
+
+
+async def _verify(
+    pctx: OpsContext,
+    cycle: Cycle,
+    finished: Sequence[tuple[Task, InstanceConfig | None, Sighting]],
+) -> dict[str, Check]:
+    """Look up each finished task's claimed commits on project.repository (one fetch).
+
+    {} without a repository: every task is done on the agent's word (verified null).
+    """
+    repo = pctx.cfg.repository
+    if not repo.url or not finished:
+        return {}
+    override = pool_discipline(pctx, cycle, STEP)
+    base = pctx.cfg.patrol.base_branch
+    wanted: list[tuple[tuple[str, ...], tuple[str, ...]]] = []
+    for task, inst, seen in finished:
+        answer = seen.run.answer if seen.run is not None else ""
+        mainline = inst is not None and inst.branch_policy == "mainline"
+        policy: BranchPolicy = "mainline" if mainline else "branch"
+        # The discipline named the branch from the task's title (fill_slots) or, in a
+        # resume or heal, from the session's: either is where the agent was told to push.
+        titles = [task.title] + ([seen.session.title] if seen.session is not None else [])
+        branches: list[str] = []
+        for title in titles:
+            branch = pushed_branch(
+                policy, base_branch=base, slug=slugify(title or task.id), override=override
+            )
+            if branch is None:
+                branches = []  # the override names no branch: any branch of the remote
+                break
+            if branch not in branches:
+                branches.append(branch)
+        wanted.append((claimed_commits(answer), tuple(branches)))
+    mirror = Mirror(
+        repo.url, pctx.cfg.state_dir, timeout=repo.fetch_timeout_seconds, secrets=repo.secrets()
+    )
+    checks = await asyncio.to_thread(mirror.check_all, wanted)
+    return {task.id: check for (task, _, _), check in zip(finished, checks, strict=True)}
 
 
 def _requeue(

@@ -1,0 +1,71 @@
+"""Reading the commit hashes an agent reports in its final answer (core.commits)."""
+
+from __future__ import annotations
+
+import pytest
+
+from xaf_hub.core.commits import MAX_CLAIMS, claimed_commits, short
+from xaf_hub.core.runstate import ANSWER_CHARS, answer_text, last_run
+
+FULL = "0123456789abcdef0123456789abcdef01234567"
+
+
+@pytest.mark.parametrize(
+    ("answer", "expected"),
+    [
+        ("Done. Commit 0123456 pushed to origin/main.", ("0123456",)),
+        (f"Pushed {FULL}", (FULL,)),
+        ("commit: `9C6325C` (upper case)", ("9c6325c",)),
+        ("已提交并推送,提交 a1b2c3d4。", ("a1b2c3d4",)),
+        ("https://git.example/shop/commit/a1b2c3d", ("a1b2c3d",)),
+        # six characters is too short; 41 too long; a 64-character digest is no commit
+        ("abc1234 and 123456 and " + "a" * 41, ("abc1234",)),
+        ("sha256 " + "0a" * 32, ()),
+        # parts of longer words, UUIDs and dashed names are not hashes
+        ("id 123e4567-e89b-12d3-a456-426614174000 and build-1234567", ()),
+        ("x1234567 or 1234567y or abc1234_def", ()),
+        # a word made of letters a-f is English unless something calls it a hash
+        ("the page was defaced, the effaced text restored", ()),
+        ("commit defaced pushed", ("defaced",)),
+        ("HEAD is at beadfeed now", ()),
+        ("head beadfeed", ("beadfeed",)),
+        # each hash once, in order
+        ("commit 1111111 then 2222222, again 1111111", ("1111111", "2222222")),
+        ("no hash here", ()),
+    ],
+)
+def test_claimed_commits(answer: str, expected: tuple[str, ...]) -> None:
+    assert claimed_commits(answer) == expected
+
+
+def test_claims_are_bounded() -> None:
+    answer = " ".join(f"{i:07d}" for i in range(50))
+    assert len(claimed_commits(answer)) == MAX_CLAIMS
+
+
+def test_short() -> None:
+    assert short(FULL) == "0123456"
+
+
+def test_last_run_carries_the_final_answer_text_only() -> None:
+    messages = [
+        {"info": {"role": "user", "id": "m1"}, "parts": [{"type": "text", "text": "do it"}]},
+        {
+            "info": {"role": "assistant", "id": "m2", "time": {"created": 1, "completed": 2}},
+            "parts": [
+                {"type": "tool", "state": {"output": "commit 7777777"}},
+                {"type": "text", "text": "Done."},
+                {"type": "text", "text": "Commit 0123456."},
+            ],
+        },
+    ]
+    run = last_run(messages)
+    assert run.answer == "Done.\nCommit 0123456."
+    assert claimed_commits(run.answer) == ("0123456",)  # the tool's output is not the answer
+
+
+def test_answer_keeps_the_end_of_a_long_answer() -> None:
+    text = "x " * ANSWER_CHARS + "commit 0123456"
+    kept = answer_text({"parts": [{"type": "text", "text": text}]})
+    assert len(kept) == ANSWER_CHARS and kept.endswith("commit 0123456")
+    assert answer_text({"parts": "nonsense"}) == "" and answer_text({}) == ""

@@ -1,0 +1,243 @@
+"""The hub's bare mirror of the project's repository: is a claimed commit where the team looks?
+
+``project.repository`` names the remote the agents push to. The hub keeps a bare mirror of it
+in its state folder (``repository/<digest of the URL>.git``: ``git init --bare``, then
+``git fetch --prune`` of every branch into ``refs/heads/``), never with a working tree and
+never pushing. Git's own credentials apply (credential helpers, ssh keys); it is never allowed
+to prompt. Each fetch runs in its own process group under a time bound, so a remote that does
+not answer costs at most ``fetch_timeout_seconds`` and leaves no git process behind. A lock
+beside the mirror keeps two hub processes from fetching into it at once.
+
+``Mirror.check`` answers for one task: each claimed hash is resolved among the mirror's commits
+(none: missing; more than one: ambiguous) and must be reachable from the expected branch's tip
+(``git merge-base --is-ancestor``; any branch when none is expected). A commit that was
+fetched once and then force-pushed away still resolves, but is no longer reachable: not
+verified. Every reason this module gives is redacted with the URL's own secrets.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import signal
+import subprocess
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from xaf_hub.core.commits import short
+from xaf_hub.core.text import redact
+from xaf_hub.errors import BusyError
+from xaf_hub.store.statefile import file_lock
+
+CheckState = Literal["verified", "missing", "ambiguous", "no_claim", "unreachable"]
+
+# Local git calls (rev-parse, merge-base) on the mirror are quick; this bounds a broken disk.
+_LOCAL_TIMEOUT = 30.0
+_STDERR_LINES = 3
+
+
+@dataclass(frozen=True)
+class Check:
+    """What the mirror says of one task's claim.
+
+    ``verified``: every claimed hash is on the branch (``commit`` is the last one claimed, in
+    full). ``missing`` / ``ambiguous`` / ``no_claim``: not done, a person looks. ``unreachable``:
+    the remote could not be read this round; nothing is decided.
+    """
+
+    state: CheckState
+    commit: str = ""
+    reason: str = ""
+
+
+class GitFailed(Exception):
+    """A git command failed or ran out of time; the message is redacted and one line."""
+
+
+def mirror_path(state_dir: Path, url: str) -> Path:
+    """Where the mirror of ``url`` lives: one per URL, so a changed URL starts afresh."""
+    digest = hashlib.sha256(url.encode("utf-8")).hexdigest()[:16]
+    return state_dir / "repository" / f"{digest}.git"
+
+
+def remote_name(branches: Sequence[str]) -> str:
+    """How a reason names the branches: origin/main, or "any branch of origin" for none."""
+    return " or ".join(f"origin/{b}" for b in branches) or "any branch of origin"
+
+
+class Mirror:
+    """A bare mirror of one remote under the hub's state folder."""
+
+    def __init__(
+        self,
+        url: str,
+        state_dir: Path,
+        *,
+        timeout: float = 60.0,
+        secrets: Sequence[str] = (),
+        lock_wait: float | None = None,
+    ) -> None:
+        self.url = url
+        self.path = mirror_path(state_dir, url)
+        self.timeout = timeout
+        self.secrets = tuple(secrets)
+        # Another hub process may be fetching: by default wait for its whole bound, no longer.
+        self.lock_wait = timeout + 10.0 if lock_wait is None else lock_wait
+
+    # -- git ---------------------------------------------------------------------------------
+
+    def _git(self, *args: str, timeout: float = _LOCAL_TIMEOUT, ok: Sequence[int] = (0,)) -> str:
+        """Run git on the mirror; its stdout, or GitFailed (redacted) on any other exit."""
+        env = {
+            **os.environ,
+            "GIT_TERMINAL_PROMPT": "0",  # never wait for a password nobody will type
+            "GIT_ASKPASS": "",
+            "SSH_ASKPASS": "",
+            "GCM_INTERACTIVE": "never",
+            "GIT_SSH_COMMAND": os.environ.get("GIT_SSH_COMMAND", "ssh -o BatchMode=yes"),
+            "LC_ALL": "C",
+        }
+        env.pop("GIT_DIR", None)
+        env.pop("GIT_WORK_TREE", None)
+        cmd = ["git", "--git-dir", str(self.path), *args]
+        verb = next(a for i, a in enumerate(args) if i == 0 or args[i - 1] != "-c")
+        # Its own process group: on timeout the whole group goes (git-remote-http, ssh), so
+        # no grandchild keeps the pipes open and no git outlives the bound.
+        proc = subprocess.Popen(
+            cmd,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+            start_new_session=True,
+        )
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            raise GitFailed(f"git {verb} gave no answer within {timeout:g}s") from None
+        if proc.returncode not in ok:
+            lines = [line.strip() for line in err.decode("utf-8", "replace").splitlines()]
+            lines = [line for line in lines if line]
+            # git's own verdict ("fatal: ...") says more than the hints that follow it.
+            fatal = [line for line in lines if line.startswith(("fatal:", "error:"))]
+            said = " / ".join((fatal or lines)[:_STDERR_LINES]) or "no message"
+            raise GitFailed(redact(f"git {verb} failed: {said}", self.secrets))
+        if proc.returncode != 0:
+            raise _NonZero(proc.returncode)
+        return out.decode("utf-8", "replace")
+
+    def _exit(self, *args: str) -> int:
+        """Run a yes/no git command; its exit status (0 yes, 1 no); GitFailed otherwise."""
+        try:
+            self._git(*args, ok=(0, 1))
+        except _NonZero as exc:
+            return exc.code
+        return 0
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        lock = self.path.with_name(self.path.name + ".lock")
+        with file_lock(lock, self.lock_wait, what="repository mirror lock"):
+            yield
+
+    # -- the mirror --------------------------------------------------------------------------
+
+    def fetch(self) -> None:
+        """Bring the mirror up to date with every branch of the remote (GitFailed / BusyError)."""
+        with self._locked():
+            self._fetch()
+
+    def _fetch(self) -> None:
+        if not (self.path / "HEAD").is_file():
+            self.path.mkdir(parents=True, exist_ok=True)
+            self._git("init", "--bare", "--quiet")
+        self._git(
+            "fetch",
+            "--quiet",
+            "--prune",
+            "--no-tags",
+            "--no-write-fetch-head",
+            "--",
+            self.url,
+            "+refs/heads/*:refs/heads/*",
+            timeout=self.timeout,
+        )
+
+    def resolve(self, claim: str) -> list[str]:
+        """Every commit of the mirror whose hash starts with ``claim`` (full hashes)."""
+        try:
+            listed = self._git("rev-parse", "--disambiguate=" + claim, ok=(0, 1, 128))
+        except _NonZero:
+            return []
+        candidates = [line.strip() for line in listed.splitlines() if line.strip()]
+        commits = []
+        for oid in candidates:
+            if self._git("cat-file", "-t", oid).strip() == "commit":
+                commits.append(oid)
+        return commits
+
+    def branches(self) -> list[str]:
+        """The mirror's branches (the remote's, as of the last fetch)."""
+        out = self._git("for-each-ref", "--format=%(refname:short)", "refs/heads/")
+        return [line.strip() for line in out.splitlines() if line.strip()]
+
+    def reachable(self, commit: str, branch: str) -> bool:
+        """Whether ``commit`` is ``branch``'s tip or one of its ancestors."""
+        return self._exit("merge-base", "--is-ancestor", commit, f"refs/heads/{branch}") == 0
+
+    # -- a task's claim ----------------------------------------------------------------------
+
+    def check_all(self, wanted: Sequence[tuple[Sequence[str], Sequence[str]]]) -> list[Check]:
+        """Fetch once, then judge each (claimed hashes, expected branches; none: any branch).
+
+        The remote unreadable (no answer in time, refused, the lock held too long): every
+        answer is ``unreachable`` with the reason, and nothing is decided on it.
+        """
+        try:
+            with self._locked():
+                self._fetch()
+                return [self._check(claims, branches) for claims, branches in wanted]
+        except (GitFailed, BusyError, OSError) as exc:
+            reason = redact(f"repository not checked: {exc}", self.secrets)
+            return [Check("unreachable", reason=reason) for _ in wanted]
+
+    def _check(self, claims: Sequence[str], branches: Sequence[str]) -> Check:
+        where = remote_name(branches)
+        if not claims:
+            return Check(
+                "no_claim", reason=f"no commit hash in the final answer (expected on {where})"
+            )
+        known = self.branches()
+        heads = [b for b in branches if b in known] if branches else known
+        if not heads:
+            return Check(
+                "missing",
+                reason=f"claimed commit {short(claims[-1])} is not on {where}: no such branch",
+            )
+        last = ""
+        for claim in claims:
+            found = self.resolve(claim)
+            if len(found) > 1:
+                return Check(
+                    "ambiguous",
+                    reason=f"claimed commit {claim} is ambiguous: "
+                    f"{len(found)} commits of origin start with it",
+                )
+            if not found or not any(self.reachable(found[0], h) for h in heads):
+                return Check("missing", reason=f"claimed commit {short(claim)} is not on {where}")
+            last = found[0]
+        return Check("verified", commit=last)
+
+
+class _NonZero(Exception):
+    """A git exit the caller allowed (``ok``) other than 0."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(code)
+        self.code = code
