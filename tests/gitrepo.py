@@ -51,6 +51,7 @@ class Origin:
 
 def make_origin(root: Path) -> Origin:
     """A bare origin with one commit on main, and its clone."""
+    root.mkdir(parents=True, exist_ok=True)
     bare, work = root / "origin.git", root / "work"
     git(root, "init", "-q", "--bare", "-b", "main", str(bare))
     git(root, "clone", "-q", str(bare), str(work))

@@ -394,6 +394,8 @@ def _parse_repository(r: _Reader) -> RepositoryConfig:
         parts = urlsplit(commit_url)
         if parts.scheme not in ("http", "https") or not parts.netloc:
             raise r.fail("commit_url", "must be an http(s) URL")
+        if parts.username or parts.password:
+            raise r.fail("commit_url", "must not carry a user name or password")
         if "{commit}" not in commit_url:
             raise r.fail("commit_url", "must hold {commit} where the hash goes")
     timeout = float(r.num("fetch_timeout_seconds", 60.0, minimum=1))

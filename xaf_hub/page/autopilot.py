@@ -13,10 +13,11 @@ a task whose session has finished is counted as done even before the next round 
 from __future__ import annotations
 
 import socket
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import quote
 
 from xaf_hub.config.load import Config
 from xaf_hub.core.records import SessionRecord
@@ -54,6 +55,39 @@ class AutopilotView:
     next_up: tuple[tuple[str, str], ...] = ()
     rests: tuple[Line, ...] = ()
     problems: tuple[str, ...] = ()
+    done: tuple[DoneTask, ...] = ()  # the latest tasks done, newest first
+
+
+@dataclass(frozen=True)
+class DoneTask:
+    """A done task as the panel lists it: its commit linked when the patrol found it."""
+
+    title: str
+    commit: str = ""  # the short hash; "" when not verified
+    url: str = ""  # project.commit_url filled in, for a verified commit only
+    verified: bool = False
+
+
+# How many done tasks the panel lists.
+DONE_SHOWN = 5
+
+
+def done_tasks(tasks: Sequence[Any], commit_url: str) -> tuple[DoneTask, ...]:
+    """The latest done tasks, newest first, each verified one linked by ``commit_url`` (pure).
+
+    The hash is hex as git gave it, quoted all the same before it goes into the URL; the
+    template escapes the attribute.
+    """
+    done = [t for t in tasks if t.status == "done"]
+    done.sort(key=lambda t: str(t.done_at or ""), reverse=True)
+    out = []
+    for t in done[:DONE_SHOWN]:
+        if t.verified and t.commit:
+            url = commit_url.replace("{commit}", quote(t.commit, safe="")) if commit_url else ""
+            out.append(DoneTask(clean(t.title), t.commit[:7], url, True))
+        else:
+            out.append(DoneTask(clean(t.title)))
+    return tuple(out)
 
 
 def _ms(iso: object) -> int:
@@ -234,6 +268,7 @@ def _build(
 
     queue: list[tuple[int, str, str]] = []
     next_up: list[tuple[str, str]] = []
+    done: tuple[DoneTask, ...] = ()
     try:
         tasks = Backlog(cfg.backlog_path, lock_timeout=cfg.lock.lock_timeout_seconds).load().tasks
     except HubError as exc:
@@ -248,6 +283,7 @@ def _build(
         ready = [t for t in waiting if not readiness(t, tasks, now)]
         ready.sort(key=lambda t: (t.priority, t.created_at or ""))
         next_up = [(t.priority, t.title) for t in ready[:NEXT_UP]]
+        done = done_tasks(tasks, cfg.repository.commit_url)
         details += [
             Line(text(lang, "ap.parked", title=clean(t.title), why=clean(str(t.parked))))
             for t in tasks
@@ -273,6 +309,7 @@ def _build(
         next_up=tuple(next_up),
         rests=tuple(rests),
         problems=tuple(problems),
+        done=done,
     )
 
 

@@ -135,6 +135,17 @@ TEXT: dict[str, tuple[str, str]] = {
     "ap.last_round": ("In its last round", "上一轮"),
     "ap.queue": ("Work queue", "任务队列"),
     "ap.next": ("Next to start", "接下来要开始的"),
+    "ap.done": ("Recently done", "最近完成"),
+    "ap.verified": ("on the repository", "已在仓库中"),
+    "ap.not_verified": ("not verified", "未验证"),
+    "ap.verified_hint": (
+        "the patrol found this commit on the project's repository",
+        "巡检已在项目仓库中找到这个提交",
+    ),
+    "ap.not_verified_hint": (
+        "done on the agent's word or a person's: no commit was checked",
+        "凭智能体或人工的说法完成:没有核对提交",
+    ),
     "ap.priority_hint": ("Priority: P0 is the most urgent", "优先级：P0 最紧急"),
     "ap.rest": (
         "Models from “{family}” are not used until {exact} ({when}): the provider refused for "

@@ -240,3 +240,42 @@ def test_a_report_that_is_not_an_object_is_a_problem_line(cfg: Config) -> None:
     assert overview.build(cfg, NOW_MS).problems == ()  # odd steps are skipped, not fatal
     (folder / "report-latest.json").write_text("[1, 2]", "utf-8")
     assert overview.build(cfg, NOW_MS).state == "never"
+
+
+def test_done_tasks_link_verified_commits_and_say_not_verified(tmp_path: Path) -> None:
+    doc = {
+        "project": {
+            "name": "demo",
+            "repository": "https://git.example/shop.git",
+            "commit_url": "https://git.example/shop/commit/{commit}?from=hub&x=<b>",
+        },
+        "state_dir": str(tmp_path / "state"),
+        "instances": [{"name": "a", "url": "http://127.0.0.1:9", "roots": ["/srv/demo"]}],
+    }
+    cfg = parse_config(doc, path=tmp_path / "config.json", env={})
+    write_report(cfg)
+    full = "0123456789abcdef0123456789abcdef01234567"
+    pool = Backlog(cfg.backlog_path)
+    for task in (
+        Task(id="V", title="verified <b>one</b>", status="done", done_at="2026-11-30T09:00:00Z",
+             commit=full, verified=True),
+        Task(id="N", title="on its word", status="done", done_at="2026-11-30T09:10:00Z"),
+        Task(id="P", title="still pending"),
+    ):
+        pool.add(task)
+    view = overview.build(cfg, NOW_MS)
+    assert view.done == (
+        overview.DoneTask("on its word"),
+        overview.DoneTask(
+            "verified <b>one</b>",
+            "0123456",
+            f"https://git.example/shop/commit/{full}?from=hub&x=<b>",
+            True,
+        ),
+    )
+    snap = Snapshot(generated_at=NOW_MS, instances=(), sessions=())
+    html = report.render_html(snap, now_ms=NOW_MS, title="demo", autopilot=view)
+    link = f'<a href="https://git.example/shop/commit/{full}?from=hub&amp;x=&lt;b&gt;"'
+    assert link in html and "verified &lt;b&gt;one&lt;/b&gt;" in html
+    assert 'data-verified="false"' in html and ">not verified</span>" in html
+    assert "still pending" not in html.split('id="done"')[1].split("</ul>")[0]

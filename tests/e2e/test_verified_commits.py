@@ -1,0 +1,226 @@
+"""Done means a commit on the repository: real opencode agents commit and push through their
+bash tool (the fake model scripted to call it), and the patrol checks their word.
+
+The remote is a bare repository in tmp_path (``project.repository``); the agent's session
+clones it in its own directory, commits, pushes (or does not) and answers with what
+``git rev-parse HEAD`` printed. The patrol settles the task from the hub's own mirror.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+from pathlib import Path
+from typing import Any
+
+from tests.fleet import Hub
+from tests.gitrepo import Origin, git, make_origin
+from tests.notify_capture import Capture
+
+COMMIT_URL = "https://git.example/shop/commit/{commit}"
+
+
+def home(hub: Hub) -> Path:
+    return Path(hub.env["XAF_HUB_HOME"])
+
+
+def patrol(hub: Hub) -> dict[str, Any]:
+    code, out, err = hub.cli("patrol", "--once", "--no-design")
+    assert code == 0, err
+    return json.loads((home(hub) / "patrol" / "report-latest.json").read_text("utf-8"))
+
+
+def settling_round(hub: Hub, task_id: str, *, kept: bool = False) -> dict[str, Any]:
+    """The first patrol round that judges the task (a row younger than 10 s is left alone);
+    ``kept``: one that keeps it waiting for verification."""
+    rounds: list[dict[str, Any]] = []
+
+    def judged() -> bool:
+        doc = patrol(hub)
+        rounds.append(doc)
+        rows = doc["tasks_done"] + doc["needs_person"] + doc["tasks_requeued"]
+        if kept:
+            rows = [r for r in doc["tasks_kept"] if "verification" in r.get("detail", "")]
+        return any(r.get("task") == task_id for r in rows)
+
+    hub.wait_for(judged, timeout=90, step=1.0)
+    return rounds[-1]
+
+
+def pool(hub: Hub) -> dict[str, dict[str, Any]]:
+    doc = json.loads((home(hub) / "tasks_backlog.json").read_text("utf-8"))
+    return {t["id"]: t for t in doc["tasks"]}
+
+
+def with_repository(hub: Hub, url: str) -> None:
+    hub.write_config(project={**hub.doc["project"], "repository": url, "commit_url": COMMIT_URL})
+
+
+def agent_script(origin: Origin, push_to: str | None) -> list[Any]:
+    """One bash tool call: clone, commit, push to ``push_to`` (None: no push), print the hash."""
+    steps = [
+        f"git clone -q {origin.bare} work",
+        "cd work",
+        "echo change >> notes.txt",
+        "git add notes.txt",
+        "git -c user.name=Agent -c user.email=agent@example.invalid commit -q -m 'the task'",
+    ]
+    if push_to is not None:
+        steps.append(f"git push -q origin HEAD:refs/heads/{push_to}")
+    steps.append("git rev-parse HEAD")
+    return [["bash", {"command": " && ".join(steps), "description": "commit and push the work"}]]
+
+
+def run_task(hub: Hub, task_id: str, title: str, instance: str, calls: list[Any]) -> str:
+    """Add a pinned task, let the patrol send it, wait for its agent to finish; its session."""
+    hub.llm.set_mode("fake-model", "tools", calls=calls, text="Done. The commit:")
+    code, _, err = hub.cli(
+        "backlog", "add", "--title", title, "--id", task_id, "--instance", instance
+    )
+    assert code == 0, err
+    doc = patrol(hub)
+    assert [a["task"] for a in doc["dispatched"]] == [task_id], doc["dispatched"]
+    sid = str(pool(hub)[task_id]["session_id"])
+
+    def answered() -> bool:
+        return any(
+            r["model"] == "fake-model" and len(r["tool_results"]) >= len(calls)
+            for r in hub.llm.requests()
+        ) and sid not in hub.busy_ids(instance)
+
+    hub.wait_for(answered, timeout=120, step=0.5)
+    return sid
+
+
+def tool_output(hub: Hub) -> str:
+    """What the bash tool gave the model back (the agent's own view of its work)."""
+    for r in reversed(hub.llm.requests()):
+        if r["model"] == "fake-model" and r["tool_results"]:
+            return str(r["tool_results"][0])
+    raise AssertionError("the bash tool never answered")
+
+
+def page(hub: Hub) -> str:
+    path = home(hub) / "page.html"
+    code, _, err = hub.cli("sessions", "--html", str(path))
+    assert code == 0, err
+    return path.read_text("utf-8")
+
+
+def test_an_agent_that_pushed_its_commit_is_verified_and_done(hub: Hub, tmp_path: Path) -> None:
+    origin = make_origin(tmp_path / "remote")
+    with_repository(hub, str(origin.bare))
+    run_task(hub, "T1", "fix the login form", "local-a", agent_script(origin, "main"))
+    pushed = git(origin.bare, "rev-parse", "refs/heads/main")
+    assert pushed in tool_output(hub)  # the real bash tool ran git: the remote has it
+
+    doc = settling_round(hub, "T1")
+    assert [a["task"] for a in doc["tasks_done"]] == ["T1"], doc
+    task = pool(hub)["T1"]
+    assert (task["status"], task["commit"], task["verified"]) == ("done", pushed, True)
+    code, shown = hub.cli_json("backlog", "show", "T1")
+    assert code == 0 and (shown["commit"], shown["verified"]) == (pushed, True)
+    code, listed = hub.cli_json("backlog", "list")
+    assert [(t["id"], t["commit"], t["verified"]) for t in listed["tasks"]] == [
+        ("T1", pushed, True)
+    ]
+    html = page(hub)
+    link = f'href="https://git.example/shop/commit/{pushed}"'
+    assert link in html and pushed[:7] in html
+
+
+def test_a_claimed_commit_never_pushed_is_not_done_and_needs_a_person(
+    hub: Hub, tmp_path: Path
+) -> None:
+    origin = make_origin(tmp_path / "remote")
+    with_repository(hub, str(origin.bare))
+    chat = Capture("json")
+    chat.start()
+    hub.env["HOOK_TEAM"] = chat.url
+    hook = {"name": "team", "url_env": "HOOK_TEAM", "format": "json", "events": ["needs_person"]}
+    hub.write_config(notify={"webhooks": [hook]})
+    run_task(hub, "T2", "tidy the readme", "local-a", agent_script(origin, None))
+    claimed = re.findall(r"\b[0-9a-f]{40}\b", tool_output(hub))
+    assert len(claimed) == 1 and claimed[0] != git(origin.bare, "rev-parse", "refs/heads/main")
+
+    doc = settling_round(hub, "T2")
+    assert doc["tasks_done"] == []
+    reason = f"claimed commit {claimed[0][:7]} is not on origin/main"
+    people = [p for p in doc["needs_person"] if p.get("task") == "T2"]
+    assert len(people) == 1 and reason in people[0]["detail"], doc["needs_person"]
+    task = pool(hub)["T2"]
+    assert task["status"] == "dispatched" and "verified" not in task
+    assert reason in page(hub)  # listed for a person on the page too
+    # The team was told once, on the needs-a-person path, with the reason.
+    texts = chat.texts()
+    assert len(texts) == 1 and reason in texts[0] and "tidy the readme" in texts[0], texts
+
+    # Still not there next round: still not done, and not announced again.
+    again = patrol(hub)
+    assert again["tasks_done"] == [] and [p["task"] for p in again["needs_person"]] == ["T2"]
+    assert len(chat.texts()) == 1
+    chat.stop()
+    # A person's override stands, unverified.
+    code, _, err = hub.cli("backlog", "set", "T2", "--status", "done")
+    assert code == 0, err
+    code, shown = hub.cli_json("backlog", "show", "T2")
+    assert (shown["status"], shown["commit"], shown["verified"]) == ("done", None, None)
+    assert "not verified" in page(hub)
+
+
+def test_branch_mode_verifies_on_the_tasks_feature_branch(hub: Hub, tmp_path: Path) -> None:
+    origin = make_origin(tmp_path / "remote")
+    with_repository(hub, str(origin.bare))
+    # lan-b works on feature branches: the discipline named feature/<slug of the title>.
+    run_task(
+        hub,
+        "T3",
+        "Add the export button",
+        "lan-b",
+        agent_script(origin, "feature/add-the-export-button"),
+    )
+    pushed = git(origin.bare, "rev-parse", "refs/heads/feature/add-the-export-button")
+    assert git(origin.bare, "rev-parse", "refs/heads/main") != pushed
+
+    doc = settling_round(hub, "T3")
+    assert [a["task"] for a in doc["tasks_done"]] == ["T3"], doc
+    task = pool(hub)["T3"]
+    assert (task["status"], task["commit"], task["verified"]) == ("done", pushed, True)
+
+
+def test_a_silent_remote_keeps_the_task_and_never_shows_its_token(hub: Hub, tmp_path: Path) -> None:
+    """The remote does not answer: bounded, the reason shown, the task kept for the next round
+    (never done, never failed); the token in the URL appears nowhere."""
+    origin = make_origin(tmp_path / "remote")
+    token = "ghp_e2eRepoT0kenValue42"
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)  # accepts (the kernel does), never answers
+        url = f"http://agent:{token}@127.0.0.1:{silent.getsockname()[1]}/shop.git"
+        hub.write_config(
+            project={**hub.doc["project"], "repository": url, "fetch_timeout_seconds": 2}
+        )
+        run_task(hub, "T4", "bump the version", "local-a", agent_script(origin, "main"))
+        doc = settling_round(hub, "T4", kept=True)
+        kept = [k for k in doc["tasks_kept"] if k.get("task") == "T4"]
+        assert len(kept) == 1, doc["tasks_kept"]
+        assert kept[0]["detail"] == (
+            "waiting for verification: repository not checked: git fetch gave no answer within 2s"
+        )
+        assert doc["needs_person"] == [] and doc["tasks_requeued"] == []
+        assert pool(hub)["T4"]["status"] == "dispatched"
+        seen = [json.dumps(doc), page(hub)]
+        for args in (("doctor", "--json"), ("backlog", "show", "T4", "--json"), ("status",)):
+            code, out, err = hub.cli(*args)
+            seen.append(out + err)
+        for path in home(hub).rglob("*"):
+            if path.is_file() and path.suffix in (".json", ".jsonl", ".log", ".html"):
+                seen.append(path.read_text("utf-8", "replace"))
+        assert all(token not in text for text in seen)
+
+    # The remote answers again (here: the team moved it): the next round settles the task.
+    with_repository(hub, str(origin.bare))
+    doc = patrol(hub)
+    assert [a["task"] for a in doc["tasks_done"]] == ["T4"], doc
+    assert pool(hub)["T4"]["verified"] is True
