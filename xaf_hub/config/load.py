@@ -107,6 +107,13 @@ class ModelsConfig:
 
 
 @dataclass(frozen=True)
+class PoolConfig:
+    """Where the task pool lives: "file" (tasks_backlog.json) or "redis" (lock.redis_url)."""
+
+    backend: str = "file"
+
+
+@dataclass(frozen=True)
 class PatrolConfig:
     """Patrol settings (architecture §8)."""
 
@@ -150,6 +157,7 @@ class Config:
     lock: LockConfig = field(default_factory=LockConfig)
     models: ModelsConfig = field(default_factory=ModelsConfig)
     patrol: PatrolConfig = field(default_factory=PatrolConfig)
+    pool: PoolConfig = field(default_factory=PoolConfig)
     instances: tuple[InstanceConfig, ...] = ()
     local_config: Path | None = None
     local_scope: str = ""
@@ -262,6 +270,14 @@ def parse_config(raw: Any, *, path: Path, env: Mapping[str, str]) -> Config:
             "(e.g. redis://hub-redis.example.internal:6379/0)"
         )
     patrol = _parse_patrol(top.sub("patrol"), path)
+    pool_r = top.sub("pool")
+    pool = PoolConfig(backend=pool_r.choice("backend", ("file", "redis"), "file"))
+    pool_r.finish()
+    if pool.backend == "redis" and not lock.redis_url:
+        raise ConfigError(
+            f"{path}: key 'pool.backend': 'redis' needs lock.redis_url "
+            "(e.g. redis://hub-redis.example.internal:6379/0)"
+        )
     page = top.sub("page")
     page.seen.add("url")  # notify/ reads and checks page.url
     page_language = page.choice("language", ("auto", "en", "zh"), "auto", tags=True)
@@ -349,6 +365,7 @@ def parse_config(raw: Any, *, path: Path, env: Mapping[str, str]) -> Config:
         lock=lock,
         models=models,
         patrol=patrol,
+        pool=pool,
         instances=tuple(instances),
         local_config=local_path,
         local_scope=local_scope,

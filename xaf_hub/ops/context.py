@@ -21,8 +21,8 @@ from xaf_hub.errors import UnreachableError
 from xaf_hub.fleet.client import OpencodeClient
 from xaf_hub.fleet.scan import InstanceScan, TransportFactory, make_client, scan_fleet
 from xaf_hub.store import audit as audit_log
-from xaf_hub.store.backends import make_gate
-from xaf_hub.store.backlog import Backlog
+from xaf_hub.store.backends import make_gate, make_pool
+from xaf_hub.store.backlog import TaskPool
 from xaf_hub.store.gate import Gate
 from xaf_hub.store.model_state import ModelState
 
@@ -67,11 +67,9 @@ class OpsContext:
         """Where the patrol keeps its reports, pause flag and locks."""
         return self.cfg.state_dir / "patrol"
 
-    def backlog(self) -> Backlog:
-        """The task pool store."""
-        return Backlog(
-            self.cfg.backlog_path, lock_timeout=self.cfg.lock.lock_timeout_seconds, clock=self.clock
-        )
+    def backlog(self) -> TaskPool:
+        """The task pool store ``pool.backend`` names (the file, or Redis)."""
+        return make_pool(self.cfg, self.clock)
 
     def model_state(self) -> ModelState:
         """The blackout / healed-failure store."""

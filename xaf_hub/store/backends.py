@@ -1,13 +1,17 @@
-"""The store ``lock.backend`` names: slot files on this host, or Redis shared by every host.
+"""The stores the config names: files on this host, or Redis shared by every host.
 
-Apart from both backends so neither imports the other; Redis is imported only when asked for.
+``lock.backend`` chooses the gate, ``pool.backend`` the task pool. Apart from both backends so
+neither imports the other; Redis is imported only when asked for.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 from xaf_hub.config.load import Config
+from xaf_hub.store.backlog import Backlog, TaskPool, _utc_now
 from xaf_hub.store.gate import Gate
 
 if TYPE_CHECKING:
@@ -21,3 +25,15 @@ def make_gate(cfg: Config) -> Gate | RedisGate:
 
         return RedisGate(cfg.lock, connect(cfg.lock))
     return Gate(cfg.lock_dir, cfg.lock)
+
+
+def make_pool(cfg: Config, clock: Callable[[], datetime] | None = None) -> TaskPool:
+    """The task pool ``pool.backend`` asks for: the file here, or one Redis key for every hub."""
+    timeout = cfg.lock.lock_timeout_seconds
+    now = clock or _utc_now
+    if cfg.pool.backend == "redis":
+        from xaf_hub.store.redis_backend import connect
+        from xaf_hub.store.redis_pool import RedisBacklog
+
+        return RedisBacklog(connect(cfg.lock), cfg.lock.redis_prefix, timeout, clock=now)
+    return Backlog(cfg.backlog_path, timeout, clock=now)
