@@ -1,5 +1,7 @@
 """The gate and the model state on Redis, shared by every host that points at one server.
 
+(The task pool's Redis store, ``redis_pool``, uses this module's client and error helpers.)
+
 Chosen by ``lock.backend: "redis"`` (the gate, through ``gate.make_gate``) and
 ``models.state_backend: "redis"`` (blackouts and healed memory, through
 ``dispatcher.model_state``). Nothing else imports this module, so the default file backend
