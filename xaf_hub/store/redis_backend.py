@@ -40,6 +40,7 @@ from xaf_hub.config.credentials import REDIS_PASSWORD_ENV
 from xaf_hub.config.load import LockConfig
 from xaf_hub.core.clock import to_ms
 from xaf_hub.errors import BusyError, ConfigError, LockLostError, StateFileError, UnreachableError
+from xaf_hub.store.fence import Fence
 from xaf_hub.store.gate import (
     PROMPT_ACCEPTED,
     Gate,
@@ -101,8 +102,12 @@ return 0
 
 
 # Write one reservation and index it; when a lock token is given, only while the lock key still
-# holds it (a holder whose lease ran out, or whose keys were flushed, writes nothing).
+# holds it (a holder whose lease ran out, or whose keys were flushed, writes nothing); when
+# fenced (ARGV[5] = '1'), only while the patrol lease key KEYS[4] holds the token ARGV[6].
 _WRITE_IF_OWNER = """
+if ARGV[5] == '1' and redis.call('GET', KEYS[4]) ~= ARGV[6] then
+  return -1
+end
 if ARGV[1] ~= '' and redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return 0
 end
@@ -200,6 +205,7 @@ class RedisGate(Gate):
         clock: Callable[[], float] | None = None,
         alive: Callable[[int], bool] = pid_alive,
         lease_seconds: float = LOCK_LEASE_SECONDS,
+        fence: Fence | None = None,
     ) -> None:
         # No slot folder: everything lives in Redis, so the file gate's root stays unused.
         super().__init__(
@@ -208,6 +214,7 @@ class RedisGate(Gate):
         self.client = client
         self.prefix = cfg.redis_prefix
         self.lease_seconds = lease_seconds
+        self.fence = fence
         self.where = describe(client)
         self._delete_if_unchanged = client.register_script(_DELETE_IF_UNCHANGED)
         self._write_if_owner = client.register_script(_WRITE_IF_OWNER)
@@ -299,12 +306,27 @@ class RedisGate(Gate):
         token = self._token_of(instance)
         if not token:
             return False
+        keys = [self._key("lock", instance)]
+        if self.fence is not None:
+            keys.append(self.fence.key)  # a daemon that lost the patrol lease owns nothing
         with _redis_errors(self.where):
-            current = self.client.get(self._key("lock", instance))
-        owned = current is not None and _text(current) == token
+            current = self.client.mget(keys)
+        owned = current[0] is not None and _text(current[0]) == token
+        if owned and self.fence is not None:
+            owned = current[1] is not None and _text(current[1]) == self.fence.token
+            if not owned:
+                self.warnings.append(self._fence_lost(instance))
+                return False
         if not owned:
             self._lost.add(instance)
         return owned
+
+    def _fence_lost(self, instance: str) -> str:
+        assert self.fence is not None
+        return (
+            f"{instance}: this patrol daemon no longer holds the patrol lease (redis "
+            f"{self.where} key {self.fence.key}); another daemon is active, so nothing is sent"
+        )
 
     def holds(self, res: Reservation) -> bool:
         """True when the reservation's key is still in Redis."""
@@ -368,12 +390,24 @@ class RedisGate(Gate):
         """
         ttl_ms = max(1, int(self.cfg.slot_ttl_seconds * 1000))
         token = self._token_of(res.instance) if guarded else ""
+        lock_key = self._key("lock", res.instance)
+        fenced = guarded and self.fence is not None
+        fence = self.fence if fenced and self.fence is not None else Fence(lock_key, "")
         with _redis_errors(self.where):
             # Every key expires within ttl of its last write, so the index outlives them all.
             done = self._write_if_owner(
-                keys=[self._key("lock", res.instance), res.key, self.index_key(res.instance)],
-                args=[token, json.dumps(res.to_json()), ttl_ms, _token(res)],
+                keys=[lock_key, res.key, self.index_key(res.instance), fence.key],
+                args=[
+                    token,
+                    json.dumps(res.to_json()),
+                    ttl_ms,
+                    _token(res),
+                    "1" if fenced else "0",
+                    fence.token,
+                ],
             )
+        if done == -1:
+            raise LockLostError(self._fence_lost(res.instance))
         if not done:
             self._lost.add(res.instance)
             raise LockLostError(

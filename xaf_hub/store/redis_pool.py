@@ -6,6 +6,9 @@ applies the same rules as the file store (``backlog.TaskPool``) and writes back 
 other hub wrote in between; otherwise it reads again and re-applies. So a ``claim`` made by two
 hubs at once succeeds for one of them; the other sees the row dispatched and sends nothing.
 
+With a ``Fence`` (an HA patrol daemon's lease) a write happens only while the lease key holds
+the daemon's token, checked inside the same transaction (the lease key is watched too).
+
 Only ``backends.make_pool`` imports this module, so the file backend never loads ``redis``.
 Redis errors become ``UnreachableError("redis", reason)`` (exit 2) before anything is sent.
 """
@@ -22,8 +25,9 @@ from typing import Any, TypeVar
 import redis
 from redis.exceptions import WatchError
 
-from xaf_hub.errors import BusyError, StateFileError
+from xaf_hub.errors import BusyError, LockLostError, StateFileError
 from xaf_hub.store.backlog import TaskPool, _utc_now
+from xaf_hub.store.fence import Fence
 from xaf_hub.store.redis_backend import _redis_errors, _text, describe
 from xaf_hub.store.tasks import BacklogData
 
@@ -42,8 +46,10 @@ class RedisBacklog(TaskPool):
         lock_timeout: float = 20,
         *,
         clock: Callable[[], datetime] = _utc_now,
+        fence: Fence | None = None,
     ) -> None:
         self.client = client
+        self.fence = fence
         self.key = f"{prefix}:pool"
         self.server = describe(client)
         self.where = f"redis {self.server} key {self.key}"
@@ -77,7 +83,8 @@ class RedisBacklog(TaskPool):
         with _redis_errors(self.server), self.client.pipeline(transaction=True) as pipe:
             while True:
                 try:
-                    pipe.watch(self.key)  # type: ignore[no-untyped-call]  # unannotated upstream
+                    keys = [self.key] if self.fence is None else [self.key, self.fence.key]
+                    pipe.watch(*keys)  # type: ignore[no-untyped-call]  # unannotated upstream
                     got = pipe.get(self.key)
                     data = self._parse(None if got is None else _text(got))
                     before = data._state()
@@ -85,6 +92,17 @@ class RedisBacklog(TaskPool):
                     if data._state() == before:
                         pipe.unwatch()
                         return result
+                    if self.fence is not None:
+                        # Watched: if the lease changes hands before EXEC, the write is dropped
+                        # and the next pass finds it is no longer ours.
+                        holder = pipe.get(self.fence.key)
+                        if holder is None or _text(holder) != self.fence.token:
+                            pipe.unwatch()
+                            raise LockLostError(
+                                f"task pool {self.where}: this patrol daemon no longer holds "
+                                f"the patrol lease (key {self.fence.key}); another daemon is "
+                                "active, so the pool was not changed"
+                            )
                     pipe.multi()
                     pipe.set(self.key, json.dumps(data.to_json(), ensure_ascii=False))
                     pipe.execute()
