@@ -4,6 +4,7 @@
 * ``audit``        — the append-only log of every write to a server.
 * ``backlog``      — the task pool's interface and rules (claims, requeue), and its file store.
 * ``redis_pool``   — the same task pool as one Redis document shared by every hub.
+* ``redis_lease``  — the HA patrol lease (one active daemon among hosts); ``fence`` its token.
 * ``tasks``        — the pool's task records and their schema.
 * ``gate``         — per-instance lock plus slot reservations on files (this host).
 * ``redis_backend``— the same gate and the model state shared through Redis (several hosts).

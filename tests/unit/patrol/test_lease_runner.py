@@ -84,3 +84,47 @@ def test_once_with_redis_away_exits_2_in_one_line_and_runs_nothing(tmp_path: Pat
     assert code == 2
     doc = json.loads(out.getvalue())
     assert doc["active_host"] is None and "connection refused" in doc["lease_error"]
+
+
+def test_a_daemon_without_redis_keeps_no_lease_says_so_and_runs_nothing(tmp_path: Path) -> None:
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    doc = {
+        "lock": {"backend": "redis", "redis_url": f"redis://127.0.0.1:{port}/0"},
+        "pool": {"backend": "redis"},
+        "patrol": {"lease_seconds": 1},
+        "instances": [{"name": "lan-a", "url": "http://127.0.0.1:9", "roots": ["/srv/p"]}],
+    }
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(doc), "utf-8")
+    env = {"PATH": "/usr/bin:/bin", "XAF_HUB_HOME": str(tmp_path / "home")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "xaf_hub", "--config", str(config), "patrol",
+         "--interval-seconds", "0.5", "--no-live"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )
+    try:
+        beat = tmp_path / "home" / "patrol" / "daemon.json"
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # several intervals pass as a standby
+            if beat.exists() and json.loads(beat.read_text("utf-8")).get("role") == "standby":
+                break
+            time.sleep(0.2)
+        time.sleep(3)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, err
+    assert f"patrol lease: standby (redis: unreachable: 127.0.0.1:{port}/0: connection" in out
+    assert "patrol cycle" not in out  # not one round without the lease
+    assert not (tmp_path / "home" / "patrol" / "report-latest.json").exists()
+    assert json.loads(beat.read_text("utf-8"))["ticks"] == 0
