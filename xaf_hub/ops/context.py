@@ -82,7 +82,7 @@ class OpsContext:
         """The blackout / healed-failure store."""
         from xaf_hub.ops.models import model_state
 
-        return model_state(self.cfg)
+        return model_state(self.cfg, self.fence())
 
     def gate(self) -> Gate:
         """The dispatch gate (locks and reservations)."""

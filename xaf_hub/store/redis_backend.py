@@ -118,6 +118,16 @@ return 1
 """
 
 
+# Set a key only while the patrol lease KEYS[1] holds the token ARGV[1].
+_SET_IF_HOLDER = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  return 0
+end
+redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
+return 1
+"""
+
+
 def connect(cfg: LockConfig) -> redis.Redis:
     """A client for ``lock.redis_url`` with the password from the env; connects on first use."""
     try:
@@ -494,8 +504,11 @@ class RedisModelState(ModelState):
         tz: tzinfo,
         families: Mapping[str, Sequence[str]],
         lock_timeout: float = 20,
+        fence: Fence | None = None,
     ) -> None:
         self.client = client
+        self.fence = fence
+        self._set_if_holder = client.register_script(_SET_IF_HOLDER)
         self.key = f"{prefix}:model_state"
         self.healed_prefix = f"{prefix}:healed:"
         self.where = describe(client)
@@ -526,7 +539,8 @@ class RedisModelState(ModelState):
         with _redis_errors(self.where), self.client.pipeline(transaction=True) as pipe:
             while True:
                 try:
-                    pipe.watch(self.key)  # type: ignore[no-untyped-call]  # unannotated upstream
+                    keys = [self.key] if self.fence is None else [self.key, self.fence.key]
+                    pipe.watch(*keys)  # type: ignore[no-untyped-call]  # unannotated upstream
                     got = pipe.get(self.key)
                     raw = None if got is None else _text(got)
                     data = self._parse(raw)
@@ -535,6 +549,11 @@ class RedisModelState(ModelState):
                     if raw is not None and json.dumps(data, sort_keys=True) == before:
                         pipe.unwatch()
                         return result
+                    if self.fence is not None:
+                        holder = pipe.get(self.fence.key)  # watched: a change aborts the EXEC
+                        if holder is None or _text(holder) != self.fence.token:
+                            pipe.unwatch()
+                            raise LockLostError(self._fence_lost())
                     pipe.multi()
                     pipe.set(self.key, json.dumps(data, ensure_ascii=False))
                     ends = [int(b["until_ms"]) for b in data["blackouts"].values()]
@@ -563,5 +582,21 @@ class RedisModelState(ModelState):
         """Record that ``key`` was healed; Redis forgets it after 14 days."""
         entry = {"at_ms": to_ms(now), "from_model": from_model, "to_model": to_model}
         retention_ms = int(HEALED_RETENTION.total_seconds() * 1000)
+        if self.fence is None:
+            with _redis_errors(self.where):
+                self.client.set(self.healed_prefix + key, json.dumps(entry), px=retention_ms)
+            return
         with _redis_errors(self.where):
-            self.client.set(self.healed_prefix + key, json.dumps(entry), px=retention_ms)
+            done = self._set_if_holder(
+                keys=[self.fence.key, self.healed_prefix + key],
+                args=[self.fence.token, json.dumps(entry), retention_ms],
+            )
+        if not done:
+            raise LockLostError(self._fence_lost())
+
+    def _fence_lost(self) -> str:
+        assert self.fence is not None
+        return (
+            f"model state in redis {self.where}: this patrol daemon no longer holds the patrol "
+            f"lease (key {self.fence.key}); another daemon is active, so nothing was written"
+        )

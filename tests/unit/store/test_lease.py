@@ -141,3 +141,34 @@ def test_daemons_are_listed_with_role_and_heartbeat(cfg: Config) -> None:
     # A daemon silent for more than a day is forgotten.
     later = int(NOW.timestamp() * 1000) + 25 * 3600 * 1000
     assert known_daemons(client, cfg.lock.redis_prefix, later) == []
+
+
+def test_a_fenced_model_state_writes_nothing_once_the_lease_is_lost(
+    cfg: Config, rds: Any
+) -> None:
+    from dataclasses import replace
+
+    from xaf_hub.ops.models import model_state
+
+    families = (("opencode", ("opencode/",)), ("other", ("other/",)))
+    cfg = replace(
+        cfg,
+        models=replace(
+            cfg.models, state_backend="redis", timezone="UTC", blackout_families=families
+        ),
+    )
+    a = lease(cfg, "host-a")
+    assert a.acquire()
+    state = model_state(cfg, a.fence())
+    state.mark_blackout("opencode", "429 free usage limit", "lan-a", NOW)
+    state.remember_healed("lan-a/ses_1/msg_1", "opencode/free", "other/model", NOW)
+    assert state.was_healed("lan-a/ses_1/msg_1")
+    key = f"{cfg.lock.redis_prefix}:model_state"
+    before = rds.get(key)
+    rds.set(a.key, "host-b|9|beef")  # the lease changed hands
+    with pytest.raises(LockLostError, match="patrol lease"):
+        state.mark_blackout("other", "429 quota", "lan-a", NOW)
+    with pytest.raises(LockLostError, match="patrol lease"):
+        state.remember_healed("lan-a/ses_2/msg_1", None, None, NOW)
+    assert rds.get(key) == before and not state.was_healed("lan-a/ses_2/msg_1")
+    assert set(state.active_blackouts(NOW)) == {"opencode"}  # reading still works
