@@ -131,7 +131,8 @@ class PatrolConfig:
     max_attempts: int = 3
     max_infra_failures: int = 4  # infrastructure failures in a row that park a task
     no_answer_grace_seconds: float = 120.0  # a prompt unanswered this long was refused
-    # HA on Redis: how long the active daemon's lease lasts without a renewal.
+    # HA on Redis: how long the active daemon's lease lasts without a renewal; 0: no lease,
+    # every daemon runs rounds (the shared pool's claims still send each task once).
     lease_seconds: float = 15.0
 
 
@@ -477,7 +478,7 @@ def _parse_patrol(r: _Reader, path: Path) -> PatrolConfig:
         max_attempts=r.num("max_attempts", 3, minimum=1, integer=True),
         max_infra_failures=r.num("max_infra_failures", 4, minimum=1, integer=True),
         no_answer_grace_seconds=float(r.num("no_answer_grace_seconds", 120.0, minimum=0)),
-        lease_seconds=float(r.num("lease_seconds", 15.0, minimum=1)),
+        lease_seconds=float(r.num("lease_seconds", 15.0, minimum=0)),
     )
     base = cfg.base_branch.strip().removeprefix("origin/")
     if not base or base.startswith("feature/"):

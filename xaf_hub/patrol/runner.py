@@ -182,9 +182,13 @@ def summary(cycle: Cycle, code: int) -> str:
 
 
 def open_lease(pctx: OpsContext) -> PatrolLease | None:
-    """The HA lease when the gate or the pool lives in Redis, else None (one host)."""
+    """The HA lease when the gate or the pool lives in Redis, else None (one host).
+
+    ``patrol.lease_seconds: 0`` turns it off: every daemon runs rounds, and only the pool's
+    atomic claims and the gate keep two of them from sending one task twice.
+    """
     cfg = pctx.cfg
-    if "redis" not in (cfg.lock.backend, cfg.pool.backend):
+    if "redis" not in (cfg.lock.backend, cfg.pool.backend) or cfg.patrol.lease_seconds <= 0:
         return None
     from xaf_hub.store.redis_backend import connect
     from xaf_hub.store.redis_lease import PatrolLease

@@ -128,3 +128,19 @@ def test_a_daemon_without_redis_keeps_no_lease_says_so_and_runs_nothing(tmp_path
     assert "patrol cycle" not in out  # not one round without the lease
     assert not (tmp_path / "home" / "patrol" / "report-latest.json").exists()
     assert json.loads(beat.read_text("utf-8"))["ticks"] == 0
+
+
+def test_the_lease_is_off_on_files_and_with_lease_seconds_0(tmp_path: Path) -> None:
+    import pytest
+
+    from xaf_hub.errors import ConfigError
+
+    files = make_cfg(tmp_path)
+    assert files.patrol.lease_seconds == 15 and open_lease(pctx_for(files)) is None
+    url = {"redis_url": "redis://127.0.0.1:9/0"}
+    on = make_cfg(tmp_path, lock=url, pool={"backend": "redis"})
+    assert open_lease(pctx_for(on)) is not None
+    off = make_cfg(tmp_path, lock=url, pool={"backend": "redis"}, patrol={"lease_seconds": 0})
+    assert open_lease(pctx_for(off)) is None
+    with pytest.raises(ConfigError, match="lease_seconds"):
+        make_cfg(tmp_path, patrol={"lease_seconds": -1})

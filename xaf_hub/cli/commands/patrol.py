@@ -296,7 +296,7 @@ def _lease_status(ctx: Context) -> dict[str, object] | None:
     from xaf_hub.errors import HubError
 
     cfg = ctx.config
-    if "redis" not in (cfg.lock.backend, cfg.pool.backend):
+    if "redis" not in (cfg.lock.backend, cfg.pool.backend) or cfg.patrol.lease_seconds <= 0:
         return None
     from xaf_hub.store.redis_backend import connect
     from xaf_hub.store.redis_lease import host_of, known_daemons, lease_token, member_of
