@@ -30,7 +30,7 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -252,8 +252,9 @@ def run_once(
             if isinstance(taken, CycleRun):
                 return taken
             pctx = taken
-            if not keep_lease:
+            if not keep_lease:  # --once: renewed while the round runs, given back after it
                 stack.callback(_give_back, lease)
+                stack.enter_context(_renewing(lease))
         cycle = aio.run(run_cycle(pctx, skip, steps))
         notify_round(pctx, cycle)  # before the report, which says what could not be sent
         code = cycle_code(cycle)
@@ -265,6 +266,28 @@ def run_once(
             cycle.errors.append(pctx.redact(f"report not written: {exc}"))
             pctx.log(f"error: report not written: {pctx.redact(str(exc))}")
     return CycleRun("ran", code, summary(cycle, code), cycle, report)
+
+
+@contextlib.contextmanager
+def _renewing(lease: PatrolLease) -> Iterator[None]:
+    """Renew ``lease`` every third of it while the block runs (a round may outlast it)."""
+    done = threading.Event()
+
+    def renew() -> None:
+        while not done.wait(max(0.2, lease.lease_seconds / 3)):
+            try:
+                if not lease.acquire():
+                    return  # taken by another daemon: the fence refuses our writes from now
+            except HubError:
+                continue  # a blip; the lease runs out locally if it lasts
+
+    thread = threading.Thread(target=renew, name="xaf-hub patrol lease", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join(timeout=10)
 
 
 def _give_back(lease: PatrolLease) -> None:

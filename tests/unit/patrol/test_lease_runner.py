@@ -51,6 +51,20 @@ def test_once_holds_the_lease_for_its_round_then_gives_it_back(
     assert token and token == stored and not stopping  # fenced by the live token
     assert redis_server.client().get(f"{prefix}:patrol:lease") is None  # given back
 
+    # A round longer than the lease keeps it: renewed while it runs, never lapsing.
+    short = replace(cfg, patrol=replace(cfg.patrol, lease_seconds=1))
+
+    async def slow(pctx: OpsContext, cycle: Cycle) -> None:
+        import asyncio
+
+        await asyncio.sleep(3)
+        await probe(pctx, cycle)
+
+    result = run_once(pctx_for(short), steps=(("slow", slow),), lease=open_lease(pctx_for(short)))
+    assert result.code == 0, result.message
+    token, stored, stopping = seen.pop()
+    assert token and token == stored and not stopping
+
     # Another daemon holds it: no round, exit 3, its host named.
     other = open_lease(pctx)
     assert other is not None and other.acquire()
