@@ -127,6 +127,13 @@ class ModelsConfig:
 
 
 @dataclass(frozen=True)
+class PoolConfig:
+    """Where the task pool lives: "file" (tasks_backlog.json) or "redis" (lock.redis_url)."""
+
+    backend: str = "file"
+
+
+@dataclass(frozen=True)
 class PatrolConfig:
     """Patrol settings (architecture §8)."""
 
@@ -144,6 +151,9 @@ class PatrolConfig:
     max_attempts: int = 3
     max_infra_failures: int = 4  # infrastructure failures in a row that park a task
     no_answer_grace_seconds: float = 120.0  # a prompt unanswered this long was refused
+    # HA on Redis: how long the active daemon's lease lasts without a renewal; 0: no lease,
+    # every daemon runs rounds (the shared pool's claims still send each task once).
+    lease_seconds: float = 15.0
 
 
 @dataclass(frozen=True)
@@ -171,6 +181,7 @@ class Config:
     lock: LockConfig = field(default_factory=LockConfig)
     models: ModelsConfig = field(default_factory=ModelsConfig)
     patrol: PatrolConfig = field(default_factory=PatrolConfig)
+    pool: PoolConfig = field(default_factory=PoolConfig)
     instances: tuple[InstanceConfig, ...] = ()
     local_config: Path | None = None
     local_scope: str = ""
@@ -284,6 +295,14 @@ def parse_config(raw: Any, *, path: Path, env: Mapping[str, str]) -> Config:
             "(e.g. redis://hub-redis.example.internal:6379/0)"
         )
     patrol = _parse_patrol(top.sub("patrol"), path)
+    pool_r = top.sub("pool")
+    pool = PoolConfig(backend=pool_r.choice("backend", ("file", "redis"), "file"))
+    pool_r.finish()
+    if pool.backend == "redis" and not lock.redis_url:
+        raise ConfigError(
+            f"{path}: key 'pool.backend': 'redis' needs lock.redis_url "
+            "(e.g. redis://hub-redis.example.internal:6379/0)"
+        )
     page = top.sub("page")
     page.seen.add("url")  # notify/ reads and checks page.url
     page_language = page.choice("language", ("auto", "en", "zh"), "auto", tags=True)
@@ -372,6 +391,7 @@ def parse_config(raw: Any, *, path: Path, env: Mapping[str, str]) -> Config:
         lock=lock,
         models=models,
         patrol=patrol,
+        pool=pool,
         instances=tuple(instances),
         local_config=local_path,
         local_scope=local_scope,
@@ -502,6 +522,7 @@ def _parse_patrol(r: _Reader, path: Path) -> PatrolConfig:
         max_attempts=r.num("max_attempts", 3, minimum=1, integer=True),
         max_infra_failures=r.num("max_infra_failures", 4, minimum=1, integer=True),
         no_answer_grace_seconds=float(r.num("no_answer_grace_seconds", 120.0, minimum=0)),
+        lease_seconds=float(r.num("lease_seconds", 15.0, minimum=0)),
     )
     base = cfg.base_branch.strip().removeprefix("origin/")
     if not base or base.startswith("feature/"):

@@ -21,8 +21,9 @@ from xaf_hub.errors import UnreachableError
 from xaf_hub.fleet.client import OpencodeClient
 from xaf_hub.fleet.scan import InstanceScan, TransportFactory, make_client, scan_fleet
 from xaf_hub.store import audit as audit_log
-from xaf_hub.store.backends import make_gate
-from xaf_hub.store.backlog import Backlog
+from xaf_hub.store.backends import make_gate, make_pool
+from xaf_hub.store.backlog import TaskPool
+from xaf_hub.store.fence import Fence
 from xaf_hub.store.gate import Gate
 from xaf_hub.store.model_state import ModelState
 
@@ -40,6 +41,10 @@ def _never() -> bool:
     return False
 
 
+def _unfenced() -> Fence | None:
+    return None
+
+
 @dataclass(frozen=True)
 class OpsContext:
     """An operation's inputs and I/O seams; operations and patrol jobs take it first."""
@@ -50,6 +55,8 @@ class OpsContext:
     transport_factory: TransportFactory | None = None
     log: Callable[[str], None] = _silent
     stop_requested: Callable[[], bool] = _never
+    # The HA patrol daemon's lease at this moment: the Redis stores write only while it holds.
+    fence: Callable[[], Fence | None] = _unfenced
 
     def now(self) -> datetime:
         """The current time from the injected clock (aware)."""
@@ -67,21 +74,19 @@ class OpsContext:
         """Where the patrol keeps its reports, pause flag and locks."""
         return self.cfg.state_dir / "patrol"
 
-    def backlog(self) -> Backlog:
-        """The task pool store."""
-        return Backlog(
-            self.cfg.backlog_path, lock_timeout=self.cfg.lock.lock_timeout_seconds, clock=self.clock
-        )
+    def backlog(self) -> TaskPool:
+        """The task pool store ``pool.backend`` names (the file, or Redis)."""
+        return make_pool(self.cfg, self.clock, self.fence())
 
     def model_state(self) -> ModelState:
         """The blackout / healed-failure store."""
         from xaf_hub.ops.models import model_state
 
-        return model_state(self.cfg)
+        return model_state(self.cfg, self.fence())
 
     def gate(self) -> Gate:
         """The dispatch gate (locks and reservations)."""
-        return make_gate(self.cfg)
+        return make_gate(self.cfg, self.fence())
 
     def client(self, inst: InstanceConfig) -> OpencodeClient:
         """A fresh client for ``inst``; use it as ``async with``."""

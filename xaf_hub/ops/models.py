@@ -12,11 +12,15 @@ from datetime import UTC, datetime
 
 from xaf_hub.config.load import Config, InstanceConfig
 from xaf_hub.core.clock import resolve_timezone
+from xaf_hub.store.fence import Fence
 from xaf_hub.store.model_state import ModelState, family_of, resolve_dispatch_model
 
 
-def model_state(cfg: Config) -> ModelState:
-    """The fleet's model state store (blackouts, healed failures): a file, or Redis if asked."""
+def model_state(cfg: Config, fence: Fence | None = None) -> ModelState:
+    """The fleet's model state store (blackouts, healed failures): a file, or Redis if asked.
+
+    ``fence`` (an HA patrol daemon's lease) guards the Redis store's writes.
+    """
     policy = (
         cfg.models.blackout_reset_hour,
         resolve_timezone(cfg.models.timezone),
@@ -30,6 +34,7 @@ def model_state(cfg: Config) -> ModelState:
             cfg.lock.redis_prefix,
             *policy,
             lock_timeout=cfg.lock.lock_timeout_seconds,
+            fence=fence,
         )
     return ModelState(
         cfg.state_dir / ".model_state.json", *policy, lock_timeout=cfg.lock.lock_timeout_seconds

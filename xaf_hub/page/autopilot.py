@@ -195,10 +195,10 @@ def build(
 
 def task_ids_by_session(cfg: Config) -> dict[str, str]:
     """{session id: task id} for every task of the pool sent to a session; {} if unreadable."""
-    from xaf_hub.store.backlog import Backlog
+    from xaf_hub.store.backends import make_pool
 
     try:
-        tasks = Backlog(cfg.backlog_path, lock_timeout=cfg.lock.lock_timeout_seconds).load().tasks
+        tasks = make_pool(cfg).load().tasks
     except HubError:
         return {}
     return {t.session_id: t.id for t in tasks if t.session_id}
@@ -244,7 +244,8 @@ def _build(
     cfg: Config, now_ms: int, lang: Lang, sessions: Mapping[tuple[str, str], SessionRecord]
 ) -> AutopilotView:
     from xaf_hub.ops.models import model_state
-    from xaf_hub.store.backlog import Backlog, is_blocked, readiness
+    from xaf_hub.store.backends import make_pool
+    from xaf_hub.store.backlog import is_blocked, readiness
     from xaf_hub.store.patrol_state import heartbeat, latest_report, pause_info
 
     folder = cfg.state_dir / "patrol"
@@ -270,7 +271,7 @@ def _build(
     next_up: list[tuple[str, str]] = []
     done: tuple[DoneTask, ...] = ()
     try:
-        tasks = Backlog(cfg.backlog_path, lock_timeout=cfg.lock.lock_timeout_seconds).load().tasks
+        tasks = make_pool(cfg).load().tasks
     except HubError as exc:
         problems.append(text(lang, "ap.queue_unreadable", error=exc))
     else:

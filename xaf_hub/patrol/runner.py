@@ -13,6 +13,12 @@
   SIGTERM/SIGINT let the running step finish, skip the remaining steps (the report still
   says what ran), then exit 0. ``patrol/daemon.json`` is its heartbeat for ``patrol status``.
   APScheduler is imported only here, inside ``run_daemon``.
+* HA on Redis (``lock.backend`` or ``pool.backend`` "redis"): daemons on several hosts compete
+  for one lease (``store.redis_lease``, ``patrol.lease_seconds``). Only the holder runs rounds
+  and live reactions; every Redis write it makes is fenced by its token (``OpsContext.fence``),
+  so a daemon that lost the lease writes and sends nothing. A standby polls and, once it holds
+  the lease, runs a full round at once. ``--once`` takes the lease for its round (exit 3 while
+  a daemon elsewhere holds it, exit 2 when Redis cannot be reached: no round, nothing sent).
 """
 
 from __future__ import annotations
@@ -24,15 +30,15 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import FrameType
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from xaf_hub.core import aio
-from xaf_hub.errors import BusyError, ExitCode, HubError
+from xaf_hub.errors import BusyError, ExitCode, HubError, UnreachableError
 from xaf_hub.notify.patrol import notify_round
 from xaf_hub.ops.context import OpsContext
 from xaf_hub.patrol.context import Cycle, StepOutcome
@@ -41,6 +47,7 @@ from xaf_hub.patrol.jobs.fill_slots import fill_slots
 from xaf_hub.patrol.jobs.fix_free_limit import fix_free_limit
 from xaf_hub.patrol.jobs.sync_design import sync_design_tasks
 from xaf_hub.patrol.report import write_report
+from xaf_hub.store.gate import host_name
 from xaf_hub.store.patrol_state import (
     HEARTBEAT_FILE,
     PAUSE_FILE,
@@ -52,6 +59,9 @@ from xaf_hub.store.patrol_state import (
     set_paused,
 )
 from xaf_hub.store.statefile import file_lock, write_json_atomic
+
+if TYPE_CHECKING:
+    from xaf_hub.store.redis_lease import PatrolLease
 
 __all__ = [
     "HEARTBEAT_FILE",
@@ -144,7 +154,7 @@ def cycle_code(cycle: Cycle) -> int:
 class CycleRun:
     """How a request to run one cycle ended."""
 
-    status: Literal["ran", "paused", "locked"]
+    status: Literal["ran", "paused", "locked", "standby", "no lease"]
     code: int
     message: str
     cycle: Cycle | None = None
@@ -171,10 +181,59 @@ def summary(cycle: Cycle, code: int) -> str:
     return f"patrol cycle {result}; {done}; errors {len(cycle.errors)}"
 
 
+def open_lease(pctx: OpsContext) -> PatrolLease | None:
+    """The HA lease when the gate or the pool lives in Redis, else None (one host).
+
+    ``patrol.lease_seconds: 0`` turns it off: every daemon runs rounds, and only the pool's
+    atomic claims and the gate keep two of them from sending one task twice.
+    """
+    cfg = pctx.cfg
+    if "redis" not in (cfg.lock.backend, cfg.pool.backend) or cfg.patrol.lease_seconds <= 0:
+        return None
+    from xaf_hub.store.redis_backend import connect
+    from xaf_hub.store.redis_lease import PatrolLease
+
+    return PatrolLease(
+        connect(cfg.lock), cfg.lock.redis_prefix, host_name(), cfg.patrol.lease_seconds
+    )
+
+
+def _take_lease(pctx: OpsContext, lease: PatrolLease) -> CycleRun | OpsContext:
+    """Hold the lease for a round: the fenced context, or why no round runs."""
+    try:
+        held = lease.acquire()
+        holder = None if held else lease.holder()
+    except UnreachableError as exc:
+        return CycleRun(
+            "no lease",
+            int(ExitCode.UNREACHABLE),
+            pctx.redact(f"no patrol lease ({exc}); no cycle run, nothing sent"),
+        )
+    if not held:
+        return CycleRun(
+            "standby",
+            int(ExitCode.BUSY),
+            f"standby: the patrol lease is held by {holder or 'another daemon'}; no cycle run",
+        )
+    outer = pctx.stop_requested
+    return replace(
+        pctx, fence=lease.fence, stop_requested=lambda: outer() or not lease.held
+    )
+
+
 def run_once(
-    pctx: OpsContext, skip: Iterable[str] = (), steps: tuple[tuple[str, Job], ...] = STEPS
+    pctx: OpsContext,
+    skip: Iterable[str] = (),
+    steps: tuple[tuple[str, Job], ...] = STEPS,
+    *,
+    lease: PatrolLease | None = None,
+    keep_lease: bool = False,
 ) -> CycleRun:
-    """Run one cycle unless paused or another cycle holds the lock; write the report."""
+    """Run one cycle unless paused or another cycle holds the lock; write the report.
+
+    With a ``lease`` (HA on Redis) the cycle runs only while this process holds it, fenced by
+    its token; ``keep_lease`` (the daemon) keeps it afterwards, else it is given back.
+    """
     folder = pctx.patrol_dir
     paused = pause_info(folder)
     if paused is not None:
@@ -188,6 +247,14 @@ def run_once(
                 int(ExitCode.BUSY),
                 "another patrol cycle is running on this machine; this one skipped",
             )
+        if lease is not None:
+            taken = _take_lease(pctx, lease)
+            if isinstance(taken, CycleRun):
+                return taken
+            pctx = taken
+            if not keep_lease:  # --once: renewed while the round runs, given back after it
+                stack.callback(_give_back, lease)
+                stack.enter_context(_renewing(lease))
         cycle = aio.run(run_cycle(pctx, skip, steps))
         notify_round(pctx, cycle)  # before the report, which says what could not be sent
         code = cycle_code(cycle)
@@ -199,6 +266,33 @@ def run_once(
             cycle.errors.append(pctx.redact(f"report not written: {exc}"))
             pctx.log(f"error: report not written: {pctx.redact(str(exc))}")
     return CycleRun("ran", code, summary(cycle, code), cycle, report)
+
+
+@contextlib.contextmanager
+def _renewing(lease: PatrolLease) -> Iterator[None]:
+    """Renew ``lease`` every third of it while the block runs (a round may outlast it)."""
+    done = threading.Event()
+
+    def renew() -> None:
+        while not done.wait(max(0.2, lease.lease_seconds / 3)):
+            try:
+                if not lease.acquire():
+                    return  # taken by another daemon: the fence refuses our writes from now
+            except HubError:
+                continue  # a blip; the lease runs out locally if it lasts
+
+    thread = threading.Thread(target=renew, name="xaf-hub patrol lease", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join(timeout=10)
+
+
+def _give_back(lease: PatrolLease) -> None:
+    with contextlib.suppress(HubError):  # unreachable: the lease lapses on its own
+        lease.release()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -233,7 +327,17 @@ def run_daemon(
 
     stop = threading.Event()
     busy = threading.Lock()
-    pctx = replace(pctx, stop_requested=stop.is_set)
+    lease = open_lease(pctx)
+    if lease is None:
+        pctx = replace(pctx, stop_requested=stop.is_set)
+    else:
+        # A standby (or a holder whose lease ran out) stops at once and writes nothing.
+        held = lease
+
+        def standby_or_stop() -> bool:
+            return stop.is_set() or not held.held
+
+        pctx = replace(pctx, stop_requested=standby_or_stop, fence=lease.fence)
     skip = tuple(skip)
     folder = pctx.patrol_dir
     following = None
@@ -256,6 +360,7 @@ def run_daemon(
         "tick_at": "",
         "last": "",
         "stopped_at": "",
+        "role": "active" if lease is None else "standby",
     }
 
     def save_beat() -> None:
@@ -266,8 +371,10 @@ def run_daemon(
         with busy:
             if stop.is_set():
                 return
+            if lease is not None and not lease.held:
+                return  # standby: the lease keeper takes over and calls a round when it can
             try:
-                result = run_once(pctx, skip)
+                result = run_once(pctx, skip, lease=lease, keep_lease=True)
             except Exception as exc:  # noqa: BLE001 - the loop must outlive one bad cycle
                 result = CycleRun(
                     "ran",
@@ -302,6 +409,16 @@ def run_daemon(
         if scheduler.running:
             scheduler.shutdown(wait=False)
 
+    keeper = None
+    if lease is not None:
+        keeper = threading.Thread(
+            target=_keep_lease,
+            args=(pctx, lease, stop, scheduler, beat, save_beat, out),
+            name="xaf-hub patrol lease",
+            daemon=True,
+        )
+        keeper.start()
+
     previous = {sig: signal.signal(sig, on_signal) for sig in _stop_signals()}
     save_beat()
     out(
@@ -318,10 +435,54 @@ def run_daemon(
             stop_live(following)
     with busy:  # the running cycle finishes its current step, then sees the stop
         pass
+    if lease is not None and keeper is not None:
+        stop.set()
+        keeper.join(timeout=10)
+        _give_back(lease)  # a clean stop hands over at once, not after the lease
+        with contextlib.suppress(HubError):
+            lease.beat("stopped", pctx.now())
+        beat["role"] = "stopped"
     beat["stopped_at"] = pctx.now().isoformat(timespec="seconds")
     save_beat()
     out("patrol daemon stopped")
     return int(ExitCode.OK)
+
+
+def _keep_lease(
+    pctx: OpsContext,
+    lease: PatrolLease,
+    stop: threading.Event,
+    scheduler: Any,
+    beat: dict[str, Any],
+    save_beat: Callable[[], None],
+    out: Callable[[str], None],
+) -> None:
+    """Take or renew the lease every third of it; on becoming active, run a round now."""
+    role = ""
+    pause = max(0.2, lease.lease_seconds / 3)
+    while True:
+        why = ""
+        try:
+            active = lease.acquire()
+            if not active:
+                why = f"held by {lease.holder() or 'another daemon'}"
+        except UnreachableError as exc:
+            active, why = False, pctx.redact(str(exc))
+        now_role = "active" if active else "standby"
+        if now_role != role:
+            role = now_role
+            beat["role"] = role
+            save_beat()
+            stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+            out(f"{stamp} patrol lease: {role}" + (f" ({why})" if why else ""))
+            if active:
+                # A new holder starts with a full round instead of waiting for the interval.
+                with contextlib.suppress(Exception):  # not yet started, or shutting down
+                    scheduler.modify_job("patrol", next_run_time=datetime.now(UTC))
+        with contextlib.suppress(HubError):
+            lease.beat(role, pctx.now())
+        if stop.wait(pause):
+            return
 
 
 def _stop_signals() -> list[signal.Signals]:

@@ -1,6 +1,9 @@
 """The task pool (``tasks_backlog.json``): the locked store and pure task selection.
 
-* ``Backlog`` is the store. Every change is one locked read-modify-write through
+* ``TaskPool`` is the store's interface: ``load`` and ``update`` per backend, every rule
+  (claim, requeue, manual records, import) written once on top of them. ``Backlog`` is the
+  file backend; the Redis one is ``store.redis_pool.RedisBacklog``.
+* ``Backlog`` is the file store. Every change is one locked read-modify-write through
   ``statefile.update_json``; the file is rewritten only when the pool really changed. A corrupt
   file is reported with its position and never reset. The record and file format live in
   ``backlog_schema`` (re-exported here).
@@ -15,6 +18,7 @@
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -54,6 +58,7 @@ __all__ = [
     "Status",
     "Task",
     "TaskChanged",
+    "TaskPool",
     "backoff_delay",
     "first_line",
     "format_instant",
@@ -114,48 +119,49 @@ def _utc_now() -> datetime:
     return datetime.now(UTC)
 
 
-class Backlog:
-    """The task pool file: locked, atomic, never silently reset."""
+class TaskPool(abc.ABC):
+    """The task pool's interface: a read, and one atomic read-modify-write; the rest is rules.
 
-    def __init__(
-        self,
-        path: Path,
-        lock_timeout: float = 20,
-        *,
-        clock: Callable[[], datetime] = _utc_now,
-    ) -> None:
-        self.path = path
-        self.lock_timeout = lock_timeout
-        self._clock = clock
+    Two stores implement it: ``Backlog`` (the file on this host) and ``RedisBacklog`` (one
+    document in Redis shared by every hub, ``store.redis_pool``); ``backends.make_pool``
+    chooses by ``pool.backend``. Every operation below is one ``update``, so what is atomic on
+    one backend is atomic on the other: a ``claim`` seen by two hubs succeeds once.
+    """
 
+    #: Where the pool lives, for messages and ``backlog list --json`` (a path or a Redis key).
+    where: str
+    _clock: Callable[[], datetime]
+
+    @abc.abstractmethod
     def load(self) -> BacklogData:
-        """Read the pool; a missing file is an empty pool, a corrupt one raises StateFileError."""
-        try:
-            raw = read_json(self.path, what=_WHAT)
-        except FileNotFoundError:
-            return BacklogData()
-        return BacklogData.from_json(raw, path=self.path)
+        """Read the pool; an absent pool is empty, a corrupt one raises StateFileError."""
 
+    @abc.abstractmethod
     def update(self, mutate: Callable[[BacklogData], _T]) -> _T:
-        """Run ``mutate`` on the pool under the lock; write back only when it changed something."""
+        """Run ``mutate`` on the pool atomically; write back only when it changed something."""
 
-        def apply(raw: Any) -> _T:
-            data = BacklogData.from_json(raw, path=self.path)
-            before = data._state()
-            result = mutate(data)
-            if data._state() != before:
-                # Replace in place: update_json compares this very object to decide on writing.
-                raw.clear()
-                raw.update(data.to_json())
-            return result
+    def import_data(self, incoming: BacklogData, *, replace: bool = False) -> list[Task]:
+        """Add ``incoming``'s tasks to the pool in one write (or, ``replace``, swap the pool).
 
-        return update_json(
-            self.path,
-            apply,
-            default=lambda: BacklogData().to_json(),
-            what=_WHAT,
-            timeout=self.lock_timeout,
-        )
+        An id already in the pool refuses the whole import (UsageError naming the row);
+        nothing is written then. Returns the tasks now in the pool from ``incoming``.
+        """
+
+        def mutate(data: BacklogData) -> list[Task]:
+            if replace:
+                data.tasks[:] = []
+                data.discipline = incoming.discipline
+                data.extra = dict(incoming.extra)
+            taken = {t.id: i for i, t in enumerate(data.tasks)}
+            for i, task in enumerate(incoming.tasks):
+                if task.id in taken:
+                    raise UsageError(
+                        f"tasks[{i}].id: task {task.id!r} is already in the {_WHAT} "
+                        f"({self.where}); nothing imported (--replace swaps the whole pool)"
+                    )
+            return data.extend(incoming.tasks)
+
+        return self.update(mutate)
 
     def add(self, task: Task, *, now: datetime | None = None) -> Task:
         """Add one task; an empty id gets ``T-<yyyymmdd>-<hex>``, a missing created_at gets now."""
@@ -380,6 +386,51 @@ class Backlog:
             return True
 
         return self.update(mutate)
+
+
+class Backlog(TaskPool):
+    """The task pool file: locked, atomic, never silently reset."""
+
+    def __init__(
+        self,
+        path: Path,
+        lock_timeout: float = 20,
+        *,
+        clock: Callable[[], datetime] = _utc_now,
+    ) -> None:
+        self.path = path
+        self.where = str(path)
+        self.lock_timeout = lock_timeout
+        self._clock = clock
+
+    def load(self) -> BacklogData:
+        """Read the pool; a missing file is an empty pool, a corrupt one raises StateFileError."""
+        try:
+            raw = read_json(self.path, what=_WHAT)
+        except FileNotFoundError:
+            return BacklogData()
+        return BacklogData.from_json(raw, path=self.path)
+
+    def update(self, mutate: Callable[[BacklogData], _T]) -> _T:
+        """Run ``mutate`` on the pool under the lock; write back only when it changed something."""
+
+        def apply(raw: Any) -> _T:
+            data = BacklogData.from_json(raw, path=self.path)
+            before = data._state()
+            result = mutate(data)
+            if data._state() != before:
+                # Replace in place: update_json compares this very object to decide on writing.
+                raw.clear()
+                raw.update(data.to_json())
+            return result
+
+        return update_json(
+            self.path,
+            apply,
+            default=lambda: BacklogData().to_json(),
+            what=_WHAT,
+            timeout=self.lock_timeout,
+        )
 
 
 def _dispatched(session_id: str, instance: str, model: str | None, now: datetime) -> dict[str, Any]:

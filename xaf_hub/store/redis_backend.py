@@ -1,5 +1,7 @@
 """The gate and the model state on Redis, shared by every host that points at one server.
 
+(The task pool's Redis store, ``redis_pool``, uses this module's client and error helpers.)
+
 Chosen by ``lock.backend: "redis"`` (the gate, through ``gate.make_gate``) and
 ``models.state_backend: "redis"`` (blackouts and healed memory, through
 ``dispatcher.model_state``). Nothing else imports this module, so the default file backend
@@ -38,6 +40,7 @@ from xaf_hub.config.credentials import REDIS_PASSWORD_ENV
 from xaf_hub.config.load import LockConfig
 from xaf_hub.core.clock import to_ms
 from xaf_hub.errors import BusyError, ConfigError, LockLostError, StateFileError, UnreachableError
+from xaf_hub.store.fence import Fence
 from xaf_hub.store.gate import (
     PROMPT_ACCEPTED,
     Gate,
@@ -99,14 +102,28 @@ return 0
 
 
 # Write one reservation and index it; when a lock token is given, only while the lock key still
-# holds it (a holder whose lease ran out, or whose keys were flushed, writes nothing).
+# holds it (a holder whose lease ran out, or whose keys were flushed, writes nothing); when
+# fenced (ARGV[5] = '1'), only while the patrol lease key KEYS[4] holds the token ARGV[6].
 _WRITE_IF_OWNER = """
+if ARGV[5] == '1' and redis.call('GET', KEYS[4]) ~= ARGV[6] then
+  return -1
+end
 if ARGV[1] ~= '' and redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return 0
 end
 redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
 redis.call('SADD', KEYS[3], ARGV[4])
 redis.call('PEXPIRE', KEYS[3], ARGV[3])
+return 1
+"""
+
+
+# Set a key only while the patrol lease KEYS[1] holds the token ARGV[1].
+_SET_IF_HOLDER = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  return 0
+end
+redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
 return 1
 """
 
@@ -198,6 +215,7 @@ class RedisGate(Gate):
         clock: Callable[[], float] | None = None,
         alive: Callable[[int], bool] = pid_alive,
         lease_seconds: float = LOCK_LEASE_SECONDS,
+        fence: Fence | None = None,
     ) -> None:
         # No slot folder: everything lives in Redis, so the file gate's root stays unused.
         super().__init__(
@@ -206,6 +224,7 @@ class RedisGate(Gate):
         self.client = client
         self.prefix = cfg.redis_prefix
         self.lease_seconds = lease_seconds
+        self.fence = fence
         self.where = describe(client)
         self._delete_if_unchanged = client.register_script(_DELETE_IF_UNCHANGED)
         self._write_if_owner = client.register_script(_WRITE_IF_OWNER)
@@ -297,12 +316,27 @@ class RedisGate(Gate):
         token = self._token_of(instance)
         if not token:
             return False
+        keys = [self._key("lock", instance)]
+        if self.fence is not None:
+            keys.append(self.fence.key)  # a daemon that lost the patrol lease owns nothing
         with _redis_errors(self.where):
-            current = self.client.get(self._key("lock", instance))
-        owned = current is not None and _text(current) == token
+            current = self.client.mget(keys)
+        owned = current[0] is not None and _text(current[0]) == token
+        if owned and self.fence is not None:
+            owned = current[1] is not None and _text(current[1]) == self.fence.token
+            if not owned:
+                self.warnings.append(self._fence_lost(instance))
+                return False
         if not owned:
             self._lost.add(instance)
         return owned
+
+    def _fence_lost(self, instance: str) -> str:
+        assert self.fence is not None
+        return (
+            f"{instance}: this patrol daemon no longer holds the patrol lease (redis "
+            f"{self.where} key {self.fence.key}); another daemon is active, so nothing is sent"
+        )
 
     def holds(self, res: Reservation) -> bool:
         """True when the reservation's key is still in Redis."""
@@ -366,12 +400,24 @@ class RedisGate(Gate):
         """
         ttl_ms = max(1, int(self.cfg.slot_ttl_seconds * 1000))
         token = self._token_of(res.instance) if guarded else ""
+        lock_key = self._key("lock", res.instance)
+        fenced = guarded and self.fence is not None
+        fence = self.fence if fenced and self.fence is not None else Fence(lock_key, "")
         with _redis_errors(self.where):
             # Every key expires within ttl of its last write, so the index outlives them all.
             done = self._write_if_owner(
-                keys=[self._key("lock", res.instance), res.key, self.index_key(res.instance)],
-                args=[token, json.dumps(res.to_json()), ttl_ms, _token(res)],
+                keys=[lock_key, res.key, self.index_key(res.instance), fence.key],
+                args=[
+                    token,
+                    json.dumps(res.to_json()),
+                    ttl_ms,
+                    _token(res),
+                    "1" if fenced else "0",
+                    fence.token,
+                ],
             )
+        if done == -1:
+            raise LockLostError(self._fence_lost(res.instance))
         if not done:
             self._lost.add(res.instance)
             raise LockLostError(
@@ -458,8 +504,11 @@ class RedisModelState(ModelState):
         tz: tzinfo,
         families: Mapping[str, Sequence[str]],
         lock_timeout: float = 20,
+        fence: Fence | None = None,
     ) -> None:
         self.client = client
+        self.fence = fence
+        self._set_if_holder = client.register_script(_SET_IF_HOLDER)
         self.key = f"{prefix}:model_state"
         self.healed_prefix = f"{prefix}:healed:"
         self.where = describe(client)
@@ -490,7 +539,8 @@ class RedisModelState(ModelState):
         with _redis_errors(self.where), self.client.pipeline(transaction=True) as pipe:
             while True:
                 try:
-                    pipe.watch(self.key)  # type: ignore[no-untyped-call]  # unannotated upstream
+                    keys = [self.key] if self.fence is None else [self.key, self.fence.key]
+                    pipe.watch(*keys)  # type: ignore[no-untyped-call]  # unannotated upstream
                     got = pipe.get(self.key)
                     raw = None if got is None else _text(got)
                     data = self._parse(raw)
@@ -499,6 +549,11 @@ class RedisModelState(ModelState):
                     if raw is not None and json.dumps(data, sort_keys=True) == before:
                         pipe.unwatch()
                         return result
+                    if self.fence is not None:
+                        holder = pipe.get(self.fence.key)  # watched: a change aborts the EXEC
+                        if holder is None or _text(holder) != self.fence.token:
+                            pipe.unwatch()
+                            raise LockLostError(self._fence_lost())
                     pipe.multi()
                     pipe.set(self.key, json.dumps(data, ensure_ascii=False))
                     ends = [int(b["until_ms"]) for b in data["blackouts"].values()]
@@ -527,5 +582,21 @@ class RedisModelState(ModelState):
         """Record that ``key`` was healed; Redis forgets it after 14 days."""
         entry = {"at_ms": to_ms(now), "from_model": from_model, "to_model": to_model}
         retention_ms = int(HEALED_RETENTION.total_seconds() * 1000)
+        if self.fence is None:
+            with _redis_errors(self.where):
+                self.client.set(self.healed_prefix + key, json.dumps(entry), px=retention_ms)
+            return
         with _redis_errors(self.where):
-            self.client.set(self.healed_prefix + key, json.dumps(entry), px=retention_ms)
+            done = self._set_if_holder(
+                keys=[self.fence.key, self.healed_prefix + key],
+                args=[self.fence.token, json.dumps(entry), retention_ms],
+            )
+        if not done:
+            raise LockLostError(self._fence_lost())
+
+    def _fence_lost(self) -> str:
+        assert self.fence is not None
+        return (
+            f"model state in redis {self.where}: this patrol daemon no longer holds the patrol "
+            f"lease (key {self.fence.key}); another daemon is active, so nothing was written"
+        )

@@ -24,7 +24,8 @@ def error_of(*argv: str) -> tuple[int, str]:
         (["stauts"], "did you mean 'status'?"),
         (["instances", "--jsno"], "unrecognized arguments: --jsno; did you mean --json?"),
         (["backlog", "lst"], "xaf-hub: error: backlog: argument ACTION: invalid choice: 'lst' "
-                             "(choose from 'list', 'add', 'show', 'set'); did you mean 'list'?"),
+                             "(choose from 'list', 'add', 'show', 'set', 'export', 'import'); "
+                             "did you mean 'list'?"),
         (["completion", "bsh"], "did you mean 'bash'?"),
     ],
 )

@@ -1,4 +1,8 @@
-"""The task pool (tasks_backlog.json) from a terminal: list, add, show, set a task's status.
+"""The task pool from a terminal: list, add, show, set a task's status, export and import.
+
+The pool is tasks_backlog.json, or one Redis key shared by every hub (``pool.backend``);
+``export`` / ``import`` move it to and from that JSON file, the portable format. An import is
+checked whole first: a bad row or an id already taken refuses it (exit 4), nothing written.
 
 The patrol's fill_slots dispatches pending tasks by priority (P0 first, then age): tasks
 pinned to an instance go there first, unpinned ones anywhere, pinned ones may be borrowed by
@@ -22,7 +26,7 @@ from xaf_hub.core.text import dumps
 from xaf_hub.errors import ExitCode, UsageError
 
 if TYPE_CHECKING:
-    from xaf_hub.store.backlog import Backlog, Task
+    from xaf_hub.store.backlog import Task, TaskPool
 
 EXAMPLES = """\
 examples:
@@ -34,6 +38,8 @@ examples:
   xaf-hub backlog set T-20261130-ab12 --status done
   xaf-hub backlog set F-8 --status pending --reset     # unblock: attempts and back-off cleared
   xaf-hub backlog set F-8 --status pending --force     # even though its session still runs
+  xaf-hub backlog export pool.json                     # the pool as the portable JSON file
+  xaf-hub backlog import pool.json                     # add its tasks (e.g. into Redis)
 """
 
 _PRIORITIES = ("P0", "P1", "P2", "P3")
@@ -110,12 +116,31 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="with --status pending: even if the task's session still runs",
     )
 
+    ex = sub.add_parser(
+        "export", help="write the pool as the portable JSON file (stdout without FILE)"
+    )
+    _common(ex)
+    ex.add_argument(
+        "file", nargs="?", default=None, metavar="FILE", help="replaced atomically; default stdout"
+    )
+
+    im = sub.add_parser(
+        "import", help="add the tasks of a pool JSON file to the pool (all or none)"
+    )
+    _common(im)
+    im.add_argument("file", metavar="FILE", help="a tasks_backlog.json-format file")
+    im.add_argument(
+        "--replace",
+        action="store_true",
+        help="replace the whole pool by the file instead of adding to it",
+    )
+
 
 @dataclass(frozen=True)
 class Choice:
     """Which action of `backlog` runs."""
 
-    backlog_command: Literal["list", "add", "show", "set"]
+    backlog_command: Literal["list", "add", "show", "set", "export", "import"]
 
 
 @dataclass(frozen=True)
@@ -160,11 +185,25 @@ class SetOptions:
     force: bool
 
 
-def _store(ctx: Context) -> Backlog:
-    from xaf_hub.store.backlog import Backlog
+@dataclass(frozen=True)
+class ExportOptions:
+    """What `backlog export` reads of its options."""
 
-    cfg = ctx.config
-    return Backlog(cfg.backlog_path, lock_timeout=cfg.lock.lock_timeout_seconds)
+    file: str | None
+
+
+@dataclass(frozen=True)
+class ImportOptions:
+    """What `backlog import` reads of its options."""
+
+    file: str
+    replace: bool
+
+
+def _store(ctx: Context) -> TaskPool:
+    from xaf_hub.store.backends import make_pool
+
+    return make_pool(ctx.config)
 
 
 def _now() -> datetime:
@@ -180,6 +219,10 @@ def run(ctx: Context) -> int:
         return _add(ctx, ctx.options(AddOptions))
     if command == "show":
         return _show(ctx, ctx.options(ShowOptions))
+    if command == "export":
+        return _export(ctx, ctx.options(ExportOptions))
+    if command == "import":
+        return _import(ctx, ctx.options(ImportOptions))
     return _set(ctx, ctx.options(SetOptions))
 
 
@@ -197,7 +240,8 @@ def _list(ctx: Context, opts: ListOptions) -> int:
     from xaf_hub.core.text import shorten, table
     from xaf_hub.store.backlog import PRIORITIES
 
-    data = _store(ctx).load()
+    store = _store(ctx)
+    data = store.load()
     now = _now()
     max_attempts = ctx.config.patrol.max_attempts
     tasks = [t for t in data.tasks if not opts.status or t.status == opts.status]
@@ -207,7 +251,7 @@ def _list(ctx: Context, opts: ListOptions) -> int:
         ctx.out(
             dumps(
                 {
-                    "path": str(ctx.config.backlog_path),
+                    "path": store.where,
                     "tasks": [
                         {
                             **t.to_json(),
@@ -222,7 +266,7 @@ def _list(ctx: Context, opts: ListOptions) -> int:
         )
         return int(ExitCode.OK)
     if not tasks:
-        ctx.out(f"no tasks ({ctx.config.backlog_path})")
+        ctx.out(f"no tasks ({store.where})")
         return int(ExitCode.OK)
     rows = [
         [
@@ -398,3 +442,60 @@ def _refuse_if_running(ctx: Context, task: Task) -> None:
             f"would run the work a second time. Stop it first (xaf-hub interrupt --session "
             f"{task.session_id}) or pass --force"
         )
+
+
+def _export(ctx: Context, opts: ExportOptions) -> int:
+    from pathlib import Path
+
+    from xaf_hub.store.statefile import write_json_atomic
+
+    store = _store(ctx)
+    data = store.load()
+    if opts.file is None:
+        ctx.out(dumps(data.to_json()))
+        return int(ExitCode.OK)
+    target = Path(opts.file)
+    try:
+        write_json_atomic(target, data.to_json(), private=False)
+    except OSError as exc:
+        raise UsageError(f"cannot write {target}: {exc.strerror or exc}") from None
+    if ctx.json:
+        ctx.out(dumps({"file": str(target), "from": store.where, "tasks": len(data.tasks)}))
+    else:
+        ctx.out(f"exported {len(data.tasks)} task(s) from {store.where} to {target}")
+    return int(ExitCode.OK)
+
+
+def _import(ctx: Context, opts: ImportOptions) -> int:
+    from pathlib import Path
+
+    from xaf_hub.errors import StateFileError
+    from xaf_hub.store import audit
+    from xaf_hub.store.backlog import BacklogData
+    from xaf_hub.store.statefile import read_json
+
+    source = Path(opts.file)
+    try:
+        incoming = BacklogData.from_json(read_json(source, what="import file"), path=source)
+    except FileNotFoundError:
+        raise UsageError(f"import file {source}: no such file") from None
+    except StateFileError as exc:
+        # The file is the user's input here, not the hub's state: exit 4, nothing imported.
+        raise UsageError(f"{exc}; nothing imported") from None
+    store = _store(ctx)
+    added = store.import_data(incoming, replace=opts.replace)
+    audit.append(
+        ctx.config.state_dir,
+        command="backlog.import",
+        result="replaced" if opts.replace else "added",
+        reason=str(source),
+        env=ctx.env,
+        secrets=ctx.secrets(),
+        extra={"tasks": len(added), "pool": store.where},
+    )
+    if ctx.json:
+        ctx.out(dumps({"file": str(source), "into": store.where, "tasks": [t.id for t in added]}))
+    else:
+        verb = "replaced the pool with" if opts.replace else "imported"
+        ctx.out(f"{verb} {len(added)} task(s) from {source} into {store.where}")
+    return int(ExitCode.OK)

@@ -170,9 +170,10 @@ def _redis_fix() -> str:
 
 
 def _redis(cfg: Config) -> list[Finding]:
-    """One line for the shared Redis, when the gate or the model state lives there."""
+    """One line for the shared Redis, when the gate, the model state or the pool lives there."""
     users = [what for what, on in (("dispatch gate", cfg.lock.backend == "redis"),
-                                   ("model state", cfg.models.state_backend == "redis")) if on]
+                                   ("model state", cfg.models.state_backend == "redis"),
+                                   ("task pool", cfg.pool.backend == "redis")) if on]
     if not users:
         return []
     try:

@@ -106,14 +106,14 @@ def run(ctx: Context) -> int:
         return {"pause": _pause, "resume": _resume, "status": _status}[opts.action](ctx)
     from datetime import timedelta
 
-    from xaf_hub.patrol.runner import run_daemon, run_once
+    from xaf_hub.patrol.runner import open_lease, run_daemon, run_once
 
     pctx = _pctx(ctx)
     skip = _skips(opts)
     if opts.once:
         if opts.interval_seconds is not None:
             raise UsageError("--interval-seconds makes no sense with --once")
-        result = run_once(pctx, skip)
+        result = run_once(pctx, skip, lease=open_lease(pctx))
         if ctx.json:
             from xaf_hub.patrol.report import latest_report
 
@@ -242,15 +242,21 @@ def _status(ctx: Context) -> int:
             "failed_steps": failed,
             "report": str(folder / f"{LATEST}.md"),
         }
-    doc = {
+    doc: dict[str, object] = {
         "state": "paused" if paused is not None else "active",
         "paused": paused,
         "last_cycle": last,
         "daemon": daemon,
     }
+    code = int(ExitCode.OK)
+    lease = _lease_status(ctx)
+    if lease is not None:
+        doc.update(lease)
+        if lease.get("lease_error"):
+            code = int(ExitCode.UNREACHABLE)
     if ctx.json:
         ctx.out(dumps(doc))
-        return int(ExitCode.OK)
+        return code
     if paused is not None:
         since = f" since {paused.get('paused_at')}" if paused.get("paused_at") else ""
         by = f" by {paused.get('by')}" if paused.get("by") else ""
@@ -271,4 +277,48 @@ def _status(ctx: Context) -> int:
             f"daemon: {state} (pid {daemon['pid']}, {daemon['ticks']} tick(s), "
             f"last {_local(str(daemon['last_tick'] or ''))})"
         )
-    return int(ExitCode.OK)
+    if lease is not None:
+        if lease.get("lease_error"):
+            ctx.out(f"active host: unknown ({lease['lease_error']})")
+        else:
+            ctx.out(f"active host: {lease['active_host'] or 'none (no daemon holds the lease)'}")
+        rows = lease.get("daemons")
+        for d in rows if isinstance(rows, list) else []:
+            seen = _local(str(d["heartbeat"]))
+            ctx.out(f"  {d['host']} pid {d['pid']}: {d['role']}, heartbeat {seen}")
+    return code
+
+
+def _lease_status(ctx: Context) -> dict[str, object] | None:
+    """The HA lease when the gate or pool lives in Redis: active host, each known daemon."""
+    import time
+
+    from xaf_hub.errors import HubError
+
+    cfg = ctx.config
+    if "redis" not in (cfg.lock.backend, cfg.pool.backend) or cfg.patrol.lease_seconds <= 0:
+        return None
+    from xaf_hub.store.redis_backend import connect
+    from xaf_hub.store.redis_lease import host_of, known_daemons, lease_token, member_of
+
+    client = connect(cfg.lock)
+    try:
+        token = lease_token(client, cfg.lock.redis_prefix)
+        now_ms = int(time.time() * 1000)
+        daemons = known_daemons(client, cfg.lock.redis_prefix, now_ms)
+    except HubError as exc:
+        return {"active_host": None, "daemons": [], "lease_error": ctx.redact(str(exc))}
+    finally:
+        client.close()
+    holder = member_of(token) if token else None
+    silent_ms = 3 * cfg.patrol.lease_seconds * 1000
+    rows = []
+    for d in daemons:
+        role = str(d.get("role") or "")
+        if d.get("member") == holder:
+            role = "active"
+        elif role == "active" or (role == "standby" and now_ms - d["heartbeat_ms"] > silent_ms):
+            role = "silent"  # its lease is gone, or it stopped beating: dead or cut off
+        rows.append({"host": d.get("host"), "pid": d.get("pid"), "role": role,
+                     "heartbeat": d.get("heartbeat")})
+    return {"active_host": host_of(token) if token else None, "daemons": rows}

@@ -1,0 +1,422 @@
+"""The task pool's interface (``TaskPool``) against both backends: the file and real Redis.
+
+Every rule is written once on top of ``load``/``update``, so the same table runs on each:
+writes only when something changed, a failed mutation leaves the pool alone, a claim made by
+several processes at once succeeds once, an import is all or nothing. Then what only one
+backend does: the config's choice, corrupt Redis content, Redis away, and the CLI's
+``backlog export`` / ``backlog import``.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import multiprocessing
+import os
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.redis_fixture import RedisServer
+from xaf_hub.cli.main import main
+from xaf_hub.config.load import Config, LockConfig, PoolConfig, parse_config
+from xaf_hub.errors import ConfigError, StateFileError, TaskChanged, UnreachableError, UsageError
+from xaf_hub.store.backends import make_pool
+from xaf_hub.store.backlog import Backlog, BacklogData, Task, TaskPool
+
+NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
+
+
+def file_config(tmp_path: Path) -> Config:
+    return Config(path=None, home=tmp_path, state_dir=tmp_path)
+
+
+def redis_config(tmp_path: Path, server: RedisServer, prefix: str, **lock: Any) -> Config:
+    return Config(
+        path=None,
+        home=tmp_path,
+        state_dir=tmp_path,
+        lock=LockConfig(
+            backend="redis",
+            redis_url=server.url,
+            redis_prefix=prefix,
+            redis_password=server.password,
+            **lock,
+        ),
+        pool=PoolConfig(backend="redis"),
+    )
+
+
+@pytest.fixture(params=["file", "redis"])
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Config:
+    """A config whose pool is the file, or a fresh prefix on the test Redis."""
+    if request.param == "file":
+        return file_config(tmp_path)
+    server: RedisServer = request.getfixturevalue("redis_server")
+    return redis_config(tmp_path, server, RedisServer.prefix())
+
+
+def stored(cfg: Config) -> str | None:
+    """The pool's raw stored text (file or key), None while it does not exist."""
+    if cfg.pool.backend == "file":
+        path = cfg.backlog_path
+        return path.read_text(encoding="utf-8") if path.exists() else None
+    import redis
+
+    client = redis.Redis.from_url(
+        cfg.lock.redis_url, password=cfg.lock.redis_password, decode_responses=True
+    )
+    try:
+        value = client.get(f"{cfg.lock.redis_prefix}:pool")
+    finally:
+        client.close()
+    return None if value is None else str(value)
+
+
+# -- the interface, on both backends -------------------------------------------------------
+
+
+def test_make_pool_follows_pool_backend(backend: Config) -> None:
+    pool = make_pool(backend)
+    assert isinstance(pool, TaskPool)
+    if backend.pool.backend == "file":
+        assert type(pool) is Backlog and pool.where == str(backend.backlog_path)
+    else:
+        assert type(pool).__name__ == "RedisBacklog"
+        assert pool.where.startswith("redis 127.0.0.1:") and pool.where.endswith(":pool")
+        assert backend.lock.redis_password not in pool.where  # type: ignore[operator]
+
+
+def test_empty_pool_reads_empty(backend: Config) -> None:
+    pool = make_pool(backend)
+    assert pool.load().tasks == []
+    assert pool.update(lambda data: len(data.tasks)) == 0
+    if backend.pool.backend == "redis":
+        assert stored(backend) is None  # no key made by a look
+    assert pool.load() == BacklogData()
+
+
+def test_same_rules_on_every_backend(backend: Config) -> None:
+    pool = make_pool(backend, clock=lambda: NOW)
+    added = pool.add(Task(id="", title="写迁移脚本", priority="P1"))
+    assert added.id.startswith("T-20261202-") and added.created_at == "2026-12-02T12:00:00+00:00"
+    with pytest.raises(UsageError, match="already exists"):
+        pool.add(Task(id=added.id, title="again"))
+    before = stored(backend)
+    pool.update(lambda data: data.replace(data.require(added.id)))
+    assert stored(backend) == before  # unchanged pool, untouched store
+    claimed = pool.claim(added, "ses_1", "lan-a", "m/a", NOW)
+    assert (claimed.status, claimed.session_id, claimed.dispatched_to) == (
+        "dispatched",
+        "ses_1",
+        "lan-a",
+    )
+    with pytest.raises(TaskChanged):
+        pool.claim(added, "ses_2", "lan-b", None, NOW)
+    back = pool.requeue(added.id, reason="tests failed", infrastructure=False, now=NOW)
+    assert (back.status, back.attempts, back.session_id) == ("pending", 1, None)
+    rec = pool.record_manual_dispatch("fix the login page", "ses_9", "lan-b", None, NOW)
+    assert rec.created and pool.load().require(rec.task.id).session_id == "ses_9"
+    assert pool.take_back(rec)
+    assert [t.id for t in pool.load().tasks] == [added.id]
+    assert pool.load().tasks == make_pool(backend).load().tasks  # a second reader agrees
+
+
+def test_failed_mutation_leaves_the_pool_alone(backend: Config) -> None:
+    pool = make_pool(backend)
+    pool.add(Task(id="T1", title="one"), now=NOW)
+    before = stored(backend)
+
+    def boom(data: BacklogData) -> None:
+        data.tasks.clear()
+        raise RuntimeError("mutator failed half-way")
+
+    with pytest.raises(RuntimeError):
+        pool.update(boom)
+    assert stored(backend) == before
+
+
+def test_import_is_all_or_nothing(backend: Config) -> None:
+    pool = make_pool(backend)
+    pool.add(Task(id="T1", title="one"), now=NOW)
+    before = stored(backend)
+    incoming = BacklogData(tasks=[Task(id="T2", title="two"), Task(id="T1", title="clash")])
+    with pytest.raises(UsageError, match=r"tasks\[1\]\.id: task 'T1' is already in the task pool"):
+        pool.import_data(incoming)
+    assert stored(backend) == before  # T2 was not added either
+    fresh = BacklogData(
+        tasks=[Task(id="T2", title="two"), Task(id="T3", title="three")], discipline="only main"
+    )
+    assert [t.id for t in pool.import_data(fresh)] == ["T2", "T3"]
+    assert [t.id for t in pool.load().tasks] == ["T1", "T2", "T3"]
+    replaced = pool.import_data(BacklogData(tasks=[Task(id="T1", title="new")]), replace=True)
+    assert [t.title for t in replaced] == ["new"]
+    data = pool.load()
+    assert [t.title for t in data.tasks] == ["new"] and data.discipline is None
+
+
+def _claim_all(
+    kind: str, where: str, password: str, prefix: str, ids: list[str], start: Any, results: Any
+) -> None:
+    """One 'hub': try to claim every task; report the ids it won."""
+    start.wait(30)
+    if kind == "file":
+        cfg = file_config(Path(where))
+    else:
+        cfg = Config(
+            path=None,
+            home=Path("/nonexistent"),
+            state_dir=Path("/nonexistent"),
+            lock=LockConfig(
+                backend="redis",
+                redis_url=where,
+                redis_prefix=prefix,
+                redis_password=password,
+                lock_timeout_seconds=60,
+            ),
+            pool=PoolConfig(backend="redis"),
+        )
+    pool = make_pool(cfg)
+    won = []
+    for task_id in ids:
+        planned = pool.load().require(task_id)
+        if planned.status != "pending":
+            continue
+        try:
+            pool.claim(planned, f"ses-{os.getpid()}-{task_id}", f"hub-{os.getpid()}", None, NOW)
+        except TaskChanged:
+            continue
+        won.append(task_id)
+    results.put((os.getpid(), won))
+
+
+def test_concurrent_claims_send_each_task_once(backend: Config) -> None:
+    """Five processes claim the same 30 tasks at once: every task is won exactly once."""
+    pool = make_pool(backend)
+    ids = [f"T{n:02d}" for n in range(30)]
+    pool.import_data(BacklogData(tasks=[Task(id=i, title=i) for i in ids]))
+    ctx = multiprocessing.get_context("spawn")
+    start, results = ctx.Event(), ctx.Queue()
+    if backend.pool.backend == "file":
+        args: tuple[str, str, str] = (str(backend.state_dir), "", "")
+    else:
+        args = (
+            backend.lock.redis_url,
+            backend.lock.redis_password or "",
+            backend.lock.redis_prefix,
+        )
+    procs = [
+        ctx.Process(
+            target=_claim_all,
+            args=(backend.pool.backend, *args, ids[::1] if w % 2 else ids[::-1], start, results),
+        )
+        for w in range(5)
+    ]
+    for proc in procs:
+        proc.start()
+    start.set()
+    won = [results.get(timeout=120) for _ in procs]
+    for proc in procs:
+        proc.join(60)
+    assert [p.exitcode for p in procs] == [0] * 5
+    claims = sorted(t for _, ids_won in won for t in ids_won)
+    assert claims == ids  # each once, none lost
+    rows = pool.load().tasks
+    assert all(t.status == "dispatched" for t in rows)
+    for pid, ids_won in won:
+        assert {t.id for t in rows if t.dispatched_to == f"hub-{pid}"} == set(ids_won)
+
+
+# -- Redis only ------------------------------------------------------------------------------
+
+
+def test_corrupt_redis_pool_is_named_and_never_reset(
+    tmp_path: Path, redis_server: RedisServer
+) -> None:
+    prefix = RedisServer.prefix()
+    client = redis_server.client()
+    cfg = redis_config(tmp_path, redis_server, prefix)
+    try:
+        client.set(f"{prefix}:pool", '{"tasks": [')
+        with pytest.raises(StateFileError, match=rf"task pool redis .* key {prefix}:pool: line 1"):
+            make_pool(cfg).load()
+        client.set(f"{prefix}:pool", json.dumps({"tasks": [{"id": "T1", "title": 5}]}))
+        with pytest.raises(StateFileError, match=r"tasks\[0\]"):
+            make_pool(cfg).add(Task(id="T2", title="x"), now=NOW)
+        assert client.get(f"{prefix}:pool") == json.dumps({"tasks": [{"id": "T1", "title": 5}]})
+    finally:
+        client.close()
+
+
+def test_redis_away_is_unreachable(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cfg = Config(
+        path=None,
+        home=tmp_path,
+        state_dir=tmp_path,
+        lock=LockConfig(backend="redis", redis_url=f"redis://127.0.0.1:{port}/0"),
+        pool=PoolConfig(backend="redis"),
+    )
+    pytest.importorskip("redis")
+    with pytest.raises(UnreachableError, match=f"127.0.0.1:{port}/0: connection refused"):
+        make_pool(cfg).load()
+
+
+@pytest.mark.parametrize(
+    ("doc", "message"),
+    [
+        ({"pool": {"backend": "redis"}}, "'pool.backend': 'redis' needs lock.redis_url"),
+        ({"pool": {"backend": "sql"}}, "'pool.backend': must be file or redis"),
+        ({"pool": {"backed": "redis"}}, "'pool.backed': unknown key"),
+    ],
+)
+def test_bad_pool_settings_are_config_errors(doc: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
+        parse_config(doc, path=Path("/cfg/config.json"), env={})
+
+
+def test_pool_backend_defaults_to_the_file() -> None:
+    cfg = parse_config({}, path=Path("/cfg/config.json"), env={})
+    assert cfg.pool.backend == "file" and type(make_pool(cfg)) is Backlog
+
+
+# -- backlog export / import -----------------------------------------------------------------
+
+
+@pytest.fixture
+def hub(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Callable[..., Any]]:
+    """Run `xaf-hub backlog ...` against a config whose pool is a file, or Redis if asked."""
+
+    def setup(kind: str) -> Callable[..., tuple[int, str, str]]:
+        doc: dict[str, Any] = {"project": {"name": "demo"}, "instances": []}
+        env = {"XAF_HUB_HOME": str(tmp_path / "home")}
+        if kind == "redis":
+            server: RedisServer = request.getfixturevalue("redis_server")
+            doc["lock"] = {"redis_url": server.url, "redis_prefix": RedisServer.prefix()}
+            doc["pool"] = {"backend": "redis"}
+            env.update(server.env())
+        config = tmp_path / "config.json"
+        config.write_text(json.dumps(doc), "utf-8")
+
+        def run(*args: str) -> tuple[int, str, str]:
+            out, err = io.StringIO(), io.StringIO()
+            code = main(
+                ["--config", str(config), "backlog", *args], stdout=out, stderr=err, env=env
+            )
+            return code, out.getvalue(), err.getvalue()
+
+        return run
+
+    yield setup
+
+
+@pytest.mark.parametrize("kind", ["file", "redis"])
+def test_export_then_import_moves_the_pool(
+    tmp_path: Path, hub: Callable[..., Any], kind: str
+) -> None:
+    source = Backlog(tmp_path / "from.json")
+    source.add(Task(id="F-8", title="清理旧 CF 值", priority="P1"), now=NOW)
+    source.add(Task(id="F-9", title="Fix login", depends_on=("F-8",)), now=NOW)
+    run = hub(kind)
+    code, out, err = run("import", str(tmp_path / "from.json"), "--json")
+    assert code == 0, err
+    assert json.loads(out)["tasks"] == ["F-8", "F-9"]
+    code, out, err = run("list", "--json")
+    assert [t["id"] for t in json.loads(out)["tasks"]] == ["F-8", "F-9"]
+    target = tmp_path / "out" / "pool.json"
+    target.parent.mkdir()
+    target.write_text("old content", "utf-8")
+    code, out, err = run("export", str(target))
+    assert code == 0, err and "exported 2 task(s)" in out
+    assert Backlog(target).load().tasks == source.load().tasks
+    assert sorted(p.name for p in target.parent.iterdir()) == ["pool.json"]  # no temp left
+    code, out, err = run("export")
+    assert code == 0 and BacklogData.from_json(json.loads(out)).tasks == source.load().tasks
+
+
+@pytest.mark.parametrize("kind", ["file", "redis"])
+@pytest.mark.parametrize(
+    ("rows", "message"),
+    [
+        (
+            [{"id": "A", "title": "a"}, {"id": "A", "title": "b"}],
+            r"tasks\[1\]\.id: duplicate id 'A'",
+        ),
+        (
+            [{"id": "A", "title": "a"}, {"id": "B", "title": "b", "status": "running"}],
+            r"tasks\[1\]\.status",
+        ),
+        ([{"id": "A", "title": "a"}, {"id": "B"}], r"tasks\[1\]"),
+        (
+            [{"id": "A", "title": "a"}, {"id": "OLD", "title": "taken"}],
+            r"tasks\[1\]\.id: task 'OLD' is already in the task pool",
+        ),
+    ],
+)
+def test_a_bad_import_is_refused_whole_with_the_row_named(
+    tmp_path: Path, hub: Callable[..., Any], kind: str, rows: list[Any], message: str
+) -> None:
+    import re
+
+    run = hub(kind)
+    seed = tmp_path / "seed.json"
+    seed.write_text(json.dumps({"tasks": [{"id": "OLD", "title": "there before"}]}), "utf-8")
+    assert run("import", str(seed))[0] == 0
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"schema_version": 1, "tasks": rows}), "utf-8")
+    code, out, err = run("import", str(bad))
+    assert code == 4, err
+    assert re.search(message, err), err
+    assert str(bad) in err or "already in the task pool" in err
+    assert len(err.strip().splitlines()) == 1
+    code, out, _ = run("list", "--json")
+    assert [t["id"] for t in json.loads(out)["tasks"]] == ["OLD"]  # nothing half-imported
+
+
+def test_import_of_a_missing_or_broken_file(tmp_path: Path, hub: Callable[..., Any]) -> None:
+    run = hub("file")
+    code, _, err = run("import", str(tmp_path / "nope.json"))
+    assert code == 4 and "no such file" in err
+    broken = tmp_path / "broken.json"
+    broken.write_text('{"tasks": [', "utf-8")
+    code, _, err = run("import", str(broken))
+    assert code == 4 and "invalid JSON at line 1" in err and "nothing imported" in err
+
+
+def test_backlog_with_redis_away_says_so_in_one_line(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    config = tmp_path / "config.json"
+    config.write_text(
+        json.dumps(
+            {
+                "lock": {"redis_url": f"redis://127.0.0.1:{port}/0"},
+                "pool": {"backend": "redis"},
+                "instances": [],
+            }
+        ),
+        "utf-8",
+    )
+    seed = tmp_path / "seed.json"
+    seed.write_text(json.dumps({"tasks": [{"id": "A", "title": "a"}]}), "utf-8")
+    for args in (["list"], ["import", str(seed)], ["export"]):
+        out, err = io.StringIO(), io.StringIO()
+        code = main(
+            ["--config", str(config), "backlog", *args],
+            stdout=out,
+            stderr=err,
+            env={"XAF_HUB_HOME": str(tmp_path / "home")},
+        )
+        assert code == 2, (args, err.getvalue())
+        assert len(err.getvalue().strip().splitlines()) == 1
+        assert "connection refused" in err.getvalue()
