@@ -6,6 +6,7 @@ password in config.json stops the run with a ConfigError that names the file and
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from collections.abc import Mapping
@@ -61,6 +62,7 @@ class InstanceConfig:
     note: str = ""
     rules: ProjectRules = field(default_factory=ProjectRules)
     password_env: str = ""  # the env var the config names for the password, if any
+    budget_daily_usd: float | None = None  # this instance's spend today, at most (None: no cap)
 
     @property
     def production(self) -> bool:
@@ -107,6 +109,13 @@ class ModelsConfig:
 
 
 @dataclass(frozen=True)
+class BudgetConfig:
+    """The project's daily spend ceiling across the fleet (None: no ceiling)."""
+
+    daily_usd: float | None = None
+
+
+@dataclass(frozen=True)
 class PatrolConfig:
     """Patrol settings (architecture §8)."""
 
@@ -150,6 +159,7 @@ class Config:
     lock: LockConfig = field(default_factory=LockConfig)
     models: ModelsConfig = field(default_factory=ModelsConfig)
     patrol: PatrolConfig = field(default_factory=PatrolConfig)
+    budget: BudgetConfig = field(default_factory=BudgetConfig)
     instances: tuple[InstanceConfig, ...] = ()
     local_config: Path | None = None
     local_scope: str = ""
@@ -262,6 +272,9 @@ def parse_config(raw: Any, *, path: Path, env: Mapping[str, str]) -> Config:
             "(e.g. redis://hub-redis.example.internal:6379/0)"
         )
     patrol = _parse_patrol(top.sub("patrol"), path)
+    budget_r = top.sub("budget")
+    budget = BudgetConfig(daily_usd=usd_amount(budget_r, "daily_usd"))
+    budget_r.finish()
     page = top.sub("page")
     page.seen.add("url")  # notify/ reads and checks page.url
     page_language = page.choice("language", ("auto", "en", "zh"), "auto", tags=True)
@@ -349,6 +362,7 @@ def parse_config(raw: Any, *, path: Path, env: Mapping[str, str]) -> Config:
         lock=lock,
         models=models,
         patrol=patrol,
+        budget=budget,
         instances=tuple(instances),
         local_config=local_path,
         local_scope=local_scope,
@@ -362,6 +376,16 @@ def _model_id(r: _Reader, name: str, value: str) -> str:
     if "/" not in value or value.startswith("/") or value.endswith("/"):
         raise r.fail(name, f"expected 'provider/model', got {value!r}")
     return value
+
+
+def usd_amount(r: _Reader, name: str) -> float | None:
+    """An optional amount of US dollars: a finite number, at least 0 (None when absent)."""
+    value = r.get(name, (int, float), None)
+    if value is None:
+        return None
+    if not math.isfinite(value) or value < 0:
+        raise r.fail(name, f"must be an amount of US dollars, at least 0, got {value}")
+    return float(value)
 
 
 def _parse_models(r: _Reader, path: Path) -> ModelsConfig:
@@ -523,6 +547,7 @@ def _parse_instance(
     danger = r.get("danger", (bool,), False)
     readonly = r.get("readonly_default", (bool,), False)
     note = r.get("note", (str,), "")
+    budget = usd_amount(r, "budget_daily_usd")
     r.finish()
     return InstanceConfig(
         name=name,
@@ -541,6 +566,7 @@ def _parse_instance(
         api=api,
         note=note,
         password_env=password_env,
+        budget_daily_usd=budget,
         rules=ProjectRules.build(
             roots=roots,
             fallback_segments=fallback,

@@ -340,6 +340,7 @@ TEXT: dict[str, tuple[str, str]] = {
     "reason.other": ("the server could not be reached", "无法连接服务器"),
     # relative times
     "time.unknown": ("unknown", "未知"),
+    "cost.unknown": ("unknown", "未知"),
     "time.now": ("just now", "刚刚"),
     "time.ago": ("{span} ago", "{span}前"),
     "time.ahead": ("in {span}", "{span}后"),

@@ -33,11 +33,13 @@ in two rounds — first every instance takes its own pinned tasks then unpinned 
 instances with slots left borrow tasks pinned elsewhere — so an instance never takes a task
 pinned to another one that still has room for it. Each pick goes through the same gated path
 as ``dispatch`` (``planner.plan_create`` + ``ops.send.send_work``); a BusyError stops filling
-that instance. Right before the prompt (``before_prompt``, after the session is created) the
-row is re-read under the pool lock and marked ``dispatched`` only if it is still the row the
-plan was made from (``Backlog.claim``); if a person changed it meanwhile (marked it done,
-dispatched it by hand), nothing is sent, the just-created empty session is deleted and the
-person's change stands. A new session is told all of the task's texts in order.
+that instance; a daily budget reached (BudgetReached) leaves that instance's tasks pending with
+the refusal as their reason, every instance's when it is the project's budget. Right before
+the prompt (``before_prompt``, after the session is created) the row is re-read under the
+pool lock and marked ``dispatched`` only if it is still the row the plan was made from
+(``Backlog.claim``); if a person changed it meanwhile (marked it done, dispatched it by hand),
+nothing is sent, the just-created empty session is deleted and the person's change stands.
+A new session is told all of the task's texts in order.
 """
 
 from __future__ import annotations
@@ -48,7 +50,14 @@ from datetime import datetime, timedelta
 
 from xaf_hub.config.load import InstanceConfig
 from xaf_hub.core.records import RunState, SessionRecord
-from xaf_hub.errors import BusyError, HubError, TaskChanged, UnreachableError, UsageError
+from xaf_hub.errors import (
+    BudgetReached,
+    BusyError,
+    HubError,
+    TaskChanged,
+    UnreachableError,
+    UsageError,
+)
 from xaf_hub.fleet.client import OpencodeClient
 from xaf_hub.ops.context import Fleet, OpsContext
 from xaf_hub.ops.decisions import decisions_from, operator_interrupts
@@ -152,10 +161,15 @@ async def fill_slots(pctx: OpsContext, cycle: Cycle) -> None:
     models = {name: choose_model(pctx.cfg, inst, None, now) for name, (inst, _) in where.items()}
     override = data.discipline
     stopped: set[str] = set()
+    budget_stop: dict[str, str] = {}  # instance, or "" for the project -> the refusal
     for name, task in plan:
         if pctx.stop_requested():
             break
         if name in stopped:
+            continue
+        why = budget_stop.get("") or budget_stop.get(name)
+        if why:  # a budget was reached: the task stays pending with the reason
+            cycle.add(pctx, _budget_wait(name, task, why))
             continue
         inst, directory = where[name]
         model = models[name]
@@ -163,6 +177,9 @@ async def fill_slots(pctx: OpsContext, cycle: Cycle) -> None:
             model = untried_model(pctx.cfg, inst, task.avoid_models, now) or model
         try:
             await _dispatch(pctx, cycle, inst, directory, task, model, override)
+        except BudgetReached as exc:
+            budget_stop[exc.instance] = str(exc)
+            cycle.add(pctx, _budget_wait(name, task, str(exc)))
         except BusyError as exc:
             stopped.add(name)
             cycle.add(
@@ -194,6 +211,11 @@ async def fill_slots(pctx: OpsContext, cycle: Cycle) -> None:
                 ),
             )
             cycle.error(pctx, STEP, f"dispatch {task.id} to {name}: {exc}")
+
+
+def _budget_wait(name: str, task: Task, why: str) -> Action:
+    """A pool task left pending because a daily budget was reached (the reason is the refusal)."""
+    return Action(STEP, "dispatch", "waiting", name, task=task.id, title=task.title, detail=why)
 
 
 def free_slots(fleet: Fleet, gate: Gate) -> list[tuple[InstanceConfig, int, str]]:
