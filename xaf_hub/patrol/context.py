@@ -112,6 +112,8 @@ class Cycle:
     # Today's spend against the daily budgets as the last scan saw it: the project's line
     # first, then one per instance (ops.budget); the chat's budget notices read it.
     spend: list[BudgetLine] = field(default_factory=list)
+    # Pool tasks fill_slots left pending because a daily budget was reached -> the refusal.
+    budget_held: dict[str, str] = field(default_factory=dict)
     _runs: dict[tuple[str, str, int], LastRun] = field(default_factory=dict, repr=False)
 
     def add(self, pctx: OpsContext, action: Action) -> None:

@@ -169,6 +169,7 @@ async def fill_slots(pctx: OpsContext, cycle: Cycle) -> None:
             continue
         why = budget_stop.get("") or budget_stop.get(name)
         if why:  # a budget was reached: the task stays pending with the reason
+            cycle.budget_held[task.id] = why
             cycle.add(pctx, _budget_wait(name, task, why))
             continue
         inst, directory = where[name]
@@ -179,6 +180,7 @@ async def fill_slots(pctx: OpsContext, cycle: Cycle) -> None:
             await _dispatch(pctx, cycle, inst, directory, task, model, override)
         except BudgetReached as exc:
             budget_stop[exc.instance] = str(exc)
+            cycle.budget_held[task.id] = str(exc)
             cycle.add(pctx, _budget_wait(name, task, str(exc)))
         except BusyError as exc:
             stopped.add(name)
