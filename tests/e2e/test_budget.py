@@ -240,3 +240,47 @@ def test_the_80_and_100_percent_notices_are_sent_once_each(hub: Hub, capture: Ca
         code, out, err = hub.cli(*patrol)
         assert code == 0, err
     assert budget_posts(capture) == [("", 80), ("", 100)]
+
+
+def audit_lines(hub: Hub) -> list[dict[str, Any]]:
+    path = Path(hub.env["XAF_HUB_HOME"]) / "audit.log"
+    return [json.loads(ln) for ln in path.read_text("utf-8").splitlines()] if path.exists() else []
+
+
+def run_state(hub: Hub, name: str, sid: str) -> str:
+    code, data = hub.cli_json("sessions", "--instance", name)
+    return next((s["run_state"] for s in data["sessions"] if s["id"] == sid), "")
+
+
+def test_a_heal_re_send_is_new_work_and_waits_for_the_budget(hub: Hub) -> None:
+    hub.doc["models"]["chain"] = ["opencode/free-model", "backup/good-model"]
+    budgets(hub, 0.02)
+    priced_run(hub, "local-a")
+    # A failed run (rate limit): its heal would send again through send_work.
+    hub.llm.set_mode("free-model", "429", retry_after=1)
+    failed = hub.session("lan-b", "rate limited work")
+    hub.prompt("lan-b", failed, "do the work", "opencode/free-model")
+    hub.wait_for(lambda: run_state(hub, "lan-b", failed) == "idle" and any(
+        m["info"].get("error") for m in sandbox.messages(
+            hub.server("lan-b").url, hub.password("lan-b"), failed)
+    ), timeout=90)
+    # A run stuck in retry: its heal aborts and re-sends under the lock (abort_and_prompt).
+    hub.llm.set_mode("free-model", "429", retry_after=3600)
+    stuck = hub.session("local-a", "stuck in retry")
+    hub.prompt("local-a", stuck, "do the work", "opencode/free-model")
+    try:
+        hub.wait_for(lambda: run_state(hub, "local-a", stuck) == "retry", timeout=60)
+        code, out, err = hub.cli("patrol", "--once", "--no-design", "--no-fill")
+        assert code == 0, err
+        doc = report(hub)
+        heals = {a["session"]: a for a in doc["healed"]}
+        why = "daily budget $0.02 reached ($0.02 spent today)"
+        for sid in (failed, stuck):
+            assert heals[sid]["result"] == "waiting", heals[sid]
+            assert "daily budget reached" in heals[sid]["detail"] and why in heals[sid]["detail"]
+        assert run_state(hub, "local-a", stuck) == "retry"  # not aborted: nothing was sent
+        assert not any(e["command"] == "patrol.heal" and e["result"] != "failed"
+                       for e in audit_lines(hub))
+        assert not [r for r in hub.llm.requests() if r["model"] == "good-model"]
+    finally:
+        hub.cli("interrupt", "--session", stuck, "--allow-prod")
