@@ -100,6 +100,13 @@ def test_spend_is_what_the_servers_report_and_new_work_stops_at_the_budget(hub: 
     assert code == 0, err
     assert "$0.02" in out and "project spend: $0.04 of $0.03 today (133 %)" in out
     assert "daily budget $0.03 reached" in out
+    # The page: spend against budget in the Autopilot panel.
+    page = hub.root.parent / "page.html"
+    code, out, err = hub.cli("sessions", "--html", str(page))
+    assert code == 0, err
+    html = page.read_text("utf-8")
+    assert "Spent today: $0.04 of the daily budget $0.03 (133 %)." in html
+    assert "The budget is reached: no new work starts until tomorrow." in html
     # A steer of a running session is the same run: it passes over budget.
     hub.llm.set_mode("slow-model", "slow", delay=20)
     budgets(hub, None)
