@@ -139,6 +139,23 @@ def test_an_instance_budget_refuses_that_instance_only(hub: Hub) -> None:
         "dispatch", "--new", "--instance", "lan-c", "--text", "ok", "--no-record"
     )
     assert code == 0, doc
+    # Without --instance the planner passes lan-b by: the work goes elsewhere, not refused.
+    for i in range(3):
+        code, doc = hub.cli_json("dispatch", "--new", "--text", f"anywhere {i}", "--no-record")
+        assert code == 0 and doc["instance"] != "lan-b", doc
+
+
+def test_the_fill_sends_tasks_past_an_instance_over_its_budget(hub: Hub) -> None:
+    budgets(hub, None, lan_b=0.02)
+    priced_run(hub, "lan-b")
+    code, out, err = hub.cli("backlog", "add", "--title", "pinned to lan-b", "-i", "lan-b")
+    assert code == 0, err
+    code, out, err = hub.cli("patrol", "--once", "--no-design")
+    assert code == 0, err
+    doc = report(hub)
+    sent = [a for a in doc["dispatched"] if a["result"] == "ok"]
+    assert len(sent) == 1 and sent[0]["instance"] != "lan-b", doc["dispatched"]
+    assert any("lan-b: daily budget $0.02 reached ($0.02 spent today)" in n for n in doc["notes"])
 
 
 def race(hub: Hub, names: list[str]) -> list[tuple[int, str]]:

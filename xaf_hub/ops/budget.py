@@ -23,11 +23,15 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, tzinfo
+from typing import TYPE_CHECKING
 
 from xaf_hub.config.load import Config, InstanceConfig
 from xaf_hub.core.clock import day_start, resolve_timezone, to_ms
 from xaf_hub.core.records import SessionRecord
 from xaf_hub.errors import BudgetReached
+
+if TYPE_CHECKING:
+    from xaf_hub.fleet.scan import InstanceScan
 
 # Shares of a budget at which the chat is told, once per day each.
 NOTICE_LEVELS = (80, 100)
@@ -107,6 +111,27 @@ def refusal(
         if total.usd >= cap:
             return BudgetReached(reached_text(cap, total.usd))
     return None
+
+
+def over_budget(
+    cfg: Config, scans: Sequence[InstanceScan], now: datetime
+) -> dict[str, BudgetReached]:
+    """Instance name -> the refusal, for the reachable instances a budget already stops.
+
+    For planning only (``send_work`` checks again under the lock): the project's spend is
+    what ``scans`` saw, so a partial scan never refuses for want of the others' spend.
+    """
+    tz = zone(cfg)
+    own = {sc.inst.name: spend_today(sc.sessions, now, tz) for sc in scans if sc.reachable}
+    total = sum(own.values(), Spend())
+    out = {}
+    for sc in scans:
+        if sc.inst.name in own:
+            mine = own[sc.inst.name]
+            refused = refusal(cfg, sc.inst, mine, Spend(total.usd - mine.usd))
+            if refused is not None:
+                out[sc.inst.name] = refused
+    return out
 
 
 @dataclass(frozen=True)

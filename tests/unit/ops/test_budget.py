@@ -192,3 +192,22 @@ def test_unknown_text() -> None:
     assert [budget.unknown_text(n) for n in (0, 1, 2)] == [
         "", "cost unknown for 1 session", "cost unknown for 2 sessions"
     ]
+
+
+def test_over_budget_for_planning() -> None:
+    from xaf_hub.fleet.scan import InstanceScan
+
+    cfg = config(1.0, 0.5, None)
+    now = datetime.fromisoformat("2026-12-02T12:00:00+00:00")
+    a = InstanceScan(cfg.instances[0], True, sessions=[rec("2026-12-02T01:00:00+00:00", 0.5)])
+    b = InstanceScan(cfg.instances[1], True, sessions=[rec("2026-12-02T01:00:00+00:00", 0.4)])
+    over = budget.over_budget(cfg, [a, b], now)
+    assert {k: (str(v), v.instance) for k, v in over.items()} == {
+        "a": ("a: daily budget $0.50 reached ($0.50 spent today)", "a")
+    }
+    b2 = InstanceScan(cfg.instances[1], True, sessions=[rec("2026-12-02T01:00:00+00:00", 0.5)])
+    over = budget.over_budget(cfg, [a, b2], now)
+    assert str(over["b"]) == "daily budget $1.00 reached ($1.00 spent today)"
+    # An instance that did not answer is neither refused nor counted.
+    down = InstanceScan(cfg.instances[1], False, "connection refused")
+    assert set(budget.over_budget(cfg, [a, down], now)) == {"a"}

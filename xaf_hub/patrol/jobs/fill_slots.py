@@ -59,6 +59,7 @@ from xaf_hub.errors import (
     UsageError,
 )
 from xaf_hub.fleet.client import OpencodeClient
+from xaf_hub.ops import budget
 from xaf_hub.ops.context import Fleet, OpsContext
 from xaf_hub.ops.decisions import decisions_from, operator_interrupts
 from xaf_hub.ops.heal import heal_candidate
@@ -147,8 +148,18 @@ async def fill_slots(pctx: OpsContext, cycle: Cycle) -> None:
         return
     data = backlog.load()
     gate = pctx.gate()
-    slots = free_slots(fleet, gate)
     now = pctx.now()
+    # An instance past its own budget takes no new work today: the others take its tasks.
+    # The project's budget holds every task, with the reason (send_work checks again).
+    over = budget.over_budget(pctx.cfg, fleet.scans, now)
+    budget_stop: dict[str, str] = {}  # instance, or "" for the project -> the refusal
+    for _, err in sorted(over.items()):
+        if err.instance:
+            cycle.note(pctx, f"{STEP}: {err}; it takes no new work today")
+        else:
+            budget_stop[""] = str(err)
+    spent = {name for name, err in over.items() if err.instance}
+    slots = [s for s in free_slots(fleet, gate) if s[0].name not in spent]
     plan = plan_fill(
         data.tasks,
         [(inst.name, free) for inst, free, _ in slots],
@@ -161,7 +172,6 @@ async def fill_slots(pctx: OpsContext, cycle: Cycle) -> None:
     models = {name: choose_model(pctx.cfg, inst, None, now) for name, (inst, _) in where.items()}
     override = data.discipline
     stopped: set[str] = set()
-    budget_stop: dict[str, str] = {}  # instance, or "" for the project -> the refusal
     for name, task in plan:
         if pctx.stop_requested():
             break
