@@ -1,4 +1,4 @@
-"""Show load and whether each instance can take new work (running, reserved, limit)."""
+"""Show load, spend today against the daily budgets, and whether each instance can take new work."""
 
 from __future__ import annotations
 
