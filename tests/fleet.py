@@ -31,7 +31,10 @@ MODELS = (
     "opencode/free-model",
     "backup/good-model",
     "fake/missing-model",
+    "fake/priced-model",
 )
+# USD per million (input, output) tokens: the fake's 10 + 5 tokens cost $0.02 per model call.
+PRICES = {"fake/priced-model": (1000.0, 2000.0)}
 NAMES = ("local-a", "lan-b", "lan-c")
 
 
@@ -44,7 +47,9 @@ def llm() -> Iterator[FakeLLM]:
 @pytest.fixture(scope="session")
 def fleet(tmp_path_factory: pytest.TempPathFactory, llm: FakeLLM) -> Iterator[sandbox.Fleet]:
     root = tmp_path_factory.mktemp("fleet")
-    with sandbox.Fleet(root, n=3, llm=llm, models=MODELS, start_timeout=120.0) as f:
+    with sandbox.Fleet(
+        root, n=3, llm=llm, models=MODELS, prices=PRICES, start_timeout=120.0
+    ) as f:
         yield f
 
 

@@ -12,6 +12,7 @@ Every failure the hub reports to a user is one of these::
     │   └── MissingPassword (exit 4) the server asks for a password and none is configured
     ├── BusyError           (exit 3) concurrency limit reached, or the dispatch lock timed out
     │   ├── LockLostError   (exit 3) the dispatch lock was lost before the prompt went out
+    │   ├── BudgetReached   (exit 3) today's spend reached a daily budget: no new work
     │   └── RunStateUnknown (exit 3) an instance's run state cannot be read: counted full
     ├── NotProjectSession   (exit 5) the target session is outside the project (--force overrides)
     ├── ApiError            (exit 1) the server refused a request with a 4xx other than 401
@@ -126,6 +127,17 @@ class LockLostError(BusyError):
 
     Nothing was sent; the message names the instance and session and what was given back.
     """
+
+
+class BudgetReached(BusyError):
+    """Today's spend reached a daily budget: no new work is sent (a steer passes).
+
+    ``instance`` names the instance whose own budget was reached, "" for the project's.
+    """
+
+    def __init__(self, message: str, instance: str = "") -> None:
+        super().__init__(message)
+        self.instance = instance
 
 
 class NotProjectSession(HubError):

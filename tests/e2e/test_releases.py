@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from tests.e2e.proxy import LoopbackServer, forward, read_body, send_back
-from tests.fleet import MODELS, Hub
+from tests.fleet import MODELS, PRICES, Hub
 from xaf_hub.errors import SandboxError
 from xaf_hub.fleet.releases import classify
 from xaf_hub.sandbox import fleet as sandbox
@@ -206,7 +206,13 @@ def mixed(
     root = tmp_path_factory.mktemp("mixed")
     fleets = {
         name: sandbox.Fleet(
-            root / name, n=1, binary=binaries[name], llm=llm, models=MODELS, start_timeout=120
+            root / name,
+            n=1,
+            binary=binaries[name],
+            llm=llm,
+            models=MODELS,
+            prices=PRICES,
+            start_timeout=120,
         )
         for name in MIXED
     }
@@ -291,3 +297,54 @@ def test_mixed_fleet_limit_holds_on_each_release(
         for name in mixed:
             interrupt_all(hub, name)
         llm.reset()
+
+
+def test_a_release_without_session_cost_is_counted_unknown_never_zero(
+    mixed: dict[str, sandbox.Fleet], llm: FakeLLM, tmp_path: Path, _isolated_home: Path
+) -> None:
+    """1.14.41 reports cost per assistant message only, 1.18.33 on the session too (measured):
+    the old line's sessions are "cost unknown", shown beside the spend, and do not block."""
+    hub = mixed_hub(mixed, llm, tmp_path, _isolated_home)
+    hub.doc["budget"] = {"daily_usd": 1.0}
+    hub.doc["models"]["timezone"] = "UTC"
+    hub.write_config()
+    llm.reset()
+    sids = {}
+    for name in mixed:
+        code, doc = hub.cli_json("dispatch", "--new", "--instance", name, "--text",
+                                 f"priced {name}", "--model", "fake/priced-model", "--no-record")
+        assert code == 0, doc
+        sids[name] = str(doc["session_id"])
+
+    def replies(name: str, sid: str) -> list[dict[str, Any]]:
+        f = mixed[name]
+        msgs = sandbox.messages(f.servers[0].url, f.passwords[0], sid)
+        return [m["info"] for m in msgs if m["info"]["role"] == "assistant"]
+
+    for name, sid in sids.items():
+        hub.wait_for(
+            lambda n=name, s=sid: any(
+                a.get("time", {}).get("completed") and a.get("cost") for a in replies(n, s)
+            ),
+            timeout=90,
+        )
+        # Both servers priced the run the same: $0.02 on the assistant message.
+        assert [a["cost"] for a in replies(name, sid)] == [pytest.approx(0.02)]
+    code, st = hub.cli_json("status")
+    rows = {r["instance"]: r for r in st["instances"]}
+    assert (rows["new-1-18"]["spent_today_usd"], rows["new-1-18"]["cost_unknown_sessions"]) == (
+        pytest.approx(0.02), 0)
+    assert (rows["old-1-14"]["spent_today_usd"], rows["old-1-14"]["cost_unknown_sessions"]) == (
+        0.0, 1)
+    assert st["project"] == {"spent_today_usd": pytest.approx(0.02), "budget_daily_usd": 1.0,
+                             "cost_unknown_sessions": 1}
+    code, out, err = hub.cli("status")
+    assert "project spend: $0.02 of $1.00 today (2 %); cost unknown for 1 session" in out, out
+    code, shown = hub.cli_json("show", sids["old-1-14"])
+    assert code == 0 and shown["cost"] is None
+    code, out, err = hub.cli("show", sids["old-1-14"])
+    assert "cost:      unknown" in out, out
+    # Unknown cost does not block: the old line still takes work under the budget.
+    code, out, err = hub.cli("dispatch", "--new", "--instance", "old-1-14", "--text", "more",
+                             "--no-record")
+    assert code == 0, err

@@ -23,7 +23,7 @@ COMMANDS: dict[str, str] = {
     "init": "write a starter config.json (from --instance/--root, or the bundled example)",
     "instances": "health and totals of every instance",
     "sessions": "the project's sessions (table, JSON, CSV or HTML export)",
-    "status": "load per instance and whether it can take new work",
+    "status": "load and spend today per instance, and whether it can take new work",
     "dispatch": "send a task to a related, named or new session",
     "show": "one session: state, model, cost, last prompt and answer, how to open it",
     "confirm": "say whether one session really runs (retrying? failed? why); --fix heals it",

@@ -6,6 +6,7 @@ password in config.json stops the run with a ConfigError that names the file and
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from collections.abc import Mapping
@@ -61,6 +62,7 @@ class InstanceConfig:
     note: str = ""
     rules: ProjectRules = field(default_factory=ProjectRules)
     password_env: str = ""  # the env var the config names for the password, if any
+    budget_daily_usd: float | None = None  # this instance's spend today, at most (None: no cap)
 
     @property
     def production(self) -> bool:
@@ -134,6 +136,13 @@ class PoolConfig:
 
 
 @dataclass(frozen=True)
+class BudgetConfig:
+    """The project's daily spend ceiling across the fleet (None: no ceiling)."""
+
+    daily_usd: float | None = None
+
+
+@dataclass(frozen=True)
 class PatrolConfig:
     """Patrol settings (architecture §8)."""
 
@@ -182,6 +191,7 @@ class Config:
     models: ModelsConfig = field(default_factory=ModelsConfig)
     patrol: PatrolConfig = field(default_factory=PatrolConfig)
     pool: PoolConfig = field(default_factory=PoolConfig)
+    budget: BudgetConfig = field(default_factory=BudgetConfig)
     instances: tuple[InstanceConfig, ...] = ()
     local_config: Path | None = None
     local_scope: str = ""
@@ -303,6 +313,9 @@ def parse_config(raw: Any, *, path: Path, env: Mapping[str, str]) -> Config:
             f"{path}: key 'pool.backend': 'redis' needs lock.redis_url "
             "(e.g. redis://hub-redis.example.internal:6379/0)"
         )
+    budget_r = top.sub("budget")
+    budget = BudgetConfig(daily_usd=usd_amount(budget_r, "daily_usd"))
+    budget_r.finish()
     page = top.sub("page")
     page.seen.add("url")  # notify/ reads and checks page.url
     page_language = page.choice("language", ("auto", "en", "zh"), "auto", tags=True)
@@ -392,6 +405,7 @@ def parse_config(raw: Any, *, path: Path, env: Mapping[str, str]) -> Config:
         models=models,
         patrol=patrol,
         pool=pool,
+        budget=budget,
         instances=tuple(instances),
         local_config=local_path,
         local_scope=local_scope,
@@ -426,6 +440,16 @@ def _model_id(r: _Reader, name: str, value: str) -> str:
     if "/" not in value or value.startswith("/") or value.endswith("/"):
         raise r.fail(name, f"expected 'provider/model', got {value!r}")
     return value
+
+
+def usd_amount(r: _Reader, name: str) -> float | None:
+    """An optional amount of US dollars: a finite number, at least 0 (None when absent)."""
+    value = r.get(name, (int, float), None)
+    if value is None:
+        return None
+    if not math.isfinite(value) or value < 0:
+        raise r.fail(name, f"must be an amount of US dollars, at least 0, got {value}")
+    return float(value)
 
 
 def _parse_models(r: _Reader, path: Path) -> ModelsConfig:
@@ -588,6 +612,7 @@ def _parse_instance(
     danger = r.get("danger", (bool,), False)
     readonly = r.get("readonly_default", (bool,), False)
     note = r.get("note", (str,), "")
+    budget = usd_amount(r, "budget_daily_usd")
     r.finish()
     return InstanceConfig(
         name=name,
@@ -606,6 +631,7 @@ def _parse_instance(
         api=api,
         note=note,
         password_env=password_env,
+        budget_daily_usd=budget,
         rules=ProjectRules.build(
             roots=roots,
             fallback_segments=fallback,

@@ -40,6 +40,7 @@ EVENTS: tuple[str, ...] = (
     "instance_down",
     "instance_up",
     "daily_summary",
+    "budget",
 )
 # Heals are routine (the hub fixed it itself); a team opts in to hear about them.
 DEFAULT_EVENTS: tuple[str, ...] = tuple(e for e in EVENTS if e != "healed")

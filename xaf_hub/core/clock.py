@@ -109,6 +109,15 @@ def _wall_to_instant(day: date, hour: int, tz: tzinfo) -> datetime:
     return wall.astimezone(UTC)
 
 
+def day_start(now: datetime, tz: tzinfo) -> datetime:
+    """The first instant of ``now``'s day on the clock of ``tz`` (aware, UTC).
+
+    Midnight that a DST change skips is the first real instant after the gap.
+    """
+    _require_aware(now)
+    return _wall_to_instant(now.astimezone(tz).date(), 0, tz)
+
+
 def next_reset(now: datetime, reset_hour: int, tz: tzinfo) -> datetime:
     """Return the next reset_hour:00 in ``tz`` strictly after ``now`` (at it exactly: tomorrow).
 

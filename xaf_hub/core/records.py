@@ -40,7 +40,7 @@ class SessionRecord:
     directory: str
     created: int = 0
     updated: int = 0
-    cost: float = 0.0
+    cost: float | None = 0.0  # USD; None: unknown (missing or absurd), never read as 0
     running: bool = False
     run_state: RunState = "idle"
     retry_message: str = ""

@@ -21,6 +21,8 @@ from xaf_hub.core.records import sane_ms
 MAX_BODY_BYTES = 64 * 1024 * 1024
 MAX_PAGES = 1000
 MAX_SESSIONS = 100_000
+# One session costing more than this is a broken or hostile report, not spend: unknown.
+MAX_SESSION_COST_USD = 100_000.0
 
 
 @dataclass(frozen=True)
@@ -32,7 +34,7 @@ class ServerSession:
     directory: str
     created: int
     updated: int
-    cost: float
+    cost: float | None  # None: the server reported no usable cost (unknown, never 0)
     parent_id: str
     model: str
 
@@ -51,12 +53,18 @@ def as_mapping(value: Any) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
 
 
-def cost_value(value: Any) -> float:
-    """A finite, non-negative cost; anything else (NaN, Infinity, text) counts as 0."""
+def cost_value(value: Any) -> float | None:
+    """A session's cost in USD, or None (unknown) when it is missing or absurd.
+
+    Absurd: not a number (text, a boolean), NaN, infinite, negative, or above
+    ``MAX_SESSION_COST_USD``. Releases before 1.18 put cost on messages only, so their sessions
+    have none (docs/architecture.md, "Daily budgets").
+    """
     if isinstance(value, int | float) and not isinstance(value, bool):
         number = float(value)
-        return number if math.isfinite(number) and number >= 0 else 0.0
-    return 0.0
+        if math.isfinite(number) and 0 <= number <= MAX_SESSION_COST_USD:
+            return number
+    return None
 
 
 def usable_id(obj: Any) -> str:

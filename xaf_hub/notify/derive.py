@@ -17,8 +17,10 @@ From the cycle's record:
 From the stores, compared with the previous round: ``task_done`` again for pool tasks done
 since the previous finished round began (a round killed after settling a task but before
 queueing its message loses nothing), ``task_parked`` (a pool task whose attempts
-are used up), ``blackout`` (a family newly blacked out, or until a new time), and
-``daily_summary`` (the first round on or after ``summary_hour`` each local day).
+are used up), ``blackout`` (a family newly blacked out, or until a new time),
+``daily_summary`` (the first round on or after ``summary_hour`` each local day), and
+``budget`` (today's spend reached 80 % or 100 % of the project's or an instance's daily
+budget; the id names the level and the local day, so each is sent once per day).
 
 ``derive`` updates the previous-round view in ``state`` in place; ids make "send once" hold
 when the same fact is derived again.
@@ -32,6 +34,7 @@ from datetime import UTC, datetime, timedelta, tzinfo
 from typing import TYPE_CHECKING, Any
 
 from xaf_hub.notify.events import Event
+from xaf_hub.ops.budget import BudgetLine, levels_reached
 
 if TYPE_CHECKING:  # only the record's shape is needed; notify never runs a patrol step
     from xaf_hub.patrol.context import Cycle
@@ -77,6 +80,8 @@ class Inputs:
     done: Sequence[Done] = ()
     # family -> (until as ISO 8601 UTC, reason)
     blackouts: Mapping[str, tuple[str, str]] | None = None
+    # Today's spend against the budgets (ops.budget.BudgetLine: project first, then instances)
+    spend: Sequence[BudgetLine] = ()
 
 
 def _iso(when: datetime) -> str:
@@ -253,6 +258,30 @@ def _store_events(inputs: Inputs, state: MutableMapping[str, Any], at: str) -> l
     return events
 
 
+def _budget_events(inputs: Inputs, now: datetime, tz: tzinfo, at: str) -> list[Event]:
+    """80 % and 100 % of a daily budget reached, once per level and local day."""
+    day = now.astimezone(tz).date().isoformat()
+    events = []
+    for line in inputs.spend:
+        for level in levels_reached(line):
+            events.append(
+                Event(
+                    f"budget:{line.instance or '*'}:{level}:{day}",
+                    "budget",
+                    at,
+                    instance=line.instance,
+                    data={
+                        "level": level,
+                        "day": day,
+                        "spent_usd": round(line.spent.usd, 6),
+                        "budget_usd": line.budget,
+                        "cost_unknown_sessions": line.spent.unknown,
+                    },
+                )
+            )
+    return events
+
+
 def counts_since(history: Sequence[Mapping[str, Any]], since: datetime) -> dict[str, int]:
     """How many events of each type were derived since ``since``."""
     out: dict[str, int] = {}
@@ -329,6 +358,7 @@ def derive(
     ids = {e.id for e in events}
     events += [e for e in _catch_up(inputs, state, at) if e.id not in ids]
     events += _store_events(inputs, state, at)
+    events += _budget_events(inputs, now, tz, at)
     if not live:
         events += _summary(cycle, inputs, state, seen, now, tz, summary_hour, events)
     return events

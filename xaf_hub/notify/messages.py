@@ -49,6 +49,10 @@ CATALOGUE: dict[str, dict[str, tuple[str, str]]] = {
             "{people} needing a person.\nNow: {running} running, {waiting} waiting in the queue; "
             "{up} of {servers} server(s) answering.",
         ),
+        "budget": (
+            "Daily budget {level} % spent: {scope}",
+            "{scope} spent {spent} of its daily budget {budget} today ({day}). {budget_next}",
+        ),
         "test": (
             "Test message",
             "A test from xaf-hub for the webhook \u201c{webhook}\u201d. "
@@ -82,6 +86,10 @@ CATALOGUE: dict[str, dict[str, tuple[str, str]]] = {
             "{people} 次需要人工处理。\n现在:{running} 个在运行,{waiting} 个在排队;"
             "{servers} 台服务器中 {up} 台正常响应。",
         ),
+        "budget": (
+            "每日预算已用 {level}%:{scope}",
+            "{scope} 今天({day})已花费 {spent},每日预算 {budget}。{budget_next}",
+        ),
         "test": (
             "测试消息",
             "这是 xaf-hub 发给 webhook“{webhook}”的测试消息。能看到它,说明通知已经接通。",
@@ -105,6 +113,18 @@ _STATES: dict[str, dict[str, str]] = {
         "": "需要有人看一下:{detail}",
     },
 }
+
+_BUDGET_NEXT = {
+    "en": {
+        100: "No new work starts until tomorrow; runs already started go on.",
+        80: "New work stops when the budget is reached.",
+    },
+    "zh": {
+        100: "明天之前不再开始新的工作;已开始的运行继续。",
+        80: "预算用完后将不再开始新的工作。",
+    },
+}
+_PROJECT = {"en": "The project", "zh": "项目"}
 
 _PREFIX = {"en": "[xaf-hub \u00b7 {project}]", "zh": "[xaf-hub \u00b7 {project}]"}
 _LINK = {"en": "Overview: {url}", "zh": "总览页:{url}"}
@@ -152,7 +172,18 @@ def _fields(event: Event, lang: str, tz: tzinfo) -> dict[str, Any]:
         "up": data.get("up", 0),
         "servers": data.get("servers", 0),
         "webhook": data.get("webhook") or "",
+        "level": data.get("level", "?"),
+        "scope": event.instance or _PROJECT[lang],
+        "spent": _dollars(data.get("spent_usd")),
+        "budget": _dollars(data.get("budget_usd")),
+        "budget_next": _BUDGET_NEXT[lang].get(100 if data.get("level") == 100 else 80, ""),
     }
+
+
+def _dollars(value: Any) -> str:
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return f"${value:,.2f}"
+    return "?"
 
 
 def render(

@@ -90,6 +90,7 @@ def _inputs(pctx: OpsContext, cycle: Cycle, now: datetime) -> Inputs:
         pool_sessions=frozenset(pool_sessions),
         done=done,
         blackouts=blackouts,
+        spend=cycle.spend,
     )
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from xaf_hub.core.records import SessionRecord
 from xaf_hub.errors import ApiError, BusyError, UnreachableError
 from xaf_hub.fleet.scan import InstanceScan, scan_fleet
+from xaf_hub.ops import budget
 from xaf_hub.ops.context import OpsContext, utc_now
 from xaf_hub.ops.load import instance_load
 from xaf_hub.ops.models import choose_model
@@ -114,12 +115,19 @@ async def prepare(ops: OpsContext, order: DispatchOrder) -> Prepared:
         cfg, instances, transport_factory=ops.transport_factory, project_only=True
     )
     views = []
+    over = budget.over_budget(cfg, scans, ops.now())
     for sc in scans:
         load = instance_load(sc, gate, allow_prod=True, observed_at=observed)
         reserved = (load.reserved or 0) if sc.reachable else 0
         views.append(
             InstanceView(
-                sc.inst, sc.reachable, sc.reason, tuple(sc.sessions), reserved, sc.run_state_unknown
+                sc.inst,
+                sc.reachable,
+                sc.reason,
+                tuple(sc.sessions),
+                reserved,
+                sc.run_state_unknown,
+                over_budget=str(over.get(sc.inst.name) or ""),
             )
         )
     scores = _scores(scans, req.text) if smart else []

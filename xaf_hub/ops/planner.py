@@ -14,6 +14,7 @@ from xaf_hub.config.load import Config, InstanceConfig
 from xaf_hub.core.records import SessionRecord, running_project
 from xaf_hub.core.rules import apply_aliases
 from xaf_hub.errors import (
+    BudgetReached,
     BusyError,
     MissingPassword,
     NotProjectSession,
@@ -51,6 +52,7 @@ class InstanceView:
     sessions: tuple[SessionRecord, ...]
     reserved: int = 0
     run_state_unknown: str = ""  # set: the run state could not be read; counted full
+    over_budget: str = ""  # set: its daily budget is reached (the refusal); takes no new work
 
     @property
     def running_project(self) -> int:
@@ -127,7 +129,13 @@ def _check_reachable(view: InstanceView) -> None:
 
 
 def _eligible_for_new(view: InstanceView, req: DispatchRequest) -> bool:
-    return view.reachable and (not view.inst.production) and view.free > 0 and bool(view.inst.roots)
+    return (
+        view.reachable
+        and not view.inst.production
+        and view.free > 0
+        and bool(view.inst.roots)
+        and not view.over_budget
+    )
 
 
 def pick_instance(views: Sequence[InstanceView], req: DispatchRequest) -> InstanceView:
@@ -145,8 +153,12 @@ def pick_instance(views: Sequence[InstanceView], req: DispatchRequest) -> Instan
             "no instance can take new sessions: each is production or has no project roots "
             "(use --instance NAME --allow-prod, or add roots)"
         )
+    if all(v.over_budget for v in candidates):
+        # Every budget names its own instance (or none, the project's): one line, each said once.
+        raise BudgetReached("; ".join(dict.fromkeys(v.over_budget for v in candidates)))
     detail = ", ".join(
-        f"{v.inst.name} {v.running_project}+{v.reserved}/{v.inst.concurrency_limit}"
+        f"{v.inst.name} "
+        + (v.over_budget or f"{v.running_project}+{v.reserved}/{v.inst.concurrency_limit}")
         for v in candidates
     )
     raise BusyError(f"every eligible instance is at its limit ({detail}); try again later")
@@ -255,6 +267,9 @@ def plan_dispatch(
                     "smart match",
                     rest(i),
                 )
+            if view.over_budget:
+                verdicts.append(CandidateVerdict(session, score, "daily budget reached"))
+                continue
             if view.free > 0:
                 verdicts.append(CandidateVerdict(session, score, "chosen: idle, free slot"))
                 return Plan(

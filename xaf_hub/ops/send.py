@@ -7,6 +7,8 @@ ends while the prompt travels). A new session, an idle one started again, or a s
 session stopped meanwhile is refused at the limit, else: reserve a slot, create the session,
 attach it to the reservation (marked "sent"), record the work (``before_prompt``), confirm
 the lock again, send the prompt, mark the reservation "accepted", release the lock.
+New work (anything but a steer of a running session) is refused first when today's spend
+reached a daily budget (``ops.budget``): BudgetReached, exit 3, nothing reserved or created.
 
 A prompt certainly not delivered gives its slot back; one whose fate is unknown keeps it
 until the server shows the run or the TTL passes (``gate`` module docstring). A lost lock
@@ -24,11 +26,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from xaf_hub.config.load import InstanceConfig
 from xaf_hub.core.discipline import compose_prompt, slugify
+from xaf_hub.core.records import SessionRecord
 from xaf_hub.errors import (
     ApiError,
     BusyError,
@@ -39,7 +42,8 @@ from xaf_hub.errors import (
     UnreachableError,
 )
 from xaf_hub.fleet.client import OpencodeClient
-from xaf_hub.fleet.scan import scan_instance
+from xaf_hub.fleet.scan import InstanceScan, scan_fleet, scan_instance
+from xaf_hub.ops import budget
 from xaf_hub.ops.context import OpsContext
 from xaf_hub.ops.load import instance_load
 from xaf_hub.ops.planner import Plan
@@ -122,7 +126,7 @@ async def send_work(
     inst = plan.instance
     warnings: list[str] = []
     try:
-        result = await _gated(plan, prompt, model, client, gate, warnings, before_prompt)
+        result = await _gated(ops, plan, prompt, model, client, gate, warnings, before_prompt)
     except Exception as exc:
         ops.audit(
             command,
@@ -182,7 +186,61 @@ def _confirm(gate: Gate, instance: str, step: str, session_id: str) -> None:
         raise _lock_lost(instance, step, session_id)
 
 
+async def _others_spend(
+    ops: OpsContext, inst: InstanceConfig
+) -> tuple[budget.Spend | None, list[str]]:
+    """The rest of the fleet's spend today when a project budget is set (else None).
+
+    An instance that does not answer adds nothing and is named in a warning.
+    """
+    if ops.cfg.budget.daily_usd is None:
+        return None, []
+    others = [i for i in ops.cfg.instances if i.name != inst.name]
+    if not others:
+        return budget.Spend(), []
+    _, scans = await scan_fleet(
+        ops.cfg, others, transport_factory=ops.transport_factory, project_only=True
+    )
+    spent, warnings = budget.Spend(), []
+    tz = budget.zone(ops.cfg)
+    for sc in scans:
+        if sc.reachable:
+            spent += budget.spend_today(sc.sessions, ops.now(), tz)
+        else:
+            warnings.append(
+                f"{sc.inst.name} did not answer ({sc.reason}): its spend today is not counted "
+                "against the project's daily budget"
+            )
+    return spent, warnings
+
+
+def _check_budget(
+    ops: OpsContext,
+    inst: InstanceConfig,
+    own: Sequence[SessionRecord],
+    others: budget.Spend | None,
+) -> None:
+    """Raise BudgetReached when today's spend leaves no room for new work (ops.budget)."""
+    if not budget.guarded(ops.cfg, inst):
+        return
+    spent = budget.spend_today(own, ops.now(), budget.zone(ops.cfg))
+    refused = budget.refusal(ops.cfg, inst, spent, others)
+    if refused is not None:
+        raise refused
+
+
+async def _fresh_scans(
+    ops: OpsContext, client: OpencodeClient, inst: InstanceConfig
+) -> tuple[InstanceScan, budget.Spend | None, list[str]]:
+    """This instance's fresh scan, and the others' spend when a project budget needs it."""
+    fresh, (others, notes) = await asyncio.gather(
+        scan_instance(client, inst, project_only=True), _others_spend(ops, inst)
+    )
+    return fresh, others, notes
+
+
 async def _gated(
+    ops: OpsContext,
     plan: Plan,
     prompt: str,
     model: str | None,
@@ -197,7 +255,7 @@ async def _gated(
         # Re-read the running state under the lock: the plan was made without it. The read
         # judges only reservations made before it (observed_at), however slow it was.
         observed = gate.clock()
-        fresh = await scan_instance(client, inst, project_only=True)
+        fresh, others, notes = await _fresh_scans(ops, client, inst)
         if not fresh.reachable:
             raise UnreachableError(inst.name, fresh.reason)
         if fresh.run_state_unknown:  # fail closed: no slot is known to be free, none is taken
@@ -220,6 +278,9 @@ async def _gated(
                 steered_instead=plan.action != "steer",
             )
         stopped = plan.action == "steer"
+        # New work: today's spend is checked here, under the lock, once for every caller.
+        warnings.extend(notes)
+        _check_budget(ops, inst, fresh.sessions, others)
         assert load.reserved is not None
         if load.running_project + load.reserved >= inst.concurrency_limit:
             why = (
@@ -352,6 +413,7 @@ async def abort_and_prompt(
 ) -> None:
     """Abort a running session and send a new prompt while holding the instance's gate lock.
 
+    The re-send is new work: it is refused like a dispatch when a daily budget is reached.
     The session holds a slot while it runs; holding the lock across abort -> prompt, and a
     reservation tied to the session from before the abort until the new run shows, keep any
     other dispatch from taking that slot in between. The prompt goes out as in ``send_work``
@@ -362,6 +424,12 @@ async def abort_and_prompt(
     try:
         async with ops.client(inst) as client:
             with gate.lock(inst.name):
+                if budget.guarded(ops.cfg, inst):
+                    fresh, others, notes = await _fresh_scans(ops, client, inst)
+                    if not fresh.reachable:
+                        raise UnreachableError(inst.name, fresh.reason)
+                    warnings.extend(notes)
+                    _check_budget(ops, inst, fresh.sessions, others)
                 try:
                     res = gate.reserve(inst.name, session, PROMPT_SENT)
                 except LockLostError:

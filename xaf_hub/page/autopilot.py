@@ -13,8 +13,8 @@ a task whose session has finished is counted as done even before the next round 
 from __future__ import annotations
 
 import socket
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
@@ -22,6 +22,7 @@ from urllib.parse import quote
 from xaf_hub.config.load import Config
 from xaf_hub.core.records import SessionRecord
 from xaf_hub.errors import HubError
+from xaf_hub.ops.budget import BudgetLine, budget_lines, money
 from xaf_hub.page.words import WHEN, Lang, Line, ago, clean, local_time_with_zone, text
 
 # Step names (report) -> catalogue key of how a reader who never saw the code would put them.
@@ -56,6 +57,7 @@ class AutopilotView:
     rests: tuple[Line, ...] = ()
     problems: tuple[str, ...] = ()
     done: tuple[DoneTask, ...] = ()  # the latest tasks done, newest first
+    spend: tuple[str, ...] = ()  # today's spend against the daily budgets (ops.budget)
 
 
 @dataclass(frozen=True)
@@ -174,23 +176,70 @@ def build(
     now_ms: int,
     lang: Lang = "en",
     sessions: Mapping[tuple[str, str], SessionRecord] | None = None,
+    answered: Collection[str] | None = None,
 ) -> AutopilotView:
     """Read the patrol's files and say what it is doing; never raises.
 
     ``sessions`` (by (instance, session id)) are the sessions of the scan the page shows;
-    with them, dispatched tasks are counted by where their session stands.
+    with them, dispatched tasks are counted by where their session stands. ``answered`` names
+    the instances that scan reached: with it, the panel shows today's spend against budget.
 
     The panel is one part of a page that must render: whatever goes wrong reading the
     patrol's state (a file of an unexpected shape included) becomes a line on the panel.
     """
     try:
-        return _build(cfg, now_ms, lang, sessions or {})
+        view = _build(cfg, now_ms, lang, sessions or {})
+        if answered is None:
+            return view
+        return replace(view, spend=spend_lines(cfg, lang, sessions or {}, answered, now_ms))
     except Exception as exc:  # noqa: BLE001 - see above
         return AutopilotView(
             state="never",
             headline=Line(text(lang, "ap.unreadable")),
             problems=(f"{type(exc).__name__}: {exc}",),
         )
+
+
+def spend_lines(
+    cfg: Config,
+    lang: Lang,
+    sessions: Mapping[tuple[str, str], SessionRecord],
+    answered: Collection[str],
+    now_ms: int,
+) -> tuple[str, ...]:
+    """Today's spend for the project, then each instance with a budget of its own."""
+    by_name: dict[str, list[SessionRecord]] = {}
+    for s in sessions.values():
+        by_name.setdefault(s.instance, []).append(s)
+    project, lines = budget_lines(
+        cfg,
+        [(i, by_name.get(i.name, []) if i.name in answered else None) for i in cfg.instances],
+        datetime.fromtimestamp(now_ms / 1000, UTC),
+    )
+    silent = sum(1 for x in lines if not x.known)
+    out = [_spend_words(lang, project, silent)]
+    out += [_spend_words(lang, x) for x in lines if x.budget is not None]
+    return tuple(out)
+
+
+def _spend_words(lang: Lang, line: BudgetLine, silent: int = 0) -> str:
+    if not line.known:
+        return text(lang, "ap.spend_silent", name=clean(line.instance))
+    spent = money(line.spent.usd)
+    parts = [text(lang, "ap.spend", spent=spent)]
+    if line.budget is not None:
+        share = line.share or 0.0
+        parts = [
+            text(lang, "ap.spend_of", spent=spent, budget=money(line.budget), share=f"{share:.0f}")
+        ]
+        if share >= 100:
+            parts.append(text(lang, "ap.spend_reached"))
+    if line.spent.unknown:
+        parts.append(text(lang, "ap.spend_unknown", n=line.spent.unknown))
+    if silent:
+        parts.append(text(lang, "ap.spend_not_counted", n=silent))
+    lead = f"{clean(line.instance)}: " if line.instance else ""
+    return lead + ("" if lang == "zh" else " ").join(parts)
 
 
 def task_ids_by_session(cfg: Config) -> dict[str, str]:

@@ -97,8 +97,10 @@ def snapshot_document(snap: Snapshot) -> dict[str, Any]:
     }
 
 
-def _cost_text(cost: float) -> str:
-    """Return a cost without float noise ("0.0123", "0")."""
+def _cost_text(cost: float | None) -> str:
+    """Return a cost without float noise ("0.0123", "0"); an unknown cost is an empty cell."""
+    if cost is None:
+        return ""
     return f"{cost:.6f}".rstrip("0").rstrip(".") or "0"
 
 

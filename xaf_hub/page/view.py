@@ -228,7 +228,7 @@ def _row_view(
         updated_exact=local_time_with_zone(s.updated),
         created=local_time(s.created)[:16] or text(lang, "time.unknown"),
         outcome=outcome,
-        cost=f"${s.cost:,.2f}",
+        cost=text(lang, "cost.unknown") if s.cost is None else f"${s.cost:,.2f}",
         link=link,
     )
 

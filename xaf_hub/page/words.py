@@ -152,6 +152,27 @@ TEXT: dict[str, tuple[str, str]] = {
         "too many requests.",
         "“{family}” 的模型在 {exact}（{when}）之前不再使用：服务商因请求过多而拒绝。",
     ),
+    "ap.spend": ("Spent today: {spent}.", "今日已花费 {spent}。"),
+    "ap.spend_of": (
+        "Spent today: {spent} of the daily budget {budget} ({share} %).",
+        "今日已花费 {spent}，每日预算 {budget}（{share}%）。",
+    ),
+    "ap.spend_reached": (
+        "The budget is reached: no new work starts until tomorrow.",
+        "预算已用完：明天之前不再开始新的工作。",
+    ),
+    "ap.spend_unknown": (
+        "Cost unknown for {n} sessions (their server reports none usable).",
+        "{n} 个会话费用未知（其服务器没有给出可用的费用）。",
+    ),
+    "ap.spend_not_counted": (
+        "{n} servers did not answer: their spend is not counted.",
+        "{n} 台服务器没有应答：其花费未计入。",
+    ),
+    "ap.spend_silent": (
+        "{name}: spend unknown, the server did not answer.",
+        "{name}：花费未知，服务器没有应答。",
+    ),
     "ap.report_unreadable": (
         "The last autopilot report could not be read ({error}).",
         "无法读取上一份自动巡检报告（{error}）。",
@@ -351,6 +372,7 @@ TEXT: dict[str, tuple[str, str]] = {
     "reason.other": ("the server could not be reached", "无法连接服务器"),
     # relative times
     "time.unknown": ("unknown", "未知"),
+    "cost.unknown": ("unknown", "未知"),
     "time.now": ("just now", "刚刚"),
     "time.ago": ("{span} ago", "{span}前"),
     "time.ahead": ("in {span}", "{span}后"),

@@ -20,6 +20,7 @@ from xaf_hub.core import aio
 from xaf_hub.core.records import SessionRecord
 from xaf_hub.core.runstate import LastRun, last_run
 from xaf_hub.errors import HubError
+from xaf_hub.ops.budget import BudgetLine, budget_lines
 from xaf_hub.ops.context import Fleet, OpsContext
 from xaf_hub.ops.load import instance_load
 from xaf_hub.ops.send import pool_discipline as _pool_discipline
@@ -108,6 +109,11 @@ class Cycle:
     touched: set[tuple[str, str]] = field(default_factory=set)
     # (instance, session) whose heal or resume waits for a free slot (tried again next cycle).
     deferred: set[tuple[str, str]] = field(default_factory=set)
+    # Today's spend against the daily budgets as the last scan saw it: the project's line
+    # first, then one per instance (ops.budget); the chat's budget notices read it.
+    spend: list[BudgetLine] = field(default_factory=list)
+    # Pool tasks fill_slots left pending because a daily budget was reached -> the refusal.
+    budget_held: dict[str, str] = field(default_factory=dict)
     _runs: dict[tuple[str, str, int], LastRun] = field(default_factory=dict, repr=False)
 
     def add(self, pctx: OpsContext, action: Action) -> None:
@@ -152,6 +158,12 @@ class Cycle:
                 )
             )
         self.instances = lines
+        project, spends = budget_lines(
+            pctx.cfg,
+            [(sc.inst, sc.sessions if sc.reachable else None) for sc in fleet.scans],
+            pctx.now(),
+        )
+        self.spend = [project, *spends]
 
     async def last_runs(
         self, pctx: OpsContext, items: Sequence[tuple[InstanceConfig, SessionRecord]]

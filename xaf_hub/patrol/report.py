@@ -116,6 +116,17 @@ def waiting_tasks(
     return out
 
 
+def held_by_budget(
+    waiting: dict[str, list[dict[str, Any]]], held: Mapping[str, str]
+) -> dict[str, list[dict[str, Any]]]:
+    """``waiting`` with the ready tasks a daily budget kept back listed as not ready, and why."""
+    if not held:
+        return waiting
+    ready = [t for t in waiting["ready"] if t["id"] not in held]
+    kept = [{**t, "why": held[t["id"]]} for t in waiting["ready"] if t["id"] in held]
+    return {**waiting, "ready": ready, "not_ready": kept + waiting["not_ready"]}
+
+
 def _iso(when: datetime | None) -> str:
     return when.astimezone(UTC).isoformat(timespec="seconds") if when else ""
 
@@ -336,7 +347,9 @@ def write_report(pctx: OpsContext, cycle: Cycle, code: int) -> tuple[Path, Path]
     except HubError as exc:
         tasks = []
         cycle.errors.append(pctx.redact(f"report: task pool unreadable: {exc}"))
-    waiting = waiting_tasks(tasks, pctx.now(), pctx.cfg.patrol.max_attempts)
+    waiting = held_by_budget(
+        waiting_tasks(tasks, pctx.now(), pctx.cfg.patrol.max_attempts), cycle.budget_held
+    )
     lead_path, lead_items = _lead(pctx)
     doc = _scrub(
         pctx,

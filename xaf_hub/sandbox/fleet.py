@@ -149,10 +149,18 @@ def provider_base_url(llm_url: str, provider: str) -> str:
     return root
 
 
+def _price(prices: Mapping[str, tuple[float, float]] | None, ref: str) -> dict[str, Any]:
+    if prices is None or ref not in prices:
+        return {}
+    per_input, per_output = prices[ref]
+    return {"cost": {"input": per_input, "output": per_output}}
+
+
 def fake_provider_config(
     llm_url: str,
     models: Sequence[str] = ("fake-model",),
     extra_providers: Mapping[str, str] | None = None,
+    prices: Mapping[str, tuple[float, float]] | None = None,
 ) -> dict[str, Any]:
     """Build an opencode config whose providers all point at the fake LLM.
 
@@ -161,6 +169,8 @@ def fake_provider_config(
     served by the same fake under ``/p/<provider>/v1``. ``extra_providers`` maps a
     provider id to a different base URL (e.g. a closed port); a provider there
     with no entry in ``models`` gets ``fake-model``. The first model is the default.
+    ``prices`` maps a model reference to its (input, output) price in USD per million tokens,
+    opencode's ``cost`` field: the server then reports what each run cost; other models are free.
     """
     if not models:
         raise ValueError("need at least one model")
@@ -186,6 +196,7 @@ def fake_provider_config(
                     "name": f"Fake {name}",
                     "tool_call": True,
                     "limit": {"context": 128000, "output": 4096},
+                    **_price(prices, f"{provider}/{name}"),
                 }
                 for name in names
             },
@@ -448,6 +459,7 @@ class Fleet(Running):
         llm: FakeLLM | None = None,
         models: Sequence[str] = ("fake-model",),
         extra_providers: Mapping[str, str] | None = None,
+        prices: Mapping[str, tuple[float, float]] | None = None,
         passwords: Sequence[str | None] | None = None,
         start_timeout: float = 30.0,
     ) -> None:
@@ -460,6 +472,7 @@ class Fleet(Running):
         self.binary = binary
         self.models = tuple(models)
         self.extra_providers = dict(extra_providers or {})
+        self.prices = dict(prices or {})
         self.passwords: list[str | None] = (
             list(passwords)
             if passwords is not None
@@ -476,7 +489,9 @@ class Fleet(Running):
         if self._own_llm:
             self.llm.start()
         try:
-            config = fake_provider_config(self.llm.url, self.models, self.extra_providers)
+            config = fake_provider_config(
+                self.llm.url, self.models, self.extra_providers, self.prices
+            )
             self.servers = [
                 OpencodeServer(
                     binary,

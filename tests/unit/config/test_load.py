@@ -280,3 +280,51 @@ def test_project_repository(tmp_path: Path) -> None:
 def test_project_repository_errors(tmp_path: Path, project: dict[str, Any], message: str) -> None:
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
         load_config(write(tmp_path / "config.json", base(project={"name": "p", **project})))
+
+
+def test_budgets_read_and_default_to_no_ceiling(tmp_path: Path) -> None:
+    cfg = load_config(str(write(tmp_path / "c.json", base())), env={}, cwd=tmp_path)
+    assert cfg.budget.daily_usd is None and cfg.instances[0].budget_daily_usd is None
+    doc = base(budget={"daily_usd": 3})
+    doc["instances"][0]["budget_daily_usd"] = 0.5
+    cfg = load_config(str(write(tmp_path / "c.json", doc)), env={}, cwd=tmp_path)
+    assert cfg.budget.daily_usd == 3.0 and isinstance(cfg.budget.daily_usd, float)
+    assert cfg.instances[0].budget_daily_usd == 0.5
+
+
+def _with_instance_budget(value: Any) -> dict[str, Any]:
+    doc = base()
+    doc["instances"][0]["budget_daily_usd"] = value
+    return doc
+
+
+@pytest.mark.parametrize(
+    ("doc", "message"),
+    [
+        (base(budget=3), "key 'budget': expected an object, got a number"),
+        (base(budget={"daily_usd": "3"}), "key 'budget.daily_usd': expected a number, got a str"),
+        (base(budget={"daily_usd": True}), "key 'budget.daily_usd': expected a number, got a bool"),
+        (base(budget={"daily_usd": -1}), "key 'budget.daily_usd': must be an amount of US dollars"),
+        (base(budget={"daily_us": 3}), "key 'budget.daily_us': unknown key.*daily_usd"),
+        (
+            _with_instance_budget(-0.01),
+            r"key 'instances\[0\].budget_daily_usd': must be an amount of US dollars",
+        ),
+        (
+            _with_instance_budget([1]),
+            r"key 'instances\[0\].budget_daily_usd': expected a number, got a list",
+        ),
+    ],
+)
+def test_bad_budgets_are_named(tmp_path: Path, doc: dict[str, Any], message: str) -> None:
+    path = write(tmp_path / "c.json", doc)
+    with pytest.raises(ConfigError, match=message):
+        load_config(str(path), env={}, cwd=tmp_path)
+
+
+def test_a_nan_budget_is_refused(tmp_path: Path) -> None:
+    # Python's JSON reader accepts NaN and Infinity: a ceiling must still be a real amount.
+    text = json.dumps(base(budget={"daily_usd": 1})).replace('"daily_usd": 1', '"daily_usd": NaN')
+    path = write(tmp_path / "c.json", text)
+    with pytest.raises(ConfigError, match="budget.daily_usd': must be an amount of US dollars"):
+        load_config(str(path), env={}, cwd=tmp_path)

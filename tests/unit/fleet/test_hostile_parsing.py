@@ -115,7 +115,8 @@ def test_infinite_time_and_nan_cost_written_raw_by_the_server() -> None:
     )
     result = scan(raw(body))
     assert result.reachable, result.reason
-    assert [(s.created, s.updated, s.cost) for s in result.sessions] == [(0, 0, 0.0)] * 2
+    # An absurd cost is unknown (None, "null" in JSON), never a silent 0 (issue 26).
+    assert [(s.created, s.updated, s.cost) for s in result.sessions] == [(0, 0, None)] * 2
     snap = Snapshot(NOW, (result.summary(),), tuple(result.sessions))
     text = dumps(document(snap))
     assert "NaN" not in text and "Infinity" not in text

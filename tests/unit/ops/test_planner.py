@@ -10,6 +10,7 @@ from xaf_hub.config.load import Config, InstanceConfig
 from xaf_hub.core.records import SessionRecord
 from xaf_hub.core.rules import ProjectRules
 from xaf_hub.errors import (
+    BudgetReached,
     BusyError,
     NotProjectSession,
     ProductionRefused,
@@ -211,3 +212,32 @@ def test_run_state_unknown_counts_full_and_never_steers() -> None:
     plan = plan_dispatch(CFG, [unknown, view(B)], DispatchRequest(text="x"), [(guess, 0.9)])
     assert plan.action == "create" and plan.instance.name == "lan-b"
     assert [c.verdict for c in plan.candidates] == ["instance full"]
+
+
+def test_an_instance_over_its_budget_takes_no_new_work_but_a_steer() -> None:
+    over = "lan-a: daily budget $1.00 reached ($1.20 spent today)"
+    idle_a = sess("lan-a", "ses_1", "登录页样式")
+    run_a = sess("lan-a", "ses_2", "单元测试", running=True)
+    views = [InstanceView(A, True, "", (idle_a, run_a), over_budget=over), view(B)]
+    plan = plan_dispatch(CFG, views, DispatchRequest(text="登录页样式"), [(idle_a, 0.6)])
+    assert (plan.action, plan.instance.name) == ("create", "lan-b")
+    assert [c.verdict for c in plan.candidates] == ["daily budget reached"]
+    plan = plan_dispatch(CFG, views, DispatchRequest(text="单元测试"), [(run_a, 0.6)])
+    assert (plan.action, plan.session) == ("steer", run_a)  # the same run: passes
+    plan = plan_dispatch(CFG, views, DispatchRequest(text="t", new=True))
+    assert plan.instance.name == "lan-b"
+
+
+def test_every_instance_over_budget_is_the_budget_refusal() -> None:
+    project = "daily budget $3.00 reached ($3.10 spent today)"
+    views = [InstanceView(A, True, "", (), over_budget=project),
+             InstanceView(B, True, "", (), over_budget=project)]
+    one_line = r"^daily budget \$3\.00 reached \(\$3\.10 spent today\)$"  # said once
+    with pytest.raises(BudgetReached, match=one_line):
+        plan_dispatch(CFG, views, DispatchRequest(text="t", new=True))
+    busy = [sess("lan-b", f"r{i}", "x", running=True) for i in range(2)]
+    views = [InstanceView(A, True, "", (), over_budget="lan-a: daily budget $1.00 reached"),
+             view(B, *busy)]
+    with pytest.raises(BusyError, match="lan-a: daily budget .* lan-b 2\\+0/2") as caught:
+        plan_dispatch(CFG, views, DispatchRequest(text="t", new=True))
+    assert not isinstance(caught.value, BudgetReached)

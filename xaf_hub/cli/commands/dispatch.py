@@ -41,8 +41,9 @@ examples:
   xaf-hub dispatch --text "docs only" --instance prod-edge --allow-prod --dry-run
   xaf-hub dispatch --text "Fix the login page styles" --confirm-wait      # wait up to 30 s
   xaf-hub dispatch --text "Add the export button" --queue   # a full fleet queues it in the pool
-exit codes: 3 when the instance is full or its dispatch lock is busy (with --queue: 0, the task
-waits in the pool), 4 for production without
+exit codes: 3 when the instance is full, a daily budget is reached ("daily budget $3.00
+reached ($3.00 spent today)") or its dispatch lock is busy (with --queue: 0, the task waits in
+the pool), 4 for production without
 --allow-prod or a bad argument, 5 when the target is not a project session (--force overrides).
 With --confirm-wait (the task is sent in every case): 0 when the run was seen going, healed
 or not; 1 when it failed and could not be healed, kept retrying, or showed no sign of starting

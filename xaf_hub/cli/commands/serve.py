@@ -148,7 +148,11 @@ def run(ctx: Context) -> int:
         title=cfg.project_name,
         password=password if opts.public else None,
         autopilot=lambda now, lang, snap: overview.build(
-            cfg, now, lang, {(s.instance, s.id): s for s in snap.sessions}
+            cfg,
+            now,
+            lang,
+            {(s.instance, s.id): s for s in snap.sessions},
+            answered=[i.name for i in snap.instances if i.reachable],
         ),
         language=cfg.page_language,
         links=Finder(cfg, ctx.transport_factory),

@@ -100,7 +100,7 @@ def write_page(ctx: Context, snap: Snapshot, path: Path, lang: str | None) -> No
         path,
         now_ms=now,
         title=cfg.project_name,
-        autopilot=overview.build(cfg, now, chosen, sessions),
+        autopilot=overview.build(cfg, now, chosen, sessions, answered=reachable),
         lang=chosen,
         links=links,
         tasks=overview.task_ids_by_session(cfg),

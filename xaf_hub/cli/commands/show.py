@@ -160,7 +160,8 @@ def run(ctx: Context) -> int:
         ("directory", s.directory + ("" if s.project else "  (not a project session)")),
         ("state", f"{state}; last run: {outcome}" + (f" ({err})" if err else "")),
         ("model", model or "server default"),
-        ("cost", f"${s.cost:.4f}"),
+        ("cost", "unknown (the server reported none usable)" if s.cost is None
+         else f"${s.cost:.4f}"),
         ("updated", f"{fmt_time(s.updated)} ({ago(s.updated, now)})"),
     ]
     for key, value in rows:

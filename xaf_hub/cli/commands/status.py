@@ -1,9 +1,9 @@
-"""Show load and whether each instance can take new work (running, reserved, limit)."""
+"""Show load, spend today against the daily budgets, and whether each instance can take new work."""
 
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from xaf_hub.cli.commands._common import (
     add_json,
@@ -19,7 +19,9 @@ from xaf_hub.cli.termfit import yes_no_color
 from xaf_hub.core.clock import iso_time
 from xaf_hub.core.text import dumps
 from xaf_hub.errors import HubError, UnreachableError
-from xaf_hub.ops.load import instance_load
+from xaf_hub.fleet.scan import InstanceScan
+from xaf_hub.ops import budget
+from xaf_hub.ops.load import Load, instance_load
 from xaf_hub.store.backends import make_gate
 
 EXAMPLES = """\
@@ -63,14 +65,26 @@ def run(ctx: Context) -> int:
         ctx.warn(f"reservations unknown: {exc}")
         loads = [instance_load(sc, None, opts.allow_prod) for sc in scans]
     queued = _queue_length(ctx)
+    project, spends = budget.budget_lines(
+        cfg, [(sc.inst, sc.sessions if sc.reachable else None) for sc in scans], ctx.ops().now()
+    )
+    whole = opts.instance is None  # the project's spend needs every instance
+    loads = [
+        _over_budget(ctx, x, sc, line, project)
+        for x, sc, line in zip(loads, scans, spends, strict=True)
+    ]
     if ctx.json:
         ctx.out(
             dumps(
                 {
                     "generated_at": iso_time(snap.generated_at),
                     "generated_at_ms": snap.generated_at,
-                    "instances": [x.to_json() for x in loads],
+                    "instances": [
+                        {**x.to_json(), **line.to_json()}
+                        for x, line in zip(loads, spends, strict=True)
+                    ],
                     "queue": {"pending": queued},
+                    "project": project.to_json() if whole else None,
                 }
             )
         )
@@ -84,10 +98,11 @@ def run(ctx: Context) -> int:
             "?" if x.reserved is None else x.reserved,
             x.project_sessions if x.reachable else "-",
             x.limit,
+            _spent_cell(line),
             "yes" if x.dispatchable else "no",
             x.reason,
         ]
-        for x in loads
+        for x, line in zip(loads, spends, strict=True)
     ]
     ctx.table(
         rows,
@@ -98,16 +113,46 @@ def run(ctx: Context) -> int:
             "reserved",
             "project sessions",
             "limit",
+            "spent today",
             "dispatchable",
             "reason",
         ],
         flexible=[("reason", 16), ("project sessions", 8), ("running project", 8)],
         colors={"dispatchable": yes_no_color},
     )
+    if whole:
+        ctx.out(f"project spend: {project.text()}")
     if queued:
         ctx.out(f"queue: {queued} task(s) waiting in the pool for a free slot")
     report_unreachable(ctx, snap)
     return scan_exit(snap)
+
+
+def _spent_cell(line: budget.BudgetLine) -> str:
+    """ "$1.20", "$1.20/$3.00", "-" (did not answer), with "+N?" for unknown costs."""
+    if not line.known:
+        return "-"
+    cell = budget.money(line.spent.usd)
+    if line.budget is not None:
+        cell += f"/{budget.money(line.budget)}"
+    return cell + (f" +{line.spent.unknown}?" if line.spent.unknown else "")
+
+
+def _over_budget(
+    ctx: Context,
+    load: Load,
+    sc: InstanceScan,
+    line: budget.BudgetLine,
+    project: budget.BudgetLine,
+) -> Load:
+    """``load``, not dispatchable when a daily budget is reached (the refusal as its reason)."""
+    if not line.known or not load.dispatchable:
+        return load
+    others = budget.Spend(project.spent.usd - line.spent.usd)
+    refused = budget.refusal(ctx.config, sc.inst, line.spent, others)
+    if refused is None:
+        return load
+    return replace(load, dispatchable=False, reason=str(refused))
 
 
 def _queue_length(ctx: Context) -> int | None:

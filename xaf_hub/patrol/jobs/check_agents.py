@@ -31,7 +31,7 @@ from xaf_hub.core.clock import to_ms
 from xaf_hub.core.discipline import RESUME_PROMPT
 from xaf_hub.core.records import SessionRecord
 from xaf_hub.core.runstate import LastRun, classify
-from xaf_hub.errors import BusyError, HubError
+from xaf_hub.errors import BudgetReached, BusyError, HubError
 from xaf_hub.ops.context import OpsContext
 from xaf_hub.ops.decisions import load_decisions
 from xaf_hub.ops.models import choose_model
@@ -185,7 +185,7 @@ async def _resume(
                 "resume",
                 "waiting",
                 rec,
-                detail=f"no free slot, tried again next cycle ({exc})",
+                detail=f"{_why_waiting(exc)}, tried again next cycle ({exc})",
             ),
         )
         return
@@ -204,3 +204,8 @@ def _why(run: LastRun | None) -> str:
     if run is None:
         return ""
     return "was aborted" if run.outcome == "aborted" else "stopped without finishing"
+
+
+def _why_waiting(exc: BusyError) -> str:
+    """Why a resume waits: a daily budget reached, or no free slot."""
+    return "daily budget reached" if isinstance(exc, BudgetReached) else "no free slot"

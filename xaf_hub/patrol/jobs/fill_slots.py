@@ -37,11 +37,13 @@ in two rounds — first every instance takes its own pinned tasks then unpinned 
 instances with slots left borrow tasks pinned elsewhere — so an instance never takes a task
 pinned to another one that still has room for it. Each pick goes through the same gated path
 as ``dispatch`` (``planner.plan_create`` + ``ops.send.send_work``); a BusyError stops filling
-that instance. Right before the prompt (``before_prompt``, after the session is created) the
-row is re-read under the pool lock and marked ``dispatched`` only if it is still the row the
-plan was made from (``Backlog.claim``); if a person changed it meanwhile (marked it done,
-dispatched it by hand), nothing is sent, the just-created empty session is deleted and the
-person's change stands. A new session is told all of the task's texts in order.
+that instance; a daily budget reached (BudgetReached) leaves that instance's tasks pending with
+the refusal as their reason, every instance's when it is the project's budget. Right before
+the prompt (``before_prompt``, after the session is created) the row is re-read under the
+pool lock and marked ``dispatched`` only if it is still the row the plan was made from
+(``Backlog.claim``); if a person changed it meanwhile (marked it done, dispatched it by hand),
+nothing is sent, the just-created empty session is deleted and the person's change stands.
+A new session is told all of the task's texts in order.
 """
 
 from __future__ import annotations
@@ -55,8 +57,16 @@ from xaf_hub.config.load import InstanceConfig
 from xaf_hub.core.commits import claimed_commits
 from xaf_hub.core.discipline import BranchPolicy, pushed_branch, slugify
 from xaf_hub.core.records import RunState, SessionRecord
-from xaf_hub.errors import BusyError, HubError, TaskChanged, UnreachableError, UsageError
+from xaf_hub.errors import (
+    BudgetReached,
+    BusyError,
+    HubError,
+    TaskChanged,
+    UnreachableError,
+    UsageError,
+)
 from xaf_hub.fleet.client import OpencodeClient
+from xaf_hub.ops import budget
 from xaf_hub.ops.context import Fleet, OpsContext
 from xaf_hub.ops.decisions import decisions_from, operator_interrupts
 from xaf_hub.ops.heal import heal_candidate
@@ -147,8 +157,18 @@ async def fill_slots(pctx: OpsContext, cycle: Cycle) -> None:
         return
     data = backlog.load()
     gate = pctx.gate()
-    slots = free_slots(fleet, gate)
     now = pctx.now()
+    # An instance past its own budget takes no new work today: the others take its tasks.
+    # The project's budget holds every task, with the reason (send_work checks again).
+    over = budget.over_budget(pctx.cfg, fleet.scans, now)
+    budget_stop: dict[str, str] = {}  # instance, or "" for the project -> the refusal
+    for _, err in sorted(over.items()):
+        if err.instance:
+            cycle.note(pctx, f"{STEP}: {err}; it takes no new work today")
+        else:
+            budget_stop[""] = str(err)
+    spent = {name for name, err in over.items() if err.instance}
+    slots = [s for s in free_slots(fleet, gate) if s[0].name not in spent]
     plan = plan_fill(
         data.tasks,
         [(inst.name, free) for inst, free, _ in slots],
@@ -166,12 +186,21 @@ async def fill_slots(pctx: OpsContext, cycle: Cycle) -> None:
             break
         if name in stopped:
             continue
+        why = budget_stop.get("") or budget_stop.get(name)
+        if why:  # a budget was reached: the task stays pending with the reason
+            cycle.budget_held[task.id] = why
+            cycle.add(pctx, _budget_wait(name, task, why))
+            continue
         inst, directory = where[name]
         model = models[name]
         if task.avoid_models:
             model = untried_model(pctx.cfg, inst, task.avoid_models, now) or model
         try:
             await _dispatch(pctx, cycle, inst, directory, task, model, override)
+        except BudgetReached as exc:
+            budget_stop[exc.instance] = str(exc)
+            cycle.budget_held[task.id] = str(exc)
+            cycle.add(pctx, _budget_wait(name, task, str(exc)))
         except BusyError as exc:
             stopped.add(name)
             cycle.add(
@@ -203,6 +232,11 @@ async def fill_slots(pctx: OpsContext, cycle: Cycle) -> None:
                 ),
             )
             cycle.error(pctx, STEP, f"dispatch {task.id} to {name}: {exc}")
+
+
+def _budget_wait(name: str, task: Task, why: str) -> Action:
+    """A pool task left pending because a daily budget was reached (the reason is the refusal)."""
+    return Action(STEP, "dispatch", "waiting", name, task=task.id, title=task.title, detail=why)
 
 
 def free_slots(fleet: Fleet, gate: Gate) -> list[tuple[InstanceConfig, int, str]]:

@@ -18,7 +18,7 @@ from xaf_hub.config.load import InstanceConfig
 from xaf_hub.core.clock import to_ms
 from xaf_hub.core.records import SessionRecord
 from xaf_hub.core.runstate import LastRun
-from xaf_hub.errors import BusyError, HubError
+from xaf_hub.errors import BudgetReached, BusyError, HubError
 from xaf_hub.ops.context import OpsContext
 from xaf_hub.ops.decisions import Decisions, load_decisions
 from xaf_hub.ops.heal import STEP, HealCandidate, Healing, heal, heal_candidate
@@ -129,7 +129,10 @@ async def heal_item(
                 "heal",
                 "waiting",
                 rec,
-                detail=f"no free slot yet, healed next cycle ({exc})",
+                detail=(
+                    "daily budget reached" if isinstance(exc, BudgetReached) else "no free slot yet"
+                )
+                + f", healed next cycle ({exc})",
                 from_model=cand.model,
             ),
         )

@@ -1,0 +1,213 @@
+"""Daily budgets: today's spend arithmetic, unknown costs, the refusal and the notice levels."""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import pytest
+
+from xaf_hub.config.load import BudgetConfig, Config, InstanceConfig, ModelsConfig
+from xaf_hub.core.clock import day_start, to_ms
+from xaf_hub.core.records import SessionRecord
+from xaf_hub.fleet.wire import MAX_SESSION_COST_USD, cost_value
+from xaf_hub.ops import budget
+from xaf_hub.ops.budget import BudgetLine, Spend, budget_lines, levels_reached, refusal, spend_today
+
+SHANGHAI = ZoneInfo("Asia/Shanghai")
+NEW_YORK = ZoneInfo("America/New_York")
+
+
+def ms(text: str) -> int:
+    """Epoch ms of an ISO 8601 instant with its offset."""
+    return to_ms(datetime.fromisoformat(text))
+
+
+def rec(
+    updated: str, cost: float | None, *, project: bool = True, inst: str = "a"
+) -> SessionRecord:
+    return SessionRecord(inst, f"ses_{updated}_{cost}", "t", "/srv/demo", updated=ms(updated),
+                         cost=cost, project=project)
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (0, 0.0),
+        (0.02, 0.02),
+        (3, 3.0),
+        (MAX_SESSION_COST_USD, MAX_SESSION_COST_USD),
+        (MAX_SESSION_COST_USD * 1.01, None),  # huge: a broken report, not spend
+        (1e300, None),
+        (-0.01, None),
+        (math.nan, None),
+        (math.inf, None),
+        (None, None),  # missing: releases before 1.18 report cost per message only
+        ("0.5", None),
+        (True, None),
+        ([1], None),
+    ],
+)
+def test_a_cost_missing_or_absurd_is_unknown_never_zero(value: Any, expected: float | None) -> None:
+    assert cost_value(value) == expected
+
+
+# now, zone, sessions (updated, cost, project) -> (usd, unknown, sessions)
+DAY_CASES = [
+    pytest.param(
+        "2026-12-02T10:00:00+00:00", UTC,
+        [("2026-12-02T00:00:00+00:00", 1.0, True), ("2026-12-01T23:59:59.999+00:00", 5.0, True)],
+        (1.0, 0, 1),
+        id="utc midnight: the first millisecond is today, the last of yesterday is not",
+    ),
+    pytest.param(
+        # 01:00 in Shanghai on the 3rd is 17:00 UTC on the 2nd: the Shanghai day began at
+        # 16:00 UTC on the 2nd, so 15:59 UTC (23:59 Shanghai on the 2nd) is yesterday.
+        "2026-12-02T17:00:00+00:00", SHANGHAI,
+        [("2026-12-02T16:00:00+00:00", 2.0, True), ("2026-12-02T15:59:00+00:00", 4.0, True)],
+        (2.0, 0, 1),
+        id="models.timezone decides the day, not UTC",
+    ),
+    pytest.param(
+        # 8 March 2026: New York springs forward at 02:00; midnight still exists (05:00 UTC).
+        "2026-03-08T12:00:00+00:00", NEW_YORK,
+        [("2026-03-08T05:00:00+00:00", 1.5, True), ("2026-03-08T04:59:59+00:00", 9.0, True)],
+        (1.5, 0, 1),
+        id="a DST day begins at its own midnight",
+    ),
+    pytest.param(
+        "2026-12-02T10:00:00+00:00", UTC,
+        [("2026-12-02T09:00:00+00:00", None, True), ("2026-12-02T09:30:00+00:00", 0.25, True),
+         ("2026-12-02T09:40:00+00:00", None, True)],
+        (0.25, 2, 3),
+        id="unknown costs are counted apart, never as 0",
+    ),
+    pytest.param(
+        "2026-12-02T10:00:00+00:00", UTC,
+        [("2026-12-02T09:00:00+00:00", 7.0, False), ("2026-12-02T09:00:01+00:00", None, False)],
+        (0.0, 0, 0),
+        id="sessions outside the project cost the project nothing",
+    ),
+]
+
+
+@pytest.mark.parametrize(("now", "tz", "rows", "expected"), DAY_CASES)
+def test_spend_today(
+    now: str, tz: Any, rows: list[tuple[str, float | None, bool]], expected: tuple[float, int, int]
+) -> None:
+    sessions = [rec(u, c, project=p) for u, c, p in rows]
+    got = spend_today(sessions, datetime.fromisoformat(now), tz)
+    assert (round(got.usd, 9), got.unknown, got.sessions) == expected
+
+
+def test_a_session_without_a_time_is_not_today() -> None:
+    s = SessionRecord("a", "ses_x", "t", "/srv/demo", updated=0, cost=2.0, project=True)
+    assert spend_today([s], datetime(2026, 12, 2, tzinfo=UTC), UTC) == Spend()
+
+
+def test_day_start_needs_an_aware_now() -> None:
+    with pytest.raises(ValueError, match="aware"):
+        day_start(datetime(2026, 12, 2), UTC)  # noqa: DTZ001 - the naive value is the point
+
+
+def config(daily: float | None, *caps: float | None, tz: str = "UTC") -> Config:
+    insts = tuple(
+        InstanceConfig(name=n, url=f"http://127.0.0.1:{4000 + i}", budget_daily_usd=c)
+        for i, (n, c) in enumerate(zip(("a", "b"), caps or (None, None), strict=True))
+    )
+    return Config(path=None, home=Path("/h"), state_dir=Path("/h"), instances=insts,
+                  budget=BudgetConfig(daily), models=ModelsConfig(timezone=tz))
+
+
+# project budget, instance a's cap, a's spend, the others' spend -> refusal text or None
+REFUSALS = [
+    (None, None, 100.0, 100.0, None),
+    (3.0, None, 1.0, 1.99, None),
+    (3.0, None, 1.0, 2.0, "daily budget $3.00 reached ($3.00 spent today)"),
+    (3.0, None, 0.0, 3.5, "daily budget $3.00 reached ($3.50 spent today)"),
+    (None, 1.0, 0.99, 50.0, None),  # only a's own spend counts against a's cap
+    (None, 1.0, 1.0, 0.0, "a: daily budget $1.00 reached ($1.00 spent today)"),
+    (10.0, 1.0, 1.2, 9.0, "a: daily budget $1.00 reached ($1.20 spent today)"),  # first: own
+    (0.0, None, 0.0, 0.0, "daily budget $0.00 reached ($0.00 spent today)"),  # 0: no new work
+]
+
+
+@pytest.mark.parametrize(("daily", "cap", "own", "others", "expected"), REFUSALS)
+def test_refusal(
+    daily: float | None, cap: float | None, own: float, others: float, expected: str | None
+) -> None:
+    cfg = config(daily, cap, None)
+    err = refusal(cfg, cfg.instances[0], Spend(own), Spend(others))
+    assert (str(err) if err else None) == expected
+    if err is not None:
+        assert err.exit_code == 3 and err.instance == ("a" if "a:" in expected else "")
+
+
+def test_unknown_cost_does_not_block() -> None:
+    cfg = config(1.0, None, None)
+    assert refusal(cfg, cfg.instances[0], Spend(0.5, unknown=40), Spend(0.0, unknown=9)) is None
+
+
+def test_budget_lines_per_instance_and_project() -> None:
+    cfg = config(3.0, 1.0, None)
+    now = datetime.fromisoformat("2026-12-02T12:00:00+00:00")
+    a = [rec("2026-12-02T01:00:00+00:00", 0.6), rec("2026-12-02T02:00:00+00:00", None)]
+    b = [rec("2026-12-02T03:00:00+00:00", 1.8, inst="b")]
+    project, lines = budget_lines(cfg, [(cfg.instances[0], a), (cfg.instances[1], b)], now)
+    assert [(x.instance, round(x.spent.usd, 6), x.spent.unknown, x.budget) for x in lines] == [
+        ("a", 0.6, 1, 1.0),
+        ("b", 1.8, 0, None),
+    ]
+    assert (round(project.spent.usd, 6), project.spent.unknown, project.budget) == (2.4, 1, 3.0)
+    assert project.text() == "$2.40 of $3.00 today (80 %); cost unknown for 1 session"
+    assert lines[1].text() == "$1.80 today"
+    assert lines[0].to_json() == {
+        "spent_today_usd": 0.6, "budget_daily_usd": 1.0, "cost_unknown_sessions": 1
+    }
+    assert levels_reached(project) == [80]
+
+
+def test_an_instance_that_did_not_answer_is_said_unknown() -> None:
+    cfg = config(3.0, None, None)
+    project, lines = budget_lines(cfg, [(cfg.instances[0], None), (cfg.instances[1], [])],
+                                  datetime(2026, 12, 2, tzinfo=UTC))
+    assert lines[0].text() == "spend unknown (instance did not answer)"
+    assert lines[0].to_json()["spent_today_usd"] is None
+    assert levels_reached(lines[0]) == []
+
+
+@pytest.mark.parametrize(
+    ("spent", "cap", "levels"),
+    [(0.0, 3.0, []), (2.39, 3.0, []), (2.4, 3.0, [80]), (2.99, 3.0, [80]), (3.0, 3.0, [80, 100]),
+     (9.0, 3.0, [80, 100]), (0.0, 0.0, [80, 100]), (5.0, None, [])],
+)
+def test_notice_levels(spent: float, cap: float | None, levels: list[int]) -> None:
+    assert levels_reached(BudgetLine("", Spend(spent), cap)) == levels
+
+
+def test_unknown_text() -> None:
+    assert [budget.unknown_text(n) for n in (0, 1, 2)] == [
+        "", "cost unknown for 1 session", "cost unknown for 2 sessions"
+    ]
+
+
+def test_over_budget_for_planning() -> None:
+    from xaf_hub.fleet.scan import InstanceScan
+
+    cfg = config(1.0, 0.5, None)
+    now = datetime.fromisoformat("2026-12-02T12:00:00+00:00")
+    a = InstanceScan(cfg.instances[0], True, sessions=[rec("2026-12-02T01:00:00+00:00", 0.5)])
+    b = InstanceScan(cfg.instances[1], True, sessions=[rec("2026-12-02T01:00:00+00:00", 0.4)])
+    over = budget.over_budget(cfg, [a, b], now)
+    assert {k: (str(v), v.instance) for k, v in over.items()} == {
+        "a": ("a: daily budget $0.50 reached ($0.50 spent today)", "a")
+    }
+    b2 = InstanceScan(cfg.instances[1], True, sessions=[rec("2026-12-02T01:00:00+00:00", 0.5)])
+    over = budget.over_budget(cfg, [a, b2], now)
+    assert str(over["b"]) == "daily budget $1.00 reached ($1.00 spent today)"
+    # An instance that did not answer is neither refused nor counted.
+    down = InstanceScan(cfg.instances[1], False, "connection refused")
+    assert set(budget.over_budget(cfg, [a, down], now)) == {"a"}

@@ -1,0 +1,197 @@
+"""Daily budgets: what the project's sessions cost today, and whether new work may start.
+
+**Spend today** (``spend_today``, pure) is the cost the servers report for the project
+sessions active today: a session whose last activity (``updated``) falls on today's date on
+the clock of ``models.timezone`` counts with its whole cost. A session begun before midnight
+and still working after it counts in full, so the figure errs high, never low: the ceiling
+holds. A session whose cost is missing or absurd (``fleet.wire.cost_value``) is not counted as
+0: it is counted as *unknown* and every view says "cost unknown for N sessions". Unknown cost
+does not block work (a server release that reports no session cost would otherwise stop the
+fleet); it is shown beside the figure so a person can judge it.
+
+**The check** (``refusal``) runs in ``ops.send`` under the instance's dispatch lock, right
+after the fresh scan that re-counts the load, before any new work: a new session, an idle one
+started again, a resume, a fill, a heal's re-send. A steer of a running session is the same
+run and passes. Today's spend at or above ``instances[].budget_daily_usd`` (that instance's
+sessions) or ``budget.daily_usd`` (every instance's) refuses with BudgetReached (exit 3). Cost
+is known only once a run has spent it, so racing dispatches can overspend by the runs already
+started, never by runs started after the budget was reached.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, tzinfo
+from typing import TYPE_CHECKING
+
+from xaf_hub.config.load import Config, InstanceConfig
+from xaf_hub.core.clock import day_start, resolve_timezone, to_ms
+from xaf_hub.core.records import SessionRecord
+from xaf_hub.errors import BudgetReached
+
+if TYPE_CHECKING:
+    from xaf_hub.fleet.scan import InstanceScan
+
+# Shares of a budget at which the chat is told, once per day each.
+NOTICE_LEVELS = (80, 100)
+
+
+@dataclass(frozen=True)
+class Spend:
+    """Known spend today in USD, and how many of today's sessions have an unknown cost."""
+
+    usd: float = 0.0
+    unknown: int = 0
+    sessions: int = 0  # project sessions active today (known and unknown cost)
+
+    def __add__(self, other: Spend) -> Spend:
+        return Spend(
+            self.usd + other.usd, self.unknown + other.unknown, self.sessions + other.sessions
+        )
+
+
+def spend_today(sessions: Iterable[SessionRecord], now: datetime, tz: tzinfo) -> Spend:
+    """Today's spend of the project sessions among ``sessions`` (module docstring)."""
+    start = to_ms(day_start(now, tz))
+    usd, unknown, count = 0.0, 0, 0
+    for s in sessions:
+        if not s.project or s.updated < start:
+            continue
+        count += 1
+        if s.cost is None:
+            unknown += 1
+        else:
+            usd += s.cost
+    return Spend(usd, unknown, count)
+
+
+def money(usd: float) -> str:
+    """A dollar amount as people read it: "$3.00"."""
+    return f"${usd:,.2f}"
+
+
+def unknown_text(unknown: int) -> str:
+    """ "cost unknown for N sessions", or "" when every cost is known."""
+    if not unknown:
+        return ""
+    return f"cost unknown for {unknown} session{'s' if unknown != 1 else ''}"
+
+
+def reached_text(budget: float, spent: float, instance: str = "") -> str:
+    """The refusal: "daily budget $3.00 reached ($3.00 spent today)", led by the instance."""
+    lead = f"{instance}: " if instance else ""
+    return f"{lead}daily budget {money(budget)} reached ({money(spent)} spent today)"
+
+
+def zone(cfg: Config) -> tzinfo:
+    """The zone whose date is "today" for budgets: ``models.timezone``."""
+    return resolve_timezone(cfg.models.timezone)
+
+
+def guarded(cfg: Config, inst: InstanceConfig) -> bool:
+    """True when sending to ``inst`` is under any budget."""
+    return cfg.budget.daily_usd is not None or inst.budget_daily_usd is not None
+
+
+def refusal(
+    cfg: Config, inst: InstanceConfig, own: Spend, others: Spend | None
+) -> BudgetReached | None:
+    """The error that refuses new work on ``inst``, or None when every budget has room.
+
+    ``own`` is ``inst``'s spend today, ``others`` the rest of the fleet's (None when no
+    project budget is set, so nobody scanned them).
+    """
+    cap = inst.budget_daily_usd
+    if cap is not None and own.usd >= cap:
+        return BudgetReached(reached_text(cap, own.usd, inst.name), inst.name)
+    cap = cfg.budget.daily_usd
+    if cap is not None:
+        total = own + (others or Spend())
+        if total.usd >= cap:
+            return BudgetReached(reached_text(cap, total.usd))
+    return None
+
+
+def over_budget(
+    cfg: Config, scans: Sequence[InstanceScan], now: datetime
+) -> dict[str, BudgetReached]:
+    """Instance name -> the refusal, for the reachable instances a budget already stops.
+
+    For planning only (``send_work`` checks again under the lock): the project's spend is
+    what ``scans`` saw, so a partial scan never refuses for want of the others' spend.
+    """
+    tz = zone(cfg)
+    own = {sc.inst.name: spend_today(sc.sessions, now, tz) for sc in scans if sc.reachable}
+    total = sum(own.values(), Spend())
+    out = {}
+    for sc in scans:
+        if sc.inst.name in own:
+            mine = own[sc.inst.name]
+            refused = refusal(cfg, sc.inst, mine, Spend(total.usd - mine.usd))
+            if refused is not None:
+                out[sc.inst.name] = refused
+    return out
+
+
+@dataclass(frozen=True)
+class BudgetLine:
+    """Spend against budget for one instance, or for the project (``instance`` "")."""
+
+    instance: str
+    spent: Spend
+    budget: float | None
+    known: bool = True  # False: the instance did not answer, its spend is not in the figure
+
+    @property
+    def share(self) -> float | None:
+        """Spend as a percentage of the budget (None without a budget; 0 budget: 100 %)."""
+        if self.budget is None:
+            return None
+        if self.budget <= 0:
+            return 100.0
+        return 100.0 * self.spent.usd / self.budget
+
+    def text(self) -> str:
+        """ "$1.20 of $3.00 today (40 %)" or "$1.20 today", with unknown costs said."""
+        if not self.known:
+            return "spend unknown (instance did not answer)"
+        out = money(self.spent.usd)
+        out += f" of {money(self.budget)} today" if self.budget is not None else " today"
+        share = self.share
+        if share is not None:
+            out += f" ({share:.0f} %)"
+        extra = unknown_text(self.spent.unknown)
+        return f"{out}; {extra}" if extra else out
+
+    def to_json(self) -> dict[str, object]:
+        """The JSON fields a script reads."""
+        return {
+            "spent_today_usd": round(self.spent.usd, 6) if self.known else None,
+            "budget_daily_usd": self.budget,
+            "cost_unknown_sessions": self.spent.unknown,
+        }
+
+
+def budget_lines(
+    cfg: Config,
+    by_instance: Sequence[tuple[InstanceConfig, Sequence[SessionRecord] | None]],
+    now: datetime,
+) -> tuple[BudgetLine, list[BudgetLine]]:
+    """(the project's line, one line per instance); ``None`` sessions: it did not answer."""
+    tz = zone(cfg)
+    lines = []
+    total = Spend()
+    for inst, sessions in by_instance:
+        spent = spend_today(sessions, now, tz) if sessions is not None else Spend()
+        total += spent
+        lines.append(BudgetLine(inst.name, spent, inst.budget_daily_usd, sessions is not None))
+    return BudgetLine("", total, cfg.budget.daily_usd), lines
+
+
+def levels_reached(line: BudgetLine) -> list[int]:
+    """The notice levels (80, 100) the line's spend has reached, lowest first."""
+    share = line.share
+    if share is None or not line.known:
+        return []
+    return [level for level in NOTICE_LEVELS if share >= level]
