@@ -769,8 +769,14 @@ async def probe_mode(
     inst: InstanceConfig,
     transport_factory: TransportFactory | None = None,
     probe_seconds: float = PROBE_SECONDS,
-) -> tuple[str, str]:
-    """Which stream a follower would use for ``inst``: (mode, version) ("" when unreachable)."""
+    budget_seconds: float = 1.0,
+) -> tuple[str, str, str]:
+    """Which stream a follower would use for ``inst``: (mode, version, why it is polled).
+
+    Mode and version are "" when the instance is unreachable. A stream that opens is
+    watched ``budget_seconds`` more: over its budget in that time, the instance would be
+    polled, and the third item says why ("" otherwise).
+    """
     follower = FleetFollower(
         cfg, [inst], emit=lambda ev: None, transport_factory=transport_factory,
         probe_seconds=probe_seconds,
@@ -779,15 +785,29 @@ async def probe_mode(
         try:
             await client.detect()
         except HubError:
-            return "", ""
-        streams = _Streams(client, lambda: None)
+            return "", "", ""
+        streams = _Streams(client, lambda: None, Budget(window=budget_seconds))
+        why = ""
         try:
             mode = await follower._choose(client, inst, streams)
+            if mode != "polling":
+                why = await _over_budget(streams.queue, budget_seconds)
         except HubError:
             mode = "polling"
         finally:
             await streams.close()
-        return mode, client.version
+        return ("polling" if why else mode), client.version, why
+
+
+async def _over_budget(box: _Mailbox, seconds: float) -> str:
+    """The reason a stream went over its budget within ``seconds``, else ""."""
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(seconds):
+            while True:
+                item = await box.get()
+                if isinstance(item, _Closed):
+                    return item.reason if item.over_budget else ""
+    return ""
 
 
 def run_in_thread(follower: FleetFollower, name: str = "xaf-hub-follower") -> Any:

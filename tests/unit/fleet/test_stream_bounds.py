@@ -216,3 +216,55 @@ def test_a_frame_that_claims_a_foreign_session_for_the_project_reports_nothing(
         await asyncio.wait_for(task, 5)
 
     asyncio.run(scenario())
+
+
+class _Flood(httpx.AsyncByteStream):
+    """A stream that pours status frames as fast as it can."""
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        yield b'data: {"payload":{"type":"server.connected","properties":{}}}\n\n'
+        line = (BUSY + "\n\n").encode()
+        while True:
+            yield line * 100
+            await asyncio.sleep(0)
+
+
+def test_doctor_says_when_a_stream_floods_past_its_budget(tmp_path: Path) -> None:
+    from tests.unit.fleet.test_events import _cfg
+    from xaf_hub.ops.health import stream_findings
+
+    cfg = _cfg(tmp_path)
+    server = FakeServer()
+    original = server.handler
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/global/event":
+            return httpx.Response(200, headers={"content-type": "text/event-stream"},
+                                  stream=_Flood())
+        return original(request)
+
+    transport = httpx.MockTransport(handler)
+    found = asyncio.run(stream_findings(cfg, cfg.instances, lambda inst: transport))
+    assert [f.level for f in found] == ["warn"], found
+    assert "over its budget" in found[0].message and "poll it every" in found[0].message
+
+
+def test_the_page_server_line_says_an_instance_is_polled_and_why(tmp_path: Path) -> None:
+    from tests.unit.fleet.test_events import _cfg
+    from xaf_hub.core.records import InstanceSummary, Snapshot
+    from xaf_hub.fleet.events import FleetEvent
+    from xaf_hub.page.export import render_html
+    from xaf_hub.page.notices import ChangeFeed
+
+    feed = ChangeFeed(_cfg(tmp_path))
+    seen: list[Snapshot] = []
+    snap = Snapshot(1, (InstanceSummary("a", "", True, note="lab"),
+                        InstanceSummary("b", "", True)))
+    # The hook (serve's cache invalidation) already sees the reason when it runs.
+    feed.on_change.append(lambda ev: seen.append(feed.annotate(snap)))
+    why = "event stream over its budget (2001 frames in under 1 s; at most 2000/s)"
+    feed.publish(FleetEvent("polling", "a", detail=why))
+    assert [i.note for i in seen[0].instances] == [f"lab · a: {why}; polling it", ""]
+    assert f"a: {why}; polling it" in render_html(seen[0], now_ms=1)
+    feed.publish(FleetEvent("ready", "a", detail="global"))  # streamed again
+    assert feed.annotate(snap) == snap
