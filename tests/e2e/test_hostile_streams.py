@@ -1,0 +1,81 @@
+"""Hostile event streams: one stream attacks, the follower stays small and hears the rest.
+
+lan-c is a ``bench.hostile_streams.HostileStreamServer`` whose ``/global/event`` attacks one
+way per case (bad fields, unknown and foreign sessions, a flood of status frames, a line
+that never ends, giant frames, malformed JSON, comments only, no heartbeat, a reconnect
+storm, a slowloris); local-a and lan-b are real, healthy opencode servers. In every case a
+real ``xaf-hub watch --json`` process follows all three for ``SECONDS`` of attack, and:
+
+* its peak RSS stays under 150 MB (sampled every 50 ms);
+* every session created on local-a meanwhile is printed (its latency is measured, not
+  asserted: the wait is generous for a loaded machine);
+* it never reports a session of the hostile instance the server does not have in the
+  project, and never ends or prints an internal error.
+
+The case table (peak RSS, CPU, the healthy change's latency, what the attack sent) is
+printed after the module's run; ``python -m bench.hostile_streams`` prints it alone.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+
+import pytest
+
+from bench.hostile_streams import CASES, RSS_LIMIT_MB, HostileStreamServer, Row, measure, table
+from tests.fleet import Hub, make_hub
+from xaf_hub.sandbox import fleet as sandbox
+from xaf_hub.sandbox.fake_llm import FakeLLM
+
+pytestmark = pytest.mark.e2e
+
+BAD = "lan-c"
+SECONDS = 12.0
+
+
+@pytest.fixture(scope="module")
+def figures(request: pytest.FixtureRequest) -> Iterator[list[Row]]:
+    rows: list[Row] = []
+    yield rows
+    capture = request.config.pluginmanager.get_plugin("capturemanager")
+    if rows and capture is not None:
+        with capture.global_and_fixture_disabled():  # the table goes to the terminal
+            print("\n" + table(rows), flush=True)
+
+
+@pytest.fixture(scope="module")
+def attacked(
+    fleet: sandbox.Fleet, llm: FakeLLM, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[Hub, HostileStreamServer]]:
+    llm.reset()
+    tmp = tmp_path_factory.mktemp("hostile-streams")
+    home = tmp / "hubhome"
+    home.mkdir()
+    hub = make_hub(fleet, llm, tmp, home, {"name": "hostile-streams"},
+                   timeouts={"connect_seconds": 2, "read_seconds": 5})
+    with HostileStreamServer(str(hub.root / "app"), CASES[0]) as server:
+        hub.set_instance(BAD, url=server.url)
+        yield hub, server
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_a_hostile_stream_costs_little_and_the_healthy_changes_still_arrive(
+    attacked: tuple[Hub, HostileStreamServer], figures: list[Row], case: str
+) -> None:
+    hub, server = attacked
+    argv = [sys.executable, "-m", "xaf_hub", "--config", str(hub.config_path),
+            "watch", "--json", "--verbose"]
+    row = measure(
+        case, watch_argv=argv, env={**os.environ, **hub.env}, server=server, hostile=BAD,
+        new_healthy_session=lambda: hub.session("local-a", f"healthy during {case}"),
+        seconds=SECONDS,
+    )
+    figures.append(row)
+    assert not row.errors, row.errors
+    assert row.alive, "watch ended during the attack"
+    assert row.peak_rss_mb < RSS_LIMIT_MB, row
+    assert row.healthy_missed == 0, row
+    assert len(row.healthy_latency_s) == 2, row
+    assert row.hostile_reported == [], row  # ghosts and foreign sessions are never ours
