@@ -44,6 +44,8 @@ CASES = (
     "reconnect-storm",
     "slowloris",
 )
+# The cases that send more than a stream's budget allows (frames/s or bytes/s).
+OVER_BUDGET = frozenset({"flood", "endless-line", "giant-frame", "malformed-json"})
 KNOWN = "ses_hostilestream"  # the one session the hostile listing holds (in the project)
 FOREIGN = "ses_hostileforeign"  # a session the server has, outside the project
 
@@ -261,7 +263,8 @@ class Row:
     case: str
     seconds: float
     peak_rss_mb: float = 0.0
-    cpu_pct: float = 0.0
+    cpu_pct: float = 0.0  # during the attack after `watch` was following, % of one core
+    cpu_total_s: float = 0.0  # CPU seconds of the whole process (start-up and attack)
     healthy_latency_s: list[float] = field(default_factory=list)
     healthy_missed: int = 0
     hostile_streams: int = 0
@@ -375,8 +378,8 @@ def measure(
             # Spread over the attack: the first after a third of it, the last near its end.
             at = t0 + seconds * (i + 1) / (changes + 1)
             time.sleep(max(0.0, at - time.monotonic()))
-            sid = new_healthy_session()
             made = time.monotonic()
+            sid = new_healthy_session()
 
             def seen(sid: str = sid) -> float | None:
                 for stamp, ev in watch.events():
@@ -396,6 +399,7 @@ def measure(
             cpu1 = psutil.Process(watch.proc.pid).cpu_times()
             used = (cpu1.user + cpu1.system) - (cpu0.user + cpu0.system)
             row.cpu_pct = round(100 * used / wall, 1)
+            row.cpu_total_s = round(cpu1.user + cpu1.system, 2)
     finally:
         sampling.set()
         sampler.join(5)
@@ -410,7 +414,7 @@ def measure(
         session = ev.get("session") or {}
         if ev.get("instance") == hostile and session.get("id") and ev.get("event") == "new":
             row.hostile_reported.append(str(session["id"]))
-    row.warnings = [line for line in watch.err if hostile in line][:5]
+    row.warnings = [line for line in watch.err if hostile in line][-5:]
     if any("Traceback" in line or "internal error" in line for line in watch.err):
         row.errors.append("watch: " + " | ".join(watch.err[-5:]))
     return row
@@ -418,7 +422,8 @@ def measure(
 
 def table(rows: list[Row]) -> str:
     """The figures as a fixed-width table."""
-    head = (f"{'case':<18} {'peak RSS':>9} {'CPU':>6} {'healthy change seen after':>26} "
+    head = (f"{'case':<18} {'peak RSS':>9} {'CPU':>6} {'CPU s':>6} "
+            f"{'healthy change seen after':>26} "
             f"{'streams':>7} {'MB sent':>8}  hostile instance, as watch says")
     lines = [f"hostile event streams: the follower's cost (limit {RSS_LIMIT_MB:g} MB) and "
              "whether a healthy server's change still arrives", head, "-" * len(head)]
@@ -427,7 +432,8 @@ def table(rows: list[Row]) -> str:
         if r.healthy_missed:
             seen += f" ({r.healthy_missed} MISSED)"
         said = r.warnings[-1].split(" ", 1)[-1][:70] if r.warnings else ""
-        lines.append(f"{r.case:<18} {r.peak_rss_mb:>6.1f} MB {r.cpu_pct:>5.1f}% {seen:>26} "
+        lines.append(f"{r.case:<18} {r.peak_rss_mb:>6.1f} MB {r.cpu_pct:>5.1f}% "
+                     f"{r.cpu_total_s:>6.2f} {seen:>26} "
                      f"{r.hostile_streams:>7} {r.hostile_mb_sent:>8.1f}  {said}")
     return "\n".join(lines)
 

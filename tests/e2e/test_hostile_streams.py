@@ -10,7 +10,9 @@ real ``xaf-hub watch --json`` process follows all three for ``SECONDS`` of attac
 * every session created on local-a meanwhile is printed (its latency is measured, not
   asserted: the wait is generous for a loaded machine);
 * it never reports a session of the hostile instance the server does not have in the
-  project, and never ends or prints an internal error.
+  project, and never ends or prints an internal error;
+* a stream over its budget (flood, endless line, giant frames, malformed JSON) is polled
+  instead, and `watch` says so and why.
 
 The case table (peak RSS, CPU, the healthy change's latency, what the attack sent) is
 printed after the module's run; ``python -m bench.hostile_streams`` prints it alone.
@@ -24,7 +26,15 @@ from collections.abc import Iterator
 
 import pytest
 
-from bench.hostile_streams import CASES, RSS_LIMIT_MB, HostileStreamServer, Row, measure, table
+from bench.hostile_streams import (
+    CASES,
+    OVER_BUDGET,
+    RSS_LIMIT_MB,
+    HostileStreamServer,
+    Row,
+    measure,
+    table,
+)
 from tests.fleet import Hub, make_hub
 from xaf_hub.sandbox import fleet as sandbox
 from xaf_hub.sandbox.fake_llm import FakeLLM
@@ -79,3 +89,6 @@ def test_a_hostile_stream_costs_little_and_the_healthy_changes_still_arrive(
     assert row.healthy_missed == 0, row
     assert len(row.healthy_latency_s) == 2, row
     assert row.hostile_reported == [], row  # ghosts and foreign sessions are never ours
+    if case in OVER_BUDGET:  # polled instead, and watch says why
+        assert any("over its budget" in line and "polling it" in line
+                   for line in row.warnings), row.warnings

@@ -197,8 +197,8 @@ class _Mailbox:
 
     A frame replaces the waiting frame of the same key (``_coalesce_key``) and goes to the
     back; past ``max_frames`` or ``max_bytes`` everything waiting is dropped for one
-    ``_Behind`` (the consumer rescans). A close is handed over before anything else (the
-    reconnect rescans).
+    ``_Behind`` (the consumer rescans). The end of a stream comes after what it sent; a stop,
+    or a stream over its budget, comes before anything still waiting.
     """
 
     def __init__(
@@ -212,6 +212,7 @@ class _Mailbox:
         self._bad = 0
         self._long = 0
         self._closed: _Closed | None = None
+        self._urgent = False
         self._ready = asyncio.Event()
 
     def put(self, frame: Frame, size: int) -> None:
@@ -235,23 +236,27 @@ class _Mailbox:
         self._long += long_line
         self._ready.set()
 
-    def close(self, reason: str, over_budget: bool = False) -> None:
-        """The stream ended (the first reason wins)."""
+    def close(self, reason: str, over_budget: bool = False, urgent: bool = False) -> None:
+        """The stream ended (the first reason wins); ``urgent`` skips what still waits."""
         if self._closed is None:
             self._closed = _Closed(reason, over_budget)
+        self._urgent = self._urgent or urgent or over_budget
         self._ready.set()
 
     def put_nowait(self, item: _Closed) -> None:
-        """A stop (``FleetFollower._halt``)."""
-        self.close(item.reason)
+        """A stop (``FleetFollower._halt``): handed over before anything else."""
+        self.close(item.reason, urgent=True)
 
     def __len__(self) -> int:
         return len(self._pending)
 
+    def _waiting(self) -> bool:
+        return bool(self._pending or self._bad or self._behind)
+
     async def get(self) -> _Item:
         """The next thing to handle."""
         while True:
-            if self._closed is not None:
+            if self._closed is not None and (self._urgent or not self._waiting()):
                 return self._closed
             if self._bad:
                 item = _Bad(self._bad, self._long)

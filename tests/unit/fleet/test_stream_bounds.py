@@ -268,3 +268,23 @@ def test_the_page_server_line_says_an_instance_is_polled_and_why(tmp_path: Path)
     assert f"a: {why}; polling it" in render_html(seen[0], now_ms=1)
     feed.publish(FleetEvent("ready", "a", detail="global"))  # streamed again
     assert feed.annotate(snap) == snap
+
+
+def test_the_mailbox_hands_over_what_a_stream_sent_before_its_end_but_a_stop_at_once() -> None:
+    from xaf_hub.fleet.follow import _Closed
+
+    frame = parse_frame(BUSY)
+    assert frame is not None
+
+    async def scenario() -> None:
+        box = _Mailbox()
+        box.put(frame, 10)
+        box.close("the event stream ended")
+        assert await box.get() == frame
+        assert await box.get() == _Closed("the event stream ended")
+        box = _Mailbox()
+        box.put(frame, 10)
+        box.put_nowait(_Closed("stop"))
+        assert await box.get() == _Closed("stop")
+
+    asyncio.run(scenario())
