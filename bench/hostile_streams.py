@@ -32,6 +32,7 @@ from typing import Any
 
 RSS_LIMIT_MB = 150.0
 CASES = (
+    "none",  # the baseline: a well-behaved stream (heartbeats only)
     "bad-fields",
     "unknown-sessions",
     "foreign-sessions",
@@ -162,6 +163,10 @@ class HostileStreamServer:
         mode = self.mode
         if mode == "reconnect-storm":
             return  # hang up at once, every time
+        if mode == "none":
+            while not self.released.wait(1.0):
+                send(beat)
+            return
         if mode == "no-heartbeat":
             self.released.wait()
             return

@@ -1,10 +1,11 @@
 """Hostile event streams: one stream attacks, the follower stays small and hears the rest.
 
 lan-c is a ``bench.hostile_streams.HostileStreamServer`` whose ``/global/event`` attacks one
-way per case (bad fields, unknown and foreign sessions, a flood of status frames, a line
-that never ends, giant frames, malformed JSON, comments only, no heartbeat, a reconnect
-storm, a slowloris); local-a and lan-b are real, healthy opencode servers. In every case a
-real ``xaf-hub watch --json`` process follows all three for ``SECONDS`` of attack, and:
+way per case (bad fields, unknown and foreign sessions, a flood of status frames, a line that
+never ends, giant frames, malformed JSON, comments only, no heartbeat, a reconnect storm, a
+slowloris), after a baseline case where it behaves (``none``); local-a and lan-b are real,
+healthy opencode servers. In every case a real ``xaf-hub watch --json`` process follows all
+three for ``SECONDS`` of attack, and:
 
 * its peak RSS stays under 150 MB (sampled every 50 ms);
 * every session created on local-a meanwhile is printed (its latency is measured, not
