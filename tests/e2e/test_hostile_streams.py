@@ -21,6 +21,7 @@ printed after the module's run; ``python -m bench.hostile_streams`` prints it al
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from collections.abc import Iterator
@@ -93,3 +94,55 @@ def test_a_hostile_stream_costs_little_and_the_healthy_changes_still_arrive(
     if case in OVER_BUDGET:  # polled instead, and watch says why
         assert any("over its budget" in line and "polling it" in line
                    for line in row.warnings), row.warnings
+
+
+def test_serve_and_doctor_say_a_flooding_stream_is_polled_and_why(
+    attacked: tuple[Hub, HostileStreamServer],
+) -> None:
+    """`serve`'s log and page server line, and `doctor`, name the budget a flood broke."""
+    import threading
+    import time
+
+    import httpx
+
+    from bench.hostile_streams import _Watch
+
+    hub, server = attacked
+    server.mode = "flood"
+    server.released.clear()
+    try:
+        code, out, err = hub.cli("doctor")
+        line = next((x for x in out.splitlines() if BAD in x and "over its budget" in x), "")
+        assert "poll it every" in line, out
+
+        serve = _Watch([sys.executable, "-m", "xaf_hub", "--config", str(hub.config_path),
+                        "serve", "--port", "0"], {**os.environ, **hub.env})
+        try:
+            deadline = time.monotonic() + 60
+            while not serve.out and time.monotonic() < deadline:
+                time.sleep(0.1)
+            url = serve.out[0][1].rstrip("/")
+
+            def listen() -> None:  # the follower starts with the first page that listens
+                with contextlib.suppress(httpx.HTTPError), \
+                        httpx.Client(trust_env=False, timeout=30) as c, \
+                        c.stream("GET", url + "/api/events") as resp:
+                    for _ in resp.iter_lines():
+                        if server.released.is_set():
+                            return
+
+            threading.Thread(target=listen, daemon=True).start()
+            page = ""
+            while time.monotonic() < deadline + 60:
+                page = httpx.get(url + "/", trust_env=False, timeout=30).text
+                if "over its budget" in page:
+                    break
+                time.sleep(0.5)
+            assert f"{BAD}: event stream over its budget" in page
+            assert any(f"{BAD}: event stream over its budget" in x and "polling it" in x
+                       for x in serve.err), serve.err[-5:]
+        finally:
+            server.released.set()
+            serve.stop()
+    finally:
+        server.released.clear()
