@@ -427,7 +427,7 @@ def measure(
 
 def table(rows: list[Row]) -> str:
     """The figures as a fixed-width table."""
-    head = (f"{'case':<18} {'peak RSS':>9} {'CPU':>6} {'CPU s':>6} "
+    head = (f"{'case':<22} {'peak RSS':>9} {'CPU':>6} {'CPU s':>6} "
             f"{'healthy change seen after':>26} "
             f"{'streams':>7} {'MB sent':>8}  hostile instance, as watch says")
     lines = [f"hostile event streams: the follower's cost (limit {RSS_LIMIT_MB:g} MB) and "
@@ -437,7 +437,7 @@ def table(rows: list[Row]) -> str:
         if r.healthy_missed:
             seen += f" ({r.healthy_missed} MISSED)"
         said = r.warnings[-1].split(" ", 1)[-1][:70] if r.warnings else ""
-        lines.append(f"{r.case:<18} {r.peak_rss_mb:>6.1f} MB {r.cpu_pct:>5.1f}% "
+        lines.append(f"{r.case:<22} {r.peak_rss_mb:>6.1f} MB {r.cpu_pct:>5.1f}% "
                      f"{r.cpu_total_s:>6.2f} {seen:>26} "
                      f"{r.hostile_streams:>7} {r.hostile_mb_sent:>8.1f}  {said}")
     return "\n".join(lines)

@@ -146,3 +146,73 @@ def test_serve_and_doctor_say_a_flooding_stream_is_polled_and_why(
             serve.stop()
     finally:
         server.released.clear()
+
+
+@pytest.mark.parametrize("case", ["flood", "endless-line", "giant-frame"])
+@pytest.mark.parametrize("command", ["serve", "patrol"])
+def test_serve_and_the_patrol_daemon_stay_small_under_the_worst_streams(
+    attacked: tuple[Hub, HostileStreamServer], figures: list[Row], command: str, case: str
+) -> None:
+    """The other two followers (serve's, the daemon's) under the cases that cost most."""
+    import threading
+    import time
+
+    import httpx
+    import psutil
+
+    from bench.hostile_streams import _Watch
+
+    hub, server = attacked
+    server.mode = case
+    server.released.clear()
+    server.streams = server.sent = 0
+    base = [sys.executable, "-m", "xaf_hub", "--config", str(hub.config_path)]
+    argv = (["serve", "--port", "0"] if command == "serve"
+            else ["patrol", "--interval-seconds", "3600", "--no-design", "--no-fill"])
+    proc = _Watch(base + argv, {**os.environ, **hub.env})
+    peak = [0]
+    row = Row(f"{command}: {case}", SECONDS)
+    try:
+        deadline = time.monotonic() + 120
+        if command == "serve":
+            while not proc.out and time.monotonic() < deadline:
+                time.sleep(0.1)
+            url = proc.out[0][1].rstrip("/")
+
+            def listen() -> None:
+                with contextlib.suppress(httpx.HTTPError), \
+                        httpx.Client(trust_env=False, timeout=30) as c, \
+                        c.stream("GET", url + "/api/events") as resp:
+                    for _ in resp.iter_lines():
+                        if server.released.is_set():
+                            return
+
+            threading.Thread(target=listen, daemon=True).start()
+        ps = psutil.Process(proc.proc.pid)
+        while server.streams == 0 and time.monotonic() < deadline:
+            peak[0] = max(peak[0], ps.memory_info().rss)
+            time.sleep(0.05)
+        assert server.streams, "the follower never opened the hostile stream"
+        cpu0 = ps.cpu_times()
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < SECONDS:
+            peak[0] = max(peak[0], ps.memory_info().rss)
+            time.sleep(0.05)
+        cpu1 = ps.cpu_times()
+        row.cpu_pct = round(100 * ((cpu1.user + cpu1.system) - (cpu0.user + cpu0.system))
+                            / (time.monotonic() - t0), 1)
+        row.cpu_total_s = round(cpu1.user + cpu1.system, 2)
+        row.alive = proc.proc.poll() is None
+    finally:
+        server.released.set()
+        proc.stop()
+        server.released.clear()
+    row.peak_rss_mb = round(peak[0] / 1024 / 1024, 1)
+    row.hostile_streams, row.hostile_mb_sent = server.streams, round(server.sent / 2**20, 1)
+    said = [x for _, x in proc.out] + proc.err
+    row.warnings = [x for x in said if BAD in x and "over its budget" in x][-1:]
+    figures.append(row)
+    assert row.alive, proc.err[-5:]
+    assert row.peak_rss_mb < RSS_LIMIT_MB, row
+    assert row.warnings, said[-5:]  # its log says the instance is polled, and why
+    assert not any("Traceback" in x or "internal error" in x for x in said), said[-5:]
