@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import sys
 
-from xaf_hub.cli.main import main
+try:
+    from xaf_hub.cli.main import main
+except KeyboardInterrupt:  # Ctrl+C while the hub still loads: end as interrupted, quietly
+    sys.exit(130)
 
 if __name__ == "__main__":
     sys.exit(main())

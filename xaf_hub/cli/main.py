@@ -139,12 +139,14 @@ def main(
 ) -> int:
     """Run one command; return its exit code (tests call this directly). ``on_error`` hears
     the error a refused command ended with (the MCP server names its class to the agent)."""
-    from xaf_hub.cli.context import Context
-
     args: argparse.Namespace | None = None
     ctx: Context | None = None
     stderr: TextIO = context.get("stderr") or sys.stderr
     try:
+        # Inside the try: a Ctrl+C while it loads (a slow machine) is "interrupted", not a
+        # traceback.
+        from xaf_hub.cli.context import Context
+
         words = list(sys.argv[1:] if argv is None else argv)
         parser = build_parser(words)
         args = parser.parse_args(words)

@@ -78,6 +78,23 @@ def url_tokens(url: str) -> tuple[str, ...]:
     return tuple(found)
 
 
+def url_problem(url: str) -> str:
+    """Why ``url`` cannot be a webhook's address ("" when it can); never quotes the URL."""
+    for i, ch in enumerate(url):
+        if ord(ch) < 0x20 or ord(ch) == 0x7F:
+            return f"a control character (U+{ord(ch):04X}) at position {i + 1}"
+        if ch.isspace():
+            return f"a space at position {i + 1}"
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname
+    except ValueError:
+        return "not a URL"
+    if parts.scheme not in ("http", "https") or not host:
+        return "not an http:// or https:// URL with a host"
+    return ""
+
+
 @dataclass(frozen=True)
 class Webhook:
     """One chat receiver: where its URL and secret come from, its format and its events."""

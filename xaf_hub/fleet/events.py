@@ -43,6 +43,10 @@ WANTED_TYPES = frozenset(
 )
 
 
+# Sessions and directories outside the project a board remembers before it starts over.
+MAX_REMEMBERED = 10_000
+
+
 def _now_ms() -> int:
     return int(time.time() * 1000)
 
@@ -157,8 +161,12 @@ def error_detail(err: Any) -> str:
 class Board:
     """One instance's project sessions as last seen, and the changes each frame makes.
 
-    ``missing`` lists session ids the last frame named whose directory was unknown: the
-    caller looks them up (one request) and calls ``learn``.
+    ``missing`` lists session ids the last frame named that the board does not know yet:
+    the caller looks them up (one request) and calls ``learn``. A frame's own word that a new
+    session lives in the project is never taken: the server's answer for that session is
+    judged by the project rules, as the scan judges it (a stream that names a foreign
+    session, or one that does not exist, reports nothing). What the board remembers of
+    sessions and directories outside the project is bounded (``MAX_REMEMBERED``).
     """
 
     def __init__(self, inst: InstanceConfig) -> None:
@@ -172,6 +180,8 @@ class Board:
     def is_project(self, directory: str) -> bool:
         """The project verdict of a directory (asked once per directory)."""
         if directory not in self._verdicts:
+            if len(self._verdicts) >= MAX_REMEMBERED:
+                self._verdicts.clear()  # a stream naming endless directories: ask again
             self._verdicts[directory] = bool(directory) and self.inst.rules.is_project(directory)
         return self._verdicts[directory]
 
@@ -191,10 +201,16 @@ class Board:
             for kind, rec in changes
         ]
 
+    def ignore(self, session_id: str) -> None:
+        """Leave this session's frames alone from now on (outside the project, or unknown)."""
+        if len(self.outside) >= MAX_REMEMBERED:
+            self.outside.clear()  # endless made-up ids: forget, a lookup each tells again
+        self.outside.add(session_id)
+
     def learn(self, rec: SessionRecord) -> list[FleetEvent]:
         """Add a session looked up after a frame named it (``missing``)."""
         if not self.is_project(rec.directory):
-            self.outside.add(rec.id)
+            self.ignore(rec.id)
             return []
         if rec.id in self.sessions:
             return []
@@ -219,7 +235,7 @@ class Board:
         rec = self.sessions.get(sid)
         if rec is None:
             if frame.directory and not self.is_project(frame.directory):
-                self.outside.add(sid)
+                self.ignore(sid)
             else:
                 self.missing.append((sid, frame.directory))
             return []
@@ -249,17 +265,14 @@ class Board:
                 model=s.model or old.model,
             )
             return []
-        if not self.is_project(s.directory):
-            self.outside.add(s.id)
+        if s.id in self.outside:
             return []
-        rec = SessionRecord(
-            instance=self.inst.name, id=s.id, title=s.title, directory=s.directory,
-            created=s.created, updated=s.updated, cost=s.cost, parent_id=s.parent_id,
-            model=s.model, project=True,
-        )
-        self.sessions[s.id] = rec
-        self.outside.discard(s.id)
-        return [self._event("new", rec, "stream")]
+        if not self.is_project(s.directory):
+            self.ignore(s.id)
+            return []
+        # New and said to be ours: the caller asks the server (``learn``), never the frame.
+        self.missing.append((s.id, s.directory))
+        return []
 
     def _status(
         self, rec: SessionRecord, word: RunState, status: Mapping[str, Any]

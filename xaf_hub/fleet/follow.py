@@ -17,7 +17,17 @@ basic auth, the same transport seam as every client) and turns what arrives into
   instance reported down, then retried with back-off (1, 2, 4 ... 30 s). A stream silent for
   ``heartbeat_deadline`` seconds (opencode sends a heartbeat every 10 s) counts as down; a
   stream that never sent a heartbeat (an older release) is checked with ``/global/health``
-  instead. When the instance answers again it is reported up, after its rescan.
+  instead. When the instance answers again it is reported up, after its rescan. Only a
+  ``data:`` line is life: a stream of ``: keep-alive`` comments, or a line trickling in a
+  byte at a time, goes stale like a silent one.
+* **Bounded cost per stream.** A line is read in chunks and held only up to
+  ``MAX_FRAME_BYTES``; a longer one is skipped to its end, never held whole (only its first
+  ``_PREFIX_BYTES`` are kept, to tell its type). Frames wait for the consumer in a
+  ``_Mailbox`` that keeps the newest state per session (bounded in frames and bytes); when it
+  overflows, what it held is dropped and the instance is rescanned instead. A stream that
+  sends more than ``BUDGET_FRAMES_PER_S`` frames or ``BUDGET_BYTES_PER_S`` bytes a second
+  (over ``BUDGET_WINDOW`` seconds) is closed and its instance polled for ``BUDGET_COOLDOWN``
+  seconds, with the reason in the ``polling`` event every live view shows.
 """
 
 from __future__ import annotations
@@ -25,7 +35,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable, Sequence
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
@@ -64,6 +75,23 @@ def _version(text: str) -> tuple[int, ...]:
 # Unreadable frames in a row before the stream is opened again (a reconnect rescans).
 MAX_BAD_FRAMES = 20
 
+# The longest line held and the largest frame read. The frames the hub reads (session.* and
+# server.*) measured at most 698 bytes on opencode 1.18.33 (session.updated); the largest real
+# frames are message.part.updated (and its "sync" twin), which carry a tool call's whole input:
+# 1,000,747 bytes for a 1 MB file written by the model (bench/frame_sizes.py), unbounded in
+# principle. The hub never reads those, so a longer line is skipped to its end unheld.
+MAX_FRAME_BYTES = 1024 * 1024
+_PREFIX_BYTES = 4096  # what is kept of a skipped line: enough to see its event type
+# Per-stream budget, averaged over a window: a busy 1.18 server streaming ten runs at once
+# sends a few hundred message.part.delta frames a second (~400 bytes each).
+BUDGET_FRAMES_PER_S = 2000
+BUDGET_BYTES_PER_S = 8 * 1024 * 1024
+BUDGET_WINDOW = 10.0
+BUDGET_COOLDOWN = 300.0  # an instance over its budget is polled this long, then streamed again
+# What may wait for the consumer before the rest is dropped for a rescan.
+MAX_PENDING_FRAMES = 1024
+MAX_PENDING_BYTES = 8 * 1024 * 1024
+
 
 @dataclass
 class FollowState:
@@ -76,26 +104,219 @@ class FollowState:
     connects: int = 0
     reported_down: bool = False
     bad_frames: int = 0  # frames dropped because reading them failed (since the start)
+    long_lines: int = 0  # lines over MAX_FRAME_BYTES skipped unread (since the start)
+    overflows: int = 0  # times the consumer fell behind and a rescan replaced the frames
+    over_budget: int = 0  # times the stream went over its budget and the instance was polled
 
 
 @dataclass(frozen=True)
 class _Closed:
     reason: str
+    over_budget: bool = False
 
 
-_Item = Frame | _Closed
+@dataclass(frozen=True)
+class _Behind:
+    """Frames were dropped because the consumer fell behind: rescan instead."""
+
+
+@dataclass(frozen=True)
+class _Bad:
+    """Frames the reader could not read (too large to read, or not JSON it can use)."""
+
+    count: int
+    long_lines: int
+
+
+_Item = Frame | _Closed | _Behind | _Bad
+
+
+class OverBudget(Exception):
+    """A stream sent more than its budget allows."""
+
+
+class Budget:
+    """Frames and bytes one connection's streams sent in the current window.
+
+    ``add`` raises ``OverBudget`` (with the reason in words) as soon as a window holds more
+    than its share; the window starts again every ``window`` seconds.
+    """
+
+    def __init__(
+        self,
+        frames_per_s: float = BUDGET_FRAMES_PER_S,
+        bytes_per_s: float = BUDGET_BYTES_PER_S,
+        window: float = BUDGET_WINDOW,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.frames_per_s = frames_per_s
+        self.bytes_per_s = bytes_per_s
+        self.window = window
+        self._clock = clock
+        self._start = clock()
+        self.frames = 0
+        self.bytes = 0
+
+    def add(self, frames: int, nbytes: int) -> None:
+        """Count what arrived; raise ``OverBudget`` when the window's share is exceeded."""
+        now = self._clock()
+        if now - self._start >= self.window:
+            self._start, self.frames, self.bytes = now, 0, 0
+        self.frames += frames
+        self.bytes += nbytes
+        if self.frames > self.frames_per_s * self.window:
+            raise OverBudget(f"event stream over its budget ({self.frames} frames in under "
+                             f"{self.window:g} s; at most {self.frames_per_s:g}/s)")
+        if self.bytes > self.bytes_per_s * self.window:
+            mb = self.bytes / 1024 / 1024
+            raise OverBudget(f"event stream over its budget ({mb:.0f} MB in under "
+                             f"{self.window:g} s; at most "
+                             f"{self.bytes_per_s / 1024 / 1024:g} MB/s)")
+
+
+def _coalesce_key(frame: Frame) -> tuple[str, str]:
+    """Frames with the same key stand for the same state: only the newest is kept."""
+    props = frame.properties
+    sid = props.get("sessionID")
+    if frame.type in ("session.created", "session.updated"):
+        info = props.get("info")
+        sid = info.get("id") if isinstance(info, dict) else sid
+        return ("info", str(sid))
+    if frame.type == "session.idle":
+        return ("run:idle", str(sid))
+    if frame.type == "session.status":
+        status = props.get("status")
+        word = status.get("type") if isinstance(status, dict) else None
+        # Idle and not idle are kept apart, so a start and a stop both still show.
+        return ("run:idle" if word == "idle" else "run:busy", str(sid))
+    return (frame.type, str(sid))
+
+
+class _Mailbox:
+    """What the readers of one connection hand the consumer, bounded and coalesced.
+
+    A frame replaces the waiting frame of the same key (``_coalesce_key``) and goes to the
+    back; past ``max_frames`` or ``max_bytes`` everything waiting is dropped for one
+    ``_Behind`` (the consumer rescans). The end of a stream comes after what it sent; a stop,
+    or a stream over its budget, comes before anything still waiting.
+    """
+
+    def __init__(
+        self, max_frames: int = MAX_PENDING_FRAMES, max_bytes: int = MAX_PENDING_BYTES
+    ) -> None:
+        self.max_frames = max_frames
+        self.max_bytes = max_bytes
+        self._pending: OrderedDict[tuple[str, str], tuple[Frame, int]] = OrderedDict()
+        self._bytes = 0
+        self._behind = False
+        self._bad = 0
+        self._long = 0
+        self._closed: _Closed | None = None
+        self._urgent = False
+        self._ready = asyncio.Event()
+
+    def put(self, frame: Frame, size: int) -> None:
+        """Hand over one frame (never waits)."""
+        key = _coalesce_key(frame)
+        old = self._pending.pop(key, None)
+        if old is not None:
+            self._bytes -= old[1]
+        if len(self._pending) >= self.max_frames or self._bytes + size > self.max_bytes:
+            self._pending.clear()
+            self._bytes = 0
+            self._behind = True
+        else:
+            self._pending[key] = (frame, size)
+            self._bytes += size
+        self._ready.set()
+
+    def bad(self, long_line: bool = False) -> None:
+        """Count one frame that could not be read."""
+        self._bad += 1
+        self._long += long_line
+        self._ready.set()
+
+    def close(self, reason: str, over_budget: bool = False, urgent: bool = False) -> None:
+        """The stream ended (the first reason wins); ``urgent`` skips what still waits."""
+        if self._closed is None:
+            self._closed = _Closed(reason, over_budget)
+        self._urgent = self._urgent or urgent or over_budget
+        self._ready.set()
+
+    def put_nowait(self, item: _Closed) -> None:
+        """A stop (``FleetFollower._halt``): handed over before anything else."""
+        self.close(item.reason, urgent=True)
+
+    def __len__(self) -> int:
+        return len(self._pending)
+
+    def _waiting(self) -> bool:
+        return bool(self._pending or self._bad or self._behind)
+
+    async def get(self) -> _Item:
+        """The next thing to handle."""
+        while True:
+            if self._closed is not None and (self._urgent or not self._waiting()):
+                return self._closed
+            if self._bad:
+                item = _Bad(self._bad, self._long)
+                self._bad = self._long = 0
+                return item
+            if self._behind:
+                self._behind = False
+                return _Behind()
+            if self._pending:
+                _, (frame, size) = self._pending.popitem(last=False)
+                self._bytes -= size
+                return frame
+            self._ready.clear()
+            await self._ready.wait()
+
+
+async def read_lines(
+    chunks: AsyncIterator[bytes], count: Callable[[int], None], limit: int = MAX_FRAME_BYTES
+) -> AsyncIterator[tuple[bytes, bool]]:
+    """The lines of a byte stream as (line, whole); ``count`` sees every chunk's size first.
+
+    A line longer than ``limit`` is not held: once it passes the limit the rest of it is
+    skipped up to its newline, and it comes out as (its first ``_PREFIX_BYTES``, False). A
+    line cut off by the end of the stream is dropped.
+    """
+    buf = bytearray()
+    skipping = False
+    async for chunk in chunks:
+        count(len(chunk))
+        start = 0
+        while True:
+            nl = chunk.find(b"\n", start)
+            end = len(chunk) if nl < 0 else nl
+            if not skipping:
+                buf += memoryview(chunk)[start:end]
+                if len(buf) > limit:
+                    del buf[_PREFIX_BYTES:]
+                    skipping = True
+            if nl < 0:
+                break
+            line = bytes(buf[:-1] if buf.endswith(b"\r") else buf)
+            yield line, not skipping
+            buf.clear()
+            skipping = False
+            start = nl + 1
 
 
 class _Streams:
     """The reader tasks of one connection, feeding one queue."""
 
-    def __init__(self, client: OpencodeClient, on_line: Callable[[], None]) -> None:
+    def __init__(
+        self, client: OpencodeClient, on_line: Callable[[], None], budget: Budget | None = None
+    ) -> None:
         self.client = client
-        self.queue: asyncio.Queue[_Item] = asyncio.Queue()
+        self.queue = _Mailbox()
         self.tasks: list[asyncio.Task[None]] = []
         self.directories: set[str] = set()
         self.heartbeats = False
-        self._on_line = on_line
+        self.budget = budget or Budget()
+        self._on_line = on_line  # called for every data line: the stream's sign of life
 
     async def open(
         self, path: str, directory: str, probe_seconds: float
@@ -133,9 +354,21 @@ class _Streams:
                 ctype = resp.headers.get("content-type", "")
                 if resp.status_code != 200 or "event-stream" not in ctype:
                     return
-                async for line in resp.aiter_lines():
+                budget = self.budget
+
+                def count(nbytes: int) -> None:
+                    budget.add(0, nbytes)
+
+                async for raw, whole in read_lines(resp.aiter_bytes(), count):
+                    if not raw.startswith(b"data:"):
+                        continue  # comments, blank lines, event:/id:/retry: are not life
+                    budget.add(1, 0)
                     self._on_line()
-                    frame = parse_frame(line, directory) if line else None
+                    if not whole:
+                        if b'"session.' in raw or b'"server.' in raw:
+                            self.queue.bad(long_line=True)  # one the hub reads, too large
+                        continue
+                    frame = parse_frame(raw.decode("utf-8", "replace"), directory)
                     if frame is None:
                         continue
                     if not framed:
@@ -144,13 +377,15 @@ class _Streams:
                     if frame.type == "server.heartbeat":
                         self.heartbeats = True
                         continue
-                    await self.queue.put(frame)
+                    self.queue.put(frame, len(raw))
             if opened.is_set():
-                await self.queue.put(_Closed("the event stream ended"))
+                self.queue.close("the event stream ended")
+        except OverBudget as exc:
+            self.queue.close(str(exc), over_budget=True)
         except httpx.HTTPError as exc:
             if opened.is_set():
                 reason = describe_error(exc, client.connect_timeout, client.read_timeout)
-                await self.queue.put(_Closed(f"event stream: {reason}"))
+                self.queue.close(f"event stream: {reason}")
         finally:
             opened.set()  # wakes ``open`` at once when the stream failed before a frame
 
@@ -177,6 +412,8 @@ class FleetFollower:
         rescan_seconds: float = RESCAN_SECONDS,
         backoff: Sequence[float] = BACKOFF,
         force_polling: bool = False,
+        budget: Callable[[], Budget] = Budget,
+        budget_cooldown: float = BUDGET_COOLDOWN,
     ) -> None:
         self.cfg = cfg
         self.instances = list(cfg.instances if instances is None else instances)
@@ -189,12 +426,16 @@ class FleetFollower:
         self.rescan_seconds = rescan_seconds
         self.backoff = tuple(backoff) or (1.0,)
         self.force_polling = force_polling
+        self.budget = budget
+        self.budget_cooldown = budget_cooldown
         self.state: dict[str, FollowState] = {i.name: FollowState() for i in self.instances}
         self.boards: dict[str, Board] = {i.name: Board(i) for i in self.instances}
         self._modes: dict[str, Mode] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
-        self._wakers: set[asyncio.Queue[_Item]] = set()
+        self._wakers: set[_Mailbox] = set()
+        # Instances over their stream budget: polled until this time (monotonic), and why.
+        self._throttled: dict[str, tuple[float, str]] = {}
 
     # ------------------------------------------------------------------------- control
 
@@ -300,9 +541,14 @@ class FleetFollower:
         def seen() -> None:
             last_line[0] = time.monotonic()
 
-        streams = _Streams(client, seen)
+        streams = _Streams(client, seen, self.budget())
         self._wakers.add(streams.queue)
         try:
+            throttled = self._throttled.get(inst.name)
+            if throttled is not None and mode is not None:
+                if time.monotonic() < throttled[0]:
+                    return await self._follow_open(client, inst, streams, "polling", last_line)
+                del self._throttled[inst.name]
             if mode is None:
                 mode = await self._choose(client, inst, streams)
                 self._modes[inst.name] = mode
@@ -374,7 +620,9 @@ class FleetFollower:
         if not scan.reachable:
             return False, scan.reason
         changes = board.reconcile(scan.sessions, "rescan")
-        st.mode, st.up, st.reason = mode, True, ""
+        throttled = self._throttled.get(inst.name)
+        was_polled = st.mode == "polling" and st.connects > 0
+        st.mode, st.up, st.reason = mode, True, throttled[1] if throttled else ""
         st.streams = len(streams.tasks)
         st.connects += 1
         if st.reported_down:
@@ -385,10 +633,12 @@ class FleetFollower:
         if mode == "polling" and first:
             why = self._why_polling(client)
             self.emit(FleetEvent("polling", inst.name, detail=why, at_ms=_ms()))
+        elif mode != "polling" and was_polled and not first:  # back from its budget's pause
+            self.emit(FleetEvent("ready", inst.name, detail=mode, at_ms=_ms()))
         if not first:
             await self._send(client, changes)
         if mode == "polling":
-            return await self._poll(client, inst, board)
+            return await self._poll(client, inst, board, throttled[0] if throttled else None)
         rescanned = time.monotonic()
         bad_in_a_row = 0
         while True:
@@ -407,7 +657,12 @@ class FleetFollower:
                 if time.monotonic() - last_line[0] >= self.heartbeat_deadline:
                     if streams.heartbeats:
                         return True, f"no heartbeat for {self.heartbeat_deadline:g} s"
-                    await client.detect()  # an older release: silent but alive?
+                    # An older release sends no heartbeat: a quiet stream may be alive, or
+                    # dead behind a proxy that keeps it open. A rescan tells what it missed.
+                    scan = await scan_instance(client, inst)
+                    if not scan.reachable:
+                        return True, scan.reason
+                    await self._send(client, board.reconcile(scan.sessions, "rescan"))
                     last_line[0] = time.monotonic()
                 if mode == "directory" and time.monotonic() - rescanned >= self.rescan_seconds:
                     rescanned = time.monotonic()
@@ -419,7 +674,28 @@ class FleetFollower:
                     await self._send(client, board.reconcile(scan.sessions, "rescan"))
                 continue
             if isinstance(item, _Closed):
+                if item.over_budget:
+                    st.over_budget += 1
+                    self._throttled[inst.name] = (
+                        time.monotonic() + self.budget_cooldown, item.reason
+                    )
+                    st.mode, st.reason = "polling", item.reason
+                    self.emit(FleetEvent("polling", inst.name, detail=item.reason, at_ms=_ms()))
                 return True, item.reason
+            if isinstance(item, _Bad):
+                st.bad_frames += item.count
+                st.long_lines += item.long_lines
+                bad_in_a_row += item.count
+                if bad_in_a_row >= MAX_BAD_FRAMES:
+                    return True, f"{bad_in_a_row} unreadable frames in a row"
+                continue
+            if isinstance(item, _Behind):
+                st.overflows += 1
+                scan = await scan_instance(client, inst)
+                if not scan.reachable:
+                    return True, scan.reason
+                await self._send(client, board.reconcile(scan.sessions, "rescan"))
+                continue
             try:
                 changes = await self._apply(client, inst, board, item)
             except (HubError, httpx.HTTPError):
@@ -441,12 +717,19 @@ class FleetFollower:
         return "neither /global/event nor /event?directory= answered"
 
     async def _poll(
-        self, client: OpencodeClient, inst: InstanceConfig, board: Board
+        self, client: OpencodeClient, inst: InstanceConfig, board: Board,
+        until: float | None = None,
     ) -> tuple[bool, str]:
+        """Rescan every ``poll_seconds`` (until ``until``, then the stream is tried again)."""
         while True:
-            await self._pause(self.poll_seconds)
+            pause = self.poll_seconds
+            if until is not None:
+                pause = min(pause, max(0.0, until - time.monotonic()))
+            await self._pause(pause)
             if self.stopping():
                 return True, "stop"
+            if until is not None and time.monotonic() >= until:
+                return True, "its event stream is tried again"
             scan = await scan_instance(client, inst)
             if not scan.reachable:
                 return True, scan.reason
@@ -460,10 +743,10 @@ class FleetFollower:
             try:
                 s = await client.get_session(sid)
             except HubError:
-                board.outside.add(sid)  # gone already, or unreadable: a rescan will tell
+                board.ignore(sid)  # gone already, or unreadable: a rescan will tell
                 continue
             except (ValueError, TypeError, httpx.InvalidURL):
-                board.outside.add(sid)  # an id no request can carry: never ours to follow
+                board.ignore(sid)  # an id no request can carry: never ours to follow
                 continue
             changes += board.learn(build_record(inst, s, None, True))
             changes += board.apply(frame)
@@ -491,8 +774,14 @@ async def probe_mode(
     inst: InstanceConfig,
     transport_factory: TransportFactory | None = None,
     probe_seconds: float = PROBE_SECONDS,
-) -> tuple[str, str]:
-    """Which stream a follower would use for ``inst``: (mode, version) ("" when unreachable)."""
+    budget_seconds: float = 1.0,
+) -> tuple[str, str, str]:
+    """Which stream a follower would use for ``inst``: (mode, version, why it is polled).
+
+    Mode and version are "" when the instance is unreachable. A stream that opens is
+    watched ``budget_seconds`` more: over its budget in that time, the instance would be
+    polled, and the third item says why ("" otherwise).
+    """
     follower = FleetFollower(
         cfg, [inst], emit=lambda ev: None, transport_factory=transport_factory,
         probe_seconds=probe_seconds,
@@ -501,15 +790,29 @@ async def probe_mode(
         try:
             await client.detect()
         except HubError:
-            return "", ""
-        streams = _Streams(client, lambda: None)
+            return "", "", ""
+        streams = _Streams(client, lambda: None, Budget(window=budget_seconds))
+        why = ""
         try:
             mode = await follower._choose(client, inst, streams)
+            if mode != "polling":
+                why = await _over_budget(streams.queue, budget_seconds)
         except HubError:
             mode = "polling"
         finally:
             await streams.close()
-        return mode, client.version
+        return ("polling" if why else mode), client.version, why
+
+
+async def _over_budget(box: _Mailbox, seconds: float) -> str:
+    """The reason a stream went over its budget within ``seconds``, else ""."""
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(seconds):
+            while True:
+                item = await box.get()
+                if isinstance(item, _Closed):
+                    return item.reason if item.over_budget else ""
+    return ""
 
 
 def run_in_thread(follower: FleetFollower, name: str = "xaf-hub-follower") -> Any:

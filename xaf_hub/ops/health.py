@@ -22,7 +22,7 @@ from xaf_hub.core import aio
 from xaf_hub.core.clock import next_reset
 from xaf_hub.core.rules import is_under, normalize_dir
 from xaf_hub.errors import ExitCode, MissingPassword
-from xaf_hub.fleet.follow import POLL_SECONDS, probe_mode
+from xaf_hub.fleet.follow import BUDGET_COOLDOWN, POLL_SECONDS, probe_mode
 from xaf_hub.fleet.releases import classify
 from xaf_hub.fleet.scan import TransportFactory
 from xaf_hub.store.model_state import Blackout
@@ -495,9 +495,16 @@ async def stream_findings(
 
     modes = await aio.gather(*(probe_mode(cfg, i, transport_factory) for i in instances))
     out = []
-    for inst, (mode, version) in zip(instances, modes, strict=True):
+    for inst, (mode, version, why) in zip(instances, modes, strict=True):
         on = f"opencode {version}" if version else "this server"
-        if mode == "global":
+        if why:
+            out.append(warn("events", inst.name,
+                            f"{why}: watch, the patrol daemon and serve poll it every "
+                            f"{POLL_SECONDS:g} s instead, and try its stream again every "
+                            f"{BUDGET_COOLDOWN:g} s",
+                            "Find what floods the server's event stream (a plugin, a proxy "
+                            "replaying frames?); a healthy busy server stays far below it."))
+        elif mode == "global":
             out.append(ok("events", inst.name, "live views follow /global/event"))
         elif mode == "directory":
             out.append(info("events", inst.name,

@@ -23,10 +23,12 @@ import json
 import threading
 from collections import deque
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any, Protocol
 
 from xaf_hub.config.load import Config, InstanceConfig
-from xaf_hub.fleet.events import FleetEvent
+from xaf_hub.core.records import Snapshot
+from xaf_hub.fleet.events import FleetEvent, following_words
 from xaf_hub.fleet.scan import TransportFactory
 
 KEEPALIVE_SECONDS = 15.0
@@ -81,6 +83,9 @@ class ChangeFeed:
         self._cond = threading.Condition()
         self._closed = False
         self._follower: Any = None
+        # Instances followed by polling, and why (an old server, a stream over its budget):
+        # the page's server line says it (``annotate``).
+        self.following: dict[str, str] = {}
 
     def start(self) -> None:
         """Start following the fleet (one follower for every viewer)."""
@@ -104,12 +109,27 @@ class ChangeFeed:
         """Record one change and wake the viewers (called by the follower)."""
         # "ready" too: the follower starts after the page's scan (with its first viewer), so
         # whatever changed in between shows only in the follower's first view of an instance.
+        if ev.kind == "polling":  # before the hooks: the scan they ask for shows it
+            self.following[ev.instance] = str(following_words(ev))
+        elif ev.kind in ("ready", "up"):
+            self.following.pop(ev.instance, None)
         for hook in self.on_change:
             hook(ev)
         with self._cond:
             self.version += 1
             self._recent.append(notice(self.version, ev))
             self._cond.notify_all()
+
+    def annotate(self, snap: Snapshot) -> Snapshot:
+        """``snap`` with each polled instance's reason added to its server line (its note)."""
+        notes = dict(self.following)
+        if not notes:
+            return snap
+        return replace(snap, instances=tuple(
+            replace(i, note=" · ".join(n for n in (i.note, notes[i.name]) if n))
+            if i.name in notes else i
+            for i in snap.instances
+        ))
 
     def since(self, version: int) -> list[dict[str, Any]]:
         """Notices newer than ``version`` still kept."""

@@ -453,3 +453,21 @@ def test_terminal_safe_keeps_text_and_layout() -> None:
         terminal_safe("\x1b[31mred\x07\r\x00\x7f\x9b")
         == "\ufffd[31mred\ufffd\ufffd\ufffd\ufffd\ufffd"
     )
+
+
+@pytest.mark.parametrize("url", [
+    "http://127.0.0.1:9/hook/tok\x07en-abcdefgh",  # a control character (was: internal error)
+    "http://127.0.0.1:9/hook/tok\x7fen-abcdefgh",
+    "http://127.0.0.1:9/hook/tok en-abcdefgh",
+])
+def test_notify_test_with_an_unusable_webhook_url_is_one_line_exit_4(
+    hub: Hub, url: str
+) -> None:
+    hub.write({**GOOD, "notify": {"webhooks": [
+        {"name": "team", "url_env": "XAF_HUB_WEBHOOK_TEAM", "format": "slack"}]}})
+    hub.env["XAF_HUB_WEBHOOK_TEAM"] = url
+    code, out, err = hub.cli("notify", "test")
+    assert code == 4, (out, err)
+    assert out.splitlines() == [out.strip()] and "does not hold a usable URL" in out
+    assert "Traceback" not in err and "internal error" not in err
+    assert "en-abcdefgh" not in out + err  # the URL is a secret: never quoted

@@ -70,7 +70,11 @@ def test_board_reports_each_change_once(tmp_path: Path) -> None:
         assert frame is not None
         return [e.kind for e in board.apply(frame)]
 
-    assert kinds(_g("session.created", {"info": _info("ses_new")})) == ["new"]
+    # A new session said to be in the project: the server is asked (the caller), then learnt.
+    assert kinds(_g("session.created", {"info": _info("ses_new")})) == []
+    assert board.missing == [("ses_new", f"{ROOT}/app")]
+    new = SessionRecord("a", "ses_new", "t", f"{ROOT}/app", project=True)
+    assert [e.kind for e in board.learn(new)] == ["new"]
     assert kinds(_g("session.updated", {"info": _info("ses_new", title="renamed")})) == []
     assert board.sessions["ses_new"].title == "renamed"
     assert kinds(_g("session.created", {"info": _info("ses_out", "/elsewhere")})) == []

@@ -45,6 +45,7 @@ class Options:
 
 def run(ctx: Context) -> int:
     """Send one test message per chosen webhook and print each receiver's answer."""
+    from xaf_hub.config.notify import url_problem
     from xaf_hub.core import aio
     from xaf_hub.notify.patrol import send_test
 
@@ -63,6 +64,10 @@ def run(ctx: Context) -> int:
         row: dict[str, Any] = {"webhook": hook.name, "format": hook.format}
         if not hook.url:
             row.update(delivered=False, status=0, reason=f"${hook.url_env} is not set", answer="")
+            code = max(code, ExitCode.USAGE)
+        elif problem := url_problem(hook.url):
+            row.update(delivered=False, status=0, answer="",
+                       reason=f"${hook.url_env} does not hold a usable URL: {problem}")
             code = max(code, ExitCode.USAGE)
         else:
             answer = aio.run(send_test(cfg, hook))

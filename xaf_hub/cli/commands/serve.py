@@ -23,7 +23,7 @@ import socket
 import threading
 from dataclasses import dataclass
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from xaf_hub.cli.commands._common import scan
 from xaf_hub.cli.context import Context
@@ -42,6 +42,10 @@ from xaf_hub.page.serve import (
     url_of,
 )
 from xaf_hub.page.view import QUIET_REFRESH_FACTOR
+
+if TYPE_CHECKING:
+    from xaf_hub.core.records import Snapshot
+    from xaf_hub.page.notices import ChangeFeed
 
 EXAMPLES = """\
 examples:
@@ -137,9 +141,17 @@ def run(ctx: Context) -> int:
     cfg = ctx.config
     instances = list(cfg.instances)
     # No request waits for a scan longer than one instance's scan deadline.
-    cache = SnapshotCache(
-        lambda: scan(ctx, instances, outcomes=True)[0], opts.cache_seconds, wait=cfg.scan_timeout
-    )
+    feeds: list[ChangeFeed] = []  # the change feed, once a page follows (it says who is polled)
+
+    def scan_fleet() -> Snapshot:
+        snap = scan(ctx, instances, outcomes=True)[0]
+        return feeds[0].annotate(snap) if feeds else snap
+
+    def follow() -> ChangeFeed:
+        feeds.append(start_feed(cfg, ctx.transport_factory, cache, log))
+        return feeds[0]
+
+    cache = SnapshotCache(scan_fleet, opts.cache_seconds, wait=cfg.scan_timeout)
     from xaf_hub.fleet.web_ui import Finder
     from xaf_hub.page import autopilot as overview
 
@@ -164,7 +176,7 @@ def run(ctx: Context) -> int:
     try:
         server = PageServer((opts.host, opts.port), viewer, log)
         server.answer_seconds = cfg.scan_timeout + ANSWER_SECONDS
-        server.feed_factory = lambda: start_feed(cfg, ctx.transport_factory, cache, log)
+        server.feed_factory = follow
     except OSError as exc:
         reason = exc.strerror or str(exc)
         raise UsageError(f"cannot listen on {opts.host}:{opts.port}: {reason}") from exc
