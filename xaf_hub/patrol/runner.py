@@ -33,7 +33,7 @@ from typing import Any, Literal
 
 from xaf_hub.core import aio
 from xaf_hub.errors import BusyError, ExitCode, HubError
-from xaf_hub.notify.patrol import notify_round
+from xaf_hub.notify.patrol import Sender, queue_round, send_round
 from xaf_hub.ops.context import OpsContext
 from xaf_hub.patrol.context import Cycle, StepOutcome
 from xaf_hub.patrol.jobs.check_agents import check_agents
@@ -172,9 +172,19 @@ def summary(cycle: Cycle, code: int) -> str:
 
 
 def run_once(
-    pctx: OpsContext, skip: Iterable[str] = (), steps: tuple[tuple[str, Job], ...] = STEPS
+    pctx: OpsContext,
+    skip: Iterable[str] = (),
+    steps: tuple[tuple[str, Job], ...] = STEPS,
+    *,
+    send: bool = True,
 ) -> CycleRun:
-    """Run one cycle unless paused or another cycle holds the lock; write the report."""
+    """Run one cycle unless paused or another cycle holds the lock; write the report.
+
+    The cycle's notices are queued under the lock; with ``send`` they are then sent with the
+    lock released (a slow receiver never keeps another patrol out), before the report is
+    written so that it says what could not be sent. The daemon passes ``send=False``: its
+    ``Sender`` thread sends.
+    """
     folder = pctx.patrol_dir
     paused = pause_info(folder)
     if paused is not None:
@@ -189,15 +199,17 @@ def run_once(
                 "another patrol cycle is running on this machine; this one skipped",
             )
         cycle = aio.run(run_cycle(pctx, skip, steps))
-        notify_round(pctx, cycle)  # before the report, which says what could not be sent
-        code = cycle_code(cycle)
-        report: Path | None = None
-        try:
-            report = write_report(pctx, cycle, code)[1]
-        except (OSError, HubError) as exc:
-            code = worst_code((code, int(ExitCode.INTERNAL)))
-            cycle.errors.append(pctx.redact(f"report not written: {exc}"))
-            pctx.log(f"error: report not written: {pctx.redact(str(exc))}")
+        queue_round(pctx, cycle)
+    if send:
+        send_round(pctx, cycle)
+    code = cycle_code(cycle)
+    report: Path | None = None
+    try:
+        report = write_report(pctx, cycle, code)[1]
+    except (OSError, HubError) as exc:
+        code = worst_code((code, int(ExitCode.INTERNAL)))
+        cycle.errors.append(pctx.redact(f"report not written: {exc}"))
+        pctx.log(f"error: report not written: {pctx.redact(str(exc))}")
     return CycleRun("ran", code, summary(cycle, code), cycle, report)
 
 
@@ -237,10 +249,12 @@ def run_daemon(
     skip = tuple(skip)
     folder = pctx.patrol_dir
     following = None
+    sender = Sender(pctx, out)  # notices go out from its thread, never under a lock
+    sender.start()
     if live:  # before the first run is timed: starting it may take a moment on a busy box
         from xaf_hub.patrol.live import start_live, stop_live
 
-        following = start_live(pctx, skip, busy, out)
+        following = start_live(pctx, skip, busy, out, sender.wake)
     now = pctx.now().astimezone(UTC)
     if aligned:
         start = first_run(now.astimezone(), interval, pctx.cfg.patrol.minute_offset)
@@ -267,7 +281,8 @@ def run_daemon(
             if stop.is_set():
                 return
             try:
-                result = run_once(pctx, skip)
+                result = run_once(pctx, skip, send=False)
+                sender.wake(every=True)
             except Exception as exc:  # noqa: BLE001 - the loop must outlive one bad cycle
                 result = CycleRun(
                     "ran",
@@ -316,6 +331,7 @@ def run_daemon(
             signal.signal(sig, handler)
         if following is not None:
             stop_live(following)
+        sender.stop()
     with busy:  # the running cycle finishes its current step, then sees the stop
         pass
     beat["stopped_at"] = pctx.now().isoformat(timespec="seconds")
