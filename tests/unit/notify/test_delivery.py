@@ -19,6 +19,7 @@ from typing import Any
 from tests.notify_capture import Capture
 from xaf_hub.config.load import Config, load_config
 from xaf_hub.notify import outbox
+from xaf_hub.notify.check import webhook_checks
 from xaf_hub.notify.events import Event
 from xaf_hub.notify.patrol import Sender, send_outbox
 from xaf_hub.ops.context import OpsContext
@@ -117,6 +118,8 @@ def test_a_refused_or_redirected_message_is_parked_and_never_sent_again(tmp_path
             ("task_done:T-1:s1", why),
         ]
         assert sum("parked, not sent again" in line for line, _ in lines) == 2
+        said = [c.message for c in webhook_checks(cfg.notify, cfg.state_dir) if c.level == "warn"]
+        assert any("2 message(s) refused in the last 24 h and parked" in d for d in said), said
         # Parked messages are kept for a day (doctor, report), then forgotten.
         queue(cfg, [], now=NOW + timedelta(hours=25))
         assert state(cfg)["parked"] == []
