@@ -78,10 +78,18 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         query = {k: v[0] for k, v in parse_qs(parts.query).items()}
         with cap.lock:
             cap.hits.append(Hit(parts.path, query, dict(self.headers.items()), raw))
+            cap.inflight += 1
+        try:
+            self._reply(cap, parts.path, raw)
+        finally:
+            with cap.lock:
+                cap.inflight -= 1
+
+    def _reply(self, cap: Capture, path: str, raw: bytes) -> None:
         if cap.mode == "cut":
             self.close_connection = True
             return
-        status, answer = cap.answer(parts.path, self.path, raw)
+        status, answer = cap.answer(path, self.path, raw)
         if cap.mode == "hang":
             self.close_connection = True
             return
@@ -104,6 +112,7 @@ class Capture:
         self.mode = "ok"
         self.delay = 30.0  # seconds, for "hang" and "slow"
         self.hits: list[Hit] = []
+        self.inflight = 0  # requests being answered (a hanging one stays here)
         self.lock = threading.Lock()
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
