@@ -4,8 +4,11 @@
 ``{"code": 0, "msg": "success"}``, DingTalk / WeCom ``{"errcode": 0, "errmsg": "ok"}``. With a
 secret it checks the signature the way the service documents it (Feishu: body ``timestamp`` +
 ``sign``; DingTalk: query ``timestamp`` + ``sign``) and refuses a wrong one with that
-service's error code. It records every request. ``mode`` switches to ``"500"`` or ``"refuse"``;
-``stop()`` closes the port (connection refused) and ``start()`` reopens the same port.
+service's error code. It records every request. ``mode`` switches to ``"500"``, ``"refuse"``,
+``"hang"`` (no answer for ``delay`` seconds, then the connection closes), ``"slow"`` (the
+right answer after ``delay`` seconds), ``"redirect"`` (302 elsewhere) or ``"cut"`` (the
+connection closed without an answer, as a receiver killed mid-POST); ``stop()`` closes the port
+(connection refused) and ``start()`` reopens the same port.
 """
 
 from __future__ import annotations
@@ -75,9 +78,25 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         query = {k: v[0] for k, v in parse_qs(parts.query).items()}
         with cap.lock:
             cap.hits.append(Hit(parts.path, query, dict(self.headers.items()), raw))
-        status, answer = cap.answer(parts.path, self.path, raw)
+            cap.inflight += 1
+        try:
+            self._reply(cap, parts.path, raw)
+        finally:
+            with cap.lock:
+                cap.inflight -= 1
+
+    def _reply(self, cap: Capture, path: str, raw: bytes) -> None:
+        if cap.mode == "cut":
+            self.close_connection = True
+            return
+        status, answer = cap.answer(path, self.path, raw)
+        if cap.mode == "hang":
+            self.close_connection = True
+            return
         body = answer.encode()
         self.send_response(status)
+        if status == 302:
+            self.send_header("Location", f"http://127.0.0.1:{cap.port}/moved")
         self.send_header("Content-Type", "text/plain" if cap.fmt == "slack" else "application/json")
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
@@ -91,7 +110,9 @@ class Capture:
         self.fmt, self.secret = fmt, secret
         self.port = port
         self.mode = "ok"
+        self.delay = 30.0  # seconds, for "hang" and "slow"
         self.hits: list[Hit] = []
+        self.inflight = 0  # requests being answered (a hanging one stays here)
         self.lock = threading.Lock()
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
@@ -156,8 +177,10 @@ class Capture:
     def answer(self, path: str, full: str, raw: bytes) -> tuple[int, str]:
         if self.mode == "500":
             return 500, "server error"
-        if self.mode == "hang":
-            time.sleep(30)
+        if self.mode in ("hang", "slow"):
+            time.sleep(self.delay)
+        if self.mode == "redirect":
+            return 302, ""
         ok = {
             "slack": (200, "ok"),
             "feishu": (200, json.dumps({"code": 0, "msg": "success", "data": {}})),

@@ -2,9 +2,9 @@
 
 Modules, each using only those below it:
 
-* ``patrol``   — the patrol's one hook: derive a round's events, queue them, send, report.
-* ``outbox``   — the durable state in ``<state>/notify/state.json``: what was seen, queued, sent.
-* ``send``     — POST one message with a short timeout and a few retries; judge the answer.
+* ``patrol``   — queue a round's events (under its lock); the sender posts them (never under it).
+* ``outbox``   — the durable state in ``<state>/notify/state.json``: queued, claimed, sent, parked.
+* ``send``     — POST one message with a short timeout; judge the answer (at most once).
 * ``derive``   — a finished cycle (plus the previous round's view) -> events (pure).
 * ``formats``  — event text -> each service's incoming-webhook request, signed (pure).
 * ``messages`` — the small zh/en catalogue: an event in plain words (pure).

@@ -144,6 +144,18 @@ def _delivery_checks(cfg: NotifyConfig, state_dir: Path) -> list[Check]:
     for hook in cfg.webhooks:
         last = state["last"].get(hook.name) or {}
         queued = sum(1 for i in state["outbox"] if i.get("webhook") == hook.name)
+        parked = [p for p in state["parked"] if p.get("webhook") == hook.name]
+        if parked:
+            out.append(
+                Check(
+                    f"webhook {hook.name}",
+                    "warn",
+                    f"{len(parked)} message(s) refused in the last 24 h and parked, not sent "
+                    f"again; the latest: {parked[-1].get('reason')}",
+                    "Fix the webhook (URL, secret, format); `xaf-hub notify test --webhook "
+                    + hook.name + "` shows the receiver's answer.",
+                )
+            )
         ok_at, error_at = str(last.get("ok_at") or ""), str(last.get("error_at") or "")
         if error_at and error_at >= ok_at:
             out.append(
@@ -153,7 +165,7 @@ def _delivery_checks(cfg: NotifyConfig, state_dir: Path) -> list[Check]:
                     f"last delivery failed at {error_at}: {last.get('error')}; "
                     f"{queued} message(s) queued",
                     "Run `xaf-hub notify test --webhook " + hook.name + "` to see the "
-                    "receiver's answer; queued messages go out with the next patrol round.",
+                    "receiver's answer; queued messages go out with the patrol's next try.",
                 )
             )
         elif ok_at:

@@ -3,7 +3,10 @@
 From the cycle's record:
 
 * ``task_done``    — a pool task settled as done (fill_slots' ``done`` actions).
-* ``healed``       — a session switched to another model after a limit (``heal`` ok).
+* ``healed``       — a session switched to another model after a limit: read from the
+  model-state store's healed memory (every heal since the previous finished round began), so
+  a process killed between a heal and queueing its notice loses nothing; the cycle's ``heal``
+  action only adds its detail.
 * ``needs_person`` — what the report lists under "Needs a person" (a person's decision: an
   operator's interrupt, a task steered by hand), and a failed, stale-busy or interrupted
   session that no step took care of this round: not healed, resumed, requeued or waiting for a
@@ -35,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from xaf_hub.notify.events import Event
 from xaf_hub.ops.budget import BudgetLine, levels_reached
+from xaf_hub.store.model_state import HEAL_PREFIX, Healed
 
 if TYPE_CHECKING:  # only the record's shape is needed; notify never runs a patrol step
     from xaf_hub.patrol.context import Cycle
@@ -82,6 +86,7 @@ class Inputs:
     blackouts: Mapping[str, tuple[str, str]] | None = None
     # Today's spend against the budgets (ops.budget.BudgetLine: project first, then instances)
     spend: Sequence[BudgetLine] = ()
+    heals: Sequence[Healed] = ()  # the healed memory's recent heals
 
 
 def _iso(when: datetime) -> str:
@@ -146,18 +151,6 @@ def _session_events(cycle: Cycle, inputs: Inputs, at: str, people: bool = True) 
                     a.task,
                 )
             )
-        elif a.kind == "heal" and a.result == "ok":
-            events.append(
-                Event(
-                    f"healed:{a.instance}:{a.session}:{at}",
-                    "healed",
-                    at,
-                    a.instance,
-                    a.session,
-                    a.title,
-                    data={"from_model": a.from_model, "model": a.model, "detail": a.detail},
-                )
-            )
     return [*events, *_person_events(cycle, inputs, at)] if people else events
 
 
@@ -207,17 +200,22 @@ def _person_events(cycle: Cycle, inputs: Inputs, at: str) -> list[Event]:
     return list(found.values())
 
 
-def _catch_up(inputs: Inputs, state: MutableMapping[str, Any], at: str) -> list[Event]:
-    """task_done for pool tasks done since the previous finished round began.
-
-    The cycle's record already has this round's; these are the ones of a round that was
-    killed before it could queue them (same ids, so nothing is announced twice).
-    """
+def _since(state: MutableMapping[str, Any], at: str) -> datetime | None:
+    """When the previous finished round began (None before the first); moves it to ``at``."""
     try:
         since = datetime.fromisoformat(str(state.get("last_round")))
     except ValueError:
         since = None
     state["last_round"] = at
+    return since
+
+
+def _catch_up(inputs: Inputs, since: datetime | None, at: str) -> list[Event]:
+    """task_done for pool tasks done since the previous finished round began.
+
+    The cycle's record already has this round's; these are the ones of a round that was
+    killed before it could queue them (same ids, so nothing is announced twice).
+    """
     if since is None:
         return []
     return [
@@ -227,6 +225,37 @@ def _catch_up(inputs: Inputs, state: MutableMapping[str, Any], at: str) -> list[
         for t in inputs.done
         if t.done_at >= since
     ]
+
+
+def _healed(cycle: Cycle, inputs: Inputs, since: datetime) -> list[Event]:
+    """One ``healed`` per heal the store remembers since ``since`` (id: the failure's key)."""
+    details = {
+        (a.instance, a.session): a
+        for a in cycle.actions
+        if a.kind == "heal" and a.result == "ok"
+    }
+    since_ms = int(since.timestamp() * 1000)
+    events = []
+    for h in inputs.heals:
+        if h.at_ms < since_ms:
+            continue
+        a = details.get((h.who.instance, h.who.session))
+        events.append(
+            Event(
+                "healed:" + h.key.removeprefix(HEAL_PREFIX),
+                "healed",
+                _iso(datetime.fromtimestamp(h.at_ms / 1000, UTC)),
+                h.who.instance,
+                h.who.session,
+                h.who.title or (a.title if a is not None else ""),
+                data={
+                    "from_model": h.from_model or (a.from_model if a is not None else ""),
+                    "model": h.to_model,
+                    "detail": a.detail if a is not None else "",
+                },
+            )
+        )
+    return events
 
 
 def _store_events(inputs: Inputs, state: MutableMapping[str, Any], at: str) -> list[Event]:
@@ -355,8 +384,10 @@ def derive(
     seen = {} if live else reachability(cycle, inputs.configured)
     events = _instance_events(seen, state, at)
     events += _session_events(cycle, inputs, at, people=not live)
+    since = _since(state, at)
+    events += _healed(cycle, inputs, since if since is not None else cycle.started)
     ids = {e.id for e in events}
-    events += [e for e in _catch_up(inputs, state, at) if e.id not in ids]
+    events += [e for e in _catch_up(inputs, since, at) if e.id not in ids]
     events += _store_events(inputs, state, at)
     events += _budget_events(inputs, now, tz, at)
     if not live:

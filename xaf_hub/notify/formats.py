@@ -98,6 +98,11 @@ def _dump(doc: Mapping[str, Any]) -> bytes:
     return json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode()
 
 
+def idempotency_key(webhook: str, event_id: str) -> str:
+    """One message's key (webhook + event), ASCII whatever the names hold."""
+    return hashlib.sha256(f"{webhook}\n{event_id}".encode()).hexdigest()[:32]
+
+
 def build(
     hook: Webhook,
     event: Event,
@@ -141,6 +146,9 @@ def build(
             "event": event.to_json(),
         }
         body = _dump(doc)
+        # The same for every try of this message: a receiver that honours it drops a copy
+        # re-sent after an error answer (the only re-send after a request left).
+        headers["Idempotency-Key"] = idempotency_key(hook.name, event.id)
         if secret:
             headers["X-Xaf-Hub-Timestamp"] = str(seconds)
             headers["X-Xaf-Hub-Signature-256"] = json_signature(seconds, body, secret)

@@ -3,14 +3,27 @@
 Keys: ``instances`` and ``blackouts`` (what the previous round saw), ``summary_day``,
 ``seen`` (event id -> when it was queued; 14 days), ``history`` (type and time of each new
 event; 48 hours, for the daily summary), ``outbox`` (messages not delivered yet, oldest first:
-webhook, event, queued_at, attempts, last_error), ``sent`` (webhook + event id -> when; 14
-days) and ``last`` (per webhook: last success, last failure and its reason, for ``doctor``).
+webhook, event, queued_at, attempts, last_error, next_at, and while a sender has it
+``sending`` = {owner pid, at, posted}), ``parked`` (messages a receiver refused or
+redirected, with the reason; kept 24 hours for ``doctor`` and the report, never re-sent),
+``sent`` (webhook + event id -> when; 14 days) and ``last`` (per webhook: last success,
+last failure and its reason, for ``doctor``).
 
 Every change is a locked read-modify-write with an atomic replace (``statefile.update_json``),
-so a crash leaves the old or the new state. An event is queued once (its id goes to ``seen``
-in the same write that queues it) and leaves the outbox in the write that records its
-delivery. A process killed between the receiver's answer and that write sends the message
-again next round: the only way a message can arrive twice.
+so a crash leaves the old or the new state; no lock is held while a message is posted.
+
+Delivery is **at most once** per webhook and event (``docs/architecture.md`` §notify):
+
+* an event is queued once (its id goes to ``seen`` in the same write that queues it);
+* a sender *claims* a message (``claim``: marked ``sending`` by its pid) before it posts, so
+  two senders (the daemon's and a ``--once``) never post the same message;
+* just before the request's first byte leaves, ``mark_posted`` records ``posted``;
+* ``record`` settles it: delivered, or *maybe delivered* (no answer in time after the
+  request went out: not re-sent), or refused (parked with the reason), or not sent
+  (no connection: back to the queue, tried again after a back-off);
+* a message found ``sending`` whose owner is gone: not ``posted`` -> queued again (nothing
+  left the machine); ``posted`` -> the process died during the POST: counted as maybe
+  delivered, never re-sent blindly.
 """
 
 from __future__ import annotations
@@ -19,18 +32,27 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from xaf_hub.config.notify import Webhook
 from xaf_hub.errors import StateFileError
 from xaf_hub.notify.derive import HISTORY_HOURS
 from xaf_hub.notify.events import Event
+from xaf_hub.store.gate import pid_alive
 from xaf_hub.store.statefile import read_json, update_json
 
 SCHEMA_VERSION = 1
 FILE = Path("notify") / "state.json"
 SEEN_DAYS = 14
+PARKED_HOURS = 24.0  # a refused message is shown this long, never re-sent
+# A message not sent (no connection) waits 10 s, 20 s, 40 s... at most 5 min for the next try.
+RETRY_FIRST_SECONDS = 10.0
+RETRY_MAX_SECONDS = 300.0
+# A claim older than this is its owner's no longer (a sender's tries end long before).
+STALE_SENDING = timedelta(minutes=10)
 _WHAT = "notification state"
+
+Outcome = Literal["delivered", "maybe", "refused", "retry"]
 
 
 def state_path(state_dir: Path) -> Path:
@@ -82,6 +104,7 @@ def _checked(data: Any, path: Path) -> dict[str, Any]:
         ("seen", dict),
         ("history", list),
         ("outbox", list),
+        ("parked", list),
         ("sent", dict),
         ("last", dict),
     ):
@@ -188,6 +211,13 @@ def _prune(data: dict[str, Any], now: datetime) -> None:
             k: v for k, v in data[key].items() if (w := _when(v)) is None or w >= now - keep
         }
     horizon = now - timedelta(hours=HISTORY_HOURS)
+    parked_horizon = now - timedelta(hours=PARKED_HOURS)
+    data["parked"] = [
+        p
+        for p in data["parked"]
+        if isinstance(p, dict) and (w := _when(p.get("parked_at"))) is not None
+        and w >= parked_horizon
+    ]
     data["history"] = [
         h
         for h in data["history"]
@@ -195,38 +225,133 @@ def _prune(data: dict[str, Any], now: datetime) -> None:
     ][-5000:]
 
 
+def _same(item: Mapping[str, Any], entry: Entry) -> bool:
+    return bool(item.get("webhook") == entry.webhook and item["event"].get("id") == entry.event.id)
+
+
+def retry_delay(attempts: int) -> float:
+    """Seconds before the next try of a message not sent ``attempts`` times (back-off)."""
+    return float(min(RETRY_FIRST_SECONDS * 2 ** max(0, attempts - 1), RETRY_MAX_SECONDS))
+
+
+def _reap(data: dict[str, Any], now: datetime, stamp: str) -> list[str]:
+    """Settle claims whose sender is gone; one line per message counted as maybe delivered."""
+    lines = []
+    kept = []
+    for item in data["outbox"]:
+        claim = item.get("sending")
+        if isinstance(claim, dict):
+            at = _when(claim.get("at"))
+            owner = claim.get("owner")
+            gone = not (isinstance(owner, int) and pid_alive(owner))
+            if gone or at is None or now - at > STALE_SENDING:
+                if claim.get("posted"):
+                    why = (
+                        "the hub stopped during its POST: maybe delivered, "
+                        "not sent again (at most once)"
+                    )
+                    data["sent"][f"{item.get('webhook')}:{item['event'].get('id')}"] = stamp
+                    last = data["last"].setdefault(str(item.get("webhook")), {})
+                    last.update(error_at=stamp, error=why)
+                    lines.append(_drop_line(item, why))
+                    continue
+                del item["sending"]  # nothing left the machine: send it as usual
+        kept.append(item)
+    data["outbox"] = kept
+    return lines
+
+
+@dataclass(frozen=True)
+class Claim:
+    """The message a sender now owns (None: nothing due), and claims it found abandoned."""
+
+    entry: Entry | None
+    reaped: list[str]
+
+
+def claim(
+    state_dir: Path,
+    webhook: str,
+    *,
+    now: datetime,
+    owner: int,
+    due_only: bool = True,
+    lock_timeout: float = 20.0,
+) -> Claim:
+    """Mark the oldest queued message of ``webhook`` as being sent by ``owner`` (a pid).
+
+    ``due_only``: skip messages still in their back-off (a round tries them all).
+    """
+    path = state_path(state_dir)
+    stamp = _iso(now)
+
+    def mutate(raw: Any) -> Claim:
+        data = _checked(raw, path)
+        reaped = _reap(data, now, stamp)
+        for item in data["outbox"]:
+            if item.get("webhook") != webhook or isinstance(item.get("sending"), dict):
+                continue
+            due = _when(item.get("next_at"))
+            if due_only and due is not None and due > now:
+                continue
+            item["sending"] = {"owner": owner, "at": stamp, "posted": False}
+            return Claim(_entry(item), reaped)
+        return Claim(None, reaped)
+
+    return update_json(path, mutate, default=_empty, what=_WHAT, timeout=lock_timeout)
+
+
+def mark_posted(state_dir: Path, entry: Entry, *, lock_timeout: float = 20.0) -> None:
+    """Record that the request is about to leave: from here on it is never re-sent blindly."""
+    path = state_path(state_dir)
+
+    def mutate(raw: Any) -> None:
+        data = _checked(raw, path)
+        for item in data["outbox"]:
+            if _same(item, entry) and isinstance(item.get("sending"), dict):
+                item["sending"]["posted"] = True
+
+    update_json(path, mutate, default=_empty, what=_WHAT, timeout=lock_timeout)
+
+
 def record(
     state_dir: Path,
     entry: Entry,
     *,
-    ok: bool,
+    outcome: Outcome,
     reason: str,
     now: datetime,
     lock_timeout: float = 20.0,
 ) -> None:
-    """Record one delivery: delivered leaves the outbox; a failure counts an attempt."""
+    """Settle one claimed message (see the module's docstring for each outcome)."""
     path = state_path(state_dir)
     stamp = _iso(now)
 
     def mutate(raw: Any) -> None:
         data = _checked(raw, path)
         last = data["last"].setdefault(entry.webhook, {})
-        if ok:
-            data["outbox"] = [
-                i
-                for i in data["outbox"]
-                if not (
-                    i.get("webhook") == entry.webhook and i["event"].get("id") == entry.event.id
-                )
-            ]
-            data["sent"][f"{entry.webhook}:{entry.event.id}"] = stamp
-            last.update(ok_at=stamp)
+        if outcome == "retry":
+            for item in data["outbox"]:
+                if _same(item, entry):
+                    item.pop("sending", None)
+                    item["attempts"] = attempts = int(item.get("attempts") or 0) + 1
+                    item["last_error"] = reason
+                    item["next_at"] = _iso(now + timedelta(seconds=retry_delay(attempts)))
+            last.update(error_at=stamp, error=reason)
             return
-        for item in data["outbox"]:
-            if item.get("webhook") == entry.webhook and item["event"].get("id") == entry.event.id:
-                item["attempts"] = int(item.get("attempts") or 0) + 1
-                item["last_error"] = reason
-        last.update(error_at=stamp, error=reason)
+        data["outbox"] = [i for i in data["outbox"] if not _same(i, entry)]
+        if outcome == "refused":
+            data["parked"].append(
+                {"webhook": entry.webhook, "event": entry.event.to_json(), "reason": reason,
+                 "parked_at": stamp}
+            )
+            last.update(error_at=stamp, error=reason)
+            return
+        data["sent"][f"{entry.webhook}:{entry.event.id}"] = stamp
+        if outcome == "maybe":
+            last.update(error_at=stamp, error=reason)
+        else:
+            last.update(ok_at=stamp)
 
     update_json(path, mutate, default=_empty, what=_WHAT, timeout=lock_timeout)
 

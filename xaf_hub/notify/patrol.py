@@ -1,28 +1,34 @@
-"""The patrol's one call at the end of a cycle: derive, queue, send, and say how it went.
+"""The patrol's hooks: queue a round's notices (fast, under its lock), send them (never under it).
 
-``notify_round(pctx, cycle)`` never raises and never holds the round up for long:
+``queue_round(pctx, cycle)`` is all a round or a live reaction does: read what the stores say
+(task pool, blackouts, heals), derive the events and queue the new ones for every webhook that
+wants them, in one locked write of ``notify/state.json`` (so a crash after this point loses
+nothing). It touches no network and never raises.
 
-1. read what the stores say (task pool, blackouts), derive the round's events and queue the new
-   ones for every webhook that wants them, in one locked write (so a crash after this point
-   loses nothing: the next round sends what is queued);
-2. send the outbox, each webhook in order of queueing, the webhooks side by side; each message
-   gets ``notify.timeout_seconds`` per try and ``notify.retries`` retries with back-off; a
-   webhook that stays unreachable is left for the next round after its first failed message;
-   nothing new starts after ``notify.round_seconds``;
-3. record each delivery, and write into the cycle's record what was sent (notes) and what
-   could not be (errors), so the patrol report says it.
+Sending is somebody else's job, outside every patrol lock:
 
-When a stop was requested (SIGTERM), events are queued but not sent: the next start sends them.
+* the daemon's ``Sender`` thread, woken after each round and reaction (and every few seconds
+  for messages in their back-off); a hanging receiver costs that thread, never a heal;
+* ``patrol --once`` sends after it released the cycle lock (``send_round``): each webhook
+  gets ``notify.timeout_seconds`` per try; a webhook that hangs or is unreachable is left
+  after its first such message; nothing new starts after ``notify.round_seconds``.
+
+Each message is claimed before it is posted and settled after (``outbox``): delivered,
+maybe delivered (sent, no answer in time: not re-sent), refused (parked with the reason) or
+not sent (queued again with a back-off). When a stop was requested (SIGTERM), nothing new is
+sent: the next start sends it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import os
+import threading
 import time
 from collections import Counter
-from collections.abc import Sequence
-from datetime import UTC, datetime
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from xaf_hub.config.notify import NotifyConfig, Webhook
@@ -36,6 +42,7 @@ from xaf_hub.notify.formats import Outgoing, build
 from xaf_hub.notify.messages import render
 from xaf_hub.notify.send import Answer, deliver, make_client
 from xaf_hub.store.backlog import parse_instant
+from xaf_hub.store.model_state import Healed
 
 if TYPE_CHECKING:
     import httpx
@@ -45,6 +52,7 @@ if TYPE_CHECKING:
     from xaf_hub.patrol.context import Cycle
 
 STEP = "notify"
+HEALS_LOOKBACK = timedelta(hours=24)  # heals read per round; derive keeps the new ones
 
 
 def _inputs(pctx: OpsContext, cycle: Cycle, now: datetime) -> Inputs:
@@ -74,6 +82,11 @@ def _inputs(pctx: OpsContext, cycle: Cycle, now: datetime) -> Inputs:
         else:
             waiting += 1
     blackouts: dict[str, tuple[str, str]] | None
+    heals: list[Healed] = []
+    try:
+        heals = pctx.model_state().healed_since(now - HEALS_LOOKBACK)
+    except HubError as exc:
+        cycle.error(pctx, STEP, f"model state unreadable, no heal events this round: {exc}")
     try:
         found = pctx.model_state().active_blackouts(now)
         blackouts = {
@@ -91,6 +104,7 @@ def _inputs(pctx: OpsContext, cycle: Cycle, now: datetime) -> Inputs:
         done=done,
         blackouts=blackouts,
         spend=cycle.spend,
+        heals=heals,
     )
 
 
@@ -156,39 +170,61 @@ async def send_test(
 
 
 class _Sender:
-    """Sends one webhook's queue in order; stops when the receiver is unreachable."""
+    """Sends one webhook's queue in order, claiming each message; stops when the receiver is
+    unreachable or slow."""
 
     def __init__(
         self,
         pctx: OpsContext,
         hook: Webhook,
-        entries: Sequence[outbox.Entry],
         deadline: float,
         transport: httpx.AsyncBaseTransport | None,
+        due_only: bool,
     ) -> None:
-        self.pctx, self.hook, self.entries = pctx, hook, entries
-        self.deadline, self.transport = deadline, transport
+        self.pctx, self.hook = pctx, hook
+        self.deadline, self.transport, self.due_only = deadline, transport, due_only
         self.sent: list[Event] = []
         self.refused: list[tuple[Event, str]] = []
-        self.waiting: list[Event] = []
+        self.maybe: list[tuple[Event, str]] = []
+        self.reaped: list[str] = []
         self.down = ""
 
     def _outgoing(self, ev: Event) -> Outgoing:
         return outgoing(self.pctx.cfg, self.hook, ev, self.pctx.now())
 
+    async def _claim(self) -> outbox.Entry | None:
+        pctx = self.pctx
+        got = await asyncio.to_thread(
+            outbox.claim,
+            pctx.cfg.state_dir,
+            self.hook.name,
+            now=pctx.now(),
+            owner=os.getpid(),
+            due_only=self.due_only,
+            lock_timeout=pctx.cfg.lock.lock_timeout_seconds,
+        )
+        self.reaped += got.reaped
+        return got.entry
+
     async def run(self) -> None:
-        notify = self.pctx.cfg.notify
+        pctx = self.pctx
+        notify = pctx.cfg.notify
         if not self.hook.url:
             self.down = f"${self.hook.url_env} is not set"
-            self.waiting = [e.event for e in self.entries]
             return
+        state_dir = pctx.cfg.state_dir
         async with make_client(self.hook.url, notify.timeout_seconds, self.transport) as client:
-            for i, entry in enumerate(self.entries):
+            while True:
+                if pctx.stop_requested():
+                    return
                 if time.monotonic() >= self.deadline:
                     self.down = self.down or f"out of time ({notify.round_seconds:g} s per round)"
-                    self.waiting = [e.event for e in self.entries[i:]]
+                    return
+                entry = await self._claim()
+                if entry is None:
                     return
                 ev = entry.event
+                posted = functools.partial(asyncio.to_thread, outbox.mark_posted, state_dir, entry)
                 answer: Answer = await deliver(
                     client,
                     self.hook.format,
@@ -196,24 +232,170 @@ class _Sender:
                     retries=notify.retries,
                     timeout=notify.timeout_seconds,
                     deadline=self.deadline,
+                    on_sent=posted,
                 )
-                reason = self.pctx.redact(answer.reason)
+                reason = pctx.redact(answer.reason)
                 await asyncio.to_thread(
                     outbox.record,
-                    self.pctx.cfg.state_dir,
+                    state_dir,
                     entry,
-                    ok=answer.ok,
+                    outcome=answer.outcome,
                     reason=reason,
-                    now=self.pctx.now(),
+                    now=pctx.now(),
                 )
                 if answer.ok:
                     self.sent.append(ev)
+                elif answer.maybe:
+                    self.maybe.append((ev, reason))
+                    self.down = reason  # a slow receiver: the rest waits for the next pass
+                    return
                 elif answer.retry:
                     self.down = reason
-                    self.waiting = [e.event for e in self.entries[i:]]
                     return
                 else:
                     self.refused.append((ev, reason))
+
+
+def send_outbox(
+    pctx: OpsContext,
+    *,
+    seconds: float,
+    due_only: bool,
+    transport: httpx.AsyncBaseTransport | None = None,
+) -> list[tuple[str, bool]]:
+    """Send what is queued, each webhook side by side, for at most ``seconds``.
+
+    Returns the lines to tell (text, is it an error). ``due_only``: leave messages that are
+    still in their back-off.
+    """
+    cfg = pctx.cfg.notify
+    deadline = time.monotonic() + seconds
+    senders = [_Sender(pctx, hook, deadline, transport, due_only) for hook in cfg.webhooks]
+
+    async def all_senders() -> None:
+        await aio.gather(*(s.run() for s in senders))
+
+    aio.run(all_senders())
+    try:
+        state = outbox.read_state(pctx.cfg.state_dir) or {}
+    except HubError:
+        state = {}
+    lines: list[tuple[str, bool]] = []
+    for s in senders:
+        lines += [(f"{STEP}: {line}", True) for line in s.reaped]
+        if s.sent:
+            kinds = ", ".join(f"{k} {n}" for k, n in Counter(e.type for e in s.sent).items())
+            sent = f"{STEP}: sent {len(s.sent)} message(s) to '{s.hook.name}' ({kinds})"
+            lines.append((sent, False))
+        for ev, reason in s.refused:
+            lines.append(
+                (
+                    f"{STEP}: webhook '{s.hook.name}' refused {_what(ev)}: {reason}; parked, "
+                    f"not sent again (see doctor)",
+                    True,
+                )
+            )
+        for ev, reason in s.maybe:
+            lines.append((f"{STEP}: webhook '{s.hook.name}' {_what(ev)}: {reason}", True))
+        waiting = [
+            Event.from_json(i["event"])
+            for i in state.get("outbox", [])
+            if i.get("webhook") == s.hook.name
+        ]
+        if waiting and s.down:
+            kinds = ", ".join(sorted({e.type for e in waiting}))
+            lines.append(
+                (
+                    f"{STEP}: could not send {len(waiting)} message(s) ({kinds}) to webhook "
+                    f"'{s.hook.name}': {s.down}; they stay queued",
+                    True,
+                )
+            )
+    return lines
+
+
+def send_round(
+    pctx: OpsContext, cycle: Cycle, transport: httpx.AsyncBaseTransport | None = None
+) -> None:
+    """``patrol --once``: send the outbox now (no patrol lock held); tell ``cycle`` how it went."""
+    cfg = pctx.cfg.notify
+    if not cfg.webhooks:
+        return
+    if pctx.stop_requested():
+        cycle.notes.append(f"{STEP}: messages stay queued, sent after restart")
+        return
+    try:
+        lines = send_outbox(pctx, seconds=cfg.round_seconds, due_only=False, transport=transport)
+    except Exception as exc:  # noqa: BLE001 - notifications must never break a patrol round
+        cycle.error(pctx, STEP, f"sending failed: {type(exc).__name__}: {exc}")
+        return
+    for line, bad in lines:
+        if bad:
+            cycle.errors.append(pctx.redact(line))
+        else:
+            cycle.notes.append(line)
+
+
+class Sender:
+    """The daemon's sending thread: delivers the outbox whenever woken, never under a lock."""
+
+    POLL_SECONDS = 5.0  # how often it looks for messages whose back-off ended
+
+    def __init__(
+        self,
+        pctx: OpsContext,
+        out: Callable[[str], None],
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.pctx, self.out, self.transport = pctx, out, transport
+        self.passes = 0
+        self._wake = threading.Event()
+        self._force = False
+        self._stopped = False
+        self._thread = threading.Thread(target=self._loop, name="xaf-hub-notify", daemon=True)
+
+    def start(self) -> None:
+        """Start sending (a pass at once: what a previous run left queued)."""
+        if self.pctx.cfg.notify.webhooks:
+            self._force = True
+            self._wake.set()
+            self._thread.start()
+
+    def wake(self, *, every: bool = False) -> None:
+        """Send now; ``every``: also the messages still in their back-off (a round)."""
+        self._force = self._force or every
+        self._wake.set()
+
+    def stop(self, timeout: float | None = None) -> None:
+        """Stop after the message being posted (at most one try's timeout)."""
+        self._stopped = True
+        self._wake.set()
+        if self._thread.is_alive():
+            notify = self.pctx.cfg.notify
+            self._thread.join(timeout if timeout is not None else notify.timeout_seconds + 2.0)
+
+    def _loop(self) -> None:
+        while not self._stopped:
+            self._wake.wait(self.POLL_SECONDS)
+            self._wake.clear()
+            if self._stopped or self.pctx.stop_requested():
+                return
+            every, self._force = self._force, False
+            try:
+                lines = send_outbox(
+                    self.pctx,
+                    seconds=self.pctx.cfg.notify.round_seconds,
+                    due_only=not every,
+                    transport=self.transport,
+                )
+            except Exception as exc:  # noqa: BLE001 - the thread must outlive one bad pass
+                lines = [(f"{STEP}: sending failed: {type(exc).__name__}: {exc}", True)]
+            self.passes += 1
+            for line, bad in lines:
+                text = self.pctx.redact(line)
+                if bad:
+                    self.pctx.log(text)
+                self.out(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {text}")
 
 
 def _zone(name: str) -> Any:
@@ -225,33 +407,23 @@ def _zone(name: str) -> Any:
         return datetime.now().astimezone().tzinfo
 
 
-def notify_round(
-    pctx: OpsContext,
-    cycle: Cycle,
-    transport: httpx.AsyncBaseTransport | None = None,
-    *,
-    live: bool = False,
-) -> None:
-    """Derive, queue and send this round's notifications; record the outcome in ``cycle``.
+def queue_round(pctx: OpsContext, cycle: Cycle, *, live: bool = False) -> int:
+    """Derive and queue this round's notices; record problems in ``cycle``; never raises.
 
-    ``live``: ``cycle`` is a reaction between rounds (see ``derive``).
+    ``live``: ``cycle`` is a reaction between rounds (see ``derive``). Returns how many
+    messages wait in the outbox.
     """
     cfg: NotifyConfig = pctx.cfg.notify
     if not cfg.webhooks:
-        return
+        return 0
     try:
-        _round(pctx, cycle, cfg, transport, live)
+        return _queue(pctx, cycle, cfg, live)
     except Exception as exc:  # noqa: BLE001 - notifications must never break a patrol round
         cycle.error(pctx, STEP, f"notifications failed: {type(exc).__name__}: {exc}")
+        return 0
 
 
-def _round(
-    pctx: OpsContext,
-    cycle: Cycle,
-    cfg: NotifyConfig,
-    transport: httpx.AsyncBaseTransport | None,
-    live: bool,
-) -> None:
+def _queue(pctx: OpsContext, cycle: Cycle, cfg: NotifyConfig, live: bool) -> int:
     now = pctx.now()
     inputs = _inputs(pctx, cycle, now)
     tz = _zone(pctx.cfg.models.timezone)
@@ -268,45 +440,10 @@ def _round(
             lock_timeout=pctx.cfg.lock.lock_timeout_seconds,
         )
     except HubError as exc:
-        cycle.error(pctx, STEP, f"nothing queued or sent: {exc}")
-        return
+        cycle.error(pctx, STEP, f"nothing queued: {exc}")
+        return 0
     for line in queued.dropped:
         cycle.error(pctx, STEP, line)
-    if not queued.pending:
-        return
-    if pctx.stop_requested():
-        cycle.notes.append(f"{STEP}: {len(queued.pending)} message(s) queued, sent after restart")
-        return
-    deadline = time.monotonic() + cfg.round_seconds
-    senders = [
-        _Sender(
-            pctx, hook, [e for e in queued.pending if e.webhook == hook.name], deadline, transport
-        )
-        for hook in cfg.webhooks
-    ]
-    senders = [s for s in senders if s.entries]
-
-    async def all_senders() -> None:
-        await aio.gather(*(s.run() for s in senders))
-
-    aio.run(all_senders())
-    for s in senders:
-        if s.sent:
-            kinds = ", ".join(f"{k} {n}" for k, n in Counter(e.type for e in s.sent).items())
-            cycle.notes.append(
-                f"{STEP}: sent {len(s.sent)} message(s) to '{s.hook.name}' ({kinds})"
-            )
-        for ev, reason in s.refused:
-            cycle.error(
-                pctx,
-                STEP,
-                f"webhook '{s.hook.name}' refused {_what(ev)}: {reason}; kept for the next round",
-            )
-        if s.waiting:
-            kinds = ", ".join(sorted({e.type for e in s.waiting}))
-            cycle.error(
-                pctx,
-                STEP,
-                f"could not send {len(s.waiting)} message(s) ({kinds}) to webhook "
-                f"'{s.hook.name}': {s.down}; they stay queued for the next round",
-            )
+    if queued.new:
+        cycle.notes.append(f"{STEP}: queued {len(queued.new)} new event(s) for the sender")
+    return len(queued.pending)

@@ -34,6 +34,8 @@ from xaf_hub.ops.models import model_chain
 from xaf_hub.ops.planner import plan_reuse
 from xaf_hub.ops.send import abort_and_prompt, build_prompt, pool_discipline, send_work
 from xaf_hub.store.model_state import (
+    HEAL_PREFIX,
+    HealedSession,
     ModelState,
     family_of,
     next_model_in_chain,
@@ -60,7 +62,7 @@ class HealCandidate:
 
 def heal_key(instance: str, session: str, identity: str) -> str:
     """The healed-memory key of one failure."""
-    return f"heal:{instance}:{session}:{identity}"
+    return f"{HEAL_PREFIX}{instance}:{session}:{identity}"
 
 
 def heal_candidate(rec: SessionRecord, run: LastRun | None) -> HealCandidate | None:
@@ -235,7 +237,9 @@ async def heal(
         plan = plan_reuse(inst, rec, via=f"heal ({cand.signal})")
         async with ops.client(inst) as client:
             await send_work(ops, plan, prompt, target, client, command=f"{origin}.heal")
-    state.remember_healed(cand.key, cand.model or None, target, now)
+    state.remember_healed(
+        cand.key, cand.model or None, target, now, who=HealedSession(inst.name, rec.id, rec.title)
+    )
     if family is not None:
         current = state.active_blackouts(now).get(family)
         base = replace(base, until_ms=current.until_ms if current is not None else until_ms)

@@ -20,7 +20,9 @@ the page reads those from the snapshot it fetches.
 from __future__ import annotations
 
 import json
+import math
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -136,21 +138,27 @@ class ChangeFeed:
         with self._cond:
             return [n for n in self._recent if n["version"] > version]
 
-    def stream(self, out: Sink) -> str:
-        """Write notices to one viewer until it goes away or the feed closes; say why."""
+    def stream(self, out: Sink, seconds: float = math.inf) -> str:
+        """Write notices to one viewer until it goes away, the feed closes or ``seconds`` have
+        passed (the browser then reconnects); say why. A heartbeat comment goes out whenever
+        ``keepalive_seconds`` pass without a notice."""
         with self._cond:
             seen = self.version
             self.viewers += 1
+        end = time.monotonic() + seconds
         try:
             out.write(f"retry: {RETRY_MS}\n\n".encode())
             out.write(frame("hello", {"version": seen}))
             out.flush()
             while True:
                 with self._cond:
-                    if not self._closed and self.version <= seen:
-                        self._cond.wait(self.keepalive_seconds)
+                    left = end - time.monotonic()
+                    if not self._closed and self.version <= seen and left > 0:
+                        self._cond.wait(min(self.keepalive_seconds, left))
                     if self._closed:
                         return "server stopping"
+                    if time.monotonic() >= end:
+                        return f"stream ended after {seconds:g}s (the page reconnects)"
                     fresh = [n for n in self._recent if n["version"] > seen]
                     seen = self.version
                 if fresh:

@@ -13,6 +13,11 @@ what it serves and to whom is decided here:
   ``ConnectionGuard`` counts open connections (past ``max_connections`` a new one gets a short
   503 and is closed) and gives each one a deadline; one watchdog thread shuts down the socket
   of any connection past it, which ends whatever read or write its handler thread is blocked in.
+  A change-notice stream (``/api/events``) leaves that count once its request is read: viewers
+  have their own cap (``max_viewers``; past it a 503 and the page keeps its timer), each write
+  to them a deadline (``write_seconds``), and a stream ends after ``STREAM_SECONDS`` (the
+  browser reconnects): a crowd of viewers, reading or not, never keeps the page or ``/health``
+  from answering.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ import socket
 import socketserver
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, TextIO, cast
 from urllib.parse import parse_qs, urlsplit
@@ -126,6 +131,24 @@ def printable(text: str, limit: int = 200) -> str:
 MAX_CONNECTIONS = 64
 
 
+# Open change-notice streams, counted apart from page and API requests.
+MAX_VIEWERS = 32
+
+
+# A notice or a heartbeat must reach a viewer's socket within this, or the viewer is cut.
+WRITE_SECONDS = 10.0
+
+
+# A stream's longest life: then it ends and the browser reconnects (EventSource, 3 s later),
+# so a viewer that never reads holds its place at most this long, however little is sent.
+STREAM_SECONDS = 300.0
+
+
+# A viewer's send buffer: small, so a viewer that stops reading blocks a write (and meets the
+# write deadline) after a few KB rather than megabytes.
+VIEWER_SNDBUF = 16384
+
+
 # Time a client has to send its request line and headers (a browser needs milliseconds).
 REQUEST_SECONDS = 10.0
 
@@ -148,20 +171,27 @@ class ConnectionGuard:
         self,
         max_connections: int = MAX_CONNECTIONS,
         *,
+        max_viewers: int = MAX_VIEWERS,
         request_seconds: float = REQUEST_SECONDS,
+        write_seconds: float = WRITE_SECONDS,
         clock: Callable[[], float] = time.monotonic,
         tick: float = 0.25,
     ) -> None:
         self.max_connections = max_connections
+        self.max_viewers = max_viewers
         self.request_seconds = request_seconds
+        self.write_seconds = write_seconds
         self._clock = clock
         self._tick = tick
         self._lock = threading.Lock()
         self._deadlines: dict[socket.socket, float] = {}
+        self._viewers: dict[socket.socket, float] = {}  # deadline of the write in progress
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="serve-watchdog", daemon=True)
         self.refused = 0
         self.cut = 0
+        self.refused_viewers = 0
+        self.cut_viewers = 0
 
     def start(self) -> None:
         """Start the watchdog thread."""
@@ -191,6 +221,35 @@ class ConnectionGuard:
             sock.send(_BUSY)
         return False
 
+    @property
+    def viewers(self) -> int:
+        """How many change-notice streams are open now."""
+        with self._lock:
+            return len(self._viewers)
+
+    def to_viewer(self, sock: socket.socket) -> bool:
+        """Move a connection to the viewers (its page slot frees); False when they are full."""
+        with self._lock:
+            if len(self._viewers) >= self.max_viewers:
+                self.refused_viewers += 1
+                return False
+            self._deadlines.pop(sock, None)
+            self._viewers[sock] = math.inf
+        return True
+
+    @contextlib.contextmanager
+    def writing(self, sock: socket.socket) -> Iterator[None]:
+        """One write to a viewer: cut when it has not reached the socket in ``write_seconds``."""
+        with self._lock:
+            if sock in self._viewers:
+                self._viewers[sock] = self._clock() + self.write_seconds
+        try:
+            yield
+        finally:
+            with self._lock:
+                if sock in self._viewers:
+                    self._viewers[sock] = math.inf
+
     def extend(self, sock: socket.socket, seconds: float) -> None:
         """Give a connection whose request has arrived ``seconds`` more to be answered."""
         with self._lock:
@@ -201,14 +260,17 @@ class ConnectionGuard:
         """Forget a connection that is finished."""
         with self._lock:
             self._deadlines.pop(sock, None)
+            self._viewers.pop(sock, None)
 
     def _watch(self) -> None:
         while not self._stop.wait(self._tick):
             now = self._clock()
             with self._lock:
                 late = [s for s, deadline in self._deadlines.items() if deadline <= now]
-            for sock in late:
-                self.cut += 1
+                stuck = [s for s, deadline in self._viewers.items() if deadline <= now]
+            self.cut_viewers += len(stuck)
+            for sock in late + stuck:
+                self.cut += sock in late
                 # Wakes the handler thread from its blocked read or write; the server closes
                 # the socket when the handler returns.
                 with contextlib.suppress(OSError):
@@ -514,6 +576,21 @@ class RequestLog:
             print(f"{stamp} {self._redact(text)}", file=self._stream, flush=True)
 
 
+class _Deadlined:
+    """A viewer's socket file whose every write has the guard's write deadline."""
+
+    def __init__(self, out: Any, guard: ConnectionGuard, sock: socket.socket) -> None:
+        self._out, self._guard, self._sock = out, guard, sock
+
+    def write(self, data: bytes, /) -> Any:
+        with self._guard.writing(self._sock):
+            return self._out.write(data)
+
+    def flush(self) -> Any:
+        with self._guard.writing(self._sock):
+            return self._out.flush()
+
+
 class PageServer(http.server.ThreadingHTTPServer):
     daemon_threads = True
     block_on_close = False  # a scan in flight must not hold up Ctrl+C
@@ -541,6 +618,7 @@ class PageServer(http.server.ThreadingHTTPServer):
         self.log = log
         self.guard = guard or ConnectionGuard()
         self.answer_seconds = ANSWER_SECONDS
+        self.stream_seconds = STREAM_SECONDS
         self._active = 0
         self._idle = threading.Condition()
         self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
@@ -611,6 +689,12 @@ class PageHandler(http.server.BaseHTTPRequestHandler):
         feed = server.change_feed() if response.content_type == _EVENTS else None
         if response.content_type == _EVENTS and feed is None:
             response = _text(404, "change notices are off")
+        elif feed is not None and not server.guard.to_viewer(self.connection):
+            feed = None
+            response = _text(
+                503, "too many change-notice viewers; the page refreshes on its timer",
+                ("Retry-After", "30"), note="viewers full",
+            )
         try:
             self.send_response(response.status)
             for name, value in response.all_headers():
@@ -618,11 +702,14 @@ class PageHandler(http.server.BaseHTTPRequestHandler):
             self.end_headers()
             if self.command != "HEAD" and response.content_type == _EVENTS and feed is not None:
                 self.close_connection = True
-                # A change-notice stream lives as long as its page: no answer deadline. It
-                # still counts against the connection cap, and a viewer that stops reading
-                # is dropped by the socket's write timeout within a keep-alive or two.
-                server.guard.extend(self.connection, math.inf)
-                response = replace(response, note=feed.stream(self.wfile))
+                # A change-notice stream: no answer deadline, but one per write, a small
+                # send buffer (a viewer that stops reading blocks a write after a few KB)
+                # and a longest life, after which the browser reconnects.
+                with contextlib.suppress(OSError):
+                    self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, VIEWER_SNDBUF)
+                out = _Deadlined(self.wfile, server.guard, self.connection)
+                why = feed.stream(out, seconds=server.stream_seconds)
+                response = replace(response, note=why)
             elif self.command != "HEAD":
                 self.wfile.write(response.body)
         except (BrokenPipeError, ConnectionResetError):

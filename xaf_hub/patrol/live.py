@@ -35,7 +35,7 @@ from xaf_hub.errors import BusyError, HubError
 from xaf_hub.fleet.events import FleetEvent
 from xaf_hub.fleet.follow import FleetFollower, run_in_thread
 from xaf_hub.fleet.scan import build_record
-from xaf_hub.notify.patrol import notify_round
+from xaf_hub.notify.patrol import queue_round
 from xaf_hub.ops.context import OpsContext
 from xaf_hub.ops.decisions import load_decisions
 from xaf_hub.ops.heal import heal_candidate
@@ -80,6 +80,7 @@ class LiveReactor:
         *,
         settle_seconds: float = 1.0,
         lock_name: str = "cycle.lock",
+        notices: Callable[[], None] = lambda: None,
     ) -> None:
         self.pctx = pctx
         self.skip = frozenset(skip)
@@ -87,6 +88,7 @@ class LiveReactor:
         self.out = out
         self.settle_seconds = settle_seconds
         self.lock_name = lock_name
+        self.notices = notices  # wakes the sender once a reaction queued its notices
         self.reactions = 0
         self._work = _Work()
         self._cond = threading.Condition()
@@ -182,8 +184,10 @@ class LiveReactor:
                 with file_lock(pctx.patrol_dir / self.lock_name, 0, what="patrol cycle lock"):
                     cycle, again = aio.run(self._react(work))
                     self._say(cycle)
-                    if cycle.actions:  # what it did reaches the chat now, not at the round
-                        notify_round(pctx, cycle, live=True)
+                    # What it did reaches the chat now, not at the round; queued only: the
+                    # sender posts it once the locks are released, so no receiver holds a heal.
+                    if cycle.actions and queue_round(pctx, cycle, live=True):
+                        self.notices()
             except BusyError:
                 return work, LOCKED_RETRY_SECONDS  # a round (maybe another patrol) is running
         self.reactions += 1
@@ -272,10 +276,14 @@ class LiveReactor:
         return "recheck" if "may still be starting" in why else ""
 
 def start_live(
-    pctx: OpsContext, skip: Iterable[str], busy: threading.Lock, out: Callable[[str], None]
+    pctx: OpsContext,
+    skip: Iterable[str],
+    busy: threading.Lock,
+    out: Callable[[str], None],
+    notices: Callable[[], None] = lambda: None,
 ) -> tuple[FleetFollower, LiveReactor]:
-    """Follow the fleet and react to it, until ``stop_live``."""
-    reactor = LiveReactor(pctx, skip, busy, out)
+    """Follow the fleet and react to it, until ``stop_live``; ``notices`` wakes the sender."""
+    reactor = LiveReactor(pctx, skip, busy, out, notices=notices)
     follower = FleetFollower(
         pctx.cfg, emit=reactor.on_event, transport_factory=pctx.transport_factory,
         outcomes=False,

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from xaf_hub.core import aio
 from xaf_hub.errors import BusyError, ExitCode, HubError, UnreachableError
-from xaf_hub.notify.patrol import notify_round
+from xaf_hub.notify.patrol import Sender, queue_round, send_round
 from xaf_hub.ops.context import OpsContext
 from xaf_hub.patrol.context import Cycle, StepOutcome
 from xaf_hub.patrol.jobs.check_agents import check_agents
@@ -228,11 +228,16 @@ def run_once(
     *,
     lease: PatrolLease | None = None,
     keep_lease: bool = False,
+    send: bool = True,
 ) -> CycleRun:
     """Run one cycle unless paused or another cycle holds the lock; write the report.
 
     With a ``lease`` (HA on Redis) the cycle runs only while this process holds it, fenced by
     its token; ``keep_lease`` (the daemon) keeps it afterwards, else it is given back.
+    The cycle's notices are queued under the lock; with ``send`` they are then sent with the
+    lock released (a slow receiver never keeps another patrol out), before the report is
+    written so that it says what could not be sent. The daemon passes ``send=False``: its
+    ``Sender`` thread sends.
     """
     folder = pctx.patrol_dir
     paused = pause_info(folder)
@@ -256,15 +261,17 @@ def run_once(
                 stack.callback(_give_back, lease)
                 stack.enter_context(_renewing(lease))
         cycle = aio.run(run_cycle(pctx, skip, steps))
-        notify_round(pctx, cycle)  # before the report, which says what could not be sent
-        code = cycle_code(cycle)
-        report: Path | None = None
-        try:
-            report = write_report(pctx, cycle, code)[1]
-        except (OSError, HubError) as exc:
-            code = worst_code((code, int(ExitCode.INTERNAL)))
-            cycle.errors.append(pctx.redact(f"report not written: {exc}"))
-            pctx.log(f"error: report not written: {pctx.redact(str(exc))}")
+        queue_round(pctx, cycle)
+    if send:
+        send_round(pctx, cycle)
+    code = cycle_code(cycle)
+    report: Path | None = None
+    try:
+        report = write_report(pctx, cycle, code)[1]
+    except (OSError, HubError) as exc:
+        code = worst_code((code, int(ExitCode.INTERNAL)))
+        cycle.errors.append(pctx.redact(f"report not written: {exc}"))
+        pctx.log(f"error: report not written: {pctx.redact(str(exc))}")
     return CycleRun("ran", code, summary(cycle, code), cycle, report)
 
 
@@ -341,10 +348,12 @@ def run_daemon(
     skip = tuple(skip)
     folder = pctx.patrol_dir
     following = None
+    sender = Sender(pctx, out)  # notices go out from its thread, never under a lock
+    sender.start()
     if live:  # before the first run is timed: starting it may take a moment on a busy box
         from xaf_hub.patrol.live import start_live, stop_live
 
-        following = start_live(pctx, skip, busy, out)
+        following = start_live(pctx, skip, busy, out, sender.wake)
     now = pctx.now().astimezone(UTC)
     if aligned:
         start = first_run(now.astimezone(), interval, pctx.cfg.patrol.minute_offset)
@@ -374,7 +383,8 @@ def run_daemon(
             if lease is not None and not lease.held:
                 return  # standby: the lease keeper takes over and calls a round when it can
             try:
-                result = run_once(pctx, skip, lease=lease, keep_lease=True)
+                result = run_once(pctx, skip, lease=lease, keep_lease=True, send=False)
+                sender.wake(every=True)
             except Exception as exc:  # noqa: BLE001 - the loop must outlive one bad cycle
                 result = CycleRun(
                     "ran",
@@ -433,6 +443,7 @@ def run_daemon(
             signal.signal(sig, handler)
         if following is not None:
             stop_live(following)
+        sender.stop()
     with busy:  # the running cycle finishes its current step, then sees the stop
         pass
     if lease is not None and keeper is not None:

@@ -16,7 +16,7 @@ Four parts, from pure to stateful:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, tzinfo
 from pathlib import Path
@@ -29,9 +29,12 @@ from xaf_hub.store.statefile import read_json, update_json
 __all__ = [
     "DEFAULT_BLACKOUT_FAMILIES",
     "HEALED_RETENTION",
+    "HEAL_PREFIX",
     "MODEL_STATE_FILE",
     "SCHEMA_VERSION",
     "Blackout",
+    "Healed",
+    "HealedSession",
     "ModelState",
     "family_of",
     "next_model_in_chain",
@@ -44,6 +47,7 @@ _T = TypeVar("_T")
 SCHEMA_VERSION = 1
 MODEL_STATE_FILE = ".model_state.json"
 HEALED_RETENTION = timedelta(days=14)
+HEAL_PREFIX = "heal:"  # healed-memory keys of heals (resumes have their own)
 DEFAULT_BLACKOUT_FAMILIES: Mapping[str, Sequence[str]] = {"opencode": ("opencode/", "opencode-go/")}
 
 _WHAT = "model state"
@@ -250,23 +254,92 @@ class ModelState:
         return key in self._read()["healed"]
 
     def remember_healed(
-        self, key: str, from_model: str | None, to_model: str | None, now: datetime
+        self,
+        key: str,
+        from_model: str | None,
+        to_model: str | None,
+        now: datetime,
+        *,
+        who: HealedSession | None = None,
     ) -> None:
-        """Record that ``key`` was healed; forget entries older than 14 days while writing."""
+        """Record that ``key`` was healed; forget entries older than 14 days while writing.
+
+        ``who`` (instance, session, title) lets the notifications re-derive the ``healed``
+        notice from this store when the process died before queueing it.
+        """
         now_ms = to_ms(now)
         horizon_ms = to_ms(now - HEALED_RETENTION)
+        entry = healed_entry(now_ms, from_model, to_model, who)
 
         def mutate(data: dict[str, Any]) -> None:
             healed: dict[str, Any] = data["healed"]
             for old in [k for k, v in healed.items() if v["at_ms"] < horizon_ms]:
                 del healed[old]
-            healed[key] = {"at_ms": now_ms, "from_model": from_model, "to_model": to_model}
+            healed[key] = entry
 
         self._update(mutate)
+
+    def healed_since(self, since: datetime) -> list[Healed]:
+        """The heals (not resumes) recorded at or after ``since``, oldest first."""
+        return healed_list(self._read()["healed"].items(), to_ms(since))
 
 
 # ---------------------------------------------------------------------------------------------
 # Resolution
+
+
+@dataclass(frozen=True)
+class HealedSession:
+    """Which session a heal was for (what a notice about it names)."""
+
+    instance: str
+    session: str
+    title: str = ""
+
+
+@dataclass(frozen=True)
+class Healed:
+    """One heal as the store remembers it."""
+
+    key: str
+    at_ms: int
+    from_model: str
+    to_model: str
+    who: HealedSession
+
+
+def healed_entry(
+    at_ms: int, from_model: str | None, to_model: str | None, who: HealedSession | None
+) -> dict[str, Any]:
+    """The stored form of one heal (both backends)."""
+    entry: dict[str, Any] = {"at_ms": at_ms, "from_model": from_model, "to_model": to_model}
+    if who is not None:
+        entry.update(instance=who.instance, session=who.session, title=who.title[:200])
+    return entry
+
+
+def healed_list(items: Iterable[tuple[str, Any]], since_ms: int) -> list[Healed]:
+    """The heals among stored entries at or after ``since_ms`` that name their session."""
+    out = []
+    for key, entry in items:
+        if not (key.startswith(HEAL_PREFIX) and isinstance(entry, Mapping)):
+            continue
+        at_ms, instance, session = entry.get("at_ms"), entry.get("instance"), entry.get("session")
+        if not (isinstance(at_ms, int) and isinstance(instance, str) and isinstance(session, str)):
+            continue  # written before heals named their session
+        if at_ms < since_ms:
+            continue
+        who = HealedSession(instance, session, str(entry.get("title") or ""))
+        out.append(
+            Healed(
+                key,
+                at_ms,
+                str(entry.get("from_model") or ""),
+                str(entry.get("to_model") or ""),
+                who,
+            )
+        )
+    return sorted(out, key=lambda h: (h.at_ms, h.key))
 
 
 def _usable(

@@ -49,7 +49,16 @@ from xaf_hub.store.gate import (
     parse_reservation,
     pid_alive,
 )
-from xaf_hub.store.model_state import HEALED_RETENTION, SCHEMA_VERSION, ModelState
+from xaf_hub.store.model_state import (
+    HEAL_PREFIX,
+    HEALED_RETENTION,
+    SCHEMA_VERSION,
+    Healed,
+    HealedSession,
+    ModelState,
+    healed_entry,
+    healed_list,
+)
 
 try:
     import redis
@@ -577,10 +586,16 @@ class RedisModelState(ModelState):
             return bool(self.client.exists(self.healed_prefix + key))
 
     def remember_healed(
-        self, key: str, from_model: str | None, to_model: str | None, now: datetime
+        self,
+        key: str,
+        from_model: str | None,
+        to_model: str | None,
+        now: datetime,
+        *,
+        who: HealedSession | None = None,
     ) -> None:
         """Record that ``key`` was healed; Redis forgets it after 14 days."""
-        entry = {"at_ms": to_ms(now), "from_model": from_model, "to_model": to_model}
+        entry = healed_entry(to_ms(now), from_model, to_model, who)
         retention_ms = int(HEALED_RETENTION.total_seconds() * 1000)
         if self.fence is None:
             with _redis_errors(self.where):
@@ -600,3 +615,16 @@ class RedisModelState(ModelState):
             f"model state in redis {self.where}: this patrol daemon no longer holds the patrol "
             f"lease (key {self.fence.key}); another daemon is active, so nothing was written"
         )
+
+    def healed_since(self, since: datetime) -> list[Healed]:
+        """The heals (not resumes) recorded at or after ``since`` by any hub, oldest first."""
+        items: list[tuple[str, Any]] = []
+        with _redis_errors(self.where):
+            keys = list(self.client.scan_iter(match=self.healed_prefix + HEAL_PREFIX + "*"))
+            for name, raw in zip(keys, self.client.mget(keys) if keys else [], strict=True):
+                if raw is None:
+                    continue  # expired between the scan and the read
+                with contextlib.suppress(ValueError, TypeError):
+                    text = name.decode() if isinstance(name, bytes) else str(name)
+                    items.append((text[len(self.healed_prefix) :], json.loads(raw)))
+        return healed_list(items, to_ms(since))

@@ -9,6 +9,7 @@ import socket
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -243,9 +244,121 @@ def test_a_change_notice_stream_outlives_the_answer_deadline(tmp_path: Path) -> 
             assert chunk, "the stream was cut"
             got += chunk
         assert got.startswith(b"HTTP/1.0 200") and got.count(b": keep-alive") >= 3
-        assert guard.cut == 0 and guard.open == 1  # it still counts against the cap
+        # A viewer, not a page request: it holds none of the page's connections.
+        assert guard.cut == 0 and guard.open == 0 and guard.viewers == 1
         feed.close()
         assert _closed(sock)  # and the feed's close ends it
+    finally:
+        feed.close()
+        sock.close()
+        _stop(server, thread)
+
+
+def _feed_cfg(tmp_path: Path) -> Any:
+    from xaf_hub.config.load import load_config
+
+    path = tmp_path / "config.json"
+    doc = {"project": {"name": "t"}, "instances": [{"name": "a", "url": "http://127.0.0.1:9"}]}
+    path.write_text(json.dumps(doc), "utf-8")
+    return load_config(str(path), env={"XAF_HUB_HOME": str(tmp_path / "home")}, cwd=tmp_path)
+
+
+def _wait(cond: Any, timeout: float = 30.0) -> None:
+    end = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < end, "condition not met in time"
+        time.sleep(0.02)
+
+
+def _page(port: int, target: str = "/") -> bytes:
+    with socket.create_connection(("127.0.0.1", port), timeout=20) as s:
+        s.sendall(f"GET {target} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n".encode())
+        chunks = []
+        while chunk := s.recv(65536):
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+
+def test_a_crowd_of_viewers_that_never_read_never_locks_out_the_page_or_health(
+    tmp_path: Path,
+) -> None:
+    """70 change-notice streams that never read: /health and the page still answer 200."""
+    from xaf_hub.page.notices import ChangeFeed
+
+    guard = ConnectionGuard(tick=0.05)  # the defaults: 64 connections, 32 viewers
+    server, thread = _serve(guard)
+    feed = server.feed = ChangeFeed(_feed_cfg(tmp_path))  # the follower never started
+    port = server.server_port
+    crowd: list[socket.socket] = []
+    try:
+        for _ in range(70):
+            s = socket.create_connection(("127.0.0.1", port), timeout=20)
+            s.sendall(b"GET /api/events HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+            crowd.append(s)  # and never read
+        _wait(lambda: feed.viewers >= 32)
+        # The viewers past the cap are told so (the page keeps its timer), not queued.
+        late = crowd[-1]
+        late.settimeout(20)
+        assert late.recv(65536).startswith(b"HTTP/1.0 503")
+        for _ in range(5):
+            assert _page(port, "/health").startswith(b"HTTP/1.0 200")
+            page = _page(port, "/")
+            assert page.startswith(b"HTTP/1.0 200") and b"<html" in page
+        # The streams hold no page connection (the last page request's is released soon).
+        _wait(lambda: guard.refused_viewers == 38 and guard.open == 0)
+        assert guard.viewers == 32
+    finally:
+        feed.close()
+        for s in crowd:
+            s.close()
+        _stop(server, thread)
+
+
+def test_a_viewer_that_stops_reading_is_cut_by_the_write_deadline(tmp_path: Path) -> None:
+    from xaf_hub.fleet.events import FleetEvent
+    from xaf_hub.page.notices import ChangeFeed
+
+    guard = ConnectionGuard(4, write_seconds=0.5, tick=0.05)
+    server, thread = _serve(guard)
+    feed = server.feed = ChangeFeed(_feed_cfg(tmp_path))
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # a small window, never read
+    sock.settimeout(20)
+    try:
+        sock.connect(("127.0.0.1", server.server_port))
+        sock.sendall(b"GET /api/events HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+        _wait(lambda: guard.viewers == 1)
+        # Notices pile up in the buffers until a write blocks; the deadline then cuts it.
+        sent = 0
+        while guard.viewers and sent < 200_000:
+            feed.publish(FleetEvent("stopped", "a", at_ms=sent))
+            sent += 1
+            if sent % 500 == 0:
+                time.sleep(0.05)
+        _wait(lambda: guard.viewers == 0)
+        assert guard.cut_viewers == 1 and feed.viewers == 0
+        assert _page(server.server_port, "/health").startswith(b"HTTP/1.0 200")
+    finally:
+        feed.close()
+        sock.close()
+        _stop(server, thread)
+
+
+def test_a_stream_ends_after_its_longest_life_and_the_page_reconnects(tmp_path: Path) -> None:
+    from xaf_hub.page.notices import ChangeFeed
+
+    guard = ConnectionGuard(4, tick=0.05)
+    server, thread = _serve(guard)
+    server.stream_seconds = 1.0
+    feed = server.feed = ChangeFeed(_feed_cfg(tmp_path), keepalive_seconds=0.2)
+    sock = socket.create_connection(("127.0.0.1", server.server_port), timeout=20)
+    try:
+        sock.sendall(b"GET /api/events HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+        got = b""
+        while chunk := sock.recv(65536):  # ends by itself, even for a viewer that never reads
+            got += chunk
+        assert got.startswith(b"HTTP/1.0 200") and b"retry: 3000" in got
+        _wait(lambda: guard.viewers == 0)
     finally:
         feed.close()
         sock.close()

@@ -19,6 +19,7 @@ from xaf_hub.notify.derive import Done, Inputs, Parked, derive
 from xaf_hub.notify.events import Event
 from xaf_hub.notify.messages import render
 from xaf_hub.patrol.context import Action, Cycle, InstanceLine, SessionLine, StepOutcome
+from xaf_hub.store.model_state import Healed, HealedSession, ModelState
 
 # ---------------------------------------------------------------------------------------------
 # Events derived from a cycle
@@ -58,6 +59,19 @@ def test_instance_events_compare_with_the_previous_round() -> None:
     assert sorted(e.instance for e in run_derive(fleet_down, state)) == ["a", "b"]
     # Steps skipped: nothing known, nothing said.
     assert run_derive(cycle(), state) == []
+
+
+def healed(
+    instance: str, sid: str, title: str = "", at: datetime = NOW, identity: str = "msg_1"
+) -> Healed:
+    """A heal as the model-state store remembers it."""
+    return Healed(
+        f"heal:{instance}:{sid}:{identity}",
+        int(at.timestamp() * 1000),
+        "m1",
+        "m2",
+        HealedSession(instance, sid, title),
+    )
 
 
 def line(state: str, sid: str = "s1", updated: int = 5) -> SessionLine:
@@ -112,20 +126,22 @@ def test_session_events_need_a_reason_a_person_must_act() -> None:
             line("running", "s8"),
         ],
     )
-    events = run_derive(c, {}, pool_sessions=frozenset({("a", "s3")}))
+    pool = frozenset({("a", "s3")})
+    events = run_derive(c, {}, pool_sessions=pool, heals=[healed("a", "s2", "two")])
     got = [(e.type, e.session) for e in events]
     assert got == [
         ("task_done", "s9"),
-        ("healed", "s2"),
         ("needs_person", "s10"),
         ("needs_person", "s1"),
         ("needs_person", "s4"),
         ("needs_person", "s7"),
+        ("healed", "s2"),
     ]
-    assert (events[2].task, events[2].data["state"]) == ("T-10", "person")
-    assert "left for a human" in events[4].data["detail"]
+    assert (events[1].task, events[1].data["state"]) == ("T-10", "person")
+    assert "left for a human" in events[3].data["detail"]
+    assert events[-1].data["from_model"] == "m1" and events[-1].title == "two"
     # Derived again next round (same session update): the same ids, so sent once.
-    again = run_derive(c, {}, pool_sessions=frozenset({("a", "s3")}))
+    again = run_derive(c, {}, pool_sessions=pool)
     assert [e.id for e in again if e.type == "needs_person"] == [
         e.id for e in events if e.type == "needs_person"
     ]
@@ -187,8 +203,8 @@ def test_a_live_reaction_says_what_it_did_and_leaves_the_fleet_view_to_the_round
         ],
     )
     blackouts = {"opencode": ("2026-12-02T00:00:00+00:00", "429")}
-    events = derive(live, Inputs(["a", "b"], blackouts=blackouts), state, now=NOW, tz=UTC,
-                    summary_hour=0, live=True)
+    events = derive(live, Inputs(["a", "b"], blackouts=blackouts, heals=[healed("a", "s2")]),
+                    state, now=NOW, tz=UTC, summary_hour=0, live=True)
     assert [(e.type, e.session) for e in events] == [("healed", "s2"), ("blackout", "")]
     # The next round still reports what needs a full view, and the blackout only once.
     events = derive(cycle(instances=[up("a"), up("b", False, "refused")]),
@@ -235,12 +251,13 @@ def test_outbox_queues_each_event_once_and_forgets_it_once_delivered(tmp_path: P
         ("all", "instance_down"),
     ]
     assert queue(tmp_path, [EVENT, down], [done, everything]).new == []  # seen: not again
-    outbox.record(tmp_path, q.pending[0], ok=True, reason="HTTP 200", now=NOW)
-    outbox.record(tmp_path, q.pending[1], ok=False, reason="connection refused", now=NOW)
+    outbox.record(tmp_path, q.pending[0], outcome="delivered", reason="HTTP 200", now=NOW)
+    outbox.record(tmp_path, q.pending[1], outcome="retry", reason="connection refused", now=NOW)
     state = outbox.read_state(tmp_path)
     assert state is not None
     assert [(i["webhook"], i["attempts"]) for i in state["outbox"]] == [("all", 1), ("all", 0)]
     assert state["outbox"][0]["last_error"] == "connection refused"
+    assert state["outbox"][0]["next_at"] == (NOW + timedelta(seconds=10)).isoformat()
     assert state["last"]["all"]["error"] == "connection refused"
     assert f"done-only:{EVENT.id}" in state["sent"]
     if hasattr(__import__("os"), "geteuid"):
@@ -335,3 +352,30 @@ def test_doctor_checks_env_vars_and_only_resolves_when_online(tmp_path: Path) ->
     assert asked == [("chat.invalid", 443), ("chat.invalid", 443)]
     bad = [c for c in online if "does not resolve" in c.message]
     assert bad and bad[0].code == ExitCode.UNREACHABLE
+
+
+def test_a_heal_whose_notice_was_never_queued_is_announced_by_the_next_round(
+    tmp_path: Path,
+) -> None:
+    """The process was killed right after a heal: the healed memory still tells it, once."""
+    store = ModelState(tmp_path / ".model_state.json", 0, UTC, {})
+    state: dict[str, Any] = {}
+    run_derive(cycle(), state)  # a finished round
+    at = NOW + timedelta(minutes=5)
+    store.remember_healed(
+        "heal:a:s2:msg_9", "opencode/free", "backup/good", at,
+        who=HealedSession("a", "s2", "login page"),
+    )
+    store.remember_healed("resume:a:s3", None, None, at)  # a resume is no heal
+    # ... killed here. The next round (or reaction) reads the store:
+    later = Cycle(started=NOW + timedelta(hours=1))
+    heals = store.healed_since(NOW - timedelta(hours=24))
+    events = run_derive(later, state, heals=heals)
+    assert [(e.type, e.id, e.instance, e.session, e.title) for e in events] == [
+        ("healed", "healed:a:s2:msg_9", "a", "s2", "login page")
+    ]
+    models = (events[0].data["from_model"], events[0].data["model"])
+    assert models == ("opencode/free", "backup/good")
+    # A later round sees it again only as an old heal: nothing new.
+    again = Cycle(started=NOW + timedelta(hours=2))
+    assert run_derive(again, state, heals=store.healed_since(NOW - timedelta(hours=24))) == []

@@ -7,6 +7,7 @@ import hashlib
 import hmac
 import json
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -217,6 +218,14 @@ def test_json_carries_the_event_record_and_an_optional_signature() -> None:
     ts = out.headers["X-Xaf-Hub-Timestamp"]
     mac = hmac.new(b"json-secret", ts.encode() + b"." + out.body, hashlib.sha256).hexdigest()
     assert out.headers["X-Xaf-Hub-Signature-256"] == f"sha256={mac}"
+    # One idempotency key per message: the same on every try, another for another event.
+    later = build(hook("json"), EVENT, "h", "t", project="e2e", language="en", page_url="",
+                  now=NOW.replace(hour=11))
+    other = build(hook("json"), replace(EVENT, id="task_done:T-2:ses_2"), "h", "t",
+                  project="e2e", language="en", page_url="", now=NOW)
+    key = out.headers["Idempotency-Key"]
+    assert later.headers["Idempotency-Key"] == key != other.headers["Idempotency-Key"]
+    assert len(key) == 32 and key.isascii()
 
 
 @pytest.mark.parametrize(

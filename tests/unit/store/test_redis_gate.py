@@ -574,3 +574,23 @@ def test_unreachable_model_state(lock_cfg: LockConfig) -> None:
     (hub,) = states(cfg, 1)
     with pytest.raises(UnreachableError, match="redis: unreachable"):
         hub.blacked_out_families(datetime.now(UTC))
+
+
+def test_heals_are_listed_for_every_hub_since_a_moment(lock_cfg: LockConfig, rds: Any) -> None:
+    """What the notifications re-derive a lost ``healed`` notice from, on Redis."""
+    from xaf_hub.store.model_state import HealedSession
+
+    a, b = states(lock_cfg)
+    t0 = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
+    a.remember_healed("heal:lan-a:s1:m1", "x/free", "y/good", t0, who=HealedSession("lan-a", "s1"))
+    b.remember_healed(
+        "heal:lan-b:s2:m2", "x/free", "y/good", t0 + timedelta(minutes=1),
+        who=HealedSession("lan-b", "s2", "title"),
+    )
+    b.remember_healed("resume:lan-b:s3", None, None, t0)  # a resume: no heal
+    b.remember_healed("heal:lan-b:s4:m4", None, "y/good", t0)  # written without its session
+    got = a.healed_since(t0 + timedelta(seconds=30))
+    assert [(h.key, h.who.title, h.to_model) for h in got] == [
+        ("heal:lan-b:s2:m2", "title", "y/good")
+    ]
+    assert [h.key for h in b.healed_since(t0)] == ["heal:lan-a:s1:m1", "heal:lan-b:s2:m2"]
