@@ -279,3 +279,45 @@ def test_the_fast_path_agrees_with_the_header_pattern_on_any_text(text: str) -> 
 
     slow = _AUTH_ECHO.sub(lambda m: f"{m.group(1)}{m.group(2) or ''}***", text)
     assert redact(text, ()) == slow
+
+
+def _slow_redact(text: str, secrets: tuple[str, ...]) -> str:
+    """The redaction without its fast paths: the whole alternation, then the header pattern."""
+    from xaf_hub.core.text import _AUTH_ECHO, _secret_pattern
+
+    found = _secret_pattern(tuple(sorted(set(secrets))))
+    if found is not None:
+        text = found[0].sub("***", text)
+    return _AUTH_ECHO.sub(lambda m: f"{m.group(1)}{m.group(2) or ''}***", text)
+
+
+# Secrets whose forms hold one another ("a=" holds "a"), or differ by escaping only.
+_SECRETS = (PW, f"alice:{PW}", "tok==", "tok", "中文密码", 'q"uote')
+_PIECES = sorted({f for s in _SECRETS for f in secret_forms(s)} | {
+    "x", " ", "\n", "=", "Authorization: Basic ", "ı", "\udc00", "中", "to", "k=", "alice:",
+})
+
+
+@given(st.lists(st.sampled_from(_PIECES), max_size=10).map("".join),
+       st.lists(st.sampled_from(_SECRETS), max_size=4).map(tuple))
+def test_the_witness_search_redacts_exactly_as_the_whole_pattern(
+    text: str, secrets: tuple[str, ...]
+) -> None:
+    # Text with no witness skips the alternation: only text no form can match.
+    assert redact(text, secrets) == _slow_redact(text, secrets)
+
+
+def test_every_form_holds_a_witness() -> None:
+    from xaf_hub.core.text import _secret_pattern
+
+    found = _secret_pattern(tuple(sorted(_SECRETS)))
+    assert found is not None
+    forms = {f for s in _SECRETS for f in secret_forms(s)}
+    assert all(any(w in f for w in found[1]) for f in forms)
+    assert len(found[1]) < len(forms)  # the point: fewer searches than forms
+
+
+def test_text_with_lone_surrogates_is_still_redacted() -> None:
+    # A server's JSON may decode to a lone surrogate; the byte-level header check takes it.
+    text = "\udc00 Authorization: Basic Zm9v \ud800" + PW
+    assert redact(text, (PW,)) == "\udc00 Authorization: Basic *** \ud800***"
