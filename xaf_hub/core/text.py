@@ -35,9 +35,69 @@ def table(rows: Sequence[Sequence[Any]], headers: Sequence[str], *, header_pad: 
 def dumps(data: Any) -> str:
     """JSON for scripts: UTF-8 text, stable key order as built, never NaN or Infinity."""
     try:
+        return _indented(data, "\n")
+    except _Unusual:  # any other value, a non-str key, a non-finite float: json's own way
+        pass
+    except RecursionError:
+        pass
+    try:
         return json.dumps(data, ensure_ascii=False, indent=2, allow_nan=False)
     except ValueError:  # a non-finite float somewhere: JSON has no word for it, say null
         return json.dumps(finite(data), ensure_ascii=False, indent=2)
+
+
+class _Unusual(Exception):
+    """A value ``_indented`` leaves to ``json.dumps``."""
+
+
+_quote = json.encoder.encode_basestring  # the C function json.dumps(ensure_ascii=False) uses
+
+
+def _indented(data: Any, newline: str) -> str:
+    """``json.dumps(data, ensure_ascii=False, indent=2)`` for plain JSON values (exact types
+    dict with str keys, list, tuple, str, int, finite float, bool, None), in a third of the
+    time: json's indented encoder is pure Python, one generator per container (22 ms for a
+    1 MB `sessions --json`). Anything else raises _Unusual."""
+    kind = type(data)
+    if kind is str:
+        return _quote(data)
+    if data is None:
+        return "null"
+    if data is True:
+        return "true"
+    if data is False:
+        return "false"
+    if kind is int:
+        return int.__repr__(data)
+    if kind is float:
+        if not math.isfinite(data):
+            raise _Unusual
+        return float.__repr__(data)
+    inner = newline + "  "
+    if kind is dict:
+        if not data:
+            return "{}"
+        parts = []
+        for key, value in data.items():
+            if type(key) is not str:
+                raise _Unusual
+            # The common leaves inline (a record is a flat dict): a call per field costs more.
+            vk = type(value)
+            if vk is str:
+                text = _quote(value)
+            elif vk is int:
+                text = int.__repr__(value)
+            elif value is None:
+                text = "null"
+            else:
+                text = _indented(value, inner)
+            parts.append(f"{_quote(key)}: {text}")
+        return "{" + inner + ("," + inner).join(parts) + newline + "}"
+    if kind is list or kind is tuple:
+        if not data:
+            return "[]"
+        return "[" + inner + ("," + inner).join([_indented(v, inner) for v in data]) + newline + "]"
+    raise _Unusual
 
 
 def dumps_line(data: Any) -> str:

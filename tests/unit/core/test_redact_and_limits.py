@@ -81,6 +81,52 @@ def test_dumps_never_writes_nan() -> None:
     assert json.loads(text) == {"a": [None, None, 1.5], "b": [None]}
 
 
+def _json_dumps(data: object) -> str:
+    """What dumps wrote before its fast path: json's own indented encoder."""
+    from xaf_hub.core.text import finite
+
+    try:
+        return json.dumps(data, ensure_ascii=False, indent=2, allow_nan=False)
+    except ValueError:
+        return json.dumps(finite(data), ensure_ascii=False, indent=2)
+
+
+_SCALARS = (
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text()
+    | st.sampled_from(["中文 \udc00 \x1b \u2028", "", '"\\'])
+)
+_VALUES = st.recursive(
+    _SCALARS,
+    lambda inner: st.lists(inner, max_size=4)
+    | st.lists(inner, max_size=3).map(tuple)
+    | st.dictionaries(st.text(max_size=5), inner, max_size=4)
+    | st.dictionaries(st.integers() | st.booleans() | st.none(), inner, max_size=2),
+    max_leaves=20,
+)
+
+
+@given(_VALUES)
+def test_dumps_writes_exactly_what_json_writes(data: object) -> None:
+    assert dumps(data) == _json_dumps(data)
+
+
+def test_dumps_of_a_snapshot_document_is_json_s_own() -> None:
+    from xaf_hub.page.export import snapshot_document
+
+    snap = Snapshot(
+        generated_at=1_717_000_000_000,
+        instances=(InstanceSummary("a", "http://127.0.0.1:1", True, total_sessions=2),),
+        sessions=tuple(
+            SessionRecord("a", f"ses_{i}", f"标题 {i}", "/p/app", created=1_717_000_000_000,
+                          updated=1_717_000_000_000 + i, cost=0.25 * i, project=True)
+            for i in range(50)
+        ),
+        warnings=("a: note",),
+    )
+    doc = snapshot_document(snap)
+    assert dumps(doc) == _json_dumps(doc)
+
+
 # --------------------------------------------------------------------------- serve
 
 
