@@ -85,8 +85,17 @@ class Context:
         from xaf_hub.cli.termfit import Screen, render
 
         screen = Screen.of(self.stdout, self.env, wide=self.common.wide)
-        safe = [["" if v is None else terminal_safe(str(v)) for v in row] for row in rows]
-        print(render(safe, [terminal_safe(h) for h in headers], screen, **how), file=self.stdout)
+        text = [["" if v is None else str(v) for v in row] for row in rows]
+        heads = list(headers)
+        # Secrets leave each cell before the table is laid out ("***" is narrower than a
+        # secret). Most tables hold none: the whole table is searched once, cells only then.
+        secrets = self.secrets()
+        joined = "\n".join("\t".join(r) for r in [heads, *text])
+        if redact(joined, secrets) != joined:
+            text = [[redact(v, secrets) for v in row] for row in text]
+            heads = [redact(h, secrets) for h in heads]
+        safe = [[terminal_safe(v) for v in row] for row in text]
+        print(render(safe, [terminal_safe(h) for h in heads], screen, **how), file=self.stdout)
 
     def warn(self, text: str) -> None:
         """Print a warning line to stderr."""

@@ -13,10 +13,12 @@ from collections.abc import Mapping
 from datetime import UTC, date, datetime, timedelta, tzinfo
 from datetime import time as wall_time
 from pathlib import Path
-from typing import Literal
-from zoneinfo import ZoneInfo
+from typing import TYPE_CHECKING, Literal
 
 from xaf_hub.errors import ConfigError
+
+if TYPE_CHECKING:  # zoneinfo (and the sysconfig it loads) only when a zone is resolved
+    from zoneinfo import ZoneInfo
 
 
 def local_time(
@@ -180,6 +182,8 @@ class _SystemLocalZone(tzinfo):
 
 
 def _zone_key(candidate: str) -> ZoneInfo | None:
+    from zoneinfo import ZoneInfo
+
     key = candidate.strip().lstrip(":")
     if not key or key.startswith("/"):
         return None
@@ -191,6 +195,8 @@ def _zone_key(candidate: str) -> ZoneInfo | None:
 
 def _zone_file(candidate: str) -> ZoneInfo | None:
     """The zone of a TZ naming a file (``/usr/share/zoneinfo/Asia/Shanghai``, ``:/etc/x``)."""
+    from zoneinfo import ZoneInfo
+
     path = candidate.strip().lstrip(":")
     if not path.startswith("/"):
         return None
@@ -212,6 +218,8 @@ def _posix_zone(rule: str) -> ZoneInfo | None:
     zoneinfo reads such a rule from the footer of a TZif file, so build the smallest one: no
     transitions, one placeholder type, and the rule that then applies at all times.
     """
+    from zoneinfo import ZoneInfo
+
     text = rule.strip()
     if not text or text.startswith((":", "/")) or "\n" in text or not text.isascii():
         return None
@@ -251,7 +259,11 @@ def resolve_timezone(
             return zone
         # Unreadable: the C library of this process says what it made of it; for another
         # environment, do as glibc does with a TZ it cannot read (UTC).
-        return _SystemLocalZone() if environ is None else ZoneInfo("UTC")
+        if environ is None:
+            return _SystemLocalZone()
+        from zoneinfo import ZoneInfo
+
+        return ZoneInfo("UTC")
     try:
         target = str(localtime_path.resolve(strict=True))
     except OSError:

@@ -20,7 +20,9 @@ def sane_ms(value: Any) -> int:
             value = float(value)
         except ValueError:
             return 0
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    # A tuple, not ``int | float`` (a new union object per call): this runs for every time
+    # field of every session listed.
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
         return 0
     if isinstance(value, float) and not math.isfinite(value):
         return 0

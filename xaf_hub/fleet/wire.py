@@ -39,18 +39,28 @@ class ServerSession:
     model: str
 
 
+# A tuple, not ``int | float``: that expression builds a new union object on every call, and
+# these readers run a few times per session of every listing.
+_NUMBER = (int, float)
+
+
+def _is_mapping(value: Any) -> bool:
+    # JSON objects are dicts: the exact-type test spares the ABC's slower isinstance check.
+    return type(value) is dict or isinstance(value, Mapping)
+
+
 def text_field(value: Any) -> str:
     """A string field; numbers as text, anything else (object, list, null) as ''."""
     if isinstance(value, str):
         return value
-    if isinstance(value, int | float) and not isinstance(value, bool):
+    if isinstance(value, _NUMBER) and not isinstance(value, bool):
         return str(value)
     return ""
 
 
 def as_mapping(value: Any) -> Mapping[str, Any]:
     """An object field, or an empty one when the server sent anything else."""
-    return value if isinstance(value, Mapping) else {}
+    return value if _is_mapping(value) else {}
 
 
 def cost_value(value: Any) -> float | None:
@@ -60,7 +70,7 @@ def cost_value(value: Any) -> float | None:
     ``MAX_SESSION_COST_USD``. Releases before 1.18 put cost on messages only, so their sessions
     have none (docs/architecture.md, "Daily budgets").
     """
-    if isinstance(value, int | float) and not isinstance(value, bool):
+    if isinstance(value, _NUMBER) and not isinstance(value, bool):
         number = float(value)
         if math.isfinite(number) and 0 <= number <= MAX_SESSION_COST_USD:
             return number
@@ -69,12 +79,12 @@ def cost_value(value: Any) -> float | None:
 
 def usable_id(obj: Any) -> str:
     """A session's id, or '' when the entry is not an object with a usable id."""
-    ident = obj.get("id") if isinstance(obj, Mapping) else None
+    ident = obj.get("id") if _is_mapping(obj) else None
     return ident if isinstance(ident, str) and 0 < len(ident) <= 200 else ""
 
 
 def _model_name(model: Any) -> str:
-    if isinstance(model, Mapping):
+    if _is_mapping(model):
         provider = text_field(model.get("providerID"))
         ident = text_field(model.get("id")) or text_field(model.get("modelID"))
         if provider and ident:
@@ -105,7 +115,7 @@ def session_from_classic(obj: Mapping[str, Any]) -> ServerSession:
 
 def session_from_v2(obj: Mapping[str, Any]) -> ServerSession:
     """Normalise a v2 SessionV2Info object (directory lives in ``location``)."""
-    loc = as_mapping(obj.get("location")) if isinstance(obj, Mapping) else {}
+    loc = as_mapping(obj.get("location")) if _is_mapping(obj) else {}
     plain = session_from_classic(obj)
     directory = text_field(loc.get("directory")) or plain.directory
     return dataclasses.replace(plain, directory=directory)

@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from xaf_hub.config.load import Config, InstanceConfig
 from xaf_hub.core.records import SessionRecord
@@ -20,12 +20,13 @@ from xaf_hub.core.text import redact
 from xaf_hub.errors import UnreachableError
 from xaf_hub.fleet.client import OpencodeClient
 from xaf_hub.fleet.scan import InstanceScan, TransportFactory, make_client, scan_fleet
-from xaf_hub.store import audit as audit_log
 from xaf_hub.store.backends import make_gate, make_pool
 from xaf_hub.store.backlog import TaskPool
 from xaf_hub.store.fence import Fence
-from xaf_hub.store.gate import Gate
-from xaf_hub.store.model_state import ModelState
+
+if TYPE_CHECKING:  # `status` reads the pool through this context: the rest loads on use
+    from xaf_hub.store.gate import Gate
+    from xaf_hub.store.model_state import ModelState
 
 
 def utc_now() -> datetime:
@@ -108,6 +109,8 @@ class OpsContext:
         extra: Mapping[str, Any] | None = None,
     ) -> None:
         """Append one audit line for a write the patrol made."""
+        from xaf_hub.store import audit as audit_log
+
         audit_log.append(
             self.cfg.state_dir,
             command=command,

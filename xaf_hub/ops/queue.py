@@ -12,13 +12,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from xaf_hub.ops.context import OpsContext
-from xaf_hub.ops.planner import default_title
 from xaf_hub.store.backlog import pick_tasks
-from xaf_hub.store.patrol_state import daemon_alive, heartbeat, patrol_dir
 from xaf_hub.store.tasks import BacklogData, Task, format_instant, new_task_id
+
+if TYPE_CHECKING:  # `status` only counts the queue: the planner and patrol state load on use
+    from xaf_hub.ops.context import OpsContext
 
 
 @dataclass(frozen=True)
@@ -76,6 +76,9 @@ def queue_work(
 ) -> Queued:
     """Add ``text`` to the pool as a pending task (under the pool's lock) and say where it
     stands. ``instance`` is the preference (the pool's pin); ``session`` the matched session."""
+    from xaf_hub.ops.planner import default_title
+    from xaf_hub.store.patrol_state import daemon_alive, heartbeat, patrol_dir
+
     now = octx.now()
     extra: dict[str, Any] = {"queued_reason": reason}
     if caller:

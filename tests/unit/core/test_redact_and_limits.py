@@ -82,6 +82,52 @@ def test_dumps_never_writes_nan() -> None:
     assert json.loads(text) == {"a": [None, None, 1.5], "b": [None]}
 
 
+def _json_dumps(data: object) -> str:
+    """What dumps wrote before its fast path: json's own indented encoder."""
+    from xaf_hub.core.text import finite
+
+    try:
+        return json.dumps(data, ensure_ascii=False, indent=2, allow_nan=False)
+    except ValueError:
+        return json.dumps(finite(data), ensure_ascii=False, indent=2)
+
+
+_SCALARS = (
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text()
+    | st.sampled_from(["中文 \udc00 \x1b \u2028", "", '"\\'])
+)
+_VALUES = st.recursive(
+    _SCALARS,
+    lambda inner: st.lists(inner, max_size=4)
+    | st.lists(inner, max_size=3).map(tuple)
+    | st.dictionaries(st.text(max_size=5), inner, max_size=4)
+    | st.dictionaries(st.integers() | st.booleans() | st.none(), inner, max_size=2),
+    max_leaves=20,
+)
+
+
+@given(_VALUES)
+def test_dumps_writes_exactly_what_json_writes(data: object) -> None:
+    assert dumps(data) == _json_dumps(data)
+
+
+def test_dumps_of_a_snapshot_document_is_json_s_own() -> None:
+    from xaf_hub.page.export import snapshot_document
+
+    snap = Snapshot(
+        generated_at=1_717_000_000_000,
+        instances=(InstanceSummary("a", "http://127.0.0.1:1", True, total_sessions=2),),
+        sessions=tuple(
+            SessionRecord("a", f"ses_{i}", f"标题 {i}", "/p/app", created=1_717_000_000_000,
+                          updated=1_717_000_000_000 + i, cost=0.25 * i, project=True)
+            for i in range(50)
+        ),
+        warnings=("a: note",),
+    )
+    doc = snapshot_document(snap)
+    assert dumps(doc) == _json_dumps(doc)
+
+
 # --------------------------------------------------------------------------- serve
 
 
@@ -392,3 +438,45 @@ def test_the_fast_path_agrees_with_the_header_pattern_on_any_text(text: str) -> 
 
     slow = _AUTH_ECHO.sub(lambda m: f"{m.group(1)}{m.group(2) or ''}***", text)
     assert redact(text, ()) == slow
+
+
+def _slow_redact(text: str, secrets: tuple[str, ...]) -> str:
+    """The redaction without its fast paths: the whole alternation, then the header pattern."""
+    from xaf_hub.core.text import _AUTH_ECHO, _secret_pattern
+
+    found = _secret_pattern(tuple(sorted(set(secrets))))
+    if found is not None:
+        text = found[0].sub("***", text)
+    return _AUTH_ECHO.sub(lambda m: f"{m.group(1)}{m.group(2) or ''}***", text)
+
+
+# Secrets whose forms hold one another ("a=" holds "a"), or differ by escaping only.
+_SECRETS = (PW, f"alice:{PW}", "tok==", "tok", "中文密码", 'q"uote')
+_PIECES = sorted({f for s in _SECRETS for f in secret_forms(s)} | {
+    "x", " ", "\n", "=", "Authorization: Basic ", "ı", "\udc00", "中", "to", "k=", "alice:",
+})
+
+
+@given(st.lists(st.sampled_from(_PIECES), max_size=10).map("".join),
+       st.lists(st.sampled_from(_SECRETS), max_size=4).map(tuple))
+def test_the_witness_search_redacts_exactly_as_the_whole_pattern(
+    text: str, secrets: tuple[str, ...]
+) -> None:
+    # Text with no witness skips the alternation: only text no form can match.
+    assert redact(text, secrets) == _slow_redact(text, secrets)
+
+
+def test_every_form_holds_a_witness() -> None:
+    from xaf_hub.core.text import _secret_pattern
+
+    found = _secret_pattern(tuple(sorted(_SECRETS)))
+    assert found is not None
+    forms = {f for s in _SECRETS for f in secret_forms(s)}
+    assert all(any(w in f for w in found[1]) for f in forms)
+    assert len(found[1]) < len(forms)  # the point: fewer searches than forms
+
+
+def test_text_with_lone_surrogates_is_still_redacted() -> None:
+    # A server's JSON may decode to a lone surrogate; the byte-level header check takes it.
+    text = "\udc00 Authorization: Basic Zm9v \ud800" + PW
+    assert redact(text, (PW,)) == "\udc00 Authorization: Basic *** \ud800***"
