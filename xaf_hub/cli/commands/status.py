@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from xaf_hub.cli.commands._common import (
     add_json,
@@ -19,10 +20,12 @@ from xaf_hub.cli.termfit import yes_no_color
 from xaf_hub.core.clock import iso_time
 from xaf_hub.core.text import dumps
 from xaf_hub.errors import HubError, UnreachableError
-from xaf_hub.fleet.scan import InstanceScan
 from xaf_hub.ops import budget
 from xaf_hub.ops.load import Load, instance_load
 from xaf_hub.store.backends import make_gate
+
+if TYPE_CHECKING:  # a type only: `status --help` loads no HTTP client
+    from xaf_hub.fleet.scan import InstanceScan
 
 EXAMPLES = """\
 examples:
