@@ -220,7 +220,10 @@ def _load_memory(folder: Path) -> tuple[RunMemory | None, str]:
     try:
         return RunMemory.load(folder), ""
     except HubError as exc:
-        return None, f"{exc}; this round read every session, the file is left as it is"
+        return None, (
+            f"{exc}; this round read every session and left the file as it is "
+            "(delete it to start a new memory)"
+        )
 
 
 def _keep_memory(cycle: Cycle) -> str:
@@ -229,8 +232,9 @@ def _keep_memory(cycle: Cycle) -> str:
     if memory is None:
         return ""
     memory.forget(cycle.touched)  # prompted this round: their run is not what was read
-    if all(s.status == "ok" for s in cycle.steps):
-        memory.keep_only(cycle.asked)  # a full round asked about every session it may need
+    if all(s.status in ("ok", "skipped") for s in cycle.steps):
+        # A full round asked about every session it may need, on every instance it reached.
+        memory.keep_only(cycle.asked, [i.name for i in cycle.instances if not i.reachable])
     try:
         memory.save()
     except OSError as exc:

@@ -178,10 +178,11 @@ class RunMemory:
             if self._entries.pop(key, None) is not None:
                 self._changed = True
 
-    def keep_only(self, keys: Iterable[tuple[str, str]]) -> None:
-        """Drop every session not in ``keys`` (gone, or out of the rounds' window)."""
-        wanted = set(keys)
-        for key in [k for k in self._entries if k not in wanted]:
+    def keep_only(self, keys: Iterable[tuple[str, str]], instances: Iterable[str] = ()) -> None:
+        """Drop every session not in ``keys`` (gone, or out of the rounds' window), except
+        those of ``instances`` (unreachable this round: nothing was asked about them)."""
+        wanted, kept = set(keys), set(instances)
+        for key in [k for k in self._entries if k not in wanted and k[0] not in kept]:
             del self._entries[key]
             self._changed = True
 

@@ -52,10 +52,12 @@ def test_memory_round_trip_and_recall_only_while_unchanged(tmp_path: Path) -> No
     assert again.recall("lan-a", "ses_1", 100, "busy") is None  # run state moved
     assert again.recall("lan-a", "ses_2", 200, "idle") is None  # was read while retrying
     assert again.recall("lan-b", "ses_1", 100, "idle") is None
+    again.remember("lan-b", "ses_9", 300, "idle", run())
     again.forget([("lan-a", "ses_1")])
-    again.keep_only([("lan-a", "ses_1")])
+    again.keep_only([("lan-a", "ses_1")], instances=["lan-b"])  # lan-b was not reached
     again.save()
-    assert len(RunMemory.load(tmp_path)) == 0
+    assert len(RunMemory.load(tmp_path)) == 1
+    assert RunMemory.load(tmp_path).recall("lan-b", "ses_9", 300, "idle") == run()
     assert not list(tmp_path.glob(".*.tmp"))  # no temp file left
 
 
@@ -146,6 +148,7 @@ class FakeFleet:
     sessions: dict[str, dict[str, Session]] = field(default_factory=dict)
     reads: Counter[tuple[str, str]] = field(default_factory=Counter)
     prompts: list[tuple[str, str]] = field(default_factory=list)
+    down: set[str] = field(default_factory=set)
 
     def add(self, inst: str, sid: str, updated: int, last: dict[str, Any]) -> None:
         self.sessions.setdefault(inst, {})[sid] = Session(sid, updated, last)
@@ -156,6 +159,8 @@ class FakeFleet:
     def answer(self, inst: str, req: httpx.Request) -> httpx.Response:
         path, q = req.url.path, req.url.params
         mine = self.sessions.get(inst, {})
+        if inst in self.down:
+            raise httpx.ConnectError("connection refused", request=req)
         if path == "/global/health":
             return httpx.Response(200, json={"healthy": True, "version": "1.18.33"})
         if path == "/experimental/session":
@@ -251,8 +256,19 @@ def test_one_changed_session_among_thousands_is_read_and_judged_again(tmp_path: 
     other = fleet.sessions["lan-c"]["ses_c0007"]
     mem.remember("lan-c", other.sid, other.updated, "retry", run())
     mem.save()
+    del fleet.sessions["lan-a"]["ses_a0001"]  # deleted on the server: forgotten
     fourth, reads = round_at(cfg, fleet, NOW + timedelta(minutes=30))
     assert fourth.code == 0 and reads == 1 and fleet.reads[("lan-c", other.sid)] == 2
+    assert len(RunMemory.load(cfg.state_dir / "patrol")) == total - 1
+
+    # An instance unreachable for a round keeps its memory: back, it costs no reads.
+    fleet.down.add("lan-c")
+    fifth, reads = round_at(cfg, fleet, NOW + timedelta(minutes=40))
+    assert reads == 0 and fifth.cycle is not None
+    assert [i.reachable for i in fifth.cycle.instances] == [True, True, False]
+    fleet.down.clear()
+    sixth, reads = round_at(cfg, fleet, NOW + timedelta(minutes=50))
+    assert sixth.code == 0 and reads == 0
     assert fleet.prompts == []
 
 
