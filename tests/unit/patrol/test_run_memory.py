@@ -1,7 +1,8 @@
 """Rounds that cost what changed: the patrol's memory of last runs (``RunMemory``) on disk, and
 whole rounds (``run_once``, the real jobs) over a mock fleet of thousands of sessions where one
 session changes: exactly that one is read again and judged anew; decisions that wait on time
-(the resume grace) are still taken from the memory without a read."""
+(a blackout ending, the resume grace; ``patrol.context.TIME_DECISIONS``) are still taken from
+the memory without a read."""
 
 from __future__ import annotations
 
@@ -20,7 +21,6 @@ from xaf_hub.config.load import Config, InstanceConfig, load_config
 from xaf_hub.core.runstate import LastRun
 from xaf_hub.errors import StateFileError
 from xaf_hub.ops.context import OpsContext
-from xaf_hub.patrol.context import TIME_DECISIONS
 from xaf_hub.patrol.runner import CycleRun, run_once
 from xaf_hub.store.patrol_state import RUNS_FILE, RunMemory
 
@@ -28,6 +28,7 @@ NOW = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
 NOW_MS = int(NOW.timestamp() * 1000)
 APP = "/srv/p/app"
 E400 = {"name": "APIError", "data": {"message": "bad request: tool schema", "statusCode": 400}}
+E404 = {"name": "APIError", "data": {"message": "model not found", "statusCode": 404}}
 
 
 # --------------------------------------------------------------------------- the file
@@ -103,12 +104,6 @@ def test_a_damaged_memory_is_a_clear_error(tmp_path: Path, content: str, message
     with pytest.raises(StateFileError) as info:
         RunMemory.load(tmp_path)
     assert str(tmp_path / RUNS_FILE) in str(info.value) and message in str(info.value)
-
-
-def test_time_decisions_are_listed() -> None:
-    # The list the docs and the cache rest on: every decision that waits on time, not on a
-    # session changing (architecture §8).
-    assert len(TIME_DECISIONS) >= 7 and any("blackout" in d for d in TIME_DECISIONS)
 
 
 # --------------------------------------------------------------------------- whole rounds
@@ -192,14 +187,14 @@ class FakeFleet:
         }
 
 
-def make_cfg(tmp_path: Path, names: list[str]) -> Config:
+def make_cfg(tmp_path: Path, names: list[str], models: dict[str, Any] | None = None) -> Config:
     doc = {
         "instances": [
             {"name": n, "url": f"http://127.0.0.1:{9 + i}", "roots": ["/srv/p"]}
             for i, n in enumerate(names)
         ],
         "concurrency_limit": 2,
-        "models": {"default_dispatch_model": "fake/fake-model"},
+        "models": models or {"default_dispatch_model": "fake/fake-model"},
     }
     path = tmp_path / "config.json"
     path.write_text(json.dumps(doc), "utf-8")
@@ -301,6 +296,35 @@ def test_a_time_decision_is_taken_without_reading_again(tmp_path: Path) -> None:
         RunMemory.load(cfg.state_dir / "patrol").recall("lan-a", "ses_stop", stopped, "idle")
         is None
     )
+
+
+def test_a_heal_that_waited_for_a_blackout_to_end_is_done_without_reading_again(
+    tmp_path: Path,
+) -> None:
+    # The session's model is gone (404); the next model of its chain is in a family blacked
+    # out until 08:00 (another session's rate limit). The first round waits. Nothing changes on
+    # the server; at 08:30 a round heals the session from the remembered failure, without
+    # reading it again.
+    chain = ["fake/missing-model", "opencode/other-model"]
+    models = {"chain": chain, "default_dispatch_model": chain[1], "timezone": "UTC"}
+    cfg = make_cfg(tmp_path, ["lan-a"], models)
+    OpsContext(cfg, clock=lambda: NOW).model_state().mark_blackout("opencode", "429", "t", NOW)
+    fleet = FakeFleet(1)
+    failed = assistant("m_404", NOW_MS - 90_000, error=E404)
+    failed["info"]["modelID"] = "missing-model"
+    fleet.add("lan-a", "ses_gone", NOW_MS - 60_000, failed)
+    first, reads = round_at(cfg, fleet, NOW)
+    assert reads == 1 and fleet.prompts == [] and first.cycle is not None
+    assert [(a.kind, a.result) for a in first.cycle.actions] == [("heal", "waiting")]
+    _early, reads = round_at(cfg, fleet, NOW + timedelta(hours=19, minutes=50))  # 07:50
+    assert reads == 0 and fleet.prompts == []
+    after, reads = round_at(cfg, fleet, NOW + timedelta(hours=20, minutes=30))  # 08:30
+    # Healed from the memory; the one read is check_agents' after the heal prompted it (a
+    # session prompted this round is always read again).
+    assert reads == 1 and fleet.prompts == [("lan-a", "ses_gone")]
+    assert after.cycle is not None
+    healed = [a for a in after.cycle.actions if a.kind == "heal"]
+    assert [(a.result, a.model) for a in healed] == [("ok", "opencode/other-model")]
 
 
 def test_a_damaged_memory_fails_the_round_loudly_but_still_reads_everything(
