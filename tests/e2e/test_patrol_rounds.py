@@ -7,13 +7,17 @@ instance."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
 import threading
 from collections import Counter
 
 import pytest
 
+from tests.e2e import test_live
 from tests.e2e.proxy import StallProxy
+from tests.e2e.test_live import start_again
 from tests.e2e.test_patrol import (
     CONTINUE_HEAD,
     agent_requests,
@@ -25,8 +29,11 @@ from tests.e2e.test_patrol import (
     use_models,
 )
 from tests.fleet import Hub
+from xaf_hub.sandbox import fleet as sandbox
 
 pytestmark = pytest.mark.e2e
+
+own_server = test_live.own_server  # the fixture: a server only this module's test restarts
 
 _MESSAGES = re.compile(r"^/session/(ses_\w+)/message(\?|$)")
 
@@ -101,3 +108,39 @@ def test_a_changed_session_is_healed_and_an_unchanged_one_not_read_again(hub: Hu
         assert sum(1 for e in audit_lines(hub) if e["command"] == "patrol.heal") == 1
         classes = {s["session"]: k for k, rows in third["sessions"].items() for s in rows}
         assert classes[done] == "finished" and classes[task_sid] == "finished"
+
+
+def test_a_run_killed_with_its_server_after_a_round_read_it_is_seen_interrupted(
+    hub: Hub, own_server: sandbox.OpencodeServer
+) -> None:
+    # The round remembers a finished session; then a new run starts in it and its server is
+    # SIGKILLed mid-run and started again. The session is idle once more, as when it was
+    # read, and its run stopped without finishing: the next round must read it again (its
+    # `updated` moved when the run began), class it interrupted and never call it finished.
+    url, pw = own_server.url, own_server.password
+    hub.llm.set_mode("slow-model", "slow", delay=120)
+    d = str(hub.root / "app")
+    sid = str(sandbox.create_session(url, pw, d, "killed mid-run")["id"])
+    sandbox.prompt_async(url, pw, sid, "short work", "fake/fake-model")
+    hub.wait_for(lambda: _idle_answered(url, pw, sid, d), timeout=90)
+    first = patrol(hub, "--no-design", "--no-fill")
+    assert sid in {s["session"] for s in first["sessions"]["finished"]}
+
+    sandbox.prompt_async(url, pw, sid, "long work", "fake/slow-model")
+    hub.wait_for(lambda: agent_requests(hub, "slow-model", "long work"), timeout=60)
+    port = own_server.port
+    os.kill(own_server.pid, signal.SIGKILL)
+    own_server.stop(grace=2.0)
+    start_again(own_server, port)
+    assert sid not in sandbox.status(own_server.url, pw, d)
+
+    second = patrol(hub, "--no-design", "--no-fill")
+    classes = {s["session"]: k for k, rows in second["sessions"].items() for s in rows}
+    assert classes[sid] == "interrupted", classes
+
+
+def _idle_answered(url: str, pw: str | None, sid: str, directory: str) -> bool:
+    msgs = sandbox.messages(url, pw, sid)
+    info = msgs[-1]["info"] if msgs else {}
+    done = info.get("role") == "assistant" and bool(info.get("time", {}).get("completed"))
+    return done and sid not in sandbox.status(url, pw, directory)
