@@ -147,6 +147,22 @@ class Cycle:
     reads: int = 0
     recalled: int = 0
     _runs: dict[tuple[str, str, int], LastRun] = field(default_factory=dict, repr=False)
+    _scan: tuple[Fleet, datetime, int] | None = field(default=None, repr=False)
+
+    def _acted(self) -> int:
+        """Grows with every prompt sent and every action that did or failed to do something."""
+        return len(self.touched) + sum(1 for a in self.actions if a.result in ("ok", "failed"))
+
+    async def scan(self, pctx: OpsContext) -> tuple[Fleet, datetime]:
+        """The fleet for a job, and when it was scanned: a job reuses an earlier job's scan of
+        this cycle while no job since has acted (prompted, healed, failed to), so an idle
+        round scans once, like `status`; after an action the fleet is scanned again."""
+        if self._scan is not None and self._scan[2] == self._acted():
+            return self._scan[0], self._scan[1]
+        at = pctx.now()
+        fleet = await pctx.scan()
+        self._scan = (fleet, at, self._acted())
+        return fleet, at
 
     def add(self, pctx: OpsContext, action: Action) -> None:
         """Record an action and log it as one line."""

@@ -144,6 +144,7 @@ class FakeFleet:
     reads: Counter[tuple[str, str]] = field(default_factory=Counter)
     prompts: list[tuple[str, str]] = field(default_factory=list)
     down: set[str] = field(default_factory=set)
+    lists: int = 0  # session list requests: one per instance and scan
 
     def add(self, inst: str, sid: str, updated: int, last: dict[str, Any]) -> None:
         self.sessions.setdefault(inst, {})[sid] = Session(sid, updated, last)
@@ -159,6 +160,7 @@ class FakeFleet:
         if path == "/global/health":
             return httpx.Response(200, json={"healthy": True, "version": "1.18.33"})
         if path == "/experimental/session":
+            self.lists += 1
             rows = sorted(mine.values(), key=lambda s: s.updated, reverse=True)
             if "cursor" in q:
                 rows = [s for s in rows if s.updated < int(q["cursor"])]
@@ -228,8 +230,10 @@ def test_one_changed_session_among_thousands_is_read_and_judged_again(tmp_path: 
     first, reads = round_at(cfg, fleet, NOW)
     assert first.code == 0, first.cycle and first.cycle.errors
     assert reads == total and first.cycle is not None and len(first.cycle.sessions) == total
+    lists = fleet.lists
     second, reads = round_at(cfg, fleet, NOW + timedelta(minutes=10))
     assert second.code == 0 and reads == 0
+    assert fleet.lists - lists == 3  # one scan for the three jobs (nothing acted): as `status`
     assert second.cycle is not None and second.cycle.recalled == total
     assert [(s.session, s.state) for s in second.cycle.sessions] == [
         (s.session, s.state) for s in first.cycle.sessions
@@ -316,9 +320,14 @@ def test_a_heal_that_waited_for_a_blackout_to_end_is_done_without_reading_again(
     first, reads = round_at(cfg, fleet, NOW)
     assert reads == 1 and fleet.prompts == [] and first.cycle is not None
     assert [(a.kind, a.result) for a in first.cycle.actions] == [("heal", "waiting")]
+    lists = fleet.lists
     _early, reads = round_at(cfg, fleet, NOW + timedelta(hours=19, minutes=50))  # 07:50
-    assert reads == 0 and fleet.prompts == []
+    assert reads == 0 and fleet.prompts == [] and fleet.lists - lists == 1
+    lists = fleet.lists
     after, reads = round_at(cfg, fleet, NOW + timedelta(hours=20, minutes=30))  # 08:30
+    # The round's scan, the send's re-count under the lock, then one scan again for the jobs
+    # after the heal (the heal prompted).
+    assert fleet.lists - lists == 3
     # Healed from the memory; the one read is check_agents' after the heal prompted it (a
     # session prompted this round is always read again).
     assert reads == 1 and fleet.prompts == [("lan-a", "ses_gone")]
