@@ -110,6 +110,7 @@ def test_a_changed_session_is_healed_and_an_unchanged_one_not_read_again(hub: Hu
         assert classes[done] == "finished" and classes[task_sid] == "finished"
 
 
+@pytest.mark.core  # the release matrix: `updated` must move when a run begins, on every release
 def test_a_run_killed_with_its_server_after_a_round_read_it_is_seen_interrupted(
     hub: Hub, own_server: sandbox.OpencodeServer
 ) -> None:
