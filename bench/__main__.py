@@ -3,6 +3,7 @@
     python -m bench                       # K=6 M=500, then K=12 M=2000; 5 timed rounds each
     python -m bench --sizes small --repeat 3
     python -m bench --k 3 --m 200         # one custom size
+    python -m bench --rounds              # a patrol round's cost, first and second, vs status
 
 Every command runs as a whole process, as a user would run it. Per size it measures, over
 --repeat rounds (after one warm-up round, in rotating order so drift hits all alike): the
@@ -786,6 +787,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--out", type=Path, default=RESULTS / "latest.json", help="result JSON")
     p.add_argument("--live", action="store_true",
                    help="only the live views (watch, patrol daemon) at --k/--m, default 2 x 300")
+    p.add_argument("--rounds", action="store_true",
+                   help="only a patrol round's cost (first, second) against status at --k/--m, "
+                        "default 3 x 1000 (bench/rounds.py)")
     p.add_argument("--samples", type=int, default=5, help="--live: prompts timed (default 5)")
     p.add_argument("--idle-seconds", type=float, default=60.0,
                    help="--live: seconds of idle CPU measured per process (default 60)")
@@ -810,6 +814,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     if args.live:
         return run_live(args, log)
+    if args.rounds:
+        return run_rounds(args, log)
 
     if args.k is not None:
         plan = {f"k{args.k}m{args.m}": (args.k, args.m)}
@@ -878,6 +884,30 @@ def run_live(args: argparse.Namespace, log: Callable[[str], None]) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, ensure_ascii=False, indent=2), encoding="utf-8")
     out.with_suffix(".md").write_text(f"```\n{text}```\n", encoding="utf-8")
+    log(f"wrote {out}")
+    return 0
+
+
+def run_rounds(args: argparse.Namespace, log: Callable[[str], None]) -> int:
+    """`python -m bench --rounds`: first and second patrol rounds against status."""
+    from bench.rounds import measure_rounds, render, write
+
+    root = Path(tempfile.mkdtemp(prefix="xaf-bench-rounds-"))
+    try:
+        with sigterm_as_interrupt():
+            result = measure_rounds(args.k or 3, args.m or 1000, args.repeat, root, log,
+                                    args.settle_cpu)
+    except KeyboardInterrupt:
+        log("interrupted; servers stopped")
+        return 130
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    result["machine"] = machine()
+    result["code"] = code_state()
+    text = render(result)
+    print(text)
+    out = RESULTS / "rounds.json"
+    write(result, text, out)
     log(f"wrote {out}")
     return 0
 

@@ -4,6 +4,9 @@
   outcomes, actions (heals, resumes, dispatches, pool changes), session classes, errors, and
   which sessions were already prompted this cycle (so a later job leaves them alone).
 * ``pool_discipline`` — the pool's discipline override, an unreadable pool reported.
+* ``TIME_DECISIONS`` — the decisions that wait on time, not on a session changing: a round
+  that skips a session's read (``Cycle.last_runs`` with the rounds' ``RunMemory``) still takes
+  them, from the remembered last run.
 
 Jobs take the operations context, ``xaf_hub.ops.context.OpsContext``, like every command.
 """
@@ -24,11 +27,39 @@ from xaf_hub.ops.budget import BudgetLine, budget_lines
 from xaf_hub.ops.context import Fleet, OpsContext
 from xaf_hub.ops.load import instance_load
 from xaf_hub.ops.send import pool_discipline as _pool_discipline
+from xaf_hub.store.patrol_state import RunMemory
 
 # Only the newest message decides the last run; messages can be large, so read just that one.
 MESSAGE_WINDOW = 1
 # Concurrent message reads per cycle step (the server answers each in a few ms).
 _MESSAGE_FAN_OUT = 8
+
+# A round reads a session's last run only when the scan shows its ``updated`` time or run
+# state moved since the round that last read it, or it is running or retrying (architecture
+# §8). The memory keeps the read's result (``LastRun``: outcome, message id, model, error,
+# created time), never a decision; so each of these decisions, which wait on time passing
+# rather than on the session changing, is taken again every round from the scan, the
+# remembered last run, the stores and ``now``:
+TIME_DECISIONS: tuple[str, ...] = (
+    # fix_free_limit: a heal that found no usable model (its families blacked out) is tried
+    # again once a blackout ends (``blackout_reset_hour``): run.error/model/message_id kept.
+    "heal once a blackout ends",
+    # fix_free_limit / check_agents: a heal or resume deferred for a free slot is tried again.
+    "heal or resume waiting for a free slot",
+    # fix_free_limit / check_agents: the 24-hour window, from the scan's ``updated``.
+    "24-hour look-back window",
+    # check_agents: busy with no update for patrol.stale_minutes (busy: never remembered).
+    "stale busy session by age",
+    # check_agents: a run that stopped without finishing is resumed once it is quiet for
+    # RUN_START_GRACE_MS (quiet = now - updated; run.outcome kept).
+    "resume after the run-start grace",
+    # fill_slots.settle: a prompt unanswered past patrol.no_answer_grace_seconds, an
+    # instance unreachable past stale_minutes, a task's back-off (not_before) ending.
+    "settle: no-answer grace, unreachable too long, back-off due",
+    # ops.decisions: an operator's interrupt after the run (audit log, read every round,
+    # against run.created_ms, kept).
+    "a person's interrupt after the run",
+)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -114,7 +145,30 @@ class Cycle:
     spend: list[BudgetLine] = field(default_factory=list)
     # Pool tasks fill_slots left pending because a daily budget was reached -> the refusal.
     budget_held: dict[str, str] = field(default_factory=dict)
+    # What earlier rounds read (a round's, not a live reaction's); None: read every session.
+    memory: RunMemory | None = field(default=None, repr=False)
+    # (instance, session) whose last run a job asked for this cycle (the memory keeps these).
+    asked: set[tuple[str, str]] = field(default_factory=set, repr=False)
+    # How many last runs were read from the servers, and how many taken from the memory.
+    reads: int = 0
+    recalled: int = 0
     _runs: dict[tuple[str, str, int], LastRun] = field(default_factory=dict, repr=False)
+    _scan: tuple[Fleet, datetime, int] | None = field(default=None, repr=False)
+
+    def _acted(self) -> int:
+        """Grows with every prompt sent and every action that did or failed to do something."""
+        return len(self.touched) + sum(1 for a in self.actions if a.result in ("ok", "failed"))
+
+    async def scan(self, pctx: OpsContext) -> tuple[Fleet, datetime]:
+        """The fleet for a job, and when it was scanned: a job reuses an earlier job's scan of
+        this cycle while no job since has acted (prompted, healed, failed to), so an idle
+        round scans once, like `status`; after an action the fleet is scanned again."""
+        if self._scan is not None and self._scan[2] == self._acted():
+            return self._scan[0], self._scan[1]
+        at = pctx.now()
+        fleet = await pctx.scan()
+        self._scan = (fleet, at, self._acted())
+        return fleet, at
 
     def add(self, pctx: OpsContext, action: Action) -> None:
         """Record an action and log it as one line."""
@@ -171,15 +225,26 @@ class Cycle:
         """The last run of each session; unreadable ones are left out.
 
         Cached per (instance, session, updated): a session that did not change since an
-        earlier job of this cycle read it is not read again.
+        earlier job of this cycle read it is not read again. With the rounds' ``memory``, an
+        idle session whose ``updated`` and run state are those of the round that last read
+        it is not read either; a running or retrying one always is.
         """
         result: dict[tuple[str, str], LastRun] = {}
         wanted: dict[str, list[SessionRecord]] = {}
         insts: dict[str, InstanceConfig] = {}
         for inst, rec in items:
-            cached = self._runs.get((inst.name, rec.id, rec.updated))
-            if cached is not None and (inst.name, rec.id) not in self.touched:
-                result[(inst.name, rec.id)] = cached
+            key = (inst.name, rec.id)
+            self.asked.add(key)
+            cached = None if key in self.touched else self._runs.get((*key, rec.updated))
+            if cached is None and key not in self.touched and self.memory is not None:
+                cached = self.memory.recall(*key, rec.updated, rec.run_state)
+                if cached is not None and rec.run_state == "idle":
+                    self.recalled += 1
+                    self._runs[(*key, rec.updated)] = cached
+                else:
+                    cached = None  # running or retrying: always read
+            if cached is not None:
+                result[key] = cached
             else:
                 wanted.setdefault(inst.name, []).append(rec)
                 insts[inst.name] = inst
@@ -195,8 +260,11 @@ class Cycle:
                         except HubError:
                             return  # gone or unreadable: judged as unknown
                     run = last_run(msgs)
+                    self.reads += 1
                     self._runs[(name, rec.id, rec.updated)] = run
                     result[(name, rec.id)] = run
+                    if self.memory is not None:
+                        self.memory.remember(name, rec.id, rec.updated, rec.run_state, run)
 
                 await aio.gather(*(one(r) for r in recs))
 

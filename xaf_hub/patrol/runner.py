@@ -8,6 +8,9 @@
   machine (two daemons, or cron's ``--once`` next to a daemon) never run a cycle at the same
   time; the second one skips that cycle with a message (``--once`` then exits 3).
 * ``patrol/paused.json`` is the durable pause flag: a paused patrol runs no cycle and says so.
+* ``patrol/last-runs.json`` (``RunMemory``) is what the rounds read of each session's last
+  run: a round reads only the sessions that moved since (``Cycle.last_runs``). A damaged one
+  is reported (exit 1), left as it is, and the round reads every session.
 * The daemon (``run_daemon``) is an APScheduler 3 ``BlockingScheduler`` with one interval job
   (``max_instances=1``, ``coalesce=True``), first run aligned to ``patrol.minute_offset``.
   SIGTERM/SIGINT let the running step finish, skip the remaining steps (the report still
@@ -51,6 +54,7 @@ from xaf_hub.store.gate import host_name
 from xaf_hub.store.patrol_state import (
     HEARTBEAT_FILE,
     PAUSE_FILE,
+    RunMemory,
     clear_paused,
     daemon_alive,
     heartbeat,
@@ -109,11 +113,14 @@ def worst_code(codes: Iterable[int]) -> int:
 
 
 async def run_cycle(
-    pctx: OpsContext, skip: Iterable[str] = (), steps: tuple[tuple[str, Job], ...] = STEPS
+    pctx: OpsContext,
+    skip: Iterable[str] = (),
+    steps: tuple[tuple[str, Job], ...] = STEPS,
+    memory: RunMemory | None = None,
 ) -> Cycle:
     """Run the steps in order; a failing step is recorded and the next one still runs."""
     skipped = set(skip)
-    cycle = Cycle(started=pctx.now())
+    cycle = Cycle(started=pctx.now(), memory=memory)
     for name, job in steps:
         if name in skipped:
             cycle.steps.append(StepOutcome(name, "skipped"))
@@ -260,11 +267,18 @@ def run_once(
             if not keep_lease:  # --once: renewed while the round runs, given back after it
                 stack.callback(_give_back, lease)
                 stack.enter_context(_renewing(lease))
-        cycle = aio.run(run_cycle(pctx, skip, steps))
+        memory, problem = _load_memory(folder)
+        cycle = aio.run(run_cycle(pctx, skip, steps, memory))
+        problem = problem or _keep_memory(cycle)
+        pctx.log(f"last runs: {cycle.reads} read, {cycle.recalled} unchanged since read")
         queue_round(pctx, cycle)
     if send:
         send_round(pctx, cycle)
     code = cycle_code(cycle)
+    if problem:
+        code = worst_code((code, int(ExitCode.INTERNAL)))
+        cycle.errors.append(pctx.redact(problem))
+        pctx.log(f"error: {pctx.redact(problem)}")
     report: Path | None = None
     try:
         report = write_report(pctx, cycle, code)[1]
@@ -300,6 +314,33 @@ def _renewing(lease: PatrolLease) -> Iterator[None]:
 def _give_back(lease: PatrolLease) -> None:
     with contextlib.suppress(HubError):  # unreachable: the lease lapses on its own
         lease.release()
+
+
+def _load_memory(folder: Path) -> tuple[RunMemory | None, str]:
+    """The rounds' memory of last runs, or why not (damaged: the round reads every session)."""
+    try:
+        return RunMemory.load(folder), ""
+    except HubError as exc:
+        return None, (
+            f"{exc}; this round read every session and left the file as it is "
+            "(delete it to start a new memory)"
+        )
+
+
+def _keep_memory(cycle: Cycle) -> str:
+    """Save what this round read; "" or why it could not be saved."""
+    memory = cycle.memory
+    if memory is None:
+        return ""
+    memory.forget(cycle.touched)  # prompted this round: their run is not what was read
+    if all(s.status in ("ok", "skipped") for s in cycle.steps):
+        # A full round asked about every session it may need, on every instance it reached.
+        memory.keep_only(cycle.asked, [i.name for i in cycle.instances if not i.reachable])
+    try:
+        memory.save()
+    except OSError as exc:
+        return f"patrol last-runs memory {memory.path}: not written: {exc}"
+    return ""
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,24 +1,33 @@
-"""The patrol's state files that others read: pause flag, daemon heartbeat, latest report.
+"""The patrol's state files: pause flag, daemon heartbeat, latest report, last runs read.
 
-Both live in ``<state_dir>/patrol/``. The pause flag is written by ``patrol pause`` and
+All live in ``<state_dir>/patrol/``. The pause flag is written by ``patrol pause`` and
 removed by ``patrol resume``; the heartbeat is written by the running daemon
 (``patrol.runner``). ``doctor``, ``patrol status`` and the overview page read them here.
+``RunMemory`` (``last-runs.json``) is what the rounds last read of each session's last run,
+so a round reads again only the sessions that changed (architecture §8).
 """
 
 from __future__ import annotations
 
 import socket
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from xaf_hub.config.load import Config
+from xaf_hub.core.runstate import LastRun
 from xaf_hub.errors import StateFileError
 from xaf_hub.store.statefile import read_json, write_json_atomic
 
 PAUSE_FILE = "paused.json"
 HEARTBEAT_FILE = "daemon.json"
 LATEST = "report-latest"  # <LATEST>.json / .md: the newest round's report
+RUNS_FILE = "last-runs.json"
+RUNS_SCHEMA = 1
+_RUNS_WHAT = "patrol last-runs memory"
+_RUN_STATES = ("busy", "retry", "idle")
 
 
 def patrol_dir(cfg: Config) -> Path:
@@ -93,3 +102,152 @@ def latest_report(folder: Path) -> dict[str, Any] | None:
     except FileNotFoundError:
         return None
     return doc if isinstance(doc, dict) else None
+
+
+# ---------------------------------------------------------------------------------------------
+# What the rounds last read of each session's last run
+
+
+@dataclass(frozen=True)
+class SeenRun:
+    """One session's last run as a round read it, and the scan's view of the session then."""
+
+    updated: int  # the session's ``time.updated`` (ms) in the scan the read belonged to
+    run_state: str  # busy | retry | idle, from the status endpoint in that scan
+    run: LastRun
+
+
+def _run_json(run: LastRun) -> dict[str, Any]:
+    return {
+        "outcome": run.outcome,
+        "message_id": run.message_id,
+        "model": run.model,
+        "error": dict(run.error) if run.error is not None else None,
+        "created_ms": run.created_ms,
+    }
+
+
+class RunMemory:
+    """``last-runs.json``: per (instance, session), what the last read of its last run saw.
+
+    A round uses an entry only while the scan shows the session with the same ``updated``
+    and run state (``recall``); anything else is read again. Only the result of the read is
+    kept, never a decision, so every decision that waits on time is taken again each round
+    from it (``patrol.context.TIME_DECISIONS``). Written atomically with a schema version;
+    the rounds that write it hold ``patrol/cycle.lock``. A damaged file is a
+    ``StateFileError`` naming it and the entry, and is never overwritten.
+    """
+
+    def __init__(self, path: Path, entries: dict[tuple[str, str], SeenRun]) -> None:
+        self.path = path
+        self._entries = entries
+        self._changed = False
+
+    @classmethod
+    def load(cls, folder: Path) -> RunMemory:
+        """The memory in ``folder`` (empty when there is none); StateFileError when damaged."""
+        path = folder / RUNS_FILE
+        try:
+            doc = read_json(path, what=_RUNS_WHAT)
+        except FileNotFoundError:
+            return cls(path, {})
+        return cls(path, _parse_runs(path, doc))
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def recall(self, instance: str, session: str, updated: int, run_state: str) -> LastRun | None:
+        """The remembered last run, if the session has not moved since it was read."""
+        seen = self._entries.get((instance, session))
+        if seen is None or seen.updated != updated or seen.run_state != run_state:
+            return None
+        return seen.run
+
+    def remember(
+        self, instance: str, session: str, updated: int, run_state: str, run: LastRun
+    ) -> None:
+        """Keep what a read just saw, with the scan's ``updated`` and run state."""
+        seen = SeenRun(updated, run_state, run)
+        if self._entries.get((instance, session)) != seen:
+            self._entries[(instance, session)] = seen
+            self._changed = True
+
+    def forget(self, keys: Iterable[tuple[str, str]]) -> None:
+        """Drop sessions (e.g. prompted this round: their next read must not be skipped)."""
+        for key in keys:
+            if self._entries.pop(key, None) is not None:
+                self._changed = True
+
+    def keep_only(self, keys: Iterable[tuple[str, str]], instances: Iterable[str] = ()) -> None:
+        """Drop every session not in ``keys`` (gone, or out of the rounds' window), except
+        those of ``instances`` (unreachable this round: nothing was asked about them)."""
+        wanted, kept = set(keys), set(instances)
+        for key in [k for k in self._entries if k not in wanted and k[0] not in kept]:
+            del self._entries[key]
+            self._changed = True
+
+    def save(self) -> None:
+        """Write the memory atomically, when it changed."""
+        if not self._changed:
+            return
+        by_instance: dict[str, dict[str, Any]] = {}
+        for (instance, session), seen in sorted(self._entries.items()):
+            by_instance.setdefault(instance, {})[session] = {
+                "updated": seen.updated,
+                "run_state": seen.run_state,
+                "run": _run_json(seen.run),
+            }
+        write_json_atomic(self.path, {"schema_version": RUNS_SCHEMA, "instances": by_instance})
+        self._changed = False
+
+
+def _parse_runs(path: Path, doc: Any) -> dict[tuple[str, str], SeenRun]:
+    def bad(where: str, problem: str) -> StateFileError:
+        return StateFileError(f"{_RUNS_WHAT} {path}: {where}: {problem}")
+
+    if not isinstance(doc, dict):
+        raise bad("top level", "not an object")
+    version = doc.get("schema_version")
+    if version != RUNS_SCHEMA:
+        raise bad(
+            "schema_version", f"{version!r} is not {RUNS_SCHEMA} (written by another version?)"
+        )
+    instances = doc.get("instances")
+    if not isinstance(instances, dict):
+        raise bad("instances", "not an object")
+    entries: dict[tuple[str, str], SeenRun] = {}
+    for instance, sessions in instances.items():
+        if not isinstance(sessions, dict):
+            raise bad(f"instances.{instance}", "not an object")
+        for session, raw in sessions.items():
+            seen = _parse_seen(raw)
+            if isinstance(seen, str):
+                raise bad(f"instances.{instance}.{session}", seen)
+            entries[(instance, session)] = seen
+    return entries
+
+
+def _parse_seen(raw: Any) -> SeenRun | str:
+    """One entry, or what is wrong with it."""
+    if not isinstance(raw, Mapping):
+        return "not an object"
+    updated, run_state, run = raw.get("updated"), raw.get("run_state"), raw.get("run")
+    if not isinstance(updated, int) or isinstance(updated, bool):
+        return "updated is not an integer"
+    if run_state not in _RUN_STATES:
+        return f"run_state {run_state!r} is not one of {', '.join(_RUN_STATES)}"
+    if not isinstance(run, Mapping):
+        return "run is not an object"
+    texts = [run.get(k) for k in ("outcome", "message_id", "model")]
+    if not all(isinstance(t, str) for t in texts) or not texts[0]:
+        return "run.outcome, run.message_id or run.model is not text"
+    error, created = run.get("error"), run.get("created_ms")
+    if error is not None and not isinstance(error, Mapping):
+        return "run.error is neither null nor an object"
+    if not isinstance(created, int) or isinstance(created, bool):
+        return "run.created_ms is not an integer"
+    return SeenRun(
+        updated,
+        str(run_state),
+        LastRun(str(texts[0]), str(texts[1]), str(texts[2]), error, created),
+    )

@@ -80,7 +80,7 @@ def resume_refusal(
 
 async def check_agents(pctx: OpsContext, cycle: Cycle) -> None:
     """Classify every recent project session and resume the interrupted ones."""
-    fleet = await pctx.scan()
+    fleet, _ = await cycle.scan(pctx)
     cycle.note_instances(pctx, fleet)
     now = pctx.now()
     now_ms = to_ms(now)

@@ -148,8 +148,7 @@ def session_title(task: Task) -> str:
 
 async def fill_slots(pctx: OpsContext, cycle: Cycle) -> None:
     """Settle dispatched tasks, then dispatch pending ones into every free slot."""
-    scanned_at = pctx.now()
-    fleet = await pctx.scan()
+    fleet, scanned_at = await cycle.scan(pctx)
     cycle.note_instances(pctx, fleet)
     backlog = pctx.backlog()
     await settle_dispatched(pctx, cycle, fleet, backlog.load().tasks, scanned_at)

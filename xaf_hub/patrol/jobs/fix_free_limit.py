@@ -58,7 +58,7 @@ def record_heal(pctx: OpsContext, cycle: Cycle, rec: SessionRecord, healing: Hea
 
 async def fix_free_limit(pctx: OpsContext, cycle: Cycle) -> None:
     """Heal every rate-limited or model-unavailable project session once."""
-    fleet = await pctx.scan()
+    fleet, _ = await cycle.scan(pctx)
     now = pctx.now()
     horizon = to_ms(now - LOOKBACK)
     items = [
