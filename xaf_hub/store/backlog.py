@@ -234,17 +234,31 @@ class TaskPool(abc.ABC):
         *,
         commit: str | None = None,
         verified: bool | None = None,
+        expected: Task | None = None,
     ) -> Task:
-        """Record that a task's session finished cleanly (and the commit found for it, if any)."""
-        return self.set_status(
-            task_id,
-            "done",
-            done_at=format_instant(now),
-            not_before=None,
-            infra_failures=0,
-            commit=commit,
-            verified=verified,
-        )
+        """Record that a task's session finished cleanly (and the commit found for it, if any).
+
+        With ``expected`` (the row the patrol judged, before a verification that may take the
+        fetch's whole time) the row is marked only if it is still exactly that row; a person's
+        change meanwhile stands and TaskChanged is raised.
+        """
+        def mutate(data: BacklogData) -> Task:
+            old = data.require(task_id)
+            if expected is not None and old != expected:
+                raise TaskChanged(task_id, old)
+            return data.replace(
+                dataclasses.replace(
+                    old,
+                    status="done",
+                    done_at=format_instant(now),
+                    not_before=None,
+                    infra_failures=0,
+                    commit=commit,
+                    verified=verified,
+                )
+            )
+
+        return self.update(mutate)
 
     def requeue(
         self,

@@ -139,6 +139,23 @@ def test_failed_mutation_leaves_the_pool_alone(backend: Config) -> None:
     assert stored(backend) == before
 
 
+def test_done_is_written_only_over_the_row_that_was_judged(backend: Config) -> None:
+    """The patrol judges a row, verifies its commit (up to the fetch's whole time), then marks
+    it done: a person's change in between (set back to pending, cancelled) stands."""
+    pool = make_pool(backend)
+    pool.add(Task(id="T1", title="one"), now=NOW)
+    judged = pool.mark_dispatched("T1", "ses_1", "lan-a", None, NOW)
+    person = pool.set_status("T1", "pending", session_id=None, dispatched_to=None)
+    before = stored(backend)
+    with pytest.raises(TaskChanged, match="T1 changed meanwhile"):
+        pool.mark_done("T1", NOW, commit="a" * 40, verified=True, expected=judged)
+    assert stored(backend) == before and pool.load().require("T1") == person
+    # The row still as judged: marked, with its proof.
+    judged = pool.mark_dispatched("T1", "ses_2", "lan-a", None, NOW)
+    done = pool.mark_done("T1", NOW, commit="b" * 40, verified=True, expected=judged)
+    assert (done.status, done.commit, done.verified) == ("done", "b" * 40, True)
+
+
 def test_import_is_all_or_nothing(backend: Config) -> None:
     pool = make_pool(backend)
     pool.add(Task(id="T1", title="one"), now=NOW)

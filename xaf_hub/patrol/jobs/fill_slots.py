@@ -431,7 +431,11 @@ async def settle_dispatched(
         try:
             if verdict.action == "done":
                 pctx.backlog().mark_done(
-                    task.id, now, commit=verdict.commit or None, verified=verdict.verified
+                    task.id,
+                    now,
+                    commit=verdict.commit or None,
+                    verified=verdict.verified,
+                    expected=task,  # a person's change during the verification stands
                 )
                 proof = {"commit": verdict.commit} if verdict.verified else {}
                 pctx.audit(
@@ -494,6 +498,16 @@ async def settle_dispatched(
                         detail=verdict.reason,
                     ),
                 )
+        except TaskChanged as exc:
+            # A person changed the row while the round judged it (a verification can take
+            # the fetch's whole time): their change stands, nothing is written over it.
+            cycle.add(
+                pctx,
+                Action(
+                    STEP, "keep", "skipped", key[0], key[1], task=task.id, title=task.title,
+                    detail=str(exc),
+                ),
+            )
         except HubError as exc:
             cycle.error(pctx, STEP, f"settle task {task.id}: {exc}")
 
