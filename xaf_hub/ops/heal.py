@@ -22,10 +22,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import UTC, datetime, tzinfo
 from typing import Any, Literal
 
 from xaf_hub.config.load import InstanceConfig
+from xaf_hub.core.clock import next_reset
 from xaf_hub.core.discipline import CONTINUE_PROMPT
 from xaf_hub.core.records import SessionRecord
 from xaf_hub.core.runstate import ErrorClass, LastRun, classify_error, classify_message, error_text
@@ -58,6 +59,7 @@ class HealCandidate:
     model: str  # the model that failed ("" when unknown)
     key: str  # the failure's identity, for "never heal twice"
     reason: str
+    at_ms: int = 0  # when the failed message began (0: now, a retry still under way)
 
 
 def heal_key(instance: str, session: str, identity: str) -> str:
@@ -96,6 +98,7 @@ def heal_candidate(rec: SessionRecord, run: LastRun | None) -> HealCandidate | N
         run.model or rec.model,
         heal_key(rec.instance, rec.id, run.message_id),
         error_text(run.error),
+        run.created_ms,
     )
 
 
@@ -104,6 +107,19 @@ def blackout_family(cand: HealCandidate, families: Mapping[str, Sequence[str]]) 
     if cand.signal != "rate_limited" or not cand.model:
         return None
     return family_of(cand.model, families)
+
+
+def window_over(cand: HealCandidate, reset_hour: int, tz: tzinfo, now: datetime) -> bool:
+    """Whether the rest a failure called for already ended: a reset hour passed since it.
+
+    A heal that waited for a usable model past the reset must not black the family out again
+    from the same old failure (each round after a reset would push the rest a day on, and the
+    heal would wait for ever); a new rate limit is a new failure and blacks it out anew.
+    """
+    if cand.at_ms <= 0:
+        return False  # a retry still under way: limited now
+    began = datetime.fromtimestamp(cand.at_ms / 1000, UTC)
+    return next_reset(began, reset_hour, tz) <= now
 
 
 def heal_target(
@@ -193,6 +209,8 @@ async def heal(
     families = cfg.models.families()
     now = ops.now()
     family = blackout_family(cand, families)
+    if family is not None and window_over(cand, state.reset_hour, state.tz, now):
+        family = None  # its rest is over: the family is tried again, not blacked out anew
     blackout, until_ms = "", None
     if family is not None:
         # Blackout first, then the target: the target must already skip the family.

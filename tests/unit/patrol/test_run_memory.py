@@ -29,6 +29,7 @@ NOW_MS = int(NOW.timestamp() * 1000)
 APP = "/srv/p/app"
 E400 = {"name": "APIError", "data": {"message": "bad request: tool schema", "statusCode": 400}}
 E404 = {"name": "APIError", "data": {"message": "model not found", "statusCode": 404}}
+E429 = {"name": "APIError", "data": {"message": "Rate limit exceeded", "statusCode": 429}}
 
 
 # --------------------------------------------------------------------------- the file
@@ -334,6 +335,33 @@ def test_a_heal_that_waited_for_a_blackout_to_end_is_done_without_reading_again(
     assert after.cycle is not None
     healed = [a for a in after.cycle.actions if a.kind == "heal"]
     assert [(a.result, a.model) for a in healed] == [("ok", "opencode/other-model")]
+
+
+def test_a_rate_limit_blacks_its_family_out_once_not_again_from_the_same_failure(
+    tmp_path: Path,
+) -> None:
+    # Every model of the chain is in the family the failure's rate limit blacks out: the round
+    # waits for the reset hour. At 08:30 the failure's window is over and the family has had
+    # its rest: the round heals the session. Blacking the family out again from the same old
+    # failure (as each round after a reset did) made such a heal wait forever, a day at a time.
+    chain = ["opencode/first-model", "opencode/other-model"]
+    models = {"chain": chain, "default_dispatch_model": chain[1], "timezone": "UTC"}
+    cfg = make_cfg(tmp_path, ["lan-a"], models)
+    fleet = FakeFleet(1)
+    failed = assistant("m_429", NOW_MS - 90_000, error=E429)
+    failed["info"].update(providerID="opencode", modelID="first-model")
+    fleet.add("lan-a", "ses_rl", NOW_MS - 60_000, failed)
+    first, _ = round_at(cfg, fleet, NOW)
+    assert first.cycle is not None and fleet.prompts == []
+    assert [(a.kind, a.result) for a in first.cycle.actions] == [("heal", "waiting")]
+    state = OpsContext(cfg, clock=lambda: NOW).model_state()
+    assert set(state.active_blackouts(NOW)) == {"opencode"}
+    later = NOW + timedelta(hours=20, minutes=30)  # 08:30 the next day
+    after, _ = round_at(cfg, fleet, later)
+    assert after.cycle is not None and fleet.prompts == [("lan-a", "ses_rl")]
+    healed = [a for a in after.cycle.actions if a.kind == "heal"]
+    assert [(a.result, a.model) for a in healed] == [("ok", "opencode/other-model")]
+    assert state.active_blackouts(later) == {}
 
 
 def test_a_damaged_memory_fails_the_round_loudly_but_still_reads_everything(
