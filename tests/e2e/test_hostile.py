@@ -176,7 +176,7 @@ def _sessions(c: Case, mode: str, doc: dict[str, Any]) -> dict[str, dict[str, An
     if mode in ("time-inf", "time-huge"):
         assert bad["ses_hostileodd"]["updated"] == 0  # unknown, not year 3 billion
     if mode == "nan-cost":
-        assert bad["ses_hostileodd"]["cost"] == 0
+        assert bad["ses_hostileodd"]["cost"] is None  # unknown, never a silent 0
     if mode == "bad-next":
         assert (bad["ses_hostileretry"]["run_state"], bad["ses_hostileretry"]["retry_next"]) == (
             "retry",
