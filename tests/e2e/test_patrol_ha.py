@@ -115,6 +115,13 @@ def test_sigkill_of_the_active_daemon_fails_over_within_the_lease(
     took = time.monotonic() - killed
     assert took <= LEASE + 10, f"failover took {took:.1f}s"
     assert role_of(status(a), "host-a") == "silent"
+    # The written page names the host that took over (read from the same lease as status).
+    page = a.home.parent / "ha-page.html"
+    code, _, err = a.run("sessions", "--html", str(page))
+    assert code == 0, err
+    html = page.read_text("utf-8")
+    assert 'id="active-host" data-host="host-b"' in html
+    assert "The patrol runs on host host-b;" in html
 
     # The new holder fills the pool: each task once, by host-b.
     seed = a.home.parent / "ha-seed.json"

@@ -194,8 +194,10 @@ def open_lease(pctx: OpsContext) -> PatrolLease | None:
     ``patrol.lease_seconds: 0`` turns it off: every daemon runs rounds, and only the pool's
     atomic claims and the gate keep two of them from sending one task twice.
     """
+    from xaf_hub.store.backends import uses_lease
+
     cfg = pctx.cfg
-    if "redis" not in (cfg.lock.backend, cfg.pool.backend) or cfg.patrol.lease_seconds <= 0:
+    if not uses_lease(cfg):
         return None
     from xaf_hub.store.redis_backend import connect
     from xaf_hub.store.redis_lease import PatrolLease
