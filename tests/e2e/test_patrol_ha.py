@@ -23,6 +23,7 @@ import pytest
 from tests.e2e import test_redis_fleet as two_hosts
 from tests.e2e.proxy import StallProxy
 from tests.e2e.test_redis_fleet import Host, abort_all, on_both
+from tests.notify_capture import Capture
 
 pytestmark = pytest.mark.e2e
 
@@ -91,11 +92,35 @@ def start(host: Host, procs: list[subprocess.Popen[str]]) -> subprocess.Popen[st
     return proc
 
 
+@pytest.fixture
+def capture() -> Iterator[Capture]:
+    cap = Capture("json")
+    cap.start()
+    yield cap
+    cap.stop()
+
+
+def failovers(cap: Capture) -> list[tuple[str, str]]:
+    return [
+        (e["data"]["from_host"], e["data"]["to_host"])
+        for e in cap.events()
+        if e["type"] == "failover"
+    ]
+
+
 def test_sigkill_of_the_active_daemon_fails_over_within_the_lease(
-    hosts: tuple[Host, Host], daemons: list[subprocess.Popen[str]]
+    hosts: tuple[Host, Host], daemons: list[subprocess.Popen[str]], capture: Capture
 ) -> None:
     a, b = hosts
     on_both(hosts, ha)
+    for h in hosts:  # both hosts post to one chat
+        h.hub.env["HOOK_TEAM"] = capture.url
+    on_both(
+        hosts,
+        lambda doc: doc.update(
+            notify={"webhooks": [{"name": "team", "url_env": "HOOK_TEAM", "format": "json"}]}
+        ),
+    )
     a.hub.llm.set_mode("fake-model", "slow", delay=60)
     pa = start(a, daemons)
     a.hub.wait_for(lambda: status(b)["active_host"] == "host-a", timeout=60)
@@ -109,12 +134,22 @@ def test_sigkill_of_the_active_daemon_fails_over_within_the_lease(
         assert [d["host"] for d in doc["daemons"] if d["role"] == "active"] == ["host-a"]
         time.sleep(0.5)
 
+    assert failovers(capture) == []  # a first start is no failover
     pa.kill()
     killed = time.monotonic()
     a.hub.wait_for(lambda: status(a)["active_host"] == "host-b", timeout=LEASE + 30)
     took = time.monotonic() - killed
     assert took <= LEASE + 10, f"failover took {took:.1f}s"
     assert role_of(status(a), "host-a") == "silent"
+    # One chat notice says the patrol moved (B queued it at the take; its id is B's token).
+    a.hub.wait_for(lambda: failovers(capture), timeout=60)
+    # The written page names the host that took over (read from the same lease as status).
+    page = a.home.parent / "ha-page.html"
+    code, _, err = a.run("sessions", "--html", str(page))
+    assert code == 0, err
+    html = page.read_text("utf-8")
+    assert 'id="active-host" data-host="host-b"' in html
+    assert "The patrol runs on host host-b;" in html
 
     # The new holder fills the pool: each task once, by host-b.
     seed = a.home.parent / "ha-seed.json"
@@ -134,6 +169,8 @@ def test_sigkill_of_the_active_daemon_fails_over_within_the_lease(
             "K0",
             "K1",
         ]
+        # Rounds and lease renewals since the take sent no second notice.
+        assert failovers(capture) == [("host-a", "host-b")]
     finally:
         abort_all(a.hub, "local-a")
         abort_all(a.hub, "lan-b")

@@ -41,6 +41,7 @@ EVENTS: tuple[str, ...] = (
     "instance_up",
     "daily_summary",
     "budget",
+    "failover",
 )
 # Heals are routine (the hub fixed it itself); a team opts in to hear about them.
 DEFAULT_EVENTS: tuple[str, ...] = tuple(e for e in EVENTS if e != "healed")

@@ -25,6 +25,9 @@ are used up), ``blackout`` (a family newly blacked out, or until a new time),
 ``budget`` (today's spend reached 80 % or 100 % of the project's or an instance's daily
 budget; the id names the level and the local day, so each is sent once per day).
 
+From the HA lease, outside a round: ``failover`` (a daemon took the patrol lease another host
+held; ``failover_event``, queued by the new holder at the take, id ``failover:<its token>``).
+
 ``derive`` updates the previous-round view in ``state`` in place; ids make "send once" hold
 when the same fact is derived again.
 """
@@ -309,6 +312,17 @@ def _budget_events(inputs: Inputs, now: datetime, tz: tzinfo, at: str) -> list[E
                 )
             )
     return events
+
+
+def failover_event(from_host: str, to_host: str, token: str, now: datetime) -> Event:
+    """The patrol moved from ``from_host`` to ``to_host``; ``token`` (the new lease) makes it
+    one fact however often it is queued."""
+    return Event(
+        f"failover:{token}",
+        "failover",
+        _iso(now),
+        data={"from_host": from_host, "to_host": to_host},
+    )
 
 
 def counts_since(history: Sequence[Mapping[str, Any]], since: datetime) -> dict[str, int]:

@@ -53,6 +53,11 @@ CATALOGUE: dict[str, dict[str, tuple[str, str]]] = {
             "Daily budget {level} % spent: {scope}",
             "{scope} spent {spent} of its daily budget {budget} today ({day}). {budget_next}",
         ),
+        "failover": (
+            "Patrol moved: {from_host} \u2192 {to_host}",
+            "The patrol moved from host {from_host} to host {to_host}: {from_host} stopped "
+            "renewing its lease, and {to_host} now heals and fills the fleet.",
+        ),
         "test": (
             "Test message",
             "A test from xaf-hub for the webhook \u201c{webhook}\u201d. "
@@ -89,6 +94,11 @@ CATALOGUE: dict[str, dict[str, tuple[str, str]]] = {
         "budget": (
             "每日预算已用 {level}%:{scope}",
             "{scope} 今天({day})已花费 {spent},每日预算 {budget}。{budget_next}",
+        ),
+        "failover": (
+            "巡检已转移:{from_host} \u2192 {to_host}",
+            "巡检从主机 {from_host} 转移到了主机 {to_host}:{from_host} 不再续租,"
+            "现在由 {to_host} 负责修复会话和派发任务。",
         ),
         "test": (
             "测试消息",
@@ -172,6 +182,8 @@ def _fields(event: Event, lang: str, tz: tzinfo) -> dict[str, Any]:
         "up": data.get("up", 0),
         "servers": data.get("servers", 0),
         "webhook": data.get("webhook") or "",
+        "from_host": data.get("from_host") or unknown,
+        "to_host": data.get("to_host") or unknown,
         "level": data.get("level", "?"),
         "scope": event.instance or _PROJECT[lang],
         "spent": _dollars(data.get("spent_usd")),

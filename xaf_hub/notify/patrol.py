@@ -36,7 +36,7 @@ from xaf_hub.core import aio
 from xaf_hub.core.text import redact
 from xaf_hub.errors import HubError
 from xaf_hub.notify import outbox
-from xaf_hub.notify.derive import Done, Inputs, Parked, derive
+from xaf_hub.notify.derive import Done, Inputs, Parked, derive, failover_event
 from xaf_hub.notify.events import Event
 from xaf_hub.notify.formats import Outgoing, build
 from xaf_hub.notify.messages import render
@@ -447,3 +447,27 @@ def _queue(pctx: OpsContext, cycle: Cycle, cfg: NotifyConfig, live: bool) -> int
     if queued.new:
         cycle.notes.append(f"{STEP}: queued {len(queued.new)} new event(s) for the sender")
     return len(queued.pending)
+
+
+def queue_failover(pctx: OpsContext, from_host: str, to_host: str, token: str) -> str:
+    """Queue the ``failover`` notice of a lease just taken from ``from_host``; never raises.
+
+    Returns a line for the daemon's output: what was queued, or why nothing was.
+    """
+    cfg: NotifyConfig = pctx.cfg.notify
+    if not cfg.webhooks:
+        return ""
+    now = pctx.now()
+    try:
+        queued = outbox.enqueue(
+            pctx.cfg.state_dir,
+            lambda state: [failover_event(from_host, to_host, token, now)],
+            cfg.webhooks,
+            now=now,
+            queue_limit=cfg.queue_limit,
+            keep_hours=cfg.keep_hours,
+            lock_timeout=pctx.cfg.lock.lock_timeout_seconds,
+        )
+    except Exception as exc:  # noqa: BLE001 - a notice must never stop the lease keeper
+        return pctx.redact(f"{STEP}: failover notice not queued: {type(exc).__name__}: {exc}")
+    return f"{STEP}: queued the failover notice" if queued.new else ""

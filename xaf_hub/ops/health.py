@@ -486,6 +486,60 @@ def daemon_finding(beat: Mapping[str, Any] | None) -> Finding:
                 "`xaf-hub patrol status` shows whether it runs now.")
 
 
+_TO_REDIS = (
+    "Give every hub the same Redis: lock.backend and pool.backend \"redis\" with one "
+    "lock.redis_url (move the pool once with `xaf-hub backlog export` on the old host and "
+    "`xaf-hub backlog import FILE` after the switch); with one host only, run one daemon."
+)
+
+
+def file_backend_findings(
+    lock_backend: str,
+    pool_backend: str,
+    this_host: str,
+    beat_host: str | None,
+    daemon_hosts: Sequence[str],
+) -> list[Finding]:
+    """Warn when patrol daemons on two hosts use a backend that lives on one host (pure).
+
+    What can be seen: ``daemon_hosts`` (the HA lease's daemon list in Redis, kept only when the
+    gate or the pool is in Redis) and ``beat_host``, the host of the last daemon that wrote
+    this state folder's heartbeat (another host only when the folder is shared, e.g. NFS). A
+    daemon on another host with its own files and no Redis leaves no trace here.
+    """
+    hosts = sorted(set(daemon_hosts))
+    seen = ""
+    if len(hosts) > 1:
+        seen = f"patrol daemons seen on {len(hosts)} hosts ({', '.join(hosts)})"
+    out: list[Finding] = []
+    if lock_backend == "redis" and pool_backend == "file":
+        what = seen or "every hub that shares this gate"
+        out.append(warn(
+            "patrol", "file pool, shared gate",
+            f'pool.backend is "file" while lock.backend is "redis": {what} each fill from '
+            "their own pool file, so a task in two pool files can be sent twice",
+            _TO_REDIS,
+        ))
+    elif lock_backend == "file" and pool_backend == "redis" and seen:
+        out.append(warn(
+            "patrol", "file gate, shared pool",
+            f'lock.backend is "file" with the pool in Redis and {seen}: each host counts '
+            "its own sessions, so dispatches from two hosts can go past an instance's limit",
+            _TO_REDIS,
+        ))
+    elif lock_backend == "file" and pool_backend == "file" and beat_host and (
+        beat_host != this_host
+    ):
+        out.append(warn(
+            "patrol", "file backends, two hosts",
+            f"this state folder's last patrol daemon ran on {beat_host}, this is {this_host}: "
+            "daemons on two hosts with the file gate and pool each fill and count alone "
+            "(tasks can be sent twice, limits do not hold across hosts)",
+            _TO_REDIS,
+        ))
+    return out
+
+
 async def stream_findings(
     cfg: Config,
     instances: Sequence[InstanceConfig],

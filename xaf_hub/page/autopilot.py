@@ -1,7 +1,9 @@
 """What the patrol is doing, in plain words, for the overview page's "Autopilot" panel.
 
 Everything here is read from the state folder (the last cycle's report, the pause flag, the
-daemon heartbeat, the task pool, the model state); nothing is written and no server is asked.
+daemon heartbeat, the task pool, the model state) or, for what is shared, from Redis (the pool,
+the model state, the HA patrol lease: which host is active); nothing is written and no
+opencode server is asked.
 A file that cannot be read becomes a sentence in ``problems``: the page always renders.
 
 The badge says "on" only while a patrol daemon's heartbeat is fresh; a round run once (cron,
@@ -58,6 +60,10 @@ class AutopilotView:
     problems: tuple[str, ...] = ()
     done: tuple[DoneTask, ...] = ()  # the latest tasks done, newest first
     spend: tuple[str, ...] = ()  # today's spend against the daily budgets (ops.budget)
+    # The HA patrol (store.backends.lease_status): the host holding the lease ("" when none or
+    # no lease is used) and the sentence that says so (None when no lease is used).
+    active_host: str = ""
+    ha: Line | None = None
 
 
 @dataclass(frozen=True)
@@ -293,7 +299,7 @@ def _build(
     cfg: Config, now_ms: int, lang: Lang, sessions: Mapping[tuple[str, str], SessionRecord]
 ) -> AutopilotView:
     from xaf_hub.ops.models import model_state
-    from xaf_hub.store.backends import make_pool
+    from xaf_hub.store.backends import lease_status, make_pool
     from xaf_hub.store.backlog import is_blocked, readiness
     from xaf_hub.store.patrol_state import heartbeat, latest_report, pause_info
 
@@ -340,6 +346,18 @@ def _build(
             if t.parked
         ]
 
+    active_host, ha = "", None
+    lease = lease_status(cfg, now_ms)
+    if lease is not None:
+        if "lease_error" in lease:
+            problems.append(text(lang, "ap.ha_unreadable", error=lease["lease_error"]))
+        elif lease["active_host"]:
+            active_host = clean(lease["active_host"])
+            standby = sum(1 for d in lease["daemons"] if d["role"] == "standby")
+            ha = Line(text(lang, "ap.ha_active", host=active_host, standby=standby))
+        else:
+            ha = Line(text(lang, "ap.ha_none"))
+
     rests: list[Line] = []
     try:
         blackouts = model_state(cfg).active_blackouts(datetime.fromtimestamp(now_ms / 1000, UTC))
@@ -360,6 +378,8 @@ def _build(
         rests=tuple(rests),
         problems=tuple(problems),
         done=done,
+        active_host=active_host,
+        ha=ha,
     )
 
 
@@ -387,4 +407,10 @@ def plain(view: AutopilotView, lang: Lang, now_ms: int) -> list[str]:
     def one(line: Line) -> str:
         return line.text.replace(WHEN, ago(lang, line.ms, now_ms))
 
-    return [one(view.headline), *(one(d) for d in view.details), *(one(r) for r in view.rests)]
+    ha = [one(view.ha)] if view.ha is not None else []
+    return [
+        one(view.headline),
+        *ha,
+        *(one(d) for d in view.details),
+        *(one(r) for r in view.rests),
+    ]

@@ -109,6 +109,19 @@ TEXT: dict[str, tuple[str, str]] = {
         "a round yet.",
         "自动巡检已开启：每 {every}检查一次服务器；它还没有完成过一轮。",
     ),
+    "ap.ha_active": (
+        "The patrol runs on host {host}; {standby} other daemon(s) stand by to take over.",
+        "巡检正在主机 {host} 上运行；另有 {standby} 个守护进程待命接管。",
+    ),
+    "ap.ha_none": (
+        "No patrol daemon holds the lease now: nothing is healed or filled until one takes "
+        "it over.",
+        "现在没有巡检守护进程持有租约：在有守护进程接管之前，不会修复会话，也不会派发任务。",
+    ),
+    "ap.ha_unreadable": (
+        "Which host runs the patrol could not be read ({error}).",
+        "无法读取巡检在哪台主机上运行（{error}）。",
+    ),
     "ap.when_unknown": ("at a time its report does not say", "某个报告里没有写明的时间"),
     "ap.all_ok": ("everything went as planned.", "一切按计划完成。"),
     "ap.some_failed": ("some of it did not work: {steps}.", "有些步骤没有成功：{steps}。"),

@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from xaf_hub.core import aio
 from xaf_hub.errors import BusyError, ExitCode, HubError, UnreachableError
-from xaf_hub.notify.patrol import Sender, queue_round, send_round
+from xaf_hub.notify.patrol import Sender, queue_failover, queue_round, send_round
 from xaf_hub.ops.context import OpsContext
 from xaf_hub.patrol.context import Cycle, StepOutcome
 from xaf_hub.patrol.jobs.check_agents import check_agents
@@ -194,8 +194,10 @@ def open_lease(pctx: OpsContext) -> PatrolLease | None:
     ``patrol.lease_seconds: 0`` turns it off: every daemon runs rounds, and only the pool's
     atomic claims and the gate keep two of them from sending one task twice.
     """
+    from xaf_hub.store.backends import uses_lease
+
     cfg = pctx.cfg
-    if "redis" not in (cfg.lock.backend, cfg.pool.backend) or cfg.patrol.lease_seconds <= 0:
+    if not uses_lease(cfg):
         return None
     from xaf_hub.store.redis_backend import connect
     from xaf_hub.store.redis_lease import PatrolLease
@@ -389,7 +391,10 @@ def run_daemon(
     skip = tuple(skip)
     folder = pctx.patrol_dir
     following = None
-    sender = Sender(pctx, out)  # notices go out from its thread, never under a lock
+    # Notices go out from its thread, never under a lock. It stops with the daemon only, not
+    # with the lease: a standby's sender that quit at start would leave a later takeover's
+    # notices (the failover first) queued forever; what it sends was queued while active.
+    sender = Sender(replace(pctx, stop_requested=stop.is_set), out)
     sender.start()
     if live:  # before the first run is timed: starting it may take a moment on a busy box
         from xaf_hub.patrol.live import start_live, stop_live
@@ -464,7 +469,7 @@ def run_daemon(
     if lease is not None:
         keeper = threading.Thread(
             target=_keep_lease,
-            args=(pctx, lease, stop, scheduler, beat, save_beat, out),
+            args=(pctx, lease, stop, scheduler, beat, save_beat, out, sender),
             name="xaf-hub patrol lease",
             daemon=True,
         )
@@ -508,8 +513,13 @@ def _keep_lease(
     beat: dict[str, Any],
     save_beat: Callable[[], None],
     out: Callable[[str], None],
+    sender: Sender,
 ) -> None:
-    """Take or renew the lease every third of it; on becoming active, run a round now."""
+    """Take or renew the lease every third of it; on becoming active, run a round now.
+
+    Taking it from a daemon on another host is a failover: one chat notice, queued here (its
+    id is the new token, so it is sent once) and sent by ``sender``, outside every lock.
+    """
     role = ""
     pause = max(0.2, lease.lease_seconds / 3)
     while True:
@@ -531,6 +541,14 @@ def _keep_lease(
                 # A new holder starts with a full round instead of waiting for the interval.
                 with contextlib.suppress(Exception):  # not yet started, or shutting down
                     scheduler.modify_job("patrol", next_run_time=datetime.now(UTC))
+        moved_from = lease.takeover() if active else None  # any take since the last look
+        if moved_from is not None:
+            stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+            out(f"{stamp} patrol lease: taken over from {moved_from}")
+            line = queue_failover(pctx, moved_from, lease.host, lease.token)
+            if line:
+                out(f"{stamp} {line}")
+            sender.wake()
         with contextlib.suppress(HubError):
             lease.beat(role, pctx.now())
         if stop.wait(pause):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NotRequired, TypedDict
 
 from xaf_hub.config.load import Config
 from xaf_hub.store.backlog import Backlog, TaskPool, _utc_now
@@ -46,3 +46,62 @@ def make_pool(
             connect(cfg.lock), cfg.lock.redis_prefix, timeout, clock=now, fence=fence
         )
     return Backlog(cfg.backlog_path, timeout, clock=now)
+
+
+class DaemonRow(TypedDict):
+    """One known patrol daemon as ``patrol status`` and the page show it."""
+
+    host: object
+    pid: object
+    role: str  # "active", "standby", "silent" (lease gone or no beat) or "stopped"
+    heartbeat: object
+
+
+class LeaseStatus(TypedDict):
+    """Who holds the HA patrol lease: the active host (None: nobody), every known daemon."""
+
+    active_host: str | None
+    daemons: list[DaemonRow]
+    lease_error: NotRequired[str]  # Redis could not be asked (no secrets: host:port/db)
+
+
+def uses_lease(cfg: Config) -> bool:
+    """Whether patrol daemons compete for the HA lease: the gate or the pool in Redis."""
+    return "redis" in (cfg.lock.backend, cfg.pool.backend) and cfg.patrol.lease_seconds > 0
+
+
+def lease_status(cfg: Config, now_ms: int) -> LeaseStatus | None:
+    """The HA lease as Redis has it now, or None when the config uses no lease.
+
+    A daemon that still says "active" without holding the lease, or a standby that stopped
+    beating for three lease times, is "silent" (dead or cut off). Redis unreachable: no
+    active host, no daemons, and ``lease_error`` says why.
+    """
+    if not uses_lease(cfg):
+        return None
+    from xaf_hub.errors import HubError
+    from xaf_hub.store.redis_backend import connect
+    from xaf_hub.store.redis_lease import host_of, known_daemons, lease_token, member_of
+
+    client = connect(cfg.lock)
+    try:
+        token = lease_token(client, cfg.lock.redis_prefix)
+        daemons = known_daemons(client, cfg.lock.redis_prefix, now_ms)
+    except HubError as exc:
+        return {"active_host": None, "daemons": [], "lease_error": str(exc)}
+    finally:
+        client.close()
+    holder = member_of(token) if token else None
+    silent_ms = 3 * cfg.patrol.lease_seconds * 1000
+    rows: list[DaemonRow] = []
+    for d in daemons:
+        role = str(d.get("role") or "")
+        if d.get("member") == holder:
+            role = "active"
+        elif role == "active" or (role == "standby" and now_ms - d["heartbeat_ms"] > silent_ms):
+            role = "silent"  # its lease is gone, or it stopped beating: dead or cut off
+        rows.append(
+            {"host": d.get("host"), "pid": d.get("pid"), "role": role,
+             "heartbeat": d.get("heartbeat")}
+        )
+    return {"active_host": host_of(token) if token else None, "daemons": rows}

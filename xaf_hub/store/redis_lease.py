@@ -5,6 +5,8 @@ Keys, under ``lock.redis_prefix`` (``P``)::
     P:patrol:lease     the holder's token (``<host>|<pid>|<random>``), PX patrol.lease_seconds;
                        set only if absent, renewed and deleted only by the holder (Lua)
     P:patrol:daemons   a hash: ``<host>|<pid>`` -> {host, pid, role, heartbeat}, for status
+    P:patrol:holder    the token of the last daemon that took the lease (no expiry): who held it
+                       before a takeover, for the failover notice
 
 The holder renews every third of the lease; a daemon that was paused or cut off past it finds
 the key gone or someone else's and is standby from then on (``held`` is also false locally
@@ -39,6 +41,17 @@ end
 return 0
 """
 
+# Take the lease if free; on success swap the last holder's token for ours and return it
+# ('' when no daemon ever held it): one script, so two takers never both see one predecessor.
+_TAKE = """
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  local before = redis.call('GET', KEYS[2])
+  redis.call('SET', KEYS[2], ARGV[1])
+  return before or ''
+end
+return false
+"""
+
 _RELEASE = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   return redis.call('DEL', KEYS[1])
@@ -50,6 +63,11 @@ return 0
 def lease_key(prefix: str) -> str:
     """The lease key under ``prefix``."""
     return f"{prefix}:patrol:lease"
+
+
+def holder_key(prefix: str) -> str:
+    """The key naming the last daemon that took the lease under ``prefix``."""
+    return f"{prefix}:patrol:holder"
 
 
 def daemons_key(prefix: str) -> str:
@@ -86,6 +104,8 @@ class PatrolLease:
         self._mutex = threading.Lock()  # the renewing thread and a round may both ask
         self._renew = client.register_script(_RENEW)
         self._release = client.register_script(_RELEASE)
+        self._take = client.register_script(_TAKE)
+        self._taken_from: str | None = None  # the predecessor's token at the last take
 
     @property
     def held(self) -> bool:
@@ -107,14 +127,31 @@ class PatrolLease:
                         self._until = start + self.lease_seconds
                         return True
                     token = f"{self.member}|{secrets.token_hex(4)}"
-                    if self.client.set(self.key, token, nx=True, px=ms):
+                    before = self._take(
+                        keys=[self.key, holder_key(self.prefix)], args=[token, ms]
+                    )
+                    if before is not None:
                         self.token, self._until = token, start + self.lease_seconds
+                        self._taken_from = _text(before)
                         return True
             except BaseException:
                 self.token, self._until = "", 0.0  # cannot tell: not ours from now on
                 raise
             self.token, self._until = "", 0.0
             return False
+
+    def takeover(self) -> str | None:
+        """The host this daemon took the lease from, once, after a take; else None.
+
+        None also for a first start (nobody held it before), a take-back by this daemon and a
+        restart on the same host: only a move between hosts is a failover.
+        """
+        with self._mutex:
+            before, self._taken_from = self._taken_from, None
+        if not before or not self.token or member_of(before) == self.member:
+            return None
+        host = host_of(before)
+        return host if host != self.host else None
 
     def release(self) -> None:
         """Give the lease up now (a clean stop), if it is still ours."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -279,3 +280,77 @@ def test_done_tasks_link_verified_commits_and_say_not_verified(tmp_path: Path) -
     assert link in html and "verified &lt;b&gt;one&lt;/b&gt;" in html
     assert 'data-verified="false"' in html and ">not verified</span>" in html
     assert "still pending" not in html.split('id="done"')[1].split("</ul>")[0]
+
+
+@pytest.fixture
+def ha_cfg(redis_server: Any, tmp_path: Path) -> Config:
+    from tests.redis_fixture import RedisServer
+
+    doc = {
+        "project": {"name": "demo"},
+        "state_dir": str(tmp_path / "state"),
+        "instances": [{"name": "a", "url": "http://127.0.0.1:9", "roots": ["/srv/demo"]}],
+        "lock": {
+            "backend": "redis",
+            "redis_url": redis_server.url,
+            "redis_prefix": RedisServer.prefix(),
+        },
+        "patrol": {"lease_seconds": 30},
+    }
+    return parse_config(doc, path=tmp_path / "config.json", env=redis_server.env())
+
+
+def test_the_panel_names_the_host_holding_the_ha_lease(ha_cfg: Config) -> None:
+    from xaf_hub.store.redis_backend import connect
+    from xaf_hub.store.redis_lease import PatrolLease
+
+    prefix = ha_cfg.lock.redis_prefix
+    # Nobody holds the lease yet: the panel says nothing is looked after.
+    view = overview.build(ha_cfg, NOW_MS)
+    assert view.active_host == ""
+    assert "No patrol daemon holds the lease now" in words(view)[1]
+    held = PatrolLease(connect(ha_cfg.lock), prefix, "host-<b>", 30)
+    standby = PatrolLease(connect(ha_cfg.lock), prefix, "host-c", 30)
+    try:
+        assert held.acquire() and not standby.acquire()
+        now = datetime.now(UTC)
+        held.beat("active", now)
+        standby.beat("standby", now)
+        view = overview.build(ha_cfg, int(now.timestamp() * 1000))
+        assert view.active_host == "host-<b>"
+        assert words(view)[1] == (
+            "The patrol runs on host host-<b>; 1 other daemon(s) stand by to take over."
+        )
+        zh = overview.build(ha_cfg, int(now.timestamp() * 1000), "zh")
+        assert words(zh, "zh")[1] == "巡检正在主机 host-<b> 上运行；另有 1 个守护进程待命接管。"
+        snap = Snapshot(generated_at=NOW_MS, instances=(), sessions=())
+        html = report.render_html(snap, now_ms=NOW_MS, title="demo", autopilot=view)
+        assert 'id="active-host" data-host="host-&lt;b&gt;"' in html
+        assert "The patrol runs on host host-&lt;b&gt;;" in html
+    finally:
+        held.release()
+
+
+def test_no_lease_no_ha_line_and_redis_down_is_a_problem_line(
+    cfg: Config, ha_cfg: Config
+) -> None:
+    view = overview.build(cfg, NOW_MS)  # file gate: one host, no lease, nothing said
+    assert view.ha is None and view.active_host == ""
+    snap = Snapshot(generated_at=NOW_MS, instances=(), sessions=())
+    assert 'id="active-host"' not in report.render_html(
+        snap, now_ms=NOW_MS, title="demo", autopilot=view
+    )
+    import socket
+
+    with socket.socket() as s:  # a loopback port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    lock = replace(ha_cfg.lock, redis_url=f"redis://127.0.0.1:{port}/0")
+    view = overview.build(replace(ha_cfg, lock=lock), NOW_MS)
+    assert view.ha is None
+    assert any(
+        p.startswith("Which host runs the patrol could not be read (") and f":{port}/0" in p
+        for p in view.problems
+    ), view.problems
+    secret = ha_cfg.lock.redis_password
+    assert secret and not any(secret in p for p in view.problems)

@@ -172,3 +172,21 @@ def test_a_fenced_model_state_writes_nothing_once_the_lease_is_lost(
         state.remember_healed("lan-a/ses_2/msg_1", None, None, NOW)
     assert rds.get(key) == before and not state.was_healed("lan-a/ses_2/msg_1")
     assert set(state.active_blackouts(NOW)) == {"opencode"}  # reading still works
+
+
+def test_a_takeover_names_the_host_it_took_the_lease_from_once(cfg: Config, rds: Any) -> None:
+    a, b = lease(cfg, "host-a", 0.3), lease(cfg, "host-b", 0.3)
+    assert a.acquire() and a.takeover() is None  # a first start is no failover
+    assert a.acquire() and a.takeover() is None  # a renewal is no take
+    time.sleep(0.5)  # a stops renewing: b takes the lease
+    assert b.acquire() and b.takeover() == "host-a"
+    assert b.takeover() is None  # told once
+    assert b.acquire() and b.takeover() is None
+    time.sleep(0.5)  # b lapses and takes it back itself: no move
+    assert b.acquire() and b.takeover() is None
+    b.release()
+    again = lease(cfg, "host-b", 0.3)  # a restart on the same host is no failover either
+    assert again.acquire() and again.takeover() is None
+    again.release()
+    rds.delete(f"{cfg.lock.redis_prefix}:patrol:holder")  # Redis lost its memory (FLUSHALL)
+    assert a.acquire() and a.takeover() is None

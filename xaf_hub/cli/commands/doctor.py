@@ -158,8 +158,28 @@ def _patrol(cfg: Config) -> list[Finding]:
     from xaf_hub.store.patrol_state import PAUSE_FILE, heartbeat, patrol_dir, pause_info
 
     folder = patrol_dir(cfg)
+    beat = heartbeat(folder)
     return [patrol_finding(folder / PAUSE_FILE, pause_info(folder)),
-            daemon_finding(heartbeat(folder))]
+            daemon_finding(beat), *_two_hosts(cfg, beat)]
+
+
+def _two_hosts(cfg: Config, beat: Any) -> list[Finding]:
+    """Daemons on two hosts with a backend that lives on one (what can be seen of them)."""
+    import socket
+    import time
+
+    from xaf_hub.ops.health import file_backend_findings
+    from xaf_hub.store.backends import lease_status
+
+    hosts: list[str] = []
+    with contextlib.suppress(HubError):  # Redis unreachable: the redis line says so
+        lease = lease_status(cfg, int(time.time() * 1000))
+        if lease is not None:
+            hosts = [str(d["host"]) for d in lease["daemons"] if d["role"] != "stopped"]
+    beat_host = str(beat.get("host") or "") if isinstance(beat, dict) else ""
+    return file_backend_findings(
+        cfg.lock.backend, cfg.pool.backend, socket.gethostname(), beat_host or None, hosts
+    )
 
 
 def _redis_fix() -> str:

@@ -293,32 +293,12 @@ def _lease_status(ctx: Context) -> dict[str, object] | None:
     """The HA lease when the gate or pool lives in Redis: active host, each known daemon."""
     import time
 
-    from xaf_hub.errors import HubError
+    from xaf_hub.store.backends import lease_status
 
-    cfg = ctx.config
-    if "redis" not in (cfg.lock.backend, cfg.pool.backend) or cfg.patrol.lease_seconds <= 0:
+    lease = lease_status(ctx.config, int(time.time() * 1000))
+    if lease is None:
         return None
-    from xaf_hub.store.redis_backend import connect
-    from xaf_hub.store.redis_lease import host_of, known_daemons, lease_token, member_of
-
-    client = connect(cfg.lock)
-    try:
-        token = lease_token(client, cfg.lock.redis_prefix)
-        now_ms = int(time.time() * 1000)
-        daemons = known_daemons(client, cfg.lock.redis_prefix, now_ms)
-    except HubError as exc:
-        return {"active_host": None, "daemons": [], "lease_error": ctx.redact(str(exc))}
-    finally:
-        client.close()
-    holder = member_of(token) if token else None
-    silent_ms = 3 * cfg.patrol.lease_seconds * 1000
-    rows = []
-    for d in daemons:
-        role = str(d.get("role") or "")
-        if d.get("member") == holder:
-            role = "active"
-        elif role == "active" or (role == "standby" and now_ms - d["heartbeat_ms"] > silent_ms):
-            role = "silent"  # its lease is gone, or it stopped beating: dead or cut off
-        rows.append({"host": d.get("host"), "pid": d.get("pid"), "role": role,
-                     "heartbeat": d.get("heartbeat")})
-    return {"active_host": host_of(token) if token else None, "daemons": rows}
+    doc: dict[str, object] = dict(lease)
+    if "lease_error" in lease:
+        doc["lease_error"] = ctx.redact(lease["lease_error"])
+    return doc

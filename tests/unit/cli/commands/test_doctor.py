@@ -411,3 +411,50 @@ def test_opencode_missing_is_one_line_saying_how_to_get_it(tmp_path: Path) -> No
     tool.chmod(0o755)
     found = opencode_finding({"PATH": str(tmp_path)})
     assert found.level == "ok" and str(tool) in found.message
+
+
+def test_file_backends_on_two_hosts_warn_with_the_fix() -> None:
+    # One host, file backends, its own heartbeat: nothing to say.
+    assert h.file_backend_findings("file", "file", "box", "box", []) == []
+    assert h.file_backend_findings("file", "file", "box", None, []) == []
+    # Both in Redis: the lease keeps one daemon active, whatever the hosts.
+    assert h.file_backend_findings("redis", "redis", "box", "box", ["a", "b"]) == []
+    # A shared state folder last written by a daemon elsewhere: two hosts on files.
+    (f,) = h.file_backend_findings("file", "file", "box", "other", [])
+    assert f.level == "warn" and f.exit_code == ExitCode.OK
+    assert "last patrol daemon ran on other, this is box" in f.message
+    assert 'pool.backend "redis"' in f.fix and "backlog import" in f.fix
+    # A shared gate with pools on each host: warned always, with the hosts when seen.
+    (f,) = h.file_backend_findings("redis", "file", "box", "box", ["box"])
+    assert f.level == "warn"
+    assert 'pool.backend is "file" while lock.backend is "redis"' in f.message
+    assert "every hub that shares this gate" in f.message and "sent twice" in f.message
+    (f,) = h.file_backend_findings("redis", "file", "box", "box", ["b", "a", "b"])
+    assert "patrol daemons seen on 2 hosts (a, b)" in f.message
+    # A shared pool with a gate per host: only when daemons on two hosts are seen.
+    assert h.file_backend_findings("file", "redis", "box", "box", ["box"]) == []
+    (f,) = h.file_backend_findings("file", "redis", "box", "box", ["a", "b"])
+    assert "go past an instance's limit" in f.message
+
+
+def test_doctor_warns_of_a_file_pool_beside_a_redis_gate(
+    tmp_path: Path, redis_server: Any
+) -> None:
+    from tests.redis_fixture import RedisServer
+
+    doc = {
+        "instances": [{"name": "good", "url": "http://good:1", "roots": ["/srv/demo"]}],
+        "lock": {"backend": "redis", "redis_url": redis_server.url,
+                 "redis_prefix": RedisServer.prefix()},
+    }
+    (tmp_path / "config.json").write_text(json.dumps(doc), "utf-8")
+    env = {"XAF_HUB_HOME": str(tmp_path / "home"), "XAF_HUB_PW_GOOD": SECRET,
+           **redis_server.env()}
+    code, out, err = _run(tmp_path, env, "--json")
+    findings = json.loads(out)["findings"]
+    found = [f for f in findings if f["subject"] == "file pool, shared gate"]
+    assert len(found) == 1 and found[0]["level"] == "warn", findings
+    assert code == ExitCode.OK, findings  # a warning, not an error
+    code, out, err = _run(tmp_path, env)
+    assert "WARN" in out and 'pool.backend is "file" while lock.backend is "redis"' in out
+    assert redis_server.password not in out
