@@ -11,7 +11,9 @@ import os
 import re
 import signal
 import threading
+import time
 from collections import Counter
+from datetime import UTC, datetime
 
 import pytest
 
@@ -29,6 +31,7 @@ from tests.e2e.test_patrol import (
     use_models,
 )
 from tests.fleet import Hub
+from xaf_hub.patrol.settle import JUST_DISPATCHED
 from xaf_hub.sandbox import fleet as sandbox
 
 pytestmark = pytest.mark.e2e
@@ -77,7 +80,8 @@ def test_a_changed_session_is_healed_and_an_unchanged_one_not_read_again(hub: Hu
         assert reads.of(done) == 1 and reads.of(changed) == 1
         assert [a["task"] for a in first["dispatched"]] == ["pw"]
         pool = json.loads((home(hub) / "tasks_backlog.json").read_text("utf-8"))["tasks"]
-        task_sid = next(t["session_id"] for t in pool if t["id"] == "pw")
+        task = next(t for t in pool if t["id"] == "pw")
+        task_sid = task["session_id"]
         hub.wait_for(lambda: settled(hub, "lan-b", task_sid), timeout=90)
 
         # Between the rounds: the session's next run ends with a rate limit.
@@ -86,6 +90,10 @@ def test_a_changed_session_is_healed_and_an_unchanged_one_not_read_again(hub: Hu
         failed = hub.wait_for(lambda: settled(hub, "lan-b", changed), timeout=90)
         assert failed["info"]["error"]["data"]["statusCode"] == 429
 
+        # A task dispatched under JUST_DISPATCHED ago is left for its prompt to show: on a quick
+        # machine the second round would come too soon to settle it (a time decision).
+        sent = datetime.fromisoformat(task["dispatched_at"])
+        time.sleep(max(0.0, (sent + JUST_DISPATCHED - datetime.now(UTC)).total_seconds() + 0.5))
         second = patrol(hub, "--no-design")
         assert reads.of(done) == 1  # unchanged: not read again
         assert reads.of(task_sid) == 1  # read once (new to the rounds), by all three jobs
