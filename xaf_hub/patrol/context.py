@@ -153,6 +153,8 @@ class Cycle:
     reads: int = 0
     recalled: int = 0
     _runs: dict[tuple[str, str, int], LastRun] = field(default_factory=dict, repr=False)
+    # Sessions whose run in ``_runs`` came from the memory (which keeps no answer).
+    _recalled: set[tuple[str, str]] = field(default_factory=set, repr=False)
     _scan: tuple[Fleet, datetime, int] | None = field(default=None, repr=False)
 
     def _acted(self) -> int:
@@ -220,14 +222,20 @@ class Cycle:
         self.spend = [project, *spends]
 
     async def last_runs(
-        self, pctx: OpsContext, items: Sequence[tuple[InstanceConfig, SessionRecord]]
+        self,
+        pctx: OpsContext,
+        items: Sequence[tuple[InstanceConfig, SessionRecord]],
+        *,
+        answers: bool = False,
     ) -> dict[tuple[str, str], LastRun]:
         """The last run of each session; unreadable ones are left out.
 
         Cached per (instance, session, updated): a session that did not change since an
         earlier job of this cycle read it is not read again. With the rounds' ``memory``, an
         idle session whose ``updated`` and run state are those of the round that last read
-        it is not read either; a running or retrying one always is.
+        it is not read either; a running or retrying one always is. The memory keeps no
+        answers: ``answers`` (the commit verification reads the final answer) reads every
+        session whose run was taken from the memory.
         """
         result: dict[tuple[str, str], LastRun] = {}
         wanted: dict[str, list[SessionRecord]] = {}
@@ -236,10 +244,13 @@ class Cycle:
             key = (inst.name, rec.id)
             self.asked.add(key)
             cached = None if key in self.touched else self._runs.get((*key, rec.updated))
-            if cached is None and key not in self.touched and self.memory is not None:
+            if answers and key in self._recalled:
+                cached = None  # recalled without its answer: read it
+            elif cached is None and key not in self.touched and self.memory is not None:
                 cached = self.memory.recall(*key, rec.updated, rec.run_state)
-                if cached is not None and rec.run_state == "idle":
+                if cached is not None and rec.run_state == "idle" and not answers:
                     self.recalled += 1
+                    self._recalled.add(key)
                     self._runs[(*key, rec.updated)] = cached
                 else:
                     cached = None  # running or retrying: always read
@@ -261,6 +272,7 @@ class Cycle:
                             return  # gone or unreadable: judged as unknown
                     run = last_run(msgs)
                     self.reads += 1
+                    self._recalled.discard((name, rec.id))
                     self._runs[(name, rec.id, rec.updated)] = run
                     result[(name, rec.id)] = run
                     if self.memory is not None:

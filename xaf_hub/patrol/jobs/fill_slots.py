@@ -404,7 +404,8 @@ async def settle_dispatched(
         if sc is not None:
             found[task.id] = (sc.inst, rec, sc.reachable)
     idle = [(inst, rec) for inst, rec, _ in found.values() if rec is not None and not rec.running]
-    runs = await cycle.last_runs(pctx, idle)
+    # Verification reads each final answer, which the rounds' memory does not keep.
+    runs = await cycle.last_runs(pctx, idle, answers=bool(pctx.cfg.repository.url))
     now = pctx.now()
     people = decisions_from(operator_interrupts(pctx.cfg.state_dir), tasks)
     patrol = pctx.cfg.patrol
