@@ -381,8 +381,10 @@ def test_a_viewer_that_stops_reading_is_cut_by_the_write_deadline(tmp_path: Path
             sent += 1
             if sent % 500 == 0:
                 time.sleep(0.05)
-        _wait(lambda: guard.viewers == 0)
-        assert guard.cut_viewers == 1 and feed.viewers == 0
+        # The guard counts the cut at once; the feed lets go of the viewer when its handler
+        # thread has unwound (a loaded machine showed the moment between).
+        _wait(lambda: guard.viewers == 0 and feed.viewers == 0)
+        assert guard.cut_viewers == 1
         assert _page(server.server_port, "/health").startswith(b"HTTP/1.0 200")
     finally:
         feed.close()
