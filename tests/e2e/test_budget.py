@@ -78,7 +78,8 @@ def project_sessions(hub: Hub) -> int:
 # ---------------------------------------------------------------------------------------------
 
 
-@pytest.mark.core
+# Not core: releases before 1.18 report no cost on the session, so the budget is shown there
+# but cannot hold (test_releases checks that such sessions are 'cost unknown', never $0).
 def test_spend_is_what_the_servers_report_and_new_work_stops_at_the_budget(hub: Hub) -> None:
     budgets(hub, 0.03)
     assert spent(hub) == {"local-a": 0.0, "lan-b": 0.0, "lan-c": 0.0, "project": 0.0}
