@@ -30,6 +30,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench.live import poll
+
 RSS_LIMIT_MB = 150.0
 CASES = (
     "none",  # the baseline: a well-behaved stream (heartbeats only)
@@ -327,16 +329,6 @@ class _Watch:
                 stream.close()
 
 
-def _wait(predicate: Callable[[], Any], timeout: float) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    return None
-
-
 def measure(
     case: str,
     *,
@@ -374,7 +366,7 @@ def measure(
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
     try:
-        started = _wait(lambda: any("watching" in line for line in watch.err), 90)
+        started = poll(lambda: any("watching" in line for line in watch.err), 90)
         if not started:
             row.errors.append("watch never said it was watching: " + " | ".join(watch.err[-3:]))
         cpu0 = psutil.Process(watch.proc.pid).cpu_times()
@@ -392,7 +384,7 @@ def measure(
                         return stamp
                 return None
 
-            arrived = _wait(seen, arrival_timeout)
+            arrived = poll(seen, arrival_timeout)
             if arrived is None:
                 row.healthy_missed += 1
             else:

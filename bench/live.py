@@ -70,14 +70,22 @@ class Child:
         return int(self.proc.returncode)
 
 
-def _wait(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
+def poll(predicate: Callable[[], Any], timeout: float) -> Any:
+    """The predicate's first true value within ``timeout`` seconds, else None."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()
         if value:
             return value
         time.sleep(0.05)
-    raise RuntimeError(f"timed out after {timeout:.0f} s waiting for {what}")
+    return None
+
+
+def _wait(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
+    value = poll(predicate, timeout)
+    if not value:
+        raise RuntimeError(f"timed out after {timeout:.0f} s waiting for {what}")
+    return value
 
 
 def _idle_cpu(child: Child, seconds: float) -> float:
