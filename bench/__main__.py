@@ -865,18 +865,14 @@ def run_live(args: argparse.Namespace, log: Callable[[str], None]) -> int:
     from xaf_hub.sandbox.fleet import let_children_see_ctrl_c
 
     let_children_see_ctrl_c()  # `watch` is stopped with Ctrl+C (SIGINT), as a person does
-    root = Path(tempfile.mkdtemp(prefix="xaf-bench-live-"))
-    try:
-        with sigterm_as_interrupt():
-            result = measure_live(args.k or 2, args.m or 300, root, log,
-                                  samples=args.samples, idle_seconds=args.idle_seconds)
-    except KeyboardInterrupt:
-        log("interrupted; servers stopped")
+    result = _in_scratch(
+        "xaf-bench-live-",
+        lambda root: measure_live(args.k or 2, args.m or 300, root, log,
+                                  samples=args.samples, idle_seconds=args.idle_seconds),
+        log,
+    )
+    if result is None:
         return 130
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
-    result["machine"] = machine()
-    result["code"] = code_state()
     text, checks = render(result)
     result["targets"] = checks
     print(text)
@@ -888,22 +884,37 @@ def run_live(args: argparse.Namespace, log: Callable[[str], None]) -> int:
     return 0
 
 
-def run_rounds(args: argparse.Namespace, log: Callable[[str], None]) -> int:
-    """`python -m bench --rounds`: first and second patrol rounds against status."""
-    from bench.rounds import measure_rounds, render, write
-
-    root = Path(tempfile.mkdtemp(prefix="xaf-bench-rounds-"))
+def _in_scratch(
+    prefix: str, measure: Callable[[Path], dict[str, Any]], log: Callable[[str], None]
+) -> dict[str, Any] | None:
+    """Run ``measure`` in a scratch folder removed after it; its result with the machine and
+    code state, or None when interrupted (its servers stopped)."""
+    root = Path(tempfile.mkdtemp(prefix=prefix))
     try:
         with sigterm_as_interrupt():
-            result = measure_rounds(args.k or 3, args.m or 1000, args.repeat, root, log,
-                                    args.settle_cpu)
+            result = measure(root)
     except KeyboardInterrupt:
         log("interrupted; servers stopped")
-        return 130
+        return None
     finally:
         shutil.rmtree(root, ignore_errors=True)
     result["machine"] = machine()
     result["code"] = code_state()
+    return result
+
+
+def run_rounds(args: argparse.Namespace, log: Callable[[str], None]) -> int:
+    """`python -m bench --rounds`: first and second patrol rounds against status."""
+    from bench.rounds import measure_rounds, render, write
+
+    result = _in_scratch(
+        "xaf-bench-rounds-",
+        lambda root: measure_rounds(args.k or 3, args.m or 1000, args.repeat, root, log,
+                                    args.settle_cpu),
+        log,
+    )
+    if result is None:
+        return 130
     text = render(result)
     print(text)
     out = RESULTS / "rounds.json"
