@@ -8,9 +8,10 @@
   machine (two daemons, or cron's ``--once`` next to a daemon) never run a cycle at the same
   time; the second one skips that cycle with a message (``--once`` then exits 3).
 * ``patrol/paused.json`` is the durable pause flag: a paused patrol runs no cycle and says so.
-* ``patrol/last-runs.json`` (``RunMemory``) is what the rounds read of each session's last
-  run: a round reads only the sessions that moved since (``Cycle.last_runs``). A damaged one
-  is reported (exit 1), left as it is, and the round reads every session.
+* ``patrol/last-runs.json`` (``RunMemory``; with the HA lease the Redis hash of
+  ``store.redis_runs``) is what the rounds read of each session's last run: a round reads
+  only the sessions that moved since (``Cycle.last_runs``). A damaged one is reported
+  (exit 1), left as it is, and the round reads every session.
 * The daemon (``run_daemon``) is an APScheduler 3 ``BlockingScheduler`` with one interval job
   (``max_instances=1``, ``coalesce=True``), first run aligned to ``patrol.minute_offset``.
   SIGTERM/SIGINT let the running step finish, skip the remaining steps (the report still
@@ -41,7 +42,14 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any, Literal
 
 from xaf_hub.core import aio
-from xaf_hub.errors import BusyError, ExitCode, HubError, UnreachableError
+from xaf_hub.errors import (
+    BusyError,
+    ExitCode,
+    HubError,
+    LockLostError,
+    StateFileError,
+    UnreachableError,
+)
 from xaf_hub.notify.patrol import Sender, queue_failover, queue_round, send_round
 from xaf_hub.ops.context import OpsContext
 from xaf_hub.patrol.context import Cycle, StepOutcome
@@ -50,6 +58,7 @@ from xaf_hub.patrol.jobs.fill_slots import fill_slots
 from xaf_hub.patrol.jobs.fix_free_limit import fix_free_limit
 from xaf_hub.patrol.jobs.sync_design import sync_design_tasks
 from xaf_hub.patrol.report import write_report
+from xaf_hub.store.backends import load_run_memory
 from xaf_hub.store.gate import host_name
 from xaf_hub.store.patrol_state import (
     HEARTBEAT_FILE,
@@ -269,7 +278,7 @@ def run_once(
             if not keep_lease:  # --once: renewed while the round runs, given back after it
                 stack.callback(_give_back, lease)
                 stack.enter_context(_renewing(lease))
-        memory, problem = _load_memory(folder)
+        memory, problem = _load_memory(pctx)
         cycle = aio.run(run_cycle(pctx, skip, steps, memory))
         problem = problem or _keep_memory(cycle)
         pctx.log(f"last runs: {cycle.reads} read, {cycle.recalled} unchanged since read")
@@ -318,15 +327,18 @@ def _give_back(lease: PatrolLease) -> None:
         lease.release()
 
 
-def _load_memory(folder: Path) -> tuple[RunMemory | None, str]:
-    """The rounds' memory of last runs, or why not (damaged: the round reads every session)."""
+def _load_memory(pctx: OpsContext) -> tuple[RunMemory | None, str]:
+    """The rounds' memory of last runs, or why not (damaged or unreachable: the round reads
+    every session)."""
     try:
-        return RunMemory.load(folder), ""
-    except HubError as exc:
+        return load_run_memory(pctx.cfg, pctx.patrol_dir, pctx.fence()), ""
+    except StateFileError as exc:
         return None, (
-            f"{exc}; this round read every session and left the file as it is "
+            f"{exc}; this round read every session and left the memory as it is "
             "(delete it to start a new memory)"
         )
+    except HubError as exc:
+        return None, f"patrol last-runs memory not read ({exc}); this round read every session"
 
 
 def _keep_memory(cycle: Cycle) -> str:
@@ -340,8 +352,10 @@ def _keep_memory(cycle: Cycle) -> str:
         memory.keep_only(cycle.asked, [i.name for i in cycle.instances if not i.reachable])
     try:
         memory.save()
-    except OSError as exc:
-        return f"patrol last-runs memory {memory.path}: not written: {exc}"
+    except LockLostError:
+        return ""  # the daemon that holds the lease now keeps the memory
+    except (OSError, HubError) as exc:
+        return f"patrol last-runs memory {memory.where}: not written: {exc}"
     return ""
 
 

@@ -1,19 +1,22 @@
 """The stores the config names: files on this host, or Redis shared by every host.
 
-``lock.backend`` chooses the gate, ``pool.backend`` the task pool. Apart from both backends so
-neither imports the other; Redis is imported only when asked for.
+``lock.backend`` chooses the gate, ``pool.backend`` the task pool; with the HA lease the rounds'
+memory of last runs is in Redis too. Apart from both backends so neither imports the other;
+Redis is imported only when asked for.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, NotRequired, TypedDict
 
 from xaf_hub.config.load import Config
 from xaf_hub.store.backlog import Backlog, TaskPool, _utc_now
 from xaf_hub.store.fence import Fence
 from xaf_hub.store.gate import Gate
+from xaf_hub.store.patrol_state import RunMemory
 
 if TYPE_CHECKING:
     from xaf_hub.store.redis_backend import RedisGate
@@ -46,6 +49,20 @@ def make_pool(
             connect(cfg.lock), cfg.lock.redis_prefix, timeout, clock=now, fence=fence
         )
     return Backlog(cfg.backlog_path, timeout, clock=now)
+
+
+def load_run_memory(cfg: Config, folder: Path, fence: Fence | None = None) -> RunMemory:
+    """The rounds' memory of last runs: ``folder``'s file, or Redis when daemons share the
+    rounds (``uses_lease``: the active daemon may be on another host next round).
+
+    StateFileError when damaged; UnreachableError when Redis cannot be asked.
+    """
+    if uses_lease(cfg):
+        from xaf_hub.store.redis_backend import connect
+        from xaf_hub.store.redis_runs import RedisRunMemory
+
+        return RedisRunMemory.open(connect(cfg.lock), cfg.lock.redis_prefix, fence)
+    return RunMemory.load(folder)
 
 
 class DaemonRow(TypedDict):

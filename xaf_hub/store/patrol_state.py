@@ -140,8 +140,13 @@ class RunMemory:
 
     def __init__(self, path: Path, entries: dict[tuple[str, str], SeenRun]) -> None:
         self.path = path
+        self.where = str(path)  # what messages name: the file, or the Redis key
         self._entries = entries
         self._changed = False
+        # Since the last save: entries written or changed, entries dropped (for backends that
+        # write entry by entry; the file is written whole).
+        self._dirty: set[tuple[str, str]] = set()
+        self._gone: set[tuple[str, str]] = set()
 
     @classmethod
     def load(cls, folder: Path) -> RunMemory:
@@ -168,37 +173,50 @@ class RunMemory:
     ) -> None:
         """Keep what a read just saw, with the scan's ``updated`` and run state."""
         seen = SeenRun(updated, run_state, run)
-        if self._entries.get((instance, session)) != seen:
-            self._entries[(instance, session)] = seen
+        key = (instance, session)
+        if self._entries.get(key) != seen:
+            self._entries[key] = seen
+            self._dirty.add(key)
+            self._gone.discard(key)
+            self._changed = True
+
+    def _drop(self, key: tuple[str, str]) -> None:
+        if self._entries.pop(key, None) is not None:
+            self._dirty.discard(key)
+            self._gone.add(key)
             self._changed = True
 
     def forget(self, keys: Iterable[tuple[str, str]]) -> None:
         """Drop sessions (e.g. prompted this round: their next read must not be skipped)."""
         for key in keys:
-            if self._entries.pop(key, None) is not None:
-                self._changed = True
+            self._drop(key)
 
     def keep_only(self, keys: Iterable[tuple[str, str]], instances: Iterable[str] = ()) -> None:
         """Drop every session not in ``keys`` (gone, or out of the rounds' window), except
         those of ``instances`` (unreachable this round: nothing was asked about them)."""
         wanted, kept = set(keys), set(instances)
         for key in [k for k in self._entries if k not in wanted and k[0] not in kept]:
-            del self._entries[key]
-            self._changed = True
+            self._drop(key)
 
     def save(self) -> None:
-        """Write the memory atomically, when it changed."""
+        """Write the memory when it changed (atomically; a failed write keeps the changes)."""
         if not self._changed:
             return
+        self._write()
+        self._changed = False
+        self._dirty.clear()
+        self._gone.clear()
+
+    def _write(self) -> None:
         by_instance: dict[str, dict[str, Any]] = {}
         for (instance, session), seen in sorted(self._entries.items()):
-            by_instance.setdefault(instance, {})[session] = {
-                "updated": seen.updated,
-                "run_state": seen.run_state,
-                "run": _run_json(seen.run),
-            }
+            by_instance.setdefault(instance, {})[session] = seen_json(seen)
         write_json_atomic(self.path, {"schema_version": RUNS_SCHEMA, "instances": by_instance})
-        self._changed = False
+
+
+def seen_json(seen: SeenRun) -> dict[str, Any]:
+    """One entry as the memory stores it (the file, a Redis hash field)."""
+    return {"updated": seen.updated, "run_state": seen.run_state, "run": _run_json(seen.run)}
 
 
 def _parse_runs(path: Path, doc: Any) -> dict[tuple[str, str], SeenRun]:
@@ -220,14 +238,14 @@ def _parse_runs(path: Path, doc: Any) -> dict[tuple[str, str], SeenRun]:
         if not isinstance(sessions, dict):
             raise bad(f"instances.{instance}", "not an object")
         for session, raw in sessions.items():
-            seen = _parse_seen(raw)
+            seen = parse_seen(raw)
             if isinstance(seen, str):
                 raise bad(f"instances.{instance}.{session}", seen)
             entries[(instance, session)] = seen
     return entries
 
 
-def _parse_seen(raw: Any) -> SeenRun | str:
+def parse_seen(raw: Any) -> SeenRun | str:
     """One entry, or what is wrong with it."""
     if not isinstance(raw, Mapping):
         return "not an object"

@@ -1,0 +1,115 @@
+"""The rounds' memory of last runs in Redis, shared by the HA patrol daemons (architecture §8).
+
+With the HA lease (``backends.uses_lease``) the daemon that runs the rounds may change host;
+the memory then lives beside the lease, as one hash ``<lock.redis_prefix>:last_runs`` with one
+field per (instance, session) holding the same entry as ``patrol/last-runs.json``. A save
+writes only the entries that changed and deletes the dropped ones, so an unchanged fleet costs
+no write. With a ``Fence`` the save happens only while the lease key holds this daemon's token
+(watched in the same transaction): a daemon that lost the lease leaves the memory to the one
+that holds it. A damaged field is a ``StateFileError`` naming the key and the field, and the
+hash is never overwritten for it (the round then reads every session).
+
+Only ``backends.load_run_memory`` imports this module, so the file backend never loads redis.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import redis
+from redis.exceptions import WatchError
+
+from xaf_hub.errors import LockLostError, StateFileError
+from xaf_hub.store.fence import Fence
+from xaf_hub.store.patrol_state import RunMemory, SeenRun, parse_seen, seen_json
+from xaf_hub.store.redis_backend import _redis_errors, _text, describe
+
+__all__ = ["RedisRunMemory"]
+
+# A session not seen by any round for this long is dropped with the whole hash only if nothing
+# wrote it since: each save pushes the expiry out again.
+_RETENTION_MS = 14 * 24 * 3600 * 1000
+
+
+def _field(instance: str, session: str) -> str:
+    return json.dumps([instance, session], ensure_ascii=False)
+
+
+class RedisRunMemory(RunMemory):
+    """``RunMemory`` kept in one Redis hash; saves write only what changed."""
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        key: str,
+        entries: dict[tuple[str, str], SeenRun],
+        fence: Fence | None = None,
+    ) -> None:
+        super().__init__(Path(key), entries)
+        self.client = client
+        self.key = key
+        self.fence = fence
+        self.server = describe(client)
+        self.where = f"redis {self.server} key {key}"
+
+    @classmethod
+    def open(cls, client: redis.Redis, prefix: str, fence: Fence | None = None) -> RedisRunMemory:
+        """The memory in Redis (empty when there is none); StateFileError when damaged."""
+        key = f"{prefix}:last_runs"
+        where = f"redis {describe(client)} key {key}"
+        with _redis_errors(describe(client)):
+            raw = client.hgetall(key)
+        entries: dict[tuple[str, str], SeenRun] = {}
+        for name, value in raw.items():
+            field = _text(name)
+            try:
+                pair = json.loads(field)
+                doc = json.loads(_text(value))
+            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+                raise StateFileError(
+                    f"patrol last-runs memory {where}: field {field[:80]!r}: not JSON ({exc})"
+                ) from None
+            if not (
+                isinstance(pair, list) and len(pair) == 2 and all(isinstance(p, str) for p in pair)
+            ):
+                raise StateFileError(
+                    f"patrol last-runs memory {where}: field {field[:80]!r}: "
+                    "not an [instance, session] pair"
+                )
+            seen = parse_seen(doc)
+            if isinstance(seen, str):
+                raise StateFileError(f"patrol last-runs memory {where}: field {field}: {seen}")
+            entries[(pair[0], pair[1])] = seen
+        return cls(client, key, entries, fence)
+
+    def _write(self) -> None:
+        dirty = {
+            _field(*key): json.dumps(seen_json(self._entries[key]), ensure_ascii=False)
+            for key in self._dirty
+        }
+        gone = [_field(*key) for key in self._gone]
+        with _redis_errors(self.server), self.client.pipeline(transaction=True) as pipe:
+            try:
+                if self.fence is not None:
+                    pipe.watch(self.fence.key)  # type: ignore[no-untyped-call]  # unannotated
+                    holder = pipe.get(self.fence.key)
+                    if holder is None or _text(holder) != self.fence.token:
+                        pipe.unwatch()
+                        raise LockLostError(self._fence_lost())
+                    pipe.multi()
+                if dirty:
+                    pipe.hset(self.key, mapping=dirty)  # type: ignore[arg-type]  # str values
+                if gone:
+                    pipe.hdel(self.key, *gone)
+                pipe.pexpire(self.key, _RETENTION_MS)
+                pipe.execute()
+            except WatchError:
+                raise LockLostError(self._fence_lost()) from None
+
+    def _fence_lost(self) -> str:
+        assert self.fence is not None
+        return (
+            f"patrol last-runs memory {self.where}: this patrol daemon no longer holds the "
+            f"patrol lease (key {self.fence.key}); another daemon is active, so it was not saved"
+        )
