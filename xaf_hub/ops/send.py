@@ -153,20 +153,28 @@ async def send_work(
     return SendResult(**{**result.__dict__, "warnings": tuple(warnings)})
 
 
-def _lock_lost(instance: str, step: str, session_id: str, why: str = "") -> LockLostError:
-    """The exit-3 error of a process whose dispatch lock stopped being its own before sending.
+def _lock_lost(
+    gate: Gate, instance: str, step: str, session_id: str, why: str = ""
+) -> LockLostError:
+    """The exit-3 error of a process whose dispatch lock, or whose patrol lease (an HA patrol
+    daemon's fence), stopped being its own before sending.
 
     Nothing was sent, so this dispatch cannot have pushed the instance over its limit.
     """
     target = f"session {session_id}" if session_id else "a new session"
-    cause = why or (
-        "another process may hold it now: its lease ran out while this process was paused "
-        "or cut off from the lock's server, or that server lost its keys"
-    )
     done = (
         "its reservation was given back"
         if step == "before sending"
         else "nothing was reserved"
+    )
+    if gate.fenced_out(instance):
+        return LockLostError(
+            f"{instance}: this patrol daemon lost the patrol lease {step} (another daemon is "
+            f"active and does the patrol's work now); nothing was sent to {target} and {done}"
+        )
+    cause = why or (
+        "another process may hold it now: its lease ran out while this process was paused "
+        "or cut off from the lock's server, or that server lost its keys"
     )
     return LockLostError(
         f"{instance}: the dispatch lock was lost {step} ({cause}); nothing was sent to "
@@ -179,11 +187,10 @@ def _confirm(gate: Gate, instance: str, step: str, session_id: str) -> None:
     try:
         owned = gate.owns_lock(instance)
     except UnreachableError as exc:
-        raise _lock_lost(
-            instance, step, session_id, f"could not ask whether it is still ours: {exc.reason}"
-        ) from None
+        why = f"could not ask whether it is still ours: {exc.reason}"
+        raise _lock_lost(gate, instance, step, session_id, why) from None
     if not owned:
-        raise _lock_lost(instance, step, session_id)
+        raise _lock_lost(gate, instance, step, session_id)
 
 
 async def _others_spend(
@@ -271,7 +278,7 @@ async def _gated(
             try:
                 res = gate.reserve(inst.name, session.id, PROMPT_SENT)
             except LockLostError:
-                raise _lock_lost(inst.name, "before reserving", session.id) from None
+                raise _lock_lost(gate, inst.name, "before reserving", session.id) from None
             await _deliver(client, gate, res, prompt, model, before_prompt, warnings)
             return SendResult(
                 "steer", inst.name, session.id, plan.directory, plan.title, model,
@@ -296,7 +303,7 @@ async def _gated(
         try:
             res = gate.reserve(inst.name)
         except LockLostError:
-            raise _lock_lost(inst.name, "before reserving", planned) from None
+            raise _lock_lost(gate, inst.name, "before reserving", planned) from None
         session_id, directory = planned, plan.directory
         try:
             if plan.action == "create":
@@ -307,7 +314,7 @@ async def _gated(
             res = gate.attach(res, session_id, PROMPT_SENT)
         except LockLostError:
             gate.release(res)
-            raise _lock_lost(inst.name, "before sending", session_id) from None
+            raise _lock_lost(gate, inst.name, "before sending", session_id) from None
         except BaseException:
             gate.release(res)
             raise
@@ -433,7 +440,7 @@ async def abort_and_prompt(
                 try:
                     res = gate.reserve(inst.name, session, PROMPT_SENT)
                 except LockLostError:
-                    raise _lock_lost(inst.name, "before reserving", session) from None
+                    raise _lock_lost(gate, inst.name, "before reserving", session) from None
                 try:
                     await client.abort(session, directory)
                     await wait_until_idle(client, directory, session, ABORT_SETTLE_SECONDS)

@@ -150,6 +150,11 @@ class Gate:
         """
         return instance in self._held
 
+    def fenced_out(self, instance: str) -> bool:
+        """True when a write for ``instance`` was refused because this process (an HA patrol
+        daemon) no longer holds the patrol lease; files are never fenced."""
+        return False
+
     def holds(self, res: Reservation) -> bool:
         """True when the reservation is still stored (nobody deleted it)."""
         return res.path is not None and res.path.exists()

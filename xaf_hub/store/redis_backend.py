@@ -239,6 +239,7 @@ class RedisGate(Gate):
         self._write_if_owner = client.register_script(_WRITE_IF_OWNER)
         self._locks: dict[str, Lock] = {}
         self._lost: set[str] = set()  # lost locks the caller was told about (no second warning)
+        self._fenced: set[str] = set()  # instances a write was refused for: patrol lease gone
 
     def _key(self, *parts: str) -> str:
         return ":".join((self.prefix, *parts))
@@ -340,8 +341,13 @@ class RedisGate(Gate):
             self._lost.add(instance)
         return owned
 
+    def fenced_out(self, instance: str) -> bool:
+        """True once a check or write for ``instance`` found the patrol lease gone."""
+        return instance in self._fenced
+
     def _fence_lost(self, instance: str) -> str:
         assert self.fence is not None
+        self._fenced.add(instance)
         return (
             f"{instance}: this patrol daemon no longer holds the patrol lease (redis "
             f"{self.where} key {self.fence.key}); another daemon is active, so nothing is sent"

@@ -89,6 +89,13 @@ def test_a_fenced_gate_writes_nothing_once_the_lease_is_lost(cfg: Config, rds: A
         rds.set(a.key, "host-b|9|beef")
         assert not gate.owns_lock("lan-a")  # the dispatch lock is still ours; the lease is not
         assert any("no longer holds the patrol lease" in w for w in gate.warnings)
+        assert gate.fenced_out("lan-a") and not gate.fenced_out("lan-b")
+        # What a dispatch stopped here says: the lease, not the dispatch lock, was lost.
+        from xaf_hub.ops.send import _lock_lost
+
+        said = str(_lock_lost(gate, "lan-a", "before sending", "ses_1"))
+        assert "lost the patrol lease before sending" in said and "dispatch lock" not in said
+        assert "nothing was sent to session ses_1" in said
         with pytest.raises(LockLostError, match="patrol lease"):
             gate.reserve("lan-a")
         with pytest.raises(LockLostError, match="patrol lease"):
@@ -100,6 +107,8 @@ def test_a_fenced_gate_writes_nothing_once_the_lease_is_lost(cfg: Config, rds: A
     with plain.lock("lan-a"):
         plain.reserve("lan-a")
         assert plain.owns_lock("lan-a")
+    assert not plain.fenced_out("lan-a")
+    assert "the dispatch lock was lost" in str(_lock_lost(plain, "lan-a", "before sending", ""))
 
 
 def test_a_fenced_pool_changes_nothing_once_the_lease_is_lost(cfg: Config, rds: Any) -> None:
