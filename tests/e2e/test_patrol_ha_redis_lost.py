@@ -6,9 +6,11 @@ while both daemons run. The promises attacked: at any sample at most one daemon 
 active (each daemon's own heartbeat file) except for the old holder's lag until its next
 renewal (at most a third of the lease), a daemon holds the lease again within the lease
 + 10 s of each loss, nothing is sent twice, and the instance limit holds although every
-reservation vanished with Redis (the busy session on the server still counts).
-Not checked here: that a task imported after the losses goes out once the slot frees (tried:
-it stayed pending for 90 s after the busy session was aborted; not yet explained).
+reservation vanished with Redis (the busy session on the server still counts). Then a person
+interrupts the busy run from host A: whichever host's daemon is active leaves that session
+alone (the interrupt is kept in Redis too) and sends the task imported after the losses, once.
+(Aborting the run behind the hub's back instead makes the active daemon resume it, which
+takes the freed slot again: the run was interrupted and no person said so.)
 """
 
 from __future__ import annotations
@@ -29,9 +31,11 @@ from tests.e2e import test_patrol_ha as ha_tests
 from tests.e2e.test_patrol_ha import LEASE, ha, only_local_a, sent, start, status
 from tests.e2e.test_redis_fleet import Host, abort_all, on_both
 from tests.redis_fixture import RedisServer, _answers, _stop
+from xaf_hub.core.discipline import RESUME_PROMPT
 
 pytestmark = pytest.mark.e2e
 
+RESUME_HEAD = RESUME_PROMPT.splitlines()[0]
 hosts = ha_tests.hosts
 daemons = ha_tests.daemons
 
@@ -190,6 +194,12 @@ def test_redis_restarted_and_flushed_under_two_daemons(
             )
             assert a.run("backlog", "import", str(again))[0] == 0
             time.sleep(3 * LEASE)  # several rounds by whoever holds the lease
+            assert sent(a, "after the loss") == []  # the instance is still full
+            (busy,) = a.hub.busy_ids("local-a")
+            code, _, err = a.run("interrupt", "--session", busy, "--allow-prod")
+            assert code == 0, err
+            a.hub.wait_for(lambda: sent(a, "after the loss"), timeout=60)
+            time.sleep(2 * LEASE)  # every chance for a second send or a resume
         assert roles.samples > 50
         # The lease key names one holder at a time by construction; what a daemon *believes*
         # can lag: after Redis lost the key, the old holder learns it at its next renewal
@@ -201,7 +211,8 @@ def test_redis_restarted_and_flushed_under_two_daemons(
         # Nothing sent twice, and the limit held: one busy session, no second prompt.
         counts = [len(sent(a, f"before the loss {n}")) for n in range(3)]
         assert sorted(counts) == [0, 0, 1], counts
-        assert sent(a, "after the loss") == []
-        assert len(a.hub.busy_ids("local-a")) == 1
+        assert len(sent(a, "after the loss")) == 1
+        assert [r for r in a.hub.llm.requests() if RESUME_HEAD in r["last_user_text"]] == []
+        assert len(a.hub.busy_ids("local-a")) == 1 and busy not in a.hub.busy_ids("local-a")
     finally:
         abort_all(a.hub, "local-a")

@@ -278,3 +278,44 @@ def test_unreachable_redis(hub: Hub, redis_server: RedisServer) -> None:
         assert "connection refused" in finding["message"]
         assert "redis-server" in finding["fix"] and "XAF_HUB_REDIS_PASSWORD" in finding["fix"]
     assert redis_server.password not in json.dumps(doc)
+
+
+def test_an_interrupt_on_one_host_holds_for_the_patrol_on_another(
+    hosts: tuple[Host, Host],
+) -> None:
+    from xaf_hub.core.discipline import RESUME_PROMPT
+
+    a, b = hosts
+    hub = a.hub
+    hub.llm.set_mode("slow-model", "slow", delay=60)
+    url, pw = hub.server("lan-c").url, hub.password("lan-c")
+    person = hub.session("lan-c", "stopped by a person")
+    server = hub.session("lan-c", "stopped without a person")
+    for sid in (person, server):
+        hub.prompt("lan-c", sid, f"long work in {sid}", "fake/slow-model")
+    try:
+        hub.wait_for(lambda: {person, server} <= hub.busy_ids("lan-c"), timeout=30)
+        # A person stops one run from host A; the other run is aborted with no one's word.
+        code, _, err = a.run("interrupt", "--session", person, "--allow-prod")
+        assert code == 0, err
+        sandbox.abort(url, pw, server)
+        hub.wait_for(lambda: not hub.busy_ids("lan-c") & {person, server}, timeout=30)
+
+        # The patrol runs on host B, whose audit log never saw the interrupt.
+        assert not (b.home / "audit.log").exists() or person not in (
+            b.home / "audit.log"
+        ).read_text("utf-8")
+        code, _, err = b.run("patrol", "--once", "--no-fill", "--no-design")
+        assert code == 0, err
+        doc = json.loads((b.home / "patrol" / "report-latest.json").read_text("utf-8"))
+        resumed = {r["session"]: r["result"] for r in doc["resumed"]}
+        assert resumed == {server: "ok"}, doc["resumed"]
+        lines = {s["session"]: s for s in doc["sessions"]["interrupted"]}
+        assert "interrupted by" in lines[person]["detail"], lines[person]
+        head = RESUME_PROMPT.splitlines()[0]
+        resumes = [
+            r for r in hub.llm.requests() if not r["title_call"] and head in r["last_user_text"]
+        ]
+        assert len(resumes) == 1 and hub.busy_ids("lan-c") & {person, server} == {server}
+    finally:
+        abort_all(hub, "lan-c")

@@ -104,6 +104,19 @@ def operator_interrupts(state_dir: Path) -> dict[Key, Interrupt]:
     return found
 
 
+def people_interrupts(ops: OpsContext) -> dict[Key, Interrupt]:
+    """Latest interrupt per session: this host's audit log, and with the Redis stores every
+    host's (``store.backends.shared_interrupts``). UnreachableError when Redis cannot be
+    asked: a patrol must not undo an interrupt it could not read."""
+    from xaf_hub.store.backends import shared_interrupts
+
+    found = operator_interrupts(ops.cfg.state_dir)
+    for key, (at, who) in shared_interrupts(ops.cfg).items():
+        if key not in found or at >= found[key].at:
+            found[key] = Interrupt(at, _who(who))
+    return found
+
+
 def stopped_after(stop: Interrupt | None, since_s: float | None) -> bool:
     """True when ``stop`` came at or after ``since_s`` (None: any interrupt counts)."""
     if stop is None:
@@ -159,8 +172,8 @@ def decisions_from(interrupts: Mapping[Key, Interrupt], tasks: Iterable[Task]) -
 
 
 def load_decisions(ops: OpsContext) -> Decisions:
-    """Read the audit log and the task pool; an unreadable pool is reported, never fatal."""
-    interrupts = operator_interrupts(ops.cfg.state_dir)
+    """Read the interrupts and the task pool; an unreadable pool is reported, never fatal."""
+    interrupts = people_interrupts(ops)
     try:
         tasks = ops.backlog().load().tasks
     except StateFileError as exc:

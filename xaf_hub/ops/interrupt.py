@@ -1,16 +1,20 @@
 """A person stops a session's run: find it, apply the production and project guards, abort.
 
 The audit line this writes (command ``interrupt``, result ``aborted``) is how the patrol
-knows the stop was a person's decision and must not be undone (architecture §8).
+knows the stop was a person's decision and must not be undone (architecture §8); with the
+Redis stores the interrupt is kept there too, so a patrol on another host knows it as well.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 from xaf_hub.errors import HubError, NotProjectSession, ProductionRefused, UnreachableError
 from xaf_hub.fleet.scan import scan_fleet
 from xaf_hub.ops.context import OpsContext
+from xaf_hub.store.audit import who
+from xaf_hub.store.backends import record_shared_interrupt
 
 
 @dataclass(frozen=True)
@@ -20,6 +24,7 @@ class Interrupted:
     instance: str
     session_id: str
     was: str  # its run state before: busy | retry | idle
+    note: str = ""  # why other hosts' patrols may not know of it ("" = they do)
 
     @property
     def running(self) -> bool:
@@ -69,7 +74,15 @@ async def interrupt_session(
         result="aborted",
         reason="was " + session.run_state,
     )
-    return Interrupted(sc.inst.name, session.id, session.run_state)
+    note = ""
+    try:  # with the Redis stores, a patrol on any host must see it was a person
+        record_shared_interrupt(cfg, sc.inst.name, session.id, time.time(), who(ops.env))
+    except HubError as exc:
+        note = ops.redact(
+            f"the interrupt is recorded on this host only ({exc}): a patrol daemon on another "
+            "host may resume the session"
+        )
+    return Interrupted(sc.inst.name, session.id, session.run_state, note)
 
 
 def session_not_found(

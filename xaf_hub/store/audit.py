@@ -18,6 +18,15 @@ def caller(env: Mapping[str, str]) -> str:
     return env.get("XAF_HUB_CALLER") or env.get("PARENT_AGENT") or ""
 
 
+def who(env: Mapping[str, str]) -> dict[str, str]:
+    """Who is acting, as the audit line names them: caller, user and host."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = ""
+    return {"caller": caller(env), "user": user, "host": socket.gethostname()}
+
+
 def append(
     state_dir: Path,
     *,
@@ -38,13 +47,9 @@ def append(
     from xaf_hub.core.text import dumps_line, redact
 
     env = os.environ if env is None else env
-    try:
-        user = getpass.getuser()
-    except (KeyError, OSError):
-        user = ""
     entry: dict[str, Any] = {
         "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "who": {"caller": caller(env), "user": user, "host": socket.gethostname()},
+        "who": who(env),
         "command": command,
         "instance": instance,
         "session": session,

@@ -7,7 +7,7 @@ Redis is imported only when asked for.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, NotRequired, TypedDict
@@ -63,6 +63,46 @@ def load_run_memory(cfg: Config, folder: Path, fence: Fence | None = None) -> Ru
 
         return RedisRunMemory.open(connect(cfg.lock), cfg.lock.redis_prefix, fence)
     return RunMemory.load(folder)
+
+
+def shares_decisions(cfg: Config) -> bool:
+    """Whether people's interrupts are kept in Redis too: with the gate or the pool there,
+    a patrol on another host acts on this host's sessions."""
+    return "redis" in (cfg.lock.backend, cfg.pool.backend)
+
+
+def record_shared_interrupt(
+    cfg: Config, instance: str, session: str, at: float, who: Mapping[str, str]
+) -> None:
+    """Keep a person's interrupt where every host's patrol reads it (nothing without Redis).
+
+    UnreachableError when Redis cannot be reached: the audit line on this host still holds.
+    """
+    if not shares_decisions(cfg):
+        return
+    from xaf_hub.store.redis_backend import connect
+    from xaf_hub.store.redis_interrupts import record_interrupt
+
+    client = connect(cfg.lock)
+    try:
+        record_interrupt(client, cfg.lock.redis_prefix, (instance, session), at, who)
+    finally:
+        client.close()
+
+
+def shared_interrupts(cfg: Config) -> dict[tuple[str, str], tuple[float, object]]:
+    """People's interrupts made on any host ({} without Redis); UnreachableError when Redis
+    cannot be asked (the caller must not act as if there were none)."""
+    if not shares_decisions(cfg):
+        return {}
+    from xaf_hub.store.redis_backend import connect
+    from xaf_hub.store.redis_interrupts import read_interrupts
+
+    client = connect(cfg.lock)
+    try:
+        return read_interrupts(client, cfg.lock.redis_prefix)
+    finally:
+        client.close()
 
 
 class DaemonRow(TypedDict):

@@ -50,6 +50,8 @@ def run(ctx: Context) -> int:
             force=opts.force,
         )
     )
+    if done.note:
+        ctx.warn(done.note)
     if ctx.json:
         ctx.out(
             dumps(
@@ -58,6 +60,7 @@ def run(ctx: Context) -> int:
                     "session_id": done.session_id,
                     "was": done.was,
                     "result": "aborted",
+                    "warnings": [done.note] if done.note else [],
                 }
             )
         )

@@ -68,7 +68,7 @@ from xaf_hub.errors import (
 from xaf_hub.fleet.client import OpencodeClient
 from xaf_hub.ops import budget
 from xaf_hub.ops.context import Fleet, OpsContext
-from xaf_hub.ops.decisions import decisions_from, operator_interrupts
+from xaf_hub.ops.decisions import decisions_from, people_interrupts
 from xaf_hub.ops.heal import heal_candidate
 from xaf_hub.ops.load import instance_load
 from xaf_hub.ops.models import choose_model, untried_model
@@ -407,7 +407,7 @@ async def settle_dispatched(
     # Verification reads each final answer, which the rounds' memory does not keep.
     runs = await cycle.last_runs(pctx, idle, answers=bool(pctx.cfg.repository.url))
     now = pctx.now()
-    people = decisions_from(operator_interrupts(pctx.cfg.state_dir), tasks)
+    people = decisions_from(people_interrupts(pctx), tasks)
     patrol = pctx.cfg.patrol
     grace = timedelta(seconds=patrol.no_answer_grace_seconds)
     judged: list[tuple[Task, InstanceConfig | None, Sighting, Settlement]] = []

@@ -1,0 +1,62 @@
+"""People's interrupts in Redis, so a patrol daemon on any host respects them.
+
+``xaf-hub interrupt`` writes its audit line on the host it ran on; the patrol reads the
+operator interrupts from there (``ops.decisions``). With the Redis stores (gate or pool) the
+patrol may run on another host, so the interrupt is also kept in the hash
+``<lock.redis_prefix>:interrupts``: one field per (instance, session), the latest interrupt's
+time and who made it. The hash expires 14 days after its last write. A field that cannot be
+read is skipped, as a torn audit line is.
+
+Only ``backends`` imports this module, so the file backends never load redis.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+
+import redis
+
+from xaf_hub.store.redis_backend import _redis_errors, _text, describe
+
+__all__ = ["read_interrupts", "record_interrupt"]
+
+_RETENTION_MS = 14 * 24 * 3600 * 1000
+
+Key = tuple[str, str]  # (instance, session)
+
+
+def _key(prefix: str) -> str:
+    return f"{prefix}:interrupts"
+
+
+def record_interrupt(
+    client: redis.Redis, prefix: str, key: Key, at: float, who: Mapping[str, str]
+) -> None:
+    """Keep that ``who`` interrupted ``key`` at ``at`` (epoch seconds); the latest wins."""
+    field = json.dumps(list(key), ensure_ascii=False)
+    value = json.dumps({"at": at, "who": dict(who)}, ensure_ascii=False)
+    with _redis_errors(describe(client)), client.pipeline(transaction=True) as pipe:
+        pipe.hset(_key(prefix), field, value)
+        pipe.pexpire(_key(prefix), _RETENTION_MS)
+        pipe.execute()
+
+
+def read_interrupts(client: redis.Redis, prefix: str) -> dict[Key, tuple[float, object]]:
+    """Every kept interrupt: (instance, session) -> (epoch seconds, who as written)."""
+    with _redis_errors(describe(client)):
+        raw = client.hgetall(_key(prefix))
+    found: dict[Key, tuple[float, object]] = {}
+    for name, value in raw.items():
+        try:
+            pair = json.loads(_text(name))
+            doc = json.loads(_text(value))
+            at = float(doc["at"])
+        except (ValueError, KeyError, TypeError, UnicodeDecodeError):
+            continue
+        if not (isinstance(pair, list) and len(pair) == 2):
+            continue
+        instance, session = str(pair[0]), str(pair[1])
+        if at == at and at not in (float("inf"), float("-inf")):  # NaN or infinite: skipped
+            found[(instance, session)] = (at, doc.get("who"))
+    return found
