@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Generator
 from pathlib import Path
 
 import pytest
@@ -69,3 +70,27 @@ def _table(tr: pytest.TerminalReporter, marker: str, title: str, row_name: str) 
         tr.write_line(row.ljust(first) + line)
     failed = sum(1 for v in cells.values() if v in ("FAIL", "ERROR"))
     tr.write_line(f"{len(cells)} cells, {len(cells) - failed} passed, {failed} failed")
+
+
+# --- a failed test against real servers shows the end of their logs --------------------------
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """Attach the tail of each opencode server's log the failed test used (a hung request or a
+    server error is diagnosed from these, on a CI machine that keeps nothing else)."""
+    rep = yield
+    if rep.when == "call" and rep.failed:
+        seen: set[int] = set()
+        for value in getattr(item, "funcargs", {}).values():
+            fleet = getattr(value, "fleet", value)  # a Hub carries its fleet
+            for server in getattr(fleet, "servers", None) or []:
+                if id(server) in seen or not hasattr(server, "log_tail"):
+                    continue
+                seen.add(id(server))
+                try:
+                    tail = server.log_tail(40)
+                except OSError as exc:
+                    tail = f"(log not readable: {exc})"
+                rep.sections.append((f"opencode log {server.log_path}", tail))
+    return rep
