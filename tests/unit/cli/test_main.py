@@ -43,6 +43,24 @@ def test_top_level_help_lists_every_command_without_importing_them() -> None:
         assert name in out
 
 
+def test_a_command_that_talks_http_does_not_load_httpx_s_own_cli() -> None:
+    import subprocess
+    import sys
+
+    pytest.importorskip("click")  # installed beside the mcp extra: httpx would load it
+    pytest.importorskip("rich")
+    probe = (
+        "import sys\n"
+        "from xaf_hub.cli.main import main\n"
+        "import xaf_hub.fleet.client, httpx\n"
+        "print(sorted(m for m in ('click', 'rich', 'httpx._main') if sys.modules.get(m)))\n"
+        "print(httpx.AsyncClient.__name__)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         check=True).stdout
+    assert out.split() == ["[]", "AsyncClient"]
+
+
 def test_usage_errors_exit_4(tmp_path: Path) -> None:
     err = io.StringIO()
     assert main(["status", "--no-such-flag"], stdout=io.StringIO(), stderr=err) == 4
