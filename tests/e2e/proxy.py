@@ -6,7 +6,7 @@ from __future__ import annotations
 import http.server
 import threading
 from collections.abc import Callable
-from typing import Self
+from typing import Literal, Self
 
 import httpx
 
@@ -86,13 +86,27 @@ def send_back(
     handler.wfile.write(r.content)
 
 
-class StallProxy(LoopbackServer):
-    """Forward everything to ``target``; requests for which ``stall(method, path)`` is true wait
-    until ``release()`` (or forever) before being forwarded."""
+# What a StallProxy does with a request it holds (see StallProxy).
+StallMode = Literal["forward", "drop", "hold-answer"]
 
-    def __init__(self, target: str, stall: Callable[[str, str], bool]) -> None:
+
+class StallProxy(LoopbackServer):
+    """Forward everything to ``target``, but hold the requests for which ``stall(method, path)``
+    is true until ``release()`` (or the end of ``with``). What a held request becomes:
+
+    * ``"forward"``: forwarded on release (its sender was only slow);
+    * ``"drop"``: never forwarded; on release its connection is closed unanswered (its sender
+      died before the request left: the server never hears of it);
+    * ``"hold-answer"``: forwarded at once, its answer held until release (the server acted on
+      it; its sender hears of it late, or never).
+    """
+
+    def __init__(
+        self, target: str, stall: Callable[[str, str], bool], mode: StallMode = "forward"
+    ) -> None:
         self.target = target.rstrip("/")
         self.stall = stall
+        self.mode = mode
         self.stalled = threading.Event()
         proxy = self
 
@@ -101,10 +115,18 @@ class StallProxy(LoopbackServer):
 
             def _forward(self) -> None:
                 body = read_body(self)
-                if proxy.stall(self.command, self.path):
-                    proxy.stalled.set()
-                    proxy.released.wait()
-                send_back(self, forward(self, proxy.target, body, timeout=30))
+                if not proxy.stall(self.command, self.path):
+                    send_back(self, forward(self, proxy.target, body, timeout=30))
+                    return
+                answer = None
+                if proxy.mode == "hold-answer":
+                    answer = forward(self, proxy.target, body, timeout=30)
+                proxy.stalled.set()
+                proxy.released.wait()
+                if proxy.mode == "drop":
+                    self.close_connection = True
+                    return
+                send_back(self, answer or forward(self, proxy.target, body, timeout=30))
 
             do_GET = do_POST = do_DELETE = do_PATCH = _forward  # noqa: N815 - stdlib names
 
