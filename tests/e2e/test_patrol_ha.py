@@ -234,6 +234,7 @@ def test_a_daemon_paused_past_its_lease_mid_fill_sends_nothing(
     assert "patrol lease: standby" in out_a, (out_a, err_a)
     # It really woke up mid-fill with a session in hand, and was refused before the prompt.
     assert "nothing was sent to session" in err_a, (out_a, err_a)
+    assert "lost the patrol lease" in err_a, (out_a, err_a)  # the fence, not the lock
 
 
 # -- SIGKILL mid-heal -----------------------------------------------------------------------
@@ -411,3 +412,50 @@ def test_sigkill_mid_heal_between_abort_and_prompt_the_standby_resumes_once(
         ("patrol.resume", "reuse", CHAIN[1])
     ]
     assert heal_lines(a, sid) == []
+
+
+def test_sigkill_of_the_active_daemon_mid_fill_sends_the_task_once(
+    hosts: tuple[Host, Host], daemons: list[subprocess.Popen[str]]
+) -> None:
+    a, b = hosts
+    on_both(hosts, ha)
+    on_both(hosts, only_local_a)
+    a.hub.llm.set_mode("fake-model", "slow", delay=60)
+    target = a.hub.server("local-a").url
+    stall = StallProxy(
+        target, lambda m, p: m == "POST" and p.startswith("/session?"), mode="drop"
+    )
+    with stall as proxy:
+        # A reaches local-a through a proxy that freezes session creation: A dies there,
+        # holding the dispatch lock and a reservation, the task planned but not claimed.
+        a.hub.set_instance("local-a", url=proxy.url)
+        pa = start(a, daemons)
+        a.hub.wait_for(lambda: status(b)["active_host"] == "host-a", timeout=60)
+        start(b, daemons)
+        a.hub.wait_for(lambda: role_of(status(a), "host-b") == "standby", timeout=60)
+        assert a.run("backlog", "add", "--title", "killed mid fill", "--id", "F1")[0] == 0
+        assert proxy.stalled.wait(60), "A's fill never reached session creation"
+        pa.kill()
+        killed = time.monotonic()
+        try:
+            a.hub.wait_for(lambda: status(b)["active_host"] == "host-b", timeout=LEASE + 30)
+            took = time.monotonic() - killed
+            assert took <= LEASE + 10, f"failover took {took:.1f}s"
+            a.hub.wait_for(lambda: pool(b)["F1"]["status"] == "dispatched", timeout=90)
+            a.hub.wait_for(lambda: sent(a, "killed mid fill"), timeout=60)
+            time.sleep(2 * LEASE)  # B's later rounds must not send it again
+            proxy.released.set()  # A's frozen create is dropped: it died before it left
+            assert len(sent(a, "killed mid fill")) == 1
+            row = pool(a)["F1"]
+            assert row["status"] == "dispatched" and row["dispatched_to"] == "local-a"
+            assert [e for e in audit(a) if e["command"] == "patrol.backlog"] == []
+            assert [e["task"] for e in audit(b) if e["command"] == "patrol.backlog"] == ["F1"]
+            limit = next(
+                i.get("concurrency_limit", 2)
+                for i in b.hub.doc["instances"]
+                if i["name"] == "local-a"
+            )
+            assert len(b.hub.busy_ids("local-a")) <= limit
+        finally:
+            abort_all(b.hub, "local-a")
+    print(f"failover after SIGKILL mid-fill: {took:.1f}s (lease {LEASE:g}s)")
