@@ -129,6 +129,12 @@ class LockLostError(BusyError):
     """
 
 
+class RunsAgain(BusyError):
+    """A patrol re-send (a heal, a resume) found its session running again under the lock:
+    someone (another daemon, a late prompt, a person) acted on it since it was judged, so a
+    prompt now would queue a second run. Nothing was sent."""
+
+
 class BudgetReached(BusyError):
     """Today's spend reached a daily budget: no new work is sent (a steer passes).
 

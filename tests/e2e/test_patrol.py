@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from tests.fleet import Hub
+from xaf_hub.config.load import load_config
 from xaf_hub.core.clock import next_reset, resolve_timezone, to_ms
 from xaf_hub.core.discipline import CONTINUE_PROMPT, DISCIPLINE_MARKER, RESUME_PROMPT
 from xaf_hub.sandbox import fleet as sandbox
@@ -231,6 +232,41 @@ def test_interrupted_session_is_resumed_through_the_gate_once(hub: Hub) -> None:
     assert len(agent_requests(hub, "slow-model", RESUME_HEAD)) == 1
     report = (home(hub) / "patrol" / "report-latest.md").read_text("utf-8")
     assert "## Resumed (check_agents)" in report and a in report
+
+
+def test_a_resume_judged_on_a_stopped_session_sends_nothing_once_it_runs_again(hub: Hub) -> None:
+    """The race a second daemon or a late prompt opens: judged stopped, running at the send."""
+    from xaf_hub.core import aio
+    from xaf_hub.errors import RunsAgain
+    from xaf_hub.ops.context import OpsContext
+    from xaf_hub.ops.planner import plan_reuse
+    from xaf_hub.ops.send import send_work
+
+    hub.llm.set_mode("slow-model", "slow", delay=30)
+    sid = hub.session("lan-c", "judged, then started")
+    cfg = load_config(str(hub.config_path), env=hub.env)
+    ops = OpsContext(cfg, env=hub.env)
+    fleet = aio.run(ops.scan())
+    inst, rec = next((i, s) for i, s in fleet.work_sessions() if s.id == sid)
+    assert not rec.running  # what the patrol judged
+    hub.prompt("lan-c", sid, "started behind the judge's back", "fake/slow-model")
+    hub.wait_for(lambda: sid in hub.busy_ids("lan-c"))
+
+    async def resend() -> None:
+        async with ops.client(inst) as client:
+            await send_work(
+                ops, plan_reuse(inst, rec, via="test"), RESUME_PROMPT, "fake/fake-model",
+                client, command="patrol.resume", steer=False,
+            )
+
+    with pytest.raises(RunsAgain, match=f"session {sid} on lan-c runs again"):
+        aio.run(resend())
+    try:
+        assert not [r for r in hub.llm.requests() if RESUME_HEAD in r["last_user_text"]]
+        audit = (home(hub) / "audit.log").read_text("utf-8").splitlines()
+        assert [json.loads(x)["result"] for x in audit if sid in x] == ["failed"]
+    finally:
+        abort_busy(hub, "lan-c")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -254,7 +254,9 @@ async def heal(
     else:
         plan = plan_reuse(inst, rec, via=f"heal ({cand.signal})")
         async with ops.client(inst) as client:
-            await send_work(ops, plan, prompt, target, client, command=f"{origin}.heal")
+            await send_work(
+                ops, plan, prompt, target, client, command=f"{origin}.heal", steer=False
+            )
     state.remember_healed(
         cand.key, cand.model or None, target, now, who=HealedSession(inst.name, rec.id, rec.title)
     )

@@ -37,6 +37,7 @@ from xaf_hub.errors import (
     BusyError,
     HubError,
     LockLostError,
+    RunsAgain,
     RunStateUnknown,
     StateFileError,
     UnreachableError,
@@ -114,6 +115,7 @@ async def send_work(
     *,
     command: str = "dispatch",
     before_prompt: Callable[[str], None] | None = None,
+    steer: bool = True,
 ) -> SendResult:
     """Send the prompt under the instance lock: re-read, re-count, reserve, create, prompt.
 
@@ -121,12 +123,18 @@ async def send_work(
     existing one) and before the prompt is sent, so a caller can record the work first: a
     crash between the two then leaves a record of work not yet sent, never work sent twice
     or running unrecorded. When it raises, nothing is sent.
+
+    A session planned for reuse that runs by the time the lock is held is steered; with
+    ``steer=False`` (a heal or resume, which judged the session stopped) that is RunsAgain
+    instead and nothing is sent.
     """
     gate = gate if gate is not None else ops.gate()
     inst = plan.instance
     warnings: list[str] = []
     try:
-        result = await _gated(ops, plan, prompt, model, client, gate, warnings, before_prompt)
+        result = await _gated(
+            ops, plan, prompt, model, client, gate, warnings, before_prompt, steer
+        )
     except Exception as exc:
         ops.audit(
             command,
@@ -255,6 +263,7 @@ async def _gated(
     gate: Gate,
     warnings: list[str],
     before_prompt: Callable[[str], None] | None = None,
+    steer: bool = True,
 ) -> SendResult:
     inst = plan.instance
     planned = plan.session.id if plan.session is not None else ""
@@ -271,6 +280,11 @@ async def _gated(
         _confirm(gate, inst.name, "before its load was counted", planned)
         load = instance_load(fresh, gate, allow_prod=True, observed_at=observed)
         session = plan.session if plan.action in ("reuse", "steer") else None
+        if session is not None and session.id in load.running_ids and not steer:
+            raise RunsAgain(
+                f"session {session.id} on {inst.name} runs again: it was acted on since it "
+                "was judged (another daemon, a late prompt or a person), so nothing was sent"
+            )
         if session is not None and session.id in load.running_ids:
             # Running: the prompt steers it and takes no slot. The reservation tied to it
             # counts only if the run ends while the prompt travels and the prompt starts it

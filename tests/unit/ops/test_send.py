@@ -19,7 +19,7 @@ import pytest
 
 from xaf_hub.config.load import Config, parse_config
 from xaf_hub.core.records import SessionRecord
-from xaf_hub.errors import ApiError, BusyError, LockLostError, UnreachableError
+from xaf_hub.errors import ApiError, BusyError, LockLostError, RunsAgain, UnreachableError
 from xaf_hub.fleet.client import RawStatus, ServerSession
 from xaf_hub.fleet.releases import classify
 from xaf_hub.ops.context import OpsContext
@@ -145,7 +145,7 @@ def record(sid: str, state: str = "idle") -> SessionRecord:
 
 
 def send(
-    cfg: Config, plan: Plan, client: FakeClient, gate: SpyGate, log: list[str]
+    cfg: Config, plan: Plan, client: FakeClient, gate: SpyGate, log: list[str], steer: bool = True
 ) -> SendResult:
     ops = OpsContext(cfg)
     return asyncio.run(
@@ -157,6 +157,7 @@ def send(
             client,  # type: ignore[arg-type]
             gate,
             before_prompt=lambda sid: log.append(f"record {sid}"),
+            steer=steer,
         )
     )
 
@@ -213,6 +214,16 @@ def test_idle_session_that_started_meanwhile_is_steered_without_a_slot(cfg: Conf
                    "owned", "accepted", "unlock"]
     # Tied to a running session, the reservation adds nothing to the count.
     assert gate.pending("a", {"s1", "s2"}) == []
+
+
+def test_a_heal_or_resume_never_steers_a_session_that_runs_again(cfg: Config) -> None:
+    log: list[str] = []
+    client, gate = FakeClient(log, ["s1"], {"s1"}), SpyGate(cfg.state_dir, cfg, log)
+    plan = plan_reuse(cfg.instances[0], record("s1"), via="heal")  # judged stopped
+    with pytest.raises(RunsAgain, match="session s1 on a runs again"):
+        send(cfg, plan, client, gate, log, steer=False)
+    assert log == ["lock", "read", "owned", "unlock"]  # nothing reserved, recorded or sent
+    assert slot_files(cfg) == [] and audit_results(cfg) == ["failed"]
 
 
 @pytest.mark.parametrize(

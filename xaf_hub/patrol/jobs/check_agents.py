@@ -31,7 +31,7 @@ from xaf_hub.core.clock import to_ms
 from xaf_hub.core.discipline import RESUME_PROMPT
 from xaf_hub.core.records import SessionRecord
 from xaf_hub.core.runstate import LastRun, classify
-from xaf_hub.errors import BudgetReached, BusyError, HubError
+from xaf_hub.errors import BudgetReached, BusyError, HubError, RunsAgain
 from xaf_hub.ops.context import OpsContext
 from xaf_hub.ops.decisions import load_decisions
 from xaf_hub.ops.models import choose_model
@@ -175,7 +175,12 @@ async def _resume(
     plan = plan_reuse(inst, rec, via="patrol resume")
     try:
         async with pctx.client(inst) as client:
-            sent = await send_work(pctx, plan, prompt, model, client, command="patrol.resume")
+            sent = await send_work(
+                pctx, plan, prompt, model, client, command="patrol.resume", steer=False
+            )
+    except RunsAgain as exc:
+        cycle.add(pctx, session_action(STEP, "resume", "skipped", rec, detail=str(exc)))
+        return
     except BusyError as exc:
         cycle.deferred.add((inst.name, rec.id))
         cycle.add(

@@ -18,7 +18,7 @@ from xaf_hub.config.load import InstanceConfig
 from xaf_hub.core.clock import to_ms
 from xaf_hub.core.records import SessionRecord
 from xaf_hub.core.runstate import LastRun
-from xaf_hub.errors import BudgetReached, BusyError, HubError
+from xaf_hub.errors import BudgetReached, BusyError, HubError, RunsAgain
 from xaf_hub.ops.context import OpsContext
 from xaf_hub.ops.decisions import Decisions, load_decisions
 from xaf_hub.ops.heal import STEP, HealCandidate, Healing, heal, heal_candidate
@@ -120,6 +120,11 @@ async def heal_item(
         return
     try:
         healing = await heal(pctx, inst, rec, cand, state, discipline())
+    except RunsAgain as exc:
+        cycle.add(
+            pctx,
+            session_action(STEP, "heal", "skipped", rec, detail=str(exc), from_model=cand.model),
+        )
     except BusyError as exc:
         cycle.deferred.add((inst.name, rec.id))
         cycle.add(
