@@ -150,8 +150,14 @@ def enqueue(
     queue_limit: int,
     keep_hours: float,
     lock_timeout: float = 20.0,
+    claim: Callable[[str], bool] | None = None,
 ) -> Queued:
-    """Run ``derive(state)`` under the lock, queue its new events, trim; return the outbox."""
+    """Run ``derive(state)`` under the lock, queue its new events, trim; return the outbox.
+
+    ``claim(event_id)`` (HA patrol: ``store.backends.event_claimer``) is asked for each event
+    new here; False means another hub queued it already: it is only marked seen. When it
+    raises, nothing of this call is written (the next round derives the events again).
+    """
     path = state_path(state_dir)
     stamp = _iso(now)
     names = {h.name for h in hooks}
@@ -163,8 +169,10 @@ def enqueue(
         for ev in events:
             if ev.id in data["seen"]:
                 continue
-            new.append(ev)
             data["seen"][ev.id] = stamp
+            if claim is not None and not claim(ev.id):
+                continue  # another hub of the HA patrol queued it
+            new.append(ev)
             data["history"].append({"type": ev.type, "at": ev.at})
             for hook in hooks:
                 if hook.wants(ev.type):

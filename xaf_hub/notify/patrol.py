@@ -41,6 +41,7 @@ from xaf_hub.notify.events import Event
 from xaf_hub.notify.formats import Outgoing, build
 from xaf_hub.notify.messages import render
 from xaf_hub.notify.send import Answer, deliver, make_client
+from xaf_hub.store.backends import event_claimer
 from xaf_hub.store.backlog import parse_instant
 from xaf_hub.store.model_state import Healed
 
@@ -438,6 +439,7 @@ def _queue(pctx: OpsContext, cycle: Cycle, cfg: NotifyConfig, live: bool) -> int
             queue_limit=cfg.queue_limit,
             keep_hours=cfg.keep_hours,
             lock_timeout=pctx.cfg.lock.lock_timeout_seconds,
+            claim=event_claimer(pctx.cfg),
         )
     except HubError as exc:
         cycle.error(pctx, STEP, f"nothing queued: {exc}")
@@ -467,6 +469,7 @@ def queue_failover(pctx: OpsContext, from_host: str, to_host: str, token: str) -
             queue_limit=cfg.queue_limit,
             keep_hours=cfg.keep_hours,
             lock_timeout=pctx.cfg.lock.lock_timeout_seconds,
+            claim=event_claimer(pctx.cfg),
         )
     except Exception as exc:  # noqa: BLE001 - a notice must never stop the lease keeper
         return pctx.redact(f"{STEP}: failover notice not queued: {type(exc).__name__}: {exc}")

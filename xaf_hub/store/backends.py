@@ -105,6 +105,17 @@ def shared_interrupts(cfg: Config) -> dict[tuple[str, str], tuple[float, object]
         client.close()
 
 
+def event_claimer(cfg: Config) -> Callable[[str], bool] | None:
+    """With the HA lease, a function that lets one hub only queue each notification event
+    (``store.redis_seen``); None when one host runs the patrol (its outbox is enough)."""
+    if not uses_lease(cfg):
+        return None
+    from xaf_hub.store.redis_backend import connect
+    from xaf_hub.store.redis_seen import claimer
+
+    return claimer(connect(cfg.lock), cfg.lock.redis_prefix)
+
+
 class DaemonRow(TypedDict):
     """One known patrol daemon as ``patrol status`` and the page show it."""
 
