@@ -183,11 +183,13 @@ def test_ctrl_c_at_any_moment_stops_the_follower(hub: Hub, command: str) -> None
         began = time.monotonic()
         code = lines.stop()
         took = time.monotonic() - began
+        assert took < 30, (delay, took)
+        if code == 1 and any("init_import_site" in e for e in lines.err):
+            continue  # Python itself was still starting (its site imports): not ours yet
         # Following: exit 0. Before that, the CLI says "interrupted" (130), or, still
         # importing, Python ends as the signal does.
         assert code in (0, 130, -signal.SIGINT), (delay, code, lines.err[-5:])
         assert not any("Traceback" in e for e in lines.err), lines.err
-        assert took < 30, (delay, took)
 
 
 def _listen_once(url: str) -> None:

@@ -7,7 +7,8 @@ only to a :class:`~xaf_hub.sandbox.fake_llm.FakeLLM`.
 Offline measures (see the opencode API doc, section 2):
 
 * the ``OPENCODE_DISABLE_*`` flags stop the models.dev fetch, autoupdate, LSP
-  downloads, sharing, default plugins, Claude-Code and external skills;
+  downloads, sharing, default plugins, Claude-Code and external skills, and the file
+  watcher (whose inotify instances a long run would use up, see ``OFFLINE_ENV``);
 * opencode runs a detached npm install of ``@opencode-ai/plugin`` into every
   config dir it loads. ``--pure`` / ``OPENCODE_PURE`` do *not* stop it (they
   only skip external plugins). Its guard skips the install when the dir has a
@@ -61,6 +62,12 @@ OFFLINE_ENV: Mapping[str, str] = {
     # A `.opencode` dir inside a session's project is a config dir too and gets the
     # same npm install (measured); the sandbox never needs project config.
     "OPENCODE_DISABLE_PROJECT_CONFIG": "1",
+    # Each directory a server runs work in costs it one inotify instance, never given back;
+    # once the user's limit (fs.inotify.max_user_instances, 128 by default) is used up, the
+    # next directory's instance hangs at start-up and with it every request to that server
+    # (measured on 1.18.33: the log stops at "project copy refresh started", no CPU). A long
+    # test run reaches the limit; the sandbox needs no file watching.
+    "OPENCODE_EXPERIMENTAL_DISABLE_FILEWATCHER": "1",
     "npm_config_registry": DEAD_REGISTRY,
     "NO_PROXY": "127.0.0.1,localhost",
     "no_proxy": "127.0.0.1,localhost",
