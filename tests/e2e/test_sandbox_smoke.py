@@ -437,3 +437,13 @@ def test_servers_stay_on_loopback(fleet: fl.Fleet) -> None:
         assert list(plugin_dir.iterdir()) == []  # the plugin install never ran
         assert server.start_seconds is not None and server.start_seconds < 30
         assert proc.memory_info().rss < 2 * 1024**3
+
+
+def test_servers_run_without_the_file_watcher(fleet: fl.Fleet) -> None:
+    # Runs happened in both repos above. opencode's file watcher takes an inotify instance per
+    # directory for good and, once the user's limit is used up, hangs the server (OFFLINE_ENV):
+    # it must not have started ("watcher backend" is its start-up line).
+    for server in fleet.servers:
+        log = server.log_text()
+        assert "loop session.id=" in log  # the server did run work
+        assert "watcher backend" not in log

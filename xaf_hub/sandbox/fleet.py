@@ -66,7 +66,9 @@ OFFLINE_ENV: Mapping[str, str] = {
     # once the user's limit (fs.inotify.max_user_instances, 128 by default) is used up, the
     # next directory's instance hangs at start-up and with it every request to that server
     # (measured on 1.18.33: the log stops at "project copy refresh started", no CPU). A long
-    # test run reaches the limit; the sandbox needs no file watching.
+    # test run reaches the limit; the sandbox needs no file watching. Without this watcher a
+    # server still takes one instance per directory for something else, but does not hang
+    # when none is left (the smoke tests pass with the limit set to 1).
     "OPENCODE_EXPERIMENTAL_DISABLE_FILEWATCHER": "1",
     "npm_config_registry": DEAD_REGISTRY,
     "NO_PROXY": "127.0.0.1,localhost",
