@@ -17,9 +17,12 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
+
+from xaf_hub.config.load import Config, LockConfig, PatrolConfig, PoolConfig
 
 
 @dataclass(frozen=True)
@@ -131,3 +134,30 @@ def write_redis_config(doc: dict[str, Any], server: RedisServer, prefix: str) ->
 
 
 __all__ = ["RedisServer", "redis_server", "write_redis_config"]
+
+
+def redis_config(
+    server: RedisServer | None,
+    home: Path,
+    prefix: str = "xaf-hub",
+    *,
+    lock: str = "redis",
+    pool: str = "redis",
+    lease: float = 15.0,
+) -> Config:
+    """A hub config whose state folder is ``home`` and whose Redis stores are ``server``
+    (None: a closed loopback port, so every Redis call fails at once)."""
+    return Config(
+        path=None,
+        home=home,
+        state_dir=home,
+        lock=LockConfig(
+            backend=lock,
+            redis_url=server.url if server is not None else "redis://127.0.0.1:9/0",
+            redis_prefix=prefix,
+            redis_password=server.password if server is not None else "s3cret-pw",
+            lock_timeout_seconds=2,
+        ),
+        pool=PoolConfig(backend=pool),
+        patrol=PatrolConfig(lease_seconds=lease),
+    )

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from tests.redis_fixture import RedisServer
-from xaf_hub.config.load import Config, LockConfig, PoolConfig
+from tests.redis_fixture import RedisServer, redis_config
+from xaf_hub.config.load import Config
 from xaf_hub.errors import UnreachableError
 from xaf_hub.ops.context import OpsContext
 from xaf_hub.ops.decisions import people_interrupts
@@ -26,18 +26,7 @@ ALICE = {"caller": "", "user": "alice", "host": "box-a"}
 
 
 def cfg(redis_server: RedisServer, home: Path, prefix: str, *, lock: str = "redis") -> Config:
-    return Config(
-        path=None,
-        home=home,
-        state_dir=home,
-        lock=LockConfig(
-            backend=lock,
-            redis_url=redis_server.url,
-            redis_prefix=prefix,
-            redis_password=redis_server.password,
-        ),
-        pool=PoolConfig(backend="file"),
-    )
+    return redis_config(redis_server, home, prefix, lock=lock, pool="file")
 
 
 @pytest.fixture
@@ -125,12 +114,7 @@ def test_an_unreadable_field_is_skipped(
 
 
 def test_redis_unreachable_is_an_error_not_no_interrupts(tmp_path: Path) -> None:
-    down = Config(
-        path=None,
-        home=tmp_path,
-        state_dir=tmp_path,
-        lock=LockConfig(backend="redis", redis_url="redis://127.0.0.1:9/0"),
-    )
+    down = redis_config(None, tmp_path, pool="file")
     with pytest.raises(UnreachableError):
         people_interrupts(OpsContext(down, env={}))
     with pytest.raises(UnreachableError):

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.redis_fixture import RedisServer
+from tests.redis_fixture import RedisServer, redis_config
 from tests.unit.patrol.test_run_memory import (
     E400,
     NOW,
@@ -28,7 +28,7 @@ from tests.unit.patrol.test_run_memory import (
     round_at,
     run,
 )
-from xaf_hub.config.load import Config, LockConfig, PatrolConfig, PoolConfig, load_config
+from xaf_hub.config.load import Config, load_config
 from xaf_hub.errors import LockLostError, StateFileError, UnreachableError
 from xaf_hub.store.backends import load_run_memory
 from xaf_hub.store.fence import Fence
@@ -38,20 +38,7 @@ from xaf_hub.store.redis_runs import RedisRunMemory
 
 def shared(redis_server: RedisServer, home: Path, prefix: str, lease: float = 15) -> Config:
     """One host's config: its own state folder, the memory shared through the lease's Redis."""
-    return Config(
-        path=None,
-        home=home,
-        state_dir=home,
-        lock=LockConfig(
-            backend="redis",
-            redis_url=redis_server.url,
-            redis_prefix=prefix,
-            redis_password=redis_server.password,
-            lock_timeout_seconds=2,
-        ),
-        pool=PoolConfig(backend="redis"),
-        patrol=PatrolConfig(lease_seconds=lease),
-    )
+    return redis_config(redis_server, home, prefix, lease=lease)
 
 
 @pytest.fixture
@@ -176,17 +163,8 @@ def test_a_daemon_without_the_lease_writes_nothing(
 
 
 def test_redis_unreachable_is_an_unreachable_error(tmp_path: Path) -> None:
-    cfg = Config(
-        path=None,
-        home=tmp_path,
-        state_dir=tmp_path,
-        lock=LockConfig(
-            backend="redis", redis_url="redis://127.0.0.1:9/0", redis_password="s3cret-pw"
-        ),
-        pool=PoolConfig(backend="redis"),
-    )
     with pytest.raises(UnreachableError) as info:
-        load_run_memory(cfg, tmp_path)
+        load_run_memory(redis_config(None, tmp_path), tmp_path)
     assert "s3cret-pw" not in str(info.value)
 
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.redis_fixture import RedisServer
-from xaf_hub.config.load import Config, LockConfig, PatrolConfig, PoolConfig
+from tests.redis_fixture import RedisServer, redis_config
+from xaf_hub.config.load import Config
 from xaf_hub.config.notify import Webhook
 from xaf_hub.errors import UnreachableError
 from xaf_hub.notify import outbox
@@ -26,19 +26,7 @@ DONE = Event("task_done:T1", "task_done", NOW.isoformat(), task="T1")
 
 
 def cfg(redis_server: RedisServer, home: Path, prefix: str, lease: float = 15) -> Config:
-    return Config(
-        path=None,
-        home=home,
-        state_dir=home,
-        lock=LockConfig(
-            backend="redis",
-            redis_url=redis_server.url,
-            redis_prefix=prefix,
-            redis_password=redis_server.password,
-        ),
-        pool=PoolConfig(backend="redis"),
-        patrol=PatrolConfig(lease_seconds=lease),
-    )
+    return redis_config(redis_server, home, prefix, lease=lease)
 
 
 def enqueue(c: Config, events: list[Event]) -> outbox.Queued:
@@ -80,12 +68,6 @@ def test_without_the_lease_each_outbox_decides_alone(
 
 
 def test_redis_unreachable_queues_and_writes_nothing(tmp_path: Path) -> None:
-    down = Config(
-        path=None,
-        home=tmp_path,
-        state_dir=tmp_path,
-        lock=LockConfig(backend="redis", redis_url="redis://127.0.0.1:9/0"),
-    )
     with pytest.raises(UnreachableError):
-        enqueue(down, [HEALED])
+        enqueue(redis_config(None, tmp_path), [HEALED])
     assert outbox.read_state(tmp_path) is None
