@@ -239,8 +239,8 @@ def test_help_and_status_do_not_import_heavy_modules(hub: Hub) -> None:
         "from xaf_hub.cli.main import main\n"
         "code = main(sys.argv[2:], stdout=io.StringIO(), stderr=io.StringIO())\n"
         "banned = json.loads(sys.argv[1])\n"
-        "heavy = sorted(m for m in sys.modules if m in banned or m.startswith("
-        "tuple(b + '.' for b in banned)))\n"
+        "heavy = sorted(m for m, mod in sys.modules.items() if mod is not None and (m in "
+        "banned or m.startswith(tuple(b + '.' for b in banned))))\n"
         "print(json.dumps([code, heavy]))\n"
     )
     env = {**__import__("os").environ, **hub.env}

@@ -16,9 +16,9 @@ from xaf_hub.config.load import Config
 from xaf_hub.store.backlog import Backlog, TaskPool, _utc_now
 from xaf_hub.store.fence import Fence
 from xaf_hub.store.gate import Gate
-from xaf_hub.store.patrol_state import RunMemory
 
 if TYPE_CHECKING:
+    from xaf_hub.store.patrol_state import RunMemory
     from xaf_hub.store.redis_backend import RedisGate
 
 
@@ -62,6 +62,8 @@ def load_run_memory(cfg: Config, folder: Path, fence: Fence | None = None) -> Ru
         from xaf_hub.store.redis_runs import RedisRunMemory
 
         return RedisRunMemory.open(connect(cfg.lock), cfg.lock.redis_prefix, fence)
+    from xaf_hub.store.patrol_state import RunMemory  # status and sessions never load it
+
     return RunMemory.load(folder)
 
 
