@@ -66,10 +66,15 @@ def fill(hub: Hub, name: str, n: int) -> None:
 
 
 def prompt_of(hub: Hub, name: str, sid: str) -> str:
-    """Everything the session's user messages said, as the server keeps it."""
-    messages = sandbox.messages(hub.server(name).url, hub.password(name), sid)
-    return "".join(p.get("text", "") for m in messages if m["info"]["role"] == "user"
-                   for p in m.get("parts", []))
+    """Everything the session's user messages said, as the server keeps it. A prompt sent with
+    prompt_async is stored after its 204, so this waits until the user's message shows."""
+
+    def said() -> str:
+        messages = sandbox.messages(hub.server(name).url, hub.password(name), sid)
+        return "".join(p.get("text", "") for m in messages if m["info"]["role"] == "user"
+                       for p in m.get("parts", []))
+
+    return str(hub.wait_for(said, timeout=30))
 
 
 def test_the_tools_an_agent_sees_have_schemas_and_descriptions(hub: Hub) -> None:

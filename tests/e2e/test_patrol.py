@@ -269,6 +269,44 @@ def test_a_resume_judged_on_a_stopped_session_sends_nothing_once_it_runs_again(h
         abort_busy(hub, "lan-c")
 
 
+def test_a_session_made_after_the_scan_is_looked_up_before_it_is_called_gone(hub: Hub) -> None:
+    """Another hub dispatched a task after this round's scan, its clock 5 s behind this one's
+    (so its stamp predates the scan): the round must not call that session gone and requeue
+    the task (it would be sent twice). A session that really was deleted still is."""
+    from datetime import timedelta
+
+    from xaf_hub.core import aio
+    from xaf_hub.ops.context import OpsContext
+    from xaf_hub.patrol.context import Cycle
+    from xaf_hub.patrol.jobs.fill_slots import settle_dispatched
+
+    for tid in ("late", "gone"):
+        code, _, err = hub.cli("backlog", "add", "--title", f"{tid} task", "--id", tid)
+        assert code == 0, err
+    cfg = load_config(str(hub.config_path), env=hub.env)
+    ops = OpsContext(cfg, env=hub.env)
+    cycle = Cycle(started=ops.now())
+    fleet, scanned_at = aio.run(cycle.scan(ops))
+    late = hub.session("lan-c", "made by another hub after the scan")
+    gone = hub.session("lan-c", "deleted since")
+    inst = next(i for i in cfg.instances if i.name == "lan-c")
+
+    async def delete() -> None:
+        async with ops.client(inst) as client:
+            await client.delete(gone)
+
+    aio.run(delete())
+    behind = scanned_at - timedelta(seconds=5)
+    for tid, sid in (("late", late), ("gone", gone)):
+        ops.backlog().mark_dispatched(tid, sid, "lan-c", "fake/fake-model", behind)
+    aio.run(settle_dispatched(ops, cycle, fleet, ops.backlog().load().tasks, scanned_at))
+    pool = {t.id: t for t in ops.backlog().load().tasks}
+    assert (pool["late"].status, pool["late"].session_id) == ("dispatched", late)
+    assert pool["gone"].status == "pending"
+    assert pool["gone"].last_error == "session gone from its instance"
+    assert [a.task for a in cycle.actions if a.kind == "requeue"] == ["gone"]
+
+
 # ---------------------------------------------------------------------------------------------
 # sync_design_tasks
 

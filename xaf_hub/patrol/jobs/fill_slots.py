@@ -61,6 +61,7 @@ from xaf_hub.errors import (
     BudgetReached,
     BusyError,
     HubError,
+    SessionNotFound,
     TaskChanged,
     UnreachableError,
     UsageError,
@@ -372,6 +373,20 @@ async def _with_run_state(
     return dataclasses.replace(rec, running=state != "idle", run_state=state)
 
 
+async def _truly_gone(pctx: OpsContext, inst: InstanceConfig, session_id: str) -> bool:
+    """True only when the instance answers that it does not know ``session_id``."""
+    if not session_id:
+        return True
+    try:
+        async with pctx.client(inst) as client:
+            await client.get_session(session_id)
+    except SessionNotFound:
+        return True
+    except HubError:
+        return False  # cannot tell: leave the task as it is
+    return False
+
+
 async def settle_dispatched(
     pctx: OpsContext,
     cycle: Cycle,
@@ -381,28 +396,37 @@ async def settle_dispatched(
 ) -> None:
     """Mark finished tasks done and requeue failed ones.
 
-    A task dispatched after ``scanned_at`` (by a concurrent `dispatch`) is left alone: the
-    scan cannot have seen its session, and calling it gone would send the work twice.
+    A task dispatched after ``scanned_at`` (by a concurrent `dispatch` or another hub's round)
+    is left alone: the scan cannot have seen its session, and calling it gone would send the
+    work twice. The pool stores whole seconds, so "after" is compared at that grain; and a
+    session the scan did not list is looked up by id before it is called gone (another host's
+    clock may run behind this one's).
     """
+    since = None if scanned_at is None else scanned_at.replace(microsecond=0)
 
     def too_new(task: Task) -> bool:
         when = parse_instant(task.dispatched_at)
-        return scanned_at is not None and when is not None and when >= scanned_at
+        return since is not None and when is not None and when >= since
 
     dispatched = [t for t in tasks if t.status == "dispatched" and not too_new(t)]
     if not dispatched:
         return
     configured = {i.name for i in pctx.cfg.instances}
     found: dict[str, tuple[InstanceConfig, SessionRecord | None, bool]] = {}
+    later: set[str] = set()
     for task in dispatched:
         sc = fleet.scan_of(task.dispatched_to or "")
         rec = None
         if sc is not None and sc.reachable:
             rec = next((s for s in sc.sessions if s.id == task.session_id), None)
+            if rec is None and not await _truly_gone(pctx, sc.inst, task.session_id or ""):
+                later.add(task.id)  # it exists (made after the scan) or cannot be told
+                continue
             if rec is not None and not rec.project:
                 rec = await _with_run_state(pctx, sc.inst, rec)
         if sc is not None:
             found[task.id] = (sc.inst, rec, sc.reachable)
+    dispatched = [t for t in dispatched if t.id not in later]
     idle = [(inst, rec) for inst, rec, _ in found.values() if rec is not None and not rec.running]
     # Verification reads each final answer, which the rounds' memory does not keep.
     runs = await cycle.last_runs(pctx, idle, answers=bool(pctx.cfg.repository.url))
