@@ -8,8 +8,8 @@ renewal (at most a third of the lease), a daemon holds the lease again within th
 + 10 s of each loss, nothing is sent twice, and the instance limit holds although every
 reservation vanished with Redis (the busy session on the server still counts). Then a person
 interrupts the busy run from host A: whichever host's daemon is active leaves that session
-alone (the interrupt is kept in Redis too) and sends the task imported after the losses at
-most once.
+alone (the interrupt is kept in Redis too, before the abort) and sends the task imported after
+the losses exactly once.
 (Aborting the run behind the hub's back instead makes the active daemon resume it, which
 takes the freed slot again: the run was interrupted and no person said so.)
 """
@@ -199,7 +199,9 @@ def test_redis_restarted_and_flushed_under_two_daemons(
             (busy,) = a.hub.busy_ids("local-a")
             code, _, err = a.run("interrupt", "--session", busy, "--allow-prod")
             assert code == 0, err
-            time.sleep(6 * LEASE)  # rounds by whoever holds the lease: a resume, or two sends?
+            # Whoever holds the lease fills the freed slot with it, and nothing resumes.
+            a.hub.wait_for(lambda: sent(a, "after the loss"), timeout=12 * LEASE)
+            time.sleep(2 * LEASE)  # more rounds: a resume, or a second send?
         assert roles.samples > 50
         # The lease key names one holder at a time by construction; what a daemon *believes*
         # can lag: after Redis lost the key, the old holder learns it at its next renewal
@@ -211,13 +213,11 @@ def test_redis_restarted_and_flushed_under_two_daemons(
         # Nothing sent twice, and the limit held: one busy session, no second prompt.
         counts = [len(sent(a, f"before the loss {n}")) for n in range(3)]
         assert sorted(counts) == [0, 0, 1], counts
-        # The person's interrupt holds on whichever host is active: never resumed. The task
-        # imported after the losses is sent at most once (quiet runs: once, within 60 s; one
-        # full CI run left it pending for 60 s, not yet explained, so it is not asserted).
+        # The person's interrupt holds on whichever host is active: never resumed (it once was,
+        # under load, when the interrupt was recorded after its abort: the resumed run took the
+        # slot, and the task imported after the losses stayed pending). That task went once.
         assert [r for r in a.hub.llm.requests() if RESUME_HEAD in r["last_user_text"]] == []
-        refilled = len(sent(a, "after the loss"))
-        print(f"task after the losses sent {refilled} time(s) once the slot was freed")
-        assert refilled <= 1
+        assert len(sent(a, "after the loss")) == 1
         assert busy not in a.hub.busy_ids("local-a") and len(a.hub.busy_ids("local-a")) <= 1
     finally:
         abort_all(a.hub, "local-a")

@@ -319,3 +319,42 @@ def test_an_interrupt_on_one_host_holds_for_the_patrol_on_another(
         assert len(resumes) == 1 and hub.busy_ids("lan-c") & {person, server} == {server}
     finally:
         abort_all(hub, "lan-c")
+
+
+def test_an_interrupt_is_known_before_its_abort_lands(hosts: tuple[Host, Host]) -> None:
+    """The abort has stopped the run on the server, but its answer has not reached host A yet
+    (a slow link): a round on host B that sees the run stopped must already know a person
+    stopped it. (Recorded after the abort, B resumed it: found under CPU load, where the
+    interrupting process was slow between the abort and its record.)"""
+    from xaf_hub.core.discipline import RESUME_PROMPT
+
+    a, b = hosts
+    hub = a.hub
+    hub.llm.set_mode("slow-model", "slow", delay=60)
+    sid = hub.session("lan-c", "stopped by a person over a slow link")
+    hub.prompt("lan-c", sid, "long work", "fake/slow-model")
+    target = hub.server("lan-c").url
+    head = RESUME_PROMPT.splitlines()[0]
+    try:
+        hub.wait_for(lambda: sid in hub.busy_ids("lan-c"), timeout=30)
+        is_abort = lambda m, p: m == "POST" and p.startswith(f"/session/{sid}/abort")  # noqa: E731
+        with StallProxy(target, is_abort, mode="hold-answer") as proxy:
+            a.hub.set_instance("lan-c", url=proxy.url)
+            proc = a.popen("interrupt", "--session", sid, "--allow-prod")
+            assert proxy.stalled.wait(60), "the interrupt never sent its abort"
+            hub.wait_for(lambda: sid not in hub.busy_ids("lan-c"), timeout=30)  # stopped there
+            code, _, err = b.run("patrol", "--once", "--no-fill", "--no-design")
+            assert code == 0, err
+            proxy.released.set()
+            out, err = proc.communicate(timeout=60)
+            assert proc.returncode == 0, (out, err)
+        a.hub.set_instance("lan-c", url=target)
+        doc = json.loads((b.home / "patrol" / "report-latest.json").read_text("utf-8"))
+        assert doc["resumed"] == [], doc["resumed"]
+        (line,) = [s for s in doc["sessions"]["interrupted"] if s["session"] == sid]
+        assert "interrupted by" in line["detail"], line
+        assert not [r for r in hub.llm.requests() if head in r["last_user_text"]]
+        assert sid not in hub.busy_ids("lan-c")
+    finally:
+        a.hub.set_instance("lan-c", url=target)
+        abort_all(hub, "lan-c")

@@ -32,6 +32,9 @@ _AUDIT_TAIL_BYTES = 2_000_000
 # An interrupt logged this long before the message it stopped was created still counts for it
 # (the audit log has whole seconds; the server's clock may differ a little).
 CLOCK_SLACK_S = 2.0
+# ``xaf-hub interrupt`` writes "stopping" before its abort (a failed abort keeps it: a timed-out
+# one may have stopped the run), then "aborted".
+_STOPS = ("stopping", "aborted")
 
 Key = tuple[str, str]  # (instance, session)
 
@@ -93,7 +96,7 @@ def operator_interrupts(state_dir: Path) -> dict[Key, Interrupt]:
             continue
         try:
             entry = json.loads(line)
-            if entry.get("command") != "interrupt" or entry.get("result") != "aborted":
+            if entry.get("command") != "interrupt" or entry.get("result") not in _STOPS:
                 continue
             at = datetime.strptime(str(entry["time"]), "%Y-%m-%dT%H:%M:%S%z").timestamp()
         except (ValueError, KeyError, TypeError, AttributeError):

@@ -1,8 +1,13 @@
 """A person stops a session's run: find it, apply the production and project guards, abort.
 
-The audit line this writes (command ``interrupt``, result ``aborted``) is how the patrol
-knows the stop was a person's decision and must not be undone (architecture §8); with the
-Redis stores the interrupt is kept there too, so a patrol on another host knows it as well.
+The audit lines this writes (command ``interrupt``: result ``stopping`` before the abort,
+``aborted`` after it) are how the patrol knows the stop was a person's decision and must not
+be undone (architecture §8); with the Redis stores the interrupt is kept there too, so a patrol
+on another host knows it as well. Both are written *before* the abort: a patrol round that sees
+the run stopped reads people's decisions after its scan, so it always finds this one (written
+after, a round on another host could resume the run in between). An abort that fails (a
+``failed`` line, the error printed) keeps the person's word: whether a timed-out abort reached
+the server cannot be told, and the patrol must never restart what a person meant to stop.
 """
 
 from __future__ import annotations
@@ -59,21 +64,8 @@ async def interrupt_session(
             f"session {session.id} on {sc.inst.name} is not a project "
             f"session ({session.directory}); --force overrides"
         )
-    try:
-        async with ops.client(sc.inst) as client:
-            await client.abort(session.id, session.directory)
-    except Exception as exc:
-        ops.audit(
-            "interrupt", instance=sc.inst.name, session=session.id, result="failed", reason=str(exc)
-        )
-        raise
-    ops.audit(
-        "interrupt",
-        instance=sc.inst.name,
-        session=session.id,
-        result="aborted",
-        reason="was " + session.run_state,
-    )
+    was = "was " + session.run_state
+    ops.audit("interrupt", instance=sc.inst.name, session=session.id, result="stopping", reason=was)
     note = ""
     try:  # with the Redis stores, a patrol on any host must see it was a person
         record_shared_interrupt(cfg, sc.inst.name, session.id, time.time(), who(ops.env))
@@ -82,6 +74,15 @@ async def interrupt_session(
             f"the interrupt is recorded on this host only ({exc}): a patrol daemon on another "
             "host may resume the session"
         )
+    try:
+        async with ops.client(sc.inst) as client:
+            await client.abort(session.id, session.directory)
+    except Exception as exc:
+        ops.audit(
+            "interrupt", instance=sc.inst.name, session=session.id, result="failed", reason=str(exc)
+        )
+        raise
+    ops.audit("interrupt", instance=sc.inst.name, session=session.id, result="aborted", reason=was)
     return Interrupted(sc.inst.name, session.id, session.run_state, note)
 
 

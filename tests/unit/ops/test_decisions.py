@@ -88,6 +88,29 @@ def test_operator_interrupts_reads_the_audit_tail(tmp_path: Path) -> None:
     assert operator_interrupts(tmp_path / "missing") == {}
 
 
+def test_an_interrupt_counts_from_before_its_abort(tmp_path: Path) -> None:
+    """`xaf-hub interrupt` writes "stopping" before its abort: a round that sees the run stopped
+    must find it already. A failed abort keeps it (a timed-out one may have reached the server)."""
+
+    def line(minute: int, session: str, result: str) -> str:
+        return json.dumps({"time": f"2026-11-30T12:{minute:02d}:00+0000", "command": "interrupt",
+                           "instance": "lan-b", "session": session, "result": result})
+
+    def at(minute: int) -> Interrupt:
+        return Interrupt(datetime(2026, 11, 30, 12, minute, tzinfo=UTC).timestamp(), "someone")
+
+    audit = tmp_path / "audit.log"
+    audit.write_text(line(1, "ses_1", "stopping") + "\n", "utf-8")
+    assert operator_interrupts(tmp_path) == {("lan-b", "ses_1"): at(1)}  # the abort under way
+    lines = [
+        line(1, "ses_1", "stopping"), line(2, "ses_1", "aborted"),
+        line(3, "ses_2", "stopping"), line(3, "ses_2", "failed"),
+        line(4, "ses_3", "failed"),  # a failure alone (an old hub's line) is no interrupt
+    ]
+    audit.write_text("\n".join(lines) + "\n", "utf-8")
+    assert operator_interrupts(tmp_path) == {("lan-b", "ses_1"): at(2), ("lan-b", "ses_2"): at(3)}
+
+
 def test_operator_interrupts_keep_who_stopped_it(tmp_path: Path) -> None:
     entry = {
         "time": "2026-11-30T12:05:00+0000",
