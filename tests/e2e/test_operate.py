@@ -92,6 +92,38 @@ def test_interrupt_stops_a_busy_session(hub: Hub) -> None:
     assert hub.cli("interrupt", "--session", sid, "--allow-prod")[0] == 0
 
 
+def test_interrupt_waits_for_the_dispatch_lock_and_goes_ahead_without_it(hub: Hub) -> None:
+    """A heal or resume holds the instance's dispatch lock from its last look at people's
+    decisions to its prompt; a person's stop waits for that lock, so the two never interleave.
+    A lock that stays held does not stop the person: after the lock timeout the stop goes
+    ahead and says what it could not promise."""
+    from xaf_hub.config.load import load_config
+    from xaf_hub.ops.context import OpsContext
+
+    hub.llm.set_mode("slow-model", "slow", delay=60)
+    sids = [hub.session("lan-c", f"stopped while locked {n}") for n in range(2)]
+    for sid in sids:
+        hub.prompt("lan-c", sid, "long", "fake/slow-model")
+    hub.wait_for(lambda: set(sids) <= hub.busy_ids("lan-c"))
+    gate = OpsContext(load_config(str(hub.config_path), env=hub.env), env=hub.env).gate()
+    with gate.lock("lan-c"):  # a heal between its last look and its prompt
+        proc = hub.popen("interrupt", "--session", sids[0])
+        time.sleep(2)
+        assert proc.poll() is None and sids[0] in hub.busy_ids("lan-c")  # it waits
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0 and f"interrupted {sids[0]}" in out, err
+    assert err == ""
+    hub.wait_for(lambda: sids[0] not in hub.busy_ids("lan-c"), timeout=15)
+
+    hub.doc["lock"] = {**hub.doc.get("lock", {}), "lock_timeout_seconds": 1}
+    hub.write_config()
+    with gate.lock("lan-c"):  # held for good
+        code, out, err = hub.cli("interrupt", "--session", sids[1])
+    assert code == 0 and f"interrupted {sids[1]}" in out, err
+    assert "stopped without lan-c's dispatch lock" in err
+    hub.wait_for(lambda: sids[1] not in hub.busy_ids("lan-c"), timeout=15)
+
+
 def test_watch_prints_only_changes(hub: Hub) -> None:
     hub.llm.set_mode("slow-model", "slow", delay=4)
     sid = hub.session("lan-c", "watched task", "w")

@@ -190,6 +190,49 @@ def test_stuck_retry_is_aborted_and_reprompted(hub: Hub) -> None:
     assert "opencode" in json.loads((home(hub) / ".model_state.json").read_text())["blackouts"]
 
 
+def test_a_heal_judged_before_a_persons_interrupt_sends_nothing(hub: Hub) -> None:
+    """The patrol judged a session stuck in a rate-limit retry and read people's decisions;
+    then a person interrupts it. The heal asks again under the instance lock (which the
+    interrupt holds while it records and aborts) and sends nothing: no abort, no prompt."""
+    from xaf_hub.core import aio
+    from xaf_hub.ops.context import OpsContext
+    from xaf_hub.ops.decisions import load_decisions
+    from xaf_hub.ops.heal import heal_candidate
+    from xaf_hub.patrol.context import Cycle
+    from xaf_hub.patrol.jobs.fix_free_limit import heal_item
+
+    use_models(hub, chain=["opencode/free-model", "backup/good-model"])
+    hub.llm.set_mode("free-model", "429", retry_after=3600)
+    sid = hub.session("lan-b", "stuck, then stopped by a person")
+    hub.prompt("lan-b", sid, "do the work", "opencode/free-model")
+    cfg = load_config(str(hub.config_path), env=hub.env)
+    ops = OpsContext(cfg, env=hub.env)
+
+    def judged() -> Any:
+        fleet = aio.run(ops.scan())
+        return next(
+            ((i, r) for i, r in fleet.work_sessions() if r.id == sid and r.run_state == "retry"),
+            None,
+        )
+
+    inst, rec = hub.wait_for(judged, timeout=60)
+    cycle = Cycle(started=ops.now())
+    run = aio.run(cycle.last_runs(ops, [(inst, rec)])).get((inst.name, sid))
+    cand = heal_candidate(rec, run)
+    assert cand is not None and cand.state == "retry"
+    people = load_decisions(ops)  # read before the person acts
+    code, _, err = hub.cli("interrupt", "--session", sid, "--allow-prod")
+    assert code == 0, err
+    aio.run(heal_item(ops, cycle, inst, rec, run, cand, ops.model_state(), people, lambda: None))
+    (action,) = [a for a in cycle.actions if a.session == sid]
+    assert (action.kind, action.result) == ("heal", "skipped"), action
+    assert "interrupted by" in action.detail and "nothing was sent" in action.detail
+    heals = [e["result"] for e in audit_lines(hub) if e["command"] == "patrol.heal"]
+    assert heals == ["failed"]  # refused under the lock: nothing aborted or sent
+    assert agent_requests(hub, "good-model", CONTINUE_HEAD) == []
+    assert sid not in hub.busy_ids("lan-b")
+
+
 # ---------------------------------------------------------------------------------------------
 # check_agents
 
@@ -272,7 +315,9 @@ def test_a_resume_judged_on_a_stopped_session_sends_nothing_once_it_runs_again(h
 def test_a_session_made_after_the_scan_is_looked_up_before_it_is_called_gone(hub: Hub) -> None:
     """Another hub dispatched a task after this round's scan, its clock 5 s behind this one's
     (so its stamp predates the scan): the round must not call that session gone and requeue
-    the task (it would be sent twice). A session that really was deleted still is."""
+    the task (it would be sent twice). A session archived in opencode (lists leave it out) is
+    there too: its finished run settles the task. A session really deleted is gone."""
+    import time
     from datetime import timedelta
 
     from xaf_hub.core import aio
@@ -280,13 +325,27 @@ def test_a_session_made_after_the_scan_is_looked_up_before_it_is_called_gone(hub
     from xaf_hub.patrol.context import Cycle
     from xaf_hub.patrol.jobs.fill_slots import settle_dispatched
 
-    for tid in ("late", "gone"):
+    for tid in ("late", "archived", "gone"):
         code, _, err = hub.cli("backlog", "add", "--title", f"{tid} task", "--id", tid)
         assert code == 0, err
+    url, pw = hub.server("lan-c").url, hub.password("lan-c")
+    archived = hub.session("lan-c", "finished, then archived by a person")
+    hub.prompt("lan-c", archived, "quick work", "fake/fake-model")
+    hub.wait_for(lambda: len(sandbox.messages(url, pw, archived)) >= 2, timeout=30)
+    hub.wait_for(lambda: archived not in hub.busy_ids("lan-c"), timeout=30)
+    with sandbox._client(url, pw) as http:
+        got = http.patch(
+            f"/session/{archived}",
+            params={"directory": str(hub.project_dir("app"))},
+            json={"time": {"archived": int(time.time() * 1000)}},
+        )
+        assert got.status_code == 200, got.text
     cfg = load_config(str(hub.config_path), env=hub.env)
     ops = OpsContext(cfg, env=hub.env)
     cycle = Cycle(started=ops.now())
     fleet, scanned_at = aio.run(cycle.scan(ops))
+    listed = {s.id for sc in fleet.scans for s in sc.sessions}
+    assert archived not in listed  # what the scan cannot see
     late = hub.session("lan-c", "made by another hub after the scan")
     gone = hub.session("lan-c", "deleted since")
     inst = next(i for i in cfg.instances if i.name == "lan-c")
@@ -297,11 +356,16 @@ def test_a_session_made_after_the_scan_is_looked_up_before_it_is_called_gone(hub
 
     aio.run(delete())
     behind = scanned_at - timedelta(seconds=5)
-    for tid, sid in (("late", late), ("gone", gone)):
-        ops.backlog().mark_dispatched(tid, sid, "lan-c", "fake/fake-model", behind)
+    for tid, sid, at in (
+        ("late", late, behind),
+        ("archived", archived, scanned_at - timedelta(minutes=5)),
+        ("gone", gone, behind),
+    ):
+        ops.backlog().mark_dispatched(tid, sid, "lan-c", "fake/fake-model", at)
     aio.run(settle_dispatched(ops, cycle, fleet, ops.backlog().load().tasks, scanned_at))
     pool = {t.id: t for t in ops.backlog().load().tasks}
     assert (pool["late"].status, pool["late"].session_id) == ("dispatched", late)
+    assert pool["archived"].status == "done", pool["archived"]
     assert pool["gone"].status == "pending"
     assert pool["gone"].last_error == "session gone from its instance"
     assert [a.task for a in cycle.actions if a.kind == "requeue"] == ["gone"]

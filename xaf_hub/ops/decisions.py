@@ -184,6 +184,15 @@ def load_decisions(ops: OpsContext) -> Decisions:
     return decisions_from(interrupts, tasks)
 
 
+def person_stop(ops: OpsContext, instance: str, session: str, since_ms: int | None) -> str:
+    """Why the patrol may no longer act on a session it judged ("" = it may): a person
+    interrupted or steered it since ``since_ms``, read afresh. ``ops.send`` asks this under the
+    instance lock, which ``xaf-hub interrupt`` holds while it records and aborts, so a heal or
+    resume and a person's stop never interleave."""
+    decision = load_decisions(ops).for_session(instance, session, since_ms)
+    return "" if decision is None else f"{decision.text} since it was judged; nothing was sent"
+
+
 async def session_still_runs(ops: OpsContext, instance: str, session_id: str) -> bool:
     """Ask the one instance whether the session runs now (busy or retrying).
 

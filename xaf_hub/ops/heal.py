@@ -20,7 +20,7 @@ the model after that: the chain moves on, it never loops back.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, tzinfo
 from typing import Any, Literal
@@ -198,12 +198,15 @@ async def heal(
     override: str | None,
     *,
     origin: str = "patrol",
+    still_wanted: Callable[[], str] | None = None,
 ) -> Healing:
     """Heal one session: blackout if due, next model, abort a stuck retry, continue prompt.
 
     ``Healing.to_model`` is None when no usable model is left (nothing was sent). ``origin``
     names the caller in the blackout's source and the audit log ("patrol", "dispatch",
-    "confirm"); nothing else differs. Raises BusyError when the re-send finds no free slot.
+    "confirm"); nothing else differs. Raises BusyError when the re-send finds no free slot,
+    RunsAgain when ``still_wanted`` (the patrol's: ``decisions.person_stop``) says a person
+    stopped it since it was judged.
     """
     cfg = ops.cfg
     families = cfg.models.families()
@@ -250,12 +253,14 @@ async def heal(
             target,
             command=f"{origin}.heal",
             reason="stuck in retry with a rate limit",
+            still_wanted=still_wanted,
         )
     else:
         plan = plan_reuse(inst, rec, via=f"heal ({cand.signal})")
         async with ops.client(inst) as client:
             await send_work(
-                ops, plan, prompt, target, client, command=f"{origin}.heal", steer=False
+                ops, plan, prompt, target, client, command=f"{origin}.heal", steer=False,
+                still_wanted=still_wanted,
             )
     state.remember_healed(
         cand.key, cand.model or None, target, now, who=HealedSession(inst.name, rec.id, rec.title)

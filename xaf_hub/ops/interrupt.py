@@ -5,13 +5,17 @@ The audit lines this writes (command ``interrupt``: result ``stopping`` before t
 be undone (architecture §8); with the Redis stores the interrupt is kept there too, so a patrol
 on another host knows it as well. Both are written *before* the abort: a patrol round that sees
 the run stopped reads people's decisions after its scan, so it always finds this one (written
-after, a round on another host could resume the run in between). An abort that fails (a
+after, a round on another host could resume the run in between). Record and abort happen
+under the instance's dispatch lock, under which a patrol's heal or resume re-reads people's
+decisions just before it acts (``decisions.person_stop``): the two never interleave. When
+the lock cannot be had, the stop goes ahead without it and says so. An abort that fails (a
 ``failed`` line, the error printed) keeps the person's word: whether a timed-out abort reached
 the server cannot be told, and the patrol must never restart what a person meant to stop.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass
 
@@ -65,25 +69,52 @@ async def interrupt_session(
             f"session ({session.directory}); --force overrides"
         )
     was = "was " + session.run_state
-    ops.audit("interrupt", instance=sc.inst.name, session=session.id, result="stopping", reason=was)
-    note = ""
-    try:  # with the Redis stores, a patrol on any host must see it was a person
-        record_shared_interrupt(cfg, sc.inst.name, session.id, time.time(), who(ops.env))
+    notes: list[str] = []
+    with contextlib.ExitStack() as held:
+        try:  # a patrol's heal or resume re-reads people's decisions under this lock
+            held.enter_context(ops.gate().lock(sc.inst.name))
+        except HubError as exc:
+            notes.append(
+                f"stopped without {sc.inst.name}'s dispatch lock ({exc}): a heal or resume "
+                "under way at this moment may start the session again"
+            )
+        ops.audit(
+            "interrupt", instance=sc.inst.name, session=session.id, result="stopping", reason=was
+        )
+        shared = _share(ops, sc.inst.name, session.id, notes)
+        try:
+            async with ops.client(sc.inst) as client:
+                await client.abort(session.id, session.directory)
+        except Exception as exc:
+            ops.audit(
+                "interrupt",
+                instance=sc.inst.name,
+                session=session.id,
+                result="failed",
+                reason=str(exc),
+            )
+            raise
+        ops.audit(
+            "interrupt", instance=sc.inst.name, session=session.id, result="aborted", reason=was
+        )
+        if shared:  # again, with the time the run stopped (the later time, as the audit has)
+            _share(ops, sc.inst.name, session.id, notes)
+    note = "; ".join(ops.redact(n) for n in notes)
+    return Interrupted(sc.inst.name, session.id, session.run_state, note)
+
+
+def _share(ops: OpsContext, instance: str, session: str, notes: list[str]) -> bool:
+    """Keep the interrupt where a patrol on any host reads it (Redis stores); False and a note
+    when that failed."""
+    try:
+        record_shared_interrupt(ops.cfg, instance, session, time.time(), who(ops.env))
     except HubError as exc:
-        note = ops.redact(
+        notes.append(
             f"the interrupt is recorded on this host only ({exc}): a patrol daemon on another "
             "host may resume the session"
         )
-    try:
-        async with ops.client(sc.inst) as client:
-            await client.abort(session.id, session.directory)
-    except Exception as exc:
-        ops.audit(
-            "interrupt", instance=sc.inst.name, session=session.id, result="failed", reason=str(exc)
-        )
-        raise
-    ops.audit("interrupt", instance=sc.inst.name, session=session.id, result="aborted", reason=was)
-    return Interrupted(sc.inst.name, session.id, session.run_state, note)
+        return False
+    return True
 
 
 def session_not_found(

@@ -116,6 +116,7 @@ async def send_work(
     command: str = "dispatch",
     before_prompt: Callable[[str], None] | None = None,
     steer: bool = True,
+    still_wanted: Callable[[], str] | None = None,
 ) -> SendResult:
     """Send the prompt under the instance lock: re-read, re-count, reserve, create, prompt.
 
@@ -126,14 +127,15 @@ async def send_work(
 
     A session planned for reuse that runs by the time the lock is held is steered; with
     ``steer=False`` (a heal or resume, which judged the session stopped) that is RunsAgain
-    instead and nothing is sent.
+    instead and nothing is sent. ``still_wanted`` (a heal or resume: ``decisions.person_stop``)
+    is asked under the lock too; a reason from it is RunsAgain as well.
     """
     gate = gate if gate is not None else ops.gate()
     inst = plan.instance
     warnings: list[str] = []
     try:
         result = await _gated(
-            ops, plan, prompt, model, client, gate, warnings, before_prompt, steer
+            ops, plan, prompt, model, client, gate, warnings, before_prompt, steer, still_wanted
         )
     except Exception as exc:
         ops.audit(
@@ -264,6 +266,7 @@ async def _gated(
     warnings: list[str],
     before_prompt: Callable[[str], None] | None = None,
     steer: bool = True,
+    still_wanted: Callable[[], str] | None = None,
 ) -> SendResult:
     inst = plan.instance
     planned = plan.session.id if plan.session is not None else ""
@@ -280,6 +283,8 @@ async def _gated(
         _confirm(gate, inst.name, "before its load was counted", planned)
         load = instance_load(fresh, gate, allow_prod=True, observed_at=observed)
         session = plan.session if plan.action in ("reuse", "steer") else None
+        if still_wanted is not None and (why := still_wanted()):
+            raise RunsAgain(f"session {planned} on {inst.name}: {why}")
         if session is not None and session.id in load.running_ids and not steer:
             raise RunsAgain(
                 f"session {session.id} on {inst.name} runs again: it was acted on since it "
@@ -431,6 +436,7 @@ async def abort_and_prompt(
     *,
     command: str,
     reason: str,
+    still_wanted: Callable[[], str] | None = None,
 ) -> None:
     """Abort a running session and send a new prompt while holding the instance's gate lock.
 
@@ -439,12 +445,15 @@ async def abort_and_prompt(
     reservation tied to the session from before the abort until the new run shows, keep any
     other dispatch from taking that slot in between. The prompt goes out as in ``send_work``
     (lock confirmed right before it; an unknown delivery keeps the reservation).
+    ``still_wanted`` is asked first under the lock, as in ``send_work`` (RunsAgain).
     """
     gate = ops.gate()
     warnings: list[str] = []
     try:
         async with ops.client(inst) as client:
             with gate.lock(inst.name):
+                if still_wanted is not None and (why := still_wanted()):
+                    raise RunsAgain(f"session {session} on {inst.name}: {why}")
                 if budget.guarded(ops.cfg, inst):
                     fresh, others, notes = await _fresh_scans(ops, client, inst)
                     if not fresh.reachable:

@@ -159,7 +159,12 @@ def _settle(
         return Settlement("keep", reason="interrupted and not resumed: needs a human")
     if outcome == "none":
         # No message at all: the session was recorded before its prompt (fill_slots does
-        # that on purpose) and the hub stopped in between. Nothing ran; send it again.
+        # that on purpose) and the hub stopped in between. Nothing ran; send it again. Unless
+        # the server made the session a moment ago: the row's stamp comes from the host that
+        # sent it, whose clock may lag, and its prompt may still be on the way.
+        made = seen.session.created
+        if made and now.timestamp() * 1000 - made < JUST_DISPATCHED.total_seconds() * 1000:
+            return Settlement("keep", reason="just created; its prompt may not show yet")
         return Settlement(
             "requeue",
             True,

@@ -145,7 +145,13 @@ def record(sid: str, state: str = "idle") -> SessionRecord:
 
 
 def send(
-    cfg: Config, plan: Plan, client: FakeClient, gate: SpyGate, log: list[str], steer: bool = True
+    cfg: Config,
+    plan: Plan,
+    client: FakeClient,
+    gate: SpyGate,
+    log: list[str],
+    steer: bool = True,
+    still_wanted: Callable[[], str] | None = None,
 ) -> SendResult:
     ops = OpsContext(cfg)
     return asyncio.run(
@@ -158,6 +164,7 @@ def send(
             gate,
             before_prompt=lambda sid: log.append(f"record {sid}"),
             steer=steer,
+            still_wanted=still_wanted,
         )
     )
 
@@ -224,6 +231,24 @@ def test_a_heal_or_resume_never_steers_a_session_that_runs_again(cfg: Config) ->
         send(cfg, plan, client, gate, log, steer=False)
     assert log == ["lock", "read", "owned", "unlock"]  # nothing reserved, recorded or sent
     assert slot_files(cfg) == [] and audit_results(cfg) == ["failed"]
+
+
+def test_a_heal_or_resume_asks_under_the_lock_whether_a_person_stopped_it(cfg: Config) -> None:
+    log: list[str] = []
+    client, gate = FakeClient(log, ["s1"], set()), SpyGate(cfg.state_dir, cfg, log)
+    plan = plan_reuse(cfg.instances[0], record("s1"), via="resume")  # judged interrupted
+
+    def asked() -> str:
+        log.append("asked")
+        return "interrupted by alice@box at 12:00 since it was judged; nothing was sent"
+
+    with pytest.raises(RunsAgain, match="session s1 on a: interrupted by alice@box"):
+        send(cfg, plan, client, gate, log, steer=False, still_wanted=asked)
+    assert log == ["lock", "read", "owned", "asked", "unlock"]  # nothing reserved or sent
+    assert slot_files(cfg) == [] and audit_results(cfg) == ["failed"]
+    log.clear()
+    result = send(cfg, plan, client, gate, log, steer=False, still_wanted=lambda: "")
+    assert result.action == "reuse" and "prompt s1" in log
 
 
 @pytest.mark.parametrize(

@@ -3,6 +3,7 @@ which failures to heal and with what model, resume refusals, task settlement, fi
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -325,6 +326,11 @@ def dispatched(tid: str = "T1", *, ago: timedelta = timedelta(minutes=10)) -> Ta
     )
 
 
+def made(created_ms: int) -> SessionRecord:
+    """An idle session the server created at ``created_ms`` (its own clock)."""
+    return dataclasses.replace(rec(), created=created_ms)
+
+
 @pytest.mark.parametrize(
     ("task", "seen", "action", "infra", "reason"),
     [
@@ -376,6 +382,22 @@ def dispatched(tid: str = "T1", *, ago: timedelta = timedelta(minutes=10)) -> Ta
         (
             dispatched(ago=timedelta(seconds=30)),
             Sighting(session=rec(), run=LastRun("none")),
+            "requeue",
+            True,
+            "never received its prompt",
+        ),
+        # The row's stamp comes from another host whose clock lags 30 s; the server made the
+        # session 3 s ago and its prompt is still on the way: not "never received", yet.
+        (
+            dispatched(ago=timedelta(seconds=30)),
+            Sighting(session=made(NOW_MS - 3000), run=LastRun("none")),
+            "keep",
+            False,
+            "just created",
+        ),
+        (
+            dispatched(ago=timedelta(seconds=30)),
+            Sighting(session=made(NOW_MS - 30_000), run=LastRun("none")),
             "requeue",
             True,
             "never received its prompt",

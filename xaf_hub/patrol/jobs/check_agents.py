@@ -33,7 +33,7 @@ from xaf_hub.core.records import SessionRecord
 from xaf_hub.core.runstate import LastRun, classify
 from xaf_hub.errors import BudgetReached, BusyError, HubError, RunsAgain
 from xaf_hub.ops.context import OpsContext
-from xaf_hub.ops.decisions import load_decisions
+from xaf_hub.ops.decisions import load_decisions, person_stop
 from xaf_hub.ops.models import choose_model
 from xaf_hub.ops.planner import plan_reuse
 from xaf_hub.ops.send import build_prompt, send_work
@@ -175,8 +175,10 @@ async def _resume(
     plan = plan_reuse(inst, rec, via="patrol resume")
     try:
         async with pctx.client(inst) as client:
+            since = run.created_ms if run else None
             sent = await send_work(
-                pctx, plan, prompt, model, client, command="patrol.resume", steer=False
+                pctx, plan, prompt, model, client, command="patrol.resume", steer=False,
+                still_wanted=lambda: person_stop(pctx, inst.name, rec.id, since),
             )
     except RunsAgain as exc:
         cycle.add(pctx, session_action(STEP, "resume", "skipped", rec, detail=str(exc)))

@@ -67,6 +67,7 @@ from xaf_hub.errors import (
     UsageError,
 )
 from xaf_hub.fleet.client import OpencodeClient
+from xaf_hub.fleet.scan import build_record
 from xaf_hub.ops import budget
 from xaf_hub.ops.context import Fleet, OpsContext
 from xaf_hub.ops.decisions import decisions_from, people_interrupts
@@ -373,18 +374,27 @@ async def _with_run_state(
     return dataclasses.replace(rec, running=state != "idle", run_state=state)
 
 
-async def _truly_gone(pctx: OpsContext, inst: InstanceConfig, session_id: str) -> bool:
-    """True only when the instance answers that it does not know ``session_id``."""
+async def _look_up(
+    pctx: OpsContext, inst: InstanceConfig, session_id: str
+) -> tuple[SessionRecord | None, bool]:
+    """A task's session the round's scan did not list, asked for by id: (record, reachable).
+
+    (None, True) only when the instance says it does not know the session; an error is
+    (None, False), judged like an unreachable instance (kept, requeued after stale_minutes).
+    A session that is there (created after the scan, or archived, which lists leave out) is
+    judged like any other.
+    """
     if not session_id:
-        return True
+        return None, True
     try:
         async with pctx.client(inst) as client:
-            await client.get_session(session_id)
+            s = await client.get_session(session_id)
+            status = (await client.status(s.directory)).get(session_id) if s.directory else None
     except SessionNotFound:
-        return True
+        return None, True
     except HubError:
-        return False  # cannot tell: leave the task as it is
-    return False
+        return None, False
+    return build_record(inst, s, status, inst.rules.is_project(s.directory)), True
 
 
 async def settle_dispatched(
@@ -413,20 +423,18 @@ async def settle_dispatched(
         return
     configured = {i.name for i in pctx.cfg.instances}
     found: dict[str, tuple[InstanceConfig, SessionRecord | None, bool]] = {}
-    later: set[str] = set()
     for task in dispatched:
         sc = fleet.scan_of(task.dispatched_to or "")
-        rec = None
-        if sc is not None and sc.reachable:
+        if sc is None:
+            continue
+        rec, reachable = None, sc.reachable
+        if sc.reachable:
             rec = next((s for s in sc.sessions if s.id == task.session_id), None)
-            if rec is None and not await _truly_gone(pctx, sc.inst, task.session_id or ""):
-                later.add(task.id)  # it exists (made after the scan) or cannot be told
-                continue
-            if rec is not None and not rec.project:
+            if rec is None:
+                rec, reachable = await _look_up(pctx, sc.inst, task.session_id or "")
+            elif not rec.project:
                 rec = await _with_run_state(pctx, sc.inst, rec)
-        if sc is not None:
-            found[task.id] = (sc.inst, rec, sc.reachable)
-    dispatched = [t for t in dispatched if t.id not in later]
+        found[task.id] = (sc.inst, rec, reachable)
     idle = [(inst, rec) for inst, rec, _ in found.values() if rec is not None and not rec.running]
     # Verification reads each final answer, which the rounds' memory does not keep.
     runs = await cycle.last_runs(pctx, idle, answers=bool(pctx.cfg.repository.url))

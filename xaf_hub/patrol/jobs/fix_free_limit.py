@@ -20,7 +20,7 @@ from xaf_hub.core.records import SessionRecord
 from xaf_hub.core.runstate import LastRun
 from xaf_hub.errors import BudgetReached, BusyError, HubError, RunsAgain
 from xaf_hub.ops.context import OpsContext
-from xaf_hub.ops.decisions import Decisions, load_decisions
+from xaf_hub.ops.decisions import Decisions, load_decisions, person_stop
 from xaf_hub.ops.heal import STEP, HealCandidate, Healing, heal, heal_candidate
 from xaf_hub.patrol.context import Cycle, pool_discipline, session_action
 from xaf_hub.store.model_state import ModelState
@@ -119,7 +119,11 @@ async def heal_item(
         )
         return
     try:
-        healing = await heal(pctx, inst, rec, cand, state, discipline())
+        since = run.created_ms if run else None
+        healing = await heal(
+            pctx, inst, rec, cand, state, discipline(),
+            still_wanted=lambda: person_stop(pctx, inst.name, rec.id, since),
+        )
     except RunsAgain as exc:
         cycle.add(
             pctx,
