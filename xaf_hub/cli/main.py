@@ -159,12 +159,24 @@ def main(
             parser.print_help(context.get("stdout", sys.stdout))
             return int(ExitCode.USAGE)
         ctx = Context(args=args, **context)
-        return int(args.func(ctx))
+        code = int(args.func(ctx))
+        if "stdout" not in context:
+            sys.stdout.flush()  # here, not at exit: a closed pipe is then caught below
+        return code
     except SystemExit as exc:  # --help / --version
         return int(exc.code or 0) if isinstance(exc.code, int) else 0
     except KeyboardInterrupt:
         _report(ctx, stderr, args, "interrupted", None)
         return 130
+    except BrokenPipeError as exc:
+        if "stdout" in context or not _reader_gone(sys.stdout):
+            _report(ctx, stderr, args, f"internal error: {type(exc).__name__}: {exc}", exc,
+                    internal=True)
+            return int(ExitCode.INTERNAL)
+        # `xaf-hub sessions --json | head`: the reader took what it wanted. Like any Unix
+        # tool ended by SIGPIPE: quiet, 128 + 13.
+        _drop_stdout()
+        return PIPE_CLOSED
     except HubError as raised:
         shown = MissingPassword.upgrade(raised)
         _report(ctx, stderr, args, str(shown), shown)
@@ -176,6 +188,32 @@ def main(
             ctx, stderr, args, f"internal error: {type(exc).__name__}: {exc}", exc, internal=True
         )
         return int(ExitCode.INTERNAL)
+
+
+PIPE_CLOSED = 141  # 128 + SIGPIPE: what a shell reports for a tool its reader stopped
+
+
+def _reader_gone(stream: TextIO) -> bool:
+    """Whether ``stream`` is a pipe or socket whose reader has closed its end (POSIX poll)."""
+    import select
+
+    try:
+        fd = stream.fileno()
+        poller = select.poll()
+        poller.register(fd, 0)  # POLLERR and POLLHUP are reported whatever the mask
+        return any(ev & (select.POLLERR | select.POLLHUP) for _, ev in poller.poll(0))
+    except (AttributeError, OSError, ValueError):  # no fd (a test's stream), no poll
+        return False
+
+
+def _drop_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's last flush has nowhere to fail."""
+    import os
+
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
 
 
 @dataclass(frozen=True)

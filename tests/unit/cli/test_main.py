@@ -105,3 +105,45 @@ def test_internal_error_is_one_line_and_debug_redacts(
             assert text.count("\n") == 1 and "--debug" in text
         else:
             assert "Traceback" in text
+
+
+def test_a_reader_that_stops_early_ends_the_hub_quietly_as_sigpipe_does(tmp_path: Path) -> None:
+    """`xaf-hub sessions --json | head`: the reader closes the pipe; the hub ends with 141
+    (128 + SIGPIPE, as a shell reports any tool its reader stopped) and says nothing."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("XAF_HUB_")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "xaf_hub", "completion", "bash"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path, env=env,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # before the hub writes a byte: its write meets a pipe with no reader
+    with proc.stderr:
+        err = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 141
+    assert err == ""
+    # The same command with its reader present prints the script and exits 0.
+    done = subprocess.run(
+        [sys.executable, "-m", "xaf_hub", "completion", "bash"],
+        capture_output=True, cwd=tmp_path, env=env, timeout=60, check=False,
+    )
+    assert done.returncode == 0 and "complete" in done.stdout.decode()
+
+
+def test_a_broken_pipe_that_is_not_stdout_stays_an_internal_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({"instances": [{"name": "lan-a", "url": "http://127.0.0.1:9"}]}))
+    import xaf_hub.cli.commands.status as status
+
+    def boom(ctx: object) -> int:
+        raise BrokenPipeError(32, "Broken pipe")  # a socket of its own, say; stdout is fine
+
+    monkeypatch.setattr(status, "run", boom)
+    err = io.StringIO()
+    code = main(["--config", str(cfg), "status"], stdout=io.StringIO(), stderr=err, env={})
+    assert code == 1 and "internal error: BrokenPipeError" in err.getvalue()
