@@ -84,22 +84,24 @@ class InstanceScan:
         )
 
 
+def read_status(status: RawStatus | None) -> tuple[RunState, str, int]:
+    """One session's ``/session/status`` entry read: (run state, retry message, retry next ms).
+    No entry is idle; a kind this hub does not know is busy, never idle."""
+    if not status:
+        return "idle", "", 0
+    kind = status.get("type")
+    if kind == "retry":
+        raw = status.get("message")
+        # next: "soon", 1e400, 10**22 are unknown (0)
+        return "retry", raw if isinstance(raw, str) else "", sane_ms(status.get("next"))
+    return ("idle" if kind == "idle" else "busy"), "", 0
+
+
 def build_record(
     inst: InstanceConfig, s: ServerSession, status: RawStatus | None, project: bool
 ) -> SessionRecord:
     """Combine a server session, its run state and the project verdict."""
-    state: RunState = "idle"
-    message = ""
-    nxt = 0
-    if status:
-        kind = status.get("type")
-        if kind == "retry":
-            state = "retry"
-            raw = status.get("message")
-            message = raw if isinstance(raw, str) else ""
-            nxt = sane_ms(status.get("next"))  # "soon", 1e400, 10**22: unknown
-        elif kind != "idle":
-            state = "busy"  # busy, or a kind this hub does not know: never read as idle
+    state, message, nxt = read_status(status)
     return SessionRecord(
         instance=inst.name,
         id=s.id,

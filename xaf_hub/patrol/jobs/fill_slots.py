@@ -56,7 +56,7 @@ from datetime import datetime, timedelta
 from xaf_hub.config.load import InstanceConfig
 from xaf_hub.core.commits import claimed_commits
 from xaf_hub.core.discipline import BranchPolicy, pushed_branch, slugify
-from xaf_hub.core.records import RunState, SessionRecord
+from xaf_hub.core.records import SessionRecord
 from xaf_hub.errors import (
     BudgetReached,
     BusyError,
@@ -67,7 +67,7 @@ from xaf_hub.errors import (
     UsageError,
 )
 from xaf_hub.fleet.client import OpencodeClient
-from xaf_hub.fleet.scan import build_record
+from xaf_hub.fleet.scan import build_record, read_status
 from xaf_hub.ops import budget
 from xaf_hub.ops.context import Fleet, OpsContext
 from xaf_hub.ops.decisions import decisions_from, people_interrupts
@@ -369,9 +369,10 @@ async def _with_run_state(
             status = (await client.status(rec.directory)).get(rec.id)
     except HubError:
         return dataclasses.replace(rec, running=True, run_state="busy")  # unknown: leave it be
-    kind = status.get("type") if status else None
-    state: RunState = "retry" if kind == "retry" else "busy" if kind == "busy" else "idle"
-    return dataclasses.replace(rec, running=state != "idle", run_state=state)
+    state, message, nxt = read_status(status)
+    return dataclasses.replace(
+        rec, running=state != "idle", run_state=state, retry_message=message, retry_next=nxt
+    )
 
 
 async def _look_up(
