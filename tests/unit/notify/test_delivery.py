@@ -76,6 +76,17 @@ def wait(cond: Any, timeout: float = 30.0) -> None:
         time.sleep(0.02)
 
 
+def reported_sent(said: list[str], hook: str = "team") -> int:
+    """How many messages the sender's lines say it sent to ``hook``."""
+    import re
+
+    return sum(
+        int(m.group(1))
+        for line in said
+        if (m := re.search(rf"sent (\d+) message\(s\) to '{hook}'", line))
+    )
+
+
 def receiver(mode: str = "ok", delay: float = 30.0) -> Capture:
     cap = Capture("json")
     cap.mode, cap.delay = mode, delay
@@ -243,5 +254,8 @@ def test_the_daemon_sender_delivers_from_its_own_thread(tmp_path: Path) -> None:
             wait(lambda: len(cap.hits) == 2)
         finally:
             sender.stop()
-        wait(lambda: any("sent 1 message(s) to 'team'" in line for line in said))
+        # Each message is reported sent once. Two passes say "sent 1" each; when the second
+        # was queued while the first was being posted, one pass sends both and says "sent 2".
+        wait(lambda: reported_sent(said) == 2)
         assert not sender._thread.is_alive()
+        assert len(cap.hits) == 2
