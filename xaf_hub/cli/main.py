@@ -170,9 +170,7 @@ def main(
         return 130
     except BrokenPipeError as exc:
         if "stdout" in context or not _reader_gone(sys.stdout):
-            _report(ctx, stderr, args, f"internal error: {type(exc).__name__}: {exc}", exc,
-                    internal=True)
-            return int(ExitCode.INTERNAL)
+            return _internal_error(ctx, stderr, args, exc)
         # `xaf-hub sessions --json | head`: the reader took what it wanted. Like any Unix
         # tool ended by SIGPIPE: quiet, 128 + 13.
         _drop_stdout()
@@ -184,10 +182,15 @@ def main(
             on_error(shown)
         return int(shown.exit_code)
     except Exception as exc:  # noqa: BLE001 - the last line of defence prints one line
-        _report(
-            ctx, stderr, args, f"internal error: {type(exc).__name__}: {exc}", exc, internal=True
-        )
-        return int(ExitCode.INTERNAL)
+        return _internal_error(ctx, stderr, args, exc)
+
+
+def _internal_error(
+    ctx: Context | None, stderr: TextIO, args: argparse.Namespace | None, exc: BaseException
+) -> int:
+    """Report an error no HubError names: one line (the traceback with --debug), exit 1."""
+    _report(ctx, stderr, args, f"internal error: {type(exc).__name__}: {exc}", exc, internal=True)
+    return int(ExitCode.INTERNAL)
 
 
 PIPE_CLOSED = 141  # 128 + SIGPIPE: what a shell reports for a tool its reader stopped
