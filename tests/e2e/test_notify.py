@@ -18,6 +18,7 @@ import signal
 import socket
 import time
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -109,6 +110,9 @@ def test_a_heal_is_announced_once_when_enabled_and_never_when_not(
     hub.doc["models"] = {
         "default_dispatch_model": "fake/fake-model",
         "chain": ["opencode/free-model", "backup/good-model"],
+        # The blackout lasts until the next reset hour: 12 h away, never seconds (a run at
+        # 07:59:58 saw its 08:00 blackout over before the notice was derived).
+        "blackout_reset_hour": (datetime.now().astimezone().hour + 12) % 24,
     }
     hub.write_config()
     hub.llm.set_mode("free-model", "429", retry_after=1)

@@ -160,27 +160,35 @@ def test_a_fenced_model_state_writes_nothing_once_the_lease_is_lost(
     from xaf_hub.ops.models import model_state
 
     families = (("opencode", ("opencode/",)), ("other", ("other/",)))
+    # The real clock: Redis drops the model state at its last blackout's end, so a blackout
+    # marked at a fixed past moment would be gone already. The reset hour is 12 h away, so
+    # the blackout outlives the test whatever the time of day.
+    now = datetime.now(UTC).replace(microsecond=0)
     cfg = replace(
         cfg,
         models=replace(
-            cfg.models, state_backend="redis", timezone="UTC", blackout_families=families
+            cfg.models,
+            state_backend="redis",
+            timezone="UTC",
+            blackout_families=families,
+            blackout_reset_hour=(now.hour + 12) % 24,
         ),
     )
     a = lease(cfg, "host-a")
     assert a.acquire()
     state = model_state(cfg, a.fence())
-    state.mark_blackout("opencode", "429 free usage limit", "lan-a", NOW)
-    state.remember_healed("lan-a/ses_1/msg_1", "opencode/free", "other/model", NOW)
+    state.mark_blackout("opencode", "429 free usage limit", "lan-a", now)
+    state.remember_healed("lan-a/ses_1/msg_1", "opencode/free", "other/model", now)
     assert state.was_healed("lan-a/ses_1/msg_1")
     key = f"{cfg.lock.redis_prefix}:model_state"
     before = rds.get(key)
     rds.set(a.key, "host-b|9|beef")  # the lease changed hands
     with pytest.raises(LockLostError, match="patrol lease"):
-        state.mark_blackout("other", "429 quota", "lan-a", NOW)
+        state.mark_blackout("other", "429 quota", "lan-a", now)
     with pytest.raises(LockLostError, match="patrol lease"):
-        state.remember_healed("lan-a/ses_2/msg_1", None, None, NOW)
+        state.remember_healed("lan-a/ses_2/msg_1", None, None, now)
     assert rds.get(key) == before and not state.was_healed("lan-a/ses_2/msg_1")
-    assert set(state.active_blackouts(NOW)) == {"opencode"}  # reading still works
+    assert set(state.active_blackouts(now)) == {"opencode"}  # reading still works
 
 
 def test_a_takeover_names_the_host_it_took_the_lease_from_once(cfg: Config, rds: Any) -> None:
