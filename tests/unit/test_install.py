@@ -67,3 +67,39 @@ def test_demo_process_exits_1_with_one_line(tmp_path: Path) -> None:
     assert "Traceback" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert "XAF_HUB_OPENCODE_BIN=" in proc.stderr
+
+
+# The README states the install-size budget on one line; scripts/wheel-check.sh reads it from
+# there (so the two cannot disagree) and fails above it.
+def budget_line(readme: str) -> str:
+    lines = [line for line in readme.splitlines() if line.startswith("Install-size budget")]
+    assert len(lines) == 1, "README.md states the install-size budget on exactly one line"
+    return lines[0]
+
+
+def test_wheel_check_reads_the_budget_the_readme_states() -> None:
+    line = budget_line((REPO / "README.md").read_text("utf-8"))
+    out = subprocess.run(["bash", str(REPO / "scripts" / "wheel-check.sh"), "--budget"],
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    plain, mcp = out.stdout.split()[1], out.stdout.split()[4]
+    assert out.stdout == f"plain {plain} MB, mcp {mcp} MB\n"
+    assert f"plain install {plain} MB" in line and f"`[mcp]` install {mcp} MB" in line
+
+
+@pytest.mark.parametrize("readme", [
+    "# xaf-hub\n",  # no budget line at all
+    "Install-size budget: plain install 120 MB.\n",  # the [mcp] budget missing
+    "Install-size budget: plain install MB, `[mcp]` install 160 MB.\n",  # no number
+])
+def test_wheel_check_refuses_without_a_budget(tmp_path: Path, readme: str) -> None:
+    (tmp_path / "scripts").mkdir()
+    script = tmp_path / "scripts" / "wheel-check.sh"
+    script.write_bytes((REPO / "scripts" / "wheel-check.sh").read_bytes())
+    (tmp_path / "README.md").write_text(readme, "utf-8")
+    out = subprocess.run(["bash", str(script), "--budget"], capture_output=True, text=True,
+                         timeout=30)
+    assert out.returncode == 4
+    assert out.stdout == ""
+    assert out.stderr.count("\n") == 1
+    assert "README.md has no line 'Install-size budget" in out.stderr
