@@ -3,6 +3,7 @@ demo that explains (in one line, no traceback) how to get opencode when it is mi
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import tomllib
@@ -103,3 +104,24 @@ def test_wheel_check_refuses_without_a_budget(tmp_path: Path, readme: str) -> No
     assert out.stdout == ""
     assert out.stderr.count("\n") == 1
     assert "README.md has no line 'Install-size budget" in out.stderr
+
+
+def test_readme_opens_with_the_two_setup_commands_and_stays_short() -> None:
+    lines = (REPO / "README.md").read_text("utf-8").splitlines()
+    assert lines[2] == "```bash"
+    assert lines[3].startswith(
+        "bash scripts/setup.sh && .venv/bin/python -m xaf_hub.sandbox.demo   #")
+    assert lines[4].startswith("bash scripts/test.sh   ")
+    assert lines[5] == "```"
+    assert len(lines) <= 400, "reference material belongs in docs/"
+
+
+def test_every_local_link_of_the_readme_and_docs_leads_to_a_file() -> None:
+    pages = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+    broken = []
+    for page in pages:
+        for target in re.findall(r"\]\(([^)\s]+)\)", page.read_text("utf-8")):
+            path = target.split("#")[0]
+            if path and "://" not in path and not (page.parent / path).exists():
+                broken.append(f"{page.relative_to(REPO)}: {target}")
+    assert broken == []
