@@ -3,7 +3,7 @@ and prints what the receiver answered.
 
 Webhooks are configured under notify.webhooks; each URL comes from the environment variable
 named by its url_env, never from the config file. The patrol sends the real events at the end
-of each round (see README, "Notifications"); this command only proves the path works.
+of each round (see docs/notifications.md); this command only proves the path works.
 """
 
 from __future__ import annotations
@@ -55,7 +55,8 @@ def run(ctx: Context) -> int:
     cfg = ctx.config
     notify = cfg.notify
     if not notify.webhooks:
-        raise UsageError("no webhook configured: add one under notify.webhooks (see README)")
+        raise UsageError(
+            "no webhook configured: add one under notify.webhooks (see docs/notifications.md)")
     hooks = [notify.webhook(opts.webhook)] if opts.webhook else list(notify.webhooks)
     secrets = cfg.secrets()
     rows: list[dict[str, Any]] = []
