@@ -793,6 +793,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--samples", type=int, default=5, help="--live: prompts timed (default 5)")
     p.add_argument("--idle-seconds", type=float, default=60.0,
                    help="--live: seconds of idle CPU measured per process (default 60)")
+    p.add_argument("--match", action="store_true",
+                   help="only the match evaluation on the labelled set (bench/match.py): "
+                        "precision and recall of 'continues a session' per threshold")
+    p.add_argument("--evidence", choices=("full", "title"), default="full",
+                   help="--match: what the matcher sees of a session: everything the hub "
+                        "knows (default) or only title and folder")
     p.add_argument("--probe-matcher", type=int, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if (args.k is None) != (args.m is None):
@@ -812,6 +818,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     def log(text: str) -> None:
         print(f"{time.strftime('%H:%M:%S')} {text}", file=sys.stderr, flush=True)
 
+    if args.match:
+        from bench.match import run as run_match
+
+        return run_match(args.evidence, RESULTS / f"match-{args.evidence}.json")
     if args.live:
         return run_live(args, log)
     if args.rounds:

@@ -1,13 +1,15 @@
 """Rank sessions against a task text: TF-IDF over character n-grams, cosine similarity.
 
-This is the only module that imports numpy, and it does so inside `rank`: the
-CLI starts, and every command that does not smart-match runs, without it.
+Pure Python: an inverted index over the documents' sparse vectors (``Index``); a query touches
+only the postings of its own n-grams. No numpy: it cost about 0.5 s of import per dispatch and
+73 MB of install for a fleet of at most thousands of sessions (issue 36).
 
-The TF-IDF weights are scikit-learn's (`TfidfTransformer(sublinear_tf=True)`:
-smooth idf, l2 norm), computed with a few numpy calls rather than by
-scikit-learn itself: its import alone cost about 1.1 s of CPU and 70 MB per
-dispatch, more than the whole match. The unit tests check the weights and
-scores against scikit-learn's transformer on generated corpora.
+The TF-IDF weights are scikit-learn's (`TfidfTransformer(sublinear_tf=True)`: smooth idf, l2
+norm), times a weight per entry: the field it comes from (a session's title and the task texts
+the hub sent into it count more than its changed files, those more than its folder) and a low
+weight for words any task uses ("add", "tests", 修复, 页面). The unit tests check the weights
+and scores against scikit-learn's transformer on generated corpora; the labelled set in
+bench/data (`python -m bench --match`) measures what they are worth.
 
 Why our own n-grams instead of sklearn's `char_wb` (measured on realistic
 titles; the cases are in tests/unit/test_matcher.py):
@@ -31,12 +33,11 @@ something; both feed one TF-IDF space.
 from __future__ import annotations
 
 import heapq
+import math
 import re
-import threading
 import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 
 @dataclass(frozen=True)
@@ -91,74 +92,151 @@ def _run_grams(run: str) -> list[str]:
     return [padded[i : i + n] for n in _LATIN_NGRAMS for i in range(len(padded) - n + 1)]
 
 
-def _tfidf(texts: list[str]) -> tuple[Any, Any, Any, int]:
-    """Return the L2-normalised TF-IDF weights of the texts as sparse (row, column, value) arrays
-    and the number of columns.
+# What the work *is* counts more than the words every task uses. A session's evidence comes in
+# fields of different worth: its title and the task texts the hub sent into it say what it does;
+# the files it changed say where; its folder is shared by every session working there, so it
+# counts least. Words that any task might use ("add", "fix", "tests", "page", 修复, 页面) are
+# weighted down in every field and in the query: on their own they never make a match.
+TITLE_WEIGHT = 1.0
+TASK_WEIGHT = 1.0
+FILE_WEIGHT = 0.6
+FOLDER_WEIGHT = 0.3
+GENERIC_WEIGHT = 0.25
 
-    Rows are texts, columns n-grams numbered in sorted order; entries are sorted by row, then
-    column. The weights are scikit-learn's (see the module docstring).
+# Whole words (after NFKC and lower-casing) weighted by GENERIC_WEIGHT.
+_GENERIC_WORD_LIST = (
+    "add adds added adding allow also again all any app apps bug bugs build can change changes "
+    "check code create default do does doc docs document documentation done error errors every "
+    "feature file files finish fix fixed fixes fixing get go handle implement improve instead "
+    "issue issues js json let list make makes md more must new next not now only page pages py "
+    "remove run script scripts see server service set should show so some src still support "
+    "test tested testing tests then tool ts tsx unit up update updates use user users want web "
+    "when work write writing yet api apis endpoint endpoints one two upgrade guide option "
+    "options version"
+)
+_GENERIC_WORDS = frozenset(_GENERIC_WORD_LIST.split())
+# Chinese bigrams weighted by GENERIC_WEIGHT: verbs and nouns of any task, and the glue
+# bigrams a sentence is full of.
+_GENERIC_BIGRAM_LIST = (
+    "增加 添加 新增 加上 加一 一个 一下 修复 优化 支持 页面 测试 单元 元测 文档 接口 功能 问题 "
+    "还是 需要 要能 时候 改成 改一 再改 一份 写一 处理 实现 继续 现在 用户 时要 的时 之后 以后 "
+    "后台 管理 数据 系统 项目 代码 脚本 上的 中的 里的 没有 不对 能够 可以 要求"
+)
+_GENERIC_BIGRAMS = frozenset(_GENERIC_BIGRAM_LIST.split())
+
+
+def _weighted_run_grams(run: str) -> list[tuple[str, float]]:
+    """The n-grams of one run, each with its generic-word factor (1 or GENERIC_WEIGHT)."""
+    grams = _run_grams(run)
+    if _CJK_CHAR.match(run):
+        return [(g, GENERIC_WEIGHT if g in _GENERIC_BIGRAMS else 1.0) for g in grams]
+    factor = GENERIC_WEIGHT if run in _GENERIC_WORDS else 1.0
+    return [(g, factor) for g in grams]
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What the hub knows of one session: title, folder, the task texts sent into it (its first
+    prompt among them) and the files it changed."""
+
+    title: str = ""
+    folder: str = ""
+    tasks: tuple[str, ...] = ()
+    files: tuple[str, ...] = ()
+
+    def fields(self) -> list[tuple[str, float]]:
+        """The texts to match with the weight of the field each comes from."""
+        title = self.title.strip()
+        if _PLACEHOLDER_TITLE.fullmatch(title):
+            title = ""
+        out = [(title, TITLE_WEIGHT), (folder_text(self.folder), FOLDER_WEIGHT)]
+        out += [(task, TASK_WEIGHT) for task in self.tasks]
+        out += [(path, FILE_WEIGHT) for path in self.files]
+        return [(text, weight) for text, weight in out if text]
+
+
+Document = str | Evidence
+
+# One text's entries: n-gram -> [count, weight]; the weight is the highest weight of any of the
+# n-gram's occurrences (its field's weight times its generic-word factor).
+_Entries = dict[str, list[float]]
+
+
+class _Grams:
+    """n-grams of texts, each distinct run n-grammed once (runs repeat heavily across titles,
+    folders and paths)."""
+
+    def __init__(self, weighted: bool = True) -> None:
+        self.weighted = weighted
+        self.cache: dict[str, list[tuple[str, float]]] = {}
+
+    def add(self, entries: _Entries, text: str, weight: float) -> None:
+        """Count the n-grams of ``text`` into ``entries`` at the field weight ``weight``."""
+        cache = self.cache
+        for run in _runs(text):
+            grams = cache.get(run)
+            if grams is None:
+                grams = _weighted_run_grams(run)
+                if not self.weighted:
+                    grams = [(g, 1.0) for g, _ in grams]
+                cache[run] = grams
+            for gram, factor in grams:
+                w = weight * factor
+                entry = entries.get(gram)
+                if entry is None:
+                    entries[gram] = [1.0, w]
+                else:
+                    entry[0] += 1.0
+                    if w > entry[1]:
+                        entry[1] = w
+
+    def of(self, document: Document) -> _Entries:
+        """The entries of one document (a plain text counts at weight 1)."""
+        entries: _Entries = {}
+        if isinstance(document, Evidence):
+            for text, weight in document.fields():
+                self.add(entries, text, weight)
+        else:
+            self.add(entries, document, 1.0)
+        return entries
+
+
+def _tfidf(texts: list[str], weighted: bool = False) -> list[dict[str, float]]:
+    """The L2-normalised TF-IDF weights of the texts, one {n-gram: weight} per text.
+
+    Unweighted they are scikit-learn's (``TfidfTransformer(sublinear_tf=True)``); weighted,
+    each entry is also multiplied by its field and generic-word weight before the norm. The
+    unit tests compare both with scikit-learn; ``rank`` computes the same numbers sparsely.
     """
-    import numpy as np
+    grams = _Grams(weighted)
+    rows = [grams.of(text) for text in texts]
+    df: dict[str, int] = {}
+    for row in rows:
+        for gram in row:
+            df[gram] = df.get(gram, 0) + 1
+    n = len(texts)
+    out = []
+    for row in rows:
+        values = {
+            g: (1.0 + math.log(c)) * (math.log((1.0 + n) / (1.0 + df[g])) + 1.0) * w
+            for g, (c, w) in row.items()
+        }
+        norm = math.sqrt(math.fsum(v * v for v in values.values()))
+        out.append({g: v / norm for g, v in values.items()} if norm else {})
+    return out
 
-    # Counting n-grams one by one in Python is several times slower at 10k sessions than
-    # the 0.3 s budget allows. Runs (words, directory segments, CJK phrases) repeat heavily
-    # across titles and directories, so n-gram each distinct run once and expand in numpy.
-    all_runs: list[str] = []
-    runs_per_text: list[int] = []
-    for text in texts:
-        runs = _runs(text)
-        all_runs.extend(runs)
-        runs_per_text.append(len(runs))
-    # Number distinct runs in first-seen order; fromkeys and map run in C.
-    run_ids: dict[str, int] = dict.fromkeys(all_runs, 0)
-    for i, run in enumerate(run_ids):
-        run_ids[run] = i
-    grams_of_run = [_run_grams(run) for run in run_ids]  # dicts keep insertion order = id
-    flat_grams = [gram for grams in grams_of_run for gram in grams]
-    # np.unique numbers the n-grams in sorted order, in C. Sorted numbering makes the
-    # entries of a text, and so the floating-point sums behind every score, independent of
-    # the order of the documents and of the words in a text: texts equal up to word order
-    # get exactly equal scores, and ties go by key.
-    vocabulary, gram_column = np.unique(np.array(flat_grams, dtype=str), return_inverse=True)
-    gram_column = gram_column.astype(np.int64)
-    grams_per_run = np.fromiter(map(len, grams_of_run), dtype=np.int64, count=len(grams_of_run))
-    first_gram = np.cumsum(grams_per_run) - grams_per_run
 
-    # Expand every run occurrence into its n-grams: occurrence -> (text, n-gram column).
-    occurrence_run = np.fromiter(
-        map(run_ids.__getitem__, all_runs), dtype=np.int64, count=len(all_runs)
+def folder_text(directory: str) -> str:
+    """A folder as words: its segments, drive letter dropped, lower case."""
+    # Same normalisation as the project rules (architecture §2): `\` and `/` alike,
+    # repeated and trailing separators gone, lower case. The drive letter is
+    # dropped and segments are joined by spaces, so `D:\Work\demo\web` and
+    # `/work/demo/web` give the same text and the same n-grams.
+    return " ".join(
+        segment
+        for segment in directory.replace("\\", "/").lower().split("/")
+        if segment and not _DRIVE.fullmatch(segment)
     )
-    occurrence_text = np.repeat(np.arange(len(texts), dtype=np.int64), runs_per_text)
-    width = grams_per_run[occurrence_run]
-    total = int(width.sum())
-    shift = np.repeat(first_gram[occurrence_run] - (np.cumsum(width) - width), width)
-    columns = gram_column[shift + np.arange(total, dtype=np.int64)]
-    rows = np.repeat(occurrence_text, width)
-
-    # One entry per (text, n-gram) with its count, sorted by text then n-gram.
-    keys, counts = np.unique(rows * len(vocabulary) + columns, return_counts=True)
-    rows, columns = np.divmod(keys, len(vocabulary))
-    document_frequency = np.bincount(columns, minlength=len(vocabulary))
-    idf = np.log((1.0 + len(texts)) / (1.0 + document_frequency)) + 1.0
-    values = (1.0 + np.log(counts)) * idf[columns]
-    norms = np.sqrt(np.bincount(rows, weights=values * values, minlength=len(texts)))
-    values /= norms[rows]
-    return rows, columns, values, len(vocabulary)
-
-
-def preload() -> threading.Thread:
-    """Start importing numpy in a background thread; returns the thread.
-
-    The import costs about 0.2 s of CPU; dispatch starts it before its network scan so the two
-    overlap. ``rank`` then finds the module loaded (or waits for the import lock).
-    """
-
-    def load() -> None:
-        import numpy  # noqa: F401
-
-    thread = threading.Thread(target=load, name="xaf-hub-numpy-preload", daemon=True)
-    thread.start()
-    return thread
 
 
 def document_text(title: str, directory: str) -> str:
@@ -166,41 +244,114 @@ def document_text(title: str, directory: str) -> str:
     title = title.strip()
     if _PLACEHOLDER_TITLE.fullmatch(title):
         title = ""
-    # Same normalisation as the project rules (architecture §2): `\` and `/` alike,
-    # repeated and trailing separators gone, lower case. The drive letter is
-    # dropped and segments are joined by spaces, so `D:\Work\demo\web` and
-    # `/work/demo/web` give the same text and the same n-grams.
-    segments = [
-        segment
-        for segment in directory.replace("\\", "/").lower().split("/")
-        if segment and not _DRIVE.fullmatch(segment)
-    ]
-    return " ".join(part for part in (title, " ".join(segments)) if part)
+    return " ".join(part for part in (title, folder_text(directory)) if part)
 
 
-def rank(query: str, documents: Sequence[tuple[str, str]], top: int = 5) -> list[Candidate]:
+def _idf(n: int, df: int) -> float:
+    return math.log((1.0 + n) / (1.0 + df)) + 1.0
+
+
+class Index:
+    """An inverted index over the documents' sparse TF-IDF vectors, to rank queries against.
+
+    The query counts in the population the IDF sees (as if it were one more document, so
+    the weights are scikit-learn's over documents plus query). Only the entries of n-grams
+    the query has change with it: each query touches the postings of its own n-grams, never
+    the whole fleet.
+    """
+
+    def __init__(self, documents: Sequence[tuple[str, Document]]) -> None:
+        self.keys = [key for key, _ in documents]
+        self._grams = _Grams()
+        rows = [self._grams.of(document) for _, document in documents]
+        # n-gram -> [(document, (1 + log count) * weight)]
+        self._postings: dict[str, list[tuple[int, float]]] = {}
+        for i, row in enumerate(rows):
+            for gram, (count, weight) in row.items():
+                self._postings.setdefault(gram, []).append((i, (1.0 + math.log(count)) * weight))
+        self._n = len(rows) + 1  # the query is one more text
+        n = self._n
+        squares: list[list[float]] = [[] for _ in rows]
+        for posting in self._postings.values():
+            idf = _idf(n, len(posting))
+            for i, part in posting:
+                squares[i].append((part * idf) ** 2)
+        # fsum is exactly rounded: a document's norm does not depend on the order of its words.
+        self._norm2 = [math.fsum(sq) for sq in squares]
+        self._rows = rows
+
+    def _query(self, query: str) -> dict[str, float]:
+        entries: _Entries = {}
+        self._grams.add(entries, query, 1.0)
+        n = self._n
+        values = {
+            g: (1.0 + math.log(c)) * _idf(n, len(self._postings.get(g, ())) + 1) * w
+            for g, (c, w) in sorted(entries.items())
+        }
+        norm = math.sqrt(math.fsum(v * v for v in values.values()))
+        return {g: v / norm for g, v in values.items()} if norm else {}
+
+    def scores(self, query: str) -> dict[int, tuple[float, dict[str, float]]]:
+        """Document -> (cosine similarity, each shared n-gram's share of it), for documents
+        sharing an n-gram with the query."""
+        q = self._query(query)
+        n = self._n
+        dots: dict[int, dict[str, float]] = {}
+        norm2 = list(self._norm2)
+        for gram, weight in q.items():  # sorted by n-gram: sums do not depend on word order
+            posting = self._postings.get(gram)
+            if not posting:
+                continue
+            base, with_query = _idf(n, len(posting)), _idf(n, len(posting) + 1)
+            for i, part in posting:
+                # The query has this n-gram: its document frequency is one more.
+                norm2[i] += (part * with_query) ** 2 - (part * base) ** 2
+                dots.setdefault(i, {})[gram] = part * with_query * weight
+        out = {}
+        for i, shares in dots.items():
+            norm = math.sqrt(norm2[i]) if norm2[i] > 0 else 1.0
+            parts = {g: v / norm for g, v in shares.items()}
+            out[i] = (min(1.0, max(0.0, sum(parts.values()))), parts)
+        return out
+
+    def rank(self, query: str, top: int = 5) -> list[Candidate]:
+        """The ``top`` documents most similar to the query, best first (ties by key)."""
+        if top < 1 or not self.keys or not any(_run_grams(run) for run in _runs(query)):
+            return []
+        found = self.scores(query)
+        keys = self.keys
+        scores = [found[i][0] if i in found else 0.0 for i in range(len(keys))]
+        count = min(top, len(scores))
+        # nsmallest on (-score, key) is a partial sort, O(n log top); ties go by key.
+        best = heapq.nsmallest(count, range(len(scores)), key=lambda i: (-scores[i], keys[i]))
+        return [Candidate(key=keys[i], score=scores[i]) for i in best]
+
+    def shared(self, query: str, key: str, limit: int = 6) -> list[str]:
+        """The query's words that the document ``key`` shares, most telling first: what a
+        person reads to check a match."""
+        if key not in self.keys:
+            return []
+        i = self.keys.index(key)
+        found = self.scores(query).get(i)
+        if found is None:
+            return []
+        parts = found[1]
+        words: dict[str, float] = {}
+        for run in dict.fromkeys(_runs(query)):
+            if _CJK_CHAR.match(run):
+                for gram in _run_grams(run):
+                    if gram in parts:
+                        words[gram] = words.get(gram, 0.0) + parts[gram]
+            else:
+                share = sum(parts.get(gram, 0.0) for gram in set(_run_grams(run)))
+                if share > 0:
+                    words[run] = share
+        ranked = sorted(words.items(), key=lambda item: (-item[1], item[0]))
+        return [word for word, _ in ranked[:limit]]
+
+
+def rank(query: str, documents: Sequence[tuple[str, Document]], top: int = 5) -> list[Candidate]:
     """Return the `top` documents most similar to the query, best first."""
     if top < 1 or not documents or not any(_run_grams(run) for run in _runs(query)):
         return []
-
-    import numpy as np
-
-    # The query is weighted with the documents so that its n-grams are in the
-    # vocabulary and IDF sees the whole population being compared. Sublinear tf
-    # damps an n-gram repeated within one text (a project name recurring along
-    # a path); on realistic titles its effect is small.
-    rows, columns, values, width = _tfidf([text for _, text in documents] + [query])
-    query_row = len(documents)
-    query_weights = np.zeros(width)
-    in_query = rows == query_row
-    query_weights[columns[in_query]] = values[in_query]
-    # Rows are L2-normalised, so each text's dot product with the query is the
-    # cosine similarity; only n-grams the query has contribute.
-    raw = np.bincount(rows, weights=values * query_weights[columns], minlength=query_row + 1)
-    scores: list[float] = np.clip(raw[:query_row], 0.0, 1.0).tolist()
-
-    keys = [key for key, _ in documents]
-    count = min(top, len(scores))
-    # nsmallest on (-score, key) is a partial sort, O(n log top); ties go by key.
-    best = heapq.nsmallest(count, range(len(scores)), key=lambda i: (-scores[i], keys[i]))
-    return [Candidate(key=keys[i], score=scores[i]) for i in best]
+    return Index(documents).rank(query, top)
