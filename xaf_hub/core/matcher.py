@@ -36,8 +36,10 @@ import heapq
 import math
 import re
 import unicodedata
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from itertools import chain
 
 
 @dataclass(frozen=True)
@@ -77,7 +79,9 @@ def _runs(text: str) -> list[str]:
     """Split text into runs of CJK characters and runs of other letters/digits."""
     # NFKC folds full-width Latin and digits typed with a Chinese IME (ＣＳＶ, ５０２)
     # into their ASCII forms, so they match titles typed the other way.
-    return _RUN.findall(unicodedata.normalize("NFKC", text).lower())
+    if not text.isascii():  # NFKC leaves ASCII as it is
+        text = unicodedata.normalize("NFKC", text)
+    return _RUN.findall(text.lower())
 
 
 def _run_grams(run: str) -> list[str]:
@@ -144,12 +148,13 @@ class Evidence:
     tasks: tuple[str, ...] = ()
     files: tuple[str, ...] = ()
 
-    def fields(self) -> list[tuple[str, float]]:
-        """The texts to match with the weight of the field each comes from."""
+    def fields(self, folder: Callable[[str], str] | None = None) -> list[tuple[str, float]]:
+        """The texts to match with the weight of the field each comes from (``folder``: how a
+        directory becomes words, ``folder_text`` unless given)."""
         title = self.title.strip()
-        if _PLACEHOLDER_TITLE.fullmatch(title):
+        if " - " in title and _PLACEHOLDER_TITLE.fullmatch(title):
             title = ""
-        out = [(title, TITLE_WEIGHT), (folder_text(self.folder), FOLDER_WEIGHT)]
+        out = [(title, TITLE_WEIGHT), ((folder or folder_text)(self.folder), FOLDER_WEIGHT)]
         out += [(task, TASK_WEIGHT) for task in self.tasks]
         out += [(path, FILE_WEIGHT) for path in self.files]
         return [(text, weight) for text, weight in out if text]
@@ -157,48 +162,129 @@ class Evidence:
 
 Document = str | Evidence
 
-# One text's entries: n-gram -> [count, weight]; the weight is the highest weight of any of the
-# n-gram's occurrences (its field's weight times its generic-word factor).
-_Entries = dict[str, list[float]]
+
+@dataclass(frozen=True)
+class _Row:
+    """One text's n-grams: how often each occurs, and the weight of those whose weight is not 1
+    (the highest of its occurrences: its field's weight times its generic-word factor)."""
+
+    counts: Counter[str]
+    weights: dict[str, float]
+
+
+class _RunSets(dict[str, frozenset[str]]):
+    """run -> the set of its n-grams, made on first use."""
+
+    def __init__(self, grams: Callable[[str], tuple[tuple[str, ...], tuple[str, ...]]]) -> None:
+        super().__init__()
+        self.grams = grams
+
+    def __missing__(self, run: str) -> frozenset[str]:
+        plain, generic = self.grams(run)
+        found = self[run] = frozenset(plain + generic)
+        return found
 
 
 class _Grams:
-    """n-grams of texts, each distinct run n-grammed once (runs repeat heavily across titles,
-    folders and paths)."""
+    """n-grams of texts, each distinct text and run n-grammed once (titles, folders and paths
+    repeat heavily across a fleet). Counting and weighting run in C (Counter, dict.fromkeys): a
+    fleet of 10k sessions is about a million n-gram occurrences."""
 
     def __init__(self, weighted: bool = True) -> None:
         self.weighted = weighted
-        self.cache: dict[str, list[tuple[str, float]]] = {}
+        # run or text -> its n-grams at weight 1, and those at the generic-word weight
+        self.runs: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {}
+        self.texts: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {}
+        self.rows: dict[str, _Row] = {}
+        self.folders: dict[str, str] = {}
+        self.sets: dict[str, frozenset[str]] = {}
+        self.run_sets = _RunSets(self._run)
 
-    def add(self, entries: _Entries, text: str, weight: float) -> None:
-        """Count the n-grams of ``text`` into ``entries`` at the field weight ``weight``."""
-        cache = self.cache
-        for run in _runs(text):
-            grams = cache.get(run)
-            if grams is None:
-                grams = _weighted_run_grams(run)
-                if not self.weighted:
-                    grams = [(g, 1.0) for g, _ in grams]
-                cache[run] = grams
-            for gram, factor in grams:
-                w = weight * factor
-                entry = entries.get(gram)
-                if entry is None:
-                    entries[gram] = [1.0, w]
-                else:
-                    entry[0] += 1.0
-                    if w > entry[1]:
-                        entry[1] = w
+    def _run(self, run: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        found = self.runs.get(run)
+        if found is None:
+            grams = _weighted_run_grams(run)
+            if not self.weighted:
+                found = (tuple(g for g, _ in grams), ())
+            else:
+                found = (
+                    tuple(g for g, f in grams if f == 1.0),
+                    tuple(g for g, f in grams if f != 1.0),
+                )
+            self.runs[run] = found
+        return found
 
-    def of(self, document: Document) -> _Entries:
-        """The entries of one document (a plain text counts at weight 1)."""
-        entries: _Entries = {}
-        if isinstance(document, Evidence):
-            for text, weight in document.fields():
-                self.add(entries, text, weight)
-        else:
-            self.add(entries, document, 1.0)
-        return entries
+    def _text(self, text: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        found = self.texts.get(text)
+        if found is None:
+            parts = [self._run(run) for run in _runs(text)]
+            found = (
+                tuple(chain.from_iterable(p for p, _ in parts)),
+                tuple(chain.from_iterable(g for _, g in parts)),
+            )
+            self.texts[text] = found
+        return found
+
+    def of(self, document: Document) -> _Row:
+        """The n-grams of one document (a plain text counts at weight 1)."""
+        if isinstance(document, str):
+            row = self.rows.get(document)
+            if row is None:
+                plain, generic = self._text(document)
+                low = set(generic).difference(plain)
+                row = _Row(Counter(plain + generic), dict.fromkeys(low, GENERIC_WEIGHT))
+                self.rows[document] = row
+            return row
+        # (weight, n-grams occurring at it), every field of the evidence
+        groups: list[tuple[float, tuple[str, ...]]] = []
+        for text, weight in document.fields(self._folder):
+            plain, generic = self._text(text)
+            groups.append((weight, plain))
+            if generic:
+                groups.append((weight * GENERIC_WEIGHT, generic))
+        counts = Counter(chain.from_iterable(grams for _, grams in groups))
+        # Only weights other than 1 are kept; a higher weight overwrites a lower: the highest wins.
+        groups.sort(key=lambda group: group[0])
+        weights: dict[str, float] = {}
+        for weight, grams in groups:
+            if weight != 1.0:
+                weights.update(dict.fromkeys(grams, weight))
+            elif weights:
+                for gram in grams:
+                    weights.pop(gram, None)
+        return _Row(counts, weights)
+
+    def sets_of(self, document: Document) -> list[frozenset[str]]:
+        """The n-gram sets of a document's texts (cached: no counting)."""
+        if isinstance(document, str):
+            return [self._set(document)]
+        return [self._set(text) for text, _ in document.fields(self._folder)]
+
+    def _set(self, text: str) -> frozenset[str]:
+        found = self.sets.get(text)
+        if found is None:
+            # A union of the runs' cached sets, in C: no n-gram is counted here.
+            found = frozenset().union(*map(self.run_sets.__getitem__, _runs(text)))
+            self.sets[text] = found
+        return found
+
+    def _folder(self, directory: str) -> str:
+        found = self.folders.get(directory)
+        if found is None:
+            found = self.folders[directory] = folder_text(directory)
+        return found
+
+
+def _idf(n: int, df: int) -> float:
+    return math.log((1.0 + n) / (1.0 + df)) + 1.0
+
+
+def _values(row: _Row, idf: Callable[[str], float]) -> dict[str, float]:
+    """A row's TF-IDF values before the norm."""
+    w = row.weights
+    if not w:
+        return {g: (1.0 + math.log(c)) * idf(g) for g, c in row.counts.items()}
+    return {g: (1.0 + math.log(c)) * idf(g) * w.get(g, 1.0) for g, c in row.counts.items()}
 
 
 def _tfidf(texts: list[str], weighted: bool = False) -> list[dict[str, float]]:
@@ -206,21 +292,15 @@ def _tfidf(texts: list[str], weighted: bool = False) -> list[dict[str, float]]:
 
     Unweighted they are scikit-learn's (``TfidfTransformer(sublinear_tf=True)``); weighted,
     each entry is also multiplied by its field and generic-word weight before the norm. The
-    unit tests compare both with scikit-learn; ``rank`` computes the same numbers sparsely.
+    unit tests compare both with scikit-learn; ``Index`` computes the same numbers sparsely.
     """
     grams = _Grams(weighted)
     rows = [grams.of(text) for text in texts]
-    df: dict[str, int] = {}
-    for row in rows:
-        for gram in row:
-            df[gram] = df.get(gram, 0) + 1
+    df = Counter(chain.from_iterable(row.counts for row in rows))
     n = len(texts)
     out = []
     for row in rows:
-        values = {
-            g: (1.0 + math.log(c)) * (math.log((1.0 + n) / (1.0 + df[g])) + 1.0) * w
-            for g, (c, w) in row.items()
-        }
+        values = _values(row, lambda g: _idf(n, df[g]))
         norm = math.sqrt(math.fsum(v * v for v in values.values()))
         out.append({g: v / norm for g, v in values.items()} if norm else {})
     return out
@@ -247,71 +327,77 @@ def document_text(title: str, directory: str) -> str:
     return " ".join(part for part in (title, folder_text(directory)) if part)
 
 
-def _idf(n: int, df: int) -> float:
-    return math.log((1.0 + n) / (1.0 + df)) + 1.0
-
-
 class Index:
-    """An inverted index over the documents' sparse TF-IDF vectors, to rank queries against.
+    """The documents' sparse TF-IDF vectors, to rank queries against.
 
-    The query counts in the population the IDF sees (as if it were one more document, so
-    the weights are scikit-learn's over documents plus query). Only the entries of n-grams
-    the query has change with it: each query touches the postings of its own n-grams, never
-    the whole fleet.
+    The query counts in the population the IDF sees (as if it were one more document, so the
+    weights are scikit-learn's over documents plus query). Only documents sharing an n-gram
+    with the query are scored; their vectors are weighted then, the rest score 0.
     """
 
     def __init__(self, documents: Sequence[tuple[str, Document]]) -> None:
         self.keys = [key for key, _ in documents]
+        self._documents = [document for _, document in documents]
         self._grams = _Grams()
-        rows = [self._grams.of(document) for _, document in documents]
-        # n-gram -> [(document, (1 + log count) * weight)]
-        self._postings: dict[str, list[tuple[int, float]]] = {}
-        for i, row in enumerate(rows):
-            for gram, (count, weight) in row.items():
-                self._postings.setdefault(gram, []).append((i, (1.0 + math.log(count)) * weight))
-        self._n = len(rows) + 1  # the query is one more text
-        n = self._n
-        squares: list[list[float]] = [[] for _ in rows]
-        for posting in self._postings.values():
-            idf = _idf(n, len(posting))
-            for i, part in posting:
-                squares[i].append((part * idf) ** 2)
-        # fsum is exactly rounded: a document's norm does not depend on the order of its words.
-        self._norm2 = [math.fsum(sq) for sq in squares]
-        self._rows = rows
+        # Each document's texts as (cached, shared) sets of n-grams. A document's counts and
+        # weights are worked out only when it shares an n-gram with a query.
+        self._sets = [self._grams.sets_of(document) for document in self._documents]
+        self._rows: dict[int, _Row] = {}
+        # Document frequency of every n-gram, counted in C over the texts' sets; an n-gram in
+        # two texts of one document (title and folder) is counted once: the overlaps are small.
+        df = Counter(chain.from_iterable(chain.from_iterable(self._sets)))
+        twice: list[str] = []
+        for sets in self._sets:
+            if len(sets) == 2:
+                twice.extend(sets[0] & sets[1])
+            elif len(sets) > 2:
+                seen = Counter(chain.from_iterable(sets))
+                twice.extend(chain.from_iterable([g] * (k - 1) for g, k in seen.items() if k > 1))
+        df.subtract(twice)
+        self._df = df
+        self._n = len(self._documents) + 1  # the query is one more text
 
     def _query(self, query: str) -> dict[str, float]:
-        entries: _Entries = {}
-        self._grams.add(entries, query, 1.0)
-        n = self._n
-        values = {
-            g: (1.0 + math.log(c)) * _idf(n, len(self._postings.get(g, ())) + 1) * w
-            for g, (c, w) in sorted(entries.items())
-        }
+        row = self._grams.of(query)
+        n, df = self._n, self._df
+        values = _values(row, lambda g: _idf(n, df[g] + 1))
         norm = math.sqrt(math.fsum(v * v for v in values.values()))
-        return {g: v / norm for g, v in values.items()} if norm else {}
+        return {g: values[g] / norm for g in sorted(values)} if norm else {}
 
     def scores(self, query: str) -> dict[int, tuple[float, dict[str, float]]]:
         """Document -> (cosine similarity, each shared n-gram's share of it), for documents
         sharing an n-gram with the query."""
         q = self._query(query)
-        n = self._n
-        dots: dict[int, dict[str, float]] = {}
-        norm2 = list(self._norm2)
-        for gram, weight in q.items():  # sorted by n-gram: sums do not depend on word order
-            posting = self._postings.get(gram)
-            if not posting:
-                continue
-            base, with_query = _idf(n, len(posting)), _idf(n, len(posting) + 1)
-            for i, part in posting:
-                # The query has this n-gram: its document frequency is one more.
-                norm2[i] += (part * with_query) ** 2 - (part * base) ** 2
-                dots.setdefault(i, {})[gram] = part * with_query * weight
+        n, df = self._n, self._df
+        in_query = q.keys()
+        idf_cache: dict[str, float] = {}
+
+        def idf(gram: str) -> float:
+            found = idf_cache.get(gram)
+            if found is None:
+                found = idf_cache[gram] = _idf(n, df[gram] + (gram in in_query))
+            return found
+
         out = {}
-        for i, shares in dots.items():
-            norm = math.sqrt(norm2[i]) if norm2[i] > 0 else 1.0
-            parts = {g: v / norm for g, v in shares.items()}
-            out[i] = (min(1.0, max(0.0, sum(parts.values()))), parts)
+        apart: dict[int, bool] = {}  # id(set) -> the query shares nothing with it
+        for i, sets in enumerate(self._sets):
+            near = False
+            for one in sets:  # a folder's set is shared by many documents: ask once
+                far = apart.get(id(one))
+                if far is None:
+                    far = apart[id(one)] = in_query.isdisjoint(one)
+                near = near or not far
+            if not near:
+                continue
+            shared = in_query & frozenset().union(*sets)
+            row = self._rows.get(i)
+            if row is None:
+                row = self._rows[i] = self._grams.of(self._documents[i])
+            values = _values(row, idf)
+            # fsum is exactly rounded: a norm does not depend on the order of the words.
+            norm = math.sqrt(math.fsum(v * v for v in values.values()))
+            parts = {g: values[g] * q[g] / norm for g in sorted(shared)}
+            out[i] = (min(1.0, max(0.0, math.fsum(parts.values()))), parts)
         return out
 
     def rank(self, query: str, top: int = 5) -> list[Candidate]:
@@ -331,8 +417,7 @@ class Index:
         person reads to check a match."""
         if key not in self.keys:
             return []
-        i = self.keys.index(key)
-        found = self.scores(query).get(i)
+        found = self.scores(query).get(self.keys.index(key))
         if found is None:
             return []
         parts = found[1]

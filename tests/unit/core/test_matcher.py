@@ -12,7 +12,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from xaf_hub.core.matcher import Candidate, _run_grams, _runs, _tfidf, document_text, rank
+from xaf_hub.core.matcher import (
+    Candidate,
+    Evidence,
+    _run_grams,
+    _runs,
+    _tfidf,
+    document_text,
+    rank,
+)
 
 # SPEC §3: `match_threshold` default. The matcher does not apply it; dispatch
 # does. These tests pin down what the default means on realistic titles.
@@ -349,7 +357,7 @@ def test_rank_prints_nothing(capsys: pytest.CaptureFixture[str]) -> None:
         (
             "from xaf_hub.core.matcher import rank\n"
             "assert rank('修复登录页样式', [('a', '修复登录页'), ('b', 'fix styles')])",
-            ("sklearn", "scipy"),
+            ("sklearn", "scipy", "numpy"),
         ),
     ],
     ids=["import", "rank"],
@@ -451,3 +459,103 @@ def test_scores_equal_sklearn_cosine(texts: list[str], query: str) -> None:
     assert sorted(c.key for c in got) == [key for key, _ in documents]
     for candidate in got:
         assert abs(candidate.score - expected[int(candidate.key[1:])]) < 1e-12
+
+
+def _evidence_reference(docs: list[Evidence], query: str) -> Any:
+    """Cosine scores the slow, obvious way: every field's n-grams counted and weighted one by
+    one (field weight times generic factor, the highest per n-gram), sklearn's transformer over
+    documents plus query, then the weights and the L2 norm."""
+    from collections import Counter
+
+    import numpy as np
+    from scipy.sparse import csr_matrix
+    from sklearn.feature_extraction.text import TfidfTransformer
+
+    from xaf_hub.core.matcher import _weighted_run_grams
+
+    fields = [doc.fields() for doc in docs] + [[(query, 1.0)]]
+    counters, bests = [], []
+    for texts in fields:
+        counter: Counter[str] = Counter()
+        best: dict[str, float] = {}
+        for text, weight in texts:
+            for run in _runs(text):
+                for gram, factor in _weighted_run_grams(run):
+                    counter[gram] += 1
+                    best[gram] = max(best.get(gram, 0.0), weight * factor)
+        counters.append(counter)
+        bests.append(best)
+    vocabulary = sorted(set().union(*counters))
+    column = {gram: i for i, gram in enumerate(vocabulary)}
+    data, indices, indptr = [], [], [0]
+    for counter in counters:
+        for gram, n in counter.items():
+            indices.append(column[gram])
+            data.append(float(n))
+        indptr.append(len(indices))
+    counts = csr_matrix((data, indices, indptr), shape=(len(fields), len(vocabulary)))
+    raw = TfidfTransformer(sublinear_tf=True, norm=None).fit_transform(counts).toarray()
+    for row, best in enumerate(bests):
+        for gram, weight in best.items():
+            raw[row, column[gram]] *= weight
+    norms = np.sqrt((raw * raw).sum(axis=1))
+    norms[norms == 0] = 1.0
+    weights = raw / norms[:, None]
+    return np.clip(weights[:-1] @ weights[-1], 0.0, 1.0)
+
+
+_FIELD = st.text(alphabet=_ALPHABET, max_size=20)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(
+        st.builds(
+            Evidence,
+            _FIELD,
+            _FIELD,
+            st.lists(_FIELD, max_size=2).map(tuple),
+            st.lists(_FIELD, max_size=2).map(tuple),
+        ),
+        min_size=1,
+        max_size=8,
+    ),
+    st.text(alphabet=_ALPHABET, min_size=1, max_size=20),
+)
+def test_evidence_scores_equal_the_weighted_sklearn_cosine(
+    docs: list[Evidence], query: str
+) -> None:
+    # Fields of one session share n-grams (a title word in its folder): counted once in the
+    # document frequency, at the highest weight in the vector.
+    got = rank(query, [(f"k{i:02d}", doc) for i, doc in enumerate(docs)], top=len(docs))
+    if not any(_run_grams(run) for run in _runs(query)):
+        assert got == []
+        return
+    expected = _evidence_reference(docs, query)
+    for candidate in got:
+        assert abs(candidate.score - expected[int(candidate.key[1:])]) < 1e-12
+
+
+def test_a_session_shares_what_it_is_about_more_than_its_folder() -> None:
+    # The same word counts more in a title or task text than in a folder everyone works in.
+    docs = [
+        ("by-title", Evidence("checkout steps", "shop/web")),
+        ("by-folder", Evidence("payment retries", "shop/checkout")),
+    ]
+    best = rank("checkout", docs)
+    assert best[0].key == "by-title" and best[0].score > best[1].score > 0
+
+
+def test_shared_names_the_words_a_person_can_check() -> None:
+    from xaf_hub.core.matcher import Index
+
+    index = Index(
+        [
+            ("csv", Evidence("订单列表导出CSV", "shop/web", ("导出当前筛选条件下的订单",))),
+            ("login", Evidence("修复登录页样式", "shop/web")),
+        ]
+    )
+    words = index.shared("导出的CSV金额没有保留两位小数", "csv")
+    assert "csv" in words and "导出" in words
+    assert index.shared("导出的CSV金额没有保留两位小数", "login") == []
+    assert index.shared("anything", "no such key") == []
