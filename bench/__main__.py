@@ -797,9 +797,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--match", action="store_true",
                    help="only the match evaluation on the labelled set (bench/match.py): "
                         "precision and recall of 'continues a session' per threshold")
-    p.add_argument("--evidence", choices=("full", "title"), default="full",
-                   help="--match: what the matcher sees of a session: everything the hub "
-                        "knows (default) or only title and folder")
+    p.add_argument("--evidence", choices=("pool", "full", "title"), default="pool",
+                   help="--match: what the matcher sees of a session: title, folder and the "
+                        "task texts the hub sent into it (pool, default: what dispatch reads); "
+                        "those and its changed files (full); only title and folder (title)")
     p.add_argument("--probe-matcher", type=int, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if (args.k is None) != (args.m is None):

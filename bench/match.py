@@ -74,12 +74,15 @@ Ranking = Callable[[str], list[tuple[str, float]]]
 
 
 def ranking(sessions: Sequence[Session], evidence: str) -> Ranking:
-    """The hub's matcher over the fleet, with only title and folder ('title') or everything
-    the hub knows ('full')."""
+    """The hub's matcher over the fleet, seeing each session's title and folder ('title'),
+    also the task texts the hub sent into it ('pool': what dispatch reads today), or also
+    the files it changed ('full')."""
     from xaf_hub.core import matcher
 
     if evidence == "title":
-        docs = [(s.id, matcher.document_text(s.title, s.folder)) for s in sessions]
+        docs = [(s.id, matcher.Evidence(s.title, s.folder)) for s in sessions]
+    elif evidence == "pool":
+        docs = [(s.id, matcher.Evidence(s.title, s.folder, s.tasks)) for s in sessions]
     else:
         docs = [
             (s.id, matcher.Evidence(s.title, s.folder, s.tasks, s.files)) for s in sessions
@@ -145,16 +148,14 @@ def decision(sessions: Sequence[Session], cases: Sequence[Case], rank: Ranking) 
     return {"rule": rule.to_json(), **score(picks)}
 
 
-def measure(evidence: str = "full") -> dict[str, Any]:
+def measure(evidence: str = "pool") -> dict[str, Any]:
     """Curves (all, tune, heldout) and the decision's figures."""
     sessions, cases = load()
     rank = ranking(sessions, evidence)
     out: dict[str, Any] = {"evidence": evidence, "cases": len(cases), "sessions": len(sessions)}
     for part in ("all", "tune", "heldout"):
         chosen = [c for c in cases if part in ("all", c.split)]
-        out[part] = {"curve": curve(chosen, rank)}
-        if evidence == "full":
-            out[part]["decision"] = decision(sessions, chosen, rank)
+        out[part] = {"curve": curve(chosen, rank), "decision": decision(sessions, chosen, rank)}
     return out
 
 
@@ -173,10 +174,9 @@ def render(result: dict[str, Any]) -> str:
                 f"{row['recall']:6.1%}  {row['new_matched']:6.1%} "
                 f"({n['new_matched']}/{n['new']})"
             )
-        if "decision" in result[part]:
-            d = result[part]["decision"]
-            n = d["counts"]
-            lines.append(
+        d = result[part]["decision"]
+        n = d["counts"]
+        lines.append(
                 f"  decision {d['rule']}: precision {d['precision']:.1%}, recall "
                 f"{d['recall']:.1%} ({n['right']}/{n['continuations']}), new work matched "
                 f"{d['new_matched']:.1%} ({n['new_matched']}/{n['new']})"

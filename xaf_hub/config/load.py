@@ -172,7 +172,7 @@ class MatchRule:
     agent is mid-work, needs the higher ``steer`` and ``steer_margin``. Defaults come from the
     labelled set's curve (`python -m bench --match`)."""
 
-    reuse: float = 0.15
+    reuse: float = 0.22
     margin: float = 0.10
     steer: float = 0.25
     steer_margin: float = 0.15

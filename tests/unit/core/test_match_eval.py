@@ -17,7 +17,7 @@ def test_the_labelled_set_is_big_mixed_and_names_real_sessions() -> None:
 
 
 def test_default_rule_meets_the_targets_on_the_tuned_part() -> None:
-    tune = measure("full")["tune"]["decision"]
+    tune = measure("pool")["tune"]["decision"]
     assert tune["new_matched"] <= 0.10
     assert tune["recall"] >= 0.85
 

@@ -252,8 +252,9 @@ def test_running_session_needs_the_steer_threshold_idle_one_the_reuse_threshold(
     idle = sess("lan-a", "ses_2", "checkout")
     views = [view(A, run1, idle), view(B)]
     req = DispatchRequest(text="checkout")
-    assert plan_dispatch(CFG, views, req, [(run1, 0.2)]).action == "create"  # < steer 0.25
-    assert plan_dispatch(CFG, views, req, [(idle, 0.2)]).action == "reuse"  # >= reuse 0.15
+    assert plan_dispatch(CFG, views, req, [(run1, 0.23)]).action == "create"  # < steer 0.25
+    assert plan_dispatch(CFG, views, req, [(idle, 0.23)]).action == "reuse"  # >= reuse 0.22
+    assert plan_dispatch(CFG, views, req, [(idle, 0.21)]).action == "create"
     assert plan_dispatch(CFG, views, req, [(run1, 0.3)]).action == "steer"
 
 
