@@ -357,6 +357,7 @@ class Index:
         df.subtract(twice)
         self._df = df
         self._n = len(self._documents) + 1  # the query is one more text
+        self._last: tuple[str, dict[int, tuple[float, dict[str, float]]]] | None = None
 
     def _query(self, query: str) -> dict[str, float]:
         row = self._grams.of(query)
@@ -367,7 +368,15 @@ class Index:
 
     def scores(self, query: str) -> dict[int, tuple[float, dict[str, float]]]:
         """Document -> (cosine similarity, each shared n-gram's share of it), for documents
-        sharing an n-gram with the query."""
+        sharing an n-gram with the query. The last query's answer is kept: ``rank`` and then
+        ``shared`` for each candidate score the fleet once."""
+        if self._last is not None and self._last[0] == query:
+            return self._last[1]
+        out = self._scores(query)
+        self._last = (query, out)
+        return out
+
+    def _scores(self, query: str) -> dict[int, tuple[float, dict[str, float]]]:
         q = self._query(query)
         n, df = self._n, self._df
         in_query = q.keys()
