@@ -564,19 +564,20 @@ def probe_matcher(n: int, repeat: int) -> dict[str, Any]:
     """In this (child) process: import cost, then build+query time over ``n`` sessions."""
     import resource
 
+    from bench import matcher_documents
+
     t0 = time.perf_counter()
-    import numpy  # noqa: F401 - timed here so the rank() timing below is "after import"
+    # Timed here so the rank() timing below is "after import".
+    from xaf_hub.core.matcher import Evidence, rank
 
     import_s = time.perf_counter() - t0
-    from bench import matcher_documents
-    from xaf_hub.core.matcher import document_text, rank
-
     raw = matcher_documents(n)
-    rank(DISPATCH_TEXT, [("warm", document_text("warm up", "/srv/shop/web"))])
+    rank(DISPATCH_TEXT, [("warm", Evidence("warm up", "/srv/shop/web"))])
     build, query = [], []
     for _ in range(repeat):
         t1 = time.perf_counter()
-        docs = [(f"k{i}", document_text(t, d)) for i, (t, d) in enumerate(raw)]
+        # What dispatch ranks: each session's title and folder as evidence (ops/dispatch.py).
+        docs = [(f"k{i}", Evidence(t, d)) for i, (t, d) in enumerate(raw)]
         t2 = time.perf_counter()
         best = rank(DISPATCH_TEXT, docs, top=5)
         t3 = time.perf_counter()
@@ -793,6 +794,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--samples", type=int, default=5, help="--live: prompts timed (default 5)")
     p.add_argument("--idle-seconds", type=float, default=60.0,
                    help="--live: seconds of idle CPU measured per process (default 60)")
+    p.add_argument("--match", action="store_true",
+                   help="only the match evaluation on the labelled set (bench/match.py): "
+                        "precision and recall of 'continues a session' per threshold")
+    p.add_argument("--evidence", choices=("pool", "full", "title"), default="pool",
+                   help="--match: what the matcher sees of a session: title, folder and the "
+                        "task texts the hub sent into it (pool, default: what dispatch reads); "
+                        "those and its changed files (full); only title and folder (title)")
     p.add_argument("--probe-matcher", type=int, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if (args.k is None) != (args.m is None):
@@ -812,6 +820,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     def log(text: str) -> None:
         print(f"{time.strftime('%H:%M:%S')} {text}", file=sys.stderr, flush=True)
 
+    if args.match:
+        from bench.match import run as run_match
+
+        return run_match(args.evidence, RESULTS / f"match-{args.evidence}.json")
     if args.live:
         return run_live(args, log)
     if args.rounds:

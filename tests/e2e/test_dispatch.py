@@ -96,9 +96,10 @@ def test_smart_match_dry_run_and_steer(hub: Hub) -> None:
         assert not list((Path(hub.env["XAF_HUB_HOME"]) / "slots").glob("*.slot"))
         assert audit_lines(hub) == []
 
-        # A running related session is steered even when its instance is full.
+        # A running related session is steered even when its instance is full. Steering needs
+        # more than the generic words of its title ("单元测试" alone is any task's): its name.
         hub.set_instance("lan-b", concurrency_limit=1)
-        code, out, err = hub.cli("dispatch", "--text", "单元测试 再补充几个边界用例")
+        code, out, err = hub.cli("dispatch", "--text", "补充单元测试：再补几个边界用例")
         assert code == 0, err
         assert f"steered running session {tests} on lan-b" in out
         hub.wait_for(
@@ -112,6 +113,59 @@ def test_smart_match_dry_run_and_steer(hub: Hub) -> None:
         assert verdicts[login] == "instance full"
     finally:
         abort_all(hub, "lan-b")
+
+
+def test_match_uses_the_task_texts_the_hub_sent_and_says_why(hub: Hub) -> None:
+    # Two sessions started through the hub: their task texts are in the pool. Their titles
+    # are the texts' first lines, cut at 60 characters.
+    export = (
+        "Orders list: add an export button that downloads the filtered orders as CSV with "
+        "order number, amount and status"
+    )
+    webhook = (
+        "Stripe webhooks fail with 502 under load; make the payment webhook handler "
+        "idempotent and retry failed deliveries with backoff"
+    )
+    ids = {}
+    for name, text in (("export", export), ("webhook", webhook)):  # both in the default folder
+        code, sent = hub.cli_json("dispatch", "--new", "--instance", "local-a", "--text", text)
+        assert code == 0, sent
+        ids[name] = sent["session_id"]
+    hub.wait_for(lambda: not hub.busy_ids("local-a"), timeout=60)
+
+    # A continuation that shares words with the task text, not only with the title.
+    code, plan = hub.cli_json(
+        "dispatch", "--dry-run", "--text", "The orders CSV export drops the amount column"
+    )
+    assert code == 0, plan
+    assert (plan["action"], plan["session_id"], plan["via"]) == (
+        "reuse",
+        ids["export"],
+        "smart match",
+    )
+    top = plan["candidates"][0]
+    assert top["verdict"].startswith("chosen: idle, free slot")
+    assert top["similarity"] >= 0.22 and top["margin"] >= 0.10
+    assert {"csv", "export", "amount"} <= set(top["evidence"]["shared_terms"])
+    assert top["evidence"]["tasks"] == 1
+
+    # New work sharing only generic words with both ("Add", "handler", "fail"): a new session.
+    code, plan = hub.cli_json(
+        "dispatch",
+        "--dry-run",
+        "--text",
+        "Add a health check handler that fails when the database is down",
+    )
+    assert code == 0, plan
+    assert (plan["action"], plan["via"]) == ("create", "no related session")
+    assert not any(c["verdict"].startswith("chosen") for c in plan["candidates"])
+
+    # The text form says the same in words: score, lead, shared terms.
+    code, out, err = hub.cli(
+        "dispatch", "--dry-run", "--text", "The orders CSV export drops the amount column"
+    )
+    assert code == 0, err
+    assert "(lead " in out and "shares: " in out and "csv" in out
 
 
 def test_dispatch_creates_prompts_and_records(hub: Hub) -> None:

@@ -166,6 +166,28 @@ class PatrolConfig:
 
 
 @dataclass(frozen=True)
+class MatchRule:
+    """How strong a smart match must be (docs/matching.md): reusing an idle session needs
+    ``reuse`` and a lead of ``margin`` over the next candidate; steering a running one, whose
+    agent is mid-work, needs the higher ``steer`` and ``steer_margin``. Defaults come from the
+    labelled set's curve (`python -m bench --match`)."""
+
+    reuse: float = 0.22
+    margin: float = 0.10
+    steer: float = 0.25
+    steer_margin: float = 0.15
+
+    def to_json(self) -> dict[str, float]:
+        """The config keys and values."""
+        return {
+            "match_threshold": self.reuse,
+            "match_margin": self.margin,
+            "steer_threshold": self.steer,
+            "steer_margin": self.steer_margin,
+        }
+
+
+@dataclass(frozen=True)
 class Config:
     """The whole validated configuration."""
 
@@ -179,7 +201,7 @@ class Config:
     repository: RepositoryConfig = field(default_factory=RepositoryConfig)
     concurrency_limit: int = 2
     session_ttl_days: float = 10.0
-    match_threshold: float = 0.12
+    match: MatchRule = field(default_factory=MatchRule)
     auto_match: bool = True
     connect_timeout: float = 8.0
     read_timeout: float = 30.0
@@ -250,10 +272,6 @@ def find_config(explicit: str | None, env: Mapping[str, str], cwd: Path) -> Path
 
 def _is_absolute(path: str) -> bool:
     return bool(_ABSOLUTE.match(path))
-
-
-
-
 
 
 def load_config(
@@ -378,7 +396,12 @@ def parse_config(raw: Any, *, path: Path, env: Mapping[str, str]) -> Config:
     top_fields = dict(
         concurrency_limit=limit,
         session_ttl_days=float(top.num("session_ttl_days", 10.0)),
-        match_threshold=float(top.num("match_threshold", 0.12)),
+        match=MatchRule(
+            reuse=float(top.num("match_threshold", MatchRule.reuse)),
+            margin=float(top.num("match_margin", MatchRule.margin)),
+            steer=float(top.num("steer_threshold", MatchRule.steer)),
+            steer_margin=float(top.num("steer_margin", MatchRule.steer_margin)),
+        ),
         auto_match=top.get("auto_match", (bool,), True),
         retries=top.num("retries", 1, integer=True),
         page_size=top.num("page_size", 8000, minimum=1, integer=True),

@@ -1,13 +1,15 @@
 """Rank sessions against a task text: TF-IDF over character n-grams, cosine similarity.
 
-This is the only module that imports numpy, and it does so inside `rank`: the
-CLI starts, and every command that does not smart-match runs, without it.
+Pure Python: an inverted index over the documents' sparse vectors (``Index``); a query touches
+only the postings of its own n-grams. No numpy: it cost about 0.5 s of import per dispatch and
+73 MB of install for a fleet of at most thousands of sessions (issue 36).
 
-The TF-IDF weights are scikit-learn's (`TfidfTransformer(sublinear_tf=True)`:
-smooth idf, l2 norm), computed with a few numpy calls rather than by
-scikit-learn itself: its import alone cost about 1.1 s of CPU and 70 MB per
-dispatch, more than the whole match. The unit tests check the weights and
-scores against scikit-learn's transformer on generated corpora.
+The TF-IDF weights are scikit-learn's (`TfidfTransformer(sublinear_tf=True)`: smooth idf, l2
+norm), times a weight per entry: the field it comes from (a session's title and the task texts
+the hub sent into it count more than its changed files, those more than its folder) and a low
+weight for words any task uses ("add", "tests", 修复, 页面). The unit tests check the weights
+and scores against scikit-learn's transformer on generated corpora; the labelled set in
+bench/data (`python -m bench --match`) measures what they are worth.
 
 Why our own n-grams instead of sklearn's `char_wb` (measured on realistic
 titles; the cases are in tests/unit/test_matcher.py):
@@ -31,12 +33,13 @@ something; both feed one TF-IDF space.
 from __future__ import annotations
 
 import heapq
+import math
 import re
-import threading
 import unicodedata
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from itertools import chain
 
 
 @dataclass(frozen=True)
@@ -76,7 +79,9 @@ def _runs(text: str) -> list[str]:
     """Split text into runs of CJK characters and runs of other letters/digits."""
     # NFKC folds full-width Latin and digits typed with a Chinese IME (ＣＳＶ, ５０２)
     # into their ASCII forms, so they match titles typed the other way.
-    return _RUN.findall(unicodedata.normalize("NFKC", text).lower())
+    if not text.isascii():  # NFKC leaves ASCII as it is
+        text = unicodedata.normalize("NFKC", text)
+    return _RUN.findall(text.lower())
 
 
 def _run_grams(run: str) -> list[str]:
@@ -91,74 +96,228 @@ def _run_grams(run: str) -> list[str]:
     return [padded[i : i + n] for n in _LATIN_NGRAMS for i in range(len(padded) - n + 1)]
 
 
-def _tfidf(texts: list[str]) -> tuple[Any, Any, Any, int]:
-    """Return the L2-normalised TF-IDF weights of the texts as sparse (row, column, value) arrays
-    and the number of columns.
+# What the work *is* counts more than the words every task uses. A session's evidence comes in
+# fields of different worth: its title and the task texts the hub sent into it say what it does;
+# the files it changed and its folder say where, and are shared by every session working there
+# (on the labelled set, files at 0.6 lost more continuations than they found; 0.3 did not).
+# Words that any task might use ("add", "fix", "tests", "page", 修复, 页面) are weighted down
+# in every field and in the query: on their own they never make a match.
+TITLE_WEIGHT = 1.0
+TASK_WEIGHT = 1.0
+FILE_WEIGHT = 0.3
+FOLDER_WEIGHT = 0.3
+GENERIC_WEIGHT = 0.25
 
-    Rows are texts, columns n-grams numbered in sorted order; entries are sorted by row, then
-    column. The weights are scikit-learn's (see the module docstring).
+# Whole words (after NFKC and lower-casing) weighted by GENERIC_WEIGHT.
+_GENERIC_WORD_LIST = (
+    "add adds added adding allow also again all any app apps bug bugs build can change changes "
+    "check code create default do does doc docs document documentation done error errors every "
+    "feature file files finish fix fixed fixes fixing get go handle implement improve instead "
+    "issue issues js json let list make makes md more must new next not now only page pages py "
+    "remove run script scripts see server service set should show so some src still support "
+    "test tested testing tests then tool ts tsx unit up update updates use user users want web "
+    "when work write writing yet api apis endpoint endpoints one two upgrade guide option "
+    "options version"
+)
+_GENERIC_WORDS = frozenset(_GENERIC_WORD_LIST.split())
+# Chinese bigrams weighted by GENERIC_WEIGHT: verbs and nouns of any task, and the glue
+# bigrams a sentence is full of.
+_GENERIC_BIGRAM_LIST = (
+    "增加 添加 新增 加上 加一 一个 一下 修复 优化 支持 页面 测试 单元 元测 文档 接口 功能 问题 "
+    "还是 需要 要能 时候 改成 改一 再改 一份 写一 处理 实现 继续 现在 用户 时要 的时 之后 以后 "
+    "后台 管理 数据 系统 项目 代码 脚本 上的 中的 里的 没有 不对 能够 可以 要求"
+)
+_GENERIC_BIGRAMS = frozenset(_GENERIC_BIGRAM_LIST.split())
+
+
+def _weighted_run_grams(run: str) -> list[tuple[str, float]]:
+    """The n-grams of one run, each with its generic-word factor (1 or GENERIC_WEIGHT)."""
+    grams = _run_grams(run)
+    if _CJK_CHAR.match(run):
+        return [(g, GENERIC_WEIGHT if g in _GENERIC_BIGRAMS else 1.0) for g in grams]
+    factor = GENERIC_WEIGHT if run in _GENERIC_WORDS else 1.0
+    return [(g, factor) for g in grams]
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What the hub knows of one session: title, folder, the task texts sent into it (its first
+    prompt among them) and the files it changed."""
+
+    title: str = ""
+    folder: str = ""
+    tasks: tuple[str, ...] = ()
+    files: tuple[str, ...] = ()
+
+    def fields(self, folder: Callable[[str], str] | None = None) -> list[tuple[str, float]]:
+        """The texts to match with the weight of the field each comes from (``folder``: how a
+        directory becomes words, ``folder_text`` unless given)."""
+        title = self.title.strip()
+        if " - " in title and _PLACEHOLDER_TITLE.fullmatch(title):
+            title = ""
+        out = [(title, TITLE_WEIGHT), ((folder or folder_text)(self.folder), FOLDER_WEIGHT)]
+        out += [(task, TASK_WEIGHT) for task in self.tasks]
+        out += [(path, FILE_WEIGHT) for path in self.files]
+        return [(text, weight) for text, weight in out if text]
+
+
+Document = str | Evidence
+
+
+@dataclass(frozen=True)
+class _Row:
+    """One text's n-grams: how often each occurs, and the weight of those whose weight is not 1
+    (the highest of its occurrences: its field's weight times its generic-word factor)."""
+
+    counts: Counter[str]
+    weights: dict[str, float]
+
+
+class _RunSets(dict[str, frozenset[str]]):
+    """run -> the set of its n-grams, made on first use."""
+
+    def __init__(self, grams: Callable[[str], tuple[tuple[str, ...], tuple[str, ...]]]) -> None:
+        super().__init__()
+        self.grams = grams
+
+    def __missing__(self, run: str) -> frozenset[str]:
+        plain, generic = self.grams(run)
+        found = self[run] = frozenset(plain + generic)
+        return found
+
+
+class _Grams:
+    """n-grams of texts, each distinct text and run n-grammed once (titles, folders and paths
+    repeat heavily across a fleet). Counting and weighting run in C (Counter, dict.fromkeys): a
+    fleet of 10k sessions is about a million n-gram occurrences."""
+
+    def __init__(self, weighted: bool = True) -> None:
+        self.weighted = weighted
+        # run or text -> its n-grams at weight 1, and those at the generic-word weight
+        self.runs: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {}
+        self.texts: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {}
+        self.rows: dict[str, _Row] = {}
+        self.folders: dict[str, str] = {}
+        self.sets: dict[str, frozenset[str]] = {}
+        self.run_sets = _RunSets(self._run)
+
+    def _run(self, run: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        found = self.runs.get(run)
+        if found is None:
+            grams = _weighted_run_grams(run)
+            if not self.weighted:
+                found = (tuple(g for g, _ in grams), ())
+            else:
+                found = (
+                    tuple(g for g, f in grams if f == 1.0),
+                    tuple(g for g, f in grams if f != 1.0),
+                )
+            self.runs[run] = found
+        return found
+
+    def _text(self, text: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        found = self.texts.get(text)
+        if found is None:
+            parts = [self._run(run) for run in _runs(text)]
+            found = (
+                tuple(chain.from_iterable(p for p, _ in parts)),
+                tuple(chain.from_iterable(g for _, g in parts)),
+            )
+            self.texts[text] = found
+        return found
+
+    def of(self, document: Document) -> _Row:
+        """The n-grams of one document (a plain text counts at weight 1)."""
+        if isinstance(document, str):
+            row = self.rows.get(document)
+            if row is None:
+                plain, generic = self._text(document)
+                low = set(generic).difference(plain)
+                row = _Row(Counter(plain + generic), dict.fromkeys(low, GENERIC_WEIGHT))
+                self.rows[document] = row
+            return row
+        # (weight, n-grams occurring at it), every field of the evidence
+        groups: list[tuple[float, tuple[str, ...]]] = []
+        for text, weight in document.fields(self._folder):
+            plain, generic = self._text(text)
+            groups.append((weight, plain))
+            if generic:
+                groups.append((weight * GENERIC_WEIGHT, generic))
+        counts = Counter(chain.from_iterable(grams for _, grams in groups))
+        # Only weights other than 1 are kept; a higher weight overwrites a lower: the highest wins.
+        groups.sort(key=lambda group: group[0])
+        weights: dict[str, float] = {}
+        for weight, grams in groups:
+            if weight != 1.0:
+                weights.update(dict.fromkeys(grams, weight))
+            elif weights:
+                for gram in grams:
+                    weights.pop(gram, None)
+        return _Row(counts, weights)
+
+    def sets_of(self, document: Document) -> list[frozenset[str]]:
+        """The n-gram sets of a document's texts (cached: no counting)."""
+        if isinstance(document, str):
+            return [self._set(document)]
+        return [self._set(text) for text, _ in document.fields(self._folder)]
+
+    def _set(self, text: str) -> frozenset[str]:
+        found = self.sets.get(text)
+        if found is None:
+            # A union of the runs' cached sets, in C: no n-gram is counted here.
+            found = frozenset().union(*map(self.run_sets.__getitem__, _runs(text)))
+            self.sets[text] = found
+        return found
+
+    def _folder(self, directory: str) -> str:
+        found = self.folders.get(directory)
+        if found is None:
+            found = self.folders[directory] = folder_text(directory)
+        return found
+
+
+def _idf(n: int, df: int) -> float:
+    return math.log((1.0 + n) / (1.0 + df)) + 1.0
+
+
+def _values(row: _Row, idf: Callable[[str], float]) -> dict[str, float]:
+    """A row's TF-IDF values before the norm."""
+    w = row.weights
+    if not w:
+        return {g: (1.0 + math.log(c)) * idf(g) for g, c in row.counts.items()}
+    return {g: (1.0 + math.log(c)) * idf(g) * w.get(g, 1.0) for g, c in row.counts.items()}
+
+
+def _tfidf(texts: list[str], weighted: bool = False) -> list[dict[str, float]]:
+    """The L2-normalised TF-IDF weights of the texts, one {n-gram: weight} per text.
+
+    Unweighted they are scikit-learn's (``TfidfTransformer(sublinear_tf=True)``); weighted,
+    each entry is also multiplied by its field and generic-word weight before the norm. The
+    unit tests compare both with scikit-learn; ``Index`` computes the same numbers sparsely.
     """
-    import numpy as np
+    grams = _Grams(weighted)
+    rows = [grams.of(text) for text in texts]
+    df = Counter(chain.from_iterable(row.counts for row in rows))
+    n = len(texts)
+    out = []
+    for row in rows:
+        values = _values(row, lambda g: _idf(n, df[g]))
+        norm = math.sqrt(math.fsum(v * v for v in values.values()))
+        out.append({g: v / norm for g, v in values.items()} if norm else {})
+    return out
 
-    # Counting n-grams one by one in Python is several times slower at 10k sessions than
-    # the 0.3 s budget allows. Runs (words, directory segments, CJK phrases) repeat heavily
-    # across titles and directories, so n-gram each distinct run once and expand in numpy.
-    all_runs: list[str] = []
-    runs_per_text: list[int] = []
-    for text in texts:
-        runs = _runs(text)
-        all_runs.extend(runs)
-        runs_per_text.append(len(runs))
-    # Number distinct runs in first-seen order; fromkeys and map run in C.
-    run_ids: dict[str, int] = dict.fromkeys(all_runs, 0)
-    for i, run in enumerate(run_ids):
-        run_ids[run] = i
-    grams_of_run = [_run_grams(run) for run in run_ids]  # dicts keep insertion order = id
-    flat_grams = [gram for grams in grams_of_run for gram in grams]
-    # np.unique numbers the n-grams in sorted order, in C. Sorted numbering makes the
-    # entries of a text, and so the floating-point sums behind every score, independent of
-    # the order of the documents and of the words in a text: texts equal up to word order
-    # get exactly equal scores, and ties go by key.
-    vocabulary, gram_column = np.unique(np.array(flat_grams, dtype=str), return_inverse=True)
-    gram_column = gram_column.astype(np.int64)
-    grams_per_run = np.fromiter(map(len, grams_of_run), dtype=np.int64, count=len(grams_of_run))
-    first_gram = np.cumsum(grams_per_run) - grams_per_run
 
-    # Expand every run occurrence into its n-grams: occurrence -> (text, n-gram column).
-    occurrence_run = np.fromiter(
-        map(run_ids.__getitem__, all_runs), dtype=np.int64, count=len(all_runs)
+def folder_text(directory: str) -> str:
+    """A folder as words: its segments, drive letter dropped, lower case."""
+    # Same normalisation as the project rules (architecture §2): `\` and `/` alike,
+    # repeated and trailing separators gone, lower case. The drive letter is
+    # dropped and segments are joined by spaces, so `D:\Work\demo\web` and
+    # `/work/demo/web` give the same text and the same n-grams.
+    return " ".join(
+        segment
+        for segment in directory.replace("\\", "/").lower().split("/")
+        if segment and not _DRIVE.fullmatch(segment)
     )
-    occurrence_text = np.repeat(np.arange(len(texts), dtype=np.int64), runs_per_text)
-    width = grams_per_run[occurrence_run]
-    total = int(width.sum())
-    shift = np.repeat(first_gram[occurrence_run] - (np.cumsum(width) - width), width)
-    columns = gram_column[shift + np.arange(total, dtype=np.int64)]
-    rows = np.repeat(occurrence_text, width)
-
-    # One entry per (text, n-gram) with its count, sorted by text then n-gram.
-    keys, counts = np.unique(rows * len(vocabulary) + columns, return_counts=True)
-    rows, columns = np.divmod(keys, len(vocabulary))
-    document_frequency = np.bincount(columns, minlength=len(vocabulary))
-    idf = np.log((1.0 + len(texts)) / (1.0 + document_frequency)) + 1.0
-    values = (1.0 + np.log(counts)) * idf[columns]
-    norms = np.sqrt(np.bincount(rows, weights=values * values, minlength=len(texts)))
-    values /= norms[rows]
-    return rows, columns, values, len(vocabulary)
-
-
-def preload() -> threading.Thread:
-    """Start importing numpy in a background thread; returns the thread.
-
-    The import costs about 0.2 s of CPU; dispatch starts it before its network scan so the two
-    overlap. ``rank`` then finds the module loaded (or waits for the import lock).
-    """
-
-    def load() -> None:
-        import numpy  # noqa: F401
-
-    thread = threading.Thread(target=load, name="xaf-hub-numpy-preload", daemon=True)
-    thread.start()
-    return thread
 
 
 def document_text(title: str, directory: str) -> str:
@@ -166,41 +325,128 @@ def document_text(title: str, directory: str) -> str:
     title = title.strip()
     if _PLACEHOLDER_TITLE.fullmatch(title):
         title = ""
-    # Same normalisation as the project rules (architecture §2): `\` and `/` alike,
-    # repeated and trailing separators gone, lower case. The drive letter is
-    # dropped and segments are joined by spaces, so `D:\Work\demo\web` and
-    # `/work/demo/web` give the same text and the same n-grams.
-    segments = [
-        segment
-        for segment in directory.replace("\\", "/").lower().split("/")
-        if segment and not _DRIVE.fullmatch(segment)
-    ]
-    return " ".join(part for part in (title, " ".join(segments)) if part)
+    return " ".join(part for part in (title, folder_text(directory)) if part)
 
 
-def rank(query: str, documents: Sequence[tuple[str, str]], top: int = 5) -> list[Candidate]:
+class Index:
+    """The documents' sparse TF-IDF vectors, to rank queries against.
+
+    The query counts in the population the IDF sees (as if it were one more document, so the
+    weights are scikit-learn's over documents plus query). Only documents sharing an n-gram
+    with the query are scored; their vectors are weighted then, the rest score 0.
+    """
+
+    def __init__(self, documents: Sequence[tuple[str, Document]]) -> None:
+        self.keys = [key for key, _ in documents]
+        self._documents = [document for _, document in documents]
+        self._grams = _Grams()
+        # Each document's texts as (cached, shared) sets of n-grams. A document's counts and
+        # weights are worked out only when it shares an n-gram with a query.
+        self._sets = [self._grams.sets_of(document) for document in self._documents]
+        self._rows: dict[int, _Row] = {}
+        # Document frequency of every n-gram, counted in C over the texts' sets; an n-gram in
+        # two texts of one document (title and folder) is counted once: the overlaps are small.
+        df = Counter(chain.from_iterable(chain.from_iterable(self._sets)))
+        twice: list[str] = []
+        for sets in self._sets:
+            if len(sets) == 2:
+                twice.extend(sets[0] & sets[1])
+            elif len(sets) > 2:
+                seen = Counter(chain.from_iterable(sets))
+                twice.extend(chain.from_iterable([g] * (k - 1) for g, k in seen.items() if k > 1))
+        df.subtract(twice)
+        self._df = df
+        self._n = len(self._documents) + 1  # the query is one more text
+        self._last: tuple[str, dict[int, tuple[float, dict[str, float]]]] | None = None
+
+    def _query(self, query: str) -> dict[str, float]:
+        row = self._grams.of(query)
+        n, df = self._n, self._df
+        values = _values(row, lambda g: _idf(n, df[g] + 1))
+        norm = math.sqrt(math.fsum(v * v for v in values.values()))
+        return {g: values[g] / norm for g in sorted(values)} if norm else {}
+
+    def scores(self, query: str) -> dict[int, tuple[float, dict[str, float]]]:
+        """Document -> (cosine similarity, each shared n-gram's share of it), for documents
+        sharing an n-gram with the query. The last query's answer is kept: ``rank`` and then
+        ``shared`` for each candidate score the fleet once."""
+        if self._last is not None and self._last[0] == query:
+            return self._last[1]
+        out = self._scores(query)
+        self._last = (query, out)
+        return out
+
+    def _scores(self, query: str) -> dict[int, tuple[float, dict[str, float]]]:
+        q = self._query(query)
+        n, df = self._n, self._df
+        in_query = q.keys()
+        idf_cache: dict[str, float] = {}
+
+        def idf(gram: str) -> float:
+            found = idf_cache.get(gram)
+            if found is None:
+                found = idf_cache[gram] = _idf(n, df[gram] + (gram in in_query))
+            return found
+
+        out = {}
+        apart: dict[int, bool] = {}  # id(set) -> the query shares nothing with it
+        for i, sets in enumerate(self._sets):
+            near = False
+            for one in sets:  # a folder's set is shared by many documents: ask once
+                far = apart.get(id(one))
+                if far is None:
+                    far = apart[id(one)] = in_query.isdisjoint(one)
+                near = near or not far
+            if not near:
+                continue
+            shared = in_query & frozenset().union(*sets)
+            row = self._rows.get(i)
+            if row is None:
+                row = self._rows[i] = self._grams.of(self._documents[i])
+            values = _values(row, idf)
+            # fsum is exactly rounded: a norm does not depend on the order of the words.
+            norm = math.sqrt(math.fsum(v * v for v in values.values()))
+            parts = {g: values[g] * q[g] / norm for g in sorted(shared)}
+            out[i] = (min(1.0, max(0.0, math.fsum(parts.values()))), parts)
+        return out
+
+    def rank(self, query: str, top: int = 5) -> list[Candidate]:
+        """The ``top`` documents most similar to the query, best first (ties by key)."""
+        if top < 1 or not self.keys or not any(_run_grams(run) for run in _runs(query)):
+            return []
+        found = self.scores(query)
+        keys = self.keys
+        scores = [found[i][0] if i in found else 0.0 for i in range(len(keys))]
+        count = min(top, len(scores))
+        # nsmallest on (-score, key) is a partial sort, O(n log top); ties go by key.
+        best = heapq.nsmallest(count, range(len(scores)), key=lambda i: (-scores[i], keys[i]))
+        return [Candidate(key=keys[i], score=scores[i]) for i in best]
+
+    def shared(self, query: str, key: str, limit: int = 6) -> list[str]:
+        """The query's words that the document ``key`` shares, most telling first: what a
+        person reads to check a match."""
+        if key not in self.keys:
+            return []
+        found = self.scores(query).get(self.keys.index(key))
+        if found is None:
+            return []
+        parts = found[1]
+        words: dict[str, float] = {}
+        for run in dict.fromkeys(_runs(query)):
+            if _CJK_CHAR.match(run):
+                for gram in _run_grams(run):
+                    if gram in parts:
+                        words[gram] = words.get(gram, 0.0) + parts[gram]
+            else:
+                share = sum(parts.get(gram, 0.0) for gram in set(_run_grams(run)))
+                if share > 0:
+                    words[run] = share
+        ranked = sorted(words.items(), key=lambda item: (-item[1], item[0]))
+        return [word for word, _ in ranked[:limit]]
+
+
+def rank(query: str, documents: Sequence[tuple[str, Document]], top: int = 5) -> list[Candidate]:
     """Return the `top` documents most similar to the query, best first."""
     if top < 1 or not documents or not any(_run_grams(run) for run in _runs(query)):
         return []
-
-    import numpy as np
-
-    # The query is weighted with the documents so that its n-grams are in the
-    # vocabulary and IDF sees the whole population being compared. Sublinear tf
-    # damps an n-gram repeated within one text (a project name recurring along
-    # a path); on realistic titles its effect is small.
-    rows, columns, values, width = _tfidf([text for _, text in documents] + [query])
-    query_row = len(documents)
-    query_weights = np.zeros(width)
-    in_query = rows == query_row
-    query_weights[columns[in_query]] = values[in_query]
-    # Rows are L2-normalised, so each text's dot product with the query is the
-    # cosine similarity; only n-grams the query has contribute.
-    raw = np.bincount(rows, weights=values * query_weights[columns], minlength=query_row + 1)
-    scores: list[float] = np.clip(raw[:query_row], 0.0, 1.0).tolist()
-
-    keys = [key for key, _ in documents]
-    count = min(top, len(scores))
-    # nsmallest on (-score, key) is a partial sort, O(n log top); ties go by key.
-    best = heapq.nsmallest(count, range(len(scores)), key=lambda i: (-scores[i], keys[i]))
-    return [Candidate(key=keys[i], score=scores[i]) for i in best]
+    return Index(documents).rank(query, top)

@@ -23,9 +23,10 @@ from xaf_hub.ops import budget
 from xaf_hub.ops.context import OpsContext, utc_now
 from xaf_hub.ops.load import instance_load
 from xaf_hub.ops.models import choose_model
-from xaf_hub.ops.planner import DispatchRequest, InstanceView, Plan, plan_dispatch
+from xaf_hub.ops.planner import DispatchRequest, InstanceView, MatchEvidence, Plan, plan_dispatch
 from xaf_hub.ops.send import SendResult, build_prompt, send_work
 from xaf_hub.store.backlog import ManualRecord
+from xaf_hub.store.tasks import Task
 
 
 @dataclass(frozen=True)
@@ -71,8 +72,23 @@ class Dispatched:
     warnings: tuple[str, ...] = field(default=())
 
 
-def _scores(scans: Sequence[InstanceScan], text: str) -> list[tuple[SessionRecord, float]]:
-    from xaf_hub.core.matcher import document_text, rank
+def session_tasks(tasks: Sequence[Task]) -> dict[tuple[str, str], tuple[str, ...]]:
+    """(instance, session id) -> the task texts the hub sent into that session (pool rows)."""
+    out: dict[tuple[str, str], tuple[str, ...]] = {}
+    for task in tasks:
+        if task.session_id:
+            key = (task.dispatched_to or task.instance, task.session_id)
+            out[key] = out.get(key, ()) + tuple(t for t in task.texts() if t.strip())
+    return out
+
+
+def match_candidates(
+    scans: Sequence[InstanceScan], text: str, sent: dict[tuple[str, str], tuple[str, ...]]
+) -> tuple[list[tuple[SessionRecord, float]], list[MatchEvidence]]:
+    """The matcher's top candidates for ``text`` among the project sessions, with what each
+    shares with it. A session's evidence is its title, folder (relative to its root) and the
+    task texts the hub sent into it (``sent``)."""
+    from xaf_hub.core.matcher import Evidence, Index
 
     pool, docs = {}, []
     for sc in scans:
@@ -85,8 +101,18 @@ def _scores(scans: Sequence[InstanceScan], text: str) -> list[tuple[SessionRecor
                 pool[key] = s
                 if s.directory not in relative:
                     relative[s.directory] = sc.inst.rules.relative(s.directory)
-                docs.append((key, document_text(s.title, relative[s.directory])))
-    return [(pool[c.key], c.score) for c in rank(text, docs, top=5)]
+                tasks = sent.get((s.instance, s.id), ())
+                docs.append((key, Evidence(s.title, relative[s.directory], tasks)))
+    index = Index(docs)
+    found = index.rank(text, top=5)
+    evidence = [
+        MatchEvidence(
+            tuple(index.shared(text, c.key)),
+            tasks=len(sent.get((pool[c.key].instance, pool[c.key].id), ())),
+        )
+        for c in found
+    ]
+    return [(pool[c.key], c.score) for c in found], evidence
 
 
 async def prepare(ops: OpsContext, order: DispatchOrder) -> Prepared:
@@ -104,10 +130,6 @@ async def prepare(ops: OpsContext, order: DispatchOrder) -> Prepared:
             allow_prod=req.allow_prod,
         )
     smart = order.smart and cfg.auto_match
-    if smart:
-        from xaf_hub.core.matcher import preload
-
-        preload()  # the numpy import overlaps the network scan
     instances = [cfg.instance(req.instance)] if req.instance else list(cfg.instances)
     gate = ops.gate()
     observed = gate.clock()  # the scan judges only reservations made before it
@@ -130,10 +152,13 @@ async def prepare(ops: OpsContext, order: DispatchOrder) -> Prepared:
                 over_budget=str(over.get(sc.inst.name) or ""),
             )
         )
-    scores = _scores(scans, req.text) if smart else []
-    plan = plan_dispatch(cfg, views, req, scores)
+    pool = ops.backlog().load()
+    scores, evidence = (
+        match_candidates(scans, req.text, session_tasks(pool.tasks)) if smart else ([], [])
+    )
+    plan = plan_dispatch(cfg, views, req, scores, evidence)
     warnings.extend(plan.warnings + snap.warnings)
-    override = ops.backlog().load().discipline
+    override = pool.discipline
     model = choose_model(cfg, plan.instance, req.model)
     if req.model and model != req.model:
         warnings.append(

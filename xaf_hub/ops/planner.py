@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from xaf_hub.config.load import Config, InstanceConfig
+from xaf_hub.config.load import Config, InstanceConfig, MatchRule
 from xaf_hub.core.records import SessionRecord, running_project
 from xaf_hub.core.rules import apply_aliases
 from xaf_hub.errors import (
@@ -73,12 +73,71 @@ class InstanceView:
 
 
 @dataclass(frozen=True)
+class MatchEvidence:
+    """Why a session was a candidate, in words a person can check: the task's words it shares
+    (with its title, the task texts sent into it, its files) and the files naming them."""
+
+    shared: tuple[str, ...] = ()
+    files: tuple[str, ...] = ()
+    tasks: int = 0  # task texts of the hub's known for the session
+
+    def to_json(self) -> dict[str, object]:
+        """Plain data for `dispatch --dry-run --json` and the MCP answer."""
+        return {"shared_terms": list(self.shared), "files": list(self.files), "tasks": self.tasks}
+
+
+@dataclass(frozen=True)
 class CandidateVerdict:
     """One smart-match candidate and what the planner made of it."""
 
     session: SessionRecord
     score: float
     verdict: str
+    margin: float = 0.0  # its lead over the next candidate
+    evidence: MatchEvidence = field(default_factory=MatchEvidence)
+
+    def to_json(self) -> dict[str, object]:
+        """Plain data: the session, the score, the margin, the verdict and the evidence."""
+        return {
+            "instance": self.session.instance,
+            "session_id": self.session.id,
+            "title": self.session.title,
+            "directory": self.session.directory,
+            "running": self.session.running,
+            "similarity": round(self.score, 4),
+            "margin": round(self.margin, 4),
+            "verdict": self.verdict,
+            "evidence": self.evidence.to_json(),
+        }
+
+
+@dataclass(frozen=True)
+class MatchVerdict:
+    """Whether a candidate's evidence is strong enough, and why in words."""
+
+    take: bool
+    reason: str
+
+
+def match_decision(
+    rule: MatchRule, score: float, runner_up: float, *, running: bool
+) -> MatchVerdict:
+    """Is a candidate scoring ``score`` (the next one ``runner_up``) strong enough?
+
+    Being wrong costs more when steering: an unrelated instruction lands in an agent's running
+    work. So a running session needs the higher ``steer`` threshold and ``steer_margin``; an
+    idle one ``reuse`` and ``margin``. When in doubt the work gets a new session.
+    """
+    need, lead = (rule.steer, rule.steer_margin) if running else (rule.reuse, rule.margin)
+    what = "running: a steer" if running else "idle: a reuse"
+    margin = score - runner_up
+    if score < need:
+        return MatchVerdict(False, f"below threshold ({what} needs {need:.2f})")
+    if margin < lead:
+        return MatchVerdict(
+            False, f"too close to the next candidate (lead {margin:.3f}; {what} needs {lead:.2f})"
+        )
+    return MatchVerdict(True, f"{score:.3f} >= {need:.2f}, lead {margin:.3f} >= {lead:.2f}")
 
 
 @dataclass(frozen=True)
@@ -207,8 +266,10 @@ def plan_dispatch(
     views: Sequence[InstanceView],
     req: DispatchRequest,
     scores: Sequence[tuple[SessionRecord, float]] = (),
+    evidences: Sequence[MatchEvidence] = (),
 ) -> Plan:
-    """Decide the target for ``req``; ``scores`` are the matcher's top candidates."""
+    """Decide the target for ``req``; ``scores`` are the matcher's top candidates, best first,
+    and ``evidences`` (when given) what each shares with the task."""
     if not req.text.strip():
         raise UsageError("--text is empty: say what the agent should do")
     by_name = {v.inst.name: v for v in views}
@@ -237,27 +298,36 @@ def plan_dispatch(
     verdicts: list[CandidateVerdict] = []
     if smart:
         allowed = {v.inst.name for v in scoped}
+        padded = list(evidences) + [MatchEvidence()] * (len(scores) - len(evidences))
+        ranked = [
+            (session, score, found)
+            for (session, score), found in zip(scores, padded, strict=False)
+            if session.instance in allowed and session.instance in by_name
+        ]
 
-        def rest(i: int) -> tuple[CandidateVerdict, ...]:
-            later = [
-                CandidateVerdict(s, sc, "not needed")
-                for s, sc in scores[i + 1 :]
-                if s.instance in allowed
-            ]
-            return tuple(verdicts + later)
+        def verdict(i: int, words: str) -> CandidateVerdict:
+            session, score, found = ranked[i]
+            runner_up = ranked[i + 1][1] if i + 1 < len(ranked) else 0.0
+            return CandidateVerdict(session, score, words, score - runner_up, found)
 
-        for i, (session, score) in enumerate(scores):
-            view = by_name.get(session.instance)
-            if view is None or session.instance not in allowed:
-                continue
-            if score < cfg.match_threshold:
-                verdicts.append(CandidateVerdict(session, score, "below threshold"))
-                continue
+        def rest(i: int, words: str = "not needed") -> list[CandidateVerdict]:
+            return [verdict(j, words) for j in range(i + 1, len(ranked))]
+
+        for i, (session, score, _) in enumerate(ranked):
+            view = by_name[session.instance]
+            steer = session.running and not view.run_state_unknown
+            runner_up = ranked[i + 1][1] if i + 1 < len(ranked) else 0.0
+            judged = match_decision(cfg.match, score, runner_up, running=steer)
+            if not judged.take:
+                # A weaker candidate is never taken where a stronger one was in doubt.
+                verdicts.append(verdict(i, judged.reason))
+                verdicts += rest(i, "weaker than a candidate in doubt")
+                break
             if view.inst.production and not req.allow_prod:
-                verdicts.append(CandidateVerdict(session, score, "production instance"))
+                verdicts.append(verdict(i, "production instance"))
                 continue
-            if session.running and not view.run_state_unknown:
-                verdicts.append(CandidateVerdict(session, score, "chosen: running, steer it"))
+            if steer:
+                verdicts.append(verdict(i, f"chosen: running, steer it ({judged.reason})"))
                 return Plan(
                     "steer",
                     view.inst,
@@ -265,13 +335,13 @@ def plan_dispatch(
                     session.directory,
                     session.title,
                     "smart match",
-                    rest(i),
+                    tuple(verdicts + rest(i)),
                 )
             if view.over_budget:
-                verdicts.append(CandidateVerdict(session, score, "daily budget reached"))
+                verdicts.append(verdict(i, "daily budget reached"))
                 continue
             if view.free > 0:
-                verdicts.append(CandidateVerdict(session, score, "chosen: idle, free slot"))
+                verdicts.append(verdict(i, f"chosen: idle, free slot ({judged.reason})"))
                 return Plan(
                     "reuse",
                     view.inst,
@@ -279,9 +349,9 @@ def plan_dispatch(
                     session.directory,
                     session.title,
                     "smart match",
-                    rest(i),
+                    tuple(verdicts + rest(i)),
                 )
-            verdicts.append(CandidateVerdict(session, score, "instance full"))
+            verdicts.append(verdict(i, "instance full"))
 
     # Choose the instance.
     if req.instance:

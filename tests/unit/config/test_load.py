@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from xaf_hub.config.credentials import pw_env_name
-from xaf_hub.config.load import load_config
+from xaf_hub.config.load import MatchRule, load_config
 from xaf_hub.errors import ConfigError
 
 
@@ -50,7 +50,7 @@ def test_defaults(tmp_path: Path) -> None:
     cfg = load_config(str(write(tmp_path / "c.json", base())), env={}, cwd=tmp_path)
     inst = cfg.instances[0]
     assert (cfg.concurrency_limit, cfg.page_size, cfg.scan_workers, cfg.retries) == (2, 8000, 6, 1)
-    assert (cfg.match_threshold, cfg.session_ttl_days) == (0.12, 10.0)
+    assert (cfg.match, cfg.session_ttl_days) == (MatchRule(0.22, 0.10, 0.25, 0.15), 10.0)
     assert inst.branch_policy == "mainline"  # name starts with "local"
     assert inst.username == "opencode" and inst.password is None
     assert inst.rules.is_project("/srv/demo/x") and inst.rules.is_project("/elsewhere/demo")

@@ -93,7 +93,8 @@ def test_idle_match_on_full_instance_is_skipped_for_next_candidate() -> None:
         CFG, views, DispatchRequest(text="登录页样式"), [(idle_a, 0.6), (idle_b, 0.3)]
     )
     assert (plan.action, plan.session) == ("reuse", idle_b)
-    assert [c.verdict for c in plan.candidates] == ["instance full", "chosen: idle, free slot"]
+    assert plan.candidates[0].verdict == "instance full"
+    assert plan.candidates[1].verdict.startswith("chosen: idle, free slot")
 
 
 def test_reservations_count_toward_full() -> None:
@@ -111,7 +112,7 @@ def test_below_threshold_falls_back_to_least_loaded() -> None:
     ]
     plan = plan_dispatch(CFG, views, DispatchRequest(text="t"), [(s, 0.05)])
     assert plan.action == "create" and plan.instance.name == "lan-b"
-    assert plan.candidates[0].verdict == "below threshold"
+    assert plan.candidates[0].verdict.startswith("below threshold")
     assert plan.directory == "/srv/demo"
 
 
@@ -241,3 +242,53 @@ def test_every_instance_over_budget_is_the_budget_refusal() -> None:
     with pytest.raises(BusyError, match="lan-a: daily budget .* lan-b 2\\+0/2") as caught:
         plan_dispatch(CFG, views, DispatchRequest(text="t", new=True))
     assert not isinstance(caught.value, BudgetReached)
+
+
+# --- the cost of being wrong (issue 36): steering needs more than reusing --------------------
+
+
+def test_running_session_needs_the_steer_threshold_idle_one_the_reuse_threshold() -> None:
+    run1 = sess("lan-a", "ses_1", "checkout", running=True)
+    idle = sess("lan-a", "ses_2", "checkout")
+    views = [view(A, run1, idle), view(B)]
+    req = DispatchRequest(text="checkout")
+    assert plan_dispatch(CFG, views, req, [(run1, 0.23)]).action == "create"  # < steer 0.25
+    assert plan_dispatch(CFG, views, req, [(idle, 0.23)]).action == "reuse"  # >= reuse 0.22
+    assert plan_dispatch(CFG, views, req, [(idle, 0.21)]).action == "create"
+    assert plan_dispatch(CFG, views, req, [(run1, 0.3)]).action == "steer"
+
+
+def test_a_close_runner_up_means_a_new_session() -> None:
+    idle1, idle2 = sess("lan-a", "ses_1", "x"), sess("lan-b", "ses_2", "y")
+    views = [view(A, idle1), view(B, idle2)]
+    req = DispatchRequest(text="x")
+    plan = plan_dispatch(CFG, views, req, [(idle1, 0.5), (idle2, 0.45)])
+    assert plan.action == "create"
+    assert plan.candidates[0].verdict.startswith("too close to the next candidate")
+    # The weaker one is never taken where the stronger was in doubt, though it leads the rest.
+    assert plan.candidates[1].verdict == "weaker than a candidate in doubt"
+    assert round(plan.candidates[0].margin, 3) == 0.05
+    plan = plan_dispatch(CFG, views, req, [(idle1, 0.5), (idle2, 0.35)])
+    assert (plan.action, plan.session) == ("reuse", idle1)
+
+
+def test_running_session_needs_the_steer_margin() -> None:
+    run1 = sess("lan-a", "ses_1", "x", running=True)
+    other = sess("lan-b", "ses_2", "y")
+    views = [view(A, run1), view(B, other)]
+    req = DispatchRequest(text="x")
+    # A lead of 0.12 would do for an idle session (0.10), not for a running one (0.15).
+    assert plan_dispatch(CFG, views, req, [(run1, 0.5), (other, 0.38)]).action == "create"
+    assert plan_dispatch(CFG, views, req, [(run1, 0.5), (other, 0.3)]).action == "steer"
+
+
+def test_candidates_carry_their_evidence_as_plain_data() -> None:
+    from xaf_hub.ops.planner import MatchEvidence
+
+    idle = sess("lan-a", "ses_1", "订单导出CSV")
+    found = MatchEvidence(("csv", "导出"), tasks=2)
+    plan = plan_dispatch(CFG, [view(A, idle)], DispatchRequest(text="CSV 导出"), [(idle, 0.6)],
+                         [found])
+    doc = plan.candidates[0].to_json()
+    assert doc["evidence"] == {"shared_terms": ["csv", "导出"], "files": [], "tasks": 2}
+    assert (doc["similarity"], doc["margin"], doc["session_id"]) == (0.6, 0.6, "ses_1")

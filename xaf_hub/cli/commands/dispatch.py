@@ -140,8 +140,9 @@ def order_from(opts: Options) -> DispatchOrder:
         if not opts.confirm_wait > 0:
             raise UsageError(f"--confirm-wait must be more than 0 seconds, got {opts.confirm_wait}")
     if opts.queue and opts.confirm_wait is not None:
-        raise UsageError("--queue and --confirm-wait do not go together (a queued task is not "
-                         "sent now)")
+        raise UsageError(
+            "--queue and --confirm-wait do not go together (a queued task is not sent now)"
+        )
     req = DispatchRequest(
         text=opts.text,
         instance=opts.instance,
@@ -214,8 +215,12 @@ def _queue(
     from xaf_hub.store.audit import caller
 
     queued = queue_work(
-        ctx.ops(), opts.text, reason=str(why), instance=instance,
-        title=opts.title if opts.new else None, session=session,
+        ctx.ops(),
+        opts.text,
+        reason=str(why),
+        instance=instance,
+        title=opts.title if opts.new else None,
+        session=session,
         caller=caller(ctx.env) or "cli",
     )
     if ctx.json:
@@ -295,17 +300,7 @@ def _print_plan(
             "reserved": view.reserved,
             "limit": inst.concurrency_limit,
         },
-        "candidates": [
-            {
-                "instance": c.session.instance,
-                "session_id": c.session.id,
-                "title": c.session.title,
-                "running": c.session.running,
-                "similarity": round(c.score, 4),
-                "verdict": c.verdict,
-            }
-            for c in plan.candidates
-        ],
+        "candidates": [c.to_json() for c in plan.candidates],
         "model": model,
         "prompt": prompt,
         "dry_run": True,
@@ -332,9 +327,14 @@ def _print_plan(
         ctx.out("  candidates:")
         for c in plan.candidates:
             ctx.out(
-                f"    {c.score:.3f}  {c.session.instance}/{c.session.id}  "
+                f"    {c.score:.3f} (lead {c.margin:.3f})  {c.session.instance}/{c.session.id}  "
                 f"{c.session.title}  [{c.verdict}]"
             )
+            if c.evidence.shared:
+                sent = (
+                    f"; {c.evidence.tasks} task text(s) from the pool" if c.evidence.tasks else ""
+                )
+                ctx.out(f"        shares: {', '.join(c.evidence.shared)}{sent}")
     ctx.out("  prompt:")
     for line in prompt.splitlines():
         ctx.out(f"    | {line}")

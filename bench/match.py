@@ -1,0 +1,194 @@
+"""`python -m bench --match`: how well smart matching tells a continuation from new work.
+
+The labelled set is bench/data/match_sessions.json (a fleet of 36 project sessions with what the
+hub knows of each) and bench/data/match_cases.json (dispatch texts, each labelled with the
+session it continues or null for new work; a 'tune' part and a 'heldout' part that is only ever
+scored as a whole). Two readings:
+
+* the curve: for each threshold, a text "continues a session" when its best candidate scores
+  at least the threshold. Precision: of the texts matched, the share matched to the right
+  session. Recall: of the continuations, the share matched to the right session. New work
+  matched: of the texts that are new work, the share matched to any session.
+* the decision: what the planner's rule (``ops.planner.match_decision``, with the config's
+  default thresholds and margin) does with each text, scored the same way.
+
+Pure computation, no servers; prints tables, writes bench/results/match.json.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+DATA = Path(__file__).resolve().parent / "data"
+THRESHOLDS = tuple(round(0.05 * i, 2) for i in range(1, 13))
+
+
+@dataclass(frozen=True)
+class Case:
+    """One labelled dispatch text."""
+
+    text: str
+    expect: str | None  # the session it continues; None: new work
+    kind: str  # continue, same_area, generic
+    split: str  # tune, heldout
+
+
+@dataclass(frozen=True)
+class Session:
+    """One session of the labelled fleet and what the hub can know of it."""
+
+    id: str
+    title: str
+    folder: str
+    running: bool
+    tasks: tuple[str, ...]
+    files: tuple[str, ...]
+
+
+def load() -> tuple[list[Session], list[Case]]:
+    """The labelled fleet and cases."""
+    fleet = json.loads((DATA / "match_sessions.json").read_text("utf-8"))
+    sessions = [
+        Session(s["id"], s["title"], s["dir"], s["running"], tuple(s["tasks"]), tuple(s["files"]))
+        for s in fleet["sessions"]
+    ]
+    doc = json.loads((DATA / "match_cases.json").read_text("utf-8"))
+    cases = [
+        Case(text, expect, kind, split)
+        for split in ("tune", "heldout")
+        for text, expect, kind in doc[split]
+    ]
+    known = {s.id for s in sessions}
+    bad = [c.text for c in cases if c.expect is not None and c.expect not in known]
+    if bad:
+        raise ValueError(f"cases name sessions not in the fleet: {bad}")
+    return sessions, cases
+
+
+# A ranking: the text -> candidates (session id, score), best first.
+Ranking = Callable[[str], list[tuple[str, float]]]
+
+
+def ranking(sessions: Sequence[Session], evidence: str) -> Ranking:
+    """The hub's matcher over the fleet, seeing each session's title and folder ('title'),
+    also the task texts the hub sent into it ('pool': what dispatch reads today), or also
+    the files it changed ('full')."""
+    from xaf_hub.core import matcher
+
+    if evidence == "title":
+        docs = [(s.id, matcher.Evidence(s.title, s.folder)) for s in sessions]
+    elif evidence == "pool":
+        docs = [(s.id, matcher.Evidence(s.title, s.folder, s.tasks)) for s in sessions]
+    else:
+        docs = [
+            (s.id, matcher.Evidence(s.title, s.folder, s.tasks, s.files)) for s in sessions
+        ]
+    index = matcher.Index(docs)
+
+    def rank(text: str) -> list[tuple[str, float]]:
+        return [(c.key, c.score) for c in index.rank(text, top=5)]
+
+    return rank
+
+
+def score(picks: Sequence[tuple[Case, str | None]]) -> dict[str, Any]:
+    """Precision, recall and new work matched for (case, chosen session or None) pairs."""
+    matched = [(c, p) for c, p in picks if p is not None]
+    right = sum(1 for c, p in matched if p == c.expect)
+    continuations = sum(1 for c, _ in picks if c.expect is not None)
+    new = [(c, p) for c, p in picks if c.expect is None]
+    new_matched = sum(1 for _, p in new if p is not None)
+    return {
+        "precision": right / len(matched) if matched else 1.0,
+        "recall": right / continuations if continuations else 1.0,
+        "new_matched": new_matched / len(new) if new else 0.0,
+        "counts": {
+            "right": right,
+            "continuations": continuations,
+            "matched": len(matched),
+            "new_matched": new_matched,
+            "new": len(new),
+        },
+    }
+
+
+def curve(cases: Sequence[Case], rank: Ranking) -> list[dict[str, Any]]:
+    """One row per threshold: the best candidate at or above it is the match."""
+    ranked = [(c, rank(c.text)) for c in cases]
+    rows = []
+    for t in THRESHOLDS:
+        picks = [(c, r[0][0] if r and r[0][1] >= t else None) for c, r in ranked]
+        rows.append({"threshold": t, **score(picks)})
+    return rows
+
+
+def decision(sessions: Sequence[Session], cases: Sequence[Case], rank: Ranking) -> dict[str, Any]:
+    """The planner's rule with the default thresholds (every instance has a free slot)."""
+    from xaf_hub.config.load import MatchRule
+    from xaf_hub.ops.planner import match_decision
+
+    rule = MatchRule()
+    running = {s.id: s.running for s in sessions}
+    picks = []
+    for c in cases:
+        ranked = rank(c.text)
+        scores = [sc for _, sc in ranked]
+        chosen = None
+        for i, (key, sc) in enumerate(ranked):
+            runner_up = scores[i + 1] if i + 1 < len(scores) else 0.0
+            verdict = match_decision(rule, sc, runner_up, running=running[key])
+            if verdict.take:
+                chosen = key
+            break  # only the best candidate may be taken; below it is only weaker evidence
+        picks.append((c, chosen))
+    return {"rule": rule.to_json(), **score(picks)}
+
+
+def measure(evidence: str = "pool") -> dict[str, Any]:
+    """Curves (all, tune, heldout) and the decision's figures."""
+    sessions, cases = load()
+    rank = ranking(sessions, evidence)
+    out: dict[str, Any] = {"evidence": evidence, "cases": len(cases), "sessions": len(sessions)}
+    for part in ("all", "tune", "heldout"):
+        chosen = [c for c in cases if part in ("all", c.split)]
+        out[part] = {"curve": curve(chosen, rank), "decision": decision(sessions, chosen, rank)}
+    return out
+
+
+def render(result: dict[str, Any]) -> str:
+    """The curves and the decision as text tables."""
+    lines = [
+        f"match evaluation: {result['cases']} cases, {result['sessions']} sessions, "
+        f"evidence: {result['evidence']}"
+    ]
+    for part in ("all", "tune", "heldout"):
+        lines.append(f"\n[{part}]  threshold  precision  recall  new work matched")
+        for row in result[part]["curve"]:
+            n = row["counts"]
+            lines.append(
+                f"            {row['threshold']:.2f}      {row['precision']:6.1%}  "
+                f"{row['recall']:6.1%}  {row['new_matched']:6.1%} "
+                f"({n['new_matched']}/{n['new']})"
+            )
+        d = result[part]["decision"]
+        n = d["counts"]
+        lines.append(
+                f"  decision {d['rule']}: precision {d['precision']:.1%}, recall "
+                f"{d['recall']:.1%} ({n['right']}/{n['continuations']}), new work matched "
+                f"{d['new_matched']:.1%} ({n['new_matched']}/{n['new']})"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def run(evidence: str, out: Path) -> int:
+    """Measure, print, write the JSON."""
+    result = measure(evidence)
+    text = render(result)
+    print(text, end="")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, ensure_ascii=False, indent=2), encoding="utf-8")
+    return 0
