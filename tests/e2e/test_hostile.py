@@ -30,7 +30,7 @@ import httpx
 import pytest
 
 from tests.e2e.hostile import FORMULAS, MODES, HostileServer
-from tests.e2e.test_secrets import leaks
+from tests.e2e.leaks import leaks
 from tests.fleet import Hub, make_hub
 from xaf_hub.sandbox import fleet as sandbox
 from xaf_hub.sandbox.fake_llm import FakeLLM
