@@ -5,9 +5,10 @@
 #   bash scripts/test.sh --fast     # the inner loop: lint, types, unit and layer tests
 #   bash scripts/test.sh ARGS...    # lint, types, then pytest ARGS (no release matrix)
 # The unit and layer tests run on XAF_HUB_TEST_WORKERS processes (pytest-xdist, default 2; 0
-# runs them in this process); the end-to-end and browser tests run in one process, since they
-# share one fleet of real servers. pytest's exit 5 ("no tests collected") counts as a failure.
-# PYTHON overrides the interpreter.
+# runs them in this process). The end-to-end and browser tests run in one process with one
+# fleet of real servers, unless XAF_HUB_E2E_WORKERS asks for more (each worker starts its own
+# fleet; a test file stays on one worker). pytest's exit 5 ("no tests collected") counts as a
+# failure. PYTHON overrides the interpreter.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-${XAF_HUB_VENV:-.venv}/bin/python}
@@ -37,8 +38,11 @@ run_pytest() {
 UNIT=(tests/unit tests/test_layers.py)
 workers=${XAF_HUB_TEST_WORKERS:-2}
 parallel=()
-if [ "$workers" != "0" ] && "$PY" -c "import xdist" 2>/dev/null; then
-  parallel=(-n "$workers" --dist loadfile)
+e2e_workers=${XAF_HUB_E2E_WORKERS:-1}
+e2e_parallel=()
+if "$PY" -c "import xdist" 2>/dev/null; then
+  [ "$workers" != "0" ] && parallel=(-n "$workers" --dist loadfile)
+  [ "$e2e_workers" -gt 1 ] && e2e_parallel=(-n "$e2e_workers" --dist loadfile)
 fi
 
 echo "==> ruff check" && "$PY" -m ruff check xaf_hub tests bench scripts || exit 1
@@ -57,7 +61,7 @@ echo "==> pytest: unit and layer tests"
 run_pytest "${parallel[@]}" "${UNIT[@]}"
 code=$?
 echo "==> pytest: end-to-end and browser tests"
-run_pytest --ignore=tests/unit --ignore=tests/test_layers.py || code=1
+run_pytest "${e2e_parallel[@]}" --ignore=tests/unit --ignore=tests/test_layers.py || code=1
 # After the full run, the core subset on older opencode releases (docs/opencode-releases.md).
 if [ "${XAF_HUB_SKIP_RELEASES:-0}" != "1" ]; then
   PYTHON="$PY" scripts/release-matrix.sh 1.14.41 1.2.27 || code=1
