@@ -5,10 +5,10 @@
 #   bash scripts/test.sh --fast     # the inner loop: lint, types, unit and layer tests
 #   bash scripts/test.sh ARGS...    # lint, types, then pytest ARGS (no release matrix)
 # The unit and layer tests run on XAF_HUB_TEST_WORKERS processes (pytest-xdist, default 2; 0
-# runs them in this process). The end-to-end and browser tests run in one process with one
-# fleet of real servers, unless XAF_HUB_E2E_WORKERS asks for more (each worker starts its own
-# fleet; a test file stays on one worker). pytest's exit 5 ("no tests collected") counts as a
-# failure. PYTHON overrides the interpreter.
+# runs them in this process; auto: one per core). The end-to-end and browser tests run in one
+# process with one fleet of real servers, unless XAF_HUB_E2E_WORKERS asks for more (each worker
+# starts its own fleet; a test file stays on one worker). pytest's exit 5 ("no tests
+# collected") counts as a failure. PYTHON overrides the interpreter.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-${XAF_HUB_VENV:-.venv}/bin/python}
@@ -39,10 +39,16 @@ UNIT=(tests/unit tests/test_layers.py)
 workers=${XAF_HUB_TEST_WORKERS:-2}
 parallel=()
 e2e_workers=${XAF_HUB_E2E_WORKERS:-1}
+for knob in "XAF_HUB_TEST_WORKERS=$workers" "XAF_HUB_E2E_WORKERS=$e2e_workers"; do
+  if ! [[ "${knob#*=}" =~ ^([0-9]+|auto)$ ]]; then
+    echo "test: $knob is not a number of workers (0, 1, 2, ... or auto)" >&2
+    exit 2
+  fi
+done
 e2e_parallel=()
 if "$PY" -c "import xdist" 2>/dev/null; then
   [ "$workers" != "0" ] && parallel=(-n "$workers" --dist loadfile)
-  [ "$e2e_workers" -gt 1 ] && e2e_parallel=(-n "$e2e_workers" --dist loadfile)
+  case "$e2e_workers" in 0 | 1) ;; *) e2e_parallel=(-n "$e2e_workers" --dist loadfile) ;; esac
 fi
 
 echo "==> ruff check" && "$PY" -m ruff check xaf_hub tests bench scripts || exit 1
