@@ -1,7 +1,14 @@
 #!/usr/bin/env bash
-# Run the project's checks and the whole test suite (unit, end-to-end against real opencode
-# servers, browser) with the virtual environment scripts/setup.sh made. pytest's exit 5
-# ("no tests collected") counts as a failure. PYTHON overrides the interpreter.
+# Run the project's checks and tests with the virtual environment scripts/setup.sh made.
+#   bash scripts/test.sh            # everything: lint, types, unit, end-to-end against real
+#                                   # opencode servers, browser, then the release matrix
+#   bash scripts/test.sh --fast     # the inner loop: lint, types, unit and layer tests
+#   bash scripts/test.sh ARGS...    # lint, types, then pytest ARGS (no release matrix)
+# The unit and layer tests run on XAF_HUB_TEST_WORKERS processes (pytest-xdist, default 2; 0
+# runs them in this process; auto: one per core). The end-to-end and browser tests run in one
+# process with one fleet of real servers, unless XAF_HUB_E2E_WORKERS asks for more (each worker
+# starts its own fleet; a test file stays on one worker). pytest's exit 5 ("no tests
+# collected") counts as a failure. PYTHON overrides the interpreter.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-${XAF_HUB_VENV:-.venv}/bin/python}
@@ -9,18 +16,60 @@ if [ ! -x "$PY" ]; then
   echo "test: no $PY: run bash scripts/setup.sh first" >&2
   exit 1
 fi
+fast=0
+if [ "${1:-}" = "--fast" ]; then
+  fast=1
+  shift
+fi
+
+# run_pytest ARGS...: pytest, with exit 5 (nothing collected) made a failure.
+run_pytest() {
+  "$PY" -m pytest "$@"
+  local code=$?
+  if [ "$code" -eq 5 ]; then
+    echo "error: pytest collected no tests" >&2
+    return 1
+  fi
+  return "$code"
+}
+
+# The unit and layer tests: each test file stays on one worker (--dist loadfile), so a
+# module's fixtures are built once.
+UNIT=(tests/unit tests/test_layers.py)
+workers=${XAF_HUB_TEST_WORKERS:-2}
+parallel=()
+e2e_workers=${XAF_HUB_E2E_WORKERS:-1}
+for knob in "XAF_HUB_TEST_WORKERS=$workers" "XAF_HUB_E2E_WORKERS=$e2e_workers"; do
+  if ! [[ "${knob#*=}" =~ ^([0-9]+|auto)$ ]]; then
+    echo "test: $knob is not a number of workers (0, 1, 2, ... or auto)" >&2
+    exit 2
+  fi
+done
+e2e_parallel=()
+if "$PY" -c "import xdist" 2>/dev/null; then
+  [ "$workers" != "0" ] && parallel=(-n "$workers" --dist loadfile)
+  case "$e2e_workers" in 0 | 1) ;; *) e2e_parallel=(-n "$e2e_workers" --dist loadfile) ;; esac
+fi
 
 echo "==> ruff check" && "$PY" -m ruff check xaf_hub tests bench scripts || exit 1
 echo "==> mypy --strict" && "$PY" -m mypy xaf_hub || exit 1
-echo "==> pytest"
-"$PY" -m pytest "$@"
-code=$?
-if [ "$code" -eq 5 ]; then
-  echo "error: pytest collected no tests" >&2
-  exit 1
+if [ "$fast" -eq 1 ]; then
+  echo "==> pytest: unit and layer tests"
+  run_pytest "${parallel[@]}" "${UNIT[@]}" "$@"
+  exit $?
 fi
+if [ "$#" -gt 0 ]; then
+  echo "==> pytest $*"
+  run_pytest "$@"
+  exit $?
+fi
+echo "==> pytest: unit and layer tests"
+run_pytest "${parallel[@]}" "${UNIT[@]}"
+code=$?
+echo "==> pytest: end-to-end and browser tests"
+run_pytest "${e2e_parallel[@]}" --ignore=tests/unit --ignore=tests/test_layers.py || code=1
 # After the full run, the core subset on older opencode releases (docs/opencode-releases.md).
-if [ "$#" -eq 0 ] && [ "${XAF_HUB_SKIP_RELEASES:-0}" != "1" ]; then
+if [ "${XAF_HUB_SKIP_RELEASES:-0}" != "1" ]; then
   PYTHON="$PY" scripts/release-matrix.sh 1.14.41 1.2.27 || code=1
 fi
 exit "$code"

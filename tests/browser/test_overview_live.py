@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
-from tests.browser import test_overview_static as static
-from tests.browser.test_overview_e2e import Served, off_loop
-from tests.browser.test_overview_static import ARTIFACTS, NEEDS_CHROMIUM
+from tests.browser import support
+from tests.browser.served import Served, off_loop
+from tests.browser.support import ARTIFACTS, NEEDS_CHROMIUM
 from tests.fleet import NAMES, Hub
 from xaf_hub.page.serve import VIEWER_PASSWORD_ENV
 from xaf_hub.page.words import TEXT
@@ -28,7 +28,6 @@ from xaf_hub.sandbox import fleet as sandbox
 
 pytestmark = [pytest.mark.e2e, *NEEDS_CHROMIUM]
 
-browser = static.browser  # the same module-scoped headless Chromium
 _CJK = re.compile(r"[\u4e00-\u9fff]")
 # Labels that are the page's own words (not data), in both languages.
 FIXED = ("cards.healthy", "cards.sessions", "cards.running", "filter.label", "help.summary",
@@ -117,7 +116,7 @@ def test_static_page_language_from_config_and_flag(hub: Hub, browser: Any, tmp_p
     code, _, err = off_loop(hub.cli, "sessions", "--html", str(flag), "--lang", "en")
     assert code == 0, err
     assert '<html lang="en">' in flag.read_text("utf-8")
-    watched = static.Watched(browser, chinese)
+    watched = support.Watched(browser, chinese)
     try:
         assert watched.page.evaluate("document.documentElement.lang") == "zh-CN"
         assert "应答的服务器" in fixed_text(watched.page)
@@ -241,11 +240,11 @@ def test_static_page_times_move_with_the_clock(browser: Any, tmp_path: Path) -> 
     from xaf_hub.page import export as report
 
     path = tmp_path / "overview.html"
-    report.write_html(static.small_snapshot(), path, now_ms=static.NOW, title="Shop")
+    report.write_html(support.small_snapshot(), path, now_ms=support.NOW, title="Shop")
     context = browser.new_context(offline=True, locale="en-US")
     try:
         page = context.new_page()
-        page.clock.install(time=static.NOW / 1000 + 30)
+        page.clock.install(time=support.NOW / 1000 + 30)
         page.goto(path.as_uri())
         first = page.locator("time.ago").all_inner_texts()
         assert first[0] == "just now"  # the snapshot line
@@ -306,7 +305,7 @@ def test_full_page_screenshots_draw_every_row(
     code, _, err = off_loop(hub.cli, "sessions", "--html", str(path))
     assert code == 0, err
     for width in (1366, 390):
-        watched = static.Watched(browser, path, width=width, height=800)
+        watched = support.Watched(browser, path, width=width, height=800)
         try:
             page = watched.page
             assert watched.visible_ids() == ids
@@ -361,7 +360,7 @@ def test_after_a_patrol_round_the_queue_agrees_with_the_badges(
     path = tmp_path / "overview.html"
     code, _, err = off_loop(hub.cli, "sessions", "--html", str(path))
     assert code == 0, err
-    watched = static.Watched(browser, path)
+    watched = support.Watched(browser, path)
     try:
         page = watched.page
         queue = {

@@ -10,28 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.e2e.dispatch_checks import abort_all, audit_lines, slow
 from tests.e2e.proxy import StallProxy
 from tests.fleet import Hub
 
 pytestmark = pytest.mark.e2e
-
-
-def slow(hub: Hub, seconds: float = 25) -> None:
-    """Make the dispatch model answer slowly so sessions stay busy."""
-    hub.llm.set_mode("slow-model", "slow", delay=seconds)
-    hub.doc["models"]["default_dispatch_model"] = "fake/slow-model"
-    hub.write_config()
-
-
-def abort_all(hub: Hub, name: str) -> None:
-    # The hub's interrupt aborts where the run lives on every release (a bare abort does not).
-    for sid in hub.busy_ids(name):
-        hub.cli("interrupt", "--session", sid, "--allow-prod")
-
-
-def audit_lines(hub: Hub) -> list[dict[str, object]]:
-    path = Path(hub.env["XAF_HUB_HOME"]) / "audit.log"
-    return [json.loads(ln) for ln in path.read_text("utf-8").splitlines()] if path.exists() else []
 
 
 def race(hub: Hub, n: int) -> list[int]:

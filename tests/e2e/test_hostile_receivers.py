@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.test_live import Lines, _audit, _daemon
+from tests.e2e.daemon import Lines, _audit, _daemon
 from tests.fleet import Hub
 from tests.notify_capture import Capture
 

@@ -22,15 +22,15 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Self
 
 import pytest
 
 from tests.e2e.faulty import StepProxy
+from tests.e2e.limit_checks import LIMIT, NAME, Sampler, abort_all, is_prompt, running
 from tests.e2e.proxy import DelayProxy, StallProxy
 from tests.fleet import Hub
 from tests.redis_fixture import RedisServer, write_redis_config
@@ -38,45 +38,6 @@ from xaf_hub.sandbox import fleet as sandbox
 
 pytestmark = pytest.mark.e2e
 
-NAME = "lan-c"
-LIMIT = 2
-
-
-class Sampler:
-    """Count the sessions the server reports running in ``directory``, every 200 ms."""
-
-    def __init__(self, hub: Hub, directory: Path) -> None:
-        self.url, self.password = hub.server(NAME).url, hub.password(NAME)
-        self.directory = directory
-        self.samples: list[int] = []
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        while not self.stop.is_set():
-            try:
-                status = sandbox.status(self.url, self.password, self.directory)
-            except Exception:  # noqa: BLE001 - a missed sample is retried, never invented
-                continue
-            self.samples.append(sum(1 for v in status.values() if v.get("type") != "idle"))
-            self.stop.wait(0.2)
-
-    def __enter__(self) -> Self:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        # A short scenario still gets at least ten samples: keep sampling (the state after
-        # the scenario counts too: a late prompt would show there) before stopping.
-        deadline = time.monotonic() + 30
-        while len(self.samples) < 10 and time.monotonic() < deadline:
-            time.sleep(0.2)
-        self.stop.set()
-        self.thread.join(timeout=30)
-
-    def check(self) -> None:
-        assert len(self.samples) >= 10, "too few samples to judge"
-        assert max(self.samples) <= LIMIT, f"over the limit: {self.samples}"
 
 
 def setup_two_running(hub: Hub, *titles: str) -> list[str]:
@@ -89,19 +50,6 @@ def setup_two_running(hub: Hub, *titles: str) -> list[str]:
         hub.prompt(NAME, sid, f"work for {sid}", "fake/slow-model")
     hub.wait_for(lambda: set(ids) <= running(hub), timeout=60)
     return ids
-
-
-def running(hub: Hub) -> set[str]:
-    return set(hub.status(NAME, hub.root / "app"))
-
-
-def abort_all(hub: Hub) -> None:
-    for sid in running(hub):
-        sandbox.abort(hub.server(NAME).url, hub.password(NAME), sid)
-
-
-def is_prompt(sid: str) -> Callable[[str, str], bool]:
-    return lambda m, p: m == "POST" and f"/session/{sid}/prompt_async" in p
 
 
 # -- steers ------------------------------------------------------------------------------------

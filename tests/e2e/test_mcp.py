@@ -21,8 +21,8 @@ pytest.importorskip("mcp.server.mcpserver")
 
 from mcp import Client  # noqa: E402
 
-from tests.e2e.test_dispatch import abort_all, slow  # noqa: E402
-from tests.e2e.test_dispatch import audit_lines as audit  # noqa: E402
+from tests.e2e.dispatch_checks import abort_all, slow  # noqa: E402
+from tests.e2e.dispatch_checks import audit_lines as audit  # noqa: E402
 from tests.fleet import Hub  # noqa: E402
 from xaf_hub.cli.mcp import MAX_TEXT, build_server  # noqa: E402
 from xaf_hub.cli.mcp import Hub as McpHub

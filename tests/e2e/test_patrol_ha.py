@@ -12,7 +12,6 @@ alone), or dropped after the abort of a stuck retry (the standby resumes the ses
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
@@ -24,32 +23,19 @@ from typing import Any
 
 import pytest
 
-from tests.e2e import test_limit_faults as limit
-from tests.e2e import test_redis_fleet as two_hosts
+from tests.e2e import ha_checks
+from tests.e2e import limit_checks as limit
+from tests.e2e.ha_checks import LEASE, ha, only_local_a, sent, start, status
+from tests.e2e.patrol_checks import CONTINUE_HEAD, RESUME_HEAD, answered_by, settled
 from tests.e2e.proxy import StallMode, StallProxy
-from tests.e2e.test_patrol import CONTINUE_HEAD, RESUME_HEAD, answered_by, settled
-from tests.e2e.test_redis_fleet import Host, abort_all, on_both
+from tests.e2e.two_hosts import Host, abort_all, on_both
 from tests.notify_capture import Capture
 
 pytestmark = pytest.mark.e2e
 
-LEASE = 5.0
-hosts = two_hosts.hosts  # the two-host fixture of test_redis_fleet, reused by name
-
-
-def ha(doc: dict[str, Any]) -> None:
-    doc["pool"] = {"backend": "redis"}
-    doc.setdefault("patrol", {})["lease_seconds"] = LEASE
-
-
-def only_local_a(doc: dict[str, Any]) -> None:
-    doc["instances"] = [i for i in doc["instances"] if i["name"] == "local-a"]
-
-
-def status(host: Host) -> dict[str, Any]:
-    code, out, err = host.run("patrol", "status", "--json")
-    assert code == 0, err
-    return dict(json.loads(out))
+# The fixture lives in tests/e2e/ha_checks.py (tests/e2e/conftest.py offers it to every module);
+# this name keeps the old import path working.
+daemons = ha_checks.daemons
 
 
 def role_of(doc: dict[str, Any], host: str) -> str | None:
@@ -66,36 +52,6 @@ def pool(host: Host) -> dict[str, dict[str, Any]]:
 def audit(host: Host) -> list[dict[str, Any]]:
     path = host.home / "audit.log"
     return [json.loads(ln) for ln in path.read_text("utf-8").splitlines()] if path.exists() else []
-
-
-def sent(host: Host, needle: str) -> list[dict[str, Any]]:
-    return [
-        r
-        for r in host.hub.llm.requests()
-        if not r["title_call"] and needle in r["last_user_text"]
-    ]
-
-
-@pytest.fixture
-def daemons() -> Iterator[list[subprocess.Popen[str]]]:
-    procs: list[subprocess.Popen[str]] = []
-    yield procs
-    for p in procs:
-        if p.poll() is None:
-            with_signal(p, signal.SIGCONT)
-            p.kill()
-        p.communicate(timeout=30)
-
-
-def with_signal(proc: subprocess.Popen[str], sig: int) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(proc.pid, sig)
-
-
-def start(host: Host, procs: list[subprocess.Popen[str]]) -> subprocess.Popen[str]:
-    proc = host.popen("patrol", "--interval-seconds", "2", "--no-design", "--no-live")
-    procs.append(proc)
-    return proc
 
 
 @pytest.fixture

@@ -28,17 +28,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e import test_patrol_ha as ha_tests
-from tests.e2e.test_patrol_ha import LEASE, ha, only_local_a, sent, start, status
-from tests.e2e.test_redis_fleet import Host, abort_all, on_both
+from tests.e2e.ha_checks import LEASE, ha, only_local_a, sent, start, status
+from tests.e2e.two_hosts import Host, abort_all, on_both
 from tests.redis_fixture import RedisServer, _answers, _stop
 from xaf_hub.core.discipline import RESUME_PROMPT
 
 pytestmark = pytest.mark.e2e
 
 RESUME_HEAD = RESUME_PROMPT.splitlines()[0]
-hosts = ha_tests.hosts
-daemons = ha_tests.daemons
 
 
 class OwnRedis:

@@ -17,10 +17,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from tests.e2e import test_live
-from tests.e2e.proxy import StallProxy
-from tests.e2e.test_live import start_again
-from tests.e2e.test_patrol import (
+from tests.e2e.daemon import start_again
+from tests.e2e.patrol_checks import (
     CONTINUE_HEAD,
     agent_requests,
     answered_by,
@@ -30,13 +28,12 @@ from tests.e2e.test_patrol import (
     settled,
     use_models,
 )
+from tests.e2e.proxy import StallProxy
 from tests.fleet import Hub
 from xaf_hub.patrol.settle import JUST_DISPATCHED
 from xaf_hub.sandbox import fleet as sandbox
 
 pytestmark = pytest.mark.e2e
-
-own_server = test_live.own_server  # the fixture: a server only this module's test restarts
 
 _MESSAGES = re.compile(r"^/session/(ses_\w+)/message(\?|$)")
 

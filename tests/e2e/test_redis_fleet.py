@@ -7,71 +7,27 @@ the real opencode fleet. Host-specific commands run as separate processes.
 
 from __future__ import annotations
 
-import copy
 import json
 import os
 import signal
-import subprocess
-from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.e2e import two_hosts
 from tests.e2e.proxy import StallProxy
+from tests.e2e.two_hosts import Host, abort_all, on_both
 from tests.fleet import Hub
 from tests.redis_fixture import RedisServer, write_redis_config
 from xaf_hub.sandbox import fleet as sandbox
 
 pytestmark = pytest.mark.e2e
 
-
-@dataclass
-class Host:
-    """One simulated host: a hub with its own home and host name."""
-
-    name: str
-    hub: Hub
-
-    @property
-    def home(self) -> Path:
-        return Path(self.hub.env["XAF_HUB_HOME"])
-
-    def popen(self, *args: str) -> subprocess.Popen[str]:
-        return self.hub.popen(*args, extra_env={"XAF_HUB_HOSTNAME": self.name})
-
-    def run(self, *args: str) -> tuple[int, str, str]:
-        proc = self.popen(*args)
-        out, err = proc.communicate(timeout=120)
-        return proc.returncode, out, err
-
-    def write(self, change: Any) -> None:
-        change(self.hub.doc)
-        self.hub.write_config()
-
-
-@pytest.fixture
-def hosts(hub: Hub, redis_server: RedisServer, tmp_path: Path) -> tuple[Host, Host]:
-    prefix = RedisServer.prefix()
-    b_dir = tmp_path / "host-b"
-    (b_dir / "home").mkdir(parents=True)
-    hub_b = replace(
-        hub,
-        config_path=b_dir / "config.json",
-        env={**hub.env, "XAF_HUB_HOME": str(b_dir / "home")},
-        doc=copy.deepcopy(hub.doc),
-    )
-    for h in (hub, hub_b):
-        h.env.update(redis_server.env())
-        write_redis_config(h.doc, redis_server, prefix)
-        h.write_config()
-    return Host("host-a", hub), Host("host-b", hub_b)
-
-
-def on_both(hosts: tuple[Host, Host], change: Any) -> None:
-    for h in hosts:
-        h.write(change)
+# The fixtures live in tests/e2e/two_hosts.py (tests/e2e/conftest.py offers them to every
+# module); these names keep the old import path working.
+hosts = two_hosts.hosts
+rds = two_hosts.rds
 
 
 def slow(hosts: tuple[Host, Host], seconds: float = 25) -> None:
@@ -92,23 +48,11 @@ def set_instance(hosts: tuple[Host, Host], name: str, **fields: Any) -> None:
     on_both(hosts, change)
 
 
-def abort_all(hub: Hub, name: str) -> None:
-    for sid in hub.busy_ids(name):
-        sandbox.abort(hub.server(name).url, hub.password(name), sid)
-
-
 def slot_entries(rds: Any, hub: Hub, instance: str) -> dict[str, dict[str, Any]]:
     prefix = hub.doc["lock"]["redis_prefix"]
     keys = [f"{prefix}:slot:{instance}:{t}" for t in rds.smembers(f"{prefix}:slots:{instance}")]
     values = rds.mget(keys) if keys else []
     return {k: json.loads(v) for k, v in zip(keys, values, strict=True) if v}
-
-
-@pytest.fixture
-def rds(redis_server: RedisServer) -> Any:
-    client = redis_server.client()
-    yield client
-    client.close()
 
 
 @pytest.mark.parametrize("attempt", range(10))

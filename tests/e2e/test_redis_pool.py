@@ -15,15 +15,10 @@ from typing import Any
 
 import pytest
 
-from tests.e2e import test_redis_fleet as two_hosts
-from tests.e2e.test_redis_fleet import Host, abort_all, on_both
+from tests.e2e.two_hosts import Host, abort_all, on_both
 from tests.fleet import NAMES
 
 pytestmark = pytest.mark.e2e
-
-# The two-host fixtures of test_redis_fleet, reused by name.
-hosts = two_hosts.hosts
-rds = two_hosts.rds
 
 TASKS = 9  # three instances at limit 2 take six; three must wait
 

@@ -16,7 +16,6 @@
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import stat
@@ -24,42 +23,22 @@ import subprocess
 import sys
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 import httpx
 import pytest
 
 from tests.e2e.faulty import StepProxy
 from tests.e2e.hostile import HostileServer
+from tests.e2e.leaks import ECHO_USER, leaks
 from tests.fleet import Hub
 from xaf_hub.sandbox import fleet as sandbox
 
 pytestmark = pytest.mark.e2e
 
-# "bob:" is 4 bytes: base64 of "bob:<pw>" does not contain base64 of the password (as it
-# would for "alice:", 6 bytes), so only redacting the Basic credential itself can hide it.
-ECHO_USER = "bob"
 
 
 def home(hub: Hub) -> Path:
     return Path(hub.env["XAF_HUB_HOME"])
-
-
-def forms(secret: str, users: tuple[str, ...] = ("opencode", ECHO_USER)) -> list[str]:
-    """A password as it could leak: plain, URL-quoted, base64, inside a Basic credential."""
-    basic = [base64.b64encode(f"{user}:{secret}".encode()).decode() for user in users]
-    return [
-        secret,
-        quote(secret, safe=""),
-        base64.b64encode(secret.encode()).decode(),
-        *basic,
-        *(b.rstrip("=") for b in basic),
-        *(f"{user}:{secret}" for user in users),
-    ]
-
-
-def leaks(text: str, secrets: list[str]) -> list[str]:
-    return [f for s in secrets for f in forms(s) if f in text]
 
 
 def test_no_password_in_any_output_file_or_error(

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.test_live import Lines, _audit, _beat, _home, start_again
+from tests.e2e.daemon import Lines, _audit, _beat, _home, start_again
 from tests.fleet import NAMES, Hub
 from xaf_hub.sandbox import fleet as sandbox
 

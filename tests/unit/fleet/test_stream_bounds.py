@@ -14,7 +14,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.unit.fleet.test_events import (
+from tests.unit.fleet.event_support import (
     FakeServer,
     _follower,
     _g,
@@ -231,7 +231,7 @@ class _Flood(httpx.AsyncByteStream):
 
 
 def test_doctor_says_when_a_stream_floods_past_its_budget(tmp_path: Path) -> None:
-    from tests.unit.fleet.test_events import _cfg
+    from tests.unit.fleet.event_support import _cfg
     from xaf_hub.ops.health import stream_findings
 
     cfg = _cfg(tmp_path)
@@ -251,7 +251,7 @@ def test_doctor_says_when_a_stream_floods_past_its_budget(tmp_path: Path) -> Non
 
 
 def test_the_page_server_line_says_an_instance_is_polled_and_why(tmp_path: Path) -> None:
-    from tests.unit.fleet.test_events import _cfg
+    from tests.unit.fleet.event_support import _cfg
     from xaf_hub.core.records import InstanceSummary, Snapshot
     from xaf_hub.fleet.events import FleetEvent
     from xaf_hub.page.export import render_html

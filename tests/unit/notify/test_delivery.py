@@ -12,12 +12,13 @@ import subprocess
 import sys
 import threading
 import time
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from tests.notify_capture import Capture
-from xaf_hub.config.load import Config, load_config
+from tests.unit.notify.delivery_support import NOW, ctx, make_cfg, state
+from xaf_hub.config.load import Config
 from xaf_hub.notify import outbox
 from xaf_hub.notify.check import webhook_checks
 from xaf_hub.notify.events import Event
@@ -26,29 +27,6 @@ from xaf_hub.ops.context import OpsContext
 from xaf_hub.patrol.context import Cycle
 from xaf_hub.patrol.runner import CYCLE_LOCK, STEP_NAMES, run_once
 from xaf_hub.store.statefile import file_lock
-
-NOW = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
-
-
-def make_cfg(tmp_path: Path, url: str, **notify: Any) -> Config:
-    doc = {
-        "instances": [{"name": "lan-a", "url": "http://127.0.0.1:9", "roots": ["/srv/p"]}],
-        "notify": {
-            "webhooks": [{"name": "team", "url_env": "HOOK", "format": "json"}],
-            "timeout_seconds": 1,
-            "retries": 0,
-            **notify,
-        },
-    }
-    path = tmp_path / "config.json"
-    path.write_text(json.dumps(doc), "utf-8")
-    env = {"XAF_HUB_HOME": str(tmp_path / "home"), "HOOK": url}
-    return load_config(str(path), env=env, cwd=tmp_path)
-
-
-def ctx(cfg: Config, clock: list[datetime] | None = None) -> OpsContext:
-    now = clock if clock is not None else [NOW]
-    return OpsContext(cfg, clock=lambda: now[0], env={})
 
 
 def events(n: int) -> list[Event]:
@@ -61,12 +39,6 @@ def queue(cfg: Config, evs: list[Event], now: datetime = NOW) -> None:
         cfg.state_dir, lambda state: evs, cfg.notify.webhooks, now=now, queue_limit=100,
         keep_hours=24,
     )
-
-
-def state(cfg: Config) -> dict[str, Any]:
-    found = outbox.read_state(cfg.state_dir)
-    assert found is not None
-    return found
 
 
 def wait(cond: Any, timeout: float = 30.0) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import UTC
 from pathlib import Path
 
-from tests.unit.notify.test_delivery import NOW, ctx, make_cfg, state
+from tests.unit.notify.delivery_support import NOW, ctx, make_cfg, state
 from xaf_hub.config.notify import DEFAULT_EVENTS
 from xaf_hub.notify.derive import failover_event
 from xaf_hub.notify.messages import render

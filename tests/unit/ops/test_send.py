@@ -9,25 +9,19 @@ may have let it through keeps it counting. Steers take the lock too.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import json
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from tests.unit.ops.send_support import ROOT, FakeClient, SpyGate, audit_results, record, slot_files
 from xaf_hub.config.load import Config, parse_config
-from xaf_hub.core.records import SessionRecord
 from xaf_hub.errors import ApiError, BusyError, LockLostError, RunsAgain, UnreachableError
-from xaf_hub.fleet.client import RawStatus, ServerSession
-from xaf_hub.fleet.releases import classify
+from xaf_hub.fleet.client import ServerSession
 from xaf_hub.ops.context import OpsContext
 from xaf_hub.ops.planner import Plan, plan_create, plan_reuse
 from xaf_hub.ops.send import SendResult, send_work
-from xaf_hub.store.gate import PROMPT_ACCEPTED, PROMPT_SENT, Gate, Reservation
-
-ROOT = "/srv/demo"
+from xaf_hub.store.gate import PROMPT_ACCEPTED, PROMPT_SENT, Gate
 
 
 @pytest.fixture
@@ -40,108 +34,6 @@ def cfg(tmp_path: Path) -> Config:
         ],
     }
     return parse_config(doc, path=tmp_path / "config.json", env={})
-
-
-class FakeClient:
-    """Answers like an opencode server holding ``sessions`` with ``busy`` ones running."""
-
-    dialect = "classic"
-    version = "1.18.33"
-    release = classify(version)
-
-    def __init__(self, log: list[str], sessions: list[str], busy: set[str]) -> None:
-        self.log = log
-        self.sessions = {sid: ServerSession(sid, sid, ROOT, 1, 1, 0.0, "", "") for sid in sessions}
-        self.busy = busy
-        self.fail_prompt: Exception | None = None
-        self.fail_create: Exception | None = None
-        self.deadline = 30.0  # what scan_instance reads from a real client
-        self.notes: list[str] = []
-
-    async def detect(self) -> str:
-        return "classic"
-
-    async def list_sessions(self) -> list[ServerSession]:
-        self.log.append("read")
-        return list(self.sessions.values())
-
-    async def status(self, directory: str) -> dict[str, RawStatus]:
-        here = [sid for sid in self.busy if self.sessions[sid].directory == directory]
-        return {sid: {"type": "busy"} for sid in here}
-
-    async def running(self, directories: list[str], fan_out: int = 16) -> dict[str, RawStatus]:
-        merged: dict[str, RawStatus] = {}
-        for d in directories:
-            merged.update(await self.status(d))
-        return merged
-
-    async def get_session(self, session_id: str) -> ServerSession:
-        return self.sessions[session_id]
-
-    async def create_session(self, directory: str, title: str) -> ServerSession:
-        if self.fail_create is not None:
-            raise self.fail_create
-        sid = f"ses_new{len(self.sessions)}"
-        self.sessions[sid] = ServerSession(sid, title, directory, 2, 2, 0.0, "", "")
-        self.log.append(f"create {sid}")
-        return self.sessions[sid]
-
-    async def prompt_async(
-        self, session_id: str, text: str, model: str | None, directory: str | None = None
-    ) -> None:
-        if self.fail_prompt is not None:
-            self.log.append(f"prompt {session_id} failed")
-            raise self.fail_prompt
-        self.log.append(f"prompt {session_id}")
-        self.busy.add(session_id)
-
-
-class SpyGate(Gate):
-    """The file gate, logging each step into the shared log."""
-
-    def __init__(
-        self,
-        root: Path,
-        cfg: Config,
-        log: list[str],
-        clock: Callable[[], float] = time.time,
-        alive: Callable[[int], bool] = lambda pid: True,
-    ) -> None:
-        super().__init__(root, cfg.lock, host="h1", clock=clock, alive=alive)
-        self.log = log
-        self.ownership: list[bool] = []  # answers of owns_lock, in order (then: really held)
-
-    def owns_lock(self, instance: str) -> bool:
-        owned = self.ownership.pop(0) if self.ownership else super().owns_lock(instance)
-        self.log.append("owned" if owned else "lost")
-        return owned
-
-    @contextlib.contextmanager
-    def lock(self, instance: str) -> Iterator[None]:
-        with super().lock(instance):
-            self.log.append("lock")
-            try:
-                yield
-            finally:
-                self.log.append("unlock")
-
-    def reserve(self, instance: str, session_id: str = "", prompt: str = "") -> Reservation:
-        self.log.append(f"reserve {session_id}".strip())
-        return super().reserve(instance, session_id, prompt)
-
-    def attach(self, res: Reservation, session_id: str, prompt: str | None = None) -> Reservation:
-        self.log.append(f"attach {session_id}" if prompt != PROMPT_ACCEPTED else "accepted")
-        return super().attach(res, session_id, prompt)
-
-    def release(self, res: Reservation) -> None:
-        self.log.append("release")
-        super().release(res)
-
-
-def record(sid: str, state: str = "idle") -> SessionRecord:
-    return SessionRecord(
-        "a", sid, sid, ROOT, 1, 1, 0.0, running=state != "idle", run_state=state, project=True  # type: ignore[arg-type]
-    )
 
 
 def send(
@@ -167,15 +59,6 @@ def send(
             still_wanted=still_wanted,
         )
     )
-
-
-def slot_files(cfg: Config) -> list[Path]:
-    return sorted((cfg.state_dir / "slots").glob("*.slot"))
-
-
-def audit_results(cfg: Config) -> list[str]:
-    path = cfg.state_dir / "audit.log"
-    return [json.loads(line)["result"] for line in path.read_text().splitlines()]
 
 
 def test_new_session_goes_through_every_step_in_order(cfg: Config, tmp_path: Path) -> None:

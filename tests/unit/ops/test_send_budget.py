@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.ops.test_send import ROOT, FakeClient, SpyGate, audit_results, record, slot_files
+from tests.unit.ops.send_support import ROOT, FakeClient, SpyGate, audit_results, record, slot_files
 from xaf_hub.config.load import Config, parse_config
 from xaf_hub.core.clock import to_ms
 from xaf_hub.errors import BudgetReached

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.redis_fixture import RedisServer
-from tests.unit.patrol.test_runner import make_cfg, pctx_for
+from tests.unit.patrol.runner_support import make_cfg, pctx_for
 from xaf_hub.cli.main import main
 from xaf_hub.errors import ExitCode
 from xaf_hub.ops.context import OpsContext

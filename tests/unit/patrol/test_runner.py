@@ -8,14 +8,14 @@ import json
 import os
 import subprocess
 import sys
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.unit.patrol.runner_support import NOW, make_cfg, pctx_for
 from xaf_hub.cli.main import main
-from xaf_hub.config.load import Config, load_config
 from xaf_hub.errors import ExitCode, StateFileError, UnreachableError
 from xaf_hub.ops.context import OpsContext
 from xaf_hub.patrol.context import Action, Cycle, SessionLine, StepOutcome
@@ -41,23 +41,7 @@ from xaf_hub.patrol.runner import (
 from xaf_hub.store.backlog import Backlog, Task
 from xaf_hub.store.statefile import file_lock
 
-NOW = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
 REPO = Path(__file__).resolve().parents[3]
-
-
-def make_cfg(tmp_path: Path, **extra: Any) -> Config:
-    doc = {
-        "instances": [{"name": "lan-a", "url": "http://127.0.0.1:9", "roots": ["/srv/p"]}],
-        **extra,
-    }
-    path = tmp_path / "config.json"
-    path.write_text(json.dumps(doc), "utf-8")
-    return load_config(str(path), env={"XAF_HUB_HOME": str(tmp_path / "home")}, cwd=tmp_path)
-
-
-def pctx_for(cfg: Config, lines: list[str] | None = None) -> OpsContext:
-    sink = lines if lines is not None else []
-    return OpsContext(cfg, clock=lambda: NOW, env={}, log=sink.append)
 
 
 def job(name: str, calls: list[str], exc: BaseException | None = None) -> Any:

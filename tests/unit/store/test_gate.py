@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.unit.store.cases import LIVENESS_CASES, PROMPT_CASES
 from xaf_hub.config.load import LockConfig
 from xaf_hub.errors import BusyError
 from xaf_hub.store.gate import Gate, safe_name
@@ -43,21 +44,6 @@ def test_reserve_attach_release(tmp_path: Path) -> None:
     assert gate.live_reservations("lan-a") == []
 
 
-# When a reservation still counts (TTL 60 s, grace 5 s, this host "h1", pid 4242), for the
-# file gate here and the Redis gate in test_redis_gate.py alike:
-# (age s, attached session, running ids or None = unknown, pid alive, host, live)
-LIVENESS_CASES = [
-    (1, "", None, True, "h1", True),
-    (61, "", None, True, "h1", False),  # past TTL (Redis would have expired it too)
-    (4, "ses_1", set(), True, "h1", True),  # not running yet, within grace
-    (6, "ses_1", set(), True, "h1", False),  # not running after grace
-    (30, "ses_1", {"ses_1"}, True, "h1", True),  # running: live until TTL
-    (6, "ses_1", None, True, "h1", True),  # running state unknown: keep
-    (1, "", None, False, "h1", False),  # process gone on this host
-    (1, "", None, False, "h2", True),  # another host's process: cannot tell, keep
-]
-
-
 @pytest.mark.parametrize(("age", "session", "running", "alive", "host", "live"), LIVENESS_CASES)
 def test_liveness(
     tmp_path: Path,
@@ -85,21 +71,6 @@ def test_liveness(
     )
     assert bool(gate.live_reservations("lan-a", running)) is live
     assert path.exists() is live  # dead ones are removed when the gate is read
-
-
-# How far the prompt got changes what frees a reservation of session ses_1 (this host's pid
-# 4242): (age s, prompt, running ids, pid alive, age when the running ids were read, live)
-PROMPT_CASES = [
-    (1, "sent", None, False, None, True),  # the sender is gone: the prompt is out, kept
-    (30, "sent", set(), True, None, True),  # not shown running past the grace: may still land
-    (61, "sent", set(), True, None, False),  # the TTL ends it
-    (3, "accepted", set(), False, None, True),  # answered, within the grace, sender gone
-    (30, "accepted", {"ses_1"}, False, None, True),  # running: kept, whoever sent it
-    (30, "accepted", set(), True, None, False),  # answered, not running after the grace
-    (30, "accepted", set(), True, 2, True),  # the reading was taken 2 s after it was made
-    (30, "accepted", set(), True, -1, True),  # the reading predates it: it cannot judge it
-    (30, "", set(), True, 10, False),  # a reading made after the grace judges it
-]
 
 
 @pytest.mark.parametrize(("age", "prompt", "running", "alive", "seen", "live"), PROMPT_CASES)

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from tests.redis_fixture import RedisServer
-from tests.unit.store.test_gate import LIVENESS_CASES, PROMPT_CASES
+from tests.unit.store.cases import LIVENESS_CASES, PROMPT_CASES
 from xaf_hub.config.load import Config, LockConfig, parse_config
 from xaf_hub.errors import BusyError, ConfigError, ExitCode, StateFileError, UnreachableError
 from xaf_hub.store.backends import make_gate

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from tests.redis_fixture import RedisServer, redis_config
-from tests.unit.patrol.test_run_memory import (
+from tests.unit.patrol.run_support import (
     E400,
     NOW,
     NOW_MS,

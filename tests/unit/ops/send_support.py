@@ -1,0 +1,129 @@
+"""A fake client, a gate that records what it was asked and the files a send leaves,
+shared by the sending tests (test_send.py) and the budget's (test_send_budget.py)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from xaf_hub.config.load import Config
+from xaf_hub.core.records import SessionRecord
+from xaf_hub.fleet.client import RawStatus, ServerSession
+from xaf_hub.fleet.releases import classify
+from xaf_hub.store.gate import PROMPT_ACCEPTED, Gate, Reservation
+
+ROOT = "/srv/demo"
+
+
+class FakeClient:
+    """Answers like an opencode server holding ``sessions`` with ``busy`` ones running."""
+
+    dialect = "classic"
+    version = "1.18.33"
+    release = classify(version)
+
+    def __init__(self, log: list[str], sessions: list[str], busy: set[str]) -> None:
+        self.log = log
+        self.sessions = {sid: ServerSession(sid, sid, ROOT, 1, 1, 0.0, "", "") for sid in sessions}
+        self.busy = busy
+        self.fail_prompt: Exception | None = None
+        self.fail_create: Exception | None = None
+        self.deadline = 30.0  # what scan_instance reads from a real client
+        self.notes: list[str] = []
+
+    async def detect(self) -> str:
+        return "classic"
+
+    async def list_sessions(self) -> list[ServerSession]:
+        self.log.append("read")
+        return list(self.sessions.values())
+
+    async def status(self, directory: str) -> dict[str, RawStatus]:
+        here = [sid for sid in self.busy if self.sessions[sid].directory == directory]
+        return {sid: {"type": "busy"} for sid in here}
+
+    async def running(self, directories: list[str], fan_out: int = 16) -> dict[str, RawStatus]:
+        merged: dict[str, RawStatus] = {}
+        for d in directories:
+            merged.update(await self.status(d))
+        return merged
+
+    async def get_session(self, session_id: str) -> ServerSession:
+        return self.sessions[session_id]
+
+    async def create_session(self, directory: str, title: str) -> ServerSession:
+        if self.fail_create is not None:
+            raise self.fail_create
+        sid = f"ses_new{len(self.sessions)}"
+        self.sessions[sid] = ServerSession(sid, title, directory, 2, 2, 0.0, "", "")
+        self.log.append(f"create {sid}")
+        return self.sessions[sid]
+
+    async def prompt_async(
+        self, session_id: str, text: str, model: str | None, directory: str | None = None
+    ) -> None:
+        if self.fail_prompt is not None:
+            self.log.append(f"prompt {session_id} failed")
+            raise self.fail_prompt
+        self.log.append(f"prompt {session_id}")
+        self.busy.add(session_id)
+
+
+class SpyGate(Gate):
+    """The file gate, logging each step into the shared log."""
+
+    def __init__(
+        self,
+        root: Path,
+        cfg: Config,
+        log: list[str],
+        clock: Callable[[], float] = time.time,
+        alive: Callable[[int], bool] = lambda pid: True,
+    ) -> None:
+        super().__init__(root, cfg.lock, host="h1", clock=clock, alive=alive)
+        self.log = log
+        self.ownership: list[bool] = []  # answers of owns_lock, in order (then: really held)
+
+    def owns_lock(self, instance: str) -> bool:
+        owned = self.ownership.pop(0) if self.ownership else super().owns_lock(instance)
+        self.log.append("owned" if owned else "lost")
+        return owned
+
+    @contextlib.contextmanager
+    def lock(self, instance: str) -> Iterator[None]:
+        with super().lock(instance):
+            self.log.append("lock")
+            try:
+                yield
+            finally:
+                self.log.append("unlock")
+
+    def reserve(self, instance: str, session_id: str = "", prompt: str = "") -> Reservation:
+        self.log.append(f"reserve {session_id}".strip())
+        return super().reserve(instance, session_id, prompt)
+
+    def attach(self, res: Reservation, session_id: str, prompt: str | None = None) -> Reservation:
+        self.log.append(f"attach {session_id}" if prompt != PROMPT_ACCEPTED else "accepted")
+        return super().attach(res, session_id, prompt)
+
+    def release(self, res: Reservation) -> None:
+        self.log.append("release")
+        super().release(res)
+
+
+def record(sid: str, state: str = "idle") -> SessionRecord:
+    return SessionRecord(
+        "a", sid, sid, ROOT, 1, 1, 0.0, running=state != "idle", run_state=state, project=True  # type: ignore[arg-type]
+    )
+
+
+def slot_files(cfg: Config) -> list[Path]:
+    return sorted((cfg.state_dir / "slots").glob("*.slot"))
+
+
+def audit_results(cfg: Config) -> list[str]:
+    path = cfg.state_dir / "audit.log"
+    return [json.loads(line)["result"] for line in path.read_text().splitlines()]
