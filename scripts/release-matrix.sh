@@ -26,7 +26,7 @@ for v in "${versions[@]}"; do
   start=$(date +%s)
   # shellcheck disable=SC2086 # PYTEST_ARGS is a list of words on purpose
   XAF_HUB_OPENCODE_BIN="$bin" XAF_HUB_OPENCODE_VERSION="$v" \
-    "$PY" -m pytest -m core -p no:cacheprovider -q ${PYTEST_ARGS:-}
+    "$PY" -m pytest tests/e2e -m core -p no:cacheprovider -q ${PYTEST_ARGS:-}
   code=$?
   secs=$(( $(date +%s) - start ))
   if [ "$code" -eq 0 ]; then
