@@ -204,7 +204,7 @@ def test_refusals_name_their_class(hub: Hub) -> None:
         ({"text": "x", "instance": "gone", "new": True}, "instance unreachable: "),
         ({"text": "x", "instance": "nope"}, "bad argument: "),
         ({"text": "x", "session": "ses_nope", "instance": "lan-b"}, "bad argument: "),
-        ({"text": "   "}, "bad argument: text is empty"),
+        ({"text": "   "}, "bad argument: --text is empty"),
     ]
     for args, expected in cases:
         got = call(hub, "dispatch", args)
@@ -212,10 +212,27 @@ def test_refusals_name_their_class(hub: Hub) -> None:
         for secret in hub.secrets():
             assert secret not in text(got)
     for args, word in [({"text": "x", "surprise": 1}, "surprise"), ({"text": 5}, "text"),
-                       ({}, "text"), ({"text": "x" * (MAX_TEXT + 1)}, "text")]:
+                       ({}, "text"), ({"text": "x" * (MAX_TEXT + 1)}, "text"),
+                       ({"text": "x", "new": "maybe"}, "new")]:
         got = call(hub, "dispatch", args)
-        assert got.is_error and word in text(got), (args, text(got))
+        # One line an agent reads, naming the argument: no pydantic dump, no echoed value.
+        assert got.is_error and f"bad argument: {word}" in text(got), (args, text(got))
+        assert "pydantic" not in text(got) and "validation error" not in text(got)
+        assert "\n" not in text(got) and "xxxxxxxx" not in text(got)
     assert [e for e in audit(hub) if e.get("result") == "create"] == []
+
+
+def test_a_text_is_text_whatever_its_first_character_and_a_list_is_data(hub: Hub) -> None:
+    got = call(hub, "dispatch", {"text": "--fix-it", "instance": "lan-b", "new": True,
+                                 "dry_run": True})
+    assert not got.is_error, text(got)
+    assert got.structured_content["dry_run"] is True and "--fix-it" in got.structured_content[
+        "prompt"]
+    got = call(hub, "backlog_add", {"title": "-t", "depends_on": ["A", "--instance", "lan-z"]})
+    assert not got.is_error, text(got)
+    code, task = hub.cli_json("backlog", "show", got.structured_content["id"])
+    assert code == 0 and task["title"] == "-t"
+    assert task["depends_on"] == ["A", "--instance", "lan-z"] and task["instance"] == ""
 
 
 def test_lock_busy_is_its_own_class(hub: Hub) -> None:

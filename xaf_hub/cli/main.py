@@ -44,6 +44,16 @@ COMMANDS: dict[str, str] = {
     "completion": "print a shell completion script (bash, zsh or fish)",
 }
 
+# A command whose module lives beside the face it starts, not in cli/commands/: `mcp` starts the
+# MCP server (cli/mcp.py), whose tools call the commands' functions.
+MODULES: dict[str, str] = {"mcp": "xaf_hub.cli.mcp_command"}
+
+
+def command_module(name: str) -> str:
+    """The module of command ``name``."""
+    return MODULES.get(name, f"xaf_hub.cli.commands.{name}")
+
+
 DESCRIPTION = """\
 Run a fleet of opencode servers as one: find the project's sessions on every instance,
 send work to the right session or instance without exceeding any instance's limit,
@@ -71,6 +81,12 @@ class Parser(argparse.ArgumentParser):
         text = f"{where}: {message}" if where else message
         raise UsageError(f"{text}{hint} (see {self.prog} --help)")
 
+    def _parse_known_args(self, arg_strings: list[str], *rest: Any, **more: Any) -> Any:
+        # The words this parser read, kept for the "did you mean" of an error that names no
+        # word (a required option missing because its name was mistyped: `dispatch --txt`).
+        self._words = list(arg_strings)
+        return super()._parse_known_args(arg_strings, *rest, **more)
+
     def _did_you_mean(self, message: str) -> str:
         import difflib
         import re
@@ -90,6 +106,23 @@ class Parser(argparse.ArgumentParser):
                 close = difflib.get_close_matches(word.split("=")[0], sorted(options), n=1)
                 if word.startswith("--") and close:
                     return f"; did you mean {close[0]}?"
+        return self._mistyped(getattr(self, "_words", []))
+
+    def _mistyped(self, words: Sequence[str]) -> str:
+        """The suggestion for the first word that looks like an option this parser does not
+        know (nor abbreviates), whatever the error said."""
+        import difflib
+
+        known = sorted(o for o in self._option_string_actions if o.startswith("--"))
+        for word in words:
+            name = word.split("=")[0]
+            if word == "--":
+                break
+            if not name.startswith("--") or any(o.startswith(name) for o in known):
+                continue
+            close = difflib.get_close_matches(name, known, n=1)
+            if close:
+                return f"; did you mean {close[0]}?"
         return ""
 
 
@@ -122,7 +155,7 @@ def build_parser(argv: Sequence[str] | None = None) -> Parser:
         if name not in wanted:
             sub.add_parser(name, help=help_text, add_help=False)
             continue
-        module = importlib.import_module(f"xaf_hub.cli.commands.{name}")
+        module = importlib.import_module(command_module(name))
         p = sub.add_parser(
             name,
             help=help_text,
