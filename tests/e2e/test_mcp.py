@@ -437,3 +437,37 @@ def test_a_lead_agent_dispatching_into_a_full_instance_is_refused_and_nothing_is
         assert len(hub.busy_ids("local-a")) == 2
     finally:
         abort_all(hub, "local-a")
+
+
+def test_opencode_configured_with_the_lines_init_prints_drives_the_hub(
+    hub: Hub, tmp_path: Path
+) -> None:
+    # As a person does it: `init` for the fleet, then opencode's `mcp` key pasted exactly as
+    # printed (no environment, no timeout); opencode starts the server in a session's folder.
+    import io
+
+    from xaf_hub.cli.main import main
+
+    config = tmp_path / "mine" / "config.json"
+    config.parent.mkdir()
+    args = ["--config", str(config), "init", "--root", str(hub.root)]
+    for name in ("local-a", "lan-b", "lan-c"):
+        args += ["-i", f"{name}={hub.server(name).url}"]
+    out, err = io.StringIO(), io.StringIO()
+    assert main(args, stdout=out, stderr=err, env=hub.env, cwd=tmp_path) == 0, err.getvalue()
+    pasted = json.loads(next(line for line in out.getvalue().splitlines()
+                             if line.strip().startswith('{"mcp"')))
+    lead_config = sandbox.fake_provider_config(hub.llm.url, ("fake/lead-model",
+                                                             "fake/fake-model"))
+    lead_config.update(pasted)
+    # The person's shell: the passwords the next-step line asks for, and this checkout.
+    shell = {**hub.env, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    server = sandbox.OpencodeServer(
+        sandbox.find_opencode_binary(), home=tmp_path / "lead" / "home",
+        cwd=tmp_path / "lead" / "cwd", password="lead-" + os.urandom(8).hex(),
+        config=lead_config, extra_env=shell, start_timeout=120.0,
+    )
+    with server:
+        results = lead_run(hub, server, [["status", {}]])
+    assert "local-a 0 running + 0 reserved of 2" in results[0], results
+    assert "lan-c" in results[0] and "config error" not in results[0]
