@@ -5,11 +5,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
-import io
 import sys
 import traceback
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 from xaf_hub.errors import ExitCode, HubError, MissingPassword, UsageError
@@ -169,14 +167,8 @@ def build_parser(argv: Sequence[str] | None = None) -> Parser:
     return parser
 
 
-def main(
-    argv: Sequence[str] | None = None,
-    *,
-    on_error: Callable[[HubError], None] | None = None,
-    **context: Any,
-) -> int:
-    """Run one command; return its exit code (tests call this directly). ``on_error`` hears
-    the error a refused command ended with (the MCP server names its class to the agent)."""
+def main(argv: Sequence[str] | None = None, **context: Any) -> int:
+    """Run one command; return its exit code (tests call this directly)."""
     args: argparse.Namespace | None = None
     ctx: Context | None = None
     stderr: TextIO = context.get("stderr") or sys.stderr
@@ -211,8 +203,6 @@ def main(
     except HubError as raised:
         shown = MissingPassword.upgrade(raised)
         _report(ctx, stderr, args, str(shown), shown)
-        if on_error is not None:
-            on_error(shown)
         return int(shown.exit_code)
     except Exception as exc:  # noqa: BLE001 - the last line of defence prints one line
         return _internal_error(ctx, stderr, args, exc)
@@ -250,26 +240,6 @@ def _drop_stdout() -> None:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         os.close(devnull)
-
-
-@dataclass(frozen=True)
-class Ran:
-    """What one command did, as a program sees it: its exit code, what it printed (secrets
-    already redacted, as on a terminal) and the error it was refused with."""
-
-    code: int
-    out: str
-    err: str
-    error: HubError | None
-
-
-def invoke(words: Sequence[str], **context: Any) -> Ran:
-    """Run one command exactly as the command line does (same guards, gate, audit and
-    output), capturing its streams: the MCP server's one way to act (``cli/mcp.py``)."""
-    out, err = io.StringIO(), io.StringIO()
-    errors: list[HubError] = []
-    code = main(list(words), on_error=errors.append, stdout=out, stderr=err, **context)
-    return Ran(code, out.getvalue(), err.getvalue(), errors[-1] if errors else None)
 
 
 def _report(
