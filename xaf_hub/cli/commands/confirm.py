@@ -18,6 +18,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from xaf_hub.cli.commands._common import (
+    ALLOW_PROD,
+    FORCE,
+    INSTANCE,
     SESSION,
     add_json,
     add_session,
@@ -26,6 +29,7 @@ from xaf_hub.cli.commands._common import (
     verdict_text,
 )
 from xaf_hub.cli.context import Context
+from xaf_hub.cli.options import Opt, add_options
 from xaf_hub.core import aio
 from xaf_hub.core.clock import iso_time
 from xaf_hub.core.text import dumps
@@ -47,20 +51,20 @@ no free slot for the re-send; 4 unknown session, or --fix on production without 
 """
 
 SESSION_OPT = SESSION.but(help="the session to look at")
+OPTIONS = (
+    INSTANCE.but(help="where it lives (default: search all)"),
+    Opt("fix", ("--fix",), "heal a rate-limited / model-unavailable session now, exactly as the "
+        "patrol would", kind=bool, default=False),
+    ALLOW_PROD.but(help="allow --fix on production"),
+    FORCE.but(help="allow --fix on a non-project session"),
+)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Options of `confirm`."""
     add_json(p)
     add_session(p, SESSION_OPT)
-    p.add_argument("-i", "--instance", metavar="NAME", help="where it lives (default: search all)")
-    p.add_argument(
-        "--fix",
-        action="store_true",
-        help="heal a rate-limited / model-unavailable session now, exactly as the patrol would",
-    )
-    p.add_argument("--allow-prod", action="store_true", help="allow --fix on production")
-    p.add_argument("--force", action="store_true", help="allow --fix on a non-project session")
+    add_options(p, OPTIONS)
 
 
 async def _find(
