@@ -39,9 +39,11 @@ from pydantic import ValidationError
 
 from xaf_hub import __version__
 from xaf_hub.cli.commands import backlog, dispatch, instances, interrupt, sessions, show, status
+from xaf_hub.cli.commands._common import missing_password
 from xaf_hub.cli.context import Context
 from xaf_hub.cli.options import MAX_SHORT, MAX_TEXT, Common, Opt, pick, record
 from xaf_hub.core import aio
+from xaf_hub.core.records import Snapshot
 from xaf_hub.core.text import dumps
 from xaf_hub.errors import (
     BusyError,
@@ -232,20 +234,21 @@ def _status(ctx: Context, v: Values) -> Any:
 def _sessions(ctx: Context, v: Values) -> Any:
     from xaf_hub.page.export import snapshot_document
 
-    opts = record(sessions.Options, sessions.OPTIONS, {k: x for k, x in v.items() if k != "limit"})
+    opts = record(sessions.Options, sessions.OPTIONS, v)
     snap = sessions.read(ctx, opts)
     doc = _unless_password_missing(snapshot_document(snap), snap)
-    if v.get("limit") is not None and isinstance(doc.get("sessions"), list):
-        doc["sessions"] = doc["sessions"][: v["limit"]]
+    if opts.limit is not None and isinstance(doc.get("sessions"), list):
+        doc["sessions"] = doc["sessions"][: opts.limit]
     return doc
 
 
-def _unless_password_missing(doc: Any, snap: Any) -> Any:
+def _unless_password_missing(doc: Any, snap: Snapshot) -> Any:
     """A read's document, even when an instance did not answer (it names those), unless one
-    asks for a password the config lacks: a fix for the person, said as a refusal."""
-    for item in snap.unreachable:
-        if MissingPassword.is_reason(item["reason"]):
-            raise MissingPassword.from_reason(item["instance"], item["reason"])
+    asks for a password the config lacks: a fix for the person, said as a refusal (the
+    command's exit 4)."""
+    missing = missing_password(snap)
+    if missing is not None:
+        raise missing
     return doc
 
 

@@ -217,3 +217,35 @@ def test_arguments_reach_the_record_as_data() -> None:
                  {"title": "B", "depends_on": ["A", "--instance", "lan-z"]})
     assert add.depends_on == ("A", "--instance", "lan-z") and add.instance == ""
     assert add.priority == "P2" and add.prompt == ""
+
+
+def test_a_read_names_a_missing_password_and_still_answers_past_a_down_instance(
+    tmp_path: Path,
+) -> None:
+    import json
+
+    import httpx
+
+    from xaf_hub.cli.mcp import Hub
+
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"instances": [
+        {"name": "locked", "url": "http://127.0.0.1:1", "roots": [str(tmp_path)]},
+        {"name": "down", "url": "http://127.0.0.1:2", "roots": [str(tmp_path)]},
+    ]}), "utf-8")
+
+    def transport(inst: Any) -> httpx.MockTransport:
+        if inst.name == "locked":
+            return httpx.MockTransport(lambda r: httpx.Response(401))
+        return httpx.MockTransport(lambda r: httpx.Response(503, text="down"))
+
+    env = {"XAF_HUB_HOME": str(tmp_path / "home")}
+    hub = Hub(config=str(config), env=env, cwd=tmp_path, transport_factory=transport)
+    for tool in ("instances", "status", "sessions"):
+        got = _call(hub, tool, {})
+        assert got.is_error, (tool, _text(got))
+        assert _text(got).endswith(
+            "password missing: no password configured for locked: set XAF_HUB_PW_LOCKED")
+    got = _call(hub, "sessions", {"instance": "down"})
+    assert not got.is_error, _text(got)
+    assert got.structured_content["unreachable"][0]["instance"] == "down"

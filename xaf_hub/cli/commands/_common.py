@@ -146,10 +146,18 @@ def session_not_found(
     return not_found(session_id, down, instance)
 
 
+def missing_password(snap: Snapshot) -> MissingPassword | None:
+    """The first instance that asked for a password the config does not give, as the error."""
+    for item in snap.unreachable:
+        if MissingPassword.is_reason(item["reason"]):
+            return MissingPassword.from_reason(item["instance"], item["reason"])
+    return None
+
+
 def scan_exit(snap: Snapshot) -> int:
     """4 when an instance needs a password the config lacks; else 0 when at least one instance
     answered, 2 when none did (or the only one asked)."""
-    if any(MissingPassword.is_reason(i.reason) for i in snap.instances if not i.reachable):
+    if missing_password(snap) is not None:
         return int(ExitCode.USAGE)
     if not snap.instances:
         return int(ExitCode.OK)
