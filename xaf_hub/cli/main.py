@@ -94,6 +94,14 @@ class Parser(argparse.ArgumentParser):
             known = re.findall(r"'?([^',\s]+)'?", choice.group(2))
             close = difflib.get_close_matches(choice.group(1), known, n=1, cutoff=0.6)
             return f"; did you mean '{close[0]}'?" if close else ""
+        needs = re.match(r"argument (\S+): expected one argument", message)
+        if needs:  # `--text --fix-it`: the value is there, it only starts with a dash
+            flags = needs.group(1).split("/")
+            words = getattr(self, "_words", [])
+            pairs = zip(words, words[1:], strict=False)  # each word and the one after it
+            if any(w in flags and nxt.startswith("-") for w, nxt in pairs):
+                return f"; a value that starts with '-' is given as {flags[-1]}=VALUE"
+            return ""
         extra = re.match(r"unrecognized arguments: (.*)", message)
         if extra:
             options = set(self._option_string_actions)

@@ -71,6 +71,14 @@ def test_every_mistyped_option_gets_a_suggestion(argv: list[str], hint: str) -> 
     assert hint in err, err
 
 
+def test_a_value_that_starts_with_a_dash_is_told_how_to_give_it() -> None:
+    code, err = error_of("dispatch", "--text", "--fix-it")
+    assert code == 4 and "a value that starts with '-' is given as --text=VALUE" in err
+    assert "did you mean" not in err
+    code, err = error_of("sessions", "--limit")  # no value at all: nothing to say about dashes
+    assert code == 4 and "expected one argument" in err and "starts with" not in err
+
+
 def test_a_text_that_looks_like_an_option_is_not_a_typo() -> None:
     # `--text=--fixit` names --text; nothing after `--` is an option.
     p = build_parser(["dispatch"])
