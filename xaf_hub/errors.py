@@ -11,6 +11,7 @@ Every failure the hub reports to a user is one of these::
     ├── UnreachableError    (exit 2) an instance did not answer usefully (DNS, refused, 401, 5xx)
     │   └── MissingPassword (exit 4) the server asks for a password and none is configured
     ├── BusyError           (exit 3) concurrency limit reached, or the dispatch lock timed out
+    │   ├── LockBusy        (exit 3) a lock (dispatch, state file) stayed held past its wait
     │   ├── LockLostError   (exit 3) the dispatch lock was lost before the prompt went out
     │   ├── BudgetReached   (exit 3) today's spend reached a daily budget: no new work
     │   └── RunStateUnknown (exit 3) an instance's run state cannot be read: counted full
@@ -120,6 +121,10 @@ class BusyError(HubError):
     """The instance is at its concurrency limit or its dispatch lock is held."""
 
     exit_code = ExitCode.BUSY
+
+
+class LockBusy(BusyError):
+    """A lock (an instance's dispatch lock, a state file's) stayed held past its wait."""
 
 
 class LockLostError(BusyError):

@@ -204,7 +204,7 @@ def test_refusals_name_their_class(hub: Hub) -> None:
         ({"text": "x", "instance": "gone", "new": True}, "instance unreachable: "),
         ({"text": "x", "instance": "nope"}, "bad argument: "),
         ({"text": "x", "session": "ses_nope", "instance": "lan-b"}, "bad argument: "),
-        ({"text": "   "}, "bad argument: text is empty"),
+        ({"text": "   "}, "bad argument: --text is empty"),
     ]
     for args, expected in cases:
         got = call(hub, "dispatch", args)
@@ -212,10 +212,27 @@ def test_refusals_name_their_class(hub: Hub) -> None:
         for secret in hub.secrets():
             assert secret not in text(got)
     for args, word in [({"text": "x", "surprise": 1}, "surprise"), ({"text": 5}, "text"),
-                       ({}, "text"), ({"text": "x" * (MAX_TEXT + 1)}, "text")]:
+                       ({}, "text"), ({"text": "x" * (MAX_TEXT + 1)}, "text"),
+                       ({"text": "x", "new": "maybe"}, "new")]:
         got = call(hub, "dispatch", args)
-        assert got.is_error and word in text(got), (args, text(got))
+        # One line an agent reads, naming the argument: no pydantic dump, no echoed value.
+        assert got.is_error and f"bad argument: {word}" in text(got), (args, text(got))
+        assert "pydantic" not in text(got) and "validation error" not in text(got)
+        assert "\n" not in text(got) and "xxxxxxxx" not in text(got)
     assert [e for e in audit(hub) if e.get("result") == "create"] == []
+
+
+def test_a_text_is_text_whatever_its_first_character_and_a_list_is_data(hub: Hub) -> None:
+    got = call(hub, "dispatch", {"text": "--fix-it", "instance": "lan-b", "new": True,
+                                 "dry_run": True})
+    assert not got.is_error, text(got)
+    assert got.structured_content["dry_run"] is True and "--fix-it" in got.structured_content[
+        "prompt"]
+    got = call(hub, "backlog_add", {"title": "-t", "depends_on": ["A", "--instance", "lan-z"]})
+    assert not got.is_error, text(got)
+    code, task = hub.cli_json("backlog", "show", got.structured_content["id"])
+    assert code == 0 and task["title"] == "-t"
+    assert task["depends_on"] == ["A", "--instance", "lan-z"] and task["instance"] == ""
 
 
 def test_lock_busy_is_its_own_class(hub: Hub) -> None:
@@ -420,3 +437,37 @@ def test_a_lead_agent_dispatching_into_a_full_instance_is_refused_and_nothing_is
         assert len(hub.busy_ids("local-a")) == 2
     finally:
         abort_all(hub, "local-a")
+
+
+def test_opencode_configured_with_the_lines_init_prints_drives_the_hub(
+    hub: Hub, tmp_path: Path
+) -> None:
+    # As a person does it: `init` for the fleet, then opencode's `mcp` key pasted exactly as
+    # printed (no environment, no timeout); opencode starts the server in a session's folder.
+    import io
+
+    from xaf_hub.cli.main import main
+
+    config = tmp_path / "mine" / "config.json"
+    config.parent.mkdir()
+    args = ["--config", str(config), "init", "--root", str(hub.root)]
+    for name in ("local-a", "lan-b", "lan-c"):
+        args += ["-i", f"{name}={hub.server(name).url}"]
+    out, err = io.StringIO(), io.StringIO()
+    assert main(args, stdout=out, stderr=err, env=hub.env, cwd=tmp_path) == 0, err.getvalue()
+    pasted = json.loads(next(line for line in out.getvalue().splitlines()
+                             if line.strip().startswith('{"mcp"')))
+    lead_config = sandbox.fake_provider_config(hub.llm.url, ("fake/lead-model",
+                                                             "fake/fake-model"))
+    lead_config.update(pasted)
+    # The person's shell: the passwords the next-step line asks for, and this checkout.
+    shell = {**hub.env, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    server = sandbox.OpencodeServer(
+        sandbox.find_opencode_binary(), home=tmp_path / "lead" / "home",
+        cwd=tmp_path / "lead" / "cwd", password="lead-" + os.urandom(8).hex(),
+        config=lead_config, extra_env=shell, start_timeout=120.0,
+    )
+    with server:
+        results = lead_run(hub, server, [["status", {}]])
+    assert "local-a 0 running + 0 reserved of 2" in results[0], results
+    assert "lan-c" in results[0] and "config error" not in results[0]

@@ -47,6 +47,12 @@ def test_show_reads_the_last_prompt_and_answer(hub: Hub) -> None:
     assert data["last_prompt"]["at"].endswith("Z") and data["last_prompt"]["at_ms"] > 0
     assert data["model"] == "fake/fake-model" and data["attach"] == attach
     assert isinstance(data["cost"], float) and data["updated"].endswith("Z")
+    # One way to name a session everywhere: -s/--session as well as the positional.
+    code, named = hub.cli_json("show", "-s", sid, "-i", "local-a")
+    assert code == 0 and named == {**data, "updated": named["updated"],
+                                   "updated_ms": named["updated_ms"]}
+    code, seen = hub.cli_json("confirm", sid)
+    assert code == 0 and seen["session_id"] == sid
 
 
 def test_show_unknown_session_is_exit_4(hub: Hub) -> None:

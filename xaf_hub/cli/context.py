@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 from collections.abc import Mapping, Sequence
@@ -37,6 +38,12 @@ class Context:
 
     def __post_init__(self) -> None:
         self.common = build(Common, self.args)
+
+    @classmethod
+    def of(cls, common: Common, **seams: Any) -> Context:
+        """A context for a face with no command line (the MCP server): ``common`` stands for
+        the options every command has; each option of its own comes as a typed record."""
+        return cls(args=argparse.Namespace(**dataclasses.asdict(common)), **seams)
 
     def options(self, cls: type[T]) -> T:
         """This command's options as the typed record ``cls`` (see ``cli/options.py``)."""

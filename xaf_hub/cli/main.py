@@ -5,11 +5,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
-import io
 import sys
 import traceback
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 from xaf_hub.errors import ExitCode, HubError, MissingPassword, UsageError
@@ -44,6 +42,16 @@ COMMANDS: dict[str, str] = {
     "completion": "print a shell completion script (bash, zsh or fish)",
 }
 
+# A command whose module lives beside the face it starts, not in cli/commands/: `mcp` starts the
+# MCP server (cli/mcp.py), whose tools call the commands' functions.
+MODULES: dict[str, str] = {"mcp": "xaf_hub.cli.mcp_command"}
+
+
+def command_module(name: str) -> str:
+    """The module of command ``name``."""
+    return MODULES.get(name, f"xaf_hub.cli.commands.{name}")
+
+
 DESCRIPTION = """\
 Run a fleet of opencode servers as one: find the project's sessions on every instance,
 send work to the right session or instance without exceeding any instance's limit,
@@ -71,6 +79,12 @@ class Parser(argparse.ArgumentParser):
         text = f"{where}: {message}" if where else message
         raise UsageError(f"{text}{hint} (see {self.prog} --help)")
 
+    def _parse_known_args(self, arg_strings: list[str], *rest: Any, **more: Any) -> Any:
+        # The words this parser read, kept for the "did you mean" of an error that names no
+        # word (a required option missing because its name was mistyped: `dispatch --txt`).
+        self._words = list(arg_strings)
+        return super()._parse_known_args(arg_strings, *rest, **more)
+
     def _did_you_mean(self, message: str) -> str:
         import difflib
         import re
@@ -80,6 +94,14 @@ class Parser(argparse.ArgumentParser):
             known = re.findall(r"'?([^',\s]+)'?", choice.group(2))
             close = difflib.get_close_matches(choice.group(1), known, n=1, cutoff=0.6)
             return f"; did you mean '{close[0]}'?" if close else ""
+        needs = re.match(r"argument (\S+): expected one argument", message)
+        if needs:  # `--text --fix-it`: the value is there, it only starts with a dash
+            flags = needs.group(1).split("/")
+            words = getattr(self, "_words", [])
+            pairs = zip(words, words[1:], strict=False)  # each word and the one after it
+            if any(w in flags and nxt.startswith("-") for w, nxt in pairs):
+                return f"; a value that starts with '-' is given as {flags[-1]}=VALUE"
+            return ""
         extra = re.match(r"unrecognized arguments: (.*)", message)
         if extra:
             options = set(self._option_string_actions)
@@ -90,6 +112,23 @@ class Parser(argparse.ArgumentParser):
                 close = difflib.get_close_matches(word.split("=")[0], sorted(options), n=1)
                 if word.startswith("--") and close:
                     return f"; did you mean {close[0]}?"
+        return self._mistyped(getattr(self, "_words", []))
+
+    def _mistyped(self, words: Sequence[str]) -> str:
+        """The suggestion for the first word that looks like an option this parser does not
+        know (nor abbreviates), whatever the error said."""
+        import difflib
+
+        known = sorted(o for o in self._option_string_actions if o.startswith("--"))
+        for word in words:
+            name = word.split("=")[0]
+            if word == "--":
+                break
+            if not name.startswith("--") or any(o.startswith(name) for o in known):
+                continue
+            close = difflib.get_close_matches(name, known, n=1)
+            if close:
+                return f"; did you mean {close[0]}?"
         return ""
 
 
@@ -122,7 +161,7 @@ def build_parser(argv: Sequence[str] | None = None) -> Parser:
         if name not in wanted:
             sub.add_parser(name, help=help_text, add_help=False)
             continue
-        module = importlib.import_module(f"xaf_hub.cli.commands.{name}")
+        module = importlib.import_module(command_module(name))
         p = sub.add_parser(
             name,
             help=help_text,
@@ -136,14 +175,8 @@ def build_parser(argv: Sequence[str] | None = None) -> Parser:
     return parser
 
 
-def main(
-    argv: Sequence[str] | None = None,
-    *,
-    on_error: Callable[[HubError], None] | None = None,
-    **context: Any,
-) -> int:
-    """Run one command; return its exit code (tests call this directly). ``on_error`` hears
-    the error a refused command ended with (the MCP server names its class to the agent)."""
+def main(argv: Sequence[str] | None = None, **context: Any) -> int:
+    """Run one command; return its exit code (tests call this directly)."""
     args: argparse.Namespace | None = None
     ctx: Context | None = None
     stderr: TextIO = context.get("stderr") or sys.stderr
@@ -178,8 +211,6 @@ def main(
     except HubError as raised:
         shown = MissingPassword.upgrade(raised)
         _report(ctx, stderr, args, str(shown), shown)
-        if on_error is not None:
-            on_error(shown)
         return int(shown.exit_code)
     except Exception as exc:  # noqa: BLE001 - the last line of defence prints one line
         return _internal_error(ctx, stderr, args, exc)
@@ -217,26 +248,6 @@ def _drop_stdout() -> None:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         os.close(devnull)
-
-
-@dataclass(frozen=True)
-class Ran:
-    """What one command did, as a program sees it: its exit code, what it printed (secrets
-    already redacted, as on a terminal) and the error it was refused with."""
-
-    code: int
-    out: str
-    err: str
-    error: HubError | None
-
-
-def invoke(words: Sequence[str], **context: Any) -> Ran:
-    """Run one command exactly as the command line does (same guards, gate, audit and
-    output), capturing its streams: the MCP server's one way to act (``cli/mcp.py``)."""
-    out, err = io.StringIO(), io.StringIO()
-    errors: list[HubError] = []
-    code = main(list(words), on_error=errors.append, stdout=out, stderr=err, **context)
-    return Ran(code, out.getvalue(), err.getvalue(), errors[-1] if errors else None)
 
 
 def _report(

@@ -1,39 +1,55 @@
 """The hub as an MCP server: a lead agent sees the fleet, sends work and queues it, with every
 guarantee of the command line.
 
-Each tool is a command of the CLI, run exactly as a person runs it (``cli.main.invoke``): the
-same options, the same gate and limit, the same production guard, the same audit log (the
-caller is ``mcp:<client name>``) and the same discipline block in every prompt. Nothing here
-decides anything; it turns a tool call into the command's words and the command's JSON into
-the tool's result. A refused command is a tool error whose text starts with the refusal's
-class (``limit reached: ...``), never a traceback and never a secret (the command's output is
-redacted before it leaves, as on a terminal).
+Each tool is one declaration (``Tool``): a name, what it does, the options it takes (the very
+``Opt`` declarations its command's argparse face comes from, ``cli/options.py``) and one call
+that builds the command's typed record (``dispatch.Options``, hence ``DispatchOrder``) from the
+validated arguments and runs the operation the command runs. So a tool has the command's gate
+and limit, production guard, audit log (the caller is ``mcp:<client name>``) and discipline
+block, and answers the document the command prints with ``--json``; nothing is turned into
+words or read back from printed text. A refusal is a tool error whose text starts with its
+class, named from the exception tree (``limit reached: ...``); never a traceback and never a
+secret (every answer is redacted as a terminal's output is).
 
-A command runs in a worker thread that is never abandoned: a client that disconnects mid-call
-leaves the command to finish (a dispatch either completed, and is audited, or never started).
+A call runs in a worker thread that is never abandoned: a client that disconnects mid-call
+leaves the operation to finish (a dispatch either completed, and is audited, or never started).
+When the config cannot be loaded the server still starts and answers every call with that
+reason as a ``config error`` (the agent, and the person reading its screen, see it).
 """
 
 # No `from __future__ import annotations`: the SDK reads each tool's signature at run time.
+import contextlib
 import functools
+import inspect
+import io
 import json
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import anyio
-from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver import Context as McpContext
+from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.utilities.func_metadata import FuncMetadata
 from mcp_types import CallToolResult, TextContent
-from pydantic import Field
+from pydantic import ValidationError
 
 from xaf_hub import __version__
-from xaf_hub.cli.main import Ran, invoke
+from xaf_hub.cli.commands import backlog, dispatch, instances, interrupt, sessions, show, status
+from xaf_hub.cli.commands._common import missing_password
+from xaf_hub.cli.context import Context
+from xaf_hub.cli.options import MAX_SHORT, MAX_TEXT, Common, Opt, pick, record
+from xaf_hub.core import aio
+from xaf_hub.core.records import Snapshot
+from xaf_hub.core.text import dumps
 from xaf_hub.errors import (
     BusyError,
     ConfigError,
     HubError,
+    LockBusy,
     LockLostError,
     MissingPassword,
     NotProjectSession,
@@ -48,10 +64,8 @@ from xaf_hub.errors import (
 if TYPE_CHECKING:
     from xaf_hub.fleet.scan import TransportFactory
 
-# One task text an agent may send: far more than any prompt needs, far less than a memory risk.
-MAX_TEXT = 64_000
-MAX_SHORT = 512  # a title, a keyword, an instance or session id, a model, a directory
-Short = Annotated[str, Field(min_length=1, max_length=MAX_SHORT)]
+__all__ = ["MAX_SHORT", "MAX_TEXT", "TOOLS", "Hub", "Tool", "build_server", "refusal_class"]
+
 INSTRUCTIONS = """\
 xaf-hub runs a team's fleet of opencode servers as one. Look before you send: `status` says
 how full each instance is (running + reserved of its limit); `sessions` lists the project's
@@ -59,33 +73,29 @@ sessions. `dispatch` sends a task to a related session or a new one on the least
 instance; every instance keeps at most its limit of runs, for you exactly as for a person.
 When the fleet is full, `dispatch` with queue=true puts the task in the pool instead, and the
 patrol starts it when a slot frees. A refusal names its class first: limit reached, lock busy,
-production needs allow_prod, not a project session, instance unreachable, bad argument."""
+production needs allow_prod, not a project session, instance unreachable, bad argument,
+config error."""
+
+# Most specific first: the first class the error is an instance of names it.
+_CLASSES: tuple[tuple[type[BaseException], str], ...] = (
+    (LockLostError, "lock lost"),
+    (LockBusy, "lock busy"),
+    (RunStateUnknown, "run state unknown"),
+    (BusyError, "limit reached"),
+    (ProductionRefused, "production needs allow_prod"),
+    (NotProjectSession, "not a project session"),
+    (MissingPassword, "password missing"),
+    (UnreachableError, "instance unreachable"),
+    (SessionNotFound, "bad argument"),
+    (UsageError, "bad argument"),
+    (ConfigError, "config error"),
+    (StateFileError, "state file damaged"),
+)
 
 
-def refusal_class(error: HubError | None, code: int) -> str:
+def refusal_class(error: BaseException) -> str:
     """The class of a refusal, as an agent reads it (the first words of the tool error)."""
-    if isinstance(error, LockLostError):
-        return "lock lost"
-    if isinstance(error, RunStateUnknown):
-        return "run state unknown"
-    if isinstance(error, BusyError):
-        return "lock busy" if "could not obtain" in str(error) else "limit reached"
-    if isinstance(error, ProductionRefused):
-        return "production needs allow_prod"
-    if isinstance(error, NotProjectSession):
-        return "not a project session"
-    if isinstance(error, MissingPassword):
-        return "password missing"
-    if isinstance(error, UnreachableError):
-        return "instance unreachable"
-    if isinstance(error, SessionNotFound | UsageError):
-        return "bad argument"
-    if isinstance(error, ConfigError):
-        return "config error"
-    if isinstance(error, StateFileError):
-        return "state file damaged"
-    return {2: "instance unreachable", 3: "limit reached", 4: "bad argument",
-            5: "not a project session"}.get(code, "internal error")
+    return next((word for kind, word in _CLASSES if isinstance(error, kind)), "internal error")
 
 
 @dataclass(frozen=True)
@@ -97,11 +107,29 @@ class Answer:
 
 
 class Refused(Exception):
-    """A command refused the call; ``str()`` is the tool error an agent reads."""
+    """A tool call was refused; ``str()`` is the tool error an agent reads."""
+
+
+Values = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Tool:
+    """One MCP tool, declared: its name (as the command's), what it does, the options it takes
+    (the command's own declarations) and the one call that answers it. ``answer`` gets a
+    context for this call and the arguments by option name (only those given), and returns the
+    document the command prints with --json; ``summary`` is the line an agent reads first."""
+
+    name: str
+    description: str
+    options: tuple[Opt, ...]
+    answer: Callable[[Context, Values], Any]
+    summary: Callable[[Any], str]
 
 
 class Hub:
-    """Runs the CLI's commands for the tools: the config, the environment and the caller."""
+    """What every tool call shares: the config, the environment, the folder and the transport
+    seam; each call gets its own context with the caller in the audit log."""
 
     def __init__(
         self,
@@ -116,39 +144,37 @@ class Hub:
         self.cwd = cwd or Path.cwd()
         self.transport_factory = transport_factory
 
-    def run(self, words: Sequence[str], caller: str) -> Ran:
-        """One command as the CLI runs it, with ``--json`` and this caller in the audit log."""
-        head = ["--config", self.config] if self.config else []
-        env = {**self.env, "XAF_HUB_CALLER": f"mcp:{caller}"}
-        extra: dict[str, Any] = {}
-        if self.transport_factory is not None:
-            extra["transport_factory"] = self.transport_factory
-        return invoke([words[0], *head, *words[1:], "--json"], env=env, cwd=self.cwd, **extra)
+    def context(self, caller: str) -> Context:
+        """A context for one call: JSON, its own streams, ``mcp:<caller>`` in the audit log."""
+        return Context.of(
+            Common(config=self.config, json=True),
+            stdout=io.StringIO(), stderr=io.StringIO(),
+            env={**self.env, "XAF_HUB_CALLER": f"mcp:{caller}"}, cwd=self.cwd,
+            transport_factory=self.transport_factory,
+        )
 
-    def answer(
-        self, words: Sequence[str], caller: str, summary: Callable[[Any], str], *,
-        reads: bool = False,
-    ) -> Answer:
-        """Run the command; its JSON as the result, or Refused with the reason's class. A read
-        (``reads``) that printed its document despite an unreachable instance (exit 2) is a
-        result: the document names the instances it could not reach."""
-        ran = self.run(words, caller)
-        partial = ran.code == 2 and reads and ran.error is None and bool(ran.out.strip())
-        if ran.code != 0 and not partial:
-            shown = _last_line(ran.err).removeprefix("xaf-hub: error: ")
-            reason = shown or (str(ran.error) if ran.error else f"exit {ran.code}")
-            raise Refused(f"{refusal_class(ran.error, ran.code)}: {reason}")
+    def answer(self, tool: Tool, values: Values, caller: str) -> Answer:
+        """Run the tool's call; its document as the result, or Refused with the reason's class.
+        Everything that leaves is redacted of every secret the run knows."""
+        ctx = self.context(caller)
         try:
-            doc = json.loads(ran.out) if ran.out.strip() else {}
-        except ValueError as exc:  # a command that printed something else: a bug, said plainly
-            raise Refused(f"internal error: {words[0]} printed no JSON") from exc
-        document = doc if isinstance(doc, dict) else {"items": doc}
-        return Answer(document, summary(doc))
+            doc = tool.answer(ctx, values)
+        except HubError as raised:
+            error = MissingPassword.upgrade(raised)
+            raise Refused(f"{refusal_class(error)}: {_redacted(ctx, str(error))}") from None
+        except Exception as exc:  # noqa: BLE001 - the last line of defence answers one line
+            text = _redacted(ctx, f"{type(exc).__name__}: {exc}")
+            raise Refused(f"internal error: {text}") from None
+        safe = json.loads(_redacted(ctx, dumps(doc)))
+        document = safe if isinstance(safe, dict) else {"items": safe}
+        return Answer(document, _redacted(ctx, tool.summary(safe)))
 
 
-def _last_line(text: str) -> str:
-    lines = [line for line in text.strip().splitlines() if line.strip()]
-    return lines[-1] if lines else ""
+def _redacted(ctx: Context, text: str) -> str:
+    # Learn every configured password, even when the call failed before it loaded the config.
+    with contextlib.suppress(Exception):  # a broken config has no secrets to learn
+        _ = ctx.config
+    return ctx.redact(text)
 
 
 # -- what an agent reads in one line -------------------------------------------------------------
@@ -159,10 +185,6 @@ def _count(doc: Any, what: str) -> str:
         doc = doc.get(what, [])
     n = len(doc) if isinstance(doc, list) else 0
     return f"{n} {what}"
-
-
-def _field(doc: Any, key: str) -> str:
-    return str(doc.get(key, "")) if isinstance(doc, dict) else ""
 
 
 def _status_line(doc: Any) -> str:
@@ -196,32 +218,145 @@ def _dispatch_line(doc: Any) -> str:
             f"model {doc.get('model') or 'server default'}")
 
 
+# -- the tools: one declaration each, one call into what the command runs ----------------------
+
+
+def _instances(ctx: Context, v: Values) -> Any:
+    doc, snap = instances.read(ctx, record(instances.Options, instances.OPTIONS, v))
+    return _unless_password_missing(doc, snap)
+
+
+def _status(ctx: Context, v: Values) -> Any:
+    m = status.measure(ctx, record(status.Options, status.OPTIONS, v))
+    return _unless_password_missing(status.document(m), m.snap)
+
+
+def _sessions(ctx: Context, v: Values) -> Any:
+    from xaf_hub.page.export import snapshot_document
+
+    opts = record(sessions.Options, sessions.OPTIONS, v)
+    snap = sessions.read(ctx, opts)
+    doc = _unless_password_missing(snapshot_document(snap), snap)
+    if opts.limit is not None and isinstance(doc.get("sessions"), list):
+        doc["sessions"] = doc["sessions"][: opts.limit]
+    return doc
+
+
+def _unless_password_missing(doc: Any, snap: Snapshot) -> Any:
+    """A read's document, even when an instance did not answer (it names those), unless one
+    asks for a password the config lacks: a fix for the person, said as a refusal (the
+    command's exit 4)."""
+    missing = missing_password(snap)
+    if missing is not None:
+        raise missing
+    return doc
+
+
+def _show(ctx: Context, v: Values) -> Any:
+    return show.document(show.look(ctx, record(show.Options, show.OPTIONS, v)))
+
+
+def _dispatch(ctx: Context, v: Values) -> Any:
+    done = dispatch.carry_out(ctx, record(dispatch.Options, dispatch.OPTIONS, v))
+    refused = done.refusal() if isinstance(done, dispatch.Planned) else None
+    if refused is not None:
+        raise refused
+    return dispatch.document(done)
+
+
+def _interrupt(ctx: Context, v: Values) -> Any:
+    from xaf_hub.ops.interrupt import interrupt_session
+
+    opts = record(interrupt.Options, interrupt.OPTIONS, v)
+    done = aio.run(interrupt_session(ctx.ops(), v["session"], instance=opts.instance,
+                                     allow_prod=opts.allow_prod, force=opts.force))
+    return interrupt.document(done)
+
+
+def _backlog_add(ctx: Context, v: Values) -> Any:
+    task = backlog.add_task(ctx, record(backlog.AddOptions, backlog.ADD_OPTIONS, v))
+    return task.to_json()
+
+
+def _backlog_show(ctx: Context, v: Values) -> Any:
+    return backlog.show_document(*backlog.shown(ctx, record(backlog.ShowOptions,
+                                                            backlog.SHOW_OPTIONS, v)))
+
+
+def _field(doc: Any, key: str) -> str:
+    return str(doc.get(key, "")) if isinstance(doc, dict) else ""
+
+
+TOOLS: tuple[Tool, ...] = (
+    Tool("instances", "List the fleet's instances: reachable or not (with the reason), "
+         "opencode version, role, limit.", (), _instances, lambda d: _count(d, "instances")),
+    Tool("status", "How full each instance is: running + reserved of its limit, and whether it "
+         "can take new work now; the task pool's queue.", (), _status, _status_line),
+    Tool("sessions", "The project's sessions on every instance (or one): id, title, directory, "
+         "run state, last result.", pick(sessions.OPTIONS, "instance", "keyword", "limit"),
+         _sessions, lambda d: _count(d, "sessions")),
+    Tool("show", "One session: its state, the last prompt and the last answer.",
+         (show.SESSION_OPT.but(required=True), *pick(show.OPTIONS, "instance")), _show,
+         lambda d: f"session {_field(d, 'session_id')}"),
+    Tool("dispatch", "Send a task to the right session: a related one (smart match), a named "
+         "one, or a new one on the least-loaded instance, never past an instance's limit. "
+         "queue=true puts the task in the pool when no instance can take it now.",
+         pick(dispatch.OPTIONS, "text", "instance", "session", "directory", "title", "new",
+              "dry_run", "model", "queue", "allow_prod"),
+         _dispatch, _dispatch_line),
+    Tool("interrupt", "Stop a session's run (a person's decision: the patrol never resumes it).",
+         (interrupt.SESSION_OPT.but(required=True),
+          *pick(interrupt.OPTIONS, "instance", "allow_prod")),
+         _interrupt, lambda d: f"interrupted {_field(d, 'session_id')}"),
+    Tool("backlog_list", "The task pool: every task with its status (pending, dispatched, "
+         "done), priority and session.", backlog.LIST_OPTIONS,
+         lambda ctx, v: backlog.listing(ctx, record(backlog.ListOptions, backlog.LIST_OPTIONS, v)),
+         lambda d: _count(d, "tasks")),
+    Tool("backlog_add", "Add a task to the pool; the patrol dispatches it when a slot is free "
+         "(after the tasks it depends on are done).",
+         pick(backlog.ADD_OPTIONS, "title", "prompt", "priority", "instance", "depends_on"),
+         _backlog_add, lambda d: f"added {_field(d, 'id')}"),
+    Tool("backlog_show", "One task of the pool, whole.", backlog.SHOW_OPTIONS, _backlog_show,
+         lambda d: f"task {_field(d, 'id')}"),
+)
+
+
 # -- the server ----------------------------------------------------------------------------------
 
 
-def build_server(hub: Hub) -> MCPServer:
-    """The MCP server with one tool per command an agent needs (names as in the CLI)."""
+def build_server(hub: Hub, tools: tuple[Tool, ...] = TOOLS) -> MCPServer:
+    """The MCP server with one tool per declaration (names as in the CLI)."""
     server: MCPServer = MCPServer(
         "xafhub", title="xaf-hub", version=__version__, instructions=INSTRUCTIONS,
         log_level="WARNING",
     )
+    for tool in tools:
+        server.add_tool(_tool_function(hub, tool), name=tool.name, description=tool.description)
+    _check_arguments(server)
+    return server
 
-    def caller_of(ctx: Context) -> str:
-        try:
-            info = ctx.request_context.session.client_params.client_info  # type: ignore[union-attr]
-            name = str(info.name or "agent")
-        except AttributeError:
-            name = "agent"
-        return "".join(c for c in name if c.isprintable())[:64] or "agent"
 
-    async def call(
-        ctx: Context, words: list[str], summary: Callable[[Any], str], *, reads: bool = False
-    ) -> CallToolResult:
-        caller = caller_of(ctx)
+def _caller_of(ctx: McpContext) -> str:
+    try:
+        info = ctx.request_context.session.client_params.client_info  # type: ignore[union-attr]
+        name = str(info.name or "agent")
+    except AttributeError:
+        name = "agent"
+    return "".join(c for c in name if c.isprintable())[:64] or "agent"
+
+
+def _tool_function(hub: Hub, tool: Tool) -> Callable[..., Any]:
+    """The function the SDK registers for ``tool``: its signature (hence the tool's JSON schema)
+    is generated from the tool's option declarations."""
+
+    async def call(ctx: McpContext, **arguments: Any) -> CallToolResult:
+        if _BAD in arguments:
+            raise ToolError(arguments[_BAD])
+        given = {k: v for k, v in arguments.items() if v is not None}
         try:
-            # Never abandoned: a cancelled call waits for its command (done or not started).
+            # Never abandoned: a cancelled call waits for its operation (done or not started).
             got = await anyio.to_thread.run_sync(
-                functools.partial(hub.answer, words, caller, summary, reads=reads)
+                functools.partial(hub.answer, tool, given, _caller_of(ctx))
             )
         except Refused as exc:
             raise ToolError(str(exc)) from None
@@ -230,142 +365,51 @@ def build_server(hub: Hub) -> MCPServer:
             structured_content=got.document,
         )
 
-    def opt(flag: str, value: str | int | None) -> list[str]:
-        return [] if value is None or value == "" else [flag, str(value)]
-
-    @server.tool(description="List the fleet's instances: reachable or not (with the reason), "
-                 "opencode version, role, limit.")
-    async def instances(ctx: Context) -> CallToolResult:
-        return await call(ctx, ["instances"], lambda d: _count(d, "instances"), reads=True)
-
-    @server.tool(description="How full each instance is: running + reserved of its limit, and "
-                 "whether it can take new work now; the task pool's queue.")
-    async def status(ctx: Context) -> CallToolResult:
-        return await call(ctx, ["status"], _status_line, reads=True)
-
-    @server.tool(description="The project's sessions on every instance (or one): id, title, "
-                 "directory, run state, last result.")
-    async def sessions(
-        ctx: Context,
-        instance: Annotated[str | None, Field(max_length=MAX_SHORT,
-                                              description="only this instance")] = None,
-        keyword: Annotated[str | None, Field(max_length=MAX_SHORT,
-                                             description="only titles containing this")] = None,
-        limit: Annotated[int | None, Field(ge=1, le=10_000,
-                                           description="at most this many sessions")] = None,
-    ) -> CallToolResult:
-        words = ["sessions", *opt("--instance", instance), *opt("--keyword", keyword)]
-        got = await call(ctx, words, lambda d: _count(d, "sessions"), reads=True)
-        if limit is not None and isinstance(got.structured_content, dict):
-            rows = got.structured_content.get("sessions")
-            if isinstance(rows, list):
-                got.structured_content["sessions"] = rows[:limit]
-        return got
-
-    @server.tool(description="One session: its state, the last prompt and the last answer.")
-    async def show(
-        ctx: Context,
-        session: Annotated[Short, Field(description="the session id (ses_...)")],
-        instance: Annotated[str | None, Field(max_length=MAX_SHORT,
-                                              description="where it lives (default: any)")] = None,
-    ) -> CallToolResult:
-        return await call(ctx, ["show", session, *opt("--instance", instance)],
-                          lambda d: f"session {session}")
-
-    @server.tool(description="Send a task to the right session: a related one (smart match), a "
-                 "named one, or a new one on the least-loaded instance, never past an instance's "
-                 "limit. queue=true puts the task in the pool when no instance can take it now.")
-    async def dispatch(
-        ctx: Context,
-        text: Annotated[str, Field(min_length=1, max_length=MAX_TEXT,
-                                   description="what the agent should do")],
-        instance: Annotated[str | None, Field(max_length=MAX_SHORT,
-                                              description="only this instance")] = None,
-        session: Annotated[str | None, Field(max_length=MAX_SHORT,
-                                             description="send to this session")] = None,
-        directory: Annotated[str | None, Field(max_length=4096,
-                                               description="directory for a new session")] = None,
-        title: Annotated[str | None, Field(max_length=MAX_SHORT,
-                                           description="reuse the session whose title contains "
-                                           "this (with new: the new session's title)")] = None,
-        new: Annotated[bool, Field(description="always create a new session")] = False,
-        dry_run: Annotated[bool, Field(description="plan only; send nothing")] = False,
-        model: Annotated[str | None, Field(max_length=MAX_SHORT,
-                                           description="provider/model to use")] = None,
-        queue: Annotated[bool, Field(description="when the fleet is full, queue the task in "
-                                     "the pool instead of refusing")] = False,
-        allow_prod: Annotated[bool, Field(description="allow a production instance (a person "
-                                          "must have said so)")] = False,
-    ) -> CallToolResult:
-        if not text.strip():
-            raise ToolError("bad argument: text is empty")
-        words = ["dispatch", "--text", text, *opt("--instance", instance),
-                 *opt("--session", session), *opt("--dir", directory), *opt("--title", title),
-                 *opt("--model", model)]
-        words += [flag for flag, on in (("--new", new), ("--dry-run", dry_run),
-                                        ("--queue", queue), ("--allow-prod", allow_prod)) if on]
-        return await call(ctx, words, _dispatch_line)
-
-    @server.tool(description="Stop a session's run (a person's decision: the patrol never "
-                 "resumes it).")
-    async def interrupt(
-        ctx: Context,
-        session: Annotated[Short, Field(description="the session to stop")],
-        instance: Annotated[str | None, Field(max_length=MAX_SHORT,
-                                              description="where it runs (default: any)")] = None,
-        allow_prod: Annotated[bool, Field(description="allow a production instance")] = False,
-    ) -> CallToolResult:
-        words = ["interrupt", "--session", session, *opt("--instance", instance)]
-        words += ["--allow-prod"] if allow_prod else []
-        return await call(ctx, words, lambda d: f"interrupted {session}")
-
-    @server.tool(description="The task pool: every task with its status (pending, dispatched, "
-                 "done), priority and session.")
-    async def backlog_list(
-        ctx: Context,
-        status: Annotated[Literal["pending", "dispatched", "done"] | None,
-                          Field(description="only tasks with this status")] = None,
-    ) -> CallToolResult:
-        return await call(ctx, ["backlog", "list", *opt("--status", status)],
-                          lambda d: _count(d, "tasks"))
-
-    @server.tool(description="Add a task to the pool; the patrol dispatches it when a slot is "
-                 "free (after the tasks it depends on are done).")
-    async def backlog_add(
-        ctx: Context,
-        title: Annotated[Short, Field(description="short title (also the session title)")],
-        prompt: Annotated[str | None, Field(max_length=MAX_TEXT,
-                                            description="the work text (default: the title)")]
-        = None,
-        priority: Annotated[Literal["P0", "P1", "P2", "P3"],
-                            Field(description="P0 first")] = "P2",
-        instance: Annotated[str | None, Field(max_length=MAX_SHORT,
-                                              description="prefer this instance")] = None,
-        depends_on: Annotated[list[Short] | None, Field(max_length=100,
-                                                        description="task ids to wait for")]
-        = None,
-    ) -> CallToolResult:
-        words = ["backlog", "add", "--title", title, "--priority", priority,
-                 *opt("--prompt", prompt), *opt("--instance", instance)]
-        if depends_on:
-            words += ["--depends-on", *depends_on]
-        return await call(ctx, words, lambda d: f"added {_field(d, 'id')}")
-
-    @server.tool(description="One task of the pool, whole.")
-    async def backlog_show(
-        ctx: Context,
-        task_id: Annotated[Short, Field(description="the task id (T-...)")],
-    ) -> CallToolResult:
-        return await call(ctx, ["backlog", "show", task_id], lambda d: f"task {task_id}")
-
-    _forbid_unknown_arguments(server)
-    return server
+    params = [inspect.Parameter("ctx", inspect.Parameter.KEYWORD_ONLY, annotation=McpContext)]
+    notes: dict[str, Any] = {"ctx": McpContext, "return": CallToolResult}
+    for opt in sorted(tool.options, key=lambda o: not o.required):
+        annotation, default = opt.tool_parameter()
+        params.append(inspect.Parameter(opt.dest, inspect.Parameter.KEYWORD_ONLY,
+                                        annotation=annotation, default=default))
+        notes[opt.dest] = annotation
+    signature = inspect.Signature(params, return_annotation=CallToolResult)
+    call.__signature__ = signature  # type: ignore[attr-defined]
+    call.__annotations__ = notes
+    call.__name__ = tool.name
+    return call
 
 
-def _forbid_unknown_arguments(server: MCPServer) -> None:
-    """An argument a tool does not know is refused with its name, not silently dropped."""
+_BAD = "bad_argument_"  # where a refused argument's reason reaches the tool function
+
+
+class _Checked(FuncMetadata):
+    """The SDK's argument check, with a refusal an agent reads: ``bad argument: text: String
+    should have at most 64000 characters``, not pydantic's dump with its links."""
+
+    def validate_arguments(self, arguments_to_validate: dict[str, Any]) -> dict[str, Any]:
+        try:
+            return super().validate_arguments(arguments_to_validate)
+        except ValidationError as exc:
+            return {_BAD: bad_argument(exc)}
+
+
+def bad_argument(exc: ValidationError) -> str:
+    """One line naming each argument that is wrong and why (never its value)."""
+    reasons = []
+    for err in exc.errors(include_url=False, include_input=False):
+        where = ".".join(str(part) for part in err.get("loc", ())) or "arguments"
+        reasons.append(f"{where}: {err.get('msg', 'invalid')}")
+    return "bad argument: " + "; ".join(reasons)
+
+
+def _check_arguments(server: MCPServer) -> None:
+    """An argument a tool does not know is refused with its name, not silently dropped; every
+    refused argument answers ``bad argument: ...``."""
     for tool in server._tool_manager.list_tools():  # noqa: SLF001 - the SDK has no public hook
-        model = tool.fn_metadata.arg_model
+        meta = tool.fn_metadata
+        model = meta.arg_model
         model.model_config["extra"] = "forbid"
         model.model_rebuild(force=True)
+        tool.fn_metadata = _Checked(arg_model=model, output_schema=meta.output_schema,
+                                    output_model=meta.output_model, wrap_output=meta.wrap_output)
         tool.parameters = model.model_json_schema(by_alias=True)

@@ -13,8 +13,17 @@ import argparse
 import dataclasses
 import functools
 import types
-from collections.abc import Sequence
-from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
+from collections.abc import Mapping, Sequence
+from typing import (
+    Annotated,
+    Any,
+    Literal,
+    TypeVar,
+    Union,
+    get_args,
+    get_origin,
+    get_type_hints,
+)
 
 T = TypeVar("T")
 
@@ -88,3 +97,116 @@ def build(cls: type[T], namespace: argparse.Namespace) -> T:
             )
         values[f.name] = value
     return cls(**values)
+
+
+# -- options declared once: argparse's flag and the MCP tool's parameter ----------------------
+
+MAX_TEXT = 64_000  # one task text: far more than any prompt needs, far less than a memory risk
+MAX_SHORT = 512  # a title, a keyword, an instance or session id, a model, a directory
+
+
+@dataclasses.dataclass(frozen=True)
+class Opt:
+    """One option, declared once: its name (``dest``, also the MCP parameter), flags, type,
+    default, help and limits. ``add_options`` gives argparse its face, ``tool_parameter`` the
+    MCP tool's (``cli/mcp.py``); the command's typed record reads the same ``dest``.
+
+    ``kind`` is ``str``, ``int``, ``float``, ``bool`` (a flag), ``list[str]`` (one or more
+    values) or a ``Literal`` of words (choices). No ``flags``: a positional argument.
+    ``max_length`` bounds a text (each element of a list); ``max_items`` a list.
+    ``tool_help`` is for the rare option whose meaning differs on the MCP face."""
+
+    dest: str
+    flags: tuple[str, ...]
+    help: str
+    kind: Any = str
+    default: Any = None
+    metavar: str | None = None
+    required: bool = False
+    max_length: int | None = MAX_SHORT
+    max_items: int | None = None
+    minimum: int | None = None
+    maximum: int | None = None
+    tool_help: str | None = None
+
+    def but(self, **changes: Any) -> Opt:
+        """This option with some fields changed (another command's wording or default)."""
+        return dataclasses.replace(self, **changes)
+
+    @property
+    def choices(self) -> tuple[str, ...] | None:
+        """The words a ``Literal`` kind allows."""
+        return tuple(get_args(self.kind)) if get_origin(self.kind) is Literal else None
+
+    def add_to(self, parser: argparse.ArgumentParser | Any) -> None:
+        """This option's argparse face (``parser`` may be a mutually exclusive group)."""
+        how: dict[str, Any] = {"help": self.help}
+        if self.kind is bool:
+            how.update(action="store_true")
+        else:
+            how["metavar"] = self.metavar
+            if get_origin(self.kind) is list:
+                how.update(nargs="+", default=list(self.default or []))
+            else:
+                how["default"] = self.default
+                if self.choices:
+                    how["choices"] = self.choices
+                elif self.kind in (int, float):
+                    how["type"] = self.kind
+        if not self.flags:
+            if not self.required:
+                how["nargs"] = "?"
+            parser.add_argument(self.dest, **how)
+            return
+        if self.required:
+            how["required"] = True
+        parser.add_argument(*self.flags, dest=self.dest, **how)
+
+    def tool_parameter(self) -> tuple[Any, Any]:
+        """(annotation, default) of this option as an MCP tool parameter: pydantic's ``Field``
+        carries the help and the limits, so the tool's JSON schema states them."""
+        import inspect
+
+        from pydantic import Field
+
+        limits: dict[str, Any] = {"description": self.tool_help or self.help}
+        kind: Any = self.kind
+        if get_origin(self.kind) is list:
+            item = Annotated[str, Field(min_length=1, max_length=self.max_length)]
+            kind = list[item]
+            if self.max_items is not None:
+                limits["max_length"] = self.max_items
+        elif self.kind is str:
+            limits["max_length"] = self.max_length
+            if self.required:
+                limits["min_length"] = 1
+        elif self.kind is int:
+            limits.update(ge=self.minimum, le=self.maximum)
+        default: Any = inspect.Parameter.empty if self.required else self.default
+        if default is None and kind is not bool:
+            kind = kind | None
+        return Annotated[kind, Field(**limits)], default
+
+
+def add_options(parser: argparse.ArgumentParser | Any, options: Sequence[Opt]) -> None:
+    """Every option's argparse face, in order."""
+    for opt in options:
+        opt.add_to(parser)
+
+
+def pick(options: Sequence[Opt], *names: str) -> tuple[Opt, ...]:
+    """The options named, in the order named (a tool offers a command's options or some)."""
+    by_name = {o.dest: o for o in options}
+    missing = [n for n in names if n not in by_name]
+    if missing:
+        raise OptionError(f"no such option declared: {', '.join(missing)}")
+    return tuple(by_name[n] for n in names)
+
+
+def record(cls: type[T], options: Sequence[Opt], given: Mapping[str, Any]) -> T:
+    """The record ``cls`` from values given by name (an MCP call); an option not given takes
+    its declared default, as argparse would give it. Checked as ``build`` checks."""
+    values = {o.dest: (list(o.default or []) if get_origin(o.kind) is list else o.default)
+              for o in options}
+    values.update(given)
+    return build(cls, argparse.Namespace(**values))

@@ -39,7 +39,14 @@ from typing import Any, TypeVar
 from xaf_hub.config.credentials import REDIS_PASSWORD_ENV
 from xaf_hub.config.load import LockConfig
 from xaf_hub.core.clock import to_ms
-from xaf_hub.errors import BusyError, ConfigError, LockLostError, StateFileError, UnreachableError
+from xaf_hub.errors import (
+    BusyError,
+    ConfigError,
+    LockBusy,
+    LockLostError,
+    StateFileError,
+    UnreachableError,
+)
 from xaf_hub.store.fence import Fence
 from xaf_hub.store.gate import (
     PROMPT_ACCEPTED,
@@ -276,7 +283,7 @@ class RedisGate(Gate):
         with _redis_errors(self.where):
             acquired = lk.acquire()
         if not acquired:
-            raise BusyError(
+            raise LockBusy(
                 f"could not obtain the dispatch lock for {instance} (redis {self.where}) within "
                 f"{timeout:g}s; another xaf-hub process holds it - retry in a few seconds"
             )

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
-from xaf_hub.errors import BusyError, StateFileError
+from xaf_hub.errors import LockBusy, StateFileError
 
 T = TypeVar("T")
 
@@ -105,7 +105,7 @@ def read_json(path: Path, *, what: str) -> Any:
 
 @contextlib.contextmanager
 def file_lock(lock_path: Path, timeout: float, *, what: str = "lock") -> Iterator[None]:
-    """Hold an exclusive lock on ``lock_path``, polling up to ``timeout`` s, else BusyError."""
+    """Hold an exclusive lock on ``lock_path``, polling up to ``timeout`` s, else LockBusy."""
     import portalocker  # lazy: it pulls in redis when that is installed (~0.15 s)
 
     lock_path.parent.mkdir(parents=True, exist_ok=True)
@@ -118,7 +118,7 @@ def file_lock(lock_path: Path, timeout: float, *, what: str = "lock") -> Iterato
                 break
             except (portalocker.LockException, BlockingIOError, PermissionError):
                 if time.monotonic() >= deadline:
-                    raise BusyError(
+                    raise LockBusy(
                         f"could not obtain the {what} ({lock_path}) within {timeout:g}s; "
                         "another xaf-hub process holds it - retry in a few seconds"
                     ) from None

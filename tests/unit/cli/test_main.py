@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from xaf_hub.cli.main import COMMANDS, build_parser, main
+from xaf_hub.cli.main import COMMANDS, build_parser, command_module, main
 
 
 @pytest.mark.parametrize("name", COMMANDS)
 def test_every_command_has_help_and_examples(
     name: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    module = importlib.import_module(f"xaf_hub.cli.commands.{name}")
+    module = importlib.import_module(command_module(name))
     assert COMMANDS[name] and module.__doc__ and "example" in module.EXAMPLES
     with pytest.raises(SystemExit):
         build_parser([name]).parse_args([name, "--help"])

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-from dataclasses import dataclass
 from datetime import tzinfo
 from typing import TYPE_CHECKING, Any
 
 from xaf_hub.cli.context import Context
+from xaf_hub.cli.options import MAX_TEXT, Opt, add_options
 from xaf_hub.config.load import InstanceConfig
 from xaf_hub.core import aio
 from xaf_hub.core.clock import iso_time, local_time
@@ -38,21 +38,43 @@ def add_wide(p: argparse.ArgumentParser) -> None:
     )
 
 
+# Options several commands (and their MCP tools) share, declared once (``cli/options.py``).
+INSTANCE = Opt("instance", ("-i", "--instance"), "only this instance", metavar="NAME")
+SESSION = Opt("session", ("-s", "--session"), "the session id (ses_...)", metavar="ID")
+ALLOW_PROD = Opt("allow_prod", ("--allow-prod",), "allow writes to production", kind=bool,
+                 default=False)
+FORCE = Opt("force", ("--force",), "allow a non-project session", kind=bool, default=False)
+TEXT = Opt("text", ("-t", "--text"), "what the agent should do", required=True,
+           max_length=MAX_TEXT, metavar="TEXT")
+
+
 def add_instance(p: argparse.ArgumentParser, what: str = "only this instance") -> None:
     """Add --instance NAME."""
-    p.add_argument("-i", "--instance", metavar="NAME", help=what)
+    INSTANCE.but(help=what).add_to(p)
 
 
-@dataclass(frozen=True)
-class InstanceChoice:
-    """``-i/--instance NAME``, where a command has it."""
+def add_session(p: argparse.ArgumentParser, session: Opt) -> None:
+    """The session, as a positional or as -s/--session (either; ``the_session`` reads it)."""
+    add_options(p, [
+        Opt("session_pos", (), f"{session.help} (or -s/--session ID)", metavar="SESSION"),
+        session,
+    ])
 
-    instance: str | None = None
+
+def the_session(session: str | None, session_pos: str | None) -> str:
+    """The one session named, as a positional or with -s/--session (UsageError otherwise)."""
+    from xaf_hub.errors import UsageError
+
+    if session and session_pos and session != session_pos:
+        raise UsageError(f"two sessions given ({session_pos} and -s {session}): name one")
+    named = session or session_pos
+    if not named:
+        raise UsageError("name the session: SESSION or -s/--session ID")
+    return named
 
 
-def chosen_instances(ctx: Context) -> list[InstanceConfig]:
-    """All instances, or the one named by --instance (UsageError when unknown)."""
-    name = ctx.options(InstanceChoice).instance
+def chosen_instances(ctx: Context, name: str | None) -> list[InstanceConfig]:
+    """All instances, or the one named (by --instance; UsageError when unknown)."""
     cfg = ctx.config
     if name:
         return [cfg.instance(name)]
@@ -124,10 +146,18 @@ def session_not_found(
     return not_found(session_id, down, instance)
 
 
+def missing_password(snap: Snapshot) -> MissingPassword | None:
+    """The first instance that asked for a password the config does not give, as the error."""
+    for item in snap.unreachable:
+        if MissingPassword.is_reason(item["reason"]):
+            return MissingPassword.from_reason(item["instance"], item["reason"])
+    return None
+
+
 def scan_exit(snap: Snapshot) -> int:
     """4 when an instance needs a password the config lacks; else 0 when at least one instance
     answered, 2 when none did (or the only one asked)."""
-    if any(MissingPassword.is_reason(i.reason) for i in snap.instances if not i.reachable):
+    if missing_password(snap) is not None:
         return int(ExitCode.USAGE)
     if not snap.instances:
         return int(ExitCode.OK)

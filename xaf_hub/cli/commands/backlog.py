@@ -21,7 +21,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
+from xaf_hub.cli.commands._common import INSTANCE
 from xaf_hub.cli.context import Context
+from xaf_hub.cli.options import MAX_TEXT, Opt, add_options, pick
 from xaf_hub.core.text import dumps
 from xaf_hub.errors import ExitCode, UsageError
 
@@ -48,6 +50,26 @@ Priority = Literal["P0", "P1", "P2", "P3"]
 Status = Literal["pending", "dispatched", "done"]
 
 
+# The options `backlog` shares with its MCP tools, declared once (``cli/options.py``).
+LIST_OPTIONS = (
+    Opt("status", ("--status",), "only tasks with this status", kind=Status),
+)
+ADD_OPTIONS = (
+    Opt("title", ("--title",), "short title (also the session title)", required=True),
+    Opt("id", ("--id",), "task id (default: T-<yyyymmdd>-<hex>)", default=""),
+    Opt("priority", ("--priority",), "P0 first (default P2)", kind=Priority, default="P2"),
+    INSTANCE.but(default="", help="pin to this instance (others may still borrow it)"),
+    Opt("module", ("--module",), "free-form module name", default=""),
+    Opt("spec", ("--spec",), "design document, relative to the repo root", default=""),
+    Opt("prompt", ("--prompt",), "the work text (default: the title)", default="",
+        max_length=MAX_TEXT),
+    Opt("prompt_file", ("--prompt-file",), "read the work text from FILE", metavar="FILE"),
+    Opt("depends_on", ("--depends-on",), "dispatch only after these tasks are done",
+        kind=list[str], default=(), metavar="ID", max_items=100),
+)
+SHOW_OPTIONS = (Opt("task_id", (), "the task id (T-...)", required=True, metavar="ID"),)
+
+
 def _common(sp: argparse.ArgumentParser) -> None:
     # Accepted after the sub-subcommand too, like every other command's options.
     sp.add_argument(
@@ -67,36 +89,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="backlog_command", metavar="ACTION", required=True)
     ls = sub.add_parser("list", help="list the tasks (pending first, by priority)")
     _common(ls)
-    ls.add_argument("--status", choices=_STATUSES, help="only tasks with this status")
+    add_options(ls, LIST_OPTIONS)
 
     add = sub.add_parser("add", help="add a pending task")
     _common(add)
-    add.add_argument("--title", required=True, help="short title (also the session title)")
-    add.add_argument("--id", default="", help="task id (default: T-<yyyymmdd>-<hex>)")
-    add.add_argument("--priority", choices=_PRIORITIES, default="P2", help="default P2")
-    add.add_argument(
-        "-i",
-        "--instance",
-        default="",
-        metavar="NAME",
-        help="pin to this instance (others may still borrow it)",
-    )
-    add.add_argument("--module", default="", help="free-form module name")
-    add.add_argument("--spec", default="", help="design document, relative to the repo root")
+    add_options(add, pick(ADD_OPTIONS, "title", "id", "priority", "instance", "module", "spec"))
     text = add.add_mutually_exclusive_group()
-    text.add_argument("--prompt", default="", help="the work text (default: the title)")
-    text.add_argument("--prompt-file", metavar="FILE", help="read the work text from FILE")
-    add.add_argument(
-        "--depends-on",
-        nargs="+",
-        default=[],
-        metavar="ID",
-        help="dispatch only after these tasks are done",
-    )
+    add_options(text, pick(ADD_OPTIONS, "prompt", "prompt_file"))
+    add_options(add, pick(ADD_OPTIONS, "depends_on"))
 
     show = sub.add_parser("show", help="show one task in full")
     _common(show)
-    show.add_argument("task_id", metavar="ID")
+    add_options(show, SHOW_OPTIONS)
 
     st = sub.add_parser("set", help="change a task's status (and optionally unblock it)")
     _common(st)
@@ -236,8 +240,8 @@ def _state(task: Task, tasks: list[Task], now: datetime, max_attempts: int) -> s
     return readiness(task, tasks, now) or "ready"
 
 
-def _list(ctx: Context, opts: ListOptions) -> int:
-    from xaf_hub.core.text import shorten, table
+def listing(ctx: Context, opts: ListOptions) -> dict[str, Any]:
+    """What `backlog list --json` prints (and the MCP tool answers): the tasks in order."""
     from xaf_hub.store.backlog import PRIORITIES
 
     store = _store(ctx)
@@ -247,36 +251,40 @@ def _list(ctx: Context, opts: ListOptions) -> int:
     tasks = [t for t in data.tasks if not opts.status or t.status == opts.status]
     order = {"pending": 0, "dispatched": 1, "done": 2}
     tasks.sort(key=lambda t: (order[t.status], PRIORITIES.index(t.priority)))
+    return {
+        "path": store.where,
+        "tasks": [
+            {
+                **t.to_json(),
+                "commit": t.commit,
+                "verified": t.verified,
+                "state": _state(t, data.tasks, now, max_attempts),
+            }
+            for t in tasks
+        ],
+    }
+
+
+def _list(ctx: Context, opts: ListOptions) -> int:
+    from xaf_hub.core.text import shorten, table
+
+    doc = listing(ctx, opts)
     if ctx.json:
-        ctx.out(
-            dumps(
-                {
-                    "path": store.where,
-                    "tasks": [
-                        {
-                            **t.to_json(),
-                            "commit": t.commit,
-                            "verified": t.verified,
-                            "state": _state(t, data.tasks, now, max_attempts),
-                        }
-                        for t in tasks
-                    ],
-                }
-            )
-        )
+        ctx.out(dumps(doc))
         return int(ExitCode.OK)
+    tasks = doc["tasks"]
     if not tasks:
-        ctx.out(f"no tasks ({store.where})")
+        ctx.out(f"no tasks ({doc['path']})")
         return int(ExitCode.OK)
     rows = [
         [
-            t.id,
-            t.priority,
-            _state(t, data.tasks, now, max_attempts),
-            t.instance or "any",
-            t.attempts,
-            f"{t.dispatched_to}/{t.session_id}" if t.session_id else "-",
-            shorten(t.title, 50),
+            t["id"],
+            t["priority"],
+            t["state"],
+            t["instance"] or "any",
+            t["attempts"],
+            f"{t['dispatched_to']}/{t['session_id']}" if t["session_id"] else "-",
+            shorten(t["title"], 50),
         ]
         for t in tasks
     ]
@@ -285,6 +293,16 @@ def _list(ctx: Context, opts: ListOptions) -> int:
 
 
 def _add(ctx: Context, opts: AddOptions) -> int:
+    added = add_task(ctx, opts)
+    if ctx.json:
+        ctx.out(dumps(added.to_json()))
+    else:
+        ctx.out(f"added task {added.id} ({added.priority}): {added.title}")
+    return int(ExitCode.OK)
+
+
+def add_task(ctx: Context, opts: AddOptions) -> Task:
+    """Add the task to the pool (one locked write) and audit it; the task as added."""
     from pathlib import Path
 
     from xaf_hub.store import audit
@@ -324,20 +342,25 @@ def _add(ctx: Context, opts: AddOptions) -> int:
         secrets=ctx.secrets(),
         extra={"task": added.id},
     )
-    if ctx.json:
-        ctx.out(dumps(added.to_json()))
-    else:
-        ctx.out(f"added task {added.id} ({added.priority}): {added.title}")
-    return int(ExitCode.OK)
+    return added
+
+
+def shown(ctx: Context, opts: ShowOptions) -> tuple[Task, str]:
+    """One task of the pool and its state (UsageError when there is none by that id)."""
+    data = _store(ctx).load()
+    task = data.require(opts.task_id)
+    return task, _state(task, data.tasks, _now(), ctx.config.patrol.max_attempts)
+
+
+def show_document(task: Task, state: str) -> dict[str, Any]:
+    """What `backlog show --json` prints (and the MCP tool answers)."""
+    return {**task.to_json(), "commit": task.commit, "verified": task.verified, "state": state}
 
 
 def _show(ctx: Context, opts: ShowOptions) -> int:
-    data = _store(ctx).load()
-    task = data.require(opts.task_id)
-    state = _state(task, data.tasks, _now(), ctx.config.patrol.max_attempts)
+    task, state = shown(ctx, opts)
     if ctx.json:
-        verification = {"commit": task.commit, "verified": task.verified}
-        ctx.out(dumps({**task.to_json(), **verification, "state": state}))
+        ctx.out(dumps(show_document(task, state)))
         return int(ExitCode.OK)
     for key, value in task.to_json().items():
         if key == "prompt":

@@ -17,8 +17,19 @@ import argparse
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from xaf_hub.cli.commands._common import add_json, healing_text, verdict_text
+from xaf_hub.cli.commands._common import (
+    ALLOW_PROD,
+    FORCE,
+    INSTANCE,
+    SESSION,
+    add_json,
+    add_session,
+    healing_text,
+    the_session,
+    verdict_text,
+)
 from xaf_hub.cli.context import Context
+from xaf_hub.cli.options import Opt, add_options
 from xaf_hub.core import aio
 from xaf_hub.core.clock import iso_time
 from xaf_hub.core.text import dumps
@@ -30,7 +41,7 @@ if TYPE_CHECKING:
 
 EXAMPLES = """\
 examples:
-  xaf-hub confirm --session ses_abc123               # searches every instance
+  xaf-hub confirm ses_abc123                         # searches every instance
   xaf-hub confirm --session ses_abc123 --instance lan-189 --json
   xaf-hub confirm --session ses_abc123 --fix         # heal a rate limit now, as the patrol would
 exit codes: 0 when the session runs, finished, or is idle (or --fix healed it); 1 when it is
@@ -39,18 +50,21 @@ no free slot for the re-send; 4 unknown session, or --fix on production without 
 5 --fix on a non-project session without --force.
 """
 
+SESSION_OPT = SESSION.but(help="the session to look at")
+OPTIONS = (
+    INSTANCE.but(help="where it lives (default: search all)"),
+    Opt("fix", ("--fix",), "heal a rate-limited / model-unavailable session now, exactly as the "
+        "patrol would", kind=bool, default=False),
+    ALLOW_PROD.but(help="allow --fix on production"),
+    FORCE.but(help="allow --fix on a non-project session"),
+)
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Options of `confirm`."""
     add_json(p)
-    p.add_argument("-s", "--session", required=True, metavar="ID", help="the session to look at")
-    p.add_argument("-i", "--instance", metavar="NAME", help="where it lives (default: search all)")
-    p.add_argument(
-        "--fix",
-        action="store_true",
-        help="heal a rate-limited / model-unavailable session now, exactly as the patrol would",
-    )
-    p.add_argument("--allow-prod", action="store_true", help="allow --fix on production")
-    p.add_argument("--force", action="store_true", help="allow --fix on a non-project session")
+    add_session(p, SESSION_OPT)
+    add_options(p, OPTIONS)
 
 
 async def _find(
@@ -87,7 +101,8 @@ async def _find(
 class Options:
     """What `confirm` reads of its options."""
 
-    session: str
+    session: str | None
+    session_pos: str | None
     instance: str | None
     fix: bool
     allow_prod: bool
@@ -104,17 +119,18 @@ def run(ctx: Context) -> int:
     from xaf_hub.ops.heal import heal_session
 
     opts = ctx.options(Options)
+    session_id = the_session(opts.session, opts.session_pos)
     cfg = ctx.config
-    instances = chosen_instances(ctx)
-    found, down = aio.run(_find(ctx, instances, opts.session))
+    instances = chosen_instances(ctx, opts.instance)
+    found, down = aio.run(_find(ctx, instances, session_id))
     if not found:
         down_names = [(inst.name, reason) for inst, reason in down]
-        raise session_not_found(opts.session, down_names, opts.instance)
+        raise session_not_found(session_id, down_names, opts.instance)
     # Servers sharing one database all know the session; only the one running it says so.
     inst, seen = next(((i, s) for i, s in found if s.rec.running), found[0])
     if len(found) > 1:
         names = ", ".join(i.name for i, _ in found)
-        ctx.warn(f"{opts.session} is known to {names} (a shared database?); using {inst.name}")
+        ctx.warn(f"{session_id} is known to {names} (a shared database?); using {inst.name}")
     tz = resolve_timezone(cfg.models.timezone)
     now_ms = to_ms(utc_now())
     verdict = judge(seen)

@@ -19,17 +19,19 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from xaf_hub.cli.commands._common import add_json
+from xaf_hub.cli.commands._common import ALLOW_PROD, FORCE, INSTANCE, SESSION, TEXT, add_json
 from xaf_hub.cli.context import Context
+from xaf_hub.cli.options import Opt, add_options
 from xaf_hub.core import aio
 from xaf_hub.core.text import dumps
 from xaf_hub.errors import BusyError, UsageError
 
 if TYPE_CHECKING:
-    from xaf_hub.ops.dispatch import Dispatched, DispatchOrder
-    from xaf_hub.ops.planner import InstanceView, Plan
+    from xaf_hub.ops.dispatch import Dispatched, DispatchOrder, Prepared
+    from xaf_hub.ops.planner import Plan
+    from xaf_hub.ops.queue import Queued
     from xaf_hub.ops.send import SendResult
 
 EXAMPLES = """\
@@ -52,45 +54,35 @@ answering while waiting.
 """
 
 
+OPTIONS = (
+    TEXT,
+    Opt("dry_run", ("--dry-run",), "print the plan, candidates, model and prompt; change nothing",
+        kind=bool, default=False),
+    INSTANCE,
+    SESSION.but(help="send to this session"),
+    Opt("directory", ("--dir",), "directory for a new session (must lie under the instance's "
+        "roots)", metavar="D", max_length=4096),
+    Opt("title", ("--title",), "reuse the newest project session whose title contains K (with "
+        "--new: the new session's title)", metavar="K"),
+    Opt("new", ("--new",), "always create a new session", kind=bool, default=False),
+    Opt("no_match", ("--no-match",), "skip smart matching", kind=bool, default=False),
+    Opt("auto_cleanup", ("--auto-cleanup",), "run `cleanup --execute` first", kind=bool,
+        default=False),
+    ALLOW_PROD,
+    FORCE.but(help="allow a non-project target session"),
+    Opt("model", ("--model",), "model as provider/model", metavar="P/M"),
+    Opt("no_record", ("--no-record",), "do not record this dispatch in the task pool",
+        kind=bool, default=False),
+    Opt("queue", ("--queue",), "when no eligible instance can take the work now (all full, or "
+        "the lock busy past its wait), put it in the task pool as pending instead of failing; "
+        "the patrol starts it when a slot frees", kind=bool, default=False),
+)
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Options of `dispatch`."""
     add_json(p)
-    p.add_argument("-t", "--text", required=True, help="what the agent should do")
-    p.add_argument(
-        "--dry-run",
-        action="store_true",
-        help="print the plan, candidates, model and prompt; change nothing",
-    )
-    p.add_argument("-i", "--instance", metavar="NAME", help="only this instance")
-    p.add_argument("-s", "--session", metavar="ID", help="send to this session")
-    p.add_argument(
-        "--dir",
-        dest="directory",
-        metavar="D",
-        help="directory for a new session (must lie under the instance's roots)",
-    )
-    p.add_argument(
-        "--title",
-        metavar="K",
-        help="reuse the newest project session whose title contains K "
-        "(with --new: the new session's title)",
-    )
-    p.add_argument("--new", action="store_true", help="always create a new session")
-    p.add_argument("--no-match", action="store_true", help="skip smart matching")
-    p.add_argument("--auto-cleanup", action="store_true", help="run `cleanup --execute` first")
-    p.add_argument("--allow-prod", action="store_true", help="allow writes to production")
-    p.add_argument("--force", action="store_true", help="allow a non-project target session")
-    p.add_argument("--model", metavar="P/M", help="model as provider/model")
-    p.add_argument(
-        "--no-record", action="store_true", help="do not record this dispatch in the task pool"
-    )
-    p.add_argument(
-        "--queue",
-        action="store_true",
-        help="when no eligible instance can take the work now (all full, or the lock busy past "
-        "its wait), put it in the task pool as pending instead of failing; the patrol starts it "
-        "when a slot frees",
-    )
+    add_options(p, OPTIONS)
     p.add_argument(
         "--confirm-wait",
         nargs="?",
@@ -121,7 +113,7 @@ class Options:
     model: str | None
     no_record: bool
     queue: bool
-    confirm_wait: float | None
+    confirm_wait: float | None = None
 
 
 def order_from(opts: Options) -> DispatchOrder:
@@ -164,11 +156,37 @@ def order_from(opts: Options) -> DispatchOrder:
     )
 
 
-def run(ctx: Context) -> int:
-    """Plan, then (unless --dry-run) send through the gate; with --queue a full fleet queues."""
+@dataclass(frozen=True)
+class Planned:
+    """A dry run: the plan, nothing sent."""
+
+    prep: Prepared
+
+    def refusal(self) -> BusyError | None:
+        """The refusal a real run would meet at the gate now (None: it would pass)."""
+        plan, view = self.prep.plan, self.prep.view
+        if plan.gated and view.free == 0:
+            return BusyError(
+                f"{plan.instance.name} is at its limit "
+                f"({view.running_project} running + {view.reserved} reserved of "
+                f"{plan.instance.concurrency_limit}): a real run would be refused"
+            )
+        return None
+
+
+@dataclass(frozen=True)
+class Sent:
+    """The work went out."""
+
+    plan: Plan
+    sent: Dispatched
+
+
+def carry_out(ctx: Context, opts: Options) -> Planned | Sent | Queued:
+    """Plan, then (unless a dry run) send through the gate; with ``queue`` a full fleet queues.
+    Warnings go to ``ctx.warn``; a refusal is raised."""
     from xaf_hub.ops.dispatch import prepare, send_prepared
 
-    opts = ctx.options(Options)
     order = order_from(opts)
     ops = ctx.ops()
     try:
@@ -179,16 +197,9 @@ def run(ctx: Context) -> int:
         return _queue(ctx, opts, exc, instance=opts.instance or "", session=opts.session)
     for w in prep.warnings:
         ctx.warn(w)
-    plan, view = prep.plan, prep.view
     if order.dry_run:
-        _print_plan(ctx, plan, view, prep.model, prep.prompt)
-        if plan.gated and view.free == 0:
-            raise BusyError(
-                f"{plan.instance.name} is at its limit "
-                f"({view.running_project} running + {view.reserved} reserved of "
-                f"{plan.instance.concurrency_limit}): a real run would be refused"
-            )
-        return 0
+        return Planned(prep)
+    plan = prep.plan
     try:
         sent = aio.run(send_prepared(ops, prep, order, ctx.warn))
     except BusyError as exc:  # nothing was sent, and the pool row (if any) was taken back
@@ -198,36 +209,52 @@ def run(ctx: Context) -> int:
         return _queue(ctx, opts, exc, instance=plan.instance.name, session=session)
     for w in sent.warnings:
         ctx.warn(w)
-    if order.confirm_wait is not None:
-        return _confirm(ctx, plan, sent, order.confirm_wait)
+    return Sent(plan, sent)
+
+
+def document(done: Planned | Sent | Queued) -> dict[str, Any]:
+    """What `dispatch --json` prints (and the MCP tool answers); a dry run's plan whatever
+    its refusal."""
+    if isinstance(done, Planned):
+        return _plan_document(done.prep)
+    if isinstance(done, Sent):
+        return {**done.sent.result.to_json(), "via": done.plan.via, "task_id": done.sent.task_id}
+    return done.to_json()
+
+
+def run(ctx: Context) -> int:
+    """Plan, then (unless --dry-run) send through the gate; with --queue a full fleet queues."""
+    opts = ctx.options(Options)
+    done = carry_out(ctx, opts)
+    if isinstance(done, Planned):
+        _print_plan(ctx, done.prep)
+        refused = done.refusal()
+        if refused is not None:
+            raise refused
+        return 0
+    if isinstance(done, Sent) and opts.confirm_wait is not None:
+        return _confirm(ctx, done.plan, done.sent, opts.confirm_wait)
     if ctx.json:
-        ctx.out(dumps({**sent.result.to_json(), "via": plan.via, "task_id": sent.task_id}))
+        ctx.out(dumps(document(done)))
+    elif isinstance(done, Sent):
+        ctx.out(_sent_line(done.plan, done.sent.result))
     else:
-        ctx.out(_sent_line(plan, sent.result))
+        ctx.out(done.line())
     return 0
 
 
 def _queue(
     ctx: Context, opts: Options, why: BusyError, *, instance: str, session: str | None
-) -> int:
-    """Put the work in the pool instead (``ops.queue``) and say where it stands."""
+) -> Queued:
+    """Put the work in the pool instead (``ops.queue``)."""
     from xaf_hub.ops.queue import queue_work
     from xaf_hub.store.audit import caller
 
-    queued = queue_work(
-        ctx.ops(),
-        opts.text,
-        reason=str(why),
-        instance=instance,
-        title=opts.title if opts.new else None,
-        session=session,
+    return queue_work(
+        ctx.ops(), opts.text, reason=str(why), instance=instance,
+        title=opts.title if opts.new else None, session=session,
         caller=caller(ctx.env) or "cli",
     )
-    if ctx.json:
-        ctx.out(dumps(queued.to_json()))
-    else:
-        ctx.out(queued.line())
-    return 0
 
 
 def _sent_line(plan: Plan, result: SendResult) -> str:
@@ -284,11 +311,9 @@ def _confirm(ctx: Context, plan: Plan, sent: Dispatched, window: float) -> int:
     return wait_exit(waited)
 
 
-def _print_plan(
-    ctx: Context, plan: Plan, view: InstanceView, model: str | None, prompt: str
-) -> None:
-    inst = plan.instance
-    doc = {
+def _plan_document(prep: Prepared) -> dict[str, Any]:
+    plan, view, inst = prep.plan, prep.view, prep.plan.instance
+    return {
         "action": plan.action,
         "instance": inst.name,
         "session_id": plan.session.id if plan.session else None,
@@ -301,12 +326,17 @@ def _print_plan(
             "limit": inst.concurrency_limit,
         },
         "candidates": [c.to_json() for c in plan.candidates],
-        "model": model,
-        "prompt": prompt,
+        "model": prep.model,
+        "prompt": prep.prompt,
         "dry_run": True,
     }
+
+
+def _print_plan(ctx: Context, prep: Prepared) -> None:
+    plan, view, model, prompt = prep.plan, prep.view, prep.model, prep.prompt
+    inst = plan.instance
     if ctx.json:
-        ctx.out(dumps(doc))
+        ctx.out(dumps(_plan_document(prep)))
         return
     what = {
         "steer": "steer the running session",

@@ -130,4 +130,34 @@ def run(ctx: Context) -> int:
     what = "the bundled example" if doc is None else f"{len(doc['instances'])} instance(s)"
     ctx.out(f"wrote {dest} ({what})")
     ctx.out(_next_step(doc, dest, ctx.cwd))
+    for line in mcp_lines(dest):
+        ctx.out(line)
     return 0
+
+
+def hub_command() -> list[str]:
+    """The words that start this very xaf-hub: its script when run as `xaf-hub`, else this
+    Python with ``-m xaf_hub`` (an agent's MCP client may not have the script on its PATH)."""
+    import sys
+
+    script = Path(sys.argv[0])
+    if script.name in ("xaf-hub", "xaf-hub.exe") and script.is_file():
+        return [str(script.absolute())]
+    return [sys.executable, "-m", "xaf_hub"]
+
+
+def mcp_lines(config: Path) -> list[str]:
+    """What to paste so an agent drives the hub over MCP: opencode's `mcp` config key and Claude
+    Code's command. The config's absolute path is in both: the client starts the server in a
+    folder of its own (opencode: the session's), where no config is found."""
+    import shlex
+
+    words = [*hub_command(), "--config", str(config), "mcp"]
+    opencode = {"mcp": {"xafhub": {"type": "local", "command": words}}}
+    return [
+        "drive the hub from an agent over MCP (needs the extra: pipx install 'xaf-hub[mcp]'):",
+        "  opencode, in opencode.json:",
+        f"    {json.dumps(opencode, ensure_ascii=False)}",
+        "  Claude Code:",
+        f"    claude mcp add xafhub -- {shlex.join(words)}",
+    ]

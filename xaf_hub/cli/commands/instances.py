@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
+from typing import Any
 
 from xaf_hub.cli.commands._common import (
+    INSTANCE,
     add_json,
     add_wide,
     chosen_instances,
@@ -13,7 +16,9 @@ from xaf_hub.cli.commands._common import (
     scan_exit,
 )
 from xaf_hub.cli.context import Context
+from xaf_hub.cli.options import add_options
 from xaf_hub.cli.termfit import state_color
+from xaf_hub.core.records import Snapshot
 from xaf_hub.core.text import dumps
 
 EXAMPLES = """\
@@ -23,18 +28,34 @@ examples:
 """
 
 
+OPTIONS = (INSTANCE,)
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Options of `instances`."""
     add_json(p)
     add_wide(p)
-    p.add_argument("-i", "--instance", metavar="NAME", help="only this instance")
+    add_options(p, OPTIONS)
+
+
+@dataclass(frozen=True)
+class Options:
+    """What `instances` reads of its options."""
+
+    instance: str | None
+
+
+def read(ctx: Context, opts: Options) -> tuple[list[dict[str, Any]], Snapshot]:
+    """Scan; what `instances --json` prints (and the MCP tool answers), and the scan."""
+    snap, _ = scan(ctx, chosen_instances(ctx, opts.instance), progress=True)
+    return [i.to_json() for i in snap.instances], snap
 
 
 def run(ctx: Context) -> int:
     """Scan and print one row per instance."""
-    snap, _ = scan(ctx, chosen_instances(ctx), progress=True)
+    doc, snap = read(ctx, ctx.options(Options))
     if ctx.json:
-        ctx.out(dumps([i.to_json() for i in snap.instances]))
+        ctx.out(dumps(doc))
         report_missing_passwords(ctx, snap)
         return scan_exit(snap)
     rows = []

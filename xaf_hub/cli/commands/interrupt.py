@@ -4,36 +4,64 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-from xaf_hub.cli.commands._common import add_json
+from xaf_hub.cli.commands._common import (
+    ALLOW_PROD,
+    FORCE,
+    INSTANCE,
+    SESSION,
+    add_json,
+    add_session,
+    the_session,
+)
 from xaf_hub.cli.context import Context
+from xaf_hub.cli.options import add_options
 from xaf_hub.core import aio
 from xaf_hub.core.text import dumps
 
+if TYPE_CHECKING:
+    from xaf_hub.ops.interrupt import Interrupted
+
 EXAMPLES = """\
 examples:
-  xaf-hub interrupt --session ses_abc123 --instance lan-248
-  xaf-hub interrupt --session ses_abc123          # searches every instance
+  xaf-hub interrupt ses_abc123 --instance lan-248
+  xaf-hub interrupt -s ses_abc123                 # searches every instance
 """
+
+OPTIONS = (INSTANCE.but(help="where it runs (default: search all)"), ALLOW_PROD, FORCE)
+
+
+SESSION_OPT = SESSION.but(help="the session to stop")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Options of `interrupt`."""
     add_json(p)
-    p.add_argument("-s", "--session", required=True, metavar="ID", help="the session to stop")
-    p.add_argument("-i", "--instance", metavar="NAME", help="where it runs (default: search all)")
-    p.add_argument("--allow-prod", action="store_true", help="allow writes to production")
-    p.add_argument("--force", action="store_true", help="allow a non-project session")
+    add_session(p, SESSION_OPT)
+    add_options(p, OPTIONS)
 
 
 @dataclass(frozen=True)
 class Options:
     """What `interrupt` reads of its options."""
 
-    session: str
+    session: str | None
     instance: str | None
     allow_prod: bool
     force: bool
+    session_pos: str | None = None
+
+
+def document(done: Interrupted) -> dict[str, Any]:
+    """What `interrupt --json` prints (and the MCP tool answers)."""
+    return {
+        "instance": done.instance,
+        "session_id": done.session_id,
+        "was": done.was,
+        "result": "aborted",
+        "warnings": [done.note] if done.note else [],
+    }
 
 
 def run(ctx: Context) -> int:
@@ -41,10 +69,11 @@ def run(ctx: Context) -> int:
     from xaf_hub.ops.interrupt import interrupt_session
 
     opts = ctx.options(Options)
+    session = the_session(opts.session, opts.session_pos)
     done = aio.run(
         interrupt_session(
             ctx.ops(),
-            opts.session,
+            session,
             instance=opts.instance,
             allow_prod=opts.allow_prod,
             force=opts.force,
@@ -53,17 +82,7 @@ def run(ctx: Context) -> int:
     if done.note:
         ctx.warn(done.note)
     if ctx.json:
-        ctx.out(
-            dumps(
-                {
-                    "instance": done.instance,
-                    "session_id": done.session_id,
-                    "was": done.was,
-                    "result": "aborted",
-                    "warnings": [done.note] if done.note else [],
-                }
-            )
-        )
+        ctx.out(dumps(document(done)))
     else:
         note = "" if done.running else " (it was not running)"
         ctx.out(f"interrupted {done.session_id} on {done.instance}{note}")

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Literal
 
 from xaf_hub.cli.commands._common import (
+    INSTANCE,
     add_json,
     add_wide,
     chosen_instances,
@@ -17,6 +18,7 @@ from xaf_hub.cli.commands._common import (
     scan_exit,
 )
 from xaf_hub.cli.context import Context
+from xaf_hub.cli.options import Opt, add_options
 from xaf_hub.cli.termfit import state_color
 from xaf_hub.core.clock import ago
 from xaf_hub.core.records import Snapshot
@@ -34,26 +36,25 @@ examples:
 """
 
 
+OPTIONS = (
+    INSTANCE,
+    Opt("keyword", ("-k", "--keyword"), "only sessions whose title contains K", metavar="K"),
+    Opt("limit", ("-n", "--limit"), "show at most N rows on screen", kind=int, metavar="N",
+        minimum=0, maximum=10_000, tool_help="at most this many sessions"),
+    Opt("out", ("--out",), "export everything to FILE (.json or .csv)", metavar="FILE"),
+    Opt("html", ("--html",), "write the HTML overview page to FILE", metavar="FILE"),
+    Opt("lang", ("--lang",), "language of the --html page (default: config page.language; "
+        "English for auto)", kind=Literal["en", "zh"]),
+    Opt("outcomes", ("--outcomes",), "also fetch each session's last result (one request per "
+        "idle session; implied by --html)", kind=bool, default=False),
+)
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Options of `sessions`."""
     add_json(p)
     add_wide(p)
-    p.add_argument("-i", "--instance", metavar="NAME", help="only this instance")
-    p.add_argument("-k", "--keyword", metavar="K", help="only sessions whose title contains K")
-    p.add_argument("-n", "--limit", type=int, metavar="N", help="show at most N rows on screen")
-    p.add_argument("--out", metavar="FILE", help="export everything to FILE (.json or .csv)")
-    p.add_argument("--html", metavar="FILE", help="write the HTML overview page to FILE")
-    p.add_argument(
-        "--lang",
-        choices=("en", "zh"),
-        help="language of the --html page (default: config page.language; English for auto)",
-    )
-    p.add_argument(
-        "--outcomes",
-        action="store_true",
-        help="also fetch each session's last result (one request per idle session; "
-        "implied by --html)",
-    )
+    add_options(p, OPTIONS)
 
 
 @dataclass(frozen=True)
@@ -108,6 +109,16 @@ def write_page(ctx: Context, snap: Snapshot, path: Path, lang: str | None) -> No
     )
 
 
+def read(ctx: Context, opts: Options) -> Snapshot:
+    """Scan the instances asked (with each session's last result for --outcomes or --html) and
+    keep the titles with the keyword."""
+    snap, _ = scan(
+        ctx, chosen_instances(ctx, opts.instance), progress=True,
+        outcomes=bool(opts.outcomes or opts.html),
+    )
+    return filter_keyword(snap, opts.keyword)
+
+
 def run(ctx: Context) -> int:
     """Scan, then print or export."""
     from xaf_hub.errors import UsageError
@@ -120,10 +131,7 @@ def run(ctx: Context) -> int:
             f"unsupported export format {Path(opts.out).suffix or opts.out!r}: "
             "use a .json or .csv file name (or --html FILE for the page)"
         )
-    snap, _ = scan(
-        ctx, chosen_instances(ctx), progress=True, outcomes=bool(opts.outcomes or opts.html)
-    )
-    snap = filter_keyword(snap, opts.keyword)
+    snap = read(ctx, opts)
     if opts.out or opts.html or ctx.json:
         from xaf_hub.page import export as report
 

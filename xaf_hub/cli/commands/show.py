@@ -7,34 +7,42 @@ import argparse
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from xaf_hub.cli.commands._common import add_json
+from xaf_hub.cli.commands._common import INSTANCE, SESSION, add_json, add_session, the_session
 from xaf_hub.cli.context import Context
+from xaf_hub.cli.options import Opt, add_options
 from xaf_hub.core import aio
 from xaf_hub.core.clock import ago, fmt_time, iso_time
 from xaf_hub.core.text import dumps
+
+if TYPE_CHECKING:
+    from xaf_hub.config.load import InstanceConfig
+    from xaf_hub.core.records import SessionRecord
 
 EXAMPLES = """\
 examples:
   xaf-hub show ses_abc123
   xaf-hub show ses_abc123 -i lan-248 --json
+  xaf-hub show -s ses_abc123
 """
+
+
+OPTIONS = (
+    INSTANCE.but(help="where it lives (default: search all)"),
+    Opt("limit", ("-n", "--limit"), "read the newest N messages for the prompt and answer "
+        "(default 30)", kind=int, default=30, metavar="N", minimum=1, maximum=1000),
+)
+
+
+SESSION_OPT = SESSION.but(help="the session id")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Options of `show`."""
     add_json(p)
-    p.add_argument("session", metavar="SESSION", help="the session id")
-    p.add_argument("-i", "--instance", metavar="NAME", help="where it lives (default: search all)")
-    p.add_argument(
-        "-n",
-        "--limit",
-        type=int,
-        default=30,
-        metavar="N",
-        help="read the newest N messages for the prompt and answer (default 30)",
-    )
+    add_session(p, SESSION_OPT)
+    add_options(p, OPTIONS)
 
 
 def _text(message: Mapping[str, Any]) -> str:
@@ -91,27 +99,45 @@ def model_of(messages: Sequence[Mapping[str, Any]]) -> str:
 class Options:
     """What `show` reads of its options."""
 
-    session: str
+    session: str | None
     instance: str | None
     limit: int
+    session_pos: str | None = None
 
 
-def run(ctx: Context) -> int:
-    """Find the session, read its newest messages, print."""
+@dataclass(frozen=True)
+class Found:
+    """One session as `show` reads it: where it lives and its newest messages."""
+
+    inst: InstanceConfig
+    session: SessionRecord
+    messages: list[dict[str, Any]]
+
+    @property
+    def prompt(self) -> Mapping[str, Any] | None:
+        """The last prompt."""
+        return last_of(self.messages, "user")
+
+    @property
+    def answer(self) -> Mapping[str, Any] | None:
+        """The last answer."""
+        return last_of(self.messages, "assistant")
+
+
+def look(ctx: Context, opts: Options) -> Found:
+    """Find the session on the instances asked and read its newest messages."""
     from xaf_hub.cli.commands._common import chosen_instances, scan, session_not_found
-    from xaf_hub.core.runstate import error_text, last_error, outcome_of
     from xaf_hub.errors import UsageError
-    from xaf_hub.fleet.attach import attach_command, attach_hint
     from xaf_hub.fleet.scan import make_client
 
-    opts = ctx.options(Options)
+    session_id = the_session(opts.session, opts.session_pos)
     if opts.limit < 1:
         raise UsageError("--limit must be 1 or more")
-    _, scans = scan(ctx, chosen_instances(ctx))
-    hit = next(((sc, s) for sc in scans for s in sc.sessions if s.id == opts.session), None)
+    _, scans = scan(ctx, chosen_instances(ctx, opts.instance))
+    hit = next(((sc, s) for sc in scans for s in sc.sessions if s.id == session_id), None)
     if hit is None:
         down = [(sc.inst.name, sc.reason) for sc in scans if not sc.reachable]
-        raise session_not_found(opts.session, down, opts.instance)
+        raise session_not_found(session_id, down, opts.instance)
     sc, s = hit
 
     async def go() -> list[dict[str, Any]]:
@@ -119,54 +145,68 @@ def run(ctx: Context) -> int:
         async with make_client(ctx.config, sc.inst, transport) as client:
             return await client.messages(s.id, limit=opts.limit)
 
-    messages = aio.run(go())
-    prompt, answer = last_of(messages, "user"), last_of(messages, "assistant")
-    err = error_text(last_error(messages))
-    outcome = outcome_of(messages) if messages else "unknown"
-    model = s.model or model_of(messages)
-    attach = attach_command(sc.inst, s.id, s.directory)
-    now = int(time.time() * 1000)
+    return Found(sc.inst, s, aio.run(go()))
 
-    def said(msg: Mapping[str, Any] | None) -> dict[str, Any] | None:
-        if msg is None:
-            return None
-        at = _ms(_info(msg), "created")
-        return {"text": _text(msg), "at": iso_time(at), "at_ms": at}
 
+def _said(msg: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    if msg is None:
+        return None
+    at = _ms(_info(msg), "created")
+    return {"text": _text(msg), "at": iso_time(at), "at_ms": at}
+
+
+def document(found: Found) -> dict[str, Any]:
+    """What `show --json` prints (and the MCP tool answers)."""
+    from xaf_hub.core.runstate import error_text, last_error, outcome_of
+    from xaf_hub.fleet.attach import attach_command
+
+    s, messages = found.session, found.messages
+    return {
+        "instance": found.inst.name,
+        "session_id": s.id,
+        "title": s.title,
+        "directory": s.directory,
+        "project": s.project,
+        "state": s.run_state,
+        "retry_message": s.retry_message,
+        "last_outcome": outcome_of(messages) if messages else "unknown",
+        "last_error": error_text(last_error(messages)),
+        "model": s.model or model_of(messages),
+        "cost": s.cost,
+        "updated": iso_time(s.updated),
+        "updated_ms": s.updated,
+        "last_prompt": _said(found.prompt),
+        "last_answer": _said(found.answer),
+        "attach": attach_command(found.inst, s.id, s.directory),
+    }
+
+
+def run(ctx: Context) -> int:
+    """Find the session, read its newest messages, print."""
+    from xaf_hub.fleet.attach import attach_hint
+
+    opts = ctx.options(Options)
+    found = look(ctx, opts)
+    doc = document(found)
     if ctx.json:
-        ctx.out(dumps({
-            "instance": sc.inst.name,
-            "session_id": s.id,
-            "title": s.title,
-            "directory": s.directory,
-            "project": s.project,
-            "state": s.run_state,
-            "retry_message": s.retry_message,
-            "last_outcome": outcome,
-            "last_error": err,
-            "model": model,
-            "cost": s.cost,
-            "updated": iso_time(s.updated),
-            "updated_ms": s.updated,
-            "last_prompt": said(prompt),
-            "last_answer": said(answer),
-            "attach": attach,
-        }))
+        ctx.out(dumps(doc))
         return 0
+    s, inst, err = found.session, found.inst, doc["last_error"]
+    now = int(time.time() * 1000)
     state = s.run_state + (f" ({s.retry_message})" if s.retry_message else "")
     rows = [
-        ("session", f"{s.id} on {sc.inst.name} ({sc.inst.url})"),
+        ("session", f"{s.id} on {inst.name} ({inst.url})"),
         ("title", s.title),
         ("directory", s.directory + ("" if s.project else "  (not a project session)")),
-        ("state", f"{state}; last run: {outcome}" + (f" ({err})" if err else "")),
-        ("model", model or "server default"),
+        ("state", f"{state}; last run: {doc['last_outcome']}" + (f" ({err})" if err else "")),
+        ("model", doc["model"] or "server default"),
         ("cost", "unknown (the server reported none usable)" if s.cost is None
          else f"${s.cost:.4f}"),
         ("updated", f"{fmt_time(s.updated)} ({ago(s.updated, now)})"),
     ]
     for key, value in rows:
         ctx.out(f"{key + ':':<11}{value}")
-    for label, msg in (("last prompt", prompt), ("last answer", answer)):
+    for label, msg in (("last prompt", found.prompt), ("last answer", found.answer)):
         if msg is None:
             ctx.out(f"\n{label}: (none in the newest {opts.limit} messages)")
             continue
@@ -176,8 +216,8 @@ def run(ctx: Context) -> int:
         for line in body.splitlines():
             ctx.out(f"  {line}")
     ctx.out("\nopen it in opencode:")
-    ctx.out(f"  {attach}")
-    hint = attach_hint(sc.inst)
+    ctx.out(f"  {doc['attach']}")
+    hint = attach_hint(inst)
     if hint:
         ctx.out(f"  {hint}")
     return 0

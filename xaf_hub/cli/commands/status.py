@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from xaf_hub.cli.commands._common import (
+    ALLOW_PROD,
+    INSTANCE,
     add_json,
     add_wide,
     chosen_instances,
@@ -16,8 +18,10 @@ from xaf_hub.cli.commands._common import (
     scan_exit,
 )
 from xaf_hub.cli.context import Context
+from xaf_hub.cli.options import add_options
 from xaf_hub.cli.termfit import yes_no_color
 from xaf_hub.core.clock import iso_time
+from xaf_hub.core.records import Snapshot
 from xaf_hub.core.text import dumps
 from xaf_hub.errors import HubError, UnreachableError
 from xaf_hub.ops import budget
@@ -35,16 +39,17 @@ examples:
 """
 
 
+OPTIONS = (
+    INSTANCE,
+    ALLOW_PROD.but(help="treat production instances as dispatchable (display only)"),
+)
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Options of `status`."""
     add_json(p)
     add_wide(p)
-    p.add_argument("-i", "--instance", metavar="NAME", help="only this instance")
-    p.add_argument(
-        "--allow-prod",
-        action="store_true",
-        help="treat production instances as dispatchable (display only)",
-    )
+    add_options(p, OPTIONS)
 
 
 @dataclass(frozen=True)
@@ -55,11 +60,22 @@ class Options:
     allow_prod: bool
 
 
-def run(ctx: Context) -> int:
-    """Scan and print the load table."""
-    opts = ctx.options(Options)
+@dataclass(frozen=True)
+class Measured:
+    """The fleet's load and spend as `status` reads them."""
+
+    snap: Snapshot
+    loads: list[Load]
+    spends: list[budget.BudgetLine]
+    project: budget.BudgetLine
+    queued: int | None
+    whole: bool  # every instance asked: the project's spend is known
+
+
+def measure(ctx: Context, opts: Options) -> Measured:
+    """Scan, count load and reservations, spend against the budgets and the pool's queue."""
     cfg = ctx.config
-    snap, scans = scan(ctx, chosen_instances(ctx), progress=True)
+    snap, scans = scan(ctx, chosen_instances(ctx, opts.instance), progress=True)
     gate = make_gate(cfg)
     try:
         loads = [instance_load(sc, gate, opts.allow_prod) for sc in scans]
@@ -71,26 +87,32 @@ def run(ctx: Context) -> int:
     project, spends = budget.budget_lines(
         cfg, [(sc.inst, sc.sessions if sc.reachable else None) for sc in scans], ctx.ops().now()
     )
-    whole = opts.instance is None  # the project's spend needs every instance
     loads = [
         _over_budget(ctx, x, sc, line, project)
         for x, sc, line in zip(loads, scans, spends, strict=True)
     ]
+    return Measured(snap, loads, spends, project, queued, whole=opts.instance is None)
+
+
+def document(m: Measured) -> dict[str, Any]:
+    """What `status --json` prints (and the MCP tool answers)."""
+    return {
+        "generated_at": iso_time(m.snap.generated_at),
+        "generated_at_ms": m.snap.generated_at,
+        "instances": [
+            {**x.to_json(), **line.to_json()} for x, line in zip(m.loads, m.spends, strict=True)
+        ],
+        "queue": {"pending": m.queued},
+        "project": m.project.to_json() if m.whole else None,
+    }
+
+
+def run(ctx: Context) -> int:
+    """Scan and print the load table."""
+    m = measure(ctx, ctx.options(Options))
+    snap, loads, spends, project, queued = m.snap, m.loads, m.spends, m.project, m.queued
     if ctx.json:
-        ctx.out(
-            dumps(
-                {
-                    "generated_at": iso_time(snap.generated_at),
-                    "generated_at_ms": snap.generated_at,
-                    "instances": [
-                        {**x.to_json(), **line.to_json()}
-                        for x, line in zip(loads, spends, strict=True)
-                    ],
-                    "queue": {"pending": queued},
-                    "project": project.to_json() if whole else None,
-                }
-            )
-        )
+        ctx.out(dumps(document(m)))
         report_missing_passwords(ctx, snap)
         return scan_exit(snap)
     rows = [
@@ -123,7 +145,7 @@ def run(ctx: Context) -> int:
         flexible=[("reason", 16), ("project sessions", 8), ("running project", 8)],
         colors={"dispatchable": yes_no_color},
     )
-    if whole:
+    if m.whole:
         ctx.out(f"project spend: {project.text()}")
     if queued:
         ctx.out(f"queue: {queued} task(s) waiting in the pool for a free slot")

@@ -180,7 +180,7 @@ def run(ctx: Context) -> int:
     opts = ctx.options(Options)
     if opts.interval <= 0:
         raise UsageError("--interval must be more than 0")
-    instances = chosen_instances(ctx)
+    instances = chosen_instances(ctx, opts.instance)
     if not opts.once and not opts.poll:
         limit = opts.max_polls * opts.interval if opts.max_polls else 0.0
         return follow(

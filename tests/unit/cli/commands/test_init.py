@@ -7,6 +7,8 @@ import json
 import os
 from pathlib import Path
 
+import pytest
+
 from xaf_hub.cli.main import main
 from xaf_hub.config.load import load_config
 from xaf_hub.errors import ExitCode
@@ -91,3 +93,28 @@ def test_init_bad_flags_are_one_line_exit_4(tmp_path: Path) -> None:
     (tmp_path / "folder.json").mkdir()
     code, _, err = run(tmp_path, "--config", str(tmp_path / "folder.json"), "init")
     assert code == ExitCode.USAGE and "is a folder" in err
+
+
+def test_init_ends_with_the_lines_to_paste_for_an_agent(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import shlex
+    import sys
+
+    script = tmp_path / "bin" / "xaf-hub"
+    script.parent.mkdir()
+    script.write_text("#!/bin/sh\n", "utf-8")
+    for argv0, head in ((str(script), [str(script)]),
+                        ("/x/pytest", [sys.executable, "-m", "xaf_hub"])):
+        monkeypatch.setattr(sys, "argv", [argv0])
+        (tmp_path / "the config").mkdir(exist_ok=True)
+        code, out, err = run(tmp_path, "--config", "the config/c.json", "init", "--root", "/s",
+                             "--force")
+        assert code == 0, err
+        lines = out.splitlines()
+        words = [*head, "--config", str(tmp_path / "the config" / "c.json"), "mcp"]
+        # opencode's key, whole and valid JSON: the config's absolute path, this very hub.
+        assert json.loads(lines[-3]) == {"mcp": {"xafhub": {"type": "local", "command": words}}}
+        claude = lines[-1].strip()
+        assert claude.startswith("claude mcp add xafhub -- ")
+        assert shlex.split(claude)[5:] == words

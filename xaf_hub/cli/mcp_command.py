@@ -4,10 +4,12 @@ The tools are the CLI's commands, named like them: instances, status, sessions, 
 dispatch (queue=true queues the task when the fleet is full), interrupt, backlog_list,
 backlog_add, backlog_show. Each runs exactly as the command does: the same limit and gate,
 the same production guard, the same audit log (caller `mcp:<client name>`) and the same
-discipline block in every prompt, however many agents call at once.
+discipline block in every prompt, however many agents call at once. A config that cannot be
+found or loaded does not stop the server: every tool call answers `config error: <why>`.
 
-By default the server speaks MCP on stdin/stdout, as an agent's MCP client starts it (opencode:
-`"mcp": {"xafhub": {"type": "local", "command": ["xaf-hub", "mcp"]}}`). With --http it serves
+By default the server speaks MCP on stdin/stdout, as an agent's MCP client starts it; the
+client starts it in a folder of its own, so give the config's absolute path (`xaf-hub init`
+prints the exact lines for opencode and Claude Code). With --http it serves
 Streamable HTTP at http://HOST:PORT/mcp; every request must carry `Authorization: Bearer
 <token>` with the token from XAF_HUB_MCP_TOKEN, and a non-loopback --host is refused without
 one. Needs the optional extra: pipx install 'xaf-hub[mcp]' (or pip install 'xaf-hub[mcp]').
@@ -30,8 +32,10 @@ EXAMPLES = """\
 examples:
   xaf-hub mcp                                   # MCP on stdio, for an agent's MCP client
   XAF_HUB_MCP_TOKEN=$(openssl rand -hex 24) xaf-hub mcp --http --port 7318
-opencode (opencode.json):  "mcp": {"xafhub": {"type": "local", "command": ["xaf-hub", "mcp"]}}
-Claude Code:               claude mcp add xafhub -- xaf-hub mcp
+opencode (opencode.json), with the config's absolute path (`xaf-hub init` prints these):
+  "mcp": {"xafhub": {"type": "local",
+                     "command": ["xaf-hub", "--config", "/abs/config.json", "mcp"]}}
+Claude Code:  claude mcp add xafhub -- xaf-hub --config /abs/config.json mcp
 """
 
 TOKEN_ENV = "XAF_HUB_MCP_TOKEN"
@@ -85,7 +89,9 @@ def run(ctx: Context) -> int:
             raise UsageError(f"{TOKEN_ENV} is too short: use at least {MIN_TOKEN_LENGTH} "
                              "characters")
     _require_sdk()
-    _ = ctx.config  # a broken config is one line now, not an error inside every tool call
+    # The config is not loaded here: an agent's MCP client starts this server where it likes (a
+    # session's folder) and shows nothing of its stderr, so a missing or broken config is said
+    # to the agent instead, as a `config error` answering every tool call.
     from xaf_hub.cli.mcp import Hub, build_server
 
     server = build_server(Hub(config=ctx.common.config, env=ctx.env, cwd=ctx.cwd,
