@@ -218,7 +218,13 @@ def document(done: Planned | Sent | Queued) -> dict[str, Any]:
     if isinstance(done, Planned):
         return _plan_document(done.prep)
     if isinstance(done, Sent):
-        return {**done.sent.result.to_json(), "via": done.plan.via, "task_id": done.sent.task_id}
+        return {
+            **done.sent.result.to_json(),
+            "via": done.plan.via,
+            "task_id": done.sent.task_id,
+            # what the match weighed, so a caller that knows better can name the session
+            "candidates": [c.to_json() for c in done.plan.candidates],
+        }
     return done.to_json()
 
 
