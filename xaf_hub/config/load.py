@@ -122,6 +122,8 @@ class ModelsConfig:
     timezone: str = "local"
     # Where blackouts and healed memory live; "redis" shares them through lock.redis_url.
     state_backend: str = "file"
+    # What a rate limit rests: its model's whole "family" (seed), or only that "model".
+    rest_scope: str = "family"
 
     def families(self) -> dict[str, list[str]]:
         """Blackout families as a plain mapping."""
@@ -478,8 +480,13 @@ def _parse_models(r: _Reader, path: Path) -> ModelsConfig:
     state_backend = r.get("state_backend", (str,), "file")
     if state_backend not in ("file", "redis"):
         raise r.fail("state_backend", f"must be 'file' or 'redis', got {state_backend!r}")
+    rest_scope = r.get("rest_scope", (str,), "family")
+    if rest_scope not in ("family", "model"):
+        raise r.fail("rest_scope", f"must be 'family' or 'model', got {rest_scope!r}")
     r.finish()
-    return ModelsConfig(default, chain, families, hour, tz, state_backend=state_backend)
+    return ModelsConfig(
+        default, chain, families, hour, tz, state_backend=state_backend, rest_scope=rest_scope
+    )
 
 
 def _parse_redis(r: _Reader, env: Mapping[str, str]) -> dict[str, Any]:

@@ -51,7 +51,7 @@ def choose_model(
 ) -> str | None:
     """resolve_dispatch_model for one instance with the current blackouts."""
     now = now or datetime.now(UTC)
-    blacked = model_state(cfg).blacked_out_families(now)
+    blacked = model_state(cfg).resting(now)
     return resolve_dispatch_model(
         explicit=explicit,
         chain=model_chain(cfg, inst),
@@ -74,7 +74,7 @@ def untried_model(
     model was tried.
     """
     now = now or datetime.now(UTC)
-    blacked = model_state(cfg).blacked_out_families(now)
+    blacked = model_state(cfg).resting(now)
     families = cfg.models.families()
     for model in (*model_chain(cfg, inst), cfg.models.default_dispatch_model):
         if model and model not in avoid and not _blacked(model, blacked, families):
@@ -84,4 +84,4 @@ def untried_model(
 
 def _blacked(model: str, blacked: set[str], families: Mapping[str, Sequence[str]]) -> bool:
     family = family_of(model, families)
-    return family is not None and family in blacked
+    return model in blacked or (family is not None and family in blacked)
