@@ -37,6 +37,7 @@ EVENTS: tuple[str, ...] = (
     "needs_person",
     "healed",
     "blackout",
+    "rest_ended",
     "instance_down",
     "instance_up",
     "daily_summary",

@@ -15,11 +15,18 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, tzinfo
 from email.utils import parsedate_to_datetime
 from typing import Any
 
-__all__ = ["BACKOFF_CEILING", "LONGEST_STATED", "stated_end", "stated_in_headers", "stated_in_text"]
+__all__ = [
+    "parse_until",
+    "BACKOFF_CEILING",
+    "LONGEST_STATED",
+    "stated_end",
+    "stated_in_headers",
+    "stated_in_text",
+]
 
 # opencode's retry delay without a Retry-After: 2000 * 2**(attempt-1) * (1 + 0.25*rand) ms, at
 # most 5 retries, so at most 40 s; anything further off was stated by the provider.
@@ -175,3 +182,41 @@ def stated_end(
         if when is not None and when <= now + LONGEST_STATED:
             return when
     return None
+
+
+_CLOCK = re.compile(r"(\d{1,2}):(\d{2})")
+
+
+def parse_until(text: str, now: datetime, tz: tzinfo) -> datetime:
+    """When a person's rest ends: a duration ("90m", "2h 30m"), a local clock time ("18:00",
+    the next one) or an instant ("2026-12-04T09:00", local unless it names its offset).
+
+    Raises ValueError naming what was not understood; the end must lie ahead of ``now``.
+    """
+    value = text.strip()
+    when: datetime | None = None
+    if re.fullmatch(_DURATION, value, re.I):
+        when = now + timedelta(seconds=_seconds(value))
+    elif m := _CLOCK.fullmatch(value):
+        hour, minute = int(m.group(1)), int(m.group(2))
+        if hour > 23 or minute > 59:
+            raise ValueError(f"{text!r} is not a clock time (HH:MM)")
+        local = now.astimezone(tz)
+        when = local.replace(hour=hour, minute=minute, second=0, microsecond=0)
+        if when <= now:
+            when = (local + timedelta(days=1)).replace(
+                hour=hour, minute=minute, second=0, microsecond=0
+            )
+    else:
+        try:
+            when = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            raise ValueError(
+                f"{text!r} is not a time: give a duration (90m, 2h), a clock time (18:00) "
+                "or an ISO time (2026-12-04T09:00)"
+            ) from None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=tz)
+    if when <= now:
+        raise ValueError(f"{text!r} is not in the future")
+    return when

@@ -21,6 +21,7 @@ From the stores, compared with the previous round: ``task_done`` again for pool 
 since the previous finished round began (a round killed after settling a task but before
 queueing its message loses nothing), ``task_parked`` (a pool task whose attempts
 are used up), ``blackout`` (a family newly blacked out, or until a new time),
+``rest_ended`` (a person ended a rest: ``rest_ended_event``, queued by ``models clear``),
 ``daily_summary`` (the first round on or after ``summary_hour`` each local day), and
 ``budget`` (today's spend reached 80 % or 100 % of the project's or an instance's daily
 budget; the id names the level and the local day, so each is sent once per day).
@@ -322,6 +323,17 @@ def failover_event(from_host: str, to_host: str, token: str, now: datetime) -> E
         "failover",
         _iso(now),
         data={"from_host": from_host, "to_host": to_host},
+    )
+
+
+def rest_ended_event(target: str, until: str, now: datetime) -> Event:
+    """A person ended the rest of ``target`` (a family or a model) that was to last ``until``
+    (ISO); one fact per rest, however often it is queued."""
+    return Event(
+        f"rest_ended:{target}:{until}",
+        "rest_ended",
+        _iso(now),
+        data={"family": target, "until": until},
     )
 
 

@@ -165,6 +165,15 @@ TEXT: dict[str, tuple[str, str]] = {
         "too many requests.",
         "“{family}” 的模型在 {exact}（{when}）之前不再使用：服务商因请求过多而拒绝。",
     ),
+    "ap.rest_stated": (
+        "“{family}” is not used until {exact} ({when}): the provider refused for too many "
+        "requests and said when it takes work again.",
+        "“{family}” 在 {exact}（{when}）之前不再使用：服务商因请求过多而拒绝，并说明了何时恢复。",
+    ),
+    "ap.rest_person": (
+        "“{family}” is not used until {exact} ({when}): a person rested it.",
+        "“{family}” 在 {exact}（{when}）之前不再使用：由人工暂停。",
+    ),
     "ap.spend": ("Spent today: {spent}.", "今日已花费 {spent}。"),
     "ap.spend_of": (
         "Spent today: {spent} of the daily budget {budget} ({share} %).",

@@ -30,6 +30,7 @@ __all__ = [
     "DEFAULT_BLACKOUT_FAMILIES",
     "REST_SCOPES",
     "REST_WHYS",
+    "WHY_WORDS",
     "HEALED_RETENTION",
     "HEAL_PREFIX",
     "MODEL_STATE_FILE",
@@ -114,6 +115,11 @@ REST_SCOPES = ("family", "model")
 # Why a rest ends when it does: the provider stated the time, the daily reset hour (nothing
 # stated), or a person set it (``xaf-hub models rest``).
 REST_WHYS = ("stated", "reset_hour", "person")
+WHY_WORDS = {
+    "stated": "stated by the server",
+    "reset_hour": "reset hour",
+    "person": "set by a person",
+}
 
 
 @dataclass(frozen=True)
