@@ -8,7 +8,8 @@ those; None means nothing was said and the caller falls back to the reset hour.
 
 opencode's own back-off also fills ``next`` (2 s doubling per attempt, at most about 40 s at
 the fifth attempt; architecture §7): a ``next`` closer than ``BACKOFF_CEILING`` is that
-back-off, not the provider's word, and is ignored.
+back-off, not the provider's word, and is ignored. So is any stated wait that short: opencode
+honours it on each of its retries, and a run that still failed shows the limit outlasted it.
 """
 
 from __future__ import annotations
@@ -105,20 +106,23 @@ def stated_in_text(text: str, now: datetime) -> datetime | None:
     return None
 
 
+def _said_at(headers: Mapping[str, Any], fallback: datetime) -> datetime:
+    """When a response was sent: its ``Date`` header, else ``fallback``."""
+    date = next((str(v) for k, v in headers.items() if str(k).lower() == "date"), "")
+    try:
+        said = parsedate_to_datetime(date) if date else fallback
+    except (TypeError, ValueError):
+        said = fallback
+    return said if said.tzinfo else said.replace(tzinfo=UTC)
+
+
 def stated_in_headers(headers: Mapping[str, Any], fallback: datetime) -> datetime | None:
     """The end a response's ``Retry-After-Ms`` / ``Retry-After`` header states, or None.
 
     Seconds count from the response's ``Date`` header when it has one, else ``fallback``.
     """
     low = {str(k).lower(): str(v) for k, v in headers.items()}
-    said = fallback
-    if "date" in low:
-        try:
-            said = parsedate_to_datetime(low["date"])
-        except (TypeError, ValueError):
-            said = fallback
-    if said.tzinfo is None:
-        said = said.replace(tzinfo=UTC)
+    said = _said_at(headers, fallback)
     ms = low.get("retry-after-ms", "").strip()
     if re.fullmatch(r"\d+(?:\.\d+)?", ms):
         return said + timedelta(milliseconds=float(ms))
@@ -134,7 +138,8 @@ def stated_in_headers(headers: Mapping[str, Any], fallback: datetime) -> datetim
     return None
 
 
-def _error_statement(error: Mapping[str, Any], said: datetime) -> datetime | None:
+def _error_statement(error: Mapping[str, Any], said: datetime) -> tuple[datetime, datetime] | None:
+    """(the end, when it was said) an opencode error states, or None."""
     data = error.get("data")
     if not isinstance(data, Mapping):
         return None
@@ -142,13 +147,13 @@ def _error_statement(error: Mapping[str, Any], said: datetime) -> datetime | Non
     if isinstance(headers, Mapping):
         when = stated_in_headers(headers, said)
         if when is not None:
-            return when
+            return when, _said_at(headers, said)
     for key in ("message", "responseBody"):
         value = data.get(key)
         if isinstance(value, str):
             when = stated_in_text(value, said)
             if when is not None:
-                return when
+                return when, said
     return None
 
 
@@ -164,24 +169,26 @@ def stated_end(
 
     A retry under way gives ``next_ms`` (its next try) and its ``message`` (said now); a
     failed run gives its ``error`` (opencode's ``{name, data}``: headers, message, body), said
-    at ``said_ms`` (when the failed message began) unless its headers carry a date. The end
-    may lie in the past (a failure read late: its rest is over); one further than
-    ``LONGEST_STATED`` from when it was said is not believed.
+    at ``said_ms`` (when the failed message began) unless its headers carry a date. Only an
+    end more than ``BACKOFF_CEILING`` and at most ``LONGEST_STATED`` after it was said counts.
+    The end may lie in the past (a failure read late: its rest is over).
     """
+    found: tuple[datetime, datetime] | None = None
     if next_ms > 0:
-        nxt = datetime.fromtimestamp(next_ms / 1000, UTC)
-        if BACKOFF_CEILING < nxt - now <= LONGEST_STATED:
-            return nxt
-    when = stated_in_text(message, now)
-    if when is not None:
-        return when
-    if error is not None:
+        found = (datetime.fromtimestamp(next_ms / 1000, UTC), now)
+    if found is None or not _a_statement(*found):
+        when = stated_in_text(message, now)
+        found = None if when is None else (when, now)
+    if (found is None or not _a_statement(*found)) and error is not None:
         said = datetime.fromtimestamp(said_ms / 1000, UTC) if said_ms > 0 else now
-        when = _error_statement(error, said)
-        # Headers are counted from their own Date; only a far-off end is not believed.
-        if when is not None and when <= now + LONGEST_STATED:
-            return when
-    return None
+        found = _error_statement(error, said)
+    return found[0] if found is not None and _a_statement(*found) else None
+
+
+def _a_statement(end: datetime, said: datetime) -> bool:
+    # A wait up to opencode's own back-off is that back-off (``next`` without a Retry-After),
+    # or a short wait opencode already honoured on each retry while the limit held.
+    return BACKOFF_CEILING < end - said <= LONGEST_STATED
 
 
 _CLOCK = re.compile(r"(\d{1,2}):(\d{2})")

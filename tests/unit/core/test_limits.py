@@ -119,6 +119,11 @@ STATED_END: list[tuple[str, dict[str, Any], datetime | None]] = [
         later(minutes=6),
     ),
     ("next past (read late)", {"next_ms": ms(later(seconds=-10))}, None),
+    (
+        "a short stated wait is no statement (opencode waits it out on each retry)",
+        {"next_ms": ms(later(seconds=8)), "message": "Please try again in 20s."},
+        None,
+    ),
     # A failed run: headers counted from their date, else from when the message began.
     (
         "error header with date",
@@ -159,6 +164,11 @@ STATED_END: list[tuple[str, dict[str, Any], datetime | None]] = [
         "error stated an end already past (its rest is over)",
         {"error": api_error("Rate limit", {"retry-after": "60"}), "said_ms": ms(later(hours=-1))},
         later(hours=-1, seconds=60),
+    ),
+    (
+        "a run failed after Retry-After: 1 on every retry: the limit outlasted it",
+        {"error": api_error("Rate limit", {"retry-after": "1"}), "said_ms": ms(later(seconds=-6))},
+        None,
     ),
 ]
 
