@@ -63,6 +63,7 @@ class InstanceConfig:
     rules: ProjectRules = field(default_factory=ProjectRules)
     password_env: str = ""  # the env var the config names for the password, if any
     budget_daily_usd: float | None = None  # this instance's spend today, at most (None: no cap)
+    budget_run_usd: float | None = None  # one run's cost on it, at most (None: budget.run_usd)
 
     @property
     def production(self) -> bool:
@@ -142,6 +143,8 @@ class BudgetConfig:
     """The project's daily spend ceiling across the fleet (None: no ceiling)."""
 
     daily_usd: float | None = None
+    # One run's cost, from its prompt to idle, at most (None: no ceiling per run).
+    run_usd: float | None = None
 
 
 @dataclass(frozen=True)
@@ -316,7 +319,9 @@ def parse_config(raw: Any, *, path: Path, env: Mapping[str, str]) -> Config:
             "(e.g. redis://hub-redis.example.internal:6379/0)"
         )
     budget_r = top.sub("budget")
-    budget = BudgetConfig(daily_usd=usd_amount(budget_r, "daily_usd"))
+    budget = BudgetConfig(
+        daily_usd=usd_amount(budget_r, "daily_usd"), run_usd=usd_amount(budget_r, "run_usd")
+    )
     budget_r.finish()
     page = top.sub("page")
     page.seen.add("url")  # notify/ reads and checks page.url
@@ -620,6 +625,7 @@ def _parse_instance(
     readonly = r.get("readonly_default", (bool,), False)
     note = r.get("note", (str,), "")
     budget = usd_amount(r, "budget_daily_usd")
+    run_budget = usd_amount(r, "budget_run_usd")
     r.finish()
     return InstanceConfig(
         name=name,
@@ -639,6 +645,7 @@ def _parse_instance(
         note=note,
         password_env=password_env,
         budget_daily_usd=budget,
+        budget_run_usd=run_budget,
         rules=ProjectRules.build(
             roots=roots,
             fallback_segments=fallback,
