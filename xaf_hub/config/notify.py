@@ -38,6 +38,7 @@ EVENTS: tuple[str, ...] = (
     "healed",
     "blackout",
     "rest_ended",
+    "run_ceiling",
     "instance_down",
     "instance_up",
     "daily_summary",

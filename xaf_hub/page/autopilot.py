@@ -28,7 +28,7 @@ from xaf_hub.ops.budget import BudgetLine, budget_lines, money
 from xaf_hub.page.words import WHEN, Lang, Line, ago, clean, local_time_with_zone, text
 
 # Step names (report) -> catalogue key of how a reader who never saw the code would put them.
-STEP_KEYS = ("fix_free_limit", "check_agents", "sync_design_tasks", "fill_slots")
+STEP_KEYS = ("run_ceiling", "fix_free_limit", "check_agents", "sync_design_tasks", "fill_slots")
 
 # Report keys of the round's figures, in the order the page shows them.
 ROUND_FIGURES = (
@@ -38,6 +38,7 @@ ROUND_FIGURES = (
     "resumed",
     "tasks_requeued",
     "design_tasks_added",
+    "over_run_ceiling",
 )
 
 NEXT_UP = 5
