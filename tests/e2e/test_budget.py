@@ -309,3 +309,28 @@ def test_a_heal_re_send_is_new_work_and_waits_for_the_budget(hub: Hub) -> None:
         assert not [r for r in hub.llm.requests() if r["model"] == "good-model"]
     finally:
         hub.cli("interrupt", "--session", stuck, "--allow-prod")
+
+
+def test_ten_racing_dispatches_overspend_a_daily_budget_by_at_most_one_run_ceiling(
+    hub: Hub,
+) -> None:
+    """With a run ceiling, runs in flight count at it: ten dispatches racing for one
+    instance's $0.05 stop once the runs started could spend it (measured before: ten such
+    dispatches against $0.01 spent $0.20)."""
+    budgets(hub, None, lan_b=0.05)
+    hub.doc["budget"] = {"run_usd": RUN_USD}
+    hub.set_instance("lan-b", concurrency_limit=10)  # the budget, not the limit, must hold
+    sessions_before = project_sessions(hub)
+    results = race(hub, ["lan-b"] * 10)
+    started = [code for code, _ in results if code == 0]
+    for code, err in results:
+        # 3: the budget, the lock; 2: a scan that timed out on a loaded machine (nothing sent)
+        assert code in (0, 2, 3), err
+    assert 1 <= len(started) <= 3
+    refusals = [err for code, err in results if code == 3 and "daily budget" in err]
+    assert all("in flight" in e or "spent today)" in e for e in refusals), refusals
+    hub.wait_for(lambda: not hub.busy_ids("lan-b"), timeout=120)
+    final = spent(hub)["lan-b"] or 0.0
+    assert final == pytest.approx(RUN_USD * len(started))
+    assert final <= 0.05 + RUN_USD + 1e-9  # the stated bound: one run's ceiling over
+    assert project_sessions(hub) == sessions_before + len(started)

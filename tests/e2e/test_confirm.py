@@ -45,6 +45,10 @@ def model_state(hub: Hub) -> dict[str, Any]:
     return dict(json.loads((home(hub) / ".model_state.json").read_text("utf-8")))
 
 
+def an_hour_on() -> int:
+    return to_ms(datetime.now(UTC)) + 3_600_000
+
+
 def next_eight() -> int:
     return to_ms(next_reset(datetime.now(UTC), 8, resolve_timezone("local")))
 
@@ -86,17 +90,17 @@ def writers(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     calls: list[str] = []
     # The commands heal with the patrol's own function, not a copy of it.
     assert fix_free_limit.__dict__["heal"] is heal_module.heal
-    real_mark, real_heal = ModelState.mark_blackout, heal_module.heal
+    real_mark, real_heal = ModelState.mark_rest, heal_module.heal
 
-    def mark(self: ModelState, family: str, reason: str, source: str, now: datetime) -> int:
-        calls.append(f"mark_blackout {family} {source.split()[0]}")
-        return real_mark(self, family, reason, source, now)
+    def mark(self: ModelState, target: str, **kw: Any) -> int:
+        calls.append(f"mark_rest {target} {kw['source'].split()[0]}")
+        return real_mark(self, target, **kw)
 
     async def heal(*args: Any, **kwargs: Any) -> heal_module.Healing:
         calls.append(f"heal {kwargs.get('origin')}")
         return await real_heal(*args, **kwargs)
 
-    monkeypatch.setattr(ModelState, "mark_blackout", mark)
+    monkeypatch.setattr(ModelState, "mark_rest", mark)
     monkeypatch.setattr(heal_module, "heal", heal)
     yield calls
 
@@ -144,10 +148,12 @@ def test_confirm_reports_a_stuck_retry_and_fix_heals_it(hub: Hub, writers: list[
         "opencode/free-model",
         "backup/good-model",
     )
-    assert fix["blackout"] == {"family": "opencode", "until_ms": next_eight()}
-    assert writers == ["heal confirm", "mark_blackout opencode confirm.fix_free_limit"]
+    assert fix["blackout"]["family"] == "opencode"
+    assert abs(fix["blackout"]["until_ms"] - an_hour_on()) < 60_000  # as Retry-After: 3600 said
+    assert writers == ["heal confirm", "mark_rest opencode confirm.fix_free_limit"]
     blackout = model_state(hub)["blackouts"]["opencode"]
-    assert blackout["until_ms"] == next_eight() and "free usage limit" in blackout["reason"]
+    assert blackout["until_ms"] == fix["blackout"]["until_ms"] and blackout["why"] == "stated"
+    assert "free usage limit" in blackout["reason"]
     assert blackout["source"] == f"confirm.fix_free_limit local-a/{sid}"
 
     hub.wait_for(settled_by(hub, "local-a", sid, "backup/good-model"), 60)
@@ -161,7 +167,7 @@ def test_confirm_reports_a_stuck_retry_and_fix_heals_it(hub: Hub, writers: list[
     assert code == 0
     assert "finished (last run on backup/good-model)" in out and "nothing to fix" in out
     assert len(agent_requests(hub, "good-model", CONTINUE_HEAD)) == 1
-    assert writers == ["heal confirm", "mark_blackout opencode confirm.fix_free_limit"]
+    assert writers == ["heal confirm", "mark_rest opencode confirm.fix_free_limit"]
 
 
 def test_confirm_fix_heals_a_run_that_failed_with_429(hub: Hub, writers: list[str]) -> None:
@@ -187,7 +193,7 @@ def test_confirm_fix_heals_a_run_that_failed_with_429(hub: Hub, writers: list[st
     code, out, _ = hub.cli("confirm", "--session", sid, "--fix")
     assert code == 0, out
     assert "fix: rate-limited on opencode/free-model, healed: re-sent on backup/good-model" in out
-    assert writers == ["heal confirm", "mark_blackout opencode confirm.fix_free_limit"]
+    assert writers == ["heal confirm", "mark_rest opencode confirm.fix_free_limit"]
     assert model_state(hub)["blackouts"]["opencode"]["until_ms"] == next_eight()
     hub.wait_for(settled_by(hub, "lan-c", sid, "backup/good-model"), 60)
     assert [
@@ -244,8 +250,9 @@ def test_confirm_wait_heals_a_stuck_retry_on_the_spot(hub: Hub, writers: list[st
             "rate-limited on opencode/free-model, healed: now running on backup/good-model "
             "(blackout of family opencode until "
         )
-        assert writers == ["heal dispatch", "mark_blackout opencode dispatch.fix_free_limit"]
-        assert model_state(hub)["blackouts"]["opencode"]["until_ms"] == next_eight()
+        assert writers == ["heal dispatch", "mark_rest opencode dispatch.fix_free_limit"]
+        rest = model_state(hub)["blackouts"]["opencode"]
+        assert abs(rest["until_ms"] - an_hour_on()) < 60_000 and rest["why"] == "stated"
         sent = agent_requests(hub, "good-model", CONTINUE_HEAD)
         assert len(sent) == 1 and DISCIPLINE_MARKER in sent[0]["last_user_text"]
         # The server agrees: the session runs, on the good model, and it is not retrying.
@@ -274,7 +281,7 @@ def test_confirm_wait_heals_a_run_that_fails_in_the_window(hub: Hub, writers: li
         or "ran on backup/good-model and already finished" in confirm_line
     )
     assert "(blackout of family opencode until " in confirm_line
-    assert writers == ["heal dispatch", "mark_blackout opencode dispatch.fix_free_limit"]
+    assert writers == ["heal dispatch", "mark_rest opencode dispatch.fix_free_limit"]
     sid = sent_line.split()[2]
     hub.wait_for(settled_by(hub, "lan-b", sid, "backup/good-model"), 60)
     assert len(agent_requests(hub, "good-model", CONTINUE_HEAD)) == 1

@@ -308,3 +308,57 @@ def test_queued_work_starts_when_a_slot_frees(hub: Hub) -> None:
         for name in ("local-a", "lan-b", "lan-c"):
             for sid in hub.busy_ids(name):
                 hub.cli("interrupt", "--session", sid)
+
+
+@pytest.mark.timeout(600)
+def test_daemon_stops_a_run_past_its_ceiling_while_it_waits_in_a_tool(hub: Hub) -> None:
+    """The run's first step costs $0.02 against a $0.01 ceiling, then the run waits in a
+    90-second tool call: the daemon aborts it within seconds, parks its task, audits it and
+    tells the team once."""
+    hub.doc["budget"] = {"run_usd": 0.01}
+    chat = Capture("json")
+    chat.start()
+    hub.env["HOOK_TEAM"] = chat.url
+    hub.doc["notify"] = {"webhooks": [{"name": "team", "url_env": "HOOK_TEAM", "format": "json",
+                                       "events": ["run_ceiling"]}]}
+    hub.write_config()
+    calls = [["bash", {"command": "true", "description": "look"}],
+             ["bash", {"command": "sleep 90", "description": "wait"}]]
+    hub.llm.set_mode("priced-model", "tools", calls=calls, text="done")
+    lines = _daemon(hub, "--no-fill")
+    try:
+        code, doc = hub.cli_json("dispatch", "--new", "--instance", "lan-b", "--text",
+                                 "costly work", "--model", "fake/priced-model")
+        assert code == 0, doc
+        sid = doc["session_id"]
+        url, pw = hub.server("lan-b").url, hub.password("lan-b")
+
+        def cost_seen() -> float:
+            msgs = [m for m in sandbox.messages(url, pw, sid) if m["info"]["role"] == "assistant"]
+            return sum(float(m["info"].get("cost") or 0) for m in msgs)
+
+        hub.wait_for(lambda: cost_seen() > 0.01, timeout=120)
+        over_at = time.monotonic()
+
+        def aborted() -> bool:
+            info = _last_assistant(hub, url, pw, sid).get("info", {})
+            return (info.get("error") or {}).get("name") == "MessageAbortedError"
+
+        hub.wait_for(aborted, timeout=60)  # the tool would sleep 90 s
+        took = time.monotonic() - over_at
+        assert took < 30, took  # within seconds (3 s polls, 1 s settle), not at the round
+        assert sid not in hub.busy_ids("lan-b")
+        rows = [r for r in _audit(hub, "patrol.live.run_ceiling") if r["session"] == sid]
+        assert len(rows) == 1 and rows[0]["result"] == "aborted", rows
+        assert rows[0]["cost_usd"] == pytest.approx(0.02) and rows[0]["ceiling_usd"] == 0.01
+        code, pool = hub.cli_json("backlog", "list")
+        task = next(t for t in pool["tasks"] if t.get("session_id") == sid)
+        assert task["status"] == "pending" and "over the run ceiling" in task["parked"]
+        hub.wait_for(lambda: [e for e in chat.events() if e["type"] == "run_ceiling"],
+                     timeout=60)
+        time.sleep(4)  # a second notice would come with the next watch of the session
+        assert [e["type"] for e in chat.events()].count("run_ceiling") == 1
+        assert _beat(hub)["ticks"] == 1  # stopped by the live watch, not by a round
+    finally:
+        lines.stop()
+        chat.stop()

@@ -554,3 +554,50 @@ def test_patrol_cycle_and_concurrent_backlog_adds_lose_no_task(hub: Hub) -> None
     hub.wait_for(
         lambda: not any(hub.busy_ids(n) for n in ("local-a", "lan-b", "lan-c")), timeout=60
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# run_ceiling
+
+
+def test_patrol_once_stops_a_run_past_its_ceiling_and_parks_its_task(hub: Hub) -> None:
+    """No daemon: a round finds a run whose first step cost $0.02 against a $0.01 ceiling,
+    waiting in a 90-second tool call, and stops it; a run within its ceiling is left alone."""
+    hub.doc["budget"] = {"run_usd": 0.01}
+    hub.set_instance("lan-c", budget_run_usd=1.0)  # the instance's own ceiling wins
+    calls = [["bash", {"command": "true", "description": "look"}],
+             ["bash", {"command": "sleep 90", "description": "wait"}]]
+    hub.llm.set_mode("priced-model", "tools", calls=calls, text="done")
+    sids = {}
+    for name in ("lan-b", "lan-c"):
+        code, doc = hub.cli_json("dispatch", "--new", "--instance", name, "--text",
+                                 f"costly {name}", "--model", "fake/priced-model")
+        assert code == 0, doc
+        sids[name] = doc["session_id"]
+
+    def first_step_costed(name: str) -> bool:
+        msgs = messages(hub, name, sids[name])
+        return any(m["info"]["role"] == "assistant" and m["info"].get("cost") for m in msgs)
+
+    for name in sids:
+        hub.wait_for(lambda n=name: first_step_costed(n), timeout=90)
+    try:
+        doc = patrol(hub, "--no-fill")
+        stopped = doc["over_run_ceiling"]
+        assert [(a["instance"], a["session"], a["result"]) for a in stopped] == [
+            ("lan-b", sids["lan-b"], "ok")
+        ]
+        assert "over the run ceiling" in stopped[0]["detail"]
+        assert sids["lan-b"] not in hub.busy_ids("lan-b")
+        assert sids["lan-c"] in hub.busy_ids("lan-c")  # $0.02 of its $1.00: still running
+        last = messages(hub, "lan-b", sids["lan-b"])[-1]["info"]
+        assert (last.get("error") or {}).get("name") == "MessageAbortedError"
+        code, pool = hub.cli_json("backlog", "list")
+        task = next(t for t in pool["tasks"] if t.get("session_id") == sids["lan-b"])
+        assert task["status"] == "pending" and "over the run ceiling" in task["parked"]
+        rows = [e for e in audit_lines(hub) if e["command"] == "patrol.run_ceiling"]
+        assert [r["session"] for r in rows] == [sids["lan-b"]]
+        # The next round leaves the stopped run alone: it is not running any more.
+        assert patrol(hub, "--no-fill")["over_run_ceiling"] == []
+    finally:
+        abort_busy(hub, "lan-c")

@@ -21,6 +21,7 @@ from tests.e2e.proxy import LoopbackServer, forward, read_body, send_back
 from tests.fleet import MODELS, PRICES, Hub
 from xaf_hub.errors import SandboxError
 from xaf_hub.fleet.releases import classify
+from xaf_hub.ops.ceiling import run_cost
 from xaf_hub.sandbox import fleet as sandbox
 from xaf_hub.sandbox.fake_llm import FakeLLM
 from xaf_hub.sandbox.releases import release_binary
@@ -330,6 +331,11 @@ def test_a_release_without_session_cost_is_counted_unknown_never_zero(
         )
         # Both servers priced the run the same: $0.02 on the assistant message.
         assert [a["cost"] for a in replies(name, sid)] == [pytest.approx(0.02)]
+        # So a run's cost, what the run ceiling is held to, is known on both lines.
+        f = mixed[name]
+        assert run_cost(sandbox.messages(f.servers[0].url, f.passwords[0], sid)) == (
+            pytest.approx(0.02)
+        )
     code, st = hub.cli_json("status")
     rows = {r["instance"]: r for r in st["instances"]}
     assert (rows["new-1-18"]["spent_today_usd"], rows["new-1-18"]["cost_unknown_sessions"]) == (

@@ -34,6 +34,7 @@ COMMANDS: dict[str, str] = {
     "interrupt": "abort a session's run",
     "watch": "print changes in the fleet as they happen",
     "serve": "serve the overview page (and its JSON) to colleagues' browsers, read-only",
+    "models": "the chains' models: which rest, until when and why; clear or start a rest",
     "doctor": "check config, credentials, instances, state, blackouts, patrol; say how to fix",
     "patrol": "run the patrol (heal, resume, sync design tasks, fill slots); pause/resume/status",
     "backlog": "list, add, show or change tasks in the patrol's task pool",

@@ -63,6 +63,7 @@ class InstanceConfig:
     rules: ProjectRules = field(default_factory=ProjectRules)
     password_env: str = ""  # the env var the config names for the password, if any
     budget_daily_usd: float | None = None  # this instance's spend today, at most (None: no cap)
+    budget_run_usd: float | None = None  # one run's cost on it, at most (None: budget.run_usd)
 
     @property
     def production(self) -> bool:
@@ -122,6 +123,8 @@ class ModelsConfig:
     timezone: str = "local"
     # Where blackouts and healed memory live; "redis" shares them through lock.redis_url.
     state_backend: str = "file"
+    # What a rate limit rests: its model's whole "family" (seed), or only that "model".
+    rest_scope: str = "family"
 
     def families(self) -> dict[str, list[str]]:
         """Blackout families as a plain mapping."""
@@ -140,6 +143,8 @@ class BudgetConfig:
     """The project's daily spend ceiling across the fleet (None: no ceiling)."""
 
     daily_usd: float | None = None
+    # One run's cost, from its prompt to idle, at most (None: no ceiling per run).
+    run_usd: float | None = None
 
 
 @dataclass(frozen=True)
@@ -332,7 +337,9 @@ def parse_config(raw: Any, *, path: Path, env: Mapping[str, str]) -> Config:
             "(e.g. redis://hub-redis.example.internal:6379/0)"
         )
     budget_r = top.sub("budget")
-    budget = BudgetConfig(daily_usd=usd_amount(budget_r, "daily_usd"))
+    budget = BudgetConfig(
+        daily_usd=usd_amount(budget_r, "daily_usd"), run_usd=usd_amount(budget_r, "run_usd")
+    )
     budget_r.finish()
     page = top.sub("page")
     page.seen.add("url")  # notify/ reads and checks page.url
@@ -501,8 +508,13 @@ def _parse_models(r: _Reader, path: Path) -> ModelsConfig:
     state_backend = r.get("state_backend", (str,), "file")
     if state_backend not in ("file", "redis"):
         raise r.fail("state_backend", f"must be 'file' or 'redis', got {state_backend!r}")
+    rest_scope = r.get("rest_scope", (str,), "family")
+    if rest_scope not in ("family", "model"):
+        raise r.fail("rest_scope", f"must be 'family' or 'model', got {rest_scope!r}")
     r.finish()
-    return ModelsConfig(default, chain, families, hour, tz, state_backend=state_backend)
+    return ModelsConfig(
+        default, chain, families, hour, tz, state_backend=state_backend, rest_scope=rest_scope
+    )
 
 
 def _parse_redis(r: _Reader, env: Mapping[str, str]) -> dict[str, Any]:
@@ -636,6 +648,7 @@ def _parse_instance(
     readonly = r.get("readonly_default", (bool,), False)
     note = r.get("note", (str,), "")
     budget = usd_amount(r, "budget_daily_usd")
+    run_budget = usd_amount(r, "budget_run_usd")
     r.finish()
     return InstanceConfig(
         name=name,
@@ -655,6 +668,7 @@ def _parse_instance(
         note=note,
         password_env=password_env,
         budget_daily_usd=budget,
+        budget_run_usd=run_budget,
         rules=ProjectRules.build(
             roots=roots,
             fallback_segments=fallback,

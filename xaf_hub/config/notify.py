@@ -37,6 +37,8 @@ EVENTS: tuple[str, ...] = (
     "needs_person",
     "healed",
     "blackout",
+    "rest_ended",
+    "run_ceiling",
     "instance_down",
     "instance_up",
     "daily_summary",

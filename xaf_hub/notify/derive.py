@@ -21,6 +21,8 @@ From the stores, compared with the previous round: ``task_done`` again for pool 
 since the previous finished round began (a round killed after settling a task but before
 queueing its message loses nothing), ``task_parked`` (a pool task whose attempts
 are used up), ``blackout`` (a family newly blacked out, or until a new time),
+``run_ceiling`` (a run stopped over its ceiling: once per session),
+``rest_ended`` (a person ended a rest: ``rest_ended_event``, queued by ``models clear``),
 ``daily_summary`` (the first round on or after ``summary_hour`` each local day), and
 ``budget`` (today's spend reached 80 % or 100 % of the project's or an instance's daily
 budget; the id names the level and the local day, so each is sent once per day).
@@ -142,6 +144,19 @@ def _instance_events(
 def _session_events(cycle: Cycle, inputs: Inputs, at: str, people: bool = True) -> list[Event]:
     events = []
     for a in cycle.actions:
+        if a.kind == "ceiling":
+            events.append(
+                Event(
+                    f"run_ceiling:{a.instance}:{a.session}",
+                    "run_ceiling",
+                    at,
+                    a.instance,
+                    a.session,
+                    a.title,
+                    a.task,
+                    data={"reason": a.detail},
+                )
+            )
         if a.kind == "done" and a.result == "ok":
             events.append(
                 Event(
@@ -322,6 +337,17 @@ def failover_event(from_host: str, to_host: str, token: str, now: datetime) -> E
         "failover",
         _iso(now),
         data={"from_host": from_host, "to_host": to_host},
+    )
+
+
+def rest_ended_event(target: str, until: str, now: datetime) -> Event:
+    """A person ended the rest of ``target`` (a family or a model) that was to last ``until``
+    (ISO); one fact per rest, however often it is queued."""
+    return Event(
+        f"rest_ended:{target}:{until}",
+        "rest_ended",
+        _iso(now),
+        data={"family": target, "until": until},
     )
 
 

@@ -38,6 +38,15 @@ CATALOGUE: dict[str, dict[str, tuple[str, str]]] = {
             "Provider resting: {family}",
             "{family} models hit a rate limit. The hub stops using them until {until}.",
         ),
+        "run_ceiling": (
+            "Run stopped over its ceiling: {title}",
+            "Session \u201c{title}\u201d on {instance} was stopped: {reason}",
+        ),
+        "rest_ended": (
+            "Rest ended: {family}",
+            "{family} no longer rests (it was to rest until {until}): ended by a person. "
+            "The hub uses it again.",
+        ),
         "instance_down": (
             "Server down: {instance}",
             "{instance} does not answer ({reason}). Its work waits until it is back.",
@@ -79,6 +88,14 @@ CATALOGUE: dict[str, dict[str, tuple[str, str]]] = {
         "blackout": (
             "模型暂停使用:{family}",
             "{family} 系列模型遇到限流,{until} 之前不再使用。",
+        ),
+        "run_ceiling": (
+            "运行超过上限已停止:{title}",
+            "{instance} 上的会话“{title}”已被停止:{reason}",
+        ),
+        "rest_ended": (
+            "模型恢复使用:{family}",
+            "{family} 的暂停(原定到 {until})已由人工结束,系统重新使用它。",
         ),
         "instance_down": (
             "服务器无响应:{instance}",

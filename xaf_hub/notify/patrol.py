@@ -456,6 +456,14 @@ def queue_failover(pctx: OpsContext, from_host: str, to_host: str, token: str) -
 
     Returns a line for the daemon's output: what was queued, or why nothing was.
     """
+    return queue_notice(pctx, failover_event(from_host, to_host, token, pctx.now()))
+
+
+def queue_notice(pctx: OpsContext, event: Event) -> str:
+    """Queue one notice made outside a round (a failover, a rest a person ended); never raises.
+
+    Returns a line saying what was queued, or why nothing was ("" without webhooks).
+    """
     cfg: NotifyConfig = pctx.cfg.notify
     if not cfg.webhooks:
         return ""
@@ -463,7 +471,7 @@ def queue_failover(pctx: OpsContext, from_host: str, to_host: str, token: str) -
     try:
         queued = outbox.enqueue(
             pctx.cfg.state_dir,
-            lambda state: [failover_event(from_host, to_host, token, now)],
+            lambda state: [event],
             cfg.webhooks,
             now=now,
             queue_limit=cfg.queue_limit,
@@ -471,6 +479,6 @@ def queue_failover(pctx: OpsContext, from_host: str, to_host: str, token: str) -
             lock_timeout=pctx.cfg.lock.lock_timeout_seconds,
             claim=event_claimer(pctx.cfg),
         )
-    except Exception as exc:  # noqa: BLE001 - a notice must never stop the lease keeper
-        return pctx.redact(f"{STEP}: failover notice not queued: {type(exc).__name__}: {exc}")
-    return f"{STEP}: queued the failover notice" if queued.new else ""
+    except Exception as exc:  # noqa: BLE001 - a notice must never stop what announced it
+        return pctx.redact(f"{STEP}: {event.type} notice not queued: {type(exc).__name__}: {exc}")
+    return f"{STEP}: queued the {event.type} notice" if queued.new else ""

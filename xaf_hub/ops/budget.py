@@ -14,14 +14,18 @@ after the fresh scan that re-counts the load, before any new work: a new session
 started again, a resume, a fill, a heal's re-send. A steer of a running session is the same
 run and passes. Today's spend at or above ``instances[].budget_daily_usd`` (that instance's
 sessions) or ``budget.daily_usd`` (every instance's) refuses with BudgetReached (exit 3). Cost
-is known only once a run has spent it, so racing dispatches can overspend by the runs already
-started, never by runs started after the budget was reached.
+is known only once a run has spent it, so the runs in flight (running, or sent and not yet
+shown) count at their run ceiling (``budget.run_usd``, per instance ``budget_run_usd``) when
+one is set: dispatches racing for the last of a budget overspend it by at most one run's
+ceiling per instance. Without a run ceiling nothing bounds a run in flight, and racing
+dispatches can overspend by the runs already started, never by runs started after the budget
+was reached.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, tzinfo
 from typing import TYPE_CHECKING
 
@@ -39,31 +43,66 @@ NOTICE_LEVELS = (80, 100)
 
 @dataclass(frozen=True)
 class Spend:
-    """Known spend today in USD, and how many of today's sessions have an unknown cost."""
+    """Known spend today in USD, and how many of today's sessions have an unknown cost.
+
+    ``in_flight`` runs are under way (or sent); ``in_flight_usd`` is what they may still
+    spend: each at its run ceiling when one is set (0 without one: nothing bounds it).
+    """
 
     usd: float = 0.0
     unknown: int = 0
     sessions: int = 0  # project sessions active today (known and unknown cost)
+    in_flight: int = 0
+    in_flight_usd: float = 0.0
 
     def __add__(self, other: Spend) -> Spend:
         return Spend(
-            self.usd + other.usd, self.unknown + other.unknown, self.sessions + other.sessions
+            self.usd + other.usd,
+            self.unknown + other.unknown,
+            self.sessions + other.sessions,
+            self.in_flight + other.in_flight,
+            self.in_flight_usd + other.in_flight_usd,
+        )
+
+    @property
+    def committed(self) -> float:
+        """Spent today plus what the runs in flight may still spend."""
+        return self.usd + self.in_flight_usd
+
+    def with_sent(self, runs: int, ceiling: float | None) -> Spend:
+        """This spend with ``runs`` more in flight (prompts sent the server shows no run for)."""
+        return replace(
+            self,
+            in_flight=self.in_flight + runs,
+            in_flight_usd=self.in_flight_usd + runs * (ceiling or 0.0),
         )
 
 
-def spend_today(sessions: Iterable[SessionRecord], now: datetime, tz: tzinfo) -> Spend:
-    """Today's spend of the project sessions among ``sessions`` (module docstring)."""
+def spend_today(
+    sessions: Iterable[SessionRecord], now: datetime, tz: tzinfo, run_ceiling: float | None = None
+) -> Spend:
+    """Today's spend of the project sessions among ``sessions`` (module docstring); each
+    running one is a run in flight, which may still spend ``run_ceiling`` (when set)."""
     start = to_ms(day_start(now, tz))
-    usd, unknown, count = 0.0, 0, 0
+    usd, unknown, count, running = 0.0, 0, 0, 0
     for s in sessions:
-        if not s.project or s.updated < start:
+        if not s.project:
+            continue
+        if s.running:
+            running += 1
+        if s.updated < start:
             continue
         count += 1
         if s.cost is None:
             unknown += 1
         else:
             usd += s.cost
-    return Spend(usd, unknown, count)
+    return Spend(usd, unknown, count).with_sent(running, run_ceiling)
+
+
+def run_ceiling(cfg: Config, inst: InstanceConfig) -> float | None:
+    """The most one run on ``inst`` may cost: its ``budget_run_usd``, else ``budget.run_usd``."""
+    return inst.budget_run_usd if inst.budget_run_usd is not None else cfg.budget.run_usd
 
 
 def money(usd: float) -> str:
@@ -78,10 +117,20 @@ def unknown_text(unknown: int) -> str:
     return f"cost unknown for {unknown} session{'s' if unknown != 1 else ''}"
 
 
-def reached_text(budget: float, spent: float, instance: str = "") -> str:
-    """The refusal: "daily budget $3.00 reached ($3.00 spent today)", led by the instance."""
+def reached_text(
+    budget: float, spent: float, instance: str = "", flight: Spend | None = None
+) -> str:
+    """The refusal: "daily budget $3.00 reached ($3.00 spent today)", led by the instance;
+    with runs in flight at their ceilings: "($2.50 spent today + up to $0.50 for 1 run in
+    flight)"."""
     lead = f"{instance}: " if instance else ""
-    return f"{lead}daily budget {money(budget)} reached ({money(spent)} spent today)"
+    more = ""
+    if flight is not None and flight.in_flight_usd > 0:
+        n = flight.in_flight
+        more = (
+            f" + up to {money(flight.in_flight_usd)} for {n} run{'s' if n != 1 else ''} in flight"
+        )
+    return f"{lead}daily budget {money(budget)} reached ({money(spent)} spent today{more})"
 
 
 def zone(cfg: Config) -> tzinfo:
@@ -100,16 +149,19 @@ def refusal(
     """The error that refuses new work on ``inst``, or None when every budget has room.
 
     ``own`` is ``inst``'s spend today, ``others`` the rest of the fleet's (None when no
-    project budget is set, so nobody scanned them).
+    project budget is set, so nobody scanned them). Runs in flight count at their ceilings
+    (``Spend.committed``), so dispatches racing for the last of a budget are refused once the
+    runs already started could spend it: the day's spend passes a daily budget by at most one
+    run's ceiling per instance (the last run admitted), not by every run started at once.
     """
     cap = inst.budget_daily_usd
-    if cap is not None and own.usd >= cap:
-        return BudgetReached(reached_text(cap, own.usd, inst.name), inst.name)
+    if cap is not None and own.committed >= cap:
+        return BudgetReached(reached_text(cap, own.usd, inst.name, own), inst.name)
     cap = cfg.budget.daily_usd
     if cap is not None:
         total = own + (others or Spend())
-        if total.usd >= cap:
-            return BudgetReached(reached_text(cap, total.usd))
+        if total.committed >= cap:
+            return BudgetReached(reached_text(cap, total.usd, flight=total))
     return None
 
 
@@ -122,13 +174,22 @@ def over_budget(
     what ``scans`` saw, so a partial scan never refuses for want of the others' spend.
     """
     tz = zone(cfg)
-    own = {sc.inst.name: spend_today(sc.sessions, now, tz) for sc in scans if sc.reachable}
+    own = {
+        sc.inst.name: spend_today(sc.sessions, now, tz, run_ceiling(cfg, sc.inst))
+        for sc in scans
+        if sc.reachable
+    }
     total = sum(own.values(), Spend())
     out = {}
     for sc in scans:
         if sc.inst.name in own:
             mine = own[sc.inst.name]
-            refused = refusal(cfg, sc.inst, mine, Spend(total.usd - mine.usd))
+            rest = Spend(
+                total.usd - mine.usd,
+                in_flight=total.in_flight - mine.in_flight,
+                in_flight_usd=total.in_flight_usd - mine.in_flight_usd,
+            )
+            refused = refusal(cfg, sc.inst, mine, rest)
             if refused is not None:
                 out[sc.inst.name] = refused
     return out

@@ -9,8 +9,9 @@ Two shapes of the same failure are healed:
 * an idle session whose newest message is an assistant message that ended with a rate-limit
   or model-unavailable error: prompt again through the gate (``ops.send.send_work``).
 
-Order: mark the blackout first (only for a rate-limit signal on a model of a blackout family,
-only through ``ModelState.mark_blackout``), then pick the next usable model in the instance's
+Order: mark the rest first (only for a rate-limit signal: until the time the provider stated,
+else until the reset hour for a model of a blackout family; ``rest_for``, written only through
+``ModelState.mark_rest``), then pick the next usable model in the instance's
 chain (default_dispatch_model when the chain is exhausted), then send the continue prompt
 with the discipline block. Each failure is healed once: its key is instance + session + the
 failing assistant message id (a retry's message id for a stuck retry), remembered in the
@@ -26,8 +27,9 @@ from datetime import UTC, datetime, tzinfo
 from typing import Any, Literal
 
 from xaf_hub.config.load import InstanceConfig
-from xaf_hub.core.clock import next_reset
+from xaf_hub.core.clock import next_reset, to_ms
 from xaf_hub.core.discipline import CONTINUE_PROMPT
+from xaf_hub.core.limits import stated_end
 from xaf_hub.core.records import SessionRecord
 from xaf_hub.core.runstate import ErrorClass, LastRun, classify_error, classify_message, error_text
 from xaf_hub.ops.context import OpsContext
@@ -60,6 +62,8 @@ class HealCandidate:
     key: str  # the failure's identity, for "never heal twice"
     reason: str
     at_ms: int = 0  # when the failed message began (0: now, a retry still under way)
+    next_ms: int = 0  # a retry's next try (the provider's Retry-After when far enough off)
+    error: Mapping[str, Any] | None = None  # a failed run's error (headers, message, body)
 
 
 def heal_key(instance: str, session: str, identity: str) -> str:
@@ -83,6 +87,7 @@ def heal_candidate(rec: SessionRecord, run: LastRun | None) -> HealCandidate | N
             model,
             heal_key(rec.instance, rec.id, identity),
             rec.retry_message,
+            next_ms=rec.retry_next,
         )
     if rec.run_state != "idle" or run is None or run.error is None or not run.message_id:
         return None
@@ -99,6 +104,7 @@ def heal_candidate(rec: SessionRecord, run: LastRun | None) -> HealCandidate | N
         heal_key(rec.instance, rec.id, run.message_id),
         error_text(run.error),
         run.created_ms,
+        error=run.error,
     )
 
 
@@ -120,6 +126,54 @@ def window_over(cand: HealCandidate, reset_hour: int, tz: tzinfo, now: datetime)
         return False  # a retry still under way: limited now
     began = datetime.fromtimestamp(cand.at_ms / 1000, UTC)
     return next_reset(began, reset_hour, tz) <= now
+
+
+@dataclass(frozen=True)
+class Rest:
+    """The rest a rate limit calls for: what rests, until when, and why then."""
+
+    target: str  # a family, or a model id when ``scope`` is "model"
+    scope: str  # family | model
+    until_ms: int
+    why: str  # stated (the provider said when) | reset_hour (it said nothing)
+
+
+def rest_for(
+    cand: HealCandidate,
+    *,
+    scope: str,
+    families: Mapping[str, Sequence[str]],
+    reset_hour: int,
+    tz: tzinfo,
+    now: datetime,
+) -> Rest | None:
+    """The rest a failure calls for, or None (pure; architecture §7).
+
+    Only a rate limit rests anything. When the provider stated when it lifts (``retry.next``
+    past opencode's back-off, a Retry-After or reset time in the message or error), the rest
+    ends then; else at the next reset hour, and only for a model of a blackout family (the
+    free tiers' daily limit). ``scope`` "family" rests the model's family (the model alone
+    when it has none and a time was stated), "model" the model alone. None as well when the
+    rest already ended (a failure read after its stated time or after a reset hour).
+    """
+    if cand.signal != "rate_limited" or not cand.model:
+        return None
+    family = family_of(cand.model, families)
+    stated = stated_end(
+        now=now, next_ms=cand.next_ms, message=cand.reason if cand.state == "retry" else "",
+        error=cand.error, said_ms=cand.at_ms,
+    )
+    if stated is not None:
+        until_ms, why = to_ms(stated), "stated"
+    elif family is None or window_over(cand, reset_hour, tz, now):
+        return None
+    else:
+        until_ms, why = to_ms(next_reset(now, reset_hour, tz)), "reset_hour"
+    if until_ms <= to_ms(now):
+        return None
+    if scope == "family" and family is not None:
+        return Rest(family, "family", until_ms, why)
+    return Rest(cand.model, "model", until_ms, why)
 
 
 def heal_target(
@@ -211,24 +265,28 @@ async def heal(
     cfg = ops.cfg
     families = cfg.models.families()
     now = ops.now()
-    family = blackout_family(cand, families)
-    if family is not None and window_over(cand, state.reset_hour, state.tz, now):
-        family = None  # its rest is over: the family is tried again, not blacked out anew
-    blackout, until_ms = "", None
-    if family is not None:
-        # Blackout first, then the target: the target must already skip the family.
-        until_ms = state.mark_blackout(
-            family, cand.reason[:300], f"{origin}.{STEP} {inst.name}/{rec.id}", now
+    rest = rest_for(
+        cand, scope=cfg.models.rest_scope, families=families, reset_hour=state.reset_hour,
+        tz=state.tz, now=now,
+    )
+    blackout, until_ms, family = "", None, None
+    if rest is not None:
+        # The rest first, then the target: the target must already skip what rests.
+        family = rest.target
+        until_ms = state.mark_rest(
+            rest.target, scope=rest.scope, until_ms=rest.until_ms, why=rest.why,
+            reason=cand.reason[:300], source=f"{origin}.{STEP} {inst.name}/{rec.id}", now=now,
         )
         until = datetime.fromtimestamp(until_ms / 1000, state.tz)
-        blackout = f"{family} blacked out until {until:%Y-%m-%d %H:%M}"
+        said = " (as the provider said)" if rest.why == "stated" else ""
+        blackout = f"{family} blacked out until {until:%Y-%m-%d %H:%M}{said}"
         ops.audit(
             f"{origin}.blackout",
             instance=inst.name,
             session=rec.id,
             result="blackout",
             reason=cand.reason[:300],
-            extra={"family": family, "until_ms": until_ms},
+            extra={"family": family, "until_ms": until_ms, "scope": rest.scope, "why": rest.why},
         )
     base = Healing(
         cand.state, cand.signal, cand.model, None, cand.reason, family, until_ms, blackout=blackout
@@ -237,7 +295,7 @@ async def heal(
         cand.model,
         model_chain(cfg, inst),
         cfg.models.default_dispatch_model,
-        state.blacked_out_families(now),
+        state.resting(now),
         families,
     )
     if target is None:

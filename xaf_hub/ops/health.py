@@ -25,7 +25,7 @@ from xaf_hub.errors import ExitCode, MissingPassword
 from xaf_hub.fleet.follow import BUDGET_COOLDOWN, POLL_SECONDS, probe_mode
 from xaf_hub.fleet.releases import classify
 from xaf_hub.fleet.scan import TransportFactory
-from xaf_hub.store.model_state import Blackout
+from xaf_hub.store.model_state import WHY_WORDS, Blackout
 
 Level = Literal["ok", "info", "warn", "error"]
 
@@ -447,13 +447,15 @@ def clock_findings(
                         "operating system",
                         "Set models.timezone to an IANA name (e.g. Asia/Shanghai) if resets "
                         "happen at the hour you do not expect."))
-    for family, b in sorted(blackouts.items()):
+    for target, b in sorted(blackouts.items()):
         until = datetime.fromtimestamp(b.until_ms / 1000, tz)
-        out.append(warn("clock", f"family {family}",
-                        f"blacked out until {until:%Y-%m-%d %H:%M} ({_until(now, until)}): "
+        why = WHY_WORDS.get(b.why, b.why)
+        out.append(warn("clock", f"{b.scope} {target}",
+                        f"resting until {until:%Y-%m-%d %H:%M} ({_until(now, until)}; {why}): "
                         f"{b.reason or 'rate limit'} (seen by {b.source or 'unknown'})",
-                        "Nothing to do: dispatch uses the next model of the chain until the "
-                        "reset; if work stops, add a model of another family to the chain."))
+                        "Nothing to do: dispatch uses the next model of the chain until then; "
+                        "if work stops, add a model of another family to the chain. "
+                        f"`xaf-hub models clear {target}` ends the rest early."))
     return out
 
 

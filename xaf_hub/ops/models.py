@@ -8,12 +8,25 @@ instance's chain. Every send path picks its model here.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
 
 from xaf_hub.config.load import Config, InstanceConfig
-from xaf_hub.core.clock import resolve_timezone
+from xaf_hub.core.clock import iso_time, resolve_timezone, to_ms
+from xaf_hub.errors import UsageError
+from xaf_hub.store.audit import caller
 from xaf_hub.store.fence import Fence
-from xaf_hub.store.model_state import ModelState, family_of, resolve_dispatch_model
+from xaf_hub.store.model_state import (
+    WHY_WORDS,
+    Blackout,
+    ModelState,
+    family_of,
+    resolve_dispatch_model,
+)
+
+if TYPE_CHECKING:  # ops.context imports this module
+    from xaf_hub.ops.context import OpsContext
 
 
 def model_state(cfg: Config, fence: Fence | None = None) -> ModelState:
@@ -51,7 +64,7 @@ def choose_model(
 ) -> str | None:
     """resolve_dispatch_model for one instance with the current blackouts."""
     now = now or datetime.now(UTC)
-    blacked = model_state(cfg).blacked_out_families(now)
+    blacked = model_state(cfg).resting(now)
     return resolve_dispatch_model(
         explicit=explicit,
         chain=model_chain(cfg, inst),
@@ -74,7 +87,7 @@ def untried_model(
     model was tried.
     """
     now = now or datetime.now(UTC)
-    blacked = model_state(cfg).blacked_out_families(now)
+    blacked = model_state(cfg).resting(now)
     families = cfg.models.families()
     for model in (*model_chain(cfg, inst), cfg.models.default_dispatch_model):
         if model and model not in avoid and not _blacked(model, blacked, families):
@@ -84,4 +97,167 @@ def untried_model(
 
 def _blacked(model: str, blacked: set[str], families: Mapping[str, Sequence[str]]) -> bool:
     family = family_of(model, families)
-    return family is not None and family in blacked
+    return model in blacked or (family is not None and family in blacked)
+
+
+# ---------------------------------------------------------------------------------------------
+# What rests, for people: `xaf-hub models`, the page's resting panel and `doctor` read this.
+
+
+
+@dataclass(frozen=True)
+class ModelLine:
+    """One model of the chains: its family, its rest (if any) and who would use it next."""
+
+    model: str
+    family: str | None
+    rest: Blackout | None  # the rest that keeps it unused (its own, else its family's)
+    next_for: tuple[str, ...]  # instances whose next dispatch would run on it
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON form (``resting_until`` ISO 8601 UTC, null when it does not rest)."""
+        b = self.rest
+        return {
+            "model": self.model,
+            "family": self.family,
+            "resting": b is not None,
+            "resting_until": None if b is None else iso_time(b.until_ms),
+            "rests": None if b is None else b.family,
+            "scope": None if b is None else b.scope,
+            "why": None if b is None else b.why,
+            "why_words": None if b is None else WHY_WORDS.get(b.why, b.why),
+            "reason": None if b is None else b.reason,
+            "source": None if b is None else b.source,
+            "next_for": list(self.next_for),
+        }
+
+
+@dataclass(frozen=True)
+class ModelsView:
+    """Every model of the chains and every rest in force (some rest models in no chain)."""
+
+    lines: tuple[ModelLine, ...]
+    rests: tuple[Blackout, ...]
+    reset_hour: int
+    timezone: str
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON form of `xaf-hub models --json`."""
+        return {
+            "models": [line.to_json() for line in self.lines],
+            "rests": [rest_json(b) for b in self.rests],
+            "reset_hour": self.reset_hour,
+            "timezone": self.timezone,
+        }
+
+
+def rest_json(b: Blackout) -> dict[str, Any]:
+    """One rest as JSON (what rests, until when, why)."""
+    return {
+        "rests": b.family,
+        "scope": b.scope,
+        "resting_until": iso_time(b.until_ms),
+        "why": b.why,
+        "why_words": WHY_WORDS.get(b.why, b.why),
+        "reason": b.reason,
+        "source": b.source,
+    }
+
+
+def chain_models(cfg: Config) -> tuple[str, ...]:
+    """Every model a dispatch may pick: the chains (global, then each instance's), the default."""
+    seen: dict[str, None] = {}
+    for model in (
+        *cfg.models.chain,
+        *(m for inst in cfg.instances for m in inst.models),
+        cfg.models.default_dispatch_model,
+    ):
+        if model:
+            seen.setdefault(model, None)
+    return tuple(seen)
+
+
+def models_view(cfg: Config, now: datetime, state: ModelState | None = None) -> ModelsView:
+    """What rests and until when, for every model of the chains (one reading of the state).
+
+    Raises StateFileError / the Redis store's errors when the model state cannot be read.
+    """
+    state = state or model_state(cfg)
+    rests = state.active_blackouts(now)
+    families = cfg.models.families()
+    resting = set(rests)
+    next_for: dict[str, list[str]] = {}
+    for inst in cfg.instances:
+        pick = resolve_dispatch_model(
+            explicit=None,
+            chain=model_chain(cfg, inst),
+            default_model=cfg.models.default_dispatch_model,
+            blacked_out=resting,
+            families=families,
+        )
+        if pick:
+            next_for.setdefault(pick, []).append(inst.name)
+    lines = []
+    for model in chain_models(cfg):
+        family = family_of(model, families)
+        rest = rests.get(model) or (rests.get(family) if family is not None else None)
+        lines.append(ModelLine(model, family, rest, tuple(next_for.get(model, ()))))
+    ordered = tuple(sorted(rests.values(), key=lambda b: (b.until_ms, b.family)))
+    return ModelsView(tuple(lines), ordered, cfg.models.blackout_reset_hour, cfg.models.timezone)
+
+
+def rest_scope_of(cfg: Config, target: str) -> str:
+    """Whether ``target`` names a family or a model; UsageError for neither."""
+    if target in cfg.models.families():
+        return "family"
+    if "/" in target.strip("/") and not target.startswith("/"):
+        return "model"
+    families = ", ".join(sorted(cfg.models.families())) or "none configured"
+    raise UsageError(
+        f"{target!r} is neither a blackout family ({families}) nor a model 'provider/model'"
+    )
+
+
+def end_rest(ops: OpsContext, target: str) -> list[Blackout]:
+    """A person ends the rest of a family or a model (the model's own and its family's).
+
+    Returns the rests that were in force and ended (empty: nothing rested). Audited.
+    """
+    scope = rest_scope_of(ops.cfg, target)
+    targets = {target}
+    if scope == "model":
+        family = family_of(target, ops.cfg.models.families())
+        if family is not None:
+            targets.add(family)
+    ended = ops.model_state().end_rests(targets, ops.now())
+    ops.audit(
+        "models.clear",
+        result="cleared" if ended else "nothing",
+        reason=f"rest of {target} ended by a person",
+        extra={"ended": [rest_json(b) for b in ended]},
+    )
+    return ended
+
+
+def start_rest(ops: OpsContext, target: str, until: datetime, reason: str = "") -> Blackout:
+    """A person rests a model or a family until ``until``; returns the rest as stored. Audited."""
+    scope = rest_scope_of(ops.cfg, target)
+    now = ops.now()
+    state = ops.model_state()
+    state.mark_rest(
+        target,
+        scope=scope,
+        until_ms=to_ms(until),
+        why="person",
+        reason=reason or "set by a person",
+        source=f"models.rest {caller(ops.env) or 'cli'}",
+        now=now,
+    )
+    rest = state.active_blackouts(now)[target]
+    ops.audit(
+        "models.rest",
+        result="rested",
+        reason=reason or "set by a person",
+        extra=rest_json(rest),
+    )
+    return rest

@@ -222,7 +222,8 @@ async def _others_spend(
     tz = budget.zone(ops.cfg)
     for sc in scans:
         if sc.reachable:
-            spent += budget.spend_today(sc.sessions, ops.now(), tz)
+            ceiling = budget.run_ceiling(ops.cfg, sc.inst)
+            spent += budget.spend_today(sc.sessions, ops.now(), tz, ceiling)
         else:
             warnings.append(
                 f"{sc.inst.name} did not answer ({sc.reason}): its spend today is not counted "
@@ -236,11 +237,17 @@ def _check_budget(
     inst: InstanceConfig,
     own: Sequence[SessionRecord],
     others: budget.Spend | None,
+    sent: int = 0,
 ) -> None:
-    """Raise BudgetReached when today's spend leaves no room for new work (ops.budget)."""
+    """Raise BudgetReached when today's spend leaves no room for new work (ops.budget).
+
+    ``sent``: prompts reserved on ``inst`` whose run the server does not show yet (in flight).
+    """
     if not budget.guarded(ops.cfg, inst):
         return
-    spent = budget.spend_today(own, ops.now(), budget.zone(ops.cfg))
+    ceiling = budget.run_ceiling(ops.cfg, inst)
+    spent = budget.spend_today(own, ops.now(), budget.zone(ops.cfg), ceiling)
+    spent = spent.with_sent(sent, ceiling)
     refused = budget.refusal(ops.cfg, inst, spent, others)
     if refused is not None:
         raise refused
@@ -306,8 +313,8 @@ async def _gated(
         stopped = plan.action == "steer"
         # New work: today's spend is checked here, under the lock, once for every caller.
         warnings.extend(notes)
-        _check_budget(ops, inst, fresh.sessions, others)
         assert load.reserved is not None
+        _check_budget(ops, inst, fresh.sessions, others, load.reserved)
         if load.running_project + load.reserved >= inst.concurrency_limit:
             why = (
                 f"session {planned} had stopped, so a prompt would start a new run; "

@@ -28,7 +28,7 @@ from xaf_hub.ops.budget import BudgetLine, budget_lines, money
 from xaf_hub.page.words import WHEN, Lang, Line, ago, clean, local_time_with_zone, text
 
 # Step names (report) -> catalogue key of how a reader who never saw the code would put them.
-STEP_KEYS = ("fix_free_limit", "check_agents", "sync_design_tasks", "fill_slots")
+STEP_KEYS = ("run_ceiling", "fix_free_limit", "check_agents", "sync_design_tasks", "fill_slots")
 
 # Report keys of the round's figures, in the order the page shows them.
 ROUND_FIGURES = (
@@ -38,6 +38,7 @@ ROUND_FIGURES = (
     "resumed",
     "tasks_requeued",
     "design_tasks_added",
+    "over_run_ceiling",
 )
 
 NEXT_UP = 5
@@ -298,7 +299,7 @@ def _queue(
 def _build(
     cfg: Config, now_ms: int, lang: Lang, sessions: Mapping[tuple[str, str], SessionRecord]
 ) -> AutopilotView:
-    from xaf_hub.ops.models import model_state
+    from xaf_hub.ops.models import models_view
     from xaf_hub.store.backends import lease_status, make_pool
     from xaf_hub.store.backlog import is_blocked, readiness
     from xaf_hub.store.patrol_state import heartbeat, latest_report, pause_info
@@ -360,13 +361,14 @@ def _build(
 
     rests: list[Line] = []
     try:
-        blackouts = model_state(cfg).active_blackouts(datetime.fromtimestamp(now_ms / 1000, UTC))
+        view = models_view(cfg, datetime.fromtimestamp(now_ms / 1000, UTC))
     except HubError as exc:
         problems.append(text(lang, "ap.rests_unreadable", error=exc))
     else:
-        for family, b in sorted(blackouts.items()):
+        for b in view.rests:
             exact = local_time_with_zone(b.until_ms)
-            words = text(lang, "ap.rest", family=clean(family), exact=exact, when=WHEN)
+            key = {"stated": "ap.rest_stated", "person": "ap.rest_person"}.get(b.why, "ap.rest")
+            words = text(lang, key, family=clean(b.family), exact=exact, when=WHEN)
             rests.append(Line(words, b.until_ms))
     return AutopilotView(
         state=state,

@@ -165,6 +165,15 @@ TEXT: dict[str, tuple[str, str]] = {
         "too many requests.",
         "“{family}” 的模型在 {exact}（{when}）之前不再使用：服务商因请求过多而拒绝。",
     ),
+    "ap.rest_stated": (
+        "“{family}” is not used until {exact} ({when}): the provider refused for too many "
+        "requests and said when it takes work again.",
+        "“{family}” 在 {exact}（{when}）之前不再使用：服务商因请求过多而拒绝，并说明了何时恢复。",
+    ),
+    "ap.rest_person": (
+        "“{family}” is not used until {exact} ({when}): a person rested it.",
+        "“{family}” 在 {exact}（{when}）之前不再使用：由人工暂停。",
+    ),
     "ap.spend": ("Spent today: {spent}.", "今日已花费 {spent}。"),
     "ap.spend_of": (
         "Spent today: {spent} of the daily budget {budget} ({share} %).",
@@ -201,6 +210,7 @@ TEXT: dict[str, tuple[str, str]] = {
     "step.fix_free_limit": ("fixing sessions stopped by a rate limit", "修复因限流而停下的会话"),
     "step.check_agents": ("checking on the sessions", "检查各个会话"),
     "step.sync_design_tasks": ("reading the design documents", "读取设计文档"),
+    "step.run_ceiling": ("stopping runs over their ceiling", "停止超过上限的运行"),
     "step.fill_slots": ("starting queued work", "开始排队的工作"),
     "fig.dispatched": ("started from the queue", "从队列中开始"),
     "fig.tasks_done": ("finished", "已完成"),
@@ -208,6 +218,10 @@ TEXT: dict[str, tuple[str, str]] = {
     "fig.resumed": ("resumed after an interruption", "中断后已恢复"),
     "fig.tasks_requeued": ("sent back to the queue", "退回队列"),
     "fig.design_tasks_added": ("added from design documents", "从设计文档中添加"),
+    "fig.over_run_ceiling": (
+        "stopped over the run ceiling (a person decides)",
+        "超过单次运行上限而被停止(等人处理)",
+    ),
     "queue.waiting": ("waiting to start", "等待开始"),
     "queue.in_progress": ("in progress", "进行中"),
     "queue.done": ("done", "已完成"),

@@ -10,6 +10,9 @@ the rounds' own job functions — nothing here decides differently from a round:
   interrupted one is resumed (``check_agents.resume_one``: once, never a person's decision
   (``ops.decisions``), through the gate). A run that stopped a moment ago "without finishing" may
   still be starting: it is looked at again after ``check_agents.RUN_START_GRACE_MS``.
+* a run that started on an instance with a run ceiling (``budget.run_usd``) -> its cost since
+  its prompt is read every ``CEILING_POLL_SECONDS`` while it runs, and a run past the ceiling
+  is stopped (``run_ceiling.check_run``: task parked, run aborted, audited, one notice).
 * a session that stopped or went away frees a slot -> ``fill_slots`` runs (it settles the
   pool's dispatched tasks, then fills every free slot through the gate).
 
@@ -36,6 +39,7 @@ from xaf_hub.fleet.events import FleetEvent
 from xaf_hub.fleet.follow import FleetFollower, run_in_thread
 from xaf_hub.fleet.scan import build_record
 from xaf_hub.notify.patrol import queue_round
+from xaf_hub.ops.budget import run_ceiling
 from xaf_hub.ops.context import OpsContext
 from xaf_hub.ops.decisions import load_decisions
 from xaf_hub.ops.heal import heal_candidate
@@ -45,6 +49,8 @@ from xaf_hub.patrol.jobs.check_agents import STEP as CHECK
 from xaf_hub.patrol.jobs.fill_slots import fill_slots
 from xaf_hub.patrol.jobs.fix_free_limit import STEP as HEAL
 from xaf_hub.patrol.jobs.fix_free_limit import heal_item
+from xaf_hub.patrol.jobs.run_ceiling import STEP as CEILING
+from xaf_hub.patrol.jobs.run_ceiling import check_run, guarded
 from xaf_hub.store.patrol_state import pause_info
 from xaf_hub.store.statefile import file_lock
 
@@ -52,6 +58,8 @@ FILL = "fill_slots"
 _SESSION_KINDS = frozenset({"retry", "stopped", "error"})
 _FREES_A_SLOT = frozenset({"stopped", "gone"})
 LOCKED_RETRY_SECONDS = 5.0
+# A running session under a run ceiling is read again this often while it runs.
+CEILING_POLL_SECONDS = 3.0
 MAX_REFILLS = 3  # fills in a row that wait out a reservation's grace before the round takes over
 _REFILL = ("", "fill")  # the key of a fill due later among the sessions to look at
 
@@ -114,12 +122,22 @@ class LiveReactor:
             stamp = time.strftime("%Y-%m-%d %H:%M:%S")
             self.out(self.pctx.redact(f"{stamp} live: {ev.instance} {ev.kind}{tail}"))
         with self._cond:
-            if ev.session is not None and ev.kind in _SESSION_KINDS:
+            watch = ev.kind == "started" and self._ceiling(ev.instance)
+            if ev.session is not None and (ev.kind in _SESSION_KINDS or watch):
                 key = (ev.instance, ev.session.id)
                 self._work.sessions.setdefault(key, time.monotonic())
             if ev.kind in _FREES_A_SLOT and FILL not in self.skip:
                 self._work.fill = True
             self._cond.notify_all()
+
+    def _ceiling(self, instance: str) -> bool:
+        """Whether runs on ``instance`` have a ceiling the daemon follows live."""
+        if CEILING in self.skip:
+            return False
+        try:
+            return run_ceiling(self.pctx.cfg, self.pctx.cfg.instance(instance)) is not None
+        except HubError:
+            return False
 
     # ------------------------------------------------------------------------- the thread
 
@@ -182,7 +200,7 @@ class LiveReactor:
                 return None  # paused: the patrol does nothing, events included
             try:
                 with file_lock(pctx.patrol_dir / self.lock_name, 0, what="patrol cycle lock"):
-                    cycle, again = aio.run(self._react(work))
+                    cycle, again, watch = aio.run(self._react(work))
                     self._say(cycle)
                     # What it did reaches the chat now, not at the round; queued only: the
                     # sender posts it once the locks are released, so no receiver holds a heal.
@@ -191,6 +209,8 @@ class LiveReactor:
             except BusyError:
                 return work, LOCKED_RETRY_SECONDS  # a round (maybe another patrol) is running
         self.reactions += 1
+        if watch.sessions:
+            self._later(watch, CEILING_POLL_SECONDS)  # runs under a ceiling: read them again
         if again.sessions or again.fill:
             grace = pctx.cfg.lock.slot_grace_seconds if again.fill else 0.0
             return again, max(RUN_START_GRACE_MS / 1000, grace) + 1.0
@@ -202,18 +222,21 @@ class LiveReactor:
             words = ", ".join(f"{a.kind} {a.instance}/{a.session or a.task}" for a in done)
             self.out(f"{time.strftime('%Y-%m-%d %H:%M:%S')} live: {words}")
 
-    async def _react(self, work: _Work) -> tuple[Cycle, _Work]:
+    async def _react(self, work: _Work) -> tuple[Cycle, _Work, _Work]:
         pctx = self.pctx
         cycle = Cycle(started=pctx.now())
-        again = _Work()
+        again, watch = _Work(), _Work()
         if work.sessions.pop(_REFILL, None) is not None:
             work.fill = True
         for key in sorted(work.sessions):
             if pctx.stop_requested():
                 break
             with contextlib.suppress(HubError):
-                if await self._session(cycle, *key) == "recheck":
+                said = await self._session(cycle, *key)
+                if said == "recheck":
                     again.sessions[key] = 0.0
+                elif said == "watch":
+                    watch.sessions[key] = 0.0
         if work.fill and not pctx.stop_requested():
             try:
                 # Only when the pool has work: a fill scans the whole fleet.
@@ -227,7 +250,7 @@ class LiveReactor:
             except HubError as exc:
                 cycle.error(pctx, FILL, str(exc))
         cycle.finished = pctx.now()
-        return cycle, again
+        return cycle, again, watch
 
     @staticmethod
     def _slot_still_reserved(pctx: OpsContext) -> bool:
@@ -252,6 +275,9 @@ class LiveReactor:
         if not s.directory or not inst.rules.is_project(s.directory) or s.parent_id:
             return ""
         rec = build_record(inst, s, status, True)
+        if CEILING not in self.skip and guarded(pctx, inst, rec):
+            # A run under a ceiling: stopped when past it, else read again shortly.
+            return "" if await check_run(pctx, cycle, inst, rec, "patrol.live") else "watch"
         run = (await cycle.last_runs(pctx, [(inst, rec)])).get((inst.name, rec.id))
         state = pctx.model_state()
         people = load_decisions(pctx)

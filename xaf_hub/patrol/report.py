@@ -40,6 +40,7 @@ _CHECKBOX = re.compile(r"^\[([ xX])\]\s*")
 
 # Action kinds -> report sections, in the order the markdown shows them.
 SECTIONS: tuple[tuple[str, str, str], ...] = (
+    ("ceiling", "over_run_ceiling", "Runs stopped over their ceiling (run_ceiling)"),
     ("heal", "healed", "Healed (fix_free_limit)"),
     ("resume", "resumed", "Resumed (check_agents)"),
     ("add", "design_tasks_added", "Design tasks added (sync_design_tasks)"),

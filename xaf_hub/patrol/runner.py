@@ -1,9 +1,9 @@
 """Run patrol cycles: one (``--once``) or on an APScheduler loop, with pause and a cycle lock.
 
-* A cycle runs fix_free_limit -> check_agents -> sync_design_tasks -> fill_slots. Each step's
-  exception is caught and recorded (report + log line); the cycle goes on. Its exit code is 0
-  when every step ran, else the worst step's code (internal 1 > config 4 > unreachable 2 >
-  busy 3), and 1 if the report could not be written.
+* A cycle runs run_ceiling -> fix_free_limit -> check_agents -> sync_design_tasks ->
+  fill_slots. Each step's exception is caught and recorded (report + log line); the cycle
+  goes on. Its exit code is 0 when every step ran, else the worst step's code (internal 1 >
+  config 4 > unreachable 2 > busy 3), and 1 if the report could not be written.
 * ``patrol/cycle.lock`` in the state dir is taken without waiting: two patrols on one
   machine (two daemons, or cron's ``--once`` next to a daemon) never run a cycle at the same
   time; the second one skips that cycle with a message (``--once`` then exits 3).
@@ -56,6 +56,7 @@ from xaf_hub.patrol.context import Cycle, StepOutcome
 from xaf_hub.patrol.jobs.check_agents import check_agents
 from xaf_hub.patrol.jobs.fill_slots import fill_slots
 from xaf_hub.patrol.jobs.fix_free_limit import fix_free_limit
+from xaf_hub.patrol.jobs.run_ceiling import run_ceiling_job
 from xaf_hub.patrol.jobs.sync_design import sync_design_tasks
 from xaf_hub.patrol.report import write_report
 from xaf_hub.store.backends import load_run_memory
@@ -92,6 +93,7 @@ __all__ = [
 Job = Callable[[OpsContext, Cycle], Awaitable[None]]
 
 STEPS: tuple[tuple[str, Job], ...] = (
+    ("run_ceiling", run_ceiling_job),
     ("fix_free_limit", fix_free_limit),
     ("check_agents", check_agents),
     ("sync_design_tasks", sync_design_tasks),

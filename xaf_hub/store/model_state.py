@@ -28,6 +28,9 @@ from xaf_hub.store.statefile import read_json, update_json
 
 __all__ = [
     "DEFAULT_BLACKOUT_FAMILIES",
+    "REST_SCOPES",
+    "REST_WHYS",
+    "WHY_WORDS",
     "HEALED_RETENTION",
     "HEAL_PREFIX",
     "MODEL_STATE_FILE",
@@ -108,15 +111,43 @@ def family_of(model: str, families: Mapping[str, Sequence[str]]) -> str | None:
 # Store
 
 
+REST_SCOPES = ("family", "model")
+# Why a rest ends when it does: the provider stated the time, the daily reset hour (nothing
+# stated), or a person set it (``xaf-hub models rest``).
+REST_WHYS = ("stated", "reset_hour", "person")
+WHY_WORDS = {
+    "stated": "stated by the server",
+    "reset_hour": "reset hour",
+    "person": "set by a person",
+}
+
+
 @dataclass(frozen=True)
 class Blackout:
-    """One family's blackout: unusable until ``until_ms``."""
+    """One rest: a family (or, with ``scope`` "model", one model) unusable until ``until_ms``.
+
+    ``family`` names what rests: the family, or the model id for a model's own rest.
+    """
 
     family: str
     until_ms: int
     reason: str
     source: str
     marked_at_ms: int
+    scope: str = "family"
+    why: str = "reset_hour"
+
+
+def _blackout(target: str, entry: Mapping[str, Any]) -> Blackout:
+    return Blackout(
+        family=target,
+        until_ms=entry["until_ms"],
+        reason=entry["reason"],
+        source=entry["source"],
+        marked_at_ms=entry["marked_at_ms"],
+        scope=entry.get("scope", "family"),
+        why=entry.get("why", "reset_hour"),
+    )
 
 
 def _default_state() -> dict[str, Any]:
@@ -175,6 +206,10 @@ class ModelState:
             for key in ("reason", "source"):
                 if not isinstance(entry.get(key), str):
                     raise self._bad(f"{where}.{key}", "expected a string")
+            # Written since rests may follow the provider's word (absent: a family, reset hour).
+            for key, allowed in (("scope", REST_SCOPES), ("why", REST_WHYS)):
+                if key in entry and entry[key] not in allowed:
+                    raise self._bad(f"{where}.{key}", f"expected one of {', '.join(allowed)}")
         for key, entry in data["healed"].items():
             where = f"healed.{key}"
             if not isinstance(entry, dict):
@@ -204,47 +239,92 @@ class ModelState:
     # -- blackouts ------------------------------------------------------------------------
 
     def mark_blackout(self, family: str, reason: str, source: str, now: datetime) -> int:
-        """Black out ``family`` until the next reset hour; the only writer of blackouts."""
-        if family not in self.families:
-            raise ValueError(f"unknown blackout family {family!r}")
-        now_ms = to_ms(now)
+        """Black out ``family`` until the next reset hour (nothing stated a time)."""
         until_ms = to_ms(next_reset(now, self.reset_hour, self.tz))
+        return self.mark_rest(
+            family, scope="family", until_ms=until_ms, why="reset_hour", reason=reason,
+            source=source, now=now,
+        )
+
+    def mark_rest(
+        self,
+        target: str,
+        *,
+        scope: str,
+        until_ms: int,
+        why: str,
+        reason: str,
+        source: str,
+        now: datetime,
+    ) -> int:
+        """Rest a family or a model until ``until_ms``; the one writer of rests.
+
+        Returns the rest's end after the write. A repeat inside a rest keeps the end it has,
+        except: a person's rest (``why`` "person") is set exactly; a provider's stated end
+        later than the current one pushes it out (the provider knows), and so does a limit
+        that stated nothing over a stated rest (it rests to the reset hour); a reset-hour
+        repeat may pull a later reset-hour end back to this reset (the hour changed).
+        """
+        if scope == "family" and target not in self.families:
+            raise ValueError(f"unknown blackout family {target!r}")
+        if scope not in REST_SCOPES or why not in REST_WHYS:
+            raise ValueError(f"bad rest scope {scope!r} or why {why!r}")
+        now_ms = to_ms(now)
 
         def mutate(data: dict[str, Any]) -> int:
-            current = data["blackouts"].get(family)
-            if current is not None and current["until_ms"] > now_ms:
-                # A repeat inside the window keeps its end and first cause; it may only pull a
-                # later end (e.g. reset hour changed) back to this reset, never push it out.
-                if current["until_ms"] > until_ms:
-                    current["until_ms"] = until_ms
+            current = data["blackouts"].get(target)
+            if current is not None and current["until_ms"] > now_ms and why != "person":
+                held = current.get("why", "reset_hour")
+                later = until_ms > current["until_ms"]
+                if later and (why == "stated" or held == "stated"):
+                    current.update(until_ms=until_ms, why=why, reason=reason, source=source)
+                elif why == "reset_hour" and held == "reset_hour":
+                    current["until_ms"] = min(current["until_ms"], until_ms)
                 return int(current["until_ms"])
-            data["blackouts"][family] = {
+            data["blackouts"][target] = {
                 "until_ms": until_ms,
                 "reason": reason,
                 "source": source,
                 "marked_at_ms": now_ms,
+                "scope": scope,
+                "why": why,
             }
             return until_ms
 
         return self._update(mutate)
 
+    def end_rests(self, targets: Iterable[str], now: datetime) -> list[Blackout]:
+        """End the rests of ``targets`` (families or models); return those that were in force."""
+        wanted = set(targets)
+        now_ms = to_ms(now)
+
+        def mutate(data: dict[str, Any]) -> list[Blackout]:
+            ended = [
+                _blackout(target, entry)
+                for target, entry in data["blackouts"].items()
+                if target in wanted and entry["until_ms"] > now_ms
+            ]
+            for target in wanted:
+                data["blackouts"].pop(target, None)
+            return ended
+
+        return self._update(mutate)
+
     def active_blackouts(self, now: datetime) -> dict[str, Blackout]:
-        """Return the blackouts still in force at ``now``, by family."""
+        """Return the rests still in force at ``now``, by family (or model, for its own)."""
         now_ms = to_ms(now)
         return {
-            family: Blackout(
-                family=family,
-                until_ms=entry["until_ms"],
-                reason=entry["reason"],
-                source=entry["source"],
-                marked_at_ms=entry["marked_at_ms"],
-            )
-            for family, entry in self._read()["blackouts"].items()
+            target: _blackout(target, entry)
+            for target, entry in self._read()["blackouts"].items()
             if entry["until_ms"] > now_ms
         }
 
     def blacked_out_families(self, now: datetime) -> set[str]:
         """Return the families blacked out at ``now`` (expired entries are ignored)."""
+        return {t for t, b in self.active_blackouts(now).items() if b.scope == "family"}
+
+    def resting(self, now: datetime) -> set[str]:
+        """Everything that rests at ``now``: families and models (what resolution skips)."""
         return set(self.active_blackouts(now))
 
     # -- healed-failure memory ------------------------------------------------------------
@@ -345,7 +425,8 @@ def healed_list(items: Iterable[tuple[str, Any]], since_ms: int) -> list[Healed]
 def _usable(
     model: str | None, blacked_out: set[str], families: Mapping[str, Sequence[str]]
 ) -> bool:
-    if not model or not model.strip():
+    # ``blacked_out`` holds resting families and resting models (``ModelState.resting``).
+    if not model or not model.strip() or model in blacked_out:
         return False
     family = family_of(model, families)
     return family is None or family not in blacked_out

@@ -211,3 +211,74 @@ def test_over_budget_for_planning() -> None:
     # An instance that did not answer is neither refused nor counted.
     down = InstanceScan(cfg.instances[1], False, "connection refused")
     assert set(budget.over_budget(cfg, [a, down], now)) == {"a"}
+
+
+# -- runs in flight count at their ceiling ------------------------------------------------------
+
+
+def running(updated: str, cost: float | None, inst: str = "a") -> SessionRecord:
+    return SessionRecord(inst, f"ses_run_{updated}_{cost}", "t", "/srv/demo", updated=ms(updated),
+                         cost=cost, project=True, running=True, run_state="busy")
+
+
+def test_running_sessions_are_in_flight_at_the_run_ceiling() -> None:
+    now = datetime.fromisoformat("2026-12-03T12:00:00+00:00")
+    sessions = [
+        rec("2026-12-03T10:00:00+00:00", 0.5),
+        running("2026-12-03T11:59:00+00:00", 0.25),
+        running("2026-12-02T23:00:00+00:00", 1.0),  # yesterday's cost, but in flight now
+        SessionRecord("a", "x", "t", "/o", updated=ms("2026-12-03T11:00:00+00:00"), cost=9.0,
+                      project=False, running=True),  # not the project's
+    ]
+    spent = spend_today(sessions, now, UTC, 0.2)
+    assert (spent.usd, spent.in_flight) == (0.75, 2)
+    assert spent.in_flight_usd == pytest.approx(0.4) and spent.committed == pytest.approx(1.15)
+    assert spend_today(sessions, now, UTC).in_flight_usd == 0.0  # no ceiling: nothing bounded
+    assert spent.with_sent(3, 0.2).in_flight == 5
+
+
+def ceiling_config(daily: float, run: float | None, inst_run: float | None = None) -> Config:
+    inst = InstanceConfig(name="a", url="http://127.0.0.1:4000", budget_daily_usd=daily,
+                          budget_run_usd=inst_run)
+    return Config(path=None, home=Path("/h"), state_dir=Path("/h"), instances=(inst,),
+                  budget=BudgetConfig(None, run), models=ModelsConfig(timezone="UTC"))
+
+
+@pytest.mark.parametrize(
+    ("run", "inst_run", "spent", "flight", "refused"),
+    [
+        (0.05, None, 0.0, 0, False),
+        (0.05, None, 0.0, 1, False),  # 0.05 committed of 0.10
+        (0.05, None, 0.0, 2, True),  # 0.10 committed: a third run could pass the day
+        (0.05, None, 0.06, 0, False),
+        (0.05, None, 0.06, 1, True),
+        (None, None, 0.06, 9, False),  # without a run ceiling a run in flight is unbounded
+        (1.0, 0.01, 0.0, 9, False),  # the instance's own ceiling wins: 0.09 of 0.10
+        (1.0, 0.01, 0.0, 10, True),
+    ],
+)
+def test_the_daily_ceiling_counts_runs_in_flight(
+    run: float | None, inst_run: float | None, spent: float, flight: int, refused: bool
+) -> None:
+    cfg = ceiling_config(0.10, run, inst_run)
+    inst = cfg.instances[0]
+    own = Spend(spent).with_sent(flight, budget.run_ceiling(cfg, inst))
+    err = refusal(cfg, inst, own, None)
+    assert (err is not None) == refused
+    if err is not None and flight:
+        assert f"for {flight} run" in str(err) and "in flight" in str(err)
+
+
+def test_racing_dispatches_overspend_by_at_most_one_run_ceiling() -> None:
+    """Ten dispatches admitted one at a time under the instance lock (as send_work does),
+    each run then spending up to its ceiling: the day ends at most one ceiling over."""
+    for daily, ceiling in [(0.01, 0.02), (0.10, 0.03), (0.05, 0.05), (1.0, 0.3)]:
+        cfg = ceiling_config(daily, ceiling)
+        inst = cfg.instances[0]
+        admitted = 0
+        for _ in range(10):
+            own = Spend(0.0).with_sent(admitted, ceiling)
+            if refusal(cfg, inst, own, None) is None:
+                admitted += 1
+        assert admitted * ceiling <= daily + ceiling + 1e-9, (daily, ceiling, admitted)
+        assert admitted >= 1

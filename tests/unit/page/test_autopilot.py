@@ -109,6 +109,21 @@ def test_last_round_queue_and_resting_providers(cfg: Config) -> None:
     assert zh[-1].startswith("“opencode” 的模型在 ")
 
 
+def test_resting_panel_says_why_each_rest_ends_when_it_does(cfg: Config) -> None:
+    state = model_state(cfg)
+    end = int((NOW + timedelta(minutes=5)).timestamp() * 1000)
+    state.mark_rest("fake/a", scope="model", until_ms=end, why="stated", reason="429",
+                    source="t", now=NOW)
+    state.mark_rest("fake/b", scope="model", until_ms=end + 1000, why="person", reason="",
+                    source="t", now=NOW)
+    state.mark_blackout("opencode", "429 rate limit", "test", NOW)
+    rests = [line.text for line in overview.build(cfg, NOW_MS).rests]
+    assert len(rests) == 3  # soonest end first
+    assert rests[0].startswith("“fake/a” is not used until ") and "said when" in rests[0]
+    assert rests[1].startswith("“fake/b” is not used until ") and "a person" in rests[1]
+    assert rests[2].startswith("Models from “opencode”")
+
+
 def test_paused_says_by_whom_and_how_to_resume(cfg: Config) -> None:
     write_report(cfg)
     folder = cfg.state_dir / "patrol"

@@ -29,9 +29,9 @@ class Recording(LiveReactor):
         super().__init__(*args, **kw)  # type: ignore[arg-type]
         self.batches: list[_Work] = []
 
-    async def _react(self, work: _Work) -> tuple[Cycle, _Work]:
+    async def _react(self, work: _Work) -> tuple[Cycle, _Work, _Work]:
         self.batches.append(work)
-        return Cycle(started=datetime.now(UTC)), _Work()
+        return Cycle(started=datetime.now(UTC)), _Work(), _Work()
 
 
 def _reactor(tmp_path: Path, out: list[str], skip: tuple[str, ...] = ()) -> Recording:

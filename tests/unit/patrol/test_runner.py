@@ -60,6 +60,7 @@ def test_a_failing_step_does_not_stop_the_others(tmp_path: Path) -> None:
     calls: list[str] = []
     lines: list[str] = []
     steps = (
+        ("run_ceiling", job("run_ceiling", calls)),
         ("fix_free_limit", job("fix_free_limit", calls, UnreachableError("fleet", "down"))),
         ("check_agents", job("check_agents", calls, RuntimeError("bug"))),
         ("sync_design_tasks", job("sync_design_tasks", calls)),
@@ -68,12 +69,13 @@ def test_a_failing_step_does_not_stop_the_others(tmp_path: Path) -> None:
     cycle = __import__("asyncio").run(run_cycle(pctx_for(make_cfg(tmp_path), lines), (), steps))
     assert calls == list(STEP_NAMES)
     assert [(s.name, s.status, s.code) for s in cycle.steps] == [
+        ("run_ceiling", "ok", 0),
         ("fix_free_limit", "failed", 2),
         ("check_agents", "failed", 1),
         ("sync_design_tasks", "ok", 0),
         ("fill_slots", "ok", 0),
     ]
-    assert "RuntimeError: bug" in cycle.steps[1].error
+    assert "RuntimeError: bug" in cycle.steps[2].error
     assert any("check_agents: failed (exit 1)" in ln for ln in lines)
 
 
@@ -87,11 +89,11 @@ def test_skipped_and_stopped_steps(tmp_path: Path) -> None:
         calls.append("check_agents")
         stop["now"] = True
 
-    steps = (steps[0], ("check_agents", stopper), steps[2], steps[3])
+    steps = (steps[0], steps[1], ("check_agents", stopper), steps[3], steps[4])
     pctx = OpsContext(pctx.cfg, clock=lambda: NOW, stop_requested=lambda: stop["now"])
     cycle = __import__("asyncio").run(run_cycle(pctx, ["fix_free_limit"], steps))
-    assert calls == ["check_agents"]
-    assert [s.status for s in cycle.steps] == ["skipped", "ok", "not run", "not run"]
+    assert calls == ["run_ceiling", "check_agents"]
+    assert [s.status for s in cycle.steps] == ["ok", "skipped", "ok", "not run", "not run"]
 
 
 @pytest.mark.parametrize(
@@ -370,7 +372,7 @@ def test_patrol_once_against_an_unreachable_fleet_exits_2_and_reports(tmp_path: 
     assert code == 2, err
     assert "fix_free_limit: failed (exit 2)" in err and "fill_slots: failed (exit 2)" in err
     doc = json.loads((tmp_path / "home" / "patrol" / "report-latest.json").read_text())
-    assert [s["status"] for s in doc["steps"]] == ["failed", "failed", "skipped", "failed"]
+    assert [s["status"] for s in doc["steps"]] == ["ok", "failed", "failed", "skipped", "failed"]
     code, out, _ = cli(tmp_path, "patrol", "status")
     assert "failed" in out and "exit 2" in out
     code, out, _ = cli(tmp_path, "patrol", "--once", "--json", "--no-freelimit", "--no-check",

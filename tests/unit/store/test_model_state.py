@@ -467,6 +467,8 @@ def test_mark_blackout_writes_the_documented_shape(store: ModelState, state_path
                 "reason": "APIError 429 free usage",
                 "source": "patrol:fix_free_limit",
                 "marked_at_ms": to_ms(now),
+                "scope": "family",
+                "why": "reset_hour",
             }
         },
         "healed": {},
@@ -489,6 +491,8 @@ def test_repeat_inside_the_window_keeps_end_and_first_cause(
         "reason": "first",
         "source": "dispatch",
         "marked_at_ms": to_ms(first),
+        "scope": "family",
+        "why": "reset_hour",
     }
 
 

@@ -24,6 +24,7 @@ import pytest
 from tests.redis_fixture import RedisServer
 from tests.unit.store.cases import LIVENESS_CASES, PROMPT_CASES
 from xaf_hub.config.load import Config, LockConfig, parse_config
+from xaf_hub.core.clock import to_ms
 from xaf_hub.errors import BusyError, ConfigError, ExitCode, StateFileError, UnreachableError
 from xaf_hub.store.backends import make_gate
 from xaf_hub.store.gate import Gate
@@ -477,6 +478,23 @@ def test_blackout_is_shared_and_a_repeat_never_extends(lock_cfg: LockConfig, rds
     assert 0 < rds.pttl(hub_a.key) <= until - int(time.time() * 1000) + 2_000  # ends itself
     after = datetime.fromtimestamp(until / 1000, UTC) + timedelta(seconds=1)
     assert hub_b.blacked_out_families(after) == set()
+
+
+def test_a_stated_model_rest_is_shared_and_ended_for_every_hub(
+    lock_cfg: LockConfig, rds: Any
+) -> None:
+    hub_a, hub_b = states(lock_cfg)
+    now = datetime.now(UTC).replace(microsecond=0)
+    end = to_ms(now + timedelta(seconds=300))
+    model = "opencode/big-pickle"
+    assert hub_a.mark_rest(model, scope="model", until_ms=end, why="stated", reason="429",
+                           source="hub-a", now=now) == end
+    seen = hub_b.active_blackouts(now)[model]
+    assert (seen.scope, seen.why, seen.until_ms) == ("model", "stated", end)
+    assert hub_b.resting(now) == {model} and hub_b.blacked_out_families(now) == set()
+    assert 0 < rds.pttl(hub_a.key) <= 302_000  # Redis drops it at the stated end, not 08:00
+    assert [b.family for b in hub_b.end_rests([model], now)] == [model]
+    assert hub_a.resting(now) == set()
 
 
 def test_concurrent_marks_agree(lock_cfg: LockConfig) -> None:

@@ -208,14 +208,14 @@ def _redis(cfg: Config) -> list[Finding]:
 
 
 def _clock(cfg: Config, now: datetime) -> list[Finding]:
-    from xaf_hub.ops.models import model_state
+    from xaf_hub.ops.models import models_view
 
     try:
         tz = resolve_timezone(cfg.models.timezone)
     except ConfigError as exc:
         return [config_error_finding(str(exc), cfg.path)]
     try:
-        blackouts = model_state(cfg).active_blackouts(now)
+        blackouts = {b.family: b for b in models_view(cfg, now).rests}
     except HubError as exc:
         fix = (_redis_fix() if cfg.models.state_backend == "redis" else
                "Repair or move aside the named file (it is never reset silently); "

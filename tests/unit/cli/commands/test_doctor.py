@@ -257,7 +257,13 @@ def test_clock_shows_zone_next_reset_and_active_blackouts() -> None:
     assert "Europe/Berlin" in fs[0].message
     assert "next reset 2025-03-30 08:00 CEST (in 21h 00m)" in fs[0].message
     assert "until 2025-03-30 08:00" in fs[1].message and "free usage limit" in fs[1].message
+    assert "reset hour" in fs[1].message and fs[1].subject == "family opencode"
+    assert "xaf-hub models clear opencode" in fs[1].fix
     assert h.worst(fs) == ExitCode.OK
+    stated = {"fake/m": Blackout("fake/m", to_ms(now) + 300_000, "429", "p", to_ms(now),
+                                 scope="model", why="stated")}
+    fs = h.clock_findings(ModelsConfig(timezone="Europe/Berlin"), tz, now, stated)
+    assert fs[1].subject == "model fake/m" and "stated by the server" in fs[1].message
 
 
 def test_patrol_flag_as_the_patrol_writes_it(tmp_path: Path) -> None:
