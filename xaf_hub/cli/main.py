@@ -147,6 +147,8 @@ def main(
     args: argparse.Namespace | None = None
     ctx: Context | None = None
     stderr: TextIO = context.get("stderr") or sys.stderr
+    for stream in (context.get("stdout") or sys.stdout, stderr):
+        _replace_unencodable(stream)
     try:
         # Inside the try: a Ctrl+C while it loads (a slow machine) is "interrupted", not a
         # traceback.
@@ -193,11 +195,29 @@ def _internal_error(
     return int(ExitCode.INTERNAL)
 
 
+def _replace_unencodable(stream: TextIO) -> None:
+    """Let a stream whose encoding cannot show every character (GBK / cp936 on a Chinese
+    Windows, a PYTHONIOENCODING=gbk pipe) print ``?`` for the rest instead of raising
+    UnicodeEncodeError halfway through a table; a UTF-8 stream is left as it is."""
+    if not isinstance(stream, io.TextIOWrapper) or stream.errors != "strict":
+        return
+    import codecs
+
+    with contextlib.suppress(LookupError, AttributeError, ValueError, OSError):  # closed...
+        if not codecs.lookup(stream.encoding).name.startswith("utf"):
+            stream.reconfigure(errors="replace")
+
+
 PIPE_CLOSED = 141  # 128 + SIGPIPE: what a shell reports for a tool its reader stopped
 
 
 def _reader_gone(stream: TextIO) -> bool:
-    """Whether ``stream`` is a pipe or socket whose reader has closed its end (POSIX poll)."""
+    """Whether ``stream`` is a pipe or socket whose reader has closed its end (POSIX poll).
+
+    Windows has no poll on pipes: a broken pipe there is reported as an error line (exit 1),
+    never taken for a reader that stopped on purpose."""
+    if sys.platform == "win32":
+        return False
     import select
 
     try:
