@@ -109,3 +109,17 @@ def test_a_slow_scan_names_who_is_awaited_on_a_terminal_only(hub: Hub) -> None:
         assert proc.returncode == 0 and "waiting for" not in err + out
         # Retried once: the reason says the user waited for both tries.
         assert "no answer within 4s (timed out); 2 tries, 8s in all" in out
+
+
+def test_a_gbk_console_gets_the_table_with_what_it_cannot_show_replaced(hub: Hub) -> None:
+    """A Chinese Windows console (GBK): the Chinese title is kept, the emoji becomes '?'."""
+    import subprocess
+
+    hub.session("local-a", "修复登录 🚀 emoji")
+    argv = [sys.executable, "-m", "xaf_hub", "--config", str(hub.config_path), "sessions"]
+    proc = subprocess.run(
+        argv, capture_output=True, timeout=120, env=_env(hub, PYTHONIOENCODING="gbk")
+    )
+    assert proc.returncode == 0, proc.stderr.decode("gbk", "replace")
+    table = proc.stdout.decode("gbk")  # strict: every byte is GBK
+    assert "修复登录 ? emoji" in table and "Traceback" not in proc.stderr.decode("gbk")
