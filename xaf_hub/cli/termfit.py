@@ -1,8 +1,11 @@
 """Tables for a person at a terminal: fitted to its width, with colour for states.
 
-On a TTY a table is cut to the terminal's width: the columns a command names as flexible give
-way first, in its order, down to a floor; then every column shares what is left. Cells are
-shortened by display width (Chinese and other wide characters count two cells) with an
+On a TTY a table is cut to the terminal's width. A header is never cut while its column's
+data fits: when the table is too wide, a header of two words or more goes on two lines
+first; then the columns a command names as flexible give way, in its order, down to a floor
+(never below their header's narrowest two-line form); then the widest data gives way down to
+its header's width; only when every column is down to its header are headers cut too. Cells
+are shortened by display width (Chinese and other wide characters count two cells) with an
 ellipsis. Colour marks states (ok / unreachable / busy / failed) on a TTY only, never when
 NO_COLOR is set or TERM is dumb. A pipe, or --wide, gets the table exactly as before.
 """
@@ -91,12 +94,14 @@ def widths(
     order: Sequence[int],
     limit: int,
     keep: Sequence[int] = (),
+    soft: Sequence[int] = (),
 ) -> list[int]:
     """Column widths whose sum plus gaps fits ``limit`` when the floors allow.
 
     The columns in ``order`` shrink first, one after the other, each down to its floor; then
-    the widest column left shrinks, one cell at a time, down to min(natural, 3). Columns in
-    ``keep`` (ids to copy) are never cut.
+    the column with the most to give shrinks, one cell at a time, down to its ``soft`` width
+    (its header's narrowest form: no header is cut in this pass), then down to
+    min(natural, 3). Columns in ``keep`` (ids to copy) are never cut.
     """
     out = list(natural)
     budget = limit - GAP * (len(out) - 1)
@@ -105,13 +110,41 @@ def widths(
         if excess <= 0:
             return out
         out[i] = max(floors[i], out[i] - excess)
-    last = [n if i in keep else min(n, 3) for i, n in enumerate(natural)]
-    while sum(out) > budget:
-        i = max(range(len(out)), key=lambda k: (out[k] - last[k], out[k]))
-        if out[i] <= last[i]:
-            break
-        out[i] -= 1
+    softs = list(soft) or [0] * len(out)
+    for least in ([max(m, 3) for m in softs], [3] * len(out)):
+        last = [n if i in keep else min(n, least[i]) for i, n in enumerate(natural)]
+        while sum(out) > budget:
+            i = max(range(len(out)), key=lambda k: (out[k] - last[k], out[k]))
+            if out[i] <= last[i]:
+                break
+            out[i] -= 1
     return out
+
+
+def _splits(header: str) -> list[tuple[str, str]]:
+    """Every way to put ``header`` on two lines at a space."""
+    return [
+        (header[:i].rstrip(), header[i + 1 :].lstrip())
+        for i, ch in enumerate(header)
+        if ch == " " and header[:i].strip() and header[i + 1 :].strip()
+    ]
+
+
+def narrowest(header: str) -> int:
+    """The fewest cells ``header`` needs, on one line or split on two at a space."""
+    return min([cells(header)] + [max(cells(a), cells(b)) for a, b in _splits(header)])
+
+
+def header_in(header: str, width: int) -> str:
+    """``header`` within ``width`` cells: whole, else on two lines (the most even split that
+    fits), else cut with an ellipsis."""
+    if cells(header) <= width:
+        return header
+    fitting = [(a, b) for a, b in _splits(header) if max(cells(a), cells(b)) <= width]
+    if not fitting:
+        return fit(header, width)
+    a, b = min(fitting, key=lambda ab: (abs(cells(ab[0]) - cells(ab[1])), -cells(ab[0])))
+    return f"{a}\n{b}"
 
 
 Painter = Callable[[str], "str | None"]
@@ -144,19 +177,23 @@ def render(
     text_rows = [["" if v is None else str(v) for v in row] for row in rows]
     heads = list(headers)
     if screen.width is not None and heads:
-        natural = [
-            max([cells(h)] + [cells(r[i]) for r in text_rows]) for i, h in enumerate(heads)
-        ]
+        data = [max([0] + [cells(r[i]) for r in text_rows]) for i in range(len(heads))]
+        natural = [max(cells(h), d) for h, d in zip(heads, data, strict=True)]
+        soft = [narrowest(h) for h in heads]
+        if sum(natural) + GAP * (len(heads) - 1) > screen.width:
+            natural = [max(m, d) for m, d in zip(soft, data, strict=True)]  # two-line headers
         index = {h: i for i, h in enumerate(heads)}
         floors = list(natural)
         present = [(index[name], floor) for name, floor in flexible if name in index]
         for i, floor in present:
-            floors[i] = min(natural[i], floor)
+            floors[i] = min(natural[i], max(floor, soft[i]))
         order = [i for i, _ in present]
         kept = [index[h] for h in keep if h in index]
-        final = widths(natural, floors, order, screen.width, kept)
+        final = widths(natural, floors, order, screen.width, kept, soft)
         ends = {index[h] for h in keep_end if h in index}
-        heads = [fit(h, final[i]) for i, h in enumerate(heads)]
+        heads = [header_in(h, final[i]) for i, h in enumerate(heads)]
+        if any("\n" in h for h in heads):  # the one-line headers sit on the lower line
+            heads = [h if "\n" in h else f"\n{h}" for h in heads]
         text_rows = [
             [fit(v, final[i], keep_end=i in ends) for i, v in enumerate(r)] for r in text_rows
         ]

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
+from xaf_hub.cli.commands._common import add_wide
 from xaf_hub.cli.context import Context
 from xaf_hub.core.text import dumps
 from xaf_hub.errors import ExitCode, UsageError
@@ -67,6 +68,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="backlog_command", metavar="ACTION", required=True)
     ls = sub.add_parser("list", help="list the tasks (pending first, by priority)")
     _common(ls)
+    add_wide(ls)
     ls.add_argument("--status", choices=_STATUSES, help="only tasks with this status")
 
     add = sub.add_parser("add", help="add a pending task")
@@ -237,7 +239,8 @@ def _state(task: Task, tasks: list[Task], now: datetime, max_attempts: int) -> s
 
 
 def _list(ctx: Context, opts: ListOptions) -> int:
-    from xaf_hub.core.text import shorten, table
+    from xaf_hub.cli.termfit import state_color
+    from xaf_hub.core.text import shorten
     from xaf_hub.store.backlog import PRIORITIES
 
     store = _store(ctx)
@@ -280,7 +283,13 @@ def _list(ctx: Context, opts: ListOptions) -> int:
         ]
         for t in tasks
     ]
-    ctx.out(table(rows, ["id", "priority", "state", "instance", "attempts", "session", "title"]))
+    ctx.table(
+        rows,
+        ["id", "priority", "state", "instance", "attempts", "session", "title"],
+        flexible=[("title", 12), ("session", 16), ("instance", 8)],
+        keep_end=["session"],
+        colors={"state": state_color},
+    )
     return int(ExitCode.OK)
 
 
