@@ -94,6 +94,19 @@ def test_the_other_tables_fit_too(crowded: Hub, command: tuple[str, ...]) -> Non
     assert _widest(wide) > 80 and "…" not in "".join(_headers(wide))
 
 
+def test_doctor_wraps_its_lines_at_the_terminal_width(crowded: Hub) -> None:
+    argv = [sys.executable, "-m", "xaf_hub", "--config", str(crowded.config_path), "doctor"]
+    code, screen, err = run_on_pty(argv, columns=80, env=_env(crowded, NO_COLOR="1"))
+    assert code == 2, screen + err  # the unreachable instance
+    lines = screen.splitlines()[1:]  # the first names the config file: a path, not wrapped
+    assert "fix:" in screen and "lan-unreachable" in screen
+    # A line wider than the terminal ends in a word too long to break (a deep path).
+    assert all(cells(ln) <= 80 or cells(ln.split()[-1]) > 40 for ln in lines), screen
+    # On a pipe: one line per message and per fix, as before.
+    code, out, _ = crowded.cli("doctor")
+    assert max(cells(ln) for ln in out.splitlines()) > 80
+
+
 def test_the_whole_values_on_a_pipe_and_with_wide(crowded: Hub) -> None:
     code, out, _ = crowded.cli("instances")
     assert code == 0 and NOTE in out and "\x1b[" not in out

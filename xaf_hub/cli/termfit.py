@@ -147,6 +147,24 @@ def header_in(header: str, width: int) -> str:
     return f"{a}\n{b}"
 
 
+def wrap(text: str, width: int, first: str = "", rest: str = "") -> list[str]:
+    """``text`` in lines of at most ``width`` cells (display width), broken at spaces, the
+    first line led by ``first`` and the others by ``rest``. A word longer than a line (a
+    path, a URL, a command to copy) stays whole on a line of its own, never broken."""
+    lines: list[str] = []
+    line = first
+    bare = True  # nothing but the lead on this line yet
+    for word in text.split():
+        if bare or cells(line) + 1 + cells(word) <= width:
+            line += word if bare else " " + word
+            bare = False
+        else:
+            lines.append(line)
+            line, bare = rest + word, False
+    lines.append(line)
+    return lines
+
+
 Painter = Callable[[str], "str | None"]
 
 
