@@ -104,12 +104,23 @@ def _common(sub: bool = False) -> Parser:
     return common
 
 
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Descriptions and epilogs as written, fitted to the terminal when a line is too wide
+    (``termfit.fit_help``); argparse already wraps the options' help."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        from xaf_hub.cli.termfit import fit_help
+
+        fitted = fit_help(text, width - len(indent))
+        return "".join(indent + line for line in fitted.splitlines(keepends=True)) + "\n"
+
+
 def build_parser(argv: Sequence[str] | None = None) -> Parser:
     """The parser; only the commands named in ``argv`` (all when None) get their options."""
     parser = Parser(
         prog="xaf-hub",
         description=DESCRIPTION,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=HelpFormatter,
         parents=[_common()],
     )
     from xaf_hub import __version__
@@ -128,7 +139,7 @@ def build_parser(argv: Sequence[str] | None = None) -> Parser:
             help=help_text,
             description=module.__doc__,
             epilog=getattr(module, "EXAMPLES", None),
-            formatter_class=argparse.RawDescriptionHelpFormatter,
+            formatter_class=HelpFormatter,
             parents=[common],
         )
         module.add_arguments(p)

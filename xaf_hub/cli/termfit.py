@@ -165,6 +165,90 @@ def wrap(text: str, width: int, first: str = "", rest: str = "") -> list[str]:
     return lines
 
 
+def fit_help(text: str, width: int) -> str:
+    """A --help description or epilog within ``width`` cells, its layout kept where it fits.
+
+    Lines that fit are left as they are. Running prose (lines at the margin) that does not is
+    refilled as one paragraph. An indented line (an example) that does not fit loses the
+    padding before its ``# comment``, then puts the comment on a line of its own above it,
+    then breaks the command at spaces with a shell continuation (`` \\``), so that what is
+    shown can still be pasted.
+    """
+    out: list[str] = []
+    prose: list[str] = []
+    examples: list[str] = []
+
+    def flush() -> None:
+        if any(cells(line) > width for line in prose):
+            out.extend(wrap(" ".join(line.strip() for line in prose), width))
+        else:
+            out.extend(prose)
+        prose.clear()
+        out.extend(_fit_examples(examples, width))
+        examples.clear()
+
+    for line in text.splitlines():
+        if line.strip() and not line[0].isspace():
+            if examples:
+                flush()
+            prose.append(line)
+        else:
+            if prose:
+                flush()
+            examples.append(line.rstrip())
+    flush()
+    return "\n".join(out)
+
+
+def _fit_examples(lines: Sequence[str], width: int) -> list[str]:
+    """A run of indented help lines within ``width``: when one does not fit, the comments
+    of the run are first aligned closer (one column for all), then each line on its own."""
+    if all(cells(line) <= width for line in lines):
+        return list(lines)
+    parts = [line.partition("  # ") for line in lines]
+    commented = [(body.rstrip(), rest.strip()) for body, sep, rest in parts if sep]
+    if commented:
+        column = max(cells(body) for body, _ in commented) + 2
+        aligned = [
+            f"{body.rstrip()}{' ' * (column - cells(body.rstrip()))}# {rest.strip()}"
+            if sep
+            else body
+            for body, sep, rest in parts
+        ]
+        if all(cells(line) <= width for line in aligned):
+            return aligned
+    return [fitted for line in lines for fitted in _fit_example(line, width)]
+
+
+def _fit_example(line: str, width: int) -> list[str]:
+    """One indented help line within ``width`` (see ``fit_help``)."""
+    if cells(line) <= width:
+        return [line]
+    lead = line[: len(line) - len(line.lstrip())]
+    body, sep, comment = line.strip().partition("  # ")
+    lines: list[str] = []
+    if sep:
+        body, comment = body.rstrip(), "# " + comment.strip()
+        if cells(f"{lead}{body}  {comment}") <= width:
+            return [f"{lead}{body}  {comment}"]
+        lines.extend(wrap(comment, width, lead, lead + "# "))
+    if cells(lead + body) <= width:
+        return [*lines, lead + body]
+    import re
+
+    # Shell words: a quoted argument is never broken (a continuation inside quotes is not one).
+    words = re.findall(r"""(?:[^\s"']+|"[^"]*"|'[^']*')+""", body)
+    part = lead
+    for word in words:
+        if part.strip() and cells(part) + 1 + cells(word) + 2 > width:
+            lines.append(part + " \\")
+            part = lead + "    " + word
+        else:
+            part += (" " if part.strip() else "") + word
+    lines.append(part)
+    return lines
+
+
 Painter = Callable[[str], "str | None"]
 
 
