@@ -141,9 +141,11 @@ def _running_daemon(folder: Path) -> str:
     except (FileNotFoundError, StateFileError):
         doc = None
     pid = doc.get("pid") if isinstance(doc, dict) else None
-    if isinstance(pid, int):
-        since = doc.get("started_at") if isinstance(doc, dict) else ""
-        who = f"pid {pid}" + (f", started {since}" if since else "")
+    if isinstance(pid, int) and isinstance(doc, dict):
+        host, since = doc.get("host"), doc.get("started_at")
+        elsewhere = isinstance(host, str) and host and host != socket.gethostname()
+        who = f"pid {pid}" + (f" on {host}" if elsewhere else "")
+        who += f", started {since}" if since else ""
         stop = f"stop it first (kill {pid})"
     else:  # it has the lock but has not written its pid yet (or it was removed)
         who, stop = "its pid not yet written", "stop it first"

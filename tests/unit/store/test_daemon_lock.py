@@ -79,3 +79,20 @@ def test_a_holder_without_a_pid_file_yet_is_still_named_as_running(tmp_path: Pat
         daemon_lock(tmp_path, NOW),
     ):
         pass
+
+
+def test_a_holder_on_another_host_sharing_the_folder_is_named_with_its_host(
+    tmp_path: Path,
+) -> None:
+    from xaf_hub.store.statefile import file_lock
+
+    (tmp_path / DAEMON_PID).write_text(
+        json.dumps({"pid": 4242, "host": "build-02.invalid", "started_at": "2026-12-03T11:00"}),
+        "utf-8",
+    )
+    with (
+        file_lock(tmp_path / DAEMON_LOCK, 0),
+        pytest.raises(BusyError, match=r"\(pid 4242 on build-02.invalid, started 2026-12-03T11"),
+        daemon_lock(tmp_path, NOW),
+    ):
+        pass
