@@ -278,3 +278,30 @@ def test_reservation_of_live_process_counts_until_ttl(hub: Hub) -> None:
         step=1,
     )
     assert time.time() - created >= 8
+
+
+def test_an_instance_init_marks_prod_refuses_writes_without_allow_prod(
+    hub: Hub, tmp_path: Path
+) -> None:
+    import io
+
+    from xaf_hub.cli.main import main
+
+    url = hub.server("lan-c").url
+    made = tmp_path / "init.json"
+    code = main(
+        ["--config", str(made), "init", "-i", f"live={url}", "--root", str(hub.root),
+         "--prod", "live"],
+        stdout=io.StringIO(), stderr=(err := io.StringIO()), env=hub.env,
+    )
+    assert code == 0, err.getvalue()
+    record = json.loads(made.read_text("utf-8"))["instances"][0]
+    hub.doc["instances"].append(record)  # init's own record, beside the test fleet
+    hub.write_config()
+    hub.env["XAF_HUB_PW_LIVE"] = hub.password("lan-c")
+    code, _, err = hub.cli("dispatch", "--text", "x", "--instance", "live", "--new")
+    assert code == 4 and "--allow-prod" in err
+    code, out, err = hub.cli(
+        "dispatch", "--text", "x", "--instance", "live", "--new", "--allow-prod", "--dry-run"
+    )
+    assert code == 0, err

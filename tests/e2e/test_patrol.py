@@ -527,6 +527,38 @@ def test_daemon_runs_cycles_stops_on_sigterm_and_pause_survives_restart(hub: Hub
     assert status["state"] == "active"
 
 
+def test_a_second_daemon_is_refused_and_a_killed_ones_leftovers_do_not_block(hub: Hub) -> None:
+    flags = ("--interval-seconds", "3600", "--no-design", "--no-fill", "--no-live")
+    first = hub.popen("patrol", *flags)
+    second = None
+    try:
+        hub.wait_for(lambda: beat(hub).get("pid") == first.pid and beat(hub)["ticks"] >= 1,
+                     timeout=90)
+        second = hub.popen("patrol", *flags)
+        out, err = second.communicate(timeout=60)
+        assert second.returncode == 3, out + err
+        assert f"another patrol daemon is running for this state folder (pid {first.pid}" in err
+        assert "patrol daemon started" not in out and beat(hub)["pid"] == first.pid
+        # One cycle beside the daemon is allowed: it takes the cycle lock, not the daemon's.
+        code, out, _ = hub.cli("patrol", "--once", "--no-design", "--no-fill")
+        assert code == 0, out
+        first.kill()  # SIGKILL: no clean stop, its pid file stays behind
+        first.communicate(timeout=30)
+        assert (home(hub) / "patrol" / "daemon.pid").exists()
+        second = hub.popen("patrol", *flags)
+        hub.wait_for(lambda: beat(hub).get("pid") == second.pid, timeout=90)
+        second.send_signal(signal.SIGTERM)
+        out, err = second.communicate(timeout=30)
+        assert second.returncode == 0, err
+        assert "patrol daemon stopped" in out
+        assert not (home(hub) / "patrol" / "daemon.pid").exists()
+    finally:
+        for proc in (first, second):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+
+
 def test_patrol_cycle_and_concurrent_backlog_adds_lose_no_task(hub: Hub) -> None:
     hub.write_config(patrol={"repo_root": str(hub.root)})
     plans = hub.root / "docs" / "superpowers" / "plans"

@@ -1,6 +1,7 @@
-"""In an 80-column pseudo-terminal, `instances`, `status` and `sessions` print no line wider
-than 80 cells against real servers (long Chinese titles, deep folders, a long note, an
-unreachable instance); `--wide` and a pipe print the whole values."""
+"""In an 80-column pseudo-terminal, every command that prints a table (`instances`, `status`,
+`sessions`, `backlog list`, `cleanup`) prints no line wider than 80 cells against real servers
+(long Chinese titles, deep folders, a long note, an unreachable instance) and cuts no header
+while the data beside it fits; `--wide` and a pipe print the whole values."""
 
 from __future__ import annotations
 
@@ -26,6 +27,13 @@ NOTE = "the operator's own machine, used for the main line; please ask before re
 
 def _widest(text: str) -> int:
     return max((cells(SGR.sub("", line)) for line in text.splitlines()), default=0)
+
+
+def _headers(text: str) -> list[str]:
+    """The header lines of the table in ``text`` (those above its dashes)."""
+    lines = [SGR.sub("", line) for line in text.splitlines()]
+    dashes = next(i for i, line in enumerate(lines) if line.startswith("---"))
+    return lines[:dashes]
 
 
 @pytest.fixture
@@ -54,6 +62,7 @@ def test_no_line_wider_than_the_terminal(crowded: Hub, command: str) -> None:
     assert "local-a" in screen and "lan-b" in screen
     assert _widest(screen) <= 80, screen
     assert "…" in screen  # something really was cut
+    assert "…" not in "".join(_headers(screen)), screen  # ...but no header
     assert not re.search(r"ses_\w*…", screen)  # session ids stay whole, to be copied
     if command != "sessions":  # idle sessions are not coloured; ok / yes are
         assert "\x1b[32m" in screen
@@ -65,6 +74,37 @@ def test_no_line_wider_than_the_terminal(crowded: Hub, command: str) -> None:
     # NO_COLOR: the same table without colour codes.
     _, plain, _ = run_on_pty(argv, columns=80, env=_env(crowded, NO_COLOR="1"))
     assert "\x1b[" not in plain and _widest(plain) <= 80
+
+
+@pytest.mark.parametrize(
+    "command", [("backlog", "list"), ("cleanup", "--ttl-days", str(1 / 86400))]
+)
+def test_the_other_tables_fit_too(crowded: Hub, command: tuple[str, ...]) -> None:
+    import time
+
+    crowded.cli("backlog", "add", "--title", TITLE, "--instance", "lan-unreachable-long-name")
+    time.sleep(1.2)  # cleanup: the sessions are idle for longer than the 1 s TTL
+    argv = [sys.executable, "-m", "xaf_hub", "--config", str(crowded.config_path), *command]
+    code, screen, err = run_on_pty(argv, columns=80, env=_env(crowded, NO_COLOR="1"))
+    assert code in (0, 2), screen + err  # cleanup: 2, one instance does not answer
+    table = "\n".join(ln for ln in screen.splitlines() if "stale project session" not in ln)
+    assert "修复" in table and _widest(table) <= 80, screen  # the summary line is prose
+    assert "…" not in "".join(_headers(screen)), screen
+    code, wide, _ = run_on_pty([*argv, "--wide"], columns=80, env=_env(crowded, NO_COLOR="1"))
+    assert _widest(wide) > 80 and "…" not in "".join(_headers(wide))
+
+
+def test_doctor_wraps_its_lines_at_the_terminal_width(crowded: Hub) -> None:
+    argv = [sys.executable, "-m", "xaf_hub", "--config", str(crowded.config_path), "doctor"]
+    code, screen, err = run_on_pty(argv, columns=80, env=_env(crowded, NO_COLOR="1"))
+    assert code == 2, screen + err  # the unreachable instance
+    lines = screen.splitlines()[1:]  # the first names the config file: a path, not wrapped
+    assert "fix:" in screen and "lan-unreachable" in screen
+    # A line wider than the terminal ends in a word too long to break (a deep path).
+    assert all(cells(ln) <= 80 or cells(ln.split()[-1]) > 40 for ln in lines), screen
+    # On a pipe: one line per message and per fix, as before.
+    code, out, _ = crowded.cli("doctor")
+    assert max(cells(ln) for ln in out.splitlines()) > 80
 
 
 def test_the_whole_values_on_a_pipe_and_with_wide(crowded: Hub) -> None:
@@ -109,3 +149,17 @@ def test_a_slow_scan_names_who_is_awaited_on_a_terminal_only(hub: Hub) -> None:
         assert proc.returncode == 0 and "waiting for" not in err + out
         # Retried once: the reason says the user waited for both tries.
         assert "no answer within 4s (timed out); 2 tries, 8s in all" in out
+
+
+def test_a_gbk_console_gets_the_table_with_what_it_cannot_show_replaced(hub: Hub) -> None:
+    """A Chinese Windows console (GBK): the Chinese title is kept, the emoji becomes '?'."""
+    import subprocess
+
+    hub.session("local-a", "修复登录 🚀 emoji")
+    argv = [sys.executable, "-m", "xaf_hub", "--config", str(hub.config_path), "sessions"]
+    proc = subprocess.run(
+        argv, capture_output=True, timeout=120, env=_env(hub, PYTHONIOENCODING="gbk")
+    )
+    assert proc.returncode == 0, proc.stderr.decode("gbk", "replace")
+    table = proc.stdout.decode("gbk")  # strict: every byte is GBK
+    assert "修复登录 ? emoji" in table and "Traceback" not in proc.stderr.decode("gbk")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
+import io
 import sys
 import traceback
 from collections.abc import Sequence
@@ -144,12 +145,23 @@ def _common(sub: bool = False) -> Parser:
     return common
 
 
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Descriptions and epilogs as written, fitted to the terminal when a line is too wide
+    (``termfit.fit_help``); argparse already wraps the options' help."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        from xaf_hub.cli.termfit import fit_help
+
+        fitted = fit_help(text, width - len(indent))
+        return "".join(indent + line for line in fitted.splitlines(keepends=True)) + "\n"
+
+
 def build_parser(argv: Sequence[str] | None = None) -> Parser:
     """The parser; only the commands named in ``argv`` (all when None) get their options."""
     parser = Parser(
         prog="xaf-hub",
         description=DESCRIPTION,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=HelpFormatter,
         parents=[_common()],
     )
     from xaf_hub import __version__
@@ -168,7 +180,7 @@ def build_parser(argv: Sequence[str] | None = None) -> Parser:
             help=help_text,
             description=module.__doc__,
             epilog=getattr(module, "EXAMPLES", None),
-            formatter_class=argparse.RawDescriptionHelpFormatter,
+            formatter_class=HelpFormatter,
             parents=[common],
         )
         module.add_arguments(p)
@@ -181,6 +193,8 @@ def main(argv: Sequence[str] | None = None, **context: Any) -> int:
     args: argparse.Namespace | None = None
     ctx: Context | None = None
     stderr: TextIO = context.get("stderr") or sys.stderr
+    for stream in (context.get("stdout") or sys.stdout, stderr):
+        _replace_unencodable(stream)
     try:
         # Inside the try: a Ctrl+C while it loads (a slow machine) is "interrupted", not a
         # traceback.
@@ -225,11 +239,29 @@ def _internal_error(
     return int(ExitCode.INTERNAL)
 
 
+def _replace_unencodable(stream: TextIO) -> None:
+    """Let a stream whose encoding cannot show every character (GBK / cp936 on a Chinese
+    Windows, a PYTHONIOENCODING=gbk pipe) print ``?`` for the rest instead of raising
+    UnicodeEncodeError halfway through a table; a UTF-8 stream is left as it is."""
+    if not isinstance(stream, io.TextIOWrapper) or stream.errors != "strict":
+        return
+    import codecs
+
+    with contextlib.suppress(LookupError, AttributeError, ValueError, OSError):  # closed...
+        if not codecs.lookup(stream.encoding).name.startswith("utf"):
+            stream.reconfigure(errors="replace")
+
+
 PIPE_CLOSED = 141  # 128 + SIGPIPE: what a shell reports for a tool its reader stopped
 
 
 def _reader_gone(stream: TextIO) -> bool:
-    """Whether ``stream`` is a pipe or socket whose reader has closed its end (POSIX poll)."""
+    """Whether ``stream`` is a pipe or socket whose reader has closed its end (POSIX poll).
+
+    Windows has no poll on pipes: a broken pipe there is reported as an error line (exit 1),
+    never taken for a reader that stopped on purpose."""
+    if sys.platform == "win32":
+        return False
     import select
 
     try:

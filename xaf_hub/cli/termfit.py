@@ -1,8 +1,11 @@
 """Tables for a person at a terminal: fitted to its width, with colour for states.
 
-On a TTY a table is cut to the terminal's width: the columns a command names as flexible give
-way first, in its order, down to a floor; then every column shares what is left. Cells are
-shortened by display width (Chinese and other wide characters count two cells) with an
+On a TTY a table is cut to the terminal's width. A header is never cut while its column's
+data fits: when the table is too wide, a header of two words or more goes on two lines
+first; then the columns a command names as flexible give way, in its order, down to a floor
+(never below their header's narrowest two-line form); then the widest data gives way down to
+its header's width; only when every column is down to its header are headers cut too. Cells
+are shortened by display width (Chinese and other wide characters count two cells) with an
 ellipsis. Colour marks states (ok / unreachable / busy / failed) on a TTY only, never when
 NO_COLOR is set or TERM is dumb. A pipe, or --wide, gets the table exactly as before.
 """
@@ -91,12 +94,14 @@ def widths(
     order: Sequence[int],
     limit: int,
     keep: Sequence[int] = (),
+    soft: Sequence[int] = (),
 ) -> list[int]:
     """Column widths whose sum plus gaps fits ``limit`` when the floors allow.
 
     The columns in ``order`` shrink first, one after the other, each down to its floor; then
-    the widest column left shrinks, one cell at a time, down to min(natural, 3). Columns in
-    ``keep`` (ids to copy) are never cut.
+    the column with the most to give shrinks, one cell at a time, down to its ``soft`` width
+    (its header's narrowest form: no header is cut in this pass), then down to
+    min(natural, 3). Columns in ``keep`` (ids to copy) are never cut.
     """
     out = list(natural)
     budget = limit - GAP * (len(out) - 1)
@@ -105,13 +110,143 @@ def widths(
         if excess <= 0:
             return out
         out[i] = max(floors[i], out[i] - excess)
-    last = [n if i in keep else min(n, 3) for i, n in enumerate(natural)]
-    while sum(out) > budget:
-        i = max(range(len(out)), key=lambda k: (out[k] - last[k], out[k]))
-        if out[i] <= last[i]:
-            break
-        out[i] -= 1
+    softs = list(soft) or [0] * len(out)
+    for least in ([max(m, 3) for m in softs], [3] * len(out)):
+        last = [n if i in keep else min(n, least[i]) for i, n in enumerate(natural)]
+        while sum(out) > budget:
+            i = max(range(len(out)), key=lambda k: (out[k] - last[k], out[k]))
+            if out[i] <= last[i]:
+                break
+            out[i] -= 1
     return out
+
+
+def _splits(header: str) -> list[tuple[str, str]]:
+    """Every way to put ``header`` on two lines at a space."""
+    return [
+        (header[:i].rstrip(), header[i + 1 :].lstrip())
+        for i, ch in enumerate(header)
+        if ch == " " and header[:i].strip() and header[i + 1 :].strip()
+    ]
+
+
+def narrowest(header: str) -> int:
+    """The fewest cells ``header`` needs, on one line or split on two at a space."""
+    return min([cells(header)] + [max(cells(a), cells(b)) for a, b in _splits(header)])
+
+
+def header_in(header: str, width: int) -> str:
+    """``header`` within ``width`` cells: whole, else on two lines (the most even split that
+    fits), else cut with an ellipsis."""
+    if cells(header) <= width:
+        return header
+    fitting = [(a, b) for a, b in _splits(header) if max(cells(a), cells(b)) <= width]
+    if not fitting:
+        return fit(header, width)
+    a, b = min(fitting, key=lambda ab: (abs(cells(ab[0]) - cells(ab[1])), -cells(ab[0])))
+    return f"{a}\n{b}"
+
+
+def wrap(text: str, width: int, first: str = "", rest: str = "") -> list[str]:
+    """``text`` in lines of at most ``width`` cells (display width), broken at spaces, the
+    first line led by ``first`` and the others by ``rest``. A word longer than a line (a
+    path, a URL, a command to copy) stays whole on a line of its own, never broken."""
+    lines: list[str] = []
+    line = first
+    bare = True  # nothing but the lead on this line yet
+    for word in text.split():
+        if bare or cells(line) + 1 + cells(word) <= width:
+            line += word if bare else " " + word
+            bare = False
+        else:
+            lines.append(line)
+            line, bare = rest + word, False
+    lines.append(line)
+    return lines
+
+
+def fit_help(text: str, width: int) -> str:
+    """A --help description or epilog within ``width`` cells, its layout kept where it fits.
+
+    Lines that fit are left as they are. Running prose (lines at the margin) that does not is
+    refilled as one paragraph. An indented line (an example) that does not fit loses the
+    padding before its ``# comment``, then puts the comment on a line of its own above it,
+    then breaks the command at spaces with a shell continuation (`` \\``), so that what is
+    shown can still be pasted.
+    """
+    out: list[str] = []
+    prose: list[str] = []
+    examples: list[str] = []
+
+    def flush() -> None:
+        if any(cells(line) > width for line in prose):
+            out.extend(wrap(" ".join(line.strip() for line in prose), width))
+        else:
+            out.extend(prose)
+        prose.clear()
+        out.extend(_fit_examples(examples, width))
+        examples.clear()
+
+    for line in text.splitlines():
+        if line.strip() and not line[0].isspace():
+            if examples:
+                flush()
+            prose.append(line)
+        else:
+            if prose:
+                flush()
+            examples.append(line.rstrip())
+    flush()
+    return "\n".join(out)
+
+
+def _fit_examples(lines: Sequence[str], width: int) -> list[str]:
+    """A run of indented help lines within ``width``: when one does not fit, the comments
+    of the run are first aligned closer (one column for all), then each line on its own."""
+    if all(cells(line) <= width for line in lines):
+        return list(lines)
+    parts = [line.partition("  # ") for line in lines]
+    commented = [(body.rstrip(), rest.strip()) for body, sep, rest in parts if sep]
+    if commented:
+        column = max(cells(body) for body, _ in commented) + 2
+        aligned = [
+            f"{body.rstrip()}{' ' * (column - cells(body.rstrip()))}# {rest.strip()}"
+            if sep
+            else body
+            for body, sep, rest in parts
+        ]
+        if all(cells(line) <= width for line in aligned):
+            return aligned
+    return [fitted for line in lines for fitted in _fit_example(line, width)]
+
+
+def _fit_example(line: str, width: int) -> list[str]:
+    """One indented help line within ``width`` (see ``fit_help``)."""
+    if cells(line) <= width:
+        return [line]
+    lead = line[: len(line) - len(line.lstrip())]
+    body, sep, comment = line.strip().partition("  # ")
+    lines: list[str] = []
+    if sep:
+        body, comment = body.rstrip(), "# " + comment.strip()
+        if cells(f"{lead}{body}  {comment}") <= width:
+            return [f"{lead}{body}  {comment}"]
+        lines.extend(wrap(comment, width, lead, lead + "# "))
+    if cells(lead + body) <= width:
+        return [*lines, lead + body]
+    import re
+
+    # Shell words: a quoted argument is never broken (a continuation inside quotes is not one).
+    words = re.findall(r"""(?:[^\s"']+|"[^"]*"|'[^']*')+""", body)
+    part = lead
+    for word in words:
+        if part.strip() and cells(part) + 1 + cells(word) + 2 > width:
+            lines.append(part + " \\")
+            part = lead + "    " + word
+        else:
+            part += (" " if part.strip() else "") + word
+    lines.append(part)
+    return lines
 
 
 Painter = Callable[[str], "str | None"]
@@ -144,19 +279,23 @@ def render(
     text_rows = [["" if v is None else str(v) for v in row] for row in rows]
     heads = list(headers)
     if screen.width is not None and heads:
-        natural = [
-            max([cells(h)] + [cells(r[i]) for r in text_rows]) for i, h in enumerate(heads)
-        ]
+        data = [max([0] + [cells(r[i]) for r in text_rows]) for i in range(len(heads))]
+        natural = [max(cells(h), d) for h, d in zip(heads, data, strict=True)]
+        soft = [narrowest(h) for h in heads]
+        if sum(natural) + GAP * (len(heads) - 1) > screen.width:
+            natural = [max(m, d) for m, d in zip(soft, data, strict=True)]  # two-line headers
         index = {h: i for i, h in enumerate(heads)}
         floors = list(natural)
         present = [(index[name], floor) for name, floor in flexible if name in index]
         for i, floor in present:
-            floors[i] = min(natural[i], floor)
+            floors[i] = min(natural[i], max(floor, soft[i]))
         order = [i for i, _ in present]
         kept = [index[h] for h in keep if h in index]
-        final = widths(natural, floors, order, screen.width, kept)
+        final = widths(natural, floors, order, screen.width, kept, soft)
         ends = {index[h] for h in keep_end if h in index}
-        heads = [fit(h, final[i]) for i, h in enumerate(heads)]
+        heads = [header_in(h, final[i]) for i, h in enumerate(heads)]
+        if any("\n" in h for h in heads):  # the one-line headers sit on the lower line
+            heads = [h if "\n" in h else f"\n{h}" for h in heads]
         text_rows = [
             [fit(v, final[i], keep_end=i in ends) for i, v in enumerate(r)] for r in text_rows
         ]

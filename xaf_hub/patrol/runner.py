@@ -67,6 +67,7 @@ from xaf_hub.store.patrol_state import (
     RunMemory,
     clear_paused,
     daemon_alive,
+    daemon_lock,
     heartbeat,
     pause_info,
     paused_message,
@@ -386,8 +387,23 @@ def run_daemon(
 
     With ``live`` the daemon also follows the fleet's events between cycles
     (``patrol.live``): heals, resumes and fills as soon as a session fails, is interrupted
-    or frees a slot, under the same locks as a cycle.
+    or frees a slot, under the same locks as a cycle. One daemon per state folder: a second
+    one raises BusyError naming the first one's pid before it starts anything.
     """
+    with daemon_lock(pctx.patrol_dir, pctx.now()):
+        return _run_daemon(pctx, skip, interval, aligned=aligned, out=out, live=live)
+
+
+def _run_daemon(
+    pctx: OpsContext,
+    skip: Iterable[str],
+    interval: timedelta,
+    *,
+    aligned: bool,
+    out: Callable[[str], None],
+    live: bool,
+) -> int:
+    """The daemon's life, under its lock (``run_daemon``)."""
     from apscheduler.schedulers.blocking import BlockingScheduler
     from apscheduler.triggers.interval import IntervalTrigger
 

@@ -3,14 +3,19 @@
 All live in ``<state_dir>/patrol/``. The pause flag is written by ``patrol pause`` and
 removed by ``patrol resume``; the heartbeat is written by the running daemon
 (``patrol.runner``). ``doctor``, ``patrol status`` and the overview page read them here.
+``daemon_lock`` keeps a second daemon off the same state folder: an OS lock on
+``daemon.lock`` held for the daemon's life (it ends with the process, however it ends, so a
+killed daemon leaves nothing that blocks) and ``daemon.pid`` beside it naming the holder.
 ``RunMemory`` (``last-runs.json``) is what the rounds last read of each session's last run,
 so a round reads again only the sessions that changed (architecture §8).
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import socket
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -18,11 +23,13 @@ from typing import Any
 
 from xaf_hub.config.load import Config
 from xaf_hub.core.runstate import LastRun
-from xaf_hub.errors import StateFileError
-from xaf_hub.store.statefile import read_json, write_json_atomic
+from xaf_hub.errors import BusyError, StateFileError
+from xaf_hub.store.statefile import file_lock, read_json, write_json_atomic
 
 PAUSE_FILE = "paused.json"
 HEARTBEAT_FILE = "daemon.json"
+DAEMON_LOCK = "daemon.lock"  # held (OS lock) by the one daemon of this state folder
+DAEMON_PID = "daemon.pid"  # who holds it: written under the lock, for the refusal's message
 LATEST = "report-latest"  # <LATEST>.json / .md: the newest round's report
 RUNS_FILE = "last-runs.json"
 RUNS_SCHEMA = 1
@@ -92,6 +99,59 @@ def daemon_alive(beat: dict[str, Any] | None) -> bool:
         and beat.get("host") == socket.gethostname()
         and isinstance(beat.get("pid"), int)
         and pid_alive(beat["pid"])
+    )
+
+
+@contextlib.contextmanager
+def daemon_lock(folder: Path, now: datetime) -> Iterator[None]:
+    """Be the one patrol daemon of ``folder`` while the block runs, else BusyError naming
+    the running one's pid.
+
+    The lock is the OS's (portalocker), taken without waiting and released by the OS when the
+    process ends, even by SIGKILL: a stale ``daemon.pid`` never blocks, it is only read for
+    the message. The pid sits in its own file because a Windows lock forbids reading the
+    locked file itself.
+    """
+    with contextlib.ExitStack() as stack:
+        try:
+            stack.enter_context(file_lock(folder / DAEMON_LOCK, 0, what="patrol daemon lock"))
+        except BusyError:
+            raise BusyError(_running_daemon(folder)) from None
+        pid_file = folder / DAEMON_PID
+        write_json_atomic(
+            pid_file,
+            {
+                "schema_version": 1,
+                "pid": os.getpid(),
+                "host": socket.gethostname(),
+                "started_at": now.isoformat(timespec="seconds"),
+            },
+        )
+        try:
+            yield
+        finally:
+            with contextlib.suppress(OSError):
+                pid_file.unlink()
+
+
+def _running_daemon(folder: Path) -> str:
+    """The refusal of a second daemon, naming the first one from ``daemon.pid``."""
+    try:
+        doc = read_json(folder / DAEMON_PID, what="patrol daemon pid file")
+    except (FileNotFoundError, StateFileError):
+        doc = None
+    pid = doc.get("pid") if isinstance(doc, dict) else None
+    if isinstance(pid, int) and isinstance(doc, dict):
+        host, since = doc.get("host"), doc.get("started_at")
+        elsewhere = isinstance(host, str) and host and host != socket.gethostname()
+        who = f"pid {pid}" + (f" on {host}" if elsewhere else "")
+        who += f", started {since}" if since else ""
+        stop = f"stop it first (kill {pid})"
+    else:  # it has the lock but has not written its pid yet (or it was removed)
+        who, stop = "its pid not yet written", "stop it first"
+    return (
+        f"another patrol daemon is running for this state folder ({who}; lock "
+        f"{folder / DAEMON_LOCK}): {stop}; `xaf-hub patrol --once` may run beside it"
     )
 
 

@@ -22,6 +22,7 @@ import hashlib
 import os
 import signal
 import subprocess
+import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +38,40 @@ CheckState = Literal["verified", "missing", "ambiguous", "no_claim", "unreachabl
 # Local git calls (rev-parse, merge-base) on the mirror are quick; this bounds a broken disk.
 _LOCAL_TIMEOUT = 30.0
 _STDERR_LINES = 3
+
+
+# A child in a process group of its own: a new session on POSIX, a new group on Windows.
+if sys.platform == "win32":
+    _NEW_GROUP = subprocess.CREATE_NEW_PROCESS_GROUP
+else:
+    _NEW_GROUP = 0
+
+
+def kill_tree(pid: int) -> None:
+    """Kill ``pid`` and every process it started, now (no grace).
+
+    POSIX: its process group (the child's own session), which also reaches grandchildren
+    whose parent already exited. Windows has no process-group kill: ``kill_family``.
+    """
+    if sys.platform == "win32":
+        kill_family(pid)
+        return
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
+
+
+def kill_family(pid: int) -> None:
+    """Kill ``pid`` and its descendants as psutil finds them (any OS; Windows' way)."""
+    import psutil
+
+    try:
+        root = psutil.Process(pid)
+        family = [*root.children(recursive=True), root]
+    except psutil.Error:
+        return
+    for proc in family:
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
 
 
 @dataclass(frozen=True)
@@ -112,13 +147,13 @@ class Mirror:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             env=env,
-            start_new_session=True,
+            start_new_session=sys.platform != "win32",
+            creationflags=_NEW_GROUP,
         )
         try:
             out, err = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
+            kill_tree(proc.pid)
             proc.communicate()
             raise GitFailed(f"git {verb} gave no answer within {timeout:g}s") from None
         if proc.returncode not in ok:

@@ -6,10 +6,21 @@ from __future__ import annotations
 import io
 import re
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from xaf_hub.cli.termfit import Screen, cells, fit, render, state_color, widths
+from xaf_hub.cli.termfit import (
+    ELLIPSIS,
+    Screen,
+    cells,
+    fit,
+    header_in,
+    narrowest,
+    render,
+    state_color,
+    widths,
+)
 from xaf_hub.core.text import table
 
 SGR = re.compile(r"\x1b\[[0-9;]*m")
@@ -105,3 +116,81 @@ def test_state_colours() -> None:
     assert state_color("busy") == state_color("retry") == "33"
     assert state_color("failed:model_unavailable") == "31"
     assert state_color("idle") is None
+
+
+# `status` against three servers at 80 columns: the headers used to be cut to
+# `instan…  runnin…  reserv…  projec…  spent t…` while the numbers beside them had room.
+STATUS_HEADERS = ["instance", "running", "running project", "reserved", "project sessions",
+                  "limit", "spent today", "takes work", "reason"]
+STATUS_ROWS = [
+    ["local-a", "0", "0", "0", "3", "2", "$0.00", "yes", ""],
+    ["lan-b", "1", "1", "0", "12", "2", "$0.12", "yes", ""],
+    ["lan-unreachable", "-", "-", "?", "-", "2", "-", "no",
+     "unreachable: connection refused (http://127.0.0.1:9)"],
+]
+
+
+def header_block(text: str) -> list[str]:
+    lines = text.splitlines()
+    return lines[: next(i for i, ln in enumerate(lines) if set(ln) <= {"-", " "})]
+
+
+def test_headers_go_on_two_lines_instead_of_being_cut_while_the_data_fits() -> None:
+    text = render(STATUS_ROWS, STATUS_HEADERS, Screen(80, False),
+                  flexible=[("reason", 16), ("project sessions", 8), ("running project", 8)])
+    assert max(cells(line) for line in text.splitlines()) <= 80
+    top, bottom = header_block(text)
+    assert ELLIPSIS not in top + bottom
+    # Every header word is there, the one-line headers on the lower line, over the dashes.
+    assert top.split() == ["running", "project", "spent", "takes"]
+    assert bottom.split() == ["instance", "running", "project", "reserved", "sessions", "limit",
+                              "today", "work", "reason"]
+    assert "$0.12" in text and "12" in text.split("lan-b")[1]
+    assert "unreachable: connection refused" not in text  # the long reason gave way instead
+
+
+def test_a_table_that_fits_keeps_one_line_headers() -> None:
+    text = render(STATUS_ROWS[:2], STATUS_HEADERS, Screen(120, False))
+    assert header_block(text) == [text.splitlines()[0]] and ELLIPSIS not in text
+    assert text.splitlines()[0].split()[:3] == ["instance", "running", "running"]
+
+
+def test_headers_are_cut_only_when_no_column_has_room_beyond_its_header() -> None:
+    # The narrowest headers alone need 75 cells: at 50, headers must be cut, and are.
+    text = render(STATUS_ROWS, STATUS_HEADERS, Screen(50, False))
+    assert max(cells(line) for line in text.splitlines()) <= 50
+    assert ELLIPSIS in "".join(header_block(text))
+
+
+@pytest.mark.parametrize(("header", "width", "shown"), [
+    ("running project", 15, "running project"),
+    ("running project", 10, "running\nproject"),
+    ("running project", 7, "running\nproject"),
+    ("running project", 6, "runni…"),
+    ("running all/proj", 8, "running\nall/proj"),
+    ("a b c d", 3, "a b\nc d"),  # the most even split
+    ("dispatchable", 8, "dispatc…"),  # one word: only a cut
+    ("项目 会话", 4, "项目\n会话"),
+])
+def test_header_in(header: str, width: int, shown: str) -> None:
+    assert header_in(header, width) == shown
+    assert narrowest(header) <= width or ELLIPSIS in shown
+
+
+@given(
+    st.lists(st.tuples(st.integers(0, 30), st.integers(1, 20)), min_size=1, max_size=8),
+    st.integers(10, 120),
+)
+def test_no_header_is_cut_while_another_column_has_room_beyond_its_header(
+    cols: list[tuple[int, int]], limit: int
+) -> None:
+    data = [d for d, _ in cols]
+    soft = [h for _, h in cols]
+    natural = [max(d, h) for d, h in cols]
+    out = widths(natural, natural, [], limit, soft=soft)
+    if sum(out) + 2 * (len(out) - 1) > limit:  # could not fit: everything is down to 3
+        assert all(w == min(n, 3) for w, n in zip(out, natural, strict=True))
+    if any(w < h for w, (_, h) in zip(out, cols, strict=True)):  # a header is cut...
+        # ...only when no column keeps more than its header (or 3) needs.
+        assert all(w <= max(h, 3) for w, (_, h) in zip(out, cols, strict=True)), (out, cols)
+    assert all(w <= n for w, n in zip(out, natural, strict=True)) and data is not None

@@ -250,3 +250,38 @@ def test_two_processes_fetching_at_once_both_get_answers(origin: Origin, tmp_pat
     for t in threads:
         t.join()
     assert results == ["verified"] * 4
+
+
+@pytest.mark.parametrize("how", ["kill_tree", "kill_family"])
+def test_a_timed_out_child_goes_with_its_own_children(how: str, tmp_path: Path) -> None:
+    """The time-out's kill reaches the grandchild that would keep the pipes open: by process
+    group on POSIX (kill_tree), by psutil's walk on Windows (kill_family, run here too)."""
+    import subprocess
+    import sys
+
+    import psutil
+
+    from xaf_hub.store import repository
+
+    script = (
+        "import subprocess, sys, time\n"
+        "c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)'])\n"
+        "print(c.pid, flush=True); time.sleep(300)\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
+        start_new_session=True,
+    )
+    try:
+        assert proc.stdout is not None
+        grandchild = psutil.Process(int(proc.stdout.readline()))
+        getattr(repository, how)(proc.pid)
+        proc.wait(timeout=30)
+        grandchild.wait(timeout=30)  # psutil.TimeoutExpired if it outlived the kill
+        assert not grandchild.is_running()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()

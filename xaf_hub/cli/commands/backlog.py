@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
-from xaf_hub.cli.commands._common import INSTANCE
+from xaf_hub.cli.commands._common import INSTANCE, add_wide
 from xaf_hub.cli.context import Context
 from xaf_hub.cli.options import MAX_TEXT, Opt, add_options, pick
 from xaf_hub.core.text import dumps
@@ -89,6 +89,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="backlog_command", metavar="ACTION", required=True)
     ls = sub.add_parser("list", help="list the tasks (pending first, by priority)")
     _common(ls)
+    add_wide(ls)
     add_options(ls, LIST_OPTIONS)
 
     add = sub.add_parser("add", help="add a pending task")
@@ -266,7 +267,8 @@ def listing(ctx: Context, opts: ListOptions) -> dict[str, Any]:
 
 
 def _list(ctx: Context, opts: ListOptions) -> int:
-    from xaf_hub.core.text import shorten, table
+    from xaf_hub.cli.termfit import state_color
+    from xaf_hub.core.text import shorten
 
     doc = listing(ctx, opts)
     if ctx.json:
@@ -288,7 +290,13 @@ def _list(ctx: Context, opts: ListOptions) -> int:
         ]
         for t in tasks
     ]
-    ctx.out(table(rows, ["id", "priority", "state", "instance", "attempts", "session", "title"]))
+    ctx.table(
+        rows,
+        ["id", "priority", "state", "instance", "attempts", "session", "title"],
+        flexible=[("title", 12), ("session", 16), ("instance", 8)],
+        keep_end=["session"],
+        colors={"state": state_color},
+    )
     return int(ExitCode.OK)
 
 

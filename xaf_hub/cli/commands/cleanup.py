@@ -12,11 +12,11 @@ import argparse
 import time
 from dataclasses import dataclass
 
-from xaf_hub.cli.commands._common import add_json, report_unreachable, scan_exit
+from xaf_hub.cli.commands._common import add_json, add_wide, report_unreachable, scan_exit
 from xaf_hub.cli.context import Context
 from xaf_hub.core import aio
 from xaf_hub.core.clock import ago
-from xaf_hub.core.text import dumps, shorten, shorten_left, table
+from xaf_hub.core.text import dumps, shorten, shorten_left
 
 EXAMPLES = """\
 examples:
@@ -30,6 +30,7 @@ examples:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Options of `cleanup`."""
     add_json(p)
+    add_wide(p)
     p.add_argument(
         "--ttl-days",
         type=float,
@@ -96,7 +97,13 @@ def run(ctx: Context) -> int:
                     ]
                 )
         if rows:
-            ctx.out(table(rows, ["instance", "session", "updated", "title", "directory", "action"]))
+            ctx.table(
+                rows,
+                ["instance", "session", "updated", "title", "directory", "action"],
+                flexible=[("directory", 10), ("title", 12), ("instance", 8)],
+                keep_end=["directory"],
+                keep=["session"],
+            )
         total = sum(len(e["stale"]) for e in report["instances"])
         deleted = sum(len(e["deleted"]) for e in report["instances"])
         for entry in report["instances"]:

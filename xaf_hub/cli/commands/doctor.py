@@ -20,7 +20,7 @@ import asyncio
 import contextlib
 import os
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -276,19 +276,40 @@ def collect(
 _MARK = {"ok": "ok", "info": "info", "warn": "WARN", "error": "FAIL"}
 
 
-def render(path: Path | None, findings: Sequence[Finding], code: ExitCode) -> str:
-    """The one-screen text report."""
+def render(
+    path: Path | None,
+    findings: Sequence[Finding],
+    code: ExitCode,
+    *,
+    columns: int | None = None,
+    clean: Callable[[str], str] = str,
+) -> str:
+    """The one-screen text report; with ``columns`` (a terminal's width) the messages and
+    fix lines wrap under their own column. ``clean`` runs on every message first (secrets
+    leave a text before it is wrapped, never a wrapped half of one)."""
     width = min(max((len(f.subject) for f in findings), default=8), 24)
     from xaf_hub import __version__
+    from xaf_hub.cli.termfit import wrap
 
     where = path if path is not None else "(none found)"
     lines = [f"xaf-hub {__version__} doctor: config {where}"]
+
+    def add(lead: str, text: str, hang: str) -> None:
+        if columns is None:
+            lines.append(lead + text)
+            return
+        # Under its own column while that leaves a useful width, else under the marks.
+        indent = len(hang) if columns - len(hang) >= 40 else 8
+        lines.extend(wrap(text, columns, lead, " " * indent))
+
     for f in findings:
         subject = f.subject if len(f.subject) <= width else "..." + f.subject[-(width - 3):]
-        lines.append(f"  {_MARK[f.level]:<4}  {subject:<{width}}  {f.message}")
+        lead = f"  {_MARK[f.level]:<4}  {subject:<{width}}  "
+        add(lead, clean(f.message), lead)
         if f.fix:
             label = "hint" if f.level in ("ok", "info") else "fix"
-            lines.append(f"  {'':<4}  {'':<{width}}  {label}: {f.fix}")
+            pad = f"  {'':<4}  {'':<{width}}  "
+            add(f"{pad}{label}: ", clean(f.fix), f"{pad}{label}: ")
     errors = sum(1 for f in findings if f.level == "error")
     warnings = sum(1 for f in findings if f.level == "warn")
     if errors:
@@ -334,5 +355,11 @@ def run(ctx: Context) -> int:
         }
         ctx.out(redact(dumps(doc), secrets))
     else:
-        ctx.out(redact(render(path, findings, code), secrets))
+        from xaf_hub.cli.termfit import Screen
+
+        screen = Screen.of(ctx.stdout, ctx.env)
+        text = render(
+            path, findings, code, columns=screen.width, clean=lambda t: redact(t, secrets)
+        )
+        ctx.out(redact(text, secrets))
     return int(code)

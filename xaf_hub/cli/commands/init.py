@@ -29,6 +29,7 @@ examples:
   xaf-hub init                                             # the bundled example (demo fleet)
   xaf-hub init --root ~/src/shop                           # one local instance on port 4096
   xaf-hub init -i dev=http://127.0.0.1:4096 -i build=http://127.0.0.1:4097 --root /srv/shop
+  xaf-hub init -i dev=http://127.0.0.1:4096 -i live=http://10.0.0.5:4096 --prod live
   xaf-hub --config ~/.xaf_hub/config.json init --root ~/src/shop --force
 """
 
@@ -51,6 +52,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="a folder of the project on the servers (repeatable; relative to here if relative)",
     )
     p.add_argument("--project", metavar="NAME", help="project name (default: the first root's)")
+    p.add_argument(
+        "--prod",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="mark instance NAME as production: danger and read-only by default, so every "
+        "write to it needs --allow-prod (repeatable)",
+    )
     p.add_argument("--force", action="store_true", help="overwrite an existing config file")
 
 
@@ -66,16 +75,29 @@ def _instance(spec: str) -> tuple[str, str]:
 
 
 def starter(
-    instances: Sequence[str], roots: Sequence[str], project: str | None, cwd: Path
+    instances: Sequence[str],
+    roots: Sequence[str],
+    project: str | None,
+    cwd: Path,
+    prod: Sequence[str] = (),
 ) -> Any:
-    """The config document for the given flags (None: use the bundled example)."""
+    """The config document for the given flags (None: use the bundled example).
+
+    An instance named in ``prod`` is production: ``danger`` and ``readonly_default``."""
     if not instances and not roots:
+        if prod:
+            raise UsageError(f"--prod {prod[0]!r}: name an instance with -i NAME=URL")
         return None
     pairs = [_instance(s) for s in instances] or [("local", DEFAULT_URL)]
     names = [n for n, _ in pairs]
     dup = next((n for n in names if names.count(n) > 1), None)
     if dup:
         raise UsageError(f"--instance: the name {dup!r} is given twice")
+    unknown = next((n for n in prod if n not in names), None)
+    if unknown is not None:
+        raise UsageError(
+            f"--prod {unknown!r}: no such instance (given: {', '.join(names)})"
+        )
     dirs = [str((cwd / Path(r).expanduser()).resolve()) for r in roots]
     entries: list[dict[str, Any]] = []
     for name, url in pairs:
@@ -83,6 +105,9 @@ def starter(
         if dirs:
             entry["roots"] = dirs
             entry["default_directory"] = dirs[0]
+        if name in prod:
+            entry["danger"] = True
+            entry["readonly_default"] = True
         entries.append(entry)
     return {
         "project": {"name": project or (Path(dirs[0]).name if dirs else "project")},
@@ -110,6 +135,7 @@ class Options:
     root: tuple[str, ...]
     project: str | None
     force: bool
+    prod: tuple[str, ...] = ()
 
 
 def run(ctx: Context) -> int:
@@ -119,7 +145,7 @@ def run(ctx: Context) -> int:
     dest = Path(explicit or "config.json").expanduser()
     if not dest.is_absolute():
         dest = ctx.cwd / dest
-    doc = starter(opts.instance, opts.root, opts.project, ctx.cwd)
+    doc = starter(opts.instance, opts.root, opts.project, ctx.cwd, opts.prod)
     text = EXAMPLE.read_text("utf-8") if doc is None else json.dumps(doc, indent=2) + "\n"
     parse_config(json.loads(text), path=dest, env=ctx.env)  # a starter must load
     if dest.is_dir():

@@ -35,8 +35,10 @@ examples:
   xaf-hub patrol pause                      # durable: survives restarts
   xaf-hub patrol status --json
   xaf-hub patrol resume
-exit codes (--once): 0 when every step ran, else the worst failed step's code; 3 when
-another patrol cycle holds the lock on this machine; 0 with a message when paused.
+exit codes: with --once, 0 when every step ran, else the worst failed step's code; 3 when
+another patrol cycle holds the lock on this machine; 0 with a message when paused. The
+daemon: 3 when another daemon runs for the same state folder (its pid is named); one --once
+cycle may still run beside it.
 """
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

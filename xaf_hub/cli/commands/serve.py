@@ -52,8 +52,11 @@ examples:
   xaf-hub serve                                  # http://127.0.0.1:7317/ on this machine only
   xaf-hub serve --port 0                         # any free port; the URL is printed
   XAF_HUB_VIEWER_PASSWORD='long shared secret' xaf-hub serve --public --host 0.0.0.0
-routes: /  (the page)   /api/snapshot  (same JSON as `sessions --json`)   /api/events  (change
-notices, server-sent events)   /health
+routes:
+  /              the page
+  /api/snapshot  the same JSON as `sessions --json`
+  /api/events    change notices (server-sent events)
+  /health
 Ctrl+C stops it.
 """
 

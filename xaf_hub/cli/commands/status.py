@@ -139,11 +139,11 @@ def run(ctx: Context) -> int:
             "project sessions",
             "limit",
             "spent today",
-            "dispatchable",
+            "takes work",
             "reason",
         ],
         flexible=[("reason", 16), ("project sessions", 8), ("running project", 8)],
-        colors={"dispatchable": yes_no_color},
+        colors={"takes work": yes_no_color},
     )
     if m.whole:
         ctx.out(f"project spend: {project.text()}")

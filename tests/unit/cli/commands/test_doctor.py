@@ -320,6 +320,44 @@ def test_render_puts_fix_under_problem_and_sums_up() -> None:
     assert d.render(None, [h.ok("a", "b", "c")], ExitCode.OK).splitlines()[-1] == "all well"
 
 
+LONG_FIX = (
+    "start the server on that host (`opencode serve --port 4096 --hostname 0.0.0.0`), or "
+    "correct instances[2].url in /home/operator/.xaf_hub/config.json; a firewall or a VPN "
+    "that is down gives the same answer, so try `curl http://10.0.0.7:4096/global/health`"
+)
+
+
+def test_render_wraps_messages_and_fixes_at_the_terminal_width() -> None:
+    fs = [h.error("instance", "lan-unreachable-long-name",
+                  "connection refused (http://10.0.0.7:4096) after 2 tries, 8s in all; "
+                  "the server did not answer at all", LONG_FIX, ExitCode.UNREACHABLE),
+          h.ok("config", "config", "fine")]
+    flat = d.render(None, fs, h.worst(fs))
+    assert max(len(line) for line in flat.splitlines()) > 170  # the issue: one 170+ line
+    for columns in (80, 60):
+        text = d.render(None, fs, h.worst(fs), columns=columns)
+        lines = text.splitlines()
+        assert all(len(line) <= columns for line in lines[1:]), text
+        fix_at = next(i for i, line in enumerate(lines) if "fix: " in line)
+        start = lines[fix_at].index("fix: ") + len("fix: ")
+        follow = lines[fix_at + 1 : next(i for i, ln in enumerate(lines) if "fine" in ln)]
+        # Under the fix's own column at 80; under the marks when that column is narrow.
+        indent = start if columns == 80 else 8
+        assert follow and all(ln[:indent].strip() == "" and ln[indent] != " " for ln in follow)
+        # Nothing lost or changed but the breaks.
+        joined = " ".join([lines[fix_at][start:], *(ln.strip() for ln in follow)])
+        assert joined == LONG_FIX
+
+
+def test_a_secret_is_redacted_before_the_wrap_splits_anything() -> None:
+    secret = "hunter2-very-secret"
+    fs = [h.error("instance", "a", "m", f"the server answered 401 for {secret} " * 4,
+                  ExitCode.UNREACHABLE)]
+    text = d.render(None, fs, ExitCode.UNREACHABLE, columns=40,
+                    clean=lambda t: t.replace(secret, "***"))
+    assert secret not in text and "hunter2" not in text and "***" in text
+
+
 # ------------------------------------------------------------------------------------------
 # the command end to end, over a mock transport
 

@@ -118,3 +118,33 @@ def test_init_ends_with_the_lines_to_paste_for_an_agent(
         claude = lines[-1].strip()
         assert claude.startswith("claude mcp add xafhub -- ")
         assert shlex.split(claude)[5:] == words
+
+
+def test_init_prod_marks_the_named_instance_production_and_only_it(tmp_path: Path) -> None:
+    code, out, err = run(
+        tmp_path, "init", "-i", "dev=http://127.0.0.1:4096", "-i", "live=http://127.0.0.1:4097",
+        "--root", "/srv/shop", "--prod", "live",
+    )
+    assert code == 0, err
+    doc = json.loads((tmp_path / "config.json").read_text("utf-8"))
+    assert doc["instances"][1]["danger"] is True
+    assert doc["instances"][1]["readonly_default"] is True
+    assert "danger" not in doc["instances"][0] and "readonly_default" not in doc["instances"][0]
+    cfg = load_config(str(tmp_path / "config.json"), env={}, cwd=tmp_path)
+    assert [i.production for i in cfg.instances] == [False, True]
+
+
+def test_init_prod_of_an_unknown_name_is_refused_and_nothing_is_written(tmp_path: Path) -> None:
+    for argv in (
+        ("-i", "dev=http://127.0.0.1:4096", "--prod", "live"),
+        ("--root", "/srv/shop", "--prod", "dev"),  # the implied instance is named local
+        ("--prod", "live",),  # the bundled example: no instance named on the command line
+    ):
+        code, out, err = run(tmp_path, "init", *argv)
+        assert code == ExitCode.USAGE and out == "", argv
+        assert err.startswith("xaf-hub: error: --prod ") and err.count("\n") == 1, err
+        assert not (tmp_path / "config.json").exists()
+    code, _, err = run(tmp_path, "init", "--root", "/srv/shop", "--prod", "local")
+    assert code == 0, err
+    cfg = load_config(str(tmp_path / "config.json"), env={}, cwd=tmp_path)
+    assert cfg.instances[0].production
