@@ -105,7 +105,7 @@ class SessionLine:
     instance: str
     session: str
     title: str
-    state: str  # running | stale_busy | finished | failed | interrupted | idle
+    state: str  # running | waiting | stale_busy | finished | failed | interrupted | idle
     detail: str
     model: str
     updated_ms: int

@@ -51,6 +51,7 @@ SECTIONS: tuple[tuple[str, str, str], ...] = (
 )
 SESSION_STATES: tuple[tuple[str, str], ...] = (
     ("running", "Running"),
+    ("waiting", "Waiting for a person (the patrol leaves these alone)"),
     ("stale_busy", "Stale busy (no update for a long time)"),
     ("finished", "Finished"),
     ("failed", "Failed"),

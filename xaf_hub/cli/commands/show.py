@@ -99,7 +99,15 @@ class Options:
 def run(ctx: Context) -> int:
     """Find the session, read its newest messages, print."""
     from xaf_hub.cli.commands._common import chosen_instances, scan, session_not_found
-    from xaf_hub.core.runstate import error_text, last_error, outcome_of
+    from xaf_hub.core.runstate import (
+        WAITING_WORDS,
+        answer_hint,
+        error_text,
+        last_error,
+        outcome_of,
+        shown_state,
+        waiting_detail,
+    )
     from xaf_hub.errors import UsageError
     from xaf_hub.fleet.attach import attach_command, attach_hint
     from xaf_hub.fleet.scan import make_client
@@ -140,8 +148,9 @@ def run(ctx: Context) -> int:
             "title": s.title,
             "directory": s.directory,
             "project": s.project,
-            "state": s.run_state,
+            "state": shown_state(s),
             "retry_message": s.retry_message,
+            "waiting": s.waiting.to_json() if s.waiting is not None else None,
             "last_outcome": outcome,
             "last_error": err,
             "model": model,
@@ -154,6 +163,9 @@ def run(ctx: Context) -> int:
         }))
         return 0
     state = s.run_state + (f" ({s.retry_message})" if s.retry_message else "")
+    if s.running and s.waiting is not None:
+        since = f" since {fmt_time(s.waiting.since)}" if s.waiting.since else ""
+        state = f"{WAITING_WORDS}{since}: {waiting_detail(s.waiting)}"
     rows = [
         ("session", f"{s.id} on {sc.inst.name} ({sc.inst.url})"),
         ("title", s.title),
@@ -164,6 +176,8 @@ def run(ctx: Context) -> int:
          else f"${s.cost:.4f}"),
         ("updated", f"{fmt_time(s.updated)} ({ago(s.updated, now)})"),
     ]
+    if s.running and s.waiting is not None:
+        rows.insert(4, ("answer", answer_hint(s.waiting)))
     for key, value in rows:
         ctx.out(f"{key + ':':<11}{value}")
     for label, msg in (("last prompt", prompt), ("last answer", answer)):
