@@ -6,7 +6,8 @@ run stops on the request while the server keeps calling the session busy. One te
 whole path, so the shared fleet serves it once: the requests appear in `status`, `sessions`,
 `show` and `waiting` within seconds, count against the limit, an approval lets the run finish
 with the tool's output, a denial ends the wait, a question is answered with its option, and a
-request that no longer waits is refused with nothing sent.
+request that no longer waits is refused with nothing sent; `watch` prints a line when each
+request appears and when it is answered, from the event stream.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from tests.e2e.test_live import Lines
 from tests.fleet import Hub
 from xaf_hub.sandbox import fleet as sandbox
 
@@ -63,8 +65,27 @@ def test_a_waiting_run_is_seen_counted_and_answered(hub: Hub) -> None:
         calls=[["bash", {"command": "echo approved-$((20+22))", "description": "say it"}]],
         text="Done:",
     )
-    t0 = time.monotonic()
-    a, b = start(hub, "needs approval", ASK_BASH), start(hub, "will be denied", ASK_BASH)
+    watch = Lines(hub.popen("watch", "--json", "--instance", INSTANCE))
+    try:
+        hub.wait_for(lambda: any("watching 1 instance" in e for e in watch.err), timeout=120)
+        t0 = time.monotonic()
+        a, b = start(hub, "needs approval", ASK_BASH), start(hub, "will be denied", ASK_BASH)
+        approve_and_deny(hub, a, b, t0)
+    finally:
+        watch.stop()
+    for sid in (a, b):
+        asked = [e for e in watch.events() if e["event"] == "asked" and e["session"]["id"] == sid]
+        answered = [e["detail"] for e in watch.events()
+                    if e["event"] == "answered" and e["session"]["id"] == sid]
+        assert len(asked) == 1 and asked[0]["source"] == "stream", watch.events()
+        assert asked[0]["session"]["waiting"]["kind"] == "permission"
+        assert len(answered) == 1, watch.events()
+    assert [e["detail"].rpartition(" -> ")[2] for e in watch.events()
+            if e["event"] == "answered"] == ["replied once", "replied reject"]
+    ask_a_question(hub)
+
+
+def approve_and_deny(hub: Hub, a: str, b: str, t0: float) -> None:
 
     # --- seen: both wait, in every view, within seconds of the request
     seen = hub.wait_for(lambda: len(w := waiting_of(hub)) == 2 and w, timeout=90, step=0.5)
@@ -109,7 +130,10 @@ def test_a_waiting_run_is_seen_counted_and_answered(hub: Hub) -> None:
     sent = [(x["command"], x["request"], x["result"]) for x in audit(hub) if "request" in x]
     assert sent == [("approve", per_a, "sent"), ("deny", per_b, "sent")]
 
-    # --- a question, answered with one of its options
+
+
+def ask_a_question(hub: Hub) -> None:
+    """A question, answered with one of its options."""
     hub.llm.set_mode(
         "fake-model",
         "tools",
