@@ -105,6 +105,11 @@ def approve_and_deny(hub: Hub, a: str, b: str, t0: float) -> None:
     assert f"xaf-hub approve {per_a}" in out
     code, listed = hub.cli_json("waiting")
     assert code == 0 and {w["id"] for w in listed["waiting"]} >= {per_a, per_b}
+    page = hub.root.parent / "page.html"
+    code, _, err = hub.cli("sessions", "--instance", INSTANCE, "--html", str(page))
+    html = page.read_text("utf-8")
+    assert code == 0 and 'id="waiting-for-you"' in html, err
+    assert f'data-request="{per_a}"' in html and f'data-request="{per_b}"' in html
 
     # --- approve lets the run finish with the tool's output
     code, out, err = hub.cli("approve", per_a)
