@@ -109,6 +109,9 @@ class SessionLine:
     detail: str
     model: str
     updated_ms: int
+    # state "waiting": the request its run waits on, and how a person answers it
+    request: str = ""
+    answer: str = ""
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ from xaf_hub.config.load import InstanceConfig
 from xaf_hub.core.clock import to_ms
 from xaf_hub.core.discipline import RESUME_PROMPT
 from xaf_hub.core.records import SessionRecord
-from xaf_hub.core.runstate import LastRun, classify
+from xaf_hub.core.runstate import LastRun, answer_hint, classify
 from xaf_hub.errors import BudgetReached, BusyError, HubError, RunsAgain
 from xaf_hub.ops.context import OpsContext
 from xaf_hub.ops.decisions import load_decisions, person_stop
@@ -114,6 +114,8 @@ async def check_agents(pctx: OpsContext, cycle: Cycle) -> None:
                 detail,
                 (run.model if run and run.model else rec.model),
                 rec.updated,
+                rec.waiting.request_id if state == "waiting" and rec.waiting else "",
+                answer_hint(rec.waiting) if state == "waiting" and rec.waiting else "",
             )
         )
         if state == "interrupted" and decision is None:
