@@ -7,7 +7,8 @@ whole path, so the shared fleet serves it once: the requests appear in `status`,
 `show` and `waiting` within seconds, count against the limit, an approval lets the run finish
 with the tool's output, a denial ends the wait, a question is answered with its option, and a
 request that no longer waits is refused with nothing sent; `watch` prints a line when each
-request appears and when it is answered, from the event stream.
+request appears and when it is answered, from the event stream; a `permissions.rules` rule
+answers one with no person, in a `patrol --once` round, audited with the rule.
 """
 
 from __future__ import annotations
@@ -83,6 +84,7 @@ def test_a_waiting_run_is_seen_counted_and_answered(hub: Hub) -> None:
     assert [e["detail"].rpartition(" -> ")[2] for e in watch.events()
             if e["event"] == "answered"] == ["replied once", "replied reject"]
     ask_a_question(hub)
+    a_rule_answers(hub)
 
 
 def approve_and_deny(hub: Hub, a: str, b: str, t0: float) -> None:
@@ -159,3 +161,26 @@ def ask_a_question(hub: Hub) -> None:
     assert code == 0, err
     hub.wait_for(lambda: idle(hub, q), timeout=60, step=0.5)
     assert waiting_of(hub) == {}
+
+
+def a_rule_answers(hub: Hub) -> None:
+    """An allow rule answers in the patrol's round; a request no rule covers is left alone."""
+    hub.write_config(permissions={"rules": [
+        {"kind": "bash", "pattern": "echo policy-*", "action": "allow"},
+    ]})
+    hub.llm.set_mode(
+        "fake-model", "tools",
+        calls=[["bash", {"command": "echo policy-ok", "description": "by rule"}]], text="Done:",
+    )
+    r = start(hub, "answered by a rule", ASK_BASH)
+    seen = hub.wait_for(lambda: (w := waiting_of(hub)).get(r) and w, timeout=90, step=0.5)
+    code, _, err = hub.cli("patrol", "--once", "--no-design")
+    assert code == 0, err
+    report = json.loads((Path(hub.env["XAF_HUB_HOME"]) / "patrol" / "report-latest.json")
+                        .read_text("utf-8"))
+    [answered] = report["answered"]
+    assert answered["session"] == r and "by permissions.rules[0]" in answered["detail"]
+    hub.wait_for(lambda: idle(hub, r), timeout=60, step=0.5)
+    [line] = [x for x in audit(hub) if x.get("request") == seen[r]["request_id"]]
+    assert (line["command"], line["result"]) == ("approve", "sent")
+    assert line["by"] == "rule permissions.rules[0] bash 'echo policy-*' allow"

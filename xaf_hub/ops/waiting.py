@@ -14,10 +14,12 @@ gave it (``store.audit`` names the caller, user and host) and, for an automatic 
 from __future__ import annotations
 
 import contextlib
+import fnmatch
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from xaf_hub.config.load import PermissionRule, PermissionsConfig
 from xaf_hub.core.records import SessionRecord, Waiting
 from xaf_hub.errors import (
     HubError,
@@ -266,3 +268,85 @@ def _not_waiting(request_id: str, down: Sequence[tuple[str, str]]) -> HubError:
     return UnreachableError(
         names, f"{reasons} (request {request_id} was not found where asked; it may be there)"
     )
+
+
+# What an agent hears when nobody answered in time (permissions.deny_after_minutes).
+TIMEOUT_MESSAGE = (
+    "Nobody answered this request in time, so it is denied. Go on without it: finish what "
+    "you can, and say in your final answer what you needed and why."
+)
+
+
+@dataclass(frozen=True)
+class PolicyAnswer:
+    """What the policy answers one request with, and the rule that decided it."""
+
+    reply: Reply
+    rule: str
+
+
+def _matches(rule: PermissionRule, w: Waiting) -> bool:
+    if w.kind != "permission" or rule.kind not in ("*", w.permission):
+        return False
+    targets = w.patterns or (w.asked,)
+    return all(fnmatch.fnmatchcase(t, rule.pattern) for t in targets)
+
+
+def policy_answer(
+    policy: PermissionsConfig, w: Waiting, now_ms: int
+) -> PolicyAnswer | None:
+    """The policy's answer to ``w`` at ``now_ms``, or None: leave it to a person (pure).
+
+    The first rule whose kind is the request's (or ``*``) and whose pattern matches every
+    pattern the request names decides; only a permission request can match a rule. Nothing
+    is allowed unless a rule says so. With ``deny_after_minutes``, a request that waited that
+    long (from its tool call's start; an unknown start never times out) is denied, a question
+    rejected.
+    """
+    for i, rule in enumerate(policy.rules):
+        if _matches(rule, w):
+            action: Action = "approve" if rule.action == "allow" else "deny"
+            return PolicyAnswer(Reply(action), f"permissions.rules[{i}] {rule.describe()}")
+    after = policy.deny_after_minutes
+    if after is not None and w.since and now_ms - w.since >= after * 60_000:
+        message = TIMEOUT_MESSAGE if w.kind == "permission" else ""
+        return PolicyAnswer(
+            Reply("deny", message=message), f"permissions.deny_after_minutes {after:g}"
+        )
+    return None
+
+
+@dataclass(frozen=True)
+class PolicyOutcome:
+    """One request the policy acted on: answered, or why not (gone, refused, failed)."""
+
+    request: PendingRequest
+    answer: PolicyAnswer
+    result: Literal["sent", "gone", "refused", "failed"]
+    detail: str = ""
+
+
+async def apply_policy(
+    ops: OpsContext, requests: Sequence[PendingRequest], now_ms: int
+) -> list[PolicyOutcome]:
+    """Answer what ``permissions`` decides among ``requests`` (the patrol's rounds and live
+    reactions); never on production instances, never outside the project."""
+    policy = ops.cfg.permissions
+    if not policy.rules and policy.deny_after_minutes is None:
+        return []
+    out = []
+    for p in requests:
+        decided = policy_answer(policy, p.waiting, now_ms)
+        if decided is None:
+            continue
+        try:
+            await send_reply(ops, p, decided.reply, rule=decided.rule)
+        except RequestGone as exc:
+            out.append(PolicyOutcome(p, decided, "gone", str(exc)))
+        except (ProductionRefused, NotProjectSession, UsageError) as exc:
+            out.append(PolicyOutcome(p, decided, "refused", str(exc)))
+        except HubError as exc:
+            out.append(PolicyOutcome(p, decided, "failed", str(exc)))
+        else:
+            out.append(PolicyOutcome(p, decided, "sent"))
+    return out

@@ -47,6 +47,7 @@ SECTIONS: tuple[tuple[str, str, str], ...] = (
     ("requeue", "tasks_requeued", "Tasks sent back to the pool (fill_slots)"),
     ("keep", "tasks_kept", "Dispatched tasks left as they are (fill_slots)"),
     ("person", "needs_person", "Needs a person (the patrol leaves these alone)"),
+    ("answer", "answered", "Requests answered by a rule (permissions)"),
     ("dispatch", "dispatched", "Dispatched (fill_slots)"),
 )
 SESSION_STATES: tuple[tuple[str, str], ...] = (

@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
-from xaf_hub.config.load import Config, load_config
+from xaf_hub.config.load import Config, PermissionRule, PermissionsConfig, load_config
 from xaf_hub.core import aio
 from xaf_hub.core.records import SessionRecord, Waiting
 from xaf_hub.core.runstate import LastRun, classify, count_states, judge, shown_state
@@ -22,7 +22,15 @@ from xaf_hub.fleet import wire
 from xaf_hub.fleet.scan import scan_fleet
 from xaf_hub.ops.context import OpsContext
 from xaf_hub.ops.load import instance_load
-from xaf_hub.ops.waiting import Reply, answer_request, list_waiting, question_answers
+from xaf_hub.ops.waiting import (
+    Reply,
+    answer_request,
+    apply_policy,
+    list_waiting,
+    pending_of,
+    policy_answer,
+    question_answers,
+)
 
 DIR = "/srv/p/app"
 NOW = 1_796_000_000_000
@@ -347,3 +355,75 @@ def test_waiting_json_names_the_request_and_its_age(tmp_path: Path) -> None:
         "lan-a", "ses_perm", "permission", 60
     )
     assert replace(waiters.requests[0].waiting, since=0).since == 0
+
+
+# ------------------------------------------------------------------------------ policy
+
+GIT = Waiting("permission", "per_g", "git status --short", NOW - 60_000, "bash",
+              ("git status --short",))
+PUSH = Waiting("permission", "per_p", "git push origin main", NOW - 60_000, "bash",
+               ("git push origin main",))
+EDIT = Waiting("permission", "per_e", "src/a.py, /etc/passwd", NOW - 60_000, "edit",
+               ("src/a.py", "/etc/passwd"))
+ASKS = Waiting("question", "que_q", "Which?", NOW - 60_000, choices=(("a",),))
+RULES = PermissionsConfig((
+    PermissionRule("bash", "git status*", "allow"),
+    PermissionRule("bash", "git push*", "deny"),
+    PermissionRule("edit", "src/*", "allow"),
+))
+
+
+@pytest.mark.parametrize(
+    ("policy", "w", "now", "expected"),
+    [
+        (RULES, GIT, NOW, ("approve", "permissions.rules[0]")),
+        (RULES, PUSH, NOW, ("deny", "permissions.rules[1]")),
+        # every pattern must match: one file outside src/ leaves it to a person
+        (RULES, EDIT, NOW, None),
+        (RULES, replace(EDIT, patterns=("src/a.py",)), NOW, ("approve", "permissions.rules[2]")),
+        # nothing is allowed unless a rule says so; a question never matches a rule
+        (RULES, replace(GIT, permission="webfetch"), NOW, None),
+        (PermissionsConfig((PermissionRule("*", "*", "allow"),)), ASKS, NOW, None),
+        (PermissionsConfig(), GIT, NOW, None),
+        # deny_after_minutes: after the time, from the tool call's start; never without one
+        (PermissionsConfig(deny_after_minutes=5), PUSH, NOW, None),
+        (PermissionsConfig(deny_after_minutes=1), PUSH, NOW, ("deny", "deny_after_minutes")),
+        (PermissionsConfig(deny_after_minutes=1), ASKS, NOW, ("deny", "deny_after_minutes")),
+        (PermissionsConfig(deny_after_minutes=1), replace(PUSH, since=0), NOW, None),
+        # a rule's allow wins over the timeout
+        (replace(RULES, deny_after_minutes=1), GIT, NOW, ("approve", "rules[0]")),
+    ],
+)
+def test_policy_answer(policy: PermissionsConfig, w: Waiting, now: int, expected: Any) -> None:
+    got = policy_answer(policy, w, now)
+    if expected is None:
+        assert got is None
+    else:
+        assert got is not None and got.reply.action == expected[0] and expected[1] in got.rule
+
+
+def test_the_timeout_tells_the_agent_to_go_on_without_it() -> None:
+    got = policy_answer(PermissionsConfig(deny_after_minutes=1), PUSH, NOW)
+    assert got is not None and "Go on without it" in got.reply.message
+
+
+def test_apply_policy_answers_what_a_rule_decides_and_audits_the_rule(tmp_path: Path) -> None:
+    server = fleet_with_both()
+    server.permissions[0]["patterns"] = ["git status"]
+    ops = make_ops(tmp_path, server)
+    ops = OpsContext(replace(ops.cfg, permissions=RULES), env={},
+                     transport_factory=ops.transport_factory)
+    waiters = aio.run(list_waiting(ops))
+    outcomes = aio.run(apply_policy(ops, waiters.requests, NOW))
+    assert [(o.request.waiting.request_id, o.result) for o in outcomes] == [("per_aaa1", "sent")]
+    assert server.replies == [("/permission/per_aaa1/reply", {"reply": "once"})]
+    [line] = audit_lines(ops.cfg)
+    assert line["by"] == "rule permissions.rules[0] bash 'git status*' allow"
+    # answered meanwhile: gone, nothing sent; production: refused
+    again = aio.run(apply_policy(ops, waiters.requests, NOW))
+    assert [o.result for o in again] == ["gone"] and len(server.replies) == 1
+    prod = make_ops(tmp_path, fleet_with_both(), production=True)
+    prod = OpsContext(replace(prod.cfg, permissions=PermissionsConfig(deny_after_minutes=0.5)),
+                      env={}, transport_factory=prod.transport_factory)
+    found = pending_of(aio.run(scan_fleet(prod.cfg, transport_factory=prod.transport_factory))[1])
+    assert {o.result for o in aio.run(apply_policy(prod, found.requests, NOW))} == {"refused"}
