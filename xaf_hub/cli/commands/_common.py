@@ -167,6 +167,8 @@ def verdict_text(v: Verdict, tz: tzinfo, now_ms: int) -> str:
             else ""
         )
         return f"retrying on {_model(v.model)}{attempt}: {v.detail or 'no message'}{when}"
+    if v.state == "waiting":
+        return f"{v.detail} (on {_model(v.model)})"
     if v.state == "finished":
         return f"finished (last run on {_model(v.model)})"
     if v.state == "failed":
