@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from xaf_hub.config.load import PermissionRule, PermissionsConfig
+from xaf_hub.core.clock import MAX_TIME_MS
 from xaf_hub.core.records import SessionRecord, Waiting
 from xaf_hub.errors import (
     HubError,
@@ -75,7 +76,8 @@ def pending_of(scans: Sequence[InstanceScan]) -> Waiters:
         for s in sc.sessions
         if s.running and s.waiting is not None
     ]
-    found.sort(key=lambda p: (p.waiting.since or 0, p.instance, p.waiting.request_id))
+    # Longest waiting first; a request whose start is unknown after those that have one.
+    found.sort(key=lambda p: (p.waiting.since or MAX_TIME_MS, p.instance, p.waiting.request_id))
     down = [(sc.inst.name, sc.reason) for sc in scans if not sc.reachable]
     down += [(sc.inst.name, sc.waiting_unknown) for sc in scans if sc.waiting_unknown]
     return Waiters(tuple(found), tuple(down))
