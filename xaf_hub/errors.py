@@ -6,7 +6,8 @@ Every failure the hub reports to a user is one of these::
     ├── ConfigError         (exit 4) bad config file, key or value
     ├── UsageError          (exit 4) bad argument, unknown instance, empty --text
     │   ├── ProductionRefused (exit 4) a write to a `danger` instance without --allow-prod
-    │   └── SessionNotFound (exit 4) a session id the instance does not know
+    │   ├── SessionNotFound (exit 4) a session id the instance does not know
+    │   └── RequestGone     (exit 4) a permission request or question that no longer waits
     ├── StateFileError      (exit 1) a corrupt state file (backlog, model state); never reset
     ├── UnreachableError    (exit 2) an instance did not answer usefully (DNS, refused, 401, 5xx)
     │   └── MissingPassword (exit 4) the server asks for a password and none is configured
@@ -167,6 +168,10 @@ class ApiError(HubError):
 
 class SessionNotFound(UsageError):
     """A session id that the instance does not know."""
+
+
+class RequestGone(UsageError):
+    """A permission request or question that no longer waits (answered, or its run ended)."""
 
 
 class RunStateUnknown(BusyError):

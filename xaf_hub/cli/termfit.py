@@ -314,7 +314,7 @@ def state_color(value: str) -> str | None:
     v = value.lower()
     if v.startswith(("unreachable", "failed", "aborted", "rate_limited", "error")):
         return RED
-    if v.startswith(("busy", "retry", "running")):
+    if v.startswith(("busy", "retry", "running", "waiting")):
         return YELLOW
     if v in ("ok", "succeeded"):
         return GREEN

@@ -148,6 +148,30 @@ class BudgetConfig:
 
 
 @dataclass(frozen=True)
+class PermissionRule:
+    """One policy rule: a permission ``kind`` (bash, edit, ...; ``*`` any) whose every pattern
+    matches ``pattern`` (shell-style: ``git status*``) is answered ``action``."""
+
+    kind: str
+    pattern: str
+    action: str  # "allow" | "deny"
+
+    def describe(self) -> str:
+        """How the audit names the rule."""
+        return f"{self.kind} {self.pattern!r} {self.action}"
+
+
+@dataclass(frozen=True)
+class PermissionsConfig:
+    """How the patrol answers runs waiting for a person (docs/waiting.md): the ordered
+    ``rules`` (first match wins; nothing is allowed unless a rule says so) and
+    ``deny_after_minutes`` (None: never deny for want of an answer)."""
+
+    rules: tuple[PermissionRule, ...] = ()
+    deny_after_minutes: float | None = None
+
+
+@dataclass(frozen=True)
 class PatrolConfig:
     """Patrol settings (architecture §8)."""
 
@@ -219,6 +243,7 @@ class Config:
     patrol: PatrolConfig = field(default_factory=PatrolConfig)
     pool: PoolConfig = field(default_factory=PoolConfig)
     budget: BudgetConfig = field(default_factory=BudgetConfig)
+    permissions: PermissionsConfig = field(default_factory=PermissionsConfig)
     instances: tuple[InstanceConfig, ...] = ()
     local_config: Path | None = None
     local_scope: str = ""
@@ -341,6 +366,7 @@ def parse_config(raw: Any, *, path: Path, env: Mapping[str, str]) -> Config:
         daily_usd=usd_amount(budget_r, "daily_usd"), run_usd=usd_amount(budget_r, "run_usd")
     )
     budget_r.finish()
+    permissions = _parse_permissions(top.sub("permissions"))
     page = top.sub("page")
     page.seen.add("url")  # notify/ reads and checks page.url
     page_language = page.choice("language", ("auto", "en", "zh"), "auto", tags=True)
@@ -436,6 +462,7 @@ def parse_config(raw: Any, *, path: Path, env: Mapping[str, str]) -> Config:
         patrol=patrol,
         pool=pool,
         budget=budget,
+        permissions=permissions,
         instances=tuple(instances),
         local_config=local_path,
         local_scope=local_scope,
@@ -676,3 +703,23 @@ def _parse_instance(
             exclude_substrings=exclude_subs,
         ),
     )
+
+
+def _parse_permissions(r: _Reader) -> PermissionsConfig:
+    """The ``permissions`` section: ordered rules and the unanswered-request timeout."""
+    raw = r.get("rules", (list,), [])
+    rules = []
+    for i, item in enumerate(raw):
+        rule = _Reader(item, r.file, f"{r.key('rules')}[{i}]")
+        kind = rule.get("kind", (str,), "").strip()
+        if not kind:
+            raise rule.fail("kind", "must name a permission (bash, edit, ...) or *")
+        pattern = rule.get("pattern", (str,), "*").strip() or "*"
+        action = rule.choice("action", ("allow", "deny"), "")
+        rule.finish()
+        rules.append(PermissionRule(kind, pattern, action))
+    after = r.get("deny_after_minutes", (int, float), None)
+    if after is not None and after <= 0:
+        raise r.fail("deny_after_minutes", f"must be more than 0 (or null: off), got {after}")
+    r.finish()
+    return PermissionsConfig(tuple(rules), float(after) if after is not None else None)

@@ -35,6 +35,7 @@ EVENTS: tuple[str, ...] = (
     "task_done",
     "task_parked",
     "needs_person",
+    "waiting_person",
     "healed",
     "blackout",
     "rest_ended",

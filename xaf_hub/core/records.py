@@ -10,7 +10,7 @@ from typing import Any, Literal
 from xaf_hub.core.clock import MAX_TIME_MS
 
 RunState = Literal["idle", "busy", "retry"]
-
+RequestKind = Literal["permission", "question"]
 
 
 def sane_ms(value: Any) -> int:
@@ -27,6 +27,42 @@ def sane_ms(value: Any) -> int:
     if isinstance(value, float) and not math.isfinite(value):
         return 0
     return int(value) if 0 < value <= MAX_TIME_MS else 0
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """A request a session's run waits on for a person to answer (architecture §4).
+
+    ``permission``: a tool asks leave (``permission`` names it: bash, edit, ...; ``patterns``
+    what it would touch; ``always`` what an "always" answer would allow from now on).
+    ``question``: the agent's question tool; ``choices`` holds each question's option labels.
+    ``asked`` is one line for people (not yet made safe for a terminal: views do that).
+    """
+
+    kind: RequestKind
+    request_id: str
+    asked: str
+    since: int = 0  # epoch ms the tool began waiting; 0 unknown
+    permission: str = ""
+    patterns: tuple[str, ...] = ()
+    always: tuple[str, ...] = ()
+    choices: tuple[tuple[str, ...], ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        """The export form: the record's ``waiting`` field."""
+        from xaf_hub.core.clock import iso_time
+
+        return {
+            "kind": self.kind,
+            "request_id": self.request_id,
+            "asked": self.asked,
+            "since": self.since,
+            "since_at": iso_time(self.since),
+            "permission": self.permission,
+            "patterns": list(self.patterns),
+            "always": list(self.always),
+            "options": [list(c) for c in self.choices],
+        }
 
 
 @dataclass(frozen=True)
@@ -51,6 +87,7 @@ class SessionRecord:
     model: str = ""
     outcome: str = ""
     project: bool = False
+    waiting: Waiting | None = None  # the request its run waits on, if any
 
     def to_json(self) -> dict[str, Any]:
         """Return the export form (architecture §3 field names), with each epoch-ms time also
@@ -63,6 +100,8 @@ class SessionRecord:
         doc["created_at"] = iso_time(self.created)
         doc["updated_at"] = iso_time(self.updated)
         doc["retry_next_at"] = iso_time(self.retry_next)
+        if self.waiting is not None:  # in its place among the fields, as its export form
+            doc["waiting"] = self.waiting.to_json()
         return doc
 
 
@@ -88,6 +127,8 @@ class InstanceSummary:
     note: str = ""
     release: str = ""  # the release and the run-state behaviour detected (xaf_hub.releases)
     run_state_unknown: str = ""  # why run state could not be read: counted full (fail closed)
+    waiting: int = 0  # project sessions whose run waits for a person (they still count)
+    waiting_unknown: str = ""  # why pending requests could not be read ("" when they were)
 
     def to_json(self) -> dict[str, Any]:
         """Return the export form."""

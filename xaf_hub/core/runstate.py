@@ -10,10 +10,11 @@ Every command, patrol job and page names run states with the words defined here
   ``aborted``, ``running`` (never completed), ``unknown``;
 * the **last run** (``LastRun``, ``last_run``): the outcome of the newest message, plus
   ``pending`` (a prompt with no answer yet) and ``none`` (no message at all);
-* a **verdict** (``Verdict``, ``judge``) a person acts on: running, retrying, finished,
-  failed, aborted, interrupted, pending, idle;
-* a patrol **class** (``classify``): running, stale_busy, finished, failed, interrupted,
-  idle, derived from the verdict.
+* a **verdict** (``Verdict``, ``judge``) a person acts on: running, waiting (for a person:
+  the run stopped on a permission request or a question; the server still says busy),
+  retrying, finished, failed, aborted, interrupted, pending, idle;
+* a patrol **class** (``classify``): running, waiting, stale_busy, finished, failed,
+  interrupted, idle, derived from the verdict.
 """
 
 from __future__ import annotations
@@ -24,13 +25,49 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from xaf_hub.core.records import SessionRecord
+from xaf_hub.core.records import SessionRecord, Waiting
 
 RunVerdict = Literal[
-    "running", "retrying", "finished", "failed", "aborted", "interrupted", "pending", "idle"
+    "running",
+    "waiting",
+    "retrying",
+    "finished",
+    "failed",
+    "aborted",
+    "interrupted",
+    "pending",
+    "idle",
 ]
 # The patrol's classes, in the order reports list them.
-STATES = ("running", "stale_busy", "finished", "failed", "interrupted", "idle")
+STATES = ("running", "waiting", "stale_busy", "finished", "failed", "interrupted", "idle")
+
+# The one phrase for the "waiting" verdict and class: every view says it this way.
+WAITING_WORDS = "waiting for a person"
+
+
+def waiting_count(n: int) -> str:
+    """'1 waiting for a person' (status's reason, the patrol's report)."""
+    return f"{n} {WAITING_WORDS}"
+
+
+def shown_state(rec: SessionRecord) -> str:
+    """The state word a table shows: the server's run state, or ``waiting`` when the run waits
+    for a person (the server still says busy)."""
+    return "waiting" if rec.running and rec.waiting is not None else rec.run_state
+
+
+def answer_hint(w: Waiting) -> str:
+    """How a person answers ``w`` from the command line."""
+    if w.kind == "permission":
+        return f"xaf-hub approve {w.request_id} [--always] | xaf-hub deny {w.request_id}"
+    return f"xaf-hub answer {w.request_id} CHOICE... | --text TEXT"
+
+
+def waiting_detail(w: Waiting) -> str:
+    """What a waiting session waits on, in one line: 'permission bash: echo hi'."""
+    if w.kind == "permission":
+        return f"permission {w.permission or '?'}: {w.asked}".rstrip(": ")
+    return f"question: {w.asked}".rstrip(": ")
 
 
 def _info(message: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -181,6 +218,9 @@ def judge(
     answering the newest run (its assistant message has parts).
     """
     model = (run.model if run is not None else "") or rec.model
+    if rec.running and rec.waiting is not None:
+        # The server says busy, but nothing moves until a person answers (issue 35).
+        return Verdict("waiting", model, f"{WAITING_WORDS}: {waiting_detail(rec.waiting)}")
     if rec.run_state == "retry":
         return Verdict(
             "retrying",
@@ -218,6 +258,9 @@ def classify(
 ) -> tuple[str, str]:
     """The patrol's (class, detail) for one session, from its verdict (pure)."""
     v = judge(rec, run)
+    if v.state == "waiting":
+        # Never stale, never healed or resumed: the run goes on the moment it is answered.
+        return "waiting", v.detail
     if v.state == "retrying":
         return "running", f"retrying: {rec.retry_message[:160]}".rstrip(": ")
     if v.state == "running":
@@ -240,7 +283,11 @@ def classify(
 
 def count_states(lines: Mapping[str, int]) -> str:
     """'2 running, 1 failed' from a class -> count map, in the fixed class order."""
-    return ", ".join(f"{lines[s]} {s.replace('_', '-')}" for s in STATES if lines.get(s))
+    return ", ".join(
+        waiting_count(lines[s]) if s == "waiting" else f"{lines[s]} {s.replace('_', '-')}"
+        for s in STATES
+        if lines.get(s)
+    )
 
 
 ErrorClass = Literal["rate_limited", "model_unavailable", "other", "none"]

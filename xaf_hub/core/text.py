@@ -225,3 +225,20 @@ def shorten_left(text: str, width: int) -> str:
     if len(text) <= width:
         return text
     return "…" + shorten(text[::-1], width)[:-1][::-1]
+
+
+# Credentials as they appear in commands and file paths an agent asks leave for: "token=…",
+# "--password …", "Bearer …", well-known key shapes. Masked before such text goes to a chat
+# service (a person sees it whole in `xaf-hub waiting`, where they decide on it).
+_CREDENTIAL_SHAPES = re.compile(
+    r"(?i)((?:api[_-]?key|token|secret|passw(?:or)?d|pwd|auth)[\w-]*\s*[=:]\s*"
+    r"(?:bearer\s+|basic\s+)?|"
+    r"--(?:api[_-]?key|token|secret|password)[= ]|bearer\s+|basic\s+)(\"[^\"]*\"|'[^']*'|\S+)"
+    r"|(?<=://)[^\s/@:]+:[^\s/@]+(?=@)"  # user:password@ in a URL
+    r"|\b(?:sk-[A-Za-z0-9_-]{16,}|gh[pousr]_[A-Za-z0-9]{20,}|AKIA[0-9A-Z]{16}|xox[abp]-[\w-]{10,})"
+)
+
+
+def mask_credentials(text: str) -> str:
+    """``text`` with what looks like a credential replaced by *** (for chat notices)."""
+    return _CREDENTIAL_SHAPES.sub(lambda m: f"{m.group(1)}***" if m.group(1) else "***", text)

@@ -23,6 +23,7 @@ from xaf_hub.config.load import InstanceConfig
 from xaf_hub.errors import (
     ApiError,
     MissingPassword,
+    RequestGone,
     SessionNotFound,
     UnreachableError,
 )
@@ -500,6 +501,61 @@ class OpencodeClient:
         if not isinstance(data, list):
             raise self._shape(path)
         return [m for m in data if isinstance(m, dict)]
+
+    async def pending_requests(self, directory: str) -> list[wire.Pending]:
+        """The permission requests and questions waiting for a person in ``directory``.
+
+        Both routes answer only for the directory asked (``?directory=``; without it, the
+        server's own folder). Entries without a usable id or session are skipped, noted.
+        """
+        out: list[wire.Pending] = []
+        for path, read in (
+            ("/permission", wire.waiting_from_permission),
+            ("/question", wire.waiting_from_question),
+        ):
+            data, _ = await self._request("GET", path, params={"directory": directory})
+            if not isinstance(data, list):
+                raise self._shape(path)
+            items = [read(obj) for obj in data[: wire.MAX_SESSIONS]]
+            skipped = sum(1 for i in items if i is None)
+            if skipped:
+                self.notes.append(f"{self.name}: skipped {skipped} unreadable entries of {path}")
+            out.extend(i for i in items if i is not None)
+        return out
+
+    async def tool_started(self, session_id: str, call_id: str, directory: str) -> int:
+        """When a session's tool call ``call_id`` began (epoch ms), or 0 when unknown."""
+        if not call_id:
+            return 0
+        return wire.tool_started(await self.messages(session_id, 3, directory), call_id)
+
+    async def reply_permission(
+        self, request_id: str, reply: Literal["once", "always", "reject"], message: str,
+        directory: str,
+    ) -> None:
+        """Answer a permission request (``POST /permission/{id}/reply``)."""
+        body: dict[str, Any] = {"reply": reply}
+        if message:
+            body["message"] = message
+        await self._reply(f"/permission/{request_id}/reply", body, directory)
+
+    async def reply_question(
+        self, request_id: str, answers: Sequence[Sequence[str]] | None, directory: str
+    ) -> None:
+        """Answer a question (``answers``: each question's labels) or reject it (None)."""
+        if answers is None:
+            await self._reply(f"/question/{request_id}/reject", None, directory)
+        else:
+            body = {"answers": [list(a) for a in answers]}
+            await self._reply(f"/question/{request_id}/reply", body, directory)
+
+    async def _reply(self, path: str, body: Any, directory: str) -> None:
+        _, resp = await self._request(
+            "POST", path, params={"directory": directory}, body=body, expect_json=False,
+            idempotent=False, not_found_ok=True,
+        )
+        if resp is not None and resp.status_code == 404:
+            raise RequestGone(f"{self.name}: request {path.split('/')[2]} no longer waits")
 
     # -----------------------------------------------------------------------------------
     # writes

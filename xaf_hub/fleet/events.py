@@ -21,10 +21,33 @@ from typing import Any, Literal
 
 from xaf_hub.config.load import InstanceConfig
 from xaf_hub.core.records import RunState, SessionRecord
-from xaf_hub.fleet.wire import session_from_classic
+from xaf_hub.fleet.wire import (
+    session_from_classic,
+    waiting_from_permission,
+    waiting_from_question,
+)
+
+
+def _detail(kind: EventKind, rec: SessionRecord) -> str:
+    if kind == "retry":
+        return rec.retry_message
+    if kind in ("asked", "answered"):
+        return asked_detail(rec)
+    return ""
 
 EventKind = Literal[
-    "ready", "new", "started", "retry", "stopped", "error", "gone", "down", "up", "polling"
+    "ready",
+    "new",
+    "started",
+    "retry",
+    "asked",  # the run stopped on a permission request or a question: it waits for a person
+    "answered",  # that request was answered (by anyone) or withdrawn
+    "stopped",
+    "error",
+    "gone",
+    "down",
+    "up",
+    "polling",
 ]
 
 # Server event types that can change what the hub shows; everything else is skipped unparsed.
@@ -39,8 +62,19 @@ WANTED_TYPES = frozenset(
         "session.status",
         "session.idle",
         "session.error",
+        "permission.asked",
+        "permission.replied",
+        "question.asked",
+        "question.replied",
+        "question.rejected",
     }
 )
+_ASKED = {"permission.asked": "permission", "question.asked": "question"}
+_ANSWERED = {
+    "permission.replied": "replied",
+    "question.replied": "answered",
+    "question.rejected": "rejected",
+}
 
 
 # Sessions and directories outside the project a board remembers before it starts over.
@@ -104,7 +138,12 @@ def parse_frame(line: str, stream_directory: str = "") -> Frame | None:
         return None
     raw = line[5:].strip()
     # Cheap skip before parsing: message deltas are most of the traffic of a busy fleet.
-    if '"session.' not in raw and '"server.' not in raw:
+    if (
+        '"session.' not in raw
+        and '"server.' not in raw
+        and '"permission.' not in raw
+        and '"question.' not in raw
+    ):
         return None
     try:
         obj = json.loads(raw)
@@ -142,10 +181,28 @@ def diff(
             events.append(("stopped", s))
         elif s.run_state != old.run_state and s.run_state == "retry":
             events.append(("retry", s))
+        if old is not None and _request(old) != _request(s):
+            if _request(old):
+                events.append(("answered", replace(s, waiting=old.waiting)))
+            if _request(s):
+                events.append(("asked", s))
+        elif old is None and _request(s):
+            events.append(("asked", s))
     for key, s in before.items():
         if key not in after:
             events.append(("gone", s))
     return events
+
+
+def _request(s: SessionRecord) -> str:
+    return s.waiting.request_id if s.running and s.waiting is not None else ""
+
+
+def asked_detail(rec: SessionRecord) -> str:
+    """What an ``asked`` or ``answered`` event's session waits (waited) on, in one line."""
+    from xaf_hub.core.runstate import waiting_detail
+
+    return waiting_detail(rec.waiting) if rec.waiting is not None else ""
 
 
 def error_detail(err: Any) -> str:
@@ -197,8 +254,7 @@ class Board:
         self.sessions = after
         self.outside = set()
         return [
-            self._event(kind, rec, source, rec.retry_message if kind == "retry" else "")
-            for kind, rec in changes
+            self._event(kind, rec, source, _detail(kind, rec)) for kind, rec in changes
         ]
 
     def ignore(self, session_id: str) -> None:
@@ -241,6 +297,10 @@ class Board:
             return []
         if kind == "session.error":
             return [self._event("error", rec, "stream", error_detail(props.get("error")))]
+        if kind in _ASKED:
+            return self._asked(rec, kind, props)
+        if kind in _ANSWERED:
+            return self._answered(rec, props, _ANSWERED[kind])
         if kind == "session.idle":
             return self._status(rec, "idle", {})
         if kind == "session.status":
@@ -250,6 +310,26 @@ class Board:
                 if word in ("busy", "retry", "idle"):
                     return self._status(rec, word, status)
         return []
+
+    def _asked(self, rec: SessionRecord, kind: str, props: Mapping[str, Any]) -> list[FleetEvent]:
+        read = waiting_from_permission if _ASKED[kind] == "permission" else waiting_from_question
+        pending = read(props, _now_ms())
+        if pending is None or (rec.waiting is not None and rec.running):
+            return []  # unreadable, or the run already waits on an older request
+        new = replace(rec, waiting=pending.waiting, running=True,
+                      run_state="busy" if rec.run_state == "idle" else rec.run_state)
+        self.sessions[rec.id] = new
+        return [self._event("asked", new, "stream", asked_detail(new))]
+
+    def _answered(
+        self, rec: SessionRecord, props: Mapping[str, Any], word: str
+    ) -> list[FleetEvent]:
+        if rec.waiting is None or props.get("requestID") != rec.waiting.request_id:
+            return []
+        reply = props.get("reply")
+        said = f"{word} {reply}" if isinstance(reply, str) and reply else word
+        self.sessions[rec.id] = replace(rec, waiting=None)
+        return [self._event("answered", rec, "stream", f"{asked_detail(rec)} -> {said}")]
 
     def _info(self, info: Any) -> list[FleetEvent]:
         if not isinstance(info, Mapping) or not isinstance(info.get("id"), str):
@@ -283,6 +363,8 @@ class Board:
             rec, run_state=word, running=word != "idle", retry_message=message, retry_next=nxt,
             updated=max(rec.updated, _now_ms()),
         )
+        if word == "idle":
+            new = replace(new, waiting=None)  # a run that ended waits on nothing
         self.sessions[rec.id] = new
         if word != "idle" and not rec.running:
             out = [self._event("started", new, "stream")]

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import httpx
 
@@ -19,11 +19,13 @@ from xaf_hub.core.records import (
     RunState,
     SessionRecord,
     Snapshot,
+    Waiting,
     running_project,
     sane_ms,
 )
 from xaf_hub.errors import ApiError, HubError, RunStateUnknown, UnreachableError
 from xaf_hub.fleet.client import OpencodeClient, RawStatus, ServerSession
+from xaf_hub.fleet.wire import Pending
 
 TransportFactory = Callable[[InstanceConfig], httpx.AsyncBaseTransport | None]
 
@@ -61,6 +63,8 @@ class InstanceScan:
     # Why the run state could not be read ("" when it was): project sessions then count as
     # running and the instance as full.
     run_state_unknown: str = ""
+    # Why pending permission requests and questions could not be read ("" when they were).
+    waiting_unknown: str = ""
 
     def summary(self) -> InstanceSummary:
         """Counts for tables and exports."""
@@ -81,6 +85,8 @@ class InstanceScan:
             note=self.inst.note,
             release=self.release,
             run_state_unknown=self.run_state_unknown,
+            waiting=sum(1 for s in project if s.running and s.waiting is not None),
+            waiting_unknown=self.waiting_unknown,
         )
 
 
@@ -202,6 +208,53 @@ async def _scan_into(
         if result.run_state_unknown and project:
             status = {"type": "busy"}
         result.sessions.append(build_record(inst, s, status, project))
+    if statuses and not result.run_state_unknown and client.dialect == "classic":
+        await _read_waiting(result, client)
+
+
+async def _read_waiting(result: InstanceScan, client: OpencodeClient) -> None:
+    """Mark the running sessions whose run waits on a permission request or a question.
+
+    Only directories with a running session are asked (a waiting run is busy on the server):
+    two small requests each. A request the server lists for a session not running here is
+    left alone (it ended meanwhile). Unreadable: ``waiting_unknown`` and a warning; the
+    sessions stay "running" (they still count against the limit either way).
+    """
+    running = {s.id: s for s in result.sessions if s.running}
+    directories = sorted({s.directory for s in running.values() if s.directory})
+    sem = asyncio.Semaphore(_STATUS_FAN_OUT)
+
+    async def one(directory: str) -> list[Pending]:
+        async with sem:
+            return await client.pending_requests(directory)
+
+    try:
+        found = [p for ps in await aio.gather(*(one(d) for d in directories)) for p in ps]
+    except HubError as exc:
+        result.waiting_unknown = str(exc).removeprefix(f"{client.name}: ")
+        result.warnings.append(
+            f"{client.name}: pending permission requests and questions unreadable "
+            f"({result.waiting_unknown}); a run waiting for a person shows as running"
+        )
+        return
+    first: dict[str, Pending] = {}
+    for p in found:  # the oldest request of a session is the one its run waits on
+        if p.session_id in running and p.session_id not in first:
+            first[p.session_id] = p
+
+    async def since(p: Pending) -> tuple[str, Waiting]:
+        rec = running[p.session_id]
+        async with sem:
+            try:
+                started = await client.tool_started(rec.id, p.call_id, rec.directory)
+            except HubError:
+                started = 0
+        return rec.id, replace(p.waiting, since=started)
+
+    marked = dict(await aio.gather(*(since(p) for p in first.values())))
+    result.sessions = [
+        replace(s, waiting=marked[s.id]) if s.id in marked else s for s in result.sessions
+    ]
 
 
 async def scan_fleet(
@@ -239,8 +292,6 @@ async def scan_fleet(
 async def _outcomes_of_instance(
     cfg: Config, sc: InstanceScan, transport: httpx.AsyncBaseTransport | None
 ) -> None:
-    from dataclasses import replace
-
     from xaf_hub.core.runstate import outcome_of
 
     sem = asyncio.Semaphore(_STATUS_FAN_OUT)

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from xaf_hub.core.records import sane_ms
+from xaf_hub.core.records import Waiting, sane_ms
 
 # What a hostile or broken server may cost us, at most: one answer's size (decompressed), the
 # pages and the sessions of one listing. Real instances stay far below (8000 sessions ~ 4 MB).
@@ -172,3 +172,89 @@ def skip_note(skipped: int, what: str) -> str:
 def over_cap(cap: int, what: str) -> str:
     """The reason given when a listing goes beyond one of the caps above."""
     return f"more than {cap} {what} (stopped reading; endless pagination?)"
+
+
+# What one pending request may cost a view: its "asked" line and each list of words.
+MAX_ASKED_CHARS = 300
+MAX_WORDS = 20
+
+
+def _words(value: Any) -> tuple[str, ...]:
+    """A list of short strings (patterns, labels), each one line; anything else dropped."""
+    if not isinstance(value, list):
+        return ()
+    return tuple(one_line(v)[:MAX_ASKED_CHARS] for v in value[:MAX_WORDS] if isinstance(v, str))
+
+
+def request_id(obj: Any, prefix: str) -> str:
+    """A request's id when it is a usable ``per…`` / ``que…`` id, else ''."""
+    ident = usable_id(obj)
+    return ident if ident.startswith(prefix) and ident.isprintable() and " " not in ident else ""
+
+
+@dataclass(frozen=True)
+class Pending:
+    """One pending request as a server listed it: whose, what, and the tool call it holds."""
+
+    session_id: str
+    waiting: Waiting
+    call_id: str  # the tool call waiting on it ("" unknown): its part says since when
+
+
+def _call_id(obj: Mapping[str, Any]) -> str:
+    return text_field(as_mapping(obj.get("tool")).get("callID"))[:200]
+
+
+def waiting_from_permission(obj: Any, since: int = 0) -> Pending | None:
+    """One ``GET /permission`` entry read; None when unusable."""
+    ident = request_id(obj, "per")
+    sid = text_field(obj.get("sessionID")) if ident else ""
+    if not ident or not sid:
+        return None
+    kind = one_line(text_field(obj.get("permission")))[:80]
+    patterns = _words(obj.get("patterns"))
+    metadata = as_mapping(obj.get("metadata"))
+    # bash names its command; edit and the others their file paths (the patterns).
+    asked = text_field(metadata.get("command")) or ", ".join(patterns)
+    waiting = Waiting(
+        "permission",
+        ident,
+        one_line(asked)[:MAX_ASKED_CHARS],
+        since,
+        kind,
+        patterns,
+        _words(obj.get("always")),
+    )
+    return Pending(sid, waiting, _call_id(obj))
+
+
+def waiting_from_question(obj: Any, since: int = 0) -> Pending | None:
+    """One ``GET /question`` entry read; None when unusable."""
+    ident = request_id(obj, "que")
+    sid = text_field(obj.get("sessionID")) if ident else ""
+    questions = obj.get("questions") if ident else None
+    if not ident or not sid or not isinstance(questions, list):
+        return None
+    texts: list[str] = []
+    choices: list[tuple[str, ...]] = []
+    for q in questions[:MAX_WORDS]:
+        q = as_mapping(q)
+        texts.append(one_line(text_field(q.get("question")) or text_field(q.get("header"))))
+        options = q.get("options")
+        labels = [as_mapping(o).get("label") for o in options] if isinstance(options, list) else []
+        choices.append(_words(labels))
+    asked = " / ".join(t for t in texts if t)
+    waiting = Waiting("question", ident, asked[:MAX_ASKED_CHARS], since, choices=tuple(choices))
+    return Pending(sid, waiting, _call_id(obj))
+
+
+def tool_started(messages: list[Any], call_id: str) -> int:
+    """When the tool call ``call_id`` began (its part's ``state.time.start``), or 0."""
+    for msg in reversed(messages):
+        parts = as_mapping(msg).get("parts")
+        for part in parts if isinstance(parts, list) else ():
+            part = as_mapping(part)
+            if part.get("callID") == call_id:
+                times = as_mapping(as_mapping(part.get("state")).get("time"))
+                return sane_ms(times.get("start"))
+    return 0

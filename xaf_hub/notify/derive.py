@@ -13,6 +13,9 @@ From the cycle's record:
   slot; an interrupted one only when the patrol said it leaves it to a person (resumed once
   already, or on production). Failed sessions of pool tasks are the pool's business
   (``task_parked``), not this.
+* ``waiting_person`` — a run stopped on a permission request or a question (class
+  ``waiting``): one per request (its id in the event id), pool sessions included, with what is
+  asked (credentials masked: it goes to a chat service) and how to answer it.
 * ``instance_down`` / ``instance_up`` — reachability changed since the previous round (the
   first round only records it). When no instance answered, the cycle has no instance lines
   but a step failed with "no instance answered": every configured instance counts as down.
@@ -169,7 +172,32 @@ def _session_events(cycle: Cycle, inputs: Inputs, at: str, people: bool = True) 
                     a.task,
                 )
             )
-    return [*events, *_person_events(cycle, inputs, at)] if people else events
+    if not people:
+        return events
+    return [*events, *_person_events(cycle, inputs, at), *_waiting_events(cycle, at)]
+
+
+def _waiting_events(cycle: Cycle, at: str) -> list[Event]:
+    """One ``waiting_person`` per request a run waits on (the same request: the same id)."""
+    from xaf_hub.core.text import mask_credentials
+
+    return [
+        Event(
+            f"waiting_person:{line.instance}:{line.request}",
+            "waiting_person",
+            at,
+            line.instance,
+            line.session,
+            line.title,
+            data={
+                "detail": mask_credentials(line.detail),
+                "request": line.request,
+                "answer": line.answer,
+            },
+        )
+        for line in cycle.sessions
+        if line.state == "waiting" and line.request
+    ]
 
 
 def _person_events(cycle: Cycle, inputs: Inputs, at: str) -> list[Event]:
@@ -396,6 +424,7 @@ def _summary(
                 "counts": counts,
                 "running": sum(1 for s in cycle.sessions if s.state in ("running", "stale_busy")),
                 "waiting": inputs.waiting,
+                "asking": sum(1 for s in cycle.sessions if s.state == "waiting"),
                 "up": sum(1 for up, _ in seen.values() if up),
                 "servers": len(inputs.configured),
             },

@@ -29,6 +29,11 @@ CATALOGUE: dict[str, dict[str, tuple[str, str]]] = {
             "Needs a person: {title}",
             "Session \u201c{title}\u201d on {instance} {state}",
         ),
+        "waiting_person": (
+            "Waiting for a person: {title}",
+            "Session \u201c{title}\u201d on {instance} stopped and waits: {detail}. "
+            "It holds one of the server's places until answered.\nTo answer: {answer}",
+        ),
         "healed": (
             "Healed: {title}",
             "Session \u201c{title}\u201d on {instance} hit a limit on {from_model}; "
@@ -55,8 +60,8 @@ CATALOGUE: dict[str, dict[str, tuple[str, str]]] = {
         "daily_summary": (
             "Daily summary for {day}",
             "Last 24 hours: {done} task(s) done, {parked} parked, {healed} healed, "
-            "{people} needing a person.\nNow: {running} running, {waiting} waiting in the queue; "
-            "{up} of {servers} server(s) answering.",
+            "{people} needing a person.\nNow: {running} running, {asking} waiting for a person, "
+            "{waiting} waiting in the queue; {up} of {servers} server(s) answering.",
         ),
         "budget": (
             "Daily budget {level} % spent: {scope}",
@@ -81,6 +86,11 @@ CATALOGUE: dict[str, dict[str, tuple[str, str]]] = {
             "重新排队:xaf-hub backlog set {task} --status pending --reset",
         ),
         "needs_person": ("需要人工处理:{title}", "{instance} 上的会话“{title}”{state}"),
+        "waiting_person": (
+            "等人回答:{title}",
+            "{instance} 上的会话“{title}”停下来等待:{detail}。"
+            "回答之前它一直占用服务器的一个名额。\n回答方式:{answer}",
+        ),
         "healed": (
             "已自动恢复:{title}",
             "{instance} 上的会话“{title}”在 {from_model} 上遇到限额,已改用 {model} 继续。",
@@ -105,7 +115,8 @@ CATALOGUE: dict[str, dict[str, tuple[str, str]]] = {
         "daily_summary": (
             "{day} 每日汇总",
             "过去 24 小时:完成 {done} 个任务,搁置 {parked} 个,自动恢复 {healed} 次,"
-            "{people} 次需要人工处理。\n现在:{running} 个在运行,{waiting} 个在排队;"
+            "{people} 次需要人工处理。\n现在:{running} 个在运行,{asking} 个在等人回答,"
+            "{waiting} 个在排队;"
             "{servers} 台服务器中 {up} 台正常响应。",
         ),
         "budget": (
@@ -196,6 +207,9 @@ def _fields(event: Event, lang: str, tz: tzinfo) -> dict[str, Any]:
         "people": counts.get("needs_person", 0),
         "running": data.get("running", 0),
         "waiting": data.get("waiting", 0),
+        "asking": data.get("asking", 0),
+        "detail": detail,
+        "answer": _cut(str(data.get("answer") or unknown), _DETAIL_CHARS),
         "up": data.get("up", 0),
         "servers": data.get("servers", 0),
         "webhook": data.get("webhook") or "",

@@ -142,6 +142,8 @@ def wait_step(s: Sighting, v: Verdict, busy_seconds: float) -> tuple[Step, HealC
     if v.state == "running":
         started = s.answered or busy_seconds >= BUSY_SETTLE_SECONDS
         return ("started" if started else "wait"), None
+    if v.state == "waiting":
+        return "started", None  # it ran, and stopped to ask a person: no heal, no more wait
     if v.state == "finished":
         return "finished", None
     if v.state == "aborted":

@@ -32,6 +32,9 @@ class Load:
     reason: str
     running_ids: frozenset[str] = field(default=frozenset(), compare=False, repr=False)
     run_state_unknown: str = ""  # why the run state could not be read: counted full
+    # Running project sessions whose run waits for a person: counted in running_project (the
+    # run goes on the moment it is answered), named in the reason so nobody takes it for work.
+    waiting: int = 0
 
     @property
     def free(self) -> int:
@@ -81,6 +84,10 @@ def instance_load(
         ok, reason = False, "reservations unknown (the shared gate is unreachable)"
     else:
         ok, reason = True, f"{summary.limit - used} free slot(s)"
+    if sc.reachable and summary.waiting:
+        from xaf_hub.core.runstate import waiting_count
+
+        reason = f"{reason}; {waiting_count(summary.waiting)}"
     return Load(
         sc.inst.name,
         sc.reachable,
@@ -93,4 +100,5 @@ def instance_load(
         reason,
         running_ids,
         sc.run_state_unknown,
+        summary.waiting,
     )

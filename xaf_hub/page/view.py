@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from xaf_hub.core.records import InstanceSummary, SessionRecord, Snapshot
+from xaf_hub.core.records import InstanceSummary, SessionRecord, Snapshot, Waiting
 from xaf_hub.page.words import (
     WHEN,
     Lang,
@@ -45,7 +45,9 @@ _REASON_KEYS: tuple[tuple[tuple[str, ...], str], ...] = (
 # ~200 on a phone), and rows off screen may skip rendering so the filter stays instant.
 MANY_ROWS = 500
 
-Phase = Literal["working", "waiting", "finished", "ended_badly", "not_started", "unchecked"]
+Phase = Literal[
+    "working", "asking", "waiting", "finished", "ended_badly", "not_started", "unchecked"
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +128,7 @@ def plain_reason(reason: str, lang: Lang = "en") -> str:
 # The run-state layer's verdict (core.runstate.judge) -> where the page says the work stands.
 _PHASES: dict[str, Phase] = {
     "retrying": "waiting",
+    "waiting": "asking",  # for a person: the verdict's word, not the page's "waiting" (retry)
     "running": "working",
     "pending": "working",
     "finished": "finished",
@@ -154,6 +157,9 @@ def session_phase(s: SessionRecord) -> Phase:
 def session_badges(s: SessionRecord, lang: Lang, now_ms: int) -> tuple[Badge, Badge]:
     """The (run state, last result) badges of one session: the page's whole mapping."""
     phase = session_phase(s)
+    if phase == "asking" and s.waiting is not None:
+        state = Badge(text(lang, "state.asking"), "warn", asking_words(s.waiting, lang))
+        return state, outcome_badge(s.outcome, lang)
     if phase == "waiting":
         parts = []
         if s.retry_message:
@@ -231,6 +237,48 @@ def _row_view(
         cost=text(lang, "cost.unknown") if s.cost is None else f"${s.cost:,.2f}",
         link=link,
     )
+
+
+def asking_words(w: Waiting, lang: Lang) -> str:
+    """What a waiting session asks, in the page's words."""
+    if w.kind == "permission":
+        return text(lang, "asking.permission", kind=w.permission or "?", what=w.asked)
+    return text(lang, "asking.question", what=w.asked)
+
+
+@dataclass(frozen=True, slots=True)
+class AskingView:
+    """One line of the "Waiting for you" list: which session, what it wants, for how long."""
+
+    instance: str
+    session: str
+    title: str
+    what: str
+    since: str
+    since_ms: int
+    request: str
+    hint: str
+
+
+def asking_views(snap: Snapshot, lang: Lang, now_ms: int) -> list[AskingView]:
+    """The project sessions whose run waits for a person, longest waiting first."""
+    from xaf_hub.core.runstate import answer_hint
+
+    out = []
+    for s in snap.project_sessions():
+        w = s.waiting
+        if w is None or not s.running:
+            continue
+        since = (
+            text(lang, "asking.since", when=ago(lang, w.since, now_ms))
+            if w.since
+            else text(lang, "asking.since_unknown")
+        )
+        out.append(
+            AskingView(s.instance, s.id, split_task(s.title)[1] or text(lang, "row.untitled"),
+                       asking_words(w, lang), since, w.since, w.request_id, answer_hint(w))
+        )
+    return sorted(out, key=lambda a: (a.since_ms or now_ms, a.instance, a.request))
 
 
 def _is_running(session: SessionRecord) -> bool:
@@ -342,4 +390,5 @@ def overview_context(
         "many_rows": MANY_ROWS,
         "warnings": list(snap.warnings),
         "autopilot": autopilot,
+        "asking": asking_views(snap, lang, now_ms),
     }

@@ -77,6 +77,18 @@ TEXT: dict[str, tuple[str, str]] = {
     "cards.running": ("Running now", "正在运行"),
     "cards.working": ("{n} working", "{n} 个工作中"),
     "cards.waiting": ("{n} waiting to retry", "{n} 个等待重试"),
+    "cards.asking": ("{n} waiting for a person", "{n} 个在等人回答"),
+    "asking.title": ("Waiting for you", "等你回答"),
+    "asking.intro": (
+        "These assistants stopped to ask something and do nothing until somebody answers; "
+        "each still holds one of its server's places.",
+        "这些助手停下来提问，在有人回答之前什么也不做；每个仍占用其服务器的一个名额。",
+    ),
+    "asking.permission": ("asks leave to run {kind}: {what}", "请求允许执行 {kind}：{what}"),
+    "asking.question": ("asks: {what}", "提问：{what}"),
+    "asking.since": ("waiting {when}", "已等待 {when}"),
+    "asking.since_unknown": ("waiting since an unknown time", "等待开始时间未知"),
+    "asking.answer": ("answer with", "回答方式"),
     "cards.spread": ("Sessions per server", "每台服务器的会话"),
     "cards.bar_aria": (
         "{name}: {total} sessions, {running} running",
@@ -255,6 +267,12 @@ TEXT: dict[str, tuple[str, str]] = {
         "itself. The provider's message is shown under the word.",
         "AI 服务商要求放慢速度（限流）；助手会自己重试。服务商的原话显示在这个词下面。",
     ),
+    "help.asking_d": (
+        "The assistant stopped to ask a person (leave to run a command, or a question) and "
+        "waits for an answer; the list \"Waiting for you\" says how to give it.",
+        "助手停下来请人决定（是否允许执行某个命令，或回答一个问题），正在等待回答；"
+        "\"等你回答\"列表说明如何回答。",
+    ),
     "help.idle_d": (
         "Nothing is happening in this session at the moment.",
         "这个会话目前没有在做任何事。",
@@ -341,6 +359,7 @@ TEXT: dict[str, tuple[str, str]] = {
     # run states and results
     "state.busy": ("working", "工作中"),
     "state.retry": ("waiting to retry (rate limit)", "等待重试（限流）"),
+    "state.asking": ("waiting for a person", "等人回答"),
     "state.idle": ("idle", "空闲"),
     "state.retry_said": ("The AI provider said: {message}", "AI 服务商说：{message}"),
     "state.retry_next": ("Next try: {when}, {exact}.", "下次重试：{when}，{exact}。"),

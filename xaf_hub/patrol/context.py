@@ -105,10 +105,13 @@ class SessionLine:
     instance: str
     session: str
     title: str
-    state: str  # running | stale_busy | finished | failed | interrupted | idle
+    state: str  # running | waiting | stale_busy | finished | failed | interrupted | idle
     detail: str
     model: str
     updated_ms: int
+    # state "waiting": the request its run waits on, and how a person answers it
+    request: str = ""
+    answer: str = ""
 
 
 @dataclass(frozen=True)

@@ -44,7 +44,7 @@ from xaf_hub.ops.context import OpsContext
 from xaf_hub.ops.decisions import load_decisions
 from xaf_hub.ops.heal import heal_candidate
 from xaf_hub.patrol.context import Cycle, pool_discipline, session_action
-from xaf_hub.patrol.jobs.check_agents import RUN_START_GRACE_MS, resume_one
+from xaf_hub.patrol.jobs.check_agents import RUN_START_GRACE_MS, answer_by_policy, resume_one
 from xaf_hub.patrol.jobs.check_agents import STEP as CHECK
 from xaf_hub.patrol.jobs.fill_slots import fill_slots
 from xaf_hub.patrol.jobs.fix_free_limit import STEP as HEAL
@@ -62,6 +62,8 @@ LOCKED_RETRY_SECONDS = 5.0
 CEILING_POLL_SECONDS = 3.0
 MAX_REFILLS = 3  # fills in a row that wait out a reservation's grace before the round takes over
 _REFILL = ("", "fill")  # the key of a fill due later among the sessions to look at
+# A request a run waits on, to answer by policy: (instance, _ASKED + session id) in the queue.
+_ASKED = "asked:"
 
 
 @dataclass
@@ -125,6 +127,12 @@ class LiveReactor:
             watch = ev.kind == "started" and self._ceiling(ev.instance)
             if ev.session is not None and (ev.kind in _SESSION_KINDS or watch):
                 key = (ev.instance, ev.session.id)
+                self._work.sessions.setdefault(key, time.monotonic())
+            policy = self.pctx.cfg.permissions
+            if ev.session is not None and ev.kind == "asked" and (
+                policy.rules or policy.deny_after_minutes is not None
+            ):
+                key = (ev.instance, _ASKED + ev.session.id)
                 self._work.sessions.setdefault(key, time.monotonic())
             if ev.kind in _FREES_A_SLOT and FILL not in self.skip:
                 self._work.fill = True
@@ -231,6 +239,10 @@ class LiveReactor:
         for key in sorted(work.sessions):
             if pctx.stop_requested():
                 break
+            if key[1].startswith(_ASKED):
+                with contextlib.suppress(HubError):
+                    await self._asked(cycle, key[0], key[1].removeprefix(_ASKED))
+                continue
             with contextlib.suppress(HubError):
                 said = await self._session(cycle, *key)
                 if said == "recheck":
@@ -261,6 +273,16 @@ class LiveReactor:
             return False
         gate = pctx.gate()
         return any(gate.live_reservations(inst.name) for inst in pctx.cfg.instances)
+
+    async def _asked(self, cycle: Cycle, instance: str, sid: str) -> None:
+        """Answer by policy the request a session's run just began to wait on (the round
+        answers the same way: ``check_agents.answer_by_policy``)."""
+        from xaf_hub.ops.waiting import list_waiting
+
+        pctx = self.pctx
+        waiters = await list_waiting(pctx, instance)
+        mine = [p for p in waiters.requests if p.session.id == sid]
+        await answer_by_policy(pctx, cycle, mine, to_ms(pctx.now()))
 
     async def _session(self, cycle: Cycle, instance: str, sid: str) -> str:
         """React to one session; "recheck" when it should be looked at again shortly."""

@@ -48,10 +48,12 @@ SECTIONS: tuple[tuple[str, str, str], ...] = (
     ("requeue", "tasks_requeued", "Tasks sent back to the pool (fill_slots)"),
     ("keep", "tasks_kept", "Dispatched tasks left as they are (fill_slots)"),
     ("person", "needs_person", "Needs a person (the patrol leaves these alone)"),
+    ("answer", "answered", "Requests answered by a rule (permissions)"),
     ("dispatch", "dispatched", "Dispatched (fill_slots)"),
 )
 SESSION_STATES: tuple[tuple[str, str], ...] = (
     ("running", "Running"),
+    ("waiting", "Waiting for a person (the patrol leaves these alone)"),
     ("stale_busy", "Stale busy (no update for a long time)"),
     ("finished", "Finished"),
     ("failed", "Failed"),

@@ -568,10 +568,18 @@ def health(url: str, password: str | None) -> dict[str, Any]:
 
 
 def create_session(
-    url: str, password: str | None, directory: str | Path, title: str | None = None
+    url: str,
+    password: str | None,
+    directory: str | Path,
+    title: str | None = None,
+    permission: Sequence[Mapping[str, str]] | None = None,
 ) -> dict[str, Any]:
-    """Create a session in ``directory`` and return it."""
-    body = {"title": title} if title is not None else {}
+    """Create a session in ``directory`` and return it. ``permission``: the session's own
+    rules (``[{"permission": "bash", "pattern": "*", "action": "ask"}]``): the sandbox's
+    servers read no project config, and a session's rules are the one way to make it ask."""
+    body: dict[str, Any] = {"title": title} if title is not None else {}
+    if permission is not None:
+        body["permission"] = [dict(rule) for rule in permission]
     with _client(url, password) as c:
         result: dict[str, Any] = _json(
             c.post("/session", params={"directory": str(directory)}, json=body)
@@ -580,9 +588,15 @@ def create_session(
 
 
 def prompt_async(
-    url: str, password: str | None, session_id: str, text: str, model: str | None = None
+    url: str,
+    password: str | None,
+    session_id: str,
+    text: str,
+    model: str | None = None,
+    directory: str | Path | None = None,
 ) -> None:
-    """Send a prompt without waiting; ``model`` is ``"provider/model"`` or None."""
+    """Send a prompt without waiting; ``model`` is ``"provider/model"`` or None; ``directory``
+    the session's folder (where its run and its pending requests live)."""
     body: dict[str, Any] = {"parts": [{"type": "text", "text": text}]}
     if model is not None:
         provider, sep, model_id = model.partition("/")
@@ -590,7 +604,8 @@ def prompt_async(
             raise ValueError(f"model must be 'provider/model', got {model!r}")
         body["model"] = {"providerID": provider, "modelID": model_id}
     with _client(url, password) as c:
-        resp = c.post(f"/session/{session_id}/prompt_async", json=body)
+        params = {"directory": str(directory)} if directory is not None else None
+        resp = c.post(f"/session/{session_id}/prompt_async", params=params, json=body)
         if resp.status_code != 204:
             raise SandboxError(
                 f"prompt_async {session_id} -> {resp.status_code}: {resp.text[:300]}"

@@ -298,6 +298,9 @@ def _bogus(name: str) -> list[str]:
         "confirm": ["--session", "ses_x"],
         "backlog": ["list"],
         "show": ["ses_x"],
+        "approve": ["per_x"],
+        "deny": ["per_x"],
+        "answer": ["que_x"],
     }
     return [name, *required.get(name, []), "--no-such-flag"]
 

@@ -328,3 +328,39 @@ def test_a_nan_budget_is_refused(tmp_path: Path) -> None:
     path = write(tmp_path / "c.json", text)
     with pytest.raises(ConfigError, match="budget.daily_usd': must be an amount of US dollars"):
         load_config(str(path), env={}, cwd=tmp_path)
+
+
+def test_permissions_read_in_order_and_default_to_nothing(tmp_path: Path) -> None:
+    cfg = load_config(str(write(tmp_path / "c.json", base())), env={}, cwd=tmp_path)
+    assert cfg.permissions.rules == () and cfg.permissions.deny_after_minutes is None
+    doc = base(permissions={
+        "rules": [{"kind": "bash", "pattern": "git status*", "action": "allow"},
+                  {"kind": "*", "action": "deny"}],
+        "deny_after_minutes": 30,
+    })
+    cfg = load_config(str(write(tmp_path / "c.json", doc)), env={}, cwd=tmp_path)
+    assert [(r.kind, r.pattern, r.action) for r in cfg.permissions.rules] == [
+        ("bash", "git status*", "allow"), ("*", "*", "deny")
+    ]
+    assert cfg.permissions.deny_after_minutes == 30.0
+
+
+@pytest.mark.parametrize(
+    ("permissions", "message"),
+    [
+        ({"rules": {}}, r"key 'permissions.rules': expected a list"),
+        ({"rules": [3]}, r"permissions.rules\[0\] must be an object"),
+        ({"rules": [{"kind": "bash", "action": "ask"}]},
+         r"key 'permissions.rules\[0\].action': must be allow or deny, got 'ask'"),
+        ({"rules": [{"action": "allow"}]}, r"key 'permissions.rules\[0\].kind': must name"),
+        ({"rules": [{"kind": "bash", "action": "allow", "patern": "x"}]},
+         r"key 'permissions.rules\[0\].patern': unknown key.*pattern"),
+        ({"deny_after_minutes": 0}, r"key 'permissions.deny_after_minutes': must be more than 0"),
+        ({"deny_after": 5}, r"key 'permissions.deny_after': unknown key"),
+    ],
+)
+def test_bad_permissions_are_named(
+    tmp_path: Path, permissions: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ConfigError, match=message):
+        load_config(write(tmp_path / "c.json", base(permissions=permissions)))

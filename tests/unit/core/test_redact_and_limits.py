@@ -482,3 +482,23 @@ def test_text_with_lone_surrogates_is_still_redacted() -> None:
     # A server's JSON may decode to a lone surrogate; the byte-level header check takes it.
     text = "\udc00 Authorization: Basic Zm9v \ud800" + PW
     assert redact(text, (PW,)) == "\udc00 Authorization: Basic *** \ud800***"
+
+
+@pytest.mark.parametrize(
+    ("text", "masked"),
+    [
+        ('curl -H "Authorization: Bearer abc.def" x', 'curl -H "Authorization: Bearer *** x'),
+        ("export API_KEY=sk-abcdefghijklmnopqrstu", "export API_KEY=***"),
+        ("git clone https://bob:s3cret@example.com/r.git", "git clone https://***@example.com/r.git"),
+        ("psql --password hunter2 db", "psql --password *** db"),
+        ("echo ghp_abcdefghijklmnopqrstuvwxyz", "echo ***"),
+        # what must stay as it is: a person reads it to decide
+        ("git push -u origin main", "git push -u origin main"),
+        ("ls secrets/ && cat tokenizer.py", "ls secrets/ && cat tokenizer.py"),
+        ("echo hi", "echo hi"),
+    ],
+)
+def test_mask_credentials_in_a_request_text(text: str, masked: str) -> None:
+    from xaf_hub.core.text import mask_credentials
+
+    assert mask_credentials(text) == masked

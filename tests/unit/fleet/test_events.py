@@ -448,3 +448,60 @@ def test_a_follower_failing_on_one_instance_is_restarted_and_the_other_goes_on(
         await asyncio.wait_for(task, 5)
 
     asyncio.run(scenario())
+
+
+def _asking_board(tmp_path: Path) -> Board:
+    board = Board(_cfg(tmp_path).instances[0])
+    rec = SessionRecord("a", "ses_w", "t", f"{ROOT}/app", 1, 2, project=True, running=True,
+                        run_state="busy")
+    board.reconcile([rec], "rescan")
+    return board
+
+
+def _frame(kind: str, props: dict[str, Any]) -> Any:
+    frame = parse_frame(_g(kind, props))
+    assert frame is not None, kind
+    return frame
+
+
+ASKED = {"id": "per_1", "sessionID": "ses_w", "permission": "bash", "patterns": ["rm -rf x"],
+         "metadata": {"command": "rm -rf x"}, "always": ["rm *"]}
+
+
+def test_a_request_and_its_answer_are_one_line_each(tmp_path: Path) -> None:
+    board = _asking_board(tmp_path)
+    [asked] = board.apply(_frame("permission.asked", ASKED))
+    assert (asked.kind, asked.detail) == ("asked", "permission bash: rm -rf x")
+    assert asked.session is not None and asked.session.waiting is not None
+    assert board.apply(_frame("permission.asked", {**ASKED, "id": "per_2"})) == []  # still per_1
+    # A reply to some other request says nothing; the one it waits on ends the wait.
+    assert board.apply(_frame("permission.replied", {"sessionID": "ses_w", "requestID": "per_9",
+                                                     "reply": "once"})) == []
+    [answered] = board.apply(_frame("permission.replied", {"sessionID": "ses_w",
+                                                           "requestID": "per_1",
+                                                           "reply": "reject"}))
+    assert (answered.kind, answered.detail) == (
+        "answered", "permission bash: rm -rf x -> replied reject"
+    )
+    assert board.sessions["ses_w"].waiting is None
+    q = {"id": "que_1", "sessionID": "ses_w", "questions": [{"question": "Which?",
+                                                             "options": [{"label": "a"}]}]}
+    assert board.apply(_frame("question.asked", q))[0].detail == "question: Which?"
+    assert [e.kind for e in board.apply(_frame("question.rejected", {
+        "sessionID": "ses_w", "requestID": "que_1"}))] == ["answered"]
+
+
+def test_a_rescan_finds_requests_the_stream_missed(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    from xaf_hub.core.records import Waiting
+
+    board = _asking_board(tmp_path)
+    rec = board.sessions["ses_w"]
+    waiting = replace(rec, waiting=Waiting("permission", "per_1", "ls", permission="bash"))
+    assert [(e.kind, e.detail) for e in board.reconcile([waiting], "rescan")] == [
+        ("asked", "permission bash: ls")
+    ]
+    assert board.reconcile([waiting], "rescan") == []  # the same request: nothing new
+    ended = replace(rec, running=False, run_state="idle")
+    assert [e.kind for e in board.reconcile([ended], "rescan")] == ["stopped", "answered"]

@@ -379,3 +379,40 @@ def test_a_heal_whose_notice_was_never_queued_is_announced_by_the_next_round(
     # A later round sees it again only as an old heal: nothing new.
     again = Cycle(started=NOW + timedelta(hours=2))
     assert run_derive(again, state, heals=store.healed_since(NOW - timedelta(hours=24))) == []
+
+
+def waiting_line(sid: str, request: str, detail: str) -> SessionLine:
+    return SessionLine("a", sid, f"title {sid}", "waiting", detail, "m", 5, request,
+                       f"xaf-hub approve {request} [--always] | xaf-hub deny {request}")
+
+
+def test_one_notice_per_request_a_run_waits_on_pool_sessions_included() -> None:
+    state: dict[str, Any] = {}
+    secret = "permission bash: curl -H 'Authorization: Bearer tok123' https://u:pw@h/x"
+    lines = [waiting_line("s1", "per_1", secret), waiting_line("s2", "que_2", "question: Why?"),
+             line("running", "s3")]
+    first = run_derive(cycle(sessions=lines), state, pool_sessions=frozenset({("a", "s1")}))
+    asks = [e for e in first if e.type == "waiting_person"]
+    assert [(e.id, e.session) for e in asks] == [
+        ("waiting_person:a:per_1", "s1"), ("waiting_person:a:que_2", "s2")
+    ]
+    assert "tok123" not in asks[0].data["detail"] and "pw@" not in asks[0].data["detail"]
+    headline, text = render(asks[0], language="en", project="p", page_url="", tz=UTC)
+    assert headline.endswith("Waiting for a person: title s1")
+    assert "To answer: xaf-hub approve per_1" in text and "tok123" not in text
+    zh = render(asks[1], language="zh", project="p", page_url="", tz=UTC)
+    assert "等人回答" in zh[0]
+    # The next round sees the same requests: the same ids (the outbox's seen map sends once).
+    again = run_derive(cycle(sessions=lines), state)
+    assert {e.id for e in again if e.type == "waiting_person"} == {e.id for e in asks}
+
+
+def test_the_daily_summary_counts_what_waits_for_a_person() -> None:
+    c = cycle(sessions=[waiting_line("s1", "per_1", "x"), line("running", "s2")])
+    inp = Inputs(configured=["a"])
+    late = NOW.replace(hour=23, minute=30)
+    events = derive(c, inp, {}, now=late, tz=UTC, summary_hour=23)
+    [summary] = [e for e in events if e.type == "daily_summary"]
+    assert (summary.data["asking"], summary.data["running"]) == (1, 1)
+    _, text = render(summary, language="en", project="p", page_url="", tz=UTC)
+    assert "1 running, 1 waiting for a person" in text

@@ -8,6 +8,7 @@ import json
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 from xaf_hub.config.load import Config
 from xaf_hub.core.records import SessionRecord
@@ -53,6 +54,9 @@ class FakeClient:
 
     async def get_session(self, session_id: str) -> ServerSession:
         return self.sessions[session_id]
+
+    async def pending_requests(self, directory: str) -> list[Any]:
+        return []  # no run waits for a person here
 
     async def create_session(self, directory: str, title: str) -> ServerSession:
         if self.fail_create is not None:

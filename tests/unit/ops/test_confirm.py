@@ -419,3 +419,16 @@ def test_verdict_and_healing_text() -> None:
         "rate-limited on backup/good-model: no usable model left in the chain "
         "(blackout of family opencode until ?)"  # 0: no readable end
     )
+
+
+def test_a_run_waiting_for_a_person_has_started_and_is_not_healed() -> None:
+    from dataclasses import replace
+
+    from xaf_hub.core.records import Waiting
+
+    s = see(BUSY, [user("m1"), assistant("m2")])
+    waiting = replace(s, rec=replace(s.rec, waiting=Waiting("permission", "per_1", "ls",
+                                                            permission="bash")))
+    v = judge(waiting)
+    assert (v.state, v.detail) == ("waiting", "waiting for a person: permission bash: ls")
+    assert wait_step(waiting, v, 0.0) == ("started", None)

@@ -92,3 +92,30 @@ def test_a_held_cycle_lock_makes_the_batch_wait(tmp_path: Path) -> None:
     assert done.wait(10)
     t.join()
     assert len(r.batches) == 2
+
+
+def test_a_request_becomes_work_only_with_a_policy_and_a_rule_answers_it(tmp_path: Path) -> None:
+    import asyncio
+    from dataclasses import replace
+
+    import httpx
+
+    from tests.unit.ops.test_waiting import fleet_with_both
+    from xaf_hub.config.load import PermissionRule, PermissionsConfig
+
+    r = _reactor(tmp_path, [])
+    r.on_event(_ev("asked", "ses_perm"))
+    assert r._work.empty()  # no rule, no timeout: a person answers
+    server = fleet_with_both()
+    server.permissions[0]["patterns"] = ["git status"]
+    policy = PermissionsConfig((PermissionRule("bash", "git status*", "allow"),))
+    pctx = OpsContext(replace(r.pctx.cfg, permissions=policy), env={},
+                      transport_factory=lambda _: httpx.MockTransport(server.route))
+    live = LiveReactor(pctx, (), threading.Lock(), [].append, settle_seconds=0)
+    live.on_event(_ev("asked", "ses_perm"))
+    work = live._take()
+    assert work is not None and list(work.sessions) == [("a", "asked:ses_perm")]
+    cycle, again = asyncio.run(live._react(work))
+    assert server.replies == [("/permission/per_aaa1/reply", {"reply": "once"})]
+    assert [(a.kind, a.result, a.session) for a in cycle.actions] == [("answer", "ok", "ses_perm")]
+    assert again.empty()

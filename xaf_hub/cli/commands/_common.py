@@ -197,6 +197,8 @@ def verdict_text(v: Verdict, tz: tzinfo, now_ms: int) -> str:
             else ""
         )
         return f"retrying on {_model(v.model)}{attempt}: {v.detail or 'no message'}{when}"
+    if v.state == "waiting":
+        return f"{v.detail} (on {_model(v.model)})"
     if v.state == "finished":
         return f"finished (last run on {_model(v.model)})"
     if v.state == "failed":
@@ -281,3 +283,48 @@ def wait_exit(r: WaitResult) -> int:
 
 
 _SIGNAL_WORDS = {"rate_limited": "rate-limited", "model_unavailable": "model unavailable"}
+
+
+def add_answer_target(p: argparse.ArgumentParser) -> None:
+    """The request id and guards of `approve`, `deny` and `answer`."""
+    add_json(p)
+    p.add_argument("request", metavar="ID", help="the request (per_... or que_...; see `waiting`)")
+    p.add_argument("-i", "--instance", metavar="NAME", help="where it waits (default: search all)")
+    p.add_argument("--allow-prod", action="store_true", help="allow writes to production")
+    p.add_argument("--force", action="store_true", help="allow a non-project session")
+
+
+def send_answer(ctx: Context, request: str, reply: Any, instance: str | None,
+                allow_prod: bool, force: bool) -> int:
+    """Answer one waiting request (``ops.waiting.answer_request``) and say what was sent."""
+    from xaf_hub.core.text import dumps
+    from xaf_hub.ops.waiting import answer_request
+
+    done = aio.run(
+        answer_request(
+            ctx.ops(), request, reply, instance=instance, allow_prod=allow_prod, force=force
+        )
+    )
+    if done.note:
+        ctx.warn(done.note)
+    if ctx.json:
+        ctx.out(
+            dumps(
+                {
+                    "id": done.waiting.request_id,
+                    "instance": done.instance,
+                    "session_id": done.session_id,
+                    "kind": done.waiting.kind,
+                    "asked": done.waiting.asked,
+                    "result": "sent",
+                    "reply": done.reply.words(),
+                    "warnings": [done.note] if done.note else [],
+                }
+            )
+        )
+    else:
+        ctx.out(
+            f"{done.reply.words()}: {done.waiting.request_id} of {done.session_id} on "
+            f"{done.instance} ({done.waiting.asked})"
+        )
+    return 0

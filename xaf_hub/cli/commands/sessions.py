@@ -145,6 +145,8 @@ def run(ctx: Context) -> int:
             ctx.out(dumps(report.snapshot_document(snap)))
             report_unreachable(ctx, snap)
             return scan_exit(snap)
+    from xaf_hub.core.runstate import shown_state
+
     rows_all = snap.project_sessions()
     rows = rows_all if opts.limit is None else rows_all[: opts.limit]
     now = int(time.time() * 1000)
@@ -154,7 +156,7 @@ def run(ctx: Context) -> int:
         [
             s.instance,
             s.id,
-            s.run_state,
+            shown_state(s),
             ago(s.updated, now),
             s.title.replace("\n", " ") if wide else shorten(s.title, 40),
             s.directory if wide else shorten_left(s.directory, 48),

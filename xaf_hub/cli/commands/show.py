@@ -157,7 +157,7 @@ def _said(msg: Mapping[str, Any] | None) -> dict[str, Any] | None:
 
 def document(found: Found) -> dict[str, Any]:
     """What `show --json` prints (and the MCP tool answers)."""
-    from xaf_hub.core.runstate import error_text, last_error, outcome_of
+    from xaf_hub.core.runstate import error_text, last_error, outcome_of, shown_state
     from xaf_hub.fleet.attach import attach_command
 
     s, messages = found.session, found.messages
@@ -167,8 +167,9 @@ def document(found: Found) -> dict[str, Any]:
         "title": s.title,
         "directory": s.directory,
         "project": s.project,
-        "state": s.run_state,
+        "state": shown_state(s),
         "retry_message": s.retry_message,
+        "waiting": s.waiting.to_json() if s.waiting is not None else None,
         "last_outcome": outcome_of(messages) if messages else "unknown",
         "last_error": error_text(last_error(messages)),
         "model": s.model or model_of(messages),
@@ -183,6 +184,7 @@ def document(found: Found) -> dict[str, Any]:
 
 def run(ctx: Context) -> int:
     """Find the session, read its newest messages, print."""
+    from xaf_hub.core.runstate import WAITING_WORDS, answer_hint, waiting_detail
     from xaf_hub.fleet.attach import attach_hint
 
     opts = ctx.options(Options)
@@ -194,6 +196,9 @@ def run(ctx: Context) -> int:
     s, inst, err = found.session, found.inst, doc["last_error"]
     now = int(time.time() * 1000)
     state = s.run_state + (f" ({s.retry_message})" if s.retry_message else "")
+    if s.running and s.waiting is not None:
+        since = f" since {fmt_time(s.waiting.since)}" if s.waiting.since else ""
+        state = f"{WAITING_WORDS}{since}: {waiting_detail(s.waiting)}"
     rows = [
         ("session", f"{s.id} on {inst.name} ({inst.url})"),
         ("title", s.title),
@@ -204,6 +209,8 @@ def run(ctx: Context) -> int:
          else f"${s.cost:.4f}"),
         ("updated", f"{fmt_time(s.updated)} ({ago(s.updated, now)})"),
     ]
+    if s.running and s.waiting is not None:
+        rows.insert(4, ("answer", answer_hint(s.waiting)))
     for key, value in rows:
         ctx.out(f"{key + ':':<11}{value}")
     for label, msg in (("last prompt", found.prompt), ("last answer", found.answer)):

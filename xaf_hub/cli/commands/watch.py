@@ -109,6 +109,10 @@ def _line(kind: str, s: SessionRecord, outcome: str = "") -> str:
     extra = f" -> {outcome}" if outcome else ""
     if kind == "retry" and s.retry_message:
         extra = f" ({shorten(s.retry_message, 60)})"
+    if kind in ("asked", "answered") and s.waiting is not None:
+        from xaf_hub.core.runstate import waiting_detail
+
+        extra = f" ({shorten(waiting_detail(s.waiting), 80)}; {s.waiting.request_id})"
     return f"{stamp} {kind:<8} {s.instance}/{s.id}  {shorten(s.title, 40)}{extra}"
 
 
@@ -124,6 +128,9 @@ def _event_line(ev: FleetEvent) -> str:
         return f"{stamp} {ev.kind:<8} {ev.instance}{tail}"
     if ev.kind == "error":
         return f"{_line(ev.kind, ev.session)} ({shorten(ev.detail, 60)})"
+    if ev.kind == "answered" and ev.detail:
+        said = ev.detail.rpartition(" -> ")[2] if " -> " in ev.detail else ""
+        return _line(ev.kind, ev.session) + (f" -> {said}" if said else "")
     return _line(ev.kind, ev.session, ev.outcome)
 
 
@@ -188,6 +195,8 @@ def run(ctx: Context) -> int:
         )
     snap, _ = scan(ctx, instances)
     if opts.once:
+        from xaf_hub.core.runstate import shown_state
+
         running = [s for s in snap.project_sessions() if s.running]
         if ctx.json:
             ctx.out(
@@ -195,7 +204,7 @@ def run(ctx: Context) -> int:
             )
         else:
             for s in running:
-                ctx.out(_line(s.run_state, s))
+                ctx.out(_line(shown_state(s), s))
             ctx.out(f"{len(running)} project session(s) running")
             for u in snap.unreachable:
                 ctx.warn(f"{u['instance']} unreachable: {u['reason']}")

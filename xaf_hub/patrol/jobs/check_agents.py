@@ -24,19 +24,21 @@ resumed; it is classed ``interrupted`` with "interrupted by <who> at <time>" and
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import timedelta
 
 from xaf_hub.config.load import InstanceConfig
 from xaf_hub.core.clock import to_ms
 from xaf_hub.core.discipline import RESUME_PROMPT
 from xaf_hub.core.records import SessionRecord
-from xaf_hub.core.runstate import LastRun, classify
+from xaf_hub.core.runstate import LastRun, answer_hint, classify
 from xaf_hub.errors import BudgetReached, BusyError, HubError, RunsAgain
 from xaf_hub.ops.context import OpsContext
 from xaf_hub.ops.decisions import load_decisions, person_stop
 from xaf_hub.ops.models import choose_model
 from xaf_hub.ops.planner import plan_reuse
 from xaf_hub.ops.send import build_prompt, send_work
+from xaf_hub.ops.waiting import PendingRequest, pending_of
 from xaf_hub.patrol.context import Cycle, SessionLine, pool_discipline, session_action
 from xaf_hub.store.model_state import ModelState
 
@@ -114,10 +116,13 @@ async def check_agents(pctx: OpsContext, cycle: Cycle) -> None:
                 detail,
                 (run.model if run and run.model else rec.model),
                 rec.updated,
+                rec.waiting.request_id if state == "waiting" and rec.waiting else "",
+                answer_hint(rec.waiting) if state == "waiting" and rec.waiting else "",
             )
         )
         if state == "interrupted" and decision is None:
             interrupted.append((inst, rec, run))
+    await answer_by_policy(pctx, cycle, pending_of(fleet.reachable).requests, now_ms)
     if not interrupted:
         return
     models = pctx.model_state()
@@ -216,3 +221,23 @@ def _why(run: LastRun | None) -> str:
 def _why_waiting(exc: BusyError) -> str:
     """Why a resume waits: a daily budget reached, or no free slot."""
     return "daily budget reached" if isinstance(exc, BudgetReached) else "no free slot"
+
+
+async def answer_by_policy(
+    pctx: OpsContext, cycle: Cycle, requests: Sequence[PendingRequest], now_ms: int
+) -> None:
+    """Answer what ``permissions`` decides among the project's waiting runs and record it
+    (the round here, the daemon's live reaction to a request as it appears)."""
+    from xaf_hub.ops.waiting import apply_policy
+
+    ours = [p for p in requests if p.session.project]
+    for o in await apply_policy(pctx, ours, now_ms):
+        result = {"sent": "ok", "failed": "failed"}.get(o.result, "skipped")
+        words = f"{o.answer.reply.words()} {o.request.waiting.request_id} by {o.answer.rule}"
+        cycle.add(
+            pctx,
+            session_action(
+                STEP, "answer", result, o.request.session,
+                detail=words + (f": {o.detail}" if o.detail else ""),
+            ),
+        )

@@ -1,0 +1,85 @@
+"""List every request a run waits on across the fleet: permission requests and questions.
+
+opencode stops a run to ask a person and keeps calling it busy meanwhile; each such run holds
+one of its instance's slots until somebody answers (`approve`, `deny`, `answer`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from dataclasses import dataclass
+
+from xaf_hub.cli.commands._common import add_instance, add_json
+from xaf_hub.cli.context import Context
+from xaf_hub.core import aio
+from xaf_hub.core.clock import ago
+from xaf_hub.core.text import dumps, shorten
+
+EXAMPLES = """\
+examples:
+  xaf-hub waiting
+  xaf-hub waiting --json
+  xaf-hub approve per_abc123            # then: let the tool run once
+"""
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Options of `waiting`."""
+    add_json(p)
+    add_instance(p)
+
+
+@dataclass(frozen=True)
+class Options:
+    """What `waiting` reads of its options."""
+
+    instance: str | None
+
+
+def run(ctx: Context) -> int:
+    """Scan, list the requests (``ops.waiting.list_waiting``), name who could not say."""
+    from xaf_hub.core.runstate import answer_hint
+    from xaf_hub.errors import ExitCode
+    from xaf_hub.ops.waiting import list_waiting
+
+    opts = ctx.options(Options)
+    found = aio.run(list_waiting(ctx.ops(), opts.instance))
+    now = int(time.time() * 1000)
+    for name, reason in found.down:
+        ctx.warn(f"{name}: {reason}")
+    if ctx.json:
+        ctx.out(
+            dumps(
+                {
+                    "waiting": [p.to_json(now) for p in found.requests],
+                    "unknown": [{"instance": n, "reason": r} for n, r in found.down],
+                }
+            )
+        )
+    else:
+        rows = [
+            [
+                p.waiting.request_id,
+                p.instance,
+                p.session.id,
+                shorten(p.session.title, 30),
+                p.waiting.permission or p.waiting.kind,
+                shorten(p.waiting.asked, 60),
+                " / ".join(",".join(c) for c in p.waiting.choices)
+                or ",".join(p.waiting.always),
+                ago(p.waiting.since, now) if p.waiting.since else "?",
+            ]
+            for p in found.requests
+        ]
+        if rows:
+            ctx.table(
+                rows,
+                ["id", "instance", "session", "title", "kind", "asked", "options", "since"],
+                flexible=[("asked", 16), ("title", 10), ("options", 8)],
+                keep=["id"],
+            )
+            for p in found.requests[:1]:
+                ctx.info(f"answer: {answer_hint(p.waiting)}")
+        ctx.info(f"{len(rows)} request(s) waiting for a person")
+    return int(ExitCode.UNREACHABLE if found.down else ExitCode.OK)
