@@ -30,7 +30,7 @@ FULL = "0123456789abcdef0123456789abcdef01234567"
         ("HEAD is at beadfeed now", ()),
         ("head beadfeed", ("beadfeed",)),
         # each hash once, in order
-        ("commit 1111111 then 2222222, again 1111111", ("1111111", "2222222")),
+        ("commit 1111111 then commit 2222222, again commit 1111111", ("1111111", "2222222")),
         ("no hash here", ()),
     ],
 )
@@ -38,8 +38,45 @@ def test_claimed_commits(answer: str, expected: tuple[str, ...]) -> None:
     assert claimed_commits(answer) == expected
 
 
+# Labelled answers (issue 37): what an agent really writes, and what is read as its claim.
+# Right: a word presents the commit, git printed it, or it is a full hash. Wrong: hex digits
+# that are something else (a colour, a build number, the old side of a push).
+LABELLED = [
+    # -- claims --
+    ("The commit hash is a1b2c3d.", ("a1b2c3d",)),
+    ("**Commit:** `a1b2c3d4e5`", ("a1b2c3d4e5",)),
+    ("Pushed commit id: 9f8e7d6", ("9f8e7d6",)),
+    ("SHA-1 0a1b2c3d", ("0a1b2c3d",)),
+    ("提交哈希是 a1b2c3d", ("a1b2c3d",)),
+    ("Done:\n[main 5e6f7a8] fix the login form\n 1 file changed", ("5e6f7a8",)),
+    ("[feature/x (root-commit) 1a2b3c4] first", ("1a2b3c4",)),
+    ("To /srv/shop.git\n   1a2b3c4..5d6e7f8  main -> main", ("5d6e7f8",)),
+    (" + 1a2b3c4...5d6e7f8 feature/x -> feature/x (forced update)", ("5d6e7f8",)),
+    ("git rev-parse HEAD printed:\n" + FULL, (FULL,)),
+    ("`1a2b3c4`\n", ("1a2b3c4",)),
+    ("4c5d6e7 (HEAD -> main, origin/main) fix the form", ("4c5d6e7",)),
+    ("Everything is pushed (" + FULL + ").", (FULL,)),
+    # -- not claims --
+    ("Commit 1a2b3c4 pushed; the header colour is now #a1b2c3d4.", ("1a2b3c4",)),
+    ("Set the brand colour to #0f0f0f0 and #a1b2c3d4ff.", ()),
+    ("Build 20261203 passed, ticket 4711234 closed.", ()),
+    ("The token af12cd9 in the log is a request id.", ()),
+    ("2026120 users; 1234567 rows.", ()),
+    ("To /srv/shop.git\n   1a2b3c4..5d6e7f8  main -> main\nold tip was 1a2b3c4", ("5d6e7f8",)),
+    ("I committed it; the header colour is #a1b2c3d4 now", ()),
+    ("HEAD is now at abcdefa", ()),
+]
+
+
+@pytest.mark.parametrize(("answer", "expected"), LABELLED)
+def test_claims_are_read_where_the_answer_presents_a_commit(
+    answer: str, expected: tuple[str, ...]
+) -> None:
+    assert claimed_commits(answer) == expected
+
+
 def test_claims_are_bounded() -> None:
-    answer = " ".join(f"{i:07d}" for i in range(50))
+    answer = " ".join(f"commit {i:07d}" for i in range(50))
     assert len(claimed_commits(answer)) == MAX_CLAIMS
 
 
