@@ -8,6 +8,12 @@ to prompt. Each fetch runs in its own process group under a time bound, so a rem
 not answer costs at most ``fetch_timeout_seconds`` and leaves no git process behind. A lock
 beside the mirror keeps two hub processes from fetching into it at once.
 
+No secret in a process list (issue 37): a user name and password (or token) in an http(s) URL
+never reach git's command line, where any local user reads them (``ps``, ``/proc/*/cmdline``)
+for as long as a fetch runs. git is given the URL without them, and they reach it through its
+environment (readable by the same user only): a credential helper set with ``GIT_CONFIG_*``
+that prints ``$XAF_HUB_GIT_USERNAME`` / ``$XAF_HUB_GIT_PASSWORD`` when git asks.
+
 ``Mirror.check`` answers for one task: each claimed hash is resolved among the mirror's commits
 (none: missing; more than one: ambiguous) and must be reachable from the expected branch's tip
 (``git merge-base --is-ancestor``; any branch when none is expected). A commit that was
@@ -26,6 +32,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from xaf_hub.core.commits import short
 from xaf_hub.core.text import redact
@@ -63,6 +70,45 @@ def mirror_path(state_dir: Path, url: str) -> Path:
     return state_dir / "repository" / f"{digest}.git"
 
 
+# git runs a "!" credential helper through its shell; the secret stays in the environment.
+_HELPER = (
+    '!f() { test "$1" = get && printf "username=%s\\npassword=%s\\n" '
+    '"$XAF_HUB_GIT_USERNAME" "$XAF_HUB_GIT_PASSWORD"; }; f'
+)
+
+
+def split_credentials(url: str) -> tuple[str, dict[str, str]]:
+    """The URL git may see (no user name or password) and the environment that carries them.
+
+    Only http(s) URLs carry a secret in that place; any other URL is returned as it is.
+    ``https://TOKEN@host/x.git`` is a token as the user name with an empty password.
+    """
+    parts = urlsplit(url) if "://" in url else None
+    if parts is None or parts.scheme not in ("http", "https") or "@" not in parts.netloc:
+        return url, {}
+    host = parts.netloc.rsplit("@", 1)[1]
+    bare = urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment))
+    user, password = unquote(parts.username or ""), unquote(parts.password or "")
+    first = _config_count()
+    env = {
+        "XAF_HUB_GIT_USERNAME": user,
+        "XAF_HUB_GIT_PASSWORD": password,
+        # An empty helper first: the user's own helpers are not asked for this remote.
+        f"GIT_CONFIG_KEY_{first}": "credential.helper",
+        f"GIT_CONFIG_VALUE_{first}": "",
+        f"GIT_CONFIG_KEY_{first + 1}": "credential.helper",
+        f"GIT_CONFIG_VALUE_{first + 1}": _HELPER,
+        "GIT_CONFIG_COUNT": str(first + 2),
+    }
+    return bare, env
+
+
+def _config_count() -> int:
+    """How many ``GIT_CONFIG_*`` entries the hub's own environment already holds."""
+    raw = os.environ.get("GIT_CONFIG_COUNT", "0")
+    return int(raw) if raw.isdigit() else 0
+
+
 def remote_name(branches: Sequence[str]) -> str:
     """How a reason names the branches: origin/main, or "any branch of origin" for none."""
     return " or ".join(f"origin/{b}" for b in branches) or "any branch of origin"
@@ -89,7 +135,13 @@ class Mirror:
 
     # -- git ---------------------------------------------------------------------------------
 
-    def _git(self, *args: str, timeout: float = _LOCAL_TIMEOUT, ok: Sequence[int] = (0,)) -> str:
+    def _git(
+        self,
+        *args: str,
+        timeout: float = _LOCAL_TIMEOUT,
+        ok: Sequence[int] = (0,),
+        extra_env: dict[str, str] | None = None,
+    ) -> str:
         """Run git on the mirror; its stdout, or GitFailed (redacted) on any other exit."""
         env = {
             **os.environ,
@@ -99,6 +151,7 @@ class Mirror:
             "GCM_INTERACTIVE": "never",
             "GIT_SSH_COMMAND": os.environ.get("GIT_SSH_COMMAND", "ssh -o BatchMode=yes"),
             "LC_ALL": "C",
+            **(extra_env or {}),
         }
         env.pop("GIT_DIR", None)
         env.pop("GIT_WORK_TREE", None)
@@ -157,6 +210,7 @@ class Mirror:
         if not (self.path / "HEAD").is_file():
             self.path.mkdir(parents=True, exist_ok=True)
             self._git("init", "--bare", "--quiet")
+        url, env = split_credentials(self.url)
         self._git(
             "fetch",
             "--quiet",
@@ -164,9 +218,10 @@ class Mirror:
             "--no-tags",
             "--no-write-fetch-head",
             "--",
-            self.url,
+            url,
             "+refs/heads/*:refs/heads/*",
             timeout=self.timeout,
+            extra_env=env,
         )
 
     def resolve(self, claim: str) -> list[str]:

@@ -7,6 +7,7 @@ force-push, two commits that share a short hash.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import socket
@@ -250,3 +251,63 @@ def test_two_processes_fetching_at_once_both_get_answers(origin: Origin, tmp_pat
     for t in threads:
         t.join()
     assert results == ["verified"] * 4
+
+
+def test_the_token_reaches_git_but_no_process_list(tmp_path: Path) -> None:
+    """A slow loopback remote asks for credentials (401), then takes its time: meanwhile every
+    process's command line is read, and none holds the token; the server got it all the same."""
+    import base64
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    token = "ghp_argvT0kenNeverShown42"
+    heard: list[str] = []
+
+    class Slow(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+            auth = self.headers.get("Authorization")
+            if auth is None:
+                self.send_response(401)
+                self.send_header("WWW-Authenticate", 'Basic realm="shop"')
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            heard.append(auth)
+            time.sleep(3)  # a slow remote: the fetch is under way while the lists are read
+            self.send_response(404)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Slow)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://agent:{token}@127.0.0.1:{server.server_address[1]}/shop.git"
+    seen: list[str] = []
+    stop = threading.Event()
+
+    def read_process_lists() -> None:
+        while not stop.is_set():
+            for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+                with contextlib.suppress(OSError):  # the process ended meanwhile
+                    seen.append(cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace"))
+            time.sleep(0.05)
+
+    reader = threading.Thread(target=read_process_lists)
+    reader.start()
+    try:
+        m = Mirror(url, tmp_path / "state", timeout=20, secrets=(token,))
+        [check] = m.check_all([(("a1b2c3d",), ("main",))])
+    finally:
+        stop.set()
+        reader.join()
+        server.shutdown()
+        server.server_close()
+    assert check.state == "unreachable" and token not in check.reason
+    # The lists were read while git talked to the remote, and the token was in none of them.
+    git_lines = [line for line in seen if "remote-http" in line]
+    assert git_lines and all("127.0.0.1" in line for line in git_lines), git_lines[:3]
+    assert all(token not in line for line in seen)
+    assert heard and all(
+        base64.b64decode(h.split()[1]).decode() == f"agent:{token}" for h in heard
+    )
