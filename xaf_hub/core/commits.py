@@ -18,6 +18,7 @@ claim: one wrong reading would make a valid claim fail.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 MIN_HASH = 7
 MAX_HASH = 40
@@ -94,3 +95,49 @@ def claimed_commits(answer: str) -> tuple[str, ...]:
 def short(commit: str) -> str:
     """A hash as people write it: its first seven characters."""
     return commit[:MIN_HASH]
+
+
+def _glob_regex(glob: str) -> re.Pattern[str]:
+    """``**`` any path (slashes too; ``**/`` zero or more folders), ``*`` and ``?`` within one
+    name, ``[...]`` a class; a glob without a slash matches a name at any depth."""
+    out, i = [], 0
+    while i < len(glob):
+        c = glob[i]
+        if glob.startswith("**/", i):
+            out.append("(?:.*/)?")
+            i += 3
+            continue
+        if glob.startswith("**", i):
+            out.append(".*")
+            i += 2
+            continue
+        if c == "*":
+            out.append("[^/]*")
+        elif c == "?":
+            out.append("[^/]")
+        elif c == "[" and "]" in glob[i + 2 :]:
+            end = glob.index("]", i + 2)
+            body = glob[i + 1 : end].replace("\\", "\\\\")
+            out.append("[^" + body[1:] + "]" if body.startswith("!") else "[" + body + "]")
+            i = end
+        else:
+            out.append(re.escape(c))
+        i += 1
+    body = "".join(out)
+    lead = "" if "/" in glob.rstrip("/") else "(?:.*/)?"
+    return re.compile(f"{lead}{body.rstrip('/')}")
+
+
+def locked_paths(paths: Sequence[str], globs: Sequence[str]) -> tuple[str, ...]:
+    """The ``paths`` (as git names them, relative, with slashes) that a glob locks (pure).
+
+    A glob naming a folder (``tests``, ``tests/``) locks everything under it, as ``tests/**``.
+    """
+    patterns = [_glob_regex(g.strip().removeprefix("./")) for g in globs]
+    hit = []
+    for path in paths:
+        parts = path.split("/")
+        prefixes = ["/".join(parts[:n]) for n in range(len(parts), 0, -1)]
+        if any(p.fullmatch(pre) for p in patterns for pre in prefixes):
+            hit.append(path)
+    return tuple(hit)

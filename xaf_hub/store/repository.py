@@ -19,6 +19,13 @@ that prints ``$XAF_HUB_GIT_USERNAME`` / ``$XAF_HUB_GIT_PASSWORD`` when git asks.
 (``git merge-base --is-ancestor``; any branch when none is expected). A commit that was
 fetched once and then force-pushed away still resolves, but is no longer reachable: not
 verified. Every reason this module gives is redacted with the URL's own secrets.
+
+New work only (issue 37): with the task's ``base`` (the expected branch's tip when it was
+sent, ``tips``) a claimed commit already reachable from that base does not count; when none
+is new the claim is ``old``. With ``locked`` globs, a claim whose diff from the base (``git
+diff base...commit``; base unknown: each new commit's own change) touches a locked path is
+``locked``. ``run_check`` runs the project's check command on a commit in a throw-away
+worktree of the mirror.
 """
 
 from __future__ import annotations
@@ -26,20 +33,24 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import shutil
 import signal
 import subprocess
+import sys
+import tempfile
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 from urllib.parse import unquote, urlsplit, urlunsplit
 
-from xaf_hub.core.commits import short
+from xaf_hub.core.commits import locked_paths, short
 from xaf_hub.core.text import redact
 from xaf_hub.errors import BusyError
 from xaf_hub.store.statefile import file_lock
 
-CheckState = Literal["verified", "missing", "ambiguous", "no_claim", "unreachable"]
+CheckState = Literal["verified", "missing", "ambiguous", "no_claim", "unreachable", "old", "locked"]
 
 # Local git calls (rev-parse, merge-base) on the mirror are quick; this bounds a broken disk.
 _LOCAL_TIMEOUT = 30.0
@@ -58,6 +69,19 @@ class Check:
     state: CheckState
     commit: str = ""
     reason: str = ""
+    new: tuple[str, ...] = ()  # verified: the claimed commits not reachable from the base
+    base_known: bool = False  # verified: the base was known (else judged as before issue 37)
+    paths: tuple[str, ...] = ()  # locked: the locked paths the commits touch
+
+
+@dataclass(frozen=True)
+class CheckRun:
+    """The project's check command on one commit: passed (exit 0), the exit, the output's end."""
+
+    passed: bool
+    code: int | None  # None: it ran out of time and was killed
+    tail: str
+    seconds: float
 
 
 class GitFailed(Exception):
@@ -248,8 +272,24 @@ class Mirror:
 
     # -- a task's claim ----------------------------------------------------------------------
 
-    def check_all(self, wanted: Sequence[tuple[Sequence[str], Sequence[str]]]) -> list[Check]:
-        """Fetch once, then judge each (claimed hashes, expected branches; none: any branch).
+    def tips(self) -> dict[str, str]:
+        """Fetch, then every branch's tip (full hash): the bases of tasks sent now."""
+        with self._locked():
+            self._fetch()
+            out = self._git(
+                "for-each-ref", "--format=%(refname:short) %(objectname)", "refs/heads/"
+            )
+        pairs = (line.split() for line in out.splitlines() if line.strip())
+        return {p[0]: p[1] for p in pairs if len(p) == 2}
+
+    def check_all(
+        self,
+        wanted: Sequence[tuple[Sequence[str], Sequence[str]]],
+        bases: Sequence[str | None] = (),
+        locked: Sequence[str] = (),
+    ) -> list[Check]:
+        """Fetch once, then judge each (claimed hashes, expected branches; none: any branch),
+        against its base (``bases``, aligned with ``wanted``; None: unknown) and ``locked``.
 
         The remote unreadable (no answer in time, refused, the lock held too long): every
         answer is ``unreachable`` with the reason, and nothing is decided on it.
@@ -257,12 +297,21 @@ class Mirror:
         try:
             with self._locked():
                 self._fetch()
-                return [self._check(claims, branches) for claims, branches in wanted]
+                return [
+                    self._check(claims, branches, bases[i] if i < len(bases) else None, locked)
+                    for i, (claims, branches) in enumerate(wanted)
+                ]
         except (GitFailed, BusyError, OSError) as exc:
             reason = redact(f"repository not checked: {exc}", self.secrets)
             return [Check("unreachable", reason=reason) for _ in wanted]
 
-    def _check(self, claims: Sequence[str], branches: Sequence[str]) -> Check:
+    def _check(
+        self,
+        claims: Sequence[str],
+        branches: Sequence[str],
+        base: str | None = None,
+        locked: Sequence[str] = (),
+    ) -> Check:
         where = remote_name(branches)
         if not claims:
             return Check(
@@ -275,7 +324,7 @@ class Mirror:
                 "missing",
                 reason=f"claimed commit {short(claims[-1])} is not on {where}: no such branch",
             )
-        last = ""
+        commits: list[str] = []
         for claim in claims:
             found = self.resolve(claim)
             if len(found) > 1:
@@ -286,8 +335,146 @@ class Mirror:
                 )
             if not found or not any(self.reachable(found[0], h) for h in heads):
                 return Check("missing", reason=f"claimed commit {short(claim)} is not on {where}")
-            last = found[0]
-        return Check("verified", commit=last)
+            commits.append(found[0])
+        based = bool(base) and self.resolve(base or "") == [base]
+        new = commits
+        if based:
+            assert base is not None
+            new = [c for c in commits if not self._is_ancestor(c, base)]
+            if not new:
+                return Check(
+                    "old",
+                    reason=f"claimed commit {short(commits[-1])} was already on {where} when "
+                    f"the task was sent (base {short(base)}): not new work",
+                )
+        last = new[-1]
+        if locked:
+            if based:
+                assert base is not None
+                changed = self._lines("diff", "--name-only", "--no-renames", f"{base}...{last}")
+            else:
+                changed = []
+                for c in new:
+                    changed += self._lines(
+                        "diff-tree", "-r", "--root", "--no-commit-id", "--name-only", c
+                    )
+            hit = locked_paths(sorted(set(changed)), locked)
+            if hit:
+                shown = ", ".join(hit[:10]) + (
+                    f" and {len(hit) - 10} more" if len(hit) > 10 else ""
+                )
+                return Check(
+                    "locked",
+                    commit=last,
+                    paths=hit,
+                    reason=f"commit {short(last)} touches locked paths: {shown}",
+                )
+        return Check("verified", commit=last, new=tuple(new), base_known=based)
+
+    def _is_ancestor(self, commit: str, of: str) -> bool:
+        return self._exit("merge-base", "--is-ancestor", commit, of) == 0
+
+    def _lines(self, *args: str) -> list[str]:
+        return [line.strip() for line in self._git(*args).splitlines() if line.strip()]
+
+    # -- the project's check -----------------------------------------------------------------
+
+    def run_check(self, commit: str, command: str, timeout: float) -> CheckRun:
+        """Run ``command`` (a shell command) on ``commit`` in a throw-away worktree.
+
+        It runs the project's code on this host, in its own process group (every process of it
+        goes at the bound or when it ends), with a small environment (no hub secrets), its
+        output (stdout and stderr) kept to the last lines. The worktree is removed afterwards.
+        GitFailed when the worktree cannot be made.
+        """
+        tmp = Path(tempfile.mkdtemp(prefix="xaf-hub-check-"))
+        work = tmp / "work"
+        try:
+            with self._locked():
+                self._git("worktree", "add", "--detach", "--quiet", str(work), commit)
+            return _run_shell(command, work, timeout, commit, self.secrets)
+        finally:
+            with contextlib.suppress(GitFailed, BusyError, OSError), self._locked():
+                self._git("worktree", "remove", "--force", str(work), ok=(0, 128))
+                self._git("worktree", "prune")
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+# What a check command is given of the hub's environment: enough to find its tools, never the
+# hub's own secrets (webhook URLs, passwords and tokens live in its environment too).
+_CHECK_ENV = (
+    "PATH",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "LANG",
+    "LC_ALL",
+    "TMPDIR",
+    "TEMP",
+    "TMP",
+    "SYSTEMROOT",
+    "COMSPEC",
+    "PATHEXT",
+)
+TAIL_LINES = 40
+TAIL_CHARS = 4000
+
+
+def _run_shell(
+    command: str, cwd: Path, timeout: float, commit: str, secrets: Sequence[str]
+) -> CheckRun:
+    env = {k: os.environ[k] for k in _CHECK_ENV if k in os.environ}
+    env["XAF_HUB_CHECK_COMMIT"] = commit
+    started = time.monotonic()
+    with tempfile.TemporaryFile() as out:
+        if sys.platform == "win32":
+            argv = [os.environ.get("COMSPEC", "cmd.exe"), "/d", "/c", command]
+            proc = subprocess.Popen(
+                argv,
+                cwd=cwd,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                creationflags=subprocess.CREATE_NEW_PROCESS_GROUP,
+            )
+        else:
+            proc = subprocess.Popen(
+                ["/bin/sh", "-c", command],
+                cwd=cwd,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        code: int | None
+        try:
+            code = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            code = None
+        _end_group(proc)
+        out.seek(0)
+        text = out.read().decode("utf-8", "replace")
+    lines = text.rstrip().splitlines()[-TAIL_LINES:]
+    tail = "\n".join(lines)[-TAIL_CHARS:]
+    if code is None:
+        tail += f"\n(killed: no end within {timeout:g}s)"
+    return CheckRun(code == 0, code, redact(tail, secrets), time.monotonic() - started)
+
+
+def _end_group(proc: subprocess.Popen[bytes]) -> None:
+    """End the check's whole process group (what it left running too), then reap it."""
+    if sys.platform == "win32":
+        with contextlib.suppress(OSError):
+            subprocess.run(
+                ["taskkill", "/F", "/T", "/PID", str(proc.pid)], capture_output=True, check=False
+            )
+    else:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=10)
 
 
 class _NonZero(Exception):

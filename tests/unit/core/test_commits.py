@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from xaf_hub.core.commits import MAX_CLAIMS, claimed_commits, short
+from xaf_hub.core.commits import MAX_CLAIMS, claimed_commits, locked_paths, short
 from xaf_hub.core.runstate import ANSWER_CHARS, answer_text, last_run
 
 FULL = "0123456789abcdef0123456789abcdef01234567"
@@ -106,3 +106,33 @@ def test_answer_keeps_the_end_of_a_long_answer() -> None:
     kept = answer_text({"parts": [{"type": "text", "text": text}]})
     assert len(kept) == ANSWER_CHARS and kept.endswith("commit 0123456")
     assert answer_text({"parts": "nonsense"}) == "" and answer_text({}) == ""
+
+
+# Labelled paths a commit touched, and whether project.locked_paths locks them.
+LOCKS = [
+    (("tests/**",), "tests/test_login.py", True),
+    (("tests/**",), "tests/unit/deep/test_x.py", True),
+    (("tests/**",), "src/tests.py", False),
+    (("tests/**",), "src/tests/helper.py", False),
+    (("tests",), "tests/a.py", True),  # a folder locks what is under it
+    (("tests/",), "tests/a.py", True),
+    (("./.ci/**",), ".ci/pipeline.yml", True),
+    ((".ci/**",), "ci/pipeline.yml", False),
+    (("*.lock",), "poetry.lock", True),  # no slash: a name at any depth
+    (("*.lock",), "web/package.lock", True),
+    (("*.lock",), "web/lockfile", False),
+    (("src/*.py",), "src/a.py", True),
+    (("src/*.py",), "src/sub/a.py", False),  # one * stays within one name
+    (("**/conftest.py",), "conftest.py", True),
+    (("**/conftest.py",), "a/b/conftest.py", True),
+    (("test_?.py",), "test_a.py", True),
+    (("test_[!a].py",), "test_a.py", False),
+    (("test_[!a].py",), "test_b.py", True),
+    (("Makefile", "tests/**"), "docs/index.md", False),
+    ((), "tests/a.py", False),
+]
+
+
+@pytest.mark.parametrize(("globs", "path", "locked"), LOCKS)
+def test_locked_paths(globs: tuple[str, ...], path: str, locked: bool) -> None:
+    assert locked_paths([path], globs) == ((path,) if locked else ())

@@ -387,7 +387,7 @@ def _set(ctx: Context, opts: SetOptions) -> int:
         if opts.status != old.status:
             # What the patrol verified belongs to the old status; a person's "done" is theirs
             # (verified stays null: the hub did not look).
-            change.update(commit=None, verified=None)
+            change.update(commit=None, verified=None, judged=None)
         if opts.status == "pending" and old.status != "pending":
             # Back to the pool: the old session no longer stands for this task.
             change.update(
