@@ -152,6 +152,7 @@ def _session_events(cycle: Cycle, inputs: Inputs, at: str, people: bool = True) 
                     a.session,
                     a.title,
                     a.task,
+                    {"judged": a.detail} if a.detail else {},
                 )
             )
     return [*events, *_person_events(cycle, inputs, at)] if people else events

@@ -340,10 +340,14 @@ def _show(ctx: Context, opts: ShowOptions) -> int:
         ctx.out(dumps({**task.to_json(), **verification, "state": state}))
         return int(ExitCode.OK)
     for key, value in task.to_json().items():
-        if key == "prompt":
+        if key in ("prompt", "check_output"):
             continue
         ctx.out(f"{key + ':':<15}{value if value not in (None, '', []) else '-'}")
     ctx.out(f"{'state:':<15}{state}")
+    if task.check_output:
+        ctx.out("check output (its end):")
+        for line in task.check_output.splitlines():
+            ctx.out(f"  | {line}")
     ctx.out("prompt:")
     for line in (task.prompt or "(the title)").splitlines():
         ctx.out(f"  | {line}")
