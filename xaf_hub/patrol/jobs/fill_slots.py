@@ -527,6 +527,7 @@ async def settle_dispatched(
     checks = await _verify(pctx, cycle, [(t, i, s) for t, i, s, v in judged if v.action == "done"])
     # Each commit is credited to one task: those done before, and those done this round.
     credited = {t.commit: t.id for t in tasks if t.commit and t.status == "done"}
+    checked = [0.0]  # seconds of project checks this round (bounded: see _run_check)
     for task, inst, seen, first in judged:
         key = (task.dispatched_to or "", task.session_id or "")
         check, where = checks.get(task.id, (None, ""))
@@ -534,7 +535,7 @@ async def settle_dispatched(
         credited_to = next((o for o in owners if o and o != task.id), "")
         verdict = settle_claim(first, check, credited_to, where)
         try:
-            verdict = await _run_check(pctx, task, verdict)
+            verdict = await _run_check(pctx, task, verdict, checked)
             if verdict.action == "done":
                 run = verdict.check
                 ran = (
@@ -672,11 +673,16 @@ def _mirror(pctx: OpsContext) -> Mirror:
     )
 
 
-async def _run_check(pctx: OpsContext, task: Task, verdict: Settlement) -> Settlement:
+async def _run_check(
+    pctx: OpsContext, task: Task, verdict: Settlement, checked: list[float]
+) -> Settlement:
     """Run project.check_command on a verified commit and weigh it (``settle_check``).
 
     Not run again for a commit whose check already failed with no retry left; a worktree
-    that cannot be made keeps the task as it is for the next round.
+    that cannot be made keeps the task as it is for the next round. Checks run one after
+    another; once this round's (``checked``) add up to ``check_timeout_seconds``, no more
+    start: the tasks left wait for the next round, so one round costs at most about twice
+    the bound however many tasks finished.
     """
     repo = pctx.cfg.repository
     if verdict.action != "done" or not verdict.verified or not repo.check_command:
@@ -684,6 +690,12 @@ async def _run_check(pctx: OpsContext, task: Task, verdict: Settlement) -> Settl
     settled = task.check == "failed" and task.check_commit == verdict.commit
     run: CheckRun | None = None
     if not (settled and (task.check_retries or 0) >= repo.check_retries):
+        if checked[0] >= repo.check_timeout_seconds:
+            return Settlement(
+                "keep",
+                reason=f"waiting for the check: this round's checks took {checked[0]:.0f}s; "
+                "it runs next round",
+            )
         try:
             run = await asyncio.to_thread(
                 _mirror(pctx).run_check,
@@ -693,6 +705,7 @@ async def _run_check(pctx: OpsContext, task: Task, verdict: Settlement) -> Settl
             )
         except (GitFailed, BusyError, OSError) as exc:
             return Settlement("keep", reason=f"waiting for the check: it could not start: {exc}")
+        checked[0] += run.seconds
     return settle_check(verdict, run, task, repo.check_retries)
 
 
