@@ -4,9 +4,13 @@
 
 * finished cleanly (last run succeeded, not running) -> ``done``; with ``project.repository``
   only once the commit its final answer names is found on the expected branch (one fetch of the
-  hub's mirror per round, ``store.repository``): ``commit`` and ``verified: true``. A claimed
-  commit that is missing or ambiguous, or no hash at all -> left ``dispatched`` under "needs a
-  person"; the remote unreadable -> left as it is, checked again next round;
+  hub's mirror per round, ``store.repository``), is newer than the task's ``base`` (the tip when
+  it was sent), is credited to no other task, touches no ``project.locked_paths`` and passes
+  ``project.check_command``: ``commit``, ``verified: true`` and ``judged`` (which rule). A
+  failed check goes back to the same session (``project.check_retries``) with the output's
+  end; a claim that is missing, ambiguous, old, locked, credited elsewhere, no hash at all, or
+  a check failed with no retry left -> left ``dispatched`` under "needs a person"; the remote
+  unreadable -> left as it is, checked again next round;
 * failed for a *task* reason (context overflow, output too long, content filter, a 4xx the
   provider gave for the request itself...) -> back to ``pending`` with one attempt used and a
   back-off (``Backlog.requeue(infrastructure=False)``);
