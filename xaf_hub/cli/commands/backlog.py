@@ -344,13 +344,13 @@ def _show(ctx: Context, opts: ShowOptions) -> int:
             continue
         ctx.out(f"{key + ':':<15}{value if value not in (None, '', []) else '-'}")
     ctx.out(f"{'state:':<15}{state}")
+    ctx.out("prompt:")
+    for line in (task.prompt or "(the title)").splitlines():
+        ctx.out(f"  | {line}")
     if task.check_output:
         ctx.out("check output (its end):")
         for line in task.check_output.splitlines():
             ctx.out(f"  | {line}")
-    ctx.out("prompt:")
-    for line in (task.prompt or "(the title)").splitlines():
-        ctx.out(f"  | {line}")
     return int(ExitCode.OK)
 
 
