@@ -8,10 +8,11 @@ A hash is 7 to 40 hexadecimal characters standing alone (not part of a longer wo
 segment with a dash, a UUID or a 64-character digest), and it is read as a claim only where
 the answer presents a commit (issue 37): a full 40-character hash; one a word calls a commit
 right before it ("commit a1b2c3d", "SHA: ...", "the commit hash is ...", ".../commit/...",
-提交, 哈希); or one on a line git printed (``[main a1b2c3d] msg`` from ``git commit``, the new
-side of ``a1b2c3d..e4f5a6b  main -> main`` from ``git push``, a line that is the hash alone
-as ``git rev-parse`` prints it, or that starts with it as ``git log --oneline`` does). Any
-other run of hex digits (a colour ``#a1b2c3d4``, a build number, an id in prose) is not a
+提交, 哈希), or for a hash of letters and digits both, a few words before it in the same
+sentence ("committed the change as a1b2c3d", "pushed a1b2c3d"); or one on a line git printed
+(``[main a1b2c3d] msg`` from ``git commit``, the new side of ``a1b2c3d..e4f5a6b  main ->
+main`` from ``git push``, a line that is the hash alone as ``git rev-parse`` prints it, or
+that starts with it as ``git log --oneline`` does). Any other run of hex digits (a colour ``#a1b2c3d4``, a build number, an id in prose) is not a
 claim: one wrong reading would make a valid claim fail.
 """
 
@@ -38,6 +39,13 @@ _CALLED_A_HASH = re.compile(
 # A run of letters a-f only ("defaced", "effaced") is an English word far more often than a
 # hash: it counts only right after the word, nothing but separators between.
 _RIGHT_AFTER = re.compile(rf"{_WORD}{_SEP}*$")
+# A hash of letters and digits both (the common case) also counts a few words after the word,
+# in the same sentence: "committed the change as a1b2c3d", "pushed it to main as a1b2c3d".
+_NEAR_WORD = re.compile(
+    r"(?i:\b(?:commit(?:ted|s)?|hash|sha(?:-?1)?|push(?:ed)?)\b|提交|哈希)"
+    r"[^.;!?。；！？\n]{0,40}$"
+)
+_NEAR_WORDS = 5
 # Lines git prints: "[main a1b2c3d] msg", "[topic (root-commit) a1b2c3d] msg".
 _GIT_COMMIT_LINE = re.compile(rf"^\s*\[[^\]\s]+(?: \([^)]*\))? ({_HEX})\]")
 # "   a1b2c3d..e4f5a6b  main -> main" (push): the new tip is the claim, the old one is not.
@@ -48,6 +56,12 @@ _GIT_HASH_FIRST = re.compile(rf"^\s*`?({_HEX})`?(?:\s|$)")
 
 def _mixed(token: str) -> bool:
     return any(c.isdigit() for c in token) and any(not c.isdigit() for c in token)
+
+
+def _near(before: str) -> bool:
+    """The word is among the last few words before the hash, in the same sentence."""
+    m = _NEAR_WORD.search(before)
+    return m is not None and len(before[m.end() :].split()) <= _NEAR_WORDS
 
 
 def _candidates(answer: str) -> list[tuple[int, str]]:
@@ -73,7 +87,8 @@ def _candidates(answer: str) -> list[tuple[int, str]]:
             before = line[max(0, h.start(1) - 48) : h.start(1)]
             letters = not any(c.isdigit() for c in token)
             called = (_RIGHT_AFTER if letters else _CALLED_A_HASH).search(before)
-            if called or (len(token) == MAX_HASH and _mixed(token)):
+            near = _mixed(token) and _near(before)
+            if called or near or (len(token) == MAX_HASH and _mixed(token)):
                 found.append((offset + h.start(1), token))
         offset += len(line)
     found.sort()

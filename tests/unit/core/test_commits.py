@@ -56,6 +56,9 @@ LABELLED = [
     ("`1a2b3c4`\n", ("1a2b3c4",)),
     ("4c5d6e7 (HEAD -> main, origin/main) fix the form", ("4c5d6e7",)),
     ("Everything is pushed (" + FULL + ").", (FULL,)),
+    ("I've committed the change as `a1b2c3d` and pushed it.", ("a1b2c3d",)),
+    ("Pushed a1b2c3d to origin/main.", ("a1b2c3d",)),
+    ("已提交到 main 分支: 9f8e7d6", ("9f8e7d6",)),
     # -- not claims --
     ("Commit 1a2b3c4 pushed; the header colour is now #a1b2c3d4.", ("1a2b3c4",)),
     ("Set the brand colour to #0f0f0f0 and #a1b2c3d4ff.", ()),
@@ -65,6 +68,9 @@ LABELLED = [
     ("To /srv/shop.git\n   1a2b3c4..5d6e7f8  main -> main\nold tip was 1a2b3c4", ("5d6e7f8",)),
     ("I committed it; the header colour is #a1b2c3d4 now", ()),
     ("HEAD is now at abcdefa", ()),
+    ("Committed 3 files; the request id 4f11234 took 5 s.", ()),  # another sentence
+    ("I committed 3 files in 4711234 ms.", ()),  # digits only, words apart: a number
+    ("The commit touched many many files and then, at last, module a1b2c3d", ()),  # too far
 ]
 
 
