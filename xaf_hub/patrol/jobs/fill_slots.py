@@ -256,14 +256,10 @@ async def _tips(pctx: OpsContext, cycle: Cycle) -> dict[str, str] | None:
     None without a repository; {} when it cannot be read (the tasks go out with no base and
     are judged as before: "base unknown").
     """
-    repo = pctx.cfg.repository
-    if not repo.url:
+    if not pctx.cfg.repository.url:
         return None
-    mirror = Mirror(
-        repo.url, pctx.cfg.state_dir, timeout=repo.fetch_timeout_seconds, secrets=repo.secrets()
-    )
     try:
-        return await asyncio.to_thread(mirror.tips)
+        return await asyncio.to_thread(_mirror(pctx).tips)
     except (GitFailed, BusyError, OSError) as exc:
         cycle.note(pctx, f"{STEP}: tasks sent without a base (base unknown): {exc}")
         return {}
