@@ -377,12 +377,15 @@ class TaskPool(abc.ABC):
         instance: str,
         model: str | None,
         now: datetime,
+        *,
+        base: str | None = None,
     ) -> ManualRecord:
         """Record a manual ``dispatch`` so the pool matches what really runs: one row per work.
 
         When a row already stands for this session (a steer, or a restart of an idle
         session), the prompt is added to that row's ``prompts`` and the row is dispatched
-        again; otherwise a new row is added, titled by the text's first line.
+        again; otherwise a new row is added, titled by the text's first line, with ``base``
+        (the expected branch's tip, issue 37).
         """
         stamp = format_instant(now)
 
@@ -406,7 +409,7 @@ class TaskPool(abc.ABC):
                 prompt=prompt,
                 prompts=(prompt,),
                 created_at=stamp,
-                **_dispatched(session_id, instance, model, now),
+                **_dispatched(session_id, instance, model, now, base),
             )
             return ManualRecord(data.append(task), True)
 

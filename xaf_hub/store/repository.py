@@ -276,9 +276,21 @@ class Mirror:
         """Fetch, then every branch's tip (full hash): the bases of tasks sent now."""
         with self._locked():
             self._fetch()
-            out = self._git(
-                "for-each-ref", "--format=%(refname:short) %(objectname)", "refs/heads/"
-            )
+            return self._tips()
+
+    def known_tips(self) -> dict[str, str]:
+        """Every branch's tip as of the last fetch, without fetching ({} before the first).
+
+        For a manual dispatch, which should not wait for the remote: a base this old counts
+        more commits as new than one fetched now, never fewer. git updates refs atomically,
+        so no lock is needed to read them.
+        """
+        if not (self.path / "HEAD").is_file():
+            return {}
+        return self._tips()
+
+    def _tips(self) -> dict[str, str]:
+        out = self._git("for-each-ref", "--format=%(refname:short) %(objectname)", "refs/heads/")
         pairs = (line.split() for line in out.splitlines() if line.strip())
         return {p[0]: p[1] for p in pairs if len(p) == 2}
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from tests.gitrepo import make_origin
 from xaf_hub.config.load import load_config
 from xaf_hub.core import aio
+from xaf_hub.core.records import SessionRecord
 from xaf_hub.ops.context import OpsContext
 from xaf_hub.patrol.jobs.fill_slots import _run_check
 from xaf_hub.patrol.settle import Settlement
@@ -75,3 +76,24 @@ def test_a_check_that_failed_with_no_retry_left_is_not_run_again(tmp_path: Path)
     fresh = Task(id="T1", title="t", status="dispatched", check_retries=1)
     out = aio.run(_run_check(pctx, fresh, verdict, [0.0]))
     assert (out.action, out.person) == ("keep", True) and marker.exists()
+
+
+def test_a_manual_dispatch_records_its_base_from_the_mirror_as_it_stands(tmp_path: Path) -> None:
+    from xaf_hub.ops.dispatch import _base
+    from xaf_hub.ops.planner import DispatchRequest, plan_create, plan_reuse
+
+    pctx = ops(tmp_path, "true")  # fetched once: the mirror knows main's first commit
+    inst = pctx.cfg.instances[0]
+    head = Mirror(pctx.cfg.repository.url, pctx.cfg.state_dir).known_tips()["main"]
+    req = DispatchRequest(text="add the export")
+    plan = plan_create(inst, "/srv/p/app", "add the export", via="test")
+    assert _base(pctx, plan, req, None) == head  # branch mode: feature/... starts at main
+    # A steer or reuse of a session keeps its row's base: none is read for it.
+    reuse = plan_reuse(inst, _record(), via="test")
+    assert _base(pctx, reuse, req, None) is None
+
+
+def _record() -> SessionRecord:
+    return SessionRecord(
+        instance="lan-a", id="ses_1", title="t", directory="/srv/p/app", project=True
+    )

@@ -422,3 +422,14 @@ def test_a_check_out_of_time_is_killed_with_all_it_started(origin: Origin, tmp_p
             if marker.encode() in cmdline.read_bytes():
                 alive.append(cmdline)
     assert alive == []  # the background sleep went with the group
+
+
+def test_known_tips_read_the_mirror_without_fetching(origin: Origin, tmp_path: Path) -> None:
+    m = mirror(origin, tmp_path)
+    assert m.known_tips() == {}  # no mirror yet: nothing known, nothing fetched
+    assert not m.path.exists()
+    first = git(origin.bare, "rev-parse", "refs/heads/main")
+    assert m.tips() == {"main": first}
+    origin.commit("later")
+    origin.push()
+    assert m.known_tips() == {"main": first}  # as of the last fetch

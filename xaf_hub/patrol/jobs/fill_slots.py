@@ -59,7 +59,7 @@ from datetime import datetime, timedelta
 
 from xaf_hub.config.load import InstanceConfig
 from xaf_hub.core.commits import claimed_commits
-from xaf_hub.core.discipline import BranchPolicy, pushed_branch, slugify
+from xaf_hub.core.discipline import base_commit, expected_branches
 from xaf_hub.core.records import SessionRecord
 from xaf_hub.errors import (
     BudgetReached,
@@ -270,17 +270,8 @@ def _expected_branches(
 ) -> tuple[str, ...]:
     """The branches the discipline told a task's agent to push to; () for any branch."""
     mainline = inst is not None and inst.branch_policy == "mainline"
-    policy: BranchPolicy = "mainline" if mainline else "branch"
-    branches: list[str] = []
-    for title in titles:
-        branch = pushed_branch(
-            policy, base_branch=pctx.cfg.patrol.base_branch, slug=slugify(title), override=override
-        )
-        if branch is None:
-            return ()  # the override names no branch: any branch of the remote
-        if branch not in branches:
-            branches.append(branch)
-    return tuple(branches)
+    base = pctx.cfg.patrol.base_branch
+    return expected_branches(mainline, base_branch=base, titles=titles, override=override)
 
 
 def _base(
@@ -290,14 +281,11 @@ def _base(
     override: str | None,
     tips: dict[str, str] | None,
 ) -> str | None:
-    """A task's base: its expected branch's tip, or the base branch's for a branch not yet
-    made (a feature branch starts there); None when unknown."""
+    """A task's base: its expected branch's tip (``core.discipline.base_commit``)."""
     if not tips:
         return None
-    for branch in _expected_branches(pctx, inst, [task.title or task.id], override):
-        if branch in tips:
-            return tips[branch]
-    return tips.get(pctx.cfg.patrol.base_branch)
+    branches = _expected_branches(pctx, inst, [task.title or task.id], override)
+    return base_commit(tips, branches, pctx.cfg.patrol.base_branch)
 
 
 def _budget_wait(name: str, task: Task, why: str) -> Action:
