@@ -82,6 +82,13 @@ class RepositoryConfig:
     url: str = ""  # a git remote URL or a local path; "" = tasks are done on the agent's word
     commit_url: str = ""  # the page's link for a commit, "{commit}" stands for its hash
     fetch_timeout_seconds: float = 60.0
+    # Green (issue 37): a shell command run on the claimed commit in a throw-away worktree of
+    # the mirror ("" = none), its bound, and how often a failure goes back to the session.
+    check_command: str = ""
+    check_timeout_seconds: float = 600.0
+    check_retries: int = 1
+    # Globs of paths a task's commits must not touch to be done automatically (tests/**).
+    locked_paths: tuple[str, ...] = ()
 
     def secrets(self) -> tuple[str, ...]:
         """A token in the URL (``https://user:TOKEN@host/...``, or ``https://TOKEN@host/...``)."""
@@ -473,7 +480,7 @@ def parse_config(raw: Any, *, path: Path, env: Mapping[str, str]) -> Config:
 
 
 def _parse_repository(r: _Reader) -> RepositoryConfig:
-    """project.repository, project.commit_url and project.fetch_timeout_seconds."""
+    """project.repository, commit_url, fetch_timeout_seconds and the checks of done work."""
     url = (r.get("repository", (str,), "") or "").strip()
     if url.startswith("-"):
         raise r.fail("repository", "must be a git URL or a path, not an option")
@@ -490,7 +497,32 @@ def _parse_repository(r: _Reader) -> RepositoryConfig:
         if "{commit}" not in commit_url:
             raise r.fail("commit_url", "must hold {commit} where the hash goes")
     timeout = float(r.num("fetch_timeout_seconds", 60.0, minimum=1))
-    return RepositoryConfig(url=url, commit_url=commit_url, fetch_timeout_seconds=timeout)
+    check = r.get("check_command", (str,), "") or ""
+    if check and not check.strip():
+        raise r.fail("check_command", "must not be blank (leave it out for no check)")
+    check_timeout = float(r.num("check_timeout_seconds", 600.0, minimum=1))
+    retries = int(r.num("check_retries", 1, integer=True))
+    locked = r.strings("locked_paths")
+    for i, glob in enumerate(locked):
+        name = f"locked_paths[{i}]"
+        if not glob.strip():
+            raise r.fail(name, "must not be empty")
+        if glob.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:", glob):
+            raise r.fail(name, f"must be relative to the repository's root, got {glob!r}")
+        if ".." in glob.replace("\\", "/").split("/"):
+            raise r.fail(name, f"must not climb out of the repository with '..', got {glob!r}")
+    if (check or locked) and not url:
+        what = "check_command" if check else "locked_paths"
+        raise r.fail(what, "needs project.repository (the commits it judges are read there)")
+    return RepositoryConfig(
+        url=url,
+        commit_url=commit_url,
+        fetch_timeout_seconds=timeout,
+        check_command=check.strip(),
+        check_timeout_seconds=check_timeout,
+        check_retries=retries,
+        locked_paths=tuple(g.strip() for g in locked),
+    )
 
 
 def _model_id(r: _Reader, name: str, value: str) -> str:

@@ -26,7 +26,7 @@ import bisect
 import hashlib
 import re
 import unicodedata
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Literal
@@ -142,6 +142,35 @@ def pushed_branch(
     if m is None or any(c in m.group(0) for c in "<>{}"):
         return None  # an override that names no branch (or a placeholder we cannot fill)
     return m.group(0)
+
+
+def expected_branches(
+    mainline: bool, *, base_branch: str, titles: Sequence[str], override: str | None = None
+) -> tuple[str, ...]:
+    """Every branch the discipline named for a task called by any of ``titles`` (the task's
+    own, its session's); () when an override names no branch (any branch then)."""
+    policy: BranchPolicy = "mainline" if mainline else "branch"
+    branches: list[str] = []
+    for title in titles:
+        branch = pushed_branch(
+            policy, base_branch=base_branch, slug=slugify(title), override=override
+        )
+        if branch is None:
+            return ()
+        if branch not in branches:
+            branches.append(branch)
+    return tuple(branches)
+
+
+def base_commit(
+    tips: Mapping[str, str], branches: Sequence[str], base_branch: str
+) -> str | None:
+    """A task's base (issue 37): its expected branch's tip, or for a branch not made yet (a
+    feature branch starts there) the base branch's; None when neither is known."""
+    for branch in branches:
+        if branch in tips:
+            return tips[branch]
+    return tips.get(_base_name(base_branch))
 
 
 def strip_discipline(text: str) -> str:

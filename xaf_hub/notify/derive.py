@@ -170,6 +170,7 @@ def _session_events(cycle: Cycle, inputs: Inputs, at: str, people: bool = True) 
                     a.session,
                     a.title,
                     a.task,
+                    {"judged": a.detail} if a.detail else {},
                 )
             )
     if not people:

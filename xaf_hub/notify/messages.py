@@ -19,7 +19,10 @@ _DETAIL_CHARS = 300
 
 CATALOGUE: dict[str, dict[str, tuple[str, str]]] = {
     "en": {
-        "task_done": ("Task done: {title}", "Task {task} finished in its session on {instance}."),
+        "task_done": (
+            "Task done: {title}",
+            "Task {task} finished in its session on {instance}.{judged}",
+        ),
         "task_parked": (
             "Task parked: {title}",
             "Task {task} is parked and waits for a person ({attempts} failed attempt(s)): "
@@ -79,7 +82,7 @@ CATALOGUE: dict[str, dict[str, tuple[str, str]]] = {
         ),
     },
     "zh": {
-        "task_done": ("任务完成:{title}", "任务 {task} 已在 {instance} 上的会话中完成。"),
+        "task_done": ("任务完成:{title}", "任务 {task} 已在 {instance} 上的会话中完成。{judged}"),
         "task_parked": (
             "任务搁置:{title}",
             "任务 {task} 已搁置,等人处理(失败 {attempts} 次):{error}\n"
@@ -200,6 +203,8 @@ def _fields(event: Event, lang: str, tz: tzinfo) -> dict[str, Any]:
         "family": data.get("family") or unknown,
         "until": _local(str(data.get("until") or ""), tz),
         "reason": _cut(str(data.get("reason") or unknown), _DETAIL_CHARS),
+        # Which rule made it done (issue 37): "verified: commit ... (new work...; check: passed)".
+        "judged": "\n" + _cut(str(data["judged"]), _DETAIL_CHARS) if data.get("judged") else "",
         "day": data.get("day") or "",
         "done": counts.get("task_done", 0),
         "parked": counts.get("task_parked", 0),

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from xaf_hub.core.discipline import base_commit, expected_branches
 from xaf_hub.core.records import SessionRecord
 from xaf_hub.errors import ApiError, BusyError, UnreachableError
 from xaf_hub.fleet.scan import InstanceScan, scan_fleet
@@ -26,6 +27,7 @@ from xaf_hub.ops.models import choose_model
 from xaf_hub.ops.planner import DispatchRequest, InstanceView, MatchEvidence, Plan, plan_dispatch
 from xaf_hub.ops.send import SendResult, build_prompt, send_work
 from xaf_hub.store.backlog import ManualRecord
+from xaf_hub.store.repository import GitFailed, Mirror
 from xaf_hub.store.tasks import Task
 
 
@@ -60,6 +62,7 @@ class Prepared:
     model: str | None
     prompt: str
     warnings: tuple[str, ...] = ()
+    base: str | None = None  # the expected branch's tip for a new session's row (issue 37)
 
 
 @dataclass(frozen=True)
@@ -166,7 +169,7 @@ async def prepare(ops: OpsContext, order: DispatchOrder) -> Prepared:
         )
     prompt = build_prompt(ops, plan.instance, req.text, plan.title, override)
     view = next(v for v in views if v.inst.name == plan.instance.name)
-    return Prepared(plan, view, model, prompt, tuple(warnings))
+    return Prepared(plan, view, model, prompt, tuple(warnings), _base(ops, plan, req, override))
 
 
 async def send_prepared(
@@ -187,7 +190,12 @@ async def send_prepared(
         if order.record:
             recorded.append(
                 backlog.record_manual_dispatch(
-                    req.text, session_id, plan.instance.name, prep.model, utc_now()
+                    req.text,
+                    session_id,
+                    plan.instance.name,
+                    prep.model,
+                    utc_now(),
+                    base=prep.base,
                 )
             )
 
@@ -206,6 +214,26 @@ async def send_prepared(
             take_back(ops, rec, exc, warn)
         raise
     return Dispatched(result, recorded[0].task.id if recorded else "", baseline, result.warnings)
+
+
+def _base(ops: OpsContext, plan: Plan, req: DispatchRequest, override: str | None) -> str | None:
+    """A new row's base from the hub's mirror as it stands (no fetch: a dispatch does not wait
+    for the remote); None without a repository, a mirror or a readable one: "base unknown"."""
+    cfg = ops.cfg
+    if not cfg.repository.url or plan.action != "create":
+        return None
+    mirror = Mirror(cfg.repository.url, cfg.state_dir, secrets=cfg.repository.secrets())
+    try:
+        tips = mirror.known_tips()
+    except (GitFailed, OSError):
+        return None
+    mainline = plan.instance.branch_policy == "mainline"
+    base_branch = cfg.patrol.base_branch
+    titles = [plan.title or req.text]
+    branches = expected_branches(
+        mainline, base_branch=base_branch, titles=titles, override=override
+    )
+    return base_commit(tips, branches, base_branch)
 
 
 def take_back(

@@ -75,6 +75,7 @@ class DoneTask:
     commit: str = ""  # the short hash; "" when not verified
     url: str = ""  # project.commit_url filled in, for a verified commit only
     verified: bool = False
+    judged: str = ""  # which rule decided (new work, check passed...), issue 37
 
 
 # How many done tasks the panel lists.
@@ -93,9 +94,10 @@ def done_tasks(tasks: Sequence[Any], commit_url: str) -> tuple[DoneTask, ...]:
     for t in done[:DONE_SHOWN]:
         if t.verified and t.commit:
             url = commit_url.replace("{commit}", quote(t.commit, safe="")) if commit_url else ""
-            out.append(DoneTask(clean(t.title), t.commit[:7], url, True))
+            judged = clean(getattr(t, "judged", None) or "")
+            out.append(DoneTask(clean(t.title), t.commit[:7], url, True, judged))
         else:
-            out.append(DoneTask(clean(t.title)))
+            out.append(DoneTask(clean(t.title), judged=clean(getattr(t, "judged", None) or "")))
     return tuple(out)
 
 

@@ -47,6 +47,7 @@ SECTIONS: tuple[tuple[str, str, str], ...] = (
     ("done", "tasks_done", "Tasks done (fill_slots)"),
     ("requeue", "tasks_requeued", "Tasks sent back to the pool (fill_slots)"),
     ("keep", "tasks_kept", "Dispatched tasks left as they are (fill_slots)"),
+    ("retry", "sent_back", "Sent back to their session: the project's check failed (fill_slots)"),
     ("person", "needs_person", "Needs a person (the patrol leaves these alone)"),
     ("answer", "answered", "Requests answered by a rule (permissions)"),
     ("dispatch", "dispatched", "Dispatched (fill_slots)"),

@@ -8,19 +8,29 @@ With ``project.repository`` a "done" is only the agent's word until ``settle_cla
 weighed what the repository mirror found (``store.repository``): the claimed commit on the
 expected branch -> done and verified; missing, ambiguous or never named -> kept for a person;
 the remote unreadable -> kept, checked again next round.
+
+Issue 37 adds which rule decided (``Settlement.judged``): new work (the commit was not on the
+branch when the task was sent), or "base unknown" for a task sent before bases were recorded
+(judged as before: on the branch is enough); a claim of old work, a locked path touched, or a
+commit already credited to another task -> kept for a person. ``settle_check`` then weighs the
+project's check: passed -> done; failed -> back to the same session while retries last
+(action ``retry``), then kept for a person with the output's end.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
+from xaf_hub.core.commits import short
 from xaf_hub.core.records import SessionRecord
 from xaf_hub.core.runstate import LastRun, classify_error, error_text
+from xaf_hub.core.text import shorten
 from xaf_hub.store.backlog import Task, parse_instant
-from xaf_hub.store.repository import Check
+from xaf_hub.store.repository import Check, CheckRun
 
 # A prompt with no answer after this long was refused (e.g. a model the server does not know);
 # the patrol reads ``patrol.no_answer_grace_seconds`` (this is its default).
@@ -83,7 +93,7 @@ class Sighting:
 class Settlement:
     """What to do with a dispatched task."""
 
-    action: Literal["keep", "done", "requeue"]
+    action: Literal["keep", "done", "requeue", "retry"]
     infrastructure: bool = False
     reason: str = ""
     person: bool = False  # kept because a person decided: listed under "needs a person"
@@ -91,6 +101,8 @@ class Settlement:
     model_named: bool = False  # the failure names the model: try the next one first
     commit: str = ""  # done: the commit found on the repository (full hash)
     verified: bool | None = None  # done: True when found there; None when nobody looked
+    judged: str = ""  # which rule decided (new work, check passed, locked path...), one line
+    check: CheckRun | None = None  # the project's check, when it ran this round
 
 
 def _age(task: Task, now: datetime) -> timedelta | None:
@@ -182,17 +194,99 @@ def _settle(
     return Settlement("requeue", infra, reason, model_named=infra and names_model(run.error))
 
 
-def settle_claim(verdict: Settlement, check: Check | None) -> Settlement:
+def settle_claim(
+    verdict: Settlement, check: Check | None, credited_to: str = "", where: str = ""
+) -> Settlement:
     """Weigh a "done" against the repository (pure); ``check`` None: no repository set.
 
-    Only a commit found on the expected branch makes it done. A claim that is missing,
-    ambiguous or absent keeps the task for a person (``backlog set ID --status done`` is
-    their override); a remote that did not answer keeps it as it is for the next round.
+    Only a new commit found on the expected branch (``where``), credited to no other task
+    (``credited_to``: the task that has it), makes it done. A claim that is missing, ambiguous,
+    absent, old work, touching a locked path or already credited keeps the task for a person
+    (``backlog set ID --status done`` is their override); a remote that did not answer keeps
+    it as it is for the next round.
     """
     if verdict.action != "done" or check is None:
         return verdict
     if check.state == "verified":
-        return Settlement("done", commit=check.commit, verified=True)
+        if credited_to:
+            reason = f"commit {short(check.commit)} is already credited to {credited_to}"
+            return Settlement(
+                "keep", reason=f"not verified: {reason}", person=True, judged="already credited"
+            )
+        on = f" on {where}" if where else ""
+        if check.base_known:
+            count = len(check.new)
+            judged = f"new work: {count} commit{'s' if count != 1 else ''}{on} after its base"
+        else:
+            judged = f"base unknown: commit {short(check.commit)}{on} (sent before bases)"
+        return Settlement("done", commit=check.commit, verified=True, judged=judged)
     if check.state == "unreachable":
         return Settlement("keep", reason=f"waiting for verification: {check.reason}")
-    return Settlement("keep", reason=f"not verified: {check.reason}", person=True)
+    rule = _RULES.get(check.state, "claim not found")
+    return Settlement("keep", reason=f"not verified: {check.reason}", person=True, judged=rule)
+
+
+_RULES = {
+    "old": "not new work",
+    "locked": "locked path",
+    "ambiguous": "claim ambiguous",
+    "no_claim": "no claim",
+}
+
+
+def settle_check(verdict: Settlement, run: CheckRun | None, task: Task, retries: int) -> Settlement:
+    """Weigh the project's check of a verified commit (pure); ``run`` None: no check set.
+
+    Passed: done, ``check: passed``. Failed: back to its session (``retry``) while fewer
+    than ``retries`` failures went back already; then kept for a person with the output's end.
+    A commit whose check already failed with no retry left is not run again (``run`` None,
+    the task's own record says it failed): still a person's.
+    """
+    if verdict.action != "done" or not verdict.verified:
+        return verdict
+    if run is None:
+        stale = task.check == "failed" and task.check_commit == verdict.commit
+        if stale and (task.check_retries or 0) >= retries:
+            return _check_failed_for_person(verdict, task.check_output or "", None)
+        return verdict
+    if run.passed:
+        return dataclasses.replace(verdict, judged=f"{verdict.judged}; check: passed", check=run)
+    used = task.check_retries or 0
+    if used < retries:
+        exit_said = "ran out of time" if run.code is None else f"exit {run.code}"
+        return Settlement(
+            "retry",
+            reason=f"check failed on commit {short(verdict.commit)} ({exit_said}); "
+            f"sent back to its session (retry {used + 1} of {retries})",
+            commit=verdict.commit,
+            judged=f"check: failed ({exit_said}), sent back",
+            check=run,
+        )
+    return _check_failed_for_person(verdict, run.tail, run)
+
+
+def _check_failed_for_person(verdict: Settlement, tail: str, run: CheckRun | None) -> Settlement:
+    last = shorten(tail.strip().splitlines()[-1], 160) if tail.strip() else "no output"
+    exit_said = ""
+    if run is not None:
+        exit_said = " (ran out of time)" if run.code is None else f" (exit {run.code})"
+    return Settlement(
+        "keep",
+        reason=f"not verified: check failed on commit {short(verdict.commit)}{exit_said}: {last}",
+        person=True,
+        commit=verdict.commit,
+        judged="check: failed",
+        check=run,
+    )
+
+
+def retry_text(command: str, commit: str, run: CheckRun) -> str:
+    """What a session is told when the project's check failed on its commit (pure)."""
+    said = "ran out of time" if run.code is None else f"exited with {run.code}"
+    return (
+        f"The project's check (`{command}`) {said} on your commit {short(commit)}, so the task "
+        "is not done yet. The end of its output:\n\n```\n"
+        f"{run.tail.replace('```', '` ` `')}\n```\n\n"
+        "Fix the cause (do not change the tests or the check to make it pass), commit, push, "
+        "and report the new commit hash."
+    )

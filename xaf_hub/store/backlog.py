@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -210,8 +210,12 @@ class TaskPool(abc.ABC):
         instance: str,
         model: str | None,
         now: datetime,
+        *,
+        base: str | None = None,
     ) -> Task:
         """Mark ``planned`` dispatched only if its row is still exactly ``planned``.
+
+        ``base`` is the expected branch's tip now (issue 37): only commits newer count for it.
 
         The patrol plans from a read of the pool and sends later; a person may have changed
         the row meanwhile (marked it done, or dispatched by hand). Then TaskChanged is raised,
@@ -222,7 +226,7 @@ class TaskPool(abc.ABC):
             current = data.get(planned.id)
             if current != planned or current.status != "pending":
                 raise TaskChanged(planned.id, current)
-            fields = _dispatched(session_id, instance, model, now)
+            fields = _dispatched(session_id, instance, model, now, base)
             return data.replace(dataclasses.replace(current, status="dispatched", **fields))
 
         return self.update(mutate)
@@ -235,8 +239,12 @@ class TaskPool(abc.ABC):
         commit: str | None = None,
         verified: bool | None = None,
         expected: Task | None = None,
+        judged: str | None = None,
+        check: Mapping[str, Any] | None = None,
     ) -> Task:
         """Record that a task's session finished cleanly (and the commit found for it, if any).
+
+        ``judged`` names the rule that decided; ``check`` the check fields (``note_check``).
 
         With ``expected`` (the row the patrol judged, before a verification that may take the
         fetch's whole time) the row is marked only if it is still exactly that row; a person's
@@ -255,8 +263,29 @@ class TaskPool(abc.ABC):
                     infra_failures=0,
                     commit=commit,
                     verified=verified,
+                    judged=judged,
+                    **(check or {}),
                 )
             )
+
+        return self.update(mutate)
+
+    def note_check(self, expected: Task, **fields: Any) -> Task:
+        """Write what the verification found on a row still exactly ``expected`` (else
+        TaskChanged: a person's change stands): ``judged``, ``check``, ``check_commit``,
+        ``check_output``, ``check_retries``, and ``dispatched_at`` when it goes back to its
+        session."""
+        allowed = {"judged", "check", "check_commit", "check_output", "check_retries"}
+        allowed.add("dispatched_at")
+        unknown = set(fields) - allowed
+        if unknown:
+            raise ValueError(f"note_check: not a verification field: {sorted(unknown)}")
+
+        def mutate(data: BacklogData) -> Task:
+            old = data.require(expected.id)
+            if old != expected:
+                raise TaskChanged(expected.id, old)
+            return data.replace(dataclasses.replace(old, **fields))
 
         return self.update(mutate)
 
@@ -348,12 +377,15 @@ class TaskPool(abc.ABC):
         instance: str,
         model: str | None,
         now: datetime,
+        *,
+        base: str | None = None,
     ) -> ManualRecord:
         """Record a manual ``dispatch`` so the pool matches what really runs: one row per work.
 
         When a row already stands for this session (a steer, or a restart of an idle
         session), the prompt is added to that row's ``prompts`` and the row is dispatched
-        again; otherwise a new row is added, titled by the text's first line.
+        again; otherwise a new row is added, titled by the text's first line, with ``base``
+        (the expected branch's tip, issue 37).
         """
         stamp = format_instant(now)
 
@@ -377,7 +409,7 @@ class TaskPool(abc.ABC):
                 prompt=prompt,
                 prompts=(prompt,),
                 created_at=stamp,
-                **_dispatched(session_id, instance, model, now),
+                **_dispatched(session_id, instance, model, now, base),
             )
             return ManualRecord(data.append(task), True)
 
@@ -447,9 +479,13 @@ class Backlog(TaskPool):
         )
 
 
-def _dispatched(session_id: str, instance: str, model: str | None, now: datetime) -> dict[str, Any]:
+def _dispatched(
+    session_id: str, instance: str, model: str | None, now: datetime, base: str | None = None
+) -> dict[str, Any]:
     """The fields of a row just sent to a new session (no person has steered it yet)."""
     return {
+        **_unjudged(),
+        "base": base,
         "session_id": session_id,
         "dispatched_at": format_instant(now),
         "dispatched_to": instance,
@@ -460,9 +496,22 @@ def _dispatched(session_id: str, instance: str, model: str | None, now: datetime
     }
 
 
+def _unjudged() -> dict[str, Any]:
+    """The verification fields of a row whose work starts afresh (issue 37)."""
+    return {
+        "base": None,
+        "judged": None,
+        "check": None,
+        "check_commit": None,
+        "check_output": None,
+        "check_retries": None,
+    }
+
+
 def _undispatched() -> dict[str, Any]:
     """The fields of a row back in the pool: its old session no longer stands for it."""
     return {
+        **_unjudged(),
         "session_id": None,
         "dispatched_at": None,
         "dispatched_to": None,

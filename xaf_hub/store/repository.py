@@ -8,11 +8,24 @@ to prompt. Each fetch runs in its own process group under a time bound, so a rem
 not answer costs at most ``fetch_timeout_seconds`` and leaves no git process behind. A lock
 beside the mirror keeps two hub processes from fetching into it at once.
 
+No secret in a process list (issue 37): a user name and password (or token) in an http(s) URL
+never reach git's command line, where any local user reads them (``ps``, ``/proc/*/cmdline``)
+for as long as a fetch runs. git is given the URL without them, and they reach it through its
+environment (readable by the same user only): a credential helper set with ``GIT_CONFIG_*``
+that prints ``$XAF_HUB_GIT_USERNAME`` / ``$XAF_HUB_GIT_PASSWORD`` when git asks.
+
 ``Mirror.check`` answers for one task: each claimed hash is resolved among the mirror's commits
 (none: missing; more than one: ambiguous) and must be reachable from the expected branch's tip
 (``git merge-base --is-ancestor``; any branch when none is expected). A commit that was
 fetched once and then force-pushed away still resolves, but is no longer reachable: not
 verified. Every reason this module gives is redacted with the URL's own secrets.
+
+New work only (issue 37): with the task's ``base`` (the expected branch's tip when it was
+sent, ``tips``) a claimed commit already reachable from that base does not count; when none
+is new the claim is ``old``. With ``locked`` globs, a claim whose diff from the base (``git
+diff base...commit``; base unknown: each new commit's own change) touches a locked path is
+``locked``. ``run_check`` runs the project's check command on a commit in a throw-away
+worktree of the mirror.
 """
 
 from __future__ import annotations
@@ -20,20 +33,24 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
+from urllib.parse import unquote, urlsplit, urlunsplit
 
-from xaf_hub.core.commits import short
+from xaf_hub.core.commits import locked_paths, short
 from xaf_hub.core.text import redact
 from xaf_hub.errors import BusyError
 from xaf_hub.store.statefile import file_lock
 
-CheckState = Literal["verified", "missing", "ambiguous", "no_claim", "unreachable"]
+CheckState = Literal["verified", "missing", "ambiguous", "no_claim", "unreachable", "old", "locked"]
 
 # Local git calls (rev-parse, merge-base) on the mirror are quick; this bounds a broken disk.
 _LOCAL_TIMEOUT = 30.0
@@ -86,6 +103,19 @@ class Check:
     state: CheckState
     commit: str = ""
     reason: str = ""
+    new: tuple[str, ...] = ()  # verified: the claimed commits not reachable from the base
+    base_known: bool = False  # verified: the base was known (else judged as before issue 37)
+    paths: tuple[str, ...] = ()  # locked: the locked paths the commits touch
+
+
+@dataclass(frozen=True)
+class CheckRun:
+    """The project's check command on one commit: passed (exit 0), the exit, the output's end."""
+
+    passed: bool
+    code: int | None  # None: it ran out of time and was killed
+    tail: str
+    seconds: float
 
 
 class GitFailed(Exception):
@@ -96,6 +126,45 @@ def mirror_path(state_dir: Path, url: str) -> Path:
     """Where the mirror of ``url`` lives: one per URL, so a changed URL starts afresh."""
     digest = hashlib.sha256(url.encode("utf-8")).hexdigest()[:16]
     return state_dir / "repository" / f"{digest}.git"
+
+
+# git runs a "!" credential helper through its shell; the secret stays in the environment.
+_HELPER = (
+    '!f() { test "$1" = get && printf "username=%s\\npassword=%s\\n" '
+    '"$XAF_HUB_GIT_USERNAME" "$XAF_HUB_GIT_PASSWORD"; }; f'
+)
+
+
+def split_credentials(url: str) -> tuple[str, dict[str, str]]:
+    """The URL git may see (no user name or password) and the environment that carries them.
+
+    Only http(s) URLs carry a secret in that place; any other URL is returned as it is.
+    ``https://TOKEN@host/x.git`` is a token as the user name with an empty password.
+    """
+    parts = urlsplit(url) if "://" in url else None
+    if parts is None or parts.scheme not in ("http", "https") or "@" not in parts.netloc:
+        return url, {}
+    host = parts.netloc.rsplit("@", 1)[1]
+    bare = urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment))
+    user, password = unquote(parts.username or ""), unquote(parts.password or "")
+    first = _config_count()
+    env = {
+        "XAF_HUB_GIT_USERNAME": user,
+        "XAF_HUB_GIT_PASSWORD": password,
+        # An empty helper first: the user's own helpers are not asked for this remote.
+        f"GIT_CONFIG_KEY_{first}": "credential.helper",
+        f"GIT_CONFIG_VALUE_{first}": "",
+        f"GIT_CONFIG_KEY_{first + 1}": "credential.helper",
+        f"GIT_CONFIG_VALUE_{first + 1}": _HELPER,
+        "GIT_CONFIG_COUNT": str(first + 2),
+    }
+    return bare, env
+
+
+def _config_count() -> int:
+    """How many ``GIT_CONFIG_*`` entries the hub's own environment already holds."""
+    raw = os.environ.get("GIT_CONFIG_COUNT", "0")
+    return int(raw) if raw.isdigit() else 0
 
 
 def remote_name(branches: Sequence[str]) -> str:
@@ -124,7 +193,13 @@ class Mirror:
 
     # -- git ---------------------------------------------------------------------------------
 
-    def _git(self, *args: str, timeout: float = _LOCAL_TIMEOUT, ok: Sequence[int] = (0,)) -> str:
+    def _git(
+        self,
+        *args: str,
+        timeout: float = _LOCAL_TIMEOUT,
+        ok: Sequence[int] = (0,),
+        extra_env: dict[str, str] | None = None,
+    ) -> str:
         """Run git on the mirror; its stdout, or GitFailed (redacted) on any other exit."""
         env = {
             **os.environ,
@@ -134,6 +209,7 @@ class Mirror:
             "GCM_INTERACTIVE": "never",
             "GIT_SSH_COMMAND": os.environ.get("GIT_SSH_COMMAND", "ssh -o BatchMode=yes"),
             "LC_ALL": "C",
+            **(extra_env or {}),
         }
         env.pop("GIT_DIR", None)
         env.pop("GIT_WORK_TREE", None)
@@ -192,6 +268,7 @@ class Mirror:
         if not (self.path / "HEAD").is_file():
             self.path.mkdir(parents=True, exist_ok=True)
             self._git("init", "--bare", "--quiet")
+        url, env = split_credentials(self.url)
         self._git(
             "fetch",
             "--quiet",
@@ -199,9 +276,10 @@ class Mirror:
             "--no-tags",
             "--no-write-fetch-head",
             "--",
-            self.url,
+            url,
             "+refs/heads/*:refs/heads/*",
             timeout=self.timeout,
+            extra_env=env,
         )
 
     def resolve(self, claim: str) -> list[str]:
@@ -228,8 +306,36 @@ class Mirror:
 
     # -- a task's claim ----------------------------------------------------------------------
 
-    def check_all(self, wanted: Sequence[tuple[Sequence[str], Sequence[str]]]) -> list[Check]:
-        """Fetch once, then judge each (claimed hashes, expected branches; none: any branch).
+    def tips(self) -> dict[str, str]:
+        """Fetch, then every branch's tip (full hash): the bases of tasks sent now."""
+        with self._locked():
+            self._fetch()
+            return self._tips()
+
+    def known_tips(self) -> dict[str, str]:
+        """Every branch's tip as of the last fetch, without fetching ({} before the first).
+
+        For a manual dispatch, which should not wait for the remote: a base this old counts
+        more commits as new than one fetched now, never fewer. git updates refs atomically,
+        so no lock is needed to read them.
+        """
+        if not (self.path / "HEAD").is_file():
+            return {}
+        return self._tips()
+
+    def _tips(self) -> dict[str, str]:
+        out = self._git("for-each-ref", "--format=%(refname:short) %(objectname)", "refs/heads/")
+        pairs = (line.split() for line in out.splitlines() if line.strip())
+        return {p[0]: p[1] for p in pairs if len(p) == 2}
+
+    def check_all(
+        self,
+        wanted: Sequence[tuple[Sequence[str], Sequence[str]]],
+        bases: Sequence[str | None] = (),
+        locked: Sequence[str] = (),
+    ) -> list[Check]:
+        """Fetch once, then judge each (claimed hashes, expected branches; none: any branch),
+        against its base (``bases``, aligned with ``wanted``; None: unknown) and ``locked``.
 
         The remote unreadable (no answer in time, refused, the lock held too long): every
         answer is ``unreachable`` with the reason, and nothing is decided on it.
@@ -237,12 +343,21 @@ class Mirror:
         try:
             with self._locked():
                 self._fetch()
-                return [self._check(claims, branches) for claims, branches in wanted]
+                return [
+                    self._check(claims, branches, bases[i] if i < len(bases) else None, locked)
+                    for i, (claims, branches) in enumerate(wanted)
+                ]
         except (GitFailed, BusyError, OSError) as exc:
             reason = redact(f"repository not checked: {exc}", self.secrets)
             return [Check("unreachable", reason=reason) for _ in wanted]
 
-    def _check(self, claims: Sequence[str], branches: Sequence[str]) -> Check:
+    def _check(
+        self,
+        claims: Sequence[str],
+        branches: Sequence[str],
+        base: str | None = None,
+        locked: Sequence[str] = (),
+    ) -> Check:
         where = remote_name(branches)
         if not claims:
             return Check(
@@ -255,7 +370,7 @@ class Mirror:
                 "missing",
                 reason=f"claimed commit {short(claims[-1])} is not on {where}: no such branch",
             )
-        last = ""
+        commits: list[str] = []
         for claim in claims:
             found = self.resolve(claim)
             if len(found) > 1:
@@ -266,8 +381,146 @@ class Mirror:
                 )
             if not found or not any(self.reachable(found[0], h) for h in heads):
                 return Check("missing", reason=f"claimed commit {short(claim)} is not on {where}")
-            last = found[0]
-        return Check("verified", commit=last)
+            commits.append(found[0])
+        based = bool(base) and self.resolve(base or "") == [base]
+        new = commits
+        if based:
+            assert base is not None
+            new = [c for c in commits if not self._is_ancestor(c, base)]
+            if not new:
+                return Check(
+                    "old",
+                    reason=f"claimed commit {short(commits[-1])} was already on {where} when "
+                    f"the task was sent (base {short(base)}): not new work",
+                )
+        last = new[-1]
+        if locked:
+            if based:
+                assert base is not None
+                changed = self._lines("diff", "--name-only", "--no-renames", f"{base}...{last}")
+            else:
+                changed = []
+                for c in new:
+                    changed += self._lines(
+                        "diff-tree", "-r", "--root", "--no-commit-id", "--name-only", c
+                    )
+            hit = locked_paths(sorted(set(changed)), locked)
+            if hit:
+                shown = ", ".join(hit[:10]) + (
+                    f" and {len(hit) - 10} more" if len(hit) > 10 else ""
+                )
+                return Check(
+                    "locked",
+                    commit=last,
+                    paths=hit,
+                    reason=f"commit {short(last)} touches locked paths: {shown}",
+                )
+        return Check("verified", commit=last, new=tuple(new), base_known=based)
+
+    def _is_ancestor(self, commit: str, of: str) -> bool:
+        return self._exit("merge-base", "--is-ancestor", commit, of) == 0
+
+    def _lines(self, *args: str) -> list[str]:
+        return [line.strip() for line in self._git(*args).splitlines() if line.strip()]
+
+    # -- the project's check -----------------------------------------------------------------
+
+    def run_check(self, commit: str, command: str, timeout: float) -> CheckRun:
+        """Run ``command`` (a shell command) on ``commit`` in a throw-away worktree.
+
+        It runs the project's code on this host, in its own process group (every process of it
+        goes at the bound or when it ends), with a small environment (no hub secrets), its
+        output (stdout and stderr) kept to the last lines. The worktree is removed afterwards.
+        GitFailed when the worktree cannot be made.
+        """
+        tmp = Path(tempfile.mkdtemp(prefix="xaf-hub-check-"))
+        work = tmp / "work"
+        try:
+            with self._locked():
+                self._git("worktree", "add", "--detach", "--quiet", str(work), commit)
+            return _run_shell(command, work, timeout, commit, self.secrets)
+        finally:
+            with contextlib.suppress(GitFailed, BusyError, OSError), self._locked():
+                self._git("worktree", "remove", "--force", str(work), ok=(0, 128))
+                self._git("worktree", "prune")
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+# What a check command is given of the hub's environment: enough to find its tools, never the
+# hub's own secrets (webhook URLs, passwords and tokens live in its environment too).
+_CHECK_ENV = (
+    "PATH",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "LANG",
+    "LC_ALL",
+    "TMPDIR",
+    "TEMP",
+    "TMP",
+    "SYSTEMROOT",
+    "COMSPEC",
+    "PATHEXT",
+)
+TAIL_LINES = 40
+TAIL_CHARS = 4000
+
+
+def _run_shell(
+    command: str, cwd: Path, timeout: float, commit: str, secrets: Sequence[str]
+) -> CheckRun:
+    env = {k: os.environ[k] for k in _CHECK_ENV if k in os.environ}
+    env["XAF_HUB_CHECK_COMMIT"] = commit
+    started = time.monotonic()
+    with tempfile.TemporaryFile() as out:
+        if sys.platform == "win32":
+            argv = [os.environ.get("COMSPEC", "cmd.exe"), "/d", "/c", command]
+            proc = subprocess.Popen(
+                argv,
+                cwd=cwd,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                creationflags=subprocess.CREATE_NEW_PROCESS_GROUP,
+            )
+        else:
+            proc = subprocess.Popen(
+                ["/bin/sh", "-c", command],
+                cwd=cwd,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        code: int | None
+        try:
+            code = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            code = None
+        _end_group(proc)
+        out.seek(0)
+        text = out.read().decode("utf-8", "replace")
+    lines = text.rstrip().splitlines()[-TAIL_LINES:]
+    tail = "\n".join(lines)[-TAIL_CHARS:]
+    if code is None:
+        tail += f"\n(killed: no end within {timeout:g}s)"
+    return CheckRun(code == 0, code, redact(tail, secrets), time.monotonic() - started)
+
+
+def _end_group(proc: subprocess.Popen[bytes]) -> None:
+    """End the check's whole process group (what it left running too), then reap it."""
+    if sys.platform == "win32":
+        with contextlib.suppress(OSError):
+            subprocess.run(
+                ["taskkill", "/F", "/T", "/PID", str(proc.pid)], capture_output=True, check=False
+            )
+    else:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=10)
 
 
 class _NonZero(Exception):

@@ -86,12 +86,27 @@ _FIELD_TYPES: Final[dict[str, tuple[tuple[type, ...], bool]]] = {
     "avoid_models": ((list, tuple), False),
     "commit": (_STR, True),
     "verified": ((bool,), True),
+    "base": (_STR, True),
+    "judged": (_STR, True),
+    "check": (_STR, True),
+    "check_commit": (_STR, True),
+    "check_output": (_STR, True),
+    "check_retries": ((int,), True),
 }
 TASK_KEYS: Final = frozenset(_FIELD_TYPES)
 # Keys holding an array of strings (kept as tuples in the record).
 _LIST_KEYS: Final = ("depends_on", "prompts", "avoid_models")
 # Keys left out of the file while unset (null): the verification of a done task.
-_UNSET_OMITTED: Final = ("commit", "verified")
+_UNSET_OMITTED: Final = (
+    "commit",
+    "verified",
+    "base",
+    "judged",
+    "check",
+    "check_commit",
+    "check_output",
+    "check_retries",
+)
 _INSTANT_KEYS: Final = ("dispatched_at", "done_at", "not_before", "created_at", "steered_at")
 
 
@@ -173,7 +188,7 @@ def _check_field(key: str, value: object, *, allow_empty_id: bool = False) -> No
         raise _FieldProblem(key, f"expected one of {', '.join(PRIORITIES)}, got {value!r}")
     if key == "status" and value not in STATUSES:
         raise _FieldProblem(key, f"expected one of {', '.join(STATUSES)}, got {value!r}")
-    if key in ("attempts", "infra_failures") and cast(int, value) < 0:
+    if key in ("attempts", "infra_failures", "check_retries") and cast(int, value) < 0:
         raise _FieldProblem(key, f"must be 0 or more, got {value}")
     if key in _LIST_KEYS:
         for i, item in enumerate(cast(Sequence[object], value)):
@@ -228,6 +243,16 @@ class Task:
     # (True: found there; None: not checked, no repository configured or a person's word).
     commit: str | None = None
     verified: bool | None = None
+    # Issue 37: the expected branch's tip when the task was sent (its claims must be newer);
+    # which rule decided its "done" or its wait for a person (one line); the project's check
+    # of its claimed commit ("passed" / "failed"), that commit, the end of the check's output
+    # and how many times a failure went back to the session.
+    base: str | None = None
+    judged: str | None = None
+    check: str | None = None
+    check_commit: str | None = None
+    check_output: str | None = None
+    check_retries: int | None = None
     # Keys the hub does not know, kept verbatim so a rewrite never drops them.
     extra: Mapping[str, Any] = field(default_factory=dict, hash=False)
 

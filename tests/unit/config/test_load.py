@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -267,6 +268,27 @@ def test_project_repository(tmp_path: Path) -> None:
         assert set(secrets) <= set(cfg.secrets()) and cfg.repository.secrets() == secrets
 
 
+def test_project_checks_of_done_work(tmp_path: Path) -> None:
+    """check_command, its bound and retries, locked_paths: defaults, then as written."""
+    doc = base(project={"name": "shop", "repository": "/srv/origin.git"})
+    repo = load_config(write(tmp_path / "config.json", doc)).repository
+    assert (repo.check_command, repo.check_timeout_seconds, repo.check_retries) == ("", 600, 1)
+    assert repo.locked_paths == ()
+    doc["project"].update(
+        check_command=" make test ",
+        check_timeout_seconds=30,
+        check_retries=0,
+        locked_paths=["tests/**", " .ci/** "],
+    )
+    repo = load_config(write(tmp_path / "config.json", doc)).repository
+    assert (repo.check_command, repo.check_timeout_seconds, repo.check_retries) == (
+        "make test",
+        30,
+        0,
+    )
+    assert repo.locked_paths == ("tests/**", ".ci/**")
+
+
 @pytest.mark.parametrize(
     ("project", "message"),
     [
@@ -275,10 +297,22 @@ def test_project_repository(tmp_path: Path) -> None:
         ({"commit_url": "ftp://x/{commit}"}, "key 'project.commit_url': must be an http(s) URL"),
         ({"commit_url": "https://git.example/c/"}, "must hold {commit} where the hash goes"),
         ({"fetch_timeout_seconds": 0}, "key 'project.fetch_timeout_seconds': must be at least 1"),
+        ({"repository": "/o.git", "check_command": 7}, "key 'project.check_command': expected"),
+        ({"repository": "/o.git", "check_command": "  "}, "'project.check_command': must not be"),
+        ({"check_command": "make test"}, "'project.check_command': needs project.repository"),
+        ({"locked_paths": ["tests/**"]}, "'project.locked_paths': needs project.repository"),
+        ({"repository": "/o.git", "check_timeout_seconds": 0}, "check_timeout_seconds': must be"),
+        ({"repository": "/o.git", "check_retries": -1}, "'project.check_retries': must be at"),
+        ({"repository": "/o.git", "check_retries": 1.5}, "'project.check_retries': expected"),
+        ({"repository": "/o.git", "locked_paths": "tests/**"}, "'project.locked_paths': expected"),
+        ({"repository": "/o.git", "locked_paths": [""]}, "'project.locked_paths[0]': must not"),
+        ({"repository": "/o.git", "locked_paths": ["a", 3]}, "'project.locked_paths[1]': expected"),
+        ({"repository": "/o.git", "locked_paths": ["/etc/*"]}, "locked_paths[0]': must be relat"),
+        ({"repository": "/o.git", "locked_paths": ["a/../b"]}, "locked_paths[0]': must not climb"),
     ],
 )
 def test_project_repository_errors(tmp_path: Path, project: dict[str, Any], message: str) -> None:
-    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
+    with pytest.raises(ConfigError, match=re.escape(message)):
         load_config(write(tmp_path / "config.json", base(project={"name": "p", **project})))
 
 

@@ -15,9 +15,11 @@ from xaf_hub.core.discipline import (
     DISCIPLINE_MARKER,
     RESUME_PROMPT,
     BranchPolicy,
+    base_commit,
     compose_prompt,
     default_branch_policy,
     discipline_block,
+    expected_branches,
     pushed_branch,
     rewrite_branch_to_mainline,
     slugify,
@@ -589,3 +591,18 @@ def test_pushed_branch_is_the_branch_the_block_names() -> None:
         block = discipline_block(policy, base_branch="main", slug="fix-login")
         branch = pushed_branch(policy, base_branch="main", slug="fix-login")
         assert f"git push -u origin {branch}" in block or f"git push origin {branch}" in block
+
+
+def test_expected_branches_and_the_base_a_task_is_sent_from() -> None:
+    """Issue 37: the branch(es) the discipline named, and the tip recorded as the base."""
+    assert expected_branches(True, base_branch="origin/main", titles=["Fix it"]) == ("main",)
+    assert expected_branches(
+        False, base_branch="main", titles=["Add the export", "T-1 Add the export", "Add the export"]
+    ) == ("feature/add-the-export", "feature/t-1-add-the-export")
+    # An override that names no branch: any branch.
+    assert expected_branches(False, base_branch="main", titles=["x"], override="push it") == ()
+    tips = {"main": "a" * 40, "feature/x": "f" * 40}
+    assert base_commit(tips, ("feature/x",), "main") == "f" * 40  # the branch exists already
+    assert base_commit(tips, ("feature/new",), "origin/main") == "a" * 40  # starts at main
+    assert base_commit(tips, (), "main") == "a" * 40
+    assert base_commit({}, ("main",), "main") is None  # unknown: judged as before

@@ -3,6 +3,7 @@ messages, and doctor's webhook checks."""
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -416,3 +417,18 @@ def test_the_daily_summary_counts_what_waits_for_a_person() -> None:
     assert (summary.data["asking"], summary.data["running"]) == (1, 1)
     _, text = render(summary, language="en", project="p", page_url="", tz=UTC)
     assert "1 running, 1 waiting for a person" in text
+
+
+def test_a_task_done_notice_says_which_rule_decided() -> None:
+    """Issue 37: the chat says why the hub calls it done (new work, check passed)."""
+    detail = "verified: commit 0123456 on the repository (new work: 1 commit; check: passed)"
+    act = Action("fill_slots", "done", "ok", "lan-b", "s1", task="T-1", title="fix", detail=detail)
+    events = run_derive(cycle(actions=[act]), {})
+    [done] = [e for e in events if e.type == "task_done"]
+    assert done.data == {"judged": detail}
+    for lang in ("en", "zh"):
+        _, text = render(done, language=lang, project="p", page_url="", tz=UTC)
+        assert "check: passed" in text and "new work: 1 commit" in text
+    bare = dataclasses.replace(done, data={})
+    _, plain = render(bare, language="en", project="p", page_url="", tz=UTC)
+    assert plain == "Task T-1 finished in its session on lan-b."

@@ -274,7 +274,7 @@ def test_done_tasks_link_verified_commits_and_say_not_verified(tmp_path: Path) -
     pool = Backlog(cfg.backlog_path)
     for task in (
         Task(id="V", title="verified <b>one</b>", status="done", done_at="2026-11-30T09:00:00Z",
-             commit=full, verified=True),
+             commit=full, verified=True, judged="new work: 1 commit; check: passed"),
         Task(id="N", title="on its word", status="done", done_at="2026-11-30T09:10:00Z"),
         Task(id="P", title="still pending"),
     ):
@@ -287,12 +287,14 @@ def test_done_tasks_link_verified_commits_and_say_not_verified(tmp_path: Path) -
             "0123456",
             f"https://git.example/shop/commit/{full}?from=hub&x=<b>",
             True,
+            "new work: 1 commit; check: passed",
         ),
     )
     snap = Snapshot(generated_at=NOW_MS, instances=(), sessions=())
     html = report.render_html(snap, now_ms=NOW_MS, title="demo", autopilot=view)
     link = f'<a href="https://git.example/shop/commit/{full}?from=hub&amp;x=&lt;b&gt;"'
     assert link in html and "verified &lt;b&gt;one&lt;/b&gt;" in html
+    assert '<span class="muted judged">new work: 1 commit; check: passed</span>' in html
     assert 'data-verified="false"' in html and ">not verified</span>" in html
     assert "still pending" not in html.split('id="done"')[1].split("</ul>")[0]
 

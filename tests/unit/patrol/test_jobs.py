@@ -21,9 +21,9 @@ from xaf_hub.patrol.jobs.fill_slots import (
     session_title,
     settle,
 )
-from xaf_hub.patrol.settle import settle_claim
+from xaf_hub.patrol.settle import retry_text, settle_check, settle_claim
 from xaf_hub.store.backlog import Task, format_instant, is_blocked
-from xaf_hub.store.repository import Check
+from xaf_hub.store.repository import Check, CheckRun
 
 NOW = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
 NOW_MS = int(NOW.timestamp() * 1000)
@@ -501,7 +501,18 @@ def test_session_title_leads_with_the_id() -> None:
         (None, Settlement("done")),  # no project.repository: done on the agent's word
         (
             Check("verified", commit="a" * 40),
-            Settlement("done", commit="a" * 40, verified=True),
+            Settlement(
+                "done",
+                commit="a" * 40,
+                verified=True,
+                judged="base unknown: commit aaaaaaa (sent before bases)",
+            ),
+        ),
+        (
+            Check("verified", commit="a" * 40, new=("b" * 40, "a" * 40), base_known=True),
+            Settlement(
+                "done", commit="a" * 40, verified=True, judged="new work: 2 commits after its base"
+            ),
         ),
         (
             Check("missing", reason="claimed commit 0123456 is not on origin/main"),
@@ -509,18 +520,43 @@ def test_session_title_leads_with_the_id() -> None:
                 "keep",
                 reason="not verified: claimed commit 0123456 is not on origin/main",
                 person=True,
+                judged="claim not found",
             ),
         ),
         (
             Check("ambiguous", reason="claimed commit 0123456 is ambiguous"),
             Settlement(
-                "keep", reason="not verified: claimed commit 0123456 is ambiguous", person=True
+                "keep",
+                reason="not verified: claimed commit 0123456 is ambiguous",
+                person=True,
+                judged="claim ambiguous",
             ),
         ),
         (
             Check("no_claim", reason="no commit hash in the final answer"),
             Settlement(
-                "keep", reason="not verified: no commit hash in the final answer", person=True
+                "keep",
+                reason="not verified: no commit hash in the final answer",
+                person=True,
+                judged="no claim",
+            ),
+        ),
+        (
+            Check("old", reason="claimed commit 0123456 was already on origin/main"),
+            Settlement(
+                "keep",
+                reason="not verified: claimed commit 0123456 was already on origin/main",
+                person=True,
+                judged="not new work",
+            ),
+        ),
+        (
+            Check("locked", commit="a" * 40, reason="commit aaaaaaa touches locked paths: t/x"),
+            Settlement(
+                "keep",
+                reason="not verified: commit aaaaaaa touches locked paths: t/x",
+                person=True,
+                judged="locked path",
             ),
         ),
         (  # the remote did not answer: nothing is decided, not even "needs a person"
@@ -543,3 +579,106 @@ def test_settle_claim(check: Check | None, expected: Settlement) -> None:
 def test_settle_claim_leaves_what_is_not_done_alone(verdict: Settlement) -> None:
     assert settle_claim(verdict, Check("verified", commit="a" * 40)) == verdict
     assert settle_claim(verdict, Check("missing", reason="gone")) == verdict
+
+
+def test_a_commit_credited_to_another_task_is_refused() -> None:
+    check = Check("verified", commit="a" * 40, new=("a" * 40,), base_known=True)
+    assert settle_claim(Settlement("done"), check, "T-7", "origin/main") == Settlement(
+        "keep",
+        reason="not verified: commit aaaaaaa is already credited to T-7",
+        person=True,
+        judged="already credited",
+    )
+    done = settle_claim(Settlement("done"), check, "", "origin/main")
+    assert done.judged == "new work: 1 commit on origin/main after its base"
+
+
+SHA = "c" * 40
+VERIFIED = Settlement("done", commit=SHA, verified=True, judged="new work: 1 commit")
+PASSED = CheckRun(True, 0, "12 passed", 2.0)
+FAILED = CheckRun(False, 1, "FAILED test_login - assert 500 == 200\n1 failed", 2.0)
+SLOW = CheckRun(False, None, "(killed: no end within 5s)", 5.0)
+
+
+def _task(**kw: Any) -> Task:
+    return Task(id="T1", title="t", status="dispatched", **kw)
+
+
+@pytest.mark.parametrize(
+    ("verdict", "run", "task", "retries", "action", "reason", "judged"),
+    [
+        (VERIFIED, PASSED, _task(), 1, "done", "", "new work: 1 commit; check: passed"),
+        # a failure goes back to its session while retries last...
+        (
+            VERIFIED,
+            FAILED,
+            _task(),
+            1,
+            "retry",
+            "check failed on commit ccccccc (exit 1); sent back to its session (retry 1 of 1)",
+            "check: failed (exit 1), sent back",
+        ),
+        (
+            VERIFIED,
+            SLOW,
+            _task(check_retries=1),
+            2,
+            "retry",
+            "check failed on commit ccccccc (ran out of time); sent back to its session "
+            "(retry 2 of 2)",
+            "check: failed (ran out of time), sent back",
+        ),
+        # ...then it needs a person, with the output's last line
+        (
+            VERIFIED,
+            FAILED,
+            _task(check_retries=1),
+            1,
+            "keep",
+            "not verified: check failed on commit ccccccc (exit 1): 1 failed",
+            "check: failed",
+        ),
+        (
+            VERIFIED,
+            FAILED,
+            _task(),
+            0,
+            "keep",
+            "not verified: check failed on commit ccccccc (exit 1): 1 failed",
+            "check: failed",
+        ),
+        # not run again on a commit whose check failed with no retry left: still a person's
+        (
+            VERIFIED,
+            None,
+            _task(check="failed", check_commit=SHA, check_retries=1, check_output="boom"),
+            1,
+            "keep",
+            "not verified: check failed on commit ccccccc: boom",
+            "check: failed",
+        ),
+        # no check configured, or nothing verified: as it was
+        (VERIFIED, None, _task(), 1, "done", "", "new work: 1 commit"),
+        (Settlement("done"), PASSED, _task(), 1, "done", "", ""),
+        (Settlement("keep", reason="x"), FAILED, _task(), 1, "keep", "x", ""),
+    ],
+)
+def test_settle_check(
+    verdict: Settlement,
+    run: CheckRun | None,
+    task: Task,
+    retries: int,
+    action: str,
+    reason: str,
+    judged: str,
+) -> None:
+    out = settle_check(verdict, run, task, retries)
+    assert (out.action, out.reason, out.judged) == (action, reason, judged)
+    assert out.person == (action == "keep" and verdict.verified is True)
+
+
+def test_the_retry_prompt_carries_the_failing_output() -> None:
+    text = retry_text("make test", SHA, FAILED)
+    assert "`make test`" in text and "exited with 1" in text and "ccccccc" in text
+    assert "FAILED test_login - assert 500 == 200\n1 failed" in text
+    assert "report the new commit hash" in text

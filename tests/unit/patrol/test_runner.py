@@ -486,3 +486,34 @@ def test_patrol_help_and_status_do_not_import_apscheduler(tmp_path: Path) -> Non
         ).stdout
         code, heavy = json.loads(out.strip().splitlines()[-1])
         assert code == 0 and heavy == [], (args, heavy)
+
+
+def test_backlog_show_says_which_rule_decided_and_the_checks_output(tmp_path: Path) -> None:
+    cfg = make_cfg(tmp_path)
+    Backlog(cfg.backlog_path).add(
+        Task(
+            id="T1",
+            title="add the export",
+            status="dispatched",
+            base="b" * 40,
+            judged="check: failed",
+            check="failed",
+            check_commit="c" * 40,
+            check_output="collected 3 items\nFAILED test_export - KeyError\n1 failed",
+            check_retries=1,
+        )
+    )
+    code, out, _ = cli(tmp_path, "backlog", "show", "T1")
+    assert code == 0
+    assert "judged:        check: failed" in out and f"base:          {'b' * 40}" in out
+    assert out.endswith(
+        "check output (its end):\n  | collected 3 items\n  | FAILED test_export - KeyError\n"
+        "  | 1 failed\n"
+    ), out
+    code, out, _ = cli(tmp_path, "backlog", "show", "T1", "--json")
+    shown = json.loads(out)
+    assert (shown["judged"], shown["check"], shown["check_retries"]) == (
+        "check: failed",
+        "failed",
+        1,
+    )

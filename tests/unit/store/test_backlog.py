@@ -563,3 +563,25 @@ def test_pick_tasks(tasks: list[Task], instance: str, free: int, expected: list[
 )
 def test_readiness_reasons(task: Task, pool: list[Task], reason: str) -> None:
     assert readiness(task, [*pool, task], NOW) == reason
+
+
+def test_a_base_is_recorded_at_dispatch_and_forgotten_when_the_work_starts_afresh(
+    tmp_path: Path,
+) -> None:
+    """Issue 37: a dispatch records the base; a steer keeps it; a requeue drops it with the
+    verification of the old run; the next claim records its own."""
+    backlog = Backlog(tmp_path / "pool.json")
+    base, later = "b" * 40, "c" * 40
+    rec = backlog.record_manual_dispatch("build it", "ses_1", "a", None, NOW, base=base)
+    assert rec.task.base == base
+    steered = backlog.record_manual_dispatch("more", "ses_1", "a", None, NOW).task
+    assert steered.base == base  # the same work goes on from the same base
+    backlog.note_check(steered, judged="check: failed", check="failed", check_retries=1)
+    back = backlog.requeue(steered.id, reason="x", infrastructure=True, now=NOW)
+    assert (back.base, back.judged, back.check, back.check_retries) == (None, None, None, None)
+    sent = backlog.claim(back, "ses_2", "a", None, NOW, base=later)
+    assert sent.base == later and sent.status == "dispatched"
+    with pytest.raises(TaskChanged):
+        backlog.note_check(back, judged="stale row")  # a changed row is not written over
+    with pytest.raises(ValueError, match="not a verification field"):
+        backlog.note_check(sent, status="done")

@@ -7,6 +7,7 @@ force-push, two commits that share a short hash.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import socket
@@ -285,3 +286,185 @@ def test_a_timed_out_child_goes_with_its_own_children(how: str, tmp_path: Path) 
             proc.wait()
         if proc.stdout is not None:
             proc.stdout.close()
+
+
+def test_the_token_reaches_git_but_no_process_list(tmp_path: Path) -> None:
+    """A slow loopback remote asks for credentials (401), then takes its time: meanwhile every
+    process's command line is read, and none holds the token; the server got it all the same."""
+    import base64
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    token = "ghp_argvT0kenNeverShown42"
+    heard: list[str] = []
+
+    class Slow(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+            auth = self.headers.get("Authorization")
+            if auth is None:
+                self.send_response(401)
+                self.send_header("WWW-Authenticate", 'Basic realm="shop"')
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            heard.append(auth)
+            time.sleep(3)  # a slow remote: the fetch is under way while the lists are read
+            self.send_response(404)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Slow)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://agent:{token}@127.0.0.1:{server.server_address[1]}/shop.git"
+    seen: list[str] = []
+    stop = threading.Event()
+
+    def read_process_lists() -> None:
+        while not stop.is_set():
+            for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+                with contextlib.suppress(OSError):  # the process ended meanwhile
+                    seen.append(cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace"))
+            time.sleep(0.05)
+
+    reader = threading.Thread(target=read_process_lists)
+    reader.start()
+    try:
+        m = Mirror(url, tmp_path / "state", timeout=20, secrets=(token,))
+        [check] = m.check_all([(("a1b2c3d",), ("main",))])
+    finally:
+        stop.set()
+        reader.join()
+        server.shutdown()
+        server.server_close()
+    assert check.state == "unreachable" and token not in check.reason
+    # The lists were read while git talked to the remote, and the token was in none of them.
+    git_lines = [line for line in seen if "remote-http" in line]
+    assert git_lines and all("127.0.0.1" in line for line in git_lines), git_lines[:3]
+    assert all(token not in line for line in seen)
+    assert heard and all(base64.b64decode(h.split()[1]).decode() == f"agent:{token}" for h in heard)
+
+
+# -- issue 37: new work only, locked paths, the project's check ---------------------------------
+
+
+def test_only_commits_newer_than_the_base_count(origin: Origin, tmp_path: Path) -> None:
+    base = git(origin.bare, "rev-parse", "refs/heads/main")  # the tip when the task was sent
+    m = mirror(origin, tmp_path)
+    assert m.tips() == {"main": base}
+    new = origin.commit("the task's work")
+    origin.push()
+    wanted = [((base[:7],), ("main",)), ((new[:7],), ("main",)), ((base, new), ("main",))]
+    old, fresh, both = m.check_all(wanted, bases=[base, base, base])
+    assert old.state == "old" and f"claimed commit {base[:7]} was already on origin/main" in (
+        old.reason
+    )
+    assert (fresh.state, fresh.commit, fresh.new, fresh.base_known) == (
+        "verified",
+        new,
+        (new,),
+        True,
+    )
+    # The base named beside new work is tolerated; only the new commit is the task's.
+    assert (both.state, both.new) == ("verified", (new,))
+    # No base (a task sent before this change): judged as before, and said so.
+    [unknown] = m.check_all([((base[:7],), ("main",))], bases=[None])
+    assert (unknown.state, unknown.base_known) == ("verified", False)
+
+
+def test_branch_mode_an_old_main_commit_is_not_the_tasks(origin: Origin, tmp_path: Path) -> None:
+    older = git(origin.bare, "rev-parse", "refs/heads/main")
+    base = origin.commit("main moves on")
+    origin.push()
+    work = origin.commit("feature work", branch="feature/x")
+    origin.push("feature/x")
+    m = mirror(origin, tmp_path)
+    old, new = m.check_all(
+        [((older[:7],), ("feature/x",)), ((work[:7],), ("feature/x",))], bases=[base, base]
+    )
+    assert (old.state, new.state, new.commit) == ("old", "verified", work)
+
+
+def test_a_commit_touching_a_locked_path_is_held(origin: Origin, tmp_path: Path) -> None:
+    base = git(origin.bare, "rev-parse", "refs/heads/main")
+    (origin.work / "tests").mkdir()
+    (origin.work / "tests" / "test_a.py").write_text("assert True\n")
+    git(origin.work, "add", "tests/test_a.py")
+    touched = origin.commit("weaken the tests")
+    origin.push()
+    clean = origin.commit("real work")  # log.txt only; the range from base still has tests/
+    origin.push()
+    m = mirror(origin, tmp_path)
+    locked = ("tests/**", ".ci/**")
+    a, b, c = m.check_all(
+        [((touched[:7],), ("main",)), ((clean[:7],), ("main",)), ((clean[:7],), ("main",))],
+        bases=[base, base, touched],
+        locked=locked,
+    )
+    assert (a.state, a.paths) == ("locked", ("tests/test_a.py",))
+    assert "touches locked paths: tests/test_a.py" in a.reason
+    assert (b.state, b.paths) == ("locked", ("tests/test_a.py",))  # diff from the base
+    assert c.state == "verified"  # its own base was after the tests changed
+    # Base unknown: each new commit's own change is looked at.
+    d, e = m.check_all(
+        [((touched[:7],), ("main",)), ((clean[:7],), ("main",))], bases=[None, None], locked=locked
+    )
+    assert (d.state, e.state) == ("locked", "verified")
+
+
+def test_the_check_runs_on_the_commit_in_a_throwaway_worktree(
+    origin: Origin, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sha = origin.commit("work")
+    origin.push()
+    m = mirror(origin, tmp_path)
+    m.fetch()
+    monkeypatch.setenv("HOOK_SECRET_URL", "https://hooks.example/s3cret")
+    run = m.run_check(
+        sha,
+        'grep -q work log.txt && echo "at $XAF_HUB_CHECK_COMMIT in $PWD";'
+        " env | grep -c HOOK_SECRET || true",
+        30,
+    )
+    assert run.passed and run.code == 0
+    lines = run.tail.splitlines()
+    assert lines[0].startswith(f"at {sha} in ") and "xaf-hub-check-" in lines[0]
+    assert lines[1] == "0"  # the hub's environment is not handed to the project's code
+    where = Path(lines[0].split(" in ", 1)[1])
+    assert not where.exists()  # removed afterwards, and the mirror forgets it
+    assert git(m.path, "worktree", "list").count("\n") == 0
+    # A failure: exit code and the end of its output, long output cut to the tail.
+    run = m.run_check(sha, "seq 1 500; echo 'FAILED test_login' >&2; exit 3", 30)
+    assert (run.passed, run.code) == (False, 3)
+    assert run.tail.endswith("FAILED test_login") and "\n1\n" not in run.tail
+    assert len(run.tail.splitlines()) == 40
+
+
+def test_a_check_out_of_time_is_killed_with_all_it_started(origin: Origin, tmp_path: Path) -> None:
+    sha = git(origin.bare, "rev-parse", "refs/heads/main")
+    m = mirror(origin, tmp_path)
+    m.fetch()
+    marker = f"xafhubcheck{os.getpid()}"
+    started = time.monotonic()
+    run = m.run_check(sha, f"(sleep 300; echo {marker}) & sleep 300", 1)
+    assert time.monotonic() - started < 15
+    assert (run.passed, run.code) == (False, None) and "no end within 1s" in run.tail
+    time.sleep(0.3)
+    alive = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        with contextlib.suppress(OSError):  # ended meanwhile
+            if marker.encode() in cmdline.read_bytes():
+                alive.append(cmdline)
+    assert alive == []  # the background sleep went with the group
+
+
+def test_known_tips_read_the_mirror_without_fetching(origin: Origin, tmp_path: Path) -> None:
+    m = mirror(origin, tmp_path)
+    assert m.known_tips() == {}  # no mirror yet: nothing known, nothing fetched
+    assert not m.path.exists()
+    first = git(origin.bare, "rev-parse", "refs/heads/main")
+    assert m.tips() == {"main": first}
+    origin.commit("later")
+    origin.push()
+    assert m.known_tips() == {"main": first}  # as of the last fetch

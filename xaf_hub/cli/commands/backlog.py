@@ -371,13 +371,17 @@ def _show(ctx: Context, opts: ShowOptions) -> int:
         ctx.out(dumps(show_document(task, state)))
         return int(ExitCode.OK)
     for key, value in task.to_json().items():
-        if key == "prompt":
+        if key in ("prompt", "check_output"):
             continue
         ctx.out(f"{key + ':':<15}{value if value not in (None, '', []) else '-'}")
     ctx.out(f"{'state:':<15}{state}")
     ctx.out("prompt:")
     for line in (task.prompt or "(the title)").splitlines():
         ctx.out(f"  | {line}")
+    if task.check_output:
+        ctx.out("check output (its end):")
+        for line in task.check_output.splitlines():
+            ctx.out(f"  | {line}")
     return int(ExitCode.OK)
 
 
@@ -418,7 +422,7 @@ def _set(ctx: Context, opts: SetOptions) -> int:
         if opts.status != old.status:
             # What the patrol verified belongs to the old status; a person's "done" is theirs
             # (verified stays null: the hub did not look).
-            change.update(commit=None, verified=None)
+            change.update(commit=None, verified=None, judged=None)
         if opts.status == "pending" and old.status != "pending":
             # Back to the pool: the old session no longer stands for this task.
             change.update(

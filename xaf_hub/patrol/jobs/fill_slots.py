@@ -4,9 +4,13 @@
 
 * finished cleanly (last run succeeded, not running) -> ``done``; with ``project.repository``
   only once the commit its final answer names is found on the expected branch (one fetch of the
-  hub's mirror per round, ``store.repository``): ``commit`` and ``verified: true``. A claimed
-  commit that is missing or ambiguous, or no hash at all -> left ``dispatched`` under "needs a
-  person"; the remote unreadable -> left as it is, checked again next round;
+  hub's mirror per round, ``store.repository``), is newer than the task's ``base`` (the tip when
+  it was sent), is credited to no other task, touches no ``project.locked_paths`` and passes
+  ``project.check_command``: ``commit``, ``verified: true`` and ``judged`` (which rule). A
+  failed check goes back to the same session (``project.check_retries``) with the output's
+  end; a claim that is missing, ambiguous, old, locked, credited elsewhere, no hash at all, or
+  a check failed with no retry left -> left ``dispatched`` under "needs a person"; the remote
+  unreadable -> left as it is, checked again next round;
 * failed for a *task* reason (context overflow, output too long, content filter, a 4xx the
   provider gave for the request itself...) -> back to ``pending`` with one attempt used and a
   back-off (``Backlog.requeue(infrastructure=False)``);
@@ -55,7 +59,7 @@ from datetime import datetime, timedelta
 
 from xaf_hub.config.load import InstanceConfig
 from xaf_hub.core.commits import claimed_commits
-from xaf_hub.core.discipline import BranchPolicy, pushed_branch, slugify
+from xaf_hub.core.discipline import base_commit, expected_branches
 from xaf_hub.core.records import SessionRecord
 from xaf_hub.errors import (
     BudgetReached,
@@ -74,7 +78,13 @@ from xaf_hub.ops.decisions import decisions_from, people_interrupts
 from xaf_hub.ops.heal import heal_candidate
 from xaf_hub.ops.load import instance_load
 from xaf_hub.ops.models import choose_model, untried_model
-from xaf_hub.ops.planner import DispatchRequest, InstanceView, new_session_directory, plan_create
+from xaf_hub.ops.planner import (
+    DispatchRequest,
+    InstanceView,
+    new_session_directory,
+    plan_create,
+    plan_reuse,
+)
 from xaf_hub.ops.send import build_prompt, send_work
 from xaf_hub.patrol.context import Action, Cycle, pool_discipline
 from xaf_hub.patrol.settle import (
@@ -84,12 +94,15 @@ from xaf_hub.patrol.settle import (
     Sighting,
     is_infrastructure_failure,
     names_model,
+    retry_text,
     settle,
+    settle_check,
     settle_claim,
 )
 from xaf_hub.store.backlog import InfraPolicy, Task, is_blocked, parse_instant, pick_tasks
 from xaf_hub.store.gate import Gate
-from xaf_hub.store.repository import Check, Mirror
+from xaf_hub.store.repository import Check, CheckRun, GitFailed, Mirror, remote_name
+from xaf_hub.store.tasks import format_instant
 
 __all__ = [
     "JUST_DISPATCHED",
@@ -178,6 +191,7 @@ async def fill_slots(pctx: OpsContext, cycle: Cycle) -> None:
     )
     if not plan:
         return
+    tips = await _tips(pctx, cycle)
     where = {inst.name: (inst, directory) for inst, _, directory in slots}
     models = {name: choose_model(pctx.cfg, inst, None, now) for name, (inst, _) in where.items()}
     override = data.discipline
@@ -197,7 +211,8 @@ async def fill_slots(pctx: OpsContext, cycle: Cycle) -> None:
         if task.avoid_models:
             model = untried_model(pctx.cfg, inst, task.avoid_models, now) or model
         try:
-            await _dispatch(pctx, cycle, inst, directory, task, model, override)
+            base = _base(pctx, inst, task, override, tips)
+            await _dispatch(pctx, cycle, inst, directory, task, model, override, base)
         except BudgetReached as exc:
             budget_stop[exc.instance] = str(exc)
             cycle.budget_held[task.id] = str(exc)
@@ -235,6 +250,44 @@ async def fill_slots(pctx: OpsContext, cycle: Cycle) -> None:
             cycle.error(pctx, STEP, f"dispatch {task.id} to {name}: {exc}")
 
 
+async def _tips(pctx: OpsContext, cycle: Cycle) -> dict[str, str] | None:
+    """Every branch's tip on project.repository now, the bases of this round's tasks (issue 37).
+
+    None without a repository; {} when it cannot be read (the tasks go out with no base and
+    are judged as before: "base unknown").
+    """
+    if not pctx.cfg.repository.url:
+        return None
+    try:
+        return await asyncio.to_thread(_mirror(pctx).tips)
+    except (GitFailed, BusyError, OSError) as exc:
+        cycle.note(pctx, f"{STEP}: tasks sent without a base (base unknown): {exc}")
+        return {}
+
+
+def _expected_branches(
+    pctx: OpsContext, inst: InstanceConfig | None, titles: Sequence[str], override: str | None
+) -> tuple[str, ...]:
+    """The branches the discipline told a task's agent to push to; () for any branch."""
+    mainline = inst is not None and inst.branch_policy == "mainline"
+    base = pctx.cfg.patrol.base_branch
+    return expected_branches(mainline, base_branch=base, titles=titles, override=override)
+
+
+def _base(
+    pctx: OpsContext,
+    inst: InstanceConfig,
+    task: Task,
+    override: str | None,
+    tips: dict[str, str] | None,
+) -> str | None:
+    """A task's base: its expected branch's tip (``core.discipline.base_commit``)."""
+    if not tips:
+        return None
+    branches = _expected_branches(pctx, inst, [task.title or task.id], override)
+    return base_commit(tips, branches, pctx.cfg.patrol.base_branch)
+
+
 def _budget_wait(name: str, task: Task, why: str) -> Action:
     """A pool task left pending because a daily budget was reached (the reason is the refusal)."""
     return Action(STEP, "dispatch", "waiting", name, task=task.id, title=task.title, detail=why)
@@ -265,6 +318,7 @@ async def _dispatch(
     task: Task,
     model: str | None,
     override: str | None,
+    base: str | None = None,
 ) -> None:
     title = session_title(task)
     plan = plan_create(inst, directory, title, via=f"patrol fill_slots ({task.id})")
@@ -277,7 +331,7 @@ async def _dispatch(
         # Marked only if the row is still the one planned from: a person's change wins.
         created.append(session_id)
         try:
-            pctx.backlog().claim(task, session_id, inst.name, model, pctx.now())
+            pctx.backlog().claim(task, session_id, inst.name, model, pctx.now(), base=base)
         except TaskChanged:
             raise
         except HubError as exc:
@@ -459,18 +513,35 @@ async def settle_dispatched(
         )
         judged.append((task, inst, seen, settle(task, seen, now, patrol.stale_minutes, grace)))
     checks = await _verify(pctx, cycle, [(t, i, s) for t, i, s, v in judged if v.action == "done"])
+    # Each commit is credited to one task: those done before, and those done this round.
+    credited = {t.commit: t.id for t in tasks if t.commit and t.status == "done"}
+    checked = [0.0]  # seconds of project checks this round (bounded: see _run_check)
     for task, inst, seen, first in judged:
         key = (task.dispatched_to or "", task.session_id or "")
-        verdict = settle_claim(first, checks.get(task.id))
+        check, where = checks.get(task.id, (None, ""))
+        owners = [credited.get(c, "") for c in (check.new or (check.commit,))] if check else []
+        credited_to = next((o for o in owners if o and o != task.id), "")
+        verdict = settle_claim(first, check, credited_to, where)
         try:
+            verdict = await _run_check(pctx, task, verdict, checked)
             if verdict.action == "done":
+                run = verdict.check
+                ran = (
+                    {"check": "passed", "check_commit": verdict.commit, "check_output": run.tail}
+                    if run is not None
+                    else {}
+                )
                 pctx.backlog().mark_done(
                     task.id,
                     now,
                     commit=verdict.commit or None,
                     verified=verdict.verified,
                     expected=task,  # a person's change during the verification stands
+                    judged=verdict.judged or None,
+                    check=ran,
                 )
+                if verdict.commit:
+                    credited[verdict.commit] = task.id
                 proof = {"commit": verdict.commit} if verdict.verified else {}
                 pctx.audit(
                     "patrol.backlog",
@@ -481,6 +552,8 @@ async def settle_dispatched(
                     extra={"task": task.id, **proof},
                 )
                 said = f"verified: commit {verdict.commit} on the repository" if proof else ""
+                if verdict.judged:
+                    said += f" ({verdict.judged})"
                 cycle.add(
                     pctx,
                     Action(
@@ -517,7 +590,11 @@ async def settle_dispatched(
                         detail=detail,
                     ),
                 )
+            elif verdict.action == "retry":
+                assert inst is not None and seen.session is not None
+                await _send_back(pctx, cycle, inst, seen.session, task, verdict, now)
             elif verdict.reason:
+                _note_judged(pctx, task, verdict)
                 kind = "person" if verdict.person else "keep"
                 cycle.add(
                     pctx,
@@ -550,8 +627,9 @@ async def _verify(
     pctx: OpsContext,
     cycle: Cycle,
     finished: Sequence[tuple[Task, InstanceConfig | None, Sighting]],
-) -> dict[str, Check]:
-    """Look up each finished task's claimed commits on project.repository (one fetch).
+) -> dict[str, tuple[Check, str]]:
+    """Look up each finished task's claimed commits on project.repository (one fetch):
+    task id -> (what the mirror found, the expected branches as a reason names them).
 
     {} without a repository: every task is done on the agent's word (verified null).
     """
@@ -559,31 +637,149 @@ async def _verify(
     if not repo.url or not finished:
         return {}
     override = pool_discipline(pctx, cycle, STEP)
-    base = pctx.cfg.patrol.base_branch
     wanted: list[tuple[tuple[str, ...], tuple[str, ...]]] = []
     for task, inst, seen in finished:
         answer = seen.run.answer if seen.run is not None else ""
-        mainline = inst is not None and inst.branch_policy == "mainline"
-        policy: BranchPolicy = "mainline" if mainline else "branch"
         # The discipline named the branch from the task's title (fill_slots) or, in a
         # resume or heal, from the session's: either is where the agent was told to push.
         titles = [task.title] + ([seen.session.title] if seen.session is not None else [])
-        branches: list[str] = []
-        for title in titles:
-            branch = pushed_branch(
-                policy, base_branch=base, slug=slugify(title or task.id), override=override
-            )
-            if branch is None:
-                branches = []  # the override names no branch: any branch of the remote
-                break
-            if branch not in branches:
-                branches.append(branch)
-        wanted.append((claimed_commits(answer), tuple(branches)))
-    mirror = Mirror(
+        branches = _expected_branches(pctx, inst, [t or task.id for t in titles], override)
+        wanted.append((claimed_commits(answer), branches))
+    mirror = _mirror(pctx)
+    bases = [task.base for task, _, _ in finished]
+    checks = await asyncio.to_thread(mirror.check_all, wanted, bases, repo.locked_paths)
+    return {
+        task.id: (check, remote_name(branches))
+        for (task, _, _), check, (_, branches) in zip(finished, checks, wanted, strict=True)
+    }
+
+
+def _mirror(pctx: OpsContext) -> Mirror:
+    repo = pctx.cfg.repository
+    return Mirror(
         repo.url, pctx.cfg.state_dir, timeout=repo.fetch_timeout_seconds, secrets=repo.secrets()
     )
-    checks = await asyncio.to_thread(mirror.check_all, wanted)
-    return {task.id: check for (task, _, _), check in zip(finished, checks, strict=True)}
+
+
+async def _run_check(
+    pctx: OpsContext, task: Task, verdict: Settlement, checked: list[float]
+) -> Settlement:
+    """Run project.check_command on a verified commit and weigh it (``settle_check``).
+
+    Not run again for a commit whose check already failed with no retry left; a worktree
+    that cannot be made keeps the task as it is for the next round. Checks run one after
+    another; once this round's (``checked``) add up to ``check_timeout_seconds``, no more
+    start: the tasks left wait for the next round, so one round costs at most about twice
+    the bound however many tasks finished.
+    """
+    repo = pctx.cfg.repository
+    if verdict.action != "done" or not verdict.verified or not repo.check_command:
+        return verdict
+    settled = task.check == "failed" and task.check_commit == verdict.commit
+    run: CheckRun | None = None
+    if not (settled and (task.check_retries or 0) >= repo.check_retries):
+        if checked[0] >= repo.check_timeout_seconds:
+            return Settlement(
+                "keep",
+                reason=f"waiting for the check: this round's checks took {checked[0]:.0f}s; "
+                "it runs next round",
+            )
+        try:
+            run = await asyncio.to_thread(
+                _mirror(pctx).run_check,
+                verdict.commit,
+                repo.check_command,
+                repo.check_timeout_seconds,
+            )
+        except (GitFailed, BusyError, OSError) as exc:
+            return Settlement("keep", reason=f"waiting for the check: it could not start: {exc}")
+        checked[0] += run.seconds
+    return settle_check(verdict, run, task, repo.check_retries)
+
+
+def _note_judged(pctx: OpsContext, task: Task, verdict: Settlement) -> None:
+    """Write on a row kept for a person which rule decided (and a failed check's output)."""
+    fields: dict[str, object] = {}
+    if verdict.judged and verdict.judged != task.judged:
+        fields["judged"] = verdict.judged
+    run = verdict.check
+    if run is not None:
+        fields.update(check="failed", check_commit=verdict.commit, check_output=run.tail)
+    if fields:
+        pctx.backlog().note_check(task, **fields)
+
+
+async def _send_back(
+    pctx: OpsContext,
+    cycle: Cycle,
+    inst: InstanceConfig,
+    rec: SessionRecord,
+    task: Task,
+    verdict: Settlement,
+    now: datetime,
+) -> None:
+    """A failed check goes back to the same session once more, with the output's end and the
+    discipline (``send_work``, like every send); the row records the retry before the prompt."""
+    run = verdict.check
+    assert run is not None
+    repo = pctx.cfg.repository
+    override = pool_discipline(pctx, cycle, STEP)
+    text = retry_text(repo.check_command, verdict.commit, run)
+    prompt = build_prompt(pctx, inst, text, task.title, override)
+    key = (inst.name, rec.id)
+
+    def record(_: str) -> None:
+        pctx.backlog().note_check(
+            task,
+            judged=verdict.judged,
+            check="failed",
+            check_commit=verdict.commit,
+            check_output=run.tail,
+            check_retries=(task.check_retries or 0) + 1,
+            dispatched_at=format_instant(now),  # judged again once the new run shows
+        )
+
+    plan = plan_reuse(inst, rec, via=f"patrol check retry ({task.id})")
+    try:
+        async with pctx.client(inst) as client:
+            sent = await send_work(
+                pctx,
+                plan,
+                prompt,
+                task.model,
+                client,
+                command="patrol.check_retry",
+                steer=False,
+                before_prompt=record,
+            )
+    except BusyError as exc:
+        cycle.add(
+            pctx,
+            Action(
+                STEP, "keep", "waiting", key[0], key[1], task=task.id, title=task.title,
+                detail=f"check failed; sent back when a slot frees ({exc})",
+            ),
+        )
+        return
+    for warning in sent.warnings:
+        cycle.note(pctx, f"{STEP}: {warning}")
+    cycle.touched.add(key)
+    pctx.audit(
+        "patrol.backlog",
+        instance=key[0],
+        session=key[1],
+        result="check_failed",
+        reason=verdict.reason,
+        extra={"task": task.id, "commit": verdict.commit},
+    )
+    last = run.tail.strip().splitlines()[-1] if run.tail.strip() else ""
+    cycle.add(
+        pctx,
+        Action(
+            STEP, "retry", "ok", key[0], key[1], task=task.id, title=task.title,
+            detail=f"{verdict.reason}: {last}" if last else verdict.reason,
+        ),
+    )
 
 
 def _requeue(

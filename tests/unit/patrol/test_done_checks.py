@@ -1,0 +1,99 @@
+"""The project's check in a patrol round (``fill_slots._run_check``), against a real git origin:
+run on the verified commit, not run again for a commit whose check failed with no retry left,
+and no more checks started in a round once they add up to ``check_timeout_seconds``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.gitrepo import make_origin
+from xaf_hub.config.load import load_config
+from xaf_hub.core import aio
+from xaf_hub.core.records import SessionRecord
+from xaf_hub.ops.context import OpsContext
+from xaf_hub.patrol.jobs.fill_slots import _run_check
+from xaf_hub.patrol.settle import Settlement
+from xaf_hub.store.backlog import Task
+from xaf_hub.store.repository import Mirror
+
+
+def ops(tmp_path: Path, check: str, timeout: float = 30, retries: int = 1) -> OpsContext:
+    origin = make_origin(tmp_path / "remote")
+    doc = {
+        "project": {
+            "name": "p",
+            "repository": str(origin.bare),
+            "check_command": check,
+            "check_timeout_seconds": timeout,
+            "check_retries": retries,
+        },
+        "instances": [{"name": "lan-a", "url": "http://127.0.0.1:9", "roots": ["/srv/p"]}],
+    }
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(doc), "utf-8")
+    cfg = load_config(str(path), env={"XAF_HUB_HOME": str(tmp_path / "home")}, cwd=tmp_path)
+    Mirror(str(origin.bare), cfg.state_dir).fetch()
+    return OpsContext(cfg, env={})
+
+
+def verified(pctx: OpsContext) -> Settlement:
+    head = Mirror(pctx.cfg.repository.url, pctx.cfg.state_dir).tips()["main"]
+    return Settlement("done", commit=head, verified=True, judged="new work: 1 commit")
+
+
+def test_checks_stop_starting_once_the_round_spent_their_bound(tmp_path: Path) -> None:
+    pctx = ops(tmp_path, "sleep 1.2", timeout=2)
+    task = Task(id="T1", title="t", status="dispatched")
+    checked = [0.0]
+    for _ in range(2):  # 1.2 s spent after the first: still under the bound, the second runs
+        ran = aio.run(_run_check(pctx, task, verified(pctx), checked))
+        assert ran.action == "done" and ran.judged.endswith("check: passed")
+    assert checked[0] >= 2.4
+    third = aio.run(_run_check(pctx, task, verified(pctx), checked))
+    assert third.action == "keep" and not third.person
+    took = f"this round's checks took {checked[0]:.0f}s; it runs next round"
+    assert third.reason == f"waiting for the check: {took}"
+
+
+def test_a_check_that_failed_with_no_retry_left_is_not_run_again(tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    pctx = ops(tmp_path, f"touch {marker}; exit 1", retries=1)
+    verdict = verified(pctx)
+    task = Task(
+        id="T1",
+        title="t",
+        status="dispatched",
+        check="failed",
+        check_commit=verdict.commit,
+        check_output="1 failed",
+        check_retries=1,
+    )
+    out = aio.run(_run_check(pctx, task, verdict, [0.0]))
+    assert (out.action, out.person, out.judged) == ("keep", True, "check: failed")
+    assert out.reason.endswith(": 1 failed") and not marker.exists()
+    # A new commit (the agent pushed again): its check runs, fails, no retry left.
+    fresh = Task(id="T1", title="t", status="dispatched", check_retries=1)
+    out = aio.run(_run_check(pctx, fresh, verdict, [0.0]))
+    assert (out.action, out.person) == ("keep", True) and marker.exists()
+
+
+def test_a_manual_dispatch_records_its_base_from_the_mirror_as_it_stands(tmp_path: Path) -> None:
+    from xaf_hub.ops.dispatch import _base
+    from xaf_hub.ops.planner import DispatchRequest, plan_create, plan_reuse
+
+    pctx = ops(tmp_path, "true")  # fetched once: the mirror knows main's first commit
+    inst = pctx.cfg.instances[0]
+    head = Mirror(pctx.cfg.repository.url, pctx.cfg.state_dir).known_tips()["main"]
+    req = DispatchRequest(text="add the export")
+    plan = plan_create(inst, "/srv/p/app", "add the export", via="test")
+    assert _base(pctx, plan, req, None) == head  # branch mode: feature/... starts at main
+    # A steer or reuse of a session keeps its row's base: none is read for it.
+    reuse = plan_reuse(inst, _record(), via="test")
+    assert _base(pctx, reuse, req, None) is None
+
+
+def _record() -> SessionRecord:
+    return SessionRecord(
+        instance="lan-a", id="ses_1", title="t", directory="/srv/p/app", project=True
+    )
