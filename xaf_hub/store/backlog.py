@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -520,8 +520,18 @@ def _priority_rank(task: Task) -> int:
     return PRIORITIES.index(task.priority)
 
 
-def readiness(task: Task, tasks: Sequence[Task], now: datetime) -> str:
-    """Return "" when a task may be dispatched now, else a short reason why not."""
+def readiness(
+    task: Task,
+    tasks: Sequence[Task],
+    now: datetime,
+    *,
+    status_of: Mapping[str, str] | None = None,
+) -> str:
+    """Return "" when a task may be dispatched now, else a short reason why not.
+
+    ``status_of`` (id -> status of ``tasks``) spares the look-up table's making when asking
+    about many tasks of one pool: once per pool, not once per task.
+    """
     if task.status != "pending":
         return f"status is {task.status}"
     if task.parked:
@@ -529,7 +539,8 @@ def readiness(task: Task, tasks: Sequence[Task], now: datetime) -> str:
     not_before = instant_seconds(task.not_before)
     if not_before is not None and not_before > now.timestamp():
         return f"backing off until {format_instant(parse_instant(task.not_before) or now)}"
-    status_of = {t.id: t.status for t in tasks}
+    if status_of is None:
+        status_of = {t.id: t.status for t in tasks}
     # A dependency that is not in the pool blocks the task: it cannot be confirmed done.
     waiting = [dep for dep in task.depends_on if status_of.get(dep) != "done"]
     if waiting:
@@ -547,8 +558,9 @@ def pick_tasks(tasks: Sequence[Task], instance: str, free: int, now: datetime) -
     if free <= 0:
         return []
     ranked: list[tuple[int, int, float, int, Task]] = []
+    status_of = {t.id: t.status for t in tasks}
     for index, task in enumerate(tasks):
-        if readiness(task, tasks, now):
+        if readiness(task, tasks, now, status_of=status_of):
             continue
         tier = 0 if task.instance == instance else 1 if not task.instance else 2
         created = instant_seconds(task.created_at)
