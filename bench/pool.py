@@ -205,6 +205,7 @@ def measure_pool(
     result: dict[str, Any] = {
         "xaf_hub": str(Path(xaf_hub.__file__).parent),
         "seconds_per_case": seconds,
+        "loadavg_start": [round(x, 1) for x in os.getloadavg()],
         "cases": [],
     }
     with redis_on_loopback(root) as url:
@@ -214,6 +215,7 @@ def measure_pool(
                 log(f"[pool] {n} tasks x {k}: {case['claims_per_s']} claims/s, "
                     f"p95 {case['p95_ms']} ms")
                 result["cases"].append(case)
+    result["loadavg_end"] = [round(x, 1) for x in os.getloadavg()]
     return result
 
 
@@ -221,7 +223,8 @@ def render(result: dict[str, Any]) -> str:
     """The table: one line per case, the p95 target on the 10k x 5 line."""
     head = (f"{'tasks':>6} {'claimers':>8} {'import s':>8} {'load s':>7} {'claims':>7} "
             f"{'claims/s':>9} {'p50 ms':>8} {'p95 ms':>8} {'max ms':>8}  each once")
-    lines = [f"task pool on Redis ({result['xaf_hub']})", head]
+    load = f"1-min load average {result['loadavg_start'][0]} -> {result['loadavg_end'][0]}"
+    lines = [f"task pool on Redis ({result['xaf_hub']}); {load}", head]
     for c in result["cases"]:
         once = ("yes" if c["each_once"] else "NO") + ("" if c["complete"] else " (time up)")
         lines.append(
