@@ -120,12 +120,13 @@ def _utc_now() -> datetime:
 
 
 class TaskPool(abc.ABC):
-    """The task pool's interface: a read, and one atomic read-modify-write; the rest is rules.
+    """The task pool's interface: a read, and atomic changes; the rest is rules.
 
-    Two stores implement it: ``Backlog`` (the file on this host) and ``RedisBacklog`` (one
-    document in Redis shared by every hub, ``store.redis_pool``); ``backends.make_pool``
-    chooses by ``pool.backend``. Every operation below is one ``update``, so what is atomic on
-    one backend is atomic on the other: a ``claim`` seen by two hubs succeeds once.
+    Two stores implement it: ``Backlog`` (the file on this host) and ``RedisBacklog`` (a key
+    per task in Redis shared by every hub, ``store.redis_pool``); ``backends.make_pool``
+    chooses by ``pool.backend``. Every operation below is one ``edit`` (one row) or one
+    ``update`` (the whole pool), so what is atomic on one backend is atomic on the other: a
+    ``claim`` seen by two hubs succeeds once.
     """
 
     #: Where the pool lives, for messages and ``backlog list --json`` (a path or a Redis key).
