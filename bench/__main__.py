@@ -4,6 +4,7 @@
     python -m bench --sizes small --repeat 3
     python -m bench --k 3 --m 200         # one custom size
     python -m bench --rounds              # a patrol round's cost, first and second, vs status
+    python -m bench --pool                # the Redis task pool's claims at 1k and 10k tasks
 
 Every command runs as a whole process, as a user would run it. Per size it measures, over
 --repeat rounds (after one warm-up round, in rotating order so drift hits all alike): the
@@ -791,6 +792,15 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--rounds", action="store_true",
                    help="only a patrol round's cost (first, second) against status at --k/--m, "
                         "default 3 x 1000 (bench/rounds.py)")
+    p.add_argument("--pool", action="store_true",
+                   help="only the Redis task pool: claims at --pool-sizes tasks by 1 and 5 "
+                        "claimer processes (bench/pool.py)")
+    p.add_argument("--pool-sizes", type=int, nargs="+", default=[1000, 10000], metavar="N",
+                   help="--pool: pool sizes (default 1000 10000)")
+    p.add_argument("--claimers", type=int, nargs="+", default=[1, 5], metavar="K",
+                   help="--pool: claimer processes per case (default 1 5)")
+    p.add_argument("--pool-seconds", type=float, default=20.0,
+                   help="--pool: a claimer stops after this many seconds (default 20)")
     p.add_argument("--samples", type=int, default=5, help="--live: prompts timed (default 5)")
     p.add_argument("--idle-seconds", type=float, default=60.0,
                    help="--live: seconds of idle CPU measured per process (default 60)")
@@ -828,6 +838,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_live(args, log)
     if args.rounds:
         return run_rounds(args, log)
+    if args.pool:
+        return run_pool(args, log)
 
     if args.k is not None:
         plan = {f"k{args.k}m{args.m}": (args.k, args.m)}
@@ -931,6 +943,27 @@ def run_rounds(args: argparse.Namespace, log: Callable[[str], None]) -> int:
     print(text)
     out = RESULTS / "rounds.json"
     write(result, text, out)
+    log(f"wrote {out}")
+    return 0
+
+
+def run_pool(args: argparse.Namespace, log: Callable[[str], None]) -> int:
+    """`python -m bench --pool`: claims on the Redis task pool (bench/pool.py)."""
+    from bench.pool import measure_pool, render
+
+    result = _in_scratch(
+        "xaf-bench-pool-",
+        lambda root: measure_pool(args.pool_sizes, args.claimers, args.pool_seconds, root, log),
+        log,
+    )
+    if result is None:
+        return 130
+    text = render(result)
+    print(text)
+    out = RESULTS / "pool.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, ensure_ascii=False, indent=2), encoding="utf-8")
+    out.with_suffix(".md").write_text(f"```\n{text}```\n", encoding="utf-8")
     log(f"wrote {out}")
     return 0
 

@@ -133,7 +133,19 @@ def write_redis_config(doc: dict[str, Any], server: RedisServer, prefix: str) ->
     doc.setdefault("models", {})["state_backend"] = "redis"
 
 
-__all__ = ["RedisServer", "redis_server", "write_redis_config"]
+def pool_keys(client: Any, prefix: str) -> dict[str, Any]:
+    """Every key of the task pool under ``prefix`` with its content: the text of a string key,
+    the (member, score) pairs of a sorted set. Empty when the pool has no key at all."""
+    found: dict[str, Any] = {}
+    for key in sorted(client.scan_iter(f"{prefix}:pool*", count=1000)):
+        if client.type(key) == "zset":
+            found[key] = client.zrange(key, 0, -1, withscores=True)
+        else:
+            found[key] = client.get(key)
+    return found
+
+
+__all__ = ["RedisServer", "pool_keys", "redis_server", "write_redis_config"]
 
 
 def redis_config(

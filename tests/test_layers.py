@@ -217,3 +217,20 @@ def test_no_command_reads_the_untyped_namespace() -> None:
         and module_name(p) != "xaf_hub.cli.main"
     )
     assert readers == []
+
+
+def test_no_test_module_imports_another_test_module() -> None:
+    # What tests share lives in helper modules and fixtures (CONTRIBUTING.md): a test module
+    # imported by another runs its module-level code twice and couples two files' fixtures.
+    tests = Path(__file__).parent
+    found = []
+    for path in sorted(tests.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text("utf-8"))):
+            names = (
+                [node.module or ""] if isinstance(node, ast.ImportFrom)
+                else [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            )
+            for name in names:
+                if name.startswith("tests.") and name.rsplit(".", 1)[-1].startswith("test_"):
+                    found.append(f"{path.relative_to(tests)}:{node.lineno} imports {name}")
+    assert found == []

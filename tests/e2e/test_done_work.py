@@ -13,7 +13,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from tests.e2e.test_verified_commits import page, patrol, pool, settling_round
+from tests.e2e.verified_checks import page, patrol, pool, settling_round
 from tests.fleet import Hub
 from tests.gitrepo import git, make_origin
 

@@ -15,6 +15,7 @@ import signal
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -362,3 +363,44 @@ def test_daemon_stops_a_run_past_its_ceiling_while_it_waits_in_a_tool(hub: Hub) 
     finally:
         lines.stop()
         chat.stop()
+
+
+def test_a_starting_daemon_fills_free_slots_before_its_first_round(
+    hub: Hub, tmp_path: Path
+) -> None:
+    # Pending work and idle instances when the daemon starts; its first timed round is half an
+    # hour away: the work starts now, from the live reaction, not at that round.
+    hub.llm.set_mode("slow-model", "slow", delay=120)
+    hub.doc["models"]["default_dispatch_model"] = "fake/slow-model"
+    minute = time.gmtime().tm_min
+    hub.doc.setdefault("patrol", {}).update(interval_minutes=60, minute_offset=(minute + 30) % 60)
+    hub.write_config()
+    seed = {"tasks": [{"id": f"S-{n}", "title": f"start fill {n}"} for n in range(2)]}
+    (tmp_path / "seed.json").write_text(json.dumps(seed), "utf-8")
+    code, _, err = hub.cli("backlog", "import", str(tmp_path / "seed.json"))
+    assert code == 0, err
+    t0 = time.monotonic()
+    lines = Lines(hub.popen("patrol", "--no-design"))
+    try:
+        def started() -> list[dict[str, Any]] | None:
+            code, doc = hub.cli_json("backlog", "list", "--status", "dispatched")
+            got = [t for t in doc.get("tasks", []) if t["id"].startswith("S-")] if code == 0 else []
+            return got if len(got) == 2 else None
+
+        tasks = hub.wait_for(started, timeout=90)
+        assert _beat(hub)["ticks"] == 0  # no round has run: the start's fill sent them
+
+        def audited() -> list[str] | None:  # the row is claimed before the prompt goes out
+            rows = _audit(hub, "patrol.backlog")
+            sent = sorted(r["task"] for r in rows if r["result"] == "dispatched")
+            return sent if len(sent) >= 2 else None
+
+        assert hub.wait_for(audited, timeout=60) == ["S-0", "S-1"]  # each once
+        assert _beat(hub)["ticks"] == 0
+        assert all(t["session_id"] for t in tasks), tasks
+        print(f"started {len(tasks)} task(s) {time.monotonic() - t0:.1f} s after the daemon")
+    finally:
+        assert lines.stop() == 0, lines.err
+        for name in ("local-a", "lan-b", "lan-c"):
+            for sid in hub.busy_ids(name):
+                hub.cli("interrupt", "--session", sid)

@@ -59,9 +59,15 @@ def test_two_hubs_fill_from_one_pool_each_task_once(
             for n in range(TASKS)
         ],
     }
-    (tmp_path / "seed.json").write_text(json.dumps(seed), "utf-8")
-    code, _, err = a.run("backlog", "import", str(tmp_path / "seed.json"))
-    assert code == 0, err
+    prefix = a.hub.doc["lock"]["redis_prefix"]
+    if attempt == 0:
+        # A pool left by an earlier release, one JSON document: the first hub that reads it
+        # moves it to a key per task, and both fill from it as from any other.
+        rds.set(f"{prefix}:pool", json.dumps(seed))
+    else:
+        (tmp_path / "seed.json").write_text(json.dumps(seed), "utf-8")
+        code, _, err = a.run("backlog", "import", str(tmp_path / "seed.json"))
+        assert code == 0, err
     # The other host sees the same pool at once: one store, nothing copied.
     assert sorted(load_pool(b)) == sorted(t["id"] for t in seed["tasks"])
 
@@ -110,8 +116,11 @@ def test_two_hubs_fill_from_one_pool_each_task_once(
         assert sorted(by_host["host-a"] + by_host["host-b"]) == sorted(sent)
         # Nothing went to a pool file on either host.
         assert not any((h.home / "tasks_backlog.json").exists() for h in (a, b))
-        prefix = a.hub.doc["lock"]["redis_prefix"]
-        assert json.loads(rds.get(f"{prefix}:pool"))["tasks"][0]["id"] == f"R{attempt}-0"
+        # A key per task, in the seed's order; the old document only as the migration's copy.
+        assert rds.zrange(f"{prefix}:pool:order", 0, -1) == [t["id"] for t in seed["tasks"]]
+        first = json.loads(rds.get(f"{prefix}:pool:task:R{attempt}-0"))
+        assert first["status"] in ("pending", "dispatched") and rds.get(f"{prefix}:pool") is None
+        assert (rds.get(f"{prefix}:pool:v1") is not None) == (attempt == 0)
     finally:
         for name in NAMES:
             abort_all(a.hub, name)

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.test_live import Lines
+from tests.e2e.daemon import Lines
 from tests.fleet import Hub
 from xaf_hub.sandbox import fleet as sandbox
 

@@ -14,7 +14,10 @@ the rounds' own job functions — nothing here decides differently from a round:
   its prompt is read every ``CEILING_POLL_SECONDS`` while it runs, and a run past the ceiling
   is stopped (``run_ceiling.check_run``: task parked, run aborted, audited, one notice).
 * a session that stopped or went away frees a slot -> ``fill_slots`` runs (it settles the
-  pool's dispatched tasks, then fills every free slot through the gate).
+  pool's dispatched tasks, then fills every free slot through the gate). While ready pool work
+  waits and a reservation still holds a slot, the fill runs again when the first reservation
+  can lapse (its grace, else its TTL, on the gate's clock), as many times as that takes.
+* the daemon starting fills at once: free slots do not wait for its first timed round.
 
 Reactions wait ``settle_seconds`` to gather a burst of events into one batch, then run under
 the daemon's own lock (never beside a round of this daemon) and the same ``cycle.lock`` as
@@ -60,7 +63,7 @@ _FREES_A_SLOT = frozenset({"stopped", "gone"})
 LOCKED_RETRY_SECONDS = 5.0
 # A running session under a run ceiling is read again this often while it runs.
 CEILING_POLL_SECONDS = 3.0
-MAX_REFILLS = 3  # fills in a row that wait out a reservation's grace before the round takes over
+REFILL_MARGIN_SECONDS = 0.5  # after a reservation can lapse, before the fill looks again
 _REFILL = ("", "fill")  # the key of a fill due later among the sessions to look at
 # A request a run waits on, to answer by policy: (instance, _ASKED + session id) in the queue.
 _ASKED = "asked:"
@@ -73,6 +76,7 @@ class _Work:
     sessions: dict[tuple[str, str], float] = field(default_factory=dict)
     fill: bool = False
     fill_tries: int = 0  # fills in a row that found the freed slot still reserved
+    fill_wait: float | None = None  # seconds until a reservation can lapse: fill again then
 
     def empty(self) -> bool:
         return not self.sessions and not self.fill
@@ -106,7 +110,10 @@ class LiveReactor:
         self._thread = threading.Thread(target=self._loop, name="xaf-hub-live", daemon=True)
 
     def start(self) -> None:
-        """Start reacting."""
+        """Start reacting, with a fill first: free slots need not wait for the first round."""
+        if FILL not in self.skip:
+            with self._cond:
+                self._work.fill = True
         self._thread.start()
 
     def stop(self, timeout: float = 30.0) -> None:
@@ -180,8 +187,9 @@ class LiveReactor:
             for k in work.sessions:
                 self._work.sessions[k] = min(self._work.sessions.get(k, when), when)
             if work.fill:
-                # A fill to try again: due with the sessions (or on its own at ``when``).
-                self._work.sessions.setdefault(_REFILL, when)
+                # A fill to try again: at its own time when it has one, else with the sessions.
+                at = when if work.fill_wait is None else time.monotonic() + work.fill_wait
+                self._work.sessions[_REFILL] = min(self._work.sessions.get(_REFILL, at), at)
                 self._work.fill_tries = max(self._work.fill_tries, work.fill_tries)
 
     def _loop(self) -> None:
@@ -220,8 +228,7 @@ class LiveReactor:
         if watch.sessions:
             self._later(watch, CEILING_POLL_SECONDS)  # runs under a ceiling: read them again
         if again.sessions or again.fill:
-            grace = pctx.cfg.lock.slot_grace_seconds if again.fill else 0.0
-            return again, max(RUN_START_GRACE_MS / 1000, grace) + 1.0
+            return again, RUN_START_GRACE_MS / 1000 + 1.0
         return None
 
     def _say(self, cycle: Cycle) -> None:
@@ -254,25 +261,40 @@ class LiveReactor:
                 # Only when the pool has work: a fill scans the whole fleet.
                 if any(t.status in ("pending", "dispatched") for t in pctx.backlog().load().tasks):
                     await fill_slots(pctx, cycle)
-                    if work.fill_tries < MAX_REFILLS and self._slot_still_reserved(pctx):
-                        # The slot that freed may still be held by a reservation in its grace
-                        # (a run sent seconds ago): fill again once the grace has passed, so
-                        # queued work does not wait for the next round.
+                    wait = self._refill_in(pctx)
+                    if wait is not None:
+                        # The slot that freed may still be held by a reservation (a run sent
+                        # seconds ago): fill again when it can lapse, so queued work does not
+                        # wait for the next round. Each reservation lapses by its TTL, so
+                        # this ends; a new one comes with its own send.
                         again.fill, again.fill_tries = True, work.fill_tries + 1
+                        again.fill_wait = wait
             except HubError as exc:
                 cycle.error(pctx, FILL, str(exc))
         cycle.finished = pctx.now()
         return cycle, again, watch
 
     @staticmethod
-    def _slot_still_reserved(pctx: OpsContext) -> bool:
-        """True when ready pool work waits while some instance holds a live reservation."""
+    def _refill_in(pctx: OpsContext) -> float | None:
+        """Seconds until the first live reservation can lapse, while ready pool work waits;
+        None when no work waits or no reservation holds a slot."""
         from xaf_hub.ops.queue import queue_length
 
         if not queue_length(pctx.backlog().load(), pctx.now()):
-            return False
+            return None
         gate = pctx.gate()
-        return any(gate.live_reservations(inst.name) for inst in pctx.cfg.instances)
+        lock = pctx.cfg.lock
+        now = gate.clock()
+        lapses = []
+        for inst in pctx.cfg.instances:
+            for res in gate.live_reservations(inst.name):
+                grace_end = res.created + lock.slot_grace_seconds
+                # Its grace, if still ahead (a session not running by then frees it); else
+                # its TTL, which ends every reservation.
+                lapses.append(grace_end if grace_end > now else res.created + lock.slot_ttl_seconds)
+        if not lapses:
+            return None
+        return max(min(lapses) - now, 0.0) + REFILL_MARGIN_SECONDS
 
     async def _asked(self, cycle: Cycle, instance: str, sid: str) -> None:
         """Answer by policy the request a session's run just began to wait on (the round

@@ -38,7 +38,7 @@ def make_gate(cfg: Config, fence: Fence | None = None) -> Gate | RedisGate:
 def make_pool(
     cfg: Config, clock: Callable[[], datetime] | None = None, fence: Fence | None = None
 ) -> TaskPool:
-    """The task pool ``pool.backend`` asks for: the file here, or one Redis key for every hub."""
+    """The task pool ``pool.backend`` asks for: the file here, or Redis keys for every hub."""
     timeout = cfg.lock.lock_timeout_seconds
     now = clock or _utc_now
     if cfg.pool.backend == "redis":

@@ -120,12 +120,13 @@ def _utc_now() -> datetime:
 
 
 class TaskPool(abc.ABC):
-    """The task pool's interface: a read, and one atomic read-modify-write; the rest is rules.
+    """The task pool's interface: a read, and atomic changes; the rest is rules.
 
-    Two stores implement it: ``Backlog`` (the file on this host) and ``RedisBacklog`` (one
-    document in Redis shared by every hub, ``store.redis_pool``); ``backends.make_pool``
-    chooses by ``pool.backend``. Every operation below is one ``update``, so what is atomic on
-    one backend is atomic on the other: a ``claim`` seen by two hubs succeeds once.
+    Two stores implement it: ``Backlog`` (the file on this host) and ``RedisBacklog`` (a key
+    per task in Redis shared by every hub, ``store.redis_pool``); ``backends.make_pool``
+    chooses by ``pool.backend``. Every operation below is one ``edit`` (one row) or one
+    ``update`` (the whole pool), so what is atomic on one backend is atomic on the other: a
+    ``claim`` seen by two hubs succeeds once.
     """
 
     #: Where the pool lives, for messages and ``backlog list --json`` (a path or a Redis key).
@@ -140,6 +141,31 @@ class TaskPool(abc.ABC):
     def update(self, mutate: Callable[[BacklogData], _T]) -> _T:
         """Run ``mutate`` on the pool atomically; write back only when it changed something."""
 
+    def edit(self, task_id: str, change: Callable[[Task | None], tuple[Task | None, _T]]) -> _T:
+        """Change one row atomically: ``change(the row now, or None)`` gives (row, result).
+
+        The row given back is written when it differs from the one read (a new id goes at the
+        end of the pool); None removes the row. ``change`` may run more than once (a backend
+        that compares and sets runs it again when another hub wrote the row first), so it only
+        computes and raises. Here it is one ``update``; the Redis pool writes the row alone.
+        """
+
+        def mutate(data: BacklogData) -> _T:
+            current = data.get(task_id)
+            new, result = change(current)
+            if new is not None and new.id != task_id:
+                raise ValueError(f"edit of task {task_id!r} returned task {new.id!r}")
+            if new is None:
+                if current is not None:
+                    data.tasks[:] = [t for t in data.tasks if t.id != task_id]
+            elif current is None:
+                data.append(new)
+            elif new != current:
+                data.replace(new)
+            return result
+
+        return self.update(mutate)
+
     def import_data(self, incoming: BacklogData, *, replace: bool = False) -> list[Task]:
         """Add ``incoming``'s tasks to the pool in one write (or, ``replace``, swap the pool).
 
@@ -152,30 +178,49 @@ class TaskPool(abc.ABC):
                 data.tasks[:] = []
                 data.discipline = incoming.discipline
                 data.extra = dict(incoming.extra)
-            taken = {t.id: i for i, t in enumerate(data.tasks)}
+            # One set of ids for the whole import: linear in pool plus import, not their product.
+            taken = {t.id for t in data.tasks}
             for i, task in enumerate(incoming.tasks):
+                if not task.id.strip():
+                    raise UsageError("a task in the pool needs an id")
                 if task.id in taken:
+                    if any(t.id == task.id for t in incoming.tasks[:i]):
+                        raise UsageError(
+                            f"task id {task.id!r} already exists in the {_WHAT}"
+                        )
                     raise UsageError(
                         f"tasks[{i}].id: task {task.id!r} is already in the {_WHAT} "
                         f"({self.where}); nothing imported (--replace swaps the whole pool)"
                     )
-            return data.extend(incoming.tasks)
+                taken.add(task.id)
+            data.tasks.extend(incoming.tasks)
+            return list(incoming.tasks)
 
         return self.update(mutate)
 
     def add(self, task: Task, *, now: datetime | None = None) -> Task:
         """Add one task; an empty id gets ``T-<yyyymmdd>-<hex>``, a missing created_at gets now."""
         when = now if now is not None else self._clock()
+        new = task
+        if new.created_at is None:
+            new = dataclasses.replace(new, created_at=format_instant(when))
+        generated = not new.id.strip()
+        tried: set[str] = set()
+        while True:
+            if generated:
+                new = dataclasses.replace(new, id=new_task_id(when, tried))
+                tried.add(new.id)
 
-        def mutate(data: BacklogData) -> Task:
-            new = task
-            if not new.id.strip():
-                new = dataclasses.replace(new, id=new_task_id(when, (t.id for t in data.tasks)))
-            if new.created_at is None:
-                new = dataclasses.replace(new, created_at=format_instant(when))
-            return data.append(new)
+            def change(current: Task | None, row: Task = new) -> tuple[Task | None, Task | None]:
+                if current is None:
+                    return row, row
+                if generated:
+                    return current, None  # a random id already taken: draw another
+                raise UsageError(f"task id {row.id!r} already exists in the task pool")
 
-        return self.update(mutate)
+            added = self.edit(new.id, change)
+            if added is not None:
+                return added
 
     def set_status(self, task_id: str, status: Status, **fields: Any) -> Task:
         """Set a task's status and any other task fields; unknown id or field raises UsageError."""
@@ -185,15 +230,15 @@ class TaskPool(abc.ABC):
         if status not in STATUSES:
             raise UsageError(f"unknown status {status!r}; expected one of {', '.join(STATUSES)}")
 
-        def mutate(data: BacklogData) -> Task:
-            old = data.require(task_id)
+        def change(current: Task | None) -> tuple[Task, Task]:
+            old = _require(current, task_id)
             try:
                 new = dataclasses.replace(old, status=status, **fields)
             except ValueError as exc:
                 raise UsageError(str(exc)) from None
-            return data.replace(new)
+            return new, new
 
-        return self.update(mutate)
+        return self.edit(task_id, change)
 
     def mark_dispatched(
         self, task_id: str, session_id: str, instance: str, model: str | None, now: datetime
@@ -222,14 +267,14 @@ class TaskPool(abc.ABC):
         the row is left as the person made it and nothing may be sent.
         """
 
-        def mutate(data: BacklogData) -> Task:
-            current = data.get(planned.id)
-            if current != planned or current.status != "pending":
+        def change(current: Task | None) -> tuple[Task, Task]:
+            if current is None or current != planned or current.status != "pending":
                 raise TaskChanged(planned.id, current)
             fields = _dispatched(session_id, instance, model, now, base)
-            return data.replace(dataclasses.replace(current, status="dispatched", **fields))
+            new = dataclasses.replace(current, status="dispatched", **fields)
+            return new, new
 
-        return self.update(mutate)
+        return self.edit(planned.id, change)
 
     def mark_done(
         self,
@@ -250,25 +295,24 @@ class TaskPool(abc.ABC):
         fetch's whole time) the row is marked only if it is still exactly that row; a person's
         change meanwhile stands and TaskChanged is raised.
         """
-        def mutate(data: BacklogData) -> Task:
-            old = data.require(task_id)
+        def change(current: Task | None) -> tuple[Task, Task]:
+            old = _require(current, task_id)
             if expected is not None and old != expected:
                 raise TaskChanged(task_id, old)
-            return data.replace(
-                dataclasses.replace(
-                    old,
-                    status="done",
-                    done_at=format_instant(now),
-                    not_before=None,
-                    infra_failures=0,
-                    commit=commit,
-                    verified=verified,
-                    judged=judged,
-                    **(check or {}),
-                )
+            new = dataclasses.replace(
+                old,
+                status="done",
+                done_at=format_instant(now),
+                not_before=None,
+                infra_failures=0,
+                commit=commit,
+                verified=verified,
+                judged=judged,
+                **(check or {}),
             )
+            return new, new
 
-        return self.update(mutate)
+        return self.edit(task_id, change)
 
     def note_check(self, expected: Task, **fields: Any) -> Task:
         """Write what the verification found on a row still exactly ``expected`` (else
@@ -281,13 +325,14 @@ class TaskPool(abc.ABC):
         if unknown:
             raise ValueError(f"note_check: not a verification field: {sorted(unknown)}")
 
-        def mutate(data: BacklogData) -> Task:
-            old = data.require(expected.id)
+        def change(current: Task | None) -> tuple[Task, Task]:
+            old = _require(current, expected.id)
             if old != expected:
                 raise TaskChanged(expected.id, old)
-            return data.replace(dataclasses.replace(old, **fields))
+            new = dataclasses.replace(old, **fields)
+            return new, new
 
-        return self.update(mutate)
+        return self.edit(expected.id, change)
 
     def requeue(
         self,
@@ -307,8 +352,8 @@ class TaskPool(abc.ABC):
         itself stopped before sending) it is sent again at once.
         """
 
-        def mutate(data: BacklogData) -> Task:
-            old = data.require(task_id)
+        def change(current: Task | None) -> tuple[Task, Task]:
+            old = _require(current, task_id)
             attempts, failures, parked = old.attempts, old.infra_failures, old.parked
             not_before: str | None = None
             if not infrastructure:
@@ -331,9 +376,9 @@ class TaskPool(abc.ABC):
                 last_error=reason,
                 **_undispatched(),
             )
-            return data.replace(new)
+            return new, new
 
-        return self.update(mutate)
+        return self.edit(task_id, change)
 
     def move_model(self, task_id: str, *, reason: str, failed_model: str, now: datetime) -> Task:
         """Put a task back to pending to run on another model: ``failed_model`` is avoided.
@@ -342,8 +387,8 @@ class TaskPool(abc.ABC):
         task or the infrastructure.
         """
 
-        def mutate(data: BacklogData) -> Task:
-            old = data.require(task_id)
+        def change(current: Task | None) -> tuple[Task, Task]:
+            old = _require(current, task_id)
             avoid = old.avoid_models
             if failed_model and failed_model not in avoid:
                 avoid = (*avoid, failed_model)
@@ -355,20 +400,17 @@ class TaskPool(abc.ABC):
                 last_error=f"{reason} (on {failed_model or 'its model'}; moving to another model)",
                 **_undispatched(),
             )
-            return data.replace(new)
+            return new, new
 
-        return self.update(mutate)
+        return self.edit(task_id, change)
 
     def discard(self, task_id: str) -> bool:
         """Remove a task from the pool; False when it was not there."""
 
-        def mutate(data: BacklogData) -> bool:
-            kept = [t for t in data.tasks if t.id != task_id]
-            found = len(kept) != len(data.tasks)
-            data.tasks[:] = kept
-            return found
+        def change(current: Task | None) -> tuple[Task | None, bool]:
+            return None, current is not None
 
-        return self.update(mutate)
+        return self.edit(task_id, change)
 
     def record_manual_dispatch(
         self,
@@ -422,16 +464,12 @@ class TaskPool(abc.ABC):
         Either happens only while the row is still what the dispatch wrote.
         """
 
-        def mutate(data: BacklogData) -> bool:
-            if data.get(record.task.id) != record.task:
-                return False
-            if record.before is None:
-                data.tasks[:] = [t for t in data.tasks if t.id != record.task.id]
-            else:
-                data.replace(record.before)
-            return True
+        def change(current: Task | None) -> tuple[Task | None, bool]:
+            if current is None or current != record.task:
+                return current, False
+            return record.before, True
 
-        return self.update(mutate)
+        return self.edit(record.task.id, change)
 
 
 class Backlog(TaskPool):
@@ -477,6 +515,13 @@ class Backlog(TaskPool):
             what=_WHAT,
             timeout=self.lock_timeout,
         )
+
+
+def _require(current: Task | None, task_id: str) -> Task:
+    """The row an edit found, or the UsageError ``BacklogData.require`` raises."""
+    if current is None:
+        raise UsageError(f"no task {task_id!r} in the task pool")
+    return current
 
 
 def _dispatched(
@@ -526,8 +571,18 @@ def _priority_rank(task: Task) -> int:
     return PRIORITIES.index(task.priority)
 
 
-def readiness(task: Task, tasks: Sequence[Task], now: datetime) -> str:
-    """Return "" when a task may be dispatched now, else a short reason why not."""
+def readiness(
+    task: Task,
+    tasks: Sequence[Task],
+    now: datetime,
+    *,
+    status_of: Mapping[str, str] | None = None,
+) -> str:
+    """Return "" when a task may be dispatched now, else a short reason why not.
+
+    ``status_of`` (id -> status of ``tasks``) spares the look-up table's making when asking
+    about many tasks of one pool: once per pool, not once per task.
+    """
     if task.status != "pending":
         return f"status is {task.status}"
     if task.parked:
@@ -535,7 +590,8 @@ def readiness(task: Task, tasks: Sequence[Task], now: datetime) -> str:
     not_before = instant_seconds(task.not_before)
     if not_before is not None and not_before > now.timestamp():
         return f"backing off until {format_instant(parse_instant(task.not_before) or now)}"
-    status_of = {t.id: t.status for t in tasks}
+    if status_of is None:
+        status_of = {t.id: t.status for t in tasks}
     # A dependency that is not in the pool blocks the task: it cannot be confirmed done.
     waiting = [dep for dep in task.depends_on if status_of.get(dep) != "done"]
     if waiting:
@@ -553,8 +609,9 @@ def pick_tasks(tasks: Sequence[Task], instance: str, free: int, now: datetime) -
     if free <= 0:
         return []
     ranked: list[tuple[int, int, float, int, Task]] = []
+    status_of = {t.id: t.status for t in tasks}
     for index, task in enumerate(tasks):
-        if readiness(task, tasks, now):
+        if readiness(task, tasks, now, status_of=status_of):
             continue
         tier = 0 if task.instance == instance else 1 if not task.instance else 2
         created = instant_seconds(task.created_at)

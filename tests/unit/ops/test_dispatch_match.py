@@ -3,7 +3,7 @@ candidates with what they share with the task."""
 
 from __future__ import annotations
 
-from tests.unit.ops.test_planner import A, B, sess
+from tests.unit.ops.planner_support import A, B, sess
 from xaf_hub.fleet.scan import InstanceScan
 from xaf_hub.ops.dispatch import match_candidates, session_tasks
 from xaf_hub.store.tasks import Task

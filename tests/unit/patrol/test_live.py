@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -17,7 +18,13 @@ from xaf_hub.core.records import SessionRecord
 from xaf_hub.fleet.events import FleetEvent
 from xaf_hub.ops.context import OpsContext
 from xaf_hub.patrol.context import Cycle
-from xaf_hub.patrol.live import LOCKED_RETRY_SECONDS, LiveReactor, _Work
+from xaf_hub.patrol.live import (
+    _REFILL,
+    LOCKED_RETRY_SECONDS,
+    REFILL_MARGIN_SECONDS,
+    LiveReactor,
+    _Work,
+)
 from xaf_hub.store.patrol_state import set_paused
 from xaf_hub.store.statefile import file_lock
 
@@ -100,7 +107,7 @@ def test_a_request_becomes_work_only_with_a_policy_and_a_rule_answers_it(tmp_pat
 
     import httpx
 
-    from tests.unit.ops.test_waiting import fleet_with_both
+    from tests.unit.ops.waiting_support import fleet_with_both
     from xaf_hub.config.load import PermissionRule, PermissionsConfig
 
     r = _reactor(tmp_path, [])
@@ -115,7 +122,62 @@ def test_a_request_becomes_work_only_with_a_policy_and_a_rule_answers_it(tmp_pat
     live.on_event(_ev("asked", "ses_perm"))
     work = live._take()
     assert work is not None and list(work.sessions) == [("a", "asked:ses_perm")]
-    cycle, again = asyncio.run(live._react(work))
+    cycle, again, _ = asyncio.run(live._react(work))
     assert server.replies == [("/permission/per_aaa1/reply", {"reply": "once"})]
     assert [(a.kind, a.result, a.session) for a in cycle.actions] == [("answer", "ok", "ses_perm")]
     assert again.empty()
+
+
+def test_the_daemon_fills_at_once_when_it_starts(tmp_path: Path) -> None:
+    """Free slots and pending work at start: the fill runs now, not at the first round."""
+    r = _reactor(tmp_path, [])
+    r.start()
+    try:
+        deadline = time.monotonic() + 10
+        while not r.batches and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert [b.fill for b in r.batches] == [True]
+    finally:
+        r.stop()
+    skipping = _reactor(tmp_path, [], skip=("fill_slots",))
+    skipping.start()
+    time.sleep(0.3)
+    skipping.stop()
+    assert skipping.batches == []
+
+
+def _with_pool_and_slot(tmp_path: Path, grace: float) -> Recording:
+    doc = {
+        "instances": [{"name": "a", "url": "http://127.0.0.1:9", "roots": ["/srv/p"]}],
+        "lock": {"slot_grace_seconds": grace, "slot_ttl_seconds": 60},
+    }
+    tmp_path.mkdir()
+    (tmp_path / "config.json").write_text(json.dumps(doc), "utf-8")
+    cfg = load_config(str(tmp_path / "config.json"),
+                      env={"XAF_HUB_HOME": str(tmp_path / "home")}, cwd=tmp_path)
+    return Recording(OpsContext(cfg), (), threading.Lock(), [].append, settle_seconds=0)
+
+
+def test_a_reserved_slot_is_filled_again_when_its_reservation_can_lapse(tmp_path: Path) -> None:
+    """However many tries it takes: the next fill is timed by the reservations themselves (the
+    grace when still ahead, else the TTL), and there is none without waiting work or a
+    reservation."""
+    from xaf_hub.store.backlog import Task
+
+    r = _with_pool_and_slot(tmp_path / "grace", 5)
+    assert r._refill_in(r.pctx) is None  # no work waits
+    r.pctx.backlog().add(Task(id="T1", title="queued"))
+    assert r._refill_in(r.pctx) is None  # no reservation holds a slot
+    r.pctx.gate().reserve("a")
+    wait = r._refill_in(r.pctx)
+    assert wait is not None and 5.0 < wait <= 5.0 + REFILL_MARGIN_SECONDS
+    # The grace already over (0 s): only the TTL can end it now.
+    late = _with_pool_and_slot(tmp_path / "ttl", 0)
+    late.pctx.backlog().add(Task(id="T1", title="queued"))
+    late.pctx.gate().reserve("a")
+    wait = late._refill_in(late.pctx)
+    assert wait is not None and 59.0 < wait <= 60.0 + REFILL_MARGIN_SECONDS
+    # The fill is due at its own time, not with a session's 61 s recheck; no cap on tries.
+    late._later(_Work({("a", "ses_1"): 0.0}, True, 50, fill_wait=2.0), 61.0)
+    due = late._work.sessions
+    assert due[_REFILL] - time.monotonic() <= 2.0 < due[("a", "ses_1")] - time.monotonic()

@@ -552,6 +552,21 @@ def test_pick_tasks(tasks: list[Task], instance: str, free: int, expected: list[
     assert [task.id for task in pick_tasks(tasks, instance, free, NOW)] == expected
 
 
+def test_pick_tasks_is_linear_in_the_pool() -> None:
+    """A patrol plans from the whole pool: 6,000 tasks (a third waiting on a dependency) are
+    picked from in well under a second of CPU, not the half minute that a look-up table of the
+    pool made per task took."""
+    import time
+
+    tasks = [t(f"d{n}", st="done") for n in range(1_000)]
+    tasks += [t(f"w{n}", dep=(f"d{n}", f"p{n}")) for n in range(2_000)]
+    tasks += [t(f"p{n}", ("P0", "P1", "P2", "P3")[n % 4]) for n in range(3_000)]
+    started = time.process_time()
+    picked = pick_tasks(tasks, "x", 3, NOW)
+    assert time.process_time() - started < 3
+    assert [task.id for task in picked] == ["p0", "p4", "p8"]
+
+
 @pytest.mark.parametrize(
     ("task", "pool", "reason"),
     [

@@ -16,11 +16,11 @@ from typing import Any
 
 import pytest
 
-from tests.redis_fixture import RedisServer
+from tests.redis_fixture import RedisServer, pool_keys
 from xaf_hub.config.load import Config, LockConfig, PatrolConfig, PoolConfig
 from xaf_hub.errors import LockLostError
 from xaf_hub.store.backends import make_gate, make_pool
-from xaf_hub.store.backlog import Task
+from xaf_hub.store.backlog import BacklogData, Task
 from xaf_hub.store.fence import Fence
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
@@ -116,13 +116,18 @@ def test_a_fenced_pool_changes_nothing_once_the_lease_is_lost(cfg: Config, rds: 
     assert a.acquire()
     pool = make_pool(cfg, fence=a.fence())
     planned = pool.add(Task(id="T1", title="one"), now=NOW)
-    before = rds.get(f"{cfg.lock.redis_prefix}:pool")
+    before = pool_keys(rds, cfg.lock.redis_prefix)
+    assert f"{cfg.lock.redis_prefix}:pool:task:T1" in before
     rds.set(a.key, "host-b|9|beef")
     with pytest.raises(LockLostError, match="patrol lease"):
         pool.claim(planned, "ses_1", "lan-a", None, NOW)
     with pytest.raises(LockLostError):
         pool.add(Task(id="T2", title="two"), now=NOW)
-    assert rds.get(f"{cfg.lock.redis_prefix}:pool") == before
+    with pytest.raises(LockLostError):  # a whole-pool change is fenced too
+        pool.import_data(BacklogData(tasks=[Task(id="T3", title="three")]))
+    with pytest.raises(LockLostError):
+        pool.discard("T1")
+    assert pool_keys(rds, cfg.lock.redis_prefix) == before
     assert [t.id for t in pool.load().tasks] == ["T1"]  # reading is still allowed
     # The lease key gone (FLUSHALL, expiry) is no better: nothing written.
     rds.delete(a.key)
@@ -131,7 +136,7 @@ def test_a_fenced_pool_changes_nothing_once_the_lease_is_lost(cfg: Config, rds: 
     # A standby's fence (empty token) never matches, even when no one holds the lease.
     with pytest.raises(LockLostError):
         make_pool(cfg, fence=Fence(a.key, "")).claim(planned, "s", "lan-a", None, NOW)
-    assert rds.get(f"{cfg.lock.redis_prefix}:pool") == before
+    assert pool_keys(rds, cfg.lock.redis_prefix) == before
 
 
 def test_daemons_are_listed_with_role_and_heartbeat(cfg: Config) -> None:

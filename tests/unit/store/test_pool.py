@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from tests.redis_fixture import RedisServer
+from tests.redis_fixture import RedisServer, pool_keys
 from xaf_hub.cli.main import main
 from xaf_hub.config.load import Config, LockConfig, PoolConfig, parse_config
 from xaf_hub.errors import ConfigError, StateFileError, TaskChanged, UnreachableError, UsageError
@@ -70,10 +70,10 @@ def stored(cfg: Config) -> str | None:
         cfg.lock.redis_url, password=cfg.lock.redis_password, decode_responses=True
     )
     try:
-        value = client.get(f"{cfg.lock.redis_prefix}:pool")
+        keys = pool_keys(client, cfg.lock.redis_prefix)
     finally:
         client.close()
-    return None if value is None else str(value)
+    return json.dumps(keys) if keys else None
 
 
 # -- the interface, on both backends -------------------------------------------------------
@@ -266,6 +266,265 @@ def test_corrupt_redis_pool_is_named_and_never_reset(
         assert client.get(f"{prefix}:pool") == json.dumps({"tasks": [{"id": "T1", "title": 5}]})
     finally:
         client.close()
+
+
+def test_corrupt_row_is_named_and_never_reset(tmp_path: Path, redis_server: RedisServer) -> None:
+    prefix = RedisServer.prefix()
+    cfg = redis_config(tmp_path, redis_server, prefix)
+    pool = make_pool(cfg)
+    pool.import_data(BacklogData(tasks=[Task(id="T1", title="one"), Task(id="T2", title="two")]))
+    client = redis_server.client()
+    try:
+        client.set(f"{prefix}:pool:task:T2", '{"id": "T2", "title": ')
+        with pytest.raises(StateFileError, match=rf"key {prefix}:pool:task:T2: line 1"):
+            pool.load()
+        with pytest.raises(StateFileError, match=rf"key {prefix}:pool:task:T2"):
+            pool.set_status("T2", "done")
+        assert pool.set_status("T1", "done").status == "done"  # the other rows still work
+        client.set(f"{prefix}:pool:task:T2", json.dumps({"id": "T9", "title": "moved"}))
+        with pytest.raises(StateFileError, match="holds task 'T9', not 'T2'"):
+            pool.load()
+        client.delete(f"{prefix}:pool:task:T2")
+        with pytest.raises(StateFileError, match=r"lists task 'T2', whose key .* is missing"):
+            pool.load()
+        assert client.zrange(f"{prefix}:pool:order", 0, -1) == ["T1", "T2"]
+    finally:
+        client.close()
+
+
+LEGACY = {
+    "schema_version": 1,
+    "discipline": "only on main",
+    "team_note": {"kept": True},  # a key the hub does not know, kept verbatim
+    "tasks": [
+        {"id": "L-3", "title": "third in file order", "priority": "P3", "note": "hand-added"},
+        {"id": "L-1", "title": "写迁移脚本", "status": "dispatched", "session_id": "ses_1",
+         "dispatched_to": "lan-a", "dispatched_at": "2026-12-01T10:00:00+00:00"},
+        {"id": "L-2", "title": "done", "status": "done", "commit": "a" * 40, "verified": True},
+    ],
+}
+
+
+def test_an_old_one_document_pool_is_migrated_on_first_use(
+    tmp_path: Path, redis_server: RedisServer
+) -> None:
+    """The pool of earlier releases (one JSON document under P:pool) moves to a key per task
+    the first time a hub of this release touches it, whatever it does first; a second hub
+    finds it done; the document is kept under P:pool:v1; export gives back the same pool."""
+    prefix = RedisServer.prefix()
+    cfg = redis_config(tmp_path, redis_server, prefix)
+    client = redis_server.client()
+    try:
+        client.set(f"{prefix}:pool", json.dumps(LEGACY))
+        expected = BacklogData.from_json(LEGACY)
+        planned = expected.require("L-3")
+        # The first thing done is a claim, as a patrol would: it must see the old rows.
+        make_pool(cfg).claim(planned, "ses_9", "lan-b", None, NOW)
+        keys = pool_keys(client, prefix)
+        assert f"{prefix}:pool" not in keys
+        assert json.loads(keys[f"{prefix}:pool:v1"]) == LEGACY
+        assert [m for m, _ in keys[f"{prefix}:pool:order"]] == ["L-3", "L-1", "L-2"]
+        data = make_pool(cfg).load()
+        assert data.discipline == "only on main" and data.extra == {"team_note": {"kept": True}}
+        assert [t.id for t in data.tasks] == ["L-3", "L-1", "L-2"]
+        assert data.tasks[1:] == expected.tasks[1:]
+        claimed = data.tasks[0]
+        assert claimed.status == "dispatched" and claimed.extra == {"note": "hand-added"}
+        # Idempotent: opening again moves nothing, writes nothing.
+        again = pool_keys(client, prefix)
+        make_pool(cfg).load()
+        assert pool_keys(client, prefix) == again
+        # An old hub writing its document again later: its rows are folded in, a row already
+        # in the new layout stands, and no row is lost or doubled.
+        stale = {**LEGACY, "tasks": [*LEGACY["tasks"], {"id": "L-4", "title": "added late"}]}
+        client.set(f"{prefix}:pool", json.dumps(stale))
+        rows = make_pool(cfg).load().tasks
+        assert [t.id for t in rows] == ["L-3", "L-1", "L-2", "L-4"]
+        assert rows[0].session_id == "ses_9"
+    finally:
+        client.close()
+
+
+def test_hubs_racing_to_migrate_move_each_row_once(
+    tmp_path: Path, redis_server: RedisServer
+) -> None:
+    import threading
+
+    prefix = RedisServer.prefix()
+    cfg = redis_config(tmp_path, redis_server, prefix)
+    rows = [{"id": f"M-{n:03d}", "title": f"row {n}"} for n in range(300)]
+    client = redis_server.client()
+    try:
+        client.set(f"{prefix}:pool", json.dumps({"tasks": rows}))
+        start = threading.Barrier(6)
+        seen: list[list[str]] = []
+        errors: list[BaseException] = []
+
+        def hub(n: int) -> None:
+            pool = make_pool(cfg)
+            start.wait()
+            try:
+                if n % 2:
+                    seen.append([t.id for t in pool.load().tasks])
+                else:
+                    pool.add(Task(id=f"N-{n}", title="new"), now=NOW)
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=hub, args=(n,)) for n in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert not errors
+        old = [r["id"] for r in rows]
+        for ids in seen:  # a reader saw the whole old pool, in order, never half of it
+            assert ids[:300] == old
+        final = [t.id for t in make_pool(cfg).load().tasks]
+        assert final[:300] == old and sorted(final[300:]) == ["N-0", "N-2", "N-4"]
+        assert client.zcard(f"{prefix}:pool:order") == 303
+    finally:
+        client.close()
+
+
+def _claim_cost(pool: Any, planned: Task, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, ...]:
+    """Claim ``planned``; return the Redis commands sent (sorted) and the rows parsed."""
+    from xaf_hub.store import tasks as tasks_module
+
+    parsed: list[str] = []
+    sent: list[str] = []
+    real_parse = tasks_module.Task.from_json.__func__  # type: ignore[attr-defined]
+
+    def counting(cls: type, raw: Any, **kw: Any) -> Task:
+        parsed.append(raw["id"])
+        return real_parse(cls, raw, **kw)  # type: ignore[no-any-return]
+
+    client = pool.client
+    real_command = client.execute_command
+
+    def command(*args: Any, **kw: Any) -> Any:
+        sent.append(args[0])
+        return real_command(*args, **kw)
+
+    pipe_class = type(client.pipeline())
+    real_execute = pipe_class.execute
+
+    def execute(self: Any, *args: Any, **kw: Any) -> Any:
+        sent.extend(c[0][0] for c in self.command_stack)
+        return real_execute(self, *args, **kw)
+
+    monkeypatch.setattr(tasks_module.Task, "from_json", classmethod(counting))
+    monkeypatch.setattr(client, "execute_command", command)
+    monkeypatch.setattr(pipe_class, "execute", execute)
+    try:
+        pool.claim(planned, "ses_1", "lan-a", None, NOW)
+    finally:
+        monkeypatch.undo()
+    return sorted(sent), parsed
+
+
+def test_a_claim_reads_and_writes_its_row_alone(
+    tmp_path: Path, redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What a claim costs does not grow with the pool: the same commands, one row parsed,
+    whether the pool holds 10 tasks or 3,000."""
+    costs = []
+    for size in (10, 3000):
+        pool = make_pool(redis_config(tmp_path, redis_server, RedisServer.prefix()))
+        pool.import_data(BacklogData(tasks=[Task(id=f"C-{n}", title="c") for n in range(size)]))
+        first, planned = pool.load().tasks[0], pool.load().tasks[size // 2]
+        pool.claim(first, "ses_0", "lan-a", None, NOW)  # the script known to the server
+        costs.append(_claim_cost(pool, planned, monkeypatch))
+        assert pool.load().require(planned.id).status == "dispatched"
+    assert costs[0][0] == costs[1][0] and len(costs[0][0]) <= 4
+    assert costs[0][1] == ["C-5"] and costs[1][1] == ["C-1500"]  # the claimed row alone
+
+
+def test_a_whole_pool_change_is_reapplied_over_a_claim_made_meanwhile(
+    tmp_path: Path, redis_server: RedisServer
+) -> None:
+    cfg = redis_config(tmp_path, redis_server, RedisServer.prefix())
+    pool, other = make_pool(cfg), make_pool(cfg)
+    pool.import_data(BacklogData(tasks=[Task(id="T1", title="one"), Task(id="T2", title="two")]))
+    runs = []
+
+    def mutate(data: BacklogData) -> None:
+        runs.append([t.status for t in data.tasks])
+        if len(runs) == 1:  # another hub claims T1 between this read and this write
+            other.claim(other.load().require("T1"), "ses_1", "lan-a", None, NOW)
+        data.tasks.append(Task(id="T3", title="three"))
+        data.discipline = "tests first"
+
+    pool.update(mutate)
+    assert runs == [["pending", "pending"], ["dispatched", "pending"]]
+    data = pool.load()
+    assert [(t.id, t.status) for t in data.tasks] == [
+        ("T1", "dispatched"), ("T2", "pending"), ("T3", "pending")
+    ]
+    assert data.discipline == "tests first"
+    # A change that reorders the pool keeps its order.
+    pool.update(lambda d: d.tasks.reverse())
+    assert [t.id for t in make_pool(cfg).load().tasks] == ["T3", "T2", "T1"]
+
+
+def _claim_share(url: str, password: str, prefix: str, worker: int, start: Any, out: Any) -> None:
+    """One of five hubs: claim the tasks of two of the five classes (every task has two
+    claimers racing for it, in the same order); report what it won."""
+    cfg = Config(
+        path=None,
+        home=Path("/nonexistent"),
+        state_dir=Path("/nonexistent"),
+        lock=LockConfig(
+            backend="redis", redis_url=url, redis_prefix=prefix, redis_password=password,
+            lock_timeout_seconds=60,
+        ),
+        pool=PoolConfig(backend="redis"),
+    )
+    pool = make_pool(cfg)
+    mine = {worker, (worker + 1) % 5}
+    plan = [t for i, t in enumerate(pool.load().tasks) if i % 5 in mine]
+    start.wait(60)
+    won = []
+    for task in plan:
+        try:
+            pool.claim(task, f"ses-{task.id}", f"hub-{worker}", None, NOW)
+        except TaskChanged:
+            continue
+        won.append(task.id)
+    out.put((worker, won))
+
+
+def test_five_processes_claim_10000_tasks_each_once(
+    tmp_path: Path, redis_server: RedisServer
+) -> None:
+    prefix = RedisServer.prefix()
+    cfg = redis_config(tmp_path, redis_server, prefix)
+    pool = make_pool(cfg)
+    ids = [f"K-{n:05d}" for n in range(10_000)]
+    pool.import_data(BacklogData(tasks=[Task(id=i, title="k") for i in ids]))
+    ctx = multiprocessing.get_context("spawn")
+    start, out = ctx.Event(), ctx.Queue()
+    procs = [
+        ctx.Process(
+            target=_claim_share,
+            args=(redis_server.url, redis_server.password, prefix, w, start, out),
+        )
+        for w in range(5)
+    ]
+    for proc in procs:
+        proc.start()
+    start.set()
+    won = dict(out.get(timeout=300) for _ in procs)
+    for proc in procs:
+        proc.join(60)
+    assert [p.exitcode for p in procs] == [0] * 5
+    claims = sorted(t for w in won.values() for t in w)
+    assert claims == ids  # each once, none lost
+    rows = pool.load().tasks
+    assert [t.id for t in rows] == ids and all(t.status == "dispatched" for t in rows)
+    for worker, got in won.items():
+        assert {t.id for t in rows if t.dispatched_to == f"hub-{worker}"} == set(got)
+    assert len({w for w, got in won.items() if got}) > 1  # they really raced
 
 
 def test_redis_away_is_unreachable(tmp_path: Path) -> None:

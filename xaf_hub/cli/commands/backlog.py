@@ -1,6 +1,6 @@
 """The task pool from a terminal: list, add, show, set a task's status, export and import.
 
-The pool is tasks_backlog.json, or one Redis key shared by every hub (``pool.backend``);
+The pool is tasks_backlog.json, or a key per task in Redis shared by every hub (``pool.backend``);
 ``export`` / ``import`` move it to and from that JSON file, the portable format. An import is
 checked whole first: a bad row or an id already taken refuses it (exit 4), nothing written.
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.unit.ops.test_waiting import PERM, Server, fleet_with_both
+from tests.unit.ops.waiting_support import PERM, Server, fleet_with_both
 from xaf_hub.cli.main import main
 
 PASSWORD = "pw-s3cret-value"
