@@ -38,8 +38,20 @@ from mcp_types import CallToolResult, TextContent
 from pydantic import ValidationError
 
 from xaf_hub import __version__
-from xaf_hub.cli.commands import backlog, dispatch, instances, interrupt, sessions, show, status
-from xaf_hub.cli.commands._common import missing_password
+from xaf_hub.cli.commands import (
+    answer,
+    approve,
+    backlog,
+    deny,
+    dispatch,
+    instances,
+    interrupt,
+    sessions,
+    show,
+    status,
+    waiting,
+)
+from xaf_hub.cli.commands._common import answer_waiting, missing_password
 from xaf_hub.cli.context import Context
 from xaf_hub.cli.options import MAX_SHORT, MAX_TEXT, Common, Opt, pick, record
 from xaf_hub.core import aio
@@ -54,6 +66,7 @@ from xaf_hub.errors import (
     MissingPassword,
     NotProjectSession,
     ProductionRefused,
+    RequestGone,
     RunStateUnknown,
     SessionNotFound,
     StateFileError,
@@ -72,9 +85,10 @@ how full each instance is (running + reserved of its limit); `sessions` lists th
 sessions. `dispatch` sends a task to a related session or a new one on the least-loaded
 instance; every instance keeps at most its limit of runs, for you exactly as for a person.
 When the fleet is full, `dispatch` with queue=true puts the task in the pool instead, and the
-patrol starts it when a slot frees. A refusal names its class first: limit reached, lock busy,
-production needs allow_prod, not a project session, instance unreachable, bad argument,
-config error."""
+patrol starts it when a slot frees. A run that stops to ask a person (a permission or a
+question) holds its slot: `waiting` lists them, `approve`, `deny` and `answer` reply. A refusal
+names its class first: limit reached, lock busy, production needs allow_prod, not a project
+session, instance unreachable, no longer waiting, bad argument, config error."""
 
 # Most specific first: the first class the error is an instance of names it.
 _CLASSES: tuple[tuple[type[BaseException], str], ...] = (
@@ -87,6 +101,7 @@ _CLASSES: tuple[tuple[type[BaseException], str], ...] = (
     (MissingPassword, "password missing"),
     (UnreachableError, "instance unreachable"),
     (SessionNotFound, "bad argument"),
+    (RequestGone, "no longer waiting"),
     (UsageError, "bad argument"),
     (ConfigError, "config error"),
     (StateFileError, "state file damaged"),
@@ -283,6 +298,53 @@ def _backlog_show(ctx: Context, v: Values) -> Any:
                                                             backlog.SHOW_OPTIONS, v)))
 
 
+def _waiting(ctx: Context, v: Values) -> Any:
+    import time
+
+    found = waiting.look(ctx, record(waiting.Options, waiting.OPTIONS, v))
+    return waiting.document(found, int(time.time() * 1000))
+
+
+def _waiting_line(doc: Any) -> str:
+    requests = doc.get("waiting", []) if isinstance(doc, dict) else []
+    unknown = doc.get("unknown", []) if isinstance(doc, dict) else []
+    line = f"{len(requests)} request(s) waiting for a person"
+    if unknown:
+        line += "; not known for " + ", ".join(str(u.get("instance")) for u in unknown)
+    return line
+
+
+def _answered(ctx: Context, reply: Any, opts: Any) -> Any:
+    return answer_waiting(ctx, opts.request, reply, opts.instance, opts.allow_prod, opts.force)
+
+
+def _approve(ctx: Context, v: Values) -> Any:
+    from xaf_hub.ops.waiting import Reply
+
+    opts = record(approve.Options, approve.OPTIONS, v)
+    return _answered(ctx, Reply("approve", always=opts.always), opts)
+
+
+def _deny(ctx: Context, v: Values) -> Any:
+    from xaf_hub.ops.waiting import Reply
+
+    opts = record(deny.Options, deny.OPTIONS, v)
+    return _answered(ctx, Reply("deny", message=opts.message.strip()), opts)
+
+
+def _answer(ctx: Context, v: Values) -> Any:
+    from xaf_hub.ops.waiting import Reply
+
+    opts = record(answer.Options, answer.OPTIONS, v)
+    reply = Reply("answer", choices=tuple(opts.choices), text=opts.text.strip())
+    return _answered(ctx, reply, opts)
+
+
+def _reply_line(doc: Any) -> str:
+    return (f"{_field(doc, 'reply')}: {_field(doc, 'id')} of {_field(doc, 'session_id')} on "
+            f"{_field(doc, 'instance')}")
+
+
 def _field(doc: Any, key: str) -> str:
     return str(doc.get(key, "")) if isinstance(doc, dict) else ""
 
@@ -318,6 +380,22 @@ TOOLS: tuple[Tool, ...] = (
          _backlog_add, lambda d: f"added {_field(d, 'id')}"),
     Tool("backlog_show", "One task of the pool, whole.", backlog.SHOW_OPTIONS, _backlog_show,
          lambda d: f"task {_field(d, 'id')}"),
+    Tool("waiting", "Every request a run waits on across the fleet (permission requests and "
+         "questions for a person): id, instance, session, what is asked, options, since when. "
+         "Such a run holds a slot until it is answered.", waiting.OPTIONS, _waiting,
+         _waiting_line),
+    Tool("approve", "Approve a permission request a run waits on (always=true: the patterns it "
+         "offers too, for that session). Checked first: a request no longer waiting is "
+         "refused and nothing is sent.",
+         pick(approve.OPTIONS, "request", "instance", "allow_prod", "always"), _approve,
+         _reply_line),
+    Tool("deny", "Deny a permission request (or reject a question) a run waits on; the run goes "
+         "on without it, with your message if you give one.",
+         pick(deny.OPTIONS, "request", "instance", "allow_prod", "message"), _deny, _reply_line),
+    Tool("answer", "Answer a question a run waits on: one option label per question (choices), "
+         "or your own text.",
+         pick(answer.OPTIONS, "request", "instance", "allow_prod", "choices", "text"), _answer,
+         _reply_line),
 )
 
 

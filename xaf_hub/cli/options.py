@@ -146,7 +146,9 @@ class Opt:
         else:
             how["metavar"] = self.metavar
             if get_origin(self.kind) is list:
-                how.update(nargs="+", default=list(self.default or []))
+                # A positional list that may be empty takes none or more words ("*").
+                many = "*" if not self.flags and not self.required else "+"
+                how.update(nargs=many, default=list(self.default or []))
             else:
                 how["default"] = self.default
                 if self.choices:
@@ -155,7 +157,7 @@ class Opt:
                     how["type"] = self.kind
         if not self.flags:
             if not self.required:
-                how["nargs"] = "?"
+                how.setdefault("nargs", "?")
             parser.add_argument(self.dest, **how)
             return
         if self.required:

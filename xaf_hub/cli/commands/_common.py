@@ -285,19 +285,23 @@ def wait_exit(r: WaitResult) -> int:
 _SIGNAL_WORDS = {"rate_limited": "rate-limited", "model_unavailable": "model unavailable"}
 
 
+# The request id and guards of `approve`, `deny` and `answer` (and their MCP tools).
+REQUEST = Opt("request", (), "the request (per_... or que_...; see `waiting`)", required=True,
+              metavar="ID")
+ANSWER_TARGET = (REQUEST, INSTANCE.but(help="where it waits (default: search all)"),
+                 ALLOW_PROD, FORCE)
+
+
 def add_answer_target(p: argparse.ArgumentParser) -> None:
     """The request id and guards of `approve`, `deny` and `answer`."""
     add_json(p)
-    p.add_argument("request", metavar="ID", help="the request (per_... or que_...; see `waiting`)")
-    p.add_argument("-i", "--instance", metavar="NAME", help="where it waits (default: search all)")
-    p.add_argument("--allow-prod", action="store_true", help="allow writes to production")
-    p.add_argument("--force", action="store_true", help="allow a non-project session")
+    add_options(p, ANSWER_TARGET)
 
 
-def send_answer(ctx: Context, request: str, reply: Any, instance: str | None,
-                allow_prod: bool, force: bool) -> int:
-    """Answer one waiting request (``ops.waiting.answer_request``) and say what was sent."""
-    from xaf_hub.core.text import dumps
+def answer_waiting(ctx: Context, request: str, reply: Any, instance: str | None,
+                   allow_prod: bool, force: bool) -> dict[str, Any]:
+    """Answer one waiting request (``ops.waiting.answer_request``); what `--json` prints (and
+    the MCP tool answers). A note for the person goes to ``ctx.warn`` too."""
     from xaf_hub.ops.waiting import answer_request
 
     done = aio.run(
@@ -307,24 +311,27 @@ def send_answer(ctx: Context, request: str, reply: Any, instance: str | None,
     )
     if done.note:
         ctx.warn(done.note)
+    return {
+        "id": done.waiting.request_id,
+        "instance": done.instance,
+        "session_id": done.session_id,
+        "kind": done.waiting.kind,
+        "asked": done.waiting.asked,
+        "result": "sent",
+        "reply": done.reply.words(),
+        "warnings": [done.note] if done.note else [],
+    }
+
+
+def send_answer(ctx: Context, request: str, reply: Any, instance: str | None,
+                allow_prod: bool, force: bool) -> int:
+    """Answer one waiting request and say what was sent."""
+    from xaf_hub.core.text import dumps
+
+    doc = answer_waiting(ctx, request, reply, instance, allow_prod, force)
     if ctx.json:
-        ctx.out(
-            dumps(
-                {
-                    "id": done.waiting.request_id,
-                    "instance": done.instance,
-                    "session_id": done.session_id,
-                    "kind": done.waiting.kind,
-                    "asked": done.waiting.asked,
-                    "result": "sent",
-                    "reply": done.reply.words(),
-                    "warnings": [done.note] if done.note else [],
-                }
-            )
-        )
+        ctx.out(dumps(doc))
     else:
-        ctx.out(
-            f"{done.reply.words()}: {done.waiting.request_id} of {done.session_id} on "
-            f"{done.instance} ({done.waiting.asked})"
-        )
+        ctx.out(f"{doc['reply']}: {doc['id']} of {doc['session_id']} on {doc['instance']} "
+                f"({doc['asked']})")
     return 0

@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 
-from xaf_hub.cli.commands._common import add_answer_target, send_answer
+from xaf_hub.cli.commands._common import ANSWER_TARGET, add_answer_target, send_answer
 from xaf_hub.cli.context import Context
+from xaf_hub.cli.options import MAX_TEXT, Opt, add_options
 
 EXAMPLES = """\
 examples:
@@ -15,13 +16,17 @@ examples:
 """
 
 
+CHOICES = Opt("choices", (), "option labels, one per question (see `waiting`)",
+              kind=list[str], default=(), metavar="CHOICE", max_items=64)
+TEXT = Opt("text", ("-t", "--text"), "your own answer", default="", metavar="TEXT",
+           max_length=MAX_TEXT)
+OPTIONS = (*ANSWER_TARGET, CHOICES, TEXT)
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Options of `answer`."""
     add_answer_target(p)
-    p.add_argument(
-        "choices", nargs="*", metavar="CHOICE", help="option labels (see `waiting`)"
-    )
-    p.add_argument("-t", "--text", default="", metavar="TEXT", help="your own answer")
+    add_options(p, (CHOICES, TEXT))
 
 
 @dataclass(frozen=True)

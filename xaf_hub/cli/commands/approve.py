@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 
-from xaf_hub.cli.commands._common import add_answer_target, send_answer
+from xaf_hub.cli.commands._common import ANSWER_TARGET, add_answer_target, send_answer
 from xaf_hub.cli.context import Context
+from xaf_hub.cli.options import Opt
 
 EXAMPLES = """\
 examples:
@@ -15,12 +16,15 @@ examples:
 """
 
 
+ALWAYS = Opt("always", ("--always",), "allow the patterns the request offers from now on",
+             kind=bool, default=False)
+OPTIONS = (*ANSWER_TARGET, ALWAYS)
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Options of `approve`."""
     add_answer_target(p)
-    p.add_argument(
-        "--always", action="store_true", help="allow the patterns the request offers from now on"
-    )
+    ALWAYS.add_to(p)
 
 
 @dataclass(frozen=True)

@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 
-from xaf_hub.cli.commands._common import add_answer_target, send_answer
+from xaf_hub.cli.commands._common import ANSWER_TARGET, add_answer_target, send_answer
 from xaf_hub.cli.context import Context
+from xaf_hub.cli.options import MAX_TEXT, Opt
 
 EXAMPLES = """\
 examples:
@@ -15,12 +16,15 @@ examples:
 """
 
 
+MESSAGE = Opt("message", ("-m", "--message"), "tell the agent why, or what instead", default="",
+              metavar="TEXT", max_length=MAX_TEXT)
+OPTIONS = (*ANSWER_TARGET, MESSAGE)
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Options of `deny`."""
     add_answer_target(p)
-    p.add_argument(
-        "-m", "--message", default="", metavar="TEXT", help="tell the agent why, or what instead"
-    )
+    MESSAGE.add_to(p)
 
 
 @dataclass(frozen=True)

@@ -9,12 +9,17 @@ from __future__ import annotations
 import argparse
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-from xaf_hub.cli.commands._common import add_instance, add_json
+from xaf_hub.cli.commands._common import INSTANCE, add_json
 from xaf_hub.cli.context import Context
+from xaf_hub.cli.options import add_options
 from xaf_hub.core import aio
 from xaf_hub.core.clock import ago
 from xaf_hub.core.text import dumps, shorten
+
+if TYPE_CHECKING:
+    from xaf_hub.ops.waiting import Waiters
 
 EXAMPLES = """\
 examples:
@@ -24,10 +29,13 @@ examples:
 """
 
 
+OPTIONS = (INSTANCE,)
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Options of `waiting`."""
     add_json(p)
-    add_instance(p)
+    add_options(p, OPTIONS)
 
 
 @dataclass(frozen=True)
@@ -37,26 +45,32 @@ class Options:
     instance: str | None
 
 
-def run(ctx: Context) -> int:
-    """Scan, list the requests (``ops.waiting.list_waiting``), name who could not say."""
-    from xaf_hub.core.runstate import answer_hint
-    from xaf_hub.errors import ExitCode
+def look(ctx: Context, opts: Options) -> Waiters:
+    """Scan and list the requests (``ops.waiting.list_waiting``)."""
     from xaf_hub.ops.waiting import list_waiting
 
-    opts = ctx.options(Options)
-    found = aio.run(list_waiting(ctx.ops(), opts.instance))
+    return aio.run(list_waiting(ctx.ops(), opts.instance))
+
+
+def document(found: Waiters, now: int) -> dict[str, Any]:
+    """What `waiting --json` prints (and the MCP tool answers)."""
+    return {
+        "waiting": [p.to_json(now) for p in found.requests],
+        "unknown": [{"instance": n, "reason": r} for n, r in found.down],
+    }
+
+
+def run(ctx: Context) -> int:
+    """Scan, list the requests, name who could not say."""
+    from xaf_hub.core.runstate import answer_hint
+    from xaf_hub.errors import ExitCode
+
+    found = look(ctx, ctx.options(Options))
     now = int(time.time() * 1000)
     for name, reason in found.down:
         ctx.warn(f"{name}: {reason}")
     if ctx.json:
-        ctx.out(
-            dumps(
-                {
-                    "waiting": [p.to_json(now) for p in found.requests],
-                    "unknown": [{"instance": n, "reason": r} for n, r in found.down],
-                }
-            )
-        )
+        ctx.out(dumps(document(found, now)))
     else:
         rows = [
             [
