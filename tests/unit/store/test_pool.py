@@ -156,6 +156,70 @@ def test_done_is_written_only_over_the_row_that_was_judged(backend: Config) -> N
     assert (done.status, done.commit, done.verified) == ("done", "b" * 40, True)
 
 
+_VERIFIED = ("base", "judged", "check", "check_commit", "check_output", "check_retries")
+
+
+def _verification(task: Task) -> tuple[Any, ...]:
+    return tuple(getattr(task, key) for key in _VERIFIED)
+
+
+def _stored_row(cfg: Config, task_id: str) -> dict[str, Any]:
+    """The row as stored: its object in the file, or its own key in Redis."""
+    raw = stored(cfg)
+    assert raw is not None
+    if cfg.pool.backend == "file":
+        rows = json.loads(raw)["tasks"]
+        return next(r for r in rows if r["id"] == task_id)
+    key = f"{cfg.lock.redis_prefix}:pool:task:{task_id}"
+    row: dict[str, Any] = json.loads(json.loads(raw)[key])
+    return row
+
+
+def test_verification_fields_survive_every_backend(backend: Config) -> None:
+    """Issue 37's fields (the base a task was sent from, the rule that judged it, the
+    project's check of its claimed commit) are written and read back by each store, through a
+    row's edit and a whole-pool update alike, and a requeue clears them."""
+    pool = make_pool(backend)
+    planned = pool.add(Task(id="T1", title="one"), now=NOW)
+    claimed = pool.claim(planned, "ses_1", "lan-a", None, NOW, base="c" * 40)
+    assert make_pool(backend).load().require("T1").base == "c" * 40
+    assert _stored_row(backend, "T1")["base"] == "c" * 40
+    noted = pool.note_check(
+        claimed,
+        judged="a new commit on the branch",
+        check="failed",
+        check_commit="d" * 40,
+        check_output="1 failed",
+        check_retries=1,
+        dispatched_at="2026-12-02T12:05:00+00:00",
+    )
+    expected = ("c" * 40, "a new commit on the branch", "failed", "d" * 40, "1 failed", 1)
+    assert _verification(noted) == expected
+    assert _verification(make_pool(backend).load().require("T1")) == expected
+    row = _stored_row(backend, "T1")
+    assert tuple(row[k] for k in _VERIFIED) == expected
+    done = pool.mark_done(
+        "T1",
+        NOW,
+        commit="e" * 40,
+        verified=True,
+        expected=noted,
+        judged="its check passed",
+        check={"check": "passed", "check_commit": "e" * 40, "check_output": "ok"},
+    )
+    again = make_pool(backend).load().require("T1")
+    assert again == done
+    assert _verification(again) == ("c" * 40, "its check passed", "passed", "e" * 40, "ok", 1)
+    back = pool.requeue("T1", reason="reopened", infrastructure=False, now=NOW)
+    assert _verification(back) == (None,) * len(_VERIFIED)
+    assert _verification(make_pool(backend).load().require("T1")) == (None,) * len(_VERIFIED)
+    assert not set(_VERIFIED) & set(_stored_row(backend, "T1"))  # unset: left out
+    # A whole-pool change (a manual dispatch's record) writes its base as well.
+    rec = pool.record_manual_dispatch("fix it", "ses_2", "lan-b", None, NOW, base="f" * 40)
+    assert make_pool(backend).load().require(rec.task.id).base == "f" * 40
+    assert _stored_row(backend, rec.task.id)["base"] == "f" * 40
+
+
 def test_import_is_all_or_nothing(backend: Config) -> None:
     pool = make_pool(backend)
     pool.add(Task(id="T1", title="one"), now=NOW)
