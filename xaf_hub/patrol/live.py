@@ -319,9 +319,15 @@ class LiveReactor:
         if not s.directory or not inst.rules.is_project(s.directory) or s.parent_id:
             return ""
         rec = build_record(inst, s, status, True)
+        watched = ""
         if CEILING not in self.skip and guarded(pctx, inst, rec):
-            # A run under a ceiling: stopped when past it, else read again shortly.
-            return "" if await check_run(pctx, cycle, inst, rec, "patrol.live") else "watch"
+            # A run under a ceiling: stopped when past it, else read again shortly. Only a
+            # busy run is done with here: a retrying one may still need its heal below.
+            if await check_run(pctx, cycle, inst, rec, "patrol.live"):
+                return ""
+            watched = "watch"
+            if rec.run_state != "retry":
+                return watched
         run = (await cycle.last_runs(pctx, [(inst, rec)])).get((inst.name, rec.id))
         state = pctx.model_state()
         people = load_decisions(pctx)
@@ -330,9 +336,9 @@ class LiveReactor:
             if not state.was_healed(cand.key):
                 await heal_item(pctx, cycle, inst, rec, run, cand, state, people,
                                 lambda: pool_discipline(pctx, cycle, HEAL))
-            return ""
+            return watched
         if CHECK in self.skip or rec.running:
-            return ""
+            return watched
         now_ms = to_ms(pctx.now())
         verdict, _detail = classify(rec, run, now_ms, pctx.cfg.patrol.stale_minutes)
         if verdict != "interrupted":

@@ -13,6 +13,8 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pytest
+
 from xaf_hub.config.load import load_config
 from xaf_hub.core.records import SessionRecord
 from xaf_hub.fleet.events import FleetEvent
@@ -181,3 +183,67 @@ def test_a_reserved_slot_is_filled_again_when_its_reservation_can_lapse(tmp_path
     late._later(_Work({("a", "ses_1"): 0.0}, True, 50, fill_wait=2.0), 61.0)
     due = late._work.sessions
     assert due[_REFILL] - time.monotonic() <= 2.0 < due[("a", "ses_1")] - time.monotonic()
+
+
+class _FakeClient:
+    """What ``_session`` asks of one instance: the session and its run state."""
+
+    def __init__(self, state: dict[str, object]) -> None:
+        self.state = state
+
+    async def __aenter__(self) -> _FakeClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        return None
+
+    async def get_session(self, sid: str) -> object:
+        from xaf_hub.fleet.wire import ServerSession
+
+        return ServerSession(sid, "t", "/srv/p/app", 1, 1, None, "", "m/a")
+
+    async def status(self, directory: str) -> dict[str, object]:
+        return {"ses_1": self.state}
+
+
+def test_a_run_under_a_ceiling_is_still_healed_when_it_retries(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The ceiling's watch does not take the place of the heal: a rate-limited retry on an
+    instance with a run ceiling is healed live (and watched on), a busy run only watched."""
+    import asyncio
+    from dataclasses import replace
+
+    from xaf_hub.config.load import BudgetConfig
+    from xaf_hub.patrol import live
+
+    r = _reactor(tmp_path, [])
+    cfg = replace(r.pctx.cfg, budget=BudgetConfig(run_usd=1.0))
+    pctx = OpsContext(cfg, env={})
+    reactor = LiveReactor(pctx, (), threading.Lock(), lambda line: None, settle_seconds=0)
+    checked: list[str] = []
+    healed: list[str] = []
+
+    async def check_run(*args: object) -> bool:
+        checked.append("ses_1")
+        return False  # within its ceiling
+
+    async def heal_item(pctx: object, cycle: object, inst: object, rec: SessionRecord,
+                        *rest: object) -> None:
+        healed.append(rec.id)
+
+    async def last_runs(self: Cycle, *args: object, **kw: object) -> dict[object, object]:
+        return {}
+
+    monkeypatch.setattr(live, "check_run", check_run)
+    monkeypatch.setattr(live, "heal_item", heal_item)
+    monkeypatch.setattr(Cycle, "last_runs", last_runs)
+    retry = {"type": "retry", "attempt": 2, "message": "Rate limit exceeded", "next": 0}
+    state: dict[str, object] = retry
+    monkeypatch.setattr(OpsContext, "client", lambda self, inst: _FakeClient(state))
+    cycle = Cycle(started=datetime.now(UTC))
+    assert asyncio.run(reactor._session(cycle, "a", "ses_1")) == "watch"
+    assert checked == ["ses_1"] and healed == ["ses_1"]
+    state = {"type": "busy"}
+    assert asyncio.run(reactor._session(cycle, "a", "ses_1")) == "watch"
+    assert checked == ["ses_1", "ses_1"] and healed == ["ses_1"]
