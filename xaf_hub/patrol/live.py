@@ -243,7 +243,9 @@ class LiveReactor:
         again, watch = _Work(), _Work()
         if work.sessions.pop(_REFILL, None) is not None:
             work.fill = True
-        for key in sorted(work.sessions):
+        # Requests last, as in a round (run_ceiling before check_agents): a run stopped past
+        # its ceiling while it waited is not then answered by policy.
+        for key in sorted(work.sessions, key=lambda k: (k[1].startswith(_ASKED), k)):
             if pctx.stop_requested():
                 break
             if key[1].startswith(_ASKED):

@@ -247,3 +247,35 @@ def test_a_run_under_a_ceiling_is_still_healed_when_it_retries(
     state = {"type": "busy"}
     assert asyncio.run(reactor._session(cycle, "a", "ses_1")) == "watch"
     assert checked == ["ses_1", "ses_1"] and healed == ["ses_1"]
+
+
+def test_a_run_stopped_past_its_ceiling_is_not_then_answered_by_policy(tmp_path: Path) -> None:
+    """In one batch the run's own look (where the ceiling stops it) comes before its request,
+    as run_ceiling comes before check_agents in a round; the stopped run is not approved."""
+    import asyncio
+    from dataclasses import replace
+
+    import httpx
+
+    from tests.unit.ops.waiting_support import fleet_with_both
+    from xaf_hub.config.load import PermissionRule, PermissionsConfig
+
+    r = _reactor(tmp_path, [])
+    server = fleet_with_both()
+    server.permissions[0]["patterns"] = ["git status"]
+    policy = PermissionsConfig((PermissionRule("bash", "git status*", "allow"),))
+    pctx = OpsContext(replace(r.pctx.cfg, permissions=policy), env={},
+                      transport_factory=lambda _: httpx.MockTransport(server.route))
+    order: list[str] = []
+
+    class Stopping(LiveReactor):
+        async def _session(self, cycle: Cycle, instance: str, sid: str) -> str:
+            order.append(sid)
+            cycle.touched.add((instance, sid))  # what check_run does when it stops a run
+            return ""
+
+    live = Stopping(pctx, (), threading.Lock(), lambda line: None, settle_seconds=0)
+    work = _Work({("a", "asked:ses_perm"): 0.0, ("a", "ses_perm"): 0.0})
+    cycle, _, _ = asyncio.run(live._react(work))
+    assert order == ["ses_perm"]
+    assert server.replies == [] and cycle.actions == []

@@ -227,10 +227,16 @@ async def answer_by_policy(
     pctx: OpsContext, cycle: Cycle, requests: Sequence[PendingRequest], now_ms: int
 ) -> None:
     """Answer what ``permissions`` decides among the project's waiting runs and record it
-    (the round here, the daemon's live reaction to a request as it appears)."""
+    (the round here, the daemon's live reaction to a request as it appears).
+
+    A session this cycle already acted on is left alone: above all a run the ceiling job
+    stopped while it waited (``run_ceiling`` runs first), whose approval would let it go on."""
     from xaf_hub.ops.waiting import apply_policy
 
-    ours = [p for p in requests if p.session.project]
+    ours = [
+        p for p in requests
+        if p.session.project and (p.instance, p.session.id) not in cycle.touched
+    ]
     for o in await apply_policy(pctx, ours, now_ms):
         result = {"sent": "ok", "failed": "failed"}.get(o.result, "skipped")
         words = f"{o.answer.reply.words()} {o.request.waiting.request_id} by {o.answer.rule}"
