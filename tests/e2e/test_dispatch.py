@@ -116,6 +116,12 @@ def test_match_uses_the_task_texts_the_hub_sent_and_says_why(hub: Hub) -> None:
         ids[name] = sent["session_id"]
     hub.wait_for(lambda: not hub.busy_ids("local-a"), timeout=60)
 
+    def free() -> bool:  # both runs over and their reservations past the slot's grace (5 s)
+        code, doc = hub.cli_json("status", "--instance", "local-a")
+        return code == 0 and doc["instances"][0]["reserved"] == 0
+
+    hub.wait_for(free, timeout=30, step=0.5)
+
     # A continuation that shares words with the task text, not only with the title.
     code, plan = hub.cli_json(
         "dispatch", "--dry-run", "--text", "The orders CSV export drops the amount column"
