@@ -314,30 +314,9 @@ def _waiting_line(doc: Any) -> str:
     return line
 
 
-def _answered(ctx: Context, reply: Any, opts: Any) -> Any:
-    return answer_waiting(ctx, opts.request, reply, opts.instance, opts.allow_prod, opts.force)
-
-
-def _approve(ctx: Context, v: Values) -> Any:
-    from xaf_hub.ops.waiting import Reply
-
-    opts = record(approve.Options, approve.OPTIONS, v)
-    return _answered(ctx, Reply("approve", always=opts.always), opts)
-
-
-def _deny(ctx: Context, v: Values) -> Any:
-    from xaf_hub.ops.waiting import Reply
-
-    opts = record(deny.Options, deny.OPTIONS, v)
-    return _answered(ctx, Reply("deny", message=opts.message.strip()), opts)
-
-
-def _answer(ctx: Context, v: Values) -> Any:
-    from xaf_hub.ops.waiting import Reply
-
-    opts = record(answer.Options, answer.OPTIONS, v)
-    reply = Reply("answer", choices=tuple(opts.choices), text=opts.text.strip())
-    return _answered(ctx, reply, opts)
+def _answered(cls: Any, options: tuple[Opt, ...]) -> Callable[[Context, Values], Any]:
+    """A tool that answers a waiting request as its command does (``cls.reply()``)."""
+    return lambda ctx, v: answer_waiting(ctx, record(cls, options, v))
 
 
 def _reply_line(doc: Any) -> str:
@@ -387,14 +366,17 @@ TOOLS: tuple[Tool, ...] = (
     Tool("approve", "Approve a permission request a run waits on (always=true: the patterns it "
          "offers too, for that session). Checked first: a request no longer waiting is "
          "refused and nothing is sent.",
-         pick(approve.OPTIONS, "request", "instance", "allow_prod", "always"), _approve,
+         pick(approve.OPTIONS, "request", "instance", "allow_prod", "always"),
+         _answered(approve.Options, approve.OPTIONS),
          _reply_line),
     Tool("deny", "Deny a permission request (or reject a question) a run waits on; the run goes "
          "on without it, with your message if you give one.",
-         pick(deny.OPTIONS, "request", "instance", "allow_prod", "message"), _deny, _reply_line),
+         pick(deny.OPTIONS, "request", "instance", "allow_prod", "message"),
+         _answered(deny.Options, deny.OPTIONS), _reply_line),
     Tool("answer", "Answer a question a run waits on: one option label per question (choices), "
          "or your own text.",
-         pick(answer.OPTIONS, "request", "instance", "allow_prod", "choices", "text"), _answer,
+         pick(answer.OPTIONS, "request", "instance", "allow_prod", "choices", "text"),
+         _answered(answer.Options, answer.OPTIONS),
          _reply_line),
 )
 

@@ -10,6 +10,7 @@ import pytest
 
 pytest.importorskip("mcp.server.mcpserver")
 
+from tests.unit.cli.mcp_support import _call, _text
 from xaf_hub.cli.mcp import MAX_TEXT, refusal_class  # noqa: E402
 from xaf_hub.cli.mcp_command import bearer_guard  # noqa: E402
 from xaf_hub.errors import (  # noqa: E402
@@ -95,22 +96,6 @@ def _tools(hub: Any) -> dict[str, Any]:
             return (await c.list_tools()).tools
 
     return {t.name: t for t in anyio.run(go)}
-
-
-def _call(hub: Any, name: str, arguments: dict[str, Any]) -> Any:
-    from mcp import Client
-
-    from xaf_hub.cli.mcp import build_server
-
-    async def go() -> Any:
-        async with Client(build_server(hub)) as c:
-            return await c.call_tool(name, arguments)
-
-    return anyio.run(go)
-
-
-def _text(result: Any) -> str:
-    return "".join(getattr(part, "text", "") for part in result.content)
 
 
 def test_each_tool_parameter_is_the_commands_declared_option(tmp_path: Path) -> None:

@@ -8,9 +8,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-import anyio
 import httpx
 
+from tests.unit.cli.mcp_support import _call, _text
 from tests.unit.ops.waiting_support import fleet_with_both, make_ops
 
 
@@ -20,22 +20,6 @@ def _hub(tmp_path: Path, server: Any) -> Any:
     ops = make_ops(tmp_path, server)  # writes tmp_path/config.json
     return Hub(config=str(tmp_path / "config.json"), env={"XAF_HUB_HOME": str(ops.cfg.state_dir)},
                cwd=tmp_path, transport_factory=lambda _: httpx.MockTransport(server.route))
-
-
-def _call(hub: Any, name: str, arguments: dict[str, Any]) -> Any:
-    from mcp import Client
-
-    from xaf_hub.cli.mcp import build_server
-
-    async def go() -> Any:
-        async with Client(build_server(hub)) as c:
-            return await c.call_tool(name, arguments)
-
-    return anyio.run(go)
-
-
-def _text(result: Any) -> str:
-    return "".join(getattr(part, "text", "") for part in result.content)
 
 
 def test_an_agent_lists_and_answers_what_runs_wait_on(tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+from dataclasses import dataclass
 from datetime import tzinfo
 from typing import TYPE_CHECKING, Any
 
@@ -298,16 +299,29 @@ def add_answer_target(p: argparse.ArgumentParser) -> None:
     add_options(p, ANSWER_TARGET)
 
 
-def answer_waiting(ctx: Context, request: str, reply: Any, instance: str | None,
-                   allow_prod: bool, force: bool) -> dict[str, Any]:
+@dataclass(frozen=True)
+class AnswerTarget:
+    """What `approve`, `deny` and `answer` share: the request and the guards; each command's
+    record adds its own words and says its reply (``reply()``)."""
+
+    request: str
+    instance: str | None
+    allow_prod: bool
+    force: bool
+
+    def reply(self) -> Any:
+        """The ``ops.waiting.Reply`` this command sends."""
+        raise NotImplementedError
+
+
+def answer_waiting(ctx: Context, target: AnswerTarget) -> dict[str, Any]:
     """Answer one waiting request (``ops.waiting.answer_request``); what `--json` prints (and
     the MCP tool answers). A note for the person goes to ``ctx.warn`` too."""
     from xaf_hub.ops.waiting import answer_request
 
     done = aio.run(
-        answer_request(
-            ctx.ops(), request, reply, instance=instance, allow_prod=allow_prod, force=force
-        )
+        answer_request(ctx.ops(), target.request, target.reply(), instance=target.instance,
+                       allow_prod=target.allow_prod, force=target.force)
     )
     if done.note:
         ctx.warn(done.note)
@@ -323,12 +337,11 @@ def answer_waiting(ctx: Context, request: str, reply: Any, instance: str | None,
     }
 
 
-def send_answer(ctx: Context, request: str, reply: Any, instance: str | None,
-                allow_prod: bool, force: bool) -> int:
+def send_answer(ctx: Context, target: AnswerTarget) -> int:
     """Answer one waiting request and say what was sent."""
     from xaf_hub.core.text import dumps
 
-    doc = answer_waiting(ctx, request, reply, instance, allow_prod, force)
+    doc = answer_waiting(ctx, target)
     if ctx.json:
         ctx.out(dumps(doc))
     else:

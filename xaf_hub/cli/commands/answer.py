@@ -4,10 +4,19 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from xaf_hub.cli.commands._common import ANSWER_TARGET, add_answer_target, send_answer
+from xaf_hub.cli.commands._common import (
+    ANSWER_TARGET,
+    AnswerTarget,
+    add_answer_target,
+    send_answer,
+)
 from xaf_hub.cli.context import Context
 from xaf_hub.cli.options import MAX_TEXT, Opt, add_options
+
+if TYPE_CHECKING:
+    from xaf_hub.ops.waiting import Reply
 
 EXAMPLES = """\
 examples:
@@ -30,21 +39,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 @dataclass(frozen=True)
-class Options:
+class Options(AnswerTarget):
     """What `answer` reads of its options."""
 
-    request: str
-    instance: str | None
-    allow_prod: bool
-    force: bool
     choices: tuple[str, ...]
     text: str
 
+    def reply(self) -> Reply:
+        """What goes to the server."""
+        from xaf_hub.ops.waiting import Reply
+
+        return Reply("answer", choices=tuple(self.choices), text=self.text.strip())
+
 
 def run(ctx: Context) -> int:
-    """Send the answer (``ops.waiting``)."""
-    from xaf_hub.ops.waiting import Reply
-
-    o = ctx.options(Options)
-    reply = Reply("answer", choices=tuple(o.choices), text=o.text.strip())
-    return send_answer(ctx, o.request, reply, o.instance, o.allow_prod, o.force)
+    """Send it (``ops.waiting``)."""
+    return send_answer(ctx, ctx.options(Options))
