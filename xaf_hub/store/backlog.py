@@ -374,7 +374,7 @@ class TaskPool(abc.ABC):
                 parked=parked,
                 not_before=not_before,
                 last_error=reason,
-                **_undispatched(),
+                **undispatched(),
             )
             return new, new
 
@@ -398,7 +398,7 @@ class TaskPool(abc.ABC):
                 avoid_models=avoid,
                 not_before=None,
                 last_error=f"{reason} (on {failed_model or 'its model'}; moving to another model)",
-                **_undispatched(),
+                **undispatched(),
             )
             return new, new
 
@@ -529,7 +529,7 @@ def _dispatched(
 ) -> dict[str, Any]:
     """The fields of a row just sent to a new session (no person has steered it yet)."""
     return {
-        **_unjudged(),
+        **unjudged(),
         "base": base,
         "session_id": session_id,
         "dispatched_at": format_instant(now),
@@ -541,7 +541,7 @@ def _dispatched(
     }
 
 
-def _unjudged() -> dict[str, Any]:
+def unjudged() -> dict[str, Any]:
     """The verification fields of a row whose work starts afresh (issue 37)."""
     return {
         "base": None,
@@ -553,10 +553,10 @@ def _unjudged() -> dict[str, Any]:
     }
 
 
-def _undispatched() -> dict[str, Any]:
+def undispatched() -> dict[str, Any]:
     """The fields of a row back in the pool: its old session no longer stands for it."""
     return {
-        **_unjudged(),
+        **unjudged(),
         "session_id": None,
         "dispatched_at": None,
         "dispatched_to": None,

@@ -57,3 +57,20 @@ def test_setting_pending_unparks_the_task(tmp_path: Path) -> None:
     assert code == 0, err
     task = pool.load().require("T1")
     assert (task.parked, task.infra_failures, task.avoid_models) == (None, 0, ())
+
+
+def test_a_persons_status_drops_what_the_hub_verified_and_checked(tmp_path: Path) -> None:
+    """A failed check's output, the base and the rule that judged belong to the old status: a
+    person who marks the task done (or sends it back) does not keep showing them."""
+    config, env, pool = _setup(tmp_path)
+    pool.set_status("T1", "pending", session_id=None, dispatched_to=None)
+    row = pool.claim(pool.load().require("T1"), "ses_1", "down", None, NOW, base="a" * 40)
+    assert row.base == "a" * 40
+    pool.note_check(row, judged="needs a person: check failed", check="failed",
+                    check_commit="b" * 40, check_output="FAILED test_x", check_retries=1)
+    code, _, err = _run(config, env, "T1", "--status", "done")
+    assert code == 0, err
+    task = pool.load().require("T1")
+    assert task.status == "done"
+    assert (task.base, task.judged, task.check, task.check_commit, task.check_output,
+            task.check_retries) == (None,) * 6

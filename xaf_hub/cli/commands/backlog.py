@@ -387,7 +387,7 @@ def _show(ctx: Context, opts: ShowOptions) -> int:
 
 def _set(ctx: Context, opts: SetOptions) -> int:
     from xaf_hub.store import audit
-    from xaf_hub.store.backlog import BacklogData, format_instant
+    from xaf_hub.store.backlog import format_instant, undispatched, unjudged
 
     cfg = ctx.config
     now = _now()
@@ -416,25 +416,24 @@ def _set(ctx: Context, opts: SetOptions) -> int:
         if not opts.force:
             _refuse_if_running(ctx, _store(ctx).load().require(opts.task_id))
 
-    def mutate(data: BacklogData) -> Task:
-        old = data.require(opts.task_id)
+    def edited(current: Task | None) -> tuple[Task, Task]:
+        if current is None:
+            raise UsageError(f"no task {opts.task_id!r} in the task pool")
         change = dict(fields)
-        if opts.status != old.status:
-            # What the patrol verified belongs to the old status; a person's "done" is theirs
-            # (verified stays null: the hub did not look).
-            change.update(commit=None, verified=None, judged=None)
-        if opts.status == "pending" and old.status != "pending":
+        if opts.status != current.status:
+            # What the patrol verified (and the check it ran) belongs to the old status; a
+            # person's "done" is theirs (verified stays null: the hub did not look).
+            change.update(commit=None, verified=None, **unjudged())
+        if opts.status == "pending" and current.status != "pending":
             # Back to the pool: the old session no longer stands for this task.
-            change.update(
-                session_id=None, dispatched_at=None, dispatched_to=None, model=None, done_at=None
-            )
+            change.update(undispatched())
         try:
-            new = dataclasses.replace(old, status=opts.status, **change)
+            new = dataclasses.replace(current, status=opts.status, **change)
         except ValueError as exc:
             raise UsageError(str(exc)) from None
-        return data.replace(new)
+        return new, new
 
-    task = _store(ctx).update(mutate)
+    task = _store(ctx).edit(opts.task_id, edited)
     audit.append(
         cfg.state_dir,
         command="backlog.set",
