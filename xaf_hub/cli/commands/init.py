@@ -29,7 +29,7 @@ examples:
   xaf-hub init                                             # the bundled example (demo fleet)
   xaf-hub init --root ~/src/shop                           # one local instance on port 4096
   xaf-hub init -i dev=http://127.0.0.1:4096 -i build=http://127.0.0.1:4097 --root /srv/shop
-  xaf-hub init -i dev=http://127.0.0.1:4096 -i live=http://10.0.0.5:4096 --prod live
+  xaf-hub init -i dev=http://127.0.0.1:4096 -i live=http://prod-box:4096 --prod live
   xaf-hub --config ~/.xaf_hub/config.json init --root ~/src/shop --force
 """
 

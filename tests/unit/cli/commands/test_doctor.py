@@ -323,13 +323,13 @@ def test_render_puts_fix_under_problem_and_sums_up() -> None:
 LONG_FIX = (
     "start the server on that host (`opencode serve --port 4096 --hostname 0.0.0.0`), or "
     "correct instances[2].url in /home/operator/.xaf_hub/config.json; a firewall or a VPN "
-    "that is down gives the same answer, so try `curl http://10.0.0.7:4096/global/health`"
+    "that is down gives the same answer, so try `curl http://build-box:4096/global/health`"
 )
 
 
 def test_render_wraps_messages_and_fixes_at_the_terminal_width() -> None:
     fs = [h.error("instance", "lan-unreachable-long-name",
-                  "connection refused (http://10.0.0.7:4096) after 2 tries, 8s in all; "
+                  "connection refused (http://build-box:4096) after 2 tries, 8s in all; "
                   "the server did not answer at all", LONG_FIX, ExitCode.UNREACHABLE),
           h.ok("config", "config", "fine")]
     flat = d.render(None, fs, h.worst(fs))
