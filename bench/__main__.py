@@ -792,6 +792,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--rounds", action="store_true",
                    help="only a patrol round's cost (first, second) against status at --k/--m, "
                         "default 3 x 1000 (bench/rounds.py)")
+    p.add_argument("--board", action="store_true",
+                   help="status read from a patrol daemon's live board against a scan "
+                        "(default K=3 M=600), and projected to 50 instances")
     p.add_argument("--pool", action="store_true",
                    help="only the Redis task pool: claims at --pool-sizes tasks by 1 and 5 "
                         "claimer processes (bench/pool.py)")
@@ -840,6 +843,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_rounds(args, log)
     if args.pool:
         return run_pool(args, log)
+    if args.board:
+        return run_board(args, log)
 
     if args.k is not None:
         plan = {f"k{args.k}m{args.m}": (args.k, args.m)}
@@ -942,6 +947,26 @@ def run_rounds(args: argparse.Namespace, log: Callable[[str], None]) -> int:
     text = render(result)
     print(text)
     out = RESULTS / "rounds.json"
+    write(result, text, out)
+    log(f"wrote {out}")
+    return 0
+
+
+def run_board(args: argparse.Namespace, log: Callable[[str], None]) -> int:
+    """`python -m bench --board`: status from the live board against a scan (bench/board.py)."""
+    from bench.board import measure_board, render, write
+
+    result = _in_scratch(
+        "xaf-bench-board-",
+        lambda root: measure_board(args.k or 3, args.m or 600, args.repeat, args.samples, root,
+                                   log, args.settle_cpu),
+        log,
+    )
+    if result is None:
+        return 130
+    text = render(result)
+    print(text)
+    out = RESULTS / "board.json"
     write(result, text, out)
     log(f"wrote {out}")
     return 0

@@ -199,6 +199,9 @@ class PatrolConfig:
     # HA on Redis: how long the active daemon's lease lasts without a renewal; 0: no lease,
     # every daemon runs rounds (the shared pool's claims still send each task once).
     lease_seconds: float = 15.0
+    # `status` takes an instance from the live board (ops.live_board) when the follower that
+    # publishes it confirmed its view at most this many seconds ago; 0: always scan.
+    live_board_seconds: float = 15.0
 
 
 @dataclass(frozen=True)
@@ -641,6 +644,7 @@ def _parse_patrol(r: _Reader, path: Path) -> PatrolConfig:
         max_infra_failures=r.num("max_infra_failures", 4, minimum=1, integer=True),
         no_answer_grace_seconds=float(r.num("no_answer_grace_seconds", 120.0, minimum=0)),
         lease_seconds=float(r.num("lease_seconds", 15.0, minimum=0)),
+        live_board_seconds=float(r.num("live_board_seconds", 15.0, minimum=0)),
     )
     base = cfg.base_branch.strip().removeprefix("origin/")
     if not base or base.startswith("feature/"):

@@ -47,12 +47,20 @@ from xaf_hub.core import aio
 from xaf_hub.errors import HubError, UnreachableError
 from xaf_hub.fleet.client import OpencodeClient, describe_error
 from xaf_hub.fleet.events import Board, FleetEvent, Frame, parse_frame
-from xaf_hub.fleet.scan import TransportFactory, build_record, make_client, scan_instance
+from xaf_hub.fleet.scan import (
+    InstanceScan,
+    TransportFactory,
+    build_record,
+    make_client,
+    scan_instance,
+)
 
 Mode = Literal["global", "directory", "polling"]
 
 HEARTBEAT_DEADLINE = 25.0  # 2.5 heartbeats of opencode 1.18
 PROBE_SECONDS = 4.0
+PUBLISH_SECONDS = 0.5  # the live board is written at most this often after a change
+REPUBLISH_SECONDS = 5.0  # and this often while nothing changes, so readers see it is alive
 POLL_SECONDS = 10.0
 RESCAN_SECONDS = 300.0  # per-directory streams: look for new project directories this often
 BACKOFF: tuple[float, ...] = (1.0, 2.0, 4.0, 8.0, 15.0, 30.0)
@@ -107,6 +115,22 @@ class FollowState:
     long_lines: int = 0  # lines over MAX_FRAME_BYTES skipped unread (since the start)
     overflows: int = 0  # times the consumer fell behind and a rescan replaced the frames
     over_budget: int = 0  # times the stream went over its budget and the instance was polled
+
+
+@dataclass(frozen=True)
+class LiveInstance:
+    """One instance as the follower knows it now, for the live board (``ops.live_board``).
+
+    ``scan`` carries the last full scan's facts (version, release, what could not be read)
+    with the sessions as they are now: the project's from the event stream, the others as the
+    last rescan saw them. ``confirmed_at_ms`` is when the view was last proven current (a line
+    from the stream with nothing left unread, or a rescan); 0 when it is not being kept
+    current (down, reconnecting, or followed per directory, where new directories join only at
+    the five-minute rescan)."""
+
+    scan: InstanceScan
+    mode: str
+    confirmed_at_ms: int
 
 
 @dataclass(frozen=True)
@@ -414,6 +438,8 @@ class FleetFollower:
         force_polling: bool = False,
         budget: Callable[[], Budget] = Budget,
         budget_cooldown: float = BUDGET_COOLDOWN,
+        publish: Callable[[list[LiveInstance]], None] | None = None,
+        publish_seconds: float = PUBLISH_SECONDS,
     ) -> None:
         self.cfg = cfg
         self.instances = list(cfg.instances if instances is None else instances)
@@ -436,6 +462,15 @@ class FleetFollower:
         self._wakers: set[_Mailbox] = set()
         # Instances over their stream budget: polled until this time (monotonic), and why.
         self._throttled: dict[str, tuple[float, str]] = {}
+        # The live board: ``publish`` gets ``live_view()`` after a change (at most every
+        # ``publish_seconds``) and every REPUBLISH_SECONDS while nothing changes (its age).
+        self.publish = publish
+        self.publish_seconds = publish_seconds
+        self.scans: dict[str, InstanceScan] = {}  # the last full scan of each instance
+        self._heard_ms: dict[str, int] = {}  # the last line of its stream, or its last rescan
+        # Since when the consumer has had frames of it left to read (absent: caught up).
+        self._behind_ms: dict[str, int] = {}
+        self._changed = True
 
     # ------------------------------------------------------------------------- control
 
@@ -451,11 +486,17 @@ class FleetFollower:
         tasks = [asyncio.ensure_future(self._follow(i)) for i in self.instances]
         if not tasks:
             return  # nothing to follow (asyncio.wait refuses an empty set)
+        publisher = asyncio.ensure_future(self._publisher()) if self.publish else None
         try:
             done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
         finally:  # stopped, one follower crashed, or cancelled: end them all
             self._halt()
             await aio.cancel_and_wait(*tasks)
+            if publisher is not None:
+                await aio.cancel_and_wait(publisher)
+                self._heard_ms.clear()  # stopped: nothing is kept current any more
+                with contextlib.suppress(Exception):
+                    self._publish_now()
         for task in done:
             task.result()  # a follower's own bug is raised, not lost
 
@@ -495,6 +536,8 @@ class FleetFollower:
         while not self.stopping():
             began = time.monotonic()
             connected, reason = await self._connection(inst)
+            self._heard_ms.pop(inst.name, None)  # not kept current until it is back
+            self._changed = True
             if self.stopping():
                 break
             st.up = False
@@ -540,6 +583,7 @@ class FleetFollower:
 
         def seen() -> None:
             last_line[0] = time.monotonic()
+            self._heard_ms[inst.name] = _ms()
 
         streams = _Streams(client, seen, self.budget())
         self._wakers.add(streams.queue)
@@ -619,7 +663,7 @@ class FleetFollower:
         scan = await scan_instance(client, inst)
         if not scan.reachable:
             return False, scan.reason
-        changes = board.reconcile(scan.sessions, "rescan")
+        changes = self._reconcile(inst, board, scan, "rescan")
         throttled = self._throttled.get(inst.name)
         was_polled = st.mode == "polling" and st.connects > 0
         st.mode, st.up, st.reason = mode, True, throttled[1] if throttled else ""
@@ -642,6 +686,8 @@ class FleetFollower:
         rescanned = time.monotonic()
         bad_in_a_row = 0
         while True:
+            if not len(streams.queue):
+                self._behind_ms.pop(inst.name, None)  # all it sent so far is on the board
             silent = time.monotonic() - last_line[0]
             wait = max(0.5, self.heartbeat_deadline - silent)
             if mode == "directory":
@@ -651,6 +697,7 @@ class FleetFollower:
                 # arrives with an item, and the follower would then never end.
                 async with asyncio.timeout(wait):
                     item = await streams.queue.get()
+                self._behind_ms.setdefault(inst.name, _ms())
             except TimeoutError:
                 if self.stopping():
                     return True, "stop"
@@ -662,7 +709,7 @@ class FleetFollower:
                     scan = await scan_instance(client, inst)
                     if not scan.reachable:
                         return True, scan.reason
-                    await self._send(client, board.reconcile(scan.sessions, "rescan"))
+                    await self._send(client, self._reconcile(inst, board, scan, "rescan"))
                     last_line[0] = time.monotonic()
                 if mode == "directory" and time.monotonic() - rescanned >= self.rescan_seconds:
                     rescanned = time.monotonic()
@@ -671,7 +718,7 @@ class FleetFollower:
                     scan = await scan_instance(client, inst)
                     if not scan.reachable:
                         return True, scan.reason
-                    await self._send(client, board.reconcile(scan.sessions, "rescan"))
+                    await self._send(client, self._reconcile(inst, board, scan, "rescan"))
                 continue
             if isinstance(item, _Closed):
                 if item.over_budget:
@@ -694,7 +741,7 @@ class FleetFollower:
                 scan = await scan_instance(client, inst)
                 if not scan.reachable:
                     return True, scan.reason
-                await self._send(client, board.reconcile(scan.sessions, "rescan"))
+                await self._send(client, self._reconcile(inst, board, scan, "rescan"))
                 continue
             try:
                 changes = await self._apply(client, inst, board, item)
@@ -707,6 +754,7 @@ class FleetFollower:
                     return True, f"{bad_in_a_row} unreadable frames in a row"
                 continue
             bad_in_a_row = 0
+            self._changed = True
             await self._send(client, changes)
 
     def _why_polling(self, client: OpencodeClient) -> str:
@@ -733,7 +781,7 @@ class FleetFollower:
             scan = await scan_instance(client, inst)
             if not scan.reachable:
                 return True, scan.reason
-            await self._send(client, board.reconcile(scan.sessions, "poll"))
+            await self._send(client, self._reconcile(inst, board, scan, "poll"))
 
     async def _apply(
         self, client: OpencodeClient, inst: InstanceConfig, board: Board, frame: Frame
@@ -751,6 +799,56 @@ class FleetFollower:
             changes += board.learn(build_record(inst, s, None, True))
             changes += board.apply(frame)
         return changes
+
+    def _reconcile(
+        self, inst: InstanceConfig, board: Board, scan: InstanceScan, source: str
+    ) -> list[FleetEvent]:
+        """Replace the board's view with a full scan's (kept for the live board too)."""
+        self.scans[inst.name] = scan
+        self._heard_ms[inst.name] = _ms()
+        self._changed = True
+        return board.reconcile(scan.sessions, source)
+
+    # ------------------------------------------------------------------------- live board
+
+    def live_view(self) -> list[LiveInstance]:
+        """Every instance as known now (call it on the follower's own loop)."""
+        view = []
+        for inst in self.instances:
+            scan = self.scans.get(inst.name)
+            if scan is None:
+                continue  # never scanned yet: nothing to say
+            st = self.state[inst.name]
+            heard = self._heard_ms.get(inst.name, 0)
+            behind = self._behind_ms.get(inst.name)
+            live = st.up and st.mode in ("global", "polling") and heard > 0
+            confirmed = (heard if behind is None else min(heard, behind)) if live else 0
+            foreign = [s for s in scan.sessions if not s.project]
+            sessions = foreign + list(self.boards[inst.name].sessions.values())
+            view.append(LiveInstance(replace(scan, sessions=sessions), st.mode, confirmed))
+        return view
+
+    def _publish_now(self) -> None:
+        assert self.publish is not None
+        self._changed = False
+        self.publish(self.live_view())
+
+    async def _publisher(self) -> None:
+        """Hand the live view to ``publish`` after changes, and now and then regardless."""
+        assert self.publish is not None
+        publish = self.publish
+        last = 0.0
+        while not self.stopping():
+            await self._pause(self.publish_seconds)
+            if not self._changed and time.monotonic() - last < REPUBLISH_SECONDS:
+                continue
+            self._changed = False
+            last = time.monotonic()
+            view = self.live_view()  # built here, on the loop that changes the boards
+            try:
+                await asyncio.to_thread(publish, view)
+            except Exception:  # noqa: BLE001 - a board not written is stale, never fatal
+                self._changed = True
 
     async def _send(self, client: OpencodeClient, changes: list[FleetEvent]) -> None:
         from xaf_hub.core.runstate import outcome_of

@@ -92,10 +92,13 @@ class ChangeFeed:
     def start(self) -> None:
         """Start following the fleet (one follower for every viewer)."""
         from xaf_hub.fleet.follow import FleetFollower, run_in_thread
+        from xaf_hub.ops.live_board import publish
 
+        cfg = self.cfg
         self._follower = FleetFollower(
-            self.cfg, self.instances, emit=self.publish,
+            cfg, self.instances, emit=self.publish,
             transport_factory=self.transport_factory, outcomes=False,
+            publish=lambda view: publish(cfg, view, "serve"),
         )
         run_in_thread(self._follower, "xaf-hub-serve-follower")
 

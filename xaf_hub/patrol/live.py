@@ -18,6 +18,8 @@ the rounds' own job functions — nothing here decides differently from a round:
   waits and a reservation still holds a slot, the fill runs again when the first reservation
   can lapse (its grace, else its TTL, on the gate's clock), as many times as that takes.
 * the daemon starting fills at once: free slots do not wait for its first timed round.
+* what the follower sees is published as the live board (``ops.live_board``), which
+  ``status`` reads instead of scanning.
 
 Reactions wait ``settle_seconds`` to gather a burst of events into one batch, then run under
 the daemon's own lock (never beside a round of this daemon) and the same ``cycle.lock`` as
@@ -46,6 +48,7 @@ from xaf_hub.ops.budget import run_ceiling
 from xaf_hub.ops.context import OpsContext
 from xaf_hub.ops.decisions import load_decisions
 from xaf_hub.ops.heal import heal_candidate
+from xaf_hub.ops.live_board import publish
 from xaf_hub.patrol.context import Cycle, pool_discipline, session_action
 from xaf_hub.patrol.jobs.check_agents import RUN_START_GRACE_MS, answer_by_policy, resume_one
 from xaf_hub.patrol.jobs.check_agents import STEP as CHECK
@@ -362,9 +365,10 @@ def start_live(
 ) -> tuple[FleetFollower, LiveReactor]:
     """Follow the fleet and react to it, until ``stop_live``; ``notices`` wakes the sender."""
     reactor = LiveReactor(pctx, skip, busy, out, notices=notices)
+    cfg = pctx.cfg
     follower = FleetFollower(
-        pctx.cfg, emit=reactor.on_event, transport_factory=pctx.transport_factory,
-        outcomes=False,
+        cfg, emit=reactor.on_event, transport_factory=pctx.transport_factory,
+        outcomes=False, publish=lambda view: publish(cfg, view, "patrol"),
     )
     reactor.start()
     run_in_thread(follower, "xaf-hub-patrol-follower")

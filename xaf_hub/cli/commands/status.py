@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass, replace
+import time
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from xaf_hub.cli.commands._common import (
@@ -18,7 +19,7 @@ from xaf_hub.cli.commands._common import (
     scan_exit,
 )
 from xaf_hub.cli.context import Context
-from xaf_hub.cli.options import add_options
+from xaf_hub.cli.options import Opt, add_options
 from xaf_hub.cli.termfit import yes_no_color
 from xaf_hub.core.clock import iso_time
 from xaf_hub.core.records import Snapshot
@@ -29,6 +30,7 @@ from xaf_hub.ops.load import Load, instance_load
 from xaf_hub.store.backends import make_gate
 
 if TYPE_CHECKING:  # a type only: `status --help` loads no HTTP client
+    from xaf_hub.config.load import InstanceConfig
     from xaf_hub.fleet.scan import InstanceScan
 
 EXAMPLES = """\
@@ -36,12 +38,19 @@ examples:
   xaf-hub status
   xaf-hub status --json
   xaf-hub status --allow-prod     # count production instances as dispatchable
+  xaf-hub status --fresh          # scan every instance, even with a live board
+
+A patrol daemon or `serve` that follows the fleet publishes what it sees (the live
+board); status takes each instance from it when it is at most
+patrol.live_board_seconds old (default 15) and scans the others.
 """
 
 
 OPTIONS = (
     INSTANCE,
     ALLOW_PROD.but(help="treat production instances as dispatchable (display only)"),
+    Opt("fresh", ("--fresh",), "scan every instance instead of reading the live board",
+        kind=bool, default=False),
 )
 
 
@@ -58,6 +67,7 @@ class Options:
 
     instance: str | None
     allow_prod: bool
+    fresh: bool = False
 
 
 @dataclass(frozen=True)
@@ -70,12 +80,21 @@ class Measured:
     project: budget.BudgetLine
     queued: int | None
     whole: bool  # every instance asked: the project's spend is known
+    # Seconds since each instance taken from the live board was confirmed (absent: scanned).
+    live: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def source(self) -> str:
+        """"live" (every instance from the board), "scan" (none) or "mixed"."""
+        if not self.live:
+            return "scan"
+        return "live" if len(self.live) == len(self.loads) else "mixed"
 
 
 def measure(ctx: Context, opts: Options) -> Measured:
     """Scan, count load and reservations, spend against the budgets and the pool's queue."""
     cfg = ctx.config
-    snap, scans = scan(ctx, chosen_instances(ctx, opts.instance), progress=True)
+    snap, scans, live = _read_fleet(ctx, chosen_instances(ctx, opts.instance), opts.fresh)
     gate = make_gate(cfg)
     try:
         loads = [instance_load(sc, gate, opts.allow_prod) for sc in scans]
@@ -91,7 +110,33 @@ def measure(ctx: Context, opts: Options) -> Measured:
         _over_budget(ctx, x, sc, line, project)
         for x, sc, line in zip(loads, scans, spends, strict=True)
     ]
-    return Measured(snap, loads, spends, project, queued, whole=opts.instance is None)
+    return Measured(snap, loads, spends, project, queued, opts.instance is None, live)
+
+
+def _read_fleet(
+    ctx: Context, instances: list[InstanceConfig], fresh: bool
+) -> tuple[Snapshot, list[InstanceScan], dict[str, float]]:
+    """The fleet: each instance from the live board when it is fresh there, the rest scanned
+    (``fresh``: all scanned). Returns the snapshot, the scans in config order, and the age in
+    seconds of each instance taken from the board."""
+    from xaf_hub.ops.live_board import read_board
+
+    board = read_board(ctx.config, []) if fresh else read_board(ctx.config, instances)
+    rest = [i for i in instances if i.name not in board.scans]
+    scanned: list[InstanceScan] = []
+    generated = int(time.time() * 1000)
+    if rest:
+        snap, scanned = scan(ctx, rest, progress=True)
+        generated = snap.generated_at
+    by_name = {**board.scans, **{sc.inst.name: sc for sc in scanned}}
+    scans = [by_name[i.name] for i in instances]
+    snap = Snapshot(
+        generated_at=generated,
+        instances=tuple(sc.summary() for sc in scans),
+        sessions=tuple(r for sc in scans for r in sc.sessions),
+        warnings=tuple(w for sc in scans for w in sc.warnings),
+    )
+    return snap, scans, {n: board.ages[n] for n in board.scans}
 
 
 def document(m: Measured) -> dict[str, Any]:
@@ -104,6 +149,10 @@ def document(m: Measured) -> dict[str, Any]:
         ],
         "queue": {"pending": m.queued},
         "project": m.project.to_json() if m.whole else None,
+        # Where the numbers come from: the live board (with its age) or a scan just now.
+        "source": m.source,
+        "live_age_seconds": round(max(m.live.values()), 1) if m.live else None,
+        "live_instances": sorted(m.live),
     }
 
 
@@ -149,8 +198,18 @@ def run(ctx: Context) -> int:
         ctx.out(f"project spend: {project.text()}")
     if queued:
         ctx.out(f"queue: {queued} task(s) waiting in the pool for a free slot")
+    if m.live:
+        ctx.out(f"source: {_source_words(m)} (--fresh scans)")
     report_unreachable(ctx, snap)
     return scan_exit(snap)
+
+
+def _source_words(m: Measured) -> str:
+    """"live, 2 s old" or "live for lan-a, lan-b (2 s old), the rest scanned"."""
+    age = f"{max(m.live.values()):.0f} s old"
+    if m.source == "live":
+        return f"live, {age}"
+    return f"live for {', '.join(sorted(m.live))} ({age}), the rest scanned"
 
 
 def _spent_cell(line: budget.BudgetLine) -> str:

@@ -1,0 +1,254 @@
+"""The live board (ops/live_board.py): what a follower publishes, what `status` takes of it,
+and every reason it must scan instead (stale, stopped, per-directory, another config, a
+corrupt or foreign file), judged on labelled boards."""
+
+from __future__ import annotations
+
+import io
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from xaf_hub.cli.main import main
+from xaf_hub.config.load import Config, load_config
+from xaf_hub.core.records import SessionRecord, Waiting
+from xaf_hub.fleet.follow import FleetFollower, FollowState, LiveInstance
+from xaf_hub.fleet.scan import InstanceScan
+from xaf_hub.ops.live_board import board_path, publish, read_board
+
+NOW = 1_800_000_000_000
+
+
+def config(tmp_path: Path, **patrol: Any) -> Config:
+    doc = {
+        "state_dir": str(tmp_path / "state"),
+        "patrol": patrol,
+        "instances": [
+            {"name": "a", "url": "http://a.test:4096", "roots": ["/srv/proj"],
+             "concurrency_limit": 2},
+            {"name": "b", "url": "http://b.test:4096", "roots": ["/srv/proj"]},
+        ],
+    }
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(doc), "utf-8")
+    return load_config(path, env={"XAF_HUB_HOME": str(tmp_path / "home")})
+
+
+def record(name: str, sid: str, *, running: bool = False, project: bool = True,
+           waiting: Waiting | None = None) -> SessionRecord:
+    return SessionRecord(
+        name, sid, f"title {sid}", "/srv/proj/app" if project else "/elsewhere", created=1,
+        updated=NOW - 5000, cost=0.25, running=running, run_state="busy" if running else "idle",
+        project=project, waiting=waiting,
+    )
+
+
+ASKED = Waiting("permission", "per_1", "bash: rm -rf build", since=NOW - 1000,
+                permission="bash", patterns=("rm -rf build",), always=("rm *",))
+
+
+def view(cfg: Config, name: str, sessions: list[SessionRecord], *, confirmed: int = NOW - 2000,
+         mode: str = "global") -> LiveInstance:
+    inst = cfg.instance(name)
+    scan = InstanceScan(inst, reachable=True, version="1.18.33", api="classic",
+                        release="1.18.33 (per-directory run state)", sessions=sessions)
+    return LiveInstance(scan, mode, confirmed)
+
+
+def write(cfg: Config, views: list[LiveInstance], writer: str = "patrol",
+          now: int = NOW) -> None:
+    from xaf_hub.ops.live_board import document
+    from xaf_hub.store.statefile import write_text_atomic
+
+    write_text_atomic(board_path(cfg, writer), json.dumps(document(cfg, views, writer, now)))
+
+
+def test_a_fresh_board_gives_back_what_was_published(tmp_path: Path) -> None:
+    cfg = config(tmp_path)
+    sessions_a = [record("a", "s1", running=True, waiting=ASKED), record("a", "s2"),
+                  record("a", "x9", project=False, running=True)]
+    write(cfg, [view(cfg, "a", sessions_a), view(cfg, "b", [])])
+    got = read_board(cfg, cfg.instances, now_ms=NOW)
+    assert got.stale == {}
+    assert got.scans["a"].sessions == sessions_a  # the waiting request included
+    assert got.scans["a"].version == "1.18.33" and got.scans["a"].reachable
+    assert got.ages == {"a": 2.0, "b": 2.0}
+    summary = got.scans["a"].summary()
+    assert (summary.running_project, summary.running_total, summary.waiting) == (1, 2, 1)
+
+
+# Each labelled board: (what is wrong, how to make it so, the reason status must scan).
+STALE = [
+    ("confirmed too long ago", dict(confirmed=NOW - 16_000), "16 s old (over 15 s)"),
+    ("its stream is down", dict(confirmed=0), "not followed right now"),
+    ("followed per directory", dict(confirmed=0, mode="directory"), "per directory"),
+    ("a clock far ahead", dict(confirmed=NOW + 60_000), "ahead of this host's clock"),
+]
+
+
+@pytest.mark.parametrize(("case", "change", "why"), STALE, ids=[c[0] for c in STALE])
+def test_a_view_that_is_not_current_is_scanned(
+    tmp_path: Path, case: str, change: dict[str, Any], why: str
+) -> None:
+    cfg = config(tmp_path)
+    write(cfg, [view(cfg, "a", [record("a", "s1")], **change), view(cfg, "b", [])])
+    got = read_board(cfg, cfg.instances, now_ms=NOW)
+    assert set(got.scans) == {"b"}, case
+    assert why in got.stale["a"]
+
+
+def test_a_view_judged_with_other_rules_or_address_is_not_taken(tmp_path: Path) -> None:
+    cfg = config(tmp_path)
+    write(cfg, [view(cfg, "a", [record("a", "s1")]), view(cfg, "b", [])])
+    doc = json.loads((tmp_path / "config.json").read_text("utf-8"))
+    doc["instances"][0]["roots"] = ["/srv/other"]
+    doc["instances"][1]["url"] = "http://b2.test:4096"
+    (tmp_path / "config.json").write_text(json.dumps(doc), "utf-8")
+    changed = load_config(tmp_path / "config.json", env={"XAF_HUB_HOME": str(tmp_path)})
+    got = read_board(changed, changed.instances, now_ms=NOW)
+    assert got.scans == {}
+    assert all("another address or other directory rules" in w for w in got.stale.values())
+
+
+@pytest.mark.parametrize("raw", [
+    b"", b'{"format": 1, "fields": [], "instances": []', b"\xff\xfe", b"[]",
+    b'{"format": 99, "fields": [], "instances": []}',
+])
+def test_a_corrupt_or_foreign_board_is_scanned_never_raised(tmp_path: Path, raw: bytes) -> None:
+    cfg = config(tmp_path)
+    board_path(cfg, "patrol").parent.mkdir(parents=True)
+    board_path(cfg, "patrol").write_bytes(raw)
+    got = read_board(cfg, cfg.instances, now_ms=NOW)
+    assert got.scans == {}
+    assert all("live board unreadable" in w and "live-board-patrol.json" in w
+               for w in got.stale.values())
+
+
+def test_a_row_of_the_wrong_shape_loses_only_its_instance(tmp_path: Path) -> None:
+    cfg = config(tmp_path)
+    write(cfg, [view(cfg, "a", [record("a", "s1")]), view(cfg, "b", [record("b", "s2")])])
+    path = board_path(cfg, "patrol")
+    doc = json.loads(path.read_text("utf-8"))
+    doc["instances"][0]["sessions"][0] = doc["instances"][0]["sessions"][0][:3]
+    doc["instances"][1]["sessions"][0][0] = "a"  # a session of a under b
+    path.write_text(json.dumps(doc), "utf-8")
+    got = read_board(cfg, cfg.instances, now_ms=NOW)
+    assert got.scans == {} and all("unreadable" in w for w in got.stale.values())
+
+
+def test_the_fresher_of_two_writers_wins_per_instance(tmp_path: Path) -> None:
+    cfg = config(tmp_path)
+    write(cfg, [view(cfg, "a", [record("a", "old")], confirmed=NOW - 9000)], "patrol")
+    write(cfg, [view(cfg, "a", [record("a", "new")], confirmed=NOW - 1000),
+                view(cfg, "b", [], confirmed=0)], "serve")
+    got = read_board(cfg, cfg.instances, now_ms=NOW)
+    assert [s.id for s in got.scans["a"].sessions] == ["new"]
+    assert "not followed" in got.stale["b"]
+
+
+def test_zero_seconds_turns_the_board_off(tmp_path: Path) -> None:
+    cfg = config(tmp_path, live_board_seconds=0)
+    write(cfg, [view(cfg, "a", [])])
+    assert read_board(cfg, cfg.instances, now_ms=NOW).scans == {}
+
+
+def test_publish_writes_a_board_a_reader_takes_now(tmp_path: Path) -> None:
+    cfg = config(tmp_path)
+    publish(cfg, [view(cfg, "a", [record("a", "s1")], confirmed=int(time.time() * 1000))],
+            "serve")
+    assert set(read_board(cfg, cfg.instances).scans) == {"a"}
+
+
+# ---------------------------------------------------------------------------------------------
+# The follower's side: what it calls current
+
+
+def follower(cfg: Config) -> FleetFollower:
+    f = FleetFollower(cfg, emit=lambda ev: None, publish=lambda v: None)
+    inst = cfg.instance("a")
+    f.scans["a"] = InstanceScan(inst, reachable=True, sessions=[
+        record("a", "s1"), record("a", "x1", project=False, running=True)])
+    f.boards["a"].sessions = {"s1": record("a", "s1", running=True)}
+    f.state["a"] = FollowState(mode="global", up=True)
+    f._heard_ms["a"] = NOW - 500
+    return f
+
+
+def test_the_follower_publishes_its_boards_sessions_and_the_rest_as_last_scanned(
+    tmp_path: Path,
+) -> None:
+    (live,) = follower(config(tmp_path)).live_view()
+    assert live.confirmed_at_ms == NOW - 500
+    assert {(s.id, s.running) for s in live.scan.sessions} == {("s1", True), ("x1", True)}
+
+
+def test_frames_left_unread_date_the_view_to_when_the_follower_fell_behind(
+    tmp_path: Path,
+) -> None:
+    f = follower(config(tmp_path))
+    f._behind_ms["a"] = NOW - 7000  # reading frames since then; the stream was heard later
+    assert f.live_view()[0].confirmed_at_ms == NOW - 7000
+
+
+@pytest.mark.parametrize("state", [
+    FollowState(mode="global", up=False), FollowState(mode="directory", up=True),
+])
+def test_a_stream_down_or_per_directory_is_published_as_not_current(
+    tmp_path: Path, state: FollowState
+) -> None:
+    f = follower(config(tmp_path))
+    f.state["a"] = state
+    assert f.live_view()[0].confirmed_at_ms == 0
+
+
+# ---------------------------------------------------------------------------------------------
+# status: the board instead of a scan
+
+
+def status(tmp_path: Path, cfg_path: Path, asked: list[str], *args: str) -> tuple[int, Any]:
+    def handler(request: httpx.Request) -> httpx.Response:
+        asked.append(request.url.host)
+        if request.url.path == "/global/health":
+            return httpx.Response(200, json={"healthy": True, "version": "1.18.33"})
+        if request.url.path in ("/experimental/session", "/session"):
+            return httpx.Response(200, json=[])
+        return httpx.Response(200, json={} if "status" in request.url.path else [])
+
+    out, err = io.StringIO(), io.StringIO()
+    code = main(["--config", str(cfg_path), "status", "--json", *args], stdout=out, stderr=err,
+                env={"XAF_HUB_HOME": str(tmp_path / "home")},
+                transport_factory=lambda inst: httpx.MockTransport(handler))
+    assert out.getvalue(), err.getvalue()
+    return code, json.loads(out.getvalue())
+
+
+def test_status_with_a_fresh_board_asks_no_server(tmp_path: Path) -> None:
+    cfg = config(tmp_path)
+    now = int(time.time() * 1000)
+    write(cfg, [view(cfg, "a", [record("a", "s1", running=True)], confirmed=now - 1000),
+                view(cfg, "b", [], confirmed=now - 3000)], now=now)
+    asked: list[str] = []
+    code, doc = status(tmp_path, tmp_path / "config.json", asked)
+    assert code == 0 and asked == []
+    assert doc["source"] == "live" and 2.5 < doc["live_age_seconds"] < 10
+    a = doc["instances"][0]
+    assert (a["running_project"], a["dispatchable"], a["reason"]) == (1, True, "1 free slot(s)")
+
+
+def test_status_scans_what_the_board_does_not_keep_and_fresh_scans_all(tmp_path: Path) -> None:
+    cfg = config(tmp_path)
+    now = int(time.time() * 1000)
+    write(cfg, [view(cfg, "a", [record("a", "s1", running=True)], confirmed=now - 1000),
+                view(cfg, "b", [], confirmed=now - 60_000)], now=now)
+    asked: list[str] = []
+    code, doc = status(tmp_path, tmp_path / "config.json", asked)
+    assert set(asked) == {"b.test"} and doc["source"] == "mixed"
+    assert doc["live_instances"] == ["a"]
+    asked.clear()
+    code, doc = status(tmp_path, tmp_path / "config.json", asked, "--fresh")
+    assert set(asked) == {"a.test", "b.test"} and doc["source"] == "scan"
+    assert doc["instances"][0]["running_project"] == 0  # the servers' word, not the board's

@@ -1,0 +1,260 @@
+"""The live board: the fleet as a follower keeps it, for the hub's other processes.
+
+The processes that follow the fleet's event streams (the patrol daemon, ``serve``) know every
+instance's sessions and run states within a second (``fleet.follow``). They publish that view
+here, one file per kind of writer in the state folder, each written in one step
+(``statefile.write_text_atomic``):
+after a change at most every ``follow.PUBLISH_SECONDS``, and every ``REPUBLISH_SECONDS``
+while nothing changes. ``status`` reads it instead of scanning (architecture §5.1).
+
+An instance's view is used only when it is fresh: its stream was heard (or it was rescanned)
+at most ``patrol.live_board_seconds`` ago with nothing of it left unread, it is followed on
+the global stream or by polling (per-directory streams see a new directory only at their
+five-minute rescan), and it was judged with the reader's own instance address and directory
+rules. Anything else (no board, an unreadable one, a publisher that stopped, a stalled stream,
+a changed config) is scanned as before; ``--fresh`` always scans. The board speeds up what is
+shown and planned; the send path still re-reads the server under the instance lock.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from xaf_hub.config.load import Config, InstanceConfig
+from xaf_hub.core.records import SessionRecord, Waiting
+from xaf_hub.fleet.scan import InstanceScan
+from xaf_hub.store.statefile import write_text_atomic
+
+if TYPE_CHECKING:
+    from xaf_hub.fleet.follow import LiveInstance
+
+FORMAT = 1
+WRITERS = ("patrol", "serve")
+# The record fields a board row carries, in order (``waiting`` as its own small object).
+_FIELDS = tuple(f.name for f in fields(SessionRecord))
+_SCAN_FACTS = ("reachable", "reason", "version", "api", "release", "run_state_unknown",
+               "waiting_unknown")
+
+
+def board_path(cfg: Config, writer: str) -> Path:
+    """Where one kind of writer keeps its board: the state folder (a daemon and ``serve``
+    may follow different instances; a reader takes the fresher view of each)."""
+    return cfg.state_dir / f"live-board-{writer}.json"
+
+
+def instance_key(inst: InstanceConfig) -> str:
+    """What a view was judged with: the instance's address and directory rules. A reader with
+    a different config (another address, other rules) does not take the view."""
+    return hashlib.sha256(f"{inst.url}\0{inst.rules!r}".encode()).hexdigest()[:16]
+
+
+# ----------------------------------------------------------------------------- writing
+
+
+def document(
+    cfg: Config, view: Sequence[LiveInstance], writer: str, now_ms: int | None = None
+) -> dict[str, Any]:
+    """The board's JSON form (compact rows: a 10,000-session fleet reads in milliseconds)."""
+    by_name = {i.name: i for i in cfg.instances}
+    instances = []
+    for live in view:
+        inst = by_name.get(live.scan.inst.name)
+        if inst is None:
+            continue
+        sc = live.scan
+        instances.append({
+            "name": inst.name,
+            "key": instance_key(inst),
+            "mode": live.mode,
+            "confirmed_at_ms": live.confirmed_at_ms,
+            **{name: getattr(sc, name) for name in _SCAN_FACTS},
+            "warnings": list(sc.warnings),
+            "sessions": [_row(s) for s in sc.sessions],
+        })
+    return {
+        "format": FORMAT,
+        "writer": writer,
+        "pid": os.getpid(),
+        "written_at_ms": int(time.time() * 1000) if now_ms is None else now_ms,
+        "fields": list(_FIELDS),
+        "instances": instances,
+    }
+
+
+def publish(cfg: Config, view: Sequence[LiveInstance], writer: str) -> None:
+    """Write the board in one step (a reader sees the old board or the new one, never half)."""
+    text = json.dumps(document(cfg, view, writer), ensure_ascii=False, separators=(",", ":"))
+    write_text_atomic(board_path(cfg, writer), text)
+
+
+def _row(s: SessionRecord) -> list[Any]:
+    row: list[Any] = [getattr(s, name) for name in _FIELDS]
+    if s.waiting is not None:
+        w = s.waiting
+        row[_FIELDS.index("waiting")] = {
+            "kind": w.kind, "request_id": w.request_id, "asked": w.asked, "since": w.since,
+            "permission": w.permission, "patterns": list(w.patterns),
+            "always": list(w.always), "choices": [list(c) for c in w.choices],
+        }
+    return row
+
+
+# ----------------------------------------------------------------------------- reading
+
+
+@dataclass(frozen=True)
+class BoardRead:
+    """What a reader takes from the board: the fresh instances, and why the others are not."""
+
+    scans: dict[str, InstanceScan]
+    ages: dict[str, float]  # seconds since each taken instance was confirmed current
+    stale: dict[str, str]  # instance -> why its view is not taken (it is scanned)
+
+    @property
+    def age(self) -> float:
+        """The oldest confirmation among the instances taken (0 when none was)."""
+        return max(self.ages.values(), default=0.0)
+
+
+def read_board(
+    cfg: Config,
+    instances: Iterable[InstanceConfig],
+    *,
+    max_age: float | None = None,
+    now_ms: int | None = None,
+) -> BoardRead:
+    """The fresh views of ``instances`` on the board (``max_age``: default
+    ``patrol.live_board_seconds``; 0 takes none)."""
+    wanted = list(instances)
+    limit = cfg.patrol.live_board_seconds if max_age is None else max_age
+    if limit <= 0:
+        return BoardRead({}, {}, {i.name: "the live board is off" for i in wanted})
+    views: dict[str, Mapping[str, Any]] = {}
+    troubles = []
+    for writer in WRITERS:
+        path = board_path(cfg, writer)
+        try:
+            found = _views(json.loads(path.read_text(encoding="utf-8")))
+        except FileNotFoundError:
+            continue
+        except (OSError, KeyError, TypeError, ValueError) as exc:
+            troubles.append(f"live board unreadable ({path}: {type(exc).__name__}: {exc})")
+            continue
+        for name, view in found.items():
+            if _confirmed(view) > _confirmed(views.get(name)):
+                views[name] = view
+            else:
+                views.setdefault(name, view)
+    if not views:
+        why = troubles[0] if troubles else "no live board (no patrol daemon or serve runs)"
+        return BoardRead({}, {}, {i.name: why for i in wanted})
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    scans: dict[str, InstanceScan] = {}
+    ages: dict[str, float] = {}
+    stale: dict[str, str] = {}
+    for inst in wanted:
+        seen = views.get(inst.name)
+        why = _why_stale(inst, seen, now, limit)
+        if why or seen is None:
+            stale[inst.name] = why
+            continue
+        try:
+            scans[inst.name] = _scan(inst, seen)
+        except (KeyError, TypeError, ValueError) as exc:
+            stale[inst.name] = f"its view on the live board is unreadable ({exc})"
+            continue
+        ages[inst.name] = max(0.0, (now - _confirmed(seen)) / 1000)
+    return BoardRead(scans, ages, stale)
+
+
+def _views(doc: Any) -> dict[str, Mapping[str, Any]]:
+    if not isinstance(doc, Mapping) or doc.get("format") != FORMAT:
+        raise ValueError("not a live board of this version")
+    if list(doc["fields"]) != list(_FIELDS):
+        raise ValueError("written by another version of xaf-hub")
+    views = {}
+    for item in doc["instances"]:
+        if not isinstance(item, Mapping) or not isinstance(item.get("name"), str):
+            raise ValueError("an instance without a name")
+        views[item["name"]] = item
+    return views
+
+
+def _confirmed(view: Mapping[str, Any] | None) -> int:
+    value = view.get("confirmed_at_ms") if view is not None else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def _why_stale(
+    inst: InstanceConfig, view: Mapping[str, Any] | None, now_ms: int, limit: float
+) -> str:
+    if view is None:
+        return "not on the live board"
+    if view.get("key") != instance_key(inst):
+        return "on the live board with another address or other directory rules"
+    confirmed = _confirmed(view)
+    if confirmed <= 0:
+        mode = view.get("mode")
+        if mode == "directory":
+            return "followed per directory: the live board does not keep it"
+        return "its stream is not followed right now"
+    age = (now_ms - confirmed) / 1000
+    if age > limit:
+        return f"its view is {age:.0f} s old (over {limit:g} s)"
+    if age < -limit:  # written in the future: another host's clock, or a forged file
+        return "its view claims a time ahead of this host's clock"
+    return ""
+
+
+def _scan(inst: InstanceConfig, view: Mapping[str, Any]) -> InstanceScan:
+    facts = {name: view[name] for name in _SCAN_FACTS}
+    for name, value in facts.items():
+        wanted = bool if name == "reachable" else str
+        if not isinstance(value, wanted):
+            raise ValueError(f"{name} is not a {wanted.__name__}")
+    sessions = [_record(row) for row in view["sessions"]]
+    for s in sessions:
+        if s.instance != inst.name:
+            raise ValueError(f"a session of {s.instance!r} under {inst.name!r}")
+    warnings = [str(w) for w in view.get("warnings", [])]
+    return InstanceScan(inst, sessions=sessions, warnings=warnings, **facts)
+
+
+def _record(row: Any) -> SessionRecord:
+    if not isinstance(row, list) or len(row) != len(_FIELDS):
+        raise ValueError("a session row of the wrong length")
+    values = dict(zip(_FIELDS, row, strict=True))
+    waiting = values.pop("waiting")
+    rec = SessionRecord(**values)
+    if not isinstance(rec.id, str) or not isinstance(rec.running, bool):
+        raise ValueError("a session row of the wrong types")
+    if waiting is None:
+        return rec
+    if not isinstance(waiting, Mapping):
+        raise ValueError("a waiting request that is not an object")
+    return _with_waiting(rec, waiting)
+
+
+def _with_waiting(rec: SessionRecord, w: Mapping[str, Any]) -> SessionRecord:
+    from dataclasses import replace
+
+    pending = Waiting(
+        kind=w["kind"], request_id=str(w["request_id"]), asked=str(w["asked"]),
+        since=int(w["since"]), permission=str(w["permission"]),
+        patterns=tuple(str(p) for p in w["patterns"]),
+        always=tuple(str(p) for p in w["always"]),
+        choices=tuple(tuple(str(o) for o in c) for c in w["choices"]),
+    )
+    if pending.kind not in ("permission", "question"):
+        raise ValueError(f"a waiting request of kind {pending.kind!r}")
+    return replace(rec, waiting=pending)
+
+
+__all__ = ["BoardRead", "board_path", "document", "instance_key", "publish", "read_board"]
