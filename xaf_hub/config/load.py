@@ -31,6 +31,9 @@ from xaf_hub.errors import ConfigError
 _ABSOLUTE = re.compile(r"^(/|[A-Za-z]:[\\/]|\\\\)")
 
 
+MAX_SCAN_WORKERS = 64  # the default scan_workers: one per instance, at most this many
+
+
 def hub_home(env: Mapping[str, str] | None = None) -> Path:
     """The hub's home folder: $XAF_HUB_HOME or ~/.xaf_hub."""
     env = os.environ if env is None else env
@@ -247,7 +250,7 @@ class Config:
     scan_timeout: float = 35.0  # one instance's whole scan (and any one answer), at most
     retries: int = 1
     page_size: int = 8000
-    scan_workers: int = 6
+    scan_workers: int = 6  # instances scanned at once (config default: one per instance)
     lock: LockConfig = field(default_factory=LockConfig)
     models: ModelsConfig = field(default_factory=ModelsConfig)
     patrol: PatrolConfig = field(default_factory=PatrolConfig)
@@ -448,7 +451,11 @@ def parse_config(raw: Any, *, path: Path, env: Mapping[str, str]) -> Config:
         auto_match=top.get("auto_match", (bool,), True),
         retries=top.num("retries", 1, integer=True),
         page_size=top.num("page_size", 8000, minimum=1, integer=True),
-        scan_workers=top.num("scan_workers", 6, minimum=1, integer=True),
+        # Scanning is waiting on servers: one worker per instance, up to MAX_SCAN_WORKERS.
+        scan_workers=top.num(
+            "scan_workers", min(MAX_SCAN_WORKERS, max(1, len(instances))), minimum=1,
+            integer=True,
+        ),
         connect_timeout=float(timeouts.num("connect_seconds", 8.0, minimum=0.1)),
         read_timeout=(read := float(timeouts.num("read_seconds", 30.0, minimum=0.1))),
         scan_timeout=float(timeouts.num("scan_seconds", read + 5.0, minimum=0.1)),

@@ -50,11 +50,24 @@ def test_lookup_order(tmp_path: Path, _isolated_home: Path) -> None:
 def test_defaults(tmp_path: Path) -> None:
     cfg = load_config(str(write(tmp_path / "c.json", base())), env={}, cwd=tmp_path)
     inst = cfg.instances[0]
-    assert (cfg.concurrency_limit, cfg.page_size, cfg.scan_workers, cfg.retries) == (2, 8000, 6, 1)
+    assert (cfg.concurrency_limit, cfg.page_size, cfg.scan_workers, cfg.retries) == (2, 8000, 1, 1)
     assert (cfg.match, cfg.session_ttl_days) == (MatchRule(0.22, 0.10, 0.25, 0.15), 10.0)
     assert inst.branch_policy == "mainline"  # name starts with "local"
     assert inst.username == "opencode" and inst.password is None
     assert inst.rules.is_project("/srv/demo/x") and inst.rules.is_project("/elsewhere/demo")
+
+
+@pytest.mark.parametrize(("count", "workers"), [(1, 1), (12, 12), (50, 50), (80, 64)])
+def test_instances_are_scanned_all_at_once_up_to_a_bound(
+    tmp_path: Path, count: int, workers: int
+) -> None:
+    doc = {"instances": [{"name": f"n{i}", "url": f"http://h{i}.test:4096"}
+                         for i in range(count)]}
+    cfg = load_config(str(write(tmp_path / "c.json", doc)), env={}, cwd=tmp_path)
+    assert cfg.scan_workers == workers
+    doc["scan_workers"] = 3
+    cfg = load_config(str(write(tmp_path / "c.json", doc)), env={}, cwd=tmp_path)
+    assert cfg.scan_workers == 3
 
 
 @pytest.mark.parametrize(
