@@ -1,5 +1,5 @@
 """The live board against real opencode servers: a patrol daemon follows the fleet and publishes
-what it sees; `status` reads that instead of scanning, shows a run that started within seconds,
+what it sees; `status` and `dispatch`'s plan read that instead of scanning, shows a run that started within seconds,
 and scans again once the board is no longer kept current (a frozen daemon, a stopped one), so
 it never shows what the servers no longer say.
 
@@ -52,6 +52,12 @@ def test_status_reads_the_daemons_board_and_scans_once_it_is_not_kept(hub: Hub) 
             assert {k: a[k] for k in counted} == {k: b[k] for k in counted}
         code, out, _err = hub.cli("status")
         assert code == 0 and "source: live, " in out and "s old (--fresh scans)" in out
+        # dispatch plans from the board too, to the same instance a scan would choose.
+        plans = [hub.cli_json("dispatch", "--dry-run", "--new", "--text", "Add a health check",
+                              *flags)[1] for flags in ((), ("--fresh",))]
+        assert [p["source"] for p in plans] == ["live", "scan"]
+        assert plans[0]["instance"] == plans[1]["instance"]
+        assert plans[0]["load"] == plans[1]["load"]
 
         # A run starts: the board shows it without a scan.
         sid = hub.session("lan-c", "live board run", "app")

@@ -19,9 +19,10 @@ from dataclasses import dataclass, field
 from xaf_hub.core.discipline import base_commit, expected_branches
 from xaf_hub.core.records import SessionRecord
 from xaf_hub.errors import ApiError, BusyError, UnreachableError
-from xaf_hub.fleet.scan import InstanceScan, scan_fleet
+from xaf_hub.fleet.scan import InstanceScan
 from xaf_hub.ops import budget
 from xaf_hub.ops.context import OpsContext, utc_now
+from xaf_hub.ops.live_board import board_or_scan
 from xaf_hub.ops.load import instance_load
 from xaf_hub.ops.models import choose_model
 from xaf_hub.ops.planner import DispatchRequest, InstanceView, MatchEvidence, Plan, plan_dispatch
@@ -40,6 +41,7 @@ class DispatchOrder:
     auto_cleanup: bool = False  # run `cleanup --execute` first
     dry_run: bool = False
     confirm_wait: float | None = None  # seconds to wait for the run after sending
+    fresh: bool = False  # plan from a scan of every instance, never from the live board
 
     @property
     def baseline(self) -> bool:
@@ -63,6 +65,7 @@ class Prepared:
     prompt: str
     warnings: tuple[str, ...] = ()
     base: str | None = None  # the expected branch's tip for a new session's row (issue 37)
+    source: str = "scan"  # the fleet as planned from: "live" (the live board), "mixed", "scan"
 
 
 @dataclass(frozen=True)
@@ -136,9 +139,14 @@ async def prepare(ops: OpsContext, order: DispatchOrder) -> Prepared:
     instances = [cfg.instance(req.instance)] if req.instance else list(cfg.instances)
     gate = ops.gate()
     observed = gate.clock()  # the scan judges only reservations made before it
-    snap, scans = await scan_fleet(
-        cfg, instances, transport_factory=ops.transport_factory, project_only=True
+    # Where the live board is fresh it stands for the scan (ops.live_board): the send still
+    # re-reads the server under the instance's lock. Its view is as old as its confirmation,
+    # so it judges only reservations made before that.
+    snap, scans, board = await board_or_scan(
+        cfg, instances, fresh=order.fresh, transport_factory=ops.transport_factory,
+        project_only=True,
     )
+    observed -= board.age
     views = []
     over = budget.over_budget(cfg, scans, ops.now())
     for sc in scans:
@@ -169,7 +177,10 @@ async def prepare(ops: OpsContext, order: DispatchOrder) -> Prepared:
         )
     prompt = build_prompt(ops, plan.instance, req.text, plan.title, override)
     view = next(v for v in views if v.inst.name == plan.instance.name)
-    return Prepared(plan, view, model, prompt, tuple(warnings), _base(ops, plan, req, override))
+    source = "scan" if not board.scans else "live" if len(board.scans) == len(scans) else "mixed"
+    return Prepared(
+        plan, view, model, prompt, tuple(warnings), _base(ops, plan, req, override), source
+    )
 
 
 async def send_prepared(

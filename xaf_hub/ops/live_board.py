@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from xaf_hub.config.load import Config, InstanceConfig
-from xaf_hub.core.records import SessionRecord, Waiting
-from xaf_hub.fleet.scan import InstanceScan
+from xaf_hub.core.records import SessionRecord, Snapshot, Waiting
+from xaf_hub.fleet.scan import InstanceScan, TransportFactory
 from xaf_hub.store.statefile import write_text_atomic
 
 if TYPE_CHECKING:
@@ -174,6 +174,49 @@ def read_board(
     return BoardRead(scans, ages, stale)
 
 
+def merged(
+    instances: Sequence[InstanceConfig],
+    board: BoardRead,
+    scanned: Sequence[InstanceScan],
+    generated_at: int | None = None,
+) -> tuple[Snapshot, list[InstanceScan]]:
+    """One snapshot of ``instances`` in their order: each from the board when it was taken
+    there, else from ``scanned`` (the instances the board did not give)."""
+    by_name = {**board.scans, **{sc.inst.name: sc for sc in scanned}}
+    scans = [by_name[i.name] for i in instances]
+    snap = Snapshot(
+        generated_at=int(time.time() * 1000) if generated_at is None else generated_at,
+        instances=tuple(sc.summary() for sc in scans),
+        sessions=tuple(r for sc in scans for r in sc.sessions),
+        warnings=tuple(w for sc in scans for w in sc.warnings),
+    )
+    return snap, scans
+
+
+async def board_or_scan(
+    cfg: Config,
+    instances: Sequence[InstanceConfig],
+    *,
+    fresh: bool = False,
+    transport_factory: TransportFactory | None = None,
+    project_only: bool = False,
+) -> tuple[Snapshot, list[InstanceScan], BoardRead]:
+    """The fleet as the board has it where fresh, the rest scanned now (``fresh``: all)."""
+    from xaf_hub.fleet.scan import scan_fleet
+
+    board = read_board(cfg, [] if fresh else instances)
+    rest = [i for i in instances if i.name not in board.scans]
+    scanned: list[InstanceScan] = []
+    generated = None
+    if rest:
+        snap, scanned = await scan_fleet(
+            cfg, rest, transport_factory=transport_factory, project_only=project_only
+        )
+        generated = snap.generated_at
+    snap, scans = merged(instances, board, scanned, generated)
+    return snap, scans, board
+
+
 def _views(doc: Any) -> dict[str, Mapping[str, Any]]:
     if not isinstance(doc, Mapping) or doc.get("format") != FORMAT:
         raise ValueError("not a live board of this version")
@@ -257,4 +300,7 @@ def _with_waiting(rec: SessionRecord, w: Mapping[str, Any]) -> SessionRecord:
     return replace(rec, waiting=pending)
 
 
-__all__ = ["BoardRead", "board_path", "document", "instance_key", "publish", "read_board"]
+__all__ = [
+    "BoardRead", "board_or_scan", "board_path", "document", "instance_key", "merged", "publish",
+    "read_board",
+]

@@ -44,6 +44,8 @@ INSTANCE = Opt("instance", ("-i", "--instance"), "only this instance", metavar="
 SESSION = Opt("session", ("-s", "--session"), "the session id (ses_...)", metavar="ID")
 ALLOW_PROD = Opt("allow_prod", ("--allow-prod",), "allow writes to production", kind=bool,
                  default=False)
+FRESH = Opt("fresh", ("--fresh",), "scan every instance instead of reading the live board",
+             kind=bool, default=False)
 FORCE = Opt("force", ("--force",), "allow a non-project session", kind=bool, default=False)
 TEXT = Opt("text", ("-t", "--text"), "what the agent should do", required=True,
            max_length=MAX_TEXT, metavar="TEXT")

@@ -21,7 +21,15 @@ import argparse
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from xaf_hub.cli.commands._common import ALLOW_PROD, FORCE, INSTANCE, SESSION, TEXT, add_json
+from xaf_hub.cli.commands._common import (
+    ALLOW_PROD,
+    FORCE,
+    FRESH,
+    INSTANCE,
+    SESSION,
+    TEXT,
+    add_json,
+)
 from xaf_hub.cli.context import Context
 from xaf_hub.cli.options import Opt, add_options
 from xaf_hub.core import aio
@@ -76,6 +84,7 @@ OPTIONS = (
     Opt("queue", ("--queue",), "when no eligible instance can take the work now (all full, or "
         "the lock busy past its wait), put it in the task pool as pending instead of failing; "
         "the patrol starts it when a slot frees", kind=bool, default=False),
+    FRESH.but(help="plan from a scan of every instance, not from the live board"),
 )
 
 
@@ -114,6 +123,7 @@ class Options:
     no_record: bool
     queue: bool
     confirm_wait: float | None = None
+    fresh: bool = False
 
 
 def order_from(opts: Options) -> DispatchOrder:
@@ -153,6 +163,7 @@ def order_from(opts: Options) -> DispatchOrder:
         auto_cleanup=opts.auto_cleanup,
         dry_run=opts.dry_run,
         confirm_wait=opts.confirm_wait,
+        fresh=opts.fresh,
     )
 
 
@@ -335,6 +346,7 @@ def _plan_document(prep: Prepared) -> dict[str, Any]:
         "model": prep.model,
         "prompt": prep.prompt,
         "dry_run": True,
+        "source": prep.source,  # where the plan's view of the fleet came from: live, mixed, scan
     }
 
 

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import time
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from xaf_hub.cli.commands._common import (
     ALLOW_PROD,
+    FRESH,
     INSTANCE,
     add_json,
     add_wide,
@@ -19,7 +19,7 @@ from xaf_hub.cli.commands._common import (
     scan_exit,
 )
 from xaf_hub.cli.context import Context
-from xaf_hub.cli.options import Opt, add_options
+from xaf_hub.cli.options import add_options
 from xaf_hub.cli.termfit import yes_no_color
 from xaf_hub.core.clock import iso_time
 from xaf_hub.core.records import Snapshot
@@ -49,8 +49,7 @@ patrol.live_board_seconds old (default 15) and scans the others.
 OPTIONS = (
     INSTANCE,
     ALLOW_PROD.but(help="treat production instances as dispatchable (display only)"),
-    Opt("fresh", ("--fresh",), "scan every instance instead of reading the live board",
-        kind=bool, default=False),
+    FRESH,
 )
 
 
@@ -119,24 +118,17 @@ def _read_fleet(
     """The fleet: each instance from the live board when it is fresh there, the rest scanned
     (``fresh``: all scanned). Returns the snapshot, the scans in config order, and the age in
     seconds of each instance taken from the board."""
-    from xaf_hub.ops.live_board import read_board
+    from xaf_hub.ops.live_board import merged, read_board
 
-    board = read_board(ctx.config, []) if fresh else read_board(ctx.config, instances)
+    board = read_board(ctx.config, [] if fresh else instances)
     rest = [i for i in instances if i.name not in board.scans]
     scanned: list[InstanceScan] = []
-    generated = int(time.time() * 1000)
+    generated = None
     if rest:
         snap, scanned = scan(ctx, rest, progress=True)
         generated = snap.generated_at
-    by_name = {**board.scans, **{sc.inst.name: sc for sc in scanned}}
-    scans = [by_name[i.name] for i in instances]
-    snap = Snapshot(
-        generated_at=generated,
-        instances=tuple(sc.summary() for sc in scans),
-        sessions=tuple(r for sc in scans for r in sc.sessions),
-        warnings=tuple(w for sc in scans for w in sc.warnings),
-    )
-    return snap, scans, {n: board.ages[n] for n in board.scans}
+    snap, scans = merged(instances, board, scanned, generated)
+    return snap, scans, dict(board.ages)
 
 
 def document(m: Measured) -> dict[str, Any]:
