@@ -33,15 +33,24 @@ def test_cleanup_previews_then_deletes_only_stale_idle_project_sessions(hub: Hub
     old_outside = hub.session("lan-b", "old outside", directory=hub.root.parent / "not-ours")
     hub.prompt("lan-b", old_busy, "keep busy", "fake/slow-model")
     hub.wait_for(lambda: old_busy in hub.busy_ids("lan-b"))
-    time.sleep(3.5)
+    time.sleep(6)
     fresh = hub.session("lan-b", "fresh", "c")
-    ttl = str(3.0 / 86400)  # three seconds, in days
+    ttl = str(5.0 / 86400)  # five seconds, in days
+
+    def touch(sid: str) -> None:  # a rename moves its `updated`: fresh however slow the box
+        import httpx
+
+        with httpx.Client(base_url=hub.server("lan-b").url, timeout=15, trust_env=False,
+                          auth=("opencode", hub.password("lan-b"))) as c:
+            assert c.patch(f"/session/{sid}", json={"title": "fresh"}).status_code == 200
+
     try:
         code, report = hub.cli_json("cleanup", "--instance", "lan-b", "--ttl-days", ttl)
         assert code == 0 and not report["execute"]
         stale = {s["id"] for s in report["instances"][0]["stale"]}
         assert stale == {old_idle}
         assert old_idle in server_ids(hub, "lan-b")  # preview deleted nothing
+        touch(fresh)
         code, out, err = hub.cli("cleanup", "--instance", "lan-b", "--ttl-days", ttl, "--execute")
         assert code == 0 and "deleted 1 of 1" in out, err
         left = server_ids(hub, "lan-b")
