@@ -1,7 +1,7 @@
 """The live board against real opencode servers: a patrol daemon follows the fleet and publishes
-what it sees; `status` and `dispatch`'s plan read that instead of scanning, shows a run that started within seconds,
-and scans again once the board is no longer kept current (a frozen daemon, a stopped one), so
-it never shows what the servers no longer say.
+what it sees; `status` and `dispatch`'s plan read that instead of scanning, a run that started
+shows within seconds, and `status` scans again once the board is no longer kept current (a
+frozen daemon, a stopped one), so it never shows what the servers no longer say.
 
 How fast the board is against a scan is measured in `python -m bench --board`; nothing here
 asserts on elapsed time.
