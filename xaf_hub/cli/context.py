@@ -77,7 +77,7 @@ class Context:
         return (self._config.secrets() if self._config is not None else ()) + from_env
 
     def redact(self, text: str) -> str:
-        """``text`` without any secret this run knows (see ``output.redact``)."""
+        """``text`` without any secret this run knows (see ``core.text.redact``)."""
         return redact(text, self.secrets())
 
     def out(self, text: str = "") -> None:

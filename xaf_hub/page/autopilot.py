@@ -8,7 +8,7 @@ A file that cannot be read becomes a sentence in ``problems``: the page always r
 
 The badge says "on" only while a patrol daemon's heartbeat is fresh; a round run once (cron,
 ``patrol --once``) leaves it "off" with when it last ran. The work queue is counted with the
-page's own vocabulary (``page_view.session_phase``) against the sessions of the same scan, so
+page's own vocabulary (``page.view.session_phase``) against the sessions of the same scan, so
 a task whose session has finished is counted as done even before the next round records it.
 """
 

@@ -236,7 +236,7 @@ def render_html(
     """Render the self-contained HTML overview page (with the patrol panel when given).
 
     ``live_seconds`` > 0 renders the served variant that fetches itself again that often;
-    ``links`` and ``tasks`` are described at ``page_view.overview_context``.
+    ``links`` and ``tasks`` are described at ``page.view.overview_context``.
     """
     from xaf_hub.page.view import overview_context
 

@@ -41,7 +41,7 @@ def append(
 ) -> None:
     """Append one line to ``<state_dir>/audit.log`` (locked, created 0600).
 
-    The line goes through ``output.redact``: no ``secrets`` form and no echoed credential
+    The line goes through ``core.text.redact``: no ``secrets`` form and no echoed credential
     (a server's error text quoting our Authorization header) is ever written.
     """
     from xaf_hub.core.text import dumps_line, redact

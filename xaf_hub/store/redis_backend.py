@@ -2,9 +2,9 @@
 
 (The task pool's Redis store, ``redis_pool``, uses this module's client and error helpers.)
 
-Chosen by ``lock.backend: "redis"`` (the gate, through ``gate.make_gate``) and
+Chosen by ``lock.backend: "redis"`` (the gate, through ``store.backends.make_gate``) and
 ``models.state_backend: "redis"`` (blackouts and healed memory, through
-``dispatcher.model_state``). Nothing else imports this module, so the default file backend
+``ops.models.model_state``). Nothing else imports this module, so the default file backend
 never loads the ``redis`` package. The rules are those of architecture §5 and §7; only the storage
 differs. Keys, under ``lock.redis_prefix`` (``P``)::
 

@@ -14,7 +14,7 @@ for as long as a fetch runs. git is given the URL without them, and they reach i
 environment (readable by the same user only): a credential helper set with ``GIT_CONFIG_*``
 that prints ``$XAF_HUB_GIT_USERNAME`` / ``$XAF_HUB_GIT_PASSWORD`` when git asks.
 
-``Mirror.check`` answers for one task: each claimed hash is resolved among the mirror's commits
+``Mirror.check_all`` answers for each task: each claimed hash is resolved among the mirror's commits
 (none: missing; more than one: ambiguous) and must be reachable from the expected branch's tip
 (``git merge-base --is-ancestor``; any branch when none is expected). A commit that was
 fetched once and then force-pushed away still resolves, but is no longer reachable: not
