@@ -20,15 +20,17 @@ import httpx
 
 from xaf_hub.config.credentials import password_var
 from xaf_hub.config.load import InstanceConfig
+from xaf_hub.core import aio
 from xaf_hub.errors import (
     ApiError,
     MissingPassword,
     RequestGone,
+    RunStateUnknown,
     SessionNotFound,
     UnreachableError,
 )
 from xaf_hub.fleet import wire
-from xaf_hub.fleet.releases import Release, classify, read_running
+from xaf_hub.fleet.releases import Release, classify
 from xaf_hub.fleet.wire import ServerSession as ServerSession
 from xaf_hub.fleet.wire import as_mapping as _obj
 from xaf_hub.fleet.wire import error_message, session_from_classic, session_from_v2
@@ -465,7 +467,22 @@ class OpencodeClient:
         RunStateUnknown when the hub cannot read it (the caller counts the instance full)."""
         if await self._dialect() == "v2":
             return await self.active()
-        return await read_running(self, directories, fan_out)
+        if not self.version:
+            await self.detect()
+        release = self.release
+        if not release.known:
+            raise RunStateUnknown(self.name, release.note)
+        # Each directory, plus the server-wide map where this release keeps runs started
+        # without a directory (1.2 to 1.14).
+        sem = asyncio.Semaphore(fan_out)
+
+        async def one(d: str | None) -> dict[str, RawStatus]:
+            async with sem:
+                return await self._status_map(d)
+
+        wide: list[str | None] = [None] if release.reads_server_wide else []
+        parts = await aio.gather(*(one(d) for d in [*directories, *wide]))
+        return {k: v for part in parts for k, v in part.items()}
 
     async def get_session(self, session_id: str, directory: str | None = None) -> ServerSession:
         """One session by id; SessionNotFound when the instance does not know it."""

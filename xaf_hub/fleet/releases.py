@@ -13,22 +13,15 @@ Measured on real servers (docs/opencode-releases.md has the figures):
 A version newer than the newest measured line is read both ways (one extra request; it can
 only add runs). A version the hub cannot place (unparsable, or older than 1.2) leaves the run
 state unknown: the scan then counts the instance's project sessions as running and the
-instance as full (fail closed), with the reason from :func:`classify`.
+instance as full (fail closed), with the reason from :func:`classify`. The client reads run
+state by these rules (``OpencodeClient.running``).
 """
 
 from __future__ import annotations
 
-import asyncio
 import re
-from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
-
-from xaf_hub.core import aio
-from xaf_hub.errors import RunStateUnknown
-
-if TYPE_CHECKING:
-    from xaf_hub.fleet.client import OpencodeClient, RawStatus
+from typing import Literal
 
 Behaviour = Literal["per-directory", "server-wide", "unknown", "v2"]
 
@@ -91,28 +84,6 @@ def classify(version: str, dialect: str = "classic") -> Release:
         newest = ".".join(map(str, NEWEST_MEASURED))
         return Release(version, "per-directory", f"newer than {newest}: also read server-wide")
     return Release(version, "per-directory")
-
-
-async def read_running(
-    client: OpencodeClient, directories: Sequence[str], fan_out: int = 16
-) -> dict[str, RawStatus]:
-    """Running sessions of ``directories`` on a classic-API instance, read the way its release
-    answers: each directory, plus the server-wide map where this release keeps runs started
-    without a directory. RunStateUnknown when the release is not one the hub can read."""
-    if not client.version:
-        await client.detect()
-    release = client.release
-    if not release.known:
-        raise RunStateUnknown(client.name, release.note)
-    sem = asyncio.Semaphore(fan_out)
-
-    async def one(d: str | None) -> dict[str, RawStatus]:
-        async with sem:
-            return await client._status_map(d)
-
-    wide: list[str | None] = [None] if release.reads_server_wide else []
-    parts = await aio.gather(*(one(d) for d in [*directories, *wide]))
-    return {k: v for part in parts for k, v in part.items()}
 
 
 OPENCODE_VERSION = "1.18.33"
