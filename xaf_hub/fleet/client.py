@@ -21,6 +21,7 @@ import httpx
 from xaf_hub.config.credentials import password_var
 from xaf_hub.config.load import InstanceConfig
 from xaf_hub.core import aio
+from xaf_hub.core.backoff import Backoff
 from xaf_hub.errors import (
     ApiError,
     MissingPassword,
@@ -36,6 +37,8 @@ from xaf_hub.fleet.wire import as_mapping as _obj
 from xaf_hub.fleet.wire import error_message, session_from_classic, session_from_v2
 from xaf_hub.fleet.wire import text_field as _text
 from xaf_hub.fleet.wire import usable_id as _id
+
+RETRY = Backoff(first=0.2, cap=1.0)  # between the tries of one request (`retries`)
 
 Dialect = Literal["classic", "v2"]
 
@@ -198,7 +201,7 @@ class OpencodeClient:
         timed_out, waited = 0, 0.0  # a retried timeout says so: the user waited for each try
         for attempt in range(attempts):
             if attempt:
-                await asyncio.sleep(min(0.2 * attempt, 1.0))
+                await asyncio.sleep(RETRY.delay(attempt))
             try:
                 async with asyncio.timeout(self.deadline):
                     resp, content = await self._read(method, path, params, body)

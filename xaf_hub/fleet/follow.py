@@ -44,6 +44,7 @@ import httpx
 
 from xaf_hub.config.load import Config, InstanceConfig
 from xaf_hub.core import aio
+from xaf_hub.core.backoff import Backoff
 from xaf_hub.errors import HubError, UnreachableError
 from xaf_hub.fleet.client import OpencodeClient, describe_error
 from xaf_hub.fleet.events import Board, FleetEvent, Frame, parse_frame
@@ -450,7 +451,7 @@ class FleetFollower:
         self.probe_seconds = probe_seconds
         self.poll_seconds = poll_seconds
         self.rescan_seconds = rescan_seconds
-        self.backoff = tuple(backoff) or (1.0,)
+        self.backoff = Backoff(steps=tuple(backoff) or (1.0,))
         self.force_polling = force_polling
         self.budget = budget
         self.budget_cooldown = budget_cooldown
@@ -548,14 +549,14 @@ class FleetFollower:
                 if time.monotonic() - began >= _SHORT_LIVED:
                     attempt = 0
                 else:
-                    await self._pause(self.backoff[min(attempt, len(self.backoff) - 1)])
                     attempt += 1
+                    await self._pause(self.backoff.delay(attempt))
                 continue
             if not st.reported_down:
                 st.reported_down = True
                 self.emit(FleetEvent("down", inst.name, detail=reason, at_ms=_ms()))
-            await self._pause(self.backoff[min(attempt, len(self.backoff) - 1)])
             attempt += 1
+            await self._pause(self.backoff.delay(attempt))
 
     async def _connection(self, inst: InstanceConfig) -> tuple[bool, str]:
         """One connection's life: (whether it got as far as following, why it ended).

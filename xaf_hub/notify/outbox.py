@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from xaf_hub.config.notify import Webhook
+from xaf_hub.core.backoff import Backoff
 from xaf_hub.errors import StateFileError
 from xaf_hub.notify.derive import HISTORY_HOURS
 from xaf_hub.notify.events import Event
@@ -48,6 +49,7 @@ PARKED_HOURS = 24.0  # a refused message is shown this long, never re-sent
 # A message not sent (no connection) waits 10 s, 20 s, 40 s... at most 5 min for the next try.
 RETRY_FIRST_SECONDS = 10.0
 RETRY_MAX_SECONDS = 300.0
+RETRY = Backoff(first=RETRY_FIRST_SECONDS, cap=RETRY_MAX_SECONDS)
 # A claim older than this is its owner's no longer (a sender's tries end long before).
 STALE_SENDING = timedelta(minutes=10)
 _WHAT = "notification state"
@@ -239,7 +241,7 @@ def _same(item: Mapping[str, Any], entry: Entry) -> bool:
 
 def retry_delay(attempts: int) -> float:
     """Seconds before the next try of a message not sent ``attempts`` times (back-off)."""
-    return float(min(RETRY_FIRST_SECONDS * 2 ** max(0, attempts - 1), RETRY_MAX_SECONDS))
+    return RETRY.delay(max(1, attempts))
 
 
 def _reap(data: dict[str, Any], now: datetime, stamp: str) -> list[str]:

@@ -18,12 +18,12 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from xaf_hub.core.backoff import Backoff
 from xaf_hub.fleet.client import describe_error
 from xaf_hub.notify.formats import Outgoing, judge
 
 # Back-off between tries: 0.5 s, 1 s, 2 s... capped.
-BACKOFF_FIRST = 0.5
-BACKOFF_MAX = 4.0
+RETRY = Backoff(first=0.5, cap=4.0)  # between the tries of one POST
 _ANSWER_CHARS = 500
 _LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 
@@ -128,7 +128,7 @@ async def deliver(
                 reason += "; the request was sent, so it counts as delivered (at most once)"
         if ok or not retry or tries > retries:
             return Answer(ok, retry, status, reason, body, tries, maybe)
-        pause = min(BACKOFF_FIRST * 2 ** (tries - 1), BACKOFF_MAX)
+        pause = RETRY.delay(tries)
         if deadline is not None and time.monotonic() + pause + timeout > deadline:
             return Answer(ok, retry, status, reason + " (out of time for retries)", body, tries)
         await sleep(pause)

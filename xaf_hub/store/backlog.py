@@ -26,6 +26,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
+from xaf_hub.core.backoff import Backoff
 from xaf_hub.errors import TaskChanged, UsageError
 from xaf_hub.store.statefile import read_json, update_json
 from xaf_hub.store.tasks import (
@@ -91,9 +92,10 @@ class InfraPolicy:
 
     def delay(self, failures: int) -> timedelta:
         """The wait after the ``failures``-th failure in a row (the last wait repeats)."""
-        if failures <= 0 or not self.delays:
+        if not self.delays:
             return timedelta(0)
-        return self.delays[min(failures, len(self.delays)) - 1]
+        steps = tuple(d.total_seconds() for d in self.delays)
+        return timedelta(seconds=Backoff(steps=steps).delay(failures))
 
 
 @dataclass(frozen=True)
@@ -107,11 +109,8 @@ class ManualRecord:
 
 def backoff_delay(attempts: int, base_s: float = 600) -> timedelta:
     """Back-off after the ``attempts``-th failure: base·2^(attempts−1), capped at 24 h."""
-    if attempts <= 0:
-        return timedelta(0)
-    # Float arithmetic and an exponent cap: a runaway count must not overflow timedelta.
-    seconds = base_s * 2.0 ** min(attempts - 1, 1000)
-    return timedelta(seconds=min(seconds, MAX_BACKOFF.total_seconds()))
+    cap = MAX_BACKOFF.total_seconds()
+    return timedelta(seconds=Backoff(first=base_s, cap=cap).delay(attempts))
 
 
 def _utc_now() -> datetime:
