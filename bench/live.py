@@ -11,7 +11,10 @@ Measured, each as a whole process the way a user runs it:
    as % of one core (CPU seconds per wall second);
 3. how long after the model first answered 429 the daemon — its round set to 60 minutes, its
    first round already run — re-prompts the session on the next model of the chain (the
-   first request of that model reaching the fake model server).
+   first request of that model reaching the fake model server);
+4. slot-free to next-start: one instance at limit 1, ``--samples`` + 1 three-second tasks
+   queued in the pool (`dispatch --new --queue`), a daemon filling (round every 60 minutes);
+   from the server streaming one run's end to it streaming the next run's start.
 
 Writes bench/results/live.json and prints one table with the targets.
 """
@@ -132,6 +135,7 @@ def measure_live(
         hub = [*hub_argv(), "--config", str(cfg)]
         result["watch"] = _watch(hub, env, root, fleet, created, samples, idle_seconds, log)
         result["daemon"] = _daemon(hub, env, root, fleet, created, idle_seconds, log)
+        result["fill"] = _fill(cfg, env, root, fleet, samples, log)
     finally:
         log("[live] stopping servers ...")
         fleet.stop()
@@ -241,6 +245,80 @@ def _daemon(hub: list[str], env: dict[str, str], root: Path, fleet: Any,
             "rounds_run": rounds, "exit_code": code}
 
 
+FILL_TARGET_S, FILL_P90_TARGET_S = 2.0, 4.0
+
+
+def _raw_states(url: str, password: str, into: list[tuple[float, str, str]]) -> None:
+    """Every run-state change the server streams: (when, session id, busy|idle|retry)."""
+    import httpx
+
+    from xaf_hub.sandbox import fleet as sandbox
+
+    try:
+        with httpx.Client(base_url=url, headers=sandbox.auth_headers(password),
+                          trust_env=False, timeout=httpx.Timeout(None, connect=10)) as c, \
+                c.stream("GET", "/global/event") as resp:
+            for line in resp.iter_lines():
+                if '"session.status"' not in line:
+                    continue
+                props = json.loads(line[5:])["payload"]["properties"]
+                into.append((time.monotonic(), props["sessionID"], props["status"]["type"]))
+    except httpx.HTTPError:
+        return
+
+
+def _fill(cfg: Path, env: dict[str, str], root: Path, fleet: Any, samples: int,
+          log: Callable[[str], None]) -> dict[str, Any]:
+    """Slot-free to next-start with the daemon filling from the pool (module docstring)."""
+    from bench.__main__ import hub_argv
+
+    doc = json.loads(cfg.read_text("utf-8"))
+    doc["instances"] = doc["instances"][:1]
+    doc["instances"][0]["concurrency_limit"] = 1
+    doc["models"] = {"default_dispatch_model": "fake/slow-model"}
+    doc["lock"] = {"slot_grace_seconds": 2}
+    one = root / "fill.json"
+    one.write_text(json.dumps(doc), "utf-8")
+    hub = [*hub_argv(), "--config", str(one)]
+    fleet.llm.set_mode("slow-model", "slow", delay=3)
+    seen: list[tuple[float, str, str]] = []
+    threading.Thread(target=_raw_states, args=(fleet.servers[0].url, fleet.passwords[0], seen),
+                     daemon=True).start()
+    for i in range(samples + 1):
+        code = subprocess.run([*hub, "dispatch", "--new", "--queue", "--text",
+                               f"Bench fill task {i}: write note {i}"], env=env, cwd=root,
+                              capture_output=True, text=True).returncode
+        if code != 0:
+            raise RuntimeError(f"dispatch --queue exited {code}")
+    log(f"[live] {samples + 1} tasks queued on one instance at limit 1; the daemon fills ...")
+    daemon = Child([*hub, "patrol", "--interval-seconds", "3600", "--no-design"], env, root)
+    try:
+        def started() -> int:
+            return len({sid for _, sid, kind in list(seen) if kind == "busy"})
+
+        _wait(lambda: started() >= samples + 1, 120 + 30 * samples, "every queued task to start")
+        time.sleep(4)  # the last run's end
+    finally:
+        code = daemon.stop()
+    gaps = []
+    events = sorted(seen)
+    first_busy: dict[str, float] = {}
+    for at, sid, kind in events:
+        if kind == "busy":
+            first_busy.setdefault(sid, at)
+    for at, sid, kind in events:
+        if kind != "idle":
+            continue
+        later = [t for s, t in first_busy.items() if s != sid and t >= at]
+        if later:
+            gaps.append(min(later) - at)
+    gaps.sort()
+    p90 = gaps[max(0, int(round(0.9 * len(gaps))) - 1)] if gaps else None
+    log(f"[live] slot-free to next-start: {', '.join(f'{g:.2f}' for g in gaps)} s")
+    return {"gaps_s": gaps, "median_s": statistics.median(gaps) if gaps else None,
+            "p90_s": p90, "exit_code": code}
+
+
 def render(result: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:
     """The table and the verdicts."""
     from xaf_hub.core.text import table
@@ -267,6 +345,14 @@ def render(result: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:
          "value": f"{d['heal_after_429_s']:.1f} s (rounds run: {d['rounds_run']})",
          "met": d["heal_after_429_s"] <= HEAL_TARGET_S and d["rounds_run"] == 1},
     ]
+    fill = result.get("fill")
+    if fill and fill["gaps_s"]:
+        checks.append({
+            "target": f"a freed slot filled from the pool (median <= {FILL_TARGET_S:g} s, "
+                      f"p90 <= {FILL_P90_TARGET_S:g} s), round every 60 min",
+            "value": f"median {fill['median_s']:.2f} s, p90 {fill['p90_s']:.2f} s "
+                     f"(n={len(fill['gaps_s'])})",
+            "met": fill["median_s"] <= FILL_TARGET_S and fill["p90_s"] <= FILL_P90_TARGET_S})
     rows = [["met" if c["met"] else "NOT MET", c["target"], c["value"]] for c in checks]
     head = (f"live views, {size}; watch following after {w['ready_s']:.1f} s; "
             f"load average {os.getloadavg()[0]:.1f}")
