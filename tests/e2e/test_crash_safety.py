@@ -237,9 +237,9 @@ MODEL_STATE_WRITER = textwrap.dedent(
     import sys
     from datetime import UTC, datetime
     from pathlib import Path
-    from xaf_hub.store.model_state import ModelState
+    from xaf_hub.store.model_state import FileModelState
     families = {f"fam{i}": [f"p{i}/"] for i in range(5)}
-    state = ModelState(Path(sys.argv[1]), 8, UTC, families)
+    state = FileModelState(Path(sys.argv[1]), 8, UTC, families)
     prefix = sys.argv[2]
     for i in range(10_000):
         now = datetime.now(UTC)
@@ -316,10 +316,10 @@ def test_model_state_survives_random_kills(tmp_path: Path) -> None:
     rounds = _kill_randomly(MODEL_STATE_WRITER, path, rounds=10, seed=7)
     from datetime import UTC
 
-    from xaf_hub.store.model_state import ModelState
+    from xaf_hub.store.model_state import FileModelState
 
     families = {f"fam{i}": [f"p{i}/"] for i in range(5)}
-    state = ModelState(path, 8, UTC, families)
+    state = FileModelState(path, 8, UTC, families)
     doc = json.loads(path.read_text("utf-8"))
     for lines in rounds:
         for line in lines:

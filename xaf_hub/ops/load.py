@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from xaf_hub.fleet.scan import InstanceScan
     from xaf_hub.store.gate import Gate
-    from xaf_hub.store.redis_backend import RedisGate
 
 
 @dataclass(frozen=True)
@@ -52,7 +51,7 @@ class Load:
 
 def instance_load(
     sc: InstanceScan,
-    gate: Gate | RedisGate | None,
+    gate: Gate | None,
     allow_prod: bool,
     observed_at: float | None = None,
 ) -> Load:

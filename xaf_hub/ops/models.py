@@ -13,9 +13,10 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from xaf_hub.config.load import Config, InstanceConfig
-from xaf_hub.core.clock import iso_time, resolve_timezone, to_ms
+from xaf_hub.core.clock import iso_time, to_ms
 from xaf_hub.errors import UsageError
 from xaf_hub.store.audit import caller
+from xaf_hub.store.backends import make_model_state
 from xaf_hub.store.fence import Fence
 from xaf_hub.store.model_state import (
     WHY_WORDS,
@@ -30,28 +31,8 @@ if TYPE_CHECKING:  # ops.context imports this module
 
 
 def model_state(cfg: Config, fence: Fence | None = None) -> ModelState:
-    """The fleet's model state store (blackouts, healed failures): a file, or Redis if asked.
-
-    ``fence`` (an HA patrol daemon's lease) guards the Redis store's writes.
-    """
-    policy = (
-        cfg.models.blackout_reset_hour,
-        resolve_timezone(cfg.models.timezone),
-        cfg.models.families(),
-    )
-    if cfg.models.state_backend == "redis":
-        from xaf_hub.store.redis_backend import RedisModelState, connect
-
-        return RedisModelState(
-            connect(cfg.lock),
-            cfg.lock.redis_prefix,
-            *policy,
-            lock_timeout=cfg.lock.lock_timeout_seconds,
-            fence=fence,
-        )
-    return ModelState(
-        cfg.state_dir / ".model_state.json", *policy, lock_timeout=cfg.lock.lock_timeout_seconds
-    )
+    """The fleet's model state store (``store.backends.make_model_state``)."""
+    return make_model_state(cfg, fence)
 
 
 def model_chain(cfg: Config, inst: InstanceConfig) -> tuple[str, ...]:

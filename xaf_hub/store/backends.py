@@ -1,6 +1,7 @@
 """The stores the config names: files on this host, or Redis shared by every host.
 
-``lock.backend`` chooses the gate, ``pool.backend`` the task pool; with the HA lease the rounds'
+``lock.backend`` chooses the gate, ``pool.backend`` the task pool, ``models.state_backend`` the
+model state; with the HA lease the rounds'
 memory of last runs is in Redis too. Apart from both backends so neither imports the other;
 Redis is imported only when asked for.
 """
@@ -15,14 +16,14 @@ from typing import TYPE_CHECKING, NotRequired, TypedDict
 from xaf_hub.config.load import Config
 from xaf_hub.store.backlog import Backlog, TaskPool, _utc_now
 from xaf_hub.store.fence import Fence
-from xaf_hub.store.gate import Gate
+from xaf_hub.store.gate import FileGate, Gate
 
 if TYPE_CHECKING:
+    from xaf_hub.store.model_state import ModelState
     from xaf_hub.store.patrol_state import RunMemory
-    from xaf_hub.store.redis_backend import RedisGate
 
 
-def make_gate(cfg: Config, fence: Fence | None = None) -> Gate | RedisGate:
+def make_gate(cfg: Config, fence: Fence | None = None) -> Gate:
     """The gate ``lock.backend`` asks for: slot files here, or Redis shared by every host.
 
     ``fence`` (an HA patrol daemon's lease) guards the Redis gate's reservations; files hold on
@@ -32,7 +33,34 @@ def make_gate(cfg: Config, fence: Fence | None = None) -> Gate | RedisGate:
         from xaf_hub.store.redis_backend import RedisGate, connect
 
         return RedisGate(cfg.lock, connect(cfg.lock), fence=fence)
-    return Gate(cfg.lock_dir, cfg.lock)
+    return FileGate(cfg.lock_dir, cfg.lock)
+
+
+def make_model_state(cfg: Config, fence: Fence | None = None) -> ModelState:
+    """The model state ``models.state_backend`` asks for (blackouts, healed failures): the file
+    here, or Redis for every host. ``fence`` (an HA patrol daemon's lease) guards Redis writes.
+    """
+    from xaf_hub.core.clock import resolve_timezone
+    from xaf_hub.store.model_state import FileModelState
+
+    policy = (
+        cfg.models.blackout_reset_hour,
+        resolve_timezone(cfg.models.timezone),
+        cfg.models.families(),
+    )
+    if cfg.models.state_backend == "redis":
+        from xaf_hub.store.redis_backend import RedisModelState, connect
+
+        return RedisModelState(
+            connect(cfg.lock),
+            cfg.lock.redis_prefix,
+            *policy,
+            lock_timeout=cfg.lock.lock_timeout_seconds,
+            fence=fence,
+        )
+    return FileModelState(
+        cfg.state_dir / ".model_state.json", *policy, lock_timeout=cfg.lock.lock_timeout_seconds
+    )
 
 
 def make_pool(

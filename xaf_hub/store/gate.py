@@ -15,12 +15,14 @@ A reservation's ``prompt`` says how far its work got, and that decides what free
 A "not running" reading only judges reservations older than the grace *when the reading was
 made* (``observed_at``): a slow or stale reading never frees a reservation made after it.
 
-Files hold on one host. ``make_gate`` picks the Redis gate (``xaf_hub.store.redis_backend``, same
-interface, shared by every host) when ``lock.backend`` is "redis"; only then is redis imported.
+``Gate`` is the interface and the rules; ``FileGate`` keeps them in files, which hold on one
+host. ``make_gate`` picks the Redis gate (``store.redis_backend.RedisGate``, shared by every
+host) when ``lock.backend`` is "redis"; only then is redis imported.
 """
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import json
 import os
@@ -31,13 +33,9 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from xaf_hub.config.load import LockConfig
 from xaf_hub.store.statefile import file_lock, write_json_atomic
-
-if TYPE_CHECKING:
-    pass
 
 _SAFE = re.compile(r"[^A-Za-z0-9_.-]")
 
@@ -111,19 +109,20 @@ def parse_reservation(data: dict[str, object], path: Path | None, key: str = "")
     )
 
 
-class Gate:
-    """Locks and reservations under one folder."""
+class Gate(abc.ABC):
+    """A per-instance dispatch lock plus slot reservations: the interface, and the rules every
+    store shares (a reservation's liveness, what counts as pending). Where they are kept is
+    the store's: ``FileGate`` (files on this host) or ``store.redis_backend.RedisGate`` (one
+    Redis for every host); ``store.backends.make_gate`` picks one."""
 
     def __init__(
         self,
-        root: Path,
         cfg: LockConfig,
         *,
         host: str | None = None,
         clock: Callable[[], float] = time.time,
         alive: Callable[[int], bool] = pid_alive,
     ) -> None:
-        self.root = root
         self.cfg = cfg
         self.host = host or host_name()
         self.clock = clock
@@ -131,16 +130,9 @@ class Gate:
         self.warnings: list[str] = []
         self._held: set[str] = set()
 
-    @contextlib.contextmanager
-    def lock(self, instance: str) -> Iterator[None]:
+    @abc.abstractmethod
+    def lock(self, instance: str) -> contextlib.AbstractContextManager[None]:
         """Hold the instance's dispatch lock, or raise BusyError after lock_timeout_seconds."""
-        path = self.root / "locks" / f"{safe_name(instance)}.lock"
-        with file_lock(path, self.cfg.lock_timeout_seconds, what="dispatch lock"):
-            self._held.add(instance)
-            try:
-                yield
-            finally:
-                self._held.discard(instance)
 
     def owns_lock(self, instance: str) -> bool:
         """True while this process still holds ``instance``'s dispatch lock.
@@ -155,25 +147,34 @@ class Gate:
         daemon) no longer holds the patrol lease; files are never fenced."""
         return False
 
+    @abc.abstractmethod
     def holds(self, res: Reservation) -> bool:
         """True when the reservation is still stored (nobody deleted it)."""
-        return res.path is not None and res.path.exists()
 
-    def _slot_dir(self) -> Path:
-        return self.root / "slots"
+    @abc.abstractmethod
+    def live_reservations(
+        self,
+        instance: str,
+        running_ids: set[str] | None = None,
+        observed_at: float | None = None,
+    ) -> list[Reservation]:
+        """Live reservations of ``instance``; dead ones are deleted on the way."""
 
-    def _read(self, path: Path) -> Reservation | None:
-        try:
-            return parse_reservation(json.loads(path.read_text(encoding="utf-8")), path)
-        except FileNotFoundError:
-            return None
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
-            # A slot file cut short by a crash: count it until its mtime passes the TTL.
-            try:
-                mtime = path.stat().st_mtime
-            except OSError:
-                return None
-            return Reservation(path, "?", -1, "?", mtime)
+    @abc.abstractmethod
+    def reserve(self, instance: str, session_id: str = "", prompt: str = "") -> Reservation:
+        """Write a new reservation for this process."""
+
+    @abc.abstractmethod
+    def attach(self, res: Reservation, session_id: str, prompt: str | None = None) -> Reservation:
+        """Record the session (and how far its prompt got); restart the reservation's timer."""
+
+    @abc.abstractmethod
+    def release(self, res: Reservation) -> None:
+        """Give the slot back at once (failure paths)."""
+
+    def accepted(self, res: Reservation) -> Reservation:
+        """The server answered the prompt: from now on the grace rule applies."""
+        return self.attach(res, res.session_id, PROMPT_ACCEPTED)
 
     def is_live(
         self,
@@ -202,6 +203,67 @@ class Gate:
             return True  # the prompt went out: the server's state decides, not the process
         return not (res.host == self.host and res.pid > 0 and not self.alive(res.pid))
 
+    def pending(
+        self, instance: str, running_ids: set[str], observed_at: float | None = None
+    ) -> list[Reservation]:
+        """Live reservations whose session the server does not yet report as running.
+
+        These are the ones to add to the running count: a reservation whose session already
+        shows as running is counted once, as that running session.
+        """
+        return [
+            r
+            for r in self.live_reservations(instance, running_ids, observed_at)
+            if not r.session_id or r.session_id not in running_ids
+        ]
+
+
+class FileGate(Gate):
+    """Locks and reservations under one folder (this host's processes)."""
+
+    def __init__(
+        self,
+        root: Path,
+        cfg: LockConfig,
+        *,
+        host: str | None = None,
+        clock: Callable[[], float] = time.time,
+        alive: Callable[[int], bool] = pid_alive,
+    ) -> None:
+        super().__init__(cfg, host=host, clock=clock, alive=alive)
+        self.root = root
+
+    @contextlib.contextmanager
+    def lock(self, instance: str) -> Iterator[None]:
+        """Hold the instance's dispatch lock, or raise BusyError after lock_timeout_seconds."""
+        path = self.root / "locks" / f"{safe_name(instance)}.lock"
+        with file_lock(path, self.cfg.lock_timeout_seconds, what="dispatch lock"):
+            self._held.add(instance)
+            try:
+                yield
+            finally:
+                self._held.discard(instance)
+
+    def holds(self, res: Reservation) -> bool:
+        """True when the reservation's file is still there."""
+        return res.path is not None and res.path.exists()
+
+    def _slot_dir(self) -> Path:
+        return self.root / "slots"
+
+    def _read(self, path: Path) -> Reservation | None:
+        try:
+            return parse_reservation(json.loads(path.read_text(encoding="utf-8")), path)
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            # A slot file cut short by a crash: count it until its mtime passes the TTL.
+            try:
+                mtime = path.stat().st_mtime
+            except OSError:
+                return None
+            return Reservation(path, "?", -1, "?", mtime)
+
     def live_reservations(
         self,
         instance: str,
@@ -227,20 +289,6 @@ class Gate:
                 with contextlib.suppress(OSError):
                     path.unlink()
         return live
-
-    def pending(
-        self, instance: str, running_ids: set[str], observed_at: float | None = None
-    ) -> list[Reservation]:
-        """Live reservations whose session the server does not yet report as running.
-
-        These are the ones to add to the running count: a reservation whose session already
-        shows as running is counted once, as that running session.
-        """
-        return [
-            r
-            for r in self.live_reservations(instance, running_ids, observed_at)
-            if not r.session_id or r.session_id not in running_ids
-        ]
 
     def reserve(self, instance: str, session_id: str = "", prompt: str = "") -> Reservation:
         """Write a new reservation for this process."""
@@ -268,10 +316,6 @@ class Gate:
         )
         write_json_atomic(res.path, new.to_json())
         return new
-
-    def accepted(self, res: Reservation) -> Reservation:
-        """The server answered the prompt: from now on the grace rule applies."""
-        return self.attach(res, res.session_id, PROMPT_ACCEPTED)
 
     def release(self, res: Reservation) -> None:
         """Give the slot back at once (failure paths)."""

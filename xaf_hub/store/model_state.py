@@ -8,7 +8,8 @@ Four parts, from pure to stateful:
 * **Families and the clock** — ``family_of`` maps "provider/model" to a blackout family;
   ``next_reset`` finds the next reset hour in a time zone (DST-safe); ``resolve_timezone``
   turns the ``models.timezone`` config value into a ``tzinfo``.
-* **Store** — ``ModelState`` over ``.model_state.json``; ``ModelState.mark_blackout`` is the
+* **Store** — ``ModelState`` (the interface and its rules), ``FileModelState`` over
+  ``.model_state.json``; ``ModelState.mark_blackout`` is the
   one writer of blackouts, ``remember_healed`` the memory behind "never heal twice".
 * **Resolution** — ``resolve_dispatch_model`` and ``next_model_in_chain`` pick models that
   are not blacked out (architecture §7).
@@ -16,6 +17,7 @@ Four parts, from pure to stateful:
 
 from __future__ import annotations
 
+import abc
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, tzinfo
@@ -158,12 +160,17 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-class ModelState:
-    """The ``.model_state.json`` store: blackouts per family and the healed-failure memory."""
+class ModelState(abc.ABC):
+    """Blackouts per family and the healed-failure memory: the interface and its rules.
+
+    The rules (one writer of blackouts, rests, the healed memory) work on one checked
+    document; where it is kept is the store's: ``FileModelState`` (``.model_state.json``) or
+    ``store.redis_backend.RedisModelState`` (one Redis for every host), which reads and
+    writes it (``_read``, ``_update``) and says where it is in errors (``_bad``).
+    """
 
     def __init__(
         self,
-        path: Path,
         reset_hour: int,
         tz: tzinfo,
         families: Mapping[str, Sequence[str]],
@@ -171,16 +178,27 @@ class ModelState:
     ) -> None:
         if not 0 <= reset_hour <= 23:
             raise ValueError(f"reset_hour must be 0..23, got {reset_hour}")
-        self.path = path
         self.reset_hour = reset_hour
         self.tz = tz
         self.families = families
         self.lock_timeout = lock_timeout
 
-    # -- reading and checking ------------------------------------------------------------
+    # -- the store's part -----------------------------------------------------------------
 
+    @abc.abstractmethod
     def _bad(self, where: str, problem: str) -> StateFileError:
-        return StateFileError(f"{_WHAT} {self.path}: {where}: {problem}")
+        """The error for a damaged document, naming where it is kept."""
+
+    @abc.abstractmethod
+    def _read(self) -> dict[str, Any]:
+        """The checked document (the empty one when there is none)."""
+
+    @abc.abstractmethod
+    def _update(self, mutate: Callable[[dict[str, Any]], _T]) -> _T:
+        """Apply ``mutate`` to the checked document and store it, as one step against every
+        other writer; ``mutate``'s result."""
+
+    # -- reading and checking ------------------------------------------------------------
 
     def _check(self, data: Any) -> dict[str, Any]:
         """Validate the whole document; anything unexpected is an error, never a reset."""
@@ -220,21 +238,6 @@ class ModelState:
                 if entry.get(field) is not None and not isinstance(entry.get(field), str):
                     raise self._bad(f"{where}.{field}", "expected a string or null")
         return data
-
-    def _read(self) -> dict[str, Any]:
-        # No lock needed: writers replace the file in one step, so a reader sees old or new.
-        try:
-            return self._check(read_json(self.path, what=_WHAT))
-        except FileNotFoundError:
-            return _default_state()
-
-    def _update(self, mutate: Callable[[dict[str, Any]], _T]) -> _T:
-        def checked(data: Any) -> _T:
-            return mutate(self._check(data))
-
-        return update_json(
-            self.path, checked, default=_default_state, what=_WHAT, timeout=self.lock_timeout
-        )
 
     # -- blackouts ------------------------------------------------------------------------
 
@@ -362,6 +365,39 @@ class ModelState:
     def healed_since(self, since: datetime) -> list[Healed]:
         """The heals (not resumes) recorded at or after ``since``, oldest first."""
         return healed_list(self._read()["healed"].items(), to_ms(since))
+
+
+class FileModelState(ModelState):
+    """The model state in ``.model_state.json`` on this host."""
+
+    def __init__(
+        self,
+        path: Path,
+        reset_hour: int,
+        tz: tzinfo,
+        families: Mapping[str, Sequence[str]],
+        lock_timeout: float = 20,
+    ) -> None:
+        super().__init__(reset_hour, tz, families, lock_timeout)
+        self.path = path
+
+    def _bad(self, where: str, problem: str) -> StateFileError:
+        return StateFileError(f"{_WHAT} {self.path}: {where}: {problem}")
+
+    def _read(self) -> dict[str, Any]:
+        # No lock needed: writers replace the file in one step, so a reader sees old or new.
+        try:
+            return self._check(read_json(self.path, what=_WHAT))
+        except FileNotFoundError:
+            return _default_state()
+
+    def _update(self, mutate: Callable[[dict[str, Any]], _T]) -> _T:
+        def checked(data: Any) -> _T:
+            return mutate(self._check(data))
+
+        return update_json(
+            self.path, checked, default=_default_state, what=_WHAT, timeout=self.lock_timeout
+        )
 
 
 # ---------------------------------------------------------------------------------------------

@@ -33,7 +33,6 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime, tzinfo
-from pathlib import Path
 from typing import Any, TypeVar
 
 from xaf_hub.config.credentials import REDIS_PASSWORD_ENV
@@ -233,10 +232,7 @@ class RedisGate(Gate):
         lease_seconds: float = LOCK_LEASE_SECONDS,
         fence: Fence | None = None,
     ) -> None:
-        # No slot folder: everything lives in Redis, so the file gate's root stays unused.
-        super().__init__(
-            Path(os.devnull), cfg, host=host, clock=clock or self.server_time, alive=alive
-        )
+        super().__init__(cfg, host=host, clock=clock or self.server_time, alive=alive)
         self.client = client
         self.prefix = cfg.redis_prefix
         self.lease_seconds = lease_seconds
@@ -534,8 +530,7 @@ class RedisModelState(ModelState):
         self.key = f"{prefix}:model_state"
         self.healed_prefix = f"{prefix}:healed:"
         self.where = describe(client)
-        # ModelState keeps a path for its messages only; here it carries the key's name.
-        super().__init__(Path(self.key), reset_hour, tz, families, lock_timeout)
+        super().__init__(reset_hour, tz, families, lock_timeout)
 
     def _bad(self, where: str, problem: str) -> StateFileError:
         return StateFileError(

@@ -20,7 +20,7 @@ from xaf_hub.notify.derive import Done, Inputs, Parked, derive
 from xaf_hub.notify.events import Event
 from xaf_hub.notify.messages import render
 from xaf_hub.patrol.context import Action, Cycle, InstanceLine, SessionLine, StepOutcome
-from xaf_hub.store.model_state import Healed, HealedSession, ModelState
+from xaf_hub.store.model_state import FileModelState, Healed, HealedSession
 
 # ---------------------------------------------------------------------------------------------
 # Events derived from a cycle
@@ -359,7 +359,7 @@ def test_a_heal_whose_notice_was_never_queued_is_announced_by_the_next_round(
     tmp_path: Path,
 ) -> None:
     """The process was killed right after a heal: the healed memory still tells it, once."""
-    store = ModelState(tmp_path / ".model_state.json", 0, UTC, {})
+    store = FileModelState(tmp_path / ".model_state.json", 0, UTC, {})
     state: dict[str, Any] = {}
     run_derive(cycle(), state)  # a finished round
     at = NOW + timedelta(minutes=5)

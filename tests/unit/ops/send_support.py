@@ -14,7 +14,7 @@ from xaf_hub.config.load import Config
 from xaf_hub.core.records import SessionRecord
 from xaf_hub.fleet.client import RawStatus, ServerSession
 from xaf_hub.fleet.releases import classify
-from xaf_hub.store.gate import PROMPT_ACCEPTED, Gate, Reservation
+from xaf_hub.store.gate import PROMPT_ACCEPTED, FileGate, Reservation
 
 ROOT = "/srv/demo"
 
@@ -76,7 +76,7 @@ class FakeClient:
         self.busy.add(session_id)
 
 
-class SpyGate(Gate):
+class SpyGate(FileGate):
     """The file gate, logging each step into the shared log."""
 
     def __init__(

@@ -15,7 +15,7 @@ import pytest
 
 from xaf_hub.core.clock import to_ms
 from xaf_hub.ops.heal import HealCandidate, Rest, rest_for
-from xaf_hub.store.model_state import ModelState, resolve_dispatch_model
+from xaf_hub.store.model_state import FileModelState, ModelState, resolve_dispatch_model
 
 BERLIN = ZoneInfo("Europe/Berlin")
 FAMILIES = {"opencode": ["opencode/", "opencode-go/"]}
@@ -136,7 +136,7 @@ def test_rest_for(case: str, cand: HealCandidate, scope: str, want: Rest | None)
 
 @pytest.fixture
 def store(tmp_path: Path) -> ModelState:
-    return ModelState(tmp_path / "ms.json", 8, BERLIN, FAMILIES)
+    return FileModelState(tmp_path / "ms.json", 8, BERLIN, FAMILIES)
 
 
 def rest(store: ModelState, target: str, until_ms: int, why: str, now: datetime = NOW) -> int:

@@ -21,7 +21,7 @@ from xaf_hub.fleet.client import ServerSession
 from xaf_hub.ops.context import OpsContext
 from xaf_hub.ops.planner import Plan, plan_create, plan_reuse
 from xaf_hub.ops.send import SendResult, send_work
-from xaf_hub.store.gate import PROMPT_ACCEPTED, PROMPT_SENT, Gate
+from xaf_hub.store.gate import PROMPT_ACCEPTED, PROMPT_SENT, FileGate
 
 
 @pytest.fixture
@@ -322,7 +322,7 @@ def test_a_stale_reading_never_frees_a_reservation_made_after_it(cfg: Config) ->
     clock = Clock()
     client = FakeClient(log, ["s1"], {"s1"})
     gate = SpyGate(cfg.state_dir, cfg, log, clock=clock)
-    other = Gate(cfg.state_dir, cfg.lock, host="h2", clock=clock)
+    other = FileGate(cfg.state_dir, cfg.lock, host="h2", clock=clock)
     real = client.list_sessions
 
     async def slow_read() -> list[ServerSession]:

@@ -10,7 +10,7 @@ import pytest
 from tests.unit.store.cases import LIVENESS_CASES, PROMPT_CASES
 from xaf_hub.config.load import LockConfig
 from xaf_hub.errors import BusyError
-from xaf_hub.store.gate import Gate, safe_name
+from xaf_hub.store.gate import FileGate, Gate, safe_name
 
 CFG = LockConfig(slot_ttl_seconds=60, lock_timeout_seconds=0.2, slot_grace_seconds=5)
 
@@ -26,7 +26,7 @@ class Clock:
 def make(tmp_path: Path, alive: set[int] | None = None, host: str = "h1") -> tuple[Gate, Clock]:
     clock = Clock()
     pids = alive if alive is not None else set()
-    return Gate(tmp_path, CFG, host=host, clock=clock, alive=lambda p: p in pids), clock
+    return FileGate(tmp_path, CFG, host=host, clock=clock, alive=lambda p: p in pids), clock
 
 
 def test_reserve_attach_release(tmp_path: Path) -> None:
@@ -138,7 +138,7 @@ def test_instances_do_not_share_slots(tmp_path: Path) -> None:
 
 def test_lock_times_out_with_busy_error(tmp_path: Path) -> None:
     gate, _ = make(tmp_path)
-    other = Gate(tmp_path, CFG)
+    other = FileGate(tmp_path, CFG)
     with gate.lock("lan-a"):
         with pytest.raises(BusyError, match="dispatch lock"), other.lock("lan-a"):
             pass

@@ -23,6 +23,7 @@ from xaf_hub.store.model_state import (
     DEFAULT_BLACKOUT_FAMILIES,
     MODEL_STATE_FILE,
     Blackout,
+    FileModelState,
     ModelState,
     family_of,
     next_model_in_chain,
@@ -448,7 +449,7 @@ def state_path(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def store(state_path: Path) -> ModelState:
-    return ModelState(state_path, 8, BERLIN, FAMILIES)
+    return FileModelState(state_path, 8, BERLIN, FAMILIES)
 
 
 def load(path: Path) -> Any:
@@ -556,7 +557,7 @@ def test_unknown_family_is_refused(store: ModelState, state_path: Path) -> None:
 
 def test_store_rejects_a_bad_reset_hour(state_path: Path) -> None:
     with pytest.raises(ValueError):
-        ModelState(state_path, 24, BERLIN, FAMILIES)
+        FileModelState(state_path, 24, BERLIN, FAMILIES)
 
 
 def test_healed_memory(store: ModelState, state_path: Path) -> None:
@@ -665,7 +666,7 @@ ROUNDS = 5
 def _hammer(path: str, index: int) -> None:
     """Mark this worker's family and remember heals, many times (runs in a child process)."""
     families = {f"f{i}": [f"p{i}/"] for i in range(WORKERS)}
-    store = ModelState(Path(path), 8, ZoneInfo("Europe/Berlin"), families, lock_timeout=60)
+    store = FileModelState(Path(path), 8, ZoneInfo("Europe/Berlin"), families, lock_timeout=60)
     now = datetime(2026, 11, 30, 10, tzinfo=ZoneInfo("Europe/Berlin"))
     for round_ in range(ROUNDS):
         store.mark_blackout(f"f{index}", f"r{round_}", f"w{index}", now)

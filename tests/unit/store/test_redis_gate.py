@@ -27,8 +27,8 @@ from xaf_hub.config.load import Config, LockConfig, parse_config
 from xaf_hub.core.clock import to_ms
 from xaf_hub.errors import BusyError, ConfigError, ExitCode, StateFileError, UnreachableError
 from xaf_hub.store.backends import make_gate
-from xaf_hub.store.gate import Gate
-from xaf_hub.store.model_state import ModelState
+from xaf_hub.store.gate import FileGate
+from xaf_hub.store.model_state import FileModelState
 
 if TYPE_CHECKING:
     from xaf_hub.store.redis_backend import RedisGate, RedisModelState
@@ -54,7 +54,7 @@ def wait_for(predicate: Any, timeout: float = 15.0) -> None:
 def test_defaults_are_file_backends() -> None:
     cfg = config({})
     assert (cfg.lock.backend, cfg.lock.redis_url, cfg.models.state_backend) == ("file", "", "file")
-    assert type(make_gate(cfg)) is Gate
+    assert type(make_gate(cfg)) is FileGate
 
 
 @pytest.mark.parametrize(
@@ -580,7 +580,7 @@ def test_model_state_factory(lock_cfg: LockConfig, tmp_path: Path) -> None:
     from xaf_hub.store.redis_backend import RedisModelState
 
     cfg = Config(path=None, home=tmp_path, state_dir=tmp_path, lock=lock_cfg)
-    assert type(model_state(cfg)) is ModelState  # the gate on Redis does not move the state
+    assert type(model_state(cfg)) is FileModelState  # the gate on Redis does not move the state
     shared = replace(cfg, models=ModelsConfig(state_backend="redis"))
     assert isinstance(model_state(shared), RedisModelState)
 
