@@ -8,23 +8,22 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 import httpx
 
 from xaf_hub.config.load import Config, InstanceConfig
 from xaf_hub.core import aio
 from xaf_hub.core.records import (
-    InstanceSummary,
     RunState,
     SessionRecord,
     Snapshot,
     Waiting,
-    running_project,
     sane_ms,
 )
 from xaf_hub.errors import ApiError, HubError, RunStateUnknown, UnreachableError
 from xaf_hub.fleet.client import OpencodeClient, RawStatus, ServerSession
+from xaf_hub.fleet.instance_scan import InstanceScan as InstanceScan
 from xaf_hub.fleet.wire import Pending
 
 TransportFactory = Callable[[InstanceConfig], httpx.AsyncBaseTransport | None]
@@ -46,48 +45,6 @@ def make_client(
         transport=transport,
         deadline=cfg.scan_timeout,
     )
-
-
-@dataclass
-class InstanceScan:
-    """Everything learnt about one instance in one scan."""
-
-    inst: InstanceConfig
-    reachable: bool = False
-    reason: str = ""
-    version: str = ""
-    api: str = ""
-    sessions: list[SessionRecord] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
-    release: str = ""  # e.g. "1.14.41 (server-wide run state)": releases.Release.describe()
-    # Why the run state could not be read ("" when it was): project sessions then count as
-    # running and the instance as full.
-    run_state_unknown: str = ""
-    # Why pending permission requests and questions could not be read ("" when they were).
-    waiting_unknown: str = ""
-
-    def summary(self) -> InstanceSummary:
-        """Counts for tables and exports."""
-        project = [s for s in self.sessions if s.project]
-        return InstanceSummary(
-            name=self.inst.name,
-            url=self.inst.url,
-            reachable=self.reachable,
-            reason=self.reason,
-            version=self.version,
-            api=self.api,
-            total_sessions=len(self.sessions),
-            project_sessions=len(project),
-            running_total=sum(1 for s in self.sessions if s.running),
-            running_project=running_project(project),
-            limit=self.inst.concurrency_limit,
-            danger=self.inst.production,
-            note=self.inst.note,
-            release=self.release,
-            run_state_unknown=self.run_state_unknown,
-            waiting=sum(1 for s in project if s.running and s.waiting is not None),
-            waiting_unknown=self.waiting_unknown,
-        )
 
 
 def read_status(status: RawStatus | None) -> tuple[RunState, str, int]:

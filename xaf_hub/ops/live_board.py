@@ -29,11 +29,12 @@ from typing import TYPE_CHECKING, Any
 
 from xaf_hub.config.load import Config, InstanceConfig
 from xaf_hub.core.records import SessionRecord, Snapshot, Waiting
-from xaf_hub.fleet.scan import InstanceScan, TransportFactory
+from xaf_hub.fleet.instance_scan import InstanceScan
 from xaf_hub.store.statefile import write_text_atomic
 
 if TYPE_CHECKING:
     from xaf_hub.fleet.follow import LiveInstance
+    from xaf_hub.fleet.scan import TransportFactory
 
 FORMAT = 1
 WRITERS = ("patrol", "serve")
@@ -270,14 +271,23 @@ def _scan(inst: InstanceConfig, view: Mapping[str, Any]) -> InstanceScan:
     return InstanceScan(inst, sessions=sessions, warnings=warnings, **facts)
 
 
+_WAITING = _FIELDS.index("waiting")
+# The fields a row must have the right type in, and those types: what a reader counts with.
+_TYPES: tuple[type | tuple[type, ...], ...] = (
+    str, str, str, str, int, int, (int, float, type(None)), bool, str, str, int, str, str, str,
+    bool,
+)
+_CHECKED = tuple(enumerate(_TYPES))
+
+
 def _record(row: Any) -> SessionRecord:
-    if not isinstance(row, list) or len(row) != len(_FIELDS):
+    if type(row) is not list or len(row) != len(_FIELDS):
         raise ValueError("a session row of the wrong length")
-    values = dict(zip(_FIELDS, row, strict=True))
-    waiting = values.pop("waiting")
-    rec = SessionRecord(**values)
-    if not isinstance(rec.id, str) or not isinstance(rec.running, bool):
-        raise ValueError("a session row of the wrong types")
+    for i, kind in _CHECKED:
+        if not isinstance(row[i], kind):
+            raise ValueError(f"a session row's {_FIELDS[i]} of the wrong type")
+    rec = SessionRecord(*row[:_WAITING])  # positional: the fields in their order (10k: ~40 ms)
+    waiting = row[_WAITING]
     if waiting is None:
         return rec
     if not isinstance(waiting, Mapping):

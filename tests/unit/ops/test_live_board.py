@@ -252,3 +252,23 @@ def test_status_scans_what_the_board_does_not_keep_and_fresh_scans_all(tmp_path:
     code, doc = status(tmp_path, tmp_path / "config.json", asked, "--fresh")
     assert set(asked) == {"a.test", "b.test"} and doc["source"] == "scan"
     assert doc["instances"][0]["running_project"] == 0  # the servers' word, not the board's
+
+
+def test_status_from_a_fresh_board_loads_no_http_client_or_event_loop(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    cfg = config(tmp_path)
+    now = int(time.time() * 1000)
+    write(cfg, [view(cfg, "a", [record("a", "s1")], confirmed=now),
+                view(cfg, "b", [], confirmed=now)], now=now)
+    probe = (
+        "import io, sys; from xaf_hub.cli.main import main; "
+        f"code = main(['--config', {str(tmp_path / 'config.json')!r}, 'status', '--json'], "
+        "stdout=io.StringIO(), stderr=sys.stderr, "
+        f"env={{'XAF_HUB_HOME': {str(tmp_path / 'home')!r}}}); "
+        "print(code, sorted(m for m in ('httpx', 'asyncio') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         timeout=60, check=True).stdout.split()
+    assert out == ["0", "[]"], out

@@ -4,7 +4,6 @@ wording of run verdicts, heals and waits (`confirm` and `dispatch --confirm-wait
 from __future__ import annotations
 
 import argparse
-import asyncio
 from dataclasses import dataclass
 from datetime import tzinfo
 from typing import TYPE_CHECKING, Any
@@ -12,7 +11,6 @@ from typing import TYPE_CHECKING, Any
 from xaf_hub.cli.context import Context
 from xaf_hub.cli.options import MAX_TEXT, Opt, add_options
 from xaf_hub.config.load import InstanceConfig
-from xaf_hub.core import aio
 from xaf_hub.core.clock import iso_time, local_time
 from xaf_hub.core.records import Snapshot
 from xaf_hub.errors import ExitCode, HubError, MissingPassword
@@ -96,7 +94,10 @@ def scan(
 
     ``progress``: on a terminal, name the instances still awaited after a second (stderr)."""
 
+    import asyncio  # here: `status` read from the live board loads no event loop
+
     from xaf_hub.cli.progress import Progress
+    from xaf_hub.core import aio
     from xaf_hub.fleet.scan import fill_outcomes, scan_fleet
 
     async def go() -> tuple[Snapshot, list[InstanceScan]]:
@@ -319,6 +320,7 @@ class AnswerTarget:
 def answer_waiting(ctx: Context, target: AnswerTarget) -> dict[str, Any]:
     """Answer one waiting request (``ops.waiting.answer_request``); what `--json` prints (and
     the MCP tool answers). A note for the person goes to ``ctx.warn`` too."""
+    from xaf_hub.core import aio
     from xaf_hub.ops.waiting import answer_request
 
     done = aio.run(

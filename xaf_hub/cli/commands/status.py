@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from xaf_hub.cli.commands._common import (
@@ -101,9 +102,10 @@ def measure(ctx: Context, opts: Options) -> Measured:
         # status only reads: without the shared gate, show the rest with reservations unknown.
         ctx.warn(f"reservations unknown: {exc}")
         loads = [instance_load(sc, None, opts.allow_prod) for sc in scans]
-    queued = _queue_length(ctx)
+    now = datetime.now(UTC)
+    queued = _queue_length(ctx, now)
     project, spends = budget.budget_lines(
-        cfg, [(sc.inst, sc.sessions if sc.reachable else None) for sc in scans], ctx.ops().now()
+        cfg, [(sc.inst, sc.sessions if sc.reachable else None) for sc in scans], now
     )
     loads = [
         _over_budget(ctx, x, sc, line, project)
@@ -231,13 +233,14 @@ def _over_budget(
     return replace(load, dispatchable=False, reason=str(refused))
 
 
-def _queue_length(ctx: Context) -> int | None:
-    """Pending pool tasks ready to start (None, with a warning, when the pool is unreadable)."""
+def _queue_length(ctx: Context, now: datetime) -> int | None:
+    """Pending pool tasks ready to start (None, with a warning, when the pool is unreadable).
+    The pool alone: no operations context, so `status` from the live board loads no client."""
     from xaf_hub.ops.queue import queue_length
+    from xaf_hub.store.backends import make_pool
 
-    octx = ctx.ops()
     try:
-        return queue_length(octx.backlog().load(), octx.now())
+        return queue_length(make_pool(ctx.config).load(), now)
     except HubError as exc:
         ctx.warn(f"queue unknown: {exc}")
         return None

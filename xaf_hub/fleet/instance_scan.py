@@ -1,0 +1,54 @@
+"""One instance as one scan (or the live board) found it: its facts and its sessions.
+
+Apart from ``fleet.scan`` so that a reader of the live board (``ops.live_board``) needs no
+HTTP client: ``status`` from the board imports no httpx.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from xaf_hub.config.load import InstanceConfig
+from xaf_hub.core.records import InstanceSummary, SessionRecord, running_project
+
+
+@dataclass
+class InstanceScan:
+    """Everything learnt about one instance in one scan."""
+
+    inst: InstanceConfig
+    reachable: bool = False
+    reason: str = ""
+    version: str = ""
+    api: str = ""
+    sessions: list[SessionRecord] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    release: str = ""  # e.g. "1.14.41 (server-wide run state)": releases.Release.describe()
+    # Why the run state could not be read ("" when it was): project sessions then count as
+    # running and the instance as full.
+    run_state_unknown: str = ""
+    # Why pending permission requests and questions could not be read ("" when they were).
+    waiting_unknown: str = ""
+
+    def summary(self) -> InstanceSummary:
+        """Counts for tables and exports."""
+        project = [s for s in self.sessions if s.project]
+        return InstanceSummary(
+            name=self.inst.name,
+            url=self.inst.url,
+            reachable=self.reachable,
+            reason=self.reason,
+            version=self.version,
+            api=self.api,
+            total_sessions=len(self.sessions),
+            project_sessions=len(project),
+            running_total=sum(1 for s in self.sessions if s.running),
+            running_project=running_project(project),
+            limit=self.inst.concurrency_limit,
+            danger=self.inst.production,
+            note=self.inst.note,
+            release=self.release,
+            run_state_unknown=self.run_state_unknown,
+            waiting=sum(1 for s in project if s.running and s.waiting is not None),
+            waiting_unknown=self.waiting_unknown,
+        )
