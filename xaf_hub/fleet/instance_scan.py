@@ -6,10 +6,12 @@ HTTP client: ``status`` from the board imports no httpx.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from xaf_hub.config.load import InstanceConfig
-from xaf_hub.core.records import InstanceSummary, SessionRecord, running_project
+from xaf_hub.core.records import InstanceSummary, SessionRecord, Snapshot, running_project
 
 
 @dataclass
@@ -52,3 +54,13 @@ class InstanceScan:
             waiting=sum(1 for s in project if s.running and s.waiting is not None),
             waiting_unknown=self.waiting_unknown,
         )
+
+
+def snapshot_of(scans: Sequence[InstanceScan], generated_at: int | None = None) -> Snapshot:
+    """One Snapshot of ``scans`` in their order (``generated_at``: default now, epoch ms)."""
+    return Snapshot(
+        generated_at=int(time.time() * 1000) if generated_at is None else generated_at,
+        instances=tuple(s.summary() for s in scans),
+        sessions=tuple(r for s in scans for r in s.sessions),
+        warnings=tuple(w for s in scans for w in s.warnings),
+    )

@@ -6,7 +6,6 @@ One instance's failure is recorded as its unreachable reason; it never stops the
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
@@ -24,6 +23,7 @@ from xaf_hub.core.records import (
 from xaf_hub.errors import ApiError, HubError, RunStateUnknown, UnreachableError
 from xaf_hub.fleet.client import OpencodeClient, RawStatus, ServerSession
 from xaf_hub.fleet.instance_scan import InstanceScan as InstanceScan
+from xaf_hub.fleet.instance_scan import snapshot_of
 from xaf_hub.fleet.wire import Pending
 
 TransportFactory = Callable[[InstanceConfig], httpx.AsyncBaseTransport | None]
@@ -237,13 +237,7 @@ async def scan_fleet(
         return result
 
     scans = list(await aio.gather(*(one(i) for i in chosen)))
-    snap = Snapshot(
-        generated_at=int(time.time() * 1000),
-        instances=tuple(s.summary() for s in scans),
-        sessions=tuple(r for s in scans for r in s.sessions),
-        warnings=tuple(w for s in scans for w in s.warnings),
-    )
-    return snap, scans
+    return snapshot_of(scans), scans
 
 
 async def _outcomes_of_instance(
@@ -289,9 +283,4 @@ async def fill_outcomes(
             if sc.reachable
         )
     )
-    return Snapshot(
-        generated_at=int(time.time() * 1000),
-        instances=tuple(s.summary() for s in scans),
-        sessions=tuple(r for s in scans for r in s.sessions),
-        warnings=tuple(w for s in scans for w in s.warnings),
-    )
+    return snapshot_of(scans)

@@ -22,7 +22,7 @@ from xaf_hub.errors import ApiError, BusyError, UnreachableError
 from xaf_hub.fleet.scan import InstanceScan
 from xaf_hub.ops import budget
 from xaf_hub.ops.context import OpsContext, utc_now
-from xaf_hub.ops.live_board import board_or_scan
+from xaf_hub.ops.live_board import board_or_scan, source_of
 from xaf_hub.ops.load import instance_load
 from xaf_hub.ops.models import choose_model
 from xaf_hub.ops.planner import DispatchRequest, InstanceView, MatchEvidence, Plan, plan_dispatch
@@ -177,9 +177,9 @@ async def prepare(ops: OpsContext, order: DispatchOrder) -> Prepared:
         )
     prompt = build_prompt(ops, plan.instance, req.text, plan.title, override)
     view = next(v for v in views if v.inst.name == plan.instance.name)
-    source = "scan" if not board.scans else "live" if len(board.scans) == len(scans) else "mixed"
     return Prepared(
-        plan, view, model, prompt, tuple(warnings), _base(ops, plan, req, override), source
+        plan, view, model, prompt, tuple(warnings), _base(ops, plan, req, override),
+        source_of(len(board.scans), len(scans)),
     )
 
 

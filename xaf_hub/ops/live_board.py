@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from xaf_hub.config.load import Config, InstanceConfig
 from xaf_hub.core.records import SessionRecord, Snapshot, Waiting
-from xaf_hub.fleet.instance_scan import InstanceScan
+from xaf_hub.fleet.instance_scan import InstanceScan, snapshot_of
 from xaf_hub.store.statefile import write_text_atomic
 
 if TYPE_CHECKING:
@@ -40,6 +40,7 @@ FORMAT = 1
 WRITERS = ("patrol", "serve")
 # The record fields a board row carries, in order (``waiting`` as its own small object).
 _FIELDS = tuple(f.name for f in fields(SessionRecord))
+_WAITING = _FIELDS.index("waiting")
 _SCAN_FACTS = ("reachable", "reason", "version", "api", "release", "run_state_unknown",
                "waiting_unknown")
 
@@ -98,12 +99,7 @@ def publish(cfg: Config, view: Sequence[LiveInstance], writer: str) -> None:
 def _row(s: SessionRecord) -> list[Any]:
     row: list[Any] = [getattr(s, name) for name in _FIELDS]
     if s.waiting is not None:
-        w = s.waiting
-        row[_FIELDS.index("waiting")] = {
-            "kind": w.kind, "request_id": w.request_id, "asked": w.asked, "since": w.since,
-            "permission": w.permission, "patterns": list(w.patterns),
-            "always": list(w.always), "choices": [list(c) for c in w.choices],
-        }
+        row[_WAITING] = s.waiting.to_json()  # its export form, as `sessions --json` has it
     return row
 
 
@@ -185,13 +181,22 @@ def merged(
     there, else from ``scanned`` (the instances the board did not give)."""
     by_name = {**board.scans, **{sc.inst.name: sc for sc in scanned}}
     scans = [by_name[i.name] for i in instances]
-    snap = Snapshot(
-        generated_at=int(time.time() * 1000) if generated_at is None else generated_at,
-        instances=tuple(sc.summary() for sc in scans),
-        sessions=tuple(r for sc in scans for r in sc.sessions),
-        warnings=tuple(w for sc in scans for w in sc.warnings),
-    )
-    return snap, scans
+    return snapshot_of(scans, generated_at), scans
+
+
+def split(
+    cfg: Config, instances: Sequence[InstanceConfig], *, fresh: bool = False
+) -> tuple[BoardRead, list[InstanceConfig]]:
+    """What the board gives of ``instances``, and the instances left to scan (``fresh``: the
+    board is not read, every instance is left to scan)."""
+    board = read_board(cfg, [] if fresh else instances)
+    return board, [i for i in instances if i.name not in board.scans]
+
+
+def source_of(taken: int, total: int) -> str:
+    """Where a view of ``total`` instances came from: "live" (all from the board), "scan"
+    (none) or "mixed"."""
+    return "scan" if not taken else "live" if taken == total else "mixed"
 
 
 async def board_or_scan(
@@ -205,8 +210,7 @@ async def board_or_scan(
     """The fleet as the board has it where fresh, the rest scanned now (``fresh``: all)."""
     from xaf_hub.fleet.scan import scan_fleet
 
-    board = read_board(cfg, [] if fresh else instances)
-    rest = [i for i in instances if i.name not in board.scans]
+    board, rest = split(cfg, instances, fresh=fresh)
     scanned: list[InstanceScan] = []
     generated = None
     if rest:
@@ -271,7 +275,6 @@ def _scan(inst: InstanceConfig, view: Mapping[str, Any]) -> InstanceScan:
     return InstanceScan(inst, sessions=sessions, warnings=warnings, **facts)
 
 
-_WAITING = _FIELDS.index("waiting")
 # The fields a row must have the right type in, and those types: what a reader counts with.
 _TYPES: tuple[type | tuple[type, ...], ...] = (
     str, str, str, str, int, int, (int, float, type(None)), bool, str, str, int, str, str, str,
@@ -303,7 +306,7 @@ def _with_waiting(rec: SessionRecord, w: Mapping[str, Any]) -> SessionRecord:
         since=int(w["since"]), permission=str(w["permission"]),
         patterns=tuple(str(p) for p in w["patterns"]),
         always=tuple(str(p) for p in w["always"]),
-        choices=tuple(tuple(str(o) for o in c) for c in w["choices"]),
+        choices=tuple(tuple(str(o) for o in c) for c in w["options"]),
     )
     if pending.kind not in ("permission", "question"):
         raise ValueError(f"a waiting request of kind {pending.kind!r}")
@@ -312,5 +315,5 @@ def _with_waiting(rec: SessionRecord, w: Mapping[str, Any]) -> SessionRecord:
 
 __all__ = [
     "BoardRead", "board_or_scan", "board_path", "document", "instance_key", "merged", "publish",
-    "read_board",
+    "read_board", "source_of", "split",
 ]

@@ -4,7 +4,7 @@
 
 Chosen by ``lock.backend: "redis"`` (the gate, through ``store.backends.make_gate``) and
 ``models.state_backend: "redis"`` (blackouts and healed memory, through
-``ops.models.model_state``). Nothing else imports this module, so the default file backend
+``store.backends.make_model_state``). Nothing else imports this module, so the default file backend
 never loads the ``redis`` package. The rules are those of architecture §5 and §7; only the storage
 differs. Keys, under ``lock.redis_prefix`` (``P``)::
 

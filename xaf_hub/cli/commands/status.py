@@ -86,9 +86,9 @@ class Measured:
     @property
     def source(self) -> str:
         """"live" (every instance from the board), "scan" (none) or "mixed"."""
-        if not self.live:
-            return "scan"
-        return "live" if len(self.live) == len(self.loads) else "mixed"
+        from xaf_hub.ops.live_board import source_of
+
+        return source_of(len(self.live), len(self.loads))
 
 
 def measure(ctx: Context, opts: Options) -> Measured:
@@ -120,10 +120,9 @@ def _read_fleet(
     """The fleet: each instance from the live board when it is fresh there, the rest scanned
     (``fresh``: all scanned). Returns the snapshot, the scans in config order, and the age in
     seconds of each instance taken from the board."""
-    from xaf_hub.ops.live_board import merged, read_board
+    from xaf_hub.ops.live_board import merged, split
 
-    board = read_board(ctx.config, [] if fresh else instances)
-    rest = [i for i in instances if i.name not in board.scans]
+    board, rest = split(ctx.config, instances, fresh=fresh)
     scanned: list[InstanceScan] = []
     generated = None
     if rest:
