@@ -932,9 +932,29 @@ def _in_scratch(
     return result
 
 
+def _report(
+    name: str,
+    result: dict[str, Any] | None,
+    render: Callable[[dict[str, Any]], str],
+    log: Callable[[str], None],
+) -> int:
+    """Print a measure's table and write bench/results/<name>.json and .md (130: interrupted,
+    nothing written)."""
+    if result is None:
+        return 130
+    text = render(result)
+    print(text)
+    out = RESULTS / f"{name}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, ensure_ascii=False, indent=2), encoding="utf-8")
+    out.with_suffix(".md").write_text(f"```\n{text}```\n", encoding="utf-8")
+    log(f"wrote {out}")
+    return 0
+
+
 def run_rounds(args: argparse.Namespace, log: Callable[[str], None]) -> int:
     """`python -m bench --rounds`: first and second patrol rounds against status."""
-    from bench.rounds import measure_rounds, render, write
+    from bench.rounds import measure_rounds, render
 
     result = _in_scratch(
         "xaf-bench-rounds-",
@@ -942,19 +962,12 @@ def run_rounds(args: argparse.Namespace, log: Callable[[str], None]) -> int:
                                     args.settle_cpu),
         log,
     )
-    if result is None:
-        return 130
-    text = render(result)
-    print(text)
-    out = RESULTS / "rounds.json"
-    write(result, text, out)
-    log(f"wrote {out}")
-    return 0
+    return _report("rounds", result, render, log)
 
 
 def run_board(args: argparse.Namespace, log: Callable[[str], None]) -> int:
     """`python -m bench --board`: status from the live board against a scan (bench/board.py)."""
-    from bench.board import measure_board, render, write
+    from bench.board import measure_board, render
 
     result = _in_scratch(
         "xaf-bench-board-",
@@ -962,14 +975,7 @@ def run_board(args: argparse.Namespace, log: Callable[[str], None]) -> int:
                                    log, args.settle_cpu),
         log,
     )
-    if result is None:
-        return 130
-    text = render(result)
-    print(text)
-    out = RESULTS / "board.json"
-    write(result, text, out)
-    log(f"wrote {out}")
-    return 0
+    return _report("board", result, render, log)
 
 
 def run_pool(args: argparse.Namespace, log: Callable[[str], None]) -> int:
@@ -981,16 +987,7 @@ def run_pool(args: argparse.Namespace, log: Callable[[str], None]) -> int:
         lambda root: measure_pool(args.pool_sizes, args.claimers, args.pool_seconds, root, log),
         log,
     )
-    if result is None:
-        return 130
-    text = render(result)
-    print(text)
-    out = RESULTS / "pool.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, ensure_ascii=False, indent=2), encoding="utf-8")
-    out.with_suffix(".md").write_text(f"```\n{text}```\n", encoding="utf-8")
-    log(f"wrote {out}")
-    return 0
+    return _report("pool", result, render, log)
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ target is asserted. Writes bench/results/board.json.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -92,14 +93,14 @@ def _real(k: int, m: int, repeat: int, samples: int, root: Path, log: Callable[[
                 sent = time.monotonic()
                 _prompt(fleet.servers[server].url, fleet.passwords[server], sid, directory,
                         "fake/fake-model")
-                shown = _wait(lambda sid=sid: _running_on(board, sid), 120, "the start")
+                shown = _wait(functools.partial(_running_on, board, sid), 120, "the start")
                 starts.append(shown - sent)
                 if sid in raw:
                     server_starts.append(raw[sid] - sent)
                 log(f"[board] start #{i + 1} on the board after {starts[-1]:.2f} s"
                     + (f" (the server streamed it after {server_starts[-1]:.2f} s)"
                        if sid in raw else ""))
-                _wait(lambda sid=sid: not _running_on(board, sid), 120, "the stop")
+                _wait(functools.partial(_stopped_on, board, sid), 120, "the stop")
         finally:
             code = daemon.stop()
     finally:
@@ -142,6 +143,10 @@ def _running_on(board: Path, sid: str) -> float | None:
     return None
 
 
+def _stopped_on(board: Path, sid: str) -> bool:
+    return _running_on(board, sid) is None
+
+
 def _projected(n: int, s: int, repeat: int, root: Path, log: Callable[[str], None]
                ) -> dict[str, Any]:
     """`status` over a board of ``n`` instances x ``s`` sessions (a config of the same)."""
@@ -159,7 +164,7 @@ def _projected(n: int, s: int, repeat: int, root: Path, log: Callable[[str], Non
     path = root / "config.json"
     path.write_text(json.dumps(doc), "utf-8")
     env = {**os.environ, "XAF_HUB_HOME": str(home), **bytecode_env(root)}
-    cfg = load_config(path, env=env)
+    cfg = load_config(str(path), env=env)
     now = int(time.time() * 1000)
     walls, cpus, sizes = [], [], []
     out = root / "out"
@@ -218,9 +223,3 @@ def render(result: dict[str, Any]) -> str:
         prow, ["instances x sessions", "board MB", "median s", "cpu s"]) + "\n"
     return text
 
-
-def write(result: dict[str, Any], text: str, out: Path) -> None:
-    """bench/results/board.json and .md."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, ensure_ascii=False, indent=2), encoding="utf-8")
-    out.with_suffix(".md").write_text(f"```\n{text}```\n", encoding="utf-8")

@@ -15,7 +15,6 @@ bench/results/rounds.json.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections.abc import Callable
@@ -113,9 +112,3 @@ def render(result: dict[str, Any]) -> str:
     return (f"{head}\n\n" + table(rows, ["measure", "median s", "min-max s", "vs status",
                                         "cpu s", "cpu vs status", "last runs read"]) + "\n")
 
-
-def write(result: dict[str, Any], text: str, out: Path) -> None:
-    """bench/results/rounds.json and .md."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, ensure_ascii=False, indent=2), encoding="utf-8")
-    out.with_suffix(".md").write_text(f"```\n{text}```\n", encoding="utf-8")
