@@ -472,6 +472,8 @@ class FleetFollower:
         # Since when the consumer has had frames of it left to read (absent: caught up).
         self._behind_ms: dict[str, int] = {}
         self._changed = True
+        self._writing: asyncio.Future[None] | None = None  # the board write under way
+        self.thread: Any = None  # the thread ``run_in_thread`` runs it on
 
     # ------------------------------------------------------------------------- control
 
@@ -495,6 +497,11 @@ class FleetFollower:
             await aio.cancel_and_wait(*tasks)
             if publisher is not None:
                 await aio.cancel_and_wait(publisher)
+                # A write still under way in its thread would land after the last one below
+                # and bring back a board that says "current" (the cancel does not stop it).
+                if self._writing is not None:
+                    with contextlib.suppress(BaseException):
+                        await asyncio.wait([self._writing])
                 self._heard_ms.clear()  # stopped: nothing is kept current any more
                 with contextlib.suppress(Exception):
                     self._publish_now()
@@ -508,6 +515,14 @@ class FleetFollower:
             return
         with contextlib.suppress(RuntimeError):
             loop.call_soon_threadsafe(self._halt)
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Stop, and wait (at most ``timeout`` s) until its thread ended: the last board,
+        which says nothing is current any more, is written before a stopping process exits
+        (its thread is a daemon thread, killed at exit)."""
+        self.stop()
+        if self.thread is not None:
+            self.thread.join(timeout)
 
     def _halt(self) -> None:
         if self._stop is not None:
@@ -846,8 +861,11 @@ class FleetFollower:
             self._changed = False
             last = time.monotonic()
             view = self.live_view()  # built here, on the loop that changes the boards
+            self._writing = asyncio.ensure_future(asyncio.to_thread(publish, view))
             try:
-                await asyncio.to_thread(publish, view)
+                await asyncio.shield(self._writing)
+            except asyncio.CancelledError:
+                raise
             except Exception:  # noqa: BLE001 - a board not written is stale, never fatal
                 self._changed = True
 
@@ -920,6 +938,7 @@ def run_in_thread(follower: FleetFollower, name: str = "xaf-hub-follower") -> An
 
 
     thread = threading.Thread(target=lambda: aio.run(follower.run()), name=name, daemon=True)
+    follower.thread = thread
     thread.start()
     return thread
 

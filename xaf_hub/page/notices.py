@@ -105,7 +105,7 @@ class ChangeFeed:
     def close(self) -> None:
         """Stop following and end every open stream."""
         if self._follower is not None:
-            self._follower.stop()
+            self._follower.close()
         with self._cond:
             self._closed = True
             self._cond.notify_all()

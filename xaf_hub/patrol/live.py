@@ -376,9 +376,9 @@ def start_live(
 
 
 def stop_live(live: tuple[FleetFollower, LiveReactor]) -> None:
-    """Stop following, then let the running reaction finish."""
+    """Stop following (its last board written), then let the running reaction finish."""
     follower, reactor = live
-    follower.stop()
+    follower.close()
     reactor.stop()
 
 

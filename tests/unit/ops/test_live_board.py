@@ -205,6 +205,38 @@ def test_a_stream_down_or_per_directory_is_published_as_not_current(
     assert f.live_view()[0].confirmed_at_ms == 0
 
 
+def test_a_stopped_follower_leaves_the_board_not_current_even_with_a_write_under_way(
+    tmp_path: Path,
+) -> None:
+    """Caught by CI: a write still in its thread when the follower stopped landed after the
+    "nothing is current" board, and a daemon exited before writing that board at all."""
+    import threading
+
+    from xaf_hub.fleet.follow import run_in_thread
+
+    written: list[list[int]] = []
+    started = threading.Event()
+
+    def slow_publish(v: list[LiveInstance]) -> None:
+        if not written and not started.is_set():
+            started.set()
+            time.sleep(1.0)  # the first write is slow: the stop comes while it is under way
+        written.append([live.confirmed_at_ms for live in v])
+
+    f = follower(config(tmp_path))
+    f.publish = slow_publish
+
+    async def quiet(inst: Any) -> None:
+        await f._pause(60)
+
+    f._follow = quiet  # type: ignore[method-assign]
+    run_in_thread(f)
+    assert started.wait(10)
+    f.close()
+    assert not f.thread.is_alive()
+    assert written == [[NOW - 500], [0]]
+
+
 # ---------------------------------------------------------------------------------------------
 # status: the board instead of a scan
 
