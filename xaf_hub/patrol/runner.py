@@ -9,7 +9,7 @@
   time; the second one skips that cycle with a message (``--once`` then exits 3).
 * ``patrol/paused.json`` is the durable pause flag: a paused patrol runs no cycle and says so.
 * ``patrol/last-runs.json`` (``RunMemory``; with the HA lease the Redis hash of
-  ``store.redis_runs``) is what the rounds read of each session's last run: a round reads
+  ``store.redis.runs``) is what the rounds read of each session's last run: a round reads
   only the sessions that moved since (``Cycle.last_runs``). A damaged one is reported
   (exit 1), left as it is, and the round reads every session.
 * The daemon (``run_daemon``) is an APScheduler 3 ``BlockingScheduler`` with one interval job
@@ -18,7 +18,7 @@
   says what ran), then exit 0. ``patrol/daemon.json`` is its heartbeat for ``patrol status``.
   APScheduler is imported only here, inside ``run_daemon``.
 * HA on Redis (``lock.backend`` or ``pool.backend`` "redis"): daemons on several hosts compete
-  for one lease (``store.redis_lease``, ``patrol.lease_seconds``). Only the holder runs rounds
+  for one lease (``store.redis.lease``, ``patrol.lease_seconds``). Only the holder runs rounds
   and live reactions; every Redis write it makes is fenced by its token (``OpsContext.fence``),
   so a daemon that lost the lease writes and sends nothing. A standby polls and, once it holds
   the lease, runs a full round at once. ``--once`` takes the lease for its round (exit 3 while
@@ -76,7 +76,7 @@ from xaf_hub.store.patrol_state import (
 from xaf_hub.store.statefile import file_lock, write_json_atomic
 
 if TYPE_CHECKING:
-    from xaf_hub.store.redis_lease import PatrolLease
+    from xaf_hub.store.redis.lease import PatrolLease
 
 __all__ = [
     "HEARTBEAT_FILE",
@@ -211,8 +211,8 @@ def open_lease(pctx: OpsContext) -> PatrolLease | None:
     cfg = pctx.cfg
     if not uses_lease(cfg):
         return None
-    from xaf_hub.store.redis_backend import connect
-    from xaf_hub.store.redis_lease import PatrolLease
+    from xaf_hub.store.redis.client import connect
+    from xaf_hub.store.redis.lease import PatrolLease
 
     return PatrolLease(
         connect(cfg.lock), cfg.lock.redis_prefix, host_name(), cfg.patrol.lease_seconds

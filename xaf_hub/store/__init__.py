@@ -3,12 +3,12 @@
 * ``statefile``    — atomic writes under a lock, JSON read with a clear error; nothing half-written.
 * ``audit``        — the append-only log of every write to a server.
 * ``backlog``      — the task pool's interface and rules (claims, requeue), and its file store.
-* ``redis_pool``   — the same task pool as one Redis document shared by every hub.
-* ``redis_lease``  — the HA patrol lease (one active daemon among hosts); ``fence`` its token.
 * ``tasks``        — the pool's task records and their schema.
 * ``gate``         — per-instance lock plus slot reservations on files (this host).
-* ``redis_backend``— the same gate and the model state shared through Redis (several hosts).
-* ``backends``     — the gate ``lock.backend`` names and the pool ``pool.backend`` names.
+* ``redis/``       — the same stores on one Redis shared by every host: ``client`` (the client
+  and its error helpers), ``gate``, ``model_state``, ``pool`` (a key per task), ``lease`` (the
+  HA patrol's one active daemon; ``fence`` its token), ``interrupts``, ``seen``, ``runs``.
+* ``backends``     — the one factory: picks each store as the config names it (file or Redis).
 * ``model_state``  — blackouts per provider family and the memory of healed failures.
 * ``patrol_state`` — the patrol's files others read: pause flag, heartbeat, latest report.
 """

@@ -30,7 +30,8 @@ def make_gate(cfg: Config, fence: Fence | None = None) -> Gate:
     one host, where no second daemon competes.
     """
     if cfg.lock.backend == "redis":
-        from xaf_hub.store.redis_backend import RedisGate, connect
+        from xaf_hub.store.redis.client import connect
+        from xaf_hub.store.redis.gate import RedisGate
 
         return RedisGate(cfg.lock, connect(cfg.lock), fence=fence)
     return FileGate(cfg.lock_dir, cfg.lock)
@@ -49,7 +50,8 @@ def make_model_state(cfg: Config, fence: Fence | None = None) -> ModelState:
         cfg.models.families(),
     )
     if cfg.models.state_backend == "redis":
-        from xaf_hub.store.redis_backend import RedisModelState, connect
+        from xaf_hub.store.redis.client import connect
+        from xaf_hub.store.redis.model_state import RedisModelState
 
         return RedisModelState(
             connect(cfg.lock),
@@ -70,8 +72,8 @@ def make_pool(
     timeout = cfg.lock.lock_timeout_seconds
     now = clock or _utc_now
     if cfg.pool.backend == "redis":
-        from xaf_hub.store.redis_backend import connect
-        from xaf_hub.store.redis_pool import RedisBacklog
+        from xaf_hub.store.redis.client import connect
+        from xaf_hub.store.redis.pool import RedisBacklog
 
         return RedisBacklog(
             connect(cfg.lock), cfg.lock.redis_prefix, timeout, clock=now, fence=fence
@@ -86,8 +88,8 @@ def load_run_memory(cfg: Config, folder: Path, fence: Fence | None = None) -> Ru
     StateFileError when damaged; UnreachableError when Redis cannot be asked.
     """
     if uses_lease(cfg):
-        from xaf_hub.store.redis_backend import connect
-        from xaf_hub.store.redis_runs import RedisRunMemory
+        from xaf_hub.store.redis.client import connect
+        from xaf_hub.store.redis.runs import RedisRunMemory
 
         return RedisRunMemory.open(connect(cfg.lock), cfg.lock.redis_prefix, fence)
     from xaf_hub.store.patrol_state import RunMemory  # status and sessions never load it
@@ -110,8 +112,8 @@ def record_shared_interrupt(
     """
     if not shares_decisions(cfg):
         return
-    from xaf_hub.store.redis_backend import connect
-    from xaf_hub.store.redis_interrupts import record_interrupt
+    from xaf_hub.store.redis.client import connect
+    from xaf_hub.store.redis.interrupts import record_interrupt
 
     client = connect(cfg.lock)
     try:
@@ -125,8 +127,8 @@ def shared_interrupts(cfg: Config) -> dict[tuple[str, str], tuple[float, object]
     cannot be asked (the caller must not act as if there were none)."""
     if not shares_decisions(cfg):
         return {}
-    from xaf_hub.store.redis_backend import connect
-    from xaf_hub.store.redis_interrupts import read_interrupts
+    from xaf_hub.store.redis.client import connect
+    from xaf_hub.store.redis.interrupts import read_interrupts
 
     client = connect(cfg.lock)
     try:
@@ -137,11 +139,11 @@ def shared_interrupts(cfg: Config) -> dict[tuple[str, str], tuple[float, object]
 
 def event_claimer(cfg: Config) -> Callable[[str], bool] | None:
     """With the HA lease, a function that lets one hub only queue each notification event
-    (``store.redis_seen``); None when one host runs the patrol (its outbox is enough)."""
+    (``store.redis.seen``); None when one host runs the patrol (its outbox is enough)."""
     if not uses_lease(cfg):
         return None
-    from xaf_hub.store.redis_backend import connect
-    from xaf_hub.store.redis_seen import claimer
+    from xaf_hub.store.redis.client import connect
+    from xaf_hub.store.redis.seen import claimer
 
     return claimer(connect(cfg.lock), cfg.lock.redis_prefix)
 
@@ -178,8 +180,8 @@ def lease_status(cfg: Config, now_ms: int) -> LeaseStatus | None:
     if not uses_lease(cfg):
         return None
     from xaf_hub.errors import HubError
-    from xaf_hub.store.redis_backend import connect
-    from xaf_hub.store.redis_lease import host_of, known_daemons, lease_token, member_of
+    from xaf_hub.store.redis.client import connect
+    from xaf_hub.store.redis.lease import host_of, known_daemons, lease_token, member_of
 
     client = connect(cfg.lock)
     try:
@@ -199,7 +201,11 @@ def lease_status(cfg: Config, now_ms: int) -> LeaseStatus | None:
         elif role == "active" or (role == "standby" and now_ms - d["heartbeat_ms"] > silent_ms):
             role = "silent"  # its lease is gone, or it stopped beating: dead or cut off
         rows.append(
-            {"host": d.get("host"), "pid": d.get("pid"), "role": role,
-             "heartbeat": d.get("heartbeat")}
+            {
+                "host": d.get("host"),
+                "pid": d.get("pid"),
+                "role": role,
+                "heartbeat": d.get("heartbeat"),
+            }
         )
     return {"active_host": host_of(token) if token else None, "daemons": rows}

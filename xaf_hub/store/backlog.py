@@ -2,7 +2,7 @@
 
 * ``TaskPool`` is the store's interface: ``load`` and ``update`` per backend, every rule
   (claim, requeue, manual records, import) written once on top of them. ``Backlog`` is the
-  file backend; the Redis one is ``store.redis_pool.RedisBacklog``.
+  file backend; the Redis one is ``store.redis.pool.RedisBacklog``.
 * ``Backlog`` is the file store. Every change is one locked read-modify-write through
   ``statefile.update_json``; the file is rewritten only when the pool really changed. A corrupt
   file is reported with its position and never reset. The record and file format live in
@@ -77,8 +77,6 @@ MAX_BACKOFF: Final = timedelta(hours=24)
 _WHAT = "task pool"
 
 
-
-
 @dataclass(frozen=True)
 class InfraPolicy:
     """How infrastructure failures back off: the waits in order, and how many in a row park."""
@@ -122,7 +120,7 @@ class TaskPool(abc.ABC):
     """The task pool's interface: a read, and atomic changes; the rest is rules.
 
     Two stores implement it: ``Backlog`` (the file on this host) and ``RedisBacklog`` (a key
-    per task in Redis shared by every hub, ``store.redis_pool``); ``backends.make_pool``
+    per task in Redis shared by every hub, ``store.redis.pool``); ``backends.make_pool``
     chooses by ``pool.backend``. Every operation below is one ``edit`` (one row) or one
     ``update`` (the whole pool), so what is atomic on one backend is atomic on the other: a
     ``claim`` seen by two hubs succeeds once.
@@ -184,9 +182,7 @@ class TaskPool(abc.ABC):
                     raise UsageError("a task in the pool needs an id")
                 if task.id in taken:
                     if any(t.id == task.id for t in incoming.tasks[:i]):
-                        raise UsageError(
-                            f"task id {task.id!r} already exists in the {_WHAT}"
-                        )
+                        raise UsageError(f"task id {task.id!r} already exists in the {_WHAT}")
                     raise UsageError(
                         f"tasks[{i}].id: task {task.id!r} is already in the {_WHAT} "
                         f"({self.where}); nothing imported (--replace swaps the whole pool)"
@@ -294,6 +290,7 @@ class TaskPool(abc.ABC):
         fetch's whole time) the row is marked only if it is still exactly that row; a person's
         change meanwhile stands and TaskChanged is raised.
         """
+
         def change(current: Task | None) -> tuple[Task, Task]:
             old = _require(current, task_id)
             if expected is not None and old != expected:

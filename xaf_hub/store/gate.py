@@ -16,7 +16,7 @@ A "not running" reading only judges reservations older than the grace *when the 
 made* (``observed_at``): a slow or stale reading never frees a reservation made after it.
 
 ``Gate`` is the interface and the rules; ``FileGate`` keeps them in files, which hold on one
-host. ``make_gate`` picks the Redis gate (``store.redis_backend.RedisGate``, shared by every
+host. ``make_gate`` picks the Redis gate (``store.redis.gate.RedisGate``, shared by every
 host) when ``lock.backend`` is "redis"; only then is redis imported.
 """
 
@@ -112,7 +112,7 @@ def parse_reservation(data: dict[str, object], path: Path | None, key: str = "")
 class Gate(abc.ABC):
     """A per-instance dispatch lock plus slot reservations: the interface, and the rules every
     store shares (a reservation's liveness, what counts as pending). Where they are kept is
-    the store's: ``FileGate`` (files on this host) or ``store.redis_backend.RedisGate`` (one
+    the store's: ``FileGate`` (files on this host) or ``store.redis.gate.RedisGate`` (one
     Redis for every host); ``store.backends.make_gate`` picks one."""
 
     def __init__(
@@ -323,5 +323,3 @@ class FileGate(Gate):
             return
         with contextlib.suppress(FileNotFoundError):
             res.path.unlink()
-
-

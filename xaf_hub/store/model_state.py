@@ -61,19 +61,6 @@ _WHAT = "model state"
 # Signals
 
 
-
-
-
-
-
-
-
-
-
-
-
-
-
 # ---------------------------------------------------------------------------------------------
 # Families, time zones and the reset clock
 
@@ -89,24 +76,6 @@ def family_of(model: str, families: Mapping[str, Sequence[str]]) -> str | None:
             if p and wanted.startswith(p) and (best is None or len(p) > best[0]):
                 best = (len(p), family)
     return best[1] if best else None
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 
 
 # ---------------------------------------------------------------------------------------------
@@ -165,7 +134,7 @@ class ModelState(abc.ABC):
 
     The rules (one writer of blackouts, rests, the healed memory) work on one checked
     document; where it is kept is the store's: ``FileModelState`` (``.model_state.json``) or
-    ``store.redis_backend.RedisModelState`` (one Redis for every host), which reads and
+    ``store.redis.model_state.RedisModelState`` (one Redis for every host), which reads and
     writes it (``_read``, ``_update``) and says where it is in errors (``_bad``).
     """
 
@@ -245,8 +214,13 @@ class ModelState(abc.ABC):
         """Black out ``family`` until the next reset hour (nothing stated a time)."""
         until_ms = to_ms(next_reset(now, self.reset_hour, self.tz))
         return self.mark_rest(
-            family, scope="family", until_ms=until_ms, why="reset_hour", reason=reason,
-            source=source, now=now,
+            family,
+            scope="family",
+            until_ms=until_ms,
+            why="reset_hour",
+            reason=reason,
+            source=source,
+            now=now,
         )
 
     def mark_rest(

@@ -318,8 +318,8 @@ def ha_cfg(redis_server: Any, tmp_path: Path) -> Config:
 
 
 def test_the_panel_names_the_host_holding_the_ha_lease(ha_cfg: Config) -> None:
-    from xaf_hub.store.redis_backend import connect
-    from xaf_hub.store.redis_lease import PatrolLease
+    from xaf_hub.store.redis.client import connect
+    from xaf_hub.store.redis.lease import PatrolLease
 
     prefix = ha_cfg.lock.redis_prefix
     # Nobody holds the lease yet: the panel says nothing is looked after.

@@ -52,8 +52,8 @@ def rds(redis_server: RedisServer) -> Iterator[Any]:
 
 
 def lease(cfg: Config, host: str, seconds: float | None = None) -> Any:
-    from xaf_hub.store.redis_backend import connect
-    from xaf_hub.store.redis_lease import PatrolLease
+    from xaf_hub.store.redis.client import connect
+    from xaf_hub.store.redis.lease import PatrolLease
 
     return PatrolLease(
         connect(cfg.lock), cfg.lock.redis_prefix, host, seconds or cfg.patrol.lease_seconds
@@ -140,8 +140,8 @@ def test_a_fenced_pool_changes_nothing_once_the_lease_is_lost(cfg: Config, rds: 
 
 
 def test_daemons_are_listed_with_role_and_heartbeat(cfg: Config) -> None:
-    from xaf_hub.store.redis_backend import connect
-    from xaf_hub.store.redis_lease import known_daemons
+    from xaf_hub.store.redis.client import connect
+    from xaf_hub.store.redis.lease import known_daemons
 
     a, b = lease(cfg, "host-a"), lease(cfg, "host-b")
     a.beat("active", NOW)

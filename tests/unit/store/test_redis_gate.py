@@ -31,7 +31,8 @@ from xaf_hub.store.gate import FileGate
 from xaf_hub.store.model_state import FileModelState
 
 if TYPE_CHECKING:
-    from xaf_hub.store.redis_backend import RedisGate, RedisModelState
+    from xaf_hub.store.redis.gate import RedisGate
+    from xaf_hub.store.redis.model_state import RedisModelState
 
 FAMILIES = {"opencode": ["opencode/", "opencode-go/"]}
 
@@ -151,7 +152,7 @@ def run(doc):
         model_state(cfg).mark_blackout("opencode", "429", "test", datetime.now(UTC))
     except HubError as exc:
         return f"exit {int(exc.exit_code)}: {exc}"
-    return "ok, backend loaded: " + str("xaf_hub.store.redis_backend" in sys.modules)
+    return "ok, backend loaded: " + str("xaf_hub.store.redis" in sys.modules)
 
 
 print(run({}))
@@ -227,14 +228,15 @@ def rds(redis_server: RedisServer) -> Iterator[Any]:
 
 
 def make(cfg: LockConfig, alive: set[int] | None = None, host: str = "h1", **kw: Any) -> RedisGate:
-    from xaf_hub.store.redis_backend import RedisGate, connect
+    from xaf_hub.store.redis.client import connect
+    from xaf_hub.store.redis.gate import RedisGate
 
     pids = alive if alive is not None else set()
     return RedisGate(cfg, connect(cfg), host=host, alive=lambda p: p in pids, **kw)
 
 
 def test_make_gate_picks_redis(lock_cfg: LockConfig) -> None:
-    from xaf_hub.store.redis_backend import RedisGate
+    from xaf_hub.store.redis.gate import RedisGate
 
     gate = make_gate(Config(path=None, home=Path("/h"), state_dir=Path("/h"), lock=lock_cfg))
     assert isinstance(gate, RedisGate)
@@ -460,7 +462,8 @@ def test_wrong_password_is_named(lock_cfg: LockConfig) -> None:
 
 
 def states(cfg: LockConfig, n: int = 2) -> list[RedisModelState]:
-    from xaf_hub.store.redis_backend import RedisModelState, connect
+    from xaf_hub.store.redis.client import connect
+    from xaf_hub.store.redis.model_state import RedisModelState
 
     return [RedisModelState(connect(cfg), cfg.redis_prefix, 8, UTC, FAMILIES) for _ in range(n)]
 
@@ -577,7 +580,7 @@ def test_model_state_factory(lock_cfg: LockConfig, tmp_path: Path) -> None:
 
     from xaf_hub.config.load import ModelsConfig
     from xaf_hub.ops.models import model_state
-    from xaf_hub.store.redis_backend import RedisModelState
+    from xaf_hub.store.redis.model_state import RedisModelState
 
     cfg = Config(path=None, home=tmp_path, state_dir=tmp_path, lock=lock_cfg)
     assert type(model_state(cfg)) is FileModelState  # the gate on Redis does not move the state

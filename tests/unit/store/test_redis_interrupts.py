@@ -1,4 +1,4 @@
-"""People's interrupts kept in Redis (``store.redis_interrupts``) for the patrol on any host,
+"""People's interrupts kept in Redis (``store.redis.interrupts``) for the patrol on any host,
 against a real redis-server, and how ``ops.decisions.people_interrupts`` merges them with this
 host's audit log: the latest interrupt wins wherever it was made, an unreadable field is
 skipped, and a Redis that cannot be asked is an error, never "no interrupts"."""

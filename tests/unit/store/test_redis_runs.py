@@ -33,7 +33,7 @@ from xaf_hub.errors import LockLostError, StateFileError, UnreachableError
 from xaf_hub.store.backends import load_run_memory
 from xaf_hub.store.fence import Fence
 from xaf_hub.store.patrol_state import RUNS_FILE, RunMemory
-from xaf_hub.store.redis_runs import RedisRunMemory
+from xaf_hub.store.redis.runs import RedisRunMemory
 
 
 def shared(redis_server: RedisServer, home: Path, prefix: str, lease: float = 15) -> Config:

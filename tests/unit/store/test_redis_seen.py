@@ -1,4 +1,4 @@
-"""One chat message per event for every hub of an HA patrol (``store.redis_seen``), against a
+"""One chat message per event for every hub of an HA patrol (``store.redis.seen``), against a
 real redis-server: two hosts' outboxes derive the same event (a heal both see in the shared
 model state after the lease moved back); only the first queues it, the other marks it seen.
 Without the lease each host's outbox decides alone, and a Redis that cannot be asked queues

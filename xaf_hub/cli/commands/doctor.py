@@ -197,9 +197,9 @@ def _redis(cfg: Config) -> list[Finding]:
     if not users:
         return []
     try:
-        from xaf_hub.store import redis_backend
+        from xaf_hub.store.redis import client as redis_client
 
-        found = redis_backend.probe(cfg.lock)
+        found = redis_client.probe(cfg.lock)
     except ConfigError as exc:  # the redis package is missing
         return [error("lock", "redis", str(exc), "pip install 'xaf-hub[redis]'", exc.exit_code)]
     except HubError as exc:

@@ -23,7 +23,7 @@ from redis.exceptions import WatchError
 from xaf_hub.errors import LockLostError, StateFileError
 from xaf_hub.store.fence import Fence
 from xaf_hub.store.patrol_state import RunMemory, SeenRun, parse_seen, seen_json
-from xaf_hub.store.redis_backend import _redis_errors, _text, describe
+from xaf_hub.store.redis.client import as_text, describe, redis_errors
 
 __all__ = ["RedisRunMemory"]
 
@@ -58,14 +58,14 @@ class RedisRunMemory(RunMemory):
         """The memory in Redis (empty when there is none); StateFileError when damaged."""
         key = f"{prefix}:last_runs"
         where = f"redis {describe(client)} key {key}"
-        with _redis_errors(describe(client)):
+        with redis_errors(describe(client)):
             raw = client.hgetall(key)
         entries: dict[tuple[str, str], SeenRun] = {}
         for name, value in raw.items():
-            field = _text(name)
+            field = as_text(name)
             try:
                 pair = json.loads(field)
-                doc = json.loads(_text(value))
+                doc = json.loads(as_text(value))
             except (json.JSONDecodeError, UnicodeDecodeError) as exc:
                 raise StateFileError(
                     f"patrol last-runs memory {where}: field {field[:80]!r}: not JSON ({exc})"
@@ -89,12 +89,12 @@ class RedisRunMemory(RunMemory):
             for key in self._dirty
         }
         gone = [_field(*key) for key in self._gone]
-        with _redis_errors(self.server), self.client.pipeline(transaction=True) as pipe:
+        with redis_errors(self.server), self.client.pipeline(transaction=True) as pipe:
             try:
                 if self.fence is not None:
                     pipe.watch(self.fence.key)  # type: ignore[no-untyped-call]  # unannotated
                     holder = pipe.get(self.fence.key)
-                    if holder is None or _text(holder) != self.fence.token:
+                    if holder is None or as_text(holder) != self.fence.token:
                         pipe.unwatch()
                         raise LockLostError(self._fence_lost())
                     pipe.multi()

@@ -1,12 +1,7 @@
-"""The gate and the model state on Redis, shared by every host that points at one server.
+"""The dispatch gate on Redis, shared by every host that points at one server.
 
-(The task pool's Redis store, ``redis_pool``, uses this module's client and error helpers.)
-
-Chosen by ``lock.backend: "redis"`` (the gate, through ``store.backends.make_gate``) and
-``models.state_backend: "redis"`` (blackouts and healed memory, through
-``store.backends.make_model_state``). Nothing else imports this module, so the default file backend
-never loads the ``redis`` package. The rules are those of architecture §5 and §7; only the storage
-differs. Keys, under ``lock.redis_prefix`` (``P``)::
+Chosen by ``lock.backend: "redis"`` (``store.backends.make_gate``). The rules are those of
+architecture §5; only the storage differs. Keys, under ``lock.redis_prefix`` (``P``)::
 
     P:lock:<instance>           the dispatch lock: redis-py's Lock (random token, a lease that
                                 a watchdog thread renews while the lock is held). A holder
@@ -15,12 +10,9 @@ differs. Keys, under ``lock.redis_prefix`` (``P``)::
                                 right before it sends a prompt (``owns_lock``).
     P:slot:<instance>:<token>   one reservation, the slot file's JSON, PX slot_ttl_seconds
     P:slots:<instance>          the set of that instance's tokens (an index; it expires too)
-    P:model_state               the .model_state.json document; written under WATCH/MULTI
-    P:healed:<key>              one healed failure, PX 14 days
 
 Ages are measured with the Redis server's clock (TIME), so hosts whose clocks disagree still
-agree on when a reservation is past its grace. Redis errors become
-``UnreachableError("redis", reason)`` (exit 2); the reason names the server, never a password.
+agree on when a reservation is past its grace.
 """
 
 from __future__ import annotations
@@ -29,22 +21,17 @@ import contextlib
 import json
 import os
 import threading
-import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import replace
-from datetime import datetime, tzinfo
-from typing import Any, TypeVar
 
-from xaf_hub.config.credentials import REDIS_PASSWORD_ENV
+import redis
+from redis.exceptions import LockError, RedisError
+from redis.lock import Lock
+
 from xaf_hub.config.load import LockConfig
-from xaf_hub.core.clock import to_ms
 from xaf_hub.errors import (
-    BusyError,
-    ConfigError,
     LockBusy,
     LockLostError,
-    StateFileError,
-    UnreachableError,
 )
 from xaf_hub.store.fence import Fence
 from xaf_hub.store.gate import (
@@ -55,53 +42,14 @@ from xaf_hub.store.gate import (
     parse_reservation,
     pid_alive,
 )
-from xaf_hub.store.model_state import (
-    HEAL_PREFIX,
-    HEALED_RETENTION,
-    SCHEMA_VERSION,
-    Healed,
-    HealedSession,
-    ModelState,
-    healed_entry,
-    healed_list,
-)
+from xaf_hub.store.redis.client import as_text, describe, reason, redis_errors
 
-try:
-    import redis
-    from redis.backoff import NoBackoff
-    from redis.exceptions import (
-        AuthenticationError,
-        LockError,
-        RedisError,
-        ResponseError,
-        WatchError,
-    )
-    from redis.exceptions import ConnectionError as RedisConnectionError
-    from redis.exceptions import TimeoutError as RedisTimeoutError
-    from redis.lock import Lock
-    from redis.retry import Retry
-except ImportError:  # pragma: no cover - exercised only where the extra is missing
-    raise ConfigError(
-        "lock.backend or models.state_backend is 'redis' but the Python package 'redis' is "
-        "not installed: pip install 'xaf-hub[redis]'"
-    ) from None
+__all__ = ["LOCK_LEASE_SECONDS", "RedisGate"]
 
-__all__ = [
-    "LOCK_LEASE_SECONDS",
-    "RedisGate",
-    "RedisModelState",
-    "connect",
-    "describe",
-    "probe",
-]
-
-_T = TypeVar("_T")
 
 # The lock's lease: how long a crashed holder blocks the instance. The holder renews it every
 # third of this while it works, so a long create/prompt never outlives its lock.
 LOCK_LEASE_SECONDS = 10.0
-CONNECT_TIMEOUT_SECONDS = 5.0
-SOCKET_TIMEOUT_SECONDS = 10.0
 
 # Delete a reservation only if nobody rewrote it since it was judged dead (attach may have
 # restarted its timer in between), and drop its token from the index in the same step.
@@ -131,86 +79,6 @@ redis.call('SADD', KEYS[3], ARGV[4])
 redis.call('PEXPIRE', KEYS[3], ARGV[3])
 return 1
 """
-
-
-# Set a key only while the patrol lease KEYS[1] holds the token ARGV[1].
-_SET_IF_HOLDER = """
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then
-  return 0
-end
-redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
-return 1
-"""
-
-
-def connect(cfg: LockConfig) -> redis.Redis:
-    """A client for ``lock.redis_url`` with the password from the env; connects on first use."""
-    try:
-        # One quick retry covers a dropped idle connection; a dead server fails in seconds.
-        return redis.Redis.from_url(
-            cfg.redis_url,
-            password=cfg.redis_password,
-            decode_responses=True,
-            socket_connect_timeout=CONNECT_TIMEOUT_SECONDS,
-            socket_timeout=SOCKET_TIMEOUT_SECONDS,
-            retry=Retry(NoBackoff(), 1),
-        )
-    except ValueError as exc:  # e.g. ?socket_timeout=abc in the URL
-        raise ConfigError(f"lock.redis_url: {exc}") from None
-
-
-def describe(client: redis.Redis) -> str:
-    """host:port/db (or the socket path) of a client, for messages."""
-    kw = client.connection_pool.connection_kwargs
-    if kw.get("path"):
-        return f"{kw['path']}/{kw.get('db', 0)}"
-    return f"{kw.get('host', 'localhost')}:{kw.get('port', 6379)}/{kw.get('db', 0)}"
-
-
-def probe(cfg: LockConfig) -> str:
-    """Ping ``lock.redis_url``; return "redis <version> at <where>" or raise UnreachableError."""
-    client = connect(cfg)
-    where = describe(client)
-    try:
-        with _redis_errors(where):
-            client.ping()
-        try:
-            version = str(client.info("server").get("redis_version") or "?")
-        except RedisError:  # an ACL may forbid INFO (@dangerous) to a user the gate works for
-            version = "?"
-    finally:
-        client.close()
-    return f"redis {version} at {where}"
-
-
-def _reason(exc: RedisError, where: str) -> str:
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    lowered = text.lower()
-    if isinstance(exc, AuthenticationError) or any(
-        w in text for w in ("NOAUTH", "WRONGPASS", "without any password")
-    ):
-        return f"{where}: authentication failed (check {REDIS_PASSWORD_ENV})"
-    if isinstance(exc, RedisTimeoutError) or "timed out" in lowered:
-        return f"{where}: timed out"
-    if isinstance(exc, RedisConnectionError):
-        if "refused" in lowered:
-            return f"{where}: connection refused (is redis-server running there?)"
-        if "name or service not known" in lowered or "nodename nor servname" in lowered:
-            return f"{where}: unknown host"
-        return f"{where}: cannot connect ({text})"
-    return f"{where}: {text}"
-
-
-@contextlib.contextmanager
-def _redis_errors(where: str) -> Iterator[None]:
-    """Turn any Redis failure inside the block into UnreachableError("redis", reason)."""
-    try:
-        yield
-    except ResponseError as exc:
-        # A server that answers but refuses (auth, read-only replica, OOM) is unusable too.
-        raise UnreachableError("redis", _reason(exc, where)) from None
-    except RedisError as exc:
-        raise UnreachableError("redis", _reason(exc, where)) from None
 
 
 class RedisGate(Gate):
@@ -257,7 +125,7 @@ class RedisGate(Gate):
 
     def server_time(self) -> float:
         """The Redis server's clock in seconds: one clock for every host."""
-        with _redis_errors(self.where):
+        with redis_errors(self.where):
             seconds, micros = self.client.time()
         return float(seconds) + micros / 1_000_000
 
@@ -276,7 +144,7 @@ class RedisGate(Gate):
             blocking_timeout=max(timeout, 0.0),
             thread_local=False,
         )
-        with _redis_errors(self.where):
+        with redis_errors(self.where):
             acquired = lk.acquire()
         if not acquired:
             raise LockBusy(
@@ -332,11 +200,11 @@ class RedisGate(Gate):
         keys = [self._key("lock", instance)]
         if self.fence is not None:
             keys.append(self.fence.key)  # a daemon that lost the patrol lease owns nothing
-        with _redis_errors(self.where):
+        with redis_errors(self.where):
             current = self.client.mget(keys)
-        owned = current[0] is not None and _text(current[0]) == token
+        owned = current[0] is not None and as_text(current[0]) == token
         if owned and self.fence is not None:
-            owned = current[1] is not None and _text(current[1]) == self.fence.token
+            owned = current[1] is not None and as_text(current[1]) == self.fence.token
             if not owned:
                 self.warnings.append(self._fence_lost(instance))
                 return False
@@ -358,7 +226,7 @@ class RedisGate(Gate):
 
     def holds(self, res: Reservation) -> bool:
         """True when the reservation's key is still in Redis."""
-        with _redis_errors(self.where):
+        with redis_errors(self.where):
             return bool(self.client.exists(res.key))
 
     def _renew(self, lk: Lock, stop: threading.Event) -> None:
@@ -388,9 +256,9 @@ class RedisGate(Gate):
     ) -> list[Reservation]:
         """Live reservations of ``instance``; dead ones are deleted on the way."""
         index = self.index_key(instance)
-        with _redis_errors(self.where):
+        with redis_errors(self.where):
             now = self.clock()
-            tokens = sorted(_text(t) for t in self.client.smembers(index))
+            tokens = sorted(as_text(t) for t in self.client.smembers(index))
             if not tokens:
                 return []
             keys = [self.slot_key(instance, t) for t in tokens]
@@ -401,7 +269,7 @@ class RedisGate(Gate):
                 if raw is None:
                     expired.append(token)  # Redis expired it (or it was released)
                     continue
-                res = self._decode(_text(raw), key, instance, now)
+                res = self._decode(as_text(raw), key, instance, now)
                 if self.is_live(res, running_ids, now, observed_at):
                     live.append(res)
                 else:
@@ -421,7 +289,7 @@ class RedisGate(Gate):
         lock_key = self._key("lock", res.instance)
         fenced = guarded and self.fence is not None
         fence = self.fence if fenced and self.fence is not None else Fence(lock_key, "")
-        with _redis_errors(self.where):
+        with redis_errors(self.where):
             # Every key expires within ttl of its last write, so the index outlives them all.
             done = self._write_if_owner(
                 keys=[lock_key, res.key, self.index_key(res.instance), fence.key],
@@ -491,148 +359,10 @@ class RedisGate(Gate):
             # Raising here would hide the failure that made the caller release.
             self.warnings.append(
                 f"could not release the reservation on {res.instance} "
-                f"({_reason(exc, self.where)}); it lapses within "
+                f"({reason(exc, self.where)}); it lapses within "
                 f"{self.cfg.slot_ttl_seconds:g}s"
             )
 
 
-def _text(value: bytes | str) -> str:
-    # decode_responses=True hands back str; the client's types also allow bytes.
-    return value.decode("utf-8") if isinstance(value, bytes) else value
-
-
 def _token(res: Reservation) -> str:
     return res.key.rsplit(":", 1)[1]
-
-
-class RedisModelState(ModelState):
-    """The model state on Redis: a blackout seen by one hub holds for every hub.
-
-    Blackouts stay one document, so ``ModelState.mark_blackout`` (the single writer, with its
-    "a repeat the same day never pushes the end out" rule) runs unchanged; its
-    read-modify-write is a WATCH/MULTI transaction that retries when another hub wrote first.
-    Each healed failure is its own key that Redis forgets after 14 days.
-    """
-
-    def __init__(
-        self,
-        client: redis.Redis,
-        prefix: str,
-        reset_hour: int,
-        tz: tzinfo,
-        families: Mapping[str, Sequence[str]],
-        lock_timeout: float = 20,
-        fence: Fence | None = None,
-    ) -> None:
-        self.client = client
-        self.fence = fence
-        self._set_if_holder = client.register_script(_SET_IF_HOLDER)
-        self.key = f"{prefix}:model_state"
-        self.healed_prefix = f"{prefix}:healed:"
-        self.where = describe(client)
-        super().__init__(reset_hour, tz, families, lock_timeout)
-
-    def _bad(self, where: str, problem: str) -> StateFileError:
-        return StateFileError(
-            f"model state in redis {self.where} key {self.key}: {where}: {problem}"
-        )
-
-    def _parse(self, raw: str | None) -> dict[str, Any]:
-        if raw is None:
-            return {"schema_version": SCHEMA_VERSION, "blackouts": {}, "healed": {}}
-        try:
-            data = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            raise self._bad(f"line {exc.lineno} column {exc.colno}", exc.msg) from None
-        return self._check(data)
-
-    def _read(self) -> dict[str, Any]:
-        with _redis_errors(self.where):
-            raw = self.client.get(self.key)
-        return self._parse(None if raw is None else _text(raw))
-
-    def _update(self, mutate: Callable[[dict[str, Any]], _T]) -> _T:
-        deadline = time.monotonic() + max(self.lock_timeout, 0.0)
-        with _redis_errors(self.where), self.client.pipeline(transaction=True) as pipe:
-            while True:
-                try:
-                    keys = [self.key] if self.fence is None else [self.key, self.fence.key]
-                    pipe.watch(*keys)  # type: ignore[no-untyped-call]  # unannotated upstream
-                    got = pipe.get(self.key)
-                    raw = None if got is None else _text(got)
-                    data = self._parse(raw)
-                    before = json.dumps(data, sort_keys=True)
-                    result = mutate(data)
-                    if raw is not None and json.dumps(data, sort_keys=True) == before:
-                        pipe.unwatch()
-                        return result
-                    if self.fence is not None:
-                        holder = pipe.get(self.fence.key)  # watched: a change aborts the EXEC
-                        if holder is None or _text(holder) != self.fence.token:
-                            pipe.unwatch()
-                            raise LockLostError(self._fence_lost())
-                    pipe.multi()
-                    pipe.set(self.key, json.dumps(data, ensure_ascii=False))
-                    ends = [int(b["until_ms"]) for b in data["blackouts"].values()]
-                    if ends:
-                        # Past the last end nothing in it counts any more: let Redis drop it.
-                        pipe.pexpireat(self.key, max(ends))
-                    pipe.execute()
-                    return result
-                except WatchError:
-                    # Another hub wrote in between: read again and re-apply (same rules).
-                    if time.monotonic() >= deadline:
-                        raise BusyError(
-                            f"could not update the model state in redis {self.where}: it kept "
-                            f"changing for {self.lock_timeout:g}s"
-                        ) from None
-                    pipe.reset()
-
-    def was_healed(self, key: str) -> bool:
-        """Return whether the failure identified by ``key`` was already healed (any hub)."""
-        with _redis_errors(self.where):
-            return bool(self.client.exists(self.healed_prefix + key))
-
-    def remember_healed(
-        self,
-        key: str,
-        from_model: str | None,
-        to_model: str | None,
-        now: datetime,
-        *,
-        who: HealedSession | None = None,
-    ) -> None:
-        """Record that ``key`` was healed; Redis forgets it after 14 days."""
-        entry = healed_entry(to_ms(now), from_model, to_model, who)
-        retention_ms = int(HEALED_RETENTION.total_seconds() * 1000)
-        if self.fence is None:
-            with _redis_errors(self.where):
-                self.client.set(self.healed_prefix + key, json.dumps(entry), px=retention_ms)
-            return
-        with _redis_errors(self.where):
-            done = self._set_if_holder(
-                keys=[self.fence.key, self.healed_prefix + key],
-                args=[self.fence.token, json.dumps(entry), retention_ms],
-            )
-        if not done:
-            raise LockLostError(self._fence_lost())
-
-    def _fence_lost(self) -> str:
-        assert self.fence is not None
-        return (
-            f"model state in redis {self.where}: this patrol daemon no longer holds the patrol "
-            f"lease (key {self.fence.key}); another daemon is active, so nothing was written"
-        )
-
-    def healed_since(self, since: datetime) -> list[Healed]:
-        """The heals (not resumes) recorded at or after ``since`` by any hub, oldest first."""
-        items: list[tuple[str, Any]] = []
-        with _redis_errors(self.where):
-            keys = list(self.client.scan_iter(match=self.healed_prefix + HEAL_PREFIX + "*"))
-            for name, raw in zip(keys, self.client.mget(keys) if keys else [], strict=True):
-                if raw is None:
-                    continue  # expired between the scan and the read
-                with contextlib.suppress(ValueError, TypeError):
-                    text = name.decode() if isinstance(name, bytes) else str(name)
-                    items.append((text[len(self.healed_prefix) :], json.loads(raw)))
-        return healed_list(items, to_ms(since))

@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import redis
 
-from xaf_hub.store.redis_backend import _redis_errors, describe
+from xaf_hub.store.redis.client import describe, redis_errors
 
 __all__ = ["claimer"]
 
@@ -31,7 +31,7 @@ def claimer(client: redis.Redis, prefix: str) -> Callable[[str], bool]:
     where = describe(client)
 
     def claim(event_id: str) -> bool:
-        with _redis_errors(where):
+        with redis_errors(where):
             return bool(client.set(f"{prefix}:notify:seen:{event_id}", "1", nx=True, px=_SEEN_MS))
 
     return claim

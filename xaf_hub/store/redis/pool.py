@@ -46,14 +46,13 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any, Final, TypeVar
 
-# make_pool imports redis_backend first, which names the extra when redis is missing.
 import redis
 from redis.exceptions import WatchError
 
 from xaf_hub.errors import BusyError, LockLostError, StateFileError
 from xaf_hub.store.backlog import TaskPool, _utc_now
 from xaf_hub.store.fence import Fence
-from xaf_hub.store.redis_backend import _redis_errors, _text, describe
+from xaf_hub.store.redis.client import as_text, describe, redis_errors
 from xaf_hub.store.tasks import BacklogData, Task
 
 __all__ = ["RedisBacklog"]
@@ -230,13 +229,13 @@ class RedisBacklog(TaskPool):
             if int(got[2]):
                 self._migrate()
                 continue
-            pairs = [_text(v) for v in got[3:]]
+            pairs = [as_text(v) for v in got[3:]]
             rows = list(zip(pairs[0::2], pairs[1::2], strict=True))
-            return _text(got[0]), _text(got[1]), rows
+            return as_text(got[0]), as_text(got[1]), rows
 
     def load(self) -> BacklogData:
         """Read the pool; an absent pool is empty, corrupt content raises StateFileError."""
-        with _redis_errors(self.server):
+        with redis_errors(self.server):
             _, meta, rows = self._snapshot()
             return self._document(meta, rows)
 
@@ -266,7 +265,7 @@ class RedisBacklog(TaskPool):
         key = self.task_prefix + task_id
         lease, fenced, token = self._fence_args()
         deadline = time.monotonic() + max(self.lock_timeout, 0.0)
-        with _redis_errors(self.server):
+        with redis_errors(self.server):
             while True:
                 pipe = self.client.pipeline(transaction=False)
                 pipe.get(key)
@@ -275,7 +274,7 @@ class RedisBacklog(TaskPool):
                 if unmigrated:
                     self._migrate()
                     continue
-                read = "" if raw is None else _text(raw)
+                read = "" if raw is None else as_text(raw)
                 current = self._row(read, task_id) if read else None
                 new, result = change(current)
                 if new is not None and new.id != task_id:
@@ -286,8 +285,13 @@ class RedisBacklog(TaskPool):
                     return result
                 answer = self._edit(
                     keys=[key, self.order_key, self.writes_key, self.key, lease],
-                    args=[read, "" if new is None else _dump(new.to_json()), task_id, fenced,
-                          token],
+                    args=[
+                        read,
+                        "" if new is None else _dump(new.to_json()),
+                        task_id,
+                        fenced,
+                        token,
+                    ],
                 )
                 if answer == _WRITTEN:
                     return result
@@ -306,7 +310,7 @@ class RedisBacklog(TaskPool):
         """
         lease, fenced, token = self._fence_args()
         deadline = time.monotonic() + max(self.lock_timeout, 0.0)
-        with _redis_errors(self.server):
+        with redis_errors(self.server):
             while True:
                 writes, meta, rows = self._snapshot()
                 data = self._document(meta, rows)
@@ -355,9 +359,7 @@ class RedisBacklog(TaskPool):
         removed = [i for i in old_order if i not in seen]
         kept = [t.id for t in data.tasks if t.id in old_rows]
         survivors = [i for i in old_order if i in seen]
-        renumber = kept != survivors or any(
-            t.id in old_rows for t in data.tasks[len(kept):]
-        )
+        renumber = kept != survivors or any(t.id in old_rows for t in data.tasks[len(kept) :])
         args = ["1" if meta_changed else "0", meta, "1" if renumber else "0"]
         args += [str(len(sets) // 2), *sets, str(len(removed)), *removed]
         if renumber:
@@ -377,7 +379,7 @@ class RedisBacklog(TaskPool):
                     if raw is None:
                         pipe.unwatch()
                         return
-                    doc = self._json(_text(raw), self.key)
+                    doc = self._json(as_text(raw), self.key)
                     data = BacklogData.from_json(doc, path=self.where)
                     have = {str(i) for i in pipe.zrange(self.order_key, 0, -1)}
                     last = pipe.zrevrange(self.order_key, 0, 0, withscores=True)
@@ -400,4 +402,3 @@ class RedisBacklog(TaskPool):
                     if time.monotonic() >= deadline:
                         raise self._busy() from None
                     pipe.reset()
-

@@ -27,7 +27,7 @@ from typing import Any
 import redis
 
 from xaf_hub.store.fence import Fence
-from xaf_hub.store.redis_backend import _redis_errors, _text, describe
+from xaf_hub.store.redis.client import as_text, describe, redis_errors
 
 __all__ = ["PatrolLease", "known_daemons", "lease_token"]
 
@@ -88,9 +88,7 @@ def host_of(token: str) -> str:
 class PatrolLease:
     """One daemon's side of the lease: acquire or renew, release, and its fence."""
 
-    def __init__(
-        self, client: redis.Redis, prefix: str, host: str, lease_seconds: float
-    ) -> None:
+    def __init__(self, client: redis.Redis, prefix: str, host: str, lease_seconds: float) -> None:
         self.client = client
         self.prefix = prefix
         self.key = lease_key(prefix)
@@ -122,17 +120,15 @@ class PatrolLease:
         with self._mutex:
             start = time.monotonic()  # before asking: the lease runs from no later than this
             try:
-                with _redis_errors(self.where):
+                with redis_errors(self.where):
                     if self.token and self._renew(keys=[self.key], args=[self.token, ms]):
                         self._until = start + self.lease_seconds
                         return True
                     token = f"{self.member}|{secrets.token_hex(4)}"
-                    before = self._take(
-                        keys=[self.key, holder_key(self.prefix)], args=[token, ms]
-                    )
+                    before = self._take(keys=[self.key, holder_key(self.prefix)], args=[token, ms])
                     if before is not None:
                         self.token, self._until = token, start + self.lease_seconds
-                        self._taken_from = _text(before)
+                        self._taken_from = as_text(before)
                         return True
             except BaseException:
                 self.token, self._until = "", 0.0  # cannot tell: not ours from now on
@@ -158,7 +154,7 @@ class PatrolLease:
         with self._mutex:
             token, self.token, self._until = self.token, "", 0.0
             if token:
-                with _redis_errors(self.where):
+                with redis_errors(self.where):
                     self._release(keys=[self.key], args=[token])
 
     def holder(self) -> str | None:
@@ -176,32 +172,32 @@ class PatrolLease:
             "heartbeat": now.isoformat(timespec="seconds"),
             "heartbeat_ms": int(now.timestamp() * 1000),
         }
-        with _redis_errors(self.where):
+        with redis_errors(self.where):
             self.client.hset(self.daemons, self.member, json.dumps(entry))
 
 
 def lease_token(client: redis.Redis, prefix: str) -> str | None:
     """The lease key's token, or None when no daemon holds the lease."""
-    with _redis_errors(describe(client)):
+    with redis_errors(describe(client)):
         token = client.get(lease_key(prefix))
-    return None if token is None else _text(token)
+    return None if token is None else as_text(token)
 
 
 def known_daemons(client: redis.Redis, prefix: str, now_ms: int) -> list[dict[str, Any]]:
     """Every daemon that beat within a day (host, pid, role, heartbeat), oldest forgotten."""
     key = daemons_key(prefix)
-    with _redis_errors(describe(client)):
+    with redis_errors(describe(client)):
         raw = client.hgetall(key)
         out: list[dict[str, Any]] = []
         stale: list[str] = []
         for member, value in sorted(raw.items()):
             try:
-                entry = json.loads(_text(value))
+                entry = json.loads(as_text(value))
                 age_ms = now_ms - int(entry["heartbeat_ms"])
             except (ValueError, KeyError, TypeError):
                 continue  # unreadable: not shown, and left for whoever wrote it
             if age_ms > FORGET_AFTER_SECONDS * 1000:
-                stale.append(_text(member))
+                stale.append(as_text(member))
                 continue
             out.append(entry)
         if stale:

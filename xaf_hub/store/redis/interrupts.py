@@ -17,7 +17,7 @@ from collections.abc import Mapping
 
 import redis
 
-from xaf_hub.store.redis_backend import _redis_errors, _text, describe
+from xaf_hub.store.redis.client import as_text, describe, redis_errors
 
 __all__ = ["read_interrupts", "record_interrupt"]
 
@@ -36,7 +36,7 @@ def record_interrupt(
     """Keep that ``who`` interrupted ``key`` at ``at`` (epoch seconds); the latest wins."""
     field = json.dumps(list(key), ensure_ascii=False)
     value = json.dumps({"at": at, "who": dict(who)}, ensure_ascii=False)
-    with _redis_errors(describe(client)), client.pipeline(transaction=True) as pipe:
+    with redis_errors(describe(client)), client.pipeline(transaction=True) as pipe:
         pipe.hset(_key(prefix), field, value)
         pipe.pexpire(_key(prefix), _RETENTION_MS)
         pipe.execute()
@@ -44,13 +44,13 @@ def record_interrupt(
 
 def read_interrupts(client: redis.Redis, prefix: str) -> dict[Key, tuple[float, object]]:
     """Every kept interrupt: (instance, session) -> (epoch seconds, who as written)."""
-    with _redis_errors(describe(client)):
+    with redis_errors(describe(client)):
         raw = client.hgetall(_key(prefix))
     found: dict[Key, tuple[float, object]] = {}
     for name, value in raw.items():
         try:
-            pair = json.loads(_text(name))
-            doc = json.loads(_text(value))
+            pair = json.loads(as_text(name))
+            doc = json.loads(as_text(value))
             at = float(doc["at"])
         except (ValueError, KeyError, TypeError, UnicodeDecodeError):
             continue
