@@ -76,7 +76,7 @@ def redis_on_loopback(folder: Path) -> Iterator[str]:
 
 def _pool(url: str, prefix: str) -> Any:
     from xaf_hub.config.load import Config, LockConfig, PoolConfig
-    from xaf_hub.store.backends import make_pool
+    from xaf_hub.store.backends import Stores
 
     cfg = Config(
         path=None,
@@ -87,7 +87,7 @@ def _pool(url: str, prefix: str) -> Any:
         ),
         pool=PoolConfig(backend="redis"),
     )
-    return make_pool(cfg)
+    return Stores(cfg).pool()
 
 
 def _claimer(url: str, prefix: str, offset: int, seconds: float, start: Any, out: Any) -> None:

@@ -284,7 +284,7 @@ def test_sigkill_mid_heal_before_the_prompt_arrives_the_standby_heals_once(
     hosts: tuple[Host, Host], daemons: list[subprocess.Popen[str]]
 ) -> None:
     from xaf_hub.config.load import load_config
-    from xaf_hub.ops.models import model_state
+    from xaf_hub.store.backends import Stores
 
     a, b = hosts
     with limit.Sampler(a.hub, a.hub.root / "app") as sampler:
@@ -312,7 +312,7 @@ def test_sigkill_mid_heal_before_the_prompt_arrives_the_standby_heals_once(
         ("reuse", CHAIN[1])
     ]
     assert heal_lines(a, sid) == []
-    state = model_state(load_config(str(b.hub.config_path), env=b.hub.env))
+    state = Stores(load_config(str(b.hub.config_path), env=b.hub.env)).model_state()
     assert [
         (h.who.session, h.from_model, h.to_model) for h in state.healed_since(since)
     ] == [(sid, CHAIN[0], CHAIN[1])]

@@ -142,7 +142,7 @@ def test_sigkill_leaves_a_reservation_that_redis_expires(
 
 def test_blackout_seen_by_one_hub_stops_the_other(hosts: tuple[Host, Host]) -> None:
     from xaf_hub.config.load import load_config
-    from xaf_hub.ops.models import model_state
+    from xaf_hub.store.backends import Stores
 
     a, b = hosts
     args = ("dispatch", "--new", "--instance", "local-a", "--model", "opencode/free-model")
@@ -151,7 +151,7 @@ def test_blackout_seen_by_one_hub_stops_the_other(hosts: tuple[Host, Host]) -> N
 
     # Hub A sees a rate limit and records the blackout through the one writer.
     cfg_a = load_config(str(a.hub.config_path), env=a.hub.env)
-    model_state(cfg_a).mark_blackout(
+    Stores(cfg_a).model_state().mark_blackout(
         "opencode", "429 free usage limit", "host-a", datetime.now(UTC)
     )
     assert not (a.home / ".model_state.json").exists()  # it went to Redis, not to A's files

@@ -18,6 +18,7 @@ from xaf_hub.core.text import redact, terminal_safe
 if TYPE_CHECKING:  # the scanner pulls in httpx; --help must stay light
     from xaf_hub.fleet.scan import TransportFactory
     from xaf_hub.ops.context import OpsContext
+    from xaf_hub.store.backends import Stores
 
 T = TypeVar("T")
 
@@ -35,6 +36,7 @@ class Context:
     transport_factory: TransportFactory | None = None
     _config: Config | None = None
     common: Common = field(init=False)
+    _stores: Stores | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.common = build(Common, self.args)
@@ -56,11 +58,29 @@ class Context:
             self._config = load_config(self.common.config, env=self.env, cwd=self.cwd)
         return self._config
 
-    def ops(self) -> OpsContext:
-        """The operations context for this run: config, env and the transport seam."""
+    @property
+    def stores(self) -> Stores:
+        """This run's stores (``store.backends.Stores``), closed with the run (``close``)."""
+        if self._stores is None:
+            from xaf_hub.store.backends import Stores
+
+            self._stores = Stores(self.config)
+        return self._stores
+
+    def ops(self, **seams: Any) -> OpsContext:
+        """The operations context for this run: config, env, the transport seam and its
+        stores (``seams``: a log sink, a stop probe)."""
         from xaf_hub.ops.context import OpsContext
 
-        return OpsContext(self.config, env=self.env, transport_factory=self.transport_factory)
+        return OpsContext(
+            self.config, env=self.env, transport_factory=self.transport_factory,
+            shared=self.stores, **seams,
+        )
+
+    def close(self) -> None:
+        """Close what this run opened (its stores' Redis client); the command has ended."""
+        if self._stores is not None:
+            self._stores.close()
 
     @property
     def json(self) -> bool:

@@ -233,6 +233,10 @@ def main(argv: Sequence[str] | None = None, **context: Any) -> int:
         return int(shown.exit_code)
     except Exception as exc:  # noqa: BLE001 - the last line of defence prints one line
         return _internal_error(ctx, stderr, args, exc)
+    finally:
+        if ctx is not None:
+            with contextlib.suppress(Exception):  # closing never hides the command's answer
+                ctx.close()
 
 
 def _internal_error(

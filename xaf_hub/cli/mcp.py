@@ -180,6 +180,9 @@ class Hub:
         except Exception as exc:  # noqa: BLE001 - the last line of defence answers one line
             text = _redacted(ctx, f"{type(exc).__name__}: {exc}")
             raise Refused(f"internal error: {text}") from None
+        finally:
+            with contextlib.suppress(Exception):  # closing never hides the call's answer
+                ctx.close()
         safe = json.loads(_redacted(ctx, dumps(doc)))
         document = safe if isinstance(safe, dict) else {"items": safe}
         return Answer(document, _redacted(ctx, tool.summary(safe)))

@@ -156,7 +156,7 @@ def enqueue(
 ) -> Queued:
     """Run ``derive(state)`` under the lock, queue its new events, trim; return the outbox.
 
-    ``claim(event_id)`` (HA patrol: ``store.backends.event_claimer``) is asked for each event
+    ``claim(event_id)`` (HA patrol: ``store.backends.Stores.event_claimer``) is asked for each event
     new here; False means another hub queued it already: it is only marked seen. When it
     raises, nothing of this call is written (the next round derives the events again).
     """

@@ -41,7 +41,6 @@ from xaf_hub.notify.events import Event
 from xaf_hub.notify.formats import Outgoing, build
 from xaf_hub.notify.messages import render
 from xaf_hub.notify.send import Answer, deliver, make_client
-from xaf_hub.store.backends import event_claimer
 from xaf_hub.store.backlog import parse_instant
 from xaf_hub.store.model_state import Healed
 
@@ -439,7 +438,7 @@ def _queue(pctx: OpsContext, cycle: Cycle, cfg: NotifyConfig, live: bool) -> int
             queue_limit=cfg.queue_limit,
             keep_hours=cfg.keep_hours,
             lock_timeout=pctx.cfg.lock.lock_timeout_seconds,
-            claim=event_claimer(pctx.cfg),
+            claim=pctx.stores.event_claimer(),
         )
     except HubError as exc:
         cycle.error(pctx, STEP, f"nothing queued: {exc}")
@@ -477,7 +476,7 @@ def queue_notice(pctx: OpsContext, event: Event) -> str:
             queue_limit=cfg.queue_limit,
             keep_hours=cfg.keep_hours,
             lock_timeout=pctx.cfg.lock.lock_timeout_seconds,
-            claim=event_claimer(pctx.cfg),
+            claim=pctx.stores.event_claimer(),
         )
     except Exception as exc:  # noqa: BLE001 - a notice must never stop what announced it
         return pctx.redact(f"{STEP}: {event.type} notice not queued: {type(exc).__name__}: {exc}")

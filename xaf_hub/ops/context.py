@@ -3,13 +3,15 @@
 ``OpsContext`` is built once per command run or patrol run: config, clock, env, the
 transport seam (tests inject loopback transports), a log-line sink and a "stop requested"
 probe. Stores (gate, task pool, model state) and clients are made from it on demand, so an
-operation never reaches for a global. ``Fleet`` is one scan of the fleet as operations use it.
+operation never reaches for a global; it owns what they open (``store.backends.Stores``) and
+closes it at its end (``close``, or ``with``); a command's context shares the command's
+``Stores``. ``Fleet`` is one scan of the fleet as operations use it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -20,7 +22,7 @@ from xaf_hub.core.text import redact
 from xaf_hub.errors import UnreachableError
 from xaf_hub.fleet.client import OpencodeClient
 from xaf_hub.fleet.scan import InstanceScan, TransportFactory, make_client, scan_fleet
-from xaf_hub.store.backends import make_gate, make_pool
+from xaf_hub.store.backends import Stores
 from xaf_hub.store.backlog import TaskPool
 from xaf_hub.store.fence import Fence
 
@@ -58,6 +60,28 @@ class OpsContext:
     stop_requested: Callable[[], bool] = _never
     # The HA patrol daemon's lease at this moment: the Redis stores write only while it holds.
     fence: Callable[[], Fence | None] = _unfenced
+    # The stores of the run this context belongs to (a command's, shared with it); None: its own.
+    shared: Stores | None = field(default=None, repr=False, compare=False)
+    # What the context's stores open (one Redis client), closed with the context.
+    stores: Stores = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "stores", self.shared or Stores(self.cfg))
+
+    def __enter__(self) -> OpsContext:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close what the context's stores opened (safe to call more than once)."""
+        self.stores.close()
+
+    def but(self, **changes: Any) -> OpsContext:
+        """This context with ``changes`` (another stop probe, a fence), sharing its stores:
+        what either opens is closed with this one."""
+        return replace(self, shared=self.stores, **changes)
 
     def now(self) -> datetime:
         """The current time from the injected clock (aware)."""
@@ -77,17 +101,15 @@ class OpsContext:
 
     def backlog(self) -> TaskPool:
         """The task pool store ``pool.backend`` names (the file, or Redis)."""
-        return make_pool(self.cfg, self.clock, self.fence())
+        return self.stores.pool(self.clock, self.fence())
 
     def model_state(self) -> ModelState:
         """The blackout / healed-failure store."""
-        from xaf_hub.ops.models import model_state
-
-        return model_state(self.cfg, self.fence())
+        return self.stores.model_state(self.fence())
 
     def gate(self) -> Gate:
         """The dispatch gate (locks and reservations)."""
-        return make_gate(self.cfg, self.fence())
+        return self.stores.gate(self.fence())
 
     def client(self, inst: InstanceConfig) -> OpencodeClient:
         """A fresh client for ``inst``; use it as ``async with``."""

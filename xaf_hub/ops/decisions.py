@@ -109,12 +109,10 @@ def operator_interrupts(state_dir: Path) -> dict[Key, Interrupt]:
 
 def people_interrupts(ops: OpsContext) -> dict[Key, Interrupt]:
     """Latest interrupt per session: this host's audit log, and with the Redis stores every
-    host's (``store.backends.shared_interrupts``). UnreachableError when Redis cannot be
+    host's (``store.backends.Stores.interrupts``). UnreachableError when Redis cannot be
     asked: a patrol must not undo an interrupt it could not read."""
-    from xaf_hub.store.backends import shared_interrupts
-
     found = operator_interrupts(ops.cfg.state_dir)
-    for key, (at, who) in shared_interrupts(ops.cfg).items():
+    for key, (at, who) in ops.stores.interrupts().items():
         if key not in found or at >= found[key].at:
             found[key] = Interrupt(at, _who(who))
     return found

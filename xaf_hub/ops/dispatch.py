@@ -170,7 +170,7 @@ async def prepare(ops: OpsContext, order: DispatchOrder) -> Prepared:
     plan = plan_dispatch(cfg, views, req, scores, evidence)
     warnings.extend(plan.warnings + snap.warnings)
     override = pool.discipline
-    model = choose_model(cfg, plan.instance, req.model)
+    model = choose_model(ops, plan.instance, req.model)
     if req.model and model != req.model:
         warnings.append(
             f"model {req.model} is blacked out (rate limit); using {model or 'server default'}"

@@ -23,7 +23,6 @@ from xaf_hub.errors import HubError, NotProjectSession, ProductionRefused, Unrea
 from xaf_hub.fleet.scan import scan_fleet
 from xaf_hub.ops.context import OpsContext
 from xaf_hub.store.audit import who
-from xaf_hub.store.backends import record_shared_interrupt
 
 
 @dataclass(frozen=True)
@@ -107,7 +106,7 @@ def _share(ops: OpsContext, instance: str, session: str, notes: list[str]) -> bo
     """Keep the interrupt where a patrol on any host reads it (Redis stores); False and a note
     when that failed."""
     try:
-        record_shared_interrupt(ops.cfg, instance, session, time.time(), who(ops.env))
+        ops.stores.record_interrupt(instance, session, time.time(), who(ops.env))
     except HubError as exc:
         notes.append(
             f"the interrupt is recorded on this host only ({exc}): a patrol daemon on another "

@@ -16,8 +16,6 @@ from xaf_hub.config.load import Config, InstanceConfig
 from xaf_hub.core.clock import iso_time, to_ms
 from xaf_hub.errors import UsageError
 from xaf_hub.store.audit import caller
-from xaf_hub.store.backends import make_model_state
-from xaf_hub.store.fence import Fence
 from xaf_hub.store.model_state import (
     WHY_WORDS,
     Blackout,
@@ -30,22 +28,18 @@ if TYPE_CHECKING:  # ops.context imports this module
     from xaf_hub.ops.context import OpsContext
 
 
-def model_state(cfg: Config, fence: Fence | None = None) -> ModelState:
-    """The fleet's model state store (``store.backends.make_model_state``)."""
-    return make_model_state(cfg, fence)
-
-
 def model_chain(cfg: Config, inst: InstanceConfig) -> tuple[str, ...]:
     """The instance's model chain, else the global one."""
     return inst.models or cfg.models.chain
 
 
 def choose_model(
-    cfg: Config, inst: InstanceConfig, explicit: str | None, now: datetime | None = None
+    ops: OpsContext, inst: InstanceConfig, explicit: str | None, now: datetime | None = None
 ) -> str | None:
     """resolve_dispatch_model for one instance with the current blackouts."""
+    cfg = ops.cfg
     now = now or datetime.now(UTC)
-    blacked = model_state(cfg).resting(now)
+    blacked = ops.model_state().resting(now)
     return resolve_dispatch_model(
         explicit=explicit,
         chain=model_chain(cfg, inst),
@@ -56,7 +50,7 @@ def choose_model(
 
 
 def untried_model(
-    cfg: Config,
+    ops: OpsContext,
     inst: InstanceConfig,
     avoid: Sequence[str],
     now: datetime | None = None,
@@ -67,8 +61,9 @@ def untried_model(
     along the chain this way before its failure counts as infrastructure; None when every
     model was tried.
     """
+    cfg = ops.cfg
     now = now or datetime.now(UTC)
-    blacked = model_state(cfg).resting(now)
+    blacked = ops.model_state().resting(now)
     families = cfg.models.families()
     for model in (*model_chain(cfg, inst), cfg.models.default_dispatch_model):
         if model and model not in avoid and not _blacked(model, blacked, families):
@@ -158,12 +153,11 @@ def chain_models(cfg: Config) -> tuple[str, ...]:
     return tuple(seen)
 
 
-def models_view(cfg: Config, now: datetime, state: ModelState | None = None) -> ModelsView:
+def models_view(cfg: Config, now: datetime, state: ModelState) -> ModelsView:
     """What rests and until when, for every model of the chains (one reading of the state).
 
     Raises StateFileError / the Redis store's errors when the model state cannot be read.
     """
-    state = state or model_state(cfg)
     rests = state.active_blackouts(now)
     families = cfg.models.families()
     resting = set(rests)

@@ -18,7 +18,7 @@ import socket
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from xaf_hub.config.load import Config
@@ -26,6 +26,9 @@ from xaf_hub.core.records import SessionRecord
 from xaf_hub.errors import HubError
 from xaf_hub.ops.budget import BudgetLine, budget_lines, money
 from xaf_hub.page.words import WHEN, Lang, Line, ago, clean, local_time_with_zone, text
+
+if TYPE_CHECKING:  # the page loads the stores when it builds the view
+    from xaf_hub.store.backends import Stores
 
 # Step names (report) -> catalogue key of how a reader who never saw the code would put them.
 STEP_KEYS = ("run_ceiling", "fix_free_limit", "check_agents", "sync_design_tasks", "fill_slots")
@@ -61,8 +64,8 @@ class AutopilotView:
     problems: tuple[str, ...] = ()
     done: tuple[DoneTask, ...] = ()  # the latest tasks done, newest first
     spend: tuple[str, ...] = ()  # today's spend against the daily budgets (ops.budget)
-    # The HA patrol (store.backends.lease_status): the host holding the lease ("" when none or
-    # no lease is used) and the sentence that says so (None when no lease is used).
+    # The HA patrol (store.backends.Stores.lease_status): the host holding the lease ("" when
+    # none or no lease is used) and the sentence that says so (None when no lease is used).
     active_host: str = ""
     ha: Line | None = None
 
@@ -253,10 +256,11 @@ def _spend_words(lang: Lang, line: BudgetLine, silent: int = 0) -> str:
 
 def task_ids_by_session(cfg: Config) -> dict[str, str]:
     """{session id: task id} for every task of the pool sent to a session; {} if unreadable."""
-    from xaf_hub.store.backends import make_pool
+    from xaf_hub.store.backends import Stores
 
     try:
-        tasks = make_pool(cfg).load().tasks
+        with Stores(cfg) as stores:
+            tasks = stores.pool().load().tasks
     except HubError:
         return {}
     return {t.session_id: t.id for t in tasks if t.session_id}
@@ -301,8 +305,20 @@ def _queue(
 def _build(
     cfg: Config, now_ms: int, lang: Lang, sessions: Mapping[tuple[str, str], SessionRecord]
 ) -> AutopilotView:
+    from xaf_hub.store.backends import Stores
+
+    with Stores(cfg) as stores:  # one Redis client for the pool, the lease and the rests
+        return _built(stores, cfg, now_ms, lang, sessions)
+
+
+def _built(
+    stores: Stores,
+    cfg: Config,
+    now_ms: int,
+    lang: Lang,
+    sessions: Mapping[tuple[str, str], SessionRecord],
+) -> AutopilotView:
     from xaf_hub.ops.models import models_view
-    from xaf_hub.store.backends import lease_status, make_pool
     from xaf_hub.store.backlog import is_blocked, readiness
     from xaf_hub.store.patrol_state import heartbeat, latest_report, pause_info
 
@@ -329,7 +345,7 @@ def _build(
     next_up: list[tuple[str, str]] = []
     done: tuple[DoneTask, ...] = ()
     try:
-        tasks = make_pool(cfg).load().tasks
+        tasks = stores.pool().load().tasks
     except HubError as exc:
         problems.append(text(lang, "ap.queue_unreadable", error=exc))
     else:
@@ -350,7 +366,7 @@ def _build(
         ]
 
     active_host, ha = "", None
-    lease = lease_status(cfg, now_ms)
+    lease = stores.lease_status(now_ms)
     if lease is not None:
         if "lease_error" in lease:
             problems.append(text(lang, "ap.ha_unreadable", error=lease["lease_error"]))
@@ -363,7 +379,7 @@ def _build(
 
     rests: list[Line] = []
     try:
-        view = models_view(cfg, datetime.fromtimestamp(now_ms / 1000, UTC))
+        view = models_view(cfg, datetime.fromtimestamp(now_ms / 1000, UTC), stores.model_state())
     except HubError as exc:
         problems.append(text(lang, "ap.rests_unreadable", error=exc))
     else:

@@ -35,7 +35,7 @@ import socket
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import FrameType
@@ -59,7 +59,6 @@ from xaf_hub.patrol.jobs.fix_free_limit import fix_free_limit
 from xaf_hub.patrol.jobs.run_ceiling import run_ceiling_job
 from xaf_hub.patrol.jobs.sync_design import sync_design_tasks
 from xaf_hub.patrol.report import write_report
-from xaf_hub.store.backends import load_run_memory
 from xaf_hub.store.gate import host_name
 from xaf_hub.store.patrol_state import (
     HEARTBEAT_FILE,
@@ -211,11 +210,10 @@ def open_lease(pctx: OpsContext) -> PatrolLease | None:
     cfg = pctx.cfg
     if not uses_lease(cfg):
         return None
-    from xaf_hub.store.redis.client import connect
     from xaf_hub.store.redis.lease import PatrolLease
 
     return PatrolLease(
-        connect(cfg.lock), cfg.lock.redis_prefix, host_name(), cfg.patrol.lease_seconds
+        pctx.stores.redis(), cfg.lock.redis_prefix, host_name(), cfg.patrol.lease_seconds
     )
 
 
@@ -237,9 +235,7 @@ def _take_lease(pctx: OpsContext, lease: PatrolLease) -> CycleRun | OpsContext:
             f"standby: the patrol lease is held by {holder or 'another daemon'}; no cycle run",
         )
     outer = pctx.stop_requested
-    return replace(
-        pctx, fence=lease.fence, stop_requested=lambda: outer() or not lease.held
-    )
+    return pctx.but(fence=lease.fence, stop_requested=lambda: outer() or not lease.held)
 
 
 def run_once(
@@ -334,7 +330,7 @@ def _load_memory(pctx: OpsContext) -> tuple[RunMemory | None, str]:
     """The rounds' memory of last runs, or why not (damaged or unreachable: the round reads
     every session)."""
     try:
-        return load_run_memory(pctx.cfg, pctx.patrol_dir, pctx.fence()), ""
+        return pctx.stores.run_memory(pctx.patrol_dir, pctx.fence()), ""
     except StateFileError as exc:
         return None, (
             f"{exc}; this round read every session and left the memory as it is "
@@ -411,7 +407,7 @@ def _run_daemon(
     busy = threading.Lock()
     lease = open_lease(pctx)
     if lease is None:
-        pctx = replace(pctx, stop_requested=stop.is_set)
+        pctx = pctx.but(stop_requested=stop.is_set)
     else:
         # A standby (or a holder whose lease ran out) stops at once and writes nothing.
         held = lease
@@ -419,14 +415,14 @@ def _run_daemon(
         def standby_or_stop() -> bool:
             return stop.is_set() or not held.held
 
-        pctx = replace(pctx, stop_requested=standby_or_stop, fence=lease.fence)
+        pctx = pctx.but(stop_requested=standby_or_stop, fence=lease.fence)
     skip = tuple(skip)
     folder = pctx.patrol_dir
     following = None
     # Notices go out from its thread, never under a lock. It stops with the daemon only, not
     # with the lease: a standby's sender that quit at start would leave a later takeover's
     # notices (the failover first) queued forever; what it sends was queued while active.
-    sender = Sender(replace(pctx, stop_requested=stop.is_set), out)
+    sender = Sender(pctx.but(stop_requested=stop.is_set), out)
     sender.start()
     if live:  # before the first run is timed: starting it may take a moment on a busy box
         from xaf_hub.patrol.live import start_live, stop_live

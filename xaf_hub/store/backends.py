@@ -1,17 +1,22 @@
 """The stores the config names: files on this host, or Redis shared by every host.
 
-``lock.backend`` chooses the gate, ``pool.backend`` the task pool, ``models.state_backend`` the
-model state; with the HA lease the rounds'
-memory of last runs is in Redis too. Apart from both backends so neither imports the other;
-Redis is imported only when asked for.
+``Stores`` is the one factory. ``lock.backend`` chooses the gate, ``pool.backend`` the task
+pool, ``models.state_backend`` the model state; with the HA lease the rounds' memory of last
+runs is in Redis too. A context (a command, a patrol daemon, an MCP call, the page) has one
+``Stores`` and closes it at its end: what the stores open (one Redis client, a connection pool
+every Redis store of the context shares) is closed with it (an ``ExitStack``). Apart from both
+backends so neither imports the other; Redis is imported only when asked for.
 """
 
 from __future__ import annotations
 
+import contextlib
+import threading
 from collections.abc import Callable, Mapping
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, NotRequired, TypedDict
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
 from xaf_hub.config.load import Config
 from xaf_hub.store.backlog import Backlog, TaskPool, _utc_now
@@ -23,129 +28,10 @@ if TYPE_CHECKING:
     from xaf_hub.store.patrol_state import RunMemory
 
 
-def make_gate(cfg: Config, fence: Fence | None = None) -> Gate:
-    """The gate ``lock.backend`` asks for: slot files here, or Redis shared by every host.
-
-    ``fence`` (an HA patrol daemon's lease) guards the Redis gate's reservations; files hold on
-    one host, where no second daemon competes.
-    """
-    if cfg.lock.backend == "redis":
-        from xaf_hub.store.redis.client import connect
-        from xaf_hub.store.redis.gate import RedisGate
-
-        return RedisGate(cfg.lock, connect(cfg.lock), fence=fence)
-    return FileGate(cfg.lock_dir, cfg.lock)
-
-
-def make_model_state(cfg: Config, fence: Fence | None = None) -> ModelState:
-    """The model state ``models.state_backend`` asks for (blackouts, healed failures): the file
-    here, or Redis for every host. ``fence`` (an HA patrol daemon's lease) guards Redis writes.
-    """
-    from xaf_hub.core.clock import resolve_timezone
-    from xaf_hub.store.model_state import FileModelState
-
-    policy = (
-        cfg.models.blackout_reset_hour,
-        resolve_timezone(cfg.models.timezone),
-        cfg.models.families(),
-    )
-    if cfg.models.state_backend == "redis":
-        from xaf_hub.store.redis.client import connect
-        from xaf_hub.store.redis.model_state import RedisModelState
-
-        return RedisModelState(
-            connect(cfg.lock),
-            cfg.lock.redis_prefix,
-            *policy,
-            lock_timeout=cfg.lock.lock_timeout_seconds,
-            fence=fence,
-        )
-    return FileModelState(
-        cfg.state_dir / ".model_state.json", *policy, lock_timeout=cfg.lock.lock_timeout_seconds
-    )
-
-
-def make_pool(
-    cfg: Config, clock: Callable[[], datetime] | None = None, fence: Fence | None = None
-) -> TaskPool:
-    """The task pool ``pool.backend`` asks for: the file here, or Redis keys for every hub."""
-    timeout = cfg.lock.lock_timeout_seconds
-    now = clock or _utc_now
-    if cfg.pool.backend == "redis":
-        from xaf_hub.store.redis.client import connect
-        from xaf_hub.store.redis.pool import RedisBacklog
-
-        return RedisBacklog(
-            connect(cfg.lock), cfg.lock.redis_prefix, timeout, clock=now, fence=fence
-        )
-    return Backlog(cfg.backlog_path, timeout, clock=now)
-
-
-def load_run_memory(cfg: Config, folder: Path, fence: Fence | None = None) -> RunMemory:
-    """The rounds' memory of last runs: ``folder``'s file, or Redis when daemons share the
-    rounds (``uses_lease``: the active daemon may be on another host next round).
-
-    StateFileError when damaged; UnreachableError when Redis cannot be asked.
-    """
-    if uses_lease(cfg):
-        from xaf_hub.store.redis.client import connect
-        from xaf_hub.store.redis.runs import RedisRunMemory
-
-        return RedisRunMemory.open(connect(cfg.lock), cfg.lock.redis_prefix, fence)
-    from xaf_hub.store.patrol_state import RunMemory  # status and sessions never load it
-
-    return RunMemory.load(folder)
-
-
 def shares_decisions(cfg: Config) -> bool:
     """Whether people's interrupts are kept in Redis too: with the gate or the pool there,
     a patrol on another host acts on this host's sessions."""
     return "redis" in (cfg.lock.backend, cfg.pool.backend)
-
-
-def record_shared_interrupt(
-    cfg: Config, instance: str, session: str, at: float, who: Mapping[str, str]
-) -> None:
-    """Keep a person's interrupt where every host's patrol reads it (nothing without Redis).
-
-    UnreachableError when Redis cannot be reached: the audit line on this host still holds.
-    """
-    if not shares_decisions(cfg):
-        return
-    from xaf_hub.store.redis.client import connect
-    from xaf_hub.store.redis.interrupts import record_interrupt
-
-    client = connect(cfg.lock)
-    try:
-        record_interrupt(client, cfg.lock.redis_prefix, (instance, session), at, who)
-    finally:
-        client.close()
-
-
-def shared_interrupts(cfg: Config) -> dict[tuple[str, str], tuple[float, object]]:
-    """People's interrupts made on any host ({} without Redis); UnreachableError when Redis
-    cannot be asked (the caller must not act as if there were none)."""
-    if not shares_decisions(cfg):
-        return {}
-    from xaf_hub.store.redis.client import connect
-    from xaf_hub.store.redis.interrupts import read_interrupts
-
-    client = connect(cfg.lock)
-    try:
-        return read_interrupts(client, cfg.lock.redis_prefix)
-    finally:
-        client.close()
-
-
-def event_claimer(cfg: Config) -> Callable[[str], bool] | None:
-    """With the HA lease, a function that lets one hub only queue each notification event
-    (``store.redis.seen``); None when one host runs the patrol (its outbox is enough)."""
-    if not uses_lease(cfg):
-        return None
-    from xaf_hub.store.redis.client import connect
-    from xaf_hub.store.redis.seen import claimer
-
-    return claimer(connect(cfg.lock), cfg.lock.redis_prefix)
 
 
 class DaemonRow(TypedDict):
@@ -170,42 +56,177 @@ def uses_lease(cfg: Config) -> bool:
     return "redis" in (cfg.lock.backend, cfg.pool.backend) and cfg.patrol.lease_seconds > 0
 
 
-def lease_status(cfg: Config, now_ms: int) -> LeaseStatus | None:
-    """The HA lease as Redis has it now, or None when the config uses no lease.
+class Stores:
+    """Every store of one context, built here from the config; closed with the context.
 
-    A daemon that still says "active" without holding the lease, or a standby that stopped
-    beating for three lease times, is "silent" (dead or cut off). Redis unreachable: no
-    active host, no daemons, and ``lease_error`` says why.
+    Store objects are light and made per use (a gate or a pool keeps per-object state, such as
+    the locks it holds, that threads must not share); what is costly to open is opened once:
+    the Redis client, whose connection pool is thread-safe, serves every Redis store of the
+    context and is closed by ``close`` (or the ``with`` block's end). Using a closed
+    ``Stores`` opens a new client (and it is closed at the next ``close``).
     """
-    if not uses_lease(cfg):
-        return None
-    from xaf_hub.errors import HubError
-    from xaf_hub.store.redis.client import connect
-    from xaf_hub.store.redis.lease import host_of, known_daemons, lease_token, member_of
 
-    client = connect(cfg.lock)
-    try:
-        token = lease_token(client, cfg.lock.redis_prefix)
-        daemons = known_daemons(client, cfg.lock.redis_prefix, now_ms)
-    except HubError as exc:
-        return {"active_host": None, "daemons": [], "lease_error": str(exc)}
-    finally:
-        client.close()
-    holder = member_of(token) if token else None
-    silent_ms = 3 * cfg.patrol.lease_seconds * 1000
-    rows: list[DaemonRow] = []
-    for d in daemons:
-        role = str(d.get("role") or "")
-        if d.get("member") == holder:
-            role = "active"
-        elif role == "active" or (role == "standby" and now_ms - d["heartbeat_ms"] > silent_ms):
-            role = "silent"  # its lease is gone, or it stopped beating: dead or cut off
-        rows.append(
-            {
-                "host": d.get("host"),
-                "pid": d.get("pid"),
-                "role": role,
-                "heartbeat": d.get("heartbeat"),
-            }
+    def __init__(self, cfg: Config) -> None:
+        self.cfg = cfg
+        self._stack = contextlib.ExitStack()
+        self._open = threading.Lock()
+        self._client: Any = None
+
+    def __enter__(self) -> Stores:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close what the stores opened (the Redis client); safe to call more than once."""
+        with self._open:
+            self._client = None
+            stack, self._stack = self._stack, contextlib.ExitStack()
+        stack.close()
+
+    def redis(self) -> Any:
+        """The context's one Redis client for ``lock.redis_url`` (connected on first use)."""
+        with self._open:
+            if self._client is None:
+                from xaf_hub.store.redis.client import connect
+
+                client = connect(self.cfg.lock)
+                self._stack.callback(client.close)
+                self._client = client
+            return self._client
+
+    def gate(self, fence: Fence | None = None) -> Gate:
+        """The gate ``lock.backend`` asks for: slot files here, or Redis shared by every host.
+
+        ``fence`` (an HA patrol daemon's lease) guards the Redis gate's reservations; files
+        hold on one host, where no second daemon competes.
+        """
+        cfg = self.cfg
+        if cfg.lock.backend == "redis":
+            from xaf_hub.store.redis.gate import RedisGate
+
+            return RedisGate(cfg.lock, self.redis(), fence=fence)
+        return FileGate(cfg.lock_dir, cfg.lock)
+
+    def model_state(self, fence: Fence | None = None) -> ModelState:
+        """The model state ``models.state_backend`` asks for (blackouts, healed failures): the
+        file here, or Redis for every host. ``fence`` guards Redis writes."""
+        from xaf_hub.core.clock import resolve_timezone
+        from xaf_hub.store.model_state import FileModelState
+
+        cfg = self.cfg
+        policy = (
+            cfg.models.blackout_reset_hour,
+            resolve_timezone(cfg.models.timezone),
+            cfg.models.families(),
         )
-    return {"active_host": host_of(token) if token else None, "daemons": rows}
+        timeout = cfg.lock.lock_timeout_seconds
+        if cfg.models.state_backend == "redis":
+            from xaf_hub.store.redis.model_state import RedisModelState
+
+            return RedisModelState(
+                self.redis(), cfg.lock.redis_prefix, *policy, lock_timeout=timeout, fence=fence
+            )
+        return FileModelState(cfg.state_dir / ".model_state.json", *policy, lock_timeout=timeout)
+
+    def pool(
+        self, clock: Callable[[], datetime] | None = None, fence: Fence | None = None
+    ) -> TaskPool:
+        """The task pool ``pool.backend`` asks for: the file here, or Redis keys for every hub."""
+        cfg = self.cfg
+        timeout = cfg.lock.lock_timeout_seconds
+        now = clock or _utc_now
+        if cfg.pool.backend == "redis":
+            from xaf_hub.store.redis.pool import RedisBacklog
+
+            return RedisBacklog(
+                self.redis(), cfg.lock.redis_prefix, timeout, clock=now, fence=fence
+            )
+        return Backlog(cfg.backlog_path, timeout, clock=now)
+
+    def run_memory(self, folder: Path, fence: Fence | None = None) -> RunMemory:
+        """The rounds' memory of last runs: ``folder``'s file, or Redis when daemons share the
+        rounds (``uses_lease``: the active daemon may be on another host next round).
+
+        StateFileError when damaged; UnreachableError when Redis cannot be asked.
+        """
+        if uses_lease(self.cfg):
+            from xaf_hub.store.redis.runs import RedisRunMemory
+
+            return RedisRunMemory.open(self.redis(), self.cfg.lock.redis_prefix, fence)
+        from xaf_hub.store.patrol_state import RunMemory  # status and sessions never load it
+
+        return RunMemory.load(folder)
+
+    def record_interrupt(
+        self, instance: str, session: str, at: float, who: Mapping[str, str]
+    ) -> None:
+        """Keep a person's interrupt where every host's patrol reads it (nothing without
+        Redis). UnreachableError when Redis cannot be reached: the audit line here holds."""
+        if not shares_decisions(self.cfg):
+            return
+        from xaf_hub.store.redis.interrupts import record_interrupt
+
+        record_interrupt(self.redis(), self.cfg.lock.redis_prefix, (instance, session), at, who)
+
+    def interrupts(self) -> dict[tuple[str, str], tuple[float, object]]:
+        """People's interrupts made on any host ({} without Redis); UnreachableError when
+        Redis cannot be asked (the caller must not act as if there were none)."""
+        if not shares_decisions(self.cfg):
+            return {}
+        from xaf_hub.store.redis.interrupts import read_interrupts
+
+        return read_interrupts(self.redis(), self.cfg.lock.redis_prefix)
+
+    def event_claimer(self) -> Callable[[str], bool] | None:
+        """With the HA lease, a function that lets one hub only queue each notification event
+        (``store.redis.seen``); None when one host runs the patrol (its outbox is enough)."""
+        if not uses_lease(self.cfg):
+            return None
+        from xaf_hub.store.redis.seen import claimer
+
+        return claimer(self.redis(), self.cfg.lock.redis_prefix)
+
+    def lease_status(self, now_ms: int) -> LeaseStatus | None:
+        """The HA lease as Redis has it now, or None when the config uses no lease.
+
+        A daemon that still says "active" without holding the lease, or a standby that
+        stopped beating for three lease times, is "silent" (dead or cut off). Redis
+        unreachable: no active host, no daemons, and ``lease_error`` says why.
+        """
+        cfg = self.cfg
+        if not uses_lease(cfg):
+            return None
+        from xaf_hub.errors import HubError
+        from xaf_hub.store.redis.lease import host_of, known_daemons, lease_token, member_of
+
+        try:
+            client = self.redis()
+            token = lease_token(client, cfg.lock.redis_prefix)
+            daemons = known_daemons(client, cfg.lock.redis_prefix, now_ms)
+        except HubError as exc:
+            return {"active_host": None, "daemons": [], "lease_error": str(exc)}
+        holder = member_of(token) if token else None
+        silent_ms = 3 * cfg.patrol.lease_seconds * 1000
+        rows: list[DaemonRow] = []
+        for d in daemons:
+            role = str(d.get("role") or "")
+            if d.get("member") == holder:
+                role = "active"
+            elif role == "active" or (role == "standby" and now_ms - d["heartbeat_ms"] > silent_ms):
+                role = "silent"  # its lease is gone, or it stopped beating: dead or cut off
+            rows.append(
+                {
+                    "host": d.get("host"),
+                    "pid": d.get("pid"),
+                    "role": role,
+                    "heartbeat": d.get("heartbeat"),
+                }
+            )
+        return {"active_host": host_of(token) if token else None, "daemons": rows}

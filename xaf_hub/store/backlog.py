@@ -120,7 +120,7 @@ class TaskPool(abc.ABC):
     """The task pool's interface: a read, and atomic changes; the rest is rules.
 
     Two stores implement it: ``Backlog`` (the file on this host) and ``RedisBacklog`` (a key
-    per task in Redis shared by every hub, ``store.redis.pool``); ``backends.make_pool``
+    per task in Redis shared by every hub, ``store.redis.pool``); ``backends.Stores.pool``
     chooses by ``pool.backend``. Every operation below is one ``edit`` (one row) or one
     ``update`` (the whole pool), so what is atomic on one backend is atomic on the other: a
     ``claim`` seen by two hubs succeeds once.

@@ -16,7 +16,7 @@ A "not running" reading only judges reservations older than the grace *when the 
 made* (``observed_at``): a slow or stale reading never frees a reservation made after it.
 
 ``Gate`` is the interface and the rules; ``FileGate`` keeps them in files, which hold on one
-host. ``make_gate`` picks the Redis gate (``store.redis.gate.RedisGate``, shared by every
+host. ``Stores.gate`` picks the Redis gate (``store.redis.gate.RedisGate``, shared by every
 host) when ``lock.backend`` is "redis"; only then is redis imported.
 """
 
@@ -113,7 +113,7 @@ class Gate(abc.ABC):
     """A per-instance dispatch lock plus slot reservations: the interface, and the rules every
     store shares (a reservation's liveness, what counts as pending). Where they are kept is
     the store's: ``FileGate`` (files on this host) or ``store.redis.gate.RedisGate`` (one
-    Redis for every host); ``store.backends.make_gate`` picks one."""
+    Redis for every host); ``store.backends.Stores.gate`` picks one."""
 
     def __init__(
         self,

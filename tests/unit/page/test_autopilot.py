@@ -13,10 +13,10 @@ import pytest
 
 from xaf_hub.config.load import Config, parse_config
 from xaf_hub.core.records import SessionRecord, Snapshot
-from xaf_hub.ops.models import model_state
 from xaf_hub.page import autopilot as overview
 from xaf_hub.page import export as report
 from xaf_hub.page.words import Lang
+from xaf_hub.store.backends import Stores
 from xaf_hub.store.backlog import Backlog, Task
 
 NOW = datetime(2026, 11, 30, 9, 30, tzinfo=UTC)
@@ -82,7 +82,7 @@ def test_last_round_queue_and_resting_providers(cfg: Config) -> None:
         ("T5", "P3", "done", 0),
     ]:
         pool.add(Task(id=tid, title=f"task {tid}", priority=prio, status=status, attempts=attempts))
-    model_state(cfg).mark_blackout("opencode", "429 rate limit", "test", NOW)
+    Stores(cfg).model_state().mark_blackout("opencode", "429 rate limit", "test", NOW)
 
     view = overview.build(cfg, NOW_MS)
     assert view.state == "off"  # a report, but no daemon: it ran once, it is not "on"
@@ -110,7 +110,7 @@ def test_last_round_queue_and_resting_providers(cfg: Config) -> None:
 
 
 def test_resting_panel_says_why_each_rest_ends_when_it_does(cfg: Config) -> None:
-    state = model_state(cfg)
+    state = Stores(cfg).model_state()
     end = int((NOW + timedelta(minutes=5)).timestamp() * 1000)
     state.mark_rest("fake/a", scope="model", until_ms=end, why="stated", reason="429",
                     source="t", now=NOW)

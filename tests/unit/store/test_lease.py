@@ -19,7 +19,7 @@ import pytest
 from tests.redis_fixture import RedisServer, pool_keys
 from xaf_hub.config.load import Config, LockConfig, PatrolConfig, PoolConfig
 from xaf_hub.errors import LockLostError
-from xaf_hub.store.backends import make_gate, make_pool
+from xaf_hub.store.backends import Stores
 from xaf_hub.store.backlog import BacklogData, Task
 from xaf_hub.store.fence import Fence
 
@@ -81,7 +81,7 @@ def test_one_holder_renews_and_a_standby_takes_over_after_the_lease(cfg: Config)
 def test_a_fenced_gate_writes_nothing_once_the_lease_is_lost(cfg: Config, rds: Any) -> None:
     a = lease(cfg, "host-a")
     assert a.acquire()
-    gate = make_gate(cfg, a.fence())
+    gate = Stores(cfg).gate(a.fence())
     with gate.lock("lan-a"):
         res = gate.reserve("lan-a", "ses_1")
         assert gate.owns_lock("lan-a")
@@ -103,7 +103,7 @@ def test_a_fenced_gate_writes_nothing_once_the_lease_is_lost(cfg: Config, rds: A
         live = gate.live_reservations("lan-a")
         assert [r.key for r in live] == [res.key]  # only the one made while it held the lease
     # Unfenced (a one-host command) the same gate writes as before.
-    plain = make_gate(cfg)
+    plain = Stores(cfg).gate()
     with plain.lock("lan-a"):
         plain.reserve("lan-a")
         assert plain.owns_lock("lan-a")
@@ -114,7 +114,7 @@ def test_a_fenced_gate_writes_nothing_once_the_lease_is_lost(cfg: Config, rds: A
 def test_a_fenced_pool_changes_nothing_once_the_lease_is_lost(cfg: Config, rds: Any) -> None:
     a = lease(cfg, "host-a")
     assert a.acquire()
-    pool = make_pool(cfg, fence=a.fence())
+    pool = Stores(cfg).pool(fence=a.fence())
     planned = pool.add(Task(id="T1", title="one"), now=NOW)
     before = pool_keys(rds, cfg.lock.redis_prefix)
     assert f"{cfg.lock.redis_prefix}:pool:task:T1" in before
@@ -135,7 +135,7 @@ def test_a_fenced_pool_changes_nothing_once_the_lease_is_lost(cfg: Config, rds: 
         pool.claim(planned, "ses_1", "lan-a", None, NOW)
     # A standby's fence (empty token) never matches, even when no one holds the lease.
     with pytest.raises(LockLostError):
-        make_pool(cfg, fence=Fence(a.key, "")).claim(planned, "s", "lan-a", None, NOW)
+        Stores(cfg).pool(fence=Fence(a.key, "")).claim(planned, "s", "lan-a", None, NOW)
     assert pool_keys(rds, cfg.lock.redis_prefix) == before
 
 
@@ -162,7 +162,7 @@ def test_a_fenced_model_state_writes_nothing_once_the_lease_is_lost(
 ) -> None:
     from dataclasses import replace
 
-    from xaf_hub.ops.models import model_state
+    from xaf_hub.store.backends import Stores
 
     families = (("opencode", ("opencode/",)), ("other", ("other/",)))
     # The real clock: Redis drops the model state at its last blackout's end, so a blackout
@@ -181,7 +181,7 @@ def test_a_fenced_model_state_writes_nothing_once_the_lease_is_lost(
     )
     a = lease(cfg, "host-a")
     assert a.acquire()
-    state = model_state(cfg, a.fence())
+    state = Stores(cfg).model_state(a.fence())
     state.mark_blackout("opencode", "429 free usage limit", "lan-a", now)
     state.remember_healed("lan-a/ses_1/msg_1", "opencode/free", "other/model", now)
     assert state.was_healed("lan-a/ses_1/msg_1")

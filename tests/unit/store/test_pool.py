@@ -24,7 +24,7 @@ from tests.redis_fixture import RedisServer, pool_keys
 from xaf_hub.cli.main import main
 from xaf_hub.config.load import Config, LockConfig, PoolConfig, parse_config
 from xaf_hub.errors import ConfigError, StateFileError, TaskChanged, UnreachableError, UsageError
-from xaf_hub.store.backends import make_pool
+from xaf_hub.store.backends import Stores
 from xaf_hub.store.backlog import Backlog, BacklogData, Task, TaskPool
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
@@ -80,7 +80,7 @@ def stored(cfg: Config) -> str | None:
 
 
 def test_make_pool_follows_pool_backend(backend: Config) -> None:
-    pool = make_pool(backend)
+    pool = Stores(backend).pool()
     assert isinstance(pool, TaskPool)
     if backend.pool.backend == "file":
         assert type(pool) is Backlog and pool.where == str(backend.backlog_path)
@@ -91,7 +91,7 @@ def test_make_pool_follows_pool_backend(backend: Config) -> None:
 
 
 def test_empty_pool_reads_empty(backend: Config) -> None:
-    pool = make_pool(backend)
+    pool = Stores(backend).pool()
     assert pool.load().tasks == []
     assert pool.update(lambda data: len(data.tasks)) == 0
     if backend.pool.backend == "redis":
@@ -100,7 +100,7 @@ def test_empty_pool_reads_empty(backend: Config) -> None:
 
 
 def test_same_rules_on_every_backend(backend: Config) -> None:
-    pool = make_pool(backend, clock=lambda: NOW)
+    pool = Stores(backend).pool(clock=lambda: NOW)
     added = pool.add(Task(id="", title="写迁移脚本", priority="P1"))
     assert added.id.startswith("T-20261202-") and added.created_at == "2026-12-02T12:00:00+00:00"
     with pytest.raises(UsageError, match="already exists"):
@@ -122,11 +122,11 @@ def test_same_rules_on_every_backend(backend: Config) -> None:
     assert rec.created and pool.load().require(rec.task.id).session_id == "ses_9"
     assert pool.take_back(rec)
     assert [t.id for t in pool.load().tasks] == [added.id]
-    assert pool.load().tasks == make_pool(backend).load().tasks  # a second reader agrees
+    assert pool.load().tasks == Stores(backend).pool().load().tasks  # a second reader agrees
 
 
 def test_failed_mutation_leaves_the_pool_alone(backend: Config) -> None:
-    pool = make_pool(backend)
+    pool = Stores(backend).pool()
     pool.add(Task(id="T1", title="one"), now=NOW)
     before = stored(backend)
 
@@ -142,7 +142,7 @@ def test_failed_mutation_leaves_the_pool_alone(backend: Config) -> None:
 def test_done_is_written_only_over_the_row_that_was_judged(backend: Config) -> None:
     """The patrol judges a row, verifies its commit (up to the fetch's whole time), then marks
     it done: a person's change in between (set back to pending, cancelled) stands."""
-    pool = make_pool(backend)
+    pool = Stores(backend).pool()
     pool.add(Task(id="T1", title="one"), now=NOW)
     judged = pool.mark_dispatched("T1", "ses_1", "lan-a", None, NOW)
     person = pool.set_status("T1", "pending", session_id=None, dispatched_to=None)
@@ -179,10 +179,10 @@ def test_verification_fields_survive_every_backend(backend: Config) -> None:
     """Issue 37's fields (the base a task was sent from, the rule that judged it, the
     project's check of its claimed commit) are written and read back by each store, through a
     row's edit and a whole-pool update alike, and a requeue clears them."""
-    pool = make_pool(backend)
+    pool = Stores(backend).pool()
     planned = pool.add(Task(id="T1", title="one"), now=NOW)
     claimed = pool.claim(planned, "ses_1", "lan-a", None, NOW, base="c" * 40)
-    assert make_pool(backend).load().require("T1").base == "c" * 40
+    assert Stores(backend).pool().load().require("T1").base == "c" * 40
     assert _stored_row(backend, "T1")["base"] == "c" * 40
     noted = pool.note_check(
         claimed,
@@ -195,7 +195,7 @@ def test_verification_fields_survive_every_backend(backend: Config) -> None:
     )
     expected = ("c" * 40, "a new commit on the branch", "failed", "d" * 40, "1 failed", 1)
     assert _verification(noted) == expected
-    assert _verification(make_pool(backend).load().require("T1")) == expected
+    assert _verification(Stores(backend).pool().load().require("T1")) == expected
     row = _stored_row(backend, "T1")
     assert tuple(row[k] for k in _VERIFIED) == expected
     done = pool.mark_done(
@@ -207,21 +207,21 @@ def test_verification_fields_survive_every_backend(backend: Config) -> None:
         judged="its check passed",
         check={"check": "passed", "check_commit": "e" * 40, "check_output": "ok"},
     )
-    again = make_pool(backend).load().require("T1")
+    again = Stores(backend).pool().load().require("T1")
     assert again == done
     assert _verification(again) == ("c" * 40, "its check passed", "passed", "e" * 40, "ok", 1)
     back = pool.requeue("T1", reason="reopened", infrastructure=False, now=NOW)
     assert _verification(back) == (None,) * len(_VERIFIED)
-    assert _verification(make_pool(backend).load().require("T1")) == (None,) * len(_VERIFIED)
+    assert _verification(Stores(backend).pool().load().require("T1")) == (None,) * len(_VERIFIED)
     assert not set(_VERIFIED) & set(_stored_row(backend, "T1"))  # unset: left out
     # A whole-pool change (a manual dispatch's record) writes its base as well.
     rec = pool.record_manual_dispatch("fix it", "ses_2", "lan-b", None, NOW, base="f" * 40)
-    assert make_pool(backend).load().require(rec.task.id).base == "f" * 40
+    assert Stores(backend).pool().load().require(rec.task.id).base == "f" * 40
     assert _stored_row(backend, rec.task.id)["base"] == "f" * 40
 
 
 def test_import_is_all_or_nothing(backend: Config) -> None:
-    pool = make_pool(backend)
+    pool = Stores(backend).pool()
     pool.add(Task(id="T1", title="one"), now=NOW)
     before = stored(backend)
     incoming = BacklogData(tasks=[Task(id="T2", title="two"), Task(id="T1", title="clash")])
@@ -260,7 +260,7 @@ def _claim_all(
             ),
             pool=PoolConfig(backend="redis"),
         )
-    pool = make_pool(cfg)
+    pool = Stores(cfg).pool()
     won = []
     for task_id in ids:
         planned = pool.load().require(task_id)
@@ -276,7 +276,7 @@ def _claim_all(
 
 def test_concurrent_claims_send_each_task_once(backend: Config) -> None:
     """Five processes claim the same 30 tasks at once: every task is won exactly once."""
-    pool = make_pool(backend)
+    pool = Stores(backend).pool()
     ids = [f"T{n:02d}" for n in range(30)]
     pool.import_data(BacklogData(tasks=[Task(id=i, title=i) for i in ids]))
     ctx = multiprocessing.get_context("spawn")
@@ -323,10 +323,10 @@ def test_corrupt_redis_pool_is_named_and_never_reset(
     try:
         client.set(f"{prefix}:pool", '{"tasks": [')
         with pytest.raises(StateFileError, match=rf"task pool redis .* key {prefix}:pool: line 1"):
-            make_pool(cfg).load()
+            Stores(cfg).pool().load()
         client.set(f"{prefix}:pool", json.dumps({"tasks": [{"id": "T1", "title": 5}]}))
         with pytest.raises(StateFileError, match=r"tasks\[0\]"):
-            make_pool(cfg).add(Task(id="T2", title="x"), now=NOW)
+            Stores(cfg).pool().add(Task(id="T2", title="x"), now=NOW)
         assert client.get(f"{prefix}:pool") == json.dumps({"tasks": [{"id": "T1", "title": 5}]})
     finally:
         client.close()
@@ -335,7 +335,7 @@ def test_corrupt_redis_pool_is_named_and_never_reset(
 def test_corrupt_row_is_named_and_never_reset(tmp_path: Path, redis_server: RedisServer) -> None:
     prefix = RedisServer.prefix()
     cfg = redis_config(tmp_path, redis_server, prefix)
-    pool = make_pool(cfg)
+    pool = Stores(cfg).pool()
     pool.import_data(BacklogData(tasks=[Task(id="T1", title="one"), Task(id="T2", title="two")]))
     client = redis_server.client()
     try:
@@ -383,12 +383,12 @@ def test_an_old_one_document_pool_is_migrated_on_first_use(
         expected = BacklogData.from_json(LEGACY)
         planned = expected.require("L-3")
         # The first thing done is a claim, as a patrol would: it must see the old rows.
-        make_pool(cfg).claim(planned, "ses_9", "lan-b", None, NOW)
+        Stores(cfg).pool().claim(planned, "ses_9", "lan-b", None, NOW)
         keys = pool_keys(client, prefix)
         assert f"{prefix}:pool" not in keys
         assert json.loads(keys[f"{prefix}:pool:v1"]) == LEGACY
         assert [m for m, _ in keys[f"{prefix}:pool:order"]] == ["L-3", "L-1", "L-2"]
-        data = make_pool(cfg).load()
+        data = Stores(cfg).pool().load()
         assert data.discipline == "only on main" and data.extra == {"team_note": {"kept": True}}
         assert [t.id for t in data.tasks] == ["L-3", "L-1", "L-2"]
         assert data.tasks[1:] == expected.tasks[1:]
@@ -396,13 +396,13 @@ def test_an_old_one_document_pool_is_migrated_on_first_use(
         assert claimed.status == "dispatched" and claimed.extra == {"note": "hand-added"}
         # Idempotent: opening again moves nothing, writes nothing.
         again = pool_keys(client, prefix)
-        make_pool(cfg).load()
+        Stores(cfg).pool().load()
         assert pool_keys(client, prefix) == again
         # An old hub writing its document again later: its rows are folded in, a row already
         # in the new layout stands, and no row is lost or doubled.
         stale = {**LEGACY, "tasks": [*LEGACY["tasks"], {"id": "L-4", "title": "added late"}]}
         client.set(f"{prefix}:pool", json.dumps(stale))
-        rows = make_pool(cfg).load().tasks
+        rows = Stores(cfg).pool().load().tasks
         assert [t.id for t in rows] == ["L-3", "L-1", "L-2", "L-4"]
         assert rows[0].session_id == "ses_9"
     finally:
@@ -425,7 +425,7 @@ def test_hubs_racing_to_migrate_move_each_row_once(
         errors: list[BaseException] = []
 
         def hub(n: int) -> None:
-            pool = make_pool(cfg)
+            pool = Stores(cfg).pool()
             start.wait()
             try:
                 if n % 2:
@@ -444,7 +444,7 @@ def test_hubs_racing_to_migrate_move_each_row_once(
         old = [r["id"] for r in rows]
         for ids in seen:  # a reader saw the whole old pool, in order, never half of it
             assert ids[:300] == old
-        final = [t.id for t in make_pool(cfg).load().tasks]
+        final = [t.id for t in Stores(cfg).pool().load().tasks]
         assert final[:300] == old and sorted(final[300:]) == ["N-0", "N-2", "N-4"]
         assert client.zcard(f"{prefix}:pool:order") == 303
     finally:
@@ -494,7 +494,7 @@ def test_a_claim_reads_and_writes_its_row_alone(
     whether the pool holds 10 tasks or 3,000."""
     costs = []
     for size in (10, 3000):
-        pool = make_pool(redis_config(tmp_path, redis_server, RedisServer.prefix()))
+        pool = Stores(redis_config(tmp_path, redis_server, RedisServer.prefix())).pool()
         pool.import_data(BacklogData(tasks=[Task(id=f"C-{n}", title="c") for n in range(size)]))
         first, planned = pool.load().tasks[0], pool.load().tasks[size // 2]
         pool.claim(first, "ses_0", "lan-a", None, NOW)  # the script known to the server
@@ -508,7 +508,7 @@ def test_a_whole_pool_change_is_reapplied_over_a_claim_made_meanwhile(
     tmp_path: Path, redis_server: RedisServer
 ) -> None:
     cfg = redis_config(tmp_path, redis_server, RedisServer.prefix())
-    pool, other = make_pool(cfg), make_pool(cfg)
+    pool, other = Stores(cfg).pool(), Stores(cfg).pool()
     pool.import_data(BacklogData(tasks=[Task(id="T1", title="one"), Task(id="T2", title="two")]))
     runs = []
 
@@ -528,7 +528,7 @@ def test_a_whole_pool_change_is_reapplied_over_a_claim_made_meanwhile(
     assert data.discipline == "tests first"
     # A change that reorders the pool keeps its order.
     pool.update(lambda d: d.tasks.reverse())
-    assert [t.id for t in make_pool(cfg).load().tasks] == ["T3", "T2", "T1"]
+    assert [t.id for t in Stores(cfg).pool().load().tasks] == ["T3", "T2", "T1"]
 
 
 def _claim_share(url: str, password: str, prefix: str, worker: int, start: Any, out: Any) -> None:
@@ -544,7 +544,7 @@ def _claim_share(url: str, password: str, prefix: str, worker: int, start: Any, 
         ),
         pool=PoolConfig(backend="redis"),
     )
-    pool = make_pool(cfg)
+    pool = Stores(cfg).pool()
     mine = {worker, (worker + 1) % 5}
     plan = [t for i, t in enumerate(pool.load().tasks) if i % 5 in mine]
     start.wait(60)
@@ -563,7 +563,7 @@ def test_five_processes_claim_10000_tasks_each_once(
 ) -> None:
     prefix = RedisServer.prefix()
     cfg = redis_config(tmp_path, redis_server, prefix)
-    pool = make_pool(cfg)
+    pool = Stores(cfg).pool()
     ids = [f"K-{n:05d}" for n in range(10_000)]
     pool.import_data(BacklogData(tasks=[Task(id=i, title="k") for i in ids]))
     ctx = multiprocessing.get_context("spawn")
@@ -606,7 +606,7 @@ def test_redis_away_is_unreachable(tmp_path: Path) -> None:
     )
     pytest.importorskip("redis")
     with pytest.raises(UnreachableError, match=f"127.0.0.1:{port}/0: connection refused"):
-        make_pool(cfg).load()
+        Stores(cfg).pool().load()
 
 
 @pytest.mark.parametrize(
@@ -624,7 +624,7 @@ def test_bad_pool_settings_are_config_errors(doc: dict[str, Any], message: str) 
 
 def test_pool_backend_defaults_to_the_file() -> None:
     cfg = parse_config({}, path=Path("/cfg/config.json"), env={})
-    assert cfg.pool.backend == "file" and type(make_pool(cfg)) is Backlog
+    assert cfg.pool.backend == "file" and type(Stores(cfg).pool()) is Backlog
 
 
 # -- backlog export / import -----------------------------------------------------------------

@@ -26,7 +26,7 @@ from tests.unit.store.cases import LIVENESS_CASES, PROMPT_CASES
 from xaf_hub.config.load import Config, LockConfig, parse_config
 from xaf_hub.core.clock import to_ms
 from xaf_hub.errors import BusyError, ConfigError, ExitCode, StateFileError, UnreachableError
-from xaf_hub.store.backends import make_gate
+from xaf_hub.store.backends import Stores
 from xaf_hub.store.gate import FileGate
 from xaf_hub.store.model_state import FileModelState
 
@@ -55,7 +55,7 @@ def wait_for(predicate: Any, timeout: float = 15.0) -> None:
 def test_defaults_are_file_backends() -> None:
     cfg = config({})
     assert (cfg.lock.backend, cfg.lock.redis_url, cfg.models.state_backend) == ("file", "", "file")
-    assert type(make_gate(cfg)) is FileGate
+    assert type(Stores(cfg).gate()) is FileGate
 
 
 @pytest.mark.parametrize(
@@ -135,21 +135,21 @@ if block:
     sys.meta_path.insert(0, NoRedis())
 
 from xaf_hub.config.load import parse_config
-from xaf_hub.ops.models import model_state
+from xaf_hub.store.backends import Stores
 from xaf_hub.errors import HubError
-from xaf_hub.store.backends import make_gate
+from xaf_hub.store.backends import Stores
 
 
 def run(doc):
     env = {"XAF_HUB_HOME": home, "XAF_HUB_REDIS_PASSWORD": password}
     cfg = parse_config(doc, path=Path(home) / "c.json", env=env)
     try:
-        gate = make_gate(cfg)
+        gate = Stores(cfg).gate()
         with gate.lock("lan-a"):
             res = gate.attach(gate.reserve("lan-a"), "ses_1")
             assert len(gate.pending("lan-a", set())) == 1
             gate.release(res)
-        model_state(cfg).mark_blackout("opencode", "429", "test", datetime.now(UTC))
+        Stores(cfg).model_state().mark_blackout("opencode", "429", "test", datetime.now(UTC))
     except HubError as exc:
         return f"exit {int(exc.exit_code)}: {exc}"
     return "ok, backend loaded: " + str("xaf_hub.store.redis" in sys.modules)
@@ -238,7 +238,7 @@ def make(cfg: LockConfig, alive: set[int] | None = None, host: str = "h1", **kw:
 def test_make_gate_picks_redis(lock_cfg: LockConfig) -> None:
     from xaf_hub.store.redis.gate import RedisGate
 
-    gate = make_gate(Config(path=None, home=Path("/h"), state_dir=Path("/h"), lock=lock_cfg))
+    gate = Stores(Config(path=None, home=Path("/h"), state_dir=Path("/h"), lock=lock_cfg)).gate()
     assert isinstance(gate, RedisGate)
 
 
@@ -579,13 +579,14 @@ def test_model_state_factory(lock_cfg: LockConfig, tmp_path: Path) -> None:
     from dataclasses import replace
 
     from xaf_hub.config.load import ModelsConfig
-    from xaf_hub.ops.models import model_state
+    from xaf_hub.store.backends import Stores
     from xaf_hub.store.redis.model_state import RedisModelState
 
     cfg = Config(path=None, home=tmp_path, state_dir=tmp_path, lock=lock_cfg)
-    assert type(model_state(cfg)) is FileModelState  # the gate on Redis does not move the state
+    # the gate on Redis does not move the state
+    assert type(Stores(cfg).model_state()) is FileModelState
     shared = replace(cfg, models=ModelsConfig(state_backend="redis"))
-    assert isinstance(model_state(shared), RedisModelState)
+    assert isinstance(Stores(shared).model_state(), RedisModelState)
 
 
 def test_unreachable_model_state(lock_cfg: LockConfig) -> None:

@@ -19,7 +19,7 @@ from xaf_hub.errors import UnreachableError
 from xaf_hub.ops.context import OpsContext
 from xaf_hub.ops.decisions import people_interrupts
 from xaf_hub.store.audit import append
-from xaf_hub.store.backends import record_shared_interrupt, shared_interrupts
+from xaf_hub.store.backends import Stores
 
 AT = datetime(2026, 12, 2, 12, 0, tzinfo=UTC).timestamp()
 ALICE = {"caller": "", "user": "alice", "host": "box-a"}
@@ -46,10 +46,10 @@ def test_an_interrupt_on_one_host_is_read_on_another(
 ) -> None:
     a = cfg(redis_server, tmp_path / "a", prefix)
     b = cfg(redis_server, tmp_path / "b", prefix)
-    record_shared_interrupt(a, "lan-b", "ses_1", AT, ALICE)
-    record_shared_interrupt(a, "lan-b", "ses_1", AT + 60, {**ALICE, "user": "bob"})
-    record_shared_interrupt(a, "lan-c", "ses_2", AT, ALICE)
-    found = shared_interrupts(b)
+    Stores(a).record_interrupt("lan-b", "ses_1", AT, ALICE)
+    Stores(a).record_interrupt("lan-b", "ses_1", AT + 60, {**ALICE, "user": "bob"})
+    Stores(a).record_interrupt("lan-c", "ses_2", AT, ALICE)
+    found = Stores(b).interrupts()
     assert found == {
         ("lan-b", "ses_1"): (AT + 60, {**ALICE, "user": "bob"}),
         ("lan-c", "ses_2"): (AT, ALICE),
@@ -64,9 +64,9 @@ def test_without_redis_stores_nothing_is_kept_there(
     redis_server: RedisServer, tmp_path: Path, prefix: str, rds: Any
 ) -> None:
     files = cfg(redis_server, tmp_path, prefix, lock="file")
-    record_shared_interrupt(files, "lan-b", "ses_1", AT, ALICE)
+    Stores(files).record_interrupt("lan-b", "ses_1", AT, ALICE)
     assert rds.exists(f"{prefix}:interrupts") == 0
-    assert shared_interrupts(files) == {}
+    assert Stores(files).interrupts() == {}
 
 
 def test_the_latest_interrupt_wins_wherever_it_was_made(
@@ -85,9 +85,9 @@ def test_the_latest_interrupt_wins_wherever_it_was_made(
     ops = OpsContext(here, env={})
     mine = people_interrupts(ops)[("lan-b", "ses_1")]
     assert mine.who.startswith("lead-agent@")
-    record_shared_interrupt(here, "lan-b", "ses_1", mine.at - 3600, ALICE)
+    Stores(here).record_interrupt("lan-b", "ses_1", mine.at - 3600, ALICE)
     assert people_interrupts(ops)[("lan-b", "ses_1")] == mine
-    record_shared_interrupt(here, "lan-b", "ses_1", mine.at + 5, ALICE)
+    Stores(here).record_interrupt("lan-b", "ses_1", mine.at + 5, ALICE)
     assert people_interrupts(ops)[("lan-b", "ses_1")].who == "alice@box-a"
 
 
@@ -109,8 +109,8 @@ def test_an_unreadable_field_is_skipped(
 ) -> None:
     here = cfg(redis_server, tmp_path, prefix)
     rds.hset(f"{prefix}:interrupts", field, value)
-    record_shared_interrupt(here, "lan-c", "ses_9", AT, ALICE)
-    assert list(shared_interrupts(here)) == [("lan-c", "ses_9")]
+    Stores(here).record_interrupt("lan-c", "ses_9", AT, ALICE)
+    assert list(Stores(here).interrupts()) == [("lan-c", "ses_9")]
 
 
 def test_redis_unreachable_is_an_error_not_no_interrupts(tmp_path: Path) -> None:
@@ -118,4 +118,4 @@ def test_redis_unreachable_is_an_error_not_no_interrupts(tmp_path: Path) -> None
     with pytest.raises(UnreachableError):
         people_interrupts(OpsContext(down, env={}))
     with pytest.raises(UnreachableError):
-        record_shared_interrupt(down, "lan-b", "ses_1", AT, ALICE)
+        Stores(down).record_interrupt("lan-b", "ses_1", AT, ALICE)

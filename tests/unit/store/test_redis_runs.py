@@ -30,7 +30,7 @@ from tests.unit.patrol.run_support import (
 )
 from xaf_hub.config.load import Config, load_config
 from xaf_hub.errors import LockLostError, StateFileError, UnreachableError
-from xaf_hub.store.backends import load_run_memory
+from xaf_hub.store.backends import Stores
 from xaf_hub.store.fence import Fence
 from xaf_hub.store.patrol_state import RUNS_FILE, RunMemory
 from xaf_hub.store.redis.runs import RedisRunMemory
@@ -57,11 +57,11 @@ def test_the_memory_is_in_redis_only_when_daemons_share_the_rounds(
     redis_server: RedisServer, tmp_path: Path, prefix: str
 ) -> None:
     cfg = shared(redis_server, tmp_path, prefix)
-    assert isinstance(load_run_memory(cfg, tmp_path), RedisRunMemory)
+    assert isinstance(Stores(cfg).run_memory(tmp_path), RedisRunMemory)
     no_lease = shared(redis_server, tmp_path, prefix, lease=0)  # lease off: one host's rounds
-    assert type(load_run_memory(no_lease, tmp_path)) is RunMemory
+    assert type(Stores(no_lease).run_memory(tmp_path)) is RunMemory
     files = Config(path=None, home=tmp_path, state_dir=tmp_path)
-    assert type(load_run_memory(files, tmp_path)) is RunMemory
+    assert type(Stores(files).run_memory(tmp_path)) is RunMemory
 
 
 def test_what_one_host_read_another_recalls(
@@ -70,12 +70,12 @@ def test_what_one_host_read_another_recalls(
     a = shared(redis_server, tmp_path / "a", prefix)
     b = shared(redis_server, tmp_path / "b", prefix)
     failed = run("failed:APIError", error=E400, created_ms=5)
-    mem = load_run_memory(a, tmp_path / "a")
+    mem = Stores(a).run_memory(tmp_path / "a")
     mem.remember("lan-a", "ses_1", 100, "idle", failed)
     mem.remember("lan-b", "ses_2", 200, "retry", run())
     mem.save()
     assert not (tmp_path / "a" / RUNS_FILE).exists()  # nothing on host A's disk
-    other = load_run_memory(b, tmp_path / "b")
+    other = Stores(b).run_memory(tmp_path / "b")
     assert len(other) == 2
     assert other.recall("lan-a", "ses_1", 100, "idle") == failed
     assert other.recall("lan-a", "ses_1", 101, "idle") is None  # updated moved
@@ -85,7 +85,7 @@ def test_what_one_host_read_another_recalls(
     other.save()
     assert rds.hlen(f"{prefix}:last_runs") == 2
     assert rds.pttl(f"{prefix}:last_runs") > 0  # an abandoned memory goes away by itself
-    again = load_run_memory(a, tmp_path / "a")
+    again = Stores(a).run_memory(tmp_path / "a")
     assert again.recall("lan-a", "ses_1", 100, "idle") is None
     assert again.recall("lan-c", "ses_3", 300, "busy") == run()
 
@@ -94,7 +94,7 @@ def test_a_save_writes_only_what_changed(
     redis_server: RedisServer, tmp_path: Path, prefix: str, rds: Any
 ) -> None:
     cfg = shared(redis_server, tmp_path, prefix)
-    mem = load_run_memory(cfg, tmp_path)
+    mem = Stores(cfg).run_memory(tmp_path)
     for i in range(3):
         mem.remember("lan-a", f"ses_{i}", 100 + i, "idle", run())
     mem.save()
@@ -102,7 +102,7 @@ def test_a_save_writes_only_what_changed(
     marked = json.loads(rds.hget(key, json.dumps(["lan-a", "ses_0"])))
     marked["marker"] = "kept"  # a field nobody rewrites keeps this
     rds.hset(key, json.dumps(["lan-a", "ses_0"]), json.dumps(marked))
-    again = load_run_memory(cfg, tmp_path)
+    again = Stores(cfg).run_memory(tmp_path)
     again.remember("lan-a", "ses_0", 100, "idle", run())  # unchanged
     again.remember("lan-a", "ses_1", 999, "idle", run())  # moved
     again.keep_only([("lan-a", "ses_0"), ("lan-a", "ses_1")])  # ses_2 is gone
@@ -139,7 +139,7 @@ def test_a_damaged_field_is_a_clear_error_and_left_alone(
     key = f"{prefix}:last_runs"
     rds.hset(key, field, value)
     with pytest.raises(StateFileError) as info:
-        load_run_memory(shared(redis_server, tmp_path, prefix), tmp_path)
+        Stores(shared(redis_server, tmp_path, prefix)).run_memory(tmp_path)
     text = str(info.value)
     assert f"key {key}" in text and message in text and redis_server.password not in text
     assert rds.hgetall(key) == {field: value}
@@ -151,12 +151,12 @@ def test_a_daemon_without_the_lease_writes_nothing(
     cfg = shared(redis_server, tmp_path, prefix)
     lease_key = f"{prefix}:patrol:lease"
     rds.set(lease_key, "host-b|token-b")
-    lost = load_run_memory(cfg, tmp_path, Fence(lease_key, "host-a|token-a"))
+    lost = Stores(cfg).run_memory(tmp_path, Fence(lease_key, "host-a|token-a"))
     lost.remember("lan-a", "ses_1", 100, "idle", run())
     with pytest.raises(LockLostError, match="no longer holds the patrol lease"):
         lost.save()
     assert rds.exists(f"{prefix}:last_runs") == 0
-    holder = load_run_memory(cfg, tmp_path, Fence(lease_key, "host-b|token-b"))
+    holder = Stores(cfg).run_memory(tmp_path, Fence(lease_key, "host-b|token-b"))
     holder.remember("lan-a", "ses_1", 100, "idle", run())
     holder.save()
     assert rds.hlen(f"{prefix}:last_runs") == 1
@@ -164,7 +164,7 @@ def test_a_daemon_without_the_lease_writes_nothing(
 
 def test_redis_unreachable_is_an_unreachable_error(tmp_path: Path) -> None:
     with pytest.raises(UnreachableError) as info:
-        load_run_memory(redis_config(None, tmp_path), tmp_path)
+        Stores(redis_config(None, tmp_path)).run_memory(tmp_path)
     assert "s3cret-pw" not in str(info.value)
 
 

@@ -17,7 +17,7 @@ from xaf_hub.config.notify import Webhook
 from xaf_hub.errors import UnreachableError
 from xaf_hub.notify import outbox
 from xaf_hub.notify.events import Event
-from xaf_hub.store.backends import event_claimer
+from xaf_hub.store.backends import Stores
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 HOOK = Webhook("team", "H", "json", events=("healed", "task_done"), url="http://127.0.0.1:9/hook")
@@ -37,7 +37,7 @@ def enqueue(c: Config, events: list[Event]) -> outbox.Queued:
         now=NOW,
         queue_limit=100,
         keep_hours=24,
-        claim=event_claimer(c),
+        claim=Stores(c).event_claimer(),
     )
 
 
@@ -62,7 +62,7 @@ def test_without_the_lease_each_outbox_decides_alone(
     prefix = RedisServer.prefix()
     a = cfg(redis_server, tmp_path / "a", prefix, lease=0)
     b = cfg(redis_server, tmp_path / "b", prefix, lease=0)
-    assert event_claimer(a) is None
+    assert Stores(a).event_claimer() is None
     assert [e.id for e in enqueue(a, [HEALED]).new] == [HEALED.id]
     assert [e.id for e in enqueue(b, [HEALED]).new] == [HEALED.id]
 

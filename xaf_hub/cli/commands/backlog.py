@@ -206,9 +206,7 @@ class ImportOptions:
 
 
 def _store(ctx: Context) -> TaskPool:
-    from xaf_hub.store.backends import make_pool
-
-    return make_pool(ctx.config)
+    return ctx.stores.pool()
 
 
 def _now() -> datetime:

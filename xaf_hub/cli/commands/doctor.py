@@ -169,11 +169,11 @@ def _two_hosts(cfg: Config, beat: Any) -> list[Finding]:
     import time
 
     from xaf_hub.ops.health import file_backend_findings
-    from xaf_hub.store.backends import lease_status
+    from xaf_hub.store.backends import Stores
 
     hosts: list[str] = []
-    with contextlib.suppress(HubError):  # Redis unreachable: the redis line says so
-        lease = lease_status(cfg, int(time.time() * 1000))
+    with contextlib.suppress(HubError), Stores(cfg) as stores:  # Redis unreachable: see redis
+        lease = stores.lease_status(int(time.time() * 1000))
         if lease is not None:
             hosts = [str(d["host"]) for d in lease["daemons"] if d["role"] != "stopped"]
     beat_host = str(beat.get("host") or "") if isinstance(beat, dict) else ""
@@ -209,13 +209,15 @@ def _redis(cfg: Config) -> list[Finding]:
 
 def _clock(cfg: Config, now: datetime) -> list[Finding]:
     from xaf_hub.ops.models import models_view
+    from xaf_hub.store.backends import Stores
 
     try:
         tz = resolve_timezone(cfg.models.timezone)
     except ConfigError as exc:
         return [config_error_finding(str(exc), cfg.path)]
     try:
-        blackouts = {b.family: b for b in models_view(cfg, now).rests}
+        with Stores(cfg) as stores:
+            blackouts = {b.family: b for b in models_view(cfg, now, stores.model_state()).rests}
     except HubError as exc:
         fix = (_redis_fix() if cfg.models.state_backend == "redis" else
                "Repair or move aside the named file (it is never reset silently); "

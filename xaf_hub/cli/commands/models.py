@@ -90,7 +90,7 @@ def _list(ctx: Context) -> int:
     from xaf_hub.store.model_state import WHY_WORDS
 
     ops = ctx.ops()
-    view = models_view(ctx.config, ops.now())
+    view = models_view(ctx.config, ops.now(), ops.model_state())
     if ctx.json:
         ctx.out(dumps(view.to_json()))
         return 0

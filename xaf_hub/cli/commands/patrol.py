@@ -90,13 +90,12 @@ def _skips(opts: Options) -> list[str]:
 
 
 def _pctx(ctx: Context) -> OpsContext:
-    from xaf_hub.ops.context import OpsContext
 
     def log(line: str) -> None:
         ctx.info(line)
         ctx.stderr.flush()
 
-    return OpsContext(ctx.config, env=ctx.env, transport_factory=ctx.transport_factory, log=log)
+    return ctx.ops(log=log)
 
 
 def run(ctx: Context) -> int:
@@ -295,9 +294,7 @@ def _lease_status(ctx: Context) -> dict[str, object] | None:
     """The HA lease when the gate or pool lives in Redis: active host, each known daemon."""
     import time
 
-    from xaf_hub.store.backends import lease_status
-
-    lease = lease_status(ctx.config, int(time.time() * 1000))
+    lease = ctx.stores.lease_status(int(time.time() * 1000))
     if lease is None:
         return None
     doc: dict[str, object] = dict(lease)

@@ -28,7 +28,6 @@ from xaf_hub.core.text import dumps
 from xaf_hub.errors import HubError, UnreachableError
 from xaf_hub.ops import budget
 from xaf_hub.ops.load import Load, instance_load
-from xaf_hub.store.backends import make_gate
 
 if TYPE_CHECKING:  # a type only: `status --help` loads no HTTP client
     from xaf_hub.config.load import InstanceConfig
@@ -95,7 +94,7 @@ def measure(ctx: Context, opts: Options) -> Measured:
     """Scan, count load and reservations, spend against the budgets and the pool's queue."""
     cfg = ctx.config
     snap, scans, live = _read_fleet(ctx, chosen_instances(ctx, opts.instance), opts.fresh)
-    gate = make_gate(cfg)
+    gate = ctx.stores.gate()
     try:
         loads = [instance_load(sc, gate, opts.allow_prod) for sc in scans]
     except UnreachableError as exc:
@@ -236,10 +235,8 @@ def _queue_length(ctx: Context, now: datetime) -> int | None:
     """Pending pool tasks ready to start (None, with a warning, when the pool is unreadable).
     The pool alone: no operations context, so `status` from the live board loads no client."""
     from xaf_hub.ops.queue import queue_length
-    from xaf_hub.store.backends import make_pool
-
     try:
-        return queue_length(make_pool(ctx.config).load(), now)
+        return queue_length(ctx.stores.pool().load(), now)
     except HubError as exc:
         ctx.warn(f"queue unknown: {exc}")
         return None

@@ -171,10 +171,9 @@ async def _resume(
     run: LastRun | None,
     override: str | None,
 ) -> None:
-    cfg = pctx.cfg
     # Resume on the model the run used, unless its family is blacked out meanwhile.
     model = choose_model(
-        cfg, inst, (run.model if run and run.model else rec.model) or None, pctx.now()
+        pctx, inst, (run.model if run and run.model else rec.model) or None, pctx.now()
     )
     prompt = build_prompt(pctx, inst, RESUME_PROMPT, rec.title, override)
     plan = plan_reuse(inst, rec, via="patrol resume")

@@ -193,7 +193,7 @@ async def fill_slots(pctx: OpsContext, cycle: Cycle) -> None:
         return
     tips = await _tips(pctx, cycle)
     where = {inst.name: (inst, directory) for inst, _, directory in slots}
-    models = {name: choose_model(pctx.cfg, inst, None, now) for name, (inst, _) in where.items()}
+    models = {name: choose_model(pctx, inst, None, now) for name, (inst, _) in where.items()}
     override = data.discipline
     stopped: set[str] = set()
     for name, task in plan:
@@ -209,7 +209,7 @@ async def fill_slots(pctx: OpsContext, cycle: Cycle) -> None:
         inst, directory = where[name]
         model = models[name]
         if task.avoid_models:
-            model = untried_model(pctx.cfg, inst, task.avoid_models, now) or model
+            model = untried_model(pctx, inst, task.avoid_models, now) or model
         try:
             base = _base(pctx, inst, task, override, tips)
             await _dispatch(pctx, cycle, inst, directory, task, model, override, base)
@@ -801,7 +801,7 @@ def _requeue(
     if verdict.model_named and inst is not None:
         failed = task.model or (run.model if run is not None else "") or ""
         tried = (*task.avoid_models, failed)
-        nxt = untried_model(pctx.cfg, inst, tried, now)
+        nxt = untried_model(pctx, inst, tried, now)
         if nxt is not None:
             backlog.move_model(task.id, reason=verdict.reason, failed_model=failed, now=now)
             return f"failed on {failed or 'its model'}: {verdict.reason}; next model {nxt}"

@@ -1,6 +1,6 @@
 """The dispatch gate on Redis, shared by every host that points at one server.
 
-Chosen by ``lock.backend: "redis"`` (``store.backends.make_gate``). The rules are those of
+Chosen by ``lock.backend: "redis"`` (``store.backends.Stores.gate``). The rules are those of
 architecture §5; only the storage differs. Keys, under ``lock.redis_prefix`` (``P``)::
 
     P:lock:<instance>           the dispatch lock: redis-py's Lock (random token, a lease that

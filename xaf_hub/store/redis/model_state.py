@@ -1,6 +1,6 @@
 """The model state on Redis: blackouts and healed memory shared by every hub (architecture §7).
 
-Chosen by ``models.state_backend: "redis"`` (``store.backends.make_model_state``). Keys, under
+Chosen by ``models.state_backend: "redis"`` (``store.backends.Stores.model_state``). Keys, under
 ``lock.redis_prefix`` (``P``)::
 
     P:model_state               the .model_state.json document; written under WATCH/MULTI

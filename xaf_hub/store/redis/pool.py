@@ -34,7 +34,7 @@ Three ways to change the pool, each one atomic and fenced:
 The scripts read and write keys named inside them (``P:task:<id>``), so the pool needs one
 Redis server, not a cluster (the hub's gate and lease already do).
 
-Only ``backends.make_pool`` imports this module, so the file backend never loads ``redis``.
+Only ``backends.Stores.pool`` imports this module, so the file backend never loads ``redis``.
 Redis errors become ``UnreachableError("redis", reason)`` (exit 2) before anything is sent.
 """
 

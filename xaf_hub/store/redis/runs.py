@@ -9,7 +9,7 @@ no write. With a ``Fence`` the save happens only while the lease key holds this 
 that holds it. A damaged field is a ``StateFileError`` naming the key and the field, and the
 hash is never overwritten for it (the round then reads every session).
 
-Only ``backends.load_run_memory`` imports this module, so the file backend never loads redis.
+Only ``backends.Stores.run_memory`` imports this module, so the file backend never loads redis.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ With the lease, an event is queued only by the hub that first sets
 ``<lock.redis_prefix>:notify:seen:<event id>`` (SET NX, forgotten after 14 days, as the outbox
 forgets its own ``seen``): one chat message per event for the whole fleet of hubs.
 
-Only ``backends.event_claimer`` imports this module, so the file backends never load redis.
+Only ``backends.Stores.event_claimer`` imports this module, so the file backends never load redis.
 """
 
 from __future__ import annotations

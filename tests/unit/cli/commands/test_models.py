@@ -14,7 +14,7 @@ import pytest
 from xaf_hub.cli.main import main
 from xaf_hub.config.load import load_config
 from xaf_hub.core.clock import iso_time, to_ms
-from xaf_hub.ops.models import model_state
+from xaf_hub.store.backends import Stores
 
 FREE = "opencode/big-pickle"
 OTHER = "opencode/other"
@@ -83,7 +83,7 @@ def test_list_rest_and_clear(hub: Hub) -> None:
 
     # The family rests as a rate limit would rest it; clearing the model ends both rests.
     cfg = load_config(str(hub.config), env=hub.env)
-    model_state(cfg).mark_blackout("opencode", "429", "test", datetime.now(UTC))
+    Stores(cfg).model_state().mark_blackout("opencode", "429", "test", datetime.now(UTC))
     assert by_model(hub.json("models"))[OTHER]["why"] == "reset_hour"
     code, out, _ = hub.cli("models", "clear", FREE)
     assert code == 0 and out.count("ended") == 2
@@ -125,7 +125,7 @@ def test_bad_input_is_one_line_exit_4(hub: Hub, args: tuple[str, ...], words: st
 def test_rest_until_ms_is_what_the_state_holds(hub: Hub) -> None:
     rest = hub.json("models", "rest", PAID, "--until", "2h")
     cfg = load_config(str(hub.config), env=hub.env)
-    held = model_state(cfg).active_blackouts(datetime.now(UTC))[PAID]
+    held = Stores(cfg).model_state().active_blackouts(datetime.now(UTC))[PAID]
     assert (held.scope, held.why) == ("model", "person")
     assert rest["resting_until"] == iso_time(held.until_ms)
     assert to_ms(datetime.now(UTC) + timedelta(hours=2)) - held.until_ms < 5_000
