@@ -1,9 +1,11 @@
 """The package's layer order (docs/architecture.md §1), checked on every import.
 
-Every `import` and `from ... import` in xaf_hub counts, those inside functions too; only imports
-under `if TYPE_CHECKING:` are aside (annotations, never run). A module imports its own folder,
-lower layers and the package's face; never a higher layer, never a sibling folder of its own
-layer, and no two modules (or folders) import each other round in a cycle.
+Every `import` and `from ... import` in xaf_hub counts, those inside functions and those under
+`if TYPE_CHECKING:` too. A module imports its own folder, lower layers and the package's face;
+never a higher layer, never a sibling folder of its own layer, and no two modules (or folders)
+import each other round in a cycle. The cycle checks leave the `TYPE_CHECKING` imports aside:
+they never run, so an annotation may name a module of its own folder that imports it (a
+context and the helpers it loads on use); the layer order holds for them all the same.
 """
 
 from __future__ import annotations
@@ -50,10 +52,13 @@ def _type_checking_lines(tree: ast.Module) -> set[int]:
     return lines
 
 
-def imports_of(name: str, path: Path, known: set[str]) -> Iterator[tuple[int, str]]:
-    """(line, module) for every xaf_hub module this one imports at run time."""
+def imports_of(
+    name: str, path: Path, known: set[str], *, typing: bool = True
+) -> Iterator[tuple[int, str]]:
+    """(line, module) for every xaf_hub module this one imports; ``typing=False``: only those
+    it imports at run time (not under `if TYPE_CHECKING:`)."""
     tree = ast.parse(path.read_text("utf-8"))
-    aside = _type_checking_lines(tree)
+    aside = set() if typing else _type_checking_lines(tree)
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     for node in ast.walk(tree):
         if getattr(node, "lineno", None) in aside:
@@ -81,9 +86,10 @@ def folder(name: str) -> str | None:
 
 
 def graph() -> dict[str, set[str]]:
+    """Who imports whom at run time (the cycle checks)."""
     mods = modules()
     known = set(mods)
-    return {n: {t for _, t in imports_of(n, p, known)} for n, p in mods.items()}
+    return {n: {t for _, t in imports_of(n, p, known, typing=False)} for n, p in mods.items()}
 
 
 def violations(mods: dict[str, Path] | None = None) -> list[str]:
@@ -206,6 +212,30 @@ def test_the_check_sees_an_import_inside_a_function(tmp_path: Path) -> None:
     found = violations({**modules(), "xaf_hub.core.probe": probe})
     assert any(v.startswith("xaf_hub.core.probe:2 imports xaf_hub.cli") and "higher layer" in v
                for v in found)
+
+
+def test_the_check_sees_an_import_for_annotations_only(tmp_path: Path) -> None:
+    # An import under `if TYPE_CHECKING:` still names a layer: upward, sideways or from the
+    # face, it is a violation too (notify once read the patrol's record this way).
+    probe = tmp_path / "probe.py"
+    probe.write_text(
+        "from typing import TYPE_CHECKING\n\n"
+        "if TYPE_CHECKING:\n"
+        "    from xaf_hub.patrol.context import Cycle  # noqa\n"
+        "    from xaf_hub.store.tasks import Task  # noqa\n",
+        "utf-8",
+    )
+    found = violations({
+        **modules(), "xaf_hub.notify.probe": probe, "xaf_hub.fleet.probe": probe,
+        "xaf_hub.probe": probe,
+    })
+    assert {
+        "xaf_hub.notify.probe:4 imports xaf_hub.patrol.context: "
+        "a higher layer (patrol above notify)",
+        "xaf_hub.fleet.probe:5 imports xaf_hub.store.tasks: "
+        "a sibling of the same layer (fleet, store)",
+        "xaf_hub.probe:5 imports xaf_hub.store.tasks: the face imports no folder",
+    } <= set(found)
 
 
 def test_no_command_reads_the_untyped_namespace() -> None:

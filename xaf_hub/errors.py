@@ -28,10 +28,7 @@ printed lines.
 from __future__ import annotations
 
 from enum import IntEnum
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:  # an annotation only: errors import no folder of the package
-    from xaf_hub.store.tasks import Task
+from typing import Protocol
 
 
 class ExitCode(IntEnum):
@@ -183,10 +180,17 @@ class RunStateUnknown(BusyError):
         self.reason = reason
 
 
+class _Row(Protocol):
+    """What TaskChanged says of a pool row (``store.tasks.Task``; errors import no folder)."""
+
+    @property
+    def status(self) -> str: ...
+
+
 class TaskChanged(HubError):
     """The task's row is no longer the one a dispatch planned from: nothing may be sent."""
 
-    def __init__(self, task_id: str, now: Task | None) -> None:
+    def __init__(self, task_id: str, now: _Row | None) -> None:
         what = "is gone" if now is None else f"changed meanwhile (now {now.status})"
         super().__init__(f"task {task_id} {what}; the change stands and nothing was sent")
         self.task_id = task_id

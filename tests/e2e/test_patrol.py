@@ -143,6 +143,7 @@ def test_a_heal_judged_before_a_persons_interrupt_sends_nothing(hub: Hub) -> Non
     then a person interrupts it. The heal asks again under the instance lock (which the
     interrupt holds while it records and aborts) and sends nothing: no abort, no prompt."""
     from xaf_hub.core import aio
+    from xaf_hub.notify.record import RoundLog
     from xaf_hub.ops.context import OpsContext
     from xaf_hub.ops.decisions import load_decisions
     from xaf_hub.ops.heal import heal_candidate
@@ -164,7 +165,7 @@ def test_a_heal_judged_before_a_persons_interrupt_sends_nothing(hub: Hub) -> Non
         )
 
     inst, rec = hub.wait_for(judged, timeout=60)
-    cycle = Cycle(started=ops.now())
+    cycle = Cycle(RoundLog(started=ops.now()))
     run = aio.run(cycle.last_runs(ops, [(inst, rec)])).get((inst.name, sid))
     cand = heal_candidate(rec, run)
     assert cand is not None and cand.state == "retry"
@@ -172,7 +173,7 @@ def test_a_heal_judged_before_a_persons_interrupt_sends_nothing(hub: Hub) -> Non
     code, _, err = hub.cli("interrupt", "--session", sid, "--allow-prod")
     assert code == 0, err
     aio.run(heal_item(ops, cycle, inst, rec, run, cand, ops.model_state(), people, lambda: None))
-    (action,) = [a for a in cycle.actions if a.session == sid]
+    (action,) = [a for a in cycle.log.actions if a.session == sid]
     assert (action.kind, action.result) == ("heal", "skipped"), action
     assert "interrupted by" in action.detail and "nothing was sent" in action.detail
     heals = [e["result"] for e in audit_lines(hub) if e["command"] == "patrol.heal"]
@@ -269,6 +270,7 @@ def test_a_session_made_after_the_scan_is_looked_up_before_it_is_called_gone(hub
     from datetime import timedelta
 
     from xaf_hub.core import aio
+    from xaf_hub.notify.record import RoundLog
     from xaf_hub.ops.context import OpsContext
     from xaf_hub.patrol.context import Cycle
     from xaf_hub.patrol.jobs.fill_slots import settle_dispatched
@@ -290,7 +292,7 @@ def test_a_session_made_after_the_scan_is_looked_up_before_it_is_called_gone(hub
         assert got.status_code == 200, got.text
     cfg = load_config(str(hub.config_path), env=hub.env)
     ops = OpsContext(cfg, env=hub.env)
-    cycle = Cycle(started=ops.now())
+    cycle = Cycle(RoundLog(started=ops.now()))
     fleet, scanned_at = aio.run(cycle.scan(ops))
     listed = {s.id for sc in fleet.scans for s in sc.sessions}
     assert archived not in listed  # what the scan cannot see
@@ -316,7 +318,7 @@ def test_a_session_made_after_the_scan_is_looked_up_before_it_is_called_gone(hub
     assert pool["archived"].status == "done", pool["archived"]
     assert pool["gone"].status == "pending"
     assert pool["gone"].last_error == "session gone from its instance"
-    assert [a.task for a in cycle.actions if a.kind == "requeue"] == ["gone"]
+    assert [a.task for a in cycle.log.actions if a.kind == "requeue"] == ["gone"]
 
 
 # ---------------------------------------------------------------------------------------------

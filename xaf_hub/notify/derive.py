@@ -1,11 +1,11 @@
-"""A finished patrol cycle, compared with what the previous round saw, as events (pure).
+"""A finished patrol round, compared with what the previous round saw, as events (pure).
 
-From the cycle's record:
+From the round's record (``notify.record.RoundLog``):
 
 * ``task_done``    — a pool task settled as done (fill_slots' ``done`` actions).
 * ``healed``       — a session switched to another model after a limit: read from the
   model-state store's healed memory (every heal since the previous finished round began), so
-  a process killed between a heal and queueing its notice loses nothing; the cycle's ``heal``
+  a process killed between a heal and queueing its notice loses nothing; the round's ``heal``
   action only adds its detail.
 * ``needs_person`` — what the report lists under "Needs a person" (a person's decision: an
   operator's interrupt, a task steered by hand), and a failed, stale-busy or interrupted
@@ -17,7 +17,7 @@ From the cycle's record:
   ``waiting``): one per request (its id in the event id), pool sessions included, with what is
   asked (credentials masked: it goes to a chat service) and how to answer it.
 * ``instance_down`` / ``instance_up`` — reachability changed since the previous round (the
-  first round only records it). When no instance answered, the cycle has no instance lines
+  first round only records it). When no instance answered, the record has no instance lines
   but a step failed with "no instance answered": every configured instance counts as down.
 
 From the stores, compared with the previous round: ``task_done`` again for pool tasks done
@@ -42,14 +42,12 @@ from __future__ import annotations
 from collections.abc import Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, tzinfo
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from xaf_hub.notify.events import Event
+from xaf_hub.notify.record import RoundLog
 from xaf_hub.ops.budget import BudgetLine, levels_reached
 from xaf_hub.store.model_state import HEAL_PREFIX, Healed
-
-if TYPE_CHECKING:  # only the record's shape is needed; notify never runs a patrol step
-    from xaf_hub.patrol.context import Cycle
 
 UNREACHABLE = 2  # ExitCode.UNREACHABLE, without importing the CLI's vocabulary here
 _FLEET_DOWN = "no instance answered"
@@ -101,11 +99,11 @@ def _iso(when: datetime) -> str:
     return when.astimezone(UTC).isoformat(timespec="seconds")
 
 
-def reachability(cycle: Cycle, configured: Sequence[str]) -> dict[str, tuple[bool, str]]:
-    """Each instance's (reachable, reason) as this cycle saw it ({} when it did not look)."""
-    if cycle.instances:
-        return {i.name: (i.reachable, i.reason) for i in cycle.instances}
-    if any(s.code == UNREACHABLE and _FLEET_DOWN in s.error for s in cycle.steps):
+def reachability(log: RoundLog, configured: Sequence[str]) -> dict[str, tuple[bool, str]]:
+    """Each instance's (reachable, reason) as this round saw it ({} when it did not look)."""
+    if log.instances:
+        return {i.name: (i.reachable, i.reason) for i in log.instances}
+    if any(s.code == UNREACHABLE and _FLEET_DOWN in s.error for s in log.steps):
         return {name: (False, _FLEET_DOWN) for name in configured}
     return {}
 
@@ -144,9 +142,9 @@ def _instance_events(
     return events
 
 
-def _session_events(cycle: Cycle, inputs: Inputs, at: str, people: bool = True) -> list[Event]:
+def _session_events(log: RoundLog, inputs: Inputs, at: str, people: bool = True) -> list[Event]:
     events = []
-    for a in cycle.actions:
+    for a in log.actions:
         if a.kind == "ceiling":
             events.append(
                 Event(
@@ -175,10 +173,10 @@ def _session_events(cycle: Cycle, inputs: Inputs, at: str, people: bool = True) 
             )
     if not people:
         return events
-    return [*events, *_person_events(cycle, inputs, at), *_waiting_events(cycle, at)]
+    return [*events, *_person_events(log, inputs, at), *_waiting_events(log, at)]
 
 
-def _waiting_events(cycle: Cycle, at: str) -> list[Event]:
+def _waiting_events(log: RoundLog, at: str) -> list[Event]:
     """One ``waiting_person`` per request a run waits on (the same request: the same id)."""
     from xaf_hub.core.text import mask_credentials
 
@@ -196,13 +194,13 @@ def _waiting_events(cycle: Cycle, at: str) -> list[Event]:
                 "answer": line.answer,
             },
         )
-        for line in cycle.sessions
+        for line in log.sessions
         if line.state == "waiting" and line.request
     ]
 
 
-def _person_events(cycle: Cycle, inputs: Inputs, at: str) -> list[Event]:
-    lines = {(line.instance, line.session): line for line in cycle.sessions}
+def _person_events(log: RoundLog, inputs: Inputs, at: str) -> list[Event]:
+    lines = {(line.instance, line.session): line for line in log.sessions}
     found: dict[tuple[str, str], Event] = {}
 
     def add(key: tuple[str, str], title: str, task: str, state: str, detail: str) -> None:
@@ -223,20 +221,20 @@ def _person_events(cycle: Cycle, inputs: Inputs, at: str) -> list[Event]:
         )
 
     # A person's decision: what the report lists under "Needs a person".
-    for a in cycle.actions:
+    for a in log.actions:
         if a.kind == "person":
             add((a.instance, a.session), a.title, a.task, "person", a.detail)
     # Sessions in trouble that no step took care of this round.
-    handled = {(a.instance, a.session) for a in cycle.actions if a.result in ("ok", "waiting")}
-    handled |= cycle.touched | cycle.deferred
+    handled = {(a.instance, a.session) for a in log.actions if a.result in ("ok", "waiting")}
+    handled |= log.touched | log.deferred
     left = {
         (a.instance, a.session): a.detail
-        for a in cycle.actions
+        for a in log.actions
         if a.kind in ("resume", "heal", "keep")
         and a.result in ("skipped", "failed")
         and (a.result == "failed" or any(w in a.detail for w in _LEFT_FOR_PERSON))
     }
-    for line in cycle.sessions:
+    for line in log.sessions:
         key = (line.instance, line.session)
         if line.state not in _PERSON_STATES or key in handled or key in inputs.pool_sessions:
             continue
@@ -260,7 +258,7 @@ def _since(state: MutableMapping[str, Any], at: str) -> datetime | None:
 def _catch_up(inputs: Inputs, since: datetime | None, at: str) -> list[Event]:
     """task_done for pool tasks done since the previous finished round began.
 
-    The cycle's record already has this round's; these are the ones of a round that was
+    The record already has this round's; these are the ones of a round that was
     killed before it could queue them (same ids, so nothing is announced twice).
     """
     if since is None:
@@ -274,11 +272,11 @@ def _catch_up(inputs: Inputs, since: datetime | None, at: str) -> list[Event]:
     ]
 
 
-def _healed(cycle: Cycle, inputs: Inputs, since: datetime) -> list[Event]:
+def _healed(log: RoundLog, inputs: Inputs, since: datetime) -> list[Event]:
     """One ``healed`` per heal the store remembers since ``since`` (id: the failure's key)."""
     details = {
         (a.instance, a.session): a
-        for a in cycle.actions
+        for a in log.actions
         if a.kind == "heal" and a.result == "ok"
     }
     since_ms = int(since.timestamp() * 1000)
@@ -395,7 +393,7 @@ def counts_since(history: Sequence[Mapping[str, Any]], since: datetime) -> dict[
 
 
 def _summary(
-    cycle: Cycle,
+    log: RoundLog,
     inputs: Inputs,
     state: MutableMapping[str, Any],
     seen: Mapping[str, tuple[bool, str]],
@@ -423,9 +421,9 @@ def _summary(
             data={
                 "day": day,
                 "counts": counts,
-                "running": sum(1 for s in cycle.sessions if s.state in ("running", "stale_busy")),
+                "running": sum(1 for s in log.sessions if s.state in ("running", "stale_busy")),
                 "waiting": inputs.waiting,
-                "asking": sum(1 for s in cycle.sessions if s.state == "waiting"),
+                "asking": sum(1 for s in log.sessions if s.state == "waiting"),
                 "up": sum(1 for up, _ in seen.values() if up),
                 "servers": len(inputs.configured),
             },
@@ -434,7 +432,7 @@ def _summary(
 
 
 def derive(
-    cycle: Cycle,
+    log: RoundLog,
     inputs: Inputs,
     state: MutableMapping[str, Any],
     *,
@@ -450,16 +448,16 @@ def derive(
     now hold (task_parked, blackout); reachability, "needs a person" and the daily summary
     need a whole round's view and wait for the next round.
     """
-    at = _iso(cycle.started)
-    seen = {} if live else reachability(cycle, inputs.configured)
+    at = _iso(log.started)
+    seen = {} if live else reachability(log, inputs.configured)
     events = _instance_events(seen, state, at)
-    events += _session_events(cycle, inputs, at, people=not live)
+    events += _session_events(log, inputs, at, people=not live)
     since = _since(state, at)
-    events += _healed(cycle, inputs, since if since is not None else cycle.started)
+    events += _healed(log, inputs, since if since is not None else log.started)
     ids = {e.id for e in events}
     events += [e for e in _catch_up(inputs, since, at) if e.id not in ids]
     events += _store_events(inputs, state, at)
     events += _budget_events(inputs, now, tz, at)
     if not live:
-        events += _summary(cycle, inputs, state, seen, now, tz, summary_hour, events)
+        events += _summary(log, inputs, state, seen, now, tz, summary_hour, events)
     return events

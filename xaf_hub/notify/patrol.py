@@ -1,6 +1,6 @@
 """The patrol's hooks: queue a round's notices (fast, under its lock), send them (never under it).
 
-``queue_round(pctx, cycle)`` is all a round or a live reaction does: read what the stores say
+``queue_round(pctx, log)`` is all a round or a live reaction does: read what the stores say
 (task pool, blackouts, heals), derive the events and queue the new ones for every webhook that
 wants them, in one locked write of ``notify/state.json`` (so a crash after this point loses
 nothing). It touches no network and never raises.
@@ -40,6 +40,7 @@ from xaf_hub.notify.derive import Done, Inputs, Parked, derive, failover_event
 from xaf_hub.notify.events import Event
 from xaf_hub.notify.formats import Outgoing, build
 from xaf_hub.notify.messages import render
+from xaf_hub.notify.record import RoundLog
 from xaf_hub.notify.send import Answer, deliver, make_client
 from xaf_hub.store.backlog import parse_instant
 from xaf_hub.store.model_state import Healed
@@ -49,13 +50,12 @@ if TYPE_CHECKING:
 
     from xaf_hub.config.load import Config
     from xaf_hub.ops.context import OpsContext
-    from xaf_hub.patrol.context import Cycle
 
 STEP = "notify"
 HEALS_LOOKBACK = timedelta(hours=24)  # heals read per round; derive keeps the new ones
 
 
-def _inputs(pctx: OpsContext, cycle: Cycle, now: datetime) -> Inputs:
+def _inputs(pctx: OpsContext, log: RoundLog, now: datetime) -> Inputs:
     cfg = pctx.cfg
     parked: list[Parked] = []
     waiting = 0
@@ -63,7 +63,7 @@ def _inputs(pctx: OpsContext, cycle: Cycle, now: datetime) -> Inputs:
     try:
         tasks = pctx.backlog().load().tasks
     except HubError as exc:
-        cycle.error(pctx, STEP, f"task pool unreadable, no task events this round: {exc}")
+        log.error(pctx, STEP, f"task pool unreadable, no task events this round: {exc}")
         tasks = []
     done: list[Done] = []
     for t in tasks:
@@ -86,7 +86,7 @@ def _inputs(pctx: OpsContext, cycle: Cycle, now: datetime) -> Inputs:
     try:
         heals = pctx.model_state().healed_since(now - HEALS_LOOKBACK)
     except HubError as exc:
-        cycle.error(pctx, STEP, f"model state unreadable, no heal events this round: {exc}")
+        log.error(pctx, STEP, f"model state unreadable, no heal events this round: {exc}")
     try:
         found = pctx.model_state().active_blackouts(now)
         blackouts = {
@@ -94,7 +94,7 @@ def _inputs(pctx: OpsContext, cycle: Cycle, now: datetime) -> Inputs:
             for fam, b in found.items()
         }
     except HubError as exc:
-        cycle.error(pctx, STEP, f"model state unreadable, no blackout events this round: {exc}")
+        log.error(pctx, STEP, f"model state unreadable, no blackout events this round: {exc}")
         blackouts = None
     return Inputs(
         configured=[i.name for i in cfg.instances],
@@ -103,7 +103,7 @@ def _inputs(pctx: OpsContext, cycle: Cycle, now: datetime) -> Inputs:
         pool_sessions=frozenset(pool_sessions),
         done=done,
         blackouts=blackouts,
-        spend=cycle.spend,
+        spend=log.spend,
         heals=heals,
     )
 
@@ -315,25 +315,25 @@ def send_outbox(
 
 
 def send_round(
-    pctx: OpsContext, cycle: Cycle, transport: httpx.AsyncBaseTransport | None = None
+    pctx: OpsContext, log: RoundLog, transport: httpx.AsyncBaseTransport | None = None
 ) -> None:
-    """``patrol --once``: send the outbox now (no patrol lock held); tell ``cycle`` how it went."""
+    """``patrol --once``: send the outbox now (no patrol lock held); tell ``log`` how it went."""
     cfg = pctx.cfg.notify
     if not cfg.webhooks:
         return
     if pctx.stop_requested():
-        cycle.notes.append(f"{STEP}: messages stay queued, sent after restart")
+        log.notes.append(f"{STEP}: messages stay queued, sent after restart")
         return
     try:
         lines = send_outbox(pctx, seconds=cfg.round_seconds, due_only=False, transport=transport)
     except Exception as exc:  # noqa: BLE001 - notifications must never break a patrol round
-        cycle.error(pctx, STEP, f"sending failed: {type(exc).__name__}: {exc}")
+        log.error(pctx, STEP, f"sending failed: {type(exc).__name__}: {exc}")
         return
     for line, bad in lines:
         if bad:
-            cycle.errors.append(pctx.redact(line))
+            log.errors.append(pctx.redact(line))
         else:
-            cycle.notes.append(line)
+            log.notes.append(line)
 
 
 class Sender:
@@ -407,31 +407,31 @@ def _zone(name: str) -> Any:
         return datetime.now().astimezone().tzinfo
 
 
-def queue_round(pctx: OpsContext, cycle: Cycle, *, live: bool = False) -> int:
-    """Derive and queue this round's notices; record problems in ``cycle``; never raises.
+def queue_round(pctx: OpsContext, log: RoundLog, *, live: bool = False) -> int:
+    """Derive and queue this round's notices; record problems in ``log``; never raises.
 
-    ``live``: ``cycle`` is a reaction between rounds (see ``derive``). Returns how many
+    ``live``: ``log`` is a live reaction's, between rounds (see ``derive``). Returns how many
     messages wait in the outbox.
     """
     cfg: NotifyConfig = pctx.cfg.notify
     if not cfg.webhooks:
         return 0
     try:
-        return _queue(pctx, cycle, cfg, live)
+        return _queue(pctx, log, cfg, live)
     except Exception as exc:  # noqa: BLE001 - notifications must never break a patrol round
-        cycle.error(pctx, STEP, f"notifications failed: {type(exc).__name__}: {exc}")
+        log.error(pctx, STEP, f"notifications failed: {type(exc).__name__}: {exc}")
         return 0
 
 
-def _queue(pctx: OpsContext, cycle: Cycle, cfg: NotifyConfig, live: bool) -> int:
+def _queue(pctx: OpsContext, log: RoundLog, cfg: NotifyConfig, live: bool) -> int:
     now = pctx.now()
-    inputs = _inputs(pctx, cycle, now)
+    inputs = _inputs(pctx, log, now)
     tz = _zone(pctx.cfg.models.timezone)
     try:
         queued = outbox.enqueue(
             pctx.cfg.state_dir,
             lambda state: derive(
-                cycle, inputs, state, now=now, tz=tz, summary_hour=cfg.summary_hour, live=live
+                log, inputs, state, now=now, tz=tz, summary_hour=cfg.summary_hour, live=live
             ),
             cfg.webhooks,
             now=now,
@@ -441,12 +441,12 @@ def _queue(pctx: OpsContext, cycle: Cycle, cfg: NotifyConfig, live: bool) -> int
             claim=pctx.stores.event_claimer(),
         )
     except HubError as exc:
-        cycle.error(pctx, STEP, f"nothing queued: {exc}")
+        log.error(pctx, STEP, f"nothing queued: {exc}")
         return 0
     for line in queued.dropped:
-        cycle.error(pctx, STEP, line)
+        log.error(pctx, STEP, line)
     if queued.new:
-        cycle.notes.append(f"{STEP}: queued {len(queued.new)} new event(s) for the sender")
+        log.notes.append(f"{STEP}: queued {len(queued.new)} new event(s) for the sender")
     return len(queued.pending)
 
 

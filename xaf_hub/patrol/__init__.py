@@ -9,7 +9,8 @@ One cycle runs, in order, each surviving the others' failure:
 
 ``runner.py`` runs a cycle (lock, pause flag, report) and the APScheduler loop; ``report.py``
 writes the markdown + JSON report. Every job is a plain async function of a ``OpsContext``
-(config, clock, I/O seams) and the cycle record ``Cycle``.
+(config, clock, I/O seams) and the round as its jobs see it, ``Cycle``: what they read, and
+``Cycle.log`` (``notify.record.RoundLog``), what they did, which the report and notify read.
 
 Nothing here is imported by ``xaf-hub --help`` or ``status``: the command imports it lazily.
 """

@@ -1,8 +1,10 @@
-"""What every patrol job shares besides the operations context: the cycle's record.
+"""What every patrol job shares besides the operations context: the round as its jobs see it.
 
-* ``Cycle`` — what one cycle did, filled in by the jobs in order and read by the report: step
-  outcomes, actions (heals, resumes, dispatches, pool changes), session classes, errors, and
-  which sessions were already prompted this cycle (so a later job leaves them alone).
+* ``Cycle`` — what the jobs read (the fleet's scan, reused while nobody acted; the sessions'
+  last runs, with the rounds' memory) and ``Cycle.log``, the append-only record of what they
+  did (``notify.record.RoundLog``: step outcomes, actions, session classes, errors, notes,
+  which sessions were prompted this round, so a later job leaves them alone). The report and
+  notify read the log, never the rest.
 * ``pool_discipline`` — the pool's discipline override, an unreadable pool reported.
 * ``TIME_DECISIONS`` — the decisions that wait on time, not on a session changing: a round
   that skips a session's read (``Cycle.last_runs`` with the rounds' ``RunMemory``) still takes
@@ -23,7 +25,8 @@ from xaf_hub.core import aio
 from xaf_hub.core.records import SessionRecord
 from xaf_hub.core.runstate import LastRun, last_run
 from xaf_hub.errors import HubError
-from xaf_hub.ops.budget import BudgetLine, budget_lines
+from xaf_hub.notify.record import InstanceLine, RoundLog
+from xaf_hub.ops.budget import budget_lines
 from xaf_hub.ops.context import Fleet, OpsContext
 from xaf_hub.ops.load import instance_load
 from xaf_hub.ops.send import pool_discipline as _pool_discipline
@@ -63,91 +66,16 @@ TIME_DECISIONS: tuple[str, ...] = (
 
 
 # ---------------------------------------------------------------------------------------------
-# The cycle's record
-
-
-@dataclass(frozen=True)
-class StepOutcome:
-    """How one job ended: ok, failed (with its exit code), skipped or not run."""
-
-    name: str
-    status: str
-    code: int = 0
-    error: str = ""
-    seconds: float = 0.0
-
-
-@dataclass(frozen=True)
-class Action:
-    """One thing a job did or decided not to do, for the report."""
-
-    step: str
-    kind: str  # heal | resume | add | dispatch | done | requeue | blocked | keep
-    result: str  # ok | waiting | skipped | failed
-    instance: str = ""
-    session: str = ""
-    task: str = ""
-    title: str = ""
-    detail: str = ""
-    model: str = ""
-    from_model: str = ""
-
-
-def session_action(step: str, kind: str, result: str, rec: SessionRecord, **fields: str) -> Action:
-    """An Action about one session (instance, id and title taken from the record)."""
-    return Action(step, kind, result, rec.instance, rec.id, title=rec.title, **fields)
-
-
-@dataclass(frozen=True)
-class SessionLine:
-    """One project session as check_agents classified it."""
-
-    instance: str
-    session: str
-    title: str
-    state: str  # running | waiting | stale_busy | finished | failed | interrupted | idle
-    detail: str
-    model: str
-    updated_ms: int
-    # state "waiting": the request its run waits on, and how a person answers it
-    request: str = ""
-    answer: str = ""
-
-
-@dataclass(frozen=True)
-class InstanceLine:
-    """One instance's load as the patrol last saw it."""
-
-    name: str
-    reachable: bool
-    reason: str
-    running_project: int
-    reserved: int
-    limit: int
-    production: bool
+# What the jobs read, and the log of what they did
 
 
 @dataclass
 class Cycle:
-    """What one cycle did so far; the jobs append, the report reads."""
+    """One round as its jobs see it: what they read besides the operations context (the
+    fleet's scan, the sessions' last runs with the rounds' memory) and ``log``, the append-only
+    record of what they did (``notify.record.RoundLog``), which the report and notify read."""
 
-    started: datetime
-    finished: datetime | None = None
-    steps: list[StepOutcome] = field(default_factory=list)
-    actions: list[Action] = field(default_factory=list)
-    sessions: list[SessionLine] = field(default_factory=list)
-    instances: list[InstanceLine] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    # (instance, session) prompted this cycle: a later job must not judge or prompt them again.
-    touched: set[tuple[str, str]] = field(default_factory=set)
-    # (instance, session) whose heal or resume waits for a free slot (tried again next cycle).
-    deferred: set[tuple[str, str]] = field(default_factory=set)
-    # Today's spend against the daily budgets as the last scan saw it: the project's line
-    # first, then one per instance (ops.budget); the chat's budget notices read it.
-    spend: list[BudgetLine] = field(default_factory=list)
-    # Pool tasks fill_slots left pending because a daily budget was reached -> the refusal.
-    budget_held: dict[str, str] = field(default_factory=dict)
+    log: RoundLog
     # What earlier rounds read (a round's, not a live reaction's); None: read every session.
     memory: RunMemory | None = field(default=None, repr=False)
     # (instance, session) whose last run a job asked for this cycle (the memory keeps these).
@@ -160,47 +88,19 @@ class Cycle:
     _recalled: set[tuple[str, str]] = field(default_factory=set, repr=False)
     _scan: tuple[Fleet, datetime, int] | None = field(default=None, repr=False)
 
-    def _acted(self) -> int:
-        """Grows with every prompt sent and every action that did or failed to do something."""
-        return len(self.touched) + sum(1 for a in self.actions if a.result in ("ok", "failed"))
-
     async def scan(self, pctx: OpsContext) -> tuple[Fleet, datetime]:
         """The fleet for a job, and when it was scanned: a job reuses an earlier job's scan of
         this cycle while no job since has acted (prompted, healed, failed to), so an idle
         round scans once, like `status`; after an action the fleet is scanned again."""
-        if self._scan is not None and self._scan[2] == self._acted():
+        if self._scan is not None and self._scan[2] == self.log.acted():
             return self._scan[0], self._scan[1]
         at = pctx.now()
         fleet = await pctx.scan()
-        self._scan = (fleet, at, self._acted())
+        self._scan = (fleet, at, self.log.acted())
         return fleet, at
 
-    def add(self, pctx: OpsContext, action: Action) -> None:
-        """Record an action and log it as one line."""
-        self.actions.append(action)
-        where = "/".join(p for p in (action.instance, action.session) if p)
-        what = " ".join(p for p in (action.task, where) if p)
-        pctx.log(
-            pctx.redact(
-                f"{action.step}: {action.kind} {what}: {action.result}"
-                + (f" - {action.detail}" if action.detail else "")
-            )
-        )
-
-    def note(self, pctx: OpsContext, text: str) -> None:
-        """Record a warning met on the way (the round goes on; the report lists it)."""
-        line = pctx.redact(text)
-        self.notes.append(line)
-        pctx.log(f"note: {line}")
-
-    def error(self, pctx: OpsContext, step: str, text: str) -> None:
-        """Record a non-fatal error of one item (the job goes on with the others)."""
-        line = pctx.redact(f"{step}: {text}")
-        self.errors.append(line)
-        pctx.log(f"error: {line}")
-
     def note_instances(self, pctx: OpsContext, fleet: Fleet) -> None:
-        """Remember every instance's load from ``fleet`` for the report."""
+        """Put every instance's load and today's spend from ``fleet`` in the log."""
         gate = pctx.gate()
         lines = []
         for sc in fleet.scans:
@@ -216,13 +116,13 @@ class Cycle:
                     sc.inst.production,
                 )
             )
-        self.instances = lines
+        self.log.instances = lines
         project, spends = budget_lines(
             pctx.cfg,
             [(sc.inst, sc.sessions if sc.reachable else None) for sc in fleet.scans],
             pctx.now(),
         )
-        self.spend = [project, *spends]
+        self.log.spend = [project, *spends]
 
     async def last_runs(
         self,
@@ -246,10 +146,10 @@ class Cycle:
         for inst, rec in items:
             key = (inst.name, rec.id)
             self.asked.add(key)
-            cached = None if key in self.touched else self._runs.get((*key, rec.updated))
+            cached = None if key in self.log.touched else self._runs.get((*key, rec.updated))
             if answers and key in self._recalled:
                 cached = None  # recalled without its answer: read it
-            elif cached is None and key not in self.touched and self.memory is not None:
+            elif cached is None and key not in self.log.touched and self.memory is not None:
                 cached = self.memory.recall(*key, rec.updated, rec.run_state)
                 if cached is not None and rec.run_state == "idle" and not answers:
                     self.recalled += 1
@@ -287,9 +187,9 @@ class Cycle:
         return result
 
 
-def pool_discipline(pctx: OpsContext, cycle: Cycle, step: str) -> str | None:
+def pool_discipline(pctx: OpsContext, log: RoundLog, step: str) -> str | None:
     """The task pool's discipline override; a corrupt pool is reported, never fatal here."""
     override, problem = _pool_discipline(pctx)
     if problem:
-        cycle.error(pctx, step, problem)
+        log.error(pctx, step, problem)
     return override

@@ -44,12 +44,13 @@ from xaf_hub.fleet.events import FleetEvent
 from xaf_hub.fleet.follow import FleetFollower, run_in_thread
 from xaf_hub.fleet.scan import build_record
 from xaf_hub.notify.patrol import queue_round
+from xaf_hub.notify.record import RoundLog, session_action
 from xaf_hub.ops.budget import run_ceiling
 from xaf_hub.ops.context import OpsContext
 from xaf_hub.ops.decisions import load_decisions
 from xaf_hub.ops.heal import heal_candidate
 from xaf_hub.ops.live_board import publish
-from xaf_hub.patrol.context import Cycle, pool_discipline, session_action
+from xaf_hub.patrol.context import Cycle, pool_discipline
 from xaf_hub.patrol.jobs.check_agents import RUN_START_GRACE_MS, answer_by_policy, resume_one
 from xaf_hub.patrol.jobs.check_agents import STEP as CHECK
 from xaf_hub.patrol.jobs.fill_slots import fill_slots
@@ -223,7 +224,7 @@ class LiveReactor:
                     self._say(cycle)
                     # What it did reaches the chat now, not at the round; queued only: the
                     # sender posts it once the locks are released, so no receiver holds a heal.
-                    if cycle.actions and queue_round(pctx, cycle, live=True):
+                    if cycle.log.actions and queue_round(pctx, cycle.log, live=True):
                         self.notices()
             except BusyError:
                 return work, LOCKED_RETRY_SECONDS  # a round (maybe another patrol) is running
@@ -235,14 +236,14 @@ class LiveReactor:
         return None
 
     def _say(self, cycle: Cycle) -> None:
-        done = [a for a in cycle.actions if a.result == "ok"]
+        done = [a for a in cycle.log.actions if a.result == "ok"]
         if done:
             words = ", ".join(f"{a.kind} {a.instance}/{a.session or a.task}" for a in done)
             self.out(f"{time.strftime('%Y-%m-%d %H:%M:%S')} live: {words}")
 
     async def _react(self, work: _Work) -> tuple[Cycle, _Work, _Work]:
         pctx = self.pctx
-        cycle = Cycle(started=pctx.now())
+        cycle = Cycle(RoundLog(started=pctx.now()))
         again, watch = _Work(), _Work()
         if work.sessions.pop(_REFILL, None) is not None:
             work.fill = True
@@ -275,8 +276,8 @@ class LiveReactor:
                         again.fill, again.fill_tries = True, work.fill_tries + 1
                         again.fill_wait = wait
             except HubError as exc:
-                cycle.error(pctx, FILL, str(exc))
-        cycle.finished = pctx.now()
+                cycle.log.error(pctx, FILL, str(exc))
+        cycle.log.finished = pctx.now()
         return cycle, again, watch
 
     @staticmethod
@@ -340,7 +341,7 @@ class LiveReactor:
         if cand is not None:
             if not state.was_healed(cand.key):
                 await heal_item(pctx, cycle, inst, rec, run, cand, state, people,
-                                lambda: pool_discipline(pctx, cycle, HEAL))
+                                lambda: pool_discipline(pctx, cycle.log, HEAL))
             return watched
         if CHECK in self.skip or rec.running:
             return watched
@@ -350,9 +351,11 @@ class LiveReactor:
             return ""
         decision = people.for_session(inst.name, rec.id, run.created_ms if run else None)
         if decision is not None:  # a person stopped or steered it: theirs, not the patrol's
-            cycle.add(pctx, session_action(CHECK, "person", "skipped", rec, detail=decision.text))
+            cycle.log.add(
+                pctx, session_action(CHECK, "person", "skipped", rec, detail=decision.text)
+            )
             return ""
-        override = pool_discipline(pctx, cycle, CHECK)
+        override = pool_discipline(pctx, cycle.log, CHECK)
         why = await resume_one(pctx, cycle, inst, rec, run, override, state, now_ms)
         return "recheck" if "may still be starting" in why else ""
 

@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from xaf_hub.errors import HubError
+from xaf_hub.notify.record import RoundLog
 from xaf_hub.ops.context import OpsContext
-from xaf_hub.patrol.context import Cycle
 from xaf_hub.store.backlog import Task, readiness
 from xaf_hub.store.patrol_state import LATEST, latest_report
 from xaf_hub.store.statefile import write_json_atomic, write_text_atomic
@@ -136,7 +136,7 @@ def _iso(when: datetime | None) -> str:
 
 
 def report_document(
-    cycle: Cycle,
+    log: RoundLog,
     *,
     project: str,
     code: int,
@@ -146,26 +146,26 @@ def report_document(
 ) -> dict[str, Any]:
     """The JSON report of one cycle (pure)."""
     sessions: dict[str, list[dict[str, Any]]] = {state: [] for state, _ in SESSION_STATES}
-    for line in cycle.sessions:
+    for line in log.sessions:
         sessions.setdefault(line.state, []).append(asdict(line))
     doc: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "project": project,
-        "started_at": _iso(cycle.started),
-        "finished_at": _iso(cycle.finished),
+        "started_at": _iso(log.started),
+        "finished_at": _iso(log.finished),
         "result": "ok" if code == 0 else "failed",
         "exit_code": code,
-        "steps": [asdict(s) for s in cycle.steps],
-        "instances": [asdict(i) for i in cycle.instances],
+        "steps": [asdict(s) for s in log.steps],
+        "instances": [asdict(i) for i in log.instances],
         "counts": {state: len(rows) for state, rows in sessions.items()},
         "sessions": sessions,
     }
     for kind, key, _ in SECTIONS:
-        doc[key] = [asdict(a) for a in cycle.actions if a.kind == kind]
+        doc[key] = [asdict(a) for a in log.actions if a.kind == kind]
     doc["needs_person"] = _one_per_session(doc["needs_person"])
     doc["waiting"] = {**waiting, "lead_backlog": {"path": lead_path, "items": list(lead_items)}}
-    doc["errors"] = list(cycle.errors)
-    doc["notes"] = list(cycle.notes)
+    doc["errors"] = list(log.errors)
+    doc["notes"] = list(log.notes)
     return doc
 
 
@@ -344,21 +344,21 @@ def _lead(pctx: OpsContext) -> tuple[Path, list[str]]:
     return path, lead_backlog_items(text)
 
 
-def write_report(pctx: OpsContext, cycle: Cycle, code: int) -> tuple[Path, Path]:
+def write_report(pctx: OpsContext, log: RoundLog, code: int) -> tuple[Path, Path]:
     """Write the JSON and markdown report (latest + timestamped); return the latest paths."""
     try:
         tasks = pctx.backlog().load().tasks
     except HubError as exc:
         tasks = []
-        cycle.errors.append(pctx.redact(f"report: task pool unreadable: {exc}"))
+        log.errors.append(pctx.redact(f"report: task pool unreadable: {exc}"))
     waiting = held_by_budget(
-        waiting_tasks(tasks, pctx.now(), pctx.cfg.patrol.max_attempts), cycle.budget_held
+        waiting_tasks(tasks, pctx.now(), pctx.cfg.patrol.max_attempts), log.budget_held
     )
     lead_path, lead_items = _lead(pctx)
     doc = _scrub(
         pctx,
         report_document(
-            cycle,
+            log,
             project=pctx.cfg.project_name,
             code=code,
             waiting=waiting,
@@ -369,8 +369,8 @@ def write_report(pctx: OpsContext, cycle: Cycle, code: int) -> tuple[Path, Path]
     markdown = pctx.redact(render_markdown(doc))
     folder = pctx.patrol_dir
     stamp = (
-        cycle.started.astimezone(UTC).strftime("%Y%m%d-%H%M%S-")
-        + f"{cycle.started.microsecond // 1000:03d}"
+        log.started.astimezone(UTC).strftime("%Y%m%d-%H%M%S-")
+        + f"{log.started.microsecond // 1000:03d}"
     )
     for name in (f"report-{stamp}", LATEST):
         write_json_atomic(folder / f"{name}.json", doc)

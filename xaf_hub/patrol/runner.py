@@ -51,8 +51,9 @@ from xaf_hub.errors import (
     UnreachableError,
 )
 from xaf_hub.notify.patrol import Sender, queue_failover, queue_round, send_round
+from xaf_hub.notify.record import RoundLog, StepOutcome
 from xaf_hub.ops.context import OpsContext
-from xaf_hub.patrol.context import Cycle, StepOutcome
+from xaf_hub.patrol.context import Cycle
 from xaf_hub.patrol.jobs.check_agents import check_agents
 from xaf_hub.patrol.jobs.fill_slots import fill_slots
 from xaf_hub.patrol.jobs.fix_free_limit import fix_free_limit
@@ -131,13 +132,13 @@ async def run_cycle(
 ) -> Cycle:
     """Run the steps in order; a failing step is recorded and the next one still runs."""
     skipped = set(skip)
-    cycle = Cycle(started=pctx.now(), memory=memory)
+    cycle = Cycle(RoundLog(started=pctx.now()), memory=memory)
     for name, job in steps:
         if name in skipped:
-            cycle.steps.append(StepOutcome(name, "skipped"))
+            cycle.log.steps.append(StepOutcome(name, "skipped"))
             continue
         if pctx.stop_requested():
-            cycle.steps.append(StepOutcome(name, "not run", error="stop requested"))
+            cycle.log.steps.append(StepOutcome(name, "not run", error="stop requested"))
             continue
         t0 = time.monotonic()
         try:
@@ -156,16 +157,16 @@ async def run_cycle(
             )
         else:
             outcome = StepOutcome(name, "ok", seconds=time.monotonic() - t0)
-        cycle.steps.append(outcome)
+        cycle.log.steps.append(outcome)
         if outcome.status == "failed":
             pctx.log(f"{name}: failed (exit {outcome.code}): {outcome.error}")
-    cycle.finished = pctx.now()
+    cycle.log.finished = pctx.now()
     return cycle
 
 
 def cycle_code(cycle: Cycle) -> int:
     """0 when every step that was asked for ran, else the worst failed step's code."""
-    return worst_code(s.code for s in cycle.steps)
+    return worst_code(s.code for s in cycle.log.steps)
 
 
 @dataclass(frozen=True)
@@ -182,7 +183,7 @@ class CycleRun:
 def summary(cycle: Cycle, code: int) -> str:
     """One line about a finished cycle."""
     counts: dict[str, int] = {}
-    for a in cycle.actions:
+    for a in cycle.log.actions:
         if a.result == "ok":
             counts[a.kind] = counts.get(a.kind, 0) + 1
     words = (
@@ -194,9 +195,9 @@ def summary(cycle: Cycle, code: int) -> str:
         ("requeue", "requeued"),
     )
     done = ", ".join(f"{label} {counts.get(kind, 0)}" for kind, label in words)
-    failed = [s.name for s in cycle.steps if s.status == "failed"]
+    failed = [s.name for s in cycle.log.steps if s.status == "failed"]
     result = "ok" if code == 0 else f"exit {code}, failed: {', '.join(failed) or 'report'}"
-    return f"patrol cycle {result}; {done}; errors {len(cycle.errors)}"
+    return f"patrol cycle {result}; {done}; errors {len(cycle.log.errors)}"
 
 
 def open_lease(pctx: OpsContext) -> PatrolLease | None:
@@ -281,20 +282,20 @@ def run_once(
         cycle = aio.run(run_cycle(pctx, skip, steps, memory))
         problem = problem or _keep_memory(cycle)
         pctx.log(f"last runs: {cycle.reads} read, {cycle.recalled} unchanged since read")
-        queue_round(pctx, cycle)
+        queue_round(pctx, cycle.log)
     if send:
-        send_round(pctx, cycle)
+        send_round(pctx, cycle.log)
     code = cycle_code(cycle)
     if problem:
         code = worst_code((code, int(ExitCode.INTERNAL)))
-        cycle.errors.append(pctx.redact(problem))
+        cycle.log.errors.append(pctx.redact(problem))
         pctx.log(f"error: {pctx.redact(problem)}")
     report: Path | None = None
     try:
-        report = write_report(pctx, cycle, code)[1]
+        report = write_report(pctx, cycle.log, code)[1]
     except (OSError, HubError) as exc:
         code = worst_code((code, int(ExitCode.INTERNAL)))
-        cycle.errors.append(pctx.redact(f"report not written: {exc}"))
+        cycle.log.errors.append(pctx.redact(f"report not written: {exc}"))
         pctx.log(f"error: report not written: {pctx.redact(str(exc))}")
     return CycleRun("ran", code, summary(cycle, code), cycle, report)
 
@@ -345,10 +346,10 @@ def _keep_memory(cycle: Cycle) -> str:
     memory = cycle.memory
     if memory is None:
         return ""
-    memory.forget(cycle.touched)  # prompted this round: their run is not what was read
-    if all(s.status in ("ok", "skipped") for s in cycle.steps):
+    memory.forget(cycle.log.touched)  # prompted this round: their run is not what was read
+    if all(s.status in ("ok", "skipped") for s in cycle.log.steps):
         # A full round asked about every session it may need, on every instance it reached.
-        memory.keep_only(cycle.asked, [i.name for i in cycle.instances if not i.reachable])
+        memory.keep_only(cycle.asked, [i.name for i in cycle.log.instances if not i.reachable])
     try:
         memory.save()
     except LockLostError:

@@ -12,8 +12,8 @@ from xaf_hub.config.notify import DEFAULT_EVENTS, Webhook
 from xaf_hub.notify import outbox
 from xaf_hub.notify.derive import Inputs, derive
 from xaf_hub.notify.messages import render
+from xaf_hub.notify.record import RoundLog
 from xaf_hub.ops.budget import BudgetLine, Spend
-from xaf_hub.patrol.context import Cycle
 
 NOW = datetime(2026, 12, 2, 10, 0, tzinfo=UTC)
 
@@ -23,7 +23,7 @@ def round_(
 ) -> list[tuple[str, Any]]:
     """One patrol round's derive + queue; the (id, data) of what it newly queued."""
     hook = Webhook("team", "H", "json", url=URL)
-    c = Cycle(started=now, finished=now)
+    c = RoundLog(started=now, finished=now)
     q = outbox.enqueue(
         tmp,
         lambda state: derive(

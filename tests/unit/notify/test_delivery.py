@@ -201,7 +201,7 @@ def test_patrol_once_sends_with_the_cycle_lock_released(tmp_path: Path) -> None:
         t.join(30)  # given up on after one try's timeout, long before the receiver answers
         assert not t.is_alive() and result[0].status == "ran"
         assert len(cap.hits) == 1  # one message tried; the rest waits for the next pass
-        errors = result[0].cycle.errors
+        errors = result[0].cycle.log.errors
         assert any("no answer within 2s" in e for e in errors), errors
     left = [i["event"]["id"] for i in state(cfg)["outbox"]]
     assert left[:2] == ["task_done:T-1:s1", "task_done:T-2:s2"], left  # (+ the daily summary)

@@ -19,15 +19,15 @@ from xaf_hub.notify.check import webhook_checks
 from xaf_hub.notify.derive import Done, Inputs, Parked, derive
 from xaf_hub.notify.events import Event
 from xaf_hub.notify.messages import render
-from xaf_hub.patrol.context import Action, Cycle, InstanceLine, SessionLine, StepOutcome
+from xaf_hub.notify.record import Action, InstanceLine, RoundLog, SessionLine, StepOutcome
 from xaf_hub.store.model_state import FileModelState, Healed, HealedSession
 
 # ---------------------------------------------------------------------------------------------
 # Events derived from a cycle
 
 
-def cycle(**kw: Any) -> Cycle:
-    c = Cycle(started=NOW, finished=NOW)
+def round_log(**kw: Any) -> RoundLog:
+    c = RoundLog(started=NOW, finished=NOW)
     for k, v in kw.items():
         setattr(c, k, v)
     return c
@@ -37,29 +37,29 @@ def up(name: str, reachable: bool = True, reason: str = "") -> InstanceLine:
     return InstanceLine(name, reachable, reason, 0, 0, 2, False)
 
 
-def run_derive(c: Cycle, state: dict[str, Any], **inputs: Any) -> list[Event]:
+def run_derive(c: RoundLog, state: dict[str, Any], **inputs: Any) -> list[Event]:
     inp = Inputs(configured=inputs.pop("configured", ["a", "b"]), **inputs)
     return derive(c, inp, state, now=NOW, tz=UTC, summary_hour=23)
 
 
 def test_instance_events_compare_with_the_previous_round() -> None:
     state: dict[str, Any] = {}
-    assert run_derive(cycle(instances=[up("a"), up("b")]), state) == []  # first round: record
-    down = run_derive(cycle(instances=[up("a"), up("b", False, "connection refused")]), state)
+    assert run_derive(round_log(instances=[up("a"), up("b")]), state) == []  # first round: record
+    down = run_derive(round_log(instances=[up("a"), up("b", False, "connection refused")]), state)
     assert [(e.type, e.instance, e.data["reason"]) for e in down] == [
         ("instance_down", "b", "connection refused")
     ]
-    assert run_derive(cycle(instances=[up("a"), up("b", False, "refused")]), state) == []
-    back = run_derive(cycle(instances=[up("a"), up("b")]), state)
+    assert run_derive(round_log(instances=[up("a"), up("b", False, "refused")]), state) == []
+    back = run_derive(round_log(instances=[up("a"), up("b")]), state)
     assert [(e.type, e.instance) for e in back] == [("instance_up", "b")]
     assert back[0].id != down[0].id
     # No instance answered: the cycle has no instance lines, but the step says so.
-    fleet_down = cycle(
+    fleet_down = round_log(
         steps=[StepOutcome("check_agents", "failed", 2, "fleet: unreachable: no instance answered")]
     )
     assert sorted(e.instance for e in run_derive(fleet_down, state)) == ["a", "b"]
     # Steps skipped: nothing known, nothing said.
-    assert run_derive(cycle(), state) == []
+    assert run_derive(round_log(), state) == []
 
 
 def healed(
@@ -81,7 +81,7 @@ def line(state: str, sid: str = "s1", updated: int = 5) -> SessionLine:
 
 def test_session_events_need_a_reason_a_person_must_act() -> None:
     act = Action
-    c = cycle(
+    c = round_log(
         actions=[
             act("fill_slots", "done", "ok", "a", "s9", task="T-9", title="nine"),
             act(
@@ -153,7 +153,7 @@ def test_parked_tasks_blackouts_and_the_daily_summary() -> None:
     parked = [Parked("T-3", "three", 3, "context too long")]
     blackouts = {"opencode": ("2026-12-02T00:00:00+00:00", "429")}
     events = derive(
-        cycle(instances=[up("a")]),
+        round_log(instances=[up("a")]),
         Inputs(["a"], parked, 2, blackouts=blackouts),
         state,
         now=NOW,
@@ -166,7 +166,7 @@ def test_parked_tasks_blackouts_and_the_daily_summary() -> None:
     assert (summary["waiting"], summary["up"], summary["servers"]) == (2, 1, 1)
     # Same blackout, same day: only the parked task is derived again (its id dedupes it).
     events = derive(
-        cycle(instances=[up("a")]),
+        round_log(instances=[up("a")]),
         Inputs(["a"], parked, 2, blackouts=blackouts),
         state,
         now=NOW + timedelta(hours=1),
@@ -178,11 +178,11 @@ def test_parked_tasks_blackouts_and_the_daily_summary() -> None:
     later = {"opencode": ("2026-12-03T00:00:00+00:00", "429")}
     early = datetime(2026, 12, 2, 8, 59, tzinfo=UTC)
     events = derive(
-        cycle(), Inputs(["a"], blackouts=later), state, now=early, tz=UTC, summary_hour=9
+        round_log(), Inputs(["a"], blackouts=later), state, now=early, tz=UTC, summary_hour=9
     )
     assert [e.type for e in events] == ["blackout"]
     events = derive(
-        cycle(),
+        round_log(),
         Inputs(["a"], blackouts=later),
         state,
         now=early + timedelta(minutes=2),
@@ -194,8 +194,8 @@ def test_parked_tasks_blackouts_and_the_daily_summary() -> None:
 
 def test_a_live_reaction_says_what_it_did_and_leaves_the_fleet_view_to_the_round() -> None:
     state: dict[str, Any] = {}
-    run_derive(cycle(instances=[up("a"), up("b")]), state)  # a round saw both up
-    live = cycle(
+    run_derive(round_log(instances=[up("a"), up("b")]), state)  # a round saw both up
+    live = round_log(
         instances=[up("a"), up("b", False, "refused")],  # ignored: a reaction sees no fleet
         sessions=[line("failed", "s7")],
         actions=[
@@ -208,7 +208,7 @@ def test_a_live_reaction_says_what_it_did_and_leaves_the_fleet_view_to_the_round
                     state, now=NOW, tz=UTC, summary_hour=0, live=True)
     assert [(e.type, e.session) for e in events] == [("healed", "s2"), ("blackout", "")]
     # The next round still reports what needs a full view, and the blackout only once.
-    events = derive(cycle(instances=[up("a"), up("b", False, "refused")]),
+    events = derive(round_log(instances=[up("a"), up("b", False, "refused")]),
                     Inputs(["a", "b"], blackouts=blackouts), state, now=NOW, tz=UTC,
                     summary_hour=0)
     assert [e.type for e in events] == ["instance_down", "daily_summary"]
@@ -218,11 +218,11 @@ def test_tasks_done_in_a_killed_round_are_caught_up_once() -> None:
     state: dict[str, Any] = {}
     early = Done("T-1", "one", "a", "s1", NOW - timedelta(hours=1))
     in_this_round = Action("fill_slots", "done", "ok", "a", "s1", task="T-1", title="one")
-    first = run_derive(cycle(actions=[in_this_round]), state, done=[early])
+    first = run_derive(round_log(actions=[in_this_round]), state, done=[early])
     assert [e.id for e in first] == ["task_done:T-1:s1"]  # the action and the pool agree
     # The next round was killed after settling T-2; the round after finds it in the pool.
     killed = Done("T-2", "two", "b", "s2", NOW + timedelta(minutes=30))
-    later = Cycle(started=NOW + timedelta(hours=1))
+    later = RoundLog(started=NOW + timedelta(hours=1))
     events = run_derive(later, state, done=[early, killed])
     assert [(e.type, e.task, e.instance, e.session) for e in events] == [
         ("task_done", "T-2", "b", "s2")
@@ -361,7 +361,7 @@ def test_a_heal_whose_notice_was_never_queued_is_announced_by_the_next_round(
     """The process was killed right after a heal: the healed memory still tells it, once."""
     store = FileModelState(tmp_path / ".model_state.json", 0, UTC, {})
     state: dict[str, Any] = {}
-    run_derive(cycle(), state)  # a finished round
+    run_derive(round_log(), state)  # a finished round
     at = NOW + timedelta(minutes=5)
     store.remember_healed(
         "heal:a:s2:msg_9", "opencode/free", "backup/good", at,
@@ -369,7 +369,7 @@ def test_a_heal_whose_notice_was_never_queued_is_announced_by_the_next_round(
     )
     store.remember_healed("resume:a:s3", None, None, at)  # a resume is no heal
     # ... killed here. The next round (or reaction) reads the store:
-    later = Cycle(started=NOW + timedelta(hours=1))
+    later = RoundLog(started=NOW + timedelta(hours=1))
     heals = store.healed_since(NOW - timedelta(hours=24))
     events = run_derive(later, state, heals=heals)
     assert [(e.type, e.id, e.instance, e.session, e.title) for e in events] == [
@@ -378,7 +378,7 @@ def test_a_heal_whose_notice_was_never_queued_is_announced_by_the_next_round(
     models = (events[0].data["from_model"], events[0].data["model"])
     assert models == ("opencode/free", "backup/good")
     # A later round sees it again only as an old heal: nothing new.
-    again = Cycle(started=NOW + timedelta(hours=2))
+    again = RoundLog(started=NOW + timedelta(hours=2))
     assert run_derive(again, state, heals=store.healed_since(NOW - timedelta(hours=24))) == []
 
 
@@ -392,7 +392,7 @@ def test_one_notice_per_request_a_run_waits_on_pool_sessions_included() -> None:
     secret = "permission bash: curl -H 'Authorization: Bearer tok123' https://u:pw@h/x"
     lines = [waiting_line("s1", "per_1", secret), waiting_line("s2", "que_2", "question: Why?"),
              line("running", "s3")]
-    first = run_derive(cycle(sessions=lines), state, pool_sessions=frozenset({("a", "s1")}))
+    first = run_derive(round_log(sessions=lines), state, pool_sessions=frozenset({("a", "s1")}))
     asks = [e for e in first if e.type == "waiting_person"]
     assert [(e.id, e.session) for e in asks] == [
         ("waiting_person:a:per_1", "s1"), ("waiting_person:a:que_2", "s2")
@@ -404,12 +404,12 @@ def test_one_notice_per_request_a_run_waits_on_pool_sessions_included() -> None:
     zh = render(asks[1], language="zh", project="p", page_url="", tz=UTC)
     assert "等人回答" in zh[0]
     # The next round sees the same requests: the same ids (the outbox's seen map sends once).
-    again = run_derive(cycle(sessions=lines), state)
+    again = run_derive(round_log(sessions=lines), state)
     assert {e.id for e in again if e.type == "waiting_person"} == {e.id for e in asks}
 
 
 def test_the_daily_summary_counts_what_waits_for_a_person() -> None:
-    c = cycle(sessions=[waiting_line("s1", "per_1", "x"), line("running", "s2")])
+    c = round_log(sessions=[waiting_line("s1", "per_1", "x"), line("running", "s2")])
     inp = Inputs(configured=["a"])
     late = NOW.replace(hour=23, minute=30)
     events = derive(c, inp, {}, now=late, tz=UTC, summary_hour=23)
@@ -423,7 +423,7 @@ def test_a_task_done_notice_says_which_rule_decided() -> None:
     """Issue 37: the chat says why the hub calls it done (new work, check passed)."""
     detail = "verified: commit 0123456 on the repository (new work: 1 commit; check: passed)"
     act = Action("fill_slots", "done", "ok", "lan-b", "s1", task="T-1", title="fix", detail=detail)
-    events = run_derive(cycle(actions=[act]), {})
+    events = run_derive(round_log(actions=[act]), {})
     [done] = [e for e in events if e.type == "task_done"]
     assert done.data == {"judged": detail}
     for lang in ("en", "zh"):

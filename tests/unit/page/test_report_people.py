@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from xaf_hub.config.load import Config, parse_config
+from xaf_hub.notify.record import Action, RoundLog
 from xaf_hub.page import autopilot as overview
-from xaf_hub.patrol.context import Action, Cycle
 from xaf_hub.patrol.report import render_markdown, report_document, waiting_tasks
 from xaf_hub.store.backlog import Backlog, Task
 
@@ -30,10 +30,10 @@ def cfg(tmp_path: Path) -> Config:
 
 
 def _doc() -> dict[str, object]:
-    cycle = Cycle(started=NOW, finished=NOW)
+    log = RoundLog(started=NOW, finished=NOW)
     # check_agents and fill_slots both name the session: one line, the one with the task.
-    cycle.actions.append(Action("check_agents", "person", "skipped", "a", "ses_1", detail=WHO))
-    cycle.actions.append(
+    log.actions.append(Action("check_agents", "person", "skipped", "a", "ses_1", detail=WHO))
+    log.actions.append(
         Action("fill_slots", "person", "skipped", "a", "ses_1", task="T1", title="t", detail=WHO)
     )
     tasks = [
@@ -43,7 +43,7 @@ def _doc() -> dict[str, object]:
     ]
     waiting = waiting_tasks(tasks, NOW, 3)
     return report_document(
-        cycle, project="demo", code=0, waiting=waiting, lead_path="", lead_items=()
+        log, project="demo", code=0, waiting=waiting, lead_path="", lead_items=()
     )
 
 

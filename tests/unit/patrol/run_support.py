@@ -116,5 +116,5 @@ def round_at(cfg: Config, fleet: FakeFleet, when: datetime) -> tuple[CycleRun, i
 
 def line_of(result: CycleRun, sid: str) -> tuple[str, str]:
     assert result.cycle is not None
-    (line,) = [s for s in result.cycle.sessions if s.session == sid]
+    (line,) = [s for s in result.cycle.log.sessions if s.session == sid]
     return line.state, line.detail

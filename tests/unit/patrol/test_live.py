@@ -18,6 +18,7 @@ import pytest
 from xaf_hub.config.load import load_config
 from xaf_hub.core.records import SessionRecord
 from xaf_hub.fleet.events import FleetEvent
+from xaf_hub.notify.record import RoundLog
 from xaf_hub.ops.context import OpsContext
 from xaf_hub.patrol.context import Cycle
 from xaf_hub.patrol.live import (
@@ -40,7 +41,7 @@ class Recording(LiveReactor):
 
     async def _react(self, work: _Work) -> tuple[Cycle, _Work, _Work]:
         self.batches.append(work)
-        return Cycle(started=datetime.now(UTC)), _Work(), _Work()
+        return Cycle(RoundLog(started=datetime.now(UTC))), _Work(), _Work()
 
 
 def _reactor(tmp_path: Path, out: list[str], skip: tuple[str, ...] = ()) -> Recording:
@@ -126,7 +127,9 @@ def test_a_request_becomes_work_only_with_a_policy_and_a_rule_answers_it(tmp_pat
     assert work is not None and list(work.sessions) == [("a", "asked:ses_perm")]
     cycle, again, _ = asyncio.run(live._react(work))
     assert server.replies == [("/permission/per_aaa1/reply", {"reply": "once"})]
-    assert [(a.kind, a.result, a.session) for a in cycle.actions] == [("answer", "ok", "ses_perm")]
+    assert [(a.kind, a.result, a.session) for a in cycle.log.actions] == [
+        ("answer", "ok", "ses_perm")
+    ]
     assert again.empty()
 
 
@@ -241,7 +244,7 @@ def test_a_run_under_a_ceiling_is_still_healed_when_it_retries(
     retry = {"type": "retry", "attempt": 2, "message": "Rate limit exceeded", "next": 0}
     state: dict[str, object] = retry
     monkeypatch.setattr(OpsContext, "client", lambda self, inst: _FakeClient(state))
-    cycle = Cycle(started=datetime.now(UTC))
+    cycle = Cycle(RoundLog(started=datetime.now(UTC)))
     assert asyncio.run(reactor._session(cycle, "a", "ses_1")) == "watch"
     assert checked == ["ses_1"] and healed == ["ses_1"]
     state = {"type": "busy"}
@@ -271,11 +274,11 @@ def test_a_run_stopped_past_its_ceiling_is_not_then_answered_by_policy(tmp_path:
     class Stopping(LiveReactor):
         async def _session(self, cycle: Cycle, instance: str, sid: str) -> str:
             order.append(sid)
-            cycle.touched.add((instance, sid))  # what check_run does when it stops a run
+            cycle.log.touched.add((instance, sid))  # what check_run does when it stops a run
             return ""
 
     live = Stopping(pctx, (), threading.Lock(), lambda line: None, settle_seconds=0)
     work = _Work({("a", "asked:ses_perm"): 0.0, ("a", "ses_perm"): 0.0})
     cycle, _, _ = asyncio.run(live._react(work))
     assert order == ["ses_perm"]
-    assert server.replies == [] and cycle.actions == []
+    assert server.replies == [] and cycle.log.actions == []

@@ -131,15 +131,15 @@ def test_one_changed_session_among_thousands_is_read_and_judged_again(tmp_path: 
     total = 3 * fleet.per_instance
 
     first, reads = round_at(cfg, fleet, NOW)
-    assert first.code == 0, first.cycle and first.cycle.errors
-    assert reads == total and first.cycle is not None and len(first.cycle.sessions) == total
+    assert first.code == 0, first.cycle and first.cycle.log.errors
+    assert reads == total and first.cycle is not None and len(first.cycle.log.sessions) == total
     lists = fleet.lists
     second, reads = round_at(cfg, fleet, NOW + timedelta(minutes=10))
     assert second.code == 0 and reads == 0
     assert fleet.lists - lists == 3  # one scan for the three jobs (nothing acted): as `status`
     assert second.cycle is not None and second.cycle.recalled == total
-    assert [(s.session, s.state) for s in second.cycle.sessions] == [
-        (s.session, s.state) for s in first.cycle.sessions
+    assert [(s.session, s.state) for s in second.cycle.log.sessions] == [
+        (s.session, s.state) for s in first.cycle.log.sessions
     ]
 
     # One session among 3000 ends a new run with an error: only it is read, and it is judged
@@ -167,7 +167,7 @@ def test_one_changed_session_among_thousands_is_read_and_judged_again(tmp_path: 
     fleet.down.add("lan-c")
     fifth, reads = round_at(cfg, fleet, NOW + timedelta(minutes=40))
     assert reads == 0 and fifth.cycle is not None
-    assert [i.reachable for i in fifth.cycle.instances] == [True, True, False]
+    assert [i.reachable for i in fifth.cycle.log.instances] == [True, True, False]
     fleet.down.clear()
     sixth, reads = round_at(cfg, fleet, NOW + timedelta(minutes=50))
     assert sixth.code == 0 and reads == 0
@@ -189,13 +189,14 @@ def test_a_time_decision_is_taken_without_reading_again(tmp_path: Path) -> None:
     assert reads == 4 and fleet.prompts == []
     assert first.cycle is not None
     assert any(
-        a.session == "ses_stop" and "may still be starting" in a.detail for a in first.cycle.actions
+        a.session == "ses_stop" and "may still be starting" in a.detail
+        for a in first.cycle.log.actions
     )
     second, reads = round_at(cfg, fleet, NOW + timedelta(minutes=2))
     assert reads == 0, fleet.reads
     assert fleet.prompts == [("lan-a", "ses_stop")]
     assert second.cycle is not None
-    assert [(a.kind, a.result) for a in second.cycle.actions if a.session == "ses_stop"] == [
+    assert [(a.kind, a.result) for a in second.cycle.log.actions if a.session == "ses_stop"] == [
         ("resume", "ok")
     ]
     # The resumed session was prompted: the memory forgot it, the next round reads it.
@@ -222,7 +223,7 @@ def test_a_heal_that_waited_for_a_blackout_to_end_is_done_without_reading_again(
     fleet.add("lan-a", "ses_gone", NOW_MS - 60_000, failed)
     first, reads = round_at(cfg, fleet, NOW)
     assert reads == 1 and fleet.prompts == [] and first.cycle is not None
-    assert [(a.kind, a.result) for a in first.cycle.actions] == [("heal", "waiting")]
+    assert [(a.kind, a.result) for a in first.cycle.log.actions] == [("heal", "waiting")]
     lists = fleet.lists
     _early, reads = round_at(cfg, fleet, NOW + timedelta(hours=19, minutes=50))  # 07:50
     assert reads == 0 and fleet.prompts == [] and fleet.lists - lists == 1
@@ -235,7 +236,7 @@ def test_a_heal_that_waited_for_a_blackout_to_end_is_done_without_reading_again(
     # session prompted this round is always read again).
     assert reads == 1 and fleet.prompts == [("lan-a", "ses_gone")]
     assert after.cycle is not None
-    healed = [a for a in after.cycle.actions if a.kind == "heal"]
+    healed = [a for a in after.cycle.log.actions if a.kind == "heal"]
     assert [(a.result, a.model) for a in healed] == [("ok", "opencode/other-model")]
 
 
@@ -255,13 +256,13 @@ def test_a_rate_limit_blacks_its_family_out_once_not_again_from_the_same_failure
     fleet.add("lan-a", "ses_rl", NOW_MS - 60_000, failed)
     first, _ = round_at(cfg, fleet, NOW)
     assert first.cycle is not None and fleet.prompts == []
-    assert [(a.kind, a.result) for a in first.cycle.actions] == [("heal", "waiting")]
+    assert [(a.kind, a.result) for a in first.cycle.log.actions] == [("heal", "waiting")]
     state = OpsContext(cfg, clock=lambda: NOW).model_state()
     assert set(state.active_blackouts(NOW)) == {"opencode"}
     later = NOW + timedelta(hours=20, minutes=30)  # 08:30 the next day
     after, _ = round_at(cfg, fleet, later)
     assert after.cycle is not None and fleet.prompts == [("lan-a", "ses_rl")]
-    healed = [a for a in after.cycle.actions if a.kind == "heal"]
+    healed = [a for a in after.cycle.log.actions if a.kind == "heal"]
     assert [(a.result, a.model) for a in healed] == [("ok", "opencode/other-model")]
     assert state.active_blackouts(later) == {}
 
@@ -279,5 +280,5 @@ def test_a_damaged_memory_fails_the_round_loudly_but_still_reads_everything(
     result, reads = round_at(cfg, fleet, NOW)
     assert result.code == 1 and reads == 2
     assert result.cycle is not None
-    assert any(str(path) in e and "invalid JSON" in e for e in result.cycle.errors)
+    assert any(str(path) in e and "invalid JSON" in e for e in result.cycle.log.errors)
     assert path.read_text("utf-8") == '{"schema_version": 1, "instances": {"lan-a": ['

@@ -17,8 +17,9 @@ import pytest
 from tests.unit.patrol.runner_support import NOW, make_cfg, pctx_for
 from xaf_hub.cli.main import main
 from xaf_hub.errors import ExitCode, StateFileError, UnreachableError
+from xaf_hub.notify.record import Action, RoundLog, SessionLine, StepOutcome
 from xaf_hub.ops.context import OpsContext
-from xaf_hub.patrol.context import Action, Cycle, SessionLine, StepOutcome
+from xaf_hub.patrol.context import Cycle
 from xaf_hub.patrol.jobs.sync_design import design_markers, sync_design_tasks
 from xaf_hub.patrol.report import (
     lead_backlog_items,
@@ -68,14 +69,14 @@ def test_a_failing_step_does_not_stop_the_others(tmp_path: Path) -> None:
     )
     cycle = __import__("asyncio").run(run_cycle(pctx_for(make_cfg(tmp_path), lines), (), steps))
     assert calls == list(STEP_NAMES)
-    assert [(s.name, s.status, s.code) for s in cycle.steps] == [
+    assert [(s.name, s.status, s.code) for s in cycle.log.steps] == [
         ("run_ceiling", "ok", 0),
         ("fix_free_limit", "failed", 2),
         ("check_agents", "failed", 1),
         ("sync_design_tasks", "ok", 0),
         ("fill_slots", "ok", 0),
     ]
-    assert "RuntimeError: bug" in cycle.steps[2].error
+    assert "RuntimeError: bug" in cycle.log.steps[2].error
     assert any("check_agents: failed (exit 1)" in ln for ln in lines)
 
 
@@ -93,7 +94,7 @@ def test_skipped_and_stopped_steps(tmp_path: Path) -> None:
     pctx = OpsContext(pctx.cfg, clock=lambda: NOW, stop_requested=lambda: stop["now"])
     cycle = __import__("asyncio").run(run_cycle(pctx, ["fix_free_limit"], steps))
     assert calls == ["run_ceiling", "check_agents"]
-    assert [s.status for s in cycle.steps] == ["ok", "skipped", "ok", "not run", "not run"]
+    assert [s.status for s in cycle.log.steps] == ["ok", "skipped", "ok", "not run", "not run"]
 
 
 @pytest.mark.parametrize(
@@ -179,7 +180,7 @@ def test_report_failure_makes_the_cycle_fail(tmp_path: Path) -> None:
     steps = tuple((n, job(n, [])) for n in STEP_NAMES)
     result = run_once(pctx_for(cfg), (), steps)
     assert result.code == int(ExitCode.INTERNAL) and result.cycle is not None
-    assert any("report not written" in e for e in result.cycle.errors)
+    assert any("report not written" in e for e in result.cycle.log.errors)
 
 
 def test_prune_keeps_the_newest(tmp_path: Path) -> None:
@@ -234,17 +235,17 @@ def test_waiting_tasks_split_ready_not_ready_and_blocked() -> None:
 
 
 def test_markdown_lists_every_section_and_escapes_cells() -> None:
-    cycle = Cycle(started=NOW, finished=NOW)
-    cycle.steps = [
+    log = RoundLog(started=NOW, finished=NOW)
+    log.steps = [
         StepOutcome("fix_free_limit", "ok", seconds=0.5),
         StepOutcome("check_agents", "failed", 2, "fleet: unreachable"),
     ]
-    cycle.sessions = [
+    log.sessions = [
         SessionLine(
             "lan-a", "ses_1", "a | b", "failed", "APIError: HTTP 429", "opencode/free-model", 0
         )
     ]
-    cycle.actions = [
+    log.actions = [
         Action(
             "fix_free_limit",
             "heal",
@@ -259,7 +260,7 @@ def test_markdown_lists_every_section_and_escapes_cells() -> None:
     ]
     waiting = waiting_tasks([Task(id="x", title="x", attempts=5)], NOW, 3)
     doc = report_document(
-        cycle,
+        log,
         project="demo",
         code=2,
         waiting=waiting,
@@ -292,9 +293,9 @@ def test_sync_design_adds_once_and_never_creates_an_empty_pool(tmp_path: Path) -
     pctx = pctx_for(cfg)
     pool = cfg.backlog_path
     run = __import__("asyncio").run
-    cycle = Cycle(started=NOW)
+    cycle = Cycle(RoundLog(started=NOW))
     run(sync_design_tasks(pctx, cycle))
-    assert not pool.exists() and cycle.actions == []
+    assert not pool.exists() and cycle.log.actions == []
 
     (tmp_path / "plans").mkdir()
     (tmp_path / "plans" / "p.md").write_text(ROWS, "utf-8")
@@ -306,13 +307,13 @@ def test_sync_design_adds_once_and_never_creates_an_empty_pool(tmp_path: Path) -
 
     os.utime(tmp_path / "plans" / "p.md", (NOW.timestamp(), NOW.timestamp()))
     run(sync_design_tasks(pctx, cycle))
-    assert [(a.kind, a.task) for a in cycle.actions] == [("add", "F-8")]
+    assert [(a.kind, a.task) for a in cycle.log.actions] == [("add", "F-8")]
     assert [(t.id, t.status, t.spec) for t in Backlog(pool).load().tasks] == [
         ("F-8", "pending", "plans/p.md")
     ]
     stamp = pool.stat().st_mtime_ns
     run(sync_design_tasks(pctx, cycle))
-    assert pool.stat().st_mtime_ns == stamp and len(cycle.actions) == 1
+    assert pool.stat().st_mtime_ns == stamp and len(cycle.log.actions) == 1
     audit = [json.loads(ln) for ln in (cfg.state_dir / "audit.log").read_text().splitlines()]
     assert [(e["command"], e["tasks"]) for e in audit] == [("patrol.sync_design", ["F-8"])]
 
@@ -325,7 +326,7 @@ def test_sync_design_reports_a_corrupt_pool(tmp_path: Path) -> None:
     cfg.backlog_path.parent.mkdir(parents=True, exist_ok=True)
     cfg.backlog_path.write_text('{"tasks": [', "utf-8")
     with pytest.raises(StateFileError, match="line 1"):
-        __import__("asyncio").run(sync_design_tasks(pctx_for(cfg), Cycle(started=NOW)))
+        __import__("asyncio").run(sync_design_tasks(pctx_for(cfg), Cycle(RoundLog(started=NOW))))
     assert cfg.backlog_path.read_text("utf-8") == '{"tasks": ['
 
 

@@ -206,11 +206,11 @@ def test_a_round_on_another_host_reads_only_what_changed(
     total = 3 * fleet.per_instance
 
     first, reads = round_at(a, fleet, NOW)
-    assert first.code == 0, first.cycle and first.cycle.errors
+    assert first.code == 0, first.cycle and first.cycle.log.errors
     assert reads == total
     # Host B has never run a round: its first one recalls what A read.
     second, reads = round_at(b, fleet, NOW + timedelta(minutes=10))
-    assert second.code == 0 and reads == 0, second.cycle and second.cycle.errors
+    assert second.code == 0 and reads == 0, second.cycle and second.cycle.log.errors
     assert second.cycle is not None and second.cycle.recalled == total
 
     changed = fleet.sessions["lan-b"]["ses_b0150"]

@@ -33,13 +33,14 @@ from xaf_hub.core.discipline import RESUME_PROMPT
 from xaf_hub.core.records import SessionRecord
 from xaf_hub.core.runstate import LastRun, answer_hint, classify
 from xaf_hub.errors import BudgetReached, BusyError, HubError, RunsAgain
+from xaf_hub.notify.record import SessionLine, session_action
 from xaf_hub.ops.context import OpsContext
 from xaf_hub.ops.decisions import load_decisions, person_stop
 from xaf_hub.ops.models import choose_model
 from xaf_hub.ops.planner import plan_reuse
 from xaf_hub.ops.send import build_prompt, send_work
 from xaf_hub.ops.waiting import PendingRequest, pending_of
-from xaf_hub.patrol.context import Cycle, SessionLine, pool_discipline, session_action
+from xaf_hub.patrol.context import Cycle, pool_discipline
 from xaf_hub.store.model_state import ModelState
 
 STEP = "check_agents"
@@ -93,7 +94,7 @@ async def check_agents(pctx: OpsContext, cycle: Cycle) -> None:
     runs = await cycle.last_runs(pctx, [(i, r) for i, r in items if not r.running])
     people = load_decisions(pctx)
     if people.problem:
-        cycle.error(pctx, STEP, people.problem)
+        cycle.log.error(pctx, STEP, people.problem)
     interrupted = []
     for inst, rec in items:
         run = runs.get((inst.name, rec.id))
@@ -104,10 +105,10 @@ async def check_agents(pctx: OpsContext, cycle: Cycle) -> None:
                 state = "interrupted"  # stopped with a prompt still unanswered: looks idle
             if state == "interrupted":
                 detail = decision.text
-                cycle.add(
+                cycle.log.add(
                     pctx, session_action(STEP, "person", "skipped", rec, detail=decision.text)
                 )
-        cycle.sessions.append(
+        cycle.log.sessions.append(
             SessionLine(
                 inst.name,
                 rec.id,
@@ -126,7 +127,7 @@ async def check_agents(pctx: OpsContext, cycle: Cycle) -> None:
     if not interrupted:
         return
     models = pctx.model_state()
-    override = pool_discipline(pctx, cycle, STEP)
+    override = pool_discipline(pctx, cycle.log, STEP)
     # Most recently interrupted first: the freshest work is the most likely to matter.
     for inst, rec, run in sorted(interrupted, key=lambda x: x[1].updated, reverse=True):
         if pctx.stop_requested():
@@ -151,13 +152,13 @@ async def resume_one(
     """
     why = resume_refusal(
         production=inst.production,
-        touched=(inst.name, rec.id) in cycle.touched,
+        touched=(inst.name, rec.id) in cycle.log.touched,
         already_resumed=models.was_healed(resume_key(inst.name, rec.id)),
         run=run,
         quiet_ms=now_ms - rec.updated,
     )
     if why:
-        cycle.add(pctx, session_action(STEP, "resume", "skipped", rec, detail=why))
+        cycle.log.add(pctx, session_action(STEP, "resume", "skipped", rec, detail=why))
         return why
     await _resume(pctx, cycle, inst, rec, run, override)
     return ""
@@ -185,11 +186,11 @@ async def _resume(
                 still_wanted=lambda: person_stop(pctx, inst.name, rec.id, since),
             )
     except RunsAgain as exc:
-        cycle.add(pctx, session_action(STEP, "resume", "skipped", rec, detail=str(exc)))
+        cycle.log.add(pctx, session_action(STEP, "resume", "skipped", rec, detail=str(exc)))
         return
     except BusyError as exc:
-        cycle.deferred.add((inst.name, rec.id))
-        cycle.add(
+        cycle.log.deferred.add((inst.name, rec.id))
+        cycle.log.add(
             pctx,
             session_action(
                 STEP,
@@ -201,14 +202,16 @@ async def _resume(
         )
         return
     except HubError as exc:
-        cycle.add(pctx, session_action(STEP, "resume", "failed", rec, detail=str(exc)))
-        cycle.error(pctx, STEP, f"resume {inst.name}/{rec.id}: {exc}")
+        cycle.log.add(pctx, session_action(STEP, "resume", "failed", rec, detail=str(exc)))
+        cycle.log.error(pctx, STEP, f"resume {inst.name}/{rec.id}: {exc}")
         return
     for warning in sent.warnings:
-        cycle.note(pctx, f"{STEP}: {warning}")
+        cycle.log.note(pctx, f"{STEP}: {warning}")
     pctx.model_state().remember_healed(resume_key(inst.name, rec.id), model, model, pctx.now())
-    cycle.touched.add((inst.name, rec.id))
-    cycle.add(pctx, session_action(STEP, "resume", "ok", rec, detail=_why(run), model=model or ""))
+    cycle.log.touched.add((inst.name, rec.id))
+    cycle.log.add(
+        pctx, session_action(STEP, "resume", "ok", rec, detail=_why(run), model=model or "")
+    )
 
 
 def _why(run: LastRun | None) -> str:
@@ -234,12 +237,12 @@ async def answer_by_policy(
 
     ours = [
         p for p in requests
-        if p.session.project and (p.instance, p.session.id) not in cycle.touched
+        if p.session.project and (p.instance, p.session.id) not in cycle.log.touched
     ]
     for o in await apply_policy(pctx, ours, now_ms):
         result = {"sent": "ok", "failed": "failed"}.get(o.result, "skipped")
         words = f"{o.answer.reply.words()} {o.request.waiting.request_id} by {o.answer.rule}"
-        cycle.add(
+        cycle.log.add(
             pctx,
             session_action(
                 STEP, "answer", result, o.request.session,

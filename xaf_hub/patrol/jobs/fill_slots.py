@@ -72,6 +72,7 @@ from xaf_hub.errors import (
 )
 from xaf_hub.fleet.client import OpencodeClient
 from xaf_hub.fleet.scan import build_record, read_status
+from xaf_hub.notify.record import Action
 from xaf_hub.ops import budget
 from xaf_hub.ops.context import Fleet, OpsContext
 from xaf_hub.ops.decisions import decisions_from, people_interrupts
@@ -86,7 +87,7 @@ from xaf_hub.ops.planner import (
     plan_reuse,
 )
 from xaf_hub.ops.send import build_prompt, send_work
-from xaf_hub.patrol.context import Action, Cycle, pool_discipline
+from xaf_hub.patrol.context import Cycle, pool_discipline
 from xaf_hub.patrol.settle import (
     JUST_DISPATCHED,
     NO_ANSWER_GRACE,
@@ -178,7 +179,7 @@ async def fill_slots(pctx: OpsContext, cycle: Cycle) -> None:
     budget_stop: dict[str, str] = {}  # instance, or "" for the project -> the refusal
     for _, err in sorted(over.items()):
         if err.instance:
-            cycle.note(pctx, f"{STEP}: {err}; it takes no new work today")
+            cycle.log.note(pctx, f"{STEP}: {err}; it takes no new work today")
         else:
             budget_stop[""] = str(err)
     spent = {name for name, err in over.items() if err.instance}
@@ -203,8 +204,8 @@ async def fill_slots(pctx: OpsContext, cycle: Cycle) -> None:
             continue
         why = budget_stop.get("") or budget_stop.get(name)
         if why:  # a budget was reached: the task stays pending with the reason
-            cycle.budget_held[task.id] = why
-            cycle.add(pctx, _budget_wait(name, task, why))
+            cycle.log.budget_held[task.id] = why
+            cycle.log.add(pctx, _budget_wait(name, task, why))
             continue
         inst, directory = where[name]
         model = models[name]
@@ -215,11 +216,11 @@ async def fill_slots(pctx: OpsContext, cycle: Cycle) -> None:
             await _dispatch(pctx, cycle, inst, directory, task, model, override, base)
         except BudgetReached as exc:
             budget_stop[exc.instance] = str(exc)
-            cycle.budget_held[task.id] = str(exc)
-            cycle.add(pctx, _budget_wait(name, task, str(exc)))
+            cycle.log.budget_held[task.id] = str(exc)
+            cycle.log.add(pctx, _budget_wait(name, task, str(exc)))
         except BusyError as exc:
             stopped.add(name)
-            cycle.add(
+            cycle.log.add(
                 pctx,
                 Action(
                     STEP,
@@ -233,9 +234,9 @@ async def fill_slots(pctx: OpsContext, cycle: Cycle) -> None:
             )
         except UnreachableError as exc:
             stopped.add(name)
-            cycle.error(pctx, STEP, f"dispatch {task.id} to {name}: {exc}")
+            cycle.log.error(pctx, STEP, f"dispatch {task.id} to {name}: {exc}")
         except HubError as exc:
-            cycle.add(
+            cycle.log.add(
                 pctx,
                 Action(
                     STEP,
@@ -247,7 +248,7 @@ async def fill_slots(pctx: OpsContext, cycle: Cycle) -> None:
                     detail=str(exc),
                 ),
             )
-            cycle.error(pctx, STEP, f"dispatch {task.id} to {name}: {exc}")
+            cycle.log.error(pctx, STEP, f"dispatch {task.id} to {name}: {exc}")
 
 
 async def _tips(pctx: OpsContext, cycle: Cycle) -> dict[str, str] | None:
@@ -261,7 +262,7 @@ async def _tips(pctx: OpsContext, cycle: Cycle) -> dict[str, str] | None:
     try:
         return await asyncio.to_thread(_mirror(pctx).tips)
     except (GitFailed, BusyError, OSError) as exc:
-        cycle.note(pctx, f"{STEP}: tasks sent without a base (base unknown): {exc}")
+        cycle.log.note(pctx, f"{STEP}: tasks sent without a base (base unknown): {exc}")
         return {}
 
 
@@ -335,7 +336,7 @@ async def _dispatch(
         except TaskChanged:
             raise
         except HubError as exc:
-            cycle.error(
+            cycle.log.error(
                 pctx,
                 STEP,
                 f"task {task.id}: session {inst.name}/{session_id} created but the pool "
@@ -350,7 +351,7 @@ async def _dispatch(
             )
         except TaskChanged as exc:
             detail = await _drop_empty(pctx, client, inst, created, str(exc))
-            cycle.add(
+            cycle.log.add(
                 pctx,
                 Action(
                     STEP,
@@ -364,8 +365,8 @@ async def _dispatch(
             )
             return
     for warning in result.warnings:
-        cycle.note(pctx, f"{STEP}: {warning}")
-    cycle.touched.add((inst.name, result.session_id))
+        cycle.log.note(pctx, f"{STEP}: {warning}")
+    cycle.log.touched.add((inst.name, result.session_id))
     pctx.audit(
         "patrol.backlog",
         instance=inst.name,
@@ -374,7 +375,7 @@ async def _dispatch(
         reason=task.id,
         extra={"task": task.id},
     )
-    cycle.add(
+    cycle.log.add(
         pctx,
         Action(
             STEP,
@@ -507,8 +508,8 @@ async def settle_dispatched(
             reachable=reachable,
             session=rec,
             run=runs.get(key),
-            touched=key in cycle.touched,
-            deferred=key in cycle.deferred,
+            touched=key in cycle.log.touched,
+            deferred=key in cycle.log.deferred,
             decision=decision.text if decision is not None else "",
         )
         judged.append((task, inst, seen, settle(task, seen, now, patrol.stale_minutes, grace)))
@@ -554,7 +555,7 @@ async def settle_dispatched(
                 said = f"verified: commit {verdict.commit} on the repository" if proof else ""
                 if verdict.judged:
                     said += f" ({verdict.judged})"
-                cycle.add(
+                cycle.log.add(
                     pctx,
                     Action(
                         STEP,
@@ -577,7 +578,7 @@ async def settle_dispatched(
                     reason=detail,
                     extra={"task": task.id},
                 )
-                cycle.add(
+                cycle.log.add(
                     pctx,
                     Action(
                         STEP,
@@ -596,7 +597,7 @@ async def settle_dispatched(
             elif verdict.reason:
                 _note_judged(pctx, task, verdict)
                 kind = "person" if verdict.person else "keep"
-                cycle.add(
+                cycle.log.add(
                     pctx,
                     Action(
                         STEP,
@@ -612,7 +613,7 @@ async def settle_dispatched(
         except TaskChanged as exc:
             # A person changed the row while the round judged it (a verification can take
             # the fetch's whole time): their change stands, nothing is written over it.
-            cycle.add(
+            cycle.log.add(
                 pctx,
                 Action(
                     STEP, "keep", "skipped", key[0], key[1], task=task.id, title=task.title,
@@ -620,7 +621,7 @@ async def settle_dispatched(
                 ),
             )
         except HubError as exc:
-            cycle.error(pctx, STEP, f"settle task {task.id}: {exc}")
+            cycle.log.error(pctx, STEP, f"settle task {task.id}: {exc}")
 
 
 async def _verify(
@@ -636,7 +637,7 @@ async def _verify(
     repo = pctx.cfg.repository
     if not repo.url or not finished:
         return {}
-    override = pool_discipline(pctx, cycle, STEP)
+    override = pool_discipline(pctx, cycle.log, STEP)
     wanted: list[tuple[tuple[str, ...], tuple[str, ...]]] = []
     for task, inst, seen in finished:
         answer = seen.run.answer if seen.run is not None else ""
@@ -723,7 +724,7 @@ async def _send_back(
     run = verdict.check
     assert run is not None
     repo = pctx.cfg.repository
-    override = pool_discipline(pctx, cycle, STEP)
+    override = pool_discipline(pctx, cycle.log, STEP)
     text = retry_text(repo.check_command, verdict.commit, run)
     prompt = build_prompt(pctx, inst, text, task.title, override)
     key = (inst.name, rec.id)
@@ -753,7 +754,7 @@ async def _send_back(
                 before_prompt=record,
             )
     except BusyError as exc:
-        cycle.add(
+        cycle.log.add(
             pctx,
             Action(
                 STEP, "keep", "waiting", key[0], key[1], task=task.id, title=task.title,
@@ -762,8 +763,8 @@ async def _send_back(
         )
         return
     for warning in sent.warnings:
-        cycle.note(pctx, f"{STEP}: {warning}")
-    cycle.touched.add(key)
+        cycle.log.note(pctx, f"{STEP}: {warning}")
+    cycle.log.touched.add(key)
     pctx.audit(
         "patrol.backlog",
         instance=key[0],
@@ -773,7 +774,7 @@ async def _send_back(
         extra={"task": task.id, "commit": verdict.commit},
     )
     last = run.tail.strip().splitlines()[-1] if run.tail.strip() else ""
-    cycle.add(
+    cycle.log.add(
         pctx,
         Action(
             STEP, "retry", "ok", key[0], key[1], task=task.id, title=task.title,

@@ -19,10 +19,11 @@ from xaf_hub.core.clock import to_ms
 from xaf_hub.core.records import SessionRecord
 from xaf_hub.core.runstate import LastRun
 from xaf_hub.errors import BudgetReached, BusyError, HubError, RunsAgain
+from xaf_hub.notify.record import session_action
 from xaf_hub.ops.context import OpsContext
 from xaf_hub.ops.decisions import Decisions, load_decisions, person_stop
 from xaf_hub.ops.heal import STEP, HealCandidate, Healing, heal, heal_candidate
-from xaf_hub.patrol.context import Cycle, pool_discipline, session_action
+from xaf_hub.patrol.context import Cycle, pool_discipline
 from xaf_hub.store.model_state import ModelState
 
 __all__ = ["STEP", "fix_free_limit", "heal_item", "record_heal"]
@@ -32,17 +33,17 @@ LOOKBACK = timedelta(hours=24)
 
 
 def record_heal(pctx: OpsContext, cycle: Cycle, rec: SessionRecord, healing: Healing) -> None:
-    """Put one heal into the cycle's record: healed, or waiting for a usable model."""
+    """Put one heal into the cycle's log: healed, or waiting for a usable model."""
     if healing.to_model is None:
-        cycle.add(
+        cycle.log.add(
             pctx,
             session_action(
                 STEP, "heal", "waiting", rec, detail=healing.detail, from_model=healing.from_model
             ),
         )
         return
-    cycle.touched.add((rec.instance, rec.id))
-    cycle.add(
+    cycle.log.touched.add((rec.instance, rec.id))
+    cycle.log.add(
         pctx,
         session_action(
             STEP,
@@ -72,7 +73,7 @@ async def fix_free_limit(pctx: OpsContext, cycle: Cycle) -> None:
 
     def discipline() -> str | None:
         if not override:
-            override.append(pool_discipline(pctx, cycle, STEP))
+            override.append(pool_discipline(pctx, cycle.log, STEP))
         return override[0]
 
     people: Decisions | None = None
@@ -104,10 +105,10 @@ async def heal_item(
     """
     decision = people.for_session(inst.name, rec.id, run.created_ms if run else None)
     if decision is not None:
-        cycle.add(pctx, session_action(STEP, "person", "skipped", rec, detail=decision.text))
+        cycle.log.add(pctx, session_action(STEP, "person", "skipped", rec, detail=decision.text))
         return
     if inst.production:
-        cycle.add(
+        cycle.log.add(
             pctx,
             session_action(
                 STEP,
@@ -125,13 +126,13 @@ async def heal_item(
             still_wanted=lambda: person_stop(pctx, inst.name, rec.id, since),
         )
     except RunsAgain as exc:
-        cycle.add(
+        cycle.log.add(
             pctx,
             session_action(STEP, "heal", "skipped", rec, detail=str(exc), from_model=cand.model),
         )
     except BusyError as exc:
-        cycle.deferred.add((inst.name, rec.id))
-        cycle.add(
+        cycle.log.deferred.add((inst.name, rec.id))
+        cycle.log.add(
             pctx,
             session_action(
                 STEP,
@@ -146,10 +147,10 @@ async def heal_item(
             ),
         )
     except HubError as exc:
-        cycle.add(
+        cycle.log.add(
             pctx,
             session_action(STEP, "heal", "failed", rec, detail=str(exc), from_model=cand.model),
         )
-        cycle.error(pctx, STEP, f"heal {inst.name}/{rec.id}: {exc}")
+        cycle.log.error(pctx, STEP, f"heal {inst.name}/{rec.id}: {exc}")
     else:
         record_heal(pctx, cycle, rec, healing)

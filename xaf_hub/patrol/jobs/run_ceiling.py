@@ -12,10 +12,11 @@ from __future__ import annotations
 from xaf_hub.config.load import InstanceConfig
 from xaf_hub.core.records import SessionRecord
 from xaf_hub.errors import HubError
+from xaf_hub.notify.record import session_action
 from xaf_hub.ops.budget import run_ceiling
 from xaf_hub.ops.ceiling import STEP, judge_run, over_ceiling, stop_over_ceiling
 from xaf_hub.ops.context import OpsContext
-from xaf_hub.patrol.context import Cycle, session_action
+from xaf_hub.patrol.context import Cycle
 
 __all__ = ["STEP", "check_run", "run_ceiling_job"]
 
@@ -42,8 +43,8 @@ async def check_run(
         if ceiling is None or cost is None or not judge_run(ceiling, cost):
             return False
         over = await stop_over_ceiling(pctx, inst, rec, client, cost, ceiling, origin=origin)
-    cycle.touched.add((inst.name, rec.id))
-    cycle.add(
+    cycle.log.touched.add((inst.name, rec.id))
+    cycle.log.add(
         pctx,
         session_action(STEP, "ceiling", "ok" if over.aborted else "failed", rec,
                        detail=over.detail, task=over.task),
@@ -66,4 +67,4 @@ async def run_ceiling_job(pctx: OpsContext, cycle: Cycle) -> None:
         try:
             await check_run(pctx, cycle, inst, rec, "patrol")
         except HubError as exc:
-            cycle.error(pctx, STEP, f"{inst.name}/{rec.id}: {exc}")
+            cycle.log.error(pctx, STEP, f"{inst.name}/{rec.id}: {exc}")

@@ -11,8 +11,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from xaf_hub.notify.record import Action
 from xaf_hub.ops.context import OpsContext
-from xaf_hub.patrol.context import Action, Cycle
+from xaf_hub.patrol.context import Cycle
 from xaf_hub.patrol.design_scan import (
     DEFAULT_BATCH_PATTERNS,
     DEFAULT_ENGLISH_MARKERS,
@@ -44,7 +45,7 @@ async def sync_design_tasks(pctx: OpsContext, cycle: Cycle) -> None:
     root = pctx.repo_root
 
     def unreadable(path: Path, exc: OSError) -> None:
-        cycle.error(pctx, STEP, f"cannot read {path}: {exc.strerror or exc}")
+        cycle.log.error(pctx, STEP, f"cannot read {path}: {exc.strerror or exc}")
 
     found: list[DesignTask] = scan_dirs(
         [Path(d) for d in cfg.patrol.design_dirs],
@@ -75,4 +76,6 @@ async def sync_design_tasks(pctx: OpsContext, cycle: Cycle) -> None:
         extra={"tasks": [t.id for t in added]},
     )
     for task in added:
-        cycle.add(pctx, Action(STEP, "add", "ok", task=task.id, title=task.title, detail=task.spec))
+        cycle.log.add(
+            pctx, Action(STEP, "add", "ok", task=task.id, title=task.title, detail=task.spec)
+        )

@@ -1,0 +1,139 @@
+"""What a round did: the record notify derives its messages from, and the patrol's report reads.
+
+* ``RoundLog`` — one round's (or live reaction's) log, appended to by the jobs in order: step
+  outcomes, actions (heals, resumes, dispatches, pool changes), session classes, errors, notes,
+  which sessions were prompted this round and which wait for a free slot, the pool tasks a
+  daily budget held; and what the round's last scan showed (instances, today's spend), which
+  each scan replaces.
+* ``StepOutcome``, ``Action`` (``session_action``), ``SessionLine``, ``InstanceLine`` — its
+  entries.
+
+Notify owns the record so it reads a round without knowing who ran it: the patrol's
+``patrol.context.Cycle`` holds one (``Cycle.log``) beside what its jobs read (the scan, the
+last runs).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from xaf_hub.core.records import SessionRecord
+from xaf_hub.ops.budget import BudgetLine
+
+if TYPE_CHECKING:
+    from xaf_hub.ops.context import OpsContext
+
+
+@dataclass(frozen=True)
+class StepOutcome:
+    """How one job ended: ok, failed (with its exit code), skipped or not run."""
+
+    name: str
+    status: str
+    code: int = 0
+    error: str = ""
+    seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class Action:
+    """One thing a job did or decided not to do, for the report."""
+
+    step: str
+    kind: str  # heal | resume | add | dispatch | done | requeue | blocked | keep
+    result: str  # ok | waiting | skipped | failed
+    instance: str = ""
+    session: str = ""
+    task: str = ""
+    title: str = ""
+    detail: str = ""
+    model: str = ""
+    from_model: str = ""
+
+
+def session_action(step: str, kind: str, result: str, rec: SessionRecord, **fields: str) -> Action:
+    """An Action about one session (instance, id and title taken from the record)."""
+    return Action(step, kind, result, rec.instance, rec.id, title=rec.title, **fields)
+
+
+@dataclass(frozen=True)
+class SessionLine:
+    """One project session as check_agents classified it."""
+
+    instance: str
+    session: str
+    title: str
+    state: str  # running | waiting | stale_busy | finished | failed | interrupted | idle
+    detail: str
+    model: str
+    updated_ms: int
+    # state "waiting": the request its run waits on, and how a person answers it
+    request: str = ""
+    answer: str = ""
+
+
+@dataclass(frozen=True)
+class InstanceLine:
+    """One instance's load as the patrol last saw it."""
+
+    name: str
+    reachable: bool
+    reason: str
+    running_project: int
+    reserved: int
+    limit: int
+    production: bool
+
+
+@dataclass
+class RoundLog:
+    """What one round did so far; the jobs append, the report and notify read."""
+
+    started: datetime
+    finished: datetime | None = None
+    steps: list[StepOutcome] = field(default_factory=list)
+    actions: list[Action] = field(default_factory=list)
+    sessions: list[SessionLine] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    # (instance, session) prompted this round: a later job must not judge or prompt them again.
+    touched: set[tuple[str, str]] = field(default_factory=set)
+    # (instance, session) whose heal or resume waits for a free slot (tried again next round).
+    deferred: set[tuple[str, str]] = field(default_factory=set)
+    # Pool tasks fill_slots left pending because a daily budget was reached -> the refusal.
+    budget_held: dict[str, str] = field(default_factory=dict)
+    # What the round's last scan showed (replaced by each scan): every instance's load, and
+    # today's spend against the daily budgets, the project's line first, then one per
+    # instance (ops.budget); the chat's budget notices read it.
+    instances: list[InstanceLine] = field(default_factory=list)
+    spend: list[BudgetLine] = field(default_factory=list)
+
+    def acted(self) -> int:
+        """Grows with every prompt sent and every action that did or failed to do something."""
+        return len(self.touched) + sum(1 for a in self.actions if a.result in ("ok", "failed"))
+
+    def add(self, pctx: OpsContext, action: Action) -> None:
+        """Record an action and log it as one line."""
+        self.actions.append(action)
+        where = "/".join(p for p in (action.instance, action.session) if p)
+        what = " ".join(p for p in (action.task, where) if p)
+        pctx.log(
+            pctx.redact(
+                f"{action.step}: {action.kind} {what}: {action.result}"
+                + (f" - {action.detail}" if action.detail else "")
+            )
+        )
+
+    def note(self, pctx: OpsContext, text: str) -> None:
+        """Record a warning met on the way (the round goes on; the report lists it)."""
+        line = pctx.redact(text)
+        self.notes.append(line)
+        pctx.log(f"note: {line}")
+
+    def error(self, pctx: OpsContext, step: str, text: str) -> None:
+        """Record a non-fatal error of one item (the job goes on with the others)."""
+        line = pctx.redact(f"{step}: {text}")
+        self.errors.append(line)
+        pctx.log(f"error: {line}")
