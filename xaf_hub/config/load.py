@@ -12,7 +12,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 from xaf_hub.config.credentials import (
@@ -24,7 +24,13 @@ from xaf_hub.config.credentials import (
 )
 from xaf_hub.config.notify import NotifyConfig, parse_notify
 from xaf_hub.config.reader import Reader as _Reader
-from xaf_hub.config.reader import instances_list, json_type, load_json_file
+from xaf_hub.config.reader import (
+    instances_list,
+    json_type,
+    load_json_file,
+    read_section,
+    setting,
+)
 from xaf_hub.core.rules import ProjectRules
 from xaf_hub.errors import ConfigError
 
@@ -42,6 +48,67 @@ def hub_home(env: Mapping[str, str] | None = None) -> Path:
 
 
 _REDIS_PREFIX = re.compile(r"^[A-Za-z0-9_.:-]+$")
+
+
+# The checks of single keys (reader.Check): each gets the value the file gives, after its type
+# and limits, and returns the value kept.
+
+
+def usd(r: _Reader, name: str, value: float) -> float:
+    """An amount of US dollars: a finite number, at least 0."""
+    if not math.isfinite(value) or value < 0:
+        raise r.fail(name, f"must be an amount of US dollars, at least 0, got {value}")
+    return float(value)
+
+
+def _user_path(r: _Reader, name: str, value: str) -> Path | None:
+    """A folder as written (``~`` is the user's home); "" is none."""
+    return Path(value).expanduser() if value else None
+
+
+def _beside_config(r: _Reader, name: str, value: str) -> Path:
+    """A file or folder; a relative one is the config file's neighbour."""
+    candidate = Path(value).expanduser()
+    return candidate if candidate.is_absolute() else Path(r.file).parent / candidate
+
+
+def _redis_url(r: _Reader, name: str, url: str) -> str:
+    if not url:
+        return url
+    parts = urlsplit(url)
+    if parts.scheme not in ("redis", "rediss", "unix"):
+        raise r.fail(name, f"must be a redis://, rediss:// or unix:// URL, got {url!r}")
+    try:
+        parts.port  # noqa: B018 - urlsplit checks the port only when it is read
+    except ValueError:
+        raise r.fail(name, f"bad port in {url!r}") from None
+    if parts.scheme != "unix" and not parts.hostname:
+        raise r.fail(name, f"names no host: {url!r}")
+    if parts.password or re.search(r"(^|&)password=", parts.query):
+        raise r.fail(name, f"must not carry a password; put it in the env var {REDIS_PASSWORD_ENV}")
+    return url
+
+
+def _redis_prefix(r: _Reader, name: str, prefix: str) -> str:
+    if not _REDIS_PREFIX.match(prefix):
+        raise r.fail(name, f"use letters, digits and _ . : - only, got {prefix!r}")
+    return prefix
+
+
+def _integration_branch(r: _Reader, name: str, branch: str) -> str:
+    base = branch.strip().removeprefix("origin/")
+    if not base or base.startswith("feature/"):
+        raise r.fail(name, f"must name the integration branch, got {branch!r}")
+    return branch
+
+
+def _regexes(r: _Reader, name: str, patterns: tuple[str, ...]) -> tuple[str, ...]:
+    for i, pattern in enumerate(patterns):
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise r.fail(f"{name}[{i}]", f"invalid regular expression: {exc}") from None
+    return patterns
 
 
 @dataclass(frozen=True)
@@ -109,14 +176,16 @@ class RepositoryConfig:
 class LockConfig:
     """Gate settings (architecture §5)."""
 
-    slot_ttl_seconds: float = 60.0
-    lock_timeout_seconds: float = 20.0
-    slot_grace_seconds: float = 5.0
-    dir: Path | None = None
+    slot_ttl_seconds: float = setting(60.0, minimum=1)
+    lock_timeout_seconds: float = setting(20.0)
+    slot_grace_seconds: float = setting(5.0)
+    dir: Path | None = setting(None, check=_user_path)
     # "file": locks/ and slots/ on this host. "redis": one gate shared by every host using it.
-    backend: str = "file"
-    redis_url: str = ""
-    redis_prefix: str = "xaf-hub"
+    backend: str = setting("file", choices=("file", "redis"))
+    # Required with the redis backend (no default: a silent localhost fallback would give
+    # each host its own private gate); its password only ever comes from the environment.
+    redis_url: str = setting("", check=_redis_url)
+    redis_prefix: str = setting("xaf-hub", check=_redis_prefix)
     redis_password: str | None = field(default=None, repr=False)
 
 
@@ -145,16 +214,16 @@ class ModelsConfig:
 class PoolConfig:
     """Where the task pool lives: "file" (tasks_backlog.json) or "redis" (lock.redis_url)."""
 
-    backend: str = "file"
+    backend: str = setting("file", choices=("file", "redis"), quoted=False)
 
 
 @dataclass(frozen=True)
 class BudgetConfig:
     """The project's daily spend ceiling across the fleet (None: no ceiling)."""
 
-    daily_usd: float | None = None
+    daily_usd: float | None = setting(None, check=usd)
     # One run's cost, from its prompt to idle, at most (None: no ceiling per run).
-    run_usd: float | None = None
+    run_usd: float | None = setting(None, check=usd)
 
 
 @dataclass(frozen=True)
@@ -185,26 +254,28 @@ class PermissionsConfig:
 class PatrolConfig:
     """Patrol settings (architecture §8)."""
 
-    interval_minutes: float = 60.0
-    minute_offset: int = 0
-    stale_minutes: float = 90.0
-    repo_root: Path | None = None
-    design_dirs: tuple[str, ...] = ("docs/superpowers/plans", "docs/superpowers/specs")
-    design_max_age_days: int = 30
-    pending_markers: tuple[str, ...] = ()
-    batch_patterns: tuple[str, ...] = ()
-    base_branch: str = "main"
-    backlog_path: Path | None = None
-    lead_backlog_path: Path | None = None
-    max_attempts: int = 3
-    max_infra_failures: int = 4  # infrastructure failures in a row that park a task
-    no_answer_grace_seconds: float = 120.0  # a prompt unanswered this long was refused
+    interval_minutes: float = setting(60.0, minimum=0.01)
+    minute_offset: int = setting(0, maximum=59)
+    stale_minutes: float = setting(90.0)
+    repo_root: Path | None = setting(None, check=_beside_config)
+    design_dirs: tuple[str, ...] = setting(("docs/superpowers/plans", "docs/superpowers/specs"))
+    design_max_age_days: int = setting(30)
+    pending_markers: tuple[str, ...] = setting(())
+    batch_patterns: tuple[str, ...] = setting((), check=_regexes)
+    base_branch: str = setting("main", check=_integration_branch)
+    backlog_path: Path | None = setting(None, check=_beside_config)
+    lead_backlog_path: Path | None = setting(None, check=_beside_config)
+    max_attempts: int = setting(3, minimum=1)
+    # Infrastructure failures in a row that park a task.
+    max_infra_failures: int = setting(4, minimum=1)
+    # A prompt unanswered this long was refused.
+    no_answer_grace_seconds: float = setting(120.0)
     # HA on Redis: how long the active daemon's lease lasts without a renewal; 0: no lease,
     # every daemon runs rounds (the shared pool's claims still send each task once).
-    lease_seconds: float = 15.0
+    lease_seconds: float = setting(15.0)
     # `status` takes an instance from the live board (ops.live_board) when the follower that
     # publishes it confirmed its view at most this many seconds ago; 0: always scan.
-    live_board_seconds: float = 15.0
+    live_board_seconds: float = setting(15.0)
 
 
 @dataclass(frozen=True)
@@ -349,14 +420,9 @@ def parse_config(raw: Any, *, path: Path, env: Mapping[str, str]) -> Config:
     timeouts = top.sub("timeouts")
 
     lock_r = top.sub("lock")
-    lock_dir = lock_r.get("dir", (str,), None)
-    lock = LockConfig(
-        slot_ttl_seconds=float(lock_r.num("slot_ttl_seconds", 60.0, minimum=1)),
-        lock_timeout_seconds=float(lock_r.num("lock_timeout_seconds", 20.0)),
-        slot_grace_seconds=float(lock_r.num("slot_grace_seconds", 5.0)),
-        dir=Path(lock_dir).expanduser() if lock_dir else None,
-        **_parse_redis(lock_r, env),
-    )
+    lock = read_section(LockConfig, lock_r, redis_password=env.get(REDIS_PASSWORD_ENV) or None)
+    if lock.backend == "redis" and not lock.redis_url:
+        raise lock_r.fail("redis_url", "required when lock.backend is 'redis' (redis://HOST:6379/0)")
     lock_r.finish()
 
     models = _parse_models(top.sub("models"), path)
@@ -365,20 +431,14 @@ def parse_config(raw: Any, *, path: Path, env: Mapping[str, str]) -> Config:
             f"{path}: key 'models.state_backend': 'redis' needs lock.redis_url "
             "(e.g. redis://hub-redis.example.internal:6379/0)"
         )
-    patrol = _parse_patrol(top.sub("patrol"), path)
-    pool_r = top.sub("pool")
-    pool = PoolConfig(backend=pool_r.choice("backend", ("file", "redis"), "file"))
-    pool_r.finish()
+    patrol = _whole_section(PatrolConfig, top, "patrol")
+    pool = _whole_section(PoolConfig, top, "pool")
     if pool.backend == "redis" and not lock.redis_url:
         raise ConfigError(
             f"{path}: key 'pool.backend': 'redis' needs lock.redis_url "
             "(e.g. redis://hub-redis.example.internal:6379/0)"
         )
-    budget_r = top.sub("budget")
-    budget = BudgetConfig(
-        daily_usd=usd_amount(budget_r, "daily_usd"), run_usd=usd_amount(budget_r, "run_usd")
-    )
-    budget_r.finish()
+    budget = _whole_section(BudgetConfig, top, "budget")
     permissions = _parse_permissions(top.sub("permissions"))
     page = top.sub("page")
     page.seen.add("url")  # notify/ reads and checks page.url
@@ -541,14 +601,10 @@ def _model_id(r: _Reader, name: str, value: str) -> str:
     return value
 
 
-def usd_amount(r: _Reader, name: str) -> float | None:
-    """An optional amount of US dollars: a finite number, at least 0 (None when absent)."""
+def _usd_amount(r: _Reader, name: str) -> float | None:
+    """An optional amount of US dollars (None when absent)."""
     value = r.get(name, (int, float), None)
-    if value is None:
-        return None
-    if not math.isfinite(value) or value < 0:
-        raise r.fail(name, f"must be an amount of US dollars, at least 0, got {value}")
-    return float(value)
+    return None if value is None else usd(r, name, value)
 
 
 def _parse_models(r: _Reader, path: Path) -> ModelsConfig:
@@ -586,83 +642,15 @@ def _parse_models(r: _Reader, path: Path) -> ModelsConfig:
     )
 
 
-def _parse_redis(r: _Reader, env: Mapping[str, str]) -> dict[str, Any]:
-    """lock.backend, lock.redis_url and lock.redis_prefix; the password only from the env."""
-    backend = r.get("backend", (str,), "file")
-    if backend not in ("file", "redis"):
-        raise r.fail("backend", f"must be 'file' or 'redis', got {backend!r}")
-    url = r.get("redis_url", (str,), "") or ""
-    if url:
-        parts = urlsplit(url)
-        if parts.scheme not in ("redis", "rediss", "unix"):
-            raise r.fail("redis_url", f"must be a redis://, rediss:// or unix:// URL, got {url!r}")
-        try:
-            parts.port  # noqa: B018 - urlsplit checks the port only when it is read
-        except ValueError:
-            raise r.fail("redis_url", f"bad port in {url!r}") from None
-        if parts.scheme != "unix" and not parts.hostname:
-            raise r.fail("redis_url", f"names no host: {url!r}")
-        if parts.password or re.search(r"(^|&)password=", parts.query):
-            raise r.fail(
-                "redis_url",
-                f"must not carry a password; put it in the env var {REDIS_PASSWORD_ENV}",
-            )
-    elif backend == "redis":
-        # No default: a silent localhost fallback would give each host its own private gate.
-        raise r.fail("redis_url", "required when lock.backend is 'redis' (redis://HOST:6379/0)")
-    prefix = r.get("redis_prefix", (str,), "xaf-hub")
-    if not _REDIS_PREFIX.match(prefix):
-        raise r.fail("redis_prefix", f"use letters, digits and _ . : - only, got {prefix!r}")
-    return {
-        "backend": backend,
-        "redis_url": url,
-        "redis_prefix": prefix,
-        "redis_password": env.get(REDIS_PASSWORD_ENV) or None,
-    }
+_S = TypeVar("_S")
 
 
-def _parse_patrol(r: _Reader, path: Path) -> PatrolConfig:
-    repo_root = r.get("repo_root", (str,), None)
-    backlog = r.get("backlog_path", (str,), None)
-    lead = r.get("lead_backlog_path", (str,), None)
-
-    def rel(p: str | None) -> Path | None:
-        if p is None:
-            return None
-        candidate = Path(p).expanduser()
-        return candidate if candidate.is_absolute() else (path.parent / candidate)
-
-    offset = r.num("minute_offset", 0, integer=True)
-    if offset > 59:
-        raise r.fail("minute_offset", f"must be 0..59, got {offset}")
-    cfg = PatrolConfig(
-        interval_minutes=float(r.num("interval_minutes", 60.0, minimum=0.01)),
-        minute_offset=offset,
-        stale_minutes=float(r.num("stale_minutes", 90.0)),
-        repo_root=rel(repo_root),
-        design_dirs=r.strings("design_dirs", PatrolConfig().design_dirs),
-        design_max_age_days=r.num("design_max_age_days", 30, integer=True),
-        pending_markers=r.strings("pending_markers"),
-        batch_patterns=r.strings("batch_patterns"),
-        base_branch=r.get("base_branch", (str,), "main"),
-        backlog_path=rel(backlog),
-        lead_backlog_path=rel(lead),
-        max_attempts=r.num("max_attempts", 3, minimum=1, integer=True),
-        max_infra_failures=r.num("max_infra_failures", 4, minimum=1, integer=True),
-        no_answer_grace_seconds=float(r.num("no_answer_grace_seconds", 120.0, minimum=0)),
-        lease_seconds=float(r.num("lease_seconds", 15.0, minimum=0)),
-        live_board_seconds=float(r.num("live_board_seconds", 15.0, minimum=0)),
-    )
-    base = cfg.base_branch.strip().removeprefix("origin/")
-    if not base or base.startswith("feature/"):
-        raise r.fail("base_branch", f"must name the integration branch, got {cfg.base_branch!r}")
-    for i, pattern in enumerate(cfg.batch_patterns):
-        try:
-            re.compile(pattern)
-        except re.error as exc:
-            raise r.fail(f"batch_patterns[{i}]", f"invalid regular expression: {exc}") from None
+def _whole_section(cls: type[_S], top: _Reader, name: str) -> _S:
+    """A section whose every key ``cls`` declares."""
+    r = top.sub(name)
+    section = read_section(cls, r)
     r.finish()
-    return cfg
+    return section
 
 
 def _parse_instance(
@@ -717,8 +705,8 @@ def _parse_instance(
     danger = r.get("danger", (bool,), False)
     readonly = r.get("readonly_default", (bool,), False)
     note = r.get("note", (str,), "")
-    budget = usd_amount(r, "budget_daily_usd")
-    run_budget = usd_amount(r, "budget_run_usd")
+    budget = _usd_amount(r, "budget_daily_usd")
+    run_budget = _usd_amount(r, "budget_run_usd")
     r.finish()
     return InstanceConfig(
         name=name,
