@@ -10,7 +10,7 @@ import math
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
@@ -29,6 +29,7 @@ from xaf_hub.config.reader import (
     json_type,
     load_json_file,
     read_section,
+    read_settings,
     setting,
 )
 from xaf_hub.core.rules import ProjectRules
@@ -285,19 +286,14 @@ class MatchRule:
     agent is mid-work, needs the higher ``steer`` and ``steer_margin``. Defaults come from the
     labelled set's curve (`python -m bench --match`)."""
 
-    reuse: float = 0.22
-    margin: float = 0.10
-    steer: float = 0.25
-    steer_margin: float = 0.15
+    reuse: float = setting(0.22, key="match_threshold")
+    margin: float = setting(0.10, key="match_margin")
+    steer: float = setting(0.25, key="steer_threshold")
+    steer_margin: float = setting(0.15)
 
     def to_json(self) -> dict[str, float]:
         """The config keys and values."""
-        return {
-            "match_threshold": self.reuse,
-            "match_margin": self.margin,
-            "steer_threshold": self.steer,
-            "steer_margin": self.steer_margin,
-        }
+        return {f.metadata["setting"].key or f.name: getattr(self, f.name) for f in fields(self)}
 
 
 @dataclass(frozen=True)
@@ -307,21 +303,25 @@ class Config:
     path: Path | None
     home: Path
     state_dir: Path
-    project_name: str = "project"
-    fallback_segments: tuple[str, ...] = ()
-    exclude_dirs: tuple[str, ...] = ()
-    exclude_substrings: tuple[str, ...] = ()
+    project_name: str = setting("project", key="name", section="project")
+    fallback_segments: tuple[str, ...] = setting((), section="project")
+    exclude_dirs: tuple[str, ...] = setting((), section="project")
+    exclude_substrings: tuple[str, ...] = setting((), section="project")
     repository: RepositoryConfig = field(default_factory=RepositoryConfig)
-    concurrency_limit: int = 2
-    session_ttl_days: float = 10.0
+    concurrency_limit: int = setting(2, minimum=1)
+    session_ttl_days: float = setting(10.0)
     match: MatchRule = field(default_factory=MatchRule)
-    auto_match: bool = True
-    connect_timeout: float = 8.0
-    read_timeout: float = 30.0
-    scan_timeout: float = 35.0  # one instance's whole scan (and any one answer), at most
-    retries: int = 1
-    page_size: int = 8000
-    scan_workers: int = 6  # instances scanned at once (config default: one per instance)
+    auto_match: bool = setting(True)
+    connect_timeout: float = setting(8.0, key="connect_seconds", section="timeouts", minimum=0.1)
+    read_timeout: float = setting(30.0, key="read_seconds", section="timeouts", minimum=0.1)
+    # One instance's whole scan (and any one answer), at most; the config's default is
+    # read_seconds + 5.
+    scan_timeout: float = setting(35.0, key="scan_seconds", section="timeouts", minimum=0.1)
+    retries: int = setting(1)
+    page_size: int = setting(8000, minimum=1)
+    # Instances scanned at once; the config's default is one per instance, at most
+    # MAX_SCAN_WORKERS (scanning is waiting on servers).
+    scan_workers: int = setting(6, minimum=1)
     lock: LockConfig = field(default_factory=LockConfig)
     models: ModelsConfig = field(default_factory=ModelsConfig)
     patrol: PatrolConfig = field(default_factory=PatrolConfig)
@@ -407,17 +407,22 @@ def parse_config(raw: Any, *, path: Path, env: Mapping[str, str]) -> Config:
     home = hub_home(env)
     top = _Reader(raw, path, "")
     project = top.sub("project")
-    project_name = project.get("name", (str,), "project")
-    fallback = project.strings("fallback_segments")
-    exclude_dirs = project.strings("exclude_dirs")
-    exclude_subs = project.strings("exclude_substrings")
+    named = read_settings(Config, project, section="project")
     repository = _parse_repository(project)
     project.finish()
 
-    limit = top.num("concurrency_limit", 2, minimum=1, integer=True)
+    top.seen.add("instances")
+    inst_raw = instances_list(top.data.get("instances", []), path)
+    workers = min(MAX_SCAN_WORKERS, max(1, len(inst_raw)))  # one per instance, at most 64
+    numbers = read_settings(Config, top, defaults={"scan_workers": workers})
+    match = read_section(MatchRule, top)
     state_raw = top.get("state_dir", (str,), None)
     state_dir = Path(state_raw).expanduser() if state_raw else home
     timeouts = top.sub("timeouts")
+    times = read_settings(Config, timeouts, section="timeouts")
+    if timeouts.data.get("scan_seconds") is None:  # a scan: its reads and 5 s more
+        times["scan_timeout"] = times["read_timeout"] + 5.0
+    timeouts.finish()
 
     lock_r = top.sub("lock")
     lock = read_section(LockConfig, lock_r, redis_password=env.get(REDIS_PASSWORD_ENV) or None)
@@ -444,9 +449,6 @@ def parse_config(raw: Any, *, path: Path, env: Mapping[str, str]) -> Config:
     page.seen.add("url")  # notify/ reads and checks page.url
     page_language = page.choice("language", ("auto", "en", "zh"), "auto", tags=True)
     page.finish()
-
-    top.seen.add("instances")
-    inst_raw = instances_list(top.data.get("instances", []), path)
 
     # config.local.json beside the config file overrides instance fields; the one in the hub
     # home only lends credential fields for instances this config already has.
@@ -495,32 +497,10 @@ def parse_config(raw: Any, *, path: Path, env: Mapping[str, str]) -> Config:
                 merged[key] = value
         instances.append(
             _parse_instance(
-                merged, path, label, env, local_path, limit, fallback, exclude_dirs, exclude_subs
+                merged, path, label, env, local_path, numbers["concurrency_limit"], named
             )
         )
 
-    top_fields = dict(
-        concurrency_limit=limit,
-        session_ttl_days=float(top.num("session_ttl_days", 10.0)),
-        match=MatchRule(
-            reuse=float(top.num("match_threshold", MatchRule.reuse)),
-            margin=float(top.num("match_margin", MatchRule.margin)),
-            steer=float(top.num("steer_threshold", MatchRule.steer)),
-            steer_margin=float(top.num("steer_margin", MatchRule.steer_margin)),
-        ),
-        auto_match=top.get("auto_match", (bool,), True),
-        retries=top.num("retries", 1, integer=True),
-        page_size=top.num("page_size", 8000, minimum=1, integer=True),
-        # Scanning is waiting on servers: one worker per instance, up to MAX_SCAN_WORKERS.
-        scan_workers=top.num(
-            "scan_workers", min(MAX_SCAN_WORKERS, max(1, len(instances))), minimum=1,
-            integer=True,
-        ),
-        connect_timeout=float(timeouts.num("connect_seconds", 8.0, minimum=0.1)),
-        read_timeout=(read := float(timeouts.num("read_seconds", 30.0, minimum=0.1))),
-        scan_timeout=float(timeouts.num("scan_seconds", read + 5.0, minimum=0.1)),
-    )
-    timeouts.finish()
     # notify/ owns its section; it also reads page.language and page.url (the page owns them).
     top.seen.update({"$schema", "_comment", "notify", "page"})
     notify = parse_notify(top.data.get("notify"), top.data.get("page"), file=path, env=env)
@@ -529,11 +509,8 @@ def parse_config(raw: Any, *, path: Path, env: Mapping[str, str]) -> Config:
         path=path,
         home=home,
         state_dir=state_dir,
-        project_name=project_name,
-        fallback_segments=fallback,
-        exclude_dirs=exclude_dirs,
-        exclude_substrings=exclude_subs,
         repository=repository,
+        match=match,
         lock=lock,
         models=models,
         patrol=patrol,
@@ -545,7 +522,9 @@ def parse_config(raw: Any, *, path: Path, env: Mapping[str, str]) -> Config:
         local_scope=local_scope,
         notify=notify,
         page_language=page_language,
-        **top_fields,
+        **named,
+        **numbers,
+        **times,
     )
 
 
@@ -660,9 +639,7 @@ def _parse_instance(
     env: Mapping[str, str],
     local_path: Path | None,
     default_limit: int,
-    fallback: tuple[str, ...],
-    exclude_dirs: tuple[str, ...],
-    exclude_subs: tuple[str, ...],
+    project: Mapping[str, Any],  # the project's names and exclusions (Config's fields)
 ) -> InstanceConfig:
     name = obj["name"]
     password, source = resolve_password(obj, name, env, path, local_path)
@@ -729,9 +706,9 @@ def _parse_instance(
         budget_run_usd=run_budget,
         rules=ProjectRules.build(
             roots=roots,
-            fallback_segments=fallback,
-            exclude_dirs=exclude_dirs,
-            exclude_substrings=exclude_subs,
+            fallback_segments=project["fallback_segments"],
+            exclude_dirs=project["exclude_dirs"],
+            exclude_substrings=project["exclude_substrings"],
         ),
     )
 
