@@ -39,6 +39,7 @@ _ABSOLUTE = re.compile(r"^(/|[A-Za-z]:[\\/]|\\\\)")
 
 
 MAX_SCAN_WORKERS = 64  # the default scan_workers: one per instance, at most this many
+DEFAULT_CONCURRENCY = 2  # runs at once on an instance: concurrency_limit, the config's and one's
 
 
 def hub_home(env: Mapping[str, str] | None = None) -> Path:
@@ -96,6 +97,83 @@ def _redis_prefix(r: _Reader, name: str, prefix: str) -> str:
     return prefix
 
 
+def _absolute_path(r: _Reader, name: str, path: str) -> str:
+    if path and not _is_absolute(path):
+        raise r.fail(name, f"must be an absolute path, got {path!r}")
+    return path
+
+
+def _absolute_paths(r: _Reader, name: str, paths: tuple[str, ...]) -> tuple[str, ...]:
+    for i, path in enumerate(paths):
+        _absolute_path(r, f"{name}[{i}]", path)
+    return paths
+
+
+def _model_id(r: _Reader, name: str, value: str) -> str:
+    if "/" not in value or value.startswith("/") or value.endswith("/"):
+        raise r.fail(name, f"expected 'provider/model', got {value!r}")
+    return value
+
+
+def _model_ids(r: _Reader, name: str, values: tuple[str, ...]) -> tuple[str, ...]:
+    for i, value in enumerate(values):
+        _model_id(r, f"{name}[{i}]", value)
+    return values
+
+
+def _time_zone(r: _Reader, name: str, tz: str) -> str:
+    if tz != "local":
+        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+        try:
+            ZoneInfo(tz)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise r.fail(name, f"unknown time zone {tz!r}") from None
+    return tz
+
+
+def _repository(r: _Reader, name: str, url: str) -> str:
+    """A git URL as written, or a path (a relative one is the config file's neighbour)."""
+    url = url.strip()
+    if url.startswith("-"):
+        raise r.fail(name, "must be a git URL or a path, not an option")
+    local = "://" not in url and not re.match(r"^[^/]*:", url)  # not scp-like host:path either
+    if url and local and not _ABSOLUTE.match(url):
+        url = str((Path(r.file).parent / Path(url).expanduser()).resolve())
+    return url
+
+
+def _commit_url(r: _Reader, name: str, url: str) -> str:
+    url = url.strip()
+    if url:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise r.fail(name, "must be an http(s) URL")
+        if parts.username or parts.password:
+            raise r.fail(name, "must not carry a user name or password")
+        if "{commit}" not in url:
+            raise r.fail(name, "must hold {commit} where the hash goes")
+    return url
+
+
+def _command(r: _Reader, name: str, command: str) -> str:
+    if command and not command.strip():
+        raise r.fail(name, "must not be blank (leave it out for no check)")
+    return command.strip()
+
+
+def _relative_globs(r: _Reader, name: str, globs: tuple[str, ...]) -> tuple[str, ...]:
+    for i, glob in enumerate(globs):
+        where = f"{name}[{i}]"
+        if not glob.strip():
+            raise r.fail(where, "must not be empty")
+        if glob.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:", glob):
+            raise r.fail(where, f"must be relative to the repository's root, got {glob!r}")
+        if ".." in glob.replace("\\", "/").split("/"):
+            raise r.fail(where, f"must not climb out of the repository with '..', got {glob!r}")
+    return tuple(g.strip() for g in globs)
+
+
 def _integration_branch(r: _Reader, name: str, branch: str) -> str:
     base = branch.strip().removeprefix("origin/")
     if not base or base.startswith("feature/"):
@@ -118,23 +196,28 @@ class InstanceConfig:
 
     name: str
     url: str
-    username: str = "opencode"
+    username: str = setting("opencode")
     password: str | None = field(default=None, repr=False)
     password_source: str = "none"
-    roots: tuple[str, ...] = ()
-    default_directory: str = ""
-    danger: bool = False
-    readonly_default: bool = False
-    branch_policy: str = "branch"
-    concurrency_limit: int = 2
+    roots: tuple[str, ...] = setting((), check=_absolute_paths)
+    default_directory: str = setting("", check=_absolute_path)
+    danger: bool = setting(False)
+    readonly_default: bool = setting(False)
+    # The config's default is "mainline" for an instance whose name starts with "local".
+    branch_policy: str = setting("branch", choices=("branch", "mainline"))
+    # The config's default is its top-level concurrency_limit.
+    concurrency_limit: int = setting(DEFAULT_CONCURRENCY, minimum=1)
     dir_aliases: tuple[tuple[str, str], ...] = ()
-    models: tuple[str, ...] = ()
-    api: str = "auto"
-    note: str = ""
+    models: tuple[str, ...] = setting((), check=_model_ids)
+    api: str = setting("auto", choices=("auto", "classic", "v2"))
+    note: str = setting("")
     rules: ProjectRules = field(default_factory=ProjectRules)
-    password_env: str = ""  # the env var the config names for the password, if any
-    budget_daily_usd: float | None = None  # this instance's spend today, at most (None: no cap)
-    budget_run_usd: float | None = None  # one run's cost on it, at most (None: budget.run_usd)
+    # The env var the config names for the password, if any.
+    password_env: str = setting("")
+    # This instance's spend today, at most (None: no cap).
+    budget_daily_usd: float | None = setting(None, check=usd)
+    # One run's cost on it, at most (None: budget.run_usd).
+    budget_run_usd: float | None = setting(None, check=usd)
 
     @property
     def production(self) -> bool:
@@ -150,16 +233,18 @@ class InstanceConfig:
 class RepositoryConfig:
     """project.repository and its neighbours: where "done" is checked (architecture §8)."""
 
-    url: str = ""  # a git remote URL or a local path; "" = tasks are done on the agent's word
-    commit_url: str = ""  # the page's link for a commit, "{commit}" stands for its hash
-    fetch_timeout_seconds: float = 60.0
+    # A git remote URL or a local path; "" = tasks are done on the agent's word.
+    url: str = setting("", key="repository", check=_repository)
+    # The page's link for a commit, "{commit}" stands for its hash.
+    commit_url: str = setting("", check=_commit_url)
+    fetch_timeout_seconds: float = setting(60.0, minimum=1)
     # Green (issue 37): a shell command run on the claimed commit in a throw-away worktree of
     # the mirror ("" = none), its bound, and how often a failure goes back to the session.
-    check_command: str = ""
-    check_timeout_seconds: float = 600.0
-    check_retries: int = 1
+    check_command: str = setting("", check=_command)
+    check_timeout_seconds: float = setting(600.0, minimum=1)
+    check_retries: int = setting(1)
     # Globs of paths a task's commits must not touch to be done automatically (tests/**).
-    locked_paths: tuple[str, ...] = ()
+    locked_paths: tuple[str, ...] = setting((), check=_relative_globs)
 
     def secrets(self) -> tuple[str, ...]:
         """A token in the URL (``https://user:TOKEN@host/...``, or ``https://TOKEN@host/...``)."""
@@ -194,17 +279,17 @@ class LockConfig:
 class ModelsConfig:
     """Dispatch model policy (architecture §7)."""
 
-    default_dispatch_model: str | None = None
-    chain: tuple[str, ...] = ()
+    default_dispatch_model: str | None = setting(None, check=_model_id)
+    chain: tuple[str, ...] = setting((), check=_model_ids)
     blackout_families: tuple[tuple[str, tuple[str, ...]], ...] = (
         ("opencode", ("opencode/", "opencode-go/")),
     )
-    blackout_reset_hour: int = 8
-    timezone: str = "local"
+    blackout_reset_hour: int = setting(8, maximum=23)
+    timezone: str = setting("local", check=_time_zone)
     # Where blackouts and healed memory live; "redis" shares them through lock.redis_url.
-    state_backend: str = "file"
+    state_backend: str = setting("file", choices=("file", "redis"))
     # What a rate limit rests: its model's whole "family" (seed), or only that "model".
-    rest_scope: str = "family"
+    rest_scope: str = setting("family", choices=("family", "model"))
 
     def families(self) -> dict[str, list[str]]:
         """Blackout families as a plain mapping."""
@@ -308,7 +393,7 @@ class Config:
     exclude_dirs: tuple[str, ...] = setting((), section="project")
     exclude_substrings: tuple[str, ...] = setting((), section="project")
     repository: RepositoryConfig = field(default_factory=RepositoryConfig)
-    concurrency_limit: int = setting(2, minimum=1)
+    concurrency_limit: int = setting(DEFAULT_CONCURRENCY, minimum=1)
     session_ttl_days: float = setting(10.0)
     match: MatchRule = field(default_factory=MatchRule)
     auto_match: bool = setting(True)
@@ -530,95 +615,22 @@ def parse_config(raw: Any, *, path: Path, env: Mapping[str, str]) -> Config:
 
 def _parse_repository(r: _Reader) -> RepositoryConfig:
     """project.repository, commit_url, fetch_timeout_seconds and the checks of done work."""
-    url = (r.get("repository", (str,), "") or "").strip()
-    if url.startswith("-"):
-        raise r.fail("repository", "must be a git URL or a path, not an option")
-    local = "://" not in url and not re.match(r"^[^/]*:", url)  # not scp-like host:path either
-    if url and local and not _ABSOLUTE.match(url):
-        url = str((Path(r.file).parent / Path(url).expanduser()).resolve())
-    commit_url = (r.get("commit_url", (str,), "") or "").strip()
-    if commit_url:
-        parts = urlsplit(commit_url)
-        if parts.scheme not in ("http", "https") or not parts.netloc:
-            raise r.fail("commit_url", "must be an http(s) URL")
-        if parts.username or parts.password:
-            raise r.fail("commit_url", "must not carry a user name or password")
-        if "{commit}" not in commit_url:
-            raise r.fail("commit_url", "must hold {commit} where the hash goes")
-    timeout = float(r.num("fetch_timeout_seconds", 60.0, minimum=1))
-    check = r.get("check_command", (str,), "") or ""
-    if check and not check.strip():
-        raise r.fail("check_command", "must not be blank (leave it out for no check)")
-    check_timeout = float(r.num("check_timeout_seconds", 600.0, minimum=1))
-    retries = int(r.num("check_retries", 1, integer=True))
-    locked = r.strings("locked_paths")
-    for i, glob in enumerate(locked):
-        name = f"locked_paths[{i}]"
-        if not glob.strip():
-            raise r.fail(name, "must not be empty")
-        if glob.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:", glob):
-            raise r.fail(name, f"must be relative to the repository's root, got {glob!r}")
-        if ".." in glob.replace("\\", "/").split("/"):
-            raise r.fail(name, f"must not climb out of the repository with '..', got {glob!r}")
-    if (check or locked) and not url:
-        what = "check_command" if check else "locked_paths"
+    repo = read_section(RepositoryConfig, r)
+    if (repo.check_command or repo.locked_paths) and not repo.url:
+        what = "check_command" if repo.check_command else "locked_paths"
         raise r.fail(what, "needs project.repository (the commits it judges are read there)")
-    return RepositoryConfig(
-        url=url,
-        commit_url=commit_url,
-        fetch_timeout_seconds=timeout,
-        check_command=check.strip(),
-        check_timeout_seconds=check_timeout,
-        check_retries=retries,
-        locked_paths=tuple(g.strip() for g in locked),
-    )
-
-
-def _model_id(r: _Reader, name: str, value: str) -> str:
-    if "/" not in value or value.startswith("/") or value.endswith("/"):
-        raise r.fail(name, f"expected 'provider/model', got {value!r}")
-    return value
-
-
-def _usd_amount(r: _Reader, name: str) -> float | None:
-    """An optional amount of US dollars (None when absent)."""
-    value = r.get(name, (int, float), None)
-    return None if value is None else usd(r, name, value)
+    return repo
 
 
 def _parse_models(r: _Reader, path: Path) -> ModelsConfig:
-    default = r.get("default_dispatch_model", (str,), None)
-    if default is not None:
-        _model_id(r, "default_dispatch_model", default)
-    chain = r.strings("chain")
-    for i, m in enumerate(chain):
-        _model_id(r, f"chain[{i}]", m)
-    fam_raw = r.get("blackout_families", (dict,), None)
-    families = ModelsConfig().blackout_families
-    if fam_raw is not None:
-        fam_r = _Reader(fam_raw, path, r.key("blackout_families"))
-        families = tuple((k, fam_r.strings(k)) for k in fam_raw)
-    hour = r.num("blackout_reset_hour", 8, integer=True)
-    if hour > 23:
-        raise r.fail("blackout_reset_hour", f"must be 0..23, got {hour}")
-    tz = r.get("timezone", (str,), "local")
-    if tz != "local":
-        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
-
-        try:
-            ZoneInfo(tz)
-        except (ZoneInfoNotFoundError, ValueError):
-            raise r.fail("timezone", f"unknown time zone {tz!r}") from None
-    state_backend = r.get("state_backend", (str,), "file")
-    if state_backend not in ("file", "redis"):
-        raise r.fail("state_backend", f"must be 'file' or 'redis', got {state_backend!r}")
-    rest_scope = r.get("rest_scope", (str,), "family")
-    if rest_scope not in ("family", "model"):
-        raise r.fail("rest_scope", f"must be 'family' or 'model', got {rest_scope!r}")
+    families = r.get("blackout_families", (dict,), None)
+    computed: dict[str, Any] = {}
+    if families is not None:  # an object of lists of model-id prefixes
+        fam_r = _Reader(families, path, r.key("blackout_families"))
+        computed["blackout_families"] = tuple((k, fam_r.strings(k)) for k in families)
+    models = read_section(ModelsConfig, r, **computed)
     r.finish()
-    return ModelsConfig(
-        default, chain, families, hour, tz, state_backend=state_backend, rest_scope=rest_scope
-    )
+    return models
 
 
 _S = TypeVar("_S")
@@ -653,63 +665,30 @@ def _parse_instance(
         raise r.fail("url", f"must be an http:// or https:// URL, got {url!r}")
     if parts.username or parts.password:
         raise r.fail("url", "must not carry credentials; use username and config.local.json")
-    username = r.get("username", (str,), "opencode")
-    password_env = r.get("password_env", (str,), None) or ""
     r.get("password_file", (str,), None)
     r.get("password_key", (str,), None)
-    roots = r.strings("roots")
-    for j, root in enumerate(roots):
-        if not _is_absolute(root):
-            raise r.fail(f"roots[{j}]", f"must be an absolute path, got {root!r}")
-    default_dir = r.get("default_directory", (str,), "")
-    if default_dir and not _is_absolute(default_dir):
-        raise r.fail("default_directory", f"must be an absolute path, got {default_dir!r}")
-    policy_default = "mainline" if name.startswith("local") else "branch"
-    policy = r.get("branch_policy", (str,), policy_default)
-    if policy not in ("branch", "mainline"):
-        raise r.fail("branch_policy", f"must be 'branch' or 'mainline', got {policy!r}")
-    aliases_raw = r.get("dir_aliases", (dict,), {})
-    for k, v in aliases_raw.items():
+    aliases = r.get("dir_aliases", (dict,), {})
+    for k, v in aliases.items():
         if not isinstance(v, str):
             raise r.fail(f"dir_aliases.{k}", f"expected a string, got {json_type(v)}")
-    models = r.strings("models")
-    for j, m in enumerate(models):
-        _model_id(r, f"models[{j}]", m)
-    api = r.get("api", (str,), "auto")
-    if api not in ("auto", "classic", "v2"):
-        raise r.fail("api", f"must be 'auto', 'classic' or 'v2', got {api!r}")
-    limit = r.num("concurrency_limit", default_limit, minimum=1, integer=True)
-    danger = r.get("danger", (bool,), False)
-    readonly = r.get("readonly_default", (bool,), False)
-    note = r.get("note", (str,), "")
-    budget = _usd_amount(r, "budget_daily_usd")
-    run_budget = _usd_amount(r, "budget_run_usd")
+    policy = "mainline" if name.startswith("local") else "branch"
+    got = read_settings(
+        InstanceConfig, r, defaults={"branch_policy": policy, "concurrency_limit": default_limit}
+    )
     r.finish()
     return InstanceConfig(
         name=name,
         url=url.rstrip("/"),
-        username=username,
         password=password,
         password_source=source,
-        roots=roots,
-        default_directory=default_dir,
-        danger=danger,
-        readonly_default=readonly,
-        branch_policy=policy,
-        concurrency_limit=limit,
-        dir_aliases=tuple(aliases_raw.items()),
-        models=models,
-        api=api,
-        note=note,
-        password_env=password_env,
-        budget_daily_usd=budget,
-        budget_run_usd=run_budget,
+        dir_aliases=tuple(aliases.items()),
         rules=ProjectRules.build(
-            roots=roots,
+            roots=got["roots"],
             fallback_segments=project["fallback_segments"],
             exclude_dirs=project["exclude_dirs"],
             exclude_substrings=project["exclude_substrings"],
         ),
+        **got,
     )
 
 

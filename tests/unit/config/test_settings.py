@@ -193,3 +193,81 @@ def test_numbers_read_as_their_declared_type(tmp_path: Path) -> None:
     assert repr(cfg.lock.slot_ttl_seconds) == "90.0" and repr(cfg.patrol.stale_minutes) == "30.0"
     assert repr(cfg.patrol.max_attempts) == "2" and repr(cfg.budget.daily_usd) == "2.0"
     assert (cfg.read_timeout, cfg.scan_timeout) == (10.0, 15.0)  # scan: read + 5 unless given
+
+
+def test_a_declared_default_is_what_an_empty_section_reads(tmp_path: Path) -> None:
+    """Each default is written once, in its field: reading an empty section gives it back."""
+    from dataclasses import fields, is_dataclass
+
+    from xaf_hub.config import load
+
+    cfg = parse_config(_with_instance({}), path=tmp_path / "config.json", env={})
+    read: list[tuple[type, Any]] = [
+        (load.Config, cfg),
+        (load.RepositoryConfig, cfg.repository),
+        (load.MatchRule, cfg.match),
+        (load.LockConfig, cfg.lock),
+        (load.ModelsConfig, cfg.models),
+        (load.PoolConfig, cfg.pool),
+        (load.BudgetConfig, cfg.budget),
+        (load.PatrolConfig, cfg.patrol),
+        (load.InstanceConfig, cfg.instances[0]),
+    ]
+    # Worked out at load time: one scan worker per instance (here one).
+    at_load = {(load.Config, "scan_workers"): 1}
+    for cls, section in read:
+        for f in fields(cls):
+            if "setting" in f.metadata:
+                want = at_load.get((cls, f.name), f.default)
+                assert getattr(section, f.name) == want, f"{cls.__name__}.{f.name}"
+    declaring = {
+        cls
+        for cls in vars(load).values()
+        if isinstance(cls, type)
+        and is_dataclass(cls)
+        and any("setting" in f.metadata for f in fields(cls))
+    }
+    assert declaring == {cls for cls, _ in read}
+
+
+def test_setting_reads_each_declared_type() -> None:
+    from dataclasses import dataclass
+
+    from xaf_hub.config.reader import Reader, read_section, setting
+
+    def loud(r: Reader, name: str, value: str) -> str:
+        if value == "quiet":
+            raise r.fail(name, "must not be quiet")
+        return value.upper()
+
+    @dataclass(frozen=True)
+    class Toy:
+        count: int = setting(3, minimum=1, maximum=9)
+        ratio: float = setting(0.5, key="share")
+        on: bool = setting(True)
+        words: tuple[str, ...] = setting(("a",))
+        mode: str = setting("x", choices=("x", "y"), check=loud)
+        cap: float | None = setting(None)
+        fixed: str = "not read"
+
+    def read(data: dict[str, Any]) -> Toy:
+        r = Reader(data, "toy.json", "toy")
+        toy = read_section(Toy, r)
+        r.finish()
+        return toy
+
+    assert read({}) == Toy()
+    got = read({"count": 9, "share": 1, "on": False, "words": [], "mode": "y", "cap": 2})
+    assert got == Toy(9, 1.0, False, (), "Y", 2) and isinstance(got.ratio, float)
+    for data, message in (
+        ({"count": 10}, "key 'toy.count': must be 1..9, got 10"),
+        ({"count": 0}, "key 'toy.count': must be at least 1, got 0"),
+        ({"share": "1"}, "key 'toy.share': expected a number, got a string"),
+        ({"mode": "z"}, "key 'toy.mode': must be 'x' or 'y', got 'z'"),
+        ({"mode": "quiet"}, "key 'toy.mode': must be 'x' or 'y', got 'quiet'"),
+        ({"shares": 1}, "key 'toy.shares': unknown key (did you mean 'share'?)"),
+        ({"fixed": "x"}, "key 'toy.fixed': unknown key"),
+    ):
+        with pytest.raises(ConfigError) as err:
+            read(data)
+        assert str(err.value) == f"toy.json: {message}"
