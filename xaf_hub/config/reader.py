@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import field, fields
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -98,17 +98,25 @@ class Reader:
             raise self.fail(unknown[0], "unknown key" + _suggest(unknown[0], self.seen))
 
 
-@dataclass(frozen=True)
 class Setting:
-    """How one declared key is read (a field's ``metadata["setting"]``)."""
+    """How one declared key is read (a field's ``metadata["setting"]``). A plain class: a
+    dataclass here would cost every start, ``--help`` included, a millisecond."""
 
-    key: str | None  # its name in the file; None: the field's name
-    section: str  # for a class read from several objects (Config): the one it is in
-    minimum: float
-    maximum: float | None
-    choices: tuple[str, ...]
-    quoted: bool  # the choices named quoted ('file' or 'redis') or bare (file or redis)
-    check: Check | None
+    __slots__ = ("key", "section", "minimum", "maximum", "choices", "quoted", "check")
+
+    def __init__(
+        self,
+        key: str | None,  # its name in the file; None: the field's name
+        section: str,  # for a class read from several objects (Config): the one it is in
+        minimum: float,
+        maximum: float | None,
+        choices: tuple[str, ...],
+        quoted: bool,  # the choices named quoted ('file' or 'redis') or bare (file or redis)
+        check: Check | None,
+    ) -> None:
+        self.key, self.section, self.check = key, section, check
+        self.minimum, self.maximum = minimum, maximum
+        self.choices, self.quoted = choices, quoted
 
     def read(self, r: Reader, key: str, kind: str, default: Any) -> Any:
         """The value of ``key`` in ``r`` as a ``kind`` (the field's annotation), or ``default``."""
