@@ -174,6 +174,17 @@ def _relative_globs(r: _Reader, name: str, globs: tuple[str, ...]) -> tuple[str,
     return tuple(g.strip() for g in globs)
 
 
+def _more_than_zero(r: _Reader, name: str, value: float) -> float:
+    if value <= 0:
+        raise r.fail(name, f"must be more than 0 (or null: off), got {value}")
+    return float(value)
+
+
+def _page_language(r: _Reader, name: str, value: str) -> str:
+    """"auto" (the browser's), "en" or "zh"; a tag such as "zh-CN" counts as its language."""
+    return r.choice(name, ("auto", "en", "zh"), value, tags=True)
+
+
 def _integration_branch(r: _Reader, name: str, branch: str) -> str:
     base = branch.strip().removeprefix("origin/")
     if not base or base.startswith("feature/"):
@@ -333,7 +344,7 @@ class PermissionsConfig:
     ``deny_after_minutes`` (None: never deny for want of an answer)."""
 
     rules: tuple[PermissionRule, ...] = ()
-    deny_after_minutes: float | None = None
+    deny_after_minutes: float | None = setting(None, check=_more_than_zero)
 
 
 @dataclass(frozen=True)
@@ -417,7 +428,8 @@ class Config:
     local_config: Path | None = None
     local_scope: str = ""
     notify: NotifyConfig = field(default_factory=NotifyConfig)
-    page_language: str = "auto"  # overview page: "auto" (the browser's), "en" or "zh"
+    # The overview page's: "auto" (the browser's), "en" or "zh".
+    page_language: str = setting("auto", key="language", section="page", check=_page_language)
 
     @property
     def lock_dir(self) -> Path:
@@ -532,7 +544,7 @@ def parse_config(raw: Any, *, path: Path, env: Mapping[str, str]) -> Config:
     permissions = _parse_permissions(top.sub("permissions"))
     page = top.sub("page")
     page.seen.add("url")  # notify/ reads and checks page.url
-    page_language = page.choice("language", ("auto", "en", "zh"), "auto", tags=True)
+    language = read_settings(Config, page, section="page")
     page.finish()
 
     # config.local.json beside the config file overrides instance fields; the one in the hub
@@ -606,10 +618,10 @@ def parse_config(raw: Any, *, path: Path, env: Mapping[str, str]) -> Config:
         local_config=local_path,
         local_scope=local_scope,
         notify=notify,
-        page_language=page_language,
         **named,
         **numbers,
         **times,
+        **language,
     )
 
 
@@ -705,8 +717,6 @@ def _parse_permissions(r: _Reader) -> PermissionsConfig:
         action = rule.choice("action", ("allow", "deny"), "")
         rule.finish()
         rules.append(PermissionRule(kind, pattern, action))
-    after = r.get("deny_after_minutes", (int, float), None)
-    if after is not None and after <= 0:
-        raise r.fail("deny_after_minutes", f"must be more than 0 (or null: off), got {after}")
+    permissions = read_section(PermissionsConfig, r, rules=tuple(rules))
     r.finish()
-    return PermissionsConfig(tuple(rules), float(after) if after is not None else None)
+    return permissions

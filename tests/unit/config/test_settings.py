@@ -211,6 +211,7 @@ def test_a_declared_default_is_what_an_empty_section_reads(tmp_path: Path) -> No
         (load.PoolConfig, cfg.pool),
         (load.BudgetConfig, cfg.budget),
         (load.PatrolConfig, cfg.patrol),
+        (load.PermissionsConfig, cfg.permissions),
         (load.InstanceConfig, cfg.instances[0]),
     ]
     # Worked out at load time: one scan worker per instance (here one).
