@@ -10,9 +10,9 @@ import math
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 from xaf_hub.config.credentials import (
@@ -24,7 +24,14 @@ from xaf_hub.config.credentials import (
 )
 from xaf_hub.config.notify import NotifyConfig, parse_notify
 from xaf_hub.config.reader import Reader as _Reader
-from xaf_hub.config.reader import instances_list, json_type, load_json_file
+from xaf_hub.config.reader import (
+    instances_list,
+    json_type,
+    load_json_file,
+    read_section,
+    read_settings,
+    setting,
+)
 from xaf_hub.core.rules import ProjectRules
 from xaf_hub.errors import ConfigError
 
@@ -32,6 +39,7 @@ _ABSOLUTE = re.compile(r"^(/|[A-Za-z]:[\\/]|\\\\)")
 
 
 MAX_SCAN_WORKERS = 64  # the default scan_workers: one per instance, at most this many
+DEFAULT_CONCURRENCY = 2  # runs at once on an instance: concurrency_limit, the config's and one's
 
 
 def hub_home(env: Mapping[str, str] | None = None) -> Path:
@@ -44,29 +52,183 @@ def hub_home(env: Mapping[str, str] | None = None) -> Path:
 _REDIS_PREFIX = re.compile(r"^[A-Za-z0-9_.:-]+$")
 
 
+# The checks of single keys (reader.Check): each gets the value the file gives, after its type
+# and limits, and returns the value kept.
+
+
+def usd(r: _Reader, name: str, value: float) -> float:
+    """An amount of US dollars: a finite number, at least 0."""
+    if not math.isfinite(value) or value < 0:
+        raise r.fail(name, f"must be an amount of US dollars, at least 0, got {value}")
+    return float(value)
+
+
+def _user_path(r: _Reader, name: str, value: str) -> Path | None:
+    """A folder as written (``~`` is the user's home); "" is none."""
+    return Path(value).expanduser() if value else None
+
+
+def _beside_config(r: _Reader, name: str, value: str) -> Path:
+    """A file or folder; a relative one is the config file's neighbour."""
+    candidate = Path(value).expanduser()
+    return candidate if candidate.is_absolute() else Path(r.file).parent / candidate
+
+
+def _redis_url(r: _Reader, name: str, url: str) -> str:
+    if not url:
+        return url
+    parts = urlsplit(url)
+    if parts.scheme not in ("redis", "rediss", "unix"):
+        raise r.fail(name, f"must be a redis://, rediss:// or unix:// URL, got {url!r}")
+    try:
+        parts.port  # noqa: B018 - urlsplit checks the port only when it is read
+    except ValueError:
+        raise r.fail(name, f"bad port in {url!r}") from None
+    if parts.scheme != "unix" and not parts.hostname:
+        raise r.fail(name, f"names no host: {url!r}")
+    if parts.password or re.search(r"(^|&)password=", parts.query):
+        raise r.fail(name, f"must not carry a password; put it in the env var {REDIS_PASSWORD_ENV}")
+    return url
+
+
+def _redis_prefix(r: _Reader, name: str, prefix: str) -> str:
+    if not _REDIS_PREFIX.match(prefix):
+        raise r.fail(name, f"use letters, digits and _ . : - only, got {prefix!r}")
+    return prefix
+
+
+def _absolute_path(r: _Reader, name: str, path: str) -> str:
+    if path and not _is_absolute(path):
+        raise r.fail(name, f"must be an absolute path, got {path!r}")
+    return path
+
+
+def _absolute_paths(r: _Reader, name: str, paths: tuple[str, ...]) -> tuple[str, ...]:
+    for i, path in enumerate(paths):
+        _absolute_path(r, f"{name}[{i}]", path)
+    return paths
+
+
+def _model_id(r: _Reader, name: str, value: str) -> str:
+    if "/" not in value or value.startswith("/") or value.endswith("/"):
+        raise r.fail(name, f"expected 'provider/model', got {value!r}")
+    return value
+
+
+def _model_ids(r: _Reader, name: str, values: tuple[str, ...]) -> tuple[str, ...]:
+    for i, value in enumerate(values):
+        _model_id(r, f"{name}[{i}]", value)
+    return values
+
+
+def _time_zone(r: _Reader, name: str, tz: str) -> str:
+    if tz != "local":
+        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+        try:
+            ZoneInfo(tz)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise r.fail(name, f"unknown time zone {tz!r}") from None
+    return tz
+
+
+def _repository(r: _Reader, name: str, url: str) -> str:
+    """A git URL as written, or a path (a relative one is the config file's neighbour)."""
+    url = url.strip()
+    if url.startswith("-"):
+        raise r.fail(name, "must be a git URL or a path, not an option")
+    local = "://" not in url and not re.match(r"^[^/]*:", url)  # not scp-like host:path either
+    if url and local and not _ABSOLUTE.match(url):
+        url = str((Path(r.file).parent / Path(url).expanduser()).resolve())
+    return url
+
+
+def _commit_url(r: _Reader, name: str, url: str) -> str:
+    url = url.strip()
+    if url:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise r.fail(name, "must be an http(s) URL")
+        if parts.username or parts.password:
+            raise r.fail(name, "must not carry a user name or password")
+        if "{commit}" not in url:
+            raise r.fail(name, "must hold {commit} where the hash goes")
+    return url
+
+
+def _command(r: _Reader, name: str, command: str) -> str:
+    if command and not command.strip():
+        raise r.fail(name, "must not be blank (leave it out for no check)")
+    return command.strip()
+
+
+def _relative_globs(r: _Reader, name: str, globs: tuple[str, ...]) -> tuple[str, ...]:
+    for i, glob in enumerate(globs):
+        where = f"{name}[{i}]"
+        if not glob.strip():
+            raise r.fail(where, "must not be empty")
+        if glob.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:", glob):
+            raise r.fail(where, f"must be relative to the repository's root, got {glob!r}")
+        if ".." in glob.replace("\\", "/").split("/"):
+            raise r.fail(where, f"must not climb out of the repository with '..', got {glob!r}")
+    return tuple(g.strip() for g in globs)
+
+
+def _more_than_zero(r: _Reader, name: str, value: float) -> float:
+    if value <= 0:
+        raise r.fail(name, f"must be more than 0 (or null: off), got {value}")
+    return float(value)
+
+
+def _page_language(r: _Reader, name: str, value: str) -> str:
+    """"auto" (the browser's), "en" or "zh"; a tag such as "zh-CN" counts as its language."""
+    return r.choice(name, ("auto", "en", "zh"), value, tags=True)
+
+
+def _integration_branch(r: _Reader, name: str, branch: str) -> str:
+    base = branch.strip().removeprefix("origin/")
+    if not base or base.startswith("feature/"):
+        raise r.fail(name, f"must name the integration branch, got {branch!r}")
+    return branch
+
+
+def _regexes(r: _Reader, name: str, patterns: tuple[str, ...]) -> tuple[str, ...]:
+    for i, pattern in enumerate(patterns):
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise r.fail(f"{name}[{i}]", f"invalid regular expression: {exc}") from None
+    return patterns
+
+
 @dataclass(frozen=True)
 class InstanceConfig:
     """One opencode server as configured."""
 
     name: str
     url: str
-    username: str = "opencode"
+    username: str = setting("opencode")
     password: str | None = field(default=None, repr=False)
     password_source: str = "none"
-    roots: tuple[str, ...] = ()
-    default_directory: str = ""
-    danger: bool = False
-    readonly_default: bool = False
-    branch_policy: str = "branch"
-    concurrency_limit: int = 2
+    roots: tuple[str, ...] = setting((), check=_absolute_paths)
+    default_directory: str = setting("", check=_absolute_path)
+    danger: bool = setting(False)
+    readonly_default: bool = setting(False)
+    # The config's default is "mainline" for an instance whose name starts with "local".
+    branch_policy: str = setting("branch", choices=("branch", "mainline"))
+    # The config's default is its top-level concurrency_limit.
+    concurrency_limit: int = setting(DEFAULT_CONCURRENCY, minimum=1)
     dir_aliases: tuple[tuple[str, str], ...] = ()
-    models: tuple[str, ...] = ()
-    api: str = "auto"
-    note: str = ""
+    models: tuple[str, ...] = setting((), check=_model_ids)
+    api: str = setting("auto", choices=("auto", "classic", "v2"))
+    note: str = setting("")
     rules: ProjectRules = field(default_factory=ProjectRules)
-    password_env: str = ""  # the env var the config names for the password, if any
-    budget_daily_usd: float | None = None  # this instance's spend today, at most (None: no cap)
-    budget_run_usd: float | None = None  # one run's cost on it, at most (None: budget.run_usd)
+    # The env var the config names for the password, if any.
+    password_env: str = setting("")
+    # This instance's spend today, at most (None: no cap).
+    budget_daily_usd: float | None = setting(None, check=usd)
+    # One run's cost on it, at most (None: budget.run_usd).
+    budget_run_usd: float | None = setting(None, check=usd)
 
     @property
     def production(self) -> bool:
@@ -82,16 +244,18 @@ class InstanceConfig:
 class RepositoryConfig:
     """project.repository and its neighbours: where "done" is checked (architecture §8)."""
 
-    url: str = ""  # a git remote URL or a local path; "" = tasks are done on the agent's word
-    commit_url: str = ""  # the page's link for a commit, "{commit}" stands for its hash
-    fetch_timeout_seconds: float = 60.0
+    # A git remote URL or a local path; "" = tasks are done on the agent's word.
+    url: str = setting("", key="repository", check=_repository)
+    # The page's link for a commit, "{commit}" stands for its hash.
+    commit_url: str = setting("", check=_commit_url)
+    fetch_timeout_seconds: float = setting(60.0, minimum=1)
     # Green (issue 37): a shell command run on the claimed commit in a throw-away worktree of
     # the mirror ("" = none), its bound, and how often a failure goes back to the session.
-    check_command: str = ""
-    check_timeout_seconds: float = 600.0
-    check_retries: int = 1
+    check_command: str = setting("", check=_command)
+    check_timeout_seconds: float = setting(600.0, minimum=1)
+    check_retries: int = setting(1)
     # Globs of paths a task's commits must not touch to be done automatically (tests/**).
-    locked_paths: tuple[str, ...] = ()
+    locked_paths: tuple[str, ...] = setting((), check=_relative_globs)
 
     def secrets(self) -> tuple[str, ...]:
         """A token in the URL (``https://user:TOKEN@host/...``, or ``https://TOKEN@host/...``)."""
@@ -109,14 +273,16 @@ class RepositoryConfig:
 class LockConfig:
     """Gate settings (architecture §5)."""
 
-    slot_ttl_seconds: float = 60.0
-    lock_timeout_seconds: float = 20.0
-    slot_grace_seconds: float = 5.0
-    dir: Path | None = None
+    slot_ttl_seconds: float = setting(60.0, minimum=1)
+    lock_timeout_seconds: float = setting(20.0)
+    slot_grace_seconds: float = setting(5.0)
+    dir: Path | None = setting(None, check=_user_path)
     # "file": locks/ and slots/ on this host. "redis": one gate shared by every host using it.
-    backend: str = "file"
-    redis_url: str = ""
-    redis_prefix: str = "xaf-hub"
+    backend: str = setting("file", choices=("file", "redis"))
+    # Required with the redis backend (no default: a silent localhost fallback would give
+    # each host its own private gate); its password only ever comes from the environment.
+    redis_url: str = setting("", check=_redis_url)
+    redis_prefix: str = setting("xaf-hub", check=_redis_prefix)
     redis_password: str | None = field(default=None, repr=False)
 
 
@@ -124,17 +290,17 @@ class LockConfig:
 class ModelsConfig:
     """Dispatch model policy (architecture §7)."""
 
-    default_dispatch_model: str | None = None
-    chain: tuple[str, ...] = ()
+    default_dispatch_model: str | None = setting(None, check=_model_id)
+    chain: tuple[str, ...] = setting((), check=_model_ids)
     blackout_families: tuple[tuple[str, tuple[str, ...]], ...] = (
         ("opencode", ("opencode/", "opencode-go/")),
     )
-    blackout_reset_hour: int = 8
-    timezone: str = "local"
+    blackout_reset_hour: int = setting(8, maximum=23)
+    timezone: str = setting("local", check=_time_zone)
     # Where blackouts and healed memory live; "redis" shares them through lock.redis_url.
-    state_backend: str = "file"
+    state_backend: str = setting("file", choices=("file", "redis"))
     # What a rate limit rests: its model's whole "family" (seed), or only that "model".
-    rest_scope: str = "family"
+    rest_scope: str = setting("family", choices=("family", "model"))
 
     def families(self) -> dict[str, list[str]]:
         """Blackout families as a plain mapping."""
@@ -145,16 +311,16 @@ class ModelsConfig:
 class PoolConfig:
     """Where the task pool lives: "file" (tasks_backlog.json) or "redis" (lock.redis_url)."""
 
-    backend: str = "file"
+    backend: str = setting("file", choices=("file", "redis"), quoted=False)
 
 
 @dataclass(frozen=True)
 class BudgetConfig:
     """The project's daily spend ceiling across the fleet (None: no ceiling)."""
 
-    daily_usd: float | None = None
+    daily_usd: float | None = setting(None, check=usd)
     # One run's cost, from its prompt to idle, at most (None: no ceiling per run).
-    run_usd: float | None = None
+    run_usd: float | None = setting(None, check=usd)
 
 
 @dataclass(frozen=True)
@@ -178,33 +344,35 @@ class PermissionsConfig:
     ``deny_after_minutes`` (None: never deny for want of an answer)."""
 
     rules: tuple[PermissionRule, ...] = ()
-    deny_after_minutes: float | None = None
+    deny_after_minutes: float | None = setting(None, check=_more_than_zero)
 
 
 @dataclass(frozen=True)
 class PatrolConfig:
     """Patrol settings (architecture §8)."""
 
-    interval_minutes: float = 60.0
-    minute_offset: int = 0
-    stale_minutes: float = 90.0
-    repo_root: Path | None = None
-    design_dirs: tuple[str, ...] = ("docs/superpowers/plans", "docs/superpowers/specs")
-    design_max_age_days: int = 30
-    pending_markers: tuple[str, ...] = ()
-    batch_patterns: tuple[str, ...] = ()
-    base_branch: str = "main"
-    backlog_path: Path | None = None
-    lead_backlog_path: Path | None = None
-    max_attempts: int = 3
-    max_infra_failures: int = 4  # infrastructure failures in a row that park a task
-    no_answer_grace_seconds: float = 120.0  # a prompt unanswered this long was refused
+    interval_minutes: float = setting(60.0, minimum=0.01)
+    minute_offset: int = setting(0, maximum=59)
+    stale_minutes: float = setting(90.0)
+    repo_root: Path | None = setting(None, check=_beside_config)
+    design_dirs: tuple[str, ...] = setting(("docs/superpowers/plans", "docs/superpowers/specs"))
+    design_max_age_days: int = setting(30)
+    pending_markers: tuple[str, ...] = setting(())
+    batch_patterns: tuple[str, ...] = setting((), check=_regexes)
+    base_branch: str = setting("main", check=_integration_branch)
+    backlog_path: Path | None = setting(None, check=_beside_config)
+    lead_backlog_path: Path | None = setting(None, check=_beside_config)
+    max_attempts: int = setting(3, minimum=1)
+    # Infrastructure failures in a row that park a task.
+    max_infra_failures: int = setting(4, minimum=1)
+    # A prompt unanswered this long was refused.
+    no_answer_grace_seconds: float = setting(120.0)
     # HA on Redis: how long the active daemon's lease lasts without a renewal; 0: no lease,
     # every daemon runs rounds (the shared pool's claims still send each task once).
-    lease_seconds: float = 15.0
+    lease_seconds: float = setting(15.0)
     # `status` takes an instance from the live board (ops.live_board) when the follower that
     # publishes it confirmed its view at most this many seconds ago; 0: always scan.
-    live_board_seconds: float = 15.0
+    live_board_seconds: float = setting(15.0)
 
 
 @dataclass(frozen=True)
@@ -214,19 +382,14 @@ class MatchRule:
     agent is mid-work, needs the higher ``steer`` and ``steer_margin``. Defaults come from the
     labelled set's curve (`python -m bench --match`)."""
 
-    reuse: float = 0.22
-    margin: float = 0.10
-    steer: float = 0.25
-    steer_margin: float = 0.15
+    reuse: float = setting(0.22, key="match_threshold")
+    margin: float = setting(0.10, key="match_margin")
+    steer: float = setting(0.25, key="steer_threshold")
+    steer_margin: float = setting(0.15)
 
     def to_json(self) -> dict[str, float]:
         """The config keys and values."""
-        return {
-            "match_threshold": self.reuse,
-            "match_margin": self.margin,
-            "steer_threshold": self.steer,
-            "steer_margin": self.steer_margin,
-        }
+        return {f.metadata["setting"].key or f.name: getattr(self, f.name) for f in fields(self)}
 
 
 @dataclass(frozen=True)
@@ -236,21 +399,25 @@ class Config:
     path: Path | None
     home: Path
     state_dir: Path
-    project_name: str = "project"
-    fallback_segments: tuple[str, ...] = ()
-    exclude_dirs: tuple[str, ...] = ()
-    exclude_substrings: tuple[str, ...] = ()
+    project_name: str = setting("project", key="name", section="project")
+    fallback_segments: tuple[str, ...] = setting((), section="project")
+    exclude_dirs: tuple[str, ...] = setting((), section="project")
+    exclude_substrings: tuple[str, ...] = setting((), section="project")
     repository: RepositoryConfig = field(default_factory=RepositoryConfig)
-    concurrency_limit: int = 2
-    session_ttl_days: float = 10.0
+    concurrency_limit: int = setting(DEFAULT_CONCURRENCY, minimum=1)
+    session_ttl_days: float = setting(10.0)
     match: MatchRule = field(default_factory=MatchRule)
-    auto_match: bool = True
-    connect_timeout: float = 8.0
-    read_timeout: float = 30.0
-    scan_timeout: float = 35.0  # one instance's whole scan (and any one answer), at most
-    retries: int = 1
-    page_size: int = 8000
-    scan_workers: int = 6  # instances scanned at once (config default: one per instance)
+    auto_match: bool = setting(True)
+    connect_timeout: float = setting(8.0, key="connect_seconds", section="timeouts", minimum=0.1)
+    read_timeout: float = setting(30.0, key="read_seconds", section="timeouts", minimum=0.1)
+    # One instance's whole scan (and any one answer), at most; the config's default is
+    # read_seconds + 5.
+    scan_timeout: float = setting(35.0, key="scan_seconds", section="timeouts", minimum=0.1)
+    retries: int = setting(1)
+    page_size: int = setting(8000, minimum=1)
+    # Instances scanned at once; the config's default is one per instance, at most
+    # MAX_SCAN_WORKERS (scanning is waiting on servers).
+    scan_workers: int = setting(6, minimum=1)
     lock: LockConfig = field(default_factory=LockConfig)
     models: ModelsConfig = field(default_factory=ModelsConfig)
     patrol: PatrolConfig = field(default_factory=PatrolConfig)
@@ -261,7 +428,8 @@ class Config:
     local_config: Path | None = None
     local_scope: str = ""
     notify: NotifyConfig = field(default_factory=NotifyConfig)
-    page_language: str = "auto"  # overview page: "auto" (the browser's), "en" or "zh"
+    # The overview page's: "auto" (the browser's), "en" or "zh".
+    page_language: str = setting("auto", key="language", section="page", check=_page_language)
 
     @property
     def lock_dir(self) -> Path:
@@ -336,27 +504,27 @@ def parse_config(raw: Any, *, path: Path, env: Mapping[str, str]) -> Config:
     home = hub_home(env)
     top = _Reader(raw, path, "")
     project = top.sub("project")
-    project_name = project.get("name", (str,), "project")
-    fallback = project.strings("fallback_segments")
-    exclude_dirs = project.strings("exclude_dirs")
-    exclude_subs = project.strings("exclude_substrings")
+    named = read_settings(Config, project, section="project")
     repository = _parse_repository(project)
     project.finish()
 
-    limit = top.num("concurrency_limit", 2, minimum=1, integer=True)
+    top.seen.add("instances")
+    inst_raw = instances_list(top.data.get("instances", []), path)
+    workers = min(MAX_SCAN_WORKERS, max(1, len(inst_raw)))  # one per instance, at most 64
+    numbers = read_settings(Config, top, defaults={"scan_workers": workers})
+    match = read_section(MatchRule, top)
     state_raw = top.get("state_dir", (str,), None)
     state_dir = Path(state_raw).expanduser() if state_raw else home
     timeouts = top.sub("timeouts")
+    times = read_settings(Config, timeouts, section="timeouts")
+    if timeouts.data.get("scan_seconds") is None:  # a scan: its reads and 5 s more
+        times["scan_timeout"] = times["read_timeout"] + 5.0
+    timeouts.finish()
 
     lock_r = top.sub("lock")
-    lock_dir = lock_r.get("dir", (str,), None)
-    lock = LockConfig(
-        slot_ttl_seconds=float(lock_r.num("slot_ttl_seconds", 60.0, minimum=1)),
-        lock_timeout_seconds=float(lock_r.num("lock_timeout_seconds", 20.0)),
-        slot_grace_seconds=float(lock_r.num("slot_grace_seconds", 5.0)),
-        dir=Path(lock_dir).expanduser() if lock_dir else None,
-        **_parse_redis(lock_r, env),
-    )
+    lock = read_section(LockConfig, lock_r, redis_password=env.get(REDIS_PASSWORD_ENV) or None)
+    if lock.backend == "redis" and not lock.redis_url:
+        raise lock_r.fail("redis_url", "required when lock.backend is 'redis' (redis://HOST:6379/0)")
     lock_r.finish()
 
     models = _parse_models(top.sub("models"), path)
@@ -365,28 +533,19 @@ def parse_config(raw: Any, *, path: Path, env: Mapping[str, str]) -> Config:
             f"{path}: key 'models.state_backend': 'redis' needs lock.redis_url "
             "(e.g. redis://hub-redis.example.internal:6379/0)"
         )
-    patrol = _parse_patrol(top.sub("patrol"), path)
-    pool_r = top.sub("pool")
-    pool = PoolConfig(backend=pool_r.choice("backend", ("file", "redis"), "file"))
-    pool_r.finish()
+    patrol = _whole_section(PatrolConfig, top, "patrol")
+    pool = _whole_section(PoolConfig, top, "pool")
     if pool.backend == "redis" and not lock.redis_url:
         raise ConfigError(
             f"{path}: key 'pool.backend': 'redis' needs lock.redis_url "
             "(e.g. redis://hub-redis.example.internal:6379/0)"
         )
-    budget_r = top.sub("budget")
-    budget = BudgetConfig(
-        daily_usd=usd_amount(budget_r, "daily_usd"), run_usd=usd_amount(budget_r, "run_usd")
-    )
-    budget_r.finish()
+    budget = _whole_section(BudgetConfig, top, "budget")
     permissions = _parse_permissions(top.sub("permissions"))
     page = top.sub("page")
     page.seen.add("url")  # notify/ reads and checks page.url
-    page_language = page.choice("language", ("auto", "en", "zh"), "auto", tags=True)
+    language = read_settings(Config, page, section="page")
     page.finish()
-
-    top.seen.add("instances")
-    inst_raw = instances_list(top.data.get("instances", []), path)
 
     # config.local.json beside the config file overrides instance fields; the one in the hub
     # home only lends credential fields for instances this config already has.
@@ -435,32 +594,10 @@ def parse_config(raw: Any, *, path: Path, env: Mapping[str, str]) -> Config:
                 merged[key] = value
         instances.append(
             _parse_instance(
-                merged, path, label, env, local_path, limit, fallback, exclude_dirs, exclude_subs
+                merged, path, label, env, local_path, numbers["concurrency_limit"], named
             )
         )
 
-    top_fields = dict(
-        concurrency_limit=limit,
-        session_ttl_days=float(top.num("session_ttl_days", 10.0)),
-        match=MatchRule(
-            reuse=float(top.num("match_threshold", MatchRule.reuse)),
-            margin=float(top.num("match_margin", MatchRule.margin)),
-            steer=float(top.num("steer_threshold", MatchRule.steer)),
-            steer_margin=float(top.num("steer_margin", MatchRule.steer_margin)),
-        ),
-        auto_match=top.get("auto_match", (bool,), True),
-        retries=top.num("retries", 1, integer=True),
-        page_size=top.num("page_size", 8000, minimum=1, integer=True),
-        # Scanning is waiting on servers: one worker per instance, up to MAX_SCAN_WORKERS.
-        scan_workers=top.num(
-            "scan_workers", min(MAX_SCAN_WORKERS, max(1, len(instances))), minimum=1,
-            integer=True,
-        ),
-        connect_timeout=float(timeouts.num("connect_seconds", 8.0, minimum=0.1)),
-        read_timeout=(read := float(timeouts.num("read_seconds", 30.0, minimum=0.1))),
-        scan_timeout=float(timeouts.num("scan_seconds", read + 5.0, minimum=0.1)),
-    )
-    timeouts.finish()
     # notify/ owns its section; it also reads page.language and page.url (the page owns them).
     top.seen.update({"$schema", "_comment", "notify", "page"})
     notify = parse_notify(top.data.get("notify"), top.data.get("page"), file=path, env=env)
@@ -469,11 +606,8 @@ def parse_config(raw: Any, *, path: Path, env: Mapping[str, str]) -> Config:
         path=path,
         home=home,
         state_dir=state_dir,
-        project_name=project_name,
-        fallback_segments=fallback,
-        exclude_dirs=exclude_dirs,
-        exclude_substrings=exclude_subs,
         repository=repository,
+        match=match,
         lock=lock,
         models=models,
         patrol=patrol,
@@ -484,185 +618,42 @@ def parse_config(raw: Any, *, path: Path, env: Mapping[str, str]) -> Config:
         local_config=local_path,
         local_scope=local_scope,
         notify=notify,
-        page_language=page_language,
-        **top_fields,
+        **named,
+        **numbers,
+        **times,
+        **language,
     )
 
 
 def _parse_repository(r: _Reader) -> RepositoryConfig:
     """project.repository, commit_url, fetch_timeout_seconds and the checks of done work."""
-    url = (r.get("repository", (str,), "") or "").strip()
-    if url.startswith("-"):
-        raise r.fail("repository", "must be a git URL or a path, not an option")
-    local = "://" not in url and not re.match(r"^[^/]*:", url)  # not scp-like host:path either
-    if url and local and not _ABSOLUTE.match(url):
-        url = str((Path(r.file).parent / Path(url).expanduser()).resolve())
-    commit_url = (r.get("commit_url", (str,), "") or "").strip()
-    if commit_url:
-        parts = urlsplit(commit_url)
-        if parts.scheme not in ("http", "https") or not parts.netloc:
-            raise r.fail("commit_url", "must be an http(s) URL")
-        if parts.username or parts.password:
-            raise r.fail("commit_url", "must not carry a user name or password")
-        if "{commit}" not in commit_url:
-            raise r.fail("commit_url", "must hold {commit} where the hash goes")
-    timeout = float(r.num("fetch_timeout_seconds", 60.0, minimum=1))
-    check = r.get("check_command", (str,), "") or ""
-    if check and not check.strip():
-        raise r.fail("check_command", "must not be blank (leave it out for no check)")
-    check_timeout = float(r.num("check_timeout_seconds", 600.0, minimum=1))
-    retries = int(r.num("check_retries", 1, integer=True))
-    locked = r.strings("locked_paths")
-    for i, glob in enumerate(locked):
-        name = f"locked_paths[{i}]"
-        if not glob.strip():
-            raise r.fail(name, "must not be empty")
-        if glob.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:", glob):
-            raise r.fail(name, f"must be relative to the repository's root, got {glob!r}")
-        if ".." in glob.replace("\\", "/").split("/"):
-            raise r.fail(name, f"must not climb out of the repository with '..', got {glob!r}")
-    if (check or locked) and not url:
-        what = "check_command" if check else "locked_paths"
+    repo = read_section(RepositoryConfig, r)
+    if (repo.check_command or repo.locked_paths) and not repo.url:
+        what = "check_command" if repo.check_command else "locked_paths"
         raise r.fail(what, "needs project.repository (the commits it judges are read there)")
-    return RepositoryConfig(
-        url=url,
-        commit_url=commit_url,
-        fetch_timeout_seconds=timeout,
-        check_command=check.strip(),
-        check_timeout_seconds=check_timeout,
-        check_retries=retries,
-        locked_paths=tuple(g.strip() for g in locked),
-    )
-
-
-def _model_id(r: _Reader, name: str, value: str) -> str:
-    if "/" not in value or value.startswith("/") or value.endswith("/"):
-        raise r.fail(name, f"expected 'provider/model', got {value!r}")
-    return value
-
-
-def usd_amount(r: _Reader, name: str) -> float | None:
-    """An optional amount of US dollars: a finite number, at least 0 (None when absent)."""
-    value = r.get(name, (int, float), None)
-    if value is None:
-        return None
-    if not math.isfinite(value) or value < 0:
-        raise r.fail(name, f"must be an amount of US dollars, at least 0, got {value}")
-    return float(value)
+    return repo
 
 
 def _parse_models(r: _Reader, path: Path) -> ModelsConfig:
-    default = r.get("default_dispatch_model", (str,), None)
-    if default is not None:
-        _model_id(r, "default_dispatch_model", default)
-    chain = r.strings("chain")
-    for i, m in enumerate(chain):
-        _model_id(r, f"chain[{i}]", m)
-    fam_raw = r.get("blackout_families", (dict,), None)
-    families = ModelsConfig().blackout_families
-    if fam_raw is not None:
-        fam_r = _Reader(fam_raw, path, r.key("blackout_families"))
-        families = tuple((k, fam_r.strings(k)) for k in fam_raw)
-    hour = r.num("blackout_reset_hour", 8, integer=True)
-    if hour > 23:
-        raise r.fail("blackout_reset_hour", f"must be 0..23, got {hour}")
-    tz = r.get("timezone", (str,), "local")
-    if tz != "local":
-        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
-
-        try:
-            ZoneInfo(tz)
-        except (ZoneInfoNotFoundError, ValueError):
-            raise r.fail("timezone", f"unknown time zone {tz!r}") from None
-    state_backend = r.get("state_backend", (str,), "file")
-    if state_backend not in ("file", "redis"):
-        raise r.fail("state_backend", f"must be 'file' or 'redis', got {state_backend!r}")
-    rest_scope = r.get("rest_scope", (str,), "family")
-    if rest_scope not in ("family", "model"):
-        raise r.fail("rest_scope", f"must be 'family' or 'model', got {rest_scope!r}")
+    families = r.get("blackout_families", (dict,), None)
+    computed: dict[str, Any] = {}
+    if families is not None:  # an object of lists of model-id prefixes
+        fam_r = _Reader(families, path, r.key("blackout_families"))
+        computed["blackout_families"] = tuple((k, fam_r.strings(k)) for k in families)
+    models = read_section(ModelsConfig, r, **computed)
     r.finish()
-    return ModelsConfig(
-        default, chain, families, hour, tz, state_backend=state_backend, rest_scope=rest_scope
-    )
+    return models
 
 
-def _parse_redis(r: _Reader, env: Mapping[str, str]) -> dict[str, Any]:
-    """lock.backend, lock.redis_url and lock.redis_prefix; the password only from the env."""
-    backend = r.get("backend", (str,), "file")
-    if backend not in ("file", "redis"):
-        raise r.fail("backend", f"must be 'file' or 'redis', got {backend!r}")
-    url = r.get("redis_url", (str,), "") or ""
-    if url:
-        parts = urlsplit(url)
-        if parts.scheme not in ("redis", "rediss", "unix"):
-            raise r.fail("redis_url", f"must be a redis://, rediss:// or unix:// URL, got {url!r}")
-        try:
-            parts.port  # noqa: B018 - urlsplit checks the port only when it is read
-        except ValueError:
-            raise r.fail("redis_url", f"bad port in {url!r}") from None
-        if parts.scheme != "unix" and not parts.hostname:
-            raise r.fail("redis_url", f"names no host: {url!r}")
-        if parts.password or re.search(r"(^|&)password=", parts.query):
-            raise r.fail(
-                "redis_url",
-                f"must not carry a password; put it in the env var {REDIS_PASSWORD_ENV}",
-            )
-    elif backend == "redis":
-        # No default: a silent localhost fallback would give each host its own private gate.
-        raise r.fail("redis_url", "required when lock.backend is 'redis' (redis://HOST:6379/0)")
-    prefix = r.get("redis_prefix", (str,), "xaf-hub")
-    if not _REDIS_PREFIX.match(prefix):
-        raise r.fail("redis_prefix", f"use letters, digits and _ . : - only, got {prefix!r}")
-    return {
-        "backend": backend,
-        "redis_url": url,
-        "redis_prefix": prefix,
-        "redis_password": env.get(REDIS_PASSWORD_ENV) or None,
-    }
+_S = TypeVar("_S")
 
 
-def _parse_patrol(r: _Reader, path: Path) -> PatrolConfig:
-    repo_root = r.get("repo_root", (str,), None)
-    backlog = r.get("backlog_path", (str,), None)
-    lead = r.get("lead_backlog_path", (str,), None)
-
-    def rel(p: str | None) -> Path | None:
-        if p is None:
-            return None
-        candidate = Path(p).expanduser()
-        return candidate if candidate.is_absolute() else (path.parent / candidate)
-
-    offset = r.num("minute_offset", 0, integer=True)
-    if offset > 59:
-        raise r.fail("minute_offset", f"must be 0..59, got {offset}")
-    cfg = PatrolConfig(
-        interval_minutes=float(r.num("interval_minutes", 60.0, minimum=0.01)),
-        minute_offset=offset,
-        stale_minutes=float(r.num("stale_minutes", 90.0)),
-        repo_root=rel(repo_root),
-        design_dirs=r.strings("design_dirs", PatrolConfig().design_dirs),
-        design_max_age_days=r.num("design_max_age_days", 30, integer=True),
-        pending_markers=r.strings("pending_markers"),
-        batch_patterns=r.strings("batch_patterns"),
-        base_branch=r.get("base_branch", (str,), "main"),
-        backlog_path=rel(backlog),
-        lead_backlog_path=rel(lead),
-        max_attempts=r.num("max_attempts", 3, minimum=1, integer=True),
-        max_infra_failures=r.num("max_infra_failures", 4, minimum=1, integer=True),
-        no_answer_grace_seconds=float(r.num("no_answer_grace_seconds", 120.0, minimum=0)),
-        lease_seconds=float(r.num("lease_seconds", 15.0, minimum=0)),
-        live_board_seconds=float(r.num("live_board_seconds", 15.0, minimum=0)),
-    )
-    base = cfg.base_branch.strip().removeprefix("origin/")
-    if not base or base.startswith("feature/"):
-        raise r.fail("base_branch", f"must name the integration branch, got {cfg.base_branch!r}")
-    for i, pattern in enumerate(cfg.batch_patterns):
-        try:
-            re.compile(pattern)
-        except re.error as exc:
-            raise r.fail(f"batch_patterns[{i}]", f"invalid regular expression: {exc}") from None
+def _whole_section(cls: type[_S], top: _Reader, name: str) -> _S:
+    """A section whose every key ``cls`` declares."""
+    r = top.sub(name)
+    section = read_section(cls, r)
     r.finish()
-    return cfg
+    return section
 
 
 def _parse_instance(
@@ -672,9 +663,7 @@ def _parse_instance(
     env: Mapping[str, str],
     local_path: Path | None,
     default_limit: int,
-    fallback: tuple[str, ...],
-    exclude_dirs: tuple[str, ...],
-    exclude_subs: tuple[str, ...],
+    project: Mapping[str, Any],  # the project's names and exclusions (Config's fields)
 ) -> InstanceConfig:
     name = obj["name"]
     password, source = resolve_password(obj, name, env, path, local_path)
@@ -688,63 +677,30 @@ def _parse_instance(
         raise r.fail("url", f"must be an http:// or https:// URL, got {url!r}")
     if parts.username or parts.password:
         raise r.fail("url", "must not carry credentials; use username and config.local.json")
-    username = r.get("username", (str,), "opencode")
-    password_env = r.get("password_env", (str,), None) or ""
     r.get("password_file", (str,), None)
     r.get("password_key", (str,), None)
-    roots = r.strings("roots")
-    for j, root in enumerate(roots):
-        if not _is_absolute(root):
-            raise r.fail(f"roots[{j}]", f"must be an absolute path, got {root!r}")
-    default_dir = r.get("default_directory", (str,), "")
-    if default_dir and not _is_absolute(default_dir):
-        raise r.fail("default_directory", f"must be an absolute path, got {default_dir!r}")
-    policy_default = "mainline" if name.startswith("local") else "branch"
-    policy = r.get("branch_policy", (str,), policy_default)
-    if policy not in ("branch", "mainline"):
-        raise r.fail("branch_policy", f"must be 'branch' or 'mainline', got {policy!r}")
-    aliases_raw = r.get("dir_aliases", (dict,), {})
-    for k, v in aliases_raw.items():
+    aliases = r.get("dir_aliases", (dict,), {})
+    for k, v in aliases.items():
         if not isinstance(v, str):
             raise r.fail(f"dir_aliases.{k}", f"expected a string, got {json_type(v)}")
-    models = r.strings("models")
-    for j, m in enumerate(models):
-        _model_id(r, f"models[{j}]", m)
-    api = r.get("api", (str,), "auto")
-    if api not in ("auto", "classic", "v2"):
-        raise r.fail("api", f"must be 'auto', 'classic' or 'v2', got {api!r}")
-    limit = r.num("concurrency_limit", default_limit, minimum=1, integer=True)
-    danger = r.get("danger", (bool,), False)
-    readonly = r.get("readonly_default", (bool,), False)
-    note = r.get("note", (str,), "")
-    budget = usd_amount(r, "budget_daily_usd")
-    run_budget = usd_amount(r, "budget_run_usd")
+    policy = "mainline" if name.startswith("local") else "branch"
+    got = read_settings(
+        InstanceConfig, r, defaults={"branch_policy": policy, "concurrency_limit": default_limit}
+    )
     r.finish()
     return InstanceConfig(
         name=name,
         url=url.rstrip("/"),
-        username=username,
         password=password,
         password_source=source,
-        roots=roots,
-        default_directory=default_dir,
-        danger=danger,
-        readonly_default=readonly,
-        branch_policy=policy,
-        concurrency_limit=limit,
-        dir_aliases=tuple(aliases_raw.items()),
-        models=models,
-        api=api,
-        note=note,
-        password_env=password_env,
-        budget_daily_usd=budget,
-        budget_run_usd=run_budget,
+        dir_aliases=tuple(aliases.items()),
         rules=ProjectRules.build(
-            roots=roots,
-            fallback_segments=fallback,
-            exclude_dirs=exclude_dirs,
-            exclude_substrings=exclude_subs,
+            roots=got["roots"],
+            fallback_segments=project["fallback_segments"],
+            exclude_dirs=project["exclude_dirs"],
+            exclude_substrings=project["exclude_substrings"],
         ),
+        **got,
     )
 
 
@@ -761,8 +717,6 @@ def _parse_permissions(r: _Reader) -> PermissionsConfig:
         action = rule.choice("action", ("allow", "deny"), "")
         rule.finish()
         rules.append(PermissionRule(kind, pattern, action))
-    after = r.get("deny_after_minutes", (int, float), None)
-    if after is not None and after <= 0:
-        raise r.fail("deny_after_minutes", f"must be more than 0 (or null: off), got {after}")
+    permissions = read_section(PermissionsConfig, r, rules=tuple(rules))
     r.finish()
-    return PermissionsConfig(tuple(rules), float(after) if after is not None else None)
+    return permissions

@@ -2,18 +2,30 @@
 
 ``Reader`` wraps one JSON object: typed getters that reject wrong types (a boolean is never
 a number), unknown keys reported with a "did you mean" suggestion, and ``load_json_file``
-that names the file and, for bad JSON, the line and column. ``config.py`` builds the
-configuration with it; other JSON config sections can use it the same way. Also the names of
-the env vars that hold instance passwords (``pw_env_name``, ``password_var``).
+that names the file and, for bad JSON, the line and column. ``load.py`` builds the
+configuration with it; other JSON config sections can use it the same way.
+
+A key is declared once, as a dataclass field made by ``setting``: its name in the file, its
+type (the field's annotation), its default, its limits and its check. ``read_section`` reads
+every key a class declares, with the same words for a wrong type, an unknown key or a number
+out of range as the getters.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Mapping
+from dataclasses import field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from xaf_hub.errors import ConfigError
+
+T = TypeVar("T")
+
+# A key's own check: the reader, the key and the value as read (only when the file gives one);
+# it returns the value kept (stripped, resolved, converted) or raises ``reader.fail``.
+Check = Callable[["Reader", str, Any], Any]
 
 
 class Reader:
@@ -84,6 +96,117 @@ class Reader:
         unknown = sorted(set(self.data) - self.seen)
         if unknown:
             raise self.fail(unknown[0], "unknown key" + _suggest(unknown[0], self.seen))
+
+
+class Setting:
+    """How one declared key is read (a field's ``metadata["setting"]``). A plain class: a
+    dataclass here would cost every start, ``--help`` included, a millisecond."""
+
+    __slots__ = ("key", "section", "minimum", "maximum", "choices", "quoted", "check")
+
+    def __init__(
+        self,
+        key: str | None,  # its name in the file; None: the field's name
+        section: str,  # for a class read from several objects (Config): the one it is in
+        minimum: float,
+        maximum: float | None,
+        choices: tuple[str, ...],
+        quoted: bool,  # the choices named quoted ('file' or 'redis') or bare (file or redis)
+        check: Check | None,
+    ) -> None:
+        self.key, self.section, self.check = key, section, check
+        self.minimum, self.maximum = minimum, maximum
+        self.choices, self.quoted = choices, quoted
+
+    def read(self, r: Reader, key: str, kind: str, default: Any) -> Any:
+        """The value of ``key`` in ``r`` as a ``kind`` (the field's annotation), or ``default``."""
+        if kind in ("int", "float"):
+            value = r.num(key, default, minimum=self.minimum, integer=kind == "int")
+            if self.maximum is not None and value > self.maximum:
+                raise r.fail(key, f"must be {self.minimum:g}..{self.maximum:g}, got {value}")
+            value = float(value) if kind == "float" else value
+        elif kind == "float | None":  # an optional amount: its check says what it may be
+            value = r.get(key, (int, float), default)
+        elif kind == "bool":
+            value = r.get(key, (bool,), default)
+        elif kind == "tuple[str, ...]":
+            value = r.strings(key, default)
+        elif kind in ("str", "str | None", "Path | None"):  # a path: its check makes the Path
+            if self.choices and not self.quoted:
+                value = r.choice(key, self.choices, default)
+            else:
+                value = r.get(key, (str,), default)
+            if self.choices and value not in self.choices:
+                words = ", ".join(repr(c) for c in self.choices[:-1])
+                raise r.fail(key, f"must be {words} or {self.choices[-1]!r}, got {value!r}")
+        else:
+            raise TypeError(f"config key {key!r}: no reader for the type {kind}")
+        if self.check is not None and r.data.get(key) is not None:
+            value = self.check(r, key, value)
+        return value
+
+
+def setting(
+    default: T,
+    *,
+    key: str | None = None,
+    section: str = "",
+    minimum: float = 0.0,
+    maximum: float | None = None,
+    choices: tuple[str, ...] = (),
+    quoted: bool = True,
+    check: Check | None = None,
+) -> T:
+    """A config key declared once, as a dataclass field with this ``default``.
+
+    Its type is the field's annotation: ``int`` or ``float`` (at least ``minimum``, at most
+    ``maximum``), ``float | None`` (no limit of its own: ``check`` says what it may be),
+    ``bool``, ``str`` or ``str | None`` (one of ``choices`` when given), ``tuple[str, ...]``
+    (a list of strings) or ``Path | None`` (a string ``check`` turns into the path). ``key``
+    is its name in the file (the field's name when None); ``check`` runs on a value the file
+    gives, after the type and the limits.
+    """
+    rule = Setting(key, section, minimum, maximum, choices, quoted, check)
+    return field(default=default, metadata={"setting": rule})
+
+
+# (field, key, annotation, setting, default) of each key a class declares in a section
+_Plan = tuple[tuple[str, str, str, Setting, Any], ...]
+_PLANS: dict[tuple[type, str], _Plan] = {}
+
+
+def _plan(cls: type, section: str) -> _Plan:
+    """The keys ``cls`` declares in ``section``, in field order (worked out once a class)."""
+    plan = _PLANS.get((cls, section))
+    if plan is None:
+        plan = tuple(
+            (f.name, rule.key or f.name, str(f.type), rule, f.default)
+            for f in fields(cls)
+            if (rule := f.metadata.get("setting")) is not None and rule.section == section
+        )
+        _PLANS[(cls, section)] = plan
+    return plan
+
+
+def read_settings(
+    cls: type, r: Reader, *, section: str = "", defaults: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """Every key ``cls`` declares in ``section``, read from ``r``, by field name; ``defaults``
+    replaces a declared default worked out at load time (one scan worker per instance, ...)."""
+    got = {}
+    for name, key, kind, rule, default in _plan(cls, section):
+        if defaults and name in defaults:
+            default = defaults[name]
+        got[name] = rule.read(r, key, kind, default)
+    return got
+
+
+def read_section(
+    cls: type[T], r: Reader, *, defaults: Mapping[str, Any] | None = None, **computed: Any
+) -> T:
+    """``cls`` with every key it declares read from ``r``, and the fields read another way
+    (``computed``). The caller finishes ``r``: keys it reads itself count as known."""
+    return cls(**read_settings(cls, r, defaults=defaults), **computed)
 
 
 def _suggest(name: str, known: set[str]) -> str:
