@@ -810,10 +810,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--match", action="store_true",
                    help="only the match evaluation on the labelled set (bench/match.py): "
                         "precision and recall of 'continues a session' per threshold")
-    p.add_argument("--evidence", choices=("pool", "full", "title"), default="pool",
+    p.add_argument("--evidence", choices=("read", "pool", "full", "title", "outside"),
+                   default="read",
                    help="--match: what the matcher sees of a session: title, folder and the "
-                        "task texts the hub sent into it (pool, default: what dispatch reads); "
-                        "those and its changed files (full); only title and folder (title)")
+                        "task texts the hub sent into it, then the best 3 candidates' own "
+                        "prompts and changed files (read, default: what dispatch does); "
+                        "without that read (pool); every session's files (full); only title "
+                        "and folder (title); sessions started outside the hub, then read "
+                        "(outside)")
     p.add_argument("--probe-matcher", type=int, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if (args.k is None) != (args.m is None):

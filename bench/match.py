@@ -78,24 +78,51 @@ def load() -> tuple[list[Session], list[Case]]:
 Ranking = Callable[[str], list[tuple[str, float]]]
 
 
-def ranking(sessions: Sequence[Session], evidence: str) -> Ranking:
-    """The hub's matcher over the fleet, seeing each session's title and folder ('title'),
-    also the task texts the hub sent into it ('pool': what dispatch reads today), or also
-    the files it changed ('full')."""
-    from xaf_hub.core import matcher
+EVIDENCE = ("read", "pool", "full", "title", "outside")
 
-    if evidence == "title":
-        docs = [(s.id, matcher.Evidence(s.title, s.folder)) for s in sessions]
-    elif evidence == "pool":
-        docs = [(s.id, matcher.Evidence(s.title, s.folder, s.tasks)) for s in sessions]
-    else:
-        docs = [
-            (s.id, matcher.Evidence(s.title, s.folder, s.tasks, s.files)) for s in sessions
-        ]
+
+def ranking(sessions: Sequence[Session], evidence: str) -> Ranking:
+    """The hub's matcher over the fleet, seeing of each session:
+
+    * 'title': its title and folder;
+    * 'pool': also the task texts the hub sent into it;
+    * 'read' (what dispatch does): ranked on 'pool', then the best ``READ_CANDIDATES`` read
+      (their prompts and changed files, as their own messages show them) and ranked again;
+    * 'outside': sessions started outside the hub (no pool texts): ranked on 'title', then
+      the best few read and ranked again;
+    * 'full': every session's pool texts and changed files, all read (a bound, not a path
+      dispatch takes).
+    """
+    from xaf_hub.core import matcher
+    from xaf_hub.ops.dispatch import READ_CANDIDATES
+
+    by_id = {s.id: s for s in sessions}
+    hub_sent = evidence in ("pool", "read", "full")
+    docs = [
+        (s.id, matcher.Evidence(s.title, s.folder, s.tasks if hub_sent else ()))
+        for s in sessions
+    ]
+    if evidence == "full":
+        docs = [(k, e.adding(files=by_id[k].files)) for k, e in docs]
     index = matcher.Index(docs)
+    reads = evidence in ("read", "outside")
+    seen: dict[str, list[tuple[str, float]]] = {}  # a text is ranked once, scored many times
 
     def rank(text: str) -> list[tuple[str, float]]:
-        return [(c.key, c.score) for c in index.rank(text, top=5)]
+        if text not in seen:
+            seen[text] = ranked(text)
+        return seen[text]
+
+    def ranked(text: str) -> list[tuple[str, float]]:
+        found = index.rank(text, top=5)
+        if reads and found:
+            best = {c.key for c in found[:READ_CANDIDATES]}
+            read = [
+                (k, e.adding(by_id[k].tasks, by_id[k].files) if k in best else e)
+                for k, e in docs
+            ]
+            found = matcher.Index(read).rank(text, top=5)
+        return [(c.key, c.score) for c in found]
 
     return rank
 
@@ -153,7 +180,7 @@ def decision(sessions: Sequence[Session], cases: Sequence[Case], rank: Ranking) 
     return {"rule": rule.to_json(), **score(picks)}
 
 
-def measure(evidence: str = "pool") -> dict[str, Any]:
+def measure(evidence: str = "read") -> dict[str, Any]:
     """Curves (all, tune, heldout) and the decision's figures."""
     sessions, cases = load()
     rank = ranking(sessions, evidence)

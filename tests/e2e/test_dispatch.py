@@ -311,3 +311,33 @@ def test_an_instance_init_marks_prod_refuses_writes_without_allow_prod(
         "dispatch", "--text", "x", "--instance", "live", "--new", "--allow-prod", "--dry-run"
     )
     assert code == 0, err
+
+
+def test_a_session_started_outside_the_hub_is_matched_on_its_own_messages(hub: Hub) -> None:
+    # Two sessions a person started on the server itself (nothing of theirs in the hub's pool),
+    # titled alike: only their messages tell them apart. The agent of one wrote a file.
+    folder = hub.project_dir("shop")
+    export = hub.session("local-a", "Orders work", "shop")
+    login = hub.session("local-a", "Orders work too", "shop")
+    script = folder / "orders" / "export_csv.py"
+    write = ["write", {"filePath": str(script), "content": "HEADER = 'id,amount'\n"}]
+    hub.llm.set_mode("fake-model", "tools", calls=[write], text="written")
+    hub.prompt("local-a", export, "Add a CSV export of the orders list")
+    hub.wait_for(script.exists, timeout=60)
+    hub.llm.reset()
+    hub.prompt("local-a", login, "Fix the login page style on small phones")
+    hub.wait_for(lambda: not hub.status("local-a", folder), timeout=60)  # both runs over
+
+    code, plan = hub.cli_json(
+        "dispatch", "--dry-run", "--text", "export_csv.py writes the header row twice"
+    )
+    assert code == 0, plan
+    assert (plan["action"], plan["session_id"], plan["via"]) == (
+        "reuse", export, "smart match"
+    ), plan["candidates"]
+    top = plan["candidates"][0]
+    assert top["evidence"]["files"] == ["orders/export_csv.py"]
+    assert top["evidence"]["tasks"] == 1  # the prompt read from its messages
+    # New work in the same folder still gets its own session.
+    code, plan = hub.cli_json("dispatch", "--dry-run", "--text", "Add a health check endpoint")
+    assert code == 0 and plan["action"] == "create", plan["candidates"]

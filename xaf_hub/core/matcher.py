@@ -160,6 +160,14 @@ class Evidence:
         out += [(path, FILE_WEIGHT) for path in self.files]
         return [(text, weight) for text, weight in out if text]
 
+    def adding(self, tasks: Sequence[str] = (), files: Sequence[str] = ()) -> Evidence:
+        """This evidence with more task texts and files (what a session's own messages show),
+        each text counted once however often it is known."""
+        known = set(self.tasks)
+        more = tuple(dict.fromkeys(t for t in tasks if t not in known))
+        paths = tuple(dict.fromkeys(f for f in files if f not in set(self.files)))
+        return Evidence(self.title, self.folder, self.tasks + more, self.files + paths)
+
 
 Document = str | Evidence
 

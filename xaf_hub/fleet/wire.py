@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -258,3 +259,71 @@ def tool_started(messages: list[Any], call_id: str) -> int:
                 times = as_mapping(as_mapping(part.get("state")).get("time"))
                 return sane_ms(times.get("start"))
     return 0
+
+
+# What a session's own messages say about its work (issue 36), read for the best few match
+# candidates only: the prompts typed into it (by the hub or a person, the discipline block cut
+# off) and the files its tools read or changed. Bounded whatever the server sends.
+MAX_TRACE_PROMPTS = 20
+MAX_TRACE_PROMPT_CHARS = 2000
+MAX_TRACE_FILES = 50
+# Tool inputs naming one file (read, write, edit; some releases spell it file_path) or a folder
+# (list, grep, glob: a folder below the session's own is evidence too).
+_TRACE_FILE_KEYS = ("filePath", "file_path", "path")
+# apply_patch names its files inside the patch text.
+_PATCH_FILE = re.compile(r"^\*\*\* (?:Add|Update|Delete) File: (.+?)\s*$", re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class SessionTrace:
+    """The prompts and files a session's newest messages show, oldest first."""
+
+    prompts: tuple[str, ...] = ()
+    files: tuple[str, ...] = ()
+
+
+def _under(path: str, directory: str) -> str:
+    """``path`` relative to ``directory`` when below it ("" for the folder itself)."""
+    clean = path.strip().replace("\\", "/")
+    base = directory.strip().replace("\\", "/").rstrip("/")
+    if base and (clean == base or clean.startswith(base + "/")):
+        return clean[len(base) + 1 :]
+    return clean
+
+
+def session_trace(messages: list[Any], directory: str = "") -> SessionTrace:
+    """The prompts and file paths in ``messages`` (a message listing, oldest first), paths
+    relative to the session's ``directory`` when below it. Anything unreadable is skipped."""
+    from xaf_hub.core.discipline import strip_discipline
+
+    prompts: dict[str, None] = {}
+    files: dict[str, None] = {}
+
+    def add_file(path: str) -> None:
+        name = _under(path, directory)
+        if name and len(name) <= 500:
+            files[name] = None
+
+    for msg in messages:
+        msg = as_mapping(msg)
+        user = text_field(as_mapping(msg.get("info")).get("role")) == "user"
+        parts = msg.get("parts")
+        for part in parts if isinstance(parts, list) else ():
+            part = as_mapping(part)
+            kind = part.get("type")
+            if kind == "text" and user and part.get("synthetic") is not True:
+                text = strip_discipline(text_field(part.get("text"))).strip()
+                if text:
+                    prompts[text[:MAX_TRACE_PROMPT_CHARS]] = None
+            elif kind == "tool":
+                given = as_mapping(as_mapping(part.get("state")).get("input"))
+                for key in _TRACE_FILE_KEYS:
+                    add_file(text_field(given.get(key)))
+                for path in _PATCH_FILE.findall(text_field(given.get("patchText"))):
+                    add_file(path)
+            elif kind == "file":
+                source = as_mapping(part.get("source"))
+                add_file(text_field(source.get("path")) or text_field(part.get("filename")))
+    return SessionTrace(
+        tuple(list(prompts)[-MAX_TRACE_PROMPTS:]), tuple(list(files)[-MAX_TRACE_FILES:])
+    )

@@ -13,13 +13,15 @@ row gets a new one.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import asyncio
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from xaf_hub.core.discipline import base_commit, expected_branches
 from xaf_hub.core.records import SessionRecord
-from xaf_hub.errors import ApiError, BusyError, UnreachableError
+from xaf_hub.errors import ApiError, BusyError, HubError, UnreachableError
 from xaf_hub.fleet.scan import InstanceScan
+from xaf_hub.fleet.wire import SessionTrace, session_trace
 from xaf_hub.ops import budget
 from xaf_hub.ops.context import OpsContext, utc_now
 from xaf_hub.ops.live_board import board_or_scan, source_of
@@ -88,14 +90,27 @@ def session_tasks(tasks: Sequence[Task]) -> dict[tuple[str, str], tuple[str, ...
     return out
 
 
+# The candidates whose own messages are read before the decision (issue 36): the prompts typed
+# into them and the files their tools touched. A request each, so only the best few, their
+# newest messages, and never longer than a dispatch should wait for a hint.
+READ_CANDIDATES = 3
+TRACE_MESSAGES = 40
+TRACE_SECONDS = 5.0
+
+
 def match_candidates(
-    scans: Sequence[InstanceScan], text: str, sent: dict[tuple[str, str], tuple[str, ...]]
+    scans: Sequence[InstanceScan],
+    text: str,
+    sent: dict[tuple[str, str], tuple[str, ...]],
+    traces: Mapping[tuple[str, str], SessionTrace] | None = None,
 ) -> tuple[list[tuple[SessionRecord, float]], list[MatchEvidence]]:
     """The matcher's top candidates for ``text`` among the project sessions, with what each
-    shares with it. A session's evidence is its title, folder (relative to its root) and the
-    task texts the hub sent into it (``sent``)."""
+    shares with it. A session's evidence is its title, folder (relative to its root), the
+    task texts the hub sent into it (``sent``) and, where read (``traces``), the prompts and
+    files its own messages show."""
     from xaf_hub.core.matcher import Evidence, Index
 
+    traces = traces or {}
     pool, docs = {}, []
     for sc in scans:
         if not sc.reachable:
@@ -108,17 +123,72 @@ def match_candidates(
                 if s.directory not in relative:
                     relative[s.directory] = sc.inst.rules.relative(s.directory)
                 tasks = sent.get((s.instance, s.id), ())
-                docs.append((key, Evidence(s.title, relative[s.directory], tasks)))
+                known = Evidence(s.title, relative[s.directory], tasks)
+                trace = traces.get((s.instance, s.id))
+                if trace is not None:
+                    known = known.adding(trace.prompts, trace.files)
+                docs.append((key, known))
     index = Index(docs)
     found = index.rank(text, top=5)
-    evidence = [
-        MatchEvidence(
-            tuple(index.shared(text, c.key)),
-            tasks=len(sent.get((pool[c.key].instance, pool[c.key].id), ())),
+    evidence = []
+    for c in found:
+        s = pool[c.key]
+        shared = tuple(index.shared(text, c.key))
+        trace = traces.get((s.instance, s.id))
+        texts = len(sent.get((s.instance, s.id), ()))
+        if trace is not None:
+            texts = len(set(sent.get((s.instance, s.id), ())) | set(trace.prompts))
+        evidence.append(
+            MatchEvidence(shared, _naming(trace.files if trace else (), shared), tasks=texts)
         )
-        for c in found
-    ]
     return [(pool[c.key], c.score) for c in found], evidence
+
+
+def _naming(files: Sequence[str], words: Sequence[str], limit: int = 3) -> tuple[str, ...]:
+    """The files whose path holds one of ``words`` (what a person checks a match by)."""
+    low = [w.lower() for w in words if len(w) > 1]
+    return tuple([f for f in files if any(w in f.lower() for w in low)][:limit])
+
+
+async def read_traces(
+    ops: OpsContext, sessions: Sequence[SessionRecord]
+) -> dict[tuple[str, str], SessionTrace]:
+    """The prompts and files of each session's newest messages, read at once; a session that
+    cannot be read in time is left out (it keeps the evidence the hub has)."""
+    async def one(s: SessionRecord) -> tuple[tuple[str, str], SessionTrace] | None:
+        try:
+            async with ops.client(ops.cfg.instance(s.instance)) as client:
+                found = await client.messages(s.id, limit=TRACE_MESSAGES, directory=s.directory)
+        except (HubError, OSError):  # gone, unreachable, refused, malformed: a hint only
+            return None
+        return (s.instance, s.id), session_trace(found, s.directory)
+
+    tasks = [asyncio.ensure_future(one(s)) for s in sessions]
+    if not tasks:
+        return {}
+    done, late = await asyncio.wait(tasks, timeout=TRACE_SECONDS)
+    for task in late:
+        task.cancel()
+    out = {}
+    for task in done:
+        got = None if task.cancelled() or task.exception() else task.result()
+        if got is not None:
+            out[got[0]] = got[1]
+    return out
+
+
+async def rank_candidates(
+    ops: OpsContext, scans: Sequence[InstanceScan], text: str, tasks: Sequence[Task]
+) -> tuple[list[tuple[SessionRecord, float]], list[MatchEvidence]]:
+    """Rank on what the hub knows, read the best few candidates' own messages, rank again."""
+    sent = session_tasks(tasks)
+    scores, evidence = match_candidates(scans, text, sent)
+    if not scores:
+        return scores, evidence
+    traces = await read_traces(ops, [s for s, _ in scores[:READ_CANDIDATES]])
+    if not traces:
+        return scores, evidence
+    return match_candidates(scans, text, sent, traces)
 
 
 async def prepare(ops: OpsContext, order: DispatchOrder) -> Prepared:
@@ -165,7 +235,7 @@ async def prepare(ops: OpsContext, order: DispatchOrder) -> Prepared:
         )
     pool = ops.backlog().load()
     scores, evidence = (
-        match_candidates(scans, req.text, session_tasks(pool.tasks)) if smart else ([], [])
+        await rank_candidates(ops, scans, req.text, pool.tasks) if smart else ([], [])
     )
     plan = plan_dispatch(cfg, views, req, scores, evidence)
     warnings.extend(plan.warnings + snap.warnings)

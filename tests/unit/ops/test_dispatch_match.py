@@ -3,8 +3,20 @@ candidates with what they share with the task."""
 
 from __future__ import annotations
 
+import asyncio
+import json
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
 from tests.unit.ops.planner_support import A, B, sess
+from xaf_hub.config.load import load_config
 from xaf_hub.fleet.scan import InstanceScan
+from xaf_hub.fleet.wire import MAX_TRACE_FILES, MAX_TRACE_PROMPTS, SessionTrace, session_trace
+from xaf_hub.ops import dispatch as dispatch_ops
+from xaf_hub.ops.context import OpsContext
 from xaf_hub.ops.dispatch import match_candidates, session_tasks
 from xaf_hub.store.tasks import Task
 
@@ -54,3 +66,117 @@ def test_candidates_match_on_pool_texts_and_say_which_words() -> None:
     assert scores[0][1] > 0.3 and scores[1][1] < 0.05
     assert {"csv", "amount"} <= set(evidence[0].shared) and evidence[0].tasks == 1
     assert evidence[1].tasks == 0
+
+
+# -- the best candidates' own messages (issue 36) ------------------------------------------
+
+ROOT = "/srv/demo/web"
+
+
+def user(text: str, **extra: object) -> dict[str, object]:
+    return {"info": {"role": "user"}, "parts": [{"type": "text", "text": text, **extra}]}
+
+
+def tool(name: str, **given: object) -> dict[str, object]:
+    part = {"type": "tool", "tool": name, "state": {"status": "completed", "input": given}}
+    return {"info": {"role": "assistant"}, "parts": [part]}
+
+
+def test_a_trace_keeps_the_prompts_and_the_files_touched_and_nothing_else() -> None:
+    hub_prompt = (
+        "Add a CSV export to the orders list\n\n--- xaf-hub discipline ---\nBranch policy: x\n"
+        "--- end of xaf-hub discipline ---"
+    )
+    patch = "*** Begin Patch\n*** Update File: web/src/orders/csv.ts\n@@\n*** End Patch"
+    messages = [
+        user(hub_prompt),
+        user("a reminder the server added", synthetic=True),
+        {"info": {"role": "assistant"}, "parts": [{"type": "text", "text": "Sure, on it"}]},
+        tool("read", filePath=f"{ROOT}/src/orders/List.tsx"),
+        tool("edit", filePath=f"{ROOT}/src/orders/export.ts", oldString="a", newString="b"),
+        tool("grep", pattern="csv", path=ROOT),  # the session's own folder says nothing
+        tool("apply_patch", patchText=patch),
+        user("also the amount column", parts_are="ignored"),
+        {"info": {"role": "user"}, "parts": [{"type": "file", "source": {"path": "/etc/x.csv"}}]},
+        user(hub_prompt),  # sent twice, counted once
+        {"info": "broken", "parts": "broken"},
+        {"parts": [{"type": "tool", "state": "broken"}, "broken"]},
+    ]
+    trace = session_trace(messages, ROOT)
+    assert trace.prompts == ("Add a CSV export to the orders list", "also the amount column")
+    assert trace.files == (
+        "src/orders/List.tsx", "src/orders/export.ts", "web/src/orders/csv.ts", "/etc/x.csv"
+    )
+    # A hostile server's endless listing costs at most the caps.
+    many = [user(f"prompt {i}") for i in range(500)]
+    many += [tool("read", filePath=f"{ROOT}/f{i}.py") for i in range(500)]
+    trace = session_trace(many, ROOT)
+    assert len(trace.prompts) == MAX_TRACE_PROMPTS and trace.prompts[-1] == "prompt 499"
+    assert len(trace.files) == MAX_TRACE_FILES and trace.files[-1] == "f499.py"
+
+
+def test_a_session_started_outside_the_hub_is_matched_on_what_its_messages_show() -> None:
+    # Two sessions a person started in the TUI: untitled, same folder, nothing in the pool.
+    export = sess("lan-a", "ses_1", "New session - 2026-11-30T09:12:44.000Z", directory=ROOT)
+    other = sess("lan-a", "ses_2", "New session - 2026-11-30T10:01:02.000Z", directory=ROOT)
+    scans = [InstanceScan(A, reachable=True, sessions=[export, other])]
+    text = "export.ts writes the amount column twice"
+    scores, _ = match_candidates(scans, text, {})
+    assert not scores or scores[0][1] < 0.05  # nothing to tell them apart
+    traces = {
+        ("lan-a", "ses_1"): SessionTrace(
+            ("Add a CSV export of the orders list with the amount",), ("src/orders/export.ts",)
+        ),
+        ("lan-a", "ses_2"): SessionTrace(("Fix the login page style",), ("src/login.scss",)),
+    }
+    scores, evidence = match_candidates(scans, text, {}, traces)
+    assert [s.id for s, _ in scores][:1] == ["ses_1"] and scores[0][1] > 0.3
+    assert scores[0][1] - scores[1][1] > 0.2
+    assert evidence[0].files == ("src/orders/export.ts",) and evidence[0].tasks == 1
+    assert "amount" in evidence[0].shared
+
+
+class Messages:
+    """An instance whose message listing answers per session: a listing, an error, a hang."""
+
+    def __init__(self, answers: dict[str, object]) -> None:
+        self.answers = answers
+        self.asked: list[str] = []
+
+    async def __call__(self, req: httpx.Request) -> httpx.Response:
+        if req.url.path == "/global/health":
+            return httpx.Response(200, json={"healthy": True, "version": "1.18.33"})
+        sid = req.url.path.split("/")[2]
+        self.asked.append(f"{req.url.path}?{req.url.query.decode()}")
+        answer = self.answers[sid]
+        if answer == "hang":
+            await asyncio.sleep(30)
+        if isinstance(answer, int):
+            return httpx.Response(answer, json={"error": "boom"})
+        return httpx.Response(200, json=answer)
+
+
+def test_reading_the_candidates_never_fails_or_stalls_a_dispatch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(dispatch_ops, "TRACE_SECONDS", 0.5)
+    server = Messages({
+        "ses_ok": [user("Add a CSV export"), tool("edit", filePath=f"{ROOT}/export.ts")],
+        "ses_500": 500,
+        "ses_gone": 404,
+        "ses_junk": {"not": "a list"},
+        "ses_hang": "hang",
+    })
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"instances": [
+        {"name": "lan-a", "url": "http://127.0.0.1:9", "roots": ["/srv/demo"]}]}), "utf-8")
+    cfg = load_config(str(path), env={"XAF_HUB_HOME": str(tmp_path / "home")}, cwd=tmp_path)
+    ops = OpsContext(cfg, transport_factory=lambda _: httpx.MockTransport(server))
+    sessions = [sess("lan-a", sid, "t", directory=ROOT) for sid in server.answers]
+    started = time.monotonic()
+    traces = asyncio.run(dispatch_ops.read_traces(ops, sessions))
+    assert time.monotonic() - started < 5
+    assert traces == {("lan-a", "ses_ok"): SessionTrace(("Add a CSV export",), ("export.ts",))}
+    # Only the newest messages, and in the session's own folder.
+    asked = next(a for a in server.asked if "/ses_ok/" in a)
+    assert f"limit={dispatch_ops.TRACE_MESSAGES}" in asked and "directory=" in asked

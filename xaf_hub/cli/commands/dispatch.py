@@ -380,9 +380,10 @@ def _print_plan(ctx: Context, prep: Prepared) -> None:
             )
             if c.evidence.shared:
                 sent = (
-                    f"; {c.evidence.tasks} task text(s) from the pool" if c.evidence.tasks else ""
+                    f"; {c.evidence.tasks} task text(s) known" if c.evidence.tasks else ""
                 )
-                ctx.out(f"        shares: {', '.join(c.evidence.shared)}{sent}")
+                files = f"; in {', '.join(c.evidence.files)}" if c.evidence.files else ""
+                ctx.out(f"        shares: {', '.join(c.evidence.shared)}{sent}{files}")
     ctx.out("  prompt:")
     for line in prompt.splitlines():
         ctx.out(f"    | {line}")
