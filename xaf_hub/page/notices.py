@@ -19,14 +19,16 @@ the page reads those from the snapshot it fetches.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import math
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import replace
-from typing import Any, Protocol
+from typing import Any
 
 from xaf_hub.config.load import Config, InstanceConfig
 from xaf_hub.core.records import Snapshot
@@ -36,14 +38,6 @@ from xaf_hub.fleet.scan import TransportFactory
 KEEPALIVE_SECONDS = 15.0
 RETRY_MS = 3000
 _BACKLOG = 256
-
-
-class Sink(Protocol):
-    """Where a viewer's stream goes (the request handler's socket file)."""
-
-    def write(self, data: bytes, /) -> Any: ...
-
-    def flush(self) -> Any: ...
 
 
 def notice(version: int, ev: FleetEvent) -> dict[str, Any]:
@@ -84,6 +78,7 @@ class ChangeFeed:
         self._recent: deque[dict[str, Any]] = deque(maxlen=_BACKLOG)
         self._cond = threading.Condition()
         self._closed = False
+        self._wakers: list[Callable[[], None]] = []  # one per open stream (``events``)
         self._follower: Any = None
         # Instances followed by polling, and why (an old server, a stream over its budget):
         # the page's server line says it (``annotate``).
@@ -109,6 +104,9 @@ class ChangeFeed:
         with self._cond:
             self._closed = True
             self._cond.notify_all()
+            wakers = list(self._wakers)
+        for wake in wakers:
+            wake()
 
     def publish(self, ev: FleetEvent) -> None:
         """Record one change and wake the viewers (called by the follower)."""
@@ -124,6 +122,9 @@ class ChangeFeed:
             self.version += 1
             self._recent.append(notice(self.version, ev))
             self._cond.notify_all()
+            wakers = list(self._wakers)
+        for wake in wakers:  # after the hooks and the number: a woken stream finds both
+            wake()
 
     def annotate(self, snap: Snapshot) -> Snapshot:
         """``snap`` with each polled instance's reason added to its server line (its note)."""
@@ -141,36 +142,54 @@ class ChangeFeed:
         with self._cond:
             return [n for n in self._recent if n["version"] > version]
 
-    def stream(self, out: Sink, seconds: float = math.inf) -> str:
-        """Write notices to one viewer until it goes away, the feed closes or ``seconds`` have
-        passed (the browser then reconnects); say why. A heartbeat comment goes out whenever
-        ``keepalive_seconds`` pass without a notice."""
+    @property
+    def closed(self) -> bool:
+        """Whether ``close`` ran (every stream has ended or is ending)."""
+        return self._closed
+
+    async def events(
+        self, seconds: float = math.inf, said: list[str] | None = None
+    ) -> AsyncGenerator[bytes, None]:
+        """One viewer's stream, for an event loop: notices until the feed closes or ``seconds``
+        have passed (the browser then reconnects); why it ended goes to ``said``. A heartbeat
+        comment goes out whenever ``keepalive_seconds`` pass without a notice. The follower's
+        thread wakes the loop after each notice is numbered (``_wakers``)."""
+        loop = asyncio.get_running_loop()
+        changed = asyncio.Event()
+
+        def wake() -> None:
+            with contextlib.suppress(RuntimeError):  # the loop already closed
+                loop.call_soon_threadsafe(changed.set)
+
         with self._cond:
             seen = self.version
             self.viewers += 1
+            self._wakers.append(wake)
         end = time.monotonic() + seconds
+        why = "viewer went away"  # unless it ends by itself (a cancel, a cut connection)
         try:
-            out.write(f"retry: {RETRY_MS}\n\n".encode())
-            out.write(frame("hello", {"version": seen}))
-            out.flush()
+            yield f"retry: {RETRY_MS}\n\n".encode() + frame("hello", {"version": seen})
             while True:
                 with self._cond:
-                    left = end - time.monotonic()
-                    if not self._closed and self.version <= seen and left > 0:
-                        self._cond.wait(min(self.keepalive_seconds, left))
+                    waiting = not self._closed and self.version <= seen
+                left = end - time.monotonic()
+                if waiting and left > 0:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(changed.wait(), min(self.keepalive_seconds, left))
+                changed.clear()  # a wake after this finds its notice numbered below
+                with self._cond:
                     if self._closed:
-                        return "server stopping"
+                        why = "server stopping"
+                        return
                     if time.monotonic() >= end:
-                        return f"stream ended after {seconds:g}s (the page reconnects)"
+                        why = f"stream ended after {seconds:g}s (the page reconnects)"
+                        return
                     fresh = [n for n in self._recent if n["version"] > seen]
                     seen = self.version
-                if fresh:
-                    out.write(b"".join(frame("change", n) for n in fresh))
-                else:
-                    out.write(b": keep-alive\n\n")
-                out.flush()
-        except (BrokenPipeError, ConnectionResetError, OSError):
-            return "viewer went away"
+                yield b"".join(frame("change", n) for n in fresh) if fresh else b": keep-alive\n\n"
         finally:
             with self._cond:
                 self.viewers -= 1
+                self._wakers.remove(wake)
+            if said is not None:
+                said.append(why)

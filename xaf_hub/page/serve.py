@@ -1,42 +1,36 @@
-"""The served overview page: routes, the scan cache, change notices and the guards around them.
+"""The served overview page: routes, the scan cache, who may see it and what a request may cost.
 
-`xaf-hub serve` (``cli/commands/serve.py``) parses its options and starts a ``PageServer``;
-what it serves and to whom is decided here:
+`xaf-hub serve` (``cli/commands/serve.py``) parses its options and runs ``page.asgi`` (a
+Starlette app on uvicorn, which carries requests to ``Viewer.respond`` and streams change
+notices); what it serves, to whom, and the limits it keeps are decided here:
 
 * routes: ``/`` (the page), ``/api/snapshot`` (the ``sessions --json`` document),
   ``/api/events`` (change notices, server-sent events), ``/health``;
 * ``SnapshotCache``: one scan per cache window, however many viewers;
 * who may see it: loopback only, unless ``--public`` with a viewer password of
   ``MIN_PASSWORD_LENGTH`` or more (basic auth), and Host header checks (pure checks: no I/O);
-* what a request may cost: a client that opens many connections, sends its request one byte at
-  a time (slow loris) or never reads the answer must not pin the viewer's threads.
-  ``ConnectionGuard`` counts open connections (past ``max_connections`` a new one gets a short
-  503 and is closed) and gives each one a deadline; one watchdog thread shuts down the socket
-  of any connection past it, which ends whatever read or write its handler thread is blocked in.
-  A change-notice stream (``/api/events``) leaves that count once its request is read: viewers
-  have their own cap (``max_viewers``; past it a 503 and the page keeps its timer), each write
-  to them a deadline (``write_seconds``), and a stream ends after ``STREAM_SECONDS`` (the
-  browser reconnects): a crowd of viewers, reading or not, never keeps the page or ``/health``
-  from answering.
+* what a request may cost (the figures below; ``page.asgi`` keeps them): a client that opens
+  many connections, sends its request one byte at a time (slow loris), never reads the answer
+  or stops reading its change-notice stream must not keep the page or ``/health`` from
+  answering. Connections are capped (``MAX_CONNECTIONS``, streams included; past it a 503), a
+  request must arrive within ``REQUEST_SECONDS`` and be answered within ``ANSWER_SECONDS``,
+  a write that does not drain within ``WRITE_SECONDS`` ends its connection, and streams have
+  their own cap (``MAX_VIEWERS``; past it a 503 and the page keeps its timer) and end after
+  ``STREAM_SECONDS`` (the browser reconnects).
 """
 
 from __future__ import annotations
 
 import base64
-import contextlib
 import hashlib
 import hmac
-import http.server
 import ipaddress
 import json
-import math
-import socket
-import socketserver
 import threading
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, TextIO, cast
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TextIO
 from urllib.parse import parse_qs, urlsplit
 
 from xaf_hub.core.records import Snapshot
@@ -127,15 +121,34 @@ def printable(text: str, limit: int = 200) -> str:
     return clean + ("..." if len(text) > limit else "")
 
 
-# Enough for a team refreshing a page; a flood beyond it is answered 503 at once.
-MAX_CONNECTIONS = 64
-
-
-# Open change-notice streams, counted apart from page and API requests.
+# Change-notice streams open at once; past it a 503 and the page keeps its timer.
 MAX_VIEWERS = 32
 
 
-# A notice or a heartbeat must reach a viewer's socket within this, or the viewer is cut.
+# Open connections, the change-notice streams included: uvicorn's ``limit_concurrency``. A
+# request made while this many are open (its own counted) is answered 503 at once, and a
+# connection past it gets the same 503 and is closed, so a crowd holds no more sockets than
+# this. Enough for a team refreshing a page, beside every viewer's stream.
+MAX_CONNECTIONS = 64 + MAX_VIEWERS
+
+
+# A request line and its headers still incomplete, at most (h11's maximum incomplete event):
+# what a client sending its head in pieces can make the server hold; past it a 400.
+MAX_HEAD_BYTES = 16384
+
+
+# Time a client has to send its whole request (a browser needs milliseconds): a slow-loris
+# client dribbling its headers is cut then.
+REQUEST_SECONDS = 10.0
+
+
+# Time to send the answer once the request is in (a page of thousands of rows is a few MB);
+# serve adds the scan deadline, which a request may spend waiting for a scan.
+ANSWER_SECONDS = 20.0
+
+
+# A write that has not reached the client's socket after this (a client that stopped reading,
+# a change-notice viewer included) ends its connection.
 WRITE_SECONDS = 10.0
 
 
@@ -144,138 +157,14 @@ WRITE_SECONDS = 10.0
 STREAM_SECONDS = 300.0
 
 
-# A viewer's send buffer: small, so a viewer that stops reading blocks a write (and meets the
+# A viewer's send buffers: small, so a viewer that stops reading stalls a write (and meets the
 # write deadline) after a few KB rather than megabytes.
 VIEWER_SNDBUF = 16384
 
 
-# Time a client has to send its request line and headers (a browser needs milliseconds).
-REQUEST_SECONDS = 10.0
-
-
-# Time to send the answer once it is ready (a page of thousands of rows is a few MB).
-ANSWER_SECONDS = 20.0
-
-
-_BUSY = (
-    b"HTTP/1.0 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n"
-    b"Content-Length: 38\r\nRetry-After: 5\r\nConnection: close\r\n\r\n"
-    b"too many connections; try again soon\r\n"
-)
-
-
-class ConnectionGuard:
-    """Open connections, each with a deadline; a watchdog closes the ones past theirs."""
-
-    def __init__(
-        self,
-        max_connections: int = MAX_CONNECTIONS,
-        *,
-        max_viewers: int = MAX_VIEWERS,
-        request_seconds: float = REQUEST_SECONDS,
-        write_seconds: float = WRITE_SECONDS,
-        clock: Callable[[], float] = time.monotonic,
-        tick: float = 0.25,
-    ) -> None:
-        self.max_connections = max_connections
-        self.max_viewers = max_viewers
-        self.request_seconds = request_seconds
-        self.write_seconds = write_seconds
-        self._clock = clock
-        self._tick = tick
-        self._lock = threading.Lock()
-        self._deadlines: dict[socket.socket, float] = {}
-        self._viewers: dict[socket.socket, float] = {}  # deadline of the write in progress
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._watch, name="serve-watchdog", daemon=True)
-        self.refused = 0
-        self.cut = 0
-        self.refused_viewers = 0
-        self.cut_viewers = 0
-
-    def start(self) -> None:
-        """Start the watchdog thread."""
-        self._thread.start()
-
-    def stop(self) -> None:
-        """Stop the watchdog thread."""
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout=2)
-
-    @property
-    def open(self) -> int:
-        """How many connections are being handled now."""
-        with self._lock:
-            return len(self._deadlines)
-
-    def admit(self, sock: socket.socket) -> bool:
-        """Take a new connection (deadline: its request); False, after a 503, when full."""
-        with self._lock:
-            if len(self._deadlines) < self.max_connections:
-                self._deadlines[sock] = self._clock() + self.request_seconds
-                return True
-            self.refused += 1
-        with contextlib.suppress(OSError):
-            sock.setblocking(False)  # a client that reads nothing must not block the loop
-            sock.send(_BUSY)
-        return False
-
-    @property
-    def viewers(self) -> int:
-        """How many change-notice streams are open now."""
-        with self._lock:
-            return len(self._viewers)
-
-    def to_viewer(self, sock: socket.socket) -> bool:
-        """Move a connection to the viewers (its page slot frees); False when they are full."""
-        with self._lock:
-            if len(self._viewers) >= self.max_viewers:
-                self.refused_viewers += 1
-                return False
-            self._deadlines.pop(sock, None)
-            self._viewers[sock] = math.inf
-        return True
-
-    @contextlib.contextmanager
-    def writing(self, sock: socket.socket) -> Iterator[None]:
-        """One write to a viewer: cut when it has not reached the socket in ``write_seconds``."""
-        with self._lock:
-            if sock in self._viewers:
-                self._viewers[sock] = self._clock() + self.write_seconds
-        try:
-            yield
-        finally:
-            with self._lock:
-                if sock in self._viewers:
-                    self._viewers[sock] = math.inf
-
-    def extend(self, sock: socket.socket, seconds: float) -> None:
-        """Give a connection whose request has arrived ``seconds`` more to be answered."""
-        with self._lock:
-            if sock in self._deadlines:
-                self._deadlines[sock] = self._clock() + seconds
-
-    def release(self, sock: socket.socket) -> None:
-        """Forget a connection that is finished."""
-        with self._lock:
-            self._deadlines.pop(sock, None)
-            self._viewers.pop(sock, None)
-
-    def _watch(self) -> None:
-        while not self._stop.wait(self._tick):
-            now = self._clock()
-            with self._lock:
-                late = [s for s, deadline in self._deadlines.items() if deadline <= now]
-                stuck = [s for s, deadline in self._viewers.items() if deadline <= now]
-            self.cut_viewers += len(stuck)
-            for sock in late + stuck:
-                self.cut += sock in late
-                # Wakes the handler thread from its blocked read or write; the server closes
-                # the socket when the handler returns.
-                with contextlib.suppress(OSError):
-                    sock.shutdown(socket.SHUT_RDWR)
-                self.release(sock)
+# A kept-alive connection with no next request is closed after this (uvicorn's
+# ``timeout_keep_alive``).
+IDLE_SECONDS = 5
 
 
 # -- the server --------------------------------------------------------------------------
@@ -314,7 +203,8 @@ _COMMON_HEADERS: tuple[tuple[str, str], ...] = (
 )
 
 
-DRAIN_SECONDS = 2.0
+# On Ctrl+C, answers under way get this long to finish (a scan in flight is not waited for).
+DRAIN_SECONDS = 2
 
 
 # How often the served page fetches itself again when it hears no change notice (the scan
@@ -413,6 +303,11 @@ class Response:
     body: bytes
     headers: tuple[tuple[str, str], ...] = ()
     note: str = ""
+
+    @property
+    def is_stream(self) -> bool:
+        """Whether this answer opens a change-notice stream (its body comes later)."""
+        return self.content_type == _EVENTS
 
     def all_headers(self) -> list[tuple[str, str]]:
         """Every header line to send, in order."""
@@ -574,163 +469,6 @@ class RequestLog:
         stamp = time.strftime("%Y-%m-%d %H:%M:%S")
         with self._lock:
             print(f"{stamp} {self._redact(text)}", file=self._stream, flush=True)
-
-
-class _Deadlined:
-    """A viewer's socket file whose every write has the guard's write deadline."""
-
-    def __init__(self, out: Any, guard: ConnectionGuard, sock: socket.socket) -> None:
-        self._out, self._guard, self._sock = out, guard, sock
-
-    def write(self, data: bytes, /) -> Any:
-        with self._guard.writing(self._sock):
-            return self._out.write(data)
-
-    def flush(self) -> Any:
-        with self._guard.writing(self._sock):
-            return self._out.flush()
-
-
-class PageServer(http.server.ThreadingHTTPServer):
-    daemon_threads = True
-    block_on_close = False  # a scan in flight must not hold up Ctrl+C
-    request_queue_size = 64
-    feed: ChangeFeed | None = None  # change notices for /api/events (page.notices)
-    # Starts the follower on the first /api/events viewer: no listener, no stream traffic.
-    feed_factory: Callable[[], ChangeFeed] | None = None
-    _feed_lock = threading.Lock()
-
-    def change_feed(self) -> ChangeFeed | None:
-        """The shared follower, started when the first page asks for change notices."""
-        with self._feed_lock:
-            if self.feed is None and self.feed_factory is not None:
-                self.feed = self.feed_factory()
-            return self.feed
-
-    def __init__(
-        self,
-        address: tuple[str, int],
-        viewer: Viewer,
-        log: RequestLog,
-        guard: ConnectionGuard | None = None,
-    ) -> None:
-        self.viewer = viewer
-        self.log = log
-        self.guard = guard or ConnectionGuard()
-        self.answer_seconds = ANSWER_SECONDS
-        self.stream_seconds = STREAM_SECONDS
-        self._active = 0
-        self._idle = threading.Condition()
-        self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
-        super().__init__(address, PageHandler)
-
-    def server_bind(self) -> None:
-        # HTTPServer.server_bind would reverse-resolve the host (slow, and useless here).
-        socketserver.TCPServer.server_bind(self)
-        host, port = self.server_address[:2]
-        self.server_name = str(host)
-        self.server_port = int(port)
-
-    def process_request(self, request: Any, client_address: Any) -> None:
-        if not self.guard.admit(request):
-            self.shutdown_request(request)
-            return
-        super().process_request(request, client_address)
-
-    def process_request_thread(self, request: Any, client_address: Any) -> None:
-        try:
-            super().process_request_thread(request, client_address)
-        finally:
-            self.guard.release(request)
-
-    def begin(self) -> None:
-        with self._idle:
-            self._active += 1
-
-    def end(self) -> None:
-        with self._idle:
-            self._active -= 1
-            self._idle.notify_all()
-
-    def wait_idle(self, timeout: float) -> bool:
-        """Wait up to ``timeout`` seconds for requests in flight; return whether none is left."""
-        with self._idle:
-            return self._idle.wait_for(lambda: self._active == 0, timeout)
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        peer = client_address[0] if isinstance(client_address, tuple) else "?"
-        self.log.line(f"{peer} connection error (ignored)")
-
-
-class PageHandler(http.server.BaseHTTPRequestHandler):
-    # Per read; the guard's deadline bounds the whole request (a slow-loris client).
-    timeout = REQUEST_SECONDS
-
-    def version_string(self) -> str:
-        return "xaf-hub"  # no Python version on the wire
-
-    def _handle(self) -> None:
-        server = cast(PageServer, self.server)
-        # The request has arrived: time now for the scan wait and for sending the answer.
-        server.guard.extend(self.connection, server.answer_seconds)
-        server.begin()
-        try:
-            self._answer(server)
-        finally:
-            server.end()
-
-    def _answer(self, server: PageServer) -> None:
-        started = time.monotonic()
-        try:
-            response = server.viewer.respond(self.command, self.path, self.headers.get)
-        except Exception as exc:  # noqa: BLE001 - one bad scan must not stop the viewer
-            response = _text(500, "internal error while scanning the fleet",
-                              note=f"error: {type(exc).__name__}")
-        feed = server.change_feed() if response.content_type == _EVENTS else None
-        if response.content_type == _EVENTS and feed is None:
-            response = _text(404, "change notices are off")
-        elif feed is not None and not server.guard.to_viewer(self.connection):
-            feed = None
-            response = _text(
-                503, "too many change-notice viewers; the page refreshes on its timer",
-                ("Retry-After", "30"), note="viewers full",
-            )
-        try:
-            self.send_response(response.status)
-            for name, value in response.all_headers():
-                self.send_header(name, value)
-            self.end_headers()
-            if self.command != "HEAD" and response.content_type == _EVENTS and feed is not None:
-                self.close_connection = True
-                # A change-notice stream: no answer deadline, but one per write, a small
-                # send buffer (a viewer that stops reading blocks a write after a few KB)
-                # and a longest life, after which the browser reconnects.
-                with contextlib.suppress(OSError):
-                    self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, VIEWER_SNDBUF)
-                out = _Deadlined(self.wfile, server.guard, self.connection)
-                why = feed.stream(out, seconds=server.stream_seconds)
-                response = replace(response, note=why)
-            elif self.command != "HEAD":
-                self.wfile.write(response.body)
-        except (BrokenPipeError, ConnectionResetError):
-            response = replace(response, note="client went away")
-        took = (time.monotonic() - started) * 1000
-        note = f" ({response.note})" if response.note else ""
-        server.log.line(
-            f"{self.client_address[0]} {printable(self.command, 10)} {printable(self.path)} "
-            f"{response.status} {len(response.body)}B {took:.0f}ms{note}"
-        )
-
-    do_GET = do_HEAD = do_POST = do_PUT = do_DELETE = do_PATCH = _handle  # noqa: N815
-
-    def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
-        pass  # _handle writes the one line per request itself
-
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
-        # Only malformed requests get here (send_error); log them, escaped.
-        cast(PageServer, self.server).log.line(
-            f"{self.client_address[0]} {printable(format % args)}"
-        )
 
 
 def url_of(host: str, port: int) -> str:

@@ -33,14 +33,31 @@ def test_top_level_help_lists_every_command_without_importing_them() -> None:
         "from xaf_hub.cli.main import main\n"
         "main(['--help'], stdout=io.StringIO())\n"
         "print(sorted(m for m in sys.modules if m.startswith('xaf_hub.cli.commands.')))\n"
-        "print(sorted(m for m in ('httpx', 'sklearn', 'jinja2', 'apscheduler', 'portalocker')"
-        " if m in sys.modules))\n"
+        "print(sorted(m for m in ('httpx', 'sklearn', 'jinja2', 'apscheduler', 'portalocker',"
+        " 'starlette', 'uvicorn') if m in sys.modules))\n"
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                          check=True).stdout
     assert out.strip().splitlines()[-2:] == ["[]", "[]"]
     for name in COMMANDS:
         assert name in out
+
+
+def test_serve_s_web_stack_loads_only_when_it_runs() -> None:
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys, io, contextlib\n"
+        "from xaf_hub.cli.main import main\n"
+        "with contextlib.suppress(SystemExit):\n"
+        "    main(['serve', '--help'], stdout=io.StringIO())\n"
+        "print(sorted(m for m in ('starlette', 'uvicorn', 'xaf_hub.page.asgi')"
+        " if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         check=True).stdout
+    assert out.strip().splitlines()[-1] == "[]"
 
 
 def test_a_command_that_talks_http_does_not_load_httpx_s_own_cli() -> None:

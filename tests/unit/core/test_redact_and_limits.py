@@ -1,15 +1,14 @@
-"""The one redaction point, and `serve`'s limits: scan wait, connection cap, request deadline."""
+"""The one redaction point, and `serve`'s scan wait and request log (its connection limits:
+tests/unit/page/test_serve_limits.py)."""
 
 from __future__ import annotations
 
 import base64
 import io
 import json
-import socket
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 from hypothesis import given
@@ -18,7 +17,7 @@ from hypothesis import strategies as st
 from xaf_hub.config.load import InstanceConfig
 from xaf_hub.core.records import InstanceSummary, SessionRecord, Snapshot
 from xaf_hub.core.text import dumps, redact, secret_forms
-from xaf_hub.page.serve import ConnectionGuard, PageServer, RequestLog, SnapshotCache, Viewer
+from xaf_hub.page.serve import RequestLog, SnapshotCache, Viewer
 from xaf_hub.store import audit
 
 PW = 'pa"ss/w:rd+<&>'
@@ -177,240 +176,6 @@ def test_request_log_is_redacted() -> None:
     stream = io.StringIO()
     RequestLog(stream, lambda t: redact(t, INST.secrets())).line(f"GET /{PW}")
     assert PW not in stream.getvalue() and "***" in stream.getvalue()
-
-
-def _serve(guard: ConnectionGuard) -> tuple[PageServer, threading.Thread]:
-    cache = SnapshotCache(_snap, 60.0)
-    viewer = Viewer(cache, title="T", password=None)
-    server = PageServer(("127.0.0.1", 0), viewer, RequestLog(io.StringIO()), guard)
-    guard.start()
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
-    thread.start()
-    return server, thread
-
-
-def _stop(server: PageServer, thread: threading.Thread) -> None:
-    server.shutdown()
-    thread.join(10)
-    server.guard.stop()
-    server.server_close()
-
-
-def _get(port: int) -> bytes:
-    with socket.create_connection(("127.0.0.1", port), timeout=20) as s:
-        s.sendall(b"GET /health HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
-        chunks = []
-        while chunk := s.recv(65536):
-            chunks.append(chunk)
-        return b"".join(chunks)
-
-
-def _closed(sock: socket.socket) -> bool:
-    """Whether the server ended this connection (end of stream or reset) within 20 s."""
-    sock.settimeout(20)
-    try:
-        while sock.recv(1024):
-            pass  # an error answer may come first
-    except ConnectionResetError:
-        pass
-    except TimeoutError:
-        return False
-    return True
-
-
-def test_slow_loris_clients_are_cut_at_the_deadline_and_the_cap_holds() -> None:
-    guard = ConnectionGuard(4, request_seconds=1.0, tick=0.05)
-    server, thread = _serve(guard)
-    port = server.server_port
-    loris = [socket.create_connection(("127.0.0.1", port), timeout=20) for _ in range(4)]
-    try:
-        for s in loris:
-            s.sendall(b"GET / HTT")  # and never the rest
-        deadline = time.monotonic() + 20
-        while guard.open < 4 and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert guard.open == 4
-        # Full: the next client is told so at once rather than queued behind the slow ones.
-        assert _get(port).startswith(b"HTTP/1.0 503")
-        assert guard.refused == 1
-        # Past their deadline the slow clients are cut: their sockets see the end.
-        for s in loris:
-            assert _closed(s)
-        while guard.open and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert guard.open == 0 and guard.cut >= 4
-        assert _get(port).startswith(b"HTTP/1.0 200")
-    finally:
-        for s in loris:
-            s.close()
-        _stop(server, thread)
-
-
-def test_a_client_dribbling_one_byte_at_a_time_is_cut() -> None:
-    guard = ConnectionGuard(8, request_seconds=0.8, tick=0.05)
-    server, thread = _serve(guard)
-    sock = socket.create_connection(("127.0.0.1", server.server_port), timeout=20)
-    try:
-        cut = False
-        # One byte every 0.1 s: each read gets data, so only a whole-request deadline helps.
-        for byte in b"GET / HTTP/1.0\r\nX-Long: " + b"a" * 200:
-            try:
-                sock.sendall(bytes([byte]))
-            except OSError:
-                cut = True
-                break
-            time.sleep(0.1)
-        assert cut or _closed(sock)
-        assert guard.cut >= 1
-    finally:
-        sock.close()
-        _stop(server, thread)
-
-
-def test_a_change_notice_stream_outlives_the_answer_deadline(tmp_path: Path) -> None:
-    from xaf_hub.config.load import load_config
-    from xaf_hub.page.notices import ChangeFeed
-
-    path = tmp_path / "config.json"
-    doc = {"project": {"name": "t"}, "instances": [{"name": "a", "url": "http://127.0.0.1:9"}]}
-    path.write_text(json.dumps(doc), "utf-8")
-    cfg = load_config(str(path), env={"XAF_HUB_HOME": str(tmp_path / "home")}, cwd=tmp_path)
-    guard = ConnectionGuard(4, request_seconds=0.5, tick=0.05)
-    server, thread = _serve(guard)
-    server.answer_seconds = 0.5
-    feed = server.feed = ChangeFeed(cfg, keepalive_seconds=0.1)  # the follower never started
-    sock = socket.create_connection(("127.0.0.1", server.server_port), timeout=20)
-    try:
-        sock.sendall(b"GET /api/events HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
-        got = b""
-        # Several answer deadlines long: the stream keeps its keep-alives coming.
-        until = time.monotonic() + 3.0
-        while time.monotonic() < until:
-            chunk = sock.recv(65536)
-            assert chunk, "the stream was cut"
-            got += chunk
-        assert got.startswith(b"HTTP/1.0 200") and got.count(b": keep-alive") >= 3
-        # A viewer, not a page request: it holds none of the page's connections.
-        assert guard.cut == 0 and guard.open == 0 and guard.viewers == 1
-        feed.close()
-        assert _closed(sock)  # and the feed's close ends it
-    finally:
-        feed.close()
-        sock.close()
-        _stop(server, thread)
-
-
-def _feed_cfg(tmp_path: Path) -> Any:
-    from xaf_hub.config.load import load_config
-
-    path = tmp_path / "config.json"
-    doc = {"project": {"name": "t"}, "instances": [{"name": "a", "url": "http://127.0.0.1:9"}]}
-    path.write_text(json.dumps(doc), "utf-8")
-    return load_config(str(path), env={"XAF_HUB_HOME": str(tmp_path / "home")}, cwd=tmp_path)
-
-
-def _wait(cond: Any, timeout: float = 30.0) -> None:
-    end = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < end, "condition not met in time"
-        time.sleep(0.02)
-
-
-def _page(port: int, target: str = "/") -> bytes:
-    with socket.create_connection(("127.0.0.1", port), timeout=20) as s:
-        s.sendall(f"GET {target} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n".encode())
-        chunks = []
-        while chunk := s.recv(65536):
-            chunks.append(chunk)
-        return b"".join(chunks)
-
-
-def test_a_crowd_of_viewers_that_never_read_never_locks_out_the_page_or_health(
-    tmp_path: Path,
-) -> None:
-    """70 change-notice streams that never read: /health and the page still answer 200."""
-    from xaf_hub.page.notices import ChangeFeed
-
-    guard = ConnectionGuard(tick=0.05)  # the defaults: 64 connections, 32 viewers
-    server, thread = _serve(guard)
-    feed = server.feed = ChangeFeed(_feed_cfg(tmp_path))  # the follower never started
-    port = server.server_port
-    crowd: list[socket.socket] = []
-    try:
-        for _ in range(70):
-            s = socket.create_connection(("127.0.0.1", port), timeout=20)
-            s.sendall(b"GET /api/events HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
-            crowd.append(s)  # and never read
-        _wait(lambda: feed.viewers >= 32)
-        # The viewers past the cap are told so (the page keeps its timer), not queued.
-        late = crowd[-1]
-        late.settimeout(20)
-        assert late.recv(65536).startswith(b"HTTP/1.0 503")
-        for _ in range(5):
-            assert _page(port, "/health").startswith(b"HTTP/1.0 200")
-            page = _page(port, "/")
-            assert page.startswith(b"HTTP/1.0 200") and b"<html" in page
-        # The streams hold no page connection (the last page request's is released soon).
-        _wait(lambda: guard.refused_viewers == 38 and guard.open == 0)
-        assert guard.viewers == 32
-    finally:
-        feed.close()
-        for s in crowd:
-            s.close()
-        _stop(server, thread)
-
-
-def test_a_viewer_that_stops_reading_is_cut_by_the_write_deadline(tmp_path: Path) -> None:
-    from xaf_hub.fleet.events import FleetEvent
-    from xaf_hub.page.notices import ChangeFeed
-
-    guard = ConnectionGuard(4, write_seconds=0.5, tick=0.05)
-    server, thread = _serve(guard)
-    feed = server.feed = ChangeFeed(_feed_cfg(tmp_path))
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # a small window, never read
-    sock.settimeout(20)
-    try:
-        sock.connect(("127.0.0.1", server.server_port))
-        sock.sendall(b"GET /api/events HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
-        _wait(lambda: guard.viewers == 1)
-        # Notices pile up in the buffers until a write blocks; the deadline then cuts it.
-        sent = 0
-        while guard.viewers and sent < 200_000:
-            feed.publish(FleetEvent("stopped", "a", at_ms=sent))
-            sent += 1
-            if sent % 500 == 0:
-                time.sleep(0.05)
-        # The guard counts the cut at once; the feed lets go of the viewer when its handler
-        # thread has unwound (a loaded machine showed the moment between).
-        _wait(lambda: guard.viewers == 0 and feed.viewers == 0)
-        assert guard.cut_viewers == 1
-        assert _page(server.server_port, "/health").startswith(b"HTTP/1.0 200")
-    finally:
-        feed.close()
-        sock.close()
-        _stop(server, thread)
-
-
-def test_a_stream_ends_after_its_longest_life_and_the_page_reconnects(tmp_path: Path) -> None:
-    from xaf_hub.page.notices import ChangeFeed
-
-    guard = ConnectionGuard(4, tick=0.05)
-    server, thread = _serve(guard)
-    server.stream_seconds = 1.0
-    feed = server.feed = ChangeFeed(_feed_cfg(tmp_path), keepalive_seconds=0.2)
-    sock = socket.create_connection(("127.0.0.1", server.server_port), timeout=20)
-    try:
-        sock.sendall(b"GET /api/events HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
-        got = b""
-        while chunk := sock.recv(65536):  # ends by itself, even for a viewer that never reads
-            got += chunk
-        assert got.startswith(b"HTTP/1.0 200") and b"retry: 3000" in got
-        _wait(lambda: guard.viewers == 0)
-    finally:
-        feed.close()
-        sock.close()
-        _stop(server, thread)
 
 
 @pytest.mark.parametrize("text", [

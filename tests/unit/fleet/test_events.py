@@ -228,60 +228,88 @@ def test_doctor_says_which_stream_or_that_it_polls(tmp_path: Path) -> None:
 # serve's change notices
 
 
-class _Sink:
-    def __init__(self, fail_after: int = 10**9) -> None:
-        self.data = b""
-        self.fail_after = fail_after
-
-    def write(self, data: bytes) -> int:
-        if len(self.data) > self.fail_after:
-            raise BrokenPipeError
-        self.data += data
-        return len(data)
-
-    def flush(self) -> None:
-        return None
-
-
 def test_change_feed_wakes_every_viewer_and_says_nothing_secret(tmp_path: Path) -> None:
     import threading
     import time
 
     from xaf_hub.page.notices import ChangeFeed
 
-    feed = ChangeFeed(_cfg(tmp_path), keepalive_seconds=0.1)
+    # No heartbeat within the test: only the follower's wake-up brings the notices.
+    feed = ChangeFeed(_cfg(tmp_path), keepalive_seconds=60)
     stale: list[str] = []
     feed.on_change.append(lambda ev: stale.append(ev.kind))
-    sinks = [_Sink(), _Sink()]
-    threads = [threading.Thread(target=feed.stream, args=(s,)) for s in sinks]
-    for t in threads:
-        t.start()
-    for _ in range(200):
-        if feed.viewers == 2:
-            break
-        time.sleep(0.01)
     rec = SessionRecord("a", "ses_x", "secret title", "/srv/proj/secret-dir", project=True)
-    feed.publish(FleetEvent("ready", "a", detail="global"))
-    feed.publish(FleetEvent("stopped", "a", rec, outcome="succeeded", at_ms=5))
-    time.sleep(0.3)
-    feed.close()
-    for t in threads:
-        t.join(5)
+
+    def follower() -> None:  # the follower's own thread publishes, as in serve
+        feed.publish(FleetEvent("ready", "a", detail="global"))
+        feed.publish(FleetEvent("stopped", "a", rec, outcome="succeeded", at_ms=5))
+
+    async def viewer(into: list[bytes], said: list[str]) -> None:
+        async for chunk in feed.events(said=said):
+            into.append(chunk)
+
+    async def two_viewers() -> tuple[list[str], float]:
+        said: list[str] = []
+        got: list[list[bytes]] = [[], []]
+        views = [asyncio.ensure_future(viewer(into, said)) for into in got]
+        while feed.viewers < 2:
+            await asyncio.sleep(0.01)
+        began = time.monotonic()
+        threading.Thread(target=follower).start()
+        while not all(b'"version": 2' in b"".join(g) for g in got):
+            assert time.monotonic() - began < 5, got
+            await asyncio.sleep(0.01)
+        took = time.monotonic() - began
+        feed.close()
+        await asyncio.wait_for(asyncio.gather(*views), 5)
+        assert said == ["server stopping"] * 2
+        return [b"".join(g).decode() for g in got], took
+
+    texts, took = asyncio.run(two_viewers())
+    assert took < 2  # woken, not found by a heartbeat a minute later
     # The follower's first view of an instance is a notice too: a change between the page's
     # scan and the follower's start would otherwise never reach the page.
     assert stale == ["ready", "stopped"] and feed.version == 2 and feed.viewers == 0
-    for sink in sinks:
-        text = sink.data.decode()
+    for text in texts:
         assert text.startswith("retry: ") and 'event: hello\ndata: {"version": 0}' in text
         assert 'event: change\ndata: {"version": 1, "event": "ready", "instance": "a", ' in text
-        assert 'event: change\ndata: {"version": 2, "event": "stopped", "instance": "a", ' \
-               '"session": "ses_x", "outcome": "succeeded", "at_ms": 5}' in text
-        assert ": keep-alive" in text
+        assert '"event": "stopped", "instance": "a", "session": "ses_x", ' \
+               '"outcome": "succeeded", "at_ms": 5}' in text
         assert "secret" not in text
-    # A viewer that went away ends its stream and is no longer counted.
-    gone = _Sink(fail_after=0)
-    feed2 = ChangeFeed(_cfg(tmp_path), keepalive_seconds=0.05)
-    assert feed2.stream(gone) == "viewer went away" and feed2.viewers == 0
+
+
+def test_a_stream_that_is_closed_early_says_the_viewer_went_away(tmp_path: Path) -> None:
+    from xaf_hub.page.notices import ChangeFeed
+
+    feed = ChangeFeed(_cfg(tmp_path), keepalive_seconds=0.05)
+
+    async def first_then_gone() -> list[str]:
+        said: list[str] = []
+        stream = feed.events(said=said)
+        assert (await stream.__anext__()).startswith(b"retry: ")
+        assert feed.viewers == 1
+        await stream.aclose()  # what the server does when the connection ends
+        return said
+
+    assert asyncio.run(first_then_gone()) == ["viewer went away"] and feed.viewers == 0
+
+
+def test_a_stream_ends_by_itself_after_its_life(tmp_path: Path) -> None:
+    import time
+
+    from xaf_hub.page.notices import ChangeFeed
+
+    feed = ChangeFeed(_cfg(tmp_path), keepalive_seconds=0.1)
+
+    async def whole(said: list[str]) -> bytes:
+        return b"".join([chunk async for chunk in feed.events(0.5, said)])
+
+    said: list[str] = []
+    began = time.monotonic()
+    text = asyncio.run(whole(said))
+    assert 0.5 <= time.monotonic() - began < 3
+    assert said == ["stream ended after 0.5s (the page reconnects)"]
+    assert text.count(b": keep-alive") >= 3 and feed.viewers == 0
 
 
 def test_snapshot_cache_scans_again_once_after_a_change() -> None:

@@ -30,10 +30,8 @@ from xaf_hub.cli.context import Context
 from xaf_hub.errors import UsageError
 from xaf_hub.page.serve import (
     ANSWER_SECONDS,
-    DRAIN_SECONDS,
     REFRESH_SECONDS,
     VIEWER_PASSWORD_ENV,
-    PageServer,
     RequestLog,
     SnapshotCache,
     Viewer,
@@ -87,35 +85,6 @@ class Options:
     cache_seconds: float
     refresh_seconds: int
     public: bool
-
-
-# --------------------------------------------------------------------------- the cache
-
-
-
-
-
-
-
-
-# --------------------------------------------------------------------------- routing
-
-
-
-
-
-
-
-
-
-
-# --------------------------------------------------------------------------- HTTP server
-
-
-
-
-
-
 
 
 class _Stop(Exception):
@@ -176,38 +145,40 @@ def run(ctx: Context) -> int:
         redact=ctx.redact,
     )
     log = RequestLog(ctx.stderr, ctx.redact)
+    # Starlette and uvicorn load here, when serve runs: never for --help or another command.
+    from xaf_hub.page.asgi import Limits, PageApp, listen, serve
+
+    page = PageApp(viewer, log, Limits(answer_seconds=cfg.scan_timeout + ANSWER_SECONDS),
+                   feed_factory=follow)
     try:
-        server = PageServer((opts.host, opts.port), viewer, log)
-        server.answer_seconds = cfg.scan_timeout + ANSWER_SECONDS
-        server.feed_factory = follow
+        sock = listen(opts.host, opts.port)
     except OSError as exc:
         reason = exc.strerror or str(exc)
         raise UsageError(f"cannot listen on {opts.host}:{opts.port}: {reason}") from exc
     restore: Any = None
     if threading.current_thread() is threading.main_thread():
+        # uvicorn takes SIGINT and SIGTERM while it runs and raises them again once stopped;
+        # SIGTERM then ends here as Ctrl+C does (exit 0), not as the default handler would.
         restore = signal.signal(signal.SIGTERM, _on_sigterm)
     try:
-        url = url_of(server.server_name, server.server_port)
+        host, port = sock.getsockname()[:2]
+        url = url_of(str(host), int(port))
         ctx.out(url)  # stdout holds only the URL, for scripts
         ctx.stdout.flush()
         login = " (log in with any user name and the viewer password)" if opts.public else ""
         ctx.info(f"serving the overview of {len(instances)} instance(s) at {url}{login}; "
                  f"read-only, rescans at most every {opts.cache_seconds:g}s; Ctrl+C stops")
         if opts.host in ("0.0.0.0", "::"):
-            ctx.info(f"colleagues open {url_of(socket.gethostname(), server.server_port)}")
-        server.guard.start()
-        server.serve_forever(poll_interval=0.5)
+            ctx.info(f"colleagues open {url_of(socket.gethostname(), int(port))}")
+        serve(page, sock)
     except (KeyboardInterrupt, _Stop):
         pass
     finally:
-        server.guard.stop()
         if restore is not None:
             signal.signal(signal.SIGTERM, restore)
-        server.server_close()
-        if server.feed is not None:
-            server.feed.close()  # ends every open /api/events stream
-    # Let answers already on their way finish (and log); a scan in flight is not waited for.
-    if not server.wait_idle(DRAIN_SECONDS):
+        sock.close()
+        page.close()  # ends every open /api/events stream and the follower
+    if page.counts.in_flight:
         ctx.info("stopped with requests still in flight")
         return 0
     ctx.info("stopped")
