@@ -124,10 +124,10 @@ def bearer_guard(app: Any, token: str) -> Callable[..., Awaitable[None]]:
 
 
 def _serve_http(ctx: Context, server: Any, opts: Options, token: str) -> int:
-    import socket
-
     import uvicorn
     from mcp.server.transport_security import TransportSecuritySettings
+
+    from xaf_hub.page.asgi import listen
 
     # On loopback the SDK checks Host and Origin against DNS rebinding (its default for a
     # loopback host); on another address the bearer token is what admits a client.
@@ -135,15 +135,9 @@ def _serve_http(ctx: Context, server: Any, opts: Options, token: str) -> int:
         enable_dns_rebinding_protection=False)
     app = bearer_guard(server.streamable_http_app(host=opts.host, transport_security=security),
                        token)
-    sock = socket.socket(socket.AF_INET6 if ":" in opts.host else socket.AF_INET)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
-        sock.bind((opts.host, opts.port))
-        # Listening before the URL is printed: a client that connects at once waits in the
-        # backlog until uvicorn accepts, instead of being refused.
-        sock.listen(128)
+        sock = listen(opts.host, opts.port)  # serve's: listening before the URL is printed
     except OSError as exc:
-        sock.close()
         raise UsageError(f"cannot listen on {opts.host}:{opts.port}: "
                          f"{exc.strerror or exc}") from exc
     port = sock.getsockname()[1]
