@@ -71,7 +71,9 @@ def test_done_means_new_green_work_of_its_own(hub: Hub, tmp_path: Path) -> None:
         "check_retries": 1,
         "locked_paths": ["tests/**"],
     }
-    hub.write_config(project=project)
+    # A pool row younger than patrol.just_dispatched_seconds (10 by default) is not judged
+    # yet; each task below is judged only after its session finished.
+    hub.write_config(project=project, patrol={"just_dispatched_seconds": 2})
     first_base = git(origin.bare, "rev-parse", "refs/heads/main")
     go = tmp_path / "go"
 
