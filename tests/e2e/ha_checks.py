@@ -61,3 +61,22 @@ def start(host: Host, procs: list[subprocess.Popen[str]]) -> subprocess.Popen[st
     proc = host.popen("patrol", "--interval-seconds", "2", "--no-design", "--no-live")
     procs.append(proc)
     return proc
+
+
+def _ticks(host: Host) -> int:
+    """Rounds this host's daemon ran while it held the lease (its heartbeat file)."""
+    try:
+        beat = json.loads((host.home / "patrol" / "daemon.json").read_text("utf-8"))
+    except (OSError, ValueError):
+        return 0
+    return int(beat.get("ticks", 0))
+
+
+def rounds(hosts: tuple[Host, Host], n: int = 3) -> None:
+    """Wait until the lease holder, whichever host it is, ran ``n`` whole rounds from now: the
+    window in which a wrong send, heal or resume would show (a round under way now may have
+    read the fleet before, so it does not count)."""
+    start_ticks = sum(_ticks(h) for h in hosts)
+    hosts[0].hub.wait_for(
+        lambda: sum(_ticks(h) for h in hosts) >= start_ticks + n + 1, timeout=60 + 20 * n
+    )

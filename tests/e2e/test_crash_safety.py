@@ -28,7 +28,6 @@ import pytest
 
 from tests.e2e.faulty import Match, StepProxy
 from tests.fleet import Hub
-from xaf_hub.patrol.jobs.fill_slots import JUST_DISPATCHED
 from xaf_hub.sandbox import fleet as sandbox
 
 pytestmark = pytest.mark.e2e
@@ -184,12 +183,14 @@ def _sent(hub: Hub, needle: str) -> int:
 
 
 def test_patrol_killed_after_create_sends_the_task_once(hub: Hub) -> None:
+    young = 2.0  # patrol.just_dispatched_seconds (10 by default)
+    hub.write_config(patrol={"just_dispatched_seconds": young})
     _patrol_crash(hub, {"before": _prompt})
     [task] = pool(hub)  # recorded with its session before the prompt went out
     assert task["status"] == "dispatched" and task["session_id"]
     empty = task["session_id"]
-    # A row younger than JUST_DISPATCHED is left alone (its prompt may still be on the way).
-    time.sleep(JUST_DISPATCHED.total_seconds() + 1)
+    # A row younger than that is left alone (its prompt may still be on the way).
+    time.sleep(young + 1)
     code, _, err = hub.cli("patrol", "--once", "--no-freelimit", "--no-check", "--no-design")
     assert code == 0, err
     [task] = pool(hub)  # the empty session is given up; the work goes out exactly once

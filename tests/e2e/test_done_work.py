@@ -43,13 +43,15 @@ def agent_calls(hub: Hub) -> int:
     return sum(1 for r in hub.llm.requests() if r["model"] == "fake-model" and not r["title_call"])
 
 
-def finished(hub: Hub, sid: str, tool_results: int) -> None:
-    """Wait until the session answered after its ``tool_results``-th tool result."""
+def finished(hub: Hub, sid: str, tool_results: int, since: int) -> None:
+    """Wait until the session answered after its ``tool_results``-th tool result: a model
+    request after the first ``since`` ones (an earlier task's answer would not do: the
+    session may not show busy yet, and a round would judge the run before it ran)."""
 
     def done() -> bool:
         return any(
             r["model"] == "fake-model" and len(r["tool_results"]) >= tool_results
-            for r in hub.llm.requests()
+            for r in hub.llm.requests()[since:]
         ) and sid not in hub.busy_ids("local-a")
 
     hub.wait_for(done, timeout=180, step=0.5)
@@ -71,7 +73,9 @@ def test_done_means_new_green_work_of_its_own(hub: Hub, tmp_path: Path) -> None:
         "check_retries": 1,
         "locked_paths": ["tests/**"],
     }
-    hub.write_config(project=project)
+    # A pool row younger than patrol.just_dispatched_seconds (10 by default) is not judged
+    # yet; each task below is judged only after its session finished.
+    hub.write_config(project=project, patrol={"just_dispatched_seconds": 2})
     first_base = git(origin.bare, "rev-parse", "refs/heads/main")
     go = tmp_path / "go"
 
@@ -86,11 +90,12 @@ def test_done_means_new_green_work_of_its_own(hub: Hub, tmp_path: Path) -> None:
     assert pool(hub)["T5"]["base"] == first_base
 
     # T1: a new commit on main whose check passes -> done, and the rule is said.
+    since = len(hub.llm.requests())
     t1 = send(hub, "T1", "fix the login form", bash(
         f"git clone -q {bare} w1", "cd w1", "echo fix >> login.txt", "git add login.txt",
         f"{COMMIT} 'fix the login form'", "git push -q origin HEAD:main", "git rev-parse HEAD",
     ))
-    finished(hub, t1, 1)
+    finished(hub, t1, 1, since)
     pushed = git(origin.bare, "rev-parse", "refs/heads/main")
     doc = settling_round(hub, "T1")
     done = [a for a in doc["tasks_done"] if a["task"] == "T1"]
@@ -106,31 +111,34 @@ def test_done_means_new_green_work_of_its_own(hub: Hub, tmp_path: Path) -> None:
     assert row["judged"] in page(hub)
 
     # T5 claims T1's commit (new since T5's own base): already credited -> a person's.
+    since = len(hub.llm.requests())
     go.touch()
-    finished(hub, t5, 1)
+    finished(hub, t5, 1, since)
     doc = settling_round(hub, "T5")
     assert f"commit {pushed[:7]} is already credited to T1" in person(doc, "T5")
     assert pool(hub)["T5"]["status"] == "dispatched"
     assert pool(hub)["T5"]["judged"] == "already credited"
 
     # T2 claims main's tip as it was when T2 was sent: not new work.
+    since = len(hub.llm.requests())
     t2 = send(hub, "T2", "claim the base", bash(
         f"git clone -q {bare} w2", "cd w2", "git rev-parse HEAD",
     ))
     assert pool(hub)["T2"]["base"] == pushed
-    finished(hub, t2, 1)
+    finished(hub, t2, 1, since)
     doc = settling_round(hub, "T2")
     said = person(doc, "T2")
     assert f"claimed commit {pushed[:7]} was already on origin/main" in said, said
     assert "not new work" in said
 
     # T4 changes the tests: never done automatically, the paths listed.
+    since = len(hub.llm.requests())
     t4 = send(hub, "T4", "make the tests pass", bash(
         f"git clone -q {bare} w4", "cd w4", "mkdir -p tests", "echo 'pass' > tests/test_x.py",
         "git add tests", f"{COMMIT} 'skip the failing test'", "git push -q origin HEAD:main",
         "git rev-parse HEAD",
     ))
-    finished(hub, t4, 1)
+    finished(hub, t4, 1, since)
     doc = settling_round(hub, "T4")
     assert "touches locked paths: tests/test_x.py" in person(doc, "T4")
     assert pool(hub)["T4"]["status"] == "dispatched"
@@ -141,8 +149,9 @@ def test_done_means_new_green_work_of_its_own(hub: Hub, tmp_path: Path) -> None:
         f"git clone -q {bare} w3", "cd w3", "echo oops > broken.txt", "git add broken.txt",
         f"{COMMIT} 'add the export'", "git push -q origin HEAD:main", "git rev-parse HEAD",
     )
+    since = len(hub.llm.requests())
     t3 = send(hub, "T3", "add the export", broken)
-    finished(hub, t3, 1)
+    finished(hub, t3, 1, since)
     failed_at = git(origin.bare, "rev-parse", "refs/heads/main")
     fix = bash(
         "cd w3", "git rm -q broken.txt", f"{COMMIT} 'fix the export'",
@@ -150,6 +159,7 @@ def test_done_means_new_green_work_of_its_own(hub: Hub, tmp_path: Path) -> None:
     )
     # The session's next run: its first call is done already, the fix comes second.
     hub.llm.set_mode("fake-model", "tools", calls=[broken, fix], text="Done. The commit:")
+    since = len(hub.llm.requests())
 
     def sent_back() -> dict[str, Any] | None:
         doc = patrol(hub)
@@ -172,7 +182,7 @@ def test_done_means_new_green_work_of_its_own(hub: Hub, tmp_path: Path) -> None:
         )
 
     hub.wait_for(told, timeout=60)
-    finished(hub, t3, 2)
+    finished(hub, t3, 2, since)
     fixed = git(origin.bare, "rev-parse", "refs/heads/main")
     assert fixed != failed_at
     doc = settling_round(hub, "T3")

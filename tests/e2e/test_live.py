@@ -193,6 +193,8 @@ def test_daemon_follows_a_restart_and_resumes_the_cut_run_once(
     hub: Hub, own_server: sandbox.OpencodeServer
 ) -> None:
     hub.llm.set_mode("fake-model", "slow", delay=40)
+    # The grace before a cut run is resumed (60 s by default) short: the test waits it out.
+    hub.write_config(patrol={"run_start_grace_seconds": 5})
     code, _, err = hub.cli("backlog", "add", "--id", "LIVE-1", "--title", "live task")
     assert code == 0, err
     lines = _daemon(hub)

@@ -27,7 +27,6 @@ import pytest
 
 from tests.fleet import Hub
 from tests.notify_capture import TOKEN, Capture
-from xaf_hub.patrol.settle import JUST_DISPATCHED
 from xaf_hub.sandbox import fleet as sandbox
 
 pytestmark = pytest.mark.e2e
@@ -155,7 +154,9 @@ def test_a_task_finished_by_the_pool_is_announced_once(hub: Hub, captures: list[
             }
         ],
     )
-    hub.write_config(page={"language": "zh-CN", "url": "http://127.0.0.1:8765/"})
+    young = 2.0  # patrol.just_dispatched_seconds (10 by default)
+    hub.write_config(page={"language": "zh-CN", "url": "http://127.0.0.1:8765/"},
+                     patrol={"just_dispatched_seconds": young})
     code, _, err = hub.cli(
         "backlog",
         "add",
@@ -181,8 +182,8 @@ def test_a_task_finished_by_the_pool_is_announced_once(hub: Hub, captures: list[
         )
 
     hub.wait_for(finished, timeout=90)
-    # The pool leaves a row younger than JUST_DISPATCHED alone (its prompt may not show yet).
-    time.sleep(max(0.0, JUST_DISPATCHED.total_seconds() + 1 - (time.monotonic() - sent_at)))
+    # The pool leaves a row younger than that alone (its prompt may not show yet).
+    time.sleep(max(0.0, young + 1 - (time.monotonic() - sent_at)))
     doc = patrol(hub, "--no-design")
     assert [a["task"] for a in doc["tasks_done"]] == ["NT-1"]
     assert notify_errors(doc) == []

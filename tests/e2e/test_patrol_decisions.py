@@ -20,13 +20,15 @@ import pytest
 
 from tests.e2e.faulty import StepProxy
 from tests.fleet import NAMES, Hub
-from xaf_hub.patrol.jobs.fill_slots import JUST_DISPATCHED
 from xaf_hub.sandbox import fleet as sandbox
 from xaf_hub.store.backlog import Backlog, BacklogData, format_instant, parse_instant
 
 pytestmark = pytest.mark.e2e
 
 ONLY_FILL = ("--no-freelimit", "--no-check", "--no-design")
+# patrol.just_dispatched_seconds (10 by default): a pool row this young is not judged yet. Short
+# here: every test waits for the session to finish, then for the row to be past it.
+YOUNG = 2.0
 
 
 def home(hub: Hub) -> Path:
@@ -72,7 +74,7 @@ def abort_all(hub: Hub) -> None:
 
 
 def wait_judgeable(hub: Hub, task_id: str, timeout: float = 90) -> dict[str, Any]:
-    """Wait until the task's session stopped and its row is older than JUST_DISPATCHED."""
+    """Wait until the task's session stopped and its row is older than YOUNG."""
 
     def ready() -> dict[str, Any] | None:
         [row] = [t for t in pool(hub) if t["id"] == task_id]
@@ -82,7 +84,7 @@ def wait_judgeable(hub: Hub, task_id: str, timeout: float = 90) -> dict[str, Any
             return None
         at = parse_instant(row["dispatched_at"])
         assert at is not None
-        if datetime.now(UTC) - at <= JUST_DISPATCHED + timedelta(seconds=1):
+        if datetime.now(UTC) - at <= timedelta(seconds=YOUNG + 1):
             return None
         msgs = sandbox.messages(
             hub.server(row["dispatched_to"]).url,
@@ -102,7 +104,7 @@ def wait_judgeable(hub: Hub, task_id: str, timeout: float = 90) -> dict[str, Any
 def test_an_interrupt_is_never_undone_and_steers_stay_one_row(hub: Hub) -> None:
     hub.llm.set_mode("slow-model", "slow", delay=120)
     hub.doc["models"]["default_dispatch_model"] = "fake/slow-model"
-    hub.write_config(patrol={"no_answer_grace_seconds": 1})
+    hub.write_config(patrol={"no_answer_grace_seconds": 1, "just_dispatched_seconds": YOUNG})
     try:
         code, sent = hub.cli_json(
             "dispatch", "--new", "--instance", "lan-b", "--text", "build the export\nas CSV"
@@ -129,7 +131,7 @@ def test_an_interrupt_is_never_undone_and_steers_stay_one_row(hub: Hub) -> None:
         code, out, err = hub.cli("interrupt", "--session", sid)
         assert code == 0, err
         hub.wait_for(lambda: sid not in hub.busy_ids("lan-b"), timeout=30)
-        time.sleep(JUST_DISPATCHED.total_seconds() + 2)  # past the grace and the young-row rule
+        time.sleep(YOUNG + 2)  # past the grace and the young-row rule
 
         before_sessions = project_sessions(hub)
         before_requests = len(agent_requests(hub))
@@ -185,7 +187,7 @@ CHAIN = ["opencode/free-model", "backup/good-model"]
 
 def _two_model_chain(hub: Hub, **patrol_cfg: Any) -> None:
     hub.doc["models"] = {"chain": CHAIN, "default_dispatch_model": "backup/good-model"}
-    hub.write_config(patrol=patrol_cfg)
+    hub.write_config(patrol={"just_dispatched_seconds": YOUNG, **patrol_cfg})
     code, _, err = hub.cli(
         "backlog", "add", "--id", "K-1", "--title", "keyed task", "--instance", "lan-b",
         "--prompt", "keyed task body",

@@ -25,7 +25,7 @@ import pytest
 
 from tests.e2e import ha_checks
 from tests.e2e import limit_checks as limit
-from tests.e2e.ha_checks import LEASE, ha, only_local_a, sent, start, status
+from tests.e2e.ha_checks import LEASE, ha, only_local_a, rounds, sent, start, status
 from tests.e2e.patrol_checks import CONTINUE_HEAD, RESUME_HEAD, answered_by, settled
 from tests.e2e.proxy import StallMode, StallProxy
 from tests.e2e.two_hosts import Host, abort_all, on_both
@@ -174,7 +174,7 @@ def test_a_daemon_paused_past_its_lease_mid_fill_sends_nothing(
             proxy.released.set()  # A's frozen create goes through now...
             os.kill(pa.pid, signal.SIGCONT)  # ...and A wakes up in the middle of its fill
         a.hub.wait_for(lambda: role_of(status(b), "host-a") == "standby", timeout=60)
-        time.sleep(2 * LEASE)  # give a wrongly active A every chance to send
+        rounds(hosts)  # give a wrongly active A every chance to send
     try:
         assert len(sent(a, "paused holder task")) == 1
         row = pool(a)["P1"]
@@ -299,7 +299,7 @@ def test_sigkill_mid_heal_before_the_prompt_arrives_the_standby_heals_once(
             a.hub.wait_for(lambda: continue_prompts(a), timeout=TTL + 60)
             healed = time.monotonic() - killed
             a.hub.wait_for(answered_by(a.hub, limit.NAME, sid, CHAIN[1]), timeout=60)
-            time.sleep(2 * LEASE)  # B's later rounds: a second heal would show by now
+            rounds(hosts)  # B's later rounds: a second heal would show by now
             assert [r["model"] for r in continue_prompts(a)] == ["good-model"]
         finally:
             limit.abort_all(a.hub)
@@ -331,7 +331,10 @@ def test_sigkill_mid_heal_after_the_prompt_arrived_the_standby_does_not_heal_aga
             # The prompt A sent before it died runs (or ran) on the next model; B reads the
             # session afresh and sees no failure to heal (A never recorded its heal).
             a.hub.wait_for(answered_by(a.hub, limit.NAME, sid, CHAIN[1]), timeout=60)
-            time.sleep(2 * LEASE + TTL)  # past A's reservation: B has every chance to heal
+            # Past A's reservation (made before the kill), then B's later rounds: B has every
+            # chance to heal.
+            time.sleep(max(0.0, killed + TTL + 1 - time.monotonic()))
+            rounds(hosts)
             assert [r["model"] for r in continue_prompts(a)] == ["good-model"]
         finally:
             limit.abort_all(a.hub)
@@ -353,7 +356,7 @@ def test_sigkill_mid_heal_between_abort_and_prompt_the_standby_resumes_once(
             # aborted run, no rate limit. B resumes it once, on the next model (the family A
             # blacked out before it died stays out), through the gate.
             a.hub.wait_for(answered_by(a.hub, limit.NAME, sid, CHAIN[1]), timeout=TTL + 90)
-            time.sleep(2 * LEASE)  # B's later rounds: a second prompt would show by now
+            rounds(hosts)  # B's later rounds: a second prompt would show by now
             after = [
                 r["model"]
                 for r in a.hub.llm.requests()
@@ -399,7 +402,7 @@ def test_sigkill_of_the_active_daemon_mid_fill_sends_the_task_once(
             assert took <= LEASE + 10, f"failover took {took:.1f}s"
             a.hub.wait_for(lambda: pool(b)["F1"]["status"] == "dispatched", timeout=90)
             a.hub.wait_for(lambda: sent(a, "killed mid fill"), timeout=60)
-            time.sleep(2 * LEASE)  # B's later rounds must not send it again
+            rounds(hosts)  # B's later rounds must not send it again
             proxy.released.set()  # A's frozen create is dropped: it died before it left
             assert len(sent(a, "killed mid fill")) == 1
             row = pool(a)["F1"]

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.ha_checks import LEASE, ha, only_local_a, sent, start, status
+from tests.e2e.ha_checks import LEASE, ha, only_local_a, rounds, sent, start, status
 from tests.e2e.two_hosts import Host, abort_all, on_both
 from tests.redis_fixture import RedisServer, _answers, _stop
 from xaf_hub.core.discipline import RESUME_PROMPT
@@ -184,21 +184,21 @@ def test_redis_restarted_and_flushed_under_two_daemons(
                 a.hub.wait_for(lambda: status(a)["active_host"] is not None, timeout=LEASE + 30)
                 took = time.monotonic() - lost
                 assert took <= LEASE + 10, f"no holder {took:.1f}s after the {loss}"
-                time.sleep(2 * LEASE)  # rounds run on the emptied stores
+                rounds(hosts)  # rounds run on the emptied stores
             # The pool went with Redis: new work comes in again; the instance is still full.
             again = a.home.parent / "lost-again.json"
             again.write_text(
                 json.dumps({"tasks": [{"id": "S0", "title": "after the loss"}]}), "utf-8"
             )
             assert a.run("backlog", "import", str(again))[0] == 0
-            time.sleep(3 * LEASE)  # several rounds by whoever holds the lease
+            rounds(hosts, 4)  # several rounds by whoever holds the lease
             assert sent(a, "after the loss") == []  # the instance is still full
             (busy,) = a.hub.busy_ids("local-a")
             code, _, err = a.run("interrupt", "--session", busy, "--allow-prod")
             assert code == 0, err
             # Whoever holds the lease fills the freed slot with it, and nothing resumes.
             a.hub.wait_for(lambda: sent(a, "after the loss"), timeout=12 * LEASE)
-            time.sleep(2 * LEASE)  # more rounds: a resume, or a second send?
+            rounds(hosts)  # more rounds: a resume, or a second send?
         assert roles.samples > 50
         # The lease key names one holder at a time by construction; what a daemon *believes*
         # can lag: after Redis lost the key, the old holder learns it at its next renewal

@@ -367,6 +367,11 @@ class PatrolConfig:
     max_infra_failures: int = setting(4, minimum=1)
     # A prompt unanswered this long was refused.
     no_answer_grace_seconds: float = setting(120.0)
+    # A pool row younger than this is not judged yet (its prompt may not show on the server).
+    just_dispatched_seconds: float = setting(10.0)
+    # A run that "stopped without finishing" must be this quiet before it is resumed (it may
+    # still be starting: its status can lag behind its messages).
+    run_start_grace_seconds: float = setting(60.0)
     # HA on Redis: how long the active daemon's lease lasts without a renewal; 0: no lease,
     # every daemon runs rounds (the shared pool's claims still send each task once).
     lease_seconds: float = setting(15.0)

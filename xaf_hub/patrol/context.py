@@ -54,7 +54,7 @@ TIME_DECISIONS: tuple[str, ...] = (
     # check_agents: busy with no update for patrol.stale_minutes (busy: never remembered).
     "stale busy session by age",
     # check_agents: a run that stopped without finishing is resumed once it is quiet for
-    # RUN_START_GRACE_MS (quiet = now - updated; run.outcome kept).
+    # patrol.run_start_grace_seconds (quiet = now - updated; run.outcome kept).
     "resume after the run-start grace",
     # fill_slots.settle: a prompt unanswered past patrol.no_answer_grace_seconds, an
     # instance unreachable past stale_minutes, a task's back-off (not_before) ending.

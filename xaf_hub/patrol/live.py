@@ -9,7 +9,7 @@ the rounds' own job functions — nothing here decides differently from a round:
   once per failure); otherwise it is classified at once (``core.runstate.classify``) and an
   interrupted one is resumed (``check_agents.resume_one``: once, never a person's decision
   (``ops.decisions``), through the gate). A run that stopped a moment ago "without finishing" may
-  still be starting: it is looked at again after ``check_agents.RUN_START_GRACE_MS``.
+  still be starting: it is looked at again after ``patrol.run_start_grace_seconds``.
 * a run that started on an instance with a run ceiling (``budget.run_usd``) -> its cost since
   its prompt is read every ``CEILING_POLL_SECONDS`` while it runs, and a run past the ceiling
   is stopped (``run_ceiling.check_run``: task parked, run aborted, audited, one notice).
@@ -51,8 +51,8 @@ from xaf_hub.ops.decisions import load_decisions
 from xaf_hub.ops.heal import heal_candidate
 from xaf_hub.ops.live_board import publish
 from xaf_hub.patrol.context import Cycle, pool_discipline
-from xaf_hub.patrol.jobs.check_agents import RUN_START_GRACE_MS, answer_by_policy, resume_one
 from xaf_hub.patrol.jobs.check_agents import STEP as CHECK
+from xaf_hub.patrol.jobs.check_agents import answer_by_policy, resume_one
 from xaf_hub.patrol.jobs.fill_slots import fill_slots
 from xaf_hub.patrol.jobs.fix_free_limit import STEP as HEAL
 from xaf_hub.patrol.jobs.fix_free_limit import heal_item
@@ -232,7 +232,7 @@ class LiveReactor:
         if watch.sessions:
             self._later(watch, CEILING_POLL_SECONDS)  # runs under a ceiling: read them again
         if again.sessions or again.fill:
-            return again, RUN_START_GRACE_MS / 1000 + 1.0
+            return again, self.pctx.cfg.patrol.run_start_grace_seconds + 1.0
         return None
 
     def _say(self, cycle: Cycle) -> None:

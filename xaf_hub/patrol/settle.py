@@ -36,7 +36,8 @@ from xaf_hub.store.repository import Check, CheckRun
 # the patrol reads ``patrol.no_answer_grace_seconds`` (this is its default).
 NO_ANSWER_GRACE = timedelta(minutes=2)
 # A task's row is written just before its prompt is sent; a session read in between still
-# shows its state from before the prompt. Rows younger than this are not judged yet.
+# shows its state from before the prompt. Rows younger than this are not judged yet; the
+# patrol reads ``patrol.just_dispatched_seconds`` (this is its default).
 JUST_DISPATCHED = timedelta(seconds=10)
 
 _INFRA_ERROR_NAMES = frozenset({"ProviderAuthError"})
@@ -119,13 +120,14 @@ def settle(
     now: datetime,
     stale_minutes: float,
     grace: timedelta = NO_ANSWER_GRACE,
+    young: timedelta = JUST_DISPATCHED,
 ) -> Settlement:
     """Decide a dispatched task's fate from its session (pure).
 
     A person's decision turns every requeue into "keep, needs a person", and names why
     an interrupted session is left alone; finishing cleanly still makes the task done.
     """
-    verdict = _settle(task, seen, now, stale_minutes, grace)
+    verdict = _settle(task, seen, now, stale_minutes, grace, young)
     if not seen.decision or verdict.action == "done":
         return verdict
     if verdict.action == "requeue" or "interrupted" in verdict.reason:
@@ -134,7 +136,12 @@ def settle(
 
 
 def _settle(
-    task: Task, seen: Sighting, now: datetime, stale_minutes: float, grace: timedelta
+    task: Task,
+    seen: Sighting,
+    now: datetime,
+    stale_minutes: float,
+    grace: timedelta,
+    young: timedelta,
 ) -> Settlement:
     if task.status != "dispatched":
         return Settlement("keep")
@@ -159,7 +166,7 @@ def _settle(
         return Settlement("keep", reason="waiting for a free slot to be healed or resumed")
     if seen.session.running:
         return Settlement("keep")
-    if age is not None and age < JUST_DISPATCHED:
+    if age is not None and age < young:
         return Settlement("keep", reason="just dispatched; its prompt may not show yet")
     run = seen.run
     if run is None:
@@ -175,7 +182,7 @@ def _settle(
         # the server made the session a moment ago: the row's stamp comes from the host that
         # sent it, whose clock may lag, and its prompt may still be on the way.
         made = seen.session.created
-        if made and now.timestamp() * 1000 - made < JUST_DISPATCHED.total_seconds() * 1000:
+        if made and now.timestamp() * 1000 - made < young.total_seconds() * 1000:
             return Settlement("keep", reason="just created; its prompt may not show yet")
         return Settlement(
             "requeue",

@@ -207,6 +207,15 @@ def test_no_answer_grace_is_the_callers() -> None:
     assert settle(young, seen, NOW, 90.0, timedelta(seconds=20)).action == "requeue"
 
 
+def test_the_young_row_rule_is_the_callers() -> None:
+    seen = Sighting(session=idle(), run=LastRun("succeeded"))
+    fresh = row(ago=timedelta(seconds=5))
+    kept = settle(fresh, seen, NOW, 90.0)  # default: 10 s
+    assert (kept.action, kept.reason) == ("keep", "just dispatched; its prompt may not show yet")
+    short = settle(fresh, seen, NOW, 90.0, young=timedelta(seconds=2))
+    assert short.action == "done"
+
+
 @pytest.mark.parametrize(
     ("error", "named"),
     [

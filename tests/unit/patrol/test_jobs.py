@@ -198,6 +198,11 @@ ABORTED = LastRun("aborted", "msg_a", created_ms=NOW_MS - 60_000)
         # A run that stopped without finishing a moment ago may still be starting.
         ({"run": LastRun("running", "msg_a", created_ms=NOW_MS), "quiet_ms": 5_000}, "moment"),
         ({"run": LastRun("running", "msg_a", created_ms=NOW_MS), "quiet_ms": 120_000}, ""),
+        # The grace is the caller's (patrol.run_start_grace_seconds).
+        ({"run": LastRun("running", "msg_a", created_ms=NOW_MS), "quiet_ms": 5_000,
+          "grace_ms": 2_000}, ""),
+        ({"run": LastRun("running", "msg_a", created_ms=NOW_MS), "quiet_ms": 5_000,
+          "grace_ms": 10_000}, "moment"),
         ({"quiet_ms": 5_000}, ""),  # an abort is final at once
     ],
 )

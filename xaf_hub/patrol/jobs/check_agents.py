@@ -45,7 +45,8 @@ from xaf_hub.store.model_state import ModelState
 
 STEP = "check_agents"
 LOOKBACK = timedelta(hours=24)
-# A run that "stopped without finishing" must be this quiet before it is resumed.
+# A run that "stopped without finishing" must be this quiet before it is resumed; the
+# patrol reads ``patrol.run_start_grace_seconds`` (this is its default).
 RUN_START_GRACE_MS = 60_000
 
 
@@ -61,11 +62,13 @@ def resume_refusal(
     already_resumed: bool,
     run: LastRun | None,
     quiet_ms: int = RUN_START_GRACE_MS,
+    grace_ms: int = RUN_START_GRACE_MS,
 ) -> str:
     """Why an interrupted session must not be resumed now ("" = resume it) (pure).
 
     ``quiet_ms`` is how long the session has not changed: a run that "stopped without
-    finishing" a moment ago may just be starting (its status can lag behind its messages).
+    finishing" less than ``grace_ms`` ago may just be starting (its status can lag behind its
+    messages).
     """
     if touched:
         return "already prompted this cycle"
@@ -76,7 +79,7 @@ def resume_refusal(
             "interrupted again after the patrol resumed it once; left for a human "
             "(xaf-hub dispatch --session ID --text ...)"
         )
-    if run is not None and run.outcome == "running" and quiet_ms < RUN_START_GRACE_MS:
+    if run is not None and run.outcome == "running" and quiet_ms < grace_ms:
         return "its run changed a moment ago and may still be starting; checked next cycle"
     return ""
 
@@ -156,6 +159,7 @@ async def resume_one(
         already_resumed=models.was_healed(resume_key(inst.name, rec.id)),
         run=run,
         quiet_ms=now_ms - rec.updated,
+        grace_ms=int(pctx.cfg.patrol.run_start_grace_seconds * 1000),
     )
     if why:
         cycle.log.add(pctx, session_action(STEP, "resume", "skipped", rec, detail=why))

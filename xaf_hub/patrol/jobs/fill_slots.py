@@ -498,6 +498,7 @@ async def settle_dispatched(
     people = decisions_from(people_interrupts(pctx), tasks)
     patrol = pctx.cfg.patrol
     grace = timedelta(seconds=patrol.no_answer_grace_seconds)
+    young = timedelta(seconds=patrol.just_dispatched_seconds)
     judged: list[tuple[Task, InstanceConfig | None, Sighting, Settlement]] = []
     for task in dispatched:
         inst, rec, reachable = found.get(task.id, (None, None, False))
@@ -512,7 +513,8 @@ async def settle_dispatched(
             deferred=key in cycle.log.deferred,
             decision=decision.text if decision is not None else "",
         )
-        judged.append((task, inst, seen, settle(task, seen, now, patrol.stale_minutes, grace)))
+        verdict = settle(task, seen, now, patrol.stale_minutes, grace, young)
+        judged.append((task, inst, seen, verdict))
     checks = await _verify(pctx, cycle, [(t, i, s) for t, i, s, v in judged if v.action == "done"])
     # Each commit is credited to one task: those done before, and those done this round.
     credited = {t.commit: t.id for t in tasks if t.commit and t.status == "done"}
