@@ -34,8 +34,11 @@ def race(hub: Hub, n: int) -> list[int]:
     return codes
 
 
+# Two attempts, not five: the eight-process race below, the twenty dispatches of test_load and
+# the fault matrix race the same lock; on the release matrix (``core``) each attempt costs
+# about 10 s of a serial run.
 @pytest.mark.core
-@pytest.mark.parametrize("attempt", range(5))
+@pytest.mark.parametrize("attempt", range(2))
 def test_race_three_processes(hub: Hub, attempt: int) -> None:
     slow(hub)
     try:
