@@ -23,12 +23,12 @@ import json
 import os
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from xaf_hub.config.load import Config, InstanceConfig
-from xaf_hub.core.records import SessionRecord, Snapshot, Waiting
+from xaf_hub.core.records import SessionRecord, Snapshot, Waiting, source_of
 from xaf_hub.fleet.instance_scan import InstanceScan, snapshot_of
 from xaf_hub.store.statefile import write_text_atomic
 
@@ -181,7 +181,8 @@ def merged(
     there, else from ``scanned`` (the instances the board did not give)."""
     by_name = {**board.scans, **{sc.inst.name: sc for sc in scanned}}
     scans = [by_name[i.name] for i in instances]
-    return snapshot_of(scans, generated_at), scans
+    live = {name: age for name, age in board.ages.items() if name in by_name}
+    return replace(snapshot_of(scans, generated_at), live=live), scans
 
 
 def split(
@@ -191,12 +192,6 @@ def split(
     board is not read, every instance is left to scan)."""
     board = read_board(cfg, [] if fresh else instances)
     return board, [i for i in instances if i.name not in board.scans]
-
-
-def source_of(taken: int, total: int) -> str:
-    """Where a view of ``total`` instances came from: "live" (all from the board), "scan"
-    (none) or "mixed"."""
-    return "scan" if not taken else "live" if taken == total else "mixed"
 
 
 async def board_or_scan(
@@ -299,8 +294,6 @@ def _record(row: Any) -> SessionRecord:
 
 
 def _with_waiting(rec: SessionRecord, w: Mapping[str, Any]) -> SessionRecord:
-    from dataclasses import replace
-
     pending = Waiting(
         kind=w["kind"], request_id=str(w["request_id"]), asked=str(w["asked"]),
         since=int(w["since"]), permission=str(w["permission"]),
