@@ -171,6 +171,42 @@ def read_board(
     return BoardRead(scans, ages, stale)
 
 
+def take(
+    cfg: Config,
+    instances: Iterable[InstanceConfig],
+    view: Sequence[LiveInstance],
+    *,
+    max_age: float | None = None,
+    now_ms: int | None = None,
+) -> BoardRead:
+    """The fresh instances of a follower's own live view, by the board's rules (``serve``
+    reads its follower in memory instead of its board file: the same view, no JSON between).
+    Each scan taken is a copy: its reader may change it (``fill_outcomes``)."""
+    wanted = list(instances)
+    limit = cfg.patrol.live_board_seconds if max_age is None else max_age
+    if limit <= 0:
+        return BoardRead({}, {}, {i.name: "the live board is off" for i in wanted})
+    by_name = {live.scan.inst.name: live for live in view}
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    scans: dict[str, InstanceScan] = {}
+    ages: dict[str, float] = {}
+    stale: dict[str, str] = {}
+    for inst in wanted:
+        live = by_name.get(inst.name)
+        seen = None if live is None else {
+            "key": instance_key(live.scan.inst), "mode": live.mode,
+            "confirmed_at_ms": live.confirmed_at_ms,
+        }
+        why = _why_stale(inst, seen, now, limit)
+        if why or live is None:
+            stale[inst.name] = why
+            continue
+        sc = live.scan
+        scans[inst.name] = replace(sc, sessions=list(sc.sessions), warnings=list(sc.warnings))
+        ages[inst.name] = max(0.0, (now - live.confirmed_at_ms) / 1000)
+    return BoardRead(scans, ages, stale)
+
+
 def merged(
     instances: Sequence[InstanceConfig],
     board: BoardRead,
@@ -308,5 +344,5 @@ def _with_waiting(rec: SessionRecord, w: Mapping[str, Any]) -> SessionRecord:
 
 __all__ = [
     "BoardRead", "board_or_scan", "board_path", "document", "instance_key", "merged", "publish",
-    "read_board", "source_of", "split",
+    "read_board", "source_of", "split", "take",
 ]
