@@ -6,6 +6,7 @@
     python -m bench --rounds              # a patrol round's cost, first and second, vs status
     python -m bench --pool                # the Redis task pool's claims at 1k and 10k tasks
     python -m bench --serve-events        # requests and CPU per fleet event in serve
+    python -m bench --board-projected     # status from a 50-instance board vs a scan
 
 Every command runs as a whole process, as a user would run it. Per size it measures, over
 --repeat rounds (after one warm-up round, in rotating order so drift hits all alike): the
@@ -796,6 +797,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--board", action="store_true",
                    help="status read from a patrol daemon's live board against a scan "
                         "(default K=3 M=600), and projected to 50 instances")
+    p.add_argument("--board-projected", action="store_true",
+                   help="only --board's projections: status from a board written for 50 "
+                        "instances against status --fresh scanning 50 light stand-in servers")
     p.add_argument("--serve-events", action="store_true",
                    help="what a fleet event costs serve: requests to the servers and CPU per "
                         "100 events, over light stand-in servers (default K=6 M=100; "
@@ -855,6 +859,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_board(args, log)
     if args.serve_events:
         return run_serve_events(args, log)
+    if args.board_projected:
+        return run_board_projected(args, log)
 
     if args.k is not None:
         plan = {f"k{args.k}m{args.m}": (args.k, args.m)}
@@ -986,6 +992,15 @@ def run_board(args: argparse.Namespace, log: Callable[[str], None]) -> int:
         log,
     )
     return _report("board", result, render, log)
+
+
+def run_board_projected(args: argparse.Namespace, log: Callable[[str], None]) -> int:
+    """`python -m bench --board-projected`: status from a 50-instance board against a scan."""
+    from bench.board import measure_projection, render_projection
+
+    result = _in_scratch(
+        "xaf-bench-projected-", lambda root: measure_projection(args.repeat, root, log), log)
+    return _report("board-projected", result, render_projection, log)
 
 
 def run_serve_events(args: argparse.Namespace, log: Callable[[str], None]) -> int:
