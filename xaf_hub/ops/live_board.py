@@ -29,12 +29,14 @@ from typing import TYPE_CHECKING, Any
 
 from xaf_hub.config.load import Config, InstanceConfig
 from xaf_hub.core.records import SessionRecord, Snapshot, Waiting, source_of
+from xaf_hub.errors import HubError
 from xaf_hub.fleet.instance_scan import InstanceScan, snapshot_of
 from xaf_hub.store.statefile import write_text_atomic
 
 if TYPE_CHECKING:
     from xaf_hub.fleet.follow import LiveInstance
     from xaf_hub.fleet.scan import TransportFactory
+    from xaf_hub.store.backends import Stores
 
 FORMAT = 1
 WRITERS = ("patrol", "serve")
@@ -90,10 +92,15 @@ def document(
     }
 
 
-def publish(cfg: Config, view: Sequence[LiveInstance], writer: str) -> None:
-    """Write the board in one step (a reader sees the old board or the new one, never half)."""
+def publish(
+    cfg: Config, view: Sequence[LiveInstance], writer: str, stores: Stores | None = None
+) -> None:
+    """Write the board in one step (a reader sees the old board or the new one, never half);
+    with ``stores`` in Redis, there too, for the other hosts (``Stores.publish_board``)."""
     text = json.dumps(document(cfg, view, writer), ensure_ascii=False, separators=(",", ":"))
     write_text_atomic(board_path(cfg, writer), text)
+    if stores is not None:
+        stores.publish_board(writer, text)
 
 
 def _row(s: SessionRecord) -> list[Any]:
@@ -126,23 +133,22 @@ def read_board(
     *,
     max_age: float | None = None,
     now_ms: int | None = None,
+    stores: Stores | None = None,
 ) -> BoardRead:
     """The fresh views of ``instances`` on the board (``max_age``: default
-    ``patrol.live_board_seconds``; 0 takes none)."""
+    ``patrol.live_board_seconds``; 0 takes none): the state folder's files and, with
+    ``stores`` in Redis, every host's boards there."""
     wanted = list(instances)
     limit = cfg.patrol.live_board_seconds if max_age is None else max_age
-    if limit <= 0:
+    if limit <= 0 or not wanted:
         return BoardRead({}, {}, {i.name: "the live board is off" for i in wanted})
     views: dict[str, Mapping[str, Any]] = {}
-    troubles = []
-    for writer in WRITERS:
-        path = board_path(cfg, writer)
+    troubles: list[str] = []
+    for where, text in _texts(cfg, stores, troubles):
         try:
-            found = _views(json.loads(path.read_text(encoding="utf-8")))
-        except FileNotFoundError:
-            continue
-        except (OSError, KeyError, TypeError, ValueError) as exc:
-            troubles.append(f"live board unreadable ({path}: {type(exc).__name__}: {exc})")
+            found = _views(json.loads(text))
+        except (KeyError, TypeError, ValueError) as exc:
+            troubles.append(f"live board unreadable ({where}: {type(exc).__name__}: {exc})")
             continue
         for name, view in found.items():
             if _confirmed(view) > _confirmed(views.get(name)):
@@ -169,6 +175,29 @@ def read_board(
             continue
         ages[inst.name] = max(0.0, (now - _confirmed(seen)) / 1000)
     return BoardRead(scans, ages, stale)
+
+
+def _texts(
+    cfg: Config, stores: Stores | None, troubles: list[str]
+) -> Iterable[tuple[str, str]]:
+    """Every board's text and where it is: the files, then (stores in Redis) Redis's."""
+    for writer in WRITERS:
+        path = board_path(cfg, writer)
+        try:
+            yield str(path), path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            continue
+        except (OSError, ValueError) as exc:  # ValueError: not UTF-8
+            troubles.append(f"live board unreadable ({path}: {type(exc).__name__}: {exc})")
+    if stores is None:
+        return
+    try:
+        texts = stores.live_boards()
+    except HubError as exc:  # Redis unreachable: this host's files still count
+        troubles.append(f"live boards in Redis unreadable ({exc})")
+        return
+    for text in texts:
+        yield "Redis", text
 
 
 def take(
@@ -222,11 +251,12 @@ def merged(
 
 
 def split(
-    cfg: Config, instances: Sequence[InstanceConfig], *, fresh: bool = False
+    cfg: Config, instances: Sequence[InstanceConfig], *, fresh: bool = False,
+    stores: Stores | None = None,
 ) -> tuple[BoardRead, list[InstanceConfig]]:
     """What the board gives of ``instances``, and the instances left to scan (``fresh``: the
-    board is not read, every instance is left to scan)."""
-    board = read_board(cfg, [] if fresh else instances)
+    board is not read, every instance is left to scan; ``stores``: Redis's boards too)."""
+    board = read_board(cfg, [] if fresh else instances, stores=stores)
     return board, [i for i in instances if i.name not in board.scans]
 
 
@@ -237,11 +267,12 @@ async def board_or_scan(
     fresh: bool = False,
     transport_factory: TransportFactory | None = None,
     project_only: bool = False,
+    stores: Stores | None = None,
 ) -> tuple[Snapshot, list[InstanceScan], BoardRead]:
     """The fleet as the board has it where fresh, the rest scanned now (``fresh``: all)."""
     from xaf_hub.fleet.scan import scan_fleet
 
-    board, rest = split(cfg, instances, fresh=fresh)
+    board, rest = split(cfg, instances, fresh=fresh, stores=stores)
     scanned: list[InstanceScan] = []
     generated = None
     if rest:

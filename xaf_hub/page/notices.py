@@ -88,6 +88,7 @@ class ChangeFeed:
         self._cond = threading.Condition()
         self._closed = False
         self._follower: Any = None
+        self._stores: Any = None
         # Instances followed by polling, and why (an old server, a stream over its budget):
         # the page's server line says it (``annotate``).
         self.following: dict[str, str] = {}
@@ -96,12 +97,14 @@ class ChangeFeed:
         """Start following the fleet (one follower for every viewer)."""
         from xaf_hub.fleet.follow import FleetFollower, run_in_thread
         from xaf_hub.ops.live_board import publish
+        from xaf_hub.store.backends import Stores
 
         cfg = self.cfg
+        self._stores = Stores(cfg)  # Redis's copy of the board for the other hosts, if any
         self._follower = FleetFollower(
             cfg, self.instances, emit=self.publish,
             transport_factory=self.transport_factory, outcomes=False,
-            publish=lambda view: publish(cfg, view, "serve"),
+            publish=lambda view: publish(cfg, view, "serve", self._stores),
         )
         run_in_thread(self._follower, "xaf-hub-serve-follower")
 
@@ -113,6 +116,8 @@ class ChangeFeed:
         """Stop following and end every open stream."""
         if self._follower is not None:
             self._follower.close()
+        if self._stores is not None:
+            self._stores.close()
         with self._cond:
             self._closed = True
             self._cond.notify_all()

@@ -135,7 +135,7 @@ def read_fleet(
     for the board's instances as for the scanned ones (one request per idle session)."""
     from xaf_hub.ops.live_board import merged, split
 
-    board, rest = split(ctx.config, instances, fresh=fresh)
+    board, rest = split(ctx.config, instances, fresh=fresh, stores=ctx.stores)
     scanned: list[InstanceScan] = []
     generated = None
     if rest:
