@@ -5,6 +5,8 @@
     python -m bench --k 3 --m 200         # one custom size
     python -m bench --rounds              # a patrol round's cost, first and second, vs status
     python -m bench --pool                # the Redis task pool's claims at 1k and 10k tasks
+    python -m bench --serve-events        # requests and CPU per fleet event in serve
+    python -m bench --board-projected     # status from a 50-instance board vs a scan
 
 Every command runs as a whole process, as a user would run it. Per size it measures, over
 --repeat rounds (after one warm-up round, in rotating order so drift hits all alike): the
@@ -795,6 +797,16 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--board", action="store_true",
                    help="status read from a patrol daemon's live board against a scan "
                         "(default K=3 M=600), and projected to 50 instances")
+    p.add_argument("--board-projected", action="store_true",
+                   help="only --board's projections: status from a board written for 50 "
+                        "instances against status --fresh scanning 50 light stand-in servers")
+    p.add_argument("--serve-events", action="store_true",
+                   help="what a fleet event costs serve: requests to the servers and CPU per "
+                        "100 events, over light stand-in servers (default K=6 M=100; "
+                        "bench/serve_events.py)")
+    p.add_argument("--events", type=int, default=100, help="--serve-events: events (100)")
+    p.add_argument("--tree", type=Path, default=REPO,
+                   help="--serve-events: the checkout serve runs from (default this one)")
     p.add_argument("--pool", action="store_true",
                    help="only the Redis task pool: claims at --pool-sizes tasks by 1 and 5 "
                         "claimer processes (bench/pool.py)")
@@ -849,6 +861,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_pool(args, log)
     if args.board:
         return run_board(args, log)
+    if args.serve_events:
+        return run_serve_events(args, log)
+    if args.board_projected:
+        return run_board_projected(args, log)
 
     if args.k is not None:
         plan = {f"k{args.k}m{args.m}": (args.k, args.m)}
@@ -980,6 +996,28 @@ def run_board(args: argparse.Namespace, log: Callable[[str], None]) -> int:
         log,
     )
     return _report("board", result, render, log)
+
+
+def run_board_projected(args: argparse.Namespace, log: Callable[[str], None]) -> int:
+    """`python -m bench --board-projected`: status from a 50-instance board against a scan."""
+    from bench.board import measure_projection, render_projection
+
+    result = _in_scratch(
+        "xaf-bench-projected-", lambda root: measure_projection(args.repeat, root, log), log)
+    return _report("board-projected", result, render_projection, log)
+
+
+def run_serve_events(args: argparse.Namespace, log: Callable[[str], None]) -> int:
+    """`python -m bench --serve-events`: requests and CPU per fleet event in serve."""
+    from bench.serve_events import measure_serve_events, render
+
+    result = _in_scratch(
+        "xaf-bench-serve-",
+        lambda root: measure_serve_events(args.k or 6, args.m or 100, args.events,
+                                          args.tree.resolve(), root, log),
+        log,
+    )
+    return _report("serve-events", result, render, log)
 
 
 def run_pool(args: argparse.Namespace, log: Callable[[str], None]) -> int:

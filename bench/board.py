@@ -4,14 +4,17 @@ reading a board costs at fleet sizes no machine here can serve (architecture §5
 
     python -m bench --board                   # K=3 servers x M=600 project sessions
     python -m bench --board --k 6 --m 300 --repeat 5
+    python -m bench --board-projected         # the 50-instance projections alone (no opencode)
 
 Real part: K opencode servers with M sessions each, a patrol daemon (`--no-design --no-fill`)
 publishing its board; then, --repeat times in rotating order, `status` (which must say it read
 the board) and `status --fresh`, each a whole process; then --samples prompts, each timed from
 `prompt_async` to the board file showing the run, beside when the server itself streamed
 `busy`. Projected part: a board written for N instances x S sessions (no server is asked when
-every instance is fresh on the board) and `status` timed over it. Printed figures only; no
-target is asserted. Writes bench/results/board.json.
+every instance is fresh on the board) and `status` timed over it, beside `status --fresh`
+scanning as many light stand-in servers of those sessions (bench/standin.py, one process on
+127.0.0.1; up to SCAN_UP_TO sessions each). Printed figures only; no target is asserted.
+Writes bench/results/board.json (board-projected.json).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 PROJECTIONS = ((50, 200), (50, 2000), (50, 10_000))  # instances x sessions each
+SCAN_UP_TO = 2000  # sessions each: a scan of stand-in servers is measured up to this size
 
 
 def measure_board(
@@ -147,9 +151,28 @@ def _stopped_on(board: Path, sid: str) -> bool:
     return _running_on(board, sid) is None
 
 
+def measure_projection(repeat: int, root: Path, log: Callable[[str], None]) -> dict[str, Any]:
+    """The projections alone (`python -m bench --board-projected`): no opencode server."""
+    projected = [_projected(n, s, min(repeat, 3), root / f"p{n}x{s}", log)
+                 for n, s in PROJECTIONS]
+    return {"repeat": repeat, "projected": projected, "loadavg_end": list(os.getloadavg())}
+
+
 def _projected(n: int, s: int, repeat: int, root: Path, log: Callable[[str], None]
                ) -> dict[str, Any]:
-    """`status` over a board of ``n`` instances x ``s`` sessions (a config of the same)."""
+    """`status` over a board of ``n`` instances x ``s`` sessions (a config of the same), and,
+    up to ``SCAN_UP_TO`` sessions each, `status --fresh` scanning as many light stand-in
+    servers (bench/standin.py) of those sessions."""
+    from bench.standin import StandIn
+
+    if s > SCAN_UP_TO:
+        return _projected_on(n, s, repeat, root, log, None)
+    with StandIn(n, s, running=2) as fleet:
+        return _projected_on(n, s, repeat, root, log, fleet)
+
+
+def _projected_on(n: int, s: int, repeat: int, root: Path, log: Callable[[str], None],
+                  fleet: Any) -> dict[str, Any]:
     from bench.__main__ import bytecode_env, hub_argv, run_child, stats
     from xaf_hub.config.load import load_config
     from xaf_hub.core.records import SessionRecord
@@ -159,8 +182,10 @@ def _projected(n: int, s: int, repeat: int, root: Path, log: Callable[[str], Non
 
     root.mkdir(parents=True)
     home = root / "home"
-    doc = {"instances": [{"name": f"i{j:02d}", "url": f"http://127.0.0.1:{20000 + j}",
-                          "roots": ["/srv/proj"]} for j in range(n)]}
+    urls = fleet.urls if fleet is not None else [f"http://127.0.0.1:{20000 + j}"
+                                                  for j in range(n)]
+    doc = {"instances": [{"name": f"i{j:02d}", "url": urls[j], "roots": ["/srv/proj"]}
+                         for j in range(n)]}
     path = root / "config.json"
     path.write_text(json.dumps(doc), "utf-8")
     env = {**os.environ, "XAF_HUB_HOME": str(home), **bytecode_env(root)}
@@ -186,10 +211,49 @@ def _projected(n: int, s: int, repeat: int, root: Path, log: Callable[[str], Non
         if rnd:
             walls.append(r.wall)
             cpus.append(r.cpu)
+    scan: dict[str, Any] | None = None
+    if fleet is not None:
+        scan_walls, scan_cpus, answers = [], [], []
+        for rnd in range(repeat + 1):
+            asked = fleet.total()
+            r = run_child([*hub_argv(), "--config", str(path), "status", "--json", "--fresh"],
+                          env, root, out / "fresh.out", out / "fresh.err")
+            got = json.loads((out / "fresh.out").read_text("utf-8"))
+            if r.code not in (0, 2) or got["source"] != "scan":  # 2: some did not answer
+                raise RuntimeError(f"projected status --fresh: exit {r.code}")
+            if rnd:  # a scan past its deadline (a loaded machine) is counted, not hidden
+                answers.append(sum(1 for i in got["instances"] if i["reachable"]))
+                scan_walls.append(r.wall)
+                scan_cpus.append(r.cpu)
+        scan = {"wall": stats(scan_walls), "cpu": stats(scan_cpus),
+                "requests": fleet.total() - asked, "answered": answers}
     log(f"[board] {n} x {s}: status {statistics.median(walls):.3f} s "
-        f"({sizes[-1] / 1e6:.1f} MB board)")
+        f"({sizes[-1] / 1e6:.1f} MB board)"
+        + (f", status --fresh {scan['wall']['median']:.3f} s ({scan['requests']} requests, "
+           f"{min(scan['answered'])} of {n} answered at worst)" if scan else ""))
     return {"instances": n, "sessions_each": s, "board_mb": round(sizes[-1] / 1e6, 2),
-            "wall": stats(walls), "cpu": stats(cpus)}
+            "wall": stats(walls), "cpu": stats(cpus), "scan": scan}
+
+
+def render_projection(result: dict[str, Any]) -> str:
+    """The projections' table: status from a board against a scan of stand-in servers."""
+    from xaf_hub.core.text import table
+
+    def cell(m: dict[str, Any] | None, key: str) -> str:
+        return f"{m[key]['median']:.3f}" if m else "-"
+
+    rows = [[f"{p['instances']} x {p['sessions_each']}", f"{p['board_mb']:.1f}",
+             cell(p, "wall"), cell(p, "cpu"), cell(p.get("scan"), "wall"),
+             cell(p.get("scan"), "cpu"),
+             f"{p['scan']['wall']['median'] / p['wall']['median']:.1f}x" if p.get("scan")
+             else "-",
+             f"{min(p['scan']['answered'])}/{p['instances']}" if p.get("scan") else "-"]
+            for p in result["projected"]]
+    return ("status over a written board (no server asked) and status --fresh scanning as "
+            "many light stand-in servers (bench/standin.py, 127.0.0.1)\n\n"
+            + table(rows, ["instances x sessions", "board MB", "board s", "board cpu s",
+                           "scan s", "scan cpu s", "scan / board", "answered (worst)"])
+            + f"\nload average at the end: {result.get('loadavg_end', [0.0])[0]:.1f}\n")
 
 
 def render(result: dict[str, Any]) -> str:
@@ -216,10 +280,5 @@ def render(result: dict[str, Any]) -> str:
             text += (f"; the server streamed busy after a median "
                      f"{statistics.median(real['server_streamed_busy_s']):.2f} s")
         text += "\n"
-    prow = [[f"{p['instances']} x {p['sessions_each']}", f"{p['board_mb']:.1f}",
-             f"{p['wall']['median']:.3f}", f"{p['cpu']['median']:.3f}"]
-            for p in result["projected"]]
-    text += "\nstatus over a written board (no server asked)\n\n" + table(
-        prow, ["instances x sessions", "board MB", "median s", "cpu s"]) + "\n"
-    return text
+    return text + "\n" + render_projection(result)
 

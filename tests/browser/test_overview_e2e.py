@@ -245,6 +245,10 @@ def test_serve_shows_the_fleet_and_scans_once_per_window(
 
         assert snap.status_code == 200
         assert snap.headers["content-type"].startswith("application/json")
+        # Once followed, the snapshot comes from the follower's memory, not from a scan: every
+        # instance that answers (lan-b by polling) is taken live; the one down is scanned.
+        assert (snap.json()["source"], snap.json()["live_instances"]) == (
+            "mixed", sorted(NAMES))
         health = server.get("/health")
         assert health.json() == {"ok": True, "instances": 4, "reachable": 3}
         again = server.get("/")
@@ -258,6 +262,7 @@ def test_serve_shows_the_fleet_and_scans_once_per_window(
         assert {s["id"] for s in served_doc["sessions"]} == set(ids.values())
         for doc in (served_doc, expected):
             doc.pop("generated_at")
+            doc.pop("live_age_seconds")  # both from serve's follower (the CLI from its board)
         # Moment and live following aside: lan-b sits behind the counting proxy, which cannot
         # stream, so serve follows it by polling and its server line says so; the export,
         # which follows nothing, has no such note.

@@ -258,6 +258,8 @@ def test_serve_pushes_change_notices_to_every_open_page(hub: Hub) -> None:
         with httpx.Client(trust_env=False, timeout=120) as c:
             after = c.get(base + "/api/snapshot").json()
         assert sid in [s["id"] for s in after["sessions"]]
+        # ... built from the follower's memory of lan-b, not from a scan of it.
+        assert "lan-b" in after["live_instances"] and after["source"] in ("live", "mixed")
         notes = [json.loads(ln[5:]) for g in got for ln in g if ln.startswith("data:")]
         assert any(n.get("event") == "new" and n.get("session") == sid for n in notes)
         assert "served live" not in "\n".join(got[0] + got[1])  # notices carry no titles

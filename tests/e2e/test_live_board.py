@@ -1,7 +1,7 @@
 """The live board against real opencode servers: a patrol daemon follows the fleet and publishes
-what it sees; `status` and `dispatch`'s plan read that instead of scanning, a run that started
-shows within seconds, and `status` scans again once the board is no longer kept current (a
-frozen daemon, a stopped one), so it never shows what the servers no longer say.
+what it sees; `status`, `sessions` and `dispatch`'s plan read that instead of scanning, a run
+that started shows within seconds, and `status` scans again once the board is no longer kept
+current (a frozen daemon, a stopped one), so it never shows what the servers no longer say.
 
 How fast the board is against a scan is measured in `python -m bench --board`; nothing here
 asserts on elapsed time.
@@ -53,6 +53,13 @@ def test_status_reads_the_daemons_board_and_scans_once_it_is_not_kept(hub: Hub) 
             assert {k: a[k] for k in counted} == {k: b[k] for k in counted}
         code, out, _err = hub.cli("status")
         assert code == 0 and "source: live, " in out and "s old (--fresh scans)" in out
+        # sessions reads the same board, and lists what a scan lists.
+        listed = [hub.cli_json("sessions", *flags)[1] for flags in ((), ("--fresh",))]
+        assert [d["source"] for d in listed] == ["live", "scan"]
+        assert listed[0]["live_age_seconds"] <= FRESH_SECONDS
+        assert listed[1]["live_age_seconds"] is None
+        assert [(s["id"], s["run_state"]) for s in listed[0]["sessions"]] == [
+            (s["id"], s["run_state"]) for s in listed[1]["sessions"]]
         # dispatch plans from the board too, to the same instance a scan would choose.
         plans = [hub.cli_json("dispatch", "--dry-run", "--new", "--text", "Add a health check",
                               *flags)[1] for flags in ((), ("--fresh",))]

@@ -302,3 +302,23 @@ def test_an_interrupt_is_known_before_its_abort_lands(hosts: tuple[Host, Host]) 
     finally:
         a.hub.set_instance("lan-c", url=target)
         abort_all(hub, "lan-c")
+
+
+def test_a_daemons_live_board_reaches_the_other_host_through_redis(
+    hosts: tuple[Host, Host],
+) -> None:
+    from tests.e2e.daemon import _daemon
+
+    a, b = hosts
+    daemon = _daemon(a.hub, "--no-fill")
+    try:
+        # Host B runs no daemon and holds no board file: its status takes A's board, from Redis.
+        doc = b.hub.wait_for(
+            lambda: (d := b.hub.cli_json("status")[1])["source"] == "live" and d, timeout=60
+        )
+        assert doc["live_instances"] == sorted(i["name"] for i in b.hub.doc["instances"])
+        assert not list(b.home.glob("live-board-*.json"))
+    finally:
+        assert daemon.stop() == 0
+    # The stopped daemon's last board says nothing is current: B scans at once.
+    assert b.hub.cli_json("status")[1]["source"] == "scan"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
@@ -135,6 +135,12 @@ class InstanceSummary:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
+def source_of(taken: int, total: int) -> str:
+    """Where a view of ``total`` instances came from: "live" (all from a live view), "scan"
+    (none) or "mixed"."""
+    return "scan" if not taken else "live" if taken == total else "mixed"
+
+
 @dataclass(frozen=True)
 class Snapshot:
     """The result of scanning the fleet once."""
@@ -143,6 +149,38 @@ class Snapshot:
     instances: tuple[InstanceSummary, ...]
     sessions: tuple[SessionRecord, ...] = field(default_factory=tuple)
     warnings: tuple[str, ...] = field(default_factory=tuple)
+    # Seconds since each instance taken from a live view (the live board, ``serve``'s own
+    # follower) was confirmed current; an instance absent here was scanned.
+    live: Mapping[str, float] = field(default_factory=dict, compare=False)
+
+    @property
+    def source(self) -> str:
+        """Where the view came from: "live", "mixed" or "scan" (``source_of``)."""
+        return source_of(len(self.live), len(self.instances))
+
+    @property
+    def live_age(self) -> float | None:
+        """The oldest confirmation among the instances taken live (None: all scanned)."""
+        return max(self.live.values()) if self.live else None
+
+    def source_json(self) -> dict[str, Any]:
+        """What a JSON document says of its source (as `status --json` says it)."""
+        age = self.live_age
+        return {
+            "source": self.source,
+            "live_age_seconds": None if age is None else round(age, 1),
+            "live_instances": sorted(self.live),
+        }
+
+    def source_words(self) -> str:
+        """"live, 2 s old" or "live for lan-a, lan-b (2 s old), the rest scanned" ("" when
+        everything was scanned)."""
+        if self.live_age is None:
+            return ""
+        age = f"{self.live_age:.0f} s old"
+        if self.source == "live":
+            return f"live, {age}"
+        return f"live for {', '.join(sorted(self.live))} ({age}), the rest scanned"
 
     @property
     def unreachable(self) -> list[dict[str, str]]:

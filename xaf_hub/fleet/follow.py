@@ -844,6 +844,29 @@ class FleetFollower:
             view.append(LiveInstance(replace(scan, sessions=sessions), st.mode, confirmed))
         return view
 
+    def view_now(self, timeout: float = 2.0) -> list[LiveInstance]:
+        """``live_view()`` for another thread: built on the follower's own loop, where the
+        views change (``serve`` answers a page from it); [] when the follower does not run or
+        does not answer within ``timeout`` seconds."""
+        loop = self._loop
+        if loop is None or loop.is_closed() or self.stopping():
+            return []
+
+        async def build() -> list[LiveInstance]:
+            return self.live_view()
+
+        job = build()
+        try:
+            future = asyncio.run_coroutine_threadsafe(job, loop)
+        except RuntimeError:  # the loop closed meanwhile
+            job.close()
+            return []
+        try:
+            return future.result(timeout)
+        except Exception:  # noqa: BLE001 - timed out, cancelled, or the loop stopped: no view
+            future.cancel()
+            return []
+
     def _publish_now(self) -> None:
         assert self.publish is not None
         self._changed = False

@@ -253,6 +253,8 @@ async def _outcomes_of_instance(
                 return s
             if s.running:
                 return replace(s, outcome="running")
+            if s.outcome:  # known already (serve remembers it until the session changes)
+                return s
             async with sem:
                 try:
                     msgs = await client.messages(s.id, limit=2, directory=s.directory)
@@ -273,7 +275,8 @@ async def _outcomes_of_instance(
 async def fill_outcomes(
     cfg: Config, scans: Sequence[InstanceScan], transport_factory: TransportFactory | None = None
 ) -> Snapshot:
-    """Fetch each project session's last outcome (one small request per idle session)."""
+    """Fetch each project session's last outcome (one small request per idle session that
+    does not carry one yet)."""
     await aio.gather(
         *(
             _outcomes_of_instance(

@@ -214,7 +214,7 @@ async def prepare(ops: OpsContext, order: DispatchOrder) -> Prepared:
     # so it judges only reservations made before that.
     snap, scans, board = await board_or_scan(
         cfg, instances, fresh=order.fresh, transport_factory=ops.transport_factory,
-        project_only=True,
+        project_only=True, stores=ops.stores,
     )
     observed -= board.age
     views = []

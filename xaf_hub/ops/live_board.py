@@ -23,18 +23,20 @@ import json
 import os
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from xaf_hub.config.load import Config, InstanceConfig
-from xaf_hub.core.records import SessionRecord, Snapshot, Waiting
+from xaf_hub.core.records import SessionRecord, Snapshot, Waiting, source_of
+from xaf_hub.errors import HubError
 from xaf_hub.fleet.instance_scan import InstanceScan, snapshot_of
 from xaf_hub.store.statefile import write_text_atomic
 
 if TYPE_CHECKING:
     from xaf_hub.fleet.follow import LiveInstance
     from xaf_hub.fleet.scan import TransportFactory
+    from xaf_hub.store.backends import Stores
 
 FORMAT = 1
 WRITERS = ("patrol", "serve")
@@ -90,10 +92,15 @@ def document(
     }
 
 
-def publish(cfg: Config, view: Sequence[LiveInstance], writer: str) -> None:
-    """Write the board in one step (a reader sees the old board or the new one, never half)."""
+def publish(
+    cfg: Config, view: Sequence[LiveInstance], writer: str, stores: Stores | None = None
+) -> None:
+    """Write the board in one step (a reader sees the old board or the new one, never half);
+    with ``stores`` in Redis, there too, for the other hosts (``Stores.publish_board``)."""
     text = json.dumps(document(cfg, view, writer), ensure_ascii=False, separators=(",", ":"))
     write_text_atomic(board_path(cfg, writer), text)
+    if stores is not None:
+        stores.publish_board(writer, text)
 
 
 def _row(s: SessionRecord) -> list[Any]:
@@ -126,23 +133,22 @@ def read_board(
     *,
     max_age: float | None = None,
     now_ms: int | None = None,
+    stores: Stores | None = None,
 ) -> BoardRead:
     """The fresh views of ``instances`` on the board (``max_age``: default
-    ``patrol.live_board_seconds``; 0 takes none)."""
+    ``patrol.live_board_seconds``; 0 takes none): the state folder's files and, with
+    ``stores`` in Redis, every host's boards there."""
     wanted = list(instances)
     limit = cfg.patrol.live_board_seconds if max_age is None else max_age
-    if limit <= 0:
+    if limit <= 0 or not wanted:
         return BoardRead({}, {}, {i.name: "the live board is off" for i in wanted})
     views: dict[str, Mapping[str, Any]] = {}
-    troubles = []
-    for writer in WRITERS:
-        path = board_path(cfg, writer)
+    troubles: list[str] = []
+    for where, text in _texts(cfg, stores, troubles):
         try:
-            found = _views(json.loads(path.read_text(encoding="utf-8")))
-        except FileNotFoundError:
-            continue
-        except (OSError, KeyError, TypeError, ValueError) as exc:
-            troubles.append(f"live board unreadable ({path}: {type(exc).__name__}: {exc})")
+            found = _views(json.loads(text))
+        except (KeyError, TypeError, ValueError) as exc:
+            troubles.append(f"live board unreadable ({where}: {type(exc).__name__}: {exc})")
             continue
         for name, view in found.items():
             if _confirmed(view) > _confirmed(views.get(name)):
@@ -171,6 +177,65 @@ def read_board(
     return BoardRead(scans, ages, stale)
 
 
+def _texts(
+    cfg: Config, stores: Stores | None, troubles: list[str]
+) -> Iterable[tuple[str, str]]:
+    """Every board's text and where it is: the files, then (stores in Redis) Redis's."""
+    for writer in WRITERS:
+        path = board_path(cfg, writer)
+        try:
+            yield str(path), path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            continue
+        except (OSError, ValueError) as exc:  # ValueError: not UTF-8
+            troubles.append(f"live board unreadable ({path}: {type(exc).__name__}: {exc})")
+    if stores is None:
+        return
+    try:
+        texts = stores.live_boards()
+    except HubError as exc:  # Redis unreachable: this host's files still count
+        troubles.append(f"live boards in Redis unreadable ({exc})")
+        return
+    for text in texts:
+        yield "Redis", text
+
+
+def take(
+    cfg: Config,
+    instances: Iterable[InstanceConfig],
+    view: Sequence[LiveInstance],
+    *,
+    max_age: float | None = None,
+    now_ms: int | None = None,
+) -> BoardRead:
+    """The fresh instances of a follower's own live view, by the board's rules (``serve``
+    reads its follower in memory instead of its board file: the same view, no JSON between).
+    Each scan taken is a copy: its reader may change it (``fill_outcomes``)."""
+    wanted = list(instances)
+    limit = cfg.patrol.live_board_seconds if max_age is None else max_age
+    if limit <= 0:
+        return BoardRead({}, {}, {i.name: "the live board is off" for i in wanted})
+    by_name = {live.scan.inst.name: live for live in view}
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    scans: dict[str, InstanceScan] = {}
+    ages: dict[str, float] = {}
+    stale: dict[str, str] = {}
+    for inst in wanted:
+        live = by_name.get(inst.name)
+        seen = None if live is None else {
+            "key": instance_key(live.scan.inst), "mode": live.mode,
+            "confirmed_at_ms": live.confirmed_at_ms,
+        }
+        why = _why_stale(inst, seen, now, limit)
+        if why or live is None:
+            stale[inst.name] = why
+            continue
+        sc = live.scan
+        scans[inst.name] = replace(sc, sessions=list(sc.sessions), warnings=list(sc.warnings))
+        ages[inst.name] = max(0.0, (now - live.confirmed_at_ms) / 1000)
+    return BoardRead(scans, ages, stale)
+
+
 def merged(
     instances: Sequence[InstanceConfig],
     board: BoardRead,
@@ -181,22 +246,18 @@ def merged(
     there, else from ``scanned`` (the instances the board did not give)."""
     by_name = {**board.scans, **{sc.inst.name: sc for sc in scanned}}
     scans = [by_name[i.name] for i in instances]
-    return snapshot_of(scans, generated_at), scans
+    live = {name: age for name, age in board.ages.items() if name in by_name}
+    return replace(snapshot_of(scans, generated_at), live=live), scans
 
 
 def split(
-    cfg: Config, instances: Sequence[InstanceConfig], *, fresh: bool = False
+    cfg: Config, instances: Sequence[InstanceConfig], *, fresh: bool = False,
+    stores: Stores | None = None,
 ) -> tuple[BoardRead, list[InstanceConfig]]:
     """What the board gives of ``instances``, and the instances left to scan (``fresh``: the
-    board is not read, every instance is left to scan)."""
-    board = read_board(cfg, [] if fresh else instances)
+    board is not read, every instance is left to scan; ``stores``: Redis's boards too)."""
+    board = read_board(cfg, [] if fresh else instances, stores=stores)
     return board, [i for i in instances if i.name not in board.scans]
-
-
-def source_of(taken: int, total: int) -> str:
-    """Where a view of ``total`` instances came from: "live" (all from the board), "scan"
-    (none) or "mixed"."""
-    return "scan" if not taken else "live" if taken == total else "mixed"
 
 
 async def board_or_scan(
@@ -206,11 +267,12 @@ async def board_or_scan(
     fresh: bool = False,
     transport_factory: TransportFactory | None = None,
     project_only: bool = False,
+    stores: Stores | None = None,
 ) -> tuple[Snapshot, list[InstanceScan], BoardRead]:
     """The fleet as the board has it where fresh, the rest scanned now (``fresh``: all)."""
     from xaf_hub.fleet.scan import scan_fleet
 
-    board, rest = split(cfg, instances, fresh=fresh)
+    board, rest = split(cfg, instances, fresh=fresh, stores=stores)
     scanned: list[InstanceScan] = []
     generated = None
     if rest:
@@ -299,8 +361,6 @@ def _record(row: Any) -> SessionRecord:
 
 
 def _with_waiting(rec: SessionRecord, w: Mapping[str, Any]) -> SessionRecord:
-    from dataclasses import replace
-
     pending = Waiting(
         kind=w["kind"], request_id=str(w["request_id"]), asked=str(w["asked"]),
         since=int(w["since"]), permission=str(w["permission"]),
@@ -315,5 +375,5 @@ def _with_waiting(rec: SessionRecord, w: Mapping[str, Any]) -> SessionRecord:
 
 __all__ = [
     "BoardRead", "board_or_scan", "board_path", "document", "instance_key", "merged", "publish",
-    "read_board", "source_of", "split",
+    "read_board", "source_of", "split", "take",
 ]

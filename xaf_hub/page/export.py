@@ -94,6 +94,8 @@ def snapshot_document(snap: Snapshot) -> dict[str, Any]:
         "unreachable": snap.unreachable,
         "instances": [i.to_json() for i in snap.instances],
         "sessions": [s.to_json() for s in snap.project_sessions()],
+        # Where the sessions come from: a live view (the live board, with its age) or a scan.
+        **snap.source_json(),
     }
 
 

@@ -2,9 +2,9 @@
 
 ``ChangeFeed`` follows the fleet (``fleet.follow.FleetFollower``, in its own thread) for as
 long as ``serve`` runs, whoever is looking. Each change bumps a version number, runs the
-``on_change`` hooks (``serve`` marks its cached scan stale there, so the next page fetch
-scans once for everybody) and wakes every open ``/api/events`` stream, which sends it as a
-server-sent event::
+``on_change`` hooks (``serve`` marks its cached snapshot stale there, so the next page
+fetch builds it once for everybody, from the follower's view: ``LiveFleet``) and wakes every
+open ``/api/events`` stream, which sends it as a server-sent event::
 
     event: change
     data: {"version": 7, "event": "stopped", "instance": "lan-b", "session": "ses_...",
@@ -28,12 +28,15 @@ import time
 from collections import deque
 from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from xaf_hub.config.load import Config, InstanceConfig
-from xaf_hub.core.records import Snapshot
+from xaf_hub.core.records import SessionRecord, Snapshot
 from xaf_hub.fleet.events import FleetEvent, following_words
-from xaf_hub.fleet.scan import TransportFactory
+from xaf_hub.fleet.scan import InstanceScan, TransportFactory
+
+if TYPE_CHECKING:
+    from xaf_hub.fleet.follow import LiveInstance
 
 KEEPALIVE_SECONDS = 15.0
 RETRY_MS = 3000
@@ -80,6 +83,7 @@ class ChangeFeed:
         self._closed = False
         self._wakers: list[Callable[[], None]] = []  # one per open stream (``events``)
         self._follower: Any = None
+        self._stores: Any = None
         # Instances followed by polling, and why (an old server, a stream over its budget):
         # the page's server line says it (``annotate``).
         self.following: dict[str, str] = {}
@@ -88,19 +92,27 @@ class ChangeFeed:
         """Start following the fleet (one follower for every viewer)."""
         from xaf_hub.fleet.follow import FleetFollower, run_in_thread
         from xaf_hub.ops.live_board import publish
+        from xaf_hub.store.backends import Stores
 
         cfg = self.cfg
+        self._stores = Stores(cfg)  # Redis's copy of the board for the other hosts, if any
         self._follower = FleetFollower(
             cfg, self.instances, emit=self.publish,
             transport_factory=self.transport_factory, outcomes=False,
-            publish=lambda view: publish(cfg, view, "serve"),
+            publish=lambda view: publish(cfg, view, "serve", self._stores),
         )
         run_in_thread(self._follower, "xaf-hub-serve-follower")
+
+    def live_view(self) -> list[LiveInstance]:
+        """What the follower knows of each instance now ([] before it started)."""
+        return self._follower.view_now() if self._follower is not None else []
 
     def close(self) -> None:
         """Stop following and end every open stream."""
         if self._follower is not None:
             self._follower.close()
+        if self._stores is not None:
+            self._stores.close()
         with self._cond:
             self._closed = True
             self._cond.notify_all()
@@ -193,3 +205,86 @@ class ChangeFeed:
                 self._wakers.remove(wake)
             if said is not None:
                 said.append(why)
+
+
+class LiveFleet:
+    """What ``serve`` shows: each instance from its change feed's follower where that view is
+    fresh (the live board's rule, ``ops.live_board.take``: confirmed within
+    ``patrol.live_board_seconds``), the others scanned as before (``scan``). A change notice
+    then costs a rebuild from memory, not a scan of every instance.
+
+    The page shows each idle project session's last result: ``outcomes`` reads those a
+    snapshot does not carry yet (``fleet.scan.fill_outcomes``), and the ones read are kept
+    per session and its ``updated`` time, and forgotten on any notice about the session
+    (``forget``, one of the feed's ``on_change`` hooks), so a session is asked again only once
+    it changed. Called by ``SnapshotCache``, one call at a time.
+    """
+
+    def __init__(
+        self,
+        cfg: Config,
+        instances: Sequence[InstanceConfig],
+        *,
+        scan: Callable[[list[InstanceConfig]], list[InstanceScan]],
+        outcomes: Callable[[list[InstanceScan]], object],
+    ) -> None:
+        self.cfg = cfg
+        self.instances = list(instances)
+        self._scan = scan
+        self._outcomes = outcomes
+        self.feed: ChangeFeed | None = None
+        self._known: dict[tuple[str, str], tuple[int, str]] = {}  # -> (updated, outcome)
+        self.scanned = 0  # instance scans made (for tests and the bench)
+        self.taken = 0  # instance views taken from the follower
+
+    def follow(self, feed: ChangeFeed) -> None:
+        """Take live views from ``feed`` from now on, and forget what its notices change."""
+        feed.on_change.insert(0, self.forget)  # before the cache is marked stale
+        self.feed = feed
+
+    def forget(self, ev: FleetEvent) -> None:
+        """A notice about a session: its last result is read again when next shown."""
+        if ev.session is not None:
+            self._known.pop((ev.instance, ev.session.id), None)
+
+    def __call__(self) -> Snapshot:
+        from xaf_hub.ops.live_board import merged, take
+
+        view: list[LiveInstance] = self.feed.live_view() if self.feed is not None else []
+        board = take(self.cfg, self.instances, view)
+        rest = [i for i in self.instances if i.name not in board.scans]
+        scanned = self._scan(rest) if rest else []
+        self.scanned += len(rest)
+        self.taken += len(board.scans)
+        snap, scans = merged(self.instances, board, scanned)
+        for sc in scans:
+            sc.sessions = [self._recall(s) for s in sc.sessions]
+        answered = [sc for sc in scans if sc.reachable]
+        unread = [sc for sc in answered if any(_unread(s) for s in sc.sessions)]
+        if unread:  # only the instances with a result to read are asked at all
+            self._outcomes(unread)
+        shown = {sc.inst.name for sc in answered}
+        kept = {k: v for k, v in self._known.items() if k[0] not in shown}  # gone sessions go
+        for sc in answered:
+            for s in sc.sessions:
+                self._remember(s, kept)
+        self._known = kept
+        return merged(self.instances, board, scans, snap.generated_at)[0]
+
+    def _recall(self, s: SessionRecord) -> SessionRecord:
+        if not _unread(s):
+            return s
+        known = self._known.get((s.instance, s.id))
+        if known is None or known[0] != s.updated:
+            return s
+        return replace(s, outcome=known[1])
+
+    @staticmethod
+    def _remember(s: SessionRecord, into: dict[tuple[str, str], tuple[int, str]]) -> None:
+        if s.project and not s.running and s.outcome not in ("", "unknown", "running"):
+            into[(s.instance, s.id)] = (s.updated, s.outcome)
+
+
+def _unread(s: SessionRecord) -> bool:
+    """An idle project session whose last result the snapshot does not carry yet."""
+    return s.project and not s.running and not s.outcome

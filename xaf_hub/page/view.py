@@ -307,6 +307,17 @@ def _bars(sections: Iterable[SectionView]) -> list[BarView]:
 QUIET_REFRESH_FACTOR = 6
 
 
+def source_words(snap: Snapshot, lang: Lang = "en") -> str:
+    """Where the page's sessions come from, when some came from a live view ("Source: live,
+    2 s old."); "" when everything was scanned (``Snapshot.source_words`` for a terminal)."""
+    if snap.live_age is None:
+        return ""
+    age = f"{snap.live_age:.0f}"
+    if snap.source == "live":
+        return text(lang, "page.source_live", age=age)
+    return text(lang, "page.source_mixed", names=", ".join(sorted(snap.live)), age=age)
+
+
 def overview_context(
     snap: Snapshot,
     *,
@@ -373,6 +384,7 @@ def overview_context(
         "generated_ms": generated,
         "generated_exact": local_time_with_zone(generated),
         "generated_words": ago(lang, generated, now_ms),
+        "source_words": source_words(snap, lang),
         "live_seconds": live_seconds,
         "quiet_seconds": live_seconds * QUIET_REFRESH_FACTOR,
         "cards": CardsView(

@@ -36,6 +36,11 @@ TEXT: dict[str, tuple[str, str]] = {
         "团队的 AI 编程助手正在为这个项目做什么，按服务器列出。",
     ),
     "page.data_from": ("Data from {exact} ({when}).", "数据时间：{exact}（{when}）。"),
+    "page.source_live": ("Source: live, {age} s old.", "来源：实时，{age} 秒前确认。"),
+    "page.source_mixed": (
+        "Source: live for {names} ({age} s old), the rest scanned.",
+        "来源：{names} 为实时（{age} 秒前确认），其余为刚才的扫描。",
+    ),
     "page.static": (
         "This page is a saved snapshot: the times stay current, the data does not.",
         "这是一份保存下来的快照：时间会自动更新，数据不会。",

@@ -371,7 +371,7 @@ def start_live(
     cfg = pctx.cfg
     follower = FleetFollower(
         cfg, emit=reactor.on_event, transport_factory=pctx.transport_factory,
-        outcomes=False, publish=lambda view: publish(cfg, view, "patrol"),
+        outcomes=False, publish=lambda view: publish(cfg, view, "patrol", pctx.stores),
     )
     reactor.start()
     run_in_thread(follower, "xaf-hub-patrol-follower")

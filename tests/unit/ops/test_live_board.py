@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -304,3 +305,110 @@ def test_status_from_a_fresh_board_loads_no_http_client_or_event_loop(tmp_path: 
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                          timeout=60, check=True).stdout.split()
     assert out == ["0", "[]"], out
+
+
+# ---------------------------------------------------------------------------------------------
+# sessions: the board as status reads it
+
+
+def sessions(tmp_path: Path, asked: list[str], *args: str) -> tuple[int, str, str]:
+    """`sessions ARGS` over servers that answer with one idle project session each and its
+    last message; ``asked`` gets each request's host and path."""
+    def handler(request: httpx.Request) -> httpx.Response:
+        asked.append(f"{request.url.host}{request.url.path}")
+        path = request.url.path
+        if path == "/global/health":
+            return httpx.Response(200, json={"healthy": True, "version": "1.18.33"})
+        if path in ("/experimental/session", "/session"):
+            sid = "scanned_" + request.url.host[0]
+            return httpx.Response(200, json=[{"id": sid, "title": "from the server",
+                                              "directory": "/srv/proj/app",
+                                              "time": {"created": 1, "updated": NOW}}])
+        if path.endswith("/message"):
+            msg = {"info": {"role": "assistant", "id": "msg_1", "time": {"completed": 3},
+                            "finish": "stop"}, "parts": []}
+            return httpx.Response(200, json=[msg])
+        return httpx.Response(200, json={} if "status" in path else [])
+
+    out, err = io.StringIO(), io.StringIO()
+    code = main(["--config", str(tmp_path / "config.json"), "sessions", *args], stdout=out,
+                stderr=err, env={"XAF_HUB_HOME": str(tmp_path / "home")},
+                transport_factory=lambda inst: httpx.MockTransport(handler))
+    return code, out.getvalue(), err.getvalue()
+
+
+def fresh_board(tmp_path: Path, b_confirmed_ago_ms: int = 3000) -> Config:
+    cfg = config(tmp_path)
+    now = int(time.time() * 1000)
+    write(cfg, [view(cfg, "a", [record("a", "s1", running=True), record("a", "s2"),
+                                record("a", "x9", project=False)], confirmed=now - 1000),
+                view(cfg, "b", [record("b", "s3")], confirmed=now - b_confirmed_ago_ms)],
+          now=now)
+    return cfg
+
+
+def test_sessions_json_reads_a_fresh_board_and_says_so(tmp_path: Path) -> None:
+    fresh_board(tmp_path)
+    asked: list[str] = []
+    code, out, err = sessions(tmp_path, asked, "--json")
+    doc = json.loads(out)
+    assert code == 0 and asked == [], err
+    assert sorted(s["id"] for s in doc["sessions"]) == ["s1", "s2", "s3"]
+    assert doc["by_instance"]["a"] == {"project_sessions": 2, "running": 1}
+    assert doc["source"] == "live" and 2.5 < doc["live_age_seconds"] < 10
+    assert doc["live_instances"] == ["a", "b"]
+    # --fresh asks the servers, whatever the board says.
+    code, out, err = sessions(tmp_path, asked, "--json", "--fresh")
+    doc = json.loads(out)
+    assert code == 0 and {a.split("/")[0] for a in asked} == {"a.test", "b.test"}, err
+    assert sorted(s["id"] for s in doc["sessions"]) == ["scanned_a", "scanned_b"]
+    assert (doc["source"], doc["live_age_seconds"], doc["live_instances"]) == ("scan", None, [])
+
+
+def test_sessions_scans_what_the_board_does_not_keep_and_says_which(tmp_path: Path) -> None:
+    fresh_board(tmp_path, b_confirmed_ago_ms=60_000)
+    asked: list[str] = []
+    code, out, err = sessions(tmp_path, asked, "--json")
+    doc = json.loads(out)
+    assert code == 0 and {a.split("/")[0] for a in asked} == {"b.test"}, err
+    assert sorted(s["id"] for s in doc["sessions"]) == ["s1", "s2", "scanned_b"]
+    assert (doc["source"], doc["live_instances"]) == ("mixed", ["a"])
+    code, out, err = sessions(tmp_path, asked)  # the table says it too
+    assert code == 0 and re.search(
+        r"source: live for a \(\d+ s old\), the rest scanned \(--fresh scans\)", err), err
+
+
+def test_sessions_table_says_live_and_its_age(tmp_path: Path) -> None:
+    fresh_board(tmp_path)
+    asked: list[str] = []
+    code, out, err = sessions(tmp_path, asked)
+    assert code == 0 and asked == [] and "s2" in out
+    assert re.search(r"source: live, \d+ s old \(--fresh scans\)", err), err
+    code, out, err = sessions(tmp_path, asked, "--fresh")
+    assert code == 0 and "source:" not in err
+
+
+def test_sessions_outcomes_from_the_board_ask_only_the_last_messages(tmp_path: Path) -> None:
+    fresh_board(tmp_path)
+    asked: list[str] = []
+    code, out, err = sessions(tmp_path, asked, "--json", "--outcomes")
+    doc = json.loads(out)
+    assert code == 0 and doc["source"] == "live", err
+    # No listing: the client's version check, then one message request per idle project
+    # session, none for the running one.
+    assert sorted(asked) == ["a.test/global/health", "a.test/session/s2/message",
+                             "b.test/global/health", "b.test/session/s3/message"]
+    outcomes = {s["id"]: s["outcome"] for s in doc["sessions"]}
+    assert outcomes == {"s1": "running", "s2": "succeeded", "s3": "succeeded"}
+
+
+def test_sessions_html_and_json_file_say_their_source(tmp_path: Path) -> None:
+    fresh_board(tmp_path)
+    asked: list[str] = []
+    page, export = tmp_path / "page.html", tmp_path / "out.json"
+    code, out, err = sessions(tmp_path, asked, "--html", str(page), "--out", str(export))
+    assert code == 0, err
+    assert re.search(r"Source: live, \d+ s old\.", page.read_text("utf-8"))
+    assert json.loads(export.read_text("utf-8"))["source"] == "live"
+    code, out, err = sessions(tmp_path, asked, "--html", str(page), "--fresh")
+    assert code == 0 and "Source:" not in page.read_text("utf-8")

@@ -223,7 +223,9 @@ def test_json_document_shape() -> None:
     doc = report.snapshot_document(fleet())
     assert list(doc) == [
         "generated_at", "xaf_hub_version", "by_instance", "unreachable", "instances", "sessions",
+        "source", "live_age_seconds", "live_instances",
     ]
+    assert (doc["source"], doc["live_age_seconds"], doc["live_instances"]) == ("scan", None, [])
     assert doc["xaf_hub_version"] == __version__
     assert doc["generated_at"] == "2023-11-14T22:13:20Z"
     assert doc["by_instance"] == {

@@ -120,6 +120,37 @@ def scan(
     return aio.run(go())
 
 
+def read_fleet(
+    ctx: Context,
+    instances: list[InstanceConfig],
+    *,
+    fresh: bool = False,
+    outcomes: bool = False,
+    progress: bool = False,
+) -> tuple[Snapshot, list[InstanceScan]]:
+    """The fleet as `status` and `sessions` read it: each instance from the live board when it
+    is fresh there, the rest scanned (``fresh``: all scanned; architecture §5.1). The snapshot
+    says which came from the board and how old (``Snapshot.live``, ``source``); the scans are
+    in ``instances``' order. ``outcomes``: each project session's last result is fetched too,
+    for the board's instances as for the scanned ones (one request per idle session)."""
+    from xaf_hub.ops.live_board import merged, split
+
+    board, rest = split(ctx.config, instances, fresh=fresh, stores=ctx.stores)
+    scanned: list[InstanceScan] = []
+    generated = None
+    if rest:
+        snap, scanned = scan(ctx, rest, progress=progress)
+        generated = snap.generated_at
+    snap, scans = merged(instances, board, scanned, generated)
+    if outcomes:
+        from xaf_hub.core import aio
+        from xaf_hub.fleet.scan import fill_outcomes
+
+        aio.run(fill_outcomes(ctx.config, scans, ctx.transport_factory))
+        snap, scans = merged(instances, board, scans, snap.generated_at)
+    return snap, scans
+
+
 def report_missing_passwords(ctx: Context, snap: Snapshot) -> None:
     """One error line per instance that asked for a password the config does not give."""
     for item in snap.unreachable:

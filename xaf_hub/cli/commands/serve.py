@@ -6,8 +6,9 @@ fetching itself again every few seconds), `/api/snapshot` (the same JSON as
 `sessions --json`), `/api/events` (server-sent change notices) and `/health`. However many
 people refresh, the fleet is scanned at most once per --cache-seconds, and requests that
 arrive during a scan share it. One follower of the servers' event streams serves every open
-page: a change marks the cached scan stale and notifies the pages, which can fetch
-`/api/snapshot` again at once.
+page: a change marks the cached snapshot stale and notifies the pages, which can fetch
+`/api/snapshot` again at once; it is then built from the follower's view of each instance it
+keeps current (`page.notices.LiveFleet`), and only the others are scanned.
 
 It listens on loopback only, unless --public is given AND a viewer password is set in the
 environment variable XAF_HUB_VIEWER_PASSWORD; then every request must log in (any user name,
@@ -110,17 +111,29 @@ def run(ctx: Context) -> int:
         raise UsageError("--refresh-seconds must be between 1 and 86400")
     password = ctx.env.get(VIEWER_PASSWORD_ENV) or None
     check_exposure(opts.host, opts.public, password)
+    from xaf_hub.core import aio
+    from xaf_hub.fleet.scan import fill_outcomes
+    from xaf_hub.page.notices import LiveFleet
+
     cfg = ctx.config
     instances = list(cfg.instances)
     # No request waits for a scan longer than one instance's scan deadline.
     feeds: list[ChangeFeed] = []  # the change feed, once a page follows (it says who is polled)
 
+    # Each instance from the change feed's follower while its view is fresh there, the rest
+    # scanned; last results read once per change of a session (page.notices.LiveFleet).
+    fleet = LiveFleet(
+        cfg, instances, scan=lambda rest: scan(ctx, rest)[1],
+        outcomes=lambda scans: aio.run(fill_outcomes(cfg, scans, ctx.transport_factory)),
+    )
+
     def scan_fleet() -> Snapshot:
-        snap = scan(ctx, instances, outcomes=True)[0]
+        snap = fleet()
         return feeds[0].annotate(snap) if feeds else snap
 
     def follow() -> ChangeFeed:
         feeds.append(start_feed(cfg, ctx.transport_factory, cache, log))
+        fleet.follow(feeds[0])
         return feeds[0]
 
     cache = SnapshotCache(scan_fleet, opts.cache_seconds, wait=cfg.scan_timeout)

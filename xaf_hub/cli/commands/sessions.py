@@ -4,17 +4,18 @@ from __future__ import annotations
 
 import argparse
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
 from xaf_hub.cli.commands._common import (
+    FRESH,
     INSTANCE,
     add_json,
     add_wide,
     chosen_instances,
+    read_fleet,
     report_unreachable,
-    scan,
     scan_exit,
 )
 from xaf_hub.cli.context import Context
@@ -32,7 +33,11 @@ examples:
   xaf-hub sessions --out out/sessions.csv      # UTF-8 with BOM, opens in Excel
   xaf-hub sessions --html overview.html        # one self-contained page for colleagues
   xaf-hub sessions --html 概览.html --lang zh    # the page in Chinese (default: page.language)
+  xaf-hub sessions --fresh                     # scan every instance, even with a live board
 --limit only shortens the screen listing; --json, --out and --html always hold everything.
+A patrol daemon or `serve` that follows the fleet publishes what it sees (the live board);
+sessions takes each instance from it when it is at most patrol.live_board_seconds old
+(default 15) and scans the others, and says so ("source").
 """
 
 
@@ -47,6 +52,7 @@ OPTIONS = (
         "English for auto)", kind=Literal["en", "zh"]),
     Opt("outcomes", ("--outcomes",), "also fetch each session's last result (one request per "
         "idle session; implied by --html)", kind=bool, default=False),
+    FRESH,
 )
 
 
@@ -68,6 +74,7 @@ class Options:
     html: str | None
     lang: Literal["en", "zh"] | None
     outcomes: bool
+    fresh: bool = False
 
 
 def filter_keyword(snap: Snapshot, keyword: str | None) -> Snapshot:
@@ -76,7 +83,7 @@ def filter_keyword(snap: Snapshot, keyword: str | None) -> Snapshot:
         return snap
     k = keyword.lower()
     kept = tuple(s for s in snap.sessions if not s.project or k in s.title.lower())
-    return Snapshot(snap.generated_at, snap.instances, kept, snap.warnings)
+    return replace(snap, sessions=kept)
 
 
 def write_page(ctx: Context, snap: Snapshot, path: Path, lang: str | None) -> None:
@@ -110,10 +117,11 @@ def write_page(ctx: Context, snap: Snapshot, path: Path, lang: str | None) -> No
 
 
 def read(ctx: Context, opts: Options) -> Snapshot:
-    """Scan the instances asked (with each session's last result for --outcomes or --html) and
-    keep the titles with the keyword."""
-    snap, _ = scan(
-        ctx, chosen_instances(ctx, opts.instance), progress=True,
+    """Read the instances asked as `status` does (the live board where fresh, else a scan;
+    --fresh scans), with each session's last result for --outcomes or --html, and keep the
+    titles with the keyword."""
+    snap, _ = read_fleet(
+        ctx, chosen_instances(ctx, opts.instance), fresh=opts.fresh, progress=True,
         outcomes=bool(opts.outcomes or opts.html),
     )
     return filter_keyword(snap, opts.keyword)
@@ -177,5 +185,7 @@ def run(ctx: Context) -> int:
     )
     shown = f"{len(rows)} of {len(rows_all)}" if len(rows) < len(rows_all) else str(len(rows))
     ctx.info(f"{shown} project session(s)")
+    if snap.live:
+        ctx.info(f"source: {snap.source_words()} (--fresh scans)")
     report_unreachable(ctx, snap)
     return scan_exit(snap)

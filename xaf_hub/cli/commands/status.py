@@ -14,9 +14,9 @@ from xaf_hub.cli.commands._common import (
     add_json,
     add_wide,
     chosen_instances,
+    read_fleet,
     report_missing_passwords,
     report_unreachable,
-    scan,
     scan_exit,
 )
 from xaf_hub.cli.context import Context
@@ -30,7 +30,6 @@ from xaf_hub.ops import budget
 from xaf_hub.ops.load import Load, instance_load
 
 if TYPE_CHECKING:  # a type only: `status --help` loads no HTTP client
-    from xaf_hub.config.load import InstanceConfig
     from xaf_hub.fleet.scan import InstanceScan
 
 EXAMPLES = """\
@@ -85,15 +84,15 @@ class Measured:
     @property
     def source(self) -> str:
         """"live" (every instance from the board), "scan" (none) or "mixed"."""
-        from xaf_hub.ops.live_board import source_of
-
-        return source_of(len(self.live), len(self.loads))
+        return self.snap.source
 
 
 def measure(ctx: Context, opts: Options) -> Measured:
     """Scan, count load and reservations, spend against the budgets and the pool's queue."""
     cfg = ctx.config
-    snap, scans, live = _read_fleet(ctx, chosen_instances(ctx, opts.instance), opts.fresh)
+    snap, scans = read_fleet(
+        ctx, chosen_instances(ctx, opts.instance), fresh=opts.fresh, progress=True
+    )
     gate = ctx.stores.gate()
     try:
         loads = [instance_load(sc, gate, opts.allow_prod) for sc in scans]
@@ -110,25 +109,7 @@ def measure(ctx: Context, opts: Options) -> Measured:
         _over_budget(ctx, x, sc, line, project)
         for x, sc, line in zip(loads, scans, spends, strict=True)
     ]
-    return Measured(snap, loads, spends, project, queued, opts.instance is None, live)
-
-
-def _read_fleet(
-    ctx: Context, instances: list[InstanceConfig], fresh: bool
-) -> tuple[Snapshot, list[InstanceScan], dict[str, float]]:
-    """The fleet: each instance from the live board when it is fresh there, the rest scanned
-    (``fresh``: all scanned). Returns the snapshot, the scans in config order, and the age in
-    seconds of each instance taken from the board."""
-    from xaf_hub.ops.live_board import merged, split
-
-    board, rest = split(ctx.config, instances, fresh=fresh)
-    scanned: list[InstanceScan] = []
-    generated = None
-    if rest:
-        snap, scanned = scan(ctx, rest, progress=True)
-        generated = snap.generated_at
-    snap, scans = merged(instances, board, scanned, generated)
-    return snap, scans, dict(board.ages)
+    return Measured(snap, loads, spends, project, queued, opts.instance is None, dict(snap.live))
 
 
 def document(m: Measured) -> dict[str, Any]:
@@ -142,9 +123,7 @@ def document(m: Measured) -> dict[str, Any]:
         "queue": {"pending": m.queued},
         "project": m.project.to_json() if m.whole else None,
         # Where the numbers come from: the live board (with its age) or a scan just now.
-        "source": m.source,
-        "live_age_seconds": round(max(m.live.values()), 1) if m.live else None,
-        "live_instances": sorted(m.live),
+        **m.snap.source_json(),
     }
 
 
@@ -190,18 +169,10 @@ def run(ctx: Context) -> int:
         ctx.out(f"project spend: {project.text()}")
     if queued:
         ctx.out(f"queue: {queued} task(s) waiting in the pool for a free slot")
-    if m.live:
-        ctx.out(f"source: {_source_words(m)} (--fresh scans)")
+    if m.snap.live:
+        ctx.out(f"source: {m.snap.source_words()} (--fresh scans)")
     report_unreachable(ctx, snap)
     return scan_exit(snap)
-
-
-def _source_words(m: Measured) -> str:
-    """"live, 2 s old" or "live for lan-a, lan-b (2 s old), the rest scanned"."""
-    age = f"{max(m.live.values()):.0f} s old"
-    if m.source == "live":
-        return f"live, {age}"
-    return f"live for {', '.join(sorted(m.live))} ({age}), the rest scanned"
 
 
 def _spent_cell(line: budget.BudgetLine) -> str:

@@ -1,0 +1,35 @@
+"""The live board in Redis, for the other hosts (architecture §5.1).
+
+With the stores in Redis (``backends.shares_decisions``), a follower's board is also written
+to ``<lock.redis_prefix>:live_board:<writer>:<host>`` (one string, the same JSON as the file,
+forgotten ``TTL_MS`` after its last write), and a reader on any host takes these beside the
+files of its own state folder; each instance's freshest view wins, judged by the same rules
+(``ops.live_board``). Only ``backends.Stores`` imports this module.
+"""
+
+from __future__ import annotations
+
+import redis
+
+from xaf_hub.store.redis.client import describe, redis_errors
+
+__all__ = ["boards", "publish"]
+
+# A board is written every 5 s while its writer lives: one not written for a minute is gone.
+TTL_MS = 60_000
+
+
+def publish(client: redis.Redis, prefix: str, writer: str, host: str, text: str) -> None:
+    """Write one writer's board of one host (UnreachableError when Redis cannot be asked)."""
+    with redis_errors(describe(client)):
+        client.set(f"{prefix}:live_board:{writer}:{host}", text, px=TTL_MS)
+
+
+def boards(client: redis.Redis, prefix: str) -> list[str]:
+    """Every board in Redis, each host's and writer's (UnreachableError as above)."""
+    with redis_errors(describe(client)):
+        keys = sorted(client.scan_iter(match=f"{prefix}:live_board:*", count=100))
+        if not keys:
+            return []
+        texts = client.mget(keys)
+    return [t.decode("utf-8") if isinstance(t, bytes) else str(t) for t in texts if t]
