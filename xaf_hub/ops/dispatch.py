@@ -169,6 +169,8 @@ async def read_traces(
     done, late = await asyncio.wait(tasks, timeout=TRACE_SECONDS)
     for task in late:
         task.cancel()
+    if late:  # let them close their clients before the loop moves on
+        await asyncio.wait(late, timeout=1.0)
     out = {}
     for task in done:
         got = None if task.cancelled() or task.exception() else task.result()
