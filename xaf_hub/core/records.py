@@ -135,6 +135,44 @@ class InstanceSummary:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
+@dataclass(frozen=True)
+class SpendSlots:
+    """Project sessions' cost grouped by the quarter hour of their last activity
+    (``updated``), for the sessions active at or after ``since_ms``: today's spend without the
+    sessions themselves, on any clock (every time zone's midnight falls on a quarter hour).
+    Each slot is (its start in epoch ms, known USD, sessions of unknown cost, sessions);
+    ``ops.budget.spend_slots`` makes them, ``ops.budget.slots_today`` sums them."""
+
+    since_ms: int
+    slots: tuple[tuple[int, float, int, int], ...] = ()
+
+
+@dataclass(frozen=True)
+class Tally:
+    """An instance's counts when its scan holds only some of its sessions: the live board's
+    summary (``ops.live_board``) keeps the running ones and these, what `status` reads."""
+
+    total_sessions: int
+    project_sessions: int
+    running_total: int
+    running_project: int
+    waiting: int  # running project sessions whose run waits for a person
+    spend: SpendSlots | None = None  # None: not counted (``Tally.of``)
+
+    @classmethod
+    def of(cls, sessions: Iterable[SessionRecord]) -> Tally:
+        """The counts of ``sessions`` (all of an instance's), the one place they are counted."""
+        total = project = running_total = running = waiting = 0
+        for s in sessions:
+            total += 1
+            running_total += s.running
+            if s.project:
+                project += 1
+                running += s.running
+                waiting += s.running and s.waiting is not None
+        return cls(total, project, running_total, running, waiting)
+
+
 def source_of(taken: int, total: int) -> str:
     """Where a view of ``total`` instances came from: "live" (all from a live view), "scan"
     (none) or "mixed"."""

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from xaf_hub.config.load import InstanceConfig
-from xaf_hub.core.records import InstanceSummary, SessionRecord, Snapshot, running_project
+from xaf_hub.core.records import InstanceSummary, SessionRecord, Snapshot, Tally
 
 
 @dataclass
@@ -31,10 +31,13 @@ class InstanceScan:
     run_state_unknown: str = ""
     # Why pending permission requests and questions could not be read ("" when they were).
     waiting_unknown: str = ""
+    # Set when ``sessions`` holds only some of the instance's sessions (the running ones, from
+    # the live board's summary): the whole instance's counts and recent spend. None: all.
+    tally: Tally | None = None
 
     def summary(self) -> InstanceSummary:
         """Counts for tables and exports."""
-        project = [s for s in self.sessions if s.project]
+        t = self.tally if self.tally is not None else Tally.of(self.sessions)
         return InstanceSummary(
             name=self.inst.name,
             url=self.inst.url,
@@ -42,16 +45,16 @@ class InstanceScan:
             reason=self.reason,
             version=self.version,
             api=self.api,
-            total_sessions=len(self.sessions),
-            project_sessions=len(project),
-            running_total=sum(1 for s in self.sessions if s.running),
-            running_project=running_project(project),
+            total_sessions=t.total_sessions,
+            project_sessions=t.project_sessions,
+            running_total=t.running_total,
+            running_project=t.running_project,
             limit=self.inst.concurrency_limit,
             danger=self.inst.production,
             note=self.inst.note,
             release=self.release,
             run_state_unknown=self.run_state_unknown,
-            waiting=sum(1 for s in project if s.running and s.waiting is not None),
+            waiting=t.waiting,
             waiting_unknown=self.waiting_unknown,
         )
 

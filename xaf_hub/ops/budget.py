@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 
 from xaf_hub.config.load import Config, InstanceConfig
 from xaf_hub.core.clock import day_start, resolve_timezone, to_ms
-from xaf_hub.core.records import SessionRecord
+from xaf_hub.core.records import SessionRecord, SpendSlots, Tally
 from xaf_hub.errors import BudgetReached
 
 if TYPE_CHECKING:
@@ -84,20 +84,61 @@ def spend_today(
     """Today's spend of the project sessions among ``sessions`` (module docstring); each
     running one is a run in flight, which may still spend ``run_ceiling`` (when set)."""
     start = to_ms(day_start(now, tz))
-    usd, unknown, count, running = 0.0, 0, 0, 0
+    project = [s for s in sessions if s.project]
+    running = sum(1 for s in project if s.running)
+    return _spend(s for s in project if s.updated >= start).with_sent(running, run_ceiling)
+
+
+def _spend(sessions: Iterable[SessionRecord]) -> Spend:
+    """The cost of ``sessions``, each counted in full (None: unknown, never 0)."""
+    usd, unknown, count = 0.0, 0, 0
     for s in sessions:
-        if not s.project:
-            continue
-        if s.running:
-            running += 1
-        if s.updated < start:
-            continue
         count += 1
         if s.cost is None:
             unknown += 1
         else:
             usd += s.cost
-    return Spend(usd, unknown, count).with_sent(running, run_ceiling)
+    return Spend(usd, unknown, count)
+
+
+# Today's spend without the sessions (the live board's summary, ``records.SpendSlots``): each
+# time zone's midnight falls on a quarter hour, and the slots reach back further than the
+# longest day (25 h, when the clocks go back) plus the oldest board a reader takes.
+SLOT_MS = 15 * 60 * 1000
+SLOTS_BACK_MS = 27 * 3600 * 1000
+
+
+def spend_slots(sessions: Iterable[SessionRecord], now_ms: int) -> SpendSlots:
+    """The project sessions among ``sessions`` active in the last ``SLOTS_BACK_MS``, their
+    cost by the quarter hour of their last activity."""
+    since = (now_ms - SLOTS_BACK_MS) // SLOT_MS * SLOT_MS
+    groups: dict[int, list[SessionRecord]] = {}
+    for s in sessions:
+        if s.project and s.updated >= since:
+            groups.setdefault(s.updated // SLOT_MS * SLOT_MS, []).append(s)
+    slots = []
+    for start in sorted(groups):
+        spent = _spend(groups[start])
+        slots.append((start, spent.usd, spent.unknown, spent.sessions))
+    return SpendSlots(since, tuple(slots))
+
+
+def slots_today(tally: Tally, now: datetime, tz: tzinfo) -> Spend | None:
+    """Today's spend from a tally's slots, as ``spend_today`` counts it from the sessions
+    (None: the slots do not reach back to today's start). A midnight off the quarter hours
+    (no zone has one today) counts its whole quarter: the figure errs high, never low."""
+    slots = tally.spend
+    start = to_ms(day_start(now, tz))
+    if slots is None or start < slots.since_ms:
+        return None
+    first = start // SLOT_MS * SLOT_MS
+    usd, unknown, count = 0.0, 0, 0
+    for at, slot_usd, slot_unknown, slot_count in slots.slots:
+        if at >= first:
+            usd += slot_usd
+            unknown += slot_unknown
+            count += slot_count
+    return Spend(usd, unknown, count).with_sent(tally.running_project, None)
 
 
 def run_ceiling(cfg: Config, inst: InstanceConfig) -> float | None:
@@ -236,17 +277,23 @@ class BudgetLine:
 
 def budget_lines(
     cfg: Config,
-    by_instance: Sequence[tuple[InstanceConfig, Sequence[SessionRecord] | None]],
+    by_instance: Sequence[tuple[InstanceConfig, Sequence[SessionRecord] | Tally | None]],
     now: datetime,
 ) -> tuple[BudgetLine, list[BudgetLine]]:
-    """(the project's line, one line per instance); ``None`` sessions: it did not answer."""
+    """(the project's line, one line per instance); ``None`` sessions: it did not answer; a
+    ``Tally`` (the live board's summary): its slots stand for the sessions."""
     tz = zone(cfg)
     lines = []
     total = Spend()
     for inst, sessions in by_instance:
-        spent = spend_today(sessions, now, tz) if sessions is not None else Spend()
-        total += spent
-        lines.append(BudgetLine(inst.name, spent, inst.budget_daily_usd, sessions is not None))
+        spent = None
+        if isinstance(sessions, Tally):
+            spent = slots_today(sessions, now, tz)
+        elif sessions is not None:
+            spent = spend_today(sessions, now, tz)
+        total += spent or Spend()
+        lines.append(BudgetLine(inst.name, spent or Spend(), inst.budget_daily_usd,
+                                spent is not None))
     return BudgetLine("", total, cfg.budget.daily_usd), lines
 
 

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from xaf_hub.config.load import Config, InstanceConfig
-from xaf_hub.core.records import SessionRecord, Snapshot, Waiting, source_of
+from xaf_hub.core.records import SessionRecord, Snapshot, SpendSlots, Tally, Waiting, source_of
 from xaf_hub.errors import HubError
 from xaf_hub.fleet.instance_scan import InstanceScan, snapshot_of
 from xaf_hub.store.statefile import write_text_atomic
@@ -43,6 +43,7 @@ WRITERS = ("patrol", "serve")
 # The record fields a board row carries, in order (``waiting`` as its own small object).
 _FIELDS = tuple(f.name for f in fields(SessionRecord))
 _WAITING = _FIELDS.index("waiting")
+_TALLY_COUNTS = tuple(f.name for f in fields(Tally) if f.name != "spend")
 _SCAN_FACTS = ("reachable", "reason", "version", "api", "release", "run_state_unknown",
                "waiting_unknown")
 
@@ -51,6 +52,13 @@ def board_path(cfg: Config, writer: str) -> Path:
     """Where one kind of writer keeps its board: the state folder (a daemon and ``serve``
     may follow different instances; a reader takes the fresher view of each)."""
     return cfg.state_dir / f"live-board-{writer}.json"
+
+
+def summary_path(cfg: Config, writer: str) -> Path:
+    """Where one kind of writer keeps its board's summary: each instance's counts, recent
+    spend and running sessions without the idle ones (what `status` reads: a 50 x 10,000
+    fleet's summary is read in milliseconds, its board in seconds)."""
+    return cfg.state_dir / f"live-summary-{writer}.json"
 
 
 def instance_key(inst: InstanceConfig) -> str:
@@ -63,9 +71,13 @@ def instance_key(inst: InstanceConfig) -> str:
 
 
 def document(
-    cfg: Config, view: Sequence[LiveInstance], writer: str, now_ms: int | None = None
+    cfg: Config, view: Sequence[LiveInstance], writer: str, now_ms: int | None = None,
+    *, summary: bool = False,
 ) -> dict[str, Any]:
-    """The board's JSON form (compact rows: a 10,000-session fleet reads in milliseconds)."""
+    """The board's JSON form (compact rows: a 10,000-session fleet reads in milliseconds);
+    ``summary``: its summary's, each instance's tally (``records.Tally``, with its spend by
+    quarter hour) and only its running sessions' rows."""
+    now = int(time.time() * 1000) if now_ms is None else now_ms
     by_name = {i.name: i for i in cfg.instances}
     instances = []
     for live in view:
@@ -73,20 +85,25 @@ def document(
         if inst is None:
             continue
         sc = live.scan
-        instances.append({
+        item = {
             "name": inst.name,
             "key": instance_key(inst),
             "mode": live.mode,
             "confirmed_at_ms": live.confirmed_at_ms,
             **{name: getattr(sc, name) for name in _SCAN_FACTS},
             "warnings": list(sc.warnings),
-            "sessions": [_row(s) for s in sc.sessions],
-        })
+        }
+        rows = sc.sessions
+        if summary:
+            item["tally"] = _tally_json(sc.sessions, now)
+            rows = [s for s in sc.sessions if s.running]
+        item["sessions"] = [_row(s) for s in rows]
+        instances.append(item)
     return {
         "format": FORMAT,
         "writer": writer,
         "pid": os.getpid(),
-        "written_at_ms": int(time.time() * 1000) if now_ms is None else now_ms,
+        "written_at_ms": now,
         "fields": list(_FIELDS),
         "instances": instances,
     }
@@ -95,12 +112,28 @@ def document(
 def publish(
     cfg: Config, view: Sequence[LiveInstance], writer: str, stores: Stores | None = None
 ) -> None:
-    """Write the board in one step (a reader sees the old board or the new one, never half);
-    with ``stores`` in Redis, there too, for the other hosts (``Stores.publish_board``)."""
-    text = json.dumps(document(cfg, view, writer), ensure_ascii=False, separators=(",", ":"))
+    """Write the board and its summary, each in one step (a reader sees the old one or the
+    new one, never half); with ``stores`` in Redis, there too, for the other hosts
+    (``Stores.publish_board``)."""
+    now = int(time.time() * 1000)
+    text, short = (
+        json.dumps(document(cfg, view, writer, now, summary=summary), ensure_ascii=False,
+                   separators=(",", ":"))
+        for summary in (False, True)
+    )
     write_text_atomic(board_path(cfg, writer), text)
+    write_text_atomic(summary_path(cfg, writer), short)
     if stores is not None:
-        stores.publish_board(writer, text)
+        stores.publish_board(writer, text, short)
+
+
+def _tally_json(sessions: Sequence[SessionRecord], now_ms: int) -> dict[str, Any]:
+    from xaf_hub.ops.budget import spend_slots
+
+    tally = Tally.of(sessions)
+    spend = spend_slots(sessions, now_ms)
+    return {**{name: getattr(tally, name) for name in _TALLY_COUNTS},
+            "spend_since_ms": spend.since_ms, "spend": [list(x) for x in spend.slots]}
 
 
 def _row(s: SessionRecord) -> list[Any]:
@@ -134,17 +167,19 @@ def read_board(
     max_age: float | None = None,
     now_ms: int | None = None,
     stores: Stores | None = None,
+    summary: bool = False,
 ) -> BoardRead:
     """The fresh views of ``instances`` on the board (``max_age``: default
     ``patrol.live_board_seconds``; 0 takes none): the state folder's files and, with
-    ``stores`` in Redis, every host's boards there."""
+    ``stores`` in Redis, every host's boards there. ``summary``: the boards' summaries, each
+    scan with only its running sessions and its ``tally`` (what `status` needs)."""
     wanted = list(instances)
     limit = cfg.patrol.live_board_seconds if max_age is None else max_age
     if limit <= 0 or not wanted:
         return BoardRead({}, {}, {i.name: "the live board is off" for i in wanted})
     views: dict[str, Mapping[str, Any]] = {}
     troubles: list[str] = []
-    for where, text in _texts(cfg, stores, troubles):
+    for where, text in _texts(cfg, stores, troubles, summary):
         try:
             found = _views(json.loads(text))
         except (KeyError, TypeError, ValueError) as exc:
@@ -169,30 +204,39 @@ def read_board(
             stale[inst.name] = why
             continue
         try:
-            scans[inst.name] = _scan(inst, seen)
+            scan = _scan(inst, seen)
+            if summary and "tally" in seen:  # else a whole board: all its sessions
+                scan.tally = _tally(seen["tally"])
         except (KeyError, TypeError, ValueError) as exc:
             stale[inst.name] = f"its view on the live board is unreadable ({exc})"
             continue
+        if scan.tally is not None and not _reaches_today(cfg, scan.tally, now):
+            stale[inst.name] = "its summary's spend does not reach back to today's start"
+            continue
+        scans[inst.name] = scan
         ages[inst.name] = max(0.0, (now - _confirmed(seen)) / 1000)
     return BoardRead(scans, ages, stale)
 
 
 def _texts(
-    cfg: Config, stores: Stores | None, troubles: list[str]
+    cfg: Config, stores: Stores | None, troubles: list[str], summary: bool = False
 ) -> Iterable[tuple[str, str]]:
-    """Every board's text and where it is: the files, then (stores in Redis) Redis's."""
+    """Every board's text and where it is (``summary``: the summaries): the files, then
+    (stores in Redis) Redis's."""
     for writer in WRITERS:
-        path = board_path(cfg, writer)
-        try:
-            yield str(path), path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            continue
-        except (OSError, ValueError) as exc:  # ValueError: not UTF-8
-            troubles.append(f"live board unreadable ({path}: {type(exc).__name__}: {exc})")
+        # A writer without a summary (an older hub still running): its whole board.
+        for path in [summary_path(cfg, writer)] * summary + [board_path(cfg, writer)]:
+            try:
+                yield str(path), path.read_text(encoding="utf-8")
+            except FileNotFoundError:
+                continue
+            except (OSError, ValueError) as exc:  # ValueError: not UTF-8
+                troubles.append(f"live board unreadable ({path}: {type(exc).__name__}: {exc})")
+            break
     if stores is None:
         return
     try:
-        texts = stores.live_boards()
+        texts = stores.live_boards(summary) or (stores.live_boards() if summary else [])
     except HubError as exc:  # Redis unreachable: this host's files still count
         troubles.append(f"live boards in Redis unreadable ({exc})")
         return
@@ -252,11 +296,12 @@ def merged(
 
 def split(
     cfg: Config, instances: Sequence[InstanceConfig], *, fresh: bool = False,
-    stores: Stores | None = None,
+    stores: Stores | None = None, summary: bool = False,
 ) -> tuple[BoardRead, list[InstanceConfig]]:
     """What the board gives of ``instances``, and the instances left to scan (``fresh``: the
-    board is not read, every instance is left to scan; ``stores``: Redis's boards too)."""
-    board = read_board(cfg, [] if fresh else instances, stores=stores)
+    board is not read, every instance is left to scan; ``stores``: Redis's boards too;
+    ``summary``: the summaries, ``read_board``)."""
+    board = read_board(cfg, [] if fresh else instances, stores=stores, summary=summary)
     return board, [i for i in instances if i.name not in board.scans]
 
 
@@ -337,6 +382,35 @@ def _scan(inst: InstanceConfig, view: Mapping[str, Any]) -> InstanceScan:
     return InstanceScan(inst, sessions=sessions, warnings=warnings, **facts)
 
 
+def _tally(doc: Any) -> Tally:
+    if not isinstance(doc, Mapping):
+        raise ValueError("a tally that is not an object")
+    counts = [doc[name] for name in _TALLY_COUNTS]
+    if any(type(n) is not int or n < 0 for n in counts):
+        raise ValueError("a tally count that is not a whole number")
+    since = doc["spend_since_ms"]
+    if type(since) is not int:
+        raise ValueError("a spend start that is not a time")
+    slots = []
+    for slot in doc["spend"]:
+        at, usd, unknown, count = slot
+        if (type(at) is not int or isinstance(usd, bool) or not isinstance(usd, (int, float))
+                or type(unknown) is not int or type(count) is not int):
+            raise ValueError("a spend slot of the wrong shape")
+        slots.append((at, float(usd), unknown, count))
+    total, project, running_total, running, waiting = counts
+    return Tally(total, project, running_total, running, waiting, SpendSlots(since, tuple(slots)))
+
+
+def _reaches_today(cfg: Config, tally: Tally, now_ms: int) -> bool:
+    from datetime import UTC, datetime
+
+    from xaf_hub.ops.budget import slots_today, zone
+
+    now = datetime.fromtimestamp(now_ms / 1000, UTC)
+    return slots_today(tally, now, zone(cfg)) is not None
+
+
 # The fields a row must have the right type in, and those types: what a reader counts with.
 _TYPES: tuple[type | tuple[type, ...], ...] = (
     str, str, str, str, int, int, (int, float, type(None)), bool, str, str, int, str, str, str,
@@ -375,5 +449,5 @@ def _with_waiting(rec: SessionRecord, w: Mapping[str, Any]) -> SessionRecord:
 
 __all__ = [
     "BoardRead", "board_or_scan", "board_path", "document", "instance_key", "merged", "publish",
-    "read_board", "source_of", "split", "take",
+    "read_board", "source_of", "split", "summary_path", "take",
 ]

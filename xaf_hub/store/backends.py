@@ -193,22 +193,25 @@ class Stores:
 
         return claimer(self.redis(), self.cfg.lock.redis_prefix)
 
-    def publish_board(self, writer: str, text: str) -> None:
-        """Put a live board where the other hosts read it: Redis when the stores are there
-        (``shares_decisions``); nothing otherwise (the state folder's file is the board)."""
+    def publish_board(self, writer: str, text: str, summary: str) -> None:
+        """Put a live board and its summary where the other hosts read them: Redis when the
+        stores are there (``shares_decisions``); nothing otherwise (the state folder's files
+        are the board)."""
         if shares_decisions(self.cfg):
             from xaf_hub.store.gate import host_name
             from xaf_hub.store.redis.board import publish
 
-            publish(self.redis(), self.cfg.lock.redis_prefix, writer, host_name(), text)
+            publish(self.redis(), self.cfg.lock.redis_prefix, writer, host_name(), text,
+                    summary)
 
-    def live_boards(self) -> list[str]:
-        """The live boards every host put in Redis ([] when the stores are files)."""
+    def live_boards(self, summary: bool = False) -> list[str]:
+        """The live boards every host put in Redis (``summary``: their summaries; [] when
+        the stores are files)."""
         if not shares_decisions(self.cfg):
             return []
         from xaf_hub.store.redis.board import boards
 
-        return boards(self.redis(), self.cfg.lock.redis_prefix)
+        return boards(self.redis(), self.cfg.lock.redis_prefix, summary)
 
     def lease_status(self, now_ms: int) -> LeaseStatus | None:
         """The HA lease as Redis has it now, or None when the config uses no lease.

@@ -282,3 +282,63 @@ def test_racing_dispatches_overspend_by_at_most_one_run_ceiling() -> None:
                 admitted += 1
         assert admitted * ceiling <= daily + ceiling + 1e-9, (daily, ceiling, admitted)
         assert admitted >= 1
+
+
+# ---------------------------------------------------------------------------------------------
+# Today's spend from quarter-hour slots (the live board's summary) against the sessions
+
+# Zones whose midnight is off the hour (Kathmandu +5:45, St John's -3:30, Chatham +12:45),
+# one with a 25-hour day (New York, the clocks going back) and one with a 23-hour day.
+SLOT_CASES = [
+    ("Asia/Kathmandu", "2026-12-03T18:20:00+00:00"),
+    ("America/St_Johns", "2026-12-03T03:40:00+00:00"),
+    ("Pacific/Chatham", "2026-12-03T11:05:00+00:00"),
+    ("America/New_York", "2026-11-02T04:50:00+00:00"),  # 23:50 of the 25-hour day
+    ("Europe/Berlin", "2026-03-29T21:59:00+00:00"),  # 23:59 of the 23-hour day
+    ("UTC", "2026-12-03T00:00:00+00:00"),  # midnight exactly
+]
+
+
+@pytest.mark.parametrize(("zone_name", "now"), SLOT_CASES, ids=[c[0] for c in SLOT_CASES])
+def test_the_slots_give_todays_spend_as_the_sessions_do(zone_name: str, now: str) -> None:
+    import random
+
+    from xaf_hub.core.records import Tally
+
+    tz = ZoneInfo(zone_name)
+    at = datetime.fromisoformat(now)
+    now_ms = to_ms(at)
+    rng = random.Random(zone_name)
+    sessions = []
+    for i in range(600):  # up to two days back, some on the quarter hours and midnight itself
+        back = rng.choice([rng.randrange(0, 48 * 3_600_000), rng.randrange(0, 96) * 900_000,
+                           now_ms - to_ms(day_start(at, tz)), now_ms - to_ms(day_start(at, tz)) + 1])
+        cost = None if i % 17 == 0 else round(rng.uniform(0, 0.5), 4)
+        sessions.append(SessionRecord("a", f"s{i}", "t", "/srv/demo", updated=now_ms - back,
+                                      cost=cost, project=i % 5 != 0, running=i % 23 == 0))
+    want = spend_today(sessions, at, tz)
+    tally = Tally.of(sessions)
+    tally = Tally(tally.total_sessions, tally.project_sessions, tally.running_total,
+                  tally.running_project, tally.waiting, budget.spend_slots(sessions, now_ms))
+    got = budget.slots_today(tally, at, tz)
+    assert got is not None
+    assert (round(got.usd, 6), got.unknown, got.sessions, got.in_flight) == (
+        round(want.usd, 6), want.unknown, want.sessions, want.in_flight)
+    assert 0 < want.sessions < 480  # the day's start cut the sessions in two
+    # Read later by up to the board's age, the slots still say the same.
+    later = datetime.fromtimestamp((now_ms + 15_000) / 1000, UTC)
+    if day_start(later, tz) == day_start(at, tz):
+        again = budget.slots_today(tally, later, tz)
+        assert again is not None and again.sessions == want.sessions
+
+
+def test_slots_that_do_not_reach_back_to_midnight_give_nothing() -> None:
+    from xaf_hub.core.records import SpendSlots, Tally
+
+    at = datetime(2026, 12, 3, 20, 0, tzinfo=UTC)
+    short = Tally(1, 1, 0, 0, 0, SpendSlots(to_ms(at) - 3_600_000, ((to_ms(at), 1.0, 0, 1),)))
+    assert budget.slots_today(short, at, UTC) is None
+    whole = Tally(1, 1, 0, 0, 0, SpendSlots(to_ms(at) - 27 * 3_600_000,
+                                            ((to_ms(at) - 900_000, 1.0, 0, 1),)))
+    got = budget.slots_today(whole, at, UTC)
+    assert got is not None and (got.usd, got.sessions) == (1.0, 1)

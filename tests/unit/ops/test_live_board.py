@@ -62,10 +62,13 @@ def view(cfg: Config, name: str, sessions: list[SessionRecord], *, confirmed: in
 
 def write(cfg: Config, views: list[LiveInstance], writer: str = "patrol",
           now: int = NOW) -> None:
-    from xaf_hub.ops.live_board import document
+    """The board and its summary, as ``publish`` writes them (at ``now``)."""
+    from xaf_hub.ops.live_board import document, summary_path
     from xaf_hub.store.statefile import write_text_atomic
 
     write_text_atomic(board_path(cfg, writer), json.dumps(document(cfg, views, writer, now)))
+    write_text_atomic(summary_path(cfg, writer),
+                      json.dumps(document(cfg, views, writer, now, summary=True)))
 
 
 def test_a_fresh_board_gives_back_what_was_published(tmp_path: Path) -> None:
@@ -412,3 +415,87 @@ def test_sessions_html_and_json_file_say_their_source(tmp_path: Path) -> None:
     assert json.loads(export.read_text("utf-8"))["source"] == "live"
     code, out, err = sessions(tmp_path, asked, "--html", str(page), "--fresh")
     assert code == 0 and "Source:" not in page.read_text("utf-8")
+
+
+# ---------------------------------------------------------------------------------------------
+# The summary: what `status` reads without the idle sessions
+
+
+def test_the_summary_keeps_the_running_sessions_and_the_counts_of_all(tmp_path: Path) -> None:
+    from xaf_hub.ops.live_board import document
+
+    cfg = config(tmp_path)
+    idle = [record("a", f"i{j}") for j in range(1000)]
+    running = [record("a", "r1", running=True, waiting=ASKED),
+               record("a", "r2", running=True, project=False)]
+    doc = document(cfg, [view(cfg, "a", idle + running)], "patrol", NOW, summary=True)
+    (a,) = doc["instances"]
+    assert [row[1] for row in a["sessions"]] == ["r1", "r2"]  # the idle thousand are not there
+    assert {k: a["tally"][k] for k in ("total_sessions", "project_sessions", "running_total",
+                                       "running_project", "waiting")} == {
+        "total_sessions": 1002, "project_sessions": 1001, "running_total": 2,
+        "running_project": 1, "waiting": 1}
+    assert len(json.dumps(doc)) < 3000  # whatever the number of idle sessions
+
+
+def test_status_from_the_summary_says_what_the_whole_board_says(tmp_path: Path) -> None:
+    """The same fleet read three ways: the summary, the whole board (an older writer wrote no
+    summary), the counts written out by hand. Spend today on Kathmandu's clock (+5:45)."""
+    from zoneinfo import ZoneInfo
+
+    from xaf_hub.core.clock import day_start, to_ms
+    from xaf_hub.ops.live_board import summary_path
+
+    doc = json.loads((config(tmp_path).path or Path()).read_text("utf-8"))
+    doc["models"] = {"timezone": "Asia/Kathmandu"}
+    doc["budget"] = {"daily_usd": 10.0}
+    (tmp_path / "config.json").write_text(json.dumps(doc), "utf-8")
+    cfg = load_config(tmp_path / "config.json", env={"XAF_HUB_HOME": str(tmp_path / "home")})
+    now = int(time.time() * 1000)
+    from datetime import UTC, datetime
+
+    midnight = to_ms(day_start(datetime.fromtimestamp(now / 1000, UTC),
+                               ZoneInfo("Asia/Kathmandu")))
+
+    def at(sid: str, updated: int, cost: float | None, **kw: Any) -> SessionRecord:
+        return SessionRecord("a", sid, "t", "/srv/proj/app", created=1, updated=updated,
+                             cost=cost, project=kw.pop("project", True), **kw)
+
+    sessions = [
+        at("today1", now - 1000, 1.25, running=True, run_state="busy"),
+        at("today2", max(midnight, now - 3_600_000), 0.5),
+        at("today-unknown", max(midnight, now - 60_000), None),
+        at("yesterday", midnight - 1, 4.0),
+        at("elsewhere", now - 500, 9.0, project=False, running=True, run_state="busy"),
+        *[at(f"old{j}", midnight - 86_400_000 - j, 0.1) for j in range(300)],
+    ]
+    write(cfg, [view(cfg, "a", sessions, confirmed=now - 1000),
+                view(cfg, "b", [], confirmed=now - 1000)], now=now)
+    asked: list[str] = []
+    _, from_summary = status(tmp_path, tmp_path / "config.json", asked)
+    summary_path(cfg, "patrol").unlink()
+    _, from_board = status(tmp_path, tmp_path / "config.json", asked)
+    assert asked == [] and from_summary["source"] == from_board["source"] == "live"
+    assert from_summary["instances"] == from_board["instances"]
+    assert from_summary["project"] == from_board["project"]
+    a = from_summary["instances"][0]
+    assert (a["running_total"], a["running_project"], a["project_sessions"]) == (2, 1, 304)
+    assert (a["spent_today_usd"], a["cost_unknown_sessions"]) == (1.75, 1)
+
+
+def test_a_summary_that_cannot_say_today_is_scanned(tmp_path: Path) -> None:
+    from xaf_hub.ops.live_board import summary_path
+
+    cfg = config(tmp_path)
+    write(cfg, [view(cfg, "a", [record("a", "s1")]), view(cfg, "b", [])])
+    path = summary_path(cfg, "patrol")
+    doc = json.loads(path.read_text("utf-8"))
+    doc["instances"][0]["tally"]["spend_since_ms"] = NOW  # the slots begin after midnight
+    doc["instances"][1]["tally"]["running_project"] = -1
+    path.write_text(json.dumps(doc), "utf-8")
+    got = read_board(cfg, cfg.instances, now_ms=NOW, summary=True)
+    assert got.scans == {}
+    assert "does not reach back to today's start" in got.stale["a"]
+    assert "unreadable" in got.stale["b"] and "whole number" in got.stale["b"]
+    # The whole board is not touched by what its summary says.
+    assert set(read_board(cfg, cfg.instances, now_ms=NOW).scans) == {"a", "b"}

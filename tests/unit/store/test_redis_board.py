@@ -51,9 +51,12 @@ def test_another_hosts_board_is_read_from_redis(redis_server: RedisServer, tmp_p
     with Stores(a) as stores:
         publish(a, view(a), "patrol", stores)
         assert stores.redis().pttl(f"{prefix}:live_board:patrol:host-a") > 50_000
+        assert stores.redis().pttl(f"{prefix}:live_summary:patrol:host-a") > 50_000
     with Stores(b) as stores:
         got = read_board(b, b.instances, stores=stores)
+        short = read_board(b, b.instances, stores=stores, summary=True).scans["a"]
     assert list(got.scans) == ["a"] and got.scans["a"].sessions[0].running
+    assert short.tally is not None and short.tally.running_project == 1  # the summary's
     assert 0.5 < got.ages["a"] < 10
     # Host b's own state folder holds no board: without Redis it has nothing to read.
     assert read_board(b, b.instances).scans == {}

@@ -127,15 +127,18 @@ def read_fleet(
     fresh: bool = False,
     outcomes: bool = False,
     progress: bool = False,
+    summary: bool = False,
 ) -> tuple[Snapshot, list[InstanceScan]]:
     """The fleet as `status` and `sessions` read it: each instance from the live board when it
     is fresh there, the rest scanned (``fresh``: all scanned; architecture §5.1). The snapshot
     says which came from the board and how old (``Snapshot.live``, ``source``); the scans are
     in ``instances``' order. ``outcomes``: each project session's last result is fetched too,
-    for the board's instances as for the scanned ones (one request per idle session)."""
+    for the board's instances as for the scanned ones (one request per idle session).
+    ``summary``: the board's summaries (`status`): an instance taken there holds only its
+    running sessions, with the counts and today's spend in its ``tally``."""
     from xaf_hub.ops.live_board import merged, split
 
-    board, rest = split(ctx.config, instances, fresh=fresh, stores=ctx.stores)
+    board, rest = split(ctx.config, instances, fresh=fresh, stores=ctx.stores, summary=summary)
     scanned: list[InstanceScan] = []
     generated = None
     if rest:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -23,7 +24,7 @@ from xaf_hub.cli.context import Context
 from xaf_hub.cli.options import add_options
 from xaf_hub.cli.termfit import yes_no_color
 from xaf_hub.core.clock import iso_time
-from xaf_hub.core.records import Snapshot
+from xaf_hub.core.records import SessionRecord, Snapshot, Tally
 from xaf_hub.core.text import dumps
 from xaf_hub.errors import HubError, UnreachableError
 from xaf_hub.ops import budget
@@ -90,8 +91,10 @@ class Measured:
 def measure(ctx: Context, opts: Options) -> Measured:
     """Scan, count load and reservations, spend against the budgets and the pool's queue."""
     cfg = ctx.config
+    # From the board's summaries: the running sessions and each instance's tally, not the
+    # idle sessions (a 50 x 10,000 fleet in milliseconds).
     snap, scans = read_fleet(
-        ctx, chosen_instances(ctx, opts.instance), fresh=opts.fresh, progress=True
+        ctx, chosen_instances(ctx, opts.instance), fresh=opts.fresh, progress=True, summary=True
     )
     gate = ctx.stores.gate()
     try:
@@ -103,7 +106,7 @@ def measure(ctx: Context, opts: Options) -> Measured:
     now = datetime.now(UTC)
     queued = _queue_length(ctx, now)
     project, spends = budget.budget_lines(
-        cfg, [(sc.inst, sc.sessions if sc.reachable else None) for sc in scans], now
+        cfg, [(sc.inst, _spent_from(sc)) for sc in scans], now
     )
     loads = [
         _over_budget(ctx, x, sc, line, project)
@@ -173,6 +176,14 @@ def run(ctx: Context) -> int:
         ctx.out(f"source: {m.snap.source_words()} (--fresh scans)")
     report_unreachable(ctx, snap)
     return scan_exit(snap)
+
+
+def _spent_from(sc: InstanceScan) -> Sequence[SessionRecord] | Tally | None:
+    """What today's spend of one instance is counted from: its tally (the board's summary),
+    its sessions (a scan), or nothing (it did not answer)."""
+    if not sc.reachable:
+        return None
+    return sc.tally if sc.tally is not None else sc.sessions
 
 
 def _spent_cell(line: budget.BudgetLine) -> str:

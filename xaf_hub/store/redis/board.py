@@ -1,10 +1,11 @@
 """The live board in Redis, for the other hosts (architecture §5.1).
 
 With the stores in Redis (``backends.shares_decisions``), a follower's board is also written
-to ``<lock.redis_prefix>:live_board:<writer>:<host>`` (one string, the same JSON as the file,
-forgotten ``TTL_MS`` after its last write), and a reader on any host takes these beside the
-files of its own state folder; each instance's freshest view wins, judged by the same rules
-(``ops.live_board``). Only ``backends.Stores`` imports this module.
+to ``<lock.redis_prefix>:live_board:<writer>:<host>`` and its summary to
+``<lock.redis_prefix>:live_summary:<writer>:<host>`` (each one string, the same JSON as the
+files, both set at once and forgotten ``TTL_MS`` after their last write), and a reader on
+any host takes these beside the files of its own state folder; each instance's freshest view
+wins, judged by the same rules (``ops.live_board``). Only ``backends.Stores`` imports this module.
 """
 
 from __future__ import annotations
@@ -19,16 +20,24 @@ __all__ = ["boards", "publish"]
 TTL_MS = 60_000
 
 
-def publish(client: redis.Redis, prefix: str, writer: str, host: str, text: str) -> None:
-    """Write one writer's board of one host (UnreachableError when Redis cannot be asked)."""
+def publish(
+    client: redis.Redis, prefix: str, writer: str, host: str, text: str, summary: str
+) -> None:
+    """Write one writer's board and its summary of one host, in one transaction
+    (UnreachableError when Redis cannot be asked)."""
     with redis_errors(describe(client)):
-        client.set(f"{prefix}:live_board:{writer}:{host}", text, px=TTL_MS)
+        pipe = client.pipeline(transaction=True)
+        pipe.set(f"{prefix}:live_board:{writer}:{host}", text, px=TTL_MS)
+        pipe.set(f"{prefix}:live_summary:{writer}:{host}", summary, px=TTL_MS)
+        pipe.execute()
 
 
-def boards(client: redis.Redis, prefix: str) -> list[str]:
-    """Every board in Redis, each host's and writer's (UnreachableError as above)."""
+def boards(client: redis.Redis, prefix: str, summary: bool = False) -> list[str]:
+    """Every board in Redis (``summary``: every summary), each host's and writer's
+    (UnreachableError as above)."""
+    kind = "live_summary" if summary else "live_board"
     with redis_errors(describe(client)):
-        keys = sorted(client.scan_iter(match=f"{prefix}:live_board:*", count=100))
+        keys = sorted(client.scan_iter(match=f"{prefix}:{kind}:*", count=100))
         if not keys:
             return []
         texts = client.mget(keys)
