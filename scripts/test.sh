@@ -2,7 +2,8 @@
 # Run the project's checks and tests with the virtual environment scripts/setup.sh made.
 #   bash scripts/test.sh            # everything: lint, types, unit, end-to-end against real
 #                                   # opencode servers, browser, then the release matrix
-#   bash scripts/test.sh --fast     # the inner loop: lint, types, unit and layer tests
+#   bash scripts/test.sh --fast     # the inner loop: lint, types, unit and layer tests (not
+#                                   # the few marked stress: the whole run has them)
 #   bash scripts/test.sh ARGS...    # lint, types, then pytest ARGS (no release matrix)
 # The unit and layer tests run on XAF_HUB_TEST_WORKERS processes (pytest-xdist, default 2; 0
 # runs them in this process; auto: one per core). The end-to-end and browser tests run on
@@ -57,8 +58,8 @@ echo "==> mypy --strict" && "$PY" -m mypy xaf_hub || exit 1
 # Windows runs the hub too: calls that do not exist there (os.killpg, select.poll) fail here.
 echo "==> mypy --strict --platform win32" && "$PY" -m mypy --platform win32 xaf_hub || exit 1
 if [ "$fast" -eq 1 ]; then
-  echo "==> pytest: unit and layer tests"
-  run_pytest "${parallel[@]}" "${UNIT[@]}" "$@"
+  echo "==> pytest: unit and layer tests (not the stress tests)"
+  run_pytest "${parallel[@]}" -m "not stress" "${UNIT[@]}" "$@"
   exit $?
 fi
 if [ "$#" -gt 0 ]; then

@@ -558,6 +558,7 @@ def _claim_share(url: str, password: str, prefix: str, worker: int, start: Any, 
     out.put((worker, won))
 
 
+@pytest.mark.stress
 def test_five_processes_claim_10000_tasks_each_once(
     tmp_path: Path, redis_server: RedisServer
 ) -> None:
