@@ -44,7 +44,7 @@ from xaf_hub.sandbox.fake_llm import FakeLLM
 pytestmark = pytest.mark.e2e
 
 BAD = "lan-c"
-SECONDS = 12.0
+SECONDS = 7.0
 
 
 @pytest.fixture(scope="module")

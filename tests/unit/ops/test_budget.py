@@ -311,8 +311,9 @@ def test_the_slots_give_todays_spend_as_the_sessions_do(zone_name: str, now: str
     rng = random.Random(zone_name)
     sessions = []
     for i in range(600):  # up to two days back, some on the quarter hours and midnight itself
+        midnight = now_ms - to_ms(day_start(at, tz))
         back = rng.choice([rng.randrange(0, 48 * 3_600_000), rng.randrange(0, 96) * 900_000,
-                           now_ms - to_ms(day_start(at, tz)), now_ms - to_ms(day_start(at, tz)) + 1])
+                           midnight, midnight + 1])
         cost = None if i % 17 == 0 else round(rng.uniform(0, 0.5), 4)
         sessions.append(SessionRecord("a", f"s{i}", "t", "/srv/demo", updated=now_ms - back,
                                       cost=cost, project=i % 5 != 0, running=i % 23 == 0))
