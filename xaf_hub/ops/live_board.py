@@ -31,6 +31,7 @@ from xaf_hub.config.load import Config, InstanceConfig
 from xaf_hub.core.records import SessionRecord, Snapshot, SpendSlots, Tally, Waiting, source_of
 from xaf_hub.errors import HubError
 from xaf_hub.fleet.instance_scan import InstanceScan, snapshot_of
+from xaf_hub.fleet.wire import MAX_SESSION_COST_USD
 from xaf_hub.store.statefile import write_text_atomic
 
 if TYPE_CHECKING:
@@ -206,7 +207,7 @@ def read_board(
         try:
             scan = _scan(inst, seen)
             if summary and "tally" in seen:  # else a whole board: all its sessions
-                scan.tally = _tally(seen["tally"])
+                scan.tally = _tally(seen["tally"], scan.sessions)
         except (KeyError, TypeError, ValueError) as exc:
             stale[inst.name] = f"its view on the live board is unreadable ({exc})"
             continue
@@ -382,7 +383,10 @@ def _scan(inst: InstanceConfig, view: Mapping[str, Any]) -> InstanceScan:
     return InstanceScan(inst, sessions=sessions, warnings=warnings, **facts)
 
 
-def _tally(doc: Any) -> Tally:
+def _tally(doc: Any, rows: Sequence[SessionRecord]) -> Tally:
+    """A summary's tally, checked against its rows (the instance's running sessions): counts
+    or a spend no scan could give (a NaN would print "$nan" and never reach a budget) make the
+    summary corrupt, and its instance is scanned."""
     if not isinstance(doc, Mapping):
         raise ValueError("a tally that is not an object")
     counts = [doc[name] for name in _TALLY_COUNTS]
@@ -392,14 +396,26 @@ def _tally(doc: Any) -> Tally:
     if type(since) is not int:
         raise ValueError("a spend start that is not a time")
     slots = []
+    in_slots = 0
     for slot in doc["spend"]:
         at, usd, unknown, count = slot
         if (type(at) is not int or isinstance(usd, bool) or not isinstance(usd, (int, float))
                 or type(unknown) is not int or type(count) is not int):
             raise ValueError("a spend slot of the wrong shape")
+        if not (0 <= usd <= count * MAX_SESSION_COST_USD and 0 <= unknown <= count):
+            raise ValueError("a spend slot no scan could give")
+        in_slots += count
         slots.append((at, float(usd), unknown, count))
     total, project, running_total, running, waiting = counts
-    return Tally(total, project, running_total, running, waiting, SpendSlots(since, tuple(slots)))
+    tally = Tally(total, project, running_total, running, waiting,
+                  SpendSlots(since, tuple(slots)))
+    if (not all(s.running for s in rows)
+            or replace(Tally.of(rows), total_sessions=total, project_sessions=project)
+            != replace(tally, spend=None)
+            or not running <= project <= total - (running_total - running)
+            or in_slots > project):
+        raise ValueError("a tally its running sessions contradict")
+    return tally
 
 
 def _reaches_today(cfg: Config, tally: Tally, now_ms: int) -> bool:
@@ -417,6 +433,7 @@ _TYPES: tuple[type | tuple[type, ...], ...] = (
     bool,
 )
 _CHECKED = tuple(enumerate(_TYPES))
+_COST = _FIELDS.index("cost")
 
 
 def _record(row: Any) -> SessionRecord:
@@ -425,6 +442,11 @@ def _record(row: Any) -> SessionRecord:
     for i, kind in _CHECKED:
         if not isinstance(row[i], kind):
             raise ValueError(f"a session row's {_FIELDS[i]} of the wrong type")
+    cost = row[_COST]
+    # A cost no scan gives (``wire.cost_value`` says unknown): NaN fails both comparisons.
+    if cost is not None and (isinstance(cost, bool)
+                             or not 0 <= cost <= MAX_SESSION_COST_USD):
+        raise ValueError("a session row's cost no scan could give")
     rec = SessionRecord(*row[:_WAITING])  # positional: the fields in their order (10k: ~40 ms)
     waiting = row[_WAITING]
     if waiting is None:

@@ -499,3 +499,94 @@ def test_a_summary_that_cannot_say_today_is_scanned(tmp_path: Path) -> None:
     assert "unreadable" in got.stale["b"] and "whole number" in got.stale["b"]
     # The whole board is not touched by what its summary says.
     assert set(read_board(cfg, cfg.instances, now_ms=NOW).scans) == {"a", "b"}
+
+
+def _forge(tmp_path: Path, change: Any, *, whole: bool = False) -> Any:
+    """A fresh board whose summary (``whole``: whose board, the summary gone) ``change``
+    alters, read as `status` reads it."""
+    from xaf_hub.ops.live_board import summary_path
+
+    cfg = config(tmp_path)
+    now = int(time.time() * 1000)
+    a = [record("a", "r1", running=True, waiting=ASKED), record("a", "r2", running=True),
+         record("a", "x1", running=True, project=False), record("a", "i1"),
+         record("a", "i2", project=False)]
+    write(cfg, [view(cfg, "a", a, confirmed=now - 1000),
+                view(cfg, "b", [], confirmed=now - 1000)], now=now)
+    path = summary_path(cfg, "patrol")
+    if whole:
+        path.unlink()
+        path = board_path(cfg, "patrol")
+    doc = json.loads(path.read_text("utf-8"))
+    change(doc["instances"][0])
+    path.write_text(json.dumps(doc), "utf-8")
+    return read_board(cfg, cfg.instances, now_ms=now, summary=True)
+
+
+def _set(**values: Any) -> Any:
+    def change(item: dict[str, Any]) -> None:
+        item["tally"].update(values)
+    return change
+
+
+def _slot(i: int, value: Any) -> Any:
+    def change(item: dict[str, Any]) -> None:
+        item["tally"]["spend"][0][i] = value
+    return change
+
+
+def _drop_row(item: dict[str, Any]) -> None:
+    del item["sessions"][0]
+
+
+def _idle_row(item: dict[str, Any]) -> None:
+    item["sessions"][1][7] = False  # ``running``: a summary keeps only the running sessions
+
+
+IMPOSSIBLE = {
+    "running fewer than its rows": _set(running_total=2),
+    "running project fewer than its rows": _set(running_project=0),
+    "waiting not its rows'": _set(waiting=0),
+    "a running session dropped": _drop_row,
+    "an idle row": _idle_row,
+    "project under running project": _set(project_sessions=1),
+    "total under project and the others running": _set(total_sessions=3),
+    "usd NaN": _slot(1, float("nan")),
+    "usd infinite": _slot(1, float("inf")),
+    "usd negative": _slot(1, -0.25),
+    "unknown negative": _slot(2, -1),
+    "sessions negative": _slot(3, -4),
+    "more unknown than sessions": _slot(2, 9),
+    "more sessions in the slots than the project has": _slot(3, 99),
+}
+
+
+@pytest.mark.parametrize("change", IMPOSSIBLE.values(), ids=IMPOSSIBLE)
+def test_a_summary_that_contradicts_itself_is_scanned(tmp_path: Path, change: Any) -> None:
+    """Counts its own rows deny, a spend no scan could give (NaN would print "$nan" and
+    never reach a budget): the summary is corrupt, its instance is scanned."""
+    got = _forge(tmp_path, change)
+    assert "a" not in got.scans and "unreadable" in got.stale["a"], got.stale
+    assert "b" in got.scans  # the rest of the summary still counts
+
+
+@pytest.mark.parametrize("cost", [float("nan"), float("inf"), -0.25, 1e300])
+def test_a_whole_board_row_with_a_cost_no_scan_gives_is_scanned(
+    tmp_path: Path, cost: float | bool
+) -> None:
+    """An older writer's board (no summary) is read whole and its rows' costs are today's
+    spend: one no scan could give (``wire.cost_value``: it would say unknown) is corrupt."""
+    def change(item: dict[str, Any]) -> None:
+        item["sessions"][3][6] = cost
+
+    got = _forge(tmp_path, change, whole=True)
+    assert "a" not in got.scans and "unreadable" in got.stale["a"], got.stale
+
+
+def test_an_untouched_summary_is_taken(tmp_path: Path) -> None:
+    """What the two tests above alter, unaltered: taken, with the counts of all five."""
+    got = _forge(tmp_path, lambda item: None)
+    tally = got.scans["a"].tally
+    assert tally is not None and set(got.scans) == {"a", "b"}
+    assert (tally.total_sessions, tally.project_sessions, tally.running_total,
+            tally.running_project, tally.waiting) == (5, 3, 3, 2, 1)
