@@ -311,8 +311,9 @@ def test_the_slots_give_todays_spend_as_the_sessions_do(zone_name: str, now: str
     rng = random.Random(zone_name)
     sessions = []
     for i in range(600):  # up to two days back, some on the quarter hours and midnight itself
+        midnight = now_ms - to_ms(day_start(at, tz))
         back = rng.choice([rng.randrange(0, 48 * 3_600_000), rng.randrange(0, 96) * 900_000,
-                           now_ms - to_ms(day_start(at, tz)), now_ms - to_ms(day_start(at, tz)) + 1])
+                           midnight, midnight + 1])
         cost = None if i % 17 == 0 else round(rng.uniform(0, 0.5), 4)
         sessions.append(SessionRecord("a", f"s{i}", "t", "/srv/demo", updated=now_ms - back,
                                       cost=cost, project=i % 5 != 0, running=i % 23 == 0))
@@ -342,3 +343,27 @@ def test_slots_that_do_not_reach_back_to_midnight_give_nothing() -> None:
                                             ((to_ms(at) - 900_000, 1.0, 0, 1),)))
     got = budget.slots_today(whole, at, UTC)
     assert got is not None and (got.usd, got.sessions) == (1.0, 1)
+
+
+def test_the_slots_and_the_sessions_add_up_to_the_same_float_in_any_order() -> None:
+    """$0.03 + $0.03 + $0.01 is 0.06999999999999999 in one order and 0.07 in another: a budget
+    of $0.07 was reached by a scan (newest session first) and not by the summary's slots
+    (oldest quarter first), so `status` said "takes work" where `status --fresh` said no."""
+    import itertools
+
+    from xaf_hub.core.records import Tally
+
+    at = datetime(2026, 12, 3, 20, 0, tzinfo=UTC)
+    runs = [rec("2026-12-03T10:00:00+00:00", 0.03), rec("2026-12-03T11:00:00+00:00", 0.03),
+            rec("2026-12-03T12:00:00+00:00", 0.01), rec("2026-12-03T12:05:00+00:00", 0.1),
+            rec("2026-12-03T12:06:00+00:00", 0.2)]
+    got = set()
+    for order in itertools.permutations(runs):
+        slots = budget.spend_slots(order, to_ms(at))
+        from_slots = budget.slots_today(Tally(5, 5, 0, 0, 0, slots), at, UTC)
+        assert from_slots is not None
+        got |= {spend_today(order, at, UTC).usd, from_slots.usd}
+    assert len(got) == 1, got
+    cfg = config(0.37)
+    (spent,) = got
+    assert refusal(cfg, cfg.instances[0], Spend(spent), None) is not None
