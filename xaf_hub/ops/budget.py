@@ -139,13 +139,14 @@ def spend_slots(sessions: Iterable[SessionRecord], now_ms: int) -> SpendSlots:
 
 def slots_today(tally: Tally, now: datetime, tz: tzinfo) -> Spend | None:
     """Today's spend from a tally's slots, as ``spend_today`` counts it from the sessions
-    (None: the slots do not reach back to today's start). A midnight off the quarter hours
-    (no zone has one today) counts its whole quarter: the figure errs high, never low."""
+    (None: the slots do not reach back to today's start, or today starts off the quarter
+    hours, where a slot holds sessions of both days: no IANA zone's day does today, a POSIX
+    ``TZ`` such as ``XXX-5:17`` does, and the reader then scans)."""
     slots = tally.spend
     start = to_ms(day_start(now, tz))
-    if slots is None or start < slots.since_ms:
+    if slots is None or start < slots.since_ms or start % SLOT_MS:
         return None
-    first = start // SLOT_MS * SLOT_MS
+    first = start  # on a quarter hour: the first slot of today
     usd: list[float] = []
     unknown, count = 0, 0
     for at, slot_usd, slot_unknown, slot_count in slots.slots:

@@ -212,7 +212,8 @@ def read_board(
             stale[inst.name] = f"its view on the live board is unreadable ({exc})"
             continue
         if scan.tally is not None and not _reaches_today(cfg, scan.tally, now):
-            stale[inst.name] = "its summary's spend does not reach back to today's start"
+            stale[inst.name] = ("its summary's spend does not reach back to today's start "
+                                "(or today starts off the quarter hours)")
             continue
         scans[inst.name] = scan
         ages[inst.name] = max(0.0, (now - _confirmed(seen)) / 1000)

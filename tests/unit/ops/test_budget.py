@@ -367,3 +367,23 @@ def test_the_slots_and_the_sessions_add_up_to_the_same_float_in_any_order() -> N
     cfg = config(0.37)
     (spent,) = got
     assert refusal(cfg, cfg.instances[0], Spend(spent), None) is not None
+
+
+def test_a_midnight_off_the_quarter_hours_is_never_counted_from_the_slots() -> None:
+    """models.timezone "local" with TZ a POSIX rule (``XXX-5:17``: UTC+5:17) puts midnight
+    off the quarter hours: the slots cannot say what came after it, so they say nothing and
+    `status` scans, not $1.00 more than `status --fresh` (a session of 23:50 yesterday)."""
+    from xaf_hub.core.clock import resolve_timezone
+    from xaf_hub.core.records import Tally
+
+    tz = resolve_timezone("local", environ={"TZ": "XXX-5:17"})
+    at = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
+    midnight = to_ms(day_start(at, tz))
+    assert midnight % budget.SLOT_MS != 0
+    sessions = [SessionRecord("a", "late", "t", "/srv/demo", updated=midnight - 10 * 60_000,
+                              cost=1.0, project=True),
+                SessionRecord("a", "today", "t", "/srv/demo", updated=midnight + 60_000,
+                              cost=0.5, project=True)]
+    tally = Tally(2, 2, 0, 0, 0, budget.spend_slots(sessions, to_ms(at)))
+    got = budget.slots_today(tally, at, tz)
+    assert got is None or got.usd == spend_today(sessions, at, tz).usd == 0.5
