@@ -238,7 +238,7 @@ def _texts(
     if stores is None:
         return
     try:
-        texts = stores.live_boards(summary) or (stores.live_boards() if summary else [])
+        texts = stores.live_boards(summary)
     except HubError as exc:  # Redis unreachable: this host's files still count
         troubles.append(f"live boards in Redis unreadable ({exc})")
         return
