@@ -183,7 +183,8 @@ def read_board(
     for where, text in _texts(cfg, stores, troubles, summary):
         try:
             found = _views(json.loads(text))
-        except (KeyError, TypeError, ValueError) as exc:
+        # RecursionError: nested deeper than the parser goes (a corrupt or hostile file).
+        except (KeyError, TypeError, ValueError, RecursionError) as exc:
             troubles.append(f"live board unreadable ({where}: {type(exc).__name__}: {exc})")
             continue
         for name, view in found.items():

@@ -121,15 +121,22 @@ def test_a_view_judged_with_other_rules_or_address_is_not_taken(tmp_path: Path) 
 @pytest.mark.parametrize("raw", [
     b"", b'{"format": 1, "fields": [], "instances": []', b"\xff\xfe", b"[]",
     b'{"format": 99, "fields": [], "instances": []}',
+    b"[" * 100_000,  # nested past Python's recursion limit: status died "internal error"
+    b'{"format": 1, "fields": ' + b"[" * 100_000,
 ])
-def test_a_corrupt_or_foreign_board_is_scanned_never_raised(tmp_path: Path, raw: bytes) -> None:
+@pytest.mark.parametrize("summary", [False, True], ids=["board", "summary"])
+def test_a_corrupt_or_foreign_board_is_scanned_never_raised(
+    tmp_path: Path, raw: bytes, summary: bool
+) -> None:
+    from xaf_hub.ops.live_board import summary_path
+
     cfg = config(tmp_path)
-    board_path(cfg, "patrol").parent.mkdir(parents=True)
-    board_path(cfg, "patrol").write_bytes(raw)
-    got = read_board(cfg, cfg.instances, now_ms=NOW)
+    path = (summary_path if summary else board_path)(cfg, "patrol")
+    path.parent.mkdir(parents=True)
+    path.write_bytes(raw)
+    got = read_board(cfg, cfg.instances, now_ms=NOW, summary=summary)
     assert got.scans == {}
-    assert all("live board unreadable" in w and "live-board-patrol.json" in w
-               for w in got.stale.values())
+    assert all("live board unreadable" in w and path.name in w for w in got.stale.values())
 
 
 def test_a_row_of_the_wrong_shape_loses_only_its_instance(tmp_path: Path) -> None:
@@ -596,8 +603,9 @@ def test_an_untouched_summary_is_taken(tmp_path: Path) -> None:
     "the follower's board keeps only project sessions (fleet.events.Board ignores every frame "
     "of a session outside the project); the others are as its last rescan saw them, and a "
     "global stream is rescanned only when it reconnects: `status` from the board says "
-    "running 0 where `status --fresh` says 1 (seen on real opencode 1.18.33, "
-    "tests/e2e/test_live_summary.py). Following their run state is not a small change."))
+    "running 0 where `status --fresh` says 1 (seen on real opencode 1.18.33: a slow run "
+    "started outside the project once the daemon ran). Following their run state is not a "
+    "small change."))
 def test_a_run_outside_the_project_shows_in_the_running_total_as_a_scan_shows_it(
     tmp_path: Path,
 ) -> None:
