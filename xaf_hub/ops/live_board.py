@@ -227,8 +227,13 @@ def _texts(
     """Every board's text and where it is (``summary``: the summaries): the files, then
     (stores in Redis) Redis's."""
     for writer in WRITERS:
-        # A writer without a summary (an older hub still running): its whole board.
-        for path in [summary_path(cfg, writer)] * summary + [board_path(cfg, writer)]:
+        # A writer without a summary (an older hub still running): its whole board. So too
+        # one whose board is newer than the summary beside it (``publish`` writes the board
+        # first: that summary is not the board's, an older hub runs where a newer one ran).
+        paths = [board_path(cfg, writer)]
+        if summary and not _older(summary_path(cfg, writer), paths[0]):
+            paths.insert(0, summary_path(cfg, writer))
+        for path in paths:
             try:
                 yield str(path), path.read_text(encoding="utf-8")
             except FileNotFoundError:
@@ -245,6 +250,14 @@ def _texts(
         return
     for text in texts:
         yield "Redis", text
+
+
+def _older(path: Path, than: Path) -> bool:
+    """True when ``path`` was last written before ``than`` (False when either is missing)."""
+    try:
+        return path.stat().st_mtime_ns < than.stat().st_mtime_ns
+    except OSError:
+        return False
 
 
 def take(

@@ -618,3 +618,25 @@ def test_a_run_outside_the_project_shows_in_the_running_total_as_a_scan_shows_it
                                                  "status": {"type": "busy"}}))
     (live,) = f.live_view()
     assert live.scan.summary().running_total == 2  # s1 and x1, as a scan counts them
+
+
+def test_a_summary_older_than_its_board_is_not_taken_for_it(tmp_path: Path) -> None:
+    """A hub from before the summaries runs again where a newer one left its summary (or the
+    writer died between the two files): the board is newer than the summary beside it, so
+    the summary is not the board's, and `status` reads the board whole, as for a writer that
+    wrote no summary, instead of judging a summary nobody keeps (and scanning)."""
+    import os
+
+    from xaf_hub.ops.live_board import document, summary_path
+
+    cfg = config(tmp_path)
+    now = int(time.time() * 1000)
+    write(cfg, [view(cfg, "a", [record("a", "s1")], confirmed=now - 600_000),
+                view(cfg, "b", [], confirmed=now - 600_000)], now=now - 600_000)
+    os.utime(summary_path(cfg, "patrol"), (time.time() - 600, time.time() - 600))
+    fresh = [view(cfg, "a", [record("a", "s1", running=True)], confirmed=now - 1000),
+             view(cfg, "b", [], confirmed=now - 1000)]
+    board_path(cfg, "patrol").write_text(json.dumps(document(cfg, fresh, "patrol", now)))
+    got = read_board(cfg, cfg.instances, now_ms=now, summary=True)
+    assert set(got.scans) == {"a", "b"}, got.stale
+    assert got.scans["a"].tally is None and got.scans["a"].sessions[0].running
