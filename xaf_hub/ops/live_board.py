@@ -209,7 +209,7 @@ def read_board(
             scan = _scan(inst, seen)
             if summary and "tally" in seen:  # else a whole board: all its sessions
                 scan.tally = _tally(seen["tally"], scan.sessions)
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, ArithmeticError) as exc:
             stale[inst.name] = f"its view on the live board is unreadable ({exc})"
             continue
         if scan.tally is not None and not _reaches_today(cfg, scan.tally, now):
@@ -472,9 +472,12 @@ def _record(row: Any) -> SessionRecord:
 
 
 def _with_waiting(rec: SessionRecord, w: Mapping[str, Any]) -> SessionRecord:
+    since = w["since"]
+    if type(since) is not int:  # written as epoch ms (``Waiting.to_json``); int(inf) raises
+        raise ValueError("a waiting request's start that is not a time")
     pending = Waiting(
         kind=w["kind"], request_id=str(w["request_id"]), asked=str(w["asked"]),
-        since=int(w["since"]), permission=str(w["permission"]),
+        since=since, permission=str(w["permission"]),
         patterns=tuple(str(p) for p in w["patterns"]),
         always=tuple(str(p) for p in w["always"]),
         choices=tuple(tuple(str(o) for o in c) for c in w["options"]),

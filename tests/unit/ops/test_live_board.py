@@ -542,6 +542,12 @@ def _slot(i: int, value: Any) -> Any:
     return change
 
 
+def _wait_since(value: float) -> Any:
+    def change(item: dict[str, Any]) -> None:
+        item["sessions"][0][15]["since"] = value
+    return change
+
+
 def _drop_row(item: dict[str, Any]) -> None:
     del item["sessions"][0]
 
@@ -565,6 +571,8 @@ IMPOSSIBLE = {
     "sessions negative": _slot(3, -4),
     "more unknown than sessions": _slot(2, 9),
     "more sessions in the slots than the project has": _slot(3, 99),
+    "a wait since forever": _wait_since(float("inf")),  # int(inf): OverflowError, a crash
+    "a wait since NaN": _wait_since(float("nan")),
 }
 
 
