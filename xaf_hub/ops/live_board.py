@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from xaf_hub.config.load import Config, InstanceConfig
+from xaf_hub.core.clock import MAX_TIME_MS
 from xaf_hub.core.records import SessionRecord, Snapshot, SpendSlots, Tally, Waiting, source_of
 from xaf_hub.errors import HubError
 from xaf_hub.fleet.instance_scan import InstanceScan, snapshot_of
@@ -359,8 +360,12 @@ def _views(doc: Any) -> dict[str, Mapping[str, Any]]:
 
 
 def _confirmed(view: Mapping[str, Any] | None) -> int:
+    """When a view was confirmed current, epoch ms; 0 (not current) for anything no clock
+    gives (JSON integers have any size: past a float's range the age would raise)."""
     value = view.get("confirmed_at_ms") if view is not None else None
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+    if isinstance(value, int) and not isinstance(value, bool) and 0 < value <= MAX_TIME_MS:
+        return value
+    return 0
 
 
 def _why_stale(
@@ -449,6 +454,7 @@ _TYPES: tuple[type | tuple[type, ...], ...] = (
 )
 _CHECKED = tuple(enumerate(_TYPES))
 _COST = _FIELDS.index("cost")
+_TIMES = tuple(_FIELDS.index(name) for name in ("created", "updated", "retry_next"))
 
 
 def _record(row: Any) -> SessionRecord:
@@ -457,6 +463,9 @@ def _record(row: Any) -> SessionRecord:
     for i, kind in _CHECKED:
         if not isinstance(row[i], kind):
             raise ValueError(f"a session row's {_FIELDS[i]} of the wrong type")
+    for i in _TIMES:  # epoch ms as a scan gives them (``records.sane_ms``), 0 unknown
+        if not 0 <= row[i] <= MAX_TIME_MS:
+            raise ValueError(f"a session row's {_FIELDS[i]} no clock could give")
     cost = row[_COST]
     # A cost no scan gives (``wire.cost_value`` says unknown): NaN fails both comparisons.
     if cost is not None and (isinstance(cost, bool)
@@ -473,8 +482,8 @@ def _record(row: Any) -> SessionRecord:
 
 def _with_waiting(rec: SessionRecord, w: Mapping[str, Any]) -> SessionRecord:
     since = w["since"]
-    if type(since) is not int:  # written as epoch ms (``Waiting.to_json``); int(inf) raises
-        raise ValueError("a waiting request's start that is not a time")
+    if type(since) is not int or not 0 <= since <= MAX_TIME_MS:  # as ``Waiting.to_json``
+        raise ValueError("a waiting request's start that is not a time")  # wrote it
     pending = Waiting(
         kind=w["kind"], request_id=str(w["request_id"]), asked=str(w["asked"]),
         since=since, permission=str(w["permission"]),

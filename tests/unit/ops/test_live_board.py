@@ -548,6 +548,12 @@ def _wait_since(value: float) -> Any:
     return change
 
 
+def _row(i: int, value: Any) -> Any:
+    def change(item: dict[str, Any]) -> None:
+        item["sessions"][0][i] = value
+    return change
+
+
 def _drop_row(item: dict[str, Any]) -> None:
     del item["sessions"][0]
 
@@ -573,6 +579,10 @@ IMPOSSIBLE = {
     "more sessions in the slots than the project has": _slot(3, 99),
     "a wait since forever": _wait_since(float("inf")),  # int(inf): OverflowError, a crash
     "a wait since NaN": _wait_since(float("nan")),
+    "a wait since after the year 9999": _wait_since(10**20),
+    "a row updated after the year 9999": _row(5, 10**20),  # `sessions --json`: gmtime raised
+    "a row created before 1970": _row(4, -1),
+    "a slot of a count past any float": _slot(3, 10**400),
 }
 
 
@@ -648,3 +658,18 @@ def test_a_summary_older_than_its_board_is_not_taken_for_it(tmp_path: Path) -> N
     got = read_board(cfg, cfg.instances, now_ms=now, summary=True)
     assert set(got.scans) == {"a", "b"}, got.stale
     assert got.scans["a"].tally is None and got.scans["a"].sessions[0].running
+
+
+@pytest.mark.parametrize("confirmed", [10**400, 10**20, -5], ids=["past-float", "year-3e9", "neg"])
+@pytest.mark.parametrize("summary", [False, True], ids=["board", "summary"])
+def test_a_confirmation_no_clock_could_give_is_not_current_never_raised(
+    tmp_path: Path, confirmed: int, summary: bool
+) -> None:
+    """JSON has integers of any size: one past a float's range made `(now - confirmed) /
+    1000` raise OverflowError out of `status` and `sessions`."""
+    def change(item: dict[str, Any]) -> None:
+        item["confirmed_at_ms"] = confirmed
+
+    got = _forge(tmp_path, change, whole=not summary)
+    assert "a" not in got.scans and "b" in got.scans
+    assert "not followed right now" in got.stale["a"] or "ahead" in got.stale["a"]
