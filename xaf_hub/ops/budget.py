@@ -24,6 +24,7 @@ was reached.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, tzinfo
@@ -86,19 +87,35 @@ def spend_today(
     start = to_ms(day_start(now, tz))
     project = [s for s in sessions if s.project]
     running = sum(1 for s in project if s.running)
-    return _spend(s for s in project if s.updated >= start).with_sent(running, run_ceiling)
+    today = [_spend(group) for group in _by_slot(s for s in project if s.updated >= start)]
+    return Spend(
+        math.fsum(x.usd for x in today), sum(x.unknown for x in today),
+        sum(x.sessions for x in today),
+    ).with_sent(running, run_ceiling)
 
 
 def _spend(sessions: Iterable[SessionRecord]) -> Spend:
-    """The cost of ``sessions``, each counted in full (None: unknown, never 0)."""
-    usd, unknown, count = 0.0, 0, 0
+    """The cost of ``sessions``, each counted in full (None: unknown, never 0); the sum
+    exact to the last bit whatever their order (``math.fsum``)."""
+    costs, unknown, count = [], 0, 0
     for s in sessions:
         count += 1
         if s.cost is None:
             unknown += 1
         else:
-            usd += s.cost
-    return Spend(usd, unknown, count)
+            costs.append(s.cost)
+    return Spend(math.fsum(costs), unknown, count)
+
+
+def _by_slot(sessions: Iterable[SessionRecord]) -> list[list[SessionRecord]]:
+    """``sessions`` by the quarter hour of their last activity, earliest first. Today's spend
+    is summed slot by slot from the sessions as from the live board's summary, so both give
+    the same float (in another order $0.03 + $0.03 + $0.01 is 0.06999999999999999, not 0.07:
+    a budget of $0.07 reached by one and not by the other)."""
+    groups: dict[int, list[SessionRecord]] = {}
+    for s in sessions:
+        groups.setdefault(s.updated // SLOT_MS * SLOT_MS, []).append(s)
+    return [groups[start] for start in sorted(groups)]
 
 
 # Today's spend without the sessions (the live board's summary, ``records.SpendSlots``): each
@@ -112,33 +129,32 @@ def spend_slots(sessions: Iterable[SessionRecord], now_ms: int) -> SpendSlots:
     """The project sessions among ``sessions`` active in the last ``SLOTS_BACK_MS``, their
     cost by the quarter hour of their last activity."""
     since = (now_ms - SLOTS_BACK_MS) // SLOT_MS * SLOT_MS
-    groups: dict[int, list[SessionRecord]] = {}
-    for s in sessions:
-        if s.project and s.updated >= since:
-            groups.setdefault(s.updated // SLOT_MS * SLOT_MS, []).append(s)
     slots = []
-    for start in sorted(groups):
-        spent = _spend(groups[start])
-        slots.append((start, spent.usd, spent.unknown, spent.sessions))
+    for group in _by_slot(s for s in sessions if s.project and s.updated >= since):
+        spent = _spend(group)
+        slots.append((group[0].updated // SLOT_MS * SLOT_MS, spent.usd, spent.unknown,
+                      spent.sessions))
     return SpendSlots(since, tuple(slots))
 
 
 def slots_today(tally: Tally, now: datetime, tz: tzinfo) -> Spend | None:
     """Today's spend from a tally's slots, as ``spend_today`` counts it from the sessions
-    (None: the slots do not reach back to today's start). A midnight off the quarter hours
-    (no zone has one today) counts its whole quarter: the figure errs high, never low."""
+    (None: the slots do not reach back to today's start, or today starts off the quarter
+    hours, where a slot holds sessions of both days: no IANA zone's day does today, a POSIX
+    ``TZ`` such as ``XXX-5:17`` does, and the reader then scans)."""
     slots = tally.spend
     start = to_ms(day_start(now, tz))
-    if slots is None or start < slots.since_ms:
+    if slots is None or start < slots.since_ms or start % SLOT_MS:
         return None
-    first = start // SLOT_MS * SLOT_MS
-    usd, unknown, count = 0.0, 0, 0
+    first = start  # on a quarter hour: the first slot of today
+    usd: list[float] = []
+    unknown, count = 0, 0
     for at, slot_usd, slot_unknown, slot_count in slots.slots:
         if at >= first:
-            usd += slot_usd
+            usd.append(slot_usd)
             unknown += slot_unknown
             count += slot_count
-    return Spend(usd, unknown, count).with_sent(tally.running_project, None)
+    return Spend(math.fsum(usd), unknown, count).with_sent(tally.running_project, None)
 
 
 def run_ceiling(cfg: Config, inst: InstanceConfig) -> float | None:

@@ -28,9 +28,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from xaf_hub.config.load import Config, InstanceConfig
+from xaf_hub.core.clock import MAX_TIME_MS
 from xaf_hub.core.records import SessionRecord, Snapshot, SpendSlots, Tally, Waiting, source_of
 from xaf_hub.errors import HubError
 from xaf_hub.fleet.instance_scan import InstanceScan, snapshot_of
+from xaf_hub.fleet.wire import MAX_SESSION_COST_USD
 from xaf_hub.store.statefile import write_text_atomic
 
 if TYPE_CHECKING:
@@ -182,7 +184,8 @@ def read_board(
     for where, text in _texts(cfg, stores, troubles, summary):
         try:
             found = _views(json.loads(text))
-        except (KeyError, TypeError, ValueError) as exc:
+        # RecursionError: nested deeper than the parser goes (a corrupt or hostile file).
+        except (KeyError, TypeError, ValueError, RecursionError) as exc:
             troubles.append(f"live board unreadable ({where}: {type(exc).__name__}: {exc})")
             continue
         for name, view in found.items():
@@ -206,12 +209,13 @@ def read_board(
         try:
             scan = _scan(inst, seen)
             if summary and "tally" in seen:  # else a whole board: all its sessions
-                scan.tally = _tally(seen["tally"])
-        except (KeyError, TypeError, ValueError) as exc:
+                scan.tally = _tally(seen["tally"], scan.sessions)
+        except (KeyError, TypeError, ValueError, ArithmeticError) as exc:
             stale[inst.name] = f"its view on the live board is unreadable ({exc})"
             continue
         if scan.tally is not None and not _reaches_today(cfg, scan.tally, now):
-            stale[inst.name] = "its summary's spend does not reach back to today's start"
+            stale[inst.name] = ("its summary's spend does not reach back to today's start "
+                                "(or today starts off the quarter hours)")
             continue
         scans[inst.name] = scan
         ages[inst.name] = max(0.0, (now - _confirmed(seen)) / 1000)
@@ -224,8 +228,13 @@ def _texts(
     """Every board's text and where it is (``summary``: the summaries): the files, then
     (stores in Redis) Redis's."""
     for writer in WRITERS:
-        # A writer without a summary (an older hub still running): its whole board.
-        for path in [summary_path(cfg, writer)] * summary + [board_path(cfg, writer)]:
+        # A writer without a summary (an older hub still running): its whole board. So too
+        # one whose board is newer than the summary beside it (``publish`` writes the board
+        # first: that summary is not the board's, an older hub runs where a newer one ran).
+        paths = [board_path(cfg, writer)]
+        if summary and not _older(summary_path(cfg, writer), paths[0]):
+            paths.insert(0, summary_path(cfg, writer))
+        for path in paths:
             try:
                 yield str(path), path.read_text(encoding="utf-8")
             except FileNotFoundError:
@@ -236,12 +245,20 @@ def _texts(
     if stores is None:
         return
     try:
-        texts = stores.live_boards(summary) or (stores.live_boards() if summary else [])
+        texts = stores.live_boards(summary)
     except HubError as exc:  # Redis unreachable: this host's files still count
         troubles.append(f"live boards in Redis unreadable ({exc})")
         return
     for text in texts:
         yield "Redis", text
+
+
+def _older(path: Path, than: Path) -> bool:
+    """True when ``path`` was last written before ``than`` (False when either is missing)."""
+    try:
+        return path.stat().st_mtime_ns < than.stat().st_mtime_ns
+    except OSError:
+        return False
 
 
 def take(
@@ -343,8 +360,12 @@ def _views(doc: Any) -> dict[str, Mapping[str, Any]]:
 
 
 def _confirmed(view: Mapping[str, Any] | None) -> int:
+    """When a view was confirmed current, epoch ms; 0 (not current) for anything no clock
+    gives (JSON integers have any size: past a float's range the age would raise)."""
     value = view.get("confirmed_at_ms") if view is not None else None
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+    if isinstance(value, int) and not isinstance(value, bool) and 0 < value <= MAX_TIME_MS:
+        return value
+    return 0
 
 
 def _why_stale(
@@ -382,7 +403,10 @@ def _scan(inst: InstanceConfig, view: Mapping[str, Any]) -> InstanceScan:
     return InstanceScan(inst, sessions=sessions, warnings=warnings, **facts)
 
 
-def _tally(doc: Any) -> Tally:
+def _tally(doc: Any, rows: Sequence[SessionRecord]) -> Tally:
+    """A summary's tally, checked against its rows (the instance's running sessions): counts
+    or a spend no scan could give (a NaN would print "$nan" and never reach a budget) make the
+    summary corrupt, and its instance is scanned."""
     if not isinstance(doc, Mapping):
         raise ValueError("a tally that is not an object")
     counts = [doc[name] for name in _TALLY_COUNTS]
@@ -392,14 +416,26 @@ def _tally(doc: Any) -> Tally:
     if type(since) is not int:
         raise ValueError("a spend start that is not a time")
     slots = []
+    in_slots = 0
     for slot in doc["spend"]:
         at, usd, unknown, count = slot
         if (type(at) is not int or isinstance(usd, bool) or not isinstance(usd, (int, float))
                 or type(unknown) is not int or type(count) is not int):
             raise ValueError("a spend slot of the wrong shape")
+        if not (0 <= usd <= count * MAX_SESSION_COST_USD and 0 <= unknown <= count):
+            raise ValueError("a spend slot no scan could give")
+        in_slots += count
         slots.append((at, float(usd), unknown, count))
     total, project, running_total, running, waiting = counts
-    return Tally(total, project, running_total, running, waiting, SpendSlots(since, tuple(slots)))
+    tally = Tally(total, project, running_total, running, waiting,
+                  SpendSlots(since, tuple(slots)))
+    if (not all(s.running for s in rows)
+            or replace(Tally.of(rows), total_sessions=total, project_sessions=project)
+            != replace(tally, spend=None)
+            or not running <= project <= total - (running_total - running)
+            or in_slots > project):
+        raise ValueError("a tally its running sessions contradict")
+    return tally
 
 
 def _reaches_today(cfg: Config, tally: Tally, now_ms: int) -> bool:
@@ -417,6 +453,8 @@ _TYPES: tuple[type | tuple[type, ...], ...] = (
     bool,
 )
 _CHECKED = tuple(enumerate(_TYPES))
+_COST = _FIELDS.index("cost")
+_TIMES = tuple(_FIELDS.index(name) for name in ("created", "updated", "retry_next"))
 
 
 def _record(row: Any) -> SessionRecord:
@@ -425,6 +463,14 @@ def _record(row: Any) -> SessionRecord:
     for i, kind in _CHECKED:
         if not isinstance(row[i], kind):
             raise ValueError(f"a session row's {_FIELDS[i]} of the wrong type")
+    for i in _TIMES:  # epoch ms as a scan gives them (``records.sane_ms``), 0 unknown
+        if not 0 <= row[i] <= MAX_TIME_MS:
+            raise ValueError(f"a session row's {_FIELDS[i]} no clock could give")
+    cost = row[_COST]
+    # A cost no scan gives (``wire.cost_value`` says unknown): NaN fails both comparisons.
+    if cost is not None and (isinstance(cost, bool)
+                             or not 0 <= cost <= MAX_SESSION_COST_USD):
+        raise ValueError("a session row's cost no scan could give")
     rec = SessionRecord(*row[:_WAITING])  # positional: the fields in their order (10k: ~40 ms)
     waiting = row[_WAITING]
     if waiting is None:
@@ -435,9 +481,12 @@ def _record(row: Any) -> SessionRecord:
 
 
 def _with_waiting(rec: SessionRecord, w: Mapping[str, Any]) -> SessionRecord:
+    since = w["since"]
+    if type(since) is not int or not 0 <= since <= MAX_TIME_MS:  # as ``Waiting.to_json``
+        raise ValueError("a waiting request's start that is not a time")  # wrote it
     pending = Waiting(
         kind=w["kind"], request_id=str(w["request_id"]), asked=str(w["asked"]),
-        since=int(w["since"]), permission=str(w["permission"]),
+        since=since, permission=str(w["permission"]),
         patterns=tuple(str(p) for p in w["patterns"]),
         always=tuple(str(p) for p in w["always"]),
         choices=tuple(tuple(str(o) for o in c) for c in w["options"]),

@@ -205,8 +205,8 @@ class Stores:
                     summary)
 
     def live_boards(self, summary: bool = False) -> list[str]:
-        """The live boards every host put in Redis (``summary``: their summaries; [] when
-        the stores are files)."""
+        """The live boards every host put in Redis (``summary``: their summaries, and the
+        whole board of a writer that put none; [] when the stores are files)."""
         if not shares_decisions(self.cfg):
             return []
         from xaf_hub.store.redis.board import boards

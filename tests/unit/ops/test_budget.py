@@ -343,3 +343,47 @@ def test_slots_that_do_not_reach_back_to_midnight_give_nothing() -> None:
                                             ((to_ms(at) - 900_000, 1.0, 0, 1),)))
     got = budget.slots_today(whole, at, UTC)
     assert got is not None and (got.usd, got.sessions) == (1.0, 1)
+
+
+def test_the_slots_and_the_sessions_add_up_to_the_same_float_in_any_order() -> None:
+    """$0.03 + $0.03 + $0.01 is 0.06999999999999999 in one order and 0.07 in another: a budget
+    of $0.07 was reached by a scan (newest session first) and not by the summary's slots
+    (oldest quarter first), so `status` said "takes work" where `status --fresh` said no."""
+    import itertools
+
+    from xaf_hub.core.records import Tally
+
+    at = datetime(2026, 12, 3, 20, 0, tzinfo=UTC)
+    runs = [rec("2026-12-03T10:00:00+00:00", 0.03), rec("2026-12-03T11:00:00+00:00", 0.03),
+            rec("2026-12-03T12:00:00+00:00", 0.01), rec("2026-12-03T12:05:00+00:00", 0.1),
+            rec("2026-12-03T12:06:00+00:00", 0.2)]
+    got = set()
+    for order in itertools.permutations(runs):
+        slots = budget.spend_slots(order, to_ms(at))
+        from_slots = budget.slots_today(Tally(5, 5, 0, 0, 0, slots), at, UTC)
+        assert from_slots is not None
+        got |= {spend_today(order, at, UTC).usd, from_slots.usd}
+    assert len(got) == 1, got
+    cfg = config(0.37)
+    (spent,) = got
+    assert refusal(cfg, cfg.instances[0], Spend(spent), None) is not None
+
+
+def test_a_midnight_off_the_quarter_hours_is_never_counted_from_the_slots() -> None:
+    """models.timezone "local" with TZ a POSIX rule (``XXX-5:17``: UTC+5:17) puts midnight
+    off the quarter hours: the slots cannot say what came after it, so they say nothing and
+    `status` scans, not $1.00 more than `status --fresh` (a session of 23:50 yesterday)."""
+    from xaf_hub.core.clock import resolve_timezone
+    from xaf_hub.core.records import Tally
+
+    tz = resolve_timezone("local", environ={"TZ": "XXX-5:17"})
+    at = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
+    midnight = to_ms(day_start(at, tz))
+    assert midnight % budget.SLOT_MS != 0
+    sessions = [SessionRecord("a", "late", "t", "/srv/demo", updated=midnight - 10 * 60_000,
+                              cost=1.0, project=True),
+                SessionRecord("a", "today", "t", "/srv/demo", updated=midnight + 60_000,
+                              cost=0.5, project=True)]
+    tally = Tally(2, 2, 0, 0, 0, budget.spend_slots(sessions, to_ms(at)))
+    got = budget.slots_today(tally, at, tz)
+    assert got is None or got.usd == spend_today(sessions, at, tz).usd == 0.5

@@ -83,3 +83,29 @@ def test_an_unreachable_redis_leaves_this_hosts_own_board(tmp_path: Path) -> Non
     with Stores(down) as stores:
         got = read_board(down, down.instances, stores=stores)
     assert list(got.scans) == ["a"]
+
+
+def test_an_older_hosts_board_beside_another_hosts_summary_is_read_whole(
+    redis_server: RedisServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Host "old" runs a hub from before the summaries (its board only, fresh); host "new"
+    writes a board and a summary, but its view is a minute old. `status` (the summaries)
+    takes the older hub's board whole, as it does a writer without a summary file, instead
+    of leaving it out because some other host wrote a summary (and scanning the instance)."""
+    from xaf_hub.ops.live_board import document
+
+    fleet = instances(tmp_path)
+    prefix = RedisServer.prefix()
+    new = host(redis_server, tmp_path / "new", prefix, fleet)
+    reader = host(redis_server, tmp_path / "r", prefix, fleet)
+    monkeypatch.setenv("XAF_HUB_HOSTNAME", "host-new")
+    old_view = view(new)
+    stale = [replace(old_view[0], confirmed_at_ms=int(time.time() * 1000) - 60_000)]
+    with Stores(new) as stores:
+        publish(new, stale, "patrol", stores)
+        stores.redis().set(f"{prefix}:live_board:patrol:host-old",
+                           json.dumps(document(new, old_view, "patrol")), px=60_000)
+    with Stores(reader) as stores:
+        got = read_board(reader, reader.instances, stores=stores, summary=True)
+    assert list(got.scans) == ["a"] and got.ages["a"] < 10, got.stale
+    assert got.scans["a"].tally is None  # the whole board: its sessions are all there are

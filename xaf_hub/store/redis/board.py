@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import redis
 
-from xaf_hub.store.redis.client import describe, redis_errors
+from xaf_hub.store.redis.client import as_text, describe, redis_errors
 
 __all__ = ["boards", "publish"]
 
@@ -33,12 +33,19 @@ def publish(
 
 
 def boards(client: redis.Redis, prefix: str, summary: bool = False) -> list[str]:
-    """Every board in Redis (``summary``: every summary), each host's and writer's
-    (UnreachableError as above)."""
-    kind = "live_summary" if summary else "live_board"
+    """Every board in Redis, each host's and writer's (``summary``: each one's summary, or its
+    whole board when it wrote none: an older hub still running on that host; UnreachableError
+    as above)."""
     with redis_errors(describe(client)):
-        keys = sorted(client.scan_iter(match=f"{prefix}:{kind}:*", count=100))
+        found = {as_text(k) for k in client.scan_iter(match=f"{prefix}:live_board:*", count=100)}
+        if summary:
+            summaries = {as_text(k) for k in
+                         client.scan_iter(match=f"{prefix}:live_summary:*", count=100)}
+            board = f"{prefix}:live_board:"
+            found = summaries | {k for k in found
+                                 if f"{prefix}:live_summary:{k[len(board):]}" not in summaries}
+        keys = sorted(found)
         if not keys:
             return []
         texts = client.mget(keys)
-    return [t.decode("utf-8") if isinstance(t, bytes) else str(t) for t in texts if t]
+    return [as_text(t) for t in texts if t]
