@@ -6,7 +6,8 @@ session it continues or null for new work; a 'tune' part, and a 'heldout' and an
 part that are only ever scored as a whole; 'unseen' was written after the defaults were
 chosen), and bench/data/match_cases_blind.json (a 'blind' part of 150 texts, written by
 someone who had not read the matcher, its results or the other cases, committed before it was
-first scored). Two readings:
+first scored), and bench/data/match_cases_blind2.json (a 'blind2' part of 150 more, written
+the same way on 2026-12-04 after the glossary had been chosen, and scored once). Two readings:
 
 * the curve: for each threshold, a text "continues a session" when its best candidate scores
   at least the threshold. Precision: of the texts matched, the share matched to the right
@@ -27,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 DATA = Path(__file__).resolve().parent / "data"
-SPLITS = ("tune", "heldout", "unseen", "blind")
+SPLITS = ("tune", "heldout", "unseen", "blind", "blind2")
 THRESHOLDS = tuple(round(0.05 * i, 2) for i in range(1, 13))
 
 
@@ -62,6 +63,7 @@ def load() -> tuple[list[Session], list[Case]]:
     ]
     doc = json.loads((DATA / "match_cases.json").read_text("utf-8"))
     doc |= json.loads((DATA / "match_cases_blind.json").read_text("utf-8"))
+    doc |= json.loads((DATA / "match_cases_blind2.json").read_text("utf-8"))
     cases = [
         Case(text, expect, kind, split)
         for split in SPLITS

@@ -81,6 +81,13 @@ def test_smart_match_dry_run_and_steer(hub: Hub) -> None:
         # Dry run wrote nothing: no reservation, no audit line, no new session.
         assert not list((Path(hub.env["XAF_HUB_HOME"]) / "slots").glob("*.slot"))
         assert audit_lines(hub) == []
+        # The same follow-up in English finds the Chinese session through the glossary's
+        # words (登录 login, 样式 style), and says which.
+        code, plan = hub.cli_json("dispatch", "--text", "the login page styles are off again",
+                                  "--dry-run")
+        top = plan["candidates"][0]
+        assert code == 0 and top["session_id"] == login, plan["candidates"]
+        assert "login" in top["evidence"]["shared_terms"], top
 
         # A running related session is steered even when its instance is full. Steering needs
         # more than the generic words of its title ("单元测试" alone is any task's): its name.

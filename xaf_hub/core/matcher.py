@@ -27,7 +27,11 @@ titles; the cases are in tests/unit/test_matcher.py):
   they occur in many titles and carry no task meaning.
 
 So each script gets the n-gram size at which a character n-gram means
-something; both feed one TF-IDF space.
+something; both feed one TF-IDF space. The scripts meet in it through a glossary
+(core/glossary.json: about 800 Chinese terms of software work and their English words): a
+Chinese run that holds a term also carries its English words' n-grams, at the generic words'
+weight (a translation is weaker evidence than the same word typed), so "the login page" finds
+修复登录页样式 and 登录页 finds "Fix login page styles".
 """
 
 from __future__ import annotations
@@ -131,12 +135,56 @@ _GENERIC_BIGRAMS = frozenset(_GENERIC_BIGRAM_LIST.split())
 
 
 def _weighted_run_grams(run: str) -> list[tuple[str, float]]:
-    """The n-grams of one run, each with its generic-word factor (1 or GENERIC_WEIGHT)."""
+    """The n-grams of one run, each with its generic-word factor (1 or GENERIC_WEIGHT); a
+    Chinese run also carries the English n-grams of the glossary's terms it holds."""
     grams = _run_grams(run)
     if _CJK_CHAR.match(run):
-        return [(g, GENERIC_WEIGHT if g in _GENERIC_BIGRAMS else 1.0) for g in grams]
+        out = [(g, GENERIC_WEIGHT if g in _GENERIC_BIGRAMS else 1.0) for g in grams]
+        for word in _english(run):  # at the generic weight: tried at 1, new work rose
+            out += [(g, GENERIC_WEIGHT) for g in _run_grams(word)]
+        return out
     factor = GENERIC_WEIGHT if run in _GENERIC_WORDS else 1.0
     return [(g, factor) for g in grams]
+
+
+# Chinese terms of software work and the English words for them (core/glossary.json): a follow-
+# up is often written in the other language than its session ("the login page" for 修复登录页),
+# and character n-grams share nothing across scripts. A Chinese run's terms bring their English
+# words' n-grams, so both languages meet in one space.
+_GLOSSARY: dict[str, tuple[str, ...]] | None = None
+_TERM_SIZES = range(2, 7)
+
+
+def _glossary() -> dict[str, tuple[str, ...]]:
+    global _GLOSSARY
+    if _GLOSSARY is None:
+        import json
+        from pathlib import Path
+
+        doc = json.loads((Path(__file__).with_name("glossary.json")).read_text("utf-8"))
+        _GLOSSARY = {
+            term: tuple(dict.fromkeys(w for phrase in words for w in _runs(phrase)))
+            for term, words in doc["terms"].items()
+        }
+    return _GLOSSARY
+
+
+def _english(run: str) -> list[str]:
+    """The English words of the glossary's terms found in one Chinese run, longest term first
+    at each place (登录页 holds 登录; a term inside a longer one found is not counted again)."""
+    terms = _glossary()
+    words: list[str] = []
+    i = 0
+    while i < len(run) - 1:
+        for size in reversed(_TERM_SIZES):
+            found = terms.get(run[i : i + size])
+            if found is not None:
+                words.extend(found)
+                i += size
+                break
+        else:
+            i += 1
+    return words
 
 
 @dataclass(frozen=True)
@@ -445,6 +493,10 @@ class Index:
                 for gram in _run_grams(run):
                     if gram in parts:
                         words[gram] = words.get(gram, 0.0) + parts[gram]
+                for word in _english(run):  # the glossary's words for its terms
+                    share = sum(parts.get(gram, 0.0) for gram in set(_run_grams(word)))
+                    if share > 0:
+                        words[word] = words.get(word, 0.0) + share
             else:
                 share = sum(parts.get(gram, 0.0) for gram in set(_run_grams(run)))
                 if share > 0:

@@ -17,7 +17,10 @@ def test_the_labelled_set_is_big_mixed_and_names_real_sessions() -> None:
 
 
 def test_default_rule_meets_the_targets_on_the_tuned_part() -> None:
-    tune = measure("pool")["tune"]["decision"]
+    # With the evidence dispatch reads (the pool's texts, then the best candidates' messages).
+    # On the pool's texts alone, the glossary's English words (core/glossary.json) lift new
+    # work in the same area too: 5 of 45 matched there.
+    tune = measure("read")["tune"]["decision"]
     assert tune["new_matched"] <= 0.10
     assert tune["recall"] >= 0.85
 
