@@ -87,11 +87,8 @@ def spend_today(
     start = to_ms(day_start(now, tz))
     project = [s for s in sessions if s.project]
     running = sum(1 for s in project if s.running)
-    today = [_spend(group) for group in _by_slot(s for s in project if s.updated >= start)]
-    return Spend(
-        math.fsum(x.usd for x in today), sum(x.unknown for x in today),
-        sum(x.sessions for x in today),
-    ).with_sent(running, run_ceiling)
+    today = _slots(s for s in project if s.updated >= start)
+    return _summed(today).with_sent(running, run_ceiling)
 
 
 def _spend(sessions: Iterable[SessionRecord]) -> Spend:
@@ -107,15 +104,33 @@ def _spend(sessions: Iterable[SessionRecord]) -> Spend:
     return Spend(math.fsum(costs), unknown, count)
 
 
-def _by_slot(sessions: Iterable[SessionRecord]) -> list[list[SessionRecord]]:
-    """``sessions`` by the quarter hour of their last activity, earliest first. Today's spend
-    is summed slot by slot from the sessions as from the live board's summary, so both give
-    the same float (in another order $0.03 + $0.03 + $0.01 is 0.06999999999999999, not 0.07:
-    a budget of $0.07 reached by one and not by the other)."""
+Slot = tuple[int, float, int, int]  # (start, known USD, sessions of unknown cost, sessions)
+
+
+def _slots(sessions: Iterable[SessionRecord]) -> list[Slot]:
+    """The cost of ``sessions`` by the quarter hour of their last activity, earliest first.
+    Today's spend is summed slot by slot (``_summed``) from the sessions as from the live
+    board's summary, so both give the same float (in another order $0.03 + $0.03 + $0.01 is
+    0.06999999999999999, not 0.07: a budget of $0.07 reached by one and not by the other)."""
     groups: dict[int, list[SessionRecord]] = {}
     for s in sessions:
         groups.setdefault(s.updated // SLOT_MS * SLOT_MS, []).append(s)
-    return [groups[start] for start in sorted(groups)]
+    out = []
+    for start in sorted(groups):
+        spent = _spend(groups[start])
+        out.append((start, spent.usd, spent.unknown, spent.sessions))
+    return out
+
+
+def _summed(slots: Iterable[Slot]) -> Spend:
+    """The spend of ``slots`` together (``math.fsum``: the same float in any order)."""
+    usd: list[float] = []
+    unknown = count = 0
+    for _, slot_usd, slot_unknown, slot_count in slots:
+        usd.append(slot_usd)
+        unknown += slot_unknown
+        count += slot_count
+    return Spend(math.fsum(usd), unknown, count)
 
 
 # Today's spend without the sessions (the live board's summary, ``records.SpendSlots``): each
@@ -129,12 +144,7 @@ def spend_slots(sessions: Iterable[SessionRecord], now_ms: int) -> SpendSlots:
     """The project sessions among ``sessions`` active in the last ``SLOTS_BACK_MS``, their
     cost by the quarter hour of their last activity."""
     since = (now_ms - SLOTS_BACK_MS) // SLOT_MS * SLOT_MS
-    slots = []
-    for group in _by_slot(s for s in sessions if s.project and s.updated >= since):
-        spent = _spend(group)
-        slots.append((group[0].updated // SLOT_MS * SLOT_MS, spent.usd, spent.unknown,
-                      spent.sessions))
-    return SpendSlots(since, tuple(slots))
+    return SpendSlots(since, tuple(_slots(s for s in sessions if s.project and s.updated >= since)))
 
 
 def slots_today(tally: Tally, now: datetime, tz: tzinfo) -> Spend | None:
@@ -146,15 +156,8 @@ def slots_today(tally: Tally, now: datetime, tz: tzinfo) -> Spend | None:
     start = to_ms(day_start(now, tz))
     if slots is None or start < slots.since_ms or start % SLOT_MS:
         return None
-    first = start  # on a quarter hour: the first slot of today
-    usd: list[float] = []
-    unknown, count = 0, 0
-    for at, slot_usd, slot_unknown, slot_count in slots.slots:
-        if at >= first:
-            usd.append(slot_usd)
-            unknown += slot_unknown
-            count += slot_count
-    return Spend(math.fsum(usd), unknown, count).with_sent(tally.running_project, None)
+    today = (slot for slot in slots.slots if slot[0] >= start)  # start: a slot's own start
+    return _summed(today).with_sent(tally.running_project, None)
 
 
 def run_ceiling(cfg: Config, inst: InstanceConfig) -> float | None:
