@@ -32,7 +32,7 @@ from xaf_hub.core.clock import MAX_TIME_MS
 from xaf_hub.core.records import SessionRecord, Snapshot, SpendSlots, Tally, Waiting, source_of
 from xaf_hub.errors import HubError
 from xaf_hub.fleet.instance_scan import InstanceScan, snapshot_of
-from xaf_hub.fleet.wire import MAX_SESSION_COST_USD
+from xaf_hub.fleet.wire import MAX_SESSION_COST_USD, cost_value
 from xaf_hub.store.statefile import write_text_atomic
 
 if TYPE_CHECKING:
@@ -467,9 +467,7 @@ def _record(row: Any) -> SessionRecord:
         if not 0 <= row[i] <= MAX_TIME_MS:
             raise ValueError(f"a session row's {_FIELDS[i]} no clock could give")
     cost = row[_COST]
-    # A cost no scan gives (``wire.cost_value`` says unknown): NaN fails both comparisons.
-    if cost is not None and (isinstance(cost, bool)
-                             or not 0 <= cost <= MAX_SESSION_COST_USD):
+    if cost is not None and cost_value(cost) is None:  # a scan reads that as unknown
         raise ValueError("a session row's cost no scan could give")
     rec = SessionRecord(*row[:_WAITING])  # positional: the fields in their order (10k: ~40 ms)
     waiting = row[_WAITING]
