@@ -487,6 +487,10 @@ class Index:
         if found is None:
             return []
         parts = found[1]
+
+        def share(word: str) -> float:  # an English word's part of the score
+            return sum(parts.get(gram, 0.0) for gram in set(_run_grams(word)))
+
         words: dict[str, float] = {}
         for run in dict.fromkeys(_runs(query)):
             if _CJK_CHAR.match(run):
@@ -494,13 +498,10 @@ class Index:
                     if gram in parts:
                         words[gram] = words.get(gram, 0.0) + parts[gram]
                 for word in _english(run):  # the glossary's words for its terms
-                    share = sum(parts.get(gram, 0.0) for gram in set(_run_grams(word)))
-                    if share > 0:
-                        words[word] = words.get(word, 0.0) + share
-            else:
-                share = sum(parts.get(gram, 0.0) for gram in set(_run_grams(run)))
-                if share > 0:
-                    words[run] = share
+                    if (part := share(word)) > 0:
+                        words[word] = words.get(word, 0.0) + part
+            elif (part := share(run)) > 0:
+                words[run] = part
         ranked = sorted(words.items(), key=lambda item: (-item[1], item[0]))
         return [word for word, _ in ranked[:limit]]
 
