@@ -35,7 +35,8 @@ def send(hub: Hub, task_id: str, title: str, call: list[Any]) -> str:
     )
     assert code == 0, err
     doc = patrol(hub)
-    assert [a["task"] for a in doc["dispatched"]] == [task_id], doc["dispatched"]
+    sent = [(a["task"], a["instance"]) for a in doc["dispatched"]]
+    assert sent == [(task_id, "local-a")], doc["dispatched"]
     return str(pool(hub)[task_id]["session_id"])
 
 
@@ -76,6 +77,10 @@ def test_done_means_new_green_work_of_its_own(hub: Hub, tmp_path: Path) -> None:
     # A pool row younger than patrol.just_dispatched_seconds (10 by default) is not judged
     # yet; each task below is judged only after its session finished.
     hub.write_config(project=project, patrol={"just_dispatched_seconds": 2})
+    # A finished run's slot stays reserved for slot_grace_seconds (5 s here) after its prompt
+    # was accepted; with the default limit of 2 the next task pinned to local-a would go to
+    # another instance (a pin is a preference) and be judged by that instance's branch rule.
+    hub.set_instance("local-a", concurrency_limit=6)
     first_base = git(origin.bare, "rev-parse", "refs/heads/main")
     go = tmp_path / "go"
 
