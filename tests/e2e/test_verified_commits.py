@@ -44,12 +44,16 @@ def agent_script(origin: Origin, push_to: str | None) -> list[Any]:
 def run_task(hub: Hub, task_id: str, title: str, instance: str, calls: list[Any]) -> str:
     """Add a pinned task, let the patrol send it, wait for its agent to finish; its session."""
     hub.llm.set_mode("fake-model", "tools", calls=calls, text="Done. The commit:")
+    # A pin is a preference: room on the instance keeps an earlier run's slot, reserved for
+    # the 5 s grace after it finished, from sending this task elsewhere.
+    hub.set_instance(instance, concurrency_limit=6)
     code, _, err = hub.cli(
         "backlog", "add", "--title", title, "--id", task_id, "--instance", instance
     )
     assert code == 0, err
     doc = patrol(hub)
-    assert [a["task"] for a in doc["dispatched"]] == [task_id], doc["dispatched"]
+    sent = [(a["task"], a["instance"]) for a in doc["dispatched"]]
+    assert sent == [(task_id, instance)], doc["dispatched"]
     sid = str(pool(hub)[task_id]["session_id"])
 
     def answered() -> bool:
