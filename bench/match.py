@@ -7,7 +7,10 @@ part that are only ever scored as a whole; 'unseen' was written after the defaul
 chosen), and bench/data/match_cases_blind.json (a 'blind' part of 150 texts, written by
 someone who had not read the matcher, its results or the other cases, committed before it was
 first scored), and bench/data/match_cases_blind2.json (a 'blind2' part of 150 more, written
-the same way on 2026-12-04 after the glossary had been chosen, and scored once). Two readings:
+the same way on 2026-12-04 after the glossary had been chosen, and scored once), and
+bench/data/match_cases_blind3.json (a 'blind3' part of 150 more, written the same way after the
+files-named and refers-back rules had been chosen on the other parts, and scored once). Two
+readings:
 
 * the curve: for each threshold, a text "continues a session" when its best candidate scores
   at least the threshold. Precision: of the texts matched, the share matched to the right
@@ -28,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 DATA = Path(__file__).resolve().parent / "data"
-SPLITS = ("tune", "heldout", "unseen", "blind", "blind2")
+SPLITS = ("tune", "heldout", "unseen", "blind", "blind2", "blind3")
 THRESHOLDS = tuple(round(0.05 * i, 2) for i in range(1, 13))
 
 
@@ -64,6 +67,7 @@ def load() -> tuple[list[Session], list[Case]]:
     doc = json.loads((DATA / "match_cases.json").read_text("utf-8"))
     doc |= json.loads((DATA / "match_cases_blind.json").read_text("utf-8"))
     doc |= json.loads((DATA / "match_cases_blind2.json").read_text("utf-8"))
+    doc |= json.loads((DATA / "match_cases_blind3.json").read_text("utf-8"))
     cases = [
         Case(text, expect, kind, split)
         for split in SPLITS
@@ -76,8 +80,9 @@ def load() -> tuple[list[Session], list[Case]]:
     return sessions, cases
 
 
-# A ranking: the text -> candidates (session id, score), best first.
-Ranking = Callable[[str], list[tuple[str, float]]]
+# A ranking: the text -> candidates (session id, score, the session's files the text names, as
+# core.cues sees them in what the matcher knows of it), best first.
+Ranking = Callable[[str], list[tuple[str, float, tuple[str, ...]]]]
 
 
 EVIDENCE = ("read", "pool", "full", "title", "outside")
@@ -96,6 +101,7 @@ def ranking(sessions: Sequence[Session], evidence: str) -> Ranking:
       dispatch takes).
     """
     from xaf_hub.core import matcher
+    from xaf_hub.core.cues import named_files
     from xaf_hub.ops.dispatch import READ_CANDIDATES
 
     by_id = {s.id: s for s in sessions}
@@ -108,23 +114,26 @@ def ranking(sessions: Sequence[Session], evidence: str) -> Ranking:
         docs = [(k, e.adding(files=by_id[k].files)) for k, e in docs]
     index = matcher.Index(docs)
     reads = evidence in ("read", "outside")
-    seen: dict[str, list[tuple[str, float]]] = {}  # a text is ranked once, scored many times
+    seen: dict[str, list[tuple[str, float, tuple[str, ...]]]] = {}  # ranked once, scored often
 
-    def rank(text: str) -> list[tuple[str, float]]:
+    def rank(text: str) -> list[tuple[str, float, tuple[str, ...]]]:
         if text not in seen:
             seen[text] = ranked(text)
         return seen[text]
 
-    def ranked(text: str) -> list[tuple[str, float]]:
+    def ranked(text: str) -> list[tuple[str, float, tuple[str, ...]]]:
         found = index.rank(text, top=5)
+        known = dict(docs)
         if reads and found:
             best = {c.key for c in found[:READ_CANDIDATES]}
             read = [
                 (k, e.adding(by_id[k].tasks, by_id[k].files) if k in best else e)
                 for k, e in docs
             ]
+            known = dict(read)
             found = matcher.Index(read).rank(text, top=5)
-        return [(c.key, c.score) for c in found]
+        named = [named_files(text, known[c.key].tasks, known[c.key].files) for c in found]
+        return [(c.key, c.score, n) for c, n in zip(found, named, strict=True)]
 
     return rank
 
@@ -163,18 +172,29 @@ def curve(cases: Sequence[Case], rank: Ranking) -> list[dict[str, Any]]:
 def decision(sessions: Sequence[Session], cases: Sequence[Case], rank: Ranking) -> dict[str, Any]:
     """The planner's rule with the default thresholds (every instance has a free slot)."""
     from xaf_hub.config.load import MatchRule
-    from xaf_hub.ops.planner import match_decision
+    from xaf_hub.core.cues import refers_back
+    from xaf_hub.ops.planner import MatchEvidence, match_decision, named_first
 
     rule = MatchRule()
     running = {s.id: s.running for s in sessions}
     picks = []
     for c in cases:
-        ranked = rank(c.text)
-        scores = [sc for _, sc in ranked]
+        ranked = list(rank(c.text))
+        first = named_first([MatchEvidence(named=n) for _, _, n in ranked])
+        if first is not None:  # the planner judges the one candidate named first
+            ranked.insert(0, ranked.pop(first))
+        back = refers_back(c.text)
         chosen = None
-        for i, (key, sc) in enumerate(ranked):
-            runner_up = scores[i + 1] if i + 1 < len(scores) else 0.0
-            verdict = match_decision(rule, sc, runner_up, running=running[key])
+        for i, (key, sc, named) in enumerate(ranked):
+            runner_up = ranked[i + 1][1] if i + 1 < len(ranked) else 0.0
+            verdict = match_decision(
+                rule,
+                sc,
+                runner_up,
+                running=running[key],
+                named=named if first is not None else (),
+                refers_back=back,
+            )
             if verdict.take:
                 chosen = key
             break  # only the best candidate may be taken; below it is only weaker evidence

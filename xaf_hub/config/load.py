@@ -387,10 +387,13 @@ class MatchRule:
     agent is mid-work, needs the higher ``steer`` and ``steer_margin``. Defaults come from the
     labelled set's curve (`python -m bench --match`)."""
 
-    reuse: float = setting(0.22, key="match_threshold")
+    reuse: float = setting(0.30, key="match_threshold")
     margin: float = setting(0.10, key="match_margin")
-    steer: float = setting(0.25, key="steer_threshold")
+    steer: float = setting(0.35, key="steer_threshold")
     steer_margin: float = setting(0.15)
+    # A text that refers back to earlier work ("also", 还) needs less (core.cues).
+    cue: float = setting(0.10, key="cue_threshold")
+    cue_margin: float = setting(0.05)
 
     def to_json(self) -> dict[str, float]:
         """The config keys and values."""

@@ -108,10 +108,11 @@ def match_candidates(
     shares with it. A session's evidence is its title, folder (relative to its root), the
     task texts the hub sent into it (``sent``) and, where read (``traces``), the prompts and
     files its own messages show."""
+    from xaf_hub.core.cues import named_files, refers_back
     from xaf_hub.core.matcher import Evidence, Index
 
     traces = traces or {}
-    pool, docs = {}, []
+    pool, docs, known_of = {}, [], {}
     for sc in scans:
         if not sc.reachable:
             continue
@@ -128,8 +129,10 @@ def match_candidates(
                 if trace is not None:
                     known = known.adding(trace.prompts, trace.files)
                 docs.append((key, known))
+                known_of[key] = known
     index = Index(docs)
     found = index.rank(text, top=5)
+    back = refers_back(text)
     evidence = []
     for c in found:
         s = pool[c.key]
@@ -138,8 +141,15 @@ def match_candidates(
         texts = len(sent.get((s.instance, s.id), ()))
         if trace is not None:
             texts = len(set(sent.get((s.instance, s.id), ())) | set(trace.prompts))
+        known = known_of[c.key]
         evidence.append(
-            MatchEvidence(shared, _naming(trace.files if trace else (), shared), tasks=texts)
+            MatchEvidence(
+                shared,
+                _naming(trace.files if trace else (), shared),
+                tasks=texts,
+                named=named_files(text, known.tasks, known.files),
+                refers_back=back,
+            )
         )
     return [(pool[c.key], c.score) for c in found], evidence
 

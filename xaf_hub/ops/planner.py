@@ -80,10 +80,18 @@ class MatchEvidence:
     shared: tuple[str, ...] = ()
     files: tuple[str, ...] = ()
     tasks: int = 0  # task texts of the hub's known for the session
+    named: tuple[str, ...] = ()  # the session's files the task names (core.cues)
+    refers_back: str = ""  # the task's word that refers back to earlier work (core.cues)
 
     def to_json(self) -> dict[str, object]:
         """Plain data for `dispatch --dry-run --json` and the MCP answer."""
-        return {"shared_terms": list(self.shared), "files": list(self.files), "tasks": self.tasks}
+        return {
+            "shared_terms": list(self.shared),
+            "files": list(self.files),
+            "tasks": self.tasks,
+            "named_files": list(self.named),
+            "refers_back": self.refers_back,
+        }
 
 
 @dataclass(frozen=True)
@@ -120,24 +128,51 @@ class MatchVerdict:
 
 
 def match_decision(
-    rule: MatchRule, score: float, runner_up: float, *, running: bool
+    rule: MatchRule,
+    score: float,
+    runner_up: float,
+    *,
+    running: bool,
+    named: Sequence[str] = (),
+    refers_back: str = "",
 ) -> MatchVerdict:
     """Is a candidate scoring ``score`` (the next one ``runner_up``) strong enough?
 
     Being wrong costs more when steering: an unrelated instruction lands in an agent's running
     work. So a running session needs the higher ``steer`` threshold and ``steer_margin``; an
     idle one ``reuse`` and ``margin``. When in doubt the work gets a new session.
+
+    Shared words alone cannot tell a follow-up from new work in the same area; what people
+    write when they continue can (core.cues): a task that names files this session changed,
+    and no other candidate's (``named``), continues it; one that refers back to earlier work
+    (``refers_back``: "also", 还) needs only ``cue`` and ``cue_margin``.
     """
+    if named:
+        files = ", ".join(f.replace("\\", "/").rsplit("/", 1)[-1] for f in named)
+        return MatchVerdict(True, f"the task names its file{'s' if len(named) > 1 else ''} {files}")
     need, lead = (rule.steer, rule.steer_margin) if running else (rule.reuse, rule.margin)
     what = "running: a steer" if running else "idle: a reuse"
     margin = score - runner_up
+    if score >= need and margin >= lead:
+        return MatchVerdict(True, f"{score:.3f} >= {need:.2f}, lead {margin:.3f} >= {lead:.2f}")
+    if refers_back and score >= rule.cue and margin >= rule.cue_margin:
+        return MatchVerdict(
+            True,
+            f"refers back ({refers_back!r}): {score:.3f} >= {rule.cue:.2f}, "
+            f"lead {margin:.3f} >= {rule.cue_margin:.2f}",
+        )
     if score < need:
         return MatchVerdict(False, f"below threshold ({what} needs {need:.2f})")
-    if margin < lead:
-        return MatchVerdict(
-            False, f"too close to the next candidate (lead {margin:.3f}; {what} needs {lead:.2f})"
-        )
-    return MatchVerdict(True, f"{score:.3f} >= {need:.2f}, lead {margin:.3f} >= {lead:.2f}")
+    return MatchVerdict(
+        False, f"too close to the next candidate (lead {margin:.3f}; {what} needs {lead:.2f})"
+    )
+
+
+def named_first(evidences: Sequence[MatchEvidence]) -> int | None:
+    """The one candidate whose files the task names, by index; None when none or several do
+    (a file two candidates changed does not tell them apart)."""
+    holders = [i for i, e in enumerate(evidences) if e.named]
+    return holders[0] if len(holders) == 1 else None
 
 
 @dataclass(frozen=True)
@@ -304,6 +339,10 @@ def plan_dispatch(
             for (session, score), found in zip(scores, padded, strict=False)
             if session.instance in allowed and session.instance in by_name
         ]
+        # The one candidate whose files the task names is judged first, whatever its score.
+        first = named_first([found for _, _, found in ranked])
+        if first is not None:
+            ranked.insert(0, ranked.pop(first))
 
         def verdict(i: int, words: str) -> CandidateVerdict:
             session, score, found = ranked[i]
@@ -313,11 +352,18 @@ def plan_dispatch(
         def rest(i: int, words: str = "not needed") -> list[CandidateVerdict]:
             return [verdict(j, words) for j in range(i + 1, len(ranked))]
 
-        for i, (session, score, _) in enumerate(ranked):
+        for i, (session, score, found) in enumerate(ranked):
             view = by_name[session.instance]
             steer = session.running and not view.run_state_unknown
             runner_up = ranked[i + 1][1] if i + 1 < len(ranked) else 0.0
-            judged = match_decision(cfg.match, score, runner_up, running=steer)
+            judged = match_decision(
+                cfg.match,
+                score,
+                runner_up,
+                running=steer,
+                named=found.named if first is not None else (),
+                refers_back=found.refers_back,
+            )
             if not judged.take:
                 # A weaker candidate is never taken where a stronger one was in doubt.
                 verdicts.append(verdict(i, judged.reason))

@@ -51,7 +51,8 @@ def test_defaults(tmp_path: Path) -> None:
     cfg = load_config(str(write(tmp_path / "c.json", base())), env={}, cwd=tmp_path)
     inst = cfg.instances[0]
     assert (cfg.concurrency_limit, cfg.page_size, cfg.scan_workers, cfg.retries) == (2, 8000, 1, 1)
-    assert (cfg.match, cfg.session_ttl_days) == (MatchRule(0.22, 0.10, 0.25, 0.15), 10.0)
+    rule = MatchRule(0.30, 0.10, 0.35, 0.15, 0.10, 0.05)
+    assert (cfg.match, cfg.session_ttl_days) == (rule, 10.0)
     assert inst.branch_policy == "mainline"  # name starts with "local"
     assert inst.username == "opencode" and inst.password is None
     assert inst.rules.is_project("/srv/demo/x") and inst.rules.is_project("/elsewhere/demo")

@@ -383,7 +383,8 @@ def _print_plan(ctx: Context, prep: Prepared) -> None:
                     f"; {c.evidence.tasks} task text(s) known" if c.evidence.tasks else ""
                 )
                 files = f"; in {', '.join(c.evidence.files)}" if c.evidence.files else ""
-                ctx.out(f"        shares: {', '.join(c.evidence.shared)}{sent}{files}")
+                named = f"; names {', '.join(c.evidence.named)}" if c.evidence.named else ""
+                ctx.out(f"        shares: {', '.join(c.evidence.shared)}{sent}{files}{named}")
     ctx.out("  prompt:")
     for line in prompt.splitlines():
         ctx.out(f"    | {line}")

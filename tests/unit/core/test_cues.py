@@ -1,0 +1,70 @@
+"""What in a task text points at one session (core.cues): files named, words that refer back.
+
+Labelled both ways: what must count and what must not (generic file names, product names written
+in camel case, words that look back in new work too)."""
+
+from __future__ import annotations
+
+import pytest
+
+from xaf_hub.core.cues import named_files, names, refers_back
+
+
+@pytest.mark.parametrize(
+    ("text", "files", "tasks", "expected"),
+    [
+        ("server/upload.go accepts any file", ["server/upload.go"], [], ("server/upload.go",)),
+        ("queue.ts needs an op id", ["src/cart/queue.ts"], [], ("src/cart/queue.ts",)),
+        ("在queue.ts里加一个 op id", ["src/cart/queue.ts"], [], ("src/cart/queue.ts",)),
+        ("ｑｕｅｕｅ．ｔｓ 要加 op id", ["src/cart/queue.ts"], [], ("src/cart/queue.ts",)),
+        ("pls write the downgrade() for 0042_order_uuid", ["migrations/0042_order_uuid.py"], [],
+         ("migrations/0042_order_uuid.py",)),
+        ("ImagePaste should take webp too", ["editor/ImagePaste.ts"], [],
+         ("editor/ImagePaste.ts",)),
+        ("pg_backup.sh ignores the exit code", [], ["写一个 pg_backup.sh 每天备份"],
+         ("pg_backup.sh",)),
+        ("C:\\work\\api\\ratelimit.py fails open", ["api/ratelimit.py"], [], ("api/ratelimit.py",)),
+        # One file known twice (changed, and named in a task) is named once.
+        ("fix queue.ts", ["src/cart/queue.ts"], ["edit queue.ts"], ("src/cart/queue.ts",)),
+        # Not a name of this session's files:
+        ("the store is out of sync", ["web/src/checkout/store.ts"], [], ()),  # a word, not store.ts
+        ("bump the version in package.json", ["web/package.json"], [], ()),  # every project's
+        ("move the setting to settings.py", ["shop/settings.py"], [], ()),
+        ("ClickHouse TTL of 180 days", ["etl/pg_to_ch.py"], ["sync orders to ClickHouse"], ()),
+        ("Node.js 22 upgrade", ["web/src/index.ts"], [], ()),
+        ("upgrade to v2.3 of the SDK", ["sdk/v2.py"], [], ()),
+        ("fix the upload", ["server/upload.go"], [], ()),
+    ],
+)
+def test_named_files(
+    text: str, files: list[str], tasks: list[str], expected: tuple[str, ...]
+) -> None:
+    assert named_files(text, tasks, files) == expected
+
+
+def test_names_are_compared_by_their_last_segment_and_lower_case() -> None:
+    assert {"steps.tsx", "steps"} <= names("web/src/checkout/Steps.tsx looks good")
+    assert "offlinesync" in names("offlineSync drops failed ops")
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("Also do Android App Links for the same URLs", "also"),
+        ("Same crash on Android 14 when the user comes back", "same"),
+        ("Django 5: fix those warnings too while you're in there", "too"),
+        ("the export still breaks on Excel", "still"),
+        ("use IP + user agent instead", "instead"),
+        ("冷启动现在 2.6 秒，还差一点", "现在"),
+        ("ETL 顺便把 order_items 也同步过去", "顺便"),
+        ("失败的操作应该留在队列里下次再试", "再"),
+        # New work: nothing that looks back.
+        ("Add a FAQ page to the marketing site", ""),
+        ("Add in-app review prompts after the third completed order", ""),
+        ("The Android APK is 85MB now, can we get the size down?", ""),
+        ("页面底部加上 ICP 备案号和公安备案图标", ""),
+        ("the stillness theme: a calm palette", ""),  # a word that starts like one is not one
+    ],
+)
+def test_refers_back(text: str, expected: str) -> None:
+    assert refers_back(text) == expected

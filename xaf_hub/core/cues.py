@@ -1,0 +1,126 @@
+"""What in a task text points at one session beyond the words it shares (issue 36).
+
+Shared words cannot tell a follow-up from new work in the same area: "Add a TOTP step to the
+admin login" and "the login's remember-me box does nothing" share as much with a login session.
+Two things people write when they continue a session's work, and rarely otherwise (measured on
+the labelled set, bench/data; docs/matching.md):
+
+* **A file the session changed**, by name: "queue.ts needs an op id", "server/upload.go accepts
+  any file", "write the downgrade() for 0042_order_uuid". ``named_files`` finds them: a path or
+  file name with an extension, compared by its last segment; or a file's stem written as code
+  (snake_case, camelCase), since "0042_order_uuid" names 0042_order_uuid.py but "store" does
+  not name store.ts. Names every project has (index.ts, settings.py, package.json) name
+  nothing in particular and are left out.
+* **Words that refer back** to earlier work: "also", "still", "instead", "as well", 还, 再, 也,
+  顺便, 继续. ``refers_back`` returns the first one found. Words that refer back in new work as
+  often ("after the", "now", "it") are not on the list.
+
+Both are evidence for the planner's rule (``ops.planner.match_decision``), not scores.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Iterable, Sequence
+
+# A path or file name with an extension of 1-5 characters, starting with a letter ("queue.ts",
+# "web/src/Steps.tsx", "pg_backup.sh"; not "v2.3", "1.5x"). ASCII only: a Chinese sentence
+# writes file names in ASCII, and its characters must not join the name ("在queue.ts里").
+_FILE = re.compile(r"(?<![A-Za-z0-9_.\-/])[A-Za-z0-9_.\-/]*[A-Za-z0-9_]\.[A-Za-z][A-Za-z0-9]{0,4}"
+                   r"(?![A-Za-z0-9_])")
+# An identifier written as code: with an underscore, or camelCase / PascalCase.
+_CODE = re.compile(r"\w*_\w+|[a-z]+[A-Z]\w*|[A-Z][a-z0-9]+[A-Z]\w*", re.ASCII)
+_CODE_WORD = re.compile(
+    r"(?<![A-Za-z0-9_.\-/])(?:\w*_\w+|[a-z]+[A-Z]\w*|[A-Z][a-z0-9]+[A-Z]\w*)(?![A-Za-z0-9_.])",
+    re.ASCII,
+)
+
+# Stems of files that most projects have: naming one says where, not which work.
+_COMMON_STEMS = frozenset(
+    {
+        "index", "main", "app", "__init__", "__main__", "package", "package-lock", "yarn",
+        "pnpm-lock", "setup", "settings", "config", "readme", "changelog", "license", "utils",
+        "util", "helpers", "types", "models", "views", "urls", "conftest", "mod", "lib", "tsconfig",
+        "requirements", "pyproject", "makefile", "dockerfile", "docker-compose", "go", "test",
+        "tests",
+    }
+)
+
+_BACK_EN = (
+    "also", "too", "still", "again", "same", "instead", "anymore", "already",
+    "as well", "since the", "while you're", "works", "the other",
+)
+_BACK_ZH = (
+    "也", "还", "又", "再", "现在", "之后", "以后", "顺便", "同样", "刚才", "上次", "之前",
+    "剩下", "其余", "另外", "继续", "依然", "仍然", "已经",
+)
+_BACK = re.compile(
+    r"\b(?:" + "|".join(re.escape(w).replace(r"\ ", r"\s+") for w in _BACK_EN) + r")\b|"
+    + "|".join(map(re.escape, _BACK_ZH)),
+    re.IGNORECASE,
+)
+
+
+def _fold(text: str) -> str:
+    # Full-width letters typed with a Chinese IME (ｑｕｅｕｅ．ｔｓ) are the ASCII ones.
+    return text if text.isascii() else unicodedata.normalize("NFKC", text)
+
+
+def _base(path: str) -> str:
+    return path.replace("\\", "/").rstrip("/").rsplit("/", 1)[-1]
+
+
+def _stem(name: str) -> str:
+    return name.rsplit(".", 1)[0] if "." in name.strip(".") else name
+
+
+def _file_keys(path: str) -> set[str]:
+    """How a text may name this file: its name, and its stem when the stem is code-shaped."""
+    name = _base(path)
+    stem = _stem(name)
+    if not name or stem.lower() in _COMMON_STEMS:
+        return set()
+    keys = {name.lower()} if "." in name.strip(".") else set()
+    if _CODE.fullmatch(stem):
+        keys.add(stem.lower())
+    return keys
+
+
+def names(text: str) -> set[str]:
+    """The file names and code-shaped words of ``text``, lower-cased (file names by their last
+    segment, and their stems)."""
+    text = _fold(text)
+    out = set()
+    for m in _FILE.finditer(text):
+        name = _base(m.group(0)).lower()
+        out |= {name, _stem(name)}
+    out |= {m.group(0).lower() for m in _CODE_WORD.finditer(text)}
+    return out
+
+
+def files_in(texts: Iterable[str]) -> list[str]:
+    """The file names written in ``texts`` (a task sent into a session names its files too)."""
+    return [m.group(0) for t in texts for m in _FILE.finditer(_fold(t))]
+
+
+def named_files(text: str, tasks: Sequence[str] = (), files: Sequence[str] = ()) -> tuple[str, ...]:
+    """The session's files that ``text`` names: of ``files`` (those it changed) and of the file
+    names in ``tasks`` (the texts sent into it), each once, in that order."""
+    said = names(text)
+    if not said:
+        return ()
+    found = [f for f in dict.fromkeys([*files, *files_in(tasks)]) if _file_keys(f) & said]
+    seen: set[str] = set()
+    out = []
+    for f in found:  # "web/src/queue.ts" and a task's "queue.ts" are one file to a reader
+        if (name := _base(f).lower()) not in seen:
+            seen.add(name)
+            out.append(f)
+    return tuple(out)
+
+
+def refers_back(text: str) -> str:
+    """The first word of ``text`` that refers back to earlier work ("" when none)."""
+    m = _BACK.search(_fold(text))
+    return re.sub(r"\s+", " ", m.group(0).lower()) if m else ""
