@@ -127,6 +127,12 @@ class MatchVerdict:
     reason: str
 
 
+# The least score of a candidate taken on a file the task names. A file's name alone shares a
+# few n-grams (a new task that only mentions queue.ts: about 0.04); the labelled follow-ups
+# that name a file score 0.10 and more (docs/matching.md).
+NAMED_FLOOR = 0.05
+
+
 def match_decision(
     rule: MatchRule,
     score: float,
@@ -145,9 +151,10 @@ def match_decision(
     Shared words alone cannot tell a follow-up from new work in the same area; what people
     write when they continue can (core.cues): a task that names files this session changed,
     and no other candidate's (``named``), continues it; one that refers back to earlier work
-    (``refers_back``: "also", 还) needs only ``cue`` and ``cue_margin``.
+    (``refers_back``: "also", 还) needs only ``cue`` and ``cue_margin``. A named file still
+    needs ``NAMED_FLOOR``: a name and nothing else shared is a coincidence.
     """
-    if named:
+    if named and score >= NAMED_FLOOR:
         files = ", ".join(f.replace("\\", "/").rsplit("/", 1)[-1] for f in named)
         return MatchVerdict(True, f"the task names its file{'s' if len(named) > 1 else ''} {files}")
     need, lead = (rule.steer, rule.steer_margin) if running else (rule.reuse, rule.margin)

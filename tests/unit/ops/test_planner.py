@@ -274,3 +274,15 @@ def test_a_task_that_refers_back_needs_only_the_cue_threshold_and_margin() -> No
     assert plan_dispatch(CFG, views, req, [(idle, 0.16), (other, 0.12)], back).action == "create"
     # The same scores without a word that refers back: below the reuse threshold.
     assert plan_dispatch(CFG, views, req, [(idle, 0.16), (other, 0.05)]).action == "create"
+
+
+def test_a_named_file_with_nearly_nothing_else_shared_is_a_coincidence() -> None:
+    from xaf_hub.ops.planner import NAMED_FLOOR, MatchEvidence
+
+    idle = sess("lan-a", "ses_1", "Offline cart")
+    req = DispatchRequest(text="Add a CSV export of payouts; put the helper in queue.ts")
+    named = [MatchEvidence(named=("src/cart/queue.ts",))]
+    below = plan_dispatch(CFG, [view(A, idle), view(B)], req, [(idle, NAMED_FLOOR - 0.01)], named)
+    assert below.action == "create"
+    above = plan_dispatch(CFG, [view(A, idle), view(B)], req, [(idle, NAMED_FLOOR)], named)
+    assert (above.action, above.session) == ("reuse", idle)
