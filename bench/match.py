@@ -9,8 +9,9 @@ someone who had not read the matcher, its results or the other cases, committed 
 first scored), and bench/data/match_cases_blind2.json (a 'blind2' part of 150 more, written
 the same way on 2026-12-04 after the glossary had been chosen, and scored once), and
 bench/data/match_cases_blind3.json (a 'blind3' part of 150 more, written the same way after the
-files-named and refers-back rules had been chosen on the other parts, and scored once). Two
-readings:
+files-named and refers-back rules had been chosen on the other parts, and scored once), and
+bench/data/match_cases_blind4.json (a 'blind4' part of 150 more, written the same way before
+the fault rule was committed, and scored once). Two readings:
 
 * the curve: for each threshold, a text "continues a session" when its best candidate scores
   at least the threshold. Precision: of the texts matched, the share matched to the right
@@ -31,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 DATA = Path(__file__).resolve().parent / "data"
-SPLITS = ("tune", "heldout", "unseen", "blind", "blind2", "blind3")
+SPLITS = ("tune", "heldout", "unseen", "blind", "blind2", "blind3", "blind4")
 THRESHOLDS = tuple(round(0.05 * i, 2) for i in range(1, 13))
 
 
@@ -68,6 +69,7 @@ def load() -> tuple[list[Session], list[Case]]:
     doc |= json.loads((DATA / "match_cases_blind.json").read_text("utf-8"))
     doc |= json.loads((DATA / "match_cases_blind2.json").read_text("utf-8"))
     doc |= json.loads((DATA / "match_cases_blind3.json").read_text("utf-8"))
+    doc |= json.loads((DATA / "match_cases_blind4.json").read_text("utf-8"))
     cases = [
         Case(text, expect, kind, split)
         for split in SPLITS
