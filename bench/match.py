@@ -174,7 +174,7 @@ def curve(cases: Sequence[Case], rank: Ranking) -> list[dict[str, Any]]:
 def decision(sessions: Sequence[Session], cases: Sequence[Case], rank: Ranking) -> dict[str, Any]:
     """The planner's rule with the default thresholds (every instance has a free slot)."""
     from xaf_hub.config.load import MatchRule
-    from xaf_hub.core.cues import refers_back, reports_fault
+    from xaf_hub.core.cues import refers_back
     from xaf_hub.ops.planner import MatchEvidence, match_decision, named_first
 
     rule = MatchRule()
@@ -185,7 +185,7 @@ def decision(sessions: Sequence[Session], cases: Sequence[Case], rank: Ranking) 
         first = named_first([MatchEvidence(named=n) for _, _, n in ranked])
         if first is not None:  # the planner judges the one candidate named first
             ranked.insert(0, ranked.pop(first))
-        back, fault = refers_back(c.text), reports_fault(c.text)
+        back = refers_back(c.text)
         chosen = None
         for i, (key, sc, named) in enumerate(ranked):
             runner_up = ranked[i + 1][1] if i + 1 < len(ranked) else 0.0
@@ -196,7 +196,6 @@ def decision(sessions: Sequence[Session], cases: Sequence[Case], rank: Ranking) 
                 running=running[key],
                 named=named if first is not None else (),
                 refers_back=back,
-                fault=fault,
             )
             if verdict.take:
                 chosen = key

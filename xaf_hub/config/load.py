@@ -391,9 +391,8 @@ class MatchRule:
     margin: float = setting(0.10, key="match_margin")
     steer: float = setting(0.35, key="steer_threshold")
     steer_margin: float = setting(0.15)
-    # A text that refers back to earlier work ("also", 还) or reports a fault in it ("doesn't",
-    # 乱码) needs less (core.cues).
-    cue: float = setting(0.12, key="cue_threshold")
+    # A text that refers back to earlier work ("also", 还) needs less (core.cues).
+    cue: float = setting(0.10, key="cue_threshold")
     cue_margin: float = setting(0.05)
 
     def to_json(self) -> dict[str, float]:

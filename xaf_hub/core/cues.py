@@ -14,13 +14,8 @@ the labelled set, bench/data; docs/matching.md):
 * **Words that refer back** to earlier work: "also", "still", "instead", "as well", 还, 再, 也,
   顺便, 继续. ``refers_back`` returns the first one found. Words that refer back in new work as
   often ("after the", "now", "it") are not on the list.
-* **Words that report a fault** in what is there now: "doesn't", "never", "wrong", "twice",
-  乱码, 重复, 写错, 挂掉. A fault is most often in work just done, so it goes back to the session
-  that did it. ``reports_fault`` returns the first one found. Words of a wish ("should",
-  "don't", 应该) or of a fault in general ("bug", "crash", "fails when", "fix the broken") are
-  not on the list: new work says them as often.
 
-All three are evidence for the planner's rule (``ops.planner.match_decision``), not scores.
+Both are evidence for the planner's rule (``ops.planner.match_decision``), not scores.
 """
 
 from __future__ import annotations
@@ -63,22 +58,6 @@ _BACK_ZH = (
 _BACK = re.compile(
     r"\b(?:" + "|".join(re.escape(w).replace(r"\ ", r"\s+") for w in _BACK_EN) + r")\b|"
     + "|".join(map(re.escape, _BACK_ZH)),
-    re.IGNORECASE,
-)
-
-
-_FAULT_EN = (
-    "doesn't", "does not", "didn't", "isn't", "aren't", "wasn't", "won't", "can't",
-    "cannot", "never", "wrong", "broken", "breaks", "failed", "twice",
-    "duplicate", "duplicated", "duplicates", "empty", "missing", "regression", "anymore",
-)
-_FAULT_ZH = (
-    "没有", "没", "错了", "写错", "不对", "不行", "不生效", "无效", "乱码", "重复", "挂了", "挂掉",
-    "失败", "崩溃", "崩了", "漏了", "报错", "为空", "空白", "两遍", "两次", "一直",
-)
-_FAULT = re.compile(
-    r"(?<![\w-])(?:" + "|".join(re.escape(w).replace(r"\ ", r"\s+") for w in _FAULT_EN)
-    + r")(?![\w-])|" + "|".join(map(re.escape, _FAULT_ZH)),
     re.IGNORECASE,
 )
 
@@ -144,10 +123,4 @@ def named_files(text: str, tasks: Sequence[str] = (), files: Sequence[str] = ())
 def refers_back(text: str) -> str:
     """The first word of ``text`` that refers back to earlier work ("" when none)."""
     m = _BACK.search(_fold(text))
-    return re.sub(r"\s+", " ", m.group(0).lower()) if m else ""
-
-
-def reports_fault(text: str) -> str:
-    """The first word of ``text`` that reports a fault in what is there now ("" when none)."""
-    m = _FAULT.search(_fold(text).replace("\u2019", "'"))
     return re.sub(r"\s+", " ", m.group(0).lower()) if m else ""

@@ -108,7 +108,7 @@ def match_candidates(
     shares with it. A session's evidence is its title, folder (relative to its root), the
     task texts the hub sent into it (``sent``) and, where read (``traces``), the prompts and
     files its own messages show."""
-    from xaf_hub.core.cues import named_files, refers_back, reports_fault
+    from xaf_hub.core.cues import named_files, refers_back
     from xaf_hub.core.matcher import Evidence, Index
 
     traces = traces or {}
@@ -132,7 +132,7 @@ def match_candidates(
                 known_of[key] = known
     index = Index(docs)
     found = index.rank(text, top=5)
-    back, fault = refers_back(text), reports_fault(text)
+    back = refers_back(text)
     evidence = []
     for c in found:
         s = pool[c.key]
@@ -149,7 +149,6 @@ def match_candidates(
                 tasks=texts,
                 named=named_files(text, known.tasks, known.files),
                 refers_back=back,
-                fault=fault,
             )
         )
     return [(pool[c.key], c.score) for c in found], evidence

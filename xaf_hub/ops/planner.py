@@ -82,7 +82,6 @@ class MatchEvidence:
     tasks: int = 0  # task texts of the hub's known for the session
     named: tuple[str, ...] = ()  # the session's files the task names (core.cues)
     refers_back: str = ""  # the task's word that refers back to earlier work (core.cues)
-    fault: str = ""  # the task's word that reports a fault in what is there (core.cues)
 
     def to_json(self) -> dict[str, object]:
         """Plain data for `dispatch --dry-run --json` and the MCP answer."""
@@ -92,7 +91,6 @@ class MatchEvidence:
             "tasks": self.tasks,
             "named_files": list(self.named),
             "refers_back": self.refers_back,
-            "reports_fault": self.fault,
         }
 
 
@@ -143,7 +141,6 @@ def match_decision(
     running: bool,
     named: Sequence[str] = (),
     refers_back: str = "",
-    fault: str = "",
 ) -> MatchVerdict:
     """Is a candidate scoring ``score`` (the next one ``runner_up``) strong enough?
 
@@ -154,9 +151,8 @@ def match_decision(
     Shared words alone cannot tell a follow-up from new work in the same area; what people
     write when they continue can (core.cues): a task that names files this session changed,
     and no other candidate's (``named``), continues it; one that refers back to earlier work
-    (``refers_back``: "also", 还) or reports a fault in what is there (``fault``: "doesn't",
-    乱码) needs only ``cue`` and ``cue_margin``. A named file still needs ``NAMED_FLOOR``: a
-    name and nothing else shared is a coincidence.
+    (``refers_back``: "also", 还) needs only ``cue`` and ``cue_margin``. A named file still
+    needs ``NAMED_FLOOR``: a name and nothing else shared is a coincidence.
     """
     if named and score >= NAMED_FLOOR:
         files = ", ".join(f.replace("\\", "/").rsplit("/", 1)[-1] for f in named)
@@ -166,12 +162,11 @@ def match_decision(
     margin = score - runner_up
     if score >= need and margin >= lead:
         return MatchVerdict(True, f"{score:.3f} >= {need:.2f}, lead {margin:.3f} >= {lead:.2f}")
-    cue = f"refers back ({refers_back!r})" if refers_back else ""
-    cue = cue or (f"reports a fault ({fault!r})" if fault else "")
-    if cue and score >= rule.cue and margin >= rule.cue_margin:
+    if refers_back and score >= rule.cue and margin >= rule.cue_margin:
         return MatchVerdict(
             True,
-            f"{cue}: {score:.3f} >= {rule.cue:.2f}, lead {margin:.3f} >= {rule.cue_margin:.2f}",
+            f"refers back ({refers_back!r}): {score:.3f} >= {rule.cue:.2f}, "
+            f"lead {margin:.3f} >= {rule.cue_margin:.2f}",
         )
     if score < need:
         return MatchVerdict(False, f"below threshold ({what} needs {need:.2f})")
@@ -375,7 +370,6 @@ def plan_dispatch(
                 running=steer,
                 named=found.named if first is not None else (),
                 refers_back=found.refers_back,
-                fault=found.fault,
             )
             if not judged.take:
                 # A weaker candidate is never taken where a stronger one was in doubt.

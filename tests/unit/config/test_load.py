@@ -51,7 +51,7 @@ def test_defaults(tmp_path: Path) -> None:
     cfg = load_config(str(write(tmp_path / "c.json", base())), env={}, cwd=tmp_path)
     inst = cfg.instances[0]
     assert (cfg.concurrency_limit, cfg.page_size, cfg.scan_workers, cfg.retries) == (2, 8000, 1, 1)
-    rule = MatchRule(0.30, 0.10, 0.35, 0.15, 0.12, 0.05)
+    rule = MatchRule(0.30, 0.10, 0.35, 0.15, 0.10, 0.05)
     assert (cfg.match, cfg.session_ttl_days) == (rule, 10.0)
     assert inst.branch_policy == "mainline"  # name starts with "local"
     assert inst.username == "opencode" and inst.password is None

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from xaf_hub.core.cues import named_files, names, refers_back, reports_fault
+from xaf_hub.core.cues import named_files, names, refers_back
 
 
 @pytest.mark.parametrize(
@@ -68,28 +68,3 @@ def test_names_are_compared_by_their_last_segment_and_lower_case() -> None:
 )
 def test_refers_back(text: str, expected: str) -> None:
     assert refers_back(text) == expected
-
-
-@pytest.mark.parametrize(
-    ("text", "expected"),
-    [
-        # A fault in what is there now (labelled follow-ups of bench/data, reworded).
-        ("导出的CSV用Excel打开中文全是乱码，加个BOM", "乱码"),
-        ("Idempotency keys never expire right now, add a TTL", "never"),
-        ("The retention SQL counts the signup day as day 1, that's the wrong definition", "wrong"),
-        ("离线队列会重复提交，同一次加购同步了两遍", "重复"),
-        ("The upload form doesn\u2019t keep the file name", "doesn't"),  # a typed apostrophe
-        ("Export DOES  NOT keep the filter", "does not"),
-        ("prometheus-adapter 里指标名好像写错了", "写错"),
-        # Wishes and faults in general: new work says them as often.
-        ("The blog editor should autosave drafts so authors don't lose work", ""),
-        ("Fix the bug in the newsletter footer", ""),
-        ("Add a health check handler that fails when the database is down", ""),
-        ("Ship same-day delivery slots", ""),
-        ("a never-ending scroll on the home page", ""),  # inside a compound: not a fault word
-        ("Partners should be able to revoke their own API keys", ""),
-        ("订单列表页加一个按支付方式筛选的下拉框", ""),
-    ],
-)
-def test_reports_fault(text: str, expected: str) -> None:
-    assert reports_fault(text) == expected
