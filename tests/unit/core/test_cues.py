@@ -5,9 +5,11 @@ in camel case, words that look back in new work too)."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
-from xaf_hub.core.cues import named_files, names, refers_back
+from xaf_hub.core.cues import files_in, named_files, names, refers_back
 
 
 @pytest.mark.parametrize(
@@ -68,3 +70,31 @@ def test_names_are_compared_by_their_last_segment_and_lower_case() -> None:
 )
 def test_refers_back(text: str, expected: str) -> None:
     assert refers_back(text) == expected
+
+
+# -- what a hostile text costs ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "_" * 100_000 + ".",  # an identifier that a dot ends: "\w*_\w+" tried every underscore
+        "a_" * 50_000 + ".",
+        "a_" * 50_000 + "-x.py",  # a file whose stem is nearly code-shaped
+        "a" * 100_000,
+        "." * 100_000,
+        "/" * 100_000,
+        "-" * 100_000,
+        "a.b-c/" * 16_000,
+        "aA" * 50_000 + ".",
+    ],
+    ids=lambda t: repr(t[:4]),
+)
+def test_a_100_kb_text_without_spaces_is_read_in_linear_time(text: str) -> None:
+    # Was quadratic: 10 kB of "_" and a dot took 0.75 s, 100 kB about two minutes.
+    started = time.perf_counter()
+    names(text)
+    files_in([text])
+    named_files(text, [text], [text, "src/a_b.py"])
+    refers_back(text)
+    assert time.perf_counter() - started < 5
