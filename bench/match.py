@@ -180,7 +180,9 @@ def decision(sessions: Sequence[Session], cases: Sequence[Case], rank: Ranking) 
     picks = []
     for c in cases:
         ranked = list(rank(c.text))
-        first = named_first([MatchEvidence(named=n) for _, _, n in ranked])
+        first = named_first(
+            [MatchEvidence(named=n) for _, _, n in ranked], [sc for _, sc, _ in ranked]
+        )
         if first is not None:  # the planner judges the one candidate named first
             ranked.insert(0, ranked.pop(first))
         back = refers_back(c.text)

@@ -175,11 +175,15 @@ def match_decision(
     )
 
 
-def named_first(evidences: Sequence[MatchEvidence]) -> int | None:
-    """The one candidate whose files the task names, by index; None when none or several do
-    (a file two candidates changed does not tell them apart)."""
+def named_first(evidences: Sequence[MatchEvidence], scores: Sequence[float]) -> int | None:
+    """The one candidate whose files the task names, by index, when it scores at least
+    ``NAMED_FLOOR``; None when none or several do (a file two candidates changed does not tell
+    them apart), or when it scores less: a name and nothing else shared is a coincidence, and
+    judged first it would stand in the way of a stronger candidate."""
     holders = [i for i, e in enumerate(evidences) if e.named]
-    return holders[0] if len(holders) == 1 else None
+    if len(holders) != 1 or scores[holders[0]] < NAMED_FLOOR:
+        return None
+    return holders[0]
 
 
 @dataclass(frozen=True)
@@ -346,8 +350,8 @@ def plan_dispatch(
             for (session, score), found in zip(scores, padded, strict=False)
             if session.instance in allowed and session.instance in by_name
         ]
-        # The one candidate whose files the task names is judged first, whatever its score.
-        first = named_first([found for _, _, found in ranked])
+        # The one candidate whose files the task names is judged first, whatever its rank.
+        first = named_first([found for _, _, found in ranked], [score for _, score, _ in ranked])
         if first is not None:
             ranked.insert(0, ranked.pop(first))
 

@@ -286,3 +286,18 @@ def test_a_named_file_with_nearly_nothing_else_shared_is_a_coincidence() -> None
     assert below.action == "create"
     above = plan_dispatch(CFG, [view(A, idle), view(B)], req, [(idle, NAMED_FLOOR)], named)
     assert (above.action, above.session) == ("reuse", idle)
+
+
+def test_a_named_candidate_below_the_floor_does_not_stand_before_a_strong_one() -> None:
+    from xaf_hub.ops.planner import NAMED_FLOOR, MatchEvidence, named_first
+
+    best, other = sess("lan-a", "ses_1", "CSV export of orders"), sess("lan-b", "ses_2", "Cart")
+    views = [view(A, best), view(B, other)]
+    req = DispatchRequest(text="the CSV export drops the amount; the helper is in queue.ts")
+    named = [MatchEvidence(), MatchEvidence(named=("src/cart/queue.ts",))]
+    # Was: the named one judged first at 0.03, found below threshold, and the 0.6 candidate
+    # behind it "weaker than a candidate in doubt": a new session.
+    plan = plan_dispatch(CFG, views, req, [(best, 0.6), (other, NAMED_FLOOR - 0.02)], named)
+    assert (plan.action, plan.session) == ("reuse", best)
+    assert named_first(named, [0.6, NAMED_FLOOR - 0.02]) is None
+    assert named_first(named, [0.6, NAMED_FLOOR]) == 1
