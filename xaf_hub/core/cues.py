@@ -7,7 +7,8 @@ the labelled set, bench/data; docs/matching.md):
 
 * **A file the session changed**, by name: "queue.ts needs an op id", "server/upload.go accepts
   any file", "write the downgrade() for 0042_order_uuid". ``named_files`` finds them: a path or
-  file name with an extension, compared by its last segment; or a file's stem written as code
+  file name with an extension of source, config or docs (not "e.g.", "myshop.com", "Next.js"),
+  compared by its last segment; or a file's stem written as code
   (snake_case, camelCase), since "0042_order_uuid" names 0042_order_uuid.py but "store" does
   not name store.ts. Names every project has (index.ts, settings.py, package.json) name
   nothing in particular and are left out.
@@ -29,6 +30,38 @@ from collections.abc import Iterable, Sequence
 # writes file names in ASCII, and its characters must not join the name ("在queue.ts里").
 _FILE = re.compile(r"(?<![A-Za-z0-9_.\-/])[A-Za-z0-9_.\-/]*[A-Za-z0-9_]\.[A-Za-z][A-Za-z0-9]{0,4}"
                    r"(?![A-Za-z0-9_])")
+# What is a file name of the ones it finds: an extension of source, config or docs. Not
+# "e.g.", "i.e.", "myshop.com", "django.utils", "locator.click"; nor an abbreviation's letter
+# (a.m., p.s.: no "m", "s", "r").
+_EXTENSIONS = frozenset(
+    {
+        # source
+        "py", "pyi", "pyx", "ipynb", "js", "jsx", "mjs", "cjs", "ts", "tsx", "mts", "cts",
+        "vue", "astro", "go", "rs", "java", "kt", "kts", "scala", "swift", "c", "h", "cc",
+        "cpp", "cxx", "hh", "hpp", "hxx", "cs", "rb", "erb", "rake", "php", "pl", "lua", "dart",
+        "exs", "erl", "hrl", "hs", "elm", "clj", "cljs", "jl", "nim", "zig", "sol", "sql",
+        "gql", "proto", "tf", "hcl", "nix", "sh", "bash", "zsh", "fish", "ps1", "bat", "cmd",
+        "mk", "cmake", "bzl",
+        # web and templates
+        "html", "htm", "xhtml", "css", "scss", "sass", "less", "styl", "svg", "ejs", "hbs",
+        "pug", "jinja", "j2", "njk", "twig", "tmpl", "tpl", "xaml",
+        # config and data
+        "json", "jsonc", "json5", "yaml", "yml", "toml", "ini", "cfg", "conf", "env", "xml",
+        "plist", "lock", "mod", "sum", "csv", "tsv", "sln",
+        # docs
+        "md", "mdx", "rst", "txt", "adoc", "tex",
+    }
+)
+# Products named like a file ("Next.js 15", "the Node.js 22 upgrade"): written bare, they are
+# the product; with a folder ("web/next.js") a file.
+_PRODUCTS = frozenset(
+    f"{name}.js"
+    for name in (
+        "next", "node", "nuxt", "vue", "react", "express", "nest", "three", "d3", "chart",
+        "ember", "backbone", "angular", "alpine", "solid", "moment", "day", "p5", "anime",
+        "video", "meteor", "knockout", "require", "pixi", "paper", "fabric",
+    )
+)
 # An identifier written as code: with an underscore, or camelCase / PascalCase. The shape is
 # looked at once from the word's start, then the word is taken whole and never given back
 # (``\w++``): "\w*_\w+" followed by a test that fails backtracks through every underscore, and
@@ -88,13 +121,24 @@ def _file_keys(path: str) -> set[str]:
     return keys
 
 
+def _files(text: str) -> list[str]:
+    """The paths and file names written in ``text`` (folded): those with a known extension,
+    products named like a file left out."""
+    out = []
+    for m in _FILE.finditer(text):
+        path = m.group(0)
+        if path.rsplit(".", 1)[1].lower() in _EXTENSIONS and path.lower() not in _PRODUCTS:
+            out.append(path)
+    return out
+
+
 def names(text: str) -> set[str]:
     """The file names and code-shaped words of ``text``, lower-cased (file names by their last
     segment, and their stems)."""
     text = _fold(text)
     out = set()
-    for m in _FILE.finditer(text):
-        name = _base(m.group(0)).lower()
+    for path in _files(text):
+        name = _base(path).lower()
         out |= {name, _stem(name)}
     out |= {m.group(0).lower() for m in _CODE_WORD.finditer(text)}
     return out
@@ -102,7 +146,7 @@ def names(text: str) -> set[str]:
 
 def files_in(texts: Iterable[str]) -> list[str]:
     """The file names written in ``texts`` (a task sent into a session names its files too)."""
-    return [m.group(0) for t in texts for m in _FILE.finditer(_fold(t))]
+    return [path for t in texts for path in _files(_fold(t))]
 
 
 def named_files(text: str, tasks: Sequence[str] = (), files: Sequence[str] = ()) -> tuple[str, ...]:

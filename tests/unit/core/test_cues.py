@@ -44,6 +44,23 @@ def test_named_files(
     assert named_files(text, tasks, files) == expected
 
 
+def test_only_names_with_a_file_extension_are_files() -> None:
+    text = (
+        "Put a CDN in front, e.g. Cloudflare for myshop.com (i.e. api.myshop.com too); upgrade "
+        "Next.js and Node.js, see django.utils and locator.click; at 10 a.m. p.s. nothing"
+    )
+    # Was: ['e.g', 'myshop.com', 'i.e', 'api.myshop.com', 'Next.js', 'Node.js', 'django.utils',
+    # 'locator.click', 'a.m', 'p.s'].
+    assert files_in([text]) == []
+    assert names(text) == set()
+    assert files_in(["fix web/next.js and queue.ts, then CONTRIBUTING.md"]) == [
+        "web/next.js", "queue.ts", "CONTRIBUTING.md"
+    ]
+    # A task that named a site or a product names no file of the session's.
+    assert named_files("deploy it to myshop.com", ["point DNS for myshop.com"]) == ()
+    assert named_files("Next.js 15 breaks the build", ["upgrade to Next.js 14"]) == ()
+
+
 def test_names_are_compared_by_their_last_segment_and_lower_case() -> None:
     assert {"steps.tsx", "steps"} <= names("web/src/checkout/Steps.tsx looks good")
     assert "offlinesync" in names("offlineSync drops failed ops")
