@@ -25,10 +25,11 @@ import re
 import unicodedata
 from collections.abc import Iterable, Sequence
 
-# A path or file name with an extension of 1-5 characters, starting with a letter ("queue.ts",
-# "web/src/Steps.tsx", "pg_backup.sh"; not "v2.3", "1.5x"). ASCII only: a Chinese sentence
-# writes file names in ASCII, and its characters must not join the name ("在queue.ts里").
-_FILE = re.compile(r"(?<![A-Za-z0-9_.\-/])[A-Za-z0-9_.\-/]*[A-Za-z0-9_]\.[A-Za-z][A-Za-z0-9]{0,4}"
+# A path or file name with an extension starting with a letter ("queue.ts", "web/src/Steps.tsx",
+# "pg_backup.sh", "schema.prisma"; not "v2.3", "1.5x"), the extension taken whole (``*+``).
+# ASCII only: a Chinese sentence writes file names in ASCII, and its characters must not join
+# the name ("在queue.ts里").
+_FILE = re.compile(r"(?<![A-Za-z0-9_.\-/])[A-Za-z0-9_.\-/]*[A-Za-z0-9_]\.[A-Za-z][A-Za-z0-9]*+"
                    r"(?![A-Za-z0-9_])")
 # What is a file name of the ones it finds: an extension of source, config or docs. Not
 # "e.g.", "i.e.", "myshop.com", "django.utils", "locator.click"; nor an abbreviation's letter
@@ -41,13 +42,17 @@ _EXTENSIONS = frozenset(
         "cpp", "cxx", "hh", "hpp", "hxx", "cs", "rb", "erb", "rake", "php", "pl", "lua", "dart",
         "exs", "erl", "hrl", "hs", "elm", "clj", "cljs", "jl", "nim", "zig", "sol", "sql",
         "gql", "proto", "tf", "hcl", "nix", "sh", "bash", "zsh", "fish", "ps1", "bat", "cmd",
-        "mk", "cmake", "bzl",
+        "mk", "cmake", "bzl", "svelte", "prisma", "gradle", "groovy", "graphql", "coffee",
+        "thrift", "tfvars", "jsonnet", "gemspec", "podspec", "csproj", "fsproj", "vcxproj",
+        "dockerfile", "feature",
         # web and templates
         "html", "htm", "xhtml", "css", "scss", "sass", "less", "styl", "svg", "ejs", "hbs",
-        "pug", "jinja", "j2", "njk", "twig", "tmpl", "tpl", "xaml",
+        "pug", "jinja", "j2", "njk", "twig", "tmpl", "tpl", "xaml", "mustache", "handlebars",
+        "liquid", "cshtml", "razor", "storyboard",
         # config and data
         "json", "jsonc", "json5", "yaml", "yml", "toml", "ini", "cfg", "conf", "env", "xml",
-        "plist", "lock", "mod", "sum", "csv", "tsv", "sln",
+        "plist", "lock", "mod", "sum", "csv", "tsv", "sln", "properties", "service",
+        "xcconfig", "pbxproj", "entitlements",
         # docs
         "md", "mdx", "rst", "txt", "adoc", "tex",
     }

@@ -61,6 +61,19 @@ def test_only_names_with_a_file_extension_are_files() -> None:
     assert named_files("Next.js 15 breaks the build", ["upgrade to Next.js 14"]) == ()
 
 
+def test_extensions_longer_than_five_letters_are_files_too() -> None:
+    # Were cut at five letters: none of these was found.
+    assert files_in([
+        "prisma/schema.prisma, web/src/Cart.svelte, app/build.gradle, application.properties"
+    ]) == [
+        "prisma/schema.prisma", "web/src/Cart.svelte", "app/build.gradle",
+        "application.properties",
+    ]
+    assert named_files("schema.prisma lacks an index", [], ["prisma/schema.prisma"]) == (
+        "prisma/schema.prisma",
+    )
+
+
 def test_names_are_compared_by_their_last_segment_and_lower_case() -> None:
     assert {"steps.tsx", "steps"} <= names("web/src/checkout/Steps.tsx looks good")
     assert "offlinesync" in names("offlineSync drops failed ops")
