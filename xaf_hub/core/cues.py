@@ -14,7 +14,8 @@ the labelled set, bench/data; docs/matching.md):
   nothing in particular and are left out.
 * **Words that refer back** to earlier work: "also", "still", "instead", "as well", 还, 再, 也,
   顺便, 继续. ``refers_back`` returns the first one found. Words that refer back in new work as
-  often ("after the", "now", "it") are not on the list.
+  often ("after the", "now", "it") are not on the list, nor words that only hold a cue's
+  character (还原, 还款, 也许, 再见).
 
 Both are evidence for the planner's rule (``ops.planner.match_decision``), not scores.
 """
@@ -94,9 +95,25 @@ _BACK_ZH = (
     "也", "还", "又", "再", "现在", "之后", "以后", "顺便", "同样", "刚才", "上次", "之前",
     "剩下", "其余", "另外", "继续", "依然", "仍然", "已经",
 )
+# Words that hold one of those characters and mean something else: 还原 (restore), 退还 / 归还
+# (give back), 偿还 / 还款 / 还钱 (repay), 也许 (perhaps), 再见 (goodbye).
+_NOT_BACK_ZH = ("还原", "退还", "归还", "偿还", "还款", "还钱", "也许", "再见")
+
+
+def _zh(word: str) -> str:
+    """``word`` as a pattern that does not match inside the words of ``_NOT_BACK_ZH``."""
+    before = [w[: -len(word)] for w in _NOT_BACK_ZH if w.endswith(word) and w != word]
+    after = [w[len(word) :] for w in _NOT_BACK_ZH if w.startswith(word) and w != word]
+    return (
+        "".join(f"(?<!{re.escape(b)})" for b in before)
+        + re.escape(word)
+        + (f"(?!{'|'.join(map(re.escape, after))})" if after else "")
+    )
+
+
 _BACK = re.compile(
     r"\b(?:" + "|".join(re.escape(w).replace(r"\ ", r"\s+") for w in _BACK_EN) + r")\b|"
-    + "|".join(map(re.escape, _BACK_ZH)),
+    + "|".join(map(_zh, _BACK_ZH)),
     re.IGNORECASE,
 )
 

@@ -102,6 +102,24 @@ def test_refers_back(text: str, expected: str) -> None:
     assert refers_back(text) == expected
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        "把数据库还原到昨天的备份",  # restore
+        "加一个退还押金的接口",  # give back
+        "图书归还功能",
+        "偿还贷款的计划表",  # repay
+        "还款提醒短信",
+        "用户还钱后更新订单状态",
+        "也许可以用 Redis 做缓存",  # perhaps
+        "退出登录时显示再见页面",  # goodbye
+    ],
+)
+def test_a_chinese_word_that_only_holds_a_cue_character_is_no_cue(text: str) -> None:
+    # Was: 还, 也 or 再 found inside the word.
+    assert refers_back(text) == ""
+
+
 # -- what a hostile text costs ------------------------------------------------------------------
 
 
