@@ -15,7 +15,8 @@ the labelled set, bench/data; docs/matching.md):
 * **Words that refer back** to earlier work: "also", "still", "instead", "as well", 还, 再, 也,
   顺便, 继续. ``refers_back`` returns the first one found. Words that refer back in new work as
   often ("after the", "now", "it") are not on the list, nor words that only hold a cue's
-  character (还原, 还款, 也许, 再见).
+  character (还原, 还款, 也许, 再见), nor a word inside quotes or code ("Also bought",
+  「再来一单」).
 
 Both are evidence for the planner's rule (``ops.planner.match_decision``), not scores.
 """
@@ -117,6 +118,31 @@ _BACK = re.compile(
     re.IGNORECASE,
 )
 
+# Quoted text and code say what is written, not what the writer means: an "Also bought" row, a
+# 「猜你还喜欢」 module, `retry again`. A quote ends on its line (an inch mark must not hide
+# the rest of the text); an apostrophe inside a word (don't, user’s) is none.
+_APOSTROPHE = re.compile(r"(?<=\w)['\u2019](?=\w)")
+_QUOTED = re.compile(
+    r"```[\s\S]*?```"
+    r"|`[^`\n]*`"
+    r'|"[^"\n]*"'
+    r"|\u201c[^\u201c\u201d\n]*\u201d"  # “…”
+    r"|\u2018[^\u2018\u2019\n]*\u2019"  # ‘…’
+    r"|「[^「」\n]*」"
+    r"|『[^『』\n]*』"
+    r"|(?<!\w)'[^'\n]*'(?!\w)"
+)
+
+
+def _unquoted(text: str) -> str:
+    """``text`` with what it quotes blanked out (each character a space)."""
+    masked = _APOSTROPHE.sub("\x00", text)  # the same length: spans found in it fit ``text``
+    parts, last = [], 0
+    for m in _QUOTED.finditer(masked):
+        parts += [text[last : m.start()], " " * (m.end() - m.start())]
+        last = m.end()
+    return "".join([*parts, text[last:]])
+
 
 def _fold(text: str) -> str:
     # Full-width letters typed with a Chinese IME (ｑｕｅｕｅ．ｔｓ) are the ASCII ones.
@@ -188,6 +214,7 @@ def named_files(text: str, tasks: Sequence[str] = (), files: Sequence[str] = ())
 
 
 def refers_back(text: str) -> str:
-    """The first word of ``text`` that refers back to earlier work ("" when none)."""
-    m = _BACK.search(_fold(text))
+    """The first word of ``text`` that refers back to earlier work ("" when none), outside
+    what it quotes."""
+    m = _BACK.search(_unquoted(_fold(text)))
     return re.sub(r"\s+", " ", m.group(0).lower()) if m else ""

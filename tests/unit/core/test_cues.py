@@ -120,6 +120,29 @@ def test_a_chinese_word_that_only_holds_a_cue_character_is_no_cue(text: str) -> 
     assert refers_back(text) == ""
 
 
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ('Add an "Also bought" row to the product page', ""),
+        ("Rename the 'Buy again' button to 'Reorder'", ""),
+        ("Rename 'the user’s cart again' to 'Basket'", ""),  # an apostrophe inside is none
+        ("Add a “Still interested?” email after three days", ""),
+        ("首页加一个「猜你还喜欢」模块", ""),
+        ("首页加一个『猜你也喜欢』模块", ""),
+        ("Log `retrying again` on each retry", ""),
+        ("Add a README section:\n```\nmake test again\n```\nfor contributors", ""),
+        # Outside the quote it is one; an apostrophe or an inch mark opens no quote.
+        ('the "Also bought" row is still empty', "still"),
+        ("the export doesn't work, it's still broken", "still"),
+        ("the users' carts are still empty", "still"),
+        ('a 5" screen still cuts the footer', "still"),
+    ],
+)
+def test_a_cue_inside_quotes_or_code_is_no_cue(text: str, expected: str) -> None:
+    # Was: the quoted word (also, again, still, 还, 也) taken as referring back.
+    assert refers_back(text) == expected
+
+
 # -- what a hostile text costs ------------------------------------------------------------------
 
 
@@ -135,6 +158,9 @@ def test_a_chinese_word_that_only_holds_a_cue_character_is_no_cue(text: str) -> 
         "-" * 100_000,
         "a.b-c/" * 16_000,
         "aA" * 50_000 + ".",
+        " 'a" * 33_000,  # quotes that never close
+        "\u201ca" * 50_000,
+        "`" * 100_000,
     ],
     ids=lambda t: repr(t[:4]),
 )
