@@ -112,8 +112,12 @@ def _zh(word: str) -> str:
     )
 
 
+# An English cue is a word of its own: not inside a hyphenated compound ("same-day delivery",
+# "an also-ran"), which says what a thing is, not that it came before.
 _BACK = re.compile(
-    r"\b(?:" + "|".join(re.escape(w).replace(r"\ ", r"\s+") for w in _BACK_EN) + r")\b|"
+    r"(?<![\w\-\u2010\u2011])(?:"
+    + "|".join(re.escape(w).replace(r"\ ", r"\s+") for w in _BACK_EN)
+    + r")(?![\w\-\u2010\u2011])|"
     + "|".join(map(_zh, _BACK_ZH)),
     re.IGNORECASE,
 )

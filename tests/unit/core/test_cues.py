@@ -143,6 +143,24 @@ def test_a_cue_inside_quotes_or_code_is_no_cue(text: str, expected: str) -> None
     assert refers_back(text) == expected
 
 
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("Add same-day delivery to the checkout", ""),
+        ("Show an also-ran badge on the leaderboard", ""),
+        ("A same-origin check for the webhook", ""),
+        ("Add a one-time-too-many warning", ""),
+        ("Offer same\u2011day shipping", ""),  # a non-breaking hyphen
+        # A cue beside a compound, or before a dash set off by spaces, is one.
+        ("same-day delivery still shows the old fee", "still"),
+        ("the same - nothing changed", "same"),
+    ],
+)
+def test_a_cue_inside_a_hyphenated_compound_is_no_cue(text: str, expected: str) -> None:
+    # Was: "same" of same-day, "also" of also-ran found as words that refer back.
+    assert refers_back(text) == expected
+
+
 # -- what a hostile text costs ------------------------------------------------------------------
 
 
