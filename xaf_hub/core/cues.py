@@ -8,10 +8,10 @@ the labelled set, bench/data; docs/matching.md):
 * **A file the session changed**, by name: "queue.ts needs an op id", "server/upload.go accepts
   any file", "write the downgrade() for 0042_order_uuid". ``named_files`` finds them: a path or
   file name with an extension of source, config or docs (not "e.g.", "myshop.com", "Next.js"),
-  compared by its last segment; or a file's stem written as code
-  (snake_case, camelCase), since "0042_order_uuid" names 0042_order_uuid.py but "store" does
-  not name store.ts. Names every project has (index.ts, settings.py, package.json) name
-  nothing in particular and are left out.
+  compared by its last segment (and its folders, where both give some); or a file's stem
+  written as code (snake_case, camelCase), since "0042_order_uuid" names 0042_order_uuid.py
+  but "store" does not name store.ts. Names every project has (index.ts, settings.py,
+  package.json) name nothing in particular and are left out.
 * **Words that refer back** to earlier work: "also", "still", "instead", "as well", 还, 再, 也,
   顺便, 继续. ``refers_back`` returns the first one found. Words that refer back in new work as
   often ("after the", "now", "it") are not on the list, nor words that only hold a cue's
@@ -184,16 +184,38 @@ def _files(text: str) -> list[str]:
     return out
 
 
+def _folders(path: str) -> tuple[str, ...]:
+    """The folders of ``path``, lower-cased, outermost first ("./" and empty ones left out)."""
+    parts = path.replace("\\", "/").lower().split("/")[:-1]
+    return tuple(p for p in parts if p not in ("", "."))
+
+
+def _same_place(said: tuple[str, ...], held: tuple[str, ...]) -> bool:
+    """Can a name written in ``said`` folders be a file in ``held`` ones? They agree on the
+    folders both give, counted from the file up ("a/queue.ts" is "src/a/queue.ts", not
+    "src/b/queue.ts"); a bare name is in any folder."""
+    k = min(len(said), len(held))
+    return said[len(said) - k :] == held[len(held) - k :]
+
+
+def _said(text: str) -> dict[str, set[tuple[str, ...]]]:
+    """The file names and code-shaped words of ``text``, lower-cased (file names by their last
+    segment, and their stems), each with the folders it was written in (``()``: bare)."""
+    text = _fold(text)
+    out: dict[str, set[tuple[str, ...]]] = {}
+    for path in _files(text):
+        name = _base(path).lower()
+        for key in (name, _stem(name)):
+            out.setdefault(key, set()).add(_folders(path))
+    for m in _CODE_WORD.finditer(text):
+        out.setdefault(m.group(0).lower(), set()).add(())
+    return out
+
+
 def names(text: str) -> set[str]:
     """The file names and code-shaped words of ``text``, lower-cased (file names by their last
     segment, and their stems)."""
-    text = _fold(text)
-    out = set()
-    for path in _files(text):
-        name = _base(path).lower()
-        out |= {name, _stem(name)}
-    out |= {m.group(0).lower() for m in _CODE_WORD.finditer(text)}
-    return out
+    return set(_said(text))
 
 
 def files_in(texts: Iterable[str]) -> list[str]:
@@ -203,11 +225,19 @@ def files_in(texts: Iterable[str]) -> list[str]:
 
 def named_files(text: str, tasks: Sequence[str] = (), files: Sequence[str] = ()) -> tuple[str, ...]:
     """The session's files that ``text`` names: of ``files`` (those it changed) and of the file
-    names in ``tasks`` (the texts sent into it), each once, in that order."""
-    said = names(text)
+    names in ``tasks`` (the texts sent into it), each once, in that order. A name written with
+    folders names a file only in those folders."""
+    said = _said(text)
     if not said:
         return ()
-    found = [f for f in dict.fromkeys([*files, *files_in(tasks)]) if _file_keys(f) & said]
+
+    def named(f: str) -> bool:
+        held = _folders(f)
+        return any(
+            _same_place(where, held) for key in _file_keys(f) for where in said.get(key, ())
+        )
+
+    found = [f for f in dict.fromkeys([*files, *files_in(tasks)]) if named(f)]
     seen: set[str] = set()
     out = []
     for f in found:  # "web/src/queue.ts" and a task's "queue.ts" are one file to a reader

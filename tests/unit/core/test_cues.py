@@ -74,6 +74,30 @@ def test_extensions_longer_than_five_letters_are_files_too() -> None:
     )
 
 
+@pytest.mark.parametrize(
+    ("text", "files", "tasks", "expected"),
+    [
+        # Another folder: another file (was: named, by its last segment alone).
+        ("src/a/queue.ts needs an op id", ["src/b/queue.ts"], [], ()),
+        ("fix src/a/queue.ts", [], ["edit src/b/queue.ts"], ()),
+        ("src/a/queue_job.py fails", ["src/b/queue_job.ts"], [], ()),
+        # The folders both give agree, counted from the file up.
+        ("a/queue.ts needs an op id", ["src/b/queue.ts", "web/src/a/queue.ts"], [],
+         ("web/src/a/queue.ts",)),
+        ("web/src/a/queue.ts needs an op id", ["src/a/queue.ts"], [], ("src/a/queue.ts",)),
+        ("./src/A/queue.ts needs an op id", ["/srv/x/src/a/queue.ts"], [],
+         ("/srv/x/src/a/queue.ts",)),
+        # A bare name, on either side, is in any folder.
+        ("queue.ts needs an op id", ["src/b/queue.ts"], [], ("src/b/queue.ts",)),
+        ("src/a/queue.ts needs an op id", [], ["edit queue.ts"], ("queue.ts",)),
+    ],
+)
+def test_a_name_written_with_folders_names_a_file_in_those_folders(
+    text: str, files: list[str], tasks: list[str], expected: tuple[str, ...]
+) -> None:
+    assert named_files(text, tasks, files) == expected
+
+
 def test_names_are_compared_by_their_last_segment_and_lower_case() -> None:
     assert {"steps.tsx", "steps"} <= names("web/src/checkout/Steps.tsx looks good")
     assert "offlinesync" in names("offlineSync drops failed ops")
