@@ -301,3 +301,24 @@ def test_a_named_candidate_below_the_floor_does_not_stand_before_a_strong_one() 
     assert (plan.action, plan.session) == ("reuse", best)
     assert named_first(named, [0.6, NAMED_FLOOR - 0.02]) is None
     assert named_first(named, [0.6, NAMED_FLOOR]) == 1
+
+
+def test_the_lead_is_over_the_next_candidate_in_the_matchers_order() -> None:
+    from xaf_hub.ops.planner import MatchEvidence
+
+    best, named = sess("lan-a", "ses_1", "Cart totals"), sess("lan-b", "ses_2", "Offline cart")
+    busy = [sess("lan-b", f"ses_r{i}", "x", running=True) for i in range(2)]  # lan-b is full
+    views = [view(A, best), view(B, named, *busy)]
+    req = DispatchRequest(text="offline replays add item twice, queue.ts needs an op id")
+    scores = [(best, 0.40), (named, 0.35)]
+    evidence = [MatchEvidence(), MatchEvidence(named=("src/cart/queue.ts",))]
+    plan = plan_dispatch(CFG, views, req, scores, evidence)
+    # The named one is judged first and its instance is full. Was: the best then led "the
+    # rest" (nobody: lead 0.400) and took the work the task named another session's file
+    # for, and the named one showed a lead of -0.050.
+    assert [(c.session.id, round(c.margin, 3)) for c in plan.candidates] == [
+        ("ses_2", 0.35), ("ses_1", 0.05)
+    ]
+    assert plan.candidates[0].verdict == "instance full"
+    assert plan.candidates[1].verdict.startswith("too close to the next candidate (lead 0.050")
+    assert plan.action == "create"
