@@ -181,14 +181,20 @@ def decision(sessions: Sequence[Session], cases: Sequence[Case], rank: Ranking) 
     running = {s.id: s.running for s in sessions}
     picks = []
     for c in cases:
-        ranked = list(rank(c.text))
-        first = named_first([MatchEvidence(named=n) for _, _, n in ranked])
+        found = list(rank(c.text))
+        # The lead is over the next in the matcher's order, as the planner takes it.
+        ranked = [
+            (key, sc, named, found[j + 1][1] if j + 1 < len(found) else 0.0)
+            for j, (key, sc, named) in enumerate(found)
+        ]
+        first = named_first(
+            [MatchEvidence(named=n) for _, _, n in found], [sc for _, sc, _ in found]
+        )
         if first is not None:  # the planner judges the one candidate named first
             ranked.insert(0, ranked.pop(first))
         back = refers_back(c.text)
         chosen = None
-        for i, (key, sc, named) in enumerate(ranked):
-            runner_up = ranked[i + 1][1] if i + 1 < len(ranked) else 0.0
+        for key, sc, named, runner_up in ranked:
             verdict = match_decision(
                 rule,
                 sc,

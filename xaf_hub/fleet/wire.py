@@ -272,14 +272,19 @@ MAX_TRACE_FILES = 50
 _TRACE_FILE_KEYS = ("filePath", "file_path", "path")
 # apply_patch names its files inside the patch text.
 _PATCH_FILE = re.compile(r"^\*\*\* (?:Add|Update|Delete) File: (.+?)\s*$", re.MULTILINE)
+# The tools that change the files they name (the others read, list or search them).
+_CHANGING_TOOLS = frozenset({"write", "edit", "multiedit", "patch", "apply_patch"})
 
 
 @dataclass(frozen=True)
 class SessionTrace:
-    """The prompts and files a session's newest messages show, oldest first."""
+    """The prompts and files a session's newest messages show, oldest first: every file its
+    tools touched or a person attached (``files``), and of those the ones its tools wrote,
+    edited or patched (``changed``)."""
 
     prompts: tuple[str, ...] = ()
     files: tuple[str, ...] = ()
+    changed: tuple[str, ...] = ()
 
 
 def _under(path: str, directory: str) -> str:
@@ -298,11 +303,14 @@ def session_trace(messages: list[Any], directory: str = "") -> SessionTrace:
 
     prompts: dict[str, None] = {}
     files: dict[str, None] = {}
+    changed: dict[str, None] = {}
 
-    def add_file(path: str) -> None:
+    def add_file(path: str, changes: bool = False) -> None:
         name = _under(path, directory)
         if name and len(name) <= 500:
             files[name] = None
+            if changes:
+                changed[name] = None
 
     for msg in messages:
         msg = as_mapping(msg)
@@ -317,13 +325,16 @@ def session_trace(messages: list[Any], directory: str = "") -> SessionTrace:
                     prompts[text[:MAX_TRACE_PROMPT_CHARS]] = None
             elif kind == "tool":
                 given = as_mapping(as_mapping(part.get("state")).get("input"))
+                changes = text_field(part.get("tool")) in _CHANGING_TOOLS
                 for key in _TRACE_FILE_KEYS:
-                    add_file(text_field(given.get(key)))
+                    add_file(text_field(given.get(key)), changes)
                 for path in _PATCH_FILE.findall(text_field(given.get("patchText"))):
-                    add_file(path)
+                    add_file(path, changes)
             elif kind == "file":
                 source = as_mapping(part.get("source"))
                 add_file(text_field(source.get("path")) or text_field(part.get("filename")))
     return SessionTrace(
-        tuple(list(prompts)[-MAX_TRACE_PROMPTS:]), tuple(list(files)[-MAX_TRACE_FILES:])
+        tuple(list(prompts)[-MAX_TRACE_PROMPTS:]),
+        tuple(list(files)[-MAX_TRACE_FILES:]),
+        tuple(list(changed)[-MAX_TRACE_FILES:]),
     )

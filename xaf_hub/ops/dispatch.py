@@ -147,7 +147,8 @@ def match_candidates(
                 shared,
                 _naming(trace.files if trace else (), shared),
                 tasks=texts,
-                named=named_files(text, known.tasks, known.files),
+                # Files it only read, listed or was shown are not its work: not named.
+                named=named_files(text, known.tasks, trace.changed if trace else ()),
                 refers_back=back,
             )
         )

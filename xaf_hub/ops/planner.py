@@ -175,11 +175,15 @@ def match_decision(
     )
 
 
-def named_first(evidences: Sequence[MatchEvidence]) -> int | None:
-    """The one candidate whose files the task names, by index; None when none or several do
-    (a file two candidates changed does not tell them apart)."""
+def named_first(evidences: Sequence[MatchEvidence], scores: Sequence[float]) -> int | None:
+    """The one candidate whose files the task names, by index, when it scores at least
+    ``NAMED_FLOOR``; None when none or several do (a file two candidates changed does not tell
+    them apart), or when it scores less: a name and nothing else shared is a coincidence, and
+    judged first it would stand in the way of a stronger candidate."""
     holders = [i for i, e in enumerate(evidences) if e.named]
-    return holders[0] if len(holders) == 1 else None
+    if len(holders) != 1 or scores[holders[0]] < NAMED_FLOOR:
+        return None
+    return holders[0]
 
 
 @dataclass(frozen=True)
@@ -341,28 +345,33 @@ def plan_dispatch(
     if smart:
         allowed = {v.inst.name for v in scoped}
         padded = list(evidences) + [MatchEvidence()] * (len(scores) - len(evidences))
-        ranked = [
+        kept = [
             (session, score, found)
             for (session, score), found in zip(scores, padded, strict=False)
             if session.instance in allowed and session.instance in by_name
         ]
-        # The one candidate whose files the task names is judged first, whatever its score.
-        first = named_first([found for _, _, found in ranked])
+        # Each candidate's lead is over the next in the matcher's order, whatever order they
+        # are judged in: the named one judged first does not leave the best a lead over the
+        # third when the named one was between them.
+        ranked = [
+            (session, score, found, kept[j + 1][1] if j + 1 < len(kept) else 0.0)
+            for j, (session, score, found) in enumerate(kept)
+        ]
+        # The one candidate whose files the task names is judged first, whatever its rank.
+        first = named_first([found for _, _, found in kept], [score for _, score, _ in kept])
         if first is not None:
             ranked.insert(0, ranked.pop(first))
 
         def verdict(i: int, words: str) -> CandidateVerdict:
-            session, score, found = ranked[i]
-            runner_up = ranked[i + 1][1] if i + 1 < len(ranked) else 0.0
+            session, score, found, runner_up = ranked[i]
             return CandidateVerdict(session, score, words, score - runner_up, found)
 
         def rest(i: int, words: str = "not needed") -> list[CandidateVerdict]:
             return [verdict(j, words) for j in range(i + 1, len(ranked))]
 
-        for i, (session, score, found) in enumerate(ranked):
+        for i, (session, score, found, runner_up) in enumerate(ranked):
             view = by_name[session.instance]
             steer = session.running and not view.run_state_unknown
-            runner_up = ranked[i + 1][1] if i + 1 < len(ranked) else 0.0
             judged = match_decision(
                 cfg.match,
                 score,

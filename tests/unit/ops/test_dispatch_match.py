@@ -107,6 +107,8 @@ def test_a_trace_keeps_the_prompts_and_the_files_touched_and_nothing_else() -> N
     assert trace.files == (
         "src/orders/List.tsx", "src/orders/export.ts", "web/src/orders/csv.ts", "/etc/x.csv"
     )
+    # Of those, the ones its tools changed (not the one read, nor the file attached).
+    assert trace.changed == ("src/orders/export.ts", "web/src/orders/csv.ts")
     # A hostile server's endless listing costs at most the caps.
     many = [user(f"prompt {i}") for i in range(500)]
     many += [tool("read", filePath=f"{ROOT}/f{i}.py") for i in range(500)]
@@ -176,7 +178,35 @@ def test_reading_the_candidates_never_fails_or_stalls_a_dispatch(
     started = time.monotonic()
     traces = asyncio.run(dispatch_ops.read_traces(ops, sessions))
     assert time.monotonic() - started < 5
-    assert traces == {("lan-a", "ses_ok"): SessionTrace(("Add a CSV export",), ("export.ts",))}
+    assert traces == {
+        ("lan-a", "ses_ok"): SessionTrace(("Add a CSV export",), ("export.ts",), ("export.ts",))
+    }
     # Only the newest messages, and in the session's own folder.
     asked = next(a for a in server.asked if "/ses_ok/" in a)
     assert f"limit={dispatch_ops.TRACE_MESSAGES}" in asked and "directory=" in asked
+
+
+def test_a_file_a_session_only_read_is_not_named_as_its_work() -> None:
+    # Both read the cart queue; only the second changed it.
+    looked = sess("lan-a", "ses_1", "Cart totals", directory=ROOT)
+    wrote = sess("lan-a", "ses_2", "Cart offline", directory=ROOT)
+    scans = [InstanceScan(A, reachable=True, sessions=[looked, wrote])]
+    traces = {
+        ("lan-a", "ses_1"): session_trace(
+            [user("Show the cart totals with tax"), tool("read", filePath=f"{ROOT}/src/queue.ts")],
+            ROOT,
+        ),
+        ("lan-a", "ses_2"): session_trace(
+            [
+                user("Keep cart ops while offline"),
+                tool("read", filePath=f"{ROOT}/src/queue.ts"),
+                tool("edit", filePath=f"{ROOT}/src/queue.ts", oldString="a", newString="b"),
+            ],
+            ROOT,
+        ),
+    }
+    scores, evidence = match_candidates(scans, "queue.ts needs an op id", {}, traces)
+    named = {s.id: e.named for (s, _), e in zip(scores, evidence, strict=True)}
+    # Was: both named it (it was among the files each touched), so it told them apart no more
+    # than a shared word.
+    assert named == {"ses_1": (), "ses_2": ("src/queue.ts",)}

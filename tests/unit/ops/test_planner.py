@@ -286,3 +286,39 @@ def test_a_named_file_with_nearly_nothing_else_shared_is_a_coincidence() -> None
     assert below.action == "create"
     above = plan_dispatch(CFG, [view(A, idle), view(B)], req, [(idle, NAMED_FLOOR)], named)
     assert (above.action, above.session) == ("reuse", idle)
+
+
+def test_a_named_candidate_below_the_floor_does_not_stand_before_a_strong_one() -> None:
+    from xaf_hub.ops.planner import NAMED_FLOOR, MatchEvidence, named_first
+
+    best, other = sess("lan-a", "ses_1", "CSV export of orders"), sess("lan-b", "ses_2", "Cart")
+    views = [view(A, best), view(B, other)]
+    req = DispatchRequest(text="the CSV export drops the amount; the helper is in queue.ts")
+    named = [MatchEvidence(), MatchEvidence(named=("src/cart/queue.ts",))]
+    # Was: the named one judged first at 0.03, found below threshold, and the 0.6 candidate
+    # behind it "weaker than a candidate in doubt": a new session.
+    plan = plan_dispatch(CFG, views, req, [(best, 0.6), (other, NAMED_FLOOR - 0.02)], named)
+    assert (plan.action, plan.session) == ("reuse", best)
+    assert named_first(named, [0.6, NAMED_FLOOR - 0.02]) is None
+    assert named_first(named, [0.6, NAMED_FLOOR]) == 1
+
+
+def test_the_lead_is_over_the_next_candidate_in_the_matchers_order() -> None:
+    from xaf_hub.ops.planner import MatchEvidence
+
+    best, named = sess("lan-a", "ses_1", "Cart totals"), sess("lan-b", "ses_2", "Offline cart")
+    busy = [sess("lan-b", f"ses_r{i}", "x", running=True) for i in range(2)]  # lan-b is full
+    views = [view(A, best), view(B, named, *busy)]
+    req = DispatchRequest(text="offline replays add item twice, queue.ts needs an op id")
+    scores = [(best, 0.40), (named, 0.35)]
+    evidence = [MatchEvidence(), MatchEvidence(named=("src/cart/queue.ts",))]
+    plan = plan_dispatch(CFG, views, req, scores, evidence)
+    # The named one is judged first and its instance is full. Was: the best then led "the
+    # rest" (nobody: lead 0.400) and took the work the task named another session's file
+    # for, and the named one showed a lead of -0.050.
+    assert [(c.session.id, round(c.margin, 3)) for c in plan.candidates] == [
+        ("ses_2", 0.35), ("ses_1", 0.05)
+    ]
+    assert plan.candidates[0].verdict == "instance full"
+    assert plan.candidates[1].verdict.startswith("too close to the next candidate (lead 0.050")
+    assert plan.action == "create"
