@@ -23,6 +23,7 @@ from xaf_hub.config.load import InstanceConfig
 from xaf_hub.core.records import RunState, SessionRecord
 from xaf_hub.fleet.wire import (
     session_from_classic,
+    session_record,
     waiting_from_permission,
     waiting_from_question,
 )
@@ -224,6 +225,10 @@ class Board:
     judged by the project rules, as the scan judges it (a stream that names a foreign
     session, or one that does not exist, reports nothing). What the board remembers of
     sessions and directories outside the project is bounded (``MAX_REMEMBERED``).
+
+    Sessions outside the project report no changes, but their runs count in the instance's
+    running total as a scan counts them: ``foreign`` holds them as the last rescan saw them,
+    with the run states and the new sessions their frames told since.
     """
 
     def __init__(self, inst: InstanceConfig) -> None:
@@ -232,6 +237,8 @@ class Board:
         self._verdicts: dict[str, bool] = {}
         # Sessions seen outside the project: their frames are ignored without a lookup.
         self.outside: set[str] = set()
+        self.foreign: dict[str, SessionRecord] = {}  # sessions outside the project, by id
+        self._foreign_added = 0  # new ones learnt from frames since the last rescan
         self.missing: list[tuple[str, str]] = []  # (session id, directory hint)
 
     def is_project(self, directory: str) -> bool:
@@ -249,10 +256,13 @@ class Board:
 
     def reconcile(self, records: Iterable[SessionRecord], source: str) -> list[FleetEvent]:
         """Replace the view with a full scan's; the differences are the changes."""
+        records = list(records)
         after = {r.id: r for r in records if r.project}
         changes = diff(self.sessions, after)
         self.sessions = after
         self.outside = set()
+        self.foreign = {r.id: r for r in records if not r.project}
+        self._foreign_added = 0
         return [
             self._event(kind, rec, source, _detail(kind, rec)) for kind, rec in changes
         ]
@@ -263,10 +273,17 @@ class Board:
             self.outside.clear()  # endless made-up ids: forget, a lookup each tells again
         self.outside.add(session_id)
 
+    def _remember_foreign(self, rec: SessionRecord) -> None:
+        """Keep a session outside the project that the last rescan did not list."""
+        if rec.id not in self.foreign and self._foreign_added < MAX_REMEMBERED:
+            self._foreign_added += 1  # endless made-up sessions: the next rescan tells
+            self.foreign[rec.id] = replace(rec, project=False)
+
     def learn(self, rec: SessionRecord) -> list[FleetEvent]:
         """Add a session looked up after a frame named it (``missing``)."""
         if not self.is_project(rec.directory):
             self.ignore(rec.id)
+            self._remember_foreign(rec)
             return []
         if rec.id in self.sessions:
             return []
@@ -284,8 +301,12 @@ class Board:
         if not isinstance(sid, str) or not sid:
             return []
         if kind == "session.deleted":
+            self.foreign.pop(sid, None)
             rec = self.sessions.pop(sid, None)
             return [self._event("gone", rec, "stream")] if rec is not None else []
+        if sid in self.foreign:
+            self._foreign_run(sid, kind, props)
+            return []
         if sid in self.outside:
             return []
         rec = self.sessions.get(sid)
@@ -301,15 +322,13 @@ class Board:
             return self._asked(rec, kind, props)
         if kind in _ANSWERED:
             return self._answered(rec, props, _ANSWERED[kind])
-        if kind == "session.idle":
-            return self._status(rec, "idle", {})
-        if kind == "session.status":
-            status = props.get("status")
-            if isinstance(status, Mapping):
-                word = status.get("type")
-                if word in ("busy", "retry", "idle"):
-                    return self._status(rec, word, status)
-        return []
+        said = _run_said(kind, props)
+        return self._status(rec, said[0], said[1]) if said is not None else []
+
+    def _foreign_run(self, sid: str, kind: str, props: Mapping[str, Any]) -> None:
+        said = _run_said(kind, props)
+        if said is not None:
+            self.foreign[sid] = _with_run(self.foreign[sid], *said)
 
     def _asked(self, rec: SessionRecord, kind: str, props: Mapping[str, Any]) -> list[FleetEvent]:
         read = waiting_from_permission if _ASKED[kind] == "permission" else waiting_from_question
@@ -345,10 +364,18 @@ class Board:
                 model=s.model or old.model,
             )
             return []
+        if s.id in self.foreign:
+            old = self.foreign[s.id]
+            self.foreign[s.id] = replace(
+                old, title=s.title, updated=max(old.updated, s.updated), cost=s.cost,
+                model=s.model or old.model,
+            )
+            return []
         if s.id in self.outside:
             return []
         if not self.is_project(s.directory):
             self.ignore(s.id)
+            self._remember_foreign(session_record(self.inst.name, s, False))
             return []
         # New and said to be ours: the caller asks the server (``learn``), never the frame.
         self.missing.append((s.id, s.directory))
@@ -357,14 +384,8 @@ class Board:
     def _status(
         self, rec: SessionRecord, word: RunState, status: Mapping[str, Any]
     ) -> list[FleetEvent]:
-        message = str(status.get("message") or "") if word == "retry" else ""
-        nxt = int(status.get("next") or 0) if word == "retry" else 0
-        new = replace(
-            rec, run_state=word, running=word != "idle", retry_message=message, retry_next=nxt,
-            updated=max(rec.updated, _now_ms()),
-        )
-        if word == "idle":
-            new = replace(new, waiting=None)  # a run that ended waits on nothing
+        new = _with_run(rec, word, status)
+        message = new.retry_message
         self.sessions[rec.id] = new
         if word != "idle" and not rec.running:
             out = [self._event("started", new, "stream")]
@@ -376,3 +397,27 @@ class Board:
         if word == "retry" and (rec.run_state != "retry" or rec.retry_message != message):
             return [self._event("retry", new, "stream", message)]
         return []
+
+
+def _run_said(kind: str, props: Mapping[str, Any]) -> tuple[RunState, Mapping[str, Any]] | None:
+    """The run state a frame tells, with its status object; None when it tells none."""
+    if kind == "session.idle":
+        return "idle", {}
+    if kind == "session.status":
+        status = props.get("status")
+        if isinstance(status, Mapping):
+            word = status.get("type")
+            if word in ("busy", "retry", "idle"):
+                return word, status
+    return None
+
+
+def _with_run(rec: SessionRecord, word: RunState, status: Mapping[str, Any]) -> SessionRecord:
+    """``rec`` in the run state a frame told."""
+    message = str(status.get("message") or "") if word == "retry" else ""
+    nxt = int(status.get("next") or 0) if word == "retry" else 0
+    new = replace(
+        rec, run_state=word, running=word != "idle", retry_message=message, retry_next=nxt,
+        updated=max(rec.updated, _now_ms()),
+    )
+    return replace(new, waiting=None) if word == "idle" else new  # an ended run waits on nothing

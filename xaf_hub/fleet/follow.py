@@ -839,8 +839,10 @@ class FleetFollower:
             behind = self._behind_ms.get(inst.name)
             live = st.up and st.mode in ("global", "polling") and heard > 0
             confirmed = (heard if behind is None else min(heard, behind)) if live else 0
-            foreign = [s for s in scan.sessions if not s.project]
-            sessions = foreign + list(self.boards[inst.name].sessions.values())
+            board = self.boards[inst.name]
+            # Outside the project: as the last rescan saw them, with what frames told since.
+            foreign = {s.id: s for s in scan.sessions if not s.project} | board.foreign
+            sessions = list(foreign.values()) + list(board.sessions.values())
             view.append(LiveInstance(replace(scan, sessions=sessions), st.mode, confirmed))
         return view
 

@@ -24,7 +24,7 @@ from xaf_hub.errors import ApiError, HubError, RunStateUnknown, UnreachableError
 from xaf_hub.fleet.client import OpencodeClient, RawStatus, ServerSession
 from xaf_hub.fleet.instance_scan import InstanceScan as InstanceScan
 from xaf_hub.fleet.instance_scan import snapshot_of
-from xaf_hub.fleet.wire import Pending
+from xaf_hub.fleet.wire import Pending, session_record
 
 TransportFactory = Callable[[InstanceConfig], httpx.AsyncBaseTransport | None]
 
@@ -65,22 +65,7 @@ def build_record(
 ) -> SessionRecord:
     """Combine a server session, its run state and the project verdict."""
     state, message, nxt = read_status(status)
-    return SessionRecord(
-        instance=inst.name,
-        id=s.id,
-        title=s.title,
-        directory=s.directory,
-        created=s.created,
-        updated=s.updated,
-        cost=s.cost,
-        running=state != "idle",
-        run_state=state,
-        retry_message=message,
-        retry_next=nxt,
-        parent_id=s.parent_id,
-        model=s.model,
-        project=project,
-    )
+    return session_record(inst.name, s, project, state, message, nxt)
 
 
 async def read_run_state(

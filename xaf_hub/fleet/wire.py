@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from xaf_hub.core.records import Waiting, sane_ms
+from xaf_hub.core.records import RunState, SessionRecord, Waiting, sane_ms
 
 # What a hostile or broken server may cost us, at most: one answer's size (decompressed), the
 # pages and the sessions of one listing. Real instances stay far below (8000 sessions ~ 4 MB).
@@ -38,6 +38,33 @@ class ServerSession:
     cost: float | None  # None: the server reported no usable cost (unknown, never 0)
     parent_id: str
     model: str
+
+
+def session_record(
+    instance: str,
+    s: ServerSession,
+    project: bool,
+    state: RunState = "idle",
+    message: str = "",
+    nxt: int = 0,
+) -> SessionRecord:
+    """A server session as the hub records it, with its project verdict and run state."""
+    return SessionRecord(
+        instance=instance,
+        id=s.id,
+        title=s.title,
+        directory=s.directory,
+        created=s.created,
+        updated=s.updated,
+        cost=s.cost,
+        running=state != "idle",
+        run_state=state,
+        retry_message=message,
+        retry_next=nxt,
+        parent_id=s.parent_id,
+        model=s.model,
+        project=project,
+    )
 
 
 # A tuple, not ``int | float``: that expression builds a new union object on every call, and

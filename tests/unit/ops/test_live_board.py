@@ -8,6 +8,7 @@ import io
 import json
 import re
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -617,25 +618,65 @@ def test_an_untouched_summary_is_taken(tmp_path: Path) -> None:
             tally.running_project, tally.waiting) == (5, 3, 3, 2, 1)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "the follower's board keeps only project sessions (fleet.events.Board ignores every frame "
-    "of a session outside the project); the others are as its last rescan saw them, and a "
-    "global stream is rescanned only when it reconnects: `status` from the board says "
-    "running 0 where `status --fresh` says 1 (seen on real opencode 1.18.33: a slow run "
-    "started outside the project once the daemon ran). Following their run state is not a "
-    "small change."))
 def test_a_run_outside_the_project_shows_in_the_running_total_as_a_scan_shows_it(
     tmp_path: Path,
 ) -> None:
+    """Seen on real opencode 1.18.33: a run started outside the project once the daemon ran
+    left `status` from the board saying running 0 where `status --fresh` said 1, because the
+    board ignored every frame of a session outside the project."""
     from xaf_hub.fleet.events import Frame
 
     f = follower(config(tmp_path))
-    f.scans["a"].sessions[1] = record("a", "x1", project=False)  # idle when last scanned
-    f.boards["a"].ignore("x1")  # its first frame told the board it is not the project's
-    f.boards["a"].apply(Frame("session.status", {"sessionID": "x1",
-                                                 "status": {"type": "busy"}}))
+    scan = replace(f.scans["a"], sessions=[record("a", "s1", running=True),
+                                           record("a", "x1", project=False)])  # idle
+    f._reconcile(scan.inst, f.boards["a"], scan, "rescan")
+    board = f.boards["a"]
+
+    def total() -> int:
+        (live,) = f.live_view()
+        return live.scan.summary().running_total
+
+    assert total() == 1
+    busy = {"type": "busy"}
+    assert board.apply(Frame("session.status", {"sessionID": "x1", "status": busy})) == []
+    assert total() == 2  # s1 and x1, as a scan counts them; no event for a foreign session
+    board.apply(Frame("session.idle", {"sessionID": "x1"}))
+    assert total() == 1
+    # A session created outside the project after the rescan: its frames tell its runs too.
+    info = {"id": "x2", "title": "elsewhere", "directory": "/elsewhere",
+            "time": {"created": NOW, "updated": NOW}}
+    assert board.apply(Frame("session.created", {"info": info})) == []
+    assert board.missing == []  # no lookup for a session outside the project
+    board.apply(Frame("session.status", {"sessionID": "x2", "status": busy}))
     (live,) = f.live_view()
-    assert live.scan.summary().running_total == 2  # s1 and x1, as a scan counts them
+    by_id = {s.id: s for s in live.scan.sessions}
+    assert by_id["x2"].running and not by_id["x2"].project
+    assert live.scan.summary().running_total == 2
+    assert live.scan.summary().running_project == 1
+    board.apply(Frame("session.deleted", {"sessionID": "x2"}))
+    assert total() == 1
+    # The next rescan is the truth again.
+    board.apply(Frame("session.status", {"sessionID": "x1", "status": busy}))
+    f._reconcile(scan.inst, board, scan, "rescan")
+    assert total() == 1
+
+
+def test_a_stream_of_made_up_foreign_sessions_is_remembered_only_so_far(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from xaf_hub.fleet import events
+    from xaf_hub.fleet.events import Frame
+
+    monkeypatch.setattr(events, "MAX_REMEMBERED", 5)
+    f = follower(config(tmp_path))
+    board = f.boards["a"]
+    board.reconcile(f.scans["a"].sessions, "rescan")
+    for i in range(50):
+        info = {"id": f"y{i}", "title": "", "directory": f"/elsewhere/{i}"}
+        board.apply(Frame("session.created", {"info": info}))
+    assert len(board.foreign) == 1 + 5  # the scan's x1 and the first five
+    board.reconcile(f.scans["a"].sessions, "rescan")
+    assert set(board.foreign) == {"x1"}
 
 
 def test_a_summary_older_than_its_board_is_not_taken_for_it(tmp_path: Path) -> None:
