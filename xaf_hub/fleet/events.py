@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from xaf_hub.config.load import InstanceConfig
-from xaf_hub.core.records import RunState, SessionRecord
+from xaf_hub.core.records import RunState, SessionRecord, sane_ms
 from xaf_hub.fleet.wire import (
     session_from_classic,
     session_record,
@@ -414,8 +414,9 @@ def _run_said(kind: str, props: Mapping[str, Any]) -> tuple[RunState, Mapping[st
 
 def _with_run(rec: SessionRecord, word: RunState, status: Mapping[str, Any]) -> SessionRecord:
     """``rec`` in the run state a frame told."""
-    message = str(status.get("message") or "") if word == "retry" else ""
-    nxt = int(status.get("next") or 0) if word == "retry" else 0
+    raw = status.get("message")
+    message = raw if word == "retry" and isinstance(raw, str) else ""
+    nxt = sane_ms(status.get("next")) if word == "retry" else 0  # as the scan reads it
     new = replace(
         rec, run_state=word, running=word != "idle", retry_message=message, retry_next=nxt,
         updated=max(rec.updated, _now_ms()),

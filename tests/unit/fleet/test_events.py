@@ -27,7 +27,7 @@ from tests.unit.fleet.event_support import (
 )
 from xaf_hub.config.load import Config, load_config
 from xaf_hub.core.records import SessionRecord
-from xaf_hub.fleet.events import Board, FleetEvent, parse_frame
+from xaf_hub.fleet.events import Board, FleetEvent, Frame, parse_frame
 from xaf_hub.fleet.follow import FleetFollower
 
 
@@ -406,16 +406,26 @@ def _two(tmp_path: Path) -> Config:
 
 
 @pytest.mark.parametrize(("bad", "dropped"), [
-    # a retry whose next try is not a time (ValueError in the status reader): dropped, counted
+    # a frame the board cannot read (an error in ``Board.apply``): dropped, counted
+    (_g("session.status", {"sessionID": "ses_boom", "status": {"type": "busy"}}), 1),
+    # a retry whose next try is not a time: read as the scan reads it (0), not dropped
     (_g("session.status", {"sessionID": "ses_a", "status": {
-        "type": "retry", "attempt": 1, "message": "x", "next": "soon"}}), 1),
+        "type": "retry", "attempt": 1, "message": "x", "next": "soon"}}), 0),
     # a session id with a control character (an invalid URL when its session is read): never
     # one of ours, so its frames are left alone without counting as bad
     (_g("session.status", {"sessionID": "ses_\x07bad", "status": {"type": "busy"}}), 0),
 ])
 def test_a_bad_frame_is_dropped_and_every_instance_keeps_following(
-    tmp_path: Path, bad: str, dropped: int
+    tmp_path: Path, bad: str, dropped: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    apply = Board.apply
+
+    def boom(board: Board, frame: Frame) -> list[FleetEvent]:
+        if frame.properties.get("sessionID") == "ses_boom":
+            raise ValueError("unreadable")
+        return apply(board, frame)
+
+    monkeypatch.setattr(Board, "apply", boom)
     servers = {"a": FakeServer(), "b": FakeServer()}
     transports = {n: httpx.MockTransport(s.handler) for n, s in servers.items()}
 

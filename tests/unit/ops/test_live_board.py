@@ -661,6 +661,33 @@ def test_a_run_outside_the_project_shows_in_the_running_total_as_a_scan_shows_it
     assert total() == 1
 
 
+@pytest.mark.parametrize("nxt", ["soon", float("nan"), 1e400, 10**22, -5, [1], {"at": 1}])
+def test_a_retry_with_a_next_no_clock_gives_is_read_as_a_scan_reads_it(
+    tmp_path: Path, nxt: Any
+) -> None:
+    """A retry frame's ``next`` that is no time (the scan reads it as 0, ``read_status``)
+    raised in ``apply`` (the frame dropped as unreadable, the run state lost) or, out of
+    range, went on the board as is, and every reader then threw the instance's summary away
+    and scanned; for a project session as for one outside the project."""
+    from xaf_hub.fleet.events import Frame
+
+    cfg = config(tmp_path)
+    f = follower(cfg)
+    scan = replace(f.scans["a"], sessions=[record("a", "s1"), record("a", "x1", project=False)])
+    f._reconcile(scan.inst, f.boards["a"], scan, "rescan")
+    f._heard_ms["a"] = NOW - 500
+    for sid in ("s1", "x1"):
+        retry = {"type": "retry", "message": {"not": "text"}, "next": nxt}
+        f.boards["a"].apply(Frame("session.status", {"sessionID": sid, "status": retry}))
+    (live,) = f.live_view()
+    assert {(s.id, s.run_state, s.retry_next, s.retry_message) for s in live.scan.sessions} == {
+        ("s1", "retry", 0, ""), ("x1", "retry", 0, "")}
+    write(cfg, f.live_view())
+    got = read_board(cfg, [cfg.instance("a")], now_ms=NOW, summary=True)
+    assert got.stale == {}
+    assert got.scans["a"].summary().running_total == 2
+
+
 def test_a_stream_of_made_up_foreign_sessions_is_remembered_only_so_far(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
