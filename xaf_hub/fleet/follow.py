@@ -840,9 +840,9 @@ class FleetFollower:
             live = st.up and st.mode in ("global", "polling") and heard > 0
             confirmed = (heard if behind is None else min(heard, behind)) if live else 0
             board = self.boards[inst.name]
-            # Outside the project: as the last rescan saw them, with what frames told since.
-            foreign = {s.id: s for s in scan.sessions if not s.project} | board.foreign
-            sessions = list(foreign.values()) + list(board.sessions.values())
+            # Outside the project: as the last rescan saw them (``_reconcile`` gave the board
+            # this scan's), with what frames told since, those deleted since gone.
+            sessions = list(board.foreign.values()) + list(board.sessions.values())
             view.append(LiveInstance(replace(scan, sessions=sessions), st.mode, confirmed))
         return view
 

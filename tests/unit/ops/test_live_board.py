@@ -185,6 +185,7 @@ def follower(cfg: Config) -> FleetFollower:
     f.scans["a"] = InstanceScan(inst, reachable=True, sessions=[
         record("a", "s1"), record("a", "x1", project=False, running=True)])
     f.boards["a"].sessions = {"s1": record("a", "s1", running=True)}
+    f.boards["a"].foreign = {"x1": f.scans["a"].sessions[1]}  # as ``_reconcile`` gives it
     f.state["a"] = FollowState(mode="global", up=True)
     f._heard_ms["a"] = NOW - 500
     return f
@@ -659,6 +660,26 @@ def test_a_run_outside_the_project_shows_in_the_running_total_as_a_scan_shows_it
     board.apply(Frame("session.status", {"sessionID": "x1", "status": busy}))
     f._reconcile(scan.inst, board, scan, "rescan")
     assert total() == 1
+
+
+def test_a_session_outside_the_project_deleted_since_the_rescan_is_gone_from_the_view(
+    tmp_path: Path,
+) -> None:
+    """The view took the last scan's sessions outside the project and laid the board's over
+    them: one deleted since (no longer on the board) came back as the scan saw it, running."""
+    from xaf_hub.fleet.events import Frame
+
+    f = follower(config(tmp_path))
+    scan = replace(f.scans["a"], sessions=[record("a", "s1", running=True),
+                                           record("a", "x1", project=False, running=True)])
+    f._reconcile(scan.inst, f.boards["a"], scan, "rescan")
+    board = f.boards["a"]
+    board.apply(Frame("session.idle", {"sessionID": "x1"}))
+    board.apply(Frame("session.deleted", {"sessionID": "x1"}))
+    (live,) = f.live_view()
+    summary = live.scan.summary()
+    assert [s.id for s in live.scan.sessions] == ["s1"]  # as a scan now lists them
+    assert (summary.total_sessions, summary.running_total) == (1, 1)
 
 
 @pytest.mark.parametrize("nxt", ["soon", float("nan"), 1e400, 10**22, -5, [1], {"at": 1}])
