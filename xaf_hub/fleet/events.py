@@ -371,11 +371,11 @@ class Board:
                 model=s.model or old.model,
             )
             return []
-        if s.id in self.outside:
-            return []
-        if not self.is_project(s.directory):
-            self.ignore(s.id)
+        if not self.is_project(s.directory):  # even when ignored already: an earlier frame
+            self.ignore(s.id)  # may have named it before its info came
             self._remember_foreign(session_record(self.inst.name, s, False))
+            return []
+        if s.id in self.outside:
             return []
         # New and said to be ours: the caller asks the server (``learn``), never the frame.
         self.missing.append((s.id, s.directory))

@@ -682,6 +682,34 @@ def test_a_session_outside_the_project_deleted_since_the_rescan_is_gone_from_the
     assert (summary.total_sessions, summary.running_total) == (1, 1)
 
 
+def test_a_session_outside_the_project_named_before_its_info_counts_once_its_info_comes(
+    tmp_path: Path,
+) -> None:
+    """A frame naming a session the board did not know, from a directory outside the project,
+    left its id among those ignored; its ``session.created`` (or ``updated``) info that came
+    next was then ignored too, and its runs never counted until the stream reconnected. So
+    too for an id deleted and created again."""
+    from xaf_hub.fleet.events import Frame
+
+    f = follower(config(tmp_path))
+    scan = replace(f.scans["a"], sessions=[record("a", "s1", running=True)])
+    f._reconcile(scan.inst, f.boards["a"], scan, "rescan")
+    board = f.boards["a"]
+    busy = {"type": "busy"}
+    for sid in ("x2", "x3"):
+        board.apply(Frame("session.status", {"sessionID": sid, "status": busy}, "/elsewhere"))
+        info = {"id": sid, "title": "", "directory": "/elsewhere"}
+        assert board.apply(Frame("session.created", {"info": info}, "/elsewhere")) == []
+        board.apply(Frame("session.status", {"sessionID": sid, "status": busy}, "/elsewhere"))
+    board.apply(Frame("session.deleted", {"sessionID": "x3"}, "/elsewhere"))
+    board.apply(Frame("session.created", {"info": {"id": "x3", "directory": "/elsewhere"}}))
+    board.apply(Frame("session.status", {"sessionID": "x3", "status": busy}, "/elsewhere"))
+    assert board.missing == []
+    (live,) = f.live_view()
+    summary = live.scan.summary()
+    assert (summary.running_total, summary.running_project) == (3, 1)
+
+
 @pytest.mark.parametrize("nxt", ["soon", float("nan"), 1e400, 10**22, -5, [1], {"at": 1}])
 def test_a_retry_with_a_next_no_clock_gives_is_read_as_a_scan_reads_it(
     tmp_path: Path, nxt: Any
