@@ -80,6 +80,10 @@ _ANSWERED = {
 
 # Sessions and directories outside the project a board remembers before it starts over.
 MAX_REMEMBERED = 10_000
+# What a board keeps of each text a frame tells of a session outside the project (its title,
+# folder, model, parent): real ones are far shorter; a frame's 1 MB title kept whole would cost
+# 10 GB at MAX_REMEMBERED.
+MAX_FOREIGN_TEXT = 1000
 
 
 def _now_ms() -> int:
@@ -277,7 +281,11 @@ class Board:
         """Keep a session outside the project that the last rescan did not list."""
         if rec.id not in self.foreign and self._foreign_added < MAX_REMEMBERED:
             self._foreign_added += 1  # endless made-up sessions: the next rescan tells
-            self.foreign[rec.id] = replace(rec, project=False)
+            cut = MAX_FOREIGN_TEXT
+            self.foreign[rec.id] = replace(
+                rec, project=False, title=rec.title[:cut], directory=rec.directory[:cut],
+                model=rec.model[:cut], parent_id=rec.parent_id[:cut],
+            )
 
     def learn(self, rec: SessionRecord) -> list[FleetEvent]:
         """Add a session looked up after a frame named it (``missing``)."""
@@ -367,8 +375,8 @@ class Board:
         if s.id in self.foreign:
             old = self.foreign[s.id]
             self.foreign[s.id] = replace(
-                old, title=s.title, updated=max(old.updated, s.updated), cost=s.cost,
-                model=s.model or old.model,
+                old, title=s.title[:MAX_FOREIGN_TEXT], updated=max(old.updated, s.updated),
+                cost=s.cost, model=(s.model or old.model)[:MAX_FOREIGN_TEXT],
             )
             return []
         if not self.is_project(s.directory):  # even when ignored already: an earlier frame

@@ -710,6 +710,31 @@ def test_a_session_outside_the_project_named_before_its_info_counts_once_its_inf
     assert (summary.running_total, summary.running_project) == (3, 1)
 
 
+def test_what_frames_tell_of_sessions_outside_the_project_is_kept_only_so_large(
+    tmp_path: Path,
+) -> None:
+    """Each session outside the project a frame told of kept that frame's title, folder and
+    model whole: a stream of frames with 1 MB titles held 1 MB per session, 10 GB at
+    ``MAX_REMEMBERED`` (measured: 301 MB held after 300 such frames, 1 MB before the board
+    kept these sessions)."""
+    from xaf_hub.fleet.events import Frame
+
+    f = follower(config(tmp_path))
+    board = f.boards["a"]
+    board.reconcile(f.scans["a"].sessions, "rescan")  # x1, outside the project
+    big = "T" * 1_000_000
+    for sid in ("x1", "y1"):
+        info = {"id": sid, "title": big, "directory": "/elsewhere/" + big, "parentID": big,
+                "model": {"providerID": big, "id": big}}
+        board.apply(Frame("session.created", {"info": info}, "/elsewhere"))
+        board.apply(Frame("session.updated", {"info": info}, "/elsewhere"))
+    assert set(board.foreign) == {"x1", "y1"}
+    for rec in board.foreign.values():
+        # a real title, folder or model name is far shorter than 1000 characters
+        assert max(len(rec.title), len(rec.directory), len(rec.model), len(rec.parent_id)) <= 1000
+    assert board.foreign["y1"].directory.startswith("/elsewhere/T")
+
+
 @pytest.mark.parametrize("nxt", ["soon", float("nan"), 1e400, 10**22, -5, [1], {"at": 1}])
 def test_a_retry_with_a_next_no_clock_gives_is_read_as_a_scan_reads_it(
     tmp_path: Path, nxt: Any
