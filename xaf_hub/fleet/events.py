@@ -246,7 +246,10 @@ class Board:
         self.missing: list[tuple[str, str]] = []  # (session id, directory hint)
 
     def is_project(self, directory: str) -> bool:
-        """The project verdict of a directory (asked once per directory)."""
+        """The project verdict of a directory (asked once per directory, kept for directories of
+        up to ``MAX_FOREIGN_TEXT`` characters: a stream of endless long names keeps nothing)."""
+        if len(directory) > MAX_FOREIGN_TEXT:
+            return self.inst.rules.is_project(directory)
         if directory not in self._verdicts:
             if len(self._verdicts) >= MAX_REMEMBERED:
                 self._verdicts.clear()  # a stream naming endless directories: ask again

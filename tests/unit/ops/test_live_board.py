@@ -735,6 +735,33 @@ def test_what_frames_tell_of_sessions_outside_the_project_is_kept_only_so_large(
     assert board.foreign["y1"].directory.startswith("/elsewhere/T")
 
 
+def test_a_stream_of_long_directory_names_leaves_nothing_held(tmp_path: Path) -> None:
+    """The board kept the project verdict of every directory a frame named, keyed by the whole
+    name: 10,000 names of 1 MB would hold 10 GB (200 of 100 kB held 20 MB). A name longer
+    than any real folder is judged each time and not kept."""
+    import tracemalloc
+
+    from xaf_hub.fleet.events import Frame
+
+    f = follower(config(tmp_path))
+    board = f.boards["a"]
+    board.reconcile(f.scans["a"].sessions, "rescan")
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for i in range(200):
+            name = f"/elsewhere/{i}/" + "d" * 100_000
+            board.apply(Frame("session.status", {"sessionID": f"z{i}",
+                                                 "status": {"type": "busy"}}, name))
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert held < 2_000_000, held
+    # Still judged as the scan judges it: a long name inside the project is the project's.
+    assert board.is_project("/srv/proj/app/" + "d" * 5000)
+    assert not board.is_project("/elsewhere/" + "d" * 5000)
+
+
 @pytest.mark.parametrize("nxt", ["soon", float("nan"), 1e400, 10**22, -5, [1], {"at": 1}])
 def test_a_retry_with_a_next_no_clock_gives_is_read_as_a_scan_reads_it(
     tmp_path: Path, nxt: Any
