@@ -418,8 +418,12 @@ def _run_said(kind: str, props: Mapping[str, Any]) -> tuple[RunState, Mapping[st
         status = props.get("status")
         if isinstance(status, Mapping):
             word = status.get("type")
-            if word in ("busy", "retry", "idle"):
+            if word in ("retry", "idle"):
                 return word, status
+            if isinstance(word, str) and word:
+                # busy, or a state this hub does not know: busy, never idle, as the scan
+                # reads it (fleet.scan.read_status)
+                return "busy", status
     return None
 
 

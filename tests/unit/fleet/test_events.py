@@ -543,3 +543,31 @@ def test_a_rescan_finds_requests_the_stream_missed(tmp_path: Path) -> None:
     assert board.reconcile([waiting], "rescan") == []  # the same request: nothing new
     ended = replace(rec, running=False, run_state="idle")
     assert [e.kind for e in board.reconcile([ended], "rescan")] == ["stopped", "answered"]
+
+
+@pytest.mark.parametrize(
+    ("status", "running"),
+    [
+        ({"type": "compacting"}, True),  # a state this hub does not know: busy, never idle
+        ({"type": "busy"}, True),
+        ({"type": "idle"}, False),
+        ({"type": ""}, False),  # no state at all: the frame tells nothing
+        ({"type": 7}, False),
+        ({}, False),
+    ],
+)
+def test_a_run_state_the_hub_does_not_know_is_busy_on_the_board_as_in_a_scan(
+    tmp_path: Path, status: dict[str, object], running: bool
+) -> None:
+    """The scan reads a status kind it does not know as busy (fleet.scan.read_status); the
+    board ignored such a frame, so a session the scan called running stayed idle on it."""
+    from xaf_hub.fleet.scan import read_status
+
+    board = Board(_cfg(tmp_path).instances[0])
+    board.reconcile([SessionRecord("a", "ses_a", "t", f"{ROOT}/app", project=True)], "rescan")
+    frame = parse_frame(_g("session.status", {"sessionID": "ses_a", "status": status}))
+    assert frame is not None
+    board.apply(frame)
+    assert board.sessions["ses_a"].running is running
+    if status.get("type") == "compacting":
+        assert read_status(status)[0] == "busy"  # what a scan says of it
