@@ -22,6 +22,7 @@ from typing import Any, Literal
 from xaf_hub.config.load import InstanceConfig
 from xaf_hub.core.records import RunState, SessionRecord, sane_ms
 from xaf_hub.fleet.wire import (
+    ServerSession,
     session_from_classic,
     session_record,
     waiting_from_permission,
@@ -370,17 +371,10 @@ class Board:
             return []
         old = self.sessions.get(s.id)
         if old is not None:
-            self.sessions[s.id] = replace(
-                old, title=s.title, updated=max(old.updated, s.updated), cost=s.cost,
-                model=s.model or old.model,
-            )
+            self.sessions[s.id] = _refreshed(old, s)
             return []
         if s.id in self.foreign:
-            old = self.foreign[s.id]
-            self.foreign[s.id] = replace(
-                old, title=s.title[:MAX_FOREIGN_TEXT], updated=max(old.updated, s.updated),
-                cost=s.cost, model=(s.model or old.model)[:MAX_FOREIGN_TEXT],
-            )
+            self.foreign[s.id] = _refreshed(self.foreign[s.id], s, MAX_FOREIGN_TEXT)
             return []
         if not self.is_project(s.directory):  # even when ignored already: an earlier frame
             self.ignore(s.id)  # may have named it before its info came
@@ -408,6 +402,14 @@ class Board:
         if word == "retry" and (rec.run_state != "retry" or rec.retry_message != message):
             return [self._event("retry", new, "stream", message)]
         return []
+
+
+def _refreshed(old: SessionRecord, s: ServerSession, cut: int | None = None) -> SessionRecord:
+    """``old`` with what a session.updated frame's info tells (its texts cut at ``cut``)."""
+    return replace(
+        old, title=s.title[:cut], updated=max(old.updated, s.updated), cost=s.cost,
+        model=(s.model or old.model)[:cut],
+    )
 
 
 def _run_said(kind: str, props: Mapping[str, Any]) -> tuple[RunState, Mapping[str, Any]] | None:
