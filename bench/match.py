@@ -175,26 +175,20 @@ def decision(sessions: Sequence[Session], cases: Sequence[Case], rank: Ranking) 
     """The planner's rule with the default thresholds (every instance has a free slot)."""
     from xaf_hub.config.load import MatchRule
     from xaf_hub.core.cues import refers_back
-    from xaf_hub.ops.planner import MatchEvidence, match_decision, named_first
+    from xaf_hub.ops.planner import MatchEvidence, judging_order, match_decision
 
     rule = MatchRule()
     running = {s.id: s.running for s in sessions}
     picks = []
     for c in cases:
         found = list(rank(c.text))
-        # The lead is over the next in the matcher's order, as the planner takes it.
-        ranked = [
-            (key, sc, named, found[j + 1][1] if j + 1 < len(found) else 0.0)
-            for j, (key, sc, named) in enumerate(found)
-        ]
-        first = named_first(
-            [MatchEvidence(named=n) for _, _, n in found], [sc for _, sc, _ in found]
+        order, first = judging_order(  # as the planner judges them
+            [sc for _, sc, _ in found], [MatchEvidence(named=n) for _, _, n in found]
         )
-        if first is not None:  # the planner judges the one candidate named first
-            ranked.insert(0, ranked.pop(first))
         back = refers_back(c.text)
         chosen = None
-        for key, sc, named, runner_up in ranked:
+        for j, runner_up in order:
+            key, sc, named = found[j]
             verdict = match_decision(
                 rule,
                 sc,

@@ -186,6 +186,21 @@ def named_first(evidences: Sequence[MatchEvidence], scores: Sequence[float]) -> 
     return holders[0]
 
 
+def judging_order(
+    scores: Sequence[float], evidences: Sequence[MatchEvidence]
+) -> tuple[list[tuple[int, float]], int | None]:
+    """The order candidates (in the matcher's order) are judged in, by index, each with the
+    score its lead is taken over: the next candidate's in the matcher's order, whatever order
+    they are judged in (the named one judged first does not leave the best a lead over the
+    third when the named one was between them). Also the index of the one candidate judged
+    first on a file the task names (``named_first``; None when none is)."""
+    order = [(j, scores[j + 1] if j + 1 < len(scores) else 0.0) for j in range(len(scores))]
+    first = named_first(evidences, scores)
+    if first is not None:
+        order.insert(0, order.pop(first))
+    return order, first
+
+
 @dataclass(frozen=True)
 class Plan:
     """Where the work goes and how."""
@@ -350,17 +365,9 @@ def plan_dispatch(
             for (session, score), found in zip(scores, padded, strict=False)
             if session.instance in allowed and session.instance in by_name
         ]
-        # Each candidate's lead is over the next in the matcher's order, whatever order they
-        # are judged in: the named one judged first does not leave the best a lead over the
-        # third when the named one was between them.
-        ranked = [
-            (session, score, found, kept[j + 1][1] if j + 1 < len(kept) else 0.0)
-            for j, (session, score, found) in enumerate(kept)
-        ]
         # The one candidate whose files the task names is judged first, whatever its rank.
-        first = named_first([found for _, _, found in kept], [score for _, score, _ in kept])
-        if first is not None:
-            ranked.insert(0, ranked.pop(first))
+        order, first = judging_order([sc for _, sc, _ in kept], [f for _, _, f in kept])
+        ranked = [(*kept[j], runner_up) for j, runner_up in order]
 
         def verdict(i: int, words: str) -> CandidateVerdict:
             session, score, found, runner_up = ranked[i]
