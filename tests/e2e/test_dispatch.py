@@ -13,6 +13,7 @@ import pytest
 from tests.e2e.dispatch_checks import abort_all, audit_lines, slow
 from tests.e2e.proxy import StallProxy
 from tests.fleet import Hub
+from xaf_hub.sandbox import fleet as sandbox
 
 pytestmark = pytest.mark.e2e
 
@@ -333,6 +334,7 @@ def test_an_instance_init_marks_prod_refuses_writes_without_allow_prod(
     assert code == 0, err
 
 
+@pytest.mark.core  # the read of its messages (prompts, files, todo list) on every release
 def test_a_session_started_outside_the_hub_is_matched_on_its_own_messages(hub: Hub) -> None:
     # Two sessions a person started on the server itself (nothing of theirs in the hub's pool),
     # titled alike: only their messages tell them apart. The agent of one wrote a file.
@@ -341,9 +343,18 @@ def test_a_session_started_outside_the_hub_is_matched_on_its_own_messages(hub: H
     login = hub.session("local-a", "Orders work too", "shop")
     script = folder / "orders" / "export_csv.py"
     write = ["write", {"filePath": str(script), "content": "HEADER = 'id,amount'\n"}]
-    hub.llm.set_mode("fake-model", "tools", calls=[write], text="written")
-    hub.prompt("local-a", export, "Add a CSV export of the orders list")
+    todos = [  # what its agent left on its todo list (todowrite holds the whole list)
+        {"content": "Write the CSV header and rows", "status": "completed", "priority": "high"},
+        {"content": "Zero-decimal currencies such as JPY", "status": "pending", "priority": "low"},
+    ]
+    hub.llm.set_mode(
+        "fake-model", "tools", calls=[write, ["todowrite", {"todos": todos}]], text="written"
+    )
+    url, pw = hub.server("local-a").url, hub.password("local-a")
+    # Run in its folder, as the TUI there does (1.2-1.14 run a prompt without one elsewhere).
+    sandbox.prompt_async(url, pw, export, "Add a CSV export of the orders list", None, folder)
     hub.wait_for(script.exists, timeout=60)
+    hub.wait_for(lambda: not hub.status("local-a", folder), timeout=60)  # its todo list too
     hub.llm.reset()
     hub.prompt("local-a", login, "Fix the login page style on small phones")
     hub.wait_for(lambda: not hub.status("local-a", folder), timeout=60)  # both runs over
@@ -361,6 +372,18 @@ def test_a_session_started_outside_the_hub_is_matched_on_its_own_messages(hub: H
     # The text names the file its agent wrote: that, not the score, decides (core.cues).
     assert top["evidence"]["named_files"] == ["orders/export_csv.py"]
     assert "the task names its file export_csv.py" in top["verdict"], top
+    # A follow-up that shares nothing with its prompt, only with its agent's todo list.
+    code, plan = hub.cli_json(
+        "dispatch", "--dry-run", "--text", "the pending item: zero-decimal currencies such as JPY"
+    )
+    assert code == 0, plan
+    assert (plan["action"], plan["session_id"]) == ("reuse", export), [
+        (c["similarity"], c["margin"], c["verdict"], c["evidence"]) for c in plan["candidates"]]
+    assert plan["candidates"][0]["evidence"]["todos"] == ["Zero-decimal currencies such as JPY"]
+    code, out, err = hub.cli(
+        "dispatch", "--dry-run", "--text", "the pending item: zero-decimal currencies such as JPY"
+    )
+    assert code == 0 and "its todo: Zero-decimal currencies such as JPY" in out, err
     # New work in the same folder still gets its own session.
     code, plan = hub.cli_json("dispatch", "--dry-run", "--text", "Add a health check endpoint")
     assert code == 0 and plan["action"] == "create", plan["candidates"]

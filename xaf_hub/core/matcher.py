@@ -110,6 +110,9 @@ TITLE_WEIGHT = 1.0
 TASK_WEIGHT = 1.0
 FILE_WEIGHT = 0.3
 FOLDER_WEIGHT = 0.3
+# The agent's own words (its todo items, its newest reply) say what the work became, but at
+# length and about its neighbours too (tests, lint, what it read): half a task text's weight.
+AGENT_WEIGHT = 0.5
 GENERIC_WEIGHT = 0.25
 
 # Whole words (after NFKC and lower-casing) weighted by GENERIC_WEIGHT.
@@ -190,12 +193,14 @@ def _english(run: str) -> list[str]:
 @dataclass(frozen=True)
 class Evidence:
     """What the hub knows of one session: title, folder, the task texts sent into it (its first
-    prompt among them) and the files it changed."""
+    prompt among them), the files it changed and what its agent said of the work (its todo
+    items and its newest reply, ``agent``)."""
 
     title: str = ""
     folder: str = ""
     tasks: tuple[str, ...] = ()
     files: tuple[str, ...] = ()
+    agent: tuple[str, ...] = ()
 
     def fields(self, folder: Callable[[str], str] | None = None) -> list[tuple[str, float]]:
         """The texts to match with the weight of the field each comes from (``folder``: how a
@@ -206,15 +211,21 @@ class Evidence:
         out = [(title, TITLE_WEIGHT), ((folder or folder_text)(self.folder), FOLDER_WEIGHT)]
         out += [(task, TASK_WEIGHT) for task in self.tasks]
         out += [(path, FILE_WEIGHT) for path in self.files]
+        out += [(said, AGENT_WEIGHT) for said in self.agent]
         return [(text, weight) for text, weight in out if text]
 
-    def adding(self, tasks: Sequence[str] = (), files: Sequence[str] = ()) -> Evidence:
-        """This evidence with more task texts and files (what a session's own messages show),
-        each text counted once however often it is known."""
+    def adding(
+        self, tasks: Sequence[str] = (), files: Sequence[str] = (), agent: Sequence[str] = ()
+    ) -> Evidence:
+        """This evidence with more task texts, files and agent's words (what a session's own
+        messages show), each text counted once however often it is known."""
         known = set(self.tasks)
         more = tuple(dict.fromkeys(t for t in tasks if t not in known))
         paths = tuple(dict.fromkeys(f for f in files if f not in set(self.files)))
-        return Evidence(self.title, self.folder, self.tasks + more, self.files + paths)
+        said = tuple(dict.fromkeys(a for a in agent if a and a not in set(self.agent)))
+        return Evidence(
+            self.title, self.folder, self.tasks + more, self.files + paths, self.agent + said
+        )
 
 
 Document = str | Evidence

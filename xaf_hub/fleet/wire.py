@@ -290,10 +290,14 @@ def tool_started(messages: list[Any], call_id: str) -> int:
 
 # What a session's own messages say about its work (issue 36), read for the best few match
 # candidates only: the prompts typed into it (by the hub or a person, the discipline block cut
-# off) and the files its tools read or changed. Bounded whatever the server sends.
+# off), the files its tools read or changed, the agent's todo list (its newest `todowrite`
+# call holds the whole list: measured on 1.18.33, the same items `GET /session/{id}/todo`
+# answers, so no request more) and its newest reply. Bounded whatever the server sends.
 MAX_TRACE_PROMPTS = 20
 MAX_TRACE_PROMPT_CHARS = 2000
 MAX_TRACE_FILES = 50
+MAX_TRACE_TODOS = 30
+MAX_TRACE_TODO_CHARS = 300
 # Tool inputs naming one file (read, write, edit; some releases spell it file_path) or a folder
 # (list, grep, glob: a folder below the session's own is evidence too).
 _TRACE_FILE_KEYS = ("filePath", "file_path", "path")
@@ -307,11 +311,14 @@ _CHANGING_TOOLS = frozenset({"write", "edit", "multiedit", "patch", "apply_patch
 class SessionTrace:
     """The prompts and files a session's newest messages show, oldest first: every file its
     tools touched or a person attached (``files``), and of those the ones its tools wrote,
-    edited or patched (``changed``)."""
+    edited or patched (``changed``); and the agent's own words: its todo list as its newest
+    ``todowrite`` call left it (``todos``) and its newest reply (``reply``)."""
 
     prompts: tuple[str, ...] = ()
     files: tuple[str, ...] = ()
     changed: tuple[str, ...] = ()
+    todos: tuple[str, ...] = ()
+    reply: str = ""
 
 
 def _under(path: str, directory: str) -> str:
@@ -331,6 +338,8 @@ def session_trace(messages: list[Any], directory: str = "") -> SessionTrace:
     prompts: dict[str, None] = {}
     files: dict[str, None] = {}
     changed: dict[str, None] = {}
+    todos: tuple[str, ...] = ()
+    reply = ""
 
     def add_file(path: str, changes: bool = False) -> None:
         name = _under(path, directory)
@@ -341,18 +350,26 @@ def session_trace(messages: list[Any], directory: str = "") -> SessionTrace:
 
     for msg in messages:
         msg = as_mapping(msg)
-        user = text_field(as_mapping(msg.get("info")).get("role")) == "user"
+        role = text_field(as_mapping(msg.get("info")).get("role"))
         parts = msg.get("parts")
+        said = []
         for part in parts if isinstance(parts, list) else ():
             part = as_mapping(part)
             kind = part.get("type")
-            if kind == "text" and user and part.get("synthetic") is not True:
-                text = strip_discipline(text_field(part.get("text"))).strip()
-                if text:
-                    prompts[text[:MAX_TRACE_PROMPT_CHARS]] = None
+            if kind == "text" and part.get("synthetic") is not True:
+                text = text_field(part.get("text"))
+                if role == "user":
+                    text = strip_discipline(text).strip()
+                    if text:
+                        prompts[text[:MAX_TRACE_PROMPT_CHARS]] = None
+                elif role == "assistant" and text.strip():
+                    said.append(text.strip())
             elif kind == "tool":
                 given = as_mapping(as_mapping(part.get("state")).get("input"))
-                changes = text_field(part.get("tool")) in _CHANGING_TOOLS
+                tool = text_field(part.get("tool"))
+                if tool == "todowrite" and isinstance(given.get("todos"), list):
+                    todos = _todo_items(given["todos"])  # each call gives the whole list
+                changes = tool in _CHANGING_TOOLS
                 for key in _TRACE_FILE_KEYS:
                     add_file(text_field(given.get(key)), changes)
                 for path in _PATCH_FILE.findall(text_field(given.get("patchText"))):
@@ -360,8 +377,25 @@ def session_trace(messages: list[Any], directory: str = "") -> SessionTrace:
             elif kind == "file":
                 source = as_mapping(part.get("source"))
                 add_file(text_field(source.get("path")) or text_field(part.get("filename")))
+        if said:
+            reply = "\n".join(said)[:MAX_TRACE_PROMPT_CHARS]
     return SessionTrace(
         tuple(list(prompts)[-MAX_TRACE_PROMPTS:]),
         tuple(list(files)[-MAX_TRACE_FILES:]),
         tuple(list(changed)[-MAX_TRACE_FILES:]),
+        todos,
+        reply,
     )
+
+
+def _todo_items(todos: list[Any]) -> tuple[str, ...]:
+    """The texts of a ``todowrite`` call's items (``content``), each cut, at most
+    MAX_TRACE_TODOS; anything else in the list is skipped."""
+    out: dict[str, None] = {}
+    for item in todos:
+        text = text_field(as_mapping(item).get("content")).strip()
+        if text:
+            out[text[:MAX_TRACE_TODO_CHARS]] = None
+        if len(out) >= MAX_TRACE_TODOS:
+            break
+    return tuple(out)

@@ -106,8 +106,8 @@ def match_candidates(
 ) -> tuple[list[tuple[SessionRecord, float]], list[MatchEvidence]]:
     """The matcher's top candidates for ``text`` among the project sessions, with what each
     shares with it. A session's evidence is its title, folder (relative to its root), the
-    task texts the hub sent into it (``sent``) and, where read (``traces``), the prompts and
-    files its own messages show."""
+    task texts the hub sent into it (``sent``) and, where read (``traces``), the prompts, files,
+    todo items and newest reply its own messages show."""
     from xaf_hub.core.cues import named_files, refers_back
     from xaf_hub.core.matcher import Evidence, Index
 
@@ -127,7 +127,7 @@ def match_candidates(
                 known = Evidence(s.title, relative[s.directory], tasks)
                 trace = traces.get((s.instance, s.id))
                 if trace is not None:
-                    known = known.adding(trace.prompts, trace.files)
+                    known = known.adding(trace.prompts, trace.files, _said(trace))
                 docs.append((key, known))
                 known_of[key] = known
     index = Index(docs)
@@ -150,15 +150,21 @@ def match_candidates(
                 # Files it only read, listed or was shown are not its work: not named.
                 named=named_files(text, known.tasks, trace.changed if trace else ()),
                 refers_back=back,
+                todos=_naming(trace.todos if trace else (), shared, limit=2),
             )
         )
     return [(pool[c.key], c.score) for c in found], evidence
 
 
-def _naming(files: Sequence[str], words: Sequence[str], limit: int = 3) -> tuple[str, ...]:
-    """The files whose path holds one of ``words`` (what a person checks a match by)."""
+def _said(trace: SessionTrace) -> tuple[str, ...]:
+    """The agent's own words of a read session: its todo items and its newest reply."""
+    return (*trace.todos, trace.reply) if trace.reply else trace.todos
+
+
+def _naming(texts: Sequence[str], words: Sequence[str], limit: int = 3) -> tuple[str, ...]:
+    """The files (or todo items) that hold one of ``words`` (what a person checks a match by)."""
     low = [w.lower() for w in words if len(w) > 1]
-    return tuple([f for f in files if any(w in f.lower() for w in low)][:limit])
+    return tuple([f for f in texts if any(w in f.lower() for w in low)][:limit])
 
 
 async def read_traces(

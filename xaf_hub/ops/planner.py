@@ -82,6 +82,7 @@ class MatchEvidence:
     tasks: int = 0  # task texts of the hub's known for the session
     named: tuple[str, ...] = ()  # the session's files the task names (core.cues)
     refers_back: str = ""  # the task's word that refers back to earlier work (core.cues)
+    todos: tuple[str, ...] = ()  # the items of its agent's todo list holding a shared word
 
     def to_json(self) -> dict[str, object]:
         """Plain data for `dispatch --dry-run --json` and the MCP answer."""
@@ -91,6 +92,7 @@ class MatchEvidence:
             "tasks": self.tasks,
             "named_files": list(self.named),
             "refers_back": self.refers_back,
+            "todos": list(self.todos),
         }
 
 

@@ -533,6 +533,7 @@ _FIELD = st.text(alphabet=_ALPHABET, max_size=20)
             _FIELD,
             st.lists(_FIELD, max_size=2).map(tuple),
             st.lists(_FIELD, max_size=2).map(tuple),
+            st.lists(_FIELD, max_size=2).map(tuple),
         ),
         min_size=1,
         max_size=8,

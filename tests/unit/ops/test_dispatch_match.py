@@ -14,7 +14,15 @@ import pytest
 from tests.unit.ops.planner_support import A, B, sess
 from xaf_hub.config.load import load_config
 from xaf_hub.fleet.scan import InstanceScan
-from xaf_hub.fleet.wire import MAX_TRACE_FILES, MAX_TRACE_PROMPTS, SessionTrace, session_trace
+from xaf_hub.fleet.wire import (
+    MAX_TRACE_FILES,
+    MAX_TRACE_PROMPT_CHARS,
+    MAX_TRACE_PROMPTS,
+    MAX_TRACE_TODO_CHARS,
+    MAX_TRACE_TODOS,
+    SessionTrace,
+    session_trace,
+)
 from xaf_hub.ops import dispatch as dispatch_ops
 from xaf_hub.ops.context import OpsContext
 from xaf_hub.ops.dispatch import match_candidates, session_tasks
@@ -115,6 +123,78 @@ def test_a_trace_keeps_the_prompts_and_the_files_touched_and_nothing_else() -> N
     trace = session_trace(many, ROOT)
     assert len(trace.prompts) == MAX_TRACE_PROMPTS and trace.prompts[-1] == "prompt 499"
     assert len(trace.files) == MAX_TRACE_FILES and trace.files[-1] == "f499.py"
+
+
+def said(text: str, synthetic: bool = False) -> dict[str, object]:
+    part = {"type": "text", "text": text, **({"synthetic": True} if synthetic else {})}
+    return {"info": {"role": "assistant"}, "parts": [part]}
+
+
+def test_a_trace_keeps_the_agents_newest_todo_list_and_reply() -> None:
+    first = [{"content": "Draft the export", "status": "in_progress", "priority": "high"}]
+    newest = [
+        {"content": "Add the CSV button", "status": "completed", "priority": "high", "id": "1"},
+        {"content": "  Handle zero-decimal currencies (JPY)  ", "status": "pending"},
+        {"content": ""}, "broken", {"content": 7}, {"status": "pending"},
+        {"content": "Add the CSV button", "status": "completed"},  # twice, counted once
+    ]
+    messages = [
+        user("Add a CSV export"),
+        tool("todowrite", todos=first),
+        said("Looking at the orders list first"),
+        tool("todowrite", todos=newest),  # each call holds the whole list: the newest wins
+        tool("todowrite", todos="broken"),  # not a list: the list stays as it was
+        {"info": {"role": "assistant"}, "parts": [
+            {"type": "text", "text": "Done: the button exports the filtered orders."},
+            {"type": "reasoning", "text": "thinking aloud"},
+            {"type": "text", "text": "JPY is left for later."},
+        ]},
+        said("a reminder the server added", synthetic=True),
+        user("thanks"),
+    ]
+    trace = session_trace(messages, ROOT)
+    assert trace.todos == ("Add the CSV button", "Handle zero-decimal currencies (JPY)", "7")
+    assert trace.reply == "Done: the button exports the filtered orders.\nJPY is left for later."
+    assert trace.prompts == ("Add a CSV export", "thanks")  # the agent's words are not prompts
+    # A hostile server's endless list or reply costs at most the caps.
+    huge = [{"content": f"{i} " + "x" * 10_000, "status": "pending"} for i in range(500)]
+    trace = session_trace([tool("todowrite", todos=huge), said("y" * 100_000)], ROOT)
+    assert len(trace.todos) == MAX_TRACE_TODOS
+    assert all(len(t) == MAX_TRACE_TODO_CHARS for t in trace.todos)
+    assert len(trace.reply) == MAX_TRACE_PROMPT_CHARS
+    assert session_trace([user("x")], ROOT) == SessionTrace(("x",))
+
+
+def test_a_follow_up_of_the_agents_own_todo_list_finds_its_session() -> None:
+    # Two sessions on the orders list; the follow-up names what one agent left on its list.
+    export = sess("lan-a", "ses_1", "Orders export", directory=ROOT)
+    other = sess("lan-a", "ses_2", "Orders filters", directory=ROOT)
+    scans = [InstanceScan(A, reachable=True, sessions=[export, other])]
+    text = "handle the zero-decimal currencies, yen amounts come out wrong"
+    without = {
+        ("lan-a", "ses_1"): SessionTrace(("Add a CSV export of the orders list",)),
+        ("lan-a", "ses_2"): SessionTrace(("Add status and date filters to the orders list",)),
+    }
+    scores, _ = match_candidates(scans, text, {}, without)
+    assert scores[0][1] < 0.1  # nothing of the orders' words in the text
+    traces = {
+        ("lan-a", "ses_1"): SessionTrace(
+            ("Add a CSV export of the orders list",),
+            todos=("Add the CSV button", "Handle zero-decimal currencies like JPY"),
+            reply="Exported amounts use two decimals; zero-decimal currencies are left open.",
+        ),
+        ("lan-a", "ses_2"): SessionTrace(
+            ("Add status and date filters to the orders list",),
+            todos=("Status filter", "Date range filter"),
+            reply="Filters are in the URL now.",
+        ),
+    }
+    scores, evidence = match_candidates(scans, text, {}, traces)
+    assert [s.id for s, _ in scores][:1] == ["ses_1"] and scores[0][1] > 0.3
+    assert scores[1][1] < 0.1
+    assert evidence[0].todos == ("Handle zero-decimal currencies like JPY",)
+    assert evidence[0].to_json()["todos"] == ["Handle zero-decimal currencies like JPY"]
+    assert evidence[1].todos == ()
 
 
 def test_a_session_started_outside_the_hub_is_matched_on_what_its_messages_show() -> None:

@@ -226,13 +226,13 @@ def test_candidates_carry_their_evidence_as_plain_data() -> None:
     from xaf_hub.ops.planner import MatchEvidence
 
     idle = sess("lan-a", "ses_1", "订单导出CSV")
-    found = MatchEvidence(("csv", "导出"), tasks=2)
+    found = MatchEvidence(("csv", "导出"), tasks=2, todos=("导出 CSV 加 BOM",))
     plan = plan_dispatch(CFG, [view(A, idle)], DispatchRequest(text="CSV 导出"), [(idle, 0.6)],
                          [found])
     doc = plan.candidates[0].to_json()
     assert doc["evidence"] == {
         "shared_terms": ["csv", "导出"], "files": [], "tasks": 2, "named_files": [],
-        "refers_back": "",
+        "refers_back": "", "todos": ["导出 CSV 加 BOM"],
     }
     assert (doc["similarity"], doc["margin"], doc["session_id"]) == (0.6, 0.6, "ses_1")
 

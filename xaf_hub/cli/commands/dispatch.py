@@ -385,6 +385,8 @@ def _print_plan(ctx: Context, prep: Prepared) -> None:
                 files = f"; in {', '.join(c.evidence.files)}" if c.evidence.files else ""
                 named = f"; names {', '.join(c.evidence.named)}" if c.evidence.named else ""
                 ctx.out(f"        shares: {', '.join(c.evidence.shared)}{sent}{files}{named}")
+                for item in c.evidence.todos:  # the agent's own todo items, as it wrote them
+                    ctx.out(f"        its todo: {' '.join(item.split())[:100]}")
     ctx.out("  prompt:")
     for line in prompt.splitlines():
         ctx.out(f"    | {line}")
