@@ -822,11 +822,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--match", action="store_true",
                    help="only the match evaluation on the labelled set (bench/match.py): "
                         "precision and recall of 'continues a session' per threshold")
-    p.add_argument("--evidence", choices=("read", "pool", "full", "title", "outside"),
+    p.add_argument("--evidence", choices=("read", "prompts", "pool", "full", "title", "outside"),
                    default="read",
                    help="--match: what the matcher sees of a session: title, folder and the "
                         "task texts the hub sent into it, then the best 3 candidates' own "
-                        "prompts and changed files (read, default: what dispatch does); "
+                        "prompts, changed files, todo items and agent's reply (read, default: "
+                        "what dispatch does); the same without the agent's words (prompts); "
                         "without that read (pool); every session's files (full); only title "
                         "and folder (title); sessions started outside the hub, then read "
                         "(outside)")

@@ -11,7 +11,10 @@ the same way on 2026-12-04 after the glossary had been chosen, and scored once),
 bench/data/match_cases_blind3.json (a 'blind3' part of 150 more, written the same way after the
 files-named and refers-back rules had been chosen on the other parts, and scored once), and
 bench/data/match_cases_blind4.json (a 'blind4' part of 150 more, written the same way before
-the fault rule was committed, and scored once). Two readings:
+the fault rule was committed, and scored once), and bench/data/match_cases_blind5.json (a
+'blind5' part of 150 more, written the same way before the agent's words were read, and scored
+once). bench/data/match_session_work.json holds what each session's agent said (its newest
+reply, its todo list), written by a helper that read only the fleet file. Two readings:
 
 * the curve: for each threshold, a text "continues a session" when its best candidate scores
   at least the threshold. Precision: of the texts matched, the share matched to the right
@@ -32,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 DATA = Path(__file__).resolve().parent / "data"
-SPLITS = ("tune", "heldout", "unseen", "blind", "blind2", "blind3", "blind4")
+SPLITS = ("tune", "heldout", "unseen", "blind", "blind2", "blind3", "blind4", "blind5")
 THRESHOLDS = tuple(round(0.05 * i, 2) for i in range(1, 13))
 
 
@@ -56,13 +59,23 @@ class Session:
     running: bool
     tasks: tuple[str, ...]
     files: tuple[str, ...]
+    said: tuple[str, ...] = ()  # its agent's todo items and newest reply (match_session_work)
 
 
 def load() -> tuple[list[Session], list[Case]]:
     """The labelled fleet and cases."""
     fleet = json.loads((DATA / "match_sessions.json").read_text("utf-8"))
+    work = json.loads((DATA / "match_session_work.json").read_text("utf-8"))["sessions"]
+
+    def said(sid: str) -> tuple[str, ...]:
+        agent = work.get(sid, {})
+        return (*(t["content"] for t in agent.get("todos", [])), agent.get("reply", ""))
+
     sessions = [
-        Session(s["id"], s["title"], s["dir"], s["running"], tuple(s["tasks"]), tuple(s["files"]))
+        Session(
+            s["id"], s["title"], s["dir"], s["running"], tuple(s["tasks"]), tuple(s["files"]),
+            said(s["id"]),
+        )
         for s in fleet["sessions"]
     ]
     doc = json.loads((DATA / "match_cases.json").read_text("utf-8"))
@@ -70,6 +83,7 @@ def load() -> tuple[list[Session], list[Case]]:
     doc |= json.loads((DATA / "match_cases_blind2.json").read_text("utf-8"))
     doc |= json.loads((DATA / "match_cases_blind3.json").read_text("utf-8"))
     doc |= json.loads((DATA / "match_cases_blind4.json").read_text("utf-8"))
+    doc |= json.loads((DATA / "match_cases_blind5.json").read_text("utf-8"))
     cases = [
         Case(text, expect, kind, split)
         for split in SPLITS
@@ -87,7 +101,7 @@ def load() -> tuple[list[Session], list[Case]]:
 Ranking = Callable[[str], list[tuple[str, float, tuple[str, ...]]]]
 
 
-EVIDENCE = ("read", "pool", "full", "title", "outside")
+EVIDENCE = ("read", "prompts", "pool", "full", "title", "outside")
 
 
 def ranking(sessions: Sequence[Session], evidence: str) -> Ranking:
@@ -96,7 +110,9 @@ def ranking(sessions: Sequence[Session], evidence: str) -> Ranking:
     * 'title': its title and folder;
     * 'pool': also the task texts the hub sent into it;
     * 'read' (what dispatch does): ranked on 'pool', then the best ``READ_CANDIDATES`` read
-      (their prompts and changed files, as their own messages show them) and ranked again;
+      (their prompts and changed files, their agent's todo items and newest reply, as their
+      own messages show them) and ranked again;
+    * 'prompts': as 'read' without the agent's words (what dispatch read before them);
     * 'outside': sessions started outside the hub (no pool texts): ranked on 'title', then
       the best few read and ranked again;
     * 'full': every session's pool texts and changed files, all read (a bound, not a path
@@ -107,7 +123,7 @@ def ranking(sessions: Sequence[Session], evidence: str) -> Ranking:
     from xaf_hub.ops.dispatch import READ_CANDIDATES
 
     by_id = {s.id: s for s in sessions}
-    hub_sent = evidence in ("pool", "read", "full")
+    hub_sent = evidence in ("pool", "read", "prompts", "full")
     docs = [
         (s.id, matcher.Evidence(s.title, s.folder, s.tasks if hub_sent else ()))
         for s in sessions
@@ -115,7 +131,8 @@ def ranking(sessions: Sequence[Session], evidence: str) -> Ranking:
     if evidence == "full":
         docs = [(k, e.adding(files=by_id[k].files)) for k, e in docs]
     index = matcher.Index(docs)
-    reads = evidence in ("read", "outside")
+    reads = evidence in ("read", "prompts", "outside")
+    agent = evidence != "prompts"
     seen: dict[str, list[tuple[str, float, tuple[str, ...]]]] = {}  # ranked once, scored often
 
     def rank(text: str) -> list[tuple[str, float, tuple[str, ...]]]:
@@ -129,7 +146,8 @@ def ranking(sessions: Sequence[Session], evidence: str) -> Ranking:
         if reads and found:
             best = {c.key for c in found[:READ_CANDIDATES]}
             read = [
-                (k, e.adding(by_id[k].tasks, by_id[k].files) if k in best else e)
+                (k, e.adding(by_id[k].tasks, by_id[k].files, by_id[k].said if agent else ())
+                 if k in best else e)
                 for k, e in docs
             ]
             known = dict(read)
