@@ -13,7 +13,9 @@ files-named and refers-back rules had been chosen on the other parts, and scored
 bench/data/match_cases_blind4.json (a 'blind4' part of 150 more, written the same way before
 the fault rule was committed, and scored once), and bench/data/match_cases_blind5.json (a
 'blind5' part of 150 more, written the same way before the agent's words were read, and scored
-once). bench/data/match_session_work.json holds what each session's agent said (its newest
+once), and bench/data/match_cases_blind6.json (a 'blind6' part of 150 more, written the same
+way after the agent's words were in, and scored once with the rule as it then stood).
+bench/data/match_session_work.json holds what each session's agent said (its newest
 reply, its todo list), written by a helper that read only the fleet file. Two readings:
 
 * the curve: for each threshold, a text "continues a session" when its best candidate scores
@@ -35,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 DATA = Path(__file__).resolve().parent / "data"
-SPLITS = ("tune", "heldout", "unseen", "blind", "blind2", "blind3", "blind4", "blind5")
+SPLITS = ("tune", "heldout", "unseen", "blind", "blind2", "blind3", "blind4", "blind5", "blind6")
 THRESHOLDS = tuple(round(0.05 * i, 2) for i in range(1, 13))
 
 
@@ -84,6 +86,7 @@ def load() -> tuple[list[Session], list[Case]]:
     doc |= json.loads((DATA / "match_cases_blind3.json").read_text("utf-8"))
     doc |= json.loads((DATA / "match_cases_blind4.json").read_text("utf-8"))
     doc |= json.loads((DATA / "match_cases_blind5.json").read_text("utf-8"))
+    doc |= json.loads((DATA / "match_cases_blind6.json").read_text("utf-8"))
     cases = [
         Case(text, expect, kind, split)
         for split in SPLITS
