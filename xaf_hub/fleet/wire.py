@@ -303,6 +303,8 @@ MAX_TRACE_TODO_CHARS = 300
 _TRACE_FILE_KEYS = ("filePath", "file_path", "path")
 # apply_patch names its files inside the patch text.
 _PATCH_FILE = re.compile(r"^\*\*\* (?:Add|Update|Delete) File: (.+?)\s*$", re.MULTILINE)
+# The states of a tool call that did not write what its input says (a todowrite's list).
+_UNWRITTEN = frozenset({"pending", "error"})
 # The tools that change the files they name (the others read, list or search them).
 _CHANGING_TOOLS = frozenset({"write", "edit", "multiedit", "patch", "apply_patch"})
 
@@ -365,10 +367,14 @@ def session_trace(messages: list[Any], directory: str = "") -> SessionTrace:
                 elif role == "assistant" and text.strip():
                     said.append(text.strip())
             elif kind == "tool":
-                given = as_mapping(as_mapping(part.get("state")).get("input"))
+                state = as_mapping(part.get("state"))
+                given = as_mapping(state.get("input"))
                 tool = text_field(part.get("tool"))
-                if tool == "todowrite" and isinstance(given.get("todos"), list):
-                    todos = _todo_items(given["todos"])  # each call gives the whole list
+                # Each call gives the whole list; one refused ("error") or not yet run
+                # ("pending") left the list as it was.
+                ran = text_field(state.get("status")) not in _UNWRITTEN
+                if tool == "todowrite" and ran and isinstance(given.get("todos"), list):
+                    todos = _todo_items(given["todos"])
                 changes = tool in _CHANGING_TOOLS
                 for key in _TRACE_FILE_KEYS:
                     add_file(text_field(given.get(key)), changes)

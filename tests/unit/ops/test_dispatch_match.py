@@ -165,6 +165,28 @@ def test_a_trace_keeps_the_agents_newest_todo_list_and_reply() -> None:
     assert session_trace([user("x")], ROOT) == SessionTrace(("x",))
 
 
+def test_a_todowrite_call_that_failed_or_has_not_run_leaves_the_list_as_it_was() -> None:
+    # opencode writes the list only when the call runs: one whose input the tool refused
+    # (state "error": an item without a priority, a status it does not know) or one still
+    # being streamed ("pending") leaves GET /session/{id}/todo as the last call that ran.
+    kept = [{"content": "Add the CSV button", "status": "in_progress", "priority": "high"}]
+    refused = [{"content": "Rewrite the whole billing module", "status": "doing"}]
+
+    def call(status: str, todos: list[dict[str, str]]) -> dict[str, object]:
+        state = {"status": status, "input": {"todos": todos}}
+        return {"info": {"role": "assistant"}, "parts": [
+            {"type": "tool", "tool": "todowrite", "state": state}
+        ]}
+
+    for status in ("error", "pending"):
+        trace = session_trace([call("completed", kept), call(status, refused)], ROOT)
+        assert trace.todos == ("Add the CSV button",), status
+    # A call that runs writes the list as it starts: it is the list already.
+    running = [{"content": "Add the JSON button", "status": "in_progress", "priority": "high"}]
+    trace = session_trace([call("completed", kept), call("running", running)], ROOT)
+    assert trace.todos == ("Add the JSON button",)
+
+
 def test_a_follow_up_of_the_agents_own_todo_list_finds_its_session() -> None:
     # Two sessions on the orders list; the follow-up names what one agent left on its list.
     export = sess("lan-a", "ses_1", "Orders export", directory=ROOT)
