@@ -290,9 +290,10 @@ def tool_started(messages: list[Any], call_id: str) -> int:
 
 # What a session's own messages say about its work (issue 36), read for the best few match
 # candidates only: the prompts typed into it (by the hub or a person, the discipline block cut
-# off), the files its tools read or changed, the agent's todo list (its newest `todowrite`
-# call holds the whole list: measured on 1.18.33, the same items `GET /session/{id}/todo`
-# answers, so no request more) and its newest reply. Bounded whatever the server sends.
+# off, the hub's resume and continue prompts left out), the files its tools read or changed,
+# the agent's todo list (its newest `todowrite` call holds the whole list: measured on
+# 1.18.33, the same items `GET /session/{id}/todo` answers, so no request more) and its newest
+# reply. Bounded whatever the server sends.
 MAX_TRACE_PROMPTS = 20
 MAX_TRACE_PROMPT_CHARS = 2000
 MAX_TRACE_FILES = 50
@@ -335,7 +336,10 @@ def _under(path: str, directory: str) -> str:
 def session_trace(messages: list[Any], directory: str = "") -> SessionTrace:
     """The prompts and file paths in ``messages`` (a message listing, oldest first), paths
     relative to the session's ``directory`` when below it. Anything unreadable is skipped."""
-    from xaf_hub.core.discipline import strip_discipline
+    from xaf_hub.core.discipline import CONTINUE_PROMPT, RESUME_PROMPT, strip_discipline
+
+    # The hub's own prompts (the patrol's resume, a heal's continue) name no task.
+    no_task = (RESUME_PROMPT, CONTINUE_PROMPT)
 
     prompts: dict[str, None] = {}
     files: dict[str, None] = {}
@@ -362,7 +366,7 @@ def session_trace(messages: list[Any], directory: str = "") -> SessionTrace:
                 text = text_field(part.get("text"))
                 if role == "user":
                     text = strip_discipline(text).strip()
-                    if text:
+                    if text and text not in no_task:
                         prompts[text[:MAX_TRACE_PROMPT_CHARS]] = None
                 elif role == "assistant" and text.strip():
                     said.append(text.strip())

@@ -13,6 +13,7 @@ import pytest
 
 from tests.unit.ops.planner_support import A, B, sess
 from xaf_hub.config.load import load_config
+from xaf_hub.core.discipline import CONTINUE_PROMPT, RESUME_PROMPT, compose_prompt
 from xaf_hub.fleet.scan import InstanceScan
 from xaf_hub.fleet.wire import (
     MAX_TRACE_FILES,
@@ -123,6 +124,18 @@ def test_a_trace_keeps_the_prompts_and_the_files_touched_and_nothing_else() -> N
     trace = session_trace(many, ROOT)
     assert len(trace.prompts) == MAX_TRACE_PROMPTS and trace.prompts[-1] == "prompt 499"
     assert len(trace.files) == MAX_TRACE_FILES and trace.files[-1] == "f499.py"
+
+
+def test_the_hubs_own_resume_and_continue_prompts_are_no_task_text() -> None:
+    # The patrol resumes an interrupted session with RESUME_PROMPT, a heal continues one on
+    # another model with CONTINUE_PROMPT: words of no task ("continue", "stopped", "status",
+    # "interrupted"). Read as task texts, with every session of the labelled fleet resumed
+    # once, "Continue the migration where it stopped" scored 0.306 (over match_threshold),
+    # 0.158 without them.
+    resumed = compose_prompt(RESUME_PROMPT, "branch", base_branch="main", slug="csv-export")
+    healed = compose_prompt(CONTINUE_PROMPT, "mainline", base_branch="main", slug="")
+    messages = [user("Add a CSV export"), user(resumed), user(healed), user("also the totals")]
+    assert session_trace(messages, ROOT).prompts == ("Add a CSV export", "also the totals")
 
 
 def said(text: str, synthetic: bool = False) -> dict[str, object]:
