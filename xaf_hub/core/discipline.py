@@ -174,17 +174,26 @@ def base_commit(
 
 
 def strip_discipline(text: str) -> str:
-    """Remove every discipline block from text, keeping what surrounds it."""
+    """Remove every discipline block from text, keeping what surrounds it: the pieces between
+    blocks, each trimmed, joined by a blank line. One pass (a server's message may hold any
+    number of blocks)."""
+    start = text.find(DISCIPLINE_MARKER)
+    if start < 0:
+        return text
+    pieces = [text[:start].rstrip()]
     while True:
-        start = text.find(DISCIPLINE_MARKER)
-        if start < 0:
-            return text
         end = text.find(DISCIPLINE_END_MARKER, start)
         # A start marker without its end (a truncated or hand-edited prompt)
         # can only have been followed by block text, so drop to the end.
-        tail = "" if end < 0 else text[end + len(DISCIPLINE_END_MARKER) :].lstrip("\n")
-        head = text[:start].rstrip()
-        text = "\n\n".join(part for part in (head, tail) if part.strip())
+        if end < 0:
+            break
+        after = end + len(DISCIPLINE_END_MARKER)
+        start = text.find(DISCIPLINE_MARKER, after)
+        if start < 0:
+            pieces.append(text[after:].lstrip("\n"))
+            break
+        pieces.append(text[after:start].lstrip("\n").rstrip())
+    return "\n\n".join(piece for piece in pieces if piece.strip())
 
 
 def compose_prompt(

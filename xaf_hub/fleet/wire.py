@@ -290,9 +290,10 @@ def tool_started(messages: list[Any], call_id: str) -> int:
 
 # What a session's own messages say about its work (issue 36), read for the best few match
 # candidates only: the prompts typed into it (by the hub or a person, the discipline block cut
-# off), the files its tools read or changed, the agent's todo list (its newest `todowrite`
-# call holds the whole list: measured on 1.18.33, the same items `GET /session/{id}/todo`
-# answers, so no request more) and its newest reply. Bounded whatever the server sends.
+# off, the hub's resume and continue prompts left out), the files its tools read or changed,
+# the agent's todo list (its newest `todowrite` call holds the whole list: measured on
+# 1.18.33, the same items `GET /session/{id}/todo` answers, so no request more) and its newest
+# reply. Bounded whatever the server sends.
 MAX_TRACE_PROMPTS = 20
 MAX_TRACE_PROMPT_CHARS = 2000
 MAX_TRACE_FILES = 50
@@ -303,6 +304,8 @@ MAX_TRACE_TODO_CHARS = 300
 _TRACE_FILE_KEYS = ("filePath", "file_path", "path")
 # apply_patch names its files inside the patch text.
 _PATCH_FILE = re.compile(r"^\*\*\* (?:Add|Update|Delete) File: (.+?)\s*$", re.MULTILINE)
+# The states of a tool call that did not write what its input says (a todowrite's list).
+_UNWRITTEN = frozenset({"pending", "error"})
 # The tools that change the files they name (the others read, list or search them).
 _CHANGING_TOOLS = frozenset({"write", "edit", "multiedit", "patch", "apply_patch"})
 
@@ -333,7 +336,10 @@ def _under(path: str, directory: str) -> str:
 def session_trace(messages: list[Any], directory: str = "") -> SessionTrace:
     """The prompts and file paths in ``messages`` (a message listing, oldest first), paths
     relative to the session's ``directory`` when below it. Anything unreadable is skipped."""
-    from xaf_hub.core.discipline import strip_discipline
+    from xaf_hub.core.discipline import CONTINUE_PROMPT, RESUME_PROMPT, strip_discipline
+
+    # The hub's own prompts (the patrol's resume, a heal's continue) name no task.
+    no_task = (RESUME_PROMPT, CONTINUE_PROMPT)
 
     prompts: dict[str, None] = {}
     files: dict[str, None] = {}
@@ -360,15 +366,19 @@ def session_trace(messages: list[Any], directory: str = "") -> SessionTrace:
                 text = text_field(part.get("text"))
                 if role == "user":
                     text = strip_discipline(text).strip()
-                    if text:
+                    if text and text not in no_task:
                         prompts[text[:MAX_TRACE_PROMPT_CHARS]] = None
                 elif role == "assistant" and text.strip():
                     said.append(text.strip())
             elif kind == "tool":
-                given = as_mapping(as_mapping(part.get("state")).get("input"))
+                state = as_mapping(part.get("state"))
+                given = as_mapping(state.get("input"))
                 tool = text_field(part.get("tool"))
-                if tool == "todowrite" and isinstance(given.get("todos"), list):
-                    todos = _todo_items(given["todos"])  # each call gives the whole list
+                # Each call gives the whole list; one refused ("error") or not yet run
+                # ("pending") left the list as it was.
+                ran = text_field(state.get("status")) not in _UNWRITTEN
+                if tool == "todowrite" and ran and isinstance(given.get("todos"), list):
+                    todos = _todo_items(given["todos"])
                 changes = tool in _CHANGING_TOOLS
                 for key in _TRACE_FILE_KEYS:
                     add_file(text_field(given.get(key)), changes)

@@ -495,6 +495,45 @@ def test_strip_discipline(text: str, expected: str) -> None:
     assert strip_discipline(text) == expected
 
 
+def _strip_one_at_a_time(text: str) -> str:
+    """strip_discipline as it was written first: cut one block, join, look again."""
+    while True:
+        start = text.find(DISCIPLINE_MARKER)
+        if start < 0:
+            return text
+        end = text.find(DISCIPLINE_END_MARKER, start)
+        tail = "" if end < 0 else text[end + len(DISCIPLINE_END_MARKER) :].lstrip("\n")
+        head = text[:start].rstrip()
+        text = "\n\n".join(part for part in (head, tail) if part.strip())
+
+
+_pieces = st.lists(
+    st.sampled_from(
+        [DISCIPLINE_MARKER, DISCIPLINE_END_MARKER, "--- ", " end of ", "\n", "\n\n", " ", "\t",
+         "task", "x", "rules\n"]
+    )
+    | st.text(max_size=5),
+    max_size=12,
+).map("".join)
+
+
+@given(text=_pieces)
+def test_strip_discipline_cuts_every_block_as_one_at_a_time(text: str) -> None:
+    assert strip_discipline(text) == _strip_one_at_a_time(text)
+
+
+def test_strip_discipline_is_linear_in_the_blocks() -> None:
+    # A hostile server's user message may hold a block after a block (session_trace strips
+    # every prompt it reads): cutting them one at a time copied the text once per block,
+    # 12 s for 4 MB, an hour for the 64 MB an answer may hold, the dispatch stalled.
+    import time
+
+    text = ("x" + DISCIPLINE_MARKER + DISCIPLINE_END_MARKER) * 70_000  # 4 MB
+    started = time.perf_counter()
+    assert strip_discipline(text) == "\n\n".join(["x"] * 70_000)
+    assert time.perf_counter() - started < 1.0
+
+
 # --------------------------------------------------------------------------
 # slugify / default_branch_policy
 

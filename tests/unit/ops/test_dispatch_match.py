@@ -13,6 +13,7 @@ import pytest
 
 from tests.unit.ops.planner_support import A, B, sess
 from xaf_hub.config.load import load_config
+from xaf_hub.core.discipline import CONTINUE_PROMPT, RESUME_PROMPT, compose_prompt
 from xaf_hub.fleet.scan import InstanceScan
 from xaf_hub.fleet.wire import (
     MAX_TRACE_FILES,
@@ -125,6 +126,18 @@ def test_a_trace_keeps_the_prompts_and_the_files_touched_and_nothing_else() -> N
     assert len(trace.files) == MAX_TRACE_FILES and trace.files[-1] == "f499.py"
 
 
+def test_the_hubs_own_resume_and_continue_prompts_are_no_task_text() -> None:
+    # The patrol resumes an interrupted session with RESUME_PROMPT, a heal continues one on
+    # another model with CONTINUE_PROMPT: words of no task ("continue", "stopped", "status",
+    # "interrupted"). Read as task texts, with every session of the labelled fleet resumed
+    # once, "Continue the migration where it stopped" scored 0.306 (over match_threshold),
+    # 0.158 without them.
+    resumed = compose_prompt(RESUME_PROMPT, "branch", base_branch="main", slug="csv-export")
+    healed = compose_prompt(CONTINUE_PROMPT, "mainline", base_branch="main", slug="")
+    messages = [user("Add a CSV export"), user(resumed), user(healed), user("also the totals")]
+    assert session_trace(messages, ROOT).prompts == ("Add a CSV export", "also the totals")
+
+
 def said(text: str, synthetic: bool = False) -> dict[str, object]:
     part = {"type": "text", "text": text, **({"synthetic": True} if synthetic else {})}
     return {"info": {"role": "assistant"}, "parts": [part]}
@@ -163,6 +176,28 @@ def test_a_trace_keeps_the_agents_newest_todo_list_and_reply() -> None:
     assert all(len(t) == MAX_TRACE_TODO_CHARS for t in trace.todos)
     assert len(trace.reply) == MAX_TRACE_PROMPT_CHARS
     assert session_trace([user("x")], ROOT) == SessionTrace(("x",))
+
+
+def test_a_todowrite_call_that_failed_or_has_not_run_leaves_the_list_as_it_was() -> None:
+    # opencode writes the list only when the call runs: one whose input the tool refused
+    # (state "error": an item without a priority, a status it does not know) or one still
+    # being streamed ("pending") leaves GET /session/{id}/todo as the last call that ran.
+    kept = [{"content": "Add the CSV button", "status": "in_progress", "priority": "high"}]
+    refused = [{"content": "Rewrite the whole billing module", "status": "doing"}]
+
+    def call(status: str, todos: list[dict[str, str]]) -> dict[str, object]:
+        state = {"status": status, "input": {"todos": todos}}
+        return {"info": {"role": "assistant"}, "parts": [
+            {"type": "tool", "tool": "todowrite", "state": state}
+        ]}
+
+    for status in ("error", "pending"):
+        trace = session_trace([call("completed", kept), call(status, refused)], ROOT)
+        assert trace.todos == ("Add the CSV button",), status
+    # A call that runs writes the list as it starts: it is the list already.
+    running = [{"content": "Add the JSON button", "status": "in_progress", "priority": "high"}]
+    trace = session_trace([call("completed", kept), call("running", running)], ROOT)
+    assert trace.todos == ("Add the JSON button",)
 
 
 def test_a_follow_up_of_the_agents_own_todo_list_finds_its_session() -> None:
