@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import json
 import ssl
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, TypedDict, cast
@@ -265,7 +264,7 @@ class OpencodeClient:
                     "answered with an HTML page instead of JSON (wrong URL or path prefix?)"
                 )
             try:
-                return json.loads(content), resp
+                return wire.server_json(content), resp
             except (ValueError, RecursionError):  # bad UTF-8 or JSON, a 5000-digit number
                 last_reason = "truncated or invalid JSON in the response"
                 if idempotent:

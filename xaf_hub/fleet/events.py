@@ -13,7 +13,6 @@ it bare. The network side (streams, reconnects, heartbeats) is ``fleet.follow``.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
@@ -23,6 +22,7 @@ from xaf_hub.config.load import InstanceConfig
 from xaf_hub.core.records import RunState, SessionRecord, sane_ms
 from xaf_hub.fleet.wire import (
     ServerSession,
+    server_json,
     session_from_classic,
     session_record,
     waiting_from_permission,
@@ -152,7 +152,7 @@ def parse_frame(line: str, stream_directory: str = "") -> Frame | None:
     ):
         return None
     try:
-        obj = json.loads(raw)
+        obj = server_json(raw)
     except (ValueError, RecursionError):
         return None
     if not isinstance(obj, dict):

@@ -149,11 +149,56 @@ def session_from_v2(obj: Mapping[str, Any]) -> ServerSession:
     return dataclasses.replace(plain, directory=directory)
 
 
+# JSON may spell half a surrogate pair on its own ("\ud800"): json.loads makes it a str that
+# no UTF-8 writer takes, so one such title from a server made its whole scan fail
+# (UnicodeEncodeError: "unreachable") and would break any file, page or line it reached.
+# (json.loads also takes one written as bytes, ED A0-BF xx, whatever UTF-8 says.)
+_SURROGATE_ESCAPE = re.compile("\\\\u[dD][89a-fA-F]|[\ud800-\udfff]")
+_SURROGATE_ESCAPE_BYTES = re.compile(rb"\\u[dD][89a-fA-F]|\xed[\xa0-\xbf]")
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def server_json(content: bytes | str) -> Any:
+    """A server's JSON answer or frame, decoded; a half surrogate pair in any text or key
+    becomes U+FFFD. (Raises what json.loads raises: ValueError, RecursionError.)"""
+    data = json.loads(content)
+    if isinstance(content, bytes):
+        lone = _SURROGATE_ESCAPE_BYTES.search(content) is not None
+    else:
+        lone = _SURROGATE_ESCAPE.search(content) is not None
+    # No half pair, escaped or written: there is none lone (the parser joins whole pairs).
+    return _whole(data) if lone else data
+
+
+def _whole(data: Any) -> Any:
+    """``data`` with every lone surrogate in its texts and keys replaced by U+FFFD; walked
+    without recursion (a server's nesting goes as deep as json.loads lets it)."""
+    if isinstance(data, str):
+        return _LONE_SURROGATE.sub("\ufffd", data)
+    if not isinstance(data, dict | list):
+        return data
+    top: list[Any] = [data]
+    stack: list[tuple[Any, Any]] = [(top, 0)]
+    while stack:
+        holder, key = stack.pop()
+        value = holder[key]
+        if isinstance(value, str):
+            holder[key] = _LONE_SURROGATE.sub("\ufffd", value)
+        elif isinstance(value, list):
+            stack.extend((value, i) for i in range(len(value)))
+        elif isinstance(value, dict):
+            if any(_LONE_SURROGATE.search(k) for k in value):
+                fixed = {_LONE_SURROGATE.sub("\ufffd", k): v for k, v in value.items()}
+                value.clear()
+                value.update(fixed)
+            stack.extend((value, k) for k in value)
+    return top[0]
+
 
 def error_message(content: bytes) -> str:
     """The message of a server's error answer, on one line (not yet redacted nor cut)."""
     try:
-        data = json.loads(content)
+        data = server_json(content)
     except (ValueError, RecursionError):
         return one_line(content.decode("utf-8", "replace")) or "no message"
     if isinstance(data, dict):

@@ -48,8 +48,9 @@ class Hub:
         path = request.url.path
         if path == "/global/health":
             return httpx.Response(200, json={"healthy": True, "version": "1.18.33"})
-        if path == "/experimental/session":
-            return httpx.Response(200, json=self.sessions)
+        if path == "/experimental/session":  # escaped as a server's JSON.stringify does
+            body = json.dumps(self.sessions).encode()
+            return httpx.Response(200, content=body, headers={"content-type": "application/json"})
         if path == "/session/status":
             return httpx.Response(200, json={})
         return httpx.Response(200, text="<html></html>", headers={"content-type": "text/html"})
@@ -274,6 +275,35 @@ def test_hostile_titles_from_a_server(hub: Hub, tmp_path: Path) -> None:
         code, _, err = hub.cli("sessions", flag, str(exports / name))
         assert code == 0, err
     assert "&lt;" not in titles["ses_2"] and (exports / "s.html").stat().st_size > 200_000
+
+
+def test_half_a_surrogate_pair_in_a_title_costs_nothing_but_that_character(
+    hub: Hub, tmp_path: Path
+) -> None:
+    """JSON may carry "\\ud800" alone; no UTF-8 writer takes it. It made the whole instance's
+    scan fail ("unreachable: UnicodeEncodeError"), hiding its other sessions."""
+    hub.sessions = [
+        {"id": "ses_1", "title": "lone \ud800 half", "directory": "c:/users/me/my project/a",
+         "time": {"created": 1, "updated": 2}},
+        {"id": "ses_2", "title": "plain", "directory": "c:/users/me/my project/b",
+         "time": {"created": 1, "updated": 3}},
+    ]  # fmt: skip
+    for args in (["sessions"], ["sessions", "--json"]):
+        raw = io.BytesIO()
+        out, err = io.TextIOWrapper(raw, encoding="utf-8"), io.StringIO()  # as a real stdout
+        code = main(
+            ["--config", str(hub.config), *args], stdout=out, stderr=err, env=hub.env,
+            cwd=hub.dir, transport_factory=lambda inst: httpx.MockTransport(hub.handler),
+        )  # fmt: skip
+        out.flush()
+        text = raw.getvalue().decode("utf-8")
+        assert code == 0 and "unreachable" not in err.getvalue(), err.getvalue()
+        assert "ses_1" in text and "ses_2" in text and "lone \ufffd half" in text
+    for name in ("s.json", "s.csv", "s.html"):
+        flag = "--html" if name.endswith(".html") else "--out"
+        code, _, err = hub.cli("sessions", flag, str(tmp_path / name))
+        assert code == 0 and "unreachable" not in err, err
+        assert "\ufffd" in (tmp_path / name).read_text("utf-8")
 
 
 def test_windows_paths_with_spaces(hub: Hub) -> None:

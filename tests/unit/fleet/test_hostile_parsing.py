@@ -319,3 +319,31 @@ def test_a_secret_at_the_cut_of_a_long_error_is_not_half_shown() -> None:
     reason = scan(echo).reason
     # Cut first, then redacted, the reason would end in "s3c" (half the password).
     assert reason.endswith(" ***") and SECRET[:3] not in reason, reason
+
+
+def test_half_a_surrogate_pair_becomes_one_replacement_character() -> None:
+    from xaf_hub.fleet.events import parse_frame
+    from xaf_hub.fleet.wire import server_json
+
+    # Escaped (JSON.stringify writes a lone one so), in a text or a key, at any depth.
+    raw = json.dumps({"t": "a\ud800b", "\udfff": [1, {"k": "\ud83d"}], "ok": "\U0001f600"})
+    got = server_json(raw.encode())
+    assert got == {"t": "a\ufffdb", "\ufffd": [1, {"k": "\ufffd"}], "ok": "\U0001f600"}
+    assert server_json(raw) == got  # a frame's text as an answer's bytes
+    # Written as bytes (json.loads takes ED A0 80 whatever UTF-8 says).
+    assert server_json(b'["x\xed\xa0\x80y"]') == ["x\ufffdy"]
+    # A whole pair written as escapes is one character, and nothing else changes.
+    assert server_json(b'"\\ud83d\\ude00"') == "\U0001f600"
+    plain = {"a": [1, 2.5, None, True, "\u00e9"]}
+    assert server_json(json.dumps(plain).encode()) == plain
+    # Deep, walked without recursion of ours (the parser's own limit is about 900 here).
+    deep = b"[" * 800 + b'"\\ud800"' + b"]" * 800
+    inner = server_json(deep)
+    for _ in range(800):
+        inner = inner[0]
+    assert inner == "\ufffd"
+    # A status frame of the live board reads the same way.
+    frame = parse_frame("data: " + json.dumps(
+        {"type": "session.updated", "properties": {"info": {"id": "ses_1", "title": "x\ud800"}}}
+    ))  # fmt: skip
+    assert frame is not None and "\ud800" not in repr(frame)
