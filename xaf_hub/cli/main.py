@@ -205,6 +205,7 @@ def main(argv: Sequence[str] | None = None, **context: Any) -> int:
         from xaf_hub.cli.context import Context
 
         words = list(sys.argv[1:] if argv is None else argv)
+        _utf8_words(words)
         parser = build_parser(words)
         args = parser.parse_args(words)
         if not getattr(args, "command", None):
@@ -237,6 +238,22 @@ def main(argv: Sequence[str] | None = None, **context: Any) -> int:
         if ctx is not None:
             with contextlib.suppress(Exception):  # closing never hides the command's answer
                 ctx.close()
+
+
+def _utf8_words(words: Sequence[str]) -> None:
+    """Refuse an argument that holds bytes UTF-8 cannot read (a GBK terminal under a UTF-8
+    locale: Python keeps them as lone surrogates, and the first write of the text, to a server,
+    a file or the screen, failed as an internal error)."""
+    for i, word in enumerate(words, 1):
+        bad = next((c for c in word if "\udc80" <= c <= "\udcff"), None)
+        if bad is not None:
+            at = word.index(bad)
+            raise UsageError(
+                f"argument {i} is not UTF-8 text (byte 0x{ord(bad) - 0xDC00:02x} at character "
+                f"{at + 1}); set the terminal to UTF-8 (LANG/LC_ALL=*.UTF-8) and type it again"
+            )
+        if any("\ud800" <= c <= "\udfff" for c in word):
+            raise UsageError(f"argument {i} holds half a surrogate pair, not text")
 
 
 def _internal_error(

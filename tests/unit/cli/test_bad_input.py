@@ -306,6 +306,22 @@ def test_half_a_surrogate_pair_in_a_title_costs_nothing_but_that_character(
         assert "\ufffd" in (tmp_path / name).read_text("utf-8")
 
 
+def test_an_argument_a_gbk_terminal_typed_under_a_utf8_locale_is_one_clear_line(
+    hub: Hub,
+) -> None:
+    # Python keeps bytes UTF-8 cannot read as lone surrogates: the dispatch ended in
+    # "internal error: UnicodeEncodeError" when it first wrote the text.
+    typed = "修复登录页".encode("gbk").decode("utf-8", "surrogateescape")
+    for args in (["dispatch", "--dry-run", "--new", "--text", typed],
+                 ["backlog", "add", "--text", "fix \udcff it"]):  # fmt: skip
+        code, out, err = hub.cli(*args)
+        line = one_line(err)
+        assert code == 4 and f"argument {len(args) + 2} is not UTF-8 text" in line, err
+        assert "LANG" in line and out == ""
+    code, _, err = hub.cli("dispatch", "--dry-run", "--new", "--text", "half \ud800")
+    assert code == 4 and "half a surrogate pair" in one_line(err)
+
+
 def test_windows_paths_with_spaces(hub: Hub) -> None:
     inside = WIN_ROOT + "\\web app"
     code, out, err = hub.cli("dispatch", "--dry-run", "--new", "--text", "t", "--dir", inside,
