@@ -517,6 +517,22 @@ class Index:
         return [word for word, _ in ranked[:limit]]
 
 
+def holds(text: str, words: Sequence[str]) -> bool:
+    """Whether ``text`` holds one of ``words`` (as ``Index.shared`` names them) where a person
+    would see it: a Chinese term inside a run, an English word as the start of one of its
+    words, up to five letters (`export` is in "exported", `currencies` in "currency"; `port`
+    is not in "export"). Folded as the matcher folds (NFKC, lower case)."""
+    runs = _runs(text)
+    for word in words:
+        for run in _runs(word):
+            if _CJK_CHAR.match(run):
+                if any(run in r for r in runs):
+                    return True
+            elif any(r.startswith(run[:5]) for r in runs):
+                return True
+    return False
+
+
 def rank(query: str, documents: Sequence[tuple[str, Document]], top: int = 5) -> list[Candidate]:
     """Return the `top` documents most similar to the query, best first."""
     if top < 1 or not documents or not any(_run_grams(run) for run in _runs(query)):

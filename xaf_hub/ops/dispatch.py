@@ -109,7 +109,7 @@ def match_candidates(
     task texts the hub sent into it (``sent``) and, where read (``traces``), the prompts, files,
     todo items and newest reply its own messages show."""
     from xaf_hub.core.cues import named_files, refers_back
-    from xaf_hub.core.matcher import Evidence, Index
+    from xaf_hub.core.matcher import Evidence, Index, holds
 
     traces = traces or {}
     pool, docs, known_of = {}, [], {}
@@ -150,7 +150,7 @@ def match_candidates(
                 # Files it only read, listed or was shown are not its work: not named.
                 named=named_files(text, known.tasks, trace.changed if trace else ()),
                 refers_back=back,
-                todos=_naming(trace.todos if trace else (), shared, limit=2),
+                todos=tuple([t for t in trace.todos if holds(t, shared)][:2]) if trace else (),
             )
         )
     return [(pool[c.key], c.score) for c in found], evidence
@@ -161,10 +161,10 @@ def _said(trace: SessionTrace) -> tuple[str, ...]:
     return (*trace.todos, trace.reply) if trace.reply else trace.todos
 
 
-def _naming(texts: Sequence[str], words: Sequence[str], limit: int = 3) -> tuple[str, ...]:
-    """The files (or todo items) that hold one of ``words`` (what a person checks a match by)."""
+def _naming(files: Sequence[str], words: Sequence[str], limit: int = 3) -> tuple[str, ...]:
+    """The files whose path holds one of ``words`` (what a person checks a match by)."""
     low = [w.lower() for w in words if len(w) > 1]
-    return tuple([f for f in texts if any(w in f.lower() for w in low)][:limit])
+    return tuple([f for f in files if any(w in f.lower() for w in low)][:limit])
 
 
 async def read_traces(

@@ -628,3 +628,23 @@ def test_the_glossary_is_chinese_terms_to_lower_case_english_words() -> None:
     assert matcher._english("修复一下") == [] and matcher._english("增加") == []
     # The longest term at each place: 定时任务 is one term (cron), not 定时 and 任务.
     assert matcher._english("定时任务") == list(matcher._glossary()["定时任务"])
+
+
+@pytest.mark.parametrize(
+    ("text", "words", "expected"),
+    [
+        ("Handle zero-decimal currencies like JPY", ["currency"], True),  # its stem
+        ("Export the filtered orders", ["exported"], True),
+        ("Export the filtered orders", ["port"], False),  # not inside another word
+        ("大数据量改为异步导出任务", ["导出"], True),
+        ("大数据量改为异步导出任务", ["导入"], False),
+        ("Fix the ＬＯＧＩＮ page", ["login"], True),  # folded as the matcher folds
+        ("Status filter", [], False),
+    ],
+)
+def test_holds_a_word_where_a_person_would_see_it(
+    text: str, words: list[str], expected: bool
+) -> None:
+    from xaf_hub.core.matcher import holds
+
+    assert holds(text, words) is expected
