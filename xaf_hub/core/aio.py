@@ -22,8 +22,43 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
     async def main() -> None:
         box.append(await coro)
 
-    asyncio.run(main())
+    job = main()
+    try:
+        with asyncio.Runner(loop_factory=_new_loop) as runner:
+            runner.run(job)
+    except BaseException:
+        job.close()  # never started (a Ctrl+C before the loop ran it): no "never awaited"
+        coro.close()
+        raise
     return box[0]
+
+
+def _new_loop() -> asyncio.AbstractEventLoop:
+    """A new event loop, made with SIGINT held back (POSIX main thread).
+
+    A Ctrl+C that lands while the loop is being built leaves half an object whose ``__del__``
+    prints "Exception ignored ... AttributeError: _signal_handlers" and a traceback on the
+    way out (seen under load in the e2e test that interrupts `watch` at random moments).
+    Held back, it arrives once the loop is whole: the usual KeyboardInterrupt.
+    """
+    import signal
+    import sys
+    import threading
+
+    if sys.platform == "win32" or threading.current_thread() is not threading.main_thread():
+        return asyncio.new_event_loop()
+    loop = None
+    try:
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            loop = asyncio.new_event_loop()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)  # a held Ctrl+C raises here
+        return loop
+    except BaseException:
+        if loop is not None:
+            loop.close()
+        raise
 
 
 async def gather(*aws: Awaitable[T]) -> list[T]:
