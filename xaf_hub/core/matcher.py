@@ -219,10 +219,10 @@ class Evidence:
     ) -> Evidence:
         """This evidence with more task texts, files and agent's words (what a session's own
         messages show), each text counted once however often it is known."""
-        known = set(self.tasks)
+        known, held, heard = set(self.tasks), set(self.files), set(self.agent)
         more = tuple(dict.fromkeys(t for t in tasks if t not in known))
-        paths = tuple(dict.fromkeys(f for f in files if f not in set(self.files)))
-        said = tuple(dict.fromkeys(a for a in agent if a and a not in set(self.agent)))
+        paths = tuple(dict.fromkeys(f for f in files if f not in held))
+        said = tuple(dict.fromkeys(a for a in agent if a and a not in heard))
         return Evidence(
             self.title, self.folder, self.tasks + more, self.files + paths, self.agent + said
         )

@@ -390,7 +390,7 @@ def session_trace(messages: list[Any], directory: str = "") -> SessionTrace:
     files: dict[str, None] = {}
     changed: dict[str, None] = {}
     todos: tuple[str, ...] = ()
-    reply = ""
+    said: list[str] = []  # the texts of the newest assistant message that has any
 
     def add_file(path: str, changes: bool = False) -> None:
         name = _under(path, directory)
@@ -403,7 +403,7 @@ def session_trace(messages: list[Any], directory: str = "") -> SessionTrace:
         msg = as_mapping(msg)
         role = text_field(as_mapping(msg.get("info")).get("role"))
         parts = msg.get("parts")
-        said = []
+        texts: list[str] = []
         for part in parts if isinstance(parts, list) else ():
             part = as_mapping(part)
             kind = part.get("type")
@@ -414,7 +414,7 @@ def session_trace(messages: list[Any], directory: str = "") -> SessionTrace:
                     if text and text not in no_task:
                         prompts[text[:MAX_TRACE_PROMPT_CHARS]] = None
                 elif role == "assistant" and text.strip():
-                    said.append(text.strip())
+                    texts.append(text.strip())
             elif kind == "tool":
                 state = as_mapping(part.get("state"))
                 given = as_mapping(state.get("input"))
@@ -432,14 +432,14 @@ def session_trace(messages: list[Any], directory: str = "") -> SessionTrace:
             elif kind == "file":
                 source = as_mapping(part.get("source"))
                 add_file(text_field(source.get("path")) or text_field(part.get("filename")))
-        if said:
-            reply = "\n".join(said)[:MAX_TRACE_PROMPT_CHARS]
+        if texts:
+            said = texts
     return SessionTrace(
         tuple(list(prompts)[-MAX_TRACE_PROMPTS:]),
         tuple(list(files)[-MAX_TRACE_FILES:]),
         tuple(list(changed)[-MAX_TRACE_FILES:]),
         todos,
-        reply,
+        "\n".join(said)[:MAX_TRACE_PROMPT_CHARS],  # joined once, for the newest only
     )
 
 
