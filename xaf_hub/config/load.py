@@ -256,6 +256,9 @@ class RepositoryConfig:
     check_retries: int = setting(1)
     # Globs of paths a task's commits must not touch to be done automatically (tests/**).
     locked_paths: tuple[str, ...] = setting((), check=_relative_globs)
+    # "worktree": each new session for a task works in a worktree and branch of its own on its
+    # server (docs/worktrees.md); "shared": in the project's one checkout there.
+    isolation: str = setting("shared", choices=("shared", "worktree"))
 
     def secrets(self) -> tuple[str, ...]:
         """A token in the URL (``https://user:TOKEN@host/...``, or ``https://TOKEN@host/...``)."""

@@ -66,6 +66,17 @@ class Waiting:
 
 
 @dataclass(frozen=True)
+class Room:
+    """A task's own worktree on its server: its folder, its branch, the project checkout it
+    was made from and the commit it started from (``ops.rooms``)."""
+
+    directory: str
+    branch: str
+    checkout: str
+    base: str = ""
+
+
+@dataclass(frozen=True)
 class SessionRecord:
     """One opencode session, normalised across API dialects.
 

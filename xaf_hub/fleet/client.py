@@ -32,6 +32,7 @@ from xaf_hub.errors import (
 from xaf_hub.fleet import wire
 from xaf_hub.fleet.releases import Release, classify
 from xaf_hub.fleet.wire import ServerSession as ServerSession
+from xaf_hub.fleet.wire import Worktree as Worktree
 from xaf_hub.fleet.wire import as_mapping as _obj
 from xaf_hub.fleet.wire import error_message, session_from_classic, session_from_v2
 from xaf_hub.fleet.wire import text_field as _text
@@ -643,6 +644,57 @@ class OpencodeClient:
         )
         if resp is not None and resp.status_code == 404:
             raise SessionNotFound(f"{self.name}: session {session_id} not found")
+
+    async def create_worktree(self, checkout: str, name: str) -> Worktree:
+        """A new git worktree of ``checkout`` on its own branch (opencode makes both; its
+        answer names them: releases differ in the name they pick)."""
+        data, _ = await self._request(
+            "POST",
+            "/experimental/worktree",
+            params={"directory": checkout},
+            body={"name": name},
+            idempotent=False,
+        )
+        made = Worktree(*(_text(_obj(data).get(k)) for k in ("name", "branch", "directory")))
+        if not made.directory or not made.branch:
+            raise self._shape("/experimental/worktree")
+        return made
+
+    async def worktrees(self, checkout: str) -> list[str]:
+        """The folders of ``checkout``'s worktrees that opencode made."""
+        data, _ = await self._request(
+            "GET", "/experimental/worktree", params={"directory": checkout}
+        )
+        if not isinstance(data, list):
+            raise self._shape("/experimental/worktree")
+        return [d for d in data if isinstance(d, str) and d]
+
+    async def remove_worktree(self, checkout: str, directory: str) -> None:
+        """Remove one worktree of ``checkout`` and its local branch (opencode removes both)."""
+        await self._request(
+            "DELETE",
+            "/experimental/worktree",
+            params={"directory": checkout},
+            body={"directory": directory},
+            expect_json=False,
+            idempotent=False,
+        )
+
+    async def shell(self, session_id: str, directory: str, command: str) -> str:
+        """Run ``command`` in the session's folder through the server's shell (no model):
+        what it printed. The session's history shows the command and its output."""
+        data, _ = await self._request(
+            "POST",
+            f"/session/{session_id}/shell",
+            params={"directory": directory},
+            body={"agent": "build", "command": command},
+            idempotent=False,
+        )
+        for part in _obj(data).get("parts") or ():
+            state = _obj(_obj(part).get("state"))
+            if _obj(part).get("type") == "tool":
+                return _text(state.get("output"))
+        raise self._shape(f"/session/{session_id}/shell")
 
     async def abort(self, session_id: str, directory: str | None = None) -> None:
         """Stop a running session (a no-op when idle), in the directory it runs in."""

@@ -69,6 +69,7 @@ WANTED_TYPES = frozenset(
         "question.asked",
         "question.replied",
         "question.rejected",
+        "project.updated",
     }
 )
 _ASKED = {"permission.asked": "permission", "question.asked": "question"}
@@ -149,6 +150,7 @@ def parse_frame(line: str, stream_directory: str = "") -> Frame | None:
         and '"server.' not in raw
         and '"permission.' not in raw
         and '"question.' not in raw
+        and '"project.updated"' not in raw
     ):
         return None
     try:
@@ -245,26 +247,46 @@ class Board:
         self.foreign: dict[str, SessionRecord] = {}  # sessions outside the project, by id
         self._foreign_added = 0  # new ones learnt from frames since the last rescan
         self.missing: list[tuple[str, str]] = []  # (session id, directory hint)
+        # Worktree folder -> the checkout it was made from (rescans, ``project.updated``).
+        self.sandboxes: dict[str, str] = {}
 
     def is_project(self, directory: str) -> bool:
         """The project verdict of a directory (asked once per directory, kept for directories of
         up to ``MAX_FOREIGN_TEXT`` characters: a stream of endless long names keeps nothing)."""
         if len(directory) > MAX_FOREIGN_TEXT:
-            return self.inst.rules.is_project(directory)
+            return self.inst.rules.owns(directory, self.sandboxes.get(directory, ""))
         if directory not in self._verdicts:
             if len(self._verdicts) >= MAX_REMEMBERED:
                 self._verdicts.clear()  # a stream naming endless directories: ask again
-            self._verdicts[directory] = bool(directory) and self.inst.rules.is_project(directory)
+            self._verdicts[directory] = bool(directory) and self.inst.rules.owns(
+                directory, self.sandboxes.get(directory, "")
+            )
         return self._verdicts[directory]
+
+    def learn_sandboxes(self, sandboxes: Mapping[str, str]) -> None:
+        """Know these worktrees (folder -> the checkout each was made from) from now on."""
+        for folder, checkout in sandboxes.items():
+            if len(folder) > MAX_FOREIGN_TEXT or self.sandboxes.get(folder) == checkout:
+                continue
+            if len(self.sandboxes) >= MAX_REMEMBERED:
+                self.sandboxes.clear()  # endless made-up worktrees: the next rescan tells
+            self.sandboxes[folder] = checkout
+            self._verdicts.pop(folder, None)
 
     def _event(
         self, kind: EventKind, rec: SessionRecord, source: str, detail: str = ""
     ) -> FleetEvent:
         return FleetEvent(kind, self.inst.name, rec, detail=detail, source=source, at_ms=_now_ms())
 
-    def reconcile(self, records: Iterable[SessionRecord], source: str) -> list[FleetEvent]:
+    def reconcile(
+        self,
+        records: Iterable[SessionRecord],
+        source: str,
+        sandboxes: Mapping[str, str] | None = None,
+    ) -> list[FleetEvent]:
         """Replace the view with a full scan's; the differences are the changes."""
         records = list(records)
+        self.learn_sandboxes(sandboxes or {})
         after = {r.id: r for r in records if r.project}
         changes = diff(self.sessions, after)
         self.sessions = after
@@ -309,6 +331,9 @@ class Board:
         kind = frame.type
         if kind in ("session.created", "session.updated"):
             return self._info(props.get("info"))
+        if kind == "project.updated":
+            self._project(props)
+            return []
         sid = props.get("sessionID")
         if not isinstance(sid, str) or not sid:
             return []
@@ -336,6 +361,14 @@ class Board:
             return self._answered(rec, props, _ANSWERED[kind])
         said = _run_said(kind, props)
         return self._status(rec, said[0], said[1]) if said is not None else []
+
+    def _project(self, props: Mapping[str, Any]) -> None:
+        """A project's worktrees: their sessions are the project's when its checkout is."""
+        checkout, folders = props.get("worktree"), props.get("sandboxes")
+        if not isinstance(checkout, str) or not isinstance(folders, list):
+            return
+        if self.inst.rules.is_project(checkout):
+            self.learn_sandboxes({f: checkout for f in folders if isinstance(f, str) and f})
 
     def _foreign_run(self, sid: str, kind: str, props: Mapping[str, Any]) -> None:
         said = _run_said(kind, props)

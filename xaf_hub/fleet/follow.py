@@ -823,7 +823,7 @@ class FleetFollower:
         self.scans[inst.name] = scan
         self._heard_ms[inst.name] = _ms()
         self._changed = True
-        return board.reconcile(scan.sessions, source)
+        return board.reconcile(scan.sessions, source, scan.sandboxes)
 
     # ------------------------------------------------------------------------- live board
 

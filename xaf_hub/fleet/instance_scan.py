@@ -34,6 +34,8 @@ class InstanceScan:
     # Set when ``sessions`` holds only some of the instance's sessions (the running ones, from
     # the live board's summary): the whole instance's counts and recent spend. None: all.
     tally: Tally | None = None
+    # The project's worktrees the listing named: worktree folder -> the checkout it came from.
+    sandboxes: dict[str, str] = field(default_factory=dict)
 
     def summary(self) -> InstanceSummary:
         """Counts for tables and exports."""

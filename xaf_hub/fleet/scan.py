@@ -118,8 +118,14 @@ async def _scan_into(
     result.api = client.dialect or ""
     result.version = client.version
     sessions = await client.list_sessions()
+    # A worktree's sessions name the checkout it was made from: theirs is its verdict.
+    result.sandboxes = {s.directory: s.checkout for s in sessions if s.checkout and s.directory}
     # Sessions share a few hundred directories at most: classify each directory once.
-    project_dir = {d: inst.rules.is_project(d) for d in {s.directory for s in sessions} if d}
+    project_dir = {
+        d: inst.rules.owns(d, result.sandboxes.get(d, ""))
+        for d in {s.directory for s in sessions}
+        if d
+    }
     result.release = client.release.describe()
     directories = sorted(d for d, ok in project_dir.items() if ok or not project_only)
     statuses, result.run_state_unknown = await read_run_state(client, directories)
@@ -144,7 +150,9 @@ async def _scan_into(
             sessions.append(ServerSession(sid, "(unknown)", "", 0, 0, 0.0, "", ""))
     for s in sessions:
         if s.directory not in project_dir:  # a late arrival looked up above
-            project_dir[s.directory] = inst.rules.is_project(s.directory)
+            project_dir[s.directory] = inst.rules.owns(
+                s.directory, result.sandboxes.get(s.directory, "")
+            )
         project = project_dir[s.directory] if s.directory else s.id in statuses
         status = statuses.get(s.id)
         if result.run_state_unknown and project:

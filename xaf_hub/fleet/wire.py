@@ -38,6 +38,18 @@ class ServerSession:
     cost: float | None  # None: the server reported no usable cost (unknown, never 0)
     parent_id: str
     model: str
+    # The project's main checkout when the session works in one of its worktrees (opencode's
+    # sandboxes), else "": such a session is the project's when its checkout is.
+    checkout: str = ""
+
+
+@dataclass(frozen=True)
+class Worktree:
+    """A git worktree opencode made for a project: its name, branch and folder on the server."""
+
+    name: str
+    branch: str
+    directory: str
 
 
 def session_record(
@@ -129,15 +141,18 @@ def session_from_classic(obj: Mapping[str, Any]) -> ServerSession:
     if not ident:
         raise KeyError("id")
     t = as_mapping(obj.get("time"))
+    directory = text_field(obj.get("directory"))
+    checkout = text_field(as_mapping(obj.get("project")).get("worktree"))
     return ServerSession(
         id=ident,
         title=text_field(obj.get("title")),
-        directory=text_field(obj.get("directory")),
+        directory=directory,
         created=sane_ms(t.get("created")),
         updated=sane_ms(t.get("updated")),
         cost=cost_value(obj.get("cost")),
         parent_id=text_field(obj.get("parentID")),
         model=_model_name(obj.get("model")),
+        checkout=checkout if checkout not in ("", "/", directory) else "",
     )
 
 

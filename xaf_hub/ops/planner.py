@@ -215,6 +215,8 @@ class Plan:
     via: str
     candidates: tuple[CandidateVerdict, ...] = ()
     warnings: tuple[str, ...] = field(default_factory=tuple)
+    # A new session's own worktree to make first, by this name (``ops.rooms``); "": none.
+    room: str = ""
 
     @property
     def gated(self) -> bool:

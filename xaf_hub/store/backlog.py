@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Final, TypeVar
 
 from xaf_hub.core.backoff import Backoff
+from xaf_hub.core.records import Room
 from xaf_hub.errors import TaskChanged, UsageError
 from xaf_hub.store.statefile import read_json, update_json
 from xaf_hub.store.tasks import (
@@ -252,6 +253,7 @@ class TaskPool(abc.ABC):
         now: datetime,
         *,
         base: str | None = None,
+        room: Room | None = None,
     ) -> Task:
         """Mark ``planned`` dispatched only if its row is still exactly ``planned``.
 
@@ -265,7 +267,7 @@ class TaskPool(abc.ABC):
         def change(current: Task | None) -> tuple[Task, Task]:
             if current is None or current != planned or current.status != "pending":
                 raise TaskChanged(planned.id, current)
-            fields = _dispatched(session_id, instance, model, now, base)
+            fields = _dispatched(session_id, instance, model, now, base, room)
             new = dataclasses.replace(current, status="dispatched", **fields)
             return new, new
 
@@ -417,6 +419,8 @@ class TaskPool(abc.ABC):
         now: datetime,
         *,
         base: str | None = None,
+        task_id: str = "",
+        room: Room | None = None,
     ) -> ManualRecord:
         """Record a manual ``dispatch`` so the pool matches what really runs: one row per work.
 
@@ -440,14 +444,15 @@ class TaskPool(abc.ABC):
                         parked=None,
                     )
                     return ManualRecord(data.replace(new), False, old)
+            taken = {t.id for t in data.tasks}
             task = Task(
-                id=new_task_id(now, (t.id for t in data.tasks)),
+                id=task_id if task_id and task_id not in taken else new_task_id(now, taken),
                 title=first_line(prompt) or "manual dispatch",
                 status="dispatched",
                 prompt=prompt,
                 prompts=(prompt,),
                 created_at=stamp,
-                **_dispatched(session_id, instance, model, now, base),
+                **_dispatched(session_id, instance, model, now, base, room),
             )
             return ManualRecord(data.append(task), True)
 
@@ -521,12 +526,21 @@ def _require(current: Task | None, task_id: str) -> Task:
 
 
 def _dispatched(
-    session_id: str, instance: str, model: str | None, now: datetime, base: str | None = None
+    session_id: str,
+    instance: str,
+    model: str | None,
+    now: datetime,
+    base: str | None = None,
+    room: Room | None = None,
 ) -> dict[str, Any]:
-    """The fields of a row just sent to a new session (no person has steered it yet)."""
+    """The fields of a row just sent to a new session (no person has steered it yet), in its
+    own worktree when ``room`` is given (its base is then the commit the worktree starts from)."""
     return {
         **unjudged(),
-        "base": base,
+        "base": room.base if room is not None and room.base else base,
+        "worktree": room.directory if room is not None else None,
+        "branch": room.branch if room is not None else None,
+        "checkout": room.checkout if room is not None else None,
         "session_id": session_id,
         "dispatched_at": format_instant(now),
         "dispatched_to": instance,

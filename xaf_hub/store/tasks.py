@@ -92,6 +92,9 @@ _FIELD_TYPES: Final[dict[str, tuple[tuple[type, ...], bool]]] = {
     "check_commit": (_STR, True),
     "check_output": (_STR, True),
     "check_retries": ((int,), True),
+    "worktree": (_STR, True),
+    "branch": (_STR, True),
+    "checkout": (_STR, True),
 }
 TASK_KEYS: Final = frozenset(_FIELD_TYPES)
 # Keys holding an array of strings (kept as tuples in the record).
@@ -106,6 +109,9 @@ _UNSET_OMITTED: Final = (
     "check_commit",
     "check_output",
     "check_retries",
+    "worktree",
+    "branch",
+    "checkout",
 )
 _INSTANT_KEYS: Final = ("dispatched_at", "done_at", "not_before", "created_at", "steered_at")
 
@@ -253,6 +259,11 @@ class Task:
     check_commit: str | None = None
     check_output: str | None = None
     check_retries: int | None = None
+    # Its room (project.isolation "worktree"): the worktree's folder on its server, its branch
+    # and the project checkout it was made from.
+    worktree: str | None = None
+    branch: str | None = None
+    checkout: str | None = None
     # Keys the hub does not know, kept verbatim so a rewrite never drops them.
     extra: Mapping[str, Any] = field(default_factory=dict, hash=False)
 

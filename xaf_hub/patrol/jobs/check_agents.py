@@ -38,6 +38,7 @@ from xaf_hub.ops.context import OpsContext
 from xaf_hub.ops.decisions import load_decisions, person_stop
 from xaf_hub.ops.models import choose_model
 from xaf_hub.ops.planner import plan_reuse
+from xaf_hub.ops.rooms import in_room
 from xaf_hub.ops.send import build_prompt, send_work
 from xaf_hub.ops.waiting import PendingRequest, pending_of
 from xaf_hub.patrol.context import Cycle, pool_discipline
@@ -180,7 +181,9 @@ async def _resume(
     model = choose_model(
         pctx, inst, (run.model if run and run.model else rec.model) or None, pctx.now()
     )
-    prompt = build_prompt(pctx, inst, RESUME_PROMPT, rec.title, override)
+    prompt = build_prompt(
+        pctx, inst, RESUME_PROMPT, rec.title, override, room=in_room(inst, rec)
+    )
     plan = plan_reuse(inst, rec, via="patrol resume")
     try:
         async with pctx.client(inst) as client:

@@ -60,7 +60,7 @@ from datetime import datetime, timedelta
 from xaf_hub.config.load import InstanceConfig
 from xaf_hub.core.commits import claimed_commits
 from xaf_hub.core.discipline import base_commit, expected_branches
-from xaf_hub.core.records import SessionRecord
+from xaf_hub.core.records import Room, SessionRecord
 from xaf_hub.errors import (
     BudgetReached,
     BusyError,
@@ -86,6 +86,7 @@ from xaf_hub.ops.planner import (
     plan_create,
     plan_reuse,
 )
+from xaf_hub.ops.rooms import in_room, room_name
 from xaf_hub.ops.send import build_prompt, send_work
 from xaf_hub.patrol.context import Cycle, pool_discipline
 from xaf_hub.patrol.settle import (
@@ -323,16 +324,21 @@ async def _dispatch(
 ) -> None:
     title = session_title(task)
     plan = plan_create(inst, directory, title, via=f"patrol fill_slots ({task.id})")
-    prompt = build_prompt(pctx, inst, task.work_text(), task.title, override)
+    if pctx.cfg.repository.isolation == "worktree":
+        plan = dataclasses.replace(plan, room=room_name(task.id, task.title))
+    room = bool(plan.room)
+    prompt = build_prompt(pctx, inst, task.work_text(), task.title, override, room=room)
     created: list[str] = []
 
-    def record(session_id: str) -> None:
+    def record(session_id: str, room: Room | None) -> None:
         # Marked before the prompt goes out: if the patrol dies in between, the next cycle
         # finds the task dispatched (and settles it) instead of sending the work again.
         # Marked only if the row is still the one planned from: a person's change wins.
         created.append(session_id)
         try:
-            pctx.backlog().claim(task, session_id, inst.name, model, pctx.now(), base=base)
+            pctx.backlog().claim(
+                task, session_id, inst.name, model, pctx.now(), base=base, room=room
+            )
         except TaskChanged:
             raise
         except HubError as exc:
@@ -728,10 +734,10 @@ async def _send_back(
     repo = pctx.cfg.repository
     override = pool_discipline(pctx, cycle.log, STEP)
     text = retry_text(repo.check_command, verdict.commit, run)
-    prompt = build_prompt(pctx, inst, text, task.title, override)
+    prompt = build_prompt(pctx, inst, text, task.title, override, room=in_room(inst, rec))
     key = (inst.name, rec.id)
 
-    def record(_: str) -> None:
+    def record(_: str, __: Room | None) -> None:
         pctx.backlog().note_check(
             task,
             judged=verdict.judged,

@@ -1,0 +1,102 @@
+"""A room for every task: each new session for a task works in a worktree and branch of its own,
+made through its real opencode server, started from the base branch as origin has it now.
+
+The server's checkout of the project is a clone of a bare origin in tmp_path that is one commit
+behind origin and holds a commit never pushed: neither may reach a task's branch. The agent
+(the fake model calling the real bash tool) commits and pushes its branch.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.fleet import Hub
+from tests.gitrepo import Origin, git, make_origin
+
+pytestmark = pytest.mark.e2e
+
+INSTANCE = "local-a"
+
+
+def server_checkout(hub: Hub, tmp_path: Path) -> tuple[Origin, Path]:
+    """An origin, and the server's checkout of it under the project's root: behind origin by a
+    commit and ahead of it by one never pushed."""
+    origin = make_origin(tmp_path / "remote")
+    # A root commit of its own: opencode names a project after its repository's first commit.
+    origin.commit(f"first of {tmp_path.name}")
+    origin.push()
+    checkout = hub.root / "shop"
+    git(hub.root, "clone", "-q", str(origin.bare), str(checkout))
+    origin.commit("on origin only")
+    origin.push()
+    (checkout / "local.txt").write_text("never pushed\n", "utf-8")
+    git(checkout, "add", "local.txt")
+    git(checkout, "-c", "user.name=Local", "-c", "user.email=l@example.invalid", "commit",
+        "-q", "-m", "local, never pushed")
+    hub.write_config(
+        project={**hub.doc["project"], "repository": str(origin.bare), "isolation": "worktree"}
+    )
+    hub.set_instance(INSTANCE, default_directory=str(checkout), concurrency_limit=3)
+    return origin, checkout
+
+
+def commit_and_push() -> list[Any]:
+    """One bash call: a file named after the branch, committed and pushed as the branch."""
+    steps = [
+        'b=$(git rev-parse --abbrev-ref HEAD | tr / -)',
+        'echo "$b" > "$b.txt"',
+        'git add "$b.txt"',
+        "git -c user.name=Agent -c user.email=agent@example.invalid commit -q -m work",
+        "git push -q -u origin HEAD",
+        "git rev-parse HEAD",
+    ]
+    return [["bash", {"command": " && ".join(steps), "description": "commit and push"}]]
+
+
+def test_a_new_task_works_in_its_own_worktree_started_from_origin(
+    hub: Hub, tmp_path: Path
+) -> None:
+    origin, checkout = server_checkout(hub, tmp_path)
+    tip = git(origin.bare, "rev-parse", "main")
+    hub.llm.set_mode("fake-model", "tools", calls=commit_and_push(), text="Done. The commit:")
+
+    code, sent = hub.cli_json(
+        "dispatch", "--text", "Add the health endpoint", "--instance", INSTANCE, "--new"
+    )
+    assert code == 0, sent
+    branch = sent["branch"]
+    assert branch and branch.startswith("opencode/"), sent
+    code, row = hub.cli_json("backlog", "show", sent["task_id"])
+    assert code == 0, row
+    worktree = row["worktree"]
+    assert row["branch"] == branch and row["checkout"] == str(checkout), row
+    assert row["base"] == tip, "the worktree starts from origin/main as it is now"
+    assert sent["directory"] == worktree and not worktree.startswith(str(hub.root))
+
+    def pushed() -> str:
+        return git(origin.bare, "for-each-ref", "--format=%(objectname)", f"refs/heads/{branch}")
+
+    hub.wait_for(pushed, timeout=90, step=0.5)
+    work = pushed()
+    # The branch holds origin's main and the task's commit: not the checkout's own commit.
+    assert git(origin.bare, "rev-parse", f"{work}^") == tip
+    files = git(origin.bare, "ls-tree", "--name-only", work).split()
+    assert "local.txt" not in files and f"{branch.replace('/', '-')}.txt" in files
+    # origin's main is untouched: the agent pushed its branch only.
+    assert git(origin.bare, "rev-parse", "main") == tip
+    # The checkout on the server was never switched or changed.
+    assert git(checkout, "rev-parse", "--abbrev-ref", "HEAD") == "main"
+    assert not (checkout / f"{branch.replace('/', '-')}.txt").exists()
+
+    # The session in the worktree is the project's on every view.
+    code, listed = hub.cli_json("sessions", "--instance", INSTANCE, "--fresh")
+    assert code == 0, listed
+    assert sent["session_id"] in [s["id"] for s in listed["sessions"]], listed["sessions"]
+    # The prompt told the agent to push its own branch, never main.
+    prompts = [r for r in hub.llm.requests() if r["model"] == "fake-model"]
+    first = json.dumps(prompts[0])
+    assert "git push -u origin HEAD" in first and "worktree" in first

@@ -1,0 +1,115 @@
+"""A room for every task: its own git worktree and branch on its server (docs/worktrees.md).
+
+With ``project.isolation: "worktree"`` every new session the hub makes for a task works in a
+worktree of the project's checkout on that server, made through the server's own API, so
+parallel agents never share a working tree. ``open_room`` makes it, waits until the server
+has filled it, and moves its branch to the base branch as ``origin`` has it now (never what
+the server's checkout last pulled); ``close_room`` removes it and its local branch.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+from collections.abc import Iterable
+from dataclasses import replace
+
+from xaf_hub.config.load import InstanceConfig
+from xaf_hub.core.discipline import slugify
+from xaf_hub.core.records import Room, SessionRecord
+from xaf_hub.errors import HubError, RoomFailed, UsageError
+from xaf_hub.fleet.client import OpencodeClient
+from xaf_hub.store.tasks import Task
+
+# How long the server may take to fill a new worktree before it counts as failed (polls of 0.1 s).
+READY_POLLS = 300
+_BASED = re.compile(r"xaf-hub-base ([0-9a-f]{40})")
+_BRANCH = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]*$")
+
+
+def room_name(task_id: str, title: str) -> str:
+    """The worktree's name: the task id and a slug of its title (``t-20261206-ab12-fix-login``)."""
+    return f"{task_id.lower()}-{slugify(title or task_id, 32)}"[:60].rstrip("-")
+
+
+def in_room(inst: InstanceConfig, session: SessionRecord | None) -> bool:
+    """Whether a project session works in a worktree (its folder is the project's only
+    through the checkout the worktree was made from)."""
+    return session is not None and session.project and not inst.rules.is_project(session.directory)
+
+
+def room_of(tasks: Iterable[Task], session: SessionRecord | None) -> Room | None:
+    """The worktree a session works in, as its pool row recorded it (None: none)."""
+    if session is None:
+        return None
+    for task in tasks:
+        if (
+            task.worktree
+            and task.session_id == session.id
+            and (task.dispatched_to or task.instance) == session.instance
+        ):
+            return Room(task.worktree, task.branch or "", task.checkout or "", task.base or "")
+    return None
+
+
+def base_script(base_branch: str) -> str:
+    """The shell command that waits for the server to fill the worktree, then moves its branch
+    to ``origin/<base_branch>`` and prints the commit it now starts from."""
+    if not _BRANCH.match(base_branch) or ".." in base_branch:
+        raise UsageError(f"patrol.base_branch {base_branch!r} is not a branch name")
+    script = (
+        f"i=0; while [ $i -lt {READY_POLLS} ]; do "
+        'if [ -z "$(git ls-tree HEAD | head -n 1)" ]; then break; fi; '
+        'if [ -n "$(git ls-files | head -n 1)" ] && '
+        '[ ! -e "$(git rev-parse --git-dir)/index.lock" ]; then break; fi; '
+        "i=$((i+1)); sleep 0.1; done; "
+        f"git fetch --quiet origin {base_branch} && git reset --quiet --hard FETCH_HEAD && "
+        'echo "xaf-hub-base $(git rev-parse HEAD)"'
+    )
+    # Handed over encoded: servers run it through shells that expand and quote differently.
+    packed = base64.b64encode(script.encode()).decode()
+    return f"echo {packed} | base64 -d | sh"
+
+
+def based_commit(output: str) -> str:
+    """The commit ``base_script`` reported, or "" when it failed."""
+    m = _BASED.search(output)
+    return m.group(1) if m else ""
+
+
+async def open_room(
+    client: OpencodeClient, checkout: str, name: str, base_branch: str
+) -> Room:
+    """Make the worktree (not yet started from the base: ``start_room`` does that)."""
+    if await client.detect() != "classic":
+        raise RoomFailed(f"{client.name}: this server's API makes no worktrees")
+    try:
+        made = await client.create_worktree(checkout, name)
+    except HubError as exc:
+        raise RoomFailed(f"{client.name}: could not make a worktree of {checkout}: {exc}") from exc
+    return Room(made.directory, made.branch, checkout)
+
+
+async def start_room(
+    client: OpencodeClient, room: Room, session_id: str, base_branch: str
+) -> Room:
+    """Wait for the server to fill the worktree, then start its branch from
+    ``origin/<base_branch>`` (through the session's shell: the server's git and credentials)."""
+    said = await client.shell(session_id, room.directory, base_script(base_branch))
+    commit = based_commit(said)
+    if not commit:
+        tail = " / ".join(line.strip() for line in said.strip().splitlines()[-3:] if line.strip())
+        raise RoomFailed(
+            f"{client.name}: the worktree {room.directory} could not start from "
+            f"origin/{base_branch}: {tail or 'no output'}"
+        )
+    return replace(room, base=commit)
+
+
+async def close_room(client: OpencodeClient, room: Room) -> str:
+    """Remove the worktree and its local branch on the server: "" when done, else why not."""
+    try:
+        await client.remove_worktree(room.checkout, room.directory)
+    except HubError as exc:
+        return f"its worktree {room.directory} stays on {client.name} ({exc})"
+    return ""
