@@ -9,6 +9,7 @@ behind origin and holds a commit never pushed: neither may reach a task's branch
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -100,3 +101,37 @@ def test_a_new_task_works_in_its_own_worktree_started_from_origin(
     prompts = [r for r in hub.llm.requests() if r["model"] == "fake-model"]
     first = json.dumps(prompts[0])
     assert "git push -u origin HEAD" in first and "worktree" in first
+
+
+def test_runs_in_worktrees_count_toward_the_limit(hub: Hub, tmp_path: Path) -> None:
+    """Four dispatches at once against a limit of 2: two rooms run, two are refused (exit 3),
+    and the server itself never shows more than two running."""
+    server_checkout(hub, tmp_path)
+    hub.set_instance(INSTANCE, concurrency_limit=2)
+    hub.write_config(lock={**hub.doc["lock"], "slot_grace_seconds": 1})
+    hub.llm.set_mode("slow-model", "slow", delay=30)
+    procs = [
+        hub.popen("dispatch", "--text", f"job {i}", "--instance", INSTANCE, "--new",
+                  "--model", "fake/slow-model", "--json")
+        for i in range(4)
+    ]
+    results = [(p.wait(timeout=120), p.communicate()) for p in procs]
+    codes = sorted(code for code, _ in results)
+    assert codes == [0, 0, 3, 3], results
+    made = [json.loads(out) for code, (out, _) in results if code == 0]
+    assert all(d["branch"] for d in made) and len({d["directory"] for d in made}) == 2
+    code, status = hub.cli_json("status", "--fresh")
+    assert code == 0
+    row = next(i for i in status["instances"] if i["instance"] == INSTANCE)
+    assert row["running_project"] == 2, row
+    # Past the grace of the reservations, only the server's count holds the limit.
+    time.sleep(2)
+    code, _, err = hub.cli("dispatch", "--text", "one more", "--instance", INSTANCE, "--new")
+    assert code == 3, err
+    # The refused ones left no worktree behind on the server.
+    code, listed = hub.cli_json("sessions", "--instance", INSTANCE, "--fresh")
+    assert sorted(s["directory"] for s in listed["sessions"]) == sorted(
+        d["directory"] for d in made
+    )
+    for d in made:
+        hub.cli("interrupt", "--instance", INSTANCE, "--session", d["session_id"])

@@ -571,3 +571,31 @@ def test_a_run_state_the_hub_does_not_know_is_busy_on_the_board_as_in_a_scan(
     assert board.sessions["ses_a"].running is running
     if status.get("type") == "compacting":
         assert read_status(status)[0] == "busy"  # what a scan says of it
+
+
+def test_a_worktree_of_a_project_checkout_is_the_projects(tmp_path: Path) -> None:
+    """Sessions in a worktree of the project's checkout (opencode's sandboxes, outside the
+    roots) are the project's once a project.updated frame or a rescan names the worktree;
+    a worktree of a checkout outside the project is not."""
+    board = Board(_cfg(tmp_path).instances[0])
+    room, stray = "/data/opencode/worktree/p1/t-1-fix", "/data/opencode/worktree/p2/x"
+    assert not board.is_project(room)
+    frame = parse_frame(
+        _g("project.updated", {"id": "p1", "worktree": f"{ROOT}/app", "sandboxes": [room]},
+           directory="global")
+    )
+    assert frame is not None and board.apply(frame) == []
+    assert board.is_project(room)
+    other = parse_frame(
+        _g("project.updated", {"id": "p2", "worktree": "/elsewhere", "sandboxes": [stray]})
+    )
+    assert other is not None and board.apply(other) == [] and not board.is_project(stray)
+    # A session created in the worktree is looked up, as any new project session is.
+    created = parse_frame(_g("session.created", {"info": _info("ses_w", room)}, room))
+    assert created is not None and board.apply(created) == []
+    assert board.missing == [("ses_w", room)]
+    # A rescan teaches the same from the listing's checkouts.
+    fresh = Board(_cfg(tmp_path).instances[0])
+    rec = SessionRecord("a", "ses_w", "t", room, project=True)
+    fresh.reconcile([rec], "rescan", {room: f"{ROOT}/app"})
+    assert fresh.is_project(room)
