@@ -96,7 +96,15 @@ def test_a_new_task_works_in_its_own_worktree_started_from_origin(
     # The session in the worktree is the project's on every view.
     code, listed = hub.cli_json("sessions", "--instance", INSTANCE, "--fresh")
     assert code == 0, listed
-    assert sent["session_id"] in [s["id"] for s in listed["sessions"]], listed["sessions"]
+    mine = [s for s in listed["sessions"] if s["id"] == sent["session_id"]]
+    assert mine and mine[0]["branch"] == branch, listed["sessions"]
+    code, shown = hub.cli_json("show", sent["session_id"])
+    assert code == 0 and shown["branch"] == branch and shown["project"] is True, shown
+    code, table, _ = hub.cli("sessions", "--instance", INSTANCE, "--wide")
+    assert code == 0 and branch in table
+    page = tmp_path / "page.html"
+    assert hub.cli("sessions", "--html", str(page))[0] == 0
+    assert branch in page.read_text("utf-8")
     # The prompt told the agent to push its own branch, never main.
     prompts = [r for r in hub.llm.requests() if r["model"] == "fake-model"]
     first = json.dumps(prompts[0])

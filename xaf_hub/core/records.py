@@ -98,6 +98,7 @@ class SessionRecord:
     model: str = ""
     outcome: str = ""
     project: bool = False
+    branch: str = ""  # the branch of the worktree it works in ("": not in a worktree)
     waiting: Waiting | None = None  # the request its run waits on, if any
 
     def to_json(self) -> dict[str, Any]:

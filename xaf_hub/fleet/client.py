@@ -645,6 +645,11 @@ class OpencodeClient:
         if resp is not None and resp.status_code == 404:
             raise SessionNotFound(f"{self.name}: session {session_id} not found")
 
+    async def branch(self, directory: str) -> str:
+        """The branch checked out in ``directory`` ("" when the server says none)."""
+        data, _ = await self._request("GET", "/vcs", params={"directory": directory})
+        return _text(_obj(data).get("branch"))
+
     async def create_worktree(self, checkout: str, name: str) -> Worktree:
         """A new git worktree of ``checkout`` on its own branch (opencode makes both; its
         answer names them: releases differ in the name they pick)."""

@@ -128,7 +128,10 @@ async def _scan_into(
     }
     result.release = client.release.describe()
     directories = sorted(d for d, ok in project_dir.items() if ok or not project_only)
-    statuses, result.run_state_unknown = await read_run_state(client, directories)
+    rooms = sorted(d for d in result.sandboxes if project_dir.get(d))
+    (statuses, result.run_state_unknown), branches = await asyncio.gather(
+        read_run_state(client, directories), _branches(client, rooms)
+    )
     if result.run_state_unknown:
         result.warnings.append(
             f"{inst.name}: run state unknown ({result.run_state_unknown}); its project "
@@ -157,9 +160,26 @@ async def _scan_into(
         status = statuses.get(s.id)
         if result.run_state_unknown and project:
             status = {"type": "busy"}
-        result.sessions.append(build_record(inst, s, status, project))
+        rec = build_record(inst, s, status, project)
+        if s.directory in branches:
+            rec = replace(rec, branch=branches[s.directory])
+        result.sessions.append(rec)
     if statuses and not result.run_state_unknown and client.dialect == "classic":
         await _read_waiting(result, client)
+
+
+async def _branches(client: OpencodeClient, rooms: Sequence[str]) -> dict[str, str]:
+    """The branch of each project worktree (one it cannot tell is left out, never fatal)."""
+    sem = asyncio.Semaphore(_STATUS_FAN_OUT)
+
+    async def one(d: str) -> tuple[str, str]:
+        async with sem:
+            try:
+                return d, await client.branch(d)
+            except HubError:
+                return d, ""
+
+    return {d: b for d, b in await asyncio.gather(*(one(d) for d in rooms)) if b}
 
 
 async def _read_waiting(result: InstanceScan, client: OpencodeClient) -> None:

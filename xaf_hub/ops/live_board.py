@@ -450,7 +450,7 @@ def _reaches_today(cfg: Config, tally: Tally, now_ms: int) -> bool:
 # The fields a row must have the right type in, and those types: what a reader counts with.
 _TYPES: tuple[type | tuple[type, ...], ...] = (
     str, str, str, str, int, int, (int, float, type(None)), bool, str, str, int, str, str, str,
-    bool,
+    bool, str,
 )
 _CHECKED = tuple(enumerate(_TYPES))
 _COST = _FIELDS.index("cost")

@@ -8,7 +8,7 @@ import io
 import json
 import re
 import time
-from dataclasses import replace
+from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -544,9 +544,12 @@ def _slot(i: int, value: Any) -> Any:
     return change
 
 
+WAITING = [f.name for f in fields(SessionRecord)].index("waiting")
+
+
 def _wait_since(value: float) -> Any:
     def change(item: dict[str, Any]) -> None:
-        item["sessions"][0][15]["since"] = value
+        item["sessions"][0][WAITING]["since"] = value
     return change
 
 

@@ -15,7 +15,8 @@ from xaf_hub.ops.rooms import base_script, based_commit, room_name
 
 
 def test_a_room_is_named_after_its_task() -> None:
-    assert room_name("T-20261206-ab12", "Fix the login form!") == "t-20261206-ab12-fix-the-login-form"
+    name = room_name("T-20261206-ab12", "Fix the login form!")
+    assert name == "t-20261206-ab12-fix-the-login-form"
     assert len(room_name("T-1", "x" * 200)) <= 60
     assert room_name("T-1", "修复登录页").startswith("t-1-task-")
 
