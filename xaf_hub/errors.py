@@ -159,9 +159,10 @@ class NotProjectSession(HubError):
 class ApiError(HubError):
     """The server refused a request with a 4xx other than 401 (e.g. 400 bad request)."""
 
-    def __init__(self, instance: str, status: int, message: str) -> None:
+    def __init__(self, instance: str, status: int, message: str, name: str = "") -> None:
         super().__init__(f"{instance}: HTTP {status}: {message}")
         self.status = status
+        self.name = name  # the server's own name for the error ("WorktreeNotGitError"), or ""
 
 
 class SessionNotFound(UsageError):
@@ -199,9 +200,14 @@ class TaskChanged(HubError):
 
 
 class RoomFailed(HubError):
-    """A server could not make a task's own worktree, or start it from the base branch."""
+    """A server could not make a task's own worktree, or start it from the base branch;
+    ``unsupported``: it makes none there (no git checkout, an API without worktrees)."""
 
     exit_code = ExitCode.UNREACHABLE
+
+    def __init__(self, message: str, *, unsupported: bool = False) -> None:
+        super().__init__(message)
+        self.unsupported = unsupported
 
 
 class SandboxError(HubError):

@@ -143,3 +143,21 @@ def test_runs_in_worktrees_count_toward_the_limit(hub: Hub, tmp_path: Path) -> N
     )
     for d in made:
         hub.cli("interrupt", "--instance", INSTANCE, "--session", d["session_id"])
+
+
+def test_each_server_says_whether_it_gives_tasks_worktrees(hub: Hub, tmp_path: Path) -> None:
+    """local-a's folder is a clone with commits; lan-b's is a repository with no commit yet:
+    `instances` and `doctor` say so, and a task sent to lan-b shares its checkout, said."""
+    server_checkout(hub, tmp_path)
+    code, rows = hub.cli_json("instances")
+    assert code == 0, rows
+    by = {r["name"]: r for r in rows}
+    assert by[INSTANCE]["worktrees"] is True and by[INSTANCE]["worktrees_note"] is None
+    assert by["lan-b"]["worktrees"] is False and "no commit yet" in by["lan-b"]["worktrees_note"]
+    code, doc = hub.cli_json("doctor")
+    said = {(f["area"], f["subject"]): f for f in doc["findings"]}
+    assert said[("worktrees", INSTANCE)]["level"] == "ok"
+    assert said[("worktrees", "lan-b")]["level"] == "warn", said[("worktrees", "lan-b")]
+    code, out, err = hub.cli("dispatch", "--text", "shared work", "--instance", "lan-b", "--new")
+    assert code == 0, err
+    assert "shares the checkout" in err and "no commit yet" in err

@@ -256,7 +256,12 @@ class OpencodeClient:
                 return None, resp
             if status >= 400:
                 # Redacted before it is cut short: a cut could leave half a secret behind.
-                raise ApiError(self.name, status, self._scrub(error_message(content))[:300])
+                raise ApiError(
+                    self.name,
+                    status,
+                    self._scrub(error_message(content))[:300],
+                    wire.error_name(content),
+                )
             if not expect_json:
                 return None, resp
             ctype = resp.headers.get("content-type", "")
@@ -649,6 +654,13 @@ class OpencodeClient:
         """The branch checked out in ``directory`` ("" when the server says none)."""
         data, _ = await self._request("GET", "/vcs", params={"directory": directory})
         return _text(_obj(data).get("branch"))
+
+    async def project_of(self, directory: str) -> tuple[str, str, str]:
+        """(id, checkout, vcs) of the project ``directory`` belongs to, as the server sees it:
+        a git checkout with a first commit has that commit's id; "global" otherwise."""
+        data, _ = await self._request("GET", "/project/current", params={"directory": directory})
+        obj = _obj(data)
+        return _text(obj.get("id")), _text(obj.get("worktree")), _text(obj.get("vcs"))
 
     async def create_worktree(self, checkout: str, name: str) -> Worktree:
         """A new git worktree of ``checkout`` on its own branch (opencode makes both; its

@@ -226,6 +226,16 @@ def error_message(content: bytes) -> str:
     return "no message"
 
 
+def error_name(content: bytes) -> str:
+    """The name a server's error answer gives itself (``WorktreeNotGitError``), or ""."""
+    try:
+        data = server_json(content)
+    except (ValueError, RecursionError):
+        return ""
+    name = data.get("name") if isinstance(data, dict) else None
+    return name[:100] if isinstance(name, str) else ""
+
+
 def one_line(text: str) -> str:
     """``text`` with every run of whitespace (newlines too) as one space."""
     return " ".join(text.split())

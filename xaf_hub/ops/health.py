@@ -240,6 +240,7 @@ class Probe:
     version: str = ""
     directories: tuple[str, ...] = ()
     run_state_unknown: str = ""  # why the run state could not be read (counted full)
+    rooms: str | None = None  # why it makes no worktrees for tasks ("": it does; None: not asked)
 
     @property
     def auth_rejected(self) -> bool:
@@ -335,6 +336,29 @@ def instance_findings(inst: InstanceConfig, probe: Probe) -> list[Finding]:
                         f"the same password in {password_var(name, inst.password_env)} or "
                         "config.local.json."))
     return out
+
+
+def room_findings(cfg: Config, inst: InstanceConfig, probe: Probe) -> list[Finding]:
+    """With ``project.isolation: "worktree"``: whether this server gives each task a worktree
+    of its own, and what the hub does where it cannot."""
+    if cfg.repository.isolation != "worktree" or probe.rooms is None:
+        return []
+    if not probe.rooms:
+        return [ok("worktrees", inst.name, "gives each task a worktree and branch of its own")]
+    return [warn("worktrees", inst.name,
+                 f"makes no worktrees ({probe.rooms}): tasks there share its checkout",
+                 "Make the instance's default_directory a clone of the project's repository "
+                 "with at least one commit, on that server.")]
+
+
+def landing_findings(cfg: Config) -> list[Finding]:
+    """Worktrees without a repository: the hub can verify and land nothing."""
+    if cfg.repository.isolation != "worktree" or cfg.repository.url:
+        return []
+    return [warn("worktrees", "project.repository",
+                 "not set: tasks work in worktrees of their own, but the hub can neither "
+                 "verify nor land their branches; they wait for a person",
+                 "Set project.repository to the remote the agents push to.")]
 
 
 def _absolute(path: str) -> bool:

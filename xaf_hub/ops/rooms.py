@@ -17,7 +17,7 @@ from dataclasses import replace
 from xaf_hub.config.load import InstanceConfig
 from xaf_hub.core.discipline import slugify
 from xaf_hub.core.records import Room, SessionRecord
-from xaf_hub.errors import HubError, RoomFailed, UsageError
+from xaf_hub.errors import ApiError, HubError, RoomFailed, UsageError
 from xaf_hub.fleet.client import OpencodeClient
 from xaf_hub.store.tasks import Task
 
@@ -25,6 +25,26 @@ from xaf_hub.store.tasks import Task
 READY_POLLS = 300
 _BASED = re.compile(r"xaf-hub-base ([0-9a-f]{40})")
 _BRANCH = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]*$")
+
+
+async def room_support(client: OpencodeClient, inst: InstanceConfig) -> str:
+    """Whether ``inst`` can give tasks worktrees of their own: "" yes, else why not (a
+    sentence; the hub then runs them in its checkout)."""
+    checkout = inst.default_directory or (inst.roots[0] if inst.roots else "")
+    if not checkout:
+        return "no default_directory or root to make worktrees of"
+    return await _support(client, checkout)
+
+
+async def _support(client: OpencodeClient, checkout: str) -> str:
+    if await client.detect() != "classic":
+        return "its API makes no worktrees"
+    ident, _, vcs = await client.project_of(checkout)
+    if vcs != "git":
+        return f"{checkout} is not a git checkout on it"
+    if ident in ("", "global"):
+        return f"{checkout} is a git repository with no commit yet"
+    return ""
 
 
 def room_name(task_id: str, title: str) -> str:
@@ -80,13 +100,24 @@ def based_commit(output: str) -> str:
 async def open_room(
     client: OpencodeClient, checkout: str, name: str, base_branch: str
 ) -> Room:
-    """Make the worktree (not yet started from the base: ``start_room`` does that)."""
-    if await client.detect() != "classic":
-        raise RoomFailed(f"{client.name}: this server's API makes no worktrees")
+    """Make the worktree (not yet started from the base: ``start_room`` does that).
+
+    RoomFailed with ``unsupported`` when the server makes none there (an API without
+    worktrees, a folder that is no git checkout): the caller may share the checkout instead.
+    """
+    why = await _support(client, checkout)
+    if why:
+        raise RoomFailed(f"{client.name}: no worktree: {why}", unsupported=True)
     try:
         made = await client.create_worktree(checkout, name)
+    except ApiError as exc:
+        unsupported = exc.name == "WorktreeNotGitError" or exc.status == 404
+        why = "it is not a git checkout" if exc.name == "WorktreeNotGitError" else str(exc)
+        raise RoomFailed(
+            f"{client.name}: no worktree of {checkout}: {why}", unsupported=unsupported
+        ) from exc
     except HubError as exc:
-        raise RoomFailed(f"{client.name}: could not make a worktree of {checkout}: {exc}") from exc
+        raise RoomFailed(f"{client.name}: no worktree of {checkout}: {exc}") from exc
     return Room(made.directory, made.branch, checkout)
 
 

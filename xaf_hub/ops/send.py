@@ -37,6 +37,7 @@ from xaf_hub.errors import (
     BusyError,
     HubError,
     LockLostError,
+    RoomFailed,
     RunsAgain,
     RunStateUnknown,
     StateFileError,
@@ -349,7 +350,14 @@ async def _gated(
                 if plan.action == "create":
                     base_branch = ops.cfg.patrol.base_branch
                     if plan.room:
-                        room = await open_room(client, plan.directory, plan.room, base_branch)
+                        try:
+                            room = await open_room(
+                                client, plan.directory, plan.room, base_branch
+                            )
+                        except RoomFailed as exc:
+                            if not exc.unsupported:
+                                raise
+                            warnings.append(f"{exc}; this task shares the checkout")
                     where = room.directory if room is not None else plan.directory
                     created = await client.create_session(where, plan.title)
                     session_id, directory = created.id, created.directory

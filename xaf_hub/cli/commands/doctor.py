@@ -45,10 +45,12 @@ from xaf_hub.ops.health import (
     file_mode_finding,
     folder_finding,
     instance_findings,
+    landing_findings,
     layout_findings,
     ok,
     opencode_finding,
     patrol_finding,
+    room_findings,
     root_usage_findings,
     worst,
 )
@@ -77,6 +79,7 @@ async def probe_instance(
 ) -> Probe:
     """Detect dialect and version, then list every session's folder."""
     from xaf_hub.fleet.scan import make_client, read_run_state
+    from xaf_hub.ops.rooms import room_support
 
     transport = transport_factory(inst) if transport_factory else None
     async with make_client(cfg, inst, transport) as client:
@@ -86,13 +89,16 @@ async def probe_instance(
             # One directory is enough to see whether this release's run state can be read.
             folders = sorted({s.directory for s in sessions if s.directory})[:1]
             _, unknown = await read_run_state(client, folders)
+            rooms = None
+            if cfg.repository.isolation == "worktree":
+                rooms = await room_support(client, inst)
         except UnreachableError as exc:
             return Probe(inst.name, False, exc.reason, client.dialect or "", client.version)
         except HubError as exc:
             return Probe(inst.name, False, str(exc).removeprefix(f"{inst.name}: "),
                          client.dialect or "", client.version)
         return Probe(inst.name, True, "", client.dialect or "", client.version,
-                     tuple(s.directory for s in sessions), unknown)
+                     tuple(s.directory for s in sessions), unknown, rooms)
 
 
 async def probe_all(cfg: Config, transport_factory: TransportFactory | None = None) -> list[Probe]:
@@ -251,6 +257,8 @@ def collect(
         findings.extend(instance_findings(inst, probe))
         findings.extend(layout_findings(inst))
         findings.extend(root_usage_findings(inst, probe))
+        findings.extend(room_findings(cfg, inst, probe))
+    findings.extend(landing_findings(cfg))
     from xaf_hub.ops.health import stream_findings
 
     live = [i for i, p in zip(cfg.instances, probes, strict=True) if p.reachable]

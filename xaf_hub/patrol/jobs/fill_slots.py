@@ -652,7 +652,9 @@ async def _verify(
         # The discipline named the branch from the task's title (fill_slots) or, in a
         # resume or heal, from the session's: either is where the agent was told to push.
         titles = [task.title] + ([seen.session.title] if seen.session is not None else [])
-        branches = _expected_branches(pctx, inst, [t or task.id for t in titles], override)
+        branches = (task.branch,) if task.branch else _expected_branches(
+            pctx, inst, [t or task.id for t in titles], override
+        )
         wanted.append((claimed_commits(answer), branches))
     mirror = _mirror(pctx)
     bases = [task.base for task, _, _ in finished]
