@@ -201,6 +201,21 @@ class Mirror:
         extra_env: dict[str, str] | None = None,
     ) -> str:
         """Run git on the mirror; its stdout, or GitFailed (redacted) on any other exit."""
+        code, out = self.git(*args, timeout=timeout, ok=ok, extra_env=extra_env)
+        if code != 0:
+            raise _NonZero(code)
+        return out
+
+    def git(
+        self,
+        *args: str,
+        timeout: float = _LOCAL_TIMEOUT,
+        ok: Sequence[int] = (0,),
+        extra_env: dict[str, str] | None = None,
+        cwd: Path | None = None,
+    ) -> tuple[int, str]:
+        """Run git on the mirror (``cwd``: in that worktree of it): (exit, stdout) for an exit
+        in ``ok``, GitFailed (redacted) on any other."""
         env = {
             **os.environ,
             "GIT_TERMINAL_PROMPT": "0",  # never wait for a password nobody will type
@@ -213,7 +228,8 @@ class Mirror:
         }
         env.pop("GIT_DIR", None)
         env.pop("GIT_WORK_TREE", None)
-        cmd = ["git", "--git-dir", str(self.path), *args]
+        where = ["-C", str(cwd)] if cwd is not None else ["--git-dir", str(self.path)]
+        cmd = ["git", *where, *args]
         verb = next(a for i, a in enumerate(args) if i == 0 or args[i - 1] != "-c")
         # Its own process group: on timeout the whole group goes (git-remote-http, ssh), so
         # no grandchild keeps the pipes open and no git outlives the bound.
@@ -239,9 +255,7 @@ class Mirror:
             fatal = [line for line in lines if line.startswith(("fatal:", "error:"))]
             said = " / ".join((fatal or lines)[:_STDERR_LINES]) or "no message"
             raise GitFailed(redact(f"git {verb} failed: {said}", self.secrets))
-        if proc.returncode != 0:
-            raise _NonZero(proc.returncode)
-        return out.decode("utf-8", "replace")
+        return proc.returncode, out.decode("utf-8", "replace")
 
     def _exit(self, *args: str) -> int:
         """Run a yes/no git command; its exit status (0 yes, 1 no); GitFailed otherwise."""
