@@ -9,6 +9,8 @@ attach it to the reservation (marked "sent"), record the work (``before_prompt``
 the lock again, send the prompt, mark the reservation "accepted", release the lock.
 New work (anything but a steer of a running session) is refused first when today's spend
 reached a daily budget (``ops.budget``): BudgetReached, exit 3, nothing reserved or created.
+A new session the server places outside the project's roots (its folder was a link out of
+them) is deleted before any prompt: NotProjectSession, exit 5, unless the plan was forced.
 
 A prompt certainly not delivered gives its slot back; one whose fate is unknown keeps it
 until the server shows the run or the TTL passes (``gate`` module docstring). A lost lock
@@ -37,6 +39,7 @@ from xaf_hub.errors import (
     BusyError,
     HubError,
     LockLostError,
+    NotProjectSession,
     RunsAgain,
     RunStateUnknown,
     StateFileError,
@@ -335,6 +338,8 @@ async def _gated(
             if plan.action == "create":
                 created = await client.create_session(plan.directory, plan.title)
                 session_id, directory = created.id, created.directory
+                if not plan.forced and not inst.rules.under_roots(directory):
+                    raise await _outside(client, plan, session_id, directory)
             # From here on the prompt may go out at any moment: "sent" keeps the slot
             # counting until the server shows the run (or the TTL), whatever this process does.
             res = gate.attach(res, session_id, PROMPT_SENT)
@@ -348,6 +353,24 @@ async def _gated(
     action = "reuse" if stopped else plan.action
     return SendResult(
         action, inst.name, session_id, directory, plan.title, model, had_stopped=stopped
+    )
+
+
+async def _outside(
+    client: OpencodeClient, plan: Plan, session_id: str, directory: str
+) -> NotProjectSession:
+    """The refusal of a session the server placed outside the roots (it followed a link):
+    the session is deleted first, as it never got a prompt."""
+    inst = plan.instance
+    try:
+        await client.delete(session_id, directory)
+        gone = "it was deleted"
+    except HubError as exc:
+        gone = f"it stays, empty (delete failed: {exc})"
+    return NotProjectSession(
+        f"{inst.name} placed the new session for {plan.directory} in {directory or 'no folder'}, "
+        f"outside its project roots ({', '.join(inst.roots) or 'none configured'}): nothing "
+        f"was sent to {session_id} and {gone}; --force overrides"
     )
 
 
