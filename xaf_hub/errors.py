@@ -17,7 +17,7 @@ Every failure the hub reports to a user is one of these::
     │   ├── LockLostError   (exit 3) the dispatch lock was lost before the prompt went out
     │   ├── BudgetReached   (exit 3) today's spend reached a daily budget: no new work
     │   └── RunStateUnknown (exit 3) an instance's run state cannot be read: counted full
-    ├── NotProjectSession   (exit 5) the target session is outside the project (--force overrides)
+    ├── NotProjectSession   (exit 5) the target session or folder is outside the project (--force)
     ├── ApiError            (exit 1) the server refused a request with a 4xx other than 401
     ├── TaskChanged         (exit 1) a pool row changed under a dispatch: nothing was sent
     └── SandboxError        (exit 1) the demo's or the tests' opencode sandbox failed
@@ -151,7 +151,7 @@ class BudgetReached(BusyError):
 
 
 class NotProjectSession(HubError):
-    """The target session does not belong to the project."""
+    """The target session, or the folder of a new one, does not belong to the project."""
 
     exit_code = ExitCode.NOT_PROJECT
 

@@ -8,6 +8,7 @@ import signal
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 from tests.e2e.dispatch_checks import abort_all, audit_lines, slow
@@ -235,7 +236,7 @@ def test_exit_codes(hub: Hub) -> None:
     assert hub.cli("dispatch", "--text", "x", "--session", outside, "--force", "--dry-run")[0] == 0
     assert hub.cli("dispatch", "--text", "x", "--instance", "nope")[0] == 4
     assert (
-        hub.cli("dispatch", "--text", "x", "--new", "--dir", "/etc", "--instance", "lan-b")[0] == 4
+        hub.cli("dispatch", "--text", "x", "--new", "--dir", "/etc", "--instance", "lan-b")[0] == 5
     )
 
     slow(hub)
@@ -252,6 +253,49 @@ def test_exit_codes(hub: Hub) -> None:
         )
     finally:
         abort_all(hub, "lan-b")
+
+
+def sessions_in(hub: Hub, name: str, directory: Path) -> list[str]:
+    """The sessions the server keeps in ``directory`` (deleted ones are gone)."""
+    server = hub.server(name)
+    got = httpx.get(f"{server.url}/session", params={"directory": str(directory)},
+                    headers=sandbox.auth_headers(hub.password(name)), timeout=30)
+    return [s["id"] for s in got.raise_for_status().json()]
+
+
+def test_a_dir_spelt_out_of_the_roots_starts_nothing_and_the_limit_holds(hub: Hub) -> None:
+    outside = hub.root.parent / "outside"
+    outside.mkdir()
+    slow(hub)
+    hub.set_instance("lan-b", concurrency_limit=1)
+    try:
+        for i in range(4):  # the attack: runs outside the project were not counted, so 4 ran
+            code, _, err = hub.cli("dispatch", "--text", f"outside {i}", "--new", "--instance",
+                                   "lan-b", "--dir", f"{hub.root}/../outside")
+            assert code == 5 and f"({outside}) is not under lan-b's project roots" in err, err
+        assert sessions_in(hub, "lan-b", outside) == []
+        assert hub.cli("dispatch", "--text", "inside", "--new", "--instance", "lan-b")[0] == 0
+        assert len(hub.busy_ids("lan-b")) == 1
+        code, plan = hub.cli_json("dispatch", "--text", "x", "--new", "--instance", "lan-c",
+                                  "--dir", f"{hub.root}/app/../../outside", "--force",
+                                  "--dry-run")
+        assert code == 0 and plan["directory"] == str(outside)  # --force: a person's choice
+    finally:
+        abort_all(hub, "lan-b")
+
+
+@pytest.mark.core  # each release resolves the link itself
+def test_a_link_out_of_the_root_is_refused_by_the_folder_the_server_resolved(hub: Hub) -> None:
+    outside = hub.root.parent / "linked"
+    outside.mkdir()
+    (hub.root / "link").symlink_to(outside)
+    code, _, err = hub.cli("dispatch", "--text", "follow the link", "--new", "--instance",
+                           "lan-c", "--dir", str(hub.root / "link"))
+    assert code == 5, err
+    assert f"placed the new session for {hub.root / 'link'} in {outside}, outside" in err
+    assert "nothing was sent" in err and "it was deleted" in err
+    assert sessions_in(hub, "lan-c", outside) == []
+    assert [e["result"] for e in audit_lines(hub)] == ["failed"]
 
 
 def test_killed_between_reserve_and_create_frees_the_slot(hub: Hub) -> None:

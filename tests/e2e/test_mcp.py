@@ -203,6 +203,8 @@ def test_refusals_name_their_class(hub: Hub) -> None:
     cases = [
         ({"text": "x", "instance": "prod-x", "new": True}, "production needs allow_prod: "),
         ({"text": "x", "session": outside, "instance": "lan-b"}, "not a project session: "),
+        ({"text": "x", "instance": "lan-b", "new": True, "directory": f"{hub.root}/../elsewhere"},
+         "not a project session: "),
         ({"text": "x", "instance": "gone", "new": True}, "instance unreachable: "),
         ({"text": "x", "instance": "nope"}, "bad argument: "),
         ({"text": "x", "session": "ses_nope", "instance": "lan-b"}, "bad argument: "),

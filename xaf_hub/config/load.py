@@ -36,6 +36,7 @@ from xaf_hub.core.rules import ProjectRules
 from xaf_hub.errors import ConfigError
 
 _ABSOLUTE = re.compile(r"^(/|[A-Za-z]:[\\/]|\\\\)")
+_DOT_SEGMENT = re.compile(r"(^|[\\/])\.{1,2}([\\/]|$)")
 
 
 MAX_SCAN_WORKERS = 64  # the default scan_workers: one per instance, at most this many
@@ -97,10 +98,24 @@ def _redis_prefix(r: _Reader, name: str, prefix: str) -> str:
     return prefix
 
 
+def _folder(r: _Reader, name: str, path: str) -> str:
+    # A root or an exclusion is where the hub draws the project's line: one spelt with `..`
+    # is refused, not guessed at.
+    if _DOT_SEGMENT.search(path):
+        raise r.fail(name, f"must not hold '.' or '..' segments, got {path!r}: write the folder")
+    return path
+
+
+def _folders(r: _Reader, name: str, paths: tuple[str, ...]) -> tuple[str, ...]:
+    for i, path in enumerate(paths):
+        _folder(r, f"{name}[{i}]", path)
+    return paths
+
+
 def _absolute_path(r: _Reader, name: str, path: str) -> str:
     if path and not _is_absolute(path):
         raise r.fail(name, f"must be an absolute path, got {path!r}")
-    return path
+    return _folder(r, name, path)
 
 
 def _absolute_paths(r: _Reader, name: str, paths: tuple[str, ...]) -> tuple[str, ...]:
@@ -412,7 +427,7 @@ class Config:
     state_dir: Path
     project_name: str = setting("project", key="name", section="project")
     fallback_segments: tuple[str, ...] = setting((), section="project")
-    exclude_dirs: tuple[str, ...] = setting((), section="project")
+    exclude_dirs: tuple[str, ...] = setting((), section="project", check=_folders)
     exclude_substrings: tuple[str, ...] = setting((), section="project")
     repository: RepositoryConfig = field(default_factory=RepositoryConfig)
     concurrency_limit: int = setting(DEFAULT_CONCURRENCY, minimum=1)
@@ -694,6 +709,8 @@ def _parse_instance(
     for k, v in aliases.items():
         if not isinstance(v, str):
             raise r.fail(f"dir_aliases.{k}", f"expected a string, got {json_type(v)}")
+        _folder(r, "dir_aliases", k)
+        _folder(r, f"dir_aliases.{k}", v)
     policy = "mainline" if name.startswith("local") else "branch"
     got = read_settings(
         InstanceConfig, r, defaults={"branch_policy": policy, "concurrency_limit": default_limit}

@@ -2,26 +2,73 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 _SEPARATORS = re.compile(r"/{2,}")
 _TRAILING = re.compile(r"[/\s]+$")
+_DRIVE = re.compile(r"[A-Za-z]:")
+
+# Why a directory is (not) the project's: ProjectRules.classify.
+Where = Literal["empty", "excluded", "root", "sandbox", "segment", "outside"]
+
+
+def _flatten(path: str) -> tuple[str, str | None]:
+    """``path`` with `/` separators and no doubles (a UNC `//` prefix kept), and the same
+    without `.` and `..` segments or a trailing separator: None when a `..` climbs above its
+    start (the root, a drive, a UNC share, a relative path's first segment)."""
+    text = path.strip().replace("\\", "/")
+    unc = text.startswith("//")
+    text = ("/" if unc else "") + _SEPARATORS.sub("/", text)
+    if unc:
+        server, share, *segments = text[2:].split("/") + [""]
+        if {server, share} & {".", ".."}:
+            return text, None
+        head = f"//{server}/{share}".rstrip("/") or "/"
+    elif _DRIVE.match(text):
+        head, segments = text[:2] + ("/" if text[2:3] == "/" else ""), text[2:].split("/")
+    else:
+        head, segments = ("/" if text.startswith("/") else ""), text.split("/")
+    kept: list[str] = []
+    for segment in segments:
+        if segment == "..":
+            if not kept:
+                return text, None
+            kept.pop()
+        elif segment not in ("", "."):
+            kept.append(segment)
+    body = "/".join(kept)
+    return text, head + ("/" if body and head.startswith("//") else "") + body
+
+
+def clean_dir(path: str) -> str:
+    """A folder as a person or an agent wrote it, made plain as text: `.` and `..` segments
+    removed, repeated and trailing separators dropped, the ends stripped; its case and its
+    separator (`\\` when it has one) kept. ValueError when a `..` climbs above its start."""
+    text, plain = None, path
+    while text != plain:  # stripping the ends may uncover a segment to drop, and the reverse
+        text = plain
+        _, flat = _flatten(text)
+        if flat is None:
+            raise ValueError("a '..' climbs above the start of the path")
+        plain = flat
+    return plain.replace("/", "\\") if "\\" in path else plain
 
 
 def normalize_dir(path: str) -> str:
-    """Normalise a directory: `/` separators, no doubles, no trailing one, lower case."""
-    text = path.strip().replace("\\", "/")
-    unc = text.startswith("//")
-    text = _SEPARATORS.sub("/", text)
-    if unc:  # keep a Windows UNC prefix (//server/share) recognisable
-        text = "/" + text
-    if len(text) > 1:
-        # Trailing separators and whitespace in any mix ("0\r\\" once left "0\r", which
-        # the next call stripped: not idempotent).
-        text = _TRAILING.sub("", text) or "/"
-    return text.lower()
+    """A directory for comparing: `/` separators, no doubles, no `.` or `..` segments (a `..`
+    above the start is left as written), no trailing separator or white space, lower case."""
+    text = None
+    while text != path:  # stripping may uncover a segment to drop, and dropping one white space
+        text = path
+        flat, dotless = _flatten(text)
+        path = flat if dotless is None else dotless
+        if len(path) > 1:
+            path = _TRAILING.sub("", path) or ("/" if path.startswith("/") else "")
+    return path.lower()
 
 
 def is_under(path: str, root: str) -> bool:
@@ -34,6 +81,12 @@ def is_under(path: str, root: str) -> bool:
     return path.startswith(prefix)
 
 
+def _segments(path: str) -> list[str]:
+    """The named segments of a path, in its own case (`.` and `..` resolved where they can be)."""
+    flat, dotless = _flatten(path)
+    return [s for s in (flat if dotless is None else dotless).split("/") if s]
+
+
 def apply_aliases(path: str, aliases: Mapping[str, str]) -> str:
     """Map a path as written in a task to the instance's own spelling (longest prefix wins)."""
     norm = normalize_dir(path)
@@ -41,28 +94,27 @@ def apply_aliases(path: str, aliases: Mapping[str, str]) -> str:
     for written, actual in aliases.items():
         key = normalize_dir(written)
         if is_under(norm, key) and (best is None or len(key) > best[0]):
-            best = (len(key), written, actual)
+            best = (len(key), key, actual)
     if best is None:
         return path
-    _, written, actual = best
-    rest = (
-        path.strip().replace("\\", "/").rstrip("/")[len(written.replace("\\", "/").rstrip("/")) :]
-    )
-    rest = rest.lstrip("/")
+    _, key, actual = best
+    rest = _segments(path)[len([s for s in key.split("/") if s]) :]
     if not rest:
         return actual
     sep = "\\" if "\\" in actual else "/"
-    return actual.rstrip("/\\") + sep + rest.replace("/", sep)
+    return actual.rstrip("/\\") + sep + sep.join(rest)
 
 
 @dataclass(frozen=True)
 class ProjectRules:
-    """The directory rules of one instance, already normalised."""
+    """The directory rules of one instance, already normalised. ``sandboxes`` are folders the
+    server keeps for the project outside its roots (its worktrees): inside, like a root."""
 
     roots: tuple[str, ...] = ()
     fallback_segments: tuple[str, ...] = ()
     exclude_dirs: tuple[str, ...] = ()
     exclude_substrings: tuple[str, ...] = ()
+    sandboxes: tuple[str, ...] = ()
 
     @classmethod
     def build(
@@ -81,8 +133,15 @@ class ProjectRules:
             exclude_substrings=tuple(s.lower() for s in exclude_substrings if s),
         )
 
-    def classify(self, directory: str) -> str:
-        """Say why a directory is (not) the project's: excluded, root, segment, outside, empty."""
+    def with_sandboxes(self, folders: Sequence[str]) -> ProjectRules:
+        """These rules, with ``folders`` (what the server lists as the project's sandboxes)
+        inside as well."""
+        found = tuple(normalize_dir(f) for f in folders if f.strip())
+        return dataclasses.replace(self, sandboxes=found)
+
+    def classify(self, directory: str) -> Where:
+        """Say why a directory is (not) the project's: excluded, root, sandbox, segment,
+        outside, empty."""
         if not directory or not directory.strip():
             return "empty"
         norm = normalize_dir(directory)
@@ -92,6 +151,8 @@ class ProjectRules:
             return "excluded"
         if any(is_under(norm, r) for r in self.roots):
             return "root"
+        if any(is_under(norm, r) for r in self.sandboxes):
+            return "sandbox"
         if self.fallback_segments:
             segments = set(norm.split("/"))
             if any(seg in segments for seg in self.fallback_segments):
@@ -100,13 +161,13 @@ class ProjectRules:
 
     def is_project(self, directory: str) -> bool:
         """True when sessions in ``directory`` belong to the project."""
-        return self.classify(directory) in ("root", "segment")
+        return self.classify(directory) in ("root", "sandbox", "segment")
 
     def owns(self, directory: str, checkout: str = "") -> bool:
         """True when sessions in ``directory`` are the project's: by the rules, or because it is
         a worktree of ``checkout`` (the main checkout it was made from) and that one is."""
         verdict = self.classify(directory)
-        if verdict in ("root", "segment"):
+        if verdict in ("root", "sandbox", "segment"):
             return True
         return bool(checkout) and verdict != "excluded" and self.is_project(checkout)
 
@@ -117,11 +178,12 @@ class ProjectRules:
         only dilutes the similarity of the parts that differ.
         """
         norm = normalize_dir(directory)
-        for root in sorted(self.roots, key=len, reverse=True):
+        for root in sorted(self.roots + self.sandboxes, key=len, reverse=True):
             if is_under(norm, root):
                 return norm[len(root) :].strip("/")
         return "/".join([seg for seg in norm.split("/") if seg][-keep:])
 
     def under_roots(self, directory: str) -> bool:
-        """True when ``directory`` lies under one of this instance's roots and is not excluded."""
-        return self.classify(directory) == "root"
+        """True when ``directory`` lies under one of this instance's roots or sandboxes and is
+        not excluded: where the hub may start a session."""
+        return self.classify(directory) in ("root", "sandbox")

@@ -252,6 +252,7 @@ async def prepare(ops: OpsContext, order: DispatchOrder) -> Prepared:
                 reserved,
                 sc.run_state_unknown,
                 over_budget=str(over.get(sc.inst.name) or ""),
+                sandboxes=sc.project_sandboxes(),
             )
         )
     pool = ops.backlog().load()

@@ -397,8 +397,8 @@ def layout_findings(inst: InstanceConfig) -> list[Finding]:
         elif inst.roots and inst.rules.classify(d) != "root":
             out.append(warn("roots", name,
                             f"default_directory {d} is not under any root "
-                            f"({', '.join(inst.roots)}) or is excluded: sessions created "
-                            "there would not count as the project's",
+                            f"({', '.join(inst.roots)}) or is excluded: dispatch refuses "
+                            "it without --force and the patrol creates no session there",
                             "Move default_directory under one of the roots, or add its "
                             "parent folder to roots."))
     return out

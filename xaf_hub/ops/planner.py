@@ -12,7 +12,7 @@ from typing import Literal
 
 from xaf_hub.config.load import Config, InstanceConfig, MatchRule
 from xaf_hub.core.records import SessionRecord, running_project
-from xaf_hub.core.rules import apply_aliases
+from xaf_hub.core.rules import apply_aliases, clean_dir, normalize_dir
 from xaf_hub.errors import (
     BudgetReached,
     BusyError,
@@ -53,6 +53,7 @@ class InstanceView:
     reserved: int = 0
     run_state_unknown: str = ""  # set: the run state could not be read; counted full
     over_budget: str = ""  # set: its daily budget is reached (the refusal); takes no new work
+    sandboxes: tuple[str, ...] = ()  # the project's worktrees the server lists: inside
 
     @property
     def running_project(self) -> int:
@@ -215,6 +216,7 @@ class Plan:
     via: str
     candidates: tuple[CandidateVerdict, ...] = ()
     warnings: tuple[str, ...] = field(default_factory=tuple)
+    forced: bool = False  # --force: a new session may lie outside the project's roots
     # A new session's own worktree to make first, by this name (``ops.rooms``); "": none.
     room: str = ""
 
@@ -288,22 +290,36 @@ def pick_instance(views: Sequence[InstanceView], req: DispatchRequest) -> Instan
     raise BusyError(f"every eligible instance is at its limit ({detail}); try again later")
 
 
+def _written_dir(inst: InstanceConfig, written: str) -> str:
+    """--dir made plain as text (`.` and `..` removed), then mapped by dir_aliases."""
+    try:
+        plain = clean_dir(written)
+    except ValueError as exc:
+        raise UsageError(f"--dir {written!r}: {exc}") from None
+    return apply_aliases(plain, dict(inst.dir_aliases))
+
+
 def new_session_directory(view: InstanceView, req: DispatchRequest) -> str:
-    """--dir (after dir_aliases, must lie under the roots), else default_directory, else a root."""
+    """--dir (made plain, after dir_aliases), else default_directory, else a root; one outside
+    the roots is NotProjectSession unless --force."""
     inst = view.inst
     if req.directory:
-        mapped = apply_aliases(req.directory, dict(inst.dir_aliases))
-        if not inst.rules.under_roots(mapped):
-            raise UsageError(
-                f"--dir {req.directory!r} is not under {inst.name}'s project roots "
-                f"({', '.join(inst.roots) or 'none configured'})"
-            )
-        return mapped
-    if inst.default_directory:
-        return inst.default_directory
-    if inst.roots:
+        directory = _written_dir(inst, req.directory)
+        named = f"--dir {req.directory!r}" + (
+            f" ({directory})" if directory != req.directory else ""
+        )
+    elif inst.default_directory:
+        directory, named = inst.default_directory, f"default_directory {inst.default_directory!r}"
+    elif inst.roots:
         return inst.roots[0]
-    raise UsageError(f"{inst.name} has no default_directory or roots: pass --dir")
+    else:
+        raise UsageError(f"{inst.name} has no default_directory or roots: pass --dir")
+    if not req.force and not inst.rules.with_sandboxes(view.sandboxes).under_roots(directory):
+        raise NotProjectSession(
+            f"{named} is not under {inst.name}'s project roots "
+            f"({', '.join(inst.roots) or 'none configured'}); --force overrides"
+        )
+    return directory
 
 
 def _target_plan(
@@ -440,9 +456,7 @@ def plan_dispatch(
         if hits:
             hit = max(hits, key=lambda s: s.updated)
             if req.directory:
-                mapped = apply_aliases(req.directory, dict(view.inst.dir_aliases))
-                from xaf_hub.core.rules import normalize_dir
-
+                mapped = _written_dir(view.inst, req.directory)
                 if normalize_dir(mapped) != normalize_dir(hit.directory):
                     warnings.append(
                         f"reusing session {hit.id} ({hit.directory}) found by --title; --dir "
@@ -453,4 +467,7 @@ def plan_dispatch(
     directory = new_session_directory(view, req)
     title = req.title if req.title else default_title(req.text)
     via = "--new" if req.new else ("no related session" if smart else "new session")
-    return Plan("create", view.inst, None, directory, title, via, tuple(verdicts), tuple(warnings))
+    return Plan(
+        "create", view.inst, None, directory, title, via, tuple(verdicts), tuple(warnings),
+        forced=req.force,
+    )

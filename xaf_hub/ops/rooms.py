@@ -33,18 +33,20 @@ async def room_support(client: OpencodeClient, inst: InstanceConfig) -> str:
     checkout = inst.default_directory or (inst.roots[0] if inst.roots else "")
     if not checkout:
         return "no default_directory or root to make worktrees of"
-    return await _support(client, checkout)
+    return (await _support(client, checkout))[0]
 
 
-async def _support(client: OpencodeClient, checkout: str) -> str:
+async def _support(client: OpencodeClient, checkout: str) -> tuple[str, str]:
+    """(why it makes no worktrees of ``checkout``, "" when it does; the checkout's top folder
+    as the server resolved it)."""
     if await client.detect() != "classic":
-        return "its API makes no worktrees"
-    ident, _, vcs = await client.project_of(checkout)
+        return "its API makes no worktrees", ""
+    ident, top, vcs = await client.project_of(checkout)
     if vcs != "git":
-        return f"{checkout} is not a git checkout on it"
+        return f"{checkout} is not a git checkout on it", top
     if ident in ("", "global"):
-        return f"{checkout} is a git repository with no commit yet"
-    return ""
+        return f"{checkout} is a git repository with no commit yet", top
+    return "", top
 
 
 def room_name(task_id: str, title: str) -> str:
@@ -105,7 +107,7 @@ async def open_room(
     RoomFailed with ``unsupported`` when the server makes none there (an API without
     worktrees, a folder that is no git checkout): the caller may share the checkout instead.
     """
-    why = await _support(client, checkout)
+    why, top = await _support(client, checkout)
     if why:
         raise RoomFailed(f"{client.name}: no worktree: {why}", unsupported=True)
     try:
@@ -118,7 +120,7 @@ async def open_room(
         ) from exc
     except HubError as exc:
         raise RoomFailed(f"{client.name}: no worktree of {checkout}: {exc}") from exc
-    return Room(made.directory, made.branch, checkout)
+    return Room(made.directory, made.branch, top or checkout)
 
 
 async def start_room(

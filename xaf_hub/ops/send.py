@@ -9,6 +9,8 @@ attach it to the reservation (marked "sent"), record the work (``before_prompt``
 the lock again, send the prompt, mark the reservation "accepted", release the lock.
 New work (anything but a steer of a running session) is refused first when today's spend
 reached a daily budget (``ops.budget``): BudgetReached, exit 3, nothing reserved or created.
+A new session the server places outside the project's roots (its folder was a link out of
+them) is deleted before any prompt: NotProjectSession, exit 5, unless the plan was forced.
 
 A prompt certainly not delivered gives its slot back; one whose fate is unknown keeps it
 until the server shows the run or the TTL passes (``gate`` module docstring). A lost lock
@@ -37,6 +39,7 @@ from xaf_hub.errors import (
     BusyError,
     HubError,
     LockLostError,
+    NotProjectSession,
     RoomFailed,
     RunsAgain,
     RunStateUnknown,
@@ -361,6 +364,12 @@ async def _gated(
                     where = room.directory if room is not None else plan.directory
                     created = await client.create_session(where, plan.title)
                     session_id, directory = created.id, created.directory
+                    # Where the server placed it, links followed: never outside the project.
+                    if room is not None and not plan.forced:
+                        if not inst.rules.owns(directory, room.checkout):
+                            raise _outside_room(plan, room, directory)
+                    elif not plan.forced and not fresh.rules().under_roots(directory):
+                        raise await _outside(client, plan, session_id, directory)
                     if room is not None:
                         room = await start_room(client, room, session_id, base_branch)
                 # From here on the prompt may go out at any moment: "sent" keeps the slot
@@ -402,6 +411,35 @@ async def _empty_room(client: OpencodeClient, room: Room, session_id: str) -> li
             notes.append(f"the empty session {session_id} in {room.directory} stays ({exc})")
     why = await close_room(client, room)
     return notes + ([why] if why else [])
+
+
+def _outside_room(plan: Plan, room: Room, directory: str) -> NotProjectSession:
+    """The refusal of a worktree whose checkout the server resolved outside the project."""
+    inst = plan.instance
+    return NotProjectSession(
+        f"{inst.name} made the worktree for {plan.directory} of {room.checkout or 'no checkout'}"
+        f" (its session in {directory}), outside its project roots "
+        f"({', '.join(inst.roots) or 'none configured'}): nothing was sent and the worktree "
+        "is removed again; --force overrides"
+    )
+
+
+async def _outside(
+    client: OpencodeClient, plan: Plan, session_id: str, directory: str
+) -> NotProjectSession:
+    """The refusal of a session the server placed outside the roots (it followed a link):
+    the session is deleted first, as it never got a prompt."""
+    inst = plan.instance
+    try:
+        await client.delete(session_id, directory)
+        gone = "it was deleted"
+    except HubError as exc:
+        gone = f"it stays, empty (delete failed: {exc})"
+    return NotProjectSession(
+        f"{inst.name} placed the new session for {plan.directory} in {directory or 'no folder'}, "
+        f"outside its project roots ({', '.join(inst.roots) or 'none configured'}): nothing "
+        f"was sent to {session_id} and {gone}; --force overrides"
+    )
 
 
 async def _deliver(

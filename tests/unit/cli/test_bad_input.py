@@ -322,15 +322,20 @@ def test_an_argument_a_gbk_terminal_typed_under_a_utf8_locale_is_one_clear_line(
     assert code == 4 and "half a surrogate pair" in one_line(err)
 
 
-def test_windows_paths_with_spaces(hub: Hub) -> None:
+def test_windows_paths_with_spaces_and_dot_segments(hub: Hub) -> None:
     inside = WIN_ROOT + "\\web app"
     code, out, err = hub.cli("dispatch", "--dry-run", "--new", "--text", "t", "--dir", inside,
                              "--json")  # fmt: skip
     assert code == 0, err
     assert json.loads(out)["directory"] == inside
-    for outside in ("D:\\other", WIN_ROOT + "2", "relative\\dir"):
+    code, out, err = hub.cli("dispatch", "--dry-run", "--new", "--text", "t", "--dir",
+                             WIN_ROOT + "\\.\\docs\\..\\web app\\", "--json")  # fmt: skip
+    assert code == 0 and json.loads(out)["directory"] == inside, err
+    for outside in ("D:\\other", WIN_ROOT + "2", "relative\\dir", WIN_ROOT + "\\..\\other"):
         code, _, err = hub.cli("dispatch", "--dry-run", "--new", "--text", "t", "--dir", outside)
-        assert code == 4 and "not under" in one_line(err), (outside, err)
+        assert code == 5 and "not under" in one_line(err), (outside, err)
+    code, _, err = hub.cli("dispatch", "--dry-run", "--new", "--text", "t", "--dir", "C:\\..\\x")
+    assert code == 4 and "climbs above the start" in one_line(err), err
 
 
 # ---------------------------------------------------------------------------------------------

@@ -154,12 +154,39 @@ def test_a_section_s_errors_keep_their_words(
     assert str(err.value) == f"{path}: {message}"
 
 
+def test_an_exclusion_spelt_with_dot_segments_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "config.json"
+    doc = _with_instance({"project": {"name": "p", "exclude_dirs": ["/srv/a/./vendor"]}})
+    with pytest.raises(ConfigError, match="exclude_dirs\\[0\\]': must not hold '.' or '..'"):
+        parse_config(doc, path=path, env={})
+    names = {"roots": ["/srv/.hidden/..x", "/srv/..."], "default_directory": "/srv/.hidden"}
+    assert parse_config(_with_instance({}, **names), path=path, env={})  # names, not steps
+
+
 @pytest.mark.parametrize(
     ("instance", "message"),
     [
         ({"username": 3}, "username': expected a string, got a number"),
         ({"roots": ["rel"]}, "roots[0]': must be an absolute path, got 'rel'"),
         ({"default_directory": "rel"}, "default_directory': must be an absolute path, got 'rel'"),
+        (
+            {"roots": ["/srv/a", "/srv/a/../b"]},
+            "roots[1]': must not hold '.' or '..' segments, got '/srv/a/../b': write the folder",
+        ),
+        (
+            {"default_directory": "C:\\a\\.\\b"},
+            "default_directory': must not hold '.' or '..' segments, got 'C:\\\\a\\\\.\\\\b': "
+            "write the folder",
+        ),
+        (
+            {"dir_aliases": {"/x/..": "/srv"}},
+            "dir_aliases': must not hold '.' or '..' segments, got '/x/..': write the folder",
+        ),
+        (
+            {"dir_aliases": {"/x": "/srv/../etc"}},
+            "dir_aliases./x': must not hold '.' or '..' segments, got '/srv/../etc': write the "
+            "folder",
+        ),
         ({"branch_policy": "x"}, "branch_policy': must be 'branch' or 'mainline', got 'x'"),
         ({"models": ["bad"]}, "models[0]': expected 'provider/model', got 'bad'"),
         ({"api": 3}, "api': expected a string, got a number"),

@@ -32,6 +32,8 @@ class FakeClient:
         self.busy = busy
         self.fail_prompt: Exception | None = None
         self.fail_create: Exception | None = None
+        self.fail_delete: Exception | None = None
+        self.placed: dict[str, str] = {}  # a folder the server resolves elsewhere (a link)
         self.deadline = 30.0  # what scan_instance reads from a real client
         self.notes: list[str] = []
 
@@ -62,9 +64,16 @@ class FakeClient:
         if self.fail_create is not None:
             raise self.fail_create
         sid = f"ses_new{len(self.sessions)}"
+        directory = self.placed.get(directory, directory)
         self.sessions[sid] = ServerSession(sid, title, directory, 2, 2, 0.0, "", "")
         self.log.append(f"create {sid}")
         return self.sessions[sid]
+
+    async def delete(self, session_id: str, directory: str | None = None) -> None:
+        self.log.append(f"delete {session_id}")
+        if self.fail_delete is not None:
+            raise self.fail_delete
+        del self.sessions[session_id]
 
     async def prompt_async(
         self, session_id: str, text: str, model: str | None, directory: str | None = None

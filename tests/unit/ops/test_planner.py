@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from tests.unit.ops.planner_support import CFG, A, B, P, config, inst, sess, view
@@ -124,8 +126,50 @@ def test_dir_must_be_under_roots_after_aliases() -> None:
         cfg, [view(a)], DispatchRequest(text="t", new=True, directory="/posix/demo/x")
     )
     assert plan.directory == "/srv/demo/x"
-    with pytest.raises(UsageError, match="not under"):
+    with pytest.raises(NotProjectSession, match="not under"):
         plan_dispatch(cfg, [view(a)], DispatchRequest(text="t", new=True, directory="/elsewhere"))
+
+
+@pytest.mark.parametrize(
+    ("written", "planned"),
+    [
+        ("/srv/demo/./app//", "/srv/demo/app"),
+        ("/srv/demo/web/../app", "/srv/demo/app"),
+        ("/posix/demo/x/../y", "/srv/demo/y"),  # made plain before dir_aliases
+        ("/srv/demo/../outside", None),
+        ("/srv/demo/app/../../outside", None),
+        ("/srv/demo/..", None),
+        ("/posix/demo/../x", None),
+    ],
+)
+def test_dir_is_made_plain_before_the_roots_check(written: str, planned: str | None) -> None:
+    a = inst("lan-a", aliases=(("/posix/demo", "/srv/demo"),))
+    cfg = config(a)
+    req = DispatchRequest(text="t", new=True, directory=written)
+    if planned is None:
+        with pytest.raises(NotProjectSession, match="not under lan-a's project roots"):
+            plan_dispatch(cfg, [view(a)], req)
+        forced = plan_dispatch(cfg, [view(a)], DispatchRequest(**{**req.__dict__, "force": True}))
+        assert forced.forced and ".." not in forced.directory
+    else:
+        plan = plan_dispatch(cfg, [view(a)], req)
+        assert (plan.directory, plan.forced) == (planned, False)
+
+
+def test_a_dir_climbing_above_its_start_is_a_bad_argument_even_with_force() -> None:
+    for written in ("/../srv/demo", "C:\\..\\srv", "../srv/demo"):
+        with pytest.raises(UsageError, match="climbs above the start"):
+            plan_dispatch(
+                CFG, [view(A)], DispatchRequest(text="t", new=True, directory=written, force=True)
+            )
+
+
+def test_a_default_directory_outside_the_roots_is_refused_unless_forced() -> None:
+    a = dataclasses.replace(inst("lan-a"), default_directory="/srv/elsewhere")
+    with pytest.raises(NotProjectSession, match="default_directory '/srv/elsewhere'"):
+        plan_dispatch(config(a), [view(a)], DispatchRequest(text="t", new=True))
+    plan = plan_dispatch(config(a), [view(a)], DispatchRequest(text="t", new=True, force=True))
+    assert (plan.directory, plan.forced) == ("/srv/elsewhere", True)
 
 
 def test_empty_text_and_unknown_instance() -> None:

@@ -9,6 +9,7 @@ may have let it through keeps it counting. Steers take the lock too.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 
@@ -16,7 +17,14 @@ import pytest
 
 from tests.unit.ops.send_support import ROOT, FakeClient, SpyGate, audit_results, record, slot_files
 from xaf_hub.config.load import Config, parse_config
-from xaf_hub.errors import ApiError, BusyError, LockLostError, RunsAgain, UnreachableError
+from xaf_hub.errors import (
+    ApiError,
+    BusyError,
+    LockLostError,
+    NotProjectSession,
+    RunsAgain,
+    UnreachableError,
+)
 from xaf_hub.fleet.client import ServerSession
 from xaf_hub.ops.context import OpsContext
 from xaf_hub.ops.planner import Plan, plan_create, plan_reuse
@@ -72,6 +80,31 @@ def test_new_session_goes_through_every_step_in_order(cfg: Config, tmp_path: Pat
     # The reservation keeps counting after the send until the server shows the run.
     assert len(slot_files(cfg)) == 1
     assert audit_results(cfg) == ["create"]
+
+
+def test_a_session_the_server_places_outside_the_roots_is_deleted_before_any_prompt(
+    cfg: Config,
+) -> None:
+    log: list[str] = []
+    client, gate = FakeClient(log, [], set()), SpyGate(cfg.state_dir, cfg, log)
+    client.placed[ROOT + "/link"] = "/srv/elsewhere"  # a link out of the root, followed
+    plan = plan_create(cfg.instances[0], ROOT + "/link", "t", via="test")
+    with pytest.raises(NotProjectSession, match="in /srv/elsewhere, outside its project roots"):
+        send(cfg, plan, client, gate, log)
+    assert log == ["lock", "read", "owned", "reserve", "create ses_new0", "delete ses_new0",
+                   "release", "unlock"]
+    assert client.sessions == {} and slot_files(cfg) == [] and audit_results(cfg) == ["failed"]
+
+    log.clear()
+    client.fail_delete = UnreachableError("a", "timed out")
+    with pytest.raises(NotProjectSession, match="it stays, empty .delete failed: a: unreachable"):
+        send(cfg, plan, client, gate, log)
+    assert "prompt" not in " ".join(log) and slot_files(cfg) == []
+
+    log.clear()  # --force: the person said so
+    result = send(cfg, dataclasses.replace(plan, forced=True), client, gate, log)
+    assert (result.action, result.directory) == ("create", "/srv/elsewhere")
+    assert f"prompt {result.session_id}" in log
 
 
 def test_at_the_limit_nothing_is_reserved_created_or_sent(cfg: Config) -> None:

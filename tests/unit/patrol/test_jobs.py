@@ -5,17 +5,22 @@ from __future__ import annotations
 
 import dataclasses
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from xaf_hub.config.load import parse_config
 from xaf_hub.core.records import SessionRecord
 from xaf_hub.core.runstate import LastRun, classify, last_run
+from xaf_hub.fleet.scan import InstanceScan
+from xaf_hub.ops.context import Fleet
 from xaf_hub.ops.heal import blackout_family, heal_candidate, heal_key, heal_target
 from xaf_hub.patrol.jobs.check_agents import resume_refusal
 from xaf_hub.patrol.jobs.fill_slots import (
     Settlement,
     Sighting,
+    free_slots,
     is_infrastructure_failure,
     plan_fill,
     session_title,
@@ -23,6 +28,7 @@ from xaf_hub.patrol.jobs.fill_slots import (
 )
 from xaf_hub.patrol.settle import retry_text, settle_check, settle_claim
 from xaf_hub.store.backlog import Task, format_instant, is_blocked
+from xaf_hub.store.gate import FileGate
 from xaf_hub.store.repository import Check, CheckRun
 
 NOW = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
@@ -489,6 +495,21 @@ def test_plan_fill_respects_free_slots() -> None:
     tasks = [pending(f"t{i}") for i in range(5)]
     assert plan_fill(tasks, [("a", 0), ("b", 1)], NOW, 3) == [("b", tasks[0])]
     assert plan_fill(tasks, [], NOW, 3) == []
+
+
+def test_free_slots_never_offers_a_default_directory_outside_the_roots(tmp_path: Path) -> None:
+    cfg = parse_config(
+        {"project": {"name": "p"}, "state_dir": str(tmp_path), "instances": [
+            {"name": "in", "url": "http://127.0.0.1:9", "roots": ["/srv/p"],
+             "default_directory": "/srv/p/app"},
+            {"name": "out", "url": "http://127.0.0.1:9", "roots": ["/srv/p"],
+             "default_directory": "/srv/elsewhere"},
+        ]},
+        path=tmp_path / "config.json", env={},
+    )
+    fleet = Fleet([InstanceScan(i, reachable=True) for i in cfg.instances])
+    gate = FileGate(tmp_path, cfg.lock)
+    assert free_slots(fleet, gate) == [(cfg.instance("in"), 2, "/srv/p/app")]
 
 
 def test_session_title_leads_with_the_id() -> None:

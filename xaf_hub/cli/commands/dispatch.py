@@ -54,7 +54,8 @@ examples:
 exit codes: 3 when the instance is full, a daily budget is reached ("daily budget $3.00
 reached ($3.00 spent today)") or its dispatch lock is busy (with --queue: 0, the task waits in
 the pool), 4 for production without
---allow-prod or a bad argument, 5 when the target is not a project session (--force overrides).
+--allow-prod or a bad argument, 5 when the target session or --dir is not the project's (--force
+overrides).
 With --confirm-wait (the task is sent in every case): 0 when the run was seen going, healed
 or not; 1 when it failed and could not be healed, kept retrying, or showed no sign of starting
 in the window (`xaf-hub confirm --session ID` looks again later); 2 when the instance stopped
@@ -69,7 +70,8 @@ OPTIONS = (
     INSTANCE,
     SESSION.but(help="send to this session"),
     Opt("directory", ("--dir",), "directory for a new session (must lie under the instance's "
-        "roots)", metavar="D", max_length=4096),
+        "roots once '.' and '..' are removed and the server has followed its links)",
+        metavar="D", max_length=4096),
     Opt("title", ("--title",), "reuse the newest project session whose title contains K (with "
         "--new: the new session's title)", metavar="K"),
     Opt("new", ("--new",), "always create a new session", kind=bool, default=False),
@@ -77,7 +79,7 @@ OPTIONS = (
     Opt("auto_cleanup", ("--auto-cleanup",), "run `cleanup --execute` first", kind=bool,
         default=False),
     ALLOW_PROD,
-    FORCE.but(help="allow a non-project target session"),
+    FORCE.but(help="allow a non-project target session, or a --dir outside the roots"),
     Opt("model", ("--model",), "model as provider/model", metavar="P/M"),
     Opt("no_record", ("--no-record",), "do not record this dispatch in the task pool",
         kind=bool, default=False),

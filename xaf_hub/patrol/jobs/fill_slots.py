@@ -65,6 +65,7 @@ from xaf_hub.errors import (
     BudgetReached,
     BusyError,
     HubError,
+    NotProjectSession,
     SessionNotFound,
     TaskChanged,
     UnreachableError,
@@ -305,8 +306,8 @@ def free_slots(fleet: Fleet, gate: Gate) -> list[tuple[InstanceConfig, int, str]
         view = InstanceView(sc.inst, True, "", tuple(sc.sessions), load.reserved or 0)
         try:
             directory = new_session_directory(view, DispatchRequest(text="fill"))
-        except UsageError:
-            continue  # neither default_directory nor roots: nowhere to create a session
+        except (UsageError, NotProjectSession):
+            continue  # nowhere to create a session: no folder, or default_directory outside
         if load.free > 0:
             out.append((sc.inst, load.free, directory))
     return out
