@@ -274,6 +274,13 @@ class RepositoryConfig:
     # "worktree": each new session for a task works in a worktree and branch of its own on its
     # server (docs/worktrees.md); "shared": in the project's one checkout there.
     isolation: str = setting("shared", choices=("shared", "worktree"))
+    # With worktrees: who brings a verified task's branch onto the base branch ("auto": the
+    # hub; "review": a person, `xaf-hub land`; "off": nobody, the task is done when verified),
+    # how (rebase and fast-forward, or a merge commit), and how often a conflict goes back
+    # to the session before a person decides.
+    integrate: str = setting("auto", choices=("auto", "review", "off"))
+    integrate_method: str = setting("rebase", choices=("rebase", "merge"))
+    conflict_retries: int = setting(1)
 
     def secrets(self) -> tuple[str, ...]:
         """A token in the URL (``https://user:TOKEN@host/...``, or ``https://TOKEN@host/...``)."""

@@ -322,6 +322,32 @@ class TaskPool(abc.ABC):
         unknown = set(fields) - allowed
         if unknown:
             raise ValueError(f"note_check: not a verification field: {sorted(unknown)}")
+        return self.revise(expected, **fields)
+
+    def mark_ready(
+        self,
+        expected: Task,
+        *,
+        commit: str,
+        judged: str | None,
+        check: Mapping[str, Any] | None = None,
+    ) -> Task:
+        """A task in a worktree of its own whose work is verified: ready to land (it stays
+        dispatched until it has landed). TaskChanged when a person changed the row meanwhile."""
+        return self.revise(
+            expected, landing="ready", commit=commit, verified=True, judged=judged,
+            **(check or {}),
+        )
+
+    def mark_landed(self, expected: Task, now: datetime, *, landed: str, judged: str) -> Task:
+        """Its work is on the base branch (``landed``: the base's commit that carries it): done."""
+        return self.revise(
+            expected, status="done", done_at=format_instant(now), not_before=None,
+            infra_failures=0, landing="landed", landed=landed, judged=judged,
+        )
+
+    def revise(self, expected: Task, **fields: Any) -> Task:
+        """Change a row still exactly ``expected`` (else TaskChanged: a person's change stands)."""
 
         def change(current: Task | None) -> tuple[Task, Task]:
             old = _require(current, expected.id)
@@ -541,6 +567,9 @@ def _dispatched(
         "worktree": room.directory if room is not None else None,
         "branch": room.branch if room is not None else None,
         "checkout": room.checkout if room is not None else None,
+        "landing": None,
+        "landed": None,
+        "conflicts": None,
         "session_id": session_id,
         "dispatched_at": format_instant(now),
         "dispatched_to": instance,

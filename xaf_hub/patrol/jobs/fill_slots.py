@@ -90,6 +90,7 @@ from xaf_hub.ops.planner import (
 from xaf_hub.ops.rooms import in_room, room_name
 from xaf_hub.ops.send import build_prompt, send_work
 from xaf_hub.patrol.context import Cycle, pool_discipline
+from xaf_hub.patrol.jobs.land import land_ready
 from xaf_hub.patrol.settle import (
     JUST_DISPATCHED,
     NO_ANSWER_GRACE,
@@ -170,6 +171,7 @@ async def fill_slots(pctx: OpsContext, cycle: Cycle) -> None:
     cycle.note_instances(pctx, fleet)
     backlog = pctx.backlog()
     await settle_dispatched(pctx, cycle, fleet, backlog.load().tasks, scanned_at)
+    await land_ready(pctx, cycle)
     if pctx.stop_requested():
         return
     data = backlog.load()
@@ -481,7 +483,11 @@ async def settle_dispatched(
         when = parse_instant(task.dispatched_at)
         return since is not None and when is not None and when >= since
 
-    dispatched = [t for t in tasks if t.status == "dispatched" and not too_new(t)]
+    # Verified work waiting to land (or for a person to land it) is not judged again.
+    dispatched = [
+        t for t in tasks
+        if t.status == "dispatched" and not too_new(t) and t.landing not in ("ready", "person")
+    ]
     if not dispatched:
         return
     configured = {i.name for i in pctx.cfg.instances}
