@@ -34,7 +34,7 @@ from xaf_hub.store.tasks import Task, format_instant
 LANDING = "landing"  # the gate lock every landing holds
 MOVED_TRIES = 3  # the base moved under the push this many times: the task waits a round
 
-Result = Literal["landed", "sent_back", "person", "waiting", "failed"]
+Result = Literal["landed", "sent_back", "person", "waiting", "dropped"]
 
 
 @dataclass(frozen=True)
@@ -197,6 +197,51 @@ async def _check_failed(
                     check_commit=prep.result, check_output=run.tail, check_retries=retries,
                     judged=f"check: failed on origin/{base} ({said}), sent back")
     return Landed(task.id, "sent_back", f"the check {said} on the moved base: sent back")
+
+
+async def send_back_by_person(ops: OpsContext, task_id: str, text: str) -> Landed:
+    """A person sends a task's work back to its session with ``text``: it works on, and is
+    judged (and landed) again when that run ends."""
+    gate = ops.gate()
+    with gate.lock(LANDING):
+        task = ops.backlog().load().require(task_id)
+        if task.landing == "landed" or task.status != "dispatched":
+            state = task.landing or task.status
+            raise UsageError(f"task {task.id} is {state}: nothing to send back")
+        tip = await asyncio.to_thread(_base_tip, ops)
+        await send_back(ops, task, text, landing=None, base=tip or task.base,
+                        judged="sent back by a person")
+    return Landed(task.id, "sent_back", "sent back to its session")
+
+
+async def drop(ops: OpsContext, task_id: str) -> Landed:
+    """A person gives a task's work up: its run is stopped, the task parked, its branch and
+    worktree removed."""
+    gate = ops.gate()
+    with gate.lock(LANDING):
+        task = ops.backlog().load().require(task_id)
+        if not task.worktree and not task.branch:
+            raise UsageError(f"task {task.id} did not work in a worktree of its own")
+        if task.landing == "landed":
+            raise UsageError(f"task {task.id} has landed already: nothing to drop")
+        if task.dispatched_to and task.session_id:
+            async with ops.client(ops.cfg.instance(task.dispatched_to)) as client:
+                await client.abort(task.session_id, task.worktree)
+        task = ops.backlog().revise(
+            task, status="pending", parked="dropped by a person", landing="dropped",
+            judged="dropped by a person",
+        )
+        ops.audit("land", instance=task.dispatched_to or "", session=task.session_id or "",
+                  result="dropped", reason=task.id, extra={"task": task.id})
+        left = await tidy(ops, task)
+    return Landed(task.id, "dropped", "dropped: parked" + (f"; {left}" if left else ""))
+
+
+def _base_tip(ops: OpsContext) -> str | None:
+    try:
+        return mirror_of(ops.cfg).tips().get(ops.cfg.patrol.base_branch)
+    except (GitFailed, BusyError, OSError):
+        return None
 
 
 async def send_back(ops: OpsContext, task: Task, text: str, **fields: object) -> None:
