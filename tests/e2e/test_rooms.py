@@ -161,3 +161,90 @@ def test_each_server_says_whether_it_gives_tasks_worktrees(hub: Hub, tmp_path: P
     code, out, err = hub.cli("dispatch", "--text", "shared work", "--instance", "lan-b", "--new")
     assert code == 0, err
     assert "shares the checkout" in err and "no commit yet" in err
+
+
+def line_task() -> list[Any]:
+    """One bash call that any number of tasks run side by side: from origin's main as it is
+    now, mark the line its worktree's name gives (``...-line-N-...``) and add a file of its own,
+    commit, push its branch. Run again (a follow-up), it redoes the change on the new main."""
+    steps = [
+        'b=$(git rev-parse --abbrev-ref HEAD | tr / -)',
+        'n=$(basename "$PWD" | sed -E "s/.*-line-([0-9]+).*/\\1/")',
+        "git fetch -q origin main",
+        "git reset -q --hard origin/main",
+        'sed -i "${n}s/\\$/ +$b/" shared.txt',
+        'echo "$b" > "$b.txt"',
+        'git add shared.txt "$b.txt"',
+        "git -c user.name=Agent -c user.email=agent@example.invalid commit -q -m \"$b\"",
+        "git push -q -f -u origin HEAD",
+        "git rev-parse HEAD",
+    ]
+    return [["bash", {"command": " && ".join(steps), "description": "the task"}]]
+
+
+def shared_origin(hub: Hub, tmp_path: Path, **project: Any) -> tuple[Origin, Path]:
+    """server_checkout, with a ten-line shared.txt on main from the start."""
+    origin, checkout = server_checkout(hub, tmp_path)
+    git(checkout, "fetch", "-q", "origin")
+    (origin.work / "shared.txt").write_text("".join(f"line {i}\n" for i in range(1, 11)))
+    git(origin.work, "checkout", "-q", "main")
+    git(origin.work, "pull", "-q", "--rebase", "origin", "main")
+    git(origin.work, "add", "shared.txt")
+    git(origin.work, "commit", "-q", "-m", "shared")
+    origin.push()
+    hub.write_config(project={**hub.doc["project"], **project})
+    hub.llm.set_mode("fake-model", "tools", calls=line_task(), text="Done. The commit:")
+    return origin, checkout
+
+
+def patrol_until(hub: Hub, done: Any, timeout: float = 150) -> None:
+    def round_then_check() -> bool:
+        code, _, err = hub.cli("patrol", "--once", "--no-design")
+        assert code in (0, 3), err  # 3: another round held the cycle lock
+        return bool(done())
+
+    hub.wait_for(round_then_check, timeout=timeout, step=1.0)
+
+
+def rows(hub: Hub) -> dict[str, dict[str, Any]]:
+    code, listed = hub.cli_json("backlog", "list")
+    assert code == 0, listed
+    return {t["id"]: t for t in listed["tasks"]}
+
+
+def test_three_tasks_at_once_each_land_once_and_nothing_is_lost(
+    hub: Hub, tmp_path: Path
+) -> None:
+    origin, checkout = shared_origin(hub, tmp_path)
+    for n in (3, 5, 7):
+        code, _, err = hub.cli("backlog", "add", "--id", f"T{n}", "--title", f"line {n} fix",
+                               "--instance", INSTANCE)
+        assert code == 0, err
+
+    def landed() -> bool:
+        return all(t.get("landing") == "landed" for t in rows(hub).values())
+
+    patrol_until(hub, landed)
+    tasks = rows(hub)
+    main = git(origin.bare, "rev-parse", "main")
+    text = git(origin.bare, "show", "main:shared.txt").splitlines()
+    for n in (3, 5, 7):
+        task = tasks[f"T{n}"]
+        mark = task["branch"].replace("/", "-")
+        assert task["status"] == "done" and task["verified"] is True, task
+        # Its change is on main once: its line, and its own file; no other line holds it.
+        assert text[n - 1] == f"line {n} +{mark}", text
+        assert sum(mark in line for line in text) == 1
+        assert git(origin.bare, "show", f"main:{mark}.txt") == mark
+        assert git(origin.bare, "merge-base", "--is-ancestor", task["landed"], main) == ""
+        # Its own branch held only its own change (checked before it was deleted: its
+        # commit's files), and it is gone from the remote now.
+        files = git(origin.bare, "show", "--name-only", "--format=", task["commit"]).split()
+        assert sorted(files) == sorted(["shared.txt", f"{mark}.txt"]), files
+    assert git(origin.bare, "for-each-ref", "refs/heads/opencode") == ""
+    assert "local.txt" not in git(origin.bare, "ls-tree", "--name-only", "main").split()
+    log = git(origin.bare, "log", "--format=%s", "main").splitlines()
+    assert len([s for s in log if s.startswith("opencode-")]) == 3, log
+    # The worktrees are gone from the server; its checkout was never touched.
+    assert git(checkout, "worktree", "list").count("\n") == 0
+    assert git(checkout, "status", "--short") == ""

@@ -530,7 +530,10 @@ async def settle_dispatched(
         judged.append((task, inst, seen, verdict))
     checks = await _verify(pctx, cycle, [(t, i, s) for t, i, s, v in judged if v.action == "done"])
     # Each commit is credited to one task: those done before, and those done this round.
-    credited = {t.commit: t.id for t in tasks if t.commit and t.status == "done"}
+    credited = {
+        t.commit: t.id for t in tasks
+        if t.commit and (t.status == "done" or t.landing in ("ready", "person"))
+    }
     checked = [0.0]  # seconds of project checks this round (bounded: see _run_check)
     for task, inst, seen, first in judged:
         key = (task.dispatched_to or "", task.session_id or "")
@@ -547,6 +550,17 @@ async def settle_dispatched(
                     if run is not None
                     else {}
                 )
+                if task.branch and verdict.verified and pctx.cfg.repository.integrate != "off":
+                    # Its own branch: done once it has landed (patrol.jobs.land, or a person).
+                    pctx.backlog().mark_ready(
+                        task, commit=verdict.commit, judged=verdict.judged or None, check=ran
+                    )
+                    credited[verdict.commit] = task.id
+                    cycle.log.add(pctx, Action(
+                        STEP, "verified", "ok", key[0], key[1], task=task.id, title=task.title,
+                        detail=f"verified, ready to land: {verdict.judged or verdict.commit}",
+                    ))
+                    continue
                 pctx.backlog().mark_done(
                     task.id,
                     now,
