@@ -248,3 +248,82 @@ def test_three_tasks_at_once_each_land_once_and_nothing_is_lost(
     # The worktrees are gone from the server; its checkout was never touched.
     assert git(checkout, "worktree", "list").count("\n") == 0
     assert git(checkout, "status", "--short") == ""
+
+
+def test_a_conflict_goes_back_to_its_agent_then_to_a_person(hub: Hub, tmp_path: Path) -> None:
+    """Two tasks mark the same line: the second to land conflicts, its agent rebases when asked
+    and it lands; with no retry left (a third on that line), it waits for a person, who lands
+    it or drops it."""
+    origin, _ = shared_origin(hub, tmp_path)
+    for task in ("A", "B"):
+        code, _, err = hub.cli("backlog", "add", "--id", task, "--title", "line 4 " + task,
+                               "--instance", INSTANCE)
+        assert code == 0, err
+    patrol_until(hub, lambda: all(t.get("landing") == "landed" for t in rows(hub).values()))
+    tasks = rows(hub)
+    # One of them conflicted and went back once; both changes are on the line now.
+    assert sorted(t.get("conflicts") or 0 for t in tasks.values()) == [0, 1], tasks
+    line = git(origin.bare, "show", "main:shared.txt").splitlines()[3]
+    assert all(t["branch"].replace("/", "-") in line for t in tasks.values()), line
+
+    # A third on that line, landed by a person (integrate "review") after a person's own
+    # commit rewrote the line: with no retry left it conflicts and waits for that person.
+    hub.write_config(
+        project={**hub.doc["project"], "conflict_retries": 0, "integrate": "review"}
+    )
+    code, _, err = hub.cli("backlog", "add", "--id", "C", "--title", "line 4 C",
+                           "--instance", INSTANCE)
+    assert code == 0, err
+    patrol_until(hub, lambda: rows(hub)["C"].get("landing") == "ready")
+    assert rows(hub)["C"]["state"] == "ready to land"
+    git(origin.work, "checkout", "-q", "main")
+    git(origin.work, "pull", "-q", "--rebase", "origin", "main")
+    lines = (origin.work / "shared.txt").read_text().splitlines(keepends=True)
+    lines[3] = "line 4 rewritten by a person\n"
+    (origin.work / "shared.txt").write_text("".join(lines))
+    git(origin.work, "commit", "-q", "-am", "a person")
+    origin.push()
+    code, doc = hub.cli_json("land", "C")
+    assert code == 3 and doc["result"] == "person" and "shared.txt" in doc["detail"], doc
+    task = rows(hub)["C"]
+    assert task["state"] == "waits for a person to land it" and "shared.txt" in task["judged"]
+    patrol_until(hub, lambda: True)  # a round leaves it to the person
+    assert rows(hub)["C"].get("landing") == "person"
+    code, doc = hub.cli_json("land", "C", "--drop")
+    assert code == 0 and doc["result"] == "dropped", doc
+    task = rows(hub)["C"]
+    assert (task["status"], task["landing"], task["parked"]) == (
+        "pending", "dropped", "dropped by a person"
+    )
+    assert git(origin.bare, "for-each-ref", "refs/heads/opencode") == ""
+
+
+def test_a_hub_killed_after_its_push_lands_the_task_once(hub: Hub, tmp_path: Path) -> None:
+    """The remote accepts the landing push, then the hub is SIGKILLed before it writes it
+    down (a hook on the remote kills it): the next round finds the work on main by content,
+    records it, and pushes nothing twice."""
+    origin, _ = shared_origin(hub, tmp_path, integrate="review")
+    pid_file = tmp_path / "hub.pid"
+    hook = origin.bare / "hooks" / "post-receive"
+    hook.write_text(
+        "#!/bin/sh\n"
+        f'grep -q " refs/heads/main$" && [ -s {pid_file} ] && kill -9 "$(cat {pid_file})"\n'
+        "exit 0\n"
+    )
+    hook.chmod(0o755)
+    code, _, err = hub.cli("backlog", "add", "--id", "K", "--title", "line 2 K",
+                           "--instance", INSTANCE)
+    assert code == 0, err
+    patrol_until(hub, lambda: rows(hub)["K"].get("landing") == "ready")
+    hub.write_config(project={**hub.doc["project"], "integrate": "auto"})
+    before = git(origin.bare, "rev-parse", "main")
+    proc = hub.popen("patrol", "--once", "--no-design")
+    pid_file.write_text(str(proc.pid))
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == -9, (out, err)
+    pid_file.write_text("")
+    landed = git(origin.bare, "rev-parse", "main")
+    assert landed != before and rows(hub)["K"].get("landing") == "ready"  # pushed, not written
+    patrol_until(hub, lambda: rows(hub)["K"].get("landing") == "landed")
+    assert git(origin.bare, "rev-parse", "main") == landed  # nothing pushed a second time
+    assert rows(hub)["K"]["landed"] == landed
