@@ -277,12 +277,14 @@ class TaskPool(abc.ABC):
         now: datetime,
         *,
         commit: str | None = None,
+        commits: Sequence[str] = (),
         verified: bool | None = None,
         expected: Task | None = None,
         judged: str | None = None,
         check: Mapping[str, Any] | None = None,
     ) -> Task:
-        """Record that a task's session finished cleanly (and the commit found for it, if any).
+        """Record that a task's session finished cleanly (and the commit found for it, if any,
+        with every commit credited to it).
 
         ``judged`` names the rule that decided; ``check`` the check fields (``note_check``).
 
@@ -302,6 +304,7 @@ class TaskPool(abc.ABC):
                 not_before=None,
                 infra_failures=0,
                 commit=commit,
+                commits=tuple(commits),
                 verified=verified,
                 judged=judged,
                 **(check or {}),
