@@ -63,11 +63,19 @@ def answer_hint(w: Waiting) -> str:
     return f"xaf-hub answer {w.request_id} CHOICE... | --text TEXT"
 
 
+def asked_line(asked: str) -> str:
+    """What a request asks on one line: its first line, led by "[N lines]" when it has more
+    (a view that shows one line says so; `show`, `waiting --json` and the audit show all)."""
+    lines = asked.splitlines()
+    first = " ".join(next((line for line in lines if line.strip()), "").split())
+    return f"[{len(lines)} lines] {first}" if len(lines) > 1 else first
+
+
 def waiting_detail(w: Waiting) -> str:
     """What a waiting session waits on, in one line: 'permission bash: echo hi'."""
     if w.kind == "permission":
-        return f"permission {w.permission or '?'}: {w.asked}".rstrip(": ")
-    return f"question: {w.asked}".rstrip(": ")
+        return f"permission {w.permission or '?'}: {asked_line(w.asked)}".rstrip(": ")
+    return f"question: {asked_line(w.asked)}".rstrip(": ")
 
 
 def _info(message: Mapping[str, Any]) -> Mapping[str, Any]:
