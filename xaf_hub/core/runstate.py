@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from xaf_hub.core.records import SessionRecord, Waiting
+from xaf_hub.core.records import SessionRecord, Waiting, sane_ms
 
 RunVerdict = Literal[
     "running",
@@ -189,7 +189,7 @@ def last_run(messages: Sequence[Mapping[str, Any]]) -> LastRun:
         return LastRun("none")
     info = _info(messages[-1])
     times = info.get("time")
-    created = int((times.get("created") if isinstance(times, Mapping) else 0) or 0)
+    created = sane_ms(times.get("created")) if isinstance(times, Mapping) else 0
     message_id, model = str(info.get("id") or ""), _model_of(info)
     if info.get("role") != "assistant":
         # A prompt nobody answered yet: just sent, or refused before any reply (unknown model).
