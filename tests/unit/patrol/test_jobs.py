@@ -159,6 +159,15 @@ def test_last_run(messages: list[dict[str, Any]], outcome: str, model: str, mid:
     assert (run.outcome, run.model, run.message_id) == (outcome, model, mid)
 
 
+@pytest.mark.parametrize("created", ["1e400", "soon", 1e400, -5, 10**30, [1]])
+def test_a_start_no_clock_reads_is_unknown(created: Any) -> None:
+    # A failed message's start is when its rest counts from (ops.heal): never an error.
+    msg = assistant(error=E429)
+    msg["info"]["time"]["created"] = created
+    run = last_run([user(), msg])
+    assert (run.outcome, run.created_ms) == ("rate_limited", 0)
+
+
 # --------------------------------------------------------------------------- check_agents
 
 STALE = 90.0
