@@ -36,12 +36,22 @@ class Origin:
     bare: Path
     work: Path
 
-    def commit(self, message: str, branch: str = "main") -> str:
-        """Commit a change on ``branch`` of the clone (not pushed); its full hash."""
+    def commit(
+        self, message: str, branch: str = "main", files: dict[str, str | None] | None = None
+    ) -> str:
+        """Commit a change on ``branch`` of the clone (not pushed); its full hash. ``files``:
+        paths to write (None: delete) besides the line added to log.txt."""
         git(self.work, "checkout", "-q", "-B", branch)
         with (self.work / "log.txt").open("a") as log:
             log.write(message + "\n")
-        git(self.work, "add", "log.txt")
+        for name, text in (files or {}).items():
+            path = self.work / name
+            if text is None:
+                path.unlink()
+                continue
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, "utf-8")
+        git(self.work, "add", "-A")
         git(self.work, "commit", "-q", "-m", message)
         return git(self.work, "rev-parse", "HEAD")
 

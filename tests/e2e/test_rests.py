@@ -1,6 +1,7 @@
 """Rests as long as the provider said, against real opencode servers and a fake model that
 answers 429: with Retry-After 300, with Retry-After 7200, and with none. One patrol round heals
-all three; `models` shows each rest's end and why; `models clear` ends one.
+all three; `models` shows each rest's end and why; `models clear` ends one. A provider that
+says "try again in 99999999999999 days" is healed too, and rests `models.max_rest_hours`.
 """
 
 from __future__ import annotations
@@ -120,3 +121,31 @@ def test_each_rest_lasts_as_long_as_the_provider_said_and_a_person_can_end_it(hu
     assert code == 0 and plan["model"] == TWO_HOURS
     audit = [json.loads(x) for x in (home(hub) / "audit.log").read_text().splitlines()]
     assert [a["command"] for a in audit if a["command"].startswith("models.")] == ["models.clear"]
+
+
+def test_a_rest_stated_beyond_the_maximum_lasts_the_maximum(hub: Hub) -> None:
+    # The provider's word, as a hostile or broken one said it: far more than a calendar holds.
+    said = "Rate limit exceeded. Please try again in 99999999999999 days."
+    hub.doc["models"] = {"default_dispatch_model": "fake/fake-model", "max_rest_hours": 48}
+    hub.set_instance("lan-b", models=[FIVE_MIN, GOOD])
+    hub.llm.set_mode(FIVE_MIN, "429", error_message=said)
+    sid = hub.session("lan-b", "limited for ever")
+    hub.prompt("lan-b", sid, "do the work", FIVE_MIN)
+
+    def retrying() -> bool:
+        row = run_state(hub, "lan-b", sid)
+        return row.get("run_state") == "retry" and said in row.get("retry_message", "")
+
+    hub.wait_for(retrying, timeout=60, step=0.5)
+    began = datetime.now(UTC)
+    code, out, err = hub.cli("patrol", "--once")
+    assert code == 0, err
+    doc = json.loads((home(hub) / "patrol" / "report-latest.json").read_text("utf-8"))
+    assert [(a["session"], a["model"]) for a in doc["healed"]] == [(sid, GOOD)], doc["healed"]
+    hub.wait_for(lambda: answered_by_good(hub, "lan-b", sid), timeout=60)
+    code, view = hub.cli_json("models")
+    row = {m["model"]: m for m in view["models"]}[FIVE_MIN]
+    assert (row["rests"], row["why"]) == (FIVE_MIN, "stated")
+    until = iso(row["resting_until"])
+    assert began + timedelta(hours=48) - timedelta(seconds=30) <= until
+    assert until <= datetime.now(UTC) + timedelta(hours=48)

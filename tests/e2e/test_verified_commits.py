@@ -85,8 +85,13 @@ def test_an_agent_that_pushed_its_commit_is_verified_and_done(hub: Hub, tmp_path
     assert [a["task"] for a in doc["tasks_done"]] == ["T1"], doc
     task = pool(hub)["T1"]
     assert (task["status"], task["commit"], task["verified"]) == ("done", pushed, True)
+    assert task["commits"] == [pushed]  # every commit credited to it
     code, shown = hub.cli_json("backlog", "show", "T1")
-    assert code == 0 and (shown["commit"], shown["verified"]) == (pushed, True)
+    assert code == 0 and (shown["commit"], shown["commits"], shown["verified"]) == (
+        pushed,
+        [pushed],
+        True,
+    )
     code, listed = hub.cli_json("backlog", "list")
     assert [(t["id"], t["commit"], t["verified"]) for t in listed["tasks"]] == [
         ("T1", pushed, True)
@@ -190,3 +195,45 @@ def test_a_silent_remote_keeps_the_task_and_never_shows_its_token(hub: Hub, tmp_
     doc = patrol(hub)
     assert [a["task"] for a in doc["tasks_done"]] == ["T4"], doc
     assert pool(hub)["T4"]["verified"] is True
+
+
+def test_hashes_named_in_reverse_order_still_judge_every_commit(hub: Hub, tmp_path: Path) -> None:
+    """The agent pushes M (plain), then N (edits the locked tests/test_login.py), and names N
+    first, M last: every commit from the base to the top (N) is judged, so the task waits for
+    a person, naming N, instead of being done on M."""
+    origin = make_origin(tmp_path / "remote")
+    hub.write_config(
+        project={
+            **hub.doc["project"],
+            "repository": str(origin.bare),
+            "locked_paths": ["tests/**"],
+        }
+    )
+    commit = "git -c user.name=Agent -c user.email=agent@example.invalid commit -q -m"
+    steps = [
+        f"git clone -q {origin.bare} work",
+        "cd work",
+        "echo plain >> notes.txt",
+        "git add notes.txt",
+        f"{commit} 'M: plain work'",
+        "mkdir -p tests",
+        "echo 'assert True' > tests/test_login.py",
+        "git add tests",
+        f"{commit} 'N: the login test'",
+        "git push -q origin HEAD:refs/heads/main",
+        "git rev-parse HEAD HEAD~1",  # N first, M last
+    ]
+    calls = [["bash", {"command": " && ".join(steps), "description": "commit twice, push"}]]
+    run_task(hub, "T6", "tidy the login page", "local-a", calls)
+    n_, m_ = git(origin.bare, "rev-list", "-2", "refs/heads/main").split()
+    said = tool_output(hub)
+    assert said.index(n_) < said.index(m_)  # the answer names N first, M last
+
+    doc = settling_round(hub, "T6")
+    assert doc["tasks_done"] == []
+    people = [p for p in doc["needs_person"] if p.get("task") == "T6"]
+    assert len(people) == 1, doc["needs_person"]
+    assert f"commit {n_[:7]} touches locked paths: tests/test_login.py" in people[0]["detail"]
+    task = pool(hub)["T6"]
+    assert (task["status"], task["judged"]) == ("dispatched", "locked path")
+    assert "commit" not in task and "commits" not in task

@@ -8,7 +8,8 @@ whole path, so the shared fleet serves it once: the requests appear in `status`,
 with the tool's output, a denial ends the wait, a question is answered with its option, and a
 request that no longer waits is refused with nothing sent; `watch` prints a line when each
 request appears and when it is answered, from the event stream; a `permissions.rules` rule
-answers one with no person, in a `patrol --once` round, audited with the rule.
+answers one with no person, in a `patrol --once` round, audited with the rule, and leaves to a
+person a command it sees only part of.
 """
 
 from __future__ import annotations
@@ -30,15 +31,13 @@ ASK_BASH = [{"permission": "bash", "pattern": "*", "action": "ask"}]
 INSTANCE = "local-a"
 
 
-def start(hub: Hub, title: str, permission: Any = None) -> str:
+def start(hub: Hub, title: str, permission: Any = None, model: str = "fake/fake-model") -> str:
     d = hub.project_dir("app")
     s = sandbox.create_session(
         hub.server(INSTANCE).url, hub.password(INSTANCE), str(d), title, permission
     )
     sid = str(s["id"])
-    sandbox.prompt_async(
-        hub.server(INSTANCE).url, hub.password(INSTANCE), sid, "go", "fake/fake-model", d
-    )
+    sandbox.prompt_async(hub.server(INSTANCE).url, hub.password(INSTANCE), sid, "go", model, d)
     return sid
 
 
@@ -164,23 +163,43 @@ def ask_a_question(hub: Hub) -> None:
 
 
 def a_rule_answers(hub: Hub) -> None:
-    """An allow rule answers in the patrol's round; a request no rule covers is left alone."""
+    """An allow rule answers in the patrol's round; a request no rule covers is left alone,
+    and so is one a rule sees only part of: 20 `git status` and a `touch` after them."""
     hub.write_config(permissions={"rules": [
         {"kind": "bash", "pattern": "echo policy-*", "action": "allow"},
+        {"kind": "bash", "pattern": "git status*", "action": "allow"},
     ]})
-    hub.llm.set_mode(
-        "fake-model", "tools",
-        calls=[["bash", {"command": "echo policy-ok", "description": "by rule"}]], text="Done:",
-    )
-    r = start(hub, "answered by a rule", ASK_BASH)
-    seen = hub.wait_for(lambda: (w := waiting_of(hub)).get(r) and w, timeout=90, step=0.5)
+    twenty = "; ".join(f"git status -s f{i}" for i in range(1, 21))
+    asks = {
+        "fake-model": "echo policy-ok",
+        "slow-model": "git status",
+        "missing-model": f"{twenty}; touch m_21th",
+    }
+    for model, command in asks.items():
+        hub.llm.set_mode(
+            model, "tools", calls=[["bash", {"command": command, "description": "d"}]],
+            text="Done:",
+        )
+    r, plain, attack = (start(hub, f"asks {m}", ASK_BASH, f"fake/{m}") for m in asks)
+    seen = hub.wait_for(lambda: len(w := waiting_of(hub)) == 3 and w, timeout=90, step=0.5)
+    # The server names each of the 21 commands; the hub keeps 20 patterns and the command.
+    assert seen[attack]["asked"] == asks["missing-model"] and len(seen[attack]["patterns"]) == 20
     code, _, err = hub.cli("patrol", "--once", "--no-design")
     assert code == 0, err
     report = json.loads((Path(hub.env["XAF_HUB_HOME"]) / "patrol" / "report-latest.json")
                         .read_text("utf-8"))
-    [answered] = report["answered"]
-    assert answered["session"] == r and "by permissions.rules[0]" in answered["detail"]
-    hub.wait_for(lambda: idle(hub, r), timeout=60, step=0.5)
+    by = {a["session"]: a["detail"] for a in report["answered"]}
+    assert set(by) == {r, plain}, report["answered"]
+    assert "by permissions.rules[0]" in by[r] and "by permissions.rules[1]" in by[plain]
+    for sid in (r, plain):
+        hub.wait_for(lambda s=sid: idle(hub, s), timeout=60, step=0.5)
     [line] = [x for x in audit(hub) if x.get("request") == seen[r]["request_id"]]
     assert (line["command"], line["result"]) == ("approve", "sent")
     assert line["by"] == "rule permissions.rules[0] bash 'echo policy-*' allow"
+    # Left for a person: still waiting, nothing answered, the touch never ran.
+    assert waiting_of(hub)[attack]["request_id"] == seen[attack]["request_id"]
+    assert not [x for x in audit(hub) if x.get("request") == seen[attack]["request_id"]]
+    assert not (hub.project_dir("app") / "m_21th").exists()
+    code, _, err = hub.cli("deny", seen[attack]["request_id"])
+    assert code == 0, err
+    hub.wait_for(lambda: idle(hub, attack), timeout=60, step=0.5)

@@ -326,6 +326,8 @@ class ModelsConfig:
     state_backend: str = setting("file", choices=("file", "redis"))
     # What a rate limit rests: its model's whole "family" (seed), or only that "model".
     rest_scope: str = setting("family", choices=("family", "model"))
+    # The longest rest a rate limit calls for, whatever the provider says (a week; a year at most).
+    max_rest_hours: float = setting(168.0, minimum=0.01, maximum=8760)
 
     def families(self) -> dict[str, list[str]]:
         """Blackout families as a plain mapping."""

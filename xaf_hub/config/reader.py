@@ -63,7 +63,7 @@ class Reader:
     def num(self, name: str, default: float, *, minimum: float = 0.0, integer: bool = False) -> Any:
         types: tuple[type, ...] = (int,) if integer else (int, float)
         value = self.get(name, types, default)
-        if value < minimum:
+        if not value >= minimum:  # NaN too (JSON's NaN reads as a float)
             raise self.fail(name, f"must be at least {minimum:g}, got {value}")
         return value
 

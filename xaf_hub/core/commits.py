@@ -25,6 +25,10 @@ MIN_HASH = 7
 MAX_HASH = 40
 # At most this many distinct hashes are looked up for one answer (each costs a git call).
 MAX_CLAIMS = 10
+# At most this many commits between a task's base and its claim are judged as its work: more
+# than a busy branch gains during one task's run, so a longer range (a base far behind, a
+# rewritten history) waits for a person, and one judgment stays a few git calls.
+MAX_RANGE = 200
 
 _HEX = r"[0-9A-Fa-f]{7,40}"
 _HASH = re.compile(rf"(?<![0-9A-Za-z_\-#])({_HEX})(?![0-9A-Za-z_\-])")
@@ -140,11 +144,13 @@ def _glob_regex(glob: str) -> re.Pattern[str]:
         i += 1
     body = "".join(out)
     lead = "" if "/" in glob.rstrip("/") else "(?:.*/)?"
-    return re.compile(f"{lead}{body.rstrip('/')}")
+    # DOTALL: a name holding a newline is matched as it is, like any other character.
+    return re.compile(f"{lead}{body.rstrip('/')}", re.DOTALL)
 
 
 def locked_paths(paths: Sequence[str], globs: Sequence[str]) -> tuple[str, ...]:
-    """The ``paths`` (as git names them, relative, with slashes) that a glob locks (pure).
+    """The ``paths`` (as git names them, relative, with slashes, unquoted) that a glob locks
+    (pure); compared exactly: non-ASCII names, newlines, quotes and tabs are plain characters.
 
     A glob naming a folder (``tests``, ``tests/``) locks everything under it, as ``tests/**``.
     """

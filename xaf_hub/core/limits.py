@@ -10,10 +10,15 @@ opencode's own back-off also fills ``next`` (2 s doubling per attempt, at most a
 the fifth attempt; architecture §7): a ``next`` closer than ``BACKOFF_CEILING`` is that
 back-off, not the provider's word, and is ignored. So is any stated wait that short: opencode
 honours it on each of its retries, and a run that still failed shows the limit outlasted it.
+
+What a provider says is untrusted text: no text or header of any length or content raises
+here, and an end is never later than ``longest`` (``models.max_rest_hours``) after now: a
+provider that says more ("try again in 400 days") rests that long.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta, tzinfo
@@ -23,7 +28,6 @@ from typing import Any
 __all__ = [
     "parse_until",
     "BACKOFF_CEILING",
-    "LONGEST_STATED",
     "stated_end",
     "stated_in_headers",
     "stated_in_text",
@@ -32,8 +36,9 @@ __all__ = [
 # opencode's retry delay without a Retry-After: 2000 * 2**(attempt-1) * (1 + 0.25*rand) ms, at
 # most 5 retries, so at most 40 s; anything further off was stated by the provider.
 BACKOFF_CEILING = timedelta(seconds=45)
-# A stated time further off than this is a misreading (a year in a message): not believed.
-LONGEST_STATED = timedelta(days=8)
+# What a time may be turned from, and the number it reads; ASCII only, so that a unit or a
+# digit means what it says ("ſ" folds to "s" under re.I, "٣" is a digit to Unicode).
+_FLAGS = re.IGNORECASE | re.ASCII
 
 _UNIT_SECONDS = {
     "ms": 0.001, "millisecond": 0.001, "milliseconds": 0.001,
@@ -48,40 +53,68 @@ _PART_TIGHT = rf"\d+(?:\.\d+)?{_UNIT}"  # "6m0s": parts with no space and no wor
 _DURATION = rf"(?:{_PART}(?:\s*(?:,|and)?\s*{_PART})*|{_PART_TIGHT}(?:{_PART_TIGHT})*\b)"
 _LEAD = r"(?:try\s+again|retry|reset|resets|be\s+reset|available(?:\s+again)?|lifted|wait)"
 _IN_DURATION = re.compile(
-    rf"\b{_LEAD}\s+(?:in|after)\s+(?:about\s+|approximately\s+|~\s*)?(?P<d>{_DURATION})", re.I
+    rf"\b{_LEAD}\s+(?:in|after)\s+(?:about\s+|approximately\s+|~\s*)?(?P<d>{_DURATION})",
+    _FLAGS,
 )
 _RETRY_AFTER = re.compile(
-    r"\bretry[-_ ]after(?:[-_ ]ms)?\W{0,3}(?P<n>\d+(?:\.\d+)?)\s*(?P<u>" + _UNIT + r")?\b", re.I
+    r"\bretry[-_ ]after(?:[-_ ]ms)?\W{0,3}(?P<n>\d+(?:\.\d+)?)\s*(?P<u>" + _UNIT + r")?\b",
+    _FLAGS,
 )
 _ISO = r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?"
 _AT_INSTANT = re.compile(
     rf"\b(?:{_LEAD}|until|resets?_at|reset[-_ ]?time)\W{{0,3}}(?:at|on|after|:)?\s*"
     rf"(?P<t>{_ISO})",
-    re.I,
+    _FLAGS,
 )
-_PIECE = re.compile(rf"(\d+(?:\.\d+)?)\s*({_UNIT})", re.I)
+_PIECE = re.compile(rf"(\d+(?:\.\d+)?)\s*({_UNIT})", _FLAGS)
+_NUMBER = re.compile(r"\d+(?:\.\d+)?", re.ASCII)
 
 
 def _seconds(duration: str) -> float:
+    """A duration's seconds: ``inf`` for more than a float holds (huge, never an error)."""
     return sum(float(n) * _UNIT_SECONDS[u.lower()] for n, u in _PIECE.findall(duration))
+
+
+def _after(start: datetime, seconds: float, longest: timedelta) -> datetime:
+    """``seconds`` (at most ``longest``) after ``start``; ``start`` itself for no wait."""
+    wait = min(seconds, longest.total_seconds()) if seconds > 0 else 0.0  # NaN: no wait
+    try:
+        return start + timedelta(seconds=wait)
+    except OverflowError:  # a start at the end of the calendar (a hostile Date header)
+        return start
+
+
+def _aware(when: datetime) -> datetime:
+    return when if when.tzinfo else when.replace(tzinfo=UTC)
 
 
 def _instant(text: str) -> datetime | None:
     try:
-        when = datetime.fromisoformat(text.replace(" ", "T").replace("Z", "+00:00"))
+        return _aware(datetime.fromisoformat(text.replace(" ", "T").replace("Z", "+00:00")))
     except ValueError:
         return None
-    return when if when.tzinfo else when.replace(tzinfo=UTC)
 
 
-def _believable(when: datetime, said: datetime) -> bool:
-    return said < when <= said + LONGEST_STATED
+def _date(text: str) -> datetime | None:
+    """An HTTP date, or None for anything else."""
+    try:
+        return _aware(parsedate_to_datetime(text))
+    except (ArithmeticError, LookupError, TypeError, ValueError):
+        return None
 
 
-def stated_in_text(text: str, now: datetime) -> datetime | None:
+def _from_ms(ms: float) -> datetime | None:
+    try:
+        return datetime.fromtimestamp(ms / 1000, UTC)
+    except (ArithmeticError, OSError, ValueError):
+        return None
+
+
+def stated_in_text(text: str, now: datetime, longest: timedelta) -> datetime | None:
     """The end a message states (a Retry-After, "try again in …", "resets at …"), or None.
 
-    Durations count from ``now`` (when the message was said); the first statement wins.
+    Durations count from ``now`` (when the message was said), at most ``longest``; the first
+    statement of an end after ``now`` wins.
     """
     if not text:
         return None
@@ -89,69 +122,62 @@ def stated_in_text(text: str, now: datetime) -> datetime | None:
     m = _RETRY_AFTER.search(text)
     if m:
         unit = (m.group("u") or ("ms" if "ms" in m.group(0).lower()[:16] else "s")).lower()
-        found.append(
-            (m.start(), now + timedelta(seconds=float(m.group("n")) * _UNIT_SECONDS[unit]))
-        )
+        wait = float(m.group("n")) * _UNIT_SECONDS[unit]
+        found.append((m.start(), _after(now, wait, longest)))
     m = _IN_DURATION.search(text)
     if m:
-        found.append((m.start(), now + timedelta(seconds=_seconds(m.group("d")))))
+        found.append((m.start(), _after(now, _seconds(m.group("d")), longest)))
     m = _AT_INSTANT.search(text)
     if m:
         when = _instant(m.group("t"))
         if when is not None:
             found.append((m.start(), when))
-    for _, when in sorted(found, key=lambda f: f[0]):
-        if _believable(when, now):
-            return when
-    return None
+    when = next((w for _, w in sorted(found, key=lambda f: f[0]) if w > now), None)
+    return None if when is None else min(when, _after(now, math.inf, longest))
 
 
 def _said_at(headers: Mapping[str, Any], fallback: datetime) -> datetime:
     """When a response was sent: its ``Date`` header, else ``fallback``."""
     date = next((str(v) for k, v in headers.items() if str(k).lower() == "date"), "")
-    try:
-        said = parsedate_to_datetime(date) if date else fallback
-    except (TypeError, ValueError):
-        said = fallback
-    return said if said.tzinfo else said.replace(tzinfo=UTC)
+    return (_date(date) if date else None) or fallback
 
 
-def stated_in_headers(headers: Mapping[str, Any], fallback: datetime) -> datetime | None:
+def stated_in_headers(
+    headers: Mapping[str, Any], fallback: datetime, longest: timedelta
+) -> datetime | None:
     """The end a response's ``Retry-After-Ms`` / ``Retry-After`` header states, or None.
 
-    Seconds count from the response's ``Date`` header when it has one, else ``fallback``.
+    Seconds count from the response's ``Date`` header when it has one, else ``fallback``, at
+    most ``longest``.
     """
     low = {str(k).lower(): str(v) for k, v in headers.items()}
     said = _said_at(headers, fallback)
     ms = low.get("retry-after-ms", "").strip()
-    if re.fullmatch(r"\d+(?:\.\d+)?", ms):
-        return said + timedelta(milliseconds=float(ms))
+    if _NUMBER.fullmatch(ms):
+        return _after(said, float(ms) / 1000, longest)
     value = low.get("retry-after", "").strip()
-    if re.fullmatch(r"\d+(?:\.\d+)?", value):
-        return said + timedelta(seconds=float(value))
-    if value:
-        try:
-            when = parsedate_to_datetime(value)
-        except (TypeError, ValueError):
-            return None
-        return when if when.tzinfo else when.replace(tzinfo=UTC)
-    return None
+    if _NUMBER.fullmatch(value):
+        return _after(said, float(value), longest)
+    when = _date(value) if value else None
+    return None if when is None else min(when, _after(said, math.inf, longest))
 
 
-def _error_statement(error: Mapping[str, Any], said: datetime) -> tuple[datetime, datetime] | None:
+def _error_statement(
+    error: Mapping[str, Any], said: datetime, longest: timedelta
+) -> tuple[datetime, datetime] | None:
     """(the end, when it was said) an opencode error states, or None."""
     data = error.get("data")
     if not isinstance(data, Mapping):
         return None
     headers = data.get("responseHeaders")
     if isinstance(headers, Mapping):
-        when = stated_in_headers(headers, said)
+        when = stated_in_headers(headers, said, longest)
         if when is not None:
             return when, _said_at(headers, said)
     for key in ("message", "responseBody"):
         value = data.get(key)
         if isinstance(value, str):
-            when = stated_in_text(value, said)
+            when = stated_in_text(value, said, longest)
             if when is not None:
                 return when, said
     return None
@@ -164,31 +190,36 @@ def stated_end(
     message: str = "",
     error: Mapping[str, Any] | None = None,
     said_ms: int = 0,
+    longest: timedelta,
 ) -> datetime | None:
     """When the provider said the limit lifts, or None when it said nothing usable.
 
     A retry under way gives ``next_ms`` (its next try) and its ``message`` (said now); a
     failed run gives its ``error`` (opencode's ``{name, data}``: headers, message, body), said
     at ``said_ms`` (when the failed message began) unless its headers carry a date. Only an
-    end more than ``BACKOFF_CEILING`` and at most ``LONGEST_STATED`` after it was said counts.
-    The end may lie in the past (a failure read late: its rest is over).
+    end more than ``BACKOFF_CEILING`` after it was said counts, and none lies more than
+    ``longest`` after ``now``: a longer one ends then. The end may lie in the past (a failure
+    read late: its rest is over).
     """
     found: tuple[datetime, datetime] | None = None
-    if next_ms > 0:
-        found = (datetime.fromtimestamp(next_ms / 1000, UTC), now)
+    when = _from_ms(next_ms) if next_ms > 0 else None
+    if when is not None:
+        found = (when, now)
     if found is None or not _a_statement(*found):
-        when = stated_in_text(message, now)
+        when = stated_in_text(message, now, longest)
         found = None if when is None else (when, now)
     if (found is None or not _a_statement(*found)) and error is not None:
-        said = datetime.fromtimestamp(said_ms / 1000, UTC) if said_ms > 0 else now
-        found = _error_statement(error, said)
-    return found[0] if found is not None and _a_statement(*found) else None
+        said = (_from_ms(said_ms) if said_ms > 0 else None) or now
+        found = _error_statement(error, said, longest)
+    if found is None or not _a_statement(*found):
+        return None
+    return min(found[0], _after(now, math.inf, longest))
 
 
 def _a_statement(end: datetime, said: datetime) -> bool:
     # A wait up to opencode's own back-off is that back-off (``next`` without a Retry-After),
     # or a short wait opencode already honoured on each retry while the limit held.
-    return BACKOFF_CEILING < end - said <= LONGEST_STATED
+    return end - said > BACKOFF_CEILING
 
 
 _CLOCK = re.compile(r"(\d{1,2}):(\d{2})")
@@ -202,8 +233,11 @@ def parse_until(text: str, now: datetime, tz: tzinfo) -> datetime:
     """
     value = text.strip()
     when: datetime | None = None
-    if re.fullmatch(_DURATION, value, re.I):
-        when = now + timedelta(seconds=_seconds(value))
+    if re.fullmatch(_DURATION, value, _FLAGS):
+        try:
+            when = now + timedelta(seconds=_seconds(value))
+        except OverflowError:
+            raise ValueError(f"{text!r} is further off than a calendar goes") from None
     elif m := _CLOCK.fullmatch(value):
         hour, minute = int(m.group(1)), int(m.group(2))
         if hour > 23 or minute > 59:

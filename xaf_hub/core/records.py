@@ -36,7 +36,9 @@ class Waiting:
     ``permission``: a tool asks leave (``permission`` names it: bash, edit, ...; ``patterns``
     what it would touch; ``always`` what an "always" answer would allow from now on).
     ``question``: the agent's question tool; ``choices`` holds each question's option labels.
-    ``asked`` is one line for people (not yet made safe for a terminal: views do that).
+    ``asked`` is what is asked as the server said it, lines and all (not yet made safe for a
+    terminal: views do that). ``whole``: the hub holds all a rule must see of it (a bash
+    request's whole command, another permission's every pattern); a rule approves nothing less.
     """
 
     kind: RequestKind
@@ -47,6 +49,7 @@ class Waiting:
     patterns: tuple[str, ...] = ()
     always: tuple[str, ...] = ()
     choices: tuple[tuple[str, ...], ...] = ()
+    whole: bool = False
 
     def to_json(self) -> dict[str, Any]:
         """The export form: the record's ``waiting`` field."""
@@ -62,6 +65,7 @@ class Waiting:
             "patterns": list(self.patterns),
             "always": list(self.always),
             "options": [list(c) for c in self.choices],
+            "whole": self.whole,
         }
 
 

@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from xaf_hub.core.records import SessionRecord, Waiting
+from xaf_hub.core.records import SessionRecord, Waiting, sane_ms
 
 RunVerdict = Literal[
     "running",
@@ -63,11 +63,19 @@ def answer_hint(w: Waiting) -> str:
     return f"xaf-hub answer {w.request_id} CHOICE... | --text TEXT"
 
 
+def asked_line(asked: str) -> str:
+    """What a request asks on one line: its first line, led by "[N lines]" when it has more
+    (a view that shows one line says so; `show`, `waiting --json` and the audit show all)."""
+    lines = asked.splitlines()
+    first = " ".join(next((line for line in lines if line.strip()), "").split())
+    return f"[{len(lines)} lines] {first}" if len(lines) > 1 else first
+
+
 def waiting_detail(w: Waiting) -> str:
     """What a waiting session waits on, in one line: 'permission bash: echo hi'."""
     if w.kind == "permission":
-        return f"permission {w.permission or '?'}: {w.asked}".rstrip(": ")
-    return f"question: {w.asked}".rstrip(": ")
+        return f"permission {w.permission or '?'}: {asked_line(w.asked)}".rstrip(": ")
+    return f"question: {asked_line(w.asked)}".rstrip(": ")
 
 
 def _info(message: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -181,7 +189,7 @@ def last_run(messages: Sequence[Mapping[str, Any]]) -> LastRun:
         return LastRun("none")
     info = _info(messages[-1])
     times = info.get("time")
-    created = int((times.get("created") if isinstance(times, Mapping) else 0) or 0)
+    created = sane_ms(times.get("created")) if isinstance(times, Mapping) else 0
     message_id, model = str(info.get("id") or ""), _model_of(info)
     if info.get("role") != "assistant":
         # A prompt nobody answered yet: just sent, or refused before any reply (unknown model).

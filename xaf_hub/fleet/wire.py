@@ -272,16 +272,22 @@ def over_cap(cap: int, what: str) -> str:
     return f"more than {cap} {what} (stopped reading; endless pagination?)"
 
 
-# What one pending request may cost a view: its "asked" line and each list of words.
-MAX_ASKED_CHARS = 300
+# What one pending request may cost a view: what it asks, each list of words and each word.
+MAX_ASKED_CHARS = 32_000
 MAX_WORDS = 20
+MAX_WORD_CHARS = 300
 
 
 def _words(value: Any) -> tuple[str, ...]:
     """A list of short strings (patterns, labels), each one line; anything else dropped."""
     if not isinstance(value, list):
         return ()
-    return tuple(one_line(v)[:MAX_ASKED_CHARS] for v in value[:MAX_WORDS] if isinstance(v, str))
+    return tuple(one_line(v)[:MAX_WORD_CHARS] for v in value[:MAX_WORDS] if isinstance(v, str))
+
+
+def _all_kept(value: Any, kept: tuple[str, ...]) -> bool:
+    """Whether ``_words`` kept every item of ``value`` as it was (none dropped, cut, joined)."""
+    return isinstance(value, list) and list(kept) == value
 
 
 def request_id(obj: Any, prefix: str) -> str:
@@ -310,18 +316,27 @@ def waiting_from_permission(obj: Any, since: int = 0) -> Pending | None:
     if not ident or not sid:
         return None
     kind = one_line(text_field(obj.get("permission")))[:80]
-    patterns = _words(obj.get("patterns"))
+    raw = obj.get("patterns")
+    patterns = _words(raw)
     metadata = as_mapping(obj.get("metadata"))
-    # bash names its command; edit and the others their file paths (the patterns).
-    asked = text_field(metadata.get("command")) or ", ".join(patterns)
+    # bash names its command (releases before 1.18 only its pieces, the patterns); edit and
+    # the others their file paths (the patterns).
+    command = metadata.get("command")
+    command = command if isinstance(command, str) else ""
+    asked = command or ", ".join(patterns)
+    if kind == "bash":
+        whole = 0 < len(command) <= MAX_ASKED_CHARS
+    else:
+        whole = bool(patterns) and _all_kept(raw, patterns)
     waiting = Waiting(
         "permission",
         ident,
-        one_line(asked)[:MAX_ASKED_CHARS],
+        asked[:MAX_ASKED_CHARS],
         since,
         kind,
         patterns,
         _words(obj.get("always")),
+        whole=whole,
     )
     return Pending(sid, waiting, _call_id(obj))
 

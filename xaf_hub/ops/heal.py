@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime, tzinfo
+from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any, Literal
 
 from xaf_hub.config.load import InstanceConfig
@@ -147,22 +147,24 @@ def rest_for(
     reset_hour: int,
     tz: tzinfo,
     now: datetime,
+    longest: timedelta,
 ) -> Rest | None:
     """The rest a failure calls for, or None (pure; architecture §7).
 
     Only a rate limit rests anything. When the provider stated when it lifts (``retry.next``
     past opencode's back-off, a Retry-After or reset time in the message or error), the rest
     ends then; else at the next reset hour, and only for a model of a blackout family (the
-    free tiers' daily limit). ``scope`` "family" rests the model's family (the model alone
-    when it has none and a time was stated), "model" the model alone. None as well when the
-    rest already ended (a failure read after its stated time or after a reset hour).
+    free tiers' daily limit); never more than ``longest`` from now. ``scope`` "family" rests
+    the model's family (the model alone when it has none and a time was stated), "model" the
+    model alone. None as well when the rest already ended (a failure read after its stated
+    time or after a reset hour).
     """
     if cand.signal != "rate_limited" or not cand.model:
         return None
     family = family_of(cand.model, families)
     stated = stated_end(
         now=now, next_ms=cand.next_ms, message=cand.reason if cand.state == "retry" else "",
-        error=cand.error, said_ms=cand.at_ms,
+        error=cand.error, said_ms=cand.at_ms, longest=longest,
     )
     if stated is not None:
         until_ms, why = to_ms(stated), "stated"
@@ -170,6 +172,7 @@ def rest_for(
         return None
     else:
         until_ms, why = to_ms(next_reset(now, reset_hour, tz)), "reset_hour"
+    until_ms = min(until_ms, to_ms(now + longest))
     if until_ms <= to_ms(now):
         return None
     if scope == "family" and family is not None:
@@ -268,7 +271,7 @@ async def heal(
     now = ops.now()
     rest = rest_for(
         cand, scope=cfg.models.rest_scope, families=families, reset_hour=state.reset_hour,
-        tz=state.tz, now=now,
+        tz=state.tz, now=now, longest=timedelta(hours=cfg.models.max_rest_hours),
     )
     blackout, until_ms, family = "", None, None
     if rest is not None:

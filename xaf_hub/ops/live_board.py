@@ -488,6 +488,7 @@ def _with_waiting(rec: SessionRecord, w: Mapping[str, Any]) -> SessionRecord:
         patterns=tuple(str(p) for p in w["patterns"]),
         always=tuple(str(p) for p in w["always"]),
         choices=tuple(tuple(str(o) for o in c) for c in w["options"]),
+        whole=w.get("whole") is True,
     )
     if pending.kind not in ("permission", "question"):
         raise ValueError(f"a waiting request of kind {pending.kind!r}")

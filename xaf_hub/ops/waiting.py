@@ -22,6 +22,7 @@ from typing import Any, Literal
 from xaf_hub.config.load import PermissionRule, PermissionsConfig
 from xaf_hub.core.clock import MAX_TIME_MS
 from xaf_hub.core.records import SessionRecord, Waiting
+from xaf_hub.core.shell import simple_commands
 from xaf_hub.errors import (
     HubError,
     NotProjectSession,
@@ -287,11 +288,54 @@ class PolicyAnswer:
     rule: str
 
 
-def _matches(rule: PermissionRule, w: Waiting) -> bool:
-    if w.kind != "permission" or rule.kind not in ("*", w.permission):
-        return False
-    targets = w.patterns or (w.asked,)
-    return all(fnmatch.fnmatchcase(t, rule.pattern) for t in targets)
+def _rule_for(
+    rules: Sequence[PermissionRule], permission: str, text: str
+) -> tuple[int, PermissionRule] | None:
+    """The first rule of ``permission`` (or ``*``) whose pattern matches ``text``."""
+    return next(
+        (
+            (i, r) for i, r in enumerate(rules)
+            if r.kind in ("*", permission) and fnmatch.fnmatchcase(text, r.pattern)
+        ),
+        None,
+    )
+
+
+def approvable(w: Waiting) -> tuple[str, ...] | None:
+    """What a rule must allow, each, for ``w`` to be approved, or None: only a person may.
+
+    A bash request: the simple commands of its whole command (``core.shell``); anything
+    more than plain commands joined by ``;``, ``&&``, ``||``, ``|`` is None. Another
+    permission: its patterns, when the hub holds them all (pure).
+    """
+    if w.kind != "permission" or not w.whole:
+        return None
+    if w.permission == "bash":
+        return simple_commands(w.asked)
+    return w.patterns or None
+
+
+def _decided(
+    rules: Sequence[PermissionRule], w: Waiting
+) -> tuple[Action, list[tuple[int, PermissionRule]]] | None:
+    """What the rules answer ``w`` with, and the rules that decided it."""
+    if w.kind != "permission":
+        return None
+    # A deny rule denies on any part it matches: the request's patterns (however few the
+    # hub kept), its command's simple commands, each line of what it asks.
+    units = approvable(w) or ()
+    seen = [*w.patterns, *units, *(line.strip() for line in w.asked.splitlines())]
+    for text in seen:
+        hit = _rule_for(rules, w.permission, text)
+        if hit is not None and hit[1].action == "deny":
+            return "deny", [hit]
+    if not units:
+        return None
+    allowed = [_rule_for(rules, w.permission, u) for u in units]
+    used = [hit for hit in allowed if hit is not None and hit[1].action == "allow"]
+    if len(used) < len(units):
+        return None
+    return "approve", sorted(set(used), key=lambda hit: hit[0])
 
 
 def policy_answer(
@@ -299,16 +343,17 @@ def policy_answer(
 ) -> PolicyAnswer | None:
     """The policy's answer to ``w`` at ``now_ms``, or None: leave it to a person (pure).
 
-    The first rule whose kind is the request's (or ``*``) and whose pattern matches every
-    pattern the request names decides; only a permission request can match a rule. Nothing
-    is allowed unless a rule says so. With ``deny_after_minutes``, a request that waited that
-    long (from its tool call's start; an unknown start never times out) is denied, a question
-    rejected.
+    Approved when every part a rule must see (``approvable``) has an allow rule as its first
+    matching rule (of its kind or ``*``); denied when any part of the request has a deny rule
+    as its first; only a permission request can match a rule, and nothing is allowed unless
+    a rule says so. With ``deny_after_minutes``, a request that waited that long (from its
+    tool call's start; an unknown start never times out) is denied, a question rejected.
     """
-    for i, rule in enumerate(policy.rules):
-        if _matches(rule, w):
-            action: Action = "approve" if rule.action == "allow" else "deny"
-            return PolicyAnswer(Reply(action), f"permissions.rules[{i}] {rule.describe()}")
+    decided = _decided(policy.rules, w)
+    if decided is not None:
+        action, hits = decided
+        rule = ", ".join(f"permissions.rules[{i}] {r.describe()}" for i, r in hits)
+        return PolicyAnswer(Reply(action), rule)
     after = policy.deny_after_minutes
     if after is not None and w.since and now_ms - w.since >= after * 60_000:
         message = TIMEOUT_MESSAGE if w.kind == "permission" else ""

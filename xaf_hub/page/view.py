@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from xaf_hub.core.records import InstanceSummary, SessionRecord, Snapshot, Waiting
+from xaf_hub.core.runstate import asked_line
 from xaf_hub.page.words import (
     WHEN,
     Lang,
@@ -244,8 +245,8 @@ def _row_view(
 def asking_words(w: Waiting, lang: Lang) -> str:
     """What a waiting session asks, in the page's words."""
     if w.kind == "permission":
-        return text(lang, "asking.permission", kind=w.permission or "?", what=w.asked)
-    return text(lang, "asking.question", what=w.asked)
+        return text(lang, "asking.permission", kind=w.permission or "?", what=asked_line(w.asked))
+    return text(lang, "asking.question", what=asked_line(w.asked))
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,22 +5,21 @@ person's decision about it if any) into a ``Settlement``: keep, done, or requeue
 failure, an infrastructure failure, or a failure that names the model. fill_slots acts on it.
 
 With ``project.repository`` a "done" is only the agent's word until ``settle_claim`` has
-weighed what the repository mirror found (``store.repository``): the claimed commit on the
-expected branch -> done and verified; missing, ambiguous or never named -> kept for a person;
-the remote unreadable -> kept, checked again next round.
-
-Issue 37 adds which rule decided (``Settlement.judged``): new work (the commit was not on the
-branch when the task was sent), or "base unknown" for a task sent before bases were recorded
-(judged as before: on the branch is enough); a claim of old work, a locked path touched, or a
-commit already credited to another task -> kept for a person. ``settle_check`` then weighs the
-project's check: passed -> done; failed -> back to the same session while retries last
-(action ``retry``), then kept for a person with the output's end.
+weighed what the repository mirror found (``store.repository``): every commit of the task's
+range new since its base, on the expected branch, clean of locked paths -> done and verified,
+each commit of the range credited to it unless another task has it (on a shared branch, also
+unless no task names it); missing, ambiguous, never named, old work, diverging claims, too
+long a range, a locked path, or a named commit already credited elsewhere -> kept for a
+person; the remote unreadable -> kept, checked again next round. ``Settlement.judged`` says
+which rule decided. ``settle_check`` then weighs the project's check: passed -> done; failed
+-> back to the same session while retries last (action ``retry``), then kept for a person with
+the output's end.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal
@@ -100,7 +99,8 @@ class Settlement:
     person: bool = False  # kept because a person decided: listed under "needs a person"
     backoff: bool = True  # an infrastructure failure that counts towards parking
     model_named: bool = False  # the failure names the model: try the next one first
-    commit: str = ""  # done: the commit found on the repository (full hash)
+    commit: str = ""  # done: the commit found on the repository (full hash), the top checked
+    commits: tuple[str, ...] = ()  # done: every commit credited to the task, oldest first
     verified: bool | None = None  # done: True when found there; None when nobody looked
     judged: str = ""  # which rule decided (new work, check passed, locked path...), one line
     check: CheckRun | None = None  # the project's check, when it ran this round
@@ -202,40 +202,82 @@ def _settle(
 
 
 def settle_claim(
-    verdict: Settlement, check: Check | None, credited_to: str = "", where: str = ""
+    verdict: Settlement,
+    check: Check | None,
+    where: str = "",
+    *,
+    shared: bool = True,
+    credited: Mapping[str, str] | None = None,
+    claims: Mapping[str, Sequence[str]] | None = None,
+    task: str = "",
 ) -> Settlement:
     """Weigh a "done" against the repository (pure); ``check`` None: no repository set.
 
-    Only a new commit found on the expected branch (``where``), credited to no other task
-    (``credited_to``: the task that has it), makes it done. A claim that is missing, ambiguous,
-    absent, old work, touching a locked path or already credited keeps the task for a person
-    (``backlog set ID --status done`` is their override); a remote that did not answer keeps
-    it as it is for the next round.
+    Only a clean range of new commits on the expected branch (``where``) makes it done. Each
+    commit of the range is credited to ``task`` unless another task has it (``credited``:
+    commit -> the task credited with it; ``claims``: commit -> the tasks whose answers name it
+    this round) or, on a ``shared`` branch (mainline), no task names it: another agent's or a
+    person's commit is credited to no one. A commit the answer names that is credited to
+    another task keeps the task for a person, as does a claim missing, ambiguous, absent, old,
+    diverging, too long a range or touching a locked path (``backlog set ID --status done`` is
+    their override); a remote that did not answer keeps it as it is for the next round.
     """
     if verdict.action != "done" or check is None:
         return verdict
-    if check.state == "verified":
-        if credited_to:
-            reason = f"commit {short(check.commit)} is already credited to {credited_to}"
+    if check.state == "unreachable":
+        return Settlement("keep", reason=f"waiting for verification: {check.reason}")
+    if check.state != "verified":
+        rule = _RULES.get(check.state, "claim not found")
+        return Settlement("keep", reason=f"not verified: {check.reason}", person=True, judged=rule)
+    owners, named = credited or {}, claims or {}
+    mine = check.claimed or (check.commit,)
+    for commit in mine:
+        owner = owners.get(commit, task)
+        if owner != task:
+            reason = f"commit {short(commit)} is already credited to {owner}"
             return Settlement(
                 "keep", reason=f"not verified: {reason}", person=True, judged="already credited"
             )
-        on = f" on {where}" if where else ""
-        if check.base_known:
-            count = len(check.new)
-            judged = f"new work: {count} commit{'s' if count != 1 else ''}{on} after its base"
-        else:
-            judged = f"base unknown: commit {short(check.commit)}{on} (sent before bases)"
-        return Settlement("done", commit=check.commit, verified=True, judged=judged)
-    if check.state == "unreachable":
-        return Settlement("keep", reason=f"waiting for verification: {check.reason}")
-    rule = _RULES.get(check.state, "claim not found")
-    return Settlement("keep", reason=f"not verified: {check.reason}", person=True, judged=rule)
+
+    def ours(commit: str) -> bool:
+        if commit in mine:
+            return True
+        if owners.get(commit, task) != task or set(named.get(commit, ())) - {task}:
+            return False  # another task's work
+        return not shared  # named by no task: the task's own on its own branch only
+
+    span = check.new or mine
+    commits = tuple(c for c in span if ours(c))
+    on = f" on {where}" if where else ""
+    count = f"{len(commits)} commit{'s' if len(commits) != 1 else ''}"
+    if check.base_known:
+        judged = f"new work: {count}{on} after its base"
+        others = len(span) - len(commits)
+        if others:
+            judged += f" (and {others} not its own)"
+    elif len(commits) == 1:
+        judged = f"base unknown: commit {short(check.commit)}{on} (sent before bases)"
+    else:
+        judged = f"base unknown: {count} up to {short(check.commit)}{on} (sent before bases)"
+    return Settlement("done", commit=check.commit, commits=commits, verified=True, judged=judged)
+
+
+def credited_commits(tasks: Sequence[Task]) -> dict[str, str]:
+    """Every commit credited to a done task, or to one whose verified work waits to land ->
+    that task (a row kept before ``commits``: its ``commit``) (pure)."""
+    return {
+        c: t.id
+        for t in tasks
+        if t.status == "done" or t.landing in ("ready", "person")
+        for c in (t.commits or ((t.commit,) if t.commit else ()))
+    }
 
 
 _RULES = {
     "old": "not new work",
     "locked": "locked path",
+    "diverged": "claims diverge",
+    "too_many": "too many commits",
     "ambiguous": "claim ambiguous",
     "no_claim": "no claim",
 }

@@ -279,12 +279,14 @@ class TaskPool(abc.ABC):
         now: datetime,
         *,
         commit: str | None = None,
+        commits: Sequence[str] = (),
         verified: bool | None = None,
         expected: Task | None = None,
         judged: str | None = None,
         check: Mapping[str, Any] | None = None,
     ) -> Task:
-        """Record that a task's session finished cleanly (and the commit found for it, if any).
+        """Record that a task's session finished cleanly (and the commit found for it, if any,
+        with every commit credited to it).
 
         ``judged`` names the rule that decided; ``check`` the check fields (``note_check``).
 
@@ -304,6 +306,7 @@ class TaskPool(abc.ABC):
                 not_before=None,
                 infra_failures=0,
                 commit=commit,
+                commits=tuple(commits),
                 verified=verified,
                 judged=judged,
                 **(check or {}),
@@ -329,14 +332,15 @@ class TaskPool(abc.ABC):
         expected: Task,
         *,
         commit: str,
+        commits: Sequence[str],
         judged: str | None,
         check: Mapping[str, Any] | None = None,
     ) -> Task:
         """A task in a worktree of its own whose work is verified: ready to land (it stays
         dispatched until it has landed). TaskChanged when a person changed the row meanwhile."""
         return self.revise(
-            expected, landing="ready", commit=commit, verified=True, judged=judged,
-            **(check or {}),
+            expected, landing="ready", commit=commit, commits=tuple(commits), verified=True,
+            judged=judged, **(check or {}),
         )
 
     def mark_landed(self, expected: Task, now: datetime, *, landed: str, judged: str) -> Task:

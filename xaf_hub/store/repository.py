@@ -20,18 +20,23 @@ that prints ``$XAF_HUB_GIT_USERNAME`` / ``$XAF_HUB_GIT_PASSWORD`` when git asks.
 fetched once and then force-pushed away still resolves, but is no longer reachable: not
 verified. Every reason this module gives is redacted with the URL's own secrets.
 
-New work only (issue 37): with the task's ``base`` (the expected branch's tip when it was
-sent, ``tips``) a claimed commit already reachable from that base does not count; when none
-is new the claim is ``old``. With ``locked`` globs, a claim whose diff from the base (``git
-diff base...commit``; base unknown: each new commit's own change) touches a locked path is
-``locked``. ``run_check`` runs the project's check command on a commit in a throw-away
-worktree of the mirror.
+All of a task's work is judged, whatever order its answer names the hashes in. With the task's
+``base`` (the expected branch's tip when it was sent, ``tips``) a claimed commit already
+reachable from the base does not count (none new: ``old``). The new claims must lie on one
+line: the **top** is the one every other is an ancestor of (the check runs on it); none such
+is ``diverged``. The task's range is every commit of ``base..top`` (at most ``MAX_RANGE``,
+else ``too_many``); base unknown: the claimed commits alone. With ``locked`` globs, each
+commit's own change and the range's whole diff are read with ``-z`` (paths exactly as they
+are) and any locked path touched is ``locked``: an edit reverted later was still made.
+``run_check`` runs the project's check command on a commit in a throw-away worktree of the
+mirror.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
 import shutil
 import signal
@@ -45,12 +50,15 @@ from pathlib import Path
 from typing import Literal
 from urllib.parse import unquote, urlsplit, urlunsplit
 
-from xaf_hub.core.commits import locked_paths, short
+from xaf_hub.core.commits import MAX_RANGE, locked_paths, short
 from xaf_hub.core.text import redact
 from xaf_hub.errors import BusyError
 from xaf_hub.store.statefile import file_lock
 
-CheckState = Literal["verified", "missing", "ambiguous", "no_claim", "unreachable", "old", "locked"]
+CheckState = Literal[
+    "verified", "missing", "ambiguous", "no_claim", "unreachable", "old", "locked", "diverged",
+    "too_many",
+]
 
 # Local git calls (rev-parse, merge-base) on the mirror are quick; this bounds a broken disk.
 _LOCAL_TIMEOUT = 30.0
@@ -95,17 +103,19 @@ def kill_family(pid: int) -> None:
 class Check:
     """What the mirror says of one task's claim.
 
-    ``verified``: every claimed hash is on the branch (``commit`` is the last one claimed, in
-    full). ``missing`` / ``ambiguous`` / ``no_claim``: not done, a person looks. ``unreachable``:
-    the remote could not be read this round; nothing is decided.
+    ``verified``: every claimed hash is on the branch and the task's range is clean;
+    ``commit`` is the top (in full). ``missing`` / ``ambiguous`` / ``no_claim`` / ``old`` /
+    ``locked`` / ``diverged`` / ``too_many``: not done, a person looks. ``unreachable``: the
+    remote could not be read this round; nothing is decided.
     """
 
     state: CheckState
     commit: str = ""
     reason: str = ""
-    new: tuple[str, ...] = ()  # verified: the claimed commits not reachable from the base
-    base_known: bool = False  # verified: the base was known (else judged as before issue 37)
-    paths: tuple[str, ...] = ()  # locked: the locked paths the commits touch
+    new: tuple[str, ...] = ()  # verified: the task's range (base..top, oldest first)
+    claimed: tuple[str, ...] = ()  # verified: the new commits the answer names, in full
+    base_known: bool = False  # verified: the base was known (else: the claimed commits alone)
+    paths: tuple[str, ...] = ()  # locked: the locked paths the commits touch, exactly
 
 
 @dataclass(frozen=True)
@@ -395,47 +405,81 @@ class Mirror:
                 )
             if not found or not any(self.reachable(found[0], h) for h in heads):
                 return Check("missing", reason=f"claimed commit {short(claim)} is not on {where}")
-            commits.append(found[0])
+            if found[0] not in commits:
+                commits.append(found[0])
         based = bool(base) and self.resolve(base or "") == [base]
-        new = commits
+        new = [c for c in commits if not (based and self._is_ancestor(c, base or ""))]
+        if not new:
+            return Check(
+                "old",
+                reason=f"claimed commit {short(commits[-1])} was already on {where} when "
+                f"the task was sent (base {short(base or '')}): not new work",
+            )
+        tops = self._lines("merge-base", "--independent", *new)
+        if len(tops) != 1:
+            named = ", ".join(short(t) for t in tops)
+            return Check(
+                "diverged",
+                reason=f"claimed commits {named} are on diverging lines: none of them holds "
+                "all the others",
+            )
+        top = tops[0]
+        span = tuple(new)
         if based:
-            assert base is not None
-            new = [c for c in commits if not self._is_ancestor(c, base)]
-            if not new:
+            listed = self._lines("rev-list", f"--max-count={MAX_RANGE + 1}", top, f"^{base}")
+            if len(listed) > MAX_RANGE:
                 return Check(
-                    "old",
-                    reason=f"claimed commit {short(commits[-1])} was already on {where} when "
-                    f"the task was sent (base {short(base)}): not new work",
+                    "too_many",
+                    commit=top,
+                    reason=f"more than {MAX_RANGE} commits between the task's base "
+                    f"{short(base or '')} and claimed commit {short(top)}",
                 )
-        last = new[-1]
+            span = tuple(reversed(listed))
         if locked:
+            changed = set(self._paths(*span))
             if based:
-                assert base is not None
-                changed = self._lines("diff", "--name-only", "--no-renames", f"{base}...{last}")
-            else:
-                changed = []
-                for c in new:
-                    changed += self._lines(
-                        "diff-tree", "-r", "--root", "--no-commit-id", "--name-only", c
-                    )
-            hit = locked_paths(sorted(set(changed)), locked)
+                changed.update(self._diff(f"{base}...{top}"))
+            hit = locked_paths(sorted(changed), locked)
             if hit:
-                shown = ", ".join(hit[:10]) + (
+                culprit = next((c for c in span if locked_paths(self._paths(c), locked)), top)
+                shown = ", ".join(_shown(p) for p in hit[:10]) + (
                     f" and {len(hit) - 10} more" if len(hit) > 10 else ""
                 )
                 return Check(
                     "locked",
-                    commit=last,
+                    commit=culprit,
                     paths=hit,
-                    reason=f"commit {short(last)} touches locked paths: {shown}",
+                    reason=f"commit {short(culprit)} touches locked paths: {shown}",
                 )
-        return Check("verified", commit=last, new=tuple(new), base_known=based)
+        return Check("verified", commit=top, new=span, claimed=tuple(new), base_known=based)
 
     def _is_ancestor(self, commit: str, of: str) -> bool:
         return self._exit("merge-base", "--is-ancestor", commit, of) == 0
 
     def _lines(self, *args: str) -> list[str]:
         return [line.strip() for line in self._git(*args).splitlines() if line.strip()]
+
+    def _paths(self, *commits: str) -> list[str]:
+        """Every path the ``commits``' own changes touch, exactly as named (``-z``: never
+        quoted); a merge's own change is what differs from every parent (``-c``)."""
+        out = self._git(
+            "log",
+            "-z",
+            "--no-walk=unsorted",
+            "--root",
+            "--name-only",
+            "--no-renames",
+            "-c",
+            "--format=",
+            *commits,
+            "--",
+        )
+        return [p for p in out.split("\0") if p]
+
+    def _diff(self, span: str) -> list[str]:
+        """Every path the diff of ``span`` touches, exactly as named."""
+        out = self._git("diff", "-z", "--name-only", "--no-renames", span, "--")
+        return [p for p in out.split("\0") if p]
 
     # -- the project's check -----------------------------------------------------------------
 
@@ -535,6 +579,11 @@ def _end_group(proc: subprocess.Popen[bytes]) -> None:
             os.killpg(proc.pid, signal.SIGKILL)
     with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=10)
+
+
+def _shown(path: str) -> str:
+    """A path in a one-line reason: as it is, or quoted with escapes when it holds controls."""
+    return path if path.isprintable() else json.dumps(path, ensure_ascii=False)
 
 
 class _NonZero(Exception):

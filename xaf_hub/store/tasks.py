@@ -87,6 +87,7 @@ _FIELD_TYPES: Final[dict[str, tuple[tuple[type, ...], bool]]] = {
     "parked": (_STR, True),
     "avoid_models": ((list, tuple), False),
     "commit": (_STR, True),
+    "commits": ((list, tuple), False),
     "verified": ((bool,), True),
     "base": (_STR, True),
     "judged": (_STR, True),
@@ -103,10 +104,11 @@ _FIELD_TYPES: Final[dict[str, tuple[tuple[type, ...], bool]]] = {
 }
 TASK_KEYS: Final = frozenset(_FIELD_TYPES)
 # Keys holding an array of strings (kept as tuples in the record).
-_LIST_KEYS: Final = ("depends_on", "prompts", "avoid_models")
-# Keys left out of the file while unset (null): the verification of a done task.
+_LIST_KEYS: Final = ("depends_on", "prompts", "avoid_models", "commits")
+# Keys left out of the file while unset (null, empty): the verification of a done task.
 _UNSET_OMITTED: Final = (
     "commit",
+    "commits",
     "verified",
     "base",
     "judged",
@@ -257,9 +259,11 @@ class Task:
     infra_failures: int = 0
     parked: str | None = None
     avoid_models: tuple[str, ...] = ()
-    # Done: the commit the patrol found on project.repository, and whether it looked
-    # (True: found there; None: not checked, no repository configured or a person's word).
+    # Done: the commit the patrol found on project.repository (the top its check ran on),
+    # every commit credited to the task (oldest first; empty before the hub kept them), and
+    # whether it looked (True: found there; None: not checked, no repository or a person's word).
     commit: str | None = None
+    commits: tuple[str, ...] = ()
     verified: bool | None = None
     # Issue 37: the expected branch's tip when the task was sent (its claims must be newer);
     # which rule decided its "done" or its wait for a person (one line); the project's check
@@ -340,7 +344,7 @@ class Task:
             if f.name == "extra":
                 continue
             value = getattr(self, f.name)
-            if value is None and f.name in _UNSET_OMITTED:
+            if f.name in _UNSET_OMITTED and value in (None, ()):
                 continue  # a pool file written before them stays as it was
             data[f.name] = list(value) if f.name in _LIST_KEYS else value
         data.update(copy.deepcopy(dict(self.extra)))

@@ -89,6 +89,18 @@ def _with_instance(doc: dict[str, Any], **instance: Any) -> dict[str, Any]:
         ),
         ({"models": {"timezone": "Mars/X"}}, "key 'models.timezone': unknown time zone 'Mars/X'"),
         (
+            {"models": {"max_rest_hours": 0}},
+            "key 'models.max_rest_hours': must be at least 0.01, got 0",
+        ),
+        (
+            {"models": {"max_rest_hours": 1e400}},
+            "key 'models.max_rest_hours': must be 0.01..8760, got inf",
+        ),
+        (
+            {"models": {"max_rest_hours": float("nan")}},
+            "key 'models.max_rest_hours': must be at least 0.01, got nan",
+        ),
+        (
             {"models": {"rest_scope": "all"}},
             "key 'models.rest_scope': must be 'family' or 'model', got 'all'",
         ),

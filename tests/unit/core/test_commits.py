@@ -142,3 +142,19 @@ LOCKS = [
 @pytest.mark.parametrize(("globs", "path", "locked"), LOCKS)
 def test_locked_paths(globs: tuple[str, ...], path: str, locked: bool) -> None:
     assert locked_paths([path], globs) == ((path,) if locked else ())
+
+
+@pytest.mark.parametrize(
+    ("path", "globs"),
+    [
+        ("tests/a\nb.py", ("tests/**",)),
+        ("tests/a\nb.py", ("tests/a\nb.py",)),
+        ("tests/a\nb.py", ("**/a?b.py",)),
+        ("tests/x\n/test_login.py", ("**/test_login.py",)),
+        ("tests/测试_登录.py", ("tests/测试_登录.py",)),
+        ('tests/"q"\t.py', ('tests/"q"\t.py',)),
+    ],
+)
+def test_locked_paths_match_names_with_any_character(path: str, globs: tuple[str, ...]) -> None:
+    """A name as git gives it with -z (a newline, a tab, a quote, CJK) is matched as it is."""
+    assert locked_paths([path], globs) == (path,)

@@ -130,7 +130,8 @@ CASES: list[tuple[str, HealCandidate, str, Rest | None]] = [
 
 @pytest.mark.parametrize(("case", "cand", "scope", "want"), CASES, ids=[c[0] for c in CASES])
 def test_rest_for(case: str, cand: HealCandidate, scope: str, want: Rest | None) -> None:
-    got = rest_for(cand, scope=scope, families=FAMILIES, reset_hour=8, tz=BERLIN, now=NOW)
+    got = rest_for(cand, scope=scope, families=FAMILIES, reset_hour=8, tz=BERLIN, now=NOW,
+                   longest=timedelta(days=7))
     assert got == want, case
 
 

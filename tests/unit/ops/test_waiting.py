@@ -137,18 +137,46 @@ def test_an_unusable_permission_entry_is_skipped(entry: Any) -> None:
     assert wire.waiting_from_permission(entry) is None
 
 
-def test_hostile_request_text_is_one_bounded_line() -> None:
-    hostile = {**PERM, "metadata": {"command": "echo \x1b[31mred\x1b[0m\nrm -rf /" + "x" * 5000},
+def test_hostile_request_text_is_bounded_and_kept_whole_where_it_fits() -> None:
+    hostile = {**PERM, "metadata": {"command": "echo \x1b[31mred\x1b[0m\nrm -rf /"},
                "patterns": ["a\nb", 3, None], "always": "not a list"}
     p = wire.waiting_from_permission(hostile)
     assert p is not None
-    assert "\n" not in p.waiting.asked and len(p.waiting.asked) <= wire.MAX_ASKED_CHARS
+    # Lines and all, for `show`, --json and the audit; views make it safe for a terminal.
+    assert p.waiting.asked == "echo \x1b[31mred\x1b[0m\nrm -rf /" and p.waiting.whole
     assert p.waiting.patterns == ("a b",) and p.waiting.always == ()
-    # 1.2.27 and 1.14.41 send no command in metadata: the patterns say what is asked.
+    huge = wire.waiting_from_permission({**PERM, "metadata": {"command": "x" * 10**6}})
+    assert huge is not None and len(huge.waiting.asked) == wire.MAX_ASKED_CHARS
+    assert not huge.waiting.whole  # cut: no rule may approve it
+    # 1.2.27 and 1.14.41 send no command in metadata: the patterns say what is asked, and a
+    # bash request is not whole (its pieces lose what joined them).
     old = wire.waiting_from_permission({**PERM, "metadata": {}})
     assert old is not None and old.waiting.asked == "git push origin main"
+    assert not old.waiting.whole
     q = wire.waiting_from_question({**QUESTION, "questions": [{"options": "x"}, 5]})
     assert q is not None and q.waiting.choices == ((), ())
+
+
+EDIT_PERM = {**PERM, "permission": "edit", "metadata": {}}
+
+
+@pytest.mark.parametrize(
+    ("patterns", "whole"),
+    [
+        (["src/a.py", "src/b.py"], True),
+        ([f"src/f{i}.py" for i in range(wire.MAX_WORDS)], True),
+        # more than the hub keeps: the server lists them all (measured: 301 on 1.18.33)
+        ([f"src/f{i}.py" for i in range(wire.MAX_WORDS + 1)], False),
+        (["src/" + "a" * wire.MAX_WORD_CHARS + "/../../etc/passwd"], False),  # one cut short
+        (["src/a.py\n/etc/passwd"], False),  # one on two lines, joined for the view
+        (["src/a.py", 7], False),  # one dropped
+        ([], False),
+        ("src/a.py", False),
+    ],
+)
+def test_a_permission_is_whole_only_when_every_pattern_was_kept(patterns: Any, whole: bool) -> None:
+    p = wire.waiting_from_permission({**EDIT_PERM, "patterns": patterns})
+    assert p is not None and p.waiting.whole is whole
 
 
 # ------------------------------------------------------------------------ answering
@@ -258,18 +286,26 @@ def test_waiting_json_names_the_request_and_its_age(tmp_path: Path) -> None:
 
 # ------------------------------------------------------------------------------ policy
 
-GIT = Waiting("permission", "per_g", "git status --short", NOW - 60_000, "bash",
-              ("git status --short",))
-PUSH = Waiting("permission", "per_p", "git push origin main", NOW - 60_000, "bash",
-               ("git push origin main",))
+def bash(command: str, patterns: tuple[str, ...] = (), whole: bool = True) -> Waiting:
+    """A bash request as 1.18.33 lists it: its command whole, its pieces as patterns."""
+    return Waiting("permission", "per_b", command, NOW - 60_000, "bash",
+                   patterns or (command,), whole=whole)
+
+
+GIT = bash("git status --short")
+PUSH = bash("git push origin main")
 EDIT = Waiting("permission", "per_e", "src/a.py, /etc/passwd", NOW - 60_000, "edit",
-               ("src/a.py", "/etc/passwd"))
+               ("src/a.py", "/etc/passwd"), whole=True)
 ASKS = Waiting("question", "que_q", "Which?", NOW - 60_000, choices=(("a",),))
 RULES = PermissionsConfig((
     PermissionRule("bash", "git status*", "allow"),
     PermissionRule("bash", "git push*", "deny"),
     PermissionRule("edit", "src/*", "allow"),
+    PermissionRule("bash", "git log*", "allow"),
 ))
+TWENTY = [f"git status -s f{i}" for i in range(1, 21)]
+# The attack as opencode 1.18.33 lists it: the hub keeps the first 20 of its patterns.
+ATTACK = bash("; ".join([*TWENTY, "touch m_21th"]), tuple(TWENTY))
 
 
 @pytest.mark.parametrize(
@@ -277,18 +313,47 @@ RULES = PermissionsConfig((
     [
         (RULES, GIT, NOW, ("approve", "permissions.rules[0]")),
         (RULES, PUSH, NOW, ("deny", "permissions.rules[1]")),
+        # every part must have an allow rule, each its own; the audit names them all
+        (RULES, bash("git status && git log -3 | git log --stat"), NOW,
+         ("approve", "permissions.rules[0] bash 'git status*' allow, permissions.rules[3]")),
+        (RULES, bash("git status; git status"), NOW,
+         ("approve", "rules[0] bash 'git status*' allow")),
+        # the attacks: a command after the 20th pattern, a redirection, a second line
+        (RULES, ATTACK, NOW, None),
+        (RULES, bash("git status > /tmp/x/file"), NOW, None),
+        (RULES, bash("git status\ntouch x", ("git status", "touch x")), NOW, None),
+        (RULES, bash("git status $(touch x)"), NOW, None),
+        (RULES, bash("git status &"), NOW, None),
+        (RULES, bash("git status | sh"), NOW, None),  # the other side of a pipe is judged
+        # a command the hub could not keep whole, or a release that sends none: a person
+        (RULES, bash("git status", whole=False), NOW, None),
+        # a deny rule denies on any part it matches, even one a rule could not approve
+        (RULES, bash("git status; git push origin main"), NOW, ("deny", "permissions.rules[1]")),
+        (RULES, bash("git status > f; git push -f", ("git status > f", "git push -f")), NOW,
+         ("deny", "rules[1]")),
+        (RULES, bash("git status\ngit push", ("git status",)), NOW, ("deny", "rules[1]")),
+        (RULES, replace(PUSH, whole=False), NOW, ("deny", "rules[1]")),
+        # the first matching rule decides each part: an earlier allow keeps a later deny off
+        (PermissionsConfig((PermissionRule("bash", "git *", "allow"),
+                            PermissionRule("bash", "git push*", "deny"))), PUSH, NOW,
+         ("approve", "rules[0]")),
         # every pattern must match: one file outside src/ leaves it to a person
         (RULES, EDIT, NOW, None),
         (RULES, replace(EDIT, patterns=("src/a.py",)), NOW, ("approve", "permissions.rules[2]")),
+        # a pattern list the hub could not keep whole is for a person
+        (RULES, replace(EDIT, patterns=("src/a.py",), whole=False), NOW, None),
         # nothing is allowed unless a rule says so; a question never matches a rule
         (RULES, replace(GIT, permission="webfetch"), NOW, None),
         (PermissionsConfig((PermissionRule("*", "*", "allow"),)), ASKS, NOW, None),
+        (PermissionsConfig((PermissionRule("*", "*", "allow"),)), ATTACK, NOW,
+         ("approve", "rules[0]")),
         (PermissionsConfig(), GIT, NOW, None),
         # deny_after_minutes: after the time, from the tool call's start; never without one
         (PermissionsConfig(deny_after_minutes=5), PUSH, NOW, None),
         (PermissionsConfig(deny_after_minutes=1), PUSH, NOW, ("deny", "deny_after_minutes")),
         (PermissionsConfig(deny_after_minutes=1), ASKS, NOW, ("deny", "deny_after_minutes")),
         (PermissionsConfig(deny_after_minutes=1), replace(PUSH, since=0), NOW, None),
+        (replace(RULES, deny_after_minutes=1), ATTACK, NOW, ("deny", "deny_after_minutes")),
         # a rule's allow wins over the timeout
         (replace(RULES, deny_after_minutes=1), GIT, NOW, ("approve", "rules[0]")),
     ],
@@ -308,7 +373,7 @@ def test_the_timeout_tells_the_agent_to_go_on_without_it() -> None:
 
 def test_apply_policy_answers_what_a_rule_decides_and_audits_the_rule(tmp_path: Path) -> None:
     server = fleet_with_both()
-    server.permissions[0]["patterns"] = ["git status"]
+    server.permissions[0].update(patterns=["git status"], metadata={"command": "git status"})
     ops = make_ops(tmp_path, server)
     ops = OpsContext(replace(ops.cfg, permissions=RULES), env={},
                      transport_factory=ops.transport_factory)

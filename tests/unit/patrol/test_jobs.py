@@ -26,7 +26,7 @@ from xaf_hub.patrol.jobs.fill_slots import (
     session_title,
     settle,
 )
-from xaf_hub.patrol.settle import retry_text, settle_check, settle_claim
+from xaf_hub.patrol.settle import credited_commits, retry_text, settle_check, settle_claim
 from xaf_hub.store.backlog import Task, format_instant, is_blocked
 from xaf_hub.store.gate import FileGate
 from xaf_hub.store.repository import Check, CheckRun
@@ -157,6 +157,15 @@ def rec(
 def test_last_run(messages: list[dict[str, Any]], outcome: str, model: str, mid: str) -> None:
     run = last_run(messages)
     assert (run.outcome, run.model, run.message_id) == (outcome, model, mid)
+
+
+@pytest.mark.parametrize("created", ["1e400", "soon", 1e400, -5, 10**30, [1]])
+def test_a_start_no_clock_reads_is_unknown(created: Any) -> None:
+    # A failed message's start is when its rest counts from (ops.heal): never an error.
+    msg = assistant(error=E429)
+    msg["info"]["time"]["created"] = created
+    run = last_run([user(), msg])
+    assert (run.outcome, run.created_ms) == ("rate_limited", 0)
 
 
 # --------------------------------------------------------------------------- check_agents
@@ -530,14 +539,43 @@ def test_session_title_leads_with_the_id() -> None:
             Settlement(
                 "done",
                 commit="a" * 40,
+                commits=("a" * 40,),
                 verified=True,
                 judged="base unknown: commit aaaaaaa (sent before bases)",
             ),
         ),
         (
-            Check("verified", commit="a" * 40, new=("b" * 40, "a" * 40), base_known=True),
+            Check(
+                "verified",
+                commit="a" * 40,
+                new=("b" * 40, "a" * 40),
+                claimed=("a" * 40, "b" * 40),
+                base_known=True,
+            ),
             Settlement(
-                "done", commit="a" * 40, verified=True, judged="new work: 2 commits after its base"
+                "done",
+                commit="a" * 40,
+                commits=("b" * 40, "a" * 40),
+                verified=True,
+                judged="new work: 2 commits after its base",
+            ),
+        ),
+        (
+            Check("diverged", reason="claimed commits aaaaaaa, bbbbbbb are on diverging lines"),
+            Settlement(
+                "keep",
+                reason="not verified: claimed commits aaaaaaa, bbbbbbb are on diverging lines",
+                person=True,
+                judged="claims diverge",
+            ),
+        ),
+        (
+            Check("too_many", reason="more than 200 commits between the task's base"),
+            Settlement(
+                "keep",
+                reason="not verified: more than 200 commits between the task's base",
+                person=True,
+                judged="too many commits",
             ),
         ),
         (
@@ -609,14 +647,87 @@ def test_settle_claim_leaves_what_is_not_done_alone(verdict: Settlement) -> None
 
 def test_a_commit_credited_to_another_task_is_refused() -> None:
     check = Check("verified", commit="a" * 40, new=("a" * 40,), base_known=True)
-    assert settle_claim(Settlement("done"), check, "T-7", "origin/main") == Settlement(
+    refused = settle_claim(
+        Settlement("done"), check, "origin/main", credited={"a" * 40: "T-7"}, task="T-1"
+    )
+    assert refused == Settlement(
         "keep",
         reason="not verified: commit aaaaaaa is already credited to T-7",
         person=True,
         judged="already credited",
     )
-    done = settle_claim(Settlement("done"), check, "", "origin/main")
+    done = settle_claim(Settlement("done"), check, "origin/main", task="T-1")
     assert done.judged == "new work: 1 commit on origin/main after its base"
+    assert done.commits == ("a" * 40,)
+
+
+X, Y, Z = "1" * 40, "2" * 40, "3" * 40
+
+
+@pytest.mark.parametrize(
+    ("shared", "credited", "claims", "commits", "judged"),
+    [
+        # Its own branch: every commit of its range is its own, the unnamed ones too.
+        (False, {}, {}, (X, Y, Z), "new work: 3 commits on origin/x after its base"),
+        # A shared branch: a commit no task names (a person's, another agent's) is no one's.
+        (True, {}, {}, (Z,), "new work: 1 commit on origin/x after its base (and 2 not its own)"),
+        # Another task has a commit of the range (done before, or named this round): its own.
+        (
+            False,
+            {X: "T-2"},
+            {},
+            (Y, Z),
+            "new work: 2 commits on origin/x after its base (and 1 not its own)",
+        ),
+        (
+            False,
+            {},
+            {Y: ["T-3"]},
+            (X, Z),
+            "new work: 2 commits on origin/x after its base (and 1 not its own)",
+        ),
+        # The task's own name among those naming a commit does not make it another's.
+        (
+            False,
+            {},
+            {Y: ["T-1", "T-3"], X: ["T-1"]},
+            (X, Z),
+            "new work: 2 commits on origin/x after its base (and 1 not its own)",
+        ),
+    ],
+)
+def test_each_commit_of_the_range_is_credited_once(
+    shared: bool,
+    credited: dict[str, str],
+    claims: dict[str, list[str]],
+    commits: tuple[str, ...],
+    judged: str,
+) -> None:
+    check = Check("verified", commit=Z, new=(X, Y, Z), claimed=(Z,), base_known=True)
+    done = settle_claim(
+        Settlement("done"),
+        check,
+        "origin/x",
+        shared=shared,
+        credited=credited,
+        claims=claims,
+        task="T-1",
+    )
+    assert (done.action, done.commit, done.commits, done.judged) == ("done", Z, commits, judged)
+
+
+def test_a_named_commit_of_the_range_credited_elsewhere_waits_for_a_person() -> None:
+    """T-1 was done with two commits (its top is Y); T-2 names the older one: not its work."""
+    rows = [
+        Task(id="T-1", title="a", status="done", commit=Y, commits=(X, Y), verified=True),
+        Task(id="T-0", title="b", status="done", commit=Z, verified=True),  # kept before commits
+        Task(id="T-2", title="c", status="dispatched", commit=None),
+    ]
+    assert credited_commits(rows) == {X: "T-1", Y: "T-1", Z: "T-0"}
+    check = Check("verified", commit=X, new=(X,), claimed=(X,), base_known=True)
+    out = settle_claim(Settlement("done"), check, credited=credited_commits(rows), task="T-2")
+    assert (out.action, out.person, out.judged) == ("keep", True, "already credited")
+    assert out.reason == "not verified: commit 1111111 is already credited to T-1"
 
 
 SHA = "c" * 40

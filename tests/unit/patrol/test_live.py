@@ -117,7 +117,7 @@ def test_a_request_becomes_work_only_with_a_policy_and_a_rule_answers_it(tmp_pat
     r.on_event(_ev("asked", "ses_perm"))
     assert r._work.empty()  # no rule, no timeout: a person answers
     server = fleet_with_both()
-    server.permissions[0]["patterns"] = ["git status"]
+    server.permissions[0].update(patterns=["git status"], metadata={"command": "git status"})
     policy = PermissionsConfig((PermissionRule("bash", "git status*", "allow"),))
     pctx = OpsContext(replace(r.pctx.cfg, permissions=policy), env={},
                       transport_factory=lambda _: httpx.MockTransport(server.route))
@@ -265,7 +265,7 @@ def test_a_run_stopped_past_its_ceiling_is_not_then_answered_by_policy(tmp_path:
 
     r = _reactor(tmp_path, [])
     server = fleet_with_both()
-    server.permissions[0]["patterns"] = ["git status"]
+    server.permissions[0].update(patterns=["git status"], metadata={"command": "git status"})
     policy = PermissionsConfig((PermissionRule("bash", "git status*", "allow"),))
     pctx = OpsContext(replace(r.pctx.cfg, permissions=policy), env={},
                       transport_factory=lambda _: httpx.MockTransport(server.route))

@@ -184,6 +184,7 @@ def test_verification_fields_survive_every_backend(backend: Config) -> None:
     claimed = pool.claim(planned, "ses_1", "lan-a", None, NOW, base="c" * 40)
     assert Stores(backend).pool().load().require("T1").base == "c" * 40
     assert _stored_row(backend, "T1")["base"] == "c" * 40
+    assert "commits" not in _stored_row(backend, "T1")  # unset: the row stays as it was
     noted = pool.note_check(
         claimed,
         judged="a new commit on the branch",
@@ -202,13 +203,15 @@ def test_verification_fields_survive_every_backend(backend: Config) -> None:
         "T1",
         NOW,
         commit="e" * 40,
+        commits=("d" * 40, "e" * 40),
         verified=True,
         expected=noted,
         judged="its check passed",
         check={"check": "passed", "check_commit": "e" * 40, "check_output": "ok"},
     )
     again = Stores(backend).pool().load().require("T1")
-    assert again == done
+    assert again == done and again.commits == ("d" * 40, "e" * 40)
+    assert _stored_row(backend, "T1")["commits"] == ["d" * 40, "e" * 40]
     assert _verification(again) == ("c" * 40, "its check passed", "passed", "e" * 40, "ok", 1)
     back = pool.requeue("T1", reason="reopened", infrastructure=False, now=NOW)
     assert _verification(back) == (None,) * len(_VERIFIED)

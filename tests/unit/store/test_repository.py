@@ -468,3 +468,157 @@ def test_known_tips_read_the_mirror_without_fetching(origin: Origin, tmp_path: P
     origin.commit("later")
     origin.push()
     assert m.known_tips() == {"main": first}  # as of the last fetch
+
+
+# -- every commit of a task's work is judged -----------------------------------------------------
+
+LOGIN = "tests/test_login.py"
+
+
+def test_names_in_reverse_order_judge_the_whole_line(origin: Origin, tmp_path: Path) -> None:
+    """M (plain) then N (edits a locked test), named N first and M last: N is the top and the
+    locked edit is seen, whichever hash the answer names last."""
+    base = git(origin.bare, "rev-parse", "refs/heads/main")
+    m_ = origin.commit("plain work")
+    n_ = origin.commit("weaken the login test", files={LOGIN: "assert True\n"})
+    origin.push()
+    m = mirror(origin, tmp_path)
+    claim = ((n_[:7], m_[:7]), ("main",))
+    [locked] = m.check_all([claim], bases=[base], locked=["tests/**"])
+    [clean] = m.check_all([claim], bases=[base])
+    assert (locked.state, locked.commit, locked.paths) == ("locked", n_, (LOGIN,))
+    assert locked.reason == f"commit {n_[:7]} touches locked paths: {LOGIN}"
+    # No locked paths: the top (N) is where the check runs, and both commits are the work.
+    assert (clean.state, clean.commit, clean.new, clean.claimed) == (
+        "verified",
+        n_,
+        (m_, n_),
+        (n_, m_),
+    )
+
+
+def test_a_locked_edit_in_the_middle_of_the_range_is_held(origin: Origin, tmp_path: Path) -> None:
+    """Edited and reverted between the base and the claim: the range's diff is clean, the
+    commit that made the edit is not."""
+    base = git(origin.bare, "rev-parse", "refs/heads/main")
+    first = origin.commit("start")
+    edit = origin.commit("edit the test", files={LOGIN: "assert True\n"})
+    origin.commit("put it back", files={LOGIN: None})
+    claim = origin.commit("finish")
+    origin.push()
+    assert git(origin.bare, "diff", "--name-only", f"{base}...{claim}") == "log.txt"
+    [check] = mirror(origin, tmp_path).check_all(
+        [((claim[:7],), ("main",))], bases=[base], locked=["tests/**"]
+    )
+    assert (check.state, check.commit, check.paths) == ("locked", edit, (LOGIN,))
+    assert check.reason == f"commit {edit[:7]} touches locked paths: {LOGIN}"
+    assert first != edit
+
+
+def test_two_tasks_claiming_from_one_range(origin: Origin, tmp_path: Path) -> None:
+    """Both sent at one base; T1's agent pushed A, T2's pushed B on top. Each range holds what
+    it names and what lies below; the crediting (patrol.settle) gives each its own."""
+    from xaf_hub.patrol.settle import Settlement, settle_claim
+
+    base = git(origin.bare, "rev-parse", "refs/heads/main")
+    a = origin.commit("T1's work")
+    b = origin.commit("T2's work")
+    origin.push()
+    t1, t2, both = mirror(origin, tmp_path).check_all(
+        [((a[:7],), ("main",)), ((b[:7],), ("main",)), ((a[:7], b[:7]), ("main",))],
+        bases=[base, base, base],
+    )
+    assert (t1.commit, t1.new, t1.claimed) == (a, (a,), (a,))
+    assert (t2.commit, t2.new, t2.claimed) == (b, (a, b), (b,))
+    assert (both.commit, both.new, both.claimed) == (b, (a, b), (a, b))
+    claims = {a: ["T1"], b: ["T2"]}
+    done = {}
+    for task, check in (("T2", t2), ("T1", t1)):  # either order
+        out = settle_claim(Settlement("done"), check, claims=claims, credited=done, task=task)
+        assert out.action == "done", out
+        done.update(dict.fromkeys(out.commits, task))
+    assert done == {a: "T1", b: "T2"}
+    # A later task naming both: A is T1's, credited already; it waits for a person.
+    late = settle_claim(Settlement("done"), both, credited=done, task="T3")
+    assert (late.action, late.judged) == ("keep", "already credited")
+
+
+def test_claims_on_diverging_lines_wait_for_a_person(origin: Origin, tmp_path: Path) -> None:
+    base = git(origin.bare, "rev-parse", "refs/heads/main")
+    one = origin.commit("one line", branch="feature/one")
+    origin.push("feature/one")
+    git(origin.work, "checkout", "-q", base)
+    two = origin.commit("another line", branch="feature/two")
+    origin.push("feature/two")
+    git(origin.work, "checkout", "-q", "feature/one")
+    git(origin.work, "merge", "-q", "--no-edit", "-s", "ours", "feature/two")
+    merged = git(origin.work, "rev-parse", "HEAD")
+    origin.push("feature/one")
+    m = mirror(origin, tmp_path)
+    apart, joined = m.check_all(
+        [((one[:7], two[:7]), ()), ((one[:7], merged[:7], two[:7]), ())], bases=[base, base]
+    )
+    assert apart.state == "diverged" and apart.commit == ""
+    assert apart.reason.startswith("claimed commits ") and one[:7] in apart.reason
+    assert apart.reason.endswith("are on diverging lines: none of them holds all the others")
+    # The merge of both named too: it holds them, the check runs there.
+    assert (joined.state, joined.commit, set(joined.new)) == (
+        "verified",
+        merged,
+        {one, two, merged},
+    )
+
+
+def test_too_long_a_range_waits_for_a_person(
+    origin: Origin, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from xaf_hub.store import repository
+
+    monkeypatch.setattr(repository, "MAX_RANGE", 3)
+    base = git(origin.bare, "rev-parse", "refs/heads/main")
+    for i in range(3):
+        origin.commit(f"step {i}")
+    three = git(origin.work, "rev-parse", "HEAD")
+    four = origin.commit("one too many")
+    origin.push()
+    ok, many = mirror(origin, tmp_path).check_all(
+        [((three[:7],), ("main",)), ((four[:7],), ("main",))], bases=[base, base]
+    )
+    assert (ok.state, len(ok.new)) == ("verified", 3)
+    assert (many.state, many.commit) == ("too_many", four)
+    assert many.reason == (
+        f"more than 3 commits between the task's base {base[:7]} and claimed commit {four[:7]}"
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "glob"),
+    [
+        ("tests/测试_登录.py", "tests/**"),
+        ("tests/测试_登录.py", "tests/测试_登录.py"),
+        ("tests/测试_登录.py", "测试_*.py"),
+        ("tests/a\nb.py", "tests/**"),
+        ("tests/a\nb.py", "tests/a\nb.py"),
+        ('tests/"quoted"\tand tab.py', "tests/**"),
+        ('tests/"quoted"\tand tab.py', 'tests/"quoted"\tand tab.py'),
+    ],
+)
+def test_locked_paths_are_compared_exactly(
+    origin: Origin, tmp_path: Path, name: str, glob: str
+) -> None:
+    """git quotes such names in its usual output ("tests/\\346..."); read with -z they come
+    through as they are and the lock holds, in the commit's own change and in the range's."""
+    base = git(origin.bare, "rev-parse", "refs/heads/main")
+    edit = origin.commit("edit it", files={name: "x\n"})
+    origin.push()
+    m = mirror(origin, tmp_path)
+    ranged, own = m.check_all(
+        [((edit[:7],), ("main",)), ((edit[:7],), ("main",))], bases=[base, None], locked=[glob]
+    )
+    assert (ranged.state, ranged.paths) == ("locked", (name,))
+    assert (own.state, own.paths) == ("locked", (name,))
+    # The reason stays one line: a name holding a control character is quoted with escapes.
+    assert "\n" not in ranged.reason and "\t" not in ranged.reason
+    # A near name is not locked: the comparison is exact, not by a lookalike.
+    [near] = m.check_all([((edit[:7],), ("main",))], bases=[base], locked=[glob + "x"])
+    assert near.state == "verified"

@@ -377,6 +377,7 @@ def answer_waiting(ctx: Context, target: AnswerTarget) -> dict[str, Any]:
 
 def send_answer(ctx: Context, target: AnswerTarget) -> int:
     """Answer one waiting request and say what was sent."""
+    from xaf_hub.core.runstate import asked_line
     from xaf_hub.core.text import dumps
 
     doc = answer_waiting(ctx, target)
@@ -384,5 +385,5 @@ def send_answer(ctx: Context, target: AnswerTarget) -> int:
         ctx.out(dumps(doc))
     else:
         ctx.out(f"{doc['reply']}: {doc['id']} of {doc['session_id']} on {doc['instance']} "
-                f"({doc['asked']})")
+                f"({asked_line(doc['asked'])})")
     return 0

@@ -268,6 +268,7 @@ def listing(ctx: Context, opts: ListOptions) -> dict[str, Any]:
             {
                 **t.to_json(),
                 "commit": t.commit,
+                "commits": list(t.commits),
                 "verified": t.verified,
                 "state": _state(t, data.tasks, now, max_attempts),
             }
@@ -372,7 +373,13 @@ def shown(ctx: Context, opts: ShowOptions) -> tuple[Task, str]:
 
 def show_document(task: Task, state: str) -> dict[str, Any]:
     """What `backlog show --json` prints (and the MCP tool answers)."""
-    return {**task.to_json(), "commit": task.commit, "verified": task.verified, "state": state}
+    return {
+        **task.to_json(),
+        "commit": task.commit,
+        "commits": list(task.commits),
+        "verified": task.verified,
+        "state": state,
+    }
 
 
 def _show(ctx: Context, opts: ShowOptions) -> int:
@@ -433,7 +440,7 @@ def _set(ctx: Context, opts: SetOptions) -> int:
         if opts.status != current.status:
             # What the patrol verified (and the check it ran) belongs to the old status; a
             # person's "done" is theirs (verified stays null: the hub did not look).
-            change.update(commit=None, verified=None, **unjudged())
+            change.update(commit=None, commits=(), verified=None, **unjudged())
         if opts.status == "pending" and current.status != "pending":
             # Back to the pool: the old session no longer stands for this task.
             change.update(undispatched())

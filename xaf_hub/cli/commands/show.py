@@ -215,6 +215,11 @@ def run(ctx: Context) -> int:
         rows.insert(4, ("answer", answer_hint(s.waiting)))
     for key, value in rows:
         ctx.out(f"{key + ':':<11}{value}")
+    asked = s.waiting.asked.splitlines() if s.running and s.waiting is not None else []
+    if len(asked) > 1:  # the state line shows the first: here all of them
+        ctx.out(f"\nasked ({len(asked)} lines):")
+        for line in asked:
+            ctx.out(f"  {line}")
     for label, msg in (("last prompt", found.prompt), ("last answer", found.answer)):
         if msg is None:
             ctx.out(f"\n{label}: (none in the newest {opts.limit} messages)")

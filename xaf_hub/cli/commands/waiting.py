@@ -62,7 +62,7 @@ def document(found: Waiters, now: int) -> dict[str, Any]:
 
 def run(ctx: Context) -> int:
     """Scan, list the requests, name who could not say."""
-    from xaf_hub.core.runstate import answer_hint
+    from xaf_hub.core.runstate import answer_hint, asked_line
     from xaf_hub.errors import ExitCode
 
     found = look(ctx, ctx.options(Options))
@@ -79,7 +79,7 @@ def run(ctx: Context) -> int:
                 p.session.id,
                 shorten(p.session.title, 30),
                 p.waiting.permission or p.waiting.kind,
-                shorten(p.waiting.asked, 60),
+                shorten(asked_line(p.waiting.asked), 60),
                 " / ".join(",".join(c) for c in p.waiting.choices)
                 or ",".join(p.waiting.always),
                 ago(p.waiting.since, now) if p.waiting.since else "?",

@@ -3,14 +3,16 @@
 **Settling** a ``dispatched`` task looks at its session:
 
 * finished cleanly (last run succeeded, not running) -> ``done``; with ``project.repository``
-  only once the commit its final answer names is found on the expected branch (one fetch of the
-  hub's mirror per round, ``store.repository``), is newer than the task's ``base`` (the tip when
-  it was sent), is credited to no other task, touches no ``project.locked_paths`` and passes
-  ``project.check_command``: ``commit``, ``verified: true`` and ``judged`` (which rule). A
-  failed check goes back to the same session (``project.check_retries``) with the output's
-  end; a claim that is missing, ambiguous, old, locked, credited elsewhere, no hash at all, or
-  a check failed with no retry left -> left ``dispatched`` under "needs a person"; the remote
-  unreadable -> left as it is, checked again next round;
+  only once every commit of its work is judged (one fetch of the hub's mirror per round,
+  ``store.repository``): the commits its final answer names, on the expected branch, newer than
+  the task's ``base`` (the tip when it was sent), on one line whose top passes
+  ``project.check_command``, and every commit between the base and that top clean of
+  ``project.locked_paths``: ``commit`` (the top), ``commits`` (those credited to it),
+  ``verified: true`` and ``judged`` (which rule). A failed check goes back to the same session
+  (``project.check_retries``) with the output's end; a claim that is missing, ambiguous, old,
+  diverging, too long, locked, credited elsewhere, no hash at all, or a check failed with no
+  retry left -> left ``dispatched`` under "needs a person"; the remote unreadable -> left as
+  it is, checked again next round;
 * failed for a *task* reason (context overflow, output too long, content filter, a 4xx the
   provider gave for the request itself...) -> back to ``pending`` with one attempt used and a
   back-off (``Backlog.requeue(infrastructure=False)``);
@@ -58,7 +60,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 
 from xaf_hub.config.load import InstanceConfig
-from xaf_hub.core.commits import claimed_commits
+from xaf_hub.core.commits import claimed_commits, short
 from xaf_hub.core.discipline import base_commit, expected_branches
 from xaf_hub.core.records import Room, SessionRecord
 from xaf_hub.errors import (
@@ -96,6 +98,7 @@ from xaf_hub.patrol.settle import (
     NO_ANSWER_GRACE,
     Settlement,
     Sighting,
+    credited_commits,
     is_infrastructure_failure,
     names_model,
     retry_text,
@@ -529,18 +532,21 @@ async def settle_dispatched(
         verdict = settle(task, seen, now, patrol.stale_minutes, grace, young)
         judged.append((task, inst, seen, verdict))
     checks = await _verify(pctx, cycle, [(t, i, s) for t, i, s, v in judged if v.action == "done"])
-    # Each commit is credited to one task: those done before, and those done this round.
-    credited = {
-        t.commit: t.id for t in tasks
-        if t.commit and (t.status == "done" or t.landing in ("ready", "person"))
-    }
+    # Each commit is credited to one task: those done before, and those done this round; a
+    # commit another task's answer names this round is that task's.
+    credited = credited_commits(tasks)
+    claims: dict[str, list[str]] = {}
+    for tid, (answer, _) in checks.items():
+        for c in answer.claimed:
+            claims.setdefault(c, []).append(tid)
     checked = [0.0]  # seconds of project checks this round (bounded: see _run_check)
     for task, inst, seen, first in judged:
         key = (task.dispatched_to or "", task.session_id or "")
         check, where = checks.get(task.id, (None, ""))
-        owners = [credited.get(c, "") for c in (check.new or (check.commit,))] if check else []
-        credited_to = next((o for o in owners if o and o != task.id), "")
-        verdict = settle_claim(first, check, credited_to, where)
+        shared = inst is None or inst.branch_policy == "mainline"
+        verdict = settle_claim(
+            first, check, where, shared=shared, credited=credited, claims=claims, task=task.id
+        )
         try:
             verdict = await _run_check(pctx, task, verdict, checked)
             if verdict.action == "done":
@@ -553,9 +559,11 @@ async def settle_dispatched(
                 if task.branch and verdict.verified and pctx.cfg.repository.integrate != "off":
                     # Its own branch: done once it has landed (patrol.jobs.land, or a person).
                     pctx.backlog().mark_ready(
-                        task, commit=verdict.commit, judged=verdict.judged or None, check=ran
+                        task, commit=verdict.commit, commits=verdict.commits,
+                        judged=verdict.judged or None, check=ran,
                     )
-                    credited[verdict.commit] = task.id
+                    for c in verdict.commits:
+                        credited[c] = task.id
                     cycle.log.add(pctx, Action(
                         STEP, "verified", "ok", key[0], key[1], task=task.id, title=task.title,
                         detail=f"verified, ready to land: {verdict.judged or verdict.commit}",
@@ -565,14 +573,19 @@ async def settle_dispatched(
                     task.id,
                     now,
                     commit=verdict.commit or None,
+                    commits=verdict.commits,
                     verified=verdict.verified,
                     expected=task,  # a person's change during the verification stands
                     judged=verdict.judged or None,
                     check=ran,
                 )
-                if verdict.commit:
-                    credited[verdict.commit] = task.id
-                proof = {"commit": verdict.commit} if verdict.verified else {}
+                for c in verdict.commits:
+                    credited[c] = task.id
+                proof = (
+                    {"commit": verdict.commit, "commits": list(verdict.commits)}
+                    if verdict.verified
+                    else {}
+                )
                 pctx.audit(
                     "patrol.backlog",
                     instance=key[0],
@@ -582,6 +595,10 @@ async def settle_dispatched(
                     extra={"task": task.id, **proof},
                 )
                 said = f"verified: commit {verdict.commit} on the repository" if proof else ""
+                if len(verdict.commits) > 1:
+                    more = len(verdict.commits) - 10
+                    said += ", credited with " + ", ".join(map(short, verdict.commits[:10]))
+                    said += f" and {more} more" if more > 0 else ""
                 if verdict.judged:
                     said += f" ({verdict.judged})"
                 cycle.log.add(

@@ -113,6 +113,7 @@ def test_a_family_rests_until_the_next_clock_time(hub: Hub) -> None:
         (("models", "rest", FREE), "--until TIME is required"),
         (("models", "rest", FREE, "--until", "tomorrow-ish"), "is not a time"),
         (("models", "rest", FREE, "--until", "2020-01-01T00:00"), "not in the future"),
+        (("models", "rest", FREE, "--until", "99999999999999d"), "further off than a calendar"),
         (("models", "list", FREE), "list takes no"),
     ],
 )

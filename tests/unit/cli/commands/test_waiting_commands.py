@@ -59,3 +59,31 @@ def test_approve_deny_answer_print_what_was_sent(tmp_path: Path) -> None:
     code, out, err = run(tmp_path, server, "deny", "per_aaa1", "-m", "not today")
     assert code == 0 and out.startswith("denied (not today): per_aaa1"), err
     assert server.replies[-1][1] == {"reply": "reject", "message": "not today"}
+
+
+MULTI = "git status\ntouch x\n\nrm -rf build"
+
+
+def test_a_command_of_several_lines_is_shown_as_its_lines(tmp_path: Path) -> None:
+    server = fleet_with_both()
+    server.permissions[0]["metadata"] = {"command": MULTI}
+    # The table says more lines follow, before anything a narrow terminal would cut.
+    code, out, err = run(tmp_path, server, "waiting")
+    assert code == 0, err
+    [row] = [line for line in out.splitlines() if "per_aaa1" in line]
+    assert "[4 lines] git status" in row and "touch" not in row
+    # --json carries it whole.
+    code, out, _ = run(tmp_path, server, "waiting", "--json")
+    assert json.loads(out)["waiting"][0]["asked"] == MULTI
+    # show: the first line in the state, then every line.
+    code, out, err = run(tmp_path, server, "show", "ses_perm")
+    assert code == 0, err
+    assert ": permission bash: [4 lines] git status; last run" in out
+    lines = out.splitlines()
+    at = lines.index("asked (4 lines):")
+    assert lines[at + 1 : at + 5] == ["  git status", "  touch x", "  ", "  rm -rf build"]
+    # approve: one line said; the audit carries it whole.
+    code, out, err = run(tmp_path, server, "approve", "per_aaa1")
+    assert code == 0 and out.strip().endswith("([4 lines] git status)"), err
+    audit = (tmp_path / "home" / "audit.log").read_text("utf-8").splitlines()
+    assert json.loads(audit[-1])["asked"] == MULTI
