@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from tests.fleet import Hub
@@ -212,6 +213,7 @@ def rows(hub: Hub) -> dict[str, dict[str, Any]]:
     return {t["id"]: t for t in listed["tasks"]}
 
 
+@pytest.mark.core
 def test_three_tasks_at_once_each_land_once_and_nothing_is_lost(
     hub: Hub, tmp_path: Path
 ) -> None:
@@ -327,3 +329,33 @@ def test_a_hub_killed_after_its_push_lands_the_task_once(hub: Hub, tmp_path: Pat
     patrol_until(hub, lambda: rows(hub)["K"].get("landing") == "landed")
     assert git(origin.bare, "rev-parse", "main") == landed  # nothing pushed a second time
     assert rows(hub)["K"]["landed"] == landed
+
+
+def test_cleanup_removes_only_worktrees_that_hold_nothing_unpushed(
+    hub: Hub, tmp_path: Path
+) -> None:
+    """Two worktrees no task has (made on the server by someone else): cleanup lists both,
+    and --execute removes the clean one and keeps the one with a commit no remote holds."""
+    _, checkout = server_checkout(hub, tmp_path)
+    server = hub.server(INSTANCE)
+    made = []
+    for name in ("stray-clean", "stray-work"):
+        r = httpx.post(f"{server.url}/experimental/worktree", params={"directory": str(checkout)},
+                       json={"name": name}, auth=("opencode", hub.password(INSTANCE)), timeout=30)
+        assert r.status_code == 200, r.text
+        made.append(Path(r.json()["directory"]))
+    clean, work = made
+    hub.wait_for(lambda: (work / "local.txt").exists(), timeout=30)  # filled by the server
+    (work / "mine.txt").write_text("only here\n")
+    git(work, "add", "mine.txt")
+    git(work, "commit", "-q", "-m", "only in this worktree")
+    code, doc = hub.cli_json("cleanup", "--instance", INSTANCE)
+    assert code == 0, doc
+    listed = {w["directory"]: w for w in doc["instances"][0]["worktrees"]}
+    assert {Path(d) for d in listed} == {clean, work}
+    assert all(w["why"] == "abandoned" and w["action"] == "would remove" for w in listed.values())
+    code, doc = hub.cli_json("cleanup", "--instance", INSTANCE, "--execute")
+    assert code == 0, doc
+    acted = {Path(w["directory"]): w["action"] for w in doc["instances"][0]["worktrees"]}
+    assert acted[clean] == "removed" and not clean.exists()
+    assert acted[work] == "kept: 1 commit(s) on no remote branch" and work.exists()

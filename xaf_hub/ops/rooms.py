@@ -10,6 +10,7 @@ the server's checkout last pulled); ``close_room`` removes it and its local bran
 from __future__ import annotations
 
 import base64
+import contextlib
 import re
 from collections.abc import Iterable
 from dataclasses import replace
@@ -88,9 +89,13 @@ def base_script(base_branch: str) -> str:
         f"git fetch --quiet origin {base_branch} && git reset --quiet --hard FETCH_HEAD && "
         'echo "xaf-hub-base $(git rev-parse HEAD)"'
     )
-    # Handed over encoded: servers run it through shells that expand and quote differently.
-    packed = base64.b64encode(script.encode()).decode()
-    return f"echo {packed} | base64 -d | sh"
+    return _packed(script)
+
+
+def _packed(script: str) -> str:
+    """``script`` handed over encoded: servers run it through shells that expand and quote
+    differently, and this way none does."""
+    return f"echo {base64.b64encode(script.encode()).decode()} | base64 -d | sh"
 
 
 def based_commit(output: str) -> str:
@@ -146,3 +151,35 @@ async def close_room(client: OpencodeClient, room: Room) -> str:
     except HubError as exc:
         return f"its worktree {room.directory} stays on {client.name} ({exc})"
     return ""
+
+
+# Nothing of a worktree's would be lost if it went: no change left uncommitted, no commit that no
+# remote branch holds (after a fetch). The script prints a line per thing that would be lost.
+_KEEPS = (
+    "git fetch -q origin 2>/dev/null; git status --porcelain | sed 's/^/changed: /'; "
+    'own=$(git symbolic-ref -q HEAD); '
+    "git for-each-ref --format='%(refname)' refs/heads | grep -vxF \"$own\" | "
+    "xargs git log --format='unpushed: %H' HEAD --not --remotes"
+)
+
+
+def keeps_command() -> str:
+    """The shell command that prints what removing the worktree it runs in would lose."""
+    return _packed(_KEEPS)
+
+
+async def what_stays(client: OpencodeClient, directory: str) -> str:
+    """Why removing the worktree ``directory`` would lose work ("": it would lose nothing),
+    asked through a throw-away session's shell on its server."""
+    probe = await client.create_session(directory, "xaf-hub cleanup: is everything pushed?")
+    try:
+        said = await client.shell(probe.id, directory, keeps_command())
+    finally:
+        with contextlib.suppress(HubError):
+            await client.delete(probe.id, directory)
+    changed = sum(1 for line in said.splitlines() if line.startswith("changed: "))
+    unpushed = sum(1 for line in said.splitlines() if line.startswith("unpushed: "))
+    parts = [f"{n} {what}" for n, what in (
+        (changed, "uncommitted change(s)"), (unpushed, "commit(s) on no remote branch"),
+    ) if n]
+    return ", ".join(parts)

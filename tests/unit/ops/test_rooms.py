@@ -11,7 +11,7 @@ import pytest
 from tests.gitrepo import git, make_origin
 from xaf_hub.errors import UsageError
 from xaf_hub.fleet.wire import session_from_classic
-from xaf_hub.ops.rooms import base_script, based_commit, room_name
+from xaf_hub.ops.rooms import base_script, based_commit, keeps_command, room_name
 
 
 def test_a_room_is_named_after_its_task() -> None:
@@ -62,3 +62,29 @@ def test_a_listed_session_names_the_checkout_of_its_worktree() -> None:
     assert session_from_classic(plain).checkout == ""
     assert session_from_classic(loose).checkout == ""
     assert session_from_classic({"id": "ses_4", "project": "junk"}).checkout == ""
+
+
+def test_a_worktree_keeps_what_no_remote_holds(tmp_path: Path) -> None:
+    """The script cleanup asks before removing a worktree: silent when nothing would be lost
+    (a commit the checkout's own branch holds is not lost), a line for each uncommitted change
+    and each commit that only the worktree's branch holds."""
+    origin = make_origin(tmp_path / "remote")
+    checkout = tmp_path / "checkout"
+    git(tmp_path, "clone", "-q", str(origin.bare), str(checkout))
+    git(checkout, "commit", "-q", "--allow-empty", "-m", "the checkout's own, unpushed")
+    room = tmp_path / "room"
+    git(checkout, "worktree", "add", "-q", "-b", "opencode/t-1", str(room))
+
+    def said() -> str:
+        done = subprocess.run(["bash", "-lc", keeps_command()], cwd=room, capture_output=True,
+                              text=True, check=False)
+        return done.stdout
+
+    assert said() == ""
+    (room / "new.txt").write_text("x\n")
+    assert said() == "changed: ?? new.txt\n"
+    git(room, "add", "new.txt")
+    git(room, "commit", "-q", "-m", "only here")
+    assert said() == f"unpushed: {git(room, 'rev-parse', 'HEAD')}\n"
+    git(room, "push", "-q", "origin", "HEAD")
+    assert said() == ""
