@@ -20,13 +20,13 @@ from typing import Literal
 
 from xaf_hub.config.load import Config
 from xaf_hub.core.commits import short
-from xaf_hub.core.records import Room
+from xaf_hub.core.records import Room, SessionRecord
 from xaf_hub.errors import BusyError, UsageError
 from xaf_hub.fleet.scan import build_record
 from xaf_hub.ops.context import OpsContext
 from xaf_hub.ops.planner import plan_reuse
-from xaf_hub.ops.rooms import close_room
-from xaf_hub.ops.send import build_prompt, pool_discipline, send_work
+from xaf_hub.ops.rooms import close_room, in_room
+from xaf_hub.ops.send import SendResult, build_prompt, pool_discipline, send_work
 from xaf_hub.store import landing
 from xaf_hub.store.repository import CheckRun, GitFailed, Mirror
 from xaf_hub.store.tasks import Task, format_instant
@@ -244,23 +244,35 @@ def _base_tip(ops: OpsContext) -> str | None:
         return None
 
 
-async def send_back(ops: OpsContext, task: Task, text: str, **fields: object) -> None:
-    """Send ``text`` into the task's own session (its discipline with it) through the gate,
-    writing ``fields`` on its row first; the task is judged again when that run ends."""
+async def send_back(
+    ops: OpsContext,
+    task: Task,
+    text: str,
+    *,
+    rec: SessionRecord | None = None,
+    override: str | None = None,
+    command: str = "land.send_back",
+    **fields: object,
+) -> SendResult:
+    """Send ``text`` into the task's own session (``rec`` when the caller has read it; the
+    discipline with it) through the gate, writing ``fields`` on its row first (and when it was
+    sent: it is judged again once that run ends). BusyError when its server is full."""
     if not task.dispatched_to or not task.session_id:
         raise UsageError(f"task {task.id} has no session to send it back to")
     inst = ops.cfg.instance(task.dispatched_to)
     async with ops.client(inst) as client:
-        s = await client.get_session(task.session_id, task.worktree)
-        rec = replace(build_record(inst, s, None, True), branch=task.branch or "")
-        override, _ = pool_discipline(ops)
-        prompt = build_prompt(ops, inst, text, task.title, override, room=bool(task.worktree))
+        if rec is None:
+            s = await client.get_session(task.session_id, task.worktree)
+            rec = replace(build_record(inst, s, None, True), branch=task.branch or "")
+        if override is None:
+            override, _ = pool_discipline(ops)
+        prompt = build_prompt(ops, inst, text, task.title, override, room=in_room(inst, rec))
         stamp = {"dispatched_at": format_instant(ops.now())}
 
         def record(_: str, __: Room | None) -> None:
             ops.backlog().revise(task, **fields, **stamp)
 
-        await send_work(
-            ops, plan_reuse(inst, rec, via=f"land ({task.id})"), prompt, task.model,
-            client, command="land.send_back", steer=False, before_prompt=record,
+        return await send_work(
+            ops, plan_reuse(inst, rec, via=f"{command} ({task.id})"), prompt, task.model,
+            client, command=command, steer=False, before_prompt=record,
         )

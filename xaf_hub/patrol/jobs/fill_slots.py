@@ -80,6 +80,7 @@ from xaf_hub.ops import budget
 from xaf_hub.ops.context import Fleet, OpsContext
 from xaf_hub.ops.decisions import decisions_from, people_interrupts
 from xaf_hub.ops.heal import heal_candidate
+from xaf_hub.ops.land import send_back
 from xaf_hub.ops.load import instance_load
 from xaf_hub.ops.models import choose_model, untried_model
 from xaf_hub.ops.planner import (
@@ -87,9 +88,8 @@ from xaf_hub.ops.planner import (
     InstanceView,
     new_session_directory,
     plan_create,
-    plan_reuse,
 )
-from xaf_hub.ops.rooms import in_room, room_name
+from xaf_hub.ops.rooms import room_name
 from xaf_hub.ops.send import build_prompt, send_work
 from xaf_hub.patrol.context import Cycle, pool_discipline
 from xaf_hub.patrol.jobs.land import land_ready
@@ -109,7 +109,6 @@ from xaf_hub.patrol.settle import (
 from xaf_hub.store.backlog import InfraPolicy, Task, is_blocked, parse_instant, pick_tasks
 from xaf_hub.store.gate import Gate
 from xaf_hub.store.repository import Check, CheckRun, GitFailed, Mirror, remote_name
-from xaf_hub.store.tasks import format_instant
 
 __all__ = [
     "JUST_DISPATCHED",
@@ -639,7 +638,7 @@ async def settle_dispatched(
                 )
             elif verdict.action == "retry":
                 assert inst is not None and seen.session is not None
-                await _send_back(pctx, cycle, inst, seen.session, task, verdict, now)
+                await _send_back(pctx, cycle, inst, seen.session, task, verdict)
             elif verdict.reason:
                 _note_judged(pctx, task, verdict)
                 kind = "person" if verdict.person else "keep"
@@ -765,42 +764,21 @@ async def _send_back(
     rec: SessionRecord,
     task: Task,
     verdict: Settlement,
-    now: datetime,
 ) -> None:
     """A failed check goes back to the same session once more, with the output's end and the
-    discipline (``send_work``, like every send); the row records the retry before the prompt."""
+    discipline (``ops.land.send_back``); the row records the retry before the prompt."""
     run = verdict.check
     assert run is not None
     repo = pctx.cfg.repository
-    override = pool_discipline(pctx, cycle.log, STEP)
     text = retry_text(repo.check_command, verdict.commit, run)
-    prompt = build_prompt(pctx, inst, text, task.title, override, room=in_room(inst, rec))
     key = (inst.name, rec.id)
-
-    def record(_: str, __: Room | None) -> None:
-        pctx.backlog().note_check(
-            task,
-            judged=verdict.judged,
-            check="failed",
-            check_commit=verdict.commit,
-            check_output=run.tail,
-            check_retries=(task.check_retries or 0) + 1,
-            dispatched_at=format_instant(now),  # judged again once the new run shows
-        )
-
-    plan = plan_reuse(inst, rec, via=f"patrol check retry ({task.id})")
     try:
-        async with pctx.client(inst) as client:
-            sent = await send_work(
-                pctx,
-                plan,
-                prompt,
-                task.model,
-                client,
-                command="patrol.check_retry",
-                steer=False,
-                before_prompt=record,
-            )
+        sent = await send_back(
+            pctx, task, text, rec=rec, override=pool_discipline(pctx, cycle.log, STEP),
+            command="patrol.check_retry", judged=verdict.judged, check="failed",
+            check_commit=verdict.commit, check_output=run.tail,
+            check_retries=(task.check_retries or 0) + 1,
+        )
     except BusyError as exc:
         cycle.log.add(
             pctx,
