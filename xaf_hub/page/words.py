@@ -242,6 +242,10 @@ TEXT: dict[str, tuple[str, str]] = {
     "queue.waiting": ("waiting to start", "等待开始"),
     "queue.in_progress": ("in progress", "进行中"),
     "queue.done": ("done", "已完成"),
+    "queue.to_land": (
+        "verified, ready to land on the main branch (`xaf-hub land ID` when a person lands)",
+        "已验证，待合入主分支（需人工合入时运行 `xaf-hub land ID`）",
+    ),
     "queue.ended_badly": (
         "ended without success (the autopilot retries them)",
         "未成功结束（自动巡检会重试）",

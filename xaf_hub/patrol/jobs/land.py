@@ -12,6 +12,8 @@ from xaf_hub.ops.land import land, tidy
 from xaf_hub.patrol.context import Cycle
 
 STEP = "land"
+# What a landing did -> the report's section (patrol.report.SECTIONS) its action goes to.
+_KINDS = {"landed": "landed", "sent_back": "retry", "person": "person"}
 
 
 async def land_ready(pctx: OpsContext, cycle: Cycle) -> None:
@@ -27,9 +29,10 @@ async def land_ready(pctx: OpsContext, cycle: Cycle) -> None:
         try:
             if task.landing == "ready" and repo.integrate == "auto":
                 done = await land(pctx, task.id)
+                kind = _KINDS.get(done.result, "keep")
                 outcome = "ok" if done.result in ("landed", "sent_back") else "skipped"
                 cycle.log.add(pctx, Action(
-                    STEP, done.result, outcome, key[0], key[1], task=task.id, title=task.title,
+                    STEP, kind, outcome, key[0], key[1], task=task.id, title=task.title,
                     detail=done.detail,
                 ))
                 if done.result == "sent_back":
