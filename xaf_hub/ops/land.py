@@ -31,7 +31,7 @@ from xaf_hub.store import landing
 from xaf_hub.store.repository import CheckRun, GitFailed, Mirror
 from xaf_hub.store.tasks import Task, format_instant
 
-LANDING = "landing"  # the gate lock every landing holds
+LANDING = "@landing"  # the gate lock every landing holds (no instance is called that)
 MOVED_TRIES = 3  # the base moved under the push this many times: the task waits a round
 
 Result = Literal["landed", "sent_back", "person", "waiting", "dropped"]

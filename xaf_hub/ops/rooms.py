@@ -22,8 +22,9 @@ from xaf_hub.errors import ApiError, HubError, RoomFailed, UsageError
 from xaf_hub.fleet.client import OpencodeClient
 from xaf_hub.store.tasks import Task
 
-# How long the server may take to fill a new worktree before it counts as failed (polls of 0.1 s).
-READY_POLLS = 300
+# How long the server may take to fill a new worktree (polls of 0.1 s), well inside a read's
+# time-out; then the script goes on and the reset reports what it finds.
+READY_POLLS = 100
 _BASED = re.compile(r"xaf-hub-base ([0-9a-f]{40})")
 _BRANCH = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]*$")
 
@@ -133,7 +134,11 @@ async def start_room(
 ) -> Room:
     """Wait for the server to fill the worktree, then start its branch from
     ``origin/<base_branch>`` (through the session's shell: the server's git and credentials)."""
-    said = await client.shell(session_id, room.directory, base_script(base_branch))
+    try:
+        said = await client.shell(session_id, room.directory, base_script(base_branch))
+    except HubError as exc:  # the prompt never left: the caller takes the room back
+        raise RoomFailed(f"{client.name}: the worktree {room.directory} did not start: {exc}") \
+            from exc
     commit = based_commit(said)
     if not commit:
         tail = " / ".join(line.strip() for line in said.strip().splitlines()[-3:] if line.strip())
