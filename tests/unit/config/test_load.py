@@ -11,6 +11,7 @@ import pytest
 
 from xaf_hub.config.credentials import pw_env_name
 from xaf_hub.config.load import UNCONTAINED, MatchRule, load_config
+from xaf_hub.core.commits import RUNNER_CONFIG, locked_paths
 from xaf_hub.errors import ConfigError
 
 
@@ -303,6 +304,18 @@ def test_project_checks_of_done_work(tmp_path: Path) -> None:
     assert repo.locked_paths == ("tests/**", ".ci/**")
 
 
+def test_the_test_runners_configuration_is_locked_by_default(tmp_path: Path) -> None:
+    doc = base(project={"name": "shop", "repository": "/srv/origin.git", "locked_paths": ["t/**"]})
+    repo = load_config(write(tmp_path / "config.json", doc)).repository
+    assert repo.locked_defaults and repo.locked == ("t/**", *RUNNER_CONFIG)
+    changed = ["GNUmakefile", "lib/conftest.py", "package.json", ".github/workflows/ci.yml",
+               "pyproject.toml", "sub/Makefile", "t/test_a.py", "src/app.py", "docs/make.md"]
+    assert locked_paths(changed, repo.locked) == tuple(changed[:7])
+    doc["project"]["locked_defaults"] = False  # the project names its own list
+    repo = load_config(write(tmp_path / "config.json", doc)).repository
+    assert repo.locked == ("t/**",)
+
+
 def test_the_check_reaches_what_the_config_names(tmp_path: Path) -> None:
     doc = base(project={"name": "shop", "repository": "/srv/origin.git"})
     repo = load_config(write(tmp_path / "config.json", doc)).repository
@@ -339,6 +352,7 @@ def test_the_check_reaches_what_the_config_names(tmp_path: Path) -> None:
          f"'project.check_uncontained': must be exactly {UNCONTAINED!r}"),
         ({"repository": "/o.git", "check_uncontained": True}, "check_uncontained': expected"),
         ({"repository": "/o.git", "check_paths": ["opt/jdk"]}, "check_paths[0]': must be an abs"),
+        ({"repository": "/o.git", "locked_defaults": "no"}, "'project.locked_defaults': expected"),
     ],
 )
 def test_project_repository_errors(tmp_path: Path, project: dict[str, Any], message: str) -> None:

@@ -655,7 +655,7 @@ async def _verify(
         wanted.append((claimed_commits(answer), branches))
     mirror = _mirror(pctx)
     bases = [task.base for task, _, _ in finished]
-    checks = await asyncio.to_thread(mirror.check_all, wanted, bases, repo.locked_paths)
+    checks = await asyncio.to_thread(mirror.check_all, wanted, bases, repo.locked)
     if mirror.rebuilt:
         cycle.log.note(pctx, f"{STEP}: {mirror.rebuilt}")
     return {
