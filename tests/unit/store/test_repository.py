@@ -457,9 +457,9 @@ def test_a_check_out_of_time_is_killed_with_all_it_started(origin: Origin, tmp_p
     sha = git(origin.bare, "rev-parse", "refs/heads/main")
     m = mirror(origin, tmp_path)
     m.fetch()
-    marker = f"xafhubcheck{os.getpid()}"
+    marker = f"301.{os.getpid()}"  # in the command lines of the sleeps it starts
     started = time.monotonic()
-    run = m.run_check(sha, f"(sleep 300; echo {marker}) & setsid sleep 300{marker} & sleep 300", 1)
+    run = m.run_check(sha, f"(sleep {marker}; echo) & setsid sleep {marker} & sleep 300", 1)
     assert time.monotonic() - started < 15
     assert (run.passed, run.code) == (False, None) and "no end within 1s" in run.tail
     deadline = time.monotonic() + 20
