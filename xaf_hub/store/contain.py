@@ -208,6 +208,10 @@ def _sandbox(folder: Path, reach: Reach) -> tuple[str, list[str]]:
     missing = [p for p in reach.paths if not os.path.isdir(p)]
     if missing:
         return f"project.check_paths names {missing[0]}, which is not a folder here", []
+    state = folder.resolve().parent.parent
+    holding = [p for p in reach.paths if state.is_relative_to(Path(p).resolve())]
+    if holding:
+        return f"project.check_paths names {holding[0]}, which holds the hub's state folder", []
     accounts(folder)
     argv = [bwrap, *sandbox_argv(folder, reach)]
     try:

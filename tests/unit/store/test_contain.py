@@ -201,6 +201,21 @@ def test_a_bwrap_that_refuses_is_no_sandbox(
     assert (proof.contained, proof.reason) == ("refused", run.tail)
 
 
+def test_a_toolchain_folder_that_is_missing_or_holds_the_state_folder_is_refused(
+    origin: Origin, tmp_path: Path
+) -> None:
+    m, sha = fetched(origin, tmp_path, Reach(paths=(str(tmp_path / "no-jdk"),)))
+    run = m.run_check(sha, "echo the check ran", 30)
+    assert (run.contained, run.tail) == (
+        "refused", f"project.check_paths names {tmp_path / 'no-jdk'}, which is not a folder here"
+    )
+    m, sha = fetched(origin, tmp_path, Reach(paths=(str(tmp_path),)))
+    run = m.run_check(sha, "echo the check ran", 30)
+    assert (run.contained, run.tail) == (
+        "refused", f"project.check_paths names {tmp_path}, which holds the hub's state folder"
+    )
+
+
 @needs_sandbox
 def test_doctors_probe_proves_the_sandbox(tmp_path: Path) -> None:
     proof = contain.prove(tmp_path, Reach())
