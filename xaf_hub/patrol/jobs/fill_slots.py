@@ -105,8 +105,9 @@ from xaf_hub.patrol.settle import (
     settle_claim,
 )
 from xaf_hub.store.backlog import InfraPolicy, Task, is_blocked, parse_instant, pick_tasks
+from xaf_hub.store.contain import CheckRun, Reach
 from xaf_hub.store.gate import Gate
-from xaf_hub.store.repository import Check, CheckRun, GitFailed, Mirror, remote_name
+from xaf_hub.store.repository import Check, GitFailed, Mirror, remote_name
 from xaf_hub.store.tasks import format_instant
 
 __all__ = [
@@ -263,11 +264,15 @@ async def _tips(pctx: OpsContext, cycle: Cycle) -> dict[str, str] | None:
     """
     if not pctx.cfg.repository.url:
         return None
+    mirror = _mirror(pctx)
     try:
-        return await asyncio.to_thread(_mirror(pctx).tips)
+        return await asyncio.to_thread(mirror.tips)
     except (GitFailed, BusyError, OSError) as exc:
         cycle.log.note(pctx, f"{STEP}: tasks sent without a base (base unknown): {exc}")
         return {}
+    finally:
+        if mirror.rebuilt:
+            cycle.log.note(pctx, f"{STEP}: {mirror.rebuilt}")
 
 
 def _expected_branches(
@@ -669,7 +674,9 @@ async def _verify(
         wanted.append((claimed_commits(answer), branches))
     mirror = _mirror(pctx)
     bases = [task.base for task, _, _ in finished]
-    checks = await asyncio.to_thread(mirror.check_all, wanted, bases, repo.locked_paths)
+    checks = await asyncio.to_thread(mirror.check_all, wanted, bases, repo.locked)
+    if mirror.rebuilt:
+        cycle.log.note(pctx, f"{STEP}: {mirror.rebuilt}")
     return {
         task.id: (check, remote_name(branches))
         for (task, _, _), check, (_, branches) in zip(finished, checks, wanted, strict=True)
@@ -678,8 +685,13 @@ async def _verify(
 
 def _mirror(pctx: OpsContext) -> Mirror:
     repo = pctx.cfg.repository
+    reach = Reach(repo.check_paths, repo.check_network, bool(repo.check_uncontained))
     return Mirror(
-        repo.url, pctx.cfg.state_dir, timeout=repo.fetch_timeout_seconds, secrets=repo.secrets()
+        repo.url,
+        pctx.cfg.state_dir,
+        timeout=repo.fetch_timeout_seconds,
+        secrets=repo.secrets(),
+        reach=reach,
     )
 
 
