@@ -5,6 +5,7 @@
 #  - the real opencode server, pinned, into .opencode/ (npm; git ignores it)
 #  - Debian's chromium for the browser tests, when apt-get is available and we are root
 #  - Debian's redis-server for the shared-gate tests (same condition); the tests start and stop it
+#  - Debian's bubblewrap (same condition): the sandbox the project's check runs in
 # Anything missing that this script cannot install is named in one line with how to get it.
 # Environment: PYTHON (interpreter that creates the venv, default python3), XAF_HUB_VENV (default
 # .venv), XAF_HUB_SKIP_BROWSER=1 (no chromium).
@@ -90,6 +91,14 @@ if ! command -v redis-server >/dev/null 2>&1; then
     fi
   else
     echo "note: no redis-server (sudo apt-get install redis-server): Redis gate tests will be skipped"
+  fi
+fi
+if ! command -v bwrap >/dev/null 2>&1; then
+  if can_apt; then
+    echo "==> bubblewrap (Debian package): the sandbox the project's check runs in"
+    apt_install bubblewrap
+  else
+    echo "note: no bwrap (sudo apt-get install bubblewrap): project checks will not run (docs/verification.md) and their tests will be skipped"
   fi
 fi
 # Older opencode releases for the release matrix (scripts/test.sh runs it; ~550 MB each).

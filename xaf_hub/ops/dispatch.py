@@ -333,7 +333,7 @@ def _base(ops: OpsContext, plan: Plan, req: DispatchRequest, override: str | Non
     cfg = ops.cfg
     if not cfg.repository.url or plan.action != "create":
         return None
-    mirror = Mirror(cfg.repository.url, cfg.state_dir, secrets=cfg.repository.secrets())
+    mirror = Mirror.of(cfg)
     try:
         tips = mirror.known_tips()
     except (GitFailed, OSError):

@@ -25,6 +25,7 @@ from xaf_hub.errors import ExitCode, MissingPassword
 from xaf_hub.fleet.follow import BUDGET_COOLDOWN, POLL_SECONDS, probe_mode
 from xaf_hub.fleet.releases import classify
 from xaf_hub.fleet.scan import TransportFactory
+from xaf_hub.store.contain import Proof
 from xaf_hub.store.model_state import WHY_WORDS, Blackout
 
 Level = Literal["ok", "info", "warn", "error"]
@@ -481,6 +482,46 @@ def clock_findings(
                         "if work stops, add a model of another family to the chain. "
                         f"`xaf-hub models clear {target}` ends the rest early."))
     return out
+
+
+_BUBBLEWRAP = "Install bubblewrap (apt-get install bubblewrap; scripts/setup.sh does)"
+
+
+def sandbox_finding(proof: Proof, network: bool, uncontained: bool) -> Finding:
+    """What a probe check in the check's sandbox found (``project.check_command`` set): it
+    must not read a secret planted in the state folder nor reach a loopback port the hub
+    opened (unless ``project.check_network``)."""
+    if proof.contained == "refused":
+        if uncontained:
+            said = f"checks run uncontained (project.check_uncontained): {proof.reason}"
+            return warn("check", "sandbox", said, f"{_BUBBLEWRAP} to contain them.")
+        fix = f"{_BUBBLEWRAP}, or see project.check_uncontained in docs/verification.md."
+        said = f"no check can run: no sandbox works here: {proof.reason}"
+        return error("check", "sandbox", said, fix, ExitCode.USAGE)
+    where = f"127.0.0.1:{proof.port}"
+    leaks = [
+        what
+        for what, bad in (
+            ("read a secret planted in the state folder", proof.secret_read),
+            (f"reached {where}", proof.reached and not network),
+        )
+        if bad
+    ]
+    if leaks:
+        said = f"the check is not contained: a probe check {' and '.join(leaks)}"
+        fix = "Run no check on this host until the sandbox holds (docs/verification.md)."
+        return error("check", "sandbox", said, fix, ExitCode.INTERNAL)
+    port = {
+        True: f"reached {where} (project.check_network is on)",
+        False: f"could not reach {where}",
+        None: "could not try the loopback (no bash inside)",
+    }[proof.reached]
+    return ok(
+        "check",
+        "sandbox",
+        "contained (bubblewrap): a probe check could not read a secret planted in the state "
+        f"folder, {port}, and saw only its own {proof.processes} processes",
+    )
 
 
 def patrol_finding(flag: Path, pause: Mapping[str, Any] | None) -> Finding:

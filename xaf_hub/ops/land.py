@@ -18,7 +18,6 @@ import asyncio
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from xaf_hub.config.load import Config
 from xaf_hub.core.commits import short
 from xaf_hub.core.records import Room, SessionRecord
 from xaf_hub.errors import BusyError, UsageError
@@ -28,7 +27,8 @@ from xaf_hub.ops.planner import plan_reuse
 from xaf_hub.ops.rooms import close_room, in_room
 from xaf_hub.ops.send import SendResult, build_prompt, pool_discipline, send_work
 from xaf_hub.store import landing
-from xaf_hub.store.repository import CheckRun, GitFailed, Mirror
+from xaf_hub.store.contain import CheckRun
+from xaf_hub.store.repository import GitFailed, Mirror
 from xaf_hub.store.tasks import Task, format_instant
 
 LANDING = "@landing"  # the gate lock every landing holds (no instance is called that)
@@ -45,14 +45,6 @@ class Landed:
     result: Result
     detail: str
     commit: str = ""  # landed: the base branch's commit that carries the work
-
-
-def mirror_of(cfg: Config) -> Mirror:
-    """The hub's mirror of ``project.repository``."""
-    repo = cfg.repository
-    return Mirror(
-        repo.url, cfg.state_dir, timeout=repo.fetch_timeout_seconds, secrets=repo.secrets()
-    )
 
 
 def can_land(task: Task, *, person: bool = False) -> str:
@@ -78,7 +70,7 @@ async def land(ops: OpsContext, task_id: str, *, person: bool = False) -> Landed
         why = can_land(task, person=person)
         if why:
             raise UsageError(why)
-        mirror = mirror_of(cfg)
+        mirror = Mirror.of(cfg)
         base = cfg.patrol.base_branch
         message = f"Merge {task.branch} ({task.id}: {task.title})"
         for _ in range(MOVED_TRIES):
@@ -127,7 +119,7 @@ async def tidy(ops: OpsContext, task: Task) -> str:
     left = []
     if task.branch:
         try:
-            await asyncio.to_thread(landing.delete_branch, mirror_of(ops.cfg), task.branch)
+            await asyncio.to_thread(landing.delete_branch, Mirror.of(ops.cfg), task.branch)
         except (GitFailed, BusyError, OSError) as exc:
             left.append(f"its branch {task.branch} stays on the remote ({exc})")
     if task.worktree and task.checkout and task.dispatched_to:
@@ -239,7 +231,7 @@ async def drop(ops: OpsContext, task_id: str) -> Landed:
 
 def _base_tip(ops: OpsContext) -> str | None:
     try:
-        return mirror_of(ops.cfg).tips().get(ops.cfg.patrol.base_branch)
+        return Mirror.of(ops.cfg).tips().get(ops.cfg.patrol.base_branch)
     except (GitFailed, BusyError, OSError):
         return None
 

@@ -3,7 +3,8 @@
 Checks, in order: the config file (which one, valid or not, which config.local.json lent
 credentials), each instance (reachable, auth accepted, API dialect and opencode version, where
 its password came from, roots and default_directory, which event stream live views follow),
-the state and lock folders (writable), the blackout clock (zone, next reset, active
+the state and lock folders (writable), with project.check_command a probe check in the check's
+sandbox (what it could read and reach), the blackout clock (zone, next reset, active
 blackouts), the patrol's pause flag and the last heartbeat of its daemon, and each chat
 webhook (its environment variables, its last delivery; with --online, whether its host
 resolves: nothing is sent).
@@ -213,6 +214,22 @@ def _redis(cfg: Config) -> list[Finding]:
     return [ok("lock", "redis", f"{found} answers (holds the {' and the '.join(users)})")]
 
 
+def _sandbox(cfg: Config) -> list[Finding]:
+    """With a check to run: a probe check in its sandbox, and what it reached."""
+    from xaf_hub.ops.health import sandbox_finding
+    from xaf_hub.store.contain import Reach, prove
+
+    repo = cfg.repository
+    if not repo.check_command:
+        return []
+    try:
+        proof = prove(cfg.state_dir, Reach(repo.check_paths, repo.check_network))
+    except OSError as exc:
+        return [error("check", "sandbox", f"the probe check could not start: {exc}",
+                      "Make the state folder writable (see state folder above).", ExitCode.USAGE)]
+    return [sandbox_finding(proof, repo.check_network, bool(repo.check_uncontained))]
+
+
 def _clock(cfg: Config, now: datetime) -> list[Finding]:
     from xaf_hub.ops.models import models_view
     from xaf_hub.store.backends import Stores
@@ -270,6 +287,7 @@ def collect(
         problem, missing = check_writable(folder)
         findings.append(folder_finding(label, folder, problem, missing))
     findings.extend(_redis(cfg))
+    findings.extend(_sandbox(cfg))
     findings.extend(_clock(cfg, now))
     findings.extend(_patrol(cfg))
     from xaf_hub.notify.check import webhook_checks

@@ -107,8 +107,9 @@ from xaf_hub.patrol.settle import (
     settle_claim,
 )
 from xaf_hub.store.backlog import InfraPolicy, Task, is_blocked, parse_instant, pick_tasks
+from xaf_hub.store.contain import CheckRun
 from xaf_hub.store.gate import Gate
-from xaf_hub.store.repository import Check, CheckRun, GitFailed, Mirror, remote_name
+from xaf_hub.store.repository import Check, GitFailed, Mirror, remote_name
 
 __all__ = [
     "JUST_DISPATCHED",
@@ -265,11 +266,15 @@ async def _tips(pctx: OpsContext, cycle: Cycle) -> dict[str, str] | None:
     """
     if not pctx.cfg.repository.url:
         return None
+    mirror = Mirror.of(pctx.cfg)
     try:
-        return await asyncio.to_thread(_mirror(pctx).tips)
+        return await asyncio.to_thread(mirror.tips)
     except (GitFailed, BusyError, OSError) as exc:
         cycle.log.note(pctx, f"{STEP}: tasks sent without a base (base unknown): {exc}")
         return {}
+    finally:
+        if mirror.rebuilt:
+            cycle.log.note(pctx, f"{STEP}: {mirror.rebuilt}")
 
 
 def _expected_branches(
@@ -693,20 +698,15 @@ async def _verify(
             pctx, inst, [t or task.id for t in titles], override
         )
         wanted.append((claimed_commits(answer), branches))
-    mirror = _mirror(pctx)
+    mirror = Mirror.of(pctx.cfg)
     bases = [task.base for task, _, _ in finished]
-    checks = await asyncio.to_thread(mirror.check_all, wanted, bases, repo.locked_paths)
+    checks = await asyncio.to_thread(mirror.check_all, wanted, bases, repo.locked)
+    if mirror.rebuilt:
+        cycle.log.note(pctx, f"{STEP}: {mirror.rebuilt}")
     return {
         task.id: (check, remote_name(branches))
         for (task, _, _), check, (_, branches) in zip(finished, checks, wanted, strict=True)
     }
-
-
-def _mirror(pctx: OpsContext) -> Mirror:
-    repo = pctx.cfg.repository
-    return Mirror(
-        repo.url, pctx.cfg.state_dir, timeout=repo.fetch_timeout_seconds, secrets=repo.secrets()
-    )
 
 
 async def _run_check(
@@ -734,7 +734,7 @@ async def _run_check(
             )
         try:
             run = await asyncio.to_thread(
-                _mirror(pctx).run_check,
+                Mirror.of(pctx.cfg).run_check,
                 verdict.commit,
                 repo.check_command,
                 repo.check_timeout_seconds,
