@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.contained import needs_sandbox
 from tests.fleet import Hub
 from tests.gitrepo import Origin, git, make_origin
 
@@ -359,3 +360,37 @@ def test_cleanup_removes_only_worktrees_that_hold_nothing_unpushed(
     acted = {Path(w["directory"]): w["action"] for w in doc["instances"][0]["worktrees"]}
     assert acted[clean] == "removed" and not clean.exists()
     assert acted[work] == "kept: 1 commit(s) on no remote branch" and work.exists()
+
+
+@needs_sandbox
+def test_work_that_fails_the_check_on_a_moved_base_goes_back(hub: Hub, tmp_path: Path) -> None:
+    """Each task passes the project's check on its own commit, but the second to land fails it
+    rebuilt on the main the first moved (the check refuses both files together): nothing of it
+    is pushed, it goes back to its session, and with the retry spent it waits for a person."""
+    origin, _ = shared_origin(
+        hub, tmp_path, check_command='test "$(ls opencode-*.txt | wc -l)" -le 1',
+        check_retries=1,
+    )
+    for task in ("P", "Q"):
+        line = 7 if task == "Q" else 3
+        code, _, err = hub.cli("backlog", "add", "--id", task, "--title", f"line {line} {task}",
+                               "--instance", INSTANCE)
+        assert code == 0, err
+
+    def sent_back() -> bool:
+        return any(r.get("check_retries") == 1 for r in rows(hub).values())
+
+    patrol_until(hub, sent_back, timeout=200)
+    tasks = rows(hub)
+    first = next(t for t in tasks.values() if t.get("landing") == "landed")
+    second = next(t for t in tasks.values() if t is not first)
+    assert second["status"] == "dispatched" and second["check"] == "failed", second
+    assert second["judged"].startswith("check: failed on origin/main"), second["judged"]
+    # Its agent redid the work on the new main: its own commit now fails the check, and with
+    # the retry spent it waits for a person, still not on main.
+    patrol_until(hub, lambda: rows(hub)[second["id"]].get("judged") == "check: failed")
+    second = rows(hub)[second["id"]]
+    assert second["status"] == "dispatched" and second["state"] == "dispatched"
+    files = git(origin.bare, "ls-tree", "--name-only", "main").split()
+    mark = second["branch"].replace("/", "-")
+    assert f"{mark}.txt" not in files and first["branch"].replace("/", "-") + ".txt" in files
