@@ -21,6 +21,7 @@ from xaf_hub.config.credentials import password_var
 from xaf_hub.config.load import InstanceConfig
 from xaf_hub.core import aio
 from xaf_hub.core.backoff import Backoff
+from xaf_hub.core.records import Room
 from xaf_hub.errors import (
     ApiError,
     MissingPassword,
@@ -32,7 +33,6 @@ from xaf_hub.errors import (
 from xaf_hub.fleet import wire
 from xaf_hub.fleet.releases import Release, classify
 from xaf_hub.fleet.wire import ServerSession as ServerSession
-from xaf_hub.fleet.wire import Worktree as Worktree
 from xaf_hub.fleet.wire import as_mapping as _obj
 from xaf_hub.fleet.wire import error_message, session_from_classic, session_from_v2
 from xaf_hub.fleet.wire import text_field as _text
@@ -662,9 +662,9 @@ class OpencodeClient:
         obj = _obj(data)
         return _text(obj.get("id")), _text(obj.get("worktree")), _text(obj.get("vcs"))
 
-    async def create_worktree(self, checkout: str, name: str) -> Worktree:
-        """A new git worktree of ``checkout`` on its own branch (opencode makes both; its
-        answer names them: releases differ in the name they pick)."""
+    async def create_worktree(self, checkout: str, name: str) -> Room:
+        """A new git worktree of ``checkout`` on its own branch, named after ``name`` (opencode
+        makes both; its answer says where: releases differ in the name they pick)."""
         data, _ = await self._request(
             "POST",
             "/experimental/worktree",
@@ -672,7 +672,7 @@ class OpencodeClient:
             body={"name": name},
             idempotent=False,
         )
-        made = Worktree(*(_text(_obj(data).get(k)) for k in ("name", "branch", "directory")))
+        made = Room(_text(_obj(data).get("directory")), _text(_obj(data).get("branch")), checkout)
         if not made.directory or not made.branch:
             raise self._shape("/experimental/worktree")
         return made

@@ -43,15 +43,6 @@ class ServerSession:
     checkout: str = ""
 
 
-@dataclass(frozen=True)
-class Worktree:
-    """A git worktree opencode made for a project: its name, branch and folder on the server."""
-
-    name: str
-    branch: str
-    directory: str
-
-
 def session_record(
     instance: str,
     s: ServerSession,

@@ -126,7 +126,7 @@ async def open_room(
         ) from exc
     except HubError as exc:
         raise RoomFailed(f"{client.name}: no worktree of {checkout}: {exc}") from exc
-    return Room(made.directory, made.branch, top or checkout)
+    return replace(made, checkout=top or checkout)
 
 
 async def start_room(
