@@ -367,6 +367,8 @@ class Board:
         checkout, folders = props.get("worktree"), props.get("sandboxes")
         if not isinstance(checkout, str) or not isinstance(folders, list):
             return
+        if props.get("id") in (None, "", "global"):  # folders without a repository of their own
+            return
         if self.inst.rules.is_project(checkout):
             self.learn_sandboxes({f: checkout for f in folders if isinstance(f, str) and f})
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from xaf_hub.core.records import RunState, SessionRecord, Waiting, sane_ms
+from xaf_hub.core.rules import normalize_dir
 
 # What a hostile or broken server may cost us, at most: one answer's size (decompressed), the
 # pages and the sessions of one listing. Real instances stay far below (8000 sessions ~ 4 MB).
@@ -133,7 +134,11 @@ def session_from_classic(obj: Mapping[str, Any]) -> ServerSession:
         raise KeyError("id")
     t = as_mapping(obj.get("time"))
     directory = text_field(obj.get("directory"))
-    checkout = text_field(as_mapping(obj.get("project")).get("worktree"))
+    project = as_mapping(obj.get("project"))
+    # Only a project of its own (a repository with a first commit) has worktrees; "global"
+    # stands for every folder without one and names whichever folder it saw last.
+    real = text_field(project.get("id")) not in ("", "global")
+    checkout = text_field(project.get("worktree")) if real else ""
     return ServerSession(
         id=ident,
         title=text_field(obj.get("title")),
@@ -143,8 +148,18 @@ def session_from_classic(obj: Mapping[str, Any]) -> ServerSession:
         cost=cost_value(obj.get("cost")),
         parent_id=text_field(obj.get("parentID")),
         model=_model_name(obj.get("model")),
-        checkout=checkout if checkout not in ("", "/", directory) else "",
+        checkout=_worktree_of(directory, checkout),
     )
+
+
+def _worktree_of(directory: str, checkout: str) -> str:
+    """``checkout`` when ``directory`` is a worktree of it (a folder outside it: opencode keeps
+    worktrees in its data folder), "" when the session works in the checkout or a folder of it."""
+    if not checkout or checkout == "/" or not directory:
+        return ""
+    inside = normalize_dir(directory)
+    top = normalize_dir(checkout)
+    return "" if inside == top or inside.startswith(top.rstrip("/") + "/") else checkout
 
 
 def session_from_v2(obj: Mapping[str, Any]) -> ServerSession:

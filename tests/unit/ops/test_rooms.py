@@ -55,13 +55,20 @@ def test_a_failed_start_reports_no_commit() -> None:
 
 
 def test_a_listed_session_names_the_checkout_of_its_worktree() -> None:
-    room = {"id": "ses_1", "directory": "/data/wt/x", "project": {"worktree": "/srv/shop"}}
-    plain = {"id": "ses_2", "directory": "/srv/shop", "project": {"worktree": "/srv/shop"}}
+    shop = {"id": "0a1b2c", "worktree": "/srv/shop"}
+    room = {"id": "ses_1", "directory": "/data/wt/x", "project": shop}
+    plain = {"id": "ses_2", "directory": "/srv/shop", "project": shop}
     loose = {"id": "ses_3", "directory": "/tmp/x", "project": {"id": "global", "worktree": "/"}}
     assert session_from_classic(room).checkout == "/srv/shop"
     assert session_from_classic(plain).checkout == ""
     assert session_from_classic(loose).checkout == ""
     assert session_from_classic({"id": "ses_4", "project": "junk"}).checkout == ""
+    # A folder of the checkout is the checkout itself, not a worktree of it.
+    below = {"id": "ses_5", "directory": "/srv/shop/app", "project": shop}
+    assert session_from_classic(below).checkout == ""
+    # "global" is every folder without a repository of its own: it has no worktrees.
+    stray = {"id": "ses_6", "directory": "/tmp/y", "project": {"id": "global", "worktree": "/a"}}
+    assert session_from_classic(stray).checkout == ""
 
 
 def test_a_worktree_keeps_what_no_remote_holds(tmp_path: Path) -> None:
