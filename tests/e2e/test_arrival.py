@@ -1,7 +1,8 @@
 """Work is started when it arrives: a running patrol daemon starts a task added to the pool by
 any path (the command line, the MCP tool, `dispatch --queue`, a design sync run by another
 patrol process) while a slot is free, without waiting for its next round. Against real
-opencode servers; the seconds each path took are printed (docs/live.md has the figures)."""
+opencode servers; the seconds each path took are printed (docs/live.md has the figures). With
+the pool in Redis, a task added on another host starts too."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import anyio
 import pytest
 
 from tests.e2e.daemon import _beat, _daemon
+from tests.e2e.two_hosts import Host, abort_all
 from tests.fleet import Hub
 
 pytestmark = pytest.mark.e2e
@@ -103,3 +105,34 @@ def test_a_running_daemon_starts_work_added_by_each_path_at_once(hub: Hub) -> No
         for name in ("local-a", "lan-b", "lan-c"):
             for sid in hub.busy_ids(name):
                 hub.cli("interrupt", "--session", sid)
+
+
+@pytest.mark.timeout(600)
+def test_work_added_on_another_host_starts_at_once_with_the_pool_in_redis(
+    hosts: tuple[Host, Host],
+) -> None:
+    """The daemon runs on host A; host B, with no daemon, adds a task to the shared pool: A
+    hears it through the pool's write counter and starts it, without a round."""
+    a, b = hosts
+    a.hub.llm.set_mode("slow-model", "slow", delay=120)
+    for h in hosts:
+        h.write(lambda doc: (doc["models"].update(default_dispatch_model="fake/slow-model"),
+                             doc.update(pool={"backend": "redis"})))
+    lines = _daemon(a.hub)
+    try:
+        code, doc = b.hub.cli_json("backlog", "add", "--title", "Arrived from host B")
+        assert code == 0, doc
+        added = time.monotonic()
+
+        def started() -> dict[str, Any] | None:
+            code, row = b.hub.cli_json("backlog", "show", doc["id"])
+            return row if code == 0 and row.get("session_id") else None
+
+        row = b.hub.wait_for(started, timeout=60, step=0.1)
+        print(f"started {time.monotonic() - added:.1f} s after host B added it")
+        assert row["status"] == "dispatched"
+        assert _beat(a.hub)["ticks"] == 1
+    finally:
+        assert lines.stop() == 0, lines.err
+        for name in ("local-a", "lan-b", "lan-c"):
+            abort_all(a.hub, name)
