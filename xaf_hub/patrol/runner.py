@@ -533,6 +533,7 @@ def _run_daemon(
 
     def look() -> None:
         """Every WATCH_SECONDS: the config's files, then the pool (work arrived?)."""
+        said = ""  # the last failure logged: a lasting one (Redis away) is said once
         while not stop.wait(WATCH_SECONDS):
             try:
                 polled = "unchanged" if watch is None else watch.poll()
@@ -549,8 +550,12 @@ def _run_daemon(
                     save_beat()
                 if following is not None:
                     following[1].look_at_pool()
+                said = ""
             except Exception as exc:  # noqa: BLE001 - the watch must outlive one bad look
-                pctx.log(pctx.redact(f"watch: {type(exc).__name__}: {exc}"))
+                line = pctx.redact(f"watch: {type(exc).__name__}: {exc}")
+                if line != said:
+                    pctx.log(line)
+                said = line
 
     watcher = threading.Thread(target=look, name="xaf-hub patrol watch", daemon=True)
     watcher.start()
