@@ -18,6 +18,9 @@ the rounds' own job functions — nothing here decides differently from a round:
   waits and a reservation still holds a slot, the fill runs again when the first reservation
   can lapse (its grace, else its TTL, on the gate's clock), as many times as that takes.
 * the daemon starting fills at once: free slots do not wait for its first timed round.
+* work that arrives in the pool (any writer: a command, MCP, ``dispatch --queue``, a design
+  sync, on any host) -> a fill, once ``look_at_pool`` (the daemon calls it every second) sees
+  the pool's ``stamp`` move with ready work in it.
 * what the follower sees is published as the live board (``ops.live_board``), which
   ``status`` reads instead of scanning.
 
@@ -36,6 +39,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from xaf_hub.config.watch import ConfigState
 from xaf_hub.core import aio
 from xaf_hub.core.clock import to_ms
 from xaf_hub.core.runstate import classify
@@ -50,6 +54,7 @@ from xaf_hub.ops.context import OpsContext
 from xaf_hub.ops.decisions import load_decisions
 from xaf_hub.ops.heal import heal_candidate
 from xaf_hub.ops.live_board import publish
+from xaf_hub.ops.queue import queue_length
 from xaf_hub.patrol.context import Cycle, pool_discipline
 from xaf_hub.patrol.jobs.check_agents import STEP as CHECK
 from xaf_hub.patrol.jobs.check_agents import answer_by_policy, resume_one
@@ -71,6 +76,7 @@ REFILL_MARGIN_SECONDS = 0.5  # after a reservation can lapse, before the fill lo
 _REFILL = ("", "fill")  # the key of a fill due later among the sessions to look at
 # A request a run waits on, to answer by policy: (instance, _ASKED + session id) in the queue.
 _ASKED = "asked:"
+_UNSEEN = object()  # the pool not looked at yet
 
 
 @dataclass
@@ -112,13 +118,36 @@ class LiveReactor:
         self._cond = threading.Condition()
         self._stopped = False
         self._thread = threading.Thread(target=self._loop, name="xaf-hub-live", daemon=True)
+        self._pool_seen: object = _UNSEEN  # the pool's stamp at the last look
 
-    def start(self) -> None:
-        """Start reacting, with a fill first: free slots need not wait for the first round."""
+    def start(self, before: LiveReactor | None = None) -> None:
+        """Start reacting, with a fill first: free slots need not wait for the first round
+        (``before``: a stopped reactor whose waiting work this one takes over)."""
+        if before is not None:
+            self._work, self._pool_seen = before._work, before._pool_seen
         if FILL not in self.skip:
             with self._cond:
                 self._work.fill = True
         self._thread.start()
+
+    def look_at_pool(self) -> None:
+        """Fill when the pool was written since the last look and ready work waits in it.
+        Paused, it looks at nothing: the first look after a resume sees the pool afresh."""
+        pctx = self.pctx
+        if FILL in self.skip or self._stopped:
+            return
+        if pause_info(pctx.patrol_dir) is not None:
+            self._pool_seen = _UNSEEN
+            return
+        pool = pctx.backlog()
+        stamp = pool.stamp()
+        if stamp == self._pool_seen:
+            return
+        self._pool_seen = stamp
+        if queue_length(pool.load(), pctx.now()):
+            with self._cond:
+                self._work.fill = True
+                self._cond.notify_all()
 
     def stop(self, timeout: float = 30.0) -> None:
         """Stop after the running reaction (if any)."""
@@ -284,8 +313,6 @@ class LiveReactor:
     def _refill_in(pctx: OpsContext) -> float | None:
         """Seconds until the first live reservation can lapse, while ready pool work waits;
         None when no work waits or no reservation holds a slot."""
-        from xaf_hub.ops.queue import queue_length
-
         if not queue_length(pctx.backlog().load(), pctx.now()):
             return None
         gate = pctx.gate()
@@ -365,15 +392,19 @@ def start_live(
     busy: threading.Lock,
     out: Callable[[str], None],
     notices: Callable[[], None] = lambda: None,
+    before: LiveReactor | None = None,
+    state: Callable[[], ConfigState | None] = lambda: None,
 ) -> tuple[FleetFollower, LiveReactor]:
-    """Follow the fleet and react to it, until ``stop_live``; ``notices`` wakes the sender."""
+    """Follow the fleet and react to it, until ``stop_live``; ``notices`` wakes the sender;
+    ``before``: the stopped reactor of the previous config, whose waiting work goes on;
+    ``state``: the daemon's config state, said on its live board."""
     reactor = LiveReactor(pctx, skip, busy, out, notices=notices)
     cfg = pctx.cfg
     follower = FleetFollower(
         cfg, emit=reactor.on_event, transport_factory=pctx.transport_factory,
-        outcomes=False, publish=lambda view: publish(cfg, view, "patrol", pctx.stores),
+        outcomes=False, publish=lambda view: publish(cfg, view, "patrol", pctx.stores, state()),
     )
-    reactor.start()
+    reactor.start(before)
     run_in_thread(follower, "xaf-hub-patrol-follower")
     return follower, reactor
 

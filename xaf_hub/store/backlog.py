@@ -139,6 +139,11 @@ class TaskPool(abc.ABC):
     def update(self, mutate: Callable[[BacklogData], _T]) -> _T:
         """Run ``mutate`` on the pool atomically; write back only when it changed something."""
 
+    @abc.abstractmethod
+    def stamp(self) -> object:
+        """A value that changes whenever any process (or host) writes the pool, read for the
+        cost of one stat or one Redis GET: how a daemon hears that work arrived."""
+
     def edit(self, task_id: str, change: Callable[[Task | None], tuple[Task | None, _T]]) -> _T:
         """Change one row atomically: ``change(the row now, or None)`` gives (row, result).
 
@@ -525,6 +530,14 @@ class Backlog(TaskPool):
         except FileNotFoundError:
             return BacklogData()
         return BacklogData.from_json(raw, path=self.path)
+
+    def stamp(self) -> object:
+        """The file's identity, time and size (None while absent): each write replaces it."""
+        try:
+            st = self.path.stat()
+        except FileNotFoundError:
+            return None
+        return st.st_ino, st.st_mtime_ns, st.st_size
 
     def update(self, mutate: Callable[[BacklogData], _T]) -> _T:
         """Run ``mutate`` on the pool under the lock; write back only when it changed something."""

@@ -28,6 +28,7 @@ from xaf_hub.patrol.live import (
     LiveReactor,
     _Work,
 )
+from xaf_hub.store.backends import Stores
 from xaf_hub.store.patrol_state import set_paused
 from xaf_hub.store.statefile import file_lock
 
@@ -149,6 +150,53 @@ def test_the_daemon_fills_at_once_when_it_starts(tmp_path: Path) -> None:
     time.sleep(0.3)
     skipping.stop()
     assert skipping.batches == []
+
+
+@pytest.mark.parametrize("backend", ["file", "redis"])
+def test_work_that_arrives_in_the_pool_is_filled_unless_paused(
+    tmp_path: Path, backend: str, request: pytest.FixtureRequest
+) -> None:
+    """Any writer (here another store object: another process, or host on Redis) adding ready
+    work makes the next look ask for a fill; a look that finds nothing new, or no ready work,
+    asks nothing; paused, nothing is looked at, and the first look after the resume sees the
+    pool afresh."""
+    from dataclasses import replace
+
+    from xaf_hub.config.load import LockConfig, PoolConfig
+    from xaf_hub.store.backlog import Task
+    from xaf_hub.store.patrol_state import clear_paused
+
+    r = _reactor(tmp_path, [])
+    if backend == "redis":
+        server = request.getfixturevalue("redis_server")
+        lock = LockConfig(backend="redis", redis_url=server.url, redis_prefix=server.prefix(),
+                          redis_password=server.password)
+        cfg = replace(r.pctx.cfg, lock=lock, pool=PoolConfig(backend="redis"))
+        r = Recording(OpsContext(cfg), (), threading.Lock(), [].append, settle_seconds=0)
+    writer = Stores(r.pctx.cfg).pool()
+    r.look_at_pool()
+    assert not r._work.fill  # an empty pool
+    writer.add(Task(id="T1", title="one", depends_on=("T0",)))
+    r.look_at_pool()
+    assert not r._work.fill  # written, but nothing ready: T0 is not done
+    writer.add(Task(id="T2", title="two"))
+    r.look_at_pool()
+    assert r._work.fill
+    r._work.fill = False
+    r.look_at_pool()
+    assert not r._work.fill  # nothing new since
+    set_paused(r.pctx.patrol_dir, "tester", datetime.now(UTC))
+    writer.add(Task(id="T3", title="three"))
+    r.look_at_pool()
+    assert not r._work.fill
+    clear_paused(r.pctx.patrol_dir)
+    r.look_at_pool()
+    assert r._work.fill
+    (tmp_path / "skip").mkdir()
+    skipping = _reactor(tmp_path / "skip", [], skip=("fill_slots",))
+    Stores(skipping.pctx.cfg).pool().add(Task(id="T4", title="four"))
+    skipping.look_at_pool()
+    assert skipping._work.empty()
 
 
 def _with_pool_and_slot(tmp_path: Path, grace: float) -> Recording:
