@@ -214,6 +214,10 @@ def _coalesce_key(frame: Frame) -> tuple[str, str]:
         word = status.get("type") if isinstance(status, dict) else None
         # Idle and not idle are kept apart, so a start and a stop both still show.
         return ("run:idle" if word == "idle" else "run:busy", str(sid))
+    if frame.type == "message.updated":
+        # Per message: a step's last update is kept when the next step's first one follows.
+        info = props.get("info")
+        return ("message", str(info.get("id") if isinstance(info, dict) else sid))
     return (frame.type, str(sid))
 
 

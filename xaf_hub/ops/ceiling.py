@@ -28,7 +28,7 @@ import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, cast
 
 from xaf_hub.config.load import InstanceConfig
 from xaf_hub.core import aio
@@ -62,10 +62,10 @@ def _synthetic(message: Mapping[str, Any]) -> bool:
 def _prompt(messages: Sequence[Mapping[str, Any]]) -> int:
     """Index of the newest prompt among ``messages``; -1 when none was read."""
     for i in range(len(messages) - 1, -1, -1):
-        info = messages[i].get("info")
-        if isinstance(info, Mapping) and info.get("role") == "user":
-            if not _synthetic(messages[i]):
-                return i
+        msg = messages[i]
+        info = msg.get("info")
+        if isinstance(info, Mapping) and info.get("role") == "user" and not _synthetic(msg):
+            return i
     return -1
 
 
@@ -123,16 +123,18 @@ class Run:
 
 
 async def family(client: OpencodeClient, root: str, directory: str = "") -> list[ServerSession]:
-    """Every session under ``root`` (children, their children...), at most ``MAX_FAMILY``."""
+    """Every session under ``root`` (children, their children...), at most ``MAX_FAMILY``; one
+    generation's lists asked at once."""
     out: list[ServerSession] = []
-    seen, queue = {root}, [(root, directory)]
-    while queue and len(out) < MAX_FAMILY:
-        sid, where = queue.pop(0)
-        for child in await client.children(sid, where or None):
+    seen, level = {root}, [(root, directory)]
+    while level and len(out) < MAX_FAMILY:
+        lists = await aio.gather(*(client.children(sid, where or None) for sid, where in level))
+        level = []
+        for child in (c for kids in lists for c in kids):
             if child.id not in seen:
                 seen.add(child.id)
                 out.append(child)
-                queue.append((child.id, child.directory))
+                level.append((child.id, child.directory))
     return out[:MAX_FAMILY]
 
 
@@ -152,13 +154,20 @@ async def read_run(
     ceiling = run_ceiling(ops.cfg, inst)
     if ceiling is None:
         return None
-    messages = await client.messages(rec.id, MESSAGES_READ, rec.directory or None)
+    read = await aio.gather(
+        client.messages(rec.id, MESSAGES_READ, rec.directory or None),
+        family(client, rec.id, rec.directory),
+    )
+    messages = cast("list[dict[str, Any]]", read[0])
+    kin = cast("list[ServerSession]", read[1])
     since = run_start(messages)
-    kin = await family(client, rec.id, rec.directory)
-    # A session quiet since the prompt spent nothing of this run: not read.
-    active = [s for s in kin if s.updated >= since]
-    reads = [client.messages(s.id, MESSAGES_READ, s.directory or None) for s in active]
-    parts = [run_cost(messages)]
+    # A sub-agent's session begun since the prompt spent for this run alone: the server's own
+    # total when it keeps one (1.18), else its steps since the prompt are read. One quiet
+    # since the prompt spent nothing of it.
+    whole = [s for s in kin if s.created >= since and s.cost is not None]
+    steps = [s for s in kin if s not in whole and s.updated >= since]
+    parts = [run_cost(messages), *(s.cost for s in whole)]
+    reads = [client.messages(s.id, MESSAGES_READ, s.directory or None) for s in steps]
     parts += [cost_since(m, since) for m in await aio.gather(*reads)]
     known = [c for c in parts if c is not None]
     busy = await client.running(sorted({rec.directory, *(s.directory for s in kin)} - {""}))

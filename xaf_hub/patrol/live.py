@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 
 from xaf_hub.core import aio
 from xaf_hub.core.clock import to_ms
+from xaf_hub.core.records import SessionRecord
 from xaf_hub.core.runstate import classify
 from xaf_hub.errors import BusyError, HubError
 from xaf_hub.fleet.events import FleetEvent
@@ -147,7 +148,7 @@ class LiveReactor:
             stamp = time.strftime("%Y-%m-%d %H:%M:%S")
             self.out(self.pctx.redact(f"{stamp} live: {ev.instance} {ev.kind}{tail}"))
         if ev.session is not None and ev.kind in _COSTS and self.ceiling is not None:
-            self.ceiling.look(ev.instance, ev.session.id)
+            self.ceiling.look(ev.session)
         with self._cond:
             if ev.session is not None and ev.kind in _SESSION_KINDS:
                 key = (ev.instance, ev.session.id)
@@ -303,7 +304,7 @@ class LiveReactor:
         pctx = self.pctx
         if self.ceiling is not None:  # money first, as in a round: a run past it gets no answer
             root, _ = await self.ceiling.judge(cycle, instance, sid, set())
-            if (instance, root) in cycle.log.touched:
+            if (instance, root.id) in cycle.log.touched:
                 return
         waiters = await list_waiting(pctx, instance)
         mine = [p for p in waiters.requests if p.session.id == sid]
@@ -361,7 +362,8 @@ class CeilingWatch:
 
     ``look`` names a session (a root or a sub-agent's) on an instance with a run ceiling; the
     thread judges the run it belongs to at once, without the reactor's settling pause, and
-    again every ``CEILING_POLL_SECONDS`` while any session of that run works.
+    again every ``CEILING_POLL_SECONDS`` while any session of that run works. What the event
+    told of the session (its folder, its parent) spares asking the server again.
     """
 
     def __init__(
@@ -370,7 +372,8 @@ class CeilingWatch:
         self.pctx = pctx
         self.out = out
         self.notices = notices
-        self._due: dict[tuple[str, str], float] = {}  # (instance, session) -> when (monotonic)
+        # (instance, session) -> when (monotonic), and the session as the event told it
+        self._due: dict[tuple[str, str], tuple[float, SessionRecord]] = {}
         self._cond = threading.Condition()
         self._stopped = False
         self._thread = threading.Thread(target=self._loop, name="xaf-hub-ceiling", daemon=True)
@@ -385,30 +388,29 @@ class CeilingWatch:
         if self._thread.is_alive():
             self._thread.join(timeout)
 
-    def look(self, instance: str, session: str, after: float = 0.0) -> None:
-        """Judge the run of ``session`` in ``after`` seconds (sooner if already due sooner);
+    def look(self, rec: SessionRecord, after: float = 0.0) -> None:
+        """Judge the run of ``rec`` in ``after`` seconds (sooner if already due sooner);
         nothing on an instance without a ceiling."""
         try:
-            if not guarded(self.pctx, self.pctx.cfg.instance(instance)):
+            if not guarded(self.pctx, self.pctx.cfg.instance(rec.instance)):
                 return
         except HubError:
             return
         with self._cond:
-            when = time.monotonic() + after
-            self._due[(instance, session)] = min(self._due.get((instance, session), when), when)
+            key, when = (rec.instance, rec.id), time.monotonic() + after
+            self._due[key] = (min(self._due.get(key, (when, rec))[0], when), rec)
             self._cond.notify_all()
 
-    def _take(self) -> list[tuple[str, str]] | None:
+    def _take(self) -> list[SessionRecord] | None:
         """The looks due now; None once stopped."""
         with self._cond:
             while not self._stopped:
                 now = time.monotonic()
-                due = [k for k, t in self._due.items() if t <= now]
+                due = [k for k, (t, _) in self._due.items() if t <= now]
                 if due:
-                    for k in due:
-                        del self._due[k]
-                    return due
-                self._cond.wait(max(0.05, min(self._due.values(), default=now + 3600.0) - now))
+                    return [self._due.pop(k)[1] for k in due]
+                later = min((t for t, _ in self._due.values()), default=now + 3600.0)
+                self._cond.wait(max(0.05, later - now))
             return None
 
     def _loop(self) -> None:
@@ -424,40 +426,46 @@ class CeilingWatch:
             except Exception as exc:  # noqa: BLE001 - a bad look must not end the daemon
                 pctx.log(pctx.redact(f"live: ceiling failed: {type(exc).__name__}: {exc}"))
                 continue
-            for instance, root in again:
-                self.look(instance, root, CEILING_POLL_SECONDS)
+            for root in again:
+                self.look(root, CEILING_POLL_SECONDS)
 
-    async def _judge_all(self, due: list[tuple[str, str]]) -> tuple[Cycle, list[tuple[str, str]]]:
+    async def _judge_all(self, due: list[SessionRecord]) -> tuple[Cycle, list[SessionRecord]]:
         cycle = Cycle(RoundLog(started=self.pctx.now()))
-        again: list[tuple[str, str]] = []
+        again: list[SessionRecord] = []
         judged: set[tuple[str, str]] = set()
-        for instance, sid in due:
+        for rec in due:
             if self.pctx.stop_requested():
                 break
             with contextlib.suppress(HubError):
-                root, runs = await self.judge(cycle, instance, sid, judged)
+                root, runs = await self.judge(cycle, rec.instance, rec.id, judged, rec)
                 if runs:
-                    again.append((instance, root))
+                    again.append(root)
         cycle.log.finished = self.pctx.now()
         return cycle, again
 
     async def judge(
-        self, cycle: Cycle, instance: str, sid: str, judged: set[tuple[str, str]]
-    ) -> tuple[str, bool]:
-        """Judge the run ``sid`` belongs to, once per batch (``judged``): (its root's id,
-        whether some session of it still works)."""
+        self,
+        cycle: Cycle,
+        instance: str,
+        sid: str,
+        judged: set[tuple[str, str]],
+        known: SessionRecord | None = None,
+    ) -> tuple[SessionRecord, bool]:
+        """Judge the run ``sid`` belongs to, once per batch (``judged``): (its root, whether
+        some session of it still works). ``known``: the session as an event told it."""
         pctx = self.pctx
         inst = pctx.cfg.instance(instance)
+        root = known or SessionRecord(instance, sid, "", "", project=True)
         if not guarded(pctx, inst):
-            return sid, False
+            return root, False
         async with pctx.client(inst) as client:
-            s = await root_of(client, await client.get_session(sid))
-            if (instance, s.id) in judged or not inst.rules.is_project(s.directory):
-                return s.id, False
-            judged.add((instance, s.id))
-            status = (await client.status(s.directory)).get(s.id)
-        rec = build_record(inst, s, status, True)
-        return s.id, await check_run(pctx, cycle, inst, rec, "patrol.live")
+            if known is None or known.parent_id:
+                top = await root_of(client, await client.get_session(sid))
+                root = build_record(inst, top, None, inst.rules.is_project(top.directory))
+            if (instance, root.id) in judged or not root.project:
+                return root, False
+            judged.add((instance, root.id))
+            return root, await check_run(pctx, cycle, inst, root, client, "patrol.live")
 
 
 def start_live(

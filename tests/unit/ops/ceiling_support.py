@@ -41,6 +41,8 @@ class Node:
     messages: list[dict[str, Any]] = field(default_factory=list)
     busy: bool = False
     stubborn: int = 0  # aborts this session shrugs off before it stops
+    created: int = T0 - 60_000
+    cost: float | None = None  # the session's own total (1.18 lists it; older releases not)
 
 
 @dataclass
@@ -49,6 +51,7 @@ class Family:
 
     nodes: dict[str, Node] = field(default_factory=dict)
     aborts: list[str] = field(default_factory=list)
+    reads: list[str] = field(default_factory=list)  # sessions whose messages were asked
 
     def add(self, sid: str, parent: str = "", **kw: Any) -> Node:
         node = Node(sid, parent, **kw)
@@ -60,9 +63,11 @@ class Family:
 
     def obj(self, n: Node) -> dict[str, Any]:
         out: dict[str, Any] = {"id": n.sid, "title": f"work {n.sid}", "directory": APP,
-                               "time": {"created": T0 - 60_000, "updated": n.updated}}
+                               "time": {"created": n.created, "updated": n.updated}}
         if n.parent:
             out["parentID"] = n.parent
+        if n.cost is not None:
+            out["cost"] = n.cost
         return out
 
     def route(self, req: httpx.Request) -> httpx.Response:
@@ -83,6 +88,7 @@ class Family:
             kids = [self.obj(n) for n in self.nodes.values() if n.parent == node.sid]
             return httpx.Response(200, json=kids)
         if what == "/message":
+            self.reads.append(node.sid)
             return httpx.Response(200, json=node.messages[-int(req.url.params["limit"]):])
         if what == "/abort":
             self.aborts.append(node.sid)

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from tests.unit.ops.ceiling_support import T0, Family, context, priced_run
+from tests.unit.ops.ceiling_support import step as timed_step
 from xaf_hub.core.records import SessionRecord
 from xaf_hub.ops.ceiling import abort_run, judge_run, read_run, run_cost, stop_over_ceiling
 from xaf_hub.ops.decisions import load_decisions
@@ -91,6 +92,28 @@ def test_a_run_costs_what_its_sub_agents_spent_since_its_prompt(tmp_path: Path) 
     assert {s.id for s in run.family} == {"ses_old", "ses_kid", "ses_grandkid"}
     assert run.busy == {"ses_kid"}
     assert asyncio.run(read_run_without_ceiling(tmp_path / "none")) is None
+
+
+def test_a_sub_agent_begun_since_the_prompt_costs_its_sessions_total(tmp_path: Path) -> None:
+    """1.18 lists each session's own total: a sub-agent's session begun since the prompt is all
+    this run's, so its total stands for its steps and its messages are not read (each read
+    delays the stop while the run spends on). One begun before the prompt (a background
+    sub-agent of an earlier run) is read: only its steps since the prompt count."""
+    server = Family()
+    priced_run(server)
+    server.nodes["ses_kid"].created = T0 + 11
+    server.nodes["ses_kid"].cost = 0.04  # its two steps
+    server.nodes["ses_old"].updated = T0 + 60  # still at work for this run
+    server.nodes["ses_old"].messages.append(timed_step(T0 + 60, 0.03))
+    pctx = context(tmp_path, server)
+    inst = pctx.cfg.instances[0]
+
+    async def read() -> Any:
+        async with pctx.client(inst) as client:
+            return await read_run(pctx, inst, root(), client)
+
+    assert asyncio.run(read()).cost == pytest.approx(0.04 + 0.02 + 0.03)
+    assert sorted(server.reads) == ["ses_grandkid", "ses_old", "ses_root"]
 
 
 async def read_run_without_ceiling(tmp_path: Path) -> Any:

@@ -231,15 +231,15 @@ def test_a_step_or_a_start_is_judged_at_once_and_again_while_the_run_works(
     assert plain.ceiling._due == {}  # no ceiling here
     live = _with_ceiling(plain)
     assert live.ceiling is not None
-    live.ceiling.look("a", "ses_root", 60.0)  # the poll of a run at work
-    before = time.monotonic()
+    live.ceiling.look(_ev("started", "ses_root").session, 60.0)  # type: ignore[arg-type]
+    before = time.monotonic()  # ^ the poll of a run at work
     for kind, sid in (("spent", "ses_kid"), ("started", "ses_root"), ("stopped", "ses_x"),
                       ("retry", "ses_y"), ("new", "ses_z")):
         live.on_event(_ev(kind, sid))
     due = live.ceiling._due
     assert set(due) == {("a", "ses_kid"), ("a", "ses_root")}
-    assert all(when <= time.monotonic() and when >= before for when in due.values())
-    assert sorted(live.ceiling._take() or []) == [("a", "ses_kid"), ("a", "ses_root")]
+    assert all(before <= when <= time.monotonic() for when, _ in due.values())
+    assert sorted(r.id for r in live.ceiling._take() or []) == ["ses_kid", "ses_root"]
     skipping = LiveReactor(live.pctx, ("run_ceiling",), threading.Lock(), lambda line: None)
     assert skipping.ceiling is None
 
@@ -252,27 +252,37 @@ def test_a_run_whose_sub_agents_work_on_is_stopped_with_them(tmp_path: Path, ent
     on."""
     import asyncio
 
-    from tests.unit.ops.ceiling_support import Family, context, priced_run
+    from tests.unit.ops.ceiling_support import APP, Family, context, priced_run
     from xaf_hub.patrol import live
     from xaf_hub.patrol.jobs.run_ceiling import run_ceiling_job
 
     server = Family()
     priced_run(server)
     pctx = context(tmp_path, server)
-    cycle = Cycle(RoundLog(started=datetime.now(UTC)))
-    if entry == "round":
-        asyncio.run(run_ceiling_job(pctx, cycle))
-    else:
-        watch = live.CeilingWatch(pctx, lambda line: None, lambda: None)
-        judged: set[tuple[str, str]] = set()
-        assert asyncio.run(watch.judge(cycle, "a", "ses_grandkid", judged)) == ("ses_root", False)
-        assert asyncio.run(watch.judge(cycle, "a", "ses_kid", judged)) == ("ses_root", False)
+    watch = live.CeilingWatch(pctx, lambda line: None, lambda: None)
+
+    def judge() -> Cycle:
+        cycle = Cycle(RoundLog(started=datetime.now(UTC)))
+        if entry == "round":
+            asyncio.run(run_ceiling_job(pctx, cycle))
+            return cycle
+        # A step of each sub-agent, as the stream told them: judged once, as the root's run.
+        steps = [SessionRecord("a", sid, "t", APP, project=True, parent_id=parent)
+                 for sid, parent in (("ses_grandkid", "ses_kid"), ("ses_kid", "ses_root"))]
+        cycle, again = asyncio.run(watch._judge_all(steps))
+        assert again == []  # stopped: nothing of it to watch on
+        return cycle
+
+    cycle = judge()
     assert [(a.kind, a.session, a.result) for a in cycle.log.actions] == [
         ("ceiling", "ses_root", "ok")
     ]
     assert "aborted with 3 sub-agent sessions" in cycle.log.actions[0].detail
     assert {"ses_root", "ses_kid", "ses_grandkid"} <= set(server.aborts)
     assert not any(n.busy for n in server.nodes.values())
+    # Stopped, still over its ceiling, nothing of it at work: not stopped a second time.
+    aborts = len(server.aborts)
+    assert judge().log.actions == [] and len(server.aborts) == aborts
 
 
 def test_a_run_under_a_ceiling_is_still_healed_when_it_retries(
@@ -328,11 +338,12 @@ def test_a_run_stopped_past_its_ceiling_is_not_then_answered_by_policy(tmp_path:
 
     class Stopping(CeilingWatch):
         async def judge(
-            self, cycle: Cycle, instance: str, sid: str, seen: set[tuple[str, str]]
-        ) -> tuple[str, bool]:
+            self, cycle: Cycle, instance: str, sid: str, seen: set[tuple[str, str]],
+            known: SessionRecord | None = None,
+        ) -> tuple[SessionRecord, bool]:
             judged.append(sid)
             cycle.log.touched.add((instance, "ses_root"))  # what check_run does when it stops
-            return "ses_root", False
+            return SessionRecord(instance, "ses_root", "", ""), False
 
     live = LiveReactor(pctx, (), threading.Lock(), lambda line: None, settle_seconds=0)
     live.ceiling = Stopping(pctx, lambda line: None, lambda: None)

@@ -14,6 +14,7 @@ from __future__ import annotations
 from xaf_hub.config.load import InstanceConfig
 from xaf_hub.core.records import SessionRecord
 from xaf_hub.errors import HubError
+from xaf_hub.fleet.client import OpencodeClient
 from xaf_hub.notify.record import session_action
 from xaf_hub.ops.budget import run_ceiling, run_roots
 from xaf_hub.ops.ceiling import STEP, read_run, stop_over_ceiling
@@ -29,18 +30,23 @@ def guarded(pctx: OpsContext, inst: InstanceConfig) -> bool:
 
 
 async def check_run(
-    pctx: OpsContext, cycle: Cycle, inst: InstanceConfig, rec: SessionRecord, origin: str
+    pctx: OpsContext,
+    cycle: Cycle,
+    inst: InstanceConfig,
+    rec: SessionRecord,
+    client: OpencodeClient,
+    origin: str,
 ) -> bool:
-    """Read the run of the root session ``rec``; stop and record it when past its ceiling.
+    """Read the run of the root session ``rec``; stop and record it when past its ceiling
+    while some session of it works (one that ended, or was stopped already, is left alone).
 
-    Returns whether it is to be watched on: some session of it still runs (an abort the server
-    did not confirm included).
+    Returns whether it is to be watched on: some session of it still works (an abort the
+    server did not confirm included).
     """
-    async with pctx.client(inst) as client:
-        run = await read_run(pctx, inst, rec, client)
-        if run is None or not run.over:
-            return run is not None and bool(run.busy)
-        over = await stop_over_ceiling(pctx, inst, rec, client, run, origin=origin)
+    run = await read_run(pctx, inst, rec, client)
+    if run is None or not run.busy or not run.over:
+        return run is not None and bool(run.busy)
+    over = await stop_over_ceiling(pctx, inst, rec, client, run, origin=origin)
     cycle.log.touched.add((inst.name, rec.id))
     cycle.log.add(
         pctx,
@@ -58,12 +64,14 @@ async def run_ceiling_job(pctx: OpsContext, cycle: Cycle) -> None:
         return  # no ceiling anywhere: nothing to read
     fleet, _ = await cycle.scan(pctx)
     for sc in fleet.reachable:
-        if not guarded(pctx, sc.inst):
+        runs = run_roots(s for s in sc.sessions if s.project).values()
+        if not guarded(pctx, sc.inst) or not runs:
             continue
-        for rec in run_roots(s for s in sc.sessions if s.project).values():
-            if pctx.stop_requested():
-                return
-            try:
-                await check_run(pctx, cycle, sc.inst, rec, "patrol")
-            except HubError as exc:
-                cycle.log.error(pctx, STEP, f"{sc.inst.name}/{rec.id}: {exc}")
+        async with pctx.client(sc.inst) as client:
+            for rec in runs:
+                if pctx.stop_requested():
+                    return
+                try:
+                    await check_run(pctx, cycle, sc.inst, rec, client, "patrol")
+                except HubError as exc:
+                    cycle.log.error(pctx, STEP, f"{sc.inst.name}/{rec.id}: {exc}")
