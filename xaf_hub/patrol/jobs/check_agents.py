@@ -17,9 +17,9 @@ session is reported as "interrupted again after a resume" and left for a human
 (``xaf-hub dispatch --session ID --text ...`` continues it).
 
 **A person's decision** (``ops.decisions``): a run stopped with ``xaf-hub interrupt`` (the
-audit log says who and when), or a session whose pool row a person steered by hand, is never
-resumed; it is classed ``interrupted`` with "interrupted by <who> at <time>" and listed under
-"needs a person".
+audit log says who and when) or at its run ceiling, or a session whose pool row a person
+steered by hand, is never resumed; it is classed ``interrupted`` with "interrupted by <who> at
+<time>" (or "stopped over its run ceiling ...") and listed under "needs a person".
 """
 
 from __future__ import annotations
@@ -105,7 +105,7 @@ async def check_agents(pctx: OpsContext, cycle: Cycle) -> None:
         state, detail = classify(rec, run, now_ms, pctx.cfg.patrol.stale_minutes)
         decision = people.for_session(inst.name, rec.id, run.created_ms if run else None)
         if decision is not None and not rec.running:
-            if decision.kind == "interrupted" and state == "idle":
+            if decision.kind != "steered" and state == "idle":
                 state = "interrupted"  # stopped with a prompt still unanswered: looks idle
             if state == "interrupted":
                 detail = decision.text
