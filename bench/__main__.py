@@ -193,8 +193,8 @@ class BenchFleet:
 
     def start(self) -> None:
         """Start the fake model and the servers, a few at a time (2 cores)."""
-        from xaf_hub.sandbox import fleet as sandbox
-        from xaf_hub.sandbox.fake_llm import FakeLLM
+        from sandbox import fleet as sandbox
+        from sandbox.fake_llm import FakeLLM
 
         binary = sandbox.find_opencode_binary(REPO)
         self.llm = FakeLLM()
@@ -224,7 +224,7 @@ class BenchFleet:
         """Create every session through the API; returns (id, directory) of project ones."""
         import httpx
 
-        from xaf_hub.sandbox import fleet as sandbox
+        from sandbox import fleet as sandbox
 
         specs = [
             sessions_for_server(str(self.project_root), str(self.outside_root), self.m, seed=i)
@@ -286,7 +286,7 @@ class BenchFleet:
         """Prompt a few project sessions per server with the slow model; wait until busy."""
         import httpx
 
-        from xaf_hub.sandbox import fleet as sandbox
+        from sandbox import fleet as sandbox
 
         def client(i: int) -> httpx.Client:
             # Roomier than the sandbox helpers' 15 s: a loaded 2-core box answers slowly.
@@ -912,7 +912,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def run_live(args: argparse.Namespace, log: Callable[[str], None]) -> int:
     """`python -m bench --live`: the live views' figures (bench/live.py)."""
     from bench.live import measure_live, render
-    from xaf_hub.sandbox.fleet import let_children_see_ctrl_c
+    from sandbox.fleet import let_children_see_ctrl_c
 
     let_children_see_ctrl_c()  # `watch` is stopped with Ctrl+C (SIGINT), as a person does
     result = _in_scratch(

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import httpx
 
-from xaf_hub.sandbox import fleet as sandbox
+from sandbox import fleet as sandbox
 
 
 def main() -> int:

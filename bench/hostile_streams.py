@@ -439,7 +439,7 @@ def table(rows: list[Row]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from xaf_hub.sandbox import fleet as sandbox
+    from sandbox import fleet as sandbox
 
     p = argparse.ArgumentParser(prog="python -m bench.hostile_streams")
     p.add_argument("--seconds", type=float, default=15.0, help="attack length per case")

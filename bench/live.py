@@ -103,7 +103,7 @@ def _idle_cpu(child: Child, seconds: float) -> float:
 def _prompt(url: str, password: str, sid: str, directory: str, model: str) -> None:
     import httpx
 
-    from xaf_hub.sandbox import fleet as sandbox
+    from sandbox import fleet as sandbox
 
     provider, _, ident = model.partition("/")
     body = {"parts": [{"type": "text", "text": "hello"}],
@@ -150,7 +150,7 @@ def _raw_busy(url: str, password: str, into: dict[str, float]) -> None:
     """When the server itself streamed each session's first busy status (the reference)."""
     import httpx
 
-    from xaf_hub.sandbox import fleet as sandbox
+    from sandbox import fleet as sandbox
 
     try:
         with httpx.Client(base_url=url, headers=sandbox.auth_headers(password),
@@ -256,7 +256,7 @@ def _raw_states(url: str, password: str, into: list[tuple[float, str, str]]) -> 
     """Every run-state change the server streams: (when, session id, busy|idle|retry)."""
     import httpx
 
-    from xaf_hub.sandbox import fleet as sandbox
+    from sandbox import fleet as sandbox
 
     try:
         with httpx.Client(base_url=url, headers=sandbox.auth_headers(password),

@@ -27,9 +27,9 @@ from typing import Any
 
 import httpx
 
-from xaf_hub.sandbox.fake_llm import FakeLLM
-from xaf_hub.sandbox.fleet import OpencodeServer, auth_headers, fake_provider_config
-from xaf_hub.sandbox.releases import release_binary
+from sandbox.fake_llm import FakeLLM
+from sandbox.fleet import OpencodeServer, auth_headers, fake_provider_config
+from sandbox.releases import release_binary
 
 PASSWORD = "probe-password-1"
 SLOW = 12.0  # seconds the slow model takes: long enough to read the run state while it runs

@@ -25,9 +25,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from sandbox.fake_llm import FakeLLM
+from sandbox.fleet import OpencodeServer, fake_provider_config, find_opencode_binary
 from tests.gitrepo import git, make_origin
-from xaf_hub.sandbox.fake_llm import FakeLLM
-from xaf_hub.sandbox.fleet import OpencodeServer, fake_provider_config, find_opencode_binary
 
 PASSWORD = "bench-rooms"
 

@@ -54,14 +54,14 @@ if "$PY" -c "import xdist" 2>/dev/null; then
   case "$e2e_workers" in 0 | 1) ;; *) e2e_parallel=(-n "$e2e_workers" --dist loadfile) ;; esac
 fi
 
-echo "==> ruff check" && "$PY" -m ruff check xaf_hub tests bench scripts || exit 1
+echo "==> ruff check" && "$PY" -m ruff check xaf_hub sandbox tests bench scripts || exit 1
 # The two type checks side by side (each about 11 s without a cache), each its own cache;
 # Windows runs the hub too: calls that do not exist there (os.killpg, select.poll) fail there.
 echo "==> mypy --strict, and mypy --strict --platform win32"
 types=$(mktemp -d)
-"$PY" -m mypy xaf_hub >"$types/linux" 2>&1 &
+"$PY" -m mypy xaf_hub sandbox >"$types/linux" 2>&1 &
 linux=$!
-"$PY" -m mypy --platform win32 --cache-dir .mypy_cache/win32 xaf_hub >"$types/win32" 2>&1
+"$PY" -m mypy --platform win32 --cache-dir .mypy_cache/win32 xaf_hub sandbox >"$types/win32" 2>&1
 win32=$?
 wait "$linux"
 linux=$?

@@ -3,7 +3,10 @@
 # (python -m build: the wheel is built from the sdist), check their metadata (twine check),
 # install the wheel with pipx and with `uv tool install` into throw-away homes, and from an
 # empty folder, with no checkout on sys.path, run the installed command against a real opencode
-# server (scripts/wheel_smoke.py) and the demo with the installed tool's python. Also measures the
+# server (scripts/wheel_smoke.py) and the demo with the installed tool's python. The test harness
+# (sandbox/: the fake model, the fleet launcher, the demo) is not in the wheel, and the check
+# proves it: no file of the wheel is the harness, the installed tool cannot import it, and the
+# smoke test and the demo run it from a copy of the checkout's beside them. Also measures the
 # installed size of the plain and the `[mcp]` installs (each in its own throw-away pipx home: the
 # disk size of the tool's environment) and fails above the budget the README states, on its line
 # "Install-size budget ...", read from there so the two never disagree (`--budget` prints it and
@@ -47,16 +50,32 @@ WHEEL=$(ls "$WORK"/dist/xaf_hub-*.whl)
 echo "    $(basename "$WHEEL"), $(basename "$(ls "$WORK"/dist/xaf_hub-*.tar.gz)")"
 echo "==> twine check"
 "$PY" -m twine check --strict "$WORK"/dist/*
+echo "==> the wheel holds the package and no test harness"
+"$PY" - "$WHEEL" <<'PY'
+import sys, zipfile
+names = zipfile.ZipFile(sys.argv[1]).namelist()
+bad = [n for n in names if not n.startswith(("xaf_hub/", "xaf_hub-")) or "sandbox" in n.split("/")]
+if bad or "xaf_hub/cli/main.py" not in names:
+    sys.exit(f"wheel-check: the wheel holds what is not the package: {bad[:5]}")
+PY
+# The harness, apart from the checkout: what the smoke test and the demo import besides the wheel.
+mkdir -p "$WORK/harness"
+cp -r sandbox "$WORK/harness/"
 
 # smoke NAME BIN_DIR TOOL_PYTHON: the installed command, from an empty folder, no checkout around
 smoke() {
   local name=$1 bindir=$2 toolpy=$3 empty="$WORK/empty-$1"
   mkdir -p "$empty"
+  echo "==> $name: the installed tool cannot import the test harness"
+  (cd "$empty" && env -u PYTHONPATH "$toolpy" -I -c 'import importlib.util as u, sys
+sys.exit(any(u.find_spec(m) for m in ("sandbox", "xaf_hub.sandbox")))') \
+    || { echo "wheel-check: the installed tool imports the test harness" >&2; exit 1; }
   echo "==> $name: the installed xaf-hub from an empty folder ($empty)"
-  (cd "$empty" && env -u PYTHONPATH "$toolpy" -I "$REPO/scripts/wheel_smoke.py" "$bindir")
-  echo "==> $name: the demo with the installed tool's python"
-  (cd "$empty" && env -u PYTHONPATH "$toolpy" -I -m xaf_hub.sandbox.demo --out "$empty/demo-out" \
-    >"$empty/demo.log" 2>&1) || { tail -40 "$empty/demo.log"; exit 1; }
+  (cd "$empty" && env -u PYTHONHOME PYTHONPATH="$WORK/harness" "$toolpy" -s -P \
+    "$REPO/scripts/wheel_smoke.py" "$bindir")
+  echo "==> $name: the checkout's demo with the installed tool's python"
+  (cd "$empty" && env -u PYTHONHOME PYTHONPATH="$WORK/harness" "$toolpy" -s -P -m sandbox.demo \
+    --out "$empty/demo-out" >"$empty/demo.log" 2>&1) || { tail -40 "$empty/demo.log"; exit 1; }
   grep -q "the overview page for colleagues" "$empty/demo.log"
   [ -s "$empty/demo-out/overview.html" ]
   echo "  ok    demo (overview page written)"

@@ -1,11 +1,13 @@
 """Drive an installed xaf-hub as a new user would (scripts/wheel-check.sh runs this).
 
-Run with the installed tool's own python in isolated mode (`python -I wheel_smoke.py BIN_DIR`)
-from an empty folder: nothing of the checkout is importable, so every import below comes from
-the wheel. It starts one real opencode server (XAF_HUB_OPENCODE_BIN) with the wheel's fake
-model, then runs the installed `xaf-hub` entry point: --help, --version, init, doctor, status,
-sessions --json, a real dispatch (the session and its prompt looked up on the server), and serve
-answering /health. Prints one line per step; exits 1 at the first step that fails.
+Run with the installed tool's own python from an empty folder, with nothing of the checkout on
+its path but a copy of its test harness (`PYTHONPATH=HARNESS python -s -P wheel_smoke.py
+BIN_DIR`, HARNESS holding `sandbox/`): the hub comes from the wheel, the fake model and the
+server launcher from the harness, which the wheel does not hold. It starts one real opencode
+server (XAF_HUB_OPENCODE_BIN) with the fake model, then runs the installed `xaf-hub` entry
+point: --help, --version, init, doctor, status, sessions --json, a real dispatch (the session and
+its prompt looked up on the server), and serve answering /health. Prints one line per step;
+exits 1 at the first step that fails.
 """
 
 from __future__ import annotations
@@ -23,8 +25,8 @@ from pathlib import Path
 import httpx
 
 import xaf_hub
-from xaf_hub.sandbox import fleet as sandbox
-from xaf_hub.sandbox.fake_llm import FakeLLM
+from sandbox import fleet as sandbox
+from sandbox.fake_llm import FakeLLM
 
 
 class Failed(Exception):
@@ -59,6 +61,9 @@ def main(bin_dir: Path) -> int:
     step("the package comes from the install, not a checkout",
          "site-packages" in where.parts and not (where.parents[1] / "pyproject.toml").exists(),
          str(where))
+    step("the install holds no test harness (the fake model, the fleet launcher, the demo)",
+         not (where.parent / "sandbox").exists() and "site-packages" not in
+         Path(sandbox.__file__).resolve().parts, f"{where.parent}, {sandbox.__file__}")
     env = {k: v for k, v in os.environ.items() if not k.startswith("XAF_HUB_") or
            k == "XAF_HUB_OPENCODE_BIN"}
     env["XAF_HUB_HOME"] = str(here / "home")

@@ -21,7 +21,7 @@ def _isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    from xaf_hub.sandbox.fleet import let_children_see_ctrl_c
+    from sandbox.fleet import let_children_see_ctrl_c
 
     let_children_see_ctrl_c()  # the e2e tests stop `watch` and `serve` with Ctrl+C (SIGINT)
 

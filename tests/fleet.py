@@ -21,9 +21,9 @@ from typing import Any
 
 import pytest
 
+from sandbox import fleet as sandbox
+from sandbox.fake_llm import FakeLLM
 from xaf_hub.cli.main import main
-from xaf_hub.sandbox import fleet as sandbox
-from xaf_hub.sandbox.fake_llm import FakeLLM
 
 MODELS = (
     "fake/fake-model",

@@ -24,7 +24,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("ops",),
     ("notify",),
     ("patrol", "page"),
-    ("cli", "sandbox"),
+    ("cli",),
 ]
 # The package's face at its root: anyone may import these; they import no folder but as noted.
 FACE = {"xaf_hub", "xaf_hub.errors", "xaf_hub.__main__"}
@@ -200,9 +200,26 @@ def test_only_the_send_operation_calls_prompt_async() -> None:
         module_name(p) for p in PACKAGE.rglob("*.py")
         if "prompt_async(" in p.read_text("utf-8")
         and module_name(p) not in ("xaf_hub.fleet.client",)
-        and not module_name(p).startswith("xaf_hub.sandbox.")
+        and not module_name(p).startswith("sandbox.")
     )
     assert callers == ["xaf_hub.ops.send"]
+
+
+def test_the_package_never_imports_the_checkouts_harness() -> None:
+    # The fake model and the fleet launcher live in the checkout's `sandbox` package, which the
+    # wheel leaves out: a module of the package that imported it would fail once installed.
+    harness = {p.name for p in (PACKAGE.parent / "sandbox").glob("*.py")}
+    assert {"fake_llm.py", "fleet.py", "demo.py"} <= harness
+    found = []
+    for name, path in sorted(modules().items()):
+        for node in ast.walk(ast.parse(path.read_text("utf-8"))):
+            names = (
+                [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level
+                else [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            )
+            found += [f"{name}:{node.lineno} imports {n}" for n in names
+                      if n == "sandbox" or n.startswith(("sandbox.", "xaf_hub.sandbox"))]
+    assert found == []
 
 
 def test_the_check_sees_an_import_inside_a_function(tmp_path: Path) -> None:

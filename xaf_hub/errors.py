@@ -19,8 +19,7 @@ Every failure the hub reports to a user is one of these::
     │   └── RunStateUnknown (exit 3) an instance's run state cannot be read: counted full
     ├── NotProjectSession   (exit 5) the target session or folder is outside the project (--force)
     ├── ApiError            (exit 1) the server refused a request with a 4xx other than 401
-    ├── TaskChanged         (exit 1) a pool row changed under a dispatch: nothing was sent
-    └── SandboxError        (exit 1) the demo's or the tests' opencode sandbox failed
+    └── TaskChanged         (exit 1) a pool row changed under a dispatch: nothing was sent
 
 This module is the one home of the tree; only ``cli/main.py`` turns these into exit codes and
 printed lines.
@@ -208,7 +207,3 @@ class RoomFailed(HubError):
     def __init__(self, message: str, *, unsupported: bool = False) -> None:
         super().__init__(message)
         self.unsupported = unsupported
-
-
-class SandboxError(HubError):
-    """The local opencode sandbox could not be set up or did not answer."""

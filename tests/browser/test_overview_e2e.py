@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from sandbox import fleet as sandbox
 from tests.browser.served import Served, off_loop
 from tests.browser.support import (
     ARTIFACTS,
@@ -29,7 +30,6 @@ from tests.e2e.proxy import StallProxy
 from tests.fleet import NAMES, Hub
 from xaf_hub.page import export as report
 from xaf_hub.page.serve import VIEWER_PASSWORD_ENV, SnapshotCache, Viewer
-from xaf_hub.sandbox import fleet as sandbox
 
 pytestmark = [pytest.mark.e2e, *NEEDS_CHROMIUM]
 

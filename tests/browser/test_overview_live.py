@@ -18,13 +18,13 @@ from typing import Any
 
 import pytest
 
+from sandbox import fleet as sandbox
 from tests.browser import support
 from tests.browser.served import Served, off_loop
 from tests.browser.support import ARTIFACTS, NEEDS_CHROMIUM
 from tests.fleet import NAMES, Hub
 from xaf_hub.page.serve import VIEWER_PASSWORD_ENV
 from xaf_hub.page.words import TEXT
-from xaf_hub.sandbox import fleet as sandbox
 
 pytestmark = [pytest.mark.e2e, *NEEDS_CHROMIUM]
 

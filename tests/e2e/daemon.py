@@ -17,9 +17,9 @@ from typing import Any
 import httpx
 import pytest
 
+from sandbox import fleet as sandbox
+from sandbox.fleet import SandboxError
 from tests.fleet import MODELS, Hub
-from xaf_hub.errors import SandboxError
-from xaf_hub.sandbox import fleet as sandbox
 
 
 class Lines:

@@ -34,8 +34,8 @@ from collections.abc import Callable, Iterator
 
 import httpx
 
+from sandbox.fake_llm import Running
 from tests.e2e.proxy import LoopbackServer, forward, read_body, send_back
-from xaf_hub.sandbox.fake_llm import Running
 
 FAULTS = ("refused", "dns", "hang", "401", "500", "truncated", "html", "shape", "slow")
 DNS_URL = "http://xaf-hub-fault.invalid:4096"

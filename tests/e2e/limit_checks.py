@@ -9,8 +9,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Self
 
+from sandbox import fleet as sandbox
 from tests.fleet import Hub
-from xaf_hub.sandbox import fleet as sandbox
 
 NAME = "lan-c"
 

@@ -8,9 +8,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from sandbox import fleet as sandbox
 from tests.fleet import Hub
 from xaf_hub.core.discipline import CONTINUE_PROMPT, RESUME_PROMPT
-from xaf_hub.sandbox import fleet as sandbox
 
 CONTINUE_HEAD = CONTINUE_PROMPT.splitlines()[0]
 

@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
+from sandbox import fleet as sandbox
 from tests.fleet import Hub
 from tests.notify_capture import Capture
-from xaf_hub.sandbox import fleet as sandbox
 
 pytestmark = pytest.mark.e2e
 

@@ -18,12 +18,12 @@ from typing import Any
 
 import pytest
 
+from sandbox import fleet as sandbox
 from tests.fleet import Hub
 from xaf_hub.core.clock import next_reset, resolve_timezone, to_ms
 from xaf_hub.core.discipline import CONTINUE_PROMPT, DISCIPLINE_MARKER
 from xaf_hub.ops import heal as heal_module
 from xaf_hub.patrol.jobs import fix_free_limit
-from xaf_hub.sandbox import fleet as sandbox
 from xaf_hub.store.model_state import ModelState
 
 pytestmark = pytest.mark.e2e

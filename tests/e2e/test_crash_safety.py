@@ -26,9 +26,9 @@ from typing import Any
 
 import pytest
 
+from sandbox import fleet as sandbox
 from tests.e2e.faulty import Match, StepProxy
 from tests.fleet import Hub
-from xaf_hub.sandbox import fleet as sandbox
 
 pytestmark = pytest.mark.e2e
 

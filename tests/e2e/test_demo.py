@@ -14,10 +14,11 @@ pytestmark = pytest.mark.e2e
 def test_demo_runs_the_tour(tmp_path: Path) -> None:
     out = tmp_path / "demo-out"
     proc = subprocess.run(
-        [sys.executable, "-m", "xaf_hub.sandbox.demo", "--out", str(out)],
+        [sys.executable, "-m", "sandbox.demo", "--out", str(out)],
         capture_output=True,
         text=True,
         timeout=300,
+        cwd=Path(__file__).resolve().parents[2],  # the README runs it from the checkout's root
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     text = proc.stdout

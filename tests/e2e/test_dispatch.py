@@ -11,10 +11,10 @@ from pathlib import Path
 import httpx
 import pytest
 
+from sandbox import fleet as sandbox
 from tests.e2e.dispatch_checks import abort_all, audit_lines, slow
 from tests.e2e.proxy import StallProxy
 from tests.fleet import Hub
-from xaf_hub.sandbox import fleet as sandbox
 
 pytestmark = pytest.mark.e2e
 

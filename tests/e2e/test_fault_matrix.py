@@ -24,10 +24,10 @@ from typing import Any
 
 import pytest
 
+from sandbox import fleet as sandbox
+from sandbox.fake_llm import FakeLLM
 from tests.e2e.faulty import FAULTS, FaultKit
 from tests.fleet import Hub, make_hub
-from xaf_hub.sandbox import fleet as sandbox
-from xaf_hub.sandbox.fake_llm import FakeLLM
 
 pytestmark = pytest.mark.e2e
 

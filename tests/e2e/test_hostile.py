@@ -29,11 +29,11 @@ from typing import Any
 import httpx
 import pytest
 
+from sandbox import fleet as sandbox
+from sandbox.fake_llm import FakeLLM
 from tests.e2e.hostile import FORMULAS, MODES, HostileServer
 from tests.e2e.leaks import leaks
 from tests.fleet import Hub, make_hub
-from xaf_hub.sandbox import fleet as sandbox
-from xaf_hub.sandbox.fake_llm import FakeLLM
 
 pytestmark = pytest.mark.e2e
 

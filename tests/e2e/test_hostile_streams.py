@@ -37,9 +37,9 @@ from bench.hostile_streams import (
     measure,
     table,
 )
+from sandbox import fleet as sandbox
+from sandbox.fake_llm import FakeLLM
 from tests.fleet import Hub, make_hub
-from xaf_hub.sandbox import fleet as sandbox
-from xaf_hub.sandbox.fake_llm import FakeLLM
 
 pytestmark = pytest.mark.e2e
 

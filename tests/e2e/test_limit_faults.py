@@ -29,12 +29,12 @@ from typing import Self
 
 import pytest
 
+from sandbox import fleet as sandbox
 from tests.e2e.faulty import StepProxy
 from tests.e2e.limit_checks import LIMIT, NAME, Sampler, abort_all, is_prompt, running
 from tests.e2e.proxy import DelayProxy, StallProxy
 from tests.fleet import Hub
 from tests.redis_fixture import RedisServer, write_redis_config
-from xaf_hub.sandbox import fleet as sandbox
 
 pytestmark = pytest.mark.e2e
 

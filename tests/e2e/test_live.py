@@ -21,12 +21,12 @@ from typing import Any
 import httpx
 import pytest
 
+from sandbox import fleet as sandbox
 from tests.e2e import daemon
 from tests.e2e.daemon import Lines, _audit, _beat, _daemon, _home, start_again
 from tests.e2e.patrol_checks import RESUME_HEAD, agent_requests, children, delegating
 from tests.fleet import Hub
 from tests.notify_capture import Capture
-from xaf_hub.sandbox import fleet as sandbox
 
 pytestmark = pytest.mark.e2e
 

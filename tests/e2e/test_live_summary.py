@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
+from sandbox import fleet as sandbox
 from tests.e2e.daemon import _daemon
 from tests.fleet import Hub
-from xaf_hub.sandbox import fleet as sandbox
 
 pytestmark = pytest.mark.e2e
 

@@ -17,8 +17,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from sandbox import fleet as sandbox
 from tests.fleet import NAMES, Hub
-from xaf_hub.sandbox import fleet as sandbox
 
 pytestmark = pytest.mark.e2e
 

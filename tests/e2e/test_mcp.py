@@ -21,12 +21,12 @@ pytest.importorskip("mcp.server.mcpserver")
 
 from mcp import Client  # noqa: E402
 
+from sandbox import fleet as sandbox  # noqa: E402
 from tests.e2e.dispatch_checks import abort_all, slow  # noqa: E402
 from tests.e2e.dispatch_checks import audit_lines as audit  # noqa: E402
 from tests.fleet import Hub  # noqa: E402
 from xaf_hub.cli.mcp import MAX_TEXT, build_server  # noqa: E402
 from xaf_hub.cli.mcp import Hub as McpHub
-from xaf_hub.sandbox import fleet as sandbox  # noqa: E402
 
 pytestmark = pytest.mark.e2e
 

@@ -25,9 +25,9 @@ from urllib.parse import quote
 
 import pytest
 
+from sandbox import fleet as sandbox
 from tests.fleet import Hub
 from tests.notify_capture import TOKEN, Capture
-from xaf_hub.sandbox import fleet as sandbox
 
 pytestmark = pytest.mark.e2e
 

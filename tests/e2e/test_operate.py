@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from sandbox import fleet as sandbox
 from tests.fleet import Hub
-from xaf_hub.sandbox import fleet as sandbox
 
 pytestmark = pytest.mark.e2e
 

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from sandbox import fleet as sandbox
 from tests.e2e.patrol_checks import (
     CONTINUE_HEAD,
     RESUME_HEAD,
@@ -35,7 +36,6 @@ from tests.fleet import Hub
 from xaf_hub.config.load import load_config
 from xaf_hub.core.clock import next_reset, resolve_timezone, to_ms
 from xaf_hub.core.discipline import DISCIPLINE_MARKER, RESUME_PROMPT
-from xaf_hub.sandbox import fleet as sandbox
 from xaf_hub.store.statefile import file_lock
 
 pytestmark = pytest.mark.e2e

@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
+from sandbox import fleet as sandbox
 from tests.e2e.faulty import StepProxy
 from tests.fleet import NAMES, Hub
-from xaf_hub.sandbox import fleet as sandbox
 from xaf_hub.store.backlog import Backlog, BacklogData, format_instant, parse_instant
 
 pytestmark = pytest.mark.e2e

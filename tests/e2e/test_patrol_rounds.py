@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 
 import pytest
 
+from sandbox import fleet as sandbox
 from tests.e2e.daemon import start_again
 from tests.e2e.patrol_checks import (
     CONTINUE_HEAD,
@@ -31,7 +32,6 @@ from tests.e2e.patrol_checks import (
 from tests.e2e.proxy import StallProxy
 from tests.fleet import Hub
 from xaf_hub.patrol.settle import JUST_DISPATCHED
-from xaf_hub.sandbox import fleet as sandbox
 
 pytestmark = pytest.mark.e2e
 

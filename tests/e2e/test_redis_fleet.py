@@ -15,12 +15,12 @@ from typing import Any
 
 import pytest
 
+from sandbox import fleet as sandbox
 from tests.e2e import two_hosts
 from tests.e2e.proxy import StallProxy
 from tests.e2e.two_hosts import Host, abort_all, on_both
 from tests.fleet import Hub
 from tests.redis_fixture import RedisServer, write_redis_config
-from xaf_hub.sandbox import fleet as sandbox
 
 pytestmark = pytest.mark.e2e
 

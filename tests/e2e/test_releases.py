@@ -17,14 +17,14 @@ from typing import Any
 import httpx
 import pytest
 
+from sandbox import fleet as sandbox
+from sandbox.fake_llm import FakeLLM
+from sandbox.fleet import SandboxError
+from sandbox.releases import release_binary
 from tests.e2e.proxy import LoopbackServer, forward, read_body, send_back
 from tests.fleet import MODELS, PRICES, Hub
-from xaf_hub.errors import SandboxError
 from xaf_hub.fleet.releases import classify
 from xaf_hub.ops.ceiling import run_cost
-from xaf_hub.sandbox import fleet as sandbox
-from xaf_hub.sandbox.fake_llm import FakeLLM
-from xaf_hub.sandbox.releases import release_binary
 
 pytestmark = pytest.mark.e2e
 

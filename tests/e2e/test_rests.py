@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
+from sandbox import fleet as sandbox
 from tests.fleet import Hub
 from xaf_hub.core.clock import next_reset, to_ms
-from xaf_hub.sandbox import fleet as sandbox
 
 pytestmark = pytest.mark.e2e
 

@@ -15,9 +15,8 @@ import httpx
 import psutil
 import pytest
 
-from xaf_hub.errors import SandboxError
-from xaf_hub.sandbox import fleet as fl
-from xaf_hub.sandbox.fake_llm import (
+from sandbox import fleet as fl
+from sandbox.fake_llm import (
     DEFAULT_TITLE,
     Behaviour,
     FakeLLM,
@@ -25,6 +24,7 @@ from xaf_hub.sandbox.fake_llm import (
     make_behaviour,
     split_text,
 )
+from sandbox.fleet import SandboxError
 
 pytestmark = pytest.mark.e2e
 
@@ -287,9 +287,10 @@ def test_find_binary_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
 
 def test_fake_llm_runs_as_a_module() -> None:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "xaf_hub.sandbox.fake_llm", "--port", "0", "--mode", "429"],
+        [sys.executable, "-m", "sandbox.fake_llm", "--port", "0", "--mode", "429"],
         stdout=subprocess.PIPE,
         text=True,
+        cwd=Path(__file__).resolve().parents[2],  # the harness is the checkout's
     )
     try:
         assert proc.stdout is not None

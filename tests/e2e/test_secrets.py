@@ -27,11 +27,11 @@ from typing import Any
 import httpx
 import pytest
 
+from sandbox import fleet as sandbox
 from tests.e2e.faulty import StepProxy
 from tests.e2e.hostile import HostileServer
 from tests.e2e.leaks import ECHO_USER, leaks
 from tests.fleet import Hub
-from xaf_hub.sandbox import fleet as sandbox
 
 pytestmark = pytest.mark.e2e
 

@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
+from sandbox import fleet as sandbox
 from tests.e2e.daemon import Lines, _audit, _beat, _home, start_again
 from tests.fleet import NAMES, Hub
-from xaf_hub.sandbox import fleet as sandbox
 
 pytestmark = pytest.mark.e2e
 

@@ -21,9 +21,9 @@ from typing import Any
 
 import pytest
 
+from sandbox import fleet as sandbox
 from tests.e2e.daemon import Lines
 from tests.fleet import Hub
-from xaf_hub.sandbox import fleet as sandbox
 
 pytestmark = pytest.mark.e2e
 

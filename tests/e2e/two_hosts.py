@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
+from sandbox import fleet as sandbox
 from tests.fleet import Hub
 from tests.redis_fixture import RedisServer, write_redis_config
-from xaf_hub.sandbox import fleet as sandbox
 
 
 @dataclass

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
+import xaf_hub
+from sandbox import demo
 from xaf_hub.config.load import load_config
-from xaf_hub.sandbox import demo
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -22,7 +23,7 @@ def test_example_config_is_package_data() -> None:
     data = pyproject["tool"]["setuptools"]["package-data"]["xaf_hub"]
     assert "config.example.json" in data
     assert demo.EXAMPLE_CONFIG.is_file()
-    assert demo.EXAMPLE_CONFIG.parent == Path(demo.__file__).resolve().parents[1]
+    assert demo.EXAMPLE_CONFIG.parent == Path(xaf_hub.__file__).resolve().parent
     assert load_config(str(demo.EXAMPLE_CONFIG), env={}, cwd=REPO).instances
 
 
@@ -61,7 +62,7 @@ def test_demo_in_a_checkout_points_at_setup(
 def test_demo_process_exits_1_with_one_line(tmp_path: Path) -> None:
     env = {"PATH": str(tmp_path), "XAF_HUB_OPENCODE_BIN": str(tmp_path / "no-such-opencode")}
     proc = subprocess.run(
-        [sys.executable, "-m", "xaf_hub.sandbox.demo", "--out", str(tmp_path / "out")],
+        [sys.executable, "-m", "sandbox.demo", "--out", str(tmp_path / "out")],
         capture_output=True, text=True, timeout=120, env={**env, "PYTHONPATH": str(REPO)},
     )
     assert proc.returncode == 1
@@ -110,7 +111,7 @@ def test_readme_opens_with_the_two_setup_commands_and_stays_short() -> None:
     lines = (REPO / "README.md").read_text("utf-8").splitlines()
     assert lines[2] == "```bash"
     assert lines[3].startswith(
-        "bash scripts/setup.sh && .venv/bin/python -m xaf_hub.sandbox.demo   #")
+        "bash scripts/setup.sh && .venv/bin/python -m sandbox.demo   #")
     assert lines[4].startswith("bash scripts/test.sh   ")
     assert lines[5] == "```"
     assert len(lines) <= 400, "reference material belongs in docs/"

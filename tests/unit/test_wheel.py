@@ -69,6 +69,17 @@ def test_the_wheel_holds_nothing_of_the_checkout(wheel: Path) -> None:
     assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
 
 
+def test_the_wheel_holds_no_test_harness(wheel: Path) -> None:
+    # The fake model, the fleet launcher and the demo are the checkout's (sandbox/), not a
+    # user's: no folder of that name and none of its modules anywhere in the wheel.
+    harness = {p.name for p in (REPO / "sandbox").glob("*.py")} - {"__init__.py"}
+    assert {"fake_llm.py", "fleet.py", "demo.py", "releases.py"} <= harness
+    names = zipfile.ZipFile(wheel).namelist()
+    found = [n for n in names if "sandbox" in n.split("/")[:-1]
+             or (n.endswith(".py") and n.rsplit("/", 1)[-1] in harness - {"releases.py"})]
+    assert found == []
+
+
 def test_wheel_metadata_names_the_version_and_refuses_old_pythons(wheel: Path) -> None:
     with zipfile.ZipFile(wheel) as zf:
         (meta_name,) = [n for n in zf.namelist() if n.endswith(".dist-info/METADATA")]

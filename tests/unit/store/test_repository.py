@@ -679,7 +679,7 @@ def test_every_git_command_of_the_hub_goes_through_git_safe() -> None:
     starts = re.compile(r"""\[\s*["']git["']""")
     found = [p.name for p in package.rglob("*.py") if starts.search(p.read_text("utf-8"))]
     assert found == ["repository.py"]  # git_safe itself
-    assert "*git_safe(" in (package / "sandbox" / "demo.py").read_text("utf-8")
+    assert "*git_safe(" in (package.parent / "sandbox" / "demo.py").read_text("utf-8")
 
 
 def test_a_planted_mirror_is_set_aside_and_fetched_anew(origin: Origin, tmp_path: Path) -> None:

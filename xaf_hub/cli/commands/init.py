@@ -124,8 +124,9 @@ def _next_step(doc: Any, dest: Path, cwd: Path) -> str:
     flag = "" if dest == cwd / "config.json" else f" --config {dest}"
     if doc is None:
         return (
-            "next: the example points at the demo fleet; start it with "
-            "`python -m xaf_hub.sandbox.demo --keep`, then run `xaf-hub" + flag + " doctor`"
+            "next: the example points at the demo fleet, which runs from a checkout of xaf-hub: "
+            "`bash scripts/setup.sh && .venv/bin/python -m sandbox.demo --keep`, then run "
+            "`xaf-hub" + flag + " doctor`"
         )
     exports = " ".join(f"{pw_env_name(i['name'])}=..." for i in doc["instances"])
     return f"next: export {exports} (each server's password), then run `xaf-hub{flag} doctor`"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,8 @@ import pytest
 from xaf_hub.cli.main import main
 from xaf_hub.config.load import load_config
 from xaf_hub.errors import ExitCode
+
+REPO = Path(__file__).resolve().parents[4]
 
 
 def run(cwd: Path, *argv: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
@@ -25,9 +28,14 @@ def test_init_without_flags_writes_the_bundled_example(tmp_path: Path) -> None:
     code, out, err = run(tmp_path, "init")
     assert code == 0, err
     written = tmp_path / "config.json"
-    example = Path(__file__).resolve().parents[4] / "config.example.json"  # the top-level one
+    example = REPO / "config.example.json"  # the top-level one
     assert written.read_text("utf-8") == example.read_text("utf-8")
     assert f"wrote {written}" in out and "next:" in out and "xaf-hub doctor" in out
+    # The demo it names is the checkout's harness (the wheel has none): that module, run from
+    # a clone's root, is the demo.
+    [module] = re.findall(r"python -m (\S+) --keep", out)
+    assert not module.startswith("xaf_hub")
+    assert (REPO / (module.replace(".", "/") + ".py")).is_file()
 
 
 def test_init_from_flags_loads_and_names_the_password_variables(tmp_path: Path) -> None:

@@ -7,7 +7,7 @@ instead of ``/v1``; then a mode can also be keyed ``"<provider>/<model>"``.
 Title-generation calls (requests without tools, see API doc section 4.4) always
 get a quick short answer, so a mode only affects the agent's own calls.
 
-Run it alone with ``python -m xaf_hub.sandbox.fake_llm --port N``.
+Run it alone with ``python -m sandbox.fake_llm --port N``.
 """
 
 from __future__ import annotations
@@ -596,7 +596,7 @@ class _Handler(BaseHTTPRequestHandler):
 def main(argv: list[str] | None = None) -> int:
     """Run the fake server in the foreground until SIGINT/SIGTERM."""
     parser = argparse.ArgumentParser(
-        prog="python -m xaf_hub.sandbox.fake_llm",
+        prog="python -m sandbox.fake_llm",
         description=__doc__.splitlines()[0] if __doc__ else None,
     )
     parser.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (0 = random)")

@@ -3,8 +3,8 @@ then the hub's main commands against them using the bundled config.example.json.
 
 Run from the repository root after `bash scripts/setup.sh`:
 
-    .venv/bin/python -m xaf_hub.sandbox.demo          # run the tour, then stop everything
-    .venv/bin/python -m xaf_hub.sandbox.demo --keep   # leave the fleet running until Ctrl+C
+    .venv/bin/python -m sandbox.demo          # run the tour, then stop everything
+    .venv/bin/python -m sandbox.demo --keep   # leave the fleet running until Ctrl+C
 
 From an installed wheel it needs `opencode` on PATH (or $XAF_HUB_OPENCODE_BIN) and says so.
 """
@@ -21,9 +21,10 @@ import sys
 import time
 from pathlib import Path
 
-from xaf_hub.errors import SandboxError
-from xaf_hub.sandbox import fleet as sandbox
-from xaf_hub.sandbox.fake_llm import FakeLLM
+import xaf_hub
+from sandbox import fleet as sandbox
+from sandbox.fake_llm import FakeLLM
+from sandbox.fleet import SandboxError
 from xaf_hub.store.repository import git_safe
 
 DEMO_ROOT = Path("/tmp/xaf-hub-demo")
@@ -57,7 +58,7 @@ def _git_repo(path: Path, message: str) -> None:
         )
 
 
-EXAMPLE_CONFIG = Path(__file__).resolve().parents[1] / "config.example.json"
+EXAMPLE_CONFIG = Path(xaf_hub.__file__).resolve().parent / "config.example.json"
 
 
 def _hub(cwd: Path, env: dict[str, str], *args: str) -> int:
@@ -86,7 +87,7 @@ def _find_opencode(repo: Path) -> Path | None:
 def main(argv: list[str] | None = None) -> int:
     """Start the demo fleet, seed sessions, run the tour."""
     parser = argparse.ArgumentParser(
-        prog="python -m xaf_hub.sandbox.demo",
+        prog="python -m sandbox.demo",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -94,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="demo-out", help="folder for the page and exports")
     args = parser.parse_args(argv)
 
-    repo = Path(__file__).resolve().parents[2]
+    repo = Path(__file__).resolve().parents[1]
     binary = _find_opencode(repo)
     if binary is None:
         return 1

@@ -3,7 +3,7 @@
 ``scripts/opencode-releases.sh VERSION...`` installs each release into
 ``.opencode-releases/<VERSION>/`` (npm ``opencode-ai@VERSION``); the pinned default release
 stays in ``.opencode/``. The tests and the probe (``python -m bench.releases``) ask this module
-for a release's binary and then start it like any other (``xaf_hub.sandbox.fleet``), with the
+for a release's binary and then start it like any other (``sandbox.fleet``), with the
 same isolated HOME and offline flags.
 """
 
@@ -14,8 +14,7 @@ import os
 import re
 from pathlib import Path
 
-from xaf_hub.errors import SandboxError
-from xaf_hub.sandbox.fleet import _default_repo_root, binary_candidates
+from sandbox.fleet import SandboxError, _default_repo_root, binary_candidates
 
 RELEASES_DIR = ".opencode-releases"
 _VERSION_RE = re.compile(r"^\d+\.\d+\.\d+$")

@@ -2,7 +2,7 @@
 
 Used by the e2e tests and the bundled demo. Each server gets its own HOME (so its
 own SQLite DB, logs and config dir), listens on a random loopback port and talks
-only to a :class:`~xaf_hub.sandbox.fake_llm.FakeLLM`.
+only to a :class:`~sandbox.fake_llm.FakeLLM`.
 
 Offline measures (see the opencode API doc, section 2):
 
@@ -42,9 +42,8 @@ from typing import Any
 
 import httpx
 
-from xaf_hub.errors import SandboxError
+from sandbox.fake_llm import FakeLLM, Running
 from xaf_hub.fleet.releases import OPENCODE_VERSION as OPENCODE_VERSION
-from xaf_hub.sandbox.fake_llm import FakeLLM, Running
 
 INSTALL_HINT = f"npm install --prefix .opencode opencode-ai@{OPENCODE_VERSION}"
 LISTEN_RE = re.compile(r"opencode server listening on (http://127\.0\.0\.1:(\d+))")
@@ -83,6 +82,9 @@ _DROP_ENV = ("http_proxy", "https_proxy", "all_proxy", "ftp_proxy")
 HTTP_TIMEOUT = httpx.Timeout(15.0, connect=3.0)
 
 
+class SandboxError(RuntimeError):
+    """The local opencode sandbox (the demo's or the tests') could not be set up or did not
+    answer."""
 
 
 # -- locating the binary ---------------------------------------------------------------------
@@ -118,7 +120,7 @@ def binary_candidates(
 
 
 def _default_repo_root() -> Path:
-    return Path(__file__).resolve().parents[2]
+    return Path(__file__).resolve().parents[1]
 
 
 def find_opencode_binary(repo_root: Path | None = None) -> Path:
