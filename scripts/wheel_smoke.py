@@ -39,14 +39,18 @@ def step(name: str, ok: bool, detail: str = "") -> None:
     print(f"  ok    {name}", flush=True)
 
 
-def hub(bin_dir: Path, env: dict[str, str], *args: str, timeout: float = 120) -> tuple[int, str]:
+def hub(
+    bin_dir: Path, env: dict[str, str], *args: str, timeout: float = 120, stdout: bool = False
+) -> tuple[int, str]:
+    """Run the installed command: its exit code and what it printed (``stdout``: that alone,
+    a document a warning on stderr must not spoil)."""
     proc = subprocess.run(
         [str(bin_dir / "xaf-hub"), *args], capture_output=True, text=True, env=env,
         timeout=timeout, cwd=os.getcwd(),
     )
     if "Traceback" in proc.stderr:
         raise Failed(f"xaf-hub {' '.join(args)} crashed:\n{proc.stderr[-2000:]}")
-    return proc.returncode, proc.stdout + proc.stderr
+    return proc.returncode, proc.stdout + ("" if stdout else proc.stderr)
 
 
 def free_port() -> int:
@@ -98,14 +102,14 @@ def main(bin_dir: Path) -> int:
              code == 4 and "pipx install 'xaf-hub[mcp]'" in out and one_line, out)
         code, out = hub(bin_dir, env, "status")
         step("status", code == 0 and "dev" in out, out)
-        code, out = hub(bin_dir, env, "sessions", "--json")
+        code, out = hub(bin_dir, env, "sessions", "--json", stdout=True)
         doc = json.loads(out) if code == 0 else {}
         step("sessions --json", code == 0 and doc.get("xaf_hub_version") == xaf_hub.__version__
              and doc.get("sessions") == [], out[-800:])
 
         text = f"wheel check {secrets.token_hex(4)}: add a README to web/"
         code, out = hub(bin_dir, env, "dispatch", "--new", "--dir", str(root / "web"),
-                        "--text", text, "--json")
+                        "--text", text, "--json", stdout=True)
         result = json.loads(out) if code == 0 else {}
         sid = str(result.get("session_id") or "")
         step("dispatch (exit 0, a session named)", code == 0 and sid.startswith("ses"), out[-800:])
