@@ -7,7 +7,7 @@ in the order xaf_hub.fleet.scan needs their answers:
 
 1. ``GET /global/health``;
 2. ``GET /experimental/session?limit=page_size``, paged with the same cursor rule as
-   ``OpencodeClient._list_classic``;
+   ``fleet.dialects.Classic.list_sessions``;
 3. ``GET /session/status?directory=D`` for every distinct directory (with --project-only:
    every project directory, as ``dispatch`` asks), at most ``fan_out`` at once.
 

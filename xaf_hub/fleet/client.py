@@ -1,4 +1,5 @@
-"""Async client for one opencode instance, both API dialects behind one interface.
+"""Async client for one opencode instance; what differs between the two API dialects is one
+adapter of ``fleet.dialects``, chosen by ``detect``.
 
 Every transport or protocol failure becomes an UnreachableError with a short, secret-free
 reason; ``httpx.HTTPError`` never escapes this module. Retries (``retries`` times) happen on
@@ -13,43 +14,31 @@ import contextlib
 import functools
 import ssl
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Literal, TypedDict, cast
+from typing import Any, Literal, cast
 
 import httpx
 
 from xaf_hub.config.credentials import password_var
 from xaf_hub.config.load import InstanceConfig
-from xaf_hub.core import aio
 from xaf_hub.core.backoff import Backoff
 from xaf_hub.core.records import Room
 from xaf_hub.errors import (
     ApiError,
     MissingPassword,
     RequestGone,
-    RunStateUnknown,
     SessionNotFound,
     UnreachableError,
 )
 from xaf_hub.fleet import wire
+from xaf_hub.fleet.dialects import DIALECTS, V2, Api, Classic, Dialect
+from xaf_hub.fleet.dialects import RawStatus as RawStatus
 from xaf_hub.fleet.releases import Release, classify
 from xaf_hub.fleet.wire import ServerSession as ServerSession
 from xaf_hub.fleet.wire import as_mapping as _obj
-from xaf_hub.fleet.wire import error_message, session_from_classic, session_from_v2
+from xaf_hub.fleet.wire import error_message
 from xaf_hub.fleet.wire import text_field as _text
-from xaf_hub.fleet.wire import usable_id as _id
 
 RETRY = Backoff(first=0.2, cap=1.0)  # between the tries of one request (`retries`)
-
-Dialect = Literal["classic", "v2"]
-
-
-class RawStatus(TypedDict, total=False):
-    """One entry of the classic ``/session/status`` map."""
-
-    type: str
-    attempt: int
-    message: str
-    next: int
 
 
 
@@ -111,12 +100,6 @@ def describe_error(exc: BaseException, connect_timeout: float, read_timeout: flo
     return f"network error ({type(exc).__name__})"
 
 
-def split_model(model: str) -> dict[str, str]:
-    """'provider/model' -> {providerID, modelID} as prompt bodies want it."""
-    provider, _, ident = model.partition("/")
-    return {"providerID": provider, "modelID": ident}
-
-
 class OpencodeClient:
     """One instance, one ``httpx.AsyncClient``; use as ``async with``."""
 
@@ -146,7 +129,8 @@ class OpencodeClient:
         self.max_pages = max_pages
         self.max_sessions = max_sessions
         self.notes: list[str] = []  # entries skipped while reading listings, one line each
-        self.dialect: Dialect | None = None if inst.api == "auto" else inst.api  # type: ignore[assignment]
+        # The dialect's adapter: as the config says, else found by ``detect``.
+        self.api: Api | None = None if inst.api == "auto" else DIALECTS[inst.api](self)
         self.version = ""
         # Session id -> directory of every session seen: per-session calls send it (_where).
         self._dirs: dict[str, str] = {}
@@ -165,6 +149,11 @@ class OpencodeClient:
             follow_redirects=False,
             trust_env=False,
         )
+
+    @property
+    def dialect(self) -> Dialect | None:
+        """The API dialect the server speaks (None before ``detect`` when the config says auto)."""
+        return self.api.name if self.api is not None else None
 
     async def __aenter__(self) -> OpencodeClient:
         return self
@@ -342,7 +331,7 @@ class OpencodeClient:
             else:
                 if not isinstance(data, dict) or "healthy" not in data:
                     raise self._shape("/global/health")
-                self.dialect = "classic"
+                self.api = Classic(self)
                 self.version = str(data.get("version") or "")
                 return "classic"
         for path in ("/api/info", "/api/health"):
@@ -353,15 +342,16 @@ class OpencodeClient:
                     continue
                 raise
             if isinstance(data, dict):
-                self.dialect = "v2"
+                self.api = V2(self)
                 self.version = str(data.get("version") or self.version or "")
                 return "v2"
         raise self._fail("answered with an HTML page instead of JSON (wrong URL or path prefix?)")
 
-    async def _dialect(self) -> Dialect:
-        if self.dialect is None:
-            return await self.detect()
-        return self.dialect
+    async def _api(self) -> Api:
+        if self.api is None:
+            await self.detect()
+        assert self.api is not None
+        return self.api
 
     @property
     def release(self) -> Release:
@@ -391,9 +381,7 @@ class OpencodeClient:
 
     async def list_sessions(self) -> list[ServerSession]:
         """Every session on the instance, all pages, page size sent explicitly."""
-        if await self._dialect() == "v2":
-            return await self._list_v2()
-        return [self._seen(s) for s in await self._list_classic()]
+        return await (await self._api()).list_sessions()
 
     def _read_page(
         self,
@@ -414,44 +402,6 @@ class OpencodeClient:
         if pages >= self.max_pages:
             raise self._fail(wire.over_cap(self.max_pages, "pages of sessions"))
 
-    async def _list_classic(self) -> list[ServerSession]:
-        seen: dict[str, ServerSession] = {}
-        cursor: int | None = None
-        for pages in range(1, self.max_pages + 1):
-            params: dict[str, Any] = {"limit": self.page_size}
-            if cursor is not None:
-                params["cursor"] = cursor
-            data, _ = await self._request("GET", "/experimental/session", params=params)
-            if not isinstance(data, list):
-                raise self._shape("/experimental/session")
-            page, new = self._read_page(data, session_from_classic, seen, "/experimental/session")
-            if len(data) < self.page_size or new == 0 or not page:
-                break
-            self._next_page(pages)
-            # The cursor returns time.updated < cursor; +1 re-reads the boundary millisecond
-            # so sessions sharing it are not skipped (duplicates are dropped by id).
-            last = min(s.updated for s in page)
-            cursor = last + 1 if cursor is None or last + 1 < cursor else last
-        return list(seen.values())
-
-    async def _list_v2(self) -> list[ServerSession]:
-        out: dict[str, ServerSession] = {}
-        cursor: str | None = None
-        for pages in range(1, self.max_pages + 1):
-            params: dict[str, Any] = {"limit": self.page_size}
-            if cursor:
-                params["cursor"] = cursor
-            data, _ = await self._request("GET", "/api/session", params=params)
-            if not isinstance(data, dict) or not isinstance(data.get("data"), list):
-                raise self._shape("/api/session")
-            items, new = self._read_page(data["data"], session_from_v2, out, "/api/session")
-            nxt = _text(_obj(data.get("cursor")).get("next"))
-            if not nxt or len(data["data"]) < self.page_size or new == 0:
-                break
-            self._next_page(pages)
-            cursor = nxt
-        return list(out.values())
-
     async def _status_map(self, directory: str | None) -> dict[str, RawStatus]:
         params = {"directory": directory} if directory is not None else None
         data, _ = await self._request("GET", "/session/status", params=params)
@@ -463,75 +413,39 @@ class OpencodeClient:
         """Busy/retry sessions of one directory (idle ones are absent); see ``running``."""
         return await self.running([directory])
 
-    async def active(self) -> dict[str, RawStatus]:
-        """Running sessions of the whole instance (v2 ``/api/session/active``)."""
-        data, _ = await self._request("GET", "/api/session/active")
-        if not isinstance(data, dict) or not isinstance(data.get("data"), dict):
-            raise self._shape("/api/session/active")
-        return {str(k): {"type": "busy"} for k in data["data"]}
-
     async def running(self, directories: Sequence[str], fan_out: int = 16) -> dict[str, RawStatus]:
         """Running sessions of ``directories`` as this release reports them (fleet/releases.py);
         RunStateUnknown when the hub cannot read it (the caller counts the instance full)."""
-        if await self._dialect() == "v2":
-            return await self.active()
-        if not self.version:
-            await self.detect()
-        release = self.release
-        if not release.known:
-            raise RunStateUnknown(self.name, release.note)
-        # Each directory, plus the server-wide map where this release keeps runs started
-        # without a directory (1.2 to 1.14).
-        sem = asyncio.Semaphore(fan_out)
-
-        async def one(d: str | None) -> dict[str, RawStatus]:
-            async with sem:
-                return await self._status_map(d)
-
-        wide: list[str | None] = [None] if release.reads_server_wide else []
-        parts = await aio.gather(*(one(d) for d in [*directories, *wide]))
-        return {k: v for part in parts for k, v in part.items()}
+        return await (await self._api()).running(directories, fan_out)
 
     async def get_session(self, session_id: str, directory: str | None = None) -> ServerSession:
         """One session by id; SessionNotFound when the instance does not know it."""
-        v2 = await self._dialect() == "v2"
-        path = f"/api/session/{session_id}" if v2 else f"/session/{session_id}"
+        api = await self._api()
+        path = f"{api.sessions}/{session_id}"
         if not session_id.startswith("ses"):
             # opencode answers 500 to malformed ids; say what is wrong instead.
             raise SessionNotFound(f"{self.name}: {session_id!r} is not a session id (ses_...)")
-        params = None if v2 else await self._where(session_id, directory)
+        params = await api.where(session_id, directory)
         data, _ = await self._request("GET", path, params=params, not_found_ok=True)
         if data is None:
             raise SessionNotFound(f"{self.name}: session {session_id} not found")
         try:
-            if v2:
-                return session_from_v2(data.get("data", data))
-            return self._seen(session_from_classic(data))
+            return api.session(data)
         except (KeyError, TypeError, AttributeError, ValueError):
             raise self._shape(path) from None
 
     async def children(self, session_id: str, directory: str | None = None) -> list[ServerSession]:
         """The sessions a session's sub-agents run in (``parentID``: the ``task`` tool's); none
         on the v2 dialect, which has no such route. SessionNotFound for an unknown session."""
-        if await self._dialect() == "v2":
-            return []
-        path = f"/session/{session_id}/children"
-        params = await self._where(session_id, directory)
-        data, _ = await self._request("GET", path, params=params, not_found_ok=True)
-        if data is None:
-            raise SessionNotFound(f"{self.name}: session {session_id} not found")
-        if not isinstance(data, list):
-            raise self._shape(path)
-        page, _ = self._read_page(data, session_from_classic, {}, path)
-        return [self._seen(s) for s in page]
+        return await (await self._api()).children(session_id, directory)
 
     async def messages(
         self, session_id: str, limit: int = 5, directory: str | None = None
     ) -> list[dict[str, Any]]:
         """The newest ``limit`` messages of a session, oldest first."""
-        v2 = await self._dialect() == "v2"
-        path = f"/api/session/{session_id}/message" if v2 else f"/session/{session_id}/message"
-        where = None if v2 else await self._where(session_id, directory)
+        api = await self._api()
+        path = f"{api.sessions}/{session_id}/message"
+        where = await api.where(session_id, directory)
         params = {"limit": limit, **(where or {})}
         data, _ = await self._request("GET", path, params=params, not_found_ok=True)
         if data is None:
@@ -602,68 +516,13 @@ class OpencodeClient:
 
     async def create_session(self, directory: str, title: str) -> ServerSession:
         """Create a session in ``directory`` (the query parameter; a body field is ignored)."""
-        if await self._dialect() == "v2":
-            data, _ = await self._request(
-                "POST",
-                "/api/session",
-                body={"location": {"directory": directory}},
-                idempotent=False,
-            )
-            obj = data.get("data", data) if isinstance(data, dict) else None
-            if not isinstance(obj, dict) or not _id(obj):
-                raise self._shape("/api/session")
-            return session_from_v2(obj)
-        data, _ = await self._request(
-            "POST",
-            "/session",
-            params={"directory": directory},
-            body={"title": title},
-            idempotent=False,
-        )
-        if not isinstance(data, dict) or not _id(data):
-            raise self._shape("/session")
-        return self._seen(session_from_classic(data))
+        return await (await self._api()).create_session(directory, title)
 
     async def prompt_async(
         self, session_id: str, text: str, model: str | None, directory: str | None = None
     ) -> None:
         """Send a prompt without waiting for the model (classic 204), in the session's folder."""
-        if await self._dialect() == "v2":
-            if model:
-                await self._request(
-                    "POST",
-                    f"/api/session/{session_id}/model",
-                    body={
-                        "model": {
-                            "providerID": model.split("/", 1)[0],
-                            "id": model.split("/", 1)[1],
-                        }
-                    },
-                    expect_json=False,
-                    idempotent=False,
-                )
-            await self._request(
-                "POST",
-                f"/api/session/{session_id}/prompt",
-                body={"prompt": {"text": text}},
-                expect_json=False,
-                idempotent=False,
-            )
-            return
-        body: dict[str, Any] = {"parts": [{"type": "text", "text": text}]}
-        if model:
-            body["model"] = split_model(model)
-        _, resp = await self._request(
-            "POST",
-            f"/session/{session_id}/prompt_async",
-            params=await self._where(session_id, directory, write=True),
-            body=body,
-            expect_json=False,
-            idempotent=False,
-            not_found_ok=True,
-        )
-        if resp is not None and resp.status_code == 404:
-            raise SessionNotFound(f"{self.name}: session {session_id} not found")
+        await (await self._api()).prompt_async(session_id, text, model, directory)
 
     async def branch(self, directory: str) -> str:
         """The branch checked out in ``directory`` ("" when the server says none)."""
@@ -730,9 +589,9 @@ class OpencodeClient:
 
     async def abort(self, session_id: str, directory: str | None = None) -> None:
         """Stop a running session (a no-op when idle), in the directory it runs in."""
-        v2 = await self._dialect() == "v2"
-        path = f"/api/session/{session_id}/interrupt" if v2 else f"/session/{session_id}/abort"
-        params = None if v2 else await self._where(session_id, directory, write=True)
+        api = await self._api()
+        params = await api.where(session_id, directory, write=True)
+        path = f"{api.sessions}/{session_id}/{api.stop}"
         await self._request("POST", path, params=params, expect_json=False)
 
     async def delete(self, session_id: str, directory: str | None = None) -> None:

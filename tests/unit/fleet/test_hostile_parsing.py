@@ -11,6 +11,7 @@ import asyncio
 import base64
 import json
 from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
 from typing import Any
 
 import httpx
@@ -181,8 +182,7 @@ def test_v2_cursor_of_the_wrong_type() -> None:
 
     async def go() -> list[Any]:
         transport = httpx.MockTransport(handler)
-        async with OpencodeClient(INST, transport=transport) as client:
-            client.dialect = "v2"
+        async with OpencodeClient(replace(INST, api="v2"), transport=transport) as client:
             return await client.list_sessions()
 
     assert [s.id for s in asyncio.run(go())] == ["ses_1"]

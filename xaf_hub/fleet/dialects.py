@@ -1,0 +1,256 @@
+"""The two API dialects of an opencode server, behind one interface.
+
+``Classic`` is the routes every release from 1.2 answers (``/session``, ``/session/status``
+per directory, ``prompt_async``); ``V2`` the ``/api/...`` routes (a cursor object, one map of
+the runs, a model set apart from the prompt). ``OpencodeClient`` detects which one a server
+speaks and holds one adapter, which reaches the server through the client's own transport
+(``_request``) and directory memory (``_where``, ``_seen``); what both share, and the routes
+only the classic dialect has, stay in the client.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypedDict
+
+from xaf_hub.core import aio
+from xaf_hub.errors import RunStateUnknown, SessionNotFound
+from xaf_hub.fleet.wire import ServerSession, session_from_classic, session_from_v2
+from xaf_hub.fleet.wire import as_mapping as _obj
+from xaf_hub.fleet.wire import text_field as _text
+from xaf_hub.fleet.wire import usable_id as _id
+
+if TYPE_CHECKING:
+    from xaf_hub.fleet.client import OpencodeClient
+
+Dialect = Literal["classic", "v2"]
+
+
+class RawStatus(TypedDict, total=False):
+    """One entry of the classic ``/session/status`` map."""
+
+    type: str
+    attempt: int
+    message: str
+    next: int
+
+
+def split_model(model: str) -> dict[str, str]:
+    """'provider/model' -> {providerID, modelID} as prompt bodies want it."""
+    provider, _, ident = model.partition("/")
+    return {"providerID": provider, "modelID": ident}
+
+
+class Api(abc.ABC):
+    """What differs between the dialects, over one client's transport."""
+
+    name: ClassVar[Dialect]
+    #: Where a session's routes start, and the last part of the route that stops its run.
+    sessions: ClassVar[str]
+    stop: ClassVar[str]
+
+    def __init__(self, client: OpencodeClient) -> None:
+        self.client = client
+
+    @abc.abstractmethod
+    async def where(
+        self, session_id: str, directory: str | None, write: bool = False
+    ) -> dict[str, str] | None:
+        """The query that places a call on a session (its ``?directory=``), or None."""
+
+    @abc.abstractmethod
+    def session(self, data: Any) -> ServerSession:
+        """One session from the answer of ``GET <sessions>/{id}`` (raises on a bad shape)."""
+
+    @abc.abstractmethod
+    async def list_sessions(self) -> list[ServerSession]:
+        """Every session on the instance, all pages."""
+
+    @abc.abstractmethod
+    async def running(self, directories: Sequence[str], fan_out: int) -> dict[str, RawStatus]:
+        """The running sessions of ``directories`` (``OpencodeClient.running``)."""
+
+    @abc.abstractmethod
+    async def children(self, session_id: str, directory: str | None) -> list[ServerSession]:
+        """The sessions a session's sub-agents run in."""
+
+    @abc.abstractmethod
+    async def create_session(self, directory: str, title: str) -> ServerSession:
+        """A new session in ``directory``."""
+
+    @abc.abstractmethod
+    async def prompt_async(
+        self, session_id: str, text: str, model: str | None, directory: str | None
+    ) -> None:
+        """Start a run without waiting for the model."""
+
+
+class Classic(Api):
+    """The routes of releases 1.2 and later; a session's calls carry its directory."""
+
+    name = "classic"
+    sessions = "/session"
+    stop = "abort"
+
+    async def where(
+        self, session_id: str, directory: str | None, write: bool = False
+    ) -> dict[str, str] | None:
+        return await self.client._where(session_id, directory, write)
+
+    def session(self, data: Any) -> ServerSession:
+        return self.client._seen(session_from_classic(data))
+
+    async def list_sessions(self) -> list[ServerSession]:
+        c = self.client
+        seen: dict[str, ServerSession] = {}
+        cursor: int | None = None
+        for pages in range(1, c.max_pages + 1):
+            params: dict[str, Any] = {"limit": c.page_size}
+            if cursor is not None:
+                params["cursor"] = cursor
+            data, _ = await c._request("GET", "/experimental/session", params=params)
+            if not isinstance(data, list):
+                raise c._shape("/experimental/session")
+            page, new = c._read_page(data, session_from_classic, seen, "/experimental/session")
+            if len(data) < c.page_size or new == 0 or not page:
+                break
+            c._next_page(pages)
+            # The cursor returns time.updated < cursor; +1 re-reads the boundary millisecond
+            # so sessions sharing it are not skipped (duplicates are dropped by id).
+            last = min(s.updated for s in page)
+            cursor = last + 1 if cursor is None or last + 1 < cursor else last
+        return [c._seen(s) for s in seen.values()]
+
+    async def running(self, directories: Sequence[str], fan_out: int) -> dict[str, RawStatus]:
+        c = self.client
+        if not c.version:
+            await c.detect()
+        release = c.release
+        if not release.known:
+            raise RunStateUnknown(c.name, release.note)
+        # Each directory, plus the server-wide map where this release keeps runs started
+        # without a directory (1.2 to 1.14).
+        sem = asyncio.Semaphore(fan_out)
+
+        async def one(d: str | None) -> dict[str, RawStatus]:
+            async with sem:
+                return await c._status_map(d)
+
+        wide: list[str | None] = [None] if release.reads_server_wide else []
+        parts = await aio.gather(*(one(d) for d in [*directories, *wide]))
+        return {k: v for part in parts for k, v in part.items()}
+
+    async def children(self, session_id: str, directory: str | None) -> list[ServerSession]:
+        c = self.client
+        path = f"/session/{session_id}/children"
+        data, _ = await c._request(
+            "GET", path, params=await self.where(session_id, directory), not_found_ok=True
+        )
+        if data is None:
+            raise SessionNotFound(f"{c.name}: session {session_id} not found")
+        if not isinstance(data, list):
+            raise c._shape(path)
+        page, _ = c._read_page(data, session_from_classic, {}, path)
+        return [c._seen(s) for s in page]
+
+    async def create_session(self, directory: str, title: str) -> ServerSession:
+        data, _ = await self.client._request(
+            "POST", "/session", params={"directory": directory}, body={"title": title},
+            idempotent=False,
+        )
+        if not isinstance(data, dict) or not _id(data):
+            raise self.client._shape("/session")
+        return self.session(data)
+
+    async def prompt_async(
+        self, session_id: str, text: str, model: str | None, directory: str | None
+    ) -> None:
+        body: dict[str, Any] = {"parts": [{"type": "text", "text": text}]}
+        if model:
+            body["model"] = split_model(model)
+        _, resp = await self.client._request(
+            "POST",
+            f"/session/{session_id}/prompt_async",
+            params=await self.where(session_id, directory, write=True),
+            body=body,
+            expect_json=False,
+            idempotent=False,
+            not_found_ok=True,
+        )
+        if resp is not None and resp.status_code == 404:
+            raise SessionNotFound(f"{self.client.name}: session {session_id} not found")
+
+
+class V2(Api):
+    """The ``/api/...`` routes: no directory per call, no sub-agent route."""
+
+    name = "v2"
+    sessions = "/api/session"
+    stop = "interrupt"
+
+    async def where(
+        self, session_id: str, directory: str | None, write: bool = False
+    ) -> dict[str, str] | None:
+        return None
+
+    def session(self, data: Any) -> ServerSession:
+        return session_from_v2(data.get("data", data))
+
+    async def list_sessions(self) -> list[ServerSession]:
+        c = self.client
+        out: dict[str, ServerSession] = {}
+        cursor: str | None = None
+        for pages in range(1, c.max_pages + 1):
+            params: dict[str, Any] = {"limit": c.page_size}
+            if cursor:
+                params["cursor"] = cursor
+            data, _ = await c._request("GET", "/api/session", params=params)
+            if not isinstance(data, dict) or not isinstance(data.get("data"), list):
+                raise c._shape("/api/session")
+            _, new = c._read_page(data["data"], session_from_v2, out, "/api/session")
+            nxt = _text(_obj(data.get("cursor")).get("next"))
+            if not nxt or len(data["data"]) < c.page_size or new == 0:
+                break
+            c._next_page(pages)
+            cursor = nxt
+        return list(out.values())
+
+    async def running(self, directories: Sequence[str], fan_out: int) -> dict[str, RawStatus]:
+        data, _ = await self.client._request("GET", "/api/session/active")
+        if not isinstance(data, dict) or not isinstance(data.get("data"), dict):
+            raise self.client._shape("/api/session/active")
+        return {str(k): {"type": "busy"} for k in data["data"]}
+
+    async def children(self, session_id: str, directory: str | None) -> list[ServerSession]:
+        return []
+
+    async def create_session(self, directory: str, title: str) -> ServerSession:
+        data, _ = await self.client._request(
+            "POST", "/api/session", body={"location": {"directory": directory}},
+            idempotent=False,
+        )
+        obj = data.get("data", data) if isinstance(data, dict) else None
+        if not isinstance(obj, dict) or not _id(obj):
+            raise self.client._shape("/api/session")
+        return session_from_v2(obj)
+
+    async def prompt_async(
+        self, session_id: str, text: str, model: str | None, directory: str | None
+    ) -> None:
+        c = self.client
+        if model:
+            provider, _, ident = model.partition("/")
+            await c._request(
+                "POST", f"/api/session/{session_id}/model",
+                body={"model": {"providerID": provider, "id": ident}},
+                expect_json=False, idempotent=False,
+            )
+        await c._request(
+            "POST", f"/api/session/{session_id}/prompt", body={"prompt": {"text": text}},
+            expect_json=False, idempotent=False,
+        )
+
+
+DIALECTS: dict[str, type[Api]] = {"classic": Classic, "v2": V2}
