@@ -176,7 +176,7 @@ def _projected_on(n: int, s: int, repeat: int, root: Path, log: Callable[[str], 
     from bench.__main__ import bytecode_env, hub_argv, run_child, stats
     from xaf_hub.config.load import load_config
     from xaf_hub.core.records import SessionRecord
-    from xaf_hub.fleet.follow import LiveInstance
+    from xaf_hub.fleet.live_view import LiveInstance
     from xaf_hub.fleet.scan import InstanceScan
     from xaf_hub.ops.live_board import publish
 

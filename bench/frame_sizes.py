@@ -5,7 +5,7 @@
 One real ``opencode serve`` (the sandbox's, fake model) runs three prompts whose frames are
 as large as the server makes them: a bash tool call that prints ~1.6 MB, a write tool call
 of a 1 MB file, and a 1 MB prompt. Prints the largest ``data:`` line of each event type seen
-(the follower's line cap, ``fleet.follow.MAX_LINE_BYTES``, is set above the largest).
+(the follower's line cap, ``fleet.stream.MAX_FRAME_BYTES``, is set above the largest).
 """
 
 from __future__ import annotations

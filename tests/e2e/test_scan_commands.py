@@ -220,6 +220,7 @@ def test_unknown_instance_and_bad_config(hub: Hub) -> None:
 # the MCP server, the live followers, the patrol, the chat notices and the served page.
 HEAVY = (
     "sklearn", "numpy", "jinja2", "apscheduler", "mcp", "xaf_hub.fleet.follow",
+    "xaf_hub.fleet.stream", "xaf_hub.fleet.mailbox", "xaf_hub.fleet.live_view",
     "xaf_hub.fleet.events", "xaf_hub.patrol", "xaf_hub.notify", "xaf_hub.page.serve",
     "xaf_hub.cli.mcp",
 )

@@ -303,7 +303,7 @@ class OpencodeClient:
     def open_stream(
         self, path: str, params: Mapping[str, Any] | None = None
     ) -> contextlib.AbstractAsyncContextManager[httpx.Response]:
-        """A streaming GET of server-sent events (``fleet.follow`` reads it line by line).
+        """A streaming GET of server-sent events (``fleet.stream`` reads it line by line).
 
         The one exception to this module's rule: httpx errors reach the caller, which turns
         them into reasons with ``describe_error``. No read timeout: the caller keeps the

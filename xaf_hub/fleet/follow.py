@@ -20,23 +20,22 @@ basic auth, the same transport seam as every client) and turns what arrives into
   instead. When the instance answers again it is reported up, after its rescan. Only a
   ``data:`` line is life: a stream of ``: keep-alive`` comments, or a line trickling in a
   byte at a time, goes stale like a silent one.
-* **Bounded cost per stream.** A line is read in chunks and held only up to
-  ``MAX_FRAME_BYTES``; a longer one is skipped to its end, never held whole (only its first
-  ``_PREFIX_BYTES`` are kept, to tell its type). Frames wait for the consumer in a
-  ``_Mailbox`` that keeps the newest state per session (bounded in frames and bytes); when it
-  overflows, what it held is dropped and the instance is rescanned instead. A stream that
-  sends more than ``BUDGET_FRAMES_PER_S`` frames or ``BUDGET_BYTES_PER_S`` bytes a second
-  (over ``BUDGET_WINDOW`` seconds) is closed and its instance polled for ``BUDGET_COOLDOWN``
-  seconds, with the reason in the ``polling`` event every live view shows.
+* **Bounded cost per stream.** The streams are read by ``fleet.stream`` (lines held up to a
+  cap, a budget of frames and bytes) into a ``fleet.mailbox.Mailbox`` that keeps the newest
+  state per session; when it overflows, the instance is rescanned instead. A stream over its
+  budget is closed and its instance polled for ``BUDGET_COOLDOWN`` seconds, with the reason in
+  the ``polling`` event every live view shows.
+* **The live view.** What the follower knows now is ``fleet.live_view.LiveView``, which also
+  publishes it (the live board).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 import time
-from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
@@ -45,9 +44,12 @@ import httpx
 from xaf_hub.config.load import Config, InstanceConfig
 from xaf_hub.core import aio
 from xaf_hub.core.backoff import Backoff
+from xaf_hub.core.runstate import outcome_of
 from xaf_hub.errors import HubError, UnreachableError
 from xaf_hub.fleet.client import OpencodeClient, describe_error
-from xaf_hub.fleet.events import Board, FleetEvent, Frame, parse_frame
+from xaf_hub.fleet.events import Board, FleetEvent, Frame
+from xaf_hub.fleet.live_view import PUBLISH_SECONDS, LiveInstance, LiveView, now_ms
+from xaf_hub.fleet.mailbox import Bad, Behind, Closed, Mailbox
 from xaf_hub.fleet.scan import (
     InstanceScan,
     TransportFactory,
@@ -55,51 +57,20 @@ from xaf_hub.fleet.scan import (
     make_client,
     scan_instance,
 )
+from xaf_hub.fleet.stream import Budget, Streams
 
 Mode = Literal["global", "directory", "polling"]
 
 HEARTBEAT_DEADLINE = 25.0  # 2.5 heartbeats of opencode 1.18
 PROBE_SECONDS = 4.0
-PUBLISH_SECONDS = 0.5  # the live board is written at most this often after a change
-REPUBLISH_SECONDS = 5.0  # and this often while nothing changes, so readers see it is alive
 POLL_SECONDS = 10.0
 RESCAN_SECONDS = 300.0  # per-directory streams: look for new project directories this often
 BACKOFF: tuple[float, ...] = (1.0, 2.0, 4.0, 8.0, 15.0, 30.0)
 MAX_DIRECTORY_STREAMS = 64
 _SHORT_LIVED = 5.0  # seconds: a connection that ended sooner is retried with back-off
-# The first release line measured to answer on /global/event.
-_GLOBAL_FROM = (1, 15)
-
-
-def _version(text: str) -> tuple[int, ...]:
-    parts = []
-    for piece in text.split(".")[:3]:
-        digits = "".join(c for c in piece if c.isdigit())
-        if not digits:
-            break
-        parts.append(int(digits))
-    return tuple(parts)
-
-
 # Unreadable frames in a row before the stream is opened again (a reconnect rescans).
 MAX_BAD_FRAMES = 20
-
-# The longest line held and the largest frame read. The frames the hub reads (session.*,
-# server.*, message.updated) measured at most 707 bytes on opencode 1.18.33; the largest real
-# frames are message.part.updated (and its "sync" twin), which carry a tool call's whole input:
-# 1,000,747 bytes for a 1 MB file written by the model (bench/frame_sizes.py), unbounded in
-# principle. The hub never reads those, so a longer line is skipped to its end unheld.
-MAX_FRAME_BYTES = 1024 * 1024
-_PREFIX_BYTES = 4096  # what is kept of a skipped line: enough to see its event type
-# Per-stream budget, averaged over a window: a busy 1.18 server streaming ten runs at once
-# sends a few hundred message.part.delta frames a second (~400 bytes each).
-BUDGET_FRAMES_PER_S = 2000
-BUDGET_BYTES_PER_S = 8 * 1024 * 1024
-BUDGET_WINDOW = 10.0
 BUDGET_COOLDOWN = 300.0  # an instance over its budget is polled this long, then streamed again
-# What may wait for the consumer before the rest is dropped for a rescan.
-MAX_PENDING_FRAMES = 1024
-MAX_PENDING_BYTES = 8 * 1024 * 1024
 
 
 @dataclass
@@ -116,312 +87,6 @@ class FollowState:
     long_lines: int = 0  # lines over MAX_FRAME_BYTES skipped unread (since the start)
     overflows: int = 0  # times the consumer fell behind and a rescan replaced the frames
     over_budget: int = 0  # times the stream went over its budget and the instance was polled
-
-
-@dataclass(frozen=True)
-class LiveInstance:
-    """One instance as the follower knows it now, for the live board (``ops.live_board``).
-
-    ``scan`` carries the last full scan's facts (version, release, what could not be read)
-    with the sessions as they are now: the project's from the event stream, the others as the
-    last rescan saw them. ``confirmed_at_ms`` is when the view was last proven current (a line
-    from the stream with nothing left unread, or a rescan); 0 when it is not being kept
-    current (down, reconnecting, or followed per directory, where new directories join only at
-    the five-minute rescan)."""
-
-    scan: InstanceScan
-    mode: str
-    confirmed_at_ms: int
-
-
-@dataclass(frozen=True)
-class _Closed:
-    reason: str
-    over_budget: bool = False
-
-
-@dataclass(frozen=True)
-class _Behind:
-    """Frames were dropped because the consumer fell behind: rescan instead."""
-
-
-@dataclass(frozen=True)
-class _Bad:
-    """Frames the reader could not read (too large to read, or not JSON it can use)."""
-
-    count: int
-    long_lines: int
-
-
-_Item = Frame | _Closed | _Behind | _Bad
-
-
-class OverBudget(Exception):
-    """A stream sent more than its budget allows."""
-
-
-class Budget:
-    """Frames and bytes one connection's streams sent in the current window.
-
-    ``add`` raises ``OverBudget`` (with the reason in words) as soon as a window holds more
-    than its share; the window starts again every ``window`` seconds.
-    """
-
-    def __init__(
-        self,
-        frames_per_s: float = BUDGET_FRAMES_PER_S,
-        bytes_per_s: float = BUDGET_BYTES_PER_S,
-        window: float = BUDGET_WINDOW,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.frames_per_s = frames_per_s
-        self.bytes_per_s = bytes_per_s
-        self.window = window
-        self._clock = clock
-        self._start = clock()
-        self.frames = 0
-        self.bytes = 0
-
-    def add(self, frames: int, nbytes: int) -> None:
-        """Count what arrived; raise ``OverBudget`` when the window's share is exceeded."""
-        now = self._clock()
-        if now - self._start >= self.window:
-            self._start, self.frames, self.bytes = now, 0, 0
-        self.frames += frames
-        self.bytes += nbytes
-        if self.frames > self.frames_per_s * self.window:
-            raise OverBudget(f"event stream over its budget ({self.frames} frames in under "
-                             f"{self.window:g} s; at most {self.frames_per_s:g}/s)")
-        if self.bytes > self.bytes_per_s * self.window:
-            mb = self.bytes / 1024 / 1024
-            raise OverBudget(f"event stream over its budget ({mb:.0f} MB in under "
-                             f"{self.window:g} s; at most "
-                             f"{self.bytes_per_s / 1024 / 1024:g} MB/s)")
-
-
-def _coalesce_key(frame: Frame) -> tuple[str, str]:
-    """Frames with the same key stand for the same state: only the newest is kept."""
-    props = frame.properties
-    sid = props.get("sessionID")
-    if frame.type in ("session.created", "session.updated"):
-        info = props.get("info")
-        sid = info.get("id") if isinstance(info, dict) else sid
-        return ("info", str(sid))
-    if frame.type == "session.idle":
-        return ("run:idle", str(sid))
-    if frame.type == "session.status":
-        status = props.get("status")
-        word = status.get("type") if isinstance(status, dict) else None
-        # Idle and not idle are kept apart, so a start and a stop both still show.
-        return ("run:idle" if word == "idle" else "run:busy", str(sid))
-    if frame.type == "message.updated":
-        # Per message: a step's last update is kept when the next step's first one follows.
-        info = props.get("info")
-        return ("message", str(info.get("id") if isinstance(info, dict) else sid))
-    return (frame.type, str(sid))
-
-
-class _Mailbox:
-    """What the readers of one connection hand the consumer, bounded and coalesced.
-
-    A frame replaces the waiting frame of the same key (``_coalesce_key``) and goes to the
-    back; past ``max_frames`` or ``max_bytes`` everything waiting is dropped for one
-    ``_Behind`` (the consumer rescans). The end of a stream comes after what it sent; a stop,
-    or a stream over its budget, comes before anything still waiting.
-    """
-
-    def __init__(
-        self, max_frames: int = MAX_PENDING_FRAMES, max_bytes: int = MAX_PENDING_BYTES
-    ) -> None:
-        self.max_frames = max_frames
-        self.max_bytes = max_bytes
-        self._pending: OrderedDict[tuple[str, str], tuple[Frame, int]] = OrderedDict()
-        self._bytes = 0
-        self._behind = False
-        self._bad = 0
-        self._long = 0
-        self._closed: _Closed | None = None
-        self._urgent = False
-        self._ready = asyncio.Event()
-
-    def put(self, frame: Frame, size: int) -> None:
-        """Hand over one frame (never waits)."""
-        key = _coalesce_key(frame)
-        old = self._pending.pop(key, None)
-        if old is not None:
-            self._bytes -= old[1]
-        if len(self._pending) >= self.max_frames or self._bytes + size > self.max_bytes:
-            self._pending.clear()
-            self._bytes = 0
-            self._behind = True
-        else:
-            self._pending[key] = (frame, size)
-            self._bytes += size
-        self._ready.set()
-
-    def bad(self, long_line: bool = False) -> None:
-        """Count one frame that could not be read."""
-        self._bad += 1
-        self._long += long_line
-        self._ready.set()
-
-    def close(self, reason: str, over_budget: bool = False, urgent: bool = False) -> None:
-        """The stream ended (the first reason wins); ``urgent`` skips what still waits."""
-        if self._closed is None:
-            self._closed = _Closed(reason, over_budget)
-        self._urgent = self._urgent or urgent or over_budget
-        self._ready.set()
-
-    def put_nowait(self, item: _Closed) -> None:
-        """A stop (``FleetFollower._halt``): handed over before anything else."""
-        self.close(item.reason, urgent=True)
-
-    def __len__(self) -> int:
-        return len(self._pending)
-
-    def _waiting(self) -> bool:
-        return bool(self._pending or self._bad or self._behind)
-
-    async def get(self) -> _Item:
-        """The next thing to handle."""
-        while True:
-            if self._closed is not None and (self._urgent or not self._waiting()):
-                return self._closed
-            if self._bad:
-                item = _Bad(self._bad, self._long)
-                self._bad = self._long = 0
-                return item
-            if self._behind:
-                self._behind = False
-                return _Behind()
-            if self._pending:
-                _, (frame, size) = self._pending.popitem(last=False)
-                self._bytes -= size
-                return frame
-            self._ready.clear()
-            await self._ready.wait()
-
-
-async def read_lines(
-    chunks: AsyncIterator[bytes], count: Callable[[int], None], limit: int = MAX_FRAME_BYTES
-) -> AsyncIterator[tuple[bytes, bool]]:
-    """The lines of a byte stream as (line, whole); ``count`` sees every chunk's size first.
-
-    A line longer than ``limit`` is not held: once it passes the limit the rest of it is
-    skipped up to its newline, and it comes out as (its first ``_PREFIX_BYTES``, False). A
-    line cut off by the end of the stream is dropped.
-    """
-    buf = bytearray()
-    skipping = False
-    async for chunk in chunks:
-        count(len(chunk))
-        start = 0
-        while True:
-            nl = chunk.find(b"\n", start)
-            end = len(chunk) if nl < 0 else nl
-            if not skipping:
-                buf += memoryview(chunk)[start:end]
-                if len(buf) > limit:
-                    del buf[_PREFIX_BYTES:]
-                    skipping = True
-            if nl < 0:
-                break
-            line = bytes(buf[:-1] if buf.endswith(b"\r") else buf)
-            yield line, not skipping
-            buf.clear()
-            skipping = False
-            start = nl + 1
-
-
-class _Streams:
-    """The reader tasks of one connection, feeding one queue."""
-
-    def __init__(
-        self, client: OpencodeClient, on_line: Callable[[], None], budget: Budget | None = None
-    ) -> None:
-        self.client = client
-        self.queue = _Mailbox()
-        self.tasks: list[asyncio.Task[None]] = []
-        self.directories: set[str] = set()
-        self.heartbeats = False
-        self.budget = budget or Budget()
-        self._on_line = on_line  # called for every data line: the stream's sign of life
-
-    async def open(
-        self, path: str, directory: str, probe_seconds: float
-    ) -> bool:
-        """Start one reader; True once its first frame arrived within ``probe_seconds``."""
-        opened = asyncio.Event()
-        params = {"directory": directory} if directory else None
-        framed: list[bool] = []
-        task = asyncio.create_task(self._read(path, params, directory, opened, framed))
-        self.tasks.append(task)
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(probe_seconds):
-                await opened.wait()
-        if not framed:  # no answer in time, or not a stream
-            await aio.cancel_and_wait(task)
-            self.tasks.remove(task)
-            return False
-        if directory:
-            self.directories.add(directory)
-        return True
-
-    async def _read(
-        self,
-        path: str,
-        params: dict[str, str] | None,
-        directory: str,
-        opened: asyncio.Event,
-        framed: list[bool],
-    ) -> None:
-        """Read one stream. Before its first frame a failure just ends the task (``open``
-        sees it); after that, the end of the stream is queued as ``_Closed``."""
-        client = self.client
-        try:
-            async with client.open_stream(path, params) as resp:
-                ctype = resp.headers.get("content-type", "")
-                if resp.status_code != 200 or "event-stream" not in ctype:
-                    return
-                budget = self.budget
-
-                def count(nbytes: int) -> None:
-                    budget.add(0, nbytes)
-
-                async for raw, whole in read_lines(resp.aiter_bytes(), count):
-                    if not raw.startswith(b"data:"):
-                        continue  # comments, blank lines, event:/id:/retry: are not life
-                    budget.add(1, 0)
-                    self._on_line()
-                    if not whole:
-                        if b'"session.' in raw or b'"server.' in raw:
-                            self.queue.bad(long_line=True)  # one the hub reads, too large
-                        continue
-                    frame = parse_frame(raw.decode("utf-8", "replace"), directory)
-                    if frame is None:
-                        continue
-                    if not framed:
-                        framed.append(True)
-                    opened.set()
-                    if frame.type == "server.heartbeat":
-                        self.heartbeats = True
-                        continue
-                    self.queue.put(frame, len(raw))
-            if opened.is_set():
-                self.queue.close("the event stream ended")
-        except OverBudget as exc:
-            self.queue.close(str(exc), over_budget=True)
-        except httpx.HTTPError as exc:
-            if opened.is_set():
-                reason = describe_error(exc, client.connect_timeout, client.read_timeout)
-                self.queue.close(f"event stream: {reason}")
-        finally:
-            opened.set()  # wakes ``open`` at once when the stream failed before a frame
-
-    async def close(self) -> None:
-        """Stop every reader."""
-        tasks, self.tasks = self.tasks, []
-        await aio.cancel_and_wait(*tasks)
 
 
 class FleetFollower:
@@ -466,19 +131,11 @@ class FleetFollower:
         self._modes: dict[str, Mode] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
-        self._wakers: set[_Mailbox] = set()
+        self._wakers: set[Mailbox] = set()
         # Instances over their stream budget: polled until this time (monotonic), and why.
         self._throttled: dict[str, tuple[float, str]] = {}
-        # The live board: ``publish`` gets ``live_view()`` after a change (at most every
-        # ``publish_seconds``) and every REPUBLISH_SECONDS while nothing changes (its age).
-        self.publish = publish
-        self.publish_seconds = publish_seconds
-        self.scans: dict[str, InstanceScan] = {}  # the last full scan of each instance
-        self._heard_ms: dict[str, int] = {}  # the last line of its stream, or its last rescan
-        # Since when the consumer has had frames of it left to read (absent: caught up).
-        self._behind_ms: dict[str, int] = {}
-        self._changed = True
-        self._writing: asyncio.Future[None] | None = None  # the board write under way
+        # What it knows now; ``publish`` gets it after a change (the live board).
+        self.live = LiveView(self.instances, self.state, self.boards, publish, publish_seconds)
         self.thread: Any = None  # the thread ``run_in_thread`` runs it on
 
     # ------------------------------------------------------------------------- control
@@ -495,7 +152,9 @@ class FleetFollower:
         tasks = [asyncio.ensure_future(self._follow(i)) for i in self.instances]
         if not tasks:
             return  # nothing to follow (asyncio.wait refuses an empty set)
-        publisher = asyncio.ensure_future(self._publisher()) if self.publish else None
+        publisher = None
+        if self.live.publish is not None:
+            publisher = asyncio.ensure_future(self.live.publisher(self._pause, self.stopping))
         try:
             done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
         finally:  # stopped, one follower crashed, or cancelled: end them all
@@ -503,14 +162,7 @@ class FleetFollower:
             await aio.cancel_and_wait(*tasks)
             if publisher is not None:
                 await aio.cancel_and_wait(publisher)
-                # A write still under way in its thread would land after the last one below
-                # and bring back a board that says "current" (the cancel does not stop it).
-                if self._writing is not None:
-                    with contextlib.suppress(BaseException):
-                        await asyncio.wait([self._writing])
-                self._heard_ms.clear()  # stopped: nothing is kept current any more
-                with contextlib.suppress(Exception):
-                    self._publish_now()
+                await self.live.publish_last()
         for task in done:
             task.result()  # a follower's own bug is raised, not lost
 
@@ -534,7 +186,7 @@ class FleetFollower:
         if self._stop is not None:
             self._stop.set()
         for q in self._wakers:
-            q.put_nowait(_Closed("stop"))
+            q.close("stop", urgent=True)
 
     def stopping(self) -> bool:
         """True once ``stop()`` was called."""
@@ -558,8 +210,7 @@ class FleetFollower:
         while not self.stopping():
             began = time.monotonic()
             connected, reason = await self._connection(inst)
-            self._heard_ms.pop(inst.name, None)  # not kept current until it is back
-            self._changed = True
+            self.live.lost(inst.name)
             if self.stopping():
                 break
             st.up = False
@@ -575,7 +226,7 @@ class FleetFollower:
                 continue
             if not st.reported_down:
                 st.reported_down = True
-                self.emit(FleetEvent("down", inst.name, detail=reason, at_ms=_ms()))
+                self.emit(FleetEvent("down", inst.name, detail=reason, at_ms=now_ms()))
             attempt += 1
             await self._pause(self.backoff.delay(attempt))
 
@@ -605,9 +256,9 @@ class FleetFollower:
 
         def seen() -> None:
             last_line[0] = time.monotonic()
-            self._heard_ms[inst.name] = _ms()
+            self.live.heard(inst.name)
 
-        streams = _Streams(client, seen, self.budget())
+        streams = Streams(client, seen, self.budget())
         self._wakers.add(streams.queue)
         try:
             throttled = self._throttled.get(inst.name)
@@ -626,13 +277,13 @@ class FleetFollower:
             await streams.close()
 
     async def _choose(
-        self, client: OpencodeClient, inst: InstanceConfig, streams: _Streams
+        self, client: OpencodeClient, inst: InstanceConfig, streams: Streams
     ) -> Mode:
         """Find the stream this instance offers, leaving it open."""
         if self.force_polling or client.dialect == "v2":
             return "polling"
-        version = _version(client.version)
-        if (not version or version[:2] >= _GLOBAL_FROM) and await streams.open(
+        # A release known to keep runs per directory (1.2 to 1.14) gives no answer there.
+        if client.release.behaviour != "server-wide" and await streams.open(
             "/global/event", "", self.probe_seconds
         ):
             return "global"
@@ -641,7 +292,7 @@ class FleetFollower:
         return "polling"
 
     async def _reopen(
-        self, client: OpencodeClient, inst: InstanceConfig, streams: _Streams, mode: Mode
+        self, client: OpencodeClient, inst: InstanceConfig, streams: Streams, mode: Mode
     ) -> bool:
         # The stream is known to work here: a server just restarted may take longer to answer.
         if mode == "global":
@@ -658,7 +309,7 @@ class FleetFollower:
         return found
 
     async def _open_directories(
-        self, client: OpencodeClient, inst: InstanceConfig, streams: _Streams
+        self, client: OpencodeClient, inst: InstanceConfig, streams: Streams
     ) -> bool:
         wanted = sorted(await self._project_directories(client, inst) - streams.directories)
         if len(streams.directories) + len(wanted) > MAX_DIRECTORY_STREAMS:
@@ -675,7 +326,7 @@ class FleetFollower:
         self,
         client: OpencodeClient,
         inst: InstanceConfig,
-        streams: _Streams,
+        streams: Streams,
         mode: Mode,
         last_line: list[float],
     ) -> tuple[bool, str]:
@@ -693,14 +344,14 @@ class FleetFollower:
         st.connects += 1
         if st.reported_down:
             st.reported_down = False
-            self.emit(FleetEvent("up", inst.name, detail=mode, at_ms=_ms()))
+            self.emit(FleetEvent("up", inst.name, detail=mode, at_ms=now_ms()))
         if first:
-            self.emit(FleetEvent("ready", inst.name, detail=mode, at_ms=_ms()))
+            self.emit(FleetEvent("ready", inst.name, detail=mode, at_ms=now_ms()))
         if mode == "polling" and first:
             why = self._why_polling(client)
-            self.emit(FleetEvent("polling", inst.name, detail=why, at_ms=_ms()))
+            self.emit(FleetEvent("polling", inst.name, detail=why, at_ms=now_ms()))
         elif mode != "polling" and was_polled and not first:  # back from its budget's pause
-            self.emit(FleetEvent("ready", inst.name, detail=mode, at_ms=_ms()))
+            self.emit(FleetEvent("ready", inst.name, detail=mode, at_ms=now_ms()))
         if not first:
             await self._send(client, changes)
         if mode == "polling":
@@ -709,7 +360,7 @@ class FleetFollower:
         bad_in_a_row = 0
         while True:
             if not len(streams.queue):
-                self._behind_ms.pop(inst.name, None)  # all it sent so far is on the board
+                self.live.behind_ms.pop(inst.name, None)  # all it sent so far is on the board
             silent = time.monotonic() - last_line[0]
             wait = max(0.5, self.heartbeat_deadline - silent)
             if mode == "directory":
@@ -719,7 +370,7 @@ class FleetFollower:
                 # arrives with an item, and the follower would then never end.
                 async with asyncio.timeout(wait):
                     item = await streams.queue.get()
-                self._behind_ms.setdefault(inst.name, _ms())
+                self.live.behind_ms.setdefault(inst.name, now_ms())
             except TimeoutError:
                 if self.stopping():
                     return True, "stop"
@@ -728,42 +379,36 @@ class FleetFollower:
                         return True, f"no heartbeat for {self.heartbeat_deadline:g} s"
                     # An older release sends no heartbeat: a quiet stream may be alive, or
                     # dead behind a proxy that keeps it open. A rescan tells what it missed.
-                    scan = await scan_instance(client, inst)
-                    if not scan.reachable:
-                        return True, scan.reason
-                    await self._send(client, self._reconcile(inst, board, scan, "rescan"))
+                    if reason := await self._rescan(client, inst, board):
+                        return True, reason
                     last_line[0] = time.monotonic()
                 if mode == "directory" and time.monotonic() - rescanned >= self.rescan_seconds:
                     rescanned = time.monotonic()
                     if not await self._open_directories(client, inst, streams):
                         return True, "a new directory's event stream did not open"
-                    scan = await scan_instance(client, inst)
-                    if not scan.reachable:
-                        return True, scan.reason
-                    await self._send(client, self._reconcile(inst, board, scan, "rescan"))
+                    if reason := await self._rescan(client, inst, board):
+                        return True, reason
                 continue
-            if isinstance(item, _Closed):
+            if isinstance(item, Closed):
                 if item.over_budget:
                     st.over_budget += 1
                     self._throttled[inst.name] = (
                         time.monotonic() + self.budget_cooldown, item.reason
                     )
                     st.mode, st.reason = "polling", item.reason
-                    self.emit(FleetEvent("polling", inst.name, detail=item.reason, at_ms=_ms()))
+                    self.emit(FleetEvent("polling", inst.name, detail=item.reason, at_ms=now_ms()))
                 return True, item.reason
-            if isinstance(item, _Bad):
+            if isinstance(item, Bad):
                 st.bad_frames += item.count
                 st.long_lines += item.long_lines
                 bad_in_a_row += item.count
                 if bad_in_a_row >= MAX_BAD_FRAMES:
                     return True, f"{bad_in_a_row} unreadable frames in a row"
                 continue
-            if isinstance(item, _Behind):
+            if isinstance(item, Behind):
                 st.overflows += 1
-                scan = await scan_instance(client, inst)
-                if not scan.reachable:
-                    return True, scan.reason
-                await self._send(client, self._reconcile(inst, board, scan, "rescan"))
+                if reason := await self._rescan(client, inst, board):
+                    return True, reason
                 continue
             try:
                 changes = await self._apply(client, inst, board, item)
@@ -776,7 +421,7 @@ class FleetFollower:
                     return True, f"{bad_in_a_row} unreadable frames in a row"
                 continue
             bad_in_a_row = 0
-            self._changed = True
+            self.live.changed = True
             await self._send(client, changes)
 
     def _why_polling(self, client: OpencodeClient) -> str:
@@ -800,10 +445,8 @@ class FleetFollower:
                 return True, "stop"
             if until is not None and time.monotonic() >= until:
                 return True, "its event stream is tried again"
-            scan = await scan_instance(client, inst)
-            if not scan.reachable:
-                return True, scan.reason
-            await self._send(client, self._reconcile(inst, board, scan, "poll"))
+            if reason := await self._rescan(client, inst, board, "poll"):
+                return True, reason
 
     async def _apply(
         self, client: OpencodeClient, inst: InstanceConfig, board: Board, frame: Frame
@@ -825,32 +468,25 @@ class FleetFollower:
     def _reconcile(
         self, inst: InstanceConfig, board: Board, scan: InstanceScan, source: str
     ) -> list[FleetEvent]:
-        """Replace the board's view with a full scan's (kept for the live board too)."""
-        self.scans[inst.name] = scan
-        self._heard_ms[inst.name] = _ms()
-        self._changed = True
+        """Replace the board's view with a full scan's (kept for the live view too)."""
+        self.live.rescanned(inst.name, scan)
         return board.reconcile(scan.sessions, source, scan.sandboxes)
 
-    # ------------------------------------------------------------------------- live board
+    async def _rescan(
+        self, client: OpencodeClient, inst: InstanceConfig, board: Board, source: str = "rescan"
+    ) -> str:
+        """Scan the instance again and report what changed; why not when it did not answer."""
+        scan = await scan_instance(client, inst)
+        if not scan.reachable:
+            return scan.reason
+        await self._send(client, self._reconcile(inst, board, scan, source))
+        return ""
+
+    # ------------------------------------------------------------------------- live view
 
     def live_view(self) -> list[LiveInstance]:
         """Every instance as known now (call it on the follower's own loop)."""
-        view = []
-        for inst in self.instances:
-            scan = self.scans.get(inst.name)
-            if scan is None:
-                continue  # never scanned yet: nothing to say
-            st = self.state[inst.name]
-            heard = self._heard_ms.get(inst.name, 0)
-            behind = self._behind_ms.get(inst.name)
-            live = st.up and st.mode in ("global", "polling") and heard > 0
-            confirmed = (heard if behind is None else min(heard, behind)) if live else 0
-            board = self.boards[inst.name]
-            # Outside the project: as the last rescan saw them (``_reconcile`` gave the board
-            # this scan's), with what frames told since, those deleted since gone.
-            sessions = list(board.foreign.values()) + list(board.sessions.values())
-            view.append(LiveInstance(replace(scan, sessions=sessions), st.mode, confirmed))
-        return view
+        return self.live.view()
 
     def view_now(self, timeout: float = 2.0) -> list[LiveInstance]:
         """``live_view()`` for another thread: built on the follower's own loop, where the
@@ -875,34 +511,7 @@ class FleetFollower:
             future.cancel()
             return []
 
-    def _publish_now(self) -> None:
-        assert self.publish is not None
-        self._changed = False
-        self.publish(self.live_view())
-
-    async def _publisher(self) -> None:
-        """Hand the live view to ``publish`` after changes, and now and then regardless."""
-        assert self.publish is not None
-        publish = self.publish
-        last = 0.0
-        while not self.stopping():
-            await self._pause(self.publish_seconds)
-            if not self._changed and time.monotonic() - last < REPUBLISH_SECONDS:
-                continue
-            self._changed = False
-            last = time.monotonic()
-            view = self.live_view()  # built here, on the loop that changes the boards
-            self._writing = asyncio.ensure_future(asyncio.to_thread(publish, view))
-            try:
-                await asyncio.shield(self._writing)
-            except asyncio.CancelledError:
-                raise
-            except Exception:  # noqa: BLE001 - a board not written is stale, never fatal
-                self._changed = True
-
     async def _send(self, client: OpencodeClient, changes: list[FleetEvent]) -> None:
-        from xaf_hub.core.runstate import outcome_of
-
         for ev in changes:
             if ev.kind == "stopped" and self.outcomes and ev.session is not None:
                 try:
@@ -911,10 +520,6 @@ class FleetFollower:
                     outcome = "unknown"
                 ev = replace(ev, outcome=outcome, session=replace(ev.session, outcome=outcome))
             self.emit(ev)
-
-
-def _ms() -> int:
-    return int(time.time() * 1000)
 
 
 async def probe_mode(
@@ -939,7 +544,7 @@ async def probe_mode(
             await client.detect()
         except HubError:
             return "", "", ""
-        streams = _Streams(client, lambda: None, Budget(window=budget_seconds))
+        streams = Streams(client, lambda: None, Budget(window=budget_seconds))
         why = ""
         try:
             mode = await follower._choose(client, inst, streams)
@@ -952,22 +557,19 @@ async def probe_mode(
         return ("polling" if why else mode), client.version, why
 
 
-async def _over_budget(box: _Mailbox, seconds: float) -> str:
+async def _over_budget(box: Mailbox, seconds: float) -> str:
     """The reason a stream went over its budget within ``seconds``, else ""."""
     with contextlib.suppress(TimeoutError):
         async with asyncio.timeout(seconds):
             while True:
                 item = await box.get()
-                if isinstance(item, _Closed):
+                if isinstance(item, Closed):
                     return item.reason if item.over_budget else ""
     return ""
 
 
 def run_in_thread(follower: FleetFollower, name: str = "xaf-hub-follower") -> Any:
     """Run ``follower`` on its own event loop in a daemon thread; returns the thread."""
-    import threading
-
-
     thread = threading.Thread(target=lambda: aio.run(follower.run()), name=name, daemon=True)
     follower.thread = thread
     thread.start()

@@ -4,7 +4,7 @@ The processes that follow the fleet's event streams (the patrol daemon, ``serve`
 instance's sessions and run states within a second (``fleet.follow``). They publish that view
 here, one file per kind of writer in the state folder, each written in one step
 (``statefile.write_text_atomic``):
-after a change at most every ``follow.PUBLISH_SECONDS``, and every ``REPUBLISH_SECONDS``
+after a change at most every ``live_view.PUBLISH_SECONDS``, and every ``REPUBLISH_SECONDS``
 while nothing changes. ``status`` reads it instead of scanning (architecture §5.1).
 
 An instance's view is used only when it is fresh: its stream was heard (or it was rescanned)
@@ -40,7 +40,7 @@ from xaf_hub.fleet.wire import MAX_SESSION_COST_USD, cost_value
 from xaf_hub.store.statefile import write_text_atomic
 
 if TYPE_CHECKING:
-    from xaf_hub.fleet.follow import LiveInstance
+    from xaf_hub.fleet.live_view import LiveInstance
     from xaf_hub.fleet.scan import TransportFactory
     from xaf_hub.store.backends import Stores
 

@@ -37,7 +37,7 @@ from xaf_hub.fleet.scan import InstanceScan, TransportFactory
 
 if TYPE_CHECKING:
     from xaf_hub.config.watch import ConfigState
-    from xaf_hub.fleet.follow import LiveInstance
+    from xaf_hub.fleet.live_view import LiveInstance
 
 KEEPALIVE_SECONDS = 15.0
 RETRY_MS = 3000

@@ -22,14 +22,8 @@ from tests.unit.fleet.event_support import (
     _until,
 )
 from xaf_hub.fleet.events import Frame, parse_frame
-from xaf_hub.fleet.follow import (
-    MAX_FRAME_BYTES,
-    Budget,
-    OverBudget,
-    _Behind,
-    _Mailbox,
-    read_lines,
-)
+from xaf_hub.fleet.mailbox import Behind, Closed, Mailbox
+from xaf_hub.fleet.stream import MAX_FRAME_BYTES, Budget, OverBudget, read_lines
 
 BUSY = _g("session.status", {"sessionID": "ses_a", "status": {"type": "busy"}})
 
@@ -69,7 +63,7 @@ def test_the_mailbox_keeps_the_newest_state_per_session_and_says_when_it_fell_be
         return got
 
     async def scenario() -> None:
-        box = _Mailbox(max_frames=100, max_bytes=10_000)
+        box = Mailbox(max_frames=100, max_bytes=10_000)
         for _ in range(10_000):  # a flood for one session: a start and a stop kept, in order
             box.put(frame("busy"), 50)
             box.put(frame("idle"), 50)
@@ -81,7 +75,7 @@ def test_the_mailbox_keeps_the_newest_state_per_session_and_says_when_it_fell_be
         for i in range(150):  # more sessions than it holds: dropped for one rescan
             box.put(frame("busy", f"ses_{i}"), 50)
         assert len(box) < 100
-        assert isinstance(await box.get(), _Behind)
+        assert isinstance(await box.get(), Behind)
 
     asyncio.run(scenario())
 
@@ -99,7 +93,7 @@ def test_the_mailbox_keeps_each_steps_last_update_when_the_next_step_follows_at_
         return got
 
     async def scenario() -> list[tuple[str, float]]:
-        box = _Mailbox()
+        box = Mailbox()
         for frame in (update("msg_1", 0.0), update("msg_1", 0.02, 5), update("msg_1", 0.02, 5),
                       update("msg_2", 0.0)):
             box.put(frame, 100)
@@ -296,20 +290,18 @@ def test_the_page_server_line_says_an_instance_is_polled_and_why(tmp_path: Path)
 
 
 def test_the_mailbox_hands_over_what_a_stream_sent_before_its_end_but_a_stop_at_once() -> None:
-    from xaf_hub.fleet.follow import _Closed
-
     frame = parse_frame(BUSY)
     assert frame is not None
 
     async def scenario() -> None:
-        box = _Mailbox()
+        box = Mailbox()
         box.put(frame, 10)
         box.close("the event stream ended")
         assert await box.get() == frame
-        assert await box.get() == _Closed("the event stream ended")
-        box = _Mailbox()
+        assert await box.get() == Closed("the event stream ended")
+        box = Mailbox()
         box.put(frame, 10)
-        box.put_nowait(_Closed("stop"))
-        assert await box.get() == _Closed("stop")
+        box.close("stop", urgent=True)
+        assert await box.get() == Closed("stop")
 
     asyncio.run(scenario())

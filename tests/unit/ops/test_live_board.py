@@ -18,7 +18,8 @@ import pytest
 from xaf_hub.cli.main import main
 from xaf_hub.config.load import Config, load_config
 from xaf_hub.core.records import SessionRecord, Waiting
-from xaf_hub.fleet.follow import FleetFollower, FollowState, LiveInstance
+from xaf_hub.fleet.follow import FleetFollower, FollowState
+from xaf_hub.fleet.live_view import LiveInstance
 from xaf_hub.fleet.scan import InstanceScan
 from xaf_hub.ops.live_board import board_path, publish, read_board
 
@@ -224,12 +225,12 @@ def test_publish_writes_a_board_a_reader_takes_now(tmp_path: Path) -> None:
 def follower(cfg: Config) -> FleetFollower:
     f = FleetFollower(cfg, emit=lambda ev: None, publish=lambda v: None)
     inst = cfg.instance("a")
-    f.scans["a"] = InstanceScan(inst, reachable=True, sessions=[
+    f.live.scans["a"] = InstanceScan(inst, reachable=True, sessions=[
         record("a", "s1"), record("a", "x1", project=False, running=True)])
     f.boards["a"].sessions = {"s1": record("a", "s1", running=True)}
-    f.boards["a"].foreign = {"x1": f.scans["a"].sessions[1]}  # as ``_reconcile`` gives it
+    f.boards["a"].foreign = {"x1": f.live.scans["a"].sessions[1]}  # as ``_reconcile`` gives it
     f.state["a"] = FollowState(mode="global", up=True)
-    f._heard_ms["a"] = NOW - 500
+    f.live.heard_ms["a"] = NOW - 500
     return f
 
 
@@ -245,7 +246,7 @@ def test_frames_left_unread_date_the_view_to_when_the_follower_fell_behind(
     tmp_path: Path,
 ) -> None:
     f = follower(config(tmp_path))
-    f._behind_ms["a"] = NOW - 7000  # reading frames since then; the stream was heard later
+    f.live.behind_ms["a"] = NOW - 7000  # reading frames since then; the stream was heard later
     assert f.live_view()[0].confirmed_at_ms == NOW - 7000
 
 
@@ -279,7 +280,7 @@ def test_a_stopped_follower_leaves_the_board_not_current_even_with_a_write_under
         written.append([live.confirmed_at_ms for live in v])
 
     f = follower(config(tmp_path))
-    f.publish = slow_publish
+    f.live.publish = slow_publish
 
     async def quiet(inst: Any) -> None:
         await f._pause(60)
@@ -673,7 +674,7 @@ def test_a_run_outside_the_project_shows_in_the_running_total_as_a_scan_shows_it
     from xaf_hub.fleet.events import Frame
 
     f = follower(config(tmp_path))
-    scan = replace(f.scans["a"], sessions=[record("a", "s1", running=True),
+    scan = replace(f.live.scans["a"], sessions=[record("a", "s1", running=True),
                                            record("a", "x1", project=False)])  # idle
     f._reconcile(scan.inst, f.boards["a"], scan, "rescan")
     board = f.boards["a"]
@@ -715,7 +716,7 @@ def test_a_session_outside_the_project_deleted_since_the_rescan_is_gone_from_the
     from xaf_hub.fleet.events import Frame
 
     f = follower(config(tmp_path))
-    scan = replace(f.scans["a"], sessions=[record("a", "s1", running=True),
+    scan = replace(f.live.scans["a"], sessions=[record("a", "s1", running=True),
                                            record("a", "x1", project=False, running=True)])
     f._reconcile(scan.inst, f.boards["a"], scan, "rescan")
     board = f.boards["a"]
@@ -737,7 +738,7 @@ def test_a_session_outside_the_project_named_before_its_info_counts_once_its_inf
     from xaf_hub.fleet.events import Frame
 
     f = follower(config(tmp_path))
-    scan = replace(f.scans["a"], sessions=[record("a", "s1", running=True)])
+    scan = replace(f.live.scans["a"], sessions=[record("a", "s1", running=True)])
     f._reconcile(scan.inst, f.boards["a"], scan, "rescan")
     board = f.boards["a"]
     busy = {"type": "busy"}
@@ -766,7 +767,7 @@ def test_what_frames_tell_of_sessions_outside_the_project_is_kept_only_so_large(
 
     f = follower(config(tmp_path))
     board = f.boards["a"]
-    board.reconcile(f.scans["a"].sessions, "rescan")  # x1, outside the project
+    board.reconcile(f.live.scans["a"].sessions, "rescan")  # x1, outside the project
     big = "T" * 1_000_000
     for sid in ("x1", "y1"):
         info = {"id": sid, "title": big, "directory": "/elsewhere/" + big, "parentID": big,
@@ -790,7 +791,7 @@ def test_a_stream_of_long_directory_names_leaves_nothing_held(tmp_path: Path) ->
 
     f = follower(config(tmp_path))
     board = f.boards["a"]
-    board.reconcile(f.scans["a"].sessions, "rescan")
+    board.reconcile(f.live.scans["a"].sessions, "rescan")
     tracemalloc.start()
     try:
         before = tracemalloc.get_traced_memory()[0]
@@ -819,9 +820,10 @@ def test_a_retry_with_a_next_no_clock_gives_is_read_as_a_scan_reads_it(
 
     cfg = config(tmp_path)
     f = follower(cfg)
-    scan = replace(f.scans["a"], sessions=[record("a", "s1"), record("a", "x1", project=False)])
+    scan = replace(f.live.scans["a"],
+                   sessions=[record("a", "s1"), record("a", "x1", project=False)])
     f._reconcile(scan.inst, f.boards["a"], scan, "rescan")
-    f._heard_ms["a"] = NOW - 500
+    f.live.heard_ms["a"] = NOW - 500
     for sid in ("s1", "x1"):
         retry = {"type": "retry", "message": {"not": "text"}, "next": nxt}
         f.boards["a"].apply(Frame("session.status", {"sessionID": sid, "status": retry}))
@@ -843,12 +845,12 @@ def test_a_stream_of_made_up_foreign_sessions_is_remembered_only_so_far(
     monkeypatch.setattr(events, "MAX_REMEMBERED", 5)
     f = follower(config(tmp_path))
     board = f.boards["a"]
-    board.reconcile(f.scans["a"].sessions, "rescan")
+    board.reconcile(f.live.scans["a"].sessions, "rescan")
     for i in range(50):
         info = {"id": f"y{i}", "title": "", "directory": f"/elsewhere/{i}"}
         board.apply(Frame("session.created", {"info": info}))
     assert len(board.foreign) == 1 + 5  # the scan's x1 and the first five
-    board.reconcile(f.scans["a"].sessions, "rescan")
+    board.reconcile(f.live.scans["a"].sessions, "rescan")
     assert set(board.foreign) == {"x1"}
 
 

@@ -15,7 +15,8 @@ import httpx
 from xaf_hub.config.load import Config, InstanceConfig, load_config
 from xaf_hub.core.records import SessionRecord
 from xaf_hub.fleet.events import FleetEvent
-from xaf_hub.fleet.follow import FleetFollower, LiveInstance, run_in_thread
+from xaf_hub.fleet.follow import FleetFollower, run_in_thread
+from xaf_hub.fleet.live_view import LiveInstance
 from xaf_hub.fleet.scan import InstanceScan
 from xaf_hub.page.notices import ChangeFeed, LiveFleet
 

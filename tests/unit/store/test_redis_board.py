@@ -15,7 +15,7 @@ import pytest
 from tests.redis_fixture import RedisServer, redis_config
 from xaf_hub.config.load import Config, load_config
 from xaf_hub.core.records import SessionRecord
-from xaf_hub.fleet.follow import LiveInstance
+from xaf_hub.fleet.live_view import LiveInstance
 from xaf_hub.fleet.scan import InstanceScan
 from xaf_hub.ops.live_board import publish, read_board
 from xaf_hub.store.backends import Stores
