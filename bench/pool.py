@@ -124,7 +124,7 @@ def measure_case(
     url: str, tasks: int, claimers: int, seconds: float, log: Callable[[str], None]
 ) -> dict[str, Any]:
     """Import ``tasks`` tasks under a fresh prefix, time a load and ``claimers`` processes."""
-    from xaf_hub.store.backlog import BacklogData, Task
+    from xaf_hub.store.tasks import BacklogData, Task
 
     prefix = f"bench{os.getpid()}x{tasks}x{claimers}x{time.monotonic_ns() % 10**6}"
     pool = _pool(url, prefix)

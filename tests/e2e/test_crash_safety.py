@@ -221,7 +221,8 @@ BACKLOG_WRITER = textwrap.dedent(
     """
     import sys
     from pathlib import Path
-    from xaf_hub.store.backlog import Backlog, Task
+    from xaf_hub.store.backlog import Backlog
+    from xaf_hub.store.tasks import Task
     pool = Backlog(Path(sys.argv[1]))
     prefix, pad = sys.argv[2], "x" * 4000  # a big file widens the write window
     for i in range(10_000):

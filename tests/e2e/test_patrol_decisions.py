@@ -21,7 +21,8 @@ import pytest
 from sandbox import fleet as sandbox
 from tests.e2e.faulty import StepProxy
 from tests.fleet import NAMES, Hub
-from xaf_hub.store.backlog import Backlog, BacklogData, format_instant, parse_instant
+from xaf_hub.store.backlog import Backlog
+from xaf_hub.store.tasks import BacklogData, format_instant, parse_instant
 
 pytestmark = pytest.mark.e2e
 

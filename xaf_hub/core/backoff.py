@@ -4,7 +4,7 @@ A ``Backoff`` is either a doubling wait (``first``, then twice as long each time
 ``cap``) or a table of waits (``steps``, the last one repeating). ``delay(n)`` is the wait after
 the n-th failure in a row; 0 for none. Used by the client's retries (``fleet.client``), the
 follower's reconnects (``fleet.follow``), a webhook's retries and the outbox's
-(``notify.send``, ``notify.outbox``), and a pool task's back-off (``store.backlog``).
+(``notify.send``, ``notify.outbox``), and a pool task's back-off (``store.pool``).
 """
 
 from __future__ import annotations

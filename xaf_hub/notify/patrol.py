@@ -42,8 +42,8 @@ from xaf_hub.notify.formats import Outgoing, build
 from xaf_hub.notify.messages import render
 from xaf_hub.notify.record import RoundLog
 from xaf_hub.notify.send import Answer, deliver, make_client
-from xaf_hub.store.backlog import parse_instant
 from xaf_hub.store.model_state import Healed
+from xaf_hub.store.tasks import parse_instant
 
 if TYPE_CHECKING:
     import httpx

@@ -39,7 +39,7 @@ from xaf_hub.fleet.wire import cost_value
 from xaf_hub.ops.budget import money, run_ceiling
 from xaf_hub.ops.context import OpsContext
 from xaf_hub.store.audit import who
-from xaf_hub.store.backlog import BacklogData
+from xaf_hub.store.tasks import BacklogData
 
 STEP = "run_ceiling"
 OVER = "over the run ceiling"

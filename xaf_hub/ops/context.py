@@ -23,8 +23,8 @@ from xaf_hub.errors import UnreachableError
 from xaf_hub.fleet.client import OpencodeClient
 from xaf_hub.fleet.scan import InstanceScan, TransportFactory, make_client, scan_fleet
 from xaf_hub.store.backends import Stores
-from xaf_hub.store.backlog import TaskPool
 from xaf_hub.store.fence import Fence
+from xaf_hub.store.pool import TaskPool
 
 if TYPE_CHECKING:  # `status` reads the pool through this context: the rest loads on use
     from xaf_hub.store.gate import Gate

@@ -30,7 +30,7 @@ from xaf_hub.ops.models import choose_model
 from xaf_hub.ops.planner import DispatchRequest, InstanceView, MatchEvidence, Plan, plan_dispatch
 from xaf_hub.ops.rooms import in_room, room_name
 from xaf_hub.ops.send import SendResult, build_prompt, send_work
-from xaf_hub.store.backlog import ManualRecord
+from xaf_hub.store.pool import ManualRecord
 from xaf_hub.store.repository import GitFailed, Mirror
 from xaf_hub.store.tasks import Task, new_task_id
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from xaf_hub.store.backlog import pick_tasks
+from xaf_hub.store.pick import pick_tasks
 from xaf_hub.store.tasks import BacklogData, Task, format_instant, new_task_id
 
 if TYPE_CHECKING:  # `status` only counts the queue: the planner and patrol state load on use

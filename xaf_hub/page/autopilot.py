@@ -323,8 +323,8 @@ def _built(
     sessions: Mapping[tuple[str, str], SessionRecord],
 ) -> AutopilotView:
     from xaf_hub.ops.models import models_view
-    from xaf_hub.store.backlog import is_blocked, readiness
     from xaf_hub.store.patrol_state import heartbeat, latest_report, pause_info
+    from xaf_hub.store.pick import is_blocked, readiness
 
     folder = cfg.state_dir / "patrol"
     problems: list[str] = []

@@ -35,7 +35,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Final
 
-from xaf_hub.store.backlog import Priority, Task, format_instant
+from xaf_hub.store.tasks import Priority, Task, format_instant
 
 __all__ = [
     "DEFAULT_BATCH_PATTERNS",

@@ -6,7 +6,7 @@ Contents: how each step ended, instance load, what runs / finished / failed and 
 was interrupted, what was healed, resumed, added, dispatched, settled, what "needs a person"
 (an operator's interrupt, "interrupted by <who> at <time>", or a session steered by hand: the
 patrol leaves them alone), and "waiting for dispatch": the task pool's pending tasks with
-``backlog.readiness``, the blocked ones (attempts used up), the parked ones ("parked:
+``pick.readiness``, the blocked ones (attempts used up), the parked ones ("parked:
 <reason>", after infrastructure failures in a row) and the human-decision list
 ``lead_backlog.md`` (only listed, never acted on).
 
@@ -25,9 +25,10 @@ from typing import Any
 from xaf_hub.errors import HubError
 from xaf_hub.notify.record import RoundLog
 from xaf_hub.ops.context import OpsContext
-from xaf_hub.store.backlog import Task, readiness
 from xaf_hub.store.patrol_state import LATEST, latest_report
+from xaf_hub.store.pick import readiness
 from xaf_hub.store.statefile import write_json_atomic, write_text_atomic
+from xaf_hub.store.tasks import Task
 
 __all__ = ["LATEST", "latest_report", "render_markdown", "report_document", "write_report"]
 

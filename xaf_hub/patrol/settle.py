@@ -28,9 +28,9 @@ from xaf_hub.core.commits import short
 from xaf_hub.core.records import SessionRecord
 from xaf_hub.core.runstate import LastRun, classify_error, error_text
 from xaf_hub.core.text import shorten
-from xaf_hub.store.backlog import Task, parse_instant
 from xaf_hub.store.contain import CheckRun
 from xaf_hub.store.repository import Check
+from xaf_hub.store.tasks import Task, parse_instant
 
 # A prompt with no answer after this long was refused (e.g. a model the server does not know);
 # the patrol reads ``patrol.no_answer_grace_seconds`` (this is its default).

@@ -2,7 +2,9 @@
 
 * ``statefile``    — atomic writes under a lock, JSON read with a clear error; nothing half-written.
 * ``audit``        — the append-only log of every write to a server.
-* ``backlog``      — the task pool's interface and rules (claims, requeue), and its file store.
+* ``pool``         — the task pool's interface, and its rules (claims, requeue) written once.
+* ``backlog``      — the task pool's file store; ``redis/pool`` is the other.
+* ``pick``         — which ready tasks an instance takes now (pure).
 * ``tasks``        — the pool's task records and their schema.
 * ``gate``         — per-instance lock plus slot reservations on files (this host).
 * ``redis/``       — the same stores on one Redis shared by every host: ``client`` (the client

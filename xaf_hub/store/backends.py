@@ -19,9 +19,10 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
 from xaf_hub.config.load import Config
-from xaf_hub.store.backlog import Backlog, TaskPool, _utc_now
+from xaf_hub.store.backlog import Backlog
 from xaf_hub.store.fence import Fence
 from xaf_hub.store.gate import FileGate, Gate
+from xaf_hub.store.pool import TaskPool, utc_now
 
 if TYPE_CHECKING:
     from xaf_hub.store.model_state import ModelState
@@ -141,7 +142,7 @@ class Stores:
         """The task pool ``pool.backend`` asks for: the file here, or Redis keys for every hub."""
         cfg = self.cfg
         timeout = cfg.lock.lock_timeout_seconds
-        now = clock or _utc_now
+        now = clock or utc_now
         if cfg.pool.backend == "redis":
             from xaf_hub.store.redis.pool import RedisBacklog
 

@@ -39,8 +39,10 @@ __all__ = [
     "Status",
     "Task",
     "TASK_KEYS",
+    "WHAT",
     "first_line",
     "format_instant",
+    "found",
     "instant_seconds",
     "is_generated_id",
     "new_task_id",
@@ -56,7 +58,7 @@ Status = Literal["pending", "dispatched", "done"]
 PRIORITIES: Final[tuple[str, ...]] = get_args(Priority)
 STATUSES: Final[tuple[str, ...]] = get_args(Status)
 
-_WHAT = "task pool"
+WHAT: Final = "task pool"
 _TASK_ID_RE = re.compile(r"^T-\d{8}-[0-9a-f]{4}$")
 
 # Declared types of every known task key: (accepted JSON types, may be null).
@@ -318,7 +320,7 @@ class Task:
     @classmethod
     def from_json(cls, raw: object, *, path: Path | str = "?", index: int = 0) -> Task:
         """Build a task from its JSON object; any problem names the file, index and key."""
-        where = f"{_WHAT} {path}: tasks[{index}]"
+        where = f"{WHAT} {path}: tasks[{index}]"
         if not isinstance(raw, dict):
             raise StateFileError(f"{where}: expected an object, got {_json_type(raw)}")
         for key in ("id", "title"):
@@ -363,7 +365,7 @@ class BacklogData:
     @classmethod
     def from_json(cls, raw: object, *, path: Path | str = "?") -> BacklogData:
         """Validate a parsed pool file; problems name the file and where in it."""
-        where = f"{_WHAT} {path}"
+        where = f"{WHAT} {path}"
         if not isinstance(raw, dict):
             raise StateFileError(
                 f"{where}: expected a JSON object at the top, got {_json_type(raw)}"
@@ -417,10 +419,7 @@ class BacklogData:
 
     def require(self, task_id: str) -> Task:
         """Return the task with this id or raise UsageError."""
-        task = self.get(task_id)
-        if task is None:
-            raise UsageError(f"no task {task_id!r} in the task pool")
-        return task
+        return found(self.get(task_id), task_id)
 
     def replace(self, task: Task) -> Task:
         """Swap in a new version of an existing task (matched by id), keeping its place."""
@@ -428,14 +427,14 @@ class BacklogData:
             if old.id == task.id:
                 self.tasks[i] = task
                 return task
-        raise UsageError(f"no task {task.id!r} in the task pool")
+        return found(None, task.id)
 
     def append(self, task: Task) -> Task:
         """Add a task at the end; its id must be new and not empty."""
         if not task.id.strip():
             raise UsageError("a task in the pool needs an id")
         if self.get(task.id) is not None:
-            raise UsageError(f"task id {task.id!r} already exists in the task pool")
+            raise UsageError(f"task id {task.id!r} already exists in the {WHAT}")
         self.tasks.append(task)
         return task
 
@@ -446,6 +445,13 @@ class BacklogData:
     def _state(self) -> tuple[Any, ...]:
         """A comparable snapshot; tasks are frozen so a shallow list copy is enough."""
         return (tuple(self.tasks), self.discipline, self.schema_version, copy.deepcopy(self.extra))
+
+
+def found(task: Task | None, task_id: str) -> Task:
+    """The row a look-up found, or the UsageError that names the missing id."""
+    if task is None:
+        raise UsageError(f"no task {task_id!r} in the {WHAT}")
+    return task
 
 
 def new_task_id(now: datetime, taken: Iterable[str]) -> str:

@@ -10,7 +10,7 @@ from xaf_hub.core.backoff import Backoff
 from xaf_hub.fleet.client import RETRY as CLIENT
 from xaf_hub.notify import send
 from xaf_hub.notify.outbox import retry_delay
-from xaf_hub.store.backlog import InfraPolicy, backoff_delay
+from xaf_hub.store.pool import InfraPolicy, backoff_delay
 
 
 @pytest.mark.parametrize(("backoff", "waits"), [

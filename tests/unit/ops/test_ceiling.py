@@ -17,7 +17,7 @@ from tests.unit.ops.ceiling_support import step as timed_step
 from xaf_hub.core.records import SessionRecord
 from xaf_hub.ops.ceiling import abort_run, judge_run, read_run, run_cost, stop_over_ceiling
 from xaf_hub.ops.decisions import load_decisions
-from xaf_hub.store.backlog import Task
+from xaf_hub.store.tasks import Task
 
 
 def user(*, synthetic: bool = False) -> dict[str, Any]:

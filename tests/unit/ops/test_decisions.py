@@ -12,7 +12,7 @@ from xaf_hub.core.records import SessionRecord
 from xaf_hub.core.runstate import LastRun
 from xaf_hub.ops.decisions import Decision, Interrupt, decisions_from, operator_interrupts
 from xaf_hub.patrol.settle import Sighting, names_model, settle
-from xaf_hub.store.backlog import Task, format_instant
+from xaf_hub.store.tasks import Task, format_instant
 
 NOW = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
 E401 = {"name": "APIError", "data": {"message": "Incorrect API key", "statusCode": 401}}

@@ -17,7 +17,8 @@ from xaf_hub.page import autopilot as overview
 from xaf_hub.page import export as report
 from xaf_hub.page.words import Lang
 from xaf_hub.store.backends import Stores
-from xaf_hub.store.backlog import Backlog, Task
+from xaf_hub.store.backlog import Backlog
+from xaf_hub.store.tasks import Task
 
 NOW = datetime(2026, 11, 30, 9, 30, tzinfo=UTC)
 NOW_MS = int(NOW.timestamp() * 1000)

@@ -12,7 +12,8 @@ from xaf_hub.config.load import Config, parse_config
 from xaf_hub.notify.record import Action, RoundLog
 from xaf_hub.page import autopilot as overview
 from xaf_hub.patrol.report import render_markdown, report_document, waiting_tasks
-from xaf_hub.store.backlog import Backlog, Task
+from xaf_hub.store.backlog import Backlog
+from xaf_hub.store.tasks import Task
 
 NOW = datetime(2026, 11, 30, 9, 30, tzinfo=UTC)
 WHO = "interrupted by alice@box at 2026-11-30 09:20 UTC"

@@ -20,7 +20,8 @@ from xaf_hub.patrol.design_scan import (
     scan_markdown,
     slug_of,
 )
-from xaf_hub.store.backlog import Backlog, BacklogData, Task
+from xaf_hub.store.backlog import Backlog
+from xaf_hub.store.tasks import BacklogData, Task
 
 NOW = datetime(2026, 10, 25, 12, 0, 0, tzinfo=UTC)
 SPEC = "docs/superpowers/plans/2026-10-25-cf-value-unification.md"

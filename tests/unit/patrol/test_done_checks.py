@@ -22,8 +22,8 @@ from xaf_hub.patrol.context import Cycle
 from xaf_hub.patrol.jobs.fill_slots import _run_check, _tips
 from xaf_hub.patrol.settle import Settlement
 from xaf_hub.store import contain
-from xaf_hub.store.backlog import Task
 from xaf_hub.store.repository import Mirror
+from xaf_hub.store.tasks import Task
 
 
 def ops(

@@ -164,8 +164,8 @@ def test_work_that_arrives_in_the_pool_is_filled_unless_paused(
     from dataclasses import replace
 
     from xaf_hub.config.load import LockConfig, PoolConfig
-    from xaf_hub.store.backlog import Task
     from xaf_hub.store.patrol_state import clear_paused
+    from xaf_hub.store.tasks import Task
 
     r = _reactor(tmp_path, [])
     if backend == "redis":
@@ -216,7 +216,7 @@ def test_a_reserved_slot_is_filled_again_when_its_reservation_can_lapse(tmp_path
     """However many tries it takes: the next fill is timed by the reservations themselves (the
     grace when still ahead, else the TTL), and there is none without waiting work or a
     reservation."""
-    from xaf_hub.store.backlog import Task
+    from xaf_hub.store.tasks import Task
 
     r = _with_pool_and_slot(tmp_path / "grace", 5)
     assert r._refill_in(r.pctx) is None  # no work waits

@@ -39,8 +39,9 @@ from xaf_hub.patrol.runner import (
     set_paused,
     worst_code,
 )
-from xaf_hub.store.backlog import Backlog, Task
+from xaf_hub.store.backlog import Backlog
 from xaf_hub.store.statefile import file_lock
+from xaf_hub.store.tasks import Task
 
 REPO = Path(__file__).resolve().parents[3]
 

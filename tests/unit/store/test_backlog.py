@@ -13,18 +13,10 @@ from typing import Any
 import pytest
 
 from xaf_hub.errors import StateFileError, TaskChanged, UsageError
-from xaf_hub.store.backlog import (
-    Backlog,
-    BacklogData,
-    InfraPolicy,
-    Task,
-    backoff_delay,
-    format_instant,
-    is_generated_id,
-    parse_instant,
-    pick_tasks,
-    readiness,
-)
+from xaf_hub.store.backlog import Backlog
+from xaf_hub.store.pick import pick_tasks, readiness
+from xaf_hub.store.pool import InfraPolicy, backoff_delay
+from xaf_hub.store.tasks import BacklogData, Task, format_instant, is_generated_id, parse_instant
 
 NOW = datetime(2026, 10, 25, 12, 0, 0, tzinfo=UTC)
 REPO_ROOT = Path(__file__).resolve().parents[3]

@@ -8,7 +8,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from xaf_hub.cli.main import main
-from xaf_hub.store.backlog import Backlog, Task
+from xaf_hub.store.backlog import Backlog
+from xaf_hub.store.tasks import Task
 
 NOW = datetime(2026, 11, 30, 9, 30, tzinfo=UTC)
 

@@ -20,8 +20,8 @@ from tests.redis_fixture import RedisServer, pool_keys
 from xaf_hub.config.load import Config, LockConfig, PatrolConfig, PoolConfig
 from xaf_hub.errors import LockLostError
 from xaf_hub.store.backends import Stores
-from xaf_hub.store.backlog import BacklogData, Task
 from xaf_hub.store.fence import Fence
+from xaf_hub.store.tasks import BacklogData, Task
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 

@@ -25,7 +25,9 @@ from xaf_hub.cli.main import main
 from xaf_hub.config.load import Config, LockConfig, PoolConfig, parse_config
 from xaf_hub.errors import ConfigError, StateFileError, TaskChanged, UnreachableError, UsageError
 from xaf_hub.store.backends import Stores
-from xaf_hub.store.backlog import Backlog, BacklogData, Task, TaskPool
+from xaf_hub.store.backlog import Backlog
+from xaf_hub.store.pool import TaskPool
+from xaf_hub.store.tasks import BacklogData, Task
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 

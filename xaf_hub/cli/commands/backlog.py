@@ -28,7 +28,8 @@ from xaf_hub.core.text import dumps
 from xaf_hub.errors import ExitCode, UsageError
 
 if TYPE_CHECKING:
-    from xaf_hub.store.backlog import Task, TaskPool
+    from xaf_hub.store.pool import TaskPool
+    from xaf_hub.store.tasks import Task
 
 EXAMPLES = """\
 examples:
@@ -240,7 +241,7 @@ LANDING_WORDS = {
 
 
 def _state(task: Task, tasks: list[Task], now: datetime, max_attempts: int) -> str:
-    from xaf_hub.store.backlog import readiness
+    from xaf_hub.store.pick import readiness
 
     if task.landing is not None:
         return LANDING_WORDS[task.landing]
@@ -253,7 +254,7 @@ def _state(task: Task, tasks: list[Task], now: datetime, max_attempts: int) -> s
 
 def listing(ctx: Context, opts: ListOptions) -> dict[str, Any]:
     """What `backlog list --json` prints (and the MCP tool answers): the tasks in order."""
-    from xaf_hub.store.backlog import PRIORITIES
+    from xaf_hub.store.tasks import PRIORITIES
 
     store = _store(ctx)
     data = store.load()
@@ -325,7 +326,7 @@ def add_task(ctx: Context, opts: AddOptions) -> Task:
     from pathlib import Path
 
     from xaf_hub.store import audit
-    from xaf_hub.store.backlog import Task
+    from xaf_hub.store.tasks import Task
 
     cfg = ctx.config
     if not opts.title.strip():
@@ -404,7 +405,8 @@ def _show(ctx: Context, opts: ShowOptions) -> int:
 
 def _set(ctx: Context, opts: SetOptions) -> int:
     from xaf_hub.store import audit
-    from xaf_hub.store.backlog import format_instant, undispatched, unjudged
+    from xaf_hub.store.pool import undispatched, unjudged
+    from xaf_hub.store.tasks import format_instant
 
     cfg = ctx.config
     now = _now()
@@ -522,8 +524,8 @@ def _import(ctx: Context, opts: ImportOptions) -> int:
 
     from xaf_hub.errors import StateFileError
     from xaf_hub.store import audit
-    from xaf_hub.store.backlog import BacklogData
     from xaf_hub.store.statefile import read_json
+    from xaf_hub.store.tasks import BacklogData
 
     source = Path(opts.file)
     try:

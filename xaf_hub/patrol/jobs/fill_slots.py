@@ -38,7 +38,7 @@
 human resets it (``xaf-hub backlog set ID --status pending --reset``).
 
 **Filling**: free slots per instance are ``ops.load.instance_load``'s, on every reachable,
-non-production instance with a directory for new sessions. Picking is ``backlog.pick_tasks``
+non-production instance with a directory for new sessions. Picking is ``pick.pick_tasks``
 in two rounds — first every instance takes its own pinned tasks then unpinned ones, then
 instances with slots left borrow tasks pinned elsewhere — so an instance never takes a task
 pinned to another one that still has room for it. Each pick goes through the same gated path
@@ -106,10 +106,12 @@ from xaf_hub.patrol.settle import (
     settle_check,
     settle_claim,
 )
-from xaf_hub.store.backlog import InfraPolicy, Task, is_blocked, parse_instant, pick_tasks
 from xaf_hub.store.contain import CheckRun
 from xaf_hub.store.gate import Gate
+from xaf_hub.store.pick import is_blocked, pick_tasks
+from xaf_hub.store.pool import InfraPolicy
 from xaf_hub.store.repository import Check, GitFailed, Mirror, remote_name
+from xaf_hub.store.tasks import Task, parse_instant
 
 __all__ = [
     "JUST_DISPATCHED",

@@ -22,7 +22,7 @@ from xaf_hub.patrol.design_scan import (
     merge_design_tasks,
     scan_dirs,
 )
-from xaf_hub.store.backlog import BacklogData, Task
+from xaf_hub.store.tasks import BacklogData, Task
 
 STEP = "sync_design_tasks"
 

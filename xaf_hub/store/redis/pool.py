@@ -50,8 +50,8 @@ import redis
 from redis.exceptions import WatchError
 
 from xaf_hub.errors import BusyError, LockLostError, StateFileError
-from xaf_hub.store.backlog import TaskPool, _utc_now
 from xaf_hub.store.fence import Fence
+from xaf_hub.store.pool import TaskPool, utc_now
 from xaf_hub.store.redis.client import as_text, describe, redis_errors
 from xaf_hub.store.tasks import BacklogData, Task
 
@@ -162,7 +162,7 @@ class RedisBacklog(TaskPool):
         prefix: str,
         lock_timeout: float = 20,
         *,
-        clock: Callable[[], datetime] = _utc_now,
+        clock: Callable[[], datetime] = utc_now,
         fence: Fence | None = None,
     ) -> None:
         self.client = client
