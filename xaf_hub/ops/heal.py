@@ -303,7 +303,7 @@ async def heal(
     )
     if target is None:
         return base
-    prompt = build_prompt(ops, inst, CONTINUE_PROMPT, rec.title, override)
+    prompt = build_prompt(ops, inst, CONTINUE_PROMPT, rec.title, override, "unknown")
     if cand.state == "retry":
         await abort_and_prompt(
             ops,

@@ -32,7 +32,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from xaf_hub.config.load import InstanceConfig
-from xaf_hub.core.discipline import compose_prompt, slugify
+from xaf_hub.core.discipline import BranchState, compose_prompt, slugify
 from xaf_hub.core.records import SessionRecord
 from xaf_hub.errors import (
     ApiError,
@@ -58,15 +58,22 @@ ABORT_SETTLE_SECONDS = 10.0
 
 
 def build_prompt(
-    ops: OpsContext, inst: InstanceConfig, text: str, title: str, override: str | None = None
+    ops: OpsContext,
+    inst: InstanceConfig,
+    text: str,
+    title: str,
+    override: str | None = None,
+    branch: BranchState = "new",
 ) -> str:
-    """Task text plus the discipline block for ``inst`` (the one place prompts are built)."""
+    """Task text plus the discipline block for ``inst`` (the one place prompts are built);
+    ``branch``: where the feature branch stands ("new" for a new session's first prompt)."""
     return compose_prompt(
         text,
         "mainline" if inst.branch_policy == "mainline" else "branch",
         base_branch=ops.cfg.patrol.base_branch,
         slug=slugify(title or text),
         override=override,
+        branch=branch,
     )
 
 

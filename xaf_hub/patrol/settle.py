@@ -336,6 +336,6 @@ def retry_text(command: str, commit: str, run: CheckRun) -> str:
         f"The project's check (`{command}`) {said} on your commit {short(commit)}, so the task "
         "is not done yet. The end of its output:\n\n```\n"
         f"{run.tail.replace('```', '` ` `')}\n```\n\n"
-        "Fix the cause (do not change the tests or the check to make it pass), commit, push, "
-        "and report the new commit hash."
+        "Fix the cause on the branch that holds that commit (do not change the tests or the "
+        "check to make it pass), commit, push, and report the new commit hash."
     )

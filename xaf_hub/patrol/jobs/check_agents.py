@@ -180,7 +180,7 @@ async def _resume(
     model = choose_model(
         pctx, inst, (run.model if run and run.model else rec.model) or None, pctx.now()
     )
-    prompt = build_prompt(pctx, inst, RESUME_PROMPT, rec.title, override)
+    prompt = build_prompt(pctx, inst, RESUME_PROMPT, rec.title, override, "unknown")
     plan = plan_reuse(inst, rec, via="patrol resume")
     try:
         async with pctx.client(inst) as client:

@@ -747,7 +747,7 @@ async def _send_back(
     repo = pctx.cfg.repository
     override = pool_discipline(pctx, cycle.log, STEP)
     text = retry_text(repo.check_command, verdict.commit, run)
-    prompt = build_prompt(pctx, inst, text, task.title, override)
+    prompt = build_prompt(pctx, inst, text, task.title, override, "exists")
     key = (inst.name, rec.id)
 
     def record(_: str) -> None:
