@@ -109,7 +109,8 @@ async def check_agents(pctx: OpsContext, cycle: Cycle) -> None:
             if state == "interrupted":
                 detail = decision.text
                 cycle.log.add(
-                    pctx, session_action(STEP, "person", "skipped", rec, detail=decision.text)
+                    pctx, session_action(STEP, "person", "skipped", rec,
+                                         detail=decision.text, why=decision.kind)
                 )
         cycle.log.sessions.append(
             SessionLine(
