@@ -90,7 +90,7 @@ def main(bin_dir: Path) -> int:
         code, out = hub(bin_dir, env, "mcp")
         one_line = len(out.strip().splitlines()) == 1
         step("mcp without the [mcp] extra says how to get it",
-             code == 4 and "pipx install 'xaf-hub[mcp]'" in out and one_line, out)
+             code == 4 and "pipx inject xaf-hub 'mcp>=" in out and one_line, out)
         code, out = hub(bin_dir, env, "status")
         step("status", code == 0 and "dev" in out, out)
         code, out = hub(bin_dir, env, "sessions", "--json")

@@ -125,3 +125,14 @@ def test_every_local_link_of_the_readme_and_docs_leads_to_a_file() -> None:
             if path and "://" not in path and not (page.parent / path).exists():
                 broken.append(f"{page.relative_to(REPO)}: {target}")
     assert broken == []
+
+
+def test_the_mcp_hint_adds_the_extras_own_requirement() -> None:
+    from xaf_hub.cli.commands._common import ADD_MCP, MCP_REQUIREMENT
+    from xaf_hub.cli.mcp_command import INSTALL_HINT
+
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text("utf-8"))["project"]
+    assert extras["optional-dependencies"]["mcp"] == [MCP_REQUIREMENT]
+    # Over a plain pipx install a second `pipx install` is refused: the hint injects instead
+    # (scripts/wheel-check.sh runs it, and the README's [mcp] line, over a plain install).
+    assert ADD_MCP == "pipx inject xaf-hub 'mcp>=2.3,<3'" and INSTALL_HINT.startswith(ADD_MCP)
