@@ -2,13 +2,15 @@
 
     python -m bench.done_checks            # N=10, S=3
     python -m bench.done_checks --tasks 10 --check-seconds 3 --repeat 3
+    python -m bench.done_checks --check-seconds 0 --files 2000   # what a check costs itself
 
 Not a test. A bare origin on disk gets N task commits, each task with its own base (main's tip
 when it was sent) and one commit touching ``tests/``. It times, on the hub's own mirror:
 ``tips`` (the fetch a round that sends tasks now makes), ``check_all`` as before issue 37
 (reachable from the branch only) and with bases and ``locked_paths`` (new work, diff from the
-base), and N runs of ``run_check`` with ``sleep S`` (a throw-away worktree each). Prints one
-JSON object: the medians, and the checks' overhead beyond the sleeps themselves.
+base), and N runs of ``run_check`` with ``sleep S`` (an exported copy in the sandbox each;
+``--files`` puts that many more files in the tree). Prints one JSON object: the medians, and
+the checks' overhead beyond the sleeps themselves.
 """
 
 from __future__ import annotations
@@ -32,12 +34,19 @@ def _timed(fn: Callable[[], Any]) -> tuple[float, Any]:
     return time.perf_counter() - started, out
 
 
-def run(tasks: int, check_seconds: float, repeat: int) -> dict[str, Any]:
+def run(tasks: int, check_seconds: float, repeat: int, files: int = 0) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="xaf-hub-bench-done-") as tmp:
         root = Path(tmp)
         origin = make_origin(root / "remote")
         for i in range(200):  # some history, as a real repository has
             origin.commit(f"history {i}")
+        if files:
+            for i in range(files):
+                folder = origin.work / "src" / f"m{i % 50}"
+                folder.mkdir(parents=True, exist_ok=True)
+                (folder / f"f{i}.py").write_text(f"VALUE = {i}\n" * 40)
+            git(origin.work, "add", "src")
+            origin.commit("the sources")
         origin.push()
         wanted, bases = [], []
         for i in range(tasks):
@@ -73,6 +82,7 @@ def run(tasks: int, check_seconds: float, repeat: int) -> dict[str, Any]:
         med = {k: round(statistics.median(v), 3) for k, v in figures.items()}
         return {
             "tasks": tasks,
+            "files": files,
             "check_seconds": check_seconds,
             "repeat": repeat,
             "verdicts": {s: states.count(s) for s in sorted(set(states))},
@@ -90,8 +100,9 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=10)
     parser.add_argument("--check-seconds", type=float, default=3.0)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--files", type=int, default=0)
     args = parser.parse_args()
-    print(json.dumps(run(args.tasks, args.check_seconds, args.repeat), indent=2))
+    print(json.dumps(run(args.tasks, args.check_seconds, args.repeat, args.files), indent=2))
 
 
 if __name__ == "__main__":

@@ -15,6 +15,9 @@ Measured, each as a whole process the way a user runs it:
 4. slot-free to next-start: one instance at limit 1, ``--samples`` + 1 three-second tasks
    queued in the pool (`dispatch --new --queue`), a daemon filling (round every 60 minutes);
    from the server streaming one run's end to it streaming the next run's start.
+5. work arrives: free slots, the same daemon set-up (filling: it looks at the pool every
+   second; its idle CPU measured first), ``--samples`` tasks added one at a time with
+   `backlog add`; from the command's exit to the server streaming the new run's start.
 
 Writes bench/results/live.json and prints one table with the targets.
 """
@@ -136,6 +139,7 @@ def measure_live(
         result["watch"] = _watch(hub, env, root, fleet, created, samples, idle_seconds, log)
         result["daemon"] = _daemon(hub, env, root, fleet, created, idle_seconds, log)
         result["fill"] = _fill(cfg, env, root, fleet, samples, log)
+        result["arrive"] = _arrive(cfg, env, root, fleet, samples, idle_seconds, log)
     finally:
         log("[live] stopping servers ...")
         fleet.stop()
@@ -319,6 +323,63 @@ def _fill(cfg: Path, env: dict[str, str], root: Path, fleet: Any, samples: int,
             "p90_s": p90, "exit_code": code}
 
 
+ARRIVE_TARGET_S = 5.0
+
+
+def _arrive(cfg: Path, env: dict[str, str], root: Path, fleet: Any, samples: int,
+            idle_seconds: float, log: Callable[[str], None]) -> dict[str, Any]:
+    """Work started when it arrives (module docstring, 5.): free slots, a daemon whose next
+    round is an hour away, one `backlog add` at a time; from the command's exit to the server
+    streaming the new run's start."""
+    from bench.__main__ import hub_argv
+
+    doc = json.loads(cfg.read_text("utf-8"))
+    doc["instances"] = doc["instances"][:1]
+    doc["instances"][0]["concurrency_limit"] = samples
+    doc["models"] = {"default_dispatch_model": "fake/slow-model"}
+    one = root / "arrive.json"
+    one.write_text(json.dumps(doc), "utf-8")
+    hub = [*hub_argv(), "--config", str(one)]
+    fleet.llm.set_mode("slow-model", "slow", delay=600)  # each run keeps its slot
+    seen: list[tuple[float, str, str]] = []
+    threading.Thread(target=_raw_states, args=(fleet.servers[0].url, fleet.passwords[0], seen),
+                     daemon=True).start()
+    beat = Path(env["XAF_HUB_HOME"]) / "patrol" / "daemon.json"
+    daemon = Child([*hub, "patrol", "--interval-seconds", "3600", "--no-design"], env, root)
+    took: list[float] = []
+    try:
+        def first_round() -> bool:
+            try:
+                doc = json.loads(beat.read_text("utf-8"))
+            except (OSError, ValueError):
+                return False
+            return bool(doc["pid"] == daemon.proc.pid and doc["ticks"] >= 1)
+
+        _wait(first_round, 900, "the daemon's first round")
+        time.sleep(5.0)  # its follower connects and rescans after the round
+        idle = _idle_cpu(daemon, idle_seconds)  # looking at the pool every second included
+        for i in range(samples):
+            code = subprocess.run([*hub, "backlog", "add", "--title", f"Bench arrival {i}"],
+                                  env=env, cwd=root, capture_output=True, text=True).returncode
+            if code != 0:
+                raise RuntimeError(f"backlog add exited {code}")
+            added = time.monotonic()
+            before = {sid for _, sid, kind in list(seen) if kind == "busy"}
+
+            def started(after: float = added, known: set[str] = before) -> float | None:
+                new = [t for t, sid, kind in list(seen)
+                       if kind == "busy" and sid not in known and t >= after]
+                return min(new) if new else None
+
+            took.append(_wait(started, 120, f"arrival {i} to start") - added)
+        rounds = json.loads(beat.read_text("utf-8"))["ticks"]
+    finally:
+        code = daemon.stop()
+    log(f"[live] added to started: {', '.join(f'{t:.2f}' for t in took)} s")
+    return {"arrive_s": took, "median_s": statistics.median(took), "max_s": max(took),
+            "rounds_run": rounds, "idle_cpu_pct": idle, "exit_code": code}
+
+
 def render(result: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:
     """The table and the verdicts."""
     from xaf_hub.core.text import table
@@ -353,6 +414,19 @@ def render(result: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:
             "value": f"median {fill['median_s']:.2f} s, p90 {fill['p90_s']:.2f} s "
                      f"(n={len(fill['gaps_s'])})",
             "met": fill["median_s"] <= FILL_TARGET_S and fill["p90_s"] <= FILL_P90_TARGET_S})
+    arrive = result.get("arrive")
+    if arrive:
+        checks.append({
+            "target": f"work added to the pool (backlog add) starts on a free slot <= "
+                      f"{ARRIVE_TARGET_S:g} s after the command, round every 60 min",
+            "value": f"median {arrive['median_s']:.2f} s, max {arrive['max_s']:.2f} s "
+                     f"(n={len(arrive['arrive_s'])}, rounds run: {arrive['rounds_run']})",
+            "met": arrive["max_s"] <= ARRIVE_TARGET_S and arrive["rounds_run"] == 1})
+        checks.append({
+            "target": f"patrol daemon filling, idle CPU <= {IDLE_TARGET_PCT:g} % of one core "
+                      "(the pool and its config looked at every second)",
+            "value": f"{arrive['idle_cpu_pct']:.2f} %",
+            "met": arrive["idle_cpu_pct"] <= IDLE_TARGET_PCT})
     rows = [["met" if c["met"] else "NOT MET", c["target"], c["value"]] for c in checks]
     head = (f"live views, {size}; watch following after {w['ready_s']:.1f} s; "
             f"load average {os.getloadavg()[0]:.1f}")

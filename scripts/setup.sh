@@ -9,6 +9,7 @@
 #     - the package's test extras in .venv/
 #     - Debian's chromium for the browser tests, when apt-get is available and we are root
 #     - Debian's redis-server for the shared-gate tests (same condition); the tests start it
+#     - Debian's bubblewrap (same condition): the sandbox the project's check runs in
 # The older opencode releases of the release matrix come with the test command
 # (scripts/release-matrix.sh installs each the first time it needs it).
 # Anything missing that this script cannot install is named in one line with how to get it.
@@ -111,6 +112,14 @@ if ! command -v redis-server >/dev/null 2>&1; then
     fi
   else
     echo "note: no redis-server (sudo apt-get install redis-server): Redis gate tests will be skipped"
+  fi
+fi
+if ! command -v bwrap >/dev/null 2>&1; then
+  if can_apt; then
+    echo "==> bubblewrap (Debian package): the sandbox the project's check runs in"
+    apt_install bubblewrap
+  else
+    echo "note: no bwrap (sudo apt-get install bubblewrap): project checks will not run (docs/verification.md) and their tests will be skipped"
   fi
 fi
 echo "==> setup done, with the tests' tools; the environment's python is ${VPY}"

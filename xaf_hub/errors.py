@@ -11,6 +11,7 @@ Every failure the hub reports to a user is one of these::
     ├── StateFileError      (exit 1) a corrupt state file (backlog, model state); never reset
     ├── UnreachableError    (exit 2) an instance did not answer usefully (DNS, refused, 401, 5xx)
     │   └── MissingPassword (exit 4) the server asks for a password and none is configured
+    ├── RoomFailed          (exit 2) a server could not make a task's worktree or start it
     ├── BusyError           (exit 3) concurrency limit reached, or the dispatch lock timed out
     │   ├── LockBusy        (exit 3) a lock (dispatch, state file) stayed held past its wait
     │   ├── LockLostError   (exit 3) the dispatch lock was lost before the prompt went out
@@ -158,9 +159,10 @@ class NotProjectSession(HubError):
 class ApiError(HubError):
     """The server refused a request with a 4xx other than 401 (e.g. 400 bad request)."""
 
-    def __init__(self, instance: str, status: int, message: str) -> None:
+    def __init__(self, instance: str, status: int, message: str, name: str = "") -> None:
         super().__init__(f"{instance}: HTTP {status}: {message}")
         self.status = status
+        self.name = name  # the server's own name for the error ("WorktreeNotGitError"), or ""
 
 
 class SessionNotFound(UsageError):
@@ -195,6 +197,17 @@ class TaskChanged(HubError):
         super().__init__(f"task {task_id} {what}; the change stands and nothing was sent")
         self.task_id = task_id
         self.now = now
+
+
+class RoomFailed(HubError):
+    """A server could not make a task's own worktree, or start it from the base branch;
+    ``unsupported``: it makes none there (no git checkout, an API without worktrees)."""
+
+    exit_code = ExitCode.UNREACHABLE
+
+    def __init__(self, message: str, *, unsupported: bool = False) -> None:
+        super().__init__(message)
+        self.unsupported = unsupported
 
 
 class SandboxError(HubError):

@@ -85,7 +85,7 @@ def test_the_tools_an_agent_sees_have_schemas_and_descriptions(hub: Hub) -> None
     tools = {t.name: t for t in anyio.run(go)}
     assert set(tools) == {"instances", "status", "sessions", "show", "dispatch", "interrupt",
                           "backlog_list", "backlog_add", "backlog_show",
-                          "waiting", "approve", "deny", "answer"}
+                          "waiting", "approve", "deny", "answer", "land"}
     assert tools["answer"].input_schema["properties"]["choices"]["type"] == "array"
     dispatch = tools["dispatch"].input_schema
     assert dispatch["required"] == ["text"] and dispatch["additionalProperties"] is False

@@ -58,6 +58,13 @@ class Context:
             self._config = load_config(self.common.config, env=self.env, cwd=self.cwd)
         return self._config
 
+    def use(self, cfg: Config) -> None:
+        """Go on with ``cfg`` (a command that runs on read its config again): its secrets are
+        redacted from now on; the stores stay open on their backends (``config.watch``)."""
+        self._config = cfg
+        if self._stores is not None:
+            self._stores.cfg = cfg
+
     @property
     def stores(self) -> Stores:
         """This run's stores (``store.backends.Stores``), closed with the run (``close``)."""

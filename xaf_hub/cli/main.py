@@ -43,6 +43,7 @@ COMMANDS: dict[str, str] = {
     "doctor": "check config, credentials, instances, state, blackouts, patrol; say how to fix",
     "patrol": "run the patrol (heal, resume, sync design tasks, fill slots); pause/resume/status",
     "backlog": "list, add, show or change tasks in the patrol's task pool",
+    "land": "land a task's verified branch on the base branch, send it back, or drop it",
     "notify": "send a test message to the team's chat webhooks (the patrol sends events)",
     "mcp": "serve the hub to a lead agent over MCP (stdio, or Streamable HTTP with a token)",
     "completion": "print a shell completion script (bash, zsh or fish)",

@@ -46,6 +46,7 @@ from xaf_hub.cli.commands import (
     dispatch,
     instances,
     interrupt,
+    land,
     sessions,
     show,
     status,
@@ -291,6 +292,10 @@ def _interrupt(ctx: Context, v: Values) -> Any:
     return interrupt.document(done)
 
 
+def _land(ctx: Context, v: Values) -> Any:
+    return land.document(land.carry_out(ctx, record(land.Options, land.OPTIONS, v)))
+
+
 def _backlog_add(ctx: Context, v: Values) -> Any:
     task = backlog.add_task(ctx, record(backlog.AddOptions, backlog.ADD_OPTIONS, v))
     return task.to_json()
@@ -356,6 +361,9 @@ TOOLS: tuple[Tool, ...] = (
          "done), priority and session.", backlog.LIST_OPTIONS,
          lambda ctx, v: backlog.listing(ctx, record(backlog.ListOptions, backlog.LIST_OPTIONS, v)),
          lambda d: _count(d, "tasks")),
+    Tool("land", "Land a task's verified branch on the base branch now (or send_back a text "
+         "to its session, or drop its work): for tasks in worktrees of their own.",
+         land.OPTIONS, _land, lambda d: f"{_field(d, 'task')}: {_field(d, 'detail')}"),
     Tool("backlog_add", "Add a task to the pool; the patrol dispatches it when a slot is free "
          "(after the tasks it depends on are done).",
          pick(backlog.ADD_OPTIONS, "title", "prompt", "priority", "instance", "depends_on"),

@@ -32,6 +32,7 @@ from xaf_hub.config.reader import (
     read_settings,
     setting,
 )
+from xaf_hub.core.commits import RUNNER_CONFIG
 from xaf_hub.core.rules import ProjectRules
 from xaf_hub.errors import ConfigError
 
@@ -177,6 +178,16 @@ def _command(r: _Reader, name: str, command: str) -> str:
     return command.strip()
 
 
+# The words project.check_uncontained must hold for a check to run where no sandbox works.
+UNCONTAINED = "the check may read and change everything the hub can"
+
+
+def _consent(r: _Reader, name: str, words: str) -> str:
+    if words and words != UNCONTAINED:
+        raise r.fail(name, f"must be exactly {UNCONTAINED!r} (or left out: no uncontained check)")
+    return words
+
+
 def _relative_globs(r: _Reader, name: str, globs: tuple[str, ...]) -> tuple[str, ...]:
     for i, glob in enumerate(globs):
         where = f"{name}[{i}]"
@@ -271,6 +282,30 @@ class RepositoryConfig:
     check_retries: int = setting(1)
     # Globs of paths a task's commits must not touch to be done automatically (tests/**).
     locked_paths: tuple[str, ...] = setting((), check=_relative_globs)
+    # The test runner's own configuration (core.commits.RUNNER_CONFIG) is locked too.
+    locked_defaults: bool = setting(True)
+    # What the contained check may reach beyond its copy: read-only folders (a toolchain)
+    # and the network (loopback included).
+    check_paths: tuple[str, ...] = setting((), check=_absolute_paths)
+    check_network: bool = setting(False)
+    # Where no sandbox works the check runs uncontained only when this holds UNCONTAINED.
+    check_uncontained: str = setting("", check=_consent)
+
+    # "worktree": each new session for a task works in a worktree and branch of its own on its
+    # server (docs/worktrees.md); "shared": in the project's one checkout there.
+    isolation: str = setting("shared", choices=("shared", "worktree"))
+    # With worktrees: who brings a verified task's branch onto the base branch ("auto": the
+    # hub; "review": a person, `xaf-hub land`; "off": nobody, the task is done when verified),
+    # how (rebase and fast-forward, or a merge commit), and how often a conflict goes back
+    # to the session before a person decides.
+    integrate: str = setting("auto", choices=("auto", "review", "off"))
+    integrate_method: str = setting("rebase", choices=("rebase", "merge"))
+    conflict_retries: int = setting(1)
+
+    @property
+    def locked(self) -> tuple[str, ...]:
+        """Every glob a task's commits must not touch: ``locked_paths`` and the defaults."""
+        return self.locked_paths + (RUNNER_CONFIG if self.locked_defaults else ())
 
     def secrets(self) -> tuple[str, ...]:
         """A token in the URL (``https://user:TOKEN@host/...``, or ``https://TOKEN@host/...``)."""

@@ -116,6 +116,21 @@ def short(commit: str) -> str:
     return commit[:MIN_HASH]
 
 
+# Locked by default beside project.locked_paths (project.locked_defaults): what decides how the
+# check runs and what it runs, so a commit cannot pass by changing the check rather than the
+# code. Whole files: a glob cannot see package.json's "scripts", and a dependency change there
+# or in pyproject.toml can swap the test runner itself.
+RUNNER_CONFIG = (
+    "Makefile", "GNUmakefile", "makefile", "*.mk",
+    "conftest.py", "pytest.ini", ".pytest.ini", "pytest.toml", "tox.ini", "noxfile.py",
+    "setup.cfg", "pyproject.toml", ".coveragerc",
+    "package.json", "jest.config.*", "vitest.config.*", ".mocharc*",
+    ".github/**", ".gitlab-ci.yml", ".gitlab/**", ".ci/**", ".circleci/**", ".buildkite/**",
+    "Jenkinsfile", ".travis.yml", "azure-pipelines.yml", ".drone.yml", ".woodpecker.yml",
+    ".woodpecker/**", "bitbucket-pipelines.yml",
+)
+
+
 def _glob_regex(glob: str) -> re.Pattern[str]:
     """``**`` any path (slashes too; ``**/`` zero or more folders), ``*`` and ``?`` within one
     name, ``[...]`` a class; a glob without a slash matches a name at any depth."""

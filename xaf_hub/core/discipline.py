@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Literal
 
-BranchPolicy = Literal["branch", "mainline"]
-BRANCH_POLICIES: tuple[BranchPolicy, ...] = ("branch", "mainline")
+BranchPolicy = Literal["branch", "mainline", "worktree"]
+BRANCH_POLICIES: tuple[BranchPolicy, ...] = ("branch", "mainline", "worktree")
 # Where a prompt finds its feature branch: "new" (a new session starts the work: create it),
 # "exists" (work on it was pushed: continue there), "unknown" (a session that may have made
 # it: continue there if it exists, else create it).
@@ -121,12 +121,12 @@ def discipline_block(
             body = _fill_override(override, base=base, slug=slug)
         else:
             body = _branch_body(base, slug, branch)
-    elif policy == "mainline":
-        rules = _mainline_body(base)
+    elif policy in ("mainline", "worktree"):
+        rules = _mainline_body(base) if policy == "mainline" else _worktree_body(base)
         if override is not None and override.strip():
-            custom = rewrite_branch_to_mainline(
-                _fill_override(override, base=base, slug=slug), base
-            )
+            custom = _fill_override(override, base=base, slug=slug)
+            if policy == "mainline":
+                custom = rewrite_branch_to_mainline(custom, base)
             body = f"{custom}\n{rules}"
         else:
             body = rules
@@ -146,6 +146,8 @@ def pushed_branch(
     base = _base_name(base_branch)
     if policy == "mainline":
         return base
+    if policy == "worktree":
+        return None  # the worktree's own branch, which the server named: the task records it
     if override is None or not override.strip():
         return f"feature/{slug}"
     m = _FEATURE_TOKEN.search(_fill_override(override, base=base, slug=slug))
@@ -307,6 +309,26 @@ def _mainline_body(base: str) -> str:
         f"- 直接在 {base} 主分支上工作:git checkout {base} 后拉取最新代码;\n"
         "- 不要新建任何分支;上文若要求使用 feature/ 分支,以本条为准;\n"
         f"- 完成后自行 git commit 并 git push origin {base},无需等待确认;\n"
+        "- 在最终回复中回报 commit 哈希。"
+    )
+
+
+def _worktree_body(base: str) -> str:
+    """Return the discipline for a task in a worktree of its own."""
+    return (
+        "Branch policy: worktree (your own worktree and branch)\n"
+        f"- This folder is a git worktree of its own, already on a branch of its own that "
+        f"starts from `origin/{base}`. Do all the work here, on this branch: do not switch "
+        "or create branches. Where the text above asks for another branch, this rule wins.\n"
+        "- When the task is done: git commit, then git push -u origin HEAD (this branch). "
+        "No confirmation is needed.\n"
+        f"- Never push to `{base}` and never merge: the hub lands verified work itself.\n"
+        "- Report the commit hash in your final message.\n"
+        "分支纪律(worktree,独立工作区):\n"
+        f"- 当前目录是独立的 git 工作区,已在从 origin/{base} 开出的专属分支上;"
+        "全部工作在此分支完成,不要切换或新建分支;上文若要求其他分支,以本条为准;\n"
+        "- 完成后自行 git commit 并 git push -u origin HEAD(推送本分支),无需等待确认;\n"
+        f"- 不要推送到 {base},也不要合并:经验证的工作由 hub 负责合入;\n"
         "- 在最终回复中回报 commit 哈希。"
     )
 

@@ -78,6 +78,17 @@ class Waiting:
 
 
 @dataclass(frozen=True)
+class Room:
+    """A task's own worktree on its server: its folder, its branch, the project checkout it
+    was made from and the commit it started from (``ops.rooms``)."""
+
+    directory: str
+    branch: str
+    checkout: str
+    base: str = ""
+
+
+@dataclass(frozen=True)
 class SessionRecord:
     """One opencode session, normalised across API dialects.
 
@@ -99,6 +110,7 @@ class SessionRecord:
     model: str = ""
     outcome: str = ""
     project: bool = False
+    branch: str = ""  # the branch of the worktree it works in ("": not in a worktree)
     waiting: Waiting | None = None  # the request its run waits on, if any
 
     def to_json(self) -> dict[str, Any]:

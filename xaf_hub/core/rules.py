@@ -163,6 +163,14 @@ class ProjectRules:
         """True when sessions in ``directory`` belong to the project."""
         return self.classify(directory) in ("root", "sandbox", "segment")
 
+    def owns(self, directory: str, checkout: str = "") -> bool:
+        """True when sessions in ``directory`` are the project's: by the rules, or because it is
+        a worktree of ``checkout`` (the main checkout it was made from) and that one is."""
+        verdict = self.classify(directory)
+        if verdict in ("root", "sandbox", "segment"):
+            return True
+        return bool(checkout) and verdict != "excluded" and self.is_project(checkout)
+
     def relative(self, directory: str, keep: int = 2) -> str:
         """The telling part of a directory: below its root, else its last ``keep`` segments.
 

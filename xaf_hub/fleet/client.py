@@ -21,6 +21,7 @@ from xaf_hub.config.credentials import password_var
 from xaf_hub.config.load import InstanceConfig
 from xaf_hub.core import aio
 from xaf_hub.core.backoff import Backoff
+from xaf_hub.core.records import Room
 from xaf_hub.errors import (
     ApiError,
     MissingPassword,
@@ -255,7 +256,12 @@ class OpencodeClient:
                 return None, resp
             if status >= 400:
                 # Redacted before it is cut short: a cut could leave half a secret behind.
-                raise ApiError(self.name, status, self._scrub(error_message(content))[:300])
+                raise ApiError(
+                    self.name,
+                    status,
+                    self._scrub(error_message(content))[:300],
+                    wire.error_name(content),
+                )
             if not expect_json:
                 return None, resp
             ctype = resp.headers.get("content-type", "")
@@ -504,6 +510,21 @@ class OpencodeClient:
         except (KeyError, TypeError, AttributeError, ValueError):
             raise self._shape(path) from None
 
+    async def children(self, session_id: str, directory: str | None = None) -> list[ServerSession]:
+        """The sessions a session's sub-agents run in (``parentID``: the ``task`` tool's); none
+        on the v2 dialect, which has no such route. SessionNotFound for an unknown session."""
+        if await self._dialect() == "v2":
+            return []
+        path = f"/session/{session_id}/children"
+        params = await self._where(session_id, directory)
+        data, _ = await self._request("GET", path, params=params, not_found_ok=True)
+        if data is None:
+            raise SessionNotFound(f"{self.name}: session {session_id} not found")
+        if not isinstance(data, list):
+            raise self._shape(path)
+        page, _ = self._read_page(data, session_from_classic, {}, path)
+        return [self._seen(s) for s in page]
+
     async def messages(
         self, session_id: str, limit: int = 5, directory: str | None = None
     ) -> list[dict[str, Any]]:
@@ -643,6 +664,69 @@ class OpencodeClient:
         )
         if resp is not None and resp.status_code == 404:
             raise SessionNotFound(f"{self.name}: session {session_id} not found")
+
+    async def branch(self, directory: str) -> str:
+        """The branch checked out in ``directory`` ("" when the server says none)."""
+        data, _ = await self._request("GET", "/vcs", params={"directory": directory})
+        return _text(_obj(data).get("branch"))
+
+    async def project_of(self, directory: str) -> tuple[str, str, str]:
+        """(id, checkout, vcs) of the project ``directory`` belongs to, as the server sees it:
+        a git checkout with a first commit has that commit's id; "global" otherwise."""
+        data, _ = await self._request("GET", "/project/current", params={"directory": directory})
+        obj = _obj(data)
+        return _text(obj.get("id")), _text(obj.get("worktree")), _text(obj.get("vcs"))
+
+    async def create_worktree(self, checkout: str, name: str) -> Room:
+        """A new git worktree of ``checkout`` on its own branch, named after ``name`` (opencode
+        makes both; its answer says where: releases differ in the name they pick)."""
+        data, _ = await self._request(
+            "POST",
+            "/experimental/worktree",
+            params={"directory": checkout},
+            body={"name": name},
+            idempotent=False,
+        )
+        made = Room(_text(_obj(data).get("directory")), _text(_obj(data).get("branch")), checkout)
+        if not made.directory or not made.branch:
+            raise self._shape("/experimental/worktree")
+        return made
+
+    async def worktrees(self, checkout: str) -> list[str]:
+        """The folders of ``checkout``'s worktrees that opencode made."""
+        data, _ = await self._request(
+            "GET", "/experimental/worktree", params={"directory": checkout}
+        )
+        if not isinstance(data, list):
+            raise self._shape("/experimental/worktree")
+        return [d for d in data if isinstance(d, str) and d]
+
+    async def remove_worktree(self, checkout: str, directory: str) -> None:
+        """Remove one worktree of ``checkout`` and its local branch (opencode removes both)."""
+        await self._request(
+            "DELETE",
+            "/experimental/worktree",
+            params={"directory": checkout},
+            body={"directory": directory},
+            expect_json=False,
+            idempotent=False,
+        )
+
+    async def shell(self, session_id: str, directory: str, command: str) -> str:
+        """Run ``command`` in the session's folder through the server's shell (no model):
+        what it printed. The session's history shows the command and its output."""
+        data, _ = await self._request(
+            "POST",
+            f"/session/{session_id}/shell",
+            params={"directory": directory},
+            body={"agent": "build", "command": command},
+            idempotent=False,
+        )
+        for part in _obj(data).get("parts") or ():
+            state = _obj(_obj(part).get("state"))
+            if _obj(part).get("type") == "tool":
+                return _text(state.get("output"))
+        raise self._shape(f"/session/{session_id}/shell")
 
     async def abort(self, session_id: str, directory: str | None = None) -> None:
         """Stop a running session (a no-op when idle), in the directory it runs in."""

@@ -1,14 +1,16 @@
 """The fleet's changes as the hub's own records, and the pure bookkeeping that finds them.
 
-``FleetEvent`` is one change every live view reads (``watch``, the patrol daemon, ``serve``):
-a project session that is new, started, retrying, stopped (with its outcome), failed with an
+``FleetEvent`` is one change every live view reads (``watch``, the patrol daemon, ``serve``): a
+project session that is new, started, retrying, stopped (with its outcome), failed with an
 error, or gone; an instance that went down or came back up; an instance followed by polling
-because it streams nothing. ``Board`` holds one instance's project sessions and turns a
-server event frame, or a full rescan, into those changes; the same change is never reported
-twice because every change is a difference of state (a ``session.status idle`` followed by
-``session.idle`` stops a run once). ``parse_frame`` reads one ``data:`` line of either stream:
-``/global/event`` wraps the event in ``{"directory", "payload"}``, ``/event?directory=D`` sends
-it bare. The network side (streams, reconnects, heartbeats) is ``fleet.follow``.
+because it streams nothing; for a board that asks (the patrol daemon's run ceiling), a step a
+project session finished with a cost (``spent``, from its message.updated frame). ``Board``
+holds one instance's project sessions and turns a server event frame, or a full rescan, into
+those changes; the same change is never reported twice because every change is a difference of
+state (a ``session.status idle`` followed by ``session.idle`` stops a run once). ``parse_frame``
+reads one ``data:`` line of either stream: ``/global/event`` wraps the event in ``{"directory",
+"payload"}``, ``/event?directory=D`` sends it bare. The network side (streams, reconnects,
+heartbeats) is ``fleet.follow``.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from xaf_hub.config.load import InstanceConfig
 from xaf_hub.core.records import RunState, SessionRecord, sane_ms
 from xaf_hub.fleet.wire import (
     ServerSession,
+    cost_value,
     server_json,
     session_from_classic,
     session_record,
@@ -46,6 +49,7 @@ EventKind = Literal[
     "answered",  # that request was answered (by anyone) or withdrawn
     "stopped",
     "error",
+    "spent",  # a step of the session finished and reported its cost (boards with ``steps``)
     "gone",
     "down",
     "up",
@@ -69,6 +73,8 @@ WANTED_TYPES = frozenset(
         "question.asked",
         "question.replied",
         "question.rejected",
+        "project.updated",
+        "message.updated",
     }
 )
 _ASKED = {"permission.asked": "permission", "question.asked": "question"}
@@ -149,6 +155,8 @@ def parse_frame(line: str, stream_directory: str = "") -> Frame | None:
         and '"server.' not in raw
         and '"permission.' not in raw
         and '"question.' not in raw
+        and '"project.updated"' not in raw
+        and '"message.updated"' not in raw
     ):
         return None
     try:
@@ -236,8 +244,9 @@ class Board:
     with the run states and the new sessions their frames told since.
     """
 
-    def __init__(self, inst: InstanceConfig) -> None:
+    def __init__(self, inst: InstanceConfig, steps: bool = False) -> None:
         self.inst = inst
+        self.steps = steps  # report ``spent``: each step a project session finished
         self.sessions: dict[str, SessionRecord] = {}
         self._verdicts: dict[str, bool] = {}
         # Sessions seen outside the project: their frames are ignored without a lookup.
@@ -245,26 +254,46 @@ class Board:
         self.foreign: dict[str, SessionRecord] = {}  # sessions outside the project, by id
         self._foreign_added = 0  # new ones learnt from frames since the last rescan
         self.missing: list[tuple[str, str]] = []  # (session id, directory hint)
+        # Worktree folder -> the checkout it was made from (rescans, ``project.updated``).
+        self.sandboxes: dict[str, str] = {}
 
     def is_project(self, directory: str) -> bool:
         """The project verdict of a directory (asked once per directory, kept for directories of
         up to ``MAX_FOREIGN_TEXT`` characters: a stream of endless long names keeps nothing)."""
         if len(directory) > MAX_FOREIGN_TEXT:
-            return self.inst.rules.is_project(directory)
+            return self.inst.rules.owns(directory, self.sandboxes.get(directory, ""))
         if directory not in self._verdicts:
             if len(self._verdicts) >= MAX_REMEMBERED:
                 self._verdicts.clear()  # a stream naming endless directories: ask again
-            self._verdicts[directory] = bool(directory) and self.inst.rules.is_project(directory)
+            self._verdicts[directory] = bool(directory) and self.inst.rules.owns(
+                directory, self.sandboxes.get(directory, "")
+            )
         return self._verdicts[directory]
+
+    def learn_sandboxes(self, sandboxes: Mapping[str, str]) -> None:
+        """Know these worktrees (folder -> the checkout each was made from) from now on."""
+        for folder, checkout in sandboxes.items():
+            if len(folder) > MAX_FOREIGN_TEXT or self.sandboxes.get(folder) == checkout:
+                continue
+            if len(self.sandboxes) >= MAX_REMEMBERED:
+                self.sandboxes.clear()  # endless made-up worktrees: the next rescan tells
+            self.sandboxes[folder] = checkout
+            self._verdicts.pop(folder, None)
 
     def _event(
         self, kind: EventKind, rec: SessionRecord, source: str, detail: str = ""
     ) -> FleetEvent:
         return FleetEvent(kind, self.inst.name, rec, detail=detail, source=source, at_ms=_now_ms())
 
-    def reconcile(self, records: Iterable[SessionRecord], source: str) -> list[FleetEvent]:
+    def reconcile(
+        self,
+        records: Iterable[SessionRecord],
+        source: str,
+        sandboxes: Mapping[str, str] | None = None,
+    ) -> list[FleetEvent]:
         """Replace the view with a full scan's; the differences are the changes."""
         records = list(records)
+        self.learn_sandboxes(sandboxes or {})
         after = {r.id: r for r in records if r.project}
         changes = diff(self.sessions, after)
         self.sessions = after
@@ -309,6 +338,11 @@ class Board:
         kind = frame.type
         if kind in ("session.created", "session.updated"):
             return self._info(props.get("info"))
+        if kind == "project.updated":
+            self._project(props)
+            return []
+        if kind == "message.updated" and not (self.steps and _step_cost(props.get("info"))):
+            return []
         sid = props.get("sessionID")
         if not isinstance(sid, str) or not sid:
             return []
@@ -330,12 +364,24 @@ class Board:
             return []
         if kind == "session.error":
             return [self._event("error", rec, "stream", error_detail(props.get("error")))]
+        if kind == "message.updated":
+            return [self._event("spent", rec, "stream")]
         if kind in _ASKED:
             return self._asked(rec, kind, props)
         if kind in _ANSWERED:
             return self._answered(rec, props, _ANSWERED[kind])
         said = _run_said(kind, props)
         return self._status(rec, said[0], said[1]) if said is not None else []
+
+    def _project(self, props: Mapping[str, Any]) -> None:
+        """A project's worktrees: their sessions are the project's when its checkout is."""
+        checkout, folders = props.get("worktree"), props.get("sandboxes")
+        if not isinstance(checkout, str) or not isinstance(folders, list):
+            return
+        if props.get("id") in (None, "", "global"):  # folders without a repository of their own
+            return
+        if self.inst.rules.is_project(checkout):
+            self.learn_sandboxes({f: checkout for f in folders if isinstance(f, str) and f})
 
     def _foreign_run(self, sid: str, kind: str, props: Mapping[str, Any]) -> None:
         said = _run_said(kind, props)
@@ -402,6 +448,15 @@ class Board:
         if word == "retry" and (rec.run_state != "retry" or rec.retry_message != message):
             return [self._event("retry", new, "stream", message)]
         return []
+
+
+def _step_cost(info: Any) -> bool:
+    """Whether a message.updated frame's message is a finished step that cost money."""
+    if not isinstance(info, Mapping) or info.get("role") != "assistant":
+        return False
+    cost = cost_value(info.get("cost"))
+    when = info.get("time")
+    return bool(cost) and isinstance(when, Mapping) and sane_ms(when.get("completed")) > 0
 
 
 def _refreshed(old: SessionRecord, s: ServerSession, cut: int | None = None) -> SessionRecord:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from xaf_hub.config.load import InstanceConfig
 from xaf_hub.core.records import InstanceSummary, SessionRecord, Snapshot, Tally
+from xaf_hub.core.rules import ProjectRules
 
 
 @dataclass
@@ -34,6 +35,17 @@ class InstanceScan:
     # Set when ``sessions`` holds only some of the instance's sessions (the running ones, from
     # the live board's summary): the whole instance's counts and recent spend. None: all.
     tally: Tally | None = None
+    # The project's worktrees the listing named: worktree folder -> the checkout it came from.
+    sandboxes: dict[str, str] = field(default_factory=dict)
+
+    def project_sandboxes(self) -> tuple[str, ...]:
+        """The worktrees this scan found of the project's checkouts."""
+        own = self.inst.rules
+        return tuple(d for d, c in self.sandboxes.items() if own.is_project(c))
+
+    def rules(self) -> ProjectRules:
+        """The instance's directory rules with the project's worktrees this scan found inside."""
+        return self.inst.rules.with_sandboxes(self.project_sandboxes())
 
     def summary(self) -> InstanceSummary:
         """Counts for tables and exports."""

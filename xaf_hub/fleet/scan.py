@@ -118,11 +118,20 @@ async def _scan_into(
     result.api = client.dialect or ""
     result.version = client.version
     sessions = await client.list_sessions()
+    # A worktree's sessions name the checkout it was made from: theirs is its verdict.
+    result.sandboxes = {s.directory: s.checkout for s in sessions if s.checkout and s.directory}
     # Sessions share a few hundred directories at most: classify each directory once.
-    project_dir = {d: inst.rules.is_project(d) for d in {s.directory for s in sessions} if d}
+    project_dir = {
+        d: inst.rules.owns(d, result.sandboxes.get(d, ""))
+        for d in {s.directory for s in sessions}
+        if d
+    }
     result.release = client.release.describe()
     directories = sorted(d for d, ok in project_dir.items() if ok or not project_only)
-    statuses, result.run_state_unknown = await read_run_state(client, directories)
+    rooms = sorted(d for d in result.sandboxes if project_dir.get(d))
+    (statuses, result.run_state_unknown), branches = await asyncio.gather(
+        read_run_state(client, directories), _branches(client, rooms)
+    )
     if result.run_state_unknown:
         result.warnings.append(
             f"{inst.name}: run state unknown ({result.run_state_unknown}); its project "
@@ -144,14 +153,33 @@ async def _scan_into(
             sessions.append(ServerSession(sid, "(unknown)", "", 0, 0, 0.0, "", ""))
     for s in sessions:
         if s.directory not in project_dir:  # a late arrival looked up above
-            project_dir[s.directory] = inst.rules.is_project(s.directory)
+            project_dir[s.directory] = inst.rules.owns(
+                s.directory, result.sandboxes.get(s.directory, "")
+            )
         project = project_dir[s.directory] if s.directory else s.id in statuses
         status = statuses.get(s.id)
         if result.run_state_unknown and project:
             status = {"type": "busy"}
-        result.sessions.append(build_record(inst, s, status, project))
+        rec = build_record(inst, s, status, project)
+        if s.directory in branches:
+            rec = replace(rec, branch=branches[s.directory])
+        result.sessions.append(rec)
     if statuses and not result.run_state_unknown and client.dialect == "classic":
         await _read_waiting(result, client)
+
+
+async def _branches(client: OpencodeClient, rooms: Sequence[str]) -> dict[str, str]:
+    """The branch of each project worktree (one it cannot tell is left out, never fatal)."""
+    sem = asyncio.Semaphore(_STATUS_FAN_OUT)
+
+    async def one(d: str) -> tuple[str, str]:
+        async with sem:
+            try:
+                return d, await client.branch(d)
+            except HubError:
+                return d, ""
+
+    return {d: b for d, b in await asyncio.gather(*(one(d) for d in rooms)) if b}
 
 
 async def _read_waiting(result: InstanceScan, client: OpencodeClient) -> None:

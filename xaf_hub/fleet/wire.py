@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from xaf_hub.core.records import RunState, SessionRecord, Waiting, sane_ms
+from xaf_hub.core.rules import normalize_dir
 
 # What a hostile or broken server may cost us, at most: one answer's size (decompressed), the
 # pages and the sessions of one listing. Real instances stay far below (8000 sessions ~ 4 MB).
@@ -38,6 +39,9 @@ class ServerSession:
     cost: float | None  # None: the server reported no usable cost (unknown, never 0)
     parent_id: str
     model: str
+    # The project's main checkout when the session works in one of its worktrees (opencode's
+    # sandboxes), else "": such a session is the project's when its checkout is.
+    checkout: str = ""
 
 
 def session_record(
@@ -129,16 +133,33 @@ def session_from_classic(obj: Mapping[str, Any]) -> ServerSession:
     if not ident:
         raise KeyError("id")
     t = as_mapping(obj.get("time"))
+    directory = text_field(obj.get("directory"))
+    project = as_mapping(obj.get("project"))
+    # Only a project of its own (a repository with a first commit) has worktrees; "global"
+    # stands for every folder without one and names whichever folder it saw last.
+    real = text_field(project.get("id")) not in ("", "global")
+    checkout = text_field(project.get("worktree")) if real else ""
     return ServerSession(
         id=ident,
         title=text_field(obj.get("title")),
-        directory=text_field(obj.get("directory")),
+        directory=directory,
         created=sane_ms(t.get("created")),
         updated=sane_ms(t.get("updated")),
         cost=cost_value(obj.get("cost")),
         parent_id=text_field(obj.get("parentID")),
         model=_model_name(obj.get("model")),
+        checkout=_worktree_of(directory, checkout),
     )
+
+
+def _worktree_of(directory: str, checkout: str) -> str:
+    """``checkout`` when ``directory`` is a worktree of it (a folder outside it: opencode keeps
+    worktrees in its data folder), "" when the session works in the checkout or a folder of it."""
+    if not checkout or checkout == "/" or not directory:
+        return ""
+    inside = normalize_dir(directory)
+    top = normalize_dir(checkout)
+    return "" if inside == top or inside.startswith(top.rstrip("/") + "/") else checkout
 
 
 def session_from_v2(obj: Mapping[str, Any]) -> ServerSession:
@@ -209,6 +230,16 @@ def error_message(content: bytes) -> str:
             if data.get(key):
                 return one_line(str(data[key]))
     return "no message"
+
+
+def error_name(content: bytes) -> str:
+    """The name a server's error answer gives itself (``WorktreeNotGitError``), or ""."""
+    try:
+        data = server_json(content)
+    except (ValueError, RecursionError):
+        return ""
+    name = data.get("name") if isinstance(data, dict) else None
+    return name[:100] if isinstance(name, str) else ""
 
 
 def one_line(text: str) -> str:

@@ -355,8 +355,9 @@ class Sender:
         self._thread = threading.Thread(target=self._loop, name="xaf-hub-notify", daemon=True)
 
     def start(self) -> None:
-        """Start sending (a pass at once: what a previous run left queued)."""
-        if self.pctx.cfg.notify.webhooks:
+        """Start sending (a pass at once: what a previous run left queued); again after a
+        config change: started once the config names a webhook."""
+        if self.pctx.cfg.notify.webhooks and self._thread.ident is None:
             self._force = True
             self._wake.set()
             self._thread.start()

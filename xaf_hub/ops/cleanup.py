@@ -1,21 +1,28 @@
-"""Find (and when asked, delete) project sessions unused for longer than the TTL.
+"""Find (and when asked, delete) project sessions unused for longer than the TTL, and the
+worktrees of tasks that finished, failed or were abandoned.
 
 Only project sessions are considered. Running sessions, sessions whose last update time is
 missing, and production instances (without ``allow_prod``) are skipped. A running session
-is never deleted, and deletion aborts first in case a run started since the scan. Used by
-``xaf-hub cleanup`` and ``dispatch --auto-cleanup``.
+is never deleted, and deletion aborts first in case a run started since the scan. A worktree
+goes only when nothing of it would be lost (``rooms.what_stays``: no uncommitted change, no
+commit that no remote branch holds) and no run works in it. Used by ``xaf-hub cleanup`` and
+``dispatch --auto-cleanup``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import Any
 
 from xaf_hub.config.load import InstanceConfig
-from xaf_hub.core.records import SessionRecord
+from xaf_hub.core.records import Room, SessionRecord
 from xaf_hub.errors import HubError
+from xaf_hub.fleet.client import OpencodeClient
 from xaf_hub.fleet.scan import scan_fleet
 from xaf_hub.ops.context import OpsContext
+from xaf_hub.ops.rooms import close_room, what_stays
+from xaf_hub.store.tasks import Task
 
 
 def stale_sessions(
@@ -69,11 +76,81 @@ async def cleanup_fleet(
         stale, missing = stale_sessions(sc.sessions, now_ms=now, ttl_days=ttl_days)
         entry["missing_time"] = missing
         entry["stale"] = [s.to_json() for s in stale]
+        entry["worktrees"] = await _rooms(ops, sc.inst, sc.sessions, execute)
         if not execute or not stale:
             continue
 
         await _delete_all(ops, sc.inst, stale, entry, ttl_days)
     return report
+
+
+def room_verdict(task: Task | None) -> str:
+    """Why a worktree may go: "finished", "failed" (its task went back to the pool) or
+    "abandoned" (no task has it); "" while its task still works or waits to land (pure)."""
+    if task is None:
+        return "abandoned"
+    if task.landing in ("landed", "dropped") or task.status == "done":
+        return "finished"
+    return "failed" if task.status == "pending" else ""
+
+
+async def _rooms(
+    ops: OpsContext, inst: InstanceConfig, sessions: list[SessionRecord], execute: bool
+) -> list[dict[str, Any]]:
+    """The worktrees opencode keeps of the instance's checkout that may go, removed with
+    ``execute`` when nothing of theirs would be lost."""
+    checkout = inst.default_directory or (inst.roots[0] if inst.roots else "")
+    if not checkout:
+        return []
+    tasks = ops.backlog().load().tasks
+    busy = {s.directory for s in sessions if s.running}
+    out: list[dict[str, Any]] = []
+    async with ops.client(inst) as client:
+        try:
+            folders = await client.worktrees(checkout)
+        except HubError:
+            return []  # a server without worktrees: nothing of this kind to clean
+        for folder in folders:
+            task = next(
+                (t for t in tasks if t.worktree == folder and t.dispatched_to == inst.name), None
+            )
+            why = room_verdict(task)
+            if not why or folder in busy:
+                continue
+            item: dict[str, Any] = {"directory": folder, "task": task.id if task else None,
+                                    "why": why, "action": "would remove"}
+            out.append(item)
+            if execute:
+                await _remove_room(ops, client, inst, checkout, folder, task, item)
+    return out
+
+
+async def _remove_room(
+    ops: OpsContext,
+    client: OpencodeClient,
+    inst: InstanceConfig,
+    checkout: str,
+    folder: str,
+    task: Task | None,
+    item: dict[str, Any],
+) -> None:
+    try:
+        stays = await what_stays(client, folder)
+    except HubError as exc:
+        stays = f"could not ask ({exc})"
+    if stays:
+        item["action"] = f"kept: {stays}"
+        return
+    left = await close_room(client, Room(folder, "", checkout))
+    if left:
+        item["action"] = f"FAILED: {left}"
+        return
+    item["action"] = "removed"
+    if task is not None:
+        with contextlib.suppress(HubError):
+            ops.backlog().revise(task, worktree=None)
+    ops.audit("cleanup", instance=inst.name, session="", result="removed",
+              reason=f"worktree {folder} ({item['why']})")
 
 
 async def _delete_all(

@@ -3,7 +3,10 @@
 A person's decision is either
 
 * an operator interrupt: ``xaf-hub interrupt`` stopped the session (the audit log says who
-  and when) after the run or prompt the patrol would act on; or
+  and when) after the run or prompt the patrol would act on;
+* a stop at the run ceiling (``ops.ceiling``, audited as patrol.run_ceiling or
+  patrol.live.run_ceiling): the run spent what it may, and only a person may let it spend
+  more; or
 * a task-pool row whose session a person steered by hand (``dispatch --session``, or a
   restart of that idle session): the work is theirs to carry on.
 
@@ -20,10 +23,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from xaf_hub.core import clock
 from xaf_hub.errors import StateFileError
+from xaf_hub.ops.ceiling import STEP as CEILING
 from xaf_hub.ops.context import OpsContext
 from xaf_hub.store.tasks import Task, instant_seconds
 
@@ -33,25 +37,27 @@ _AUDIT_TAIL_BYTES = 2_000_000
 # (the audit log has whole seconds; the server's clock may differ a little).
 CLOCK_SLACK_S = 2.0
 # ``xaf-hub interrupt`` writes "stopping" before its abort (a failed abort keeps it: a timed-out
-# one may have stopped the run), then "aborted".
+# one may have stopped the run), then "aborted". A ceiling's stop counts whatever its abort did.
 _STOPS = ("stopping", "aborted")
 
 Key = tuple[str, str]  # (instance, session)
+Stop = Literal["interrupted", "ceiling"]  # by a person; at the run ceiling
 
 
 @dataclass(frozen=True)
 class Interrupt:
-    """The latest ``xaf-hub interrupt`` of one session."""
+    """The latest stop of one session no patrol may undo."""
 
     at: float  # epoch seconds
     who: str
+    kind: Stop = "interrupted"
 
 
 @dataclass(frozen=True)
 class Decision:
     """Why the patrol leaves a session or a task alone."""
 
-    kind: Literal["interrupted", "steered"]
+    kind: Literal["interrupted", "ceiling", "steered"]
     who: str
     at: float  # epoch seconds
 
@@ -61,6 +67,8 @@ class Decision:
         when = local_time(self.at)
         if self.kind == "interrupted":
             return f"interrupted by {self.who} at {when}"
+        if self.kind == "ceiling":
+            return f"stopped over its run ceiling at {when}; the patrol leaves it to a person"
         return f"steered by hand at {when}; the patrol leaves it to a person"
 
 
@@ -79,8 +87,17 @@ def _who(raw: object) -> str:
     return name or host or "someone"
 
 
+def _stop(entry: Mapping[str, Any]) -> Stop | None:
+    """The stop an audit line records, if any."""
+    command = str(entry.get("command") or "")
+    if command == "interrupt":
+        return "interrupted" if entry.get("result") in _STOPS else None
+    return "ceiling" if command.endswith("." + CEILING) else None
+
+
 def operator_interrupts(state_dir: Path) -> dict[Key, Interrupt]:
-    """Latest ``xaf-hub interrupt`` per (instance, session), from the audit log's tail."""
+    """Latest stop per (instance, session) (``xaf-hub interrupt``, the run ceiling), from
+    the audit log's tail."""
     path = state_dir / "audit.log"
     try:
         with open(path, "rb") as handle:
@@ -92,18 +109,19 @@ def operator_interrupts(state_dir: Path) -> dict[Key, Interrupt]:
         return {}
     found: dict[Key, Interrupt] = {}
     for line in raw.decode("utf-8", "replace").splitlines():
-        if '"interrupt"' not in line:
+        if '"interrupt"' not in line and f'{CEILING}"' not in line:
             continue
         try:
             entry = json.loads(line)
-            if entry.get("command") != "interrupt" or entry.get("result") not in _STOPS:
+            kind = _stop(entry)
+            if kind is None:
                 continue
             at = datetime.strptime(str(entry["time"]), "%Y-%m-%dT%H:%M:%S%z").timestamp()
         except (ValueError, KeyError, TypeError, AttributeError):
             continue  # a torn first line of the tail, or a hand-edited one
         key = (str(entry.get("instance") or ""), str(entry.get("session") or ""))
         if key not in found or at >= found[key].at:
-            found[key] = Interrupt(at, _who(entry.get("who")))
+            found[key] = Interrupt(at, _who(entry.get("who")), kind)
     return found
 
 
@@ -112,9 +130,9 @@ def people_interrupts(ops: OpsContext) -> dict[Key, Interrupt]:
     host's (``store.backends.Stores.interrupts``). UnreachableError when Redis cannot be
     asked: a patrol must not undo an interrupt it could not read."""
     found = operator_interrupts(ops.cfg.state_dir)
-    for key, (at, who) in ops.stores.interrupts().items():
+    for key, (at, who, kind) in ops.stores.interrupts().items():
         if key not in found or at >= found[key].at:
-            found[key] = Interrupt(at, _who(who))
+            found[key] = Interrupt(at, _who(who), "ceiling" if kind == "ceiling" else "interrupted")
     return found
 
 
@@ -144,7 +162,7 @@ class Decisions:
         since = None if not since_ms else since_ms / 1000
         if stopped_after(stop, since):
             assert stop is not None
-            return Decision("interrupted", stop.who, stop.at)
+            return Decision(stop.kind, stop.who, stop.at)
         task = self.steered.get((instance, session))
         if task is not None:
             return _steered(task)
@@ -158,7 +176,7 @@ class Decisions:
         since = instant_seconds(task.steered_at or task.dispatched_at)
         if stopped_after(stop, since):
             assert stop is not None
-            return Decision("interrupted", stop.who, stop.at)
+            return Decision(stop.kind, stop.who, stop.at)
         return _steered(task) if is_steered(task) else None
 
 

@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from xaf_hub.core.discipline import base_commit, expected_branches
-from xaf_hub.core.records import SessionRecord
+from xaf_hub.core.records import Room, SessionRecord
 from xaf_hub.errors import ApiError, BusyError, HubError, UnreachableError
 from xaf_hub.fleet.scan import InstanceScan
 from xaf_hub.fleet.wire import SessionTrace, session_trace
@@ -28,10 +28,11 @@ from xaf_hub.ops.live_board import board_or_scan, source_of
 from xaf_hub.ops.load import instance_load
 from xaf_hub.ops.models import choose_model
 from xaf_hub.ops.planner import DispatchRequest, InstanceView, MatchEvidence, Plan, plan_dispatch
+from xaf_hub.ops.rooms import in_room, room_name
 from xaf_hub.ops.send import SendResult, build_prompt, send_work
 from xaf_hub.store.backlog import ManualRecord
 from xaf_hub.store.repository import GitFailed, Mirror
-from xaf_hub.store.tasks import Task
+from xaf_hub.store.tasks import Task, new_task_id
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,7 @@ class Prepared:
     warnings: tuple[str, ...] = ()
     base: str | None = None  # the expected branch's tip for a new session's row (issue 37)
     source: str = "scan"  # the fleet as planned from: "live" (the live board), "mixed", "scan"
+    task_id: str = ""  # a new row's id, chosen before its worktree is named after it
 
 
 @dataclass(frozen=True)
@@ -250,6 +252,7 @@ async def prepare(ops: OpsContext, order: DispatchOrder) -> Prepared:
                 reserved,
                 sc.run_state_unknown,
                 over_budget=str(over.get(sc.inst.name) or ""),
+                sandboxes=sc.project_sandboxes(),
             )
         )
     pool = ops.backlog().load()
@@ -259,18 +262,24 @@ async def prepare(ops: OpsContext, order: DispatchOrder) -> Prepared:
     plan = plan_dispatch(cfg, views, req, scores, evidence)
     warnings.extend(plan.warnings + snap.warnings)
     override = pool.discipline
+    task_id = ""
+    if plan.action == "create" and cfg.repository.isolation == "worktree" and order.record:
+        task_id = new_task_id(ops.now(), (t.id for t in pool.tasks))
+        plan = replace(plan, room=room_name(task_id, plan.title))
+    room = bool(plan.room) or in_room(plan.instance, plan.session)
     model = choose_model(ops, plan.instance, req.model)
     if req.model and model != req.model:
         warnings.append(
             f"model {req.model} is blacked out (rate limit); using {model or 'server default'}"
         )
     prompt = build_prompt(ops, plan.instance, req.text, plan.title, override,
-                          "new" if plan.action == "create" else "unknown")
+                          "new" if plan.action == "create" else "unknown", room=room)
     view = next(v for v in views if v.inst.name == plan.instance.name)
     return Prepared(
         plan, view, model, prompt, tuple(warnings), _base(ops, plan, req, override),
-        source_of(len(board.scans), len(scans)),
+        source_of(len(board.scans), len(scans)), task_id,
     )
+
 
 
 async def send_prepared(
@@ -284,7 +293,7 @@ async def send_prepared(
     backlog = ops.backlog()
     recorded: list[ManualRecord] = []
 
-    def record(session_id: str) -> None:
+    def record(session_id: str, room: Room | None) -> None:
         # Recorded before the prompt goes out (as the patrol does): a crash in between leaves
         # a pool row for work not yet sent, which the patrol settles, never work running
         # without a row.
@@ -296,7 +305,9 @@ async def send_prepared(
                     plan.instance.name,
                     prep.model,
                     utc_now(),
-                    base=prep.base,
+                    base=room.base if room is not None else prep.base,
+                    task_id=prep.task_id,
+                    room=room,
                 )
             )
 
@@ -323,7 +334,7 @@ def _base(ops: OpsContext, plan: Plan, req: DispatchRequest, override: str | Non
     cfg = ops.cfg
     if not cfg.repository.url or plan.action != "create":
         return None
-    mirror = Mirror(cfg.repository.url, cfg.state_dir, secrets=cfg.repository.secrets())
+    mirror = Mirror.of(cfg)
     try:
         tips = mirror.known_tips()
     except (GitFailed, OSError):

@@ -35,6 +35,7 @@ from xaf_hub.core.runstate import ErrorClass, LastRun, classify_error, classify_
 from xaf_hub.ops.context import OpsContext
 from xaf_hub.ops.models import model_chain
 from xaf_hub.ops.planner import plan_reuse
+from xaf_hub.ops.rooms import in_room
 from xaf_hub.ops.send import abort_and_prompt, build_prompt, pool_discipline, send_work
 from xaf_hub.store.model_state import (
     HEAL_PREFIX,
@@ -303,7 +304,9 @@ async def heal(
     )
     if target is None:
         return base
-    prompt = build_prompt(ops, inst, CONTINUE_PROMPT, rec.title, override, "unknown")
+    prompt = build_prompt(
+        ops, inst, CONTINUE_PROMPT, rec.title, override, "unknown", room=in_room(inst, rec)
+    )
     if cand.state == "retry":
         await abort_and_prompt(
             ops,

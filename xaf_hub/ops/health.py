@@ -25,6 +25,7 @@ from xaf_hub.errors import ExitCode, MissingPassword
 from xaf_hub.fleet.follow import BUDGET_COOLDOWN, POLL_SECONDS, probe_mode
 from xaf_hub.fleet.releases import classify
 from xaf_hub.fleet.scan import TransportFactory
+from xaf_hub.store.contain import Proof
 from xaf_hub.store.model_state import WHY_WORDS, Blackout
 
 Level = Literal["ok", "info", "warn", "error"]
@@ -240,6 +241,7 @@ class Probe:
     version: str = ""
     directories: tuple[str, ...] = ()
     run_state_unknown: str = ""  # why the run state could not be read (counted full)
+    rooms: str | None = None  # why it makes no worktrees for tasks ("": it does; None: not asked)
 
     @property
     def auth_rejected(self) -> bool:
@@ -335,6 +337,29 @@ def instance_findings(inst: InstanceConfig, probe: Probe) -> list[Finding]:
                         f"the same password in {password_var(name, inst.password_env)} or "
                         "config.local.json."))
     return out
+
+
+def room_findings(cfg: Config, inst: InstanceConfig, probe: Probe) -> list[Finding]:
+    """With ``project.isolation: "worktree"``: whether this server gives each task a worktree
+    of its own, and what the hub does where it cannot."""
+    if cfg.repository.isolation != "worktree" or probe.rooms is None:
+        return []
+    if not probe.rooms:
+        return [ok("worktrees", inst.name, "gives each task a worktree and branch of its own")]
+    return [warn("worktrees", inst.name,
+                 f"makes no worktrees ({probe.rooms}): tasks there share its checkout",
+                 "Make the instance's default_directory a clone of the project's repository "
+                 "with at least one commit, on that server.")]
+
+
+def landing_findings(cfg: Config) -> list[Finding]:
+    """Worktrees without a repository: the hub can verify and land nothing."""
+    if cfg.repository.isolation != "worktree" or cfg.repository.url:
+        return []
+    return [warn("worktrees", "project.repository",
+                 "not set: tasks work in worktrees of their own, but the hub can neither "
+                 "verify nor land their branches; they wait for a person",
+                 "Set project.repository to the remote the agents push to.")]
 
 
 def _absolute(path: str) -> bool:
@@ -465,6 +490,46 @@ def clock_findings(
                         "if work stops, add a model of another family to the chain. "
                         f"`xaf-hub models clear {target}` ends the rest early."))
     return out
+
+
+_BUBBLEWRAP = "Install bubblewrap (apt-get install bubblewrap; scripts/setup.sh does)"
+
+
+def sandbox_finding(proof: Proof, network: bool, uncontained: bool) -> Finding:
+    """What a probe check in the check's sandbox found (``project.check_command`` set): it
+    must not read a secret planted in the state folder nor reach a loopback port the hub
+    opened (unless ``project.check_network``)."""
+    if proof.contained == "refused":
+        if uncontained:
+            said = f"checks run uncontained (project.check_uncontained): {proof.reason}"
+            return warn("check", "sandbox", said, f"{_BUBBLEWRAP} to contain them.")
+        fix = f"{_BUBBLEWRAP}, or see project.check_uncontained in docs/verification.md."
+        said = f"no check can run: no sandbox works here: {proof.reason}"
+        return error("check", "sandbox", said, fix, ExitCode.USAGE)
+    where = f"127.0.0.1:{proof.port}"
+    leaks = [
+        what
+        for what, bad in (
+            ("read a secret planted in the state folder", proof.secret_read),
+            (f"reached {where}", proof.reached and not network),
+        )
+        if bad
+    ]
+    if leaks:
+        said = f"the check is not contained: a probe check {' and '.join(leaks)}"
+        fix = "Run no check on this host until the sandbox holds (docs/verification.md)."
+        return error("check", "sandbox", said, fix, ExitCode.INTERNAL)
+    port = {
+        True: f"reached {where} (project.check_network is on)",
+        False: f"could not reach {where}",
+        None: "could not try the loopback (no bash inside)",
+    }[proof.reached]
+    return ok(
+        "check",
+        "sandbox",
+        "contained (bubblewrap): a probe check could not read a secret planted in the state "
+        f"folder, {port}, and saw only its own {proof.processes} processes",
+    )
 
 
 def patrol_finding(flag: Path, pause: Mapping[str, Any] | None) -> Finding:

@@ -10,10 +10,12 @@ while nothing changes. ``status`` reads it instead of scanning (architecture §5
 An instance's view is used only when it is fresh: its stream was heard (or it was rescanned)
 at most ``patrol.live_board_seconds`` ago with nothing of it left unread, it is followed on
 the global stream or by polling (per-directory streams see a new directory only at their
-five-minute rescan), and it was judged with the reader's own instance address and directory
-rules. Anything else (no board, an unreadable one, a publisher that stopped, a stalled stream,
-a changed config) is scanned as before; ``--fresh`` always scans. The board speeds up what is
-shown and planned; the send path still re-reads the server under the instance lock.
+five-minute rescan), and it was judged with the reader's own instance address, directory
+rules and credentials (``instance_key``). Anything else (no board, an unreadable one, a
+publisher that stopped, a stalled stream, a changed config) is scanned as before; ``--fresh``
+always scans. The board speeds up what is shown and planned; the send path still re-reads the
+server under the instance lock. A writer also says how it stands with its config (an older
+one kept, a restart due): ``BoardRead.notes``.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import socket
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
@@ -28,6 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from xaf_hub.config.load import Config, InstanceConfig
+from xaf_hub.config.watch import ConfigState
 from xaf_hub.core.clock import MAX_TIME_MS
 from xaf_hub.core.records import SessionRecord, Snapshot, SpendSlots, Tally, Waiting, source_of
 from xaf_hub.errors import HubError
@@ -64,9 +68,12 @@ def summary_path(cfg: Config, writer: str) -> Path:
 
 
 def instance_key(inst: InstanceConfig) -> str:
-    """What a view was judged with: the instance's address and directory rules. A reader with
-    a different config (another address, other rules) does not take the view."""
-    return hashlib.sha256(f"{inst.url}\0{inst.rules!r}".encode()).hexdigest()[:16]
+    """What a view was judged with: the instance's address, directory rules and credentials
+    (the user name, and whether a password is given, never the password). A reader with a
+    different config (another address, other rules, no password where the writer had one)
+    does not take the view: it scans, and says what the scan finds."""
+    said = f"{inst.url}\0{inst.rules!r}\0{inst.username}\0{inst.password is not None}"
+    return hashlib.sha256(said.encode()).hexdigest()[:16]
 
 
 # ----------------------------------------------------------------------------- writing
@@ -74,11 +81,12 @@ def instance_key(inst: InstanceConfig) -> str:
 
 def document(
     cfg: Config, view: Sequence[LiveInstance], writer: str, now_ms: int | None = None,
-    *, summary: bool = False,
+    *, summary: bool = False, state: ConfigState | None = None,
 ) -> dict[str, Any]:
     """The board's JSON form (compact rows: a 10,000-session fleet reads in milliseconds);
     ``summary``: its summary's, each instance's tally (``records.Tally``, with its spend by
-    quarter hour) and only its running sessions' rows."""
+    quarter hour) and only its running sessions' rows; ``state``: how the writer stands with
+    its config (a reader says so: ``BoardRead.notes``)."""
     now = int(time.time() * 1000) if now_ms is None else now_ms
     by_name = {i.name: i for i in cfg.instances}
     instances = []
@@ -101,26 +109,31 @@ def document(
             rows = [s for s in sc.sessions if s.running]
         item["sessions"] = [_row(s) for s in rows]
         instances.append(item)
-    return {
+    doc = {
         "format": FORMAT,
         "writer": writer,
         "pid": os.getpid(),
+        "host": socket.gethostname(),
         "written_at_ms": now,
         "fields": list(_FIELDS),
         "instances": instances,
     }
+    if state is not None and (state.problem or state.restart):
+        doc["config"] = state.to_json()
+    return doc
 
 
 def publish(
-    cfg: Config, view: Sequence[LiveInstance], writer: str, stores: Stores | None = None
+    cfg: Config, view: Sequence[LiveInstance], writer: str, stores: Stores | None = None,
+    state: ConfigState | None = None,
 ) -> None:
     """Write the board and its summary, each in one step (a reader sees the old one or the
     new one, never half); with ``stores`` in Redis, there too, for the other hosts
-    (``Stores.publish_board``)."""
+    (``Stores.publish_board``); ``state``: the writer's config state (``document``)."""
     now = int(time.time() * 1000)
     text, short = (
-        json.dumps(document(cfg, view, writer, now, summary=summary), ensure_ascii=False,
-                   separators=(",", ":"))
+        json.dumps(document(cfg, view, writer, now, summary=summary, state=state),
+                   ensure_ascii=False, separators=(",", ":"))
         for summary in (False, True)
     )
     write_text_atomic(board_path(cfg, writer), text)
@@ -155,6 +168,8 @@ class BoardRead:
     scans: dict[str, InstanceScan]
     ages: dict[str, float]  # seconds since each taken instance was confirmed current
     stale: dict[str, str]  # instance -> why its view is not taken (it is scanned)
+    # What the writers that publish now say of their config (kept an older one, a restart).
+    notes: tuple[str, ...] = ()
 
     @property
     def age(self) -> float:
@@ -181,13 +196,17 @@ def read_board(
         return BoardRead({}, {}, {i.name: "the live board is off" for i in wanted})
     views: dict[str, Mapping[str, Any]] = {}
     troubles: list[str] = []
+    notes: list[str] = []
+    now = int(time.time() * 1000) if now_ms is None else now_ms
     for where, text in _texts(cfg, stores, troubles, summary):
         try:
-            found = _views(json.loads(text))
+            doc = json.loads(text)
+            found = _views(doc)
         # RecursionError: nested deeper than the parser goes (a corrupt or hostile file).
         except (KeyError, TypeError, ValueError, RecursionError) as exc:
             troubles.append(f"live board unreadable ({where}: {type(exc).__name__}: {exc})")
             continue
+        notes += _notes(doc, now, limit)
         for name, view in found.items():
             if _confirmed(view) > _confirmed(views.get(name)):
                 views[name] = view
@@ -195,8 +214,7 @@ def read_board(
                 views.setdefault(name, view)
     if not views:
         why = troubles[0] if troubles else "no live board (no patrol daemon or serve runs)"
-        return BoardRead({}, {}, {i.name: why for i in wanted})
-    now = int(time.time() * 1000) if now_ms is None else now_ms
+        return BoardRead({}, {}, {i.name: why for i in wanted}, tuple(notes))
     scans: dict[str, InstanceScan] = {}
     ages: dict[str, float] = {}
     stale: dict[str, str] = {}
@@ -219,7 +237,21 @@ def read_board(
             continue
         scans[inst.name] = scan
         ages[inst.name] = max(0.0, (now - _confirmed(seen)) / 1000)
-    return BoardRead(scans, ages, stale)
+    return BoardRead(scans, ages, stale, tuple(dict.fromkeys(notes)))
+
+
+_WRITERS = {"patrol": "the patrol daemon", "serve": "serve"}
+
+
+def _notes(doc: Any, now_ms: int, limit: float) -> list[str]:
+    """What a board's writer says of its config, while it publishes ([] for an old board)."""
+    state = ConfigState.from_json(doc.get("config"))
+    written = doc.get("written_at_ms")
+    if state is None or type(written) is not int or abs(now_ms - written) > limit * 1000:
+        return []
+    who = f"{_WRITERS.get(str(doc.get('writer')), 'a hub')} (pid {doc.get('pid')}"
+    who += f" on {doc['host']})" if isinstance(doc.get("host"), str) else ")"
+    return state.words(who)
 
 
 def _texts(
@@ -374,7 +406,7 @@ def _why_stale(
     if view is None:
         return "not on the live board"
     if view.get("key") != instance_key(inst):
-        return "on the live board with another address or other directory rules"
+        return "on the live board with another address, other directory rules or credentials"
     confirmed = _confirmed(view)
     if confirmed <= 0:
         mode = view.get("mode")
@@ -450,7 +482,7 @@ def _reaches_today(cfg: Config, tally: Tally, now_ms: int) -> bool:
 # The fields a row must have the right type in, and those types: what a reader counts with.
 _TYPES: tuple[type | tuple[type, ...], ...] = (
     str, str, str, str, int, int, (int, float, type(None)), bool, str, str, int, str, str, str,
-    bool,
+    bool, str,
 )
 _CHECKED = tuple(enumerate(_TYPES))
 _COST = _FIELDS.index("cost")

@@ -53,6 +53,7 @@ class InstanceView:
     reserved: int = 0
     run_state_unknown: str = ""  # set: the run state could not be read; counted full
     over_budget: str = ""  # set: its daily budget is reached (the refusal); takes no new work
+    sandboxes: tuple[str, ...] = ()  # the project's worktrees the server lists: inside
 
     @property
     def running_project(self) -> int:
@@ -216,6 +217,8 @@ class Plan:
     candidates: tuple[CandidateVerdict, ...] = ()
     warnings: tuple[str, ...] = field(default_factory=tuple)
     forced: bool = False  # --force: a new session may lie outside the project's roots
+    # A new session's own worktree to make first, by this name (``ops.rooms``); "": none.
+    room: str = ""
 
     @property
     def gated(self) -> bool:
@@ -311,7 +314,7 @@ def new_session_directory(view: InstanceView, req: DispatchRequest) -> str:
         return inst.roots[0]
     else:
         raise UsageError(f"{inst.name} has no default_directory or roots: pass --dir")
-    if not req.force and not inst.rules.under_roots(directory):
+    if not req.force and not inst.rules.with_sandboxes(view.sandboxes).under_roots(directory):
         raise NotProjectSession(
             f"{named} is not under {inst.name}'s project roots "
             f"({', '.join(inst.roots) or 'none configured'}); --force overrides"

@@ -5,7 +5,8 @@ eligible instance is at its limit or its lock stayed busy past the wait: nothing
 and the task enters the pool with its text, the instance it would have gone to as its
 preference (the pool's pin: that instance takes it first, another may borrow it), the matched
 session, who asked and why it waits. The patrol starts it like any pool task: the live daemon
-0.9 s after a slot frees, a round (or cron's `patrol --once`) otherwise.
+within seconds when a slot is free (another instance may borrow it) or frees, a round (or
+cron's `patrol --once`) otherwise.
 """
 
 from __future__ import annotations

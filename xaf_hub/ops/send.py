@@ -33,13 +33,14 @@ from dataclasses import dataclass, field
 
 from xaf_hub.config.load import InstanceConfig
 from xaf_hub.core.discipline import BranchState, compose_prompt, slugify
-from xaf_hub.core.records import SessionRecord
+from xaf_hub.core.records import Room, SessionRecord
 from xaf_hub.errors import (
     ApiError,
     BusyError,
     HubError,
     LockLostError,
     NotProjectSession,
+    RoomFailed,
     RunsAgain,
     RunStateUnknown,
     StateFileError,
@@ -51,6 +52,7 @@ from xaf_hub.ops import budget
 from xaf_hub.ops.context import OpsContext
 from xaf_hub.ops.load import instance_load
 from xaf_hub.ops.planner import Plan
+from xaf_hub.ops.rooms import close_room, open_room, start_room
 from xaf_hub.store.gate import PROMPT_SENT, Gate, Reservation
 
 # How long to wait for an aborted retry to go idle before sending the new prompt.
@@ -64,12 +66,15 @@ def build_prompt(
     title: str,
     override: str | None = None,
     branch: BranchState = "new",
+    *,
+    room: bool = False,
 ) -> str:
-    """Task text plus the discipline block for ``inst`` (the one place prompts are built);
-    ``branch``: where the feature branch stands ("new" for a new session's first prompt)."""
+    """Task text plus the discipline block for ``inst``, or for a task in a worktree of its
+    own (``room``): the one place prompts are built; ``branch``: where the feature branch
+    stands ("new" for a new session's first prompt)."""
     return compose_prompt(
         text,
-        "mainline" if inst.branch_policy == "mainline" else "branch",
+        "worktree" if room else "mainline" if inst.branch_policy == "mainline" else "branch",
         base_branch=ops.cfg.patrol.base_branch,
         slug=slugify(title or text),
         override=override,
@@ -100,12 +105,15 @@ class SendResult:
     model: str | None
     steered_instead: bool = False  # planned as an idle restart, found running: steered
     had_stopped: bool = False  # planned as a steer, found stopped: started again via the gate
+    room: Room | None = None  # the new session's own worktree (project.isolation "worktree")
     warnings: tuple[str, ...] = field(default=(), compare=False)
 
     def to_json(self) -> dict[str, object]:
         """The JSON form (warnings go to stderr, not into the document)."""
         doc = dict(self.__dict__)
         doc.pop("warnings")
+        room = doc.pop("room")
+        doc["branch"] = room.branch if room is not None else None
         return doc
 
 
@@ -124,16 +132,17 @@ async def send_work(
     gate: Gate | None = None,
     *,
     command: str = "dispatch",
-    before_prompt: Callable[[str], None] | None = None,
+    before_prompt: Callable[[str, Room | None], None] | None = None,
     steer: bool = True,
     still_wanted: Callable[[], str] | None = None,
 ) -> SendResult:
     """Send the prompt under the instance lock: re-read, re-count, reserve, create, prompt.
 
-    ``before_prompt(session_id)`` runs once the target session is known (created, or the
-    existing one) and before the prompt is sent, so a caller can record the work first: a
-    crash between the two then leaves a record of work not yet sent, never work sent twice
-    or running unrecorded. When it raises, nothing is sent.
+    ``before_prompt(session_id, room)`` runs once the target session is known (created, in
+    its own worktree when the plan asks for one, or the existing one) and before the prompt
+    is sent, so a caller can record the work first: a crash between the two then leaves a
+    record of work not yet sent, never work sent twice or running unrecorded. When it
+    raises, nothing is sent (and a worktree made for it is removed again).
 
     A session planned for reuse that runs by the time the lock is held is steered; with
     ``steer=False`` (a heal or resume, which judged the session stopped) that is RunsAgain
@@ -281,7 +290,7 @@ async def _gated(
     client: OpencodeClient,
     gate: Gate,
     warnings: list[str],
-    before_prompt: Callable[[str], None] | None = None,
+    before_prompt: Callable[[str, Room | None], None] | None = None,
     steer: bool = True,
     still_wanted: Callable[[], str] | None = None,
 ) -> SendResult:
@@ -341,25 +350,80 @@ async def _gated(
         except LockLostError:
             raise _lock_lost(gate, inst.name, "before reserving", planned) from None
         session_id, directory = planned, plan.directory
+        room: Room | None = None
         try:
-            if plan.action == "create":
-                created = await client.create_session(plan.directory, plan.title)
-                session_id, directory = created.id, created.directory
-                if not plan.forced and not inst.rules.under_roots(directory):
-                    raise await _outside(client, plan, session_id, directory)
-            # From here on the prompt may go out at any moment: "sent" keeps the slot
-            # counting until the server shows the run (or the TTL), whatever this process does.
-            res = gate.attach(res, session_id, PROMPT_SENT)
-        except LockLostError:
-            gate.release(res)
-            raise _lock_lost(gate, inst.name, "before sending", session_id) from None
-        except BaseException:
-            gate.release(res)
+            try:
+                if plan.action == "create":
+                    base_branch = ops.cfg.patrol.base_branch
+                    if plan.room:
+                        try:
+                            room = await open_room(
+                                client, plan.directory, plan.room, base_branch
+                            )
+                        except RoomFailed as exc:
+                            if not exc.unsupported:
+                                raise
+                            warnings.append(f"{exc}; this task shares the checkout")
+                    where = room.directory if room is not None else plan.directory
+                    created = await client.create_session(where, plan.title)
+                    session_id, directory = created.id, created.directory
+                    # Where the server placed it, links followed: never outside the project.
+                    if room is not None and not plan.forced:
+                        if not inst.rules.owns(directory, room.checkout):
+                            raise _outside_room(plan, room, directory)
+                    elif not plan.forced and not fresh.rules().under_roots(directory):
+                        raise await _outside(client, plan, session_id, directory)
+                    if room is not None:
+                        room = await start_room(client, room, session_id, base_branch)
+                # From here on the prompt may go out at any moment: "sent" keeps the slot
+                # counting until the server shows the run (or the TTL), whatever this process
+                # does.
+                res = gate.attach(res, session_id, PROMPT_SENT)
+            except LockLostError:
+                gate.release(res)
+                raise _lock_lost(gate, inst.name, "before sending", session_id) from None
+            except BaseException:
+                gate.release(res)
+                raise
+            await _deliver(client, gate, res, prompt, model, before_prompt, warnings, room)
+        except BaseException as exc:
+            if room is not None and not _maybe_delivered(exc):
+                warnings.extend(await _empty_room(client, room, session_id))
             raise
-        await _deliver(client, gate, res, prompt, model, before_prompt, warnings)
     action = "reuse" if stopped else plan.action
     return SendResult(
-        action, inst.name, session_id, directory, plan.title, model, had_stopped=stopped
+        action, inst.name, session_id, directory, plan.title, model, had_stopped=stopped,
+        room=room,
+    )
+
+
+def _maybe_delivered(exc: BaseException) -> bool:
+    """Whether the prompt may have reached the server despite ``exc``."""
+    if isinstance(exc, UnreachableError):
+        return exc.maybe_delivered
+    return not isinstance(exc, HubError)
+
+
+async def _empty_room(client: OpencodeClient, room: Room, session_id: str) -> list[str]:
+    """Take back a worktree (and the session made in it) whose prompt never went out."""
+    notes = []
+    if session_id:
+        try:
+            await client.delete(session_id, room.directory)
+        except HubError as exc:
+            notes.append(f"the empty session {session_id} in {room.directory} stays ({exc})")
+    why = await close_room(client, room)
+    return notes + ([why] if why else [])
+
+
+def _outside_room(plan: Plan, room: Room, directory: str) -> NotProjectSession:
+    """The refusal of a worktree whose checkout the server resolved outside the project."""
+    inst = plan.instance
+    return NotProjectSession(
+        f"{inst.name} made the worktree for {plan.directory} of {room.checkout or 'no checkout'}"
+        f" (its session in {directory}), outside its project roots "
+        f"({', '.join(inst.roots) or 'none configured'}): nothing was sent and the worktree "
+        "is removed again; --force overrides"
     )
 
 
@@ -387,8 +451,9 @@ async def _deliver(
     res: Reservation,
     prompt: str,
     model: str | None,
-    before_prompt: Callable[[str], None] | None,
+    before_prompt: Callable[[str, Room | None], None] | None,
     warnings: list[str],
+    room: Room | None = None,
 ) -> None:
     """Record the work, confirm the lock, send the prompt; settle the reservation.
 
@@ -399,7 +464,7 @@ async def _deliver(
     instance, session_id = res.instance, res.session_id
     try:
         if before_prompt is not None:
-            before_prompt(session_id)
+            before_prompt(session_id, room)
         _confirm(gate, instance, "before sending", session_id)
     except BaseException:
         gate.release(res)

@@ -276,11 +276,13 @@ def _queue(
 ) -> list[tuple[int, str, str]]:
     from xaf_hub.page.view import session_phase
 
-    counts = {"waiting": 0, "in_progress": 0, "done": 0, "ended_badly": 0}
+    counts = {"waiting": 0, "in_progress": 0, "done": 0, "ended_badly": 0, "to_land": 0}
     for t in tasks:
         if t in stuck:
             continue
-        if t.status == "pending":
+        if t.landing in ("ready", "person"):  # verified, on its way to the base branch
+            counts["to_land"] += 1
+        elif t.status == "pending":
             counts["waiting"] += 1
         elif t.status == "done":
             counts["done"] += 1
@@ -298,6 +300,8 @@ def _queue(
         (counts["in_progress"], text(lang, "queue.in_progress"), "in_progress"),
         (counts["done"], text(lang, "queue.done"), "done"),
     ]
+    if counts["to_land"]:
+        rows.append((counts["to_land"], text(lang, "queue.to_land"), "to_land"))
     if counts["ended_badly"]:
         rows.append((counts["ended_badly"], text(lang, "queue.ended_badly"), "ended_badly"))
     rows.append((len(stuck), text(lang, "queue.stuck"), "stuck"))

@@ -36,6 +36,7 @@ from xaf_hub.fleet.events import FleetEvent, following_words
 from xaf_hub.fleet.scan import InstanceScan, TransportFactory
 
 if TYPE_CHECKING:
+    from xaf_hub.config.watch import ConfigState
     from xaf_hub.fleet.follow import LiveInstance
 
 KEEPALIVE_SECONDS = 15.0
@@ -70,8 +71,10 @@ class ChangeFeed:
         *,
         transport_factory: TransportFactory | None = None,
         keepalive_seconds: float = KEEPALIVE_SECONDS,
+        state: Callable[[], ConfigState | None] = lambda: None,
     ) -> None:
         self.cfg = cfg
+        self.state = state  # how serve stands with its config, said on its live board
         self.instances = list(cfg.instances if instances is None else instances)
         self.transport_factory = transport_factory
         self.keepalive_seconds = keepalive_seconds
@@ -90,18 +93,35 @@ class ChangeFeed:
 
     def start(self) -> None:
         """Start following the fleet (one follower for every viewer)."""
-        from xaf_hub.fleet.follow import FleetFollower, run_in_thread
-        from xaf_hub.ops.live_board import publish
         from xaf_hub.store.backends import Stores
 
+        self._stores = Stores(self.cfg)  # Redis's copy of the board for the other hosts, if any
+        self._start()
+
+    def _start(self) -> None:
+        from xaf_hub.fleet.follow import FleetFollower, run_in_thread
+        from xaf_hub.ops.live_board import publish
+
         cfg = self.cfg
-        self._stores = Stores(cfg)  # Redis's copy of the board for the other hosts, if any
         self._follower = FleetFollower(
             cfg, self.instances, emit=self.publish,
             transport_factory=self.transport_factory, outcomes=False,
-            publish=lambda view: publish(cfg, view, "serve", self._stores),
+            publish=lambda view: publish(cfg, view, "serve", self._stores, self.state()),
         )
         run_in_thread(self._follower, "xaf-hub-serve-follower")
+
+    def use(self, cfg: Config) -> None:
+        """Follow the fleet ``cfg`` names from now on: the follower is started anew (its
+        instances announce themselves, so the pages fetch themselves again)."""
+        old = self._follower
+        if old is not None:
+            old.close()  # its last board written before the new follower's first
+        self.cfg, self.instances = cfg, list(cfg.instances)
+        self.following.clear()
+        if self._stores is not None:
+            self._stores.cfg = cfg
+        if old is not None:
+            self._start()
 
     def live_view(self) -> list[LiveInstance]:
         """What the follower knows of each instance now ([] before it started)."""
@@ -228,14 +248,17 @@ class LiveFleet:
         scan: Callable[[list[InstanceConfig]], list[InstanceScan]],
         outcomes: Callable[[list[InstanceScan]], object],
     ) -> None:
-        self.cfg = cfg
-        self.instances = list(instances)
+        self.fleet = (cfg, list(instances))  # the config and instances shown, swapped whole
         self._scan = scan
         self._outcomes = outcomes
         self.feed: ChangeFeed | None = None
         self._known: dict[tuple[str, str], tuple[int, str]] = {}  # -> (updated, outcome)
         self.scanned = 0  # instance scans made (for tests and the bench)
         self.taken = 0  # instance views taken from the follower
+
+    def use(self, cfg: Config) -> None:
+        """Show the instances ``cfg`` names from now on (the next call)."""
+        self.fleet = (cfg, list(cfg.instances))
 
     def follow(self, feed: ChangeFeed) -> None:
         """Take live views from ``feed`` from now on, and forget what its notices change."""
@@ -250,13 +273,14 @@ class LiveFleet:
     def __call__(self) -> Snapshot:
         from xaf_hub.ops.live_board import merged, take
 
+        cfg, instances = self.fleet
         view: list[LiveInstance] = self.feed.live_view() if self.feed is not None else []
-        board = take(self.cfg, self.instances, view)
-        rest = [i for i in self.instances if i.name not in board.scans]
+        board = take(cfg, instances, view)
+        rest = [i for i in instances if i.name not in board.scans]
         scanned = self._scan(rest) if rest else []
         self.scanned += len(rest)
         self.taken += len(board.scans)
-        snap, scans = merged(self.instances, board, scanned)
+        snap, scans = merged(instances, board, scanned)
         for sc in scans:
             sc.sessions = [self._recall(s) for s in sc.sessions]
         answered = [sc for sc in scans if sc.reachable]
@@ -269,7 +293,7 @@ class LiveFleet:
             for s in sc.sessions:
                 self._remember(s, kept)
         self._known = kept
-        return merged(self.instances, board, scans, snap.generated_at)[0]
+        return merged(instances, board, scans, snap.generated_at)[0]
 
     def _recall(self, s: SessionRecord) -> SessionRecord:
         if not _unread(s):

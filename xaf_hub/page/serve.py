@@ -28,18 +28,19 @@ import ipaddress
 import json
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, TextIO
 from urllib.parse import parse_qs, urlsplit
 
 from xaf_hub.core.records import Snapshot
 from xaf_hub.core.text import dumps
 from xaf_hub.errors import UsageError
-from xaf_hub.page.words import LANGS, Lang, pick_language
+from xaf_hub.page.words import LANGS, Lang, pick_language, text
 
 if TYPE_CHECKING:  # the follower pulls in httpx; --help must stay light
     from xaf_hub.config.load import Config
+    from xaf_hub.config.watch import ConfigState
     from xaf_hub.fleet.scan import TransportFactory
     from xaf_hub.page.notices import ChangeFeed
 
@@ -353,8 +354,10 @@ class Viewer:
         tasks: Callable[[], dict[str, str]] | None = None,
         refresh_seconds: int = REFRESH_SECONDS,
         redact: Callable[[str], str] = str,
+        notes: Callable[[Lang], list[str]] = lambda lang: [],
     ) -> None:
         self._cache = cache
+        self._notes = notes  # what the page adds to the scan's notes (the config's state)
         self._redact = redact
         self._autopilot = autopilot
         self._language = language
@@ -365,6 +368,10 @@ class Viewer:
         self._password = password
         self._clock = clock
         self._now_ms = now_ms
+
+    def configure(self, title: str, language: str, links: Callable[[list[str]], Any]) -> None:
+        """What a config read again changes: the page's title, its language, the links."""
+        self._title, self._language, self._links = title, language, links
 
     def respond(self, method: str, target: str, header: Callable[[str], str | None]) -> Response:
         """Answer ``method target``; ``header(name)`` reads a request header."""
@@ -433,6 +440,7 @@ class Viewer:
         # Ages are relative to the scan: the page says what the scan saw, when it saw it
         # (the page's script then keeps them current).
         now = snap.generated_at or self._now_ms()
+        snap = replace(snap, warnings=(*snap.warnings, *self._notes(lang)))
         panel = self._autopilot(now, lang, snap) if self._autopilot is not None else None
         links: dict[str, Any] = {}
         if self._links is not None:
@@ -454,6 +462,7 @@ class Viewer:
         from xaf_hub.page import export as report
 
         # Byte for byte what `sessions --json` prints for the same snapshot.
+        snap = replace(snap, warnings=(*snap.warnings, *self._notes("en")))
         return (self._redact(dumps(report.snapshot_document(snap))) + "\n").encode("utf-8")
 
 
@@ -476,8 +485,16 @@ def url_of(host: str, port: int) -> str:
     return f"http://{shown}:{port}/"
 
 
+def config_notes(states: Sequence[tuple[str, ConfigState]], lang: Lang) -> list[str]:
+    """What the page says of the config of each process that runs on: (who, as a key of
+    ``page.words``; its state), in the reader's language."""
+    kept, restart = text(lang, "config.kept"), text(lang, "config.restart")
+    return [line for who, state in states for line in state.words(text(lang, who), kept, restart)]
+
+
 def start_feed(
-    cfg: Config, transport_factory: TransportFactory | None, cache: SnapshotCache, log: RequestLog
+    cfg: Config, transport_factory: TransportFactory | None, cache: SnapshotCache, log: RequestLog,
+    state: Callable[[], ConfigState | None] = lambda: None,
 ) -> ChangeFeed:
     """The change notices of every open page: one follower of the fleet, started on the first
     viewer; each change marks the cached scan stale and is logged in the words `watch` uses."""
@@ -489,7 +506,7 @@ def start_feed(
         if line is not None:
             log.line(line)
 
-    feed = ChangeFeed(cfg, transport_factory=transport_factory)
+    feed = ChangeFeed(cfg, transport_factory=transport_factory, state=state)
     feed.on_change.append(cache.invalidate)
     feed.on_change.append(note)
     feed.start()

@@ -69,6 +69,7 @@ class RowView:
     title: str
     task: str  # the work queue's task id, shown as a chip ("" when none)
     directory: str
+    branch: str  # its worktree's branch ("" when it works in the project's checkout)
     key: str  # lower-cased title, folder and ids: what the page's filter searches
     state: Badge
     updated_ms: int
@@ -229,7 +230,8 @@ def _row_view(
         title=title or text(lang, "row.untitled"),
         task=task,
         directory=s.directory,
-        key=f"{s.title}\n{s.directory}\n{s.id}".lower(),
+        branch=s.branch,
+        key=(f"{s.title}\n{s.directory}\n{s.id}" + (f"\n{s.branch}" if s.branch else "")).lower(),
         state=state,
         updated_ms=s.updated,
         updated_words=ago(lang, s.updated, now_ms),

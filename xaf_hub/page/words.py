@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
+from xaf_hub.config.watch import KEPT, RESTART
 from xaf_hub.core import clock
 from xaf_hub.core.clock import MAX_TIME_MS
 
@@ -281,6 +282,10 @@ TEXT: dict[str, tuple[str, str]] = {
     "queue.waiting": ("waiting to start", "等待开始"),
     "queue.in_progress": ("in progress", "进行中"),
     "queue.done": ("done", "已完成"),
+    "queue.to_land": (
+        "verified, ready to land on the main branch (`xaf-hub land ID` when a person lands)",
+        "已验证，待合入主分支（需人工合入时运行 `xaf-hub land ID`）",
+    ),
     "queue.ended_badly": (
         "ended without success (the autopilot retries them)",
         "未成功结束（自动巡检会重试）",
@@ -291,6 +296,11 @@ TEXT: dict[str, tuple[str, str]] = {
     ),
     # notes and glossary
     "notes.head": ("Notes from the scan", "扫描时的提示"),
+    "config.kept": (KEPT, "{who}仍在使用 {loaded} 载入的配置：保存的新配置无法载入（{problem}）；"
+                          "改好并保存后会重新读取"),
+    "config.restart": (RESTART, "{who}需要重启才能使用新的 {keys}（在此之前沿用旧值）"),
+    "config.serve": ("serve (this page's server)", "本页的服务（serve）"),
+    "config.patrol": ("the patrol daemon", "巡检守护进程"),
     "help.summary": ("What do these words mean?", "这些词是什么意思？"),
     "help.server": ("Server", "服务器"),
     "help.server_d": (

@@ -45,6 +45,8 @@ SECTIONS: tuple[tuple[str, str, str], ...] = (
     ("resume", "resumed", "Resumed (check_agents)"),
     ("add", "design_tasks_added", "Design tasks added (sync_design_tasks)"),
     ("done", "tasks_done", "Tasks done (fill_slots)"),
+    ("verified", "ready_to_land", "Verified, ready to land on the base branch (fill_slots)"),
+    ("landed", "tasks_landed", "Landed on the base branch: done (land)"),
     ("requeue", "tasks_requeued", "Tasks sent back to the pool (fill_slots)"),
     ("keep", "tasks_kept", "Dispatched tasks left as they are (fill_slots)"),
     ("retry", "sent_back", "Sent back to their session: the project's check failed (fill_slots)"),

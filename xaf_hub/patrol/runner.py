@@ -41,6 +41,8 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any, Literal
 
+from xaf_hub.config.load import Config
+from xaf_hub.config.watch import ConfigState, ConfigWatch
 from xaf_hub.core import aio
 from xaf_hub.errors import (
     BusyError,
@@ -103,6 +105,8 @@ STEPS: tuple[tuple[str, Job], ...] = (
 STEP_NAMES: tuple[str, ...] = tuple(name for name, _ in STEPS)
 
 CYCLE_LOCK = "cycle.lock"
+# How often the daemon looks whether work arrived in the pool and whether its config changed.
+WATCH_SECONDS = 1.0
 
 # Higher is worse: a bug or bad config outranks an unreachable fleet, which outranks "busy".
 _SEVERITY = {
@@ -379,16 +383,22 @@ def run_daemon(
     aligned: bool,
     out: Callable[[str], None],
     live: bool = True,
+    watch: ConfigWatch | None = None,
+    use: Callable[[Config], None] = lambda cfg: None,
 ) -> int:
     """Run cycles every ``interval`` until SIGTERM/SIGINT; return the exit code (0).
 
     With ``live`` the daemon also follows the fleet's events between cycles
     (``patrol.live``): heals, resumes and fills as soon as a session fails, is interrupted
-    or frees a slot, under the same locks as a cycle. One daemon per state folder: a second
-    one raises BusyError naming the first one's pid before it starts anything.
+    or frees a slot, under the same locks as a cycle, and as soon as the pool changed with
+    ready work in it (``LiveReactor.look_at_pool``, every ``WATCH_SECONDS``). With ``watch``
+    it reads its config again when saved, and ``use`` hands the new one to its caller. One
+    daemon per state folder: a second one raises BusyError naming the first one's pid before
+    it starts anything.
     """
     with daemon_lock(pctx.patrol_dir, pctx.now()):
-        return _run_daemon(pctx, skip, interval, aligned=aligned, out=out, live=live)
+        return _run_daemon(pctx, skip, interval, aligned=aligned, out=out, live=live,
+                           watch=watch, use=use)
 
 
 def _run_daemon(
@@ -399,10 +409,14 @@ def _run_daemon(
     aligned: bool,
     out: Callable[[str], None],
     live: bool,
+    watch: ConfigWatch | None,
+    use: Callable[[Config], None],
 ) -> int:
     """The daemon's life, under its lock (``run_daemon``)."""
     from apscheduler.schedulers.blocking import BlockingScheduler
     from apscheduler.triggers.interval import IntervalTrigger
+
+    from xaf_hub.patrol.live import start_live, stop_live
 
     stop = threading.Event()
     busy = threading.Lock()
@@ -420,15 +434,17 @@ def _run_daemon(
     skip = tuple(skip)
     folder = pctx.patrol_dir
     following = None
+
+    def state() -> ConfigState | None:
+        return None if watch is None else watch.state
+
     # Notices go out from its thread, never under a lock. It stops with the daemon only, not
     # with the lease: a standby's sender that quit at start would leave a later takeover's
     # notices (the failover first) queued forever; what it sends was queued while active.
     sender = Sender(pctx.but(stop_requested=stop.is_set), out)
     sender.start()
     if live:  # before the first run is timed: starting it may take a moment on a busy box
-        from xaf_hub.patrol.live import start_live, stop_live
-
-        following = start_live(pctx, skip, busy, out, sender.wake)
+        following = start_live(pctx, skip, busy, out, sender.wake, state=state)
     now = pctx.now().astimezone(UTC)
     if aligned:
         start = first_run(now.astimezone(), interval, pctx.cfg.patrol.minute_offset)
@@ -494,6 +510,55 @@ def _run_daemon(
         if scheduler.running:
             scheduler.shutdown(wait=False)
 
+    def reconfigure(cfg: Config) -> None:
+        """Go on with ``cfg``: the rounds, the sender, and the fleet followed anew."""
+        nonlocal pctx, following, interval
+        if following is not None:
+            stop_live(following)  # its running reaction ends first (it takes ``busy``)
+        with busy:
+            use(cfg)
+            pctx = pctx.but(cfg=cfg)
+            sender.pctx = sender.pctx.but(cfg=cfg)  # its own stop probe: the daemon's end
+            sender.start()
+        if following is not None:
+            following = start_live(pctx, skip, busy, out, sender.wake, following[1], state)
+        every = timedelta(minutes=cfg.patrol.interval_minutes)
+        if aligned and every != interval:  # the rounds' timer, when the config sets it
+            interval = every
+            with contextlib.suppress(Exception):  # not yet started, or shutting down
+                scheduler.reschedule_job("patrol", trigger=IntervalTrigger(
+                    seconds=every.total_seconds(), timezone=UTC,
+                    start_date=first_run(datetime.now(UTC).astimezone(), every,
+                                         cfg.patrol.minute_offset)))
+
+    def look() -> None:
+        """Every WATCH_SECONDS: the config's files, then the pool (work arrived?)."""
+        said = ""  # the last failure logged: a lasting one (Redis away) is said once
+        while not stop.wait(WATCH_SECONDS):
+            try:
+                polled = "unchanged" if watch is None else watch.poll()
+                if polled == "loaded":
+                    assert watch is not None
+                    reconfigure(watch.cfg)
+                    out(f"{time.strftime('%Y-%m-%d %H:%M:%S')} config: read again "
+                        f"({len(watch.cfg.instances)} instance(s))")
+                if polled != "unchanged":
+                    assert watch is not None
+                    for line in watch.state.words("the patrol daemon"):
+                        out(pctx.redact(f"{time.strftime('%Y-%m-%d %H:%M:%S')} config: {line}"))
+                    beat["config"] = watch.state.to_json()
+                    save_beat()
+                if following is not None:
+                    following[1].look_at_pool()
+                said = ""
+            except Exception as exc:  # noqa: BLE001 - the watch must outlive one bad look
+                line = pctx.redact(f"watch: {type(exc).__name__}: {exc}")
+                if line != said:
+                    pctx.log(line)
+                said = line
+
+    watcher = threading.Thread(target=look, name="xaf-hub patrol watch", daemon=True)
+    watcher.start()
     keeper = None
     if lease is not None:
         keeper = threading.Thread(
@@ -516,13 +581,14 @@ def _run_daemon(
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        stop.set()
+        watcher.join(timeout=60)  # a config change under way finishes before the stop
         if following is not None:
             stop_live(following)
         sender.stop()
     with busy:  # the running cycle finishes its current step, then sees the stop
         pass
     if lease is not None and keeper is not None:
-        stop.set()
         keeper.join(timeout=10)
         _give_back(lease)  # a clean stop hands over at once, not after the lease
         with contextlib.suppress(HubError):

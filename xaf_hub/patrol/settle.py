@@ -30,7 +30,8 @@ from xaf_hub.core.runstate import LastRun, classify_error, error_text
 from xaf_hub.core.text import shorten
 from xaf_hub.notify.record import Why
 from xaf_hub.store.backlog import Task, parse_instant
-from xaf_hub.store.repository import Check, CheckRun
+from xaf_hub.store.contain import CheckRun
+from xaf_hub.store.repository import Check
 
 # A prompt with no answer after this long was refused (e.g. a model the server does not know);
 # the patrol reads ``patrol.no_answer_grace_seconds`` (this is its default).
@@ -267,12 +268,12 @@ def settle_claim(
 
 
 def credited_commits(tasks: Sequence[Task]) -> dict[str, str]:
-    """Every commit credited to a done task -> that task (a row kept before ``commits``: its
-    ``commit``) (pure)."""
+    """Every commit credited to a done task, or to one whose verified work waits to land ->
+    that task (a row kept before ``commits``: its ``commit``) (pure)."""
     return {
         c: t.id
         for t in tasks
-        if t.status == "done"
+        if t.status == "done" or t.landing in ("ready", "person")
         for c in (t.commits or ((t.commit,) if t.commit else ()))
     }
 
@@ -290,7 +291,8 @@ _RULES = {
 def settle_check(verdict: Settlement, run: CheckRun | None, task: Task, retries: int) -> Settlement:
     """Weigh the project's check of a verified commit (pure); ``run`` None: no check set.
 
-    Passed: done, ``check: passed``. Failed: back to its session (``retry``) while fewer
+    Not run for want of a sandbox (``refused``): kept for a person, "not verified: check not
+    contained". Passed: done, ``check: passed``. Failed: back to its session (``retry``) while fewer
     than ``retries`` failures went back already; then kept for a person with the output's end.
     A commit whose check already failed with no retry left is not run again (``run`` None,
     the task's own record says it failed): still a person's.
@@ -302,8 +304,17 @@ def settle_check(verdict: Settlement, run: CheckRun | None, task: Task, retries:
         if stale and (task.check_retries or 0) >= retries:
             return _check_failed_for_person(verdict, task.check_output or "", None)
         return verdict
+    if run.contained == "refused":  # no sandbox here and no consent: not run, a person's
+        return Settlement(
+            "keep",
+            reason=f"not verified: check not contained: {run.tail}",
+            person=True,
+            commit=verdict.commit,
+            judged="check: not contained",
+        )
     if run.passed:
-        return dataclasses.replace(verdict, judged=f"{verdict.judged}; check: passed", check=run)
+        said = "passed" if run.contained == "contained" else "passed (not contained)"
+        return dataclasses.replace(verdict, judged=f"{verdict.judged}; check: {said}", check=run)
     used = task.check_retries or 0
     if used < retries:
         exit_said = "ran out of time" if run.code is None else f"exit {run.code}"

@@ -24,6 +24,7 @@ from pathlib import Path
 from xaf_hub.errors import SandboxError
 from xaf_hub.sandbox import fleet as sandbox
 from xaf_hub.sandbox.fake_llm import FakeLLM
+from xaf_hub.store.repository import git_safe
 
 DEMO_ROOT = Path("/tmp/xaf-hub-demo")
 # Below the usual ephemeral range (32768+), so an outgoing connection never holds one.
@@ -34,10 +35,12 @@ MODELS = ("fake/fake-model", "fake/slow-model", "opencode/free-model", "backup/g
 def _git_repo(path: Path, message: str) -> None:
     path.mkdir(parents=True, exist_ok=True)
     if not (path / ".git").exists():
-        subprocess.run(["git", "init", "-q", str(path)], check=True)
+        hooks = DEMO_ROOT / "no-hooks"  # empty: no hook runs in the demo's repositories
+        hooks.mkdir(parents=True, exist_ok=True)
+        subprocess.run([*git_safe(hooks), "init", "-q", str(path)], check=True)
         subprocess.run(
             [
-                "git",
+                *git_safe(hooks),
                 "-C",
                 str(path),
                 "-c",

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Final, TypeVar
 
 from xaf_hub.core.backoff import Backoff
+from xaf_hub.core.records import Room
 from xaf_hub.errors import TaskChanged, UsageError
 from xaf_hub.store.statefile import read_json, update_json
 from xaf_hub.store.tasks import (
@@ -137,6 +138,11 @@ class TaskPool(abc.ABC):
     @abc.abstractmethod
     def update(self, mutate: Callable[[BacklogData], _T]) -> _T:
         """Run ``mutate`` on the pool atomically; write back only when it changed something."""
+
+    @abc.abstractmethod
+    def stamp(self) -> object:
+        """A value that changes whenever any process (or host) writes the pool, read for the
+        cost of one stat or one Redis GET: how a daemon hears that work arrived."""
 
     def edit(self, task_id: str, change: Callable[[Task | None], tuple[Task | None, _T]]) -> _T:
         """Change one row atomically: ``change(the row now, or None)`` gives (row, result).
@@ -252,6 +258,7 @@ class TaskPool(abc.ABC):
         now: datetime,
         *,
         base: str | None = None,
+        room: Room | None = None,
     ) -> Task:
         """Mark ``planned`` dispatched only if its row is still exactly ``planned``.
 
@@ -265,7 +272,7 @@ class TaskPool(abc.ABC):
         def change(current: Task | None) -> tuple[Task, Task]:
             if current is None or current != planned or current.status != "pending":
                 raise TaskChanged(planned.id, current)
-            fields = _dispatched(session_id, instance, model, now, base)
+            fields = _dispatched(session_id, instance, model, now, base, room)
             new = dataclasses.replace(current, status="dispatched", **fields)
             return new, new
 
@@ -323,6 +330,33 @@ class TaskPool(abc.ABC):
         unknown = set(fields) - allowed
         if unknown:
             raise ValueError(f"note_check: not a verification field: {sorted(unknown)}")
+        return self.revise(expected, **fields)
+
+    def mark_ready(
+        self,
+        expected: Task,
+        *,
+        commit: str,
+        commits: Sequence[str],
+        judged: str | None,
+        check: Mapping[str, Any] | None = None,
+    ) -> Task:
+        """A task in a worktree of its own whose work is verified: ready to land (it stays
+        dispatched until it has landed). TaskChanged when a person changed the row meanwhile."""
+        return self.revise(
+            expected, landing="ready", commit=commit, commits=tuple(commits), verified=True,
+            judged=judged, **(check or {}),
+        )
+
+    def mark_landed(self, expected: Task, now: datetime, *, landed: str, judged: str) -> Task:
+        """Its work is on the base branch (``landed``: the base's commit that carries it): done."""
+        return self.revise(
+            expected, status="done", done_at=format_instant(now), not_before=None,
+            infra_failures=0, landing="landed", landed=landed, judged=judged,
+        )
+
+    def revise(self, expected: Task, **fields: Any) -> Task:
+        """Change a row still exactly ``expected`` (else TaskChanged: a person's change stands)."""
 
         def change(current: Task | None) -> tuple[Task, Task]:
             old = _require(current, expected.id)
@@ -420,6 +454,8 @@ class TaskPool(abc.ABC):
         now: datetime,
         *,
         base: str | None = None,
+        task_id: str = "",
+        room: Room | None = None,
     ) -> ManualRecord:
         """Record a manual ``dispatch`` so the pool matches what really runs: one row per work.
 
@@ -443,14 +479,15 @@ class TaskPool(abc.ABC):
                         parked=None,
                     )
                     return ManualRecord(data.replace(new), False, old)
+            taken = {t.id for t in data.tasks}
             task = Task(
-                id=new_task_id(now, (t.id for t in data.tasks)),
+                id=task_id if task_id and task_id not in taken else new_task_id(now, taken),
                 title=first_line(prompt) or "manual dispatch",
                 status="dispatched",
                 prompt=prompt,
                 prompts=(prompt,),
                 created_at=stamp,
-                **_dispatched(session_id, instance, model, now, base),
+                **_dispatched(session_id, instance, model, now, base, room),
             )
             return ManualRecord(data.append(task), True)
 
@@ -494,6 +531,14 @@ class Backlog(TaskPool):
             return BacklogData()
         return BacklogData.from_json(raw, path=self.path)
 
+    def stamp(self) -> object:
+        """The file's identity, time and size (None while absent): each write replaces it."""
+        try:
+            st = self.path.stat()
+        except FileNotFoundError:
+            return None
+        return st.st_ino, st.st_mtime_ns, st.st_size
+
     def update(self, mutate: Callable[[BacklogData], _T]) -> _T:
         """Run ``mutate`` on the pool under the lock; write back only when it changed something."""
 
@@ -524,12 +569,24 @@ def _require(current: Task | None, task_id: str) -> Task:
 
 
 def _dispatched(
-    session_id: str, instance: str, model: str | None, now: datetime, base: str | None = None
+    session_id: str,
+    instance: str,
+    model: str | None,
+    now: datetime,
+    base: str | None = None,
+    room: Room | None = None,
 ) -> dict[str, Any]:
-    """The fields of a row just sent to a new session (no person has steered it yet)."""
+    """The fields of a row just sent to a new session (no person has steered it yet), in its
+    own worktree when ``room`` is given (its base is then the commit the worktree starts from)."""
     return {
         **unjudged(),
-        "base": base,
+        "base": room.base if room is not None and room.base else base,
+        "worktree": room.directory if room is not None else None,
+        "branch": room.branch if room is not None else None,
+        "checkout": room.checkout if room is not None else None,
+        "landing": None,
+        "landed": None,
+        "conflicts": None,
         "session_id": session_id,
         "dispatched_at": format_instant(now),
         "dispatched_to": instance,

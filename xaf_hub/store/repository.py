@@ -28,8 +28,13 @@ is ``diverged``. The task's range is every commit of ``base..top`` (at most ``MA
 else ``too_many``); base unknown: the claimed commits alone. With ``locked`` globs, each
 commit's own change and the range's whole diff are read with ``-z`` (paths exactly as they
 are) and any locked path touched is ``locked``: an edit reverted later was still made.
-``run_check`` runs the project's check command on a commit in a throw-away worktree of the
-mirror.
+``run_check`` runs the project's check command on an exported copy of a commit, contained
+(``store.contain``).
+
+Nothing a repository holds runs on the hub: every git command gets an empty hooks folder and
+no fsmonitor (``git_safe``), the mirror is made with no hooks and attributes that turn off
+filter drivers, and a fetch that finds it changed (hooks, config, attributes, alternates)
+sets it aside and makes it anew (``rebuilt`` says so for the round's notes).
 """
 
 from __future__ import annotations
@@ -38,21 +43,27 @@ import contextlib
 import hashlib
 import json
 import os
-import shutil
-import signal
 import subprocess
 import sys
-import tempfile
-import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 from urllib.parse import unquote, urlsplit, urlunsplit
 
+from xaf_hub.config.load import Config
 from xaf_hub.core.commits import MAX_RANGE, locked_paths, short
 from xaf_hub.core.text import redact
 from xaf_hub.errors import BusyError
+from xaf_hub.store.contain import (
+    NEW_GROUP,
+    CheckRun,
+    Reach,
+    kill_tree,
+    new_folder,
+    remove,
+    run_check,
+)
 from xaf_hub.store.statefile import file_lock
 
 CheckState = Literal[
@@ -63,40 +74,15 @@ CheckState = Literal[
 # Local git calls (rev-parse, merge-base) on the mirror are quick; this bounds a broken disk.
 _LOCAL_TIMEOUT = 30.0
 _STDERR_LINES = 3
-
-
-# A child in a process group of its own: a new session on POSIX, a new group on Windows.
-if sys.platform == "win32":
-    _NEW_GROUP = subprocess.CREATE_NEW_PROCESS_GROUP
-else:
-    _NEW_GROUP = 0
-
-
-def kill_tree(pid: int) -> None:
-    """Kill ``pid`` and every process it started, now (no grace).
-
-    POSIX: its process group (the child's own session), which also reaches grandchildren
-    whose parent already exited. Windows has no process-group kill: ``kill_family``.
-    """
-    if sys.platform == "win32":
-        kill_family(pid)
-        return
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, signal.SIGKILL)
-
-
-def kill_family(pid: int) -> None:
-    """Kill ``pid`` and its descendants as psutil finds them (any OS; Windows' way)."""
-    import psutil
-
-    try:
-        root = psutil.Process(pid)
-        family = [*root.children(recursive=True), root]
-    except psutil.Error:
-        return
-    for proc in family:
-        with contextlib.suppress(psutil.Error):
-            proc.kill()
+# What git and the hub make in the mirror (``worktrees``: a landing's throw-away worktree,
+# store.landing); any other name there (hooks, commondir, shallow...) was planted.
+_MIRROR_NAMES = frozenset(
+    {"HEAD", "config", "objects", "refs", "info", "packed-refs", "logs", "FETCH_HEAD",
+     "ORIG_HEAD", "gc.pid", "gc.log", "worktrees"}
+)
+# info/attributes, first among attributes: no filter driver, ident or export rule in the
+# commit's own .gitattributes runs or hides anything when the hub exports it.
+_ATTRIBUTES = b"* -filter -ident -export-ignore -export-subst\n"
 
 
 @dataclass(frozen=True)
@@ -116,16 +102,6 @@ class Check:
     claimed: tuple[str, ...] = ()  # verified: the new commits the answer names, in full
     base_known: bool = False  # verified: the base was known (else: the claimed commits alone)
     paths: tuple[str, ...] = ()  # locked: the locked paths the commits touch, exactly
-
-
-@dataclass(frozen=True)
-class CheckRun:
-    """The project's check command on one commit: passed (exit 0), the exit, the output's end."""
-
-    passed: bool
-    code: int | None  # None: it ran out of time and was killed
-    tail: str
-    seconds: float
 
 
 class GitFailed(Exception):
@@ -185,6 +161,16 @@ def remote_name(branches: Sequence[str]) -> str:
 class Mirror:
     """A bare mirror of one remote under the hub's state folder."""
 
+    @classmethod
+    def of(cls, cfg: Config) -> Mirror:
+        """The mirror of ``project.repository`` as the config sets it (fetch bound, secrets,
+        what its checks may reach)."""
+        repo = cfg.repository
+        return cls(
+            repo.url, cfg.state_dir, timeout=repo.fetch_timeout_seconds, secrets=repo.secrets(),
+            reach=Reach(repo.check_paths, repo.check_network, bool(repo.check_uncontained)),
+        )
+
     def __init__(
         self,
         url: str,
@@ -193,13 +179,19 @@ class Mirror:
         timeout: float = 60.0,
         secrets: Sequence[str] = (),
         lock_wait: float | None = None,
+        reach: Reach | None = None,
     ) -> None:
         self.url = url
+        self.state = state_dir
         self.path = mirror_path(state_dir, url)
+        # git's core.hooksPath on every call: a folder of the hub's that stays empty.
+        self.hooks = self.path.parent / "no-hooks"
         self.timeout = timeout
         self.secrets = tuple(secrets)
         # Another hub process may be fetching: by default wait for its whole bound, no longer.
         self.lock_wait = timeout + 10.0 if lock_wait is None else lock_wait
+        self.reach = reach or Reach()
+        self.rebuilt = ""  # set when a fetch found the mirror planted and rebuilt it: why
 
     # -- git ---------------------------------------------------------------------------------
 
@@ -211,19 +203,39 @@ class Mirror:
         extra_env: dict[str, str] | None = None,
     ) -> str:
         """Run git on the mirror; its stdout, or GitFailed (redacted) on any other exit."""
-        env = {
-            **os.environ,
-            "GIT_TERMINAL_PROMPT": "0",  # never wait for a password nobody will type
-            "GIT_ASKPASS": "",
-            "SSH_ASKPASS": "",
-            "GCM_INTERACTIVE": "never",
-            "GIT_SSH_COMMAND": os.environ.get("GIT_SSH_COMMAND", "ssh -o BatchMode=yes"),
-            "LC_ALL": "C",
+        code, out = self.git(*args, timeout=timeout, ok=ok, extra_env=extra_env)
+        if code != 0:
+            raise _NonZero(code)
+        return out
+
+    def git(
+        self,
+        *args: str,
+        timeout: float = _LOCAL_TIMEOUT,
+        ok: Sequence[int] = (0,),
+        extra_env: dict[str, str] | None = None,
+        cwd: Path | None = None,
+    ) -> tuple[int, str]:
+        """Run git on the mirror (``cwd``: in that worktree of it): (exit, stdout) for an exit
+        in ``ok``, GitFailed (redacted) on any other.
+
+        Never a hook (git's core.hooksPath is an empty folder of the hub's) nor an fsmonitor
+        command, whatever a config says, and none of the hub's own ``XAF_HUB_*`` variables.
+        """
+        env = {k: v for k, v in os.environ.items() if not k.startswith("XAF_HUB_")}
+        for name in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE"):
+            env.pop(name, None)
+        env.update(
+            GIT_TERMINAL_PROMPT="0",  # never wait for a password nobody will type
+            GIT_ASKPASS="",
+            SSH_ASKPASS="",
+            GCM_INTERACTIVE="never",
+            GIT_SSH_COMMAND=os.environ.get("GIT_SSH_COMMAND", "ssh -o BatchMode=yes"),
+            LC_ALL="C",
             **(extra_env or {}),
-        }
-        env.pop("GIT_DIR", None)
-        env.pop("GIT_WORK_TREE", None)
-        cmd = ["git", "--git-dir", str(self.path), *args]
+        )
+        where = ["-C", str(cwd)] if cwd is not None else ["--git-dir", str(self.path)]
+        cmd = [*git_safe(self.hooks), *where, *args]
         verb = next(a for i, a in enumerate(args) if i == 0 or args[i - 1] != "-c")
         # Its own process group: on timeout the whole group goes (git-remote-http, ssh), so
         # no grandchild keeps the pipes open and no git outlives the bound.
@@ -234,7 +246,7 @@ class Mirror:
             stderr=subprocess.PIPE,
             env=env,
             start_new_session=sys.platform != "win32",
-            creationflags=_NEW_GROUP,
+            creationflags=NEW_GROUP,
         )
         try:
             out, err = proc.communicate(timeout=timeout)
@@ -249,9 +261,7 @@ class Mirror:
             fatal = [line for line in lines if line.startswith(("fatal:", "error:"))]
             said = " / ".join((fatal or lines)[:_STDERR_LINES]) or "no message"
             raise GitFailed(redact(f"git {verb} failed: {said}", self.secrets))
-        if proc.returncode != 0:
-            raise _NonZero(proc.returncode)
-        return out.decode("utf-8", "replace")
+        return proc.returncode, out.decode("utf-8", "replace")
 
     def _exit(self, *args: str) -> int:
         """Run a yes/no git command; its exit status (0 yes, 1 no); GitFailed otherwise."""
@@ -275,9 +285,16 @@ class Mirror:
             self._fetch()
 
     def _fetch(self) -> None:
+        planted = self._planted()
+        if planted:
+            self._set_aside(planted)
         if not (self.path / "HEAD").is_file():
             self.path.mkdir(parents=True, exist_ok=True)
-            self._git("init", "--bare", "--quiet")
+            self._git("init", "--bare", "--quiet", "--template=")  # no hooks, no samples
+            (self.path / "info").mkdir(exist_ok=True)
+            (self.path / "info" / "attributes").write_bytes(_ATTRIBUTES)
+            self._written().write_bytes((self.path / "config").read_bytes())
+            self.hooks.mkdir(exist_ok=True)
         url, env = split_credentials(self.url)
         self._git(
             "fetch",
@@ -291,6 +308,53 @@ class Mirror:
             timeout=self.timeout,
             extra_env=env,
         )
+
+    def _written(self) -> Path:
+        """Beside the mirror: its config as git init wrote it, what the mirror's must match."""
+        return self.path.with_name(self.path.name + ".config")
+
+    def _planted(self) -> str:
+        """What in the mirror the hub did not write ("" when nothing, or no mirror yet): a
+        name git and the hub never make there, a config other than git init's, other
+        attributes, alternates, or anything in the empty hooks folder."""
+        found: list[str] = []
+        if self.hooks.is_dir() and any(self.hooks.iterdir()):
+            found.append(f"files in {self.hooks.name}/")
+        p = self.path
+        if not p.is_dir():
+            return ", ".join(found)
+        found += sorted(set(os.listdir(p)) - _MIRROR_NAMES)
+        info = sorted(os.listdir(p / "info")) if (p / "info").is_dir() else []
+        if info != ["attributes"] or _read(p / "info" / "attributes") != _ATTRIBUTES:
+            found.append("info/")
+        if _read(p / "config") != _read(self._written()):
+            found.append("config")
+        found += [
+            f"objects/info/{n}" for n in ("alternates", "http-alternates")
+            if (p / "objects" / "info" / n).exists()
+        ]
+        return ", ".join(found)
+
+    def _set_aside(self, planted: str) -> None:
+        """Move a planted mirror aside (the one before is deleted), empty the hooks folder,
+        and remember it for the round's notes; the fetch that follows makes it anew."""
+        aside = self.path.with_name(self.path.name + ".planted")
+        remove(aside)
+        if self.path.exists():
+            os.replace(self.path, aside)
+        self._written().unlink(missing_ok=True)
+        remove(self.hooks)
+        self.rebuilt = (
+            f"repository mirror rebuilt: it was not as the hub wrote it ({planted}); "
+            f"the old one is set aside as {aside}"
+        )
+
+    def _refuse_planted(self) -> None:
+        planted = self._planted()
+        if planted:
+            raise GitFailed(
+                f"repository mirror not as the hub wrote it ({planted}): rebuilt at the next fetch"
+            )
 
     def resolve(self, claim: str) -> list[str]:
         """Every commit of the mirror whose hash starts with ``claim`` (full hashes)."""
@@ -331,6 +395,7 @@ class Mirror:
         """
         if not (self.path / "HEAD").is_file():
             return {}
+        self._refuse_planted()
         return self._tips()
 
     def _tips(self) -> dict[str, str]:
@@ -470,101 +535,37 @@ class Mirror:
     # -- the project's check -----------------------------------------------------------------
 
     def run_check(self, commit: str, command: str, timeout: float) -> CheckRun:
-        """Run ``command`` (a shell command) on ``commit`` in a throw-away worktree.
-
-        It runs the project's code on this host, in its own process group (every process of it
-        goes at the bound or when it ends), with a small environment (no hub secrets), its
-        output (stdout and stderr) kept to the last lines. The worktree is removed afterwards.
-        GitFailed when the worktree cannot be made.
+        """Run ``command`` (a shell command) on ``commit`` as ``store.contain`` runs a check:
+        on an exported copy of the commit (never a worktree of the mirror: no ``.git``,
+        nothing that leads back to it), deleted afterwards. GitFailed when the copy cannot
+        be made.
         """
-        tmp = Path(tempfile.mkdtemp(prefix="xaf-hub-check-"))
-        work = tmp / "work"
+        folder = new_folder(self.state)
         try:
+            copy = folder / "repo"
+            copy.mkdir()
             with self._locked():
-                self._git("worktree", "add", "--detach", "--quiet", str(work), commit)
-            return _run_shell(command, work, timeout, commit, self.secrets)
+                self._refuse_planted()
+                # git's own checkout writes the files: no path outside the copy, none through
+                # a link; the index it needs stays outside the copy too.
+                self._git(
+                    "read-tree", "--reset", "-u", commit,
+                    timeout=max(self.timeout, _LOCAL_TIMEOUT),
+                    extra_env={"GIT_WORK_TREE": str(copy), "GIT_INDEX_FILE": str(folder / "index")},
+                )
+            return run_check(folder, command, timeout, commit, self.secrets, self.reach)
         finally:
-            with contextlib.suppress(GitFailed, BusyError, OSError), self._locked():
-                self._git("worktree", "remove", "--force", str(work), ok=(0, 128))
-                self._git("worktree", "prune")
-            shutil.rmtree(tmp, ignore_errors=True)
+            remove(folder)
 
 
-# What a check command is given of the hub's environment: enough to find its tools, never the
-# hub's own secrets (webhook URLs, passwords and tokens live in its environment too).
-_CHECK_ENV = (
-    "PATH",
-    "HOME",
-    "USER",
-    "LOGNAME",
-    "LANG",
-    "LC_ALL",
-    "TMPDIR",
-    "TEMP",
-    "TMP",
-    "SYSTEMROOT",
-    "COMSPEC",
-    "PATHEXT",
-)
-TAIL_LINES = 40
-TAIL_CHARS = 4000
+def git_safe(hooks: Path) -> list[str]:
+    """``git`` and the options every git command the hub runs starts with: no hook (an empty
+    folder of the hub's) and no fsmonitor command, whatever a repository's config says."""
+    return ["git", "-c", f"core.hooksPath={hooks}", "-c", "core.fsmonitor=false"]
 
 
-def _run_shell(
-    command: str, cwd: Path, timeout: float, commit: str, secrets: Sequence[str]
-) -> CheckRun:
-    env = {k: os.environ[k] for k in _CHECK_ENV if k in os.environ}
-    env["XAF_HUB_CHECK_COMMIT"] = commit
-    started = time.monotonic()
-    with tempfile.TemporaryFile() as out:
-        if sys.platform == "win32":
-            argv = [os.environ.get("COMSPEC", "cmd.exe"), "/d", "/c", command]
-            proc = subprocess.Popen(
-                argv,
-                cwd=cwd,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                creationflags=subprocess.CREATE_NEW_PROCESS_GROUP,
-            )
-        else:
-            proc = subprocess.Popen(
-                ["/bin/sh", "-c", command],
-                cwd=cwd,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        code: int | None
-        try:
-            code = proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            code = None
-        _end_group(proc)
-        out.seek(0)
-        text = out.read().decode("utf-8", "replace")
-    lines = text.rstrip().splitlines()[-TAIL_LINES:]
-    tail = "\n".join(lines)[-TAIL_CHARS:]
-    if code is None:
-        tail += f"\n(killed: no end within {timeout:g}s)"
-    return CheckRun(code == 0, code, redact(tail, secrets), time.monotonic() - started)
-
-
-def _end_group(proc: subprocess.Popen[bytes]) -> None:
-    """End the check's whole process group (what it left running too), then reap it."""
-    if sys.platform == "win32":
-        with contextlib.suppress(OSError):
-            subprocess.run(
-                ["taskkill", "/F", "/T", "/PID", str(proc.pid)], capture_output=True, check=False
-            )
-    else:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(timeout=10)
+def _read(path: Path) -> bytes | None:
+    return path.read_bytes() if path.is_file() else None
 
 
 def _shown(path: str) -> str:

@@ -50,6 +50,8 @@ __all__ = [
 SCHEMA_VERSION: Final = 1
 
 Priority = Literal["P0", "P1", "P2", "P3"]
+Landing = Literal["ready", "conflict", "person", "landed", "dropped"]
+LANDINGS: Final[tuple[str, ...]] = get_args(Landing)
 Status = Literal["pending", "dispatched", "done"]
 PRIORITIES: Final[tuple[str, ...]] = get_args(Priority)
 STATUSES: Final[tuple[str, ...]] = get_args(Status)
@@ -93,6 +95,12 @@ _FIELD_TYPES: Final[dict[str, tuple[tuple[type, ...], bool]]] = {
     "check_commit": (_STR, True),
     "check_output": (_STR, True),
     "check_retries": ((int,), True),
+    "worktree": (_STR, True),
+    "branch": (_STR, True),
+    "checkout": (_STR, True),
+    "landing": (_STR, True),
+    "landed": (_STR, True),
+    "conflicts": ((int,), True),
 }
 TASK_KEYS: Final = frozenset(_FIELD_TYPES)
 # Keys holding an array of strings (kept as tuples in the record).
@@ -108,6 +116,12 @@ _UNSET_OMITTED: Final = (
     "check_commit",
     "check_output",
     "check_retries",
+    "worktree",
+    "branch",
+    "checkout",
+    "landing",
+    "landed",
+    "conflicts",
 )
 _INSTANT_KEYS: Final = ("dispatched_at", "done_at", "not_before", "created_at", "steered_at")
 
@@ -190,7 +204,11 @@ def _check_field(key: str, value: object, *, allow_empty_id: bool = False) -> No
         raise _FieldProblem(key, f"expected one of {', '.join(PRIORITIES)}, got {value!r}")
     if key == "status" and value not in STATUSES:
         raise _FieldProblem(key, f"expected one of {', '.join(STATUSES)}, got {value!r}")
-    if key in ("attempts", "infra_failures", "check_retries") and cast(int, value) < 0:
+    if key == "landing" and value not in LANDINGS:
+        raise _FieldProblem(key, f"expected one of {', '.join(LANDINGS)}, got {value!r}")
+    if key in ("attempts", "infra_failures", "check_retries", "conflicts") and cast(
+        int, value
+    ) < 0:
         raise _FieldProblem(key, f"must be 0 or more, got {value}")
     if key in _LIST_KEYS:
         for i, item in enumerate(cast(Sequence[object], value)):
@@ -257,6 +275,17 @@ class Task:
     check_commit: str | None = None
     check_output: str | None = None
     check_retries: int | None = None
+    # Its room (project.isolation "worktree"): the worktree's folder on its server, its branch
+    # and the project checkout it was made from.
+    worktree: str | None = None
+    branch: str | None = None
+    checkout: str | None = None
+    # Bringing its verified branch onto the base branch (store.landing): "ready", "conflict"
+    # (sent back to rebase), "person" (waits for one), "landed" or "dropped"; the base's commit
+    # that carries the work; how many conflicts went back to the session.
+    landing: Landing | None = None
+    landed: str | None = None
+    conflicts: int | None = None
     # Keys the hub does not know, kept verbatim so a rewrite never drops them.
     extra: Mapping[str, Any] = field(default_factory=dict, hash=False)
 

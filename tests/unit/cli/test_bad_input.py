@@ -352,6 +352,7 @@ def _bogus(name: str) -> list[str]:
         "approve": ["per_x"],
         "deny": ["per_x"],
         "answer": ["que_x"],
+        "land": ["T-x"],
     }
     return [name, *required.get(name, []), "--no-such-flag"]
 

@@ -157,7 +157,8 @@ def test_a_config_that_cannot_load_is_a_config_error_in_every_answer(tmp_path: P
     needs = {"show": {"session": "ses_x"}, "dispatch": {"text": "x"},
              "interrupt": {"session": "ses_x"}, "backlog_add": {"title": "x"},
              "backlog_show": {"task_id": "T-x"}, "approve": {"request": "per_x"},
-             "deny": {"request": "per_x"}, "answer": {"request": "que_x"}}
+             "deny": {"request": "per_x"}, "answer": {"request": "que_x"},
+             "land": {"task_id": "T-x"}}
     for tool in TOOLS:
         got = _call(hub, tool.name, needs.get(tool.name, {}))
         assert got.is_error and f": config error: {broken}" in _text(got), _text(got)

@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from xaf_hub.config.credentials import pw_env_name
-from xaf_hub.config.load import MatchRule, load_config
+from xaf_hub.config.load import UNCONTAINED, MatchRule, load_config
+from xaf_hub.core.commits import RUNNER_CONFIG, locked_paths
 from xaf_hub.errors import ConfigError
 
 
@@ -303,6 +304,30 @@ def test_project_checks_of_done_work(tmp_path: Path) -> None:
     assert repo.locked_paths == ("tests/**", ".ci/**")
 
 
+def test_the_test_runners_configuration_is_locked_by_default(tmp_path: Path) -> None:
+    doc = base(project={"name": "shop", "repository": "/srv/origin.git", "locked_paths": ["t/**"]})
+    repo = load_config(write(tmp_path / "config.json", doc)).repository
+    assert repo.locked_defaults and repo.locked == ("t/**", *RUNNER_CONFIG)
+    changed = ["GNUmakefile", "lib/conftest.py", "package.json", ".github/workflows/ci.yml",
+               "pyproject.toml", "sub/Makefile", "t/test_a.py", "src/app.py", "docs/make.md"]
+    assert locked_paths(changed, repo.locked) == tuple(changed[:7])
+    doc["project"]["locked_defaults"] = False  # the project names its own list
+    repo = load_config(write(tmp_path / "config.json", doc)).repository
+    assert repo.locked == ("t/**",)
+
+
+def test_the_check_reaches_what_the_config_names(tmp_path: Path) -> None:
+    doc = base(project={"name": "shop", "repository": "/srv/origin.git"})
+    repo = load_config(write(tmp_path / "config.json", doc)).repository
+    assert (repo.check_paths, repo.check_network, repo.check_uncontained) == ((), False, "")
+    doc["project"].update(
+        check_paths=["/opt/jdk"], check_network=True, check_uncontained=UNCONTAINED
+    )
+    repo = load_config(write(tmp_path / "config.json", doc)).repository
+    assert (repo.check_paths, repo.check_network) == (("/opt/jdk",), True)
+    assert repo.check_uncontained == UNCONTAINED
+
+
 @pytest.mark.parametrize(
     ("project", "message"),
     [
@@ -323,6 +348,11 @@ def test_project_checks_of_done_work(tmp_path: Path) -> None:
         ({"repository": "/o.git", "locked_paths": ["a", 3]}, "'project.locked_paths[1]': expected"),
         ({"repository": "/o.git", "locked_paths": ["/etc/*"]}, "locked_paths[0]': must be relat"),
         ({"repository": "/o.git", "locked_paths": ["a/../b"]}, "locked_paths[0]': must not climb"),
+        ({"repository": "/o.git", "check_uncontained": "yes"},
+         f"'project.check_uncontained': must be exactly {UNCONTAINED!r}"),
+        ({"repository": "/o.git", "check_uncontained": True}, "check_uncontained': expected"),
+        ({"repository": "/o.git", "check_paths": ["opt/jdk"]}, "check_paths[0]': must be an abs"),
+        ({"repository": "/o.git", "locked_defaults": "no"}, "'project.locked_defaults': expected"),
     ],
 )
 def test_project_repository_errors(tmp_path: Path, project: dict[str, Any], message: str) -> None:

@@ -208,3 +208,14 @@ def test_excluded_never_project(text: str) -> None:
 )
 def test_relative_part(directory: str, expected: str) -> None:
     assert RULES.relative(directory) == expected
+
+
+def test_a_worktree_is_the_projects_when_its_checkout_is() -> None:
+    rules = ProjectRules.build(roots=["/srv/shop"], exclude_dirs=["/srv/shop/vendor"])
+    room = "/home/u/.local/share/opencode/worktree/abc/t-1-fix"
+    assert rules.owns(room, "/srv/shop") and rules.owns("/srv/shop/app")
+    assert not rules.owns(room, "/srv/blog") and not rules.owns(room, "")
+    # An excluded checkout's worktrees are not the project's, nor is an excluded worktree.
+    assert not rules.owns(room, "/srv/shop/vendor/lib")
+    excluding = ProjectRules.build(roots=["/srv/shop"], exclude_dirs=[room])
+    assert not excluding.owns(room, "/srv/shop")

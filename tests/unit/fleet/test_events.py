@@ -43,6 +43,40 @@ def test_parse_frame_reads_both_streams_and_skips_the_rest() -> None:
     assert parse_frame(": comment") is None
 
 
+def _step(sid: str, cost: Any, *, role: str = "assistant", completed: int = 5) -> str:
+    when = {"created": 1, "completed": completed} if completed else {"created": 1}
+    info = {"id": "msg_1", "sessionID": sid, "role": role, "cost": cost, "time": when}
+    return _g("message.updated", {"sessionID": sid, "info": info})
+
+
+def test_a_board_with_steps_reports_each_priced_step_of_a_project_session(tmp_path: Path) -> None:
+    """The patrol daemon's board says when a project session (a sub-agent's too) finished a
+    step that cost money (``message.updated`` of an assistant message, completed, with its
+    cost); the other boards (watch, serve) report nothing for those frames."""
+    inst = _cfg(tmp_path).instances[0]
+    kid = SessionRecord("a", "ses_kid", "k", f"{ROOT}/app", project=True, parent_id="ses_root")
+    plain, steps = Board(inst), Board(inst, steps=True)
+    for board in (plain, steps):
+        board.reconcile([kid], "rescan")
+
+    def kinds(board: Board, line: str) -> list[str]:
+        frame = parse_frame(line)
+        assert frame is not None
+        return [e.kind for e in board.apply(frame)]
+
+    assert kinds(steps, _step("ses_kid", 0.02)) == ["spent"]
+    assert kinds(plain, _step("ses_kid", 0.02)) == []
+    for quiet in (
+        _step("ses_kid", 0),  # a free step
+        _step("ses_kid", 0.02, completed=0),  # a step under way
+        _step("ses_kid", "0.02"),  # a cost no release sends: unknown
+        _step("ses_kid", None, role="user"),
+    ):
+        assert kinds(steps, quiet) == []
+    assert kinds(steps, _step("ses_unknown", 0.02)) == []  # looked up first, as any new session
+    assert steps.missing == [("ses_unknown", f"{ROOT}/app")]
+
+
 def test_board_reports_each_change_once(tmp_path: Path) -> None:
     inst = _cfg(tmp_path).instances[0]
     board = Board(inst)
@@ -571,3 +605,31 @@ def test_a_run_state_the_hub_does_not_know_is_busy_on_the_board_as_in_a_scan(
     assert board.sessions["ses_a"].running is running
     if status.get("type") == "compacting":
         assert read_status(status)[0] == "busy"  # what a scan says of it
+
+
+def test_a_worktree_of_a_project_checkout_is_the_projects(tmp_path: Path) -> None:
+    """Sessions in a worktree of the project's checkout (opencode's sandboxes, outside the
+    roots) are the project's once a project.updated frame or a rescan names the worktree;
+    a worktree of a checkout outside the project is not."""
+    board = Board(_cfg(tmp_path).instances[0])
+    room, stray = "/data/opencode/worktree/p1/t-1-fix", "/data/opencode/worktree/p2/x"
+    assert not board.is_project(room)
+    frame = parse_frame(
+        _g("project.updated", {"id": "p1", "worktree": f"{ROOT}/app", "sandboxes": [room]},
+           directory="global")
+    )
+    assert frame is not None and board.apply(frame) == []
+    assert board.is_project(room)
+    other = parse_frame(
+        _g("project.updated", {"id": "p2", "worktree": "/elsewhere", "sandboxes": [stray]})
+    )
+    assert other is not None and board.apply(other) == [] and not board.is_project(stray)
+    # A session created in the worktree is looked up, as any new project session is.
+    created = parse_frame(_g("session.created", {"info": _info("ses_w", room)}, room))
+    assert created is not None and board.apply(created) == []
+    assert board.missing == [("ses_w", room)]
+    # A rescan teaches the same from the listing's checkouts.
+    fresh = Board(_cfg(tmp_path).instances[0])
+    rec = SessionRecord("a", "ses_w", "t", room, project=True)
+    fresh.reconcile([rec], "rescan", {room: f"{ROOT}/app"})
+    assert fresh.is_project(room)

@@ -111,6 +111,32 @@ def test_an_interrupt_counts_from_before_its_abort(tmp_path: Path) -> None:
     assert operator_interrupts(tmp_path) == {("lan-b", "ses_1"): at(2), ("lan-b", "ses_2"): at(3)}
 
 
+def test_a_stop_at_the_run_ceiling_is_a_decision_from_before_its_abort(tmp_path: Path) -> None:
+    """The ceiling's stop (round or daemon) writes "stopping" before its abort: from then on
+    no job resumes or heals the run it stopped, whatever its abort did; a new prompt after it
+    is a new run, which the stop does not govern."""
+
+    def line(minute: int, command: str, result: str) -> str:
+        return json.dumps({"time": f"2026-11-30T12:{minute:02d}:00+0000", "command": command,
+                           "instance": "lan-b", "session": "ses_1", "result": result})
+
+    audit = tmp_path / "audit.log"
+    for command in ("patrol.run_ceiling", "patrol.live.run_ceiling"):
+        for result in ("stopping", "aborted", "abort failed"):
+            audit.write_text(line(5, command, result) + "\n", "utf-8")
+            at = datetime(2026, 11, 30, 12, 5, tzinfo=UTC).timestamp()
+            assert operator_interrupts(tmp_path) == {
+                ("lan-b", "ses_1"): Interrupt(at, "someone", "ceiling")
+            }
+    people = decisions_from(operator_interrupts(tmp_path), [])
+    run_at = int(datetime(2026, 11, 30, 12, 1, tzinfo=UTC).timestamp() * 1000)
+    decision = people.for_session("lan-b", "ses_1", run_at)
+    assert decision is not None and decision.kind == "ceiling"
+    assert decision.text.startswith("stopped over its run ceiling at ")
+    assert people.for_session("lan-b", "ses_1", run_at + 10 * 60_000) is None  # a new prompt
+    assert people.for_task(row(ago=timedelta(minutes=70))) is not None
+
+
 def test_operator_interrupts_keep_who_stopped_it(tmp_path: Path) -> None:
     entry = {
         "time": "2026-11-30T12:05:00+0000",

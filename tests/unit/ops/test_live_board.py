@@ -8,7 +8,7 @@ import io
 import json
 import re
 import time
-from dataclasses import replace
+from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -116,7 +116,49 @@ def test_a_view_judged_with_other_rules_or_address_is_not_taken(tmp_path: Path) 
     changed = load_config(tmp_path / "config.json", env={"XAF_HUB_HOME": str(tmp_path)})
     got = read_board(changed, changed.instances, now_ms=NOW)
     assert got.scans == {}
-    assert all("another address or other directory rules" in w for w in got.stale.values())
+    assert all("another address, other directory rules or credentials" in w
+               for w in got.stale.values())
+
+
+def test_a_view_judged_with_credentials_the_reader_lacks_is_not_taken(tmp_path: Path) -> None:
+    """The writer had a password for ``a`` (its own environment); a reader whose environment
+    gives none (a misspelled variable) scans ``a``, and so hears the server ask for one. The
+    password itself is nowhere on the board."""
+    cfg = config(tmp_path)
+    env = {"XAF_HUB_HOME": str(tmp_path / "home"), "XAF_HUB_PW_A": "s3cret-writer-pw"}
+    writer = load_config(tmp_path / "config.json", env=env)
+    write(writer, [view(writer, "a", [record("a", "s1")]), view(writer, "b", [])])
+    assert "s3cret" not in board_path(cfg, "patrol").read_text("utf-8")
+    got = read_board(cfg, cfg.instances, now_ms=NOW)
+    assert set(got.scans) == {"b"}
+    assert "credentials" in got.stale["a"]
+    assert set(read_board(writer, writer.instances, now_ms=NOW).scans) == {"a", "b"}
+    other = load_config(tmp_path / "config.json", env={**env, "XAF_HUB_PW_A": "another"})
+    assert set(read_board(other, other.instances, now_ms=NOW).scans) == {"a", "b"}
+
+
+def test_a_publishing_writer_says_how_it_stands_with_its_config(tmp_path: Path) -> None:
+    """A writer that kept an older config, or waits for a restart, says so on its board and
+    its summary; a reader repeats it while the writer publishes, and not after."""
+    from xaf_hub.config.watch import ConfigState
+    from xaf_hub.ops.live_board import document, summary_path
+    from xaf_hub.store.statefile import write_text_atomic
+
+    cfg = config(tmp_path)
+    state = ConfigState(NOW - 60_000, "config.json: invalid JSON at line 1", ("pool.backend",))
+    for path, summary in ((board_path, False), (summary_path, True)):
+        doc = document(cfg, [view(cfg, "a", [])], "patrol", NOW - 1000, summary=summary,
+                       state=state)
+        write_text_atomic(path(cfg, "patrol"), json.dumps(doc))
+    for summary in (False, True):
+        notes = read_board(cfg, cfg.instances, now_ms=NOW, summary=summary).notes
+        assert len(notes) == 2, notes
+        assert notes[0].startswith("the patrol daemon (pid ")
+        assert "keeps the config it loaded at" in notes[0] and "invalid JSON" in notes[0]
+        assert "needs a restart to use the new pool.backend" in notes[1]
+    assert read_board(cfg, cfg.instances, now_ms=NOW + 60_000).notes == ()  # it stopped
+    write(cfg, [view(cfg, "a", [])])  # all well again: nothing to say
+    assert read_board(cfg, cfg.instances, now_ms=NOW).notes == ()
 
 
 @pytest.mark.parametrize("raw", [
@@ -544,9 +586,12 @@ def _slot(i: int, value: Any) -> Any:
     return change
 
 
+WAITING = [f.name for f in fields(SessionRecord)].index("waiting")
+
+
 def _wait_since(value: float) -> Any:
     def change(item: dict[str, Any]) -> None:
-        item["sessions"][0][15]["since"] = value
+        item["sessions"][0][WAITING]["since"] = value
     return change
 
 

@@ -62,7 +62,7 @@ def send(
             "p/m",
             client,  # type: ignore[arg-type]
             gate,
-            before_prompt=lambda sid: log.append(f"record {sid}"),
+            before_prompt=lambda sid, _room: log.append(f"record {sid}"),
             steer=steer,
             still_wanted=still_wanted,
         )

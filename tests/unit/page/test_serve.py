@@ -291,6 +291,26 @@ def test_links_only_for_instances_with_the_web_app_and_never_loopback_for_others
     assert "/session/" not in html  # 127.0.0.1 would be the reader's own computer
 
 
+def test_the_page_says_how_the_processes_stand_with_their_config_in_its_language() -> None:
+    from xaf_hub.config.watch import ConfigState
+    from xaf_hub.page.serve import config_notes
+
+    clock = Clock()
+    serve = ConfigState(1_800_000_000_000, "config.json: invalid JSON at line 3 column 5")
+    daemon = ConfigState(1_800_000_000_000, "", ("lock.backend",))
+    states = [("config.serve", serve), ("config.patrol", daemon)]
+    viewer = Viewer(SnapshotCache(_snap, 5.0, clock), title="T", password=None, clock=clock,
+                    notes=lambda lang: config_notes(states, lang))
+    html = viewer.respond("GET", "/?lang=en", _headers(host="localhost").get).body.decode()
+    assert "serve (this page&#39;s server) keeps the config it loaded at " in html
+    assert "(config.json: invalid JSON at line 3 column 5)" in html
+    assert "the patrol daemon needs a restart to use the new lock.backend" in html
+    zh = viewer.respond("GET", "/?lang=zh", _headers(host="localhost").get).body.decode()
+    assert "本页的服务（serve）仍在使用" in zh
+    assert "巡检守护进程需要重启才能使用新的 lock.backend" in zh
+    assert config_notes([("config.serve", ConfigState(0))], "zh") == []
+
+
 def test_health_is_503_when_nothing_answers() -> None:
     viewer, _ = _viewer(reachable=False)
     health = viewer.respond("GET", "/health", _headers(host="localhost").get)

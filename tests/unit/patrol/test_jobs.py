@@ -28,8 +28,9 @@ from xaf_hub.patrol.jobs.fill_slots import (
 )
 from xaf_hub.patrol.settle import credited_commits, retry_text, settle_check, settle_claim
 from xaf_hub.store.backlog import Task, format_instant, is_blocked
+from xaf_hub.store.contain import CheckRun
 from xaf_hub.store.gate import FileGate
-from xaf_hub.store.repository import Check, CheckRun
+from xaf_hub.store.repository import Check
 
 NOW = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
 NOW_MS = int(NOW.timestamp() * 1000)

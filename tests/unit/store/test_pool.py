@@ -125,6 +125,23 @@ def test_same_rules_on_every_backend(backend: Config) -> None:
     assert pool.load().tasks == Stores(backend).pool().load().tasks  # a second reader agrees
 
 
+def test_the_stamp_moves_with_every_write_from_any_writer_and_only_then(backend: Config) -> None:
+    """What a daemon polls to hear that work arrived: another store object (another process,
+    another host) writing the pool moves it; reads and writes that change nothing do not."""
+    pool, other = Stores(backend).pool(), Stores(backend).pool()
+    empty = pool.stamp()
+    pool.load()
+    assert pool.stamp() == empty  # a look writes nothing
+    other.add(Task(id="T1", title="one"), now=NOW)
+    first = pool.stamp()
+    assert first != empty
+    pool.update(lambda data: data.replace(data.require("T1")))
+    pool.load()
+    assert pool.stamp() == first  # unchanged pool, same stamp
+    other.set_status("T1", "done")
+    assert pool.stamp() not in (empty, first)
+
+
 def test_failed_mutation_leaves_the_pool_alone(backend: Config) -> None:
     pool = Stores(backend).pool()
     pool.add(Task(id="T1", title="one"), now=NOW)

@@ -18,8 +18,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.contained import needs_sandbox
 from tests.gitrepo import Origin, git, make_origin
-from xaf_hub.store.repository import Mirror, mirror_path
+from xaf_hub.store.repository import GitFailed, Mirror, mirror_path
 from xaf_hub.store.statefile import file_lock
 
 
@@ -262,7 +263,7 @@ def test_a_timed_out_child_goes_with_its_own_children(how: str, tmp_path: Path) 
 
     import psutil
 
-    from xaf_hub.store import repository
+    from xaf_hub.store import contain
 
     script = (
         "import subprocess, sys, time\n"
@@ -276,7 +277,7 @@ def test_a_timed_out_child_goes_with_its_own_children(how: str, tmp_path: Path) 
     try:
         assert proc.stdout is not None
         grandchild = psutil.Process(int(proc.stdout.readline()))
-        getattr(repository, how)(proc.pid)
+        getattr(contain, how)(proc.pid)
         proc.wait(timeout=30)
         grandchild.wait(timeout=30)  # psutil.TimeoutExpired if it outlived the kill
         assert not grandchild.is_running()
@@ -413,7 +414,8 @@ def test_a_commit_touching_a_locked_path_is_held(origin: Origin, tmp_path: Path)
     assert (d.state, e.state) == ("locked", "verified")
 
 
-def test_the_check_runs_on_the_commit_in_a_throwaway_worktree(
+@needs_sandbox
+def test_the_check_runs_on_an_exported_copy_of_the_commit(
     origin: Origin, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     sha = origin.commit("work")
@@ -424,16 +426,16 @@ def test_the_check_runs_on_the_commit_in_a_throwaway_worktree(
     run = m.run_check(
         sha,
         'grep -q work log.txt && echo "at $XAF_HUB_CHECK_COMMIT in $PWD";'
-        " env | grep -c HOOK_SECRET || true",
+        " env | grep -c HOOK_SECRET || true; ls -a",
         30,
     )
-    assert run.passed and run.code == 0
+    assert run.passed and run.code == 0, run.tail
     lines = run.tail.splitlines()
-    assert lines[0].startswith(f"at {sha} in ") and "xaf-hub-check-" in lines[0]
+    assert lines[0] == f"at {sha} in /repo"  # the sandbox's working folder
     assert lines[1] == "0"  # the hub's environment is not handed to the project's code
-    where = Path(lines[0].split(" in ", 1)[1])
-    assert not where.exists()  # removed afterwards, and the mirror forgets it
-    assert git(m.path, "worktree", "list").count("\n") == 0
+    assert sorted(lines[2:]) == [".", "..", "log.txt"]  # the commit's files, no .git
+    assert list((tmp_path / "state" / "checks").iterdir()) == []  # removed afterwards
+    assert not (m.path / "worktrees").exists()
     # A failure: exit code and the end of its output, long output cut to the tail.
     run = m.run_check(sha, "seq 1 500; echo 'FAILED test_login' >&2; exit 3", 30)
     assert (run.passed, run.code) == (False, 3)
@@ -441,22 +443,29 @@ def test_the_check_runs_on_the_commit_in_a_throwaway_worktree(
     assert len(run.tail.splitlines()) == 40
 
 
+def alive(marker: str) -> list[Path]:
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        with contextlib.suppress(OSError):  # ended meanwhile
+            if marker.encode() in cmdline.read_bytes():
+                found.append(cmdline)
+    return found
+
+
+@needs_sandbox
 def test_a_check_out_of_time_is_killed_with_all_it_started(origin: Origin, tmp_path: Path) -> None:
     sha = git(origin.bare, "rev-parse", "refs/heads/main")
     m = mirror(origin, tmp_path)
     m.fetch()
-    marker = f"xafhubcheck{os.getpid()}"
+    marker = f"301.{os.getpid()}"  # in the command lines of the sleeps it starts
     started = time.monotonic()
-    run = m.run_check(sha, f"(sleep 300; echo {marker}) & sleep 300", 1)
+    run = m.run_check(sha, f"(sleep {marker}; echo) & setsid sleep {marker} & sleep 300", 1)
     assert time.monotonic() - started < 15
     assert (run.passed, run.code) == (False, None) and "no end within 1s" in run.tail
-    time.sleep(0.3)
-    alive = []
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-        with contextlib.suppress(OSError):  # ended meanwhile
-            if marker.encode() in cmdline.read_bytes():
-                alive.append(cmdline)
-    assert alive == []  # the background sleep went with the group
+    deadline = time.monotonic() + 20
+    while alive(marker):  # the background sleeps go with the sandbox, setsid or not
+        assert time.monotonic() < deadline, alive(marker)
+        time.sleep(0.05)
 
 
 def test_known_tips_read_the_mirror_without_fetching(origin: Origin, tmp_path: Path) -> None:
@@ -622,3 +631,99 @@ def test_locked_paths_are_compared_exactly(
     # A near name is not locked: the comparison is exact, not by a lookalike.
     [near] = m.check_all([((edit[:7],), ("main",))], bases=[base], locked=[glob + "x"])
     assert near.state == "verified"
+
+
+def plant(m: Mirror, tmp_path: Path) -> Path:
+    """What an attacker who reached the mirror leaves: hooks in it and a config that names
+    other hooks and an fsmonitor command; each writes to the marker it returns when run."""
+    marker = tmp_path / "planted-ran"
+    script = f"#!/bin/sh\necho \"$0\" >> {marker}\n"
+    for folder in (m.path / "hooks", tmp_path / "evil-hooks"):
+        folder.mkdir(exist_ok=True)
+        for name in ("reference-transaction", "post-checkout", "pre-auto-gc", "fsmonitor"):
+            (folder / name).write_text(script)
+            (folder / name).chmod(0o755)
+    with (m.path / "config").open("a") as config:
+        config.write(
+            f"[core]\n\thooksPath = {tmp_path / 'evil-hooks'}\n"
+            f"\tfsmonitor = {tmp_path / 'evil-hooks' / 'fsmonitor'}\n"
+        )
+    return marker
+
+
+def test_no_git_command_runs_a_hook_or_an_fsmonitor_of_the_mirror(
+    origin: Origin, tmp_path: Path
+) -> None:
+    m = mirror(origin, tmp_path)
+    m.fetch()
+    marker = plant(m, tmp_path)
+    sha = git(origin.bare, "rev-parse", "refs/heads/main")
+    work = tmp_path / "wt"
+    work.mkdir()
+    m._git("update-ref", "refs/heads/planted", sha)  # reference-transaction
+    m._git("--work-tree", str(work), "read-tree", "-u", "--reset", sha,
+           extra_env={"GIT_INDEX_FILE": str(tmp_path / "index")})
+    m._git("--work-tree", str(work), "status", "--porcelain",
+           extra_env={"GIT_INDEX_FILE": str(tmp_path / "index")})  # fsmonitor
+    assert not marker.exists()
+    # Plain git, as the hub ran it before, runs them: the plant works.
+    git(tmp_path, "--git-dir", str(m.path), "update-ref", "refs/heads/other", sha)
+    assert marker.exists()
+
+
+def test_every_git_command_of_the_hub_goes_through_git_safe() -> None:
+    """No module starts git but with git_safe's options (no hook, no fsmonitor)."""
+    import re
+
+    package = Path(__file__).resolve().parents[3] / "xaf_hub"
+    starts = re.compile(r"""\[\s*["']git["']""")
+    found = [p.name for p in package.rglob("*.py") if starts.search(p.read_text("utf-8"))]
+    assert found == ["repository.py"]  # git_safe itself
+    assert "*git_safe(" in (package / "sandbox" / "demo.py").read_text("utf-8")
+
+
+def test_a_planted_mirror_is_set_aside_and_fetched_anew(origin: Origin, tmp_path: Path) -> None:
+    m = mirror(origin, tmp_path)
+    sha = origin.commit("work")
+    origin.push()
+    m.fetch()
+    m.fetch()
+    assert m.rebuilt == ""  # what the hub wrote itself is never taken for a plant
+    assert sorted(os.listdir(m.path)) == ["HEAD", "config", "info", "objects", "refs"]
+    marker = plant(m, tmp_path)
+    with pytest.raises(GitFailed, match="not as the hub wrote it"):
+        m.known_tips()  # a manual dispatch reads no planted mirror
+    again = mirror(origin, tmp_path)
+    [check] = again.check_all([((sha[:7],), ("main",))])
+    assert check.state == "verified" and check.commit == sha
+    assert again.rebuilt.startswith("repository mirror rebuilt: it was not as the hub wrote it")
+    assert "hooks" in again.rebuilt and "config" in again.rebuilt
+    assert not (m.path / "hooks").exists() and b"hooksPath" not in (m.path / "config").read_bytes()
+    assert (m.path.with_name(m.path.name + ".planted") / "hooks" / "post-checkout").exists()
+    assert not marker.exists()
+    # A hook dropped into the hub's own empty hooks folder counts too.
+    (m.hooks / "post-checkout").write_text("#!/bin/sh\n")
+    third = mirror(origin, tmp_path)
+    third.fetch()
+    assert "files in no-hooks/" in third.rebuilt and list(m.hooks.iterdir()) == []
+
+
+@needs_sandbox
+def test_the_commits_attributes_neither_hide_files_nor_run_filters(
+    origin: Origin, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    marker = tmp_path / "filter-ran"
+    config = tmp_path / "gitconfig"
+    config.write_text(f"[filter \"evil\"]\n\tsmudge = touch {marker}; cat\n")
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(config))  # the hub user's own git config
+    (origin.work / ".gitattributes").write_text("* filter=evil\ntests/** export-ignore\n")
+    (origin.work / "tests").mkdir()
+    (origin.work / "tests" / "test_login.py").write_text("assert False\n")
+    git(origin.work, "add", "-A")
+    sha = origin.commit("attributes")
+    origin.push()
+    m = mirror(origin, tmp_path)
+    m.fetch()
+    run = m.run_check(sha, "cat tests/test_login.py", 30)
+    assert run.passed and run.tail == "assert False"
+    assert not marker.exists()

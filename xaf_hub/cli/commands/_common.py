@@ -4,7 +4,7 @@ wording of run verdicts, heals and waits (`confirm` and `dispatch --confirm-wait
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import tzinfo
 from typing import TYPE_CHECKING, Any
 
@@ -156,7 +156,8 @@ def read_fleet(
 
         aio.run(fill_outcomes(ctx.config, scans, ctx.transport_factory))
         snap, scans = merged(instances, board, scans, snap.generated_at)
-    return snap, scans
+    # What the board's writers say of their config (an older one kept, a restart due).
+    return replace(snap, warnings=(*snap.warnings, *board.notes)), scans
 
 
 def report_missing_passwords(ctx: Context, snap: Snapshot) -> None:

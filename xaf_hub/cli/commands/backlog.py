@@ -229,9 +229,21 @@ def run(ctx: Context) -> int:
     return _set(ctx, ctx.options(SetOptions))
 
 
+# A task in a worktree of its own, on its way to the base branch (ops.land).
+LANDING_WORDS = {
+    "ready": "ready to land",
+    "conflict": "conflict, sent back",
+    "person": "waits for a person to land it",
+    "landed": "landed",
+    "dropped": "dropped",
+}
+
+
 def _state(task: Task, tasks: list[Task], now: datetime, max_attempts: int) -> str:
     from xaf_hub.store.backlog import readiness
 
+    if task.landing is not None:
+        return LANDING_WORDS[task.landing]
     if task.status != "pending":
         return task.status
     if task.attempts >= max_attempts:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from xaf_hub.cli.commands._common import add_json, add_wide, report_unreachable, scan_exit
 from xaf_hub.cli.context import Context
@@ -41,6 +42,24 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--execute", action="store_true", help="really delete (default: preview)")
     p.add_argument("-i", "--instance", metavar="NAME", help="only this instance")
     p.add_argument("--allow-prod", action="store_true", help="include production instances")
+
+
+def _worktrees(ctx: Context, report: dict[str, Any], execute: bool) -> None:
+    """The worktrees of finished, failed and abandoned tasks: a table, then a line."""
+    rows = [
+        [e["instance"], w["task"] or "-", w["why"], shorten_left(w["directory"], 48), w["action"]]
+        for e in report["instances"]
+        for w in e.get("worktrees", ())
+    ]
+    if not rows:
+        return
+    ctx.table(
+        rows, ["instance", "task", "why", "worktree", "action"],
+        flexible=[("worktree", 12), ("action", 12)], keep_end=["worktree"],
+    )
+    if not execute:
+        ctx.out(f"{len(rows)} worktree(s) of tasks that are over; add --execute to remove them "
+                "(one holding work no remote has is kept)")
 
 
 @dataclass(frozen=True)
@@ -123,8 +142,12 @@ def run(ctx: Context) -> int:
                 f"{total} stale project session(s) (idle > {ttl:g} days); "
                 "nothing deleted - add --execute to delete them"
             )
+        _worktrees(ctx, report, opts.execute)
     report_unreachable(ctx, snap)
-    failed = any(e["failed"] for e in report["instances"])
+    rooms = [w for e in report["instances"] for w in e.get("worktrees", ())]
+    failed = any(e["failed"] for e in report["instances"]) or any(
+        w["action"].startswith("FAILED") for w in rooms
+    )
     code = scan_exit(snap)
     if opts.instance and snap.unreachable:
         code = 2

@@ -3,7 +3,8 @@
 Checks, in order: the config file (which one, valid or not, which config.local.json lent
 credentials), each instance (reachable, auth accepted, API dialect and opencode version, where
 its password came from, roots and default_directory, which event stream live views follow),
-the state and lock folders (writable), the blackout clock (zone, next reset, active
+the state and lock folders (writable), with project.check_command a probe check in the check's
+sandbox (what it could read and reach), the blackout clock (zone, next reset, active
 blackouts), the patrol's pause flag and the last heartbeat of its daemon, and each chat
 webhook (its environment variables, its last delivery; with --online, whether its host
 resolves: nothing is sent).
@@ -45,10 +46,12 @@ from xaf_hub.ops.health import (
     file_mode_finding,
     folder_finding,
     instance_findings,
+    landing_findings,
     layout_findings,
     ok,
     opencode_finding,
     patrol_finding,
+    room_findings,
     root_usage_findings,
     worst,
 )
@@ -77,6 +80,7 @@ async def probe_instance(
 ) -> Probe:
     """Detect dialect and version, then list every session's folder."""
     from xaf_hub.fleet.scan import make_client, read_run_state
+    from xaf_hub.ops.rooms import room_support
 
     transport = transport_factory(inst) if transport_factory else None
     async with make_client(cfg, inst, transport) as client:
@@ -86,13 +90,16 @@ async def probe_instance(
             # One directory is enough to see whether this release's run state can be read.
             folders = sorted({s.directory for s in sessions if s.directory})[:1]
             _, unknown = await read_run_state(client, folders)
+            rooms = None
+            if cfg.repository.isolation == "worktree":
+                rooms = await room_support(client, inst)
         except UnreachableError as exc:
             return Probe(inst.name, False, exc.reason, client.dialect or "", client.version)
         except HubError as exc:
             return Probe(inst.name, False, str(exc).removeprefix(f"{inst.name}: "),
                          client.dialect or "", client.version)
         return Probe(inst.name, True, "", client.dialect or "", client.version,
-                     tuple(s.directory for s in sessions), unknown)
+                     tuple(s.directory for s in sessions), unknown, rooms)
 
 
 async def probe_all(cfg: Config, transport_factory: TransportFactory | None = None) -> list[Probe]:
@@ -207,6 +214,22 @@ def _redis(cfg: Config) -> list[Finding]:
     return [ok("lock", "redis", f"{found} answers (holds the {' and the '.join(users)})")]
 
 
+def _sandbox(cfg: Config) -> list[Finding]:
+    """With a check to run: a probe check in its sandbox, and what it reached."""
+    from xaf_hub.ops.health import sandbox_finding
+    from xaf_hub.store.contain import Reach, prove
+
+    repo = cfg.repository
+    if not repo.check_command:
+        return []
+    try:
+        proof = prove(cfg.state_dir, Reach(repo.check_paths, repo.check_network))
+    except OSError as exc:
+        return [error("check", "sandbox", f"the probe check could not start: {exc}",
+                      "Make the state folder writable (see state folder above).", ExitCode.USAGE)]
+    return [sandbox_finding(proof, repo.check_network, bool(repo.check_uncontained))]
+
+
 def _clock(cfg: Config, now: datetime) -> list[Finding]:
     from xaf_hub.ops.models import families_chosen, models_view
     from xaf_hub.store.backends import Stores
@@ -251,6 +274,8 @@ def collect(
         findings.extend(instance_findings(inst, probe))
         findings.extend(layout_findings(inst))
         findings.extend(root_usage_findings(inst, probe))
+        findings.extend(room_findings(cfg, inst, probe))
+    findings.extend(landing_findings(cfg))
     from xaf_hub.ops.health import stream_findings
 
     live = [i for i, p in zip(cfg.instances, probes, strict=True) if p.reachable]
@@ -262,6 +287,7 @@ def collect(
         problem, missing = check_writable(folder)
         findings.append(folder_finding(label, folder, problem, missing))
     findings.extend(_redis(cfg))
+    findings.extend(_sandbox(cfg))
     findings.extend(_clock(cfg, now))
     findings.extend(_patrol(cfg))
     from xaf_hub.notify.check import webhook_checks

@@ -111,7 +111,11 @@ def starter(
             entry["readonly_default"] = True
         entries.append(entry)
     return {
-        "project": {"name": project or (Path(dirs[0]).name if dirs else "project")},
+        "project": {
+            "name": project or (Path(dirs[0]).name if dirs else "project"),
+            # Each task in a worktree and branch of its own (docs/worktrees.md).
+            "isolation": "worktree",
+        },
         "concurrency_limit": 2,
         "instances": entries,
     }

@@ -18,8 +18,11 @@ from xaf_hub.cli.commands._common import (
 from xaf_hub.cli.context import Context
 from xaf_hub.cli.options import add_options
 from xaf_hub.cli.termfit import state_color
+from xaf_hub.config.load import InstanceConfig
+from xaf_hub.core import aio
 from xaf_hub.core.records import Snapshot
 from xaf_hub.core.text import dumps
+from xaf_hub.errors import HubError
 
 EXAMPLES = """\
 examples:
@@ -46,9 +49,35 @@ class Options:
 
 
 def read(ctx: Context, opts: Options) -> tuple[list[dict[str, Any]], Snapshot]:
-    """Scan; what `instances --json` prints (and the MCP tool answers), and the scan."""
-    snap, _ = scan(ctx, chosen_instances(ctx, opts.instance), progress=True)
-    return [i.to_json() for i in snap.instances], snap
+    """Scan; what `instances --json` prints (and the MCP tool answers), and the scan. With
+    ``project.isolation: "worktree"`` each answering server also says whether it gives tasks
+    worktrees of their own (``worktrees``) and why not."""
+    chosen = chosen_instances(ctx, opts.instance)
+    snap, _ = scan(ctx, chosen, progress=True)
+    doc = [i.to_json() for i in snap.instances]
+    if ctx.config.repository.isolation == "worktree":
+        up = [inst for inst, i in zip(chosen, snap.instances, strict=True) if i.reachable]
+        why = aio.run(_room_support(ctx, up))
+        for row in doc:
+            if row["name"] in why:
+                row["worktrees"] = not why[row["name"]]
+                row["worktrees_note"] = why[row["name"]] or None
+    return doc, snap
+
+
+async def _room_support(ctx: Context, instances: list[InstanceConfig]) -> dict[str, str]:
+    from xaf_hub.fleet.scan import make_client
+    from xaf_hub.ops.rooms import room_support
+
+    async def one(inst: InstanceConfig) -> tuple[str, str]:
+        transport = ctx.transport_factory(inst) if ctx.transport_factory else None
+        async with make_client(ctx.config, inst, transport) as client:
+            try:
+                return inst.name, await room_support(client, inst)
+            except HubError as exc:
+                return inst.name, f"could not ask ({exc})"
+
+    return dict(await aio.gather(*(one(i) for i in instances)))
 
 
 def run(ctx: Context) -> int:
@@ -59,9 +88,12 @@ def run(ctx: Context) -> int:
         report_missing_passwords(ctx, snap)
         return scan_exit(snap)
     rows = []
+    rooms = {row["name"]: row.get("worktrees_note") for row in doc if "worktrees" in row}
     for i in snap.instances:
         notes = ["production: writes need --allow-prod"] if i.danger else []
         notes += [i.note] if i.note else []
+        if rooms.get(i.name):
+            notes.append(f"no worktrees ({rooms[i.name]}): tasks share its checkout")
         note = "; ".join(notes)
         rows.append(
             [

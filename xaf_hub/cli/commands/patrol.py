@@ -147,7 +147,10 @@ def run(ctx: Context) -> int:
         ctx.out(line)
         ctx.stdout.flush()
 
-    return run_daemon(pctx, skip, interval, aligned=aligned, out=out, live=not opts.no_live)
+    from xaf_hub.config.watch import ConfigWatch
+
+    return run_daemon(pctx, skip, interval, aligned=aligned, out=out, live=not opts.no_live,
+                      watch=ConfigWatch(ctx.config, ctx.env), use=ctx.use)
 
 
 def _who(ctx: Context) -> str:

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from xaf_hub.cli.commands._common import scan
 from xaf_hub.cli.context import Context
+from xaf_hub.config.watch import ConfigState, ConfigWatch
 from xaf_hub.errors import UsageError
 from xaf_hub.page.serve import (
     ANSWER_SECONDS,
@@ -37,12 +38,17 @@ from xaf_hub.page.serve import (
     SnapshotCache,
     Viewer,
     check_exposure,
+    config_notes,
     start_feed,
     url_of,
 )
 from xaf_hub.page.view import QUIET_REFRESH_FACTOR
+from xaf_hub.store.patrol_state import daemon_alive, heartbeat
+
+WATCH_SECONDS = 1.0  # how often serve looks whether its config was saved
 
 if TYPE_CHECKING:
+    from xaf_hub.config.load import Config
     from xaf_hub.core.records import Snapshot
     from xaf_hub.page.notices import ChangeFeed
 
@@ -117,6 +123,7 @@ def run(ctx: Context) -> int:
 
     cfg = ctx.config
     instances = list(cfg.instances)
+    watch = ConfigWatch(cfg, ctx.env)
     # No request waits for a scan longer than one instance's scan deadline.
     feeds: list[ChangeFeed] = []  # the change feed, once a page follows (it says who is polled)
 
@@ -124,7 +131,7 @@ def run(ctx: Context) -> int:
     # scanned; last results read once per change of a session (page.notices.LiveFleet).
     fleet = LiveFleet(
         cfg, instances, scan=lambda rest: scan(ctx, rest)[1],
-        outcomes=lambda scans: aio.run(fill_outcomes(cfg, scans, ctx.transport_factory)),
+        outcomes=lambda scans: aio.run(fill_outcomes(ctx.config, scans, ctx.transport_factory)),
     )
 
     def scan_fleet() -> Snapshot:
@@ -132,7 +139,8 @@ def run(ctx: Context) -> int:
         return feeds[0].annotate(snap) if feeds else snap
 
     def follow() -> ChangeFeed:
-        feeds.append(start_feed(cfg, ctx.transport_factory, cache, log))
+        feeds.append(start_feed(ctx.config, ctx.transport_factory, cache, log,
+                                lambda: watch.state))
         fleet.follow(feeds[0])
         return feeds[0]
 
@@ -140,12 +148,18 @@ def run(ctx: Context) -> int:
     from xaf_hub.fleet.web_ui import Finder
     from xaf_hub.page import autopilot as overview
 
+    def states() -> list[tuple[str, ConfigState]]:
+        """How serve, and the patrol daemon running beside it, stand with their config."""
+        beat = heartbeat(ctx.config.state_dir / "patrol")
+        daemon = ConfigState.from_json(beat.get("config")) if beat and daemon_alive(beat) else None
+        return [("config.serve", watch.state)] + ([("config.patrol", daemon)] if daemon else [])
+
     viewer = Viewer(
         cache,
         title=cfg.project_name,
         password=password if opts.public else None,
         autopilot=lambda now, lang, snap: overview.build(
-            cfg,
+            ctx.config,
             now,
             lang,
             {(s.instance, s.id): s for s in snap.sessions},
@@ -153,11 +167,37 @@ def run(ctx: Context) -> int:
         ),
         language=cfg.page_language,
         links=Finder(cfg, ctx.transport_factory),
-        tasks=lambda: overview.task_ids_by_session(cfg),
+        tasks=lambda: overview.task_ids_by_session(ctx.config),
         refresh_seconds=opts.refresh_seconds,
         redact=ctx.redact,
+        notes=lambda lang: config_notes(states(), lang),
     )
     log = RequestLog(ctx.stderr, ctx.redact)
+
+    def reconfigure(new: Config) -> None:
+        """Show what the config read again names: its instances, folders, title, language."""
+        ctx.use(new)
+        fleet.use(new)
+        if feeds:
+            feeds[0].use(new)
+        viewer.configure(new.project_name, new.page_language, Finder(new, ctx.transport_factory))
+
+    def look(stop: threading.Event) -> None:
+        """Every WATCH_SECONDS: read the config again if it was saved."""
+        while not stop.wait(WATCH_SECONDS):
+            try:
+                polled = watch.poll()
+                if polled == "unchanged":
+                    continue
+                if polled == "loaded":
+                    reconfigure(watch.cfg)
+                    log.line(f"config: read again ({len(watch.cfg.instances)} instance(s))")
+                for line in watch.state.words("serve"):
+                    log.line(f"config: {line}")
+                cache.invalidate()  # the next page shows it
+            except Exception as exc:  # noqa: BLE001 - the watch must outlive one bad look
+                log.line(f"config: {type(exc).__name__}: {exc}")
+
     # Starlette and uvicorn load here, when serve runs: never for --help or another command.
     from xaf_hub.page.asgi import Limits, PageApp, listen, serve
 
@@ -173,6 +213,9 @@ def run(ctx: Context) -> int:
         # uvicorn takes SIGINT and SIGTERM while it runs and raises them again once stopped;
         # SIGTERM then ends here as Ctrl+C does (exit 0), not as the default handler would.
         restore = signal.signal(signal.SIGTERM, _on_sigterm)
+    stop = threading.Event()
+    watcher = threading.Thread(target=look, args=(stop,), name="xaf-hub serve watch", daemon=True)
+    watcher.start()
     try:
         host, port = sock.getsockname()[:2]
         url = url_of(str(host), int(port))
@@ -189,6 +232,8 @@ def run(ctx: Context) -> int:
     finally:
         if restore is not None:
             signal.signal(signal.SIGTERM, restore)
+        stop.set()
+        watcher.join(timeout=30)  # a config change under way ends before the follower does
         sock.close()
         page.close()  # ends every open /api/events stream and the follower
     if page.counts.in_flight:

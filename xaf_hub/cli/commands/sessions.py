@@ -172,6 +172,10 @@ def run(ctx: Context) -> int:
         ]
         for s in rows
     ]
+    if any(s.branch for s in rows):  # tasks in worktrees of their own
+        headers.append("branch")
+        for row, s in zip(body, rows, strict=True):
+            row.append(s.branch or "-")
     if opts.outcomes:
         headers.append("last result")
         for row, s in zip(body, rows, strict=True):
@@ -179,7 +183,10 @@ def run(ctx: Context) -> int:
     ctx.table(
         body,
         headers,
-        flexible=[("directory", 10), ("last result", 10), ("instance", 10), ("title", 12)],
+        flexible=[
+            ("directory", 10), ("branch", 12), ("last result", 10), ("instance", 10),
+            ("title", 12),
+        ],
         keep_end=["directory"],
         keep={"session": prefix_width((s.id for s in snap.sessions), (s.id for s in rows))},
         colors={"state": state_color, "last result": state_color},

@@ -167,6 +167,7 @@ def document(found: Found) -> dict[str, Any]:
         "session_id": s.id,
         "title": s.title,
         "directory": s.directory,
+        "branch": s.branch or None,
         "project": s.project,
         "state": shown_state(s),
         "retry_message": s.retry_message,
@@ -204,6 +205,7 @@ def run(ctx: Context) -> int:
         ("session", f"{s.id} on {inst.name} ({inst.url})"),
         ("title", s.title),
         ("directory", s.directory + ("" if s.project else "  (not a project session)")),
+        *([("branch", f"{s.branch} (its own worktree)")] if s.branch else []),
         ("state", f"{state}; last run: {doc['last_outcome']}" + (f" ({err})" if err else "")),
         ("model", doc["model"] or "server default"),
         ("cost", "unknown (the server reported none usable)" if s.cost is None

@@ -125,6 +125,7 @@ def document(m: Measured) -> dict[str, Any]:
         ],
         "queue": {"pending": m.queued},
         "project": m.project.to_json() if m.whole else None,
+        "warnings": list(m.snap.warnings),
         # Where the numbers come from: the live board (with its age) or a scan just now.
         **m.snap.source_json(),
     }

@@ -17,9 +17,9 @@ session is reported as "interrupted again after a resume" and left for a human
 (``xaf-hub dispatch --session ID --text ...`` continues it).
 
 **A person's decision** (``ops.decisions``): a run stopped with ``xaf-hub interrupt`` (the
-audit log says who and when), or a session whose pool row a person steered by hand, is never
-resumed; it is classed ``interrupted`` with "interrupted by <who> at <time>" and listed under
-"needs a person".
+audit log says who and when) or at its run ceiling, or a session whose pool row a person
+steered by hand, is never resumed; it is classed ``interrupted`` with "interrupted by <who> at
+<time>" (or "stopped over its run ceiling ...") and listed under "needs a person".
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ from xaf_hub.ops.context import OpsContext
 from xaf_hub.ops.decisions import load_decisions, person_stop
 from xaf_hub.ops.models import choose_model
 from xaf_hub.ops.planner import plan_reuse
+from xaf_hub.ops.rooms import in_room
 from xaf_hub.ops.send import build_prompt, send_work
 from xaf_hub.ops.waiting import PendingRequest, pending_of
 from xaf_hub.patrol.context import Cycle, pool_discipline
@@ -104,7 +105,7 @@ async def check_agents(pctx: OpsContext, cycle: Cycle) -> None:
         state, detail = classify(rec, run, now_ms, pctx.cfg.patrol.stale_minutes)
         decision = people.for_session(inst.name, rec.id, run.created_ms if run else None)
         if decision is not None and not rec.running:
-            if decision.kind == "interrupted" and state == "idle":
+            if decision.kind != "steered" and state == "idle":
                 state = "interrupted"  # stopped with a prompt still unanswered: looks idle
             if state == "interrupted":
                 detail = decision.text
@@ -181,7 +182,9 @@ async def _resume(
     model = choose_model(
         pctx, inst, (run.model if run and run.model else rec.model) or None, pctx.now()
     )
-    prompt = build_prompt(pctx, inst, RESUME_PROMPT, rec.title, override, "unknown")
+    prompt = build_prompt(
+        pctx, inst, RESUME_PROMPT, rec.title, override, "unknown", room=in_room(inst, rec)
+    )
     plan = plan_reuse(inst, rec, via="patrol resume")
     try:
         async with pctx.client(inst) as client:

@@ -62,7 +62,7 @@ from datetime import datetime, timedelta
 from xaf_hub.config.load import InstanceConfig
 from xaf_hub.core.commits import claimed_commits, short
 from xaf_hub.core.discipline import base_commit, expected_branches
-from xaf_hub.core.records import SessionRecord
+from xaf_hub.core.records import Room, SessionRecord
 from xaf_hub.errors import (
     BudgetReached,
     BusyError,
@@ -80,6 +80,7 @@ from xaf_hub.ops import budget
 from xaf_hub.ops.context import Fleet, OpsContext
 from xaf_hub.ops.decisions import decisions_from, people_interrupts
 from xaf_hub.ops.heal import heal_candidate
+from xaf_hub.ops.land import send_back
 from xaf_hub.ops.load import instance_load
 from xaf_hub.ops.models import choose_model, untried_model
 from xaf_hub.ops.planner import (
@@ -87,10 +88,11 @@ from xaf_hub.ops.planner import (
     InstanceView,
     new_session_directory,
     plan_create,
-    plan_reuse,
 )
+from xaf_hub.ops.rooms import room_name
 from xaf_hub.ops.send import build_prompt, send_work
 from xaf_hub.patrol.context import Cycle, pool_discipline
+from xaf_hub.patrol.jobs.land import land_ready
 from xaf_hub.patrol.settle import (
     JUST_DISPATCHED,
     NO_ANSWER_GRACE,
@@ -105,9 +107,9 @@ from xaf_hub.patrol.settle import (
     settle_claim,
 )
 from xaf_hub.store.backlog import InfraPolicy, Task, is_blocked, parse_instant, pick_tasks
+from xaf_hub.store.contain import CheckRun
 from xaf_hub.store.gate import Gate
-from xaf_hub.store.repository import Check, CheckRun, GitFailed, Mirror, remote_name
-from xaf_hub.store.tasks import format_instant
+from xaf_hub.store.repository import Check, GitFailed, Mirror, remote_name
 
 __all__ = [
     "JUST_DISPATCHED",
@@ -172,6 +174,7 @@ async def fill_slots(pctx: OpsContext, cycle: Cycle) -> None:
     cycle.note_instances(pctx, fleet)
     backlog = pctx.backlog()
     await settle_dispatched(pctx, cycle, fleet, backlog.load().tasks, scanned_at)
+    await land_ready(pctx, cycle)
     if pctx.stop_requested():
         return
     data = backlog.load()
@@ -263,11 +266,15 @@ async def _tips(pctx: OpsContext, cycle: Cycle) -> dict[str, str] | None:
     """
     if not pctx.cfg.repository.url:
         return None
+    mirror = Mirror.of(pctx.cfg)
     try:
-        return await asyncio.to_thread(_mirror(pctx).tips)
+        return await asyncio.to_thread(mirror.tips)
     except (GitFailed, BusyError, OSError) as exc:
         cycle.log.note(pctx, f"{STEP}: tasks sent without a base (base unknown): {exc}")
         return {}
+    finally:
+        if mirror.rebuilt:
+            cycle.log.note(pctx, f"{STEP}: {mirror.rebuilt}")
 
 
 def _expected_branches(
@@ -327,16 +334,21 @@ async def _dispatch(
 ) -> None:
     title = session_title(task)
     plan = plan_create(inst, directory, title, via=f"patrol fill_slots ({task.id})")
-    prompt = build_prompt(pctx, inst, task.work_text(), task.title, override)
+    if pctx.cfg.repository.isolation == "worktree":
+        plan = dataclasses.replace(plan, room=room_name(task.id, task.title))
+    room = bool(plan.room)
+    prompt = build_prompt(pctx, inst, task.work_text(), task.title, override, room=room)
     created: list[str] = []
 
-    def record(session_id: str) -> None:
+    def record(session_id: str, room: Room | None) -> None:
         # Marked before the prompt goes out: if the patrol dies in between, the next cycle
         # finds the task dispatched (and settles it) instead of sending the work again.
         # Marked only if the row is still the one planned from: a person's change wins.
         created.append(session_id)
         try:
-            pctx.backlog().claim(task, session_id, inst.name, model, pctx.now(), base=base)
+            pctx.backlog().claim(
+                task, session_id, inst.name, model, pctx.now(), base=base, room=room
+            )
         except TaskChanged:
             raise
         except HubError as exc:
@@ -478,7 +490,11 @@ async def settle_dispatched(
         when = parse_instant(task.dispatched_at)
         return since is not None and when is not None and when >= since
 
-    dispatched = [t for t in tasks if t.status == "dispatched" and not too_new(t)]
+    # Verified work waiting to land (or for a person to land it) is not judged again.
+    dispatched = [
+        t for t in tasks
+        if t.status == "dispatched" and not too_new(t) and t.landing not in ("ready", "person")
+    ]
     if not dispatched:
         return
     configured = {i.name for i in pctx.cfg.instances}
@@ -544,6 +560,19 @@ async def settle_dispatched(
                     if run is not None
                     else {}
                 )
+                if task.branch and verdict.verified and pctx.cfg.repository.integrate != "off":
+                    # Its own branch: done once it has landed (patrol.jobs.land, or a person).
+                    pctx.backlog().mark_ready(
+                        task, commit=verdict.commit, commits=verdict.commits,
+                        judged=verdict.judged or None, check=ran,
+                    )
+                    for c in verdict.commits:
+                        credited[c] = task.id
+                    cycle.log.add(pctx, Action(
+                        STEP, "verified", "ok", key[0], key[1], task=task.id, title=task.title,
+                        detail=f"verified, ready to land: {verdict.judged or verdict.commit}",
+                    ))
+                    continue
                 pctx.backlog().mark_done(
                     task.id,
                     now,
@@ -614,7 +643,7 @@ async def settle_dispatched(
                 )
             elif verdict.action == "retry":
                 assert inst is not None and seen.session is not None
-                await _send_back(pctx, cycle, inst, seen.session, task, verdict, now)
+                await _send_back(pctx, cycle, inst, seen.session, task, verdict)
             elif verdict.reason:
                 _note_judged(pctx, task, verdict)
                 kind = "person" if verdict.person else "keep"
@@ -666,22 +695,19 @@ async def _verify(
         # The discipline named the branch from the task's title (fill_slots) or, in a
         # resume or heal, from the session's: either is where the agent was told to push.
         titles = [task.title] + ([seen.session.title] if seen.session is not None else [])
-        branches = _expected_branches(pctx, inst, [t or task.id for t in titles], override)
+        branches = (task.branch,) if task.branch else _expected_branches(
+            pctx, inst, [t or task.id for t in titles], override
+        )
         wanted.append((claimed_commits(answer), branches))
-    mirror = _mirror(pctx)
+    mirror = Mirror.of(pctx.cfg)
     bases = [task.base for task, _, _ in finished]
-    checks = await asyncio.to_thread(mirror.check_all, wanted, bases, repo.locked_paths)
+    checks = await asyncio.to_thread(mirror.check_all, wanted, bases, repo.locked)
+    if mirror.rebuilt:
+        cycle.log.note(pctx, f"{STEP}: {mirror.rebuilt}")
     return {
         task.id: (check, remote_name(branches))
         for (task, _, _), check, (_, branches) in zip(finished, checks, wanted, strict=True)
     }
-
-
-def _mirror(pctx: OpsContext) -> Mirror:
-    repo = pctx.cfg.repository
-    return Mirror(
-        repo.url, pctx.cfg.state_dir, timeout=repo.fetch_timeout_seconds, secrets=repo.secrets()
-    )
 
 
 async def _run_check(
@@ -709,7 +735,7 @@ async def _run_check(
             )
         try:
             run = await asyncio.to_thread(
-                _mirror(pctx).run_check,
+                Mirror.of(pctx.cfg).run_check,
                 verdict.commit,
                 repo.check_command,
                 repo.check_timeout_seconds,
@@ -739,42 +765,21 @@ async def _send_back(
     rec: SessionRecord,
     task: Task,
     verdict: Settlement,
-    now: datetime,
 ) -> None:
     """A failed check goes back to the same session once more, with the output's end and the
-    discipline (``send_work``, like every send); the row records the retry before the prompt."""
+    discipline (``ops.land.send_back``); the row records the retry before the prompt."""
     run = verdict.check
     assert run is not None
     repo = pctx.cfg.repository
-    override = pool_discipline(pctx, cycle.log, STEP)
     text = retry_text(repo.check_command, verdict.commit, run)
-    prompt = build_prompt(pctx, inst, text, task.title, override, "exists")
     key = (inst.name, rec.id)
-
-    def record(_: str) -> None:
-        pctx.backlog().note_check(
-            task,
-            judged=verdict.judged,
-            check="failed",
-            check_commit=verdict.commit,
-            check_output=run.tail,
-            check_retries=(task.check_retries or 0) + 1,
-            dispatched_at=format_instant(now),  # judged again once the new run shows
-        )
-
-    plan = plan_reuse(inst, rec, via=f"patrol check retry ({task.id})")
     try:
-        async with pctx.client(inst) as client:
-            sent = await send_work(
-                pctx,
-                plan,
-                prompt,
-                task.model,
-                client,
-                command="patrol.check_retry",
-                steer=False,
-                before_prompt=record,
-            )
+        sent = await send_back(
+            pctx, task, text, rec=rec, override=pool_discipline(pctx, cycle.log, STEP),
+            command="patrol.check_retry", judged=verdict.judged, check="failed",
+            check_commit=verdict.commit, check_output=run.tail,
+            check_retries=(task.check_retries or 0) + 1,
+        )
     except BusyError as exc:
         cycle.log.add(
             pctx,

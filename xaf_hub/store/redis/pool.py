@@ -239,6 +239,11 @@ class RedisBacklog(TaskPool):
             _, meta, rows = self._snapshot()
             return self._document(meta, rows)
 
+    def stamp(self) -> object:
+        """``P:writes``, which every write of every host adds one to."""
+        with redis_errors(self.server):
+            return self.client.get(self.writes_key)
+
     # -- writing ---------------------------------------------------------------------------
 
     def _fence_args(self) -> tuple[str, str, str]:

@@ -13,6 +13,7 @@ from zoneinfo import ZoneInfo
 import httpx
 import pytest
 
+from tests.contained import WORKS
 from xaf_hub import __version__
 from xaf_hub.cli.commands import doctor as d
 from xaf_hub.cli.main import main
@@ -22,6 +23,8 @@ from xaf_hub.core.rules import ProjectRules
 from xaf_hub.errors import ConfigError, ExitCode
 from xaf_hub.ops import health as h
 from xaf_hub.patrol.runner import PAUSE_FILE, clear_paused, pause_info, set_paused
+from xaf_hub.store import contain
+from xaf_hub.store.contain import Proof
 from xaf_hub.store.model_state import Blackout
 
 SECRET = "hunter2-Sekret"
@@ -525,3 +528,53 @@ def test_doctor_warns_of_a_file_pool_beside_a_redis_gate(
     code, out, err = _run(tmp_path, env)
     assert "WARN" in out and 'pool.backend is "file" while lock.backend is "redis"' in out
     assert redis_server.password not in out
+
+
+@pytest.mark.parametrize(("proof", "network", "consent", "level", "said"), [
+    (Proof("contained", port=9, reached=False, processes=4), False, False, "ok",
+     "contained (bubblewrap): a probe check could not read a secret planted in the state "
+     "folder, could not reach 127.0.0.1:9, and saw only its own 4 processes"),
+    (Proof("contained", port=9, reached=True, processes=4), True, False, "ok",
+     "reached 127.0.0.1:9 (project.check_network is on)"),
+    (Proof("contained", port=9, reached=True), False, False, "error",
+     "the check is not contained: a probe check reached 127.0.0.1:9"),
+    (Proof("contained", secret_read=True, reached=False), False, False, "error",
+     "a probe check read a secret planted in the state folder"),
+    (Proof("refused", "bubblewrap refuses here: x"), False, False, "error",
+     "no check can run: no sandbox works here: bubblewrap refuses here: x"),
+    (Proof("refused", "bubblewrap refuses here: x"), False, True, "warn",
+     "checks run uncontained (project.check_uncontained): bubblewrap refuses here: x"),
+])
+def test_the_sandbox_line_says_what_the_probe_check_found(
+    proof: Proof, network: bool, consent: bool, level: str, said: str
+) -> None:
+    f = h.sandbox_finding(proof, network, consent)
+    assert f.level == level and said in f.message
+    assert f.level == "ok" or f.fix
+
+
+@pytest.mark.parametrize("bwrap", [True, False])
+def test_doctor_proves_the_checks_sandbox_by_a_probe_check(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, bwrap: bool
+) -> None:
+    if bwrap and not WORKS:
+        pytest.skip("no working bubblewrap here")
+    if not bwrap:
+        monkeypatch.setattr(contain, "BWRAP", "no-such-bwrap")
+    home = tmp_path / "home"
+    (tmp_path / "config.json").write_text(json.dumps({
+        "project": {"name": "p", "repository": "/srv/origin.git", "check_command": "make test"},
+        "instances": [{"name": "good", "url": "http://good:1", "roots": ["/srv/demo"]}],
+    }), "utf-8")
+    code, out, _ = _run(tmp_path, {"XAF_HUB_HOME": str(home), "XAF_HUB_PW_GOOD": SECRET}, "--json")
+    [line] = [f for f in json.loads(out)["findings"] if f["subject"] == "sandbox"]
+    if bwrap:
+        assert code == ExitCode.OK and line["level"] == "ok", line
+        assert "could not read a secret planted in the state folder" in line["message"]
+    else:
+        assert code == ExitCode.USAGE and line["level"] == "error"
+        assert line["message"] == (
+            "no check can run: no sandbox works here: "
+            "bubblewrap (bwrap) is not installed: apt-get install bubblewrap"
+        )
+    assert list((home / "checks").iterdir()) == []  # the probe's folder is gone

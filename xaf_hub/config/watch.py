@@ -1,0 +1,157 @@
+"""The config of a process that runs on (the patrol daemon, ``serve``), read again when saved.
+
+``ConfigWatch.poll`` stats the files the config was read from (``config.json``, either
+``config.local.json``, the password files in use): cheap enough to call every second. When one
+changed it loads the config again, with the process's own environment (a variable exported
+after the process started is never seen; a ``password_env`` renamed to one it has is). A config
+that does not load is not used: the process keeps the one it has and ``problem`` says why, until
+a saved version loads. What the process opened at its start (``RESTART_KEYS``: where the state
+lives and which backends hold it) keeps its old value until a restart; ``restart`` names those
+that changed.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Literal
+
+from xaf_hub.config.load import Config, hub_home, load_config
+from xaf_hub.errors import ConfigError
+
+# Keys a running process keeps until it restarts: its stores are open on them.
+RESTART_KEYS = (
+    "state_dir", "lock.dir", "lock.backend", "lock.redis_url", "lock.redis_prefix",
+    "pool.backend", "models.state_backend", "patrol.lease_seconds",
+)
+
+
+KEPT = ("{who} keeps the config it loaded at {loaded}: the saved one does not load "
+        "({problem}); it is read again once saved")
+RESTART = "{who} needs a restart to use the new {keys} (until then it keeps the old value)"
+# What a poll found: no file changed; a new config in use; the same config; a config refused.
+Polled = Literal["unchanged", "loaded", "same", "refused"]
+
+
+def _value(cfg: Config, key: str) -> object:
+    obj: object = cfg
+    for part in key.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def pinned(new: Config, old: Config) -> tuple[Config, tuple[str, ...]]:
+    """``new`` with ``old``'s value of every restart key, and the keys that differed (pure)."""
+    changed = tuple(k for k in RESTART_KEYS if _value(new, k) != _value(old, k))
+    kept = replace(
+        new,
+        state_dir=old.state_dir,
+        lock=replace(new.lock, dir=old.lock.dir, backend=old.lock.backend,
+                     redis_url=old.lock.redis_url, redis_prefix=old.lock.redis_prefix,
+                     redis_password=old.lock.redis_password),
+        pool=old.pool,
+        models=replace(new.models, state_backend=old.models.state_backend),
+        patrol=replace(new.patrol, lease_seconds=old.patrol.lease_seconds),
+    )
+    return kept, changed
+
+
+def _files(cfg: Config, env: Mapping[str, str]) -> tuple[Path, ...]:
+    """Every file the config was (or would be) read from."""
+    found: list[Path] = []
+    if cfg.path is not None:
+        found += [cfg.path, cfg.path.parent / "config.local.json"]
+    found.append(hub_home(env) / "config.local.json")
+    found += [Path(i.password_source.removeprefix("file:")) for i in cfg.instances
+              if i.password_source.startswith("file:")]
+    return tuple(dict.fromkeys(found))
+
+
+def _stamp(files: tuple[Path, ...]) -> tuple[object, ...]:
+    out: list[object] = []
+    for path in files:
+        try:
+            st = path.stat()
+        except OSError:
+            out.append(None)
+            continue
+        out.append((st.st_ino, st.st_mtime_ns, st.st_size))
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class ConfigState:
+    """How a running process stands with its config file: what a page and `status` show."""
+
+    loaded_at_ms: int  # when the config in use was loaded
+    problem: str = ""  # why the saved config is not in use ("" : it is)
+    restart: tuple[str, ...] = ()  # keys whose saved value waits for a restart
+
+    def to_json(self) -> dict[str, object]:
+        """Its form on the live board."""
+        return {"loaded_at_ms": self.loaded_at_ms, "problem": self.problem,
+                "restart": list(self.restart)}
+
+    def words(self, who: str, kept: str = KEPT, restart: str = RESTART) -> list[str]:
+        """One sentence per thing a person should know about ``who`` ([] when all is well);
+        ``kept`` and ``restart`` are the sentences' templates (the page has them translated)."""
+        out = []
+        if self.problem:
+            loaded = time.strftime("%H:%M:%S", time.localtime(self.loaded_at_ms / 1000))
+            out.append(kept.format(who=who, loaded=loaded, problem=self.problem))
+        if self.restart:
+            out.append(restart.format(who=who, keys=", ".join(self.restart)))
+        return out
+
+    @classmethod
+    def from_json(cls, doc: object) -> ConfigState | None:
+        """Its form on the live board or a heartbeat read back; None when not one."""
+        if not isinstance(doc, dict):
+            return None
+        loaded, problem, restart = doc.get("loaded_at_ms"), doc.get("problem"), doc.get("restart")
+        if (type(loaded) is not int or not isinstance(problem, str)
+                or not isinstance(restart, list)):
+            return None
+        return cls(loaded, problem, tuple(str(k) for k in restart))
+
+
+class ConfigWatch:
+    """The config in use by a long-running process, and the files it came from."""
+
+    def __init__(
+        self, cfg: Config, env: Mapping[str, str],
+        load: Callable[[], Config] | None = None,
+    ) -> None:
+        self.started = cfg  # what the stores were opened with
+        self.cfg = cfg
+        self.env = dict(env)
+        self._load = load or (lambda: load_config(str(cfg.path), env=self.env))
+        self._files = _files(cfg, self.env)
+        self._stamp = _stamp(self._files)
+        self.state = ConfigState(int(time.time() * 1000))
+
+    def poll(self) -> Polled:
+        """Load the config again if one of its files changed, and say how that went."""
+        stamp = _stamp(self._files)
+        if stamp == self._stamp:
+            return "unchanged"
+        self._stamp = stamp  # a change while it loads shows at the next poll
+        try:
+            new = self._load()
+        except ConfigError as exc:
+            self.state = replace(self.state, problem=str(exc))
+            return "refused"
+        kept, restart = pinned(new, self.started)
+        changed = kept != self.cfg
+        self.cfg = kept
+        files = _files(kept, self.env)
+        if files != self._files:
+            self._files, self._stamp = files, _stamp(files)
+        loaded = int(time.time() * 1000) if changed else self.state.loaded_at_ms
+        self.state = ConfigState(loaded, "", restart)
+        return "loaded" if changed else "same"
+
+
+__all__ = ["KEPT", "RESTART", "RESTART_KEYS", "ConfigState", "ConfigWatch", "Polled", "pinned"]

@@ -1,0 +1,272 @@
+"""Landing verified work on the base branch, one task at a time per project (docs/worktrees.md).
+
+A task that works in a worktree of its own is done only once its work is on the base branch.
+``land`` brings one task's verified branch there under the landing lock (the gate's lock named
+``LANDING``: one landing at a time across every hub sharing the gate, fenced like a dispatch):
+it prepares the result on the hub's mirror (``store.landing``), runs the project's check again
+when the base moved since the check, pushes with a lease on the tip it built on (a base that
+moved meanwhile starts it again from a fetch), records what landed and where, then deletes the
+task's remote branch and its worktree on its server. A conflict goes back to the task's session
+(``send_back``) up to ``project.conflict_retries`` times, then waits for a person. Work that is
+already on the base branch (a hub killed after its push, before its record) is recorded, never
+pushed twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, replace
+from typing import Literal
+
+from xaf_hub.core.commits import short
+from xaf_hub.core.records import Room, SessionRecord
+from xaf_hub.errors import BusyError, UsageError
+from xaf_hub.fleet.scan import build_record
+from xaf_hub.ops.context import OpsContext
+from xaf_hub.ops.planner import plan_reuse
+from xaf_hub.ops.rooms import close_room, in_room
+from xaf_hub.ops.send import SendResult, build_prompt, pool_discipline, send_work
+from xaf_hub.store import landing
+from xaf_hub.store.contain import CheckRun
+from xaf_hub.store.repository import GitFailed, Mirror
+from xaf_hub.store.tasks import Task, format_instant
+
+LANDING = "@landing"  # the gate lock every landing holds (no instance is called that)
+MOVED_TRIES = 3  # the base moved under the push this many times: the task waits a round
+
+Result = Literal["landed", "sent_back", "person", "waiting", "dropped"]
+
+
+@dataclass(frozen=True)
+class Landed:
+    """What ``land`` did with one task, in words for the report and as a value."""
+
+    task: str
+    result: Result
+    detail: str
+    commit: str = ""  # landed: the base branch's commit that carries the work
+
+
+def can_land(task: Task, *, person: bool = False) -> str:
+    """Why ``task`` cannot be landed now ("": it can); ``person``: a person asks."""
+    if not task.worktree and not task.branch:
+        return f"task {task.id} did not work in a worktree of its own: nothing to land"
+    if task.landing == "landed":
+        return f"task {task.id} has landed already ({short(task.landed or '')})"
+    wanted = ("ready", "person", "conflict") if person else ("ready",)
+    if task.landing not in wanted or not task.commit:
+        return f"task {task.id} is not verified and ready to land (landing: {task.landing})"
+    return ""
+
+
+async def land(ops: OpsContext, task_id: str, *, person: bool = False) -> Landed:
+    """Land one task's verified work now (see the module's docstring)."""
+    cfg = ops.cfg
+    if not cfg.repository.url:
+        raise UsageError("project.repository is not set: the hub can land nothing")
+    gate = ops.gate()
+    with gate.lock(LANDING):
+        task = ops.backlog().load().require(task_id)
+        why = can_land(task, person=person)
+        if why:
+            raise UsageError(why)
+        mirror = Mirror.of(cfg)
+        base = cfg.patrol.base_branch
+        message = f"Merge {task.branch} ({task.id}: {task.title})"
+        for _ in range(MOVED_TRIES):
+            prep = await asyncio.to_thread(
+                landing.prepare, mirror, base, task.commit or "", task.base,
+                "merge" if cfg.repository.integrate_method == "merge" else "rebase", message,
+            )
+            if prep.state == "already":
+                return await _landed(ops, task, prep.tip, "already on the base branch")
+            if prep.state == "empty":
+                return _for_person(ops, task, "no commit to land")
+            if prep.state == "conflict":
+                return await _conflict(ops, task, prep)
+            if prep.rechecked and cfg.repository.check_command:
+                run = await asyncio.to_thread(
+                    mirror.run_check, prep.result, cfg.repository.check_command,
+                    cfg.repository.check_timeout_seconds,
+                )
+                if not run.passed:
+                    return await _check_failed(ops, task, prep, run)
+            if not gate.owns_lock(LANDING):
+                raise BusyError("the landing lock was lost before the push: nothing was pushed")
+            pushed = await asyncio.to_thread(landing.push, mirror, prep.result, base, prep.tip)
+            if pushed == "pushed":
+                how = landing.describe(prep, base)
+                return await _landed(ops, task, prep.result, how)
+        return Landed(
+            task.id, "waiting", f"origin/{base} moved under {MOVED_TRIES} pushes in a row; "
+            "tried again next round"
+        )
+
+
+async def _landed(ops: OpsContext, task: Task, commit: str, how: str) -> Landed:
+    """Record the landing, then take the task's branch and worktree away."""
+    judged = f"landed on origin/{ops.cfg.patrol.base_branch} as {short(commit)} ({how})"
+    task = ops.backlog().mark_landed(task, ops.now(), landed=commit, judged=judged)
+    ops.audit("land", instance=task.dispatched_to or "", session=task.session_id or "",
+              result="landed", reason=task.id, extra={"task": task.id, "commit": commit})
+    left = await tidy(ops, task)
+    return Landed(task.id, "landed", judged + (f"; {left}" if left else ""), commit)
+
+
+async def tidy(ops: OpsContext, task: Task) -> str:
+    """Delete a finished task's remote branch and its worktree on its server: "" when both
+    went, else what stays (the next round tries again)."""
+    left = []
+    if task.branch:
+        try:
+            await asyncio.to_thread(landing.delete_branch, Mirror.of(ops.cfg), task.branch)
+        except (GitFailed, BusyError, OSError) as exc:
+            left.append(f"its branch {task.branch} stays on the remote ({exc})")
+    if task.worktree and task.checkout and task.dispatched_to:
+        try:
+            inst = ops.cfg.instance(task.dispatched_to)
+        except UsageError:
+            inst = None
+        if inst is None:
+            left.append(f"its worktree stays: instance {task.dispatched_to} is not configured")
+        else:
+            async with ops.client(inst) as client:
+                why = await close_room(
+                    client, Room(task.worktree, task.branch or "", task.checkout)
+                )
+            if why:
+                left.append(why)
+            else:
+                ops.backlog().revise(task, worktree=None)
+    return "; ".join(left)
+
+
+def _for_person(ops: OpsContext, task: Task, why: str) -> Landed:
+    ops.backlog().revise(task, landing="person", judged=f"not landed: {why}")
+    return Landed(task.id, "person", f"not landed: {why}; waits for a person")
+
+
+async def _conflict(ops: OpsContext, task: Task, prep: landing.Prepared) -> Landed:
+    base = ops.cfg.patrol.base_branch
+    said = landing.describe(prep, base)
+    used = task.conflicts or 0
+    if used >= ops.cfg.repository.conflict_retries:
+        return _for_person(ops, task, said)
+    files = "\n".join(f"- {f}" for f in prep.files)
+    text = (
+        f"Your branch could not be landed on `{base}`: it conflicts with work that landed "
+        f"there since you started. The files:\n{files}\n\n"
+        f"Rebase your branch onto the current `origin/{base}` (git fetch origin, then git "
+        f"rebase origin/{base}), resolve each conflict keeping what both changes meant, check "
+        "that the project still works, then push your branch again (git push "
+        "--force-with-lease origin HEAD) and report the new commit hash."
+    )
+    await send_back(ops, task, text, landing="conflict", conflicts=used + 1, base=prep.tip,
+                    judged=f"conflict, sent back: {said}")
+    return Landed(task.id, "sent_back", f"conflict, sent back to its session: {said}")
+
+
+async def _check_failed(
+    ops: OpsContext, task: Task, prep: landing.Prepared, run: CheckRun
+) -> Landed:
+    """The check failed on the work rebuilt on a base that moved: back to the session."""
+    base = ops.cfg.patrol.base_branch
+    retries = (task.check_retries or 0) + 1
+    said = "ran out of time" if run.code is None else f"exited with {run.code}"
+    if retries > ops.cfg.repository.check_retries:
+        ops.backlog().revise(task, check="failed", check_commit=prep.result,
+                             check_output=run.tail)
+        return _for_person(ops, task, f"the check {said} on it rebuilt on origin/{base}")
+    text = (
+        f"Your work passed the project's check, but rebuilt on the current `origin/{base}` "
+        f"(which moved since) the check (`{ops.cfg.repository.check_command}`) {said}. "
+        f"The end of its output:\n\n```\n{run.tail.replace('```', '` ` `')}\n```\n\n"
+        f"Rebase your branch onto `origin/{base}`, fix the cause (do not change the tests or "
+        "the check), push your branch again (git push --force-with-lease origin HEAD) and "
+        "report the new commit hash."
+    )
+    await send_back(ops, task, text, landing=None, base=prep.tip, check="failed",
+                    check_commit=prep.result, check_output=run.tail, check_retries=retries,
+                    judged=f"check: failed on origin/{base} ({said}), sent back")
+    return Landed(task.id, "sent_back", f"the check {said} on the moved base: sent back")
+
+
+async def send_back_by_person(ops: OpsContext, task_id: str, text: str) -> Landed:
+    """A person sends a task's work back to its session with ``text``: it works on, and is
+    judged (and landed) again when that run ends."""
+    gate = ops.gate()
+    with gate.lock(LANDING):
+        task = ops.backlog().load().require(task_id)
+        if task.landing == "landed" or task.status != "dispatched":
+            state = task.landing or task.status
+            raise UsageError(f"task {task.id} is {state}: nothing to send back")
+        tip = await asyncio.to_thread(_base_tip, ops)
+        await send_back(ops, task, text, landing=None, base=tip or task.base,
+                        judged="sent back by a person")
+    return Landed(task.id, "sent_back", "sent back to its session")
+
+
+async def drop(ops: OpsContext, task_id: str) -> Landed:
+    """A person gives a task's work up: its run is stopped, the task parked, its branch and
+    worktree removed."""
+    gate = ops.gate()
+    with gate.lock(LANDING):
+        task = ops.backlog().load().require(task_id)
+        if not task.worktree and not task.branch:
+            raise UsageError(f"task {task.id} did not work in a worktree of its own")
+        if task.landing == "landed":
+            raise UsageError(f"task {task.id} has landed already: nothing to drop")
+        if task.dispatched_to and task.session_id:
+            async with ops.client(ops.cfg.instance(task.dispatched_to)) as client:
+                await client.abort(task.session_id, task.worktree)
+        task = ops.backlog().revise(
+            task, status="pending", parked="dropped by a person", landing="dropped",
+            judged="dropped by a person",
+        )
+        ops.audit("land", instance=task.dispatched_to or "", session=task.session_id or "",
+                  result="dropped", reason=task.id, extra={"task": task.id})
+        left = await tidy(ops, task)
+    return Landed(task.id, "dropped", "dropped: parked" + (f"; {left}" if left else ""))
+
+
+def _base_tip(ops: OpsContext) -> str | None:
+    try:
+        return Mirror.of(ops.cfg).tips().get(ops.cfg.patrol.base_branch)
+    except (GitFailed, BusyError, OSError):
+        return None
+
+
+async def send_back(
+    ops: OpsContext,
+    task: Task,
+    text: str,
+    *,
+    rec: SessionRecord | None = None,
+    override: str | None = None,
+    command: str = "land.send_back",
+    **fields: object,
+) -> SendResult:
+    """Send ``text`` into the task's own session (``rec`` when the caller has read it; the
+    discipline with it) through the gate, writing ``fields`` on its row first (and when it was
+    sent: it is judged again once that run ends). BusyError when its server is full."""
+    if not task.dispatched_to or not task.session_id:
+        raise UsageError(f"task {task.id} has no session to send it back to")
+    inst = ops.cfg.instance(task.dispatched_to)
+    async with ops.client(inst) as client:
+        if rec is None:
+            s = await client.get_session(task.session_id, task.worktree)
+            rec = replace(build_record(inst, s, None, True), branch=task.branch or "")
+        if override is None:
+            override, _ = pool_discipline(ops)
+        # Its work is on its branch: continue there, never create it again.
+        prompt = build_prompt(ops, inst, text, task.title, override, "exists",
+                              room=in_room(inst, rec))
+        stamp = {"dispatched_at": format_instant(ops.now())}
+
+        def record(_: str, __: Room | None) -> None:
+            ops.backlog().revise(task, **fields, **stamp)
+
+        return await send_work(
+            ops, plan_reuse(inst, rec, via=f"{command} ({task.id})"), prompt, task.model,
+            client, command=command, steer=False, before_prompt=record,
+        )

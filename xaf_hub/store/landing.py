@@ -1,0 +1,147 @@
+"""Landing a verified task's work on the base branch, on the hub's own side (docs/worktrees.md).
+
+``prepare`` fetches, asks whether the task's commits are already on the base branch (by
+content: ``git cherry`` compares patch ids, since a rebase changes hashes, and a merge keeps
+the commits themselves), and otherwise replays them onto the base's tip in a throw-away
+detached worktree of the mirror (``rebase``, or a ``--no-ff`` merge commit): the result, or
+the files that conflict. ``push`` sends the result to the base branch without force: a base
+that moved meanwhile is refused by the remote, and the caller starts again from a fetch.
+Nothing here creates a branch of the mirror's own (its fetches prune every branch the remote
+does not have), and no git command of the hub runs a hook.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from xaf_hub.core.commits import short
+from xaf_hub.store.repository import GitFailed, Mirror, split_credentials
+
+Method = Literal["rebase", "merge"]
+PrepState = Literal["ready", "already", "conflict", "empty"]
+PushState = Literal["pushed", "moved"]
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """What landing a task's work would put on the base branch.
+
+    ``ready``: ``result`` is the new tip (``tip`` the base's tip it builds on; ``rechecked``:
+    its tree differs from the checked commit's, so the check must run on it). ``already``:
+    every commit's change is on the base (``tip`` holds them). ``conflict``: ``files`` clash.
+    ``empty``: the task's range holds no commit.
+    """
+
+    state: PrepState
+    tip: str = ""
+    result: str = ""
+    rechecked: bool = False
+    files: tuple[str, ...] = ()
+
+
+# The hub commits (a rebase replays, a merge joins) as itself; the authors stay the agents'.
+_IDENTITY = ("-c", "user.name=xaf-hub", "-c", "user.email=xaf-hub@localhost")
+
+
+def prepare(
+    mirror: Mirror, base_branch: str, top: str, fork: str | None, method: Method, message: str
+) -> Prepared:
+    """Fetch, then what landing ``fork..top`` on ``base_branch`` gives (fork None: where
+    ``top`` left the base). GitFailed when git itself fails."""
+    mirror.fetch()
+    tip = mirror.known_tips().get(base_branch, "")
+    if not tip:
+        raise GitFailed(f"the remote has no branch {base_branch}")
+    if _ok(mirror, "merge-base", "--is-ancestor", top, tip):
+        return Prepared("already", tip=tip)
+    start = fork or _out(mirror, "merge-base", tip, top).strip()
+    cherry = _out(mirror, "cherry", tip, top, start).splitlines()
+    if not any(line.startswith("+") for line in cherry):
+        return Prepared("already" if cherry else "empty", tip=tip)
+    with _scratch(mirror, tip) as work:
+        if method == "merge":
+            step = ("merge", "--no-ff", "--no-edit", "-m", message, top)
+        else:
+            step = ("rebase", "--no-autostash", "--onto", tip, start, top)
+        code, _ = mirror.git(*_IDENTITY, *step, cwd=work, ok=(0, 1, 128))
+        if code != 0:
+            _, listed = mirror.git("diff", "--name-only", "--diff-filter=U", "-z", cwd=work)
+            names = tuple(sorted({f for f in listed.split("\0") if f}))
+            return Prepared("conflict", tip=tip, files=names or ("(git stopped: see the log)",))
+        _, head = mirror.git("rev-parse", "HEAD", cwd=work)
+    result = head.strip()
+    rechecked = _tree(mirror, result) != _tree(mirror, top)
+    return Prepared("ready", tip=tip, result=result, rechecked=rechecked)
+
+
+def push(mirror: Mirror, result: str, base_branch: str, tip: str) -> PushState:
+    """Put ``result`` on the remote's base branch, which must still be at ``tip`` (never a
+    force: the lease makes the remote refuse when it moved on): "moved" then. GitFailed on
+    any other failure."""
+    url, env = split_credentials(mirror.url)
+    ref = f"refs/heads/{base_branch}"
+    code, out = mirror.git(
+        "push", "--porcelain", f"--force-with-lease={ref}:{tip}", "--", url, f"{result}:{ref}",
+        timeout=mirror.timeout, extra_env=env, ok=(0, 1),
+    )
+    if code == 0:
+        return "pushed"
+    if any(line.startswith("!") and ref in line for line in out.splitlines()):
+        return "moved"
+    raise GitFailed(f"git push to {base_branch} failed: {out.strip()[-300:] or 'no message'}")
+
+
+def delete_branch(mirror: Mirror, branch: str) -> None:
+    """Delete a task's branch on the remote (gone already is fine; GitFailed otherwise)."""
+    if not (mirror.path / "HEAD").is_file():
+        mirror.fetch()  # git needs a repository to push from
+    url, env = split_credentials(mirror.url)
+    mirror.git(
+        "push", "--porcelain", "--", url, f":refs/heads/{branch}",
+        timeout=mirror.timeout, extra_env=env, ok=(0, 1),
+    )
+
+
+def _ok(mirror: Mirror, *args: str) -> bool:
+    return mirror.git(*args, ok=(0, 1))[0] == 0
+
+
+def _out(mirror: Mirror, *args: str) -> str:
+    return mirror.git(*args)[1]
+
+
+def describe(prep: Prepared, base_branch: str) -> str:
+    """One line for people about a prepared landing."""
+    if prep.state == "conflict":
+        shown = ", ".join(prep.files[:10]) + (" ..." if len(prep.files) > 10 else "")
+        return f"conflicts with origin/{base_branch} at {short(prep.tip)}: {shown}"
+    if prep.state == "already":
+        return f"already on origin/{base_branch} at {short(prep.tip)}"
+    if prep.state == "empty":
+        return "no commit to land"
+    return f"lands on origin/{base_branch} at {short(prep.tip)} as {short(prep.result)}"
+
+
+def _tree(mirror: Mirror, commit: str) -> str:
+    return _out(mirror, "rev-parse", f"{commit}^{{tree}}").strip()
+
+
+@contextlib.contextmanager
+def _scratch(mirror: Mirror, tip: str) -> Iterator[Path]:
+    """A detached worktree of the mirror at ``tip``, removed afterwards."""
+    tmp = Path(tempfile.mkdtemp(prefix="xaf-hub-land-"))
+    work = tmp / "work"
+    try:
+        mirror.git("worktree", "add", "--detach", "--quiet", str(work), tip)
+        yield work
+    finally:
+        with contextlib.suppress(GitFailed, OSError):
+            mirror.git("worktree", "remove", "--force", str(work), ok=(0, 128))
+            mirror.git("worktree", "prune")
+        shutil.rmtree(tmp, ignore_errors=True)
