@@ -12,7 +12,7 @@ import pytest
 
 from tests.gitrepo import Origin, git, make_origin
 from xaf_hub.store.landing import delete_branch, prepare, push
-from xaf_hub.store.repository import Mirror
+from xaf_hub.store.repository import GitFailed, Mirror
 
 
 @pytest.fixture
@@ -146,3 +146,21 @@ def test_a_landed_branch_is_deleted_on_the_remote(origin: Origin, tmp_path: Path
     delete_branch(m, "opencode/t7")
     assert git(origin.bare, "for-each-ref", "refs/heads/opencode") == ""
     delete_branch(m, "opencode/t7")  # gone already: fine
+
+
+def test_a_push_the_remote_refuses_is_not_taken_for_a_base_that_moved(
+    origin: Origin, tmp_path: Path
+) -> None:
+    """A protected branch (a hook on the remote declines every push to main): the push fails
+    with the remote's refusal, so the landing stops and says why, instead of calling it a base
+    that moved and building, checking and pushing again three times every round."""
+    fork = git(origin.bare, "rev-parse", "main")
+    top = write(origin, "opencode/t8", "eight.txt", "8\n")
+    hook = origin.bare / "hooks" / "pre-receive"
+    hook.write_text("#!/bin/sh\necho 'main is protected' >&2\nexit 1\n")
+    hook.chmod(0o755)
+    m = mirror(origin, tmp_path)
+    prep = prepare(m, "main", top, fork, "rebase", "")
+    with pytest.raises(GitFailed, match="remote rejected"):
+        push(m, prep.result, "main", prep.tip)
+    assert git(origin.bare, "rev-parse", "main") == fork
