@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from tests.gitrepo import Origin, git, make_origin
 from tests.unit.patrol.runner_support import NOW
 from xaf_hub.config.load import load_config
@@ -16,6 +18,7 @@ from xaf_hub.ops.land import land
 from xaf_hub.patrol.context import Cycle
 from xaf_hub.patrol.jobs.land import land_ready
 from xaf_hub.store.backlog import Task
+from xaf_hub.store.repository import Mirror
 
 
 def hub(
@@ -111,6 +114,32 @@ def test_a_room_whose_branch_is_the_base_branch_never_deletes_it(tmp_path: Path)
     assert git(origin.bare, "for-each-ref", "--format=%(objectname)", "refs/heads/develop") == top
 
 
+@pytest.mark.xfail(strict=True, reason="land lands the commit verified before the conflict; "
+                   "a person's resolution pushed to the branch is never judged nor landed")
+def test_a_conflict_a_person_resolved_on_the_branch_lands_when_they_say_so(
+    tmp_path: Path,
+) -> None:
+    """docs/worktrees.md: with its retries spent a conflicting task waits for a person, who
+    resolves it on the task's branch and runs `xaf-hub land ID`: the resolution lands."""
+    pctx, origin = hub(tmp_path)
+    fork, top = branch_work(origin, "opencode/t1", "shared.txt", "mine\n")
+    git(origin.work, "checkout", "-q", "-B", "main", fork)
+    (origin.work / "shared.txt").write_text("theirs\n")
+    git(origin.work, "add", "shared.txt")
+    git(origin.work, "commit", "-q", "-m", "another task landed")
+    git(origin.work, "push", "-q", "origin", "main")
+    task = ready(pctx, "T1", "opencode/t1", fork, top)
+    pctx.backlog().revise(task, landing="person", conflicts=1)
+    Mirror.of(pctx.cfg).fetch()  # as the verification left it
+    # The person rebases the branch onto main, keeping both, and pushes it.
+    git(origin.work, "checkout", "-q", "-B", "opencode/t1", "main")
+    (origin.work / "shared.txt").write_text("theirs\nmine\n")
+    git(origin.work, "commit", "-q", "-am", "T1, rebased by a person")
+    git(origin.work, "push", "-q", "-f", "origin", "HEAD:refs/heads/opencode/t1")
+    done = aio.run(land(pctx, "T1", person=True))
+    assert done.result == "landed", done.detail
+    assert git(origin.bare, "show", "main:shared.txt") == "theirs\nmine"
+
 
 def test_a_verified_commit_this_hub_never_fetched_waits_for_a_person(tmp_path: Path) -> None:
     """The branch was force-pushed after the verification, and the hub that lands never saw
@@ -126,3 +155,46 @@ def test_a_verified_commit_this_hub_never_fetched_waits_for_a_person(tmp_path: P
     assert f"{top[:7]} is not on the remote" in done.detail, done.detail
     assert not on_main(origin, "one.txt") and not on_main(origin, "other.txt")
     assert pctx.backlog().load().require("T1").landing == "person"
+
+
+@pytest.mark.xfail(strict=True, reason="nothing notices that main was rewound under landed "
+                   "work: the agent's force-push counts as its task landing")
+def test_an_agent_that_force_pushed_main_does_not_count_as_landed(tmp_path: Path) -> None:
+    """T0 landed. T1's agent, told never to push the base branch, force-pushed main to its own
+    commit (from before T0 landed) and its branch too. Its work is "already on main", yet T0's
+    landed work is gone from main: the hub must not record T1 as landed with nothing said."""
+    pctx, origin = hub(tmp_path)
+    fork, t0 = branch_work(origin, "opencode/t0", "zero.txt", "0\n")
+    ready(pctx, "T0", "opencode/t0", fork, t0)
+    assert aio.run(land(pctx, "T0")).result == "landed" and on_main(origin, "zero.txt")
+    git(origin.work, "checkout", "-q", "-B", "opencode/t1", fork)
+    (origin.work / "one.txt").write_text("1\n")
+    git(origin.work, "add", "one.txt")
+    git(origin.work, "commit", "-q", "-m", "T1")
+    git(origin.work, "push", "-q", "-f", "origin", "HEAD:refs/heads/opencode/t1", "HEAD:main")
+    ready(pctx, "T1", "opencode/t1", fork, git(origin.work, "rev-parse", "HEAD"))
+    done = aio.run(land(pctx, "T1"))
+    assert on_main(origin, "zero.txt") or done.result != "landed", done.detail
+
+
+@pytest.mark.xfail(strict=True, reason="a task's range may hold another task's commits, and "
+                   "landing it lands them: a person's drop does not keep them off main")
+def test_work_a_person_dropped_does_not_land_through_another_tasks_branch(
+    tmp_path: Path,
+) -> None:
+    """T2's agent merged T1's branch into its own before a person dropped T1. T2's own work is
+    verified; landing it must not put T1's dropped commit on main."""
+    pctx, origin = hub(tmp_path)
+    fork, t1 = branch_work(origin, "opencode/t1", "one.txt", "dropped work\n")
+    pctx.backlog().add(Task(
+        id="T1", title="T1", status="pending", base=fork, branch="opencode/t1", commit=t1,
+        commits=(t1,), landing="dropped", parked="dropped by a person",
+    ))
+    git(origin.work, "checkout", "-q", "-B", "opencode/t2", t1)
+    (origin.work / "two.txt").write_text("2\n")
+    git(origin.work, "add", "two.txt")
+    git(origin.work, "commit", "-q", "-m", "T2")
+    git(origin.work, "push", "-q", "origin", "HEAD:refs/heads/opencode/t2")
+    ready(pctx, "T2", "opencode/t2", fork, git(origin.work, "rev-parse", "HEAD"))
+    aio.run(land(pctx, "T2"))
+    assert not on_main(origin, "one.txt")

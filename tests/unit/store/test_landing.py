@@ -164,3 +164,27 @@ def test_a_push_the_remote_refuses_is_not_taken_for_a_base_that_moved(
     with pytest.raises(GitFailed, match="remote rejected"):
         push(m, prep.result, "main", prep.tip)
     assert git(origin.bare, "rev-parse", "main") == fork
+
+
+@pytest.mark.xfail(strict=True, reason="'already on the base branch' is judged by patch id "
+                   "alone: a change landed and then reverted on main counts as there")
+def test_work_whose_twin_was_landed_then_reverted_is_not_called_landed(
+    origin: Origin, tmp_path: Path
+) -> None:
+    """Another task made the very same change, it landed, and a person reverted it on main.
+    This task's change is not on main, so it must not be recorded as landed (its branch would
+    then be deleted and its work lost): it is replayed like any other."""
+    fork = git(origin.bare, "rev-parse", "main")
+    twin = write(origin, "main", "fix.txt", "fixed\n")
+    git(origin.work, "revert", "--no-edit", twin)
+    git(origin.work, "push", "-q", "origin", "main")
+    git(origin.work, "checkout", "-q", "-B", "opencode/t9", fork)
+    (origin.work / "fix.txt").write_text("fixed\n")
+    git(origin.work, "add", "fix.txt")
+    git(origin.work, "commit", "-q", "-m", "the same fix, made again")
+    git(origin.work, "push", "-q", "origin", "HEAD:refs/heads/opencode/t9")
+    top = git(origin.work, "rev-parse", "HEAD")
+    m = mirror(origin, tmp_path)
+    prep = prepare(m, "main", top, fork, "rebase", "")
+    assert prep.state == "ready", prep
+    assert git(m.path, "show", f"{prep.result}:fix.txt") == "fixed"
