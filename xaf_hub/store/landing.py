@@ -14,8 +14,6 @@ does not have), and no git command of the hub runs a hook.
 from __future__ import annotations
 
 import contextlib
-import shutil
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +21,7 @@ from typing import Literal
 
 from xaf_hub.core.commits import short
 from xaf_hub.core.text import redact
+from xaf_hub.store.contain import new_folder, remove
 from xaf_hub.store.repository import GitFailed, Mirror, split_credentials
 
 Method = Literal["rebase", "merge"]
@@ -163,14 +162,16 @@ def _tree(mirror: Mirror, commit: str) -> str:
 
 @contextlib.contextmanager
 def _scratch(mirror: Mirror, tip: str) -> Iterator[Path]:
-    """A detached worktree of the mirror at ``tip``, removed afterwards."""
-    tmp = Path(tempfile.mkdtemp(prefix="xaf-hub-land-"))
-    work = tmp / "work"
+    """A detached worktree of the mirror at ``tip``, removed afterwards; in a folder of the
+    checks' (``contain.new_folder``), so one a killed hub left is removed by the next."""
+    folder = new_folder(mirror.state)
+    work = folder / "work"
     try:
+        mirror.git("worktree", "prune")
         mirror.git("worktree", "add", "--detach", "--quiet", str(work), tip)
         yield work
     finally:
         with contextlib.suppress(GitFailed, OSError):
             mirror.git("worktree", "remove", "--force", str(work), ok=(0, 128))
             mirror.git("worktree", "prune")
-        shutil.rmtree(tmp, ignore_errors=True)
+        remove(folder)

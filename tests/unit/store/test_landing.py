@@ -6,6 +6,9 @@ starts at main's tip, main moves on (another task landed), and the hub lands the
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -188,3 +191,43 @@ def test_work_whose_twin_was_landed_then_reverted_is_not_called_landed(
     prep = prepare(m, "main", top, fork, "rebase", "")
     assert prep.state == "ready", prep
     assert git(m.path, "show", f"{prep.result}:fix.txt") == "fixed"
+
+
+def test_a_hub_killed_mid_rebase_leaves_no_copy_of_the_work_behind(
+    origin: Origin, tmp_path: Path
+) -> None:
+    """The hub SIGKILLed while git rebases in the landing's throw-away worktree (a git that
+    kills its caller at "rebase" stands in for the kill): the next landing removes what the
+    dead one left, as the next check does with a dead check's copy."""
+    fork = git(origin.bare, "rev-parse", "main")
+    top = edit_line(origin, "opencode/t10", 2, "task ten")
+    edit_line(origin, "main", 7, "another task")
+    real = subprocess.run(["which", "git"], capture_output=True, text=True, check=True)
+    bin_dir, tmp = tmp_path / "bin", tmp_path / "tmp"
+    bin_dir.mkdir()
+    tmp.mkdir()
+    (bin_dir / "git").write_text(
+        f'#!/bin/sh\nfor a in "$@"; do [ "$a" = rebase ] && kill -9 $PPID && exit 1; done\n'
+        f'exec {real.stdout.strip()} "$@"\n'
+    )
+    (bin_dir / "git").chmod(0o755)
+    script = (
+        "import sys; from xaf_hub.store.landing import prepare; "
+        "from xaf_hub.store.repository import Mirror; "
+        "prepare(Mirror(sys.argv[1], __import__('pathlib').Path(sys.argv[2])), 'main', "
+        "sys.argv[3], sys.argv[4], 'rebase', '')"
+    )
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "TMPDIR": str(tmp)}
+    killed = subprocess.run(
+        [sys.executable, "-c", script, str(origin.bare), str(tmp_path / "state"), top, fork],
+        env=env, capture_output=True, check=False,
+    )
+    assert killed.returncode == -9, killed.stderr
+
+    def left() -> list[Path]:
+        return [*tmp.rglob("shared.txt"), *(tmp_path / "state").rglob("shared.txt")]
+
+    assert left()  # the dead landing's worktree: a checkout of the repository
+    again = prepare(mirror(origin, tmp_path), "main", top, fork, "rebase", "")
+    assert again.state == "ready"
+    assert left() == []
