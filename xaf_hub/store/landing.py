@@ -68,6 +68,10 @@ def prepare(
     cherry = _out(mirror, "cherry", tip, top, start).splitlines()
     if not any(line.startswith("+") for line in cherry):
         return Prepared("already" if cherry else "empty", tip=tip)
+    if method == "rebase" and _ok(mirror, "merge-base", "--is-ancestor", tip, top):
+        # It holds the tip already (it merged the base in): a fast-forward to what was judged;
+        # replaying would drop that merge and its resolution.
+        return Prepared("ready", tip=tip, result=top)
     with _scratch(mirror, tip) as work:
         if method == "merge":
             step = ("merge", "--no-ff", "--no-edit", "-m", message, top)

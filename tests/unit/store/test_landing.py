@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.gitrepo import Origin, git, make_origin
+from tests.gitrepo import ENV, Origin, git, make_origin
 from xaf_hub.store.landing import delete_branch, prepare, push
 from xaf_hub.store.repository import GitFailed, Mirror
 
@@ -231,3 +231,30 @@ def test_a_hub_killed_mid_rebase_leaves_no_copy_of_the_work_behind(
     again = prepare(mirror(origin, tmp_path), "main", top, fork, "rebase", "")
     assert again.state == "ready"
     assert left() == []
+
+
+def test_a_conflict_the_agent_resolved_by_merging_main_lands_as_it_was_checked(
+    origin: Origin, tmp_path: Path
+) -> None:
+    """Sent back with a conflict, the agent merged origin/main into its branch (as `git pull`
+    does) instead of rebasing. Its branch now holds main's tip: landing it is a fast-forward
+    to the very commit that was judged and checked, where replaying its commits drops the
+    merge and its resolution and conflicts again, every time."""
+    edit_line(origin, "opencode/t11", 4, "mine")
+    tip = edit_line(origin, "main", 4, "theirs")
+    git(origin.work, "checkout", "-q", "opencode/t11")
+    git(origin.work, "fetch", "-q", "origin")
+    done = subprocess.run(["git", "merge", "-q", "origin/main"], cwd=origin.work, env=ENV,
+                          capture_output=True, check=False)
+    assert done.returncode == 1  # the conflict, as the agent met it
+    lines = [f"line {i}\n" for i in range(10)]
+    lines[4] = "theirs and mine\n"
+    (origin.work / "shared.txt").write_text("".join(lines))
+    git(origin.work, "commit", "-q", "-am", "merge origin/main, both kept")
+    git(origin.work, "push", "-q", "origin", "HEAD:refs/heads/opencode/t11")
+    top = git(origin.work, "rev-parse", "HEAD")
+    m = mirror(origin, tmp_path)
+    prep = prepare(m, "main", top, tip, "rebase", "")  # its base: the tip it was sent back at
+    assert (prep.state, prep.result, prep.rechecked) == ("ready", top, False), prep
+    assert push(m, prep.result, "main", prep.tip) == "pushed"
+    assert git(origin.bare, "show", "main:shared.txt").splitlines()[4] == "theirs and mine"
