@@ -15,6 +15,7 @@ pushed twice.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
@@ -84,18 +85,29 @@ async def _land(ops: OpsContext, gate: Gate, task: Task) -> Landed:
     mirror = Mirror.of(cfg)
     base = cfg.patrol.base_branch
     message = f"Merge {task.branch} ({task.id}: {task.title})"
+    top, resolved = task.commit or "", False
+    if task.landing in ("person", "conflict"):
+        # A person resolved it on the branch and says so: the branch as it is now lands, and
+        # the check runs on what lands (nobody checked that commit yet).
+        now = (await asyncio.to_thread(mirror.tips)).get(task.branch or "", "")
+        top, resolved = (now, True) if now and now != top else (top, False)
+    pool = ops.backlog().load().tasks
     for _ in range(MOVED_TRIES):
         prep = await asyncio.to_thread(
-            landing.prepare, mirror, base, task.commit or "", task.base,
+            landing.prepare, mirror, base, top, task.base,
             "merge" if cfg.repository.integrate_method == "merge" else "rebase", message,
         )
+        if prep.state not in ("gone", "empty"):
+            why = await asyncio.to_thread(_kept_off, mirror, pool, task, prep.tip, top)
+            if why:
+                return _for_person(ops, task, why)
         if prep.state == "already":
             return await _landed(ops, task, prep.tip, "already on the base branch")
         if prep.state in ("empty", "gone"):
             return _for_person(ops, task, landing.describe(prep, base))
         if prep.state == "conflict":
             return await _conflict(ops, task, prep)
-        if prep.rechecked and cfg.repository.check_command:
+        if (prep.rechecked or resolved) and cfg.repository.check_command:
             run = await asyncio.to_thread(
                 mirror.run_check, prep.result, cfg.repository.check_command,
                 cfg.repository.check_timeout_seconds,
@@ -112,6 +124,30 @@ async def _land(ops: OpsContext, gate: Gate, task: Task) -> Landed:
         task.id, "waiting", f"origin/{base} moved under {MOVED_TRIES} pushes in a row; "
         "tried again next round"
     )
+
+
+# How many of the latest landings each landing makes sure the base branch still holds.
+LANDED_KEPT = 20
+
+
+def _kept_off(mirror: Mirror, pool: Sequence[Task], task: Task, tip: str, top: str) -> str:
+    """Why this landing must wait for a person ("" when it may go on): the base branch no
+    longer holds what an earlier task landed (someone rewrote it), or the task's commits hold
+    work a person dropped (its branch took in a dropped task's commits)."""
+    landed = sorted(
+        (t for t in pool if t.landing == "landed" and t.landed and t.id != task.id),
+        key=lambda t: str(t.done_at or ""), reverse=True,
+    )[:LANDED_KEPT]
+    for t in landed:
+        if not landing.contains(mirror, tip, t.landed or ""):
+            return (f"origin/{landing.branch_of(mirror, tip)} no longer holds what {t.id} "
+                    f"landed ({short(t.landed or '')}): the base branch was rewritten")
+    dropped = {c: t.id for t in pool if t.landing == "dropped" for c in t.commits}
+    if dropped:
+        for c in landing.commits(mirror, task.base or tip, top):
+            if c in dropped:
+                return f"its branch holds {short(c)} of {dropped[c]}, which a person dropped"
+    return ""
 
 
 async def _landed(ops: OpsContext, task: Task, commit: str, how: str) -> Landed:

@@ -1,14 +1,14 @@
 """Landing a verified task's work on the base branch, on the hub's own side (docs/worktrees.md).
 
 ``prepare`` fetches, asks whether the task's commits are already on the base branch (by
-content: ``git cherry`` compares patch ids, since a rebase changes hashes, and a merge keeps
-the commits themselves), and otherwise replays them onto the base's tip in a throw-away
-detached worktree of the mirror (``rebase``, or a ``--no-ff`` merge commit): the result, or
-the files that conflict. ``push`` sends the result to the base branch without force: a base
-that moved meanwhile is refused by the remote, and the caller starts again from a fetch; any
-other refusal (a protected branch) is a failure that says why.
-Nothing here creates a branch of the mirror's own (its fetches prune every branch the remote
-does not have), and no git command of the hub runs a hook.
+content: merging them into its tip would change nothing, since a rebase changes hashes; or
+as the very commits, which a merge keeps), and otherwise replays them onto the base's tip in
+a throw-away detached worktree of the mirror (``rebase``, or a ``--no-ff`` merge commit):
+the result, or the files that conflict. ``push`` sends the result to the base branch without
+force: a base that moved meanwhile is refused by the remote, and the caller starts again from
+a fetch; any other refusal (a protected branch) is a failure that says why. Nothing here
+creates a branch of the mirror's own (its fetches prune every branch the remote does not
+have), and no git command of the hub runs a hook.
 """
 
 from __future__ import annotations
@@ -65,9 +65,10 @@ def prepare(
     if _ok(mirror, "merge-base", "--is-ancestor", top, tip):
         return Prepared("already", tip=tip)
     start = fork or _out(mirror, "merge-base", tip, top).strip()
-    cherry = _out(mirror, "cherry", tip, top, start).splitlines()
-    if not any(line.startswith("+") for line in cherry):
-        return Prepared("already" if cherry else "empty", tip=tip)
+    if _out(mirror, "rev-list", "--count", f"{start}..{top}").strip() == "0":
+        return Prepared("empty", tip=tip)
+    if _holds(mirror, tip, top):
+        return Prepared("already", tip=tip)
     if method == "rebase" and _ok(mirror, "merge-base", "--is-ancestor", tip, top):
         # It holds the tip already (it merged the base in): a fast-forward to what was judged;
         # replaying would drop that merge and its resolution.
@@ -158,6 +159,35 @@ def describe(prep: Prepared, base_branch: str) -> str:
     if prep.state == "gone":
         return f"its verified commit {short(prep.result)} is not on the remote (branch rewritten)"
     return f"lands on origin/{base_branch} at {short(prep.tip)} as {short(prep.result)}"
+
+
+def contains(mirror: Mirror, tip: str, commit: str) -> bool:
+    """Whether ``commit`` (or a commit of the same content: a landing rebuilds it) is part of
+    ``tip``'s history; a commit the mirror does not have is not."""
+    if mirror.git("cat-file", "-e", f"{commit}^{{commit}}", ok=(0, 1, 128))[0] != 0:
+        return False
+    return _ok(mirror, "merge-base", "--is-ancestor", commit, tip)
+
+
+def commits(mirror: Mirror, fork: str, top: str) -> list[str]:
+    """The commits of ``fork..top`` (full hashes)."""
+    return _out(mirror, "rev-list", f"{fork}..{top}").split()
+
+
+def branch_of(mirror: Mirror, tip: str) -> str:
+    """The name of a branch whose tip is ``tip`` (for a reason), or the hash."""
+    for name, at in mirror.known_tips().items():
+        if at == tip:
+            return name
+    return short(tip)
+
+
+def _holds(mirror: Mirror, tip: str, top: str) -> bool:
+    """Whether ``tip`` holds every change of ``top`` already, by content: merging ``top`` into
+    it changes nothing (a copy of the work landed under other hashes, or by a person; a change
+    landed and then reverted is not held)."""
+    code, out = mirror.git("merge-tree", "--write-tree", tip, top, ok=(0, 1))
+    return code == 0 and out.split("\n", 1)[0].strip() == _tree(mirror, tip)
 
 
 def _tree(mirror: Mirror, commit: str) -> str:

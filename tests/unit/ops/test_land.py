@@ -6,8 +6,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
-
 from tests.gitrepo import Origin, git, make_origin
 from tests.unit.patrol.runner_support import NOW
 from xaf_hub.config.load import load_config
@@ -114,8 +112,6 @@ def test_a_room_whose_branch_is_the_base_branch_never_deletes_it(tmp_path: Path)
     assert git(origin.bare, "for-each-ref", "--format=%(objectname)", "refs/heads/develop") == top
 
 
-@pytest.mark.xfail(strict=True, reason="land lands the commit verified before the conflict; "
-                   "a person's resolution pushed to the branch is never judged nor landed")
 def test_a_conflict_a_person_resolved_on_the_branch_lands_when_they_say_so(
     tmp_path: Path,
 ) -> None:
@@ -157,8 +153,6 @@ def test_a_verified_commit_this_hub_never_fetched_waits_for_a_person(tmp_path: P
     assert pctx.backlog().load().require("T1").landing == "person"
 
 
-@pytest.mark.xfail(strict=True, reason="nothing notices that main was rewound under landed "
-                   "work: the agent's force-push counts as its task landing")
 def test_an_agent_that_force_pushed_main_does_not_count_as_landed(tmp_path: Path) -> None:
     """T0 landed. T1's agent, told never to push the base branch, force-pushed main to its own
     commit (from before T0 landed) and its branch too. Its work is "already on main", yet T0's
@@ -177,8 +171,6 @@ def test_an_agent_that_force_pushed_main_does_not_count_as_landed(tmp_path: Path
     assert on_main(origin, "zero.txt") or done.result != "landed", done.detail
 
 
-@pytest.mark.xfail(strict=True, reason="a task's range may hold another task's commits, and "
-                   "landing it lands them: a person's drop does not keep them off main")
 def test_work_a_person_dropped_does_not_land_through_another_tasks_branch(
     tmp_path: Path,
 ) -> None:

@@ -169,8 +169,6 @@ def test_a_push_the_remote_refuses_is_not_taken_for_a_base_that_moved(
     assert git(origin.bare, "rev-parse", "main") == fork
 
 
-@pytest.mark.xfail(strict=True, reason="'already on the base branch' is judged by patch id "
-                   "alone: a change landed and then reverted on main counts as there")
 def test_work_whose_twin_was_landed_then_reverted_is_not_called_landed(
     origin: Origin, tmp_path: Path
 ) -> None:
