@@ -25,7 +25,7 @@ from xaf_hub.config.load import Config
 from xaf_hub.core.records import SessionRecord
 from xaf_hub.errors import HubError
 from xaf_hub.ops.budget import BudgetLine, budget_lines, money
-from xaf_hub.page.words import WHEN, Lang, Line, ago, clean, local_time_with_zone, text
+from xaf_hub.page.words import TEXT, WHEN, Lang, Line, ago, clean, local_time_with_zone, text
 
 if TYPE_CHECKING:  # the page loads the stores when it builds the view
     from xaf_hub.store.backends import Stores
@@ -85,8 +85,9 @@ class DoneTask:
 DONE_SHOWN = 5
 
 
-def done_tasks(tasks: Sequence[Any], commit_url: str) -> tuple[DoneTask, ...]:
-    """The latest done tasks, newest first, each verified one linked by ``commit_url`` (pure).
+def done_tasks(tasks: Sequence[Any], commit_url: str, lang: Lang = "en") -> tuple[DoneTask, ...]:
+    """The latest done tasks, newest first, each verified one linked by ``commit_url``, how
+    each was judged in the hub's words (marked as English on a page in another) (pure).
 
     The hash is hex as git gave it, quoted all the same before it goes into the URL; the
     template escapes the attribute.
@@ -95,12 +96,13 @@ def done_tasks(tasks: Sequence[Any], commit_url: str) -> tuple[DoneTask, ...]:
     done.sort(key=lambda t: str(t.done_at or ""), reverse=True)
     out = []
     for t in done[:DONE_SHOWN]:
+        said = getattr(t, "judged", None) or ""
+        judged = reason(lang, said) if said else ""
         if t.verified and t.commit:
             url = commit_url.replace("{commit}", quote(t.commit, safe="")) if commit_url else ""
-            judged = clean(getattr(t, "judged", None) or "")
             out.append(DoneTask(clean(t.title), t.commit[:7], url, True, judged))
         else:
-            out.append(DoneTask(clean(t.title), judged=clean(getattr(t, "judged", None) or "")))
+            out.append(DoneTask(clean(t.title), judged=judged))
     return tuple(out)
 
 
@@ -362,9 +364,9 @@ def _built(
         ready = [t for t in waiting if not readiness(t, tasks, now)]
         ready.sort(key=lambda t: (t.priority, t.created_at or ""))
         next_up = [(t.priority, t.title) for t in ready[:NEXT_UP]]
-        done = done_tasks(tasks, cfg.repository.commit_url)
+        done = done_tasks(tasks, cfg.repository.commit_url, lang)
         details += [
-            Line(text(lang, "ap.parked", title=clean(t.title), why=clean(str(t.parked))))
+            Line(text(lang, "ap.parked", title=clean(t.title), why=reason(lang, str(t.parked))))
             for t in tasks
             if t.parked
         ]
@@ -417,12 +419,24 @@ def _needs_person(lang: Lang, rows: object) -> list[Line]:
                 lang,
                 "ap.needs_person",
                 title=clean(str(r.get("title") or r.get("session"))),
-                detail=clean(str(r.get("detail"))),
+                detail=reason(lang, str(r.get("detail")), str(r.get("why") or "")),
             )
         )
         for r in rows
         if isinstance(r, dict)
     ]
+
+
+def reason(lang: Lang, words: str, why: str = "") -> str:
+    """A reason in the hub's own English words, for ``lang``: said by its code (``why``) when
+    the catalogue has it, the words kept beside (they name who, when, which commit); marked as
+    English when no code translates it."""
+    words = clean(words)
+    if lang == "en":
+        return words
+    if f"why.{why}" in TEXT:
+        return text(lang, "ap.as_written", said=text(lang, f"why.{why}"), words=words)
+    return text(lang, "ap.english", words=words)
 
 
 def plain(view: AutopilotView, lang: Lang, now_ms: int) -> list[str]:

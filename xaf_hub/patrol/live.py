@@ -368,7 +368,8 @@ class LiveReactor:
         decision = people.for_session(inst.name, rec.id, run.created_ms if run else None)
         if decision is not None:  # a person stopped or steered it: theirs, not the patrol's
             cycle.log.add(
-                pctx, session_action(CHECK, "person", "skipped", rec, detail=decision.text)
+                pctx, session_action(CHECK, "person", "skipped", rec,
+                                     detail=decision.text, why=decision.kind)
             )
             return ""
         override = pool_discipline(pctx, cycle.log, CHECK)

@@ -69,7 +69,10 @@ def test_autopilot_panel_names_what_is_left_for_a_person(cfg: Config) -> None:
         "started_at": (NOW - timedelta(minutes=2)).isoformat(),
         "finished_at": (NOW - timedelta(minutes=1)).isoformat(),
         "steps": [],
-        "needs_person": [{"session": "ses_1", "title": "build the export", "detail": WHO}],
+        "needs_person": [
+            {"session": "ses_1", "title": "build the export", "detail": WHO, "why": "interrupted"},
+            {"session": "ses_2", "title": "an older report", "detail": WHO},  # no code in it
+        ],
     }
     (folder / "report-latest.json").write_text(json.dumps(report), "utf-8")
     Backlog(cfg.backlog_path).add(Task(id="T2", title="keyed task", parked=PARKED), now=NOW)
@@ -81,4 +84,18 @@ def test_autopilot_panel_names_what_is_left_for_a_person(cfg: Config) -> None:
     assert (1, "stuck after too many failed tries (a person must look)", "stuck") in view.queue
     assert (0, "waiting to start", "waiting") in view.queue
     zh = overview.plain(overview.build(cfg, now_ms, "zh"), "zh", now_ms)
-    assert f"留给人处理：keyed task：已搁置：{PARKED}" in zh
+    # The hub's own reason is said by its code, its words (who, when) kept and marked; words
+    # with no code are marked as English.
+    assert f"留给人处理：build the export：有人停止了它的运行（英文原文：{WHO}）" in zh
+    assert f"留给人处理：an older report：{WHO}（英文原文）" in zh
+    assert f"留给人处理：keyed task：已搁置：{PARKED}（英文原文）" in zh
+
+
+def test_every_reason_code_is_said_in_both_languages() -> None:
+    from typing import get_args
+
+    from xaf_hub.notify.record import Why
+    from xaf_hub.page.words import TEXT
+
+    codes = [c for c in get_args(Why) if c]
+    assert codes and all(f"why.{c}" in TEXT and all(TEXT[f"why.{c}"]) for c in codes)

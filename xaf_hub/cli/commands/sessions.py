@@ -153,6 +153,7 @@ def run(ctx: Context) -> int:
             ctx.out(dumps(report.snapshot_document(snap)))
             report_unreachable(ctx, snap)
             return scan_exit(snap)
+    from xaf_hub.core.records import prefix_width
     from xaf_hub.core.runstate import shown_state
 
     rows_all = snap.project_sessions()
@@ -183,11 +184,11 @@ def run(ctx: Context) -> int:
         body,
         headers,
         flexible=[
-            ("directory", 10), ("branch", 12), ("last result", 10), ("title", 12),
-            ("instance", 8),
+            ("directory", 10), ("branch", 12), ("last result", 10), ("instance", 10),
+            ("title", 12),
         ],
         keep_end=["directory"],
-        keep=["session"],
+        keep={"session": prefix_width((s.id for s in snap.sessions), (s.id for s in rows))},
         colors={"state": state_color, "last result": state_color},
     )
     shown = f"{len(rows)} of {len(rows_all)}" if len(rows) < len(rows_all) else str(len(rows))

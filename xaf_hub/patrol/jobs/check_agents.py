@@ -110,7 +110,8 @@ async def check_agents(pctx: OpsContext, cycle: Cycle) -> None:
             if state == "interrupted":
                 detail = decision.text
                 cycle.log.add(
-                    pctx, session_action(STEP, "person", "skipped", rec, detail=decision.text)
+                    pctx, session_action(STEP, "person", "skipped", rec,
+                                         detail=decision.text, why=decision.kind)
                 )
         cycle.log.sessions.append(
             SessionLine(
@@ -182,7 +183,7 @@ async def _resume(
         pctx, inst, (run.model if run and run.model else rec.model) or None, pctx.now()
     )
     prompt = build_prompt(
-        pctx, inst, RESUME_PROMPT, rec.title, override, room=in_room(inst, rec)
+        pctx, inst, RESUME_PROMPT, rec.title, override, "unknown", room=in_room(inst, rec)
     )
     plan = plan_reuse(inst, rec, via="patrol resume")
     try:
