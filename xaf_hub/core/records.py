@@ -8,6 +8,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
 from xaf_hub.core.clock import MAX_TIME_MS
+from xaf_hub.core.outcomes import Run
 
 RunState = Literal["idle", "busy", "retry"]
 RequestKind = Literal["permission", "question"]
@@ -100,7 +101,7 @@ class SessionRecord:
     retry_next: int = 0
     parent_id: str = ""
     model: str = ""
-    outcome: str = ""
+    outcome: Run | Literal[""] = ""  # its last run as its messages say; "" not read
     project: bool = False
     branch: str = ""  # the branch of the worktree it works in ("": not in a worktree)
     waiting: Waiting | None = None  # the request its run waits on, if any

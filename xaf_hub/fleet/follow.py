@@ -895,15 +895,19 @@ class FleetFollower:
                 self._changed = True
 
     async def _send(self, client: OpencodeClient, changes: list[FleetEvent]) -> None:
+        from xaf_hub.core.outcomes import run_outcome
         from xaf_hub.core.runstate import outcome_of
 
         for ev in changes:
             if ev.kind == "stopped" and self.outcomes and ev.session is not None:
                 try:
-                    outcome = outcome_of(await client.messages(ev.session.id, limit=3))
-                except Exception:  # noqa: BLE001 - an unreadable outcome is unknown, not fatal
-                    outcome = "unknown"
-                ev = replace(ev, outcome=outcome, session=replace(ev.session, outcome=outcome))
+                    read = outcome_of(await client.messages(ev.session.id, limit=3))
+                except Exception:  # noqa: BLE001 - an unreadable outcome is not read, not fatal
+                    read = None
+                if read is not None:
+                    outcome = run_outcome(read, running=False)
+                    ev = replace(ev, outcome=outcome or "",
+                                 session=replace(ev.session, outcome=read))
             self.emit(ev)
 
 

@@ -272,8 +272,8 @@ async def _outcomes_of_instance(
                 try:
                     msgs = await client.messages(s.id, limit=2, directory=s.directory)
                     return replace(s, outcome=outcome_of(msgs))
-                except Exception:  # noqa: BLE001 - a failed or malformed answer: one unknown
-                    return replace(s, outcome="unknown")
+                except Exception:  # noqa: BLE001 - a failed or malformed answer: not read
+                    return s
 
         try:
             async with asyncio.timeout(client.deadline):
@@ -281,7 +281,7 @@ async def _outcomes_of_instance(
         except TimeoutError:
             sc.warnings.append(
                 f"{sc.inst.name}: last results not all read within {client.deadline:g}s; "
-                "shown as unknown"
+                "shown as not checked"
             )
 
 

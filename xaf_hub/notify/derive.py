@@ -2,7 +2,9 @@
 
 From the round's record (``notify.record.RoundLog``):
 
-* ``task_done``    — a pool task settled as done (fill_slots' ``done`` actions).
+* ``task_done``    — a pool task settled as done: verified (fill_slots' ``done`` actions).
+* ``task_finished`` — a pool task whose session finished without ``project.repository``: the
+  hub could not verify it, so it is never called done (fill_slots' ``finished`` actions).
 * ``healed``       — a session switched to another model after a limit: read from the
   model-state store's healed memory (every heal since the previous finished round began), so
   a process killed between a heal and queueing its notice loses nothing; the round's ``heal``
@@ -20,11 +22,11 @@ From the round's record (``notify.record.RoundLog``):
   first round only records it). When no instance answered, the record has no instance lines
   but a step failed with "no instance answered": every configured instance counts as down.
 
-From the stores, compared with the previous round: ``task_done`` again for pool tasks done
-since the previous finished round began (a round killed after settling a task but before
-queueing its message loses nothing), ``task_parked`` (a pool task whose attempts
-are used up), ``blackout`` (a family newly blacked out, or until a new time),
-``run_ceiling`` (a run stopped over its ceiling: once per session),
+From the stores, compared with the previous round: ``task_done`` (``task_finished`` when not
+verified) again for pool tasks done since the previous finished round began (a round killed
+after settling a task but before queueing its message loses nothing), ``task_parked`` (a
+pool task whose attempts are used up), ``blackout`` (a family newly blacked out, or until a
+new time), ``run_ceiling`` (a run stopped over its ceiling: once per session),
 ``rest_ended`` (a person ended a rest: ``rest_ended_event``, queued by ``models clear``),
 ``daily_summary`` (the first round on or after ``summary_hour`` each local day), and
 ``budget`` (today's spend reached 80 % or 100 % of the project's or an instance's daily
@@ -77,6 +79,12 @@ class Done:
     instance: str
     session: str
     done_at: datetime
+    verified: bool = True  # False: finished on the agent's or a person's word
+
+    @property
+    def event(self) -> str:
+        """Its chat event's type."""
+        return "task_done" if self.verified else "task_finished"
 
 
 @dataclass(frozen=True)
@@ -158,11 +166,12 @@ def _session_events(log: RoundLog, inputs: Inputs, at: str, people: bool = True)
                     data={"reason": a.detail},
                 )
             )
-        if a.kind == "done" and a.result == "ok":
+        if a.kind in ("done", "finished") and a.result == "ok":
+            kind = "task_done" if a.kind == "done" else "task_finished"
             events.append(
                 Event(
-                    f"task_done:{a.task}:{a.session}",
-                    "task_done",
+                    f"{kind}:{a.task}:{a.session}",
+                    kind,
                     at,
                     a.instance,
                     a.session,
@@ -264,9 +273,7 @@ def _catch_up(inputs: Inputs, since: datetime | None, at: str) -> list[Event]:
     if since is None:
         return []
     return [
-        Event(
-            f"task_done:{t.id}:{t.session}", "task_done", at, t.instance, t.session, t.title, t.id
-        )
+        Event(f"{t.event}:{t.id}:{t.session}", t.event, at, t.instance, t.session, t.title, t.id)
         for t in inputs.done
         if t.done_at >= since
     ]

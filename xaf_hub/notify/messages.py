@@ -23,6 +23,12 @@ CATALOGUE: dict[str, dict[str, tuple[str, str]]] = {
             "Task done: {title}",
             "Task {task} finished in its session on {instance}.{judged}",
         ),
+        "task_finished": (
+            "Task finished, not verified: {title}",
+            "Task {task} finished in its session on {instance}, on the agent's word: without "
+            "project.repository the hub cannot check its work. Set project.repository to the "
+            "remote the agents push to.",
+        ),
         "task_parked": (
             "Task parked: {title}",
             "Task {task} is parked and waits for a person ({attempts} failed attempt(s)): "
@@ -62,8 +68,9 @@ CATALOGUE: dict[str, dict[str, tuple[str, str]]] = {
         "instance_up": ("Server back: {instance}", "{instance} answers again."),
         "daily_summary": (
             "Daily summary for {day}",
-            "Last 24 hours: {done} task(s) done, {parked} parked, {healed} healed, "
-            "{people} needing a person.\nNow: {running} running, {asking} waiting for a person, "
+            "Last 24 hours: {done} task(s) done and verified, {finished} finished but not "
+            "verified, {parked} parked, {healed} healed, {people} needing a person.\n"
+            "Now: {running} running, {asking} waiting for a person, "
             "{waiting} waiting in the queue; {up} of {servers} server(s) answering.",
         ),
         "budget": (
@@ -83,6 +90,12 @@ CATALOGUE: dict[str, dict[str, tuple[str, str]]] = {
     },
     "zh": {
         "task_done": ("任务完成:{title}", "任务 {task} 已在 {instance} 上的会话中完成。{judged}"),
+        "task_finished": (
+            "任务已结束,未验证:{title}",
+            "任务 {task} 已在 {instance} 上的会话中结束,这只是智能体的说法:没有设置 "
+            "project.repository,汇总工具无法核对它的工作。请把 project.repository "
+            "设为智能体推送到的远程仓库。",
+        ),
         "task_parked": (
             "任务搁置:{title}",
             "任务 {task} 已搁置,等人处理(失败 {attempts} 次):{error}\n"
@@ -117,7 +130,8 @@ CATALOGUE: dict[str, dict[str, tuple[str, str]]] = {
         "instance_up": ("服务器已恢复:{instance}", "{instance} 又能正常响应了。"),
         "daily_summary": (
             "{day} 每日汇总",
-            "过去 24 小时:完成 {done} 个任务,搁置 {parked} 个,自动恢复 {healed} 次,"
+            "过去 24 小时:完成并验证 {done} 个任务,结束但未验证 {finished} 个,"
+            "搁置 {parked} 个,自动恢复 {healed} 次,"
             "{people} 次需要人工处理。\n现在:{running} 个在运行,{asking} 个在等人回答,"
             "{waiting} 个在排队;"
             "{servers} 台服务器中 {up} 台正常响应。",
@@ -207,6 +221,7 @@ def _fields(event: Event, lang: str, tz: tzinfo) -> dict[str, Any]:
         "judged": "\n" + _cut(str(data["judged"]), _DETAIL_CHARS) if data.get("judged") else "",
         "day": data.get("day") or "",
         "done": counts.get("task_done", 0),
+        "finished": counts.get("task_finished", 0),
         "parked": counts.get("task_parked", 0),
         "healed": counts.get("healed", 0),
         "people": counts.get("needs_person", 0),

@@ -72,7 +72,8 @@ def _inputs(pctx: OpsContext, log: RoundLog, now: datetime) -> Inputs:
         if t.status == "done" and t.session_id:
             when = _instant(t.done_at)
             if when is not None:
-                done.append(Done(t.id, t.title, t.dispatched_to or "", t.session_id, when))
+                where = t.dispatched_to or ""
+                done.append(Done(t.id, t.title, where, t.session_id, when, t.verified is True))
         if t.status != "pending":
             continue
         if t.attempts >= cfg.patrol.max_attempts or t.parked:

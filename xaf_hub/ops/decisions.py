@@ -3,9 +3,14 @@
 A person's decision is either
 
 * an operator interrupt: ``xaf-hub interrupt`` stopped the session (the audit log says who
-  and when) after the run or prompt the patrol would act on; or
+  and when) after the run or prompt the patrol would act on;
+* a run the hub stopped past its run ceiling (``ops.ceiling``, audited): a person decides
+  what comes next; or
 * a task-pool row whose session a person steered by hand (``dispatch --session``, or a
   restart of that idle session): the work is theirs to carry on.
+
+The stops (the first two, ``core.outcomes.Stop``) also tell every view who ended a run
+(``hub_stops``).
 
 The patrol never sends anything for it again: check_agents does not resume it, fix_free_limit
 does not heal it, fill_slots does not requeue or re-send its row. The report lists it under
@@ -17,13 +22,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Literal
 
 from xaf_hub.core import clock
-from xaf_hub.errors import StateFileError
+from xaf_hub.core.outcomes import Stop, StopKind, run_outcome
+from xaf_hub.core.records import SessionRecord, Snapshot
+from xaf_hub.errors import HubError, StateFileError
 from xaf_hub.ops.context import OpsContext
 from xaf_hub.store.tasks import Task, instant_seconds
 
@@ -33,25 +40,19 @@ _AUDIT_TAIL_BYTES = 2_000_000
 # (the audit log has whole seconds; the server's clock may differ a little).
 CLOCK_SLACK_S = 2.0
 # ``xaf-hub interrupt`` writes "stopping" before its abort (a failed abort keeps it: a timed-out
-# one may have stopped the run), then "aborted".
+# one may have stopped the run), then "aborted"; the run ceiling writes its line after its abort.
 _STOPS = ("stopping", "aborted")
+_CEILING_STOPS = ("aborted", "abort failed")
+_CEILING = ".run_ceiling"  # patrol.run_ceiling, patrol.live.run_ceiling
 
 Key = tuple[str, str]  # (instance, session)
-
-
-@dataclass(frozen=True)
-class Interrupt:
-    """The latest ``xaf-hub interrupt`` of one session."""
-
-    at: float  # epoch seconds
-    who: str
 
 
 @dataclass(frozen=True)
 class Decision:
     """Why the patrol leaves a session or a task alone."""
 
-    kind: Literal["interrupted", "steered"]
+    kind: Literal["interrupted", "ceiling", "steered"]
     who: str
     at: float  # epoch seconds
 
@@ -61,6 +62,8 @@ class Decision:
         when = local_time(self.at)
         if self.kind == "interrupted":
             return f"interrupted by {self.who} at {when}"
+        if self.kind == "ceiling":
+            return f"stopped over its run ceiling at {when}; a person decides"
         return f"steered by hand at {when}; the patrol leaves it to a person"
 
 
@@ -79,8 +82,9 @@ def _who(raw: object) -> str:
     return name or host or "someone"
 
 
-def operator_interrupts(state_dir: Path) -> dict[Key, Interrupt]:
-    """Latest ``xaf-hub interrupt`` per (instance, session), from the audit log's tail."""
+def operator_interrupts(state_dir: Path) -> dict[Key, Stop]:
+    """Latest stop per (instance, session) from the audit log's tail: an ``xaf-hub
+    interrupt`` (a person's) or the run ceiling's."""
     path = state_dir / "audit.log"
     try:
         with open(path, "rb") as handle:
@@ -90,35 +94,50 @@ def operator_interrupts(state_dir: Path) -> dict[Key, Interrupt]:
             raw = handle.read()
     except OSError:
         return {}
-    found: dict[Key, Interrupt] = {}
+    found: dict[Key, Stop] = {}
     for line in raw.decode("utf-8", "replace").splitlines():
-        if '"interrupt"' not in line:
+        if '"interrupt"' not in line and _CEILING not in line:
             continue
         try:
             entry = json.loads(line)
-            if entry.get("command") != "interrupt" or entry.get("result") not in _STOPS:
+            command, result = str(entry.get("command")), entry.get("result")
+            if command == "interrupt" and result in _STOPS:
+                kind: StopKind = "person"
+            elif command.endswith(_CEILING) and result in _CEILING_STOPS:
+                kind = "ceiling"
+            else:
                 continue
             at = datetime.strptime(str(entry["time"]), "%Y-%m-%dT%H:%M:%S%z").timestamp()
         except (ValueError, KeyError, TypeError, AttributeError):
             continue  # a torn first line of the tail, or a hand-edited one
         key = (str(entry.get("instance") or ""), str(entry.get("session") or ""))
         if key not in found or at >= found[key].at:
-            found[key] = Interrupt(at, _who(entry.get("who")))
+            who = _who(entry.get("who")) if kind == "person" else "the run ceiling"
+            found[key] = Stop(kind, at, who)
     return found
 
 
-def people_interrupts(ops: OpsContext) -> dict[Key, Interrupt]:
-    """Latest interrupt per session: this host's audit log, and with the Redis stores every
-    host's (``store.backends.Stores.interrupts``). UnreachableError when Redis cannot be
-    asked: a patrol must not undo an interrupt it could not read."""
+def people_interrupts(ops: OpsContext) -> dict[Key, Stop]:
+    """Latest stop per session: this host's audit log, and with the Redis stores every
+    host's interrupts (``store.backends.Stores.interrupts``). UnreachableError when Redis
+    cannot be asked: a patrol must not undo an interrupt it could not read."""
     found = operator_interrupts(ops.cfg.state_dir)
     for key, (at, who) in ops.stores.interrupts().items():
         if key not in found or at >= found[key].at:
-            found[key] = Interrupt(at, _who(who))
+            found[key] = Stop("person", at, _who(who))
     return found
 
 
-def stopped_after(stop: Interrupt | None, since_s: float | None) -> bool:
+def hub_stops(ops: OpsContext) -> dict[Key, Stop]:
+    """What a view needs to tell who ended a run: ``people_interrupts``, or only this host's
+    audit log when Redis does not answer (a view still renders)."""
+    try:
+        return people_interrupts(ops)
+    except HubError:
+        return operator_interrupts(ops.cfg.state_dir)
+
+
+def stopped_after(stop: Stop | None, since_s: float | None) -> bool:
     """True when ``stop`` came at or after ``since_s`` (None: any interrupt counts)."""
     if stop is None:
         return False
@@ -134,7 +153,7 @@ def is_steered(task: Task) -> bool:
 class Decisions:
     """Every person's decision the patrol knows of this cycle (read once per job)."""
 
-    interrupts: Mapping[Key, Interrupt] = field(default_factory=dict)
+    interrupts: Mapping[Key, Stop] = field(default_factory=dict)
     steered: Mapping[Key, Task] = field(default_factory=dict)
     problem: str = ""  # the pool could not be read: steered rows unknown
 
@@ -144,7 +163,7 @@ class Decisions:
         since = None if not since_ms else since_ms / 1000
         if stopped_after(stop, since):
             assert stop is not None
-            return Decision("interrupted", stop.who, stop.at)
+            return _stopped(stop)
         task = self.steered.get((instance, session))
         if task is not None:
             return _steered(task)
@@ -158,15 +177,19 @@ class Decisions:
         since = instant_seconds(task.steered_at or task.dispatched_at)
         if stopped_after(stop, since):
             assert stop is not None
-            return Decision("interrupted", stop.who, stop.at)
+            return _stopped(stop)
         return _steered(task) if is_steered(task) else None
+
+
+def _stopped(stop: Stop) -> Decision:
+    return Decision("ceiling" if stop.kind == "ceiling" else "interrupted", stop.who, stop.at)
 
 
 def _steered(task: Task) -> Decision:
     return Decision("steered", "", instant_seconds(task.steered_at) or 0.0)
 
 
-def decisions_from(interrupts: Mapping[Key, Interrupt], tasks: Iterable[Task]) -> Decisions:
+def decisions_from(interrupts: Mapping[Key, Stop], tasks: Iterable[Task]) -> Decisions:
     """Build the cycle's view from the audit log's interrupts and the pool's rows (pure)."""
     steered = {(t.dispatched_to or "", t.session_id or ""): t for t in tasks if is_steered(t)}
     return Decisions(dict(interrupts), steered)
@@ -210,3 +233,17 @@ async def session_still_runs(ops: OpsContext, instance: str, session_id: str) ->
             return False
         running = await client.running([session.directory] if session.directory else [])
     return session_id in running
+
+
+def shown_outcomes(snap: Snapshot, stops: Mapping[Key, Stop]) -> Snapshot:
+    """``snap`` with each project session's ``outcome`` as every view shows it
+    (``core.outcomes.run_outcome``: a run going on, one its server stopped, the hub's stops)."""
+
+    def shown(s: SessionRecord) -> SessionRecord:
+        if not s.project:
+            return s
+        stop = stops.get((s.instance, s.id))
+        outcome = run_outcome(s.outcome, running=s.running, stop=stop, updated_ms=s.updated)
+        return s if outcome == (s.outcome or None) else replace(s, outcome=outcome or "")
+
+    return replace(snap, sessions=tuple(shown(s) for s in snap.sessions))

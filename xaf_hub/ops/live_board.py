@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 from xaf_hub.config.load import Config, InstanceConfig
 from xaf_hub.config.watch import ConfigState
 from xaf_hub.core.clock import MAX_TIME_MS
+from xaf_hub.core.outcomes import RUNS
 from xaf_hub.core.records import SessionRecord, Snapshot, SpendSlots, Tally, Waiting, source_of
 from xaf_hub.errors import HubError
 from xaf_hub.fleet.instance_scan import InstanceScan, snapshot_of
@@ -49,6 +50,8 @@ WRITERS = ("patrol", "serve")
 # The record fields a board row carries, in order (``waiting`` as its own small object).
 _FIELDS = tuple(f.name for f in fields(SessionRecord))
 _WAITING = _FIELDS.index("waiting")
+_OUTCOME = _FIELDS.index("outcome")
+_READS = frozenset((*RUNS, ""))
 _TALLY_COUNTS = tuple(f.name for f in fields(Tally) if f.name != "spend")
 _SCAN_FACTS = ("reachable", "reason", "version", "api", "release", "run_state_unknown",
                "waiting_unknown")
@@ -501,6 +504,8 @@ def _record(row: Any) -> SessionRecord:
     cost = row[_COST]
     if cost is not None and cost_value(cost) is None:  # a scan reads that as unknown
         raise ValueError("a session row's cost no scan could give")
+    if row[_OUTCOME] not in _READS:  # a word an older hub wrote: read again when shown
+        row[_OUTCOME] = ""
     rec = SessionRecord(*row[:_WAITING])  # positional: the fields in their order (10k: ~40 ms)
     waiting = row[_WAITING]
     if waiting is None:

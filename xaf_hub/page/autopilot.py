@@ -7,9 +7,10 @@ opencode server is asked.
 A file that cannot be read becomes a sentence in ``problems``: the page always renders.
 
 The badge says "on" only while a patrol daemon's heartbeat is fresh; a round run once (cron,
-``patrol --once``) leaves it "off" with when it last ran. The work queue is counted with the
-page's own vocabulary (``page.view.session_phase``) against the sessions of the same scan, so
-a task whose session has finished is counted as done even before the next round records it.
+``patrol --once``) leaves it "off" with when it last ran. The work queue counts the pool's tasks
+by their state (``store.backlog.state_of``), the very values ``backlog list`` prints, so each
+count is what the command line says. The headline says the round went as planned only when it
+left nothing for a person.
 """
 
 from __future__ import annotations
@@ -22,10 +23,12 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from xaf_hub.config.load import Config
+from xaf_hub.core.outcomes import TASK_STATES, TaskState, task_state
 from xaf_hub.core.records import SessionRecord
 from xaf_hub.errors import HubError
 from xaf_hub.ops.budget import BudgetLine, budget_lines, money
 from xaf_hub.page.words import WHEN, Lang, Line, ago, clean, local_time_with_zone, text
+from xaf_hub.store.backlog import Task, count_states
 
 if TYPE_CHECKING:  # the page loads the stores when it builds the view
     from xaf_hub.store.backends import Stores
@@ -37,6 +40,7 @@ STEP_KEYS = ("run_ceiling", "fix_free_limit", "check_agents", "sync_design_tasks
 ROUND_FIGURES = (
     "dispatched",
     "tasks_done",
+    "tasks_finished",
     "healed",
     "resumed",
     "tasks_requeued",
@@ -58,11 +62,11 @@ class AutopilotView:
     headline: Line
     details: tuple[Line, ...] = ()
     figures: tuple[tuple[int, str], ...] = ()
-    queue: tuple[tuple[int, str, str], ...] = ()  # (count, words, kind)
+    queue: tuple[tuple[int, str, TaskState], ...] = ()  # (count, words, state)
     next_up: tuple[tuple[str, str], ...] = ()
     rests: tuple[Line, ...] = ()
     problems: tuple[str, ...] = ()
-    done: tuple[DoneTask, ...] = ()  # the latest tasks done, newest first
+    done: tuple[DoneTask, ...] = ()  # the latest tasks finished, newest first
     spend: tuple[str, ...] = ()  # today's spend against the daily budgets (ops.budget)
     # The HA patrol (store.backends.Stores.lease_status): the host holding the lease ("" when
     # none or no lease is used) and the sentence that says so (None when no lease is used).
@@ -72,21 +76,24 @@ class AutopilotView:
 
 @dataclass(frozen=True)
 class DoneTask:
-    """A done task as the panel lists it: its commit linked when the patrol found it."""
+    """A finished task as the panel lists it: its state, its commit linked when the patrol
+    found it."""
 
     title: str
     commit: str = ""  # the short hash; "" when not verified
     url: str = ""  # project.commit_url filled in, for a verified commit only
     verified: bool = False
     judged: str = ""  # which rule decided (new work, check passed...), issue 37
+    state: TaskState = "unverified"
 
 
-# How many done tasks the panel lists.
+# How many finished tasks the panel lists.
 DONE_SHOWN = 5
 
 
-def done_tasks(tasks: Sequence[Any], commit_url: str) -> tuple[DoneTask, ...]:
-    """The latest done tasks, newest first, each verified one linked by ``commit_url`` (pure).
+def done_tasks(tasks: Sequence[Task], commit_url: str, lang: Lang = "en") -> tuple[DoneTask, ...]:
+    """The latest finished tasks, newest first, each verified one linked by ``commit_url``
+    (pure).
 
     The hash is hex as git gave it, quoted all the same before it goes into the URL; the
     template escapes the attribute.
@@ -95,12 +102,16 @@ def done_tasks(tasks: Sequence[Any], commit_url: str) -> tuple[DoneTask, ...]:
     done.sort(key=lambda t: str(t.done_at or ""), reverse=True)
     out = []
     for t in done[:DONE_SHOWN]:
+        state = task_state(
+            status=t.status, landing=t.landing, parked=False, person=False, blocked=False,
+            verified=t.verified,
+        )
+        judged = clean(t.judged or "")
         if t.verified and t.commit:
             url = commit_url.replace("{commit}", quote(t.commit, safe="")) if commit_url else ""
-            judged = clean(getattr(t, "judged", None) or "")
-            out.append(DoneTask(clean(t.title), t.commit[:7], url, True, judged))
+            out.append(DoneTask(clean(t.title), t.commit[:7], url, True, judged, state))
         else:
-            out.append(DoneTask(clean(t.title), judged=clean(getattr(t, "judged", None) or "")))
+            out.append(DoneTask(clean(t.title), judged=judged, state=state))
     return tuple(out)
 
 
@@ -142,8 +153,10 @@ def _headline(
     paused: Mapping[str, Any] | None,
     now_ms: int,
     interval_minutes: float,
+    for_person: int = 0,
 ) -> tuple[str, Line, list[Line]]:
-    """(state, headline, detail sentences)."""
+    """(state, headline, detail sentences); ``for_person``: how many lines below it are left
+    for a person (then the round did not all go as planned)."""
     details: list[Line] = []
     running = heartbeat_fresh(beat, now_ms)
     if running and beat is not None:
@@ -165,6 +178,8 @@ def _headline(
         how = (
             text(lang, "ap.some_failed", steps=sep.join(failed))
             if failed
+            else text(lang, "ap.left_for_person", n=for_person)
+            if for_person
             else text(lang, "ap.all_ok")
         )
         when = WHEN if last else text(lang, "ap.when_unknown")
@@ -266,44 +281,11 @@ def task_ids_by_session(cfg: Config) -> dict[str, str]:
     return {t.session_id: t.id for t in tasks if t.session_id}
 
 
-def _queue(
-    lang: Lang,
-    tasks: list[Any],
-    stuck: list[Any],
-    sessions: Mapping[tuple[str, str], SessionRecord],
-) -> list[tuple[int, str, str]]:
-    from xaf_hub.page.view import session_phase
-
-    counts = {"waiting": 0, "in_progress": 0, "done": 0, "ended_badly": 0, "to_land": 0}
-    for t in tasks:
-        if t in stuck:
-            continue
-        if t.landing in ("ready", "person"):  # verified, on its way to the base branch
-            counts["to_land"] += 1
-        elif t.status == "pending":
-            counts["waiting"] += 1
-        elif t.status == "done":
-            counts["done"] += 1
-        elif t.status == "dispatched":
-            s = sessions.get((t.dispatched_to or "", t.session_id or ""))
-            phase = session_phase(s) if s is not None else "working"
-            if phase == "finished":
-                counts["done"] += 1
-            elif phase == "ended_badly":
-                counts["ended_badly"] += 1
-            else:
-                counts["in_progress"] += 1
-    rows = [
-        (counts["waiting"], text(lang, "queue.waiting"), "waiting"),
-        (counts["in_progress"], text(lang, "queue.in_progress"), "in_progress"),
-        (counts["done"], text(lang, "queue.done"), "done"),
-    ]
-    if counts["to_land"]:
-        rows.append((counts["to_land"], text(lang, "queue.to_land"), "to_land"))
-    if counts["ended_badly"]:
-        rows.append((counts["ended_badly"], text(lang, "queue.ended_badly"), "ended_badly"))
-    rows.append((len(stuck), text(lang, "queue.stuck"), "stuck"))
-    return rows
+def _queue(lang: Lang, counts: Mapping[TaskState, int]) -> list[tuple[int, str, TaskState]]:
+    """The work queue's rows: (count, words, state), the states that hold a task (at least
+    "waiting to start"), in the order a task goes through them (``TASK_STATES``)."""
+    rows = [(counts[s], text(lang, f"task.{s}"), s) for s in TASK_STATES if counts[s]]
+    return rows or [(0, text(lang, "task.waiting"), "waiting")]
 
 
 def _build(
@@ -333,19 +315,16 @@ def _built(
     except HubError as exc:
         report = None
         problems.append(text(lang, "ap.report_unreadable", error=exc))
-    state, headline, details = _headline(
-        lang, report, heartbeat(folder), pause_info(folder), now_ms, cfg.patrol.interval_minutes
-    )
-
     figures: list[tuple[int, str]] = []
+    person: list[Line] = []
     if report is not None:
         for key in ROUND_FIGURES:
             rows = report.get(key)
             if isinstance(rows, list) and rows:
                 figures.append((len(rows), text(lang, f"fig.{key}")))
-        details += _needs_person(lang, report.get("needs_person"))
+        person += _needs_person(lang, report.get("needs_person"))
 
-    queue: list[tuple[int, str, str]] = []
+    queue: list[tuple[int, str, TaskState]] = []
     next_up: list[tuple[str, str]] = []
     done: tuple[DoneTask, ...] = ()
     try:
@@ -353,21 +332,31 @@ def _built(
     except HubError as exc:
         problems.append(text(lang, "ap.queue_unreadable", error=exc))
     else:
-        stuck = [t for t in tasks if is_blocked(t, cfg.patrol.max_attempts) or t.parked]
-        queue = _queue(lang, tasks, stuck, sessions)
+        now = datetime.fromtimestamp(now_ms / 1000, UTC)
+        counts = count_states(tasks, now, cfg.patrol.max_attempts)
+        queue = _queue(lang, counts)
         # Next = what fill_slots would take first: ready now (not backing off, dependencies
         # done), by priority, then age.
-        now = datetime.fromtimestamp(now_ms / 1000, UTC)
-        waiting = [t for t in tasks if t.status == "pending" and t not in stuck]
+        waiting = [
+            t for t in tasks
+            if t.status == "pending" and not t.parked and not is_blocked(t, cfg.patrol.max_attempts)
+        ]
         ready = [t for t in waiting if not readiness(t, tasks, now)]
         ready.sort(key=lambda t: (t.priority, t.created_at or ""))
         next_up = [(t.priority, t.title) for t in ready[:NEXT_UP]]
-        done = done_tasks(tasks, cfg.repository.commit_url)
-        details += [
+        done = done_tasks(tasks, cfg.repository.commit_url, lang)
+        person += [
             Line(text(lang, "ap.parked", title=clean(t.title), why=clean(str(t.parked))))
             for t in tasks
             if t.parked
         ]
+        if not cfg.repository.url and counts["unverified"]:
+            person.append(Line(text(lang, "ap.no_repository", n=counts["unverified"])))
+    state, headline, details = _headline(
+        lang, report, heartbeat(folder), pause_info(folder), now_ms, cfg.patrol.interval_minutes,
+        len(person),
+    )
+    details += person
 
     active_host, ha = "", None
     lease = stores.lease_status(now_ms)

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Final, TypeVar
 
 from xaf_hub.core.backoff import Backoff
+from xaf_hub.core.outcomes import TASK_STATES, TaskState, task_state
 from xaf_hub.core.records import Room
 from xaf_hub.errors import TaskChanged, UsageError
 from xaf_hub.store.statefile import read_json, update_json
@@ -62,6 +63,7 @@ __all__ = [
     "TaskChanged",
     "TaskPool",
     "backoff_delay",
+    "count_states",
     "first_line",
     "format_instant",
     "is_blocked",
@@ -70,6 +72,7 @@ __all__ = [
     "parse_instant",
     "pick_tasks",
     "readiness",
+    "state_of",
 ]
 
 _T = TypeVar("_T")
@@ -314,6 +317,7 @@ class TaskPool(abc.ABC):
                 commits=tuple(commits),
                 verified=verified,
                 judged=judged,
+                person=None,
                 **(check or {}),
             )
             return new, new
@@ -323,10 +327,10 @@ class TaskPool(abc.ABC):
     def note_check(self, expected: Task, **fields: Any) -> Task:
         """Write what the verification found on a row still exactly ``expected`` (else
         TaskChanged: a person's change stands): ``judged``, ``check``, ``check_commit``,
-        ``check_output``, ``check_retries``, and ``dispatched_at`` when it goes back to its
-        session."""
+        ``check_output``, ``check_retries``, ``person`` (why it is left to a person), and
+        ``dispatched_at`` when it goes back to its session."""
         allowed = {"judged", "check", "check_commit", "check_output", "check_retries"}
-        allowed.add("dispatched_at")
+        allowed |= {"dispatched_at", "person"}
         unknown = set(fields) - allowed
         if unknown:
             raise ValueError(f"note_check: not a verification field: {sorted(unknown)}")
@@ -345,7 +349,7 @@ class TaskPool(abc.ABC):
         dispatched until it has landed). TaskChanged when a person changed the row meanwhile."""
         return self.revise(
             expected, landing="ready", commit=commit, commits=tuple(commits), verified=True,
-            judged=judged, **(check or {}),
+            judged=judged, person=None, **(check or {}),
         )
 
     def mark_landed(self, expected: Task, now: datetime, *, landed: str, judged: str) -> Task:
@@ -606,6 +610,7 @@ def unjudged() -> dict[str, Any]:
         "check_commit": None,
         "check_output": None,
         "check_retries": None,
+        "person": None,
     }
 
 
@@ -681,3 +686,43 @@ def pick_tasks(tasks: Sequence[Task], instance: str, free: int, now: datetime) -
 def is_blocked(task: Task, max_attempts: int) -> bool:
     """A pending task that used up its attempts waits for a human."""
     return task.status == "pending" and task.attempts >= max_attempts
+
+
+def count_states(tasks: Sequence[Task], now: datetime, max_attempts: int) -> dict[TaskState, int]:
+    """How many tasks stand in each state (``state_of``), every state named: what the page's
+    work queue and the report count, as ``backlog list`` says them (pure)."""
+    status_of = {t.id: t.status for t in tasks}
+    counts = dict.fromkeys(TASK_STATES, 0)
+    for t in tasks:
+        counts[state_of(t, tasks, now, max_attempts, status_of=status_of)[0]] += 1
+    return counts
+
+
+def state_of(
+    task: Task,
+    tasks: Sequence[Task],
+    now: datetime,
+    max_attempts: int,
+    *,
+    status_of: Mapping[str, str] | None = None,
+) -> tuple[TaskState, str]:
+    """Where a task stands (``core.outcomes.task_state``: what the page, ``backlog`` and the
+    report count with) and, in one line, why: what it waits for, why a person has it, which
+    rule decided (pure)."""
+    state = task_state(
+        status=task.status,
+        landing=task.landing,
+        parked=bool(task.parked),
+        person=bool(task.person),
+        blocked=is_blocked(task, max_attempts),
+        verified=task.verified,
+    )
+    if state == "waiting":
+        return state, readiness(task, tasks, now, status_of=status_of) or "ready"
+    if state == "blocked":
+        return state, f"{task.attempts} of {max_attempts} attempts used"
+    if state == "person":
+        return state, task.parked or task.person or ""
+    if state == "landed":
+        return state, f"on the base branch as {task.landed[:7]}" if task.landed else ""
+    return state, task.judged or ""

@@ -101,6 +101,7 @@ _FIELD_TYPES: Final[dict[str, tuple[tuple[type, ...], bool]]] = {
     "landing": (_STR, True),
     "landed": (_STR, True),
     "conflicts": ((int,), True),
+    "person": (_STR, True),
 }
 TASK_KEYS: Final = frozenset(_FIELD_TYPES)
 # Keys holding an array of strings (kept as tuples in the record).
@@ -122,6 +123,7 @@ _UNSET_OMITTED: Final = (
     "landing",
     "landed",
     "conflicts",
+    "person",
 )
 _INSTANT_KEYS: Final = ("dispatched_at", "done_at", "not_before", "created_at", "steered_at")
 
@@ -286,6 +288,9 @@ class Task:
     landing: Landing | None = None
     landed: str | None = None
     conflicts: int | None = None
+    # Dispatched, and left to a person by the patrol (its work not verified, a person's stop, a
+    # refused request...): why, in one line; None while the patrol goes on with it.
+    person: str | None = None
     # Keys the hub does not know, kept verbatim so a rewrite never drops them.
     extra: Mapping[str, Any] = field(default_factory=dict, hash=False)
 

@@ -447,12 +447,16 @@ def test_backlog_add_list_show_set(tmp_path: Path) -> None:
     pool.requeue(tid, reason="boom", infrastructure=False, now=NOW)
     pool.requeue(tid, reason="boom", infrastructure=False, now=NOW)
     code, out, _ = cli(tmp_path, "backlog", "list", "--json")
-    assert json.loads(out)["tasks"][0]["state"] == "blocked (2/2 attempts)"
+    listed = json.loads(out)["tasks"][0]
+    assert (listed["state"], listed["state_detail"]) == ("blocked", "2 of 2 attempts used")
     code, out, _ = cli(tmp_path, "backlog", "set", tid, "--status", "pending", "--reset", "--json")
     task = json.loads(out)
     assert (task["attempts"], task["not_before"], task["last_error"]) == (0, None, None)
     code, out, _ = cli(tmp_path, "backlog", "set", tid, "--status", "done", "--json")
     assert json.loads(out)["done_at"]
+    # A person's word: the hub did not look, so it is not called done and verified.
+    code, out, _ = cli(tmp_path, "backlog", "show", tid, "--json")
+    assert json.loads(out)["state"] == "unverified"
     audit = [json.loads(ln) for ln in (tmp_path / "home" / "audit.log").read_text().splitlines()]
     assert [e["command"] for e in audit] == [
         "backlog.add",
