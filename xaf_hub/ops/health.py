@@ -352,14 +352,21 @@ def room_findings(cfg: Config, inst: InstanceConfig, probe: Probe) -> list[Findi
                  "with at least one commit, on that server.")]
 
 
-def landing_findings(cfg: Config) -> list[Finding]:
-    """Worktrees without a repository: the hub can verify and land nothing."""
-    if cfg.repository.isolation != "worktree" or cfg.repository.url:
+def repository_findings(cfg: Config) -> list[Finding]:
+    """Without a repository the hub verifies nothing (and, with worktrees, lands nothing)."""
+    if cfg.repository.url:
         return []
-    return [warn("worktrees", "project.repository",
-                 "not set: tasks work in worktrees of their own, but the hub can neither "
-                 "verify nor land their branches; they wait for a person",
-                 "Set project.repository to the remote the agents push to.")]
+    fix = (
+        "Set project.repository to the remote the agents push to (`xaf-hub init --root "
+        "CHECKOUT` fills it from the checkout's origin)."
+    )
+    if cfg.repository.isolation == "worktree":
+        return [warn("worktrees", "project.repository",
+                     "not set: tasks work in worktrees of their own, but the hub can neither "
+                     "verify nor land their branches; they wait for a person", fix)]
+    return [warn("verification", "project.repository",
+                 "not set: the hub cannot check an agent's work, so no task is ever done and "
+                 "verified; a task whose session finishes is 'finished, not verified'", fix)]
 
 
 def _absolute(path: str) -> bool:
