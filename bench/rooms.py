@@ -15,6 +15,7 @@ round with nothing to land. Prints one JSON object.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import statistics
@@ -26,6 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from tests.gitrepo import git, make_origin
+from xaf_hub.config.load import load_config
+from xaf_hub.fleet.scan import make_client
+from xaf_hub.ops.rooms import close_room, open_room, start_room
 from xaf_hub.sandbox.fake_llm import FakeLLM
 from xaf_hub.sandbox.fleet import OpencodeServer, fake_provider_config, find_opencode_binary
 
@@ -79,6 +83,28 @@ def _ready_tasks(origin_work: Path, n: int, pool: Path) -> None:
     pool.write_text(json.dumps({"schema_version": 1, "discipline": None, "tasks": rows}))
 
 
+async def _room_steps(cfg_path: Path, env: dict[str, str], n: int) -> dict[str, float]:
+    """The room's own steps, timed in one process: making the worktree, creating the session
+    (as any dispatch does), starting it from origin (the shell), and removing it."""
+    cfg = load_config(str(cfg_path), env=env, cwd=cfg_path.parent)
+    inst = cfg.instances[0]
+    times: dict[str, list[float]] = {"worktree": [], "session": [], "start": [], "remove": []}
+    async with make_client(cfg, inst) as client:
+        for i in range(n):
+            t0 = time.perf_counter()
+            room = await open_room(client, inst.default_directory, f"bench-{i}", "main")
+            t1 = time.perf_counter()
+            made = await client.create_session(room.directory, "bench")
+            t2 = time.perf_counter()
+            await start_room(client, room, made.id, "main")
+            t3 = time.perf_counter()
+            await close_room(client, room)
+            t4 = time.perf_counter()
+            for key, took in zip(times, (t1 - t0, t2 - t1, t3 - t2, t4 - t3), strict=True):
+                times[key].append(took)
+    return {key: round(statistics.median(v), 3) for key, v in times.items()}
+
+
 def run(dispatches: int, tasks: int, check: str) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="xaf-hub-bench-rooms-") as tmp, FakeLLM() as llm:
         root = Path(tmp)
@@ -113,9 +139,12 @@ def run(dispatches: int, tasks: int, check: str) -> dict[str, Any]:
                         raise SystemExit(f"dispatch {way} {i}: not what was asked: {out}")
                     if i:
                         times[way].append(took)
+            steps = asyncio.run(_room_steps(cfg, env, dispatches))
             _config(cfg, server.url, proj, checkout, origin.bare, isolation="worktree",
                     check_command=check)
-            quiet, _ = _hub(cfg, env, "patrol", "--once", "--no-design")
+            quiet = statistics.median(
+                _hub(cfg, env, "patrol", "--once", "--no-design")[0] for _ in range(3)
+            )
             _ready_tasks(origin.work, tasks, root / "hub" / "tasks_backlog.json")
             landing, _ = _hub(cfg, env, "patrol", "--once", "--no-design")
             _, listed = _hub(cfg, env, "backlog", "list", "--json")
@@ -125,6 +154,7 @@ def run(dispatches: int, tasks: int, check: str) -> dict[str, Any]:
             return {
                 "dispatch_seconds": {"shared": round(shared, 3), "worktree": round(own, 3),
                                      "added_by_the_worktree": round(own - shared, 3)},
+                "room_steps_seconds": steps,
                 "landing": {
                     "tasks": tasks, "check": check or None,
                     "landed": states.count("landed"),

@@ -2,9 +2,9 @@
 # Run the core test subset (pytest -m core: scan and status counts, the 3-process race,
 # dispatch to an idle and a running session, interrupt, one heal) against opencode releases:
 #   scripts/release-matrix.sh                  # 1.14.41 and 1.2.27
-#   scripts/release-matrix.sh 1.3.2 1.15.13    # any installed releases
-# Each VERSION must be installed first (scripts/opencode-releases.sh VERSION). The tests'
-# fleet runs that release's binary (XAF_HUB_OPENCODE_BIN) with the usual isolation; the tests
+#   scripts/release-matrix.sh 1.3.2 1.15.13    # any releases
+# A VERSION not installed yet is installed first (scripts/opencode-releases.sh VERSION, from
+# npm; about 550 MB each). The tests' fleet runs that release's binary (XAF_HUB_OPENCODE_BIN) with the usual isolation; the tests
 # check that the servers report VERSION. Extra pytest arguments: PYTEST_ARGS="-x -k race".
 # Prints one line per release (result, seconds) and exits 1 when any release failed.
 set -uo pipefail
@@ -32,8 +32,9 @@ run_release() { # VERSION BIN: the core subset on one release; its exit code in 
 }
 started=()
 for v in "${versions[@]}"; do
-  if ! bin=$(scripts/opencode-bin.sh "$v"); then
-    echo "error: opencode $v is not installed; run: scripts/opencode-releases.sh $v" >&2
+  if ! bin=$(scripts/opencode-bin.sh "$v") && \
+     ! { scripts/opencode-releases.sh "$v" && bin=$(scripts/opencode-bin.sh "$v"); }; then
+    echo "error: opencode $v could not be installed; run: scripts/opencode-releases.sh $v" >&2
     summary+=("$v: NOT INSTALLED")
     failed=1
     continue

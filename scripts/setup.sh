@@ -1,16 +1,28 @@
 #!/usr/bin/env bash
-# Developer set-up: install everything xaf-hub, its demo and its tests need; safe to run again.
-#  - a project virtual environment in .venv/ (never the system interpreter: PEP 668 safe) holding
-#    the package, editable, with its test extras
-#  - the real opencode server, pinned, into .opencode/ (npm; git ignores it)
-#  - Debian's chromium for the browser tests, when apt-get is available and we are root
-#  - Debian's redis-server for the shared-gate tests (same condition); the tests start and stop it
-#  - Debian's bubblewrap (same condition): the sandbox the project's check runs in
+# Set-up from a checkout; safe to run again.
+#   bash scripts/setup.sh          # what the demo needs, nothing more:
+#     - a project virtual environment in .venv/ (never the system interpreter: PEP 668 safe)
+#       holding the package, editable
+#     - the real opencode server, pinned, into .opencode/ (npm; git ignores it)
+#   bash scripts/setup.sh --test   # and what the tests need (scripts/test.sh runs this itself
+#                                  # when its tools are missing):
+#     - the package's test extras in .venv/
+#     - Debian's chromium for the browser tests, when apt-get is available and we are root
+#     - Debian's redis-server for the shared-gate tests (same condition); the tests start it
+#     - Debian's bubblewrap (same condition): the sandbox the project's check runs in
+# The older opencode releases of the release matrix come with the test command
+# (scripts/release-matrix.sh installs each the first time it needs it).
 # Anything missing that this script cannot install is named in one line with how to get it.
 # Environment: PYTHON (interpreter that creates the venv, default python3), XAF_HUB_VENV (default
 # .venv), XAF_HUB_SKIP_BROWSER=1 (no chromium).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+tests=0
+case "${1:-}" in
+  "") ;;
+  --test) tests=1 ;;
+  *) echo "usage: bash scripts/setup.sh [--test]" >&2; exit 4 ;;
+esac
 
 PY=${PYTHON:-python3}
 VENV=${XAF_HUB_VENV:-.venv}
@@ -61,7 +73,12 @@ if [ ! -x "$VENV/bin/python" ]; then
   fi
 fi
 VPY=$VENV/bin/python
-"$VPY" -m pip install --quiet --disable-pip-version-check -e '.[test]'
+if [ "$tests" = 1 ]; then
+  echo "==> the package with its test extras"
+  "$VPY" -m pip install --quiet --disable-pip-version-check -e '.[test]'
+else
+  "$VPY" -m pip install --quiet --disable-pip-version-check -e .
+fi
 
 if ! command -v npm >/dev/null 2>&1; then
   if can_apt; then
@@ -72,6 +89,10 @@ if ! command -v npm >/dev/null 2>&1; then
   fi
 fi
 install_opencode "$OPENCODE_VERSION" .opencode
+if [ "$tests" = 0 ]; then
+  echo "==> setup done; the environment's python is ${VPY} (the tests' tools: bash scripts/setup.sh --test, or bash scripts/test.sh)"
+  exit 0
+fi
 
 if [ "${XAF_HUB_SKIP_BROWSER:-0}" != "1" ] && { [ ! -x /usr/bin/chromium ] || ! fc-list 2>/dev/null | grep -qi "wenquanyi\|noto sans cjk"; }; then
   if can_apt; then
@@ -101,6 +122,4 @@ if ! command -v bwrap >/dev/null 2>&1; then
     echo "note: no bwrap (sudo apt-get install bubblewrap): project checks will not run (docs/verification.md) and their tests will be skipped"
   fi
 fi
-# Older opencode releases for the release matrix (scripts/test.sh runs it; ~550 MB each).
-[ "${XAF_HUB_SKIP_RELEASES:-0}" = "1" ] || scripts/opencode-releases.sh 1.14.41 1.2.27
-echo "==> setup done; the environment's python is ${VPY}"
+echo "==> setup done, with the tests' tools; the environment's python is ${VPY}"

@@ -68,6 +68,16 @@ export PIPX_HOME="$WORK/pipx" PIPX_BIN_DIR="$WORK/pipx-bin" PIPX_MAN_DIR="$WORK/
 PIPX_VENV="$PIPX_HOME/venvs/xaf-hub"
 smoke pipx "$PIPX_BIN_DIR" "$PIPX_VENV/bin/python"
 
+# The README's line that adds the [mcp] extra, run as written (its path made this wheel's) over
+# the plain install: pipx refuses a second install of a tool unless the line says how.
+mcp_line=$(grep -m1 "^pipx install .*\[mcp\]'" README.md | sed 's/ *#.*//; s/'"'"'//g' || true)
+read -ra mcp_args <<<"$mcp_line"
+if [ "${mcp_args[0]:-}" != pipx ]; then
+  echo "wheel-check: README.md has no line 'pipx install ... /path/to/xaf-hub[mcp]'" >&2
+  exit 4
+fi
+mcp_args=("${mcp_args[@]/#\/path\/to\/xaf-hub/$WHEEL}")
+
 # within_budget WHAT VENV MB: the environment's disk size against its budget
 within_budget() {
   local what=$1 venv=$2 budget=$3 size_kb
@@ -88,14 +98,24 @@ echo "    the largest parts of the plain install (MB):"
 du -sk "$PIPX_VENV"/lib/python*/site-packages/* | sort -rn | head -5 \
   | while read -r kb path; do printf '      %4d  %s\n' $((kb / 1024)) "$(basename "$path")"; done
 
-echo "==> pipx install the wheel with the [mcp] extra (another isolated pipx home)"
-MCP_HOME="$WORK/pipx-mcp"
-PIPX_HOME="$MCP_HOME" PIPX_BIN_DIR="$WORK/pipx-mcp-bin" PIPX_MAN_DIR="$WORK/pipx-mcp-man" \
-  "$BIN/pipx" install --python "$BASE_PY" "$WHEEL[mcp]" >"$WORK/pipx-mcp.log" 2>&1 \
+echo "==> the README's [mcp] line over the plain install: ${mcp_line}"
+PIPX_DEFAULT_PYTHON="$BASE_PY" "$BIN/${mcp_args[0]}" "${mcp_args[@]:1}" >"$WORK/pipx-mcp.log" 2>&1 \
   || { cat "$WORK/pipx-mcp.log"; exit 1; }
+"$PIPX_VENV/bin/python" -I -c 'import mcp' \
+  || { cat "$WORK/pipx-mcp.log"; echo "wheel-check: after the README's [mcp] line, the install cannot import mcp" >&2; exit 1; }
+within_budget '[mcp]' "$PIPX_VENV" "$BUDGET_MCP"
+
+echo "==> what \`xaf-hub mcp\` says to run without the extra, run in another plain install"
+MCP_HOME="$WORK/pipx-mcp"
+export PIPX_HOME="$MCP_HOME" PIPX_BIN_DIR="$WORK/pipx-mcp-bin" PIPX_MAN_DIR="$WORK/pipx-mcp-man"
+"$BIN/pipx" install --python "$BASE_PY" "$WHEEL" >"$WORK/pipx-plain2.log" 2>&1 \
+  || { cat "$WORK/pipx-plain2.log"; exit 1; }
+hint=$(cd "$WORK" && "$PIPX_BIN_DIR/xaf-hub" mcp 2>&1 | grep -o "pipx inject xaf-hub '[^']*'" || true)
+read -ra hint_args <<<"${hint//\'/}"
+[ "${hint_args[0]:-}" = pipx ] || { echo "wheel-check: xaf-hub mcp names no pipx inject line" >&2; exit 1; }
+"$BIN/pipx" "${hint_args[@]:1}" >"$WORK/pipx-inject.log" 2>&1 || { cat "$WORK/pipx-inject.log"; exit 1; }
 "$MCP_HOME/venvs/xaf-hub/bin/python" -I -c 'import mcp' \
-  || { echo "wheel-check: the [mcp] install cannot import mcp" >&2; exit 1; }
-within_budget '[mcp]' "$MCP_HOME/venvs/xaf-hub" "$BUDGET_MCP"
+  || { echo "wheel-check: after '$hint', the install cannot import mcp" >&2; exit 1; }
 
 echo "==> uv tool install the wheel (isolated uv tool folder)"
 export UV_TOOL_DIR="$WORK/uv-tools" UV_TOOL_BIN_DIR="$WORK/uv-bin" UV_CACHE_DIR="$WORK/uv-cache"

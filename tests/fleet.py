@@ -35,6 +35,10 @@ MODELS = (
 )
 # USD per million (input, output) tokens: the fake's 10 + 5 tokens cost $0.02 per model call.
 PRICES = {"fake/priced-model": (1000.0, 2000.0)}
+# Sub-agents a scripted ``task`` call may start, by name, and the model each runs on: a free
+# parent can start a priced child. Background sub-agents (``"background": true``) are on.
+AGENTS = {"priced": "fake/priced-model"}
+SERVER_ENV = {"OPENCODE_EXPERIMENTAL_BACKGROUND_SUBAGENTS": "true"}
 NAMES = ("local-a", "lan-b", "lan-c")
 
 
@@ -48,7 +52,8 @@ def llm() -> Iterator[FakeLLM]:
 def fleet(tmp_path_factory: pytest.TempPathFactory, llm: FakeLLM) -> Iterator[sandbox.Fleet]:
     root = tmp_path_factory.mktemp("fleet")
     with sandbox.Fleet(
-        root, n=3, llm=llm, models=MODELS, prices=PRICES, start_timeout=120.0
+        root, n=3, llm=llm, models=MODELS, prices=PRICES, agents=AGENTS, start_timeout=120.0,
+        extra_env=SERVER_ENV,
     ) as f:
         yield f
 

@@ -3,7 +3,7 @@
 Registered from tests/conftest.py. It runs Debian's ``redis-server`` on a free port with a
 password (so every test also goes through XAF_HUB_REDIS_PASSWORD), no persistence, and stops
 it at the end. Tests are skipped when redis-server is not installed — except under CI, where a
-missing server is a failure (scripts/setup.sh installs it).
+missing server is a failure (scripts/setup.sh --test installs it).
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ def _answers(port: int, password: str) -> bool:
 def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
     binary = shutil.which("redis-server")
     if binary is None:
-        message = "redis-server is not installed (scripts/setup.sh installs Debian's package)"
+        message = "redis-server is not installed (scripts/setup.sh --test installs it)"
         if os.environ.get("CI"):
             pytest.fail(message)
         pytest.skip(message)

@@ -31,7 +31,7 @@ XSS_TITLE = "<script>alert(1)</script><img src=x onerror=alert(2)>"
 NASTY_DIR = "/srv/shop/\"'><"
 
 
-# Every browser test: real Chromium through playwright (scripts/setup.sh installs both).
+# Every browser test: real Chromium through playwright (scripts/setup.sh --test installs both).
 NEEDS_CHROMIUM = [
     pytest.mark.browser,
     pytest.mark.skipif(not CHROMIUM.exists(), reason="no /usr/bin/chromium (apt install chromium)"),

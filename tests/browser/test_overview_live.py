@@ -90,8 +90,10 @@ def test_served_page_speaks_the_browsers_language(
             assert (en_words if zh else zh_words) not in fixed, key
         if zh:
             # No English word of the page's own leaks through (names, numbers, times aside).
+            # ("opencode": the user name a server's links ask for, a name from the config)
             leaks = set(re.findall(r"[A-Za-z]{3,}", fixed)) - {"UTC", "xaf", "hub", "patrol",
-                                                                 "resume", "local", "lan"}
+                                                                 "resume", "local", "lan",
+                                                                 "opencode"}
             assert leaks == set(), leaks
             assert "刚刚" in page.locator("time.ago").first.inner_text() or _CJK.search(
                 page.locator("time.ago").first.inner_text()
@@ -426,6 +428,10 @@ def test_each_session_links_to_opencodes_own_page(
         html = page.content()
         assert not any(pw in html for pw in hub.secrets())
         assert "@" not in href
+        # The page says what the link needs: the server's login, its user name named.
+        note = page.locator("section[data-server='lan-b'] .login-note")
+        assert note.is_visible()
+        assert "the user name “opencode” and the server's password" in note.inner_text()
     finally:
         context.close()
     # The link works for someone who has the server's login: opencode shows the session.

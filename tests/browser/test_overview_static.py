@@ -146,19 +146,24 @@ def test_escape_clears_the_filter(small_page: Watched) -> None:
     assert small_page.text("#shown-total") == "20 of 20 shown"
 
 
-def test_screenshots_for_people(small_page: Watched, browser: Any) -> None:
+def test_screenshots_for_people(small_page: Watched, browser: Any, tmp_path: Path) -> None:
     small_page.screenshot("overview.png")
     small_page.page.locator("#filter").fill("登录")
     small_page.screenshot("overview-filtered.png")
-    phone = Watched(browser, small_page.path, width=390, height=844)
-    try:
-        # On a phone the table becomes one card per session; nothing may overflow sideways.
-        scroll_width = phone.page.evaluate("document.documentElement.scrollWidth")
-        assert scroll_width <= 390
-        phone.screenshot("overview-phone.png")
-        assert phone.requests == [phone.url]
-    finally:
-        phone.close()
+    chinese = tmp_path / "overview-zh.html"
+    report.write_html(small_snapshot(), chinese, now_ms=NOW, title="Shop 商店", lang="zh")
+    for path, name in ((small_page.path, "overview"), (chinese, "overview-zh")):
+        for width, suffix in ((1366, "wide"), (390, "phone")):
+            seen = Watched(browser, path, width=width, height=844)
+            try:
+                # On a phone the table becomes one card per session; nothing may overflow
+                # sideways, in either language.
+                scroll_width = seen.page.evaluate("document.documentElement.scrollWidth")
+                assert scroll_width <= width
+                seen.screenshot(f"{name}-{suffix}.png")
+                assert seen.requests == [seen.url]
+            finally:
+                seen.close()
 
 
 def test_three_thousand_rows_filter_quickly(browser: Any, tmp_path: Path) -> None:

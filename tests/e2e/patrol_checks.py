@@ -79,3 +79,22 @@ def agent_requests(hub: Hub, model: str, needle: str) -> list[dict[str, Any]]:
 def use_models(hub: Hub, **models: Any) -> None:
     hub.doc["models"] = {"default_dispatch_model": "fake/fake-model", **models}
     hub.write_config()
+
+
+def delegating(hub: Hub, *, background: bool = False, step_seconds: float = 1.0) -> None:
+    """Script the fake model: an agent on the free ``fake-model`` hands its work to the priced
+    sub-agent (opencode's ``task`` tool; ``background``: without waiting for it), which takes
+    $0.02 steps of ``step_seconds`` each for as long as it is let."""
+    task = {"description": "sub work", "prompt": "do the sub work", "subagent_type": "priced"}
+    if background:
+        task["background"] = True
+    hub.llm.set_mode("fake-model", "tools", calls=[["task", task]], text="parent done")
+    step = ["bash", {"command": f"sleep {step_seconds}", "description": "one step"}]
+    hub.llm.set_mode("priced-model", "tools", calls=[step] * 40, text="child done")
+
+
+def children(hub: Hub, name: str, sid: str) -> list[dict[str, Any]]:
+    """The sessions a session's sub-agents run in, as the server lists them."""
+    with sandbox._client(hub.server(name).url, hub.password(name)) as c:
+        kids: list[dict[str, Any]] = c.get(f"/session/{sid}/children").json()
+    return kids

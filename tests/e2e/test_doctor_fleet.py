@@ -72,7 +72,17 @@ def test_healthy_fleet_exits_0(hub: Hub) -> None:
     code, out, _ = hub.cli("doctor")
     assert code == 0
     assert out.splitlines()[-1] == "all well", out
-    assert "not paused" in out and "next reset" in out
+    assert "not paused" in out and "models.timezone" in out
+    # No blackout family chosen and none resting: no daily blackouts are reported.
+    assert "blackout" not in out and "until 08:00" not in out, out
+    # A rest that exists is shown; a family the config names gets its daily reset.
+    assert hub.cli("models", "rest", "fake/fake-model", "--until", "2h")[0] == 0
+    hub.write_config(models={"default_dispatch_model": "fake/fake-model",
+                             "blackout_families": {"free": ["opencode/"]}})
+    code, out, _ = hub.cli("doctor")
+    assert code == 0
+    assert "model fake/fake-model" in out and "resting until" in out
+    assert "rests a model of free (opencode/) until 08:00" in out
 
     # The flag the real `patrol pause` writes is what doctor reads: a warning, still exit 0.
     assert hub.cli("patrol", "pause")[0] == 0

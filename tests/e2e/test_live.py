@@ -23,6 +23,7 @@ import pytest
 
 from tests.e2e import daemon
 from tests.e2e.daemon import Lines, _audit, _beat, _daemon, _home, start_again
+from tests.e2e.patrol_checks import RESUME_HEAD, agent_requests, children, delegating
 from tests.fleet import Hub
 from tests.notify_capture import Capture
 from xaf_hub.sandbox import fleet as sandbox
@@ -318,8 +319,8 @@ def test_queued_work_starts_when_a_slot_frees(hub: Hub) -> None:
 @pytest.mark.timeout(600)
 def test_daemon_stops_a_run_past_its_ceiling_while_it_waits_in_a_tool(hub: Hub) -> None:
     """The run's first step costs $0.02 against a $0.01 ceiling, then the run waits in a
-    90-second tool call: the daemon aborts it within seconds, parks its task, audits it and
-    tells the team once."""
+    90-second tool call: the daemon aborts it within seconds, parks its task, audits it,
+    tells the team once and leaves it stopped (no resume)."""
     hub.doc["budget"] = {"run_usd": 0.01}
     chat = Capture("json")
     chat.start()
@@ -356,8 +357,8 @@ def test_daemon_stops_a_run_past_its_ceiling_while_it_waits_in_a_tool(hub: Hub) 
         # process is still being stopped): idle follows within moments, not at the tool's end.
         hub.wait_for(lambda: sid not in hub.busy_ids("lan-b"), timeout=15, step=0.5)
         rows = [r for r in _audit(hub, "patrol.live.run_ceiling") if r["session"] == sid]
-        assert len(rows) == 1 and rows[0]["result"] == "aborted", rows
-        assert rows[0]["cost_usd"] == pytest.approx(0.02) and rows[0]["ceiling_usd"] == 0.01
+        assert [r["result"] for r in rows] == ["stopping", "aborted"], rows
+        assert rows[1]["cost_usd"] == pytest.approx(0.02) and rows[1]["ceiling_usd"] == 0.01
         code, pool = hub.cli_json("backlog", "list")
         task = next(t for t in pool["tasks"] if t.get("session_id") == sid)
         assert task["status"] == "pending" and "over the run ceiling" in task["parked"]
@@ -365,10 +366,55 @@ def test_daemon_stops_a_run_past_its_ceiling_while_it_waits_in_a_tool(hub: Hub) 
                      timeout=60)
         time.sleep(4)  # a second notice would come with the next watch of the session
         assert [e["type"] for e in chat.events()].count("run_ceiling") == 1
+        # ... and a resume with the reaction to its stop (settled 1 s): the stop is a decision.
+        assert not agent_requests(hub, "priced-model", RESUME_HEAD)
+        assert sid not in hub.busy_ids("lan-b")
         assert _beat(hub)["ticks"] == 1  # stopped by the live watch, not by a round
     finally:
         lines.stop()
         chat.stop()
+
+
+@pytest.mark.timeout(600)
+def test_daemon_stops_a_run_whose_sub_agent_spends_in_the_background_within_a_step(
+    hub: Hub,
+) -> None:
+    """The parent, on a free model, starts a priced sub-agent in the background and goes idle;
+    the child spends $0.02 a step. The daemon judges the run on each step the stream reports
+    (not on its 3-second timer), so the child is stopped at the step that passed the $0.05
+    ceiling, before the next one is reported, with the parent."""
+    hub.doc["budget"] = {"run_usd": 0.05}
+    hub.write_config()
+    delegating(hub, background=True, step_seconds=2.0)
+    lines = _daemon(hub, "--no-fill")
+    url, pw = hub.server("lan-b").url, hub.password("lan-b")
+    try:
+        code, doc = hub.cli_json("dispatch", "--new", "--instance", "lan-b", "--text",
+                                 "delegate it", "--model", "fake/fake-model", "--no-record")
+        assert code == 0, doc
+        sid = doc["session_id"]
+        kid = hub.wait_for(lambda: children(hub, "lan-b", sid), timeout=120)[0]["id"]
+
+        def aborted() -> bool:
+            info = _last_assistant(hub, url, pw, kid).get("info", {})
+            return (info.get("error") or {}).get("name") == "MessageAbortedError"
+
+        hub.wait_for(aborted, timeout=120)
+        steps = [m["info"] for m in sandbox.messages(url, pw, kid)
+                 if m["info"]["role"] == "assistant" and m["info"].get("cost")]
+        spent = sum(float(s["cost"]) for s in steps)
+        print(f"sub-agent stopped after {len(steps)} priced steps: ${spent:.2f} of $0.05")
+        assert spent == pytest.approx(0.06)  # the step that passed the ceiling, no more
+        hub.wait_for(lambda: not {sid, kid} & set(hub.status("lan-b", hub.root / "app")),
+                     timeout=30)
+        rows = [r for r in _audit(hub, "patrol.live.run_ceiling") if r["session"] == sid]
+        assert [r["result"] for r in rows] == ["stopping", "aborted"], rows
+        assert rows[1]["sub_agents"] == 1
+        assert _beat(hub)["ticks"] == 1  # stopped by the live watch, not by a round
+    finally:
+        lines.stop()
+        for s in hub.busy_ids("lan-b"):
+            hub.cli("interrupt", "--session", s)
 
 
 def test_a_starting_daemon_fills_free_slots_before_its_first_round(

@@ -23,6 +23,8 @@ from tests.e2e.patrol_checks import (
     agent_requests,
     answered_by,
     audit_lines,
+    children,
+    delegating,
     home,
     messages,
     patrol,
@@ -630,8 +632,59 @@ def test_patrol_once_stops_a_run_past_its_ceiling_and_parks_its_task(hub: Hub) -
         task = next(t for t in pool["tasks"] if t.get("session_id") == sids["lan-b"])
         assert task["status"] == "pending" and "over the run ceiling" in task["parked"]
         rows = [e for e in audit_lines(hub) if e["command"] == "patrol.run_ceiling"]
-        assert [r["session"] for r in rows] == [sids["lan-b"]]
+        assert [(r["session"], r["result"]) for r in rows] == [
+            (sids["lan-b"], "stopping"), (sids["lan-b"], "aborted")
+        ]
         # The next round leaves the stopped run alone: it is not running any more.
         assert patrol(hub, "--no-fill")["over_run_ceiling"] == []
     finally:
         abort_busy(hub, "lan-c")
+
+
+def test_a_free_run_that_starts_a_priced_sub_agent_is_stopped_with_it_and_left_stopped(
+    hub: Hub,
+) -> None:
+    """The run's own model is free; it hands the work to a priced sub-agent (a child session,
+    opencode's ``task``), whose steps are the run's cost. A round stops the run past its
+    ceiling, the parent and the child; the next round does not resume it (the stop is a
+    decision, as a person's interrupt); today's spend counts the child's cost once, so new work
+    is refused at the daily budget."""
+    hub.doc["models"]["timezone"] = "UTC"
+    hub.doc["budget"] = {"run_usd": 0.05, "daily_usd": 0.06}
+    hub.write_config()
+    delegating(hub)
+    code, doc = hub.cli_json("dispatch", "--new", "--instance", "lan-b", "--text", "delegate it",
+                             "--model", "fake/fake-model")
+    assert code == 0, doc
+    sid = doc["session_id"]
+    app = hub.root / "app"
+
+    def over() -> str:
+        kids = [k for k in children(hub, "lan-b", sid) if float(k.get("cost") or 0) > 0.05]
+        return str(kids[0]["id"]) if kids else ""
+
+    kid = hub.wait_for(over, timeout=120)
+    try:
+        assert sid in hub.status("lan-b", app)  # the parent waits on its sub-agent
+        stopped = patrol(hub, "--no-fill", "--no-design")["over_run_ceiling"]
+        assert [(a["session"], a["result"]) for a in stopped] == [(sid, "ok")], stopped
+        assert "aborted with 1 sub-agent session" in stopped[0]["detail"]
+        assert not {sid, kid} & set(hub.status("lan-b", app))
+        assert (last_info(hub, "lan-b", sid).get("error") or {}).get("name") == (
+            "MessageAbortedError"
+        )
+        # The stopped run is a decision: not resumed, listed for a person.
+        doc = patrol(hub, "--no-fill", "--no-design")
+        assert doc["over_run_ceiling"] == [] and doc["resumed"] == []
+        assert [(a["session"], a["kind"]) for a in doc["needs_person"]] == [(sid, "person")]
+        assert "stopped over its run ceiling" in doc["needs_person"][0]["detail"]
+        assert not agent_requests(hub, "fake-model", RESUME_HEAD)
+        assert not {sid, kid} & set(hub.status("lan-b", app))
+        # Today's spend is the child's (the parent's model is free), counted once.
+        spent = float(children(hub, "lan-b", sid)[0]["cost"])
+        code, status = hub.cli_json("status")
+        assert status["project"]["spent_today_usd"] == pytest.approx(spent)
+        code, out, err = hub.cli("dispatch", "--new", "--instance", "lan-c", "--text", "more")
+        assert code == 3 and f"daily budget $0.06 reached (${spent:.2f} spent today" in err, err
+    finally:
+        abort_busy(hub, "lan-b")

@@ -3,7 +3,7 @@ directory on every call, fail closed, and a mixed fleet (1.14.41 beside 1.18.33)
 
 The ``core`` tests here run on whatever release the session fleet runs (1.18.33 by default;
 scripts/release-matrix.sh points it at others). The mixed fleet needs 1.14.41 installed
-(scripts/opencode-releases.sh 1.14.41; scripts/setup.sh does it).
+(scripts/opencode-releases.sh 1.14.41; the whole run of scripts/test.sh does it first).
 """
 
 from __future__ import annotations

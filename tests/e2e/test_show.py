@@ -5,6 +5,8 @@ last answer from the messages API, and the `opencode attach` command (no passwor
 from __future__ import annotations
 
 import json
+import os
+import re
 
 import pytest
 
@@ -58,6 +60,27 @@ def test_show_reads_the_last_prompt_and_answer(hub: Hub) -> None:
 def test_show_unknown_session_is_exit_4(hub: Hub) -> None:
     code, _, err = hub.cli("show", "ses_doesnotexist")
     assert code == 4 and "session ses_doesnotexist not found" in err
+
+
+def test_a_unique_start_of_an_id_names_the_session(hub: Hub) -> None:
+    a = hub.session("local-a", "named by a prefix")
+    b = hub.session("lan-b", "its neighbour")
+    part = a[:-2]  # what a narrow `sessions` table shows, or a person types: a unique start
+    assert hub.cli_json("show", part)[1]["session_id"] == a
+    assert hub.cli_json("confirm", part)[1]["session_id"] == a
+    code, plan = hub.cli_json("dispatch", "-t", "more", "-s", part, "--dry-run")
+    assert code == 0 and plan["session_id"] == a and plan["instance"] == "local-a"
+    code, done = hub.cli_json("interrupt", part)
+    assert code == 0 and done["session_id"] == a
+    # The start of several ids names none: exit 4 listing them, nothing done.
+    both = os.path.commonprefix([a, b])
+    for argv in (("show", both), ("confirm", both), ("interrupt", both),
+                 ("dispatch", "-t", "x", "-s", both, "--dry-run")):
+        code, out, err = hub.cli(*argv)
+        assert code == 4 and out == "", err
+        assert f"{both} is the start of" in err
+        named = re.findall(r"ses_\w+", err.split(" is the start of ", 1)[1])
+        assert len(named) >= 2 and all(n.startswith(both) for n in named), err
 
 
 def test_dispatch_prints_the_attach_command(hub: Hub) -> None:

@@ -1,7 +1,8 @@
 """In an 80-column pseudo-terminal, every command that prints a table (`instances`, `status`,
 `sessions`, `backlog list`, `cleanup`) prints no line wider than 80 cells against real servers
 (long Chinese titles, deep folders, a long note, an unreachable instance) and cuts no header
-while the data beside it fits; `--wide` and a pipe print the whole values."""
+while the data beside it fits; `sessions` gives the title room first (ids show the start that
+names them), `instances` keeps the url's port; `--wide` and a pipe print the whole values."""
 
 from __future__ import annotations
 
@@ -66,6 +67,15 @@ def test_no_line_wider_than_the_terminal(crowded: Hub, command: str) -> None:
     assert not re.search(r"ses_\w*…", screen)  # session ids stay whole, to be copied
     if command != "sessions":  # idle sessions are not coloured; ok / yes are
         assert "\x1b[32m" in screen
+    else:  # the title has the room: ids show the start that names them, which `show` takes
+        assert "Refactor the payment" in screen, screen
+        start = re.search(r"(ses_\w+)\s.*Refactor", SGR.sub("", screen))
+        assert start is not None and len(start[1]) < 30, screen
+        code, shown = crowded.cli_json("show", start[1])
+        assert code == 0 and shown["title"].startswith("Refactor the payment")
+    if command == "instances":  # the url keeps its end: the port tells servers apart
+        port = crowded.server("lan-b").url.rsplit(":", 1)[1]
+        assert re.search(rf"…?[\d.]*:{port}\s", SGR.sub("", screen)), screen
 
     # --wide: the whole values, wider than the terminal.
     code, wide, _ = run_on_pty([*argv, "--wide"], columns=80, env=_env(crowded))

@@ -156,8 +156,10 @@ def ask_a_question(hub: Hub) -> None:
     )
     code, _, err = hub.cli("answer", seen[q]["request_id"], "purple")
     assert code == 4 and "'purple' is not an option" in err
-    code, _, err = hub.cli("answer", seen[q]["request_id"], "blue")
+    # An option named in another case is that option, sent as offered.
+    code, out, err = hub.cli("answer", seen[q]["request_id"], "Blue")
     assert code == 0, err
+    assert out.startswith(f"answered blue: {seen[q]['request_id']}"), out
     hub.wait_for(lambda: idle(hub, q), timeout=60, step=0.5)
     assert waiting_of(hub) == {}
 

@@ -125,3 +125,50 @@ def test_every_local_link_of_the_readme_and_docs_leads_to_a_file() -> None:
             if path and "://" not in path and not (page.parent / path).exists():
                 broken.append(f"{page.relative_to(REPO)}: {target}")
     assert broken == []
+
+
+def test_the_mcp_hint_adds_the_extras_own_requirement() -> None:
+    from xaf_hub.cli.commands._common import ADD_MCP, MCP_REQUIREMENT
+    from xaf_hub.cli.mcp_command import INSTALL_HINT
+
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text("utf-8"))["project"]
+    assert extras["optional-dependencies"]["mcp"] == [MCP_REQUIREMENT]
+    # Over a plain pipx install a second `pipx install` is refused: the hint injects instead
+    # (scripts/wheel-check.sh runs it, and the README's [mcp] line, over a plain install).
+    assert ADD_MCP == "pipx inject xaf-hub 'mcp>=2.3,<3'" and INSTALL_HINT.startswith(ADD_MCP)
+
+
+def test_setup_installs_what_the_demo_needs_and_the_tests_bring_the_rest(tmp_path: Path) -> None:
+    repo, fake, log = tmp_path / "repo", tmp_path / "bin", tmp_path / "calls.log"
+    (repo / "scripts").mkdir(parents=True)
+    fake.mkdir()
+    for name in ("setup.sh", "opencode-releases.sh", "opencode-bin.sh"):
+        (repo / "scripts" / name).write_bytes((REPO / "scripts" / name).read_bytes())
+        (repo / "scripts" / name).chmod(0o755)
+    # Stand-ins that only log: python3 (a venv is a copy of it), npm, apt-get.
+    stubs = {
+        "python3": 'echo "python $*" >>"$CALLS"\nif [ "$1 $2" = "-m venv" ]; then\n'
+                   '  mkdir -p "$3/bin"; cp "$0" "$3/bin/python"\nfi',
+        "npm": 'echo "npm $*" >>"$CALLS"',
+        "apt-get": 'echo "apt-get $*" >>"$CALLS"',
+    }
+    for name, body in stubs.items():
+        (fake / name).write_text(f"#!/bin/bash\n{body}\n", "utf-8")
+        (fake / name).chmod(0o755)
+    env = {"PATH": f"{fake}:/usr/bin:/bin", "CALLS": str(log), "XAF_HUB_SKIP_BROWSER": "1",
+           "HOME": str(tmp_path)}
+
+    def setup(*args: str) -> list[str]:
+        log.write_text("", "utf-8")
+        done = subprocess.run(["bash", "scripts/setup.sh", *args], cwd=repo, env=env,
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        return log.read_text("utf-8").splitlines()
+
+    demo = setup()
+    assert any(c.endswith("pip install --quiet --disable-pip-version-check -e .") for c in demo)
+    installs = [c for c in demo if c.startswith("npm install")]
+    assert len(installs) == 1 and installs[0].endswith("opencode-ai@1.18.33"), demo
+    tests = setup("--test")
+    assert any(c.endswith("-e .[test]") for c in tests), tests
+    assert not any("1.14.41" in c or "1.2.27" in c for c in demo + tests)  # the matrix's own

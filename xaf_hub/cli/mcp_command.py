@@ -12,7 +12,8 @@ client starts it in a folder of its own, so give the config's absolute path (`xa
 prints the exact lines for opencode and Claude Code). With --http it serves
 Streamable HTTP at http://HOST:PORT/mcp; every request must carry `Authorization: Bearer
 <token>` with the token from XAF_HUB_MCP_TOKEN, and a non-loopback --host is refused without
-one. Needs the optional extra: pipx install 'xaf-hub[mcp]' (or pip install 'xaf-hub[mcp]').
+one. Needs the MCP SDK, the optional extra [mcp]; over an install without it:
+pipx inject xaf-hub 'mcp>=2.3,<3'.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import hmac
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from xaf_hub.cli.commands._common import ADD_MCP, MCP_REQUIREMENT
 from xaf_hub.cli.context import Context
 from xaf_hub.errors import UsageError
 
@@ -40,7 +42,9 @@ Claude Code:  claude mcp add xafhub -- xaf-hub --config /abs/config.json mcp
 
 TOKEN_ENV = "XAF_HUB_MCP_TOKEN"
 MIN_TOKEN_LENGTH = 16
-INSTALL_HINT = "pipx install 'xaf-hub[mcp]' (or pip install 'xaf-hub[mcp]')"
+INSTALL_HINT = (
+    f"{ADD_MCP} (without pipx: pip install '{MCP_REQUIREMENT}' with the python xaf-hub runs on)"
+)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

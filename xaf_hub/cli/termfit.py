@@ -2,12 +2,15 @@
 
 On a TTY a table is cut to the terminal's width. A header is never cut while its column's
 data fits: when the table is too wide, a header of two words or more goes on two lines
-first; then the columns a command names as flexible give way, in its order, down to a floor
-(never below their header's narrowest two-line form); then the widest data gives way down to
-its header's width; only when every column is down to its header are headers cut too. Cells
-are shortened by display width (Chinese and other wide characters count two cells) with an
-ellipsis. Colour marks states (ok / unreachable / busy / failed) on a TTY only, never when
-NO_COLOR is set or TERM is dumb. A pipe, or --wide, gets the table exactly as before.
+first; then ids give way down to the start that still tells each apart (every command takes
+such a start); then the columns a command names as flexible give way, in its order, down to a
+floor (never below their header's narrowest two-line form), and again down to their header's
+width; then the widest data gives way down to its header's width; only when every column is
+down to its header are headers cut too. So the column a command names last keeps its room
+longest. Cells are shortened by display width (Chinese and other wide characters count two
+cells) with an ellipsis; ids without one. Colour marks states (ok / unreachable / busy /
+failed) on a TTY only, never when NO_COLOR is set or TERM is dumb. A pipe, or --wide, gets
+the table exactly as before.
 """
 
 from __future__ import annotations
@@ -66,26 +69,27 @@ def cells(text: str) -> int:
     return sum(max(wcwidth(ch), 0) for ch in text)
 
 
-def fit(text: str, width: int, *, keep_end: bool = False) -> str:
-    """``text`` within ``width`` cells: whole when it fits, else cut with an ellipsis
-    (at the end, or at the start with ``keep_end`` for paths whose end matters)."""
+def fit(text: str, width: int, *, keep_end: bool = False, mark: str = ELLIPSIS) -> str:
+    """``text`` within ``width`` cells: whole when it fits, else cut with ``mark`` (an
+    ellipsis, "" for an id's start) at the end, or at the start with ``keep_end`` for paths
+    whose end matters."""
     from wcwidth import wcwidth
 
     if cells(text) <= width:
         return text
-    if width <= 1:
-        return ELLIPSIS[:width]
+    if width <= len(mark):
+        return mark[:width]
     chars = reversed(text) if keep_end else iter(text)
     kept: list[str] = []
     used = 0
     for ch in chars:
         w = max(wcwidth(ch), 0)
-        if used + w > width - 1:
+        if used + w > width - len(mark):
             break
         kept.append(ch)
         used += w
     body = "".join(reversed(kept)) if keep_end else "".join(kept)
-    return ELLIPSIS + body if keep_end else body + ELLIPSIS
+    return mark + body if keep_end else body + mark
 
 
 def widths(
@@ -93,26 +97,32 @@ def widths(
     floors: Sequence[int],
     order: Sequence[int],
     limit: int,
-    keep: Sequence[int] = (),
+    keep: Mapping[int, int] | None = None,
     soft: Sequence[int] = (),
 ) -> list[int]:
     """Column widths whose sum plus gaps fits ``limit`` when the floors allow.
 
-    The columns in ``order`` shrink first, one after the other, each down to its floor; then
-    the column with the most to give shrinks, one cell at a time, down to its ``soft`` width
-    (its header's narrowest form: no header is cut in this pass), then down to
-    min(natural, 3). Columns in ``keep`` (ids to copy) are never cut.
+    The columns in ``keep`` (ids to copy: index -> the least width that still tells them
+    apart) shrink first, to that width and never below; then the columns in ``order``, one
+    after the other, each down to its floor, and again down to its ``soft`` width (its
+    header's narrowest form: no header is cut before the last pass); then the column with
+    the most to give, one cell at a time, down to its soft width, then down to
+    min(natural, 3).
     """
     out = list(natural)
+    keep = keep or {}
     budget = limit - GAP * (len(out) - 1)
-    for i in order:
+    softs = list(soft) or [0] * len(out)
+    least_soft = [max(m, 3) for m in softs]
+    steps = [*((i, keep[i]) for i in keep), *((i, floors[i]) for i in order),
+             *((i, min(floors[i], least_soft[i])) for i in order)]
+    for i, floor in steps:
         excess = sum(out) - budget
         if excess <= 0:
             return out
-        out[i] = max(floors[i], out[i] - excess)
-    softs = list(soft) or [0] * len(out)
-    for least in ([max(m, 3) for m in softs], [3] * len(out)):
-        last = [n if i in keep else min(n, least[i]) for i, n in enumerate(natural)]
+        out[i] = max(min(out[i], floor), out[i] - excess)
+    for least in (least_soft, [3] * len(out)):
+        last = [keep[i] if i in keep else min(n, least[i]) for i, n in enumerate(natural)]
         while sum(out) > budget:
             i = max(range(len(out)), key=lambda k: (out[k] - last[k], out[k]))
             if out[i] <= last[i]:
@@ -264,14 +274,15 @@ def render(
     *,
     flexible: Sequence[tuple[str, int]] = (),
     keep_end: Sequence[str] = (),
-    keep: Sequence[str] = (),
+    keep: Mapping[str, int | None] | None = None,
     colors: Mapping[str, Painter] | None = None,
 ) -> str:
     """The table for ``screen``.
 
-    ``flexible``: (header, floor) pairs, the columns that give way first, in that order;
-    ``keep_end``: columns cut at the start (paths); ``keep``: columns never cut (ids);
-    ``colors``: header -> value -> SGR code.
+    ``flexible``: (header, floor) pairs, the columns that give way first, in that order (the
+    last keeps its room longest); ``keep_end``: columns cut at the start (paths); ``keep``:
+    id columns, header -> the fewest characters that tell the ids apart (cut to no less,
+    without an ellipsis; None: never cut); ``colors``: header -> value -> SGR code.
     Cells must already be terminal-safe text (no control characters).
     """
     from xaf_hub.core.text import table
@@ -290,14 +301,17 @@ def render(
         for i, floor in present:
             floors[i] = min(natural[i], max(floor, soft[i]))
         order = [i for i, _ in present]
-        kept = [index[h] for h in keep if h in index]
+        kept = {index[h]: min(natural[index[h]], n or natural[index[h]])
+                for h, n in (keep or {}).items() if h in index}
         final = widths(natural, floors, order, screen.width, kept, soft)
         ends = {index[h] for h in keep_end if h in index}
         heads = [header_in(h, final[i]) for i, h in enumerate(heads)]
         if any("\n" in h for h in heads):  # the one-line headers sit on the lower line
             heads = [h if "\n" in h else f"\n{h}" for h in heads]
         text_rows = [
-            [fit(v, final[i], keep_end=i in ends) for i, v in enumerate(r)] for r in text_rows
+            [fit(v, final[i], keep_end=i in ends, mark="" if i in kept else ELLIPSIS)
+             for i, v in enumerate(r)]
+            for r in text_rows
         ]
     if screen.color and colors:
         for name, painter in colors.items():

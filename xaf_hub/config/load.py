@@ -345,6 +345,7 @@ class ModelsConfig:
     blackout_families: tuple[tuple[str, tuple[str, ...]], ...] = (
         ("opencode", ("opencode/", "opencode-go/")),
     )
+    families_named: bool = False  # the config names blackout_families (else the built-in one)
     blackout_reset_hour: int = setting(8, maximum=23)
     timezone: str = setting("local", check=_time_zone)
     # Where blackouts and healed memory live; "redis" shares them through lock.redis_url.
@@ -700,6 +701,7 @@ def _parse_models(r: _Reader, path: Path) -> ModelsConfig:
     if families is not None:  # an object of lists of model-id prefixes
         fam_r = _Reader(families, path, r.key("blackout_families"))
         computed["blackout_families"] = tuple((k, fam_r.strings(k)) for k in families)
+        computed["families_named"] = True
     models = read_section(ModelsConfig, r, **computed)
     r.finish()
     return models

@@ -33,6 +33,10 @@ from typing import Literal
 
 BranchPolicy = Literal["branch", "mainline", "worktree"]
 BRANCH_POLICIES: tuple[BranchPolicy, ...] = ("branch", "mainline", "worktree")
+# Where a prompt finds its feature branch: "new" (a new session starts the work: create it),
+# "exists" (work on it was pushed: continue there), "unknown" (a session that may have made
+# it: continue there if it exists, else create it).
+BranchState = Literal["new", "exists", "unknown"]
 
 DISCIPLINE_MARKER = "--- xaf-hub discipline ---"
 DISCIPLINE_END_MARKER = "--- end of xaf-hub discipline ---"
@@ -100,9 +104,15 @@ def _join_words(words: list[str], max_len: int) -> str:
 
 
 def discipline_block(
-    policy: BranchPolicy, *, base_branch: str, slug: str, override: str | None = None
+    policy: BranchPolicy,
+    *,
+    base_branch: str,
+    slug: str,
+    override: str | None = None,
+    branch: BranchState = "new",
 ) -> str:
-    """Build the discipline block appended to every prompt for one target."""
+    """Build the discipline block appended to every prompt for one target; ``branch`` says
+    where the feature branch stands (a branch policy's first rule depends on it)."""
     base = _base_name(base_branch)
     if policy == "branch":
         if not slug.strip():
@@ -110,7 +120,7 @@ def discipline_block(
         if override is not None and override.strip():
             body = _fill_override(override, base=base, slug=slug)
         else:
-            body = _branch_body(base, slug)
+            body = _branch_body(base, slug, branch)
     elif policy in ("mainline", "worktree"):
         rules = _mainline_body(base) if policy == "mainline" else _worktree_body(base)
         if override is not None and override.strip():
@@ -205,9 +215,12 @@ def compose_prompt(
     base_branch: str,
     slug: str,
     override: str | None = None,
+    branch: BranchState = "new",
 ) -> str:
     """Return the task text followed by exactly one discipline block."""
-    block = discipline_block(policy, base_branch=base_branch, slug=slug, override=override)
+    block = discipline_block(
+        policy, base_branch=base_branch, slug=slug, override=override, branch=branch
+    )
     body = strip_discipline(task_text)
     if policy == "mainline":
         body = rewrite_branch_to_mainline(body, base_branch)
@@ -238,19 +251,44 @@ def _fill_override(text: str, *, base: str, slug: str) -> str:
     return text.replace("{slug}", slug) if slug.strip() else text
 
 
-def _branch_body(base: str, slug: str) -> str:
+def _branch_start(base: str, branch: str, state: BranchState) -> tuple[str, str]:
+    """The first rule of the branch discipline, English and Chinese, for the branch's state."""
+    if state == "exists":
+        return (
+            f"- Continue on `{branch}`: it exists already, with your earlier work. Fetch, "
+            f"check it out and pull; do not create it again or start it over from "
+            f"`origin/{base}`.",
+            f"- 在已有的 {branch} 分支上继续(之前的工作就在上面):fetch 后检出并 pull;"
+            f"不要重新创建它,也不要从 origin/{base} 重新开始;",
+        )
+    if state == "unknown":
+        return (
+            f"- Work on `{branch}`: if it exists already (locally or on origin), check it out "
+            f"and pull; otherwise fetch and create it from `origin/{base}`. Do all the work "
+            "there.",
+            f"- 在 {branch} 分支上工作:若它已存在(本地或 origin 上),检出并 pull;"
+            f"否则 fetch 后基于 origin/{base} 新建;全部工作在该分支上完成;",
+        )
+    return (
+        f"- Start from the integration branch `{base}`: fetch, then create `{branch}` "
+        f"from `origin/{base}` and do all the work there.",
+        f"- 基于 origin/{base} 新建 {branch} 分支,全部工作在该分支上完成;",
+    )
+
+
+def _branch_body(base: str, slug: str, state: BranchState = "new") -> str:
     """Return the default discipline for an isolated feature branch."""
     branch = f"feature/{slug}"
+    start, start_zh = _branch_start(base, branch, state)
     return (
         "Branch policy: branch (isolated feature branch)\n"
-        f"- Start from the integration branch `{base}`: fetch, then create `{branch}` "
-        f"from `origin/{base}` and do all the work there.\n"
+        f"{start}\n"
         f"- When the task is done: git commit, then git push -u origin {branch}. "
         "No confirmation is needed.\n"
         "- Report the commit hash in your final message.\n"
         f"- Never merge into `{base}` or any other main line; a person decides merges.\n"
         "分支纪律(branch,隔离开发):\n"
-        f"- 基于 origin/{base} 新建 {branch} 分支,全部工作在该分支上完成;\n"
+        f"{start_zh}\n"
         f"- 完成后自行 git commit 并 git push 该分支(origin {branch}),无需等待确认;\n"
         "- 在最终回复中回报 commit 哈希;\n"
         f"- 不要合并到 {base} 或任何主干,合并由人工裁决。"

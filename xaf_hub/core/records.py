@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import bisect
 import math
+import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from xaf_hub.core.clock import MAX_TIME_MS
 from xaf_hub.core.outcomes import Run
+from xaf_hub.errors import UsageError
+
+_P = TypeVar("_P")
+
+# A session id is shown no shorter than this ("ses_" and 8 characters of its time part).
+ID_PREFIX_MIN = 12
 
 RunState = Literal["idle", "busy", "retry"]
 RequestKind = Literal["permission", "question"]
@@ -253,3 +261,35 @@ class Snapshot:
 def running_project(sessions: Iterable[SessionRecord]) -> int:
     """How many of ``sessions`` are project sessions the server reports running."""
     return sum(1 for s in sessions if s.project and s.running)
+
+
+def find_session(
+    places: Iterable[tuple[_P, Iterable[SessionRecord]]], wanted: str
+) -> tuple[_P, SessionRecord] | None:
+    """The session whose id is ``wanted``, with its place (an instance's scan or view); else
+    the one whose id starts with ``wanted``. None when no id does; UsageError (exit 4) naming
+    the ids when several different ones start with it."""
+    pairs = [(place, s) for place, sessions in places for s in sessions]
+    exact = next(((place, s) for place, s in pairs if s.id == wanted), None)
+    if exact is not None or not wanted:
+        return exact
+    hits = [(place, s) for place, s in pairs if s.id.startswith(wanted)]
+    ids = sorted({s.id for _, s in hits})
+    if len(ids) > 1:
+        more = f" and {len(ids) - 5} more" if len(ids) > 5 else ""
+        raise UsageError(f"{wanted} is the start of {len(ids)} session ids ({', '.join(ids[:5])}"
+                         f"{more}): give more of it")
+    return hits[0] if hits else None
+
+
+def prefix_width(ids: Iterable[str], shown: Iterable[str]) -> int:
+    """The fewest leading characters that tell each of ``shown`` apart from every other id of
+    ``ids`` (at least ID_PREFIX_MIN): the width a table may cut session ids to."""
+    known = sorted(set(ids))
+    need = ID_PREFIX_MIN
+    for sid in set(shown):
+        i = bisect.bisect_left(known, sid)
+        for other in known[max(i - 1, 0) : i + 2]:
+            if other != sid:
+                need = max(need, len(os.path.commonprefix([sid, other])) + 1)
+    return need

@@ -510,6 +510,21 @@ class OpencodeClient:
         except (KeyError, TypeError, AttributeError, ValueError):
             raise self._shape(path) from None
 
+    async def children(self, session_id: str, directory: str | None = None) -> list[ServerSession]:
+        """The sessions a session's sub-agents run in (``parentID``: the ``task`` tool's); none
+        on the v2 dialect, which has no such route. SessionNotFound for an unknown session."""
+        if await self._dialect() == "v2":
+            return []
+        path = f"/session/{session_id}/children"
+        params = await self._where(session_id, directory)
+        data, _ = await self._request("GET", path, params=params, not_found_ok=True)
+        if data is None:
+            raise SessionNotFound(f"{self.name}: session {session_id} not found")
+        if not isinstance(data, list):
+            raise self._shape(path)
+        page, _ = self._read_page(data, session_from_classic, {}, path)
+        return [self._seen(s) for s in page]
+
     async def messages(
         self, session_id: str, limit: int = 5, directory: str | None = None
     ) -> list[dict[str, Any]]:

@@ -1,14 +1,16 @@
 """The fleet's changes as the hub's own records, and the pure bookkeeping that finds them.
 
-``FleetEvent`` is one change every live view reads (``watch``, the patrol daemon, ``serve``):
-a project session that is new, started, retrying, stopped (with its outcome), failed with an
+``FleetEvent`` is one change every live view reads (``watch``, the patrol daemon, ``serve``): a
+project session that is new, started, retrying, stopped (with its outcome), failed with an
 error, or gone; an instance that went down or came back up; an instance followed by polling
-because it streams nothing. ``Board`` holds one instance's project sessions and turns a
-server event frame, or a full rescan, into those changes; the same change is never reported
-twice because every change is a difference of state (a ``session.status idle`` followed by
-``session.idle`` stops a run once). ``parse_frame`` reads one ``data:`` line of either stream:
-``/global/event`` wraps the event in ``{"directory", "payload"}``, ``/event?directory=D`` sends
-it bare. The network side (streams, reconnects, heartbeats) is ``fleet.follow``.
+because it streams nothing; for a board that asks (the patrol daemon's run ceiling), a step a
+project session finished with a cost (``spent``, from its message.updated frame). ``Board``
+holds one instance's project sessions and turns a server event frame, or a full rescan, into
+those changes; the same change is never reported twice because every change is a difference of
+state (a ``session.status idle`` followed by ``session.idle`` stops a run once). ``parse_frame``
+reads one ``data:`` line of either stream: ``/global/event`` wraps the event in ``{"directory",
+"payload"}``, ``/event?directory=D`` sends it bare. The network side (streams, reconnects,
+heartbeats) is ``fleet.follow``.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from xaf_hub.config.load import InstanceConfig
 from xaf_hub.core.records import RunState, SessionRecord, sane_ms
 from xaf_hub.fleet.wire import (
     ServerSession,
+    cost_value,
     server_json,
     session_from_classic,
     session_record,
@@ -46,6 +49,7 @@ EventKind = Literal[
     "answered",  # that request was answered (by anyone) or withdrawn
     "stopped",
     "error",
+    "spent",  # a step of the session finished and reported its cost (boards with ``steps``)
     "gone",
     "down",
     "up",
@@ -70,6 +74,7 @@ WANTED_TYPES = frozenset(
         "question.replied",
         "question.rejected",
         "project.updated",
+        "message.updated",
     }
 )
 _ASKED = {"permission.asked": "permission", "question.asked": "question"}
@@ -151,6 +156,7 @@ def parse_frame(line: str, stream_directory: str = "") -> Frame | None:
         and '"permission.' not in raw
         and '"question.' not in raw
         and '"project.updated"' not in raw
+        and '"message.updated"' not in raw
     ):
         return None
     try:
@@ -238,8 +244,9 @@ class Board:
     with the run states and the new sessions their frames told since.
     """
 
-    def __init__(self, inst: InstanceConfig) -> None:
+    def __init__(self, inst: InstanceConfig, steps: bool = False) -> None:
         self.inst = inst
+        self.steps = steps  # report ``spent``: each step a project session finished
         self.sessions: dict[str, SessionRecord] = {}
         self._verdicts: dict[str, bool] = {}
         # Sessions seen outside the project: their frames are ignored without a lookup.
@@ -334,6 +341,8 @@ class Board:
         if kind == "project.updated":
             self._project(props)
             return []
+        if kind == "message.updated" and not (self.steps and _step_cost(props.get("info"))):
+            return []
         sid = props.get("sessionID")
         if not isinstance(sid, str) or not sid:
             return []
@@ -355,6 +364,8 @@ class Board:
             return []
         if kind == "session.error":
             return [self._event("error", rec, "stream", error_detail(props.get("error")))]
+        if kind == "message.updated":
+            return [self._event("spent", rec, "stream")]
         if kind in _ASKED:
             return self._asked(rec, kind, props)
         if kind in _ANSWERED:
@@ -437,6 +448,15 @@ class Board:
         if word == "retry" and (rec.run_state != "retry" or rec.retry_message != message):
             return [self._event("retry", new, "stream", message)]
         return []
+
+
+def _step_cost(info: Any) -> bool:
+    """Whether a message.updated frame's message is a finished step that cost money."""
+    if not isinstance(info, Mapping) or info.get("role") != "assistant":
+        return False
+    cost = cost_value(info.get("cost"))
+    when = info.get("time")
+    return bool(cost) and isinstance(when, Mapping) and sane_ms(when.get("completed")) > 0
 
 
 def _refreshed(old: SessionRecord, s: ServerSession, cut: int | None = None) -> SessionRecord:

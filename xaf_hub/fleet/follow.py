@@ -84,8 +84,8 @@ def _version(text: str) -> tuple[int, ...]:
 # Unreadable frames in a row before the stream is opened again (a reconnect rescans).
 MAX_BAD_FRAMES = 20
 
-# The longest line held and the largest frame read. The frames the hub reads (session.* and
-# server.*) measured at most 698 bytes on opencode 1.18.33 (session.updated); the largest real
+# The longest line held and the largest frame read. The frames the hub reads (session.*,
+# server.*, message.updated) measured at most 707 bytes on opencode 1.18.33; the largest real
 # frames are message.part.updated (and its "sync" twin), which carry a tool call's whole input:
 # 1,000,747 bytes for a 1 MB file written by the model (bench/frame_sizes.py), unbounded in
 # principle. The hub never reads those, so a longer line is skipped to its end unheld.
@@ -214,6 +214,10 @@ def _coalesce_key(frame: Frame) -> tuple[str, str]:
         word = status.get("type") if isinstance(status, dict) else None
         # Idle and not idle are kept apart, so a start and a stop both still show.
         return ("run:idle" if word == "idle" else "run:busy", str(sid))
+    if frame.type == "message.updated":
+        # Per message: a step's last update is kept when the next step's first one follows.
+        info = props.get("info")
+        return ("message", str(info.get("id") if isinstance(info, dict) else sid))
     return (frame.type, str(sid))
 
 
@@ -431,6 +435,7 @@ class FleetFollower:
         emit: Callable[[FleetEvent], None],
         transport_factory: TransportFactory | None = None,
         outcomes: bool = True,
+        steps: bool = False,
         heartbeat_deadline: float = HEARTBEAT_DEADLINE,
         probe_seconds: float = PROBE_SECONDS,
         poll_seconds: float = POLL_SECONDS,
@@ -456,7 +461,8 @@ class FleetFollower:
         self.budget = budget
         self.budget_cooldown = budget_cooldown
         self.state: dict[str, FollowState] = {i.name: FollowState() for i in self.instances}
-        self.boards: dict[str, Board] = {i.name: Board(i) for i in self.instances}
+        # ``steps``: report each step a project session finished with a cost (``spent``).
+        self.boards: dict[str, Board] = {i.name: Board(i, steps) for i in self.instances}
         self._modes: dict[str, Mode] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None

@@ -7,7 +7,8 @@ bytes in unpadded URL-safe base64 (the app then moves to its own ``/server/...``
 
 A link is offered only for an instance whose root was seen serving that app in a probe, is
 built from the configured URL with any user name or password removed (a link never carries a
-secret: the browser asks for the server's login itself), and is left out of a served page
+secret: the browser asks for the server's login itself, and the page says which user name
+that login takes, never the password), and is left out of a served page
 viewed from another machine when the instance's address is loopback (it would point at the
 viewer's own computer).
 """
@@ -40,6 +41,7 @@ class WebUI:
 
     base: str  # scheme://host:port[/prefix], no credentials, no trailing slash
     loopback: bool
+    login: str = ""  # the user name its page asks for with the server's password ("": none)
 
     def session_url(self, directory: str, session_id: str) -> str:
         """The address of one session in the app (empty when the session lacks a folder)."""
@@ -105,7 +107,10 @@ async def probe(
             )
     except (httpx.HTTPError, OSError, ValueError):
         return None
-    return WebUI(public_base(inst.url), _is_loopback_host(inst.url)) if ok else None
+    if not ok:
+        return None
+    return WebUI(public_base(inst.url), _is_loopback_host(inst.url),
+                 inst.username if inst.password else "")
 
 
 async def probe_all(

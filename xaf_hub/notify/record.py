@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Literal
 
 from xaf_hub.core.records import SessionRecord
 from xaf_hub.ops.budget import BudgetLine
@@ -37,6 +37,17 @@ class StepOutcome:
     seconds: float = 0.0
 
 
+# Why a row is left to a person, as a code beside its words (``Action.detail``), which the
+# page says in the reader's language: a person's decision (interrupted, steered, decided), a
+# run that stopped (unresumed) or ended on a refused request (denied), a claim the repository
+# does not bear out (a verification state), a commit another task has (credited), the
+# project's check (check_failed).
+Why = Literal[
+    "", "interrupted", "steered", "decided", "unresumed", "denied", "missing", "ambiguous",
+    "no_claim", "old", "locked", "diverged", "too_many", "credited", "check_failed",
+]
+
+
 @dataclass(frozen=True)
 class Action:
     """One thing a job did or decided not to do, for the report."""
@@ -51,9 +62,10 @@ class Action:
     detail: str = ""
     model: str = ""
     from_model: str = ""
+    why: Why = ""
 
 
-def session_action(step: str, kind: str, result: str, rec: SessionRecord, **fields: str) -> Action:
+def session_action(step: str, kind: str, result: str, rec: SessionRecord, **fields: Any) -> Action:
     """An Action about one session (instance, id and title taken from the record)."""
     return Action(step, kind, result, rec.instance, rec.id, title=rec.title, **fields)
 

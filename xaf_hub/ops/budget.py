@@ -2,24 +2,26 @@
 
 **Spend today** (``spend_today``, pure) is the cost the servers report for the project
 sessions active today: a session whose last activity (``updated``) falls on today's date on
-the clock of ``models.timezone`` counts with its whole cost. A session begun before midnight
+the clock of ``models.timezone`` counts with its whole cost. A sub-agent's session (``task``)
+is a session of its own: its cost is its own, never part of its parent's,
+so each counts once. A session begun before midnight
 and still working after it counts in full, so the figure errs high, never low: the ceiling
 holds. A session whose cost is missing or absurd (``fleet.wire.cost_value``) is not counted as
 0: it is counted as *unknown* and every view says "cost unknown for N sessions". Unknown cost
 does not block work (a server release that reports no session cost would otherwise stop the
 fleet); it is shown beside the figure so a person can judge it.
 
-**The check** (``refusal``) runs in ``ops.send`` under the instance's dispatch lock, right
-after the fresh scan that re-counts the load, before any new work: a new session, an idle one
-started again, a resume, a fill, a heal's re-send. A steer of a running session is the same
-run and passes. Today's spend at or above ``instances[].budget_daily_usd`` (that instance's
-sessions) or ``budget.daily_usd`` (every instance's) refuses with BudgetReached (exit 3). Cost
-is known only once a run has spent it, so the runs in flight (running, or sent and not yet
-shown) count at their run ceiling (``budget.run_usd``, per instance ``budget_run_usd``) when
-one is set: dispatches racing for the last of a budget overspend it by at most one run's
-ceiling per instance. Without a run ceiling nothing bounds a run in flight, and racing
-dispatches can overspend by the runs already started, never by runs started after the budget
-was reached.
+**The check** (``refusal``) runs in ``ops.send`` under the instance's dispatch lock, right after
+the fresh scan that re-counts the load, before any new work: a new session, an idle one started
+again, a resume, a fill, a heal's re-send. A steer of a running session is the same run and
+passes. Today's spend at or above ``instances[].budget_daily_usd`` (that instance's sessions) or
+``budget.daily_usd`` (every instance's) refuses with BudgetReached (exit 3). Cost is known only
+once a run has spent it, so the runs in flight (running, or sent and not yet shown; a run with
+sub-agents at work is one run) count at their run ceiling (``budget.run_usd``, per instance
+``budget_run_usd``) when one is set: dispatches racing for the last of a budget overspend it by
+at most one run's ceiling per instance. Without a run ceiling nothing bounds a run in flight,
+and racing dispatches can overspend by the runs already started, never by runs started after the
+budget was reached.
 """
 
 from __future__ import annotations
@@ -83,12 +85,29 @@ def spend_today(
     sessions: Iterable[SessionRecord], now: datetime, tz: tzinfo, run_ceiling: float | None = None
 ) -> Spend:
     """Today's spend of the project sessions among ``sessions`` (module docstring); each
-    running one is a run in flight, which may still spend ``run_ceiling`` (when set)."""
+    run in flight (``run_roots``) may still spend ``run_ceiling`` (when set)."""
     start = to_ms(day_start(now, tz))
     project = [s for s in sessions if s.project]
-    running = sum(1 for s in project if s.running)
+    running = len(run_roots(project))
     today = _slots(s for s in project if s.updated >= start)
     return _summed(today).with_sent(running, run_ceiling)
+
+
+def run_roots(sessions: Iterable[SessionRecord]) -> dict[str, SessionRecord]:
+    """The runs in flight among ``sessions``, by their root session's id: a running session
+    and its sub-agents' (``parent_id``, followed as far as ``sessions`` go) are one run, whose
+    cost and ceiling are the root's (``ops.ceiling``), whichever of them still works."""
+    by_id = {s.id: s for s in sessions}
+    roots: dict[str, SessionRecord] = {}
+    for s in by_id.values():
+        if not s.running:
+            continue
+        root, seen = s, {s.id}
+        while root.parent_id in by_id and root.parent_id not in seen:
+            root = by_id[root.parent_id]
+            seen.add(root.id)
+        roots[root.id] = root
+    return roots
 
 
 def _spend(sessions: Iterable[SessionRecord]) -> Spend:

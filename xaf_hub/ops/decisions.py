@@ -4,8 +4,9 @@ A person's decision is either
 
 * an operator interrupt: ``xaf-hub interrupt`` stopped the session (the audit log says who
   and when) after the run or prompt the patrol would act on;
-* a run the hub stopped past its run ceiling (``ops.ceiling``, audited): a person decides
-  what comes next; or
+* a stop at the run ceiling (``ops.ceiling``, audited as patrol.run_ceiling or
+  patrol.live.run_ceiling): the run spent what it may, and only a person may let it spend
+  more; or
 * a task-pool row whose session a person steered by hand (``dispatch --session``, or a
   restart of that idle session): the work is theirs to carry on.
 
@@ -25,12 +26,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from xaf_hub.core import clock
 from xaf_hub.core.outcomes import Stop, StopKind, run_outcome
 from xaf_hub.core.records import SessionRecord, Snapshot
 from xaf_hub.errors import HubError, StateFileError
+from xaf_hub.ops.ceiling import STEP as CEILING
 from xaf_hub.ops.context import OpsContext
 from xaf_hub.store.tasks import Task, instant_seconds
 
@@ -40,10 +42,8 @@ _AUDIT_TAIL_BYTES = 2_000_000
 # (the audit log has whole seconds; the server's clock may differ a little).
 CLOCK_SLACK_S = 2.0
 # ``xaf-hub interrupt`` writes "stopping" before its abort (a failed abort keeps it: a timed-out
-# one may have stopped the run), then "aborted"; the run ceiling writes its line after its abort.
+# one may have stopped the run), then "aborted". A ceiling's stop counts whatever its abort did.
 _STOPS = ("stopping", "aborted")
-_CEILING_STOPS = ("aborted", "abort failed")
-_CEILING = ".run_ceiling"  # patrol.run_ceiling, patrol.live.run_ceiling
 
 Key = tuple[str, str]  # (instance, session)
 
@@ -63,7 +63,7 @@ class Decision:
         if self.kind == "interrupted":
             return f"interrupted by {self.who} at {when}"
         if self.kind == "ceiling":
-            return f"stopped over its run ceiling at {when}; a person decides"
+            return f"stopped over its run ceiling at {when}; the patrol leaves it to a person"
         return f"steered by hand at {when}; the patrol leaves it to a person"
 
 
@@ -82,9 +82,17 @@ def _who(raw: object) -> str:
     return name or host or "someone"
 
 
+def _stop(entry: Mapping[str, Any]) -> StopKind | None:
+    """The stop an audit line records, if any."""
+    command = str(entry.get("command") or "")
+    if command == "interrupt":
+        return "person" if entry.get("result") in _STOPS else None
+    return "ceiling" if command.endswith("." + CEILING) else None
+
+
 def operator_interrupts(state_dir: Path) -> dict[Key, Stop]:
-    """Latest stop per (instance, session) from the audit log's tail: an ``xaf-hub
-    interrupt`` (a person's) or the run ceiling's."""
+    """Latest stop per (instance, session) (``xaf-hub interrupt``, the run ceiling), from
+    the audit log's tail."""
     path = state_dir / "audit.log"
     try:
         with open(path, "rb") as handle:
@@ -96,16 +104,12 @@ def operator_interrupts(state_dir: Path) -> dict[Key, Stop]:
         return {}
     found: dict[Key, Stop] = {}
     for line in raw.decode("utf-8", "replace").splitlines():
-        if '"interrupt"' not in line and _CEILING not in line:
+        if '"interrupt"' not in line and f'{CEILING}"' not in line:
             continue
         try:
             entry = json.loads(line)
-            command, result = str(entry.get("command")), entry.get("result")
-            if command == "interrupt" and result in _STOPS:
-                kind: StopKind = "person"
-            elif command.endswith(_CEILING) and result in _CEILING_STOPS:
-                kind = "ceiling"
-            else:
+            kind = _stop(entry)
+            if kind is None:
                 continue
             at = datetime.strptime(str(entry["time"]), "%Y-%m-%dT%H:%M:%S%z").timestamp()
         except (ValueError, KeyError, TypeError, AttributeError):
@@ -122,9 +126,10 @@ def people_interrupts(ops: OpsContext) -> dict[Key, Stop]:
     host's interrupts (``store.backends.Stores.interrupts``). UnreachableError when Redis
     cannot be asked: a patrol must not undo an interrupt it could not read."""
     found = operator_interrupts(ops.cfg.state_dir)
-    for key, (at, who) in ops.stores.interrupts().items():
+    for key, (at, who, kind) in ops.stores.interrupts().items():
         if key not in found or at >= found[key].at:
-            found[key] = Stop("person", at, _who(who))
+            stop: StopKind = "ceiling" if kind == "ceiling" else "person"
+            found[key] = Stop(stop, at, _who(who) if stop == "person" else "the run ceiling")
     return found
 
 

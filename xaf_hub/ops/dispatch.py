@@ -272,7 +272,8 @@ async def prepare(ops: OpsContext, order: DispatchOrder) -> Prepared:
         warnings.append(
             f"model {req.model} is blacked out (rate limit); using {model or 'server default'}"
         )
-    prompt = build_prompt(ops, plan.instance, req.text, plan.title, override, room=room)
+    prompt = build_prompt(ops, plan.instance, req.text, plan.title, override,
+                          "new" if plan.action == "create" else "unknown", room=room)
     view = next(v for v in views if v.inst.name == plan.instance.name)
     return Prepared(
         plan, view, model, prompt, tuple(warnings), _base(ops, plan, req, override),

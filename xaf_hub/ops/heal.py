@@ -305,7 +305,7 @@ async def heal(
     if target is None:
         return base
     prompt = build_prompt(
-        ops, inst, CONTINUE_PROMPT, rec.title, override, room=in_room(inst, rec)
+        ops, inst, CONTINUE_PROMPT, rec.title, override, "unknown", room=in_room(inst, rec)
     )
     if cand.state == "retry":
         await abort_and_prompt(

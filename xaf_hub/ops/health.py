@@ -463,16 +463,24 @@ def _until(now: datetime, then: datetime) -> str:
 
 
 def clock_findings(
-    models: ModelsConfig, tz: tzinfo, now: datetime, blackouts: Mapping[str, Blackout]
+    models: ModelsConfig,
+    tz: tzinfo,
+    now: datetime,
+    blackouts: Mapping[str, Blackout],
+    families: Mapping[str, Sequence[str]] | None = None,
 ) -> list[Finding]:
-    """The blackout clock: zone, next reset and the blackouts in force at ``now``."""
-    reset = next_reset(now, models.blackout_reset_hour, tz)
-    local_reset = reset.astimezone(tz)
-    name = zone_name(tz, now)
-    out = [ok("clock", "blackouts",
-              f"models.timezone {models.timezone!r} -> {name}; resets daily at "
-              f"{models.blackout_reset_hour:02d}:00; next reset "
-              f"{local_reset:%Y-%m-%d %H:%M %Z} ({_until(now, reset)})")]
+    """The clock's zone, the daily reset of the blackout ``families`` a person chose (none:
+    no line) and the rests in force at ``now``."""
+    out = [ok("clock", "time zone",
+              f"models.timezone {models.timezone!r} -> {zone_name(tz, now)} (today's spend, "
+              "rest times)")]
+    if families:
+        reset = next_reset(now, models.blackout_reset_hour, tz)
+        named = ", ".join(f"{n} ({' '.join(p)})" for n, p in sorted(families.items()))
+        out.append(ok("clock", "blackouts",
+                      f"a rate limit that states no end rests a model of {named} until "
+                      f"{models.blackout_reset_hour:02d}:00; next "
+                      f"{reset.astimezone(tz):%Y-%m-%d %H:%M %Z} ({_until(now, reset)})"))
     if getattr(tz, "key", None) is None:
         out.append(info("clock", "blackouts",
                         "no IANA zone name found for the local clock; offsets come from the "

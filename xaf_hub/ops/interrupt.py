@@ -19,6 +19,7 @@ import contextlib
 import time
 from dataclasses import dataclass
 
+from xaf_hub.core.records import find_session
 from xaf_hub.errors import HubError, NotProjectSession, ProductionRefused, UnreachableError
 from xaf_hub.fleet.scan import scan_fleet
 from xaf_hub.ops.context import OpsContext
@@ -52,7 +53,7 @@ async def interrupt_session(
     cfg = ops.cfg
     targets = [cfg.instance(instance)] if instance else list(cfg.instances)
     _, scans = await scan_fleet(cfg, targets, transport_factory=ops.transport_factory)
-    hit = next(((sc, s) for sc in scans for s in sc.sessions if s.id == session_id), None)
+    hit = find_session(((sc, sc.sessions) for sc in scans), session_id)
     if hit is None:
         raise session_not_found(
             session_id, [(sc.inst.name, sc.reason) for sc in scans if not sc.reachable], instance

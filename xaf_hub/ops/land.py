@@ -15,12 +15,13 @@ pushed twice.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
 from xaf_hub.core.commits import short
 from xaf_hub.core.records import Room, SessionRecord
-from xaf_hub.errors import BusyError, UsageError
+from xaf_hub.errors import BusyError, UnreachableError, UsageError
 from xaf_hub.fleet.scan import build_record
 from xaf_hub.ops.context import OpsContext
 from xaf_hub.ops.planner import plan_reuse
@@ -28,6 +29,7 @@ from xaf_hub.ops.rooms import close_room, in_room
 from xaf_hub.ops.send import SendResult, build_prompt, pool_discipline, send_work
 from xaf_hub.store import landing
 from xaf_hub.store.contain import CheckRun
+from xaf_hub.store.gate import Gate
 from xaf_hub.store.repository import GitFailed, Mirror
 from xaf_hub.store.tasks import Task, format_instant
 
@@ -60,7 +62,8 @@ def can_land(task: Task, *, person: bool = False) -> str:
 
 
 async def land(ops: OpsContext, task_id: str, *, person: bool = False) -> Landed:
-    """Land one task's verified work now (see the module's docstring)."""
+    """Land one task's verified work now (see the module's docstring). UnreachableError when
+    git cannot fetch, build or push it (the task stays as it was)."""
     cfg = ops.cfg
     if not cfg.repository.url:
         raise UsageError("project.repository is not set: the hub can land nothing")
@@ -70,37 +73,81 @@ async def land(ops: OpsContext, task_id: str, *, person: bool = False) -> Landed
         why = can_land(task, person=person)
         if why:
             raise UsageError(why)
-        mirror = Mirror.of(cfg)
-        base = cfg.patrol.base_branch
-        message = f"Merge {task.branch} ({task.id}: {task.title})"
-        for _ in range(MOVED_TRIES):
-            prep = await asyncio.to_thread(
-                landing.prepare, mirror, base, task.commit or "", task.base,
-                "merge" if cfg.repository.integrate_method == "merge" else "rebase", message,
-            )
-            if prep.state == "already":
-                return await _landed(ops, task, prep.tip, "already on the base branch")
-            if prep.state == "empty":
-                return _for_person(ops, task, "no commit to land")
-            if prep.state == "conflict":
-                return await _conflict(ops, task, prep)
-            if prep.rechecked and cfg.repository.check_command:
-                run = await asyncio.to_thread(
-                    mirror.run_check, prep.result, cfg.repository.check_command,
-                    cfg.repository.check_timeout_seconds,
-                )
-                if not run.passed:
-                    return await _check_failed(ops, task, prep, run)
-            if not gate.owns_lock(LANDING):
-                raise BusyError("the landing lock was lost before the push: nothing was pushed")
-            pushed = await asyncio.to_thread(landing.push, mirror, prep.result, base, prep.tip)
-            if pushed == "pushed":
-                how = landing.describe(prep, base)
-                return await _landed(ops, task, prep.result, how)
-        return Landed(
-            task.id, "waiting", f"origin/{base} moved under {MOVED_TRIES} pushes in a row; "
-            "tried again next round"
+        try:
+            return await _land(ops, gate, task)
+        except (GitFailed, OSError) as exc:
+            raise UnreachableError("repository", f"{task.id} not landed: {exc}") from exc
+
+
+async def _land(ops: OpsContext, gate: Gate, task: Task) -> Landed:
+    """``land`` under ``gate``'s landing lock, for a task that can land."""
+    cfg = ops.cfg
+    mirror = Mirror.of(cfg)
+    base = cfg.patrol.base_branch
+    message = f"Merge {task.branch} ({task.id}: {task.title})"
+    top, resolved = task.commit or "", False
+    if task.landing in ("person", "conflict"):
+        # A person resolved it on the branch and says so: the branch as it is now lands, and
+        # the check runs on what lands (nobody checked that commit yet).
+        now = (await asyncio.to_thread(mirror.tips)).get(task.branch or "", "")
+        top, resolved = (now, True) if now and now != top else (top, False)
+    pool = ops.backlog().load().tasks
+    for _ in range(MOVED_TRIES):
+        prep = await asyncio.to_thread(
+            landing.prepare, mirror, base, top, task.base,
+            "merge" if cfg.repository.integrate_method == "merge" else "rebase", message,
         )
+        if prep.state not in ("gone", "empty"):
+            why = await asyncio.to_thread(_kept_off, mirror, pool, task, prep.tip, top)
+            if why:
+                return _for_person(ops, task, why)
+        if prep.state == "already":
+            return await _landed(ops, task, prep.tip, "already on the base branch")
+        if prep.state in ("empty", "gone"):
+            return _for_person(ops, task, landing.describe(prep, base))
+        if prep.state == "conflict":
+            return await _conflict(ops, task, prep)
+        if (prep.rechecked or resolved) and cfg.repository.check_command:
+            run = await asyncio.to_thread(
+                mirror.run_check, prep.result, cfg.repository.check_command,
+                cfg.repository.check_timeout_seconds,
+            )
+            if not run.passed:
+                return await _check_failed(ops, task, prep, run)
+        if not gate.owns_lock(LANDING):
+            raise BusyError("the landing lock was lost before the push: nothing was pushed")
+        pushed = await asyncio.to_thread(landing.push, mirror, prep.result, base, prep.tip)
+        if pushed == "pushed":
+            how = landing.describe(prep, base)
+            return await _landed(ops, task, prep.result, how)
+    return Landed(
+        task.id, "waiting", f"origin/{base} moved under {MOVED_TRIES} pushes in a row; "
+        "tried again next round"
+    )
+
+
+# How many of the latest landings each landing makes sure the base branch still holds.
+LANDED_KEPT = 20
+
+
+def _kept_off(mirror: Mirror, pool: Sequence[Task], task: Task, tip: str, top: str) -> str:
+    """Why this landing must wait for a person ("" when it may go on): the base branch no
+    longer holds what an earlier task landed (someone rewrote it), or the task's commits hold
+    work a person dropped (its branch took in a dropped task's commits)."""
+    landed = sorted(
+        (t for t in pool if t.landing == "landed" and t.landed and t.id != task.id),
+        key=lambda t: str(t.done_at or ""), reverse=True,
+    )[:LANDED_KEPT]
+    for t in landed:
+        if not landing.contains(mirror, tip, t.landed or ""):
+            return (f"origin/{landing.branch_of(mirror, tip)} no longer holds what {t.id} "
+                    f"landed ({short(t.landed or '')}): the base branch was rewritten")
+    dropped = {c: t.id for t in pool if t.landing == "dropped" for c in t.commits}
+    if dropped:
+        for c in landing.commits(mirror, task.base or tip, top):
+            if c in dropped:
+                return f"its branch holds {short(c)} of {dropped[c]}, which a person dropped"
+    return ""
 
 
 async def _landed(ops: OpsContext, task: Task, commit: str, how: str) -> Landed:
@@ -114,14 +161,25 @@ async def _landed(ops: OpsContext, task: Task, commit: str, how: str) -> Landed:
 
 
 async def tidy(ops: OpsContext, task: Task) -> str:
-    """Delete a finished task's remote branch and its worktree on its server: "" when both
-    went, else what stays (the next round tries again)."""
+    """Delete a finished task's remote branch, then its worktree on its server: "" when both
+    went, else what stays (a failure: the next round tries again). A landed task's branch goes
+    only while it holds the landed work (a lease on its commit): one that moved on keeps its
+    worktree too, and the row lets both go (said once); the base branch never goes."""
     left = []
-    if task.branch:
+    if task.branch and task.branch != ops.cfg.patrol.base_branch:
+        expected = task.commit if task.landing == "landed" else None
         try:
-            await asyncio.to_thread(landing.delete_branch, Mirror.of(ops.cfg), task.branch)
+            gone = await asyncio.to_thread(
+                landing.delete_branch, Mirror.of(ops.cfg), task.branch, expected
+            )
         except (GitFailed, BusyError, OSError) as exc:
-            left.append(f"its branch {task.branch} stays on the remote ({exc})")
+            return f"its branch {task.branch} stays on the remote ({exc})"
+        if not gone:
+            ops.backlog().revise(task, worktree=None)
+            return (
+                f"its branch {task.branch} moved on past {short(expected or '')}: kept on the "
+                "remote with its worktree (work nobody judged)"
+            )
     if task.worktree and task.checkout and task.dispatched_to:
         try:
             inst = ops.cfg.instance(task.dispatched_to)
@@ -258,7 +316,9 @@ async def send_back(
             rec = replace(build_record(inst, s, None, True), branch=task.branch or "")
         if override is None:
             override, _ = pool_discipline(ops)
-        prompt = build_prompt(ops, inst, text, task.title, override, room=in_room(inst, rec))
+        # Its work is on its branch: continue there, never create it again.
+        prompt = build_prompt(ops, inst, text, task.title, override, "exists",
+                              room=in_room(inst, rec))
         stamp = {"dispatched_at": format_instant(ops.now())}
 
         def record(_: str, __: Room | None) -> None:

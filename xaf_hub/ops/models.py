@@ -153,6 +153,17 @@ def chain_models(cfg: Config) -> tuple[str, ...]:
     return tuple(seen)
 
 
+def families_chosen(cfg: Config) -> dict[str, list[str]]:
+    """The blackout families a person chose: all of them when the config names
+    ``models.blackout_families``, else those holding a model the config names (the built-in
+    family alone, over models nobody named, is nobody's choice)."""
+    families = cfg.models.families()
+    if cfg.models.families_named:
+        return families
+    used = {family_of(m, families) for m in chain_models(cfg)}
+    return {name: prefixes for name, prefixes in families.items() if name in used}
+
+
 def models_view(cfg: Config, now: datetime, state: ModelState) -> ModelsView:
     """What rests and until when, for every model of the chains (one reading of the state).
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from xaf_hub.config.load import Config, InstanceConfig, MatchRule
-from xaf_hub.core.records import SessionRecord, running_project
+from xaf_hub.core.records import SessionRecord, find_session, running_project
 from xaf_hub.core.rules import apply_aliases, clean_dir, normalize_dir
 from xaf_hub.errors import (
     BudgetReached,
@@ -360,12 +360,11 @@ def plan_dispatch(
 
     # --session: find it (on --instance, or anywhere).
     if req.session:
-        for v in scoped:
-            for s in v.sessions:
-                if s.id == req.session:
-                    _check_reachable(v)
-                    _check_prod(v, req)
-                    return _target_plan(v, s, req, "--session")
+        named = find_session(((v, v.sessions) for v in scoped), req.session)
+        if named is not None:
+            _check_reachable(named[0])
+            _check_prod(named[0], req)
+            return _target_plan(named[0], named[1], req, "--session")
         unreachable = [v.inst.name for v in scoped if not v.reachable]
         if unreachable and len(unreachable) == len(scoped):
             _check_reachable(scoped[0])

@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import re
+import secrets
 from collections.abc import Iterable
 from dataclasses import replace
 
@@ -52,8 +53,11 @@ async def _support(client: OpencodeClient, checkout: str) -> tuple[str, str]:
 
 
 def room_name(task_id: str, title: str) -> str:
-    """The worktree's name: the task id and a slug of its title (``t-20261206-ab12-fix-login``)."""
-    return f"{task_id.lower()}-{slugify(title or task_id, 32)}"[:60].rstrip("-")
+    """The worktree's name: the task id, a slug of its title and a mark of this attempt
+    (``t-20261206-ab12-fix-login-3f9a``): each attempt of a task gets a branch of its own, so
+    an earlier attempt's pushed branch is never in its way, nor overwritten."""
+    named = f"{task_id.lower()}-{slugify(title or task_id, 32)}"[:54].rstrip("-")
+    return f"{named}-{secrets.token_hex(2)}"
 
 
 def in_room(inst: InstanceConfig, session: SessionRecord | None) -> bool:

@@ -32,7 +32,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from xaf_hub.config.load import InstanceConfig
-from xaf_hub.core.discipline import compose_prompt, slugify
+from xaf_hub.core.discipline import BranchState, compose_prompt, slugify
 from xaf_hub.core.records import Room, SessionRecord
 from xaf_hub.errors import (
     ApiError,
@@ -65,17 +65,20 @@ def build_prompt(
     text: str,
     title: str,
     override: str | None = None,
+    branch: BranchState = "new",
     *,
     room: bool = False,
 ) -> str:
     """Task text plus the discipline block for ``inst``, or for a task in a worktree of its
-    own (``room``): the one place prompts are built."""
+    own (``room``): the one place prompts are built; ``branch``: where the feature branch
+    stands ("new" for a new session's first prompt)."""
     return compose_prompt(
         text,
         "worktree" if room else "mainline" if inst.branch_policy == "mainline" else "branch",
         base_branch=ops.cfg.patrol.base_branch,
         slug=slugify(title or text),
         override=override,
+        branch=branch,
     )
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import fnmatch
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from xaf_hub.config.load import PermissionRule, PermissionsConfig
@@ -149,13 +149,23 @@ def question_answers(w: Waiting, reply: Reply) -> list[list[str]]:
         )
     else:
         picked = [[c] for c in reply.choices]
-    for i, labels in enumerate(picked):
-        known = w.choices[i] if i < n else ()
-        wrong = [c for c in labels if c not in known]
-        if wrong:
-            offered = ", ".join(repr(k) for k in known) or "none (use --text)"
-            raise UsageError(f"{wrong[0]!r} is not an option of {w.request_id}; options: {offered}")
-    return picked
+    return [[_option(c, w.choices[i] if i < n else (), w.request_id) for c in labels]
+            for i, labels in enumerate(picked)]
+
+
+def _option(label: str, known: tuple[str, ...], request_id: str) -> str:
+    """The option ``label`` names: itself when offered, else the one option equal to it
+    ignoring case (UsageError for none, or for several)."""
+    if label in known:
+        return label
+    alike = [k for k in known if k.casefold() == label.casefold()]
+    if len(alike) == 1:
+        return alike[0]
+    offered = ", ".join(repr(k) for k in known) or "none (use --text)"
+    if alike:
+        raise UsageError(f"{label!r} matches several options of {request_id} when case is "
+                         f"ignored: give one as written ({offered})")
+    raise UsageError(f"{label!r} is not an option of {request_id}; options: {offered}")
 
 
 def _check_kind(w: Waiting, reply: Reply) -> None:
@@ -206,6 +216,8 @@ async def send_reply(
     w, s = hit.waiting, hit.session
     _check_kind(w, reply)
     answers = question_answers(w, reply) if reply.action == "answer" else None
+    if answers and reply.choices:  # the labels as offered, for the audit and the output
+        reply = replace(reply, choices=tuple(label for labels in answers for label in labels))
     if inst.production and not allow_prod:
         raise ProductionRefused(f"{inst.name} is a production instance: writes need --allow-prod")
     if not s.project and not force:

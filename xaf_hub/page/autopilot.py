@@ -27,7 +27,7 @@ from xaf_hub.core.outcomes import TASK_STATES, TaskState, task_state
 from xaf_hub.core.records import SessionRecord
 from xaf_hub.errors import HubError
 from xaf_hub.ops.budget import BudgetLine, budget_lines, money
-from xaf_hub.page.words import WHEN, Lang, Line, ago, clean, local_time_with_zone, text
+from xaf_hub.page.words import TEXT, WHEN, Lang, Line, ago, clean, local_time_with_zone, text
 from xaf_hub.store.backlog import Task, count_states
 
 if TYPE_CHECKING:  # the page loads the stores when it builds the view
@@ -92,8 +92,9 @@ DONE_SHOWN = 5
 
 
 def done_tasks(tasks: Sequence[Task], commit_url: str, lang: Lang = "en") -> tuple[DoneTask, ...]:
-    """The latest finished tasks, newest first, each verified one linked by ``commit_url``
-    (pure).
+    """The latest finished tasks, newest first, each with its state, each verified one linked
+    by ``commit_url``, how each was judged in the hub's words (marked as English on a page in
+    another) (pure).
 
     The hash is hex as git gave it, quoted all the same before it goes into the URL; the
     template escapes the attribute.
@@ -106,7 +107,7 @@ def done_tasks(tasks: Sequence[Task], commit_url: str, lang: Lang = "en") -> tup
             status=t.status, landing=t.landing, parked=False, person=False, blocked=False,
             verified=t.verified,
         )
-        judged = clean(t.judged or "")
+        judged = reason(lang, t.judged) if t.judged else ""
         if t.verified and t.commit:
             url = commit_url.replace("{commit}", quote(t.commit, safe="")) if commit_url else ""
             out.append(DoneTask(clean(t.title), t.commit[:7], url, True, judged, state))
@@ -346,7 +347,7 @@ def _built(
         next_up = [(t.priority, t.title) for t in ready[:NEXT_UP]]
         done = done_tasks(tasks, cfg.repository.commit_url, lang)
         person += [
-            Line(text(lang, "ap.parked", title=clean(t.title), why=clean(str(t.parked))))
+            Line(text(lang, "ap.parked", title=clean(t.title), why=reason(lang, str(t.parked))))
             for t in tasks
             if t.parked
         ]
@@ -406,12 +407,24 @@ def _needs_person(lang: Lang, rows: object) -> list[Line]:
                 lang,
                 "ap.needs_person",
                 title=clean(str(r.get("title") or r.get("session"))),
-                detail=clean(str(r.get("detail"))),
+                detail=reason(lang, str(r.get("detail")), str(r.get("why") or "")),
             )
         )
         for r in rows
         if isinstance(r, dict)
     ]
+
+
+def reason(lang: Lang, words: str, why: str = "") -> str:
+    """A reason in the hub's own English words, for ``lang``: said by its code (``why``) when
+    the catalogue has it, the words kept beside (they name who, when, which commit); marked as
+    English when no code translates it."""
+    words = clean(words)
+    if lang == "en":
+        return words
+    if f"why.{why}" in TEXT:
+        return text(lang, "ap.as_written", said=text(lang, f"why.{why}"), words=words)
+    return text(lang, "ap.english", words=words)
 
 
 def plain(view: AutopilotView, lang: Lang, now_ms: int) -> list[str]:

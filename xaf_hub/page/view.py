@@ -97,6 +97,7 @@ class SectionView:
     limit: int
     running: int
     rows: tuple[RowView, ...]
+    login: str = ""  # the user name its rows' links ask for with the server's password
 
 
 @dataclass(frozen=True, slots=True)
@@ -337,6 +338,7 @@ def overview_context(
                 limit=info.limit,
                 running=counts[name]["running"],
                 rows=tuple(views),
+                login=getattr(links.get(name), "login", "") if any(r.link for r in views) else "",
             )
         )
     generated = snap.generated_at or now_ms

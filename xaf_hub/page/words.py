@@ -172,6 +172,46 @@ TEXT: dict[str, tuple[str, str]] = {
     "ap.by_unknown": ("", "某人"),
     "ap.minutes": ("{n} minutes", "{n} 分钟"),
     "ap.needs_person": ("Left for a person: {title}: {detail}", "留给人处理：{title}：{detail}"),
+    # A reason in the hub's own words that has no code to translate it by, or those words
+    # beside the translation (their names, times and hashes): marked as English.
+    "ap.english": ("{words}", "{words}（英文原文）"),
+    "ap.as_written": ("{said} (as written: {words})", "{said}（英文原文：{words}）"),
+    # why.<code>: why a row is left to a person (``notify.record.Why``).
+    "why.interrupted": ("a person stopped its run", "有人停止了它的运行"),
+    "why.steered": ("a person steered it by hand", "有人手动给它发了指令"),
+    "why.decided": ("a person stopped or steered it", "有人停止了它或手动给它发了指令"),
+    "why.unresumed": ("its run was interrupted and not resumed", "它的运行被中断，且没有恢复"),
+    "why.denied": ("its run ended on a refused request", "它的运行因请求被拒绝而结束"),
+    "why.missing": (
+        "not verified: the commit it reported is not on the repository",
+        "未验证：它报告的提交不在项目仓库里",
+    ),
+    "why.ambiguous": (
+        "not verified: the commit it reported could be several",
+        "未验证：它报告的提交编号可能指向多个提交",
+    ),
+    "why.no_claim": ("not verified: it reported no commit", "未验证：它没有报告提交"),
+    "why.old": ("not verified: its commits are not new work", "未验证：它的提交不是新的工作"),
+    "why.locked": (
+        "not verified: its commits change files that are locked",
+        "未验证：它的提交改动了被锁定的文件",
+    ),
+    "why.diverged": (
+        "not verified: the commits it reported lie on different lines of history",
+        "未验证：它报告的提交不在同一条历史线上",
+    ),
+    "why.too_many": (
+        "not verified: too many commits to judge",
+        "未验证：提交太多，无法判断",
+    ),
+    "why.credited": (
+        "not verified: its commit is counted for another task",
+        "未验证：它的提交已算在另一个任务名下",
+    ),
+    "why.check_failed": (
+        "the project's check failed on its commit",
+        "项目的检查在它的提交上没有通过",
+    ),
     "ap.parked": (
         "Left for a person: {title}: parked: {why}",
         "留给人处理：{title}：已搁置：{why}",
@@ -312,10 +352,11 @@ TEXT: dict[str, tuple[str, str]] = {
     ),
     "help.open": ("Open", "打开"),
     "help.open_d": (
-        "Opens the session in the assistant's own web page, on its server. The server may ask "
-        "for its login; the link works only from a computer that can reach that server.",
-        "在服务器自带的网页里打开这个会话。服务器可能会要求登录；"
-        "只有能连到那台服务器的电脑才能打开。",
+        "Opens the session in the assistant's own web page, on its server. A server with a "
+        "password asks for its login (its section says the user name; the password is never on "
+        "this page); the link works only from a computer that can reach that server.",
+        "在服务器自带的网页里打开这个会话。设了密码的服务器会要求登录（它那一栏写明用户名；"
+        "密码从不出现在本页）；只有能连到那台服务器的电脑才能打开。",
     ),
     "help.cost": ("Cost", "费用"),
     "help.cost_d": (
@@ -361,6 +402,13 @@ TEXT: dict[str, tuple[str, str]] = {
     "row.open_hint": (
         "Open this session in its server's own web page (it may ask for the server's login)",
         "在服务器自带的网页里打开这个会话（可能需要登录该服务器）",
+    ),
+    "sec.login": (
+        "The “open ↗” links lead to this server's own page, which asks for a login: the user "
+        "name “{user}” and the server's password. Whoever runs the server has it; this page "
+        "never holds it.",
+        "“打开 ↗”链接会进入这台服务器自带的网页，它会要求登录：用户名“{user}”和这台服务器的"
+        "密码。密码在管理这台服务器的人那里；本页从不保存它。",
     ),
     "row.task_hint": ("Task number in the work queue", "任务队列中的编号"),
     # run states and results

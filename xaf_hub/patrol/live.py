@@ -10,9 +10,13 @@ the rounds' own job functions — nothing here decides differently from a round:
   interrupted one is resumed (``check_agents.resume_one``: once, never a person's decision
   (``ops.decisions``), through the gate). A run that stopped a moment ago "without finishing" may
   still be starting: it is looked at again after ``patrol.run_start_grace_seconds``.
-* a run that started on an instance with a run ceiling (``budget.run_usd``) -> its cost since
-  its prompt is read every ``CEILING_POLL_SECONDS`` while it runs, and a run past the ceiling
-  is stopped (``run_ceiling.check_run``: task parked, run aborted, audited, one notice).
+* on an instance with a run ceiling (``budget.run_usd``), a session that started or reported
+  a step's cost -> the run it belongs to (its root's: a sub-agent's session is part of its
+  parent's run) is judged at once, by ``CeilingWatch`` in a thread of its own (never behind a
+  reaction, a round or a check that runs for minutes), and again every
+  ``CEILING_POLL_SECONDS`` while any session of it runs; a run past the ceiling is stopped
+  (``run_ceiling.check_run``: task parked, the run and its sub-agents aborted, audited, one
+  notice).
 * a session that stopped or went away frees a slot -> ``fill_slots`` runs (it settles the
   pool's dispatched tasks, then fills every free slot through the gate). While ready pool work
   waits and a reservation still holds a slot, the fill runs again when the first reservation
@@ -27,8 +31,10 @@ the rounds' own job functions — nothing here decides differently from a round:
 Reactions wait ``settle_seconds`` to gather a burst of events into one batch, then run under
 the daemon's own lock (never beside a round of this daemon) and the same ``cycle.lock`` as
 a round (never beside another patrol on this machine; when it is held the batch waits and
-is tried again). A paused patrol reacts to nothing. The hourly round stays the safety net
-for whatever a reaction missed.
+is tried again). The ceiling's stop needs neither: it records its decision before it aborts,
+so a resume or heal under way re-reads it under the instance lock (``ops.decisions``), and a
+run stopped twice is audited twice and announced once. A paused patrol reacts to nothing.
+The hourly round stays the safety net for whatever a reaction missed.
 """
 
 from __future__ import annotations
@@ -42,6 +48,7 @@ from dataclasses import dataclass, field
 from xaf_hub.config.watch import ConfigState
 from xaf_hub.core import aio
 from xaf_hub.core.clock import to_ms
+from xaf_hub.core.records import SessionRecord
 from xaf_hub.core.runstate import classify
 from xaf_hub.errors import BusyError, HubError
 from xaf_hub.fleet.events import FleetEvent
@@ -49,7 +56,7 @@ from xaf_hub.fleet.follow import FleetFollower, run_in_thread
 from xaf_hub.fleet.scan import build_record
 from xaf_hub.notify.patrol import queue_round
 from xaf_hub.notify.record import RoundLog, session_action
-from xaf_hub.ops.budget import run_ceiling
+from xaf_hub.ops.ceiling import root_of
 from xaf_hub.ops.context import OpsContext
 from xaf_hub.ops.decisions import load_decisions
 from xaf_hub.ops.heal import heal_candidate
@@ -69,6 +76,7 @@ from xaf_hub.store.statefile import file_lock
 FILL = "fill_slots"
 _SESSION_KINDS = frozenset({"retry", "stopped", "error"})
 _FREES_A_SLOT = frozenset({"stopped", "gone"})
+_COSTS = frozenset({"started", "spent"})  # what makes the ceiling judge a run now
 LOCKED_RETRY_SECONDS = 5.0
 # A running session under a run ceiling is read again this often while it runs.
 CEILING_POLL_SECONDS = 3.0
@@ -114,6 +122,7 @@ class LiveReactor:
         self.lock_name = lock_name
         self.notices = notices  # wakes the sender once a reaction queued its notices
         self.reactions = 0
+        self.ceiling = CeilingWatch(pctx, out, notices) if CEILING not in self.skip else None
         self._work = _Work()
         self._cond = threading.Condition()
         self._stopped = False
@@ -128,6 +137,8 @@ class LiveReactor:
         if FILL not in self.skip:
             with self._cond:
                 self._work.fill = True
+        if self.ceiling is not None:
+            self.ceiling.start()
         self._thread.start()
 
     def look_at_pool(self) -> None:
@@ -154,6 +165,8 @@ class LiveReactor:
         with self._cond:
             self._stopped = True
             self._cond.notify_all()
+        if self.ceiling is not None:
+            self.ceiling.stop(timeout)
         if self._thread.is_alive():
             self._thread.join(timeout)
 
@@ -163,9 +176,10 @@ class LiveReactor:
             tail = f": {ev.detail}" if ev.detail and ev.kind != "up" else ""
             stamp = time.strftime("%Y-%m-%d %H:%M:%S")
             self.out(self.pctx.redact(f"{stamp} live: {ev.instance} {ev.kind}{tail}"))
+        if ev.session is not None and ev.kind in _COSTS and self.ceiling is not None:
+            self.ceiling.look(ev.session)
         with self._cond:
-            watch = ev.kind == "started" and self._ceiling(ev.instance)
-            if ev.session is not None and (ev.kind in _SESSION_KINDS or watch):
+            if ev.session is not None and ev.kind in _SESSION_KINDS:
                 key = (ev.instance, ev.session.id)
                 self._work.sessions.setdefault(key, time.monotonic())
             policy = self.pctx.cfg.permissions
@@ -177,15 +191,6 @@ class LiveReactor:
             if ev.kind in _FREES_A_SLOT and FILL not in self.skip:
                 self._work.fill = True
             self._cond.notify_all()
-
-    def _ceiling(self, instance: str) -> bool:
-        """Whether runs on ``instance`` have a ceiling the daemon follows live."""
-        if CEILING in self.skip:
-            return False
-        try:
-            return run_ceiling(self.pctx.cfg, self.pctx.cfg.instance(instance)) is not None
-        except HubError:
-            return False
 
     # ------------------------------------------------------------------------- the thread
 
@@ -249,8 +254,8 @@ class LiveReactor:
                 return None  # paused: the patrol does nothing, events included
             try:
                 with file_lock(pctx.patrol_dir / self.lock_name, 0, what="patrol cycle lock"):
-                    cycle, again, watch = aio.run(self._react(work))
-                    self._say(cycle)
+                    cycle, again = aio.run(self._react(work))
+                    _say(self.out, cycle)
                     # What it did reaches the chat now, not at the round; queued only: the
                     # sender posts it once the locks are released, so no receiver holds a heal.
                     if cycle.log.actions and queue_round(pctx, cycle.log, live=True):
@@ -258,26 +263,18 @@ class LiveReactor:
             except BusyError:
                 return work, LOCKED_RETRY_SECONDS  # a round (maybe another patrol) is running
         self.reactions += 1
-        if watch.sessions:
-            self._later(watch, CEILING_POLL_SECONDS)  # runs under a ceiling: read them again
         if again.sessions or again.fill:
             return again, self.pctx.cfg.patrol.run_start_grace_seconds + 1.0
         return None
 
-    def _say(self, cycle: Cycle) -> None:
-        done = [a for a in cycle.log.actions if a.result == "ok"]
-        if done:
-            words = ", ".join(f"{a.kind} {a.instance}/{a.session or a.task}" for a in done)
-            self.out(f"{time.strftime('%Y-%m-%d %H:%M:%S')} live: {words}")
-
-    async def _react(self, work: _Work) -> tuple[Cycle, _Work, _Work]:
+    async def _react(self, work: _Work) -> tuple[Cycle, _Work]:
         pctx = self.pctx
         cycle = Cycle(RoundLog(started=pctx.now()))
-        again, watch = _Work(), _Work()
+        again = _Work()
         if work.sessions.pop(_REFILL, None) is not None:
             work.fill = True
-        # Requests last, as in a round (run_ceiling before check_agents): a run stopped past
-        # its ceiling while it waited is not then answered by policy.
+        # Requests last, as in a round (check_agents answers them after its other work); each
+        # run is judged against its ceiling before a rule answers it (``_asked``).
         for key in sorted(work.sessions, key=lambda k: (k[1].startswith(_ASKED), k)):
             if pctx.stop_requested():
                 break
@@ -286,11 +283,8 @@ class LiveReactor:
                     await self._asked(cycle, key[0], key[1].removeprefix(_ASKED))
                 continue
             with contextlib.suppress(HubError):
-                said = await self._session(cycle, *key)
-                if said == "recheck":
+                if await self._session(cycle, *key) == "recheck":
                     again.sessions[key] = 0.0
-                elif said == "watch":
-                    watch.sessions[key] = 0.0
         if work.fill and not pctx.stop_requested():
             try:
                 # Only when the pool has work: a fill scans the whole fleet.
@@ -307,7 +301,7 @@ class LiveReactor:
             except HubError as exc:
                 cycle.log.error(pctx, FILL, str(exc))
         cycle.log.finished = pctx.now()
-        return cycle, again, watch
+        return cycle, again
 
     @staticmethod
     def _refill_in(pctx: OpsContext) -> float | None:
@@ -335,6 +329,10 @@ class LiveReactor:
         from xaf_hub.ops.waiting import list_waiting
 
         pctx = self.pctx
+        if self.ceiling is not None:  # money first, as in a round: a run past it gets no answer
+            root, _ = await self.ceiling.judge(cycle, instance, sid, set())
+            if (instance, root.id) in cycle.log.touched:
+                return
         waiters = await list_waiting(pctx, instance)
         mine = [p for p in waiters.requests if p.session.id == sid]
         await answer_by_policy(pctx, cycle, mine, to_ms(pctx.now()))
@@ -352,15 +350,6 @@ class LiveReactor:
         if not s.directory or not inst.rules.is_project(s.directory) or s.parent_id:
             return ""
         rec = build_record(inst, s, status, True)
-        watched = ""
-        if CEILING not in self.skip and guarded(pctx, inst, rec):
-            # A run under a ceiling: stopped when past it, else read again shortly. Only a
-            # busy run is done with here: a retrying one may still need its heal below.
-            if await check_run(pctx, cycle, inst, rec, "patrol.live"):
-                return ""
-            watched = "watch"
-            if rec.run_state != "retry":
-                return watched
         run = (await cycle.last_runs(pctx, [(inst, rec)])).get((inst.name, rec.id))
         state = pctx.model_state()
         people = load_decisions(pctx)
@@ -369,9 +358,9 @@ class LiveReactor:
             if not state.was_healed(cand.key):
                 await heal_item(pctx, cycle, inst, rec, run, cand, state, people,
                                 lambda: pool_discipline(pctx, cycle.log, HEAL))
-            return watched
+            return ""
         if CHECK in self.skip or rec.running:
-            return watched
+            return ""
         now_ms = to_ms(pctx.now())
         verdict, _detail = classify(rec, run, now_ms, pctx.cfg.patrol.stale_minutes)
         if verdict != "interrupted":
@@ -379,12 +368,133 @@ class LiveReactor:
         decision = people.for_session(inst.name, rec.id, run.created_ms if run else None)
         if decision is not None:  # a person stopped or steered it: theirs, not the patrol's
             cycle.log.add(
-                pctx, session_action(CHECK, "person", "skipped", rec, detail=decision.text)
+                pctx, session_action(CHECK, "person", "skipped", rec,
+                                     detail=decision.text, why=decision.kind)
             )
             return ""
         override = pool_discipline(pctx, cycle.log, CHECK)
         why = await resume_one(pctx, cycle, inst, rec, run, override, state, now_ms)
         return "recheck" if "may still be starting" in why else ""
+
+
+def _say(out: Callable[[str], None], cycle: Cycle) -> None:
+    """One line for the daemon's output naming what a reaction did."""
+    done = [a for a in cycle.log.actions if a.result == "ok"]
+    if done:
+        words = ", ".join(f"{a.kind} {a.instance}/{a.session or a.task}" for a in done)
+        out(f"{time.strftime('%Y-%m-%d %H:%M:%S')} live: {words}")
+
+
+class CeilingWatch:
+    """Judges runs against their ceiling as their sessions report steps, in its own thread.
+
+    ``look`` names a session (a root or a sub-agent's) on an instance with a run ceiling; the
+    thread judges the run it belongs to at once, without the reactor's settling pause, and
+    again every ``CEILING_POLL_SECONDS`` while any session of that run works. What the event
+    told of the session (its folder, its parent) spares asking the server again.
+    """
+
+    def __init__(
+        self, pctx: OpsContext, out: Callable[[str], None], notices: Callable[[], None]
+    ) -> None:
+        self.pctx = pctx
+        self.out = out
+        self.notices = notices
+        # (instance, session) -> when (monotonic), and the session as the event told it
+        self._due: dict[tuple[str, str], tuple[float, SessionRecord]] = {}
+        self._cond = threading.Condition()
+        self._stopped = False
+        self._thread = threading.Thread(target=self._loop, name="xaf-hub-ceiling", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout: float = 30.0) -> None:
+        with self._cond:
+            self._stopped = True
+            self._cond.notify_all()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
+    def look(self, rec: SessionRecord, after: float = 0.0) -> None:
+        """Judge the run of ``rec`` in ``after`` seconds (sooner if already due sooner);
+        nothing on an instance without a ceiling."""
+        try:
+            if not guarded(self.pctx, self.pctx.cfg.instance(rec.instance)):
+                return
+        except HubError:
+            return
+        with self._cond:
+            key, when = (rec.instance, rec.id), time.monotonic() + after
+            self._due[key] = (min(self._due.get(key, (when, rec))[0], when), rec)
+            self._cond.notify_all()
+
+    def _take(self) -> list[SessionRecord] | None:
+        """The looks due now; None once stopped."""
+        with self._cond:
+            while not self._stopped:
+                now = time.monotonic()
+                due = [k for k, (t, _) in self._due.items() if t <= now]
+                if due:
+                    return [self._due.pop(k)[1] for k in due]
+                later = min((t for t, _ in self._due.values()), default=now + 3600.0)
+                self._cond.wait(max(0.05, later - now))
+            return None
+
+    def _loop(self) -> None:
+        while (due := self._take()) is not None:
+            pctx = self.pctx
+            if pause_info(pctx.patrol_dir) is not None:
+                continue  # paused: the patrol does nothing, events included
+            try:
+                cycle, again = aio.run(self._judge_all(due))
+                _say(self.out, cycle)
+                if cycle.log.actions and queue_round(pctx, cycle.log, live=True):
+                    self.notices()
+            except Exception as exc:  # noqa: BLE001 - a bad look must not end the daemon
+                pctx.log(pctx.redact(f"live: ceiling failed: {type(exc).__name__}: {exc}"))
+                continue
+            for root in again:
+                self.look(root, CEILING_POLL_SECONDS)
+
+    async def _judge_all(self, due: list[SessionRecord]) -> tuple[Cycle, list[SessionRecord]]:
+        cycle = Cycle(RoundLog(started=self.pctx.now()))
+        again: list[SessionRecord] = []
+        judged: set[tuple[str, str]] = set()
+        for rec in due:
+            if self.pctx.stop_requested():
+                break
+            with contextlib.suppress(HubError):
+                root, runs = await self.judge(cycle, rec.instance, rec.id, judged, rec)
+                if runs:
+                    again.append(root)
+        cycle.log.finished = self.pctx.now()
+        return cycle, again
+
+    async def judge(
+        self,
+        cycle: Cycle,
+        instance: str,
+        sid: str,
+        judged: set[tuple[str, str]],
+        known: SessionRecord | None = None,
+    ) -> tuple[SessionRecord, bool]:
+        """Judge the run ``sid`` belongs to, once per batch (``judged``): (its root, whether
+        some session of it still works). ``known``: the session as an event told it."""
+        pctx = self.pctx
+        inst = pctx.cfg.instance(instance)
+        root = known or SessionRecord(instance, sid, "", "", project=True)
+        if not guarded(pctx, inst):
+            return root, False
+        async with pctx.client(inst) as client:
+            if known is None or known.parent_id:
+                top = await root_of(client, await client.get_session(sid))
+                root = build_record(inst, top, None, inst.rules.is_project(top.directory))
+            if (instance, root.id) in judged or not root.project:
+                return root, False
+            judged.add((instance, root.id))
+            return root, await check_run(pctx, cycle, inst, root, client, "patrol.live")
+
 
 def start_live(
     pctx: OpsContext,
@@ -402,7 +512,8 @@ def start_live(
     cfg = pctx.cfg
     follower = FleetFollower(
         cfg, emit=reactor.on_event, transport_factory=pctx.transport_factory,
-        outcomes=False, publish=lambda view: publish(cfg, view, "patrol", pctx.stores, state()),
+        outcomes=False, steps=reactor.ceiling is not None,
+        publish=lambda view: publish(cfg, view, "patrol", pctx.stores, state()),
     )
     reactor.start(before)
     run_in_thread(follower, "xaf-hub-patrol-follower")

@@ -28,6 +28,7 @@ from xaf_hub.core.commits import short
 from xaf_hub.core.records import SessionRecord
 from xaf_hub.core.runstate import LastRun, classify_error, error_text
 from xaf_hub.core.text import shorten
+from xaf_hub.notify.record import Why
 from xaf_hub.store.backlog import Task, parse_instant
 from xaf_hub.store.contain import CheckRun
 from xaf_hub.store.repository import Check
@@ -109,6 +110,7 @@ class Settlement:
     verified: bool | None = None  # done: True when found there; None when nobody looked
     judged: str = ""  # which rule decided (new work, check passed, locked path...), one line
     check: CheckRun | None = None  # the project's check, when it ran this round
+    why: Why = ""  # kept for a person: why, as a code (``reason`` holds the words)
 
 
 def _age(task: Task, now: datetime) -> timedelta | None:
@@ -136,7 +138,7 @@ def settle(
     if not seen.decision or verdict.action == "done":
         return verdict
     if verdict.action == "requeue" or "interrupted" in verdict.reason:
-        return Settlement("keep", reason=seen.decision, person=True)
+        return Settlement("keep", reason=seen.decision, person=True, why="decided")
     return verdict
 
 
@@ -180,13 +182,16 @@ def _settle(
     if outcome == "succeeded":
         return Settlement("done")
     if outcome in ("interrupted", "running"):
-        return Settlement("keep", reason="interrupted and not resumed: needs a human")
+        return Settlement(
+            "keep", reason="interrupted and not resumed: needs a human", why="unresumed"
+        )
     if outcome == "denied":
         return Settlement(
             "keep",
             reason="its run ended on a refused request (a permission denied or a question "
             "dismissed): a person decides",
             person=True,
+            why="denied",
         )
     if outcome == "not_started":
         # No message at all: the session was recorded before its prompt (fill_slots does
@@ -240,16 +245,16 @@ def settle_claim(
         return Settlement("keep", reason=f"waiting for verification: {check.reason}")
     if check.state != "verified":
         rule = _RULES.get(check.state, "claim not found")
-        return Settlement("keep", reason=f"not verified: {check.reason}", person=True, judged=rule)
+        return Settlement("keep", reason=f"not verified: {check.reason}", person=True,
+                          judged=rule, why=check.state)
     owners, named = credited or {}, claims or {}
     mine = check.claimed or (check.commit,)
     for commit in mine:
         owner = owners.get(commit, task)
         if owner != task:
             reason = f"commit {short(commit)} is already credited to {owner}"
-            return Settlement(
-                "keep", reason=f"not verified: {reason}", person=True, judged="already credited"
-            )
+            return Settlement("keep", reason=f"not verified: {reason}", person=True,
+                              judged="already credited", why="credited")
 
     def ours(commit: str) -> bool:
         if commit in mine:
@@ -348,6 +353,7 @@ def _check_failed_for_person(verdict: Settlement, tail: str, run: CheckRun | Non
         commit=verdict.commit,
         judged="check: failed",
         check=run,
+        why="check_failed",
     )
 
 
@@ -358,6 +364,6 @@ def retry_text(command: str, commit: str, run: CheckRun) -> str:
         f"The project's check (`{command}`) {said} on your commit {short(commit)}, so the task "
         "is not done yet. The end of its output:\n\n```\n"
         f"{run.tail.replace('```', '` ` `')}\n```\n\n"
-        "Fix the cause (do not change the tests or the check to make it pass), commit, push, "
-        "and report the new commit hash."
+        "Fix the cause on the branch that holds that commit (do not change the tests or the "
+        "check to make it pass), commit, push, and report the new commit hash."
     )

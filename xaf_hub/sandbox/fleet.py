@@ -170,6 +170,7 @@ def fake_provider_config(
     models: Sequence[str] = ("fake-model",),
     extra_providers: Mapping[str, str] | None = None,
     prices: Mapping[str, tuple[float, float]] | None = None,
+    agents: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """Build an opencode config whose providers all point at the fake LLM.
 
@@ -180,6 +181,8 @@ def fake_provider_config(
     with no entry in ``models`` gets ``fake-model``. The first model is the default.
     ``prices`` maps a model reference to its (input, output) price in USD per million tokens,
     opencode's ``cost`` field: the server then reports what each run cost; other models are free.
+    ``agents`` maps a sub-agent's name to the model it runs on: a ``task`` tool call naming it
+    (``subagent_type``) starts a child session on that model, whatever its parent's.
     """
     if not models:
         raise ValueError("need at least one model")
@@ -212,7 +215,7 @@ def fake_provider_config(
         }
     first_provider, first_model = _split_model(models[0], "fake")
     default = f"{first_provider}/{first_model}"
-    return {
+    config: dict[str, Any] = {
         "$schema": "https://opencode.ai/config.json",
         "provider": providers,
         "enabled_providers": list(providers),
@@ -224,6 +227,12 @@ def fake_provider_config(
         "lsp": False,
         "formatter": False,
     }
+    if agents:
+        config["agent"] = {
+            name: {"mode": "subagent", "model": model, "description": f"Works on {model}."}
+            for name, model in agents.items()
+        }
+    return config
 
 
 def preseed_config_dir(config_dir: Path) -> None:
@@ -469,8 +478,10 @@ class Fleet(Running):
         models: Sequence[str] = ("fake-model",),
         extra_providers: Mapping[str, str] | None = None,
         prices: Mapping[str, tuple[float, float]] | None = None,
+        agents: Mapping[str, str] | None = None,
         passwords: Sequence[str | None] | None = None,
         start_timeout: float = 30.0,
+        extra_env: Mapping[str, str] | None = None,
     ) -> None:
         if n < 1:
             raise ValueError("a fleet needs at least one server")
@@ -482,6 +493,8 @@ class Fleet(Running):
         self.models = tuple(models)
         self.extra_providers = dict(extra_providers or {})
         self.prices = dict(prices or {})
+        self.agents = dict(agents or {})
+        self.extra_env = dict(extra_env or {})
         self.passwords: list[str | None] = (
             list(passwords)
             if passwords is not None
@@ -499,7 +512,7 @@ class Fleet(Running):
             self.llm.start()
         try:
             config = fake_provider_config(
-                self.llm.url, self.models, self.extra_providers, self.prices
+                self.llm.url, self.models, self.extra_providers, self.prices, self.agents
             )
             self.servers = [
                 OpencodeServer(
@@ -509,6 +522,7 @@ class Fleet(Running):
                     password=self.passwords[i],
                     config=config,
                     start_timeout=self.start_timeout,
+                    extra_env=self.extra_env,
                 )
                 for i in range(self.n)
             ]

@@ -165,19 +165,23 @@ class Stores:
         return RunMemory.load(folder)
 
     def record_interrupt(
-        self, instance: str, session: str, at: float, who: Mapping[str, str]
+        self, instance: str, session: str, at: float, who: Mapping[str, str],
+        kind: str = "interrupted",
     ) -> None:
-        """Keep a person's interrupt where every host's patrol reads it (nothing without
-        Redis). UnreachableError when Redis cannot be reached: the audit line here holds."""
+        """Keep a stop no patrol may undo (a person's interrupt; ``kind`` "ceiling": the run
+        ceiling's) where every host's patrol reads it (nothing without Redis).
+        UnreachableError when Redis cannot be reached: the audit line here holds."""
         if not shares_decisions(self.cfg):
             return
         from xaf_hub.store.redis.interrupts import record_interrupt
 
-        record_interrupt(self.redis(), self.cfg.lock.redis_prefix, (instance, session), at, who)
+        record_interrupt(
+            self.redis(), self.cfg.lock.redis_prefix, (instance, session), at, who, kind
+        )
 
-    def interrupts(self) -> dict[tuple[str, str], tuple[float, object]]:
-        """People's interrupts made on any host ({} without Redis); UnreachableError when
-        Redis cannot be asked (the caller must not act as if there were none)."""
+    def interrupts(self) -> dict[tuple[str, str], tuple[float, object, str]]:
+        """Those stops made on any host, (at, who, kind) ({} without Redis); UnreachableError
+        when Redis cannot be asked (the caller must not act as if there were none)."""
         if not shares_decisions(self.cfg):
             return {}
         from xaf_hub.store.redis.interrupts import read_interrupts

@@ -1,30 +1,31 @@
 """Landing a verified task's work on the base branch, on the hub's own side (docs/worktrees.md).
 
 ``prepare`` fetches, asks whether the task's commits are already on the base branch (by
-content: ``git cherry`` compares patch ids, since a rebase changes hashes, and a merge keeps
-the commits themselves), and otherwise replays them onto the base's tip in a throw-away
-detached worktree of the mirror (``rebase``, or a ``--no-ff`` merge commit): the result, or
-the files that conflict. ``push`` sends the result to the base branch without force: a base
-that moved meanwhile is refused by the remote, and the caller starts again from a fetch.
-Nothing here creates a branch of the mirror's own (its fetches prune every branch the remote
-does not have), and no git command of the hub runs a hook.
+content: merging them into its tip would change nothing, since a rebase changes hashes; or
+as the very commits, which a merge keeps), and otherwise replays them onto the base's tip in
+a throw-away detached worktree of the mirror (``rebase``, or a ``--no-ff`` merge commit):
+the result, or the files that conflict. ``push`` sends the result to the base branch without
+force: a base that moved meanwhile is refused by the remote, and the caller starts again from
+a fetch; any other refusal (a protected branch) is a failure that says why. Nothing here
+creates a branch of the mirror's own (its fetches prune every branch the remote does not
+have), and no git command of the hub runs a hook.
 """
 
 from __future__ import annotations
 
 import contextlib
-import shutil
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 from xaf_hub.core.commits import short
+from xaf_hub.core.text import redact
+from xaf_hub.store.contain import new_folder, remove
 from xaf_hub.store.repository import GitFailed, Mirror, split_credentials
 
 Method = Literal["rebase", "merge"]
-PrepState = Literal["ready", "already", "conflict", "empty"]
+PrepState = Literal["ready", "already", "conflict", "empty", "gone"]
 PushState = Literal["pushed", "moved"]
 
 
@@ -35,7 +36,8 @@ class Prepared:
     ``ready``: ``result`` is the new tip (``tip`` the base's tip it builds on; ``rechecked``:
     its tree differs from the checked commit's, so the check must run on it). ``already``:
     every commit's change is on the base (``tip`` holds them). ``conflict``: ``files`` clash.
-    ``empty``: the task's range holds no commit.
+    ``empty``: the task's range holds no commit. ``gone``: the mirror has no commit ``result`` (the
+    claimed top: its branch was rewritten before this mirror fetched it).
     """
 
     state: PrepState
@@ -58,12 +60,19 @@ def prepare(
     tip = mirror.known_tips().get(base_branch, "")
     if not tip:
         raise GitFailed(f"the remote has no branch {base_branch}")
+    if mirror.git("cat-file", "-e", f"{top}^{{commit}}", ok=(0, 1, 128))[0] != 0:
+        return Prepared("gone", tip=tip, result=top)  # rewritten before this mirror saw it
     if _ok(mirror, "merge-base", "--is-ancestor", top, tip):
         return Prepared("already", tip=tip)
     start = fork or _out(mirror, "merge-base", tip, top).strip()
-    cherry = _out(mirror, "cherry", tip, top, start).splitlines()
-    if not any(line.startswith("+") for line in cherry):
-        return Prepared("already" if cherry else "empty", tip=tip)
+    if _out(mirror, "rev-list", "--count", f"{start}..{top}").strip() == "0":
+        return Prepared("empty", tip=tip)
+    if _holds(mirror, tip, top):
+        return Prepared("already", tip=tip)
+    if method == "rebase" and _ok(mirror, "merge-base", "--is-ancestor", tip, top):
+        # It holds the tip already (it merged the base in): a fast-forward to what was judged;
+        # replaying would drop that merge and its resolution.
+        return Prepared("ready", tip=tip, result=top)
     with _scratch(mirror, tip) as work:
         if method == "merge":
             step = ("merge", "--no-ff", "--no-edit", "-m", message, top)
@@ -92,19 +101,41 @@ def push(mirror: Mirror, result: str, base_branch: str, tip: str) -> PushState:
     )
     if code == 0:
         return "pushed"
-    if any(line.startswith("!") and ref in line for line in out.splitlines()):
+    if _leased_out(out, ref):
         return "moved"
-    raise GitFailed(f"git push to {base_branch} failed: {out.strip()[-300:] or 'no message'}")
+    said = redact(out.strip()[-300:] or "no message", mirror.secrets)
+    raise GitFailed(f"git push to {base_branch} failed: {said}")
 
 
-def delete_branch(mirror: Mirror, branch: str) -> None:
-    """Delete a task's branch on the remote (gone already is fine; GitFailed otherwise)."""
+def delete_branch(mirror: Mirror, branch: str, expected: str | None = None) -> bool:
+    """Delete a task's branch on the remote: True when it is gone (already gone too). With
+    ``expected``, only while the branch is still at that commit (a lease): False when it
+    moved on, and it stays. GitFailed when the remote refuses or cannot be reached."""
     if not (mirror.path / "HEAD").is_file():
         mirror.fetch()  # git needs a repository to push from
     url, env = split_credentials(mirror.url)
-    mirror.git(
-        "push", "--porcelain", "--", url, f":refs/heads/{branch}",
+    ref = f"refs/heads/{branch}"
+    lease = [f"--force-with-lease={ref}:{expected}"] if expected else []
+    code, out = mirror.git(
+        "push", "--porcelain", *lease, "--", url, f":{ref}",
         timeout=mirror.timeout, extra_env=env, ok=(0, 1),
+    )
+    if code == 0:
+        return True
+    if expected and _leased_out(out, ref):
+        mirror.fetch()  # refused: moved on, or gone already
+        return branch not in mirror.known_tips()
+    said = redact(out.strip()[-300:] or "no message", mirror.secrets)
+    raise GitFailed(f"git push deleting {branch} failed: {said}")
+
+
+def _leased_out(out: str, ref: str) -> bool:
+    """Whether git's porcelain push output says the lease refused ``ref`` (it was not where
+    the hub expected): ``[rejected]``; the remote's own no (a protected branch, a hook) is
+    ``[remote rejected]``, which no fetch changes."""
+    return any(
+        line.startswith("!") and ref in line and "\t[rejected]" in line
+        for line in out.splitlines()
     )
 
 
@@ -125,7 +156,38 @@ def describe(prep: Prepared, base_branch: str) -> str:
         return f"already on origin/{base_branch} at {short(prep.tip)}"
     if prep.state == "empty":
         return "no commit to land"
+    if prep.state == "gone":
+        return f"its verified commit {short(prep.result)} is not on the remote (branch rewritten)"
     return f"lands on origin/{base_branch} at {short(prep.tip)} as {short(prep.result)}"
+
+
+def contains(mirror: Mirror, tip: str, commit: str) -> bool:
+    """Whether ``commit`` (or a commit of the same content: a landing rebuilds it) is part of
+    ``tip``'s history; a commit the mirror does not have is not."""
+    if mirror.git("cat-file", "-e", f"{commit}^{{commit}}", ok=(0, 1, 128))[0] != 0:
+        return False
+    return _ok(mirror, "merge-base", "--is-ancestor", commit, tip)
+
+
+def commits(mirror: Mirror, fork: str, top: str) -> list[str]:
+    """The commits of ``fork..top`` (full hashes)."""
+    return _out(mirror, "rev-list", f"{fork}..{top}").split()
+
+
+def branch_of(mirror: Mirror, tip: str) -> str:
+    """The name of a branch whose tip is ``tip`` (for a reason), or the hash."""
+    for name, at in mirror.known_tips().items():
+        if at == tip:
+            return name
+    return short(tip)
+
+
+def _holds(mirror: Mirror, tip: str, top: str) -> bool:
+    """Whether ``tip`` holds every change of ``top`` already, by content: merging ``top`` into
+    it changes nothing (a copy of the work landed under other hashes, or by a person; a change
+    landed and then reverted is not held)."""
+    code, out = mirror.git("merge-tree", "--write-tree", tip, top, ok=(0, 1))
+    return code == 0 and out.split("\n", 1)[0].strip() == _tree(mirror, tip)
 
 
 def _tree(mirror: Mirror, commit: str) -> str:
@@ -134,14 +196,16 @@ def _tree(mirror: Mirror, commit: str) -> str:
 
 @contextlib.contextmanager
 def _scratch(mirror: Mirror, tip: str) -> Iterator[Path]:
-    """A detached worktree of the mirror at ``tip``, removed afterwards."""
-    tmp = Path(tempfile.mkdtemp(prefix="xaf-hub-land-"))
-    work = tmp / "work"
+    """A detached worktree of the mirror at ``tip``, removed afterwards; in a folder of the
+    checks' (``contain.new_folder``), so one a killed hub left is removed by the next."""
+    folder = new_folder(mirror.state)
+    work = folder / "work"
     try:
+        mirror.git("worktree", "prune")
         mirror.git("worktree", "add", "--detach", "--quiet", str(work), tip)
         yield work
     finally:
         with contextlib.suppress(GitFailed, OSError):
             mirror.git("worktree", "remove", "--force", str(work), ok=(0, 128))
             mirror.git("worktree", "prune")
-        shutil.rmtree(tmp, ignore_errors=True)
+        remove(folder)

@@ -60,9 +60,26 @@ def test_widths_shrink_flexible_columns_first_in_order() -> None:
     # natural 10, 30, 40 + gaps 4 = 84; budget 60 -> 56 cells for columns.
     assert widths([10, 30, 40], [10, 8, 8], [2, 1], 60) == [10, 30, 16]
     assert widths([10, 30, 40], [10, 8, 8], [2, 1], 40) == [10, 18, 8]
-    # Floors not enough: the widest shrinks next, never below 3; `keep` is never cut.
-    out = widths([10, 30, 40], [10, 30, 40], [], 30, keep=[1])
+    # Floors not enough: the widest shrinks next, never below 3; `keep` never below its width.
+    out = widths([10, 30, 40], [10, 30, 40], [], 30, keep={1: 30})
     assert out[1] == 30 and out[0] >= 3 and out[2] >= 3
+    # Ids give way first, to the start that tells them apart; then the flexible columns to
+    # their floors, then again to their headers (soft), in order: the last keeps room longest.
+    assert widths([10, 30, 40], [10, 30, 8], [2], 60, keep={1: 12}) == [10, 12, 34]
+    assert widths([10, 30, 40], [10, 30, 20], [0, 2], 40, keep={1: 12},
+                  soft=[4, 7, 5]) == [4, 12, 20]
+
+
+def test_the_column_named_last_keeps_its_room_longest() -> None:
+    heads = ["instance", "session", "state", "updated", "title", "directory"]
+    rows = [["local-main", "ses_dce2f1b5fffeIvTix7rWuG7zXJ", "idle", "2 min ago",
+             "Tidy the README and add a troubleshooting section", "/srv/shop/frontend/web"]]
+    text = render(rows, heads, Screen(80, False), keep_end=["directory"],
+                  flexible=[("directory", 10), ("instance", 10), ("title", 12)],
+                  keep={"session": 12})
+    line = text.splitlines()[2]
+    assert line.split()[:2] == ["local-main", "ses_dce2f1b5"]  # a start, no ellipsis
+    assert "Tidy the README and add" in line and cells(line) <= 80
 
 
 def test_screen_of_a_pipe_is_plain() -> None:
@@ -93,7 +110,7 @@ def test_render_fits_an_80_column_terminal_and_keeps_ids() -> None:
     for columns in (80, 60):
         text = render(ROWS, HEADERS, Screen(columns, False),
                       flexible=[("directory", 8), ("title", 8)],
-                      keep_end=["directory"], keep=["session"])
+                      keep_end=["directory"], keep={"session": 30})
         assert max(cells(line) for line in text.splitlines()) <= columns
         assert "ses_dce2f1b5fffeIvTix7rWuG7zXJ" in text and "…" in text
         assert re.search(r"…\S*/web$", text.splitlines()[2])  # paths keep their end

@@ -338,6 +338,28 @@ def test_branch_block_names_feature_branch_push_hash_and_no_merge() -> None:
     assert block.index("Branch policy: branch") < block.index("分支纪律")
 
 
+@pytest.mark.parametrize(("state", "said", "not_said"), [
+    ("new", ["create `feature/u3` from `origin/main`", "基于 origin/main 新建 feature/u3"],
+     ["exists already"]),
+    ("exists", ["Continue on `feature/u3`: it exists already", "在已有的 feature/u3 分支上继续",
+                "do not create it again"], ["create `feature/u3`", "新建 feature/u3"]),
+    ("unknown", ["if it exists already (locally or on origin), check it out",
+                 "otherwise fetch and create it from `origin/main`", "若它已存在"],
+     ["then create `feature/u3`"]),
+])
+def test_the_branch_rule_fits_where_the_branch_stands(
+    state: str, said: list[str], not_said: list[str]
+) -> None:
+    block = discipline_block("branch", base_branch="main", slug="u3",
+                             branch=state)  # type: ignore[arg-type]  # each state in turn
+    assert all(s in block for s in said) and not any(s in block for s in not_said), block
+    assert "git push -u origin feature/u3" in block and "不要合并到 main" in block
+    # Mainline creates no branch whatever the state; the block is stripped whole.
+    assert "Do not create any branch" in discipline_block(
+        "mainline", base_branch="main", slug="u3", branch=state)  # type: ignore[arg-type]
+    assert strip_discipline(f"task\n\n{block}") == "task"
+
+
 def test_mainline_block_stays_on_base_branch() -> None:
     block = discipline_block("mainline", base_branch="origin/cfclub", slug="ignored")
     assert block.splitlines()[0] == DISCIPLINE_MARKER

@@ -43,6 +43,40 @@ def test_parse_frame_reads_both_streams_and_skips_the_rest() -> None:
     assert parse_frame(": comment") is None
 
 
+def _step(sid: str, cost: Any, *, role: str = "assistant", completed: int = 5) -> str:
+    when = {"created": 1, "completed": completed} if completed else {"created": 1}
+    info = {"id": "msg_1", "sessionID": sid, "role": role, "cost": cost, "time": when}
+    return _g("message.updated", {"sessionID": sid, "info": info})
+
+
+def test_a_board_with_steps_reports_each_priced_step_of_a_project_session(tmp_path: Path) -> None:
+    """The patrol daemon's board says when a project session (a sub-agent's too) finished a
+    step that cost money (``message.updated`` of an assistant message, completed, with its
+    cost); the other boards (watch, serve) report nothing for those frames."""
+    inst = _cfg(tmp_path).instances[0]
+    kid = SessionRecord("a", "ses_kid", "k", f"{ROOT}/app", project=True, parent_id="ses_root")
+    plain, steps = Board(inst), Board(inst, steps=True)
+    for board in (plain, steps):
+        board.reconcile([kid], "rescan")
+
+    def kinds(board: Board, line: str) -> list[str]:
+        frame = parse_frame(line)
+        assert frame is not None
+        return [e.kind for e in board.apply(frame)]
+
+    assert kinds(steps, _step("ses_kid", 0.02)) == ["spent"]
+    assert kinds(plain, _step("ses_kid", 0.02)) == []
+    for quiet in (
+        _step("ses_kid", 0),  # a free step
+        _step("ses_kid", 0.02, completed=0),  # a step under way
+        _step("ses_kid", "0.02"),  # a cost no release sends: unknown
+        _step("ses_kid", None, role="user"),
+    ):
+        assert kinds(steps, quiet) == []
+    assert kinds(steps, _step("ses_unknown", 0.02)) == []  # looked up first, as any new session
+    assert steps.missing == [("ses_unknown", f"{ROOT}/app")]
+
+
 def test_board_reports_each_change_once(tmp_path: Path) -> None:
     inst = _cfg(tmp_path).instances[0]
     board = Board(inst)

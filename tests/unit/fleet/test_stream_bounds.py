@@ -86,6 +86,30 @@ def test_the_mailbox_keeps_the_newest_state_per_session_and_says_when_it_fell_be
     asyncio.run(scenario())
 
 
+def test_the_mailbox_keeps_each_steps_last_update_when_the_next_step_follows_at_once() -> None:
+    """A stream chunk often carries a step's final message.updated (completed, its cost) and
+    the next step's first (no cost yet) of the same session: both are kept, each message's
+    newest update once, so the step's cost still reaches the ceiling."""
+
+    def update(mid: str, cost: float, completed: int = 0) -> Frame:
+        when = {"created": 1, "completed": completed} if completed else {"created": 1}
+        info = {"id": mid, "sessionID": "ses_a", "role": "assistant", "cost": cost, "time": when}
+        got = parse_frame(_g("message.updated", {"sessionID": "ses_a", "info": info}))
+        assert got is not None
+        return got
+
+    async def scenario() -> list[tuple[str, float]]:
+        box = _Mailbox()
+        for frame in (update("msg_1", 0.0), update("msg_1", 0.02, 5), update("msg_1", 0.02, 5),
+                      update("msg_2", 0.0)):
+            box.put(frame, 100)
+        got = [await box.get() for _ in range(len(box))]
+        return [(f.properties["info"]["id"], f.properties["info"]["cost"]) for f in got
+                if isinstance(f, Frame)]
+
+    assert asyncio.run(scenario()) == [("msg_1", 0.02), ("msg_2", 0.0)]
+
+
 def test_the_budget_trips_on_frames_or_bytes_within_a_window() -> None:
     now = [0.0]
     budget = Budget(frames_per_s=10, bytes_per_s=1000, window=1.0, clock=lambda: now[0])

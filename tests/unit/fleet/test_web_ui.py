@@ -38,11 +38,15 @@ def answer(status: int, body: bytes, ctype: str = "text/html") -> httpx.MockTran
 def test_the_app_is_found_and_asked_for_with_the_login() -> None:
     transport = answer(200, APP)
     ui = aio.run(probe(inst(), transport=transport))
-    assert ui == WebUI("http://127.0.0.1:4096", loopback=True)
+    # The page says which user its login takes (never the password).
+    assert ui == WebUI("http://127.0.0.1:4096", loopback=True, login="opencode")
     (request,) = transport.seen  # type: ignore[attr-defined]
     assert request.url == "http://127.0.0.1:4096/"
     token = base64.b64encode(b"opencode:pw-secret-123").decode()
     assert request.headers["authorization"] == f"Basic {token}"
+    # A server without a password asks for no login.
+    open_ui = aio.run(probe(inst(password=""), transport=answer(200, APP)))
+    assert open_ui == WebUI("http://127.0.0.1:4096", loopback=True, login="")
 
 
 @pytest.mark.parametrize(

@@ -237,6 +237,32 @@ def test_running_sessions_are_in_flight_at_the_run_ceiling() -> None:
     assert spent.with_sent(3, 0.2).in_flight == 5
 
 
+def test_a_run_with_sub_agents_is_one_run_in_flight_and_each_session_costs_once() -> None:
+    """opencode keeps a sub-agent's cost on its own session (the parent's excludes it): today's
+    spend adds every session once. A run whose root or sub-agents still work is one run in
+    flight, at one ceiling, however many of its sessions run; a free root gone idle while a
+    priced sub-agent works in the background is still a run in flight."""
+    now = datetime.fromisoformat("2026-12-03T12:00:00+00:00")
+    at = ms("2026-12-03T11:00:00+00:00")
+
+    def s(sid: str, cost: float, parent: str = "", busy: bool = True) -> SessionRecord:
+        return SessionRecord("a", sid, "t", "/srv/demo", updated=at, cost=cost, project=True,
+                             parent_id=parent, running=busy, run_state="busy" if busy else "idle")
+
+    sessions = [
+        s("ses_root", 0.0),
+        s("ses_kid", 0.30, "ses_root"),
+        s("ses_grandkid", 0.10, "ses_kid"),
+        s("ses_idle_root", 0.0, busy=False),  # gone idle; its sub-agent works on
+        s("ses_background", 0.25, "ses_idle_root"),
+        s("ses_done", 0.05, busy=False),
+    ]
+    spent = spend_today(sessions, now, UTC, 0.5)
+    assert spent.usd == pytest.approx(0.70) and spent.sessions == 6
+    assert (spent.in_flight, spent.in_flight_usd) == (2, 1.0)
+    assert set(budget.run_roots(sessions)) == {"ses_root", "ses_idle_root"}
+
+
 def ceiling_config(daily: float, run: float | None, inst_run: float | None = None) -> Config:
     inst = InstanceConfig(name="a", url="http://127.0.0.1:4000", budget_daily_usd=daily,
                           budget_run_usd=inst_run)

@@ -124,7 +124,6 @@ def test_the_run_ceiling_stop_is_read_from_the_audit_as_a_decision(tmp_path: Pat
     lines = [
         line(1, "patrol.run_ceiling", "ses_1", "aborted"),
         line(2, "patrol.live.run_ceiling", "ses_2", "abort failed"),
-        line(3, "patrol.run_ceiling", "ses_3", "over"),  # not a stop
         line(4, "run_ceiling", "ses_4", "aborted"),  # not the hub's command
     ]
     (tmp_path / "audit.log").write_text("\n".join(lines) + "\n", "utf-8")
@@ -135,7 +134,33 @@ def test_the_run_ceiling_stop_is_read_from_the_audit_as_a_decision(tmp_path: Pat
     decided = decisions_from(found, []).for_session("lan-b", "ses_1", 0)
     assert decided is not None and decided.kind == "ceiling"
     assert decided.text.startswith("stopped over its run ceiling at ")
-    assert decisions_from(found, []).for_session("lan-b", "ses_3", 0) is None
+    assert decisions_from(found, []).for_session("lan-b", "ses_4", 0) is None
+
+
+def test_a_stop_at_the_run_ceiling_is_a_decision_from_before_its_abort(tmp_path: Path) -> None:
+    """The ceiling's stop (round or daemon) writes "stopping" before its abort: from then on
+    no job resumes or heals the run it stopped, whatever its abort did; a new prompt after it
+    is a new run, which the stop does not govern."""
+
+    def line(minute: int, command: str, result: str) -> str:
+        return json.dumps({"time": f"2026-11-30T12:{minute:02d}:00+0000", "command": command,
+                           "instance": "lan-b", "session": "ses_1", "result": result})
+
+    audit = tmp_path / "audit.log"
+    for command in ("patrol.run_ceiling", "patrol.live.run_ceiling"):
+        for result in ("stopping", "aborted", "abort failed"):
+            audit.write_text(line(5, command, result) + "\n", "utf-8")
+            at = datetime(2026, 11, 30, 12, 5, tzinfo=UTC).timestamp()
+            assert operator_interrupts(tmp_path) == {
+                ("lan-b", "ses_1"): Stop("ceiling", at, "the run ceiling")
+            }
+    people = decisions_from(operator_interrupts(tmp_path), [])
+    run_at = int(datetime(2026, 11, 30, 12, 1, tzinfo=UTC).timestamp() * 1000)
+    decision = people.for_session("lan-b", "ses_1", run_at)
+    assert decision is not None and decision.kind == "ceiling"
+    assert decision.text.startswith("stopped over its run ceiling at ")
+    assert people.for_session("lan-b", "ses_1", run_at + 10 * 60_000) is None  # a new prompt
+    assert people.for_task(row(ago=timedelta(minutes=70))) is not None
 
 
 def test_operator_interrupts_keep_who_stopped_it(tmp_path: Path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import re
 import subprocess
 from pathlib import Path
 
@@ -12,11 +13,12 @@ from tests.gitrepo import git, make_origin
 from xaf_hub.errors import UsageError
 from xaf_hub.fleet.wire import session_from_classic
 from xaf_hub.ops.rooms import base_script, based_commit, keeps_command, room_name
+from xaf_hub.store.tasks import Task
 
 
 def test_a_room_is_named_after_its_task() -> None:
     name = room_name("T-20261206-ab12", "Fix the login form!")
-    assert name == "t-20261206-ab12-fix-the-login-form"
+    assert re.fullmatch(r"t-20261206-ab12-fix-the-login-form-[0-9a-f]{4}", name), name
     assert len(room_name("T-1", "x" * 200)) <= 60
     assert room_name("T-1", "修复登录页").startswith("t-1-task-")
 
@@ -95,3 +97,14 @@ def test_a_worktree_keeps_what_no_remote_holds(tmp_path: Path) -> None:
     assert said() == f"unpushed: {git(room, 'rev-parse', 'HEAD')}\n"
     git(room, "push", "-q", "origin", "HEAD")
     assert said() == ""
+
+
+def test_a_tasks_second_attempt_gets_a_branch_of_its_own() -> None:
+    """A task's first attempt pushed opencode/<name> and failed; its worktree was removed
+    (cleanup, or the attempt ran on another server). Real opencode 1.18.33 gives the second
+    attempt the same name, so its `git push -u origin HEAD` (the discipline) is refused as
+    not a fast-forward of the first attempt's branch, or a forced push destroys that work."""
+    # The row after the first attempt, with the branch the server named for it.
+    task = Task(id="T-20261206-ab12", title="fix the login form", status="pending", attempts=1,
+                branch="opencode/t-20261206-ab12-fix-the-login-form")
+    assert "opencode/" + room_name(task.id, task.title) != task.branch

@@ -249,6 +249,7 @@ def test_guards_production_and_a_wrong_kind_of_answer(tmp_path: Path) -> None:
 
 Q2 = Waiting("question", "que_2", "a / b", choices=(("x", "y"), ("p", "q")))
 Q1 = Waiting("question", "que_1", "a", choices=(("x", "y"),))
+QC = Waiting("question", "que_c", "db", choices=(("Postgres", "MySQL", "SQLite", "sqlite"),))
 
 
 @pytest.mark.parametrize(
@@ -259,6 +260,12 @@ Q1 = Waiting("question", "que_1", "a", choices=(("x", "y"),))
         (Q1, Reply("answer", text="my own"), [["my own"]]),
         (Q2, Reply("answer", choices=("y", "p")), [["y"], ["p"]]),
         (Q1, Reply("answer", choices=("z",)), "not an option"),
+        # Case aside: the option as offered is sent; as written wins over a case-alike.
+        (QC, Reply("answer", choices=("postgres",)), [["Postgres"]]),
+        (QC, Reply("answer", choices=("MYSQL", "sqlite")), [["MySQL", "sqlite"]]),
+        (QC, Reply("answer", choices=("SQLite",)), [["SQLite"]]),
+        (QC, Reply("answer", choices=("SQLITE",)), "several options"),
+        (QC, Reply("answer", choices=("postgre",)), "not an option"),
         (Q1, Reply("answer"), "CHOICE... or --text"),
         (Q1, Reply("answer", choices=("x",), text="t"), "not both"),
         (Q2, Reply("answer", choices=("x",)), "give 2 CHOICEs"),

@@ -667,3 +667,25 @@ def test_one_vocabulary_for_phase_and_badges(
     assert page_view.session_phase(s) == phase
     badges = page_view.session_badges(s, "en", NOW)
     assert (badges[0].label, badges[1].label) == (state, result)
+
+
+@pytest.mark.parametrize(("lang", "said"), [
+    ("en", "asks for a login: the user name “opencode” and the server&#39;s password"),
+    ("zh", "要求登录：用户名“opencode”和这台服务器的密码"),
+])
+def test_a_section_says_what_its_open_links_need(lang: page_text.Lang, said: str) -> None:
+    from xaf_hub.fleet.web_ui import WebUI
+
+    snap = Snapshot(
+        generated_at=NOW,
+        instances=(InstanceSummary("locked", "http://127.0.0.1:1", True),
+                   InstanceSummary("open", "http://127.0.0.1:2", True)),
+        sessions=(SessionRecord("locked", "ses_a1", "behind a login", "/srv/a", project=True),
+                  SessionRecord("open", "ses_b1", "no login", "/srv/b", project=True)),
+    )
+    links = {"locked": WebUI("http://127.0.0.1:1", True, login="opencode"),
+             "open": WebUI("http://127.0.0.1:2", True)}
+    html = report.render_html(snap, now_ms=NOW, lang=lang, links=links)
+    locked, rest = html.split('data-server="open"')
+    assert said in locked.split('data-server="locked"')[1] and said not in rest
+    assert "login-note" not in rest  # a server without a password asks for nothing

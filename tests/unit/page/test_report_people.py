@@ -68,7 +68,10 @@ def test_autopilot_panel_names_what_is_left_for_a_person(cfg: Config) -> None:
         "started_at": (NOW - timedelta(minutes=2)).isoformat(),
         "finished_at": (NOW - timedelta(minutes=1)).isoformat(),
         "steps": [],
-        "needs_person": [{"session": "ses_1", "title": "build the export", "detail": WHO}],
+        "needs_person": [
+            {"session": "ses_1", "title": "build the export", "detail": WHO, "why": "interrupted"},
+            {"session": "ses_2", "title": "an older report", "detail": WHO},  # no code in it
+        ],
     }
     (folder / "report-latest.json").write_text(json.dumps(report), "utf-8")
     Backlog(cfg.backlog_path).add(Task(id="T2", title="keyed task", parked=PARKED), now=NOW)
@@ -80,10 +83,14 @@ def test_autopilot_panel_names_what_is_left_for_a_person(cfg: Config) -> None:
     assert view.queue == ((1, "needs a person", "person"),)
     # Never "everything went as planned" above lines left for a person.
     assert not any("as planned" in line for line in said)
-    assert said[0].endswith("1 minute ago: 2 thing(s) are left for a person (below).")
+    assert said[0].endswith("1 minute ago: 3 thing(s) are left for a person (below).")
     zh = overview.plain(overview.build(cfg, now_ms, "zh"), "zh", now_ms)
-    assert f"留给人处理：keyed task：已搁置：{PARKED}" in zh
-    assert "一切按计划完成" not in zh[0] and "有 2 件事留给人处理" in zh[0]
+    # The hub's own reason is said by its code, its words (who, when) kept and marked; words
+    # with no code are marked as English.
+    assert f"留给人处理：build the export：有人停止了它的运行（英文原文：{WHO}）" in zh
+    assert f"留给人处理：an older report：{WHO}（英文原文）" in zh
+    assert f"留给人处理：keyed task：已搁置：{PARKED}（英文原文）" in zh
+    assert "一切按计划完成" not in zh[0] and "有 3 件事留给人处理" in zh[0]
 
 
 def test_the_report_says_outcomes_and_task_states_in_the_one_vocabulary() -> None:
@@ -110,3 +117,13 @@ def test_the_report_says_outcomes_and_task_states_in_the_one_vocabulary() -> Non
     assert "## Tasks finished, not verified: no project.repository to check them" in md
     assert "## Tasks done" not in md
     assert "1 in progress, 1 finished, not verified" in md
+
+
+def test_every_reason_code_is_said_in_both_languages() -> None:
+    from typing import get_args
+
+    from xaf_hub.notify.record import Why
+    from xaf_hub.page.words import TEXT
+
+    codes = [c for c in get_args(Why) if c]
+    assert codes and all(f"why.{c}" in TEXT and all(TEXT[f"why.{c}"]) for c in codes)

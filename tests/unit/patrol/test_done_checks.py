@@ -5,8 +5,13 @@ uncontained without the config's consent; a planted mirror rebuilt and said once
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import AsyncIterator
+from dataclasses import replace
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,6 +21,7 @@ from tests.unit.patrol.runner_support import NOW
 from xaf_hub.config.load import UNCONTAINED, load_config
 from xaf_hub.core import aio
 from xaf_hub.core.records import SessionRecord
+from xaf_hub.errors import BusyError
 from xaf_hub.notify.record import RoundLog
 from xaf_hub.ops.context import OpsContext
 from xaf_hub.patrol.context import Cycle
@@ -23,7 +29,7 @@ from xaf_hub.patrol.jobs.fill_slots import _run_check, _tips
 from xaf_hub.patrol.settle import Settlement
 from xaf_hub.store import contain
 from xaf_hub.store.backlog import Task
-from xaf_hub.store.repository import Mirror
+from xaf_hub.store.repository import CheckRun, Mirror
 
 
 def ops(
@@ -141,3 +147,38 @@ def _record() -> SessionRecord:
     return SessionRecord(
         instance="lan-a", id="ses_1", title="t", directory="/srv/p/app", project=True
     )
+
+
+def test_a_failed_check_sends_the_session_back_to_its_own_branch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from xaf_hub.ops import land
+    from xaf_hub.patrol.jobs import fill_slots
+
+    pctx = ops(tmp_path, "exit 1")
+    inst = pctx.cfg.instance("lan-a")
+    assert inst.branch_policy == "branch"
+    sent: list[str] = []
+
+    async def send_work(_: Any, __: Any, prompt: str, *args: Any, **kwargs: Any) -> Any:
+        sent.append(prompt)
+        raise BusyError("lan-a: full")  # what was sent is all this test reads
+
+    @contextlib.asynccontextmanager
+    async def client(*_: Any) -> AsyncIterator[None]:
+        yield None
+
+    monkeypatch.setattr(land, "send_work", send_work)
+    monkeypatch.setattr(OpsContext, "client", client)
+    verdict = replace(verified(pctx), check=CheckRun(False, 1, "1 failed", 0.1))
+    rec = SessionRecord("lan-a", "ses_1", "Add the export", "/srv/p")
+    task = Task(id="T1", title="Add the export", status="dispatched", session_id="ses_1",
+                dispatched_to="lan-a")
+    cycle = Cycle(RoundLog(started=datetime.now(UTC)))
+    aio.run(fill_slots._send_back(pctx, cycle, inst, rec, task, verdict))
+    [prompt] = sent
+    assert "exited with 1" in prompt and "1 failed" in prompt
+    # Its branch holds the failed commit: continue there, never create it anew.
+    assert "Continue on `feature/add-the-export`: it exists already" in prompt
+    assert "create `feature/" not in prompt and "新建" not in prompt
+    assert "git push -u origin feature/add-the-export" in prompt

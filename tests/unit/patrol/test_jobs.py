@@ -585,6 +585,7 @@ def test_session_title_leads_with_the_id() -> None:
                 reason="not verified: claimed commits aaaaaaa, bbbbbbb are on diverging lines",
                 person=True,
                 judged="claims diverge",
+                why="diverged",
             ),
         ),
         (
@@ -594,6 +595,7 @@ def test_session_title_leads_with_the_id() -> None:
                 reason="not verified: more than 200 commits between the task's base",
                 person=True,
                 judged="too many commits",
+                why="too_many",
             ),
         ),
         (
@@ -603,6 +605,7 @@ def test_session_title_leads_with_the_id() -> None:
                 reason="not verified: claimed commit 0123456 is not on origin/main",
                 person=True,
                 judged="claim not found",
+                why="missing",
             ),
         ),
         (
@@ -612,6 +615,7 @@ def test_session_title_leads_with_the_id() -> None:
                 reason="not verified: claimed commit 0123456 is ambiguous",
                 person=True,
                 judged="claim ambiguous",
+                why="ambiguous",
             ),
         ),
         (
@@ -621,6 +625,7 @@ def test_session_title_leads_with_the_id() -> None:
                 reason="not verified: no commit hash in the final answer",
                 person=True,
                 judged="no claim",
+                why="no_claim",
             ),
         ),
         (
@@ -630,6 +635,7 @@ def test_session_title_leads_with_the_id() -> None:
                 reason="not verified: claimed commit 0123456 was already on origin/main",
                 person=True,
                 judged="not new work",
+                why="old",
             ),
         ),
         (
@@ -639,6 +645,7 @@ def test_session_title_leads_with_the_id() -> None:
                 reason="not verified: commit aaaaaaa touches locked paths: t/x",
                 person=True,
                 judged="locked path",
+                why="locked",
             ),
         ),
         (  # the remote did not answer: nothing is decided, not even "needs a person"
@@ -673,6 +680,7 @@ def test_a_commit_credited_to_another_task_is_refused() -> None:
         reason="not verified: commit aaaaaaa is already credited to T-7",
         person=True,
         judged="already credited",
+        why="credited",
     )
     done = settle_claim(Settlement("done"), check, "origin/main", task="T-1")
     assert done.judged == "new work: 1 commit on origin/main after its base"

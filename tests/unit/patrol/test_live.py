@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -40,9 +41,9 @@ class Recording(LiveReactor):
         super().__init__(*args, **kw)  # type: ignore[arg-type]
         self.batches: list[_Work] = []
 
-    async def _react(self, work: _Work) -> tuple[Cycle, _Work, _Work]:
+    async def _react(self, work: _Work) -> tuple[Cycle, _Work]:
         self.batches.append(work)
-        return Cycle(RoundLog(started=datetime.now(UTC))), _Work(), _Work()
+        return Cycle(RoundLog(started=datetime.now(UTC))), _Work()
 
 
 def _reactor(tmp_path: Path, out: list[str], skip: tuple[str, ...] = ()) -> Recording:
@@ -126,7 +127,7 @@ def test_a_request_becomes_work_only_with_a_policy_and_a_rule_answers_it(tmp_pat
     live.on_event(_ev("asked", "ses_perm"))
     work = live._take()
     assert work is not None and list(work.sessions) == [("a", "asked:ses_perm")]
-    cycle, again, _ = asyncio.run(live._react(work))
+    cycle, again = asyncio.run(live._react(work))
     assert server.replies == [("/permission/per_aaa1/reply", {"reply": "once"})]
     assert [(a.kind, a.result, a.session) for a in cycle.log.actions] == [
         ("answer", "ok", "ses_perm")
@@ -257,27 +258,91 @@ class _FakeClient:
         return {"ses_1": self.state}
 
 
+def _with_ceiling(r: LiveReactor, **kw: object) -> LiveReactor:
+    from dataclasses import replace
+
+    from xaf_hub.config.load import BudgetConfig
+
+    pctx = OpsContext(replace(r.pctx.cfg, budget=BudgetConfig(run_usd=1.0)), env={}, **kw)  # type: ignore[arg-type]
+    return LiveReactor(pctx, (), threading.Lock(), lambda line: None, settle_seconds=0)
+
+
+def test_a_step_or_a_start_is_judged_at_once_and_again_while_the_run_works(
+    tmp_path: Path,
+) -> None:
+    """On an instance with a run ceiling, a session that started or finished a priced step (a
+    root's or a sub-agent's) is due for the ceiling now, not at the next poll; a poll already
+    due later is brought forward; other events, and instances without a ceiling, are not."""
+    plain = _reactor(tmp_path, [])
+    assert plain.ceiling is not None
+    plain.on_event(_ev("spent"))
+    assert plain.ceiling._due == {}  # no ceiling here
+    live = _with_ceiling(plain)
+    assert live.ceiling is not None
+    live.ceiling.look(_ev("started", "ses_root").session, 60.0)  # type: ignore[arg-type]
+    before = time.monotonic()  # ^ the poll of a run at work
+    for kind, sid in (("spent", "ses_kid"), ("started", "ses_root"), ("stopped", "ses_x"),
+                      ("retry", "ses_y"), ("new", "ses_z")):
+        live.on_event(_ev(kind, sid))
+    due = live.ceiling._due
+    assert set(due) == {("a", "ses_kid"), ("a", "ses_root")}
+    assert all(before <= when <= time.monotonic() for when, _ in due.values())
+    assert sorted(r.id for r in live.ceiling._take() or []) == ["ses_kid", "ses_root"]
+    skipping = LiveReactor(live.pctx, ("run_ceiling",), threading.Lock(), lambda line: None)
+    assert skipping.ceiling is None
+
+
+@pytest.mark.parametrize("entry", ["round", "daemon"])
+def test_a_run_whose_sub_agents_work_on_is_stopped_with_them(tmp_path: Path, entry: str) -> None:
+    """The root is free and idle; a priced sub-agent works on in the background and the run
+    passed its ceiling: the round (run_ceiling) and the daemon (a step of the grandchild,
+    judged as its root's run) stop the root and every sub-agent, and the run is not watched
+    on."""
+    import asyncio
+
+    from tests.unit.ops.ceiling_support import APP, Family, context, priced_run
+    from xaf_hub.patrol import live
+    from xaf_hub.patrol.jobs.run_ceiling import run_ceiling_job
+
+    server = Family()
+    priced_run(server)
+    pctx = context(tmp_path, server)
+    watch = live.CeilingWatch(pctx, lambda line: None, lambda: None)
+
+    def judge() -> Cycle:
+        cycle = Cycle(RoundLog(started=datetime.now(UTC)))
+        if entry == "round":
+            asyncio.run(run_ceiling_job(pctx, cycle))
+            return cycle
+        # A step of each sub-agent, as the stream told them: judged once, as the root's run.
+        steps = [SessionRecord("a", sid, "t", APP, project=True, parent_id=parent)
+                 for sid, parent in (("ses_grandkid", "ses_kid"), ("ses_kid", "ses_root"))]
+        cycle, again = asyncio.run(watch._judge_all(steps))
+        assert again == []  # stopped: nothing of it to watch on
+        return cycle
+
+    cycle = judge()
+    assert [(a.kind, a.session, a.result) for a in cycle.log.actions] == [
+        ("ceiling", "ses_root", "ok")
+    ]
+    assert "aborted with 3 sub-agent sessions" in cycle.log.actions[0].detail
+    assert {"ses_root", "ses_kid", "ses_grandkid"} <= set(server.aborts)
+    assert not any(n.busy for n in server.nodes.values())
+    # Stopped, still over its ceiling, nothing of it at work: not stopped a second time.
+    aborts = len(server.aborts)
+    assert judge().log.actions == [] and len(server.aborts) == aborts
+
+
 def test_a_run_under_a_ceiling_is_still_healed_when_it_retries(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The ceiling's watch does not take the place of the heal: a rate-limited retry on an
-    instance with a run ceiling is healed live (and watched on), a busy run only watched."""
+    instance with a run ceiling is healed live, and its run watched by the ceiling."""
     import asyncio
-    from dataclasses import replace
 
-    from xaf_hub.config.load import BudgetConfig
     from xaf_hub.patrol import live
 
-    r = _reactor(tmp_path, [])
-    cfg = replace(r.pctx.cfg, budget=BudgetConfig(run_usd=1.0))
-    pctx = OpsContext(cfg, env={})
-    reactor = LiveReactor(pctx, (), threading.Lock(), lambda line: None, settle_seconds=0)
-    checked: list[str] = []
     healed: list[str] = []
-
-    async def check_run(*args: object) -> bool:
-        checked.append("ses_1")
-        return False  # within its ceiling
 
     async def heal_item(pctx: object, cycle: object, inst: object, rec: SessionRecord,
                         *rest: object) -> None:
@@ -286,30 +351,30 @@ def test_a_run_under_a_ceiling_is_still_healed_when_it_retries(
     async def last_runs(self: Cycle, *args: object, **kw: object) -> dict[object, object]:
         return {}
 
-    monkeypatch.setattr(live, "check_run", check_run)
     monkeypatch.setattr(live, "heal_item", heal_item)
     monkeypatch.setattr(Cycle, "last_runs", last_runs)
     retry = {"type": "retry", "attempt": 2, "message": "Rate limit exceeded", "next": 0}
-    state: dict[str, object] = retry
-    monkeypatch.setattr(OpsContext, "client", lambda self, inst: _FakeClient(state))
+    monkeypatch.setattr(OpsContext, "client", lambda self, inst: _FakeClient(retry))
+    reactor = _with_ceiling(_reactor(tmp_path, []))
+    for kind in ("started", "retry"):
+        reactor.on_event(_ev(kind))
+    assert reactor.ceiling is not None and set(reactor.ceiling._due) == {("a", "ses_1")}
+    assert list(reactor._work.sessions) == [("a", "ses_1")]
     cycle = Cycle(RoundLog(started=datetime.now(UTC)))
-    assert asyncio.run(reactor._session(cycle, "a", "ses_1")) == "watch"
-    assert checked == ["ses_1"] and healed == ["ses_1"]
-    state = {"type": "busy"}
-    assert asyncio.run(reactor._session(cycle, "a", "ses_1")) == "watch"
-    assert checked == ["ses_1", "ses_1"] and healed == ["ses_1"]
+    assert asyncio.run(reactor._session(cycle, "a", "ses_1")) == ""
+    assert healed == ["ses_1"]
 
 
 def test_a_run_stopped_past_its_ceiling_is_not_then_answered_by_policy(tmp_path: Path) -> None:
-    """In one batch the run's own look (where the ceiling stops it) comes before its request,
-    as run_ceiling comes before check_agents in a round; the stopped run is not approved."""
+    """Before a rule answers a run's request live, the run is judged against its ceiling (as
+    run_ceiling comes before check_agents in a round); a run it stops gets no answer."""
     import asyncio
-    from dataclasses import replace
 
     import httpx
 
     from tests.unit.ops.waiting_support import fleet_with_both
     from xaf_hub.config.load import PermissionRule, PermissionsConfig
+    from xaf_hub.patrol.live import CeilingWatch
 
     r = _reactor(tmp_path, [])
     server = fleet_with_both()
@@ -317,16 +382,19 @@ def test_a_run_stopped_past_its_ceiling_is_not_then_answered_by_policy(tmp_path:
     policy = PermissionsConfig((PermissionRule("bash", "git status*", "allow"),))
     pctx = OpsContext(replace(r.pctx.cfg, permissions=policy), env={},
                       transport_factory=lambda _: httpx.MockTransport(server.route))
-    order: list[str] = []
+    judged: list[str] = []
 
-    class Stopping(LiveReactor):
-        async def _session(self, cycle: Cycle, instance: str, sid: str) -> str:
-            order.append(sid)
-            cycle.log.touched.add((instance, sid))  # what check_run does when it stops a run
-            return ""
+    class Stopping(CeilingWatch):
+        async def judge(
+            self, cycle: Cycle, instance: str, sid: str, seen: set[tuple[str, str]],
+            known: SessionRecord | None = None,
+        ) -> tuple[SessionRecord, bool]:
+            judged.append(sid)
+            cycle.log.touched.add((instance, "ses_root"))  # what check_run does when it stops
+            return SessionRecord(instance, "ses_root", "", ""), False
 
-    live = Stopping(pctx, (), threading.Lock(), lambda line: None, settle_seconds=0)
-    work = _Work({("a", "asked:ses_perm"): 0.0, ("a", "ses_perm"): 0.0})
-    cycle, _, _ = asyncio.run(live._react(work))
-    assert order == ["ses_perm"]
+    live = LiveReactor(pctx, (), threading.Lock(), lambda line: None, settle_seconds=0)
+    live.ceiling = Stopping(pctx, lambda line: None, lambda: None)
+    cycle, _ = asyncio.run(live._react(_Work({("a", "asked:ses_perm"): 0.0})))
+    assert judged == ["ses_perm"]
     assert server.replies == [] and cycle.log.actions == []

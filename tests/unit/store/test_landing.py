@@ -6,13 +6,16 @@ starts at main's tip, main moves on (another task landed), and the hub lands the
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from tests.gitrepo import Origin, git, make_origin
+from tests.gitrepo import ENV, Origin, git, make_origin
 from xaf_hub.store.landing import delete_branch, prepare, push
-from xaf_hub.store.repository import Mirror
+from xaf_hub.store.repository import GitFailed, Mirror
 
 
 @pytest.fixture
@@ -146,3 +149,110 @@ def test_a_landed_branch_is_deleted_on_the_remote(origin: Origin, tmp_path: Path
     delete_branch(m, "opencode/t7")
     assert git(origin.bare, "for-each-ref", "refs/heads/opencode") == ""
     delete_branch(m, "opencode/t7")  # gone already: fine
+
+
+def test_a_push_the_remote_refuses_is_not_taken_for_a_base_that_moved(
+    origin: Origin, tmp_path: Path
+) -> None:
+    """A protected branch (a hook on the remote declines every push to main): the push fails
+    with the remote's refusal, so the landing stops and says why, instead of calling it a base
+    that moved and building, checking and pushing again three times every round."""
+    fork = git(origin.bare, "rev-parse", "main")
+    top = write(origin, "opencode/t8", "eight.txt", "8\n")
+    hook = origin.bare / "hooks" / "pre-receive"
+    hook.write_text("#!/bin/sh\necho 'main is protected' >&2\nexit 1\n")
+    hook.chmod(0o755)
+    m = mirror(origin, tmp_path)
+    prep = prepare(m, "main", top, fork, "rebase", "")
+    with pytest.raises(GitFailed, match="remote rejected"):
+        push(m, prep.result, "main", prep.tip)
+    assert git(origin.bare, "rev-parse", "main") == fork
+
+
+def test_work_whose_twin_was_landed_then_reverted_is_not_called_landed(
+    origin: Origin, tmp_path: Path
+) -> None:
+    """Another task made the very same change, it landed, and a person reverted it on main.
+    This task's change is not on main, so it must not be recorded as landed (its branch would
+    then be deleted and its work lost): it is replayed like any other."""
+    fork = git(origin.bare, "rev-parse", "main")
+    twin = write(origin, "main", "fix.txt", "fixed\n")
+    git(origin.work, "revert", "--no-edit", twin)
+    git(origin.work, "push", "-q", "origin", "main")
+    git(origin.work, "checkout", "-q", "-B", "opencode/t9", fork)
+    (origin.work / "fix.txt").write_text("fixed\n")
+    git(origin.work, "add", "fix.txt")
+    git(origin.work, "commit", "-q", "-m", "the same fix, made again")
+    git(origin.work, "push", "-q", "origin", "HEAD:refs/heads/opencode/t9")
+    top = git(origin.work, "rev-parse", "HEAD")
+    m = mirror(origin, tmp_path)
+    prep = prepare(m, "main", top, fork, "rebase", "")
+    assert prep.state == "ready", prep
+    assert git(m.path, "show", f"{prep.result}:fix.txt") == "fixed"
+
+
+def test_a_hub_killed_mid_rebase_leaves_no_copy_of_the_work_behind(
+    origin: Origin, tmp_path: Path
+) -> None:
+    """The hub SIGKILLed while git rebases in the landing's throw-away worktree (a git that
+    kills its caller at "rebase" stands in for the kill): the next landing removes what the
+    dead one left, as the next check does with a dead check's copy."""
+    fork = git(origin.bare, "rev-parse", "main")
+    top = edit_line(origin, "opencode/t10", 2, "task ten")
+    edit_line(origin, "main", 7, "another task")
+    real = subprocess.run(["which", "git"], capture_output=True, text=True, check=True)
+    bin_dir, tmp = tmp_path / "bin", tmp_path / "tmp"
+    bin_dir.mkdir()
+    tmp.mkdir()
+    (bin_dir / "git").write_text(
+        f'#!/bin/sh\nfor a in "$@"; do [ "$a" = rebase ] && kill -9 $PPID && exit 1; done\n'
+        f'exec {real.stdout.strip()} "$@"\n'
+    )
+    (bin_dir / "git").chmod(0o755)
+    script = (
+        "import sys; from xaf_hub.store.landing import prepare; "
+        "from xaf_hub.store.repository import Mirror; "
+        "prepare(Mirror(sys.argv[1], __import__('pathlib').Path(sys.argv[2])), 'main', "
+        "sys.argv[3], sys.argv[4], 'rebase', '')"
+    )
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "TMPDIR": str(tmp)}
+    killed = subprocess.run(
+        [sys.executable, "-c", script, str(origin.bare), str(tmp_path / "state"), top, fork],
+        env=env, capture_output=True, check=False,
+    )
+    assert killed.returncode == -9, killed.stderr
+
+    def left() -> list[Path]:
+        return [*tmp.rglob("shared.txt"), *(tmp_path / "state").rglob("shared.txt")]
+
+    assert left()  # the dead landing's worktree: a checkout of the repository
+    again = prepare(mirror(origin, tmp_path), "main", top, fork, "rebase", "")
+    assert again.state == "ready"
+    assert left() == []
+
+
+def test_a_conflict_the_agent_resolved_by_merging_main_lands_as_it_was_checked(
+    origin: Origin, tmp_path: Path
+) -> None:
+    """Sent back with a conflict, the agent merged origin/main into its branch (as `git pull`
+    does) instead of rebasing. Its branch now holds main's tip: landing it is a fast-forward
+    to the very commit that was judged and checked, where replaying its commits drops the
+    merge and its resolution and conflicts again, every time."""
+    edit_line(origin, "opencode/t11", 4, "mine")
+    tip = edit_line(origin, "main", 4, "theirs")
+    git(origin.work, "checkout", "-q", "opencode/t11")
+    git(origin.work, "fetch", "-q", "origin")
+    done = subprocess.run(["git", "merge", "-q", "origin/main"], cwd=origin.work, env=ENV,
+                          capture_output=True, check=False)
+    assert done.returncode == 1  # the conflict, as the agent met it
+    lines = [f"line {i}\n" for i in range(10)]
+    lines[4] = "theirs and mine\n"
+    (origin.work / "shared.txt").write_text("".join(lines))
+    git(origin.work, "commit", "-q", "-am", "merge origin/main, both kept")
+    git(origin.work, "push", "-q", "origin", "HEAD:refs/heads/opencode/t11")
+    top = git(origin.work, "rev-parse", "HEAD")
+    m = mirror(origin, tmp_path)
+    prep = prepare(m, "main", top, tip, "rebase", "")  # its base: the tip it was sent back at
+    assert (prep.state, prep.result, prep.rechecked) == ("ready", top, False), prep
+    assert push(m, prep.result, "main", prep.tip) == "pushed"
+    assert git(origin.bare, "show", "main:shared.txt").splitlines()[4] == "theirs and mine"

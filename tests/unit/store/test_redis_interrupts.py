@@ -49,15 +49,20 @@ def test_an_interrupt_on_one_host_is_read_on_another(
     Stores(a).record_interrupt("lan-b", "ses_1", AT, ALICE)
     Stores(a).record_interrupt("lan-b", "ses_1", AT + 60, {**ALICE, "user": "bob"})
     Stores(a).record_interrupt("lan-c", "ses_2", AT, ALICE)
+    Stores(a).record_interrupt("lan-c", "ses_3", AT, ALICE, "ceiling")  # the run ceiling's stop
     found = Stores(b).interrupts()
     assert found == {
-        ("lan-b", "ses_1"): (AT + 60, {**ALICE, "user": "bob"}),
-        ("lan-c", "ses_2"): (AT, ALICE),
+        ("lan-b", "ses_1"): (AT + 60, {**ALICE, "user": "bob"}, "interrupted"),
+        ("lan-c", "ses_2"): (AT, ALICE, "interrupted"),
+        ("lan-c", "ses_3"): (AT, ALICE, "ceiling"),
     }
     assert rds.pttl(f"{prefix}:interrupts") > 0  # forgotten 14 days after the last one
     people = people_interrupts(OpsContext(b, env={}))
     assert people[("lan-b", "ses_1")].who == "bob@box-a"
     assert people[("lan-b", "ses_1")].at == AT + 60
+    assert (people[("lan-b", "ses_1")].kind, people[("lan-c", "ses_3")].kind) == (
+        "person", "ceiling"
+    )
 
 
 def test_without_redis_stores_nothing_is_kept_there(

@@ -37,6 +37,11 @@ def add_wide(p: argparse.ArgumentParser) -> None:
     )
 
 
+MCP_REQUIREMENT = "mcp>=2.3,<3"  # pyproject's [mcp] extra, word for word
+# How to add the extra to an install without it: a second `pipx install` of the hub is refused
+# ("already seems to be installed"), an inject adds to the environment there is.
+ADD_MCP = f"pipx inject xaf-hub '{MCP_REQUIREMENT}'"
+
 # Options several commands (and their MCP tools) share, declared once (``cli/options.py``).
 INSTANCE = Opt("instance", ("-i", "--instance"), "only this instance", metavar="NAME")
 SESSION = Opt("session", ("-s", "--session"), "the session id (ses_...)", metavar="ID")

@@ -17,6 +17,7 @@ from xaf_hub.cli.commands._common import add_json, add_wide, report_unreachable,
 from xaf_hub.cli.context import Context
 from xaf_hub.core import aio
 from xaf_hub.core.clock import ago
+from xaf_hub.core.records import prefix_width
 from xaf_hub.core.text import dumps, shorten, shorten_left
 
 EXAMPLES = """\
@@ -119,9 +120,10 @@ def run(ctx: Context) -> int:
             ctx.table(
                 rows,
                 ["instance", "session", "updated", "title", "directory", "action"],
-                flexible=[("directory", 10), ("title", 12), ("instance", 8)],
+                flexible=[("directory", 10), ("instance", 10), ("title", 12)],
                 keep_end=["directory"],
-                keep=["session"],
+                keep={"session": prefix_width((s.id for s in snap.sessions),
+                                              (row[1] for row in rows))},
             )
         total = sum(len(e["stale"]) for e in report["instances"])
         deleted = sum(len(e["deleted"]) for e in report["instances"])

@@ -111,8 +111,9 @@ class Options:
 
 def run(ctx: Context) -> int:
     """Find the session, judge it, and with --fix heal it."""
-    from xaf_hub.cli.commands._common import chosen_instances, session_not_found
+    from xaf_hub.cli.commands._common import chosen_instances, scan, session_not_found
     from xaf_hub.core.clock import resolve_timezone, to_ms
+    from xaf_hub.core.records import find_session
     from xaf_hub.errors import NotProjectSession, ProductionRefused, UsageError
     from xaf_hub.ops.confirm import heal_candidate, judge
     from xaf_hub.ops.context import utc_now
@@ -123,6 +124,11 @@ def run(ctx: Context) -> int:
     cfg = ctx.config
     instances = chosen_instances(ctx, opts.instance)
     found, down = aio.run(_find(ctx, instances, session_id))
+    if not found:  # not a whole id: the one session whose id starts with it, if any
+        hit = find_session(((sc, sc.sessions) for sc in scan(ctx, instances)[1]), session_id)
+        if hit is not None:
+            session_id = hit[1].id
+            found, down = aio.run(_find(ctx, instances, session_id))
     if not found:
         down_names = [(inst.name, reason) for inst, reason in down]
         raise session_not_found(session_id, down_names, opts.instance)

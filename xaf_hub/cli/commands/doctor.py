@@ -231,7 +231,7 @@ def _sandbox(cfg: Config) -> list[Finding]:
 
 
 def _clock(cfg: Config, now: datetime) -> list[Finding]:
-    from xaf_hub.ops.models import models_view
+    from xaf_hub.ops.models import families_chosen, models_view
     from xaf_hub.store.backends import Stores
 
     try:
@@ -245,9 +245,9 @@ def _clock(cfg: Config, now: datetime) -> list[Finding]:
         fix = (_redis_fix() if cfg.models.state_backend == "redis" else
                "Repair or move aside the named file (it is never reset silently); "
                "the hub recreates it on the next blackout.")
-        return [*clock_findings(cfg.models, tz, now, {}),
+        return [*clock_findings(cfg.models, tz, now, {}, families_chosen(cfg)),
                 error("clock", "model state", str(exc), fix, exc.exit_code)]
-    return clock_findings(cfg.models, tz, now, blackouts)
+    return clock_findings(cfg.models, tz, now, blackouts, families_chosen(cfg))
 
 
 def collect(

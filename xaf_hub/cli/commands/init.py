@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from xaf_hub.cli.commands._common import ADD_MCP
 from xaf_hub.cli.context import Context
 from xaf_hub.config.credentials import pw_env_name
 from xaf_hub.config.load import parse_config
@@ -215,7 +216,7 @@ def mcp_lines(config: Path) -> list[str]:
     words = [*hub_command(), "--config", str(config), "mcp"]
     opencode = {"mcp": {"xafhub": {"type": "local", "command": words}}}
     return [
-        "drive the hub from an agent over MCP (needs the extra: pipx install 'xaf-hub[mcp]'):",
+        f"drive the hub from an agent over MCP (needs the [mcp] extra: {ADD_MCP}):",
         "  opencode, in opencode.json:",
         f"    {json.dumps(opencode, ensure_ascii=False)}",
         "  Claude Code:",

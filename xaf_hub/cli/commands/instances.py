@@ -124,11 +124,12 @@ def run(ctx: Context) -> int:
         headers,
         flexible=[
             ("note", 8),
-            ("running (all/project)", 7),
-            ("url", 12),
             ("state", 14),
+            ("running (all/project)", 7),
             ("instance", 10),
+            ("url", 15),
         ],
+        keep_end=["url"],  # the host's end and the port tell servers apart
         colors={"state": state_color},
     )
     for w in snap.warnings:

@@ -159,6 +159,7 @@ def run(ctx: Context) -> int:
             report_unreachable(ctx, snap)
             return scan_exit(snap)
     from xaf_hub.core.outcomes import RUNS, run_words, tone
+    from xaf_hub.core.records import prefix_width
     from xaf_hub.core.runstate import shown_state
 
     rows_all = snap.project_sessions()
@@ -189,11 +190,11 @@ def run(ctx: Context) -> int:
         body,
         headers,
         flexible=[
-            ("directory", 10), ("branch", 12), ("last result", 10), ("title", 12),
-            ("instance", 8),
+            ("directory", 10), ("branch", 12), ("last result", 10), ("instance", 10),
+            ("title", 12),
         ],
         keep_end=["directory"],
-        keep=["session"],
+        keep={"session": prefix_width((s.id for s in snap.sessions), (s.id for s in rows))},
         colors={"state": state_color,
                 "last result": tone_painter({run_words(r): tone(r) for r in RUNS})},
     )

@@ -129,6 +129,7 @@ class Found:
 def look(ctx: Context, opts: Options) -> Found:
     """Find the session on the instances asked and read its newest messages."""
     from xaf_hub.cli.commands._common import chosen_instances, scan, session_not_found
+    from xaf_hub.core.records import find_session
     from xaf_hub.errors import UsageError
     from xaf_hub.fleet.scan import make_client
 
@@ -136,7 +137,7 @@ def look(ctx: Context, opts: Options) -> Found:
     if opts.limit < 1:
         raise UsageError("--limit must be 1 or more")
     _, scans = scan(ctx, chosen_instances(ctx, opts.instance))
-    hit = next(((sc, s) for sc in scans for s in sc.sessions if s.id == session_id), None)
+    hit = find_session(((sc, sc.sessions) for sc in scans), session_id)
     if hit is None:
         down = [(sc.inst.name, sc.reason) for sc in scans if not sc.reachable]
         raise session_not_found(session_id, down, opts.instance)

@@ -91,7 +91,7 @@ def run(ctx: Context) -> int:
                 rows,
                 ["id", "instance", "session", "title", "kind", "asked", "options", "since"],
                 flexible=[("asked", 16), ("title", 10), ("options", 8)],
-                keep=["id"],
+                keep={"id": None},
             )
             for p in found.requests[:1]:
                 ctx.info(f"answer: {answer_hint(p.waiting)}")

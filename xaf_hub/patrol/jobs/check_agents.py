@@ -18,9 +18,9 @@ session is reported as "interrupted again after a resume" and left for a human
 (``xaf-hub dispatch --session ID --text ...`` continues it).
 
 **A person's decision** (``ops.decisions``): a run stopped with ``xaf-hub interrupt`` (the
-audit log says who and when), or a session whose pool row a person steered by hand, is never
-resumed; it is classed ``interrupted`` with "interrupted by <who> at <time>" and listed under
-"needs a person".
+audit log says who and when) or at its run ceiling, or a session whose pool row a person
+steered by hand, is never resumed; it is classed ``interrupted`` with "interrupted by <who> at
+<time>" (or "stopped over its run ceiling ...") and listed under "needs a person".
 """
 
 from __future__ import annotations
@@ -111,7 +111,8 @@ async def check_agents(pctx: OpsContext, cycle: Cycle) -> None:
             if state == "interrupted":
                 detail = decision.text
                 cycle.log.add(
-                    pctx, session_action(STEP, "person", "skipped", rec, detail=decision.text)
+                    pctx, session_action(STEP, "person", "skipped", rec,
+                                         detail=decision.text, why=decision.kind)
                 )
         cycle.log.sessions.append(
             SessionLine(
@@ -183,7 +184,7 @@ async def _resume(
         pctx, inst, (run.model if run and run.model else rec.model) or None, pctx.now()
     )
     prompt = build_prompt(
-        pctx, inst, RESUME_PROMPT, rec.title, override, room=in_room(inst, rec)
+        pctx, inst, RESUME_PROMPT, rec.title, override, "unknown", room=in_room(inst, rec)
     )
     plan = plan_reuse(inst, rec, via="patrol resume")
     try:

@@ -666,6 +666,7 @@ async def settle_dispatched(
                         task=task.id,
                         title=task.title,
                         detail=verdict.reason,
+                        why=verdict.why,
                     ),
                 )
         except TaskChanged as exc:

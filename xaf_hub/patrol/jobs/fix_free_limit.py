@@ -105,7 +105,8 @@ async def heal_item(
     """
     decision = people.for_session(inst.name, rec.id, run.created_ms if run else None)
     if decision is not None:
-        cycle.log.add(pctx, session_action(STEP, "person", "skipped", rec, detail=decision.text))
+        cycle.log.add(pctx, session_action(STEP, "person", "skipped", rec,
+                                           detail=decision.text, why=decision.kind))
         return
     if inst.production:
         cycle.log.add(

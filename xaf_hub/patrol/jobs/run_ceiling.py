@@ -1,10 +1,12 @@
 """Patrol job: stop the runs that cost more than their ceiling (``budget.run_usd``).
 
-The round looks at every running project session (not a sub-agent's, not on a production
-instance) of an instance with a run ceiling, reads what its run cost since its prompt and
-stops a run past the ceiling (``ops.ceiling.stop_over_ceiling``: task parked "over the run
-ceiling", run aborted, audited). The daemon does the same live, within seconds of a step's
-cost (``patrol.live``); the round is the net for what it missed and all ``patrol --once`` does.
+The round looks at every run in flight on an instance with a run ceiling (not production):
+each project session that runs, or whose sub-agents' sessions still run
+(``ops.budget.run_roots``), reads what its run cost since its prompt, sub-agents included
+(``ops.ceiling.read_run``), and stops a run past the ceiling (``ops.ceiling.stop_over_ceiling``:
+task parked "over the run ceiling", the run and its sub-agents aborted, audited). The daemon
+does the same live, on each step a session reports (``patrol.live``); the round is the net
+for what it missed and all ``patrol --once`` does.
 """
 
 from __future__ import annotations
@@ -12,44 +14,46 @@ from __future__ import annotations
 from xaf_hub.config.load import InstanceConfig
 from xaf_hub.core.records import SessionRecord
 from xaf_hub.errors import HubError
+from xaf_hub.fleet.client import OpencodeClient
 from xaf_hub.notify.record import session_action
-from xaf_hub.ops.budget import run_ceiling
-from xaf_hub.ops.ceiling import STEP, judge_run, over_ceiling, stop_over_ceiling
+from xaf_hub.ops.budget import run_ceiling, run_roots
+from xaf_hub.ops.ceiling import STEP, read_run, stop_over_ceiling
 from xaf_hub.ops.context import OpsContext
 from xaf_hub.patrol.context import Cycle
 
 __all__ = ["STEP", "check_run", "run_ceiling_job"]
 
 
-def guarded(pctx: OpsContext, inst: InstanceConfig, rec: SessionRecord) -> bool:
-    """Whether the patrol watches this session's run against a ceiling."""
-    return (
-        rec.running
-        and not rec.parent_id
-        and not inst.production
-        and run_ceiling(pctx.cfg, inst) is not None
-    )
+def guarded(pctx: OpsContext, inst: InstanceConfig) -> bool:
+    """Whether the patrol watches the runs of ``inst`` against a ceiling."""
+    return not inst.production and run_ceiling(pctx.cfg, inst) is not None
 
 
 async def check_run(
-    pctx: OpsContext, cycle: Cycle, inst: InstanceConfig, rec: SessionRecord, origin: str
+    pctx: OpsContext,
+    cycle: Cycle,
+    inst: InstanceConfig,
+    rec: SessionRecord,
+    client: OpencodeClient,
+    origin: str,
 ) -> bool:
-    """Read one running session's run cost; stop and record it when past its ceiling.
+    """Read the run of the root session ``rec``; stop and record it when past its ceiling
+    while some session of it works (one that ended, or was stopped already, is left alone).
 
-    Returns True when it was stopped.
+    Returns whether it is to be watched on: some session of it still works (an abort the
+    server did not confirm included).
     """
-    async with pctx.client(inst) as client:
-        cost, ceiling = await over_ceiling(pctx, inst, rec, client)
-        if ceiling is None or cost is None or not judge_run(ceiling, cost):
-            return False
-        over = await stop_over_ceiling(pctx, inst, rec, client, cost, ceiling, origin=origin)
+    run = await read_run(pctx, inst, rec, client)
+    if run is None or not run.busy or not run.over:
+        return run is not None and bool(run.busy)
+    over = await stop_over_ceiling(pctx, inst, rec, client, run, origin=origin)
     cycle.log.touched.add((inst.name, rec.id))
     cycle.log.add(
         pctx,
         session_action(STEP, "ceiling", "ok" if over.aborted else "failed", rec,
                        detail=over.detail, task=over.task),
     )
-    return True
+    return not over.aborted
 
 
 async def run_ceiling_job(pctx: OpsContext, cycle: Cycle) -> None:
@@ -59,12 +63,15 @@ async def run_ceiling_job(pctx: OpsContext, cycle: Cycle) -> None:
     ):
         return  # no ceiling anywhere: nothing to read
     fleet, _ = await cycle.scan(pctx)
-    for inst, rec in fleet.work_sessions():
-        if pctx.stop_requested():
-            break
-        if not guarded(pctx, inst, rec):
+    for sc in fleet.reachable:
+        runs = run_roots(s for s in sc.sessions if s.project).values()
+        if not guarded(pctx, sc.inst) or not runs:
             continue
-        try:
-            await check_run(pctx, cycle, inst, rec, "patrol")
-        except HubError as exc:
-            cycle.log.error(pctx, STEP, f"{inst.name}/{rec.id}: {exc}")
+        async with pctx.client(sc.inst) as client:
+            for rec in runs:
+                if pctx.stop_requested():
+                    return
+                try:
+                    await check_run(pctx, cycle, sc.inst, rec, client, "patrol")
+                except HubError as exc:
+                    cycle.log.error(pctx, STEP, f"{sc.inst.name}/{rec.id}: {exc}")

@@ -4,8 +4,9 @@
 operator interrupts from there (``ops.decisions``). With the Redis stores (gate or pool) the
 patrol may run on another host, so the interrupt is also kept in the hash
 ``<lock.redis_prefix>:interrupts``: one field per (instance, session), the latest interrupt's
-time and who made it. The hash expires 14 days after its last write. A field that cannot be
-read is skipped, as a torn audit line is.
+time, who made it and its kind (a person's, or the run ceiling's: ``ops.ceiling``). The hash
+expires 14 days after its last write. A field that cannot be read is skipped, as a torn audit
+line is.
 
 Only ``backends`` imports this module, so the file backends never load redis.
 """
@@ -31,22 +32,29 @@ def _key(prefix: str) -> str:
 
 
 def record_interrupt(
-    client: redis.Redis, prefix: str, key: Key, at: float, who: Mapping[str, str]
+    client: redis.Redis,
+    prefix: str,
+    key: Key,
+    at: float,
+    who: Mapping[str, str],
+    kind: str = "interrupted",
 ) -> None:
-    """Keep that ``who`` interrupted ``key`` at ``at`` (epoch seconds); the latest wins."""
+    """Keep that ``who`` stopped ``key`` at ``at`` (epoch seconds; ``kind``: "interrupted" by
+    a person, "ceiling" at its run ceiling); the latest wins."""
     field = json.dumps(list(key), ensure_ascii=False)
-    value = json.dumps({"at": at, "who": dict(who)}, ensure_ascii=False)
+    value = json.dumps({"at": at, "who": dict(who), "kind": kind}, ensure_ascii=False)
     with redis_errors(describe(client)), client.pipeline(transaction=True) as pipe:
         pipe.hset(_key(prefix), field, value)
         pipe.pexpire(_key(prefix), _RETENTION_MS)
         pipe.execute()
 
 
-def read_interrupts(client: redis.Redis, prefix: str) -> dict[Key, tuple[float, object]]:
-    """Every kept interrupt: (instance, session) -> (epoch seconds, who as written)."""
+def read_interrupts(client: redis.Redis, prefix: str) -> dict[Key, tuple[float, object, str]]:
+    """Every kept stop: (instance, session) -> (epoch seconds, who as written, kind; one
+    written without a kind is a person's interrupt)."""
     with redis_errors(describe(client)):
         raw = client.hgetall(_key(prefix))
-    found: dict[Key, tuple[float, object]] = {}
+    found: dict[Key, tuple[float, object, str]] = {}
     for name, value in raw.items():
         try:
             pair = json.loads(as_text(name))
@@ -58,5 +66,5 @@ def read_interrupts(client: redis.Redis, prefix: str) -> dict[Key, tuple[float, 
             continue
         instance, session = str(pair[0]), str(pair[1])
         if at == at and at not in (float("inf"), float("-inf")):  # NaN or infinite: skipped
-            found[(instance, session)] = (at, doc.get("who"))
+            found[(instance, session)] = (at, doc.get("who"), str(doc.get("kind") or ""))
     return found

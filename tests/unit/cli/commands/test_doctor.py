@@ -255,18 +255,41 @@ def test_clock_shows_zone_next_reset_and_active_blackouts() -> None:
     until = datetime(2025, 3, 30, 6, 0, tzinfo=UTC)  # 08:00 CEST
     blackouts = {"opencode": Blackout("opencode", to_ms(until), "free usage limit",
                                       "patrol.fix_free_limit", to_ms(now))}
-    fs = h.clock_findings(ModelsConfig(timezone="Europe/Berlin"), tz, now, blackouts)
-    assert levels(fs) == ["ok", "warn"]
+    fs = h.clock_findings(ModelsConfig(timezone="Europe/Berlin"), tz, now, blackouts,
+                          {"opencode": ["opencode/"]})
+    assert levels(fs) == ["ok", "ok", "warn"]
     assert "Europe/Berlin" in fs[0].message
-    assert "next reset 2025-03-30 08:00 CEST (in 21h 00m)" in fs[0].message
-    assert "until 2025-03-30 08:00" in fs[1].message and "free usage limit" in fs[1].message
-    assert "reset hour" in fs[1].message and fs[1].subject == "family opencode"
-    assert "xaf-hub models clear opencode" in fs[1].fix
+    assert "rests a model of opencode (opencode/) until 08:00" in fs[1].message
+    assert "next 2025-03-30 08:00 CEST (in 21h 00m)" in fs[1].message
+    assert "until 2025-03-30 08:00" in fs[2].message and "free usage limit" in fs[2].message
+    assert "reset hour" in fs[2].message and fs[2].subject == "family opencode"
+    assert "xaf-hub models clear opencode" in fs[2].fix
     assert h.worst(fs) == ExitCode.OK
     stated = {"fake/m": Blackout("fake/m", to_ms(now) + 300_000, "429", "p", to_ms(now),
                                  scope="model", why="stated")}
+    # No family chosen: the zone and the rests in force, no daily reset.
     fs = h.clock_findings(ModelsConfig(timezone="Europe/Berlin"), tz, now, stated)
-    assert fs[1].subject == "model fake/m" and "stated by the server" in fs[1].message
+    assert [f.subject for f in fs] == ["time zone", "model fake/m"]
+    assert "stated by the server" in fs[1].message and "reset" not in fs[0].message
+
+
+@pytest.mark.parametrize(("models", "chosen"), [
+    ({}, {}),  # nobody chose: the built-in family over models nobody named
+    ({"default_dispatch_model": "fake/m", "chain": ["anthropic/x"]}, {}),
+    ({"chain": ["opencode/big-pickle", "fake/m"]}, {"opencode": ["opencode/", "opencode-go/"]}),
+    ({"blackout_families": {"paid": ["anthropic/"]}}, {"paid": ["anthropic/"]}),
+    ({"blackout_families": {"paid": ["anthropic/"], "free": ["opencode/"]},
+      "chain": ["opencode/a"]}, {"paid": ["anthropic/"], "free": ["opencode/"]}),
+])
+def test_the_daily_reset_is_shown_for_families_a_person_chose(
+    tmp_path: Path, models: dict[str, Any], chosen: dict[str, list[str]]
+) -> None:
+    from xaf_hub.ops.models import families_chosen
+
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"models": models, "instances": [
+        {"name": "a", "url": "http://127.0.0.1:1", "roots": ["/srv"]}]}), "utf-8")
+    assert families_chosen(load_config(str(path), env={}, cwd=tmp_path)) == chosen
 
 
 def test_patrol_flag_as_the_patrol_writes_it(tmp_path: Path) -> None:
@@ -444,7 +467,7 @@ def test_command_corrupt_model_state_is_named_and_exits_1(tmp_path: Path) -> Non
     assert code == ExitCode.INTERNAL, out
     assert f"{home / '.model_state.json'}" in out and "line 1" in out
     assert "fix: Repair or move aside the named file" in out
-    assert "next reset" in out  # the clock itself is still shown
+    assert "models.timezone" in out  # the clock itself is still shown
 
 
 def test_opencode_missing_is_one_line_saying_how_to_get_it(tmp_path: Path) -> None:
