@@ -47,6 +47,18 @@ def hub(bin_dir: Path, env: dict[str, str], *args: str, timeout: float = 120) ->
     return proc.returncode, proc.stdout + proc.stderr
 
 
+def hub_json(bin_dir: Path, env: dict[str, str], *args: str) -> tuple[int, dict[str, object], str]:
+    """Run the hub with --json: (exit, the document on stdout or {}, everything it printed)."""
+    proc = subprocess.run(
+        [str(bin_dir / "xaf-hub"), *args, "--json"], capture_output=True, text=True, env=env,
+        timeout=120, cwd=os.getcwd(),
+    )
+    if "Traceback" in proc.stderr:
+        raise Failed(f"xaf-hub {' '.join(args)} crashed:\n{proc.stderr[-2000:]}")
+    doc = json.loads(proc.stdout) if proc.returncode == 0 else {}
+    return proc.returncode, doc, proc.stdout + proc.stderr
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -93,15 +105,13 @@ def main(bin_dir: Path) -> int:
              code == 4 and "pipx inject xaf-hub 'mcp>=" in out and one_line, out)
         code, out = hub(bin_dir, env, "status")
         step("status", code == 0 and "dev" in out, out)
-        code, out = hub(bin_dir, env, "sessions", "--json")
-        doc = json.loads(out) if code == 0 else {}
+        code, doc, out = hub_json(bin_dir, env, "sessions")
         step("sessions --json", code == 0 and doc.get("xaf_hub_version") == xaf_hub.__version__
              and doc.get("sessions") == [], out[-800:])
 
         text = f"wheel check {secrets.token_hex(4)}: add a README to web/"
-        code, out = hub(bin_dir, env, "dispatch", "--new", "--dir", str(root / "web"),
-                        "--text", text, "--json")
-        result = json.loads(out) if code == 0 else {}
+        code, result, out = hub_json(bin_dir, env, "dispatch", "--new", "--dir",
+                                     str(root / "web"), "--text", text)
         sid = str(result.get("session_id") or "")
         step("dispatch (exit 0, a session named)", code == 0 and sid.startswith("ses"), out[-800:])
         seen = sandbox.messages(server.url, password, sid)
