@@ -22,6 +22,7 @@ from xaf_hub.errors import (
     UnreachableError,
     UsageError,
 )
+from xaf_hub.ops.load import free_slots
 
 Action = Literal["steer", "reuse", "create"]
 
@@ -54,6 +55,7 @@ class InstanceView:
     run_state_unknown: str = ""  # set: the run state could not be read; counted full
     over_budget: str = ""  # set: its daily budget is reached (the refusal); takes no new work
     sandboxes: tuple[str, ...] = ()  # the project's worktrees the server lists: inside
+    reserved_own: int = 0  # of ``reserved``, the project's own (against its share)
 
     @property
     def running_project(self) -> int:
@@ -70,7 +72,7 @@ class InstanceView:
         """Free slots (never negative; none while the run state is unknown)."""
         if self.run_state_unknown:
             return 0
-        return max(0, self.inst.concurrency_limit - self.running_project - self.reserved)
+        return free_slots(self.inst, self.sessions, self.reserved, self.reserved_own)
 
 
 @dataclass(frozen=True)

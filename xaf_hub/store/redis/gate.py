@@ -308,8 +308,11 @@ class RedisGate(Gate):
                 "process's before its reservation could be written"
             )
 
-    def reserve(self, instance: str, session_id: str = "", prompt: str = "") -> Reservation:
-        """Write a new reservation for this process; Redis expires it after slot_ttl_seconds."""
+    def reserve(
+        self, instance: str, session_id: str = "", prompt: str = "", project: str = ""
+    ) -> Reservation:
+        """Write a new reservation for this process (for a run of ``project``); Redis expires
+        it after slot_ttl_seconds."""
         now = self.clock()
         res = Reservation(
             path=None,
@@ -320,6 +323,7 @@ class RedisGate(Gate):
             session_id=session_id,
             key=self.slot_key(instance, new_token(now)),
             prompt=prompt,
+            project=project,
         )
         self._write(res)
         return res
