@@ -46,6 +46,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any
 
+from xaf_hub.core.clock import format_instant, read_instant
 from xaf_hub.notify.events import Event
 from xaf_hub.notify.record import RoundLog
 from xaf_hub.ops.budget import BudgetLine, levels_reached
@@ -101,10 +102,6 @@ class Inputs:
     # Today's spend against the budgets (ops.budget.BudgetLine: project first, then instances)
     spend: Sequence[BudgetLine] = ()
     heals: Sequence[Healed] = ()  # the healed memory's recent heals
-
-
-def _iso(when: datetime) -> str:
-    return when.astimezone(UTC).isoformat(timespec="seconds")
 
 
 def reachability(log: RoundLog, configured: Sequence[str]) -> dict[str, tuple[bool, str]]:
@@ -256,10 +253,7 @@ def _person_events(log: RoundLog, inputs: Inputs, at: str) -> list[Event]:
 
 def _since(state: MutableMapping[str, Any], at: str) -> datetime | None:
     """When the previous finished round began (None before the first); moves it to ``at``."""
-    try:
-        since = datetime.fromisoformat(str(state.get("last_round")))
-    except ValueError:
-        since = None
+    since = read_instant(state.get("last_round"))
     state["last_round"] = at
     return since
 
@@ -296,7 +290,7 @@ def _healed(log: RoundLog, inputs: Inputs, since: datetime) -> list[Event]:
             Event(
                 "healed:" + h.key.removeprefix(HEAL_PREFIX),
                 "healed",
-                _iso(datetime.fromtimestamp(h.at_ms / 1000, UTC)),
+                format_instant(datetime.fromtimestamp(h.at_ms / 1000, UTC)),
                 h.who.instance,
                 h.who.session,
                 h.who.title or (a.title if a is not None else ""),
@@ -369,7 +363,7 @@ def failover_event(from_host: str, to_host: str, token: str, now: datetime) -> E
     return Event(
         f"failover:{token}",
         "failover",
-        _iso(now),
+        format_instant(now),
         data={"from_host": from_host, "to_host": to_host},
     )
 
@@ -380,7 +374,7 @@ def rest_ended_event(target: str, until: str, now: datetime) -> Event:
     return Event(
         f"rest_ended:{target}:{until}",
         "rest_ended",
-        _iso(now),
+        format_instant(now),
         data={"family": target, "until": until},
     )
 
@@ -389,11 +383,8 @@ def counts_since(history: Sequence[Mapping[str, Any]], since: datetime) -> dict[
     """How many events of each type were derived since ``since``."""
     out: dict[str, int] = {}
     for item in history:
-        try:
-            when = datetime.fromisoformat(str(item.get("at")))
-        except ValueError:
-            continue
-        if when >= since:
+        when = read_instant(item.get("at"))
+        if when is not None and when >= since:
             kind = str(item.get("type"))
             out[kind] = out.get(kind, 0) + 1
     return out
@@ -419,7 +410,7 @@ def _summary(
     seen_ids = seen_ids if isinstance(seen_ids, Mapping) else {}
     history += [{"type": e.type, "at": e.at} for e in fresh if e.id not in seen_ids]
     counts = counts_since(history, now - timedelta(hours=24))
-    at = _iso(now)
+    at = format_instant(now)
     return [
         Event(
             f"daily_summary:{day}",
@@ -455,7 +446,7 @@ def derive(
     now hold (task_parked, blackout); reachability, "needs a person" and the daily summary
     need a whole round's view and wait for the next round.
     """
-    at = _iso(log.started)
+    at = format_instant(log.started)
     seen = {} if live else reachability(log, inputs.configured)
     events = _instance_events(seen, state, at)
     events += _session_events(log, inputs, at, people=not live)

@@ -8,9 +8,10 @@ zone for local times and the overview link are passed in.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import datetime, tzinfo
+from datetime import tzinfo
 from typing import Any
 
+from xaf_hub.core.clock import local_iso
 from xaf_hub.notify.events import Event
 
 # A chat line is read on a phone: long titles and error texts are cut.
@@ -191,13 +192,6 @@ def _cut(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "\u2026"
 
 
-def _local(iso: str, tz: tzinfo) -> str:
-    try:
-        return datetime.fromisoformat(iso).astimezone(tz).strftime("%Y-%m-%d %H:%M")
-    except (ValueError, TypeError):
-        return iso or "?"
-
-
 def _fields(event: Event, lang: str, tz: tzinfo) -> dict[str, Any]:
     data: Mapping[str, Any] = event.data
     unknown = _UNKNOWN[lang]
@@ -215,7 +209,7 @@ def _fields(event: Event, lang: str, tz: tzinfo) -> dict[str, Any]:
         "from_model": data.get("from_model") or unknown,
         "model": data.get("model") or unknown,
         "family": data.get("family") or unknown,
-        "until": _local(str(data.get("until") or ""), tz),
+        "until": local_iso(str(data.get("until") or ""), tz, seconds=False, unknown="?"),
         "reason": _cut(str(data.get("reason") or unknown), _DETAIL_CHARS),
         # Which rule made it done (issue 37): "verified: commit ... (new work...; check: passed)".
         "judged": "\n" + _cut(str(data["judged"]), _DETAIL_CHARS) if data.get("judged") else "",

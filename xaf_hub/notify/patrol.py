@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from xaf_hub.config.notify import NotifyConfig, Webhook
 from xaf_hub.core import aio
+from xaf_hub.core.clock import read_instant
 from xaf_hub.core.text import redact
 from xaf_hub.errors import HubError
 from xaf_hub.notify import outbox
@@ -42,7 +43,6 @@ from xaf_hub.notify.formats import Outgoing, build
 from xaf_hub.notify.messages import render
 from xaf_hub.notify.record import RoundLog
 from xaf_hub.notify.send import Answer, deliver, make_client
-from xaf_hub.store.backlog import parse_instant
 from xaf_hub.store.model_state import Healed
 
 if TYPE_CHECKING:
@@ -70,7 +70,7 @@ def _inputs(pctx: OpsContext, log: RoundLog, now: datetime) -> Inputs:
         if t.session_id:
             pool_sessions.add((t.dispatched_to or "", t.session_id))
         if t.status == "done" and t.session_id:
-            when = _instant(t.done_at)
+            when = read_instant(t.done_at)
             if when is not None:
                 where = t.dispatched_to or ""
                 done.append(Done(t.id, t.title, where, t.session_id, when, t.verified is True))
@@ -107,14 +107,6 @@ def _inputs(pctx: OpsContext, log: RoundLog, now: datetime) -> Inputs:
         spend=log.spend,
         heals=heals,
     )
-
-
-def _instant(value: str | None) -> datetime | None:
-    try:
-        when = parse_instant(value)
-    except ValueError:
-        return None
-    return when if when is None or when.tzinfo else when.replace(tzinfo=UTC)
 
 
 def _what(ev: Event) -> str:

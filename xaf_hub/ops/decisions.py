@@ -24,7 +24,6 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
@@ -108,12 +107,12 @@ def operator_interrupts(state_dir: Path) -> dict[Key, Stop]:
             continue
         try:
             entry = json.loads(line)
-            kind = _stop(entry)
-            if kind is None:
-                continue
-            at = datetime.strptime(str(entry["time"]), "%Y-%m-%dT%H:%M:%S%z").timestamp()
+            kind, when = _stop(entry), clock.read_instant(entry["time"])
         except (ValueError, KeyError, TypeError, AttributeError):
             continue  # a torn first line of the tail, or a hand-edited one
+        if kind is None or when is None:
+            continue
+        at = when.timestamp()
         key = (str(entry.get("instance") or ""), str(entry.get("session") or ""))
         if key not in found or at >= found[key].at:
             who = _who(entry.get("who")) if kind == "person" else "the run ceiling"

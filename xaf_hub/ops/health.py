@@ -30,16 +30,6 @@ from xaf_hub.store.model_state import WHY_WORDS, Blackout
 
 Level = Literal["ok", "info", "warn", "error"]
 
-_SEVERITY = {
-    ExitCode.OK: 0,
-    ExitCode.NOT_PROJECT: 1,
-    ExitCode.BUSY: 1,
-    ExitCode.INTERNAL: 2,
-    ExitCode.UNREACHABLE: 3,
-    ExitCode.USAGE: 4,
-}
-
-
 @dataclass(frozen=True)
 class Finding:
     """One line of the report: what was checked, how it went, and how to fix a problem."""
@@ -85,8 +75,7 @@ def error(area: str, subject: str, message: str, fix: str, code: ExitCode) -> Fi
 
 def worst(findings: Sequence[Finding]) -> ExitCode:
     """The exit code of the worst error (OK when there is none)."""
-    codes = [f.exit_code for f in findings if f.level == "error"]
-    return max(codes, key=lambda c: _SEVERITY.get(c, 2), default=ExitCode.OK)
+    return ExitCode.worst(f.exit_code for f in findings if f.level == "error")
 
 
 def opencode_finding(env: Mapping[str, str]) -> Finding:

@@ -352,7 +352,9 @@ def split(
 ) -> tuple[BoardRead, list[InstanceConfig]]:
     """What the board gives of ``instances``, and the instances left to scan (``fresh``: the
     board is not read, every instance is left to scan; ``stores``: Redis's boards too;
-    ``summary``: the summaries, ``read_board``)."""
+    ``summary``: the summaries, ``read_board``). A follower follows one project's sessions:
+    with several projects every instance is scanned."""
+    fresh = fresh or len(cfg.projects) > 1
     board = read_board(cfg, [] if fresh else instances, stores=stores, summary=summary)
     return board, [i for i in instances if i.name not in board.scans]
 
@@ -485,7 +487,7 @@ def _reaches_today(cfg: Config, tally: Tally, now_ms: int) -> bool:
 # The fields a row must have the right type in, and those types: what a reader counts with.
 _TYPES: tuple[type | tuple[type, ...], ...] = (
     str, str, str, str, int, int, (int, float, type(None)), bool, str, str, int, str, str, str,
-    bool, str,
+    bool, str, str,
 )
 _CHECKED = tuple(enumerate(_TYPES))
 _COST = _FIELDS.index("cost")

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from xaf_hub.config.load import Config
+from xaf_hub.core.clock import instant_ms
 from xaf_hub.core.outcomes import TASK_STATES, TaskState, task_state
 from xaf_hub.core.records import SessionRecord
 from xaf_hub.errors import HubError
@@ -116,16 +117,6 @@ def done_tasks(tasks: Sequence[Task], commit_url: str, lang: Lang = "en") -> tup
     return tuple(out)
 
 
-def _ms(iso: object) -> int:
-    try:
-        when = datetime.fromisoformat(str(iso))
-    except ValueError:
-        return 0
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return int(when.timestamp() * 1000)
-
-
 def heartbeat_fresh(beat: Mapping[str, Any] | None, now_ms: int) -> bool:
     """Whether a patrol daemon is running now, judged from its heartbeat file.
 
@@ -134,7 +125,7 @@ def heartbeat_fresh(beat: Mapping[str, Any] | None, now_ms: int) -> bool:
     """
     if not beat or beat.get("stopped_at"):
         return False
-    last = max(_ms(beat.get("tick_at") or ""), _ms(beat.get("started_at") or ""))
+    last = max(instant_ms(beat.get("tick_at") or ""), instant_ms(beat.get("started_at") or ""))
     interval = beat.get("interval_seconds")
     if not last or not isinstance(interval, int | float) or interval <= 0:
         return False
@@ -168,7 +159,7 @@ def _headline(
         if running:
             headline = Line(text(lang, "ap.on_first", every=every))
     else:
-        last = _ms(report.get("finished_at") or report.get("started_at"))
+        last = instant_ms(report.get("finished_at") or report.get("started_at"))
         steps = report.get("steps")
         failed = [
             text(lang, f"step.{s['name']}") if s.get("name") in STEP_KEYS else str(s.get("name"))
@@ -189,7 +180,7 @@ def _headline(
         headline = Line(text(lang, key, every=every, when=when, how=how), last)
     if paused is not None:
         state = "paused"
-        since = _ms(paused.get("paused_at"))
+        since = instant_ms(paused.get("paused_at"))
         by = clean(str(paused.get("by") or ""))
         who = text(lang, "ap.by", who=by) if by else text(lang, "ap.by_unknown")
         if since:

@@ -25,6 +25,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from xaf_hub.core.clock import fmt_time, format_instant, local_iso
 from xaf_hub.core.outcomes import TaskState, task_words
 from xaf_hub.errors import HubError
 from xaf_hub.notify.record import RoundLog
@@ -140,10 +141,6 @@ def held_by_budget(
     return {**waiting, "ready": ready, "not_ready": kept + waiting["not_ready"]}
 
 
-def _iso(when: datetime | None) -> str:
-    return when.astimezone(UTC).isoformat(timespec="seconds") if when else ""
-
-
 def report_document(
     log: RoundLog,
     *,
@@ -162,8 +159,8 @@ def report_document(
     doc: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "project": project,
-        "started_at": _iso(log.started),
-        "finished_at": _iso(log.finished),
+        "started_at": format_instant(log.started) if log.started else "",
+        "finished_at": format_instant(log.finished) if log.finished else "",
         "result": "ok" if code == 0 else "failed",
         "exit_code": code,
         "steps": [asdict(s) for s in log.steps],
@@ -202,24 +199,13 @@ def _table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> list[str]:
     return lines
 
 
-def _local(iso: str) -> str:
-    if not iso:
-        return "-"
-    return datetime.fromisoformat(iso).astimezone().strftime("%Y-%m-%d %H:%M:%S")
-
-
-def _ms_local(ms: int) -> str:
-    if ms <= 0:
-        return "-"
-    return datetime.fromtimestamp(ms / 1000).strftime("%Y-%m-%d %H:%M")
-
 
 def render_markdown(doc: Mapping[str, Any]) -> str:
     """The report as a markdown page (pure)."""
     out = [f"# Patrol report — {doc['project']}", ""]
     result = "ok" if doc["exit_code"] == 0 else f"failed (exit {doc['exit_code']})"
     out += [
-        f"- cycle: {_local(doc['started_at'])} → {_local(doc['finished_at'])}",
+        f"- cycle: {local_iso(doc['started_at'])} → {local_iso(doc['finished_at'])}",
         f"- result: **{result}**",
         "",
     ]
@@ -263,7 +249,7 @@ def render_markdown(doc: Mapping[str, Any]) -> str:
                     r["session"],
                     r["title"],
                     r["model"],
-                    _ms_local(r["updated_ms"]),
+                    fmt_time(r["updated_ms"]),
                     r["detail"],
                 ]
                 for r in rows

@@ -24,10 +24,11 @@ import re
 import secrets
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Final, Literal, cast, get_args
 
+from xaf_hub.core.clock import format_instant, parse_instant
 from xaf_hub.errors import StateFileError, UsageError
 
 __all__ = [
@@ -152,25 +153,6 @@ def _json_type(value: object) -> str:
     if isinstance(value, dict):
         return "object"
     return type(value).__name__
-
-
-def parse_instant(value: str | int | float | None) -> datetime | None:
-    """Read an ISO 8601 string or epoch milliseconds (None stays None); bad text: ValueError."""
-    if value is None:
-        return None
-    if isinstance(value, bool):
-        raise ValueError("a boolean is not a time")
-    if isinstance(value, int | float):
-        return datetime.fromtimestamp(value / 1000, tz=UTC)
-    text = value.strip()
-    if not text:
-        return None
-    return datetime.fromisoformat(text)
-
-
-def format_instant(when: datetime) -> str:
-    """Write a time the way the pool stores it (ISO 8601, seconds)."""
-    return when.isoformat(timespec="seconds")
 
 
 def instant_seconds(value: str | int | None) -> float | None:

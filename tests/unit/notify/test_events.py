@@ -370,7 +370,7 @@ def test_doctor_checks_env_vars_and_only_resolves_when_online(tmp_path: Path) ->
 
     offline = webhook_checks(cfg, tmp_path, resolver=resolver)
     assert asked == []
-    levels = [(c.subject, c.level, c.code) for c in offline]
+    levels = [(c.subject, c.level, c.exit_code) for c in offline]
     assert ("webhook unset", "error", ExitCode.USAGE) in levels
     assert ("webhook nosecret", "error", ExitCode.USAGE) in levels
     assert ("webhook ok", "info", ExitCode.OK) in levels  # dingtalk without signing
@@ -378,7 +378,7 @@ def test_doctor_checks_env_vars_and_only_resolves_when_online(tmp_path: Path) ->
     online = webhook_checks(cfg, tmp_path, online=True, resolver=resolver)
     assert asked == [("chat.invalid", 443), ("chat.invalid", 443)]
     bad = [c for c in online if "does not resolve" in c.message]
-    assert bad and bad[0].code == ExitCode.UNREACHABLE
+    assert bad and bad[0].exit_code == ExitCode.UNREACHABLE
 
 
 def test_a_heal_whose_notice_was_never_queued_is_announced_by_the_next_round(

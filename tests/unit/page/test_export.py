@@ -239,7 +239,7 @@ def test_json_document_shape() -> None:
     # Project sessions only, newest first, in the record's export form.
     assert [s["id"] for s in doc["sessions"]] == ["ses_xss", "ses_busy", "ses_retry", "ses_old"]
     assert doc["sessions"][0] == fleet().sessions[1].to_json()
-    assert "project" not in doc["sessions"][0]
+    assert doc["sessions"][0]["project"] is None  # its project's name (none here), not the flag
 
 
 def test_write_json_round_trips(tmp_path: Path) -> None:
@@ -587,10 +587,12 @@ def test_record_exports_equal_asdict_minus_project_in_field_order() -> None:
     from dataclasses import asdict
 
     rec = SessionRecord(
-        "a", "ses_1", "标题", "/p", 1, 2, 0.5, True, "retry", "429", 3, "ses_0", "m/x", "ok", True
+        "a", "ses_1", "标题", "/p", 1, 2, 0.5, True, "retry", "429", 3, "ses_0", "m/x", "ok", True,
+        owner="shop",
     )
-    expected = asdict(rec)
-    del expected["project"]
+    # the flag is not exported; the owner is, as "project" in its place
+    expected = {("project" if k == "owner" else k): v for k, v in asdict(rec).items()
+                if k != "project"}
     # then each epoch-ms time again as ISO 8601 (tests/unit/test_time_format.py)
     expected.update(created_at="1970-01-01T00:00:00Z", updated_at="1970-01-01T00:00:00Z",
                     retry_next_at="1970-01-01T00:00:00Z")

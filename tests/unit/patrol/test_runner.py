@@ -37,7 +37,6 @@ from xaf_hub.patrol.runner import (
     run_cycle,
     run_once,
     set_paused,
-    worst_code,
 )
 from xaf_hub.store.backlog import Backlog, Task
 from xaf_hub.store.statefile import file_lock
@@ -95,22 +94,6 @@ def test_skipped_and_stopped_steps(tmp_path: Path) -> None:
     cycle = __import__("asyncio").run(run_cycle(pctx, ["fix_free_limit"], steps))
     assert calls == ["run_ceiling", "check_agents"]
     assert [s.status for s in cycle.log.steps] == ["ok", "skipped", "ok", "not run", "not run"]
-
-
-@pytest.mark.parametrize(
-    ("codes", "worst"),
-    [
-        ([], 0),
-        ([0, 0], 0),
-        ([0, 3], 3),
-        ([3, 2], 2),
-        ([2, 4], 4),
-        ([4, 1, 3], 1),
-        ([1, 0], 1),
-    ],
-)
-def test_worst_code(codes: list[int], worst: int) -> None:
-    assert worst_code(codes) == worst
 
 
 @pytest.mark.parametrize(

@@ -292,8 +292,7 @@ def collect(
     findings.extend(_patrol(cfg))
     from xaf_hub.notify.check import webhook_checks
 
-    findings += [Finding("notify", c.subject, c.level, c.message, c.fix, c.code)
-                 for c in webhook_checks(cfg.notify, cfg.state_dir, online=opts.online)]
+    findings += webhook_checks(cfg.notify, cfg.state_dir, online=opts.online)
     return cfg.path, findings, cfg.secrets()
 
 

@@ -55,7 +55,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="DIR",
         help="a folder of the project on the servers (repeatable; relative to here if relative)",
     )
-    p.add_argument("--project", metavar="NAME", help="project name (default: the first root's)")
     p.add_argument(
         "--prod",
         action="append",

@@ -327,7 +327,7 @@ def _err(code: ExitCode) -> h.Finding:
     ([], ExitCode.OK),
     ([h.warn("a", "b", "c", "d"), h.info("a", "b", "c")], ExitCode.OK),
     ([_err(ExitCode.UNREACHABLE), _err(ExitCode.USAGE)], ExitCode.USAGE),
-    ([_err(ExitCode.INTERNAL), _err(ExitCode.UNREACHABLE)], ExitCode.UNREACHABLE),
+    ([_err(ExitCode.INTERNAL), _err(ExitCode.USAGE)], ExitCode.INTERNAL),
     ([_err(ExitCode.INTERNAL)], ExitCode.INTERNAL),
 ])
 def test_worst(findings: list[h.Finding], code: ExitCode) -> None:
