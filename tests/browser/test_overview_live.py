@@ -364,14 +364,17 @@ def test_after_a_patrol_round_the_queue_agrees_with_the_badges(
         code, doc = off_loop(hub.cli_json, "sessions", "--outcomes")
         return code == 0 and [s["outcome"] for s in doc["sessions"]] == ["succeeded"] * 2
 
+    def settled() -> Any:  # a round settles each finished run (a busy machine: the next)
+        code, _, err = off_loop(hub.cli, "patrol", "--once", "--no-design")
+        assert code == 0, err
+        code, listed = off_loop(hub.cli_json, "backlog", "list")
+        return code == 0 and all(t["status"] == "done" for t in listed["tasks"]) and listed
+
     hub.wait_for(answered, timeout=90, step=0.5)
-    code, _, err = off_loop(hub.cli, "patrol", "--once", "--no-design")
-    assert code == 0, err
+    listed = hub.wait_for(settled, timeout=90, step=1.0)
     path = tmp_path / "overview.html"
     code, _, err = off_loop(hub.cli, "sessions", "--html", str(path))
     assert code == 0, err
-    code, listed = off_loop(hub.cli_json, "backlog", "list")
-    assert code == 0, listed
     watched = support.Watched(browser, path)
     try:
         page = watched.page
