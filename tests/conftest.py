@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Generator
 from pathlib import Path
 
@@ -81,6 +82,10 @@ def pytest_runtest_makereport(
     server error is diagnosed from these, on a CI machine that keeps nothing else)."""
     rep = yield
     if rep.when == "call" and rep.failed:
+        _hub_sections(item, rep)
+    if rep.when == "teardown" and "tests.e2e.daemon" in sys.modules:
+        sys.modules["tests.e2e.daemon"].Lines.started.clear()
+    if rep.when == "call" and rep.failed:
         seen: set[int] = set()
         for value in getattr(item, "funcargs", {}).values():
             fleet = getattr(value, "fleet", value)  # a Hub carries its fleet
@@ -94,3 +99,21 @@ def pytest_runtest_makereport(
                     tail = f"(log not readable: {exc})"
                 rep.sections.append((f"opencode log {server.log_path}", tail))
     return rep
+
+
+def _hub_sections(item: pytest.Item, rep: pytest.TestReport) -> None:
+    """The hub's side of a failed test: its audit log's last lines and what its long-running
+    processes (a patrol daemon, watch, serve) printed, each line cut short."""
+    from tests.e2e.daemon import Lines
+
+    def cut(lines: list[str], n: int) -> str:
+        return "\n".join(ln[:240] for ln in lines[-n:])
+
+    for value in getattr(item, "funcargs", {}).values():
+        home = getattr(value, "env", {}).get("XAF_HUB_HOME") if hasattr(value, "fleet") else None
+        audit = Path(home) / "audit.log" if home else None
+        if audit is not None and audit.exists():
+            rep.sections.append(("hub audit", cut(audit.read_text("utf-8").splitlines(), 25)))
+    for proc in Lines.started:
+        rep.sections.append((f"hub process {proc.proc.args[-8:]}",
+                             cut(proc.lines, 15) + "\n--- stderr\n" + cut(proc.err, 15)))

@@ -27,6 +27,7 @@ printed lines.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from enum import IntEnum
 from typing import Protocol
 
@@ -40,6 +41,17 @@ class ExitCode(IntEnum):
     BUSY = 3
     USAGE = 4
     NOT_PROJECT = 5
+
+    @classmethod
+    def worst(cls, codes: Iterable[int]) -> ExitCode:
+        """The most severe of several codes (OK for none): an internal error (the hub itself is
+        broken), then a bad argument or config, an unreachable instance, busy or not the
+        project's."""
+        return max(map(cls, codes), key=_SEVERITY.__getitem__, default=cls.OK)
+
+
+_SEVERITY = {ExitCode.OK: 0, ExitCode.BUSY: 1, ExitCode.NOT_PROJECT: 1, ExitCode.UNREACHABLE: 2,
+             ExitCode.USAGE: 3, ExitCode.INTERNAL: 4}
 
 
 class HubError(Exception):

@@ -12,6 +12,7 @@ import base64
 import json
 import re
 import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -344,7 +345,8 @@ def test_after_a_patrol_round_the_queue_agrees_with_the_badges(
     hub: Hub, browser: Any, tmp_path: Path
 ) -> None:
     hub.doc["instances"] = [i for i in hub.doc["instances"] if i["name"] != "lan-c"]
-    hub.write_config()
+    # A pool row is judged once it is older than this (and its session finished).
+    hub.write_config(patrol={"just_dispatched_seconds": 0})
     for tid, title in (
         ("T-20261201-a1b2", "给登录页加验证码"),
         ("T-20261201-c3d4", "Add health check"),
@@ -356,9 +358,20 @@ def test_after_a_patrol_round_the_queue_agrees_with_the_badges(
     home = Path(hub.env["XAF_HUB_HOME"])
     pool = json.loads((home / "tasks_backlog.json").read_text("utf-8"))["tasks"]
     assert {t["status"] for t in pool} == {"dispatched"}
-    # The fake model answers at once: both sessions finish before the next round.
-    hub.wait_for(lambda: not off_loop(hub.busy_ids, "local-a")
-                 and not off_loop(hub.busy_ids, "lan-b"), timeout=90)
+    # The fake model answers at once: both sessions finish before the next round, which
+    # settles them: without project.repository "finished, not verified", never green.
+    def answered() -> bool:
+        code, doc = off_loop(hub.cli_json, "sessions", "--outcomes")
+        return code == 0 and [s["outcome"] for s in doc["sessions"]] == ["succeeded"] * 2
+
+    def settled() -> Any:  # a round settles each finished run (a busy machine: the next)
+        code, _, err = off_loop(hub.cli, "patrol", "--once", "--no-design")
+        assert code == 0, err
+        code, listed = off_loop(hub.cli_json, "backlog", "list")
+        return code == 0 and all(t["status"] == "done" for t in listed["tasks"]) and listed
+
+    hub.wait_for(answered, timeout=90, step=0.5)
+    listed = hub.wait_for(settled, timeout=90, step=1.0)
     path = tmp_path / "overview.html"
     code, _, err = off_loop(hub.cli, "sessions", "--html", str(path))
     assert code == 0, err
@@ -369,13 +382,14 @@ def test_after_a_patrol_round_the_queue_agrees_with_the_badges(
             li.get_attribute("data-kind"): int(li.locator("b").inner_text())
             for li in page.locator("#queue li").all()
         }
+        assert queue == {"unverified": 2} == dict(Counter(t["state"] for t in listed["tasks"]))
         task_rows = page.locator("tr[data-k]", has=page.locator(".chip.task"))
         assert task_rows.count() == 2
-        working = task_rows.locator(".badge.working").count()
-        succeeded = task_rows.filter(has=page.locator(".badge.ok")).count()
-        assert queue["in_progress"] == working == 0
-        assert queue["done"] == succeeded == 2
-        assert queue["waiting"] == 0
+        # The runs succeeded (green); the tasks are not verified (not green).
+        assert task_rows.filter(has=page.locator(".badge.ok")).count() == 2
+        done = page.locator("#done li")
+        assert done.count() == 2 and done.locator(".badge.ok").count() == 0
+        assert done.locator(".badge.warn").all_inner_texts() == ["finished, not verified"] * 2
         # Task ids are chips, not part of the title.
         chips = sorted(task_rows.locator(".chip.task").all_inner_texts())
         assert chips == ["T-20261201-a1b2", "T-20261201-c3d4"]
@@ -386,6 +400,8 @@ def test_after_a_patrol_round_the_queue_agrees_with_the_badges(
         headline = page.locator("#autopilot .headline").inner_text()
         assert "not running in the background" in headline
         assert re.search(r"(just now|\d+ minutes? ago)", headline)
+        # Not "as planned" above lines for a person: it says what is left for one.
+        assert "as planned" not in headline and "left for a person" in headline
         watched.screenshot("overview-after-patrol.png")
     finally:
         watched.close()

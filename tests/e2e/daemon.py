@@ -25,8 +25,11 @@ from tests.fleet import MODELS, Hub
 class Lines:
     """A child process's stdout lines, collected by a thread as they come."""
 
+    started: list[Lines] = []  # this test's, for its failure report (tests/conftest.py)
+
     def __init__(self, proc: subprocess.Popen[str]) -> None:
         self.proc = proc
+        Lines.started.append(self)
         self.lines: list[str] = []
         self.err: list[str] = []
         self._threads = [

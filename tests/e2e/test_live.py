@@ -303,11 +303,15 @@ def test_queued_work_starts_when_a_slot_frees(hub: Hub) -> None:
         task = hub.wait_for(started, timeout=90)
         assert task["dispatched_to"] == "local-a", task
         assert _beat(hub)["ticks"] == 1  # started by the live reaction, not a round
-        msgs = sandbox.messages(hub.server("local-a").url, hub.password("local-a"),
-                                task["session_id"])
-        sent = "".join(p.get("text", "") for m in msgs if m["info"]["role"] == "user"
-                       for p in m.get("parts", []))
-        assert "Queued: write the release notes" in sent
+
+        def sent() -> str:
+            msgs = sandbox.messages(hub.server("local-a").url, hub.password("local-a"),
+                                    task["session_id"])
+            return "".join(p.get("text", "") for m in msgs if m["info"]["role"] == "user"
+                           for p in m.get("parts", []))
+
+        # The row names its session once the session exists; the prompt follows it.
+        hub.wait_for(lambda: "Queued: write the release notes" in sent(), timeout=30)
         assert len(hub.busy_ids("local-a")) <= 1
     finally:
         assert lines.stop() == 0, lines.err

@@ -150,7 +150,7 @@ def test_a_task_finished_by_the_pool_is_announced_once(hub: Hub, captures: list[
                 "url_env": "HOOK_DING",
                 "format": "dingtalk",
                 "secret_env": "HOOK_DING_SECRET",
-                "events": ["task_done"],
+                "events": ["task_finished"],
             }
         ],
     )
@@ -185,12 +185,14 @@ def test_a_task_finished_by_the_pool_is_announced_once(hub: Hub, captures: list[
     # The pool leaves a row younger than that alone (its prompt may not show yet).
     time.sleep(max(0.0, young + 1 - (time.monotonic() - sent_at)))
     doc = patrol(hub, "--no-design")
-    assert [a["task"] for a in doc["tasks_done"]] == ["NT-1"]
+    # No project.repository: finished, not verified, and announced as that.
+    assert [a["task"] for a in doc["tasks_finished"]] == ["NT-1"] and doc["tasks_done"] == []
     assert notify_errors(doc) == []
     texts = ding.texts()
     assert len(texts) == 1, texts
     # Chinese (page.language), the task's title, its instance and the overview link.
-    assert "任务完成" in texts[0] and "通知任务" in texts[0] and "lan-c" in texts[0]
+    assert "任务已结束,未验证" in texts[0] and "通知任务" in texts[0] and "lan-c" in texts[0]
+    assert "project.repository" in texts[0]
     assert "http://127.0.0.1:8765/" in texts[0]
     assert {"access_token", "timestamp", "sign"} == set(ding.hits[0].query)
 

@@ -189,13 +189,13 @@ def test_sessions_outcomes_from_real_runs(hub: Hub) -> None:
             code, doc = hub.cli_json("sessions", "--instance", "lan-c", "--outcomes")
             got = {s["id"]: s["outcome"] for s in doc["sessions"]}
             last.update(got)
-            return got if got.get(done) == "succeeded" and got.get(cut) == "aborted" else None
+            return got if got.get(done) == "succeeded" and got.get(cut) == "interrupted" else None
 
         try:
             got = hub.wait_for(outcomes, timeout=60, step=1)
         except AssertionError:
             raise AssertionError(f"outcomes seen last: {last}") from None
-        assert got[busy] == "running" and got[never] == "unknown"
+        assert got[busy] == "running" and got[never] == "not_started"
         code, out, _ = hub.cli("sessions", "--instance", "lan-c", "--outcomes")
         assert "last result" in out and "succeeded" in out
         code, doc = hub.cli_json("sessions", "--instance", "lan-c")

@@ -101,7 +101,7 @@ def test_a_changed_session_is_healed_and_an_unchanged_one_not_read_again(hub: Hu
         assert [(a["result"], a["from_model"], a["model"]) for a in healed] == [
             ("ok", "opencode/free-model", "backup/good-model")
         ]
-        assert [a["task"] for a in second["tasks_done"]] == ["pw"]
+        assert [a["task"] for a in second["tasks_finished"]] == ["pw"]  # no repository
         hub.wait_for(answered_by(hub, "lan-b", changed, "backup/good-model"), timeout=60)
         assert len(agent_requests(hub, "good-model", CONTINUE_HEAD)) == 1
 
@@ -109,7 +109,7 @@ def test_a_changed_session_is_healed_and_an_unchanged_one_not_read_again(hub: Hu
         third = patrol(hub, "--no-design")
         assert reads.of(done) == 1 and reads.of(task_sid) == 1
         assert reads.of(changed) == after_heal + 1
-        assert third["healed"] == [] and third["tasks_done"] == []
+        assert third["healed"] == [] and third["tasks_finished"] == []
         assert sum(1 for e in audit_lines(hub) if e["command"] == "patrol.heal") == 1
         classes = {s["session"]: k for k, rows in third["sessions"].items() for s in rows}
         assert classes[done] == "finished" and classes[task_sid] == "finished"

@@ -278,7 +278,7 @@ def test_a_conflict_goes_back_to_its_agent_then_to_a_person(hub: Hub, tmp_path: 
                            "--instance", INSTANCE)
     assert code == 0, err
     patrol_until(hub, lambda: rows(hub)["C"].get("landing") == "ready")
-    assert rows(hub)["C"]["state"] == "ready to land"
+    assert rows(hub)["C"]["state"] == "ready_to_land"
     git(origin.work, "checkout", "-q", "main")
     git(origin.work, "pull", "-q", "--rebase", "origin", "main")
     lines = (origin.work / "shared.txt").read_text().splitlines(keepends=True)
@@ -289,7 +289,7 @@ def test_a_conflict_goes_back_to_its_agent_then_to_a_person(hub: Hub, tmp_path: 
     code, doc = hub.cli_json("land", "C")
     assert code == 3 and doc["result"] == "person" and "shared.txt" in doc["detail"], doc
     task = rows(hub)["C"]
-    assert task["state"] == "waits for a person to land it" and "shared.txt" in task["judged"]
+    assert task["state"] == "land_by_person" and "shared.txt" in task["judged"]
     patrol_until(hub, lambda: True)  # a round leaves it to the person
     assert rows(hub)["C"].get("landing") == "person"
     code, doc = hub.cli_json("land", "C", "--drop")
@@ -390,7 +390,7 @@ def test_work_that_fails_the_check_on_a_moved_base_goes_back(hub: Hub, tmp_path:
     # the retry spent it waits for a person, still not on main.
     patrol_until(hub, lambda: rows(hub)[second["id"]].get("judged") == "check: failed")
     second = rows(hub)[second["id"]]
-    assert second["status"] == "dispatched" and second["state"] == "dispatched"
+    assert second["status"] == "dispatched" and second["state"] == "person"
     files = git(origin.bare, "ls-tree", "--name-only", "main").split()
     mark = second["branch"].replace("/", "-")
     assert f"{mark}.txt" not in files and first["branch"].replace("/", "-") + ".txt" in files

@@ -52,11 +52,25 @@ class Context:
         return build(cls, self.args)
 
     @property
-    def config(self) -> Config:
-        """The validated configuration (loaded on first use)."""
+    def whole(self) -> Config:
+        """The validated configuration (loaded on first use) seen as ``--project``'s project;
+        with several projects and no ``--project``, as none."""
         if self._config is None:
-            self._config = load_config(self.common.config, env=self.env, cwd=self.cwd)
+            cfg = load_config(self.common.config, env=self.env, cwd=self.cwd)
+            self._config = cfg.choose(self.common.project) if self.common.project else cfg
         return self._config
+
+    @property
+    def config(self) -> Config:
+        """The configuration seen as its one chosen project (UsageError naming the projects
+        when there are several and none is chosen)."""
+        return self.whole.one_project()
+
+    def choose(self, project: str | None) -> Config:
+        """Go on as ``project`` (None: as ``--project``, else the config's one project)."""
+        if project is not None and project != self.whole.project_name:
+            self.use(self.whole.choose(project))
+        return self.config
 
     def use(self, cfg: Config) -> None:
         """Go on with ``cfg`` (a command that runs on read its config again): its secrets are

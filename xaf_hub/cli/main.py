@@ -146,6 +146,9 @@ def _common(sub: bool = False) -> Parser:
     common.add_argument(
         "--config", metavar="PATH", help="config file (default: see README)", **extra
     )
+    from xaf_hub.cli.options import PROJECT_HELP
+
+    common.add_argument("--project", metavar="NAME", help=PROJECT_HELP, **extra)
     common.add_argument("--debug", action="store_true", help="show tracebacks on errors", **extra)
     return common
 
@@ -324,7 +327,7 @@ def _report(
         # Learn every configured password, even when the failure came before the command
         # loaded the config, so no message can carry one.
         with contextlib.suppress(Exception):  # a broken config has no secrets to learn
-            _ = ctx.config  # loading it is the point
+            _ = ctx.whole  # loading it is the point
         secrets.extend(ctx.secrets())
     debug = args is not None and bool(getattr(args, "debug", False))
     if debug and exc is not None:

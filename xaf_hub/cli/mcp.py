@@ -52,7 +52,7 @@ from xaf_hub.cli.commands import (
     status,
     waiting,
 )
-from xaf_hub.cli.commands._common import answer_waiting, missing_password
+from xaf_hub.cli.commands._common import PROJECT, answer_waiting, missing_password
 from xaf_hub.cli.context import Context
 from xaf_hub.cli.options import MAX_SHORT, MAX_TEXT, Common, Opt, pick, record
 from xaf_hub.core import aio
@@ -192,7 +192,7 @@ class Hub:
 def _redacted(ctx: Context, text: str) -> str:
     # Learn every configured password, even when the call failed before it loaded the config.
     with contextlib.suppress(Exception):  # a broken config has no secrets to learn
-        _ = ctx.config
+        _ = ctx.whole
     return ctx.redact(text)
 
 
@@ -253,6 +253,8 @@ def _status(ctx: Context, v: Values) -> Any:
 def _sessions(ctx: Context, v: Values) -> Any:
     from xaf_hub.page.export import snapshot_document
 
+    v = dict(v)
+    ctx.choose(v.pop("project", None))
     opts = record(sessions.Options, sessions.OPTIONS, v)
     snap = sessions.read(ctx, opts)
     doc = _unless_password_missing(snapshot_document(snap), snap)
@@ -276,11 +278,11 @@ def _show(ctx: Context, v: Values) -> Any:
 
 
 def _dispatch(ctx: Context, v: Values) -> Any:
-    done = dispatch.carry_out(ctx, record(dispatch.Options, dispatch.OPTIONS, v))
+    done = dispatch.carry_out(ctx, record(dispatch.Options, (*dispatch.OPTIONS, PROJECT), v))
     refused = done.refusal() if isinstance(done, dispatch.Planned) else None
     if refused is not None:
         raise refused
-    return dispatch.document(done)
+    return dispatch.document(done, ctx.config.project_name)
 
 
 def _interrupt(ctx: Context, v: Values) -> Any:
@@ -342,7 +344,8 @@ TOOLS: tuple[Tool, ...] = (
     Tool("status", "How full each instance is: running + reserved of its limit, and whether it "
          "can take new work now; the task pool's queue.", (), _status, _status_line),
     Tool("sessions", "The project's sessions on every instance (or one): id, title, directory, "
-         "run state, last result.", pick(sessions.OPTIONS, "instance", "keyword", "limit"),
+         "run state, last result.",
+         (*pick(sessions.OPTIONS, "instance", "keyword", "limit"), PROJECT),
          _sessions, lambda d: _count(d, "sessions")),
     Tool("show", "One session: its state, the last prompt and the last answer.",
          (show.SESSION_OPT.but(required=True), *pick(show.OPTIONS, "instance")), _show,
@@ -350,8 +353,8 @@ TOOLS: tuple[Tool, ...] = (
     Tool("dispatch", "Send a task to the right session: a related one (smart match), a named "
          "one, or a new one on the least-loaded instance, never past an instance's limit. "
          "queue=true puts the task in the pool when no instance can take it now.",
-         pick(dispatch.OPTIONS, "text", "instance", "session", "directory", "title", "new",
-              "dry_run", "model", "queue", "allow_prod"),
+         (*pick(dispatch.OPTIONS, "text", "instance", "session", "directory", "title", "new",
+               "dry_run", "model", "queue", "allow_prod"), PROJECT),
          _dispatch, _dispatch_line),
     Tool("interrupt", "Stop a session's run (a person's decision: the patrol never resumes it).",
          (interrupt.SESSION_OPT.but(required=True),

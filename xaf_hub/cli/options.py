@@ -30,13 +30,17 @@ T = TypeVar("T")
 
 @dataclasses.dataclass(frozen=True)
 class Common:
-    """The options every command has (``--config``, ``--debug``; ``--json``, ``--wide`` where the
-    command takes them)."""
+    """The options every command has (``--config``, ``--debug``, ``--project``; ``--json``,
+    ``--wide`` where the command takes them)."""
 
     config: str | None = None
     debug: bool = False
     json: bool = False
     wide: bool = False
+    project: str | None = None
+
+
+PROJECT_HELP = "the project to work on (needed when the config names several)"
 
 
 class OptionError(TypeError):

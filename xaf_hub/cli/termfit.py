@@ -335,6 +335,23 @@ def state_color(value: str) -> str | None:
     return None
 
 
+_TONE_COLORS = {"good": GREEN, "person": YELLOW, "bad": RED}
+
+
+def tone_painter(tones: Mapping[str, str]) -> Painter:
+    """Colour of a cell that shows one of ``tones``' words (words -> ``core.outcomes.Tone``),
+    cut or followed by a detail: green only for a good value, yellow for a person's."""
+
+    def painter(cell: str) -> str | None:
+        head = cell.rstrip("…")
+        for words, tone in tones.items():
+            if head.startswith(words) or words.startswith(head):
+                return _TONE_COLORS.get(tone)
+        return None
+
+    return painter
+
+
 def yes_no_color(value: str) -> str | None:
     """Colour of a yes/no cell: yes green, no yellow."""
     return GREEN if value == "yes" else YELLOW if value == "no" else None

@@ -9,8 +9,8 @@ from __future__ import annotations
 import math
 import os
 import re
-from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
@@ -255,6 +255,16 @@ class InstanceConfig:
     budget_daily_usd: float | None = setting(None, check=usd)
     # One run's cost on it, at most (None: budget.run_usd).
     budget_run_usd: float | None = setting(None, check=usd)
+    # The chosen project ("" none: ``rules`` then hold nothing), its share of the limit, and
+    # every configured project's rules here: the load counts the runs of them all.
+    project: str = ""
+    share: int | None = None
+    fleet: tuple[tuple[str, ProjectRules], ...] = ()
+
+    def owner(self, directory: str, checkout: str = "") -> str:
+        """The configured project whose sessions ``directory`` holds ("" none), the chosen
+        one first."""
+        return next((name for name, rules in self.fleet if rules.owns(directory, checkout)), "")
 
     @property
     def production(self) -> bool:
@@ -453,9 +463,37 @@ class MatchRule:
         return {f.metadata["setting"].key or f.name: getattr(self, f.name) for f in fields(self)}
 
 
+_PROJECT_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,31}$")
+
+
+@dataclass(frozen=True)
+class ProjectConfig:
+    """One project of the config: ``project`` alone, or one entry of ``projects``."""
+
+    name: str
+    fallback_segments: tuple[str, ...]
+    exclude_dirs: tuple[str, ...]
+    exclude_substrings: tuple[str, ...]
+    repository: RepositoryConfig
+    roots: Mapping[str, tuple[str, ...]]  # per instance name
+    default_directory: Mapping[str, str]  # per instance name
+    share: int | None = None  # its runs on each server, at most (None: up to the limit)
+
+    def rules(self, instance: str) -> ProjectRules:
+        """Its directory rules on ``instance``."""
+        return ProjectRules.build(
+            roots=self.roots.get(instance, ()),
+            fallback_segments=self.fallback_segments,
+            exclude_dirs=self.exclude_dirs,
+            exclude_substrings=self.exclude_substrings,
+        )
+
+
 @dataclass(frozen=True)
 class Config:
-    """The whole validated configuration."""
+    """The whole validated configuration, seen as its chosen project (``project_name``, the
+    project keys, each instance's roots and rules): a config of several projects has none
+    chosen until ``choose`` (``chosen`` False, no session is the project's)."""
 
     path: Path | None
     home: Path
@@ -491,6 +529,32 @@ class Config:
     notify: NotifyConfig = field(default_factory=NotifyConfig)
     # The overview page's: "auto" (the browser's), "en" or "zh".
     page_language: str = setting("auto", key="language", section="page", check=_page_language)
+    projects: tuple[ProjectConfig, ...] = ()
+    chosen: bool = True
+
+    def choose(self, name: str) -> Config:
+        """This config seen as project ``name`` (UsageError naming the projects if unknown)."""
+        from xaf_hub.errors import UsageError
+
+        p = next((p for p in self.projects if p.name == name), None)
+        if p is None:
+            raise UsageError(f"unknown project {name!r} (configured: {self.project_names()})")
+        return _seen_as(self, p)
+
+    def one_project(self) -> Config:
+        """This config when a project is chosen; else UsageError naming the projects."""
+        from xaf_hub.errors import UsageError
+
+        if not self.chosen:
+            raise UsageError(
+                f"this config has several projects: say which with --project NAME "
+                f"(configured: {self.project_names()})"
+            )
+        return self
+
+    def project_names(self) -> str:
+        """The configured projects' names, for a message."""
+        return ", ".join(p.name for p in self.projects)
 
     @property
     def lock_dir(self) -> Path:
@@ -517,7 +581,9 @@ class Config:
     def secrets(self) -> tuple[str, ...]:
         """Every secret value held, for redaction."""
         redis = (self.lock.redis_password,) if self.lock.redis_password else ()
-        hooks = self.notify.secrets() + self.repository.secrets()
+        hooks = self.notify.secrets() + tuple(
+            s for p in self.projects for s in p.repository.secrets()
+        ) + self.repository.secrets()
         return tuple(s for inst in self.instances for s in inst.secrets()) + redis + hooks
 
 
@@ -564,6 +630,9 @@ def parse_config(raw: Any, *, path: Path, env: Mapping[str, str]) -> Config:
     """Validate an already-parsed config document (credentials resolved from env and files)."""
     home = hub_home(env)
     top = _Reader(raw, path, "")
+    several = "projects" in top.data
+    if several and "project" in top.data:
+        raise top.fail("projects", "give either project (one project) or projects, not both")
     project = top.sub("project")
     named = read_settings(Config, project, section="project")
     repository = _parse_repository(project)
@@ -653,17 +722,33 @@ def parse_config(raw: Any, *, path: Path, env: Mapping[str, str]) -> Config:
                 merged["_local_password"] = value
             else:
                 merged[key] = value
+        if several:
+            for key in ("roots", "default_directory"):
+                if key in obj:
+                    raise ConfigError(
+                        f"{path}: key '{label}.{key}': with projects, each project names its "
+                        f"{key} per instance (projects.NAME.{key}.{name})"
+                    )
         instances.append(
-            _parse_instance(
-                merged, path, label, env, local_path, numbers["concurrency_limit"], named
-            )
+            _parse_instance(merged, path, label, env, local_path, numbers["concurrency_limit"])
+        )
+    if several:
+        projects = _parse_projects(top.sub("projects"), [i.name for i in instances])
+    else:
+        projects = (
+            ProjectConfig(
+                named["project_name"], named["fallback_segments"], named["exclude_dirs"],
+                named["exclude_substrings"], repository,
+                roots={i.name: i.roots for i in instances},
+                default_directory={i.name: i.default_directory for i in instances},
+            ),
         )
 
     # notify/ owns its section; it also reads page.language and page.url (the page owns them).
     top.seen.update({"$schema", "_comment", "notify", "page"})
     notify = parse_notify(top.data.get("notify"), top.data.get("page"), file=path, env=env)
     top.finish()
-    return Config(
+    whole = Config(
         path=path,
         home=home,
         state_dir=state_dir,
@@ -679,11 +764,94 @@ def parse_config(raw: Any, *, path: Path, env: Mapping[str, str]) -> Config:
         local_config=local_path,
         local_scope=local_scope,
         notify=notify,
+        projects=projects,
         **named,
         **numbers,
         **times,
         **language,
     )
+    if len(projects) == 1:
+        return _seen_as(whole, projects[0])
+    return _seen_as(whole, None)
+
+
+def _seen_as(cfg: Config, p: ProjectConfig | None) -> Config:
+    """``cfg`` as project ``p`` sees it (None: as no project)."""
+    order = sorted(cfg.projects, key=lambda q: p is None or q.name != p.name)
+    instances = tuple(
+        replace(
+            inst,
+            roots=p.roots.get(inst.name, ()) if p else (),
+            default_directory=p.default_directory.get(inst.name, "") if p else "",
+            rules=p.rules(inst.name) if p else ProjectRules(),
+            project=p.name if p else "",
+            share=p.share if p else None,
+            fleet=tuple((q.name, q.rules(inst.name)) for q in order),
+        )
+        for inst in cfg.instances
+    )
+    if p is None:
+        return replace(cfg, instances=instances, chosen=False, project_name="")
+    return replace(
+        cfg,
+        instances=instances,
+        chosen=True,
+        project_name=p.name,
+        fallback_segments=p.fallback_segments,
+        exclude_dirs=p.exclude_dirs,
+        exclude_substrings=p.exclude_substrings,
+        repository=p.repository,
+    )
+
+
+def _parse_projects(r: _Reader, instances: list[str]) -> tuple[ProjectConfig, ...]:
+    """The ``projects`` section: each entry today's ``project`` keys, its roots and default
+    folder per instance, and its share."""
+    if not r.data:
+        raise ConfigError(f"{r.file}: key 'projects': must name at least one project")
+    found = []
+    for name in r.data:
+        r.seen.add(name)
+        if not _PROJECT_NAME.match(name):
+            raise r.fail(
+                name, "a project's name is a short identifier: a letter, then letters, digits, "
+                "_ or -, at most 32 in all"
+            )
+        p = _Reader(r.data[name], r.file, r.key(name))
+        if "name" in p.data:
+            raise p.fail("name", "the project's key is its name; leave name out")
+        named = read_settings(Config, p, section="project")
+        repository = _parse_repository(p)
+        roots = _per_instance(p, "roots", instances, lambda q, k: _absolute_paths(
+            q, k, q.strings(k)))
+        default = _per_instance(p, "default_directory", instances, lambda q, k: _absolute_path(
+            q, k, q.get(k, (str,), "", nullable=False)))
+        share = p.get("share", (int, float), None)
+        if share is not None and (share != int(share) or share < 1):
+            raise p.fail("share", f"must be a whole number, at least 1 (or left out: up to the "
+                         f"limit), got {share}")
+        p.finish()
+        found.append(ProjectConfig(
+            name, named["fallback_segments"], named["exclude_dirs"], named["exclude_substrings"],
+            repository, roots, default, None if share is None else int(share),
+        ))
+    return tuple(found)
+
+
+_V = TypeVar("_V")
+
+
+def _per_instance(
+    r: _Reader, key: str, instances: list[str], read: Callable[[_Reader, str], _V]
+) -> dict[str, _V]:
+    """An object keyed by instance name (``roots``, ``default_directory``) of one project."""
+    sub = r.sub(key)
+    for name in sub.data:
+        if name not in instances:
+            raise sub.fail(name, f"no such instance (configured: {', '.join(instances)})")
+    got = {name: read(sub, name) for name in sub.data}
+    sub.finish()
+    return got
 
 
 def _parse_repository(r: _Reader) -> RepositoryConfig:
@@ -725,7 +893,6 @@ def _parse_instance(
     env: Mapping[str, str],
     local_path: Path | None,
     default_limit: int,
-    project: Mapping[str, Any],  # the project's names and exclusions (Config's fields)
 ) -> InstanceConfig:
     name = obj["name"]
     password, source = resolve_password(obj, name, env, path, local_path)
@@ -758,12 +925,6 @@ def _parse_instance(
         password=password,
         password_source=source,
         dir_aliases=tuple(aliases.items()),
-        rules=ProjectRules.build(
-            roots=got["roots"],
-            fallback_segments=project["fallback_segments"],
-            exclude_dirs=project["exclude_dirs"],
-            exclude_substrings=project["exclude_substrings"],
-        ),
         **got,
     )
 

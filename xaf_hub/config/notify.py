@@ -33,6 +33,7 @@ from xaf_hub.errors import ConfigError
 
 EVENTS: tuple[str, ...] = (
     "task_done",
+    "task_finished",
     "task_parked",
     "needs_person",
     "waiting_person",

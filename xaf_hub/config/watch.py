@@ -117,6 +117,16 @@ class ConfigState:
         return cls(loaded, problem, tuple(str(k) for k in restart))
 
 
+def _again(cfg: Config, env: Mapping[str, str]) -> Config:
+    """``cfg``'s file loaded again, seen as the project ``cfg`` was."""
+    new = load_config(str(cfg.path), env=env)
+    if not cfg.chosen or (new.chosen and new.project_name == cfg.project_name):
+        return new
+    if cfg.project_name not in {p.name for p in new.projects}:
+        raise ConfigError(f"{cfg.path}: project {cfg.project_name!r} is no longer configured")
+    return new.choose(cfg.project_name)
+
+
 class ConfigWatch:
     """The config in use by a long-running process, and the files it came from."""
 
@@ -127,7 +137,7 @@ class ConfigWatch:
         self.started = cfg  # what the stores were opened with
         self.cfg = cfg
         self.env = dict(env)
-        self._load = load or (lambda: load_config(str(cfg.path), env=self.env))
+        self._load = load or (lambda: _again(cfg, self.env))
         self._files = _files(cfg, self.env)
         self._stamp = _stamp(self._files)
         self.state = ConfigState(int(time.time() * 1000))

@@ -83,6 +83,51 @@ def ago(ms: int, now_ms: int) -> str:
     return f"{secs}s ago"
 
 
+def local_iso(
+    iso: str, tz: tzinfo | None = None, *, seconds: bool = True, unknown: str = "-"
+) -> str:
+    """A stored ISO time in local_time's form; the text itself (``unknown`` when empty) when
+    it is no time."""
+    when = read_instant(iso)
+    if when is None:
+        return iso or unknown
+    return local_time(to_ms(when), tz, seconds=seconds, unknown=unknown)
+
+
+def format_instant(when: datetime) -> str:
+    """The ISO form the hub's state files store, in UTC to the second ("...T14:05:09+00:00")."""
+    return when.astimezone(UTC).isoformat(timespec="seconds")
+
+
+def parse_instant(value: str | int | float | None) -> datetime | None:
+    """An ISO 8601 text (one without an offset stays naive) or epoch milliseconds; None for
+    None or blank text; anything else: ValueError."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise ValueError("a boolean is not a time")
+    if isinstance(value, int | float):
+        return datetime.fromtimestamp(value / 1000, tz=UTC)
+    text = value.strip()
+    return datetime.fromisoformat(text) if text else None
+
+
+def read_instant(value: object) -> datetime | None:
+    """A time from a file or a message anyone may have written: aware (no offset: UTC), or
+    None for nothing or anything unreadable."""
+    try:
+        when = parse_instant(value if isinstance(value, int | float) else str(value))
+    except (ValueError, OverflowError, OSError):
+        return None
+    return when if when is None or when.tzinfo else when.replace(tzinfo=UTC)
+
+
+def instant_ms(value: object) -> int:
+    """Epoch milliseconds of read_instant's time; 0 when there is none."""
+    when = read_instant(value)
+    return 0 if when is None else to_ms(when)
+
+
 # 9999-12-31T23:59:59.999Z: a later "time" from a server is nonsense, and the C library's
 # time functions fail on it (OverflowError, ValueError) or print a year no one can read.
 MAX_TIME_MS = 253_402_300_799_999

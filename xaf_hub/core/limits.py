@@ -25,6 +25,8 @@ from datetime import UTC, datetime, timedelta, tzinfo
 from email.utils import parsedate_to_datetime
 from typing import Any
 
+from xaf_hub.core.clock import read_instant
+
 __all__ = [
     "parse_until",
     "BACKOFF_CEILING",
@@ -88,13 +90,6 @@ def _aware(when: datetime) -> datetime:
     return when if when.tzinfo else when.replace(tzinfo=UTC)
 
 
-def _instant(text: str) -> datetime | None:
-    try:
-        return _aware(datetime.fromisoformat(text.replace(" ", "T").replace("Z", "+00:00")))
-    except ValueError:
-        return None
-
-
 def _date(text: str) -> datetime | None:
     """An HTTP date, or None for anything else."""
     try:
@@ -129,7 +124,7 @@ def stated_in_text(text: str, now: datetime, longest: timedelta) -> datetime | N
         found.append((m.start(), _after(now, _seconds(m.group("d")), longest)))
     m = _AT_INSTANT.search(text)
     if m:
-        when = _instant(m.group("t"))
+        when = read_instant(m.group("t"))
         if when is not None:
             found.append((m.start(), when))
     when = next((w for _, w in sorted(found, key=lambda f: f[0]) if w > now), None)

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Literal, TypeVar
 
 from xaf_hub.core.clock import MAX_TIME_MS
+from xaf_hub.core.outcomes import Run
 from xaf_hub.errors import UsageError
 
 _P = TypeVar("_P")
@@ -108,9 +109,10 @@ class SessionRecord:
     retry_next: int = 0
     parent_id: str = ""
     model: str = ""
-    outcome: str = ""
+    outcome: Run | Literal[""] = ""  # its last run as its messages say; "" not read
     project: bool = False
     branch: str = ""  # the branch of the worktree it works in ("": not in a worktree)
+    owner: str = ""  # the configured project it belongs to ("": none), exported as "project"
     waiting: Waiting | None = None  # the request its run waits on, if any
 
     def to_json(self) -> dict[str, Any]:
@@ -120,7 +122,8 @@ class SessionRecord:
 
         # Every field is a str/int/float/bool: no deep copy needed (asdict's costs 0.7 s
         # for a 24k-session snapshot).
-        doc = {name: getattr(self, name) for name in _SESSION_EXPORT}
+        doc = {_EXPORTED.get(name, name): getattr(self, name) for name in _SESSION_EXPORT}
+        doc["project"] = self.owner or None  # the project's name, in the owner's place
         doc["created_at"] = iso_time(self.created)
         doc["updated_at"] = iso_time(self.updated)
         doc["retry_next_at"] = iso_time(self.retry_next)
@@ -130,6 +133,7 @@ class SessionRecord:
 
 
 _SESSION_EXPORT = tuple(f.name for f in fields(SessionRecord) if f.name != "project")
+_EXPORTED = {"owner": "project"}  # a field exported under another name
 
 
 @dataclass(frozen=True)

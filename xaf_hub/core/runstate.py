@@ -5,15 +5,15 @@ Every command, patrol job and page names run states with the words defined here
 
 * the server's **run state** of a session: ``busy``, ``retry``, ``idle``
   (``records.RunState``, read by the scanner);
-* the **outcome** of its last run, from its newest assistant message (``outcome_of``):
-  ``succeeded``, ``failed:<error name>``, ``failed:model_unavailable``, ``rate_limited``,
-  ``aborted``, ``running`` (never completed), ``unknown``;
+* the **outcome** of its last run, from its newest assistant message (``outcome_of``): a
+  ``core.outcomes.Run`` value (succeeded, failed, denied, interrupted, rate_limited, running =
+  never completed, not_started); ``core.outcomes.run_outcome`` adds what only the hub knows;
 * the **last run** (``LastRun``, ``last_run``): the outcome of the newest message, plus
-  ``pending`` (a prompt with no answer yet) and ``none`` (no message at all);
+  ``pending`` (a prompt with no answer yet); ``not_started`` without any message;
 * a **verdict** (``Verdict``, ``judge``) a person acts on: running, waiting (for a person:
   the run stopped on a permission request or a question; the server still says busy),
-  retrying, finished, failed, aborted, interrupted, pending, idle;
-* a patrol **class** (``classify``): running, waiting, stale_busy, finished, failed,
+  retrying, finished, failed, denied, aborted, interrupted, pending, idle;
+* a patrol **class** (``classify``): running, waiting, stale_busy, finished, failed, denied,
   interrupted, idle, derived from the verdict.
 """
 
@@ -25,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from xaf_hub.core.outcomes import Run
 from xaf_hub.core.records import SessionRecord, Waiting, sane_ms
 
 RunVerdict = Literal[
@@ -33,13 +34,16 @@ RunVerdict = Literal[
     "retrying",
     "finished",
     "failed",
+    "denied",
     "aborted",
     "interrupted",
     "pending",
     "idle",
 ]
 # The patrol's classes, in the order reports list them.
-STATES = ("running", "waiting", "stale_busy", "finished", "failed", "interrupted", "idle")
+STATES = (
+    "running", "waiting", "stale_busy", "finished", "failed", "denied", "interrupted", "idle",
+)
 
 # The one phrase for the "waiting" verdict and class: every view says it this way.
 WAITING_WORDS = "waiting for a person"
@@ -83,13 +87,16 @@ def _info(message: Mapping[str, Any]) -> Mapping[str, Any]:
     return info if isinstance(info, Mapping) else message
 
 
+def _last_assistant_message(
+    messages: Sequence[Mapping[str, Any]],
+) -> Mapping[str, Any] | None:
+    return next((m for m in reversed(messages) if _info(m).get("role") == "assistant"), None)
+
+
 def last_assistant(messages: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
     """The newest assistant message's ``info``, if any."""
-    for msg in reversed(messages):
-        info = _info(msg)
-        if info.get("role") == "assistant":
-            return info
-    return None
+    msg = _last_assistant_message(messages)
+    return None if msg is None else _info(msg)
 
 
 def last_error(messages: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
@@ -99,29 +106,62 @@ def last_error(messages: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | Non
     return err if isinstance(err, Mapping) else None
 
 
-def outcome_of(messages: Sequence[Mapping[str, Any]]) -> str:
-    """succeeded | failed:<name> | rate_limited | aborted | running | unknown, from messages."""
-    info = last_assistant(messages)
-    if info is None:
-        return "unknown"
+def refused_tool(message: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The state of a tool call of ``message`` that ended in an error, if any."""
+    parts = message.get("parts")
+    for part in parts if isinstance(parts, Sequence) and not isinstance(parts, str) else ():
+        if not isinstance(part, Mapping) or part.get("type") != "tool":
+            continue
+        state = part.get("state")
+        if isinstance(state, Mapping) and state.get("status") == "error":
+            return state
+    return None
+
+
+def refusal_text(messages: Sequence[Mapping[str, Any]]) -> str:
+    """What the server said of the refused request a denied run ended on: 'bash: The user
+    rejected permission to use this specific tool call.' ("" when there is none)."""
+    msg = _last_assistant_message(messages)
+    state = refused_tool(msg) if msg is not None else None
+    if state is None:
+        return ""
+    parts = msg.get("parts") if msg is not None else None
+    tool = next(
+        (str(p.get("tool") or "") for p in parts or () if isinstance(p, Mapping)
+         and p.get("state") is state),
+        "",
+    )
+    said = " ".join(str(state.get("error") or "").split())[:200]
+    return f"{tool}: {said}" if tool and said else tool or said
+
+
+def outcome_of(messages: Sequence[Mapping[str, Any]]) -> Run:
+    """How the last run ended, from its newest assistant message (its error names a failure).
+
+    A step that ended on tool calls, with one of them in error, and no step after it: the
+    server stopped the run because a request of it was refused (a permission denied or a
+    question dismissed: opencode ends the loop there; any other tool error goes back to the
+    model), so ``denied``. While a run goes on, ``running`` may be read too early: a caller
+    that knows the session is idle asks ``core.outcomes.run_outcome``.
+    """
+    msg = _last_assistant_message(messages)
+    if msg is None:
+        return "not_started"
+    info = _info(msg)
     err = info.get("error")
     if isinstance(err, Mapping):
-        name = str(err.get("name") or "Error")
-        if name == "MessageAbortedError":
-            return "aborted"
-        kind = classify_error(err)
-        if kind == "rate_limited":
-            return "rate_limited"
-        if kind == "model_unavailable":
-            return "failed:model_unavailable"
-        return f"failed:{name}"
+        if err.get("name") == "MessageAbortedError":
+            return "interrupted"
+        return "rate_limited" if classify_error(err) == "rate_limited" else "failed"
     t = info.get("time") or {}
     if not isinstance(t, Mapping) or not t.get("completed"):
         return "running"
+    if info.get("finish") == "tool-calls" and refused_tool(msg) is not None:
+        return "denied"
     if info.get("finish"):
         return "succeeded"
     # Completed with neither finish nor error: an abort during a retry wait looks like this.
-    return "aborted"
+    return "interrupted"
 
 
 def error_text(err: Mapping[str, Any] | None) -> str:
@@ -144,12 +184,12 @@ def error_text(err: Mapping[str, Any] | None) -> str:
 class LastRun:
     """What a session's newest message says.
 
-    ``outcome`` is ``outcome_of``'s word for an assistant message (succeeded, failed:<name>,
-    rate_limited, failed:model_unavailable, aborted, running = never completed), ``pending``
-    when the newest message is a prompt with no answer yet, ``none`` without messages.
+    ``outcome`` is ``outcome_of``'s value for an assistant message (its error in ``error``),
+    ``pending`` when the newest message is a prompt with no answer yet, ``not_started``
+    without messages.
     """
 
-    outcome: str
+    outcome: Run | Literal["pending"]
     message_id: str = ""
     model: str = ""
     error: Mapping[str, Any] | None = None
@@ -186,7 +226,7 @@ def _model_of(info: Mapping[str, Any]) -> str:
 def last_run(messages: Sequence[Mapping[str, Any]]) -> LastRun:
     """Read the newest message (``messages`` oldest first, as the server returns them)."""
     if not messages:
-        return LastRun("none")
+        return LastRun("not_started")
     info = _info(messages[-1])
     times = info.get("time")
     created = sane_ms(times.get("created")) if isinstance(times, Mapping) else 0
@@ -246,11 +286,13 @@ def judge(
     outcome = run.outcome
     if outcome == "succeeded":
         return Verdict("finished", model, "the last run finished")
-    if outcome == "aborted":
+    if outcome == "denied":
+        return Verdict("denied", model, "the last run ended on a refused request")
+    if outcome == "interrupted":
         return Verdict("aborted", model, "the last run was aborted")
     if outcome == "running":
         return Verdict("interrupted", model, "the last run stopped without finishing")
-    if outcome == "rate_limited" or outcome.startswith("failed:"):
+    if outcome in ("rate_limited", "failed"):
         return Verdict("failed", model, error_text(run.error) or outcome, classify_error(run.error))
     if outcome == "pending":
         return Verdict(
@@ -284,6 +326,8 @@ def classify(
         return "interrupted", "the run stopped without finishing (server restart?)"
     if v.state == "failed":
         return "failed", v.detail
+    if v.state == "denied":
+        return "denied", v.detail
     if v.state == "pending":
         return "idle", "the last prompt has no answer yet"
     return "idle", v.detail if run is None else "never ran"

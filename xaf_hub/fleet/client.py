@@ -33,6 +33,7 @@ from xaf_hub.fleet import wire
 from xaf_hub.fleet.dialects import DIALECTS, V2, Api, Classic, Dialect
 from xaf_hub.fleet.dialects import RawStatus as RawStatus
 from xaf_hub.fleet.releases import Release, classify
+from xaf_hub.fleet.retry import maybe_delivered
 from xaf_hub.fleet.wire import ServerSession as ServerSession
 from xaf_hub.fleet.wire import as_mapping as _obj
 from xaf_hub.fleet.wire import error_message
@@ -217,7 +218,7 @@ class OpencodeClient:
                 last_reason = describe_error(exc, self.connect_timeout, self.read_timeout)
                 if not idempotent:
                     # Nothing left the machine on a connect or pool timeout; after that, unknown.
-                    uncertain = not isinstance(exc, (httpx.ConnectTimeout, httpx.PoolTimeout))
+                    uncertain = maybe_delivered(exc)
                     break
                 if isinstance(exc, httpx.TimeoutException):
                     timed_out += 1

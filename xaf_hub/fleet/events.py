@@ -104,7 +104,7 @@ class FleetEvent:
     kind: EventKind
     instance: str
     session: SessionRecord | None = None
-    outcome: str = ""  # stopped: the last run's outcome word (core.runstate), when read
+    outcome: str = ""  # stopped: the last run's outcome (a core.outcomes.Run), when read
     detail: str = ""  # retry message, error text, down reason, stream mode
     source: str = "stream"  # stream | rescan | poll
     at_ms: int = 0

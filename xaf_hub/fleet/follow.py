@@ -44,6 +44,7 @@ import httpx
 from xaf_hub.config.load import Config, InstanceConfig
 from xaf_hub.core import aio
 from xaf_hub.core.backoff import Backoff
+from xaf_hub.core.outcomes import run_outcome
 from xaf_hub.core.runstate import outcome_of
 from xaf_hub.errors import HubError, UnreachableError
 from xaf_hub.fleet.client import OpencodeClient, describe_error
@@ -515,10 +516,13 @@ class FleetFollower:
         for ev in changes:
             if ev.kind == "stopped" and self.outcomes and ev.session is not None:
                 try:
-                    outcome = outcome_of(await client.messages(ev.session.id, limit=3))
-                except Exception:  # noqa: BLE001 - an unreadable outcome is unknown, not fatal
-                    outcome = "unknown"
-                ev = replace(ev, outcome=outcome, session=replace(ev.session, outcome=outcome))
+                    read = outcome_of(await client.messages(ev.session.id, limit=3))
+                except Exception:  # noqa: BLE001 - an unreadable outcome is not read, not fatal
+                    read = None
+                if read is not None:
+                    outcome = run_outcome(read, running=False)
+                    ev = replace(ev, outcome=outcome or "",
+                                 session=replace(ev.session, outcome=read))
             self.emit(ev)
 
 

@@ -61,11 +61,18 @@ def read_status(status: RawStatus | None) -> tuple[RunState, str, int]:
 
 
 def build_record(
-    inst: InstanceConfig, s: ServerSession, status: RawStatus | None, project: bool
+    inst: InstanceConfig,
+    s: ServerSession,
+    status: RawStatus | None,
+    project: bool,
+    owner: str | None = None,
 ) -> SessionRecord:
-    """Combine a server session, its run state and the project verdict."""
+    """Combine a server session, its run state and the project verdict (``owner``: the
+    configured project it belongs to; default the chosen one's when it is the project's)."""
     state, message, nxt = read_status(status)
-    return session_record(inst.name, s, project, state, message, nxt)
+    rec = session_record(inst.name, s, project, state, message, nxt)
+    owner = (inst.project if project else "") if owner is None else owner
+    return replace(rec, owner=owner) if owner else rec
 
 
 async def read_run_state(
@@ -126,8 +133,9 @@ async def _scan_into(
         for d in {s.directory for s in sessions}
         if d
     }
+    owners = {d: _owner(inst, d, ok, result.sandboxes) for d, ok in project_dir.items()}
     result.release = client.release.describe()
-    directories = sorted(d for d, ok in project_dir.items() if ok or not project_only)
+    directories = sorted(d for d, ok in project_dir.items() if ok or owners[d] or not project_only)
     rooms = sorted(d for d in result.sandboxes if project_dir.get(d))
     (statuses, result.run_state_unknown), branches = await asyncio.gather(
         read_run_state(client, directories), _branches(client, rooms)
@@ -156,16 +164,27 @@ async def _scan_into(
             project_dir[s.directory] = inst.rules.owns(
                 s.directory, result.sandboxes.get(s.directory, "")
             )
+            owners[s.directory] = _owner(
+                inst, s.directory, project_dir[s.directory], result.sandboxes
+            )
         project = project_dir[s.directory] if s.directory else s.id in statuses
+        owner = owners[s.directory] if s.directory else (inst.project if project else "")
         status = statuses.get(s.id)
-        if result.run_state_unknown and project:
+        if result.run_state_unknown and (project or owner):
             status = {"type": "busy"}
-        rec = build_record(inst, s, status, project)
+        rec = build_record(inst, s, status, project, owner)
         if s.directory in branches:
             rec = replace(rec, branch=branches[s.directory])
         result.sessions.append(rec)
     if statuses and not result.run_state_unknown and client.dialect == "classic":
         await _read_waiting(result, client)
+
+
+def _owner(inst: InstanceConfig, directory: str, project: bool, sandboxes: dict[str, str]) -> str:
+    """The configured project a directory's sessions belong to ("" none)."""
+    if len(inst.fleet) < 2:  # one project: the verdict already says
+        return inst.project if project else ""
+    return inst.owner(directory, sandboxes.get(directory, ""))
 
 
 async def _branches(client: OpencodeClient, rooms: Sequence[str]) -> dict[str, str]:
@@ -272,8 +291,8 @@ async def _outcomes_of_instance(
                 try:
                     msgs = await client.messages(s.id, limit=2, directory=s.directory)
                     return replace(s, outcome=outcome_of(msgs))
-                except Exception:  # noqa: BLE001 - a failed or malformed answer: one unknown
-                    return replace(s, outcome="unknown")
+                except Exception:  # noqa: BLE001 - a failed or malformed answer: not read
+                    return s
 
         try:
             async with asyncio.timeout(client.deadline):
@@ -281,7 +300,7 @@ async def _outcomes_of_instance(
         except TimeoutError:
             sc.warnings.append(
                 f"{sc.inst.name}: last results not all read within {client.deadline:g}s; "
-                "shown as unknown"
+                "shown as not checked"
             )
 
 

@@ -6,30 +6,19 @@ from __future__ import annotations
 import socket
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 from urllib.parse import urlsplit
 
 from xaf_hub.config.notify import NotifyConfig, Webhook
 from xaf_hub.errors import ExitCode, StateFileError
 from xaf_hub.notify.outbox import read_state, state_path
+from xaf_hub.ops.health import Finding, error, info, ok, warn
 
 RESOLVE_SECONDS = 5.0
+AREA = "notify"
 
 Resolver = Callable[[str, int], Any]
-Level = Literal["ok", "info", "warn", "error"]
-
-
-@dataclass(frozen=True)
-class Check:
-    """One doctor line: level ok / info / warn / error, with a fix and an exit code."""
-
-    subject: str
-    level: Level
-    message: str
-    fix: str = ""
-    code: ExitCode = ExitCode.OK
 
 
 def resolves(host: str, port: int, resolver: Resolver, timeout: float) -> str | None:
@@ -51,13 +40,13 @@ def resolves(host: str, port: int, resolver: Resolver, timeout: float) -> str | 
     return box[0]
 
 
-def _hook_checks(hook: Webhook, online: bool, resolver: Resolver) -> list[Check]:
+def _hook_checks(hook: Webhook, online: bool, resolver: Resolver) -> list[Finding]:
     subject = f"webhook {hook.name}"
     if not hook.url:
         return [
-            Check(
+            error(
+                AREA,
                 subject,
-                "error",
                 f"${hook.url_env} is not set: the {hook.format} webhook '{hook.name}' sends "
                 "nothing",
                 f"Set {hook.url_env} to the webhook URL the chat service gave you, in the "
@@ -68,20 +57,20 @@ def _hook_checks(hook: Webhook, online: bool, resolver: Resolver) -> list[Check]
     parts = urlsplit(hook.url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         return [
-            Check(
+            error(
+                AREA,
                 subject,
-                "error",
                 f"${hook.url_env} does not hold an http:// or https:// URL",
                 f"Set {hook.url_env} to the full webhook URL, starting with https://.",
                 ExitCode.USAGE,
             )
         ]
-    out: list[Check] = []
+    out: list[Finding] = []
     if hook.secret_env and not hook.secret:
         out.append(
-            Check(
+            error(
+                AREA,
                 subject,
-                "error",
                 f"${hook.secret_env} (the signing secret) is not set: the service refuses "
                 "unsigned messages when signing is on",
                 f"Set {hook.secret_env} to the bot's signing secret, or remove secret_env.",
@@ -90,9 +79,9 @@ def _hook_checks(hook: Webhook, online: bool, resolver: Resolver) -> list[Check]
         )
     elif hook.format in ("feishu", "dingtalk") and not hook.secret_env:
         out.append(
-            Check(
+            info(
+                AREA,
                 subject,
-                "info",
                 "no signing secret: anyone holding the URL can post to the chat",
                 "Turn on signing in the bot's security settings and name its environment "
                 "variable in secret_env.",
@@ -100,9 +89,9 @@ def _hook_checks(hook: Webhook, online: bool, resolver: Resolver) -> list[Check]
         )
     signed = " signed" if hook.secret else ""
     out.append(
-        Check(
+        ok(
+            AREA,
             subject,
-            "ok",
             f"{hook.format}{signed}, URL from ${hook.url_env}; events: {', '.join(hook.events)}",
         )
     )
@@ -110,12 +99,12 @@ def _hook_checks(hook: Webhook, online: bool, resolver: Resolver) -> list[Check]
         port = parts.port or (443 if parts.scheme == "https" else 80)
         problem = resolves(parts.hostname, port, resolver, RESOLVE_SECONDS)
         if problem is None:
-            out.append(Check(subject, "ok", f"host {parts.hostname} resolves (nothing sent)"))
+            out.append(ok(AREA, subject, f"host {parts.hostname} resolves (nothing sent)"))
         else:
             out.append(
-                Check(
+                error(
+                    AREA,
                     subject,
-                    "error",
                     f"host {parts.hostname} does not resolve: {problem}",
                     "Check the URL and this machine's DNS (xaf-hub notify test sends one "
                     "message once it resolves).",
@@ -125,14 +114,14 @@ def _hook_checks(hook: Webhook, online: bool, resolver: Resolver) -> list[Check]
     return out
 
 
-def _delivery_checks(cfg: NotifyConfig, state_dir: Path) -> list[Check]:
+def _delivery_checks(cfg: NotifyConfig, state_dir: Path) -> list[Finding]:
     try:
         state = read_state(state_dir)
     except StateFileError as exc:
         return [
-            Check(
+            error(
+                AREA,
                 "notifications",
-                "error",
                 str(exc),
                 f"Repair or move aside {state_path(state_dir)} (never reset silently).",
                 ExitCode.INTERNAL,
@@ -147,9 +136,9 @@ def _delivery_checks(cfg: NotifyConfig, state_dir: Path) -> list[Check]:
         parked = [p for p in state["parked"] if p.get("webhook") == hook.name]
         if parked:
             out.append(
-                Check(
+                warn(
+                    AREA,
                     f"webhook {hook.name}",
-                    "warn",
                     f"{len(parked)} message(s) refused in the last 24 h and parked, not sent "
                     f"again; the latest: {parked[-1].get('reason')}",
                     "Fix the webhook (URL, secret, format); `xaf-hub notify test --webhook "
@@ -159,9 +148,9 @@ def _delivery_checks(cfg: NotifyConfig, state_dir: Path) -> list[Check]:
         ok_at, error_at = str(last.get("ok_at") or ""), str(last.get("error_at") or "")
         if error_at and error_at >= ok_at:
             out.append(
-                Check(
+                warn(
+                    AREA,
                     f"webhook {hook.name}",
-                    "warn",
                     f"last delivery failed at {error_at}: {last.get('error')}; "
                     f"{queued} message(s) queued",
                     "Run `xaf-hub notify test --webhook " + hook.name + "` to see the "
@@ -170,9 +159,9 @@ def _delivery_checks(cfg: NotifyConfig, state_dir: Path) -> list[Check]:
             )
         elif ok_at:
             out.append(
-                Check(
+                ok(
+                    AREA,
                     f"webhook {hook.name}",
-                    "ok",
                     f"last delivered at {ok_at}; {queued} message(s) queued",
                 )
             )
@@ -185,9 +174,9 @@ def webhook_checks(
     *,
     online: bool = False,
     resolver: Resolver = socket.getaddrinfo,
-) -> list[Check]:
+) -> list[Finding]:
     """Every webhook's checks, then what the last rounds delivered."""
-    out: list[Check] = []
+    out: list[Finding] = []
     for hook in cfg.webhooks:
         out += _hook_checks(hook, online, resolver)
     return out + _delivery_checks(cfg, state_dir)

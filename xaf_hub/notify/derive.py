@@ -2,7 +2,9 @@
 
 From the round's record (``notify.record.RoundLog``):
 
-* ``task_done``    — a pool task settled as done (fill_slots' ``done`` actions).
+* ``task_done``    — a pool task settled as done: verified (fill_slots' ``done`` actions).
+* ``task_finished`` — a pool task whose session finished without ``project.repository``: the
+  hub could not verify it, so it is never called done (fill_slots' ``finished`` actions).
 * ``healed``       — a session switched to another model after a limit: read from the
   model-state store's healed memory (every heal since the previous finished round began), so
   a process killed between a heal and queueing its notice loses nothing; the round's ``heal``
@@ -20,11 +22,11 @@ From the round's record (``notify.record.RoundLog``):
   first round only records it). When no instance answered, the record has no instance lines
   but a step failed with "no instance answered": every configured instance counts as down.
 
-From the stores, compared with the previous round: ``task_done`` again for pool tasks done
-since the previous finished round began (a round killed after settling a task but before
-queueing its message loses nothing), ``task_parked`` (a pool task whose attempts
-are used up), ``blackout`` (a family newly blacked out, or until a new time),
-``run_ceiling`` (a run stopped over its ceiling: once per session),
+From the stores, compared with the previous round: ``task_done`` (``task_finished`` when not
+verified) again for pool tasks done since the previous finished round began (a round killed
+after settling a task but before queueing its message loses nothing), ``task_parked`` (a
+pool task whose attempts are used up), ``blackout`` (a family newly blacked out, or until a
+new time), ``run_ceiling`` (a run stopped over its ceiling: once per session),
 ``rest_ended`` (a person ended a rest: ``rest_ended_event``, queued by ``models clear``),
 ``daily_summary`` (the first round on or after ``summary_hour`` each local day), and
 ``budget`` (today's spend reached 80 % or 100 % of the project's or an instance's daily
@@ -44,6 +46,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any
 
+from xaf_hub.core.clock import format_instant, read_instant
 from xaf_hub.notify.events import Event
 from xaf_hub.notify.record import RoundLog
 from xaf_hub.ops.budget import BudgetLine, levels_reached
@@ -77,6 +80,12 @@ class Done:
     instance: str
     session: str
     done_at: datetime
+    verified: bool = True  # False: finished on the agent's or a person's word
+
+    @property
+    def event(self) -> str:
+        """Its chat event's type."""
+        return "task_done" if self.verified else "task_finished"
 
 
 @dataclass(frozen=True)
@@ -93,10 +102,6 @@ class Inputs:
     # Today's spend against the budgets (ops.budget.BudgetLine: project first, then instances)
     spend: Sequence[BudgetLine] = ()
     heals: Sequence[Healed] = ()  # the healed memory's recent heals
-
-
-def _iso(when: datetime) -> str:
-    return when.astimezone(UTC).isoformat(timespec="seconds")
 
 
 def reachability(log: RoundLog, configured: Sequence[str]) -> dict[str, tuple[bool, str]]:
@@ -158,11 +163,12 @@ def _session_events(log: RoundLog, inputs: Inputs, at: str, people: bool = True)
                     data={"reason": a.detail},
                 )
             )
-        if a.kind == "done" and a.result == "ok":
+        if a.kind in ("done", "finished") and a.result == "ok":
+            kind = "task_done" if a.kind == "done" else "task_finished"
             events.append(
                 Event(
-                    f"task_done:{a.task}:{a.session}",
-                    "task_done",
+                    f"{kind}:{a.task}:{a.session}",
+                    kind,
                     at,
                     a.instance,
                     a.session,
@@ -247,10 +253,7 @@ def _person_events(log: RoundLog, inputs: Inputs, at: str) -> list[Event]:
 
 def _since(state: MutableMapping[str, Any], at: str) -> datetime | None:
     """When the previous finished round began (None before the first); moves it to ``at``."""
-    try:
-        since = datetime.fromisoformat(str(state.get("last_round")))
-    except ValueError:
-        since = None
+    since = read_instant(state.get("last_round"))
     state["last_round"] = at
     return since
 
@@ -264,9 +267,7 @@ def _catch_up(inputs: Inputs, since: datetime | None, at: str) -> list[Event]:
     if since is None:
         return []
     return [
-        Event(
-            f"task_done:{t.id}:{t.session}", "task_done", at, t.instance, t.session, t.title, t.id
-        )
+        Event(f"{t.event}:{t.id}:{t.session}", t.event, at, t.instance, t.session, t.title, t.id)
         for t in inputs.done
         if t.done_at >= since
     ]
@@ -289,7 +290,7 @@ def _healed(log: RoundLog, inputs: Inputs, since: datetime) -> list[Event]:
             Event(
                 "healed:" + h.key.removeprefix(HEAL_PREFIX),
                 "healed",
-                _iso(datetime.fromtimestamp(h.at_ms / 1000, UTC)),
+                format_instant(datetime.fromtimestamp(h.at_ms / 1000, UTC)),
                 h.who.instance,
                 h.who.session,
                 h.who.title or (a.title if a is not None else ""),
@@ -362,7 +363,7 @@ def failover_event(from_host: str, to_host: str, token: str, now: datetime) -> E
     return Event(
         f"failover:{token}",
         "failover",
-        _iso(now),
+        format_instant(now),
         data={"from_host": from_host, "to_host": to_host},
     )
 
@@ -373,7 +374,7 @@ def rest_ended_event(target: str, until: str, now: datetime) -> Event:
     return Event(
         f"rest_ended:{target}:{until}",
         "rest_ended",
-        _iso(now),
+        format_instant(now),
         data={"family": target, "until": until},
     )
 
@@ -382,11 +383,8 @@ def counts_since(history: Sequence[Mapping[str, Any]], since: datetime) -> dict[
     """How many events of each type were derived since ``since``."""
     out: dict[str, int] = {}
     for item in history:
-        try:
-            when = datetime.fromisoformat(str(item.get("at")))
-        except ValueError:
-            continue
-        if when >= since:
+        when = read_instant(item.get("at"))
+        if when is not None and when >= since:
             kind = str(item.get("type"))
             out[kind] = out.get(kind, 0) + 1
     return out
@@ -412,7 +410,7 @@ def _summary(
     seen_ids = seen_ids if isinstance(seen_ids, Mapping) else {}
     history += [{"type": e.type, "at": e.at} for e in fresh if e.id not in seen_ids]
     counts = counts_since(history, now - timedelta(hours=24))
-    at = _iso(now)
+    at = format_instant(now)
     return [
         Event(
             f"daily_summary:{day}",
@@ -448,7 +446,7 @@ def derive(
     now hold (task_parked, blackout); reachability, "needs a person" and the daily summary
     need a whole round's view and wait for the next round.
     """
-    at = _iso(log.started)
+    at = format_instant(log.started)
     seen = {} if live else reachability(log, inputs.configured)
     events = _instance_events(seen, state, at)
     events += _session_events(log, inputs, at, people=not live)

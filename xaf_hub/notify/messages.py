@@ -8,9 +8,10 @@ zone for local times and the overview link are passed in.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import datetime, tzinfo
+from datetime import tzinfo
 from typing import Any
 
+from xaf_hub.core.clock import local_iso
 from xaf_hub.notify.events import Event
 
 # A chat line is read on a phone: long titles and error texts are cut.
@@ -22,6 +23,12 @@ CATALOGUE: dict[str, dict[str, tuple[str, str]]] = {
         "task_done": (
             "Task done: {title}",
             "Task {task} finished in its session on {instance}.{judged}",
+        ),
+        "task_finished": (
+            "Task finished, not verified: {title}",
+            "Task {task} finished in its session on {instance}, on the agent's word: without "
+            "project.repository the hub cannot check its work. Set project.repository to the "
+            "remote the agents push to.",
         ),
         "task_parked": (
             "Task parked: {title}",
@@ -62,8 +69,9 @@ CATALOGUE: dict[str, dict[str, tuple[str, str]]] = {
         "instance_up": ("Server back: {instance}", "{instance} answers again."),
         "daily_summary": (
             "Daily summary for {day}",
-            "Last 24 hours: {done} task(s) done, {parked} parked, {healed} healed, "
-            "{people} needing a person.\nNow: {running} running, {asking} waiting for a person, "
+            "Last 24 hours: {done} task(s) done and verified, {finished} finished but not "
+            "verified, {parked} parked, {healed} healed, {people} needing a person.\n"
+            "Now: {running} running, {asking} waiting for a person, "
             "{waiting} waiting in the queue; {up} of {servers} server(s) answering.",
         ),
         "budget": (
@@ -83,6 +91,12 @@ CATALOGUE: dict[str, dict[str, tuple[str, str]]] = {
     },
     "zh": {
         "task_done": ("任务完成:{title}", "任务 {task} 已在 {instance} 上的会话中完成。{judged}"),
+        "task_finished": (
+            "任务已结束,未验证:{title}",
+            "任务 {task} 已在 {instance} 上的会话中结束,这只是智能体的说法:没有设置 "
+            "project.repository,汇总工具无法核对它的工作。请把 project.repository "
+            "设为智能体推送到的远程仓库。",
+        ),
         "task_parked": (
             "任务搁置:{title}",
             "任务 {task} 已搁置,等人处理(失败 {attempts} 次):{error}\n"
@@ -117,7 +131,8 @@ CATALOGUE: dict[str, dict[str, tuple[str, str]]] = {
         "instance_up": ("服务器已恢复:{instance}", "{instance} 又能正常响应了。"),
         "daily_summary": (
             "{day} 每日汇总",
-            "过去 24 小时:完成 {done} 个任务,搁置 {parked} 个,自动恢复 {healed} 次,"
+            "过去 24 小时:完成并验证 {done} 个任务,结束但未验证 {finished} 个,"
+            "搁置 {parked} 个,自动恢复 {healed} 次,"
             "{people} 次需要人工处理。\n现在:{running} 个在运行,{asking} 个在等人回答,"
             "{waiting} 个在排队;"
             "{servers} 台服务器中 {up} 台正常响应。",
@@ -177,13 +192,6 @@ def _cut(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "\u2026"
 
 
-def _local(iso: str, tz: tzinfo) -> str:
-    try:
-        return datetime.fromisoformat(iso).astimezone(tz).strftime("%Y-%m-%d %H:%M")
-    except (ValueError, TypeError):
-        return iso or "?"
-
-
 def _fields(event: Event, lang: str, tz: tzinfo) -> dict[str, Any]:
     data: Mapping[str, Any] = event.data
     unknown = _UNKNOWN[lang]
@@ -201,12 +209,13 @@ def _fields(event: Event, lang: str, tz: tzinfo) -> dict[str, Any]:
         "from_model": data.get("from_model") or unknown,
         "model": data.get("model") or unknown,
         "family": data.get("family") or unknown,
-        "until": _local(str(data.get("until") or ""), tz),
+        "until": local_iso(str(data.get("until") or ""), tz, seconds=False, unknown="?"),
         "reason": _cut(str(data.get("reason") or unknown), _DETAIL_CHARS),
         # Which rule made it done (issue 37): "verified: commit ... (new work...; check: passed)".
         "judged": "\n" + _cut(str(data["judged"]), _DETAIL_CHARS) if data.get("judged") else "",
         "day": data.get("day") or "",
         "done": counts.get("task_done", 0),
+        "finished": counts.get("task_finished", 0),
         "parked": counts.get("task_parked", 0),
         "healed": counts.get("healed", 0),
         "people": counts.get("needs_person", 0),

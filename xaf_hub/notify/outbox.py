@@ -30,12 +30,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal
 
 from xaf_hub.config.notify import Webhook
 from xaf_hub.core.backoff import Backoff
+from xaf_hub.core.clock import format_instant, read_instant
 from xaf_hub.errors import StateFileError
 from xaf_hub.notify.derive import HISTORY_HOURS
 from xaf_hub.notify.events import Event
@@ -71,18 +72,6 @@ class Entry:
     queued_at: str
     attempts: int
     last_error: str
-
-
-def _iso(when: datetime) -> str:
-    return when.astimezone(UTC).isoformat(timespec="seconds")
-
-
-def _when(text: Any) -> datetime | None:
-    try:
-        when = datetime.fromisoformat(str(text))
-    except ValueError:
-        return None
-    return when if when.tzinfo else when.replace(tzinfo=UTC)
 
 
 def _empty() -> dict[str, Any]:
@@ -161,7 +150,7 @@ def enqueue(
     raises, nothing of this call is written (the next round derives the events again).
     """
     path = state_path(state_dir)
-    stamp = _iso(now)
+    stamp = format_instant(now)
     names = {h.name for h in hooks}
 
     def mutate(raw: Any) -> Queued:
@@ -191,7 +180,7 @@ def enqueue(
         oldest = now - timedelta(hours=keep_hours)
         kept: list[dict[str, Any]] = []
         for item in data["outbox"]:
-            when = _when(item.get("queued_at"))
+            when = read_instant(item.get("queued_at"))
             if item.get("webhook") not in names:
                 continue  # the webhook left the config: nobody to send it to
             if when is not None and when < oldest:
@@ -218,20 +207,20 @@ def _drop_line(item: Mapping[str, Any], why: str) -> str:
 def _prune(data: dict[str, Any], now: datetime) -> None:
     for key, keep in (("seen", timedelta(days=SEEN_DAYS)), ("sent", timedelta(days=SEEN_DAYS))):
         data[key] = {
-            k: v for k, v in data[key].items() if (w := _when(v)) is None or w >= now - keep
+            k: v for k, v in data[key].items() if (w := read_instant(v)) is None or w >= now - keep
         }
     horizon = now - timedelta(hours=HISTORY_HOURS)
     parked_horizon = now - timedelta(hours=PARKED_HOURS)
     data["parked"] = [
         p
         for p in data["parked"]
-        if isinstance(p, dict) and (w := _when(p.get("parked_at"))) is not None
+        if isinstance(p, dict) and (w := read_instant(p.get("parked_at"))) is not None
         and w >= parked_horizon
     ]
     data["history"] = [
         h
         for h in data["history"]
-        if isinstance(h, dict) and (w := _when(h.get("at"))) is not None and w >= horizon
+        if isinstance(h, dict) and (w := read_instant(h.get("at"))) is not None and w >= horizon
     ][-5000:]
 
 
@@ -251,7 +240,7 @@ def _reap(data: dict[str, Any], now: datetime, stamp: str) -> list[str]:
     for item in data["outbox"]:
         claim = item.get("sending")
         if isinstance(claim, dict):
-            at = _when(claim.get("at"))
+            at = read_instant(claim.get("at"))
             owner = claim.get("owner")
             gone = not (isinstance(owner, int) and pid_alive(owner))
             if gone or at is None or now - at > STALE_SENDING:
@@ -293,7 +282,7 @@ def claim(
     ``due_only``: skip messages still in their back-off (a round tries them all).
     """
     path = state_path(state_dir)
-    stamp = _iso(now)
+    stamp = format_instant(now)
 
     def mutate(raw: Any) -> Claim:
         data = _checked(raw, path)
@@ -301,7 +290,7 @@ def claim(
         for item in data["outbox"]:
             if item.get("webhook") != webhook or isinstance(item.get("sending"), dict):
                 continue
-            due = _when(item.get("next_at"))
+            due = read_instant(item.get("next_at"))
             if due_only and due is not None and due > now:
                 continue
             item["sending"] = {"owner": owner, "at": stamp, "posted": False}
@@ -335,7 +324,7 @@ def record(
 ) -> None:
     """Settle one claimed message (see the module's docstring for each outcome)."""
     path = state_path(state_dir)
-    stamp = _iso(now)
+    stamp = format_instant(now)
 
     def mutate(raw: Any) -> None:
         data = _checked(raw, path)
@@ -346,7 +335,7 @@ def record(
                     item.pop("sending", None)
                     item["attempts"] = attempts = int(item.get("attempts") or 0) + 1
                     item["last_error"] = reason
-                    item["next_at"] = _iso(now + timedelta(seconds=retry_delay(attempts)))
+                    item["next_at"] = format_instant(now + timedelta(seconds=retry_delay(attempts)))
             last.update(error_at=stamp, error=reason)
             return
         data["outbox"] = [i for i in data["outbox"] if not _same(i, entry)]

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from xaf_hub.config.notify import NotifyConfig, Webhook
 from xaf_hub.core import aio
+from xaf_hub.core.clock import read_instant
 from xaf_hub.core.text import redact
 from xaf_hub.errors import HubError
 from xaf_hub.notify import outbox
@@ -43,7 +44,6 @@ from xaf_hub.notify.messages import render
 from xaf_hub.notify.record import RoundLog
 from xaf_hub.notify.send import Answer, deliver, make_client
 from xaf_hub.store.model_state import Healed
-from xaf_hub.store.tasks import parse_instant
 
 if TYPE_CHECKING:
     import httpx
@@ -70,9 +70,10 @@ def _inputs(pctx: OpsContext, log: RoundLog, now: datetime) -> Inputs:
         if t.session_id:
             pool_sessions.add((t.dispatched_to or "", t.session_id))
         if t.status == "done" and t.session_id:
-            when = _instant(t.done_at)
+            when = read_instant(t.done_at)
             if when is not None:
-                done.append(Done(t.id, t.title, t.dispatched_to or "", t.session_id, when))
+                where = t.dispatched_to or ""
+                done.append(Done(t.id, t.title, where, t.session_id, when, t.verified is True))
         if t.status != "pending":
             continue
         if t.attempts >= cfg.patrol.max_attempts or t.parked:
@@ -106,14 +107,6 @@ def _inputs(pctx: OpsContext, log: RoundLog, now: datetime) -> Inputs:
         spend=log.spend,
         heals=heals,
     )
-
-
-def _instant(value: str | None) -> datetime | None:
-    try:
-        when = parse_instant(value)
-    except ValueError:
-        return None
-    return when if when is None or when.tzinfo else when.replace(tzinfo=UTC)
 
 
 def _what(ev: Event) -> str:

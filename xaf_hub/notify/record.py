@@ -39,11 +39,12 @@ class StepOutcome:
 
 # Why a row is left to a person, as a code beside its words (``Action.detail``), which the
 # page says in the reader's language: a person's decision (interrupted, steered, decided), a
-# run that stopped (unresumed), a claim the repository does not bear out (a verification
-# state), a commit another task has (credited), the project's check (check_failed).
+# run that stopped (unresumed) or ended on a refused request (denied), a claim the repository
+# does not bear out (a verification state), a commit another task has (credited), the
+# project's check (check_failed).
 Why = Literal[
-    "", "interrupted", "steered", "decided", "unresumed", "missing", "ambiguous", "no_claim",
-    "old", "locked", "diverged", "too_many", "credited", "check_failed",
+    "", "interrupted", "steered", "decided", "unresumed", "denied", "missing", "ambiguous",
+    "no_claim", "old", "locked", "diverged", "too_many", "credited", "check_failed",
 ]
 
 

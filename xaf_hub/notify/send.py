@@ -20,6 +20,7 @@ import httpx
 
 from xaf_hub.core.backoff import Backoff
 from xaf_hub.fleet.client import describe_error
+from xaf_hub.fleet.retry import maybe_delivered
 from xaf_hub.notify.formats import Outgoing, judge
 
 # Back-off between tries: 0.5 s, 1 s, 2 s... capped.
@@ -29,14 +30,6 @@ _LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 
 Sleep = Callable[[float], Awaitable[None]]
 OnSent = Callable[[], Awaitable[None]]
-# Failures that can only happen once the request started to leave: the receiver may have it.
-_AFTER_SEND = (
-    httpx.ReadTimeout,
-    httpx.WriteTimeout,
-    httpx.ReadError,
-    httpx.WriteError,
-    httpx.RemoteProtocolError,
-)
 _SENDING = ("send_request_headers.started",)  # httpcore's trace, HTTP/1.1 and HTTP/2
 
 
@@ -122,7 +115,7 @@ async def deliver(
             ok, retry, reason = verdict.ok, verdict.retry, verdict.reason
         except httpx.HTTPError as exc:
             ok, reason = False, describe_error(exc, timeout, timeout)
-            maybe = leaving or isinstance(exc, _AFTER_SEND)
+            maybe = maybe_delivered(exc, leaving)
             retry = not maybe
             if maybe:
                 reason += "; the request was sent, so it counts as delivered (at most once)"

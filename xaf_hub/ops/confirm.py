@@ -128,7 +128,7 @@ def judge(s: Sighting) -> Verdict:
 
 def heal_candidate(s: Sighting) -> HealCandidate | None:
     """The patrol's verdict on whether this sighting shows a healable failure."""
-    return _heal_candidate(s.rec, s.run if s.run.outcome != "none" else None)
+    return _heal_candidate(s.rec, s.run if s.run.outcome != "not_started" else None)
 
 
 def wait_step(s: Sighting, v: Verdict, busy_seconds: float) -> tuple[Step, HealCandidate | None]:
@@ -146,7 +146,7 @@ def wait_step(s: Sighting, v: Verdict, busy_seconds: float) -> tuple[Step, HealC
         return "started", None  # it ran, and stopped to ask a person: no heal, no more wait
     if v.state == "finished":
         return "finished", None
-    if v.state == "aborted":
+    if v.state in ("aborted", "denied"):
         return "failed", None
     # pending, idle, or "stopped without finishing" while the status catches up: look again.
     return "wait", None

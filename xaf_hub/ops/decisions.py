@@ -10,6 +10,9 @@ A person's decision is either
 * a task-pool row whose session a person steered by hand (``dispatch --session``, or a
   restart of that idle session): the work is theirs to carry on.
 
+The stops (the first two, ``core.outcomes.Stop``) also tell every view who ended a run
+(``hub_stops``).
+
 The patrol never sends anything for it again: check_agents does not resume it, fix_free_limit
 does not heal it, fill_slots does not requeue or re-send its row. The report lists it under
 "needs a person" until someone acts: ``xaf-hub backlog set ID --status pending`` to retry in a
@@ -20,13 +23,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
-from datetime import datetime
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
 from xaf_hub.core import clock
-from xaf_hub.errors import StateFileError
+from xaf_hub.core.outcomes import Stop, StopKind, run_outcome
+from xaf_hub.core.records import SessionRecord, Snapshot
+from xaf_hub.errors import HubError, StateFileError
 from xaf_hub.ops.ceiling import STEP as CEILING
 from xaf_hub.ops.context import OpsContext
 from xaf_hub.store.tasks import Task, instant_seconds
@@ -41,16 +45,6 @@ CLOCK_SLACK_S = 2.0
 _STOPS = ("stopping", "aborted")
 
 Key = tuple[str, str]  # (instance, session)
-Stop = Literal["interrupted", "ceiling"]  # by a person; at the run ceiling
-
-
-@dataclass(frozen=True)
-class Interrupt:
-    """The latest stop of one session no patrol may undo."""
-
-    at: float  # epoch seconds
-    who: str
-    kind: Stop = "interrupted"
 
 
 @dataclass(frozen=True)
@@ -87,15 +81,15 @@ def _who(raw: object) -> str:
     return name or host or "someone"
 
 
-def _stop(entry: Mapping[str, Any]) -> Stop | None:
+def _stop(entry: Mapping[str, Any]) -> StopKind | None:
     """The stop an audit line records, if any."""
     command = str(entry.get("command") or "")
     if command == "interrupt":
-        return "interrupted" if entry.get("result") in _STOPS else None
+        return "person" if entry.get("result") in _STOPS else None
     return "ceiling" if command.endswith("." + CEILING) else None
 
 
-def operator_interrupts(state_dir: Path) -> dict[Key, Interrupt]:
+def operator_interrupts(state_dir: Path) -> dict[Key, Stop]:
     """Latest stop per (instance, session) (``xaf-hub interrupt``, the run ceiling), from
     the audit log's tail."""
     path = state_dir / "audit.log"
@@ -107,36 +101,47 @@ def operator_interrupts(state_dir: Path) -> dict[Key, Interrupt]:
             raw = handle.read()
     except OSError:
         return {}
-    found: dict[Key, Interrupt] = {}
+    found: dict[Key, Stop] = {}
     for line in raw.decode("utf-8", "replace").splitlines():
         if '"interrupt"' not in line and f'{CEILING}"' not in line:
             continue
         try:
             entry = json.loads(line)
-            kind = _stop(entry)
-            if kind is None:
-                continue
-            at = datetime.strptime(str(entry["time"]), "%Y-%m-%dT%H:%M:%S%z").timestamp()
+            kind, when = _stop(entry), clock.read_instant(entry["time"])
         except (ValueError, KeyError, TypeError, AttributeError):
             continue  # a torn first line of the tail, or a hand-edited one
+        if kind is None or when is None:
+            continue
+        at = when.timestamp()
         key = (str(entry.get("instance") or ""), str(entry.get("session") or ""))
         if key not in found or at >= found[key].at:
-            found[key] = Interrupt(at, _who(entry.get("who")), kind)
+            who = _who(entry.get("who")) if kind == "person" else "the run ceiling"
+            found[key] = Stop(kind, at, who)
     return found
 
 
-def people_interrupts(ops: OpsContext) -> dict[Key, Interrupt]:
-    """Latest interrupt per session: this host's audit log, and with the Redis stores every
-    host's (``store.backends.Stores.interrupts``). UnreachableError when Redis cannot be
-    asked: a patrol must not undo an interrupt it could not read."""
+def people_interrupts(ops: OpsContext) -> dict[Key, Stop]:
+    """Latest stop per session: this host's audit log, and with the Redis stores every
+    host's interrupts (``store.backends.Stores.interrupts``). UnreachableError when Redis
+    cannot be asked: a patrol must not undo an interrupt it could not read."""
     found = operator_interrupts(ops.cfg.state_dir)
     for key, (at, who, kind) in ops.stores.interrupts().items():
         if key not in found or at >= found[key].at:
-            found[key] = Interrupt(at, _who(who), "ceiling" if kind == "ceiling" else "interrupted")
+            stop: StopKind = "ceiling" if kind == "ceiling" else "person"
+            found[key] = Stop(stop, at, _who(who) if stop == "person" else "the run ceiling")
     return found
 
 
-def stopped_after(stop: Interrupt | None, since_s: float | None) -> bool:
+def hub_stops(ops: OpsContext) -> dict[Key, Stop]:
+    """What a view needs to tell who ended a run: ``people_interrupts``, or only this host's
+    audit log when Redis does not answer (a view still renders)."""
+    try:
+        return people_interrupts(ops)
+    except HubError:
+        return operator_interrupts(ops.cfg.state_dir)
+
+
+def stopped_after(stop: Stop | None, since_s: float | None) -> bool:
     """True when ``stop`` came at or after ``since_s`` (None: any interrupt counts)."""
     if stop is None:
         return False
@@ -152,7 +157,7 @@ def is_steered(task: Task) -> bool:
 class Decisions:
     """Every person's decision the patrol knows of this cycle (read once per job)."""
 
-    interrupts: Mapping[Key, Interrupt] = field(default_factory=dict)
+    interrupts: Mapping[Key, Stop] = field(default_factory=dict)
     steered: Mapping[Key, Task] = field(default_factory=dict)
     problem: str = ""  # the pool could not be read: steered rows unknown
 
@@ -162,7 +167,7 @@ class Decisions:
         since = None if not since_ms else since_ms / 1000
         if stopped_after(stop, since):
             assert stop is not None
-            return Decision(stop.kind, stop.who, stop.at)
+            return _stopped(stop)
         task = self.steered.get((instance, session))
         if task is not None:
             return _steered(task)
@@ -176,15 +181,19 @@ class Decisions:
         since = instant_seconds(task.steered_at or task.dispatched_at)
         if stopped_after(stop, since):
             assert stop is not None
-            return Decision(stop.kind, stop.who, stop.at)
+            return _stopped(stop)
         return _steered(task) if is_steered(task) else None
+
+
+def _stopped(stop: Stop) -> Decision:
+    return Decision("ceiling" if stop.kind == "ceiling" else "interrupted", stop.who, stop.at)
 
 
 def _steered(task: Task) -> Decision:
     return Decision("steered", "", instant_seconds(task.steered_at) or 0.0)
 
 
-def decisions_from(interrupts: Mapping[Key, Interrupt], tasks: Iterable[Task]) -> Decisions:
+def decisions_from(interrupts: Mapping[Key, Stop], tasks: Iterable[Task]) -> Decisions:
     """Build the cycle's view from the audit log's interrupts and the pool's rows (pure)."""
     steered = {(t.dispatched_to or "", t.session_id or ""): t for t in tasks if is_steered(t)}
     return Decisions(dict(interrupts), steered)
@@ -228,3 +237,17 @@ async def session_still_runs(ops: OpsContext, instance: str, session_id: str) ->
             return False
         running = await client.running([session.directory] if session.directory else [])
     return session_id in running
+
+
+def shown_outcomes(snap: Snapshot, stops: Mapping[Key, Stop]) -> Snapshot:
+    """``snap`` with each project session's ``outcome`` as every view shows it
+    (``core.outcomes.run_outcome``: a run going on, one its server stopped, the hub's stops)."""
+
+    def shown(s: SessionRecord) -> SessionRecord:
+        if not s.project:
+            return s
+        stop = stops.get((s.instance, s.id))
+        outcome = run_outcome(s.outcome, running=s.running, stop=stop, updated_ms=s.updated)
+        return s if outcome == (s.outcome or None) else replace(s, outcome=outcome or "")
+
+    return replace(snap, sessions=tuple(shown(s) for s in snap.sessions))

@@ -17,9 +17,11 @@ import asyncio
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+from xaf_hub.config.load import Config
 from xaf_hub.core.discipline import base_commit, expected_branches
 from xaf_hub.core.records import Room, SessionRecord
-from xaf_hub.errors import ApiError, BusyError, HubError, UnreachableError
+from xaf_hub.core.rules import apply_aliases
+from xaf_hub.errors import ApiError, BusyError, HubError, UnreachableError, UsageError
 from xaf_hub.fleet.scan import InstanceScan
 from xaf_hub.fleet.wire import SessionTrace, session_trace
 from xaf_hub.ops import budget
@@ -80,6 +82,31 @@ class Dispatched:
     task_id: str = ""
     baseline: str | None = None
     warnings: tuple[str, ...] = field(default=())
+
+
+def project_for(
+    cfg: Config, named: str | None, directory: str | None, instance: str | None, cwd: str
+) -> str | None:
+    """The project a dispatch is for: ``named``; else the config's chosen one; else the one
+    whose roots hold the folder it is sent to (``directory``), or when none is given the folder
+    it is run from (``cwd``, through each instance's ``dir_aliases``). None: the chosen one.
+    UsageError naming the projects when no single one does."""
+    if named or cfg.chosen:
+        return named
+    folder, what = (directory, "--dir") if directory else (cwd, "the folder it is run from")
+    insts = [cfg.instance(instance)] if instance else cfg.instances
+    found = [
+        p.name for p in cfg.projects
+        if any(p.rules(i.name).under_roots(apply_aliases(folder, dict(i.dir_aliases)))
+               for i in insts)
+    ]
+    if len(found) == 1:
+        return found[0]
+    held = f"lies under the roots of {', '.join(found)}" if found else "is under no project's roots"
+    raise UsageError(
+        f"which project is this for? {what} ({folder}) {held}: say --project NAME "
+        f"(configured: {cfg.project_names()})"
+    )
 
 
 def session_tasks(tasks: Sequence[Task]) -> dict[tuple[str, str], tuple[str, ...]]:
@@ -253,6 +280,7 @@ async def prepare(ops: OpsContext, order: DispatchOrder) -> Prepared:
                 sc.run_state_unknown,
                 over_budget=str(over.get(sc.inst.name) or ""),
                 sandboxes=sc.project_sandboxes(),
+                reserved_own=load.reserved_own,
             )
         )
     pool = ops.backlog().load()

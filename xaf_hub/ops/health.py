@@ -30,16 +30,6 @@ from xaf_hub.store.model_state import WHY_WORDS, Blackout
 
 Level = Literal["ok", "info", "warn", "error"]
 
-_SEVERITY = {
-    ExitCode.OK: 0,
-    ExitCode.NOT_PROJECT: 1,
-    ExitCode.BUSY: 1,
-    ExitCode.INTERNAL: 2,
-    ExitCode.UNREACHABLE: 3,
-    ExitCode.USAGE: 4,
-}
-
-
 @dataclass(frozen=True)
 class Finding:
     """One line of the report: what was checked, how it went, and how to fix a problem."""
@@ -85,8 +75,7 @@ def error(area: str, subject: str, message: str, fix: str, code: ExitCode) -> Fi
 
 def worst(findings: Sequence[Finding]) -> ExitCode:
     """The exit code of the worst error (OK when there is none)."""
-    codes = [f.exit_code for f in findings if f.level == "error"]
-    return max(codes, key=lambda c: _SEVERITY.get(c, 2), default=ExitCode.OK)
+    return ExitCode.worst(f.exit_code for f in findings if f.level == "error")
 
 
 def opencode_finding(env: Mapping[str, str]) -> Finding:
@@ -352,14 +341,21 @@ def room_findings(cfg: Config, inst: InstanceConfig, probe: Probe) -> list[Findi
                  "with at least one commit, on that server.")]
 
 
-def landing_findings(cfg: Config) -> list[Finding]:
-    """Worktrees without a repository: the hub can verify and land nothing."""
-    if cfg.repository.isolation != "worktree" or cfg.repository.url:
+def repository_findings(cfg: Config) -> list[Finding]:
+    """Without a repository the hub verifies nothing (and, with worktrees, lands nothing)."""
+    if cfg.repository.url:
         return []
-    return [warn("worktrees", "project.repository",
-                 "not set: tasks work in worktrees of their own, but the hub can neither "
-                 "verify nor land their branches; they wait for a person",
-                 "Set project.repository to the remote the agents push to.")]
+    fix = (
+        "Set project.repository to the remote the agents push to (`xaf-hub init --root "
+        "CHECKOUT` fills it from the checkout's origin)."
+    )
+    if cfg.repository.isolation == "worktree":
+        return [warn("worktrees", "project.repository",
+                     "not set: tasks work in worktrees of their own, but the hub can neither "
+                     "verify nor land their branches; they wait for a person", fix)]
+    return [warn("verification", "project.repository",
+                 "not set: the hub cannot check an agent's work, so no task is ever done and "
+                 "verified; a task whose session finishes is 'finished, not verified'", fix)]
 
 
 def _absolute(path: str) -> bool:

@@ -20,9 +20,10 @@ import time
 from dataclasses import dataclass
 
 from xaf_hub.core.records import find_session
-from xaf_hub.errors import HubError, NotProjectSession, ProductionRefused, UnreachableError
+from xaf_hub.errors import HubError, UnreachableError
 from xaf_hub.fleet.scan import scan_fleet
 from xaf_hub.ops.context import OpsContext
+from xaf_hub.ops.planner import check_write
 from xaf_hub.store.audit import who
 
 
@@ -59,15 +60,7 @@ async def interrupt_session(
             session_id, [(sc.inst.name, sc.reason) for sc in scans if not sc.reachable], instance
         )
     sc, session = hit
-    if sc.inst.production and not allow_prod:
-        raise ProductionRefused(
-            f"{sc.inst.name} is a production instance: writes need --allow-prod"
-        )
-    if not session.project and not force:
-        raise NotProjectSession(
-            f"session {session.id} on {sc.inst.name} is not a project "
-            f"session ({session.directory}); --force overrides"
-        )
+    check_write(sc.inst, session, allow_prod=allow_prod, force=force)
     was = "was " + session.run_state
     notes: list[str] = []
     with contextlib.ExitStack() as held:

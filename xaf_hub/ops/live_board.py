@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 from xaf_hub.config.load import Config, InstanceConfig
 from xaf_hub.config.watch import ConfigState
 from xaf_hub.core.clock import MAX_TIME_MS
+from xaf_hub.core.outcomes import RUNS
 from xaf_hub.core.records import SessionRecord, Snapshot, SpendSlots, Tally, Waiting, source_of
 from xaf_hub.errors import HubError
 from xaf_hub.fleet.instance_scan import InstanceScan, snapshot_of
@@ -49,6 +50,8 @@ WRITERS = ("patrol", "serve")
 # The record fields a board row carries, in order (``waiting`` as its own small object).
 _FIELDS = tuple(f.name for f in fields(SessionRecord))
 _WAITING = _FIELDS.index("waiting")
+_OUTCOME = _FIELDS.index("outcome")
+_READS = frozenset((*RUNS, ""))
 _TALLY_COUNTS = tuple(f.name for f in fields(Tally) if f.name != "spend")
 _SCAN_FACTS = ("reachable", "reason", "version", "api", "release", "run_state_unknown",
                "waiting_unknown")
@@ -349,7 +352,9 @@ def split(
 ) -> tuple[BoardRead, list[InstanceConfig]]:
     """What the board gives of ``instances``, and the instances left to scan (``fresh``: the
     board is not read, every instance is left to scan; ``stores``: Redis's boards too;
-    ``summary``: the summaries, ``read_board``)."""
+    ``summary``: the summaries, ``read_board``). A follower follows one project's sessions:
+    with several projects every instance is scanned."""
+    fresh = fresh or len(cfg.projects) > 1
     board = read_board(cfg, [] if fresh else instances, stores=stores, summary=summary)
     return board, [i for i in instances if i.name not in board.scans]
 
@@ -482,7 +487,7 @@ def _reaches_today(cfg: Config, tally: Tally, now_ms: int) -> bool:
 # The fields a row must have the right type in, and those types: what a reader counts with.
 _TYPES: tuple[type | tuple[type, ...], ...] = (
     str, str, str, str, int, int, (int, float, type(None)), bool, str, str, int, str, str, str,
-    bool, str,
+    bool, str, str,
 )
 _CHECKED = tuple(enumerate(_TYPES))
 _COST = _FIELDS.index("cost")
@@ -501,6 +506,8 @@ def _record(row: Any) -> SessionRecord:
     cost = row[_COST]
     if cost is not None and cost_value(cost) is None:  # a scan reads that as unknown
         raise ValueError("a session row's cost no scan could give")
+    if row[_OUTCOME] not in _READS:  # a word an older hub wrote: read again when shown
+        row[_OUTCOME] = ""
     rec = SessionRecord(*row[:_WAITING])  # positional: the fields in their order (10k: ~40 ms)
     waiting = row[_WAITING]
     if waiting is None:

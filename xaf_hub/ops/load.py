@@ -1,9 +1,10 @@
-"""Instance load: running project sessions plus live reservations against the limit.
+"""Instance load: the running sessions of every configured project plus live reservations
+against the limit, and the chosen project's own against its share.
 
 ``instance_load`` is the one place that counts an instance's load, for ``status``, the
-planner's views, the gate's re-count under the lock and the patrol's free slots. A
-reservation whose session the server already reports running is counted once, as that
-running session (``Gate.pending``).
+planner's views, the gate's re-count under the lock and the patrol's free slots (``free``
+the one sum of free slots). A reservation whose session the server already reports running
+is counted once, as that running session (``Gate.pending``).
 """
 
 from __future__ import annotations
@@ -12,8 +13,34 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from xaf_hub.config.load import InstanceConfig
+    from xaf_hub.core.records import SessionRecord
     from xaf_hub.fleet.scan import InstanceScan
     from xaf_hub.store.gate import Gate
+
+
+def free(
+    limit: int, running: int, reserved: int, share: int | None = None, own: int = 0
+) -> int:
+    """Free slots: ``limit`` less every configured project's ``running`` sessions and the
+    ``reserved`` slots; with a ``share``, at most it less the project's ``own`` (running and
+    reserved). Never negative."""
+    slots = limit - running - reserved
+    return max(0, slots if share is None else min(slots, share - own))
+
+
+def free_slots(
+    inst: InstanceConfig, sessions: Iterable[SessionRecord], reserved: int, own: int
+) -> int:
+    """``free`` for ``inst`` from its sessions (``own``: the project's reservations)."""
+    running = mine = 0
+    for s in sessions:
+        if s.running and (s.project or s.owner):
+            running += 1
+            mine += s.project
+    return free(inst.concurrency_limit, running, reserved, inst.share, mine + own)
 
 
 @dataclass(frozen=True)
@@ -34,13 +61,19 @@ class Load:
     # Running project sessions whose run waits for a person: counted in running_project (the
     # run goes on the moment it is answered), named in the reason so nobody takes it for work.
     waiting: int = 0
+    project: str = ""  # the chosen project: running_project and reserved_own are its
+    running_others: int = 0  # running sessions of the other configured projects (they count)
+    share: int | None = None  # the project's runs here, at most (None: up to the limit)
+    reserved_own: int = 0  # the project's own live reservations
 
     @property
     def free(self) -> int:
         """Free slots (never negative; 0 while reservations or the run state are unknown)."""
         if not self.reachable or self.reserved is None or self.run_state_unknown:
             return 0
-        return max(0, self.limit - self.running_project - self.reserved)
+        own = self.running_project + self.reserved_own
+        return free(self.limit, self.running_project + self.running_others, self.reserved,
+                    self.share, own)
 
     def to_json(self) -> dict[str, Any]:
         """Export form."""
@@ -60,16 +93,19 @@ def instance_load(
     ``observed_at`` is when the scan's run state was read (gate clock; default now): a
     reservation made after it is never judged by it.
     """
-    summary = sc.summary()
+    summary, inst = sc.summary(), sc.inst
     running_ids = frozenset(s.id for s in sc.sessions if s.running)
     reserved: int | None = 0
-    if sc.reachable:
-        reserved = (
-            None
-            if gate is None
-            else len(gate.pending(sc.inst.name, set(running_ids), observed_at))
-        )
-    used = summary.running_project + (reserved or 0)
+    own = 0
+    if sc.reachable and gate is None:
+        reserved = None
+    elif sc.reachable and gate is not None:
+        pending = gate.pending(inst.name, set(running_ids), observed_at)
+        reserved, own = len(pending), sum(1 for r in pending if r.project == inst.project)
+    others = sum(1 for s in sc.sessions if s.running and not s.project and s.owner)
+    running = summary.running_project + others
+    used = running + (reserved or 0)
+    mine = summary.running_project + own
     if not sc.reachable:
         ok, reason = False, f"unreachable: {sc.reason}"
     elif sc.run_state_unknown:
@@ -78,11 +114,14 @@ def instance_load(
         ok, reason = False, "production instance (needs --allow-prod)"
     elif used >= summary.limit:
         shown = "?" if reserved is None else reserved
-        ok, reason = False, f"full ({summary.running_project} running + {shown} reserved)"
+        ok, reason = False, f"full ({running} running + {shown} reserved)"
     elif reserved is None:
         ok, reason = False, "reservations unknown (the shared gate is unreachable)"
+    elif inst.share is not None and mine >= inst.share:
+        ok, reason = False, f"{inst.project}'s share is used ({mine} of {inst.share})"
     else:
-        ok, reason = True, f"{summary.limit - used} free slot(s)"
+        slots = free(summary.limit, running, reserved, inst.share, mine)
+        ok, reason = True, f"{slots} free slot(s)"
     if sc.reachable and summary.waiting:
         from xaf_hub.core.runstate import waiting_count
 
@@ -100,4 +139,8 @@ def instance_load(
         running_ids,
         sc.run_state_unknown,
         summary.waiting,
+        inst.project,
+        others,
+        inst.share,
+        own,
     )

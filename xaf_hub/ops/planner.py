@@ -22,6 +22,7 @@ from xaf_hub.errors import (
     UnreachableError,
     UsageError,
 )
+from xaf_hub.ops.load import free_slots
 
 Action = Literal["steer", "reuse", "create"]
 
@@ -54,6 +55,7 @@ class InstanceView:
     run_state_unknown: str = ""  # set: the run state could not be read; counted full
     over_budget: str = ""  # set: its daily budget is reached (the refusal); takes no new work
     sandboxes: tuple[str, ...] = ()  # the project's worktrees the server lists: inside
+    reserved_own: int = 0  # of ``reserved``, the project's own (against its share)
 
     @property
     def running_project(self) -> int:
@@ -70,7 +72,7 @@ class InstanceView:
         """Free slots (never negative; none while the run state is unknown)."""
         if self.run_state_unknown:
             return 0
-        return max(0, self.inst.concurrency_limit - self.running_project - self.reserved)
+        return free_slots(self.inst, self.sessions, self.reserved, self.reserved_own)
 
 
 @dataclass(frozen=True)
@@ -242,10 +244,18 @@ def default_title(text: str, width: int = 60) -> str:
     return first if len(first) <= width else first[: width - 1] + "…"
 
 
-def _check_prod(view: InstanceView, req: DispatchRequest) -> None:
-    if view.inst.production and not req.allow_prod:
-        raise ProductionRefused(
-            f"{view.inst.name} is a production instance: writes need --allow-prod"
+def check_write(
+    inst: InstanceConfig, session: SessionRecord | None, *, allow_prod: bool, force: bool
+) -> None:
+    """The one guard of every write a person asks for: a production instance needs
+    ``allow_prod`` (ProductionRefused), a session outside the project ``force``
+    (NotProjectSession)."""
+    if inst.production and not allow_prod:
+        raise ProductionRefused(f"{inst.name} is a production instance: writes need --allow-prod")
+    if session is not None and not session.project and not force:
+        raise NotProjectSession(
+            f"session {session.id} on {inst.name} is not a project session "
+            f"({session.directory or 'no directory'}); --force overrides"
         )
 
 
@@ -330,11 +340,7 @@ def _target_plan(
     candidates: tuple[CandidateVerdict, ...] = (),
     warnings: tuple[str, ...] = (),
 ) -> Plan:
-    if not session.project and not req.force:
-        raise NotProjectSession(
-            f"session {session.id} on {view.inst.name} is not a project session "
-            f"({session.directory or 'no directory'}); --force overrides"
-        )
+    check_write(view.inst, session, allow_prod=req.allow_prod, force=req.force)
     # Run state unknown: "running" is only the fail-closed guess, so it passes the gate.
     action: Action = "steer" if session.running and not view.run_state_unknown else "reuse"
     return Plan(
@@ -363,7 +369,6 @@ def plan_dispatch(
         named = find_session(((v, v.sessions) for v in scoped), req.session)
         if named is not None:
             _check_reachable(named[0])
-            _check_prod(named[0], req)
             return _target_plan(named[0], named[1], req, "--session")
         unreachable = [v.inst.name for v in scoped if not v.reachable]
         if unreachable and len(unreachable) == len(scoped):
@@ -445,7 +450,7 @@ def plan_dispatch(
     if req.instance:
         view = by_name[req.instance]
         _check_reachable(view)
-        _check_prod(view, req)
+        check_write(view.inst, None, allow_prod=req.allow_prod, force=req.force)
     else:
         view = pick_instance(scoped, req)
 

@@ -321,7 +321,7 @@ async def _gated(
             # counts only if the run ends while the prompt travels and the prompt starts it
             # again (it is not running then), until the server shows that run.
             try:
-                res = gate.reserve(inst.name, session.id, PROMPT_SENT)
+                res = gate.reserve(inst.name, session.id, PROMPT_SENT, inst.project)
             except LockLostError:
                 raise _lock_lost(gate, inst.name, "before reserving", session.id) from None
             await _deliver(client, gate, res, prompt, model, before_prompt, warnings)
@@ -334,19 +334,22 @@ async def _gated(
         warnings.extend(notes)
         assert load.reserved is not None
         _check_budget(ops, inst, fresh.sessions, others, load.reserved)
-        if load.running_project + load.reserved >= inst.concurrency_limit:
+        if not load.free:
             why = (
                 f"session {planned} had stopped, so a prompt would start a new run; "
                 if stopped
                 else ""
             )
+            running = load.running_project + load.running_others
+            full = running + load.reserved >= inst.concurrency_limit
             raise BusyError(
-                f"{inst.name} is at its limit: {load.running_project} running + "
-                f"{load.reserved} reserved of {inst.concurrency_limit}; {why}try later or "
-                "steer a running session with --session"
+                f"{inst.name} is at its limit: {running} running + {load.reserved} reserved of "
+                f"{inst.concurrency_limit}; {why}try later or steer a running session with "
+                "--session" if full else f"{inst.name} is at its limit for {inst.project}: "
+                f"{load.reason}; {why}try later"
             )
         try:
-            res = gate.reserve(inst.name)
+            res = gate.reserve(inst.name, project=inst.project)
         except LockLostError:
             raise _lock_lost(gate, inst.name, "before reserving", planned) from None
         session_id, directory = planned, plan.directory
@@ -563,7 +566,7 @@ async def abort_and_prompt(
                     warnings.extend(notes)
                     _check_budget(ops, inst, fresh.sessions, others)
                 try:
-                    res = gate.reserve(inst.name, session, PROMPT_SENT)
+                    res = gate.reserve(inst.name, session, PROMPT_SENT, inst.project)
                 except LockLostError:
                     raise _lock_lost(gate, inst.name, "before reserving", session) from None
                 try:

@@ -33,6 +33,7 @@ from xaf_hub.errors import (
 )
 from xaf_hub.fleet.scan import InstanceScan, scan_fleet
 from xaf_hub.ops.context import OpsContext
+from xaf_hub.ops.planner import check_write
 
 Action = Literal["approve", "deny", "answer"]
 
@@ -218,13 +219,7 @@ async def send_reply(
     answers = question_answers(w, reply) if reply.action == "answer" else None
     if answers and reply.choices:  # the labels as offered, for the audit and the output
         reply = replace(reply, choices=tuple(label for labels in answers for label in labels))
-    if inst.production and not allow_prod:
-        raise ProductionRefused(f"{inst.name} is a production instance: writes need --allow-prod")
-    if not s.project and not force:
-        raise NotProjectSession(
-            f"session {s.id} on {inst.name} is not a project session ({s.directory}); "
-            "--force overrides"
-        )
+    check_write(inst, s, allow_prod=allow_prod, force=force)
     command = reply.action
     extra: dict[str, Any] = {
         "request": w.request_id,

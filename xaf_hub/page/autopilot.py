@@ -7,9 +7,10 @@ opencode server is asked.
 A file that cannot be read becomes a sentence in ``problems``: the page always renders.
 
 The badge says "on" only while a patrol daemon's heartbeat is fresh; a round run once (cron,
-``patrol --once``) leaves it "off" with when it last ran. The work queue is counted with the
-page's own vocabulary (``page.view.session_phase``) against the sessions of the same scan, so
-a task whose session has finished is counted as done even before the next round records it.
+``patrol --once``) leaves it "off" with when it last ran. The work queue counts the pool's tasks
+by their state (``store.pick.state_of``), the very values ``backlog list`` prints, so each
+count is what the command line says. The headline says the round went as planned only when it
+left nothing for a person.
 """
 
 from __future__ import annotations
@@ -22,10 +23,14 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from xaf_hub.config.load import Config
+from xaf_hub.core.clock import instant_ms
+from xaf_hub.core.outcomes import TASK_STATES, TaskState, task_state
 from xaf_hub.core.records import SessionRecord
 from xaf_hub.errors import HubError
 from xaf_hub.ops.budget import BudgetLine, budget_lines, money
 from xaf_hub.page.words import TEXT, WHEN, Lang, Line, ago, clean, local_time_with_zone, text
+from xaf_hub.store.pick import count_states
+from xaf_hub.store.tasks import Task
 
 if TYPE_CHECKING:  # the page loads the stores when it builds the view
     from xaf_hub.store.backends import Stores
@@ -37,6 +42,7 @@ STEP_KEYS = ("run_ceiling", "fix_free_limit", "check_agents", "sync_design_tasks
 ROUND_FIGURES = (
     "dispatched",
     "tasks_done",
+    "tasks_finished",
     "healed",
     "resumed",
     "tasks_requeued",
@@ -58,11 +64,11 @@ class AutopilotView:
     headline: Line
     details: tuple[Line, ...] = ()
     figures: tuple[tuple[int, str], ...] = ()
-    queue: tuple[tuple[int, str, str], ...] = ()  # (count, words, kind)
+    queue: tuple[tuple[int, str, TaskState], ...] = ()  # (count, words, state)
     next_up: tuple[tuple[str, str], ...] = ()
     rests: tuple[Line, ...] = ()
     problems: tuple[str, ...] = ()
-    done: tuple[DoneTask, ...] = ()  # the latest tasks done, newest first
+    done: tuple[DoneTask, ...] = ()  # the latest tasks finished, newest first
     spend: tuple[str, ...] = ()  # today's spend against the daily budgets (ops.budget)
     # The HA patrol (store.backends.Stores.lease_status): the host holding the lease ("" when
     # none or no lease is used) and the sentence that says so (None when no lease is used).
@@ -72,22 +78,25 @@ class AutopilotView:
 
 @dataclass(frozen=True)
 class DoneTask:
-    """A done task as the panel lists it: its commit linked when the patrol found it."""
+    """A finished task as the panel lists it: its state, its commit linked when the patrol
+    found it."""
 
     title: str
     commit: str = ""  # the short hash; "" when not verified
     url: str = ""  # project.commit_url filled in, for a verified commit only
     verified: bool = False
     judged: str = ""  # which rule decided (new work, check passed...), issue 37
+    state: TaskState = "unverified"
 
 
-# How many done tasks the panel lists.
+# How many finished tasks the panel lists.
 DONE_SHOWN = 5
 
 
-def done_tasks(tasks: Sequence[Any], commit_url: str, lang: Lang = "en") -> tuple[DoneTask, ...]:
-    """The latest done tasks, newest first, each verified one linked by ``commit_url``, how
-    each was judged in the hub's words (marked as English on a page in another) (pure).
+def done_tasks(tasks: Sequence[Task], commit_url: str, lang: Lang = "en") -> tuple[DoneTask, ...]:
+    """The latest finished tasks, newest first, each with its state, each verified one linked
+    by ``commit_url``, how each was judged in the hub's words (marked as English on a page in
+    another) (pure).
 
     The hash is hex as git gave it, quoted all the same before it goes into the URL; the
     template escapes the attribute.
@@ -96,24 +105,17 @@ def done_tasks(tasks: Sequence[Any], commit_url: str, lang: Lang = "en") -> tupl
     done.sort(key=lambda t: str(t.done_at or ""), reverse=True)
     out = []
     for t in done[:DONE_SHOWN]:
-        said = getattr(t, "judged", None) or ""
-        judged = reason(lang, said) if said else ""
+        state = task_state(
+            status=t.status, landing=t.landing, parked=False, person=False, blocked=False,
+            verified=t.verified,
+        )
+        judged = reason(lang, t.judged) if t.judged else ""
         if t.verified and t.commit:
             url = commit_url.replace("{commit}", quote(t.commit, safe="")) if commit_url else ""
-            out.append(DoneTask(clean(t.title), t.commit[:7], url, True, judged))
+            out.append(DoneTask(clean(t.title), t.commit[:7], url, True, judged, state))
         else:
-            out.append(DoneTask(clean(t.title), judged=judged))
+            out.append(DoneTask(clean(t.title), judged=judged, state=state))
     return tuple(out)
-
-
-def _ms(iso: object) -> int:
-    try:
-        when = datetime.fromisoformat(str(iso))
-    except ValueError:
-        return 0
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return int(when.timestamp() * 1000)
 
 
 def heartbeat_fresh(beat: Mapping[str, Any] | None, now_ms: int) -> bool:
@@ -124,7 +126,7 @@ def heartbeat_fresh(beat: Mapping[str, Any] | None, now_ms: int) -> bool:
     """
     if not beat or beat.get("stopped_at"):
         return False
-    last = max(_ms(beat.get("tick_at") or ""), _ms(beat.get("started_at") or ""))
+    last = max(instant_ms(beat.get("tick_at") or ""), instant_ms(beat.get("started_at") or ""))
     interval = beat.get("interval_seconds")
     if not last or not isinstance(interval, int | float) or interval <= 0:
         return False
@@ -144,8 +146,10 @@ def _headline(
     paused: Mapping[str, Any] | None,
     now_ms: int,
     interval_minutes: float,
+    for_person: int = 0,
 ) -> tuple[str, Line, list[Line]]:
-    """(state, headline, detail sentences)."""
+    """(state, headline, detail sentences); ``for_person``: how many lines below it are left
+    for a person (then the round did not all go as planned)."""
     details: list[Line] = []
     running = heartbeat_fresh(beat, now_ms)
     if running and beat is not None:
@@ -156,7 +160,7 @@ def _headline(
         if running:
             headline = Line(text(lang, "ap.on_first", every=every))
     else:
-        last = _ms(report.get("finished_at") or report.get("started_at"))
+        last = instant_ms(report.get("finished_at") or report.get("started_at"))
         steps = report.get("steps")
         failed = [
             text(lang, f"step.{s['name']}") if s.get("name") in STEP_KEYS else str(s.get("name"))
@@ -167,6 +171,8 @@ def _headline(
         how = (
             text(lang, "ap.some_failed", steps=sep.join(failed))
             if failed
+            else text(lang, "ap.left_for_person", n=for_person)
+            if for_person
             else text(lang, "ap.all_ok")
         )
         when = WHEN if last else text(lang, "ap.when_unknown")
@@ -175,7 +181,7 @@ def _headline(
         headline = Line(text(lang, key, every=every, when=when, how=how), last)
     if paused is not None:
         state = "paused"
-        since = _ms(paused.get("paused_at"))
+        since = instant_ms(paused.get("paused_at"))
         by = clean(str(paused.get("by") or ""))
         who = text(lang, "ap.by", who=by) if by else text(lang, "ap.by_unknown")
         if since:
@@ -268,44 +274,11 @@ def task_ids_by_session(cfg: Config) -> dict[str, str]:
     return {t.session_id: t.id for t in tasks if t.session_id}
 
 
-def _queue(
-    lang: Lang,
-    tasks: list[Any],
-    stuck: list[Any],
-    sessions: Mapping[tuple[str, str], SessionRecord],
-) -> list[tuple[int, str, str]]:
-    from xaf_hub.page.view import session_phase
-
-    counts = {"waiting": 0, "in_progress": 0, "done": 0, "ended_badly": 0, "to_land": 0}
-    for t in tasks:
-        if t in stuck:
-            continue
-        if t.landing in ("ready", "person"):  # verified, on its way to the base branch
-            counts["to_land"] += 1
-        elif t.status == "pending":
-            counts["waiting"] += 1
-        elif t.status == "done":
-            counts["done"] += 1
-        elif t.status == "dispatched":
-            s = sessions.get((t.dispatched_to or "", t.session_id or ""))
-            phase = session_phase(s) if s is not None else "working"
-            if phase == "finished":
-                counts["done"] += 1
-            elif phase == "ended_badly":
-                counts["ended_badly"] += 1
-            else:
-                counts["in_progress"] += 1
-    rows = [
-        (counts["waiting"], text(lang, "queue.waiting"), "waiting"),
-        (counts["in_progress"], text(lang, "queue.in_progress"), "in_progress"),
-        (counts["done"], text(lang, "queue.done"), "done"),
-    ]
-    if counts["to_land"]:
-        rows.append((counts["to_land"], text(lang, "queue.to_land"), "to_land"))
-    if counts["ended_badly"]:
-        rows.append((counts["ended_badly"], text(lang, "queue.ended_badly"), "ended_badly"))
-    rows.append((len(stuck), text(lang, "queue.stuck"), "stuck"))
-    return rows
+def _queue(lang: Lang, counts: Mapping[TaskState, int]) -> list[tuple[int, str, TaskState]]:
+    """The work queue's rows: (count, words, state), the states that hold a task (at least
+    "waiting to start"), in the order a task goes through them (``TASK_STATES``)."""
+    rows = [(counts[s], text(lang, f"task.{s}"), s) for s in TASK_STATES if counts[s]]
+    return rows or [(0, text(lang, "task.waiting"), "waiting")]
 
 
 def _build(
@@ -335,19 +308,16 @@ def _built(
     except HubError as exc:
         report = None
         problems.append(text(lang, "ap.report_unreadable", error=exc))
-    state, headline, details = _headline(
-        lang, report, heartbeat(folder), pause_info(folder), now_ms, cfg.patrol.interval_minutes
-    )
-
     figures: list[tuple[int, str]] = []
+    person: list[Line] = []
     if report is not None:
         for key in ROUND_FIGURES:
             rows = report.get(key)
             if isinstance(rows, list) and rows:
                 figures.append((len(rows), text(lang, f"fig.{key}")))
-        details += _needs_person(lang, report.get("needs_person"))
+        person += _needs_person(lang, report.get("needs_person"))
 
-    queue: list[tuple[int, str, str]] = []
+    queue: list[tuple[int, str, TaskState]] = []
     next_up: list[tuple[str, str]] = []
     done: tuple[DoneTask, ...] = ()
     try:
@@ -355,21 +325,31 @@ def _built(
     except HubError as exc:
         problems.append(text(lang, "ap.queue_unreadable", error=exc))
     else:
-        stuck = [t for t in tasks if is_blocked(t, cfg.patrol.max_attempts) or t.parked]
-        queue = _queue(lang, tasks, stuck, sessions)
+        now = datetime.fromtimestamp(now_ms / 1000, UTC)
+        counts = count_states(tasks, now, cfg.patrol.max_attempts)
+        queue = _queue(lang, counts)
         # Next = what fill_slots would take first: ready now (not backing off, dependencies
         # done), by priority, then age.
-        now = datetime.fromtimestamp(now_ms / 1000, UTC)
-        waiting = [t for t in tasks if t.status == "pending" and t not in stuck]
+        waiting = [
+            t for t in tasks
+            if t.status == "pending" and not t.parked and not is_blocked(t, cfg.patrol.max_attempts)
+        ]
         ready = [t for t in waiting if not readiness(t, tasks, now)]
         ready.sort(key=lambda t: (t.priority, t.created_at or ""))
         next_up = [(t.priority, t.title) for t in ready[:NEXT_UP]]
         done = done_tasks(tasks, cfg.repository.commit_url, lang)
-        details += [
+        person += [
             Line(text(lang, "ap.parked", title=clean(t.title), why=reason(lang, str(t.parked))))
             for t in tasks
             if t.parked
         ]
+        if not cfg.repository.url and counts["unverified"]:
+            person.append(Line(text(lang, "ap.no_repository", n=counts["unverified"])))
+    state, headline, details = _headline(
+        lang, report, heartbeat(folder), pause_info(folder), now_ms, cfg.patrol.interval_minutes,
+        len(person),
+    )
+    details += person
 
     active_host, ha = "", None
     lease = stores.lease_status(now_ms)

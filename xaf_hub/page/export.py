@@ -17,10 +17,10 @@ import io
 import re
 import time
 from collections.abc import Callable, Mapping
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from xaf_hub.core.clock import iso_time
 from xaf_hub.core.records import SessionRecord, Snapshot
 from xaf_hub.errors import UsageError
 from xaf_hub.page.words import Lang, ago, local_time
@@ -58,12 +58,6 @@ def humanize_age(ms: int, now_ms: int) -> str:
     return ago("en", ms, now_ms)
 
 
-def _utc_iso(ms: int) -> str:
-    """Return ``ms`` as ISO 8601 UTC with a trailing Z."""
-    moment = datetime.fromtimestamp(ms / 1000, tz=UTC)
-    return moment.isoformat(timespec="seconds").replace("+00:00", "Z")
-
-
 # --------------------------------------------------------------------------- JSON / CSV
 
 
@@ -88,7 +82,7 @@ def snapshot_document(snap: Snapshot) -> dict[str, Any]:
     from xaf_hub import __version__
 
     return {
-        "generated_at": _utc_iso(snap.generated_at),
+        "generated_at": iso_time(snap.generated_at),
         "xaf_hub_version": __version__,
         "by_instance": _counts(snap),
         "unreachable": snap.unreachable,

@@ -28,9 +28,10 @@ import time
 from collections import deque
 from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from xaf_hub.config.load import Config, InstanceConfig
+from xaf_hub.core.outcomes import Run
 from xaf_hub.core.records import SessionRecord, Snapshot
 from xaf_hub.fleet.events import FleetEvent, following_words
 from xaf_hub.fleet.scan import InstanceScan, TransportFactory
@@ -227,6 +228,9 @@ class ChangeFeed:
                 said.append(why)
 
 
+Read = Run | Literal[""]  # a session's last run as its messages say; "" not read
+
+
 class LiveFleet:
     """What ``serve`` shows: each instance from its change feed's follower where that view is
     fresh (the live board's rule, ``ops.live_board.take``: confirmed within
@@ -252,7 +256,7 @@ class LiveFleet:
         self._scan = scan
         self._outcomes = outcomes
         self.feed: ChangeFeed | None = None
-        self._known: dict[tuple[str, str], tuple[int, str]] = {}  # -> (updated, outcome)
+        self._known: dict[tuple[str, str], tuple[int, Read]] = {}  # -> (updated, outcome)
         self.scanned = 0  # instance scans made (for tests and the bench)
         self.taken = 0  # instance views taken from the follower
 
@@ -304,8 +308,8 @@ class LiveFleet:
         return replace(s, outcome=known[1])
 
     @staticmethod
-    def _remember(s: SessionRecord, into: dict[tuple[str, str], tuple[int, str]]) -> None:
-        if s.project and not s.running and s.outcome not in ("", "unknown", "running"):
+    def _remember(s: SessionRecord, into: dict[tuple[str, str], tuple[int, Read]]) -> None:
+        if s.project and not s.running and s.outcome not in ("", "running"):
             into[(s.instance, s.id)] = (s.updated, s.outcome)
 
 

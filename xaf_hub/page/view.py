@@ -3,8 +3,9 @@
 ``overview_context`` turns a fleet snapshot into the plain values the template lays out: cards,
 one section per server, one row per session, the summary of servers that did not answer. Every
 word comes from ``xaf_hub.page.words``; every badge a session gets comes from one function,
-``session_badges``, which is also what the Autopilot panel's work queue counts with, so a count
-and the badges under it always agree.
+``session_badges``: where its run stands now, and its last run's outcome
+(``core.outcomes.Run``), coloured by the value's tone, so nothing a person still has to look at
+shows green.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from xaf_hub.core.outcomes import RUNS, TONES, Run, run_outcome, tone
 from xaf_hub.core.records import InstanceSummary, SessionRecord, Snapshot, Waiting
 from xaf_hub.core.runstate import asked_line
 from xaf_hub.page.words import (
@@ -46,9 +48,10 @@ _REASON_KEYS: tuple[tuple[tuple[str, ...], str], ...] = (
 # ~200 on a phone), and rows off screen may skip rendering so the filter stays instant.
 MANY_ROWS = 500
 
-Phase = Literal[
-    "working", "asking", "waiting", "finished", "ended_badly", "not_started", "unchecked"
-]
+Phase = Literal["working", "asking", "waiting", "idle"]
+
+# A value's tone (``core.outcomes.Tone``) -> its badge's class.
+TONE_CSS = {"good": "ok", "person": "warn", "bad": "bad", "neutral": "muted"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,41 +131,22 @@ def plain_reason(reason: str, lang: Lang = "en") -> str:
     return text(lang, "reason.other")
 
 
-# The run-state layer's verdict (core.runstate.judge) -> where the page says the work stands.
-_PHASES: dict[str, Phase] = {
-    "retrying": "waiting",
-    "waiting": "asking",  # for a person: the verdict's word, not the page's "waiting" (retry)
-    "running": "working",
-    "pending": "working",
-    "finished": "finished",
-    "failed": "ended_badly",
-    "aborted": "ended_badly",
-    "interrupted": "ended_badly",
-    "idle": "not_started",
-}
-
-
 def session_phase(s: SessionRecord) -> Phase:
-    """Where a session's work stands, in the run-state layer's vocabulary.
-
-    Every badge and every count on the page derives from this (the Autopilot panel's work
-    queue included), and this from ``core.runstate.judge``, the words every command uses.
-    """
-    from xaf_hub.core.runstate import LastRun, judge
-
-    if s.running and s.run_state == "idle":
-        return "working"  # the server reports it running, whatever its last message says
-    if not s.outcome and s.run_state == "idle":
-        return "unchecked"  # its last result was not fetched
-    return _PHASES.get(judge(s, LastRun(s.outcome) if s.outcome else None).state, "not_started")
+    """Where a session's run stands now: working, asking a person, waiting to retry, idle."""
+    if s.running and s.waiting is not None:
+        return "asking"
+    if s.run_state == "retry":
+        return "waiting"
+    return "working" if s.running or s.run_state == "busy" else "idle"
 
 
 def session_badges(s: SessionRecord, lang: Lang, now_ms: int) -> tuple[Badge, Badge]:
     """The (run state, last result) badges of one session: the page's whole mapping."""
     phase = session_phase(s)
+    outcome = outcome_badge(run_outcome(s.outcome, running=s.running), lang)
     if phase == "asking" and s.waiting is not None:
         state = Badge(text(lang, "state.asking"), "warn", asking_words(s.waiting, lang))
-        return state, outcome_badge(s.outcome, lang)
+        return state, outcome
     if phase == "waiting":
         parts = []
         if s.retry_message:
@@ -178,35 +162,18 @@ def session_badges(s: SessionRecord, lang: Lang, now_ms: int) -> tuple[Badge, Ba
         state = Badge(text(lang, "state.busy"), "working")
     else:
         state = Badge(text(lang, "state.idle"), "idle")
-    if s.outcome == "running" and phase != "working":
-        # Its last run never completed and nothing runs now: the server stopped mid-run.
-        words = text(lang, "result.interrupted"), text(lang, "result.interrupted_d")
-        return state, Badge(words[0], "warn", words[1])
-    return state, outcome_badge(s.outcome, lang)
+    return state, outcome
 
 
-def outcome_badge(outcome: str, lang: Lang = "en") -> Badge:
-    """Put a session's last outcome into plain words."""
-    if outcome.startswith("failed"):
-        detail = outcome.partition(":")[2]
-        note = (
-            text(lang, "result.failed_d", detail=detail)
-            if detail
-            else text(lang, "result.failed_plain")
+def outcome_badge(outcome: Run | None, lang: Lang = "en") -> Badge:
+    """A session's last outcome in plain words, coloured by its tone (None: not read)."""
+    if outcome is None:
+        return Badge(
+            text(lang, "result.not_checked"), "muted", text(lang, "result.not_checked_d")
         )
-        return Badge(text(lang, "result.failed"), "bad", note)
-    fixed: dict[str, tuple[str, str, str]] = {
-        "succeeded": ("result.succeeded", "ok", ""),
-        "rate_limited": ("result.rate_limited", "warn", "result.rate_limited_d"),
-        "aborted": ("result.aborted", "muted", "result.aborted_d"),
-        "running": ("result.running", "info", ""),
-        "unknown": ("result.never", "muted", ""),
-        "": ("result.not_checked", "muted", "result.not_checked_d"),
-    }
-    if outcome not in fixed:
-        return Badge(outcome, "muted")
-    label, css, note = fixed[outcome]
-    return Badge(text(lang, label), css, text(lang, note) if note else "")
+    return Badge(
+        text(lang, f"run.{outcome}"), TONE_CSS[tone(outcome)], text(lang, f"run.{outcome}_d")
+    )
 
 
 def split_task(title: str, task_id: str = "") -> tuple[str, str]:
@@ -408,4 +375,6 @@ def overview_context(
         "warnings": list(snap.warnings),
         "autopilot": autopilot,
         "asking": asking_views(snap, lang, now_ms),
+        "runs": RUNS,
+        "tone_css": {value: TONE_CSS[t] for value, t in TONES.items()},
     }

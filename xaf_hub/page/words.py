@@ -16,6 +16,7 @@ from typing import Literal
 from xaf_hub.config.watch import KEPT, RESTART
 from xaf_hub.core import clock
 from xaf_hub.core.clock import MAX_TIME_MS
+from xaf_hub.core.outcomes import WORDS
 
 Lang = Literal["en", "zh"]
 LANGS: tuple[Lang, ...] = ("en", "zh")
@@ -142,6 +143,18 @@ TEXT: dict[str, tuple[str, str]] = {
     ),
     "ap.when_unknown": ("at a time its report does not say", "某个报告里没有写明的时间"),
     "ap.all_ok": ("everything went as planned.", "一切按计划完成。"),
+    "ap.left_for_person": (
+        "{n} thing(s) are left for a person (below).",
+        "有 {n} 件事留给人处理（见下方）。",
+    ),
+    "ap.no_repository": (
+        "{n} task(s) finished but are not verified: without project.repository the hub cannot "
+        "check an agent's work. Set project.repository to the remote the agents push to "
+        "(xaf-hub init --root fills it from the checkout's origin).",
+        "{n} 个任务已结束但未验证：没有设置 project.repository，汇总工具无法核对智能体的工作。"
+        "请把 project.repository 设为智能体推送到的远程仓库（xaf-hub init --root 会按检出目录的 "
+        "origin 填写）。",
+    ),
     "ap.some_failed": ("some of it did not work: {steps}.", "有些步骤没有成功：{steps}。"),
     "ap.paused": (
         "It was paused {when}{who}: it fixes nothing and starts no work until someone resumes "
@@ -168,6 +181,7 @@ TEXT: dict[str, tuple[str, str]] = {
     "why.steered": ("a person steered it by hand", "有人手动给它发了指令"),
     "why.decided": ("a person stopped or steered it", "有人停止了它或手动给它发了指令"),
     "why.unresumed": ("its run was interrupted and not resumed", "它的运行被中断，且没有恢复"),
+    "why.denied": ("its run ended on a refused request", "它的运行因请求被拒绝而结束"),
     "why.missing": (
         "not verified: the commit it reported is not on the repository",
         "未验证：它报告的提交不在项目仓库里",
@@ -205,16 +219,14 @@ TEXT: dict[str, tuple[str, str]] = {
     "ap.last_round": ("In its last round", "上一轮"),
     "ap.queue": ("Work queue", "任务队列"),
     "ap.next": ("Next to start", "接下来要开始的"),
-    "ap.done": ("Recently done", "最近完成"),
-    "ap.verified": ("on the repository", "已在仓库中"),
-    "ap.not_verified": ("not verified", "未验证"),
+    "ap.done": ("Recently finished", "最近结束"),
     "ap.verified_hint": (
         "the patrol found this commit on the project's repository",
         "巡检已在项目仓库中找到这个提交",
     ),
     "ap.not_verified_hint": (
-        "done on the agent's word or a person's: no commit was checked",
-        "凭智能体或人工的说法完成:没有核对提交",
+        "finished on the agent's word or a person's: no commit was checked",
+        "凭智能体或人工的说法结束：没有核对提交",
     ),
     "ap.priority_hint": ("Priority: P0 is the most urgent", "优先级：P0 最紧急"),
     "ap.rest": (
@@ -270,7 +282,8 @@ TEXT: dict[str, tuple[str, str]] = {
     "step.run_ceiling": ("stopping runs over their ceiling", "停止超过上限的运行"),
     "step.fill_slots": ("starting queued work", "开始排队的工作"),
     "fig.dispatched": ("started from the queue", "从队列中开始"),
-    "fig.tasks_done": ("finished", "已完成"),
+    "fig.tasks_done": ("done and verified", "已完成并验证"),
+    "fig.tasks_finished": ("finished, not verified", "已结束，未验证"),
     "fig.healed": ("fixed after a rate limit", "限流后已修复"),
     "fig.resumed": ("resumed after an interruption", "中断后已恢复"),
     "fig.tasks_requeued": ("sent back to the queue", "退回队列"),
@@ -278,21 +291,6 @@ TEXT: dict[str, tuple[str, str]] = {
     "fig.over_run_ceiling": (
         "stopped over the run ceiling (a person decides)",
         "超过单次运行上限而被停止(等人处理)",
-    ),
-    "queue.waiting": ("waiting to start", "等待开始"),
-    "queue.in_progress": ("in progress", "进行中"),
-    "queue.done": ("done", "已完成"),
-    "queue.to_land": (
-        "verified, ready to land on the main branch (`xaf-hub land ID` when a person lands)",
-        "已验证，待合入主分支（需人工合入时运行 `xaf-hub land ID`）",
-    ),
-    "queue.ended_badly": (
-        "ended without success (the autopilot retries them)",
-        "未成功结束（自动巡检会重试）",
-    ),
-    "queue.stuck": (
-        "stuck after too many failed tries (a person must look)",
-        "多次失败后卡住（需要有人查看）",
     ),
     # notes and glossary
     "notes.head": ("Notes from the scan", "扫描时的提示"),
@@ -333,14 +331,9 @@ TEXT: dict[str, tuple[str, str]] = {
     ),
     "help.result": ("Last result", "上次结果"),
     "help.result_d": (
-        "How the most recent piece of work ended: succeeded, failed, rate-limited (refused "
-        "for too many requests), stopped early, or still running.",
-        "最近一项工作的结局：成功、失败、被限流（请求过多被拒绝）、提前停止，或仍在运行。",
-    ),
-    "help.never_d": (
-        "The session has been created but the assistant has not answered in it yet, so there "
-        "is no result to show.",
-        "会话已经建立，但助手还没有在里面回答过，所以没有结果可显示。",
+        "How the most recent piece of work ended. Only a green word means nobody needs to "
+        "look; a yellow one waits for a person, a red one went wrong.",
+        "最近一项工作的结局。只有绿色的词表示无需有人查看；黄色的等人处理，红色的出了问题。",
     ),
     "help.autopilot_d": (
         "The hub's own regular round over the servers: it restarts work that an AI provider "
@@ -430,30 +423,6 @@ TEXT: dict[str, tuple[str, str]] = {
         "The AI provider asked us to slow down; it retries by itself.",
         "AI 服务商要求放慢速度；它会自己重试。",
     ),
-    "result.succeeded": ("succeeded", "成功"),
-    "result.failed": ("failed", "失败"),
-    "result.failed_d": (
-        "The last run ended with an error: {detail}.",
-        "上次运行以错误结束：{detail}。",
-    ),
-    "result.failed_plain": ("The last run ended with an error.", "上次运行以错误结束。"),
-    "result.rate_limited": ("rate-limited", "被限流"),
-    "result.rate_limited_d": (
-        "The AI provider refused the last run because of too many requests.",
-        "AI 服务商因请求过多拒绝了上次运行。",
-    ),
-    "result.aborted": ("stopped early", "提前停止"),
-    "result.aborted_d": (
-        "The last run was stopped before it finished.",
-        "上次运行在完成前被停止。",
-    ),
-    "result.running": ("still running", "仍在运行"),
-    "result.interrupted": ("interrupted", "被中断"),
-    "result.interrupted_d": (
-        "The last run stopped without finishing (a server restart?); the autopilot resumes it.",
-        "上次运行没有完成就停止了（服务器重启？）；自动巡检会让它继续。",
-    ),
-    "result.never": ("never ran", "从未运行"),
     "result.not_checked": ("not checked", "未检查"),
     "result.not_checked_d": (
         "The result of the last run was not checked.",
@@ -490,6 +459,9 @@ TEXT: dict[str, tuple[str, str]] = {
     "unit.month": ("month|months", "个月"),
     "unit.year": ("year|years", "年"),
 }
+
+# A run's outcome and a task's state ("run.<value>", "task.<value>"): one catalogue.
+TEXT.update(WORDS)
 
 # (unit key, size in ms, counts below this use the unit), largest unit last.
 _UNITS: tuple[tuple[str, int, int], ...] = (

@@ -5,7 +5,10 @@ Files: ``<state>/patrol/report-latest.json`` / ``.md`` plus a timestamped copy o
 Contents: how each step ended, instance load, what runs / finished / failed and why /
 was interrupted, what was healed, resumed, added, dispatched, settled, what "needs a person"
 (an operator's interrupt, "interrupted by <who> at <time>", or a session steered by hand: the
-patrol leaves them alone), and "waiting for dispatch": the task pool's pending tasks with
+patrol leaves them alone), how many pool tasks stand in each state (``tasks``: the values of
+``core.outcomes.TaskState``, counted as the page and ``backlog list`` count them; a task finished
+without ``project.repository`` is "finished, not verified", never done), and "waiting for
+dispatch": the task pool's pending tasks with
 ``pick.readiness``, the blocked ones (attempts used up), the parked ones ("parked:
 <reason>", after infrastructure failures in a row) and the human-decision list
 ``lead_backlog.md`` (only listed, never acted on).
@@ -22,11 +25,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from xaf_hub.core.clock import fmt_time, format_instant, local_iso
+from xaf_hub.core.outcomes import TaskState, task_words
 from xaf_hub.errors import HubError
 from xaf_hub.notify.record import RoundLog
 from xaf_hub.ops.context import OpsContext
 from xaf_hub.store.patrol_state import LATEST, latest_report
-from xaf_hub.store.pick import readiness
+from xaf_hub.store.pick import count_states, readiness
 from xaf_hub.store.statefile import write_json_atomic, write_text_atomic
 from xaf_hub.store.tasks import Task
 
@@ -45,7 +50,9 @@ SECTIONS: tuple[tuple[str, str, str], ...] = (
     ("heal", "healed", "Healed (fix_free_limit)"),
     ("resume", "resumed", "Resumed (check_agents)"),
     ("add", "design_tasks_added", "Design tasks added (sync_design_tasks)"),
-    ("done", "tasks_done", "Tasks done (fill_slots)"),
+    ("done", "tasks_done", "Tasks done and verified (fill_slots)"),
+    ("finished", "tasks_finished",
+     "Tasks finished, not verified: no project.repository to check them (fill_slots)"),
     ("verified", "ready_to_land", "Verified, ready to land on the base branch (fill_slots)"),
     ("landed", "tasks_landed", "Landed on the base branch: done (land)"),
     ("requeue", "tasks_requeued", "Tasks sent back to the pool (fill_slots)"),
@@ -61,6 +68,7 @@ SESSION_STATES: tuple[tuple[str, str], ...] = (
     ("stale_busy", "Stale busy (no update for a long time)"),
     ("finished", "Finished"),
     ("failed", "Failed"),
+    ("denied", "Denied: the run ended on a refused request (a person decides)"),
     ("interrupted", "Interrupted"),
     ("idle", "Idle"),
 )
@@ -134,10 +142,6 @@ def held_by_budget(
     return {**waiting, "ready": ready, "not_ready": kept + waiting["not_ready"]}
 
 
-def _iso(when: datetime | None) -> str:
-    return when.astimezone(UTC).isoformat(timespec="seconds") if when else ""
-
-
 def report_document(
     log: RoundLog,
     *,
@@ -146,16 +150,18 @@ def report_document(
     waiting: Mapping[str, list[dict[str, Any]]],
     lead_path: str,
     lead_items: Sequence[str],
+    tasks: Mapping[TaskState, int] | None = None,
 ) -> dict[str, Any]:
-    """The JSON report of one cycle (pure)."""
+    """The JSON report of one cycle (pure); ``tasks``: how many pool tasks stand in each
+    state (``store.pick.count_states``)."""
     sessions: dict[str, list[dict[str, Any]]] = {state: [] for state, _ in SESSION_STATES}
     for line in log.sessions:
         sessions.setdefault(line.state, []).append(asdict(line))
     doc: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "project": project,
-        "started_at": _iso(log.started),
-        "finished_at": _iso(log.finished),
+        "started_at": format_instant(log.started) if log.started else "",
+        "finished_at": format_instant(log.finished) if log.finished else "",
         "result": "ok" if code == 0 else "failed",
         "exit_code": code,
         "steps": [asdict(s) for s in log.steps],
@@ -166,6 +172,7 @@ def report_document(
     for kind, key, _ in SECTIONS:
         doc[key] = [asdict(a) for a in log.actions if a.kind == kind]
     doc["needs_person"] = _one_per_session(doc["needs_person"])
+    doc["tasks"] = dict(tasks or {})
     doc["waiting"] = {**waiting, "lead_backlog": {"path": lead_path, "items": list(lead_items)}}
     doc["errors"] = list(log.errors)
     doc["notes"] = list(log.notes)
@@ -193,24 +200,13 @@ def _table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> list[str]:
     return lines
 
 
-def _local(iso: str) -> str:
-    if not iso:
-        return "-"
-    return datetime.fromisoformat(iso).astimezone().strftime("%Y-%m-%d %H:%M:%S")
-
-
-def _ms_local(ms: int) -> str:
-    if ms <= 0:
-        return "-"
-    return datetime.fromtimestamp(ms / 1000).strftime("%Y-%m-%d %H:%M")
-
 
 def render_markdown(doc: Mapping[str, Any]) -> str:
     """The report as a markdown page (pure)."""
     out = [f"# Patrol report — {doc['project']}", ""]
     result = "ok" if doc["exit_code"] == 0 else f"failed (exit {doc['exit_code']})"
     out += [
-        f"- cycle: {_local(doc['started_at'])} → {_local(doc['finished_at'])}",
+        f"- cycle: {local_iso(doc['started_at'])} → {local_iso(doc['finished_at'])}",
         f"- result: **{result}**",
         "",
     ]
@@ -254,7 +250,7 @@ def render_markdown(doc: Mapping[str, Any]) -> str:
                     r["session"],
                     r["title"],
                     r["model"],
-                    _ms_local(r["updated_ms"]),
+                    fmt_time(r["updated_ms"]),
                     r["detail"],
                 ]
                 for r in rows
@@ -287,6 +283,9 @@ def render_markdown(doc: Mapping[str, Any]) -> str:
                 for a in rows
             ),
         )
+    counted = [(n, s) for s, n in (doc.get("tasks") or {}).items() if n]
+    out += ["", "## Task pool", ""]
+    out.append(", ".join(f"{n} {task_words(s)}" for n, s in counted) or "The pool is empty.")
     waiting = doc["waiting"]
     out += ["", "## Waiting for dispatch", ""]
     ready, later, blocked = waiting["ready"], waiting["not_ready"], waiting["blocked"]
@@ -357,6 +356,7 @@ def write_report(pctx: OpsContext, log: RoundLog, code: int) -> tuple[Path, Path
     waiting = held_by_budget(
         waiting_tasks(tasks, pctx.now(), pctx.cfg.patrol.max_attempts), log.budget_held
     )
+    states = count_states(tasks, pctx.now(), pctx.cfg.patrol.max_attempts)
     lead_path, lead_items = _lead(pctx)
     doc = _scrub(
         pctx,
@@ -367,6 +367,7 @@ def write_report(pctx: OpsContext, log: RoundLog, code: int) -> tuple[Path, Path
             waiting=waiting,
             lead_path=str(lead_path),
             lead_items=lead_items,
+            tasks=states,
         ),
     )
     markdown = pctx.redact(render_markdown(doc))

@@ -108,26 +108,6 @@ CYCLE_LOCK = "cycle.lock"
 # How often the daemon looks whether work arrived in the pool and whether its config changed.
 WATCH_SECONDS = 1.0
 
-# Higher is worse: a bug or bad config outranks an unreachable fleet, which outranks "busy".
-_SEVERITY = {
-    ExitCode.OK: 0,
-    ExitCode.BUSY: 1,
-    ExitCode.NOT_PROJECT: 1,
-    ExitCode.UNREACHABLE: 2,
-    ExitCode.USAGE: 3,
-    ExitCode.INTERNAL: 4,
-}
-
-
-def worst_code(codes: Iterable[int]) -> int:
-    """The most severe exit code of several (0 when all are 0)."""
-    worst = 0
-    for code in codes:
-        if _SEVERITY.get(ExitCode(code), 4) > _SEVERITY.get(ExitCode(worst), 4):
-            worst = code
-    return worst
-
-
 async def run_cycle(
     pctx: OpsContext,
     skip: Iterable[str] = (),
@@ -170,7 +150,7 @@ async def run_cycle(
 
 def cycle_code(cycle: Cycle) -> int:
     """0 when every step that was asked for ran, else the worst failed step's code."""
-    return worst_code(s.code for s in cycle.log.steps)
+    return ExitCode.worst(s.code for s in cycle.log.steps)
 
 
 @dataclass(frozen=True)
@@ -291,14 +271,14 @@ def run_once(
         send_round(pctx, cycle.log)
     code = cycle_code(cycle)
     if problem:
-        code = worst_code((code, int(ExitCode.INTERNAL)))
+        code = ExitCode.worst((code, ExitCode.INTERNAL))
         cycle.log.errors.append(pctx.redact(problem))
         pctx.log(f"error: {pctx.redact(problem)}")
     report: Path | None = None
     try:
         report = write_report(pctx, cycle.log, code)[1]
     except (OSError, HubError) as exc:
-        code = worst_code((code, int(ExitCode.INTERNAL)))
+        code = ExitCode.worst((code, ExitCode.INTERNAL))
         cycle.log.errors.append(pctx.redact(f"report not written: {exc}"))
         pctx.log(f"error: report not written: {pctx.redact(str(exc))}")
     return CycleRun("ran", code, summary(cycle, code), cycle, report)

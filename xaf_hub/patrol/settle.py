@@ -41,6 +41,10 @@ NO_ANSWER_GRACE = timedelta(minutes=2)
 # patrol reads ``patrol.just_dispatched_seconds`` (this is its default).
 JUST_DISPATCHED = timedelta(seconds=10)
 
+# What a task finished without ``project.repository`` records as its rule (``judged``): the
+# pool calls it done (its dependants may start), every view "finished, not verified".
+NOT_VERIFIED = "not verified: no project.repository to check its work"
+
 _INFRA_ERROR_NAMES = frozenset({"ProviderAuthError"})
 _INFRA_STATUS = frozenset({401, 403, 408, 409, 425})
 
@@ -177,11 +181,19 @@ def _settle(
     outcome = run.outcome
     if outcome == "succeeded":
         return Settlement("done")
-    if outcome in ("aborted", "running"):
+    if outcome in ("interrupted", "running"):
         return Settlement(
             "keep", reason="interrupted and not resumed: needs a human", why="unresumed"
         )
-    if outcome == "none":
+    if outcome == "denied":
+        return Settlement(
+            "keep",
+            reason="its run ended on a refused request (a permission denied or a question "
+            "dismissed): a person decides",
+            person=True,
+            why="denied",
+        )
+    if outcome == "not_started":
         # No message at all: the session was recorded before its prompt (fill_slots does
         # that on purpose) and the hub stopped in between. Nothing ran; send it again. Unless
         # the server made the session a moment ago: the row's stamp comes from the host that

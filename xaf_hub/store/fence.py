@@ -9,6 +9,9 @@ nothing. An empty token never matches: a standby's stores refuse every fenced wr
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
+
+from xaf_hub.errors import LockLostError
 
 
 @dataclass(frozen=True)
@@ -17,3 +20,19 @@ class Fence:
 
     key: str
     token: str
+
+    def lost(self, what: str, outcome: str = "nothing was written") -> LockLostError:
+        """The refusal of a write to ``what`` that found the lease no longer this token's."""
+        return LockLostError(
+            f"{what}: this patrol daemon no longer holds the patrol lease (key {self.key}); "
+            f"another daemon is active, so {outcome}"
+        )
+
+    def check(self, pipe: Any, what: str) -> None:
+        """In a Redis WATCH transaction, before MULTI: watch the lease key (a change aborts
+        the EXEC) and raise ``lost`` unless it holds this token now."""
+        pipe.watch(self.key)
+        holder = pipe.get(self.key)
+        if (holder.decode() if isinstance(holder, bytes) else holder) != self.token:
+            pipe.unwatch()
+            raise self.lost(what)

@@ -77,6 +77,7 @@ class Reservation:
     session_id: str = ""
     key: str = ""
     prompt: str = ""  # "" | PROMPT_SENT | PROMPT_ACCEPTED (see the module docstring)
+    project: str = ""  # the project whose run it holds a slot for (its share counts it)
 
     def to_json(self) -> dict[str, object]:
         """The slot file's content."""
@@ -88,6 +89,7 @@ class Reservation:
             "created": self.created,
             "session_id": self.session_id,
             "prompt": self.prompt,
+            "project": self.project,
         }
 
 
@@ -106,6 +108,7 @@ def parse_reservation(data: dict[str, object], path: Path | None, key: str = "")
         session_id=str(data.get("session_id") or ""),
         key=key,
         prompt=str(data.get("prompt") or ""),
+        project=str(data.get("project") or ""),
     )
 
 
@@ -161,8 +164,10 @@ class Gate(abc.ABC):
         """Live reservations of ``instance``; dead ones are deleted on the way."""
 
     @abc.abstractmethod
-    def reserve(self, instance: str, session_id: str = "", prompt: str = "") -> Reservation:
-        """Write a new reservation for this process."""
+    def reserve(
+        self, instance: str, session_id: str = "", prompt: str = "", project: str = ""
+    ) -> Reservation:
+        """Write a new reservation for this process (for a run of ``project``)."""
 
     @abc.abstractmethod
     def attach(self, res: Reservation, session_id: str, prompt: str | None = None) -> Reservation:
@@ -290,8 +295,10 @@ class FileGate(Gate):
                     path.unlink()
         return live
 
-    def reserve(self, instance: str, session_id: str = "", prompt: str = "") -> Reservation:
-        """Write a new reservation for this process."""
+    def reserve(
+        self, instance: str, session_id: str = "", prompt: str = "", project: str = ""
+    ) -> Reservation:
+        """Write a new reservation for this process (for a run of ``project``)."""
         path = self._slot_dir() / f"{safe_name(instance)}.{new_token(self.clock())}.slot"
         res = Reservation(
             path=path,
@@ -301,6 +308,7 @@ class FileGate(Gate):
             created=self.clock(),
             session_id=session_id,
             prompt=prompt,
+            project=project,
         )
         write_json_atomic(path, res.to_json())
         return res

@@ -19,9 +19,10 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from xaf_hub.config.load import Config
+from xaf_hub.core.outcomes import RUNS
 from xaf_hub.core.runstate import LastRun
 from xaf_hub.errors import BusyError, StateFileError
 from xaf_hub.store.statefile import file_lock, read_json, write_json_atomic
@@ -324,8 +325,16 @@ def parse_seen(raw: Any) -> SeenRun | str:
         return "run.error is neither null nor an object"
     if not isinstance(created, int) or isinstance(created, bool):
         return "run.created_ms is not an integer"
+    outcome = _OLD_OUTCOMES.get(str(texts[0]), str(texts[0]).partition(":")[0])
+    if outcome not in _OUTCOMES:
+        return f"run.outcome {texts[0]!r} is not an outcome"
     return SeenRun(
         updated,
         str(run_state),
-        LastRun(str(texts[0]), str(texts[1]), str(texts[2]), error, created),
+        LastRun(cast(Any, outcome), str(texts[1]), str(texts[2]), error, created),
     )
+
+
+_OUTCOMES = frozenset((*RUNS, "pending"))
+# Read as written by a hub before outcomes were values ("failed:<name>" is read as "failed").
+_OLD_OUTCOMES = {"aborted": "interrupted", "none": "not_started", "unknown": "not_started"}

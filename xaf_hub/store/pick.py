@@ -1,10 +1,12 @@
-"""Which pending tasks an instance should take now: pure rules over the pool's rows."""
+"""Which pending tasks an instance should take now, and where each task stands: pure rules
+over the pool's rows."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 
+from xaf_hub.core.outcomes import TASK_STATES, TaskState, task_state
 from xaf_hub.store.tasks import PRIORITIES, Task, format_instant, instant_seconds, parse_instant
 
 
@@ -67,3 +69,43 @@ def pick_tasks(tasks: Sequence[Task], instance: str, free: int, now: datetime) -
 def is_blocked(task: Task, max_attempts: int) -> bool:
     """A pending task that used up its attempts waits for a human."""
     return task.status == "pending" and task.attempts >= max_attempts
+
+
+def count_states(tasks: Sequence[Task], now: datetime, max_attempts: int) -> dict[TaskState, int]:
+    """How many tasks stand in each state (``state_of``), every state named: what the page's
+    work queue and the report count, as ``backlog list`` says them (pure)."""
+    status_of = {t.id: t.status for t in tasks}
+    counts = dict.fromkeys(TASK_STATES, 0)
+    for t in tasks:
+        counts[state_of(t, tasks, now, max_attempts, status_of=status_of)[0]] += 1
+    return counts
+
+
+def state_of(
+    task: Task,
+    tasks: Sequence[Task],
+    now: datetime,
+    max_attempts: int,
+    *,
+    status_of: Mapping[str, str] | None = None,
+) -> tuple[TaskState, str]:
+    """Where a task stands (``core.outcomes.task_state``: what the page, ``backlog`` and the
+    report count with) and, in one line, why: what it waits for, why a person has it, which
+    rule decided (pure)."""
+    state = task_state(
+        status=task.status,
+        landing=task.landing,
+        parked=bool(task.parked),
+        person=bool(task.person),
+        blocked=is_blocked(task, max_attempts),
+        verified=task.verified,
+    )
+    if state == "waiting":
+        return state, readiness(task, tasks, now, status_of=status_of) or "ready"
+    if state == "blocked":
+        return state, f"{task.attempts} of {max_attempts} attempts used"
+    if state == "person":
+        return state, task.parked or task.person or ""
+    if state == "landed":
+        return state, f"on the base branch as {task.landed[:7]}" if task.landed else ""
+    return state, task.judged or ""

@@ -280,6 +280,7 @@ class TaskPool(abc.ABC):
                 commits=tuple(commits),
                 verified=verified,
                 judged=judged,
+                person=None,
                 **(check or {}),
             )
             return new, new
@@ -289,10 +290,10 @@ class TaskPool(abc.ABC):
     def note_check(self, expected: Task, **fields: Any) -> Task:
         """Write what the verification found on a row still exactly ``expected`` (else
         TaskChanged: a person's change stands): ``judged``, ``check``, ``check_commit``,
-        ``check_output``, ``check_retries``, and ``dispatched_at`` when it goes back to its
-        session."""
+        ``check_output``, ``check_retries``, ``person`` (why it is left to a person), and
+        ``dispatched_at`` when it goes back to its session."""
         allowed = {"judged", "check", "check_commit", "check_output", "check_retries"}
-        allowed.add("dispatched_at")
+        allowed |= {"dispatched_at", "person"}
         unknown = set(fields) - allowed
         if unknown:
             raise ValueError(f"note_check: not a verification field: {sorted(unknown)}")
@@ -311,7 +312,7 @@ class TaskPool(abc.ABC):
         dispatched until it has landed). TaskChanged when a person changed the row meanwhile."""
         return self.revise(
             expected, landing="ready", commit=commit, commits=tuple(commits), verified=True,
-            judged=judged, **(check or {}),
+            judged=judged, person=None, **(check or {}),
         )
 
     def mark_landed(self, expected: Task, now: datetime, *, landed: str, judged: str) -> Task:
@@ -512,6 +513,7 @@ def unjudged() -> dict[str, Any]:
         "check_commit": None,
         "check_output": None,
         "check_retries": None,
+        "person": None,
     }
 
 

@@ -147,6 +147,26 @@ def split_credentials(url: str) -> tuple[str, dict[str, str]]:
     return bare, env
 
 
+def origin_of(folder: Path) -> tuple[str, bool]:
+    """The URL of the ``origin`` remote of the git checkout at ``folder`` ("" when it is none,
+    or has none) without the user name and password an http(s) URL may hold, and whether it
+    held them. Only git's config is read: nothing of the checkout runs."""
+    if not (folder / ".git").exists():
+        return "", False
+    try:
+        done = subprocess.run(
+            [*git_safe(Path(os.devnull)), "-C", str(folder), "config", "--get",
+             "remote.origin.url"],
+            capture_output=True, timeout=_LOCAL_TIMEOUT, check=False,
+            env={**os.environ, "GIT_TERMINAL_PROMPT": "0"},
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return "", False
+    url = done.stdout.decode("utf-8", "replace").strip() if done.returncode == 0 else ""
+    bare, _ = split_credentials(url)
+    return bare, bare != url
+
+
 def _config_count() -> int:
     """How many ``GIT_CONFIG_*`` entries the hub's own environment already holds."""
     raw = os.environ.get("GIT_CONFIG_COUNT", "0")

@@ -24,10 +24,11 @@ import re
 import secrets
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Final, Literal, cast, get_args
 
+from xaf_hub.core.clock import format_instant, parse_instant
 from xaf_hub.errors import StateFileError, UsageError
 
 __all__ = [
@@ -103,6 +104,7 @@ _FIELD_TYPES: Final[dict[str, tuple[tuple[type, ...], bool]]] = {
     "landing": (_STR, True),
     "landed": (_STR, True),
     "conflicts": ((int,), True),
+    "person": (_STR, True),
 }
 TASK_KEYS: Final = frozenset(_FIELD_TYPES)
 # Keys holding an array of strings (kept as tuples in the record).
@@ -124,6 +126,7 @@ _UNSET_OMITTED: Final = (
     "landing",
     "landed",
     "conflicts",
+    "person",
 )
 _INSTANT_KEYS: Final = ("dispatched_at", "done_at", "not_before", "created_at", "steered_at")
 
@@ -152,25 +155,6 @@ def _json_type(value: object) -> str:
     if isinstance(value, dict):
         return "object"
     return type(value).__name__
-
-
-def parse_instant(value: str | int | float | None) -> datetime | None:
-    """Read an ISO 8601 string or epoch milliseconds (None stays None); bad text: ValueError."""
-    if value is None:
-        return None
-    if isinstance(value, bool):
-        raise ValueError("a boolean is not a time")
-    if isinstance(value, int | float):
-        return datetime.fromtimestamp(value / 1000, tz=UTC)
-    text = value.strip()
-    if not text:
-        return None
-    return datetime.fromisoformat(text)
-
-
-def format_instant(when: datetime) -> str:
-    """Write a time the way the pool stores it (ISO 8601, seconds)."""
-    return when.isoformat(timespec="seconds")
 
 
 def instant_seconds(value: str | int | None) -> float | None:
@@ -288,6 +272,9 @@ class Task:
     landing: Landing | None = None
     landed: str | None = None
     conflicts: int | None = None
+    # Dispatched, and left to a person by the patrol (its work not verified, a person's stop, a
+    # refused request...): why, in one line; None while the patrol goes on with it.
+    person: str | None = None
     # Keys the hub does not know, kept verbatim so a rewrite never drops them.
     extra: Mapping[str, Any] = field(default_factory=dict, hash=False)
 

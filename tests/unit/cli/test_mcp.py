@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 from typing import Any
 
@@ -122,8 +123,10 @@ def test_each_tool_parameter_is_the_commands_declared_option(tmp_path: Path) -> 
             action = actions[opt.dest]
             assert schema[opt.dest]["description"] == (opt.tool_help or action.help)
             if opt.kind is not bool and not opt.required:
+                # a common option (--project) is the root parser's on a command: its default
+                default = None if action.default == argparse.SUPPRESS else action.default
                 assert schema[opt.dest].get("default") == (
-                    list(action.default) if isinstance(action.default, list) else action.default)
+                    list(default) if isinstance(default, list) else default)
             checked += 1
     assert checked >= 20
     dispatch = tools["dispatch"].input_schema

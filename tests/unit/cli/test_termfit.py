@@ -135,6 +135,18 @@ def test_state_colours() -> None:
     assert state_color("idle") is None
 
 
+def test_tone_colours_paint_only_a_good_value_green() -> None:
+    from xaf_hub.cli.termfit import tone_painter
+    from xaf_hub.core.outcomes import TASK_STATES, task_words, tone
+
+    paint = tone_painter({task_words(s): tone(s) for s in TASK_STATES})
+    assert paint("done and verified") == "32" and paint("landed") == "32"
+    assert paint("finished, not verified") == "33"  # a person still has to look
+    assert paint("needs a person (parked: boom)") == "33"  # a detail after the words
+    assert paint("finished, not…") == "33"  # cut to fit
+    assert paint("in progress") is None and paint("something else") is None
+
+
 # `status` against three servers at 80 columns: the headers used to be cut to
 # `instan…  runnin…  reserv…  projec…  spent t…` while the numbers beside them had room.
 STATUS_HEADERS = ["instance", "running", "running project", "reserved", "project sessions",

@@ -229,6 +229,32 @@ def test_tasks_done_in_a_killed_round_are_caught_up_once() -> None:
     ]
 
 
+def test_a_task_finished_without_a_repository_is_never_announced_done() -> None:
+    """Without project.repository the pool may say done, the chat never: "finished, not
+    verified", how to get verification, and the daily summary counts it apart."""
+    act = Action("fill_slots", "finished", "ok", "a", "s1", task="T-1", title="one",
+                 detail="not verified: no project.repository to check its work")
+    later = Done("T-2", "two", "b", "s2", NOW + timedelta(minutes=30), verified=False)
+    state: dict[str, Any] = {}
+    first = run_derive(round_log(actions=[act]), state)
+    caught = run_derive(RoundLog(started=NOW + timedelta(hours=1)), state, done=[later])
+    events = [e for e in first + caught if e.type.startswith("task_")]
+    assert [(e.type, e.task) for e in events] == [
+        ("task_finished", "T-1"), ("task_finished", "T-2"),
+    ]
+    for lang, head, said in (
+        ("en", "Task finished, not verified: one", "Set project.repository"),
+        ("zh", "任务已结束,未验证:one", "project.repository"),
+    ):
+        headline, text = render(events[0], language=lang, project="p", page_url="", tz=UTC)
+        assert headline.endswith(head) and said in text and "done" not in headline.lower()
+    summary = [e for e in derive(round_log(), Inputs(["a"]), {"history": [
+        {"type": "task_finished", "at": NOW.isoformat()}]}, now=NOW, tz=UTC, summary_hour=0)
+        if e.type == "daily_summary"]
+    _, text = render(summary[0], language="en", project="p", page_url="", tz=UTC)
+    assert "0 task(s) done and verified, 1 finished but not verified" in text
+
+
 # ---------------------------------------------------------------------------------------------
 # The outbox
 
@@ -344,7 +370,7 @@ def test_doctor_checks_env_vars_and_only_resolves_when_online(tmp_path: Path) ->
 
     offline = webhook_checks(cfg, tmp_path, resolver=resolver)
     assert asked == []
-    levels = [(c.subject, c.level, c.code) for c in offline]
+    levels = [(c.subject, c.level, c.exit_code) for c in offline]
     assert ("webhook unset", "error", ExitCode.USAGE) in levels
     assert ("webhook nosecret", "error", ExitCode.USAGE) in levels
     assert ("webhook ok", "info", ExitCode.OK) in levels  # dingtalk without signing
@@ -352,7 +378,7 @@ def test_doctor_checks_env_vars_and_only_resolves_when_online(tmp_path: Path) ->
     online = webhook_checks(cfg, tmp_path, online=True, resolver=resolver)
     assert asked == [("chat.invalid", 443), ("chat.invalid", 443)]
     bad = [c for c in online if "does not resolve" in c.message]
-    assert bad and bad[0].code == ExitCode.UNREACHABLE
+    assert bad and bad[0].exit_code == ExitCode.UNREACHABLE
 
 
 def test_a_heal_whose_notice_was_never_queued_is_announced_by_the_next_round(

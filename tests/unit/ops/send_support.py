@@ -114,9 +114,11 @@ class SpyGate(FileGate):
             finally:
                 self.log.append("unlock")
 
-    def reserve(self, instance: str, session_id: str = "", prompt: str = "") -> Reservation:
+    def reserve(
+        self, instance: str, session_id: str = "", prompt: str = "", project: str = ""
+    ) -> Reservation:
         self.log.append(f"reserve {session_id}".strip())
-        return super().reserve(instance, session_id, prompt)
+        return super().reserve(instance, session_id, prompt, project)
 
     def attach(self, res: Reservation, session_id: str, prompt: str | None = None) -> Reservation:
         self.log.append(f"attach {session_id}" if prompt != PROMPT_ACCEPTED else "accepted")

@@ -120,9 +120,9 @@ def test_sighting_reads_retry_and_the_next_baseline() -> None:
     )
     assert (s.attempt, s.newest_id, s.rec.project) == (2, "m2", True)
     assert (s.run.message_id, s.run.model, s.answered) == ("m2", "opencode/free-model", False)
-    # Nothing new since the baseline: the run is "none" but the baseline is kept.
+    # Nothing new since the baseline: the run is "not_started" but the baseline is kept.
     s = see(None, [user("m1")], baseline="m1")
-    assert (s.run.outcome, s.newest_id) == ("none", "m1")
+    assert (s.run.outcome, s.newest_id) == ("not_started", "m1")
 
 
 @pytest.mark.parametrize(

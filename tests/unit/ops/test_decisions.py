@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from xaf_hub.core.outcomes import Stop
 from xaf_hub.core.records import SessionRecord
 from xaf_hub.core.runstate import LastRun
-from xaf_hub.ops.decisions import Decision, Interrupt, decisions_from, operator_interrupts
+from xaf_hub.ops.decisions import Decision, decisions_from, operator_interrupts
 from xaf_hub.patrol.settle import Sighting, names_model, settle
 from xaf_hub.store.tasks import Task, format_instant
 
@@ -36,8 +37,8 @@ def idle() -> SessionRecord:
     return SessionRecord(instance="lan-b", id="ses_1", title="t", directory="/p/app")
 
 
-def stop(ago: timedelta, who: str = "alice@box") -> Interrupt:
-    return Interrupt((NOW - ago).timestamp(), who)
+def stop(ago: timedelta, who: str = "alice@box") -> Stop:
+    return Stop("person", (NOW - ago).timestamp(), who)
 
 
 def test_operator_interrupts_reads_the_audit_tail(tmp_path: Path) -> None:
@@ -84,7 +85,7 @@ def test_operator_interrupts_reads_the_audit_tail(tmp_path: Path) -> None:
     (tmp_path / "audit.log").write_text("\n".join(lines) + "\n", "utf-8")
     found = operator_interrupts(tmp_path)
     at = datetime(2026, 11, 30, 12, 5, tzinfo=UTC).timestamp()
-    assert found == {("lan-b", "ses_1"): Interrupt(at, "someone")}
+    assert found == {("lan-b", "ses_1"): Stop("person", at, "someone")}
     assert operator_interrupts(tmp_path / "missing") == {}
 
 
@@ -96,8 +97,9 @@ def test_an_interrupt_counts_from_before_its_abort(tmp_path: Path) -> None:
         return json.dumps({"time": f"2026-11-30T12:{minute:02d}:00+0000", "command": "interrupt",
                            "instance": "lan-b", "session": session, "result": result})
 
-    def at(minute: int) -> Interrupt:
-        return Interrupt(datetime(2026, 11, 30, 12, minute, tzinfo=UTC).timestamp(), "someone")
+    def at(minute: int) -> Stop:
+        when = datetime(2026, 11, 30, 12, minute, tzinfo=UTC).timestamp()
+        return Stop("person", when, "someone")
 
     audit = tmp_path / "audit.log"
     audit.write_text(line(1, "ses_1", "stopping") + "\n", "utf-8")
@@ -109,6 +111,30 @@ def test_an_interrupt_counts_from_before_its_abort(tmp_path: Path) -> None:
     ]
     audit.write_text("\n".join(lines) + "\n", "utf-8")
     assert operator_interrupts(tmp_path) == {("lan-b", "ses_1"): at(2), ("lan-b", "ses_2"): at(3)}
+
+
+def test_the_run_ceiling_stop_is_read_from_the_audit_as_a_decision(tmp_path: Path) -> None:
+    """The hub's own stop past a run ceiling (either origin) is a stop of kind ceiling: no
+    patrol job resumes the run, and every view says the run was stopped at its ceiling."""
+
+    def line(minute: int, command: str, session: str, result: str) -> str:
+        return json.dumps({"time": f"2026-11-30T12:{minute:02d}:00+0000", "command": command,
+                           "instance": "lan-b", "session": session, "result": result})
+
+    lines = [
+        line(1, "patrol.run_ceiling", "ses_1", "aborted"),
+        line(2, "patrol.live.run_ceiling", "ses_2", "abort failed"),
+        line(4, "run_ceiling", "ses_4", "aborted"),  # not the hub's command
+    ]
+    (tmp_path / "audit.log").write_text("\n".join(lines) + "\n", "utf-8")
+    found = operator_interrupts(tmp_path)
+    assert {k[1]: (v.kind, v.who) for k, v in found.items()} == {
+        "ses_1": ("ceiling", "the run ceiling"), "ses_2": ("ceiling", "the run ceiling"),
+    }
+    decided = decisions_from(found, []).for_session("lan-b", "ses_1", 0)
+    assert decided is not None and decided.kind == "ceiling"
+    assert decided.text.startswith("stopped over its run ceiling at ")
+    assert decisions_from(found, []).for_session("lan-b", "ses_4", 0) is None
 
 
 def test_a_stop_at_the_run_ceiling_is_a_decision_from_before_its_abort(tmp_path: Path) -> None:
@@ -126,7 +152,7 @@ def test_a_stop_at_the_run_ceiling_is_a_decision_from_before_its_abort(tmp_path:
             audit.write_text(line(5, command, result) + "\n", "utf-8")
             at = datetime(2026, 11, 30, 12, 5, tzinfo=UTC).timestamp()
             assert operator_interrupts(tmp_path) == {
-                ("lan-b", "ses_1"): Interrupt(at, "someone", "ceiling")
+                ("lan-b", "ses_1"): Stop("ceiling", at, "the run ceiling")
             }
     people = decisions_from(operator_interrupts(tmp_path), [])
     run_at = int(datetime(2026, 11, 30, 12, 1, tzinfo=UTC).timestamp() * 1000)
@@ -199,8 +225,8 @@ DECIDED = "interrupted by alice@box at 2026-11-30 12:00 UTC"
     "run",
     [
         LastRun("pending"),  # the steers queued behind the stopped run: "never answered"
-        LastRun("aborted"),
-        LastRun("failed:APIError", error=E500),
+        LastRun("interrupted"),
+        LastRun("failed", error=E500),
         None,
     ],
 )
@@ -262,7 +288,7 @@ def test_failures_that_name_the_model(error: dict[str, object] | None, named: bo
 
 
 def test_a_prompt_the_hub_never_sent_is_resent_without_back_off() -> None:
-    seen = Sighting(session=idle(), run=LastRun("none"))
+    seen = Sighting(session=idle(), run=LastRun("not_started"))
     verdict = settle(row(), seen, NOW, 90.0)
     assert (verdict.action, verdict.infrastructure, verdict.backoff) == ("requeue", True, False)
 

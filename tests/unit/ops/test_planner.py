@@ -15,7 +15,7 @@ from xaf_hub.errors import (
     UnreachableError,
     UsageError,
 )
-from xaf_hub.ops.planner import DispatchRequest, InstanceView, plan_dispatch
+from xaf_hub.ops.planner import DispatchRequest, InstanceView, check_write, plan_dispatch
 
 
 def test_running_related_session_is_steered_even_on_full_instance() -> None:
@@ -366,3 +366,13 @@ def test_the_lead_is_over_the_next_candidate_in_the_matchers_order() -> None:
     assert plan.candidates[0].verdict == "instance full"
     assert plan.candidates[1].verdict.startswith("too close to the next candidate (lead 0.050")
     assert plan.action == "create"
+
+
+def test_one_write_guard_asks_allow_prod_before_force() -> None:
+    outside = sess("prod-p", "ses_x", "t", directory="/tmp/x", project=False)
+    with pytest.raises(ProductionRefused, match="prod-p is a production instance"):
+        check_write(P, outside, allow_prod=False, force=True)
+    with pytest.raises(NotProjectSession, match=r"ses_x on prod-p .*\(/tmp/x\); --force"):
+        check_write(P, outside, allow_prod=True, force=False)
+    check_write(P, outside, allow_prod=True, force=True)
+    check_write(A, None, allow_prod=False, force=False)

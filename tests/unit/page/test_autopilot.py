@@ -96,9 +96,10 @@ def test_last_round_queue_and_resting_providers(cfg: Config) -> None:
     assert dict((w, n) for n, w, _ in view.queue) == {
         "waiting to start": 2,
         "in progress": 1,
-        "done": 1,
-        "stuck after too many failed tries (a person must look)": 1,
+        "blocked after too many failed tries": 1,
+        "finished, not verified": 1,  # no project.repository: never called done
     }
+    assert any("without project.repository" in line for line in words(view))
     assert view.next_up == (("P0", "task T2"), ("P2", "task T1"))
     rest = words(view)[-1]
     assert rest.startswith("Models from “opencode” are not used until ")
@@ -210,10 +211,13 @@ def test_on_only_while_the_daemon_heartbeat_is_fresh(cfg: Config) -> None:
     assert overview.heartbeat_fresh({"tick_at": NOW.isoformat()}, NOW_MS) is False
 
 
-def test_queue_counts_a_finished_session_as_done(cfg: Config) -> None:
+def test_the_queue_counts_the_pools_states_never_a_sessions_word(cfg: Config) -> None:
+    """A dispatched task whose session finished is still in progress until the patrol settles
+    it (the page once called it done while `backlog list` said dispatched); a task left to a
+    person, or finished without a repository, is counted as such, never as done."""
     write_report(cfg)
     pool = Backlog(cfg.backlog_path)
-    states = {"T1": "succeeded", "T2": "running", "T3": "failed:APIError", "T4": "unknown"}
+    states = {"T1": "succeeded", "T2": "running", "T3": "failed", "T4": "not_started"}
     for tid in [*states, "T5"]:
         pool.add(Task(id=tid, title=f"task {tid}"))
         pool.mark_dispatched(tid, f"ses_{tid}", "a", None, NOW)
@@ -226,10 +230,14 @@ def test_queue_counts_a_finished_session_as_done(cfg: Config) -> None:
         for tid, outcome in states.items()
     }
     before = queue(overview.build(cfg, NOW_MS))
-    assert before == {"waiting": 0, "in_progress": 5, "done": 0, "stuck": 0}
-    after = queue(overview.build(cfg, NOW_MS, "en", sessions))
-    # T1 finished; T3 ended with an error; T2 works; T4 not answered yet; T5 not seen.
-    assert after == {"waiting": 0, "in_progress": 3, "done": 1, "ended_badly": 1, "stuck": 0}
+    assert before == {"in_progress": 5}
+    assert queue(overview.build(cfg, NOW_MS, "en", sessions)) == before
+    t5 = pool.load().require("T5")
+    pool.note_check(t5, person="not verified: no claim")
+    pool.mark_done("T1", NOW)  # no repository: the agent's word
+    assert queue(overview.build(cfg, NOW_MS, "en", sessions)) == {
+        "in_progress": 3, "person": 1, "unverified": 1,
+    }
     assert overview.task_ids_by_session(cfg) == {f"ses_{t}": t for t in [*states, "T5"]}
 
 
@@ -282,13 +290,14 @@ def test_done_tasks_link_verified_commits_and_say_not_verified(tmp_path: Path) -
         pool.add(task)
     view = overview.build(cfg, NOW_MS)
     assert view.done == (
-        overview.DoneTask("on its word"),
+        overview.DoneTask("on its word", state="unverified"),
         overview.DoneTask(
             "verified <b>one</b>",
             "0123456",
             f"https://git.example/shop/commit/{full}?from=hub&x=<b>",
             True,
             "new work: 1 commit; check: passed",
+            "verified",
         ),
     )
     snap = Snapshot(generated_at=NOW_MS, instances=(), sessions=())
@@ -296,7 +305,11 @@ def test_done_tasks_link_verified_commits_and_say_not_verified(tmp_path: Path) -
     link = f'<a href="https://git.example/shop/commit/{full}?from=hub&amp;x=&lt;b&gt;"'
     assert link in html and "verified &lt;b&gt;one&lt;/b&gt;" in html
     assert '<span class="muted judged">new work: 1 commit; check: passed</span>' in html
-    assert 'data-verified="false"' in html and ">not verified</span>" in html
+    done = html.split('id="done"')[1].split("</ul>")[0]
+    # Green only for the verified one; the agent's word is a person's to look at.
+    assert '<span class="badge ok" data-verified="true"' in done
+    assert '<span class="badge warn" data-verified="false"' in done
+    assert ">finished, not verified</span>" in done and ">done and verified</span>" in done
     assert "still pending" not in html.split('id="done"')[1].split("</ul>")[0]
 
 

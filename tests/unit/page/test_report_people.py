@@ -81,14 +81,43 @@ def test_autopilot_panel_names_what_is_left_for_a_person(cfg: Config) -> None:
     said = overview.plain(view, "en", now_ms)
     assert f"Left for a person: build the export: {WHO}" in said
     assert f"Left for a person: keyed task: parked: {PARKED}" in said
-    assert (1, "stuck after too many failed tries (a person must look)", "stuck") in view.queue
-    assert (0, "waiting to start", "waiting") in view.queue
+    assert view.queue == ((1, "needs a person", "person"),)
+    # Never "everything went as planned" above lines left for a person.
+    assert not any("as planned" in line for line in said)
+    assert said[0].endswith("1 minute ago: 3 thing(s) are left for a person (below).")
     zh = overview.plain(overview.build(cfg, now_ms, "zh"), "zh", now_ms)
     # The hub's own reason is said by its code, its words (who, when) kept and marked; words
     # with no code are marked as English.
     assert f"留给人处理：build the export：有人停止了它的运行（英文原文：{WHO}）" in zh
     assert f"留给人处理：an older report：{WHO}（英文原文）" in zh
     assert f"留给人处理：keyed task：已搁置：{PARKED}（英文原文）" in zh
+    assert "一切按计划完成" not in zh[0] and "有 3 件事留给人处理" in zh[0]
+
+
+def test_the_report_says_outcomes_and_task_states_in_the_one_vocabulary() -> None:
+    """A run that ended on a refused request is its own class; a task finished without a
+    repository is listed apart from the done ones; the pool's tasks are counted by state,
+    as the page and `backlog list` count them."""
+    from xaf_hub.core.outcomes import TASK_STATES
+    from xaf_hub.notify.record import SessionLine
+    from xaf_hub.store.pick import count_states
+
+    log = RoundLog(started=NOW, finished=NOW)
+    log.sessions.append(SessionLine("a", "ses_9", "asks", "denied", "refused", "m", 0))
+    log.actions.append(Action("fill_slots", "finished", "ok", "a", "ses_2", task="T2", title="x",
+                              detail="not verified: no project.repository to check its work"))
+    tasks = [Task(id="T1", title="t", status="dispatched"),
+             Task(id="T2", title="x", status="done")]
+    doc = report_document(log, project="demo", code=0, waiting=waiting_tasks(tasks, NOW, 3),
+                          lead_path="", lead_items=(), tasks=count_states(tasks, NOW, 3))
+    assert doc["counts"]["denied"] == 1  # type: ignore[index]
+    assert doc["tasks_done"] == [] and len(doc["tasks_finished"]) == 1  # type: ignore[arg-type]
+    assert doc["tasks"] == {**dict.fromkeys(TASK_STATES, 0), "in_progress": 1, "unverified": 1}
+    md = render_markdown(doc)
+    assert "### Denied: the run ended on a refused request (a person decides) (1)" in md
+    assert "## Tasks finished, not verified: no project.repository to check them" in md
+    assert "## Tasks done" not in md
+    assert "1 in progress, 1 finished, not verified" in md
 
 
 def test_every_reason_code_is_said_in_both_languages() -> None:

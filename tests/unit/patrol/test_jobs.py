@@ -130,7 +130,7 @@ def rec(
 @pytest.mark.parametrize(
     ("messages", "outcome", "model", "mid"),
     [
-        ([], "none", "", ""),
+        ([], "not_started", "", ""),
         ([assistant(finish="stop"), user()], "pending", "backup/good-model", "msg_u"),
         (
             [user(), assistant(finish="stop", model="fake/fake-model")],
@@ -141,16 +141,17 @@ def rec(
         ([user(), assistant(error=E429)], "rate_limited", "opencode/free-model", "msg_a"),
         (
             [user(), assistant(error=E404)],
-            "failed:model_unavailable",
+            "failed",
             "opencode/free-model",
             "msg_a",
         ),
-        ([user(), assistant(error=ABORT)], "aborted", "opencode/free-model", "msg_a"),
-        ([user(), assistant()], "aborted", "opencode/free-model", "msg_a"),  # abort in a retry wait
+        ([user(), assistant(error=ABORT)], "interrupted", "opencode/free-model", "msg_a"),
+        # an abort in a retry wait
+        ([user(), assistant()], "interrupted", "opencode/free-model", "msg_a"),
         ([user(), assistant(completed=False)], "running", "opencode/free-model", "msg_a"),
         (
             [user(), assistant(error=OVERFLOW)],
-            "failed:ContextOverflowError",
+            "failed",
             "opencode/free-model",
             "msg_a",
         ),
@@ -184,17 +185,17 @@ STALE = 90.0
         (rec("busy", updated=0), None, "running", "busy"),
         (rec(), None, "idle", "could not be read"),
         (rec(), LastRun("succeeded"), "finished", ""),
-        (rec(), LastRun("aborted"), "interrupted", "aborted"),
+        (rec(), LastRun("interrupted"), "interrupted", "aborted"),
         (rec(), LastRun("running"), "interrupted", "without finishing"),
         (rec(), LastRun("rate_limited", error=E429), "failed", "HTTP 429"),
         (
             rec(),
-            LastRun("failed:ContextOverflowError", error=OVERFLOW),
+            LastRun("failed", error=OVERFLOW),
             "failed",
             "context too long",
         ),
         (rec(), LastRun("pending"), "idle", "no answer yet"),
-        (rec(), LastRun("none"), "idle", "never ran"),
+        (rec(), LastRun("not_started"), "idle", "never ran"),
     ],
 )
 def test_classify(record: SessionRecord, run: LastRun | None, state: str, detail: str) -> None:
@@ -202,7 +203,7 @@ def test_classify(record: SessionRecord, run: LastRun | None, state: str, detail
     assert got_state == state and detail in got_detail
 
 
-ABORTED = LastRun("aborted", "msg_a", created_ms=NOW_MS - 60_000)
+ABORTED = LastRun("interrupted", "msg_a", created_ms=NOW_MS - 60_000)
 
 
 @pytest.mark.parametrize(
@@ -380,12 +381,19 @@ def made(created_ms: int) -> SessionRecord:
         ),
         (
             dispatched(),
-            Sighting(session=rec(), run=LastRun("failed:APIError", error=E400)),
+            Sighting(session=rec(), run=LastRun("failed", error=E400)),
             "requeue",
             False,
             "HTTP 400",
         ),
-        (dispatched(), Sighting(session=rec(), run=LastRun("aborted")), "keep", False, "a human"),
+        (
+            dispatched(), Sighting(session=rec(), run=LastRun("interrupted")), "keep", False,
+            "a human",
+        ),
+        (
+            dispatched(), Sighting(session=rec(), run=LastRun("denied")), "keep", False,
+            "refused request",
+        ),
         (
             dispatched(ago=timedelta(seconds=10)),
             Sighting(session=rec(), run=LastRun("pending")),
@@ -403,7 +411,7 @@ def made(created_ms: int) -> SessionRecord:
         (dispatched(), Sighting(session=rec(), run=None), "keep", False, "could not be read"),
         (
             dispatched(ago=timedelta(seconds=30)),
-            Sighting(session=rec(), run=LastRun("none")),
+            Sighting(session=rec(), run=LastRun("not_started")),
             "requeue",
             True,
             "never received its prompt",
@@ -412,14 +420,14 @@ def made(created_ms: int) -> SessionRecord:
         # session 3 s ago and its prompt is still on the way: not "never received", yet.
         (
             dispatched(ago=timedelta(seconds=30)),
-            Sighting(session=made(NOW_MS - 3000), run=LastRun("none")),
+            Sighting(session=made(NOW_MS - 3000), run=LastRun("not_started")),
             "keep",
             False,
             "just created",
         ),
         (
             dispatched(ago=timedelta(seconds=30)),
-            Sighting(session=made(NOW_MS - 30_000), run=LastRun("none")),
+            Sighting(session=made(NOW_MS - 30_000), run=LastRun("not_started")),
             "requeue",
             True,
             "never received its prompt",
@@ -427,7 +435,7 @@ def made(created_ms: int) -> SessionRecord:
         # Read between the row and its prompt: the session does not show the prompt yet.
         (
             dispatched(ago=timedelta(seconds=3)),
-            Sighting(session=rec(), run=LastRun("none")),
+            Sighting(session=rec(), run=LastRun("not_started")),
             "keep",
             False,
             "just dispatched",
@@ -445,6 +453,15 @@ def test_settle(task: Task, seen: Sighting, action: str, infra: bool, reason: st
     verdict = settle(task, seen, NOW, 90.0)
     assert (verdict.action, verdict.infrastructure) == (action, infra)
     assert reason in verdict.reason
+
+
+def test_a_denied_run_is_never_done_and_waits_for_a_person() -> None:
+    """Its run ended because a request was refused: not the agent's finished work (it used to
+    settle as done, the run reading "succeeded"), and no retry the person did not ask for."""
+    verdict = settle(dispatched(), Sighting(session=rec(), run=LastRun("denied")), NOW, 90.0)
+    assert (verdict.action, verdict.person) == ("keep", True)
+    state, _ = classify(rec(), LastRun("denied"), NOW_MS, STALE)
+    assert state == "denied"  # not "interrupted": check_agents resumes only those
 
 
 def pending(tid: str, prio: str = "P2", pin: str = "", **kw: Any) -> Task:

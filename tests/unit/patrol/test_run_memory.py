@@ -38,7 +38,7 @@ E429 = {"name": "APIError", "data": {"message": "Rate limit exceeded", "statusCo
 def test_memory_round_trip_and_recall_only_while_unchanged(tmp_path: Path) -> None:
     mem = RunMemory.load(tmp_path)
     assert len(mem) == 0 and not (tmp_path / RUNS_FILE).exists()
-    failed = run("failed:APIError", error=E400, created_ms=5)
+    failed = run("failed", error=E400, created_ms=5)
     mem.remember("lan-a", "ses_1", 100, "idle", failed)
     mem.remember("lan-a", "ses_2", 200, "retry", run())
     mem.save()

@@ -37,7 +37,6 @@ from xaf_hub.patrol.runner import (
     run_cycle,
     run_once,
     set_paused,
-    worst_code,
 )
 from xaf_hub.store.backlog import Backlog
 from xaf_hub.store.statefile import file_lock
@@ -96,22 +95,6 @@ def test_skipped_and_stopped_steps(tmp_path: Path) -> None:
     cycle = __import__("asyncio").run(run_cycle(pctx, ["fix_free_limit"], steps))
     assert calls == ["run_ceiling", "check_agents"]
     assert [s.status for s in cycle.log.steps] == ["ok", "skipped", "ok", "not run", "not run"]
-
-
-@pytest.mark.parametrize(
-    ("codes", "worst"),
-    [
-        ([], 0),
-        ([0, 0], 0),
-        ([0, 3], 3),
-        ([3, 2], 2),
-        ([2, 4], 4),
-        ([4, 1, 3], 1),
-        ([1, 0], 1),
-    ],
-)
-def test_worst_code(codes: list[int], worst: int) -> None:
-    assert worst_code(codes) == worst
 
 
 @pytest.mark.parametrize(
@@ -448,12 +431,16 @@ def test_backlog_add_list_show_set(tmp_path: Path) -> None:
     pool.requeue(tid, reason="boom", infrastructure=False, now=NOW)
     pool.requeue(tid, reason="boom", infrastructure=False, now=NOW)
     code, out, _ = cli(tmp_path, "backlog", "list", "--json")
-    assert json.loads(out)["tasks"][0]["state"] == "blocked (2/2 attempts)"
+    listed = json.loads(out)["tasks"][0]
+    assert (listed["state"], listed["state_detail"]) == ("blocked", "2 of 2 attempts used")
     code, out, _ = cli(tmp_path, "backlog", "set", tid, "--status", "pending", "--reset", "--json")
     task = json.loads(out)
     assert (task["attempts"], task["not_before"], task["last_error"]) == (0, None, None)
     code, out, _ = cli(tmp_path, "backlog", "set", tid, "--status", "done", "--json")
     assert json.loads(out)["done_at"]
+    # A person's word: the hub did not look, so it is not called done and verified.
+    code, out, _ = cli(tmp_path, "backlog", "show", tid, "--json")
+    assert json.loads(out)["state"] == "unverified"
     audit = [json.loads(ln) for ln in (tmp_path / "home" / "audit.log").read_text().splitlines()]
     assert [e["command"] for e in audit] == [
         "backlog.add",

@@ -61,7 +61,7 @@ def test_an_interrupt_on_one_host_is_read_on_another(
     assert people[("lan-b", "ses_1")].who == "bob@box-a"
     assert people[("lan-b", "ses_1")].at == AT + 60
     assert (people[("lan-b", "ses_1")].kind, people[("lan-c", "ses_3")].kind) == (
-        "interrupted", "ceiling"
+        "person", "ceiling"
     )
 
 

@@ -69,7 +69,7 @@ def test_what_one_host_read_another_recalls(
 ) -> None:
     a = shared(redis_server, tmp_path / "a", prefix)
     b = shared(redis_server, tmp_path / "b", prefix)
-    failed = run("failed:APIError", error=E400, created_ms=5)
+    failed = run("failed", error=E400, created_ms=5)
     mem = Stores(a).run_memory(tmp_path / "a")
     mem.remember("lan-a", "ses_1", 100, "idle", failed)
     mem.remember("lan-b", "ses_2", 200, "retry", run())

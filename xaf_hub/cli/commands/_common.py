@@ -9,7 +9,7 @@ from datetime import tzinfo
 from typing import TYPE_CHECKING, Any
 
 from xaf_hub.cli.context import Context
-from xaf_hub.cli.options import MAX_TEXT, Opt, add_options
+from xaf_hub.cli.options import MAX_TEXT, PROJECT_HELP, Opt, add_options
 from xaf_hub.config.load import InstanceConfig
 from xaf_hub.core.clock import iso_time, local_time
 from xaf_hub.core.records import Snapshot
@@ -47,6 +47,8 @@ INSTANCE = Opt("instance", ("-i", "--instance"), "only this instance", metavar="
 SESSION = Opt("session", ("-s", "--session"), "the session id (ses_...)", metavar="ID")
 ALLOW_PROD = Opt("allow_prod", ("--allow-prod",), "allow writes to production", kind=bool,
                  default=False)
+# The MCP tools' form of the common --project (cli.main), with its words.
+PROJECT = Opt("project", ("--project",), PROJECT_HELP, metavar="NAME")
 FRESH = Opt("fresh", ("--fresh",), "scan every instance instead of reading the live board",
              kind=bool, default=False)
 FORCE = Opt("force", ("--force",), "allow a non-project session", kind=bool, default=False)

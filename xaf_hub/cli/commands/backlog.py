@@ -230,26 +230,22 @@ def run(ctx: Context) -> int:
     return _set(ctx, ctx.options(SetOptions))
 
 
-# A task in a worktree of its own, on its way to the base branch (ops.land).
-LANDING_WORDS = {
-    "ready": "ready to land",
-    "conflict": "conflict, sent back",
-    "person": "waits for a person to land it",
-    "landed": "landed",
-    "dropped": "dropped",
-}
+def _state(ctx: Context, task: Task, tasks: list[Task]) -> dict[str, str]:
+    """A task's state as ``backlog`` prints it: the value, its words and why."""
+    from xaf_hub.core.outcomes import task_words
+    from xaf_hub.store.pick import state_of
+
+    state, why = state_of(task, tasks, _now(), ctx.config.patrol.max_attempts)
+    return {"state": state, "state_words": task_words(state), "state_detail": why}
 
 
-def _state(task: Task, tasks: list[Task], now: datetime, max_attempts: int) -> str:
-    from xaf_hub.store.pick import readiness
+def _shown_state(t: dict[str, Any]) -> str:
+    """The state column: its words, and why it waits where that is what a person asks."""
+    why = t["state_detail"]
+    return f"{t['state_words']} ({why})" if why and t["state"] in _SAY_WHY else t["state_words"]
 
-    if task.landing is not None:
-        return LANDING_WORDS[task.landing]
-    if task.status != "pending":
-        return task.status
-    if task.attempts >= max_attempts:
-        return f"blocked ({task.attempts}/{max_attempts} attempts)"
-    return readiness(task, tasks, now) or "ready"
+
+_SAY_WHY = ("waiting", "blocked", "person")
 
 
 def listing(ctx: Context, opts: ListOptions) -> dict[str, Any]:
@@ -258,8 +254,6 @@ def listing(ctx: Context, opts: ListOptions) -> dict[str, Any]:
 
     store = _store(ctx)
     data = store.load()
-    now = _now()
-    max_attempts = ctx.config.patrol.max_attempts
     tasks = [t for t in data.tasks if not opts.status or t.status == opts.status]
     order = {"pending": 0, "dispatched": 1, "done": 2}
     tasks.sort(key=lambda t: (order[t.status], PRIORITIES.index(t.priority)))
@@ -271,7 +265,7 @@ def listing(ctx: Context, opts: ListOptions) -> dict[str, Any]:
                 "commit": t.commit,
                 "commits": list(t.commits),
                 "verified": t.verified,
-                "state": _state(t, data.tasks, now, max_attempts),
+                **_state(ctx, t, data.tasks),
             }
             for t in tasks
         ],
@@ -279,7 +273,8 @@ def listing(ctx: Context, opts: ListOptions) -> dict[str, Any]:
 
 
 def _list(ctx: Context, opts: ListOptions) -> int:
-    from xaf_hub.cli.termfit import state_color
+    from xaf_hub.cli.termfit import tone_painter
+    from xaf_hub.core.outcomes import TASK_STATES, task_words, tone
     from xaf_hub.core.text import shorten
 
     doc = listing(ctx, opts)
@@ -294,7 +289,7 @@ def _list(ctx: Context, opts: ListOptions) -> int:
         [
             t["id"],
             t["priority"],
-            t["state"],
+            _shown_state(t),
             t["instance"] or "any",
             t["attempts"],
             f"{t['dispatched_to']}/{t['session_id']}" if t["session_id"] else "-",
@@ -307,7 +302,7 @@ def _list(ctx: Context, opts: ListOptions) -> int:
         ["id", "priority", "state", "instance", "attempts", "session", "title"],
         flexible=[("title", 12), ("session", 16), ("instance", 8)],
         keep_end=["session"],
-        colors={"state": state_color},
+        colors={"state": tone_painter({task_words(s): tone(s) for s in TASK_STATES})},
     )
     return int(ExitCode.OK)
 
@@ -365,21 +360,21 @@ def add_task(ctx: Context, opts: AddOptions) -> Task:
     return added
 
 
-def shown(ctx: Context, opts: ShowOptions) -> tuple[Task, str]:
+def shown(ctx: Context, opts: ShowOptions) -> tuple[Task, dict[str, str]]:
     """One task of the pool and its state (UsageError when there is none by that id)."""
     data = _store(ctx).load()
     task = data.require(opts.task_id)
-    return task, _state(task, data.tasks, _now(), ctx.config.patrol.max_attempts)
+    return task, _state(ctx, task, data.tasks)
 
 
-def show_document(task: Task, state: str) -> dict[str, Any]:
+def show_document(task: Task, state: dict[str, str]) -> dict[str, Any]:
     """What `backlog show --json` prints (and the MCP tool answers)."""
     return {
         **task.to_json(),
         "commit": task.commit,
         "commits": list(task.commits),
         "verified": task.verified,
-        "state": state,
+        **state,
     }
 
 
@@ -392,7 +387,8 @@ def _show(ctx: Context, opts: ShowOptions) -> int:
         if key in ("prompt", "check_output"):
             continue
         ctx.out(f"{key + ':':<15}{value if value not in (None, '', []) else '-'}")
-    ctx.out(f"{'state:':<15}{state}")
+    why = f" ({state['state_detail']})" if state["state_detail"] else ""
+    ctx.out(f"{'state:':<15}{state['state_words']}{why}")
     ctx.out("prompt:")
     for line in (task.prompt or "(the title)").splitlines():
         ctx.out(f"  | {line}")

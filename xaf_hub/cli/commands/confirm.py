@@ -114,10 +114,11 @@ def run(ctx: Context) -> int:
     from xaf_hub.cli.commands._common import chosen_instances, scan, session_not_found
     from xaf_hub.core.clock import resolve_timezone, to_ms
     from xaf_hub.core.records import find_session
-    from xaf_hub.errors import NotProjectSession, ProductionRefused, UsageError
+    from xaf_hub.errors import UsageError
     from xaf_hub.ops.confirm import heal_candidate, judge
     from xaf_hub.ops.context import utc_now
     from xaf_hub.ops.heal import heal_session
+    from xaf_hub.ops.planner import check_write
 
     opts = ctx.options(Options)
     session_id = the_session(opts.session, opts.session_pos)
@@ -157,15 +158,7 @@ def run(ctx: Context) -> int:
                 else f"the session is {verdict.state}"
             )
         else:
-            if inst.production and not opts.allow_prod:
-                raise ProductionRefused(
-                    f"{inst.name} is a production instance: --fix needs --allow-prod"
-                )
-            if not rec.project and not opts.force:
-                raise NotProjectSession(
-                    f"session {rec.id} on {inst.name} is not a project session "
-                    f"({rec.directory}); --force overrides"
-                )
+            check_write(inst, rec, allow_prod=opts.allow_prod, force=opts.force)
             if rec.parent_id:
                 raise UsageError(
                     f"{rec.id} is a sub-agent session of {rec.parent_id}: its parent owns it; "

@@ -126,6 +126,7 @@ class Options:
     queue: bool
     confirm_wait: float | None = None
     fresh: bool = False
+    project: str | None = None
 
 
 def order_from(opts: Options) -> DispatchOrder:
@@ -198,9 +199,10 @@ class Sent:
 def carry_out(ctx: Context, opts: Options) -> Planned | Sent | Queued:
     """Plan, then (unless a dry run) send through the gate; with ``queue`` a full fleet queues.
     Warnings go to ``ctx.warn``; a refusal is raised."""
-    from xaf_hub.ops.dispatch import prepare, send_prepared
+    from xaf_hub.ops.dispatch import prepare, project_for, send_prepared
 
     order = order_from(opts)
+    ctx.choose(project_for(ctx.whole, opts.project, opts.directory, opts.instance, str(ctx.cwd)))
     ops = ctx.ops()
     try:
         prep = aio.run(prepare(ops, order))
@@ -225,20 +227,21 @@ def carry_out(ctx: Context, opts: Options) -> Planned | Sent | Queued:
     return Sent(plan, sent)
 
 
-def document(done: Planned | Sent | Queued) -> dict[str, Any]:
-    """What `dispatch --json` prints (and the MCP tool answers); a dry run's plan whatever
-    its refusal."""
+def document(done: Planned | Sent | Queued, project: str) -> dict[str, Any]:
+    """What `dispatch --json` prints (and the MCP tool answers), saying its ``project``; a dry
+    run's plan whatever its refusal."""
     if isinstance(done, Planned):
-        return _plan_document(done.prep)
+        return _plan_document(done.prep, project)
     if isinstance(done, Sent):
         return {
             **done.sent.result.to_json(),
+            "project": project,
             "via": done.plan.via,
             "task_id": done.sent.task_id,
             # what the match weighed, so a caller that knows better can name the session
             "candidates": [c.to_json() for c in done.plan.candidates],
         }
-    return done.to_json()
+    return {**done.to_json(), "project": project}
 
 
 def run(ctx: Context) -> int:
@@ -254,7 +257,7 @@ def run(ctx: Context) -> int:
     if isinstance(done, Sent) and opts.confirm_wait is not None:
         return _confirm(ctx, done.plan, done.sent, opts.confirm_wait)
     if ctx.json:
-        ctx.out(dumps(document(done)))
+        ctx.out(dumps(document(done, ctx.config.project_name)))
     elif isinstance(done, Sent):
         ctx.out(_sent_line(done.plan, done.sent.result))
     else:
@@ -323,16 +326,18 @@ def _confirm(ctx: Context, plan: Plan, sent: Dispatched, window: float) -> int:
             ctx.warn(note)
     line = wait_text(waited, window, resolve_timezone(cfg.models.timezone), to_ms(utc_now()))
     if ctx.json:
-        doc = {**result.to_json(), "via": plan.via, "task_id": sent.task_id}
+        doc = {**result.to_json(), "project": cfg.project_name, "via": plan.via,
+               "task_id": sent.task_id}
         ctx.out(dumps({**doc, "confirm": wait_json(waited, window, line)}))
     else:
         ctx.out(f"confirm: {line}")
     return wait_exit(waited)
 
 
-def _plan_document(prep: Prepared) -> dict[str, Any]:
+def _plan_document(prep: Prepared, project: str) -> dict[str, Any]:
     plan, view, inst = prep.plan, prep.view, prep.plan.instance
     return {
+        "project": project,
         "action": plan.action,
         "instance": inst.name,
         "session_id": plan.session.id if plan.session else None,
@@ -356,7 +361,7 @@ def _print_plan(ctx: Context, prep: Prepared) -> None:
     plan, view, model, prompt = prep.plan, prep.view, prep.model, prep.prompt
     inst = plan.instance
     if ctx.json:
-        ctx.out(dumps(_plan_document(prep)))
+        ctx.out(dumps(_plan_document(prep, ctx.config.project_name)))
         return
     what = {
         "steer": "steer the running session",

@@ -46,11 +46,11 @@ from xaf_hub.ops.health import (
     file_mode_finding,
     folder_finding,
     instance_findings,
-    landing_findings,
     layout_findings,
     ok,
     opencode_finding,
     patrol_finding,
+    repository_findings,
     room_findings,
     root_usage_findings,
     worst,
@@ -275,7 +275,7 @@ def collect(
         findings.extend(layout_findings(inst))
         findings.extend(root_usage_findings(inst, probe))
         findings.extend(room_findings(cfg, inst, probe))
-    findings.extend(landing_findings(cfg))
+    findings.extend(repository_findings(cfg))
     from xaf_hub.ops.health import stream_findings
 
     live = [i for i, p in zip(cfg.instances, probes, strict=True) if p.reachable]
@@ -292,8 +292,7 @@ def collect(
     findings.extend(_patrol(cfg))
     from xaf_hub.notify.check import webhook_checks
 
-    findings += [Finding("notify", c.subject, c.level, c.message, c.fix, c.code)
-                 for c in webhook_checks(cfg.notify, cfg.state_dir, online=opts.online)]
+    findings += webhook_checks(cfg.notify, cfg.state_dir, online=opts.online)
     return cfg.path, findings, cfg.secrets()
 
 

@@ -2,7 +2,9 @@
 
 The file is validated before it is written, written in one step, and never overwrites an
 existing config unless --force is given. Passwords are not asked for: the next command to run
-names the environment variable each instance reads its password from.
+names the environment variable each instance reads its password from. A first root that is a
+git checkout with an ``origin`` remote gives ``project.repository`` (where the hub verifies
+the agents' work), without the user name or token an https URL may hold: those stay with git.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from xaf_hub.cli.context import Context
 from xaf_hub.config.credentials import pw_env_name
 from xaf_hub.config.load import parse_config
 from xaf_hub.errors import UsageError
+from xaf_hub.store.repository import origin_of
 from xaf_hub.store.statefile import write_text_atomic
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "config.example.json"  # xaf_hub/config.example.json
@@ -52,7 +55,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="DIR",
         help="a folder of the project on the servers (repeatable; relative to here if relative)",
     )
-    p.add_argument("--project", metavar="NAME", help="project name (default: the first root's)")
     p.add_argument(
         "--prod",
         action="append",
@@ -81,10 +83,12 @@ def starter(
     project: str | None,
     cwd: Path,
     prod: Sequence[str] = (),
+    repository: str = "",
 ) -> Any:
     """The config document for the given flags (None: use the bundled example).
 
-    An instance named in ``prod`` is production: ``danger`` and ``readonly_default``."""
+    An instance named in ``prod`` is production: ``danger`` and ``readonly_default``;
+    ``repository`` is ``project.repository`` ("" leaves it out)."""
     if not instances and not roots:
         if prod:
             raise UsageError(f"--prod {prod[0]!r}: name an instance with -i NAME=URL")
@@ -113,12 +117,33 @@ def starter(
     return {
         "project": {
             "name": project or (Path(dirs[0]).name if dirs else "project"),
+            **({"repository": repository} if repository else {}),
             # Each task in a worktree and branch of its own (docs/worktrees.md).
             "isolation": "worktree",
         },
         "concurrency_limit": 2,
         "instances": entries,
     }
+
+
+def _repository_said(root: Path, origin: str, had_credentials: bool) -> str:
+    """What init made of the first root's git remote."""
+    if not origin:
+        return (
+            f"project.repository: not set ({root} is no git checkout with an 'origin' remote): "
+            "without it no task is verified done, only 'finished, not verified'; set it to "
+            "the remote the agents push to"
+        )
+    said = (
+        f"project.repository: {origin} (the 'origin' remote of {root}): the hub verifies "
+        "each task's commits there"
+    )
+    if had_credentials:
+        said += (
+            "; the user name and token in that remote's URL were left out of the config: the "
+            "hub's git asks git's own credential store for them (a credential helper)"
+        )
+    return said
 
 
 def _next_step(doc: Any, dest: Path, cwd: Path) -> str:
@@ -151,7 +176,9 @@ def run(ctx: Context) -> int:
     dest = Path(explicit or "config.json").expanduser()
     if not dest.is_absolute():
         dest = ctx.cwd / dest
-    doc = starter(opts.instance, opts.root, opts.project, ctx.cwd, opts.prod)
+    first = (ctx.cwd / Path(opts.root[0]).expanduser()).resolve() if opts.root else None
+    origin, had_credentials = origin_of(first) if first is not None else ("", False)
+    doc = starter(opts.instance, opts.root, opts.project, ctx.cwd, opts.prod, origin)
     text = EXAMPLE.read_text("utf-8") if doc is None else json.dumps(doc, indent=2) + "\n"
     parse_config(json.loads(text), path=dest, env=ctx.env)  # a starter must load
     if dest.is_dir():
@@ -161,6 +188,8 @@ def run(ctx: Context) -> int:
     write_text_atomic(dest, text, private=False)
     what = "the bundled example" if doc is None else f"{len(doc['instances'])} instance(s)"
     ctx.out(f"wrote {dest} ({what})")
+    if first is not None:
+        ctx.out(_repository_said(first, origin, had_credentials))
     ctx.out(_next_step(doc, dest, ctx.cwd))
     for line in mcp_lines(dest):
         ctx.out(line)

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Literal
 
 from xaf_hub.cli.commands._common import add_json, add_wide
 from xaf_hub.cli.context import Context
+from xaf_hub.core.clock import local_time
 from xaf_hub.core.text import dumps
 from xaf_hub.errors import UsageError
 
@@ -82,7 +82,7 @@ def _local(ms: int, ctx: Context) -> str:
     from xaf_hub.core.clock import resolve_timezone
 
     tz = resolve_timezone(ctx.config.models.timezone)
-    return datetime.fromtimestamp(ms / 1000, tz).strftime("%Y-%m-%d %H:%M %Z").strip()
+    return local_time(ms, tz, seconds=False, zone="name")
 
 
 def _list(ctx: Context) -> int:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Literal
 
 from xaf_hub.cli.commands._common import add_json
 from xaf_hub.cli.context import Context
+from xaf_hub.core.clock import local_iso
 from xaf_hub.core.text import dumps
 from xaf_hub.errors import ExitCode, UsageError
 
@@ -208,15 +209,6 @@ def _say(ctx: Context, doc: dict[str, object], line: str) -> None:
         ctx.out(line)
 
 
-def _local(iso: str) -> str:
-    from datetime import datetime
-
-    try:
-        return datetime.fromisoformat(iso).astimezone().strftime("%Y-%m-%d %H:%M:%S")
-    except ValueError:
-        return iso or "-"
-
-
 def _status(ctx: Context) -> int:
     from xaf_hub.patrol.report import LATEST, latest_report
     from xaf_hub.store.patrol_state import daemon_alive, heartbeat, pause_info
@@ -273,13 +265,13 @@ def _status(ctx: Context) -> int:
         what = str(last["result"])
         if failed:
             what += f" (exit {last['exit_code']}; failed: {', '.join(map(str, failed))})"
-        ctx.out(f"last cycle: {_local(str(last['finished_at'] or last['started_at']))} - {what}")
+        ctx.out(f"last cycle: {local_iso(str(last['finished_at'] or last['started_at']))} - {what}")
         ctx.out(f"report: {last['report']}")
     if daemon is not None:
         state = "running" if daemon["alive"] else "not running"
         ctx.out(
             f"daemon: {state} (pid {daemon['pid']}, {daemon['ticks']} tick(s), "
-            f"last {_local(str(daemon['last_tick'] or ''))})"
+            f"last {local_iso(str(daemon['last_tick'] or ''))})"
         )
     if lease is not None:
         if lease.get("lease_error"):
@@ -288,7 +280,7 @@ def _status(ctx: Context) -> int:
             ctx.out(f"active host: {lease['active_host'] or 'none (no daemon holds the lease)'}")
         rows = lease.get("daemons")
         for d in rows if isinstance(rows, list) else []:
-            seen = _local(str(d["heartbeat"]))
+            seen = local_iso(str(d["heartbeat"]))
             ctx.out(f"  {d['host']} pid {d['pid']}: {d['role']}, heartbeat {seen}")
     return code
 

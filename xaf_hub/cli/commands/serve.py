@@ -119,6 +119,7 @@ def run(ctx: Context) -> int:
     check_exposure(opts.host, opts.public, password)
     from xaf_hub.core import aio
     from xaf_hub.fleet.scan import fill_outcomes
+    from xaf_hub.ops.decisions import hub_stops, shown_outcomes
     from xaf_hub.page.notices import LiveFleet
 
     cfg = ctx.config
@@ -135,7 +136,7 @@ def run(ctx: Context) -> int:
     )
 
     def scan_fleet() -> Snapshot:
-        snap = fleet()
+        snap = shown_outcomes(fleet(), hub_stops(ctx.ops()))
         return feeds[0].annotate(snap) if feeds else snap
 
     def follow() -> ChangeFeed:

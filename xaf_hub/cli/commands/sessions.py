@@ -20,7 +20,7 @@ from xaf_hub.cli.commands._common import (
 )
 from xaf_hub.cli.context import Context
 from xaf_hub.cli.options import Opt, add_options
-from xaf_hub.cli.termfit import state_color
+from xaf_hub.cli.termfit import state_color, tone_painter
 from xaf_hub.core.clock import ago
 from xaf_hub.core.records import Snapshot
 from xaf_hub.core.text import dumps, shorten, shorten_left
@@ -118,12 +118,17 @@ def write_page(ctx: Context, snap: Snapshot, path: Path, lang: str | None) -> No
 
 def read(ctx: Context, opts: Options) -> Snapshot:
     """Read the instances asked as `status` does (the live board where fresh, else a scan;
-    --fresh scans), with each session's last result for --outcomes or --html, and keep the
-    titles with the keyword."""
+    --fresh scans), with each session's last result for --outcomes or --html (as every view
+    shows it: ``ops.decisions.shown_outcomes``), and keep the titles with the keyword."""
+    outcomes = bool(opts.outcomes or opts.html)
     snap, _ = read_fleet(
         ctx, chosen_instances(ctx, opts.instance), fresh=opts.fresh, progress=True,
-        outcomes=bool(opts.outcomes or opts.html),
+        outcomes=outcomes,
     )
+    if outcomes:
+        from xaf_hub.ops.decisions import hub_stops, shown_outcomes
+
+        snap = shown_outcomes(snap, hub_stops(ctx.ops()))
     return filter_keyword(snap, opts.keyword)
 
 
@@ -153,6 +158,7 @@ def run(ctx: Context) -> int:
             ctx.out(dumps(report.snapshot_document(snap)))
             report_unreachable(ctx, snap)
             return scan_exit(snap)
+    from xaf_hub.core.outcomes import RUNS, run_words, tone
     from xaf_hub.core.records import prefix_width
     from xaf_hub.core.runstate import shown_state
 
@@ -179,7 +185,7 @@ def run(ctx: Context) -> int:
     if opts.outcomes:
         headers.append("last result")
         for row, s in zip(body, rows, strict=True):
-            row.append(s.outcome or "-")
+            row.append(run_words(s.outcome) if s.outcome else "not checked")
     ctx.table(
         body,
         headers,
@@ -189,7 +195,8 @@ def run(ctx: Context) -> int:
         ],
         keep_end=["directory"],
         keep={"session": prefix_width((s.id for s in snap.sessions), (s.id for s in rows))},
-        colors={"state": state_color, "last result": state_color},
+        colors={"state": state_color,
+                "last result": tone_painter({run_words(r): tone(r) for r in RUNS})},
     )
     shown = f"{len(rows)} of {len(rows_all)}" if len(rows) < len(rows_all) else str(len(rows))
     ctx.info(f"{shown} project session(s)")

@@ -18,6 +18,7 @@ from xaf_hub.core.text import dumps
 
 if TYPE_CHECKING:
     from xaf_hub.config.load import InstanceConfig
+    from xaf_hub.core.outcomes import Stop
     from xaf_hub.core.records import SessionRecord
 
 EXAMPLES = """\
@@ -112,6 +113,7 @@ class Found:
     inst: InstanceConfig
     session: SessionRecord
     messages: list[dict[str, Any]]
+    stop: Stop | None = None  # the hub's latest recorded stop of it (ops.decisions.hub_stops)
 
     @property
     def prompt(self) -> Mapping[str, Any] | None:
@@ -146,7 +148,9 @@ def look(ctx: Context, opts: Options) -> Found:
         async with make_client(ctx.config, sc.inst, transport) as client:
             return await client.messages(s.id, limit=opts.limit)
 
-    return Found(sc.inst, s, aio.run(go()))
+    from xaf_hub.ops.decisions import hub_stops
+
+    return Found(sc.inst, s, aio.run(go()), hub_stops(ctx.ops()).get((sc.inst.name, s.id)))
 
 
 def _said(msg: Mapping[str, Any] | None) -> dict[str, Any] | None:
@@ -158,10 +162,24 @@ def _said(msg: Mapping[str, Any] | None) -> dict[str, Any] | None:
 
 def document(found: Found) -> dict[str, Any]:
     """What `show --json` prints (and the MCP tool answers)."""
-    from xaf_hub.core.runstate import error_text, last_error, outcome_of, shown_state
+    from xaf_hub.core.outcomes import run_outcome, stop_applies
+    from xaf_hub.core.runstate import (
+        error_text,
+        last_error,
+        outcome_of,
+        refusal_text,
+        shown_state,
+    )
     from xaf_hub.fleet.attach import attach_command
 
     s, messages = found.session, found.messages
+    stop = found.stop if stop_applies(found.stop, s.updated) else None
+    outcome = run_outcome(outcome_of(messages), running=s.running, stop=stop) or "not_started"
+    ended = error_text(last_error(messages))
+    if outcome == "denied":
+        ended = refusal_text(messages)
+    elif stop is not None and outcome in ("ceiling", "interrupted"):
+        ended = f"by {stop.who} at {fmt_time(int(stop.at * 1000))}"
     return {
         "instance": found.inst.name,
         "session_id": s.id,
@@ -172,8 +190,8 @@ def document(found: Found) -> dict[str, Any]:
         "state": shown_state(s),
         "retry_message": s.retry_message,
         "waiting": s.waiting.to_json() if s.waiting is not None else None,
-        "last_outcome": outcome_of(messages) if messages else "unknown",
-        "last_error": error_text(last_error(messages)),
+        "last_outcome": outcome,
+        "last_error": ended,
         "model": s.model or model_of(messages),
         "cost": s.cost,
         "updated": iso_time(s.updated),
@@ -186,6 +204,7 @@ def document(found: Found) -> dict[str, Any]:
 
 def run(ctx: Context) -> int:
     """Find the session, read its newest messages, print."""
+    from xaf_hub.core.outcomes import run_words
     from xaf_hub.core.runstate import WAITING_WORDS, answer_hint, waiting_detail
     from xaf_hub.fleet.attach import attach_hint
 
@@ -206,7 +225,8 @@ def run(ctx: Context) -> int:
         ("title", s.title),
         ("directory", s.directory + ("" if s.project else "  (not a project session)")),
         *([("branch", f"{s.branch} (its own worktree)")] if s.branch else []),
-        ("state", f"{state}; last run: {doc['last_outcome']}" + (f" ({err})" if err else "")),
+        ("state", f"{state}; last run: {run_words(doc['last_outcome'])}"
+         + (f" ({err})" if err else "")),
         ("model", doc["model"] or "server default"),
         ("cost", "unknown (the server reported none usable)" if s.cost is None
          else f"${s.cost:.4f}"),

@@ -82,6 +82,7 @@ def _index(snap: Snapshot) -> dict[str, SessionRecord]:
 
 
 def _outcomes(ctx: Context, sessions: Sequence[SessionRecord]) -> dict[str, str]:
+    from xaf_hub.core.outcomes import run_outcome
     from xaf_hub.core.runstate import outcome_of
     from xaf_hub.errors import HubError
     from xaf_hub.fleet.scan import make_client
@@ -94,9 +95,9 @@ def _outcomes(ctx: Context, sessions: Sequence[SessionRecord]) -> dict[str, str]
         async with make_client(cfg, inst, transport) as client:
             try:
                 msgs = await client.messages(s.id, limit=3, directory=s.directory)
-                return s.id, outcome_of(msgs)
+                return s.id, run_outcome(outcome_of(msgs), running=False) or ""
             except HubError:
-                return s.id, "unknown"
+                return s.id, ""
 
     async def all_() -> list[tuple[str, str]]:
         return list(await aio.gather(*(one(s) for s in sessions)))

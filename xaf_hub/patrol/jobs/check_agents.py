@@ -2,7 +2,8 @@
 
 Classes (``core.runstate.classify``): ``running`` (busy or retrying), ``stale_busy`` (busy, no
 update for ``patrol.stale_minutes``), ``finished`` (last run succeeded), ``failed`` (last run
-ended with an error; the reason is kept), ``interrupted`` (last run aborted, or it stopped
+ended with an error; the reason is kept), ``denied`` (it ended on a refused request: a
+person's, never resumed), ``interrupted`` (last run aborted, or it stopped
 without finishing — a server restart looks like that), ``idle`` (never ran, or a prompt not
 answered yet). Sessions updated in the last 24 hours, and every running one, are looked at.
 
@@ -225,7 +226,7 @@ async def _resume(
 def _why(run: LastRun | None) -> str:
     if run is None:
         return ""
-    return "was aborted" if run.outcome == "aborted" else "stopped without finishing"
+    return "was aborted" if run.outcome == "interrupted" else "stopped without finishing"
 
 
 def _why_waiting(exc: BusyError) -> str:

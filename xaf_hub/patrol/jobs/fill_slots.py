@@ -11,8 +11,11 @@
   ``verified: true`` and ``judged`` (which rule). A failed check goes back to the same session
   (``project.check_retries``) with the output's end; a claim that is missing, ambiguous, old,
   diverging, too long, locked, credited elsewhere, no hash at all, or a check failed with no
-  retry left -> left ``dispatched`` under "needs a person"; the remote unreadable -> left as
-  it is, checked again next round;
+  retry left -> left ``dispatched`` under "needs a person" (the row's ``person`` says why);
+  the remote unreadable -> left as it is, checked again next round. Without
+  ``project.repository`` it is ``done`` in the pool (so its dependants may start) but
+  ``judged`` "not verified", and every view says "finished, not verified";
+* its run ended on a refused request (``denied``) -> left ``dispatched`` for a person;
 * failed for a *task* reason (context overflow, output too long, content filter, a 4xx the
   provider gave for the request itself...) -> back to ``pending`` with one attempt used and a
   back-off (``Backlog.requeue(infrastructure=False)``);
@@ -96,6 +99,7 @@ from xaf_hub.patrol.jobs.land import land_ready
 from xaf_hub.patrol.settle import (
     JUST_DISPATCHED,
     NO_ANSWER_GRACE,
+    NOT_VERIFIED,
     Settlement,
     Sighting,
     credited_commits,
@@ -314,7 +318,8 @@ def free_slots(fleet: Fleet, gate: Gate) -> list[tuple[InstanceConfig, int, str]
         if not sc.reachable or sc.inst.production:
             continue
         load = instance_load(sc, gate, allow_prod=True)
-        view = InstanceView(sc.inst, True, "", tuple(sc.sessions), load.reserved or 0)
+        view = InstanceView(sc.inst, True, "", tuple(sc.sessions), load.reserved or 0,
+                            reserved_own=load.reserved_own)
         try:
             directory = new_session_directory(view, DispatchRequest(text="fill"))
         except (UsageError, NotProjectSession):
@@ -575,6 +580,7 @@ async def settle_dispatched(
                         detail=f"verified, ready to land: {verdict.judged or verdict.commit}",
                     ))
                     continue
+                verified = verdict.verified is True
                 pctx.backlog().mark_done(
                     task.id,
                     now,
@@ -582,7 +588,7 @@ async def settle_dispatched(
                     commits=verdict.commits,
                     verified=verdict.verified,
                     expected=task,  # a person's change during the verification stands
-                    judged=verdict.judged or None,
+                    judged=verdict.judged or (None if verified else NOT_VERIFIED),
                     check=ran,
                 )
                 for c in verdict.commits:
@@ -598,7 +604,7 @@ async def settle_dispatched(
                     session=key[1],
                     result="done",
                     reason=task.id,
-                    extra={"task": task.id, **proof},
+                    extra={"task": task.id, "verified": verified, **proof},
                 )
                 said = f"verified: commit {verdict.commit} on the repository" if proof else ""
                 if len(verdict.commits) > 1:
@@ -611,13 +617,13 @@ async def settle_dispatched(
                     pctx,
                     Action(
                         STEP,
-                        "done",
+                        "done" if verified else "finished",
                         "ok",
                         key[0],
                         key[1],
                         task=task.id,
                         title=task.title,
-                        detail=said,
+                        detail=said or NOT_VERIFIED,
                     ),
                 )
             elif verdict.action == "requeue":
@@ -646,7 +652,10 @@ async def settle_dispatched(
             elif verdict.action == "retry":
                 assert inst is not None and seen.session is not None
                 await _send_back(pctx, cycle, inst, seen.session, task, verdict)
-            elif verdict.reason:
+            elif not verdict.reason:
+                if task.person:  # the patrol goes on with it: no longer a person's
+                    pctx.backlog().note_check(task, person=None)
+            else:
                 _note_judged(pctx, task, verdict)
                 kind = "person" if verdict.person else "keep"
                 cycle.log.add(
@@ -749,13 +758,17 @@ async def _run_check(
 
 
 def _note_judged(pctx: OpsContext, task: Task, verdict: Settlement) -> None:
-    """Write on a row kept for a person which rule decided (and a failed check's output)."""
+    """Write on a row kept which rule decided (and a failed check's output), and whether and
+    why it is left to a person (its state then says so: ``store.pick.state_of``)."""
     fields: dict[str, object] = {}
     if verdict.judged and verdict.judged != task.judged:
         fields["judged"] = verdict.judged
     run = verdict.check
     if run is not None:
         fields.update(check="failed", check_commit=verdict.commit, check_output=run.tail)
+    person = verdict.reason if verdict.person else None
+    if person != task.person:
+        fields["person"] = person
     if fields:
         pctx.backlog().note_check(task, **fields)
 

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from typing import Any
 
 import redis
 from redis.backoff import NoBackoff
-from redis.exceptions import AuthenticationError, RedisError, ResponseError
+from redis.exceptions import AuthenticationError, RedisError, ResponseError, WatchError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
@@ -22,6 +23,7 @@ from redis.retry import Retry
 from xaf_hub.config.credentials import REDIS_PASSWORD_ENV
 from xaf_hub.config.load import LockConfig
 from xaf_hub.errors import ConfigError, UnreachableError
+from xaf_hub.store.fence import Fence
 
 __all__ = ["connect", "describe", "probe", "reason", "redis_errors", "as_text"]
 
@@ -85,6 +87,25 @@ def reason(exc: RedisError, where: str) -> str:
             return f"{where}: unknown host"
         return f"{where}: cannot connect ({text})"
     return f"{where}: {text}"
+
+
+@contextlib.contextmanager
+def fenced_write(
+    client: redis.Redis, fence: Fence | None, what: str, outcome: str = "nothing was written"
+) -> Iterator[Any]:
+    """One transaction that writes only while ``fence`` holds the lease (None: always): the
+    writes queued on the pipeline it yields run at the end of the block, or none do
+    (``Fence.lost``)."""
+    with redis_errors(describe(client)), client.pipeline(transaction=True) as pipe:
+        try:
+            if fence is not None:
+                fence.check(pipe, what)
+                pipe.multi()
+            yield pipe
+            pipe.execute()
+        except WatchError:
+            assert fence is not None  # only the lease key is watched
+            raise fence.lost(what, outcome) from None
 
 
 @contextlib.contextmanager

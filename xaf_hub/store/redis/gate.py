@@ -206,7 +206,7 @@ class RedisGate(Gate):
         if owned and self.fence is not None:
             owned = current[1] is not None and as_text(current[1]) == self.fence.token
             if not owned:
-                self.warnings.append(self._fence_lost(instance))
+                self.warnings.append(str(self._fence_lost(instance)))
                 return False
         if not owned:
             self._lost.add(instance)
@@ -216,13 +216,10 @@ class RedisGate(Gate):
         """True once a check or write for ``instance`` found the patrol lease gone."""
         return instance in self._fenced
 
-    def _fence_lost(self, instance: str) -> str:
+    def _fence_lost(self, instance: str) -> LockLostError:
         assert self.fence is not None
         self._fenced.add(instance)
-        return (
-            f"{instance}: this patrol daemon no longer holds the patrol lease (redis "
-            f"{self.where} key {self.fence.key}); another daemon is active, so nothing is sent"
-        )
+        return self.fence.lost(f"{instance} (redis {self.where})", "nothing is sent")
 
     def holds(self, res: Reservation) -> bool:
         """True when the reservation's key is still in Redis."""
@@ -303,7 +300,7 @@ class RedisGate(Gate):
                 ],
             )
         if done == -1:
-            raise LockLostError(self._fence_lost(res.instance))
+            raise self._fence_lost(res.instance)
         if not done:
             self._lost.add(res.instance)
             raise LockLostError(
@@ -311,8 +308,11 @@ class RedisGate(Gate):
                 "process's before its reservation could be written"
             )
 
-    def reserve(self, instance: str, session_id: str = "", prompt: str = "") -> Reservation:
-        """Write a new reservation for this process; Redis expires it after slot_ttl_seconds."""
+    def reserve(
+        self, instance: str, session_id: str = "", prompt: str = "", project: str = ""
+    ) -> Reservation:
+        """Write a new reservation for this process (for a run of ``project``); Redis expires
+        it after slot_ttl_seconds."""
         now = self.clock()
         res = Reservation(
             path=None,
@@ -323,6 +323,7 @@ class RedisGate(Gate):
             session_id=session_id,
             key=self.slot_key(instance, new_token(now)),
             prompt=prompt,
+            project=project,
         )
         self._write(res)
         return res

@@ -22,7 +22,6 @@ from redis.exceptions import WatchError
 from xaf_hub.core.clock import to_ms
 from xaf_hub.errors import (
     BusyError,
-    LockLostError,
     StateFileError,
 )
 from xaf_hub.store.fence import Fence
@@ -36,7 +35,7 @@ from xaf_hub.store.model_state import (
     healed_entry,
     healed_list,
 )
-from xaf_hub.store.redis.client import as_text, describe, redis_errors
+from xaf_hub.store.redis.client import as_text, describe, fenced_write, redis_errors
 
 __all__ = ["RedisModelState"]
 
@@ -44,15 +43,6 @@ _T = TypeVar("_T")
 
 
 # Set a key only while the patrol lease KEYS[1] holds the token ARGV[1].
-_SET_IF_HOLDER = """
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then
-  return 0
-end
-redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
-return 1
-"""
-
-
 class RedisModelState(ModelState):
     """The model state on Redis: a blackout seen by one hub holds for every hub.
 
@@ -74,7 +64,6 @@ class RedisModelState(ModelState):
     ) -> None:
         self.client = client
         self.fence = fence
-        self._set_if_holder = client.register_script(_SET_IF_HOLDER)
         self.key = f"{prefix}:model_state"
         self.healed_prefix = f"{prefix}:healed:"
         self.where = describe(client)
@@ -104,8 +93,7 @@ class RedisModelState(ModelState):
         with redis_errors(self.where), self.client.pipeline(transaction=True) as pipe:
             while True:
                 try:
-                    keys = [self.key] if self.fence is None else [self.key, self.fence.key]
-                    pipe.watch(*keys)  # type: ignore[no-untyped-call]  # unannotated upstream
+                    pipe.watch(self.key)  # type: ignore[no-untyped-call]  # unannotated upstream
                     got = pipe.get(self.key)
                     raw = None if got is None else as_text(got)
                     data = self._parse(raw)
@@ -115,10 +103,7 @@ class RedisModelState(ModelState):
                         pipe.unwatch()
                         return result
                     if self.fence is not None:
-                        holder = pipe.get(self.fence.key)  # watched: a change aborts the EXEC
-                        if holder is None or as_text(holder) != self.fence.token:
-                            pipe.unwatch()
-                            raise LockLostError(self._fence_lost())
+                        self.fence.check(pipe, f"model state in redis {self.where}")
                     pipe.multi()
                     pipe.set(self.key, json.dumps(data, ensure_ascii=False))
                     ends = [int(b["until_ms"]) for b in data["blackouts"].values()]
@@ -153,24 +138,8 @@ class RedisModelState(ModelState):
         """Record that ``key`` was healed; Redis forgets it after 14 days."""
         entry = healed_entry(to_ms(now), from_model, to_model, who)
         retention_ms = int(HEALED_RETENTION.total_seconds() * 1000)
-        if self.fence is None:
-            with redis_errors(self.where):
-                self.client.set(self.healed_prefix + key, json.dumps(entry), px=retention_ms)
-            return
-        with redis_errors(self.where):
-            done = self._set_if_holder(
-                keys=[self.fence.key, self.healed_prefix + key],
-                args=[self.fence.token, json.dumps(entry), retention_ms],
-            )
-        if not done:
-            raise LockLostError(self._fence_lost())
-
-    def _fence_lost(self) -> str:
-        assert self.fence is not None
-        return (
-            f"model state in redis {self.where}: this patrol daemon no longer holds the patrol "
-            f"lease (key {self.fence.key}); another daemon is active, so nothing was written"
-        )
+        with fenced_write(self.client, self.fence, f"model state in redis {self.where}") as pipe:
+            pipe.set(self.healed_prefix + key, json.dumps(entry), px=retention_ms)
 
     def healed_since(self, since: datetime) -> list[Healed]:
         """The heals (not resumes) recorded at or after ``since`` by any hub, oldest first."""

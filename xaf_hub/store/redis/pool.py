@@ -254,10 +254,7 @@ class RedisBacklog(TaskPool):
 
     def _lost(self) -> LockLostError:
         assert self.fence is not None
-        return LockLostError(
-            f"task pool {self.where}: this patrol daemon no longer holds the patrol lease "
-            f"(key {self.fence.key}); another daemon is active, so the pool was not changed"
-        )
+        return self.fence.lost(f"task pool {self.where}", "the pool was not changed")
 
     def _busy(self) -> BusyError:
         return BusyError(

@@ -18,12 +18,11 @@ import json
 from pathlib import Path
 
 import redis
-from redis.exceptions import WatchError
 
-from xaf_hub.errors import LockLostError, StateFileError
+from xaf_hub.errors import StateFileError
 from xaf_hub.store.fence import Fence
 from xaf_hub.store.patrol_state import RunMemory, SeenRun, parse_seen, seen_json
-from xaf_hub.store.redis.client import as_text, describe, redis_errors
+from xaf_hub.store.redis.client import as_text, describe, fenced_write, redis_errors
 
 __all__ = ["RedisRunMemory"]
 
@@ -89,27 +88,10 @@ class RedisRunMemory(RunMemory):
             for key in self._dirty
         }
         gone = [_field(*key) for key in self._gone]
-        with redis_errors(self.server), self.client.pipeline(transaction=True) as pipe:
-            try:
-                if self.fence is not None:
-                    pipe.watch(self.fence.key)  # type: ignore[no-untyped-call]  # unannotated
-                    holder = pipe.get(self.fence.key)
-                    if holder is None or as_text(holder) != self.fence.token:
-                        pipe.unwatch()
-                        raise LockLostError(self._fence_lost())
-                    pipe.multi()
-                if dirty:
-                    pipe.hset(self.key, mapping=dirty)  # type: ignore[arg-type]  # str values
-                if gone:
-                    pipe.hdel(self.key, *gone)
-                pipe.pexpire(self.key, _RETENTION_MS)
-                pipe.execute()
-            except WatchError:
-                raise LockLostError(self._fence_lost()) from None
-
-    def _fence_lost(self) -> str:
-        assert self.fence is not None
-        return (
-            f"patrol last-runs memory {self.where}: this patrol daemon no longer holds the "
-            f"patrol lease (key {self.fence.key}); another daemon is active, so it was not saved"
-        )
+        what = f"patrol last-runs memory {self.where}"
+        with fenced_write(self.client, self.fence, what, "it was not saved") as pipe:
+            if dirty:
+                pipe.hset(self.key, mapping=dirty)
+            if gone:
+                pipe.hdel(self.key, *gone)
+            pipe.pexpire(self.key, _RETENTION_MS)

@@ -327,7 +327,7 @@ def _err(code: ExitCode) -> h.Finding:
     ([], ExitCode.OK),
     ([h.warn("a", "b", "c", "d"), h.info("a", "b", "c")], ExitCode.OK),
     ([_err(ExitCode.UNREACHABLE), _err(ExitCode.USAGE)], ExitCode.USAGE),
-    ([_err(ExitCode.INTERNAL), _err(ExitCode.UNREACHABLE)], ExitCode.UNREACHABLE),
+    ([_err(ExitCode.INTERNAL), _err(ExitCode.USAGE)], ExitCode.INTERNAL),
     ([_err(ExitCode.INTERNAL)], ExitCode.INTERNAL),
 ])
 def test_worst(findings: list[h.Finding], code: ExitCode) -> None:
@@ -422,7 +422,7 @@ def test_command_reports_each_instance_and_exits_with_the_worst(tmp_path: Path) 
     (tmp_path / "config.json").write_text(json.dumps({"instances": [
         {"name": "good", "url": "http://good:1", "roots": ["/srv/demo"]},
         {"name": "bad", "url": "http://bad:1", "roots": ["/srv/demo"]},
-    ]}), "utf-8")
+    ], "project": {"repository": "https://git.example/demo.git"}}), "utf-8")
     home.mkdir()
     set_paused(home / "patrol", "ops", datetime(2025, 5, 1, tzinfo=UTC))
     env = {"XAF_HUB_HOME": str(home), "XAF_HUB_PW_GOOD": SECRET, "XAF_HUB_PW_BAD": "nope-nope"}
@@ -578,3 +578,27 @@ def test_doctor_proves_the_checks_sandbox_by_a_probe_check(
             "bubblewrap (bwrap) is not installed: apt-get install bubblewrap"
         )
     assert list((home / "checks").iterdir()) == []  # the probe's folder is gone
+
+
+@pytest.mark.parametrize(
+    ("project", "area", "says"),
+    [
+        ({}, "verification", "finished, not verified"),
+        ({"isolation": "worktree"}, "worktrees", "neither verify nor land"),
+        ({"repository": "https://git.example/shop.git"}, None, ""),
+    ],
+)
+def test_doctor_says_how_to_get_verification(
+    tmp_path: Path, project: dict[str, Any], area: str | None, says: str
+) -> None:
+    doc = {"project": project, "instances": [{"name": "a", "url": "http://127.0.0.1:9"}]}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(doc), "utf-8")
+    cfg = load_config(str(path), env={"XAF_HUB_HOME": str(tmp_path / "h")}, cwd=tmp_path)
+    found = h.repository_findings(cfg)
+    if area is None:
+        assert found == []
+        return
+    [f] = found
+    assert (f.area, f.subject, f.level) == (area, "project.repository", "warn")
+    assert says in f.message and "Set project.repository" in f.fix and "init --root" in f.fix

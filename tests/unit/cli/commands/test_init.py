@@ -156,3 +156,40 @@ def test_init_prod_of_an_unknown_name_is_refused_and_nothing_is_written(tmp_path
     assert code == 0, err
     cfg = load_config(str(tmp_path / "config.json"), env={}, cwd=tmp_path)
     assert cfg.instances[0].production
+
+
+def test_init_fills_the_repository_from_the_roots_origin_without_its_token(
+    tmp_path: Path,
+) -> None:
+    """A root that is a git checkout with an ``origin`` gives ``project.repository``; a token
+    in the remote's URL never reaches config.json nor the output."""
+    from tests.gitrepo import git
+
+    shop = tmp_path / "shop"
+    shop.mkdir()
+    git(shop, "init", "-q")
+    git(shop, "remote", "add", "origin", "https://alice:s3cr3t-t0ken@git.example/shop.git")
+    code, out, err = run(tmp_path, "init", "--root", "shop")
+    assert code == 0, err
+    written = (tmp_path / "config.json").read_text("utf-8")
+    assert json.loads(written)["project"]["repository"] == "https://git.example/shop.git"
+    assert "s3cr3t" not in written and "alice" not in written and "s3cr3t" not in out + err
+    said = f"project.repository: https://git.example/shop.git (the 'origin' remote of {shop})"
+    assert said in out
+    assert "git's own credential store" in out
+    cfg = load_config(str(tmp_path / "config.json"), env={}, cwd=tmp_path)
+    assert cfg.repository.url == "https://git.example/shop.git"
+    # An ssh remote is kept as it is, and nothing is said of credentials.
+    git(shop, "remote", "set-url", "origin", "git@git.example:team/shop.git")
+    code, out, _ = run(tmp_path, "init", "--root", "shop", "--force")
+    doc = json.loads((tmp_path / "config.json").read_text("utf-8"))
+    assert code == 0 and doc["project"]["repository"] == "git@git.example:team/shop.git"
+    assert "credential" not in out
+
+
+def test_init_says_when_the_root_gives_no_repository(tmp_path: Path) -> None:
+    (tmp_path / "plain").mkdir()
+    code, out, err = run(tmp_path, "init", "--root", "plain")
+    assert code == 0, err
+    assert "repository" not in json.loads((tmp_path / "config.json").read_text("utf-8"))["project"]
+    assert "project.repository: not set" in out and "finished, not verified" in out

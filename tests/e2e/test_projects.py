@@ -1,0 +1,102 @@
+"""Several projects on one server under one limit, against a real opencode server: dispatches of
+both projects race, and the server itself never runs more than the limit, nor more of the
+project with a share than its share."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+import pytest
+
+from sandbox import fleet as sandbox
+from tests.e2e.dispatch_checks import slow
+from tests.fleet import Hub
+from tests.redis_fixture import write_redis_config
+
+pytestmark = pytest.mark.e2e
+
+NAME = "lan-c"
+
+
+def two_projects(hub: Hub) -> dict[str, Path]:
+    """Turn the hub's config into projects shop and blog on NAME (limit 2, blog's share 1)."""
+    apps = {p: hub.project_dir(p, "app") for p in ("shop", "blog")}
+    hub.doc.pop("project")
+    for inst in hub.doc["instances"]:
+        inst.pop("roots"), inst.pop("default_directory")
+    hub.set_instance(NAME, concurrency_limit=2)
+    hub.write_config(projects={
+        p: {"roots": {NAME: [str(app.parent)]}, "default_directory": {NAME: str(app)}}
+        for p, app in apps.items()
+    })
+    hub.doc["projects"]["blog"]["share"] = 1
+    hub.write_config()
+    return apps
+
+
+def busy(hub: Hub, app: Path) -> int:
+    status = sandbox.status(hub.server(NAME).url, hub.password(NAME), str(app))
+    return sum(1 for v in status.values() if v.get("type") != "idle")
+
+
+@pytest.mark.parametrize("gate", ["file", "redis"])
+def test_one_limit_for_every_project_and_a_share_for_one(
+    hub: Hub, gate: str, request: pytest.FixtureRequest
+) -> None:
+    if gate == "redis":
+        server = request.getfixturevalue("redis_server")
+        write_redis_config(hub.doc, server, server.prefix())
+        hub.env.update(server.env())
+    apps = two_projects(hub)
+    slow(hub)  # runs stay busy past the race
+    samples: list[tuple[int, int]] = []
+    stop = threading.Event()
+
+    def sample() -> None:
+        while not stop.is_set():
+            try:  # runs only start here: a later reading of blog never undercounts the sum
+                samples.append((busy(hub, apps["shop"]), busy(hub, apps["blog"])))
+            except Exception:  # noqa: BLE001 - a missed sample is taken again, never invented
+                continue
+            stop.wait(0.1)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        # shop named, blog found from the folder it is sent to
+        procs = [
+            hub.popen("dispatch", "--new", "--instance", NAME, "--text", f"task {i}", "--json",
+                      "--no-record", *where)
+            for i in range(3)
+            for where in (("--project", "shop"), ("--dir", str(apps["blog"])))
+        ]
+        results = [(p.communicate(timeout=180), p.returncode) for p in procs]
+        hub.wait_for(lambda: len(samples) >= 10)  # the state after the race counts too
+        stop.set()
+        sampler.join(timeout=30)
+        for (_out, err), code in results:
+            assert code in (0, 3), err
+            assert code == 0 or "at its limit" in err or "dispatch lock" in err, err
+        sent = [json.loads(out) for (out, _), code in results if code == 0]
+        assert len(sent) == 2, results
+        assert all(d["project"] == ("shop" if "/shop/" in d["directory"] else "blog")
+                   for d in sent), sent
+        assert len(samples) >= 10, "too few samples to judge"
+        assert max(s + b for s, b in samples) <= 2, f"over the limit: {samples}"
+        assert max(b for _, b in samples) <= 1, f"over blog's share: {samples}"
+        assert samples[-1][0] + samples[-1][1] == 2, samples  # the limit was reached
+        # `sessions --project` lists one project's sessions, each row saying which
+        for p, app in apps.items():
+            code, doc = hub.cli_json("sessions", "--project", p, "--instance", NAME)
+            rows = {(s["project"], str(Path(s["directory"]).parent)) for s in doc["sessions"]}
+            ran = any(d["project"] == p for d in sent)
+            assert code == 0 and rows == ({(p, str(app.parent))} if ran else set()), doc
+    finally:
+        stop.set()
+        for p in apps:
+            code, doc = hub.cli_json("sessions", "--project", p, "--instance", NAME)
+            for s in doc.get("sessions", []) if code == 0 else []:
+                if s["running"]:
+                    hub.cli("interrupt", "--project", p, "--session", s["id"], "--allow-prod")

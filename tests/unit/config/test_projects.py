@@ -1,0 +1,107 @@
+"""A config of several projects: its shape, its checks and how a project is chosen."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from xaf_hub.config.load import Config, load_config
+from xaf_hub.errors import ConfigError, UsageError
+
+INSTANCES = [
+    {"name": "dev", "url": "http://127.0.0.1:4096"},
+    {"name": "lan", "url": "http://127.0.0.1:4097"},
+]
+
+
+def projects(**changes: Any) -> dict[str, Any]:
+    doc: dict[str, Any] = {
+        "projects": {
+            "shop": {
+                "roots": {"dev": ["/src/shop"], "lan": ["/srv/shop"]},
+                "default_directory": {"dev": "/src/shop/app"},
+                "exclude_dirs": ["/src/shop/vendor"],
+                "share": 1,
+            },
+            "blog": {"roots": {"dev": ["/src/blog"]}, "repository": "/git/blog.git"},
+        },
+        "instances": json.loads(json.dumps(INSTANCES)),
+    }
+    doc.update(changes)
+    return doc
+
+
+def load(tmp_path: Path, doc: Any) -> Config:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    return load_config(str(path), env={}, cwd=tmp_path)
+
+
+def test_several_projects_load_with_none_chosen_and_each_can_be_chosen(tmp_path: Path) -> None:
+    cfg = load(tmp_path, projects())
+    assert [p.name for p in cfg.projects] == ["shop", "blog"] and not cfg.chosen
+    assert not any(i.rules.is_project("/src/shop/x") for i in cfg.instances)
+    with pytest.raises(UsageError, match=r"several projects.*--project NAME.*shop, blog"):
+        cfg.one_project()
+    shop = cfg.choose("shop")
+    dev, lan = shop.instances
+    assert (shop.project_name, shop.chosen, dev.project, dev.share) == ("shop", True, "shop", 1)
+    assert dev.roots == ("/src/shop",) and dev.default_directory == "/src/shop/app"
+    assert lan.roots == ("/srv/shop",) and lan.default_directory == ""
+    assert dev.rules.is_project("/src/shop/a") and not dev.rules.is_project("/src/shop/vendor/x")
+    assert not dev.rules.is_project("/src/blog/a")
+    # every project's sessions are known to each instance, the chosen one's first
+    assert (dev.owner("/src/blog/a"), dev.owner("/src/shop/a"), dev.owner("/tmp")) == (
+        "blog", "shop", "")
+    blog = cfg.choose("blog")
+    assert blog.repository.url == "/git/blog.git" and blog.instances[0].share is None
+    assert shop.repository.url == ""
+    with pytest.raises(UsageError, match=r"unknown project 'wiki' \(configured: shop, blog\)"):
+        cfg.choose("wiki")
+
+
+def test_one_project_is_chosen_whichever_way_it_is_written(tmp_path: Path) -> None:
+    one = load(tmp_path, projects(projects={"shop": {"roots": {"dev": ["/src/shop"]}}}))
+    assert one.chosen and one.project_name == "shop" and one.one_project() is one
+    old = load(tmp_path, {"project": {"name": "demo"},
+                          "instances": [{**INSTANCES[0], "roots": ["/src/demo"]}]})
+    assert old.chosen and old.project_name == "demo" and [p.name for p in old.projects] == ["demo"]
+    inst = old.instances[0]
+    assert (inst.project, inst.share, inst.owner("/src/demo/x")) == ("demo", None, "demo")
+    assert old.choose("demo").instances == old.instances
+
+
+@pytest.mark.parametrize(("changes", "message"), [
+    ({"project": {"name": "x"}}, "key 'projects': give either project"),
+    ({"projects": {}}, "key 'projects': must name at least one project"),
+    ({"projects": []}, "key 'projects': expected an object, got a list"),
+    ({"projects": {"my shop": {}}}, "key 'projects.my shop': a project's name is a short"),
+    ({"projects": {"a" * 33: {}}}, "a project's name is a short identifier"),
+    ({"projects": {"shop": 3}}, "projects.shop must be an object"),
+    ({"projects": {"shop": {"name": "Shop"}}}, "key 'projects.shop.name': the project's key"),
+    ({"projects": {"shop": {"roots": {"nope": ["/a"]}}}},
+     "key 'projects.shop.roots.nope': no such instance (configured: dev, lan)"),
+    ({"projects": {"shop": {"roots": {"dev": "/a"}}}},
+     "key 'projects.shop.roots.dev': expected a list"),
+    ({"projects": {"shop": {"roots": {"dev": ["src"]}}}},
+     "key 'projects.shop.roots.dev[0]': must be an absolute path"),
+    ({"projects": {"shop": {"default_directory": {"dev": 5}}}},
+     "key 'projects.shop.default_directory.dev': expected a string"),
+    ({"projects": {"shop": {"share": 0}}},
+     "key 'projects.shop.share': must be a whole number, at least 1"),
+    ({"projects": {"shop": {"share": 1.5}}}, "key 'projects.shop.share': must be a whole number"),
+    ({"projects": {"shop": {"shares": 1}}}, "key 'projects.shop.shares': unknown key"),
+    ({"projects": {"shop": {"check_command": "make"}}},
+     "key 'projects.shop.check_command': needs project.repository"),
+    ({"instances": [{**INSTANCES[0], "roots": ["/a"]}]},
+     "key 'instances[0].roots': with projects, each project names its roots per instance"),
+])
+def test_a_bad_shape_is_one_line_saying_where(
+    tmp_path: Path, changes: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load(tmp_path, projects(**changes))
+    assert message in str(caught.value) and "\n" not in str(caught.value)

@@ -1,0 +1,194 @@
+"""The one vocabulary of what happened: a run's outcome and a task's state, as values (pure).
+
+Every view (the page, ``sessions``, ``show``, ``backlog``, the patrol's report, the chat)
+says a run's outcome and a task's state with these values, their words (English and Chinese,
+one catalogue the page's words include) and their tone. Only a run that succeeded, a task done
+and verified and a task landed are ``good``: nothing shows green that a person still has to
+look at (docs/architecture.md §4).
+
+* ``Run``: how a session's last run ended. ``succeeded`` (the model finished its answer),
+  ``failed`` (an error), ``denied`` (it ended on a refused request: a permission denied or a
+  question dismissed), ``ceiling`` (the hub stopped it past its run ceiling), ``interrupted``
+  (aborted by a person, or stopped by the server mid-run), ``rate_limited``, ``running``,
+  ``not_started`` (no answer in it yet). ``core.runstate.outcome_of`` reads it from messages;
+  ``run_outcome`` adds what only the hub knows (it runs now, the hub stopped it).
+* ``TaskState``: where a pool task stands, from its row alone (``task_state``; the pool's
+  ``store.pick.state_of`` fills it in), so the page and ``backlog list`` count alike.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final, Literal, get_args
+
+Run = Literal[
+    "succeeded", "failed", "denied", "ceiling", "interrupted", "rate_limited", "running",
+    "not_started",
+]
+# In the order a task goes through them (the page's work queue lists them so).
+TaskState = Literal[
+    "waiting", "in_progress", "person", "blocked", "unverified", "verified", "ready_to_land",
+    "conflict", "land_by_person", "landed", "dropped",
+]
+Tone = Literal["good", "person", "bad", "neutral"]
+StopKind = Literal["person", "ceiling"]
+
+RUNS: Final[tuple[Run, ...]] = get_args(Run)
+TASK_STATES: Final[tuple[TaskState, ...]] = get_args(TaskState)
+
+TONES: Final[dict[str, Tone]] = {
+    "succeeded": "good",
+    "failed": "bad",
+    "denied": "person",
+    "ceiling": "person",
+    "interrupted": "person",
+    "rate_limited": "person",
+    "running": "neutral",
+    "not_started": "neutral",
+    "waiting": "neutral",
+    "blocked": "person",
+    "person": "person",
+    "in_progress": "neutral",
+    "unverified": "person",
+    "verified": "good",
+    "ready_to_land": "neutral",
+    "conflict": "neutral",
+    "land_by_person": "person",
+    "landed": "good",
+    "dropped": "neutral",
+}
+
+# The catalogue: "run.<value>" / "task.<value>" is the value's word, "..._d" what it means.
+WORDS: Final[dict[str, tuple[str, str]]] = {
+    "run.succeeded": ("succeeded", "成功"),
+    "run.succeeded_d": ("The model finished its answer.", "模型完成了它的回答。"),
+    "run.failed": ("failed", "失败"),
+    "run.failed_d": ("The last run ended with an error.", "上次运行以错误结束。"),
+    "run.denied": ("denied", "被拒绝"),
+    "run.denied_d": (
+        "The run ended because a request it made was refused: a permission denied or a "
+        "question dismissed. A person decides what comes next.",
+        "运行因它的请求被拒绝而结束：权限被拒绝或问题被驳回。接下来怎么做由人决定。",
+    ),
+    "run.ceiling": ("stopped at its ceiling", "超过上限被停止"),
+    "run.ceiling_d": (
+        "The hub stopped the run because it cost more than its run ceiling; a person decides.",
+        "这次运行的花费超过了单次运行上限，已被汇总工具停止；由人决定接下来怎么做。",
+    ),
+    "run.interrupted": ("interrupted", "被中断"),
+    "run.interrupted_d": (
+        "The run stopped before it finished: a person stopped it, or its server did (a "
+        "restart?).",
+        "运行在完成前停止了：有人停止了它，或者它的服务器停止了它（重启？）。",
+    ),
+    "run.rate_limited": ("rate-limited", "被限流"),
+    "run.rate_limited_d": (
+        "The AI provider refused the last run because of too many requests.",
+        "AI 服务商因请求过多拒绝了上次运行。",
+    ),
+    "run.running": ("running", "运行中"),
+    "run.running_d": ("The run is still going.", "运行仍在进行。"),
+    "run.not_started": ("not started", "未开始"),
+    "run.not_started_d": (
+        "The session has no answer from the assistant yet.",
+        "这个会话里助手还没有回答过。",
+    ),
+    "task.waiting": ("waiting to start", "等待开始"),
+    "task.blocked": ("blocked after too many failed tries", "多次失败后受阻"),
+    "task.person": ("needs a person", "等人处理"),
+    "task.in_progress": ("in progress", "进行中"),
+    "task.unverified": ("finished, not verified", "已结束，未验证"),
+    "task.verified": ("done and verified", "已完成并验证"),
+    "task.ready_to_land": ("ready to land", "待合入"),
+    "task.conflict": ("conflict, sent back", "有冲突，已退回"),
+    "task.land_by_person": ("waits for a person to land it", "等人合入"),
+    "task.landed": ("landed", "已合入"),
+    "task.dropped": ("dropped", "已放弃"),
+}
+
+# A stop the hub recorded applies to a run whose session last changed at most this long
+# after it (the abort changes the session; clocks of hub and server may differ a little).
+STOP_WINDOW_MS: Final = 5 * 60_000
+
+
+@dataclass(frozen=True)
+class Stop:
+    """A stop the hub recorded for a session: a person's ``interrupt``, or the hub's own past
+    the run ceiling (``ops.decisions.hub_stops``); ``at`` in epoch seconds."""
+
+    kind: StopKind
+    at: float
+    who: str = ""
+
+
+def run_words(value: Run, lang: str = "en") -> str:
+    """The word for a run's outcome."""
+    return WORDS[f"run.{value}"][lang == "zh"]
+
+
+def task_words(value: TaskState, lang: str = "en") -> str:
+    """The words for a task's state."""
+    return WORDS[f"task.{value}"][lang == "zh"]
+
+
+def tone(value: Run | TaskState) -> Tone:
+    """Whether a value is good, needs a person, is bad, or is neutral."""
+    return TONES[value]
+
+
+def stop_applies(stop: Stop | None, updated_ms: int) -> bool:
+    """Whether the hub's ``stop`` ended the run of a session that last changed at
+    ``updated_ms``: made at most ``STOP_WINDOW_MS`` before that change (a later run moves it)."""
+    return stop is not None and stop.at * 1000 >= updated_ms - STOP_WINDOW_MS
+
+
+def run_outcome(
+    read: Run | Literal[""], *, running: bool, stop: Stop | None = None, updated_ms: int = 0
+) -> Run | None:
+    """A session's last run as every view shows it (None: its messages were not read).
+
+    ``read`` is what its messages say (``core.runstate.outcome_of``), ``running`` whether the
+    server runs it now; a run whose last message never completed while nothing runs was
+    stopped mid-run. ``stop`` is the hub's latest recorded stop of the session: one made at
+    most ``STOP_WINDOW_MS`` before the session last changed (``updated_ms``) says who
+    interrupted the run, and a ceiling's makes it ``ceiling``.
+    """
+    if running:
+        return "running"
+    if not read:
+        return None
+    if read == "running":
+        read = "interrupted"
+    ceiling = stop is not None and stop.kind == "ceiling" and stop_applies(stop, updated_ms)
+    return "ceiling" if read == "interrupted" and ceiling else read
+
+
+_LANDINGS: Final[dict[str, TaskState]] = {
+    "ready": "ready_to_land",
+    "conflict": "conflict",
+    "person": "land_by_person",
+    "landed": "landed",
+}
+
+
+def task_state(
+    *,
+    status: str,
+    landing: str | None,
+    parked: bool,
+    person: bool,
+    blocked: bool,
+    verified: bool | None,
+) -> TaskState:
+    """Where a task stands, from its row (pure): its way to the base branch first (worktrees),
+    then the status. A done task is ``verified`` only when the hub found its work on the
+    repository; done on the agent's or a person's word it is ``unverified``."""
+    if landing is not None:
+        return _LANDINGS.get(landing, "dropped")
+    if status == "done":
+        return "verified" if verified is True else "unverified"
+    if status == "dispatched":
+        return "person" if person else "in_progress"
+    if parked:
+        return "person"
+    return "blocked" if blocked else "waiting"
