@@ -14,8 +14,8 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
 
     On Python 3.11, ``asyncio.run`` formats its main task with ``%r`` twice on the way out
     (``signal.getsignal`` builds an error message from the SIGINT handler, which holds the
-    task), and a finished task's repr includes its result. For a fleet snapshot of 24k
-    sessions that cost 0.65 s per command. The wrapper keeps the result out of the task.
+    task), and a finished task's repr includes its result: a whole fleet snapshot formatted
+    for nothing (docs/performance.md). The wrapper keeps the result out of the task.
     """
     box: list[T] = []
 

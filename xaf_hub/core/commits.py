@@ -6,7 +6,7 @@ project's repository instead of taking the agent's word.
 
 A hash is 7 to 40 hexadecimal characters standing alone (not part of a longer word, path
 segment with a dash, a UUID or a 64-character digest), and it is read as a claim only where the
-answer presents a commit (issue 37): a full 40-character hash; one a word calls a commit right
+answer presents a commit: a full 40-character hash; one a word calls a commit right
 before it ("commit a1b2c3d", "SHA: ...", "the commit hash is ...", ".../commit/...", 提交, 哈希),
 or for a hash of letters and digits both, a few words before it in the same sentence
 ("committed the change as a1b2c3d", "pushed a1b2c3d"); or one on a line git printed (``[main

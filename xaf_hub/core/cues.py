@@ -1,9 +1,9 @@
-"""What in a task text points at one session beyond the words it shares (issue 36).
+"""What in a task text points at one session beyond the words it shares.
 
 Shared words cannot tell a follow-up from new work in the same area: "Add a TOTP step to the
 admin login" and "the login's remember-me box does nothing" share as much with a login session.
-Two things people write when they continue a session's work, and rarely otherwise (measured on
-the labelled set, bench/data; docs/matching.md):
+Two things people write when they continue a session's work, and rarely otherwise (the
+labelled set in bench/data shows it; docs/matching.md):
 
 * **A file the session changed**, by name: "queue.ts needs an op id", "server/upload.go accepts
   any file", "write the downgrade() for 0042_order_uuid". ``named_files`` finds them: a path or
@@ -71,8 +71,8 @@ _PRODUCTS = frozenset(
 )
 # An identifier written as code: with an underscore, or camelCase / PascalCase. The shape is
 # looked at once from the word's start, then the word is taken whole and never given back
-# (``\w++``): "\w*_\w+" followed by a test that fails backtracks through every underscore, and
-# a 100 kB run of "a_a_…" took two minutes.
+# (``\w++``): "\w*_\w+" followed by a test that fails backtracks through every underscore, so
+# a long run of "a_a_…" would take time quadratic in its length.
 _SHAPE = r"(?=\w*_\w|[a-z]+[A-Z]|[A-Z][a-z0-9]+[A-Z])"
 _CODE = re.compile(_SHAPE + r"\w++", re.ASCII)
 _CODE_WORD = re.compile(r"(?<![A-Za-z0-9_.\-/])" + _SHAPE + r"\w++(?!\.)", re.ASCII)

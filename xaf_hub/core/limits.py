@@ -1,13 +1,12 @@
 """When a rate-limited provider said it will take work again (pure).
 
-A provider that answers 429 often says for how long: a ``Retry-After`` header (opencode turns
-it into the ``retry`` status's ``next``, measured on 1.18.33: ``Retry-After: 300`` gives a
-``next`` 300 s ahead), a sentence in the message ("Please try again in 6m0s", "It will reset
-in 3h 20m"), or a reset instant ("resets at 2026-12-03T15:00:00Z"). ``stated_end`` reads
-those; None means nothing was said and the caller falls back to the reset hour.
+A provider that answers 429 often says for how long: a ``Retry-After`` header (opencode turns it
+into the ``retry`` status's ``next``; docs/models.md), a sentence in the message ("Please try again
+in 6m0s", "It will reset in 3h 20m"), or a reset instant ("resets at 2026-12-03T15:00:00Z").
+``stated_end`` reads those; None means nothing was said and the caller falls back to the reset hour.
 
-opencode's own back-off also fills ``next`` (2 s doubling per attempt, at most about 40 s at
-the fifth attempt; architecture §7): a ``next`` closer than ``BACKOFF_CEILING`` is that
+opencode's own back-off also fills ``next`` (doubling per attempt, always below
+``BACKOFF_CEILING``; architecture §7): a ``next`` closer than ``BACKOFF_CEILING`` is that
 back-off, not the provider's word, and is ignored. So is any stated wait that short: opencode
 honours it on each of its retries, and a run that still failed shows the limit outlasted it.
 

@@ -1,8 +1,8 @@
 """Rank sessions against a task text: TF-IDF over character n-grams, cosine similarity.
 
 Pure Python: an inverted index over the documents' sparse vectors (``Index``); a query touches
-only the postings of its own n-grams. No numpy: it cost about 0.5 s of import per dispatch and
-73 MB of install for a fleet of at most thousands of sessions (issue 36).
+only the postings of its own n-grams. No numpy: its import and install cost more than a fleet
+of at most thousands of sessions needs (docs/install.md, Dependencies).
 
 The TF-IDF weights are scikit-learn's (`TfidfTransformer(sublinear_tf=True)`: smooth idf, l2
 norm), times a weight per entry: the field it comes from (a session's title and the task texts
@@ -11,8 +11,8 @@ weight for words any task uses ("add", "tests", 修复, 页面). The unit tests 
 and scores against scikit-learn's transformer on generated corpora; the labelled set in
 bench/data (`python -m bench --match`) measures what they are worth.
 
-Why our own n-grams instead of sklearn's `char_wb` (measured on realistic
-titles; the cases are in tests/unit/test_matcher.py):
+Why our own n-grams instead of sklearn's `char_wb` (on realistic titles; the cases are in
+tests/unit/test_matcher.py):
 
 * Chinese has no spaces, and one Han character is roughly one morpheme, so
   character bigrams are roughly words (登录, 样式, 回调). Unigrams add matches on
@@ -28,7 +28,7 @@ titles; the cases are in tests/unit/test_matcher.py):
 
 So each script gets the n-gram size at which a character n-gram means
 something; both feed one TF-IDF space. The scripts meet in it through a glossary
-(core/glossary.json: about 800 Chinese terms of software work and their English words): a
+(core/glossary.json: Chinese terms of software work and their English words): a
 Chinese run that holds a term also carries its English words' n-grams, at the generic words'
 weight (a translation is weaker evidence than the same word typed), so "the login page" finds
 修复登录页样式 and 登录页 finds "Fix login page styles".

@@ -120,8 +120,8 @@ class SessionRecord:
         as ISO 8601 (`created_at`, `updated_at`, `retry_next_at`; null when unknown)."""
         from xaf_hub.core.clock import iso_time
 
-        # Every field is a str/int/float/bool: no deep copy needed (asdict's costs 0.7 s
-        # for a 24k-session snapshot).
+        # Every field is a str/int/float/bool: no deep copy needed (asdict's is slow on a
+        # whole snapshot).
         doc = {_EXPORTED.get(name, name): getattr(self, name) for name in _SESSION_EXPORT}
         doc["project"] = self.owner or None  # the project's name, in the owner's place
         doc["created_at"] = iso_time(self.created)

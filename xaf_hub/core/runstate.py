@@ -267,7 +267,7 @@ def judge(
     """
     model = (run.model if run is not None else "") or rec.model
     if rec.running and rec.waiting is not None:
-        # The server says busy, but nothing moves until a person answers (issue 35).
+        # The server says busy, but nothing moves until a person answers.
         return Verdict("waiting", model, f"{WAITING_WORDS}: {waiting_detail(rec.waiting)}")
     if rec.run_state == "retry":
         return Verdict(

@@ -56,8 +56,8 @@ _quote = json.encoder.encode_basestring  # the C function json.dumps(ensure_asci
 def _indented(data: Any, newline: str) -> str:
     """``json.dumps(data, ensure_ascii=False, indent=2)`` for plain JSON values (exact types
     dict with str keys, list, tuple, str, int, finite float, bool, None), in a third of the
-    time: json's indented encoder is pure Python, one generator per container (22 ms for a
-    1 MB `sessions --json`). Anything else raises _Unusual."""
+    time: json's indented encoder is pure Python, one generator per container
+    (docs/performance.md). Anything else raises _Unusual."""
     kind = type(data)
     if kind is str:
         return _quote(data)
@@ -170,11 +170,11 @@ def redact(text: str, secrets: Iterable[str]) -> str:
     found = _secret_pattern(tuple(sorted(set(secrets))))
     # The pattern runs only on text holding a witness: text without any cannot hold a form
     # (each form contains a witness), and a few plain searches cost a fraction of the
-    # alternation's scan of a 1 MB `sessions --json`.
+    # alternation's scan of a whole `sessions --json`.
     if found is not None and any(w in text for w in found[1]):
         text = found[0].sub("***", text)
-    # The case-blind header pattern costs ~25 ms per MB (a `sessions --json` of 2,000 sessions
-    # is 1 MB); text without the word cannot match it. The word is looked for in the UTF-8
+    # The case-blind header pattern is slow on large text (docs/performance.md); text without
+    # the word cannot match it. The word is looked for in the UTF-8
     # bytes lowered (ASCII letters only; several times cheaper than str.lower() on text with
     # CJK titles): no other character lowers to these letters (only the Kelvin sign lowers to
     # ASCII, to k, and "İ" to i plus a combining dot). What (?i) folds beyond ASCII case for
