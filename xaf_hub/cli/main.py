@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 from xaf_hub.errors import ExitCode, HubError, MissingPassword, UsageError
 
-# httpx's package imports its own command-line tool (click and rich: 40-60 ms) whenever both are
-# installed, as they are beside the mcp extra; the hub never runs it. Marked absent, that import
-# fails at once, which httpx provides for (its unused `main` then says what to install).
+# httpx's package imports its own command-line tool (click and rich; docs/performance.md) whenever
+# both are installed, as they are beside the mcp extra; the hub never runs it. Marked absent, that
+# import fails at once, which httpx provides for (its unused `main` then says what to install).
 sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]
 
 if TYPE_CHECKING:  # --help stays light: the context (and the config) load with a command

@@ -285,7 +285,7 @@ class RepositoryConfig:
     # The page's link for a commit, "{commit}" stands for its hash.
     commit_url: str = setting("", check=_commit_url)
     fetch_timeout_seconds: float = setting(60.0, minimum=1)
-    # Green (issue 37): a shell command run on the claimed commit in a throw-away worktree of
+    # Green: a shell command run on the claimed commit in a throw-away worktree of
     # the mirror ("" = none), its bound, and how often a failure goes back to the session.
     check_command: str = setting("", check=_command)
     check_timeout_seconds: float = setting(600.0, minimum=1)

@@ -100,7 +100,7 @@ class Reader:
 
 class Setting:
     """How one declared key is read (a field's ``metadata["setting"]``). A plain class: a
-    dataclass here would cost every start, ``--help`` included, a millisecond."""
+    dataclass here would slow every start, ``--help`` included."""
 
     __slots__ = ("key", "section", "minimum", "maximum", "choices", "quoted", "check")
 

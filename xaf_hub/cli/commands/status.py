@@ -92,7 +92,7 @@ def measure(ctx: Context, opts: Options) -> Measured:
     """Scan, count load and reservations, spend against the budgets and the pool's queue."""
     cfg = ctx.config
     # From the board's summaries: the running sessions and each instance's tally, not the
-    # idle sessions (a 50 x 10,000 fleet in milliseconds).
+    # idle sessions, so a large fleet reads fast.
     snap, scans = read_fleet(
         ctx, chosen_instances(ctx, opts.instance), fresh=opts.fresh, progress=True, summary=True
     )
