@@ -1,7 +1,7 @@
 """The shell command that opens a session in opencode's own terminal UI.
 
-Measured on opencode 1.18.33: `opencode attach <url> --session <id> [--dir <dir>]` attaches
-the TUI to a running server; `--dir` is tried as a local folder and otherwise passed to the
+On opencode 1.18 (docs/known-limits.md): `opencode attach <url> --session <id> [--dir <dir>]`
+attaches the TUI to a running server; `--dir` is tried as a local folder and otherwise passed to the
 server as is, so the session's folder on the server is right; the password comes from
 OPENCODE_SERVER_PASSWORD (or `-p`, which would put it in the shell history), the user name
 from `-u` (default opencode). The command never holds a password: it names the variable.

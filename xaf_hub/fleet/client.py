@@ -137,7 +137,7 @@ class OpencodeClient:
         self._dirs: dict[str, str] = {}
         auth = httpx.BasicAuth(inst.username, inst.password) if inst.password else None
         if transport is None:
-            # Loading the CA bundle costs ~0.14 s per client; plain-http instances need none
+            # Loading the CA bundle is slow (docs/performance.md); plain-http instances need none
             # and https ones share one verified context per process.
             https = inst.url.startswith("https:")
             transport = httpx.AsyncHTTPTransport(verify=_tls_context() if https else False)

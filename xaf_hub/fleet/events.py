@@ -88,8 +88,8 @@ _ANSWERED = {
 # Sessions and directories outside the project a board remembers before it starts over.
 MAX_REMEMBERED = 10_000
 # What a board keeps of each text a frame tells of a session outside the project (its title,
-# folder, model, parent): real ones are far shorter; a frame's 1 MB title kept whole would cost
-# 10 GB at MAX_REMEMBERED.
+# folder, model, parent): real ones are far shorter; a frame's megabyte of title kept whole for
+# each of MAX_REMEMBERED sessions would cost gigabytes.
 MAX_FOREIGN_TEXT = 1000
 
 

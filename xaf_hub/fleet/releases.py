@@ -1,6 +1,6 @@
 """What the hub knows about opencode release lines, and how it reads run state on each.
 
-Measured on real servers (docs/opencode-releases.md has the figures):
+How each line behaves (docs/opencode-releases.md has the measurements):
 
 * 1.2 to 1.14 ("server-wide"): a prompt sent without ``?directory=`` runs in the server's own
   working directory and its run state shows only in ``GET /session/status`` without a
@@ -10,7 +10,7 @@ Measured on real servers (docs/opencode-releases.md has the figures):
 * 1.15 and later ("per-directory"): a session runs in its own directory whatever the request
   says; ``GET /session/status?directory=D`` is the whole truth for D.
 
-A version newer than the newest measured line is read both ways (one extra request; it can
+A version newer than the newest known line is read both ways (one extra request; it can
 only add runs). A version the hub cannot place (unparsable, or older than 1.2) leaves the run
 state unknown: the scan then counts the instance's project sessions as running and the
 instance as full (fail closed), with the reason from :func:`classify`. The client reads run

@@ -28,7 +28,7 @@ from xaf_hub.fleet.wire import Pending, session_record
 
 TransportFactory = Callable[[InstanceConfig], httpx.AsyncBaseTransport | None]
 
-# Per-instance parallel /session/status calls; the server answers them in about 1 ms each.
+# Per-instance parallel /session/status calls; the server answers each one quickly.
 _STATUS_FAN_OUT = 16
 
 

@@ -23,14 +23,14 @@ from xaf_hub.fleet.events import parse_frame
 from xaf_hub.fleet.mailbox import Mailbox
 
 # The longest line held and the largest frame read. The frames the hub reads (session.*,
-# server.*, message.updated) measured at most 707 bytes on opencode 1.18.33; the largest real
-# frames are message.part.updated (and its "sync" twin), which carry a tool call's whole input:
-# 1,000,747 bytes for a 1 MB file written by the model (bench/frame_sizes.py), unbounded in
-# principle. The hub never reads those, so a longer line is skipped to its end unheld.
+# server.*, message.updated) are small; the largest real frames are message.part.updated (and
+# its "sync" twin), which carry a tool call's whole input, as large as the file the model writes
+# (docs/live.md; bench/frame_sizes.py), unbounded in principle. The hub never reads those, so a
+# longer line is skipped to its end unheld.
 MAX_FRAME_BYTES = 1024 * 1024
 _PREFIX_BYTES = 4096  # what is kept of a skipped line: enough to see its event type
 # Per-stream budget, averaged over a window: a busy 1.18 server streaming ten runs at once
-# sends a few hundred message.part.delta frames a second (~400 bytes each).
+# sends a few hundred small message.part.delta frames a second (docs/performance.md).
 BUDGET_FRAMES_PER_S = 2000
 BUDGET_BYTES_PER_S = 8 * 1024 * 1024
 BUDGET_WINDOW = 10.0

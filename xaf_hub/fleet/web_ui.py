@@ -1,9 +1,9 @@
 """Links from the overview page into opencode's own web interface, where an instance has one.
 
-Measured on opencode 1.18.33: ``GET /`` answers ``200 text/html`` with the single-page app
-(``<title>OpenCode</title>``; behind the server's Basic auth when it has a password), and the
-app opens one session at ``/<directory>/session/<session id>``, the directory being its UTF-8
-bytes in unpadded URL-safe base64 (the app then moves to its own ``/server/...`` address).
+On opencode 1.18 (docs/overview-page.md): ``GET /`` answers ``200 text/html`` with the single-page
+app (``<title>OpenCode</title>``; behind the server's Basic auth when it has a password), and the
+app opens one session at ``/<directory>/session/<session id>``, the directory being its UTF-8 bytes
+in unpadded URL-safe base64 (the app then moves to its own ``/server/...`` address).
 
 A link is offered only for an instance whose root was seen serving that app in a probe, is
 built from the configured URL with any user name or password removed (a link never carries a
@@ -28,7 +28,7 @@ import httpx
 from xaf_hub.config.load import Config, InstanceConfig
 from xaf_hub.core import aio
 
-# The app page is ~3 KB; a root answering more than this is not it (and is not read further).
+# The app page is a few KB; a root answering more than this is not it (and is not read further).
 _MAX_BODY = 64 * 1024
 _TITLE = re.compile(rb"<title>\s*opencode\s*</title>", re.IGNORECASE)
 PROBE_SECONDS = 5.0

@@ -19,7 +19,7 @@ from xaf_hub.core.records import RunState, SessionRecord, Waiting, sane_ms
 from xaf_hub.core.rules import normalize_dir
 
 # What a hostile or broken server may cost us, at most: one answer's size (decompressed), the
-# pages and the sessions of one listing. Real instances stay far below (8000 sessions ~ 4 MB).
+# pages and the sessions of one listing. Real instances stay far below (docs/performance.md).
 MAX_BODY_BYTES = 64 * 1024 * 1024
 MAX_PAGES = 1000
 MAX_SESSIONS = 100_000
@@ -379,11 +379,11 @@ def tool_started(messages: list[Any], call_id: str) -> int:
     return 0
 
 
-# What a session's own messages say about its work (issue 36), read for the best few match
+# What a session's own messages say about its work, read for the best few match
 # candidates only: the prompts typed into it (by the hub or a person, the discipline block cut
 # off, the hub's resume and continue prompts left out), the files its tools read or changed,
-# the agent's todo list (its newest `todowrite` call holds the whole list: measured on
-# 1.18.33, the same items `GET /session/{id}/todo` answers, so no request more) and its newest
+# the agent's todo list (its newest `todowrite` call holds the whole list, the same items
+# `GET /session/{id}/todo` answers, so no request more; docs/matching.md) and its newest
 # reply. Bounded whatever the server sends.
 MAX_TRACE_PROMPTS = 20
 MAX_TRACE_PROMPT_CHARS = 2000
