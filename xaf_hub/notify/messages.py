@@ -211,7 +211,7 @@ def _fields(event: Event, lang: str, tz: tzinfo) -> dict[str, Any]:
         "family": data.get("family") or unknown,
         "until": local_iso(str(data.get("until") or ""), tz, seconds=False, unknown="?"),
         "reason": _cut(str(data.get("reason") or unknown), _DETAIL_CHARS),
-        # Which rule made it done (issue 37): "verified: commit ... (new work...; check: passed)".
+        # Which rule made it done: "verified: commit ... (new work...; check: passed)".
         "judged": "\n" + _cut(str(data["judged"]), _DETAIL_CHARS) if data.get("judged") else "",
         "day": data.get("day") or "",
         "done": counts.get("task_done", 0),

@@ -69,7 +69,7 @@ class Prepared:
     model: str | None
     prompt: str
     warnings: tuple[str, ...] = ()
-    base: str | None = None  # the expected branch's tip for a new session's row (issue 37)
+    base: str | None = None  # the expected branch's tip for a new session's row
     source: str = "scan"  # the fleet as planned from: "live" (the live board), "mixed", "scan"
     task_id: str = ""  # a new row's id, chosen before its worktree is named after it
 
@@ -119,7 +119,7 @@ def session_tasks(tasks: Sequence[Task]) -> dict[tuple[str, str], tuple[str, ...
     return out
 
 
-# The candidates whose own messages are read before the decision (issue 36): the prompts typed
+# The candidates whose own messages are read before the decision: the prompts typed
 # into them and the files their tools touched. A request each, so only the best few, their
 # newest messages, and never longer than a dispatch should wait for a hint.
 READ_CANDIDATES = 3

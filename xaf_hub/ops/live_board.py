@@ -65,8 +65,8 @@ def board_path(cfg: Config, writer: str) -> Path:
 
 def summary_path(cfg: Config, writer: str) -> Path:
     """Where one kind of writer keeps its board's summary: each instance's counts, recent
-    spend and running sessions without the idle ones (what `status` reads: a 50 x 10,000
-    fleet's summary is read in milliseconds, its board in seconds)."""
+    spend and running sessions without the idle ones (what `status` reads: a large fleet's
+    summary reads far faster than its board)."""
     return cfg.state_dir / f"live-summary-{writer}.json"
 
 
@@ -86,7 +86,7 @@ def document(
     cfg: Config, view: Sequence[LiveInstance], writer: str, now_ms: int | None = None,
     *, summary: bool = False, state: ConfigState | None = None,
 ) -> dict[str, Any]:
-    """The board's JSON form (compact rows: a 10,000-session fleet reads in milliseconds);
+    """The board's JSON form (compact rows, so that a large fleet reads fast);
     ``summary``: its summary's, each instance's tally (``records.Tally``, with its spend by
     quarter hour) and only its running sessions' rows; ``state``: how the writer stands with
     its config (a reader says so: ``BoardRead.notes``)."""
@@ -508,7 +508,7 @@ def _record(row: Any) -> SessionRecord:
         raise ValueError("a session row's cost no scan could give")
     if row[_OUTCOME] not in _READS:  # a word an older hub wrote: read again when shown
         row[_OUTCOME] = ""
-    rec = SessionRecord(*row[:_WAITING])  # positional: the fields in their order (10k: ~40 ms)
+    rec = SessionRecord(*row[:_WAITING])  # positional, the fields in their order: the fastest build
     waiting = row[_WAITING]
     if waiting is None:
         return rec

@@ -422,7 +422,7 @@ def listen(host: str, port: int) -> socket.socket:
     """A socket listening on ``host:port`` (port 0: any free one); OSError when it cannot."""
     # IPPROTO_TCP named: asyncio turns Nagle's algorithm off only on sockets that say so, and
     # with it on, an answer written in two pieces (head, then body) waits for the client's
-    # delayed ACK, 40 ms on Linux.
+    # delayed ACK (docs/performance.md).
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     try:

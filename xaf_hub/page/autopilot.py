@@ -85,7 +85,7 @@ class DoneTask:
     commit: str = ""  # the short hash; "" when not verified
     url: str = ""  # project.commit_url filled in, for a verified commit only
     verified: bool = False
-    judged: str = ""  # which rule decided (new work, check passed...), issue 37
+    judged: str = ""  # which rule decided (new work, check passed...)
     state: TaskState = "unverified"
 
 

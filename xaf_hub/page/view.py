@@ -44,8 +44,8 @@ _REASON_KEYS: tuple[tuple[tuple[str, ...], str], ...] = (
     (("ssl", "tls", "certificate"), "reason.tls"),
 )
 
-# Above this many rows the page is far too long to capture whole (~60 px a row on a desktop,
-# ~200 on a phone), and rows off screen may skip rendering so the filter stays instant.
+# Above this many rows the page is far too long to capture whole (docs/overview-page.md), and
+# rows off screen may skip rendering so the filter stays instant.
 MANY_ROWS = 500
 
 Phase = Literal["working", "asking", "waiting", "idle"]

@@ -8,7 +8,7 @@ to prompt. Each fetch runs in its own process group under a time bound, so a rem
 not answer costs at most ``fetch_timeout_seconds`` and leaves no git process behind. A lock
 beside the mirror keeps two hub processes from fetching into it at once.
 
-No secret in a process list (issue 37): a user name and password (or token) in an http(s) URL
+No secret in a process list: a user name and password (or token) in an http(s) URL
 never reach git's command line, where any local user reads them (``ps``, ``/proc/*/cmdline``)
 for as long as a fetch runs. git is given the URL without them, and they reach it through its
 environment (readable by the same user only): a credential helper set with ``GIT_CONFIG_*``

@@ -106,7 +106,7 @@ def read_json(path: Path, *, what: str) -> Any:
 @contextlib.contextmanager
 def file_lock(lock_path: Path, timeout: float, *, what: str = "lock") -> Iterator[None]:
     """Hold an exclusive lock on ``lock_path``, polling up to ``timeout`` s, else LockBusy."""
-    import portalocker  # lazy: it pulls in redis when that is installed (~0.15 s)
+    import portalocker  # lazy: it pulls in redis when that is installed (docs/performance.md)
 
     lock_path.parent.mkdir(parents=True, exist_ok=True)
     deadline = time.monotonic() + max(timeout, 0.0)

@@ -251,7 +251,7 @@ class Task:
     commit: str | None = None
     commits: tuple[str, ...] = ()
     verified: bool | None = None
-    # Issue 37: the expected branch's tip when the task was sent (its claims must be newer);
+    # The expected branch's tip when the task was sent (its claims must be newer);
     # which rule decided its "done" or its wait for a person (one line); the project's check
     # of its claimed commit ("passed" / "failed"), that commit, the end of the check's output
     # and how many times a failure went back to the session.

@@ -265,7 +265,7 @@ async def fill_slots(pctx: OpsContext, cycle: Cycle) -> None:
 
 
 async def _tips(pctx: OpsContext, cycle: Cycle) -> dict[str, str] | None:
-    """Every branch's tip on project.repository now, the bases of this round's tasks (issue 37).
+    """Every branch's tip on project.repository now, the bases of this round's tasks.
 
     None without a repository; {} when it cannot be read (the tasks go out with no base and
     are judged as before: "base unknown").
