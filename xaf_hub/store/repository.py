@@ -1,40 +1,17 @@
 """The hub's bare mirror of the project's repository: is a claimed commit where the team looks?
 
-``project.repository`` names the remote the agents push to. The hub keeps a bare mirror of it
-in its state folder (``repository/<digest of the URL>.git``: ``git init --bare``, then
-``git fetch --prune`` of every branch into ``refs/heads/``), never with a working tree and
-never pushing. Git's own credentials apply (credential helpers, ssh keys); it is never allowed
-to prompt. Each fetch runs in its own process group under a time bound, so a remote that does
-not answer costs at most ``fetch_timeout_seconds`` and leaves no git process behind. A lock
-beside the mirror keeps two hub processes from fetching into it at once.
+``Mirror`` keeps a bare mirror of ``project.repository`` in the state folder, fetched with a
+time bound and never pushed, and judges each task's claimed commits against it
+(``Mirror.check_all``: found, on the expected branch, new since the task's ``base``, on one
+line, clean of locked paths); ``run_check`` runs the project's check on an exported copy of a
+commit, contained (``store.contain``). How claims are judged: docs/architecture.md §8, "Done is
+checked".
 
-No secret in a process list: a user name and password (or token) in an http(s) URL
-never reach git's command line, where any local user reads them (``ps``, ``/proc/*/cmdline``)
-for as long as a fetch runs. git is given the URL without them, and they reach it through its
-environment (readable by the same user only): a credential helper set with ``GIT_CONFIG_*``
-that prints ``$XAF_HUB_GIT_USERNAME`` / ``$XAF_HUB_GIT_PASSWORD`` when git asks.
-
-``Mirror.check_all`` answers for each task: each claimed hash is resolved among the mirror's commits
-(none: missing; more than one: ambiguous) and must be reachable from the expected branch's tip
-(``git merge-base --is-ancestor``; any branch when none is expected). A commit that was
-fetched once and then force-pushed away still resolves, but is no longer reachable: not
-verified. Every reason this module gives is redacted with the URL's own secrets.
-
-All of a task's work is judged, whatever order its answer names the hashes in. With the task's
-``base`` (the expected branch's tip when it was sent, ``tips``) a claimed commit already
-reachable from the base does not count (none new: ``old``). The new claims must lie on one
-line: the **top** is the one every other is an ancestor of (the check runs on it); none such
-is ``diverged``. The task's range is every commit of ``base..top`` (at most ``MAX_RANGE``,
-else ``too_many``); base unknown: the claimed commits alone. With ``locked`` globs, each
-commit's own change and the range's whole diff are read with ``-z`` (paths exactly as they
-are) and any locked path touched is ``locked``: an edit reverted later was still made.
-``run_check`` runs the project's check command on an exported copy of a commit, contained
-(``store.contain``).
-
-Nothing a repository holds runs on the hub: every git command gets an empty hooks folder and
-no fsmonitor (``git_safe``), the mirror is made with no hooks and attributes that turn off
-filter drivers, and a fetch that finds it changed (hooks, config, attributes, alternates)
-sets it aside and makes it anew (``rebuilt`` says so for the round's notes).
+Promises: no secret in a process list (a user name and password in the URL reach git through
+its environment, never its command line); no git prompt and no git process left after a
+timeout; nothing the repository holds runs on the hub (``git_safe``: no hooks, no fsmonitor,
+no filter drivers; a mirror found changed is made anew); every reason is redacted with the
+URL's own secrets.
 """
 
 from __future__ import annotations

@@ -1,58 +1,13 @@
 """Patrol job 4: settle dispatched tasks, then fill every free slot from the pool.
 
-**Settling** a ``dispatched`` task looks at its session:
-
-* finished cleanly (last run succeeded, not running) -> ``done``; with ``project.repository``
-  only once every commit of its work is judged (one fetch of the hub's mirror per round,
-  ``store.repository``): the commits its final answer names, on the expected branch, newer than
-  the task's ``base`` (the tip when it was sent), on one line whose top passes
-  ``project.check_command``, and every commit between the base and that top clean of
-  ``project.locked_paths``: ``commit`` (the top), ``commits`` (those credited to it),
-  ``verified: true`` and ``judged`` (which rule). A failed check goes back to the same session
-  (``project.check_retries``) with the output's end; a claim that is missing, ambiguous, old,
-  diverging, too long, locked, credited elsewhere, no hash at all, or a check failed with no
-  retry left -> left ``dispatched`` under "needs a person" (the row's ``person`` says why);
-  the remote unreadable -> left as it is, checked again next round. Without
-  ``project.repository`` it is ``done`` in the pool (so its dependants may start) but
-  ``judged`` "not verified", and every view says "finished, not verified";
-* its run ended on a refused request (``denied``) -> left ``dispatched`` for a person;
-* failed for a *task* reason (context overflow, output too long, content filter, a 4xx the
-  provider gave for the request itself...) -> back to ``pending`` with one attempt used and a
-  back-off (``Backlog.requeue(infrastructure=False)``);
-* failed in a way that names the model (provider 401/403, model unavailable) -> back to
-  ``pending`` on the next untried model of the chain (``Backlog.move_model``, no attempt, no
-  back-off); once every model was tried it counts as an infrastructure failure;
-* failed for an *infrastructure* reason (rate limit, provider 5xx, no connection to the
-  provider, session gone, prompt never answered within ``patrol.no_answer_grace_seconds``,
-  instance unreachable for longer than ``patrol.stale_minutes``, instance removed from the
-  config) -> back to ``pending`` without using an attempt, backing off 5 min, 15 min, 1 h and
-  parked with the reason after ``patrol.max_infra_failures`` in a row (``InfraPolicy``). A
-  session that never got its prompt because the hub stopped first is sent again at once. The
-  abandoned session's failure is marked settled, so fix_free_limit never heals it later;
-* running, healed or resumed this cycle, or waiting for a slot to be -> left alone;
-* a person's decision (``ops.decisions``: its session was interrupted by an operator after its
-  last prompt, or steered by hand) -> never requeued or sent again; left ``dispatched`` and
-  listed under "needs a person" until someone sets it pending or dispatches to it;
-* interrupted and not resumed (check_agents resumes a session once) -> left ``dispatched`` and
-  listed in the report for a human.
-
-**max_attempts**: a task whose attempts reach ``patrol.max_attempts`` stays ``pending`` but is
-*blocked*: fill_slots never picks it again and the report lists it with its last error until a
-human resets it (``xaf-hub backlog set ID --status pending --reset``).
-
-**Filling**: free slots per instance are ``ops.load.instance_load``'s, on every reachable,
-non-production instance with a directory for new sessions. Picking is ``pick.pick_tasks``
-in two rounds — first every instance takes its own pinned tasks then unpinned ones, then
-instances with slots left borrow tasks pinned elsewhere — so an instance never takes a task
-pinned to another one that still has room for it. Each pick goes through the same gated path
-as ``dispatch`` (``planner.plan_create`` + ``ops.send.send_work``); a BusyError stops filling
-that instance; a daily budget reached (BudgetReached) leaves that instance's tasks pending with
-the refusal as their reason, every instance's when it is the project's budget. Right before
-the prompt (``before_prompt``, after the session is created) the row is re-read under the
-pool lock and marked ``dispatched`` only if it is still the row the plan was made from
-(``Backlog.claim``); if a person changed it meanwhile (marked it done, dispatched it by hand),
-nothing is sent, the just-created empty session is deleted and the person's change stands.
-A new session is told all of the task's texts in order.
+Settling judges each ``dispatched`` task by its session (``patrol.settle`` decides): done (with
+``project.repository`` only once its claimed commits are verified), back to ``pending`` as a
+task or infrastructure failure or on the next model, or kept for a person; a person's decision
+(``ops.decisions``) is never requeued or sent again. A task at ``patrol.max_attempts`` is
+blocked until a person resets it. Filling picks for every free slot (``pick.pick_tasks``: an
+instance's own pinned tasks first, then borrowing) and sends each through the gated path of
+``dispatch``; a row a person changed since the plan is never sent (``Backlog.claim`` in
+``before_prompt``). The rules step by step: docs/architecture.md §8.
 """
 
 from __future__ import annotations

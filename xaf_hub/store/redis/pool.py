@@ -1,38 +1,11 @@
 """The task pool in Redis, shared by every hub that points at one server (``pool.backend``).
 
-One key per task, so a claim reads and writes its own row and nothing else. Keys, under
-``P = <lock.redis_prefix>:pool``::
-
-    P:task:<id>    one task, the JSON object of its row in ``tasks_backlog.json``
-    P:order        sorted set: task id -> its place (the file's order, kept by export and
-                   ``pick_tasks``'s last tie-break); a new task goes after the last
-    P:meta         the document's other keys: schema_version, discipline, unknown extras
-                   (absent: the defaults)
-    P:writes       a counter every write adds one to; a whole-pool change compares it
-    P              the pool of releases before this layout: one JSON document (migrated)
-    P:v1           that document as it was when it was migrated, kept for a person
-
-Three ways to change the pool, each one atomic and fenced:
-
-* ``edit`` (claim, add, set, requeue, mark done, discard, take back) reads the row with one
-  GET and writes it with one Lua script that compares and sets: the row still as read, the
-  HA lease still ours (with a ``Fence``), then the row, its place in ``P:order`` and
-  ``P:writes``. Otherwise the row is read again and the rule runs again. Its cost does not
-  depend on how many tasks the pool holds; two hubs claiming different rows never collide.
-* ``update`` (a rule that needs the whole pool: import, manual records, the queue) reads every
-  key in one script (a consistent picture with its ``P:writes``), runs the rule, and writes
-  only the rows that changed, in one script that first checks ``P:writes`` is unchanged
-  (nobody wrote anything in between) and the lease. Linear in the pool's size.
-* the migration: the first hub of this release to touch a pool still stored as one document
-  (``P``) moves its rows to their keys in one WATCH/MULTI transaction, renames ``P`` to
-  ``P:v1``, and everyone goes on. A second hub racing it loses the WATCH and finds it done;
-  a row already under ``P:task:`` is kept as it is (the new layout wins); a corrupt document
-  is named and left untouched. Every script refuses to write while ``P`` exists, so nothing
-  is written beside a document that is still to be moved. The migration is not fenced: it
-  moves rows, it decides nothing.
-
-The scripts read and write keys named inside them (``P:task:<id>``), so the pool needs one
-Redis server, not a cluster (the hub's gate and lease already do).
+One key per task, so a claim reads and writes its own row and its cost does not depend on the
+pool's size. Every write is atomic and fenced by the HA lease (``edit``: one row,
+compare-and-set; ``update``: the whole pool, written only if nobody wrote in between), and a
+pool still stored as one document by earlier releases is moved once, never half. The keys,
+scripts and migration: docs/architecture.md §9, "The task pool on Redis". One Redis server, not
+a cluster: the scripts name the row keys they touch.
 
 Only ``backends.Stores.pool`` imports this module, so the file backend never loads ``redis``.
 Redis errors become ``UnreachableError("redis", reason)`` (exit 2) before anything is sent.
