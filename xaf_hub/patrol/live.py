@@ -2,39 +2,15 @@
 
 The daemon follows every instance (``fleet.follow.FleetFollower``, in a thread) and hands each
 event to a ``LiveReactor``, which acts on the one session (or instance) the event names with
-the rounds' own job functions — nothing here decides differently from a round:
+the rounds' own job functions, so nothing here decides differently from a round: a rate-limit
+or model failure is healed, an interrupted run resumed once (never a person's decision), a
+freed slot or work arriving in the pool filled, a run past its ceiling stopped (``CeilingWatch``,
+in a thread of its own), and what the follower sees published as the live board.
 
-* a session that stopped, failed or is retrying -> read it afresh; a rate-limit or
-  unavailable-model failure is healed (``fix_free_limit.heal_item``: blackout, next model,
-  once per failure); otherwise it is classified at once (``core.runstate.classify``) and an
-  interrupted one is resumed (``check_agents.resume_one``: once, never a person's decision
-  (``ops.decisions``), through the gate). A run that stopped a moment ago "without finishing" may
-  still be starting: it is looked at again after ``patrol.run_start_grace_seconds``.
-* on an instance with a run ceiling (``budget.run_usd``), a session that started or reported
-  a step's cost -> the run it belongs to (its root's: a sub-agent's session is part of its
-  parent's run) is judged at once, by ``CeilingWatch`` in a thread of its own (never behind a
-  reaction, a round or a check that runs for minutes), and again every
-  ``CEILING_POLL_SECONDS`` while any session of it runs; a run past the ceiling is stopped
-  (``run_ceiling.check_run``: task parked, the run and its sub-agents aborted, audited, one
-  notice).
-* a session that stopped or went away frees a slot -> ``fill_slots`` runs (it settles the
-  pool's dispatched tasks, then fills every free slot through the gate). While ready pool work
-  waits and a reservation still holds a slot, the fill runs again when the first reservation
-  can lapse (its grace, else its TTL, on the gate's clock), as many times as that takes.
-* the daemon starting fills at once: free slots do not wait for its first timed round.
-* work that arrives in the pool (any writer: a command, MCP, ``dispatch --queue``, a design
-  sync, on any host) -> a fill, once ``look_at_pool`` (the daemon calls it every second) sees
-  the pool's ``stamp`` move with ready work in it.
-* what the follower sees is published as the live board (``ops.live_board``), which
-  ``status`` reads instead of scanning.
-
-Reactions wait ``settle_seconds`` to gather a burst of events into one batch, then run under
-the daemon's own lock (never beside a round of this daemon) and the same ``cycle.lock`` as
-a round (never beside another patrol on this machine; when it is held the batch waits and
-is tried again). The ceiling's stop needs neither: it records its decision before it aborts,
-so a resume or heal under way re-reads it under the instance lock (``ops.decisions``), and a
-run stopped twice is audited twice and announced once. A paused patrol reacts to nothing.
-The hourly round stays the safety net for whatever a reaction missed.
+Reactions gather a burst of events into one batch and run under the daemon's lock and the
+same ``cycle.lock`` as a round, never beside one; a paused patrol reacts to nothing, and the
+timed round stays the safety net for whatever a reaction missed. The order of things and the
+locks: docs/architecture.md §8.
 """
 
 from __future__ import annotations
