@@ -1,27 +1,14 @@
 """Daily budgets: what the project's sessions cost today, and whether new work may start.
 
-**Spend today** (``spend_today``, pure) is the cost the servers report for the project
-sessions active today: a session whose last activity (``updated``) falls on today's date on
-the clock of ``models.timezone`` counts with its whole cost. A sub-agent's session (``task``)
-is a session of its own: its cost is its own, never part of its parent's,
-so each counts once. A session begun before midnight
-and still working after it counts in full, so the figure errs high, never low: the ceiling
-holds. A session whose cost is missing or absurd (``fleet.wire.cost_value``) is not counted as
-0: it is counted as *unknown* and every view says "cost unknown for N sessions". Unknown cost
-does not block work (a server release that reports no session cost would otherwise stop the
-fleet); it is shown beside the figure so a person can judge it.
-
-**The check** (``refusal``) runs in ``ops.send`` under the instance's dispatch lock, right after
-the fresh scan that re-counts the load, before any new work: a new session, an idle one started
-again, a resume, a fill, a heal's re-send. A steer of a running session is the same run and
-passes. Today's spend at or above ``instances[].budget_daily_usd`` (that instance's sessions) or
-``budget.daily_usd`` (every instance's) refuses with BudgetReached (exit 3). Cost is known only
-once a run has spent it, so the runs in flight (running, or sent and not yet shown; a run with
-sub-agents at work is one run) count at their run ceiling (``budget.run_usd``, per instance
-``budget_run_usd``) when one is set: dispatches racing for the last of a budget overspend it by
-at most one run's ceiling per instance. Without a run ceiling nothing bounds a run in flight,
-and racing dispatches can overspend by the runs already started, never by runs started after the
-budget was reached.
+``spend_today`` (pure) sums the reported cost of the project sessions active today on the clock
+of ``models.timezone``, each session once and in full, so the figure errs high, never low; a
+cost missing or absurd (``fleet.wire.cost_value``) is counted as unknown and shown, never as 0,
+and never blocks work. ``refusal`` is the check ``ops.send`` runs under the instance's lock
+before any new work (a steer of a running session passes): today's spend, with the runs in
+flight counted at their run ceiling, at or above ``instances[].budget_daily_usd`` or
+``budget.daily_usd`` refuses with BudgetReached (exit 3), so racing dispatches overspend by at
+most one run's ceiling per instance. The rules: docs/architecture.md §6, "Daily budgets" and
+"Runs in flight and a ceiling per run"; for users, docs/budget.md.
 """
 
 from __future__ import annotations

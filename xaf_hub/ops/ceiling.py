@@ -1,24 +1,14 @@
 """A ceiling per run: what a run has cost since its prompt, and stopping one that passed it.
 
-A **run** is what one prompt set going, from the prompt until every session it started is
-idle again: the root session's assistant messages after its newest prompt (a user message a
-person or the hub wrote; opencode posts a background sub-agent's result as a user message of
-synthetic text, which continues the run), and every step its sub-agents took since that
-prompt in their own sessions (children, grandchildren: ``parentID``, the ``task`` tool's),
-those still working in the background after the root went idle included. Its cost is the sum
-of those steps' ``cost`` (``read_run``; ``run_cost`` and ``cost_since`` are the pure sums), which
-every release reports on messages (1.2 and 1.14 on messages only; 1.18 on the session too).
+A run is what one prompt set going, sub-agents included, until every session it started is
+idle again; ``read_run`` reads its cost (``run_cost`` and ``cost_since`` are the pure sums) and
 ``budget.run_usd`` (per instance ``budget_run_usd``, which wins) is its ceiling
-(``ops.budget.run_ceiling``).
-
-``stop_over_ceiling`` is the one way a run past its ceiling is stopped, by the patrol's round
-and by the daemon's live watch alike: its pool task is parked "over the run ceiling" first (so
-nothing settles or retries it: a person decides); then the stop is recorded as a decision
-(audit line "stopping" and, with the Redis stores, the shared interrupts: ``ops.decisions``,
-so no job resumes or heals the run); then the root and every session of its family are
-aborted at once and the server is read back, whatever still runs aborted once more
-(``abort_run``); then the audit log says how that went. The caller records the action
-(report, page, one chat notice).
+(``ops.budget.run_ceiling``). ``stop_over_ceiling`` is the one way a run past its ceiling is
+stopped, by the patrol's round and the daemon's live watch alike: its pool task parked first,
+the stop recorded as a person's decision (``ops.decisions``, so no job resumes or heals the
+run), then the whole family aborted and read back (``abort_run``), and the outcome audited. What
+a run is and the order of the stop: docs/architecture.md §6, "Runs in flight and a ceiling per
+run".
 """
 
 from __future__ import annotations

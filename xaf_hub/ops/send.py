@@ -1,27 +1,17 @@
 """Send work: the one path every prompt takes, for commands and patrol jobs alike.
 
-``send_work`` carries out a ``planner.Plan`` under the instance lock: re-read the server's
-run state, confirm the lock is still ours, re-count the load (``ops.load.instance_load``).
-A session still running is steered (no slot; a reservation tied to it counts only if its run
-ends while the prompt travels). A new session, an idle one started again, or a steer whose
-session stopped meanwhile is refused at the limit, else: reserve a slot, create the session,
-attach it to the reservation (marked "sent"), record the work (``before_prompt``), confirm
-the lock again, send the prompt, mark the reservation "accepted", release the lock.
-New work (anything but a steer of a running session) is refused first when today's spend
-reached a daily budget (``ops.budget``): BudgetReached, exit 3, nothing reserved or created.
-A new session the server places outside the project's roots (its folder was a link out of
-them) is deleted before any prompt: NotProjectSession, exit 5, unless the plan was forced.
+``send_work`` carries out a ``planner.Plan`` under the instance lock: it re-reads the server and
+re-counts the load, steers a session still running, and otherwise refuses at the limit or at a
+daily budget (``ops.budget``: BudgetReached, exit 3) before anything is reserved or created. A
+prompt certainly not delivered gives its slot back; one whose fate is unknown keeps it (``gate``
+module docstring); a lock lost before the prompt sends nothing (LockLostError, exit 3); a new
+session placed outside the project's roots is deleted before any prompt (NotProjectSession,
+exit 5, unless forced). Every outcome is audited, and the result carries the warnings met on
+the way. The steps in order: docs/architecture.md §6, step 4.
 
-A prompt certainly not delivered gives its slot back; one whose fate is unknown keeps it
-until the server shows the run or the TTL passes (``gate`` module docstring). A lost lock
-(Redis lease, FLUSHALL, restart) before the prompt leaves sends nothing: LockLostError, exit
-3. Every outcome is written to the audit log. The result carries the warnings met on the way
-(fail-closed scan notes, gate problems, an audit write that failed after the work was sent),
-so no caller depends on a shared mailbox.
-
-``abort_and_prompt`` (a heal of a run stuck in retry) and ``build_prompt`` (the task text
-plus the commit/branch discipline, from ``xaf_hub.core.discipline``) live here too: this is the
-only module that calls ``OpencodeClient.prompt_async`` (docs/architecture.md, "Sending work").
+``abort_and_prompt`` (a heal of a run stuck in retry) and ``build_prompt`` (the task text plus
+the commit/branch discipline, ``xaf_hub.core.discipline``) live here too: this is the only
+module that calls ``OpencodeClient.prompt_async``.
 """
 
 from __future__ import annotations

@@ -1,28 +1,13 @@
 """Run patrol cycles: one (``--once``) or on an APScheduler loop, with pause and a cycle lock.
 
-* A cycle runs run_ceiling -> fix_free_limit -> check_agents -> sync_design_tasks ->
-  fill_slots. Each step's exception is caught and recorded (report + log line); the cycle
-  goes on. Its exit code is 0 when every step ran, else the worst step's code (internal 1 >
-  config 4 > unreachable 2 > busy 3), and 1 if the report could not be written.
-* ``patrol/cycle.lock`` in the state dir is taken without waiting: two patrols on one
-  machine (two daemons, or cron's ``--once`` next to a daemon) never run a cycle at the same
-  time; the second one skips that cycle with a message (``--once`` then exits 3).
-* ``patrol/paused.json`` is the durable pause flag: a paused patrol runs no cycle and says so.
-* ``patrol/last-runs.json`` (``RunMemory``; with the HA lease the Redis hash of
-  ``store.redis.runs``) is what the rounds read of each session's last run: a round reads
-  only the sessions that moved since (``Cycle.last_runs``). A damaged one is reported
-  (exit 1), left as it is, and the round reads every session.
-* The daemon (``run_daemon``) is an APScheduler 3 ``BlockingScheduler`` with one interval job
-  (``max_instances=1``, ``coalesce=True``), first run aligned to ``patrol.minute_offset``.
-  SIGTERM/SIGINT let the running step finish, skip the remaining steps (the report still
-  says what ran), then exit 0. ``patrol/daemon.json`` is its heartbeat for ``patrol status``.
-  APScheduler is imported only here, inside ``run_daemon``.
-* HA on Redis (``lock.backend`` or ``pool.backend`` "redis"): daemons on several hosts compete
-  for one lease (``store.redis.lease``, ``patrol.lease_seconds``). Only the holder runs rounds
-  and live reactions; every Redis write it makes is fenced by its token (``OpsContext.fence``),
-  so a daemon that lost the lease writes and sends nothing. A standby polls and, once it holds
-  the lease, runs a full round at once. ``--once`` takes the lease for its round (exit 3 while
-  a daemon elsewhere holds it, exit 2 when Redis cannot be reached: no round, nothing sent).
+A cycle runs its five jobs in order; a step's exception is recorded and the cycle goes on, its
+exit code the worst step's. ``patrol/cycle.lock`` keeps two patrols on one machine from running
+a cycle at once (the second skips; ``--once`` then exits 3); ``patrol/paused.json`` pauses
+durably; ``patrol/last-runs.json`` (``RunMemory``; in Redis ``store.redis.runs``) lets a round
+read only the sessions that moved. The daemon (``run_daemon``) is one APScheduler interval job
+with a heartbeat for ``patrol status``; SIGTERM/SIGINT end it after the running step. With Redis
+(HA) daemons on several hosts compete for one lease and only the holder acts, every write fenced
+by its token (``OpsContext.fence``). The round, the locks and the lease: docs/architecture.md §8.
 """
 
 from __future__ import annotations
