@@ -1,21 +1,13 @@
 """The live board: the fleet as a follower keeps it, for the hub's other processes.
 
-The processes that follow the fleet's event streams (the patrol daemon, ``serve``) know every
-instance's sessions and run states within a second (``fleet.follow``). They publish that view
-here, one file per kind of writer in the state folder, each written in one step
-(``statefile.write_text_atomic``):
-after a change at most every ``live_view.PUBLISH_SECONDS``, and every ``REPUBLISH_SECONDS``
-while nothing changes. ``status`` reads it instead of scanning (architecture §5.1).
-
-An instance's view is used only when it is fresh: its stream was heard (or it was rescanned)
-at most ``patrol.live_board_seconds`` ago with nothing of it left unread, it is followed on
-the global stream or by polling (per-directory streams see a new directory only at their
-five-minute rescan), and it was judged with the reader's own instance address, directory
-rules and credentials (``instance_key``). Anything else (no board, an unreadable one, a
-publisher that stopped, a stalled stream, a changed config) is scanned as before; ``--fresh``
-always scans. The board speeds up what is shown and planned; the send path still re-reads the
-server under the instance lock. A writer also says how it stands with its config (an older
-one kept, a restart due): ``BoardRead.notes``.
+The processes that follow the fleet's event streams (the patrol daemon, ``serve``) publish their
+view here, one file per kind of writer, each written in one step
+(``statefile.write_text_atomic``), and ``status`` reads it instead of scanning. A reader uses an
+instance's view only while it is fresh, followed on a stream that sees every directory, and
+judged with the reader's own address, directory rules and credentials (``instance_key``);
+anything else is scanned, and ``--fresh`` always scans. The board speeds up what is shown and
+planned; the send path still re-reads the server under the instance lock. A writer also says
+how it stands with its config (``BoardRead.notes``). The rules: docs/architecture.md §5.1.
 """
 
 from __future__ import annotations

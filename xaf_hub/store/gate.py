@@ -1,19 +1,13 @@
-"""The dispatch gate: a per-instance lock plus slot reservations (architecture §5).
+"""The dispatch gate: a per-instance lock plus slot reservations.
 
 ``locks/<instance>.lock`` serialises "read running state -> count -> decide -> create ->
-prompt" across processes. ``slots/<instance>.<token>.slot`` holds a slot from the decision
-until the server reports the run, so a session that is not yet visible as busy still counts.
-
-A reservation's ``prompt`` says how far its work got, and that decides what frees it:
-
-* ``""`` (nothing sent yet): the TTL, or its process on this host being gone;
-* ``"sent"`` (the prompt is on its way, or its answer was lost): counted whenever its session
-  is not shown running, until the TTL; the sending process no longer matters;
-* ``"accepted"`` (the server answered the prompt): the TTL, or its session not shown running
-  ``slot_grace_seconds`` after the acceptance.
-
-A "not running" reading only judges reservations older than the grace *when the reading was
-made* (``observed_at``): a slow or stale reading never frees a reservation made after it.
+prompt" across processes; ``slots/<instance>.<token>.slot`` holds a slot from the decision until
+the server reports the run, so a session not yet visible as busy still counts. A reservation's
+``prompt`` ("", "sent", "accepted") says how far its work got and so what frees it: the TTL, its
+process gone (before sending only), or its session not shown running ``slot_grace_seconds``
+after the server accepted the prompt. A reading judges only reservations made before it
+(``observed_at``), so a slow or stale reading never frees a newer one. The rules in full:
+docs/architecture.md §5.
 
 ``Gate`` is the interface and the rules; ``FileGate`` keeps them in files, which hold on one
 host. ``Stores.gate`` picks the Redis gate (``store.redis.gate.RedisGate``, shared by every
