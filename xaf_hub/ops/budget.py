@@ -1,14 +1,11 @@
 """Daily budgets: what the project's sessions cost today, and whether new work may start.
 
-``spend_today`` (pure) sums the reported cost of the project sessions active today on the clock
-of ``models.timezone``, each session once and in full, so the figure errs high, never low; a
-cost missing or absurd (``fleet.wire.cost_value``) is counted as unknown and shown, never as 0,
-and never blocks work. ``refusal`` is the check ``ops.send`` runs under the instance's lock
-before any new work (a steer of a running session passes): today's spend, with the runs in
-flight counted at their run ceiling, at or above ``instances[].budget_daily_usd`` or
-``budget.daily_usd`` refuses with BudgetReached (exit 3), so racing dispatches overspend by at
-most one run's ceiling per instance. The rules: docs/architecture.md §6, "Daily budgets" and
-"Runs in flight and a ceiling per run"; for users, docs/budget.md.
+``spend_today`` (pure) sums the reported cost of today's project sessions, each once and in
+full, so it errs high, never low; an unknown cost (``fleet.wire.cost_value``) is shown apart,
+never counted as 0, and never blocks work. ``refusal``, run by ``ops.send`` under the instance's
+lock before any new work, refuses with BudgetReached (exit 3) at a daily budget, the runs in
+flight counted at their run ceiling. The rules: docs/architecture.md §6, "Daily budgets"; for
+users, docs/budget.md.
 """
 
 from __future__ import annotations

@@ -1,14 +1,11 @@
 """A ceiling per run: what a run has cost since its prompt, and stopping one that passed it.
 
-A run is what one prompt set going, sub-agents included, until every session it started is
-idle again; ``read_run`` reads its cost (``run_cost`` and ``cost_since`` are the pure sums) and
-``budget.run_usd`` (per instance ``budget_run_usd``, which wins) is its ceiling
-(``ops.budget.run_ceiling``). ``stop_over_ceiling`` is the one way a run past its ceiling is
-stopped, by the patrol's round and the daemon's live watch alike: its pool task parked first,
-the stop recorded as a person's decision (``ops.decisions``, so no job resumes or heals the
-run), then the whole family aborted and read back (``abort_run``), and the outcome audited. What
-a run is and the order of the stop: docs/architecture.md §6, "Runs in flight and a ceiling per
-run".
+``read_run`` reads what one prompt's run cost, sub-agents included (``run_cost`` and
+``cost_since`` are the pure sums); ``budget.run_usd`` (per instance ``budget_run_usd``) is its
+ceiling. ``stop_over_ceiling`` is the one way a run past it is stopped, by the round and the
+daemon's watch alike: its task parked, the stop recorded as a person's decision
+(``ops.decisions``) before the whole family is aborted (``abort_run``), the outcome audited.
+What a run is and the order of the stop: docs/architecture.md §6, "Runs in flight".
 """
 
 from __future__ import annotations

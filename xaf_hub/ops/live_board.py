@@ -1,13 +1,11 @@
 """The live board: the fleet as a follower keeps it, for the hub's other processes.
 
-The processes that follow the fleet's event streams (the patrol daemon, ``serve``) publish their
-view here, one file per kind of writer, each written in one step
-(``statefile.write_text_atomic``), and ``status`` reads it instead of scanning. A reader uses an
-instance's view only while it is fresh, followed on a stream that sees every directory, and
-judged with the reader's own address, directory rules and credentials (``instance_key``);
-anything else is scanned, and ``--fresh`` always scans. The board speeds up what is shown and
-planned; the send path still re-reads the server under the instance lock. A writer also says
-how it stands with its config (``BoardRead.notes``). The rules: docs/architecture.md §5.1.
+The processes that follow the fleet's streams (the patrol daemon, ``serve``) publish their view
+here, one file per kind of writer written in one step, and ``status`` reads it instead of
+scanning. A reader takes an instance's view only while it is fresh and judged with its own
+address, rules and credentials (``instance_key``); anything else is scanned, as is everything
+with ``--fresh``. The send path still re-reads the server under the instance lock. The rules:
+docs/architecture.md §5.1.
 """
 
 from __future__ import annotations

@@ -1,17 +1,11 @@
 """Send work: the one path every prompt takes, for commands and patrol jobs alike.
 
-``send_work`` carries out a ``planner.Plan`` under the instance lock: it re-reads the server and
-re-counts the load, steers a session still running, and otherwise refuses at the limit or at a
-daily budget (``ops.budget``: BudgetReached, exit 3) before anything is reserved or created. A
-prompt certainly not delivered gives its slot back; one whose fate is unknown keeps it (``gate``
-module docstring); a lock lost before the prompt sends nothing (LockLostError, exit 3); a new
-session placed outside the project's roots is deleted before any prompt (NotProjectSession,
-exit 5, unless forced). Every outcome is audited, and the result carries the warnings met on
-the way. The steps in order: docs/architecture.md §6, step 4.
-
-``abort_and_prompt`` (a heal of a run stuck in retry) and ``build_prompt`` (the task text plus
-the commit/branch discipline, ``xaf_hub.core.discipline``) live here too: this is the only
-module that calls ``OpencodeClient.prompt_async``.
+``send_work`` carries out a ``planner.Plan`` under the instance lock: re-read, re-count, steer a
+session still running, else refuse at the limit or a daily budget (exit 3) before anything is
+reserved. A prompt certainly not delivered gives its slot back, one of unknown fate keeps it; a
+lost lock sends nothing; every outcome is audited (docs/architecture.md §6, step 4).
+``abort_and_prompt`` and ``build_prompt`` (the task plus ``xaf_hub.core.discipline``) live here
+too: this is the only module that calls ``OpencodeClient.prompt_async``.
 """
 
 from __future__ import annotations

@@ -1,16 +1,11 @@
 """The patrol daemon's reactions to the fleet's events, between its rounds.
 
-The daemon follows every instance (``fleet.follow.FleetFollower``, in a thread) and hands each
-event to a ``LiveReactor``, which acts on the one session (or instance) the event names with
-the rounds' own job functions, so nothing here decides differently from a round: a rate-limit
-or model failure is healed, an interrupted run resumed once (never a person's decision), a
-freed slot or work arriving in the pool filled, a run past its ceiling stopped (``CeilingWatch``,
-in a thread of its own), and what the follower sees published as the live board.
-
-Reactions gather a burst of events into one batch and run under the daemon's lock and the
-same ``cycle.lock`` as a round, never beside one; a paused patrol reacts to nothing, and the
-timed round stays the safety net for whatever a reaction missed. The order of things and the
-locks: docs/architecture.md §8.
+A ``LiveReactor`` acts on the one session (or instance) an event of the follower
+(``fleet.follow.FleetFollower``) names, with the rounds' own job functions, so nothing here
+decides differently from a round: heal, resume once, fill a freed slot or newly arrived work,
+and (``CeilingWatch``, in a thread of its own) stop a run past its ceiling. Reactions run in
+batches under the daemon's lock and ``cycle.lock``, never beside a round, and not while paused;
+the timed round stays the safety net. The order and the locks: docs/architecture.md §8.
 """
 
 from __future__ import annotations

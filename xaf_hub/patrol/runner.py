@@ -1,13 +1,11 @@
 """Run patrol cycles: one (``--once``) or on an APScheduler loop, with pause and a cycle lock.
 
-A cycle runs its five jobs in order; a step's exception is recorded and the cycle goes on, its
-exit code the worst step's. ``patrol/cycle.lock`` keeps two patrols on one machine from running
-a cycle at once (the second skips; ``--once`` then exits 3); ``patrol/paused.json`` pauses
-durably; ``patrol/last-runs.json`` (``RunMemory``; in Redis ``store.redis.runs``) lets a round
-read only the sessions that moved. The daemon (``run_daemon``) is one APScheduler interval job
-with a heartbeat for ``patrol status``; SIGTERM/SIGINT end it after the running step. With Redis
-(HA) daemons on several hosts compete for one lease and only the holder acts, every write fenced
-by its token (``OpsContext.fence``). The round, the locks and the lease: docs/architecture.md §8.
+A cycle runs its five jobs in order, recording a step's error and going on; its exit code is the
+worst step's. ``patrol/cycle.lock`` keeps two patrols on one machine from running a cycle at
+once, ``patrol/paused.json`` pauses durably, and ``RunMemory`` lets a round read only the
+sessions that moved. With Redis, daemons on several hosts compete for one lease and only the
+holder acts, every write fenced by its token (``OpsContext.fence``). The round, the daemon, the
+locks and the lease: docs/architecture.md §8.
 """
 
 from __future__ import annotations

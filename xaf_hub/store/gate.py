@@ -1,17 +1,12 @@
 """The dispatch gate: a per-instance lock plus slot reservations.
 
-``locks/<instance>.lock`` serialises "read running state -> count -> decide -> create ->
-prompt" across processes; ``slots/<instance>.<token>.slot`` holds a slot from the decision until
-the server reports the run, so a session not yet visible as busy still counts. A reservation's
-``prompt`` ("", "sent", "accepted") says how far its work got and so what frees it: the TTL, its
-process gone (before sending only), or its session not shown running ``slot_grace_seconds``
-after the server accepted the prompt. A reading judges only reservations made before it
-(``observed_at``), so a slow or stale reading never frees a newer one. The rules in full:
-docs/architecture.md §5.
-
-``Gate`` is the interface and the rules; ``FileGate`` keeps them in files, which hold on one
-host. ``Stores.gate`` picks the Redis gate (``store.redis.gate.RedisGate``, shared by every
-host) when ``lock.backend`` is "redis"; only then is redis imported.
+The lock serialises "read running state -> count -> decide -> create -> prompt" across
+processes; a reservation holds a slot from the decision until the server reports the run, freed
+by its TTL, by its process gone before sending, or by its session not shown running
+``slot_grace_seconds`` after the prompt was accepted; a reading never frees a reservation made
+after it (``observed_at``). The rules: docs/architecture.md §5. ``Gate`` is the interface and
+the rules, ``FileGate`` the one-host files; ``Stores.gate`` picks ``store.redis.gate.RedisGate``
+for ``lock.backend`` "redis" (only then is redis imported).
 """
 
 from __future__ import annotations

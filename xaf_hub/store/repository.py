@@ -1,17 +1,12 @@
 """The hub's bare mirror of the project's repository: is a claimed commit where the team looks?
 
-``Mirror`` keeps a bare mirror of ``project.repository`` in the state folder, fetched with a
-time bound and never pushed, and judges each task's claimed commits against it
-(``Mirror.check_all``: found, on the expected branch, new since the task's ``base``, on one
-line, clean of locked paths); ``run_check`` runs the project's check on an exported copy of a
-commit, contained (``store.contain``). How claims are judged: docs/architecture.md §8, "Done is
-checked".
-
-Promises: no secret in a process list (a user name and password in the URL reach git through
-its environment, never its command line); no git prompt and no git process left after a
-timeout; nothing the repository holds runs on the hub (``git_safe``: no hooks, no fsmonitor,
-no filter drivers; a mirror found changed is made anew); every reason is redacted with the
-URL's own secrets.
+``Mirror`` keeps a bare mirror of ``project.repository`` in the state folder (fetched with a
+time bound, never pushed), judges each task's claimed commits against it (``Mirror.check_all``)
+and runs the project's check on an exported copy of a commit, contained (``store.contain``). It
+promises no secret on a git command line, no git prompt or process left after a timeout, nothing
+the repository holds run on the hub (``git_safe``; a mirror found changed is made anew), and
+every reason redacted with the URL's own secrets. How claims are judged: docs/architecture.md
+§8, "Done is checked".
 """
 
 from __future__ import annotations

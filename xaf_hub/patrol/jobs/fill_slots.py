@@ -1,11 +1,9 @@
 """Patrol job 4: settle dispatched tasks, then fill every free slot from the pool.
 
 Settling judges each ``dispatched`` task by its session (``patrol.settle`` decides): done (with
-``project.repository`` only once its claimed commits are verified), back to ``pending`` as a
-task or infrastructure failure or on the next model, or kept for a person; a person's decision
-(``ops.decisions``) is never requeued or sent again. A task at ``patrol.max_attempts`` is
-blocked until a person resets it. Filling picks for every free slot (``pick.pick_tasks``: an
-instance's own pinned tasks first, then borrowing) and sends each through the gated path of
+``project.repository`` only once its claimed commits are verified), back to ``pending``, or kept
+for a person; a person's decision (``ops.decisions``) is never requeued or sent again. Filling
+picks for every free slot (``pick.pick_tasks``) and sends each through the gated path of
 ``dispatch``; a row a person changed since the plan is never sent (``Backlog.claim`` in
 ``before_prompt``). The rules step by step: docs/architecture.md §8.
 """
