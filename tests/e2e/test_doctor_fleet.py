@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 
 import pytest
 
@@ -61,6 +62,14 @@ def test_bad_password_and_down_instance_are_named_with_fixes(hub: Hub) -> None:
 def test_healthy_fleet_exits_0(hub: Hub) -> None:
     hub.session("local-a", "doctor a", "app")
     hub.session("lan-c", "doctor c", "app")
+    # Without a repository nothing is ever verified: a warning that says how to get it.
+    code, out, err = hub.cli("doctor")
+    assert code == 0, out + err
+    assert "project.repository" in out and "xaf-hub init --root" in out, out
+    assert out.splitlines()[-1] == "no problems, 2 warning(s) worth a look"
+    remote = hub.root.parent / "remote.git"
+    subprocess.run(["git", "init", "-q", "--bare", str(remote)], check=True)
+    hub.write_config(project={**hub.doc["project"], "repository": str(remote)})
     code, out, err = hub.cli("doctor")
     assert code == 0, out + err
     # lan-b has no session under the root yet: a warning, not a problem.

@@ -29,7 +29,7 @@ FRESH_SECONDS = 12
 
 def status(hub: Hub, *flags: str) -> dict[str, Any]:
     code, doc = hub.cli_json("status", *flags)
-    assert code == 0, doc
+    assert code == 0, [(i["instance"], i.get("reason")) for i in doc.get("instances", [])] or doc
     return dict(doc)
 
 
