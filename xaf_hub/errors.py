@@ -29,7 +29,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from enum import IntEnum
-from typing import Protocol
+from typing import Literal, Protocol
+
+# Why an instance (or the fleet) could not be used, as a code beside the reason's words.
+Cause = Literal[
+    "dns", "refused", "connect", "timeout", "dropped", "bad_url", "network", "too_large",
+    "garbled", "html", "auth", "forbidden", "server_error", "no_password", "fleet_down", "other",
+]
 
 
 class ExitCode(IntEnum):
@@ -85,17 +91,26 @@ class StateFileError(HubError):
 class UnreachableError(HubError):
     """An instance could not be used; ``reason`` is short, human and secret-free.
 
+    ``cause`` is what went wrong as a code, the fact code acts on; ``reason`` its words.
     ``maybe_delivered`` is True when a write may have reached the server before it failed (a
     timeout or broken connection after the request went out, or a server error answering it).
     """
 
     exit_code = ExitCode.UNREACHABLE
 
-    def __init__(self, instance: str, reason: str, *, maybe_delivered: bool = False) -> None:
+    def __init__(
+        self, instance: str, reason: str, *, cause: Cause = "other", maybe_delivered: bool = False
+    ) -> None:
         super().__init__(f"{instance}: unreachable: {reason}")
         self.instance = instance
         self.reason = reason
+        self.cause: Cause = cause
         self.maybe_delivered = maybe_delivered
+
+    @classmethod
+    def fleet_down(cls, reasons: str) -> UnreachableError:
+        """No instance of the fleet answered; ``reasons`` names each one's."""
+        return cls("fleet", f"no instance answered ({reasons})", cause="fleet_down")
 
 
 class MissingPassword(UnreachableError):
@@ -105,7 +120,7 @@ class MissingPassword(UnreachableError):
     REASON = "no password configured"
 
     def __init__(self, instance: str, variable: str) -> None:
-        super().__init__(instance, f"{self.REASON}: set {variable}")
+        super().__init__(instance, f"{self.REASON}: set {variable}", cause="no_password")
         self.args = (f"{self.REASON} for {instance}: set {variable}",)
         self.variable = variable
 

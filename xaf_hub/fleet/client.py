@@ -24,6 +24,7 @@ from xaf_hub.core.backoff import Backoff
 from xaf_hub.core.records import Room
 from xaf_hub.errors import (
     ApiError,
+    Cause,
     MissingPassword,
     RequestGone,
     SessionNotFound,
@@ -79,26 +80,32 @@ def _chain_text(exc: BaseException) -> str:
     return " | ".join(parts).lower()
 
 
-def describe_error(exc: BaseException, connect_timeout: float, read_timeout: float) -> str:
-    """Turn an httpx exception into a short human reason (never includes credentials)."""
+def explain(exc: BaseException, connect_timeout: float, read_timeout: float) -> tuple[Cause, str]:
+    """An httpx exception as its cause and a short human reason (never with credentials): the
+    one place that reads the words of an OS or httpx message."""
     text = _chain_text(exc)
     if isinstance(exc, httpx.ConnectTimeout):
-        return f"connection timed out after {connect_timeout:g}s"
+        return "timeout", f"connection timed out after {connect_timeout:g}s"
     if isinstance(exc, httpx.TimeoutException):
-        return f"no answer within {read_timeout:g}s (timed out)"
+        return "timeout", f"no answer within {read_timeout:g}s (timed out)"
     if isinstance(exc, httpx.ConnectError):
         if any(h in text for h in _DNS_HINTS):
-            return "DNS lookup failed (host name not found)"
+            return "dns", "DNS lookup failed (host name not found)"
         if any(h in text for h in _REFUSED_HINTS):
-            return "connection refused (nothing listening on that port)"
-        return "could not connect"
+            return "refused", "connection refused (nothing listening on that port)"
+        return "connect", "could not connect"
     if isinstance(exc, httpx.RemoteProtocolError):
-        return "truncated response (the server closed the connection mid-answer)"
+        return "dropped", "truncated response (the server closed the connection mid-answer)"
     if isinstance(exc, httpx.ReadError | httpx.WriteError):
-        return "connection dropped while talking to the server"
+        return "dropped", "connection dropped while talking to the server"
     if isinstance(exc, httpx.UnsupportedProtocol | httpx.InvalidURL):
-        return "bad URL in the config"
-    return f"network error ({type(exc).__name__})"
+        return "bad_url", "bad URL in the config"
+    return "network", f"network error ({type(exc).__name__})"
+
+
+def describe_error(exc: BaseException, connect_timeout: float, read_timeout: float) -> str:
+    """The short human reason for an httpx exception (``explain``'s words)."""
+    return explain(exc, connect_timeout, read_timeout)[1]
 
 
 class OpencodeClient:
@@ -169,8 +176,8 @@ class OpencodeClient:
     # -----------------------------------------------------------------------------------
     # transport
 
-    def _fail(self, reason: str) -> UnreachableError:
-        return UnreachableError(self.name, reason)
+    def _fail(self, reason: str, cause: Cause = "other") -> UnreachableError:
+        return UnreachableError(self.name, reason, cause=cause)
 
     async def _request(
         self,
@@ -184,7 +191,8 @@ class OpencodeClient:
         not_found_ok: bool = False,
     ) -> tuple[Any, httpx.Response | None]:
         attempts = self.retries + 1
-        last_reason = "no attempt made"
+        cause: Cause
+        cause, last_reason = "other", "no attempt made"
         # Whether a failed write may still have reached the server (callers that recorded the
         # write beforehand must then keep that record).
         uncertain = False
@@ -196,26 +204,26 @@ class OpencodeClient:
                 async with asyncio.timeout(self.deadline):
                     resp, content = await self._read(method, path, params, body)
             except TimeoutError:
-                last_reason = (
+                cause, last_reason = "timeout", (
                     f"no complete answer within {self.deadline:g}s (timed out; "
                     "the server sends too slowly)"
                 )
                 uncertain = not idempotent
                 break  # retrying would only wait as long again
             except _TooLarge:
-                last_reason = (
+                cause, last_reason = "too_large", (
                     f"answer larger than {self.max_body_bytes // 2**20} MB (stopped reading; "
                     "not an opencode server?)"
                 )
                 uncertain = not idempotent
                 break
             except httpx.ConnectError as exc:
-                last_reason = describe_error(exc, self.connect_timeout, self.read_timeout)
-                if "dns" in last_reason.lower():
+                cause, last_reason = explain(exc, self.connect_timeout, self.read_timeout)
+                if cause == "dns":
                     break  # a missing host name will not appear on retry
                 continue
             except httpx.HTTPError as exc:
-                last_reason = describe_error(exc, self.connect_timeout, self.read_timeout)
+                cause, last_reason = explain(exc, self.connect_timeout, self.read_timeout)
                 if not idempotent:
                     # Nothing left the machine on a connect or pool timeout; after that, unknown.
                     uncertain = maybe_delivered(exc)
@@ -233,11 +241,13 @@ class OpencodeClient:
                 if not self.inst.password:
                     variable = password_var(self.name, self.inst.password_env)
                     raise MissingPassword(self.name, variable)
-                raise self._fail("auth rejected (HTTP 401): check the username and password")
+                raise self._fail(
+                    "auth rejected (HTTP 401): check the username and password", "auth"
+                )
             if status == 403:
-                raise self._fail("access forbidden (HTTP 403)")
+                raise self._fail("access forbidden (HTTP 403)", "forbidden")
             if status >= 500:
-                last_reason = f"server error (HTTP {status})"
+                cause, last_reason = "server_error", f"server error (HTTP {status})"
                 if idempotent:
                     continue
                 uncertain = True
@@ -257,19 +267,19 @@ class OpencodeClient:
             ctype = resp.headers.get("content-type", "")
             if "html" in ctype or content.lstrip()[:1] == b"<":
                 raise self._fail(
-                    "answered with an HTML page instead of JSON (wrong URL or path prefix?)"
+                    "answered with an HTML page instead of JSON (wrong URL or path prefix?)", "html"
                 )
             try:
                 return wire.server_json(content), resp
             except (ValueError, RecursionError):  # bad UTF-8 or JSON, a 5000-digit number
-                last_reason = "truncated or invalid JSON in the response"
+                cause, last_reason = "garbled", "truncated or invalid JSON in the response"
                 if idempotent:
                     continue
                 uncertain = True
                 break
-        if timed_out > 1 and "timed out" in last_reason:
+        if timed_out > 1 and cause == "timeout":
             last_reason += f"; {timed_out} tries, {waited:g}s in all"
-        raise UnreachableError(self.name, last_reason, maybe_delivered=uncertain)
+        raise UnreachableError(self.name, last_reason, cause=cause, maybe_delivered=uncertain)
 
     async def _read(
         self, method: str, path: str, params: Mapping[str, Any] | None, body: Any
@@ -327,7 +337,7 @@ class OpencodeClient:
             try:
                 data, _ = await self._request("GET", "/global/health")
             except UnreachableError as exc:
-                if self.dialect == "classic" or "HTML" not in exc.reason:
+                if self.dialect == "classic" or exc.cause != "html":
                     raise
             else:
                 if not isinstance(data, dict) or "healthy" not in data:
@@ -339,14 +349,16 @@ class OpencodeClient:
             try:
                 data, _ = await self._request("GET", path)
             except UnreachableError as exc:
-                if "HTML" in exc.reason:
+                if exc.cause == "html":
                     continue
                 raise
             if isinstance(data, dict):
                 self.api = V2(self)
                 self.version = str(data.get("version") or self.version or "")
                 return "v2"
-        raise self._fail("answered with an HTML page instead of JSON (wrong URL or path prefix?)")
+        raise self._fail(
+            "answered with an HTML page instead of JSON (wrong URL or path prefix?)", "html"
+        )
 
     async def _api(self) -> Api:
         if self.api is None:

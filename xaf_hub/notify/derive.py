@@ -20,7 +20,8 @@ From the round's record (``notify.record.RoundLog``):
   asked (credentials masked: it goes to a chat service) and how to answer it.
 * ``instance_down`` / ``instance_up`` — reachability changed since the previous round (the
   first round only records it). When no instance answered, the record has no instance lines
-  but a step failed with "no instance answered": every configured instance counts as down.
+  but a step failed with the fleet down (cause ``fleet_down``): every configured instance counts
+  as down.
 
 From the stores, compared with the previous round: ``task_done`` (``task_finished`` when not
 verified) again for pool tasks done since the previous finished round began (a round killed
@@ -52,11 +53,10 @@ from xaf_hub.notify.record import RoundLog
 from xaf_hub.ops.budget import BudgetLine, levels_reached
 from xaf_hub.store.model_state import HEAL_PREFIX, Healed
 
-UNREACHABLE = 2  # ExitCode.UNREACHABLE, without importing the CLI's vocabulary here
 _FLEET_DOWN = "no instance answered"
 _PERSON_STATES = ("failed", "stale_busy", "interrupted")
-# A skipped resume whose reason says a person must act (see check_agents.resume_refusal).
-_LEFT_FOR_PERSON = ("human", "production")
+# A skipped resume or heal that a person must take up (see check_agents.resume_refusal).
+_LEFT_FOR_PERSON = ("production", "resumed_once")
 HISTORY_HOURS = 48
 
 
@@ -108,7 +108,7 @@ def reachability(log: RoundLog, configured: Sequence[str]) -> dict[str, tuple[bo
     """Each instance's (reachable, reason) as this round saw it ({} when it did not look)."""
     if log.instances:
         return {i.name: (i.reachable, i.reason) for i in log.instances}
-    if any(s.code == UNREACHABLE and _FLEET_DOWN in s.error for s in log.steps):
+    if any(s.cause == "fleet_down" for s in log.steps):
         return {name: (False, _FLEET_DOWN) for name in configured}
     return {}
 
@@ -238,7 +238,7 @@ def _person_events(log: RoundLog, inputs: Inputs, at: str) -> list[Event]:
         for a in log.actions
         if a.kind in ("resume", "heal", "keep")
         and a.result in ("skipped", "failed")
-        and (a.result == "failed" or any(w in a.detail for w in _LEFT_FOR_PERSON))
+        and (a.result == "failed" or a.why in _LEFT_FOR_PERSON)
     }
     for line in log.sessions:
         key = (line.instance, line.session)

@@ -449,17 +449,18 @@ def queue_failover(pctx: OpsContext, from_host: str, to_host: str, token: str) -
 
     Returns a line for the daemon's output: what was queued, or why nothing was.
     """
-    return queue_notice(pctx, failover_event(from_host, to_host, token, pctx.now()))
+    return queue_notice(pctx, failover_event(from_host, to_host, token, pctx.now()))[1]
 
 
-def queue_notice(pctx: OpsContext, event: Event) -> str:
+def queue_notice(pctx: OpsContext, event: Event) -> tuple[bool, str]:
     """Queue one notice made outside a round (a failover, a rest a person ended); never raises.
 
-    Returns a line saying what was queued, or why nothing was ("" without webhooks).
+    Returns whether nothing failed, and a line saying what was queued, or why nothing was ("":
+    no webhooks).
     """
     cfg: NotifyConfig = pctx.cfg.notify
     if not cfg.webhooks:
-        return ""
+        return True, ""
     now = pctx.now()
     try:
         queued = outbox.enqueue(
@@ -473,5 +474,7 @@ def queue_notice(pctx: OpsContext, event: Event) -> str:
             claim=pctx.stores.event_claimer(),
         )
     except Exception as exc:  # noqa: BLE001 - a notice must never stop what announced it
-        return pctx.redact(f"{STEP}: {event.type} notice not queued: {type(exc).__name__}: {exc}")
-    return f"{STEP}: queued the {event.type} notice" if queued.new else ""
+        return False, pctx.redact(
+            f"{STEP}: {event.type} notice not queued: {type(exc).__name__}: {exc}"
+        )
+    return True, f"{STEP}: queued the {event.type} notice" if queued.new else ""

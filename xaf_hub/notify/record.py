@@ -20,6 +20,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 from xaf_hub.core.records import SessionRecord
+from xaf_hub.errors import Cause
 from xaf_hub.ops.budget import BudgetLine
 
 if TYPE_CHECKING:
@@ -35,16 +36,19 @@ class StepOutcome:
     code: int = 0
     error: str = ""
     seconds: float = 0.0
+    cause: Cause | None = None  # a failed step's UnreachableError, as its code
 
 
 # Why a row is left to a person, as a code beside its words (``Action.detail``), which the
 # page says in the reader's language: a person's decision (interrupted, steered, decided), a
 # run that stopped (unresumed) or ended on a refused request (denied), a claim the repository
 # does not bear out (a verification state), a commit another task has (credited), the
-# project's check (check_failed).
+# project's check (check_failed), an instance the patrol never writes (production), a session
+# it resumed once already (resumed_once).
 Why = Literal[
     "", "interrupted", "steered", "decided", "unresumed", "denied", "missing", "ambiguous",
     "no_claim", "old", "locked", "diverged", "too_many", "credited", "check_failed",
+    "production", "resumed_once",
 ]
 
 

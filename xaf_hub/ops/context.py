@@ -157,7 +157,7 @@ class OpsContext:
         fleet = Fleet(scans)
         if scans and not fleet.reachable:
             reasons = "; ".join(f"{s.inst.name}: {s.reason}" for s in scans)
-            raise UnreachableError("fleet", f"no instance answered ({reasons})")
+            raise UnreachableError.fleet_down(reasons)
         return fleet
 
 

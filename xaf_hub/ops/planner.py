@@ -282,7 +282,7 @@ def pick_instance(views: Sequence[InstanceView], req: DispatchRequest) -> Instan
     reachable = [v for v in views if v.reachable]
     if not reachable:
         reasons = "; ".join(f"{v.inst.name}: {v.reason}" for v in views) or "no instances"
-        raise UnreachableError("fleet", f"no instance answered ({reasons})")
+        raise UnreachableError.fleet_down(reasons)
     candidates = [v for v in reachable if not v.inst.production and v.inst.roots]
     if not candidates:
         raise UsageError(

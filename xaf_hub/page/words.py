@@ -212,6 +212,14 @@ TEXT: dict[str, tuple[str, str]] = {
         "the project's check failed on its commit",
         "项目的检查在它的提交上没有通过",
     ),
+    "why.production": (
+        "a production instance: the patrol never writes there",
+        "生产实例：巡检从不在那里写入",
+    ),
+    "why.resumed_once": (
+        "interrupted again after the patrol resumed it once",
+        "巡检恢复过一次后它又被中断了",
+    ),
     "ap.parked": (
         "Left for a person: {title}: parked: {why}",
         "留给人处理：{title}：已搁置：{why}",

@@ -345,7 +345,7 @@ class LiveReactor:
             return ""
         override = pool_discipline(pctx, cycle.log, CHECK)
         why = await resume_one(pctx, cycle, inst, rec, run, override, state, now_ms)
-        return "recheck" if "may still be starting" in why else ""
+        return "recheck" if why == "starting" else ""
 
 
 def _say(out: Callable[[str], None], cycle: Cycle) -> None:

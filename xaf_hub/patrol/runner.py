@@ -111,9 +111,9 @@ async def run_cycle(
         try:
             await job(pctx, cycle)
         except HubError as exc:
-            outcome = StepOutcome(
-                name, "failed", int(exc.exit_code), pctx.redact(str(exc)), time.monotonic() - t0
-            )
+            cause = exc.cause if isinstance(exc, UnreachableError) else None
+            outcome = StepOutcome(name, "failed", int(exc.exit_code), pctx.redact(str(exc)),
+                                  time.monotonic() - t0, cause)
         except Exception as exc:  # noqa: BLE001 - one step's bug must not stop the others
             outcome = StepOutcome(
                 name,

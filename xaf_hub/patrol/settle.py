@@ -137,7 +137,7 @@ def settle(
     verdict = _settle(task, seen, now, stale_minutes, grace, young)
     if not seen.decision or verdict.action == "done":
         return verdict
-    if verdict.action == "requeue" or "interrupted" in verdict.reason:
+    if verdict.action == "requeue" or verdict.why == "unresumed":
         return Settlement("keep", reason=seen.decision, person=True, why="decided")
     return verdict
 

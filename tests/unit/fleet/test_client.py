@@ -117,20 +117,36 @@ def test_wrong_shape() -> None:
 
 
 @pytest.mark.parametrize(
-    ("exc", "expected"),
+    ("exc", "expected", "cause"),
     [
-        (httpx.ConnectError("[Errno -2] Name or service not known"), "DNS lookup failed"),
-        (httpx.ConnectError("[Errno 111] Connection refused"), "connection refused"),
-        (httpx.ConnectTimeout("timed out"), "connection timed out after 8s"),
-        (httpx.ReadTimeout("timed out"), "no answer within 30s"),
-        (httpx.RemoteProtocolError("peer closed connection"), "truncated response"),
+        (httpx.ConnectError("[Errno -2] Name or service not known"), "DNS lookup failed", "dns"),
+        (httpx.ConnectError("[Errno 111] Connection refused"), "connection refused", "refused"),
+        (httpx.ConnectTimeout("timed out"), "connection timed out after 8s", "timeout"),
+        (httpx.ReadTimeout("timed out"), "no answer within 30s", "timeout"),
+        (httpx.RemoteProtocolError("peer closed connection"), "truncated response", "dropped"),
     ],
 )
-def test_network_errors(exc: Exception, expected: str) -> None:
+def test_network_errors(exc: Exception, expected: str, cause: str) -> None:
     def handler(req: httpx.Request) -> httpx.Response:
         raise exc
 
     assert expected in reason_of(handler)
+    with pytest.raises(UnreachableError) as err:
+        run(handler, lambda c: c.list_sessions())
+    assert err.value.cause == cause  # what callers act on, whatever the words
+
+
+@pytest.mark.parametrize(
+    ("status", "cause"), [(403, "forbidden"), (502, "server_error"), (200, "html")]
+)
+def test_an_answer_that_is_not_the_api_says_why_as_a_code(status: int, cause: str) -> None:
+    def handler(req: httpx.Request) -> httpx.Response:
+        page = httpx.Response(status, text="<html></html>", headers={"content-type": "text/html"})
+        return health(req) or page
+
+    with pytest.raises(UnreachableError) as err:
+        run(handler, lambda c: c.list_sessions())
+    assert err.value.cause == cause
 
 
 def test_paging_uses_explicit_limit_and_keeps_boundary_ties() -> None:

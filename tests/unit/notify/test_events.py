@@ -13,7 +13,7 @@ import pytest
 from tests.notify_capture import TOKEN
 from tests.unit.notify.support import EVENT, NOW, URL, hook, parse
 from xaf_hub.config.notify import Webhook
-from xaf_hub.errors import ExitCode, StateFileError
+from xaf_hub.errors import ExitCode, StateFileError, UnreachableError
 from xaf_hub.notify import outbox
 from xaf_hub.notify.check import webhook_checks
 from xaf_hub.notify.derive import Done, Inputs, Parked, derive
@@ -53,10 +53,13 @@ def test_instance_events_compare_with_the_previous_round() -> None:
     back = run_derive(round_log(instances=[up("a"), up("b")]), state)
     assert [(e.type, e.instance) for e in back] == [("instance_up", "b")]
     assert back[0].id != down[0].id
-    # No instance answered: the cycle has no instance lines, but the step says so.
-    fleet_down = round_log(
-        steps=[StepOutcome("check_agents", "failed", 2, "fleet: unreachable: no instance answered")]
-    )
+    # A step that only quotes the words (another failure's message) says nothing of the fleet.
+    exc = UnreachableError.fleet_down("a: refused; b: refused")
+    quoted = round_log(steps=[StepOutcome("fill_slots", "failed", 2, f"internal error: {exc}")])
+    assert run_derive(quoted, state) == []
+    # No instance answered: the cycle has no instance lines, but the step's cause says so.
+    down_step = StepOutcome("check_agents", "failed", 2, "reworded", 0, exc.cause)
+    fleet_down = round_log(steps=[down_step])
     assert sorted(e.instance for e in run_derive(fleet_down, state)) == ["a", "b"]
     # Steps skipped: nothing known, nothing said.
     assert run_derive(round_log(), state) == []
@@ -94,6 +97,7 @@ def test_session_events_need_a_reason_a_person_must_act() -> None:
                 "a",
                 "s4",
                 detail="interrupted again after the patrol resumed it once; left for a human",
+                why="resumed_once",
             ),
             act(
                 "check_agents",
@@ -101,7 +105,8 @@ def test_session_events_need_a_reason_a_person_must_act() -> None:
                 "skipped",
                 "a",
                 "s5",
-                detail="its run changed a moment ago and may still be starting",
+                # its words name a human and production, its code none: nobody is called
+                detail="may still be starting (a human's production fix)",
             ),
             act("check_agents", "resume", "waiting", "a", "s6", detail="no free slot"),
             # A person's decision about a pool task (the report's "Needs a person").

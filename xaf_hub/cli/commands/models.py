@@ -131,8 +131,8 @@ def _clear(ctx: Context, target: str) -> int:
         queue_notice(ops, rest_ended_event(b.family, iso_time(b.until_ms) or "", ops.now()))
         for b in ended
     ]
-    for note in notes:
-        if note and "not queued" in note:
+    for queued, note in notes:
+        if not queued:
             ctx.warn(note)
     if ctx.json:
         ctx.out(dumps({"target": target, "ended": [rest_json(b) for b in ended]}))

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import timedelta
+from typing import Literal
 
 from xaf_hub.config.load import InstanceConfig
 from xaf_hub.core.clock import to_ms
@@ -34,7 +35,7 @@ from xaf_hub.core.discipline import RESUME_PROMPT
 from xaf_hub.core.records import SessionRecord
 from xaf_hub.core.runstate import LastRun, answer_hint, classify
 from xaf_hub.errors import BudgetReached, BusyError, HubError, RunsAgain
-from xaf_hub.notify.record import SessionLine, session_action
+from xaf_hub.notify.record import SessionLine, Why, session_action
 from xaf_hub.ops.context import OpsContext
 from xaf_hub.ops.decisions import load_decisions, person_stop
 from xaf_hub.ops.models import choose_model
@@ -51,6 +52,18 @@ LOOKBACK = timedelta(hours=24)
 # patrol reads ``patrol.run_start_grace_seconds`` (this is its default).
 RUN_START_GRACE_MS = 60_000
 
+# Why an interrupted session is not resumed now, as a code, with its words; the codes that leave
+# it to a person are the action's ``why``.
+Refusal = Literal["", "touched", "production", "resumed_once", "starting"]
+REFUSAL_WORDS: dict[Refusal, str] = {
+    "touched": "already prompted this cycle",
+    "production": "production instance: the patrol never writes there",
+    "resumed_once": "interrupted again after the patrol resumed it once; left for a human "
+    "(xaf-hub dispatch --session ID --text ...)",
+    "starting": "its run changed a moment ago and may still be starting; checked next cycle",
+}
+_FOR_PERSON: dict[Refusal, Why] = {"production": "production", "resumed_once": "resumed_once"}
+
 
 def resume_key(instance: str, session: str) -> str:
     """The healed-memory key that records the patrol's one resume of a session."""
@@ -65,7 +78,7 @@ def resume_refusal(
     run: LastRun | None,
     quiet_ms: int = RUN_START_GRACE_MS,
     grace_ms: int = RUN_START_GRACE_MS,
-) -> str:
+) -> Refusal:
     """Why an interrupted session must not be resumed now ("" = resume it) (pure).
 
     ``quiet_ms`` is how long the session has not changed: a run that "stopped without
@@ -73,16 +86,13 @@ def resume_refusal(
     messages).
     """
     if touched:
-        return "already prompted this cycle"
+        return "touched"
     if production:
-        return "production instance: the patrol never writes there"
+        return "production"
     if already_resumed:
-        return (
-            "interrupted again after the patrol resumed it once; left for a human "
-            "(xaf-hub dispatch --session ID --text ...)"
-        )
+        return "resumed_once"
     if run is not None and run.outcome == "running" and quiet_ms < grace_ms:
-        return "its run changed a moment ago and may still be starting; checked next cycle"
+        return "starting"
     return ""
 
 
@@ -150,7 +160,7 @@ async def resume_one(
     override: str | None,
     models: ModelState,
     now_ms: int,
-) -> str:
+) -> Refusal:
     """Resume one interrupted session (not a person's decision) unless a rule says no.
 
     Returns that rule ("" = sent). The round calls it for each interrupted session; the
@@ -165,7 +175,8 @@ async def resume_one(
         grace_ms=int(pctx.cfg.patrol.run_start_grace_seconds * 1000),
     )
     if why:
-        cycle.log.add(pctx, session_action(STEP, "resume", "skipped", rec, detail=why))
+        cycle.log.add(pctx, session_action(STEP, "resume", "skipped", rec,
+                                           detail=REFUSAL_WORDS[why], why=_FOR_PERSON.get(why, "")))
         return why
     await _resume(pctx, cycle, inst, rec, run, override)
     return ""

@@ -24,6 +24,7 @@ from xaf_hub.ops.context import OpsContext
 from xaf_hub.ops.decisions import Decisions, load_decisions, person_stop
 from xaf_hub.ops.heal import STEP, HealCandidate, Healing, heal, heal_candidate
 from xaf_hub.patrol.context import Cycle, pool_discipline
+from xaf_hub.patrol.jobs.check_agents import REFUSAL_WORDS
 from xaf_hub.store.model_state import ModelState
 
 __all__ = ["STEP", "fix_free_limit", "heal_item", "record_heal"]
@@ -116,7 +117,8 @@ async def heal_item(
                 "heal",
                 "skipped",
                 rec,
-                detail="production instance: the patrol never writes there",
+                detail=REFUSAL_WORDS["production"],
+                why="production",
             ),
         )
         return
