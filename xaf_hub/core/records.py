@@ -90,6 +90,39 @@ class Room:
 
 
 @dataclass(frozen=True)
+class Part:
+    """One part of an opencode message: text (``synthetic`` when the server wrote it), a tool
+    call (``tool``, ``call_id``, its ``state`` object) or a file (``path``)."""
+
+    type: str
+    text: str = ""
+    synthetic: bool = False
+    tool: str = ""
+    call_id: str = ""
+    state: Mapping[str, Any] = field(default_factory=dict)
+    path: str = ""
+
+
+@dataclass(frozen=True)
+class Message:
+    """One opencode message, read once from the wire (``fleet.wire.message_of``). Times are
+    ms since the epoch (0: none; ``completed`` 0 while it runs); ``model`` "provider/model"
+    or ""; ``error`` the server's error object of a failed answer."""
+
+    role: str
+    id: str = ""
+    session_id: str = ""
+    created: int = 0
+    completed: int = 0
+    model: str = ""
+    cost: float | None = None
+    tokens: int = 0
+    finish: str = ""
+    error: Mapping[str, Any] | None = None
+    parts: tuple[Part, ...] = ()
+
+
+@dataclass(frozen=True)
 class SessionRecord:
     """One opencode session, normalised across API dialects.
 

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from xaf_hub.core.records import RunState, SessionRecord, Waiting, sane_ms
+from xaf_hub.core.records import Message, Part, RunState, SessionRecord, Waiting, sane_ms
 from xaf_hub.core.rules import normalize_dir
 
 # What a hostile or broken server may cost us, at most: one answer's size (decompressed), the
@@ -122,6 +122,40 @@ def _model_name(model: Any) -> str:
         if provider and ident:
             return f"{provider}/{ident}"
     return ""
+
+
+def _part(obj: Any) -> Part:
+    p = as_mapping(obj)
+    path = text_field(as_mapping(p.get("source")).get("path")) or text_field(p.get("filename"))
+    return Part(
+        text_field(p.get("type")), text_field(p.get("text")), p.get("synthetic") is True,
+        text_field(p.get("tool")), text_field(p.get("callID")), as_mapping(p.get("state")), path,
+    )
+
+
+def message_of(obj: Any) -> Message:
+    """A message as listed (``{"info", "parts"}``) or its bare ``info`` object, as a record;
+    any field of the wrong type reads as unknown."""
+    msg = as_mapping(obj)
+    info = as_mapping(msg.get("info")) or msg
+    times, tokens = as_mapping(info.get("time")), as_mapping(info.get("tokens"))
+    err = info.get("error")
+    counts = sum(sane_ms(tokens.get(k)) for k in ("input", "output", "reasoning"))
+    model = {"providerID": info.get("providerID"), "id": info.get("modelID")}
+    parts = msg.get("parts")
+    return Message(
+        text_field(info.get("role")), text_field(info.get("id")), text_field(info.get("sessionID")),
+        sane_ms(times.get("created")), sane_ms(times.get("completed")),
+        _model_name(model) or _model_name(info.get("model")), cost_value(info.get("cost")),
+        sane_ms(tokens.get("total")) or counts, text_field(info.get("finish")),
+        err if _is_mapping(err) else None,
+        tuple(_part(p) for p in parts) if isinstance(parts, list) else (),
+    )
+
+
+def messages_of(data: list[Any]) -> list[Message]:
+    """A message listing as records; entries that are not objects are left out."""
+    return [message_of(m) for m in data if _is_mapping(m)]
 
 
 def session_from_classic(obj: Mapping[str, Any]) -> ServerSession:
