@@ -24,6 +24,7 @@ from sandbox.releases import release_binary
 from tests.e2e.proxy import LoopbackServer, forward, read_body, send_back
 from tests.fleet import MODELS, PRICES, Hub
 from xaf_hub.fleet.releases import classify
+from xaf_hub.fleet.wire import messages_of
 from xaf_hub.ops.ceiling import run_cost
 
 pytestmark = pytest.mark.e2e
@@ -333,7 +334,7 @@ def test_a_release_without_session_cost_is_counted_unknown_never_zero(
         assert [a["cost"] for a in replies(name, sid)] == [pytest.approx(0.02)]
         # So a run's cost, what the run ceiling is held to, is known on both lines.
         f = mixed[name]
-        assert run_cost(sandbox.messages(f.servers[0].url, f.passwords[0], sid)) == (
+        assert run_cost(messages_of(sandbox.messages(f.servers[0].url, f.passwords[0], sid))) == (
             pytest.approx(0.02)
         )
     code, st = hub.cli_json("status")

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from xaf_hub.core.outcomes import Run
-from xaf_hub.core.records import SessionRecord, Waiting, sane_ms
+from xaf_hub.core.records import Message, Part, SessionRecord, Waiting
 
 RunVerdict = Literal[
     "running",
@@ -82,60 +82,34 @@ def waiting_detail(w: Waiting) -> str:
     return f"question: {asked_line(w.asked)}".rstrip(": ")
 
 
-def _info(message: Mapping[str, Any]) -> Mapping[str, Any]:
-    info = message.get("info")
-    return info if isinstance(info, Mapping) else message
+def _last_assistant_message(messages: Sequence[Message]) -> Message | None:
+    return next((m for m in reversed(messages) if m.role == "assistant"), None)
 
 
-def _last_assistant_message(
-    messages: Sequence[Mapping[str, Any]],
-) -> Mapping[str, Any] | None:
-    return next((m for m in reversed(messages) if _info(m).get("role") == "assistant"), None)
-
-
-def last_assistant(messages: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
-    """The newest assistant message's ``info``, if any."""
-    msg = _last_assistant_message(messages)
-    return None if msg is None else _info(msg)
-
-
-def last_error(messages: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+def last_error(messages: Sequence[Message]) -> Mapping[str, Any] | None:
     """The error object the last assistant message ended with, if any."""
-    info = last_assistant(messages)
-    err = info.get("error") if info else None
-    return err if isinstance(err, Mapping) else None
+    msg = _last_assistant_message(messages)
+    return msg.error if msg else None
 
 
-def refused_tool(message: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    """The state of a tool call of ``message`` that ended in an error, if any."""
-    parts = message.get("parts")
-    for part in parts if isinstance(parts, Sequence) and not isinstance(parts, str) else ():
-        if not isinstance(part, Mapping) or part.get("type") != "tool":
-            continue
-        state = part.get("state")
-        if isinstance(state, Mapping) and state.get("status") == "error":
-            return state
-    return None
+def refused_tool(message: Message) -> Part | None:
+    """A tool call of ``message`` that ended in an error, if any."""
+    refused = (p for p in message.parts if p.type == "tool" and p.state.get("status") == "error")
+    return next(refused, None)
 
 
-def refusal_text(messages: Sequence[Mapping[str, Any]]) -> str:
+def refusal_text(messages: Sequence[Message]) -> str:
     """What the server said of the refused request a denied run ended on: 'bash: The user
     rejected permission to use this specific tool call.' ("" when there is none)."""
     msg = _last_assistant_message(messages)
-    state = refused_tool(msg) if msg is not None else None
-    if state is None:
+    part = refused_tool(msg) if msg is not None else None
+    if part is None:
         return ""
-    parts = msg.get("parts") if msg is not None else None
-    tool = next(
-        (str(p.get("tool") or "") for p in parts or () if isinstance(p, Mapping)
-         and p.get("state") is state),
-        "",
-    )
-    said = " ".join(str(state.get("error") or "").split())[:200]
-    return f"{tool}: {said}" if tool and said else tool or said
+    said = " ".join(str(part.state.get("error") or "").split())[:200]
+    return f"{part.tool}: {said}" if part.tool and said else part.tool or said
 
 
-def outcome_of(messages: Sequence[Mapping[str, Any]]) -> Run:
+def outcome_of(messages: Sequence[Message]) -> Run:
     """How the last run ended, from its newest assistant message (its error names a failure).
 
     A step that ended on tool calls, with one of them in error, and no step after it: the
@@ -147,18 +121,15 @@ def outcome_of(messages: Sequence[Mapping[str, Any]]) -> Run:
     msg = _last_assistant_message(messages)
     if msg is None:
         return "not_started"
-    info = _info(msg)
-    err = info.get("error")
-    if isinstance(err, Mapping):
-        if err.get("name") == "MessageAbortedError":
+    if msg.error is not None:
+        if msg.error.get("name") == "MessageAbortedError":
             return "interrupted"
-        return "rate_limited" if classify_error(err) == "rate_limited" else "failed"
-    t = info.get("time") or {}
-    if not isinstance(t, Mapping) or not t.get("completed"):
+        return "rate_limited" if classify_error(msg.error) == "rate_limited" else "failed"
+    if not msg.completed:
         return "running"
-    if info.get("finish") == "tool-calls" and refused_tool(msg) is not None:
+    if msg.finish == "tool-calls" and refused_tool(msg) is not None:
         return "denied"
-    if info.get("finish"):
+    if msg.finish:
         return "succeeded"
     # Completed with neither finish nor error: an abort during a retry wait looks like this.
     return "interrupted"
@@ -197,52 +168,24 @@ class LastRun:
     answer: str = ""  # the text of the newest assistant message (its final answer)
 
 
-def answer_text(message: Mapping[str, Any]) -> str:
+def answer_text(message: Message) -> str:
     """The text parts of one message, joined: what the agent said (tool output aside)."""
-    parts = message.get("parts")
-    if not isinstance(parts, Sequence) or isinstance(parts, str):
-        return ""
-    texts = [
-        p["text"]
-        for p in parts
-        if isinstance(p, Mapping) and p.get("type") == "text" and isinstance(p.get("text"), str)
-    ]
-    return "\n".join(texts)[-ANSWER_CHARS:]
+    return "\n".join(p.text for p in message.parts if p.type == "text")[-ANSWER_CHARS:]
 
 
 # The end of a final answer is what is kept: a report of the commit comes last.
 ANSWER_CHARS = 20_000
 
 
-def _model_of(info: Mapping[str, Any]) -> str:
-    provider, model = info.get("providerID"), info.get("modelID")
-    if not (provider and model):
-        ref = info.get("model")
-        if isinstance(ref, Mapping):
-            provider, model = ref.get("providerID"), ref.get("modelID") or ref.get("id")
-    return f"{provider}/{model}" if provider and model else ""
-
-
-def last_run(messages: Sequence[Mapping[str, Any]]) -> LastRun:
+def last_run(messages: Sequence[Message]) -> LastRun:
     """Read the newest message (``messages`` oldest first, as the server returns them)."""
     if not messages:
         return LastRun("not_started")
-    info = _info(messages[-1])
-    times = info.get("time")
-    created = sane_ms(times.get("created")) if isinstance(times, Mapping) else 0
-    message_id, model = str(info.get("id") or ""), _model_of(info)
-    if info.get("role") != "assistant":
+    m = messages[-1]
+    if m.role != "assistant":
         # A prompt nobody answered yet: just sent, or refused before any reply (unknown model).
-        return LastRun("pending", message_id, model, None, created)
-    err = info.get("error")
-    return LastRun(
-        outcome_of([messages[-1]]),
-        message_id,
-        model,
-        err if isinstance(err, Mapping) else None,
-        created,
-        answer_text(messages[-1]),
-    )
+        return LastRun("pending", m.id, m.model, None, m.created)
+    return LastRun(outcome_of([m]), m.id, m.model, m.error, m.created, answer_text(m))
 
 
 @dataclass(frozen=True)

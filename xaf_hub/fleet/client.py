@@ -21,7 +21,7 @@ import httpx
 from xaf_hub.config.credentials import password_var
 from xaf_hub.config.load import InstanceConfig
 from xaf_hub.core.backoff import Backoff
-from xaf_hub.core.records import Room
+from xaf_hub.core.records import Message, Room
 from xaf_hub.errors import (
     ApiError,
     Cause,
@@ -454,7 +454,7 @@ class OpencodeClient:
 
     async def messages(
         self, session_id: str, limit: int = 5, directory: str | None = None
-    ) -> list[dict[str, Any]]:
+    ) -> list[Message]:
         """The newest ``limit`` messages of a session, oldest first."""
         api = await self._api()
         path = f"{api.sessions}/{session_id}/message"
@@ -467,7 +467,7 @@ class OpencodeClient:
             data = data["data"]
         if not isinstance(data, list):
             raise self._shape(path)
-        return [m for m in data if isinstance(m, dict)]
+        return wire.messages_of(data)
 
     async def pending_requests(self, directory: str) -> list[wire.Pending]:
         """The permission requests and questions waiting for a person in ``directory``.
@@ -594,10 +594,9 @@ class OpencodeClient:
             body={"agent": "build", "command": command},
             idempotent=False,
         )
-        for part in _obj(data).get("parts") or ():
-            state = _obj(_obj(part).get("state"))
-            if _obj(part).get("type") == "tool":
-                return _text(state.get("output"))
+        for part in wire.message_of(data).parts:
+            if part.type == "tool":
+                return _text(part.state.get("output"))
         raise self._shape(f"/session/{session_id}/shell")
 
     async def abort(self, session_id: str, directory: str | None = None) -> None:

@@ -24,7 +24,7 @@ from xaf_hub.config.load import InstanceConfig
 from xaf_hub.core.records import RunState, SessionRecord, sane_ms
 from xaf_hub.fleet.wire import (
     ServerSession,
-    cost_value,
+    message_of,
     server_json,
     session_from_classic,
     session_record,
@@ -452,11 +452,8 @@ class Board:
 
 def _step_cost(info: Any) -> bool:
     """Whether a message.updated frame's message is a finished step that cost money."""
-    if not isinstance(info, Mapping) or info.get("role") != "assistant":
-        return False
-    cost = cost_value(info.get("cost"))
-    when = info.get("time")
-    return bool(cost) and isinstance(when, Mapping) and sane_ms(when.get("completed")) > 0
+    m = message_of(info)
+    return m.role == "assistant" and bool(m.cost) and m.completed > 0
 
 
 def _refreshed(old: SessionRecord, s: ServerSession, cut: int | None = None) -> SessionRecord:

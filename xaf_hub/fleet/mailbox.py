@@ -14,6 +14,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 from xaf_hub.fleet.events import Frame
+from xaf_hub.fleet.wire import message_of
 
 # What may wait for the consumer before the rest is dropped for a rescan.
 MAX_PENDING_FRAMES = 1024
@@ -61,8 +62,7 @@ def _coalesce_key(frame: Frame) -> tuple[str, str]:
         return ("run:idle" if word == "idle" else "run:busy", str(sid))
     if frame.type == "message.updated":
         # Per message: a step's last update is kept when the next step's first one follows.
-        info = props.get("info")
-        return ("message", str(info.get("id") if isinstance(info, dict) else sid))
+        return ("message", message_of(props.get("info")).id or str(sid))
     return (frame.type, str(sid))
 
 

@@ -401,15 +401,12 @@ def waiting_from_question(obj: Any, since: int = 0) -> Pending | None:
     return Pending(sid, waiting, _call_id(obj))
 
 
-def tool_started(messages: list[Any], call_id: str) -> int:
+def tool_started(messages: list[Message], call_id: str) -> int:
     """When the tool call ``call_id`` began (its part's ``state.time.start``), or 0."""
     for msg in reversed(messages):
-        parts = as_mapping(msg).get("parts")
-        for part in parts if isinstance(parts, list) else ():
-            part = as_mapping(part)
-            if part.get("callID") == call_id:
-                times = as_mapping(as_mapping(part.get("state")).get("time"))
-                return sane_ms(times.get("start"))
+        for part in msg.parts:
+            if part.call_id == call_id:
+                return sane_ms(as_mapping(part.state.get("time")).get("start"))
     return 0
 
 
@@ -458,7 +455,7 @@ def _under(path: str, directory: str) -> str:
     return clean
 
 
-def session_trace(messages: list[Any], directory: str = "") -> SessionTrace:
+def session_trace(messages: list[Message], directory: str = "") -> SessionTrace:
     """The prompts and file paths in ``messages`` (a message listing, oldest first), paths
     relative to the session's ``directory`` when below it. Anything unreadable is skipped."""
     from xaf_hub.core.discipline import CONTINUE_PROMPT, RESUME_PROMPT, strip_discipline
@@ -480,15 +477,12 @@ def session_trace(messages: list[Any], directory: str = "") -> SessionTrace:
                 changed[name] = None
 
     for msg in messages:
-        msg = as_mapping(msg)
-        role = text_field(as_mapping(msg.get("info")).get("role"))
-        parts = msg.get("parts")
+        role = msg.role
         texts: list[str] = []
-        for part in parts if isinstance(parts, list) else ():
-            part = as_mapping(part)
-            kind = part.get("type")
-            if kind == "text" and part.get("synthetic") is not True:
-                text = text_field(part.get("text"))
+        for part in msg.parts:
+            kind = part.type
+            if kind == "text" and not part.synthetic:
+                text = part.text
                 if role == "user":
                     text = strip_discipline(text).strip()
                     if text and text not in no_task:
@@ -496,9 +490,8 @@ def session_trace(messages: list[Any], directory: str = "") -> SessionTrace:
                 elif role == "assistant" and text.strip():
                     texts.append(text.strip())
             elif kind == "tool":
-                state = as_mapping(part.get("state"))
+                state, tool = part.state, part.tool
                 given = as_mapping(state.get("input"))
-                tool = text_field(part.get("tool"))
                 # Each call gives the whole list; one refused ("error") or not yet run
                 # ("pending") left the list as it was.
                 ran = text_field(state.get("status")) not in _UNWRITTEN
@@ -510,8 +503,7 @@ def session_trace(messages: list[Any], directory: str = "") -> SessionTrace:
                 for path in _PATCH_FILE.findall(text_field(given.get("patchText"))):
                     add_file(path, changes)
             elif kind == "file":
-                source = as_mapping(part.get("source"))
-                add_file(text_field(source.get("path")) or text_field(part.get("filename")))
+                add_file(part.path)
         if texts:
             said = texts
     return SessionTrace(

@@ -13,16 +13,15 @@ from __future__ import annotations
 import contextlib
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any, cast
+from typing import cast
 
 from xaf_hub.config.load import InstanceConfig
 from xaf_hub.core import aio
-from xaf_hub.core.records import SessionRecord, sane_ms
+from xaf_hub.core.records import Message, SessionRecord
 from xaf_hub.errors import HubError
 from xaf_hub.fleet.client import OpencodeClient, ServerSession
-from xaf_hub.fleet.wire import cost_value
 from xaf_hub.ops.budget import money, run_ceiling
 from xaf_hub.ops.context import OpsContext
 from xaf_hub.store.audit import who
@@ -37,61 +36,44 @@ MESSAGES_READ = 100
 MAX_FAMILY = 200
 
 
-def _synthetic(message: Mapping[str, Any]) -> bool:
+def _synthetic(message: Message) -> bool:
     """A user message the server wrote itself: every text part of it synthetic."""
-    parts = message.get("parts")
-    if not isinstance(parts, list):
-        return False
-    texts = [p for p in parts if isinstance(p, Mapping) and p.get("type") == "text"]
-    return bool(texts) and all(p.get("synthetic") is True for p in texts)
+    texts = [p for p in message.parts if p.type == "text"]
+    return bool(texts) and all(p.synthetic for p in texts)
 
 
-def _prompt(messages: Sequence[Mapping[str, Any]]) -> int:
+def _prompt(messages: Sequence[Message]) -> int:
     """Index of the newest prompt among ``messages``; -1 when none was read."""
     for i in range(len(messages) - 1, -1, -1):
-        msg = messages[i]
-        info = msg.get("info")
-        if isinstance(info, Mapping) and info.get("role") == "user" and not _synthetic(msg):
+        if messages[i].role == "user" and not _synthetic(messages[i]):
             return i
     return -1
 
 
-def _created(message: Mapping[str, Any]) -> int:
-    info = message.get("info")
-    when = info.get("time") if isinstance(info, Mapping) else None
-    return sane_ms(when.get("created")) if isinstance(when, Mapping) else 0
-
-
-def _steps_cost(messages: Sequence[Mapping[str, Any]]) -> float | None:
+def _steps_cost(messages: Sequence[Message]) -> float | None:
     """The summed ``cost`` of the assistant messages among ``messages``; None when none
     reports a usable one (nothing to judge)."""
-    costs = []
-    for msg in messages:
-        info = msg.get("info")
-        if isinstance(info, Mapping) and info.get("role") == "assistant":
-            cost = cost_value(info.get("cost"))
-            if cost is not None:
-                costs.append(cost)
+    costs = [m.cost for m in messages if m.role == "assistant" and m.cost is not None]
     return math.fsum(costs) if costs else None
 
 
-def run_cost(messages: Sequence[Mapping[str, Any]]) -> float | None:
+def run_cost(messages: Sequence[Message]) -> float | None:
     """The root session's part of the newest run: its assistant messages after the newest
     prompt (pure; None: no usable cost)."""
     return _steps_cost(messages[_prompt(messages) + 1 :])
 
 
-def run_start(messages: Sequence[Mapping[str, Any]]) -> int:
+def run_start(messages: Sequence[Message]) -> int:
     """When the newest run began (epoch ms): its prompt's, else the oldest message read's
     (0: none read)."""
     if not messages:
         return 0
-    return _created(messages[max(_prompt(messages), 0)])
+    return messages[max(_prompt(messages), 0)].created
 
 
-def cost_since(messages: Sequence[Mapping[str, Any]], since_ms: int) -> float | None:
+def cost_since(messages: Sequence[Message], since_ms: int) -> float | None:
     """A sub-agent session's part of a run begun at ``since_ms`` (pure)."""
-    return _steps_cost([m for m in messages if _created(m) >= since_ms])
+    return _steps_cost([m for m in messages if m.created >= since_ms])
 
 
 @dataclass(frozen=True)
@@ -145,7 +127,7 @@ async def read_run(
         client.messages(rec.id, MESSAGES_READ, rec.directory or None),
         family(client, rec.id, rec.directory),
     )
-    messages = cast("list[dict[str, Any]]", read[0])
+    messages = cast("list[Message]", read[0])
     kin = cast("list[ServerSession]", read[1])
     since = run_start(messages)
     # A sub-agent's session begun since the prompt spent for this run alone: the server's own

@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 from xaf_hub.config.load import InstanceConfig
-from xaf_hub.core.records import SessionRecord
+from xaf_hub.core.records import Message, SessionRecord
 from xaf_hub.core.runstate import LastRun, Verdict, last_run
 from xaf_hub.core.runstate import judge as _judge
 from xaf_hub.errors import BusyError, UnreachableError
@@ -75,48 +75,37 @@ class WaitResult:
 # Reading (pure)
 
 
-def _info(message: Mapping[str, Any]) -> Mapping[str, Any]:
-    info = message.get("info")
-    return info if isinstance(info, Mapping) else message
-
-
-def messages_since(
-    messages: Sequence[Mapping[str, Any]], baseline: str | None
-) -> list[Mapping[str, Any]]:
+def messages_since(messages: Sequence[Message], baseline: str | None) -> list[Message]:
     """The messages after ``baseline`` (a message id); all of them for None or ""."""
     if not baseline:
         return list(messages)
-    ids = [str(_info(m).get("id") or "") for m in messages]
+    ids = [m.id for m in messages]
     if baseline in ids:
         return list(messages[ids.index(baseline) + 1 :])
     # The baseline fell out of the window: more than a window of new messages came since.
     return list(messages)
 
 
-def answered(messages: Sequence[Mapping[str, Any]]) -> bool:
+def answered(messages: Sequence[Message]) -> bool:
     """Whether the newest message is an assistant message that has begun (it has parts).
 
     A run waiting between retries has an assistant message with no parts (API §4.5).
     """
-    if not messages:
-        return False
-    newest = messages[-1]
-    parts = newest.get("parts")
-    return _info(newest).get("role") == "assistant" and isinstance(parts, list) and bool(parts)
+    return bool(messages) and messages[-1].role == "assistant" and bool(messages[-1].parts)
 
 
 def sighting(
     inst: InstanceConfig,
     session: ServerSession,
     status: RawStatus | None,
-    messages: Sequence[Mapping[str, Any]],
+    messages: Sequence[Message],
     baseline: str | None = None,
 ) -> Sighting:
     """Combine a session, its status entry and its newest messages (oldest first)."""
     project = inst.rules.is_project(session.directory) if session.directory else False
     rec = build_record(inst, session, status, project)
     newer = messages_since(messages, baseline)
-    newest_id = str(_info(messages[-1]).get("id") or "") if messages else ""
+    newest_id = messages[-1].id if messages else ""
     attempt = int(status.get("attempt") or 0) if status and status.get("type") == "retry" else 0
     return Sighting(rec, last_run(newer), answered(newer), attempt, newest_id or baseline or "")
 

@@ -345,7 +345,7 @@ async def send_prepared(
             if order.baseline and plan.session is not None:
                 # The newest message before the send: what comes after it is this run.
                 newest = await client.messages(plan.session.id, limit=1)
-                baseline = str((newest[-1].get("info") or {}).get("id") or "") if newest else ""
+                baseline = newest[-1].id if newest else ""
             result = await send_work(
                 ops, plan, prep.prompt, prep.model, client, before_prompt=record
             )

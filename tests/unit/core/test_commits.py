@@ -6,6 +6,7 @@ import pytest
 
 from xaf_hub.core.commits import MAX_CLAIMS, claimed_commits, locked_paths, short
 from xaf_hub.core.runstate import ANSWER_CHARS, answer_text, last_run
+from xaf_hub.fleet.wire import message_of, messages_of
 
 FULL = "0123456789abcdef0123456789abcdef01234567"
 
@@ -102,16 +103,16 @@ def test_last_run_carries_the_final_answer_text_only() -> None:
             ],
         },
     ]
-    run = last_run(messages)
+    run = last_run(messages_of(messages))
     assert run.answer == "Done.\nCommit 0123456."
     assert claimed_commits(run.answer) == ("0123456",)  # the tool's output is not the answer
 
 
 def test_answer_keeps_the_end_of_a_long_answer() -> None:
     text = "x " * ANSWER_CHARS + "commit 0123456"
-    kept = answer_text({"parts": [{"type": "text", "text": text}]})
+    kept = answer_text(message_of({"parts": [{"type": "text", "text": text}]}))
     assert len(kept) == ANSWER_CHARS and kept.endswith("commit 0123456")
-    assert answer_text({"parts": "nonsense"}) == "" and answer_text({}) == ""
+    assert answer_text(message_of({"parts": "nonsense"})) == "" == answer_text(message_of({}))
 
 
 # Labelled paths a commit touched, and whether project.locked_paths locks them.

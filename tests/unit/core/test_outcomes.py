@@ -25,6 +25,7 @@ from xaf_hub.core.outcomes import (
     tone,
 )
 from xaf_hub.core.runstate import outcome_of, refusal_text
+from xaf_hub.fleet.wire import messages_of
 
 # Measured on opencode 1.18.33 (tests/fleet.py): what a refused request leaves in the messages.
 MEASURED = json.loads(
@@ -80,22 +81,23 @@ E500 = {"name": "APIError", "data": {"message": "upstream", "statusCode": 500}}
     ],
 )
 def test_a_runs_outcome_from_its_messages(messages: list[dict[str, Any]], outcome: Run) -> None:
-    assert outcome_of(messages) == outcome
+    assert outcome_of(messages_of(messages)) == outcome
 
 
 def test_a_denied_run_is_not_succeeded_and_says_what_was_refused() -> None:
     """The server marks a denied run's last step finished ("tool-calls"), which was read as
     succeeded: green on the page, and a task settled as done."""
-    denied = MEASURED["denied"]
-    assert denied[-1]["info"]["finish"] == "tool-calls" and "error" not in denied[-1]["info"]
+    raw = MEASURED["denied"]
+    assert raw[-1]["info"]["finish"] == "tool-calls" and "error" not in raw[-1]["info"]
+    denied = messages_of(raw)
     assert outcome_of(denied) != "succeeded" and tone(outcome_of(denied)) != "good"
     assert refusal_text(denied) == (
         "bash: The user rejected permission to use this specific tool call."
     )
-    assert refusal_text(MEASURED["question_dismissed"]) == (
+    assert refusal_text(messages_of(MEASURED["question_dismissed"])) == (
         "question: The user dismissed this question"
     )
-    assert refusal_text(MEASURED["denied_with_feedback"]) == ""
+    assert refusal_text(messages_of(MEASURED["denied_with_feedback"])) == ""
 
 
 NOW_MS = 1_800_000_000_000

@@ -15,6 +15,7 @@ import pytest
 from tests.unit.ops.ceiling_support import T0, Family, context, priced_run
 from tests.unit.ops.ceiling_support import step as timed_step
 from xaf_hub.core.records import SessionRecord
+from xaf_hub.fleet.wire import messages_of
 from xaf_hub.ops.ceiling import abort_run, judge_run, read_run, run_cost, stop_over_ceiling
 from xaf_hub.ops.decisions import load_decisions
 from xaf_hub.store.tasks import Task
@@ -51,7 +52,7 @@ RUNS: list[tuple[str, list[dict[str, Any]], float | None]] = [
 
 @pytest.mark.parametrize(("case", "messages", "cost"), RUNS, ids=[r[0] for r in RUNS])
 def test_run_cost(case: str, messages: list[dict[str, Any]], cost: Any) -> None:
-    assert run_cost(messages) == cost, case
+    assert run_cost(messages_of(messages)) == cost, case
 
 
 @pytest.mark.parametrize(

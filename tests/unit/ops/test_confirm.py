@@ -12,9 +12,11 @@ import pytest
 
 from xaf_hub.cli.commands._common import healing_text, verdict_text, wait_exit, wait_text
 from xaf_hub.config.load import InstanceConfig
+from xaf_hub.core.records import Message
 from xaf_hub.core.rules import ProjectRules
 from xaf_hub.errors import BusyError, UnreachableError
 from xaf_hub.fleet.client import RawStatus, ServerSession
+from xaf_hub.fleet.wire import message_of
 from xaf_hub.ops.confirm import (
     BUSY_SETTLE_SECONDS,
     MAX_HEALS,
@@ -43,9 +45,9 @@ ERR_404 = {
 ERR_401 = {"name": "APIError", "data": {"message": "Incorrect API key", "statusCode": 401}}
 
 
-def user(mid: str, model: str = "opencode/free-model") -> dict[str, Any]:
+def user(mid: str, model: str = "opencode/free-model") -> Message:
     provider, _, ident = model.partition("/")
-    return {
+    return message_of({
         "info": {
             "id": mid,
             "role": "user",
@@ -53,7 +55,7 @@ def user(mid: str, model: str = "opencode/free-model") -> dict[str, Any]:
             "model": {"providerID": provider, "modelID": ident},
         },
         "parts": [{"type": "text", "text": "do it"}],
-    }
+    })
 
 
 def assistant(
@@ -64,7 +66,7 @@ def assistant(
     completed: bool = False,
     finish: str | None = None,
     error: dict[str, Any] | None = None,
-) -> dict[str, Any]:
+) -> Message:
     provider, _, ident = model.partition("/")
     info: dict[str, Any] = {
         "id": mid,
@@ -77,11 +79,11 @@ def assistant(
         info["finish"] = finish
     if error:
         info["error"] = error
-    return {"info": info, "parts": [{"type": "step-start"}] * parts}
+    return message_of({"info": info, "parts": [{"type": "step-start"}] * parts})
 
 
 def see(
-    status: RawStatus | None, messages: Sequence[dict[str, Any]], baseline: str | None = None
+    status: RawStatus | None, messages: Sequence[Message], baseline: str | None = None
 ) -> Sighting:
     return sighting(INST, SESSION, status, messages, baseline)
 
@@ -167,7 +169,7 @@ def test_sighting_reads_retry_and_the_next_baseline() -> None:
 )
 def test_judge(
     status: RawStatus | None,
-    messages: list[dict[str, Any]],
+    messages: list[Message],
     state: str,
     detail: str,
     signal: str,
@@ -207,7 +209,7 @@ def test_judge(
 )
 def test_wait_step(
     status: RawStatus | None,
-    messages: list[dict[str, Any]],
+    messages: list[Message],
     busy_for: float,
     step: str,
     cand_state: str | None,

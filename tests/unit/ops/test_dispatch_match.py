@@ -22,6 +22,7 @@ from xaf_hub.fleet.wire import (
     MAX_TRACE_TODO_CHARS,
     MAX_TRACE_TODOS,
     SessionTrace,
+    messages_of,
     session_trace,
 )
 from xaf_hub.ops import dispatch as dispatch_ops
@@ -111,7 +112,7 @@ def test_a_trace_keeps_the_prompts_and_the_files_touched_and_nothing_else() -> N
         {"info": "broken", "parts": "broken"},
         {"parts": [{"type": "tool", "state": "broken"}, "broken"]},
     ]
-    trace = session_trace(messages, ROOT)
+    trace = session_trace(messages_of(messages), ROOT)
     assert trace.prompts == ("Add a CSV export to the orders list", "also the amount column")
     assert trace.files == (
         "src/orders/List.tsx", "src/orders/export.ts", "web/src/orders/csv.ts", "/etc/x.csv"
@@ -121,7 +122,7 @@ def test_a_trace_keeps_the_prompts_and_the_files_touched_and_nothing_else() -> N
     # A hostile server's endless listing costs at most the caps.
     many = [user(f"prompt {i}") for i in range(500)]
     many += [tool("read", filePath=f"{ROOT}/f{i}.py") for i in range(500)]
-    trace = session_trace(many, ROOT)
+    trace = session_trace(messages_of(many), ROOT)
     assert len(trace.prompts) == MAX_TRACE_PROMPTS and trace.prompts[-1] == "prompt 499"
     assert len(trace.files) == MAX_TRACE_FILES and trace.files[-1] == "f499.py"
 
@@ -134,7 +135,9 @@ def test_the_hubs_own_resume_and_continue_prompts_are_no_task_text() -> None:
     # 0.158 without them.
     resumed = compose_prompt(RESUME_PROMPT, "branch", base_branch="main", slug="csv-export")
     healed = compose_prompt(CONTINUE_PROMPT, "mainline", base_branch="main", slug="")
-    messages = [user("Add a CSV export"), user(resumed), user(healed), user("also the totals")]
+    messages = messages_of(
+        [user("Add a CSV export"), user(resumed), user(healed), user("also the totals")]
+    )
     assert session_trace(messages, ROOT).prompts == ("Add a CSV export", "also the totals")
 
 
@@ -165,17 +168,17 @@ def test_a_trace_keeps_the_agents_newest_todo_list_and_reply() -> None:
         said("a reminder the server added", synthetic=True),
         user("thanks"),
     ]
-    trace = session_trace(messages, ROOT)
+    trace = session_trace(messages_of(messages), ROOT)
     assert trace.todos == ("Add the CSV button", "Handle zero-decimal currencies (JPY)", "7")
     assert trace.reply == "Done: the button exports the filtered orders.\nJPY is left for later."
     assert trace.prompts == ("Add a CSV export", "thanks")  # the agent's words are not prompts
     # A hostile server's endless list or reply costs at most the caps.
     huge = [{"content": f"{i} " + "x" * 10_000, "status": "pending"} for i in range(500)]
-    trace = session_trace([tool("todowrite", todos=huge), said("y" * 100_000)], ROOT)
+    trace = session_trace(messages_of([tool("todowrite", todos=huge), said("y" * 100_000)]), ROOT)
     assert len(trace.todos) == MAX_TRACE_TODOS
     assert all(len(t) == MAX_TRACE_TODO_CHARS for t in trace.todos)
     assert len(trace.reply) == MAX_TRACE_PROMPT_CHARS
-    assert session_trace([user("x")], ROOT) == SessionTrace(("x",))
+    assert session_trace(messages_of([user("x")]), ROOT) == SessionTrace(("x",))
 
 
 def test_a_todowrite_call_that_failed_or_has_not_run_leaves_the_list_as_it_was() -> None:
@@ -192,11 +195,11 @@ def test_a_todowrite_call_that_failed_or_has_not_run_leaves_the_list_as_it_was()
         ]}
 
     for status in ("error", "pending"):
-        trace = session_trace([call("completed", kept), call(status, refused)], ROOT)
+        trace = session_trace(messages_of([call("completed", kept), call(status, refused)]), ROOT)
         assert trace.todos == ("Add the CSV button",), status
     # A call that runs writes the list as it starts: it is the list already.
     running = [{"content": "Add the JSON button", "status": "in_progress", "priority": "high"}]
-    trace = session_trace([call("completed", kept), call("running", running)], ROOT)
+    trace = session_trace(messages_of([call("completed", kept), call("running", running)]), ROOT)
     assert trace.todos == ("Add the JSON button",)
 
 
@@ -307,16 +310,16 @@ def test_a_file_a_session_only_read_is_not_named_as_its_work() -> None:
     wrote = sess("lan-a", "ses_2", "Cart offline", directory=ROOT)
     scans = [InstanceScan(A, reachable=True, sessions=[looked, wrote])]
     traces = {
-        ("lan-a", "ses_1"): session_trace(
-            [user("Show the cart totals with tax"), tool("read", filePath=f"{ROOT}/src/queue.ts")],
+        ("lan-a", "ses_1"): session_trace(messages_of(
+            [user("Show the cart totals with tax"), tool("read", filePath=f"{ROOT}/src/queue.ts")]),
             ROOT,
         ),
-        ("lan-a", "ses_2"): session_trace(
+        ("lan-a", "ses_2"): session_trace(messages_of(
             [
                 user("Keep cart ops while offline"),
                 tool("read", filePath=f"{ROOT}/src/queue.ts"),
                 tool("edit", filePath=f"{ROOT}/src/queue.ts", oldString="a", newString="b"),
-            ],
+            ]),
             ROOT,
         ),
     }

@@ -14,6 +14,7 @@ from xaf_hub.config.load import parse_config
 from xaf_hub.core.records import SessionRecord
 from xaf_hub.core.runstate import LastRun, classify, last_run
 from xaf_hub.fleet.scan import InstanceScan
+from xaf_hub.fleet.wire import messages_of
 from xaf_hub.ops.context import Fleet
 from xaf_hub.ops.heal import blackout_family, heal_candidate, heal_key, heal_target
 from xaf_hub.patrol.jobs.check_agents import resume_refusal
@@ -158,7 +159,7 @@ def rec(
     ],
 )
 def test_last_run(messages: list[dict[str, Any]], outcome: str, model: str, mid: str) -> None:
-    run = last_run(messages)
+    run = last_run(messages_of(messages))
     assert (run.outcome, run.model, run.message_id) == (outcome, model, mid)
 
 
@@ -167,7 +168,7 @@ def test_a_start_no_clock_reads_is_unknown(created: Any) -> None:
     # A failed message's start is when its rest counts from (ops.heal): never an error.
     msg = assistant(error=E429)
     msg["info"]["time"]["created"] = created
-    run = last_run([user(), msg])
+    run = last_run(messages_of([user(), msg]))
     assert (run.outcome, run.created_ms) == ("rate_limited", 0)
 
 
@@ -239,7 +240,7 @@ def test_resume_refusal(kwargs: dict[str, Any], refused: str) -> None:
 
 
 def test_heal_candidate_stuck_retry_with_a_rate_limit() -> None:
-    run = last_run([user(), assistant("msg_r", completed=False)])
+    run = last_run(messages_of([user(), assistant("msg_r", completed=False)]))
     cand = heal_candidate(
         rec("retry", message="Rate limit exceeded: free usage limit reached"), run
     )
@@ -265,7 +266,7 @@ def test_heal_candidate_stuck_retry_with_a_rate_limit() -> None:
 def test_which_failures_to_heal(
     record: SessionRecord, messages: list[dict[str, Any]], expected: tuple[str, str] | None
 ) -> None:
-    cand = heal_candidate(record, last_run(messages) if messages else None)
+    cand = heal_candidate(record, last_run(messages_of(messages)) if messages else None)
     assert (None if cand is None else (cand.state, cand.signal)) == expected
     if cand is not None:
         assert cand.key == "heal:lan-b:ses_1:msg_a" and cand.model == "opencode/free-model"
@@ -284,7 +285,8 @@ def test_which_failures_to_heal(
 def test_blackout_only_for_a_rate_limit_on_a_blackout_family(
     signal: str, model: str, family: str | None
 ) -> None:
-    run = last_run([user(), assistant(error=E429 if signal == "rate_limited" else E404)])
+    failed = assistant(error=E429 if signal == "rate_limited" else E404)
+    run = last_run(messages_of([user(), failed]))
     cand = heal_candidate(rec(), run)
     assert cand is not None
     cand = type(cand)(**{**cand.__dict__, "model": model})

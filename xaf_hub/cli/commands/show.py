@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -19,7 +19,7 @@ from xaf_hub.core.text import dumps
 if TYPE_CHECKING:
     from xaf_hub.config.load import InstanceConfig
     from xaf_hub.core.outcomes import Stop
-    from xaf_hub.core.records import SessionRecord
+    from xaf_hub.core.records import Message, SessionRecord
 
 EXAMPLES = """\
 examples:
@@ -46,54 +46,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_options(p, OPTIONS)
 
 
-def _text(message: Mapping[str, Any]) -> str:
-    parts = message.get("parts")
-    if not isinstance(parts, list):
-        return ""
-    texts = [
-        str(p.get("text") or "")
-        for p in parts
-        if isinstance(p, Mapping) and p.get("type") == "text" and not p.get("synthetic")
-    ]
+def _text(message: Message) -> str:
+    texts = [p.text for p in message.parts if p.type == "text" and not p.synthetic]
     return "\n".join(t for t in texts if t.strip()).strip()
 
 
-def _info(message: Mapping[str, Any]) -> Mapping[str, Any]:
-    info = message.get("info")
-    return info if isinstance(info, Mapping) else {}
-
-
-def _ms(info: Mapping[str, Any], key: str) -> int:
-    t = info.get("time")
-    value = t.get(key) if isinstance(t, Mapping) else None
-    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0
-
-
-def last_of(
-    messages: Sequence[Mapping[str, Any]], role: str
-) -> Mapping[str, Any] | None:
+def last_of(messages: Sequence[Message], role: str) -> Message | None:
     """The newest message of ``role`` that has text (or, for answers, an error)."""
     for msg in reversed(messages):
-        info = _info(msg)
-        if info.get("role") != role:
-            continue
-        if _text(msg) or (role == "assistant" and isinstance(info.get("error"), Mapping)):
-            found: Mapping[str, Any] = msg
-            return found
+        if msg.role == role and (_text(msg) or (role == "assistant" and msg.error is not None)):
+            return msg
     return None
 
 
-def model_of(messages: Sequence[Mapping[str, Any]]) -> str:
+def model_of(messages: Sequence[Message]) -> str:
     """provider/model of the newest assistant (or user) message that names one."""
-    for msg in reversed(messages):
-        info = _info(msg)
-        provider, model = info.get("providerID"), info.get("modelID")
-        nested = info.get("model")
-        if not model and isinstance(nested, Mapping):
-            provider, model = nested.get("providerID"), nested.get("modelID")
-        if model:
-            return f"{provider}/{model}" if provider else str(model)
-    return ""
+    return next((m.model for m in reversed(messages) if m.model), "")
 
 
 @dataclass(frozen=True)
@@ -112,16 +80,16 @@ class Found:
 
     inst: InstanceConfig
     session: SessionRecord
-    messages: list[dict[str, Any]]
+    messages: list[Message]
     stop: Stop | None = None  # the hub's latest recorded stop of it (ops.decisions.hub_stops)
 
     @property
-    def prompt(self) -> Mapping[str, Any] | None:
+    def prompt(self) -> Message | None:
         """The last prompt."""
         return last_of(self.messages, "user")
 
     @property
-    def answer(self) -> Mapping[str, Any] | None:
+    def answer(self) -> Message | None:
         """The last answer."""
         return last_of(self.messages, "assistant")
 
@@ -143,7 +111,7 @@ def look(ctx: Context, opts: Options) -> Found:
         raise session_not_found(session_id, down, opts.instance)
     sc, s = hit
 
-    async def go() -> list[dict[str, Any]]:
+    async def go() -> list[Message]:
         transport = ctx.transport_factory(sc.inst) if ctx.transport_factory else None
         async with make_client(ctx.config, sc.inst, transport) as client:
             return await client.messages(s.id, limit=opts.limit)
@@ -153,11 +121,10 @@ def look(ctx: Context, opts: Options) -> Found:
     return Found(sc.inst, s, aio.run(go()), hub_stops(ctx.ops()).get((sc.inst.name, s.id)))
 
 
-def _said(msg: Mapping[str, Any] | None) -> dict[str, Any] | None:
+def _said(msg: Message | None) -> dict[str, Any] | None:
     if msg is None:
         return None
-    at = _ms(_info(msg), "created")
-    return {"text": _text(msg), "at": iso_time(at), "at_ms": at}
+    return {"text": _text(msg), "at": iso_time(msg.created), "at_ms": msg.created}
 
 
 def document(found: Found) -> dict[str, Any]:
@@ -245,8 +212,7 @@ def run(ctx: Context) -> int:
         if msg is None:
             ctx.out(f"\n{label}: (none in the newest {opts.limit} messages)")
             continue
-        at = _ms(_info(msg), "created")
-        ctx.out(f"\n{label} ({fmt_time(at)}):")
+        ctx.out(f"\n{label} ({fmt_time(msg.created)}):")
         body = _text(msg) or f"(no text: {err})"
         for line in body.splitlines():
             ctx.out(f"  {line}")
