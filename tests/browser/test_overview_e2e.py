@@ -218,9 +218,18 @@ def test_serve_shows_the_fleet_and_scans_once_per_window(
             assert page.locator("#card-healthy .figure").inner_text().strip() == "3 of 4"
             assert page.locator("#card-sessions .value").inner_text().strip() == "6"
             assert XSS_TITLE in visible_titles(page)
-            page.locator("#filter").fill("登录")
-            assert sorted(visible_titles(page)) == sorted(["修复登录页面的验证码",
-                                                           "登录接口增加限流"])
+            wanted = sorted(["修复登录页面的验证码", "登录接口增加限流"])
+            # The page may refresh itself from a change notice while the filter is typed:
+            # type it again into the page as it is now until the rows settle.
+            deadline = time.monotonic() + 20
+            while True:
+                if page.locator("#filter").input_value() != "登录":
+                    page.locator("#filter").fill("登录")
+                shown = sorted(visible_titles(page))
+                if shown == wanted or time.monotonic() > deadline:
+                    break
+                time.sleep(0.2)
+            assert shown == wanted
             assert page.locator("#shown-total").inner_text().strip() == "2 of 6 shown"
             page.locator("#filter").fill("")
             full_screenshot(page, "overview-served.png")

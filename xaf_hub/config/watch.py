@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Literal
 
 from xaf_hub.config.load import Config, hub_home, load_config
+from xaf_hub.core.catalogue import text
 from xaf_hub.errors import ConfigError
 
 # Keys a running process keeps until it restarts: its stores are open on them.
@@ -27,10 +28,6 @@ RESTART_KEYS = (
     "pool.backend", "models.state_backend", "patrol.lease_seconds",
 )
 
-
-KEPT = ("{who} keeps the config it loaded at {loaded}: the saved one does not load "
-        "({problem}); it is read again once saved")
-RESTART = "{who} needs a restart to use the new {keys} (until then it keeps the old value)"
 # What a poll found: no file changed; a new config in use; the same config; a config refused.
 Polled = Literal["unchanged", "loaded", "same", "refused"]
 
@@ -94,15 +91,15 @@ class ConfigState:
         return {"loaded_at_ms": self.loaded_at_ms, "problem": self.problem,
                 "restart": list(self.restart)}
 
-    def words(self, who: str, kept: str = KEPT, restart: str = RESTART) -> list[str]:
-        """One sentence per thing a person should know about ``who`` ([] when all is well);
-        ``kept`` and ``restart`` are the sentences' templates (the page has them translated)."""
+    def words(self, who: str, lang: str = "en") -> list[str]:
+        """One sentence per thing a person should know about ``who`` ([] when all is well), in
+        ``lang``."""
         out = []
         if self.problem:
             loaded = time.strftime("%H:%M:%S", time.localtime(self.loaded_at_ms / 1000))
-            out.append(kept.format(who=who, loaded=loaded, problem=self.problem))
+            out.append(text(lang, "config.kept", who=who, loaded=loaded, problem=self.problem))
         if self.restart:
-            out.append(restart.format(who=who, keys=", ".join(self.restart)))
+            out.append(text(lang, "config.restart", who=who, keys=", ".join(self.restart)))
         return out
 
     @classmethod
@@ -164,4 +161,4 @@ class ConfigWatch:
         return "loaded" if changed else "same"
 
 
-__all__ = ["KEPT", "RESTART", "RESTART_KEYS", "ConfigState", "ConfigWatch", "Polled", "pinned"]
+__all__ = ["RESTART_KEYS", "ConfigState", "ConfigWatch", "Polled", "pinned"]

@@ -1,8 +1,8 @@
 """The one vocabulary of what happened: a run's outcome and a task's state, as values (pure).
 
 Every view (the page, ``sessions``, ``show``, ``backlog``, the patrol's report, the chat)
-says a run's outcome and a task's state with these values, their words (English and Chinese,
-one catalogue the page's words include) and their tone. Only a run that succeeded, a task done
+says a run's outcome and a task's state with these values, their words ("run.<value>" and
+"task.<value>" in ``core.catalogue``) and their tone. Only a run that succeeded, a task done
 and verified and a task landed are ``good``: nothing shows green that a person still has to
 look at (docs/architecture.md §4).
 
@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Final, Literal, get_args
+
+from xaf_hub.core.catalogue import text
 
 Run = Literal[
     "succeeded", "failed", "denied", "ceiling", "interrupted", "rate_limited", "running",
@@ -58,54 +60,6 @@ TONES: Final[dict[str, Tone]] = {
     "dropped": "neutral",
 }
 
-# The catalogue: "run.<value>" / "task.<value>" is the value's word, "..._d" what it means.
-WORDS: Final[dict[str, tuple[str, str]]] = {
-    "run.succeeded": ("succeeded", "成功"),
-    "run.succeeded_d": ("The model finished its answer.", "模型完成了它的回答。"),
-    "run.failed": ("failed", "失败"),
-    "run.failed_d": ("The last run ended with an error.", "上次运行以错误结束。"),
-    "run.denied": ("denied", "被拒绝"),
-    "run.denied_d": (
-        "The run ended because a request it made was refused: a permission denied or a "
-        "question dismissed. A person decides what comes next.",
-        "运行因它的请求被拒绝而结束：权限被拒绝或问题被驳回。接下来怎么做由人决定。",
-    ),
-    "run.ceiling": ("stopped at its ceiling", "超过上限被停止"),
-    "run.ceiling_d": (
-        "The hub stopped the run because it cost more than its run ceiling; a person decides.",
-        "这次运行的花费超过了单次运行上限，已被汇总工具停止；由人决定接下来怎么做。",
-    ),
-    "run.interrupted": ("interrupted", "被中断"),
-    "run.interrupted_d": (
-        "The run stopped before it finished: a person stopped it, or its server did (a "
-        "restart?).",
-        "运行在完成前停止了：有人停止了它，或者它的服务器停止了它（重启？）。",
-    ),
-    "run.rate_limited": ("rate-limited", "被限流"),
-    "run.rate_limited_d": (
-        "The AI provider refused the last run because of too many requests.",
-        "AI 服务商因请求过多拒绝了上次运行。",
-    ),
-    "run.running": ("running", "运行中"),
-    "run.running_d": ("The run is still going.", "运行仍在进行。"),
-    "run.not_started": ("not started", "未开始"),
-    "run.not_started_d": (
-        "The session has no answer from the assistant yet.",
-        "这个会话里助手还没有回答过。",
-    ),
-    "task.waiting": ("waiting to start", "等待开始"),
-    "task.blocked": ("blocked after too many failed tries", "多次失败后受阻"),
-    "task.person": ("needs a person", "等人处理"),
-    "task.in_progress": ("in progress", "进行中"),
-    "task.unverified": ("finished, not verified", "已结束，未验证"),
-    "task.verified": ("done and verified", "已完成并验证"),
-    "task.ready_to_land": ("ready to land", "待合入"),
-    "task.conflict": ("conflict, sent back", "有冲突，已退回"),
-    "task.land_by_person": ("waits for a person to land it", "等人合入"),
-    "task.landed": ("landed", "已合入"),
-    "task.dropped": ("dropped", "已放弃"),
-}
-
 # A stop the hub recorded applies to a run whose session last changed at most this long
 # after it (the abort changes the session; clocks of hub and server may differ a little).
 STOP_WINDOW_MS: Final = 5 * 60_000
@@ -123,12 +77,12 @@ class Stop:
 
 def run_words(value: Run, lang: str = "en") -> str:
     """The word for a run's outcome."""
-    return WORDS[f"run.{value}"][lang == "zh"]
+    return text(lang, f"run.{value}")
 
 
 def task_words(value: TaskState, lang: str = "en") -> str:
     """The words for a task's state."""
-    return WORDS[f"task.{value}"][lang == "zh"]
+    return text(lang, f"task.{value}")
 
 
 def tone(value: Run | TaskState) -> Tone:

@@ -488,8 +488,7 @@ def url_of(host: str, port: int) -> str:
 def config_notes(states: Sequence[tuple[str, ConfigState]], lang: Lang) -> list[str]:
     """What the page says of the config of each process that runs on: (who, as a key of
     ``page.words``; its state), in the reader's language."""
-    kept, restart = text(lang, "config.kept"), text(lang, "config.restart")
-    return [line for who, state in states for line in state.words(text(lang, who), kept, restart)]
+    return [line for who, state in states for line in state.words(text(lang, who), lang)]
 
 
 def start_feed(

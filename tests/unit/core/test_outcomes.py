@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
+from xaf_hub.core.catalogue import TEXT as WORDS
 from xaf_hub.core.outcomes import (
     RUNS,
     STOP_WINDOW_MS,
     TASK_STATES,
     TONES,
-    WORDS,
     Run,
     Stop,
     TaskState,

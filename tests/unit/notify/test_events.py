@@ -337,11 +337,13 @@ def test_messages_in_both_languages_with_title_instance_and_link() -> None:
     assert "服务器无响应" in head and "lan-b" in text and "Overview" not in text
     head, text = render(down, language="en", project="p", page_url="", tz=UTC)
     assert head.endswith("Server down: lan-b") and "connection refused" in text
-    # Every catalogue entry renders in both languages without a missing field.
-    from xaf_hub.notify.messages import CATALOGUE
+    # Every event type in the catalogue renders in both languages without a missing field.
+    from xaf_hub.core.catalogue import LANGS, TEXT
 
-    for lang in CATALOGUE:
-        for kind in CATALOGUE["en"]:
+    kinds = [key[5:-5] for key in TEXT if key.startswith("chat.") and key.endswith(".body")]
+    assert "task_done" in kinds and "daily_summary" in kinds
+    for lang in LANGS:
+        for kind in kinds:
             render(
                 Event("x", kind, NOW.isoformat()), language=lang, project="p", page_url="", tz=UTC
             )

