@@ -37,6 +37,7 @@ class Context:
     _config: Config | None = None
     common: Common = field(init=False)
     _stores: Stores | None = field(default=None, init=False, repr=False)
+    _every: bool = field(default=False, init=False)
 
     def __post_init__(self) -> None:
         self.common = build(Common, self.args)
@@ -63,8 +64,13 @@ class Context:
     @property
     def config(self) -> Config:
         """The configuration seen as its one chosen project (UsageError naming the projects
-        when there are several and none is chosen)."""
-        return self.whole.one_project()
+        when there are several and none is chosen, unless a view sees every project)."""
+        return self.whole if self._every else self.whole.one_project()
+
+    def see_every_project(self) -> None:
+        """A view's: with several projects and no ``--project``, show them all (sessions of
+        every project are the project's, each record names its own)."""
+        self._every = True
 
     def choose(self, project: str | None) -> Config:
         """Go on as ``project`` (None: as ``--project``, else the config's one project)."""

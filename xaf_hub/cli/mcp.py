@@ -245,17 +245,23 @@ def _instances(ctx: Context, v: Values) -> Any:
     return _unless_password_missing(doc, snap)
 
 
+def _as_project(ctx: Context, v: Values) -> Values:
+    """A view's values without ``project``: the hub goes on as it, else as every project."""
+    v = dict(v)
+    ctx.see_every_project()
+    ctx.choose(v.pop("project", None))
+    return v
+
+
 def _status(ctx: Context, v: Values) -> Any:
-    m = status.measure(ctx, record(status.Options, status.OPTIONS, v))
+    m = status.measure(ctx, record(status.Options, status.OPTIONS, _as_project(ctx, v)))
     return _unless_password_missing(status.document(m), m.snap)
 
 
 def _sessions(ctx: Context, v: Values) -> Any:
     from xaf_hub.page.export import snapshot_document
 
-    v = dict(v)
-    ctx.choose(v.pop("project", None))
-    opts = record(sessions.Options, sessions.OPTIONS, v)
+    opts = record(sessions.Options, sessions.OPTIONS, _as_project(ctx, v))
     snap = sessions.read(ctx, opts)
     doc = _unless_password_missing(snapshot_document(snap), snap)
     if opts.limit is not None and isinstance(doc.get("sessions"), list):
@@ -311,7 +317,7 @@ def _backlog_show(ctx: Context, v: Values) -> Any:
 def _waiting(ctx: Context, v: Values) -> Any:
     import time
 
-    found = waiting.look(ctx, record(waiting.Options, waiting.OPTIONS, v))
+    found = waiting.look(ctx, record(waiting.Options, waiting.OPTIONS, _as_project(ctx, v)))
     return waiting.document(found, int(time.time() * 1000))
 
 
@@ -342,9 +348,10 @@ TOOLS: tuple[Tool, ...] = (
     Tool("instances", "List the fleet's instances: reachable or not (with the reason), "
          "opencode version, role, limit.", (), _instances, lambda d: _count(d, "instances")),
     Tool("status", "How full each instance is: running + reserved of its limit, and whether it "
-         "can take new work now; the task pool's queue.", (), _status, _status_line),
-    Tool("sessions", "The project's sessions on every instance (or one): id, title, directory, "
-         "run state, last result.",
+         "can take new work now, per project with several; the task pool's queue.", (PROJECT,),
+         _status, _status_line),
+    Tool("sessions", "The project's sessions (every project's without project) on every "
+         "instance (or one): id, project, title, directory, run state, last result.",
          (*pick(sessions.OPTIONS, "instance", "keyword", "limit"), PROJECT),
          _sessions, lambda d: _count(d, "sessions")),
     Tool("show", "One session: its state, the last prompt and the last answer.",
@@ -375,7 +382,7 @@ TOOLS: tuple[Tool, ...] = (
          lambda d: f"task {_field(d, 'id')}"),
     Tool("waiting", "Every request a run waits on across the fleet (permission requests and "
          "questions for a person): id, instance, session, what is asked, options, since when. "
-         "Such a run holds a slot until it is answered.", waiting.OPTIONS, _waiting,
+         "Such a run holds a slot until it is answered.", (*waiting.OPTIONS, PROJECT), _waiting,
          _waiting_line),
     Tool("approve", "Approve a permission request a run waits on (always=true: the patterns it "
          "offers too, for that session). Checked first: a request no longer waiting is "

@@ -266,6 +266,13 @@ class InstanceConfig:
         one first."""
         return next((name for name, rules in self.fleet if rules.owns(directory, checkout)), "")
 
+    def claims(self, directory: str, checkout: str = "") -> bool:
+        """Whether ``directory``'s sessions are the project's: the chosen project's by its
+        rules; seen as every project (none chosen), any configured project's."""
+        if self.project or not self.fleet:
+            return self.rules.owns(directory, checkout)
+        return bool(self.owner(directory, checkout))
+
     @property
     def production(self) -> bool:
         """True when writes need --allow-prod."""
@@ -551,6 +558,10 @@ class Config:
                 f"(configured: {self.project_names()})"
             )
         return self
+
+    def shown_projects(self) -> tuple[str, ...]:
+        """The projects a view shows apart: every one when none is chosen, else none."""
+        return () if self.chosen else tuple(p.name for p in self.projects)
 
     def project_names(self) -> str:
         """The configured projects' names, for a message."""

@@ -261,11 +261,11 @@ class Board:
         """The project verdict of a directory (asked once per directory, kept for directories of
         up to ``MAX_FOREIGN_TEXT`` characters: a stream of endless long names keeps nothing)."""
         if len(directory) > MAX_FOREIGN_TEXT:
-            return self.inst.rules.owns(directory, self.sandboxes.get(directory, ""))
+            return self.inst.claims(directory, self.sandboxes.get(directory, ""))
         if directory not in self._verdicts:
             if len(self._verdicts) >= MAX_REMEMBERED:
                 self._verdicts.clear()  # a stream naming endless directories: ask again
-            self._verdicts[directory] = bool(directory) and self.inst.rules.owns(
+            self._verdicts[directory] = bool(directory) and self.inst.claims(
                 directory, self.sandboxes.get(directory, "")
             )
         return self._verdicts[directory]

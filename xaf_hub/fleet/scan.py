@@ -68,10 +68,12 @@ def build_record(
     owner: str | None = None,
 ) -> SessionRecord:
     """Combine a server session, its run state and the project verdict (``owner``: the
-    configured project it belongs to; default the chosen one's when it is the project's)."""
+    configured project it belongs to; default the chosen one's, or seen as every project the
+    one whose folders hold it, when it is the project's)."""
     state, message, nxt = read_status(status)
     rec = session_record(inst.name, s, project, state, message, nxt)
-    owner = (inst.project if project else "") if owner is None else owner
+    if owner is None:
+        owner = (inst.project or inst.owner(s.directory, s.checkout)) if project else ""
     return replace(rec, owner=owner) if owner else rec
 
 
@@ -129,7 +131,7 @@ async def _scan_into(
     result.sandboxes = {s.directory: s.checkout for s in sessions if s.checkout and s.directory}
     # Sessions share a few hundred directories at most: classify each directory once.
     project_dir = {
-        d: inst.rules.owns(d, result.sandboxes.get(d, ""))
+        d: inst.claims(d, result.sandboxes.get(d, ""))
         for d in {s.directory for s in sessions}
         if d
     }
@@ -161,7 +163,7 @@ async def _scan_into(
             sessions.append(ServerSession(sid, "(unknown)", "", 0, 0, 0.0, "", ""))
     for s in sessions:
         if s.directory not in project_dir:  # a late arrival looked up above
-            project_dir[s.directory] = inst.rules.owns(
+            project_dir[s.directory] = inst.claims(
                 s.directory, result.sandboxes.get(s.directory, "")
             )
             owners[s.directory] = _owner(

@@ -43,7 +43,7 @@ when the same fact is derived again.
 from __future__ import annotations
 
 from collections.abc import Mapping, MutableMapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any
 
@@ -458,4 +458,9 @@ def derive(
     events += _budget_events(inputs, now, tz, at)
     if not live:
         events += _summary(log, inputs, state, seen, now, tz, summary_hour, events)
-    return events
+    # Each event of a session names the session's project.
+    owners = {(s.instance, s.session): s.project for s in log.sessions if s.project}
+    return [
+        replace(e, project=owners.get((e.instance, e.session), e.project)) if e.session else e
+        for e in events
+    ]

@@ -118,10 +118,11 @@ def _what(ev: Event) -> str:
 def outgoing(cfg: Config, hook: Webhook, ev: Event, now: datetime) -> Outgoing:
     """The request that tells ``hook`` about ``ev`` in the configured language, at ``now``."""
     notify = cfg.notify
+    project = ev.project or cfg.project_name
     headline, text = render(
         ev,
         language=notify.language,
-        project=cfg.project_name,
+        project=project,
         page_url=notify.page_url,
         tz=_zone(cfg.models.timezone),
     )
@@ -132,7 +133,7 @@ def outgoing(cfg: Config, hook: Webhook, ev: Event, now: datetime) -> Outgoing:
         ev,
         redact(headline, secrets),
         redact(text, secrets),
-        project=cfg.project_name,
+        project=project,
         language=notify.language,
         page_url=notify.page_url,
         now=now,

@@ -62,10 +62,13 @@ def summary_path(cfg: Config, writer: str) -> Path:
 
 def instance_key(inst: InstanceConfig) -> str:
     """What a view was judged with: the instance's address, directory rules and credentials
-    (the user name, and whether a password is given, never the password). A reader with a
-    different config (another address, other rules, no password where the writer had one)
-    does not take the view: it scans, and says what the scan finds."""
+    (the user name, and whether a password is given, never the password), and with several
+    projects the one it was seen as (or every one) and every project's rules. A reader with a
+    different config (another address, other rules, no password where the writer had one,
+    another project) does not take the view: it scans, and says what the scan finds."""
     said = f"{inst.url}\0{inst.rules!r}\0{inst.username}\0{inst.password is not None}"
+    if len(inst.fleet) > 1:
+        said += f"\0{inst.project}\0{inst.fleet!r}"
     return hashlib.sha256(said.encode()).hexdigest()[:16]
 
 
@@ -342,9 +345,8 @@ def split(
 ) -> tuple[BoardRead, list[InstanceConfig]]:
     """What the board gives of ``instances``, and the instances left to scan (``fresh``: the
     board is not read, every instance is left to scan; ``stores``: Redis's boards too;
-    ``summary``: the summaries, ``read_board``). A follower follows one project's sessions:
-    with several projects every instance is scanned."""
-    fresh = fresh or len(cfg.projects) > 1
+    ``summary``: the summaries, ``read_board``). A view is taken as the project its writer
+    saw (``instance_key``): one project's, or with several and none chosen, every one's."""
     board = read_board(cfg, [] if fresh else instances, stores=stores, summary=summary)
     return board, [i for i in instances if i.name not in board.scans]
 

@@ -56,7 +56,7 @@ class PendingRequest:
             "session_id": self.session.id,
             "title": self.session.title,
             "directory": self.session.directory,
-            "project": self.session.project,
+            "project": self.session.owner or None,
             **{k: v for k, v in w.to_json().items() if k != "request_id"},
             "age_seconds": age,
         }

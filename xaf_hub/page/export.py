@@ -16,7 +16,7 @@ import hashlib
 import io
 import re
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -228,6 +228,7 @@ def render_html(
     live_seconds: int = 0,
     links: Mapping[str, Any] | None = None,
     tasks: Mapping[str, str] | None = None,
+    projects: Sequence[str] = (),
 ) -> str:
     """Render the self-contained HTML overview page (with the patrol panel when given).
 
@@ -245,6 +246,7 @@ def render_html(
         live_seconds=live_seconds,
         links=links,
         tasks=tasks,
+        projects=projects,
     )
     return render_page("overview.html.j2", context, connect_self=live_seconds > 0)
 
@@ -260,10 +262,12 @@ def write_html(
     links: Mapping[str, Any] | None = None,
     tasks: Mapping[str, str] | None = None,
     redact: Redact = _same,
+    projects: Sequence[str] = (),
 ) -> None:
     """Write the HTML overview page to ``path`` atomically."""
     html = render_html(
-        snap, now_ms=now_ms, title=title, autopilot=autopilot, lang=lang, links=links, tasks=tasks
+        snap, now_ms=now_ms, title=title, autopilot=autopilot, lang=lang, links=links,
+        tasks=tasks, projects=projects,
     )
     write_text_atomic(path, redact(html), private=False)
 

@@ -355,8 +355,10 @@ class Viewer:
         refresh_seconds: int = REFRESH_SECONDS,
         redact: Callable[[str], str] = str,
         notes: Callable[[Lang], list[str]] = lambda lang: [],
+        projects: Sequence[str] = (),
     ) -> None:
         self._cache = cache
+        self._projects = projects  # the projects the page shows apart (``Config.shown_projects``)
         self._notes = notes  # what the page adds to the scan's notes (the config's state)
         self._redact = redact
         self._autopilot = autopilot
@@ -369,9 +371,14 @@ class Viewer:
         self._clock = clock
         self._now_ms = now_ms
 
-    def configure(self, title: str, language: str, links: Callable[[list[str]], Any]) -> None:
-        """What a config read again changes: the page's title, its language, the links."""
+    def configure(
+        self, title: str, language: str, links: Callable[[list[str]], Any],
+        projects: Sequence[str] = (),
+    ) -> None:
+        """What a config read again changes: the page's title, its language, the links, the
+        projects shown apart."""
         self._title, self._language, self._links = title, language, links
+        self._projects = projects
 
     def respond(self, method: str, target: str, header: Callable[[str], str | None]) -> Response:
         """Answer ``method target``; ``header(name)`` reads a request header."""
@@ -455,6 +462,7 @@ class Viewer:
             live_seconds=self._refresh,
             links=links,
             tasks=self._tasks() if self._tasks is not None else None,
+            projects=self._projects,
         )
         return self._redact(html).encode("utf-8")
 

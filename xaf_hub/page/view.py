@@ -11,7 +11,7 @@ shows green.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -82,6 +82,7 @@ class RowView:
     outcome: Badge
     cost: str
     link: str  # the session in its server's own web page, or ""
+    project: str = ""  # the configured project it belongs to ("" none)
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +110,25 @@ class BarView:
     running: int
     width: float
     running_width: float
+
+
+@dataclass(frozen=True, slots=True)
+class ProjectView:
+    """One project's line in the page's summary ("" for sessions of no configured project)."""
+
+    name: str
+    sessions: int
+    running: int
+
+
+def project_views(names: Sequence[str], sessions: Iterable[SessionRecord]) -> list[ProjectView]:
+    """Each of ``names`` with its sessions and running ones, then those of none (if any)."""
+    counts = {name: [0, 0] for name in names}
+    for s in sessions:
+        entry = counts.setdefault(s.owner, [0, 0])
+        entry[0] += 1
+        entry[1] += int(_is_running(s))
+    return [ProjectView(name, n, running) for name, (n, running) in counts.items()]
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,6 +227,7 @@ def _row_view(
         outcome=outcome,
         cost=text(lang, "cost.unknown") if s.cost is None else f"${s.cost:,.2f}",
         link=link,
+        project=s.owner,
     )
 
 
@@ -299,13 +320,15 @@ def overview_context(
     live_seconds: int = 0,
     links: Mapping[str, Any] | None = None,
     tasks: Mapping[str, str] | None = None,
+    projects: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Precompute the plain data the overview template lays out.
 
     ``autopilot`` is an ``xaf_hub.page.autopilot.AutopilotView`` or None; ``live_seconds`` > 0
     makes the page fetch itself again that often (served pages only); ``links`` maps an
     instance name to a ``web_ui.WebUI`` that builds session links; ``tasks`` maps a session
-    id to its task id in the work queue.
+    id to its task id in the work queue; ``projects`` names the configured projects when the
+    page shows several (a summary line and a filter each, a label on each row).
     """
     links = links or {}
     tasks = tasks or {}
@@ -369,6 +392,7 @@ def overview_context(
         "fleet_down": bool(snap.instances) and healthy == 0,
         "down": [s for s in sections if not s.reachable],
         "bars": _bars(sections),
+        "projects": project_views(projects, snap.project_sessions()) if projects else [],
         "sections": sections,
         "total_rows": total,
         "many_rows": MANY_ROWS,

@@ -889,3 +889,29 @@ def test_a_confirmation_no_clock_could_give_is_not_current_never_raised(
     got = _forge(tmp_path, change, whole=not summary)
     assert "a" not in got.scans and "b" in got.scans
     assert "not followed right now" in got.stale["a"] or "ahead" in got.stale["a"]
+
+
+def test_a_board_of_every_project_is_read_by_a_view_of_every_project(tmp_path: Path) -> None:
+    doc = {
+        "state_dir": str(tmp_path / "state"),
+        "projects": {"shop": {"roots": {"a": ["/srv/proj"]}}, "blog": {"roots": {"a": ["/srv/b"]}}},
+        "instances": [{"name": "a", "url": "http://a.test:4096"}],
+    }
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(doc), "utf-8")
+    every = load_config(path, env={"XAF_HUB_HOME": str(tmp_path / "home")})
+    now = int(time.time() * 1000)
+    rows = [replace(record("a", "s1", running=True), owner="shop"),
+            replace(record("a", "s2", running=True), directory="/srv/b/x", owner="blog")]
+    write(every, [view(every, "a", rows, confirmed=now - 1000)], now=now)
+    got = read_board(every, every.instances, now_ms=now)
+    assert got.scans["a"].sessions == rows
+    # a view of one project does not take a board of every project (its project flags differ)
+    shop = every.choose("shop")
+    assert "other directory rules" in read_board(shop, shop.instances, now_ms=now).stale["a"]
+    # status of every project reads it, asks no server, and counts each project apart
+    asked: list[str] = []
+    code, out = status(tmp_path, path, asked)
+    assert code == 0 and asked == [] and out["source"] == "live"
+    assert [(p["project"], p["running"]) for p in out["instances"][0]["projects"]] == [
+        ("shop", 1), ("blog", 1)]

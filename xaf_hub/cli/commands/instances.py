@@ -52,6 +52,7 @@ def read(ctx: Context, opts: Options) -> tuple[list[dict[str, Any]], Snapshot]:
     """Scan; what `instances --json` prints (and the MCP tool answers), and the scan. With
     ``project.isolation: "worktree"`` each answering server also says whether it gives tasks
     worktrees of their own (``worktrees``) and why not."""
+    ctx.see_every_project()
     chosen = chosen_instances(ctx, opts.instance)
     snap, _ = scan(ctx, chosen, progress=True)
     doc = [i.to_json() for i in snap.instances]

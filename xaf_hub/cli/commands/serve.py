@@ -122,6 +122,7 @@ def run(ctx: Context) -> int:
     from xaf_hub.ops.decisions import hub_stops, shown_outcomes
     from xaf_hub.page.notices import LiveFleet
 
+    ctx.see_every_project()
     cfg = ctx.config
     instances = list(cfg.instances)
     watch = ConfigWatch(cfg, ctx.env)
@@ -157,7 +158,7 @@ def run(ctx: Context) -> int:
 
     viewer = Viewer(
         cache,
-        title=cfg.project_name,
+        title=cfg.project_name or cfg.project_names(),
         password=password if opts.public else None,
         autopilot=lambda now, lang, snap: overview.build(
             ctx.config,
@@ -172,6 +173,7 @@ def run(ctx: Context) -> int:
         refresh_seconds=opts.refresh_seconds,
         redact=ctx.redact,
         notes=lambda lang: config_notes(states(), lang),
+        projects=cfg.shown_projects(),
     )
     log = RequestLog(ctx.stderr, ctx.redact)
 
@@ -181,7 +183,8 @@ def run(ctx: Context) -> int:
         fleet.use(new)
         if feeds:
             feeds[0].use(new)
-        viewer.configure(new.project_name, new.page_language, Finder(new, ctx.transport_factory))
+        viewer.configure(new.project_name or new.project_names(), new.page_language,
+                         Finder(new, ctx.transport_factory), new.shown_projects())
 
     def look(stop: threading.Event) -> None:
         """Every WATCH_SECONDS: read the config again if it was saved."""

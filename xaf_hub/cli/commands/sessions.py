@@ -107,12 +107,13 @@ def write_page(ctx: Context, snap: Snapshot, path: Path, lang: str | None) -> No
         snap,
         path,
         now_ms=now,
-        title=cfg.project_name,
+        title=cfg.project_name or cfg.project_names(),
         autopilot=overview.build(cfg, now, chosen, sessions, answered=reachable),
         lang=chosen,
         links=links,
         tasks=overview.task_ids_by_session(cfg),
         redact=ctx.redact,
+        projects=cfg.shown_projects(),
     )
 
 
@@ -136,6 +137,7 @@ def run(ctx: Context) -> int:
     """Scan, then print or export."""
     from xaf_hub.errors import UsageError
 
+    ctx.see_every_project()
     opts = ctx.options(Options)
     if opts.limit is not None and opts.limit < 0:
         raise UsageError("--limit must be 0 or more")
@@ -178,6 +180,10 @@ def run(ctx: Context) -> int:
         ]
         for s in rows
     ]
+    if len(ctx.config.projects) > 1:  # each row names its project
+        headers.insert(0, "project")
+        for row, s in zip(body, rows, strict=True):
+            row.insert(0, s.owner or "other")
     if any(s.branch for s in rows):  # tasks in worktrees of their own
         headers.append("branch")
         for row, s in zip(body, rows, strict=True):
@@ -200,6 +206,9 @@ def run(ctx: Context) -> int:
     )
     shown = f"{len(rows)} of {len(rows_all)}" if len(rows) < len(rows_all) else str(len(rows))
     ctx.info(f"{shown} project session(s)")
+    other = sum(1 for s in snap.sessions if s.running and not s.owner)
+    if other:
+        ctx.info(f"{other} other session(s) running, of no configured project")
     if snap.live:
         ctx.info(f"source: {snap.source_words()} (--fresh scans)")
     report_unreachable(ctx, snap)

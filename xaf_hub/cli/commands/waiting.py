@@ -65,6 +65,7 @@ def run(ctx: Context) -> int:
     from xaf_hub.core.runstate import answer_hint, asked_line
     from xaf_hub.errors import ExitCode
 
+    ctx.see_every_project()
     found = look(ctx, ctx.options(Options))
     now = int(time.time() * 1000)
     for name, reason in found.down:
@@ -76,6 +77,7 @@ def run(ctx: Context) -> int:
             [
                 p.waiting.request_id,
                 p.instance,
+                p.session.owner or "other",
                 p.session.id,
                 shorten(p.session.title, 30),
                 p.waiting.permission or p.waiting.kind,
@@ -89,7 +91,8 @@ def run(ctx: Context) -> int:
         if rows:
             ctx.table(
                 rows,
-                ["id", "instance", "session", "title", "kind", "asked", "options", "since"],
+                ["id", "instance", "project", "session", "title", "kind", "asked", "options",
+                 "since"],
                 flexible=[("asked", 16), ("title", 10), ("options", 8)],
                 keep={"id": None},
             )

@@ -114,7 +114,8 @@ def _line(kind: str, s: SessionRecord, outcome: str = "") -> str:
         from xaf_hub.core.runstate import waiting_detail
 
         extra = f" ({shorten(waiting_detail(s.waiting), 80)}; {s.waiting.request_id})"
-    return f"{stamp} {kind:<8} {s.instance}/{s.id}  {shorten(s.title, 40)}{extra}"
+    where = f"{s.instance}/{s.id}" + (f" [{s.owner}]" if s.owner else "")
+    return f"{stamp} {kind:<8} {where}  {shorten(s.title, 40)}{extra}"
 
 
 def _json_line(doc: dict[str, Any]) -> str:
@@ -185,6 +186,7 @@ def run(ctx: Context) -> int:
     """Follow (or poll) until Ctrl+C, or print once."""
     from xaf_hub.errors import UsageError
 
+    ctx.see_every_project()
     opts = ctx.options(Options)
     if opts.interval <= 0:
         raise UsageError("--interval must be more than 0")

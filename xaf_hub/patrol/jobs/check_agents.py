@@ -135,6 +135,7 @@ async def check_agents(pctx: OpsContext, cycle: Cycle) -> None:
                 rec.updated,
                 rec.waiting.request_id if state == "waiting" and rec.waiting else "",
                 answer_hint(rec.waiting) if state == "waiting" and rec.waiting else "",
+                rec.owner,
             )
         )
         if state == "interrupted" and decision is None:
