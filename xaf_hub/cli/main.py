@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 from xaf_hub.cli.options import GLOBAL, Common, add_options, add_record, declared, pick
-from xaf_hub.errors import ExitCode, HubError, MissingPassword, UsageError
+from xaf_hub.errors import ExitCode, HubError, UsageError
 
 # httpx's package imports its own command-line tool (click and rich; docs/performance.md) whenever
 # both are installed, as they are beside the mcp extra; the hub never runs it. Marked absent, that
@@ -235,9 +235,8 @@ def main(argv: Sequence[str] | None = None, **context: Any) -> int:
         _drop_stdout()
         return PIPE_CLOSED
     except HubError as raised:
-        shown = MissingPassword.upgrade(raised)
-        _report(ctx, stderr, args, str(shown), shown)
-        return int(shown.exit_code)
+        _report(ctx, stderr, args, str(raised), raised)
+        return int(raised.exit_code)
     except Exception as exc:  # noqa: BLE001 - the last line of defence prints one line
         return _internal_error(ctx, stderr, args, exc)
     finally:

@@ -176,8 +176,7 @@ class Hub:
         try:
             doc = tool.answer(ctx, values)
         except HubError as raised:
-            error = MissingPassword.upgrade(raised)
-            raise Refused(f"{refusal_class(error)}: {_redacted(ctx, str(error))}") from None
+            raise Refused(f"{refusal_class(raised)}: {_redacted(ctx, str(raised))}") from None
         except Exception as exc:  # noqa: BLE001 - the last line of defence answers one line
             text = _redacted(ctx, f"{type(exc).__name__}: {exc}")
             raise Refused(f"internal error: {text}") from None
@@ -242,7 +241,7 @@ def _dispatch_line(doc: Any) -> str:
 
 def _instances(ctx: Context, v: Values) -> Any:
     doc, snap = instances.read(ctx, record(instances.Options, v))
-    return _unless_password_missing(doc, snap)
+    return _unless_password_missing(ctx, doc, snap)
 
 
 def _as_project(ctx: Context, v: Values) -> Values:
@@ -255,7 +254,7 @@ def _as_project(ctx: Context, v: Values) -> Values:
 
 def _status(ctx: Context, v: Values) -> Any:
     m = status.measure(ctx, record(status.Options, _as_project(ctx, v)))
-    return _unless_password_missing(status.document(m), m.snap)
+    return _unless_password_missing(ctx, status.document(m), m.snap)
 
 
 def _sessions(ctx: Context, v: Values) -> Any:
@@ -263,17 +262,17 @@ def _sessions(ctx: Context, v: Values) -> Any:
 
     opts = record(sessions.Options, _as_project(ctx, v))
     snap = sessions.read(ctx, opts)
-    doc = _unless_password_missing(snapshot_document(snap), snap)
+    doc = _unless_password_missing(ctx, snapshot_document(snap), snap)
     if opts.limit is not None and isinstance(doc.get("sessions"), list):
         doc["sessions"] = doc["sessions"][: opts.limit]
     return doc
 
 
-def _unless_password_missing(doc: Any, snap: Snapshot) -> Any:
+def _unless_password_missing(ctx: Context, doc: Any, snap: Snapshot) -> Any:
     """A read's document, even when an instance did not answer (it names those), unless one
     asks for a password the config lacks: a fix for the person, said as a refusal (the
     command's exit 4)."""
-    missing = missing_password(snap)
+    missing = missing_password(ctx, snap)
     if missing is not None:
         raise missing
     return doc

@@ -19,7 +19,7 @@ from dataclasses import field, fields
 from pathlib import Path
 from typing import Any, TypeVar
 
-from xaf_hub.errors import ConfigError
+from xaf_hub.errors import ConfigError, ConfigProblem
 
 T = TypeVar("T")
 
@@ -42,8 +42,8 @@ class Reader:
     def key(self, name: str) -> str:
         return f"{self.where}.{name}" if self.where else name
 
-    def fail(self, name: str, message: str) -> ConfigError:
-        return ConfigError(f"{self.file}: key '{self.key(name)}': {message}")
+    def fail(self, name: str, message: str, problem: ConfigProblem = "value") -> ConfigError:
+        return ConfigError(f"{self.file}: key '{self.key(name)}': {message}", problem)
 
     def get(
         self, name: str, types: tuple[type, ...], default: Any, *, nullable: bool = True
@@ -95,7 +95,9 @@ class Reader:
     def finish(self) -> None:
         unknown = sorted(set(self.data) - self.seen)
         if unknown:
-            raise self.fail(unknown[0], "unknown key" + _suggest(unknown[0], self.seen))
+            raise self.fail(
+                unknown[0], "unknown key" + _suggest(unknown[0], self.seen), "unknown_key"
+            )
 
 
 class Setting:
@@ -241,23 +243,34 @@ def _type_names(types: tuple[type, ...]) -> str:
     return " or ".join(dict.fromkeys(names.get(t, t.__name__) for t in types))
 
 
+# The kind of file ``load_json_file`` reads -> the problem of its being missing.
+_MISSING: dict[str, ConfigProblem] = {
+    "config": "config_missing", "password": "password_file_missing",
+}
+
+
 def load_json_file(path: Path, what: str = "config") -> Any:
     """Read a JSON file; errors name the file and, for bad JSON, line and column."""
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
-        raise ConfigError(f"{path}: {what} file not found") from None
+        missing = _MISSING.get(what, "value")
+        raise ConfigError(f"{path}: {what} file not found", missing) from None
     except OSError as exc:
-        raise ConfigError(f"{path}: cannot read {what} file: {exc.strerror or exc}") from None
+        raise ConfigError(
+            f"{path}: cannot read {what} file: {exc.strerror or exc}", "unreadable"
+        ) from None
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        raise ConfigError(f"{path}: not UTF-8 text (bad byte at offset {exc.start})") from None
+        raise ConfigError(
+            f"{path}: not UTF-8 text (bad byte at offset {exc.start})", "not_utf8"
+        ) from None
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise ConfigError(
-            f"{path}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}"
+            f"{path}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}", "bad_json"
         ) from None
 
 

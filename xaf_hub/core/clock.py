@@ -295,7 +295,9 @@ def resolve_timezone(
     if name.strip().casefold() != "local":
         zone = _zone_key(name)
         if zone is None:
-            raise ConfigError(f"models.timezone: unknown time zone {name!r} (use an IANA name)")
+            raise ConfigError(
+                f"models.timezone: unknown time zone {name!r} (use an IANA name)", "bad_timezone"
+            )
         return zone
     env = os.environ if environ is None else environ
     if env.get("TZ"):

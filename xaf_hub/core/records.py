@@ -11,7 +11,7 @@ from typing import Any, Literal, TypeVar
 
 from xaf_hub.core.clock import MAX_TIME_MS
 from xaf_hub.core.outcomes import Run
-from xaf_hub.errors import UsageError
+from xaf_hub.errors import Cause, UsageError
 
 _P = TypeVar("_P")
 
@@ -177,6 +177,7 @@ class InstanceSummary:
     url: str
     reachable: bool
     reason: str = ""
+    cause: Cause | None = None  # what ``reason`` says, as the code decisions read
     version: str = ""
     api: str = ""
     total_sessions: int = 0

@@ -106,6 +106,7 @@ class FleetEvent:
     session: SessionRecord | None = None
     outcome: str = ""  # stopped: the last run's outcome (a core.outcomes.Run), when read
     detail: str = ""  # retry message, error text, down reason, stream mode
+    answer: str = ""  # answered: the reply the request got ("replied once"), when the stream said
     source: str = "stream"  # stream | rescan | poll
     at_ms: int = 0
 
@@ -117,6 +118,7 @@ class FleetEvent:
             "session": self.session.to_json() if self.session is not None else None,
             "outcome": self.outcome,
             "detail": self.detail,
+            "answer": self.answer,
             "source": self.source,
             "at_ms": self.at_ms,
         }
@@ -406,7 +408,8 @@ class Board:
         reply = props.get("reply")
         said = f"{word} {reply}" if isinstance(reply, str) and reply else word
         self.sessions[rec.id] = replace(rec, waiting=None)
-        return [self._event("answered", rec, "stream", f"{asked_detail(rec)} -> {said}")]
+        event = self._event("answered", rec, "stream", f"{asked_detail(rec)} -> {said}")
+        return [replace(event, answer=said)]
 
     def _info(self, info: Any) -> list[FleetEvent]:
         if not isinstance(info, Mapping) or not isinstance(info.get("id"), str):

@@ -108,12 +108,14 @@ async def scan_instance(
         result.reachable = True
     except TimeoutError:
         result.reason = f"scan not finished within {client.deadline:g}s (timed out; gave up)"
+        result.cause = "timeout"
     except UnreachableError as exc:
-        result.reason = exc.reason
+        result.reason, result.cause = exc.reason, exc.cause
     except HubError as exc:
-        result.reason = str(exc).removeprefix(f"{inst.name}: ")
+        result.reason, result.cause = str(exc).removeprefix(f"{inst.name}: "), "other"
     except Exception as exc:  # noqa: BLE001 - one instance's odd answer never stops the others
         result.reason = f"unreadable answer from the server ({type(exc).__name__})"
+        result.cause = "other"
     result.warnings.extend(client.notes)
     if not result.reachable:
         result.sessions = []

@@ -118,7 +118,7 @@ async def _rooms(
             if not why or folder in busy:
                 continue
             item: dict[str, Any] = {"directory": folder, "task": task.id if task else None,
-                                    "why": why, "action": "would remove"}
+                                    "why": why, "action": "would remove", "failed": False}
             out.append(item)
             if execute:
                 await _remove_room(ops, client, inst, checkout, folder, task, item)
@@ -143,7 +143,7 @@ async def _remove_room(
         return
     left = await close_room(client, Room(folder, "", checkout))
     if left:
-        item["action"] = f"FAILED: {left}"
+        item["action"], item["failed"] = f"FAILED: {left}", True
         return
     item["action"] = "removed"
     if task is not None:

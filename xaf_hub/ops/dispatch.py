@@ -281,6 +281,7 @@ async def prepare(ops: OpsContext, order: DispatchOrder) -> Prepared:
                 over_budget=str(over.get(sc.inst.name) or ""),
                 sandboxes=sc.project_sandboxes(),
                 reserved_own=load.reserved_own,
+                cause=sc.cause,
             )
         )
     pool = ops.backlog().load()

@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from xaf_hub.core.records import find_session
-from xaf_hub.errors import HubError, UnreachableError
+from xaf_hub.errors import HubError, MissingPassword, UnreachableError, UsageError
 from xaf_hub.fleet.scan import scan_fleet
 from xaf_hub.ops.context import OpsContext
 from xaf_hub.ops.planner import check_write
@@ -57,7 +58,7 @@ async def interrupt_session(
     hit = find_session(((sc, sc.sessions) for sc in scans), session_id)
     if hit is None:
         raise session_not_found(
-            session_id, [(sc.inst.name, sc.reason) for sc in scans if not sc.reachable], instance
+            session_id, [sc.failure() for sc in scans if not sc.reachable], instance
         )
     sc, session = hit
     check_write(sc.inst, session, allow_prod=allow_prod, force=force)
@@ -111,19 +112,23 @@ def _share(ops: OpsContext, instance: str, session: str, notes: list[str]) -> bo
 
 
 def session_not_found(
-    session_id: str, down: list[tuple[str, str]], instance: str | None = None
+    session_id: str, down: Sequence[UnreachableError], instance: str | None = None
 ) -> HubError:
-    """The error for a session no instance answered for; ``down`` = (instance, reason) pairs.
+    """The error for a session no instance answered for; ``down``: why each that did not.
 
     While any instance did not answer, "not found" is not known: that is exit 2 (unreachable)
-    naming where the session may be, not exit 4. ``instance``: the one asked (--instance).
+    naming where the session may be, not exit 4; a missing password comes first (a config
+    fix, whatever else failed). ``instance``: the one asked (--instance).
     """
-    from xaf_hub.errors import UsageError
-
     if not down:
         return UsageError(f"session {session_id} not found on {instance or 'any instance'}")
-    names = ", ".join(name for name, _ in down)
-    reason = down[0][1] if len(down) == 1 else "; ".join(f"{n}: {r}" for n, r in down)
+    missing = [e for e in down if isinstance(e, MissingPassword)]
+    if missing:
+        return missing[0]
+    names = ", ".join(e.instance for e in down)
+    reason = "; ".join(f"{e.instance}: {e.reason}" for e in down)
+    if len(down) == 1:
+        reason = down[0].reason
     return UnreachableError(
         names, f"{reason} (session {session_id} was not found where asked; it may be there)"
     )

@@ -25,7 +25,7 @@ from xaf_hub.config.watch import ConfigState
 from xaf_hub.core.clock import MAX_TIME_MS
 from xaf_hub.core.outcomes import RUNS
 from xaf_hub.core.records import SessionRecord, Snapshot, SpendSlots, Tally, Waiting, source_of
-from xaf_hub.errors import HubError
+from xaf_hub.errors import HubError, cause_of
 from xaf_hub.fleet.instance_scan import InstanceScan, snapshot_of
 from xaf_hub.fleet.wire import MAX_SESSION_COST_USD, cost_value
 from xaf_hub.store.statefile import write_text_atomic
@@ -97,6 +97,7 @@ def document(
             "mode": live.mode,
             "confirmed_at_ms": live.confirmed_at_ms,
             **{name: getattr(sc, name) for name in _SCAN_FACTS},
+            "cause": sc.cause or "",
             "warnings": list(sc.warnings),
         }
         rows = sc.sessions
@@ -429,7 +430,8 @@ def _scan(inst: InstanceConfig, view: Mapping[str, Any]) -> InstanceScan:
         if s.instance != inst.name:
             raise ValueError(f"a session of {s.instance!r} under {inst.name!r}")
     warnings = [str(w) for w in view.get("warnings", [])]
-    return InstanceScan(inst, sessions=sessions, warnings=warnings, **facts)
+    cause = cause_of(view.get("cause"))
+    return InstanceScan(inst, sessions=sessions, warnings=warnings, cause=cause, **facts)
 
 
 def _tally(doc: Any, rows: Sequence[SessionRecord]) -> Tally:

@@ -286,7 +286,7 @@ async def _gated(
         observed = gate.clock()
         fresh, others, notes = await _fresh_scans(ops, client, inst)
         if not fresh.reachable:
-            raise UnreachableError(inst.name, fresh.reason)
+            raise fresh.failure()
         if fresh.run_state_unknown:  # fail closed: no slot is known to be free, none is taken
             raise RunStateUnknown(inst.name, fresh.run_state_unknown)
         warnings.extend(fresh.warnings)
@@ -546,7 +546,7 @@ async def abort_and_prompt(
                 if budget.guarded(ops.cfg, inst):
                     fresh, others, notes = await _fresh_scans(ops, client, inst)
                     if not fresh.reachable:
-                        raise UnreachableError(inst.name, fresh.reason)
+                        raise fresh.failure()
                     warnings.extend(notes)
                     _check_budget(ops, inst, fresh.sessions, others)
                 try:

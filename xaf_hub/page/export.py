@@ -211,13 +211,6 @@ def render_page(template: str, context: dict[str, Any], connect_self: bool = Fal
     return seal_html(_environment().get_template(template).render(context), connect_self)
 
 
-def plain_reason(reason: str, lang: Lang = "en") -> str:
-    """Translate a scan failure reason into words for a non-technical reader."""
-    from xaf_hub.page.view import plain_reason as words
-
-    return words(reason, lang)
-
-
 def render_html(
     snap: Snapshot,
     *,

@@ -18,6 +18,7 @@ from typing import Any, Literal
 from xaf_hub.core.outcomes import RUNS, TONES, Run, run_outcome, tone
 from xaf_hub.core.records import InstanceSummary, SessionRecord, Snapshot, Waiting
 from xaf_hub.core.runstate import asked_line
+from xaf_hub.errors import Cause
 from xaf_hub.page.words import (
     WHEN,
     Lang,
@@ -32,17 +33,13 @@ from xaf_hub.page.words import (
 # A task id the patrol puts in front of a session's title ("T-20261130-7275 Fix login").
 _TASK_ID = re.compile(r"^\s*\[?(T-\d{8}-[0-9A-Za-z]{2,12})\]?[\s:：·-]*")
 
-# Lower-case fragments of a scan failure reason -> the key of the same thing in plain words.
-_REASON_KEYS: tuple[tuple[tuple[str, ...], str], ...] = (
-    (("401", "403", "auth", "unauthori", "forbidden"), "reason.auth"),
-    (("dns", "name or service", "getaddrinfo", "resolve", "nodename"), "reason.dns"),
-    (("refused",), "reason.refused"),
-    (("timeout", "timed out"), "reason.timeout"),
-    (("html",), "reason.html"),
-    (("5xx", "500", "502", "503", "504", "server error", "internal error"), "reason.5xx"),
-    (("truncated", "invalid", "json", "incomplete"), "reason.garbled"),
-    (("ssl", "tls", "certificate"), "reason.tls"),
-)
+# Why a server could not be used (its cause) -> the catalogue's plain words for it.
+_REASON_KEYS: dict[Cause | None, str] = {
+    "auth": "reason.auth", "forbidden": "reason.auth", "no_password": "reason.auth",
+    "dns": "reason.dns", "refused": "reason.refused", "timeout": "reason.timeout",
+    "html": "reason.html", "server_error": "reason.5xx", "garbled": "reason.garbled",
+    "dropped": "reason.garbled", "tls": "reason.tls",
+}
 
 # Above this many rows the page is far too long to capture whole (docs/overview-page.md), and
 # rows off screen may skip rendering so the filter stays instant.
@@ -142,13 +139,9 @@ class CardsView:
     waiting: int
 
 
-def plain_reason(reason: str, lang: Lang = "en") -> str:
-    """Translate a scan failure reason into words for a non-technical reader."""
-    lowered = reason.lower()
-    for fragments, key in _REASON_KEYS:
-        if any(fragment in lowered for fragment in fragments):
-            return text(lang, key)
-    return text(lang, "reason.other")
+def plain_reason(cause: Cause | None, lang: Lang = "en") -> str:
+    """Why a server could not be used (its cause), in words for a non-technical reader."""
+    return text(lang, _REASON_KEYS.get(cause, "reason.other"))
 
 
 def session_phase(s: SessionRecord) -> Phase:
@@ -354,7 +347,7 @@ def overview_context(
             SectionView(
                 name=name,
                 reachable=info.reachable,
-                reason_words=plain_reason(info.reason, lang),
+                reason_words=plain_reason(info.cause, lang),
                 reason=info.reason,
                 production=info.danger,
                 note=info.note,

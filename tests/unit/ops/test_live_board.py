@@ -87,6 +87,17 @@ def test_a_fresh_board_gives_back_what_was_published(tmp_path: Path) -> None:
     assert (summary.running_project, summary.running_total, summary.waiting) == (1, 2, 1)
 
 
+
+def test_an_unreachable_instances_cause_travels_as_its_code(tmp_path: Path) -> None:
+    cfg = config(tmp_path)
+    down = InstanceScan(cfg.instance("b"), reason="worded any way", cause="no_password")
+    write(cfg, [view(cfg, "a", []), LiveInstance(down, "global", NOW - 2000)])
+    doc = json.loads(board_path(cfg, "patrol").read_text("utf-8"))
+    assert [i["cause"] for i in doc["instances"]] == ["", "no_password"]
+    got = read_board(cfg, cfg.instances, now_ms=NOW).scans
+    assert (got["a"].cause, got["b"].cause) == (None, "no_password")
+    assert str(got["b"].failure()) == "no password configured for b: set XAF_HUB_PW_B"
+
 # Each labelled board: (what is wrong, how to make it so, the reason status must scan).
 STALE = [
     ("confirmed too long ago", dict(confirmed=NOW - 16_000), "16 s old (over 15 s)"),

@@ -12,7 +12,7 @@ from xaf_hub.cli.options import JSON, MAX_TEXT, Opt, opt
 from xaf_hub.config.load import InstanceConfig
 from xaf_hub.core.clock import iso_time, local_time
 from xaf_hub.core.records import Snapshot
-from xaf_hub.errors import ExitCode, HubError, MissingPassword
+from xaf_hub.errors import ExitCode, HubError
 
 if TYPE_CHECKING:  # the scanner pulls in httpx; --help must stay light
     from xaf_hub.core.runstate import Verdict
@@ -134,46 +134,34 @@ def read_fleet(
 
 def report_missing_passwords(ctx: Context, snap: Snapshot) -> None:
     """One error line per instance that asked for a password the config does not give."""
-    for item in snap.unreachable:
-        if MissingPassword.is_reason(item["reason"]):
-            missing = MissingPassword.from_reason(item["instance"], item["reason"])
+    for item in snap.instances:
+        if not item.reachable and item.cause == "no_password":
+            missing = ctx.config.instance(item.name).unreachable(item.reason, item.cause)
             ctx.info(f"xaf-hub: error: {missing}")
 
 
 def report_unreachable(ctx: Context, snap: Snapshot) -> None:
     """One stderr line per instance that did not answer, and any fail-closed warnings."""
     report_missing_passwords(ctx, snap)
-    for item in snap.unreachable:
-        if not MissingPassword.is_reason(item["reason"]):
-            ctx.warn(f"{item['instance']} unreachable: {item['reason']}")
+    for item in snap.instances:
+        if not item.reachable and item.cause != "no_password":
+            ctx.warn(f"{item.name} unreachable: {item.reason}")
     for w in snap.warnings:
         ctx.warn(w)
 
 
-def session_not_found(
-    session_id: str, down: list[tuple[str, str]], instance: str | None = None
-) -> HubError:
-    """The error for a session no instance answered for (see ``ops.interrupt``)."""
-    from xaf_hub.ops.interrupt import session_not_found as not_found
-
-    for name, reason in down:
-        if MissingPassword.is_reason(reason):  # a config fix, whatever else failed
-            return MissingPassword.from_reason(name, reason)
-    return not_found(session_id, down, instance)
-
-
-def missing_password(snap: Snapshot) -> MissingPassword | None:
+def missing_password(ctx: Context, snap: Snapshot) -> HubError | None:
     """The first instance that asked for a password the config does not give, as the error."""
-    for item in snap.unreachable:
-        if MissingPassword.is_reason(item["reason"]):
-            return MissingPassword.from_reason(item["instance"], item["reason"])
+    for item in snap.instances:
+        if not item.reachable and item.cause == "no_password":
+            return ctx.config.instance(item.name).unreachable(item.reason, item.cause)
     return None
 
 
 def scan_exit(snap: Snapshot) -> int:
     """4 when an instance needs a password the config lacks; else 0 when at least one instance
     answered, 2 when none did (or the only one asked)."""
-    if missing_password(snap) is not None:
+    if any(not i.reachable and i.cause == "no_password" for i in snap.instances):
         return int(ExitCode.USAGE)
     if not snap.instances:
         return int(ExitCode.OK)

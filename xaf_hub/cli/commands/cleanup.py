@@ -115,8 +115,9 @@ def run(ctx: Context) -> int:
             )
         total = sum(len(e["stale"]) for e in report["instances"])
         deleted = sum(len(e["deleted"]) for e in report["instances"])
+        down = {u["instance"] for u in report["unreachable"]}
         for entry in report["instances"]:
-            if entry["skipped"] and not entry["skipped"].startswith("unreachable"):
+            if entry["skipped"] and entry["instance"] not in down:
                 ctx.info(f"{entry['instance']}: skipped: {entry['skipped']}")
             if entry["missing_time"]:
                 ctx.info(
@@ -134,7 +135,7 @@ def run(ctx: Context) -> int:
     report_unreachable(ctx, snap)
     rooms = [w for e in report["instances"] for w in e.get("worktrees", ())]
     failed = any(e["failed"] for e in report["instances"]) or any(
-        w["action"].startswith("FAILED") for w in rooms
+        w["failed"] for w in rooms
     )
     code = scan_exit(snap)
     if opts.instance and snap.unreachable:

@@ -93,10 +93,11 @@ async def probe_instance(
             if cfg.repository.isolation == "worktree":
                 rooms = await room_support(client, inst)
         except UnreachableError as exc:
-            return Probe(inst.name, False, exc.reason, client.dialect or "", client.version)
+            return Probe(inst.name, False, exc.reason, client.dialect or "", client.version,
+                         cause=exc.cause)
         except HubError as exc:
             return Probe(inst.name, False, str(exc).removeprefix(f"{inst.name}: "),
-                         client.dialect or "", client.version)
+                         client.dialect or "", client.version, cause="other")
         return Probe(inst.name, True, "", client.dialect or "", client.version,
                      tuple(s.directory for s in sessions), unknown, rooms)
 
@@ -236,7 +237,7 @@ def _clock(cfg: Config, now: datetime) -> list[Finding]:
     try:
         tz = resolve_timezone(cfg.models.timezone)
     except ConfigError as exc:
-        return [config_error_finding(str(exc), cfg.path)]
+        return [config_error_finding(exc)]
     try:
         with Stores(cfg) as stores:
             blackouts = {b.family: b for b in models_view(cfg, now, stores.model_state()).rests}
@@ -260,7 +261,7 @@ def collect(
     try:
         cfg = ctx.config
     except ConfigError as exc:
-        return path, [config_error_finding(str(exc), path)], ()
+        return path, [config_error_finding(exc)], ()
     local_doc: Any = None
     if cfg.local_config is not None:
         with contextlib.suppress(ConfigError):

@@ -80,10 +80,11 @@ class Found:
 
 def look(ctx: Context, opts: Options) -> Found:
     """Find the session on the instances asked and read its newest messages."""
-    from xaf_hub.cli.commands._common import chosen_instances, scan, session_not_found
+    from xaf_hub.cli.commands._common import chosen_instances, scan
     from xaf_hub.core.records import find_session
     from xaf_hub.errors import UsageError
     from xaf_hub.fleet.scan import make_client
+    from xaf_hub.ops.interrupt import session_not_found
 
     session_id = the_session(opts.session, opts.session_pos)
     if opts.limit < 1:
@@ -91,8 +92,9 @@ def look(ctx: Context, opts: Options) -> Found:
     _, scans = scan(ctx, chosen_instances(ctx, opts.instance))
     hit = find_session(((sc, sc.sessions) for sc in scans), session_id)
     if hit is None:
-        down = [(sc.inst.name, sc.reason) for sc in scans if not sc.reachable]
-        raise session_not_found(session_id, down, opts.instance)
+        raise session_not_found(
+            session_id, [sc.failure() for sc in scans if not sc.reachable], opts.instance
+        )
     sc, s = hit
 
     async def go() -> list[Message]:

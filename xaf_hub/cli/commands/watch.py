@@ -118,9 +118,8 @@ def _event_line(ev: FleetEvent) -> str:
         return f"{stamp} {ev.kind:<8} {ev.instance}{tail}"
     if ev.kind == "error":
         return f"{_line(ev.kind, ev.session)} ({shorten(ev.detail, 60)})"
-    if ev.kind == "answered" and ev.detail:
-        said = ev.detail.rpartition(" -> ")[2] if " -> " in ev.detail else ""
-        return _line(ev.kind, ev.session) + (f" -> {said}" if said else "")
+    if ev.kind == "answered" and ev.answer:
+        return f"{_line(ev.kind, ev.session)} -> {ev.answer}"
     return _line(ev.kind, ev.session, ev.outcome)
 
 
