@@ -283,7 +283,7 @@ async def prepare(ops: OpsContext, order: DispatchOrder) -> Prepared:
                 reserved_own=load.reserved_own,
             )
         )
-    pool = ops.backlog().load()
+    pool = await asyncio.to_thread(ops.backlog().load)
     scores, evidence = (
         await rank_candidates(ops, scans, req.text, pool.tasks) if smart else ([], [])
     )

@@ -10,6 +10,7 @@ the timed round stays the safety net. The order and the locks: docs/architecture
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import threading
 import time
@@ -259,7 +260,8 @@ class LiveReactor:
         if work.fill and not pctx.stop_requested():
             try:
                 # Only when the pool has work: a fill scans the whole fleet.
-                if any(t.status in ("pending", "dispatched") for t in pctx.backlog().load().tasks):
+                pool = await asyncio.to_thread(pctx.backlog().load)
+                if any(t.status in ("pending", "dispatched") for t in pool.tasks):
                     await fill_slots(pctx, cycle)
                     wait = self._refill_in(pctx)
                     if wait is not None:

@@ -25,6 +25,7 @@ steered by hand, is never resumed; it is classed ``interrupted`` with "interrupt
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from datetime import timedelta
 from typing import Literal
@@ -227,7 +228,9 @@ async def _resume(
         return
     for warning in sent.warnings:
         cycle.log.note(pctx, f"{STEP}: {warning}")
-    pctx.model_state().remember_healed(resume_key(inst.name, rec.id), model, model, pctx.now())
+    await asyncio.to_thread(
+        pctx.model_state().remember_healed, resume_key(inst.name, rec.id), model, model, pctx.now()
+    )
     cycle.log.touched.add((inst.name, rec.id))
     cycle.log.add(
         pctx, session_action(STEP, "resume", "ok", rec, detail=_why(run), model=model or "")
