@@ -208,7 +208,7 @@ def read_section(
 
 
 def _suggest(name: str, known: set[str]) -> str:
-    import difflib
+    import difflib  # deferred: start-up, docs/performance.md
 
     close = difflib.get_close_matches(name, sorted(known), n=1)
     return f" (did you mean '{close[0]}'?)" if close else ""

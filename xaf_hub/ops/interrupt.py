@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass
 
 from xaf_hub.core.records import find_session
-from xaf_hub.errors import HubError, UnreachableError
+from xaf_hub.errors import HubError, UnreachableError, UsageError
 from xaf_hub.fleet.scan import scan_fleet
 from xaf_hub.ops.context import OpsContext
 from xaf_hub.ops.planner import check_write
@@ -120,7 +120,6 @@ def session_not_found(
     While any instance did not answer, "not found" is not known: that is exit 2 (unreachable)
     naming where the session may be, not exit 4. ``instance``: the one asked (--instance).
     """
-    from xaf_hub.errors import UsageError
 
     if not down:
         return UsageError(f"session {session_id} not found on {instance or 'any instance'}")

@@ -14,6 +14,7 @@ from xaf_hub.cli.commands._common import (
 )
 from xaf_hub.cli.context import Context
 from xaf_hub.cli.options import MAX_TEXT, Opt, add_options
+from xaf_hub.ops.waiting import Reply
 
 if TYPE_CHECKING:
     from xaf_hub.ops.waiting import Reply
@@ -47,7 +48,6 @@ class Options(AnswerTarget):
 
     def reply(self) -> Reply:
         """What goes to the server."""
-        from xaf_hub.ops.waiting import Reply
 
         return Reply("answer", choices=tuple(self.choices), text=self.text.strip())
 

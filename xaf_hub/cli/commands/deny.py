@@ -14,6 +14,7 @@ from xaf_hub.cli.commands._common import (
 )
 from xaf_hub.cli.context import Context
 from xaf_hub.cli.options import MAX_TEXT, Opt
+from xaf_hub.ops.waiting import Reply
 
 if TYPE_CHECKING:
     from xaf_hub.ops.waiting import Reply
@@ -44,7 +45,6 @@ class Options(AnswerTarget):
 
     def reply(self) -> Reply:
         """What goes to the server."""
-        from xaf_hub.ops.waiting import Reply
 
         return Reply("deny", message=self.message.strip())
 

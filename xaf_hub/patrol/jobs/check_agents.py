@@ -43,7 +43,7 @@ from xaf_hub.ops.models import choose_model
 from xaf_hub.ops.planner import plan_reuse
 from xaf_hub.ops.rooms import in_room
 from xaf_hub.ops.send import build_prompt, send_work
-from xaf_hub.ops.waiting import PendingRequest, pending_of
+from xaf_hub.ops.waiting import PendingRequest, apply_policy, pending_of
 from xaf_hub.patrol.context import Cycle, pool_discipline
 from xaf_hub.store.model_state import ModelState
 
@@ -256,7 +256,6 @@ async def answer_by_policy(
 
     A session this cycle already acted on is left alone: above all a run the ceiling job
     stopped while it waited (``run_ceiling`` runs first), whose approval would let it go on."""
-    from xaf_hub.ops.waiting import apply_policy
 
     ours = [
         p for p in requests
