@@ -3,20 +3,15 @@
 from __future__ import annotations
 
 import argparse
-import codecs
 import contextlib
 import importlib
 import io
-import os
-import re
 import sys
 import traceback
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
-from xaf_hub import __version__
-from xaf_hub.cli.options import PROJECT_HELP
-from xaf_hub.core.text import redact, terminal_safe
+from xaf_hub.cli.options import GLOBAL, Common, add_options, add_record, declared, pick
 from xaf_hub.errors import ExitCode, HubError, MissingPassword, UsageError
 
 # httpx's package imports its own command-line tool (click and rich; docs/performance.md) whenever
@@ -77,9 +72,15 @@ timeout, 4 bad argument/config or production not allowed, 5 not a project sessio
 
 class Parser(argparse.ArgumentParser):
     """ArgumentParser whose usage errors exit 4 (USAGE), not argparse's 2, and suggest the
-    command or option a typo was probably meant to be."""
+    command or option a typo was probably meant to be; ``records`` are the options records its
+    options come from (``options.add_record``)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.records: list[type[Any]] = []
 
     def error(self, message: str) -> NoReturn:
+        import re
 
         where = self.prog.removeprefix("xaf-hub").strip()  # the subcommand, if any
         hint = self._did_you_mean(message)
@@ -98,7 +99,8 @@ class Parser(argparse.ArgumentParser):
         return super()._parse_known_args(arg_strings, *rest, **more)
 
     def _did_you_mean(self, message: str) -> str:
-        import difflib  # deferred: start-up, docs/performance.md
+        import difflib
+        import re
 
         choice = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
         if choice:
@@ -128,7 +130,7 @@ class Parser(argparse.ArgumentParser):
     def _mistyped(self, words: Sequence[str]) -> str:
         """The suggestion for the first word that looks like an option this parser does not
         know (nor abbreviates), whatever the error said."""
-        import difflib  # deferred: start-up, docs/performance.md
+        import difflib
 
         known = sorted(o for o in self._option_string_actions if o.startswith("--"))
         for word in words:
@@ -146,13 +148,7 @@ class Parser(argparse.ArgumentParser):
 def _common(sub: bool = False) -> Parser:
     # On subcommands the defaults are SUPPRESS so `xaf-hub --config X status` keeps X.
     common = Parser(add_help=False)
-    extra: dict[str, Any] = {"default": argparse.SUPPRESS} if sub else {}
-    common.add_argument(
-        "--config", metavar="PATH", help="config file (default: see README)", **extra
-    )
-
-    common.add_argument("--project", metavar="NAME", help=PROJECT_HELP, **extra)
-    common.add_argument("--debug", action="store_true", help="show tracebacks on errors", **extra)
+    add_options(common, pick(declared(Common), *GLOBAL), suppress=sub)
     return common
 
 
@@ -161,7 +157,7 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
     (``termfit.fit_help``); argparse already wraps the options' help."""
 
     def _fill_text(self, text: str, width: int, indent: str) -> str:
-        from xaf_hub.cli.termfit import fit_help  # deferred: start-up, docs/performance.md
+        from xaf_hub.cli.termfit import fit_help
 
         fitted = fit_help(text, width - len(indent))
         return "".join(indent + line for line in fitted.splitlines(keepends=True)) + "\n"
@@ -175,6 +171,7 @@ def build_parser(argv: Sequence[str] | None = None) -> Parser:
         formatter_class=HelpFormatter,
         parents=[_common()],
     )
+    from xaf_hub import __version__
 
     parser.add_argument("--version", action="version", version=f"xaf-hub {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
@@ -193,7 +190,10 @@ def build_parser(argv: Sequence[str] | None = None) -> Parser:
             formatter_class=HelpFormatter,
             parents=[common],
         )
-        module.add_arguments(p)
+        if hasattr(module, "add_arguments"):  # a command with actions of its own (backlog)
+            module.add_arguments(p)
+        else:
+            add_record(p, module.Options)
         p.set_defaults(func=module.run)
     return parser
 
@@ -276,6 +276,7 @@ def _replace_unencodable(stream: TextIO) -> None:
     UnicodeEncodeError halfway through a table; a UTF-8 stream is left as it is."""
     if not isinstance(stream, io.TextIOWrapper) or stream.errors != "strict":
         return
+    import codecs
 
     with contextlib.suppress(LookupError, AttributeError, ValueError, OSError):  # closed...
         if not codecs.lookup(stream.encoding).name.startswith("utf"):
@@ -292,7 +293,7 @@ def _reader_gone(stream: TextIO) -> bool:
     never taken for a reader that stopped on purpose."""
     if sys.platform == "win32":
         return False
-    import select  # deferred: start-up, docs/performance.md
+    import select
 
     try:
         fd = stream.fileno()
@@ -305,6 +306,7 @@ def _reader_gone(stream: TextIO) -> bool:
 
 def _drop_stdout() -> None:
     """Point stdout at /dev/null, so the interpreter's last flush has nowhere to fail."""
+    import os
 
     with contextlib.suppress(OSError, ValueError, AttributeError):
         devnull = os.open(os.devnull, os.O_WRONLY)
@@ -320,6 +322,7 @@ def _report(
     exc: BaseException | None,
     internal: bool = False,
 ) -> None:
+    from xaf_hub.core.text import redact, terminal_safe
 
     secrets: list[str] = []
     if ctx is not None:

@@ -13,7 +13,6 @@ block, through the gate. A failure is healed once, whoever heals it first.
 
 from __future__ import annotations
 
-import argparse
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -22,27 +21,17 @@ from xaf_hub.cli.commands._common import (
     FORCE,
     INSTANCE,
     SESSION,
-    add_json,
-    add_session,
-    chosen_instances,
+    SESSION_POS,
     healing_text,
-    scan,
-    session_not_found,
     the_session,
     verdict_text,
 )
 from xaf_hub.cli.context import Context
-from xaf_hub.cli.options import Opt, add_options
+from xaf_hub.cli.options import JSON, flag
 from xaf_hub.core import aio
-from xaf_hub.core.clock import iso_time, resolve_timezone, to_ms
-from xaf_hub.core.records import find_session
+from xaf_hub.core.clock import iso_time
 from xaf_hub.core.text import dumps
-from xaf_hub.errors import ExitCode, HubError, SessionNotFound, UsageError
-from xaf_hub.fleet.scan import make_client
-from xaf_hub.ops.confirm import heal_candidate, judge, look
-from xaf_hub.ops.context import utc_now
-from xaf_hub.ops.heal import heal_session
-from xaf_hub.ops.planner import check_write
+from xaf_hub.errors import ExitCode, HubError
 
 if TYPE_CHECKING:
     from xaf_hub.config.load import InstanceConfig
@@ -59,27 +48,13 @@ no free slot for the re-send; 4 unknown session, or --fix on production without 
 5 --fix on a non-project session without --force.
 """
 
-SESSION_OPT = SESSION.but(help="the session to look at")
-OPTIONS = (
-    INSTANCE.but(help="where it lives (default: search all)"),
-    Opt("fix", ("--fix",), "heal a rate-limited / model-unavailable session now, exactly as the "
-        "patrol would", kind=bool, default=False),
-    ALLOW_PROD.but(help="allow --fix on production"),
-    FORCE.but(help="allow --fix on a non-project session"),
-)
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    """Options of `confirm`."""
-    add_json(p)
-    add_session(p, SESSION_OPT)
-    add_options(p, OPTIONS)
-
-
 async def _find(
     ctx: Context, instances: list[InstanceConfig], session_id: str
 ) -> tuple[list[tuple[InstanceConfig, Sighting]], list[tuple[InstanceConfig, str]]]:
     """Every instance that knows the session (with a look at it), and those that did not answer."""
+    from xaf_hub.errors import SessionNotFound
+    from xaf_hub.fleet.scan import make_client
+    from xaf_hub.ops.confirm import look
 
     cfg = ctx.config
 
@@ -103,20 +78,30 @@ async def _find(
     return found, down
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Options:
-    """What `confirm` reads of its options."""
+    """The options of `confirm`."""
 
-    session: str | None
-    session_pos: str | None
-    instance: str | None
-    fix: bool
-    allow_prod: bool
-    force: bool
+    json: bool = JSON.field()
+    session_pos: str | None = SESSION_POS.field(help="the session to look at (or -s/--session ID)")
+    session: str | None = SESSION.field(help="the session to look at")
+    instance: str | None = INSTANCE.field(help="where it lives (default: search all)")
+    fix: bool = flag("--fix", help="heal a rate-limited / model-unavailable session now, exactly "
+                     "as the patrol would")
+    allow_prod: bool = ALLOW_PROD.field(help="allow --fix on production")
+    force: bool = FORCE.field(help="allow --fix on a non-project session")
 
 
 def run(ctx: Context) -> int:
     """Find the session, judge it, and with --fix heal it."""
+    from xaf_hub.cli.commands._common import chosen_instances, scan, session_not_found
+    from xaf_hub.core.clock import resolve_timezone, to_ms
+    from xaf_hub.core.records import find_session
+    from xaf_hub.errors import UsageError
+    from xaf_hub.ops.confirm import heal_candidate, judge
+    from xaf_hub.ops.context import utc_now
+    from xaf_hub.ops.heal import heal_session
+    from xaf_hub.ops.planner import check_write
 
     opts = ctx.options(Options)
     session_id = the_session(opts.session, opts.session_pos)

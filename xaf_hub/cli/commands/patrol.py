@@ -15,24 +15,14 @@ resumes or fills at once (--no-live: rounds only). `patrol pause|resume|status` 
 
 from __future__ import annotations
 
-import argparse
-import getpass
-import time
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Literal
 
-from xaf_hub.cli.commands._common import add_json
 from xaf_hub.cli.context import Context
-from xaf_hub.config.watch import ConfigWatch
+from xaf_hub.cli.options import HIDDEN, JSON, flag, opt
 from xaf_hub.core.clock import local_iso
 from xaf_hub.core.text import dumps
 from xaf_hub.errors import ExitCode, UsageError
-from xaf_hub.patrol.report import LATEST, latest_report
-from xaf_hub.patrol.runner import clear_paused, open_lease, run_daemon, run_once, set_paused
-from xaf_hub.store import audit
-from xaf_hub.store.audit import caller
-from xaf_hub.store.patrol_state import daemon_alive, heartbeat, pause_info
 
 if TYPE_CHECKING:
     from xaf_hub.ops.context import OpsContext
@@ -51,38 +41,22 @@ daemon: 3 when another daemon runs for the same state folder (its pid is named);
 cycle may still run beside it.
 """
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    """Options of `patrol`."""
-    p.add_argument(
-        "action",
-        nargs="?",
-        choices=("pause", "resume", "status"),
-        help="pause or resume the patrol (durable), or show its status",
-    )
-    add_json(p)
-    p.add_argument("--once", action="store_true", help="run one cycle and exit")
-    p.add_argument("--no-freelimit", action="store_true", help="skip fix_free_limit")
-    p.add_argument("--no-check", action="store_true", help="skip check_agents")
-    p.add_argument("--no-design", action="store_true", help="skip sync_design_tasks")
-    p.add_argument("--no-fill", action="store_true", help="skip fill_slots")
-    p.add_argument("--no-live", action="store_true",
-                   help="daemon: run rounds only, do not react to the servers' events")
-    # Tests and demos run the loop in seconds; operators use patrol.interval_minutes.
-    p.add_argument("--interval-seconds", type=float, default=None, help=argparse.SUPPRESS)
-
-
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Options:
-    """What `patrol` reads of its options."""
+    """The options of `patrol`."""
 
-    action: Literal["pause", "resume", "status"] | None
-    once: bool
-    no_freelimit: bool
-    no_check: bool
-    no_design: bool
-    no_fill: bool
-    no_live: bool
-    interval_seconds: float | None
+    action: Literal["pause", "resume", "status"] | None = opt(
+        help="pause or resume the patrol (durable), or show its status")
+    json: bool = JSON.field()
+    once: bool = flag("--once", help="run one cycle and exit")
+    no_freelimit: bool = flag("--no-freelimit", help="skip fix_free_limit")
+    no_check: bool = flag("--no-check", help="skip check_agents")
+    no_design: bool = flag("--no-design", help="skip sync_design_tasks")
+    no_fill: bool = flag("--no-fill", help="skip fill_slots")
+    no_live: bool = flag("--no-live",
+                         help="daemon: run rounds only, do not react to the servers' events")
+    # Tests and demos run the loop in seconds; operators use patrol.interval_minutes.
+    interval_seconds: float | None = opt("--interval-seconds", help=HIDDEN)
 
 
 def _skips(opts: Options) -> list[str]:
@@ -115,7 +89,9 @@ def run(ctx: Context) -> int:
         if opts.once or opts.interval_seconds is not None:
             raise UsageError(f"patrol {opts.action} takes no --once / --interval-seconds")
         return {"pause": _pause, "resume": _resume, "status": _status}[opts.action](ctx)
+    from datetime import timedelta
 
+    from xaf_hub.patrol.runner import open_lease, run_daemon, run_once
 
     pctx = _pctx(ctx)
     skip = _skips(opts)
@@ -155,13 +131,16 @@ def run(ctx: Context) -> int:
         ctx.out(line)
         ctx.stdout.flush()
 
+    from xaf_hub.config.watch import ConfigWatch
 
     return run_daemon(pctx, skip, interval, aligned=aligned, out=out, live=not opts.no_live,
                       watch=ConfigWatch(ctx.config, ctx.env), use=ctx.use)
 
 
 def _who(ctx: Context) -> str:
+    import getpass
 
+    from xaf_hub.store.audit import caller
 
     try:
         user = getpass.getuser()
@@ -171,7 +150,10 @@ def _who(ctx: Context) -> str:
 
 
 def _pause(ctx: Context) -> int:
+    from datetime import UTC, datetime
 
+    from xaf_hub.patrol.runner import set_paused
+    from xaf_hub.store import audit
 
     cfg = ctx.config
     changed = set_paused(cfg.state_dir / "patrol", _who(ctx), datetime.now(UTC).astimezone())
@@ -188,6 +170,8 @@ def _pause(ctx: Context) -> int:
 
 
 def _resume(ctx: Context) -> int:
+    from xaf_hub.patrol.runner import clear_paused
+    from xaf_hub.store import audit
 
     cfg = ctx.config
     changed = clear_paused(cfg.state_dir / "patrol")
@@ -209,6 +193,8 @@ def _say(ctx: Context, doc: dict[str, object], line: str) -> None:
 
 
 def _status(ctx: Context) -> int:
+    from xaf_hub.patrol.report import LATEST, latest_report
+    from xaf_hub.store.patrol_state import daemon_alive, heartbeat, pause_info
 
     folder = ctx.config.state_dir / "patrol"
     paused = pause_info(folder)
@@ -284,6 +270,7 @@ def _status(ctx: Context) -> int:
 
 def _lease_status(ctx: Context) -> dict[str, object] | None:
     """The HA lease when the gate or pool lives in Redis: active host, each known daemon."""
+    import time
 
     lease = ctx.stores.lease_status(int(time.time() * 1000))
     if lease is None:

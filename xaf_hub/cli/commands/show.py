@@ -3,43 +3,17 @@ that opens it in opencode's own terminal UI. Without --instance every instance i
 
 from __future__ import annotations
 
-import argparse
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from xaf_hub.cli.commands._common import (
-    INSTANCE,
-    SESSION,
-    add_json,
-    add_session,
-    chosen_instances,
-    scan,
-    session_not_found,
-    the_session,
-)
+from xaf_hub.cli.commands._common import INSTANCE, SESSION, SESSION_POS, the_session
 from xaf_hub.cli.context import Context
-from xaf_hub.cli.options import Opt, add_options
+from xaf_hub.cli.options import JSON, opt
 from xaf_hub.core import aio
 from xaf_hub.core.clock import ago, fmt_time, iso_time
-from xaf_hub.core.outcomes import run_outcome, run_words, stop_applies
-from xaf_hub.core.records import find_session
-from xaf_hub.core.runstate import (
-    WAITING_WORDS,
-    answer_hint,
-    error_text,
-    last_error,
-    outcome_of,
-    refusal_text,
-    shown_state,
-    waiting_detail,
-)
 from xaf_hub.core.text import dumps
-from xaf_hub.errors import UsageError
-from xaf_hub.fleet.attach import attach_command, attach_hint
-from xaf_hub.fleet.scan import make_client
-from xaf_hub.ops.decisions import hub_stops
 
 if TYPE_CHECKING:
     from xaf_hub.config.load import InstanceConfig
@@ -52,23 +26,6 @@ examples:
   xaf-hub show ses_abc123 -i lan-248 --json
   xaf-hub show -s ses_abc123
 """
-
-
-OPTIONS = (
-    INSTANCE.but(help="where it lives (default: search all)"),
-    Opt("limit", ("-n", "--limit"), "read the newest N messages for the prompt and answer "
-        "(default 30)", kind=int, default=30, metavar="N", minimum=1, maximum=1000),
-)
-
-
-SESSION_OPT = SESSION.but(help="the session id")
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    """Options of `show`."""
-    add_json(p)
-    add_session(p, SESSION_OPT)
-    add_options(p, OPTIONS)
 
 
 def _text(message: Message) -> str:
@@ -89,14 +46,16 @@ def model_of(messages: Sequence[Message]) -> str:
     return next((m.model for m in reversed(messages) if m.model), "")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Options:
-    """What `show` reads of its options."""
+    """The options of `show`."""
 
-    session: str | None
-    instance: str | None
-    limit: int
-    session_pos: str | None = None
+    json: bool = JSON.field()
+    session_pos: str | None = SESSION_POS.field(help="the session id (or -s/--session ID)")
+    session: str | None = SESSION.field(help="the session id")
+    instance: str | None = INSTANCE.field(help="where it lives (default: search all)")
+    limit: int = opt("-n", "--limit", help="read the newest N messages for the prompt and answer "
+                     "(default 30)", default=30, metavar="N", minimum=1, maximum=1000)
 
 
 @dataclass(frozen=True)
@@ -121,6 +80,10 @@ class Found:
 
 def look(ctx: Context, opts: Options) -> Found:
     """Find the session on the instances asked and read its newest messages."""
+    from xaf_hub.cli.commands._common import chosen_instances, scan, session_not_found
+    from xaf_hub.core.records import find_session
+    from xaf_hub.errors import UsageError
+    from xaf_hub.fleet.scan import make_client
 
     session_id = the_session(opts.session, opts.session_pos)
     if opts.limit < 1:
@@ -137,6 +100,7 @@ def look(ctx: Context, opts: Options) -> Found:
         async with make_client(ctx.config, sc.inst, transport) as client:
             return await client.messages(s.id, limit=opts.limit)
 
+    from xaf_hub.ops.decisions import hub_stops
 
     return Found(sc.inst, s, aio.run(go()), hub_stops(ctx.ops()).get((sc.inst.name, s.id)))
 
@@ -149,6 +113,15 @@ def _said(msg: Message | None) -> dict[str, Any] | None:
 
 def document(found: Found) -> dict[str, Any]:
     """What `show --json` prints (and the MCP tool answers)."""
+    from xaf_hub.core.outcomes import run_outcome, stop_applies
+    from xaf_hub.core.runstate import (
+        error_text,
+        last_error,
+        outcome_of,
+        refusal_text,
+        shown_state,
+    )
+    from xaf_hub.fleet.attach import attach_command
 
     s, messages = found.session, found.messages
     stop = found.stop if stop_applies(found.stop, s.updated) else None
@@ -182,6 +155,9 @@ def document(found: Found) -> dict[str, Any]:
 
 def run(ctx: Context) -> int:
     """Find the session, read its newest messages, print."""
+    from xaf_hub.core.outcomes import run_words
+    from xaf_hub.core.runstate import WAITING_WORDS, answer_hint, waiting_detail
+    from xaf_hub.fleet.attach import attach_hint
 
     opts = ctx.options(Options)
     found = look(ctx, opts)
