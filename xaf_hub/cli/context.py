@@ -97,7 +97,7 @@ class Context:
     def ops(self, **seams: Any) -> OpsContext:
         """The operations context for this run: config, env, the transport seam and its
         stores (``seams``: a log sink, a stop probe)."""
-        from xaf_hub.ops.context import OpsContext
+        from xaf_hub.ops.context import OpsContext  # deferred: start-up, docs/performance.md
 
         return OpsContext(
             self.config, env=self.env, transport_factory=self.transport_factory,
@@ -136,7 +136,7 @@ class Context:
     def table(self, rows: Sequence[Sequence[Any]], headers: Sequence[str], **how: Any) -> None:
         """Print a table: fitted to the terminal and coloured on a TTY (see termfit), as is on a
         pipe or with --wide. ``how``: termfit.render's flexible / keep_end / colors."""
-        from xaf_hub.cli.termfit import Screen, render
+        from xaf_hub.cli.termfit import Screen, render  # deferred: start-up, docs/performance.md
 
         screen = Screen.of(self.stdout, self.env, wide=self.common.wide)
         text = [["" if v is None else str(v) for v in row] for row in rows]

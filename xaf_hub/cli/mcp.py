@@ -24,6 +24,7 @@ import inspect
 import io
 import json
 import os
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -74,6 +75,8 @@ from xaf_hub.errors import (
     UnreachableError,
     UsageError,
 )
+from xaf_hub.ops.interrupt import interrupt_session
+from xaf_hub.page.export import snapshot_document
 
 if TYPE_CHECKING:
     from xaf_hub.fleet.scan import TransportFactory
@@ -258,7 +261,6 @@ def _status(ctx: Context, v: Values) -> Any:
 
 
 def _sessions(ctx: Context, v: Values) -> Any:
-    from xaf_hub.page.export import snapshot_document
 
     opts = record(sessions.Options, _as_project(ctx, v))
     snap = sessions.read(ctx, opts)
@@ -291,7 +293,6 @@ def _dispatch(ctx: Context, v: Values) -> Any:
 
 
 def _interrupt(ctx: Context, v: Values) -> Any:
-    from xaf_hub.ops.interrupt import interrupt_session
 
     opts = record(interrupt.Options, v)
     done = aio.run(interrupt_session(ctx.ops(), v["session"], instance=opts.instance,
@@ -313,7 +314,6 @@ def _backlog_show(ctx: Context, v: Values) -> Any:
 
 
 def _waiting(ctx: Context, v: Values) -> Any:
-    import time
 
     found = waiting.look(ctx, record(waiting.Options, _as_project(ctx, v)))
     return waiting.document(found, int(time.time() * 1000))

@@ -35,7 +35,7 @@ from xaf_hub.config.reader import (
 )
 from xaf_hub.core.commits import RUNNER_CONFIG
 from xaf_hub.core.rules import ProjectRules
-from xaf_hub.errors import Cause, ConfigError, MissingPassword, UnreachableError
+from xaf_hub.errors import Cause, ConfigError, MissingPassword, UnreachableError, UsageError
 
 _ABSOLUTE = re.compile(r"^(/|[A-Za-z]:[\\/]|\\\\)")
 _DOT_SEGMENT = re.compile(r"(^|[\\/])\.{1,2}([\\/]|$)")
@@ -549,7 +549,6 @@ class Config:
 
     def choose(self, name: str) -> Config:
         """This config seen as project ``name`` (UsageError naming the projects if unknown)."""
-        from xaf_hub.errors import UsageError
 
         p = next((p for p in self.projects if p.name == name), None)
         if p is None:
@@ -558,7 +557,6 @@ class Config:
 
     def one_project(self) -> Config:
         """This config when a project is chosen; else UsageError naming the projects."""
-        from xaf_hub.errors import UsageError
 
         if not self.chosen:
             raise UsageError(
@@ -589,7 +587,6 @@ class Config:
 
     def instance(self, name: str) -> InstanceConfig:
         """Look up one instance by name, or raise a UsageError listing the known ones."""
-        from xaf_hub.errors import UsageError
 
         for inst in self.instances:
             if inst.name == name:

@@ -21,6 +21,7 @@ import httpx
 from xaf_hub.config.load import InstanceConfig
 from xaf_hub.core.backoff import Backoff
 from xaf_hub.core.records import Message, Room
+from xaf_hub.core.text import redact
 from xaf_hub.errors import (
     ApiError,
     Cause,
@@ -303,7 +304,6 @@ class OpencodeClient:
 
     def _scrub(self, text: str) -> str:
         """A server's error text without our own credential, should it echo the request."""
-        from xaf_hub.core.text import redact
 
         return redact(text, self.inst.secrets())
 

@@ -22,6 +22,7 @@ from typing import Any, Literal
 
 from xaf_hub.config.load import InstanceConfig
 from xaf_hub.core.records import RunState, SessionRecord, sane_ms
+from xaf_hub.core.runstate import waiting_detail
 from xaf_hub.fleet.wire import (
     ServerSession,
     message_of,
@@ -216,7 +217,6 @@ def _request(s: SessionRecord) -> str:
 
 def asked_detail(rec: SessionRecord) -> str:
     """What an ``asked`` or ``answered`` event's session waits (waited) on, in one line."""
-    from xaf_hub.core.runstate import waiting_detail
 
     return waiting_detail(rec.waiting) if rec.waiting is not None else ""
 

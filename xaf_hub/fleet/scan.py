@@ -279,7 +279,7 @@ async def scan_fleet(
 async def _outcomes_of_instance(
     cfg: Config, sc: InstanceScan, transport: httpx.AsyncBaseTransport | None
 ) -> None:
-    from xaf_hub.core.runstate import outcome_of
+    from xaf_hub.core.runstate import outcome_of  # deferred: start-up, docs/performance.md
 
     sem = asyncio.Semaphore(_STATUS_FAN_OUT)
     async with make_client(cfg, sc.inst, transport) as client:

@@ -48,6 +48,7 @@ from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any
 
 from xaf_hub.core.clock import format_instant, read_instant
+from xaf_hub.core.text import mask_credentials
 from xaf_hub.notify.events import Event
 from xaf_hub.notify.record import RoundLog
 from xaf_hub.ops.budget import BudgetLine, levels_reached
@@ -184,7 +185,6 @@ def _session_events(log: RoundLog, inputs: Inputs, at: str, people: bool = True)
 
 def _waiting_events(log: RoundLog, at: str) -> list[Event]:
     """One ``waiting_person`` per request a run waits on (the same request: the same id)."""
-    from xaf_hub.core.text import mask_credentials
 
     return [
         Event(

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from xaf_hub.config.notify import NotifyConfig, Webhook
 from xaf_hub.core import aio
-from xaf_hub.core.clock import read_instant
+from xaf_hub.core.clock import read_instant, resolve_timezone
 from xaf_hub.core.text import redact
 from xaf_hub.errors import HubError
 from xaf_hub.notify import outbox
@@ -394,7 +394,6 @@ class Sender:
 
 
 def _zone(name: str) -> Any:
-    from xaf_hub.core.clock import resolve_timezone
 
     try:
         return resolve_timezone(name)

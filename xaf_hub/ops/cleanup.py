@@ -11,6 +11,7 @@ commit that no remote branch holds) and no run works in it. Used by ``xaf-hub cl
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
 from typing import Any
@@ -102,7 +103,7 @@ async def _rooms(
     checkout = inst.default_directory or (inst.roots[0] if inst.roots else "")
     if not checkout:
         return []
-    tasks = ops.backlog().load().tasks
+    tasks = (await asyncio.to_thread(ops.backlog().load)).tasks
     busy = {s.directory for s in sessions if s.running}
     out: list[dict[str, Any]] = []
     async with ops.client(inst) as client:
@@ -148,7 +149,7 @@ async def _remove_room(
     item["action"] = "removed"
     if task is not None:
         with contextlib.suppress(HubError):
-            ops.backlog().revise(task, worktree=None)
+            await asyncio.to_thread(ops.backlog().revise, task, worktree=None)
     ops.audit("cleanup", instance=inst.name, session="", result="removed",
               reason=f"worktree {folder} ({item['why']})")
 

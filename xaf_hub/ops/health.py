@@ -9,6 +9,7 @@ and prints; everything that decides what a fact means lives here.
 from __future__ import annotations
 
 import difflib
+import shutil
 import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -23,7 +24,7 @@ from xaf_hub.core.clock import next_reset
 from xaf_hub.core.rules import is_under, normalize_dir
 from xaf_hub.errors import Cause, ConfigError, ConfigProblem, ExitCode
 from xaf_hub.fleet.follow import BUDGET_COOLDOWN, POLL_SECONDS, probe_mode
-from xaf_hub.fleet.releases import classify
+from xaf_hub.fleet.releases import OPENCODE_VERSION, classify
 from xaf_hub.fleet.scan import TransportFactory
 from xaf_hub.store.contain import Proof
 from xaf_hub.store.model_state import WHY_WORDS, Blackout
@@ -81,9 +82,7 @@ def worst(findings: Sequence[Finding]) -> ExitCode:
 def opencode_finding(env: Mapping[str, str]) -> Finding:
     """Where this machine's opencode is, or in one line how to get it (needed only where the
     servers run: the hub itself talks HTTP)."""
-    import shutil
 
-    from xaf_hub.fleet.releases import OPENCODE_VERSION
 
     found = env.get("XAF_HUB_OPENCODE_BIN") or shutil.which("opencode", path=env.get("PATH", ""))
     if found:

@@ -15,6 +15,7 @@ the server cannot be told, and the patrol must never restart what a person meant
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
 from collections.abc import Sequence
@@ -25,6 +26,7 @@ from xaf_hub.errors import HubError, MissingPassword, UnreachableError, UsageErr
 from xaf_hub.fleet.scan import scan_fleet
 from xaf_hub.ops.context import OpsContext
 from xaf_hub.ops.planner import check_write
+from xaf_hub.ops.send import held
 from xaf_hub.store.audit import who
 
 
@@ -64,9 +66,9 @@ async def interrupt_session(
     check_write(sc.inst, session, allow_prod=allow_prod, force=force)
     was = "was " + session.run_state
     notes: list[str] = []
-    with contextlib.ExitStack() as held:
+    async with contextlib.AsyncExitStack() as stack:
         try:  # a patrol's heal or resume re-reads people's decisions under this lock
-            held.enter_context(ops.gate().lock(sc.inst.name))
+            await stack.enter_async_context(held(ops.gate(), sc.inst.name))
         except HubError as exc:
             notes.append(
                 f"stopped without {sc.inst.name}'s dispatch lock ({exc}): a heal or resume "
@@ -75,7 +77,7 @@ async def interrupt_session(
         ops.audit(
             "interrupt", instance=sc.inst.name, session=session.id, result="stopping", reason=was
         )
-        shared = _share(ops, sc.inst.name, session.id, notes)
+        shared = await asyncio.to_thread(_share, ops, sc.inst.name, session.id, notes)
         try:
             async with ops.client(sc.inst) as client:
                 await client.abort(session.id, session.directory)
@@ -92,7 +94,7 @@ async def interrupt_session(
             "interrupt", instance=sc.inst.name, session=session.id, result="aborted", reason=was
         )
         if shared:  # again, with the time the run stopped (the later time, as the audit has)
-            _share(ops, sc.inst.name, session.id, notes)
+            await asyncio.to_thread(_share, ops, sc.inst.name, session.id, notes)
     note = "; ".join(ops.redact(n) for n in notes)
     return Interrupted(sc.inst.name, session.id, session.run_state, note)
 
@@ -120,6 +122,7 @@ def session_not_found(
     naming where the session may be, not exit 4; a missing password comes first (a config
     fix, whatever else failed). ``instance``: the one asked (--instance).
     """
+
     if not down:
         return UsageError(f"session {session_id} not found on {instance or 'any instance'}")
     missing = [e for e in down if isinstance(e, MissingPassword)]

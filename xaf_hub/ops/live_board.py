@@ -17,6 +17,7 @@ import socket
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -140,7 +141,7 @@ def publish(
 
 
 def _tally_json(sessions: Sequence[SessionRecord], now_ms: int) -> dict[str, Any]:
-    from xaf_hub.ops.budget import spend_slots
+    from xaf_hub.ops.budget import spend_slots  # deferred: start-up, docs/performance.md
 
     tally = Tally.of(sessions)
     spend = spend_slots(sessions, now_ms)
@@ -362,7 +363,7 @@ async def board_or_scan(
     stores: Stores | None = None,
 ) -> tuple[Snapshot, list[InstanceScan], BoardRead]:
     """The fleet as the board has it where fresh, the rest scanned now (``fresh``: all)."""
-    from xaf_hub.fleet.scan import scan_fleet
+    from xaf_hub.fleet.scan import scan_fleet  # deferred: start-up, docs/performance.md
 
     board, rest = split(cfg, instances, fresh=fresh, stores=stores)
     scanned: list[InstanceScan] = []
@@ -470,9 +471,8 @@ def _tally(doc: Any, rows: Sequence[SessionRecord]) -> Tally:
 
 
 def _reaches_today(cfg: Config, tally: Tally, now_ms: int) -> bool:
-    from datetime import UTC, datetime
 
-    from xaf_hub.ops.budget import slots_today, zone
+    from xaf_hub.ops.budget import slots_today, zone  # deferred: start-up, docs/performance.md
 
     now = datetime.fromtimestamp(now_ms / 1000, UTC)
     return slots_today(tally, now, zone(cfg)) is not None

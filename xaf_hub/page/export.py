@@ -20,8 +20,10 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from xaf_hub import __version__
 from xaf_hub.core.clock import iso_time
 from xaf_hub.core.records import SessionRecord, Snapshot
+from xaf_hub.core.text import dumps
 from xaf_hub.errors import UsageError
 from xaf_hub.page.words import Lang, ago, local_time
 from xaf_hub.page.words import local_time_with_zone as local_time_with_zone
@@ -79,7 +81,6 @@ def _counts(snap: Snapshot) -> dict[str, dict[str, int]]:
 
 def snapshot_document(snap: Snapshot) -> dict[str, Any]:
     """Build the JSON export document (architecture §6 `sessions`)."""
-    from xaf_hub import __version__
 
     return {
         "generated_at": iso_time(snap.generated_at),
@@ -141,7 +142,6 @@ def _same(text: str) -> str:
 
 def write_json(snap: Snapshot, path: Path, redact: Redact = _same) -> None:
     """Write the JSON export to ``path`` atomically (strict JSON: no NaN)."""
-    from xaf_hub.core.text import dumps
 
     write_text_atomic(path, redact(dumps(snapshot_document(snap))) + "\n", private=False)
 
@@ -228,7 +228,7 @@ def render_html(
     ``live_seconds`` > 0 renders the served variant that fetches itself again that often;
     ``links`` and ``tasks`` are described at ``page.view.overview_context``.
     """
-    from xaf_hub.page.view import overview_context
+    from xaf_hub.page.view import overview_context  # deferred: start-up, docs/performance.md
 
     context = overview_context(
         snap,

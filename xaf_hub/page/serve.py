@@ -36,6 +36,9 @@ from urllib.parse import parse_qs, urlsplit
 from xaf_hub.core.records import Snapshot
 from xaf_hub.core.text import dumps
 from xaf_hub.errors import UsageError
+from xaf_hub.fleet.events import FleetEvent, following_words
+from xaf_hub.page import export as report
+from xaf_hub.page.notices import ChangeFeed
 from xaf_hub.page.words import LANGS, Lang, pick_language, text
 
 if TYPE_CHECKING:  # the follower pulls in httpx; --help must stay light
@@ -442,7 +445,6 @@ class Viewer:
         return Response(200 if doc["ok"] else 503, _JSON, body, note=note)
 
     def _page(self, snap: Snapshot, lang: Lang = "en", local: bool = True) -> bytes:
-        from xaf_hub.page import export as report
 
         # Ages are relative to the scan: the page says what the scan saw, when it saw it
         # (the page's script then keeps them current).
@@ -467,7 +469,6 @@ class Viewer:
         return self._redact(html).encode("utf-8")
 
     def _json(self, snap: Snapshot) -> bytes:
-        from xaf_hub.page import export as report
 
         # Byte for byte what `sessions --json` prints for the same snapshot.
         snap = replace(snap, warnings=(*snap.warnings, *self._notes("en")))
@@ -505,8 +506,6 @@ def start_feed(
 ) -> ChangeFeed:
     """The change notices of every open page: one follower of the fleet, started on the first
     viewer; each change marks the cached scan stale and is logged in the words `watch` uses."""
-    from xaf_hub.fleet.events import FleetEvent, following_words
-    from xaf_hub.page.notices import ChangeFeed
 
     def note(ev: FleetEvent) -> None:
         line = following_words(ev)

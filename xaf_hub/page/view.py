@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from xaf_hub.core.outcomes import RUNS, TONES, Run, run_outcome, tone
 from xaf_hub.core.records import InstanceSummary, SessionRecord, Snapshot, Waiting
-from xaf_hub.core.runstate import asked_line
+from xaf_hub.core.runstate import answer_hint, asked_line
 from xaf_hub.errors import Cause
 from xaf_hub.page.words import (
     WHEN,
@@ -247,7 +247,6 @@ class AskingView:
 
 def asking_views(snap: Snapshot, lang: Lang, now_ms: int) -> list[AskingView]:
     """The project sessions whose run waits for a person, longest waiting first."""
-    from xaf_hub.core.runstate import answer_hint
 
     out = []
     for s in snap.project_sessions():

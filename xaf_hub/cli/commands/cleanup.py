@@ -19,6 +19,8 @@ from xaf_hub.core import aio
 from xaf_hub.core.clock import ago
 from xaf_hub.core.records import prefix_width
 from xaf_hub.core.text import dumps, shorten, shorten_left
+from xaf_hub.errors import UsageError
+from xaf_hub.ops.cleanup import cleanup_fleet
 
 EXAMPLES = """\
 examples:
@@ -62,13 +64,11 @@ class Options:
 
 def run(ctx: Context) -> int:
     """Preview or execute the cleanup."""
-    from xaf_hub.errors import UsageError
 
     opts = ctx.options(Options)
     ttl = ctx.config.session_ttl_days if opts.ttl_days is None else opts.ttl_days
     if ttl < 0:
         raise UsageError("--ttl-days must be 0 or more")
-    from xaf_hub.ops.cleanup import cleanup_fleet
 
     report = aio.run(
         cleanup_fleet(

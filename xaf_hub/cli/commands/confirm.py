@@ -22,16 +22,25 @@ from xaf_hub.cli.commands._common import (
     INSTANCE,
     SESSION,
     SESSION_POS,
+    chosen_instances,
     healing_text,
+    scan,
+    session_not_found,
     the_session,
     verdict_text,
 )
 from xaf_hub.cli.context import Context
 from xaf_hub.cli.options import JSON, flag
 from xaf_hub.core import aio
-from xaf_hub.core.clock import iso_time
+from xaf_hub.core.clock import iso_time, resolve_timezone, to_ms
+from xaf_hub.core.records import find_session
 from xaf_hub.core.text import dumps
-from xaf_hub.errors import ExitCode, HubError, UnreachableError
+from xaf_hub.errors import ExitCode, HubError, SessionNotFound, UnreachableError, UsageError
+from xaf_hub.fleet.scan import make_client
+from xaf_hub.ops.confirm import heal_candidate, judge, look
+from xaf_hub.ops.context import utc_now
+from xaf_hub.ops.heal import heal_session
+from xaf_hub.ops.planner import check_write
 
 if TYPE_CHECKING:
     from xaf_hub.config.load import InstanceConfig
@@ -52,9 +61,6 @@ async def _find(
     ctx: Context, instances: list[InstanceConfig], session_id: str
 ) -> tuple[list[tuple[InstanceConfig, Sighting]], list[UnreachableError]]:
     """Every instance that knows the session (with a look at it), and those that did not answer."""
-    from xaf_hub.errors import SessionNotFound
-    from xaf_hub.fleet.scan import make_client
-    from xaf_hub.ops.confirm import look
 
     cfg = ctx.config
 
@@ -99,15 +105,6 @@ class Options:
 
 def run(ctx: Context) -> int:
     """Find the session, judge it, and with --fix heal it."""
-    from xaf_hub.cli.commands._common import chosen_instances, scan
-    from xaf_hub.core.clock import resolve_timezone, to_ms
-    from xaf_hub.core.records import find_session
-    from xaf_hub.errors import UsageError
-    from xaf_hub.ops.confirm import heal_candidate, judge
-    from xaf_hub.ops.context import utc_now
-    from xaf_hub.ops.heal import heal_session
-    from xaf_hub.ops.interrupt import session_not_found
-    from xaf_hub.ops.planner import check_write
 
     opts = ctx.options(Options)
     session_id = the_session(opts.session, opts.session_pos)

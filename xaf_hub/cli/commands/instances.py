@@ -20,6 +20,7 @@ from xaf_hub.core import aio
 from xaf_hub.core.records import Snapshot
 from xaf_hub.core.text import dumps
 from xaf_hub.errors import HubError
+from xaf_hub.fleet.scan import make_client
 
 EXAMPLES = """\
 examples:
@@ -56,8 +57,7 @@ def read(ctx: Context, opts: Options) -> tuple[list[dict[str, Any]], Snapshot]:
 
 
 async def _room_support(ctx: Context, instances: list[InstanceConfig]) -> dict[str, str]:
-    from xaf_hub.fleet.scan import make_client
-    from xaf_hub.ops.rooms import room_support
+    from xaf_hub.ops.rooms import room_support  # deferred: start-up, docs/performance.md
 
     async def one(inst: InstanceConfig) -> tuple[str, str]:
         transport = ctx.transport_factory(inst) if ctx.transport_factory else None

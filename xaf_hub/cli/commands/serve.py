@@ -109,6 +109,7 @@ def run(ctx: Context) -> int:
         raise UsageError("--refresh-seconds must be between 1 and 86400")
     password = ctx.env.get(VIEWER_PASSWORD_ENV) or None
     check_exposure(opts.host, opts.public, password)
+    # deferred: start-up, docs/performance.md
     from xaf_hub.core import aio
     from xaf_hub.fleet.scan import fill_outcomes
     from xaf_hub.ops.decisions import hub_stops, shown_outcomes
@@ -139,6 +140,7 @@ def run(ctx: Context) -> int:
         return feeds[0]
 
     cache = SnapshotCache(scan_fleet, opts.cache_seconds, wait=cfg.scan_timeout)
+    # deferred: start-up, docs/performance.md
     from xaf_hub.fleet.web_ui import Finder
     from xaf_hub.page import autopilot as overview
 
@@ -194,7 +196,7 @@ def run(ctx: Context) -> int:
             except Exception as exc:  # noqa: BLE001 - the watch must outlive one bad look
                 log.line(f"config: {type(exc).__name__}: {exc}")
 
-    # Starlette and uvicorn load here, when serve runs: never for --help or another command.
+    # deferred: start-up, docs/performance.md
     from xaf_hub.page.asgi import Limits, PageApp, listen, serve
 
     page = PageApp(viewer, log, Limits(answer_seconds=cfg.scan_timeout + ANSWER_SECONDS),

@@ -26,6 +26,7 @@ from xaf_hub.core.text import dumps
 from xaf_hub.errors import HubError, UnreachableError
 from xaf_hub.ops import budget
 from xaf_hub.ops.load import Load, instance_load
+from xaf_hub.ops.queue import queue_length
 
 if TYPE_CHECKING:  # a type only: `status --help` loads no HTTP client
     from xaf_hub.fleet.scan import InstanceScan
@@ -223,7 +224,6 @@ def _over_budget(
 def _queue_length(ctx: Context, now: datetime) -> int | None:
     """Pending pool tasks ready to start (None, with a warning, when the pool is unreadable).
     The pool alone: no operations context, so `status` from the live board loads no client."""
-    from xaf_hub.ops.queue import queue_length
     try:
         return queue_length(ctx.stores.pool().load(), now)
     except HubError as exc:

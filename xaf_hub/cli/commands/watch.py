@@ -23,8 +23,15 @@ from xaf_hub.cli.commands._common import INSTANCE, chosen_instances, scan, scan_
 from xaf_hub.cli.context import Context
 from xaf_hub.cli.options import HIDDEN, JSON, flag, opt
 from xaf_hub.core import aio
+from xaf_hub.core.outcomes import run_outcome
 from xaf_hub.core.records import SessionRecord, Snapshot
+from xaf_hub.core.runstate import outcome_of
 from xaf_hub.core.text import dumps, shorten
+from xaf_hub.errors import HubError, UsageError
+from xaf_hub.fleet.events import diff as changes
+from xaf_hub.fleet.events import following_words
+from xaf_hub.fleet.follow import FleetFollower
+from xaf_hub.fleet.scan import make_client
 
 if TYPE_CHECKING:  # the follower pulls in httpx; --help must stay light
     from xaf_hub.config.load import InstanceConfig
@@ -60,7 +67,6 @@ def diff(
     before: dict[str, SessionRecord], after: dict[str, SessionRecord]
 ) -> list[tuple[str, SessionRecord]]:
     """Changes between two polls: new, started, stopped, retry, gone (pure)."""
-    from xaf_hub.fleet.events import diff as changes
 
     return [(kind, s) for kind, s in changes(before, after)]
 
@@ -70,10 +76,6 @@ def _index(snap: Snapshot) -> dict[str, SessionRecord]:
 
 
 def _outcomes(ctx: Context, sessions: Sequence[SessionRecord]) -> dict[str, str]:
-    from xaf_hub.core.outcomes import run_outcome
-    from xaf_hub.core.runstate import outcome_of
-    from xaf_hub.errors import HubError
-    from xaf_hub.fleet.scan import make_client
 
     cfg = ctx.config
 
@@ -132,8 +134,6 @@ def follow(
     verbose: bool = False,
 ) -> int:
     """Print each change the fleet's event streams report until Ctrl+C (or ``max_seconds``)."""
-    from xaf_hub.fleet.events import following_words
-    from xaf_hub.fleet.follow import FleetFollower
 
     sessions = [0]
     pending = {i.name for i in instances}
@@ -171,7 +171,6 @@ def follow(
 
 def run(ctx: Context) -> int:
     """Follow (or poll) until Ctrl+C, or print once."""
-    from xaf_hub.errors import UsageError
 
     ctx.see_every_project()
     opts = ctx.options(Options)
