@@ -124,16 +124,10 @@ async def send_work(
 ) -> SendResult:
     """Send the prompt under the instance lock: re-read, re-count, reserve, create, prompt.
 
-    ``before_prompt(session_id, room)`` runs once the target session is known (created, in
-    its own worktree when the plan asks for one, or the existing one) and before the prompt
-    is sent, so a caller can record the work first: a crash between the two then leaves a
-    record of work not yet sent, never work sent twice or running unrecorded. When it
-    raises, nothing is sent (and a worktree made for it is removed again).
-
-    A session planned for reuse that runs by the time the lock is held is steered; with
-    ``steer=False`` (a heal or resume, which judged the session stopped) that is RunsAgain
-    instead and nothing is sent. ``still_wanted`` (a heal or resume: ``decisions.person_stop``)
-    is asked under the lock too; a reason from it is RunsAgain as well.
+    ``before_prompt(session_id, room)`` runs once the target session is known and before the
+    prompt is sent, so work is recorded before it is sent; when it raises nothing is sent (and a
+    worktree made for it is removed). A reused session found running is steered, or with
+    ``steer=False`` raises RunsAgain; so does a reason from ``still_wanted``, asked under the lock.
     """
     gate = gate if gate is not None else ops.gate()
     inst = plan.instance
