@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from xaf_hub.cli.commands._common import INSTANCE, add_wide
 from xaf_hub.cli.context import Context
-from xaf_hub.cli.options import MAX_TEXT, Opt, add_options, pick
+from xaf_hub.cli.options import MAX_TEXT, PROJECT_HELP, Opt, add_options, pick
 from xaf_hub.core.text import dumps
 from xaf_hub.errors import ExitCode, UsageError
 
@@ -82,6 +82,7 @@ def _common(sp: argparse.ArgumentParser) -> None:
     sp.add_argument(
         "--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks on errors"
     )
+    sp.add_argument("--project", metavar="NAME", default=argparse.SUPPRESS, help=PROJECT_HELP)
     sp.add_argument("-j", "--json", action="store_true", help="print JSON for scripts on stdout")
 
 
@@ -235,7 +236,7 @@ def _state(ctx: Context, task: Task, tasks: list[Task]) -> dict[str, str]:
     from xaf_hub.core.outcomes import task_words
     from xaf_hub.store.pick import state_of
 
-    state, why = state_of(task, tasks, _now(), ctx.config.patrol.max_attempts)
+    state, why = state_of(task, tasks, _now(), ctx.whole.patrol.max_attempts)
     return {"state": state, "state_words": task_words(state), "state_detail": why}
 
 
@@ -250,11 +251,14 @@ _SAY_WHY = ("waiting", "blocked", "person")
 
 def listing(ctx: Context, opts: ListOptions) -> dict[str, Any]:
     """What `backlog list --json` prints (and the MCP tool answers): the tasks in order."""
-    from xaf_hub.store.tasks import PRIORITIES
+    from xaf_hub.store.tasks import PRIORITIES, of_project, project_of
 
+    cfg = ctx.whole  # several projects and no --project: every project's tasks
+    names = [p.name for p in cfg.projects]
     store = _store(ctx)
     data = store.load()
-    tasks = [t for t in data.tasks if not opts.status or t.status == opts.status]
+    mine = of_project(data.tasks, cfg.project_name, names) if cfg.chosen else data.tasks
+    tasks = [t for t in mine if not opts.status or t.status == opts.status]
     order = {"pending": 0, "dispatched": 1, "done": 2}
     tasks.sort(key=lambda t: (order[t.status], PRIORITIES.index(t.priority)))
     return {
@@ -262,6 +266,7 @@ def listing(ctx: Context, opts: ListOptions) -> dict[str, Any]:
         "tasks": [
             {
                 **t.to_json(),
+                "project": project_of(t, names),
                 "commit": t.commit,
                 "commits": list(t.commits),
                 "verified": t.verified,
@@ -285,8 +290,10 @@ def _list(ctx: Context, opts: ListOptions) -> int:
     if not tasks:
         ctx.out(f"no tasks ({doc['path']})")
         return int(ExitCode.OK)
+    several = not ctx.whole.chosen
     rows = [
         [
+            *([t["project"]] if several else []),
             t["id"],
             t["priority"],
             _shown_state(t),
@@ -299,7 +306,8 @@ def _list(ctx: Context, opts: ListOptions) -> int:
     ]
     ctx.table(
         rows,
-        ["id", "priority", "state", "instance", "attempts", "session", "title"],
+        [*(["project"] if several else []),
+         "id", "priority", "state", "instance", "attempts", "session", "title"],
         flexible=[("title", 12), ("session", 16), ("instance", 8)],
         keep_end=["session"],
         colors={"state": tone_painter({task_words(s): tone(s) for s in TASK_STATES})},
@@ -344,6 +352,7 @@ def add_task(ctx: Context, opts: AddOptions) -> Task:
             spec=opts.spec,
             prompt=prompt,
             depends_on=opts.depends_on,
+            project=cfg.project_name,
         )
     except ValueError as exc:
         raise UsageError(str(exc)) from None

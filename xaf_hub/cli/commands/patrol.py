@@ -96,7 +96,11 @@ def _pctx(ctx: Context) -> OpsContext:
         ctx.info(line)
         ctx.stderr.flush()
 
-    return ctx.ops(log=log)
+    from xaf_hub.ops.context import OpsContext
+
+    # Several projects and no --project: the patrol serves them all (patrol.context).
+    return OpsContext(ctx.whole, env=ctx.env, transport_factory=ctx.transport_factory,
+                      shared=ctx.stores, log=log)
 
 
 def run(ctx: Context) -> int:
@@ -142,7 +146,7 @@ def run(ctx: Context) -> int:
             raise UsageError("--interval-seconds must be more than 0")
         interval, aligned = timedelta(seconds=opts.interval_seconds), False
     else:
-        interval, aligned = timedelta(minutes=ctx.config.patrol.interval_minutes), True
+        interval, aligned = timedelta(minutes=ctx.whole.patrol.interval_minutes), True
 
     def out(line: str) -> None:
         ctx.out(line)
@@ -151,7 +155,7 @@ def run(ctx: Context) -> int:
     from xaf_hub.config.watch import ConfigWatch
 
     return run_daemon(pctx, skip, interval, aligned=aligned, out=out, live=not opts.no_live,
-                      watch=ConfigWatch(ctx.config, ctx.env), use=ctx.use)
+                      watch=ConfigWatch(ctx.whole, ctx.env), use=ctx.use)
 
 
 def _who(ctx: Context) -> str:
@@ -172,7 +176,7 @@ def _pause(ctx: Context) -> int:
     from xaf_hub.patrol.runner import set_paused
     from xaf_hub.store import audit
 
-    cfg = ctx.config
+    cfg = ctx.whole
     changed = set_paused(cfg.state_dir / "patrol", _who(ctx), datetime.now(UTC).astimezone())
     if changed:
         audit.append(cfg.state_dir, command="patrol.pause", result="paused", env=ctx.env)
@@ -190,7 +194,7 @@ def _resume(ctx: Context) -> int:
     from xaf_hub.patrol.runner import clear_paused
     from xaf_hub.store import audit
 
-    cfg = ctx.config
+    cfg = ctx.whole
     changed = clear_paused(cfg.state_dir / "patrol")
     if changed:
         audit.append(cfg.state_dir, command="patrol.resume", result="active", env=ctx.env)
@@ -213,7 +217,7 @@ def _status(ctx: Context) -> int:
     from xaf_hub.patrol.report import LATEST, latest_report
     from xaf_hub.store.patrol_state import daemon_alive, heartbeat, pause_info
 
-    folder = ctx.config.state_dir / "patrol"
+    folder = ctx.whole.state_dir / "patrol"
     paused = pause_info(folder)
     report = latest_report(folder)
     beat = heartbeat(folder)

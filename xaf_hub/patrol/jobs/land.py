@@ -22,7 +22,7 @@ async def land_ready(pctx: OpsContext, cycle: Cycle) -> None:
     repo = pctx.cfg.repository
     if not repo.url:
         return
-    for task in pctx.backlog().load().tasks:
+    for task in pctx.own(pctx.backlog().load().tasks):
         if pctx.stop_requested():
             return
         key = (task.dispatched_to or "", task.session_id or "")
