@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from xaf_hub.cli.commands._common import FORCE, INSTANCE, SESSION
 from xaf_hub.cli.context import Context
 from xaf_hub.cli.options import (
+    GLOBAL,
     JSON,
     MAX_TEXT,
     WIDE,
@@ -152,7 +153,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     for name, (record, words) in ACTIONS.items():
         action = sub.add_parser(name, help=words)
         # Accepted after the action too, like every other command's options.
-        add_options(action, pick(declared(Common), "config", "debug"), suppress=True)
+        add_options(action, pick(declared(Common), *GLOBAL), suppress=True)
         add_record(action, record)
 
 
