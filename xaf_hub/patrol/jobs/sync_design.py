@@ -8,6 +8,7 @@ something was added — when nothing is found it is not even created.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -66,13 +67,13 @@ async def sync_design_tasks(pctx: OpsContext, cycle: Cycle) -> None:
                                   mine=lambda t: bool(of_project([t], cfg.project_name, names)))
 
     # A cheap unlocked look first: update_json would create the file even with nothing to add.
-    if not merged(backlog.load().tasks):
+    if not merged((await asyncio.to_thread(backlog.load)).tasks):
         return
 
     def add(data: BacklogData) -> list[Task]:
         return data.extend(merged(data.tasks))
 
-    added = backlog.update(add)
+    added = await asyncio.to_thread(backlog.update, add)
     if not added:
         return
     pctx.audit(
