@@ -25,7 +25,6 @@ from xaf_hub.cli.commands._common import (
     chosen_instances,
     healing_text,
     scan,
-    session_not_found,
     the_session,
     verdict_text,
 )
@@ -117,6 +116,10 @@ def run(ctx: Context) -> int:
             session_id = hit[1].id
             found, down = aio.run(_find(ctx, instances, session_id))
     if not found:
+        from xaf_hub.ops.interrupt import (
+            session_not_found,  # deferred: start-up, docs/performance.md
+        )
+
         raise session_not_found(session_id, down, opts.instance)
     # Servers sharing one database all know the session; only the one running it says so.
     inst, seen = next(((i, s) for i, s in found if s.rec.running), found[0])

@@ -14,7 +14,6 @@ from xaf_hub.cli.commands._common import (
     SESSION_POS,
     chosen_instances,
     scan,
-    session_not_found,
     the_session,
 )
 from xaf_hub.cli.context import Context
@@ -111,6 +110,10 @@ def look(ctx: Context, opts: Options) -> Found:
     _, scans = scan(ctx, chosen_instances(ctx, opts.instance))
     hit = find_session(((sc, sc.sessions) for sc in scans), session_id)
     if hit is None:
+        from xaf_hub.ops.interrupt import (
+            session_not_found,  # deferred: start-up, docs/performance.md
+        )
+
         raise session_not_found(
             session_id, [sc.failure() for sc in scans if not sc.reachable], opts.instance
         )
