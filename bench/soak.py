@@ -16,6 +16,7 @@ prints the seed, the schedule so far and the evidence (exit 1), so ``--seed S`` 
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import os
 import random
@@ -25,34 +26,36 @@ import subprocess
 import tempfile
 import threading
 import time
+import traceback
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import httpx
 
 from sandbox import fleet as sandbox
 from sandbox.fake_llm import FakeLLM
-from tests.e2e.daemon import Lines, start_again
+from tests.e2e.daemon import Lines, _beat, start_again
 from tests.e2e.ha_checks import ha
 from tests.e2e.leaks import leaks
 from tests.e2e.proxy import DelayProxy
 from tests.e2e.two_hosts import Host, two_hosts
-from tests.fleet import NAMES, make_hub
+from tests.fleet import NAMES, PRICES, make_hub
 from tests.redis_fixture import _stop, start_redis
 
 LIMIT = 2
-MODELS = ("fake/fake-model", "fake/slow-model", "backup/good-model")
-KINDS = ("server_kill", "server_pause", "storm_retry_after", "storm_bare", "hang",
-         "redis_restart", "redis_flush", "cli_kill", "daemon_kill", "slow_link", "disk_full")
+MODELS = ("fake/fake-model", "fake/slow-model", "backup/good-model", "fake/priced-model")
+STEP_USD = 0.02  # a priced model call: 10 + 5 tokens at $1000 / $2000 per million
+RUN_USD = 0.05  # the run ceiling: stopped at its third step
+KINDS = ("server_kill", "server_pause", "storm_retry_after", "storm_bare", "hang", "permission",
+         "ceiling", "redis_restart", "redis_flush", "cli_kill", "daemon_kill", "slow_link",
+         "disk_full")
+# Bash commands starting "echo ask" wait for a person's answer; every other tool runs.
+PERMISSION = {"bash": {"echo ask*": "ask", "*": "allow"}}
 SAMPLE_S = 0.2
 HOSTS = ("host-a", "host-b")
 CLI_TIMEOUT_S = 120.0
-
-
-class Broken(Exception):
-    """An invariant broke: its name and the evidence."""
 
 
 @dataclass
@@ -70,13 +73,16 @@ class Fault:
 
 
 def schedule(seed: int, seconds: float, kinds: tuple[str, ...] = KINDS) -> list[Fault]:
-    """The faults of a run: which, when, where and how long, all from ``seed``."""
+    """The faults of a run: which, when, where and how long, all from ``seed``; the kinds take
+    turns, so each comes as often as the others."""
     rnd = random.Random(seed)
-    out, t = [], 20.0
+    out, t, bag = [], 20.0, list[str]()
     while t < seconds - 15:
-        kind = rnd.choice(kinds)
+        if not bag:  # every kind once, in a shuffled order, then again
+            bag = rnd.sample(kinds, len(kinds))
+        kind = bag.pop()
         target = {"server_kill": rnd.choice(NAMES), "server_pause": rnd.choice(NAMES),
-                  "daemon_kill": rnd.choice(HOSTS), "cli_kill": rnd.choice(HOSTS),
+                  "daemon_kill": "active", "cli_kill": rnd.choice(HOSTS),
                   "slow_link": "lan-c"}.get(kind, "")
         out.append(Fault(round(t, 1), kind, target, round(rnd.uniform(2.0, 8.0), 1)))
         t += rnd.uniform(4.0, 9.0)
@@ -116,6 +122,7 @@ class Soak:
         self.paused: set[str] = set()
         self.slow_until = 0.0
         self.dispatched: list[tuple[str, str]] = []  # (instance, session) a client was told
+        self.priced: list[tuple[str, str]] = []  # the same, of runs made to pass the ceiling
         self.tasks: dict[str, float] = {}  # pool task id -> when it was added
         self.redis_lost_at = 0.0
         self.daemons: dict[str, Lines] = {}
@@ -130,8 +137,12 @@ class Soak:
         r = self.root
         self.llm = FakeLLM().__enter__()
         self.llm.set_mode("slow-model", "slow", delay=6)
+        self.llm.set_mode("priced-model", "tools", calls=[
+            ["bash", {"command": "sleep 1", "description": "a step"}]] * 30)
         self.fleet = sandbox.Fleet(r / "fleet", n=3, llm=self.llm, models=MODELS,
-                                   start_timeout=180.0)
+                                   prices=PRICES,
+                                   start_timeout=180.0,
+                                   extra_env={"OPENCODE_PERMISSION": json.dumps(PERMISSION)})
         self.fleet.start()
         self.ports = [s.port for s in self.fleet.servers]
         (r / "redis").mkdir()
@@ -146,15 +157,21 @@ class Soak:
                        concurrency_limit=LIMIT,
                        timeouts={"connect_seconds": 2, "read_seconds": 10},
                        lock={"slot_ttl_seconds": 60, "lock_timeout_seconds": 20,
-                             "slot_grace_seconds": 5})
+                             "slot_grace_seconds": 5},
+                       budget={"run_usd": RUN_USD})
         hub.doc["models"] = {"default_dispatch_model": "fake/fake-model",
                              "chain": ["fake/fake-model", "backup/good-model"]}
-        # lan-c behind a proxy that delays every request while a slow link fault lasts.
-        self.proxy = DelayProxy(self.fleet.servers[2].url, self._link_delay).__enter__()
-        hub.set_instance("lan-c", url=self.proxy.url)
         self.hosts = two_hosts(hub, self.redis, r)
         for h in self.hosts:
             h.write(ha)
+        # The clients reach lan-c through a proxy that delays each request while a slow link
+        # lasts (the daemons follow the servers' event streams, which it would hold back).
+        self.proxy = DelayProxy(self.fleet.servers[2].url, self._link_delay).__enter__()
+        self.clients = tuple(
+            Host(h.name, replace(h.hub, config_path=r / f"client-{h.name}.json",
+                                 doc=copy.deepcopy(h.hub.doc))) for h in self.hosts)
+        for h in self.clients:
+            h.hub.set_instance("lan-c", url=self.proxy.url)
         self.secrets = [*hub.secrets(), self.redis.password]
         for h in self.hosts:
             self._start_daemon(h)
@@ -164,7 +181,7 @@ class Soak:
 
     def _start_daemon(self, host: Host) -> None:
         self.daemons[host.name] = Lines(
-            host.popen("patrol", "--interval-seconds", "2", "--no-design", "--no-live"))
+            host.popen("patrol", "--interval-seconds", "2", "--no-design"))
 
     def close(self) -> None:
         self.stop.set()
@@ -231,44 +248,49 @@ class Soak:
         n = 0
         while not self.stop.is_set():
             n += 1
-            host = self.hosts[rnd.randrange(2)]
             act = rnd.choice(("dispatch", "dispatch", "dispatch", "queue", "mcp", "steer",
                               "interrupt", "answer", "status", "sessions"))
-            tag = f"c{i}-{n}"
-            if act == "dispatch":
-                model = rnd.choice(MODELS[:2])
-                code, out, _ = self.cli(host, "dispatch", "dispatch", "--new", "--json",
-                                        "--text", f"soak work {tag}", "--model", model)
-                if code == 0:
-                    doc = json.loads(out)
-                    self.dispatched.append((str(doc["instance"]), str(doc["session_id"])))
-            elif act == "queue":
-                code, _, _ = self.cli(host, "queue", "backlog", "add", "--id", f"SOAK-{tag}",
-                                      "--title", f"soak task {tag}")
-                if code == 0:
-                    self.tasks[f"SOAK-{tag}"] = self.now()
-            elif act == "mcp":
-                tid = self.mcp_add(host, f"soak task {tag} (mcp)")
-                if tid:
-                    self.tasks[tid] = self.now()
-            elif act in ("steer", "interrupt") and self.dispatched:
-                inst, sid = rnd.choice(self.dispatched[-10:])
-                if act == "steer":
-                    self.cli(host, act, "dispatch", "--session", sid, "--text",
-                             f"also {tag}")
-                else:
-                    self.cli(host, act, "interrupt", "--session", sid, "--allow-prod")
-            elif act == "answer":
-                code, out, _ = self.cli(host, "waiting", "waiting", "--json")
-                reqs = json.loads(out).get("waiting", []) if code == 0 and out.strip() else []
-                if reqs:
-                    verb = rnd.choice(("approve", "deny"))
-                    self.cli(host, verb, verb, str(reqs[0].get("id")), "--allow-prod")
-            elif act in ("status", "sessions"):
-                code, out, err = self.cli(host, act, act, "--json")
-                self.checks.check("answers", code in (0, 2) and bool(out.strip()),
-                                  f"{act} exit {code}: {err[-500:]}")
+            try:
+                self.act(act, rnd, self.clients[rnd.randrange(2)], f"c{i}-{n}")
+            except Exception:  # the harness's own failure: stop the run, loudly
+                self.checks.check("clients ran", False, traceback.format_exc())
             self.stop.wait(rnd.uniform(0.5, 2.5))
+
+    def act(self, act: str, rnd: random.Random, host: Host, tag: str) -> None:
+        """One client's action."""
+        if act == "dispatch":
+            model = rnd.choice(MODELS[:2])  # the priced one is the ceiling fault's
+            code, out, _ = self.cli(host, "dispatch", "dispatch", "--new", "--json",
+                                    "--text", f"soak work {tag}", "--model", model)
+            if code == 0:
+                doc = json.loads(out)
+                self.dispatched.append((str(doc["instance"]), str(doc["session_id"])))
+        elif act == "queue":
+            code, _, _ = self.cli(host, "queue", "backlog", "add", "--id", f"SOAK-{tag}",
+                                  "--title", f"soak task {tag}")
+            if code == 0:
+                self.tasks[f"SOAK-{tag}"] = self.now()
+        elif act == "mcp":
+            tid = self.mcp_add(host, f"soak task {tag} (mcp)")
+            if tid:
+                self.tasks[tid] = self.now()
+        elif act in ("steer", "interrupt") and self.dispatched:
+            inst, sid = rnd.choice(self.dispatched[-10:])
+            if act == "steer":
+                self.cli(host, act, "dispatch", "--session", sid, "--text",
+                         f"also {tag}")
+            else:
+                self.cli(host, act, "interrupt", "--session", sid, "--allow-prod")
+        elif act == "answer":
+            code, out, _ = self.cli(host, "waiting", "waiting", "--json")
+            reqs = json.loads(out).get("waiting", []) if code == 0 and out.strip() else []
+            if reqs:
+                verb = rnd.choice(("approve", "deny"))
+                self.cli(host, verb, verb, str(reqs[0].get("id")), "--allow-prod")
+        elif act in ("status", "sessions"):
+            code, out, err = self.cli(host, act, act, "--json")
+            self.checks.check("answers", code in (0, 2) and bool(out.strip()),
+                              f"{act} exit {code}: {err[-500:]}")
 
     def mcp_add(self, host: Host, title: str) -> str:
         """Add a pool task through `xaf-hub mcp` (stdio, JSON-RPC lines); its id, or ""."""
@@ -276,10 +298,11 @@ class Soak:
                                  "clientInfo": {"name": "soak", "version": "1"}}),
                  ("notifications/initialized", None),
                  ("tools/call", {"name": "backlog_add", "arguments": {"title": title}})]
+        proc = host.hub.popen("mcp", extra_env={"XAF_HUB_HOSTNAME": host.name},
+                              stdin=subprocess.PIPE)
+        assert proc.stdin is not None and proc.stdout is not None
         with self.lock:
             self.inflight["mcp"] += 1
-        proc = host.popen("mcp")
-        assert proc.stdin is not None and proc.stdout is not None
         try:
             answer: dict[str, object] = {}
             for n, (method, params) in enumerate(calls):
@@ -368,7 +391,6 @@ class Soak:
     def run_fault(self, f: Fault) -> None:
         with self.lock:
             f.landed = ",".join(sorted(k for k, v in self.inflight.items() if v > 0))
-        self.log(f.line())
         if f.kind == "server_kill":
             s = self.server(f.target)
             port = s.port
@@ -395,6 +417,17 @@ class Soak:
             self.llm.set_mode("fake-model", "429", **ra)
             self.stop.wait(f.seconds)
             self.llm.set_mode("fake-model", "ok")
+        elif f.kind == "permission":  # the runs started meanwhile ask before a command
+            self.llm.set_mode("fake-model", "tools", calls=[
+                ["bash", {"command": "echo ask-soak", "description": "asks"}]])
+            self.stop.wait(f.seconds)
+            self.llm.set_mode("fake-model", "ok")
+        elif f.kind == "ceiling":
+            code, out, _ = self.cli(self.clients[0], "dispatch", "dispatch", "--new", "--json",
+                                    "--text", "soak priced", "--model", "fake/priced-model")
+            if code == 0:
+                doc = json.loads(out)
+                self.priced.append((str(doc["instance"]), str(doc["session_id"])))
         elif f.kind == "hang":
             self.llm.set_mode("slow-model", "hang")
             self.stop.wait(f.seconds)
@@ -411,11 +444,13 @@ class Soak:
             client.close()
             self.redis_lost_at = self.now()
         elif f.kind == "cli_kill":
-            host = self.hosts[HOSTS.index(f.target)]
+            host = self.clients[HOSTS.index(f.target)]
             self.cli(host, "killed", "dispatch", "--new", "--text", "soak killed",
                      kill_after=f.seconds / 2)
         elif f.kind == "daemon_kill":
-            host = next(h for h in self.hosts if h.name == f.target)
+            host = next((h for h in self.hosts if _beat(h.hub).get("role") == "active"),
+                        self.hosts[0])  # the lease holder: the one running rounds
+            f.target = host.name
             old = self.daemons[host.name]
             old.proc.kill()
             old.stop()
@@ -433,6 +468,7 @@ class Soak:
             self.stop.wait(f.seconds)
             filler.unlink(missing_ok=True)
         f.done = True
+        self.log(f.line())
 
     # -- the run --------------------------------------------------------------------------
 
@@ -463,15 +499,19 @@ class Soak:
     def final_checks(self) -> None:
         """What a client was told: each dispatch on its server, each task since the last Redis
         loss in the pool with a state; the daemons' memory flat; their logs clean."""
-        for inst, sid in list(self.dispatched):
+        for inst, sid in list(self.dispatched) + self.priced:
             i = NAMES.index(inst)
             try:
-                sandbox.messages(f"http://127.0.0.1:{self.ports[i]}",
-                                 self.fleet.passwords[i], sid)
-                ok = True
+                msgs = sandbox.messages(f"http://127.0.0.1:{self.ports[i]}",
+                                        self.fleet.passwords[i], sid)
             except (httpx.HTTPError, sandbox.SandboxError):
-                ok = False
-            self.checks.check("dispatch on its server", ok, f"{sid} on {inst}")
+                msgs = None
+            self.checks.check("dispatch on its server", msgs is not None, f"{sid} on {inst}")
+            if (inst, sid) in self.priced and msgs is not None:
+                cost = sum(float(m["info"].get("cost") or 0) for m in msgs
+                           if m["info"].get("role") == "assistant")
+                self.checks.check("run cost within ceiling + a step",
+                                  cost <= RUN_USD + STEP_USD + 1e-9, f"{sid} cost ${cost:.2f}")
         code, out, err = self.cli(self.hosts[0], "backlog", "backlog", "list", "--json")
         listed = {t["id"]: t for t in json.loads(out)["tasks"]} if code == 0 else {}
         for tid, added in self.tasks.items():
@@ -485,8 +525,15 @@ class Soak:
                 first, last = max(series[:q]), max(series[-q:])
                 self.checks.check("daemon memory flat", last <= first * 1.2,
                                   f"pid {pid}: {first:.0f} -> {last:.0f} MB")
-        rows = [json.loads(ln) for h in self.hosts if (h.home / "audit.log").exists()
-                for ln in (h.home / "audit.log").read_text("utf-8").splitlines()]
+        rows = []
+        for h in self.hosts:
+            audit = h.home / "audit.log"
+            for ln in audit.read_text("utf-8").splitlines() if audit.exists() else ():
+                try:
+                    rows.append(json.loads(ln))
+                except ValueError:
+                    self.checks.check("audit lines whole", False, f"{audit}: {ln[:400]}")
+            self.checks.check("audit lines whole", True, "")
         sent = Counter(r.get("task") for r in rows if r["command"] == "patrol.backlog"
                        and r["result"] == "dispatched")
         again = Counter(r.get("task") for r in rows if r["command"] == "patrol.backlog"
@@ -518,8 +565,8 @@ def render(seed: int, seconds: float, faults: list[Fault], checks: Checks,
     lines.append("  slowest answer: " + ", ".join(f"{k} {v:.1f}s" for k, v in
                                                   sorted(checks.slowest.items())))
     lines.append("  not yet checked: no project over its share (one project), no waiting run "
-                 "holding a slot unseen, no check process outliving its check, cost ceilings, "
-                 "landings, the page")
+                 "holding a slot unseen, no check process outliving its check, landings, the "
+                 "page")
     if checks.broken:
         lines.append(f"BROKEN {checks.broken[0]}")
         lines.append(f"replay: python -m bench --soak --seed {seed} --minutes "
