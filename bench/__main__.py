@@ -863,7 +863,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.soak:
         from bench.soak import main as soak
 
-        return soak(args.minutes, args.seed, log, args.keep_artifacts)
+        try:
+            with sigterm_as_interrupt():  # its servers, Redis and mount go with it
+                return soak(args.minutes, args.seed, log, args.keep_artifacts)
+        except KeyboardInterrupt:
+            log("interrupted; servers stopped")
+            return 130
     if args.live:
         return run_live(args, log)
     if args.rounds:

@@ -22,6 +22,7 @@ import os
 import random
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
 import threading
@@ -175,6 +176,15 @@ class Soak:
         self.secrets = [*hub.secrets(), self.redis.password]
         for h in self.hosts:
             self._start_daemon(h)
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            self.page = f"http://127.0.0.1:{probe.getsockname()[1]}"
+        self.serve = Lines(self.hosts[0].popen("serve", "--port", self.page.rsplit(":", 1)[1]))
+        for _ in range(600):  # the page first answers once serve listens
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(self.page + "/health", timeout=2).status_code == 200:
+                    break
+            time.sleep(0.2)
 
     def _link_delay(self, method: str, path: str) -> float:
         return 1.5 if time.monotonic() < self.slow_until else 0.0
@@ -188,7 +198,7 @@ class Soak:
         for pid in self.paused_pids():
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGCONT)
-        for lines in self.daemons.values():
+        for lines in [*self.daemons.values(), self.serve]:
             lines.proc.kill()
             lines.stop()
         with contextlib.suppress(Exception):
@@ -360,6 +370,28 @@ class Soak:
                                       f"{name} runs {sorted(runs)}")
                 k += 1
 
+    def poll_views(self) -> None:
+        """Every 3 s: `status` or `sessions` (in turn, host A's client) and the served page and
+        its JSON, each answering, with no traceback or secret in it."""
+        k = 0
+        with httpx.Client(timeout=60.0) as c:
+            while not self.stop.wait(3.0):
+                k += 1
+                what = ("status", "sessions")[k % 2]
+                code, out, err = self.cli(self.clients[0], what, what, "--json")
+                self.checks.check("answers", code in (0, 2) and bool(out.strip()),
+                                  f"{what} exit {code}: {err[-500:]}")
+                for path in ("/", "/api/snapshot"):
+                    t = time.monotonic()
+                    try:
+                        r = c.get(self.page + path)
+                        ok, body = r.status_code == 200, r.text
+                    except httpx.HTTPError as exc:
+                        ok, body = False, repr(exc)
+                    self.checks.time(f"page {path}", time.monotonic() - t)
+                    self.checks.check("answers", ok, f"page {path}: {body[-500:]}")
+                    self.read_text(f"page {path}", body)
+
     @staticmethod
     def _root_of(parents: dict[str, str | None], sid: str) -> str:
         seen = 0
@@ -381,7 +413,7 @@ class Soak:
                                           age <= lock["slot_ttl_seconds"] + 2,
                                           f"{key} is {age:.0f}s old: {raw}")
             for lines in list(self.daemons.values()):
-                with contextlib.suppress(OSError, ValueError, IndexError):
+                with contextlib.suppress(OSError, ValueError, IndexError, StopIteration):
                     text = Path(f"/proc/{lines.proc.pid}/status").read_text()
                     kb = next(ln for ln in text.splitlines() if ln.startswith("VmRSS"))
                     self.rss.setdefault(lines.proc.pid, []).append(int(kb.split()[1]) / 1024)
@@ -476,7 +508,7 @@ class Soak:
         kinds = tuple(k for k in KINDS if k not in self.skipped)
         plan = schedule(self.seed, self.seconds, kinds)
         threads = [threading.Thread(target=fn, daemon=True) for fn in
-                   (self.sample_limits, self.sample_each_second,
+                   (self.sample_limits, self.sample_each_second, self.poll_views,
                     lambda: self.client(0), lambda: self.client(1))]
         self.t0 = time.monotonic()
         for t in threads:
@@ -541,8 +573,8 @@ class Soak:
         for tid, n in sent.items():
             self.checks.check("no task started twice", n <= 1 + again[tid],
                               f"{tid} sent {n} times, requeued {again[tid]}")
-        for name, lines in self.daemons.items():
-            self.read_text(f"daemon {name}", "\n".join(lines.lines + lines.err))
+        for name, lines in [*self.daemons.items(), ("serve", self.serve)]:
+            self.read_text(name, "\n".join(lines.lines + lines.err))
         for h in self.hosts:
             audit = h.home / "audit.log"
             if audit.exists():
@@ -565,8 +597,7 @@ def render(seed: int, seconds: float, faults: list[Fault], checks: Checks,
     lines.append("  slowest answer: " + ", ".join(f"{k} {v:.1f}s" for k, v in
                                                   sorted(checks.slowest.items())))
     lines.append("  not yet checked: no project over its share (one project), no waiting run "
-                 "holding a slot unseen, no check process outliving its check, landings, the "
-                 "page")
+                 "holding a slot unseen, no check process outliving its check, landings")
     if checks.broken:
         lines.append(f"BROKEN {checks.broken[0]}")
         lines.append(f"replay: python -m bench --soak --seed {seed} --minutes "
