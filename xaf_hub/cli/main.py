@@ -11,6 +11,7 @@ import traceback
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
+from xaf_hub.cli.options import GLOBAL, Common, add_options, add_record, declared, pick
 from xaf_hub.errors import ExitCode, HubError, MissingPassword, UsageError
 
 # httpx's package imports its own command-line tool (click and rich; docs/performance.md) whenever
@@ -71,7 +72,12 @@ timeout, 4 bad argument/config or production not allowed, 5 not a project sessio
 
 class Parser(argparse.ArgumentParser):
     """ArgumentParser whose usage errors exit 4 (USAGE), not argparse's 2, and suggest the
-    command or option a typo was probably meant to be."""
+    command or option a typo was probably meant to be; ``records`` are the options records its
+    options come from (``options.add_record``)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.records: list[type[Any]] = []
 
     def error(self, message: str) -> NoReturn:
         import re
@@ -142,14 +148,7 @@ class Parser(argparse.ArgumentParser):
 def _common(sub: bool = False) -> Parser:
     # On subcommands the defaults are SUPPRESS so `xaf-hub --config X status` keeps X.
     common = Parser(add_help=False)
-    extra: dict[str, Any] = {"default": argparse.SUPPRESS} if sub else {}
-    common.add_argument(
-        "--config", metavar="PATH", help="config file (default: see README)", **extra
-    )
-    from xaf_hub.cli.options import PROJECT_HELP
-
-    common.add_argument("--project", metavar="NAME", help=PROJECT_HELP, **extra)
-    common.add_argument("--debug", action="store_true", help="show tracebacks on errors", **extra)
+    add_options(common, pick(declared(Common), *GLOBAL), suppress=sub)
     return common
 
 
@@ -191,7 +190,10 @@ def build_parser(argv: Sequence[str] | None = None) -> Parser:
             formatter_class=HelpFormatter,
             parents=[common],
         )
-        module.add_arguments(p)
+        if hasattr(module, "add_arguments"):  # a command with actions of its own (backlog)
+            module.add_arguments(p)
+        else:
+            add_record(p, module.Options)
         p.set_defaults(func=module.run)
     return parser
 

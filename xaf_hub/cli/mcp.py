@@ -52,9 +52,9 @@ from xaf_hub.cli.commands import (
     status,
     waiting,
 )
-from xaf_hub.cli.commands._common import PROJECT, answer_waiting, missing_password
+from xaf_hub.cli.commands._common import answer_waiting, missing_password
 from xaf_hub.cli.context import Context
-from xaf_hub.cli.options import MAX_SHORT, MAX_TEXT, Common, Opt, pick, record
+from xaf_hub.cli.options import MAX_SHORT, MAX_TEXT, Common, Opt, declared, pick, record
 from xaf_hub.core import aio
 from xaf_hub.core.records import Snapshot
 from xaf_hub.core.text import dumps
@@ -241,12 +241,12 @@ def _dispatch_line(doc: Any) -> str:
 
 
 def _instances(ctx: Context, v: Values) -> Any:
-    doc, snap = instances.read(ctx, record(instances.Options, instances.OPTIONS, v))
+    doc, snap = instances.read(ctx, record(instances.Options, v))
     return _unless_password_missing(doc, snap)
 
 
 def _status(ctx: Context, v: Values) -> Any:
-    m = status.measure(ctx, record(status.Options, status.OPTIONS, v))
+    m = status.measure(ctx, record(status.Options, v))
     return _unless_password_missing(status.document(m), m.snap)
 
 
@@ -255,7 +255,7 @@ def _sessions(ctx: Context, v: Values) -> Any:
 
     v = dict(v)
     ctx.choose(v.pop("project", None))
-    opts = record(sessions.Options, sessions.OPTIONS, v)
+    opts = record(sessions.Options, v)
     snap = sessions.read(ctx, opts)
     doc = _unless_password_missing(snapshot_document(snap), snap)
     if opts.limit is not None and isinstance(doc.get("sessions"), list):
@@ -274,11 +274,11 @@ def _unless_password_missing(doc: Any, snap: Snapshot) -> Any:
 
 
 def _show(ctx: Context, v: Values) -> Any:
-    return show.document(show.look(ctx, record(show.Options, show.OPTIONS, v)))
+    return show.document(show.look(ctx, record(show.Options, v)))
 
 
 def _dispatch(ctx: Context, v: Values) -> Any:
-    done = dispatch.carry_out(ctx, record(dispatch.Options, (*dispatch.OPTIONS, PROJECT), v))
+    done = dispatch.carry_out(ctx, record(dispatch.Options, v))
     refused = done.refusal() if isinstance(done, dispatch.Planned) else None
     if refused is not None:
         raise refused
@@ -288,30 +288,29 @@ def _dispatch(ctx: Context, v: Values) -> Any:
 def _interrupt(ctx: Context, v: Values) -> Any:
     from xaf_hub.ops.interrupt import interrupt_session
 
-    opts = record(interrupt.Options, interrupt.OPTIONS, v)
+    opts = record(interrupt.Options, v)
     done = aio.run(interrupt_session(ctx.ops(), v["session"], instance=opts.instance,
                                      allow_prod=opts.allow_prod, force=opts.force))
     return interrupt.document(done)
 
 
 def _land(ctx: Context, v: Values) -> Any:
-    return land.document(land.carry_out(ctx, record(land.Options, land.OPTIONS, v)))
+    return land.document(land.carry_out(ctx, record(land.Options, v)))
 
 
 def _backlog_add(ctx: Context, v: Values) -> Any:
-    task = backlog.add_task(ctx, record(backlog.AddOptions, backlog.ADD_OPTIONS, v))
+    task = backlog.add_task(ctx, record(backlog.AddOptions, v))
     return task.to_json()
 
 
 def _backlog_show(ctx: Context, v: Values) -> Any:
-    return backlog.show_document(*backlog.shown(ctx, record(backlog.ShowOptions,
-                                                            backlog.SHOW_OPTIONS, v)))
+    return backlog.show_document(*backlog.shown(ctx, record(backlog.ShowOptions, v)))
 
 
 def _waiting(ctx: Context, v: Values) -> Any:
     import time
 
-    found = waiting.look(ctx, record(waiting.Options, waiting.OPTIONS, v))
+    found = waiting.look(ctx, record(waiting.Options, v))
     return waiting.document(found, int(time.time() * 1000))
 
 
@@ -324,9 +323,9 @@ def _waiting_line(doc: Any) -> str:
     return line
 
 
-def _answered(cls: Any, options: tuple[Opt, ...]) -> Callable[[Context, Values], Any]:
+def _answered(cls: Any) -> Callable[[Context, Values], Any]:
     """A tool that answers a waiting request as its command does (``cls.reply()``)."""
-    return lambda ctx, v: answer_waiting(ctx, record(cls, options, v))
+    return lambda ctx, v: answer_waiting(ctx, record(cls, v))
 
 
 def _reply_line(doc: Any) -> str:
@@ -338,6 +337,15 @@ def _field(doc: Any, key: str) -> str:
     return str(doc.get(key, "")) if isinstance(doc, dict) else ""
 
 
+def _options(cls: type[Any], *names: str, required: tuple[str, ...] = ()) -> tuple[Opt, ...]:
+    """The options of the record ``cls`` a tool takes (``required`` there, though optional on
+    the command line)."""
+    return tuple(o.but(required=True) if o.dest in required else o
+                 for o in pick(declared(cls), *names))
+
+
+PROJECT = pick(declared(Common), "project")[0]  # the common --project, as a tool's parameter
+
 TOOLS: tuple[Tool, ...] = (
     Tool("instances", "List the fleet's instances: reachable or not (with the reason), "
          "opencode version, role, limit.", (), _instances, lambda d: _count(d, "instances")),
@@ -345,52 +353,55 @@ TOOLS: tuple[Tool, ...] = (
          "can take new work now; the task pool's queue.", (), _status, _status_line),
     Tool("sessions", "The project's sessions on every instance (or one): id, title, directory, "
          "run state, last result.",
-         (*pick(sessions.OPTIONS, "instance", "keyword", "limit"), PROJECT),
+         (*_options(sessions.Options, "instance", "keyword", "limit"), PROJECT),
          _sessions, lambda d: _count(d, "sessions")),
     Tool("show", "One session: its state, the last prompt and the last answer.",
-         (show.SESSION_OPT.but(required=True), *pick(show.OPTIONS, "instance")), _show,
+         _options(show.Options, "session", "instance", required=("session",)), _show,
          lambda d: f"session {_field(d, 'session_id')}"),
     Tool("dispatch", "Send a task to the right session: a related one (smart match), a named "
          "one, or a new one on the least-loaded instance, never past an instance's limit. "
          "queue=true puts the task in the pool when no instance can take it now.",
-         (*pick(dispatch.OPTIONS, "text", "instance", "session", "directory", "title", "new",
-               "dry_run", "model", "queue", "allow_prod"), PROJECT),
+         (*_options(dispatch.Options, "text", "instance", "session", "directory", "title",
+                   "new", "dry_run", "model", "queue", "allow_prod"), PROJECT),
          _dispatch, _dispatch_line),
     Tool("interrupt", "Stop a session's run (a person's decision: the patrol never resumes it).",
-         (interrupt.SESSION_OPT.but(required=True),
-          *pick(interrupt.OPTIONS, "instance", "allow_prod")),
+         _options(interrupt.Options, "session", "instance", "allow_prod",
+                  required=("session",)),
          _interrupt, lambda d: f"interrupted {_field(d, 'session_id')}"),
     Tool("backlog_list", "The task pool: every task with its status (pending, dispatched, "
-         "done), priority and session.", backlog.LIST_OPTIONS,
-         lambda ctx, v: backlog.listing(ctx, record(backlog.ListOptions, backlog.LIST_OPTIONS, v)),
+         "done), priority and session.", _options(backlog.ListOptions, "status"),
+         lambda ctx, v: backlog.listing(ctx, record(backlog.ListOptions, v)),
          lambda d: _count(d, "tasks")),
     Tool("land", "Land a task's verified branch on the base branch now (or send_back a text "
          "to its session, or drop its work): for tasks in worktrees of their own.",
-         land.OPTIONS, _land, lambda d: f"{_field(d, 'task')}: {_field(d, 'detail')}"),
+         _options(land.Options, "task_id", "send_back", "drop"), _land,
+         lambda d: f"{_field(d, 'task')}: {_field(d, 'detail')}"),
     Tool("backlog_add", "Add a task to the pool; the patrol dispatches it when a slot is free "
          "(after the tasks it depends on are done).",
-         pick(backlog.ADD_OPTIONS, "title", "prompt", "priority", "instance", "depends_on"),
+         _options(backlog.AddOptions, "title", "prompt", "priority", "instance", "depends_on"),
          _backlog_add, lambda d: f"added {_field(d, 'id')}"),
-    Tool("backlog_show", "One task of the pool, whole.", backlog.SHOW_OPTIONS, _backlog_show,
+    Tool("backlog_show", "One task of the pool, whole.", _options(backlog.ShowOptions, "task_id"),
+         _backlog_show,
          lambda d: f"task {_field(d, 'id')}"),
     Tool("waiting", "Every request a run waits on across the fleet (permission requests and "
          "questions for a person): id, instance, session, what is asked, options, since when. "
-         "Such a run holds a slot until it is answered.", waiting.OPTIONS, _waiting,
+         "Such a run holds a slot until it is answered.", _options(waiting.Options, "instance"),
+         _waiting,
          _waiting_line),
     Tool("approve", "Approve a permission request a run waits on (always=true: the patterns it "
          "offers too, for that session). Checked first: a request no longer waiting is "
          "refused and nothing is sent.",
-         pick(approve.OPTIONS, "request", "instance", "allow_prod", "always"),
-         _answered(approve.Options, approve.OPTIONS),
+         _options(approve.Options, "request", "instance", "allow_prod", "always"),
+         _answered(approve.Options),
          _reply_line),
     Tool("deny", "Deny a permission request (or reject a question) a run waits on; the run goes "
          "on without it, with your message if you give one.",
-         pick(deny.OPTIONS, "request", "instance", "allow_prod", "message"),
-         _answered(deny.Options, deny.OPTIONS), _reply_line),
+         _options(deny.Options, "request", "instance", "allow_prod", "message"),
+         _answered(deny.Options), _reply_line),
     Tool("answer", "Answer a question a run waits on: one option label per question (choices), "
          "or your own text.",
-         pick(answer.OPTIONS, "request", "instance", "allow_prod", "choices", "text"),
-         _answered(answer.Options, answer.OPTIONS),
+         _options(answer.Options, "request", "instance", "allow_prod", "choices", "text"),
+         _answered(answer.Options),
          _reply_line),
 )
 

@@ -18,13 +18,13 @@ pipx inject xaf-hub 'mcp>=2.3,<3'.
 
 from __future__ import annotations
 
-import argparse
 import hmac
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from xaf_hub.cli.commands._common import ADD_MCP, MCP_REQUIREMENT
 from xaf_hub.cli.context import Context
+from xaf_hub.cli.options import flag, opt
 from xaf_hub.errors import UsageError
 
 if TYPE_CHECKING:
@@ -47,22 +47,14 @@ INSTALL_HINT = (
 )
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    """Options of `mcp`."""
-    p.add_argument("--http", action="store_true",
-                   help="serve Streamable HTTP at http://HOST:PORT/mcp instead of stdio "
-                   f"(needs a bearer token in {TOKEN_ENV})")
-    p.add_argument("--host", default="127.0.0.1", help="address for --http (default 127.0.0.1)")
-    p.add_argument("--port", type=int, default=7318, help="port for --http (default 7318; 0: any)")
-
-
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Options:
-    """What `mcp` reads of its options."""
+    """The options of `mcp`."""
 
-    http: bool
-    host: str
-    port: int
+    http: bool = flag("--http", help="serve Streamable HTTP at http://HOST:PORT/mcp instead of "
+                      f"stdio (needs a bearer token in {TOKEN_ENV})")
+    host: str = opt("--host", default="127.0.0.1", help="address for --http (default 127.0.0.1)")
+    port: int = opt("--port", default=7318, help="port for --http (default 7318; 0: any)")
 
 
 def _is_loopback(host: str) -> bool:

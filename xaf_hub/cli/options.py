@@ -1,10 +1,9 @@
-"""Typed options: each command reads one frozen record, built here from argparse's namespace.
-
-A command declares what it reads as a dataclass whose field names are its options' ``dest``
-names (the ``DispatchOrder`` pattern), and asks ``ctx.options(Options)``. ``build`` is the one
-place an argparse namespace is read: every field is checked against its annotation, so a
-misspelt field or an option of the wrong type is a loud internal error on the first run of the
-command's tests, not a silent ``None``; mypy checks every read of the record.
+"""Options declared once: each command's options record is a frozen dataclass whose fields
+are its options (``opt``, ``flag``, ``Opt.field``): one declaration gives the field, the flag,
+its help, type and default, and the MCP tool's parameter. The parser is built from the record
+(``add_record``), and ``build`` is the one place an argparse namespace is read: every field is
+checked against its annotation, so an option of the wrong type is a loud internal error on the
+first run of the command's tests, not a silent ``None``; mypy checks every read of the record.
 """
 
 from __future__ import annotations
@@ -26,18 +25,6 @@ from typing import (
 )
 
 T = TypeVar("T")
-
-
-@dataclasses.dataclass(frozen=True)
-class Common:
-    """The options every command has (``--config``, ``--debug``, ``--project``; ``--json``,
-    ``--wide`` where the command takes them)."""
-
-    config: str | None = None
-    debug: bool = False
-    json: bool = False
-    wide: bool = False
-    project: str | None = None
 
 
 PROJECT_HELP = "the project to work on (needed when the config names several)"
@@ -103,47 +90,63 @@ def build(cls: type[T], namespace: argparse.Namespace) -> T:
     return cls(**values)
 
 
-# -- options declared once: argparse's flag and the MCP tool's parameter ----------------------
+# -- options declared once: the record's field, argparse's flag and the MCP tool's parameter ------
 
 MAX_TEXT = 64_000  # one task text: far more than any prompt needs, far less than a memory risk
 MAX_SHORT = 512  # a title, a keyword, an instance or session id, a model, a directory
+HIDDEN = argparse.SUPPRESS  # the help of an option for tests and demos, left out of --help
 
 
 @dataclasses.dataclass(frozen=True)
 class Opt:
-    """One option, declared once: its name (``dest``, also the MCP parameter), flags, type,
-    default, help and limits. ``add_options`` gives argparse its face, ``tool_parameter`` the
-    MCP tool's (``cli/mcp.py``); the command's typed record reads the same ``dest``.
+    """One option, declared once as a field of its command's options record (``Opt.field``):
+    flags, help, default and limits here; its name (``dest``, also the MCP parameter) and kind
+    come from the field (``declared``). ``add_options`` gives argparse its face,
+    ``tool_parameter`` the MCP tool's (``cli/mcp.py``).
 
     ``kind`` is ``str``, ``int``, ``float``, ``bool`` (a flag), ``list[str]`` (one or more
-    values) or a ``Literal`` of words (choices). No ``flags``: a positional argument.
-    ``max_length`` bounds a text (each element of a list); ``max_items`` a list.
-    ``tool_help`` is for the rare option whose meaning differs on the MCP face."""
+    values; repeated flags with ``append``) or a ``Literal`` of words (choices). No ``flags``:
+    a positional argument. ``const``: the value of the flag given bare (its value optional).
+    Options of one ``group`` exclude each other. ``max_length`` bounds a text (each element of
+    a list); ``max_items`` a list. ``tool_help`` is for the rare option whose meaning differs
+    on the MCP face."""
 
-    dest: str
     flags: tuple[str, ...]
-    help: str
-    kind: Any = str
+    help: str | None = None
     default: Any = None
     metavar: str | None = None
     required: bool = False
+    append: bool = False
+    const: Any = None
+    group: str | None = None
     max_length: int | None = MAX_SHORT
     max_items: int | None = None
     minimum: int | None = None
     maximum: int | None = None
     tool_help: str | None = None
+    dest: str = ""
+    kind: Any = str
 
     def but(self, **changes: Any) -> Opt:
         """This option with some fields changed (another command's wording or default)."""
         return dataclasses.replace(self, **changes)
+
+    def field(self, **changes: Any) -> Any:
+        """A field of an options record that is this option (``changes``: ``but``'s)."""
+        o = self.but(**changes)
+        if o.required:
+            return dataclasses.field(metadata={"opt": o})
+        default = tuple(o.default) if isinstance(o.default, list) else o.default
+        return dataclasses.field(default=default, metadata={"opt": o})
 
     @property
     def choices(self) -> tuple[str, ...] | None:
         """The words a ``Literal`` kind allows."""
         return tuple(get_args(self.kind)) if get_origin(self.kind) is Literal else None
 
-    def add_to(self, parser: argparse.ArgumentParser | Any) -> None:
-        """This option's argparse face (``parser`` may be a mutually exclusive group)."""
+    def add_to(self, parser: argparse.ArgumentParser | Any, suppress: bool = False) -> None:
+        """This option's argparse face (``parser`` may be a mutually exclusive group);
+        ``suppress``: no default, so a value given before the subcommand is kept."""
         how: dict[str, Any] = {"help": self.help}
         if self.kind is bool:
             how.update(action="store_true")
@@ -152,13 +155,18 @@ class Opt:
             if get_origin(self.kind) is list:
                 # A positional list that may be empty takes none or more words ("*").
                 many = "*" if not self.flags and not self.required else "+"
-                how.update(nargs=many, default=list(self.default or []))
+                how.update(default=list(self.default or []))
+                how.update(action="append") if self.append else how.update(nargs=many)
             else:
                 how["default"] = self.default
                 if self.choices:
                     how["choices"] = self.choices
                 elif self.kind in (int, float):
                     how["type"] = self.kind
+                if self.const is not None:
+                    how.update(nargs="?", const=self.const)
+        if suppress:
+            how["default"] = argparse.SUPPRESS
         if not self.flags:
             if not self.required:
                 how.setdefault("nargs", "?")
@@ -194,10 +202,51 @@ class Opt:
         return Annotated[kind, Field(**limits)], default
 
 
-def add_options(parser: argparse.ArgumentParser | Any, options: Sequence[Opt]) -> None:
-    """Every option's argparse face, in order."""
-    for opt in options:
-        opt.add_to(parser)
+def opt(*flags: str, **how: Any) -> Any:
+    """A field of an options record declared as its option (``Opt``'s fields by name)."""
+    return Opt(flags, **how).field()
+
+
+def flag(*flags: str, **how: Any) -> Any:
+    """A field of an options record that is a flag (false unless given)."""
+    return opt(*flags, default=False, **how)
+
+
+def _kind(hint: Any) -> Any:
+    """The kind of option a field's annotation declares: ``None`` dropped, a tuple a list."""
+    if get_origin(hint) in (Union, types.UnionType):
+        hint = next(h for h in get_args(hint) if h is not type(None))
+    return list[str] if get_origin(hint) is tuple else hint
+
+
+def declared(cls: type[Any]) -> tuple[Opt, ...]:
+    """The options of the record ``cls``, in its fields' order, named and typed by them."""
+    hints = get_type_hints(cls)
+    return tuple(
+        f.metadata["opt"].but(dest=f.name, kind=_kind(hints[f.name]))
+        for f in dataclasses.fields(cls) if "opt" in f.metadata
+    )
+
+
+def add_options(
+    parser: argparse.ArgumentParser | Any, options: Sequence[Opt], suppress: bool = False
+) -> None:
+    """Every option's argparse face, in order (options of one ``group`` in one exclusive
+    group)."""
+    groups: dict[str, Any] = {}
+    for o in options:
+        if o.group and o.group not in groups:
+            groups[o.group] = parser.add_mutually_exclusive_group()
+        o.add_to(groups[o.group] if o.group else parser, suppress)
+
+
+def add_record(parser: argparse.ArgumentParser, cls: type[Any]) -> None:
+    """The options of the record ``cls`` on ``parser``, which remembers the record (a test
+    checks every flag of every parser against its records)."""
+    records = getattr(parser, "records", None)
+    if isinstance(records, list):
+        records.append(cls)
+    add_options(parser, declared(cls))
 
 
 def pick(options: Sequence[Opt], *names: str) -> tuple[Opt, ...]:
@@ -209,10 +258,27 @@ def pick(options: Sequence[Opt], *names: str) -> tuple[Opt, ...]:
     return tuple(by_name[n] for n in names)
 
 
-def record(cls: type[T], options: Sequence[Opt], given: Mapping[str, Any]) -> T:
+def record(cls: type[T], given: Mapping[str, Any]) -> T:
     """The record ``cls`` from values given by name (an MCP call); an option not given takes
-    its declared default, as argparse would give it. Checked as ``build`` checks."""
-    values = {o.dest: (list(o.default or []) if get_origin(o.kind) is list else o.default)
-              for o in options}
-    values.update(given)
-    return build(cls, argparse.Namespace(**values))
+    its field's default, as argparse would give it. Checked as ``build`` checks."""
+    return build(cls, argparse.Namespace(**given))
+
+
+JSON = Opt(("-j", "--json"), "print JSON for scripts on stdout", default=False)
+WIDE = Opt(("-w", "--wide"), "show every column whole (on a terminal, tables are cut to its width)",
+           default=False)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Common:
+    """The options every command has (``GLOBAL``: given before or after the command), and
+    ``--json`` and ``--wide`` where the command's record declares them (``JSON``, ``WIDE``)."""
+
+    config: str | None = opt("--config", help="config file (default: see README)", metavar="PATH")
+    project: str | None = opt("--project", help=PROJECT_HELP, metavar="NAME")
+    debug: bool = flag("--debug", help="show tracebacks on errors")
+    json: bool = JSON.field()
+    wide: bool = WIDE.field()
+
+
+GLOBAL = ("config", "project", "debug")

@@ -201,10 +201,9 @@ def test_arguments_reach_the_record_as_data() -> None:
     from xaf_hub.cli.commands import backlog, dispatch
     from xaf_hub.cli.options import record
 
-    opts = record(dispatch.Options, dispatch.OPTIONS, {"text": "--fix-it", "new": True})
+    opts = record(dispatch.Options, {"text": "--fix-it", "new": True})
     assert opts.text == "--fix-it" and opts.new and not opts.queue and opts.instance is None
-    add = record(backlog.AddOptions, backlog.ADD_OPTIONS,
-                 {"title": "B", "depends_on": ["A", "--instance", "lan-z"]})
+    add = record(backlog.AddOptions, {"title": "B", "depends_on": ["A", "--instance", "lan-z"]})
     assert add.depends_on == ("A", "--instance", "lan-z") and add.instance == ""
     assert add.priority == "P2" and add.prompt == ""
 

@@ -3,13 +3,12 @@ wording of run verdicts, heals and waits (`confirm` and `dispatch --confirm-wait
 
 from __future__ import annotations
 
-import argparse
 from dataclasses import dataclass, replace
 from datetime import tzinfo
 from typing import TYPE_CHECKING, Any
 
 from xaf_hub.cli.context import Context
-from xaf_hub.cli.options import MAX_TEXT, PROJECT_HELP, Opt, add_options
+from xaf_hub.cli.options import JSON, MAX_TEXT, Opt, opt
 from xaf_hub.config.load import InstanceConfig
 from xaf_hub.core.clock import iso_time, local_time
 from xaf_hub.core.records import Snapshot
@@ -22,51 +21,22 @@ if TYPE_CHECKING:  # the scanner pulls in httpx; --help must stay light
     from xaf_hub.ops.heal import Healing
 
 
-def add_json(p: argparse.ArgumentParser) -> None:
-    """Add --json."""
-    p.add_argument("-j", "--json", action="store_true", help="print JSON for scripts on stdout")
-
-
-def add_wide(p: argparse.ArgumentParser) -> None:
-    """Add --wide (tables are otherwise cut to the terminal's width on a TTY)."""
-    p.add_argument(
-        "-w",
-        "--wide",
-        action="store_true",
-        help="show every column whole (on a terminal, tables are cut to its width)",
-    )
-
-
 MCP_REQUIREMENT = "mcp>=2.3,<3"  # pyproject's [mcp] extra, word for word
 # How to add the extra to an install without it: a second `pipx install` of the hub is refused
 # ("already seems to be installed"), an inject adds to the environment there is.
 ADD_MCP = f"pipx inject xaf-hub '{MCP_REQUIREMENT}'"
 
-# Options several commands (and their MCP tools) share, declared once (``cli/options.py``).
-INSTANCE = Opt("instance", ("-i", "--instance"), "only this instance", metavar="NAME")
-SESSION = Opt("session", ("-s", "--session"), "the session id (ses_...)", metavar="ID")
-ALLOW_PROD = Opt("allow_prod", ("--allow-prod",), "allow writes to production", kind=bool,
-                 default=False)
-# The MCP tools' form of the common --project (cli.main), with its words.
-PROJECT = Opt("project", ("--project",), PROJECT_HELP, metavar="NAME")
-FRESH = Opt("fresh", ("--fresh",), "scan every instance instead of reading the live board",
-             kind=bool, default=False)
-FORCE = Opt("force", ("--force",), "allow a non-project session", kind=bool, default=False)
-TEXT = Opt("text", ("-t", "--text"), "what the agent should do", required=True,
-           max_length=MAX_TEXT, metavar="TEXT")
-
-
-def add_instance(p: argparse.ArgumentParser, what: str = "only this instance") -> None:
-    """Add --instance NAME."""
-    INSTANCE.but(help=what).add_to(p)
-
-
-def add_session(p: argparse.ArgumentParser, session: Opt) -> None:
-    """The session, as a positional or as -s/--session (either; ``the_session`` reads it)."""
-    add_options(p, [
-        Opt("session_pos", (), f"{session.help} (or -s/--session ID)", metavar="SESSION"),
-        session,
-    ])
+# Options several commands (and their MCP tools) share, declared once (``cli/options.py``);
+# a command's record takes one as a field (``INSTANCE.field()``), with its own words if need be.
+INSTANCE = Opt(("-i", "--instance"), "only this instance", metavar="NAME")
+SESSION = Opt(("-s", "--session"), "the session id (ses_...)", metavar="ID")
+# The session named as a positional instead of -s/--session (``the_session`` reads both).
+SESSION_POS = Opt((), metavar="SESSION")
+ALLOW_PROD = Opt(("--allow-prod",), "allow writes to production", default=False)
+FRESH = Opt(("--fresh",), "scan every instance instead of reading the live board", default=False)
+FORCE = Opt(("--force",), "allow a non-project session", default=False)
+TEXT = Opt(("-t", "--text"), "what the agent should do", required=True, max_length=MAX_TEXT,
+           metavar="TEXT")
 
 
 def the_session(session: str | None, session_pos: str | None) -> str:
@@ -332,27 +302,17 @@ _SIGNAL_WORDS = {"rate_limited": "rate-limited", "model_unavailable": "model una
 
 
 # The request id and guards of `approve`, `deny` and `answer` (and their MCP tools).
-REQUEST = Opt("request", (), "the request (per_... or que_...; see `waiting`)", required=True,
-              metavar="ID")
-ANSWER_TARGET = (REQUEST, INSTANCE.but(help="where it waits (default: search all)"),
-                 ALLOW_PROD, FORCE)
-
-
-def add_answer_target(p: argparse.ArgumentParser) -> None:
-    """The request id and guards of `approve`, `deny` and `answer`."""
-    add_json(p)
-    add_options(p, ANSWER_TARGET)
-
-
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class AnswerTarget:
     """What `approve`, `deny` and `answer` share: the request and the guards; each command's
     record adds its own words and says its reply (``reply()``)."""
 
-    request: str
-    instance: str | None
-    allow_prod: bool
-    force: bool
+    json: bool = JSON.field()
+    request: str = opt(help="the request (per_... or que_...; see `waiting`)", required=True,
+                       metavar="ID")
+    instance: str | None = INSTANCE.field(help="where it waits (default: search all)")
+    allow_prod: bool = ALLOW_PROD.field()
+    force: bool = FORCE.field()
 
     def reply(self) -> Any:
         """The ``ops.waiting.Reply`` this command sends."""

@@ -2,18 +2,12 @@
 
 from __future__ import annotations
 
-import argparse
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from xaf_hub.cli.commands._common import (
-    ANSWER_TARGET,
-    AnswerTarget,
-    add_answer_target,
-    send_answer,
-)
+from xaf_hub.cli.commands._common import TEXT, AnswerTarget, send_answer
 from xaf_hub.cli.context import Context
-from xaf_hub.cli.options import MAX_TEXT, Opt, add_options
+from xaf_hub.cli.options import opt
 
 if TYPE_CHECKING:
     from xaf_hub.ops.waiting import Reply
@@ -25,25 +19,13 @@ examples:
 """
 
 
-CHOICES = Opt("choices", (), "option labels, one per question (see `waiting`)",
-              kind=list[str], default=(), metavar="CHOICE", max_items=64)
-TEXT = Opt("text", ("-t", "--text"), "your own answer", default="", metavar="TEXT",
-           max_length=MAX_TEXT)
-OPTIONS = (*ANSWER_TARGET, CHOICES, TEXT)
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    """Options of `answer`."""
-    add_answer_target(p)
-    add_options(p, (CHOICES, TEXT))
-
-
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Options(AnswerTarget):
-    """What `answer` reads of its options."""
+    """The options of `answer`."""
 
-    choices: tuple[str, ...]
-    text: str
+    choices: tuple[str, ...] = opt(help="option labels, one per question (see `waiting`)",
+                                   default=(), metavar="CHOICE", max_items=64)
+    text: str = TEXT.field(help="your own answer", default="", required=False)
 
     def reply(self) -> Reply:
         """What goes to the server."""

@@ -2,18 +2,12 @@
 
 from __future__ import annotations
 
-import argparse
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from xaf_hub.cli.commands._common import (
-    ANSWER_TARGET,
-    AnswerTarget,
-    add_answer_target,
-    send_answer,
-)
+from xaf_hub.cli.commands._common import AnswerTarget, send_answer
 from xaf_hub.cli.context import Context
-from xaf_hub.cli.options import Opt
+from xaf_hub.cli.options import flag
 
 if TYPE_CHECKING:
     from xaf_hub.ops.waiting import Reply
@@ -25,22 +19,11 @@ examples:
 """
 
 
-ALWAYS = Opt("always", ("--always",), "allow the patterns the request offers from now on",
-             kind=bool, default=False)
-OPTIONS = (*ANSWER_TARGET, ALWAYS)
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    """Options of `approve`."""
-    add_answer_target(p)
-    ALWAYS.add_to(p)
-
-
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Options(AnswerTarget):
-    """What `approve` reads of its options."""
+    """The options of `approve`."""
 
-    always: bool
+    always: bool = flag("--always", help="allow the patterns the request offers from now on")
 
     def reply(self) -> Reply:
         """What goes to the server."""

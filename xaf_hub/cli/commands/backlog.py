@@ -21,9 +21,20 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
-from xaf_hub.cli.commands._common import INSTANCE, add_wide
+from xaf_hub.cli.commands._common import FORCE, INSTANCE, SESSION
 from xaf_hub.cli.context import Context
-from xaf_hub.cli.options import MAX_TEXT, Opt, add_options, pick
+from xaf_hub.cli.options import (
+    JSON,
+    MAX_TEXT,
+    WIDE,
+    Common,
+    add_options,
+    add_record,
+    declared,
+    flag,
+    opt,
+    pick,
+)
 from xaf_hub.core.text import dumps
 from xaf_hub.errors import ExitCode, UsageError
 
@@ -45,101 +56,8 @@ examples:
   xaf-hub backlog import pool.json                     # add its tasks (e.g. into Redis)
 """
 
-_PRIORITIES = ("P0", "P1", "P2", "P3")
-_STATUSES = ("pending", "dispatched", "done")
 Priority = Literal["P0", "P1", "P2", "P3"]
 Status = Literal["pending", "dispatched", "done"]
-
-
-# The options `backlog` shares with its MCP tools, declared once (``cli/options.py``).
-LIST_OPTIONS = (
-    Opt("status", ("--status",), "only tasks with this status", kind=Status),
-)
-ADD_OPTIONS = (
-    Opt("title", ("--title",), "short title (also the session title)", required=True),
-    Opt("id", ("--id",), "task id (default: T-<yyyymmdd>-<hex>)", default=""),
-    Opt("priority", ("--priority",), "P0 first (default P2)", kind=Priority, default="P2"),
-    INSTANCE.but(default="", help="pin to this instance (others may still borrow it)"),
-    Opt("module", ("--module",), "free-form module name", default=""),
-    Opt("spec", ("--spec",), "design document, relative to the repo root", default=""),
-    Opt("prompt", ("--prompt",), "the work text (default: the title)", default="",
-        max_length=MAX_TEXT),
-    Opt("prompt_file", ("--prompt-file",), "read the work text from FILE", metavar="FILE"),
-    Opt("depends_on", ("--depends-on",), "dispatch only after these tasks are done",
-        kind=list[str], default=(), metavar="ID", max_items=100),
-)
-SHOW_OPTIONS = (Opt("task_id", (), "the task id (T-...)", required=True, metavar="ID"),)
-
-
-def _common(sp: argparse.ArgumentParser) -> None:
-    # Accepted after the sub-subcommand too, like every other command's options.
-    sp.add_argument(
-        "--config",
-        metavar="PATH",
-        default=argparse.SUPPRESS,
-        help="config file (default: see README)",
-    )
-    sp.add_argument(
-        "--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks on errors"
-    )
-    sp.add_argument("-j", "--json", action="store_true", help="print JSON for scripts on stdout")
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    """Sub-commands of `backlog`."""
-    sub = p.add_subparsers(dest="backlog_command", metavar="ACTION", required=True)
-    ls = sub.add_parser("list", help="list the tasks (pending first, by priority)")
-    _common(ls)
-    add_wide(ls)
-    add_options(ls, LIST_OPTIONS)
-
-    add = sub.add_parser("add", help="add a pending task")
-    _common(add)
-    add_options(add, pick(ADD_OPTIONS, "title", "id", "priority", "instance", "module", "spec"))
-    text = add.add_mutually_exclusive_group()
-    add_options(text, pick(ADD_OPTIONS, "prompt", "prompt_file"))
-    add_options(add, pick(ADD_OPTIONS, "depends_on"))
-
-    show = sub.add_parser("show", help="show one task in full")
-    _common(show)
-    add_options(show, SHOW_OPTIONS)
-
-    st = sub.add_parser("set", help="change a task's status (and optionally unblock it)")
-    _common(st)
-    st.add_argument("task_id", metavar="ID")
-    st.add_argument("--status", choices=_STATUSES, required=True)
-    st.add_argument(
-        "--reset",
-        action="store_true",
-        help="clear attempts, back-off and last error (unblocks a task)",
-    )
-    st.add_argument("--priority", choices=_PRIORITIES, help="also change the priority")
-    st.add_argument("-s", "--session", metavar="ID", help="with --status dispatched: the session")
-    st.add_argument("--to", metavar="NAME", help="with --status dispatched: its instance")
-    st.add_argument(
-        "--force",
-        action="store_true",
-        help="with --status pending: even if the task's session still runs",
-    )
-
-    ex = sub.add_parser(
-        "export", help="write the pool as the portable JSON file (stdout without FILE)"
-    )
-    _common(ex)
-    ex.add_argument(
-        "file", nargs="?", default=None, metavar="FILE", help="replaced atomically; default stdout"
-    )
-
-    im = sub.add_parser(
-        "import", help="add the tasks of a pool JSON file to the pool (all or none)"
-    )
-    _common(im)
-    im.add_argument("file", metavar="FILE", help="a tasks_backlog.json-format file")
-    im.add_argument(
-        "--replace",
-        action="store_true",
-        help="replace the whole pool by the file instead of adding to it",
-    )
 
 
 @dataclass(frozen=True)
@@ -149,61 +67,93 @@ class Choice:
     backlog_command: Literal["list", "add", "show", "set", "export", "import"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ListOptions:
-    """What `backlog list` reads of its options."""
+    """The options of `backlog list`."""
 
-    status: Status | None
+    json: bool = JSON.field()
+    wide: bool = WIDE.field()
+    status: Status | None = opt("--status", help="only tasks with this status")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class AddOptions:
-    """What `backlog add` reads of its options."""
+    """The options of `backlog add`."""
 
-    title: str
-    id: str
-    priority: Priority
-    instance: str
-    module: str
-    spec: str
-    prompt: str
-    prompt_file: str | None
-    depends_on: tuple[str, ...]
+    json: bool = JSON.field()
+    title: str = opt("--title", help="short title (also the session title)", required=True)
+    id: str = opt("--id", help="task id (default: T-<yyyymmdd>-<hex>)", default="")
+    priority: Priority = opt("--priority", help="P0 first (default P2)", default="P2")
+    instance: str = INSTANCE.field(default="", help="pin to this instance (others may still "
+                                   "borrow it)")
+    module: str = opt("--module", help="free-form module name", default="")
+    spec: str = opt("--spec", help="design document, relative to the repo root", default="")
+    prompt: str = opt("--prompt", help="the work text (default: the title)", default="",
+                      max_length=MAX_TEXT, group="text")
+    prompt_file: str | None = opt("--prompt-file", help="read the work text from FILE",
+                                  metavar="FILE", group="text")
+    depends_on: tuple[str, ...] = opt("--depends-on", help="dispatch only after these tasks are "
+                                      "done", default=(), metavar="ID", max_items=100)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ShowOptions:
-    """What `backlog show` reads of its options."""
+    """The options of `backlog show`."""
 
-    task_id: str
+    json: bool = JSON.field()
+    task_id: str = opt(help="the task id (T-...)", required=True, metavar="ID")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SetOptions:
-    """What `backlog set` reads of its options."""
+    """The options of `backlog set`."""
 
-    task_id: str
-    status: Status
-    reset: bool
-    priority: Priority | None
-    session: str | None
-    to: str | None
-    force: bool
+    json: bool = JSON.field()
+    task_id: str = opt(required=True, metavar="ID")
+    status: Status = opt("--status", required=True)
+    reset: bool = flag("--reset", help="clear attempts, back-off and last error (unblocks a task)")
+    priority: Priority | None = opt("--priority", help="also change the priority")
+    session: str | None = SESSION.field(help="with --status dispatched: the session")
+    to: str | None = opt("--to", metavar="NAME", help="with --status dispatched: its instance")
+    force: bool = FORCE.field(help="with --status pending: even if the task's session still runs")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ExportOptions:
-    """What `backlog export` reads of its options."""
+    """The options of `backlog export`."""
 
-    file: str | None
+    json: bool = JSON.field()
+    file: str | None = opt(metavar="FILE", help="replaced atomically; default stdout")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ImportOptions:
-    """What `backlog import` reads of its options."""
+    """The options of `backlog import`."""
 
-    file: str
-    replace: bool
+    json: bool = JSON.field()
+    file: str = opt(required=True, metavar="FILE", help="a tasks_backlog.json-format file")
+    replace: bool = flag("--replace", help="replace the whole pool by the file instead of adding "
+                         "to it")
+
+
+ACTIONS: dict[str, tuple[type[Any], str]] = {
+    "list": (ListOptions, "list the tasks (pending first, by priority)"),
+    "add": (AddOptions, "add a pending task"),
+    "show": (ShowOptions, "show one task in full"),
+    "set": (SetOptions, "change a task's status (and optionally unblock it)"),
+    "export": (ExportOptions, "write the pool as the portable JSON file (stdout without FILE)"),
+    "import": (ImportOptions, "add the tasks of a pool JSON file to the pool (all or none)"),
+}
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The actions of `backlog`, each with its record's options."""
+    sub = p.add_subparsers(dest="backlog_command", metavar="ACTION", required=True)
+    for name, (record, words) in ACTIONS.items():
+        action = sub.add_parser(name, help=words)
+        # Accepted after the action too, like every other command's options.
+        add_options(action, pick(declared(Common), "config", "debug"), suppress=True)
+        add_record(action, record)
 
 
 def _store(ctx: Context) -> TaskPool:

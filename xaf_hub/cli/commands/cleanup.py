@@ -8,13 +8,13 @@ a run started since the scan.
 
 from __future__ import annotations
 
-import argparse
 import time
 from dataclasses import dataclass
 from typing import Any
 
-from xaf_hub.cli.commands._common import add_json, add_wide, report_unreachable, scan_exit
+from xaf_hub.cli.commands._common import ALLOW_PROD, INSTANCE, report_unreachable, scan_exit
 from xaf_hub.cli.context import Context
+from xaf_hub.cli.options import JSON, WIDE, flag, opt
 from xaf_hub.core import aio
 from xaf_hub.core.clock import ago
 from xaf_hub.core.records import prefix_width
@@ -27,21 +27,6 @@ examples:
   xaf-hub cleanup --execute            # really delete (cannot be undone)
   xaf-hub cleanup --instance lan-189 --execute
 """
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    """Options of `cleanup`."""
-    add_json(p)
-    add_wide(p)
-    p.add_argument(
-        "--ttl-days",
-        type=float,
-        metavar="N",
-        help="stale after N days without an update (default: session_ttl_days)",
-    )
-    p.add_argument("--execute", action="store_true", help="really delete (default: preview)")
-    p.add_argument("-i", "--instance", metavar="NAME", help="only this instance")
-    p.add_argument("--allow-prod", action="store_true", help="include production instances")
 
 
 def _worktrees(ctx: Context, report: dict[str, Any], execute: bool) -> None:
@@ -62,14 +47,17 @@ def _worktrees(ctx: Context, report: dict[str, Any], execute: bool) -> None:
                 "(one holding work no remote has is kept)")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Options:
-    """What `cleanup` reads of its options."""
+    """The options of `cleanup`."""
 
-    ttl_days: float | None
-    execute: bool
-    instance: str | None
-    allow_prod: bool
+    json: bool = JSON.field()
+    wide: bool = WIDE.field()
+    ttl_days: float | None = opt("--ttl-days", help="stale after N days without an update "
+                                 "(default: session_ttl_days)", metavar="N")
+    execute: bool = flag("--execute", help="really delete (default: preview)")
+    instance: str | None = INSTANCE.field()
+    allow_prod: bool = ALLOW_PROD.field(help="include production instances")
 
 
 def run(ctx: Context) -> int:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from xaf_hub.cli.context import Context
+from xaf_hub.cli.options import HIDDEN, flag, opt
 from xaf_hub.errors import UsageError
 
 EXAMPLES = """\
@@ -23,7 +24,6 @@ examples:
   xaf-hub completion fish > ~/.config/fish/completions/xaf-hub.fish
 """
 
-SHELLS = ("bash", "zsh", "fish")
 FILE_DESTS = {"config", "out", "html", "prompt_file"}
 
 
@@ -45,12 +45,6 @@ class Command:
     help: str
     options: tuple[Option, ...]
     actions: tuple[str, ...]
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    """Options of `completion`."""
-    p.add_argument("shell", nargs="?", choices=SHELLS, help="the shell to print a script for")
-    p.add_argument("--instances", action="store_true", help=argparse.SUPPRESS)
 
 
 def _options(parser: argparse.ArgumentParser) -> list[Option]:
@@ -227,8 +221,8 @@ def fish_script(commands: list[Command]) -> str:
             lines.append(f"complete -c xaf-hub {seen} -a {action}")
         for o in c.options:
             parts = [f"complete -c xaf-hub {seen}"]
-            for flag in o.flags:
-                parts.append(f"-s {flag[1:]}" if len(flag) == 2 else f"-l {flag[2:]}")
+            for name in o.flags:
+                parts.append(f"-s {name[1:]}" if len(name) == 2 else f"-l {name[2:]}")
             if o.kind == "instance":
                 parts.append("-x -a '(xaf-hub completion --instances 2>/dev/null)'")
             elif o.kind == "file":
@@ -241,12 +235,12 @@ def fish_script(commands: list[Command]) -> str:
     return "\n".join(lines) + "\n"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Options:
-    """What `completion` reads of its options."""
+    """The options of `completion`."""
 
-    shell: Literal["bash", "zsh", "fish"] | None
-    instances: bool
+    shell: Literal["bash", "zsh", "fish"] | None = opt(help="the shell to print a script for")
+    instances: bool = flag("--instances", help=HIDDEN)
 
 
 def run(ctx: Context) -> int:

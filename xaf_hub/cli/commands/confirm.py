@@ -13,7 +13,6 @@ block, through the gate. A failure is healed once, whoever heals it first.
 
 from __future__ import annotations
 
-import argparse
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -22,14 +21,13 @@ from xaf_hub.cli.commands._common import (
     FORCE,
     INSTANCE,
     SESSION,
-    add_json,
-    add_session,
+    SESSION_POS,
     healing_text,
     the_session,
     verdict_text,
 )
 from xaf_hub.cli.context import Context
-from xaf_hub.cli.options import Opt, add_options
+from xaf_hub.cli.options import JSON, flag
 from xaf_hub.core import aio
 from xaf_hub.core.clock import iso_time
 from xaf_hub.core.text import dumps
@@ -49,23 +47,6 @@ retrying or its last run failed (and --fix did not heal it); 2 unreachable; 3 wh
 no free slot for the re-send; 4 unknown session, or --fix on production without --allow-prod;
 5 --fix on a non-project session without --force.
 """
-
-SESSION_OPT = SESSION.but(help="the session to look at")
-OPTIONS = (
-    INSTANCE.but(help="where it lives (default: search all)"),
-    Opt("fix", ("--fix",), "heal a rate-limited / model-unavailable session now, exactly as the "
-        "patrol would", kind=bool, default=False),
-    ALLOW_PROD.but(help="allow --fix on production"),
-    FORCE.but(help="allow --fix on a non-project session"),
-)
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    """Options of `confirm`."""
-    add_json(p)
-    add_session(p, SESSION_OPT)
-    add_options(p, OPTIONS)
-
 
 async def _find(
     ctx: Context, instances: list[InstanceConfig], session_id: str
@@ -97,16 +78,18 @@ async def _find(
     return found, down
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Options:
-    """What `confirm` reads of its options."""
+    """The options of `confirm`."""
 
-    session: str | None
-    session_pos: str | None
-    instance: str | None
-    fix: bool
-    allow_prod: bool
-    force: bool
+    json: bool = JSON.field()
+    session_pos: str | None = SESSION_POS.field(help="the session to look at (or -s/--session ID)")
+    session: str | None = SESSION.field(help="the session to look at")
+    instance: str | None = INSTANCE.field(help="where it lives (default: search all)")
+    fix: bool = flag("--fix", help="heal a rate-limited / model-unavailable session now, exactly "
+                     "as the patrol would")
+    allow_prod: bool = ALLOW_PROD.field(help="allow --fix on production")
+    force: bool = FORCE.field(help="allow --fix on a non-project session")
 
 
 def run(ctx: Context) -> int:

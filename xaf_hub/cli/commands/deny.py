@@ -2,18 +2,12 @@
 
 from __future__ import annotations
 
-import argparse
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from xaf_hub.cli.commands._common import (
-    ANSWER_TARGET,
-    AnswerTarget,
-    add_answer_target,
-    send_answer,
-)
+from xaf_hub.cli.commands._common import AnswerTarget, send_answer
 from xaf_hub.cli.context import Context
-from xaf_hub.cli.options import MAX_TEXT, Opt
+from xaf_hub.cli.options import MAX_TEXT, opt
 
 if TYPE_CHECKING:
     from xaf_hub.ops.waiting import Reply
@@ -25,22 +19,12 @@ examples:
 """
 
 
-MESSAGE = Opt("message", ("-m", "--message"), "tell the agent why, or what instead", default="",
-              metavar="TEXT", max_length=MAX_TEXT)
-OPTIONS = (*ANSWER_TARGET, MESSAGE)
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    """Options of `deny`."""
-    add_answer_target(p)
-    MESSAGE.add_to(p)
-
-
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Options(AnswerTarget):
-    """What `deny` reads of its options."""
+    """The options of `deny`."""
 
-    message: str
+    message: str = opt("-m", "--message", help="tell the agent why, or what instead", default="",
+                       metavar="TEXT", max_length=MAX_TEXT)
 
     def reply(self) -> Reply:
         """What goes to the server."""

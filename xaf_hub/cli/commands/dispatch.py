@@ -17,7 +17,6 @@ says what happened. The work itself is done by ``xaf_hub.ops.dispatch``.
 
 from __future__ import annotations
 
-import argparse
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -28,10 +27,9 @@ from xaf_hub.cli.commands._common import (
     INSTANCE,
     SESSION,
     TEXT,
-    add_json,
 )
 from xaf_hub.cli.context import Context
-from xaf_hub.cli.options import Opt, add_options
+from xaf_hub.cli.options import JSON, flag, opt
 from xaf_hub.core import aio
 from xaf_hub.core.text import dumps
 from xaf_hub.errors import BusyError, UsageError
@@ -63,69 +61,37 @@ answering while waiting.
 """
 
 
-OPTIONS = (
-    TEXT,
-    Opt("dry_run", ("--dry-run",), "print the plan, candidates, model and prompt; change nothing",
-        kind=bool, default=False),
-    INSTANCE,
-    SESSION.but(help="send to this session"),
-    Opt("directory", ("--dir",), "directory for a new session (must lie under the instance's "
-        "roots once '.' and '..' are removed and the server has followed its links)",
-        metavar="D", max_length=4096),
-    Opt("title", ("--title",), "reuse the newest project session whose title contains K (with "
-        "--new: the new session's title)", metavar="K"),
-    Opt("new", ("--new",), "always create a new session", kind=bool, default=False),
-    Opt("no_match", ("--no-match",), "skip smart matching", kind=bool, default=False),
-    Opt("auto_cleanup", ("--auto-cleanup",), "run `cleanup --execute` first", kind=bool,
-        default=False),
-    ALLOW_PROD,
-    FORCE.but(help="allow a non-project target session, or a --dir outside the roots"),
-    Opt("model", ("--model",), "model as provider/model", metavar="P/M"),
-    Opt("no_record", ("--no-record",), "do not record this dispatch in the task pool",
-        kind=bool, default=False),
-    Opt("queue", ("--queue",), "when no eligible instance can take the work now (all full, or "
-        "the lock busy past its wait), put it in the task pool as pending instead of failing; "
-        "the patrol starts it when a slot frees", kind=bool, default=False),
-    FRESH.but(help="plan from a scan of every instance, not from the live board"),
-)
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    """Options of `dispatch`."""
-    add_json(p)
-    add_options(p, OPTIONS)
-    p.add_argument(
-        "--confirm-wait",
-        nargs="?",
-        const=30.0,
-        type=float,
-        default=None,
-        metavar="SECONDS",
-        help="after sending, wait up to SECONDS (30 when bare) until the run is seen to start "
-        "or fail; heal a rate limit / unavailable model on the spot (default: do not wait)",
-    )
-
-
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Options:
-    """What `dispatch` reads of its options."""
+    """The options of `dispatch` (``project``: the common --project)."""
 
-    text: str
-    dry_run: bool
-    instance: str | None
-    session: str | None
-    directory: str | None
-    title: str | None
-    new: bool
-    no_match: bool
-    auto_cleanup: bool
-    allow_prod: bool
-    force: bool
-    model: str | None
-    no_record: bool
-    queue: bool
-    confirm_wait: float | None = None
-    fresh: bool = False
+    json: bool = JSON.field()
+    text: str = TEXT.field()
+    dry_run: bool = flag("--dry-run", help="print the plan, candidates, model and prompt; change "
+                         "nothing")
+    instance: str | None = INSTANCE.field()
+    session: str | None = SESSION.field(help="send to this session")
+    directory: str | None = opt("--dir", help="directory for a new session (must lie under the "
+                                "instance's roots once '.' and '..' are removed and the server "
+                                "has followed its links)", metavar="D", max_length=4096)
+    title: str | None = opt("--title", help="reuse the newest project session whose title "
+                            "contains K (with --new: the new session's title)", metavar="K")
+    new: bool = flag("--new", help="always create a new session")
+    no_match: bool = flag("--no-match", help="skip smart matching")
+    auto_cleanup: bool = flag("--auto-cleanup", help="run `cleanup --execute` first")
+    allow_prod: bool = ALLOW_PROD.field()
+    force: bool = FORCE.field(help="allow a non-project target session, or a --dir outside the "
+                              "roots")
+    model: str | None = opt("--model", help="model as provider/model", metavar="P/M")
+    no_record: bool = flag("--no-record", help="do not record this dispatch in the task pool")
+    queue: bool = flag("--queue", help="when no eligible instance can take the work now (all "
+                       "full, or the lock busy past its wait), put it in the task pool as pending "
+                       "instead of failing; the patrol starts it when a slot frees")
+    fresh: bool = FRESH.field(help="plan from a scan of every instance, not from the live board")
+    confirm_wait: float | None = opt(
+        "--confirm-wait", const=30.0, metavar="SECONDS",
+        help="after sending, wait up to SECONDS (30 when bare) until the run is seen to start or "
+        "fail; heal a rate limit / unavailable model on the spot (default: do not wait)")
     project: str | None = None
 
 

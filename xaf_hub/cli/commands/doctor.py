@@ -16,7 +16,6 @@ unreachable or rejects the password, 1 for a corrupt state file.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import os
@@ -27,8 +26,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from xaf_hub.cli.commands._common import add_json
 from xaf_hub.cli.context import Context
+from xaf_hub.cli.options import JSON, flag
 from xaf_hub.config.load import Config, InstanceConfig, find_config
 from xaf_hub.config.reader import load_json_file
 from xaf_hub.core import aio
@@ -348,18 +347,13 @@ def render(
     return "\n".join(lines)
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    """Options of `doctor`."""
-    add_json(p)
-    p.add_argument("--online", action="store_true",
-                   help="also check that each webhook's host resolves (sends nothing)")
-
-
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Options:
-    """What `doctor` reads of its options."""
+    """The options of `doctor`."""
 
-    online: bool
+    json: bool = JSON.field()
+    online: bool = flag("--online", help="also check that each webhook's host resolves (sends "
+                        "nothing)")
 
 
 def run(ctx: Context) -> int:

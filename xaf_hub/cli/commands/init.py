@@ -9,7 +9,6 @@ the agents' work), without the user name or token an https URL may hold: those s
 
 from __future__ import annotations
 
-import argparse
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -17,8 +16,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from xaf_hub.cli.commands._common import ADD_MCP
+from xaf_hub.cli.commands._common import ADD_MCP, FORCE
 from xaf_hub.cli.context import Context
+from xaf_hub.cli.options import opt
 from xaf_hub.config.credentials import pw_env_name
 from xaf_hub.config.load import parse_config
 from xaf_hub.errors import UsageError
@@ -36,34 +36,6 @@ examples:
   xaf-hub init -i dev=http://127.0.0.1:4096 -i live=http://prod-box:4096 --prod live
   xaf-hub --config ~/.xaf_hub/config.json init --root ~/src/shop --force
 """
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    """Options of `init`."""
-    p.add_argument(
-        "-i",
-        "--instance",
-        action="append",
-        default=[],
-        metavar="NAME=URL",
-        help=f"an opencode server (repeatable; with only --root: local={DEFAULT_URL})",
-    )
-    p.add_argument(
-        "--root",
-        action="append",
-        default=[],
-        metavar="DIR",
-        help="a folder of the project on the servers (repeatable; relative to here if relative)",
-    )
-    p.add_argument(
-        "--prod",
-        action="append",
-        default=[],
-        metavar="NAME",
-        help="mark instance NAME as production: danger and read-only by default, so every "
-        "write to it needs --allow-prod (repeatable)",
-    )
-    p.add_argument("--force", action="store_true", help="overwrite an existing config file")
 
 
 def _instance(spec: str) -> tuple[str, str]:
@@ -158,15 +130,21 @@ def _next_step(doc: Any, dest: Path, cwd: Path) -> str:
     return f"next: export {exports} (each server's password), then run `xaf-hub{flag} doctor`"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Options:
-    """What `init` reads of its options."""
+    """The options of `init` (``project``: the common --project)."""
 
-    instance: tuple[str, ...]
-    root: tuple[str, ...]
-    project: str | None
-    force: bool
-    prod: tuple[str, ...] = ()
+    instance: tuple[str, ...] = opt(
+        "-i", "--instance", append=True, default=(), metavar="NAME=URL",
+        help=f"an opencode server (repeatable; with only --root: local={DEFAULT_URL})")
+    root: tuple[str, ...] = opt("--root", append=True, default=(), metavar="DIR",
+                                help="a folder of the project on the servers (repeatable; "
+                                "relative to here if relative)")
+    prod: tuple[str, ...] = opt("--prod", append=True, default=(), metavar="NAME",
+                                help="mark instance NAME as production: danger and read-only by "
+                                "default, so every write to it needs --allow-prod (repeatable)")
+    force: bool = FORCE.field(help="overwrite an existing config file")
+    project: str | None = None
 
 
 def run(ctx: Context) -> int:

@@ -2,21 +2,18 @@
 
 from __future__ import annotations
 
-import argparse
 from dataclasses import dataclass
 from typing import Any
 
 from xaf_hub.cli.commands._common import (
     INSTANCE,
-    add_json,
-    add_wide,
     chosen_instances,
     report_missing_passwords,
     scan,
     scan_exit,
 )
 from xaf_hub.cli.context import Context
-from xaf_hub.cli.options import add_options
+from xaf_hub.cli.options import JSON, WIDE
 from xaf_hub.cli.termfit import state_color
 from xaf_hub.config.load import InstanceConfig
 from xaf_hub.core import aio
@@ -31,21 +28,13 @@ examples:
 """
 
 
-OPTIONS = (INSTANCE,)
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    """Options of `instances`."""
-    add_json(p)
-    add_wide(p)
-    add_options(p, OPTIONS)
-
-
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Options:
-    """What `instances` reads of its options."""
+    """The options of `instances`."""
 
-    instance: str | None
+    json: bool = JSON.field()
+    wide: bool = WIDE.field()
+    instance: str | None = INSTANCE.field()
 
 
 def read(ctx: Context, opts: Options) -> tuple[list[dict[str, Any]], Snapshot]:

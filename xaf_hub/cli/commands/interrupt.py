@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -11,12 +10,11 @@ from xaf_hub.cli.commands._common import (
     FORCE,
     INSTANCE,
     SESSION,
-    add_json,
-    add_session,
+    SESSION_POS,
     the_session,
 )
 from xaf_hub.cli.context import Context
-from xaf_hub.cli.options import add_options
+from xaf_hub.cli.options import JSON
 from xaf_hub.core import aio
 from xaf_hub.core.text import dumps
 
@@ -29,28 +27,16 @@ examples:
   xaf-hub interrupt -s ses_abc123                 # searches every instance
 """
 
-OPTIONS = (INSTANCE.but(help="where it runs (default: search all)"), ALLOW_PROD, FORCE)
-
-
-SESSION_OPT = SESSION.but(help="the session to stop")
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    """Options of `interrupt`."""
-    add_json(p)
-    add_session(p, SESSION_OPT)
-    add_options(p, OPTIONS)
-
-
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Options:
-    """What `interrupt` reads of its options."""
+    """The options of `interrupt`."""
 
-    session: str | None
-    instance: str | None
-    allow_prod: bool
-    force: bool
-    session_pos: str | None = None
+    json: bool = JSON.field()
+    session_pos: str | None = SESSION_POS.field(help="the session to stop (or -s/--session ID)")
+    session: str | None = SESSION.field(help="the session to stop")
+    instance: str | None = INSTANCE.field(help="where it runs (default: search all)")
+    allow_prod: bool = ALLOW_PROD.field()
+    force: bool = FORCE.field()
 
 
 def document(done: Interrupted) -> dict[str, Any]:

@@ -7,13 +7,11 @@ whose conflicts used up ``project.conflict_retries`` waits for one (docs/worktre
 
 from __future__ import annotations
 
-import argparse
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from xaf_hub.cli.commands._common import add_json
 from xaf_hub.cli.context import Context
-from xaf_hub.cli.options import MAX_TEXT, Opt, add_options
+from xaf_hub.cli.options import JSON, MAX_TEXT, flag, opt
 from xaf_hub.core import aio
 from xaf_hub.core.text import dumps
 
@@ -27,28 +25,17 @@ examples:
   xaf-hub land T-20261206-ab12 --drop               # give it up: branch and worktree go
 """
 
-OPTIONS = (
-    Opt("task_id", (), "the task id (T-...)", required=True, metavar="ID"),
-    Opt("send_back", ("--send-back",), "send TEXT to the task's session instead (it works on "
-        "and is judged again)", metavar="TEXT", max_length=MAX_TEXT),
-    Opt("drop", ("--drop",), "give the task's work up: its branch and worktree are removed "
-        "and the task is parked", kind=bool, default=False),
-)
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    """Options of `land`."""
-    add_json(p)
-    add_options(p, OPTIONS)
-
-
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Options:
-    """What `land` reads of its options."""
+    """The options of `land`."""
 
-    task_id: str
-    send_back: str | None = None
-    drop: bool = False
+    json: bool = JSON.field()
+    task_id: str = opt(help="the task id (T-...)", required=True, metavar="ID")
+    send_back: str | None = opt("--send-back", help="send TEXT to the task's session instead "
+                                "(it works on and is judged again)", metavar="TEXT",
+                                max_length=MAX_TEXT)
+    drop: bool = flag("--drop", help="give the task's work up: its branch and worktree are "
+                      "removed and the task is parked")
 
 
 def carry_out(ctx: Context, opts: Options) -> Landed:

@@ -9,12 +9,11 @@ models.blackout_reset_hour. See docs/models.md.
 
 from __future__ import annotations
 
-import argparse
 from dataclasses import dataclass
 from typing import Literal
 
-from xaf_hub.cli.commands._common import add_json, add_wide
 from xaf_hub.cli.context import Context
+from xaf_hub.cli.options import JSON, WIDE, opt
 from xaf_hub.core.clock import local_time
 from xaf_hub.core.text import dumps
 from xaf_hub.errors import UsageError
@@ -30,34 +29,18 @@ examples:
 """
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    """Options of `models`."""
-    p.add_argument(
-        "action",
-        nargs="?",
-        choices=("list", "clear", "rest"),
-        default="list",
-        help="list (default), clear a rest, or rest a model by hand",
-    )
-    p.add_argument("target", nargs="?", metavar="FAMILY|MODEL", help="what to clear or rest")
-    p.add_argument(
-        "--until",
-        metavar="TIME",
-        help="rest's end: a duration (90m, 2h), a local clock time (18:00) or an ISO time",
-    )
-    p.add_argument("--reason", default="", metavar="TEXT", help="why (audit log, the page)")
-    add_json(p)
-    add_wide(p)
-
-
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Options:
-    """What `models` reads of its options."""
+    """The options of `models`."""
 
-    action: Literal["list", "clear", "rest"]
-    target: str | None
-    until: str | None
-    reason: str
+    action: Literal["list", "clear", "rest"] = opt(
+        default="list", help="list (default), clear a rest, or rest a model by hand")
+    target: str | None = opt(metavar="FAMILY|MODEL", help="what to clear or rest")
+    until: str | None = opt("--until", metavar="TIME", help="rest's end: a duration (90m, 2h), a "
+                            "local clock time (18:00) or an ISO time")
+    reason: str = opt("--reason", default="", metavar="TEXT", help="why (audit log, the page)")
+    json: bool = JSON.field()
+    wide: bool = WIDE.field()
 
 
 def run(ctx: Context) -> int:

@@ -8,12 +8,11 @@ of each round (see docs/notifications.md); this command only proves the path wor
 
 from __future__ import annotations
 
-import argparse
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from xaf_hub.cli.commands._common import add_json
 from xaf_hub.cli.context import Context
+from xaf_hub.cli.options import JSON, opt
 from xaf_hub.core.text import dumps, redact
 from xaf_hub.errors import ExitCode, UsageError
 
@@ -28,19 +27,13 @@ receiver refused the message (wrong token, bad signature).
 """
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    """Options of `notify`."""
-    p.add_argument("action", nargs="?", choices=("test",), help="test: send one test message")
-    p.add_argument("--webhook", metavar="NAME", help="only this webhook (default: all)")
-    add_json(p)
-
-
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Options:
-    """What `notify` reads of its options."""
+    """The options of `notify`."""
 
-    action: Literal["test"] | None
-    webhook: str | None
+    action: Literal["test"] | None = opt(help="test: send one test message")
+    webhook: str | None = opt("--webhook", metavar="NAME", help="only this webhook (default: all)")
+    json: bool = JSON.field()
 
 
 def run(ctx: Context) -> int:

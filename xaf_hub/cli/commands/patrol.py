@@ -15,12 +15,11 @@ resumes or fills at once (--no-live: rounds only). `patrol pause|resume|status` 
 
 from __future__ import annotations
 
-import argparse
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from xaf_hub.cli.commands._common import add_json
 from xaf_hub.cli.context import Context
+from xaf_hub.cli.options import HIDDEN, JSON, flag, opt
 from xaf_hub.core.clock import local_iso
 from xaf_hub.core.text import dumps
 from xaf_hub.errors import ExitCode, UsageError
@@ -42,38 +41,22 @@ daemon: 3 when another daemon runs for the same state folder (its pid is named);
 cycle may still run beside it.
 """
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    """Options of `patrol`."""
-    p.add_argument(
-        "action",
-        nargs="?",
-        choices=("pause", "resume", "status"),
-        help="pause or resume the patrol (durable), or show its status",
-    )
-    add_json(p)
-    p.add_argument("--once", action="store_true", help="run one cycle and exit")
-    p.add_argument("--no-freelimit", action="store_true", help="skip fix_free_limit")
-    p.add_argument("--no-check", action="store_true", help="skip check_agents")
-    p.add_argument("--no-design", action="store_true", help="skip sync_design_tasks")
-    p.add_argument("--no-fill", action="store_true", help="skip fill_slots")
-    p.add_argument("--no-live", action="store_true",
-                   help="daemon: run rounds only, do not react to the servers' events")
-    # Tests and demos run the loop in seconds; operators use patrol.interval_minutes.
-    p.add_argument("--interval-seconds", type=float, default=None, help=argparse.SUPPRESS)
-
-
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Options:
-    """What `patrol` reads of its options."""
+    """The options of `patrol`."""
 
-    action: Literal["pause", "resume", "status"] | None
-    once: bool
-    no_freelimit: bool
-    no_check: bool
-    no_design: bool
-    no_fill: bool
-    no_live: bool
-    interval_seconds: float | None
+    action: Literal["pause", "resume", "status"] | None = opt(
+        help="pause or resume the patrol (durable), or show its status")
+    json: bool = JSON.field()
+    once: bool = flag("--once", help="run one cycle and exit")
+    no_freelimit: bool = flag("--no-freelimit", help="skip fix_free_limit")
+    no_check: bool = flag("--no-check", help="skip check_agents")
+    no_design: bool = flag("--no-design", help="skip sync_design_tasks")
+    no_fill: bool = flag("--no-fill", help="skip fill_slots")
+    no_live: bool = flag("--no-live",
+                         help="daemon: run rounds only, do not react to the servers' events")
+    # Tests and demos run the loop in seconds; operators use patrol.interval_minutes.
+    interval_seconds: float | None = opt("--interval-seconds", help=HIDDEN)
 
 
 def _skips(opts: Options) -> list[str]:

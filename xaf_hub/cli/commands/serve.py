@@ -18,7 +18,6 @@ network, or put a TLS reverse proxy in front.
 
 from __future__ import annotations
 
-import argparse
 import signal
 import socket
 import threading
@@ -28,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from xaf_hub.cli.commands._common import scan
 from xaf_hub.cli.context import Context
+from xaf_hub.cli.options import flag, opt
 from xaf_hub.config.watch import ConfigState, ConfigWatch
 from xaf_hub.errors import UsageError
 from xaf_hub.page.serve import (
@@ -69,29 +69,21 @@ Ctrl+C stops it.
 
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    """Options of `serve`."""
-    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
-    p.add_argument("--port", type=int, default=7317, help="port (default 7317; 0 picks a free one)")
-    p.add_argument("--cache-seconds", type=float, default=5.0, metavar="S",
-                   help="reuse a scan for S seconds before scanning again (default 5)")
-    p.add_argument("--refresh-seconds", type=int, default=REFRESH_SECONDS, metavar="S",
-                   help="an open page fetches itself every S seconds when its change notices "
-                        f"are cut off, every {QUIET_REFRESH_FACTOR}xS while they flow (it also "
-                        f"refreshes at once on each change; default {REFRESH_SECONDS})")
-    p.add_argument("--public", action="store_true",
-                   help=f"allow a non-loopback --host; requires ${VIEWER_PASSWORD_ENV}")
-
-
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Options:
-    """What `serve` reads of its options."""
+    """The options of `serve`."""
 
-    host: str
-    port: int
-    cache_seconds: float
-    refresh_seconds: int
-    public: bool
+    host: str = opt("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    port: int = opt("--port", default=7317, help="port (default 7317; 0 picks a free one)")
+    cache_seconds: float = opt("--cache-seconds", default=5.0, metavar="S",
+                               help="reuse a scan for S seconds before scanning again (default 5)")
+    refresh_seconds: int = opt(
+        "--refresh-seconds", default=REFRESH_SECONDS, metavar="S",
+        help="an open page fetches itself every S seconds when its change notices are cut off, "
+        f"every {QUIET_REFRESH_FACTOR}xS while they flow (it also refreshes at once on each "
+        f"change; default {REFRESH_SECONDS})")
+    public: bool = flag("--public",
+                        help=f"allow a non-loopback --host; requires ${VIEWER_PASSWORD_ENV}")
 
 
 class _Stop(Exception):

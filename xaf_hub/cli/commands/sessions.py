@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -11,15 +10,13 @@ from typing import Literal
 from xaf_hub.cli.commands._common import (
     FRESH,
     INSTANCE,
-    add_json,
-    add_wide,
     chosen_instances,
     read_fleet,
     report_unreachable,
     scan_exit,
 )
 from xaf_hub.cli.context import Context
-from xaf_hub.cli.options import Opt, add_options
+from xaf_hub.cli.options import JSON, WIDE, flag, opt
 from xaf_hub.cli.termfit import state_color, tone_painter
 from xaf_hub.core.clock import ago
 from xaf_hub.core.records import Snapshot
@@ -41,40 +38,26 @@ sessions takes each instance from it when it is at most patrol.live_board_second
 """
 
 
-OPTIONS = (
-    INSTANCE,
-    Opt("keyword", ("-k", "--keyword"), "only sessions whose title contains K", metavar="K"),
-    Opt("limit", ("-n", "--limit"), "show at most N rows on screen", kind=int, metavar="N",
-        minimum=0, maximum=10_000, tool_help="at most this many sessions"),
-    Opt("out", ("--out",), "export everything to FILE (.json or .csv)", metavar="FILE"),
-    Opt("html", ("--html",), "write the HTML overview page to FILE", metavar="FILE"),
-    Opt("lang", ("--lang",), "language of the --html page (default: config page.language; "
-        "English for auto)", kind=Literal["en", "zh"]),
-    Opt("outcomes", ("--outcomes",), "also fetch each session's last result (one request per "
-        "idle session; implied by --html)", kind=bool, default=False),
-    FRESH,
-)
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    """Options of `sessions`."""
-    add_json(p)
-    add_wide(p)
-    add_options(p, OPTIONS)
-
-
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Options:
-    """What `sessions` reads of its options."""
+    """The options of `sessions`."""
 
-    instance: str | None
-    keyword: str | None
-    limit: int | None
-    out: str | None
-    html: str | None
-    lang: Literal["en", "zh"] | None
-    outcomes: bool
-    fresh: bool = False
+    json: bool = JSON.field()
+    wide: bool = WIDE.field()
+    instance: str | None = INSTANCE.field()
+    keyword: str | None = opt("-k", "--keyword", help="only sessions whose title contains K",
+                              metavar="K")
+    limit: int | None = opt("-n", "--limit", help="show at most N rows on screen", metavar="N",
+                            minimum=0, maximum=10_000, tool_help="at most this many sessions")
+    out: str | None = opt("--out", help="export everything to FILE (.json or .csv)",
+                          metavar="FILE")
+    html: str | None = opt("--html", help="write the HTML overview page to FILE", metavar="FILE")
+    lang: Literal["en", "zh"] | None = opt(
+        "--lang", help="language of the --html page (default: config page.language; English "
+        "for auto)")
+    outcomes: bool = flag("--outcomes", help="also fetch each session's last result (one "
+                          "request per idle session; implied by --html)")
+    fresh: bool = FRESH.field()
 
 
 def filter_keyword(snap: Snapshot, keyword: str | None) -> Snapshot:

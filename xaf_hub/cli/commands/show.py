@@ -3,15 +3,14 @@ that opens it in opencode's own terminal UI. Without --instance every instance i
 
 from __future__ import annotations
 
-import argparse
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from xaf_hub.cli.commands._common import INSTANCE, SESSION, add_json, add_session, the_session
+from xaf_hub.cli.commands._common import INSTANCE, SESSION, SESSION_POS, the_session
 from xaf_hub.cli.context import Context
-from xaf_hub.cli.options import Opt, add_options
+from xaf_hub.cli.options import JSON, opt
 from xaf_hub.core import aio
 from xaf_hub.core.clock import ago, fmt_time, iso_time
 from xaf_hub.core.text import dumps
@@ -27,23 +26,6 @@ examples:
   xaf-hub show ses_abc123 -i lan-248 --json
   xaf-hub show -s ses_abc123
 """
-
-
-OPTIONS = (
-    INSTANCE.but(help="where it lives (default: search all)"),
-    Opt("limit", ("-n", "--limit"), "read the newest N messages for the prompt and answer "
-        "(default 30)", kind=int, default=30, metavar="N", minimum=1, maximum=1000),
-)
-
-
-SESSION_OPT = SESSION.but(help="the session id")
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    """Options of `show`."""
-    add_json(p)
-    add_session(p, SESSION_OPT)
-    add_options(p, OPTIONS)
 
 
 def _text(message: Message) -> str:
@@ -64,14 +46,16 @@ def model_of(messages: Sequence[Message]) -> str:
     return next((m.model for m in reversed(messages) if m.model), "")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Options:
-    """What `show` reads of its options."""
+    """The options of `show`."""
 
-    session: str | None
-    instance: str | None
-    limit: int
-    session_pos: str | None = None
+    json: bool = JSON.field()
+    session_pos: str | None = SESSION_POS.field(help="the session id (or -s/--session ID)")
+    session: str | None = SESSION.field(help="the session id")
+    instance: str | None = INSTANCE.field(help="where it lives (default: search all)")
+    limit: int = opt("-n", "--limit", help="read the newest N messages for the prompt and answer "
+                     "(default 30)", default=30, metavar="N", minimum=1, maximum=1000)
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -12,8 +11,6 @@ from xaf_hub.cli.commands._common import (
     ALLOW_PROD,
     FRESH,
     INSTANCE,
-    add_json,
-    add_wide,
     chosen_instances,
     read_fleet,
     report_missing_passwords,
@@ -21,7 +18,7 @@ from xaf_hub.cli.commands._common import (
     scan_exit,
 )
 from xaf_hub.cli.context import Context
-from xaf_hub.cli.options import add_options
+from xaf_hub.cli.options import JSON, WIDE
 from xaf_hub.cli.termfit import yes_no_color
 from xaf_hub.core.clock import iso_time
 from xaf_hub.core.records import SessionRecord, Snapshot, Tally
@@ -46,27 +43,16 @@ patrol.live_board_seconds old (default 15) and scans the others.
 """
 
 
-OPTIONS = (
-    INSTANCE,
-    ALLOW_PROD.but(help="treat production instances as dispatchable (display only)"),
-    FRESH,
-)
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    """Options of `status`."""
-    add_json(p)
-    add_wide(p)
-    add_options(p, OPTIONS)
-
-
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Options:
-    """What `status` reads of its options."""
+    """The options of `status`."""
 
-    instance: str | None
-    allow_prod: bool
-    fresh: bool = False
+    json: bool = JSON.field()
+    wide: bool = WIDE.field()
+    instance: str | None = INSTANCE.field()
+    allow_prod: bool = ALLOW_PROD.field(
+        help="treat production instances as dispatchable (display only)")
+    fresh: bool = FRESH.field()
 
 
 @dataclass(frozen=True)

@@ -6,14 +6,13 @@ one of its instance's slots until somebody answers (`approve`, `deny`, `answer`)
 
 from __future__ import annotations
 
-import argparse
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from xaf_hub.cli.commands._common import INSTANCE, add_json
+from xaf_hub.cli.commands._common import INSTANCE
 from xaf_hub.cli.context import Context
-from xaf_hub.cli.options import add_options
+from xaf_hub.cli.options import JSON
 from xaf_hub.core import aio
 from xaf_hub.core.clock import ago
 from xaf_hub.core.text import dumps, shorten
@@ -29,20 +28,12 @@ examples:
 """
 
 
-OPTIONS = (INSTANCE,)
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    """Options of `waiting`."""
-    add_json(p)
-    add_options(p, OPTIONS)
-
-
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Options:
-    """What `waiting` reads of its options."""
+    """The options of `waiting`."""
 
-    instance: str | None
+    json: bool = JSON.field()
+    instance: str | None = INSTANCE.field()
 
 
 def look(ctx: Context, opts: Options) -> Waiters:

@@ -11,7 +11,6 @@ state and exits. Ctrl+C exits 0.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import json
@@ -20,8 +19,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from xaf_hub.cli.commands._common import add_json, chosen_instances, scan, scan_exit
+from xaf_hub.cli.commands._common import INSTANCE, chosen_instances, scan, scan_exit
 from xaf_hub.cli.context import Context
+from xaf_hub.cli.options import HIDDEN, JSON, flag, opt
 from xaf_hub.core import aio
 from xaf_hub.core.records import SessionRecord, Snapshot
 from xaf_hub.core.text import dumps, shorten
@@ -39,33 +39,21 @@ examples:
 """
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    """Options of `watch`."""
-    add_json(p)
-    p.add_argument("--poll", action="store_true",
-                   help="rescan every --interval seconds instead of following event streams")
-    p.add_argument(
-        "--interval", type=float, default=10.0, metavar="S",
-        help="seconds between polls (with --poll, or for servers without an event stream)",
-    )
-    p.add_argument("--once", action="store_true", help="print the current state and exit")
-    p.add_argument("-i", "--instance", metavar="NAME", help="only this instance")
-    p.add_argument("--verbose", action="store_true",
-                   help="also say how each instance is followed (or a line for every poll)")
-    # Tests stop the loop after a while: N polls, or N x --interval seconds of following.
-    p.add_argument("--max-polls", type=int, default=0, help=argparse.SUPPRESS)
-
-
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Options:
-    """What `watch` reads of its options."""
+    """The options of `watch`."""
 
-    poll: bool
-    interval: float
-    once: bool
-    instance: str | None
-    verbose: bool
-    max_polls: int
+    json: bool = JSON.field()
+    poll: bool = flag("--poll", help="rescan every --interval seconds instead of following event "
+                      "streams")
+    interval: float = opt("--interval", default=10.0, metavar="S", help="seconds between polls "
+                          "(with --poll, or for servers without an event stream)")
+    once: bool = flag("--once", help="print the current state and exit")
+    instance: str | None = INSTANCE.field()
+    verbose: bool = flag("--verbose", help="also say how each instance is followed (or a line "
+                         "for every poll)")
+    # Tests stop the loop after a while: N polls, or N x --interval seconds of following.
+    max_polls: int = opt("--max-polls", default=0, help=HIDDEN)
 
 
 def diff(
