@@ -3,6 +3,7 @@
     python -m bench                       # K=6 M=500, then K=12 M=2000; 5 timed rounds each
     python -m bench --sizes small --repeat 3
     python -m bench --k 3 --m 200         # one custom size
+    python -m bench --sizes small --projects 3   # a config of three projects
     python -m bench --rounds              # a patrol round's cost, first and second, vs status
     python -m bench --pool                # the Redis task pool's claims at 1k and 10k tasks
     python -m bench --serve-events        # requests and CPU per fleet event in serve
@@ -43,7 +44,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench import DISPATCH_TEXT, EXCLUDE_SUBSTRING, SessionSpec, sessions_for_server
+from bench import (
+    DISPATCH_TEXT,
+    EXCLUDE_SUBSTRING,
+    PROJECT_SUBDIRS,
+    SessionSpec,
+    sessions_for_server,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results"
@@ -180,6 +187,7 @@ class BenchFleet:
     seed_seconds: float = 0.0
     start_seconds: float = 0.0
     models: tuple[str, ...] = ("fake/fake-model", SLOW_MODEL)
+    projects: int = 1  # the config's projects: the sub-folders shared out, the rest the last's
 
     @property
     def project_root(self) -> Path:
@@ -337,7 +345,7 @@ class BenchFleet:
         instances = [{"name": n, "url": s.url, "roots": [str(self.project_root)],
                       "default_directory": str(self.project_root)}
                      for n, s in zip(self.names(), self.servers, strict=True)]
-        doc = {
+        doc: dict[str, Any] = {
             "project": {"name": "bench", "exclude_substrings": [EXCLUDE_SUBSTRING]},
             "concurrency_limit": max(4, self.busy_per_server + 2),
             "timeouts": {"connect_seconds": 5, "read_seconds": 60},
@@ -345,6 +353,11 @@ class BenchFleet:
             "models": {"default_dispatch_model": "fake/fake-model"},
             "instances": instances,
         }
+        if self.projects > 1:
+            doc.pop("project")
+            for inst in instances:
+                inst.pop("roots"), inst.pop("default_directory")
+            doc["projects"] = self.project_sections()
         cfg = self.root / "config.json"
         cfg.write_text(json.dumps(doc, ensure_ascii=False, indent=2), encoding="utf-8")
         spec = self.root / "floor.json"
@@ -362,6 +375,23 @@ class BenchFleet:
         for name, pw in zip(self.names(), self.passwords, strict=True):
             env["XAF_HUB_PW_" + name.upper().replace("-", "_")] = pw
         return cfg, spec, env
+
+    def project_sections(self) -> dict[str, Any]:
+        """``projects`` p1..pN: the top sub-folders shared out among all but the last, which
+        holds the rest of the checkout (the first project whose roots hold a folder owns it)."""
+        tops = sorted({sub.split("/")[0] for sub in PROJECT_SUBDIRS if sub})
+        root = str(self.project_root)
+        shares = [[f"{root}/{t}" for t in tops[i::self.projects - 1]]
+                  for i in range(self.projects - 1)] + [[root]]
+        return {f"p{i + 1}": {"exclude_substrings": [EXCLUDE_SUBSTRING],
+                              "roots": {n: roots for n in self.names()}}
+                for i, roots in enumerate(shares)}
+
+    def commands(self) -> dict[str, tuple[str, ...]]:
+        """``COMMANDS``, dispatch naming the last project when there are several."""
+        last = ("--project", f"p{self.projects}") if self.projects > 1 else ()
+        return {name: (*args, *last) if name.startswith("dispatch") else args
+                for name, args in COMMANDS.items()}
 
     def stop(self) -> None:
         """Stop every server (in parallel), then the fake model."""
@@ -430,11 +460,12 @@ def profile_summary(path: Path, limit: int = 25) -> dict[str, Any]:
 
 def measure_size(
     label: str, k: int, m: int, repeat: int, busy: int, root: Path,
-    log: Callable[[str], None], settle_cpu: float,
+    log: Callable[[str], None], settle_cpu: float, projects: int = 1,
 ) -> dict[str, Any]:
     """Start the fleet, time everything, stop the fleet."""
-    fleet = BenchFleet(root, k, m, busy, log)
-    result: dict[str, Any] = {"label": label, "k": k, "m": m, "repeat": repeat}
+    fleet = BenchFleet(root, k, m, busy, log, projects=projects)
+    result: dict[str, Any] = {"label": label, "k": k, "m": m, "repeat": repeat,
+                              "projects": projects}
     try:
         log(f"[{label}] starting {k} opencode servers ...")
         fleet.start()
@@ -473,7 +504,7 @@ def time_commands(
         ("floor", [sys.executable, str(FLOOR_SCRIPT), str(spec)]),
         ("floor project-only", [sys.executable, str(FLOOR_SCRIPT), str(spec), "--project-only"]),
         ("xaf-hub --help", [*hub, "--help"]),
-        *[(name, [*hub, "--config", str(cfg), *args]) for name, args in COMMANDS.items()],
+        *[(name, [*hub, "--config", str(cfg), *args]) for name, args in fleet.commands().items()],
     ]
     cwd = root / "cwd"
     cwd.mkdir(exist_ok=True)
@@ -540,7 +571,7 @@ def time_commands(
     imports: dict[str, Any] = {}
     profiles: dict[str, Any] = {}
     RESULTS.mkdir(parents=True, exist_ok=True)
-    for name, args in [("xaf-hub --help", ("--help",)), *COMMANDS.items()]:
+    for name, args in [("xaf-hub --help", ("--help",)), *fleet.commands().items()]:
         slug = re.sub(r"\W+", "_", name).strip("_")
         full = list(args) if name == "xaf-hub --help" else ["--config", str(cfg), *args]
         err = outdir / f"importtime_{slug}.err"
@@ -782,6 +813,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--k", type=int, help="custom number of servers (with --m; replaces --sizes)")
     p.add_argument("--m", type=int, help="custom project sessions per server")
     p.add_argument("--repeat", type=int, default=5, help="timed rounds per size (default 5)")
+    p.add_argument("--projects", type=int, default=1, metavar="N",
+                   help="a config of N projects sharing each server's checkout (default 1)")
     p.add_argument("--busy", type=int, default=2, help="busy sessions per server (default 2)")
     p.add_argument("--settle-cpu", type=float, default=60.0, metavar="PERCENT",
                    help="before each round wait up to 2 min until the CPUs are less busy than "
@@ -895,7 +928,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         with sigterm_as_interrupt():
             for label, (k, m) in plan.items():
                 result["sizes"][label] = measure_size(label, k, m, args.repeat, args.busy,
-                                                      root / label, log, args.settle_cpu)
+                                                      root / label, log, args.settle_cpu,
+                                                      args.projects)
             if not args.no_matcher:
                 result["matcher"] = measure_matcher(args.repeat, root, log)
     except KeyboardInterrupt:

@@ -29,13 +29,27 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from enum import IntEnum
-from typing import Literal, Protocol
+from typing import Literal, Protocol, cast, get_args
 
 # Why an instance (or the fleet) could not be used, as a code beside the reason's words.
 Cause = Literal[
     "dns", "refused", "connect", "timeout", "dropped", "bad_url", "network", "too_large",
-    "garbled", "html", "auth", "forbidden", "server_error", "no_password", "fleet_down", "other",
+    "garbled", "html", "tls", "auth", "forbidden", "server_error", "no_password", "fleet_down",
+    "other",
 ]
+CAUSES = frozenset(get_args(Cause))
+
+# What is wrong with a configuration, as a code beside the ConfigError's words.
+ConfigProblem = Literal[
+    "no_config", "config_missing", "password_file_missing", "bad_json", "not_utf8",
+    "literal_password", "unknown_key", "duplicate_instance", "bad_url", "url_credentials",
+    "relative_path", "bad_timezone", "password_value", "unreadable", "value",
+]
+
+
+def cause_of(code: object) -> Cause | None:
+    """A cause read back from its JSON form (its code; "" or anything else: none)."""
+    return cast(Cause, code) if code in CAUSES else None
 
 
 class ExitCode(IntEnum):
@@ -67,9 +81,14 @@ class HubError(Exception):
 
 
 class ConfigError(HubError):
-    """The configuration is missing, malformed or invalid."""
+    """The configuration is missing, malformed or invalid; ``problem`` says which way, as the
+    code `doctor` chooses its fix by ("value": a key's value, the message names it)."""
 
     exit_code = ExitCode.USAGE
+
+    def __init__(self, message: str, problem: ConfigProblem = "value") -> None:
+        super().__init__(message)
+        self.problem: ConfigProblem = problem
 
 
 class UsageError(HubError):
@@ -117,29 +136,11 @@ class MissingPassword(UnreachableError):
     """The server answered 401 and the config gives this instance no password at all."""
 
     exit_code = ExitCode.USAGE
-    REASON = "no password configured"
 
     def __init__(self, instance: str, variable: str) -> None:
-        super().__init__(instance, f"{self.REASON}: set {variable}", cause="no_password")
-        self.args = (f"{self.REASON} for {instance}: set {variable}",)
+        super().__init__(instance, f"no password configured: set {variable}", cause="no_password")
+        self.args = (f"no password configured for {instance}: set {variable}",)
         self.variable = variable
-
-    @classmethod
-    def is_reason(cls, reason: str) -> bool:
-        """True when an instance's recorded failure reason is this error's."""
-        return reason.startswith(cls.REASON + ": set ")
-
-    @classmethod
-    def from_reason(cls, instance: str, reason: str) -> MissingPassword:
-        """Rebuild the error from an instance name and a reason ``is_reason`` accepts."""
-        return cls(instance, reason.removeprefix(cls.REASON + ": set ").split(" ", 1)[0])
-
-    @classmethod
-    def upgrade(cls, exc: HubError) -> HubError:
-        """An UnreachableError re-raised from a recorded missing-password reason becomes one."""
-        if type(exc) is UnreachableError and cls.is_reason(exc.reason):
-            return cls.from_reason(exc.instance, exc.reason)
-        return exc
 
 
 class BusyError(HubError):

@@ -102,7 +102,8 @@ def small_snapshot() -> Snapshot:
         instances=(
             InstanceSummary("alpha", "http://127.0.0.1:4096", True, limit=3),
             InstanceSummary("beta", "http://127.0.0.1:4097", True, danger=True, note="live shop"),
-            InstanceSummary("gamma", "http://127.0.0.1:4098", False, reason="connection refused"),
+            InstanceSummary("gamma", "http://127.0.0.1:4098", False, reason="connection refused",
+                           cause="refused"),
         ),
         sessions=tuple(sessions),
     )

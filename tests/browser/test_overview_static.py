@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -144,6 +145,34 @@ def test_escape_clears_the_filter(small_page: Watched) -> None:
     assert small_page.text("#shown-total") == "2 of 20 shown"
     page.locator("#filter").press("Escape")
     assert small_page.text("#shown-total") == "20 of 20 shown"
+
+
+def test_the_project_filter_leaves_one_projects_rows(browser: Any, tmp_path: Path) -> None:
+    snap = small_snapshot()
+    owner = {"ses_a1c0de01": "shop", "ses_a1c0de02": "shop", "ses_b2f00d11": "blog"}
+    snap = replace(snap, sessions=tuple(
+        replace(s, owner=owner.get(s.id, "")) for s in snap.sessions))
+    path = tmp_path / "overview.html"
+    report.write_html(snap, path, now_ms=NOW, title="shop, blog", projects=("shop", "blog"))
+    watched = Watched(browser, path)
+    try:
+        page = watched.page
+        assert "shop" in watched.text("#projects") and "blog" in watched.text("#projects")
+        page.locator("#project-filter").select_option("shop")
+        assert watched.visible_ids() == {"ses_a1c0de01", "ses_a1c0de02"}
+        assert watched.text("#shown-total") == "2 of 20 shown"
+        assert not page.locator('section[data-server="beta"]').is_visible()
+        page.locator("#filter").fill("限流")  # the words filter narrows the project's rows
+        assert watched.visible_ids() == {"ses_a1c0de02"}
+        page.locator("#filter").fill("")
+        page.locator('#projects [data-pick=""]').click()  # the sessions of no project
+        others = {s.id for s in snap.project_sessions()} - set(owner)
+        assert watched.visible_ids() == others
+        page.locator("#project-filter").select_option("*")
+        assert len(watched.visible_ids()) == 20
+        assert watched.errors == [] and watched.dialogs == []
+    finally:
+        watched.close()
 
 
 def test_screenshots_for_people(small_page: Watched, browser: Any, tmp_path: Path) -> None:

@@ -100,3 +100,34 @@ def test_one_limit_for_every_project_and_a_share_for_one(
             for s in doc.get("sessions", []) if code == 0 else []:
                 if s["running"]:
                     hub.cli("interrupt", "--project", p, "--session", s["id"], "--allow-prod")
+
+
+def test_the_views_show_every_project_without_project(hub: Hub, tmp_path: Path) -> None:
+    apps = two_projects(hub)
+    sid = {p: hub.session(NAME, f"{p} work", directory=app) for p, app in apps.items()}
+    hub.session(NAME, "elsewhere", directory=hub.project_dir("elsewhere"))
+    # status: one row per server, and each project's runs and share on it
+    code, doc = hub.cli_json("status", "--instance", NAME)
+    (inst,) = doc["instances"]
+    assert code == 0 and inst["project"] is None, doc
+    assert [(p["project"], p["share"]) for p in inst["projects"]] == [
+        ("shop", None), ("blog", 1)], inst
+    code, out, err = hub.cli("status", "--instance", NAME)
+    assert code == 0 and "shop" in out and "blog" in out, err
+    # sessions: both projects' sessions, each naming its project; --project keeps one
+    code, doc = hub.cli_json("sessions", "--instance", NAME)
+    assert code == 0 and {(s["project"], s["id"]) for s in doc["sessions"]} == {
+        (p, s) for p, s in sid.items()}, doc
+    code, doc = hub.cli_json("sessions", "--instance", NAME, "--project", "blog")
+    assert code == 0 and [s["id"] for s in doc["sessions"]] == [sid["blog"]], doc
+    code, doc = hub.cli_json("status", "--instance", NAME, "--project", "blog")
+    assert code == 0 and doc["instances"][0]["project"] == "blog", doc
+    assert doc["instances"][0]["projects"] == [], doc
+    # the page: a line per project, a project filter, a label on each row
+    page = tmp_path / "page.html"
+    code, _, err = hub.cli("sessions", "--instance", NAME, "--html", str(page))
+    html = page.read_text("utf-8")
+    assert code == 0, err
+    for p in apps:
+        assert f'data-pick="{p}"' in html and f'<option value="{p}">' in html
+        assert html.count(f'data-p="{p}"') == 1, html

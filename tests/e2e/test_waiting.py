@@ -80,7 +80,7 @@ def test_a_waiting_run_is_seen_counted_and_answered(hub: Hub) -> None:
         assert len(asked) == 1 and asked[0]["source"] == "stream", watch.events()
         assert asked[0]["session"]["waiting"]["kind"] == "permission"
         assert len(answered) == 1, watch.events()
-    assert [e["detail"].rpartition(" -> ")[2] for e in watch.events()
+    assert [e["answer"] for e in watch.events()
             if e["event"] == "answered"] == ["replied once", "replied reject"]
     ask_a_question(hub)
     a_rule_answers(hub)

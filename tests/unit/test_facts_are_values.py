@@ -39,12 +39,6 @@ PARSERS = {
     "patrol/design_scan.py": "parses design documents",
     "page/export.py": "guards spreadsheet cells against formulas",
     "cli/termfit.py": "colours a table cell by the value it prints (the table holds text)",
-    # Still words the hub wrote, read back: each becomes a code carried from where it is
-    # written (the scan reason through the live board, ConfigError, the notices, watch events).
-    "errors.py": "MissingPassword is still found by its reason's words",
-    "ops/health.py": "doctor's fixes still read ConfigError and scan reasons",
-    "page/view.py": "the page's plain reason still reads the scan reason",
-    "cli/commands/watch.py": "an answered event's detail still holds its choice",
 }
 
 

@@ -37,6 +37,7 @@ class Context:
     _config: Config | None = None
     common: Common = field(init=False)
     _stores: Stores | None = field(default=None, init=False, repr=False)
+    _every: bool = field(default=False, init=False)
 
     def __post_init__(self) -> None:
         self.common = build(Common, self.args)
@@ -63,8 +64,13 @@ class Context:
     @property
     def config(self) -> Config:
         """The configuration seen as its one chosen project (UsageError naming the projects
-        when there are several and none is chosen)."""
-        return self.whole.one_project()
+        when there are several and none is chosen, unless a view sees every project)."""
+        return self.whole if self._every else self.whole.one_project()
+
+    def see_every_project(self) -> None:
+        """A view's: with several projects and no ``--project``, show them all (sessions of
+        every project are the project's, each record names its own)."""
+        self._every = True
 
     def choose(self, project: str | None) -> Config:
         """Go on as ``project`` (None: as ``--project``, else the config's one project)."""
@@ -91,7 +97,7 @@ class Context:
     def ops(self, **seams: Any) -> OpsContext:
         """The operations context for this run: config, env, the transport seam and its
         stores (``seams``: a log sink, a stop probe)."""
-        from xaf_hub.ops.context import OpsContext
+        from xaf_hub.ops.context import OpsContext  # deferred: start-up, docs/performance.md
 
         return OpsContext(
             self.config, env=self.env, transport_factory=self.transport_factory,
@@ -130,7 +136,7 @@ class Context:
     def table(self, rows: Sequence[Sequence[Any]], headers: Sequence[str], **how: Any) -> None:
         """Print a table: fitted to the terminal and coloured on a TTY (see termfit), as is on a
         pipe or with --wide. ``how``: termfit.render's flexible / keep_end / colors."""
-        from xaf_hub.cli.termfit import Screen, render
+        from xaf_hub.cli.termfit import Screen, render  # deferred: start-up, docs/performance.md
 
         screen = Screen.of(self.stdout, self.env, wide=self.common.wide)
         text = [["" if v is None else str(v) for v in row] for row in rows]

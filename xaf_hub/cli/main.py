@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import argparse
+import codecs
 import contextlib
 import importlib
 import io
+import os
+import re
 import sys
 import traceback
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
+from xaf_hub import __version__
 from xaf_hub.cli.options import GLOBAL, Common, add_options, add_record, declared, pick
-from xaf_hub.errors import ExitCode, HubError, MissingPassword, UsageError
+from xaf_hub.core.text import redact, terminal_safe
+from xaf_hub.errors import ExitCode, HubError, UsageError
 
 # httpx's package imports its own command-line tool (click and rich; docs/performance.md) whenever
 # both are installed, as they are beside the mcp extra; the hub never runs it. Marked absent, that
@@ -80,7 +85,6 @@ class Parser(argparse.ArgumentParser):
         self.records: list[type[Any]] = []
 
     def error(self, message: str) -> NoReturn:
-        import re
 
         where = self.prog.removeprefix("xaf-hub").strip()  # the subcommand, if any
         hint = self._did_you_mean(message)
@@ -99,8 +103,7 @@ class Parser(argparse.ArgumentParser):
         return super()._parse_known_args(arg_strings, *rest, **more)
 
     def _did_you_mean(self, message: str) -> str:
-        import difflib
-        import re
+        import difflib  # deferred: start-up, docs/performance.md
 
         choice = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
         if choice:
@@ -130,7 +133,7 @@ class Parser(argparse.ArgumentParser):
     def _mistyped(self, words: Sequence[str]) -> str:
         """The suggestion for the first word that looks like an option this parser does not
         know (nor abbreviates), whatever the error said."""
-        import difflib
+        import difflib  # deferred: start-up, docs/performance.md
 
         known = sorted(o for o in self._option_string_actions if o.startswith("--"))
         for word in words:
@@ -157,7 +160,7 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
     (``termfit.fit_help``); argparse already wraps the options' help."""
 
     def _fill_text(self, text: str, width: int, indent: str) -> str:
-        from xaf_hub.cli.termfit import fit_help
+        from xaf_hub.cli.termfit import fit_help  # deferred: start-up, docs/performance.md
 
         fitted = fit_help(text, width - len(indent))
         return "".join(indent + line for line in fitted.splitlines(keepends=True)) + "\n"
@@ -171,7 +174,6 @@ def build_parser(argv: Sequence[str] | None = None) -> Parser:
         formatter_class=HelpFormatter,
         parents=[_common()],
     )
-    from xaf_hub import __version__
 
     parser.add_argument("--version", action="version", version=f"xaf-hub {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
@@ -235,9 +237,8 @@ def main(argv: Sequence[str] | None = None, **context: Any) -> int:
         _drop_stdout()
         return PIPE_CLOSED
     except HubError as raised:
-        shown = MissingPassword.upgrade(raised)
-        _report(ctx, stderr, args, str(shown), shown)
-        return int(shown.exit_code)
+        _report(ctx, stderr, args, str(raised), raised)
+        return int(raised.exit_code)
     except Exception as exc:  # noqa: BLE001 - the last line of defence prints one line
         return _internal_error(ctx, stderr, args, exc)
     finally:
@@ -276,7 +277,6 @@ def _replace_unencodable(stream: TextIO) -> None:
     UnicodeEncodeError halfway through a table; a UTF-8 stream is left as it is."""
     if not isinstance(stream, io.TextIOWrapper) or stream.errors != "strict":
         return
-    import codecs
 
     with contextlib.suppress(LookupError, AttributeError, ValueError, OSError):  # closed...
         if not codecs.lookup(stream.encoding).name.startswith("utf"):
@@ -293,7 +293,7 @@ def _reader_gone(stream: TextIO) -> bool:
     never taken for a reader that stopped on purpose."""
     if sys.platform == "win32":
         return False
-    import select
+    import select  # deferred: start-up, docs/performance.md
 
     try:
         fd = stream.fileno()
@@ -306,7 +306,6 @@ def _reader_gone(stream: TextIO) -> bool:
 
 def _drop_stdout() -> None:
     """Point stdout at /dev/null, so the interpreter's last flush has nowhere to fail."""
-    import os
 
     with contextlib.suppress(OSError, ValueError, AttributeError):
         devnull = os.open(os.devnull, os.O_WRONLY)
@@ -322,7 +321,6 @@ def _report(
     exc: BaseException | None,
     internal: bool = False,
 ) -> None:
-    from xaf_hub.core.text import redact, terminal_safe
 
     secrets: list[str] = []
     if ctx is not None:

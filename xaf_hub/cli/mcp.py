@@ -24,6 +24,7 @@ import inspect
 import io
 import json
 import os
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -74,6 +75,8 @@ from xaf_hub.errors import (
     UnreachableError,
     UsageError,
 )
+from xaf_hub.ops.interrupt import interrupt_session
+from xaf_hub.page.export import snapshot_document
 
 if TYPE_CHECKING:
     from xaf_hub.fleet.scan import TransportFactory
@@ -176,8 +179,7 @@ class Hub:
         try:
             doc = tool.answer(ctx, values)
         except HubError as raised:
-            error = MissingPassword.upgrade(raised)
-            raise Refused(f"{refusal_class(error)}: {_redacted(ctx, str(error))}") from None
+            raise Refused(f"{refusal_class(raised)}: {_redacted(ctx, str(raised))}") from None
         except Exception as exc:  # noqa: BLE001 - the last line of defence answers one line
             text = _redacted(ctx, f"{type(exc).__name__}: {exc}")
             raise Refused(f"internal error: {text}") from None
@@ -242,32 +244,37 @@ def _dispatch_line(doc: Any) -> str:
 
 def _instances(ctx: Context, v: Values) -> Any:
     doc, snap = instances.read(ctx, record(instances.Options, v))
-    return _unless_password_missing(doc, snap)
+    return _unless_password_missing(ctx, doc, snap)
+
+
+def _as_project(ctx: Context, v: Values) -> Values:
+    """A view's values without ``project``: the hub goes on as it, else as every project."""
+    v = dict(v)
+    ctx.see_every_project()
+    ctx.choose(v.pop("project", None))
+    return v
 
 
 def _status(ctx: Context, v: Values) -> Any:
-    m = status.measure(ctx, record(status.Options, v))
-    return _unless_password_missing(status.document(m), m.snap)
+    m = status.measure(ctx, record(status.Options, _as_project(ctx, v)))
+    return _unless_password_missing(ctx, status.document(m), m.snap)
 
 
 def _sessions(ctx: Context, v: Values) -> Any:
-    from xaf_hub.page.export import snapshot_document
 
-    v = dict(v)
-    ctx.choose(v.pop("project", None))
-    opts = record(sessions.Options, v)
+    opts = record(sessions.Options, _as_project(ctx, v))
     snap = sessions.read(ctx, opts)
-    doc = _unless_password_missing(snapshot_document(snap), snap)
+    doc = _unless_password_missing(ctx, snapshot_document(snap), snap)
     if opts.limit is not None and isinstance(doc.get("sessions"), list):
         doc["sessions"] = doc["sessions"][: opts.limit]
     return doc
 
 
-def _unless_password_missing(doc: Any, snap: Snapshot) -> Any:
+def _unless_password_missing(ctx: Context, doc: Any, snap: Snapshot) -> Any:
     """A read's document, even when an instance did not answer (it names those), unless one
     asks for a password the config lacks: a fix for the person, said as a refusal (the
     command's exit 4)."""
-    missing = missing_password(snap)
+    missing = missing_password(ctx, snap)
     if missing is not None:
         raise missing
     return doc
@@ -286,7 +293,6 @@ def _dispatch(ctx: Context, v: Values) -> Any:
 
 
 def _interrupt(ctx: Context, v: Values) -> Any:
-    from xaf_hub.ops.interrupt import interrupt_session
 
     opts = record(interrupt.Options, v)
     done = aio.run(interrupt_session(ctx.ops(), v["session"], instance=opts.instance,
@@ -308,9 +314,8 @@ def _backlog_show(ctx: Context, v: Values) -> Any:
 
 
 def _waiting(ctx: Context, v: Values) -> Any:
-    import time
 
-    found = waiting.look(ctx, record(waiting.Options, v))
+    found = waiting.look(ctx, record(waiting.Options, _as_project(ctx, v)))
     return waiting.document(found, int(time.time() * 1000))
 
 
@@ -350,9 +355,10 @@ TOOLS: tuple[Tool, ...] = (
     Tool("instances", "List the fleet's instances: reachable or not (with the reason), "
          "opencode version, role, limit.", (), _instances, lambda d: _count(d, "instances")),
     Tool("status", "How full each instance is: running + reserved of its limit, and whether it "
-         "can take new work now; the task pool's queue.", (), _status, _status_line),
-    Tool("sessions", "The project's sessions on every instance (or one): id, title, directory, "
-         "run state, last result.",
+         "can take new work now, per project with several; the task pool's queue.", (PROJECT,),
+         _status, _status_line),
+    Tool("sessions", "The project's sessions (every project's without project) on every "
+         "instance (or one): id, project, title, directory, run state, last result.",
          (*_options(sessions.Options, "instance", "keyword", "limit"), PROJECT),
          _sessions, lambda d: _count(d, "sessions")),
     Tool("show", "One session: its state, the last prompt and the last answer.",
@@ -385,8 +391,8 @@ TOOLS: tuple[Tool, ...] = (
          lambda d: f"task {_field(d, 'id')}"),
     Tool("waiting", "Every request a run waits on across the fleet (permission requests and "
          "questions for a person): id, instance, session, what is asked, options, since when. "
-         "Such a run holds a slot until it is answered.", _options(waiting.Options, "instance"),
-         _waiting,
+         "Such a run holds a slot until it is answered.",
+         (*_options(waiting.Options, "instance"), PROJECT), _waiting,
          _waiting_line),
     Tool("approve", "Approve a permission request a run waits on (always=true: the patterns it "
          "offers too, for that session). Checked first: a request no longer waiting is "

@@ -26,6 +26,8 @@ from xaf_hub.cli.commands._common import ADD_MCP, MCP_REQUIREMENT
 from xaf_hub.cli.context import Context
 from xaf_hub.cli.options import flag, opt
 from xaf_hub.errors import UsageError
+from xaf_hub.page.asgi import listen
+from xaf_hub.page.serve import is_loopback
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, MutableMapping
@@ -58,7 +60,6 @@ class Options:
 
 
 def _is_loopback(host: str) -> bool:
-    from xaf_hub.page.serve import is_loopback
 
     return is_loopback(host)
 
@@ -123,7 +124,6 @@ def _serve_http(ctx: Context, server: Any, opts: Options, token: str) -> int:
     import uvicorn
     from mcp.server.transport_security import TransportSecuritySettings
 
-    from xaf_hub.page.asgi import listen
 
     # On loopback the SDK checks Host and Origin against DNS rebinding (its default for a
     # loopback host); on another address the bearer token is what admits a client.

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
+import inspect
 import types
 from collections.abc import Mapping, Sequence
 from typing import (
@@ -179,7 +180,6 @@ class Opt:
     def tool_parameter(self) -> tuple[Any, Any]:
         """(annotation, default) of this option as an MCP tool parameter: pydantic's ``Field``
         carries the help and the limits, so the tool's JSON schema states them."""
-        import inspect
 
         from pydantic import Field
 

@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import TextIO
 
+from xaf_hub.cli.termfit import fit
 from xaf_hub.core.text import terminal_safe
 
 
@@ -50,7 +51,6 @@ class Progress:
 
     def line(self) -> str:
         """The text of the line now, fitted to the terminal (one cell to spare)."""
-        from xaf_hub.cli.termfit import fit
 
         secs = int(time.monotonic() - self.started)
         names = ", ".join(self.pending)

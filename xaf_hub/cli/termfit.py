@@ -16,9 +16,12 @@ the table exactly as before.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TextIO
+
+from xaf_hub.core.text import table
 
 ELLIPSIS = "…"
 GAP = 2  # tabulate's "simple" format puts two spaces between columns
@@ -244,7 +247,6 @@ def _fit_example(line: str, width: int) -> list[str]:
         lines.extend(wrap(comment, width, lead, lead + "# "))
     if cells(lead + body) <= width:
         return [*lines, lead + body]
-    import re
 
     # Shell words: a quoted argument is never broken (a continuation inside quotes is not one).
     words = re.findall(r"""(?:[^\s"']+|"[^"]*"|'[^']*')+""", body)
@@ -285,7 +287,6 @@ def render(
     without an ellipsis; None: never cut); ``colors``: header -> value -> SGR code.
     Cells must already be terminal-safe text (no control characters).
     """
-    from xaf_hub.core.text import table
 
     text_rows = [["" if v is None else str(v) for v in row] for row in rows]
     heads = list(headers)

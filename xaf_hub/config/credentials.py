@@ -39,7 +39,8 @@ def local_overrides(raw: Any, file: Path) -> dict[str, dict[str, Any]]:
     unknown = sorted(set(raw) - {"instances"})
     if unknown:
         raise ConfigError(
-            f"{file}: key '{unknown[0]}': unknown key (config.local.json holds only 'instances')"
+            f"{file}: key '{unknown[0]}': unknown key (config.local.json holds only 'instances')",
+            "unknown_key",
         )
     items = instances_list(raw.get("instances", {}), file)
     out: dict[str, dict[str, Any]] = {}
@@ -70,7 +71,8 @@ def resolve_password(
         data = load_json_file(path, what="password")
         if not isinstance(data, dict) or not isinstance(data.get(key), str):
             raise ConfigError(
-                f"{path}: key '{key}': expected a string password for instance '{name}'"
+                f"{path}: key '{key}': expected a string password for instance '{name}'",
+                "password_value",
             )
         return data[key], f"file:{path}"
     return None, "none"

@@ -19,6 +19,7 @@ from xaf_hub.config.credentials import (
     CREDENTIAL_KEYS,
     REDIS_PASSWORD_ENV,
     local_overrides,
+    password_var,
     pw_env_name,
     resolve_password,
 )
@@ -34,7 +35,7 @@ from xaf_hub.config.reader import (
 )
 from xaf_hub.core.commits import RUNNER_CONFIG
 from xaf_hub.core.rules import ProjectRules
-from xaf_hub.errors import ConfigError
+from xaf_hub.errors import Cause, ConfigError, MissingPassword, UnreachableError, UsageError
 
 _ABSOLUTE = re.compile(r"^(/|[A-Za-z]:[\\/]|\\\\)")
 _DOT_SEGMENT = re.compile(r"(^|[\\/])\.{1,2}([\\/]|$)")
@@ -115,7 +116,7 @@ def _folders(r: _Reader, name: str, paths: tuple[str, ...]) -> tuple[str, ...]:
 
 def _absolute_path(r: _Reader, name: str, path: str) -> str:
     if path and not _is_absolute(path):
-        raise r.fail(name, f"must be an absolute path, got {path!r}")
+        raise r.fail(name, f"must be an absolute path, got {path!r}", "relative_path")
     return _folder(r, name, path)
 
 
@@ -144,7 +145,7 @@ def _time_zone(r: _Reader, name: str, tz: str) -> str:
         try:
             ZoneInfo(tz)
         except (ZoneInfoNotFoundError, ValueError):
-            raise r.fail(name, f"unknown time zone {tz!r}") from None
+            raise r.fail(name, f"unknown time zone {tz!r}", "bad_timezone") from None
     return tz
 
 
@@ -164,7 +165,7 @@ def _commit_url(r: _Reader, name: str, url: str) -> str:
     if url:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.netloc:
-            raise r.fail(name, "must be an http(s) URL")
+            raise r.fail(name, "must be an http(s) URL", "bad_url")
         if parts.username or parts.password:
             raise r.fail(name, "must not carry a user name or password")
         if "{commit}" not in url:
@@ -266,6 +267,13 @@ class InstanceConfig:
         one first."""
         return next((name for name, rules in self.fleet if rules.owns(directory, checkout)), "")
 
+    def claims(self, directory: str, checkout: str = "") -> bool:
+        """Whether ``directory``'s sessions are the project's: the chosen project's by its
+        rules; seen as every project (none chosen), any configured project's."""
+        if self.project or not self.fleet:
+            return self.rules.owns(directory, checkout)
+        return bool(self.owner(directory, checkout))
+
     @property
     def production(self) -> bool:
         """True when writes need --allow-prod."""
@@ -274,6 +282,13 @@ class InstanceConfig:
     def secrets(self) -> tuple[str, ...]:
         """Never printed: the password, and user:password (its base64 is the Basic credential)."""
         return (self.password, f"{self.username}:{self.password}") if self.password else ()
+
+    def unreachable(self, reason: str, cause: Cause | None) -> UnreachableError:
+        """The error of this instance failing with ``reason``: MissingPassword (a config fix)
+        when the server asked for a password the config does not give."""
+        if cause == "no_password":
+            return MissingPassword(self.name, password_var(self.name, self.password_env))
+        return UnreachableError(self.name, reason, cause=cause or "other")
 
 
 @dataclass(frozen=True)
@@ -534,7 +549,6 @@ class Config:
 
     def choose(self, name: str) -> Config:
         """This config seen as project ``name`` (UsageError naming the projects if unknown)."""
-        from xaf_hub.errors import UsageError
 
         p = next((p for p in self.projects if p.name == name), None)
         if p is None:
@@ -543,7 +557,6 @@ class Config:
 
     def one_project(self) -> Config:
         """This config when a project is chosen; else UsageError naming the projects."""
-        from xaf_hub.errors import UsageError
 
         if not self.chosen:
             raise UsageError(
@@ -551,6 +564,10 @@ class Config:
                 f"(configured: {self.project_names()})"
             )
         return self
+
+    def shown_projects(self) -> tuple[str, ...]:
+        """The projects a view shows apart: every one when none is chosen, else none."""
+        return () if self.chosen else tuple(p.name for p in self.projects)
 
     def project_names(self) -> str:
         """The configured projects' names, for a message."""
@@ -570,7 +587,6 @@ class Config:
 
     def instance(self, name: str) -> InstanceConfig:
         """Look up one instance by name, or raise a UsageError listing the known ones."""
-        from xaf_hub.errors import UsageError
 
         for inst in self.instances:
             if inst.name == name:
@@ -604,7 +620,8 @@ def find_config(explicit: str | None, env: Mapping[str, str], cwd: Path) -> Path
         return home_cfg
     raise ConfigError(
         f"no config found: tried --config, $XAF_HUB_CONFIG, {local} and {home_cfg}; "
-        "run `xaf-hub init` to write a starter config.json"
+        "run `xaf-hub init` to write a starter config.json",
+        "no_config",
     )
 
 
@@ -699,12 +716,16 @@ def parse_config(raw: Any, *, path: Path, env: Mapping[str, str]) -> Config:
         if not isinstance(name, str) or not name.strip():
             raise ConfigError(f"{path}: key '{label}.name': expected a non-empty string")
         if name in names:
-            raise ConfigError(f"{path}: key '{label}.name': duplicate instance name '{name}'")
+            raise ConfigError(
+                f"{path}: key '{label}.name': duplicate instance name '{name}'",
+                "duplicate_instance",
+            )
         names.add(name)
         if obj.get("password") not in (None, ""):
             raise ConfigError(
                 f"{path}: key '{label}.password': a literal password does not belong in "
-                f"{path.name}; move it to config.local.json or the env var {pw_env_name(name)}"
+                f"{path.name}; move it to config.local.json or the env var {pw_env_name(name)}",
+                "literal_password",
             )
         merged = dict(obj)
         extra = overrides.get(name, {})
@@ -903,9 +924,12 @@ def _parse_instance(
         raise r.fail("url", "missing (e.g. http://127.0.0.1:4096)")
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise r.fail("url", f"must be an http:// or https:// URL, got {url!r}")
+        raise r.fail("url", f"must be an http:// or https:// URL, got {url!r}", "bad_url")
     if parts.username or parts.password:
-        raise r.fail("url", "must not carry credentials; use username and config.local.json")
+        raise r.fail(
+            "url", "must not carry credentials; use username and config.local.json",
+            "url_credentials",
+        )
     r.get("password_file", (str,), None)
     r.get("password_key", (str,), None)
     aliases = r.get("dir_aliases", (dict,), {})

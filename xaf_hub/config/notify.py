@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
-from xaf_hub.errors import ConfigError
+from xaf_hub.errors import ConfigError, ConfigProblem
 
 EVENTS: tuple[str, ...] = (
     "task_done",
@@ -171,8 +171,8 @@ class _Problem:
     def __init__(self, file: Path | str) -> None:
         self.file = file
 
-    def __call__(self, key: str, message: str) -> ConfigError:
-        return ConfigError(f"{self.file}: key '{key}': {message}")
+    def __call__(self, key: str, message: str, problem: ConfigProblem = "value") -> ConfigError:
+        return ConfigError(f"{self.file}: key '{key}': {message}", problem)
 
 
 def _number(
@@ -208,7 +208,7 @@ def _page_url(raw_page: Any, bad: _Problem) -> str:
         raise bad("page.url", f"expected a string, got {_kind(url)}")
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise bad("page.url", f"must be an http:// or https:// URL, got {url!r}")
+        raise bad("page.url", f"must be an http:// or https:// URL, got {url!r}", "bad_url")
     if parts.username or parts.password:
         # The link goes to a chat everyone in it can read.
         raise bad("page.url", "must not carry a user name or password")
@@ -228,7 +228,7 @@ def _webhook(raw: Any, index: int, env: Mapping[str, str], bad: _Problem) -> Web
             )
     unknown = sorted(set(raw) - _WEBHOOK_KEYS - {"url", "secret"})
     if unknown:
-        raise bad(f"{where}.{unknown[0]}", "unknown key")
+        raise bad(f"{where}.{unknown[0]}", "unknown key", "unknown_key")
     name = raw.get("name")
     if not isinstance(name, str) or not _NAME.match(name):
         raise bad(f"{where}.name", "expected 1-40 letters, digits, '_', '.' or '-'")
@@ -294,7 +294,7 @@ def parse_notify(
         raise bad("notify", f"expected an object, got {_kind(raw)}")
     unknown = sorted(set(raw) - _NOTIFY_KEYS)
     if unknown:
-        raise bad(f"notify.{unknown[0]}", "unknown key")
+        raise bad(f"notify.{unknown[0]}", "unknown key", "unknown_key")
     hooks_raw = raw.get("webhooks", [])
     if not isinstance(hooks_raw, list):
         raise bad("notify.webhooks", f"expected a list, got {_kind(hooks_raw)}")

@@ -19,7 +19,7 @@ from dataclasses import field, fields
 from pathlib import Path
 from typing import Any, TypeVar
 
-from xaf_hub.errors import ConfigError
+from xaf_hub.errors import ConfigError, ConfigProblem
 
 T = TypeVar("T")
 
@@ -42,8 +42,8 @@ class Reader:
     def key(self, name: str) -> str:
         return f"{self.where}.{name}" if self.where else name
 
-    def fail(self, name: str, message: str) -> ConfigError:
-        return ConfigError(f"{self.file}: key '{self.key(name)}': {message}")
+    def fail(self, name: str, message: str, problem: ConfigProblem = "value") -> ConfigError:
+        return ConfigError(f"{self.file}: key '{self.key(name)}': {message}", problem)
 
     def get(
         self, name: str, types: tuple[type, ...], default: Any, *, nullable: bool = True
@@ -54,10 +54,9 @@ class Reader:
         value = self.data[name]
         if value is None and nullable:
             return default
-        if isinstance(value, bool) and bool not in types:
-            raise self.fail(name, f"expected {_type_names(types)}, got a boolean")
-        if not isinstance(value, types):
-            raise self.fail(name, f"expected {_type_names(types)}, got {json_type(value)}")
+        problem = type_problem(value, types)
+        if problem:
+            raise self.fail(name, problem)
         return value
 
     def num(self, name: str, default: float, *, minimum: float = 0.0, integer: bool = False) -> Any:
@@ -84,8 +83,7 @@ class Reader:
         value = self.get(name, (str,), default)
         key = value.strip().lower().replace("_", "-").split("-")[0] if tags else value
         if key not in choices:
-            words = f"{', '.join(choices[:-1])} or {choices[-1]}"
-            raise self.fail(name, f"must be {words}, got {value!r}")
+            raise self.fail(name, choice_problem(value, choices))
         return str(key)
 
     def sub(self, name: str) -> Reader:
@@ -95,7 +93,9 @@ class Reader:
     def finish(self) -> None:
         unknown = sorted(set(self.data) - self.seen)
         if unknown:
-            raise self.fail(unknown[0], "unknown key" + _suggest(unknown[0], self.seen))
+            raise self.fail(
+                unknown[0], "unknown key" + _suggest(unknown[0], self.seen), "unknown_key"
+            )
 
 
 class Setting:
@@ -210,10 +210,25 @@ def read_section(
 
 
 def _suggest(name: str, known: set[str]) -> str:
-    import difflib
+    import difflib  # deferred: start-up, docs/performance.md
 
     close = difflib.get_close_matches(name, sorted(known), n=1)
     return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+def type_problem(value: Any, types: tuple[type, ...]) -> str:
+    """Why ``value`` is not of the JSON ``types``, in words ("" when it is): every typed JSON
+    file (config, task pool) says it the same way; a boolean is never a number."""
+    if isinstance(value, types) and (bool in types or not isinstance(value, bool)):
+        return ""
+    return f"expected {_type_names(types)}, got {json_type(value)}"
+
+
+def choice_problem(value: Any, choices: tuple[str, ...]) -> str:
+    """Why ``value`` is not one of ``choices``, in words ("" when it is)."""
+    if value in choices:
+        return ""
+    return f"must be {', '.join(choices[:-1])} or {choices[-1]}, got {value!r}"
 
 
 def json_type(value: Any) -> str:
@@ -225,20 +240,28 @@ def json_type(value: Any) -> str:
         float: "a number",
         str: "a string",
         list: "a list",
+        tuple: "a list",
         dict: "an object",
     }.get(type(value), type(value).__name__)
 
 
 def _type_names(types: tuple[type, ...]) -> str:
     names = {
-        int: "a number",
+        int: "a number" if float in types else "a whole number",
         float: "a number",
         str: "a string",
         bool: "a boolean",
         list: "a list",
+        tuple: "a list",
         dict: "an object",
     }
     return " or ".join(dict.fromkeys(names.get(t, t.__name__) for t in types))
+
+
+# The kind of file ``load_json_file`` reads -> the problem of its being missing.
+_MISSING: dict[str, ConfigProblem] = {
+    "config": "config_missing", "password": "password_file_missing",
+}
 
 
 def load_json_file(path: Path, what: str = "config") -> Any:
@@ -246,18 +269,23 @@ def load_json_file(path: Path, what: str = "config") -> Any:
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
-        raise ConfigError(f"{path}: {what} file not found") from None
+        missing = _MISSING.get(what, "value")
+        raise ConfigError(f"{path}: {what} file not found", missing) from None
     except OSError as exc:
-        raise ConfigError(f"{path}: cannot read {what} file: {exc.strerror or exc}") from None
+        raise ConfigError(
+            f"{path}: cannot read {what} file: {exc.strerror or exc}", "unreadable"
+        ) from None
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        raise ConfigError(f"{path}: not UTF-8 text (bad byte at offset {exc.start})") from None
+        raise ConfigError(
+            f"{path}: not UTF-8 text (bad byte at offset {exc.start})", "not_utf8"
+        ) from None
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise ConfigError(
-            f"{path}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}"
+            f"{path}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}", "bad_json"
         ) from None
 
 

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import signal
+import sys
+import threading
 from collections.abc import Awaitable, Coroutine
 from typing import Any, TypeVar
 
@@ -41,9 +44,6 @@ def _new_loop() -> asyncio.AbstractEventLoop:
     way out (seen under load in the e2e test that interrupts `watch` at random moments).
     Held back, it arrives once the loop is whole: the usual KeyboardInterrupt.
     """
-    import signal
-    import sys
-    import threading
 
     if sys.platform == "win32" or threading.current_thread() is not threading.main_thread():
         return asyncio.new_event_loop()

@@ -21,6 +21,26 @@ TEXT: dict[str, tuple[str, str]] = {
         "What the team's AI coding assistants are doing for this project, server by server.",
         "团队的 AI 编程助手正在为这个项目做什么，按服务器列出。",
     ),
+    "page.intro_projects": (
+        "What the team's AI coding assistants are doing for each of its projects, server by "
+        "server.",
+        "团队的 AI 编程助手正在为各个项目做什么，按服务器列出。",
+    ),
+    # one line per project when the page shows several
+    "projects.title": ("Projects", "项目"),
+    "projects.item": (
+        "{sessions} sessions · {running} running", "{sessions} 个会话 · {running} 个运行中"
+    ),
+    "projects.other": ("other", "其他"),
+    "projects.other_hint": (
+        "Sessions in folders of no configured project",
+        "不属于任何已配置项目的文件夹中的会话",
+    ),
+    "projects.all": ("All projects", "全部项目"),
+    "projects.hint": (
+        "Choose a project to show only its sessions.",
+        "选择一个项目，只显示它的会话。",
+    ),
     "page.data_from": ("Data from {exact} ({when}).", "数据时间：{exact}（{when}）。"),
     "page.source_live": ("Source: live, {age} s old.", "来源：实时，{age} 秒前确认。"),
     "page.source_mixed": (
@@ -364,6 +384,7 @@ TEXT: dict[str, tuple[str, str]] = {
     ),
     # filter
     "filter.label": ("Find", "查找"),
+    "filter.project": ("Project", "项目"),
     "filter.placeholder": (
         "Part of a title, folder or session id",
         "标题、文件夹或会话编号的一部分",

@@ -227,7 +227,7 @@ class _SystemLocalZone(tzinfo):
 
 
 def _zone_key(candidate: str) -> ZoneInfo | None:
-    from zoneinfo import ZoneInfo
+    from zoneinfo import ZoneInfo  # deferred: start-up, docs/performance.md
 
     key = candidate.strip().lstrip(":")
     if not key or key.startswith("/"):
@@ -240,7 +240,7 @@ def _zone_key(candidate: str) -> ZoneInfo | None:
 
 def _zone_file(candidate: str) -> ZoneInfo | None:
     """The zone of a TZ naming a file (``/usr/share/zoneinfo/Asia/Shanghai``, ``:/etc/x``)."""
-    from zoneinfo import ZoneInfo
+    from zoneinfo import ZoneInfo  # deferred: start-up, docs/performance.md
 
     path = candidate.strip().lstrip(":")
     if not path.startswith("/"):
@@ -263,7 +263,7 @@ def _posix_zone(rule: str) -> ZoneInfo | None:
     zoneinfo reads such a rule from the footer of a TZif file, so build the smallest one: no
     transitions, one placeholder type, and the rule that then applies at all times.
     """
-    from zoneinfo import ZoneInfo
+    from zoneinfo import ZoneInfo  # deferred: start-up, docs/performance.md
 
     text = rule.strip()
     if not text or text.startswith((":", "/")) or "\n" in text or not text.isascii():
@@ -295,7 +295,9 @@ def resolve_timezone(
     if name.strip().casefold() != "local":
         zone = _zone_key(name)
         if zone is None:
-            raise ConfigError(f"models.timezone: unknown time zone {name!r} (use an IANA name)")
+            raise ConfigError(
+                f"models.timezone: unknown time zone {name!r} (use an IANA name)", "bad_timezone"
+            )
         return zone
     env = os.environ if environ is None else environ
     if env.get("TZ"):

@@ -9,9 +9,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal, TypeVar
 
-from xaf_hub.core.clock import MAX_TIME_MS
+from xaf_hub.core.clock import MAX_TIME_MS, iso_time
 from xaf_hub.core.outcomes import Run
-from xaf_hub.errors import UsageError
+from xaf_hub.errors import Cause, UsageError
 
 _P = TypeVar("_P")
 
@@ -62,7 +62,6 @@ class Waiting:
 
     def to_json(self) -> dict[str, Any]:
         """The export form: the record's ``waiting`` field."""
-        from xaf_hub.core.clock import iso_time
 
         return {
             "kind": self.kind,
@@ -151,7 +150,6 @@ class SessionRecord:
     def to_json(self) -> dict[str, Any]:
         """Return the export form (architecture §3 field names), with each epoch-ms time also
         as ISO 8601 (`created_at`, `updated_at`, `retry_next_at`; null when unknown)."""
-        from xaf_hub.core.clock import iso_time
 
         # Every field is a str/int/float/bool: no deep copy needed (asdict's is slow on a
         # whole snapshot).
@@ -177,6 +175,7 @@ class InstanceSummary:
     url: str
     reachable: bool
     reason: str = ""
+    cause: Cause | None = None  # what ``reason`` says, as the code decisions read
     version: str = ""
     api: str = ""
     total_sessions: int = 0

@@ -7,12 +7,14 @@ patrol report, the exports and the served page).
 
 from __future__ import annotations
 
+import base64
 import functools
 import json
 import math
 import re
 from collections.abc import Iterable, Sequence
 from typing import Any
+from urllib.parse import quote, quote_plus
 
 
 def table(rows: Sequence[Sequence[Any]], headers: Sequence[str], *, header_pad: int = 2) -> str:
@@ -129,9 +131,7 @@ _AUTH_ECHO = re.compile(
 
 def secret_forms(secret: str) -> set[str]:
     """How ``secret`` can show up in text: plain, URL-quoted, base64, JSON/HTML/CSV-escaped."""
-    import base64
-    import html
-    from urllib.parse import quote, quote_plus
+    import html  # deferred: start-up, docs/performance.md
 
     b64 = base64.b64encode(secret.encode()).decode()
     forms = {

@@ -18,14 +18,13 @@ from typing import Any, Literal, cast
 
 import httpx
 
-from xaf_hub.config.credentials import password_var
 from xaf_hub.config.load import InstanceConfig
 from xaf_hub.core.backoff import Backoff
 from xaf_hub.core.records import Message, Room
+from xaf_hub.core.text import redact
 from xaf_hub.errors import (
     ApiError,
     Cause,
-    MissingPassword,
     RequestGone,
     SessionNotFound,
     UnreachableError,
@@ -89,6 +88,8 @@ def explain(exc: BaseException, connect_timeout: float, read_timeout: float) -> 
     if isinstance(exc, httpx.TimeoutException):
         return "timeout", f"no answer within {read_timeout:g}s (timed out)"
     if isinstance(exc, httpx.ConnectError):
+        if "ssl" in text or "certificate" in text:
+            return "tls", "could not connect (TLS: the certificate or handshake failed)"
         if any(h in text for h in _DNS_HINTS):
             return "dns", "DNS lookup failed (host name not found)"
         if any(h in text for h in _REFUSED_HINTS):
@@ -239,8 +240,7 @@ class OpencodeClient:
             status = resp.status_code
             if status == 401:
                 if not self.inst.password:
-                    variable = password_var(self.name, self.inst.password_env)
-                    raise MissingPassword(self.name, variable)
+                    raise self.inst.unreachable("", "no_password")
                 raise self._fail(
                     "auth rejected (HTTP 401): check the username and password", "auth"
                 )
@@ -304,7 +304,6 @@ class OpencodeClient:
 
     def _scrub(self, text: str) -> str:
         """A server's error text without our own credential, should it echo the request."""
-        from xaf_hub.core.text import redact
 
         return redact(text, self.inst.secrets())
 

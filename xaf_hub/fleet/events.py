@@ -22,6 +22,7 @@ from typing import Any, Literal
 
 from xaf_hub.config.load import InstanceConfig
 from xaf_hub.core.records import RunState, SessionRecord, sane_ms
+from xaf_hub.core.runstate import waiting_detail
 from xaf_hub.fleet.wire import (
     ServerSession,
     message_of,
@@ -106,6 +107,7 @@ class FleetEvent:
     session: SessionRecord | None = None
     outcome: str = ""  # stopped: the last run's outcome (a core.outcomes.Run), when read
     detail: str = ""  # retry message, error text, down reason, stream mode
+    answer: str = ""  # answered: the reply the request got ("replied once"), when the stream said
     source: str = "stream"  # stream | rescan | poll
     at_ms: int = 0
 
@@ -117,6 +119,7 @@ class FleetEvent:
             "session": self.session.to_json() if self.session is not None else None,
             "outcome": self.outcome,
             "detail": self.detail,
+            "answer": self.answer,
             "source": self.source,
             "at_ms": self.at_ms,
         }
@@ -214,7 +217,6 @@ def _request(s: SessionRecord) -> str:
 
 def asked_detail(rec: SessionRecord) -> str:
     """What an ``asked`` or ``answered`` event's session waits (waited) on, in one line."""
-    from xaf_hub.core.runstate import waiting_detail
 
     return waiting_detail(rec.waiting) if rec.waiting is not None else ""
 
@@ -261,11 +263,11 @@ class Board:
         """The project verdict of a directory (asked once per directory, kept for directories of
         up to ``MAX_FOREIGN_TEXT`` characters: a stream of endless long names keeps nothing)."""
         if len(directory) > MAX_FOREIGN_TEXT:
-            return self.inst.rules.owns(directory, self.sandboxes.get(directory, ""))
+            return self.inst.claims(directory, self.sandboxes.get(directory, ""))
         if directory not in self._verdicts:
             if len(self._verdicts) >= MAX_REMEMBERED:
                 self._verdicts.clear()  # a stream naming endless directories: ask again
-            self._verdicts[directory] = bool(directory) and self.inst.rules.owns(
+            self._verdicts[directory] = bool(directory) and self.inst.claims(
                 directory, self.sandboxes.get(directory, "")
             )
         return self._verdicts[directory]
@@ -406,7 +408,8 @@ class Board:
         reply = props.get("reply")
         said = f"{word} {reply}" if isinstance(reply, str) and reply else word
         self.sessions[rec.id] = replace(rec, waiting=None)
-        return [self._event("answered", rec, "stream", f"{asked_detail(rec)} -> {said}")]
+        event = self._event("answered", rec, "stream", f"{asked_detail(rec)} -> {said}")
+        return [replace(event, answer=said)]
 
     def _info(self, info: Any) -> list[FleetEvent]:
         if not isinstance(info, Mapping) or not isinstance(info.get("id"), str):

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from xaf_hub.config.load import InstanceConfig
 from xaf_hub.core.records import InstanceSummary, SessionRecord, Snapshot, Tally
 from xaf_hub.core.rules import ProjectRules
+from xaf_hub.errors import Cause, UnreachableError
 
 
 @dataclass
@@ -22,6 +23,7 @@ class InstanceScan:
     inst: InstanceConfig
     reachable: bool = False
     reason: str = ""
+    cause: Cause | None = None  # what ``reason`` says, as the code decisions read
     version: str = ""
     api: str = ""
     sessions: list[SessionRecord] = field(default_factory=list)
@@ -37,6 +39,10 @@ class InstanceScan:
     tally: Tally | None = None
     # The project's worktrees the listing named: worktree folder -> the checkout it came from.
     sandboxes: dict[str, str] = field(default_factory=dict)
+
+    def failure(self) -> UnreachableError:
+        """Why this instance could not be used, as the error a command raises."""
+        return self.inst.unreachable(self.reason, self.cause)
 
     def project_sandboxes(self) -> tuple[str, ...]:
         """The worktrees this scan found of the project's checkouts."""
@@ -55,6 +61,7 @@ class InstanceScan:
             url=self.inst.url,
             reachable=self.reachable,
             reason=self.reason,
+            cause=self.cause,
             version=self.version,
             api=self.api,
             total_sessions=t.total_sessions,

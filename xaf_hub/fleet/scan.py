@@ -68,10 +68,12 @@ def build_record(
     owner: str | None = None,
 ) -> SessionRecord:
     """Combine a server session, its run state and the project verdict (``owner``: the
-    configured project it belongs to; default the chosen one's when it is the project's)."""
+    configured project it belongs to; default the chosen one's, or seen as every project the
+    one whose folders hold it, when it is the project's)."""
     state, message, nxt = read_status(status)
     rec = session_record(inst.name, s, project, state, message, nxt)
-    owner = (inst.project if project else "") if owner is None else owner
+    if owner is None:
+        owner = (inst.project or inst.owner(s.directory, s.checkout)) if project else ""
     return replace(rec, owner=owner) if owner else rec
 
 
@@ -106,12 +108,14 @@ async def scan_instance(
         result.reachable = True
     except TimeoutError:
         result.reason = f"scan not finished within {client.deadline:g}s (timed out; gave up)"
+        result.cause = "timeout"
     except UnreachableError as exc:
-        result.reason = exc.reason
+        result.reason, result.cause = exc.reason, exc.cause
     except HubError as exc:
-        result.reason = str(exc).removeprefix(f"{inst.name}: ")
+        result.reason, result.cause = str(exc).removeprefix(f"{inst.name}: "), "other"
     except Exception as exc:  # noqa: BLE001 - one instance's odd answer never stops the others
         result.reason = f"unreadable answer from the server ({type(exc).__name__})"
+        result.cause = "other"
     result.warnings.extend(client.notes)
     if not result.reachable:
         result.sessions = []
@@ -129,7 +133,7 @@ async def _scan_into(
     result.sandboxes = {s.directory: s.checkout for s in sessions if s.checkout and s.directory}
     # Sessions share a few hundred directories at most: classify each directory once.
     project_dir = {
-        d: inst.rules.owns(d, result.sandboxes.get(d, ""))
+        d: inst.claims(d, result.sandboxes.get(d, ""))
         for d in {s.directory for s in sessions}
         if d
     }
@@ -161,7 +165,7 @@ async def _scan_into(
             sessions.append(ServerSession(sid, "(unknown)", "", 0, 0, 0.0, "", ""))
     for s in sessions:
         if s.directory not in project_dir:  # a late arrival looked up above
-            project_dir[s.directory] = inst.rules.owns(
+            project_dir[s.directory] = inst.claims(
                 s.directory, result.sandboxes.get(s.directory, "")
             )
             owners[s.directory] = _owner(
@@ -275,7 +279,7 @@ async def scan_fleet(
 async def _outcomes_of_instance(
     cfg: Config, sc: InstanceScan, transport: httpx.AsyncBaseTransport | None
 ) -> None:
-    from xaf_hub.core.runstate import outcome_of
+    from xaf_hub.core.runstate import outcome_of  # deferred: start-up, docs/performance.md
 
     sem = asyncio.Semaphore(_STATUS_FAN_OUT)
     async with make_client(cfg, sc.inst, transport) as client:

@@ -16,6 +16,7 @@ viewer's own computer).
 from __future__ import annotations
 
 import base64
+import ipaddress
 import re
 import threading
 import time
@@ -62,7 +63,6 @@ def public_base(url: str) -> str:
 
 
 def _is_loopback_host(url: str) -> bool:
-    import ipaddress
 
     host = (urlsplit(url).hostname or "").lower()
     if host == "localhost":
@@ -147,7 +147,6 @@ class Finder:
 
     def __call__(self, reachable: Iterable[str]) -> Mapping[str, WebUI]:
         """Web interfaces of the named (reachable) instances, probing when the memory is old."""
-        from xaf_hub.core import aio
 
         names = set(reachable)
         with self._lock:

@@ -458,7 +458,11 @@ def _under(path: str, directory: str) -> str:
 def session_trace(messages: list[Message], directory: str = "") -> SessionTrace:
     """The prompts and file paths in ``messages`` (a message listing, oldest first), paths
     relative to the session's ``directory`` when below it. Anything unreadable is skipped."""
-    from xaf_hub.core.discipline import CONTINUE_PROMPT, RESUME_PROMPT, strip_discipline
+    from xaf_hub.core.discipline import (  # deferred: start-up, docs/performance.md
+        CONTINUE_PROMPT,
+        RESUME_PROMPT,
+        strip_discipline,
+    )
 
     # The hub's own prompts (the patrol's resume, a heal's continue) name no task.
     no_task = (RESUME_PROMPT, CONTINUE_PROMPT)

@@ -43,11 +43,12 @@ when the same fact is derived again.
 from __future__ import annotations
 
 from collections.abc import Mapping, MutableMapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any
 
 from xaf_hub.core.clock import format_instant, read_instant
+from xaf_hub.core.text import mask_credentials
 from xaf_hub.notify.events import Event
 from xaf_hub.notify.record import RoundLog
 from xaf_hub.ops.budget import BudgetLine, levels_reached
@@ -184,7 +185,6 @@ def _session_events(log: RoundLog, inputs: Inputs, at: str, people: bool = True)
 
 def _waiting_events(log: RoundLog, at: str) -> list[Event]:
     """One ``waiting_person`` per request a run waits on (the same request: the same id)."""
-    from xaf_hub.core.text import mask_credentials
 
     return [
         Event(
@@ -458,4 +458,9 @@ def derive(
     events += _budget_events(inputs, now, tz, at)
     if not live:
         events += _summary(log, inputs, state, seen, now, tz, summary_hour, events)
-    return events
+    # Each event of a session names the session's project.
+    owners = {(s.instance, s.session): s.project for s in log.sessions if s.project}
+    return [
+        replace(e, project=owners.get((e.instance, e.session), e.project)) if e.session else e
+        for e in events
+    ]

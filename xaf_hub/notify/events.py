@@ -26,6 +26,7 @@ class Event:
     title: str = ""
     task: str = ""
     data: Mapping[str, Any] = field(default_factory=dict)
+    project: str = ""  # the configured project its session belongs to ("" none or unknown)
 
     def to_json(self) -> dict[str, Any]:
         """The hub's own event record (the ``json`` format's body carries it)."""
@@ -39,6 +40,7 @@ class Event:
             "title": self.title,
             "task": self.task,
             "data": dict(self.data),
+            "project": self.project,
         }
 
     @classmethod
@@ -56,4 +58,5 @@ class Event:
             title=str(raw.get("title") or ""),
             task=str(raw.get("task") or ""),
             data=dict(data) if isinstance(data, Mapping) else {},
+            project=str(raw.get("project") or ""),
         )

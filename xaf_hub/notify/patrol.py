@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from xaf_hub.config.notify import NotifyConfig, Webhook
 from xaf_hub.core import aio
-from xaf_hub.core.clock import read_instant
+from xaf_hub.core.clock import read_instant, resolve_timezone
 from xaf_hub.core.text import redact
 from xaf_hub.errors import HubError
 from xaf_hub.notify import outbox
@@ -118,10 +118,11 @@ def _what(ev: Event) -> str:
 def outgoing(cfg: Config, hook: Webhook, ev: Event, now: datetime) -> Outgoing:
     """The request that tells ``hook`` about ``ev`` in the configured language, at ``now``."""
     notify = cfg.notify
+    project = ev.project or cfg.project_name
     headline, text = render(
         ev,
         language=notify.language,
-        project=cfg.project_name,
+        project=project,
         page_url=notify.page_url,
         tz=_zone(cfg.models.timezone),
     )
@@ -132,7 +133,7 @@ def outgoing(cfg: Config, hook: Webhook, ev: Event, now: datetime) -> Outgoing:
         ev,
         redact(headline, secrets),
         redact(text, secrets),
-        project=cfg.project_name,
+        project=project,
         language=notify.language,
         page_url=notify.page_url,
         now=now,
@@ -393,7 +394,6 @@ class Sender:
 
 
 def _zone(name: str) -> Any:
-    from xaf_hub.core.clock import resolve_timezone
 
     try:
         return resolve_timezone(name)

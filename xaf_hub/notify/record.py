@@ -88,6 +88,7 @@ class SessionLine:
     # state "waiting": the request its run waits on, and how a person answers it
     request: str = ""
     answer: str = ""
+    project: str = ""  # the configured project it belongs to
 
 
 @dataclass(frozen=True)

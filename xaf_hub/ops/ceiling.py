@@ -10,6 +10,7 @@ What a run is and the order of the stop: docs/architecture.md §6, "Runs in flig
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import math
 import time
@@ -227,7 +228,9 @@ async def stop_over_ceiling(
     ops.audit(f"{origin}.{STEP}", instance=inst.name, session=rec.id, result="stopping",
               reason=reason, extra=figures)
     with contextlib.suppress(HubError):  # Redis unreachable: this host's audit line holds
-        ops.stores.record_interrupt(inst.name, rec.id, time.time(), who(ops.env), "ceiling")
+        await asyncio.to_thread(
+            ops.stores.record_interrupt, inst.name, rec.id, time.time(), who(ops.env), "ceiling"
+        )
     try:
         aborted, kin = await abort_run(client, rec, run.family)
     except Exception as exc:  # noqa: BLE001 - reported, and tried again while it runs

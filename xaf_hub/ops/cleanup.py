@@ -11,6 +11,7 @@ commit that no remote branch holds) and no run works in it. Used by ``xaf-hub cl
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
 from typing import Any
@@ -102,7 +103,7 @@ async def _rooms(
     checkout = inst.default_directory or (inst.roots[0] if inst.roots else "")
     if not checkout:
         return []
-    tasks = ops.backlog().load().tasks
+    tasks = (await asyncio.to_thread(ops.backlog().load)).tasks
     busy = {s.directory for s in sessions if s.running}
     out: list[dict[str, Any]] = []
     async with ops.client(inst) as client:
@@ -118,7 +119,7 @@ async def _rooms(
             if not why or folder in busy:
                 continue
             item: dict[str, Any] = {"directory": folder, "task": task.id if task else None,
-                                    "why": why, "action": "would remove"}
+                                    "why": why, "action": "would remove", "failed": False}
             out.append(item)
             if execute:
                 await _remove_room(ops, client, inst, checkout, folder, task, item)
@@ -143,12 +144,12 @@ async def _remove_room(
         return
     left = await close_room(client, Room(folder, "", checkout))
     if left:
-        item["action"] = f"FAILED: {left}"
+        item["action"], item["failed"] = f"FAILED: {left}", True
         return
     item["action"] = "removed"
     if task is not None:
         with contextlib.suppress(HubError):
-            ops.backlog().revise(task, worktree=None)
+            await asyncio.to_thread(ops.backlog().revise, task, worktree=None)
     ops.audit("cleanup", instance=inst.name, session="", result="removed",
               reason=f"worktree {folder} ({item['why']})")
 

@@ -22,6 +22,7 @@ from xaf_hub.core.text import redact
 from xaf_hub.errors import UnreachableError
 from xaf_hub.fleet.client import OpencodeClient
 from xaf_hub.fleet.scan import InstanceScan, TransportFactory, make_client, scan_fleet
+from xaf_hub.store import audit as audit_log
 from xaf_hub.store.backends import Stores
 from xaf_hub.store.fence import Fence
 from xaf_hub.store.pool import TaskPool
@@ -131,7 +132,6 @@ class OpsContext:
         extra: Mapping[str, Any] | None = None,
     ) -> None:
         """Append one audit line for a write the patrol made."""
-        from xaf_hub.store import audit as audit_log
 
         audit_log.append(
             self.cfg.state_dir,

@@ -30,7 +30,7 @@ from typing import Any, Literal
 from xaf_hub.core import clock
 from xaf_hub.core.outcomes import Stop, StopKind, run_outcome
 from xaf_hub.core.records import SessionRecord, Snapshot
-from xaf_hub.errors import HubError, StateFileError
+from xaf_hub.errors import HubError, SessionNotFound, StateFileError
 from xaf_hub.ops.ceiling import STEP as CEILING
 from xaf_hub.ops.context import OpsContext
 from xaf_hub.store.tasks import Task, instant_seconds
@@ -224,7 +224,6 @@ async def session_still_runs(ops: OpsContext, instance: str, session_id: str) ->
     A session the instance no longer knows, or an instance no longer configured, does not
     run. An instance that does not answer raises UnreachableError: nobody can tell.
     """
-    from xaf_hub.errors import SessionNotFound
 
     names = {i.name for i in ops.cfg.instances}
     if instance not in names:

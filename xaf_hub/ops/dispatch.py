@@ -18,7 +18,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from xaf_hub.config.load import Config
+from xaf_hub.core.cues import named_files, refers_back
 from xaf_hub.core.discipline import base_commit, expected_branches
+from xaf_hub.core.matcher import Evidence, Index, holds
 from xaf_hub.core.records import Room, SessionRecord
 from xaf_hub.core.rules import apply_aliases
 from xaf_hub.errors import ApiError, BusyError, HubError, UnreachableError, UsageError
@@ -137,8 +139,6 @@ def match_candidates(
     shares with it. A session's evidence is its title, folder (relative to its root), the
     task texts the hub sent into it (``sent``) and, where read (``traces``), the prompts, files,
     todo items and newest reply its own messages show."""
-    from xaf_hub.core.cues import named_files, refers_back
-    from xaf_hub.core.matcher import Evidence, Index, holds
 
     traces = traces or {}
     pool, docs, known_of = {}, [], {}
@@ -281,9 +281,10 @@ async def prepare(ops: OpsContext, order: DispatchOrder) -> Prepared:
                 over_budget=str(over.get(sc.inst.name) or ""),
                 sandboxes=sc.project_sandboxes(),
                 reserved_own=load.reserved_own,
+                cause=sc.cause,
             )
         )
-    pool = ops.backlog().load()
+    pool = await asyncio.to_thread(ops.backlog().load)
     scores, evidence = (
         await rank_candidates(ops, scans, req.text, pool.tasks) if smart else ([], [])
     )

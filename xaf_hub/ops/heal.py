@@ -21,6 +21,7 @@ the model after that: the chain moves on, it never loops back.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta, tzinfo
@@ -277,8 +278,8 @@ async def heal(
     if rest is not None:
         # The rest first, then the target: the target must already skip what rests.
         family = rest.target
-        until_ms = state.mark_rest(
-            rest.target, scope=rest.scope, until_ms=rest.until_ms, why=rest.why,
+        until_ms = await asyncio.to_thread(
+            state.mark_rest, rest.target, scope=rest.scope, until_ms=rest.until_ms, why=rest.why,
             reason=cand.reason[:300], source=f"{origin}.{STEP} {inst.name}/{rec.id}", now=now,
         )
         until = datetime.fromtimestamp(until_ms / 1000, state.tz)
@@ -326,8 +327,9 @@ async def heal(
                 ops, plan, prompt, target, client, command=f"{origin}.heal", steer=False,
                 still_wanted=still_wanted,
             )
-    state.remember_healed(
-        cand.key, cand.model or None, target, now, who=HealedSession(inst.name, rec.id, rec.title)
+    await asyncio.to_thread(
+        state.remember_healed, cand.key, cand.model or None, target, now,
+        who=HealedSession(inst.name, rec.id, rec.title),
     )
     if family is not None:
         current = state.active_blackouts(now).get(family)

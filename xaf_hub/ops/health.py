@@ -9,6 +9,7 @@ and prints; everything that decides what a fact means lives here.
 from __future__ import annotations
 
 import difflib
+import shutil
 import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -21,9 +22,9 @@ from xaf_hub.config.load import Config, InstanceConfig, ModelsConfig
 from xaf_hub.core import aio
 from xaf_hub.core.clock import next_reset
 from xaf_hub.core.rules import is_under, normalize_dir
-from xaf_hub.errors import ExitCode, MissingPassword
+from xaf_hub.errors import Cause, ConfigError, ConfigProblem, ExitCode
 from xaf_hub.fleet.follow import BUDGET_COOLDOWN, POLL_SECONDS, probe_mode
-from xaf_hub.fleet.releases import classify
+from xaf_hub.fleet.releases import OPENCODE_VERSION, classify
 from xaf_hub.fleet.scan import TransportFactory
 from xaf_hub.store.contain import Proof
 from xaf_hub.store.model_state import WHY_WORDS, Blackout
@@ -81,9 +82,7 @@ def worst(findings: Sequence[Finding]) -> ExitCode:
 def opencode_finding(env: Mapping[str, str]) -> Finding:
     """Where this machine's opencode is, or in one line how to get it (needed only where the
     servers run: the hub itself talks HTTP)."""
-    import shutil
 
-    from xaf_hub.fleet.releases import OPENCODE_VERSION
 
     found = env.get("XAF_HUB_OPENCODE_BIN") or shutil.which("opencode", path=env.get("PATH", ""))
     if found:
@@ -99,52 +98,37 @@ def opencode_finding(env: Mapping[str, str]) -> Finding:
 # Config file
 
 
-_CONFIG_FIXES: tuple[tuple[str, str], ...] = (
-    ("no config found",
-     "Run `xaf-hub init` (writes ./config.json; --help shows the options), "
-     "or pass --config PATH."),
-    ("config file not found",
-     "Point --config or $XAF_HUB_CONFIG at a file that exists."),
-    ("password file not found",
-     "Create the password_file named for that instance, or correct its path."),
-    ("invalid JSON",
-     "Fix the JSON syntax at that line and column (a trailing comma or a missing quote is "
-     "the usual cause)."),
-    ("not UTF-8", "Save the file as UTF-8 text."),
-    ("literal password",
-     "Delete the password from the config file and put it in config.local.json or in the "
-     "environment variable the message names."),
-    ("unknown key",
-     "Remove the key or correct its spelling; config.example.json shows every valid key."),
-    ("duplicate instance", "Give every instance its own name."),
-    ("must be an http",
-     "Write the server's base address, e.g. http://127.0.0.1:4096, with no credentials in it."),
-    ("must not carry credentials",
-     "Remove user:password@ from the url; put the password in config.local.json or "
-     "XAF_HUB_PW_<NAME>."),
-    ("absolute path", "Write the full path, e.g. /srv/project or C:\\work\\project."),
-    ("unknown time zone",
-     "Use an IANA zone name such as Europe/Berlin or Asia/Shanghai, or \"local\"."),
-    ("expected a string password",
-     "Make the password file a JSON object holding the password under password_key "
-     "(default \"password\")."),
-    ("cannot read", "Give the user running the hub read access to that file."),
-)
+_CONFIG_FIXES: dict[ConfigProblem, str] = {
+    "no_config": "Run `xaf-hub init` (writes ./config.json; --help shows the options), "
+                 "or pass --config PATH.",
+    "config_missing": "Point --config or $XAF_HUB_CONFIG at a file that exists.",
+    "password_file_missing": "Create the password_file named for that instance, or correct "
+                             "its path.",
+    "bad_json": "Fix the JSON syntax at that line and column (a trailing comma or a missing "
+                "quote is the usual cause).",
+    "not_utf8": "Save the file as UTF-8 text.",
+    "literal_password": "Delete the password from the config file and put it in "
+                        "config.local.json or in the environment variable the message names.",
+    "unknown_key": "Remove the key or correct its spelling; config.example.json shows every "
+                   "valid key.",
+    "duplicate_instance": "Give every instance its own name.",
+    "bad_url": "Write the server's base address, e.g. http://127.0.0.1:4096, with no "
+               "credentials in it.",
+    "url_credentials": "Remove user:password@ from the url; put the password in "
+                       "config.local.json or XAF_HUB_PW_<NAME>.",
+    "relative_path": "Write the full path, e.g. /srv/project or C:\\work\\project.",
+    "bad_timezone": "Use an IANA zone name such as Europe/Berlin or Asia/Shanghai, or "
+                    "\"local\".",
+    "password_value": "Make the password file a JSON object holding the password under "
+                      "password_key (default \"password\").",
+    "unreadable": "Give the user running the hub read access to that file.",
+    "value": "Correct the key the message names; config.example.json shows a valid value.",
+}
 
 
-def config_fix(message: str) -> str:
-    """The one-sentence fix for a ConfigError message."""
-    lowered = message.lower()
-    for needle, fix in _CONFIG_FIXES:
-        if needle.lower() in lowered:
-            return fix
-    return "Correct the key the message names; config.example.json shows a valid value."
-
-
-def config_error_finding(message: str, path: Path | None) -> Finding:
+def config_error_finding(exc: ConfigError) -> Finding:
     """The doctor line for a config that does not load (the message names file and key)."""
-    del path  # the message already names the file; the header shows it too
-    return error("config", "config", message, config_fix(message), ExitCode.USAGE)
+    return error("config", "config", str(exc), _CONFIG_FIXES[exc.problem], ExitCode.USAGE)
 
 
 def config_findings(cfg: Config, local_doc: Any = None) -> list[Finding]:
@@ -231,36 +215,33 @@ class Probe:
     directories: tuple[str, ...] = ()
     run_state_unknown: str = ""  # why the run state could not be read (counted full)
     rooms: str | None = None  # why it makes no worktrees for tasks ("": it does; None: not asked)
-
-    @property
-    def auth_rejected(self) -> bool:
-        """True when the server refused the credentials."""
-        return "HTTP 401" in self.reason
+    cause: Cause | None = None  # why it was unreachable, as a code
 
 
-def _unreachable_fix(reason: str, inst: InstanceConfig) -> str:
-    r = reason.lower()
-    if "refused" in r:
-        return (f"Start `opencode serve` at {inst.url} (check host and port), or correct "
-                "the instance's url.")
-    if "dns" in r:
-        return "Correct the host name in the instance's url, or make it resolvable (DNS/hosts)."
-    if "timed out" in r:
-        return ("Check that the host is up and no firewall blocks the port; on a slow link "
-                "raise timeouts.connect_seconds / read_seconds.")
-    if "html" in r:
-        return ("The url reaches a web page, not the opencode API: use the server's base "
-                "address with no path (e.g. http://host:4096).")
-    if "403" in r:
-        return "A proxy in front of the server refuses the hub: allow this host or use the " \
-               "server's direct address."
-    if "server error" in r:
-        return "The server failed internally: read its log (the `opencode serve` output) " \
-               "and restart it."
-    if "truncated" in r or "dropped" in r:
-        return "The connection was cut mid-answer: check the server's log and any proxy " \
-               "in between, then retry."
-    return f"Check that {inst.url} is an opencode server: open {inst.url}/global/health."
+# What to do about an unreachable instance, by its cause ({url}: the instance's address).
+_UNREACHABLE_FIXES: dict[Cause | None, str] = {
+    "refused": "Start `opencode serve` at {url} (check host and port), or correct the "
+               "instance's url.",
+    "dns": "Correct the host name in the instance's url, or make it resolvable (DNS/hosts).",
+    "timeout": "Check that the host is up and no firewall blocks the port; on a slow link "
+               "raise timeouts.connect_seconds / read_seconds.",
+    "html": "The url reaches a web page, not the opencode API: use the server's base "
+            "address with no path (e.g. http://host:4096).",
+    "forbidden": "A proxy in front of the server refuses the hub: allow this host or use the "
+                 "server's direct address.",
+    "server_error": "The server failed internally: read its log (the `opencode serve` output) "
+                    "and restart it.",
+    "dropped": "The connection was cut mid-answer: check the server's log and any proxy "
+               "in between, then retry.",
+}
+_UNREACHABLE_FIXES["garbled"] = _UNREACHABLE_FIXES["dropped"]
+
+
+def _unreachable_fix(cause: Cause | None, inst: InstanceConfig) -> str:
+    fix = _UNREACHABLE_FIXES.get(
+        cause, "Check that {url} is an opencode server: open {url}/global/health."
+    )
+    return fix.format(url=inst.url)
 
 
 def _auth_fix(inst: InstanceConfig) -> str:
@@ -291,19 +272,18 @@ def instance_findings(inst: InstanceConfig, probe: Probe) -> list[Finding]:
     else:
         cred = f"password from {_describe_source(inst.password_source)}"
     out: list[Finding] = []
-    if MissingPassword.is_reason(probe.reason):
-        var = password_var(name, inst.password_env)
-        out.append(error("instance", name, str(MissingPassword(name, var)),
+    if probe.cause == "no_password":
+        out.append(error("instance", name, str(inst.unreachable(probe.reason, probe.cause)),
                          _auth_fix(inst), ExitCode.USAGE))
         return out
-    if probe.auth_rejected:
+    if probe.cause == "auth":
         out.append(error("instance", name, f"{inst.url}: auth rejected (HTTP 401); {cred}",
                          _auth_fix(inst), ExitCode.UNREACHABLE))
         return out
     if not probe.reachable:
         known = f"; {cred}" if inst.password_source != "none" else ""
         out.append(error("instance", name, f"{inst.url}: unreachable: {probe.reason}{known}",
-                         _unreachable_fix(probe.reason, inst), ExitCode.UNREACHABLE))
+                         _unreachable_fix(probe.cause, inst), ExitCode.UNREACHABLE))
         if inst.password_source == "none":
             out.append(warn("credentials", name, "no password configured",
                             _auth_fix(inst)))

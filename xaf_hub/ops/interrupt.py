@@ -15,15 +15,18 @@ the server cannot be told, and the patrol must never restart what a person meant
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from xaf_hub.core.records import find_session
-from xaf_hub.errors import HubError, UnreachableError
+from xaf_hub.errors import HubError, MissingPassword, UnreachableError, UsageError
 from xaf_hub.fleet.scan import scan_fleet
 from xaf_hub.ops.context import OpsContext
 from xaf_hub.ops.planner import check_write
+from xaf_hub.ops.send import held
 from xaf_hub.store.audit import who
 
 
@@ -57,15 +60,15 @@ async def interrupt_session(
     hit = find_session(((sc, sc.sessions) for sc in scans), session_id)
     if hit is None:
         raise session_not_found(
-            session_id, [(sc.inst.name, sc.reason) for sc in scans if not sc.reachable], instance
+            session_id, [sc.failure() for sc in scans if not sc.reachable], instance
         )
     sc, session = hit
     check_write(sc.inst, session, allow_prod=allow_prod, force=force)
     was = "was " + session.run_state
     notes: list[str] = []
-    with contextlib.ExitStack() as held:
+    async with contextlib.AsyncExitStack() as stack:
         try:  # a patrol's heal or resume re-reads people's decisions under this lock
-            held.enter_context(ops.gate().lock(sc.inst.name))
+            await stack.enter_async_context(held(ops.gate(), sc.inst.name))
         except HubError as exc:
             notes.append(
                 f"stopped without {sc.inst.name}'s dispatch lock ({exc}): a heal or resume "
@@ -74,7 +77,7 @@ async def interrupt_session(
         ops.audit(
             "interrupt", instance=sc.inst.name, session=session.id, result="stopping", reason=was
         )
-        shared = _share(ops, sc.inst.name, session.id, notes)
+        shared = await asyncio.to_thread(_share, ops, sc.inst.name, session.id, notes)
         try:
             async with ops.client(sc.inst) as client:
                 await client.abort(session.id, session.directory)
@@ -91,7 +94,7 @@ async def interrupt_session(
             "interrupt", instance=sc.inst.name, session=session.id, result="aborted", reason=was
         )
         if shared:  # again, with the time the run stopped (the later time, as the audit has)
-            _share(ops, sc.inst.name, session.id, notes)
+            await asyncio.to_thread(_share, ops, sc.inst.name, session.id, notes)
     note = "; ".join(ops.redact(n) for n in notes)
     return Interrupted(sc.inst.name, session.id, session.run_state, note)
 
@@ -111,19 +114,24 @@ def _share(ops: OpsContext, instance: str, session: str, notes: list[str]) -> bo
 
 
 def session_not_found(
-    session_id: str, down: list[tuple[str, str]], instance: str | None = None
+    session_id: str, down: Sequence[UnreachableError], instance: str | None = None
 ) -> HubError:
-    """The error for a session no instance answered for; ``down`` = (instance, reason) pairs.
+    """The error for a session no instance answered for; ``down``: why each that did not.
 
     While any instance did not answer, "not found" is not known: that is exit 2 (unreachable)
-    naming where the session may be, not exit 4. ``instance``: the one asked (--instance).
+    naming where the session may be, not exit 4; a missing password comes first (a config
+    fix, whatever else failed). ``instance``: the one asked (--instance).
     """
-    from xaf_hub.errors import UsageError
 
     if not down:
         return UsageError(f"session {session_id} not found on {instance or 'any instance'}")
-    names = ", ".join(name for name, _ in down)
-    reason = down[0][1] if len(down) == 1 else "; ".join(f"{n}: {r}" for n, r in down)
+    missing = [e for e in down if isinstance(e, MissingPassword)]
+    if missing:
+        return missing[0]
+    names = ", ".join(e.instance for e in down)
+    reason = "; ".join(f"{e.instance}: {e.reason}" for e in down)
+    if len(down) == 1:
+        reason = down[0].reason
     return UnreachableError(
         names, f"{reason} (session {session_id} was not found where asked; it may be there)"
     )

@@ -26,7 +26,7 @@ from xaf_hub.fleet.scan import build_record
 from xaf_hub.ops.context import OpsContext
 from xaf_hub.ops.planner import plan_reuse
 from xaf_hub.ops.rooms import close_room, in_room
-from xaf_hub.ops.send import SendResult, build_prompt, pool_discipline, send_work
+from xaf_hub.ops.send import SendResult, build_prompt, held, pool_discipline, send_work
 from xaf_hub.store import landing
 from xaf_hub.store.contain import CheckRun
 from xaf_hub.store.gate import Gate
@@ -68,8 +68,8 @@ async def land(ops: OpsContext, task_id: str, *, person: bool = False) -> Landed
     if not cfg.repository.url:
         raise UsageError("project.repository is not set: the hub can land nothing")
     gate = ops.gate()
-    with gate.lock(LANDING):
-        task = ops.backlog().load().require(task_id)
+    async with held(gate, LANDING):
+        task = (await asyncio.to_thread(ops.backlog().load)).require(task_id)
         why = can_land(task, person=person)
         if why:
             raise UsageError(why)
@@ -91,7 +91,7 @@ async def _land(ops: OpsContext, gate: Gate, task: Task) -> Landed:
         # the check runs on what lands (nobody checked that commit yet).
         now = (await asyncio.to_thread(mirror.tips)).get(task.branch or "", "")
         top, resolved = (now, True) if now and now != top else (top, False)
-    pool = ops.backlog().load().tasks
+    pool = (await asyncio.to_thread(ops.backlog().load)).tasks
     for _ in range(MOVED_TRIES):
         prep = await asyncio.to_thread(
             landing.prepare, mirror, base, top, task.base,
@@ -153,7 +153,9 @@ def _kept_off(mirror: Mirror, pool: Sequence[Task], task: Task, tip: str, top: s
 async def _landed(ops: OpsContext, task: Task, commit: str, how: str) -> Landed:
     """Record the landing, then take the task's branch and worktree away."""
     judged = f"landed on origin/{ops.cfg.patrol.base_branch} as {short(commit)} ({how})"
-    task = ops.backlog().mark_landed(task, ops.now(), landed=commit, judged=judged)
+    task = await asyncio.to_thread(
+        ops.backlog().mark_landed, task, ops.now(), landed=commit, judged=judged
+    )
     ops.audit("land", instance=task.dispatched_to or "", session=task.session_id or "",
               result="landed", reason=task.id, extra={"task": task.id, "commit": commit})
     left = await tidy(ops, task)
@@ -175,7 +177,7 @@ async def tidy(ops: OpsContext, task: Task) -> str:
         except (GitFailed, BusyError, OSError) as exc:
             return f"its branch {task.branch} stays on the remote ({exc})"
         if not gone:
-            ops.backlog().revise(task, worktree=None)
+            await asyncio.to_thread(ops.backlog().revise, task, worktree=None)
             return (
                 f"its branch {task.branch} moved on past {short(expected or '')}: kept on the "
                 "remote with its worktree (work nobody judged)"
@@ -195,7 +197,7 @@ async def tidy(ops: OpsContext, task: Task) -> str:
             if why:
                 left.append(why)
             else:
-                ops.backlog().revise(task, worktree=None)
+                await asyncio.to_thread(ops.backlog().revise, task, worktree=None)
     return "; ".join(left)
 
 
@@ -232,8 +234,8 @@ async def _check_failed(
     retries = (task.check_retries or 0) + 1
     said = "ran out of time" if run.code is None else f"exited with {run.code}"
     if retries > ops.cfg.repository.check_retries:
-        ops.backlog().revise(task, check="failed", check_commit=prep.result,
-                             check_output=run.tail)
+        await asyncio.to_thread(ops.backlog().revise, task, check="failed",
+                                check_commit=prep.result, check_output=run.tail)
         return _for_person(ops, task, f"the check {said} on it rebuilt on origin/{base}")
     text = (
         f"Your work passed the project's check, but rebuilt on the current `origin/{base}` "
@@ -253,8 +255,8 @@ async def send_back_by_person(ops: OpsContext, task_id: str, text: str) -> Lande
     """A person sends a task's work back to its session with ``text``: it works on, and is
     judged (and landed) again when that run ends."""
     gate = ops.gate()
-    with gate.lock(LANDING):
-        task = ops.backlog().load().require(task_id)
+    async with held(gate, LANDING):
+        task = (await asyncio.to_thread(ops.backlog().load)).require(task_id)
         if task.landing == "landed" or task.status != "dispatched":
             state = task.landing or task.status
             raise UsageError(f"task {task.id} is {state}: nothing to send back")
@@ -268,8 +270,8 @@ async def drop(ops: OpsContext, task_id: str) -> Landed:
     """A person gives a task's work up: its run is stopped, the task parked, its branch and
     worktree removed."""
     gate = ops.gate()
-    with gate.lock(LANDING):
-        task = ops.backlog().load().require(task_id)
+    async with held(gate, LANDING):
+        task = (await asyncio.to_thread(ops.backlog().load)).require(task_id)
         if not task.worktree and not task.branch:
             raise UsageError(f"task {task.id} did not work in a worktree of its own")
         if task.landing == "landed":
@@ -277,9 +279,9 @@ async def drop(ops: OpsContext, task_id: str) -> Landed:
         if task.dispatched_to and task.session_id:
             async with ops.client(ops.cfg.instance(task.dispatched_to)) as client:
                 await client.abort(task.session_id, task.worktree)
-        task = ops.backlog().revise(
-            task, status="pending", parked="dropped by a person", landing="dropped",
-            judged="dropped by a person",
+        task = await asyncio.to_thread(
+            ops.backlog().revise, task, status="pending", parked="dropped by a person",
+            landing="dropped", judged="dropped by a person",
         )
         ops.audit("land", instance=task.dispatched_to or "", session=task.session_id or "",
                   result="dropped", reason=task.id, extra={"task": task.id})

@@ -17,6 +17,7 @@ import socket
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,7 +26,7 @@ from xaf_hub.config.watch import ConfigState
 from xaf_hub.core.clock import MAX_TIME_MS
 from xaf_hub.core.outcomes import RUNS
 from xaf_hub.core.records import SessionRecord, Snapshot, SpendSlots, Tally, Waiting, source_of
-from xaf_hub.errors import HubError
+from xaf_hub.errors import HubError, cause_of
 from xaf_hub.fleet.instance_scan import InstanceScan, snapshot_of
 from xaf_hub.fleet.wire import MAX_SESSION_COST_USD, cost_value
 from xaf_hub.store.statefile import write_text_atomic
@@ -62,10 +63,13 @@ def summary_path(cfg: Config, writer: str) -> Path:
 
 def instance_key(inst: InstanceConfig) -> str:
     """What a view was judged with: the instance's address, directory rules and credentials
-    (the user name, and whether a password is given, never the password). A reader with a
-    different config (another address, other rules, no password where the writer had one)
-    does not take the view: it scans, and says what the scan finds."""
+    (the user name, and whether a password is given, never the password), and with several
+    projects the one it was seen as (or every one) and every project's rules. A reader with a
+    different config (another address, other rules, no password where the writer had one,
+    another project) does not take the view: it scans, and says what the scan finds."""
     said = f"{inst.url}\0{inst.rules!r}\0{inst.username}\0{inst.password is not None}"
+    if len(inst.fleet) > 1:
+        said += f"\0{inst.project}\0{inst.fleet!r}"
     return hashlib.sha256(said.encode()).hexdigest()[:16]
 
 
@@ -94,6 +98,7 @@ def document(
             "mode": live.mode,
             "confirmed_at_ms": live.confirmed_at_ms,
             **{name: getattr(sc, name) for name in _SCAN_FACTS},
+            "cause": sc.cause or "",
             "warnings": list(sc.warnings),
         }
         rows = sc.sessions
@@ -136,7 +141,7 @@ def publish(
 
 
 def _tally_json(sessions: Sequence[SessionRecord], now_ms: int) -> dict[str, Any]:
-    from xaf_hub.ops.budget import spend_slots
+    from xaf_hub.ops.budget import spend_slots  # deferred: start-up, docs/performance.md
 
     tally = Tally.of(sessions)
     spend = spend_slots(sessions, now_ms)
@@ -342,9 +347,8 @@ def split(
 ) -> tuple[BoardRead, list[InstanceConfig]]:
     """What the board gives of ``instances``, and the instances left to scan (``fresh``: the
     board is not read, every instance is left to scan; ``stores``: Redis's boards too;
-    ``summary``: the summaries, ``read_board``). A follower follows one project's sessions:
-    with several projects every instance is scanned."""
-    fresh = fresh or len(cfg.projects) > 1
+    ``summary``: the summaries, ``read_board``). A view is taken as the project its writer
+    saw (``instance_key``): one project's, or with several and none chosen, every one's."""
     board = read_board(cfg, [] if fresh else instances, stores=stores, summary=summary)
     return board, [i for i in instances if i.name not in board.scans]
 
@@ -359,7 +363,7 @@ async def board_or_scan(
     stores: Stores | None = None,
 ) -> tuple[Snapshot, list[InstanceScan], BoardRead]:
     """The fleet as the board has it where fresh, the rest scanned now (``fresh``: all)."""
-    from xaf_hub.fleet.scan import scan_fleet
+    from xaf_hub.fleet.scan import scan_fleet  # deferred: start-up, docs/performance.md
 
     board, rest = split(cfg, instances, fresh=fresh, stores=stores)
     scanned: list[InstanceScan] = []
@@ -427,7 +431,8 @@ def _scan(inst: InstanceConfig, view: Mapping[str, Any]) -> InstanceScan:
         if s.instance != inst.name:
             raise ValueError(f"a session of {s.instance!r} under {inst.name!r}")
     warnings = [str(w) for w in view.get("warnings", [])]
-    return InstanceScan(inst, sessions=sessions, warnings=warnings, **facts)
+    cause = cause_of(view.get("cause"))
+    return InstanceScan(inst, sessions=sessions, warnings=warnings, cause=cause, **facts)
 
 
 def _tally(doc: Any, rows: Sequence[SessionRecord]) -> Tally:
@@ -466,9 +471,8 @@ def _tally(doc: Any, rows: Sequence[SessionRecord]) -> Tally:
 
 
 def _reaches_today(cfg: Config, tally: Tally, now_ms: int) -> bool:
-    from datetime import UTC, datetime
 
-    from xaf_hub.ops.budget import slots_today, zone
+    from xaf_hub.ops.budget import slots_today, zone  # deferred: start-up, docs/performance.md
 
     now = datetime.fromtimestamp(now_ms / 1000, UTC)
     return slots_today(tally, now, zone(cfg)) is not None

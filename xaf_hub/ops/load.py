@@ -9,11 +9,12 @@ is counted once, as that running session (``Gate.pending``).
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Iterable, Sequence
 
     from xaf_hub.config.load import InstanceConfig
     from xaf_hub.core.records import SessionRecord
@@ -44,6 +45,39 @@ def free_slots(
 
 
 @dataclass(frozen=True)
+class ProjectLoad:
+    """One project's runs on one instance (``project`` "": runs of no configured project)."""
+
+    project: str
+    running: int
+    reserved: int = 0
+    share: int | None = None  # its runs here, at most (None: up to the limit)
+
+    @property
+    def full(self) -> bool:
+        """Whether its share is used (runs and reservations)."""
+        return self.share is not None and self.running + self.reserved >= self.share
+
+    def to_json(self) -> dict[str, Any]:
+        """Export form ("project" null for the runs of no configured project)."""
+        return {**self.__dict__, "project": self.project or None}
+
+
+def per_project(
+    projects: Sequence[tuple[str, int | None]],
+    sessions: Iterable[SessionRecord],
+    reserved: Iterable[str] = (),
+) -> tuple[ProjectLoad, ...]:
+    """Each of ``projects`` (name, share) with its running ``sessions`` and live reservations
+    (``reserved``: the project of each), in their order; then, when there are any, the running
+    sessions that belong to none."""
+    running = Counter(s.owner for s in sessions if s.running)
+    held = Counter(reserved)
+    rows = tuple(ProjectLoad(name, running[name], held[name], share) for name, share in projects)
+    return rows + ((ProjectLoad("", running[""]),) if running[""] else ())
+
+
+@dataclass(frozen=True)
 class Load:
     """One instance's load as the gate counts it, and whether it can take new work."""
 
@@ -65,6 +99,8 @@ class Load:
     running_others: int = 0  # running sessions of the other configured projects (they count)
     share: int | None = None  # the project's runs here, at most (None: up to the limit)
     reserved_own: int = 0  # the project's own live reservations
+    # Seen as every project: each one's runs here, then those of none ("other").
+    projects: tuple[ProjectLoad, ...] = ()
 
     @property
     def free(self) -> int:
@@ -79,6 +115,8 @@ class Load:
         """Export form."""
         doc = dict(self.__dict__)
         doc.pop("running_ids")
+        doc["project"] = self.project or None
+        doc["projects"] = [p.to_json() for p in self.projects]
         return doc
 
 
@@ -87,8 +125,10 @@ def instance_load(
     gate: Gate | None,
     allow_prod: bool,
     observed_at: float | None = None,
+    shares: Sequence[tuple[str, int | None]] = (),
 ) -> Load:
-    """Count one scanned instance's load (``gate`` None: reservations unknown).
+    """Count one scanned instance's load (``gate`` None: reservations unknown); ``shares``
+    (each project's name and share) asks for each project's runs too (``Load.projects``).
 
     ``observed_at`` is when the scan's run state was read (gate clock; default now): a
     reservation made after it is never judged by it.
@@ -97,11 +137,12 @@ def instance_load(
     running_ids = frozenset(s.id for s in sc.sessions if s.running)
     reserved: int | None = 0
     own = 0
+    held: list[str] = []
     if sc.reachable and gate is None:
         reserved = None
     elif sc.reachable and gate is not None:
-        pending = gate.pending(inst.name, set(running_ids), observed_at)
-        reserved, own = len(pending), sum(1 for r in pending if r.project == inst.project)
+        held = [r.project for r in gate.pending(inst.name, set(running_ids), observed_at)]
+        reserved, own = len(held), held.count(inst.project)
     others = sum(1 for s in sc.sessions if s.running and not s.project and s.owner)
     running = summary.running_project + others
     used = running + (reserved or 0)
@@ -143,4 +184,5 @@ def instance_load(
         others,
         inst.share,
         own,
+        per_project(shares, sc.sessions, held) if shares and sc.reachable else (),
     )

@@ -16,7 +16,7 @@ from xaf_hub.core.rules import apply_aliases, clean_dir, normalize_dir
 from xaf_hub.errors import (
     BudgetReached,
     BusyError,
-    MissingPassword,
+    Cause,
     NotProjectSession,
     ProductionRefused,
     UnreachableError,
@@ -56,6 +56,7 @@ class InstanceView:
     over_budget: str = ""  # set: its daily budget is reached (the refusal); takes no new work
     sandboxes: tuple[str, ...] = ()  # the project's worktrees the server lists: inside
     reserved_own: int = 0  # of ``reserved``, the project's own (against its share)
+    cause: Cause | None = None  # why it is unreachable, as a code
 
     @property
     def running_project(self) -> int:
@@ -261,7 +262,7 @@ def check_write(
 
 def _check_reachable(view: InstanceView) -> None:
     if not view.reachable:
-        raise UnreachableError(view.inst.name, view.reason)
+        raise view.inst.unreachable(view.reason, view.cause)
 
 
 def _eligible_for_new(view: InstanceView, req: DispatchRequest) -> bool:
@@ -374,8 +375,8 @@ def plan_dispatch(
         if unreachable and len(unreachable) == len(scoped):
             _check_reachable(scoped[0])
         for v in scoped:  # it may be where the config lacks a password: say how to fix that
-            if not v.reachable and MissingPassword.is_reason(v.reason):
-                raise MissingPassword.from_reason(v.inst.name, v.reason)
+            if not v.reachable and v.cause == "no_password":
+                raise v.inst.unreachable(v.reason, v.cause)
         where = req.instance or "any reachable instance"
         raise UsageError(f"session {req.session} not found on {where}")
 

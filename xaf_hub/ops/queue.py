@@ -77,8 +77,12 @@ def queue_work(
 ) -> Queued:
     """Add ``text`` to the pool as a pending task (under the pool's lock) and say where it
     stands. ``instance`` is the preference (the pool's pin); ``session`` the matched session."""
-    from xaf_hub.ops.planner import default_title
-    from xaf_hub.store.patrol_state import daemon_alive, heartbeat, patrol_dir
+    from xaf_hub.ops.planner import default_title  # deferred: start-up, docs/performance.md
+    from xaf_hub.store.patrol_state import (  # deferred: start-up, docs/performance.md
+        daemon_alive,
+        heartbeat,
+        patrol_dir,
+    )
 
     now = octx.now()
     extra: dict[str, Any] = {"queued_reason": reason}

@@ -11,8 +11,10 @@ too: this is the only module that calls ``OpencodeClient.prompt_async``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 
 from xaf_hub.config.load import InstanceConfig
@@ -266,6 +268,39 @@ async def _fresh_scans(
     return fresh, others, notes
 
 
+@contextlib.asynccontextmanager
+async def held(gate: Gate, instance: str) -> AsyncIterator[None]:
+    """``gate``'s lock for async code: waits for it and gives it back in a worker thread, so the
+    event loop runs on meanwhile; a caller cancelled while waiting holds nothing."""
+    cm = gate.lock(instance)
+    guard, state = threading.Lock(), {"taken": False, "gone": False}
+
+    def take() -> None:
+        cm.__enter__()
+        with guard:
+            state["taken"] = True
+            if not state["gone"]:
+                return
+        cm.__exit__(None, None, None)  # its waiter was cancelled meanwhile
+
+    try:
+        await asyncio.to_thread(take)
+    except BaseException:
+        with guard:
+            state["gone"] = True
+            taken = state["taken"]
+        if taken:
+            await asyncio.to_thread(cm.__exit__, None, None, None)
+        raise
+    try:
+        yield
+    except BaseException as exc:
+        if not await asyncio.to_thread(cm.__exit__, type(exc), exc, exc.__traceback__):
+            raise
+    else:
+        await asyncio.to_thread(cm.__exit__, None, None, None)
+
+
 async def _gated(
     ops: OpsContext,
     plan: Plan,
@@ -280,13 +315,13 @@ async def _gated(
 ) -> SendResult:
     inst = plan.instance
     planned = plan.session.id if plan.session is not None else ""
-    with gate.lock(inst.name):
+    async with held(gate, inst.name):
         # Re-read the running state under the lock: the plan was made without it. The read
         # judges only reservations made before it (observed_at), however slow it was.
         observed = gate.clock()
         fresh, others, notes = await _fresh_scans(ops, client, inst)
         if not fresh.reachable:
-            raise UnreachableError(inst.name, fresh.reason)
+            raise fresh.failure()
         if fresh.run_state_unknown:  # fail closed: no slot is known to be free, none is taken
             raise RunStateUnknown(inst.name, fresh.run_state_unknown)
         warnings.extend(fresh.warnings)
@@ -451,7 +486,7 @@ async def _deliver(
     instance, session_id = res.instance, res.session_id
     try:
         if before_prompt is not None:
-            before_prompt(session_id, room)
+            await asyncio.to_thread(before_prompt, session_id, room)
         _confirm(gate, instance, "before sending", session_id)
     except BaseException:
         gate.release(res)
@@ -539,27 +574,26 @@ async def abort_and_prompt(
     gate = ops.gate()
     warnings: list[str] = []
     try:
-        async with ops.client(inst) as client:
-            with gate.lock(inst.name):
-                if still_wanted is not None and (why := still_wanted()):
-                    raise RunsAgain(f"session {session} on {inst.name}: {why}")
-                if budget.guarded(ops.cfg, inst):
-                    fresh, others, notes = await _fresh_scans(ops, client, inst)
-                    if not fresh.reachable:
-                        raise UnreachableError(inst.name, fresh.reason)
-                    warnings.extend(notes)
-                    _check_budget(ops, inst, fresh.sessions, others)
-                try:
-                    res = gate.reserve(inst.name, session, PROMPT_SENT, inst.project)
-                except LockLostError:
-                    raise _lock_lost(gate, inst.name, "before reserving", session) from None
-                try:
-                    await client.abort(session, directory)
-                    await wait_until_idle(client, directory, session, ABORT_SETTLE_SECONDS)
-                except BaseException:
-                    gate.release(res)
-                    raise
-                await _deliver(client, gate, res, prompt, model, None, warnings)
+        async with ops.client(inst) as client, held(gate, inst.name):
+            if still_wanted is not None and (why := still_wanted()):
+                raise RunsAgain(f"session {session} on {inst.name}: {why}")
+            if budget.guarded(ops.cfg, inst):
+                fresh, others, notes = await _fresh_scans(ops, client, inst)
+                if not fresh.reachable:
+                    raise fresh.failure()
+                warnings.extend(notes)
+                _check_budget(ops, inst, fresh.sessions, others)
+            try:
+                res = gate.reserve(inst.name, session, PROMPT_SENT, inst.project)
+            except LockLostError:
+                raise _lock_lost(gate, inst.name, "before reserving", session) from None
+            try:
+                await client.abort(session, directory)
+                await wait_until_idle(client, directory, session, ABORT_SETTLE_SECONDS)
+            except BaseException:
+                gate.release(res)
+                raise
+            await _deliver(client, gate, res, prompt, model, None, warnings)
     except Exception as exc:
         ops.audit(command, instance=inst.name, session=session, result="failed", reason=str(exc))
         raise

@@ -34,6 +34,7 @@ from xaf_hub.errors import (
 from xaf_hub.fleet.scan import InstanceScan, scan_fleet
 from xaf_hub.ops.context import OpsContext
 from xaf_hub.ops.planner import check_write
+from xaf_hub.ops.send import held
 
 Action = Literal["approve", "deny", "answer"]
 
@@ -56,7 +57,7 @@ class PendingRequest:
             "session_id": self.session.id,
             "title": self.session.title,
             "directory": self.session.directory,
-            "project": self.session.project,
+            "project": self.session.owner or None,
             **{k: v for k, v in w.to_json().items() if k != "request_id"},
             "age_seconds": age,
         }
@@ -230,9 +231,9 @@ async def send_reply(
         "by": f"rule {rule}" if rule else "person",
     }
     notes: list[str] = []
-    with contextlib.ExitStack() as held:
+    async with contextlib.AsyncExitStack() as stack:
         try:  # another hub answering the same request waits here, then finds it gone
-            held.enter_context(ops.gate().lock(inst.name))
+            await stack.enter_async_context(held(ops.gate(), inst.name))
         except HubError as exc:
             notes.append(f"answered without {inst.name}'s dispatch lock ({exc})")
         async with ops.client(inst) as client:

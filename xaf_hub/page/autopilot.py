@@ -28,8 +28,11 @@ from xaf_hub.core.outcomes import TASK_STATES, TaskState, task_state
 from xaf_hub.core.records import SessionRecord
 from xaf_hub.errors import HubError
 from xaf_hub.ops.budget import BudgetLine, budget_lines, money
+from xaf_hub.ops.models import models_view
 from xaf_hub.page.words import TEXT, WHEN, Lang, Line, ago, clean, local_time_with_zone, text
-from xaf_hub.store.pick import count_states
+from xaf_hub.store.backends import Stores
+from xaf_hub.store.patrol_state import heartbeat, latest_report, pause_info
+from xaf_hub.store.pick import count_states, is_blocked, readiness
 from xaf_hub.store.tasks import Task
 
 if TYPE_CHECKING:  # the page loads the stores when it builds the view
@@ -264,7 +267,6 @@ def _spend_words(lang: Lang, line: BudgetLine, silent: int = 0) -> str:
 
 def task_ids_by_session(cfg: Config) -> dict[str, str]:
     """{session id: task id} for every task of the pool sent to a session; {} if unreadable."""
-    from xaf_hub.store.backends import Stores
 
     try:
         with Stores(cfg) as stores:
@@ -284,7 +286,6 @@ def _queue(lang: Lang, counts: Mapping[TaskState, int]) -> list[tuple[int, str, 
 def _build(
     cfg: Config, now_ms: int, lang: Lang, sessions: Mapping[tuple[str, str], SessionRecord]
 ) -> AutopilotView:
-    from xaf_hub.store.backends import Stores
 
     with Stores(cfg) as stores:  # one Redis client for the pool, the lease and the rests
         return _built(stores, cfg, now_ms, lang, sessions)
@@ -297,9 +298,6 @@ def _built(
     lang: Lang,
     sessions: Mapping[tuple[str, str], SessionRecord],
 ) -> AutopilotView:
-    from xaf_hub.ops.models import models_view
-    from xaf_hub.store.patrol_state import heartbeat, latest_report, pause_info
-    from xaf_hub.store.pick import is_blocked, readiness
 
     folder = cfg.state_dir / "patrol"
     problems: list[str] = []

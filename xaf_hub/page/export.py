@@ -16,12 +16,14 @@ import hashlib
 import io
 import re
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from xaf_hub import __version__
 from xaf_hub.core.clock import iso_time
 from xaf_hub.core.records import SessionRecord, Snapshot
+from xaf_hub.core.text import dumps
 from xaf_hub.errors import UsageError
 from xaf_hub.page.words import Lang, ago, local_time
 from xaf_hub.page.words import local_time_with_zone as local_time_with_zone
@@ -79,7 +81,6 @@ def _counts(snap: Snapshot) -> dict[str, dict[str, int]]:
 
 def snapshot_document(snap: Snapshot) -> dict[str, Any]:
     """Build the JSON export document (architecture §6 `sessions`)."""
-    from xaf_hub import __version__
 
     return {
         "generated_at": iso_time(snap.generated_at),
@@ -141,7 +142,6 @@ def _same(text: str) -> str:
 
 def write_json(snap: Snapshot, path: Path, redact: Redact = _same) -> None:
     """Write the JSON export to ``path`` atomically (strict JSON: no NaN)."""
-    from xaf_hub.core.text import dumps
 
     write_text_atomic(path, redact(dumps(snapshot_document(snap))) + "\n", private=False)
 
@@ -211,13 +211,6 @@ def render_page(template: str, context: dict[str, Any], connect_self: bool = Fal
     return seal_html(_environment().get_template(template).render(context), connect_self)
 
 
-def plain_reason(reason: str, lang: Lang = "en") -> str:
-    """Translate a scan failure reason into words for a non-technical reader."""
-    from xaf_hub.page.view import plain_reason as words
-
-    return words(reason, lang)
-
-
 def render_html(
     snap: Snapshot,
     *,
@@ -228,13 +221,14 @@ def render_html(
     live_seconds: int = 0,
     links: Mapping[str, Any] | None = None,
     tasks: Mapping[str, str] | None = None,
+    projects: Sequence[str] = (),
 ) -> str:
     """Render the self-contained HTML overview page (with the patrol panel when given).
 
     ``live_seconds`` > 0 renders the served variant that fetches itself again that often;
     ``links`` and ``tasks`` are described at ``page.view.overview_context``.
     """
-    from xaf_hub.page.view import overview_context
+    from xaf_hub.page.view import overview_context  # deferred: start-up, docs/performance.md
 
     context = overview_context(
         snap,
@@ -245,6 +239,7 @@ def render_html(
         live_seconds=live_seconds,
         links=links,
         tasks=tasks,
+        projects=projects,
     )
     return render_page("overview.html.j2", context, connect_self=live_seconds > 0)
 
@@ -260,10 +255,12 @@ def write_html(
     links: Mapping[str, Any] | None = None,
     tasks: Mapping[str, str] | None = None,
     redact: Redact = _same,
+    projects: Sequence[str] = (),
 ) -> None:
     """Write the HTML overview page to ``path`` atomically."""
     html = render_html(
-        snap, now_ms=now_ms, title=title, autopilot=autopilot, lang=lang, links=links, tasks=tasks
+        snap, now_ms=now_ms, title=title, autopilot=autopilot, lang=lang, links=links,
+        tasks=tasks, projects=projects,
     )
     write_text_atomic(path, redact(html), private=False)
 

@@ -34,7 +34,10 @@ from xaf_hub.config.load import Config, InstanceConfig
 from xaf_hub.core.outcomes import Run
 from xaf_hub.core.records import SessionRecord, Snapshot
 from xaf_hub.fleet.events import FleetEvent, following_words
+from xaf_hub.fleet.follow import FleetFollower, run_in_thread
 from xaf_hub.fleet.scan import InstanceScan, TransportFactory
+from xaf_hub.ops.live_board import merged, publish, take
+from xaf_hub.store.backends import Stores
 
 if TYPE_CHECKING:
     from xaf_hub.config.watch import ConfigState
@@ -94,14 +97,11 @@ class ChangeFeed:
 
     def start(self) -> None:
         """Start following the fleet (one follower for every viewer)."""
-        from xaf_hub.store.backends import Stores
 
         self._stores = Stores(self.cfg)  # Redis's copy of the board for the other hosts, if any
         self._start()
 
     def _start(self) -> None:
-        from xaf_hub.fleet.follow import FleetFollower, run_in_thread
-        from xaf_hub.ops.live_board import publish
 
         cfg = self.cfg
         self._follower = FleetFollower(
@@ -275,7 +275,6 @@ class LiveFleet:
             self._known.pop((ev.instance, ev.session.id), None)
 
     def __call__(self) -> Snapshot:
-        from xaf_hub.ops.live_board import merged, take
 
         cfg, instances = self.fleet
         view: list[LiveInstance] = self.feed.live_view() if self.feed is not None else []

@@ -36,6 +36,9 @@ from urllib.parse import parse_qs, urlsplit
 from xaf_hub.core.records import Snapshot
 from xaf_hub.core.text import dumps
 from xaf_hub.errors import UsageError
+from xaf_hub.fleet.events import FleetEvent, following_words
+from xaf_hub.page import export as report
+from xaf_hub.page.notices import ChangeFeed
 from xaf_hub.page.words import LANGS, Lang, pick_language, text
 
 if TYPE_CHECKING:  # the follower pulls in httpx; --help must stay light
@@ -355,8 +358,10 @@ class Viewer:
         refresh_seconds: int = REFRESH_SECONDS,
         redact: Callable[[str], str] = str,
         notes: Callable[[Lang], list[str]] = lambda lang: [],
+        projects: Sequence[str] = (),
     ) -> None:
         self._cache = cache
+        self._projects = projects  # the projects the page shows apart (``Config.shown_projects``)
         self._notes = notes  # what the page adds to the scan's notes (the config's state)
         self._redact = redact
         self._autopilot = autopilot
@@ -369,9 +374,14 @@ class Viewer:
         self._clock = clock
         self._now_ms = now_ms
 
-    def configure(self, title: str, language: str, links: Callable[[list[str]], Any]) -> None:
-        """What a config read again changes: the page's title, its language, the links."""
+    def configure(
+        self, title: str, language: str, links: Callable[[list[str]], Any],
+        projects: Sequence[str] = (),
+    ) -> None:
+        """What a config read again changes: the page's title, its language, the links, the
+        projects shown apart."""
         self._title, self._language, self._links = title, language, links
+        self._projects = projects
 
     def respond(self, method: str, target: str, header: Callable[[str], str | None]) -> Response:
         """Answer ``method target``; ``header(name)`` reads a request header."""
@@ -435,7 +445,6 @@ class Viewer:
         return Response(200 if doc["ok"] else 503, _JSON, body, note=note)
 
     def _page(self, snap: Snapshot, lang: Lang = "en", local: bool = True) -> bytes:
-        from xaf_hub.page import export as report
 
         # Ages are relative to the scan: the page says what the scan saw, when it saw it
         # (the page's script then keeps them current).
@@ -455,11 +464,11 @@ class Viewer:
             live_seconds=self._refresh,
             links=links,
             tasks=self._tasks() if self._tasks is not None else None,
+            projects=self._projects,
         )
         return self._redact(html).encode("utf-8")
 
     def _json(self, snap: Snapshot) -> bytes:
-        from xaf_hub.page import export as report
 
         # Byte for byte what `sessions --json` prints for the same snapshot.
         snap = replace(snap, warnings=(*snap.warnings, *self._notes("en")))
@@ -497,8 +506,6 @@ def start_feed(
 ) -> ChangeFeed:
     """The change notices of every open page: one follower of the fleet, started on the first
     viewer; each change marks the cached scan stale and is logged in the words `watch` uses."""
-    from xaf_hub.fleet.events import FleetEvent, following_words
-    from xaf_hub.page.notices import ChangeFeed
 
     def note(ev: FleetEvent) -> None:
         line = following_words(ev)

@@ -11,13 +11,14 @@ shows green.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from xaf_hub.core.outcomes import RUNS, TONES, Run, run_outcome, tone
 from xaf_hub.core.records import InstanceSummary, SessionRecord, Snapshot, Waiting
-from xaf_hub.core.runstate import asked_line
+from xaf_hub.core.runstate import answer_hint, asked_line
+from xaf_hub.errors import Cause
 from xaf_hub.page.words import (
     WHEN,
     Lang,
@@ -32,17 +33,13 @@ from xaf_hub.page.words import (
 # A task id the patrol puts in front of a session's title ("T-20261130-7275 Fix login").
 _TASK_ID = re.compile(r"^\s*\[?(T-\d{8}-[0-9A-Za-z]{2,12})\]?[\s:：·-]*")
 
-# Lower-case fragments of a scan failure reason -> the key of the same thing in plain words.
-_REASON_KEYS: tuple[tuple[tuple[str, ...], str], ...] = (
-    (("401", "403", "auth", "unauthori", "forbidden"), "reason.auth"),
-    (("dns", "name or service", "getaddrinfo", "resolve", "nodename"), "reason.dns"),
-    (("refused",), "reason.refused"),
-    (("timeout", "timed out"), "reason.timeout"),
-    (("html",), "reason.html"),
-    (("5xx", "500", "502", "503", "504", "server error", "internal error"), "reason.5xx"),
-    (("truncated", "invalid", "json", "incomplete"), "reason.garbled"),
-    (("ssl", "tls", "certificate"), "reason.tls"),
-)
+# Why a server could not be used (its cause) -> the catalogue's plain words for it.
+_REASON_KEYS: dict[Cause | None, str] = {
+    "auth": "reason.auth", "forbidden": "reason.auth", "no_password": "reason.auth",
+    "dns": "reason.dns", "refused": "reason.refused", "timeout": "reason.timeout",
+    "html": "reason.html", "server_error": "reason.5xx", "garbled": "reason.garbled",
+    "dropped": "reason.garbled", "tls": "reason.tls",
+}
 
 # Above this many rows the page is far too long to capture whole (docs/overview-page.md), and
 # rows off screen may skip rendering so the filter stays instant.
@@ -82,6 +79,7 @@ class RowView:
     outcome: Badge
     cost: str
     link: str  # the session in its server's own web page, or ""
+    project: str = ""  # the configured project it belongs to ("" none)
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +110,25 @@ class BarView:
 
 
 @dataclass(frozen=True, slots=True)
+class ProjectView:
+    """One project's line in the page's summary ("" for sessions of no configured project)."""
+
+    name: str
+    sessions: int
+    running: int
+
+
+def project_views(names: Sequence[str], sessions: Iterable[SessionRecord]) -> list[ProjectView]:
+    """Each of ``names`` with its sessions and running ones, then those of none (if any)."""
+    counts = {name: [0, 0] for name in names}
+    for s in sessions:
+        entry = counts.setdefault(s.owner, [0, 0])
+        entry[0] += 1
+        entry[1] += int(_is_running(s))
+    return [ProjectView(name, n, running) for name, (n, running) in counts.items()]
+
+
+@dataclass(frozen=True, slots=True)
 class CardsView:
     """The summary figures at the top of the page."""
 
@@ -122,13 +139,9 @@ class CardsView:
     waiting: int
 
 
-def plain_reason(reason: str, lang: Lang = "en") -> str:
-    """Translate a scan failure reason into words for a non-technical reader."""
-    lowered = reason.lower()
-    for fragments, key in _REASON_KEYS:
-        if any(fragment in lowered for fragment in fragments):
-            return text(lang, key)
-    return text(lang, "reason.other")
+def plain_reason(cause: Cause | None, lang: Lang = "en") -> str:
+    """Why a server could not be used (its cause), in words for a non-technical reader."""
+    return text(lang, _REASON_KEYS.get(cause, "reason.other"))
 
 
 def session_phase(s: SessionRecord) -> Phase:
@@ -207,6 +220,7 @@ def _row_view(
         outcome=outcome,
         cost=text(lang, "cost.unknown") if s.cost is None else f"${s.cost:,.2f}",
         link=link,
+        project=s.owner,
     )
 
 
@@ -233,7 +247,6 @@ class AskingView:
 
 def asking_views(snap: Snapshot, lang: Lang, now_ms: int) -> list[AskingView]:
     """The project sessions whose run waits for a person, longest waiting first."""
-    from xaf_hub.core.runstate import answer_hint
 
     out = []
     for s in snap.project_sessions():
@@ -299,13 +312,15 @@ def overview_context(
     live_seconds: int = 0,
     links: Mapping[str, Any] | None = None,
     tasks: Mapping[str, str] | None = None,
+    projects: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Precompute the plain data the overview template lays out.
 
     ``autopilot`` is an ``xaf_hub.page.autopilot.AutopilotView`` or None; ``live_seconds`` > 0
     makes the page fetch itself again that often (served pages only); ``links`` maps an
     instance name to a ``web_ui.WebUI`` that builds session links; ``tasks`` maps a session
-    id to its task id in the work queue.
+    id to its task id in the work queue; ``projects`` names the configured projects when the
+    page shows several (a summary line and a filter each, a label on each row).
     """
     links = links or {}
     tasks = tasks or {}
@@ -331,7 +346,7 @@ def overview_context(
             SectionView(
                 name=name,
                 reachable=info.reachable,
-                reason_words=plain_reason(info.reason, lang),
+                reason_words=plain_reason(info.cause, lang),
                 reason=info.reason,
                 production=info.danger,
                 note=info.note,
@@ -369,6 +384,7 @@ def overview_context(
         "fleet_down": bool(snap.instances) and healthy == 0,
         "down": [s for s in sections if not s.reachable],
         "bars": _bars(sections),
+        "projects": project_views(projects, snap.project_sessions()) if projects else [],
         "sections": sections,
         "total_rows": total,
         "many_rows": MANY_ROWS,

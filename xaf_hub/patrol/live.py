@@ -10,6 +10,7 @@ the timed round stays the safety net. The order and the locks: docs/architecture
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import threading
 import time
@@ -33,6 +34,7 @@ from xaf_hub.ops.decisions import load_decisions
 from xaf_hub.ops.heal import heal_candidate
 from xaf_hub.ops.live_board import publish
 from xaf_hub.ops.queue import queue_length
+from xaf_hub.ops.waiting import list_waiting
 from xaf_hub.patrol.context import Cycle, pool_discipline
 from xaf_hub.patrol.jobs.check_agents import STEP as CHECK
 from xaf_hub.patrol.jobs.check_agents import answer_by_policy, resume_one
@@ -259,7 +261,8 @@ class LiveReactor:
         if work.fill and not pctx.stop_requested():
             try:
                 # Only when the pool has work: a fill scans the whole fleet.
-                if any(t.status in ("pending", "dispatched") for t in pctx.backlog().load().tasks):
+                pool = await asyncio.to_thread(pctx.backlog().load)
+                if any(t.status in ("pending", "dispatched") for t in pool.tasks):
                     await fill_slots(pctx, cycle)
                     wait = self._refill_in(pctx)
                     if wait is not None:
@@ -297,7 +300,6 @@ class LiveReactor:
     async def _asked(self, cycle: Cycle, instance: str, sid: str) -> None:
         """Answer by policy the request a session's run just began to wait on (the round
         answers the same way: ``check_agents.answer_by_policy``)."""
-        from xaf_hub.ops.waiting import list_waiting
 
         pctx = self.pctx
         if self.ceiling is not None:  # money first, as in a round: a run past it gets no answer

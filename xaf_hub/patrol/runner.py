@@ -44,7 +44,9 @@ from xaf_hub.patrol.jobs.fill_slots import fill_slots
 from xaf_hub.patrol.jobs.fix_free_limit import fix_free_limit
 from xaf_hub.patrol.jobs.run_ceiling import run_ceiling_job
 from xaf_hub.patrol.jobs.sync_design import sync_design_tasks
+from xaf_hub.patrol.live import start_live, stop_live
 from xaf_hub.patrol.report import write_report
+from xaf_hub.store.backends import uses_lease
 from xaf_hub.store.gate import host_name
 from xaf_hub.store.patrol_state import (
     HEARTBEAT_FILE,
@@ -173,7 +175,6 @@ def open_lease(pctx: OpsContext) -> PatrolLease | None:
     ``patrol.lease_seconds: 0`` turns it off: every daemon runs rounds, and only the pool's
     atomic claims and the gate keep two of them from sending one task twice.
     """
-    from xaf_hub.store.backends import uses_lease
 
     cfg = pctx.cfg
     if not uses_lease(cfg):
@@ -379,7 +380,6 @@ def _run_daemon(
     from apscheduler.schedulers.blocking import BlockingScheduler
     from apscheduler.triggers.interval import IntervalTrigger
 
-    from xaf_hub.patrol.live import start_live, stop_live
 
     stop = threading.Event()
     busy = threading.Lock()

@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from xaf_hub.core.text import dumps_line, redact
 from xaf_hub.store.statefile import file_lock
 
 
@@ -46,7 +47,6 @@ def append(
     The line goes through ``core.text.redact``: no ``secrets`` form and no echoed credential
     (a server's error text quoting our Authorization header) is ever written.
     """
-    from xaf_hub.core.text import dumps_line, redact
 
     env = os.environ if env is None else env
     entry: dict[str, Any] = {

@@ -19,6 +19,8 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
 from xaf_hub.config.load import Config
+from xaf_hub.core.clock import resolve_timezone
+from xaf_hub.errors import HubError
 from xaf_hub.store.backlog import Backlog
 from xaf_hub.store.fence import Fence
 from xaf_hub.store.gate import FileGate, Gate
@@ -118,8 +120,9 @@ class Stores:
     def model_state(self, fence: Fence | None = None) -> ModelState:
         """The model state ``models.state_backend`` asks for (blackouts, healed failures): the
         file here, or Redis for every host. ``fence`` guards Redis writes."""
-        from xaf_hub.core.clock import resolve_timezone
-        from xaf_hub.store.model_state import FileModelState
+        from xaf_hub.store.model_state import (
+            FileModelState,  # deferred: start-up, docs/performance.md
+        )
 
         cfg = self.cfg
         policy = (
@@ -161,7 +164,7 @@ class Stores:
             from xaf_hub.store.redis.runs import RedisRunMemory
 
             return RedisRunMemory.open(self.redis(), self.cfg.lock.redis_prefix, fence)
-        from xaf_hub.store.patrol_state import RunMemory  # status and sessions never load it
+        from xaf_hub.store.patrol_state import RunMemory  # deferred: start-up, docs/performance.md
 
         return RunMemory.load(folder)
 
@@ -228,7 +231,6 @@ class Stores:
         cfg = self.cfg
         if not uses_lease(cfg):
             return None
-        from xaf_hub.errors import HubError
         from xaf_hub.store.redis.lease import host_of, known_daemons, lease_token, member_of
 
         try:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import pwd
 import shlex
 import shutil
 import signal
@@ -188,7 +189,6 @@ def _user() -> tuple[int, int, str]:
     """The hub's uid, gid and user name (POSIX; a sandbox runs only there)."""
     if sys.platform == "win32":
         raise OSError("no sandbox on Windows")
-    import pwd
 
     uid = os.getuid()
     try:

@@ -25,6 +25,7 @@ from xaf_hub.config.load import Config
 from xaf_hub.core.outcomes import RUNS
 from xaf_hub.core.runstate import LastRun
 from xaf_hub.errors import BusyError, StateFileError
+from xaf_hub.store.gate import pid_alive
 from xaf_hub.store.statefile import file_lock, read_json, write_json_atomic
 
 PAUSE_FILE = "paused.json"
@@ -92,7 +93,6 @@ def heartbeat(folder: Path) -> dict[str, Any] | None:
 
 def daemon_alive(beat: dict[str, Any] | None) -> bool:
     """True when the heartbeat's daemon is a live process on this host that has not stopped."""
-    from xaf_hub.store.gate import pid_alive
 
     return bool(
         beat

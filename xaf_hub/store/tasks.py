@@ -28,6 +28,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Final, Literal, cast, get_args
 
+from xaf_hub.config.reader import choice_problem, json_type, type_problem
 from xaf_hub.core.clock import format_instant, parse_instant
 from xaf_hub.errors import StateFileError, UsageError
 
@@ -62,8 +63,8 @@ STATUSES: Final[tuple[str, ...]] = get_args(Status)
 WHAT: Final = "task pool"
 _TASK_ID_RE = re.compile(r"^T-\d{8}-[0-9a-f]{4}$")
 
-# Declared types of every known task key: (accepted JSON types, may be null).
-# bool is excluded from int explicitly below because JSON true is not a count.
+# Declared types of every known task key: (accepted JSON types, may be null), checked the way
+# the config is (config.reader.type_problem).
 _STR = (str,)
 _FIELD_TYPES: Final[dict[str, tuple[tuple[type, ...], bool]]] = {
     "id": (_STR, False),
@@ -129,6 +130,7 @@ _UNSET_OMITTED: Final = (
     "person",
 )
 _INSTANT_KEYS: Final = ("dispatched_at", "done_at", "not_before", "created_at", "steered_at")
+_CHOICES: Final = {"priority": PRIORITIES, "status": STATUSES, "landing": LANDINGS}
 
 
 class _FieldProblem(Exception):
@@ -140,58 +142,26 @@ class _FieldProblem(Exception):
         self.message = message
 
 
-def _json_type(value: object) -> str:
-    """Name a value's JSON type for an error message."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int | float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list | tuple):
-        return "array"
-    if isinstance(value, dict):
-        return "object"
-    return type(value).__name__
-
-
 def instant_seconds(value: str | int | None) -> float | None:
     """Seconds since the epoch for a stored time (validated on load, so parsing succeeds)."""
     parsed = parse_instant(value)
     return None if parsed is None else parsed.timestamp()
 
 
-_WANTED: Final[dict[tuple[type, ...], str]] = {
-    (str,): "a string",
-    (int,): "an integer",
-    (str, int): "an ISO 8601 string or epoch milliseconds",
-    (list, tuple): "an array of texts",
-    (bool,): "true or false",
-}
-
-
 def _check_field(key: str, value: object, *, allow_empty_id: bool = False) -> None:
     """Raise _FieldProblem when ``value`` is not valid for task key ``key``."""
     types, nullable = _FIELD_TYPES[key]
-    if value is None:
-        if not nullable:
-            raise _FieldProblem(key, "must not be null")
+    if value is None and nullable:
         return
-    if (isinstance(value, bool) and bool not in types) or not isinstance(value, types):
-        wanted = "an array of task ids" if key == "depends_on" else _WANTED[types]
-        raise _FieldProblem(key, f"expected {wanted}, got {_json_type(value)}")
+    problem = type_problem(value, types)
+    if not problem and key in _CHOICES:
+        problem = choice_problem(value, _CHOICES[key])
+    if problem:
+        raise _FieldProblem(key, problem)
     if key == "id" and not allow_empty_id and not cast(str, value).strip():
         raise _FieldProblem(key, "must not be empty")
     if key == "title" and not cast(str, value).strip():
         raise _FieldProblem(key, "must not be empty")
-    if key == "priority" and value not in PRIORITIES:
-        raise _FieldProblem(key, f"expected one of {', '.join(PRIORITIES)}, got {value!r}")
-    if key == "status" and value not in STATUSES:
-        raise _FieldProblem(key, f"expected one of {', '.join(STATUSES)}, got {value!r}")
-    if key == "landing" and value not in LANDINGS:
-        raise _FieldProblem(key, f"expected one of {', '.join(LANDINGS)}, got {value!r}")
     if key in ("attempts", "infra_failures", "check_retries", "conflicts") and cast(
         int, value
     ) < 0:
@@ -200,7 +170,7 @@ def _check_field(key: str, value: object, *, allow_empty_id: bool = False) -> No
         for i, item in enumerate(cast(Sequence[object], value)):
             if not isinstance(item, str) or (key != "prompts" and not item.strip()):
                 what = "a task id" if key == "depends_on" else "a text"
-                raise _FieldProblem(f"{key}[{i}]", f"expected {what}, got {_json_type(item)}")
+                raise _FieldProblem(f"{key}[{i}]", f"expected {what}, got {json_type(item)}")
     if key in _INSTANT_KEYS:
         try:
             parse_instant(cast("str | int", value))
@@ -309,7 +279,7 @@ class Task:
         """Build a task from its JSON object; any problem names the file, index and key."""
         where = f"{WHAT} {path}: tasks[{index}]"
         if not isinstance(raw, dict):
-            raise StateFileError(f"{where}: expected an object, got {_json_type(raw)}")
+            raise StateFileError(f"{where}: {type_problem(raw, (dict,))}")
         for key in ("id", "title"):
             if key not in raw:
                 raise StateFileError(f"{where}: missing required key {key!r}")
@@ -355,22 +325,22 @@ class BacklogData:
         where = f"{WHAT} {path}"
         if not isinstance(raw, dict):
             raise StateFileError(
-                f"{where}: expected a JSON object at the top, got {_json_type(raw)}"
+                f"{where}: expected a JSON object at the top, got {json_type(raw)}"
             )
         version = raw.get("schema_version", SCHEMA_VERSION)
-        if isinstance(version, bool) or not isinstance(version, int):
-            raise StateFileError(f"{where}: schema_version: expected an integer")
+        if problem := type_problem(version, (int,)):
+            raise StateFileError(f"{where}: schema_version: {problem}")
         if version != SCHEMA_VERSION:
             raise StateFileError(
                 f"{where}: schema_version {version} is not supported (this xaf-hub reads "
                 f"{SCHEMA_VERSION}); upgrade xaf-hub instead of editing the file"
             )
         discipline = raw.get("discipline")
-        if discipline is not None and not isinstance(discipline, str):
-            raise StateFileError(f"{where}: discipline: expected a string or null")
+        if discipline is not None and (problem := type_problem(discipline, (str,))):
+            raise StateFileError(f"{where}: discipline: {problem}")
         raw_tasks = raw.get("tasks", [])
-        if not isinstance(raw_tasks, list):
-            raise StateFileError(f"{where}: tasks: expected an array, got {_json_type(raw_tasks)}")
+        if problem := type_problem(raw_tasks, (list,)):
+            raise StateFileError(f"{where}: tasks: {problem}")
         tasks = [Task.from_json(item, path=path, index=i) for i, item in enumerate(raw_tasks)]
         seen: dict[str, int] = {}
         for i, task in enumerate(tasks):

@@ -77,7 +77,10 @@ def test_instances_are_scanned_all_at_once_up_to_a_bound(
     [
         (base(colour="red"), "key 'colour': unknown key"),
         (base(concurency_limit=3), "did you mean 'concurrency_limit'"),
-        (base(concurrency_limit="2"), "key 'concurrency_limit': expected a number, got a string"),
+        (
+            base(concurrency_limit="2"),
+            "key 'concurrency_limit': expected a whole number, got a string",
+        ),
         (base(concurrency_limit=0), "must be at least 1"),
         (base(auto_match="yes"), "key 'auto_match': expected a boolean"),
         (base(timeouts={"connect_seconds": True}), "timeouts.connect_seconds': expected a number"),

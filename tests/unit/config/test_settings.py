@@ -26,10 +26,13 @@ def _with_instance(doc: dict[str, Any], **instance: Any) -> dict[str, Any]:
     ("doc", "message"),
     [
         # the top level and its timeouts
-        ({"concurrency_limit": True}, "key 'concurrency_limit': expected a number, got a boolean"),
-        ({"retries": 1.5}, "key 'retries': expected a number, got a number"),
+        (
+            {"concurrency_limit": True},
+            "key 'concurrency_limit': expected a whole number, got a boolean",
+        ),
+        ({"retries": 1.5}, "key 'retries': expected a whole number, got a number"),
         ({"page_size": 0}, "key 'page_size': must be at least 1, got 0"),
-        ({"scan_workers": "3"}, "key 'scan_workers': expected a number, got a string"),
+        ({"scan_workers": "3"}, "key 'scan_workers': expected a whole number, got a string"),
         ({"session_ttl_days": -1}, "key 'session_ttl_days': must be at least 0, got -1"),
         ({"match_margin": -0.1}, "key 'match_margin': must be at least 0, got -0.1"),
         ({"steer_threshold": "x"}, "key 'steer_threshold': expected a number, got a string"),

@@ -124,6 +124,8 @@ def test_wrong_shape() -> None:
         (httpx.ConnectTimeout("timed out"), "connection timed out after 8s", "timeout"),
         (httpx.ReadTimeout("timed out"), "no answer within 30s", "timeout"),
         (httpx.RemoteProtocolError("peer closed connection"), "truncated response", "dropped"),
+        (httpx.ConnectError("[SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed"),
+         "could not connect (TLS", "tls"),
     ],
 )
 def test_network_errors(exc: Exception, expected: str, cause: str) -> None:

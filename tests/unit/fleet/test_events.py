@@ -552,8 +552,8 @@ def test_a_request_and_its_answer_are_one_line_each(tmp_path: Path) -> None:
     [answered] = board.apply(_frame("permission.replied", {"sessionID": "ses_w",
                                                            "requestID": "per_1",
                                                            "reply": "reject"}))
-    assert (answered.kind, answered.detail) == (
-        "answered", "permission bash: rm -rf x -> replied reject"
+    assert (answered.kind, answered.detail, answered.answer) == (
+        "answered", "permission bash: rm -rf x -> replied reject", "replied reject"
     )
     assert board.sessions["ses_w"].waiting is None
     q = {"id": "que_1", "sessionID": "ses_w", "questions": [{"question": "Which?",

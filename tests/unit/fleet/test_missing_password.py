@@ -12,12 +12,13 @@ from pathlib import Path
 import httpx
 import pytest
 
-from xaf_hub.cli.commands._common import session_not_found
 from xaf_hub.cli.main import main
 from xaf_hub.config.credentials import password_var
 from xaf_hub.config.load import InstanceConfig, load_config
 from xaf_hub.errors import ExitCode, MissingPassword, UnreachableError
 from xaf_hub.fleet.client import OpencodeClient
+from xaf_hub.fleet.instance_scan import InstanceScan
+from xaf_hub.ops.interrupt import session_not_found
 
 
 def _list(inst: InstanceConfig) -> None:
@@ -64,17 +65,18 @@ def test_password_env_is_kept_from_the_config(tmp_path: Path) -> None:
     assert cfg.instances[0].password == "x" and cfg.instances[0].password_source == "env:A_PW"
 
 
-def test_a_rewrapped_reason_is_upgraded_and_a_lookup_prefers_it() -> None:
-    wrapped = UnreachableError("lan-x", "no password configured: set TEAM_PW")
-    up = MissingPassword.upgrade(wrapped)
+def test_a_recorded_cause_is_the_error_whatever_its_words_say() -> None:
+    inst = InstanceConfig(name="lan-x", url="http://127.0.0.1:1", password_env="TEAM_PW")
+    # The recorded reason's words are not read: the cause decides, reworded or not.
+    scan = InstanceScan(inst, reason="the server wants a login", cause="no_password")
+    up = scan.failure()
     assert isinstance(up, MissingPassword) and str(up).endswith("lan-x: set TEAM_PW")
-    other = UnreachableError("lan-x", "connection refused")
-    assert MissingPassword.upgrade(other) is other
-    err = session_not_found(
-        "ses_1", [("a", "connection refused"), ("lan-x", "no password configured: set P")]
-    )
+    other = InstanceScan(inst, reason="no password configured: set TEAM_PW", cause="refused")
+    assert not isinstance(other.failure(), MissingPassword)
+    down = [UnreachableError("a", "connection refused"), scan.failure()]
+    err = session_not_found("ses_1", down)
     assert isinstance(err, MissingPassword)
-    assert str(err) == "no password configured for lan-x: set P"
+    assert str(err) == "no password configured for lan-x: set TEAM_PW"
 
 
 def test_the_cli_prints_one_line_and_exits_4(tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import replace
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,7 @@ from xaf_hub.config.load import Config
 from xaf_hub.notify import outbox
 from xaf_hub.notify.check import webhook_checks
 from xaf_hub.notify.events import Event
-from xaf_hub.notify.patrol import Sender, send_outbox
+from xaf_hub.notify.patrol import Sender, outgoing, send_outbox
 from xaf_hub.ops.context import OpsContext
 from xaf_hub.patrol.context import Cycle
 from xaf_hub.patrol.runner import CYCLE_LOCK, STEP_NAMES, run_once
@@ -231,3 +232,14 @@ def test_the_daemon_sender_delivers_from_its_own_thread(tmp_path: Path) -> None:
         wait(lambda: reported_sent(said) == 2)
         assert not sender._thread.is_alive()
         assert len(cap.hits) == 2
+
+
+def test_a_notice_names_its_sessions_project(tmp_path: Path) -> None:
+    cfg = make_cfg(tmp_path, "http://127.0.0.1:9/hook")
+    ev = Event("waiting_person:a:per_1", "waiting_person", "2026-12-01T10:00:00Z", "lan-a",
+               "s1", "t", project="shop")
+    doc = json.loads(outgoing(cfg, cfg.notify.webhooks[0], ev, NOW).body)
+    assert doc["project"] == "shop" and "shop" in doc["headline"], doc
+    assert doc["event"]["project"] == "shop"
+    plain = json.loads(outgoing(cfg, cfg.notify.webhooks[0], replace(ev, project=""), NOW).body)
+    assert plain["project"] == cfg.project_name

@@ -465,3 +465,13 @@ def test_a_task_done_notice_says_which_rule_decided() -> None:
     bare = dataclasses.replace(done, data={})
     _, plain = render(bare, language="en", project="p", page_url="", tz=UTC)
     assert plain == "Task T-1 finished in its session on lan-b."
+
+
+def test_each_session_event_names_its_project() -> None:
+    shop = dataclasses.replace(waiting_line("s1", "per_1", "x"), project="shop")
+    c = round_log(sessions=[shop, waiting_line("s2", "per_2", "y")])
+    asks = {e.session: e for e in run_derive(c, {}) if e.type == "waiting_person"}
+    assert (asks["s1"].project, asks["s2"].project) == ("shop", "")
+    # the record says it, and keeps it through the outbox
+    assert Event.from_json(asks["s1"].to_json()).project == "shop"
+    assert asks["s2"].to_json()["project"] == ""

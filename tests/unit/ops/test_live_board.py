@@ -87,6 +87,17 @@ def test_a_fresh_board_gives_back_what_was_published(tmp_path: Path) -> None:
     assert (summary.running_project, summary.running_total, summary.waiting) == (1, 2, 1)
 
 
+
+def test_an_unreachable_instances_cause_travels_as_its_code(tmp_path: Path) -> None:
+    cfg = config(tmp_path)
+    down = InstanceScan(cfg.instance("b"), reason="worded any way", cause="no_password")
+    write(cfg, [view(cfg, "a", []), LiveInstance(down, "global", NOW - 2000)])
+    doc = json.loads(board_path(cfg, "patrol").read_text("utf-8"))
+    assert [i["cause"] for i in doc["instances"]] == ["", "no_password"]
+    got = read_board(cfg, cfg.instances, now_ms=NOW).scans
+    assert (got["a"].cause, got["b"].cause) == (None, "no_password")
+    assert str(got["b"].failure()) == "no password configured for b: set XAF_HUB_PW_B"
+
 # Each labelled board: (what is wrong, how to make it so, the reason status must scan).
 STALE = [
     ("confirmed too long ago", dict(confirmed=NOW - 16_000), "16 s old (over 15 s)"),
@@ -889,3 +900,29 @@ def test_a_confirmation_no_clock_could_give_is_not_current_never_raised(
     got = _forge(tmp_path, change, whole=not summary)
     assert "a" not in got.scans and "b" in got.scans
     assert "not followed right now" in got.stale["a"] or "ahead" in got.stale["a"]
+
+
+def test_a_board_of_every_project_is_read_by_a_view_of_every_project(tmp_path: Path) -> None:
+    doc = {
+        "state_dir": str(tmp_path / "state"),
+        "projects": {"shop": {"roots": {"a": ["/srv/proj"]}}, "blog": {"roots": {"a": ["/srv/b"]}}},
+        "instances": [{"name": "a", "url": "http://a.test:4096"}],
+    }
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(doc), "utf-8")
+    every = load_config(path, env={"XAF_HUB_HOME": str(tmp_path / "home")})
+    now = int(time.time() * 1000)
+    rows = [replace(record("a", "s1", running=True), owner="shop"),
+            replace(record("a", "s2", running=True), directory="/srv/b/x", owner="blog")]
+    write(every, [view(every, "a", rows, confirmed=now - 1000)], now=now)
+    got = read_board(every, every.instances, now_ms=now)
+    assert got.scans["a"].sessions == rows
+    # a view of one project does not take a board of every project (its project flags differ)
+    shop = every.choose("shop")
+    assert "other directory rules" in read_board(shop, shop.instances, now_ms=now).stale["a"]
+    # status of every project reads it, asks no server, and counts each project apart
+    asked: list[str] = []
+    code, out = status(tmp_path, path, asked)
+    assert code == 0 and asked == [] and out["source"] == "live"
+    assert [(p["project"], p["running"]) for p in out["instances"][0]["projects"]] == [
+        ("shop", 1), ("blog", 1)]

@@ -85,6 +85,22 @@ def test_a_share_caps_one_project_and_counts_its_reservations(tmp_path: Path) ->
     assert (view.free, replace(view, reserved=1, reserved_own=1).free) == (1, 0)
 
 
+def test_seen_as_every_project_each_ones_runs_are_counted_apart(tmp_path: Path) -> None:
+    cfg = config(tmp_path)  # several projects, none chosen
+    gate = FileGate(tmp_path, LockConfig())
+    gate.reserve("dev", project="shop")
+    shares = [(p.name, p.share) for p in cfg.projects]
+    sc = scan(cfg, "/src/shop/a", "/src/blog/x", "/src/blog/y", "/tmp/elsewhere")
+    load = instance_load(sc, gate, True, shares=shares)
+    rows = [(p.project, p.running, p.reserved, p.share, p.full) for p in load.projects]
+    assert rows == [("shop", 1, 1, 1, True), ("blog", 2, 0, None, False), ("", 1, 0, None, False)]
+    assert [p["project"] for p in load.to_json()["projects"]] == ["shop", "blog", None]
+    # no runs of another folder: no "other" row; without shares, no rows at all
+    assert [p.project for p in instance_load(scan(cfg), gate, True, shares=shares).projects] == [
+        "shop", "blog"]
+    assert instance_load(sc, gate, True).projects == ()
+
+
 def test_a_dispatch_finds_its_project(tmp_path: Path) -> None:
     cfg = config(tmp_path)
     assert project_for(cfg, "blog", None, None, "/") == "blog"

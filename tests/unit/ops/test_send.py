@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -28,7 +29,7 @@ from xaf_hub.errors import (
 from xaf_hub.fleet.client import ServerSession
 from xaf_hub.ops.context import OpsContext
 from xaf_hub.ops.planner import Plan, plan_create, plan_reuse
-from xaf_hub.ops.send import SendResult, send_work
+from xaf_hub.ops.send import SendResult, held, send_work
 from xaf_hub.store.gate import PROMPT_ACCEPTED, PROMPT_SENT, FileGate
 
 
@@ -105,6 +106,67 @@ def test_a_session_the_server_places_outside_the_roots_is_deleted_before_any_pro
     result = send(cfg, dataclasses.replace(plan, forced=True), client, gate, log)
     assert (result.action, result.directory) == ("create", "/srv/elsewhere")
     assert f"prompt {result.session_id}" in log
+
+
+def test_waiting_for_the_lock_leaves_the_event_loop_running(cfg: Config) -> None:
+    """While another process holds the instance's lock, the send waits and other tasks run:
+    here the other task is what lets the holder go."""
+    log: list[str] = []
+    client, gate = FakeClient(log, [], set()), SpyGate(cfg.state_dir, cfg, log)
+    taken, free = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with FileGate(cfg.state_dir, cfg.lock).lock("a"):
+            taken.set()
+            free.wait(60)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    taken.wait(60)
+
+    async def tick() -> None:
+        for _ in range(5):
+            await asyncio.sleep(0)
+            log.append("tick")
+        free.set()
+
+    async def both() -> SendResult:
+        plan = plan_create(cfg.instances[0], ROOT, "t", via="test")
+        sent = asyncio.ensure_future(send_work(
+            OpsContext(cfg), plan, "do it", "p/m", client, gate  # type: ignore[arg-type]
+        ))
+        await asyncio.sleep(0)  # the send starts waiting for the lock first
+        await tick()
+        return await sent
+
+    try:
+        result = asyncio.run(both())
+    finally:
+        free.set()
+        holder.join()
+    assert result.action == "create"
+    assert log[:6] == ["tick"] * 5 + ["lock"]
+
+
+def test_a_waiter_cancelled_before_it_gets_the_lock_holds_nothing(
+    cfg: Config, tmp_path: Path
+) -> None:
+    gate = FileGate(tmp_path, dataclasses.replace(cfg.lock, lock_timeout_seconds=30))
+    holder = FileGate(tmp_path, dataclasses.replace(cfg.lock, lock_timeout_seconds=0.2))
+
+    async def cancel_a_waiter() -> BaseException:
+        with holder.lock("lan-a"):
+            waiter = asyncio.ensure_future(held(gate, "lan-a").__aenter__())
+            await asyncio.sleep(0)
+            waiter.cancel()
+            with pytest.raises(asyncio.CancelledError) as cancelled:
+                await waiter
+        return cancelled.value  # kept: its traceback must not be what frees the lock
+
+    kept = asyncio.run(cancel_a_waiter())  # the loop's end waits for the waiting thread
+    assert isinstance(kept, asyncio.CancelledError)
+    with holder.lock("lan-a"):  # the late taker gave the lock back at once
+        pass
 
 
 def test_at_the_limit_nothing_is_reserved_created_or_sent(cfg: Config) -> None:

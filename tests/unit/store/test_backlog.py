@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from xaf_hub.errors import StateFileError, TaskChanged, UsageError
+from xaf_hub.config.load import parse_config
+from xaf_hub.errors import ConfigError, StateFileError, TaskChanged, UsageError
 from xaf_hub.store.backlog import Backlog
 from xaf_hub.store.pick import pick_tasks, readiness
 from xaf_hub.store.pool import InfraPolicy, backoff_delay
@@ -63,23 +64,23 @@ def test_task_round_trip_keeps_unknown_keys() -> None:
 @pytest.mark.parametrize(
     ("patch", "key", "fragment"),
     [
-        ({"title": 5}, "title", "expected a string, got number"),
+        ({"title": 5}, "title", "expected a string, got a number"),
         ({"title": "  "}, "title", "must not be empty"),
         ({"id": ""}, "id", "must not be empty"),
-        ({"id": None}, "id", "must not be null"),
-        ({"status": "running"}, "status", "pending, dispatched, done"),
-        ({"priority": "P9"}, "priority", "P0, P1, P2, P3"),
+        ({"id": None}, "id", "expected a string, got null"),
+        ({"status": "running"}, "status", "must be pending, dispatched or done"),
+        ({"priority": "P9"}, "priority", "must be P0, P1, P2 or P3"),
         ({"priority": 1}, "priority", "expected a string"),
-        ({"attempts": True}, "attempts", "expected an integer, got boolean"),
+        ({"attempts": True}, "attempts", "expected a whole number, got a boolean"),
         ({"attempts": -1}, "attempts", "0 or more"),
-        ({"attempts": "2"}, "attempts", "expected an integer"),
-        ({"depends_on": "T1"}, "depends_on", "array of task ids"),
+        ({"attempts": "2"}, "attempts", "expected a whole number"),
+        ({"depends_on": "T1"}, "depends_on", "expected a list, got a string"),
         ({"depends_on": ["T1", 3]}, "depends_on[1]", "expected a task id"),
         ({"not_before": "tomorrow"}, "not_before", "not an ISO 8601 time"),
-        ({"not_before": 1.5}, "not_before", "expected an ISO 8601 string or epoch ms"),
+        ({"not_before": 1.5}, "not_before", "expected a string or a whole number, got a number"),
         ({"created_at": "2026-13-01"}, "created_at", "not an ISO 8601 time"),
-        ({"instance": None}, "instance", "must not be null"),
-        ({"model": ["a"]}, "model", "expected a string, got array"),
+        ({"instance": None}, "instance", "expected a string, got null"),
+        ({"model": ["a"]}, "model", "expected a string, got a list"),
     ],
 )
 def test_task_from_json_rejects_bad_values(
@@ -122,8 +123,35 @@ def test_missing_required_key_and_non_object_task(tmp_path: Path) -> None:
     with pytest.raises(StateFileError, match=r"tasks\[1\]: missing required key 'id'"):
         Backlog(pool).load()
     pool.write_text('{"tasks": [["not", "an", "object"]]}', encoding="utf-8")
-    with pytest.raises(StateFileError, match=r"tasks\[0\]: expected an object, got array"):
+    with pytest.raises(StateFileError, match=r"tasks\[0\]: expected an object, got a list"):
         Backlog(pool).load()
+
+
+
+@pytest.mark.parametrize(
+    ("config_key", "task_key", "value"),
+    [
+        ("concurrency_limit", "attempts", "2"),
+        ("concurrency_limit", "attempts", 1.5),
+        ("username", "title", 5),
+        ("danger", "verified", 1),
+    ],
+)
+def test_a_wrong_typed_task_key_is_told_as_the_config_tells_one(
+    tmp_path: Path, config_key: str, task_key: str, value: object
+) -> None:
+    """One typed-JSON check for the config and the pool: a value of the wrong type in a key of
+    the same type reads the same in both, after the file and the key."""
+    doc = {"instances": [{"name": "a", "url": "http://127.0.0.1:9", "roots": ["/srv/demo"],
+                          config_key: value}]}
+    with pytest.raises(ConfigError) as config_error:
+        parse_config(doc, path=tmp_path / "config.json", env={})
+    pool = tmp_path / "tasks_backlog.json"
+    write_pool(pool, [{"id": "T1", "title": "first", task_key: value}])
+    with pytest.raises(StateFileError) as pool_error:
+        Backlog(pool).load()
+    said = str(config_error.value).split(f"{config_key}': ", 1)[1]
+    assert str(pool_error.value) == f"task pool {pool}: tasks[0].{task_key}: {said}"
 
 
 # --------------------------------------------------------------------------- corrupt files
@@ -138,10 +166,10 @@ def test_missing_required_key_and_non_object_task(tmp_path: Path) -> None:
             "bad byte at offset 55",
         ),
         (b'{"schema_version": 1,\x00 "tasks": []}', "NUL byte at offset 21"),
-        (b"[]", "expected a JSON object at the top, got array"),
-        (b'{"schema_version": 1, "tasks": {}}', "tasks: expected an array"),
+        (b"[]", "expected a JSON object at the top, got a list"),
+        (b'{"schema_version": 1, "tasks": {}}', "tasks: expected a list"),
         (b'{"schema_version": 2, "tasks": []}', "schema_version 2 is not supported"),
-        (b'{"schema_version": "1", "tasks": []}', "schema_version: expected an integer"),
+        (b'{"schema_version": "1", "tasks": []}', "schema_version: expected a whole number"),
         (b'{"discipline": 3, "tasks": []}', "discipline: expected a string"),
         (
             b'{"tasks": [{"id": "A", "title": "a"}, {"id": "A", "title": "b"}]}',

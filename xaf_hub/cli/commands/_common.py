@@ -12,7 +12,8 @@ from xaf_hub.cli.options import JSON, MAX_TEXT, Opt, opt
 from xaf_hub.config.load import InstanceConfig
 from xaf_hub.core.clock import iso_time, local_time
 from xaf_hub.core.records import Snapshot
-from xaf_hub.errors import ExitCode, HubError, MissingPassword
+from xaf_hub.core.text import dumps
+from xaf_hub.errors import ExitCode, HubError, UsageError
 
 if TYPE_CHECKING:  # the scanner pulls in httpx; --help must stay light
     from xaf_hub.core.runstate import Verdict
@@ -41,7 +42,6 @@ TEXT = Opt(("-t", "--text"), "what the agent should do", required=True, max_leng
 
 def the_session(session: str | None, session_pos: str | None) -> str:
     """The one session named, as a positional or with -s/--session (UsageError otherwise)."""
-    from xaf_hub.errors import UsageError
 
     if session and session_pos and session != session_pos:
         raise UsageError(f"two sessions given ({session_pos} and -s {session}): name one")
@@ -71,11 +71,14 @@ def scan(
 
     ``progress``: on a terminal, name the instances still awaited after a second (stderr)."""
 
-    import asyncio  # here: `status` read from the live board loads no event loop
+    import asyncio  # deferred: start-up, docs/performance.md
 
-    from xaf_hub.cli.progress import Progress
-    from xaf_hub.core import aio
-    from xaf_hub.fleet.scan import fill_outcomes, scan_fleet
+    from xaf_hub.cli.progress import Progress  # deferred: start-up, docs/performance.md
+    from xaf_hub.core import aio  # deferred: start-up, docs/performance.md
+    from xaf_hub.fleet.scan import (  # deferred: start-up, docs/performance.md
+        fill_outcomes,
+        scan_fleet,
+    )
 
     async def go() -> tuple[Snapshot, list[InstanceScan]]:
         waiting = Progress(ctx.stderr, [i.name for i in instances] if progress else [], ctx.env)
@@ -113,7 +116,7 @@ def read_fleet(
     for the board's instances as for the scanned ones (one request per idle session).
     ``summary``: the board's summaries (`status`): an instance taken there holds only its
     running sessions, with the counts and today's spend in its ``tally``."""
-    from xaf_hub.ops.live_board import merged, split
+    from xaf_hub.ops.live_board import merged, split  # deferred: start-up, docs/performance.md
 
     board, rest = split(ctx.config, instances, fresh=fresh, stores=ctx.stores, summary=summary)
     scanned: list[InstanceScan] = []
@@ -134,46 +137,34 @@ def read_fleet(
 
 def report_missing_passwords(ctx: Context, snap: Snapshot) -> None:
     """One error line per instance that asked for a password the config does not give."""
-    for item in snap.unreachable:
-        if MissingPassword.is_reason(item["reason"]):
-            missing = MissingPassword.from_reason(item["instance"], item["reason"])
+    for item in snap.instances:
+        if not item.reachable and item.cause == "no_password":
+            missing = ctx.config.instance(item.name).unreachable(item.reason, item.cause)
             ctx.info(f"xaf-hub: error: {missing}")
 
 
 def report_unreachable(ctx: Context, snap: Snapshot) -> None:
     """One stderr line per instance that did not answer, and any fail-closed warnings."""
     report_missing_passwords(ctx, snap)
-    for item in snap.unreachable:
-        if not MissingPassword.is_reason(item["reason"]):
-            ctx.warn(f"{item['instance']} unreachable: {item['reason']}")
+    for item in snap.instances:
+        if not item.reachable and item.cause != "no_password":
+            ctx.warn(f"{item.name} unreachable: {item.reason}")
     for w in snap.warnings:
         ctx.warn(w)
 
 
-def session_not_found(
-    session_id: str, down: list[tuple[str, str]], instance: str | None = None
-) -> HubError:
-    """The error for a session no instance answered for (see ``ops.interrupt``)."""
-    from xaf_hub.ops.interrupt import session_not_found as not_found
-
-    for name, reason in down:
-        if MissingPassword.is_reason(reason):  # a config fix, whatever else failed
-            return MissingPassword.from_reason(name, reason)
-    return not_found(session_id, down, instance)
-
-
-def missing_password(snap: Snapshot) -> MissingPassword | None:
+def missing_password(ctx: Context, snap: Snapshot) -> HubError | None:
     """The first instance that asked for a password the config does not give, as the error."""
-    for item in snap.unreachable:
-        if MissingPassword.is_reason(item["reason"]):
-            return MissingPassword.from_reason(item["instance"], item["reason"])
+    for item in snap.instances:
+        if not item.reachable and item.cause == "no_password":
+            return ctx.config.instance(item.name).unreachable(item.reason, item.cause)
     return None
 
 
 def scan_exit(snap: Snapshot) -> int:
     """4 when an instance needs a password the config lacks; else 0 when at least one instance
     answered, 2 when none did (or the only one asked)."""
-    if missing_password(snap) is not None:
+    if any(not i.reachable and i.cause == "no_password" for i in snap.instances):
         return int(ExitCode.USAGE)
     if not snap.instances:
         return int(ExitCode.OK)
@@ -322,8 +313,8 @@ class AnswerTarget:
 def answer_waiting(ctx: Context, target: AnswerTarget) -> dict[str, Any]:
     """Answer one waiting request (``ops.waiting.answer_request``); what `--json` prints (and
     the MCP tool answers). A note for the person goes to ``ctx.warn`` too."""
-    from xaf_hub.core import aio
-    from xaf_hub.ops.waiting import answer_request
+    from xaf_hub.core import aio  # deferred: start-up, docs/performance.md
+    from xaf_hub.ops.waiting import answer_request  # deferred: start-up, docs/performance.md
 
     done = aio.run(
         answer_request(ctx.ops(), target.request, target.reply(), instance=target.instance,
@@ -345,8 +336,7 @@ def answer_waiting(ctx: Context, target: AnswerTarget) -> dict[str, Any]:
 
 def send_answer(ctx: Context, target: AnswerTarget) -> int:
     """Answer one waiting request and say what was sent."""
-    from xaf_hub.core.runstate import asked_line
-    from xaf_hub.core.text import dumps
+    from xaf_hub.core.runstate import asked_line  # deferred: start-up, docs/performance.md
 
     doc = answer_waiting(ctx, target)
     if ctx.json:

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from xaf_hub.cli.commands._common import TEXT, AnswerTarget, send_answer
 from xaf_hub.cli.context import Context
 from xaf_hub.cli.options import opt
+from xaf_hub.ops.waiting import Reply
 
 if TYPE_CHECKING:
     from xaf_hub.ops.waiting import Reply
@@ -29,7 +30,6 @@ class Options(AnswerTarget):
 
     def reply(self) -> Reply:
         """What goes to the server."""
-        from xaf_hub.ops.waiting import Reply
 
         return Reply("answer", choices=tuple(self.choices), text=self.text.strip())
 

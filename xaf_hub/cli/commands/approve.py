@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from xaf_hub.cli.commands._common import AnswerTarget, send_answer
 from xaf_hub.cli.context import Context
 from xaf_hub.cli.options import flag
+from xaf_hub.ops.waiting import Reply
 
 if TYPE_CHECKING:
     from xaf_hub.ops.waiting import Reply
@@ -27,7 +28,6 @@ class Options(AnswerTarget):
 
     def reply(self) -> Reply:
         """What goes to the server."""
-        from xaf_hub.ops.waiting import Reply
 
         return Reply("approve", always=self.always)
 

@@ -19,6 +19,7 @@ import argparse
 import dataclasses
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from xaf_hub.cli.commands._common import FORCE, INSTANCE, SESSION
@@ -35,8 +36,17 @@ from xaf_hub.cli.options import (
     opt,
     pick,
 )
-from xaf_hub.core.text import dumps
-from xaf_hub.errors import ExitCode, UsageError
+from xaf_hub.cli.termfit import tone_painter
+from xaf_hub.core import aio
+from xaf_hub.core.outcomes import TASK_STATES, task_words, tone
+from xaf_hub.core.text import dumps, shorten
+from xaf_hub.errors import ExitCode, StateFileError, UnreachableError, UsageError
+from xaf_hub.ops.decisions import session_still_runs
+from xaf_hub.store import audit
+from xaf_hub.store.pick import state_of
+from xaf_hub.store.pool import undispatched, unjudged
+from xaf_hub.store.statefile import read_json, write_json_atomic
+from xaf_hub.store.tasks import PRIORITIES, BacklogData, Task, format_instant
 
 if TYPE_CHECKING:
     from xaf_hub.store.pool import TaskPool
@@ -182,8 +192,6 @@ def run(ctx: Context) -> int:
 
 def _state(ctx: Context, task: Task, tasks: list[Task]) -> dict[str, str]:
     """A task's state as ``backlog`` prints it: the value, its words and why."""
-    from xaf_hub.core.outcomes import task_words
-    from xaf_hub.store.pick import state_of
 
     state, why = state_of(task, tasks, _now(), ctx.config.patrol.max_attempts)
     return {"state": state, "state_words": task_words(state), "state_detail": why}
@@ -200,7 +208,6 @@ _SAY_WHY = ("waiting", "blocked", "person")
 
 def listing(ctx: Context, opts: ListOptions) -> dict[str, Any]:
     """What `backlog list --json` prints (and the MCP tool answers): the tasks in order."""
-    from xaf_hub.store.tasks import PRIORITIES
 
     store = _store(ctx)
     data = store.load()
@@ -223,9 +230,6 @@ def listing(ctx: Context, opts: ListOptions) -> dict[str, Any]:
 
 
 def _list(ctx: Context, opts: ListOptions) -> int:
-    from xaf_hub.cli.termfit import tone_painter
-    from xaf_hub.core.outcomes import TASK_STATES, task_words, tone
-    from xaf_hub.core.text import shorten
 
     doc = listing(ctx, opts)
     if ctx.json:
@@ -268,10 +272,7 @@ def _add(ctx: Context, opts: AddOptions) -> int:
 
 def add_task(ctx: Context, opts: AddOptions) -> Task:
     """Add the task to the pool (one locked write) and audit it; the task as added."""
-    from pathlib import Path
 
-    from xaf_hub.store import audit
-    from xaf_hub.store.tasks import Task
 
     cfg = ctx.config
     if not opts.title.strip():
@@ -350,9 +351,6 @@ def _show(ctx: Context, opts: ShowOptions) -> int:
 
 
 def _set(ctx: Context, opts: SetOptions) -> int:
-    from xaf_hub.store import audit
-    from xaf_hub.store.pool import undispatched, unjudged
-    from xaf_hub.store.tasks import format_instant
 
     cfg = ctx.config
     now = _now()
@@ -420,9 +418,6 @@ def _set(ctx: Context, opts: SetOptions) -> int:
 
 def _refuse_if_running(ctx: Context, task: Task) -> None:
     """Refuse to put a task back in the pool while its session still runs (one scan)."""
-    from xaf_hub.core import aio
-    from xaf_hub.errors import UnreachableError
-    from xaf_hub.ops.decisions import session_still_runs
 
     if task.status == "pending" or not task.session_id or not task.dispatched_to:
         return
@@ -444,9 +439,7 @@ def _refuse_if_running(ctx: Context, task: Task) -> None:
 
 
 def _export(ctx: Context, opts: ExportOptions) -> int:
-    from pathlib import Path
 
-    from xaf_hub.store.statefile import write_json_atomic
 
     store = _store(ctx)
     data = store.load()
@@ -466,12 +459,7 @@ def _export(ctx: Context, opts: ExportOptions) -> int:
 
 
 def _import(ctx: Context, opts: ImportOptions) -> int:
-    from pathlib import Path
 
-    from xaf_hub.errors import StateFileError
-    from xaf_hub.store import audit
-    from xaf_hub.store.statefile import read_json
-    from xaf_hub.store.tasks import BacklogData
 
     source = Path(opts.file)
     try:

@@ -19,6 +19,8 @@ from xaf_hub.core import aio
 from xaf_hub.core.clock import ago
 from xaf_hub.core.records import prefix_width
 from xaf_hub.core.text import dumps, shorten, shorten_left
+from xaf_hub.errors import UsageError
+from xaf_hub.ops.cleanup import cleanup_fleet
 
 EXAMPLES = """\
 examples:
@@ -62,13 +64,11 @@ class Options:
 
 def run(ctx: Context) -> int:
     """Preview or execute the cleanup."""
-    from xaf_hub.errors import UsageError
 
     opts = ctx.options(Options)
     ttl = ctx.config.session_ttl_days if opts.ttl_days is None else opts.ttl_days
     if ttl < 0:
         raise UsageError("--ttl-days must be 0 or more")
-    from xaf_hub.ops.cleanup import cleanup_fleet
 
     report = aio.run(
         cleanup_fleet(
@@ -115,8 +115,9 @@ def run(ctx: Context) -> int:
             )
         total = sum(len(e["stale"]) for e in report["instances"])
         deleted = sum(len(e["deleted"]) for e in report["instances"])
+        down = {u["instance"] for u in report["unreachable"]}
         for entry in report["instances"]:
-            if entry["skipped"] and not entry["skipped"].startswith("unreachable"):
+            if entry["skipped"] and entry["instance"] not in down:
                 ctx.info(f"{entry['instance']}: skipped: {entry['skipped']}")
             if entry["missing_time"]:
                 ctx.info(
@@ -134,7 +135,7 @@ def run(ctx: Context) -> int:
     report_unreachable(ctx, snap)
     rooms = [w for e in report["instances"] for w in e.get("worktrees", ())]
     failed = any(e["failed"] for e in report["instances"]) or any(
-        w["action"].startswith("FAILED") for w in rooms
+        w["failed"] for w in rooms
     )
     code = scan_exit(snap)
     if opts.instance and snap.unreachable:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from xaf_hub.cli.context import Context
+from xaf_hub.cli.main import COMMANDS, build_parser
 from xaf_hub.cli.options import HIDDEN, flag, opt
 from xaf_hub.errors import UsageError
 
@@ -66,7 +67,6 @@ def _options(parser: argparse.ArgumentParser) -> list[Option]:
 
 def model() -> list[Command]:
     """Every command with its options, from the real parser."""
-    from xaf_hub.cli.main import COMMANDS, build_parser
 
     parser = build_parser(None)
     subs = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))

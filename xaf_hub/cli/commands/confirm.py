@@ -22,16 +22,24 @@ from xaf_hub.cli.commands._common import (
     INSTANCE,
     SESSION,
     SESSION_POS,
+    chosen_instances,
     healing_text,
+    scan,
     the_session,
     verdict_text,
 )
 from xaf_hub.cli.context import Context
 from xaf_hub.cli.options import JSON, flag
 from xaf_hub.core import aio
-from xaf_hub.core.clock import iso_time
+from xaf_hub.core.clock import iso_time, resolve_timezone, to_ms
+from xaf_hub.core.records import find_session
 from xaf_hub.core.text import dumps
-from xaf_hub.errors import ExitCode, HubError
+from xaf_hub.errors import ExitCode, HubError, SessionNotFound, UnreachableError, UsageError
+from xaf_hub.fleet.scan import make_client
+from xaf_hub.ops.confirm import heal_candidate, judge, look
+from xaf_hub.ops.context import utc_now
+from xaf_hub.ops.heal import heal_session
+from xaf_hub.ops.planner import check_write
 
 if TYPE_CHECKING:
     from xaf_hub.config.load import InstanceConfig
@@ -50,15 +58,14 @@ no free slot for the re-send; 4 unknown session, or --fix on production without 
 
 async def _find(
     ctx: Context, instances: list[InstanceConfig], session_id: str
-) -> tuple[list[tuple[InstanceConfig, Sighting]], list[tuple[InstanceConfig, str]]]:
+) -> tuple[list[tuple[InstanceConfig, Sighting]], list[UnreachableError]]:
     """Every instance that knows the session (with a look at it), and those that did not answer."""
-    from xaf_hub.errors import SessionNotFound
-    from xaf_hub.fleet.scan import make_client
-    from xaf_hub.ops.confirm import look
 
     cfg = ctx.config
 
-    async def one(inst: InstanceConfig) -> tuple[InstanceConfig, Sighting | str | None]:
+    async def one(
+        inst: InstanceConfig,
+    ) -> tuple[InstanceConfig, Sighting | UnreachableError | None]:
         transport = ctx.transport_factory(inst) if ctx.transport_factory else None
         async with make_client(cfg, inst, transport) as client:
             try:
@@ -66,13 +73,16 @@ async def _find(
                 return inst, await look(client, inst, session)
             except SessionNotFound:
                 return inst, None
+            except UnreachableError as exc:
+                return inst, exc
             except HubError as exc:
-                return inst, getattr(exc, "reason", None) or str(exc)
+                return inst, inst.unreachable(str(exc), "other")
 
-    found, down = [], []
+    found: list[tuple[InstanceConfig, Sighting]] = []
+    down: list[UnreachableError] = []
     for inst, what in await aio.gather(*(one(i) for i in instances)):
-        if isinstance(what, str):
-            down.append((inst, what))
+        if isinstance(what, UnreachableError):
+            down.append(what)
         elif what is not None:
             found.append((inst, what))
     return found, down
@@ -94,14 +104,6 @@ class Options:
 
 def run(ctx: Context) -> int:
     """Find the session, judge it, and with --fix heal it."""
-    from xaf_hub.cli.commands._common import chosen_instances, scan, session_not_found
-    from xaf_hub.core.clock import resolve_timezone, to_ms
-    from xaf_hub.core.records import find_session
-    from xaf_hub.errors import UsageError
-    from xaf_hub.ops.confirm import heal_candidate, judge
-    from xaf_hub.ops.context import utc_now
-    from xaf_hub.ops.heal import heal_session
-    from xaf_hub.ops.planner import check_write
 
     opts = ctx.options(Options)
     session_id = the_session(opts.session, opts.session_pos)
@@ -114,8 +116,11 @@ def run(ctx: Context) -> int:
             session_id = hit[1].id
             found, down = aio.run(_find(ctx, instances, session_id))
     if not found:
-        down_names = [(inst.name, reason) for inst, reason in down]
-        raise session_not_found(session_id, down_names, opts.instance)
+        from xaf_hub.ops.interrupt import (
+            session_not_found,  # deferred: start-up, docs/performance.md
+        )
+
+        raise session_not_found(session_id, down, opts.instance)
     # Servers sharing one database all know the session; only the one running it says so.
     inst, seen = next(((i, s) for i, s in found if s.rec.running), found[0])
     if len(found) > 1:

@@ -27,10 +27,14 @@ from xaf_hub.cli.commands._common import (
     INSTANCE,
     SESSION,
     TEXT,
+    wait_exit,
+    wait_json,
+    wait_text,
 )
 from xaf_hub.cli.context import Context
 from xaf_hub.cli.options import JSON, flag, opt
 from xaf_hub.core import aio
+from xaf_hub.core.clock import resolve_timezone, to_ms
 from xaf_hub.core.text import dumps
 from xaf_hub.errors import BusyError, UsageError
 
@@ -98,8 +102,8 @@ class Options:
 def order_from(opts: Options) -> DispatchOrder:
     """The operations layer's typed order from `dispatch`'s options (UsageError for a bad
     combination)."""
-    from xaf_hub.ops.dispatch import DispatchOrder
-    from xaf_hub.ops.planner import DispatchRequest
+    from xaf_hub.ops.dispatch import DispatchOrder  # deferred: start-up, docs/performance.md
+    from xaf_hub.ops.planner import DispatchRequest  # deferred: start-up, docs/performance.md
 
     if not opts.text.strip():
         raise UsageError("--text is empty: say what the agent should do")
@@ -165,7 +169,11 @@ class Sent:
 def carry_out(ctx: Context, opts: Options) -> Planned | Sent | Queued:
     """Plan, then (unless a dry run) send through the gate; with ``queue`` a full fleet queues.
     Warnings go to ``ctx.warn``; a refusal is raised."""
-    from xaf_hub.ops.dispatch import prepare, project_for, send_prepared
+    from xaf_hub.ops.dispatch import (  # deferred: start-up, docs/performance.md
+        prepare,
+        project_for,
+        send_prepared,
+    )
 
     order = order_from(opts)
     ctx.choose(project_for(ctx.whole, opts.project, opts.directory, opts.instance, str(ctx.cwd)))
@@ -235,8 +243,8 @@ def _queue(
     ctx: Context, opts: Options, why: BusyError, *, instance: str, session: str | None
 ) -> Queued:
     """Put the work in the pool instead (``ops.queue``)."""
-    from xaf_hub.ops.queue import queue_work
-    from xaf_hub.store.audit import caller
+    from xaf_hub.ops.queue import queue_work  # deferred: start-up, docs/performance.md
+    from xaf_hub.store.audit import caller  # deferred: start-up, docs/performance.md
 
     return queue_work(
         ctx.ops(), opts.text, reason=str(why), instance=instance,
@@ -251,7 +259,7 @@ def _sent_line(plan: Plan, result: SendResult) -> str:
         "reuse": "started idle session",
         "create": "created session",
     }[result.action]
-    from xaf_hub.fleet.attach import attach_command
+    from xaf_hub.fleet.attach import attach_command  # deferred: start-up, docs/performance.md
 
     # A steer whose session stopped before the lock was taken went through the gate instead.
     stopped = " (it had stopped)" if result.had_stopped else ""
@@ -264,11 +272,9 @@ def _sent_line(plan: Plan, result: SendResult) -> str:
 
 def _confirm(ctx: Context, plan: Plan, sent: Dispatched, window: float) -> int:
     """Wait for the run to show, heal it on the spot if it fails, and say what happened."""
-    from xaf_hub.cli.commands._common import wait_exit, wait_json, wait_text
-    from xaf_hub.core.clock import resolve_timezone, to_ms
-    from xaf_hub.fleet.client import ServerSession
-    from xaf_hub.ops.confirm import confirm_run
-    from xaf_hub.ops.context import utc_now
+    from xaf_hub.fleet.client import ServerSession  # deferred: start-up, docs/performance.md
+    from xaf_hub.ops.confirm import confirm_run  # deferred: start-up, docs/performance.md
+    from xaf_hub.ops.context import utc_now  # deferred: start-up, docs/performance.md
 
     cfg, result = ctx.config, sent.result
     if not ctx.json:

@@ -19,21 +19,29 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import socket
 import tempfile
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from xaf_hub import __version__
 from xaf_hub.cli.context import Context
 from xaf_hub.cli.options import JSON, flag
+from xaf_hub.cli.termfit import wrap
+from xaf_hub.config.credentials import REDIS_PASSWORD_ENV
 from xaf_hub.config.load import Config, InstanceConfig, find_config
 from xaf_hub.config.reader import load_json_file
 from xaf_hub.core import aio
 from xaf_hub.core.clock import resolve_timezone
 from xaf_hub.core.text import dumps, redact
 from xaf_hub.errors import ConfigError, ExitCode, HubError, UnreachableError
+from xaf_hub.fleet.scan import make_client, read_run_state
+from xaf_hub.notify.check import webhook_checks
+from xaf_hub.ops.context import utc_now as now_utc
 from xaf_hub.ops.health import (
     Finding,
     Probe,
@@ -42,6 +50,7 @@ from xaf_hub.ops.health import (
     config_findings,
     daemon_finding,
     error,
+    file_backend_findings,
     file_mode_finding,
     folder_finding,
     instance_findings,
@@ -52,8 +61,15 @@ from xaf_hub.ops.health import (
     repository_findings,
     room_findings,
     root_usage_findings,
+    sandbox_finding,
+    stream_findings,
     worst,
 )
+from xaf_hub.ops.models import families_chosen, models_view
+from xaf_hub.ops.rooms import room_support
+from xaf_hub.store.backends import Stores
+from xaf_hub.store.contain import Reach, prove
+from xaf_hub.store.patrol_state import PAUSE_FILE, heartbeat, patrol_dir, pause_info
 
 if TYPE_CHECKING:  # the scanner pulls in httpx; --help must stay light
     from xaf_hub.fleet.scan import TransportFactory
@@ -78,8 +94,6 @@ async def probe_instance(
     cfg: Config, inst: InstanceConfig, transport_factory: TransportFactory | None = None
 ) -> Probe:
     """Detect dialect and version, then list every session's folder."""
-    from xaf_hub.fleet.scan import make_client, read_run_state
-    from xaf_hub.ops.rooms import room_support
 
     transport = transport_factory(inst) if transport_factory else None
     async with make_client(cfg, inst, transport) as client:
@@ -93,10 +107,11 @@ async def probe_instance(
             if cfg.repository.isolation == "worktree":
                 rooms = await room_support(client, inst)
         except UnreachableError as exc:
-            return Probe(inst.name, False, exc.reason, client.dialect or "", client.version)
+            return Probe(inst.name, False, exc.reason, client.dialect or "", client.version,
+                         cause=exc.cause)
         except HubError as exc:
             return Probe(inst.name, False, str(exc).removeprefix(f"{inst.name}: "),
-                         client.dialect or "", client.version)
+                         client.dialect or "", client.version, cause="other")
         return Probe(inst.name, True, "", client.dialect or "", client.version,
                      tuple(s.directory for s in sessions), unknown, rooms)
 
@@ -160,8 +175,6 @@ def _credential_file_findings(cfg: Config) -> list[Finding]:
 
 
 def _patrol(cfg: Config) -> list[Finding]:
-    # The patrol owns its files; imported here so `xaf-hub --help` does not load the patrol.
-    from xaf_hub.store.patrol_state import PAUSE_FILE, heartbeat, patrol_dir, pause_info
 
     folder = patrol_dir(cfg)
     beat = heartbeat(folder)
@@ -171,11 +184,7 @@ def _patrol(cfg: Config) -> list[Finding]:
 
 def _two_hosts(cfg: Config, beat: Any) -> list[Finding]:
     """Daemons on two hosts with a backend that lives on one (what can be seen of them)."""
-    import socket
-    import time
 
-    from xaf_hub.ops.health import file_backend_findings
-    from xaf_hub.store.backends import Stores
 
     hosts: list[str] = []
     with contextlib.suppress(HubError), Stores(cfg) as stores:  # Redis unreachable: see redis
@@ -189,7 +198,6 @@ def _two_hosts(cfg: Config, beat: Any) -> list[Finding]:
 
 
 def _redis_fix() -> str:
-    from xaf_hub.config.credentials import REDIS_PASSWORD_ENV
 
     return (f"Start redis-server there or correct lock.redis_url; its password comes from "
             f"${REDIS_PASSWORD_ENV}.")
@@ -215,8 +223,6 @@ def _redis(cfg: Config) -> list[Finding]:
 
 def _sandbox(cfg: Config) -> list[Finding]:
     """With a check to run: a probe check in its sandbox, and what it reached."""
-    from xaf_hub.ops.health import sandbox_finding
-    from xaf_hub.store.contain import Reach, prove
 
     repo = cfg.repository
     if not repo.check_command:
@@ -230,13 +236,11 @@ def _sandbox(cfg: Config) -> list[Finding]:
 
 
 def _clock(cfg: Config, now: datetime) -> list[Finding]:
-    from xaf_hub.ops.models import families_chosen, models_view
-    from xaf_hub.store.backends import Stores
 
     try:
         tz = resolve_timezone(cfg.models.timezone)
     except ConfigError as exc:
-        return [config_error_finding(str(exc), cfg.path)]
+        return [config_error_finding(exc)]
     try:
         with Stores(cfg) as stores:
             blackouts = {b.family: b for b in models_view(cfg, now, stores.model_state()).rests}
@@ -260,7 +264,7 @@ def collect(
     try:
         cfg = ctx.config
     except ConfigError as exc:
-        return path, [config_error_finding(str(exc), path)], ()
+        return path, [config_error_finding(exc)], ()
     local_doc: Any = None
     if cfg.local_config is not None:
         with contextlib.suppress(ConfigError):
@@ -275,7 +279,6 @@ def collect(
         findings.extend(root_usage_findings(inst, probe))
         findings.extend(room_findings(cfg, inst, probe))
     findings.extend(repository_findings(cfg))
-    from xaf_hub.ops.health import stream_findings
 
     live = [i for i, p in zip(cfg.instances, probes, strict=True) if p.reachable]
     findings.extend(aio.run(stream_findings(cfg, live, ctx.transport_factory)))
@@ -289,7 +292,6 @@ def collect(
     findings.extend(_sandbox(cfg))
     findings.extend(_clock(cfg, now))
     findings.extend(_patrol(cfg))
-    from xaf_hub.notify.check import webhook_checks
 
     findings += webhook_checks(cfg.notify, cfg.state_dir, online=opts.online)
     return cfg.path, findings, cfg.secrets()
@@ -314,8 +316,6 @@ def render(
     fix lines wrap under their own column. ``clean`` runs on every message first (secrets
     leave a text before it is wrapped, never a wrapped half of one)."""
     width = min(max((len(f.subject) for f in findings), default=8), 24)
-    from xaf_hub import __version__
-    from xaf_hub.cli.termfit import wrap
 
     where = path if path is not None else "(none found)"
     lines = [f"xaf-hub {__version__} doctor: config {where}"]
@@ -358,7 +358,6 @@ class Options:
 
 def run(ctx: Context) -> int:
     """Check everything and print one line per check, with a fix for each problem."""
-    from xaf_hub.ops.context import utc_now as now_utc
 
     opts = ctx.options(Options)
     path, findings, secrets = collect(ctx, opts, now_utc())

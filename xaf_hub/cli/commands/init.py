@@ -10,6 +10,8 @@ the agents' work), without the user name or token an https URL may hold: those s
 from __future__ import annotations
 
 import json
+import shlex
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -177,7 +179,6 @@ def run(ctx: Context) -> int:
 def hub_command() -> list[str]:
     """The words that start this very xaf-hub: its script when run as `xaf-hub`, else this
     Python with ``-m xaf_hub`` (an agent's MCP client may not have the script on its PATH)."""
-    import sys
 
     script = Path(sys.argv[0])
     if script.name in ("xaf-hub", "xaf-hub.exe") and script.is_file():
@@ -189,7 +190,6 @@ def mcp_lines(config: Path) -> list[str]:
     """What to paste so an agent drives the hub over MCP: opencode's `mcp` config key and Claude
     Code's command. The config's absolute path is in both: the client starts the server in a
     folder of its own (opencode: the session's), where no config is found."""
-    import shlex
 
     words = [*hub_command(), "--config", str(config), "mcp"]
     opencode = {"mcp": {"xafhub": {"type": "local", "command": words}}}

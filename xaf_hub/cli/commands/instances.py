@@ -20,6 +20,7 @@ from xaf_hub.core import aio
 from xaf_hub.core.records import Snapshot
 from xaf_hub.core.text import dumps
 from xaf_hub.errors import HubError
+from xaf_hub.fleet.scan import make_client
 
 EXAMPLES = """\
 examples:
@@ -41,6 +42,7 @@ def read(ctx: Context, opts: Options) -> tuple[list[dict[str, Any]], Snapshot]:
     """Scan; what `instances --json` prints (and the MCP tool answers), and the scan. With
     ``project.isolation: "worktree"`` each answering server also says whether it gives tasks
     worktrees of their own (``worktrees``) and why not."""
+    ctx.see_every_project()
     chosen = chosen_instances(ctx, opts.instance)
     snap, _ = scan(ctx, chosen, progress=True)
     doc = [i.to_json() for i in snap.instances]
@@ -55,8 +57,7 @@ def read(ctx: Context, opts: Options) -> tuple[list[dict[str, Any]], Snapshot]:
 
 
 async def _room_support(ctx: Context, instances: list[InstanceConfig]) -> dict[str, str]:
-    from xaf_hub.fleet.scan import make_client
-    from xaf_hub.ops.rooms import room_support
+    from xaf_hub.ops.rooms import room_support  # deferred: start-up, docs/performance.md
 
     async def one(inst: InstanceConfig) -> tuple[str, str]:
         transport = ctx.transport_factory(inst) if ctx.transport_factory else None

@@ -17,6 +17,7 @@ from xaf_hub.cli.context import Context
 from xaf_hub.cli.options import JSON
 from xaf_hub.core import aio
 from xaf_hub.core.text import dumps
+from xaf_hub.ops.interrupt import interrupt_session
 
 if TYPE_CHECKING:
     from xaf_hub.ops.interrupt import Interrupted
@@ -52,7 +53,6 @@ def document(done: Interrupted) -> dict[str, Any]:
 
 def run(ctx: Context) -> int:
     """Stop the session (``ops.interrupt``) and say so."""
-    from xaf_hub.ops.interrupt import interrupt_session
 
     opts = ctx.options(Options)
     session = the_session(opts.session, opts.session_pos)

@@ -14,6 +14,8 @@ from xaf_hub.cli.context import Context
 from xaf_hub.cli.options import JSON, MAX_TEXT, flag, opt
 from xaf_hub.core import aio
 from xaf_hub.core.text import dumps
+from xaf_hub.errors import UsageError
+from xaf_hub.ops.land import drop, land, send_back_by_person
 
 if TYPE_CHECKING:
     from xaf_hub.ops.land import Landed
@@ -40,8 +42,6 @@ class Options:
 
 def carry_out(ctx: Context, opts: Options) -> Landed:
     """Land, send back or drop the task (``ops.land``)."""
-    from xaf_hub.errors import UsageError
-    from xaf_hub.ops.land import drop, land, send_back_by_person
 
     if opts.drop and opts.send_back is not None:
         raise UsageError("--drop and --send-back: choose one")

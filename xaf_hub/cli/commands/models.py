@@ -14,9 +14,14 @@ from typing import Literal
 
 from xaf_hub.cli.context import Context
 from xaf_hub.cli.options import JSON, WIDE, opt
-from xaf_hub.core.clock import local_time
+from xaf_hub.core.clock import iso_time, local_time, resolve_timezone
+from xaf_hub.core.limits import parse_until
 from xaf_hub.core.text import dumps
 from xaf_hub.errors import UsageError
+from xaf_hub.notify.derive import rest_ended_event
+from xaf_hub.notify.patrol import queue_notice
+from xaf_hub.ops.models import end_rest, models_view, rest_json, start_rest
+from xaf_hub.store.model_state import WHY_WORDS
 
 EXAMPLES = """\
 examples:
@@ -62,15 +67,12 @@ def run(ctx: Context) -> int:
 
 
 def _local(ms: int, ctx: Context) -> str:
-    from xaf_hub.core.clock import resolve_timezone
 
     tz = resolve_timezone(ctx.config.models.timezone)
     return local_time(ms, tz, seconds=False, zone="name")
 
 
 def _list(ctx: Context) -> int:
-    from xaf_hub.ops.models import models_view
-    from xaf_hub.store.model_state import WHY_WORDS
 
     ops = ctx.ops()
     view = models_view(ctx.config, ops.now(), ops.model_state())
@@ -103,10 +105,6 @@ def _list(ctx: Context) -> int:
 
 
 def _clear(ctx: Context, target: str) -> int:
-    from xaf_hub.core.clock import iso_time
-    from xaf_hub.notify.derive import rest_ended_event
-    from xaf_hub.notify.patrol import queue_notice
-    from xaf_hub.ops.models import end_rest, rest_json
 
     ops = ctx.ops()
     ended = end_rest(ops, target)
@@ -128,9 +126,6 @@ def _clear(ctx: Context, target: str) -> int:
 
 
 def _rest(ctx: Context, target: str, until_text: str, reason: str) -> int:
-    from xaf_hub.core.clock import resolve_timezone
-    from xaf_hub.core.limits import parse_until
-    from xaf_hub.ops.models import rest_json, start_rest
 
     ops = ctx.ops()
     try:

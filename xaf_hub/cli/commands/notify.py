@@ -13,8 +13,11 @@ from typing import Any, Literal
 
 from xaf_hub.cli.context import Context
 from xaf_hub.cli.options import JSON, opt
+from xaf_hub.config.notify import url_problem
+from xaf_hub.core import aio
 from xaf_hub.core.text import dumps, redact
 from xaf_hub.errors import ExitCode, UsageError
+from xaf_hub.notify.patrol import send_test
 
 EXAMPLES = """\
 examples:
@@ -38,9 +41,6 @@ class Options:
 
 def run(ctx: Context) -> int:
     """Send one test message per chosen webhook and print each receiver's answer."""
-    from xaf_hub.config.notify import url_problem
-    from xaf_hub.core import aio
-    from xaf_hub.notify.patrol import send_test
 
     opts = ctx.options(Options)
     if opts.action is None:

@@ -15,14 +15,23 @@ resumes or fills at once (--no-live: rounds only). `patrol pause|resume|status` 
 
 from __future__ import annotations
 
+import getpass
+import time
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Literal
 
 from xaf_hub.cli.context import Context
 from xaf_hub.cli.options import HIDDEN, JSON, flag, opt
+from xaf_hub.config.watch import ConfigWatch
 from xaf_hub.core.clock import local_iso
 from xaf_hub.core.text import dumps
 from xaf_hub.errors import ExitCode, UsageError
+from xaf_hub.patrol.report import LATEST, latest_report
+from xaf_hub.patrol.runner import clear_paused, open_lease, run_daemon, run_once, set_paused
+from xaf_hub.store import audit
+from xaf_hub.store.audit import caller
+from xaf_hub.store.patrol_state import daemon_alive, heartbeat, pause_info
 
 if TYPE_CHECKING:
     from xaf_hub.ops.context import OpsContext
@@ -89,9 +98,7 @@ def run(ctx: Context) -> int:
         if opts.once or opts.interval_seconds is not None:
             raise UsageError(f"patrol {opts.action} takes no --once / --interval-seconds")
         return {"pause": _pause, "resume": _resume, "status": _status}[opts.action](ctx)
-    from datetime import timedelta
 
-    from xaf_hub.patrol.runner import open_lease, run_daemon, run_once
 
     pctx = _pctx(ctx)
     skip = _skips(opts)
@@ -131,16 +138,13 @@ def run(ctx: Context) -> int:
         ctx.out(line)
         ctx.stdout.flush()
 
-    from xaf_hub.config.watch import ConfigWatch
 
     return run_daemon(pctx, skip, interval, aligned=aligned, out=out, live=not opts.no_live,
                       watch=ConfigWatch(ctx.config, ctx.env), use=ctx.use)
 
 
 def _who(ctx: Context) -> str:
-    import getpass
 
-    from xaf_hub.store.audit import caller
 
     try:
         user = getpass.getuser()
@@ -150,10 +154,7 @@ def _who(ctx: Context) -> str:
 
 
 def _pause(ctx: Context) -> int:
-    from datetime import UTC, datetime
 
-    from xaf_hub.patrol.runner import set_paused
-    from xaf_hub.store import audit
 
     cfg = ctx.config
     changed = set_paused(cfg.state_dir / "patrol", _who(ctx), datetime.now(UTC).astimezone())
@@ -170,8 +171,6 @@ def _pause(ctx: Context) -> int:
 
 
 def _resume(ctx: Context) -> int:
-    from xaf_hub.patrol.runner import clear_paused
-    from xaf_hub.store import audit
 
     cfg = ctx.config
     changed = clear_paused(cfg.state_dir / "patrol")
@@ -193,8 +192,6 @@ def _say(ctx: Context, doc: dict[str, object], line: str) -> None:
 
 
 def _status(ctx: Context) -> int:
-    from xaf_hub.patrol.report import LATEST, latest_report
-    from xaf_hub.store.patrol_state import daemon_alive, heartbeat, pause_info
 
     folder = ctx.config.state_dir / "patrol"
     paused = pause_info(folder)
@@ -270,7 +267,6 @@ def _status(ctx: Context) -> int:
 
 def _lease_status(ctx: Context) -> dict[str, object] | None:
     """The HA lease when the gate or pool lives in Redis: active host, each known daemon."""
-    import time
 
     lease = ctx.stores.lease_status(int(time.time() * 1000))
     if lease is None:

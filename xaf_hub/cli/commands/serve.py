@@ -109,11 +109,13 @@ def run(ctx: Context) -> int:
         raise UsageError("--refresh-seconds must be between 1 and 86400")
     password = ctx.env.get(VIEWER_PASSWORD_ENV) or None
     check_exposure(opts.host, opts.public, password)
+    # deferred: start-up, docs/performance.md
     from xaf_hub.core import aio
     from xaf_hub.fleet.scan import fill_outcomes
     from xaf_hub.ops.decisions import hub_stops, shown_outcomes
     from xaf_hub.page.notices import LiveFleet
 
+    ctx.see_every_project()
     cfg = ctx.config
     instances = list(cfg.instances)
     watch = ConfigWatch(cfg, ctx.env)
@@ -138,6 +140,7 @@ def run(ctx: Context) -> int:
         return feeds[0]
 
     cache = SnapshotCache(scan_fleet, opts.cache_seconds, wait=cfg.scan_timeout)
+    # deferred: start-up, docs/performance.md
     from xaf_hub.fleet.web_ui import Finder
     from xaf_hub.page import autopilot as overview
 
@@ -149,7 +152,7 @@ def run(ctx: Context) -> int:
 
     viewer = Viewer(
         cache,
-        title=cfg.project_name,
+        title=cfg.project_name or cfg.project_names(),
         password=password if opts.public else None,
         autopilot=lambda now, lang, snap: overview.build(
             ctx.config,
@@ -164,6 +167,7 @@ def run(ctx: Context) -> int:
         refresh_seconds=opts.refresh_seconds,
         redact=ctx.redact,
         notes=lambda lang: config_notes(states(), lang),
+        projects=cfg.shown_projects(),
     )
     log = RequestLog(ctx.stderr, ctx.redact)
 
@@ -173,7 +177,8 @@ def run(ctx: Context) -> int:
         fleet.use(new)
         if feeds:
             feeds[0].use(new)
-        viewer.configure(new.project_name, new.page_language, Finder(new, ctx.transport_factory))
+        viewer.configure(new.project_name or new.project_names(), new.page_language,
+                         Finder(new, ctx.transport_factory), new.shown_projects())
 
     def look(stop: threading.Event) -> None:
         """Every WATCH_SECONDS: read the config again if it was saved."""
@@ -191,7 +196,7 @@ def run(ctx: Context) -> int:
             except Exception as exc:  # noqa: BLE001 - the watch must outlive one bad look
                 log.line(f"config: {type(exc).__name__}: {exc}")
 
-    # Starlette and uvicorn load here, when serve runs: never for --help or another command.
+    # deferred: start-up, docs/performance.md
     from xaf_hub.page.asgi import Limits, PageApp, listen, serve
 
     page = PageApp(viewer, log, Limits(answer_seconds=cfg.scan_timeout + ANSWER_SECONDS),

@@ -18,9 +18,14 @@ from xaf_hub.cli.commands._common import (
 from xaf_hub.cli.context import Context
 from xaf_hub.cli.options import JSON, WIDE, flag, opt
 from xaf_hub.cli.termfit import state_color, tone_painter
+from xaf_hub.core import aio
 from xaf_hub.core.clock import ago
-from xaf_hub.core.records import Snapshot
+from xaf_hub.core.outcomes import RUNS, run_words, tone
+from xaf_hub.core.records import Snapshot, prefix_width
 from xaf_hub.core.text import dumps, shorten, shorten_left
+from xaf_hub.errors import UsageError
+from xaf_hub.page import export as report
+from xaf_hub.page.words import pick_language
 
 EXAMPLES = """\
 examples:
@@ -71,11 +76,8 @@ def filter_keyword(snap: Snapshot, keyword: str | None) -> Snapshot:
 
 def write_page(ctx: Context, snap: Snapshot, path: Path, lang: str | None) -> None:
     """Write the overview page: Autopilot panel, task chips and links to each session."""
-    from xaf_hub.core import aio
-    from xaf_hub.fleet.web_ui import probe_all
-    from xaf_hub.page import autopilot as overview
-    from xaf_hub.page import export as report
-    from xaf_hub.page.words import pick_language
+    from xaf_hub.fleet.web_ui import probe_all  # deferred: start-up, docs/performance.md
+    from xaf_hub.page import autopilot as overview  # deferred: start-up, docs/performance.md
 
     cfg = ctx.config
     # Nobody's browser to ask: "auto" is English unless --lang says otherwise.
@@ -90,12 +92,13 @@ def write_page(ctx: Context, snap: Snapshot, path: Path, lang: str | None) -> No
         snap,
         path,
         now_ms=now,
-        title=cfg.project_name,
+        title=cfg.project_name or cfg.project_names(),
         autopilot=overview.build(cfg, now, chosen, sessions, answered=reachable),
         lang=chosen,
         links=links,
         tasks=overview.task_ids_by_session(cfg),
         redact=ctx.redact,
+        projects=cfg.shown_projects(),
     )
 
 
@@ -117,8 +120,8 @@ def read(ctx: Context, opts: Options) -> Snapshot:
 
 def run(ctx: Context) -> int:
     """Scan, then print or export."""
-    from xaf_hub.errors import UsageError
 
+    ctx.see_every_project()
     opts = ctx.options(Options)
     if opts.limit is not None and opts.limit < 0:
         raise UsageError("--limit must be 0 or more")
@@ -141,9 +144,7 @@ def run(ctx: Context) -> int:
             ctx.out(dumps(report.snapshot_document(snap)))
             report_unreachable(ctx, snap)
             return scan_exit(snap)
-    from xaf_hub.core.outcomes import RUNS, run_words, tone
-    from xaf_hub.core.records import prefix_width
-    from xaf_hub.core.runstate import shown_state
+    from xaf_hub.core.runstate import shown_state  # deferred: start-up, docs/performance.md
 
     rows_all = snap.project_sessions()
     rows = rows_all if opts.limit is None else rows_all[: opts.limit]
@@ -161,6 +162,10 @@ def run(ctx: Context) -> int:
         ]
         for s in rows
     ]
+    if len(ctx.config.projects) > 1:  # each row names its project
+        headers.insert(0, "project")
+        for row, s in zip(body, rows, strict=True):
+            row.insert(0, s.owner or "other")
     if any(s.branch for s in rows):  # tasks in worktrees of their own
         headers.append("branch")
         for row, s in zip(body, rows, strict=True):
@@ -183,6 +188,9 @@ def run(ctx: Context) -> int:
     )
     shown = f"{len(rows)} of {len(rows_all)}" if len(rows) < len(rows_all) else str(len(rows))
     ctx.info(f"{shown} project session(s)")
+    other = sum(1 for s in snap.sessions if s.running and not s.owner)
+    if other:
+        ctx.info(f"{other} other session(s) running, of no configured project")
     if snap.live:
         ctx.info(f"source: {snap.source_words()} (--fresh scans)")
     report_unreachable(ctx, snap)

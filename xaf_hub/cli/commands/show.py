@@ -8,12 +8,35 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from xaf_hub.cli.commands._common import INSTANCE, SESSION, SESSION_POS, the_session
+from xaf_hub.cli.commands._common import (
+    INSTANCE,
+    SESSION,
+    SESSION_POS,
+    chosen_instances,
+    scan,
+    the_session,
+)
 from xaf_hub.cli.context import Context
 from xaf_hub.cli.options import JSON, opt
 from xaf_hub.core import aio
 from xaf_hub.core.clock import ago, fmt_time, iso_time
+from xaf_hub.core.outcomes import run_outcome, run_words, stop_applies
+from xaf_hub.core.records import find_session
+from xaf_hub.core.runstate import (
+    WAITING_WORDS,
+    answer_hint,
+    error_text,
+    last_error,
+    outcome_of,
+    refusal_text,
+    shown_state,
+    waiting_detail,
+)
 from xaf_hub.core.text import dumps
+from xaf_hub.errors import UsageError
+from xaf_hub.fleet.attach import attach_command, attach_hint
+from xaf_hub.fleet.scan import make_client
+from xaf_hub.ops.decisions import hub_stops
 
 if TYPE_CHECKING:
     from xaf_hub.config.load import InstanceConfig
@@ -80,10 +103,6 @@ class Found:
 
 def look(ctx: Context, opts: Options) -> Found:
     """Find the session on the instances asked and read its newest messages."""
-    from xaf_hub.cli.commands._common import chosen_instances, scan, session_not_found
-    from xaf_hub.core.records import find_session
-    from xaf_hub.errors import UsageError
-    from xaf_hub.fleet.scan import make_client
 
     session_id = the_session(opts.session, opts.session_pos)
     if opts.limit < 1:
@@ -91,8 +110,13 @@ def look(ctx: Context, opts: Options) -> Found:
     _, scans = scan(ctx, chosen_instances(ctx, opts.instance))
     hit = find_session(((sc, sc.sessions) for sc in scans), session_id)
     if hit is None:
-        down = [(sc.inst.name, sc.reason) for sc in scans if not sc.reachable]
-        raise session_not_found(session_id, down, opts.instance)
+        from xaf_hub.ops.interrupt import (
+            session_not_found,  # deferred: start-up, docs/performance.md
+        )
+
+        raise session_not_found(
+            session_id, [sc.failure() for sc in scans if not sc.reachable], opts.instance
+        )
     sc, s = hit
 
     async def go() -> list[Message]:
@@ -100,7 +124,6 @@ def look(ctx: Context, opts: Options) -> Found:
         async with make_client(ctx.config, sc.inst, transport) as client:
             return await client.messages(s.id, limit=opts.limit)
 
-    from xaf_hub.ops.decisions import hub_stops
 
     return Found(sc.inst, s, aio.run(go()), hub_stops(ctx.ops()).get((sc.inst.name, s.id)))
 
@@ -113,15 +136,6 @@ def _said(msg: Message | None) -> dict[str, Any] | None:
 
 def document(found: Found) -> dict[str, Any]:
     """What `show --json` prints (and the MCP tool answers)."""
-    from xaf_hub.core.outcomes import run_outcome, stop_applies
-    from xaf_hub.core.runstate import (
-        error_text,
-        last_error,
-        outcome_of,
-        refusal_text,
-        shown_state,
-    )
-    from xaf_hub.fleet.attach import attach_command
 
     s, messages = found.session, found.messages
     stop = found.stop if stop_applies(found.stop, s.updated) else None
@@ -155,9 +169,6 @@ def document(found: Found) -> dict[str, Any]:
 
 def run(ctx: Context) -> int:
     """Find the session, read its newest messages, print."""
-    from xaf_hub.core.outcomes import run_words
-    from xaf_hub.core.runstate import WAITING_WORDS, answer_hint, waiting_detail
-    from xaf_hub.fleet.attach import attach_hint
 
     opts = ctx.options(Options)
     found = look(ctx, opts)

@@ -26,6 +26,7 @@ from xaf_hub.core.text import dumps
 from xaf_hub.errors import HubError, UnreachableError
 from xaf_hub.ops import budget
 from xaf_hub.ops.load import Load, instance_load
+from xaf_hub.ops.queue import queue_length
 
 if TYPE_CHECKING:  # a type only: `status --help` loads no HTTP client
     from xaf_hub.fleet.scan import InstanceScan
@@ -83,12 +84,14 @@ def measure(ctx: Context, opts: Options) -> Measured:
         ctx, chosen_instances(ctx, opts.instance), fresh=opts.fresh, progress=True, summary=True
     )
     gate = ctx.stores.gate()
+    # Seen as every project: each one's runs on each server, and its share.
+    shares = [] if cfg.chosen else [(p.name, p.share) for p in cfg.projects]
     try:
-        loads = [instance_load(sc, gate, opts.allow_prod) for sc in scans]
+        loads = [instance_load(sc, gate, opts.allow_prod, shares=shares) for sc in scans]
     except UnreachableError as exc:
         # status only reads: without the shared gate, show the rest with reservations unknown.
         ctx.warn(f"reservations unknown: {exc}")
-        loads = [instance_load(sc, None, opts.allow_prod) for sc in scans]
+        loads = [instance_load(sc, None, opts.allow_prod, shares=shares) for sc in scans]
     now = datetime.now(UTC)
     queued = _queue_length(ctx, now)
     project, spends = budget.budget_lines(
@@ -119,6 +122,7 @@ def document(m: Measured) -> dict[str, Any]:
 
 def run(ctx: Context) -> int:
     """Scan and print the load table."""
+    ctx.see_every_project()
     m = measure(ctx, ctx.options(Options))
     snap, loads, spends, project, queued = m.snap, m.loads, m.spends, m.project, m.queued
     if ctx.json:
@@ -155,6 +159,23 @@ def run(ctx: Context) -> int:
         flexible=[("reason", 16), ("project sessions", 8), ("running project", 8)],
         colors={"takes work": yes_no_color},
     )
+    projects = [(x, p) for x in loads for p in x.projects]
+    if projects:
+        ctx.table(
+            [
+                [
+                    x.instance,
+                    p.project or "other",
+                    p.running,
+                    "?" if x.reserved is None else p.reserved,
+                    "-" if p.share is None else p.share,
+                    "-" if not p.project else "yes" if x.dispatchable and not p.full else "no",
+                ]
+                for x, p in projects
+            ],
+            ["instance", "project", "running", "reserved", "share", "takes work"],
+            colors={"takes work": yes_no_color},
+        )
     if m.whole:
         ctx.out(f"project spend: {project.text()}")
     if queued:
@@ -203,7 +224,6 @@ def _over_budget(
 def _queue_length(ctx: Context, now: datetime) -> int | None:
     """Pending pool tasks ready to start (None, with a warning, when the pool is unreadable).
     The pool alone: no operations context, so `status` from the live board loads no client."""
-    from xaf_hub.ops.queue import queue_length
     try:
         return queue_length(ctx.stores.pool().load(), now)
     except HubError as exc:

@@ -15,7 +15,10 @@ from xaf_hub.cli.context import Context
 from xaf_hub.cli.options import JSON
 from xaf_hub.core import aio
 from xaf_hub.core.clock import ago
+from xaf_hub.core.runstate import answer_hint, asked_line
 from xaf_hub.core.text import dumps, shorten
+from xaf_hub.errors import ExitCode
+from xaf_hub.ops.waiting import list_waiting
 
 if TYPE_CHECKING:
     from xaf_hub.ops.waiting import Waiters
@@ -38,7 +41,6 @@ class Options:
 
 def look(ctx: Context, opts: Options) -> Waiters:
     """Scan and list the requests (``ops.waiting.list_waiting``)."""
-    from xaf_hub.ops.waiting import list_waiting
 
     return aio.run(list_waiting(ctx.ops(), opts.instance))
 
@@ -53,9 +55,8 @@ def document(found: Waiters, now: int) -> dict[str, Any]:
 
 def run(ctx: Context) -> int:
     """Scan, list the requests, name who could not say."""
-    from xaf_hub.core.runstate import answer_hint, asked_line
-    from xaf_hub.errors import ExitCode
 
+    ctx.see_every_project()
     found = look(ctx, ctx.options(Options))
     now = int(time.time() * 1000)
     for name, reason in found.down:
@@ -67,6 +68,7 @@ def run(ctx: Context) -> int:
             [
                 p.waiting.request_id,
                 p.instance,
+                p.session.owner or "other",
                 p.session.id,
                 shorten(p.session.title, 30),
                 p.waiting.permission or p.waiting.kind,
@@ -80,7 +82,8 @@ def run(ctx: Context) -> int:
         if rows:
             ctx.table(
                 rows,
-                ["id", "instance", "session", "title", "kind", "asked", "options", "since"],
+                ["id", "instance", "project", "session", "title", "kind", "asked", "options",
+                 "since"],
                 flexible=[("asked", 16), ("title", 10), ("options", 8)],
                 keep={"id": None},
             )

@@ -23,8 +23,15 @@ from xaf_hub.cli.commands._common import INSTANCE, chosen_instances, scan, scan_
 from xaf_hub.cli.context import Context
 from xaf_hub.cli.options import HIDDEN, JSON, flag, opt
 from xaf_hub.core import aio
+from xaf_hub.core.outcomes import run_outcome
 from xaf_hub.core.records import SessionRecord, Snapshot
+from xaf_hub.core.runstate import outcome_of
 from xaf_hub.core.text import dumps, shorten
+from xaf_hub.errors import HubError, UsageError
+from xaf_hub.fleet.events import diff as changes
+from xaf_hub.fleet.events import following_words
+from xaf_hub.fleet.follow import FleetFollower
+from xaf_hub.fleet.scan import make_client
 
 if TYPE_CHECKING:  # the follower pulls in httpx; --help must stay light
     from xaf_hub.config.load import InstanceConfig
@@ -60,7 +67,6 @@ def diff(
     before: dict[str, SessionRecord], after: dict[str, SessionRecord]
 ) -> list[tuple[str, SessionRecord]]:
     """Changes between two polls: new, started, stopped, retry, gone (pure)."""
-    from xaf_hub.fleet.events import diff as changes
 
     return [(kind, s) for kind, s in changes(before, after)]
 
@@ -70,10 +76,6 @@ def _index(snap: Snapshot) -> dict[str, SessionRecord]:
 
 
 def _outcomes(ctx: Context, sessions: Sequence[SessionRecord]) -> dict[str, str]:
-    from xaf_hub.core.outcomes import run_outcome
-    from xaf_hub.core.runstate import outcome_of
-    from xaf_hub.errors import HubError
-    from xaf_hub.fleet.scan import make_client
 
     cfg = ctx.config
 
@@ -102,7 +104,8 @@ def _line(kind: str, s: SessionRecord, outcome: str = "") -> str:
         from xaf_hub.core.runstate import waiting_detail
 
         extra = f" ({shorten(waiting_detail(s.waiting), 80)}; {s.waiting.request_id})"
-    return f"{stamp} {kind:<8} {s.instance}/{s.id}  {shorten(s.title, 40)}{extra}"
+    where = f"{s.instance}/{s.id}" + (f" [{s.owner}]" if s.owner else "")
+    return f"{stamp} {kind:<8} {where}  {shorten(s.title, 40)}{extra}"
 
 
 def _json_line(doc: dict[str, Any]) -> str:
@@ -117,9 +120,8 @@ def _event_line(ev: FleetEvent) -> str:
         return f"{stamp} {ev.kind:<8} {ev.instance}{tail}"
     if ev.kind == "error":
         return f"{_line(ev.kind, ev.session)} ({shorten(ev.detail, 60)})"
-    if ev.kind == "answered" and ev.detail:
-        said = ev.detail.rpartition(" -> ")[2] if " -> " in ev.detail else ""
-        return _line(ev.kind, ev.session) + (f" -> {said}" if said else "")
+    if ev.kind == "answered" and ev.answer:
+        return f"{_line(ev.kind, ev.session)} -> {ev.answer}"
     return _line(ev.kind, ev.session, ev.outcome)
 
 
@@ -132,8 +134,6 @@ def follow(
     verbose: bool = False,
 ) -> int:
     """Print each change the fleet's event streams report until Ctrl+C (or ``max_seconds``)."""
-    from xaf_hub.fleet.events import following_words
-    from xaf_hub.fleet.follow import FleetFollower
 
     sessions = [0]
     pending = {i.name for i in instances}
@@ -171,8 +171,8 @@ def follow(
 
 def run(ctx: Context) -> int:
     """Follow (or poll) until Ctrl+C, or print once."""
-    from xaf_hub.errors import UsageError
 
+    ctx.see_every_project()
     opts = ctx.options(Options)
     if opts.interval <= 0:
         raise UsageError("--interval must be more than 0")

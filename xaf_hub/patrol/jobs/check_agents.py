@@ -25,6 +25,7 @@ steered by hand, is never resumed; it is classed ``interrupted`` with "interrupt
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from datetime import timedelta
 from typing import Literal
@@ -44,7 +45,7 @@ from xaf_hub.ops.models import choose_model
 from xaf_hub.ops.planner import plan_reuse
 from xaf_hub.ops.rooms import in_room
 from xaf_hub.ops.send import build_prompt, send_work
-from xaf_hub.ops.waiting import PendingRequest, pending_of
+from xaf_hub.ops.waiting import PendingRequest, apply_policy, pending_of
 from xaf_hub.patrol.context import Cycle, pool_discipline
 from xaf_hub.store.model_state import ModelState
 
@@ -139,6 +140,7 @@ async def check_agents(pctx: OpsContext, cycle: Cycle) -> None:
                 rec.updated,
                 rec.waiting.request_id if state == "waiting" and rec.waiting else "",
                 answer_hint(rec.waiting) if state == "waiting" and rec.waiting else "",
+                rec.owner,
             )
         )
         if state == "interrupted" and decision is None:
@@ -246,7 +248,9 @@ async def _resume(
         return
     for warning in sent.warnings:
         cycle.log.note(pctx, f"{STEP}: {warning}")
-    pctx.model_state().remember_healed(resume_key(inst.name, rec.id), model, model, pctx.now())
+    await asyncio.to_thread(
+        pctx.model_state().remember_healed, resume_key(inst.name, rec.id), model, model, pctx.now()
+    )
     cycle.log.touched.add((inst.name, rec.id))
     cycle.log.add(
         pctx, session_action(STEP, "resume", "ok", rec, detail=_why(run), model=model or "")
@@ -272,7 +276,6 @@ async def answer_by_policy(
 
     A session this cycle already acted on is left alone: above all a run the ceiling job
     stopped while it waited (``run_ceiling`` runs first), whose approval would let it go on."""
-    from xaf_hub.ops.waiting import apply_policy
 
     ours = [
         p for p in requests

@@ -132,11 +132,13 @@ async def fill_slots(pctx: OpsContext, cycle: Cycle) -> None:
     fleet, scanned_at = await cycle.scan(pctx)
     cycle.note_instances(pctx, fleet)
     backlog = pctx.backlog()
-    await settle_dispatched(pctx, cycle, fleet, backlog.load().tasks, scanned_at)
+    await settle_dispatched(
+        pctx, cycle, fleet, (await asyncio.to_thread(backlog.load)).tasks, scanned_at
+    )
     await land_ready(pctx, cycle)
     if pctx.stop_requested():
         return
-    data = backlog.load()
+    data = await asyncio.to_thread(backlog.load)
     gate = pctx.gate()
     now = pctx.now()
     # An instance past its own budget takes no new work today: the others take its tasks.
@@ -522,9 +524,9 @@ async def settle_dispatched(
                 )
                 if task.branch and verdict.verified and pctx.cfg.repository.integrate != "off":
                     # Its own branch: done once it has landed (patrol.jobs.land, or a person).
-                    pctx.backlog().mark_ready(
-                        task, commit=verdict.commit, commits=verdict.commits,
-                        judged=verdict.judged or None, check=ran,
+                    await asyncio.to_thread(
+                        pctx.backlog().mark_ready, task, commit=verdict.commit,
+                        commits=verdict.commits, judged=verdict.judged or None, check=ran,
                     )
                     for c in verdict.commits:
                         credited[c] = task.id
@@ -534,7 +536,8 @@ async def settle_dispatched(
                     ))
                     continue
                 verified = verdict.verified is True
-                pctx.backlog().mark_done(
+                await asyncio.to_thread(
+                    pctx.backlog().mark_done,
                     task.id,
                     now,
                     commit=verdict.commit or None,
@@ -580,7 +583,7 @@ async def settle_dispatched(
                     ),
                 )
             elif verdict.action == "requeue":
-                detail = _requeue(pctx, task, inst, seen, verdict, now)
+                detail = await asyncio.to_thread(_requeue, pctx, task, inst, seen, verdict, now)
                 pctx.audit(
                     "patrol.backlog",
                     instance=key[0],
@@ -607,9 +610,9 @@ async def settle_dispatched(
                 await _send_back(pctx, cycle, inst, seen.session, task, verdict)
             elif not verdict.reason:
                 if task.person:  # the patrol goes on with it: no longer a person's
-                    pctx.backlog().note_check(task, person=None)
+                    await asyncio.to_thread(pctx.backlog().note_check, task, person=None)
             else:
-                _note_judged(pctx, task, verdict)
+                await asyncio.to_thread(_note_judged, pctx, task, verdict)
                 kind = "person" if verdict.person else "keep"
                 cycle.log.add(
                     pctx,

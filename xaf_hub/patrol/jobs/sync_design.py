@@ -8,6 +8,7 @@ something was added — when nothing is found it is not even created.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -60,13 +61,13 @@ async def sync_design_tasks(pctx: OpsContext, cycle: Cycle) -> None:
         return
     backlog = pctx.backlog()
     # A cheap unlocked look first: update_json would create the file even with nothing to add.
-    if not merge_design_tasks(backlog.load().tasks, found, now):
+    if not merge_design_tasks((await asyncio.to_thread(backlog.load)).tasks, found, now):
         return
 
     def add(data: BacklogData) -> list[Task]:
         return data.extend(merge_design_tasks(data.tasks, found, now))
 
-    added = backlog.update(add)
+    added = await asyncio.to_thread(backlog.update, add)
     if not added:
         return
     pctx.audit(

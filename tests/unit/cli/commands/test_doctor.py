@@ -20,7 +20,7 @@ from xaf_hub.cli.main import main
 from xaf_hub.config.load import Config, InstanceConfig, ModelsConfig, load_config
 from xaf_hub.core.clock import to_ms
 from xaf_hub.core.rules import ProjectRules
-from xaf_hub.errors import ConfigError, ExitCode
+from xaf_hub.errors import Cause, ConfigError, ConfigProblem, ExitCode
 from xaf_hub.ops import health as h
 from xaf_hub.patrol.runner import PAUSE_FILE, clear_paused, pause_info, set_paused
 from xaf_hub.store import contain
@@ -38,9 +38,10 @@ def inst(name: str = "lan-b", **kw: Any) -> InstanceConfig:
         rules=ProjectRules.build(roots=roots, exclude_dirs=exclude), **kw)
 
 
-def probe(name: str = "lan-b", *dirs: str, reachable: bool = True, reason: str = "") -> h.Probe:
+def probe(name: str = "lan-b", *dirs: str, reachable: bool = True, reason: str = "",
+          cause: Cause | None = None) -> h.Probe:
     return h.Probe(name, reachable, reason, "classic" if reachable else "",
-                   "1.18.33" if reachable else "", tuple(dirs))
+                   "1.18.33" if reachable else "", tuple(dirs), cause=cause)
 
 
 def levels(findings: list[h.Finding]) -> list[str]:
@@ -51,12 +52,12 @@ def levels(findings: list[h.Finding]) -> list[str]:
 # config errors: the real loader's messages map to a fix, and the line names file and key
 
 
-def _config_error(tmp_path: Path, text: str) -> str:
+def _config_error(tmp_path: Path, text: str) -> ConfigError:
     path = tmp_path / "config.json"
     path.write_text(text, "utf-8")
     with pytest.raises(ConfigError) as info:
         load_config(str(path), env={"XAF_HUB_HOME": str(tmp_path / "home")}, cwd=tmp_path)
-    return str(info.value)
+    return info.value
 
 
 GOOD_INSTANCE = '{"name": "a", "url": "http://127.0.0.1:1", "roots": ["/srv/x"]}'
@@ -79,16 +80,28 @@ GOOD_INSTANCE = '{"name": "a", "url": "http://127.0.0.1:1", "roots": ["/srv/x"]}
 def test_config_error_line_names_file_key_and_fix(
     tmp_path: Path, text: str, in_message: str, in_fix: str
 ) -> None:
-    message = _config_error(tmp_path, text)
-    f = h.config_error_finding(message, tmp_path / "config.json")
+    f = h.config_error_finding(_config_error(tmp_path, text))
     assert f.level == "error" and f.exit_code == ExitCode.USAGE
     assert str(tmp_path / "config.json") in f.message
     assert in_message in f.message
     assert in_fix in f.fix
 
 
-def test_config_fix_for_missing_config() -> None:
-    assert "xaf-hub init" in h.config_fix("no config found: tried --config, ...")
+def test_config_fix_for_missing_config(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config(None, env={"XAF_HUB_HOME": str(tmp_path / "home")}, cwd=tmp_path)
+    assert "xaf-hub init" in h.config_error_finding(info.value).fix
+
+
+@pytest.mark.parametrize(("problem", "in_fix"), [
+    ("no_config", "xaf-hub init"), ("bad_json", "JSON syntax"), ("unknown_key", "spelling"),
+    ("bad_timezone", "IANA"), ("value", "valid value"),
+])
+def test_the_config_fix_follows_the_problem_not_the_words(problem: ConfigProblem,
+                                                          in_fix: str) -> None:
+    # Words of another problem each time: only the code may choose the fix.
+    for words in ("no config found", "invalid JSON, unknown key", "unknown time zone", "x"):
+        assert in_fix in h.config_error_finding(ConfigError(words, problem)).fix
 
 
 # ------------------------------------------------------------------------------------------
@@ -97,7 +110,7 @@ def test_config_fix_for_missing_config() -> None:
 
 def test_auth_rejected_names_source_and_hides_password() -> None:
     i = inst(password=SECRET, password_source="env:XAF_HUB_PW_LAN_B")
-    fs = h.instance_findings(i, probe(reachable=False,
+    fs = h.instance_findings(i, probe(reachable=False, cause="auth",
                                       reason="auth rejected (HTTP 401): check the password"))
     assert levels(fs) == ["error"]
     assert fs[0].exit_code == ExitCode.UNREACHABLE
@@ -107,27 +120,42 @@ def test_auth_rejected_names_source_and_hides_password() -> None:
 
 
 def test_auth_rejected_without_password_says_where_to_put_one() -> None:
-    fs = h.instance_findings(inst(), probe(reachable=False, reason="auth rejected (HTTP 401)"))
+    fs = h.instance_findings(inst(), probe(reachable=False, reason="login refused", cause="auth"))
     assert "Set XAF_HUB_PW_LAN_B" in fs[0].fix
     assert "instances.lan-b.password" in fs[0].fix
 
 
-@pytest.mark.parametrize(("reason", "fix"), [
-    ("connection refused (nothing listening on that port)", "opencode serve"),
-    ("DNS lookup failed (host name not found)", "host name"),
-    ("connection timed out after 8s", "firewall"),
-    ("answered with an HTML page instead of JSON (wrong URL or path prefix?)", "base address"),
-    ("server error (HTTP 502)", "log"),
-    ("truncated response (the server closed the connection mid-answer)", "proxy"),
-    ("something new", "/global/health"),
+@pytest.mark.parametrize(("cause", "reason", "fix"), [
+    ("refused", "connection refused (nothing listening on that port)", "opencode serve"),
+    ("dns", "DNS lookup failed (host name not found)", "host name"),
+    ("timeout", "connection timed out after 8s", "firewall"),
+    ("html", "answered with an HTML page instead of JSON (wrong URL or path prefix?)",
+     "base address"),
+    ("forbidden", "access forbidden (HTTP 403)", "proxy in front"),
+    ("server_error", "server error (HTTP 502)", "log"),
+    ("dropped", "truncated response (the server closed the connection mid-answer)", "proxy"),
+    ("garbled", "truncated or invalid JSON in the response", "cut mid-answer"),
+    ("other", "something new", "/global/health"),
 ])
-def test_unreachable_reasons_get_their_fix(reason: str, fix: str) -> None:
+def test_unreachable_reasons_get_their_fix(cause: Cause, reason: str, fix: str) -> None:
     fs = h.instance_findings(inst(password="x", password_source="local:/c.json"),
-                             probe(reachable=False, reason=reason))
+                             probe(reachable=False, reason=reason, cause=cause))
     assert levels(fs) == ["error"]
     assert fs[0].exit_code == ExitCode.UNREACHABLE
     assert reason in fs[0].message and fix in fs[0].fix
     assert "password from config.local.json /c.json" in fs[0].message
+
+
+@pytest.mark.parametrize("reason", ["HTTP 401 connection refused", "dns timed out html 403", ""])
+def test_the_fix_follows_the_cause_whatever_the_reason_says(reason: str) -> None:
+    i = inst(password="x", password_source="local:/c.json")
+    fs = h.instance_findings(i, probe(reachable=False, reason=reason, cause="auth"))
+    assert "auth rejected (HTTP 401)" in fs[0].message and "was refused" in fs[0].fix
+    fs = h.instance_findings(i, probe(reachable=False, reason=reason, cause="timeout"))
+    assert levels(fs) == ["error"] and "firewall" in fs[0].fix
+    fs = h.instance_findings(inst(), probe(reachable=False, reason=reason, cause="no_password"))
+    assert fs[0].exit_code == ExitCode.USAGE
+    assert fs[0].message == "no password configured for lan-b: set XAF_HUB_PW_LAN_B"
 
 
 def test_healthy_instance_is_one_ok_line_with_version_dialect_and_source() -> None:
