@@ -8,6 +8,7 @@
     python -m bench --pool                # the Redis task pool's claims at 1k and 10k tasks
     python -m bench --serve-events        # requests and CPU per fleet event in serve
     python -m bench --board-projected     # status from a 50-instance board vs a scan
+    python -m bench --soak --minutes 3 --seed 53   # real faults at random, invariants checked
 
 Every command runs as a whole process, as a user would run it. Per size it measures, over
 --repeat rounds (after one warm-up round, in rotating order so drift hits all alike): the
@@ -866,6 +867,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         "without that read (pool); every session's files (full); only title "
                         "and folder (title); sessions started outside the hub, then read "
                         "(outside)")
+    p.add_argument("--soak", action="store_true",
+                   help="only the soak: servers, Redis and two daemons under faults at random "
+                        "while the invariants are checked (bench/soak.py); exit 1 if one broke")
+    p.add_argument("--minutes", type=float, default=3.0, help="--soak: how long (default 3)")
+    p.add_argument("--seed", type=int, default=53, help="--soak: the fault schedule's seed")
     p.add_argument("--probe-matcher", type=int, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if (args.k is None) != (args.m is None):
@@ -889,6 +895,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         from bench.match import run as run_match
 
         return run_match(args.evidence, RESULTS / f"match-{args.evidence}.json")
+    if args.soak:
+        from bench.soak import main as soak
+
+        try:
+            with sigterm_as_interrupt():  # its servers, Redis and mount go with it
+                return soak(args.minutes, args.seed, log, args.keep_artifacts)
+        except KeyboardInterrupt:
+            log("interrupted; servers stopped")
+            return 130
     if args.live:
         return run_live(args, log)
     if args.rounds:

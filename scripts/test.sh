@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Run the project's checks and tests with the virtual environment scripts/setup.sh made.
 #   bash scripts/test.sh            # everything: lint, types, unit, end-to-end against real
-#                                   # opencode servers, browser, then the release matrix
+#                                   # opencode servers, browser, a 3-minute soak, then the
+#                                   # release matrix
 #   bash scripts/test.sh --fast     # the inner loop: lint, types, unit and layer tests (not
 #                                   # the few marked stress: the whole run has them)
 #   bash scripts/test.sh ARGS...    # lint, types, then pytest ARGS (no release matrix)
@@ -107,6 +108,10 @@ fi
 echo "==> pytest: end-to-end and browser tests"
 run_pytest "${e2e_parallel[@]}" --durations=15 --ignore=tests/unit --ignore=tests/test_layers.py \
   || code=1
+# A 3-minute soak on a fixed seed (bench/soak.py): real faults at random while the invariants
+# are checked; it prints its report and fails the run when one broke.
+echo "==> soak: 3 minutes, seed 53"
+"$PY" -m bench --soak --minutes 3 --seed 53 || code=1
 # After the full run, the core subset on older opencode releases (docs/opencode-releases.md).
 if [ "${XAF_HUB_SKIP_RELEASES:-0}" != "1" ]; then
   PYTHON="$PY" scripts/release-matrix.sh "${releases[@]}" || code=1

@@ -103,11 +103,14 @@ class Hub:
         assert out.strip(), f"no JSON on stdout (exit {code}): {err}"
         return code, json.loads(out)
 
-    def popen(self, *args: str, extra_env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    def popen(
+        self, *args: str, extra_env: dict[str, str] | None = None, stdin: int | None = None
+    ) -> subprocess.Popen[str]:
         """Start the CLI as a separate process."""
         env = {**os.environ, **self.env, **(extra_env or {})}
         return subprocess.Popen(
             [sys.executable, "-m", "xaf_hub", "--config", str(self.config_path), *args],
+            stdin=stdin,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,

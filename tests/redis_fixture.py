@@ -77,40 +77,50 @@ def _answers(port: int, password: str) -> bool:
         return False
 
 
-@pytest.fixture(scope="session")
-def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    binary = shutil.which("redis-server")
-    if binary is None:
-        message = "redis-server is not installed (scripts/setup.sh --test installs it)"
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
-    pytest.importorskip("redis", reason="the 'redis' package is missing: pip install -e '.[test]'")
-    folder = tmp_path_factory.mktemp("redis")
-    password = secrets.token_hex(16)
-    # redis-server cannot pick its own port (no --port 0): pick one, retry if someone took it.
-    for _ in range(5):
-        port = _free_port()
-        conf = folder / f"redis-{port}.conf"
+def start_redis(
+    folder: Path, port: int = 0, password: str = ""
+) -> tuple[RedisServer, subprocess.Popen[bytes]]:
+    """Start redis-server with its config and log in ``folder``: on ``port`` (0: a free one,
+    retried if someone takes it) with ``password`` (empty: a fresh one); the server and its
+    process. Raises RuntimeError with the log when it does not answer."""
+    binary = shutil.which("redis-server") or "redis-server"
+    password = password or secrets.token_hex(16)
+    for _ in range(5 if not port else 50):
+        use = port or _free_port()
+        conf = folder / f"redis-{use}.conf"
         conf.write_text(
-            f'port {port}\nbind 127.0.0.1\nsave ""\nappendonly no\ndir {folder}\n'
-            f"requirepass {password}\nlogfile {folder / f'redis-{port}.log'}\n",
+            f'port {use}\nbind 127.0.0.1\nsave ""\nappendonly no\ndir {folder}\n'
+            f"requirepass {password}\nlogfile {folder / f'redis-{use}.log'}\n",
             encoding="utf-8",
         )
         proc = subprocess.Popen([binary, str(conf)], stdout=subprocess.DEVNULL)
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline and proc.poll() is None:
-            if _answers(port, password):
+            if _answers(use, password):
                 break
             time.sleep(0.05)
-        if proc.poll() is None and _answers(port, password):
-            break
+        if proc.poll() is None and _answers(use, password):
+            return RedisServer(use, password), proc
         _stop(proc)
-    else:
-        log = "\n".join(p.read_text(errors="replace")[-2000:] for p in folder.glob("*.log"))
-        pytest.fail(f"redis-server did not start:\n{log}")
+        time.sleep(0.2 if port else 0)  # a port of our own: wait until the old one let it go
+    log = "\n".join(p.read_text(errors="replace")[-2000:] for p in folder.glob("*.log"))
+    raise RuntimeError(f"redis-server did not start:\n{log}")
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    if shutil.which("redis-server") is None:
+        message = "redis-server is not installed (scripts/setup.sh --test installs it)"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    pytest.importorskip("redis", reason="the 'redis' package is missing: pip install -e '.[test]'")
     try:
-        yield RedisServer(port, password)
+        server, proc = start_redis(tmp_path_factory.mktemp("redis"))
+    except RuntimeError as exc:
+        pytest.fail(str(exc))
+    try:
+        yield server
     finally:
         _stop(proc)
 
@@ -145,7 +155,7 @@ def pool_keys(client: Any, prefix: str) -> dict[str, Any]:
     return found
 
 
-__all__ = ["RedisServer", "pool_keys", "redis_server", "write_redis_config"]
+__all__ = ["RedisServer", "pool_keys", "redis_server", "start_redis", "write_redis_config"]
 
 
 def redis_config(

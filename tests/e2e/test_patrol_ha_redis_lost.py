@@ -29,6 +29,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.ha_checks import LEASE, ha, only_local_a, rounds, sent, start, status
+from tests.e2e.patrol_checks import messages, patrol
 from tests.e2e.two_hosts import Host, abort_all, on_both
 from tests.redis_fixture import RedisServer, _answers, _stop
 from xaf_hub.core.discipline import RESUME_PROMPT
@@ -218,3 +219,35 @@ def test_redis_restarted_and_flushed_under_two_daemons(
         assert busy not in a.hub.busy_ids("local-a") and len(a.hub.busy_ids("local-a")) <= 1
     finally:
         abort_all(a.hub, "local-a")
+
+
+def test_a_run_stopped_at_its_ceiling_is_not_resumed_after_redis_lost_the_stop(
+    hosts: tuple[Host, Host], redis_server: RedisServer
+) -> None:
+    """Host A's round stops a run past its ceiling (the stop kept in Redis and A's audit); Redis
+    is flushed; host B's round, which never saw the stop, reads the run's cost from the server
+    and leaves the run stopped instead of resuming it (the soak, seed 53, caught B paying on)."""
+    a, b = hosts
+    on_both(hosts, lambda doc: doc.update(budget={"run_usd": 0.01}))
+    calls = [["bash", {"command": "true", "description": "look"}],
+             ["bash", {"command": "sleep 90", "description": "wait"}]]
+    a.hub.llm.set_mode("priced-model", "tools", calls=calls, text="done")
+    code, doc = a.hub.cli_json("dispatch", "--new", "--instance", "lan-b", "--text", "costly",
+                               "--model", "fake/priced-model", "--no-record")
+    assert code == 0, doc
+    sid = doc["session_id"]
+    try:
+        a.hub.wait_for(lambda: any(m["info"]["role"] == "assistant" and m["info"].get("cost")
+                                   for m in messages(a.hub, "lan-b", sid)), timeout=90)
+        stopped = patrol(a.hub, "--no-fill")["over_run_ceiling"]
+        assert [(s["session"], s["result"]) for s in stopped] == [(sid, "ok")]
+        client = redis_server.client()
+        client.flushall()
+        client.close()
+        a.hub.llm.clear_log()
+        patrol(b.hub, "--no-fill")
+        assert not [r for r in a.hub.llm.requests()
+                    if not r["title_call"] and RESUME_HEAD in r["last_user_text"]]
+        assert sid not in a.hub.busy_ids("lan-b")
+    finally:
+        abort_all(a.hub, "lan-b")

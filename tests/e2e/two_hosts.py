@@ -40,10 +40,11 @@ class Host:
         self.hub.write_config()
 
 
-@pytest.fixture
-def hosts(hub: Hub, redis_server: RedisServer, tmp_path: Path) -> tuple[Host, Host]:
+def two_hosts(hub: Hub, redis_server: RedisServer, folder: Path) -> tuple[Host, Host]:
+    """``hub`` as host-a and a copy with its own home under ``folder`` as host-b, both on
+    ``redis_server`` under a fresh prefix."""
     prefix = RedisServer.prefix()
-    b_dir = tmp_path / "host-b"
+    b_dir = folder / "host-b"
     (b_dir / "home").mkdir(parents=True)
     hub_b = replace(
         hub,
@@ -56,6 +57,11 @@ def hosts(hub: Hub, redis_server: RedisServer, tmp_path: Path) -> tuple[Host, Ho
         write_redis_config(h.doc, redis_server, prefix)
         h.write_config()
     return Host("host-a", hub), Host("host-b", hub_b)
+
+
+@pytest.fixture
+def hosts(hub: Hub, redis_server: RedisServer, tmp_path: Path) -> tuple[Host, Host]:
+    return two_hosts(hub, redis_server, tmp_path)
 
 
 def on_both(hosts: tuple[Host, Host], change: Any) -> None:

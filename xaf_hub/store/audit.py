@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import getpass
 import os
 import socket
@@ -40,7 +41,8 @@ def append(
     extra: Mapping[str, Any] | None = None,
     secrets: Iterable[str] = (),
 ) -> None:
-    """Append one line to ``<state_dir>/audit.log`` (locked, created 0600).
+    """Append one line to ``<state_dir>/audit.log`` (locked, created 0600), whole or not at
+    all: OSError when the disk has no room for it.
 
     The line goes through ``core.text.redact``: no ``secrets`` form and no echoed credential
     (a server's error text quoting our Authorization header) is ever written.
@@ -64,6 +66,14 @@ def append(
     with file_lock(state_dir / "audit.log.lock", 10.0, what="audit log lock"):
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         try:
-            os.write(fd, line.encode("utf-8"))
+            data = line.encode("utf-8")
+            size = os.fstat(fd).st_size
+            try:
+                written = os.write(fd, data)
+            except OSError:
+                written = -1
+            if written != len(data):  # a full disk cuts a write short: take the part back
+                os.ftruncate(fd, size)
+                raise OSError(errno.ENOSPC, f"no room for a line of {path}")
         finally:
             os.close(fd)

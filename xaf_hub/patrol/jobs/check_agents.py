@@ -37,6 +37,8 @@ from xaf_hub.core.records import SessionRecord
 from xaf_hub.core.runstate import LastRun, answer_hint, classify
 from xaf_hub.errors import BudgetReached, BusyError, HubError, RunsAgain
 from xaf_hub.notify.record import SessionLine, Why, session_action
+from xaf_hub.ops.budget import run_ceiling
+from xaf_hub.ops.ceiling import read_run
 from xaf_hub.ops.context import OpsContext
 from xaf_hub.ops.decisions import load_decisions, person_stop
 from xaf_hub.ops.models import choose_model
@@ -55,15 +57,17 @@ RUN_START_GRACE_MS = 60_000
 
 # Why an interrupted session is not resumed now, as a code, with its words; the codes that leave
 # it to a person are the action's ``why``.
-Refusal = Literal["", "touched", "production", "resumed_once", "starting"]
+Refusal = Literal["", "touched", "production", "resumed_once", "starting", "over_ceiling"]
 REFUSAL_WORDS: dict[Refusal, str] = {
     "touched": "already prompted this cycle",
     "production": "production instance: the patrol never writes there",
     "resumed_once": "interrupted again after the patrol resumed it once; left for a human "
     "(xaf-hub dispatch --session ID --text ...)",
     "starting": "its run changed a moment ago and may still be starting; checked next cycle",
+    "over_ceiling": "its run already cost more than its run ceiling; left for a person",
 }
-_FOR_PERSON: dict[Refusal, Why] = {"production": "production", "resumed_once": "resumed_once"}
+_FOR_PERSON: dict[Refusal, Why] = {"production": "production", "resumed_once": "resumed_once",
+                                   "over_ceiling": "interrupted"}
 
 
 def resume_key(instance: str, session: str) -> str:
@@ -176,12 +180,27 @@ async def resume_one(
         quiet_ms=now_ms - rec.updated,
         grace_ms=int(pctx.cfg.patrol.run_start_grace_seconds * 1000),
     )
+    if not why and await _over_ceiling(pctx, inst, rec):
+        why = "over_ceiling"
     if why:
         cycle.log.add(pctx, session_action(STEP, "resume", "skipped", rec,
                                            detail=REFUSAL_WORDS[why], why=_FOR_PERSON.get(why, "")))
         return why
     await _resume(pctx, cycle, inst, rec, run, override)
     return ""
+
+
+async def _over_ceiling(pctx: OpsContext, inst: InstanceConfig, rec: SessionRecord) -> bool:
+    """Whether the run to resume already cost more than its ceiling, by the server's figures
+    (the hub's record of its stop may be lost with Redis)."""
+    if run_ceiling(pctx.cfg, inst) is None:
+        return False
+    try:
+        async with pctx.client(inst) as client:
+            run = await read_run(pctx, inst, rec, client)
+    except HubError:
+        return False  # not read: the resume's own send meets the same server
+    return run is not None and run.over
 
 
 async def _resume(

@@ -1,0 +1,626 @@
+"""A soak: the hub under real faults at random, with its invariants checked the whole time.
+
+    python -m bench --soak                      # 3 minutes, seed 53
+    python -m bench --soak --minutes 60 --seed 7
+
+Three real opencode servers (the offline fake model), one redis-server, two hosts' patrol
+daemons on it (one holds the lease), and clients that dispatch, queue pool tasks, steer,
+interrupt, approve or deny what runs wait on, and read `status` and `sessions`, each a whole
+hub process. Faults come from a schedule ``random.Random(seed)`` fixes (kinds in ``KINDS``),
+run one after another by real means: processes stopped, killed and started again, signals,
+a delaying proxy, a full tmpfs, Redis restarted or flushed, the fake model's modes. The
+invariants (``Checks``) are checked while it runs; the first broken one stops the run and
+prints the seed, the schedule so far and the evidence (exit 1), so ``--seed S`` replays it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+import traceback
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import httpx
+
+from sandbox import fleet as sandbox
+from sandbox.fake_llm import FakeLLM
+from tests.e2e.daemon import Lines, _beat, start_again
+from tests.e2e.ha_checks import ha
+from tests.e2e.leaks import leaks
+from tests.e2e.proxy import DelayProxy
+from tests.e2e.two_hosts import Host, two_hosts
+from tests.fleet import NAMES, PRICES, make_hub
+from tests.redis_fixture import _stop, start_redis
+
+LIMIT = 2
+MODELS = ("fake/fake-model", "fake/slow-model", "backup/good-model", "fake/priced-model")
+STEP_USD = 0.02  # a priced model call: 10 + 5 tokens at $1000 / $2000 per million
+RUN_USD = 0.05  # the run ceiling: stopped at its third step
+KINDS = ("server_kill", "server_pause", "storm_retry_after", "storm_bare", "hang", "permission",
+         "ceiling", "redis_restart", "redis_flush", "cli_kill", "daemon_kill", "slow_link",
+         "disk_full")
+# Bash commands starting "echo ask" wait for a person's answer; every other tool runs.
+PERMISSION = {"bash": {"echo ask*": "ask", "*": "allow"}}
+SAMPLE_S = 0.2
+HOSTS = ("host-a", "host-b")
+CLI_TIMEOUT_S = 120.0
+
+
+@dataclass
+class Fault:
+    at: float  # seconds from the start
+    kind: str
+    target: str  # a server, a host, or ""
+    seconds: float  # how long it lasts (pause, storm, full disk, slow link)
+    landed: str = ""  # the client operations in flight when it began
+    done: bool = False
+
+    def line(self) -> str:
+        mid = f" mid {self.landed}" if self.landed else ""
+        return f"t+{self.at:6.1f}s {self.kind:<17} {self.target:<8} {self.seconds:4.1f}s{mid}"
+
+
+def schedule(seed: int, seconds: float, kinds: tuple[str, ...] = KINDS) -> list[Fault]:
+    """The faults of a run: which, when, where and how long, all from ``seed``; the kinds take
+    turns, so each comes as often as the others."""
+    rnd = random.Random(seed)
+    out, t, bag = [], 20.0, list[str]()
+    while t < seconds - 15:
+        if not bag:  # every kind once, in a shuffled order, then again
+            bag = rnd.sample(kinds, len(kinds))
+        kind = bag.pop()
+        target = {"server_kill": rnd.choice(NAMES), "server_pause": rnd.choice(NAMES),
+                  "daemon_kill": "active", "cli_kill": rnd.choice(HOSTS),
+                  "slow_link": "lan-c"}.get(kind, "")
+        out.append(Fault(round(t, 1), kind, target, round(rnd.uniform(2.0, 8.0), 1)))
+        t += rnd.uniform(4.0, 9.0)
+    return out
+
+
+@dataclass
+class Checks:
+    """Each invariant's count of checks, and the run's figures."""
+
+    counts: Counter[str] = field(default_factory=Counter)
+    slowest: dict[str, float] = field(default_factory=dict)
+    peaks: Counter[str] = field(default_factory=Counter)
+    broken: list[str] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def check(self, name: str, ok: bool, evidence: str) -> None:
+        with self.lock:
+            self.counts[name] += 1
+            if not ok and not self.broken:
+                self.broken.append(f"{name}: {evidence}")
+
+    def time(self, name: str, seconds: float) -> None:
+        with self.lock:
+            self.slowest[name] = max(self.slowest.get(name, 0.0), seconds)
+
+
+class Soak:
+    """The fleet, the hosts, the clients, the faults and the checks of one run."""
+
+    def __init__(self, root: Path, seed: int, seconds: float, log: Callable[[str], None]):
+        self.root, self.seed, self.seconds, self.log = root, seed, seconds, log
+        self.checks = Checks()
+        self.stop = threading.Event()
+        self.t0 = time.monotonic()
+        self.inflight: Counter[str] = Counter()
+        self.paused: set[str] = set()
+        self.slow_until = 0.0
+        self.dispatched: list[tuple[str, str]] = []  # (instance, session) a client was told
+        self.priced: list[tuple[str, str]] = []  # the same, of runs made to pass the ceiling
+        self.tasks: dict[str, float] = {}  # pool task id -> when it was added
+        self.redis_lost_at = 0.0
+        self.daemons: dict[str, Lines] = {}
+        self.rss: dict[int, list[float]] = {}
+        self.outputs: list[str] = []
+        self.lock = threading.Lock()
+        self.skipped: dict[str, str] = {}
+
+    # -- set-up ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        r = self.root
+        self.llm = FakeLLM().__enter__()
+        self.llm.set_mode("slow-model", "slow", delay=6)
+        self.llm.set_mode("priced-model", "tools", calls=[
+            ["bash", {"command": "sleep 1", "description": "a step"}]] * 30)
+        self.fleet = sandbox.Fleet(r / "fleet", n=3, llm=self.llm, models=MODELS,
+                                   prices=PRICES,
+                                   start_timeout=180.0,
+                                   extra_env={"OPENCODE_PERMISSION": json.dumps(PERMISSION)})
+        self.fleet.start()
+        self.ports = [s.port for s in self.fleet.servers]
+        (r / "redis").mkdir()
+        self.redis, self.redis_proc = start_redis(r / "redis")
+        home = r / "home"
+        home.mkdir()
+        if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=24m", "tmpfs", str(home)],
+                          capture_output=True).returncode != 0:
+            self.skipped["disk_full"] = "mount of a tmpfs refused (not root?)"
+        self.tmpfs = home if "disk_full" not in self.skipped else None
+        hub = make_hub(self.fleet, self.llm, r, home, {"name": "soak"},
+                       concurrency_limit=LIMIT,
+                       timeouts={"connect_seconds": 2, "read_seconds": 10},
+                       lock={"slot_ttl_seconds": 60, "lock_timeout_seconds": 20,
+                             "slot_grace_seconds": 5},
+                       budget={"run_usd": RUN_USD})
+        hub.doc["models"] = {"default_dispatch_model": "fake/fake-model",
+                             "chain": ["fake/fake-model", "backup/good-model"]}
+        self.hosts = two_hosts(hub, self.redis, r)
+        for h in self.hosts:
+            h.write(ha)
+        # The clients reach lan-c through a proxy that delays each request while a slow link
+        # lasts (the daemons follow the servers' event streams, which it would hold back).
+        self.proxy = DelayProxy(self.fleet.servers[2].url, self._link_delay).__enter__()
+        self.clients = tuple(
+            Host(h.name, replace(h.hub, config_path=r / f"client-{h.name}.json",
+                                 doc=copy.deepcopy(h.hub.doc))) for h in self.hosts)
+        for h in self.clients:
+            h.hub.set_instance("lan-c", url=self.proxy.url)
+        self.secrets = [*hub.secrets(), self.redis.password]
+        for h in self.hosts:
+            self._start_daemon(h)
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            self.page = f"http://127.0.0.1:{probe.getsockname()[1]}"
+        self.serve = Lines(self.hosts[0].popen("serve", "--port", self.page.rsplit(":", 1)[1]))
+        for _ in range(600):  # the page first answers once serve listens
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(self.page + "/health", timeout=2).status_code == 200:
+                    break
+            time.sleep(0.2)
+
+    def _link_delay(self, method: str, path: str) -> float:
+        return 1.5 if time.monotonic() < self.slow_until else 0.0
+
+    def _start_daemon(self, host: Host) -> None:
+        self.daemons[host.name] = Lines(
+            host.popen("patrol", "--interval-seconds", "2", "--no-design"))
+
+    def close(self) -> None:
+        self.stop.set()
+        for pid in self.paused_pids():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+        for lines in [*self.daemons.values(), self.serve]:
+            lines.proc.kill()
+            lines.stop()
+        with contextlib.suppress(Exception):
+            self.proxy.__exit__()
+        with contextlib.suppress(Exception):
+            self.fleet.stop()
+        with contextlib.suppress(Exception):
+            self.llm.stop()
+        with contextlib.suppress(Exception):
+            _stop(self.redis_proc)
+        if self.tmpfs is not None:
+            subprocess.run(["umount", "-l", str(self.tmpfs)], capture_output=True)
+
+    def paused_pids(self) -> list[int]:
+        return [self.server(n).pid for n in self.paused if self.server(n).running()]
+
+    def server(self, name: str) -> sandbox.OpencodeServer:
+        return self.fleet.servers[NAMES.index(name)]
+
+    def now(self) -> float:
+        return time.monotonic() - self.t0
+
+    # -- hub processes --------------------------------------------------------------------
+
+    def cli(self, host: Host, what: str, *args: str, kill_after: float | None = None
+            ) -> tuple[int, str, str]:
+        """Run one hub command as its own process; check its output; (code, out, err)."""
+        with self.lock:
+            self.inflight[what] += 1
+        t = time.monotonic()
+        proc = host.popen(*args)
+        try:
+            out, err = proc.communicate(timeout=kill_after or CLI_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, err = proc.communicate()
+            if kill_after is None:
+                self.checks.check("answers", False, f"{args} no answer in "
+                                  f"{CLI_TIMEOUT_S}s")
+        finally:
+            with self.lock:
+                self.inflight[what] -= 1
+        self.checks.time(what, time.monotonic() - t)
+        self.read_text(f"{' '.join(args[:2])}", out + err)
+        return proc.returncode, out, err
+
+    def read_text(self, where: str, text: str) -> None:
+        self.checks.check("no traceback", "Traceback (most recent call last)" not in text,
+                          f"{where}: {text[-2000:]}")
+        found = leaks(text, self.secrets)
+        self.checks.check("no secret", not found, f"{where}: a password form")
+
+    # -- clients --------------------------------------------------------------------------
+
+    def client(self, i: int) -> None:
+        rnd = random.Random(self.seed * 1000 + i)
+        n = 0
+        while not self.stop.is_set():
+            n += 1
+            act = rnd.choice(("dispatch", "dispatch", "dispatch", "queue", "mcp", "steer",
+                              "interrupt", "answer", "status", "sessions"))
+            try:
+                self.act(act, rnd, self.clients[rnd.randrange(2)], f"c{i}-{n}")
+            except Exception:  # the harness's own failure: stop the run, loudly
+                self.checks.check("clients ran", False, traceback.format_exc())
+            self.stop.wait(rnd.uniform(0.5, 2.5))
+
+    def act(self, act: str, rnd: random.Random, host: Host, tag: str) -> None:
+        """One client's action."""
+        if act == "dispatch":
+            model = rnd.choice(MODELS[:2])  # the priced one is the ceiling fault's
+            code, out, _ = self.cli(host, "dispatch", "dispatch", "--new", "--json",
+                                    "--text", f"soak work {tag}", "--model", model)
+            if code == 0:
+                doc = json.loads(out)
+                self.dispatched.append((str(doc["instance"]), str(doc["session_id"])))
+        elif act == "queue":
+            code, _, _ = self.cli(host, "queue", "backlog", "add", "--id", f"SOAK-{tag}",
+                                  "--title", f"soak task {tag}")
+            if code == 0:
+                self.tasks[f"SOAK-{tag}"] = self.now()
+        elif act == "mcp":
+            tid = self.mcp_add(host, f"soak task {tag} (mcp)")
+            if tid:
+                self.tasks[tid] = self.now()
+        elif act in ("steer", "interrupt") and self.dispatched:
+            inst, sid = rnd.choice(self.dispatched[-10:])
+            if act == "steer":
+                self.cli(host, act, "dispatch", "--session", sid, "--text",
+                         f"also {tag}")
+            else:
+                self.cli(host, act, "interrupt", "--session", sid, "--allow-prod")
+        elif act == "answer":
+            code, out, _ = self.cli(host, "waiting", "waiting", "--json")
+            reqs = json.loads(out).get("waiting", []) if code == 0 and out.strip() else []
+            if reqs:
+                verb = rnd.choice(("approve", "deny"))
+                self.cli(host, verb, verb, str(reqs[0].get("id")), "--allow-prod")
+        elif act in ("status", "sessions"):
+            code, out, err = self.cli(host, act, act, "--json")
+            self.checks.check("answers", code in (0, 2) and bool(out.strip()),
+                              f"{act} exit {code}: {err[-500:]}")
+
+    def mcp_add(self, host: Host, title: str) -> str:
+        """Add a pool task through `xaf-hub mcp` (stdio, JSON-RPC lines); its id, or ""."""
+        calls = [("initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
+                                 "clientInfo": {"name": "soak", "version": "1"}}),
+                 ("notifications/initialized", None),
+                 ("tools/call", {"name": "backlog_add", "arguments": {"title": title}})]
+        proc = host.hub.popen("mcp", extra_env={"XAF_HUB_HOSTNAME": host.name},
+                              stdin=subprocess.PIPE)
+        assert proc.stdin is not None and proc.stdout is not None
+        with self.lock:
+            self.inflight["mcp"] += 1
+        try:
+            answer: dict[str, object] = {}
+            for n, (method, params) in enumerate(calls):
+                msg = {"jsonrpc": "2.0", "method": method,
+                       **({"id": n, "params": params} if params is not None else {})}
+                proc.stdin.write(json.dumps(msg) + "\n")
+                proc.stdin.flush()
+                if params is not None:
+                    answer = json.loads(proc.stdout.readline() or "{}")
+            _, err = proc.communicate(timeout=60)
+        except (subprocess.TimeoutExpired, ValueError):
+            err = ""
+        finally:
+            proc.kill()
+            proc.wait()
+            with self.lock:
+                self.inflight["mcp"] -= 1
+        self.read_text("mcp backlog_add", json.dumps(answer) + err)
+        result = answer.get("result")
+        doc = result.get("structuredContent") if isinstance(result, dict) else None
+        return str(doc.get("id", "")) if isinstance(doc, dict) else ""
+
+    # -- samplers -------------------------------------------------------------------------
+
+    def sample_limits(self) -> None:
+        """Every 200 ms: each server's busy top-level sessions (a sub-agent counted with its
+        parent), from the server itself, against the limit."""
+        parents: dict[str, dict[str, str | None]] = {n: {} for n in NAMES}
+        dirs: dict[str, set[str]] = {n: set() for n in NAMES}
+        k = 0
+        with httpx.Client(timeout=1.0) as c:
+            while not self.stop.wait(SAMPLE_S):
+                for i, name in enumerate(NAMES):
+                    if name in self.paused:
+                        continue
+                    url = f"http://127.0.0.1:{self.ports[i]}"
+                    auth = sandbox.auth_headers(self.fleet.passwords[i])
+                    try:
+                        if k % 10 == 0:
+                            for s in c.get(f"{url}/experimental/session",
+                                           params={"limit": 2000}, headers=auth).json():
+                                parents[name][s["id"]] = s.get("parentID")
+                                dirs[name].add(s["directory"])
+                        busy: set[str] = set()
+                        for d in dirs[name]:
+                            r = c.get(f"{url}/session/status", params={"directory": d},
+                                      headers=auth)
+                            busy |= {sid for sid, st in r.json().items()
+                                     if st.get("type") in ("busy", "retry")}
+                    except (httpx.HTTPError, ValueError):
+                        continue
+                    runs = {self._root_of(parents[name], sid) for sid in busy}
+                    self.checks.peaks[name] = max(self.checks.peaks[name], len(runs))
+                    self.checks.check("server limit", len(runs) <= LIMIT,
+                                      f"{name} runs {sorted(runs)}")
+                k += 1
+
+    def poll_views(self) -> None:
+        """Every 3 s: `status` or `sessions` (in turn, host A's client) and the served page and
+        its JSON, each answering, with no traceback or secret in it."""
+        k = 0
+        with httpx.Client(timeout=60.0) as c:
+            while not self.stop.wait(3.0):
+                k += 1
+                what = ("status", "sessions")[k % 2]
+                code, out, err = self.cli(self.clients[0], what, what, "--json")
+                self.checks.check("answers", code in (0, 2) and bool(out.strip()),
+                                  f"{what} exit {code}: {err[-500:]}")
+                for path in ("/", "/api/snapshot"):
+                    t = time.monotonic()
+                    try:
+                        r = c.get(self.page + path)
+                        ok, body = r.status_code == 200, r.text
+                    except httpx.HTTPError as exc:
+                        ok, body = False, repr(exc)
+                    self.checks.time(f"page {path}", time.monotonic() - t)
+                    self.checks.check("answers", ok, f"page {path}: {body[-500:]}")
+                    self.read_text(f"page {path}", body)
+
+    @staticmethod
+    def _root_of(parents: dict[str, str | None], sid: str) -> str:
+        seen = 0
+        while parents.get(sid) and seen < 20:
+            sid, seen = str(parents[sid]), seen + 1
+        return sid
+
+    def sample_each_second(self) -> None:
+        """Every second: the daemons' memory, and each reservation in Redis against its TTL."""
+        lock = self.hosts[0].hub.doc["lock"]
+        client = self.redis.client()
+        while not self.stop.wait(1.0):
+            with contextlib.suppress(Exception):  # Redis may be down or restarting
+                for key in client.scan_iter(f"{lock['redis_prefix']}:slot:*", count=1000):
+                    raw = client.get(key) if client.type(key) == "string" else None
+                    if raw:
+                        age = time.time() - float(json.loads(raw)["created"])
+                        self.checks.check("reservation within its TTL",
+                                          age <= lock["slot_ttl_seconds"] + 2,
+                                          f"{key} is {age:.0f}s old: {raw}")
+            for lines in list(self.daemons.values()):
+                with contextlib.suppress(OSError, ValueError, IndexError, StopIteration):
+                    text = Path(f"/proc/{lines.proc.pid}/status").read_text()
+                    kb = next(ln for ln in text.splitlines() if ln.startswith("VmRSS"))
+                    self.rss.setdefault(lines.proc.pid, []).append(int(kb.split()[1]) / 1024)
+
+    # -- faults ---------------------------------------------------------------------------
+
+    def run_fault(self, f: Fault) -> None:
+        with self.lock:
+            f.landed = ",".join(sorted(k for k, v in self.inflight.items() if v > 0))
+        if f.kind == "server_kill":
+            s = self.server(f.target)
+            port = s.port
+            s.stop(grace=0.5)  # SIGTERM, then SIGKILL
+            self.stop.wait(f.seconds)
+            for attempt in range(10):  # the old port may not be free again at once
+                try:
+                    start_again(s, port)
+                    break
+                except sandbox.SandboxError:
+                    s.stop()
+                    if attempt == 9:
+                        raise
+                    time.sleep(2)
+        elif f.kind == "server_pause":
+            pid = self.server(f.target).pid
+            self.paused.add(f.target)
+            os.kill(pid, signal.SIGSTOP)
+            self.stop.wait(f.seconds)
+            os.kill(pid, signal.SIGCONT)
+            self.paused.discard(f.target)
+        elif f.kind in ("storm_retry_after", "storm_bare"):
+            ra = {"retry_after": 2} if f.kind == "storm_retry_after" else {}
+            self.llm.set_mode("fake-model", "429", **ra)
+            self.stop.wait(f.seconds)
+            self.llm.set_mode("fake-model", "ok")
+        elif f.kind == "permission":  # the runs started meanwhile ask before a command
+            self.llm.set_mode("fake-model", "tools", calls=[
+                ["bash", {"command": "echo ask-soak", "description": "asks"}]])
+            self.stop.wait(f.seconds)
+            self.llm.set_mode("fake-model", "ok")
+        elif f.kind == "ceiling":
+            code, out, _ = self.cli(self.clients[0], "dispatch", "dispatch", "--new", "--json",
+                                    "--text", "soak priced", "--model", "fake/priced-model")
+            if code == 0:
+                doc = json.loads(out)
+                self.priced.append((str(doc["instance"]), str(doc["session_id"])))
+        elif f.kind == "hang":
+            self.llm.set_mode("slow-model", "hang")
+            self.stop.wait(f.seconds)
+            self.llm.set_mode("slow-model", "slow", delay=6)
+        elif f.kind == "redis_restart":
+            _stop(self.redis_proc)
+            self.redis_lost_at = self.now()
+            self.stop.wait(f.seconds)
+            _, self.redis_proc = start_redis(self.root / "redis", self.redis.port,
+                                             self.redis.password)
+        elif f.kind == "redis_flush":
+            client = self.redis.client()
+            client.flushall()
+            client.close()
+            self.redis_lost_at = self.now()
+        elif f.kind == "cli_kill":
+            host = self.clients[HOSTS.index(f.target)]
+            self.cli(host, "killed", "dispatch", "--new", "--text", "soak killed",
+                     kill_after=f.seconds / 2)
+        elif f.kind == "daemon_kill":
+            host = next((h for h in self.hosts if _beat(h.hub).get("role") == "active"),
+                        self.hosts[0])  # the lease holder: the one running rounds
+            f.target = host.name
+            old = self.daemons[host.name]
+            old.proc.kill()
+            old.stop()
+            self.read_text(f"daemon {host.name}", "\n".join(old.lines + old.err))
+            self.stop.wait(f.seconds / 4)
+            self._start_daemon(host)
+        elif f.kind == "slow_link":
+            self.slow_until = time.monotonic() + f.seconds
+            self.stop.wait(f.seconds)
+        elif f.kind == "disk_full" and self.tmpfs is not None:
+            filler = self.tmpfs / "filler"
+            with contextlib.suppress(OSError), open(filler, "wb") as fh:
+                while True:
+                    fh.write(b"\0" * (1 << 20))
+            self.stop.wait(f.seconds)
+            filler.unlink(missing_ok=True)
+        f.done = True
+        self.log(f.line())
+
+    # -- the run --------------------------------------------------------------------------
+
+    def run(self) -> list[Fault]:
+        kinds = tuple(k for k in KINDS if k not in self.skipped)
+        plan = schedule(self.seed, self.seconds, kinds)
+        threads = [threading.Thread(target=fn, daemon=True) for fn in
+                   (self.sample_limits, self.sample_each_second, self.poll_views,
+                    lambda: self.client(0), lambda: self.client(1))]
+        self.t0 = time.monotonic()
+        for t in threads:
+            t.start()
+        for f in plan:
+            while self.now() < f.at and not self.checks.broken:
+                time.sleep(0.2)
+            if self.checks.broken or self.now() >= self.seconds - 10:
+                break  # faults run one after another: a slow one pushes the rest back
+            self.run_fault(f)
+        while self.now() < self.seconds and not self.checks.broken:
+            time.sleep(0.5)
+        if not self.checks.broken:
+            self.final_checks()
+        self.stop.set()
+        for t in threads:
+            t.join(CLI_TIMEOUT_S)
+        return [f for f in plan if f.done or f.landed]
+
+    def final_checks(self) -> None:
+        """What a client was told: each dispatch on its server, each task since the last Redis
+        loss in the pool with a state; the daemons' memory flat; their logs clean."""
+        for inst, sid in list(self.dispatched) + self.priced:
+            i = NAMES.index(inst)
+            try:
+                msgs = sandbox.messages(f"http://127.0.0.1:{self.ports[i]}",
+                                        self.fleet.passwords[i], sid)
+            except (httpx.HTTPError, sandbox.SandboxError):
+                msgs = None
+            self.checks.check("dispatch on its server", msgs is not None, f"{sid} on {inst}")
+            if (inst, sid) in self.priced and msgs is not None:
+                cost = sum(float(m["info"].get("cost") or 0) for m in msgs
+                           if m["info"].get("role") == "assistant")
+                self.checks.check("run cost within ceiling + a step",
+                                  cost <= RUN_USD + STEP_USD + 1e-9, f"{sid} cost ${cost:.2f}")
+        code, out, err = self.cli(self.hosts[0], "backlog", "backlog", "list", "--json")
+        listed = {t["id"]: t for t in json.loads(out)["tasks"]} if code == 0 else {}
+        for tid, added in self.tasks.items():
+            if added > self.redis_lost_at + 1:
+                t = listed.get(tid, {})
+                self.checks.check("task kept with a state", bool(t.get("status")),
+                                  f"{tid} not in the pool: {sorted(listed)}")
+        for pid, series in self.rss.items():
+            if len(series) >= 60:
+                q = len(series) // 4
+                first, last = max(series[:q]), max(series[-q:])
+                self.checks.check("daemon memory flat", last <= first * 1.2,
+                                  f"pid {pid}: {first:.0f} -> {last:.0f} MB")
+        rows = []
+        for h in self.hosts:
+            audit = h.home / "audit.log"
+            for ln in audit.read_text("utf-8").splitlines() if audit.exists() else ():
+                try:
+                    rows.append(json.loads(ln))
+                except ValueError:
+                    self.checks.check("audit lines whole", False, f"{audit}: {ln[:400]}")
+            self.checks.check("audit lines whole", True, "")
+        sent = Counter(r.get("task") for r in rows if r["command"] == "patrol.backlog"
+                       and r["result"] == "dispatched")
+        again = Counter(r.get("task") for r in rows if r["command"] == "patrol.backlog"
+                        and r["result"] == "requeued")
+        for tid, n in sent.items():
+            self.checks.check("no task started twice", n <= 1 + again[tid],
+                              f"{tid} sent {n} times, requeued {again[tid]}")
+        for name, lines in [*self.daemons.items(), ("serve", self.serve)]:
+            self.read_text(name, "\n".join(lines.lines + lines.err))
+        for h in self.hosts:
+            audit = h.home / "audit.log"
+            if audit.exists():
+                self.read_text(f"{h.name} audit.log", audit.read_text("utf-8", "replace"))
+
+
+def render(seed: int, seconds: float, faults: list[Fault], checks: Checks,
+           skipped: dict[str, str]) -> str:
+    kinds = Counter(f.kind for f in faults)
+    mid = Counter(f.kind for f in faults if f.landed)
+    lines = [f"soak: seed {seed}, {seconds / 60:.1f} min, {len(faults)} faults "
+             f"({sum(mid.values())} while a client command was in flight)"]
+    lines += [f"  fault {k:<18} {kinds[k]:4d}  mid-command {mid[k]:4d}" for k in KINDS
+              if k not in skipped]
+    lines += [f"  fault {k:<18} skipped: {why}" for k, why in skipped.items()]
+    for name, n in sorted(checks.counts.items()):
+        lines.append(f"  invariant {name:<24} checked {n:6d}")
+    lines.append("  peak runs per server: " + ", ".join(f"{k} {v}/{LIMIT}" for k, v in
+                                                      sorted(checks.peaks.items())))
+    lines.append("  slowest answer: " + ", ".join(f"{k} {v:.1f}s" for k, v in
+                                                  sorted(checks.slowest.items())))
+    lines.append("  not yet checked: no project over its share (one project), no waiting run "
+                 "holding a slot unseen, no check process outliving its check, landings")
+    if checks.broken:
+        lines.append(f"BROKEN {checks.broken[0]}")
+        lines.append(f"replay: python -m bench --soak --seed {seed} --minutes "
+                     f"{seconds / 60:g}")
+        lines += ["schedule so far:", *(f"  {f.line()}" for f in faults)]
+    return "\n".join(lines) + "\n"
+
+
+def main(minutes: float, seed: int, log: Callable[[str], None], keep: bool = False) -> int:
+    """Run a soak; print its report; 0 when every invariant held, 1 when one broke."""
+    root = Path(tempfile.mkdtemp(prefix="xaf-soak-"))
+    soak = Soak(root, seed, minutes * 60, log)
+    try:
+        log(f"[soak] starting 3 servers, redis and two daemons in {root} ...")
+        soak.start()
+        faults = soak.run()
+    finally:
+        soak.close()
+        if keep:
+            log(f"[soak] artifacts kept in {root}")
+        else:
+            shutil.rmtree(root, ignore_errors=True)
+    print(render(seed, minutes * 60, faults, soak.checks, soak.skipped), end="")
+    return 1 if soak.checks.broken else 0
+
+
