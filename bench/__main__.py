@@ -828,6 +828,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--rounds", action="store_true",
                    help="only a patrol round's cost (first, second) against status at --k/--m, "
                         "default 3 x 1000 (bench/rounds.py)")
+    p.add_argument("--projects", type=int, default=1, metavar="N",
+                   help="with --rounds: the config names N projects (default 1)")
     p.add_argument("--board", action="store_true",
                    help="status read from a patrol daemon's live board against a scan "
                         "(default K=3 M=600), and projected to 50 instances")
@@ -1029,10 +1031,11 @@ def run_rounds(args: argparse.Namespace, log: Callable[[str], None]) -> int:
     result = _in_scratch(
         "xaf-bench-rounds-",
         lambda root: measure_rounds(args.k or 3, args.m or 1000, args.repeat, root, log,
-                                    args.settle_cpu),
+                                    args.settle_cpu, args.projects),
         log,
     )
-    return _report("rounds", result, render, log)
+    return _report("rounds" if args.projects == 1 else f"rounds-{args.projects}-projects",
+                   result, render, log)
 
 
 def run_board(args: argparse.Namespace, log: Callable[[str], None]) -> int:

@@ -4,17 +4,21 @@ which reads only what moved since (architecture §8, ``patrol/last-runs.json``).
 
     python -m bench --rounds                  # K=3 servers x M=1000 project sessions
     python -m bench --rounds --k 12 --m 2000 --repeat 3
+    python -m bench --rounds --projects 10   # one daemon's round over 10 projects
 
 Each is a whole process, as cron runs it (`patrol --once --no-design --no-fill`: the heal and
 check steps), timed --repeat times in rotating order after one warm-up: `status`; a first
 round (the memory deleted before it); a second round (the memory of the round before). Wall
 and CPU seconds are printed with each one's ratio to `status`, and the last runs each round
-read, from its log line. Printed figures only; no target is asserted. Writes
+read, from its log line. With ``--projects N`` the config names N projects: the first holds
+every seeded session, the others a folder of their own with none, so the figures show what each
+more project adds to one daemon's round. Printed figures only; no target is asserted. Writes
 bench/results/rounds.json.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections.abc import Callable
@@ -25,24 +29,42 @@ ROUND = ("patrol", "--once", "--no-design", "--no-fill")
 _READ_LINE = re.compile(r"last runs: (\d+) read, (\d+) unchanged since read")
 
 
+def as_projects(cfg: Path, n: int) -> None:
+    """Rewrite the bench's one-project config as ``n`` projects (the first one's sessions)."""
+    doc = json.loads(cfg.read_text("utf-8"))
+    first = doc.pop("project")
+    roots = {i["name"]: i.pop("roots") for i in doc["instances"]}
+    default = {i["name"]: i.pop("default_directory") for i in doc["instances"]}
+    doc["projects"] = {"bench": {"exclude_substrings": first["exclude_substrings"],
+                                 "roots": roots, "default_directory": default}}
+    for p in range(2, n + 1):
+        folder = str(cfg.parent / f"other-{p}")
+        doc["projects"][f"p{p}"] = {"roots": {name: [folder] for name in roots},
+                                    "default_directory": {name: folder for name in roots}}
+    cfg.write_text(json.dumps(doc, indent=2), encoding="utf-8")
+
+
 def measure_rounds(
-    k: int, m: int, repeat: int, root: Path, log: Callable[[str], None], settle_cpu: float
+    k: int, m: int, repeat: int, root: Path, log: Callable[[str], None], settle_cpu: float,
+    projects: int = 1,
 ) -> dict[str, Any]:
     """Start K servers with M project sessions each, time status and both rounds, stop them."""
     from bench.__main__ import BenchFleet, hub_argv, run_child, settle, stats
 
     fleet = BenchFleet(root, k, m, 0, log)
-    result: dict[str, Any] = {"k": k, "m": m, "repeat": repeat}
+    result: dict[str, Any] = {"k": k, "m": m, "repeat": repeat, "projects": projects}
     try:
         log(f"[rounds] starting {k} opencode servers ...")
         fleet.start()
         fleet.seed()
         log(f"[rounds] {fleet.seeded} sessions in {fleet.seed_seconds:.1f} s")
         cfg, _spec, env = fleet.write_config()
+        if projects > 1:
+            as_projects(cfg, projects)
         memory = Path(env["XAF_HUB_HOME"]) / "patrol" / "last-runs.json"
         hub = [*hub_argv(), "--config", str(cfg)]
         items: list[tuple[str, list[str]]] = [
-            ("status", [*hub, "status"]),
+            ("status", [*hub, "status", *(["--project", "bench"] if projects > 1 else [])]),
             ("patrol --once, first round", [*hub, *ROUND]),
             ("patrol --once, second round", [*hub, *ROUND]),
         ]
@@ -108,7 +130,8 @@ def render(result: dict[str, Any]) -> str:
                      "" if name == "status" else f"{min(read)}-{max(read)}" if read else "?"])
     load = result["loadavg_per_round"]
     head = (f"patrol rounds, K={result['k']} M={result['m']} ({result['project_sessions']} "
-            f"project sessions); 1-min load average {min(load):.1f}-{max(load):.1f}")
+            f"project sessions), {result.get('projects', 1)} project(s); 1-min load average "
+            f"{min(load):.1f}-{max(load):.1f}")
     return (f"{head}\n\n" + table(rows, ["measure", "median s", "min-max s", "vs status",
                                         "cpu s", "cpu vs status", "last runs read"]) + "\n")
 

@@ -7,10 +7,12 @@ from __future__ import annotations
 import json
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from sandbox import fleet as sandbox
+from tests.e2e.daemon import _daemon
 from tests.e2e.dispatch_checks import slow
 from tests.fleet import Hub
 from tests.redis_fixture import write_redis_config
@@ -102,6 +104,60 @@ def test_one_limit_for_every_project_and_a_share_for_one(
                     hub.cli("interrupt", "--project", p, "--session", s["id"], "--allow-prod")
 
 
+def test_one_daemon_gives_a_quiet_projects_task_the_first_free_slot(hub: Hub) -> None:
+    """One patrol daemon serves both projects: shop's long queue fills the server, blog queues
+    one task, and the slot that frees next is blog's; the server never runs more than its
+    limit, nor blog more than its share."""
+    apps = two_projects(hub)
+    slow(hub, 600)  # runs stay busy until interrupted
+    for i in range(5):
+        assert hub.cli("backlog", "add", "--project", "shop", "--title", f"shop task {i}")[0] == 0
+
+    def pool() -> dict[str, dict[str, Any]]:
+        code, doc = hub.cli_json("backlog", "list")
+        assert code == 0, doc
+        return {t["id"]: t for t in doc["tasks"]}
+
+    def sent(project: str) -> list[dict[str, Any]]:
+        return [t for t in pool().values() if t["project"] == project and t["dispatched_at"]]
+
+    daemon = _daemon(hub)
+    samples: list[tuple[int, int]] = []
+    stop = threading.Event()
+    try:
+        hub.wait_for(lambda: len(sent("shop")) == 2, timeout=120)
+        code, doc = hub.cli_json("backlog", "add", "--project", "blog", "--title", "blog task")
+        assert code == 0 and doc["project"] == "blog", doc
+
+        def sample() -> None:
+            while not stop.is_set():
+                try:
+                    samples.append((busy(hub, apps["shop"]), busy(hub, apps["blog"])))
+                except Exception:  # noqa: BLE001 - a missed sample is taken again
+                    continue
+                stop.wait(0.1)
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        first = sent("shop")[0]
+        hub.cli("interrupt", "--project", "shop", "--session", first["session_id"], "--allow-prod")
+        hub.wait_for(lambda: sent("blog"), timeout=60)
+        hub.wait_for(lambda: len(samples) >= 10)
+        stop.set()
+        sampler.join(timeout=30)
+        assert len(sent("shop")) == 2, "a shop task took the slot freed for blog's"
+        assert len(samples) >= 10, "too few samples to judge"
+        assert max(s + b for s, b in samples) <= 2, f"over the limit: {samples}"
+        assert max(b for _, b in samples) <= 1, f"over blog's share: {samples}"
+        assert samples[-1] == (1, 1), samples
+    finally:
+        stop.set()
+        daemon.stop()
+        for p in apps:
+            code, doc = hub.cli_json("sessions", "--project", p, "--instance", NAME)
+            for s in doc.get("sessions", []) if code == 0 else []:
+                if s["running"]:
+                    hub.cli("interrupt", "--project", p, "--session", s["id"], "--allow-prod")
 def test_the_views_show_every_project_without_project(hub: Hub, tmp_path: Path) -> None:
     apps = two_projects(hub)
     sid = {p: hub.session(NAME, f"{p} work", directory=app) for p, app in apps.items()}

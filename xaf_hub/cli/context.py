@@ -91,7 +91,7 @@ class Context:
         if self._stores is None:
             from xaf_hub.store.backends import Stores
 
-            self._stores = Stores(self.config)
+            self._stores = Stores(self.whole)  # the stores are every project's
         return self._stores
 
     def ops(self, **seams: Any) -> OpsContext:

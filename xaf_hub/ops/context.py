@@ -10,7 +10,7 @@ closes it at its end (``close``, or ``with``); a command's context shares the co
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -26,6 +26,7 @@ from xaf_hub.store import audit as audit_log
 from xaf_hub.store.backends import Stores
 from xaf_hub.store.fence import Fence
 from xaf_hub.store.pool import TaskPool
+from xaf_hub.store.tasks import Task, of_project
 
 if TYPE_CHECKING:  # `status` reads the pool through this context: the rest loads on use
     from xaf_hub.store.gate import Gate
@@ -103,6 +104,10 @@ class OpsContext:
     def backlog(self) -> TaskPool:
         """The task pool store ``pool.backend`` names (the file, or Redis)."""
         return self.stores.pool(self.clock, self.fence())
+
+    def own(self, tasks: Iterable[Task]) -> list[Task]:
+        """The tasks of the chosen project (every task when one project is configured)."""
+        return of_project(tasks, self.cfg.project_name, [p.name for p in self.cfg.projects])
 
     def model_state(self) -> ModelState:
         """The blackout / healed-failure store."""

@@ -337,6 +337,7 @@ async def send_prepared(
                     base=room.base if room is not None else prep.base,
                     task_id=prep.task_id,
                     room=room,
+                    project=ops.cfg.project_name,
                 )
             )
 

@@ -98,6 +98,7 @@ def queue_work(
             prompt=text,
             instance=instance,
             created_at=format_instant(now),
+            project=octx.cfg.project_name,
             extra=extra,
         ))
         order = ready_order(data.tasks, instance, now)

@@ -16,7 +16,7 @@ Jobs take the operations context, ``xaf_hub.ops.context.OpsContext``, like every
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -86,17 +86,18 @@ class Cycle:
     _runs: dict[tuple[str, str, int], LastRun] = field(default_factory=dict, repr=False)
     # Sessions whose run in ``_runs`` came from the memory (which keeps no answer).
     _recalled: set[tuple[str, str]] = field(default_factory=set, repr=False)
-    _scan: tuple[Fleet, datetime, int] | None = field(default=None, repr=False)
+    _scans: dict[str, tuple[Fleet, datetime, int]] = field(default_factory=dict, repr=False)
 
     async def scan(self, pctx: OpsContext) -> tuple[Fleet, datetime]:
         """The fleet for a job, and when it was scanned: a job reuses an earlier job's scan of
         this cycle while no job since has acted (prompted, healed, failed to), so an idle
         round scans once, like `status`; after an action the fleet is scanned again."""
-        if self._scan is not None and self._scan[2] == self.log.acted():
-            return self._scan[0], self._scan[1]
+        kept = self._scans.get(pctx.cfg.project_name)  # each project sees its own sessions
+        if kept is not None and kept[2] == self.log.acted():
+            return kept[0], kept[1]
         at = pctx.now()
         fleet = await pctx.scan()
-        self._scan = (fleet, at, self.log.acted())
+        self._scans[pctx.cfg.project_name] = (fleet, at, self.log.acted())
         return fleet, at
 
     def note_instances(self, pctx: OpsContext, fleet: Fleet) -> None:
@@ -185,6 +186,40 @@ class Cycle:
 
         await aio.gather(*(per_instance(n, r) for n, r in wanted.items()))
         return result
+
+
+def project_views(pctx: OpsContext) -> list[OpsContext]:
+    """The context of each project the patrol serves: the chosen one, else every configured
+    one (a config of several projects run without --project)."""
+    cfg = pctx.cfg
+    return [pctx] if cfg.chosen else [pctx.but(cfg=cfg.choose(p.name)) for p in cfg.projects]
+
+
+async def each_view(
+    views: Sequence[OpsContext], job: Callable[[OpsContext], Awaitable[None]]
+) -> None:
+    """Run ``job`` for each project's context in turn; a failure is raised once every other
+    project's turn ran (the first one), so one project's fault never stops another's work."""
+    failed: BaseException | None = None
+    for view in views:
+        if view.stop_requested():
+            break
+        try:
+            await job(view)
+        except Exception as exc:  # noqa: BLE001 - raised below, after the others' turns
+            failed = failed or exc
+    if failed is not None:
+        raise failed
+
+
+def every_project(job: Callable[[OpsContext, Cycle], Awaitable[None]]) -> Callable[
+        [OpsContext, Cycle], Awaitable[None]]:
+    """A patrol job run for the chosen project, else for every configured one in turn."""
+    async def run(pctx: OpsContext, cycle: Cycle) -> None:
+        await each_view(project_views(pctx), lambda view: job(view, cycle))
+
+    run.__name__ = run.__qualname__ = job.__name__
+    return run
 
 
 def pool_discipline(pctx: OpsContext, log: RoundLog, step: str) -> str | None:

@@ -324,15 +324,18 @@ def merge_design_tasks(
     now: datetime,
     *,
     priority: Priority = "P2",
+    project: str = "",
+    mine: Callable[[Task], bool] = lambda task: True,
 ) -> list[Task]:
-    """Return the new pending tasks for rows not yet in the pool; never touch existing ones.
+    """Return the new pending tasks of ``project`` for rows not yet in the pool; never touch
+    existing ones.
 
-    A row is already known when a task has the same spec and the same id or title. Pool ids are
-    unique, so a code already used by another spec's task becomes ``<code>@<slug>`` (then
-    ``-2``, ``-3``... in the rare case that is taken too).
+    A row is already known when a task of the project (``mine``) has the same spec and the same
+    id or title. Pool ids are unique across projects, so a code already used by another task
+    becomes ``<code>@<slug>`` (then ``-2``, ``-3``... in the rare case that is taken too).
     """
     taken = {t.id for t in existing}
-    known = [(t.spec, t.id, t.title) for t in existing]
+    known = [(t.spec, t.id, t.title) for t in existing if mine(t)]
     stamp = format_instant(now)
     added: list[Task] = []
     for item in found:
@@ -354,6 +357,7 @@ def merge_design_tasks(
             spec=item.spec,
             prompt=design_prompt(item),
             created_at=stamp,
+            project=project,
         )
         taken.add(task_id)
         known.append((item.spec, item.id, item.title))

@@ -38,7 +38,7 @@ from xaf_hub.ops.waiting import list_waiting
 from xaf_hub.patrol.context import Cycle, pool_discipline
 from xaf_hub.patrol.jobs.check_agents import STEP as CHECK
 from xaf_hub.patrol.jobs.check_agents import answer_by_policy, resume_one
-from xaf_hub.patrol.jobs.fill_slots import fill_slots
+from xaf_hub.patrol.jobs.fill_slots import fill_every_project
 from xaf_hub.patrol.jobs.fix_free_limit import STEP as HEAL
 from xaf_hub.patrol.jobs.fix_free_limit import heal_item
 from xaf_hub.patrol.jobs.run_ceiling import STEP as CEILING
@@ -263,7 +263,7 @@ class LiveReactor:
                 # Only when the pool has work: a fill scans the whole fleet.
                 pool = await asyncio.to_thread(pctx.backlog().load)
                 if any(t.status in ("pending", "dispatched") for t in pool.tasks):
-                    await fill_slots(pctx, cycle)
+                    await fill_every_project(pctx, cycle)
                     wait = self._refill_in(pctx)
                     if wait is not None:
                         # The slot that freed may still be held by a reservation (a run sent
@@ -320,6 +320,10 @@ class LiveReactor:
         async with pctx.client(inst) as client:
             s = await client.get_session(sid)
             status = (await client.status(s.directory)).get(sid) if s.directory else None
+        owner = inst.owner(s.directory) if s.directory and not pctx.cfg.chosen else ""
+        if owner:  # several projects: the session is seen through its own project
+            pctx = pctx.but(cfg=pctx.cfg.choose(owner))
+            inst = pctx.cfg.instance(instance)
         if not s.directory or not inst.rules.is_project(s.directory) or s.parent_id:
             return ""
         rec = build_record(inst, s, status, True)

@@ -33,7 +33,7 @@ from xaf_hub.ops.context import OpsContext
 from xaf_hub.store.patrol_state import LATEST, latest_report
 from xaf_hub.store.pick import count_states, readiness
 from xaf_hub.store.statefile import write_json_atomic, write_text_atomic
-from xaf_hub.store.tasks import Task
+from xaf_hub.store.tasks import Task, of_project, project_of
 
 __all__ = ["LATEST", "latest_report", "render_markdown", "report_document", "write_report"]
 
@@ -95,9 +95,10 @@ def lead_backlog_items(text: str) -> list[str]:
 
 
 def waiting_tasks(
-    tasks: Sequence[Task], now: datetime, max_attempts: int
+    tasks: Sequence[Task], now: datetime, max_attempts: int, projects: Sequence[str] = ()
 ) -> dict[str, list[dict[str, Any]]]:
-    """The pool's pending tasks: ready, not ready (with why), blocked (pure)."""
+    """The pool's pending tasks: ready, not ready (with why), blocked (pure); each names its
+    project (``store.tasks.project_of`` of ``projects``)."""
     out: dict[str, list[dict[str, Any]]] = {
         "ready": [],
         "not_ready": [],
@@ -109,6 +110,7 @@ def waiting_tasks(
             continue
         row = {
             "id": task.id,
+            "project": project_of(task, projects),
             "title": task.title,
             "priority": task.priority,
             "instance": task.instance,
@@ -151,9 +153,10 @@ def report_document(
     lead_path: str,
     lead_items: Sequence[str],
     tasks: Mapping[TaskState, int] | None = None,
+    projects: Mapping[str, Mapping[TaskState, int]] | None = None,
 ) -> dict[str, Any]:
     """The JSON report of one cycle (pure); ``tasks``: how many pool tasks stand in each
-    state (``store.pick.count_states``)."""
+    state (``store.pick.count_states``), and ``projects`` the same per project."""
     sessions: dict[str, list[dict[str, Any]]] = {state: [] for state, _ in SESSION_STATES}
     for line in log.sessions:
         sessions.setdefault(line.state, []).append(asdict(line))
@@ -173,6 +176,7 @@ def report_document(
         doc[key] = [asdict(a) for a in log.actions if a.kind == kind]
     doc["needs_person"] = _one_per_session(doc["needs_person"])
     doc["tasks"] = dict(tasks or {})
+    doc["projects"] = {name: dict(states) for name, states in (projects or {}).items()}
     doc["waiting"] = {**waiting, "lead_backlog": {"path": lead_path, "items": list(lead_items)}}
     doc["errors"] = list(log.errors)
     doc["notes"] = list(log.notes)
@@ -286,6 +290,9 @@ def render_markdown(doc: Mapping[str, Any]) -> str:
     counted = [(n, s) for s, n in (doc.get("tasks") or {}).items() if n]
     out += ["", "## Task pool", ""]
     out.append(", ".join(f"{n} {task_words(s)}" for n, s in counted) or "The pool is empty.")
+    for name, states in (doc.get("projects") or {}).items():
+        out.append(f"- {name}: " + (", ".join(
+            f"{n} {task_words(s)}" for s, n in states.items() if n) or "no task"))
     waiting = doc["waiting"]
     out += ["", "## Waiting for dispatch", ""]
     ready, later, blocked = waiting["ready"], waiting["not_ready"], waiting["blocked"]
@@ -350,13 +357,16 @@ def write_report(pctx: OpsContext, log: RoundLog, code: int) -> tuple[Path, Path
     """Write the JSON and markdown report (latest + timestamped); return the latest paths."""
     try:
         tasks = pctx.backlog().load().tasks
+        tasks = pctx.own(tasks) if pctx.cfg.chosen else tasks  # --project: its tasks only
     except HubError as exc:
         tasks = []
         log.errors.append(pctx.redact(f"report: task pool unreadable: {exc}"))
-    waiting = held_by_budget(
-        waiting_tasks(tasks, pctx.now(), pctx.cfg.patrol.max_attempts), log.budget_held
-    )
-    states = count_states(tasks, pctx.now(), pctx.cfg.patrol.max_attempts)
+    names = [p.name for p in pctx.cfg.projects]
+    most = pctx.cfg.patrol.max_attempts
+    waiting = held_by_budget(waiting_tasks(tasks, pctx.now(), most, names), log.budget_held)
+    states = count_states(tasks, pctx.now(), most)
+    projects = {n: count_states(of_project(tasks, n, names), pctx.now(), most)
+                for n in names} if len(names) > 1 else None
     lead_path, lead_items = _lead(pctx)
     doc = _scrub(
         pctx,
@@ -368,6 +378,7 @@ def write_report(pctx: OpsContext, log: RoundLog, code: int) -> tuple[Path, Path
             lead_path=str(lead_path),
             lead_items=lead_items,
             tasks=states,
+            projects=projects,
         ),
     )
     markdown = pctx.redact(render_markdown(doc))

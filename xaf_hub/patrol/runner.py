@@ -38,9 +38,9 @@ from xaf_hub.errors import (
 from xaf_hub.notify.patrol import Sender, queue_failover, queue_round, send_round
 from xaf_hub.notify.record import RoundLog, StepOutcome
 from xaf_hub.ops.context import OpsContext
-from xaf_hub.patrol.context import Cycle
+from xaf_hub.patrol.context import Cycle, every_project
 from xaf_hub.patrol.jobs.check_agents import check_agents
-from xaf_hub.patrol.jobs.fill_slots import fill_slots
+from xaf_hub.patrol.jobs.fill_slots import fill_every_project
 from xaf_hub.patrol.jobs.fix_free_limit import fix_free_limit
 from xaf_hub.patrol.jobs.run_ceiling import run_ceiling_job
 from xaf_hub.patrol.jobs.sync_design import sync_design_tasks
@@ -80,12 +80,14 @@ __all__ = [
 
 Job = Callable[[OpsContext, Cycle], Awaitable[None]]
 
+# Each step serves every configured project when none is chosen (``every_project``); the
+# fill shares the servers' free slots between them (``fill_every_project``).
 STEPS: tuple[tuple[str, Job], ...] = (
-    ("run_ceiling", run_ceiling_job),
-    ("fix_free_limit", fix_free_limit),
-    ("check_agents", check_agents),
-    ("sync_design_tasks", sync_design_tasks),
-    ("fill_slots", fill_slots),
+    ("run_ceiling", every_project(run_ceiling_job)),
+    ("fix_free_limit", every_project(fix_free_limit)),
+    ("check_agents", every_project(check_agents)),
+    ("sync_design_tasks", every_project(sync_design_tasks)),
+    ("fill_slots", fill_every_project),
 )
 STEP_NAMES: tuple[str, ...] = tuple(name for name, _ in STEPS)
 

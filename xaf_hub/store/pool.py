@@ -423,6 +423,7 @@ class TaskPool(abc.ABC):
         base: str | None = None,
         task_id: str = "",
         room: Room | None = None,
+        project: str = "",
     ) -> ManualRecord:
         """Record a manual ``dispatch`` so the pool matches what really runs: one row per work.
 
@@ -454,6 +455,7 @@ class TaskPool(abc.ABC):
                 prompt=prompt,
                 prompts=(prompt,),
                 created_at=stamp,
+                project=project,
                 **_dispatched(session_id, instance, model, now, base, room),
             )
             return ManualRecord(data.append(task), True)

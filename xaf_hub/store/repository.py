@@ -156,10 +156,13 @@ class Mirror:
     @classmethod
     def of(cls, cfg: Config) -> Mirror:
         """The mirror of ``project.repository`` as the config sets it (fetch bound, secrets,
-        what its checks may reach)."""
+        what its checks may reach); with several projects each keeps its mirror and its checks'
+        copies in a folder of its own (``projects/NAME``), which no other project's check sees."""
         repo = cfg.repository
+        own = cfg.state_dir / "projects" / cfg.project_name if len(cfg.projects) > 1 else None
         return cls(
-            repo.url, cfg.state_dir, timeout=repo.fetch_timeout_seconds, secrets=repo.secrets(),
+            repo.url, own or cfg.state_dir, timeout=repo.fetch_timeout_seconds,
+            secrets=repo.secrets(),
             reach=Reach(repo.check_paths, repo.check_network, bool(repo.check_uncontained)),
         )
 

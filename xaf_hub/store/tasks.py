@@ -48,7 +48,9 @@ __all__ = [
     "instant_seconds",
     "is_generated_id",
     "new_task_id",
+    "of_project",
     "parse_instant",
+    "project_of",
 ]
 
 SCHEMA_VERSION: Final = 1
@@ -106,6 +108,7 @@ _FIELD_TYPES: Final[dict[str, tuple[tuple[type, ...], bool]]] = {
     "landed": (_STR, True),
     "conflicts": ((int,), True),
     "person": (_STR, True),
+    "project": (_STR, False),
 }
 TASK_KEYS: Final = frozenset(_FIELD_TYPES)
 # Keys holding an array of strings (kept as tuples in the record).
@@ -245,6 +248,8 @@ class Task:
     # Dispatched, and left to a person by the patrol (its work not verified, a person's stop, a
     # refused request...): why, in one line; None while the patrol goes on with it.
     person: str | None = None
+    # The configured project it is for ("": the config's first project, as before projects).
+    project: str = ""
     # Keys the hub does not know, kept verbatim so a rewrite never drops them.
     extra: Mapping[str, Any] = field(default_factory=dict, hash=False)
 
@@ -303,7 +308,8 @@ class Task:
             if f.name == "extra":
                 continue
             value = getattr(self, f.name)
-            if f.name in _UNSET_OMITTED and value in (None, ()):
+            unset = f.name in _UNSET_OMITTED and value in (None, ())
+            if unset or (f.name, value) == ("project", ""):
                 continue  # a pool file written before them stays as it was
             data[f.name] = list(value) if f.name in _LIST_KEYS else value
         data.update(copy.deepcopy(dict(self.extra)))
@@ -409,6 +415,17 @@ def found(task: Task | None, task_id: str) -> Task:
     if task is None:
         raise UsageError(f"no task {task_id!r} in the {WHAT}")
     return task
+
+
+def project_of(task: Task, projects: Sequence[str]) -> str:
+    """The project ``task`` is for: its own, else the first of ``projects`` (a pool written
+    before projects, or by a one-project config, names none)."""
+    return task.project or (projects[0] if projects else "")
+
+
+def of_project(tasks: Iterable[Task], project: str, projects: Sequence[str]) -> list[Task]:
+    """The tasks of ``project``; with one project configured, every task is its."""
+    return [t for t in tasks if len(projects) <= 1 or project_of(t, projects) == project]
 
 
 def new_task_id(now: datetime, taken: Iterable[str]) -> str:

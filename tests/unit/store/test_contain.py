@@ -17,6 +17,7 @@ import pytest
 
 from tests.contained import needs_sandbox
 from tests.gitrepo import Origin, git, make_origin
+from tests.unit.config.projects_support import load, projects
 from xaf_hub.store import contain
 from xaf_hub.store.contain import ETC, HOME, SYSTEM, Reach, sandbox_argv
 from xaf_hub.store.repository import Mirror
@@ -238,3 +239,24 @@ def test_doctors_probe_proves_the_sandbox(tmp_path: Path) -> None:
     assert 0 < proof.processes <= 6
     network = contain.prove(tmp_path, Reach(network=True))
     assert (network.secret_read, network.reached) == (False, True)  # the loopback is open then
+
+
+@needs_sandbox
+def test_one_projects_check_reads_nothing_of_another_projects_mirror(
+    origin: Origin, tmp_path: Path
+) -> None:
+    doc = projects(state_dir=str(tmp_path / "state"))
+    for entry in doc["projects"].values():
+        entry["repository"] = str(origin.bare)  # even one remote: a mirror each
+    cfg = load(tmp_path, doc)
+    shop, blog = Mirror.of(cfg.choose("shop")), Mirror.of(cfg.choose("blog"))
+    assert shop.path.is_relative_to(tmp_path / "state" / "projects" / "shop")
+    assert blog.path.is_relative_to(tmp_path / "state" / "projects" / "blog")
+    shop.fetch()
+    blog.fetch()
+    sha = git(origin.bare, "rev-parse", "refs/heads/main")
+    run = shop.run_check(sha, f"cat {blog.path}/HEAD 2>&1; ls {blog.state} 2>&1; echo done", 60)
+    assert run.contained == "contained" and run.passed, run.tail
+    said = run.tail.splitlines()
+    assert said[0] == f"cat: {blog.path}/HEAD: No such file or directory"
+    assert said[1] == f"ls: cannot access '{blog.state}': No such file or directory"

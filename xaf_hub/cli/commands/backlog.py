@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from xaf_hub.cli.commands._common import FORCE, INSTANCE, SESSION
 from xaf_hub.cli.context import Context
 from xaf_hub.cli.options import (
+    GLOBAL,
     JSON,
     MAX_TEXT,
     WIDE,
@@ -46,7 +47,14 @@ from xaf_hub.store import audit
 from xaf_hub.store.pick import state_of
 from xaf_hub.store.pool import undispatched, unjudged
 from xaf_hub.store.statefile import read_json, write_json_atomic
-from xaf_hub.store.tasks import PRIORITIES, BacklogData, Task, format_instant
+from xaf_hub.store.tasks import (
+    PRIORITIES,
+    BacklogData,
+    Task,
+    format_instant,
+    of_project,
+    project_of,
+)
 
 if TYPE_CHECKING:
     from xaf_hub.store.pool import TaskPool
@@ -162,7 +170,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     for name, (record, words) in ACTIONS.items():
         action = sub.add_parser(name, help=words)
         # Accepted after the action too, like every other command's options.
-        add_options(action, pick(declared(Common), "config", "debug"), suppress=True)
+        add_options(action, pick(declared(Common), *GLOBAL), suppress=True)
         add_record(action, record)
 
 
@@ -193,7 +201,7 @@ def run(ctx: Context) -> int:
 def _state(ctx: Context, task: Task, tasks: list[Task]) -> dict[str, str]:
     """A task's state as ``backlog`` prints it: the value, its words and why."""
 
-    state, why = state_of(task, tasks, _now(), ctx.config.patrol.max_attempts)
+    state, why = state_of(task, tasks, _now(), ctx.whole.patrol.max_attempts)
     return {"state": state, "state_words": task_words(state), "state_detail": why}
 
 
@@ -209,9 +217,12 @@ _SAY_WHY = ("waiting", "blocked", "person")
 def listing(ctx: Context, opts: ListOptions) -> dict[str, Any]:
     """What `backlog list --json` prints (and the MCP tool answers): the tasks in order."""
 
+    cfg = ctx.whole  # several projects and no --project: every project's tasks
+    names = [p.name for p in cfg.projects]
     store = _store(ctx)
     data = store.load()
-    tasks = [t for t in data.tasks if not opts.status or t.status == opts.status]
+    mine = of_project(data.tasks, cfg.project_name, names) if cfg.chosen else data.tasks
+    tasks = [t for t in mine if not opts.status or t.status == opts.status]
     order = {"pending": 0, "dispatched": 1, "done": 2}
     tasks.sort(key=lambda t: (order[t.status], PRIORITIES.index(t.priority)))
     return {
@@ -219,6 +230,7 @@ def listing(ctx: Context, opts: ListOptions) -> dict[str, Any]:
         "tasks": [
             {
                 **t.to_json(),
+                "project": project_of(t, names),
                 "commit": t.commit,
                 "commits": list(t.commits),
                 "verified": t.verified,
@@ -239,8 +251,10 @@ def _list(ctx: Context, opts: ListOptions) -> int:
     if not tasks:
         ctx.out(f"no tasks ({doc['path']})")
         return int(ExitCode.OK)
+    several = not ctx.whole.chosen
     rows = [
         [
+            *([t["project"]] if several else []),
             t["id"],
             t["priority"],
             _shown_state(t),
@@ -253,7 +267,8 @@ def _list(ctx: Context, opts: ListOptions) -> int:
     ]
     ctx.table(
         rows,
-        ["id", "priority", "state", "instance", "attempts", "session", "title"],
+        [*(["project"] if several else []),
+         "id", "priority", "state", "instance", "attempts", "session", "title"],
         flexible=[("title", 12), ("session", 16), ("instance", 8)],
         keep_end=["session"],
         colors={"state": tone_painter({task_words(s): tone(s) for s in TASK_STATES})},
@@ -295,6 +310,7 @@ def add_task(ctx: Context, opts: AddOptions) -> Task:
             spec=opts.spec,
             prompt=prompt,
             depends_on=opts.depends_on,
+            project=cfg.project_name,
         )
     except ValueError as exc:
         raise UsageError(str(exc)) from None

@@ -5,10 +5,13 @@ existing config unless --force is given. Passwords are not asked for: the next c
 names the environment variable each instance reads its password from. A first root that is a
 git checkout with an ``origin`` remote gives ``project.repository`` (where the hub verifies
 the agents' work), without the user name or token an https URL may hold: those stay with git.
+``--add-project NAME --root DIR`` adds a project to the existing config instead (a one-project
+config becomes ``projects``), checked as a whole before the one write.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import shlex
 import sys
@@ -23,6 +26,7 @@ from xaf_hub.cli.context import Context
 from xaf_hub.cli.options import opt
 from xaf_hub.config.credentials import pw_env_name
 from xaf_hub.config.load import parse_config
+from xaf_hub.config.reader import load_json_file
 from xaf_hub.errors import UsageError
 from xaf_hub.store.repository import origin_of
 from xaf_hub.store.statefile import write_text_atomic
@@ -37,6 +41,7 @@ examples:
   xaf-hub init -i dev=http://127.0.0.1:4096 -i build=http://127.0.0.1:4097 --root /srv/shop
   xaf-hub init -i dev=http://127.0.0.1:4096 -i live=http://prod-box:4096 --prod live
   xaf-hub --config ~/.xaf_hub/config.json init --root ~/src/shop --force
+  xaf-hub init --add-project blog --root /srv/blog         # one more project in config.json
 """
 
 
@@ -100,6 +105,47 @@ def starter(
     }
 
 
+def with_project(doc: Any, name: str, dirs: Sequence[str], repository: str = "") -> Any:
+    """``doc`` with project ``name`` added (pure): a one-project config first becomes
+    ``projects`` (its project, and each instance's roots and default folder, moved under its
+    name), then the new project takes ``dirs`` on every instance."""
+    if not isinstance(doc, dict) or not isinstance(doc.get("instances"), list):
+        raise UsageError("--add-project: the config has no instances to add a project to")
+    doc = copy.deepcopy(doc)
+    names = [str(i.get("name")) for i in doc["instances"] if isinstance(i, dict)]
+    if "projects" not in doc:
+        old = dict(doc.pop("project", None) or {})
+        entry: dict[str, Any] = {k: v for k, v in old.items() if k != "name"}
+        for key in ("roots", "default_directory"):
+            entry[key] = {i["name"]: i.pop(key) for i in doc["instances"]
+                          if isinstance(i, dict) and key in i}
+        doc["projects"] = {str(old.get("name") or "project"): entry}
+    if not isinstance(doc["projects"], dict) or name in doc["projects"]:
+        raise UsageError(f"--add-project {name!r}: the config already has that project")
+    doc["projects"][name] = {
+        **({"repository": repository} if repository else {}),
+        "isolation": "worktree",
+        "roots": {n: list(dirs) for n in names},
+        "default_directory": {n: dirs[0] for n in names},
+    }
+    return doc
+
+
+def _add_project(ctx: Context, opts: Options, dest: Path) -> int:
+    """Add ``--add-project`` to the config at ``dest``: validated whole, written in one step."""
+    assert opts.add_project is not None
+    if not opts.root or opts.instance or opts.prod or opts.force:
+        raise UsageError("--add-project takes --root DIR (repeatable) and no other init option")
+    dirs = [str((ctx.cwd / Path(r).expanduser()).resolve()) for r in opts.root]
+    origin, had_credentials = origin_of(Path(dirs[0]))
+    doc = with_project(load_json_file(dest), opts.add_project, dirs, origin)
+    cfg = parse_config(doc, path=dest, env=ctx.env)  # the whole config must still load
+    write_text_atomic(dest, json.dumps(doc, indent=2, ensure_ascii=False) + "\n", private=False)
+    ctx.out(f"added project {opts.add_project} to {dest} (projects: {cfg.project_names()})")
+    ctx.out(_repository_said(Path(dirs[0]), origin, had_credentials))
+    return 0
+
+
 def _repository_said(root: Path, origin: str, had_credentials: bool) -> str:
     """What init made of the first root's git remote."""
     if not origin:
@@ -146,6 +192,8 @@ class Options:
                                 help="mark instance NAME as production: danger and read-only by "
                                 "default, so every write to it needs --allow-prod (repeatable)")
     force: bool = FORCE.field(help="overwrite an existing config file")
+    add_project: str | None = opt("--add-project", metavar="NAME", help="add project NAME, "
+                                  "its folders given by --root, to the existing config")
     project: str | None = None
 
 
@@ -156,6 +204,8 @@ def run(ctx: Context) -> int:
     dest = Path(explicit or "config.json").expanduser()
     if not dest.is_absolute():
         dest = ctx.cwd / dest
+    if opts.add_project is not None:
+        return _add_project(ctx, opts, dest)
     first = (ctx.cwd / Path(opts.root[0]).expanduser()).resolve() if opts.root else None
     origin, had_credentials = origin_of(first) if first is not None else ("", False)
     doc = starter(opts.instance, opts.root, opts.project, ctx.cwd, opts.prod, origin)

@@ -88,7 +88,11 @@ def _pctx(ctx: Context) -> OpsContext:
         ctx.info(line)
         ctx.stderr.flush()
 
-    return ctx.ops(log=log)
+    from xaf_hub.ops.context import OpsContext
+
+    # Several projects and no --project: the patrol serves them all (patrol.context).
+    return OpsContext(ctx.whole, env=ctx.env, transport_factory=ctx.transport_factory,
+                      shared=ctx.stores, log=log)
 
 
 def run(ctx: Context) -> int:
@@ -132,7 +136,7 @@ def run(ctx: Context) -> int:
             raise UsageError("--interval-seconds must be more than 0")
         interval, aligned = timedelta(seconds=opts.interval_seconds), False
     else:
-        interval, aligned = timedelta(minutes=ctx.config.patrol.interval_minutes), True
+        interval, aligned = timedelta(minutes=ctx.whole.patrol.interval_minutes), True
 
     def out(line: str) -> None:
         ctx.out(line)
@@ -140,7 +144,7 @@ def run(ctx: Context) -> int:
 
 
     return run_daemon(pctx, skip, interval, aligned=aligned, out=out, live=not opts.no_live,
-                      watch=ConfigWatch(ctx.config, ctx.env), use=ctx.use)
+                      watch=ConfigWatch(ctx.whole, ctx.env), use=ctx.use)
 
 
 def _who(ctx: Context) -> str:
@@ -156,7 +160,7 @@ def _who(ctx: Context) -> str:
 def _pause(ctx: Context) -> int:
 
 
-    cfg = ctx.config
+    cfg = ctx.whole
     changed = set_paused(cfg.state_dir / "patrol", _who(ctx), datetime.now(UTC).astimezone())
     if changed:
         audit.append(cfg.state_dir, command="patrol.pause", result="paused", env=ctx.env)
@@ -172,7 +176,7 @@ def _pause(ctx: Context) -> int:
 
 def _resume(ctx: Context) -> int:
 
-    cfg = ctx.config
+    cfg = ctx.whole
     changed = clear_paused(cfg.state_dir / "patrol")
     if changed:
         audit.append(cfg.state_dir, command="patrol.resume", result="active", env=ctx.env)
@@ -193,7 +197,7 @@ def _say(ctx: Context, doc: dict[str, object], line: str) -> None:
 
 def _status(ctx: Context) -> int:
 
-    folder = ctx.config.state_dir / "patrol"
+    folder = ctx.whole.state_dir / "patrol"
     paused = pause_info(folder)
     report = latest_report(folder)
     beat = heartbeat(folder)

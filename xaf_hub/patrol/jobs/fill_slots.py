@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 
 from xaf_hub.config.load import InstanceConfig
@@ -47,7 +48,7 @@ from xaf_hub.ops.planner import (
 )
 from xaf_hub.ops.rooms import room_name
 from xaf_hub.ops.send import build_prompt, send_work
-from xaf_hub.patrol.context import Cycle, pool_discipline
+from xaf_hub.patrol.context import Cycle, each_view, pool_discipline, project_views
 from xaf_hub.patrol.jobs.land import land_ready
 from xaf_hub.patrol.settle import (
     JUST_DISPATCHED,
@@ -76,6 +77,8 @@ __all__ = [
     "STEP",
     "Settlement",
     "Sighting",
+    "fair_slots",
+    "fill_every_project",
     "fill_slots",
     "is_infrastructure_failure",
     "names_model",
@@ -118,6 +121,28 @@ def plan_fill(
     return plan
 
 
+def fair_slots(
+    server_free: Mapping[str, int], wants: Mapping[str, Mapping[str, tuple[int, int, int]]]
+) -> dict[str, dict[str, int]]:
+    """How many of each server's free slots each project takes (pure): one slot at a time to
+    the project with the fewest runs there (the earlier one on a tie) among those with a task
+    planned there and room left under its share, so no queue, however long, starves another.
+
+    ``wants``: project -> server -> (its runs there, its free slots there, its tasks planned
+    there), projects in config order.
+    """
+    given: dict[str, dict[str, int]] = {p: {} for p in wants}
+    for server, free in server_free.items():
+        for _ in range(free):
+            open_ = [p for p, per in wants.items() if server in per
+                     and given[p].get(server, 0) < min(per[server][1], per[server][2])]
+            if not open_:
+                break
+            p = min(open_, key=lambda q: wants[q][server][0] + given[q].get(server, 0))
+            given[p][server] = given[p].get(server, 0) + 1
+    return given
+
+
 def session_title(task: Task) -> str:
     """The new session's title: the task title, led by its id when the title lacks it."""
     return task.title if task.id in task.title else f"{task.id} {task.title}"
@@ -127,13 +152,48 @@ def session_title(task: Task) -> str:
 # I/O
 
 
-async def fill_slots(pctx: OpsContext, cycle: Cycle) -> None:
-    """Settle dispatched tasks, then dispatch pending ones into every free slot."""
+async def fill_every_project(pctx: OpsContext, cycle: Cycle) -> None:
+    """``fill_slots`` for the chosen project, else for every configured one, each taking the
+    free slots ``fair_slots`` gives it; one project's failure is raised after the others ran."""
+    views = project_views(pctx)
+    if len(views) == 1:
+        return await fill_slots(pctx, cycle)
+    now = pctx.now()
+    data = pctx.backlog().load()
+    wants: dict[str, dict[str, tuple[int, int, int]]] = {}
+    server_free: dict[str, int] = {}
+    for view in views:
+        fleet, _ = await cycle.scan(view)
+        gate = view.gate()
+        loads = {sc.inst.name: instance_load(sc, gate, allow_prod=True) for sc in fleet.scans}
+        for name, load in loads.items():
+            used = load.running_project + load.running_others + (load.reserved or 0)
+            known = load.reserved is not None and not load.run_state_unknown
+            server_free[name] = max(0, load.limit - used) if known and load.reachable else 0
+        mine = {t.id for t in view.own(data.tasks)}
+        planned = Counter(name for name, _ in plan_fill(
+            [t for t in data.tasks if t.id in mine or t.status != "pending"],
+            [(inst.name, free) for inst, free, _ in free_slots(fleet, gate)],
+            now, view.cfg.patrol.max_attempts,
+        ))
+        wants[view.cfg.project_name] = {
+            name: (load.running_project + load.reserved_own, load.free, planned[name])
+            for name, load in loads.items()
+        }
+    given = fair_slots(server_free, wants)
+    await each_view(views, lambda view: fill_slots(view, cycle, given[view.cfg.project_name]))
+
+
+async def fill_slots(
+    pctx: OpsContext, cycle: Cycle, allot: Mapping[str, int] | None = None
+) -> None:
+    """Settle dispatched tasks, then dispatch pending ones into every free slot (at most
+    ``allot``'s per instance, when given)."""
     fleet, scanned_at = await cycle.scan(pctx)
     cycle.note_instances(pctx, fleet)
     backlog = pctx.backlog()
     await settle_dispatched(
-        pctx, cycle, fleet, (await asyncio.to_thread(backlog.load)).tasks, scanned_at
+        pctx, cycle, fleet, pctx.own((await asyncio.to_thread(backlog.load)).tasks), scanned_at
     )
     await land_ready(pctx, cycle)
     if pctx.stop_requested():
@@ -151,9 +211,12 @@ async def fill_slots(pctx: OpsContext, cycle: Cycle) -> None:
         else:
             budget_stop[""] = str(err)
     spent = {name for name, err in over.items() if err.instance}
-    slots = [s for s in free_slots(fleet, gate) if s[0].name not in spent]
+    slots = [(inst, min(free, free if allot is None else allot.get(inst.name, 0)), where)
+             for inst, free, where in free_slots(fleet, gate) if inst.name not in spent]
+    slots = [s for s in slots if s[1] > 0]
+    mine = {t.id for t in pctx.own(data.tasks)}
     plan = plan_fill(
-        data.tasks,
+        [t for t in data.tasks if t.id in mine or t.status != "pending"],  # depends_on: all
         [(inst.name, free) for inst, free, _ in slots],
         now,
         pctx.cfg.patrol.max_attempts,

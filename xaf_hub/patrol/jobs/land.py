@@ -24,7 +24,7 @@ async def land_ready(pctx: OpsContext, cycle: Cycle) -> None:
     repo = pctx.cfg.repository
     if not repo.url:
         return
-    for task in (await asyncio.to_thread(pctx.backlog().load)).tasks:
+    for task in pctx.own((await asyncio.to_thread(pctx.backlog().load)).tasks):
         if pctx.stop_requested():
             return
         key = (task.dispatched_to or "", task.session_id or "")

@@ -23,7 +23,7 @@ from xaf_hub.patrol.design_scan import (
     merge_design_tasks,
     scan_dirs,
 )
-from xaf_hub.store.tasks import BacklogData, Task
+from xaf_hub.store.tasks import BacklogData, Task, of_project
 
 STEP = "sync_design_tasks"
 
@@ -60,12 +60,18 @@ async def sync_design_tasks(pctx: OpsContext, cycle: Cycle) -> None:
     if not found:
         return
     backlog = pctx.backlog()
+    names = [p.name for p in cfg.projects]
+
+    def merged(tasks: list[Task]) -> list[Task]:
+        return merge_design_tasks(tasks, found, now, project=cfg.project_name,
+                                  mine=lambda t: bool(of_project([t], cfg.project_name, names)))
+
     # A cheap unlocked look first: update_json would create the file even with nothing to add.
-    if not merge_design_tasks((await asyncio.to_thread(backlog.load)).tasks, found, now):
+    if not merged((await asyncio.to_thread(backlog.load)).tasks):
         return
 
     def add(data: BacklogData) -> list[Task]:
-        return data.extend(merge_design_tasks(data.tasks, found, now))
+        return data.extend(merged(data.tasks))
 
     added = await asyncio.to_thread(backlog.update, add)
     if not added:

@@ -193,3 +193,22 @@ def test_init_says_when_the_root_gives_no_repository(tmp_path: Path) -> None:
     assert code == 0, err
     assert "repository" not in json.loads((tmp_path / "config.json").read_text("utf-8"))["project"]
     assert "project.repository: not set" in out and "finished, not verified" in out
+
+
+def test_init_adds_a_project_to_a_one_project_config_keeping_it_valid(tmp_path: Path) -> None:
+    code, _, err = run(tmp_path, "init", "-i", "dev=http://127.0.0.1:4096", "--root", "/srv/shop")
+    assert code == 0, err
+    path = tmp_path / "config.json"
+    code, out, err = run(tmp_path, "init", "--add-project", "blog", "--root", "/srv/blog")
+    assert code == 0, err
+    assert "added project blog" in out and "shop, blog" in out
+    cfg = load_config(str(path), env={}, cwd=tmp_path)
+    assert [p.name for p in cfg.projects] == ["shop", "blog"]
+    assert cfg.choose("shop").instances[0].roots == ("/srv/shop",)
+    assert cfg.choose("blog").instances[0].default_directory == "/srv/blog"
+    before = path.read_text("utf-8")
+    code, _, err = run(tmp_path, "init", "--add-project", "blog", "--root", "/srv/x")
+    assert code == ExitCode.USAGE and "already has that project" in err
+    code, _, err = run(tmp_path, "init", "--add-project", "9bad", "--root", "/srv/x")
+    assert code == ExitCode.USAGE and "short identifier" in err
+    assert path.read_text("utf-8") == before  # nothing half-written

@@ -1,0 +1,80 @@
+"""One patrol for several projects: free slots shared fairly, one pool whose ids never collide,
+each task read as its project's."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from tests.unit.config.projects_support import load, projects
+from xaf_hub.errors import UsageError
+from xaf_hub.ops.context import OpsContext
+from xaf_hub.patrol.context import project_views
+from xaf_hub.patrol.design_scan import DesignTask, merge_design_tasks
+from xaf_hub.patrol.jobs.fill_slots import fair_slots
+from xaf_hub.store.tasks import BacklogData, Task, of_project, project_of
+
+NOW = datetime(2026, 12, 6, 12, 0, tzinfo=UTC)
+
+
+def test_a_quiet_projects_task_takes_the_one_free_slot_whatever_the_busy_queue() -> None:
+    # shop runs 2 of dev's 3 and has 50 tasks planned; blog runs none and has one.
+    given = fair_slots({"dev": 1}, {"shop": {"dev": (2, 1, 50)}, "blog": {"dev": (0, 1, 1)}})
+    assert given == {"shop": {}, "blog": {"dev": 1}}
+
+
+def test_slots_go_one_at_a_time_to_the_project_with_the_fewest_runs_there() -> None:
+    given = fair_slots(
+        {"dev": 4, "lan": 2},
+        {
+            "shop": {"dev": (1, 4, 9), "lan": (0, 2, 9)},
+            "blog": {"dev": (0, 4, 9), "lan": (0, 2, 9)},
+        },
+    )
+    # dev: blog (0) then a tie at 1 goes to the earlier project, then one more each.
+    assert given == {"shop": {"dev": 2, "lan": 1}, "blog": {"dev": 2, "lan": 1}}
+
+
+def test_a_project_at_its_share_or_without_work_takes_nothing_and_leaves_the_rest() -> None:
+    given = fair_slots(
+        {"dev": 3},
+        {"shop": {"dev": (1, 0, 9)}, "blog": {"dev": (0, 3, 1)}, "docs": {"dev": (0, 3, 0)}},
+    )
+    assert given == {"shop": {}, "blog": {"dev": 1}, "docs": {}}  # two slots stay free
+
+
+def test_a_task_names_its_project_and_an_old_row_reads_as_the_first_project() -> None:
+    names = ["shop", "blog"]
+    old = Task.from_json({"id": "T-1", "title": "old"})
+    new = Task.from_json({"id": "T-2", "title": "new", "project": "blog"})
+    assert "project" not in old.to_json() and new.to_json()["project"] == "blog"
+    assert (project_of(old, names), project_of(new, names)) == ("shop", "blog")
+    assert of_project([old, new], "shop", names) == [old]
+    assert of_project([old, new], "blog", names) == [new]
+    assert of_project([old, new], "shop", ["shop"]) == [old, new]  # one project: all its
+
+
+def test_task_ids_are_unique_across_projects_in_the_one_pool() -> None:
+    data = BacklogData()
+    data.append(Task("T-1", "a shop task", project="shop"))
+    with pytest.raises(UsageError, match="already exists"):
+        data.append(Task("T-1", "a blog task", project="blog"))
+
+
+def test_a_design_row_of_another_project_is_added_under_an_id_of_its_own() -> None:
+    shop = Task("F-1", "add search", spec="docs/plans/p.md", project="shop")
+    row = DesignTask("F-1", "add search", "docs/plans/p.md", 1, "F-1 add search", False)
+    added = merge_design_tasks([shop], [row], NOW, project="blog",
+                               mine=lambda t: t.project == "blog")
+    assert [(t.id, t.project) for t in added] == [("F-1@p", "blog")]
+    assert merge_design_tasks([shop], [row], NOW, project="shop",
+                              mine=lambda t: t.project == "shop") == []
+
+
+def test_the_patrol_of_a_config_of_several_projects_serves_each(tmp_path: Path) -> None:
+    cfg = load(tmp_path, projects())
+    views = project_views(OpsContext(cfg))
+    assert [(v.cfg.project_name, v.cfg.chosen) for v in views] == [("shop", True), ("blog", True)]
+    assert [v.cfg.project_name for v in project_views(OpsContext(cfg.choose("blog")))] == ["blog"]
