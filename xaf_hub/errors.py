@@ -1,25 +1,4 @@
-"""Exit codes and the exception tree.
-
-Every failure the hub reports to a user is one of these::
-
-    HubError                (exit 1, INTERNAL unless a subclass says otherwise)
-    ├── ConfigError         (exit 4) bad config file, key or value
-    ├── UsageError          (exit 4) bad argument, unknown instance, empty --text
-    │   ├── ProductionRefused (exit 4) a write to a `danger` instance without --allow-prod
-    │   ├── SessionNotFound (exit 4) a session id the instance does not know
-    │   └── RequestGone     (exit 4) a permission request or question that no longer waits
-    ├── StateFileError      (exit 1) a corrupt state file (backlog, model state); never reset
-    ├── UnreachableError    (exit 2) an instance did not answer usefully (DNS, refused, 401, 5xx)
-    │   └── MissingPassword (exit 4) the server asks for a password and none is configured
-    ├── RoomFailed          (exit 2) a server could not make a task's worktree or start it
-    ├── BusyError           (exit 3) concurrency limit reached, or the dispatch lock timed out
-    │   ├── LockBusy        (exit 3) a lock (dispatch, state file) stayed held past its wait
-    │   ├── LockLostError   (exit 3) the dispatch lock was lost before the prompt went out
-    │   ├── BudgetReached   (exit 3) today's spend reached a daily budget: no new work
-    │   └── RunStateUnknown (exit 3) an instance's run state cannot be read: counted full
-    ├── NotProjectSession   (exit 5) the target session or folder is outside the project (--force)
-    ├── ApiError            (exit 1) the server refused a request with a 4xx other than 401
-    └── TaskChanged         (exit 1) a pool row changed under a dispatch: nothing was sent
+"""Exit codes and the exception tree (docs/architecture.md §10 shows it).
 
 This module is the one home of the tree; only ``cli/main.py`` turns these into exit codes and
 printed lines.

@@ -334,3 +334,30 @@ def test_ten_racing_dispatches_overspend_a_daily_budget_by_at_most_one_run_ceili
     assert final == pytest.approx(RUN_USD * len(started))
     assert final <= 0.05 + RUN_USD + 1e-9  # the stated bound: one run's ceiling over
     assert project_sessions(hub) == sessions_before + len(started)
+
+
+def test_the_overall_budget_holds_every_projects_spend_together(hub: Hub) -> None:
+    hub.doc.pop("project")
+    for inst in hub.doc["instances"]:
+        inst.pop("roots"), inst.pop("default_directory")
+    hub.write_config(projects={
+        p: {"roots": {"lan-c": [str(app.parent)]}, "default_directory": {"lan-c": str(app)}}
+        for p, app in ((p, hub.project_dir(p, "app")) for p in ("shop", "blog"))
+    })
+    budgets(hub, 0.02)
+    code, doc = hub.cli_json(
+        "dispatch", "--new", "--project", "shop", "--instance", "lan-c", "--text", "priced",
+        "--model", PRICED, "--no-record",
+    )
+    assert code == 0, doc
+    hub.wait_for(lambda: (status(hub)["fleet"]["spent_today_usd"] or 0) >= RUN_USD - 1e-9,
+                 timeout=90)
+    # Blog has spent nothing, yet shop's run took the whole overall budget.
+    code, out, err = hub.cli(
+        "dispatch", "--new", "--project", "blog", "--instance", "lan-c", "--text", "x"
+    )
+    assert code == 3 and "all projects: daily budget $0.02 reached ($0.02 spent today)" in err
+    code, out, err = hub.cli("status")
+    assert code == 0 and "spend, all projects: $0.02 of $0.02 today (100 %)" in out, out
+    code, doc = hub.cli_json("status", "--project", "blog")
+    assert code == 0 and doc["project"]["spent_today_usd"] == 0.0 and doc["fleet"] is None

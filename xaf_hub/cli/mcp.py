@@ -1,20 +1,10 @@
 """The hub as an MCP server: a lead agent sees the fleet, sends work and queues it, with every
-guarantee of the command line.
+guarantee of the command line (docs/mcp.md, docs/architecture.md §6.1).
 
-Each tool is one declaration (``Tool``): a name, what it does, the options it takes (the very
-``Opt`` declarations its command's argparse face comes from, ``cli/options.py``) and one call
-that builds the command's typed record (``dispatch.Options``, hence ``DispatchOrder``) from the
-validated arguments and runs the operation the command runs. So a tool has the command's gate
-and limit, production guard, audit log (the caller is ``mcp:<client name>``) and discipline
-block, and answers the document the command prints with ``--json``; nothing is turned into
-words or read back from printed text. A refusal is a tool error whose text starts with its
-class, named from the exception tree (``limit reached: ...``); never a traceback and never a
-secret (every answer is redacted as a terminal's output is).
-
-A call runs in a worker thread that is never abandoned: a client that disconnects mid-call
-leaves the operation to finish (a dispatch either completed, and is audited, or never started).
-When the config cannot be loaded the server still starts and answers every call with that
-reason as a ``config error`` (the agent, and the person reading its screen, see it).
+Each ``Tool`` is one declaration built on its command's ``Opt`` declarations and runs the
+operation the command runs, answering its ``--json`` document. A refusal is a tool error that
+starts with its class, never a traceback or a secret; a call is never abandoned mid-way; a config
+that cannot load makes every call a ``config error``.
 """
 
 # No `from __future__ import annotations`: the SDK reads each tool's signature at run time.

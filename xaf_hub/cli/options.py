@@ -103,14 +103,12 @@ class Opt:
     """One option, declared once as a field of its command's options record (``Opt.field``):
     flags, help, default and limits here; its name (``dest``, also the MCP parameter) and kind
     come from the field (``declared``). ``add_options`` gives argparse its face,
-    ``tool_parameter`` the MCP tool's (``cli/mcp.py``).
+    ``tool_parameter`` the MCP tool's.
 
-    ``kind`` is ``str``, ``int``, ``float``, ``bool`` (a flag), ``list[str]`` (one or more
-    values; repeated flags with ``append``) or a ``Literal`` of words (choices). No ``flags``:
-    a positional argument. ``const``: the value of the flag given bare (its value optional).
-    Options of one ``group`` exclude each other. ``max_length`` bounds a text (each element of
-    a list); ``max_items`` a list. ``tool_help`` is for the rare option whose meaning differs
-    on the MCP face."""
+    No ``flags``: a positional argument. ``const``: the value of the flag given bare. Options of
+    one ``group`` exclude each other. ``tool_help`` is for the rare option whose meaning differs
+    on the MCP face.
+    """
 
     flags: tuple[str, ...]
     help: str | None = None

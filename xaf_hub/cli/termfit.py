@@ -1,16 +1,8 @@
 """Tables for a person at a terminal: fitted to its width, with colour for states.
 
-On a TTY a table is cut to the terminal's width. A header is never cut while its column's
-data fits: when the table is too wide, a header of two words or more goes on two lines
-first; then ids give way down to the start that still tells each apart (every command takes
-such a start); then the columns a command names as flexible give way, in its order, down to a
-floor (never below their header's narrowest two-line form), and again down to their header's
-width; then the widest data gives way down to its header's width; only when every column is
-down to its header are headers cut too. So the column a command names last keeps its room
-longest. Cells are shortened by display width (Chinese and other wide characters count two
-cells) with an ellipsis; ids without one. Colour marks states (ok / unreachable / busy /
-failed) on a TTY only, never when NO_COLOR is set or TERM is dumb. A pipe, or --wide, gets
-the table exactly as before.
+On a TTY a table is cut to the terminal's width in a fixed order of what gives way first
+(docs/architecture.md §12), by display width; colour only on a TTY, never with NO_COLOR or a dumb
+TERM. A pipe, or --wide, gets the table whole.
 """
 
 from __future__ import annotations

@@ -66,6 +66,13 @@ def usd(r: _Reader, name: str, value: float) -> float:
     return float(value)
 
 
+def _budget_usd(r: _Reader, name: str, value: float) -> float:
+    """A project's daily budget: an amount of US dollars above 0."""
+    if not math.isfinite(value) or value <= 0:
+        raise r.fail(name, f"must be an amount of US dollars above 0, got {value}")
+    return float(value)
+
+
 def _user_path(r: _Reader, name: str, value: str) -> Path | None:
     """A folder as written (``~`` is the user's home); "" is none."""
     return Path(value).expanduser() if value else None
@@ -394,7 +401,7 @@ class PoolConfig:
 
 @dataclass(frozen=True)
 class BudgetConfig:
-    """The project's daily spend ceiling across the fleet (None: no ceiling)."""
+    """The daily spend ceiling of every configured project together (None: no ceiling)."""
 
     daily_usd: float | None = setting(None, check=usd)
     # One run's cost, from its prompt to idle, at most (None: no ceiling per run).
@@ -493,6 +500,7 @@ class ProjectConfig:
     roots: Mapping[str, tuple[str, ...]]  # per instance name
     default_directory: Mapping[str, str]  # per instance name
     share: int | None = None  # its runs on each server, at most (None: up to the limit)
+    budget_daily_usd: float | None = None  # its spend today, at most (None: no cap of its own)
 
     def rules(self, instance: str) -> ProjectRules:
         """Its directory rules on ``instance``."""
@@ -517,6 +525,10 @@ class Config:
     fallback_segments: tuple[str, ...] = setting((), section="project")
     exclude_dirs: tuple[str, ...] = setting((), section="project", check=_folders)
     exclude_substrings: tuple[str, ...] = setting((), section="project")
+    # The chosen project's spend today, at most (None: none); budget.daily_usd is every project's.
+    project_budget_usd: float | None = setting(
+        None, key="budget_daily_usd", section="project", check=_budget_usd
+    )
     repository: RepositoryConfig = field(default_factory=RepositoryConfig)
     concurrency_limit: int = setting(DEFAULT_CONCURRENCY, minimum=1)
     session_ttl_days: float = setting(10.0)
@@ -762,6 +774,7 @@ def parse_config(raw: Any, *, path: Path, env: Mapping[str, str]) -> Config:
                 named["exclude_substrings"], repository,
                 roots={i.name: i.roots for i in instances},
                 default_directory={i.name: i.default_directory for i in instances},
+                budget_daily_usd=named["project_budget_usd"],
             ),
         )
 
@@ -812,7 +825,9 @@ def _seen_as(cfg: Config, p: ProjectConfig | None) -> Config:
         for inst in cfg.instances
     )
     if p is None:
-        return replace(cfg, instances=instances, chosen=False, project_name="")
+        return replace(
+            cfg, instances=instances, chosen=False, project_name="", project_budget_usd=None
+        )
     return replace(
         cfg,
         instances=instances,
@@ -822,6 +837,7 @@ def _seen_as(cfg: Config, p: ProjectConfig | None) -> Config:
         exclude_dirs=p.exclude_dirs,
         exclude_substrings=p.exclude_substrings,
         repository=p.repository,
+        project_budget_usd=p.budget_daily_usd,
     )
 
 
@@ -855,6 +871,7 @@ def _parse_projects(r: _Reader, instances: list[str]) -> tuple[ProjectConfig, ..
         found.append(ProjectConfig(
             name, named["fallback_segments"], named["exclude_dirs"], named["exclude_substrings"],
             repository, roots, default, None if share is None else int(share),
+            named["project_budget_usd"],
         ))
     return tuple(found)
 

@@ -1,23 +1,9 @@
-"""The ``notify`` section of config.json: which chat webhooks hear which events.
+"""The ``notify`` section of config.json: which chat webhooks hear which events
+(docs/notifications.md).
 
-Shape::
-
-    "notify": {
-      "webhooks": [
-        {"name": "team", "url_env": "XAF_HUB_WEBHOOK_TEAM", "format": "feishu",
-         "secret_env": "XAF_HUB_WEBHOOK_TEAM_SECRET", "events": ["task_done", "blackout"]}
-      ],
-      "timeout_seconds": 5, "retries": 2, "queue_limit": 100, "keep_hours": 24,
-      "round_seconds": 30, "summary_hour": 9
-    }
-
-A webhook URL carries its token, so it only ever comes from the environment variable named by
-``url_env``; a literal ``url`` (or ``secret``) in the file is refused (exit 4), like a password.
-The values are read at load time and never validated there (a bad value must not stop every
-command); ``doctor`` says what is wrong with them. The message language and the overview link
-are read from ``page.language`` and ``page.url`` when the config has them.
-
-Parsing is pure: raw JSON values and the environment in, a frozen ``NotifyConfig`` out.
+A webhook URL or secret comes only from the environment variable the file names; a literal one
+is refused (exit 4). Other values are not validated at load (``doctor`` says what is wrong).
+Parsing is pure: raw JSON and the environment in, a frozen ``NotifyConfig`` out.
 """
 
 from __future__ import annotations

@@ -1,14 +1,8 @@
 """Strict, typed reading of JSON config objects: errors name the file, the key and the fix.
 
-``Reader`` wraps one JSON object: typed getters that reject wrong types (a boolean is never
-a number), unknown keys reported with a "did you mean" suggestion, and ``load_json_file``
-that names the file and, for bad JSON, the line and column. ``load.py`` builds the
-configuration with it; other JSON config sections can use it the same way.
-
-A key is declared once, as a dataclass field made by ``setting``: its name in the file, its
-type (the field's annotation), its default, its limits and its check. ``read_section`` reads
-every key a class declares, with the same words for a wrong type, an unknown key or a number
-out of range as the getters.
+``Reader`` wraps one JSON object (a boolean is never a number; an unknown key gets a "did you
+mean"); ``setting`` declares a key once as a dataclass field and ``read_section`` reads every key
+a class declares, with the same words.
 """
 
 from __future__ import annotations

@@ -1,13 +1,8 @@
 """The config of a process that runs on (the patrol daemon, ``serve``), read again when saved.
 
-``ConfigWatch.poll`` stats the files the config was read from (``config.json``, either
-``config.local.json``, the password files in use): cheap enough to call every second. When one
-changed it loads the config again, with the process's own environment (a variable exported
-after the process started is never seen; a ``password_env`` renamed to one it has is). A config
-that does not load is not used: the process keeps the one it has and ``problem`` says why, until
-a saved version loads. What the process opened at its start (``RESTART_KEYS``: where the state
-lives and which backends hold it) keeps its old value until a restart; ``restart`` names those
-that changed.
+``ConfigWatch.poll`` is cheap enough to call every second. A config that does not load is not
+used (``problem`` says why); ``RESTART_KEYS`` keep their old value until a restart and
+``restart`` names those that changed (docs/architecture.md §8).
 """
 
 from __future__ import annotations

@@ -1,19 +1,8 @@
 """The commit hashes an agent reports in its final answer (pure).
 
-The discipline (``core.discipline``) ends every prompt with "report the commit hash in your
-final message"; ``claimed_commits`` reads them back so the patrol can look them up on the
-project's repository instead of taking the agent's word.
-
-A hash is 7 to 40 hexadecimal characters standing alone (not part of a longer word, path
-segment with a dash, a UUID or a 64-character digest), and it is read as a claim only where the
-answer presents a commit: a full 40-character hash; one a word calls a commit right
-before it ("commit a1b2c3d", "SHA: ...", "the commit hash is ...", ".../commit/...", 提交, 哈希),
-or for a hash of letters and digits both, a few words before it in the same sentence
-("committed the change as a1b2c3d", "pushed a1b2c3d"); or one on a line git printed (``[main
-a1b2c3d] msg`` from ``git commit``, the new side of ``a1b2c3d..e4f5a6b  main -> main`` from
-``git push``, a line that is the hash alone as ``git rev-parse`` prints it, or that starts with
-it as ``git log --oneline`` does). Any other run of hex digits (a colour ``#a1b2c3d4``, a build
-number, an id in prose) is not a claim: one wrong reading would make a valid claim fail.
+``claimed_commits`` returns the hashes the answer presents as commits, so the patrol can look them
+up instead of taking the agent's word; any other run of hex digits is not a claim (the rule is in
+docs/verification.md).
 """
 
 from __future__ import annotations

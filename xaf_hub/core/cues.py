@@ -1,24 +1,8 @@
-"""What in a task text points at one session beyond the words it shares.
+"""What in a task text points at one session beyond the words it shares (pure).
 
-Shared words cannot tell a follow-up from new work in the same area: "Add a TOTP step to the
-admin login" and "the login's remember-me box does nothing" share as much with a login session.
-Two things people write when they continue a session's work, and rarely otherwise (the
-labelled set in bench/data shows it; docs/matching.md):
-
-* **A file the session changed**, by name: "queue.ts needs an op id", "server/upload.go accepts
-  any file", "write the downgrade() for 0042_order_uuid". ``named_files`` finds them: a path or
-  file name with an extension of source, config or docs (not "e.g.", "myshop.com", "Next.js"),
-  compared by its last segment (and its folders, where both give some); or a file's stem
-  written as code (snake_case, camelCase), since "0042_order_uuid" names 0042_order_uuid.py
-  but "store" does not name store.ts. Names every project has (index.ts, settings.py,
-  package.json) name nothing in particular and are left out.
-* **Words that refer back** to earlier work: "also", "still", "instead", "as well", 还, 再, 也,
-  顺便, 继续. ``refers_back`` returns the first one found. Words that refer back in new work as
-  often ("after the", "now", "it") are not on the list, nor words that only hold a cue's
-  character (还原, 还款, 也许, 再见), nor a word inside quotes or code ("Also bought",
-  「再来一单」).
-
-Both are evidence for the planner's rule (``ops.planner.match_decision``), not scores.
+``named_files``: the files a task names that a session changed; ``refers_back``: the first word
+that refers back to earlier work. Both are evidence for ``ops.planner.match_decision``, not
+scores (docs/matching.md, "What people write when they continue").
 """
 
 from __future__ import annotations

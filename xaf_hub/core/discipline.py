@@ -1,23 +1,9 @@
-"""The single source of the commit/branch discipline every prompt ends with.
+"""The single source of the commit/branch discipline every prompt ends with (pure).
 
-Every prompt the hub sends (manual dispatch, fill_slots, resume, the continue
-prompt after healing) goes through :func:`compose_prompt`, which appends the
-block built by :func:`discipline_block` from the target instance's branch
-policy:
-
-- ``branch``   -- start from the integration branch, work on ``feature/<slug>``,
-  commit and push that branch, report the hash, never merge.
-- ``mainline`` -- work on the integration branch itself, create no branch,
-  commit and push it, report the hash.
-
-For mainline targets :func:`rewrite_branch_to_mainline` also rewrites
-instructions in the task text that say to create, switch to or push a
-``feature/...`` branch.  It is deliberately conservative: a mention is only
-rewritten when one of a fixed set of imperative patterns matches it, and never
-when the clause negates it or reads as a record of something that already
-happened.  Whatever it leaves alone is overruled by the mainline block.
-
-Pure: no I/O, no clock.
+Every prompt the hub sends goes through :func:`compose_prompt`, which appends
+:func:`discipline_block` for the target's branch policy (``branch`` or ``mainline``);
+:func:`rewrite_branch_to_mainline` rewrites a task's own branch instructions for mainline
+targets (docs/architecture.md §6).
 """
 
 from __future__ import annotations

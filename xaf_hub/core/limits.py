@@ -1,18 +1,8 @@
 """When a rate-limited provider said it will take work again (pure).
 
-A provider that answers 429 often says for how long: a ``Retry-After`` header (opencode turns it
-into the ``retry`` status's ``next``; docs/models.md), a sentence in the message ("Please try again
-in 6m0s", "It will reset in 3h 20m"), or a reset instant ("resets at 2026-12-03T15:00:00Z").
-``stated_end`` reads those; None means nothing was said and the caller falls back to the reset hour.
-
-opencode's own back-off also fills ``next`` (doubling per attempt, always below
-``BACKOFF_CEILING``; architecture §7): a ``next`` closer than ``BACKOFF_CEILING`` is that
-back-off, not the provider's word, and is ignored. So is any stated wait that short: opencode
-honours it on each of its retries, and a run that still failed shows the limit outlasted it.
-
-What a provider says is untrusted text: no text or header of any length or content raises
-here, and an end is never later than ``longest`` (``models.max_rest_hours``) after now: a
-provider that says more ("try again in 400 days") rests that long.
+``stated_end`` reads a retry's ``next``, a Retry-After or the message's words; None means nothing
+was said. A wait shorter than ``BACKOFF_CEILING`` is no statement, no input raises, and an end is
+never later than ``longest`` after now (docs/architecture.md §7).
 """
 
 from __future__ import annotations

@@ -1,37 +1,8 @@
 """Rank sessions against a task text: TF-IDF over character n-grams, cosine similarity.
 
-Pure Python: an inverted index over the documents' sparse vectors (``Index``); a query touches
-only the postings of its own n-grams. No numpy: its import and install cost more than a fleet
-of at most thousands of sessions needs (docs/install.md, Dependencies).
-
-The TF-IDF weights are scikit-learn's (`TfidfTransformer(sublinear_tf=True)`: smooth idf, l2
-norm), times a weight per entry: the field it comes from (a session's title and the task texts
-the hub sent into it count more than its changed files, those more than its folder) and a low
-weight for words any task uses ("add", "tests", 修复, 页面). The unit tests check the weights
-and scores against scikit-learn's transformer on generated corpora; the labelled set in
-bench/data (`python -m bench --match`) measures what they are worth.
-
-Why our own n-grams instead of sklearn's `char_wb` (on realistic titles; the cases are in
-tests/unit/test_matcher.py):
-
-* Chinese has no spaces, and one Han character is roughly one morpheme, so
-  character bigrams are roughly words (登录, 样式, 回调). Unigrams add matches on
-  single shared characters (用, 户, 新) that pushed unrelated tasks over the
-  0.12 default threshold; trigrams only dilute short titles.
-* In English a letter bigram or trigram is not a word: `char_wb` 1-3 or 2-3
-  gave "Write release notes for v2.3" a 0.20 similarity to "Add unit tests
-  for order service" (through "for", "tes", "es "). Padded 3-5 grams inside
-  each word keep stems ("style"/"styles", "refactor"/"refactoring") while a
-  whole short word ("csv", "502") still counts as one unit.
-* English function words ("for", "the", "to") are dropped before n-gramming:
-  they occur in many titles and carry no task meaning.
-
-So each script gets the n-gram size at which a character n-gram means
-something; both feed one TF-IDF space. The scripts meet in it through a glossary
-(core/glossary.json: Chinese terms of software work and their English words): a
-Chinese run that holds a term also carries its English words' n-grams, at the generic words'
-weight (a translation is weaker evidence than the same word typed), so "the login page" finds
-修复登录页样式 and 登录页 finds "Fix login page styles".
+Pure Python (``Index``: an inverted index over sparse vectors), with scikit-learn's weights times
+a weight per field and for generic words; why these n-grams and the glossary are in
+docs/matching.md.
 """
 
 from __future__ import annotations

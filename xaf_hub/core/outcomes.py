@@ -1,19 +1,8 @@
-"""The one vocabulary of what happened: a run's outcome and a task's state, as values (pure).
+"""The one vocabulary of what happened: a run's outcome (``Run``) and a task's state
+(``TaskState``), as values with their words and tone (pure).
 
-Every view (the page, ``sessions``, ``show``, ``backlog``, the patrol's report, the chat)
-says a run's outcome and a task's state with these values, their words ("run.<value>" and
-"task.<value>" in ``core.catalogue``) and their tone. Only a run that succeeded, a task done
-and verified and a task landed are ``good``: nothing shows green that a person still has to
-look at (docs/architecture.md §4).
-
-* ``Run``: how a session's last run ended. ``succeeded`` (the model finished its answer),
-  ``failed`` (an error), ``denied`` (it ended on a refused request: a permission denied or a
-  question dismissed), ``ceiling`` (the hub stopped it past its run ceiling), ``interrupted``
-  (aborted by a person, or stopped by the server mid-run), ``rate_limited``, ``running``,
-  ``not_started`` (no answer in it yet). ``core.runstate.outcome_of`` reads it from messages;
-  ``run_outcome`` adds what only the hub knows (it runs now, the hub stopped it).
-* ``TaskState``: where a pool task stands, from its row alone (``task_state``; the pool's
-  ``store.pick.state_of`` fills it in), so the page and ``backlog list`` count alike.
+Only a run that succeeded, a task done and verified and a task landed are ``good``
+(docs/architecture.md §4).
 """
 
 from __future__ import annotations

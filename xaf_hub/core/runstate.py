@@ -1,20 +1,6 @@
-"""The one vocabulary for a session's run state (pure).
-
-Every command, patrol job and page names run states with the words defined here
-(docs/architecture.md, "Run state"):
-
-* the server's **run state** of a session: ``busy``, ``retry``, ``idle``
-  (``records.RunState``, read by the scanner);
-* the **outcome** of its last run, from its newest assistant message (``outcome_of``): a
-  ``core.outcomes.Run`` value (succeeded, failed, denied, interrupted, rate_limited, running =
-  never completed, not_started); ``core.outcomes.run_outcome`` adds what only the hub knows;
-* the **last run** (``LastRun``, ``last_run``): the outcome of the newest message, plus
-  ``pending`` (a prompt with no answer yet); ``not_started`` without any message;
-* a **verdict** (``Verdict``, ``judge``) a person acts on: running, waiting (for a person:
-  the run stopped on a permission request or a question; the server still says busy),
-  retrying, finished, failed, denied, aborted, interrupted, pending, idle;
-* a patrol **class** (``classify``): running, waiting, stale_busy, finished, failed, denied,
-  interrupted, idle, derived from the verdict.
+"""The one vocabulary for a session's run state (pure): the server's run state, a run's outcome
+(``outcome_of``), the last run, a verdict (``judge``) and a patrol class (``classify``);
+docs/architecture.md §4 defines each.
 """
 
 from __future__ import annotations

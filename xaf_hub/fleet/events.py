@@ -1,16 +1,9 @@
-"""The fleet's changes as the hub's own records, and the pure bookkeeping that finds them.
+"""The fleet's changes as the hub's own records (``FleetEvent``), and the pure bookkeeping
+that finds them.
 
-``FleetEvent`` is one change every live view reads (``watch``, the patrol daemon, ``serve``): a
-project session that is new, started, retrying, stopped (with its outcome), failed with an
-error, or gone; an instance that went down or came back up; an instance followed by polling
-because it streams nothing; for a board that asks (the patrol daemon's run ceiling), a step a
-project session finished with a cost (``spent``, from its message.updated frame). ``Board``
-holds one instance's project sessions and turns a server event frame, or a full rescan, into
-those changes; the same change is never reported twice because every change is a difference of
-state (a ``session.status idle`` followed by ``session.idle`` stops a run once). ``parse_frame``
-reads one ``data:`` line of either stream: ``/global/event`` wraps the event in ``{"directory",
-"payload"}``, ``/event?directory=D`` sends it bare. The network side (streams, reconnects,
-heartbeats) is ``fleet.follow``.
+``Board`` turns one instance's event frames or a full rescan into changes, each reported once (a
+change is a difference of state); ``parse_frame`` reads one ``data:`` line of either stream
+(docs/live.md).
 """
 
 from __future__ import annotations
@@ -234,16 +227,10 @@ def error_detail(err: Any) -> str:
 class Board:
     """One instance's project sessions as last seen, and the changes each frame makes.
 
-    ``missing`` lists session ids the last frame named that the board does not know yet:
-    the caller looks them up (one request) and calls ``learn``. A frame's own word that a new
-    session lives in the project is never taken: the server's answer for that session is
-    judged by the project rules, as the scan judges it (a stream that names a foreign
-    session, or one that does not exist, reports nothing). What the board remembers of
-    sessions and directories outside the project is bounded (``MAX_REMEMBERED``).
-
-    Sessions outside the project report no changes, but their runs count in the instance's
-    running total as a scan counts them: ``foreign`` holds them as the last rescan saw them,
-    with the run states and the new sessions their frames told since.
+    ``missing`` lists sessions the last frame named that the board does not know: the caller looks
+    them up and calls ``learn``, and only the server's answer decides whether one is the project's.
+    Sessions outside the project report no changes, but ``foreign`` keeps their runs for the
+    instance's running total; what is remembered of them is bounded (``MAX_REMEMBERED``).
     """
 
     def __init__(self, inst: InstanceConfig, steps: bool = False) -> None:

@@ -1,32 +1,8 @@
 """Follow every instance live over its event stream; reconnect, keep the heartbeat, rescan.
 
-One ``FleetFollower`` keeps, per instance, one streaming connection (httpx, the instance's
-basic auth, the same transport seam as every client) and turns what arrives into
-``fleet.events.FleetEvent`` records for one callback:
-
-* **Which stream.** ``GET /global/event`` (every directory; opencode 1.18) when it sends its
-  first frame within ``probe_seconds``; else ``GET /event?directory=D`` for each project
-  directory the instance knows (1.2 and 1.14 give no answer on the global stream), new
-  directories joining at the next safety rescan; else (v2 servers, or nothing streams)
-  polling every ``poll_seconds``, which ``doctor`` reports. The choice is made once per
-  instance, from its version when that says enough, else by probing.
-* **Nothing missed.** After every (re)connect the streams are open first, then the instance
-  is rescanned in full (``scan.scan_instance``) and compared with the last view: whatever
-  changed while the stream was away is reported then, once.
-* **Down and up.** A stream that breaks is reconnected at once; only when that fails is the
-  instance reported down, then retried with back-off (1, 2, 4 ... 30 s). A stream silent for
-  ``heartbeat_deadline`` seconds (opencode sends a heartbeat every 10 s) counts as down; a
-  stream that never sent a heartbeat (an older release) is checked with ``/global/health``
-  instead. When the instance answers again it is reported up, after its rescan. Only a
-  ``data:`` line is life: a stream of ``: keep-alive`` comments, or a line trickling in a
-  byte at a time, goes stale like a silent one.
-* **Bounded cost per stream.** The streams are read by ``fleet.stream`` (lines held up to a
-  cap, a budget of frames and bytes) into a ``fleet.mailbox.Mailbox`` that keeps the newest
-  state per session; when it overflows, the instance is rescanned instead. A stream over its
-  budget is closed and its instance polled for ``BUDGET_COOLDOWN`` seconds, with the reason in
-  the ``polling`` event every live view shows.
-* **The live view.** What the follower knows now is ``fleet.live_view.LiveView``, which also
-  publishes it (the live board).
+``FleetFollower`` keeps one stream per instance (global, per directory, or polling), rescans after
+every (re)connect so nothing is missed, reports an instance down and up, and bounds each stream's
+cost; ``fleet.live_view`` publishes what it knows (docs/live.md).
 """
 
 from __future__ import annotations

@@ -1,20 +1,8 @@
-"""What the hub knows about opencode release lines, and how it reads run state on each.
+"""What the hub knows about opencode release lines, and how it reads run state on each
+(``OpencodeClient.running`` follows these rules; docs/opencode-releases.md).
 
-How each line behaves (docs/opencode-releases.md has the measurements):
-
-* 1.2 to 1.14 ("server-wide"): a prompt sent without ``?directory=`` runs in the server's own
-  working directory and its run state shows only in ``GET /session/status`` without a
-  directory; a prompt sent with the session's directory shows under that directory. Sessions
-  other clients start without a directory are therefore seen only server-wide, so the hub
-  reads each project directory and the server-wide map, and merges them.
-* 1.15 and later ("per-directory"): a session runs in its own directory whatever the request
-  says; ``GET /session/status?directory=D`` is the whole truth for D.
-
-A version newer than the newest known line is read both ways (one extra request; it can
-only add runs). A version the hub cannot place (unparsable, or older than 1.2) leaves the run
-state unknown: the scan then counts the instance's project sessions as running and the
-instance as full (fail closed), with the reason from :func:`classify`. The client reads run
-state by these rules (``OpencodeClient.running``).
+A version newer than the newest known line is read both ways; one the hub cannot place leaves the
+run state unknown, and the instance counts as full (reason from :func:`classify`).
 """
 
 from __future__ import annotations

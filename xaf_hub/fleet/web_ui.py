@@ -1,16 +1,8 @@
-"""Links from the overview page into opencode's own web interface, where an instance has one.
+"""Links from the overview page into opencode's own web interface, where an instance has one
+(docs/overview-page.md).
 
-On opencode 1.18 (docs/overview-page.md): ``GET /`` answers ``200 text/html`` with the single-page
-app (``<title>OpenCode</title>``; behind the server's Basic auth when it has a password), and the
-app opens one session at ``/<directory>/session/<session id>``, the directory being its UTF-8 bytes
-in unpadded URL-safe base64 (the app then moves to its own ``/server/...`` address).
-
-A link is offered only for an instance whose root was seen serving that app in a probe, is
-built from the configured URL with any user name or password removed (a link never carries a
-secret: the browser asks for the server's login itself, and the page says which user name
-that login takes, never the password), and is left out of a served page
-viewed from another machine when the instance's address is loopback (it would point at the
-viewer's own computer).
+A link is offered only where a probe saw the app served, never carries a user name or password,
+and is left out of a page viewed from another machine when the instance's address is loopback.
 """
 
 from __future__ import annotations

@@ -1,43 +1,8 @@
 """A finished patrol round, compared with what the previous round saw, as events (pure).
 
-From the round's record (``notify.record.RoundLog``):
-
-* ``task_done``    — a pool task settled as done: verified (fill_slots' ``done`` actions).
-* ``task_finished`` — a pool task whose session finished without ``project.repository``: the
-  hub could not verify it, so it is never called done (fill_slots' ``finished`` actions).
-* ``healed``       — a session switched to another model after a limit: read from the
-  model-state store's healed memory (every heal since the previous finished round began), so
-  a process killed between a heal and queueing its notice loses nothing; the round's ``heal``
-  action only adds its detail.
-* ``needs_person`` — what the report lists under "Needs a person" (a person's decision: an
-  operator's interrupt, a task steered by hand), and a failed, stale-busy or interrupted
-  session that no step took care of this round: not healed, resumed, requeued or waiting for a
-  slot; an interrupted one only when the patrol said it leaves it to a person (resumed once
-  already, or on production). Failed sessions of pool tasks are the pool's business
-  (``task_parked``), not this.
-* ``waiting_person`` — a run stopped on a permission request or a question (class
-  ``waiting``): one per request (its id in the event id), pool sessions included, with what is
-  asked (credentials masked: it goes to a chat service) and how to answer it.
-* ``instance_down`` / ``instance_up`` — reachability changed since the previous round (the
-  first round only records it). When no instance answered, the record has no instance lines
-  but a step failed with the fleet down (cause ``fleet_down``): every configured instance counts
-  as down.
-
-From the stores, compared with the previous round: ``task_done`` (``task_finished`` when not
-verified) again for pool tasks done since the previous finished round began (a round killed
-after settling a task but before queueing its message loses nothing), ``task_parked`` (a
-pool task whose attempts are used up), ``blackout`` (a family newly blacked out, or until a
-new time), ``run_ceiling`` (a run stopped over its ceiling: once per session),
-``rest_ended`` (a person ended a rest: ``rest_ended_event``, queued by ``models clear``),
-``daily_summary`` (the first round on or after ``summary_hour`` each local day), and
-``budget`` (today's spend reached 80 % or 100 % of the project's or an instance's daily
-budget; the id names the level and the local day, so each is sent once per day).
-
-From the HA lease, outside a round: ``failover`` (a daemon took the patrol lease another host
-held; ``failover_event``, queued by the new holder at the take, id ``failover:<its token>``).
-
-``derive`` updates the previous-round view in ``state`` in place; ids make "send once" hold
-when the same fact is derived again.
+``derive`` reads the round's ``RoundLog`` and the stores, and updates the previous-round view in
+``state`` in place; an event's id makes "send once" hold when the same fact is derived again. The
+events and when each is sent: docs/notifications.md.
 """
 
 from __future__ import annotations

@@ -1,21 +1,5 @@
-"""Each chat service's incoming-webhook request, and how to read its answer (pure).
-
-Shapes, as each service documents its text message:
-
-* ``slack``    — ``{"text": ...}``; ``&``, ``<`` and ``>`` escaped (so a session title cannot
-  ping ``<!channel>``); the answer is ``ok`` with HTTP 200.
-* ``feishu``   — ``{"msg_type": "text", "content": {"text": ...}}`` (Feishu and Lark custom bots).
-  With a signing secret the body also carries ``timestamp`` (seconds, a string) and ``sign``:
-  base64 of HMAC-SHA256 keyed with ``"<timestamp>\\n<secret>"`` over an empty message. The
-  answer is JSON with ``code`` 0 (older bots: ``StatusCode`` 0).
-* ``dingtalk`` — ``{"msgtype": "text", "text": {"content": ...}}``. With a signing secret the
-  URL gets ``&timestamp=<ms>&sign=<s>``: base64 of HMAC-SHA256 keyed with the secret over
-  ``"<timestamp>\\n<secret>"``, URL-encoded. The answer is JSON with ``errcode`` 0.
-* ``wecom``    — ``{"msgtype": "text", "text": {"content": ...}}``, content at most 2048 bytes
-  of UTF-8; group bots have no signature. The answer is JSON with ``errcode`` 0.
-* ``json``     — the hub's own record: headline, text, link and the event. With a secret, the
-  headers ``X-Xaf-Hub-Timestamp`` and ``X-Xaf-Hub-Signature-256: sha256=<hex>`` (HMAC-SHA256
-  keyed with the secret over ``"<timestamp>." + body``) let the receiver check it.
+"""Each chat service's incoming-webhook request, signed where the service signs, and how to read
+its answer (pure; shapes and signatures: docs/notifications.md).
 """
 
 from __future__ import annotations

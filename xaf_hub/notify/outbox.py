@@ -1,29 +1,8 @@
 """The notifications' durable state: ``<state>/notify/state.json`` (schema 1, mode 0600).
 
-Keys: ``instances`` and ``blackouts`` (what the previous round saw), ``summary_day``,
-``seen`` (event id -> when it was queued; 14 days), ``history`` (type and time of each new
-event; 48 hours, for the daily summary), ``outbox`` (messages not delivered yet, oldest first:
-webhook, event, queued_at, attempts, last_error, next_at, and while a sender has it
-``sending`` = {owner pid, at, posted}), ``parked`` (messages a receiver refused or
-redirected, with the reason; kept 24 hours for ``doctor`` and the report, never re-sent),
-``sent`` (webhook + event id -> when; 14 days) and ``last`` (per webhook: last success,
-last failure and its reason, for ``doctor``).
-
-Every change is a locked read-modify-write with an atomic replace (``statefile.update_json``),
-so a crash leaves the old or the new state; no lock is held while a message is posted.
-
-Delivery is **at most once** per webhook and event (``docs/architecture.md`` §notify):
-
-* an event is queued once (its id goes to ``seen`` in the same write that queues it);
-* a sender *claims* a message (``claim``: marked ``sending`` by its pid) before it posts, so
-  two senders (the daemon's and a ``--once``) never post the same message;
-* just before the request's first byte leaves, ``mark_posted`` records ``posted``;
-* ``record`` settles it: delivered, or *maybe delivered* (no answer in time after the
-  request went out: not re-sent), or refused (parked with the reason), or not sent
-  (no connection: back to the queue, tried again after a back-off);
-* a message found ``sending`` whose owner is gone: not ``posted`` -> queued again (nothing
-  left the machine); ``posted`` -> the process died during the POST: counted as maybe
-  delivered, never re-sent blindly.
+Every change is one locked read-modify-write with an atomic replace, and no lock is held while a
+message is posted. Delivery is at most once per webhook and event: ``claim`` before posting,
+``mark_posted`` as the request leaves, ``record`` to settle (docs/architecture.md §8).
 """
 
 from __future__ import annotations

@@ -1,22 +1,7 @@
 """The patrol's hooks: queue a round's notices (fast, under its lock), send them (never under it).
 
-``queue_round(pctx, log)`` is all a round or a live reaction does: read what the stores say
-(task pool, blackouts, heals), derive the events and queue the new ones for every webhook that
-wants them, in one locked write of ``notify/state.json`` (so a crash after this point loses
-nothing). It touches no network and never raises.
-
-Sending is somebody else's job, outside every patrol lock:
-
-* the daemon's ``Sender`` thread, woken after each round and reaction (and every few seconds
-  for messages in their back-off); a hanging receiver costs that thread, never a heal;
-* ``patrol --once`` sends after it released the cycle lock (``send_round``): each webhook
-  gets ``notify.timeout_seconds`` per try; a webhook that hangs or is unreachable is left
-  after its first such message; nothing new starts after ``notify.round_seconds``.
-
-Each message is claimed before it is posted and settled after (``outbox``): delivered,
-maybe delivered (sent, no answer in time: not re-sent), refused (parked with the reason) or
-not sent (queued again with a back-off). When a stop was requested (SIGTERM), nothing new is
-sent: the next start sends it.
+``queue_round`` touches no network and never raises; the daemon's ``Sender`` thread and
+``send_round`` (``patrol --once``) post outside every patrol lock (docs/architecture.md §8).
 """
 
 from __future__ import annotations

@@ -1,16 +1,5 @@
-"""What a round did: the record notify derives its messages from, and the patrol's report reads.
-
-* ``RoundLog`` — one round's (or live reaction's) log, appended to by the jobs in order: step
-  outcomes, actions (heals, resumes, dispatches, pool changes), session classes, errors, notes,
-  which sessions were prompted this round and which wait for a free slot, the pool tasks a
-  daily budget held; and what the round's last scan showed (instances, today's spend), which
-  each scan replaces.
-* ``StepOutcome``, ``Action`` (``session_action``), ``SessionLine``, ``InstanceLine`` — its
-  entries.
-
-Notify owns the record so it reads a round without knowing who ran it: the patrol's
-``patrol.context.Cycle`` holds one (``Cycle.log``) beside what its jobs read (the scan, the
-last runs).
+"""What a round did (``RoundLog`` and its entries): the record notify derives its messages from,
+and the patrol's report reads. Notify owns it so it reads a round without knowing who ran it.
 """
 
 from __future__ import annotations

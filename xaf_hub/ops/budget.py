@@ -66,12 +66,17 @@ class Spend:
 
 
 def spend_today(
-    sessions: Iterable[SessionRecord], now: datetime, tz: tzinfo, run_ceiling: float | None = None
+    sessions: Iterable[SessionRecord],
+    now: datetime,
+    tz: tzinfo,
+    run_ceiling: float | None = None,
+    fleet: bool = False,
 ) -> Spend:
-    """Today's spend of the project sessions among ``sessions`` (module docstring); each
-    run in flight (``run_roots``) may still spend ``run_ceiling`` (when set)."""
+    """Today's spend of the project sessions among ``sessions`` (module docstring), with
+    ``fleet`` every configured project's; each run in flight (``run_roots``) may still spend
+    ``run_ceiling`` (when set)."""
     start = to_ms(day_start(now, tz))
-    project = [s for s in sessions if s.project]
+    project = [s for s in sessions if s.project or (fleet and s.owner)]
     running = len(run_roots(project))
     today = _slots(s for s in project if s.updated >= start)
     return _summed(today).with_sent(running, run_ceiling)
@@ -203,16 +208,22 @@ def zone(cfg: Config) -> tzinfo:
 
 def guarded(cfg: Config, inst: InstanceConfig) -> bool:
     """True when sending to ``inst`` is under any budget."""
-    return cfg.budget.daily_usd is not None or inst.budget_daily_usd is not None
+    return any(
+        cap is not None
+        for cap in (cfg.budget.daily_usd, cfg.project_budget_usd, inst.budget_daily_usd)
+    )
 
 
 def refusal(
-    cfg: Config, inst: InstanceConfig, own: Spend, others: Spend | None
+    cfg: Config, inst: InstanceConfig, own: Spend, others: Spend | None, fleet: Spend | None = None
 ) -> BudgetReached | None:
     """The error that refuses new work on ``inst``, or None when every budget has room.
 
-    ``own`` is ``inst``'s spend today, ``others`` the rest of the fleet's (None when no
-    project budget is set, so nobody scanned them). Runs in flight count at their ceilings
+    ``own`` is the project's spend today on ``inst``, ``others`` on the rest of the fleet (None
+    when no budget needs them, so nobody scanned them), ``fleet`` every configured project's on
+    every instance (None: ``own`` + ``others``, as with one project): the instance's budget
+    holds ``own``, the project's own (``Config.project_budget_usd``) both, and
+    ``budget.daily_usd`` the fleet's. Runs in flight count at their ceilings
     (``Spend.committed``), so dispatches racing for the last of a budget are refused once the
     runs already started could spend it: the day's spend passes a daily budget by at most one
     run's ceiling per instance (the last run admitted), not by every run started at once.
@@ -220,11 +231,14 @@ def refusal(
     cap = inst.budget_daily_usd
     if cap is not None and own.committed >= cap:
         return BudgetReached(reached_text(cap, own.usd, inst.name, own), inst.name)
-    cap = cfg.budget.daily_usd
-    if cap is not None:
-        total = own + (others or Spend())
-        if total.committed >= cap:
-            return BudgetReached(reached_text(cap, total.usd, flight=total))
+    total = own + (others or Spend())
+    every = "all projects" if len(cfg.projects) > 1 else ""
+    for cap, spent, lead in (
+        (cfg.project_budget_usd, total, f"project {cfg.project_name}"),
+        (cfg.budget.daily_usd, fleet or total, every),
+    ):
+        if cap is not None and spent.committed >= cap:
+            return BudgetReached(reached_text(cap, spent.usd, lead, spent))
     return None
 
 
@@ -243,6 +257,14 @@ def over_budget(
         if sc.reachable
     }
     total = sum(own.values(), Spend())
+    fleet = sum(
+        (
+            spend_today(sc.sessions, now, tz, run_ceiling(cfg, sc.inst), fleet=True)
+            for sc in scans
+            if sc.reachable
+        ),
+        Spend(),
+    )
     out = {}
     for sc in scans:
         if sc.inst.name in own:
@@ -252,7 +274,7 @@ def over_budget(
                 in_flight=total.in_flight - mine.in_flight,
                 in_flight_usd=total.in_flight_usd - mine.in_flight_usd,
             )
-            refused = refusal(cfg, sc.inst, mine, rest)
+            refused = refusal(cfg, sc.inst, mine, rest, fleet)
             if refused is not None:
                 out[sc.inst.name] = refused
     return out
@@ -316,7 +338,16 @@ def budget_lines(
         total += spent or Spend()
         lines.append(BudgetLine(inst.name, spent or Spend(), inst.budget_daily_usd,
                                 spent is not None))
-    return BudgetLine("", total, cfg.budget.daily_usd), lines
+    return BudgetLine("", total, line_budget(cfg)), lines
+
+
+def line_budget(cfg: Config) -> float | None:
+    """The budget the spend of the sessions ``cfg`` sees holds: a chosen project's own among
+    several, else the lower of the overall and the one project's (None: neither is set)."""
+    several = cfg.chosen and len(cfg.projects) > 1
+    caps = [c for c in (cfg.project_budget_usd, None if several else cfg.budget.daily_usd)
+            if c is not None]
+    return min(caps) if caps else None
 
 
 def levels_reached(line: BudgetLine) -> list[int]:

@@ -1,12 +1,9 @@
 """Find (and when asked, delete) project sessions unused for longer than the TTL, and the
 worktrees of tasks that finished, failed or were abandoned.
 
-Only project sessions are considered. Running sessions, sessions whose last update time is
-missing, and production instances (without ``allow_prod``) are skipped. A running session
-is never deleted, and deletion aborts first in case a run started since the scan. A worktree
-goes only when nothing of it would be lost (``rooms.what_stays``: no uncommitted change, no
-commit that no remote branch holds) and no run works in it. Used by ``xaf-hub cleanup`` and
-``dispatch --auto-cleanup``.
+A running session, one with no update time and a production instance (without ``allow_prod``)
+are skipped, and a delete aborts first; a worktree goes only when nothing of it would be lost
+(``rooms.what_stays``) and no run works in it.
 """
 
 from __future__ import annotations

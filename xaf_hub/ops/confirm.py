@@ -1,18 +1,8 @@
 """Is one session's run really going? Look at it, wait for it, heal it on the spot.
 
-The building blocks of ``xaf-hub confirm --session ID [--fix]`` and ``dispatch --confirm-wait``:
-
-* ``sighting`` / ``judge`` (pure) — a session's run state and newest messages, judged with
-  the run-state vocabulary (``core.runstate.judge``): running, retrying, finished, failed,
-  aborted, interrupted, pending or idle, with the provider's message and a retry's next try.
-* ``wait_step`` (pure) and ``wait_for_run`` — after a send, poll until the run is seen to start
-  or fail; a rate-limit or model-unavailable failure is handed to ``ops.heal.heal_session``
-  on the spot, so neither the patrol nor a second command heals it again.
-
-"Started" needs more than one glimpse of ``busy``: a provider that answers 429 at once leaves
-the session busy for a moment before it turns to ``retry``. A run counts as started when the
-model has begun answering (its assistant message has parts), when it already finished, or
-when it stayed busy for ``BUSY_SETTLE_SECONDS``.
+The blocks of ``confirm`` and ``dispatch --confirm-wait``: ``sighting``/``judge`` (pure) read a
+session's run state; ``wait_for_run`` polls until the run is seen to start or fail and hands a
+rate-limit or model-unavailable failure to ``ops.heal.heal_session`` (docs/architecture.md §7).
 """
 
 from __future__ import annotations

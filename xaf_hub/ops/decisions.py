@@ -1,22 +1,8 @@
 """What people decided, and the one rule every patrol job applies to it.
 
-A person's decision is either
-
-* an operator interrupt: ``xaf-hub interrupt`` stopped the session (the audit log says who
-  and when) after the run or prompt the patrol would act on;
-* a stop at the run ceiling (``ops.ceiling``, audited as patrol.run_ceiling or
-  patrol.live.run_ceiling): the run spent what it may, and only a person may let it spend
-  more; or
-* a task-pool row whose session a person steered by hand (``dispatch --session``, or a
-  restart of that idle session): the work is theirs to carry on.
-
-The stops (the first two, ``core.outcomes.Stop``) also tell every view who ended a run
-(``hub_stops``).
-
-The patrol never sends anything for it again: check_agents does not resume it, fix_free_limit
-does not heal it, fill_slots does not requeue or re-send its row. The report lists it under
-"needs a person" until someone acts: ``xaf-hub backlog set ID --status pending`` to retry in a
-new session, or a new dispatch into the session (which starts a run after the interrupt).
+A decision is an operator interrupt, a stop at the run ceiling, or a pool row a person steered by
+hand; no patrol job resumes, heals, requeues or re-sends it (docs/architecture.md §8).
+``hub_stops`` tells every view who ended a run.
 """
 
 from __future__ import annotations

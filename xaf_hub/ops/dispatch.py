@@ -1,14 +1,8 @@
 """A person's dispatch: find the right session or instance, then send through the gate.
 
-``prepare`` scans (run state of project directories only), counts each instance's load
-(``ops.load``), ranks related sessions with the matcher, asks the planner for a plan, picks
-the model and builds the prompt: everything ``dispatch --dry-run`` shows. ``send_prepared``
-records the work in the task pool, then sends it with ``ops.send.send_work``; when the send
-fails, the pool record is taken back only if the prompt certainly never arrived.
-
-One row per piece of work: a steer (or restart) of a session that already has a row adds its
-prompt to that row (``Backlog.record_manual_dispatch``); only work in a session without a
-row gets a new one.
+``prepare`` builds everything ``dispatch --dry-run`` shows; ``send_prepared`` records the work in
+the task pool (one row per piece of work) and sends it, taking the record back only if the prompt
+certainly never arrived (docs/architecture.md §6).
 """
 
 from __future__ import annotations

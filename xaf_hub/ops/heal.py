@@ -1,22 +1,9 @@
-"""Heal a session that hit a rate limit or an unavailable model: the one way, for everyone.
+"""Heal a session that hit a rate limit or an unavailable model: the one way, for everyone
+(the patrol, ``confirm --fix``, ``dispatch --confirm-wait``).
 
-Used by the patrol's fix_free_limit job, ``confirm --fix`` and ``dispatch --confirm-wait``.
-Two shapes of the same failure are healed:
-
-* a session still in ``retry`` whose retry message is a rate-limit message (the provider may
-  keep it there for hours with a long Retry-After): abort the stuck run, then prompt again
-  (``ops.send.abort_and_prompt``, under the instance lock);
-* an idle session whose newest message is an assistant message that ended with a rate-limit
-  or model-unavailable error: prompt again through the gate (``ops.send.send_work``).
-
-Order: mark the rest first (only for a rate-limit signal: until the time the provider stated,
-else until the reset hour for a model of a blackout family; ``rest_for``, written only through
-``ModelState.mark_rest``), then pick the next usable model in the instance's
-chain (default_dispatch_model when the chain is exhausted), then send the continue prompt
-with the discipline block. Each failure is healed once: its key is instance + session + the
-failing assistant message id (a retry's message id for a stuck retry), remembered in the
-model state. A new failure of the healed run is a new message, so it is healed again with
-the model after that: the chain moves on, it never loops back.
+A stuck retry is aborted and prompted again under the instance lock, an idle failed session is
+prompted through the gate; the rest is marked first, then the next model of the chain. Each
+failure is healed once (docs/architecture.md §7).
 """
 
 from __future__ import annotations
@@ -150,15 +137,12 @@ def rest_for(
     now: datetime,
     longest: timedelta,
 ) -> Rest | None:
-    """The rest a failure calls for, or None (pure; architecture §7).
+    """The rest a failure calls for, or None (pure; docs/architecture.md §7).
 
-    Only a rate limit rests anything. When the provider stated when it lifts (``retry.next``
-    past opencode's back-off, a Retry-After or reset time in the message or error), the rest
-    ends then; else at the next reset hour, and only for a model of a blackout family (the
-    free tiers' daily limit); never more than ``longest`` from now. ``scope`` "family" rests
-    the model's family (the model alone when it has none and a time was stated), "model" the
-    model alone. None as well when the rest already ended (a failure read after its stated
-    time or after a reset hour).
+    Only a rate limit rests anything: until the provider's stated end, else the next reset hour
+    for a blackout family, never more than ``longest`` from now; None when that end already
+    passed. ``scope`` "family" rests the model's family (the model alone when it has none),
+    "model" the model alone.
     """
     if cand.signal != "rate_limited" or not cand.model:
         return None

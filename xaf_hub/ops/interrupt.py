@@ -1,16 +1,8 @@
 """A person stops a session's run: find it, apply the production and project guards, abort.
 
-The audit lines this writes (command ``interrupt``: result ``stopping`` before the abort,
-``aborted`` after it) are how the patrol knows the stop was a person's decision and must not
-be undone (architecture §8); with the Redis stores the interrupt is kept there too, so a patrol
-on another host knows it as well. Both are written *before* the abort: a patrol round that sees
-the run stopped reads people's decisions after its scan, so it always finds this one (written
-after, a round on another host could resume the run in between). Record and abort happen
-under the instance's dispatch lock, under which a patrol's heal or resume re-reads people's
-decisions just before it acts (``decisions.person_stop``): the two never interleave. When
-the lock cannot be had, the stop goes ahead without it and says so. An abort that fails (a
-``failed`` line, the error printed) keeps the person's word: whether a timed-out abort reached
-the server cannot be told, and the patrol must never restart what a person meant to stop.
+The decision is recorded (audit, and Redis with the Redis stores) before the abort and under the
+instance's dispatch lock, and kept even when the abort fails, so the patrol never undoes it
+(docs/architecture.md §8).
 """
 
 from __future__ import annotations

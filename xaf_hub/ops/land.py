@@ -1,15 +1,9 @@
 """Landing verified work on the base branch, one task at a time per project (docs/worktrees.md).
 
-A task that works in a worktree of its own is done only once its work is on the base branch.
-``land`` brings one task's verified branch there under the landing lock (the gate's lock named
-``LANDING``: one landing at a time across every hub sharing the gate, fenced like a dispatch):
-it prepares the result on the hub's mirror (``store.landing``), runs the project's check again
-when the base moved since the check, pushes with a lease on the tip it built on (a base that
-moved meanwhile starts it again from a fetch), records what landed and where, then deletes the
-task's remote branch and its worktree on its server. A conflict goes back to the task's session
-(``send_back``) up to ``project.conflict_retries`` times, then waits for a person. Work that is
-already on the base branch (a hub killed after its push, before its record) is recorded, never
-pushed twice.
+``land`` lands one task under the ``LANDING`` lock: checks again when the base moved, pushes
+without force, records, then removes the task's branch and worktree. A conflict goes back to the
+task's session up to ``project.conflict_retries`` times; work already on the base is recorded,
+never pushed twice.
 """
 
 from __future__ import annotations

@@ -150,15 +150,10 @@ def match_decision(
 ) -> MatchVerdict:
     """Is a candidate scoring ``score`` (the next one ``runner_up``) strong enough?
 
-    Being wrong costs more when steering: an unrelated instruction lands in an agent's running
-    work. So a running session needs the higher ``steer`` threshold and ``steer_margin``; an
-    idle one ``reuse`` and ``margin``. When in doubt the work gets a new session.
-
-    Shared words alone cannot tell a follow-up from new work in the same area; what people
-    write when they continue can (core.cues): a task that names files this session changed,
-    and no other candidate's (``named``), continues it; one that refers back to earlier work
-    (``refers_back``: "also", 还) needs only ``cue`` and ``cue_margin``. A named file still
-    needs ``NAMED_FLOOR``: a name and nothing else shared is a coincidence.
+    A running session needs the ``steer`` threshold and margin, an idle one ``reuse`` and
+    ``margin``; a task naming files only this session changed (``named``, at least ``NAMED_FLOOR``)
+    continues it, one that refers back needs only ``cue`` and ``cue_margin``. When in doubt the
+    work gets a new session (docs/matching.md).
     """
     if named and score >= NAMED_FLOOR:
         files = ", ".join(f.replace("\\", "/").rsplit("/", 1)[-1] for f in named)

@@ -1,12 +1,7 @@
 """Work that waits its turn: a dispatch the fleet cannot take now becomes a pending pool task.
 
-`dispatch --queue` (and the MCP tool's ``queue: true``) calls ``queue_work`` when every
-eligible instance is at its limit or its lock stayed busy past the wait: nothing was sent,
-and the task enters the pool with its text, the instance it would have gone to as its
-preference (the pool's pin: that instance takes it first, another may borrow it), the matched
-session, who asked and why it waits. The patrol starts it like any pool task: the live daemon
-within seconds when a slot is free (another instance may borrow it) or frees, a round (or
-cron's `patrol --once`) otherwise.
+``queue_work`` adds the task with the instance it would have gone to as its preference, the
+matched session, who asked and why it waits; nothing was sent (docs/agents.md).
 """
 
 from __future__ import annotations

@@ -124,16 +124,10 @@ async def send_work(
 ) -> SendResult:
     """Send the prompt under the instance lock: re-read, re-count, reserve, create, prompt.
 
-    ``before_prompt(session_id, room)`` runs once the target session is known (created, in
-    its own worktree when the plan asks for one, or the existing one) and before the prompt
-    is sent, so a caller can record the work first: a crash between the two then leaves a
-    record of work not yet sent, never work sent twice or running unrecorded. When it
-    raises, nothing is sent (and a worktree made for it is removed again).
-
-    A session planned for reuse that runs by the time the lock is held is steered; with
-    ``steer=False`` (a heal or resume, which judged the session stopped) that is RunsAgain
-    instead and nothing is sent. ``still_wanted`` (a heal or resume: ``decisions.person_stop``)
-    is asked under the lock too; a reason from it is RunsAgain as well.
+    ``before_prompt(session_id, room)`` runs once the target session is known and before the
+    prompt is sent, so work is recorded before it is sent; when it raises nothing is sent (and a
+    worktree made for it is removed). A reused session found running is steered, or with
+    ``steer=False`` raises RunsAgain; so does a reason from ``still_wanted``, asked under the lock.
     """
     gate = gate if gate is not None else ops.gate()
     inst = plan.instance
@@ -208,40 +202,44 @@ def _confirm(gate: Gate, instance: str, step: str, session_id: str) -> None:
         raise _lock_lost(gate, instance, step, session_id)
 
 
-async def _others_spend(
-    ops: OpsContext, inst: InstanceConfig
-) -> tuple[budget.Spend | None, list[str]]:
-    """The rest of the fleet's spend today when a project budget is set (else None).
+Others = tuple[budget.Spend, budget.Spend]  # the other instances' (project, fleet) spend today
+
+
+async def _others_spend(ops: OpsContext, inst: InstanceConfig) -> tuple[Others | None, list[str]]:
+    """The rest of the fleet's spend today, the project's and every project's, when a budget
+    across instances is set (else None).
 
     An instance that does not answer adds nothing and is named in a warning.
     """
-    if ops.cfg.budget.daily_usd is None:
+    if ops.cfg.budget.daily_usd is None and ops.cfg.project_budget_usd is None:
         return None, []
+    project = fleet = budget.Spend()
+    warnings = []
     others = [i for i in ops.cfg.instances if i.name != inst.name]
-    if not others:
-        return budget.Spend(), []
-    _, scans = await scan_fleet(
-        ops.cfg, others, transport_factory=ops.transport_factory, project_only=True
+    _, scans = (
+        await scan_fleet(ops.cfg, others, transport_factory=ops.transport_factory,
+                         project_only=True)
+        if others else (None, [])
     )
-    spent, warnings = budget.Spend(), []
     tz = budget.zone(ops.cfg)
     for sc in scans:
         if sc.reachable:
             ceiling = budget.run_ceiling(ops.cfg, sc.inst)
-            spent += budget.spend_today(sc.sessions, ops.now(), tz, ceiling)
+            project += budget.spend_today(sc.sessions, ops.now(), tz, ceiling)
+            fleet += budget.spend_today(sc.sessions, ops.now(), tz, ceiling, fleet=True)
         else:
             warnings.append(
                 f"{sc.inst.name} did not answer ({sc.reason}): its spend today is not counted "
-                "against the project's daily budget"
+                "against the daily budgets"
             )
-    return spent, warnings
+    return (project, fleet), warnings
 
 
 def _check_budget(
     ops: OpsContext,
     inst: InstanceConfig,
     own: Sequence[SessionRecord],
-    others: budget.Spend | None,
+    others: Others | None,
     sent: int = 0,
 ) -> None:
     """Raise BudgetReached when today's spend leaves no room for new work (ops.budget).
@@ -251,17 +249,19 @@ def _check_budget(
     if not budget.guarded(ops.cfg, inst):
         return
     ceiling = budget.run_ceiling(ops.cfg, inst)
-    spent = budget.spend_today(own, ops.now(), budget.zone(ops.cfg), ceiling)
-    spent = spent.with_sent(sent, ceiling)
-    refused = budget.refusal(ops.cfg, inst, spent, others)
+    now, tz = ops.now(), budget.zone(ops.cfg)
+    spent = budget.spend_today(own, now, tz, ceiling).with_sent(sent, ceiling)
+    fleet = budget.spend_today(own, now, tz, ceiling, fleet=True).with_sent(sent, ceiling)
+    rest, rest_fleet = others or (None, budget.Spend())
+    refused = budget.refusal(ops.cfg, inst, spent, rest, fleet + rest_fleet)
     if refused is not None:
         raise refused
 
 
 async def _fresh_scans(
     ops: OpsContext, client: OpencodeClient, inst: InstanceConfig
-) -> tuple[InstanceScan, budget.Spend | None, list[str]]:
-    """This instance's fresh scan, and the others' spend when a project budget needs it."""
+) -> tuple[InstanceScan, Others | None, list[str]]:
+    """This instance's fresh scan, and the others' spend when a budget needs it."""
     fresh, (others, notes) = await asyncio.gather(
         scan_instance(client, inst, project_only=True), _others_spend(ops, inst)
     )

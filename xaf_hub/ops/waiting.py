@@ -1,14 +1,7 @@
-"""Runs that wait for a person: list their requests, and answer one (architecture §4, §12).
+"""Runs that wait for a person: list their requests, and answer one (docs/waiting.md).
 
-opencode stops a run on a permission request (a tool asks leave) or on the agent's question,
-and keeps calling the session busy meanwhile. The scan finds these (``fleet.scan``); here a
-person (or, later, a rule or an MCP tool) answers one through the server's own reply routes.
-
-An answer is sent only to a request the server still lists: opencode 1.18.33 answers 404 to a
-reply for a request it no longer has, but the issue reports 200 elsewhere, so the request is
-looked up first, again under the instance's dispatch lock just before the reply (two hubs
-sharing the gate send one reply: the second finds it gone). Every answer is audited with who
-gave it (``store.audit`` names the caller, user and host) and, for an automatic one, the rule.
+An answer goes only to a request the server still lists, looked up again under the instance's
+dispatch lock just before the reply; every answer is audited with who gave it.
 """
 
 from __future__ import annotations

@@ -1,27 +1,8 @@
 """The served page on Starlette and uvicorn, and the deadlines uvicorn has no knob for.
 
-``PageApp`` is the ASGI side: every request, whatever its method and target, goes to
-``Viewer.respond`` (``page.serve``: the policy and the routes), in a thread of its own since it
-may wait for a scan; an answer that opens a change-notice stream becomes a server-sent-event
-stream fed by the ``ChangeFeed``; one request-log line per request. ``serve`` runs it with
-uvicorn on a socket the caller bound (``listen``). Imported by `serve` only, when it runs:
-starlette and uvicorn stay out of every other command.
-
-What a request may cost (the figures are ``page.serve``'s), each limit declared in one place:
-
-* uvicorn's own knobs: ``limit_concurrency`` (a request made while ``max_connections``
-  connections are open is answered 503), ``timeout_keep_alive`` (an idle kept-alive
-  connection is closed), ``h11_max_incomplete_event_size`` (a request line and headers past
-  ``max_head_bytes`` get a 400);
-* ``GuardedH11``, uvicorn's h11 protocol with what it has no knob for: a connection past the cap
-  is answered 503 and closed at once (uvicorn would accept it and hold it until its request
-  came, so a crowd could hold any number of sockets); a request not arrived whole
-  ``request_seconds`` after the connection opened or its previous answer ended is cut (slow
-  loris: uvicorn waits for the rest of a request forever); an answer not sent
-  ``answer_seconds`` after its request arrived is cut (a client that reads nothing); a write
-  the client has not taken for ``write_seconds`` (the connection's send buffer full all that
-  time) cuts the connection, which is how a change-notice viewer that stopped reading ends;
-* ``PageApp``: the viewers' own cap (``max_viewers``) and a stream's longest life.
+``PageApp`` sends every request to ``Viewer.respond`` in a thread of its own and streams change
+notices; ``GuardedH11`` adds the connection cap and the request, answer and write deadlines;
+``serve`` runs it on a bound socket. Imported only by ``serve`` (docs/architecture.md §6.2).
 """
 
 from __future__ import annotations

@@ -1,16 +1,8 @@
 """What the patrol is doing, in plain words, for the overview page's "Autopilot" panel.
 
-Everything here is read from the state folder (the last cycle's report, the pause flag, the
-daemon heartbeat, the task pool, the model state) or, for what is shared, from Redis (the pool,
-the model state, the HA patrol lease: which host is active); nothing is written and no
-opencode server is asked.
-A file that cannot be read becomes a sentence in ``problems``: the page always renders.
-
-The badge says "on" only while a patrol daemon's heartbeat is fresh; a round run once (cron,
-``patrol --once``) leaves it "off" with when it last ran. The work queue counts the pool's tasks
-by their state (``store.pick.state_of``), the very values ``backlog list`` prints, so each
-count is what the command line says. The headline says the round went as planned only when it
-left nothing for a person.
+It only reads the state folder (or Redis for what is shared), never writes and never asks a
+server; an unreadable file becomes a sentence in ``problems``, so the page always renders. The
+badge says "on" only while a daemon's heartbeat is fresh.
 """
 
 from __future__ import annotations

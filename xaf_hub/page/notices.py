@@ -1,20 +1,8 @@
 """Change notices for open overview pages: one fleet follower shared by every viewer.
 
-``ChangeFeed`` follows the fleet (``fleet.follow.FleetFollower``, in its own thread) for as
-long as ``serve`` runs, whoever is looking. Each change bumps a version number, runs the
-``on_change`` hooks (``serve`` marks its cached snapshot stale there, so the next page
-fetch builds it once for everybody, from the follower's view: ``LiveFleet``) and wakes every
-open ``/api/events`` stream, which sends it as a server-sent event::
-
-    event: change
-    data: {"version": 7, "event": "stopped", "instance": "lan-b", "session": "ses_...",
-           "outcome": "succeeded", "at_ms": 1796...}
-
-A page listens with ``new EventSource("/api/events")`` and ``addEventListener("change", ...)``
-and fetches ``/api/snapshot`` again. A viewer that connects (or reconnects) gets a ``hello``
-event with the current version first; a comment line every ``keepalive_seconds`` keeps
-proxies from closing a quiet stream. Notices never carry titles, directories or secrets:
-the page reads those from the snapshot it fetches.
+``ChangeFeed`` numbers each change, runs the ``on_change`` hooks and wakes every open
+``/api/events`` stream; a viewer gets a ``hello`` with the current version first. Notices never
+carry titles, directories or secrets (docs/live.md).
 """
 
 from __future__ import annotations
@@ -232,16 +220,9 @@ Read = Run | Literal[""]  # a session's last run as its messages say; "" not rea
 
 
 class LiveFleet:
-    """What ``serve`` shows: each instance from its change feed's follower where that view is
-    fresh (the live board's rule, ``ops.live_board.take``: confirmed within
-    ``patrol.live_board_seconds``), the others scanned as before (``scan``). A change notice
-    then costs a rebuild from memory, not a scan of every instance.
-
-    The page shows each idle project session's last result: ``outcomes`` reads those a
-    snapshot does not carry yet (``fleet.scan.fill_outcomes``), and the ones read are kept
-    per session and its ``updated`` time, and forgotten on any notice about the session
-    (``forget``, one of the feed's ``on_change`` hooks), so a session is asked again only once
-    it changed. Called by ``SnapshotCache``, one call at a time.
+    """What ``serve`` shows: each instance from the follower where its view is fresh
+    (``ops.live_board.take``), the others scanned; idle sessions' last results are kept until a
+    notice about the session (``forget``). Called by ``SnapshotCache``, one call at a time.
     """
 
     def __init__(

@@ -1,22 +1,7 @@
 """The served overview page: routes, the scan cache, who may see it and what a request may cost.
 
-`xaf-hub serve` (``cli/commands/serve.py``) parses its options and runs ``page.asgi`` (a
-Starlette app on uvicorn, which carries requests to ``Viewer.respond`` and streams change
-notices); what it serves, to whom, and the limits it keeps are decided here:
-
-* routes: ``/`` (the page), ``/api/snapshot`` (the ``sessions --json`` document),
-  ``/api/events`` (change notices, server-sent events), ``/health``;
-* ``SnapshotCache``: one scan per cache window, however many viewers;
-* who may see it: loopback only, unless ``--public`` with a viewer password of
-  ``MIN_PASSWORD_LENGTH`` or more (basic auth), and Host header checks (pure checks: no I/O);
-* what a request may cost (the figures below; ``page.asgi`` keeps them): a client that opens
-  many connections, sends its request one byte at a time (slow loris), never reads the answer
-  or stops reading its change-notice stream must not keep the page or ``/health`` from
-  answering. Connections are capped (``MAX_CONNECTIONS``, streams included; past it a 503), a
-  request must arrive within ``REQUEST_SECONDS`` and be answered within ``ANSWER_SECONDS``,
-  a write that does not drain within ``WRITE_SECONDS`` ends its connection, and streams have
-  their own cap (``MAX_VIEWERS``; past it a 503 and the page keeps its timer) and end after
-  ``STREAM_SECONDS`` (the browser reconnects).
+The figures of every limit are declared here and kept by ``page.asgi``; the page is loopback-only
+unless ``--public`` with a viewer password (docs/overview-page.md, docs/architecture.md §6.2).
 """
 
 from __future__ import annotations

@@ -1,16 +1,8 @@
 """What every patrol job shares besides the operations context: the round as its jobs see it.
 
-* ``Cycle`` — what the jobs read (the fleet's scan, reused while nobody acted; the sessions'
-  last runs, with the rounds' memory) and ``Cycle.log``, the append-only record of what they
-  did (``notify.record.RoundLog``: step outcomes, actions, session classes, errors, notes,
-  which sessions were prompted this round, so a later job leaves them alone). The report and
-  notify read the log, never the rest.
-* ``pool_discipline`` — the pool's discipline override, an unreadable pool reported.
-* ``TIME_DECISIONS`` — the decisions that wait on time, not on a session changing: a round
-  that skips a session's read (``Cycle.last_runs`` with the rounds' ``RunMemory``) still takes
-  them, from the remembered last run.
-
-Jobs take the operations context, ``xaf_hub.ops.context.OpsContext``, like every command.
+``Cycle`` holds what the jobs read and ``Cycle.log``, what they did (the report and notify read
+only the log); ``TIME_DECISIONS`` are the decisions a round takes even when it skips a session's
+read (docs/architecture.md §8).
 """
 
 from __future__ import annotations

@@ -1,28 +1,8 @@
 """Find task rows waiting for dispatch in design documents (patrol step sync_design_tasks).
 
-A **task row** is a markdown table row that carries a *pending marker* and a *batch code*:
-
-    | F-8 清理旧 CF 值 | 王五 | ⏳ 待派发 |        -> id "F-8", title "F-8 清理旧 CF 值"
-    | 步骤 3:补齐迁移脚本 | — | 未派发 |       -> id "AUTO-<slug>-1" (a word, no code)
-
-Rules (architecture §8 step 3):
-
-* A table row has at least two unescaped ``|``, is not a separator row (``|---|:--:|``), is not
-  inside a fenced code block or an HTML comment, and either starts with ``|`` or sits in a
-  table block that opened with a header and a separator row. Prose that merely contains a
-  ``|`` is therefore not a row.
-* Pending markers: ``DEFAULT_PENDING_MARKERS`` (Chinese and ⏳, matched as substrings) plus
-  ``DEFAULT_ENGLISH_MARKERS`` (matched case-insensitively as whole words, so "auto dispatch"
-  does not count as "to dispatch"). Both are configurable.
-* Batch codes: ``DEFAULT_BATCH_PATTERNS`` (regexes, configurable). The leftmost match that
-  contains a digit becomes the id (``F-8``, ``T3``, ``W0.2``); word-only matches (批次, 步骤,
-  任务, 阶段) qualify the row but make no id, and the row gets ``AUTO-<slug>-<n>``: slug from
-  the file name, n the row's ordinal among such rows in that file, stable across runs.
-* Title = the first non-empty cell without markdown emphasis, links or code ticks. When that
-  cell holds only the batch code or a marker, the next meaningful cell is appended, so a
-  ``| T3 | 接口联调 | 待派发 |`` row is titled "T3 接口联调" rather than a bare "T3".
-
-Everything here is pure except ``scan_dirs``, which reads the files.
+A task row is a markdown table row with a pending marker and a batch code; the rules for rows,
+markers, ids and titles are in docs/architecture.md §8, step 3. Everything here is pure except
+``scan_dirs``, which reads the files.
 """
 
 from __future__ import annotations

@@ -1,17 +1,5 @@
-"""The patrol report: one JSON document and one markdown page per cycle, in the state dir.
-
-Files: ``<state>/patrol/report-latest.json`` / ``.md`` plus a timestamped copy of each
-(``report-<UTC yyyymmdd-HHMMSS-mmm>.*``; the newest ``KEEP_REPORTS`` pairs are kept).
-Contents: how each step ended, instance load, what runs / finished / failed and why /
-was interrupted, what was healed, resumed, added, dispatched, settled, what "needs a person"
-(an operator's interrupt, "interrupted by <who> at <time>", or a session steered by hand: the
-patrol leaves them alone), how many pool tasks stand in each state (``tasks``: the values of
-``core.outcomes.TaskState``, counted as the page and ``backlog list`` count them; a task finished
-without ``project.repository`` is "finished, not verified", never done), and "waiting for
-dispatch": the task pool's pending tasks with
-``pick.readiness``, the blocked ones (attempts used up), the parked ones ("parked:
-<reason>", after infrastructure failures in a row) and the human-decision list
-``lead_backlog.md`` (only listed, never acted on).
+"""The patrol report: one JSON document and one markdown page per round, in the state dir
+(``report-latest.*`` plus the newest ``KEEP_REPORTS`` timestamped pairs).
 
 Building the document and the markdown is pure; ``write_report`` does the I/O.
 """

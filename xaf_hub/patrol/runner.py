@@ -354,13 +354,9 @@ def run_daemon(
 ) -> int:
     """Run cycles every ``interval`` until SIGTERM/SIGINT; return the exit code (0).
 
-    With ``live`` the daemon also follows the fleet's events between cycles
-    (``patrol.live``): heals, resumes and fills as soon as a session fails, is interrupted
-    or frees a slot, under the same locks as a cycle, and as soon as the pool changed with
-    ready work in it (``LiveReactor.look_at_pool``, every ``WATCH_SECONDS``). With ``watch``
-    it reads its config again when saved, and ``use`` hands the new one to its caller. One
-    daemon per state folder: a second one raises BusyError naming the first one's pid before
-    it starts anything.
+    ``live``: also react to the fleet's events and pool changes between cycles, under the same
+    locks. ``watch``: read the config again when saved and hand it to ``use``. A second daemon on
+    the same state folder raises BusyError naming the first one's pid before it starts anything.
     """
     with daemon_lock(pctx.patrol_dir, pctx.now()):
         return _run_daemon(pctx, skip, interval, aligned=aligned, out=out, live=live,

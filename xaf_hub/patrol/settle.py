@@ -1,19 +1,9 @@
 """How fill_slots settles a dispatched task from what its session shows (pure).
 
-``settle`` turns one ``Sighting`` (the task's session as the patrol saw it this cycle, and a
-person's decision about it if any) into a ``Settlement``: keep, done, or requeue as a task
-failure, an infrastructure failure, or a failure that names the model. fill_slots acts on it.
-
-With ``project.repository`` a "done" is only the agent's word until ``settle_claim`` has
-weighed what the repository mirror found (``store.repository``): every commit of the task's
-range new since its base, on the expected branch, clean of locked paths -> done and verified,
-each commit of the range credited to it unless another task has it (on a shared branch, also
-unless no task names it); missing, ambiguous, never named, old work, diverging claims, too
-long a range, a locked path, or a named commit already credited elsewhere -> kept for a
-person; the remote unreadable -> kept, checked again next round. ``Settlement.judged`` says
-which rule decided. ``settle_check`` then weighs the project's check: passed -> done; failed
--> back to the same session while retries last (action ``retry``), then kept for a person with
-the output's end.
+``settle`` turns a ``Sighting`` into a ``Settlement`` (keep, done, or requeue as a task,
+infrastructure or model failure); ``settle_claim`` and ``settle_check`` weigh the mirror's findings
+and the project's check, and ``Settlement.judged`` names the rule that decided
+(docs/architecture.md §8, docs/verification.md).
 """
 
 from __future__ import annotations
@@ -230,14 +220,10 @@ def settle_claim(
 ) -> Settlement:
     """Weigh a "done" against the repository (pure); ``check`` None: no repository set.
 
-    Only a clean range of new commits on the expected branch (``where``) makes it done. Each
-    commit of the range is credited to ``task`` unless another task has it (``credited``:
-    commit -> the task credited with it; ``claims``: commit -> the tasks whose answers name it
-    this round) or, on a ``shared`` branch (mainline), no task names it: another agent's or a
-    person's commit is credited to no one. A commit the answer names that is credited to
-    another task keeps the task for a person, as does a claim missing, ambiguous, absent, old,
-    diverging, too long a range or touching a locked path (``backlog set ID --status done`` is
-    their override); a remote that did not answer keeps it as it is for the next round.
+    Only a clean range of new commits on the expected branch (``where``) makes it done, each commit
+    credited to ``task`` unless ``credited`` gives it to another task or, on a ``shared`` branch,
+    ``claims`` shows no task names it. Anything doubtful keeps the task for a person; a remote that
+    did not answer keeps it for the next round (docs/verification.md).
     """
     if verdict.action != "done" or check is None:
         return verdict

@@ -1,19 +1,8 @@
 """The project's check, contained: the agents' code runs where it cannot reach the hub.
 
-On Linux with bubblewrap (``bwrap``) the check gets its own PID, mount, IPC, UTS, cgroup and
-network namespaces (a user namespace where the kernel allows one) and no capabilities, and it
-sees only: its copy of the commit (read-write, its working folder ``/repo``), a private
-``/tmp`` and HOME, the system folders and the few files of /etc that programs need
-(read-only), and the folders ``project.check_paths`` names (read-only); no network, loopback
-included, unless ``project.check_network``. bwrap reads its arguments from a file, so the
-check cannot read the hub's paths from its PID 1's command line either. Everything the check
-started dies with its PID namespace: when it ends, at its time bound, and when the hub dies
-(``--die-with-parent`` watches the thread that started bwrap, so ``run_check`` starts the
-sandbox and waits for it in one call, never handing it to another thread).
-
-Where no sandbox works (no bwrap, not Linux, bwrap refuses) no check runs (``refused``) unless
-``project.check_uncontained`` holds the consent sentence: then it runs as a plain process
-group on the copy (``uncontained``).
+``run_check`` runs the check in a bubblewrap sandbox (no network unless ``project.check_network``)
+and starts and waits for it in one call; where no sandbox works the check is ``refused``, or
+``uncontained`` with ``project.check_uncontained``'s consent (docs/verification.md).
 """
 
 from __future__ import annotations

@@ -1,12 +1,7 @@
-"""The dispatch gate: a per-instance lock plus slot reservations.
+"""The dispatch gate: a per-instance lock plus slot reservations (docs/architecture.md §5).
 
-The lock serialises "read running state -> count -> decide -> create -> prompt" across
-processes; a reservation holds a slot from the decision until the server reports the run, freed
-by its TTL, by its process gone before sending, or by its session not shown running
-``slot_grace_seconds`` after the prompt was accepted; a reading never frees a reservation made
-after it (``observed_at``). The rules: docs/architecture.md §5. ``Gate`` is the interface and
-the rules, ``FileGate`` the one-host files; ``Stores.gate`` picks ``store.redis.gate.RedisGate``
-for ``lock.backend`` "redis" (only then is redis imported).
+``Gate`` is the interface and the rules, ``FileGate`` the one-host files; ``Stores.gate`` picks
+``store.redis.gate.RedisGate`` for ``lock.backend`` "redis" (only then is redis imported).
 """
 
 from __future__ import annotations

@@ -1,14 +1,9 @@
-"""Landing a verified task's work on the base branch, on the hub's own side (docs/worktrees.md).
+"""Landing a verified task's work on the base branch, on the hub's own side
+(docs/worktrees.md).
 
-``prepare`` fetches, asks whether the task's commits are already on the base branch (by
-content: merging them into its tip would change nothing, since a rebase changes hashes; or
-as the very commits, which a merge keeps), and otherwise replays them onto the base's tip in
-a throw-away detached worktree of the mirror (``rebase``, or a ``--no-ff`` merge commit):
-the result, or the files that conflict. ``push`` sends the result to the base branch without
-force: a base that moved meanwhile is refused by the remote, and the caller starts again from
-a fetch; any other refusal (a protected branch) is a failure that says why. Nothing here
-creates a branch of the mirror's own (its fetches prune every branch the remote does not
-have), and no git command of the hub runs a hook.
+``prepare`` returns the commits replayed onto the base's tip (or already there, or the files that
+conflict); ``push`` sends that result without force, so a base that moved is refused and the
+caller starts again. No git command here runs a hook or creates a branch of the mirror's own.
 """
 
 from __future__ import annotations

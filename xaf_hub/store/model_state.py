@@ -1,18 +1,6 @@
-"""Model policy: error signals, blackout families, the blackout window and model resolution.
-
-Four parts, from pure to stateful:
-
-* **Signals** — ``classify_error`` / ``classify_message`` sort an opencode failure into
-  ``rate_limited`` (may black out a family), ``model_unavailable`` (switch model, no blackout),
-  ``other`` or ``none``. The pattern lists below are the only place these words live.
-* **Families and the clock** — ``family_of`` maps "provider/model" to a blackout family;
-  ``next_reset`` finds the next reset hour in a time zone (DST-safe); ``resolve_timezone``
-  turns the ``models.timezone`` config value into a ``tzinfo``.
-* **Store** — ``ModelState`` (the interface and its rules), ``FileModelState`` over
-  ``.model_state.json``; ``ModelState.mark_blackout`` is the
-  one writer of blackouts, ``remember_healed`` the memory behind "never heal twice".
-* **Resolution** — ``resolve_dispatch_model`` and ``next_model_in_chain`` pick models that
-  are not blacked out (architecture §7).
+"""Model policy: error signals (``classify_error``), blackout families and the reset clock, the
+``ModelState`` store (``mark_blackout`` its one writer of blackouts, ``remember_healed`` the
+memory behind "never heal twice") and model resolution (docs/architecture.md §7).
 """
 
 from __future__ import annotations

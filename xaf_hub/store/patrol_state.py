@@ -1,13 +1,6 @@
-"""The patrol's state files: pause flag, daemon heartbeat, latest report, last runs read.
-
-All live in ``<state_dir>/patrol/``. The pause flag is written by ``patrol pause`` and
-removed by ``patrol resume``; the heartbeat is written by the running daemon
-(``patrol.runner``). ``doctor``, ``patrol status`` and the overview page read them here.
-``daemon_lock`` keeps a second daemon off the same state folder: an OS lock on
-``daemon.lock`` held for the daemon's life (it ends with the process, however it ends, so a
-killed daemon leaves nothing that blocks) and ``daemon.pid`` beside it naming the holder.
-``RunMemory`` (``last-runs.json``) is what the rounds last read of each session's last run,
-so a round reads again only the sessions that changed (architecture §8).
+"""The patrol's state files in ``<state_dir>/patrol/``: pause flag, daemon heartbeat, latest report,
+the one-daemon lock (``daemon_lock``) and the memory of last runs read (``RunMemory``;
+docs/architecture.md §8 and §9).
 """
 
 from __future__ import annotations

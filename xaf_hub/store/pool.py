@@ -1,17 +1,8 @@
-"""The task pool's interface, and every rule of it written once on top of that interface.
+"""The task pool's interface (``TaskPool``), and every rule of it written once on top of it.
 
-``TaskPool`` asks a store for three things: ``load``, ``update`` (run a change on the whole
-pool atomically) and ``stamp``; ``edit`` (one row) is an ``update`` unless a store does better.
-Every rule (add, claim, requeue, manual records, import) is one ``edit`` or one ``update``, so
-what is atomic on one store is atomic on the other. The stores: ``store.backlog.Backlog`` (the
-file on this host) and ``store.redis.pool.RedisBacklog`` (a key per task in Redis).
-
-* One row per piece of work: a manual dispatch adds a row; a later steer or restart of the
-  same session adds its prompt to that row (``record_manual_dispatch``).
-* ``claim`` marks a task dispatched only if its row is still the one the caller planned from
-  (the patrol's last look before it sends).
-* Failures: a task failure costs an attempt and backs off exponentially; an infrastructure
-  failure backs off on its own schedule and parks the task after N in a row (``InfraPolicy``).
+A store gives ``load``, ``update`` (the whole pool, atomically) and ``stamp``; every rule is one
+``edit`` or ``update``, so what is atomic on one store is atomic on the other
+(docs/architecture.md §8 and §9).
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
-"""The hub's bare mirror of the project's repository: is a claimed commit where the team looks?
+"""The hub's bare mirror of the project's repository: is a claimed commit where the team
+looks?
 
-``Mirror`` keeps a bare mirror of ``project.repository`` in the state folder (fetched with a
-time bound, never pushed), judges each task's claimed commits against it (``Mirror.check_all``)
-and runs the project's check on an exported copy of a commit, contained (``store.contain``). It
-promises no secret on a git command line, no git prompt or process left after a timeout, nothing
-the repository holds run on the hub (``git_safe``; a mirror found changed is made anew), and
-every reason redacted with the URL's own secrets. How claims are judged: docs/architecture.md
-§8, "Done is checked".
+``Mirror`` fetches with a time bound and never pushes, judges claimed commits (``check_all``) and
+runs the contained check. No secret on a git command line, no process left after a timeout,
+nothing the repository holds run on the hub, every reason redacted (docs/architecture.md §8).
 """
 
 from __future__ import annotations

@@ -1,19 +1,8 @@
-"""The task pool's file format: one task record, the whole document, and their checks.
+"""The task pool's file format: one task record (``Task``), the whole document (``BacklogData``)
+and their checks.
 
-File layout (schema version 1)::
-
-    {"schema_version": 1, "discipline": null, "tasks": [{"id": "F-8", "title": ..., ...}]}
-
-* ``Task`` is one frozen record; ``Task.from_json`` is strict (a wrong type, an unknown status
-  or priority is a ``StateFileError`` naming the file, the task index and the key). Keys the
-  hub does not know are kept in ``Task.extra`` and written back unchanged, so a hand-added
-  note survives every rewrite. Keys added later (``prompts``, ``steered_at``,
-  ``infra_failures``, ``parked``, ``avoid_models``) have defaults, so older files still load.
-* ``BacklogData`` is the whole document as ``backlog.Backlog`` reads and rewrites it.
-
-Times in the file are ISO 8601 strings written by the hub; ``not_before`` and ``created_at``
-may also be milliseconds since the epoch (hand-edited files). A time without an offset is read
-as local time, the way ``datetime.timestamp`` reads it.
+``Task.from_json`` is strict: a bad value is a ``StateFileError`` naming the file, the task index
+and the key. Unknown keys survive every rewrite (docs/architecture.md §9).
 """
 
 from __future__ import annotations

@@ -45,6 +45,14 @@ def test_one_project_is_chosen_whichever_way_it_is_written(tmp_path: Path) -> No
     assert old.choose("demo").instances == old.instances
 
 
+def test_each_project_has_its_own_budget(tmp_path: Path) -> None:
+    doc = projects()
+    doc["projects"]["blog"]["budget_daily_usd"] = 2.5
+    cfg = load(tmp_path, doc)
+    assert (cfg.project_budget_usd, cfg.choose("blog").project_budget_usd) == (None, 2.5)
+    assert cfg.choose("shop").project_budget_usd is None
+
+
 @pytest.mark.parametrize(("changes", "message"), [
     ({"project": {"name": "x"}}, "key 'projects': give either project"),
     ({"projects": {}}, "key 'projects': must name at least one project"),
@@ -65,6 +73,10 @@ def test_one_project_is_chosen_whichever_way_it_is_written(tmp_path: Path) -> No
      "key 'projects.shop.share': must be a whole number, at least 1"),
     ({"projects": {"shop": {"share": 1.5}}}, "key 'projects.shop.share': must be a whole number"),
     ({"projects": {"shop": {"shares": 1}}}, "key 'projects.shop.shares': unknown key"),
+    ({"projects": {"shop": {"budget_daily_usd": 0}}},
+     "key 'projects.shop.budget_daily_usd': must be an amount of US dollars above 0, got 0"),
+    ({"projects": {"shop": {"budget_daily_usd": "5"}}},
+     "key 'projects.shop.budget_daily_usd': expected a number"),
     ({"projects": {"shop": {"check_command": "make"}}},
      "key 'projects.shop.check_command': needs project.repository"),
     ({"instances": [{**INSTANCES[0], "roots": ["/a"]}]},

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -413,3 +414,47 @@ def test_a_midnight_off_the_quarter_hours_is_never_counted_from_the_slots() -> N
     tally = Tally(2, 2, 0, 0, 0, budget.spend_slots(sessions, to_ms(at)))
     got = budget.slots_today(tally, at, tz)
     assert got is None or got.usd == spend_today(sessions, at, tz).usd == 0.5
+
+
+def test_over_budget_with_several_projects_holds_the_overall_and_each_projects_budget() -> None:
+    from xaf_hub.config.load import ProjectConfig, RepositoryConfig
+    from xaf_hub.fleet.scan import InstanceScan
+
+    def seen_as_blog(daily: float, blog: float | None) -> Config:
+        shop, mine = (ProjectConfig(n, (), (), (), RepositoryConfig(), {}, {}) for n in "ab")
+        cfg = replace(config(daily, None, None), project_name="blog", projects=(shop, mine))
+        return cfg if blog is None else replace(cfg, project_budget_usd=blog)
+
+    now = datetime.fromisoformat("2026-12-02T12:00:00+00:00")
+    at = "2026-12-02T01:00:00+00:00"
+    shop = replace(rec(at, 0.5, project=False), id="shop", owner="shop")
+    blog = replace(rec(at, 0.25, inst="b"), owner="blog")
+
+    def over(cfg: Config) -> dict[str, str]:
+        a = InstanceScan(cfg.instances[0], True, sessions=[shop])
+        b = InstanceScan(cfg.instances[1], True, sessions=[blog])
+        return {k: str(v) for k, v in budget.over_budget(cfg, [a, b], now).items()}
+
+    # Shop and blog together reach the overall $0.75 while blog alone ($0.25) is under it.
+    whole = "all projects: daily budget $0.75 reached ($0.75 spent today)"
+    assert over(seen_as_blog(0.75, None)) == {"a": whole, "b": whole}
+    assert over(seen_as_blog(1.0, None)) == {}
+    mine = "project blog: daily budget $0.25 reached ($0.25 spent today)"
+    assert over(seen_as_blog(5.0, 0.25)) == {"a": mine, "b": mine}
+
+
+def test_the_spend_line_holds_the_overall_budget_seen_as_every_project(tmp_path: Path) -> None:
+    from tests.unit.config.projects_support import load, projects
+
+    doc = projects(budget={"daily_usd": 4.0})
+    doc["projects"]["blog"]["budget_daily_usd"] = 1.5
+    cfg = load(tmp_path, doc)
+    now = datetime.fromisoformat("2026-12-02T12:00:00+00:00")
+    seen = {
+        name: budget_lines(view, [], now)[0].budget
+        for name, view in (("all", cfg), ("blog", cfg.choose("blog")), ("shop", cfg.choose("shop")))
+    }
+    assert seen == {"all": 4.0, "blog": 1.5, "shop": None}
+    one = load(tmp_path, {"project": {"name": "demo", "budget_daily_usd": 2.0},
+                          "budget": {"daily_usd": 3.0}, "instances": [{"name": "a", "url": "http://127.0.0.1:1"}]})
+    assert budget_lines(one, [], now)[0].budget == 2.0  # one project: the lower of the two

@@ -101,3 +101,48 @@ def test_an_idle_session_started_again_is_new_work(tmp_path: Path, state: str) -
     with pytest.raises(BudgetReached, match=r"\$1\.50 spent today"):
         send(cfg, plan_reuse(cfg.instances[0], record("s1", state), via="t"), client, gate)
     assert not any(line.startswith("prompt") for line in log)
+
+
+def two_projects(tmp_path: Path, daily: float | None, blog: float | None) -> Config:
+    """Projects shop and blog on one instance, seen as blog (the one dispatching)."""
+    doc: dict[str, object] = {
+        "projects": {
+            "shop": {"roots": {"a": ["/srv/shop"]}},
+            "blog": {"roots": {"a": [ROOT]}},
+        },
+        "state_dir": str(tmp_path / "state"),
+        "models": {"timezone": "UTC"},
+        "instances": [{"name": "a", "url": "http://127.0.0.1:9"}],
+    }
+    if daily is not None:
+        doc["budget"] = {"daily_usd": daily}
+    if blog is not None:
+        doc["projects"]["blog"]["budget_daily_usd"] = blog  # type: ignore[index]
+    return parse_config(doc, path=tmp_path / "config.json", env={}).choose("blog")
+
+
+@pytest.mark.parametrize(
+    ("daily", "blog", "message"),
+    [
+        # The two projects together reach the overall budget while blog alone is under it.
+        (1.0, None, r"^all projects: daily budget \$1\.00 reached \(\$1\.10 spent today\)$"),
+        # Blog's own budget holds blog's spend, the overall one has room.
+        (5.0, 0.4, r"^project blog: daily budget \$0\.40 reached \(\$0\.50 spent today\)$"),
+    ],
+)
+def test_with_several_projects_the_overall_and_the_projects_budgets_refuse(
+    tmp_path: Path, daily: float | None, blog: float | None, message: str
+) -> None:
+    cfg = two_projects(tmp_path, daily, blog)
+    log: list[str] = []
+    client, gate = FakeClient(log, [], set()), SpyGate(cfg.state_dir, cfg, log)
+    stamp = to_ms(NOW - timedelta(minutes=5))
+    client.sessions["shop1"] = ServerSession("shop1", "s", "/srv/shop", stamp, stamp, 0.6, "", "")
+    spent(client, "blog1", 0.5)
+    with pytest.raises(BudgetReached, match=message):
+        send(cfg, plan_create(cfg.instances[0], ROOT, "t", via="test"), client, gate)
+    assert slot_files(cfg) == []
+    # Under both budgets, blog's work goes out.
+    cfg = two_projects(tmp_path, 1.2, 0.6)
+    result = send(cfg, plan_create(cfg.instances[0], ROOT, "t", via="test"), client, gate)
+    assert result.action == "create"

@@ -66,8 +66,16 @@ class Measured:
     project: budget.BudgetLine
     queued: int | None
     whole: bool  # every instance asked: the project's spend is known
+    every: bool  # seen as every project, or the config's one project
     # Seconds since each instance taken from the live board was confirmed (absent: scanned).
     live: dict[str, float] = field(default_factory=dict)
+
+    overall: float | None = None  # budget.daily_usd
+
+    @property
+    def fleet(self) -> bool:
+        """The spend seen is every configured project's on every instance (one project: its)."""
+        return self.whole and self.every
 
     @property
     def source(self) -> str:
@@ -101,7 +109,10 @@ def measure(ctx: Context, opts: Options) -> Measured:
         _over_budget(ctx, x, sc, line, project)
         for x, sc, line in zip(loads, scans, spends, strict=True)
     ]
-    return Measured(snap, loads, spends, project, queued, opts.instance is None, dict(snap.live))
+    return Measured(
+        snap, loads, spends, project, queued, opts.instance is None,
+        not cfg.chosen or len(cfg.projects) == 1, dict(snap.live), cfg.budget.daily_usd,
+    )
 
 
 def document(m: Measured) -> dict[str, Any]:
@@ -114,6 +125,8 @@ def document(m: Measured) -> dict[str, Any]:
         ],
         "queue": {"pending": m.queued},
         "project": m.project.to_json() if m.whole else None,
+        # Every configured project's spend against budget.daily_usd (null: not seen here).
+        "fleet": {**m.project.to_json(), "budget_daily_usd": m.overall} if m.fleet else None,
         "warnings": list(m.snap.warnings),
         # Where the numbers come from: the live board (with its age) or a scan just now.
         **m.snap.source_json(),
@@ -176,7 +189,9 @@ def run(ctx: Context) -> int:
             ["instance", "project", "running", "reserved", "share", "takes work"],
             colors={"takes work": yes_no_color},
         )
-    if m.whole:
+    if m.fleet and len(ctx.config.projects) > 1:
+        ctx.out(f"spend, all projects: {replace(project, budget=m.overall).text()}")
+    elif m.whole:
         ctx.out(f"project spend: {project.text()}")
     if queued:
         ctx.out(f"queue: {queued} task(s) waiting in the pool for a free slot")

@@ -1,26 +1,8 @@
-"""Patrol job 2: classify the project's sessions and resume interrupted ones.
+"""Patrol job 2: classify the project's sessions (``core.runstate.classify``) and resume
+interrupted ones.
 
-Classes (``core.runstate.classify``): ``running`` (busy or retrying), ``stale_busy`` (busy, no
-update for ``patrol.stale_minutes``), ``finished`` (last run succeeded), ``failed`` (last run
-ended with an error; the reason is kept), ``denied`` (it ended on a refused request: a
-person's, never resumed), ``interrupted`` (last run aborted, or it stopped
-without finishing — a server restart looks like that), ``idle`` (never ran, or a prompt not
-answered yet). Sessions updated in the last 24 hours, and every running one, are looked at.
-
-Resume: an interrupted session gets RESUME_PROMPT (plus the discipline block) through the gate
-— ``planner.plan_reuse`` + ``ops.send.send_work`` — so a full instance is never overfilled;
-a full one is tried again next cycle. The model is the one the run used, unless it is blacked out.
-
-**One automatic resume per session.** The resume is remembered like a heal
-(``resume:<instance>:<session>`` in ``.model_state.json``, kept 14 days). If the resumed run is
-interrupted again, something or someone keeps stopping it; the patrol does not fight that: the
-session is reported as "interrupted again after a resume" and left for a human
-(``xaf-hub dispatch --session ID --text ...`` continues it).
-
-**A person's decision** (``ops.decisions``): a run stopped with ``xaf-hub interrupt`` (the
-audit log says who and when) or at its run ceiling, or a session whose pool row a person
-steered by hand, is never resumed; it is classed ``interrupted`` with "interrupted by <who> at
-<time>" (or "stopped over its run ceiling ...") and listed under "needs a person".
+A resume goes through the gate, never overfills an instance, and happens once per session; a
+person's decision is never resumed (docs/architecture.md §8, step 2).
 """
 
 from __future__ import annotations

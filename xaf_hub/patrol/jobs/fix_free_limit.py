@@ -1,12 +1,5 @@
-"""Patrol job 1: heal sessions that hit a rate limit or an unavailable model.
-
-The job decides *which* sessions to heal, now: project sessions that are not sub-agent
-children, stuck in a rate-limited ``retry`` or idle after such a failure in the last 24 hours,
-whose failure was not healed before, on non-production instances, and not a person's decision
-(``ops.decisions``: interrupted by an operator after the failure, or steered by hand: listed
-under "needs a person" instead). How a heal is done
-(blackout, next model of the chain, abort a stuck retry, continue prompt through the gate)
-is ``xaf_hub.ops.heal``, shared with ``confirm --fix`` and ``dispatch --confirm-wait``.
+"""Patrol job 1: decide which sessions to heal now (a rate limit or an unavailable model, not
+healed before, not production, not a person's decision); ``ops.heal`` does the healing.
 """
 
 from __future__ import annotations

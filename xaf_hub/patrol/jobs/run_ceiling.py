@@ -1,12 +1,6 @@
-"""Patrol job: stop the runs that cost more than their ceiling (``budget.run_usd``).
-
-The round looks at every run in flight on an instance with a run ceiling (not production):
-each project session that runs, or whose sub-agents' sessions still run
-(``ops.budget.run_roots``), reads what its run cost since its prompt, sub-agents included
-(``ops.ceiling.read_run``), and stops a run past the ceiling (``ops.ceiling.stop_over_ceiling``:
-task parked "over the run ceiling", the run and its sub-agents aborted, audited). The daemon
-does the same live, on each step a session reports (``patrol.live``); the round is the net
-for what it missed and all ``patrol --once`` does.
+"""Patrol job: stop the runs in flight that cost more than their ceiling (``budget.run_usd``),
+sub-agents included; the round is the net for what the daemon's live check missed
+(docs/budget.md).
 """
 
 from __future__ import annotations

@@ -1,18 +1,7 @@
 """The dispatch gate on Redis, shared by every host that points at one server.
 
-Chosen by ``lock.backend: "redis"`` (``store.backends.Stores.gate``). The rules are those of
-architecture §5; only the storage differs. Keys, under ``lock.redis_prefix`` (``P``)::
-
-    P:lock:<instance>           the dispatch lock: redis-py's Lock (random token, a lease that
-                                a watchdog thread renews while the lock is held). A holder
-                                writes reservations only while the key still holds its token
-                                (checked in the same Lua script as the write), and asks again
-                                right before it sends a prompt (``owns_lock``).
-    P:slot:<instance>:<token>   one reservation, the slot file's JSON, PX slot_ttl_seconds
-    P:slots:<instance>          the set of that instance's tokens (an index; it expires too)
-
-Ages are measured with the Redis server's clock (TIME), so hosts whose clocks disagree still
-agree on when a reservation is past its grace.
+Chosen by ``lock.backend: "redis"``; the rules are those of docs/architecture.md §5, where its
+keys are listed too.
 """
 
 from __future__ import annotations

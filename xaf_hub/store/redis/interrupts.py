@@ -1,14 +1,7 @@
-"""People's interrupts in Redis, so a patrol daemon on any host respects them.
+"""People's interrupts in Redis, so a patrol daemon on any host respects them
+(``<lock.redis_prefix>:interrupts``, docs/architecture.md §8).
 
-``xaf-hub interrupt`` writes its audit line on the host it ran on; the patrol reads the
-operator interrupts from there (``ops.decisions``). With the Redis stores (gate or pool) the
-patrol may run on another host, so the interrupt is also kept in the hash
-``<lock.redis_prefix>:interrupts``: one field per (instance, session), the latest interrupt's
-time, who made it and its kind (a person's, or the run ceiling's: ``ops.ceiling``). The hash
-expires 14 days after its last write. A field that cannot be read is skipped, as a torn audit
-line is.
-
-Only ``backends`` imports this module, so the file backends never load redis.
+A field that cannot be read is skipped. Only ``backends`` imports this module.
 """
 
 from __future__ import annotations

@@ -1,17 +1,8 @@
 """The HA patrol's lease in Redis: one active daemon among the hubs, the others on standby.
 
-Keys, under ``lock.redis_prefix`` (``P``)::
-
-    P:patrol:lease     the holder's token (``<host>|<pid>|<random>``), PX patrol.lease_seconds;
-                       set only if absent, renewed and deleted only by the holder (Lua)
-    P:patrol:daemons   a hash: ``<host>|<pid>`` -> {host, pid, role, heartbeat}, for status
-    P:patrol:holder    the token of the last daemon that took the lease (no expiry): who held it
-                       before a takeover, for the failover notice
-
-The holder renews every third of the lease; a daemon that was paused or cut off past it finds
-the key gone or someone else's and is standby from then on (``held`` is also false locally
-once the lease time passed without a renewal, whatever Redis says). Its ``fence`` is what the
-Redis stores check on every write (``store.fence``). Redis errors become UnreachableError.
+``held`` is false once the lease time passed without a renewal, whatever Redis says; ``fence``
+is what the Redis stores check on every write. Redis errors become UnreachableError. Keys:
+docs/architecture.md §8.
 """
 
 from __future__ import annotations

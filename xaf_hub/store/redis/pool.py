@@ -1,12 +1,7 @@
-"""The task pool in Redis, shared by every hub that points at one server (``pool.backend``).
+"""The task pool in Redis, one key per task, every write atomic and fenced by the HA lease.
 
-One key per task, so a claim's cost does not depend on the pool's size. Every write is atomic
-and fenced by the HA lease (``edit``: one row, compare-and-set; ``update``: the whole pool,
-written only if nobody wrote in between); a pool stored as one document by earlier releases is
-moved once, never half. Keys, scripts, migration: docs/architecture.md §9, "The task pool on
-Redis". Only ``backends.Stores.pool`` imports this module, so the file backend never loads
-``redis``; Redis errors become ``UnreachableError("redis", reason)`` (exit 2) before anything is
-sent.
+Keys, scripts and migration: docs/architecture.md §9, "The task pool on Redis". Redis errors
+become ``UnreachableError`` before anything is sent.
 """
 
 from __future__ import annotations

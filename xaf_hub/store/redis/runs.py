@@ -1,15 +1,8 @@
-"""The rounds' memory of last runs in Redis, shared by the HA patrol daemons (architecture §8).
+"""The rounds' memory of last runs in Redis, shared by the HA patrol daemons
+(docs/architecture.md §8).
 
-With the HA lease (``backends.uses_lease``) the daemon that runs the rounds may change host;
-the memory then lives beside the lease, as one hash ``<lock.redis_prefix>:last_runs`` with one
-field per (instance, session) holding the same entry as ``patrol/last-runs.json``. A save
-writes only the entries that changed and deletes the dropped ones, so an unchanged fleet costs
-no write. With a ``Fence`` the save happens only while the lease key holds this daemon's token
-(watched in the same transaction): a daemon that lost the lease leaves the memory to the one
-that holds it. A damaged field is a ``StateFileError`` naming the key and the field, and the
-hash is never overwritten for it (the round then reads every session).
-
-Only ``backends.Stores.run_memory`` imports this module, so the file backend never loads redis.
+A save writes only what changed, and only while this daemon holds the lease; a damaged field is
+a ``StateFileError`` and the hash is never overwritten for it.
 """
 
 from __future__ import annotations

@@ -1,13 +1,7 @@
 """Which notification events some hub already queued, shared through Redis (HA patrol).
 
-Each host keeps its own outbox (``notify/state.json``), and derives a round's events from the
-shared stores (heals, pool) since *its* previous round. When the lease moves back to a host
-that was active before, that host would derive again events the other host already queued.
-With the lease, an event is queued only by the hub that first sets
-``<lock.redis_prefix>:notify:seen:<event id>`` (SET NX, forgotten after 14 days, as the outbox
-forgets its own ``seen``): one chat message per event for the whole fleet of hubs.
-
-Only ``backends.Stores.event_claimer`` imports this module, so the file backends never load redis.
+``claimer`` gives a claim that lets exactly one hub queue each event: one chat message
+per event for the whole fleet of hubs (docs/architecture.md §8).
 """
 
 from __future__ import annotations
