@@ -814,7 +814,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--m", type=int, help="custom project sessions per server")
     p.add_argument("--repeat", type=int, default=5, help="timed rounds per size (default 5)")
     p.add_argument("--projects", type=int, default=1, metavar="N",
-                   help="a config of N projects sharing each server's checkout (default 1)")
+                   help="a config of N projects sharing each server's checkout, also for --rounds "
+                        "(default 1)")
     p.add_argument("--busy", type=int, default=2, help="busy sessions per server (default 2)")
     p.add_argument("--settle-cpu", type=float, default=60.0, metavar="PERCENT",
                    help="before each round wait up to 2 min until the CPUs are less busy than "
@@ -828,8 +829,6 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--rounds", action="store_true",
                    help="only a patrol round's cost (first, second) against status at --k/--m, "
                         "default 3 x 1000 (bench/rounds.py)")
-    p.add_argument("--projects", type=int, default=1, metavar="N",
-                   help="with --rounds: the config names N projects (default 1)")
     p.add_argument("--board", action="store_true",
                    help="status read from a patrol daemon's live board against a scan "
                         "(default K=3 M=600), and projected to 50 instances")

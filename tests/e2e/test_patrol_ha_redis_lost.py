@@ -251,3 +251,36 @@ def test_a_run_stopped_at_its_ceiling_is_not_resumed_after_redis_lost_the_stop(
         assert sid not in a.hub.busy_ids("lan-b")
     finally:
         abort_all(a.hub, "lan-b")
+
+
+def test_a_run_past_its_ceiling_is_stopped_while_redis_is_away(
+    hosts: tuple[Host, Host], daemons: list[subprocess.Popen[str]], own_redis: OwnRedis
+) -> None:
+    """Redis dies while a priced run works under host A's daemon: no daemon holds the lease
+    and the pool cannot be written, yet the daemon stops the run at the step that passed its
+    ceiling (the soak, seed 7, saw it pay on until a daemon held the lease again)."""
+    a, _ = hosts
+    on_both(hosts, ha)
+    on_both(hosts, lambda doc: doc.update(budget={"run_usd": 0.05}))
+    a.hub.llm.set_mode("priced-model", "tools",
+                       calls=[["bash", {"command": "sleep 1", "description": "a step"}]] * 30)
+    daemons.append(a.popen("patrol", "--interval-seconds", "2", "--no-design"))
+    a.hub.wait_for(lambda: status(a)["active_host"] == "host-a", timeout=60)
+    code, doc = a.hub.cli_json("dispatch", "--new", "--instance", "lan-b", "--text", "costly",
+                               "--model", "fake/priced-model", "--no-record")
+    assert code == 0, doc
+    sid = doc["session_id"]
+
+    def costs() -> list[float]:
+        return [float(m["info"].get("cost") or 0) for m in messages(a.hub, "lan-b", sid)
+                if m["info"]["role"] == "assistant"]
+
+    try:
+        a.hub.wait_for(lambda: any(costs()), timeout=90)
+        own_redis.kill()
+        a.hub.wait_for(lambda: sid not in a.hub.busy_ids("lan-b"), timeout=120)
+        spent = costs()
+        assert sum(spent) <= 0.05 + max(spent) + 1e-9, spent
+    finally:
+        abort_all(a.hub, "lan-b")
+        own_redis.start()

@@ -5,6 +5,7 @@
 ceiling. ``stop_over_ceiling`` is the one way a run past it is stopped, by the round and the
 daemon's watch alike: its task parked, the stop recorded as a person's decision
 (``ops.decisions``) before the whole family is aborted (``abort_run``), the outcome audited.
+The abort needs only the server: a pool or decision Redis cannot take does not hold it back.
 What a run is and the order of the stop: docs/architecture.md §6, "Runs in flight".
 """
 
@@ -221,7 +222,9 @@ async def stop_over_ceiling(
     """Park the run's task, abort the run with its family and audit it (module docstring)."""
     cost = run.cost or 0.0
     reason = f"{OVER} ({money(cost)} of {money(run.ceiling)})"
-    task = _park(ops, rec.id, reason)
+    task = ""
+    with contextlib.suppress(HubError):  # Redis unreachable or this daemon standby: stop anyway
+        task = _park(ops, rec.id, reason)
     figures = {"cost_usd": round(cost, 6), "ceiling_usd": run.ceiling, "task": task}
     # The decision before the abort, as a person's interrupt: whoever sees the run stopped
     # (a resume under the instance lock, a patrol on another host) finds it.

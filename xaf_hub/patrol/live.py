@@ -368,7 +368,9 @@ class CeilingWatch:
     ``look`` names a session (a root or a sub-agent's) on an instance with a run ceiling; the
     thread judges the run it belongs to at once, without the reactor's settling pause, and
     again every ``CEILING_POLL_SECONDS`` while any session of that run works. What the event
-    told of the session (its folder, its parent) spares asking the server again.
+    told of the session (its folder, its parent) spares asking the server again. It judges on
+    every daemon, standby included: a run is stopped while no daemon holds the lease (Redis
+    away, a takeover under way), and a run another daemon stopped already is left alone.
     """
 
     def __init__(
@@ -439,7 +441,7 @@ class CeilingWatch:
         again: list[SessionRecord] = []
         judged: set[tuple[str, str]] = set()
         for rec in due:
-            if self.pctx.stop_requested():
+            if self._stopped:  # not the lease: a standby stops a run too, an abort is idempotent
                 break
             with contextlib.suppress(HubError):
                 root, runs = await self.judge(cycle, rec.instance, rec.id, judged, rec)

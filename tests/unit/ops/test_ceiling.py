@@ -15,8 +15,10 @@ import pytest
 from tests.unit.ops.ceiling_support import T0, Family, context, priced_run
 from tests.unit.ops.ceiling_support import step as timed_step
 from xaf_hub.core.records import SessionRecord
+from xaf_hub.errors import UnreachableError
 from xaf_hub.fleet.wire import messages_of
 from xaf_hub.ops.ceiling import abort_run, judge_run, read_run, run_cost, stop_over_ceiling
+from xaf_hub.ops.context import OpsContext
 from xaf_hub.ops.decisions import load_decisions
 from xaf_hub.store.tasks import Task
 
@@ -182,3 +184,29 @@ def test_a_stop_parks_the_task_and_is_a_decision_no_patrol_undoes(tmp_path: Path
     decision = load_decisions(pctx).for_session("a", "ses_root", T0)
     assert decision is not None and decision.kind == "ceiling"
     assert decision.text.startswith("stopped over its run ceiling at ")
+
+
+def test_a_stop_aborts_the_run_when_the_pool_cannot_be_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Redis away (or the daemon standby, its pool writes fenced off): the task is not parked,
+    and the run is aborted all the same."""
+    server = Family()
+    priced_run(server, root_busy=True)
+    pctx = context(tmp_path, server)
+    inst = pctx.cfg.instances[0]
+
+    def unreachable(self: object) -> object:
+        raise UnreachableError("redis", "connection refused")
+
+    monkeypatch.setattr(OpsContext, "backlog", unreachable)
+
+    async def stop() -> Any:
+        async with pctx.client(inst) as client:
+            run = await read_run(pctx, inst, root(state="busy"), client)
+            return await stop_over_ceiling(pctx, inst, root(state="busy"), client, run,
+                                           origin="patrol.live")
+
+    over = asyncio.run(stop())
+    assert (over.aborted, over.task) == (True, "")
+    assert "ses_root" in server.aborts and not any(n.busy for n in server.nodes.values())

@@ -398,3 +398,23 @@ def test_a_run_stopped_past_its_ceiling_is_not_then_answered_by_policy(tmp_path:
     cycle, _ = asyncio.run(live._react(_Work({("a", "asked:ses_perm"): 0.0})))
     assert judged == ["ses_perm"]
     assert server.replies == [] and cycle.log.actions == []
+
+
+def test_a_standby_daemon_stops_a_run_past_its_ceiling(tmp_path: Path) -> None:
+    """No daemon holds the lease (Redis restarting, a takeover under way): the watch of a
+    daemon on standby still stops a run past its ceiling as its steps come."""
+    import asyncio
+
+    from tests.unit.ops.ceiling_support import APP, Family, context, priced_run
+    from xaf_hub.patrol import live
+
+    server = Family()
+    priced_run(server, root_busy=True)
+    standby = context(tmp_path, server).but(stop_requested=lambda: True)
+    watch = live.CeilingWatch(standby, lambda line: None, lambda: None)
+    step = SessionRecord("a", "ses_root", "t", APP, project=True)
+    cycle, again = asyncio.run(watch._judge_all([step]))
+    assert [(a.kind, a.session, a.result) for a in cycle.log.actions] == [
+        ("ceiling", "ses_root", "ok")
+    ]
+    assert again == [] and not any(n.busy for n in server.nodes.values())
