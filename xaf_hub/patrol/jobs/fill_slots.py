@@ -38,6 +38,7 @@ from xaf_hub.ops.context import Fleet, OpsContext
 from xaf_hub.ops.decisions import decisions_from, people_interrupts
 from xaf_hub.ops.heal import heal_candidate
 from xaf_hub.ops.land import send_back
+from xaf_hub.ops.load import free as slots_free
 from xaf_hub.ops.load import instance_load
 from xaf_hub.ops.models import choose_model, untried_model
 from xaf_hub.ops.planner import (
@@ -132,8 +133,8 @@ def fair_slots(
     there), projects in config order.
     """
     given: dict[str, dict[str, int]] = {p: {} for p in wants}
-    for server, free in server_free.items():
-        for _ in range(free):
+    for server, room in server_free.items():
+        for _ in range(room):
             open_ = [p for p, per in wants.items() if server in per
                      and given[p].get(server, 0) < min(per[server][1], per[server][2])]
             if not open_:
@@ -141,6 +142,13 @@ def fair_slots(
             p = min(open_, key=lambda q: wants[q][server][0] + given[q].get(server, 0))
             given[p][server] = given[p].get(server, 0) + 1
     return given
+
+
+def plannable(pctx: OpsContext, tasks: list[Task]) -> list[Task]:
+    """What a fill plans from: the project's own pending tasks, and every other task (a
+    ``depends_on`` may name another project's)."""
+    mine = {t.id for t in pctx.own(tasks)}
+    return [t for t in tasks if t.id in mine or t.status != "pending"]
 
 
 def session_title(task: Task) -> str:
@@ -159,7 +167,7 @@ async def fill_every_project(pctx: OpsContext, cycle: Cycle) -> None:
     if len(views) == 1:
         return await fill_slots(pctx, cycle)
     now = pctx.now()
-    data = pctx.backlog().load()
+    data = await asyncio.to_thread(pctx.backlog().load)
     wants: dict[str, dict[str, tuple[int, int, int]]] = {}
     server_free: dict[str, int] = {}
     for view in views:
@@ -167,12 +175,12 @@ async def fill_every_project(pctx: OpsContext, cycle: Cycle) -> None:
         gate = view.gate()
         loads = {sc.inst.name: instance_load(sc, gate, allow_prod=True) for sc in fleet.scans}
         for name, load in loads.items():
-            used = load.running_project + load.running_others + (load.reserved or 0)
             known = load.reserved is not None and not load.run_state_unknown
-            server_free[name] = max(0, load.limit - used) if known and load.reachable else 0
-        mine = {t.id for t in view.own(data.tasks)}
+            server_free[name] = slots_free(
+                load.limit, load.running_project + load.running_others, load.reserved or 0
+            ) if known and load.reachable else 0
         planned = Counter(name for name, _ in plan_fill(
-            [t for t in data.tasks if t.id in mine or t.status != "pending"],
+            plannable(view, data.tasks),
             [(inst.name, free) for inst, free, _ in free_slots(fleet, gate)],
             now, view.cfg.patrol.max_attempts,
         ))
@@ -214,9 +222,8 @@ async def fill_slots(
     slots = [(inst, min(free, free if allot is None else allot.get(inst.name, 0)), where)
              for inst, free, where in free_slots(fleet, gate) if inst.name not in spent]
     slots = [s for s in slots if s[1] > 0]
-    mine = {t.id for t in pctx.own(data.tasks)}
     plan = plan_fill(
-        [t for t in data.tasks if t.id in mine or t.status != "pending"],  # depends_on: all
+        plannable(pctx, data.tasks),
         [(inst.name, free) for inst, free, _ in slots],
         now,
         pctx.cfg.patrol.max_attempts,
