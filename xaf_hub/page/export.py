@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from xaf_hub import __version__
 from xaf_hub.core.clock import iso_time
-from xaf_hub.core.records import SessionRecord, Snapshot
+from xaf_hub.core.records import Snapshot
 from xaf_hub.core.text import dumps
 from xaf_hub.errors import UsageError
 from xaf_hub.page.words import Lang, ago, local_time
@@ -63,29 +63,17 @@ def humanize_age(ms: int, now_ms: int) -> str:
 # --------------------------------------------------------------------------- JSON / CSV
 
 
-def _is_running(session: SessionRecord) -> bool:
-    """Return whether the server reports the session busy or retrying."""
-    return session.running or session.run_state != "idle"
-
-
-def _counts(snap: Snapshot) -> dict[str, dict[str, int]]:
-    """Count project sessions and running ones per instance, from the exported rows."""
-    # Counted from the rows (not the summaries) so every figure matches the tables below it.
-    counts = {i.name: {"project_sessions": 0, "running": 0} for i in snap.instances}
-    for session in snap.project_sessions():
-        entry = counts.setdefault(session.instance, {"project_sessions": 0, "running": 0})
-        entry["project_sessions"] += 1
-        entry["running"] += int(_is_running(session))
-    return counts
-
-
 def snapshot_document(snap: Snapshot) -> dict[str, Any]:
     """Build the JSON export document (architecture §6 `sessions`)."""
 
     return {
         "generated_at": iso_time(snap.generated_at),
         "xaf_hub_version": __version__,
-        "by_instance": _counts(snap),
+        # Counted from the rows (not the summaries) so every figure matches the tables below.
+        "by_instance": {
+            name: {"project_sessions": n, "running": busy}
+            for name, (n, busy) in snap.counts().items()
+        },
         "unreachable": snap.unreachable,
         "instances": [i.to_json() for i in snap.instances],
         "sessions": [s.to_json() for s in snap.project_sessions()],
