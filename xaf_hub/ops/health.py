@@ -44,14 +44,7 @@ class Finding:
 
     def to_json(self) -> dict[str, Any]:
         """Export form."""
-        return {
-            "area": self.area,
-            "subject": self.subject,
-            "level": self.level,
-            "message": self.message,
-            "fix": self.fix,
-            "exit_code": int(self.exit_code),
-        }
+        return {**self.__dict__, "exit_code": int(self.exit_code)}
 
 
 def ok(area: str, subject: str, message: str) -> Finding:
