@@ -133,18 +133,12 @@ async def send_work(
     inst = plan.instance
     warnings: list[str] = []
     try:
-        result = await _gated(
-            ops, plan, prompt, model, client, gate, warnings, before_prompt, steer, still_wanted
-        )
-    except Exception as exc:
-        ops.audit(
-            command,
-            instance=inst.name,
-            session=plan.session.id if plan.session else "",
-            result="failed",
-            reason=str(exc),
-        )
-        raise
+        with ops.audited(command, instance=inst.name,
+                         session=plan.session.id if plan.session else ""):
+            result = await _gated(
+                ops, plan, prompt, model, client, gate, warnings, before_prompt, steer,
+                still_wanted,
+            )
     finally:
         warnings.extend(_drain(gate))
     try:
@@ -573,7 +567,7 @@ async def abort_and_prompt(
     """
     gate = ops.gate()
     warnings: list[str] = []
-    try:
+    with ops.audited(command, instance=inst.name, session=session):
         async with ops.client(inst) as client, held(gate, inst.name):
             if still_wanted is not None and (why := still_wanted()):
                 raise RunsAgain(f"session {session} on {inst.name}: {why}")
@@ -594,9 +588,6 @@ async def abort_and_prompt(
                 gate.release(res)
                 raise
             await _deliver(client, gate, res, prompt, model, None, warnings)
-    except Exception as exc:
-        ops.audit(command, instance=inst.name, session=session, result="failed", reason=str(exc))
-        raise
     ops.audit(
         command,
         instance=inst.name,
