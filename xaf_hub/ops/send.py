@@ -196,6 +196,17 @@ def _confirm(gate: Gate, instance: str, step: str, session_id: str) -> None:
         raise _lock_lost(gate, instance, step, session_id)
 
 
+def _reserve(gate: Gate, inst: InstanceConfig, session_id: str, new: bool = False) -> Reservation:
+    """A slot on ``inst``: for a new session (``new``), else tied to ``session_id`` with its
+    prompt counted as sent; LockLostError (nothing reserved) when the lock is no longer ours."""
+    try:
+        if new:
+            return gate.reserve(inst.name, project=inst.project)
+        return gate.reserve(inst.name, session_id, PROMPT_SENT, inst.project)
+    except LockLostError:
+        raise _lock_lost(gate, inst.name, "before reserving", session_id) from None
+
+
 Others = tuple[budget.Spend, budget.Spend]  # the other instances' (project, fleet) spend today
 
 
@@ -255,10 +266,13 @@ def _check_budget(
 async def _fresh_scans(
     ops: OpsContext, client: OpencodeClient, inst: InstanceConfig
 ) -> tuple[InstanceScan, Others | None, list[str]]:
-    """This instance's fresh scan, and the others' spend when a budget needs it."""
+    """This instance's fresh scan (its failure raised), and the others' spend when a budget
+    needs it."""
     fresh, (others, notes) = await asyncio.gather(
         scan_instance(client, inst, project_only=True), _others_spend(ops, inst)
     )
+    if not fresh.reachable:
+        raise fresh.failure()
     return fresh, others, notes
 
 
@@ -314,8 +328,6 @@ async def _gated(
         # judges only reservations made before it (observed_at), however slow it was.
         observed = gate.clock()
         fresh, others, notes = await _fresh_scans(ops, client, inst)
-        if not fresh.reachable:
-            raise fresh.failure()
         if fresh.run_state_unknown:  # fail closed: no slot is known to be free, none is taken
             raise RunStateUnknown(inst.name, fresh.run_state_unknown)
         warnings.extend(fresh.warnings)
@@ -333,10 +345,7 @@ async def _gated(
             # Running: the prompt steers it and takes no slot. The reservation tied to it
             # counts only if the run ends while the prompt travels and the prompt starts it
             # again (it is not running then), until the server shows that run.
-            try:
-                res = gate.reserve(inst.name, session.id, PROMPT_SENT, inst.project)
-            except LockLostError:
-                raise _lock_lost(gate, inst.name, "before reserving", session.id) from None
+            res = _reserve(gate, inst, session.id)
             await _deliver(client, gate, res, prompt, model, before_prompt, warnings)
             return SendResult(
                 "steer", inst.name, session.id, plan.directory, plan.title, model,
@@ -361,10 +370,7 @@ async def _gated(
                 "--session" if full else f"{inst.name} is at its limit for {inst.project}: "
                 f"{load.reason}; {why}try later"
             )
-        try:
-            res = gate.reserve(inst.name, project=inst.project)
-        except LockLostError:
-            raise _lock_lost(gate, inst.name, "before reserving", planned) from None
+        res = _reserve(gate, inst, planned, new=True)
         session_id, directory = planned, plan.directory
         room: Room | None = None
         try:
@@ -573,14 +579,9 @@ async def abort_and_prompt(
                 raise RunsAgain(f"session {session} on {inst.name}: {why}")
             if budget.guarded(ops.cfg, inst):
                 fresh, others, notes = await _fresh_scans(ops, client, inst)
-                if not fresh.reachable:
-                    raise fresh.failure()
                 warnings.extend(notes)
                 _check_budget(ops, inst, fresh.sessions, others)
-            try:
-                res = gate.reserve(inst.name, session, PROMPT_SENT, inst.project)
-            except LockLostError:
-                raise _lock_lost(gate, inst.name, "before reserving", session) from None
+            res = _reserve(gate, inst, session)
             try:
                 await client.abort(session, directory)
                 await wait_until_idle(client, directory, session, ABORT_SETTLE_SECONDS)
