@@ -81,6 +81,10 @@ def _blacked(model: str, blacked: set[str], families: Mapping[str, Sequence[str]
 
 
 
+# A model line's rest fields (``rest_json``'s), in the order the line gives them.
+_LINE_REST = ("resting_until", "rests", "scope", "why", "why_words", "reason", "source")
+
+
 @dataclass(frozen=True)
 class ModelLine:
     """One model of the chains: its family, its rest (if any) and who would use it next."""
@@ -92,18 +96,12 @@ class ModelLine:
 
     def to_json(self) -> dict[str, Any]:
         """The JSON form (``resting_until`` ISO 8601 UTC, null when it does not rest)."""
-        b = self.rest
+        rest = rest_json(self.rest) if self.rest is not None else {}
         return {
             "model": self.model,
             "family": self.family,
-            "resting": b is not None,
-            "resting_until": None if b is None else iso_time(b.until_ms),
-            "rests": None if b is None else b.family,
-            "scope": None if b is None else b.scope,
-            "why": None if b is None else b.why,
-            "why_words": None if b is None else WHY_WORDS.get(b.why, b.why),
-            "reason": None if b is None else b.reason,
-            "source": None if b is None else b.source,
+            "resting": self.rest is not None,
+            **{key: rest.get(key) for key in _LINE_REST},
             "next_for": list(self.next_for),
         }
 
