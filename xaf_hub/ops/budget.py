@@ -11,8 +11,9 @@ users, docs/budget.md.
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import astuple, dataclass, replace
 from datetime import datetime, tzinfo
 from typing import TYPE_CHECKING
 
@@ -43,13 +44,7 @@ class Spend:
     in_flight_usd: float = 0.0
 
     def __add__(self, other: Spend) -> Spend:
-        return Spend(
-            self.usd + other.usd,
-            self.unknown + other.unknown,
-            self.sessions + other.sessions,
-            self.in_flight + other.in_flight,
-            self.in_flight_usd + other.in_flight_usd,
-        )
+        return Spend(*map(operator.add, astuple(self), astuple(other)))
 
     @property
     def committed(self) -> float:
