@@ -15,11 +15,12 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from xaf_hub.config.load import InstanceConfig
-from xaf_hub.core.records import RunState, SessionRecord, sane_ms
+from xaf_hub.core.records import SessionRecord
 from xaf_hub.core.runstate import waiting_detail
 from xaf_hub.fleet.wire import (
     ServerSession,
     message_of,
+    read_status,
     server_json,
     session_from_classic,
     session_record,
@@ -349,7 +350,7 @@ class Board:
         if kind in _ANSWERED:
             return self._answered(rec, props, _ANSWERED[kind])
         said = _run_said(kind, props)
-        return self._status(rec, said[0], said[1]) if said is not None else []
+        return self._status(rec, said) if said is not None else []
 
     def _project(self, props: Mapping[str, Any]) -> None:
         """A project's worktrees: their sessions are the project's when its checkout is."""
@@ -364,7 +365,7 @@ class Board:
     def _foreign_run(self, sid: str, kind: str, props: Mapping[str, Any]) -> None:
         said = _run_said(kind, props)
         if said is not None:
-            self.foreign[sid] = _with_run(self.foreign[sid], *said)
+            self.foreign[sid] = _with_run(self.foreign[sid], said)
 
     def _asked(self, rec: SessionRecord, kind: str, props: Mapping[str, Any]) -> list[FleetEvent]:
         read = waiting_from_permission if _ASKED[kind] == "permission" else waiting_from_question
@@ -411,11 +412,9 @@ class Board:
         self.missing.append((s.id, s.directory))
         return []
 
-    def _status(
-        self, rec: SessionRecord, word: RunState, status: Mapping[str, Any]
-    ) -> list[FleetEvent]:
-        new = _with_run(rec, word, status)
-        message = new.retry_message
+    def _status(self, rec: SessionRecord, status: Mapping[str, Any]) -> list[FleetEvent]:
+        new = _with_run(rec, status)
+        word, message = new.run_state, new.retry_message
         self.sessions[rec.id] = new
         if word != "idle" and not rec.running:
             out = [self._event("started", new, "stream")]
@@ -443,28 +442,21 @@ def _refreshed(old: SessionRecord, s: ServerSession, cut: int | None = None) -> 
     )
 
 
-def _run_said(kind: str, props: Mapping[str, Any]) -> tuple[RunState, Mapping[str, Any]] | None:
-    """The run state a frame tells, with its status object; None when it tells none."""
+def _run_said(kind: str, props: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The status entry a frame tells ({} for idle), read as a scan reads one
+    (``wire.read_status``: a state this hub does not know is busy, never idle); None when it
+    tells none."""
     if kind == "session.idle":
-        return "idle", {}
-    if kind == "session.status":
-        status = props.get("status")
-        if isinstance(status, Mapping):
-            word = status.get("type")
-            if word in ("retry", "idle"):
-                return word, status
-            if isinstance(word, str) and word:
-                # busy, or a state this hub does not know: busy, never idle, as the scan
-                # reads it (fleet.scan.read_status)
-                return "busy", status
+        return {}
+    status = props.get("status") if kind == "session.status" else None
+    if isinstance(status, Mapping) and isinstance(status.get("type"), str) and status["type"]:
+        return status
     return None
 
 
-def _with_run(rec: SessionRecord, word: RunState, status: Mapping[str, Any]) -> SessionRecord:
+def _with_run(rec: SessionRecord, status: Mapping[str, Any]) -> SessionRecord:
     """``rec`` in the run state a frame told."""
-    raw = status.get("message")
-    message = raw if word == "retry" and isinstance(raw, str) else ""
-    nxt = sane_ms(status.get("next")) if word == "retry" else 0  # as the scan reads it
+    word, message, nxt = read_status(status)
     new = replace(
         rec, run_state=word, running=word != "idle", retry_message=message, retry_next=nxt,
         updated=max(rec.updated, _now_ms()),

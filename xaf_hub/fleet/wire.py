@@ -71,6 +71,20 @@ def session_record(
     )
 
 
+def read_status(status: Mapping[str, Any] | None) -> tuple[RunState, str, int]:
+    """One session's ``/session/status`` entry read (a scan's, or a ``session.status`` frame's):
+    (run state, retry message, retry next ms). No entry is idle; a kind this hub does not know
+    is busy, never idle."""
+    if not status:
+        return "idle", "", 0
+    kind = status.get("type")
+    if kind == "retry":
+        raw = status.get("message")
+        # next: "soon", 1e400, 10**22 are unknown (0)
+        return "retry", raw if isinstance(raw, str) else "", sane_ms(status.get("next"))
+    return ("idle" if kind == "idle" else "busy"), "", 0
+
+
 # A tuple, not ``int | float``: that expression builds a new union object on every call, and
 # these readers run a few times per session of every listing.
 _NUMBER = (int, float)
