@@ -93,7 +93,8 @@ MAX_REMEMBERED = 10_000
 MAX_FOREIGN_TEXT = 1000
 
 
-def _now_ms() -> int:
+def now_ms() -> int:
+    """The time now, epoch ms (every event's ``at_ms``)."""
     return int(time.time() * 1000)
 
 
@@ -262,7 +263,7 @@ class Board:
     def _event(
         self, kind: EventKind, rec: SessionRecord, source: str, detail: str = ""
     ) -> FleetEvent:
-        return FleetEvent(kind, self.inst.name, rec, detail=detail, source=source, at_ms=_now_ms())
+        return FleetEvent(kind, self.inst.name, rec, detail=detail, source=source, at_ms=now_ms())
 
     def reconcile(
         self,
@@ -369,7 +370,7 @@ class Board:
 
     def _asked(self, rec: SessionRecord, kind: str, props: Mapping[str, Any]) -> list[FleetEvent]:
         read = waiting_from_permission if _ASKED[kind] == "permission" else waiting_from_question
-        pending = read(props, _now_ms())
+        pending = read(props, now_ms())
         if pending is None or (rec.waiting is not None and rec.running):
             return []  # unreadable, or the run already waits on an older request
         new = replace(rec, waiting=pending.waiting, running=True,
@@ -459,6 +460,6 @@ def _with_run(rec: SessionRecord, status: Mapping[str, Any]) -> SessionRecord:
     word, message, nxt = read_status(status)
     new = replace(
         rec, run_state=word, running=word != "idle", retry_message=message, retry_next=nxt,
-        updated=max(rec.updated, _now_ms()),
+        updated=max(rec.updated, now_ms()),
     )
     return replace(new, waiting=None) if word == "idle" else new  # an ended run waits on nothing
