@@ -264,30 +264,21 @@ def _whole(data: Any) -> Any:
     return top[0]
 
 
-def error_message(content: bytes) -> str:
-    """The message of a server's error answer, on one line (not yet redacted nor cut)."""
+def server_error(content: bytes) -> tuple[str, str]:
+    """A server's error answer read: its message on one line (not yet redacted nor cut), and
+    the name it gives itself (``WorktreeNotGitError``, or "")."""
     try:
         data = server_json(content)
     except (ValueError, RecursionError):
-        return one_line(content.decode("utf-8", "replace")) or "no message"
-    if isinstance(data, dict):
-        inner = data.get("data")
-        if isinstance(inner, dict) and inner.get("message"):
-            return one_line(str(inner["message"]))
-        for key in ("message", "name", "_tag"):
-            if data.get(key):
-                return one_line(str(data[key]))
-    return "no message"
-
-
-def error_name(content: bytes) -> str:
-    """The name a server's error answer gives itself (``WorktreeNotGitError``), or ""."""
-    try:
-        data = server_json(content)
-    except (ValueError, RecursionError):
-        return ""
-    name = data.get("name") if isinstance(data, dict) else None
-    return name[:100] if isinstance(name, str) else ""
+        return one_line(content.decode("utf-8", "replace")) or "no message", ""
+    if not isinstance(data, dict):
+        return "no message", ""
+    name = data["name"][:100] if isinstance(data.get("name"), str) else ""
+    inner = data.get("data")
+    if isinstance(inner, dict) and inner.get("message"):
+        return one_line(str(inner["message"])), name
+    said = next((data[key] for key in ("message", "name", "_tag") if data.get(key)), None)
+    return (one_line(str(said)) if said else "no message"), name
 
 
 def one_line(text: str) -> str:
