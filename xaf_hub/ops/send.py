@@ -218,26 +218,19 @@ async def _others_spend(ops: OpsContext, inst: InstanceConfig) -> tuple[Others |
     """
     if ops.cfg.budget.daily_usd is None and ops.cfg.project_budget_usd is None:
         return None, []
-    project = fleet = budget.Spend()
-    warnings = []
     others = [i for i in ops.cfg.instances if i.name != inst.name]
     _, scans = (
         await scan_fleet(ops.cfg, others, transport_factory=ops.transport_factory,
                          project_only=True)
         if others else (None, [])
     )
-    tz = budget.zone(ops.cfg)
-    for sc in scans:
-        if sc.reachable:
-            ceiling = budget.run_ceiling(ops.cfg, sc.inst)
-            project += budget.spend_today(sc.sessions, ops.now(), tz, ceiling)
-            fleet += budget.spend_today(sc.sessions, ops.now(), tz, ceiling, fleet=True)
-        else:
-            warnings.append(
-                f"{sc.inst.name} did not answer ({sc.reason}): its spend today is not counted "
-                "against the daily budgets"
-            )
-    return (project, fleet), warnings
+    spent = budget.spends(ops.cfg, scans, ops.now()).values()
+    warnings = [
+        f"{sc.inst.name} did not answer ({sc.reason}): its spend today is not counted "
+        "against the daily budgets"
+        for sc in scans if not sc.reachable
+    ]
+    return budget.totals(spent), warnings
 
 
 def _check_budget(
