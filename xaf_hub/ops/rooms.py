@@ -93,9 +93,7 @@ def based_commit(output: str) -> str:
     return m.group(1) if m else ""
 
 
-async def open_room(
-    client: OpencodeClient, checkout: str, name: str, base_branch: str
-) -> Room:
+async def open_room(client: OpencodeClient, checkout: str, name: str) -> Room:
     """Make the worktree (not yet started from the base: ``start_room`` does that).
 
     RoomFailed with ``unsupported`` when the server makes none there (an API without

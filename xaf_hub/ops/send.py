@@ -372,9 +372,7 @@ async def _gated(
                     base_branch = ops.cfg.patrol.base_branch
                     if plan.room:
                         try:
-                            room = await open_room(
-                                client, plan.directory, plan.room, base_branch
-                            )
+                            room = await open_room(client, plan.directory, plan.room)
                         except RoomFailed as exc:
                             if not exc.unsupported:
                                 raise
