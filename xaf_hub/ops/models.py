@@ -36,15 +36,19 @@ def model_chain(cfg: Config, inst: InstanceConfig) -> tuple[str, ...]:
 def choose_model(
     ops: OpsContext, inst: InstanceConfig, explicit: str | None, now: datetime | None = None
 ) -> str | None:
-    """resolve_dispatch_model for one instance with the current blackouts."""
-    cfg = ops.cfg
-    now = now or datetime.now(UTC)
-    blacked = ops.model_state().resting(now)
+    """``pick_model`` with the current blackouts."""
+    return pick_model(ops.cfg, inst, explicit, ops.model_state().resting(now or datetime.now(UTC)))
+
+
+def pick_model(
+    cfg: Config, inst: InstanceConfig, explicit: str | None, resting: set[str]
+) -> str | None:
+    """resolve_dispatch_model for one instance: its chain, the default model, what rests."""
     return resolve_dispatch_model(
         explicit=explicit,
         chain=model_chain(cfg, inst),
         default_model=cfg.models.default_dispatch_model,
-        blacked_out=blacked,
+        blacked_out=resting,
         families=cfg.models.families(),
     )
 
@@ -172,13 +176,7 @@ def models_view(cfg: Config, now: datetime, state: ModelState) -> ModelsView:
     resting = set(rests)
     next_for: dict[str, list[str]] = {}
     for inst in cfg.instances:
-        pick = resolve_dispatch_model(
-            explicit=None,
-            chain=model_chain(cfg, inst),
-            default_model=cfg.models.default_dispatch_model,
-            blacked_out=resting,
-            families=families,
-        )
+        pick = pick_model(cfg, inst, None, resting)
         if pick:
             next_for.setdefault(pick, []).append(inst.name)
     lines = []
