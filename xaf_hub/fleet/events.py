@@ -119,15 +119,16 @@ class FleetEvent:
 
 def following_words(ev: FleetEvent) -> str | None:
     """How an instance is followed, when an event changes that (logs and ``watch -v``)."""
-    if ev.kind == "ready":
-        return f"{ev.instance}: following its {ev.detail} event stream"
-    if ev.kind == "up":
-        return f"{ev.instance}: back, following its {ev.detail} event stream"
-    if ev.kind == "down":
-        return f"{ev.instance}: lost ({ev.detail})"
-    if ev.kind == "polling":
-        return f"{ev.instance}: {ev.detail}; polling it"
-    return None
+    said = _FOLLOWING.get(ev.kind)
+    return f"{ev.instance}: {said.format(ev.detail)}" if said is not None else None
+
+
+_FOLLOWING = {
+    "ready": "following its {} event stream",
+    "up": "back, following its {} event stream",
+    "down": "lost ({})",
+    "polling": "{}; polling it",
+}
 
 
 @dataclass(frozen=True)
