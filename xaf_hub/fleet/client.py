@@ -36,7 +36,6 @@ from xaf_hub.fleet.releases import Release, classify
 from xaf_hub.fleet.retry import maybe_delivered
 from xaf_hub.fleet.wire import ServerSession as ServerSession
 from xaf_hub.fleet.wire import as_mapping as _obj
-from xaf_hub.fleet.wire import error_message
 from xaf_hub.fleet.wire import text_field as _text
 
 RETRY = Backoff(first=0.2, cap=1.0)  # between the tries of one request (`retries`)
@@ -255,13 +254,9 @@ class OpencodeClient:
             if status == 404 and not_found_ok:
                 return None, resp
             if status >= 400:
+                said, name = wire.server_error(content)
                 # Redacted before it is cut short: a cut could leave half a secret behind.
-                raise ApiError(
-                    self.name,
-                    status,
-                    self._scrub(error_message(content))[:300],
-                    wire.error_name(content),
-                )
+                raise ApiError(self.name, status, self._scrub(said)[:300], name)
             if not expect_json:
                 return None, resp
             ctype = resp.headers.get("content-type", "")

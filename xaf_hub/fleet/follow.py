@@ -24,8 +24,8 @@ from xaf_hub.core.outcomes import run_outcome
 from xaf_hub.core.runstate import outcome_of
 from xaf_hub.errors import HubError, UnreachableError
 from xaf_hub.fleet.client import OpencodeClient, describe_error
-from xaf_hub.fleet.events import Board, FleetEvent, Frame
-from xaf_hub.fleet.live_view import PUBLISH_SECONDS, LiveInstance, LiveView, now_ms
+from xaf_hub.fleet.events import Board, FleetEvent, Frame, now_ms
+from xaf_hub.fleet.live_view import PUBLISH_SECONDS, LiveInstance, LiveView
 from xaf_hub.fleet.mailbox import Bad, Behind, Closed, Mailbox
 from xaf_hub.fleet.scan import (
     InstanceScan,

@@ -14,17 +14,16 @@ import httpx
 from xaf_hub.config.load import Config, InstanceConfig
 from xaf_hub.core import aio
 from xaf_hub.core.records import (
-    RunState,
     SessionRecord,
     Snapshot,
     Waiting,
-    sane_ms,
 )
 from xaf_hub.errors import ApiError, HubError, RunStateUnknown, UnreachableError
 from xaf_hub.fleet.client import OpencodeClient, RawStatus, ServerSession
 from xaf_hub.fleet.instance_scan import InstanceScan as InstanceScan
 from xaf_hub.fleet.instance_scan import snapshot_of
 from xaf_hub.fleet.wire import Pending, session_record
+from xaf_hub.fleet.wire import read_status as read_status
 
 TransportFactory = Callable[[InstanceConfig], httpx.AsyncBaseTransport | None]
 
@@ -45,19 +44,6 @@ def make_client(
         transport=transport,
         deadline=cfg.scan_timeout,
     )
-
-
-def read_status(status: RawStatus | None) -> tuple[RunState, str, int]:
-    """One session's ``/session/status`` entry read: (run state, retry message, retry next ms).
-    No entry is idle; a kind this hub does not know is busy, never idle."""
-    if not status:
-        return "idle", "", 0
-    kind = status.get("type")
-    if kind == "retry":
-        raw = status.get("message")
-        # next: "soon", 1e400, 10**22 are unknown (0)
-        return "retry", raw if isinstance(raw, str) else "", sane_ms(status.get("next"))
-    return ("idle" if kind == "idle" else "busy"), "", 0
 
 
 def build_record(

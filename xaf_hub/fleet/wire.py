@@ -71,6 +71,20 @@ def session_record(
     )
 
 
+def read_status(status: Mapping[str, Any] | None) -> tuple[RunState, str, int]:
+    """One session's ``/session/status`` entry read (a scan's, or a ``session.status`` frame's):
+    (run state, retry message, retry next ms). No entry is idle; a kind this hub does not know
+    is busy, never idle."""
+    if not status:
+        return "idle", "", 0
+    kind = status.get("type")
+    if kind == "retry":
+        raw = status.get("message")
+        # next: "soon", 1e400, 10**22 are unknown (0)
+        return "retry", raw if isinstance(raw, str) else "", sane_ms(status.get("next"))
+    return ("idle" if kind == "idle" else "busy"), "", 0
+
+
 # A tuple, not ``int | float``: that expression builds a new union object on every call, and
 # these readers run a few times per session of every listing.
 _NUMBER = (int, float)
@@ -250,30 +264,21 @@ def _whole(data: Any) -> Any:
     return top[0]
 
 
-def error_message(content: bytes) -> str:
-    """The message of a server's error answer, on one line (not yet redacted nor cut)."""
+def server_error(content: bytes) -> tuple[str, str]:
+    """A server's error answer read: its message on one line (not yet redacted nor cut), and
+    the name it gives itself (``WorktreeNotGitError``, or "")."""
     try:
         data = server_json(content)
     except (ValueError, RecursionError):
-        return one_line(content.decode("utf-8", "replace")) or "no message"
-    if isinstance(data, dict):
-        inner = data.get("data")
-        if isinstance(inner, dict) and inner.get("message"):
-            return one_line(str(inner["message"]))
-        for key in ("message", "name", "_tag"):
-            if data.get(key):
-                return one_line(str(data[key]))
-    return "no message"
-
-
-def error_name(content: bytes) -> str:
-    """The name a server's error answer gives itself (``WorktreeNotGitError``), or ""."""
-    try:
-        data = server_json(content)
-    except (ValueError, RecursionError):
-        return ""
-    name = data.get("name") if isinstance(data, dict) else None
-    return name[:100] if isinstance(name, str) else ""
+        return one_line(content.decode("utf-8", "replace")) or "no message", ""
+    if not isinstance(data, dict):
+        return "no message", ""
+    name = data["name"][:100] if isinstance(data.get("name"), str) else ""
+    inner = data.get("data")
+    if isinstance(inner, dict) and inner.get("message"):
+        return one_line(str(inner["message"])), name
+    said = next((data[key] for key in ("message", "name", "_tag") if data.get(key)), None)
+    return (one_line(str(said)) if said else "no message"), name
 
 
 def one_line(text: str) -> str:

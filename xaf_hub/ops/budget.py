@@ -11,8 +11,9 @@ users, docs/budget.md.
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import astuple, dataclass, replace
 from datetime import datetime, tzinfo
 from typing import TYPE_CHECKING
 
@@ -43,13 +44,7 @@ class Spend:
     in_flight_usd: float = 0.0
 
     def __add__(self, other: Spend) -> Spend:
-        return Spend(
-            self.usd + other.usd,
-            self.unknown + other.unknown,
-            self.sessions + other.sessions,
-            self.in_flight + other.in_flight,
-            self.in_flight_usd + other.in_flight_usd,
-        )
+        return Spend(*map(operator.add, astuple(self), astuple(other)))
 
     @property
     def committed(self) -> float:
@@ -242,6 +237,25 @@ def refusal(
     return None
 
 
+def spends(
+    cfg: Config, scans: Sequence[InstanceScan], now: datetime
+) -> dict[str, tuple[Spend, Spend]]:
+    """Each reachable instance's spend today: its project sessions', and every configured
+    project's (``spend_today`` with ``fleet``), its runs in flight at its run ceiling."""
+    tz = zone(cfg)
+    return {
+        sc.inst.name: (spend_today(sc.sessions, now, tz, run_ceiling(cfg, sc.inst)),
+                       spend_today(sc.sessions, now, tz, run_ceiling(cfg, sc.inst), fleet=True))
+        for sc in scans if sc.reachable
+    }
+
+
+def totals(spent: Iterable[tuple[Spend, Spend]]) -> tuple[Spend, Spend]:
+    """The sums of ``spends``' pairs: (the project's, every project's)."""
+    pairs = list(spent)
+    return sum((p for p, _ in pairs), Spend()), sum((f for _, f in pairs), Spend())
+
+
 def over_budget(
     cfg: Config, scans: Sequence[InstanceScan], now: datetime
 ) -> dict[str, BudgetReached]:
@@ -250,25 +264,12 @@ def over_budget(
     For planning only (``send_work`` checks again under the lock): the project's spend is
     what ``scans`` saw, so a partial scan never refuses for want of the others' spend.
     """
-    tz = zone(cfg)
-    own = {
-        sc.inst.name: spend_today(sc.sessions, now, tz, run_ceiling(cfg, sc.inst))
-        for sc in scans
-        if sc.reachable
-    }
-    total = sum(own.values(), Spend())
-    fleet = sum(
-        (
-            spend_today(sc.sessions, now, tz, run_ceiling(cfg, sc.inst), fleet=True)
-            for sc in scans
-            if sc.reachable
-        ),
-        Spend(),
-    )
+    spent = spends(cfg, scans, now)
+    total, fleet = totals(spent.values())
     out = {}
     for sc in scans:
-        if sc.inst.name in own:
-            mine = own[sc.inst.name]
+        if sc.inst.name in spent:
+            mine = spent[sc.inst.name][0]
             rest = Spend(
                 total.usd - mine.usd,
                 in_flight=total.in_flight - mine.in_flight,

@@ -36,6 +36,8 @@ MAX_HEALS = 3
 
 WaitState = Literal["running", "finished", "failed", "retrying", "no_sign", "unreachable"]
 Step = Literal["wait", "started", "finished", "heal", "failed"]
+# The steps that end a wait, and how it ended.
+_ENDS: dict[Step, WaitState] = {"started": "running", "finished": "finished", "failed": "failed"}
 
 
 @dataclass(frozen=True)
@@ -208,12 +210,8 @@ async def wait_for_run(
                         return done("failed", verdict, "no usable model left in the chain")
                     baseline, busy_since = seen.newest_id, None
                     deadline = max(deadline, clock() + POST_HEAL_SECONDS)
-        elif step == "started":
-            return done("running", verdict)
-        elif step == "finished":
-            return done("finished", verdict)
-        elif step == "failed":
-            return done("failed", verdict)
+        elif step in _ENDS:
+            return done(_ENDS[step], verdict)
         if clock() >= deadline:
             if blocked:
                 return done(

@@ -10,7 +10,8 @@ closes it at its end (``close``, or ``with``); a command's context shares the co
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import contextlib
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -149,6 +150,19 @@ class OpsContext:
             extra=extra,
             secrets=self.cfg.secrets(),  # the whole line, extra fields included
         )
+
+    @contextlib.contextmanager
+    def audited(
+        self, command: str, *, instance: str, session: str,
+        extra: Mapping[str, Any] | None = None,
+    ) -> Iterator[None]:
+        """Audit a failure of what runs inside (result "failed", its reason), and raise it on."""
+        try:
+            yield
+        except Exception as exc:
+            self.audit(command, instance=instance, session=session, result="failed",
+                       reason=str(exc), extra=extra)
+            raise
 
     async def scan(self) -> Fleet:
         """Scan every instance; UnreachableError when instances exist and none answered.

@@ -70,18 +70,9 @@ async def interrupt_session(
             "interrupt", instance=sc.inst.name, session=session.id, result="stopping", reason=was
         )
         shared = await asyncio.to_thread(_share, ops, sc.inst.name, session.id, notes)
-        try:
+        with ops.audited("interrupt", instance=sc.inst.name, session=session.id):
             async with ops.client(sc.inst) as client:
                 await client.abort(session.id, session.directory)
-        except Exception as exc:
-            ops.audit(
-                "interrupt",
-                instance=sc.inst.name,
-                session=session.id,
-                result="failed",
-                reason=str(exc),
-            )
-            raise
         ops.audit(
             "interrupt", instance=sc.inst.name, session=session.id, result="aborted", reason=was
         )

@@ -36,15 +36,19 @@ def model_chain(cfg: Config, inst: InstanceConfig) -> tuple[str, ...]:
 def choose_model(
     ops: OpsContext, inst: InstanceConfig, explicit: str | None, now: datetime | None = None
 ) -> str | None:
-    """resolve_dispatch_model for one instance with the current blackouts."""
-    cfg = ops.cfg
-    now = now or datetime.now(UTC)
-    blacked = ops.model_state().resting(now)
+    """``pick_model`` with the current blackouts."""
+    return pick_model(ops.cfg, inst, explicit, ops.model_state().resting(now or datetime.now(UTC)))
+
+
+def pick_model(
+    cfg: Config, inst: InstanceConfig, explicit: str | None, resting: set[str]
+) -> str | None:
+    """resolve_dispatch_model for one instance: its chain, the default model, what rests."""
     return resolve_dispatch_model(
         explicit=explicit,
         chain=model_chain(cfg, inst),
         default_model=cfg.models.default_dispatch_model,
-        blacked_out=blacked,
+        blacked_out=resting,
         families=cfg.models.families(),
     )
 
@@ -81,6 +85,10 @@ def _blacked(model: str, blacked: set[str], families: Mapping[str, Sequence[str]
 
 
 
+# A model line's rest fields (``rest_json``'s), in the order the line gives them.
+_LINE_REST = ("resting_until", "rests", "scope", "why", "why_words", "reason", "source")
+
+
 @dataclass(frozen=True)
 class ModelLine:
     """One model of the chains: its family, its rest (if any) and who would use it next."""
@@ -92,18 +100,12 @@ class ModelLine:
 
     def to_json(self) -> dict[str, Any]:
         """The JSON form (``resting_until`` ISO 8601 UTC, null when it does not rest)."""
-        b = self.rest
+        rest = rest_json(self.rest) if self.rest is not None else {}
         return {
             "model": self.model,
             "family": self.family,
-            "resting": b is not None,
-            "resting_until": None if b is None else iso_time(b.until_ms),
-            "rests": None if b is None else b.family,
-            "scope": None if b is None else b.scope,
-            "why": None if b is None else b.why,
-            "why_words": None if b is None else WHY_WORDS.get(b.why, b.why),
-            "reason": None if b is None else b.reason,
-            "source": None if b is None else b.source,
+            "resting": self.rest is not None,
+            **{key: rest.get(key) for key in _LINE_REST},
             "next_for": list(self.next_for),
         }
 
@@ -174,13 +176,7 @@ def models_view(cfg: Config, now: datetime, state: ModelState) -> ModelsView:
     resting = set(rests)
     next_for: dict[str, list[str]] = {}
     for inst in cfg.instances:
-        pick = resolve_dispatch_model(
-            explicit=None,
-            chain=model_chain(cfg, inst),
-            default_model=cfg.models.default_dispatch_model,
-            blacked_out=resting,
-            families=families,
-        )
+        pick = pick_model(cfg, inst, None, resting)
         if pick:
             next_for.setdefault(pick, []).append(inst.name)
     lines = []

@@ -236,7 +236,7 @@ async def send_reply(
                     f"{inst.name}: request {w.request_id} no longer waits (answered, or its run "
                     "ended); nothing sent"
                 )
-            try:
+            with ops.audited(command, instance=inst.name, session=s.id, extra=extra):
                 if w.kind == "permission":
                     if reply.action == "approve":
                         kind: Literal["once", "always", "reject"] = (
@@ -249,12 +249,6 @@ async def send_reply(
                     )
                 else:
                     await client.reply_question(w.request_id, answers, s.directory)
-            except Exception as exc:
-                ops.audit(
-                    command, instance=inst.name, session=s.id, result="failed",
-                    reason=str(exc), extra=extra,
-                )
-                raise
         ops.audit(command, instance=inst.name, session=s.id, result="sent", extra=extra)
     note = "; ".join(ops.redact(n) for n in notes)
     return Answered(inst.name, s.id, w, reply, note)
