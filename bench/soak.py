@@ -6,11 +6,16 @@
 Three real opencode servers (the offline fake model), one redis-server, two hosts' patrol
 daemons on it (one holds the lease), and clients that dispatch, queue pool tasks, steer,
 interrupt, approve or deny what runs wait on, and read `status` and `sessions`, each a whole
-hub process. Faults come from a schedule ``random.Random(seed)`` fixes (kinds in ``KINDS``),
+hub process. Every task works in a room of its own (a worktree of a clone of a bare origin on
+disk): its agent commits and pushes its branch, the project's check runs, and the daemon lands
+it on main. Faults come from a schedule ``random.Random(seed)`` fixes (kinds in ``KINDS``),
 run one after another by real means: processes stopped, killed and started again, signals,
 a delaying proxy, a full tmpfs, Redis restarted or flushed, the fake model's modes. The
-invariants (``Checks``) are checked while it runs; the first broken one stops the run and
-prints the seed, the schedule so far and the evidence (exit 1), so ``--seed S`` replays it.
+fault waits a moment for the operation it aims at (a send, a fill, a check, a landing: seen
+from outside, in the processes and the origin's hook) and the report counts what was in
+flight when each struck. The invariants (``Checks``) are checked while it runs; the first
+broken one stops the run and prints the seed, the schedule so far and the evidence (exit 1),
+so ``--seed S`` replays it.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import httpx
+import psutil
 
 from sandbox import fleet as sandbox
 from sandbox.fake_llm import FakeLLM
@@ -43,6 +49,7 @@ from tests.e2e.leaks import leaks
 from tests.e2e.proxy import DelayProxy
 from tests.e2e.two_hosts import Host, two_hosts
 from tests.fleet import NAMES, PRICES, make_hub
+from tests.gitrepo import git, make_origin
 from tests.redis_fixture import _stop, start_redis
 
 LIMIT = 2
@@ -51,7 +58,29 @@ STEP_USD = 0.02  # a priced model call: 10 + 5 tokens at $1000 / $2000 per milli
 RUN_USD = 0.05  # the run ceiling: stopped at its third step
 KINDS = ("server_kill", "server_pause", "storm_retry_after", "storm_bare", "hang", "permission",
          "ceiling", "redis_restart", "redis_flush", "cli_kill", "daemon_kill", "slow_link",
-         "disk_full")
+         "disk_full", "landing_kill", "worktree_gone")
+OPS = ("send", "fill", "check", "landing")  # what a fault may land in the middle of
+SENDS = ("dispatch", "steer", "killed")  # client commands that send a prompt
+# The agent's one bash call: a file named after its branch (".bad" for a task titled "bad",
+# which the check refuses), committed and pushed as the branch.
+WORK = [["bash", {"description": "commit and push", "command": (
+    'b=$(git rev-parse --abbrev-ref HEAD | tr / -); f="$b.txt"; '
+    'case "$b" in *-bad-*) f="$b.bad";; esac; echo "$b" > "$f" && git add "$f" && '
+    'git -c user.name=Agent -c user.email=agent@example.invalid commit -q -m "$b" && '
+    'git push -q -u origin HEAD && git rev-parse HEAD')}]]
+# The project's check: 2.1 s, leaving a process behind that the hub must end with it.
+CHECK = "sleep 907 & sleep 2.1; ! ls ./*.bad >/dev/null 2>&1"
+CHECK_LEFT, CHECK_LEFT_S = "sleep 907", 30.0
+# The origin's hook on a push to main (a landing): marks it in flight for a second, and when
+# the soak armed it, SIGKILLs the landing process (refusing the push, or after accepting it).
+HOOK = """#!/bin/sh
+grep -q " refs/heads/main$" || exit 0
+touch {d}/landing; sleep 1; rm -f {d}/landing
+p=$(cat {d}/arm 2>/dev/null) || exit 0
+rm -f {d}/arm; kill -9 "$p"; [ -e {d}/refuse ] && exit 1
+exit 0
+"""
+FILL_GIT = ("worktree", "fetch", "reset", "ls-files", "ls-tree", "checkout", "base64")
 # Bash commands starting "echo ask" wait for a person's answer; every other tool runs.
 PERMISSION = {"bash": {"echo ask*": "ask", "*": "allow"}}
 SAMPLE_S = 0.2
@@ -65,12 +94,14 @@ class Fault:
     kind: str
     target: str  # a server, a host, or ""
     seconds: float  # how long it lasts (pause, storm, full disk, slow link)
-    landed: str = ""  # the client operations in flight when it began
+    aim: str = ""  # the operation it waits a moment for (one of OPS)
+    landed: str = ""  # the operations in flight when it struck
     done: bool = False
 
     def line(self) -> str:
         mid = f" mid {self.landed}" if self.landed else ""
-        return f"t+{self.at:6.1f}s {self.kind:<17} {self.target:<8} {self.seconds:4.1f}s{mid}"
+        return (f"t+{self.at:6.1f}s {self.kind:<17} {self.target:<8} {self.seconds:4.1f}s "
+                f"aim {self.aim:<7}{mid}")
 
 
 def schedule(seed: int, seconds: float, kinds: tuple[str, ...] = KINDS) -> list[Fault]:
@@ -84,8 +115,10 @@ def schedule(seed: int, seconds: float, kinds: tuple[str, ...] = KINDS) -> list[
         kind = bag.pop()
         target = {"server_kill": rnd.choice(NAMES), "server_pause": rnd.choice(NAMES),
                   "daemon_kill": "active", "cli_kill": rnd.choice(HOSTS),
-                  "slow_link": "lan-c"}.get(kind, "")
-        out.append(Fault(round(t, 1), kind, target, round(rnd.uniform(2.0, 8.0), 1)))
+                  "slow_link": "lan-c", "landing_kill": rnd.choice(("refused", "accepted")),
+                  "worktree_gone": rnd.choice(("rm", "git"))}.get(kind, "")
+        aim = "landing" if kind == "landing_kill" else rnd.choice(OPS)
+        out.append(Fault(round(t, 1), kind, target, round(rnd.uniform(2.0, 8.0), 1), aim))
         t += rnd.uniform(4.0, 9.0)
     return out
 
@@ -97,6 +130,7 @@ class Checks:
     counts: Counter[str] = field(default_factory=Counter)
     slowest: dict[str, float] = field(default_factory=dict)
     peaks: Counter[str] = field(default_factory=Counter)
+    figures: Counter[str] = field(default_factory=Counter)
     broken: list[str] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -154,7 +188,13 @@ class Soak:
                           capture_output=True).returncode != 0:
             self.skipped["disk_full"] = "mount of a tmpfs refused (not root?)"
         self.tmpfs = home if "disk_full" not in self.skipped else None
-        hub = make_hub(self.fleet, self.llm, r, home, {"name": "soak"},
+        self.origin = make_origin(r / "remote")
+        hook = self.origin.bare / "hooks" / "pre-receive"
+        hook.write_text(HOOK.format(d=r))
+        hook.chmod(0o755)
+        hub = make_hub(self.fleet, self.llm, r, home, {
+            "name": "soak", "repository": str(self.origin.bare), "isolation": "worktree",
+            "integrate": "auto", "check_command": CHECK},
                        concurrency_limit=LIMIT,
                        timeouts={"connect_seconds": 2, "read_seconds": 10},
                        lock={"slot_ttl_seconds": 60, "lock_timeout_seconds": 20,
@@ -162,6 +202,10 @@ class Soak:
                        budget={"run_usd": RUN_USD})
         hub.doc["models"] = {"default_dispatch_model": "fake/fake-model",
                              "chain": ["fake/fake-model", "backup/good-model"]}
+        for name in NAMES:  # each server its own clone of the origin to make rooms in
+            git(r, "clone", "-q", str(self.origin.bare), str(hub.root / name))
+            hub.set_instance(name, default_directory=str(hub.root / name))
+        self.work()
         self.hosts = two_hosts(hub, self.redis, r)
         for h in self.hosts:
             h.write(ha)
@@ -185,6 +229,10 @@ class Soak:
                 if httpx.get(self.page + "/health", timeout=2).status_code == 200:
                     break
             time.sleep(0.2)
+
+    def work(self) -> None:
+        """The fake model's usual answer: the task's work, committed and pushed."""
+        self.llm.set_mode("fake-model", "tools", calls=WORK, text="Done. The commit:")
 
     def _link_delay(self, method: str, path: str) -> float:
         return 1.5 if time.monotonic() < self.slow_until else 0.0
@@ -276,8 +324,9 @@ class Soak:
                 doc = json.loads(out)
                 self.dispatched.append((str(doc["instance"]), str(doc["session_id"])))
         elif act == "queue":
+            title = f"soak {'bad ' if rnd.random() < 0.2 else ''}task {tag}"
             code, _, _ = self.cli(host, "queue", "backlog", "add", "--id", f"SOAK-{tag}",
-                                  "--title", f"soak task {tag}")
+                                  "--title", title)
             if code == 0:
                 self.tasks[f"SOAK-{tag}"] = self.now()
         elif act == "mcp":
@@ -336,6 +385,32 @@ class Soak:
         return str(doc.get("id", "")) if isinstance(doc, dict) else ""
 
     # -- samplers -------------------------------------------------------------------------
+
+    def ops_now(self) -> set[str]:
+        """The operations in flight now, seen from outside: a client's send, a fill's room
+        being made (git on a pool task's worktree), the check's process, a landing (git in a
+        hub's scratch worktree, or its push in the origin's hook)."""
+        with self.lock:
+            ops = {"send"} if any(self.inflight[k] > 0 for k in SENDS) else set()
+        if (self.root / "landing").exists():
+            ops.add("landing")
+        left = []
+        for proc in psutil.process_iter(["cmdline", "cwd", "create_time"]):
+            cmd = " ".join(proc.info["cmdline"] or ())
+            where = f"{cmd} {proc.info['cwd'] or ''}"
+            if cmd.startswith("sleep 2.1"):
+                ops.add("check")
+            elif cmd.startswith(CHECK_LEFT):
+                if (age := time.time() - proc.info["create_time"]) > CHECK_LEFT_S:
+                    left.append(f"pid {proc.pid} `{cmd}` {age:.0f}s old")
+            elif not cmd.startswith("git"):
+                continue
+            elif "/checks/" in where and "/work" in where:
+                ops.add("landing")
+            elif "soak-task" in where and any(w in cmd for w in FILL_GIT):
+                ops.add("fill")
+        self.checks.check("no check process outlives its check", not left, str(left))
+        return ops
 
     def sample_limits(self) -> None:
         """Every 200 ms: each server's busy top-level sessions (a sub-agent counted with its
@@ -404,6 +479,10 @@ class Soak:
         lock = self.hosts[0].hub.doc["lock"]
         client = self.redis.client()
         while not self.stop.wait(1.0):
+            self.ops_now()
+            on_main = git(self.origin.bare, "log", "main", "--name-only", "--format=")
+            bad = [f for f in on_main.split() if f.endswith(".bad")]
+            self.checks.check("no push carries a failed check", not bad, f"on main: {bad}")
             with contextlib.suppress(Exception):  # Redis may be down or restarting
                 for key in client.scan_iter(f"{lock['redis_prefix']}:slot:*", count=1000):
                     raw = client.get(key) if client.type(key) == "string" else None
@@ -421,8 +500,11 @@ class Soak:
     # -- faults ---------------------------------------------------------------------------
 
     def run_fault(self, f: Fault) -> None:
-        with self.lock:
-            f.landed = ",".join(sorted(k for k, v in self.inflight.items() if v > 0))
+        until = time.monotonic() + 10.0
+        while (f.aim not in (ops := self.ops_now()) and time.monotonic() < until
+               and f.kind != "landing_kill"):
+            time.sleep(0.05)
+        f.landed = ",".join(o for o in OPS if o in ops)
         if f.kind == "server_kill":
             s = self.server(f.target)
             port = s.port
@@ -448,12 +530,12 @@ class Soak:
             ra = {"retry_after": 2} if f.kind == "storm_retry_after" else {}
             self.llm.set_mode("fake-model", "429", **ra)
             self.stop.wait(f.seconds)
-            self.llm.set_mode("fake-model", "ok")
+            self.work()
         elif f.kind == "permission":  # the runs started meanwhile ask before a command
             self.llm.set_mode("fake-model", "tools", calls=[
                 ["bash", {"command": "echo ask-soak", "description": "asks"}]])
             self.stop.wait(f.seconds)
-            self.llm.set_mode("fake-model", "ok")
+            self.work()
         elif f.kind == "ceiling":
             code, out, _ = self.cli(self.clients[0], "dispatch", "dispatch", "--new", "--json",
                                     "--text", "soak priced", "--model", "fake/priced-model")
@@ -489,6 +571,36 @@ class Soak:
             self.read_text(f"daemon {host.name}", "\n".join(old.lines + old.err))
             self.stop.wait(f.seconds / 4)
             self._start_daemon(host)
+        elif f.kind == "landing_kill":  # the origin's hook kills the landing daemon
+            host = next((h for h in self.hosts if _beat(h.hub).get("role") == "active"),
+                        self.hosts[0])
+            lines = self.daemons[host.name]
+            (self.root / "refuse").unlink(missing_ok=True)
+            if f.target == "refused":
+                (self.root / "refuse").touch()
+            (self.root / "arm").write_text(str(lines.proc.pid))
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                lines.proc.wait(timeout=60)
+            (self.root / "arm").unlink(missing_ok=True)
+            if lines.proc.poll() is None:
+                return  # no landing in a minute: it did not happen
+            f.landed = ",".join(sorted({*f.landed.split(","), "landing"} - {""}))
+            lines.stop()
+            self.read_text(f"daemon {host.name}", "\n".join(lines.lines + lines.err))
+            self._start_daemon(host)
+        elif f.kind == "worktree_gone":  # a task's room removed on its server's disk
+            code, out, _ = self.cli(self.hosts[0], "backlog", "backlog", "list", "--json")
+            rooms = [t for t in json.loads(out)["tasks"] if t.get("worktree") and
+                     t.get("status") == "dispatched" and Path(t["worktree"]).exists()
+                     ] if code == 0 else []
+            if not rooms:
+                return
+            t = random.Random(f.at).choice(sorted(rooms, key=lambda t: str(t["id"])))
+            if f.target == "rm":
+                shutil.rmtree(t["worktree"], ignore_errors=True)
+            else:
+                subprocess.run(["git", "-C", t["checkout"], "worktree", "remove", "--force",
+                                t["worktree"]], capture_output=True)
         elif f.kind == "slow_link":
             self.slow_until = time.monotonic() + f.seconds
             self.stop.wait(f.seconds)
@@ -546,6 +658,19 @@ class Soak:
                                   cost <= RUN_USD + STEP_USD + 1e-9, f"{sid} cost ${cost:.2f}")
         code, out, err = self.cli(self.hosts[0], "backlog", "backlog", "list", "--json")
         listed = {t["id"]: t for t in json.loads(out)["tasks"]} if code == 0 else {}
+        on_main = Counter(git(self.origin.bare, "log", "--format=%s", "main").splitlines())
+        self.checks.check("each landed change on main once", max(on_main.values()) <= 1,
+                          f"twice on main: {[s for s, n in on_main.items() if n > 1]}")
+        landed = [t for t in listed.values() if t.get("landing") == "landed"]
+        for t in landed:
+            mark = str(t.get("branch")).replace("/", "-")
+            self.checks.check("each landed change on main once", on_main[mark] == 1,
+                              f"{t['id']} {mark} on main {on_main[mark]} times")
+        credited = Counter(t.get("commit") for t in landed)
+        self.checks.check("no commit credited twice", max(credited.values(), default=0) <= 1,
+                          f"{[c for c, n in credited.items() if n > 1]}")
+        self.checks.figures.update({"tasks landed": len(landed),
+                                    "commits on main": sum(on_main.values()) - 1})
         for tid, added in self.tasks.items():
             if added > self.redis_lost_at + 1:
                 t = listed.get(tid, {})
@@ -585,9 +710,11 @@ def render(seed: int, seconds: float, faults: list[Fault], checks: Checks,
            skipped: dict[str, str]) -> str:
     kinds = Counter(f.kind for f in faults)
     mid = Counter(f.kind for f in faults if f.landed)
+    per = Counter((f.kind, op) for f in faults for op in f.landed.split(",") if op)
     lines = [f"soak: seed {seed}, {seconds / 60:.1f} min, {len(faults)} faults "
-             f"({sum(mid.values())} while a client command was in flight)"]
-    lines += [f"  fault {k:<18} {kinds[k]:4d}  mid-command {mid[k]:4d}" for k in KINDS
+             f"({sum(mid.values())} while a send, fill, check or landing was in flight)"]
+    lines += [f"  fault {k:<18} {kinds[k]:4d}  mid-operation {mid[k]:4d} (" +
+              ", ".join(f"{op} {per[k, op]}" for op in OPS) + ")" for k in KINDS
               if k not in skipped]
     lines += [f"  fault {k:<18} skipped: {why}" for k, why in skipped.items()]
     for name, n in sorted(checks.counts.items()):
@@ -596,8 +723,9 @@ def render(seed: int, seconds: float, faults: list[Fault], checks: Checks,
                                                       sorted(checks.peaks.items())))
     lines.append("  slowest answer: " + ", ".join(f"{k} {v:.1f}s" for k, v in
                                                   sorted(checks.slowest.items())))
+    lines.append("  landings: " + ", ".join(f"{k} {v}" for k, v in sorted(checks.figures.items())))
     lines.append("  not yet checked: no project over its share (one project), no waiting run "
-                 "holding a slot unseen, no check process outliving its check, landings")
+                 "holding a slot unseen")
     if checks.broken:
         lines.append(f"BROKEN {checks.broken[0]}")
         lines.append(f"replay: python -m bench --soak --seed {seed} --minutes "
