@@ -407,18 +407,9 @@ def _queue(pctx: OpsContext, log: RoundLog, cfg: NotifyConfig, live: bool) -> in
     inputs = _inputs(pctx, log, now)
     tz = _zone(pctx.cfg.models.timezone)
     try:
-        queued = outbox.enqueue(
-            pctx.cfg.state_dir,
-            lambda state: derive(
-                log, inputs, state, now=now, tz=tz, summary_hour=cfg.summary_hour, live=live
-            ),
-            cfg.webhooks,
-            now=now,
-            queue_limit=cfg.queue_limit,
-            keep_hours=cfg.keep_hours,
-            lock_timeout=pctx.cfg.lock.lock_timeout_seconds,
-            claim=pctx.stores.event_claimer(),
-        )
+        queued = _enqueue(pctx, lambda state: derive(
+            log, inputs, state, now=now, tz=tz, summary_hour=cfg.summary_hour, live=live
+        ), now)
     except HubError as exc:
         log.error(pctx, STEP, f"nothing queued: {exc}")
         return 0
@@ -427,6 +418,18 @@ def _queue(pctx: OpsContext, log: RoundLog, cfg: NotifyConfig, live: bool) -> in
     if queued.new:
         log.notes.append(f"{STEP}: queued {len(queued.new)} new event(s) for the sender")
     return len(queued.pending)
+
+
+def _enqueue(
+    pctx: OpsContext, make: Callable[[dict[str, Any]], list[Event]], now: datetime
+) -> outbox.Queued:
+    """Queue what ``make`` derives from the outbox's state, for every webhook, under its lock."""
+    cfg = pctx.cfg.notify
+    return outbox.enqueue(
+        pctx.cfg.state_dir, make, cfg.webhooks, now=now, queue_limit=cfg.queue_limit,
+        keep_hours=cfg.keep_hours, lock_timeout=pctx.cfg.lock.lock_timeout_seconds,
+        claim=pctx.stores.event_claimer(),
+    )
 
 
 def queue_failover(pctx: OpsContext, from_host: str, to_host: str, token: str) -> str:
@@ -446,18 +449,8 @@ def queue_notice(pctx: OpsContext, event: Event) -> tuple[bool, str]:
     cfg: NotifyConfig = pctx.cfg.notify
     if not cfg.webhooks:
         return True, ""
-    now = pctx.now()
     try:
-        queued = outbox.enqueue(
-            pctx.cfg.state_dir,
-            lambda state: [event],
-            cfg.webhooks,
-            now=now,
-            queue_limit=cfg.queue_limit,
-            keep_hours=cfg.keep_hours,
-            lock_timeout=pctx.cfg.lock.lock_timeout_seconds,
-            claim=pctx.stores.event_claimer(),
-        )
+        queued = _enqueue(pctx, lambda state: [event], pctx.now())
     except Exception as exc:  # noqa: BLE001 - a notice must never stop what announced it
         return False, pctx.redact(
             f"{STEP}: {event.type} notice not queued: {type(exc).__name__}: {exc}"
