@@ -253,3 +253,34 @@ def test_three_projects_on_two_servers_hold_each_limit_and_share(hub: Hub) -> No
             for s in doc.get("sessions", []) if code == 0 else []:
                 if s["running"]:
                     hub.cli("interrupt", "--project", p, "--session", s["id"], "--allow-prod")
+
+
+def test_each_project_syncs_its_own_design_documents_and_names_its_own_base_branch(
+    hub: Hub,
+) -> None:
+    """One patrol round over two projects, each with its design folder, batch codes and base
+    branch: each pending row becomes its project's task and is sent with a discipline that
+    names that project's base branch."""
+    apps = two_projects(hub)
+    rows = {"shop": ("F-1 shop plan", "trunk", []),
+            "blog": ("B-1 blog plan", "develop", [r"B-\d+"])}
+    for p, (row, base, codes) in rows.items():
+        (apps[p].parent / "plans").mkdir()
+        (apps[p].parent / "plans" / "p.md").write_text(
+            f"| 批次 | 状态 |\n|---|---|\n| {row} | ⏳ 待派发 |\n", "utf-8")
+        hub.doc["projects"][p].update(repo_root=str(apps[p].parent), design_dirs=["plans"],
+                                      base_branch=base, batch_patterns=codes)
+    hub.write_config()
+    code, _, err = hub.cli("patrol", "--once", "--no-freelimit", "--no-check")
+    assert code == 0, err
+    code, doc = hub.cli_json("backlog", "list")
+    assert code == 0 and {(t["id"], t["project"], bool(t["session_id"])) for t in doc["tasks"]} == {
+        ("F-1", "shop", True), ("B-1", "blog", True)}, doc
+
+    def prompts() -> dict[str, str]:
+        said = {r["last_user_text"] for r in hub.llm.requests()}
+        return {p: t for p, (row, _, _) in rows.items() for t in said if row in t}
+
+    said = hub.wait_for(lambda: len(prompts()) == 2 and prompts(), timeout=60)
+    assert "origin/trunk" in said["shop"] and "develop" not in said["shop"], said["shop"]
+    assert "origin/develop" in said["blog"] and "trunk" not in said["blog"], said["blog"]

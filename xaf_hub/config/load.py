@@ -486,6 +486,9 @@ class MatchRule:
 
 
 _PROJECT_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,31}$")
+# The patrol keys an entry of ``projects`` may set for itself (the ``patrol`` ones are defaults).
+PROJECT_PATROL = ("repo_root", "design_dirs", "design_max_age_days", "pending_markers",
+                  "batch_patterns", "base_branch")
 
 
 @dataclass(frozen=True)
@@ -501,6 +504,9 @@ class ProjectConfig:
     default_directory: Mapping[str, str]  # per instance name
     share: int | None = None  # its runs on each server, at most (None: up to the limit)
     budget_daily_usd: float | None = None  # its spend today, at most (None: no cap of its own)
+    # ``patrol`` with this project's own PROJECT_PATROL keys (repository, design documents,
+    # base branch); the rest are the config's.
+    patrol: PatrolConfig = field(default_factory=PatrolConfig)
 
     def rules(self, instance: str) -> ProjectRules:
         """Its directory rules on ``instance``."""
@@ -566,6 +572,11 @@ class Config:
         if p is None:
             raise UsageError(f"unknown project {name!r} (configured: {self.project_names()})")
         return _seen_as(self, p)
+
+    def every_project(self) -> Config:
+        """This config's instances as every project sees them (itself with one project): what
+        one scan shared by every project's view reads."""
+        return self if len(self.projects) < 2 else _seen_as(self, None)
 
     def one_project(self) -> Config:
         """This config when a project is chosen; else UsageError naming the projects."""
@@ -766,7 +777,7 @@ def parse_config(raw: Any, *, path: Path, env: Mapping[str, str]) -> Config:
             _parse_instance(merged, path, label, env, local_path, numbers["concurrency_limit"])
         )
     if several:
-        projects = _parse_projects(top.sub("projects"), [i.name for i in instances])
+        projects = _parse_projects(top.sub("projects"), [i.name for i in instances], patrol)
     else:
         projects = (
             ProjectConfig(
@@ -774,7 +785,7 @@ def parse_config(raw: Any, *, path: Path, env: Mapping[str, str]) -> Config:
                 named["exclude_substrings"], repository,
                 roots={i.name: i.roots for i in instances},
                 default_directory={i.name: i.default_directory for i in instances},
-                budget_daily_usd=named["project_budget_usd"],
+                budget_daily_usd=named["project_budget_usd"], patrol=patrol,
             ),
         )
 
@@ -838,12 +849,15 @@ def _seen_as(cfg: Config, p: ProjectConfig | None) -> Config:
         exclude_substrings=p.exclude_substrings,
         repository=p.repository,
         project_budget_usd=p.budget_daily_usd,
+        patrol=p.patrol,
     )
 
 
-def _parse_projects(r: _Reader, instances: list[str]) -> tuple[ProjectConfig, ...]:
+def _parse_projects(
+    r: _Reader, instances: list[str], patrol: PatrolConfig
+) -> tuple[ProjectConfig, ...]:
     """The ``projects`` section: each entry today's ``project`` keys, its roots and default
-    folder per instance, and its share."""
+    folder per instance, its share and its own PROJECT_PATROL keys (``patrol``'s by default)."""
     if not r.data:
         raise ConfigError(f"{r.file}: key 'projects': must name at least one project")
     found = []
@@ -863,6 +877,8 @@ def _parse_projects(r: _Reader, instances: list[str]) -> tuple[ProjectConfig, ..
             q, k, q.strings(k)))
         default = _per_instance(p, "default_directory", instances, lambda q, k: _absolute_path(
             q, k, q.get(k, (str,), "", nullable=False)))
+        own = _Reader({k: p.data[k] for k in PROJECT_PATROL if k in p.data}, r.file, p.where)
+        p.seen.update(own.data)
         share = p.get("share", (int, float), None)
         if share is not None and (share != int(share) or share < 1):
             raise p.fail("share", f"must be a whole number, at least 1 (or left out: up to the "
@@ -871,7 +887,7 @@ def _parse_projects(r: _Reader, instances: list[str]) -> tuple[ProjectConfig, ..
         found.append(ProjectConfig(
             name, named["fallback_segments"], named["exclude_dirs"], named["exclude_substrings"],
             repository, roots, default, None if share is None else int(share),
-            named["project_budget_usd"],
+            named["project_budget_usd"], read_section(PatrolConfig, own, defaults=vars(patrol)),
         ))
     return tuple(found)
 

@@ -53,6 +53,26 @@ def test_each_project_has_its_own_budget(tmp_path: Path) -> None:
     assert cfg.choose("shop").project_budget_usd is None
 
 
+def test_each_project_has_its_own_design_documents_and_base_branch(tmp_path: Path) -> None:
+    doc = projects(patrol={"base_branch": "trunk", "design_dirs": ["plans"], "interval_minutes": 5})
+    doc["projects"]["blog"].update(
+        repo_root="blog", design_dirs=["docs/blog"], design_max_age_days=7,
+        pending_markers=["todo"], batch_patterns=["^B-"], base_branch="develop",
+    )
+    cfg = load(tmp_path, doc)
+    shop, blog = cfg.choose("shop").patrol, cfg.choose("blog").patrol
+    assert (shop.base_branch, shop.design_dirs, shop.repo_root) == ("trunk", ("plans",), None)
+    assert (blog.base_branch, blog.design_dirs, blog.repo_root) == (
+        "develop", ("docs/blog",), tmp_path / "blog")  # beside the config, like patrol's
+    assert (blog.design_max_age_days, blog.pending_markers, blog.batch_patterns) == (
+        7, ("todo",), ("^B-",))
+    assert blog.interval_minutes == shop.interval_minutes == 5  # the daemon's keys stay one
+    assert cfg.patrol.base_branch == "trunk"  # seen as every project: the config's
+    one = load(tmp_path, {"project": {"name": "demo"}, "patrol": {"base_branch": "trunk"},
+                          "instances": [{**INSTANCES[0], "roots": ["/src/demo"]}]})
+    assert one.patrol.base_branch == "trunk" and one.projects[0].patrol == one.patrol
+
+
 @pytest.mark.parametrize(("changes", "message"), [
     ({"project": {"name": "x"}}, "key 'projects': give either project"),
     ({"projects": {}}, "key 'projects': must name at least one project"),
@@ -79,6 +99,12 @@ def test_each_project_has_its_own_budget(tmp_path: Path) -> None:
      "key 'projects.shop.budget_daily_usd': expected a number"),
     ({"projects": {"shop": {"check_command": "make"}}},
      "key 'projects.shop.check_command': needs project.repository"),
+    ({"projects": {"shop": {"base_branch": "feature/x"}}},
+     "key 'projects.shop.base_branch': must name the integration branch"),
+    ({"projects": {"shop": {"batch_patterns": ["("]}}},
+     "key 'projects.shop.batch_patterns[0]': invalid regular expression"),
+    ({"projects": {"shop": {"interval_minutes": 5}}},
+     "key 'projects.shop.interval_minutes': unknown key"),
     ({"instances": [{**INSTANCES[0], "roots": ["/a"]}]},
      "key 'instances[0].roots': with projects, each project names its roots per instance"),
 ])

@@ -3,17 +3,24 @@ each task read as its project's."""
 
 from __future__ import annotations
 
+import os
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
 from tests.unit.config.projects_support import load, projects
+from tests.unit.patrol.run_support import NOW as RUN_NOW
+from tests.unit.patrol.run_support import NOW_MS, FakeFleet, assistant, round_at
+from xaf_hub.core import aio
 from xaf_hub.errors import UsageError
+from xaf_hub.notify.record import RoundLog
 from xaf_hub.ops.context import OpsContext
-from xaf_hub.patrol.context import project_views
+from xaf_hub.ops.send import build_prompt
+from xaf_hub.patrol.context import Cycle, every_project, project_views
 from xaf_hub.patrol.design_scan import DesignTask, merge_design_tasks
 from xaf_hub.patrol.jobs.fill_slots import fair_slots
+from xaf_hub.patrol.jobs.sync_design import sync_design_tasks
 from xaf_hub.store.tasks import BacklogData, Task, of_project, project_of
 
 NOW = datetime(2026, 12, 6, 12, 0, tzinfo=UTC)
@@ -78,3 +85,47 @@ def test_the_patrol_of_a_config_of_several_projects_serves_each(tmp_path: Path) 
     views = project_views(OpsContext(cfg))
     assert [(v.cfg.project_name, v.cfg.chosen) for v in views] == [("shop", True), ("blog", True)]
     assert [v.cfg.project_name for v in project_views(OpsContext(cfg.choose("blog")))] == ["blog"]
+
+
+def test_each_project_syncs_its_own_design_documents_into_the_one_pool(tmp_path: Path) -> None:
+    doc = projects(patrol={"design_dirs": ["plans"]}, state_dir=str(tmp_path / "state"))
+    doc["projects"]["blog"].update(repo_root="blog", design_dirs=["notes"])
+    rows = "| 批次 | 状态 |\n|---|---|\n| F-8 清理 | ⏳ 待派发 |\n"
+    for folder in (tmp_path / "plans", tmp_path / "blog" / "notes"):
+        folder.mkdir(parents=True)
+        (folder / "p.md").write_text(rows, "utf-8")
+        os.utime(folder / "p.md", (NOW.timestamp(), NOW.timestamp()))
+    cfg = load(tmp_path, doc)
+    aio.run(every_project(sync_design_tasks)(
+        OpsContext(cfg, clock=lambda: NOW, env={}), Cycle(RoundLog(started=NOW))))
+    tasks = OpsContext(cfg, env={}).backlog().load().tasks
+    assert [(t.id, t.project, t.spec) for t in tasks] == [
+        ("F-8", "shop", "plans/p.md"), ("F-8@p", "blog", "notes/p.md")]
+
+
+def test_each_projects_prompts_name_its_own_base_branch(tmp_path: Path) -> None:
+    doc = projects(patrol={"base_branch": "trunk"})
+    doc["projects"]["blog"]["base_branch"] = "develop"
+    shop, blog = project_views(OpsContext(load(tmp_path, doc), env={}))
+    said = {v.cfg.project_name: build_prompt(v, v.cfg.instances[0], "do x", "x")
+            for v in (shop, blog)}
+    assert "origin/trunk" in said["shop"] and "develop" not in said["shop"]
+    assert "origin/develop" in said["blog"] and "trunk" not in said["blog"]
+
+
+def test_a_round_over_several_projects_scans_the_fleet_once_and_each_sees_its_own(
+    tmp_path: Path,
+) -> None:
+    fleet = FakeFleet(0)
+    for i in range(3):
+        fleet.add("lan-a", f"ses_{i}", NOW_MS - 3_600_000, assistant(f"m{i}", NOW_MS - 3_600_000))
+    cfg = load(tmp_path, {
+        "projects": {n: {"roots": {"lan-a": [f"/srv/{n}"]}} for n in ("p", "q", "r")},
+        "instances": [{"name": "lan-a", "url": "http://127.0.0.1:9"}],
+        "state_dir": str(tmp_path / "state"),
+    })
+    result, _ = round_at(cfg, fleet, RUN_NOW)
+    assert result.cycle is not None and fleet.lists == 1  # one scan for every step and project
+    lines = result.cycle.log.sessions
+    assert sorted((s.session, s.project) for s in lines) == [
+        ("ses_0", "p"), ("ses_1", "p"), ("ses_2", "p")], lines
