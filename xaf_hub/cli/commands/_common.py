@@ -12,7 +12,6 @@ from xaf_hub.cli.options import JSON, MAX_TEXT, Opt, opt
 from xaf_hub.config.load import InstanceConfig
 from xaf_hub.core.clock import iso_time, local_time
 from xaf_hub.core.records import Snapshot
-from xaf_hub.core.text import dumps
 from xaf_hub.errors import ExitCode, HubError, UsageError
 
 if TYPE_CHECKING:  # the scanner pulls in httpx; --help must stay light
@@ -339,9 +338,5 @@ def send_answer(ctx: Context, target: AnswerTarget) -> int:
     from xaf_hub.core.runstate import asked_line  # deferred: start-up, docs/performance.md
 
     doc = answer_waiting(ctx, target)
-    if ctx.json:
-        ctx.out(dumps(doc))
-    else:
-        ctx.out(f"{doc['reply']}: {doc['id']} of {doc['session_id']} on {doc['instance']} "
-                f"({asked_line(doc['asked'])})")
-    return 0
+    return ctx.answer(doc, f"{doc['reply']}: {doc['id']} of {doc['session_id']} on "
+                      f"{doc['instance']} ({asked_line(doc['asked'])})")

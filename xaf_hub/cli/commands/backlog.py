@@ -244,13 +244,9 @@ def listing(ctx: Context, opts: ListOptions) -> dict[str, Any]:
 def _list(ctx: Context, opts: ListOptions) -> int:
 
     doc = listing(ctx, opts)
-    if ctx.json:
-        ctx.out(dumps(doc))
-        return int(ExitCode.OK)
     tasks = doc["tasks"]
-    if not tasks:
-        ctx.out(f"no tasks ({doc['path']})")
-        return int(ExitCode.OK)
+    if ctx.json or not tasks:
+        return ctx.answer(doc, f"no tasks ({doc['path']})")
     several = not ctx.whole.chosen
     rows = [
         [
@@ -278,11 +274,7 @@ def _list(ctx: Context, opts: ListOptions) -> int:
 
 def _add(ctx: Context, opts: AddOptions) -> int:
     added = add_task(ctx, opts)
-    if ctx.json:
-        ctx.out(dumps(added.to_json()))
-    else:
-        ctx.out(f"added task {added.id} ({added.priority}): {added.title}")
-    return int(ExitCode.OK)
+    return ctx.answer(added.to_json(), f"added task {added.id} ({added.priority}): {added.title}")
 
 
 def add_task(ctx: Context, opts: AddOptions) -> Task:
@@ -348,8 +340,7 @@ def show_document(task: Task, state: dict[str, str]) -> dict[str, Any]:
 def _show(ctx: Context, opts: ShowOptions) -> int:
     task, state = shown(ctx, opts)
     if ctx.json:
-        ctx.out(dumps(show_document(task, state)))
-        return int(ExitCode.OK)
+        return ctx.answer(show_document(task, state))
     for key, value in task.to_json().items():
         if key in ("prompt", "check_output"):
             continue
@@ -424,12 +415,8 @@ def _set(ctx: Context, opts: SetOptions) -> int:
         secrets=ctx.secrets(),
         extra={"task": task.id, "reset": bool(opts.reset)},
     )
-    if ctx.json:
-        ctx.out(dumps(task.to_json()))
-    else:
-        extra = " (attempts and back-off cleared)" if opts.reset else ""
-        ctx.out(f"task {task.id} is now {task.status}{extra}")
-    return int(ExitCode.OK)
+    extra = " (attempts and back-off cleared)" if opts.reset else ""
+    return ctx.answer(task.to_json(), f"task {task.id} is now {task.status}{extra}")
 
 
 def _refuse_if_running(ctx: Context, task: Task) -> None:
@@ -467,11 +454,8 @@ def _export(ctx: Context, opts: ExportOptions) -> int:
         write_json_atomic(target, data.to_json(), private=False)
     except OSError as exc:
         raise UsageError(f"cannot write {target}: {exc.strerror or exc}") from None
-    if ctx.json:
-        ctx.out(dumps({"file": str(target), "from": store.where, "tasks": len(data.tasks)}))
-    else:
-        ctx.out(f"exported {len(data.tasks)} task(s) from {store.where} to {target}")
-    return int(ExitCode.OK)
+    return ctx.answer({"file": str(target), "from": store.where, "tasks": len(data.tasks)},
+                      f"exported {len(data.tasks)} task(s) from {store.where} to {target}")
 
 
 def _import(ctx: Context, opts: ImportOptions) -> int:
@@ -496,9 +480,6 @@ def _import(ctx: Context, opts: ImportOptions) -> int:
         secrets=ctx.secrets(),
         extra={"tasks": len(added), "pool": store.where},
     )
-    if ctx.json:
-        ctx.out(dumps({"file": str(source), "into": store.where, "tasks": [t.id for t in added]}))
-    else:
-        verb = "replaced the pool with" if opts.replace else "imported"
-        ctx.out(f"{verb} {len(added)} task(s) from {source} into {store.where}")
-    return int(ExitCode.OK)
+    verb = "replaced the pool with" if opts.replace else "imported"
+    return ctx.answer({"file": str(source), "into": store.where, "tasks": [t.id for t in added]},
+                      f"{verb} {len(added)} task(s) from {source} into {store.where}")

@@ -18,7 +18,7 @@ from xaf_hub.cli.options import JSON, WIDE, flag, opt
 from xaf_hub.core import aio
 from xaf_hub.core.clock import ago
 from xaf_hub.core.records import prefix_width
-from xaf_hub.core.text import dumps, shorten, shorten_left
+from xaf_hub.core.text import shorten, shorten_left
 from xaf_hub.errors import UsageError
 from xaf_hub.ops.cleanup import cleanup_fleet
 
@@ -81,7 +81,7 @@ def run(ctx: Context) -> int:
     )
     snap = report.pop("_snap")
     if ctx.json:
-        ctx.out(dumps(report))
+        ctx.answer(report)
     else:
         now = int(time.time() * 1000)
         rows = []

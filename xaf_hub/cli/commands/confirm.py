@@ -33,7 +33,6 @@ from xaf_hub.cli.options import JSON, flag
 from xaf_hub.core import aio
 from xaf_hub.core.clock import iso_time, resolve_timezone, to_ms
 from xaf_hub.core.records import find_session
-from xaf_hub.core.text import dumps
 from xaf_hub.errors import ExitCode, HubError, SessionNotFound, UnreachableError, UsageError
 from xaf_hub.fleet.scan import make_client
 from xaf_hub.ops.confirm import heal_candidate, judge, look
@@ -165,41 +164,33 @@ def run(ctx: Context) -> int:
                 fix = {"healed": healed, **healing.to_json()}
                 fix_line = "fix: " + healing_text(healing, tz)
                 code = int(ExitCode.OK if healed or healing.already else ExitCode.INTERNAL)
-    if ctx.json:
-        ctx.out(
-            dumps(
-                {
-                    "instance": inst.name,
-                    "session_id": rec.id,
-                    "title": rec.title,
-                    "directory": rec.directory,
-                    "project": rec.project,
-                    "state": verdict.state,
-                    "model": verdict.model or None,
-                    "detail": verdict.detail,
-                    "signal": verdict.signal,
-                    "retry": {
-                        "attempt": verdict.attempt,
-                        "message": verdict.detail,
-                        "next_ms": verdict.next_ms or None,
-                        "next": iso_time(verdict.next_ms),
-                    }
-                    if verdict.state == "retrying"
-                    else None,
-                    "healable": cand is not None,
-                    "fix": fix,
-                    "message": line,
-                    "fix_message": fix_line or None,
-                }
-            )
-        )
-    else:
-        ctx.out(line)
-        if fix_line:
-            ctx.out(fix_line)
-        elif cand is not None:
-            ctx.out(
-                f"hint: the patrol heals this; `xaf-hub confirm --session {rec.id} --fix` "
-                "does it now"
-            )
+    hint = f"hint: the patrol heals this; `xaf-hub confirm --session {rec.id} --fix` does it now"
+    tail = [fix_line] if fix_line else [hint] if cand is not None else []
+    ctx.answer(
+        {
+            "instance": inst.name,
+            "session_id": rec.id,
+            "title": rec.title,
+            "directory": rec.directory,
+            "project": rec.project,
+            "state": verdict.state,
+            "model": verdict.model or None,
+            "detail": verdict.detail,
+            "signal": verdict.signal,
+            "retry": {
+                "attempt": verdict.attempt,
+                "message": verdict.detail,
+                "next_ms": verdict.next_ms or None,
+                "next": iso_time(verdict.next_ms),
+            }
+            if verdict.state == "retrying"
+            else None,
+            "healable": cand is not None,
+            "fix": fix,
+            "message": line,
+            "fix_message": fix_line or None,
+        },
+        line,
+        *tail,
+    )
     return code

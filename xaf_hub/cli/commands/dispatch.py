@@ -35,7 +35,6 @@ from xaf_hub.cli.context import Context
 from xaf_hub.cli.options import JSON, flag, opt
 from xaf_hub.core import aio
 from xaf_hub.core.clock import resolve_timezone, to_ms
-from xaf_hub.core.text import dumps
 from xaf_hub.errors import BusyError, UsageError
 
 if TYPE_CHECKING:
@@ -230,13 +229,8 @@ def run(ctx: Context) -> int:
         return 0
     if isinstance(done, Sent) and opts.confirm_wait is not None:
         return _confirm(ctx, done.plan, done.sent, opts.confirm_wait)
-    if ctx.json:
-        ctx.out(dumps(document(done, ctx.config.project_name)))
-    elif isinstance(done, Sent):
-        ctx.out(_sent_line(done.plan, done.sent.result))
-    else:
-        ctx.out(done.line())
-    return 0
+    line = _sent_line(done.plan, done.sent.result) if isinstance(done, Sent) else done.line()
+    return ctx.answer(document(done, ctx.config.project_name), line)
 
 
 def _queue(
@@ -297,12 +291,9 @@ def _confirm(ctx: Context, plan: Plan, sent: Dispatched, window: float) -> int:
         for note in healing.notes:
             ctx.warn(note)
     line = wait_text(waited, window, resolve_timezone(cfg.models.timezone), to_ms(utc_now()))
-    if ctx.json:
-        doc = {**result.to_json(), "project": cfg.project_name, "via": plan.via,
-               "task_id": sent.task_id}
-        ctx.out(dumps({**doc, "confirm": wait_json(waited, window, line)}))
-    else:
-        ctx.out(f"confirm: {line}")
+    doc = {**result.to_json(), "project": cfg.project_name, "via": plan.via,
+           "task_id": sent.task_id}
+    ctx.answer({**doc, "confirm": wait_json(waited, window, line)}, f"confirm: {line}")
     return wait_exit(waited)
 
 
@@ -333,7 +324,7 @@ def _print_plan(ctx: Context, prep: Prepared) -> None:
     plan, view, model, prompt = prep.plan, prep.view, prep.model, prep.prompt
     inst = plan.instance
     if ctx.json:
-        ctx.out(dumps(_plan_document(prep, ctx.config.project_name)))
+        ctx.answer(_plan_document(prep, ctx.config.project_name))
         return
     what = {
         "steer": "steer the running session",

@@ -18,7 +18,6 @@ from xaf_hub.cli.termfit import state_color
 from xaf_hub.config.load import InstanceConfig
 from xaf_hub.core import aio
 from xaf_hub.core.records import Snapshot
-from xaf_hub.core.text import dumps
 from xaf_hub.errors import HubError
 from xaf_hub.fleet.scan import make_client
 
@@ -74,7 +73,7 @@ def run(ctx: Context) -> int:
     """Scan and print one row per instance."""
     doc, snap = read(ctx, ctx.options(Options))
     if ctx.json:
-        ctx.out(dumps(doc))
+        ctx.answer(doc)
         report_missing_passwords(ctx, snap)
         return scan_exit(snap)
     rows = []

@@ -16,7 +16,6 @@ from xaf_hub.cli.commands._common import (
 from xaf_hub.cli.context import Context
 from xaf_hub.cli.options import JSON
 from xaf_hub.core import aio
-from xaf_hub.core.text import dumps
 from xaf_hub.ops.interrupt import interrupt_session
 
 if TYPE_CHECKING:
@@ -67,9 +66,5 @@ def run(ctx: Context) -> int:
     )
     if done.note:
         ctx.warn(done.note)
-    if ctx.json:
-        ctx.out(dumps(document(done)))
-    else:
-        note = "" if done.running else " (it was not running)"
-        ctx.out(f"interrupted {done.session_id} on {done.instance}{note}")
-    return 0
+    note = "" if done.running else " (it was not running)"
+    return ctx.answer(document(done), f"interrupted {done.session_id} on {done.instance}{note}")

@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any
 from xaf_hub.cli.context import Context
 from xaf_hub.cli.options import JSON, MAX_TEXT, flag, opt
 from xaf_hub.core import aio
-from xaf_hub.core.text import dumps
 from xaf_hub.errors import UsageError
 from xaf_hub.ops.land import drop, land, send_back_by_person
 
@@ -62,8 +61,5 @@ def document(done: Landed) -> dict[str, Any]:
 def run(ctx: Context) -> int:
     """Carry the person's decision out and say what happened."""
     done = carry_out(ctx, ctx.options(Options))
-    if ctx.json:
-        ctx.out(dumps(document(done)))
-    else:
-        ctx.out(f"{done.task}: {done.detail}")
+    ctx.answer(document(done), f"{done.task}: {done.detail}")
     return 0 if done.result in ("landed", "sent_back", "dropped") else 3

@@ -22,7 +22,7 @@ from xaf_hub.core import aio
 from xaf_hub.core.clock import ago
 from xaf_hub.core.outcomes import RUNS, run_words, tone
 from xaf_hub.core.records import Snapshot, prefix_width
-from xaf_hub.core.text import dumps, shorten, shorten_left
+from xaf_hub.core.text import shorten, shorten_left
 from xaf_hub.errors import UsageError
 from xaf_hub.page import export as report
 from xaf_hub.page.words import pick_language
@@ -141,7 +141,7 @@ def run(ctx: Context) -> int:
             write_page(ctx, snap, Path(opts.html), opts.lang)
             ctx.info(f"wrote {opts.html}")
         if ctx.json:
-            ctx.out(dumps(report.snapshot_document(snap)))
+            ctx.answer(report.snapshot_document(snap))
             report_unreachable(ctx, snap)
             return scan_exit(snap)
     from xaf_hub.core.runstate import shown_state  # deferred: start-up, docs/performance.md

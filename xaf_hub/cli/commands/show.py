@@ -32,7 +32,6 @@ from xaf_hub.core.runstate import (
     shown_state,
     waiting_detail,
 )
-from xaf_hub.core.text import dumps
 from xaf_hub.errors import UsageError
 from xaf_hub.fleet.attach import attach_command, attach_hint
 from xaf_hub.fleet.scan import make_client
@@ -174,8 +173,7 @@ def run(ctx: Context) -> int:
     found = look(ctx, opts)
     doc = document(found)
     if ctx.json:
-        ctx.out(dumps(doc))
-        return 0
+        return ctx.answer(doc)
     s, inst, err = found.session, found.inst, doc["last_error"]
     now = int(time.time() * 1000)
     state = s.run_state + (f" ({s.retry_message})" if s.retry_message else "")

@@ -22,7 +22,6 @@ from xaf_hub.cli.options import JSON, WIDE
 from xaf_hub.cli.termfit import yes_no_color
 from xaf_hub.core.clock import iso_time
 from xaf_hub.core.records import SessionRecord, Snapshot, Tally
-from xaf_hub.core.text import dumps
 from xaf_hub.errors import HubError, UnreachableError
 from xaf_hub.ops import budget
 from xaf_hub.ops.load import Load, instance_load
@@ -139,7 +138,7 @@ def run(ctx: Context) -> int:
     m = measure(ctx, ctx.options(Options))
     snap, loads, spends, project, queued = m.snap, m.loads, m.spends, m.project, m.queued
     if ctx.json:
-        ctx.out(dumps(document(m)))
+        ctx.answer(document(m))
         report_missing_passwords(ctx, snap)
         return scan_exit(snap)
     rows = [

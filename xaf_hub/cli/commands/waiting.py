@@ -16,7 +16,7 @@ from xaf_hub.cli.options import JSON
 from xaf_hub.core import aio
 from xaf_hub.core.clock import ago
 from xaf_hub.core.runstate import answer_hint, asked_line
-from xaf_hub.core.text import dumps, shorten
+from xaf_hub.core.text import shorten
 from xaf_hub.errors import ExitCode
 from xaf_hub.ops.waiting import list_waiting
 
@@ -62,7 +62,7 @@ def run(ctx: Context) -> int:
     for name, reason in found.down:
         ctx.warn(f"{name}: {reason}")
     if ctx.json:
-        ctx.out(dumps(document(found, now)))
+        ctx.answer(document(found, now))
     else:
         rows = [
             [

@@ -26,7 +26,7 @@ from xaf_hub.core import aio
 from xaf_hub.core.outcomes import run_outcome
 from xaf_hub.core.records import SessionRecord, Snapshot
 from xaf_hub.core.runstate import outcome_of
-from xaf_hub.core.text import dumps, shorten
+from xaf_hub.core.text import shorten
 from xaf_hub.errors import HubError, UsageError
 from xaf_hub.fleet.events import diff as changes
 from xaf_hub.fleet.events import following_words
@@ -187,14 +187,10 @@ def run(ctx: Context) -> int:
         from xaf_hub.core.runstate import shown_state
 
         running = [s for s in snap.project_sessions() if s.running]
-        if ctx.json:
-            ctx.out(
-                dumps({"running": [s.to_json() for s in running], "unreachable": snap.unreachable})
-            )
-        else:
-            for s in running:
-                ctx.out(_line(shown_state(s), s))
-            ctx.out(f"{len(running)} project session(s) running")
+        lines = [_line(shown_state(s), s) for s in running]
+        ctx.answer({"running": [s.to_json() for s in running], "unreachable": snap.unreachable},
+                   *lines, f"{len(running)} project session(s) running")
+        if not ctx.json:
             for u in snap.unreachable:
                 ctx.warn(f"{u['instance']} unreachable: {u['reason']}")
         return scan_exit(snap)
