@@ -46,7 +46,6 @@ from xaf_hub.cli.commands import (
 from xaf_hub.cli.commands._common import answer_waiting, missing_password
 from xaf_hub.cli.context import Context
 from xaf_hub.cli.options import MAX_SHORT, MAX_TEXT, Common, Opt, declared, pick, record
-from xaf_hub.core import aio
 from xaf_hub.core.records import Snapshot
 from xaf_hub.core.text import dumps
 from xaf_hub.errors import (
@@ -65,7 +64,6 @@ from xaf_hub.errors import (
     UnreachableError,
     UsageError,
 )
-from xaf_hub.ops.interrupt import interrupt_session
 from xaf_hub.page.export import snapshot_document
 
 if TYPE_CHECKING:
@@ -283,11 +281,7 @@ def _dispatch(ctx: Context, v: Values) -> Any:
 
 
 def _interrupt(ctx: Context, v: Values) -> Any:
-
-    opts = record(interrupt.Options, v)
-    done = aio.run(interrupt_session(ctx.ops(), v["session"], instance=opts.instance,
-                                     allow_prod=opts.allow_prod, force=opts.force))
-    return interrupt.document(done)
+    return interrupt.document(interrupt.carry_out(ctx, record(interrupt.Options, v)))
 
 
 def _land(ctx: Context, v: Values) -> Any:

@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from xaf_hub.cli.commands._common import FORCE, INSTANCE, SESSION
 from xaf_hub.cli.context import Context
@@ -56,10 +57,6 @@ from xaf_hub.store.tasks import (
     project_of,
 )
 
-if TYPE_CHECKING:
-    from xaf_hub.store.pool import TaskPool
-    from xaf_hub.store.tasks import Task
-
 EXAMPLES = """\
 examples:
   xaf-hub backlog list
@@ -82,6 +79,8 @@ Status = Literal["pending", "dispatched", "done"]
 class Choice:
     """Which action of `backlog` runs."""
 
+    json: bool = JSON.field()
+    wide: bool = WIDE.field()
     backlog_command: Literal["list", "add", "show", "set", "export", "import"]
 
 
@@ -89,8 +88,6 @@ class Choice:
 class ListOptions:
     """The options of `backlog list`."""
 
-    json: bool = JSON.field()
-    wide: bool = WIDE.field()
     status: Status | None = opt("--status", help="only tasks with this status")
 
 
@@ -174,34 +171,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         add_record(action, record)
 
 
-def _store(ctx: Context) -> TaskPool:
-    return ctx.stores.pool()
-
-
-def _now() -> datetime:
-    return datetime.now(UTC)
-
-
 def run(ctx: Context) -> int:
     """Dispatch to the chosen action."""
     command = ctx.options(Choice).backlog_command
-    if command == "list":
-        return _list(ctx, ctx.options(ListOptions))
-    if command == "add":
-        return _add(ctx, ctx.options(AddOptions))
-    if command == "show":
-        return _show(ctx, ctx.options(ShowOptions))
-    if command == "export":
-        return _export(ctx, ctx.options(ExportOptions))
-    if command == "import":
-        return _import(ctx, ctx.options(ImportOptions))
-    return _set(ctx, ctx.options(SetOptions))
+    return _RUNS[command](ctx, ctx.options(ACTIONS[command][0]))
 
 
 def _state(ctx: Context, task: Task, tasks: list[Task]) -> dict[str, str]:
     """A task's state as ``backlog`` prints it: the value, its words and why."""
 
-    state, why = state_of(task, tasks, _now(), ctx.whole.patrol.max_attempts)
+    state, why = state_of(task, tasks, datetime.now(UTC), ctx.whole.patrol.max_attempts)
     return {"state": state, "state_words": task_words(state), "state_detail": why}
 
 
@@ -219,7 +198,7 @@ def listing(ctx: Context, opts: ListOptions) -> dict[str, Any]:
 
     cfg = ctx.whole  # several projects and no --project: every project's tasks
     names = [p.name for p in cfg.projects]
-    store = _store(ctx)
+    store = ctx.stores.pool()
     data = store.load()
     mine = of_project(data.tasks, cfg.project_name, names) if cfg.chosen else data.tasks
     tasks = [t for t in mine if not opts.status or t.status == opts.status]
@@ -228,14 +207,7 @@ def listing(ctx: Context, opts: ListOptions) -> dict[str, Any]:
     return {
         "path": store.where,
         "tasks": [
-            {
-                **t.to_json(),
-                "project": project_of(t, names),
-                "commit": t.commit,
-                "commits": list(t.commits),
-                "verified": t.verified,
-                **_state(ctx, t, data.tasks),
-            }
+            show_document(t, _state(ctx, t, data.tasks), project=project_of(t, names))
             for t in tasks
         ],
     }
@@ -306,7 +278,7 @@ def add_task(ctx: Context, opts: AddOptions) -> Task:
         )
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    added = _store(ctx).add(task)
+    added = ctx.stores.pool().add(task)
     audit.append(
         cfg.state_dir,
         command="backlog.add",
@@ -321,15 +293,17 @@ def add_task(ctx: Context, opts: AddOptions) -> Task:
 
 def shown(ctx: Context, opts: ShowOptions) -> tuple[Task, dict[str, str]]:
     """One task of the pool and its state (UsageError when there is none by that id)."""
-    data = _store(ctx).load()
+    data = ctx.stores.pool().load()
     task = data.require(opts.task_id)
     return task, _state(ctx, task, data.tasks)
 
 
-def show_document(task: Task, state: dict[str, str]) -> dict[str, Any]:
-    """What `backlog show --json` prints (and the MCP tool answers)."""
+def show_document(task: Task, state: dict[str, str], **more: str) -> dict[str, Any]:
+    """What `backlog show --json` prints (and the MCP tool answers); ``more`` (a listing's
+    project) follows the task's own fields."""
     return {
         **task.to_json(),
+        **more,
         "commit": task.commit,
         "commits": list(task.commits),
         "verified": task.verified,
@@ -360,7 +334,7 @@ def _show(ctx: Context, opts: ShowOptions) -> int:
 def _set(ctx: Context, opts: SetOptions) -> int:
 
     cfg = ctx.config
-    now = _now()
+    now = datetime.now(UTC)
     fields: dict[str, Any] = {}
     if opts.priority:
         fields["priority"] = opts.priority
@@ -384,7 +358,7 @@ def _set(ctx: Context, opts: SetOptions) -> int:
         # A person acts: whatever parked the task or left it to a person is over.
         fields.update(parked=None, infra_failures=0, avoid_models=(), steered_at=None)
         if not opts.force:
-            _refuse_if_running(ctx, _store(ctx).load().require(opts.task_id))
+            _refuse_if_running(ctx, ctx.stores.pool().load().require(opts.task_id))
 
     def edited(current: Task | None) -> tuple[Task, Task]:
         if current is None:
@@ -403,7 +377,7 @@ def _set(ctx: Context, opts: SetOptions) -> int:
             raise UsageError(str(exc)) from None
         return new, new
 
-    task = _store(ctx).edit(opts.task_id, edited)
+    task = ctx.stores.pool().edit(opts.task_id, edited)
     audit.append(
         cfg.state_dir,
         command="backlog.set",
@@ -444,7 +418,7 @@ def _refuse_if_running(ctx: Context, task: Task) -> None:
 def _export(ctx: Context, opts: ExportOptions) -> int:
 
 
-    store = _store(ctx)
+    store = ctx.stores.pool()
     data = store.load()
     if opts.file is None:
         ctx.out(dumps(data.to_json()))
@@ -469,7 +443,7 @@ def _import(ctx: Context, opts: ImportOptions) -> int:
     except StateFileError as exc:
         # The file is the user's input here, not the hub's state: exit 4, nothing imported.
         raise UsageError(f"{exc}; nothing imported") from None
-    store = _store(ctx)
+    store = ctx.stores.pool()
     added = store.import_data(incoming, replace=opts.replace)
     audit.append(
         ctx.config.state_dir,
@@ -483,3 +457,8 @@ def _import(ctx: Context, opts: ImportOptions) -> int:
     verb = "replaced the pool with" if opts.replace else "imported"
     return ctx.answer({"file": str(source), "into": store.where, "tasks": [t.id for t in added]},
                       f"{verb} {len(added)} task(s) from {source} into {store.where}")
+
+
+_RUNS: dict[str, Callable[[Context, Any], int]] = {
+    "list": _list, "add": _add, "show": _show, "set": _set, "export": _export, "import": _import,
+}

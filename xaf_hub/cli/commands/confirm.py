@@ -34,10 +34,10 @@ from xaf_hub.core import aio
 from xaf_hub.core.clock import iso_time, resolve_timezone, to_ms
 from xaf_hub.core.records import find_session
 from xaf_hub.errors import ExitCode, HubError, SessionNotFound, UnreachableError, UsageError
-from xaf_hub.fleet.scan import make_client
 from xaf_hub.ops.confirm import heal_candidate, judge, look
 from xaf_hub.ops.context import utc_now
 from xaf_hub.ops.heal import heal_session
+from xaf_hub.ops.interrupt import session_not_found
 from xaf_hub.ops.planner import check_write
 
 if TYPE_CHECKING:
@@ -60,13 +60,12 @@ async def _find(
 ) -> tuple[list[tuple[InstanceConfig, Sighting]], list[UnreachableError]]:
     """Every instance that knows the session (with a look at it), and those that did not answer."""
 
-    cfg = ctx.config
+    ops = ctx.ops()
 
     async def one(
         inst: InstanceConfig,
     ) -> tuple[InstanceConfig, Sighting | UnreachableError | None]:
-        transport = ctx.transport_factory(inst) if ctx.transport_factory else None
-        async with make_client(cfg, inst, transport) as client:
+        async with ops.client(inst) as client:
             try:
                 session = await client.get_session(session_id)
                 return inst, await look(client, inst, session)
@@ -115,10 +114,6 @@ def run(ctx: Context) -> int:
             session_id = hit[1].id
             found, down = aio.run(_find(ctx, instances, session_id))
     if not found:
-        from xaf_hub.ops.interrupt import (
-            session_not_found,  # deferred: start-up, docs/performance.md
-        )
-
         raise session_not_found(session_id, down, opts.instance)
     # Servers sharing one database all know the session; only the one running it says so.
     inst, seen = next(((i, s) for i, s in found if s.rec.running), found[0])

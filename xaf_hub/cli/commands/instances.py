@@ -19,7 +19,6 @@ from xaf_hub.config.load import InstanceConfig
 from xaf_hub.core import aio
 from xaf_hub.core.records import Snapshot
 from xaf_hub.errors import HubError
-from xaf_hub.fleet.scan import make_client
 
 EXAMPLES = """\
 examples:
@@ -58,9 +57,10 @@ def read(ctx: Context, opts: Options) -> tuple[list[dict[str, Any]], Snapshot]:
 async def _room_support(ctx: Context, instances: list[InstanceConfig]) -> dict[str, str]:
     from xaf_hub.ops.rooms import room_support  # deferred: start-up, docs/performance.md
 
+    ops = ctx.ops()
+
     async def one(inst: InstanceConfig) -> tuple[str, str]:
-        transport = ctx.transport_factory(inst) if ctx.transport_factory else None
-        async with make_client(ctx.config, inst, transport) as client:
+        async with ops.client(inst) as client:
             try:
                 return inst.name, await room_support(client, inst)
             except HubError as exc:

@@ -50,11 +50,9 @@ def document(done: Interrupted) -> dict[str, Any]:
     }
 
 
-def run(ctx: Context) -> int:
-    """Stop the session (``ops.interrupt``) and say so."""
-
-    opts = ctx.options(Options)
-    session = the_session(opts.session, opts.session_pos)
+def carry_out(ctx: Context, opts: Options) -> Interrupted:
+    """Stop the session (``ops.interrupt``); a note for the person goes to ``ctx.warn``."""
+    session = the_session(opts.session, opts.session_pos)  # before the config loads
     done = aio.run(
         interrupt_session(
             ctx.ops(),
@@ -66,5 +64,11 @@ def run(ctx: Context) -> int:
     )
     if done.note:
         ctx.warn(done.note)
+    return done
+
+
+def run(ctx: Context) -> int:
+    """Stop the session and say so."""
+    done = carry_out(ctx, ctx.options(Options))
     note = "" if done.running else " (it was not running)"
     return ctx.answer(document(done), f"interrupted {done.session_id} on {done.instance}{note}")

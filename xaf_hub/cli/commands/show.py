@@ -34,8 +34,8 @@ from xaf_hub.core.runstate import (
 )
 from xaf_hub.errors import UsageError
 from xaf_hub.fleet.attach import attach_command, attach_hint
-from xaf_hub.fleet.scan import make_client
 from xaf_hub.ops.decisions import hub_stops
+from xaf_hub.ops.interrupt import session_not_found
 
 if TYPE_CHECKING:
     from xaf_hub.config.load import InstanceConfig
@@ -109,22 +109,17 @@ def look(ctx: Context, opts: Options) -> Found:
     _, scans = scan(ctx, chosen_instances(ctx, opts.instance))
     hit = find_session(((sc, sc.sessions) for sc in scans), session_id)
     if hit is None:
-        from xaf_hub.ops.interrupt import (
-            session_not_found,  # deferred: start-up, docs/performance.md
-        )
-
         raise session_not_found(
             session_id, [sc.failure() for sc in scans if not sc.reachable], opts.instance
         )
     sc, s = hit
+    ops = ctx.ops()
 
     async def go() -> list[Message]:
-        transport = ctx.transport_factory(sc.inst) if ctx.transport_factory else None
-        async with make_client(ctx.config, sc.inst, transport) as client:
+        async with ops.client(sc.inst) as client:
             return await client.messages(s.id, limit=opts.limit)
 
-
-    return Found(sc.inst, s, aio.run(go()), hub_stops(ctx.ops()).get((sc.inst.name, s.id)))
+    return Found(sc.inst, s, aio.run(go()), hub_stops(ops).get((sc.inst.name, s.id)))
 
 
 def _said(msg: Message | None) -> dict[str, Any] | None:

@@ -31,7 +31,6 @@ from xaf_hub.errors import HubError, UsageError
 from xaf_hub.fleet.events import diff as changes
 from xaf_hub.fleet.events import following_words
 from xaf_hub.fleet.follow import FleetFollower
-from xaf_hub.fleet.scan import make_client
 
 if TYPE_CHECKING:  # the follower pulls in httpx; --help must stay light
     from xaf_hub.config.load import InstanceConfig
@@ -77,12 +76,10 @@ def _index(snap: Snapshot) -> dict[str, SessionRecord]:
 
 def _outcomes(ctx: Context, sessions: Sequence[SessionRecord]) -> dict[str, str]:
 
-    cfg = ctx.config
+    ops = ctx.ops()
 
     async def one(s: SessionRecord) -> tuple[str, str]:
-        inst = cfg.instance(s.instance)
-        transport = ctx.transport_factory(inst) if ctx.transport_factory else None
-        async with make_client(cfg, inst, transport) as client:
+        async with ops.client(ops.cfg.instance(s.instance)) as client:
             try:
                 msgs = await client.messages(s.id, limit=3, directory=s.directory)
                 return s.id, run_outcome(outcome_of(msgs), running=False) or ""
