@@ -8,7 +8,7 @@ from datetime import tzinfo
 from typing import TYPE_CHECKING, Any
 
 from xaf_hub.cli.context import Context
-from xaf_hub.cli.options import JSON, MAX_TEXT, Opt, opt
+from xaf_hub.cli.options import MAX_TEXT, Answers, Opt, opt
 from xaf_hub.config.load import InstanceConfig
 from xaf_hub.core.clock import iso_time, local_time
 from xaf_hub.core.records import Snapshot
@@ -293,11 +293,10 @@ _SIGNAL_WORDS = {"rate_limited": "rate-limited", "model_unavailable": "model una
 
 # The request id and guards of `approve`, `deny` and `answer` (and their MCP tools).
 @dataclass(frozen=True, kw_only=True)
-class AnswerTarget:
+class AnswerTarget(Answers):
     """What `approve`, `deny` and `answer` share: the request and the guards; each command's
     record adds its own words and says its reply (``reply()``)."""
 
-    json: bool = JSON.field()
     request: str = opt(help="the request (per_... or que_...; see `waiting`)", required=True,
                        metavar="ID")
     instance: str | None = INSTANCE.field(help="where it waits (default: search all)")

@@ -27,10 +27,10 @@ from xaf_hub.cli.commands._common import FORCE, INSTANCE, SESSION
 from xaf_hub.cli.context import Context
 from xaf_hub.cli.options import (
     GLOBAL,
-    JSON,
     MAX_TEXT,
-    WIDE,
+    Answers,
     Common,
+    Tables,
     add_options,
     add_record,
     declared,
@@ -76,16 +76,14 @@ Status = Literal["pending", "dispatched", "done"]
 
 
 @dataclass(frozen=True)
-class Choice:
+class Choice(Tables):
     """Which action of `backlog` runs."""
 
-    json: bool = JSON.field()
-    wide: bool = WIDE.field()
     backlog_command: Literal["list", "add", "show", "set", "export", "import"]
 
 
 @dataclass(frozen=True, kw_only=True)
-class ListOptions:
+class ListOptions(Answers):
     """The options of `backlog list`."""
 
     status: Status | None = opt("--status", help="only tasks with this status")
@@ -95,7 +93,6 @@ class ListOptions:
 class AddOptions:
     """The options of `backlog add`."""
 
-    json: bool = JSON.field()
     title: str = opt("--title", help="short title (also the session title)", required=True)
     id: str = opt("--id", help="task id (default: T-<yyyymmdd>-<hex>)", default="")
     priority: Priority = opt("--priority", help="P0 first (default P2)", default="P2")
@@ -112,18 +109,16 @@ class AddOptions:
 
 
 @dataclass(frozen=True, kw_only=True)
-class ShowOptions:
+class ShowOptions(Answers):
     """The options of `backlog show`."""
 
-    json: bool = JSON.field()
     task_id: str = opt(help="the task id (T-...)", required=True, metavar="ID")
 
 
 @dataclass(frozen=True, kw_only=True)
-class SetOptions:
+class SetOptions(Answers):
     """The options of `backlog set`."""
 
-    json: bool = JSON.field()
     task_id: str = opt(required=True, metavar="ID")
     status: Status = opt("--status", required=True)
     reset: bool = flag("--reset", help="clear attempts, back-off and last error (unblocks a task)")
@@ -134,18 +129,16 @@ class SetOptions:
 
 
 @dataclass(frozen=True, kw_only=True)
-class ExportOptions:
+class ExportOptions(Answers):
     """The options of `backlog export`."""
 
-    json: bool = JSON.field()
     file: str | None = opt(metavar="FILE", help="replaced atomically; default stdout")
 
 
 @dataclass(frozen=True, kw_only=True)
-class ImportOptions:
+class ImportOptions(Answers):
     """The options of `backlog import`."""
 
-    json: bool = JSON.field()
     file: str = opt(required=True, metavar="FILE", help="a tasks_backlog.json-format file")
     replace: bool = flag("--replace", help="replace the whole pool by the file instead of adding "
                          "to it")

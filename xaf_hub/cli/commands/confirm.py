@@ -29,7 +29,7 @@ from xaf_hub.cli.commands._common import (
     verdict_text,
 )
 from xaf_hub.cli.context import Context
-from xaf_hub.cli.options import JSON, flag
+from xaf_hub.cli.options import Answers, flag
 from xaf_hub.core import aio
 from xaf_hub.core.clock import iso_time, resolve_timezone, to_ms
 from xaf_hub.core.records import find_session
@@ -87,10 +87,9 @@ async def _find(
 
 
 @dataclass(frozen=True, kw_only=True)
-class Options:
+class Options(Answers):
     """The options of `confirm`."""
 
-    json: bool = JSON.field()
     session_pos: str | None = SESSION_POS.field(help="the session to look at (or -s/--session ID)")
     session: str | None = SESSION.field(help="the session to look at")
     instance: str | None = INSTANCE.field(help="where it lives (default: search all)")

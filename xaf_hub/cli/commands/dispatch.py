@@ -32,7 +32,7 @@ from xaf_hub.cli.commands._common import (
     wait_text,
 )
 from xaf_hub.cli.context import Context
-from xaf_hub.cli.options import JSON, flag, opt
+from xaf_hub.cli.options import Answers, flag, opt
 from xaf_hub.core import aio
 from xaf_hub.core.clock import resolve_timezone, to_ms
 from xaf_hub.errors import BusyError, UsageError
@@ -65,10 +65,9 @@ answering while waiting.
 
 
 @dataclass(frozen=True, kw_only=True)
-class Options:
+class Options(Answers):
     """The options of `dispatch` (``project``: the common --project)."""
 
-    json: bool = JSON.field()
     text: str = TEXT.field()
     dry_run: bool = flag("--dry-run", help="print the plan, candidates, model and prompt; change "
                          "nothing")

@@ -13,7 +13,7 @@ from xaf_hub.cli.commands._common import (
     scan_exit,
 )
 from xaf_hub.cli.context import Context
-from xaf_hub.cli.options import JSON, WIDE
+from xaf_hub.cli.options import Tables
 from xaf_hub.cli.termfit import state_color
 from xaf_hub.config.load import InstanceConfig
 from xaf_hub.core import aio
@@ -28,11 +28,9 @@ examples:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Options:
+class Options(Tables):
     """The options of `instances`."""
 
-    json: bool = JSON.field()
-    wide: bool = WIDE.field()
     instance: str | None = INSTANCE.field()
 
 

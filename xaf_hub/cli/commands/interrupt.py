@@ -14,7 +14,7 @@ from xaf_hub.cli.commands._common import (
     the_session,
 )
 from xaf_hub.cli.context import Context
-from xaf_hub.cli.options import JSON
+from xaf_hub.cli.options import Answers
 from xaf_hub.core import aio
 from xaf_hub.ops.interrupt import interrupt_session
 
@@ -28,10 +28,9 @@ examples:
 """
 
 @dataclass(frozen=True, kw_only=True)
-class Options:
+class Options(Answers):
     """The options of `interrupt`."""
 
-    json: bool = JSON.field()
     session_pos: str | None = SESSION_POS.field(help="the session to stop (or -s/--session ID)")
     session: str | None = SESSION.field(help="the session to stop")
     instance: str | None = INSTANCE.field(help="where it runs (default: search all)")

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from xaf_hub.cli.context import Context
-from xaf_hub.cli.options import JSON, MAX_TEXT, flag, opt
+from xaf_hub.cli.options import MAX_TEXT, Answers, flag, opt
 from xaf_hub.core import aio
 from xaf_hub.errors import UsageError
 from xaf_hub.ops.land import drop, land, send_back_by_person
@@ -27,10 +27,9 @@ examples:
 """
 
 @dataclass(frozen=True, kw_only=True)
-class Options:
+class Options(Answers):
     """The options of `land`."""
 
-    json: bool = JSON.field()
     task_id: str = opt(help="the task id (T-...)", required=True, metavar="ID")
     send_back: str | None = opt("--send-back", help="send TEXT to the task's session instead "
                                 "(it works on and is judged again)", metavar="TEXT",

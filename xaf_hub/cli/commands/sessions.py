@@ -16,7 +16,7 @@ from xaf_hub.cli.commands._common import (
     scan_exit,
 )
 from xaf_hub.cli.context import Context
-from xaf_hub.cli.options import JSON, WIDE, flag, opt
+from xaf_hub.cli.options import Tables, flag, opt
 from xaf_hub.cli.termfit import state_color, tone_painter
 from xaf_hub.core import aio
 from xaf_hub.core.clock import ago
@@ -44,11 +44,9 @@ sessions takes each instance from it when it is at most patrol.live_board_second
 
 
 @dataclass(frozen=True, kw_only=True)
-class Options:
+class Options(Tables):
     """The options of `sessions`."""
 
-    json: bool = JSON.field()
-    wide: bool = WIDE.field()
     instance: str | None = INSTANCE.field()
     keyword: str | None = opt("-k", "--keyword", help="only sessions whose title contains K",
                               metavar="K")

@@ -17,7 +17,7 @@ from xaf_hub.cli.commands._common import (
     the_session,
 )
 from xaf_hub.cli.context import Context
-from xaf_hub.cli.options import JSON, opt
+from xaf_hub.cli.options import Answers, opt
 from xaf_hub.core import aio
 from xaf_hub.core.clock import ago, fmt_time, iso_time
 from xaf_hub.core.outcomes import run_outcome, run_words, stop_applies
@@ -69,10 +69,9 @@ def model_of(messages: Sequence[Message]) -> str:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Options:
+class Options(Answers):
     """The options of `show`."""
 
-    json: bool = JSON.field()
     session_pos: str | None = SESSION_POS.field(help="the session id (or -s/--session ID)")
     session: str | None = SESSION.field(help="the session id")
     instance: str | None = INSTANCE.field(help="where it lives (default: search all)")

@@ -18,7 +18,7 @@ from xaf_hub.cli.commands._common import (
     scan_exit,
 )
 from xaf_hub.cli.context import Context
-from xaf_hub.cli.options import JSON, WIDE
+from xaf_hub.cli.options import Tables
 from xaf_hub.cli.termfit import yes_no_color
 from xaf_hub.core.clock import iso_time
 from xaf_hub.core.records import SessionRecord, Snapshot, Tally
@@ -44,11 +44,9 @@ patrol.live_board_seconds old (default 15) and scans the others.
 
 
 @dataclass(frozen=True, kw_only=True)
-class Options:
+class Options(Tables):
     """The options of `status`."""
 
-    json: bool = JSON.field()
-    wide: bool = WIDE.field()
     instance: str | None = INSTANCE.field()
     allow_prod: bool = ALLOW_PROD.field(
         help="treat production instances as dispatchable (display only)")

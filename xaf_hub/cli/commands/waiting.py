@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from xaf_hub.cli.commands._common import INSTANCE
 from xaf_hub.cli.context import Context
-from xaf_hub.cli.options import JSON
+from xaf_hub.cli.options import Answers
 from xaf_hub.core import aio
 from xaf_hub.core.clock import ago
 from xaf_hub.core.runstate import answer_hint, asked_line
@@ -32,10 +32,9 @@ examples:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Options:
+class Options(Answers):
     """The options of `waiting`."""
 
-    json: bool = JSON.field()
     instance: str | None = INSTANCE.field()
 
 

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from xaf_hub.cli.commands._common import INSTANCE, chosen_instances, scan, scan_exit
 from xaf_hub.cli.context import Context
-from xaf_hub.cli.options import HIDDEN, JSON, flag, opt
+from xaf_hub.cli.options import HIDDEN, Answers, flag, opt
 from xaf_hub.core import aio
 from xaf_hub.core.outcomes import run_outcome
 from xaf_hub.core.records import SessionRecord, Snapshot
@@ -46,10 +46,9 @@ examples:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Options:
+class Options(Answers):
     """The options of `watch`."""
 
-    json: bool = JSON.field()
     poll: bool = flag("--poll", help="rescan every --interval seconds instead of following event "
                       "streams")
     interval: float = opt("--interval", default=10.0, metavar="S", help="seconds between polls "
