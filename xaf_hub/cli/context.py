@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import os
 import sys
@@ -122,6 +123,13 @@ class Context:
             if v and (k.startswith("XAF_HUB_PW_") or k == "XAF_HUB_VIEWER_PASSWORD")
         )
         return (self._config.secrets() if self._config is not None else ()) + from_env
+
+    def every_secret(self) -> tuple[str, ...]:
+        """``secrets``, the config loaded first when it loads: an error raised before the
+        command loaded it must not carry a configured password either."""
+        with contextlib.suppress(Exception):  # a broken config has no secrets to learn
+            _ = self.whole  # loading it is the point
+        return self.secrets()
 
     def redact(self, text: str) -> str:
         """``text`` without any secret this run knows (see ``core.text.redact``)."""

@@ -28,8 +28,7 @@ from xaf_hub.core.records import SessionRecord, Snapshot
 from xaf_hub.core.runstate import outcome_of
 from xaf_hub.core.text import shorten
 from xaf_hub.errors import HubError, UsageError
-from xaf_hub.fleet.events import diff as changes
-from xaf_hub.fleet.events import following_words
+from xaf_hub.fleet.events import diff, following_words
 from xaf_hub.fleet.follow import FleetFollower
 
 if TYPE_CHECKING:  # the follower pulls in httpx; --help must stay light
@@ -59,14 +58,6 @@ class Options(Answers):
                          "for every poll)")
     # Tests stop the loop after a while: N polls, or N x --interval seconds of following.
     max_polls: int = opt("--max-polls", default=0, help=HIDDEN)
-
-
-def diff(
-    before: dict[str, SessionRecord], after: dict[str, SessionRecord]
-) -> list[tuple[str, SessionRecord]]:
-    """Changes between two polls: new, started, stopped, retry, gone (pure)."""
-
-    return [(kind, s) for kind, s in changes(before, after)]
 
 
 def _index(snap: Snapshot) -> dict[str, SessionRecord]:
