@@ -17,7 +17,7 @@ says what happened. The work itself is done by ``xaf_hub.ops.dispatch``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
 from xaf_hub.cli.commands._common import (
@@ -116,18 +116,8 @@ def order_from(opts: Options) -> DispatchOrder:
         raise UsageError(
             "--queue and --confirm-wait do not go together (a queued task is not sent now)"
         )
-    req = DispatchRequest(
-        text=opts.text,
-        instance=opts.instance,
-        session=opts.session,
-        directory=opts.directory,
-        title=opts.title,
-        new=opts.new,
-        no_match=opts.no_match,
-        allow_prod=opts.allow_prod,
-        force=opts.force,
-        model=opts.model,
-    )
+    # The request's fields are the options of the same names.
+    req = DispatchRequest(**{f.name: getattr(opts, f.name) for f in fields(DispatchRequest)})
     return DispatchOrder(
         req,
         record=not opts.no_record,

@@ -87,11 +87,9 @@ def _pctx(ctx: Context) -> OpsContext:
         ctx.info(line)
         ctx.stderr.flush()
 
-    from xaf_hub.ops.context import OpsContext
-
     # Several projects and no --project: the patrol serves them all (patrol.context).
-    return OpsContext(ctx.whole, env=ctx.env, transport_factory=ctx.transport_factory,
-                      shared=ctx.stores, log=log)
+    ctx.see_every_project()
+    return ctx.ops(log=log)
 
 
 def run(ctx: Context) -> int:
