@@ -362,8 +362,6 @@ def run(ctx: Context) -> int:
     path, findings, secrets = collect(ctx, opts, now_utc())
     code = worst(findings)
     if ctx.json:
-        from xaf_hub import __version__
-
         doc = {
             "version": __version__,
             "config": str(path) if path is not None else None,

@@ -130,8 +130,6 @@ def run(ctx: Context) -> int:
         )
     snap = read(ctx, opts)
     if opts.out or opts.html or ctx.json:
-        from xaf_hub.page import export as report
-
         if opts.out:
             report.export(snap, Path(opts.out), redact=ctx.redact)
             ctx.info(f"wrote {opts.out}")
