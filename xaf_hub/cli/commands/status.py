@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -64,20 +64,12 @@ class Measured:
     queued: int | None
     whole: bool  # every instance asked: the project's spend is known
     every: bool  # seen as every project, or the config's one project
-    # Seconds since each instance taken from the live board was confirmed (absent: scanned).
-    live: dict[str, float] = field(default_factory=dict)
-
     overall: float | None = None  # budget.daily_usd
 
     @property
     def fleet(self) -> bool:
         """The spend seen is every configured project's on every instance (one project: its)."""
         return self.whole and self.every
-
-    @property
-    def source(self) -> str:
-        """"live" (every instance from the board), "scan" (none) or "mixed"."""
-        return self.snap.source
 
 
 def measure(ctx: Context, opts: Options) -> Measured:
@@ -108,7 +100,7 @@ def measure(ctx: Context, opts: Options) -> Measured:
     ]
     return Measured(
         snap, loads, spends, project, queued, opts.instance is None,
-        not cfg.chosen or len(cfg.projects) == 1, dict(snap.live), cfg.budget.daily_usd,
+        not cfg.chosen or len(cfg.projects) == 1, cfg.budget.daily_usd,
     )
 
 
