@@ -76,21 +76,21 @@ Status = Literal["pending", "dispatched", "done"]
 
 
 @dataclass(frozen=True)
-class Choice(Tables):
+class Choice:
     """Which action of `backlog` runs."""
 
     backlog_command: Literal["list", "add", "show", "set", "export", "import"]
 
 
 @dataclass(frozen=True, kw_only=True)
-class ListOptions(Answers):
+class ListOptions(Tables):
     """The options of `backlog list`."""
 
     status: Status | None = opt("--status", help="only tasks with this status")
 
 
 @dataclass(frozen=True, kw_only=True)
-class AddOptions:
+class AddOptions(Answers):
     """The options of `backlog add`."""
 
     title: str = opt("--title", help="short title (also the session title)", required=True)
