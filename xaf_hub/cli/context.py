@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import os
 import sys
@@ -13,7 +14,7 @@ from typing import TYPE_CHECKING, Any, TextIO, TypeVar
 
 from xaf_hub.cli.options import Common, build
 from xaf_hub.config.load import Config, load_config
-from xaf_hub.core.text import redact, terminal_safe
+from xaf_hub.core.text import dumps, redact, terminal_safe
 
 if TYPE_CHECKING:  # the scanner pulls in httpx; --help must stay light
     from xaf_hub.fleet.scan import TransportFactory
@@ -123,6 +124,13 @@ class Context:
         )
         return (self._config.secrets() if self._config is not None else ()) + from_env
 
+    def every_secret(self) -> tuple[str, ...]:
+        """``secrets``, the config loaded first when it loads: an error raised before the
+        command loaded it must not carry a configured password either."""
+        with contextlib.suppress(Exception):  # a broken config has no secrets to learn
+            _ = self.whole  # loading it is the point
+        return self.secrets()
+
     def redact(self, text: str) -> str:
         """``text`` without any secret this run knows (see ``core.text.redact``)."""
         return redact(text, self.secrets())
@@ -132,6 +140,13 @@ class Context:
         # JSON already escapes every C0 control; text may carry server-supplied titles.
         text = self.redact(text)
         print(text if self.json else terminal_safe(text), file=self.stdout)
+
+    def answer(self, doc: Any, *lines: str) -> int:
+        """Print a command's answer: ``doc`` as JSON with --json, else ``lines`` for a person;
+        exit 0."""
+        for line in [dumps(doc)] if self.json else lines:
+            self.out(line)
+        return 0
 
     def table(self, rows: Sequence[Sequence[Any]], headers: Sequence[str], **how: Any) -> None:
         """Print a table: fitted to the terminal and coloured on a TTY (see termfit), as is on a

@@ -322,13 +322,7 @@ def _report(
     internal: bool = False,
 ) -> None:
 
-    secrets: list[str] = []
-    if ctx is not None:
-        # Learn every configured password, even when the failure came before the command
-        # loaded the config, so no message can carry one.
-        with contextlib.suppress(Exception):  # a broken config has no secrets to learn
-            _ = ctx.whole  # loading it is the point
-        secrets.extend(ctx.secrets())
+    secrets = ctx.every_secret() if ctx is not None else ()
     debug = args is not None and bool(getattr(args, "debug", False))
     if debug and exc is not None:
         text = "".join(traceback.format_exception(exc))

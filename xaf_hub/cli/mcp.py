@@ -43,12 +43,11 @@ from xaf_hub.cli.commands import (
     status,
     waiting,
 )
-from xaf_hub.cli.commands._common import answer_waiting, missing_password
+from xaf_hub.cli.commands._common import answer_waiting, missing_passwords
 from xaf_hub.cli.context import Context
 from xaf_hub.cli.options import MAX_SHORT, MAX_TEXT, Common, Opt, declared, pick, record
-from xaf_hub.core import aio
 from xaf_hub.core.records import Snapshot
-from xaf_hub.core.text import dumps
+from xaf_hub.core.text import dumps, redact
 from xaf_hub.errors import (
     BusyError,
     ConfigError,
@@ -65,7 +64,6 @@ from xaf_hub.errors import (
     UnreachableError,
     UsageError,
 )
-from xaf_hub.ops.interrupt import interrupt_session
 from xaf_hub.page.export import snapshot_document
 
 if TYPE_CHECKING:
@@ -182,10 +180,7 @@ class Hub:
 
 
 def _redacted(ctx: Context, text: str) -> str:
-    # Learn every configured password, even when the call failed before it loaded the config.
-    with contextlib.suppress(Exception):  # a broken config has no secrets to learn
-        _ = ctx.whole
-    return ctx.redact(text)
+    return redact(text, ctx.every_secret())
 
 
 # -- what an agent reads in one line -------------------------------------------------------------
@@ -264,9 +259,9 @@ def _unless_password_missing(ctx: Context, doc: Any, snap: Snapshot) -> Any:
     """A read's document, even when an instance did not answer (it names those), unless one
     asks for a password the config lacks: a fix for the person, said as a refusal (the
     command's exit 4)."""
-    missing = missing_password(ctx, snap)
-    if missing is not None:
-        raise missing
+    missing = missing_passwords(ctx, snap)
+    if missing:
+        raise missing[0]
     return doc
 
 
@@ -283,11 +278,7 @@ def _dispatch(ctx: Context, v: Values) -> Any:
 
 
 def _interrupt(ctx: Context, v: Values) -> Any:
-
-    opts = record(interrupt.Options, v)
-    done = aio.run(interrupt_session(ctx.ops(), v["session"], instance=opts.instance,
-                                     allow_prod=opts.allow_prod, force=opts.force))
-    return interrupt.document(done)
+    return interrupt.document(interrupt.carry_out(ctx, record(interrupt.Options, v)))
 
 
 def _land(ctx: Context, v: Values) -> Any:

@@ -17,19 +17,20 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from xaf_hub.cli.commands._common import FORCE, INSTANCE, SESSION
 from xaf_hub.cli.context import Context
 from xaf_hub.cli.options import (
     GLOBAL,
-    JSON,
     MAX_TEXT,
-    WIDE,
+    Answers,
     Common,
+    Tables,
     add_options,
     add_record,
     declared,
@@ -55,10 +56,6 @@ from xaf_hub.store.tasks import (
     of_project,
     project_of,
 )
-
-if TYPE_CHECKING:
-    from xaf_hub.store.pool import TaskPool
-    from xaf_hub.store.tasks import Task
 
 EXAMPLES = """\
 examples:
@@ -86,19 +83,16 @@ class Choice:
 
 
 @dataclass(frozen=True, kw_only=True)
-class ListOptions:
+class ListOptions(Tables):
     """The options of `backlog list`."""
 
-    json: bool = JSON.field()
-    wide: bool = WIDE.field()
     status: Status | None = opt("--status", help="only tasks with this status")
 
 
 @dataclass(frozen=True, kw_only=True)
-class AddOptions:
+class AddOptions(Answers):
     """The options of `backlog add`."""
 
-    json: bool = JSON.field()
     title: str = opt("--title", help="short title (also the session title)", required=True)
     id: str = opt("--id", help="task id (default: T-<yyyymmdd>-<hex>)", default="")
     priority: Priority = opt("--priority", help="P0 first (default P2)", default="P2")
@@ -115,18 +109,16 @@ class AddOptions:
 
 
 @dataclass(frozen=True, kw_only=True)
-class ShowOptions:
+class ShowOptions(Answers):
     """The options of `backlog show`."""
 
-    json: bool = JSON.field()
     task_id: str = opt(help="the task id (T-...)", required=True, metavar="ID")
 
 
 @dataclass(frozen=True, kw_only=True)
-class SetOptions:
+class SetOptions(Answers):
     """The options of `backlog set`."""
 
-    json: bool = JSON.field()
     task_id: str = opt(required=True, metavar="ID")
     status: Status = opt("--status", required=True)
     reset: bool = flag("--reset", help="clear attempts, back-off and last error (unblocks a task)")
@@ -137,18 +129,16 @@ class SetOptions:
 
 
 @dataclass(frozen=True, kw_only=True)
-class ExportOptions:
+class ExportOptions(Answers):
     """The options of `backlog export`."""
 
-    json: bool = JSON.field()
     file: str | None = opt(metavar="FILE", help="replaced atomically; default stdout")
 
 
 @dataclass(frozen=True, kw_only=True)
-class ImportOptions:
+class ImportOptions(Answers):
     """The options of `backlog import`."""
 
-    json: bool = JSON.field()
     file: str = opt(required=True, metavar="FILE", help="a tasks_backlog.json-format file")
     replace: bool = flag("--replace", help="replace the whole pool by the file instead of adding "
                          "to it")
@@ -174,34 +164,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         add_record(action, record)
 
 
-def _store(ctx: Context) -> TaskPool:
-    return ctx.stores.pool()
-
-
-def _now() -> datetime:
-    return datetime.now(UTC)
-
-
 def run(ctx: Context) -> int:
     """Dispatch to the chosen action."""
     command = ctx.options(Choice).backlog_command
-    if command == "list":
-        return _list(ctx, ctx.options(ListOptions))
-    if command == "add":
-        return _add(ctx, ctx.options(AddOptions))
-    if command == "show":
-        return _show(ctx, ctx.options(ShowOptions))
-    if command == "export":
-        return _export(ctx, ctx.options(ExportOptions))
-    if command == "import":
-        return _import(ctx, ctx.options(ImportOptions))
-    return _set(ctx, ctx.options(SetOptions))
+    return _RUNS[command](ctx, ctx.options(ACTIONS[command][0]))
 
 
 def _state(ctx: Context, task: Task, tasks: list[Task]) -> dict[str, str]:
     """A task's state as ``backlog`` prints it: the value, its words and why."""
 
-    state, why = state_of(task, tasks, _now(), ctx.whole.patrol.max_attempts)
+    state, why = state_of(task, tasks, datetime.now(UTC), ctx.whole.patrol.max_attempts)
     return {"state": state, "state_words": task_words(state), "state_detail": why}
 
 
@@ -219,7 +191,7 @@ def listing(ctx: Context, opts: ListOptions) -> dict[str, Any]:
 
     cfg = ctx.whole  # several projects and no --project: every project's tasks
     names = [p.name for p in cfg.projects]
-    store = _store(ctx)
+    store = ctx.stores.pool()
     data = store.load()
     mine = of_project(data.tasks, cfg.project_name, names) if cfg.chosen else data.tasks
     tasks = [t for t in mine if not opts.status or t.status == opts.status]
@@ -228,14 +200,7 @@ def listing(ctx: Context, opts: ListOptions) -> dict[str, Any]:
     return {
         "path": store.where,
         "tasks": [
-            {
-                **t.to_json(),
-                "project": project_of(t, names),
-                "commit": t.commit,
-                "commits": list(t.commits),
-                "verified": t.verified,
-                **_state(ctx, t, data.tasks),
-            }
+            show_document(t, _state(ctx, t, data.tasks), project=project_of(t, names))
             for t in tasks
         ],
     }
@@ -244,13 +209,9 @@ def listing(ctx: Context, opts: ListOptions) -> dict[str, Any]:
 def _list(ctx: Context, opts: ListOptions) -> int:
 
     doc = listing(ctx, opts)
-    if ctx.json:
-        ctx.out(dumps(doc))
-        return int(ExitCode.OK)
     tasks = doc["tasks"]
-    if not tasks:
-        ctx.out(f"no tasks ({doc['path']})")
-        return int(ExitCode.OK)
+    if ctx.json or not tasks:
+        return ctx.answer(doc, f"no tasks ({doc['path']})")
     several = not ctx.whole.chosen
     rows = [
         [
@@ -278,11 +239,7 @@ def _list(ctx: Context, opts: ListOptions) -> int:
 
 def _add(ctx: Context, opts: AddOptions) -> int:
     added = add_task(ctx, opts)
-    if ctx.json:
-        ctx.out(dumps(added.to_json()))
-    else:
-        ctx.out(f"added task {added.id} ({added.priority}): {added.title}")
-    return int(ExitCode.OK)
+    return ctx.answer(added.to_json(), f"added task {added.id} ({added.priority}): {added.title}")
 
 
 def add_task(ctx: Context, opts: AddOptions) -> Task:
@@ -314,7 +271,7 @@ def add_task(ctx: Context, opts: AddOptions) -> Task:
         )
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    added = _store(ctx).add(task)
+    added = ctx.stores.pool().add(task)
     audit.append(
         cfg.state_dir,
         command="backlog.add",
@@ -329,15 +286,17 @@ def add_task(ctx: Context, opts: AddOptions) -> Task:
 
 def shown(ctx: Context, opts: ShowOptions) -> tuple[Task, dict[str, str]]:
     """One task of the pool and its state (UsageError when there is none by that id)."""
-    data = _store(ctx).load()
+    data = ctx.stores.pool().load()
     task = data.require(opts.task_id)
     return task, _state(ctx, task, data.tasks)
 
 
-def show_document(task: Task, state: dict[str, str]) -> dict[str, Any]:
-    """What `backlog show --json` prints (and the MCP tool answers)."""
+def show_document(task: Task, state: dict[str, str], **more: str) -> dict[str, Any]:
+    """What `backlog show --json` prints (and the MCP tool answers); ``more`` (a listing's
+    project) follows the task's own fields."""
     return {
         **task.to_json(),
+        **more,
         "commit": task.commit,
         "commits": list(task.commits),
         "verified": task.verified,
@@ -348,8 +307,7 @@ def show_document(task: Task, state: dict[str, str]) -> dict[str, Any]:
 def _show(ctx: Context, opts: ShowOptions) -> int:
     task, state = shown(ctx, opts)
     if ctx.json:
-        ctx.out(dumps(show_document(task, state)))
-        return int(ExitCode.OK)
+        return ctx.answer(show_document(task, state))
     for key, value in task.to_json().items():
         if key in ("prompt", "check_output"):
             continue
@@ -369,7 +327,7 @@ def _show(ctx: Context, opts: ShowOptions) -> int:
 def _set(ctx: Context, opts: SetOptions) -> int:
 
     cfg = ctx.config
-    now = _now()
+    now = datetime.now(UTC)
     fields: dict[str, Any] = {}
     if opts.priority:
         fields["priority"] = opts.priority
@@ -393,7 +351,7 @@ def _set(ctx: Context, opts: SetOptions) -> int:
         # A person acts: whatever parked the task or left it to a person is over.
         fields.update(parked=None, infra_failures=0, avoid_models=(), steered_at=None)
         if not opts.force:
-            _refuse_if_running(ctx, _store(ctx).load().require(opts.task_id))
+            _refuse_if_running(ctx, ctx.stores.pool().load().require(opts.task_id))
 
     def edited(current: Task | None) -> tuple[Task, Task]:
         if current is None:
@@ -412,7 +370,7 @@ def _set(ctx: Context, opts: SetOptions) -> int:
             raise UsageError(str(exc)) from None
         return new, new
 
-    task = _store(ctx).edit(opts.task_id, edited)
+    task = ctx.stores.pool().edit(opts.task_id, edited)
     audit.append(
         cfg.state_dir,
         command="backlog.set",
@@ -424,12 +382,8 @@ def _set(ctx: Context, opts: SetOptions) -> int:
         secrets=ctx.secrets(),
         extra={"task": task.id, "reset": bool(opts.reset)},
     )
-    if ctx.json:
-        ctx.out(dumps(task.to_json()))
-    else:
-        extra = " (attempts and back-off cleared)" if opts.reset else ""
-        ctx.out(f"task {task.id} is now {task.status}{extra}")
-    return int(ExitCode.OK)
+    extra = " (attempts and back-off cleared)" if opts.reset else ""
+    return ctx.answer(task.to_json(), f"task {task.id} is now {task.status}{extra}")
 
 
 def _refuse_if_running(ctx: Context, task: Task) -> None:
@@ -457,7 +411,7 @@ def _refuse_if_running(ctx: Context, task: Task) -> None:
 def _export(ctx: Context, opts: ExportOptions) -> int:
 
 
-    store = _store(ctx)
+    store = ctx.stores.pool()
     data = store.load()
     if opts.file is None:
         ctx.out(dumps(data.to_json()))
@@ -467,11 +421,8 @@ def _export(ctx: Context, opts: ExportOptions) -> int:
         write_json_atomic(target, data.to_json(), private=False)
     except OSError as exc:
         raise UsageError(f"cannot write {target}: {exc.strerror or exc}") from None
-    if ctx.json:
-        ctx.out(dumps({"file": str(target), "from": store.where, "tasks": len(data.tasks)}))
-    else:
-        ctx.out(f"exported {len(data.tasks)} task(s) from {store.where} to {target}")
-    return int(ExitCode.OK)
+    return ctx.answer({"file": str(target), "from": store.where, "tasks": len(data.tasks)},
+                      f"exported {len(data.tasks)} task(s) from {store.where} to {target}")
 
 
 def _import(ctx: Context, opts: ImportOptions) -> int:
@@ -485,7 +436,7 @@ def _import(ctx: Context, opts: ImportOptions) -> int:
     except StateFileError as exc:
         # The file is the user's input here, not the hub's state: exit 4, nothing imported.
         raise UsageError(f"{exc}; nothing imported") from None
-    store = _store(ctx)
+    store = ctx.stores.pool()
     added = store.import_data(incoming, replace=opts.replace)
     audit.append(
         ctx.config.state_dir,
@@ -496,9 +447,11 @@ def _import(ctx: Context, opts: ImportOptions) -> int:
         secrets=ctx.secrets(),
         extra={"tasks": len(added), "pool": store.where},
     )
-    if ctx.json:
-        ctx.out(dumps({"file": str(source), "into": store.where, "tasks": [t.id for t in added]}))
-    else:
-        verb = "replaced the pool with" if opts.replace else "imported"
-        ctx.out(f"{verb} {len(added)} task(s) from {source} into {store.where}")
-    return int(ExitCode.OK)
+    verb = "replaced the pool with" if opts.replace else "imported"
+    return ctx.answer({"file": str(source), "into": store.where, "tasks": [t.id for t in added]},
+                      f"{verb} {len(added)} task(s) from {source} into {store.where}")
+
+
+_RUNS: dict[str, Callable[[Context, Any], int]] = {
+    "list": _list, "add": _add, "show": _show, "set": _set, "export": _export, "import": _import,
+}

@@ -17,7 +17,7 @@ says what happened. The work itself is done by ``xaf_hub.ops.dispatch``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
 from xaf_hub.cli.commands._common import (
@@ -32,10 +32,9 @@ from xaf_hub.cli.commands._common import (
     wait_text,
 )
 from xaf_hub.cli.context import Context
-from xaf_hub.cli.options import JSON, flag, opt
+from xaf_hub.cli.options import Answers, flag, opt
 from xaf_hub.core import aio
 from xaf_hub.core.clock import resolve_timezone, to_ms
-from xaf_hub.core.text import dumps
 from xaf_hub.errors import BusyError, UsageError
 
 if TYPE_CHECKING:
@@ -66,10 +65,9 @@ answering while waiting.
 
 
 @dataclass(frozen=True, kw_only=True)
-class Options:
+class Options(Answers):
     """The options of `dispatch` (``project``: the common --project)."""
 
-    json: bool = JSON.field()
     text: str = TEXT.field()
     dry_run: bool = flag("--dry-run", help="print the plan, candidates, model and prompt; change "
                          "nothing")
@@ -118,18 +116,8 @@ def order_from(opts: Options) -> DispatchOrder:
         raise UsageError(
             "--queue and --confirm-wait do not go together (a queued task is not sent now)"
         )
-    req = DispatchRequest(
-        text=opts.text,
-        instance=opts.instance,
-        session=opts.session,
-        directory=opts.directory,
-        title=opts.title,
-        new=opts.new,
-        no_match=opts.no_match,
-        allow_prod=opts.allow_prod,
-        force=opts.force,
-        model=opts.model,
-    )
+    # The request's fields are the options of the same names.
+    req = DispatchRequest(**{f.name: getattr(opts, f.name) for f in fields(DispatchRequest)})
     return DispatchOrder(
         req,
         record=not opts.no_record,
@@ -230,13 +218,8 @@ def run(ctx: Context) -> int:
         return 0
     if isinstance(done, Sent) and opts.confirm_wait is not None:
         return _confirm(ctx, done.plan, done.sent, opts.confirm_wait)
-    if ctx.json:
-        ctx.out(dumps(document(done, ctx.config.project_name)))
-    elif isinstance(done, Sent):
-        ctx.out(_sent_line(done.plan, done.sent.result))
-    else:
-        ctx.out(done.line())
-    return 0
+    line = _sent_line(done.plan, done.sent.result) if isinstance(done, Sent) else done.line()
+    return ctx.answer(document(done, ctx.config.project_name), line)
 
 
 def _queue(
@@ -297,12 +280,9 @@ def _confirm(ctx: Context, plan: Plan, sent: Dispatched, window: float) -> int:
         for note in healing.notes:
             ctx.warn(note)
     line = wait_text(waited, window, resolve_timezone(cfg.models.timezone), to_ms(utc_now()))
-    if ctx.json:
-        doc = {**result.to_json(), "project": cfg.project_name, "via": plan.via,
-               "task_id": sent.task_id}
-        ctx.out(dumps({**doc, "confirm": wait_json(waited, window, line)}))
-    else:
-        ctx.out(f"confirm: {line}")
+    doc = {**result.to_json(), "project": cfg.project_name, "via": plan.via,
+           "task_id": sent.task_id}
+    ctx.answer({**doc, "confirm": wait_json(waited, window, line)}, f"confirm: {line}")
     return wait_exit(waited)
 
 
@@ -333,7 +313,7 @@ def _print_plan(ctx: Context, prep: Prepared) -> None:
     plan, view, model, prompt = prep.plan, prep.view, prep.model, prep.prompt
     inst = plan.instance
     if ctx.json:
-        ctx.out(dumps(_plan_document(prep, ctx.config.project_name)))
+        ctx.answer(_plan_document(prep, ctx.config.project_name))
         return
     what = {
         "steer": "steer the running session",

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from xaf_hub import __version__
 from xaf_hub.cli.context import Context
-from xaf_hub.cli.options import JSON, flag
+from xaf_hub.cli.options import Answers, flag
 from xaf_hub.cli.termfit import wrap
 from xaf_hub.config.credentials import REDIS_PASSWORD_ENV
 from xaf_hub.config.load import Config, InstanceConfig, find_config
@@ -348,10 +348,9 @@ def render(
 
 
 @dataclass(frozen=True, kw_only=True)
-class Options:
+class Options(Answers):
     """The options of `doctor`."""
 
-    json: bool = JSON.field()
     online: bool = flag("--online", help="also check that each webhook's host resolves (sends "
                         "nothing)")
 
@@ -363,8 +362,6 @@ def run(ctx: Context) -> int:
     path, findings, secrets = collect(ctx, opts, now_utc())
     code = worst(findings)
     if ctx.json:
-        from xaf_hub import __version__
-
         doc = {
             "version": __version__,
             "config": str(path) if path is not None else None,

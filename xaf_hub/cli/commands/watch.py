@@ -21,17 +21,15 @@ from typing import TYPE_CHECKING, Any
 
 from xaf_hub.cli.commands._common import INSTANCE, chosen_instances, scan, scan_exit
 from xaf_hub.cli.context import Context
-from xaf_hub.cli.options import HIDDEN, JSON, flag, opt
+from xaf_hub.cli.options import HIDDEN, Answers, flag, opt
 from xaf_hub.core import aio
 from xaf_hub.core.outcomes import run_outcome
 from xaf_hub.core.records import SessionRecord, Snapshot
 from xaf_hub.core.runstate import outcome_of
-from xaf_hub.core.text import dumps, shorten
+from xaf_hub.core.text import shorten
 from xaf_hub.errors import HubError, UsageError
-from xaf_hub.fleet.events import diff as changes
-from xaf_hub.fleet.events import following_words
+from xaf_hub.fleet.events import diff, following_words
 from xaf_hub.fleet.follow import FleetFollower
-from xaf_hub.fleet.scan import make_client
 
 if TYPE_CHECKING:  # the follower pulls in httpx; --help must stay light
     from xaf_hub.config.load import InstanceConfig
@@ -47,10 +45,9 @@ examples:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Options:
+class Options(Answers):
     """The options of `watch`."""
 
-    json: bool = JSON.field()
     poll: bool = flag("--poll", help="rescan every --interval seconds instead of following event "
                       "streams")
     interval: float = opt("--interval", default=10.0, metavar="S", help="seconds between polls "
@@ -63,26 +60,16 @@ class Options:
     max_polls: int = opt("--max-polls", default=0, help=HIDDEN)
 
 
-def diff(
-    before: dict[str, SessionRecord], after: dict[str, SessionRecord]
-) -> list[tuple[str, SessionRecord]]:
-    """Changes between two polls: new, started, stopped, retry, gone (pure)."""
-
-    return [(kind, s) for kind, s in changes(before, after)]
-
-
 def _index(snap: Snapshot) -> dict[str, SessionRecord]:
     return {f"{s.instance}/{s.id}": s for s in snap.sessions if s.project}
 
 
 def _outcomes(ctx: Context, sessions: Sequence[SessionRecord]) -> dict[str, str]:
 
-    cfg = ctx.config
+    ops = ctx.ops()
 
     async def one(s: SessionRecord) -> tuple[str, str]:
-        inst = cfg.instance(s.instance)
-        transport = ctx.transport_factory(inst) if ctx.transport_factory else None
-        async with make_client(cfg, inst, transport) as client:
+        async with ops.client(ops.cfg.instance(s.instance)) as client:
             try:
                 msgs = await client.messages(s.id, limit=3, directory=s.directory)
                 return s.id, run_outcome(outcome_of(msgs), running=False) or ""
@@ -187,14 +174,10 @@ def run(ctx: Context) -> int:
         from xaf_hub.core.runstate import shown_state
 
         running = [s for s in snap.project_sessions() if s.running]
-        if ctx.json:
-            ctx.out(
-                dumps({"running": [s.to_json() for s in running], "unreachable": snap.unreachable})
-            )
-        else:
-            for s in running:
-                ctx.out(_line(shown_state(s), s))
-            ctx.out(f"{len(running)} project session(s) running")
+        lines = [_line(shown_state(s), s) for s in running]
+        ctx.answer({"running": [s.to_json() for s in running], "unreachable": snap.unreachable},
+                   *lines, f"{len(running)} project session(s) running")
+        if not ctx.json:
             for u in snap.unreachable:
                 ctx.warn(f"{u['instance']} unreachable: {u['reason']}")
         return scan_exit(snap)
