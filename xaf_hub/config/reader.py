@@ -140,6 +140,11 @@ class Setting:
         return value
 
 
+def each(check: Check) -> Check:
+    """``check`` of every item of a list of strings, each named by its place (``key[i]``)."""
+    return lambda r, key, items: tuple(check(r, f"{key}[{i}]", v) for i, v in enumerate(items))
+
+
 def setting(
     default: T,
     *,
