@@ -23,10 +23,10 @@ from xaf_hub.store.fence import Fence
 from xaf_hub.store.model_state import (
     HEAL_PREFIX,
     HEALED_RETENTION,
-    SCHEMA_VERSION,
     Healed,
     HealedSession,
     ModelState,
+    default_state,
     healed_entry,
     healed_list,
 )
@@ -70,7 +70,7 @@ class RedisModelState(ModelState):
 
     def _parse(self, raw: str | None) -> dict[str, Any]:
         if raw is None:
-            return {"schema_version": SCHEMA_VERSION, "blackouts": {}, "healed": {}}
+            return default_state()
         try:
             data = json.loads(raw)
         except json.JSONDecodeError as exc:
