@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from xaf_hub.config.load import LockConfig
 from xaf_hub.store.statefile import file_lock, write_json_atomic
@@ -65,35 +66,26 @@ class Reservation:
 
     def to_json(self) -> dict[str, object]:
         """The slot file's content."""
-        return {
-            "schema_version": 1,
-            "instance": self.instance,
-            "pid": self.pid,
-            "host": self.host,
-            "created": self.created,
-            "session_id": self.session_id,
-            "prompt": self.prompt,
-            "project": self.project,
-        }
+        return {"schema_version": 1, **{k: getattr(self, k) for k in (*_REQUIRED, *_OPTIONAL)}}
 
 
 PROMPT_SENT = "sent"
 PROMPT_ACCEPTED = "accepted"
 
 
-def parse_reservation(data: dict[str, object], path: Path | None, key: str = "") -> Reservation:
+# A reservation's stored fields: those it needs, each with how it is read back, and the texts
+# it may leave out.
+_REQUIRED: dict[str, Callable[[Any], Any]] = {
+    "instance": str, "pid": int, "host": str, "created": float
+}
+_OPTIONAL = ("session_id", "prompt", "project")
+
+
+def parse_reservation(data: dict[str, Any], path: Path | None, key: str = "") -> Reservation:
     """A reservation from its JSON document (raises on a missing or mistyped field)."""
-    return Reservation(
-        path=path,
-        instance=str(data["instance"]),
-        pid=int(data["pid"]),  # type: ignore[call-overload]
-        host=str(data["host"]),
-        created=float(data["created"]),  # type: ignore[arg-type]
-        session_id=str(data.get("session_id") or ""),
-        key=key,
-        prompt=str(data.get("prompt") or ""),
-        project=str(data.get("project") or ""),
-    )
+    fields: dict[str, Any] = {k: read(data[k]) for k, read in _REQUIRED.items()}
+    fields.update((k, str(data.get(k) or "")) for k in _OPTIONAL)
+    return Reservation(path, key=key, **fields)
 
 
 class Gate(abc.ABC):
