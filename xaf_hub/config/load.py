@@ -673,18 +673,12 @@ def parse_config(raw: Any, *, path: Path, env: Mapping[str, str]) -> Config:
     lock_r.finish()
 
     models = _parse_models(top.sub("models"), path)
-    if models.state_backend == "redis" and not lock.redis_url:
-        raise ConfigError(
-            f"{path}: key 'models.state_backend': 'redis' needs lock.redis_url "
-            "(e.g. redis://hub-redis.example.internal:6379/0)"
-        )
     patrol = _whole_section(PatrolConfig, top, "patrol")
     pool = _whole_section(PoolConfig, top, "pool")
-    if pool.backend == "redis" and not lock.redis_url:
-        raise ConfigError(
-            f"{path}: key 'pool.backend': 'redis' needs lock.redis_url "
-            "(e.g. redis://hub-redis.example.internal:6379/0)"
-        )
+    shared = {"models.state_backend": models.state_backend, "pool.backend": pool.backend}
+    for key in (k for k, backend in shared.items() if backend == "redis" and not lock.redis_url):
+        example = "redis://hub-redis.example.internal:6379/0"
+        raise top.fail(key, f"'redis' needs lock.redis_url (e.g. {example})")
     budget = _whole_section(BudgetConfig, top, "budget")
     permissions = _parse_permissions(top.sub("permissions"))
     page = top.sub("page")
