@@ -455,7 +455,8 @@ class OpencodeServer(Running):
                 proc.wait(timeout=grace)
             except subprocess.TimeoutExpired:
                 proc.kill()
-                proc.wait(timeout=grace)
+                # A killed process is reaped late on a loaded machine; SIGKILL is not refused.
+                proc.wait(timeout=max(grace, 60.0))
         if sys.platform != "win32":
             # Sweep anything the server left in its own session (normally nothing).
             with contextlib.suppress(ProcessLookupError, PermissionError):

@@ -9,7 +9,7 @@
 # Prints one line per release (result, seconds) and exits 1 when any release failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-PY=${PYTHON:-python3}
+PY=${PYTHON:-${XAF_HUB_VENV:-.venv}/bin/python}
 
 versions=("$@")
 [ "${#versions[@]}" -eq 0 ] && versions=(1.14.41 1.2.27)
