@@ -57,14 +57,14 @@ def prepare(
         raise GitFailed(f"the remote has no branch {base_branch}")
     if mirror.git("cat-file", "-e", f"{top}^{{commit}}", ok=(0, 1, 128))[0] != 0:
         return Prepared("gone", tip=tip, result=top)  # rewritten before this mirror saw it
-    if mirror.yes("merge-base", "--is-ancestor", top, tip):
+    if _ok(mirror, "merge-base", "--is-ancestor", top, tip):
         return Prepared("already", tip=tip)
-    start = fork or mirror.output("merge-base", tip, top).strip()
-    if mirror.output("rev-list", "--count", f"{start}..{top}").strip() == "0":
+    start = fork or _out(mirror, "merge-base", tip, top).strip()
+    if _out(mirror, "rev-list", "--count", f"{start}..{top}").strip() == "0":
         return Prepared("empty", tip=tip)
     if _holds(mirror, tip, top):
         return Prepared("already", tip=tip)
-    if method == "rebase" and mirror.yes("merge-base", "--is-ancestor", tip, top):
+    if method == "rebase" and _ok(mirror, "merge-base", "--is-ancestor", tip, top):
         # It holds the tip already (it merged the base in): a fast-forward to what was judged;
         # replaying would drop that merge and its resolution.
         return Prepared("ready", tip=tip, result=top)
@@ -134,6 +134,14 @@ def _leased_out(out: str, ref: str) -> bool:
     )
 
 
+def _ok(mirror: Mirror, *args: str) -> bool:
+    return mirror.git(*args, ok=(0, 1))[0] == 0
+
+
+def _out(mirror: Mirror, *args: str) -> str:
+    return mirror.git(*args)[1]
+
+
 def describe(prep: Prepared, base_branch: str) -> str:
     """One line for people about a prepared landing."""
     if prep.state == "conflict":
@@ -153,12 +161,12 @@ def contains(mirror: Mirror, tip: str, commit: str) -> bool:
     ``tip``'s history; a commit the mirror does not have is not."""
     if mirror.git("cat-file", "-e", f"{commit}^{{commit}}", ok=(0, 1, 128))[0] != 0:
         return False
-    return mirror.yes("merge-base", "--is-ancestor", commit, tip)
+    return _ok(mirror, "merge-base", "--is-ancestor", commit, tip)
 
 
 def commits(mirror: Mirror, fork: str, top: str) -> list[str]:
     """The commits of ``fork..top`` (full hashes)."""
-    return mirror.output("rev-list", f"{fork}..{top}").split()
+    return _out(mirror, "rev-list", f"{fork}..{top}").split()
 
 
 def branch_of(mirror: Mirror, tip: str) -> str:
@@ -178,7 +186,7 @@ def _holds(mirror: Mirror, tip: str, top: str) -> bool:
 
 
 def _tree(mirror: Mirror, commit: str) -> str:
-    return mirror.output("rev-parse", f"{commit}^{{tree}}").strip()
+    return _out(mirror, "rev-parse", f"{commit}^{{tree}}").strip()
 
 
 @contextlib.contextmanager

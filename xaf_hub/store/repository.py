@@ -187,7 +187,7 @@ class Mirror:
 
     # -- git ---------------------------------------------------------------------------------
 
-    def output(
+    def _git(
         self, *args: str, timeout: float = _LOCAL_TIMEOUT, extra_env: dict[str, str] | None = None
     ) -> str:
         """Run git on the mirror; its stdout, or GitFailed (redacted) on any other exit than 0."""
@@ -248,9 +248,9 @@ class Mirror:
             raise GitFailed(redact(f"git {verb} failed: {said}", self.secrets))
         return proc.returncode, out.decode("utf-8", "replace")
 
-    def yes(self, *args: str) -> bool:
-        """Whether a yes/no git command says yes (exit 0; 1 is no; GitFailed otherwise)."""
-        return self.git(*args, ok=(0, 1))[0] == 0
+    def _exit(self, *args: str) -> int:
+        """Run a yes/no git command; its exit status (0 yes, 1 no); GitFailed otherwise."""
+        return self.git(*args, ok=(0, 1))[0]
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
@@ -271,13 +271,13 @@ class Mirror:
             self._set_aside(planted)
         if not (self.path / "HEAD").is_file():
             self.path.mkdir(parents=True, exist_ok=True)
-            self.output("init", "--bare", "--quiet", "--template=")  # no hooks, no samples
+            self._git("init", "--bare", "--quiet", "--template=")  # no hooks, no samples
             (self.path / "info").mkdir(exist_ok=True)
             (self.path / "info" / "attributes").write_bytes(_ATTRIBUTES)
             self._written().write_bytes((self.path / "config").read_bytes())
             self.hooks.mkdir(exist_ok=True)
         url, env = split_credentials(self.url)
-        self.output(
+        self._git(
             "fetch",
             "--quiet",
             "--prune",
@@ -345,18 +345,18 @@ class Mirror:
         candidates = [line.strip() for line in listed.splitlines() if line.strip()]
         commits = []
         for oid in candidates:
-            if self.output("cat-file", "-t", oid).strip() == "commit":
+            if self._git("cat-file", "-t", oid).strip() == "commit":
                 commits.append(oid)
         return commits
 
     def branches(self) -> list[str]:
         """The mirror's branches (the remote's, as of the last fetch)."""
-        out = self.output("for-each-ref", "--format=%(refname:short)", "refs/heads/")
+        out = self._git("for-each-ref", "--format=%(refname:short)", "refs/heads/")
         return [line.strip() for line in out.splitlines() if line.strip()]
 
     def reachable(self, commit: str, branch: str) -> bool:
         """Whether ``commit`` is ``branch``'s tip or one of its ancestors."""
-        return self.yes("merge-base", "--is-ancestor", commit, f"refs/heads/{branch}")
+        return self._exit("merge-base", "--is-ancestor", commit, f"refs/heads/{branch}") == 0
 
     # -- a task's claim ----------------------------------------------------------------------
 
@@ -379,7 +379,7 @@ class Mirror:
         return self._tips()
 
     def _tips(self) -> dict[str, str]:
-        out = self.output("for-each-ref", "--format=%(refname:short) %(objectname)", "refs/heads/")
+        out = self._git("for-each-ref", "--format=%(refname:short) %(objectname)", "refs/heads/")
         pairs = (line.split() for line in out.splitlines() if line.strip())
         return {p[0]: p[1] for p in pairs if len(p) == 2}
 
@@ -439,8 +439,7 @@ class Mirror:
             if found[0] not in commits:
                 commits.append(found[0])
         based = bool(base) and self.resolve(base or "") == [base]
-        older = ("merge-base", "--is-ancestor")  # of the base: not this task's work
-        new = [c for c in commits if not (based and self.yes(*older, c, base or ""))]
+        new = [c for c in commits if not (based and self._is_ancestor(c, base or ""))]
         if not new:
             return Check(
                 "old",
@@ -485,13 +484,16 @@ class Mirror:
                 )
         return Check("verified", commit=top, new=span, claimed=tuple(new), base_known=based)
 
+    def _is_ancestor(self, commit: str, of: str) -> bool:
+        return self._exit("merge-base", "--is-ancestor", commit, of) == 0
+
     def _lines(self, *args: str) -> list[str]:
-        return [line.strip() for line in self.output(*args).splitlines() if line.strip()]
+        return [line.strip() for line in self._git(*args).splitlines() if line.strip()]
 
     def _paths(self, *commits: str) -> list[str]:
         """Every path the ``commits``' own changes touch, exactly as named (``-z``: never
         quoted); a merge's own change is what differs from every parent (``-c``)."""
-        out = self.output(
+        out = self._git(
             "log",
             "-z",
             "--no-walk=unsorted",
@@ -507,7 +509,7 @@ class Mirror:
 
     def _diff(self, span: str) -> list[str]:
         """Every path the diff of ``span`` touches, exactly as named."""
-        out = self.output("diff", "-z", "--name-only", "--no-renames", span, "--")
+        out = self._git("diff", "-z", "--name-only", "--no-renames", span, "--")
         return [p for p in out.split("\0") if p]
 
     # -- the project's check -----------------------------------------------------------------
@@ -526,7 +528,7 @@ class Mirror:
                 self._refuse_planted()
                 # git's own checkout writes the files: no path outside the copy, none through
                 # a link; the index it needs stays outside the copy too.
-                self.output(
+                self._git(
                     "read-tree", "--reset", "-u", commit,
                     timeout=max(self.timeout, _LOCAL_TIMEOUT),
                     extra_env={"GIT_WORK_TREE": str(copy), "GIT_INDEX_FILE": str(folder / "index")},
