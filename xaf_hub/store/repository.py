@@ -188,10 +188,17 @@ class Mirror:
     # -- git ---------------------------------------------------------------------------------
 
     def _git(
-        self, *args: str, timeout: float = _LOCAL_TIMEOUT, extra_env: dict[str, str] | None = None
+        self,
+        *args: str,
+        timeout: float = _LOCAL_TIMEOUT,
+        ok: Sequence[int] = (0,),
+        extra_env: dict[str, str] | None = None,
     ) -> str:
-        """Run git on the mirror; its stdout, or GitFailed (redacted) on any other exit than 0."""
-        return self.git(*args, timeout=timeout, extra_env=extra_env)[1]
+        """Run git on the mirror; its stdout, or GitFailed (redacted) on any other exit."""
+        code, out = self.git(*args, timeout=timeout, ok=ok, extra_env=extra_env)
+        if code != 0:
+            raise _NonZero(code)
+        return out
 
     def git(
         self,
@@ -250,7 +257,11 @@ class Mirror:
 
     def _exit(self, *args: str) -> int:
         """Run a yes/no git command; its exit status (0 yes, 1 no); GitFailed otherwise."""
-        return self.git(*args, ok=(0, 1))[0]
+        try:
+            self._git(*args, ok=(0, 1))
+        except _NonZero as exc:
+            return exc.code
+        return 0
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
@@ -339,8 +350,9 @@ class Mirror:
 
     def resolve(self, claim: str) -> list[str]:
         """Every commit of the mirror whose hash starts with ``claim`` (full hashes)."""
-        code, listed = self.git("rev-parse", "--disambiguate=" + claim, ok=(0, 1, 128))
-        if code:
+        try:
+            listed = self._git("rev-parse", "--disambiguate=" + claim, ok=(0, 1, 128))
+        except _NonZero:
             return []
         candidates = [line.strip() for line in listed.splitlines() if line.strip()]
         commits = []
@@ -551,3 +563,11 @@ def _read(path: Path) -> bytes | None:
 def _shown(path: str) -> str:
     """A path in a one-line reason: as it is, or quoted with escapes when it holds controls."""
     return path if path.isprintable() else json.dumps(path, ensure_ascii=False)
+
+
+class _NonZero(Exception):
+    """A git exit the caller allowed (``ok``) other than 0."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(code)
+        self.code = code
