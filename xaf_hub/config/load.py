@@ -26,6 +26,7 @@ from xaf_hub.config.credentials import (
 from xaf_hub.config.notify import NotifyConfig, parse_notify
 from xaf_hub.config.reader import Reader as _Reader
 from xaf_hub.config.reader import (
+    each,
     instances_list,
     json_type,
     load_json_file,
@@ -115,22 +116,13 @@ def _folder(r: _Reader, name: str, path: str) -> str:
     return path
 
 
-def _folders(r: _Reader, name: str, paths: tuple[str, ...]) -> tuple[str, ...]:
-    for i, path in enumerate(paths):
-        _folder(r, f"{name}[{i}]", path)
-    return paths
-
-
 def _absolute_path(r: _Reader, name: str, path: str) -> str:
     if path and not _is_absolute(path):
         raise r.fail(name, f"must be an absolute path, got {path!r}", "relative_path")
     return _folder(r, name, path)
 
 
-def _absolute_paths(r: _Reader, name: str, paths: tuple[str, ...]) -> tuple[str, ...]:
-    for i, path in enumerate(paths):
-        _absolute_path(r, f"{name}[{i}]", path)
-    return paths
+_absolute_paths = each(_absolute_path)
 
 
 def _model_id(r: _Reader, name: str, value: str) -> str:
@@ -139,10 +131,7 @@ def _model_id(r: _Reader, name: str, value: str) -> str:
     return value
 
 
-def _model_ids(r: _Reader, name: str, values: tuple[str, ...]) -> tuple[str, ...]:
-    for i, value in enumerate(values):
-        _model_id(r, f"{name}[{i}]", value)
-    return values
+_model_ids = each(_model_id)
 
 
 def _time_zone(r: _Reader, name: str, tz: str) -> str:
@@ -196,16 +185,14 @@ def _consent(r: _Reader, name: str, words: str) -> str:
     return words
 
 
-def _relative_globs(r: _Reader, name: str, globs: tuple[str, ...]) -> tuple[str, ...]:
-    for i, glob in enumerate(globs):
-        where = f"{name}[{i}]"
-        if not glob.strip():
-            raise r.fail(where, "must not be empty")
-        if glob.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:", glob):
-            raise r.fail(where, f"must be relative to the repository's root, got {glob!r}")
-        if ".." in glob.replace("\\", "/").split("/"):
-            raise r.fail(where, f"must not climb out of the repository with '..', got {glob!r}")
-    return tuple(g.strip() for g in globs)
+def _relative_glob(r: _Reader, name: str, glob: str) -> str:
+    if not glob.strip():
+        raise r.fail(name, "must not be empty")
+    if glob.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:", glob):
+        raise r.fail(name, f"must be relative to the repository's root, got {glob!r}")
+    if ".." in glob.replace("\\", "/").split("/"):
+        raise r.fail(name, f"must not climb out of the repository with '..', got {glob!r}")
+    return glob.strip()
 
 
 def _more_than_zero(r: _Reader, name: str, value: float) -> float:
@@ -226,13 +213,12 @@ def _integration_branch(r: _Reader, name: str, branch: str) -> str:
     return branch
 
 
-def _regexes(r: _Reader, name: str, patterns: tuple[str, ...]) -> tuple[str, ...]:
-    for i, pattern in enumerate(patterns):
-        try:
-            re.compile(pattern)
-        except re.error as exc:
-            raise r.fail(f"{name}[{i}]", f"invalid regular expression: {exc}") from None
-    return patterns
+def _regex(r: _Reader, name: str, pattern: str) -> str:
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        raise r.fail(name, f"invalid regular expression: {exc}") from None
+    return pattern
 
 
 @dataclass(frozen=True)
@@ -313,7 +299,7 @@ class RepositoryConfig:
     check_timeout_seconds: float = setting(600.0, minimum=1)
     check_retries: int = setting(1)
     # Globs of paths a task's commits must not touch to be done automatically (tests/**).
-    locked_paths: tuple[str, ...] = setting((), check=_relative_globs)
+    locked_paths: tuple[str, ...] = setting((), check=each(_relative_glob))
     # The test runner's own configuration (core.commits.RUNNER_CONFIG) is locked too.
     locked_defaults: bool = setting(True)
     # What the contained check may reach beyond its copy: read-only folders (a toolchain)
@@ -443,7 +429,7 @@ class PatrolConfig:
     design_dirs: tuple[str, ...] = setting(("docs/superpowers/plans", "docs/superpowers/specs"))
     design_max_age_days: int = setting(30)
     pending_markers: tuple[str, ...] = setting(())
-    batch_patterns: tuple[str, ...] = setting((), check=_regexes)
+    batch_patterns: tuple[str, ...] = setting((), check=each(_regex))
     base_branch: str = setting("main", check=_integration_branch)
     backlog_path: Path | None = setting(None, check=_beside_config)
     lead_backlog_path: Path | None = setting(None, check=_beside_config)
@@ -529,7 +515,7 @@ class Config:
     state_dir: Path
     project_name: str = setting("project", key="name", section="project")
     fallback_segments: tuple[str, ...] = setting((), section="project")
-    exclude_dirs: tuple[str, ...] = setting((), section="project", check=_folders)
+    exclude_dirs: tuple[str, ...] = setting((), section="project", check=each(_folder))
     exclude_substrings: tuple[str, ...] = setting((), section="project")
     # The chosen project's spend today, at most (None: none); budget.daily_usd is every project's.
     project_budget_usd: float | None = setting(
@@ -698,18 +684,12 @@ def parse_config(raw: Any, *, path: Path, env: Mapping[str, str]) -> Config:
     lock_r.finish()
 
     models = _parse_models(top.sub("models"), path)
-    if models.state_backend == "redis" and not lock.redis_url:
-        raise ConfigError(
-            f"{path}: key 'models.state_backend': 'redis' needs lock.redis_url "
-            "(e.g. redis://hub-redis.example.internal:6379/0)"
-        )
     patrol = _whole_section(PatrolConfig, top, "patrol")
     pool = _whole_section(PoolConfig, top, "pool")
-    if pool.backend == "redis" and not lock.redis_url:
-        raise ConfigError(
-            f"{path}: key 'pool.backend': 'redis' needs lock.redis_url "
-            "(e.g. redis://hub-redis.example.internal:6379/0)"
-        )
+    shared = {"models.state_backend": models.state_backend, "pool.backend": pool.backend}
+    for key in (k for k, backend in shared.items() if backend == "redis" and not lock.redis_url):
+        example = "redis://hub-redis.example.internal:6379/0"
+        raise top.fail(key, f"'redis' needs lock.redis_url (e.g. {example})")
     budget = _whole_section(BudgetConfig, top, "budget")
     permissions = _parse_permissions(top.sub("permissions"))
     page = top.sub("page")

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
-from xaf_hub.errors import ConfigError, ConfigProblem
+from xaf_hub.config.reader import Reader, read_settings, setting
+from xaf_hub.errors import ConfigError
 
 EVENTS: tuple[str, ...] = (
     "task_done",
@@ -38,22 +39,9 @@ DEFAULT_EVENTS: tuple[str, ...] = tuple(e for e in EVENTS if e != "healed")
 FORMATS: tuple[str, ...] = ("json", "slack", "feishu", "dingtalk", "wecom")
 # Formats whose service signs requests (json: the hub's own HMAC header, optional).
 SIGNED_FORMATS: frozenset[str] = frozenset({"json", "feishu", "dingtalk"})
-LANGUAGES: tuple[str, ...] = ("en", "zh")
 
 _NAME = re.compile(r"^[A-Za-z0-9_.-]{1,40}$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_WEBHOOK_KEYS = frozenset({"name", "url_env", "format", "events", "secret_env"})
-_NOTIFY_KEYS = frozenset(
-    {
-        "webhooks",
-        "timeout_seconds",
-        "retries",
-        "queue_limit",
-        "keep_hours",
-        "round_seconds",
-        "summary_hour",
-    }
-)
 # A path segment or query value this long in a webhook URL is its token: redacted on its own.
 _TOKEN_MIN = 12
 
@@ -119,12 +107,12 @@ class NotifyConfig:
     webhooks: tuple[Webhook, ...] = ()
     language: str = "en"
     page_url: str = ""
-    timeout_seconds: float = 5.0
-    retries: int = 2
-    queue_limit: int = 100
-    keep_hours: float = 24.0
-    round_seconds: float = 30.0
-    summary_hour: int = 9
+    timeout_seconds: float = setting(5.0, minimum=0.1, maximum=60)
+    retries: int = setting(2, maximum=5)
+    queue_limit: int = setting(100, minimum=1, maximum=10_000)
+    keep_hours: float = setting(24.0, minimum=0.1, maximum=24 * 14)
+    round_seconds: float = setting(30.0, minimum=1, maximum=600)
+    summary_hour: int = setting(9, maximum=23)
 
     def secrets(self) -> tuple[str, ...]:
         """Every webhook's secret values."""
@@ -139,125 +127,69 @@ class NotifyConfig:
         raise ConfigError(f"unknown webhook {name!r} (configured in notify.webhooks: {known})")
 
 
-def _kind(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    return "a list" if isinstance(value, list) else "an object"
-
-
-class _Problem:
-    """Builds the one-line ConfigError that names the file and the key."""
-
-    def __init__(self, file: Path | str) -> None:
-        self.file = file
-
-    def __call__(self, key: str, message: str, problem: ConfigProblem = "value") -> ConfigError:
-        return ConfigError(f"{self.file}: key '{key}': {message}", problem)
-
-
-def _number(
-    raw: Mapping[str, Any], key: str, default: float, bad: _Problem, lo: float, hi: float
-) -> float:
-    value = raw.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise bad(f"notify.{key}", f"expected a number, got {_kind(value)}")
-    if not lo <= value <= hi:
-        raise bad(f"notify.{key}", f"must be {lo:g}..{hi:g}, got {value}")
-    return float(value)
-
-
-def _language(raw_page: Any) -> str:
+def _language(page: Reader) -> str:
     """'zh' for any Chinese page.language (zh, zh-CN, zh_TW...), else 'en'."""
-    if not isinstance(raw_page, Mapping):
-        return "en"
-    lang = raw_page.get("language")
+    lang = page.data.get("language")
     if isinstance(lang, str) and lang.strip().lower().startswith("zh"):
         return "zh"
     return "en"
 
 
-def _page_url(raw_page: Any, bad: _Problem) -> str:
-    if raw_page is None:
+def _page_url(page: Reader) -> str:
+    url: str = page.get("url", (str,), "")
+    if not url:
         return ""
-    if not isinstance(raw_page, Mapping):
-        raise bad("page", f"expected an object, got {_kind(raw_page)}")
-    url = raw_page.get("url")
-    if url in (None, ""):
-        return ""
-    if not isinstance(url, str):
-        raise bad("page.url", f"expected a string, got {_kind(url)}")
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise bad("page.url", f"must be an http:// or https:// URL, got {url!r}", "bad_url")
+        raise page.fail("url", f"must be an http:// or https:// URL, got {url!r}", "bad_url")
     if parts.username or parts.password:
         # The link goes to a chat everyone in it can read.
-        raise bad("page.url", "must not carry a user name or password")
+        raise page.fail("url", "must not carry a user name or password")
     return url
 
 
-def _webhook(raw: Any, index: int, env: Mapping[str, str], bad: _Problem) -> Webhook:
-    where = f"notify.webhooks[{index}]"
-    if not isinstance(raw, Mapping):
-        raise bad(where, f"expected an object, got {_kind(raw)}")
+def _webhook(w: Reader, env: Mapping[str, str]) -> Webhook:
     for literal, hint in (("url", "url_env"), ("secret", "secret_env")):
-        if raw.get(literal) not in (None, ""):
-            raise bad(
-                f"{where}.{literal}",
+        if w.data.get(literal) not in (None, ""):
+            raise w.fail(
+                literal,
                 f"a literal webhook {literal} does not belong in the config file (it carries "
                 f"a token); put it in an environment variable and name that in '{hint}'",
             )
-    unknown = sorted(set(raw) - _WEBHOOK_KEYS - {"url", "secret"})
-    if unknown:
-        raise bad(f"{where}.{unknown[0]}", "unknown key", "unknown_key")
-    name = raw.get("name")
-    if not isinstance(name, str) or not _NAME.match(name):
-        raise bad(f"{where}.name", "expected 1-40 letters, digits, '_', '.' or '-'")
+    w.seen.update({"url", "secret"})
+    name = w.get("name", (str,), "")
+    if not _NAME.match(name):
+        raise w.fail("name", "expected 1-40 letters, digits, '_', '.' or '-'")
     strings: dict[str, str] = {}
     for key in ("url_env", "secret_env"):
-        value = raw.get(key, "")
-        if value is None:
-            value = ""
-        if not isinstance(value, str):
-            raise bad(f"{where}.{key}", f"expected a string, got {_kind(value)}")
+        value = strings[key] = w.get(key, (str,), "")
         if value and not _ENV_NAME.match(value):
             # The usual slip: the URL itself pasted where its variable's name belongs.
-            raise bad(
-                f"{where}.{key}",
+            raise w.fail(
+                key,
                 "expected the NAME of an environment variable (letters, digits, '_'), "
                 "not its value",
             )
-        strings[key] = value
     if not strings["url_env"]:
-        raise bad(f"{where}.url_env", "missing (the environment variable holding the URL)")
-    fmt = raw.get("format", "json")
+        raise w.fail("url_env", "missing (the environment variable holding the URL)")
+    fmt = w.get("format", (str,), "json")
     if fmt not in FORMATS:
-        raise bad(f"{where}.format", f"must be one of {', '.join(FORMATS)}, got {fmt!r}")
+        raise w.fail("format", f"must be one of {', '.join(FORMATS)}, got {fmt!r}")
     if strings["secret_env"] and fmt not in SIGNED_FORMATS:
-        raise bad(
-            f"{where}.secret_env",
-            f"{fmt} incoming webhooks have no signing secret; remove secret_env",
+        raise w.fail(
+            "secret_env", f"{fmt} incoming webhooks have no signing secret; remove secret_env"
         )
-    events_raw = raw.get("events")
     events = DEFAULT_EVENTS
-    if events_raw is not None:
-        if not isinstance(events_raw, list):
-            raise bad(f"{where}.events", f"expected a list, got {_kind(events_raw)}")
+    if (events_raw := w.get("events", (list,), None)) is not None:
         for j, ev in enumerate(events_raw):
             if ev not in EVENTS:
-                raise bad(
-                    f"{where}.events[{j}]", f"unknown event {ev!r} (known: {', '.join(EVENTS)})"
-                )
+                raise w.fail(f"events[{j}]", f"unknown event {ev!r} (known: {', '.join(EVENTS)})")
         events = tuple(dict.fromkeys(events_raw))
+    w.finish()
     return Webhook(
         name=name,
         url_env=strings["url_env"],
-        format=str(fmt),
+        format=fmt,
         events=events,
         secret_env=strings["secret_env"],
         url=(env.get(strings["url_env"]) or "").strip() or None,
@@ -271,33 +203,15 @@ def parse_notify(
     raw: Any, raw_page: Any, *, file: Path | str, env: Mapping[str, str]
 ) -> NotifyConfig:
     """Validate ``notify`` (and read ``page.language`` / ``page.url``) from raw JSON values."""
-    bad = _Problem(file)
-    page_url = _page_url(raw_page, bad)
-    language = _language(raw_page)
-    if raw is None:
-        return NotifyConfig(language=language, page_url=page_url)
-    if not isinstance(raw, Mapping):
-        raise bad("notify", f"expected an object, got {_kind(raw)}")
-    unknown = sorted(set(raw) - _NOTIFY_KEYS)
-    if unknown:
-        raise bad(f"notify.{unknown[0]}", "unknown key", "unknown_key")
-    hooks_raw = raw.get("webhooks", [])
-    if not isinstance(hooks_raw, list):
-        raise bad("notify.webhooks", f"expected a list, got {_kind(hooks_raw)}")
-    hooks = [_webhook(h, i, env, bad) for i, h in enumerate(hooks_raw)]
+    page = Reader({} if raw_page is None else raw_page, file, "page")
+    r = Reader({} if raw is None else raw, file, "notify")
+    hooks_raw = enumerate(r.get("webhooks", (list,), []))
+    hooks = [_webhook(Reader(h, file, f"notify.webhooks[{i}]"), env) for i, h in hooks_raw]
     seen: set[str] = set()
     for i, hook in enumerate(hooks):
         if hook.name in seen:
-            raise bad(f"notify.webhooks[{i}].name", f"duplicate webhook name {hook.name!r}")
+            raise r.fail(f"webhooks[{i}].name", f"duplicate webhook name {hook.name!r}")
         seen.add(hook.name)
-    return NotifyConfig(
-        webhooks=tuple(hooks),
-        language=language,
-        page_url=page_url,
-        timeout_seconds=_number(raw, "timeout_seconds", 5.0, bad, 0.1, 60),
-        retries=int(_number(raw, "retries", 2, bad, 0, 5)),
-        queue_limit=int(_number(raw, "queue_limit", 100, bad, 1, 10_000)),
-        keep_hours=_number(raw, "keep_hours", 24.0, bad, 0.1, 24 * 14),
-        round_seconds=_number(raw, "round_seconds", 30.0, bad, 1, 600),
-        summary_hour=int(_number(raw, "summary_hour", 9, bad, 0, 23)),
-    )
+    numbers = read_settings(NotifyConfig, r)
+    r.finish()
+    return NotifyConfig(tuple(hooks), _language(page), _page_url(page), **numbers)

@@ -140,6 +140,11 @@ class Setting:
         return value
 
 
+def each(check: Check) -> Check:
+    """``check`` of every item of a list of strings, each named by its place (``key[i]``)."""
+    return lambda r, key, items: tuple(check(r, f"{key}[{i}]", v) for i, v in enumerate(items))
+
+
 def setting(
     default: T,
     *,
@@ -225,31 +230,26 @@ def choice_problem(value: Any, choices: tuple[str, ...]) -> str:
     return f"must be {', '.join(choices[:-1])} or {choices[-1]}, got {value!r}"
 
 
+# How a JSON value of each Python type is named in a message.
+_WORDS: dict[type, str] = {
+    bool: "a boolean",
+    int: "a number",
+    float: "a number",
+    str: "a string",
+    list: "a list",
+    tuple: "a list",
+    dict: "an object",
+}
+
+
 def json_type(value: Any) -> str:
-    if value is None:
-        return "null"
-    return {
-        bool: "a boolean",
-        int: "a number",
-        float: "a number",
-        str: "a string",
-        list: "a list",
-        tuple: "a list",
-        dict: "an object",
-    }.get(type(value), type(value).__name__)
+    return "null" if value is None else _WORDS.get(type(value), type(value).__name__)
 
 
 def _type_names(types: tuple[type, ...]) -> str:
-    names = {
-        int: "a number" if float in types else "a whole number",
-        float: "a number",
-        str: "a string",
-        bool: "a boolean",
-        list: "a list",
-        tuple: "a list",
-        dict: "an object",
-    }
-    return " or ".join(dict.fromkeys(names.get(t, t.__name__) for t in types))
+    whole = float not in types  # an int that may not be a float
+    names = ("a whole number" if t is int and whole else _WORDS.get(t, t.__name__) for t in types)
+    return " or ".join(dict.fromkeys(names))
 
 
 # The kind of file ``load_json_file`` reads -> the problem of its being missing.

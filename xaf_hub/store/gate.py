@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from xaf_hub.config.load import LockConfig
 from xaf_hub.store.statefile import file_lock, write_json_atomic
@@ -65,35 +66,26 @@ class Reservation:
 
     def to_json(self) -> dict[str, object]:
         """The slot file's content."""
-        return {
-            "schema_version": 1,
-            "instance": self.instance,
-            "pid": self.pid,
-            "host": self.host,
-            "created": self.created,
-            "session_id": self.session_id,
-            "prompt": self.prompt,
-            "project": self.project,
-        }
+        return {"schema_version": 1, **{k: getattr(self, k) for k in (*_REQUIRED, *_OPTIONAL)}}
 
 
 PROMPT_SENT = "sent"
 PROMPT_ACCEPTED = "accepted"
 
 
-def parse_reservation(data: dict[str, object], path: Path | None, key: str = "") -> Reservation:
+# A reservation's stored fields: those it needs, each with how it is read back, and the texts
+# it may leave out.
+_REQUIRED: dict[str, Callable[[Any], Any]] = {
+    "instance": str, "pid": int, "host": str, "created": float
+}
+_OPTIONAL = ("session_id", "prompt", "project")
+
+
+def parse_reservation(data: dict[str, Any], path: Path | None, key: str = "") -> Reservation:
     """A reservation from its JSON document (raises on a missing or mistyped field)."""
-    return Reservation(
-        path=path,
-        instance=str(data["instance"]),
-        pid=int(data["pid"]),  # type: ignore[call-overload]
-        host=str(data["host"]),
-        created=float(data["created"]),  # type: ignore[arg-type]
-        session_id=str(data.get("session_id") or ""),
-        key=key,
-        prompt=str(data.get("prompt") or ""),
-        project=str(data.get("project") or ""),
-    )
+    fields: dict[str, Any] = {k: read(data[k]) for k, read in _REQUIRED.items()}
+    fields.update((k, str(data.get(k) or "")) for k in _OPTIONAL)
+    return Reservation(path, key=key, **fields)
 
 
 class Gate(abc.ABC):
@@ -148,14 +140,33 @@ class Gate(abc.ABC):
         """Live reservations of ``instance``; dead ones are deleted on the way."""
 
     @abc.abstractmethod
+    def _place(self, res: Reservation, token: str) -> Reservation:
+        """``res`` with where the store keeps it (a file or a key named by ``token``)."""
+
+    @abc.abstractmethod
+    def _store(self, res: Reservation) -> None:
+        """Write ``res`` where it is kept (the Redis gate: only while its lock is ours)."""
+
     def reserve(
         self, instance: str, session_id: str = "", prompt: str = "", project: str = ""
     ) -> Reservation:
         """Write a new reservation for this process (for a run of ``project``)."""
+        now = self.clock()
+        res = Reservation(None, instance, os.getpid(), self.host, now, session_id)
+        res = self._place(replace(res, prompt=prompt, project=project), new_token(now))
+        self._store(res)
+        return res
 
-    @abc.abstractmethod
     def attach(self, res: Reservation, session_id: str, prompt: str | None = None) -> Reservation:
         """Record the session (and how far its prompt got); restart the reservation's timer."""
+        new = replace(
+            res,
+            created=self.clock(),
+            session_id=session_id,
+            prompt=res.prompt if prompt is None else prompt,
+        )
+        self._store(new)
+        return new
 
     @abc.abstractmethod
     def release(self, res: Reservation) -> None:
@@ -279,35 +290,12 @@ class FileGate(Gate):
                     path.unlink()
         return live
 
-    def reserve(
-        self, instance: str, session_id: str = "", prompt: str = "", project: str = ""
-    ) -> Reservation:
-        """Write a new reservation for this process (for a run of ``project``)."""
-        path = self._slot_dir() / f"{safe_name(instance)}.{new_token(self.clock())}.slot"
-        res = Reservation(
-            path=path,
-            instance=instance,
-            pid=os.getpid(),
-            host=self.host,
-            created=self.clock(),
-            session_id=session_id,
-            prompt=prompt,
-            project=project,
-        )
-        write_json_atomic(path, res.to_json())
-        return res
+    def _place(self, res: Reservation, token: str) -> Reservation:
+        return replace(res, path=self._slot_dir() / f"{safe_name(res.instance)}.{token}.slot")
 
-    def attach(self, res: Reservation, session_id: str, prompt: str | None = None) -> Reservation:
-        """Record the session (and how far its prompt got); restart the reservation's timer."""
+    def _store(self, res: Reservation) -> None:
         assert res.path is not None, "a file gate's reservation has a path"
-        new = replace(
-            res,
-            created=self.clock(),
-            session_id=session_id,
-            prompt=res.prompt if prompt is None else prompt,
-        )
-        write_json_atomic(res.path, new.to_json())
-        return new
+        write_json_atomic(res.path, res.to_json())
 
     def release(self, res: Reservation) -> None:
         """Give the slot back at once (failure paths)."""

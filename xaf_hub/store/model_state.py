@@ -97,19 +97,16 @@ class Blackout:
     why: str = "reset_hour"
 
 
+_REST_KEYS = ("until_ms", "reason", "source", "marked_at_ms", "scope", "why")
+
+
 def _blackout(target: str, entry: Mapping[str, Any]) -> Blackout:
-    return Blackout(
-        family=target,
-        until_ms=entry["until_ms"],
-        reason=entry["reason"],
-        source=entry["source"],
-        marked_at_ms=entry["marked_at_ms"],
-        scope=entry.get("scope", "family"),
-        why=entry.get("why", "reset_hour"),
-    )
+    """A stored rest as a record (one written before ``scope`` and ``why``: their defaults)."""
+    return Blackout(target, **{k: entry[k] for k in _REST_KEYS if k in entry})
 
 
-def _default_state() -> dict[str, Any]:
+def default_state() -> dict[str, Any]:
+    """The document of a store nothing was written to yet."""
     return {"schema_version": SCHEMA_VERSION, "blackouts": {}, "healed": {}}
 
 
@@ -246,14 +243,8 @@ class ModelState(abc.ABC):
                 elif why == "reset_hour" and held == "reset_hour":
                     current["until_ms"] = min(current["until_ms"], until_ms)
                 return int(current["until_ms"])
-            data["blackouts"][target] = {
-                "until_ms": until_ms,
-                "reason": reason,
-                "source": source,
-                "marked_at_ms": now_ms,
-                "scope": scope,
-                "why": why,
-            }
+            rest = (until_ms, reason, source, now_ms, scope, why)
+            data["blackouts"][target] = dict(zip(_REST_KEYS, rest, strict=True))
             return until_ms
 
         return self._update(mutate)
@@ -351,14 +342,14 @@ class FileModelState(ModelState):
         try:
             return self._check(read_json(self.path, what=_WHAT))
         except FileNotFoundError:
-            return _default_state()
+            return default_state()
 
     def _update(self, mutate: Callable[[dict[str, Any]], _T]) -> _T:
         def checked(data: Any) -> _T:
             return mutate(self._check(data))
 
         return update_json(
-            self.path, checked, default=_default_state, what=_WHAT, timeout=self.lock_timeout
+            self.path, checked, default=default_state, what=_WHAT, timeout=self.lock_timeout
         )
 
 
@@ -408,15 +399,8 @@ def healed_list(items: Iterable[tuple[str, Any]], since_ms: int) -> list[Healed]
         if at_ms < since_ms:
             continue
         who = HealedSession(instance, session, str(entry.get("title") or ""))
-        out.append(
-            Healed(
-                key,
-                at_ms,
-                str(entry.get("from_model") or ""),
-                str(entry.get("to_model") or ""),
-                who,
-            )
-        )
+        from_model, to_model = (str(entry.get(k) or "") for k in ("from_model", "to_model"))
+        out.append(Healed(key, at_ms, from_model, to_model, who))
     return sorted(out, key=lambda h: (h.at_ms, h.key))
 
 

@@ -479,45 +479,26 @@ def _dispatched(
     """The fields of a row just sent to a new session (no person has steered it yet), in its
     own worktree when ``room`` is given (its base is then the commit the worktree starts from)."""
     return {
-        **unjudged(),
+        **undispatched(),
+        **dict.fromkeys(("landing", "landed", "conflicts", "parked")),
         "base": room.base if room is not None and room.base else base,
         "worktree": room.directory if room is not None else None,
         "branch": room.branch if room is not None else None,
         "checkout": room.checkout if room is not None else None,
-        "landing": None,
-        "landed": None,
-        "conflicts": None,
         "session_id": session_id,
         "dispatched_at": format_instant(now),
         "dispatched_to": instance,
         "model": model or None,
-        "done_at": None,
-        "steered_at": None,
-        "parked": None,
     }
 
 
 def unjudged() -> dict[str, Any]:
     """The verification fields of a row whose work starts afresh."""
-    return {
-        "base": None,
-        "judged": None,
-        "check": None,
-        "check_commit": None,
-        "check_output": None,
-        "check_retries": None,
-        "person": None,
-    }
+    keys = ("base", "judged", "check", "check_commit", "check_output", "check_retries", "person")
+    return dict.fromkeys(keys)
 
 
 def undispatched() -> dict[str, Any]:
     """The fields of a row back in the pool: its old session no longer stands for it."""
-    return {
-        **unjudged(),
-        "session_id": None,
-        "dispatched_at": None,
-        "dispatched_to": None,
-        "model": None,
-        "done_at": None,
-        "steered_at": None,
-    }
+    keys = ("session_id", "dispatched_at", "dispatched_to", "model", "done_at", "steered_at")
+    return {**unjudged(), **dict.fromkeys(keys)}

@@ -54,73 +54,16 @@ STATUSES: Final[tuple[str, ...]] = get_args(Status)
 WHAT: Final = "task pool"
 _TASK_ID_RE = re.compile(r"^T-\d{8}-[0-9a-f]{4}$")
 
-# Declared types of every known task key: (accepted JSON types, may be null), checked the way
-# the config is (config.reader.type_problem).
-_STR = (str,)
-_FIELD_TYPES: Final[dict[str, tuple[tuple[type, ...], bool]]] = {
-    "id": (_STR, False),
-    "title": (_STR, False),
-    "priority": (_STR, False),
-    "module": (_STR, False),
-    "instance": (_STR, False),
-    "status": (_STR, False),
-    "spec": (_STR, False),
-    "prompt": (_STR, False),
-    "session_id": (_STR, True),
-    "dispatched_at": (_STR, True),
-    "dispatched_to": (_STR, True),
-    "model": (_STR, True),
-    "done_at": (_STR, True),
-    "attempts": ((int,), False),
-    "not_before": ((str, int), True),
-    "last_error": (_STR, True),
-    "created_at": ((str, int), True),
-    "depends_on": ((list, tuple), False),
-    "prompts": ((list, tuple), False),
-    "steered_at": (_STR, True),
-    "infra_failures": ((int,), False),
-    "parked": (_STR, True),
-    "avoid_models": ((list, tuple), False),
-    "commit": (_STR, True),
-    "commits": ((list, tuple), False),
-    "verified": ((bool,), True),
-    "base": (_STR, True),
-    "judged": (_STR, True),
-    "check": (_STR, True),
-    "check_commit": (_STR, True),
-    "check_output": (_STR, True),
-    "check_retries": ((int,), True),
-    "worktree": (_STR, True),
-    "branch": (_STR, True),
-    "checkout": (_STR, True),
-    "landing": (_STR, True),
-    "landed": (_STR, True),
-    "conflicts": ((int,), True),
-    "person": (_STR, True),
-    "project": (_STR, False),
+# The JSON types each annotation of ``Task`` accepts; a field's "| None" makes it nullable.
+_JSON_TYPES: Final[dict[str, tuple[type, ...]]] = {
+    "str": (str,),
+    "Priority": (str,),
+    "Status": (str,),
+    "Landing": (str,),
+    "int": (int,),
+    "bool": (bool,),
+    "tuple[str, ...]": (list, tuple),
 }
-TASK_KEYS: Final = frozenset(_FIELD_TYPES)
-# Keys holding an array of strings (kept as tuples in the record).
-_LIST_KEYS: Final = ("depends_on", "prompts", "avoid_models", "commits")
-# Keys left out of the file while unset (null, empty): the verification of a done task.
-_UNSET_OMITTED: Final = (
-    "commit",
-    "commits",
-    "verified",
-    "base",
-    "judged",
-    "check",
-    "check_commit",
-    "check_output",
-    "check_retries",
-    "worktree",
-    "branch",
-    "checkout",
-    "landing",
-    "landed",
-    "conflicts",
-    "person",
-)
 _INSTANT_KEYS: Final = ("dispatched_at", "done_at", "not_before", "created_at", "steered_at")
 _CHOICES: Final = {"priority": PRIORITIES, "status": STATUSES, "landing": LANDINGS}
 
@@ -154,9 +97,7 @@ def _check_field(key: str, value: object, *, allow_empty_id: bool = False) -> No
         raise _FieldProblem(key, "must not be empty")
     if key == "title" and not cast(str, value).strip():
         raise _FieldProblem(key, "must not be empty")
-    if key in ("attempts", "infra_failures", "check_retries", "conflicts") and cast(
-        int, value
-    ) < 0:
+    if types == (int,) and cast(int, value) < 0:
         raise _FieldProblem(key, f"must be 0 or more, got {value}")
     if key in _LIST_KEYS:
         for i, item in enumerate(cast(Sequence[object], value)):
@@ -303,6 +244,26 @@ class Task:
             data[f.name] = list(value) if f.name in _LIST_KEYS else value
         data.update(copy.deepcopy(dict(self.extra)))
         return data
+
+
+def _declared(annotation: str) -> tuple[tuple[type, ...], bool]:
+    """(accepted JSON types, may be null) of a ``Task`` field's annotation."""
+    parts = annotation.split(" | ")
+    return tuple(t for p in parts if p != "None" for t in _JSON_TYPES[p]), "None" in parts
+
+
+# Declared types of every known task key, from ``Task``'s annotations, checked the way the
+# config is (config.reader.type_problem).
+_FIELD_TYPES: Final = {
+    f.name: _declared(str(f.type)) for f in dataclasses.fields(Task) if f.name != "extra"
+}
+TASK_KEYS: Final = frozenset(_FIELD_TYPES)
+_NAMES: Final = tuple(_FIELD_TYPES)
+# Keys holding an array of strings (kept as tuples in the record).
+_LIST_KEYS: Final = tuple(k for k, (types, _) in _FIELD_TYPES.items() if list in types)
+# Keys left out of the file while unset (null, empty): the verification of a done task, its
+# room and landing, and why a person has it (the fields from ``commit`` to ``person``).
+_UNSET_OMITTED: Final = _NAMES[_NAMES.index("commit") : _NAMES.index("person") + 1]
 
 
 @dataclass

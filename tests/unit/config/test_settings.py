@@ -255,6 +255,7 @@ def test_a_declared_default_is_what_an_empty_section_reads(tmp_path: Path) -> No
         (load.PatrolConfig, cfg.patrol),
         (load.PermissionsConfig, cfg.permissions),
         (load.InstanceConfig, cfg.instances[0]),
+        (load.NotifyConfig, cfg.notify),
     ]
     # Worked out at load time: one scan worker per instance (here one).
     at_load = {(load.Config, "scan_workers"): 1}

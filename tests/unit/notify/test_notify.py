@@ -99,6 +99,8 @@ def test_duplicate_names_and_bad_numbers_are_refused() -> None:
         parse({"webhooks": two})
     with pytest.raises(ConfigError, match="notify.retries': must be 0..5"):
         parse({"webhooks": [], "retries": 9})
+    with pytest.raises(ConfigError, match="notify.retries': expected a whole number, got a number"):
+        parse({"webhooks": [], "retries": 1.5})
     with pytest.raises(ConfigError, match="notify.bogus': unknown key"):
         parse({"bogus": 1})
 

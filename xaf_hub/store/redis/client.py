@@ -10,22 +10,25 @@ reason names the server (``describe``), never a password. Only ``store.backends`
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
-from typing import Any
+import time
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 import redis
 from redis.backoff import NoBackoff
-from redis.exceptions import AuthenticationError, RedisError, ResponseError, WatchError
+from redis.exceptions import AuthenticationError, RedisError, WatchError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
 from xaf_hub.config.credentials import REDIS_PASSWORD_ENV
 from xaf_hub.config.load import LockConfig
-from xaf_hub.errors import ConfigError, UnreachableError
+from xaf_hub.errors import BusyError, ConfigError, UnreachableError
 from xaf_hub.store.fence import Fence
 
-__all__ = ["connect", "describe", "probe", "reason", "redis_errors", "as_text"]
+__all__ = ["as_text", "busy", "connect", "describe", "probe", "reason", "redis_errors", "transact"]
+
+T = TypeVar("T")
 
 CONNECT_TIMEOUT_SECONDS = 5.0
 SOCKET_TIMEOUT_SECONDS = 10.0
@@ -108,15 +111,31 @@ def fenced_write(
             raise fence.lost(what, outcome) from None
 
 
+def busy(what: str, where: str, seconds: float) -> BusyError:
+    """The refusal of a change to ``what`` that other hubs' writes kept beating for ``seconds``."""
+    return BusyError(f"could not update {what} in redis {where}: it kept changing for {seconds:g}s")
+
+
+def transact(client: redis.Redis, step: Callable[[Any], T], what: str, timeout: float) -> T:
+    """``step`` on a WATCH/MULTI pipeline, run again each time another hub wrote first (its
+    EXEC raised WatchError), until it goes through; ``busy`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + max(timeout, 0.0)
+    with client.pipeline(transaction=True) as pipe:
+        while True:
+            try:
+                return step(pipe)
+            except WatchError:
+                if time.monotonic() >= deadline:
+                    raise busy(what, describe(client), timeout) from None
+                pipe.reset()
+
+
 @contextlib.contextmanager
 def redis_errors(where: str) -> Iterator[None]:
     """Turn any Redis failure inside the block into UnreachableError("redis", reason)."""
     try:
         yield
-    except ResponseError as exc:
-        # A server that answers but refuses (auth, read-only replica, OOM) is unusable too.
-        raise UnreachableError("redis", reason(exc, where)) from None
-    except RedisError as exc:
+    except RedisError as exc:  # a server that refuses (auth, read-only replica, OOM) too
         raise UnreachableError("redis", reason(exc, where)) from None
 
 

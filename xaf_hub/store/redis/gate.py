@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import replace
@@ -27,7 +26,6 @@ from xaf_hub.store.gate import (
     PROMPT_ACCEPTED,
     Gate,
     Reservation,
-    new_token,
     parse_reservation,
     pid_alive,
 )
@@ -264,8 +262,8 @@ class RedisGate(Gate):
                 self.client.srem(index, *expired)
         return live
 
-    def _write(self, res: Reservation, *, guarded: bool = True) -> None:
-        """Store ``res`` (PX slot_ttl_seconds) and index it.
+    def _store(self, res: Reservation, *, guarded: bool = True) -> None:
+        """Store ``res`` (PX slot_ttl_seconds: Redis expires it) and index it.
 
         While this gate holds the instance's lock and ``guarded``, the write happens only if
         the lock is still ours, in one script; otherwise LockLostError, nothing written.
@@ -297,36 +295,8 @@ class RedisGate(Gate):
                 "process's before its reservation could be written"
             )
 
-    def reserve(
-        self, instance: str, session_id: str = "", prompt: str = "", project: str = ""
-    ) -> Reservation:
-        """Write a new reservation for this process (for a run of ``project``); Redis expires
-        it after slot_ttl_seconds."""
-        now = self.clock()
-        res = Reservation(
-            path=None,
-            instance=instance,
-            pid=os.getpid(),
-            host=self.host,
-            created=now,
-            session_id=session_id,
-            key=self.slot_key(instance, new_token(now)),
-            prompt=prompt,
-            project=project,
-        )
-        self._write(res)
-        return res
-
-    def attach(self, res: Reservation, session_id: str, prompt: str | None = None) -> Reservation:
-        """Record the session (and how far its prompt got); restart the timer and its TTL."""
-        new = replace(
-            res,
-            created=self.clock(),
-            session_id=session_id,
-            prompt=res.prompt if prompt is None else prompt,
-        )
-        self._write(new)
-        return new
+    def _place(self, res: Reservation, token: str) -> Reservation:
+        return replace(res, key=self.slot_key(res.instance, token))
 
     def accepted(self, res: Reservation) -> Reservation:
         """The server answered the prompt: from now on the grace rule applies.
@@ -335,7 +305,7 @@ class RedisGate(Gate):
         (this also puts back a reservation that Redis lost).
         """
         new = replace(res, created=self.clock(), prompt=PROMPT_ACCEPTED)
-        self._write(new, guarded=False)
+        self._store(new, guarded=False)
         return new
 
     def release(self, res: Reservation) -> None:

@@ -11,38 +11,32 @@ from __future__ import annotations
 
 import contextlib
 import json
-import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, tzinfo
 from typing import Any, TypeVar
 
 import redis
-from redis.exceptions import WatchError
 
 from xaf_hub.core.clock import to_ms
-from xaf_hub.errors import (
-    BusyError,
-    StateFileError,
-)
+from xaf_hub.errors import StateFileError
 from xaf_hub.store.fence import Fence
 from xaf_hub.store.model_state import (
     HEAL_PREFIX,
     HEALED_RETENTION,
-    SCHEMA_VERSION,
     Healed,
     HealedSession,
     ModelState,
+    default_state,
     healed_entry,
     healed_list,
 )
-from xaf_hub.store.redis.client import as_text, describe, fenced_write, redis_errors
+from xaf_hub.store.redis.client import as_text, describe, fenced_write, redis_errors, transact
 
 __all__ = ["RedisModelState"]
 
 _T = TypeVar("_T")
 
 
-# Set a key only while the patrol lease KEYS[1] holds the token ARGV[1].
 class RedisModelState(ModelState):
     """The model state on Redis: a blackout seen by one hub holds for every hub.
 
@@ -76,7 +70,7 @@ class RedisModelState(ModelState):
 
     def _parse(self, raw: str | None) -> dict[str, Any]:
         if raw is None:
-            return {"schema_version": SCHEMA_VERSION, "blackouts": {}, "healed": {}}
+            return default_state()
         try:
             data = json.loads(raw)
         except json.JSONDecodeError as exc:
@@ -89,37 +83,30 @@ class RedisModelState(ModelState):
         return self._parse(None if raw is None else as_text(raw))
 
     def _update(self, mutate: Callable[[dict[str, Any]], _T]) -> _T:
-        deadline = time.monotonic() + max(self.lock_timeout, 0.0)
-        with redis_errors(self.where), self.client.pipeline(transaction=True) as pipe:
-            while True:
-                try:
-                    pipe.watch(self.key)  # type: ignore[no-untyped-call]  # unannotated upstream
-                    got = pipe.get(self.key)
-                    raw = None if got is None else as_text(got)
-                    data = self._parse(raw)
-                    before = json.dumps(data, sort_keys=True)
-                    result = mutate(data)
-                    if raw is not None and json.dumps(data, sort_keys=True) == before:
-                        pipe.unwatch()
-                        return result
-                    if self.fence is not None:
-                        self.fence.check(pipe, f"model state in redis {self.where}")
-                    pipe.multi()
-                    pipe.set(self.key, json.dumps(data, ensure_ascii=False))
-                    ends = [int(b["until_ms"]) for b in data["blackouts"].values()]
-                    if ends:
-                        # Past the last end nothing in it counts any more: let Redis drop it.
-                        pipe.pexpireat(self.key, max(ends))
-                    pipe.execute()
-                    return result
-                except WatchError:
-                    # Another hub wrote in between: read again and re-apply (same rules).
-                    if time.monotonic() >= deadline:
-                        raise BusyError(
-                            f"could not update the model state in redis {self.where}: it kept "
-                            f"changing for {self.lock_timeout:g}s"
-                        ) from None
-                    pipe.reset()
+        def step(pipe: Any) -> _T:
+            pipe.watch(self.key)
+            got = pipe.get(self.key)
+            raw = None if got is None else as_text(got)
+            data = self._parse(raw)
+            before = json.dumps(data, sort_keys=True)
+            result = mutate(data)
+            if raw is not None and json.dumps(data, sort_keys=True) == before:
+                pipe.unwatch()
+                return result
+            if self.fence is not None:
+                self.fence.check(pipe, f"model state in redis {self.where}")
+            pipe.multi()
+            pipe.set(self.key, json.dumps(data, ensure_ascii=False))
+            ends = [int(b["until_ms"]) for b in data["blackouts"].values()]
+            if ends:
+                # Past the last end nothing in it counts any more: let Redis drop it.
+                pipe.pexpireat(self.key, max(ends))
+            pipe.execute()
+            return result
+
+        # Another hub wrote in between: read again and re-apply (same rules).
+        with redis_errors(self.where):
+            return transact(self.client, step, "the model state", self.lock_timeout)
 
     def was_healed(self, key: str) -> bool:
         """Return whether the failure identified by ``key`` was already healed (any hub)."""

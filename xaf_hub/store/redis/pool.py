@@ -13,12 +13,11 @@ from datetime import datetime
 from typing import Any, Final, TypeVar
 
 import redis
-from redis.exceptions import WatchError
 
-from xaf_hub.errors import BusyError, LockLostError, StateFileError
+from xaf_hub.errors import LockLostError, StateFileError
 from xaf_hub.store.fence import Fence
 from xaf_hub.store.pool import TaskPool, utc_now
-from xaf_hub.store.redis.client import as_text, describe, redis_errors
+from xaf_hub.store.redis.client import as_text, busy, describe, redis_errors, transact
 from xaf_hub.store.tasks import BacklogData, Task
 
 __all__ = ["RedisBacklog"]
@@ -222,11 +221,14 @@ class RedisBacklog(TaskPool):
         assert self.fence is not None
         return self.fence.lost(f"task pool {self.where}", "the pool was not changed")
 
-    def _busy(self) -> BusyError:
-        return BusyError(
-            f"could not update the task pool in redis {self.server}: it kept changing for "
-            f"{self.lock_timeout:g}s"
-        )
+    def _written(self, answer: int, deadline: float) -> bool:
+        """Whether a script's ``answer`` says it wrote; raises when it may not write (the lease
+        is gone) or when the pool kept changing until ``deadline``."""
+        if answer == _NOT_HOLDER:
+            raise self._lost()
+        if answer not in (_WRITTEN, _UNMIGRATED) and time.monotonic() >= deadline:
+            raise busy("the task pool", self.server, self.lock_timeout)
+        return answer == _WRITTEN
 
     def edit(self, task_id: str, change: Callable[[Task | None], tuple[Task | None, _T]]) -> _T:
         """Change one row: read it, apply ``change``, compare-and-set it (see the module)."""
@@ -261,14 +263,8 @@ class RedisBacklog(TaskPool):
                         token,
                     ],
                 )
-                if answer == _WRITTEN:
+                if self._written(answer, deadline):
                     return result
-                if answer == _NOT_HOLDER:
-                    raise self._lost()
-                if answer == _UNMIGRATED:
-                    continue
-                if time.monotonic() >= deadline:
-                    raise self._busy()
 
     def update(self, mutate: Callable[[BacklogData], _T]) -> _T:
         """Apply ``mutate`` to the whole pool; write the rows it changed if nobody wrote since.
@@ -293,12 +289,8 @@ class RedisBacklog(TaskPool):
                     keys=[self.order_key, self.meta_key, self.writes_key, self.key, lease],
                     args=[writes, fenced, token, self.task_prefix, *args],
                 )
-                if answer == _WRITTEN:
+                if self._written(answer, deadline):
                     return result
-                if answer == _NOT_HOLDER:
-                    raise self._lost()
-                if answer != _UNMIGRATED and time.monotonic() >= deadline:
-                    raise self._busy()
 
     def _changes(
         self,
@@ -338,35 +330,30 @@ class RedisBacklog(TaskPool):
 
     def _migrate(self) -> None:
         """Move the old one-document pool (``P``) to a key per task, once (see the module)."""
-        deadline = time.monotonic() + max(self.lock_timeout, 0.0)
-        with self.client.pipeline(transaction=True) as pipe:
-            while True:
-                try:
-                    pipe.watch(self.key, self.writes_key)  # type: ignore[no-untyped-call]
-                    raw = pipe.get(self.key)
-                    if raw is None:
-                        pipe.unwatch()
-                        return
-                    doc = self._json(as_text(raw), self.key)
-                    data = BacklogData.from_json(doc, path=self.where)
-                    have = {str(i) for i in pipe.zrange(self.order_key, 0, -1)}
-                    last = pipe.zrevrange(self.order_key, 0, 0, withscores=True)
-                    place = int(last[0][1]) + 1 if last else 0
-                    meta_present = bool(pipe.exists(self.meta_key))
-                    pipe.multi()
-                    for task in data.tasks:
-                        if task.id in have:
-                            continue  # written in the new layout since: that row stands
-                        pipe.set(self.task_prefix + task.id, _dump(task.to_json()))
-                        pipe.zadd(self.order_key, {task.id: place})
-                        place += 1
-                    if not meta_present and _meta(data) != _meta(BacklogData()):
-                        pipe.set(self.meta_key, _dump(_meta(data)))
-                    pipe.rename(self.key, self.backup_key)
-                    pipe.incr(self.writes_key)
-                    pipe.execute()
-                    return
-                except WatchError:
-                    if time.monotonic() >= deadline:
-                        raise self._busy() from None
-                    pipe.reset()
+
+        def step(pipe: Any) -> None:
+            pipe.watch(self.key, self.writes_key)
+            raw = pipe.get(self.key)
+            if raw is None:
+                pipe.unwatch()
+                return
+            doc = self._json(as_text(raw), self.key)
+            data = BacklogData.from_json(doc, path=self.where)
+            have = {str(i) for i in pipe.zrange(self.order_key, 0, -1)}
+            last = pipe.zrevrange(self.order_key, 0, 0, withscores=True)
+            place = int(last[0][1]) + 1 if last else 0
+            meta_present = bool(pipe.exists(self.meta_key))
+            pipe.multi()
+            for task in data.tasks:
+                if task.id in have:
+                    continue  # written in the new layout since: that row stands
+                pipe.set(self.task_prefix + task.id, _dump(task.to_json()))
+                pipe.zadd(self.order_key, {task.id: place})
+                place += 1
+            if not meta_present and _meta(data) != _meta(BacklogData()):
+                pipe.set(self.meta_key, _dump(_meta(data)))
+            pipe.rename(self.key, self.backup_key)
+            pipe.incr(self.writes_key)
+            pipe.execute()
+
+        transact(self.client, step, "the task pool", self.lock_timeout)
