@@ -54,6 +54,8 @@ def terminal_width(stream: TextIO, env: Mapping[str, str]) -> int:
 
 def cells(text: str) -> int:
     """Display width of ``text`` in terminal cells (wide characters count two)."""
+    if text.isascii() and text.isprintable():
+        return len(text)  # one cell each; spares --help importing wcwidth
     from wcwidth import wcswidth
 
     width = wcswidth(text)
@@ -68,12 +70,11 @@ def fit(text: str, width: int, *, keep_end: bool = False, mark: str = ELLIPSIS) 
     """``text`` within ``width`` cells: whole when it fits, else cut with ``mark`` (an
     ellipsis, "" for an id's start) at the end, or at the start with ``keep_end`` for paths
     whose end matters."""
-    from wcwidth import wcwidth
-
     if cells(text) <= width:
         return text
     if width <= len(mark):
         return mark[:width]
+    from wcwidth import wcwidth
     chars = reversed(text) if keep_end else iter(text)
     kept: list[str] = []
     used = 0
