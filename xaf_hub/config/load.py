@@ -559,6 +559,11 @@ class Config:
             raise UsageError(f"unknown project {name!r} (configured: {self.project_names()})")
         return _seen_as(self, p)
 
+    def every_project(self) -> Config:
+        """This config's instances as every project sees them (itself with one project): what
+        one scan shared by every project's view reads."""
+        return self if len(self.projects) < 2 else _seen_as(self, None)
+
     def one_project(self) -> Config:
         """This config when a project is chosen; else UsageError naming the projects."""
 

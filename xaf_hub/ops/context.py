@@ -200,6 +200,14 @@ class Fleet:
             if s.project and not s.parent_id
         ]
 
+    def seen_as(self, cfg: Config) -> Fleet:
+        """This scan of every project (``Config.every_project``) as ``cfg``'s project sees it:
+        each instance its project's, each session the project's when its folders hold it."""
+        if len(cfg.projects) < 2:
+            return self
+        insts = {i.name: i for i in cfg.instances}
+        return Fleet([sc.seen_by(insts[sc.inst.name]) for sc in self.scans])
+
     def scan_of(self, instance: str) -> InstanceScan | None:
         """The scan of one instance by name."""
         return next((s for s in self.scans if s.inst.name == instance), None)

@@ -78,19 +78,23 @@ class Cycle:
     _runs: dict[tuple[str, str, int], LastRun] = field(default_factory=dict, repr=False)
     # Sessions whose run in ``_runs`` came from the memory (which keeps no answer).
     _recalled: set[tuple[str, str]] = field(default_factory=set, repr=False)
-    _scans: dict[str, tuple[Fleet, datetime, int]] = field(default_factory=dict, repr=False)
+    _scan: tuple[Fleet, datetime, int] | None = field(default=None, repr=False)
+    _views: dict[str, Fleet] = field(default_factory=dict, repr=False)  # per project
 
     async def scan(self, pctx: OpsContext) -> tuple[Fleet, datetime]:
-        """The fleet for a job, and when it was scanned: a job reuses an earlier job's scan of
-        this cycle while no job since has acted (prompted, healed, failed to), so an idle
-        round scans once, like `status`; after an action the fleet is scanned again."""
-        kept = self._scans.get(pctx.cfg.project_name)  # each project sees its own sessions
-        if kept is not None and kept[2] == self.log.acted():
-            return kept[0], kept[1]
-        at = pctx.now()
-        fleet = await pctx.scan()
-        self._scans[pctx.cfg.project_name] = (fleet, at, self.log.acted())
-        return fleet, at
+        """The fleet as a job's project sees it, and when it was scanned: every job and
+        project of this cycle shares one scan of every project while no job since has acted
+        (prompted, healed, failed to), so an idle round scans once, like `status`; after an
+        action the fleet is scanned again."""
+        if self._scan is None or self._scan[2] != self.log.acted():
+            at = pctx.now()
+            whole = await pctx.but(cfg=pctx.cfg.every_project()).scan()
+            self._scan, self._views = (whole, at, self.log.acted()), {}
+        whole, at, _ = self._scan
+        name = pctx.cfg.project_name
+        if name not in self._views:
+            self._views[name] = whole.seen_as(pctx.cfg)
+        return self._views[name], at
 
     def note_instances(self, pctx: OpsContext, fleet: Fleet) -> None:
         """Put every instance's load and today's spend from ``fleet`` in the log."""

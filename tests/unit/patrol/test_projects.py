@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 
 from tests.unit.config.projects_support import load, projects
+from tests.unit.patrol.run_support import NOW as RUN_NOW
+from tests.unit.patrol.run_support import NOW_MS, FakeFleet, assistant, round_at
 from xaf_hub.core import aio
 from xaf_hub.errors import UsageError
 from xaf_hub.notify.record import RoundLog
@@ -109,3 +111,21 @@ def test_each_projects_prompts_name_its_own_base_branch(tmp_path: Path) -> None:
             for v in (shop, blog)}
     assert "origin/trunk" in said["shop"] and "develop" not in said["shop"]
     assert "origin/develop" in said["blog"] and "trunk" not in said["blog"]
+
+
+def test_a_round_over_several_projects_scans_the_fleet_once_and_each_sees_its_own(
+    tmp_path: Path,
+) -> None:
+    fleet = FakeFleet(0)
+    for i in range(3):
+        fleet.add("lan-a", f"ses_{i}", NOW_MS - 3_600_000, assistant(f"m{i}", NOW_MS - 3_600_000))
+    cfg = load(tmp_path, {
+        "projects": {n: {"roots": {"lan-a": [f"/srv/{n}"]}} for n in ("p", "q", "r")},
+        "instances": [{"name": "lan-a", "url": "http://127.0.0.1:9"}],
+        "state_dir": str(tmp_path / "state"),
+    })
+    result, _ = round_at(cfg, fleet, RUN_NOW)
+    assert result.cycle is not None and fleet.lists == 1  # one scan for every step and project
+    lines = result.cycle.log.sessions
+    assert sorted((s.session, s.project) for s in lines) == [
+        ("ses_0", "p"), ("ses_1", "p"), ("ses_2", "p")], lines
