@@ -45,7 +45,7 @@ class InstanceScan:
         return self.inst.unreachable(self.reason, self.cause)
 
     def seen_by(self, inst: InstanceConfig) -> InstanceScan:
-        """This scan of every project as project ``inst.project`` sees it: ``inst`` its
+        """This scan of every project as the project chosen in ``inst`` sees it: ``inst`` its
         config, each session's verdict and owner as a scan of that project gives them."""
         verdicts: dict[str, tuple[bool, str]] = {}
 
