@@ -48,7 +48,8 @@ from tests.redis_fixture import _stop, start_redis
 LIMIT = 2
 MODELS = ("fake/fake-model", "fake/slow-model", "backup/good-model", "fake/priced-model")
 STEP_USD = 0.02  # a priced model call: 10 + 5 tokens at $1000 / $2000 per million
-RUN_USD = 0.05  # the run ceiling: stopped at its third step
+RUN_USD = 0.05  # the run ceiling: passed at its third step, one more may be under way
+# (docs/budget.md: the step that passes the ceiling, then at most one more per session)
 KINDS = ("server_kill", "server_pause", "storm_retry_after", "storm_bare", "hang", "permission",
          "ceiling", "redis_restart", "redis_flush", "cli_kill", "daemon_kill", "slow_link",
          "disk_full")
@@ -543,7 +544,7 @@ class Soak:
                 cost = sum(float(m["info"].get("cost") or 0) for m in msgs
                            if m["info"].get("role") == "assistant")
                 self.checks.check("run cost within ceiling + a step",
-                                  cost <= RUN_USD + STEP_USD + 1e-9, f"{sid} cost ${cost:.2f}")
+                                  cost <= RUN_USD + 2 * STEP_USD + 1e-9, f"{sid} cost ${cost:.2f}")
         code, out, err = self.cli(self.hosts[0], "backlog", "backlog", "list", "--json")
         listed = {t["id"]: t for t in json.loads(out)["tasks"]} if code == 0 else {}
         for tid, added in self.tasks.items():
