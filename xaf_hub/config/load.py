@@ -490,6 +490,8 @@ class ProjectConfig:
     default_directory: Mapping[str, str]  # per instance name
     share: int | None = None  # its runs on each server, at most (None: up to the limit)
     budget_daily_usd: float | None = None  # its spend today, at most (None: no cap of its own)
+    budget_run_usd: float | None = None  # one run's cost, at most (None: budget.run_usd)
+    discipline: str | None = None  # its prompts' discipline text (None: the pool's)
     # ``patrol`` with this project's own PROJECT_PATROL keys (repository, design documents,
     # base branch); the rest are the config's.
     patrol: PatrolConfig = field(default_factory=PatrolConfig)
@@ -521,6 +523,12 @@ class Config:
     project_budget_usd: float | None = setting(
         None, key="budget_daily_usd", section="project", check=_budget_usd
     )
+    # The chosen project's own run ceiling (None: budget.run_usd) and discipline text for its
+    # prompts (None: the task pool's override).
+    project_run_usd: float | None = setting(
+        None, key="budget_run_usd", section="project", check=usd
+    )
+    discipline: str | None = setting(None, section="project")
     repository: RepositoryConfig = field(default_factory=RepositoryConfig)
     concurrency_limit: int = setting(DEFAULT_CONCURRENCY, minimum=1)
     session_ttl_days: float = setting(10.0)
@@ -563,6 +571,11 @@ class Config:
         """This config's instances as every project sees them (itself with one project): what
         one scan shared by every project's view reads."""
         return self if len(self.projects) < 2 else _seen_as(self, None)
+
+    def discipline_or(self, pool: str | None) -> str | None:
+        """The discipline text of the chosen project's prompts: its own, else ``pool``'s (the
+        task pool's override)."""
+        return pool if self.discipline is None else self.discipline
 
     def one_project(self) -> Config:
         """This config when a project is chosen; else UsageError naming the projects."""
@@ -766,6 +779,7 @@ def parse_config(raw: Any, *, path: Path, env: Mapping[str, str]) -> Config:
                 roots={i.name: i.roots for i in instances},
                 default_directory={i.name: i.default_directory for i in instances},
                 budget_daily_usd=named["project_budget_usd"], patrol=patrol,
+                budget_run_usd=named["project_run_usd"], discipline=named["discipline"],
             ),
         )
 
@@ -816,9 +830,8 @@ def _seen_as(cfg: Config, p: ProjectConfig | None) -> Config:
         for inst in cfg.instances
     )
     if p is None:
-        return replace(
-            cfg, instances=instances, chosen=False, project_name="", project_budget_usd=None
-        )
+        return replace(cfg, instances=instances, chosen=False, project_name="",
+                       project_budget_usd=None, project_run_usd=None, discipline=None)
     return replace(
         cfg,
         instances=instances,
@@ -829,6 +842,8 @@ def _seen_as(cfg: Config, p: ProjectConfig | None) -> Config:
         exclude_substrings=p.exclude_substrings,
         repository=p.repository,
         project_budget_usd=p.budget_daily_usd,
+        project_run_usd=p.budget_run_usd,
+        discipline=p.discipline,
         patrol=p.patrol,
     )
 
@@ -867,7 +882,8 @@ def _parse_projects(
         found.append(ProjectConfig(
             name, named["fallback_segments"], named["exclude_dirs"], named["exclude_substrings"],
             repository, roots, default, None if share is None else int(share),
-            named["project_budget_usd"], read_section(PatrolConfig, own, defaults=vars(patrol)),
+            named["project_budget_usd"], named["project_run_usd"], named["discipline"],
+            read_section(PatrolConfig, own, defaults=vars(patrol)),
         ))
     return tuple(found)
 

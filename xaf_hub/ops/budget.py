@@ -164,8 +164,10 @@ def slots_today(tally: Tally, now: datetime, tz: tzinfo) -> Spend | None:
 
 
 def run_ceiling(cfg: Config, inst: InstanceConfig) -> float | None:
-    """The most one run on ``inst`` may cost: its ``budget_run_usd``, else ``budget.run_usd``."""
-    return inst.budget_run_usd if inst.budget_run_usd is not None else cfg.budget.run_usd
+    """The most one run on ``inst`` may cost: its ``budget_run_usd``, else the project's, else
+    ``budget.run_usd``."""
+    caps = (inst.budget_run_usd, cfg.project_run_usd, cfg.budget.run_usd)
+    return next((c for c in caps if c is not None), None)
 
 
 def money(usd: float) -> str:

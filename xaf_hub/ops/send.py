@@ -69,10 +69,13 @@ def build_prompt(
 
 
 def pool_discipline(ops: OpsContext) -> tuple[str | None, str]:
-    """The task pool's discipline override, and why it could not be read ("" when it could).
+    """The discipline override of the project's prompts (``Config.discipline_or``), and why the
+    pool's could not be read ("" when it could).
 
     A corrupt pool never stops a send: the prompt then carries the default discipline.
     """
+    if ops.cfg.discipline is not None:
+        return ops.cfg.discipline, ""
     try:
         return ops.backlog().load().discipline, ""
     except StateFileError as exc:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -9,6 +10,9 @@ import pytest
 
 from tests.unit.config.projects_support import INSTANCES, load, projects
 from xaf_hub.errors import ConfigError, UsageError
+from xaf_hub.ops.budget import run_ceiling
+from xaf_hub.ops.context import OpsContext
+from xaf_hub.ops.send import pool_discipline
 
 
 def test_several_projects_load_with_none_chosen_and_each_can_be_chosen(tmp_path: Path) -> None:
@@ -114,3 +118,26 @@ def test_a_bad_shape_is_one_line_saying_where(
     with pytest.raises(ConfigError) as caught:
         load(tmp_path, projects(**changes))
     assert message in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_each_project_has_its_own_run_ceiling_and_discipline(tmp_path: Path) -> None:
+    doc = projects(budget={"run_usd": 1.0}, patrol={"backlog_path": "pool.json"})
+    doc["projects"]["blog"].update(budget_run_usd=0.25, discipline="Commit on trunk only.")
+    doc["instances"][1]["budget_run_usd"] = 3.0
+    cfg = load(tmp_path, doc)
+    cfg.backlog_path.write_text(
+        json.dumps({"schema_version": 1, "discipline": "The pool's rules.", "tasks": []}),
+        encoding="utf-8")
+    shop, blog = cfg.choose("shop"), cfg.choose("blog")
+    # the instance's own ceiling, else the project's, else budget.run_usd
+    assert [run_ceiling(blog, i) for i in blog.instances] == [0.25, 3.0]
+    assert [run_ceiling(shop, i) for i in shop.instances] == [1.0, 3.0]
+    assert run_ceiling(cfg, cfg.instances[0]) == 1.0  # seen as every project: the config's
+    assert pool_discipline(OpsContext(blog)) == ("Commit on trunk only.", "")
+    assert pool_discipline(OpsContext(shop)) == ("The pool's rules.", "")
+    assert (blog.discipline_or("x"), shop.discipline_or("x"), cfg.discipline_or("x")) == (
+        "Commit on trunk only.", "x", "x")
+    assert cfg.choose("shop").choose("blog") == blog  # a view chosen from a view is the same
+    one = load(tmp_path, {"project": {"name": "demo", "budget_run_usd": 0.5, "discipline": "d"},
+                          "instances": [{**INSTANCES[0], "roots": ["/src/demo"]}]})
+    assert (run_ceiling(one, one.instances[0]), one.discipline_or(None)) == (0.5, "d")
