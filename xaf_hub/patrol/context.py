@@ -97,10 +97,11 @@ class Cycle:
         return self._views[name], at
 
     def note_instances(self, pctx: OpsContext, fleet: Fleet) -> None:
-        """Put every instance's load and today's spend from ``fleet`` in the log."""
+        """Put every instance's load (the runs of every project there, from this cycle's scan)
+        and today's spend from ``fleet`` in the log."""
         gate = pctx.gate()
         lines = []
-        for sc in fleet.scans:
+        for sc in (self._scan[0] if self._scan else fleet).scans:
             load = instance_load(sc, gate, allow_prod=True)
             lines.append(
                 InstanceLine(

@@ -18,6 +18,7 @@ from xaf_hub.core.outcomes import TaskState, task_words
 from xaf_hub.errors import HubError
 from xaf_hub.notify.record import RoundLog
 from xaf_hub.ops.context import OpsContext
+from xaf_hub.patrol.context import project_views
 from xaf_hub.store.patrol_state import LATEST, latest_report
 from xaf_hub.store.pick import count_states, readiness
 from xaf_hub.store.statefile import write_json_atomic, write_text_atomic
@@ -330,15 +331,26 @@ def render_markdown(doc: Mapping[str, Any]) -> str:
     return "\n".join(out) + "\n"
 
 
-def _lead(pctx: OpsContext) -> tuple[Path, list[str]]:
-    path = pctx.cfg.patrol.lead_backlog_path or pctx.repo_root / "lead_backlog.md"
-    try:
-        text = path.read_bytes().decode("utf-8-sig", errors="replace")
-    except FileNotFoundError:
-        return path, []
-    except OSError as exc:
-        return path, [f"(cannot read {path}: {exc.strerror or exc})"]
-    return path, lead_backlog_items(text)
+def _lead(pctx: OpsContext) -> tuple[str, list[str]]:
+    """The decision lists of the projects served (each one's repo_root's, unless
+    patrol.lead_backlog_path names one for all), and their open items, each named by its project
+    when there are several lists."""
+    paths: dict[Path, str] = {}
+    for view in project_views(pctx):
+        path = view.cfg.patrol.lead_backlog_path or view.repo_root / "lead_backlog.md"
+        paths.setdefault(path, view.cfg.project_name)
+    items = []
+    for path, name in paths.items():
+        try:
+            text = path.read_bytes().decode("utf-8-sig", errors="replace")
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            got = [f"(cannot read {path}: {exc.strerror or exc})"]
+        else:
+            got = lead_backlog_items(text)
+        items += [f"{name}: {item}" for item in got] if len(paths) > 1 else got
+    return ", ".join(map(str, paths)), items
 
 
 def write_report(pctx: OpsContext, log: RoundLog, code: int) -> tuple[Path, Path]:
@@ -363,7 +375,7 @@ def write_report(pctx: OpsContext, log: RoundLog, code: int) -> tuple[Path, Path
             project=pctx.cfg.project_name,
             code=code,
             waiting=waiting,
-            lead_path=str(lead_path),
+            lead_path=lead_path,
             lead_items=lead_items,
             tasks=states,
             projects=projects,

@@ -3,6 +3,7 @@ each task read as its project's."""
 
 from __future__ import annotations
 
+import json
 import os
 from datetime import UTC, datetime
 from pathlib import Path
@@ -13,14 +14,17 @@ from tests.unit.config.projects_support import load, projects
 from tests.unit.patrol.run_support import NOW as RUN_NOW
 from tests.unit.patrol.run_support import NOW_MS, FakeFleet, assistant, round_at
 from xaf_hub.core import aio
+from xaf_hub.core.records import SessionRecord
 from xaf_hub.errors import UsageError
+from xaf_hub.fleet.instance_scan import InstanceScan
 from xaf_hub.notify.record import RoundLog
-from xaf_hub.ops.context import OpsContext
+from xaf_hub.ops.context import Fleet, OpsContext
 from xaf_hub.ops.send import build_prompt
 from xaf_hub.patrol.context import Cycle, every_project, project_views
 from xaf_hub.patrol.design_scan import DesignTask, merge_design_tasks
 from xaf_hub.patrol.jobs.fill_slots import fair_slots
 from xaf_hub.patrol.jobs.sync_design import sync_design_tasks
+from xaf_hub.patrol.report import write_report
 from xaf_hub.store.tasks import BacklogData, Task, of_project, project_of
 
 NOW = datetime(2026, 12, 6, 12, 0, tzinfo=UTC)
@@ -129,3 +133,29 @@ def test_a_round_over_several_projects_scans_the_fleet_once_and_each_sees_its_ow
     lines = result.cycle.log.sessions
     assert sorted((s.session, s.project) for s in lines) == [
         ("ses_0", "p"), ("ses_1", "p"), ("ses_2", "p")], lines
+
+
+def test_the_report_reads_each_projects_decision_list_and_counts_every_projects_runs(
+    tmp_path: Path,
+) -> None:
+    doc = projects(state_dir=str(tmp_path / "state"))
+    doc["projects"]["shop"]["repo_root"] = "shop"
+    doc["projects"]["blog"]["repo_root"] = "blog"
+    cfg = load(tmp_path, doc)
+    for name, line in (("shop", "- merge feature/a"), ("blog", "- [ ] publish the post")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "lead_backlog.md").write_text(line + "\n", encoding="utf-8")
+    inst = cfg.instances[0]
+    runs = [SessionRecord("dev", f"s{i}", "t", d, running=True, run_state="busy",
+                          project=inst.claims(d), owner=inst.owner(d))
+            for i, d in enumerate(("/src/shop/a", "/src/blog/b"))]
+    whole = Fleet([InstanceScan(inst, reachable=True, sessions=runs)])
+    cycle = Cycle(RoundLog(started=NOW), _scan=(whole, NOW, 0))
+    blog = cfg.choose("blog")
+    cycle.note_instances(OpsContext(blog), whole.seen_as(blog))  # a project's job notes them
+    assert [(i.name, i.running_project) for i in cycle.log.instances] == [("dev", 2)]
+    report = json.loads(write_report(OpsContext(cfg), cycle.log, 0)[0].read_text("utf-8"))
+    lead = report["waiting"]["lead_backlog"]
+    assert lead["items"] == ["shop: merge feature/a", "blog: publish the post"]
+    assert lead["path"] == f"{tmp_path / 'shop' / 'lead_backlog.md'}, " \
+        f"{tmp_path / 'blog' / 'lead_backlog.md'}"
