@@ -192,6 +192,20 @@ def project_views(pctx: OpsContext) -> list[OpsContext]:
     return [pctx] if cfg.chosen else [pctx.but(cfg=cfg.choose(p.name)) for p in cfg.projects]
 
 
+def owner_view(
+    pctx: OpsContext, instance: str, directory: str
+) -> tuple[OpsContext, InstanceConfig]:
+    """``pctx`` and its ``instance`` as the project whose folders hold ``directory`` sees them
+    (its own ceiling, discipline, ...) when several projects are served and none is chosen;
+    else as they are."""
+    inst = pctx.cfg.instance(instance)
+    owner = inst.owner(directory) if directory and not pctx.cfg.chosen else ""
+    if owner:
+        pctx = pctx.but(cfg=pctx.cfg.choose(owner))
+        inst = pctx.cfg.instance(instance)
+    return pctx, inst
+
+
 async def each_view(
     views: Sequence[OpsContext], job: Callable[[OpsContext], Awaitable[None]]
 ) -> None:

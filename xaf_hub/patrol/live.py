@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from xaf_hub.config.load import InstanceConfig
 from xaf_hub.config.watch import ConfigState
 from xaf_hub.core import aio
 from xaf_hub.core.clock import to_ms
@@ -35,7 +36,7 @@ from xaf_hub.ops.heal import heal_candidate
 from xaf_hub.ops.live_board import publish
 from xaf_hub.ops.queue import queue_length
 from xaf_hub.ops.waiting import list_waiting
-from xaf_hub.patrol.context import Cycle, pool_discipline
+from xaf_hub.patrol.context import Cycle, owner_view, pool_discipline, project_views
 from xaf_hub.patrol.jobs.check_agents import STEP as CHECK
 from xaf_hub.patrol.jobs.check_agents import answer_by_policy, resume_one
 from xaf_hub.patrol.jobs.fill_slots import fill_every_project
@@ -320,10 +321,7 @@ class LiveReactor:
         async with pctx.client(inst) as client:
             s = await client.get_session(sid)
             status = (await client.status(s.directory)).get(sid) if s.directory else None
-        owner = inst.owner(s.directory) if s.directory and not pctx.cfg.chosen else ""
-        if owner:  # several projects: the session is seen through its own project
-            pctx = pctx.but(cfg=pctx.cfg.choose(owner))
-            inst = pctx.cfg.instance(instance)
+        pctx, inst = owner_view(pctx, instance, s.directory)
         if not s.directory or not inst.rules.is_project(s.directory) or s.parent_id:
             return ""
         rec = build_record(inst, s, status, True)
@@ -399,7 +397,7 @@ class CeilingWatch:
         """Judge the run of ``rec`` in ``after`` seconds (sooner if already due sooner);
         nothing on an instance without a ceiling."""
         try:
-            if not guarded(self.pctx, self.pctx.cfg.instance(rec.instance)):
+            if self._watched(rec.instance, rec.directory) is None:
                 return
         except HubError:
             return
@@ -460,19 +458,27 @@ class CeilingWatch:
     ) -> tuple[SessionRecord, bool]:
         """Judge the run ``sid`` belongs to, once per batch (``judged``): (its root, whether
         some session of it still works). ``known``: the session as an event told it."""
-        pctx = self.pctx
-        inst = pctx.cfg.instance(instance)
         root = known or SessionRecord(instance, sid, "", "", project=True)
-        if not guarded(pctx, inst):
+        if self._watched(instance, root.directory) is None:
             return root, False
-        async with pctx.client(inst) as client:
+        inst = self.pctx.cfg.instance(instance)
+        async with self.pctx.client(inst) as client:
             if known is None or known.parent_id:
                 top = await root_of(client, await client.get_session(sid))
-                root = build_record(inst, top, None, inst.rules.is_project(top.directory))
-            if (instance, root.id) in judged or not root.project:
+                root = build_record(inst, top, None, inst.claims(top.directory))
+            seen = self._watched(instance, root.directory)
+            if (instance, root.id) in judged or not root.project or seen is None:
                 return root, False
             judged.add((instance, root.id))
-            return root, await check_run(pctx, cycle, inst, root, client, "patrol.live")
+            return root, await check_run(seen[0], cycle, seen[1], root, client, "patrol.live")
+
+    def _watched(self, instance: str, directory: str) -> tuple[OpsContext, InstanceConfig] | None:
+        """Where a run in ``directory`` on ``instance`` is judged (``owner_view``: serving several
+        projects, its own project's ceiling), or None when no ceiling watches it; a folder of no
+        project (or not known yet) is watched when any project's ceiling could hold it."""
+        pctx, inst = owner_view(self.pctx, instance, directory)
+        views = [pctx] if pctx.cfg.chosen else [pctx, *project_views(pctx)]
+        return (pctx, inst) if any(guarded(v, v.cfg.instance(instance)) for v in views) else None
 
 
 def start_live(
