@@ -56,11 +56,9 @@ def build_record(
     """Combine a server session, its run state and the project verdict (``owner``: the
     configured project it belongs to; default the chosen one's, or seen as every project the
     one whose folders hold it, when it is the project's)."""
-    state, message, nxt = read_status(status)
-    rec = session_record(inst.name, s, project, state, message, nxt)
     if owner is None:
         owner = (inst.project or inst.owner(s.directory, s.checkout)) if project else ""
-    return replace(rec, owner=owner) if owner else rec
+    return session_record(inst.name, s, project, *read_status(status), owner)
 
 
 async def read_run_state(

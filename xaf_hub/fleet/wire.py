@@ -51,8 +51,10 @@ def session_record(
     state: RunState = "idle",
     message: str = "",
     nxt: int = 0,
+    owner: str = "",
 ) -> SessionRecord:
-    """A server session as the hub records it, with its project verdict and run state."""
+    """A server session as the hub records it, with its project verdict, run state and the
+    configured project it belongs to (``owner``)."""
     return SessionRecord(
         instance=instance,
         id=s.id,
@@ -68,6 +70,7 @@ def session_record(
         parent_id=s.parent_id,
         model=s.model,
         project=project,
+        owner=owner,
     )
 
 
