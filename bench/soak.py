@@ -37,6 +37,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import httpx
 import psutil
@@ -104,6 +105,21 @@ class Fault:
         mid = f" mid {self.landed}" if self.landed else ""
         return (f"t+{self.at:6.1f}s {self.kind:<17} {self.target:<8} {self.seconds:4.1f}s "
                 f"aim {self.aim:<7}{mid}")
+
+
+def run_costs(messages: list[dict[str, Any]]) -> list[float]:
+    """What each run of a session cost, in the order its prompts came: a prompt (a client's
+    steer is one) starts a run, and every assistant step answers the prompt it names as its
+    parent (docs/budget.md: a ceiling holds per run, not per session)."""
+    runs: dict[str, float] = {}
+    for m in messages:
+        info = m["info"]
+        if info.get("role") == "user":
+            runs.setdefault(str(info.get("id")), 0.0)
+        elif info.get("role") == "assistant":
+            key = str(info.get("parentID"))
+            runs[key] = runs.get(key, 0.0) + float(info.get("cost") or 0)
+    return list(runs.values())
 
 
 def schedule(seed: int, seconds: float, kinds: tuple[str, ...] = KINDS) -> list[Fault]:
@@ -693,10 +709,11 @@ class Soak:
                 msgs = None
             self.checks.check("dispatch on its server", msgs is not None, f"{sid} on {inst}")
             if (inst, sid, p) in self.priced and msgs is not None:
-                cost = sum(float(m["info"].get("cost") or 0) for m in msgs
-                           if m["info"].get("role") == "assistant")
+                runs = run_costs(msgs)
+                self.checks.figures["priced runs"] += len(runs)
                 self.checks.check("run cost within ceiling + a step",
-                                  cost <= RUN_USD + 2 * STEP_USD + 1e-9, f"{sid} cost ${cost:.2f}")
+                                  max(runs, default=0) <= RUN_USD + 2 * STEP_USD + 1e-9,
+                                  f"{sid}: runs cost {', '.join(f'${c:.2f}' for c in runs)}")
         code, out, err = self.cli(self.hosts[0], "backlog", "backlog", "list", "--json")
         listed = {t["id"]: t for t in json.loads(out)["tasks"]} if code == 0 else {}
         on_main = Counter(s for o in self.origins.values()
@@ -766,7 +783,7 @@ def render(seed: int, seconds: float, faults: list[Fault], checks: Checks,
         for k, v in sorted(checks.peaks.items())))
     lines.append("  slowest answer: " + ", ".join(f"{k} {v:.1f}s" for k, v in
                                                   sorted(checks.slowest.items())))
-    lines.append("  landings: " + ", ".join(f"{k} {v}" for k, v in sorted(checks.figures.items())))
+    lines.append("  counts: " + ", ".join(f"{k} {v}" for k, v in sorted(checks.figures.items())))
     lines.append("  not yet checked: no waiting run holding a slot unseen")
     if checks.broken:
         lines.append(f"BROKEN {checks.broken[0]}")
