@@ -192,18 +192,12 @@ def project_views(pctx: OpsContext) -> list[OpsContext]:
     return [pctx] if cfg.chosen else [pctx.but(cfg=cfg.choose(p.name)) for p in cfg.projects]
 
 
-def owner_view(
-    pctx: OpsContext, instance: str, directory: str
-) -> tuple[OpsContext, InstanceConfig]:
-    """``pctx`` and its ``instance`` as the project whose folders hold ``directory`` sees them
-    (its own ceiling, discipline, ...) when several projects are served and none is chosen;
-    else as they are."""
-    inst = pctx.cfg.instance(instance)
-    owner = inst.owner(directory) if directory and not pctx.cfg.chosen else ""
-    if owner:
+def owner_view(pctx: OpsContext, instance: str, owner: str) -> tuple[OpsContext, InstanceConfig]:
+    """``pctx`` and its ``instance`` as project ``owner`` sees them (its own ceiling, discipline,
+    ...) when several projects are served and none is chosen; else as they are."""
+    if owner and not pctx.cfg.chosen:
         pctx = pctx.but(cfg=pctx.cfg.choose(owner))
-        inst = pctx.cfg.instance(instance)
-    return pctx, inst
+    return pctx, pctx.cfg.instance(instance)
 
 
 async def each_view(
