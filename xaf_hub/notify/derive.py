@@ -115,34 +115,16 @@ def _instance_events(
 
 def _session_events(log: RoundLog, inputs: Inputs, at: str, people: bool = True) -> list[Event]:
     events = []
-    for a in log.actions:
+    for a in log.actions:  # a run stopped past its ceiling, a task done: one event each
         if a.kind == "ceiling":
-            events.append(
-                Event(
-                    f"run_ceiling:{a.instance}:{a.session}",
-                    "run_ceiling",
-                    at,
-                    a.instance,
-                    a.session,
-                    a.title,
-                    a.task,
-                    data={"reason": a.detail},
-                )
-            )
-        if a.kind in ("done", "finished") and a.result == "ok":
+            kind, key, data = "run_ceiling", a.instance, {"reason": a.detail}
+        elif a.kind in ("done", "finished") and a.result == "ok":
             kind = "task_done" if a.kind == "done" else "task_finished"
-            events.append(
-                Event(
-                    f"{kind}:{a.task}:{a.session}",
-                    kind,
-                    at,
-                    a.instance,
-                    a.session,
-                    a.title,
-                    a.task,
-                    {"judged": a.detail} if a.detail else {},
-                )
-            )
+            key, data = a.task, {"judged": a.detail} if a.detail else {}
+        else:
+            continue
+        where = (a.instance, a.session, a.title, a.task)
+        events.append(Event(f"{kind}:{key}:{a.session}", kind, at, *where, data))
     if not people:
         return events
     return [*events, *_person_events(log, inputs, at), *_waiting_events(log, at)]

@@ -13,6 +13,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -148,25 +149,21 @@ async def send_test(
         )
 
 
+@dataclass
 class _Sender:
     """Sends one webhook's queue in order, claiming each message; stops when the receiver is
     unreachable or slow."""
 
-    def __init__(
-        self,
-        pctx: OpsContext,
-        hook: Webhook,
-        deadline: float,
-        transport: httpx.AsyncBaseTransport | None,
-        due_only: bool,
-    ) -> None:
-        self.pctx, self.hook = pctx, hook
-        self.deadline, self.transport, self.due_only = deadline, transport, due_only
-        self.sent: list[Event] = []
-        self.refused: list[tuple[Event, str]] = []
-        self.maybe: list[tuple[Event, str]] = []
-        self.reaped: list[str] = []
-        self.down = ""
+    pctx: OpsContext
+    hook: Webhook
+    deadline: float
+    transport: httpx.AsyncBaseTransport | None
+    due_only: bool
+    sent: list[Event] = field(default_factory=list)
+    refused: list[tuple[Event, str]] = field(default_factory=list)
+    maybe: list[tuple[Event, str]] = field(default_factory=list)
+    reaped: list[str] = field(default_factory=list)
+    down: str = ""
 
     def _outgoing(self, ev: Event) -> Outgoing:
         return outgoing(self.pctx.cfg, self.hook, ev, self.pctx.now())

@@ -14,6 +14,7 @@ from xaf_hub.ops.budget import BudgetLine
 
 if TYPE_CHECKING:
     from xaf_hub.ops.context import OpsContext
+    from xaf_hub.store.tasks import Task
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,17 @@ class Action:
 def session_action(step: str, kind: str, result: str, rec: SessionRecord, **fields: Any) -> Action:
     """An Action about one session (instance, id and title taken from the record)."""
     return Action(step, kind, result, rec.instance, rec.id, title=rec.title, **fields)
+
+
+def task_action(
+    step: str, kind: str, result: str, task: Task, instance: str | None = None, session: str = "",
+    **fields: Any,
+) -> Action:
+    """An Action about one pool task (id and title from the task; where it was dispatched,
+    unless ``instance`` and ``session`` name where it goes now)."""
+    if instance is None:
+        instance, session = task.dispatched_to or "", task.session_id or ""
+    return Action(step, kind, result, instance, session, task=task.id, title=task.title, **fields)
 
 
 @dataclass(frozen=True)

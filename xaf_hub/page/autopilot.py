@@ -11,7 +11,7 @@ import socket
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import quote
 
 from xaf_hub.config.load import Config
@@ -26,9 +26,6 @@ from xaf_hub.store.backends import Stores
 from xaf_hub.store.patrol_state import heartbeat, latest_report, pause_info
 from xaf_hub.store.pick import count_states, is_blocked, readiness
 from xaf_hub.store.tasks import Task
-
-if TYPE_CHECKING:  # the page loads the stores when it builds the view
-    from xaf_hub.store.backends import Stores
 
 # Step names (report) -> catalogue key of how a reader who never saw the code would put them.
 STEP_KEYS = ("run_ceiling", "fix_free_limit", "check_agents", "sync_design_tasks", "fill_slots")
@@ -203,7 +200,8 @@ def build(
     patrol's state (a file of an unexpected shape included) becomes a line on the panel.
     """
     try:
-        view = _build(cfg, now_ms, lang, sessions or {})
+        with Stores(cfg) as stores:  # one Redis client for the pool, the lease and the rests
+            view = _built(stores, cfg, now_ms, lang, sessions or {})
         if answered is None:
             return view
         return replace(view, spend=spend_lines(cfg, lang, sessions or {}, answered, now_ms))
@@ -273,14 +271,6 @@ def _queue(lang: Lang, counts: Mapping[TaskState, int]) -> list[tuple[int, str, 
     "waiting to start"), in the order a task goes through them (``TASK_STATES``)."""
     rows = [(counts[s], text(lang, f"task.{s}"), s) for s in TASK_STATES if counts[s]]
     return rows or [(0, text(lang, "task.waiting"), "waiting")]
-
-
-def _build(
-    cfg: Config, now_ms: int, lang: Lang, sessions: Mapping[tuple[str, str], SessionRecord]
-) -> AutopilotView:
-
-    with Stores(cfg) as stores:  # one Redis client for the pool, the lease and the rests
-        return _built(stores, cfg, now_ms, lang, sessions)
 
 
 def _built(

@@ -16,7 +16,7 @@ import hashlib
 import io
 import re
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,7 +25,7 @@ from xaf_hub.core.clock import iso_time
 from xaf_hub.core.records import Snapshot
 from xaf_hub.core.text import dumps
 from xaf_hub.errors import UsageError
-from xaf_hub.page.words import Lang, local_time
+from xaf_hub.page.words import local_time
 from xaf_hub.page.words import local_time_with_zone as local_time_with_zone
 from xaf_hub.store.statefile import write_text_atomic
 
@@ -176,58 +176,21 @@ def render_page(template: str, context: dict[str, Any], connect_self: bool = Fal
     return seal_html(_environment().get_template(template).render(context), connect_self)
 
 
-def render_html(
-    snap: Snapshot,
-    *,
-    now_ms: int,
-    title: str = "project",
-    autopilot: Any = None,
-    lang: Lang = "en",
-    live_seconds: int = 0,
-    links: Mapping[str, Any] | None = None,
-    tasks: Mapping[str, str] | None = None,
-    projects: Sequence[str] = (),
-) -> str:
-    """Render the self-contained HTML overview page (with the patrol panel when given).
-
-    ``live_seconds`` > 0 renders the served variant that fetches itself again that often;
-    ``links`` and ``tasks`` are described at ``page.view.overview_context``.
+def render_html(snap: Snapshot, *, now_ms: int, **view: Any) -> str:
+    """Render the self-contained HTML overview page; ``view`` holds the overview's options
+    (``page.view.overview_context``: its title, language, autopilot panel, links...), and a
+    ``live_seconds`` above 0 renders the served variant that fetches itself again that often.
     """
     from xaf_hub.page.view import overview_context  # deferred: start-up, docs/performance.md
 
-    context = overview_context(
-        snap,
-        now_ms=now_ms,
-        title=title,
-        lang=lang,
-        autopilot=autopilot,
-        live_seconds=live_seconds,
-        links=links,
-        tasks=tasks,
-        projects=projects,
-    )
-    return render_page("overview.html.j2", context, connect_self=live_seconds > 0)
+    context = overview_context(snap, now_ms=now_ms, **view)
+    return render_page("overview.html.j2", context, connect_self=view.get("live_seconds", 0) > 0)
 
 
-def write_html(
-    snap: Snapshot,
-    path: Path,
-    *,
-    now_ms: int,
-    title: str = "project",
-    autopilot: Any = None,
-    lang: Lang = "en",
-    links: Mapping[str, Any] | None = None,
-    tasks: Mapping[str, str] | None = None,
-    redact: Redact = str,
-    projects: Sequence[str] = (),
-) -> None:
-    """Write the HTML overview page to ``path`` atomically."""
-    html = render_html(
-        snap, now_ms=now_ms, title=title, autopilot=autopilot, lang=lang, links=links,
-        tasks=tasks, projects=projects,
-    )
-    write_text_atomic(path, redact(html), private=False)
+def write_html(snap: Snapshot, path: Path, *, now_ms: int, redact: Redact = str,
+               **view: Any) -> None:
+    """Write the HTML overview page (``render_html`` of ``view``) to ``path`` atomically."""
+    write_text_atomic(path, redact(render_html(snap, now_ms=now_ms, **view)), private=False)
 
 
 # --------------------------------------------------------------------------- dispatch

@@ -292,7 +292,7 @@ def overview_context(
     snap: Snapshot,
     *,
     now_ms: int,
-    title: str,
+    title: str = "project",
     lang: Lang = "en",
     autopilot: Any = None,
     live_seconds: int = 0,

@@ -11,13 +11,14 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any, TypeVar
 
 from xaf_hub.config.load import InstanceConfig
 from xaf_hub.core import aio
 from xaf_hub.core.records import SessionRecord
 from xaf_hub.core.runstate import LastRun, last_run
-from xaf_hub.errors import HubError
-from xaf_hub.notify.record import InstanceLine, RoundLog
+from xaf_hub.errors import BudgetReached, BusyError, HubError, RunsAgain
+from xaf_hub.notify.record import InstanceLine, RoundLog, session_action
 from xaf_hub.ops.budget import budget_lines
 from xaf_hub.ops.context import Fleet, OpsContext
 from xaf_hub.ops.load import instance_load
@@ -28,6 +29,8 @@ from xaf_hub.store.patrol_state import RunMemory
 MESSAGE_WINDOW = 1
 # Concurrent message reads per cycle step (the server answers each in a few ms).
 _MESSAGE_FAN_OUT = 8
+
+T = TypeVar("T")
 
 # A round reads a session's last run only when the scan shows its ``updated`` time or run
 # state moved since the round that last read it, or it is running or retrying (architecture
@@ -121,6 +124,28 @@ class Cycle:
             pctx.now(),
         )
         self.log.spend = [project, *spends]
+
+    async def attempt(
+        self, pctx: OpsContext, step: str, kind: str, rec: SessionRecord, act: Awaitable[T],
+        *, later: str, **fields: Any,
+    ) -> T | None:
+        """``act`` (a heal or resume of ``rec``), or None when it sent nothing: the session runs
+        again (skipped), no slot or budget yet (waiting, ``later`` says when it is tried
+        again), or an error (failed); each is logged as the ``kind`` action of ``step``."""
+        try:
+            return await act
+        except RunsAgain as exc:
+            self.log.add(pctx, session_action(step, kind, "skipped", rec, detail=str(exc),
+                                              **fields))
+        except BusyError as exc:
+            self.log.deferred.add((rec.instance, rec.id))
+            why = "daily budget reached" if isinstance(exc, BudgetReached) else "no free slot yet"
+            self.log.add(pctx, session_action(step, kind, "waiting", rec,
+                                              detail=f"{why}, {later} ({exc})", **fields))
+        except HubError as exc:
+            self.log.add(pctx, session_action(step, kind, "failed", rec, detail=str(exc), **fields))
+            self.log.error(pctx, step, f"{kind} {rec.instance}/{rec.id}: {exc}")
+        return None
 
     async def last_runs(
         self,

@@ -241,11 +241,7 @@ class LiveReactor:
             try:
                 with file_lock(pctx.patrol_dir / self.lock_name, 0, what="patrol cycle lock"):
                     cycle, again = aio.run(self._react(work))
-                    _say(self.out, cycle)
-                    # What it did reaches the chat now, not at the round; queued only: the
-                    # sender posts it once the locks are released, so no receiver holds a heal.
-                    if cycle.log.actions and queue_round(pctx, cycle.log, live=True):
-                        self.notices()
+                    _tell(pctx, cycle, self.out, self.notices)
             except BusyError:
                 return work, LOCKED_RETRY_SECONDS  # a round (maybe another patrol) is running
         self.reactions += 1
@@ -364,12 +360,18 @@ class LiveReactor:
         return "recheck" if why == "starting" else ""
 
 
-def _say(out: Callable[[str], None], cycle: Cycle) -> None:
-    """One line for the daemon's output naming what a reaction did."""
+def _tell(
+    pctx: OpsContext, cycle: Cycle, out: Callable[[str], None], notices: Callable[[], None]
+) -> None:
+    """Say what a reaction did in one line of the daemon's output, and queue its notices: they
+    reach the chat now, not at the round; queued only, the sender posts them once the locks
+    are released, so no receiver holds a heal."""
     done = [a for a in cycle.log.actions if a.result == "ok"]
     if done:
         words = ", ".join(f"{a.kind} {a.instance}/{a.session or a.task}" for a in done)
         out(f"{time.strftime('%Y-%m-%d %H:%M:%S')} live: {words}")
+    if cycle.log.actions and queue_round(pctx, cycle.log, live=True):
+        notices()
 
 
 class CeilingWatch:
@@ -442,9 +444,7 @@ class CeilingWatch:
                 continue  # paused: the patrol does nothing, events included
             try:
                 cycle, again = aio.run(self._judge_all(due))
-                _say(self.out, cycle)
-                if cycle.log.actions and queue_round(pctx, cycle.log, live=True):
-                    self.notices()
+                _tell(pctx, cycle, self.out, self.notices)
             except Exception as exc:  # noqa: BLE001 - a bad look must not end the daemon
                 pctx.log(pctx.redact(f"live: ceiling failed: {type(exc).__name__}: {exc}"))
                 continue
