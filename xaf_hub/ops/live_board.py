@@ -15,7 +15,7 @@ import json
 import os
 import socket
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -213,29 +213,40 @@ def read_board(
     if not views:
         why = troubles[0] if troubles else "no live board (no patrol daemon or serve runs)"
         return BoardRead({}, {}, {i.name: why for i in wanted}, tuple(notes))
-    scans: dict[str, InstanceScan] = {}
-    ages: dict[str, float] = {}
-    stale: dict[str, str] = {}
-    for inst in wanted:
-        seen = views.get(inst.name)
-        why = _why_stale(inst, seen, now, limit)
-        if why or seen is None:
-            stale[inst.name] = why
-            continue
+
+    def build(inst: InstanceConfig, seen: Mapping[str, Any]) -> InstanceScan | str:
         try:
             scan = _scan(inst, seen)
             if summary and "tally" in seen:  # else a whole board: all its sessions
                 scan.tally = _tally(seen["tally"], scan.sessions)
         except (KeyError, TypeError, ValueError, ArithmeticError) as exc:
-            stale[inst.name] = f"its view on the live board is unreadable ({exc})"
-            continue
+            return f"its view on the live board is unreadable ({exc})"
         if scan.tally is not None and not _reaches_today(cfg, scan.tally, now):
-            stale[inst.name] = ("its summary's spend does not reach back to today's start "
-                                "(or today starts off the quarter hours)")
-            continue
-        scans[inst.name] = scan
-        ages[inst.name] = max(0.0, (now - _confirmed(seen)) / 1000)
-    return BoardRead(scans, ages, stale, tuple(dict.fromkeys(notes)))
+            return ("its summary's spend does not reach back to today's start "
+                    "(or today starts off the quarter hours)")
+        return scan
+
+    return replace(_pick(wanted, views, now, limit, build), notes=tuple(dict.fromkeys(notes)))
+
+
+def _pick(
+    wanted: Iterable[InstanceConfig], views: Mapping[str, Mapping[str, Any]], now_ms: int,
+    limit: float, build: Callable[[InstanceConfig, Mapping[str, Any]], InstanceScan | str],
+) -> BoardRead:
+    """Each instance's view taken while fresh and judged with its own config, built into its
+    scan (``build``: the scan, or why it is not taken); the others stale, with why."""
+    scans: dict[str, InstanceScan] = {}
+    ages: dict[str, float] = {}
+    stale: dict[str, str] = {}
+    for inst in wanted:
+        seen = views.get(inst.name)
+        got = _why_stale(inst, seen, now_ms, limit) or build(inst, seen or {})
+        if isinstance(got, str):
+            stale[inst.name] = got
+        else:
+            scans[inst.name] = got
+            ages[inst.name] = max(0.0, (now_ms - _confirmed(seen)) / 1000)
+    return BoardRead(scans, ages, stale)
 
 
 _WRITERS = {"patrol": "the patrol daemon", "serve": "serve"}
@@ -308,23 +319,14 @@ def take(
         return BoardRead({}, {}, {i.name: "the live board is off" for i in wanted})
     by_name = {live.scan.inst.name: live for live in view}
     now = int(time.time() * 1000) if now_ms is None else now_ms
-    scans: dict[str, InstanceScan] = {}
-    ages: dict[str, float] = {}
-    stale: dict[str, str] = {}
-    for inst in wanted:
-        live = by_name.get(inst.name)
-        seen = None if live is None else {
-            "key": instance_key(live.scan.inst), "mode": live.mode,
-            "confirmed_at_ms": live.confirmed_at_ms,
-        }
-        why = _why_stale(inst, seen, now, limit)
-        if why or live is None:
-            stale[inst.name] = why
-            continue
-        sc = live.scan
-        scans[inst.name] = replace(sc, sessions=list(sc.sessions), warnings=list(sc.warnings))
-        ages[inst.name] = max(0.0, (now - live.confirmed_at_ms) / 1000)
-    return BoardRead(scans, ages, stale)
+    seen = {name: {"key": instance_key(live.scan.inst), "mode": live.mode,
+                   "confirmed_at_ms": live.confirmed_at_ms} for name, live in by_name.items()}
+
+    def build(inst: InstanceConfig, _: Mapping[str, Any]) -> InstanceScan:
+        sc = by_name[inst.name].scan
+        return replace(sc, sessions=list(sc.sessions), warnings=list(sc.warnings))
+
+    return _pick(wanted, seen, now, limit, build)
 
 
 def merged(
