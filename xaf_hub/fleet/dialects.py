@@ -11,7 +11,6 @@ only the classic dialect has, stay in the client.
 from __future__ import annotations
 
 import abc
-import asyncio
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypedDict
 
@@ -125,14 +124,8 @@ class Classic(Api):
             raise RunStateUnknown(c.name, release.note)
         # Each directory, plus the server-wide map where this release keeps runs started
         # without a directory (1.2 to 1.14).
-        sem = asyncio.Semaphore(fan_out)
-
-        async def one(d: str | None) -> dict[str, RawStatus]:
-            async with sem:
-                return await c._status_map(d)
-
         wide: list[str | None] = [None] if release.reads_server_wide else []
-        parts = await aio.gather(*(one(d) for d in [*directories, *wide]))
+        parts = await aio.bounded(fan_out, c._status_map, [*directories, *wide])
         return {k: v for part in parts for k, v in part.items()}
 
     async def children(self, session_id: str, directory: str | None) -> list[ServerSession]:
