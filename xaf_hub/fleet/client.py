@@ -103,11 +103,6 @@ def explain(exc: BaseException, connect_timeout: float, read_timeout: float) -> 
     return "network", f"network error ({type(exc).__name__})"
 
 
-def describe_error(exc: BaseException, connect_timeout: float, read_timeout: float) -> str:
-    """The short human reason for an httpx exception (``explain``'s words)."""
-    return explain(exc, connect_timeout, read_timeout)[1]
-
-
 class OpencodeClient:
     """One instance, one ``httpx.AsyncClient``; use as ``async with``."""
 
@@ -311,7 +306,7 @@ class OpencodeClient:
         """A streaming GET of server-sent events (``fleet.stream`` reads it line by line).
 
         The one exception to this module's rule: httpx errors reach the caller, which turns
-        them into reasons with ``describe_error``. No read timeout: the caller keeps the
+        them into reasons with ``explain``. No read timeout: the caller keeps the
         heartbeat deadline.
         """
         return self._http.stream(

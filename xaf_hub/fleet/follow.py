@@ -23,7 +23,7 @@ from xaf_hub.core.backoff import Backoff
 from xaf_hub.core.outcomes import run_outcome
 from xaf_hub.core.runstate import outcome_of
 from xaf_hub.errors import HubError, UnreachableError
-from xaf_hub.fleet.client import OpencodeClient, describe_error
+from xaf_hub.fleet.client import OpencodeClient, explain
 from xaf_hub.fleet.events import Board, FleetEvent, Frame, now_ms
 from xaf_hub.fleet.live_view import PUBLISH_SECONDS, LiveInstance, LiveView
 from xaf_hub.fleet.mailbox import Bad, Behind, Closed, Mailbox
@@ -62,7 +62,6 @@ class FollowState:
     reported_down: bool = False
     bad_frames: int = 0  # frames dropped because reading them failed (since the start)
     long_lines: int = 0  # lines over MAX_FRAME_BYTES skipped unread (since the start)
-    overflows: int = 0  # times the consumer fell behind and a rescan replaced the frames
     over_budget: int = 0  # times the stream went over its budget and the instance was polled
 
 
@@ -222,7 +221,7 @@ class FleetFollower:
         except HubError as exc:
             return False, str(exc).removeprefix(f"{inst.name}: ")
         except httpx.HTTPError as exc:
-            return False, describe_error(exc, self.cfg.connect_timeout, self.cfg.read_timeout)
+            return False, explain(exc, self.cfg.connect_timeout, self.cfg.read_timeout)[1]
         except Exception as exc:  # noqa: BLE001 - one instance's failure never ends the others
             return False, f"follower error: {type(exc).__name__}: {exc}"[:300]
 
@@ -383,7 +382,6 @@ class FleetFollower:
                     return True, f"{bad_in_a_row} unreadable frames in a row"
                 continue
             if isinstance(item, Behind):
-                st.overflows += 1
                 if reason := await self._rescan(client, inst, board):
                     return True, reason
                 continue
