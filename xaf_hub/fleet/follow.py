@@ -175,8 +175,7 @@ class FleetFollower:
                 await self._stop.wait()
 
     def _client(self, inst: InstanceConfig) -> OpencodeClient:
-        transport = self.transport_factory(inst) if self.transport_factory else None
-        return make_client(self.cfg, inst, transport)
+        return make_client(self.cfg, inst, self.transport_factory)
 
     # ------------------------------------------------------------------------- per instance
 

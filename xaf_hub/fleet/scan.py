@@ -32,9 +32,11 @@ _STATUS_FAN_OUT = 16
 
 
 def make_client(
-    cfg: Config, inst: InstanceConfig, transport: httpx.AsyncBaseTransport | None = None
+    cfg: Config, inst: InstanceConfig, transport_factory: TransportFactory | None = None
 ) -> OpencodeClient:
-    """A client for ``inst`` with the configured timeouts, retries and page size."""
+    """A client for ``inst`` with the configured timeouts, retries and page size (its transport
+    from ``transport_factory``, the tests' seam; default the network)."""
+    transport = transport_factory(inst) if transport_factory else None
     return OpencodeClient(
         inst,
         connect_timeout=cfg.connect_timeout,
@@ -239,8 +241,7 @@ async def scan_fleet(
     ``on_done(name)`` is called as each instance's scan ends (for the progress line)."""
     chosen = list(cfg.instances if instances is None else instances)
     async def one(inst: InstanceConfig) -> InstanceScan:
-        transport = transport_factory(inst) if transport_factory else None
-        async with make_client(cfg, inst, transport) as client:
+        async with make_client(cfg, inst, transport_factory) as client:
             result = await scan_instance(client, inst, project_only=project_only)
         if on_done is not None:
             on_done(inst.name)
@@ -251,12 +252,12 @@ async def scan_fleet(
 
 
 async def _outcomes_of_instance(
-    cfg: Config, sc: InstanceScan, transport: httpx.AsyncBaseTransport | None
+    cfg: Config, sc: InstanceScan, transport_factory: TransportFactory | None
 ) -> None:
     from xaf_hub.core.runstate import outcome_of  # deferred: start-up, docs/performance.md
 
     sem = asyncio.Semaphore(_STATUS_FAN_OUT)
-    async with make_client(cfg, sc.inst, transport) as client:
+    async with make_client(cfg, sc.inst, transport_factory) as client:
 
         async def one(s: SessionRecord) -> SessionRecord:
             if not s.project:
@@ -288,12 +289,6 @@ async def fill_outcomes(
     """Fetch each project session's last outcome (one small request per idle session that
     does not carry one yet)."""
     await aio.gather(
-        *(
-            _outcomes_of_instance(
-                cfg, sc, transport_factory(sc.inst) if transport_factory else None
-            )
-            for sc in scans
-            if sc.reachable
-        )
+        *(_outcomes_of_instance(cfg, sc, transport_factory) for sc in scans if sc.reachable)
     )
     return snapshot_of(scans)

@@ -94,8 +94,7 @@ async def probe_instance(
 ) -> Probe:
     """Detect dialect and version, then list every session's folder."""
 
-    transport = transport_factory(inst) if transport_factory else None
-    async with make_client(cfg, inst, transport) as client:
+    async with make_client(cfg, inst, transport_factory) as client:
         try:
             await client.detect()
             sessions = await client.list_sessions()
