@@ -48,6 +48,7 @@ _SHORT_LIVED = 5.0  # seconds: a connection that ended sooner is retried with ba
 # Unreadable frames in a row before the stream is opened again (a reconnect rescans).
 MAX_BAD_FRAMES = 20
 BUDGET_COOLDOWN = 300.0  # an instance over its budget is polled this long, then streamed again
+PROBE_BUDGET_SECONDS = 1.0  # doctor watches a stream that opened this long against its budget
 
 
 @dataclass
@@ -503,30 +504,25 @@ async def probe_mode(
     cfg: Config,
     inst: InstanceConfig,
     transport_factory: TransportFactory | None = None,
-    probe_seconds: float = PROBE_SECONDS,
-    budget_seconds: float = 1.0,
 ) -> tuple[str, str, str]:
     """Which stream a follower would use for ``inst``: (mode, version, why it is polled).
 
     Mode and version are "" when the instance is unreachable. A stream that opens is
-    watched ``budget_seconds`` more: over its budget in that time, the instance would be
+    watched ``PROBE_BUDGET_SECONDS`` more: over its budget in that time, the instance would be
     polled, and the third item says why ("" otherwise).
     """
-    follower = FleetFollower(
-        cfg, [inst], emit=lambda ev: None, transport_factory=transport_factory,
-        probe_seconds=probe_seconds,
-    )
+    follower = FleetFollower(cfg, [inst], emit=lambda ev: None, transport_factory=transport_factory)
     async with follower._client(inst) as client:
         try:
             await client.detect()
         except HubError:
             return "", "", ""
-        streams = Streams(client, lambda: None, Budget(window=budget_seconds))
+        streams = Streams(client, lambda: None, Budget(window=PROBE_BUDGET_SECONDS))
         why = ""
         try:
             mode = await follower._choose(client, inst, streams)
             if mode != "polling":
-                why = await _over_budget(streams.queue, budget_seconds)
+                why = await _over_budget(streams.queue, PROBE_BUDGET_SECONDS)
         except HubError:
             mode = "polling"
         finally:

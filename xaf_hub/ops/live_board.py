@@ -179,17 +179,16 @@ def read_board(
     cfg: Config,
     instances: Iterable[InstanceConfig],
     *,
-    max_age: float | None = None,
     now_ms: int | None = None,
     stores: Stores | None = None,
     summary: bool = False,
 ) -> BoardRead:
-    """The fresh views of ``instances`` on the board (``max_age``: default
-    ``patrol.live_board_seconds``; 0 takes none): the state folder's files and, with
+    """The fresh views of ``instances`` on the board (``patrol.live_board_seconds`` old at
+    most; 0 takes none): the state folder's files and, with
     ``stores`` in Redis, every host's boards there. ``summary``: the boards' summaries, each
     scan with only its running sessions and its ``tally`` (what `status` needs)."""
     wanted = list(instances)
-    limit = cfg.patrol.live_board_seconds if max_age is None else max_age
+    limit = cfg.patrol.live_board_seconds
     if limit <= 0 or not wanted:
         return BoardRead({}, {}, {i.name: "the live board is off" for i in wanted})
     views: dict[str, Mapping[str, Any]] = {}
@@ -307,14 +306,13 @@ def take(
     instances: Iterable[InstanceConfig],
     view: Sequence[LiveInstance],
     *,
-    max_age: float | None = None,
     now_ms: int | None = None,
 ) -> BoardRead:
     """The fresh instances of a follower's own live view, by the board's rules (``serve``
     reads its follower in memory instead of its board file: the same view, no JSON between).
     Each scan taken is a copy: its reader may change it (``fill_outcomes``)."""
     wanted = list(instances)
-    limit = cfg.patrol.live_board_seconds if max_age is None else max_age
+    limit = cfg.patrol.live_board_seconds
     if limit <= 0:
         return BoardRead({}, {}, {i.name: "the live board is off" for i in wanted})
     by_name = {live.scan.inst.name: live for live in view}
