@@ -161,7 +161,6 @@ async def wait_for_run(
     baseline: str | None,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
-    poll: float = POLL_SECONDS,
 ) -> WaitResult:
     """Poll until the run after ``baseline`` starts or fails; heal what the patrol would."""
     start = clock()
@@ -222,7 +221,7 @@ async def wait_for_run(
             if verdict.state == "retrying":
                 return done("retrying", verdict)
             return done("no_sign", verdict)
-        await sleep(max(0.0, min(poll, deadline - clock())))
+        await sleep(max(0.0, min(POLL_SECONDS, deadline - clock())))
 
 
 async def confirm_run(

@@ -78,6 +78,18 @@ def test_a_board_with_steps_reports_each_priced_step_of_a_project_session(tmp_pa
     assert steps.missing == [("ses_unknown", f"{ROOT}/app")]
 
 
+def test_a_session_error_is_said_as_every_view_says_an_error(tmp_path: Path) -> None:
+    board = Board(_cfg(tmp_path).instances[0])
+    board.reconcile([SessionRecord("a", "ses_1", "t", f"{ROOT}/app", project=True)], "rescan")
+    error = {"name": "APIError",
+             "data": {"statusCode": 429, "message": "Rate limit exceeded\nretry later"}}
+    frame = parse_frame(_g("session.error", {"sessionID": "ses_1", "error": error}))
+    assert frame is not None
+    (event,) = board.apply(frame)
+    # One line, with the HTTP status, as runstate.error_text says it for show and the patrol.
+    assert (event.kind, event.detail) == ("error", "APIError: HTTP 429: Rate limit exceeded")
+
+
 def test_board_reports_each_change_once(tmp_path: Path) -> None:
     inst = _cfg(tmp_path).instances[0]
     board = Board(inst)

@@ -16,7 +16,6 @@ unreachable or rejects the password, 1 for a corrupt state file.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import socket
@@ -95,8 +94,7 @@ async def probe_instance(
 ) -> Probe:
     """Detect dialect and version, then list every session's folder."""
 
-    transport = transport_factory(inst) if transport_factory else None
-    async with make_client(cfg, inst, transport) as client:
+    async with make_client(cfg, inst, transport_factory) as client:
         try:
             await client.detect()
             sessions = await client.list_sessions()
@@ -118,13 +116,10 @@ async def probe_instance(
 
 async def probe_all(cfg: Config, transport_factory: TransportFactory | None = None) -> list[Probe]:
     """Probe every instance, at most ``scan_workers`` at once."""
-    sem = asyncio.Semaphore(cfg.scan_workers)
-
     async def one(inst: InstanceConfig) -> Probe:
-        async with sem:
-            return await probe_instance(cfg, inst, transport_factory)
+        return await probe_instance(cfg, inst, transport_factory)
 
-    return list(await aio.gather(*(one(i) for i in cfg.instances)))
+    return await aio.bounded(cfg.scan_workers, one, cfg.instances)
 
 
 def check_writable(path: Path) -> tuple[str | None, bool]:
