@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import field, fields
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 from xaf_hub.errors import ConfigError, ConfigProblem
 
@@ -138,6 +139,20 @@ class Setting:
         if self.check is not None and r.data.get(key) is not None:
             value = self.check(r, key, value)
         return value
+
+
+def http_url(
+    r: Reader, name: str, url: str, credentials: str = "must not carry a user name or password",
+    problem: ConfigProblem = "value",
+) -> str:
+    """An http(s) URL with a host and no user name or password in it (``credentials`` says
+    why not, as ``problem``)."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise r.fail(name, f"must be an http:// or https:// URL, got {url!r}", "bad_url")
+    if parts.username or parts.password:
+        raise r.fail(name, credentials, problem)
+    return url
 
 
 def each(check: Check) -> Check:
