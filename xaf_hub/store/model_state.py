@@ -423,16 +423,10 @@ def resolve_dispatch_model(
     families: Mapping[str, Sequence[str]],
 ) -> str | None:
     """Pick the dispatch model: explicit, else chain's first usable, else default, else None."""
-    if _usable(explicit, blacked_out, families):
-        return explicit
     # An explicit model of a blacked-out family falls through like no explicit model at all:
     # the blackout exists precisely so that a pinned free model stops eating 429s.
-    for model in chain:
-        if _usable(model, blacked_out, families):
-            return model
-    if _usable(default_model, blacked_out, families):
-        return default_model
-    return None
+    picks = (explicit, *chain, default_model)
+    return next((m for m in picks if _usable(m, blacked_out, families)), None)
 
 
 def next_model_in_chain(
@@ -445,7 +439,4 @@ def next_model_in_chain(
     rest: Sequence[str] = chain
     if current is not None and current in chain:
         rest = chain[list(chain).index(current) + 1 :]
-    for model in rest:
-        if model != current and _usable(model, blacked_out, families):
-            return model
-    return None
+    return next((m for m in rest if m != current and _usable(m, blacked_out, families)), None)
