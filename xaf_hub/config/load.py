@@ -712,9 +712,7 @@ def parse_config(raw: Any, *, path: Path, env: Mapping[str, str]) -> Config:
     instances = []
     for i, obj in enumerate(inst_raw):
         label = f"instances[{i}]"
-        name = obj.get("name")
-        if not isinstance(name, str) or not name.strip():
-            raise ConfigError(f"{path}: key '{label}.name': expected a non-empty string")
+        name = obj["name"]
         if name in names:
             raise ConfigError(
                 f"{path}: key '{label}.name': duplicate instance name '{name}'",

@@ -298,12 +298,9 @@ def load_json_file(path: Path, what: str = "config") -> Any:
         ) from None
 
 
-
-
-
-
 def instances_list(raw: Any, file: Path) -> list[dict[str, Any]]:
-    """The ``instances`` value as a list of objects (a list, or an object keyed by name)."""
+    """The ``instances`` value as a list of objects (a list, or an object keyed by name), each
+    with a name."""
     if isinstance(raw, dict):
         out = []
         for name, obj in raw.items():
@@ -312,10 +309,15 @@ def instances_list(raw: Any, file: Path) -> list[dict[str, Any]]:
             if "name" in obj and obj["name"] != name:
                 raise ConfigError(f"{file}: key 'instances.{name}.name': differs from its key")
             out.append({**obj, "name": name})
-        return out
-    if isinstance(raw, list):
+    elif isinstance(raw, list):
         for i, obj in enumerate(raw):
             if not isinstance(obj, dict):
                 raise ConfigError(f"{file}: key 'instances[{i}]': expected an object")
-        return list(raw)
-    raise ConfigError(f"{file}: key 'instances': expected a list or an object")
+        out = list(raw)
+    else:
+        raise ConfigError(f"{file}: key 'instances': expected a list or an object")
+    for i, obj in enumerate(out):
+        name = obj.get("name")
+        if not isinstance(name, str) or not name.strip():
+            raise ConfigError(f"{file}: key 'instances[{i}].name': expected a non-empty string")
+    return out

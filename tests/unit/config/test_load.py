@@ -90,6 +90,8 @@ def test_instances_are_scanned_all_at_once_up_to_a_bound(
             "must not carry credentials",
         ),
         (base(instances=[{"name": "a"}]), "instances[0].url': missing"),
+        (base(instances=[{"name": " ", "url": "http://h"}]), "'instances[0].name': expected a"),
+        (base(instances={"": {"url": "http://h"}}), "'instances[0].name': expected a non-empty"),
         (
             base(instances=[{"name": "a", "url": "http://127.0.0.1", "roots": ["rel/dir"]}]),
             "roots[0]': must be an absolute path",
