@@ -27,6 +27,7 @@ from xaf_hub.config.notify import NotifyConfig, parse_notify
 from xaf_hub.config.reader import Reader as _Reader
 from xaf_hub.config.reader import (
     each,
+    http_url,
     instances_list,
     json_type,
     load_json_file,
@@ -159,11 +160,7 @@ def _repository(r: _Reader, name: str, url: str) -> str:
 def _commit_url(r: _Reader, name: str, url: str) -> str:
     url = url.strip()
     if url:
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.netloc:
-            raise r.fail(name, "must be an http(s) URL", "bad_url")
-        if parts.username or parts.password:
-            raise r.fail(name, "must not carry a user name or password")
+        http_url(r, name, url)
         if "{commit}" not in url:
             raise r.fail(name, "must hold {commit} where the hash goes")
     return url
@@ -728,9 +725,7 @@ def parse_config(raw: Any, *, path: Path, env: Mapping[str, str]) -> Config:
     instances = []
     for i, obj in enumerate(inst_raw):
         label = f"instances[{i}]"
-        name = obj.get("name")
-        if not isinstance(name, str) or not name.strip():
-            raise ConfigError(f"{path}: key '{label}.name': expected a non-empty string")
+        name = obj["name"]
         if name in names:
             raise ConfigError(
                 f"{path}: key '{label}.name': duplicate instance name '{name}'",
@@ -951,14 +946,10 @@ def _parse_instance(
     url = r.get("url", (str,), None, nullable=False)
     if url is None:
         raise r.fail("url", "missing (e.g. http://127.0.0.1:4096)")
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise r.fail("url", f"must be an http:// or https:// URL, got {url!r}", "bad_url")
-    if parts.username or parts.password:
-        raise r.fail(
-            "url", "must not carry credentials; use username and config.local.json",
-            "url_credentials",
-        )
+    http_url(
+        r, "url", url, "must not carry credentials; use username and config.local.json",
+        "url_credentials",
+    )
     r.get("password_file", (str,), None)
     r.get("password_key", (str,), None)
     aliases = r.get("dir_aliases", (dict,), {})
