@@ -105,6 +105,14 @@ class Context:
             shared=self.stores, **seams,
         )
 
+    def audit(self, command: str, **fields: Any) -> None:
+        """Append one audit line for a write this run made (``store.audit.append``'s fields),
+        with its caller from the environment and no secret it knows."""
+        from xaf_hub.store import audit  # deferred: start-up, docs/performance.md
+
+        audit.append(self.whole.state_dir, command=command, env=self.env,
+                     secrets=self.secrets(), **fields)
+
     def close(self) -> None:
         """Close what this run opened (its stores' Redis client); the command has ended."""
         if self._stores is not None:

@@ -28,7 +28,6 @@ from xaf_hub.core.clock import local_iso
 from xaf_hub.errors import ExitCode, UsageError
 from xaf_hub.patrol.report import LATEST, latest_report
 from xaf_hub.patrol.runner import clear_paused, open_lease, run_daemon, run_once, set_paused
-from xaf_hub.store import audit
 from xaf_hub.store.audit import caller
 from xaf_hub.store.patrol_state import daemon_alive, heartbeat, pause_info
 
@@ -146,7 +145,7 @@ def _pause(ctx: Context) -> int:
     cfg = ctx.whole
     changed = set_paused(cfg.state_dir / "patrol", _who(ctx), datetime.now(UTC).astimezone())
     if changed:
-        audit.append(cfg.state_dir, command="patrol.pause", result="paused", env=ctx.env)
+        ctx.audit("patrol.pause", result="paused")
     return ctx.answer(
         {"paused": True, "changed": changed},
         "patrol paused (durable; `xaf-hub patrol resume` to undo)"
@@ -160,7 +159,7 @@ def _resume(ctx: Context) -> int:
     cfg = ctx.whole
     changed = clear_paused(cfg.state_dir / "patrol")
     if changed:
-        audit.append(cfg.state_dir, command="patrol.resume", result="active", env=ctx.env)
+        ctx.audit("patrol.resume", result="active")
     return ctx.answer(
         {"paused": False, "changed": changed},
         "patrol resumed" if changed else "patrol was not paused",
