@@ -143,20 +143,10 @@ class ImportOptions(Answers):
                          "to it")
 
 
-ACTIONS: dict[str, tuple[type[Any], str]] = {
-    "list": (ListOptions, "list the tasks (pending first, by priority)"),
-    "add": (AddOptions, "add a pending task"),
-    "show": (ShowOptions, "show one task in full"),
-    "set": (SetOptions, "change a task's status (and optionally unblock it)"),
-    "export": (ExportOptions, "write the pool as the portable JSON file (stdout without FILE)"),
-    "import": (ImportOptions, "add the tasks of a pool JSON file to the pool (all or none)"),
-}
-
-
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The actions of `backlog`, each with its record's options."""
     sub = p.add_subparsers(dest="backlog_command", metavar="ACTION", required=True)
-    for name, (record, words) in ACTIONS.items():
+    for name, (record, words, _) in ACTIONS.items():
         action = sub.add_parser(name, help=words)
         # Accepted after the action too, like every other command's options.
         add_options(action, pick(declared(Common), *GLOBAL), suppress=True)
@@ -165,8 +155,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(ctx: Context) -> int:
     """Dispatch to the chosen action."""
-    command = ctx.options(Choice).backlog_command
-    return _RUNS[command](ctx, ctx.options(ACTIONS[command][0]))
+    record, _, action = ACTIONS[ctx.options(Choice).backlog_command]
+    return action(ctx, ctx.options(record))
 
 
 def _state(ctx: Context, task: Task, tasks: list[Task]) -> dict[str, str]:
@@ -427,6 +417,14 @@ def _import(ctx: Context, opts: ImportOptions) -> int:
                       f"{verb} {len(added)} task(s) from {source} into {store.where}")
 
 
-_RUNS: dict[str, Callable[[Context, Any], int]] = {
-    "list": _list, "add": _add, "show": _show, "set": _set, "export": _export, "import": _import,
+# Each action: its options record, its help and what runs it.
+ACTIONS: dict[str, tuple[type[Any], str, Callable[[Context, Any], int]]] = {
+    "list": (ListOptions, "list the tasks (pending first, by priority)", _list),
+    "add": (AddOptions, "add a pending task", _add),
+    "show": (ShowOptions, "show one task in full", _show),
+    "set": (SetOptions, "change a task's status (and optionally unblock it)", _set),
+    "export": (ExportOptions, "write the pool as the portable JSON file (stdout without FILE)",
+               _export),
+    "import": (ImportOptions, "add the tasks of a pool JSON file to the pool (all or none)",
+               _import),
 }
