@@ -143,11 +143,12 @@ class Context:
         """``text`` without any secret this run knows (see ``core.text.redact``)."""
         return redact(text, self.secrets())
 
-    def out(self, text: str = "") -> None:
-        """Print a line of normal output (control characters neutralised unless --json)."""
+    def out(self, text: str = "", *, flush: bool = False) -> None:
+        """Print a line of normal output (control characters neutralised unless --json);
+        ``flush``: at once (a line a reader waits for)."""
         # JSON already escapes every C0 control; text may carry server-supplied titles.
         text = self.redact(text)
-        print(text if self.json else terminal_safe(text), file=self.stdout)
+        print(text if self.json else terminal_safe(text), file=self.stdout, flush=flush)
 
     def answer(self, doc: Any, *lines: str) -> int:
         """Print a command's answer: ``doc`` as JSON with --json, else ``lines`` for a person;

@@ -261,8 +261,7 @@ def _confirm(ctx: Context, plan: Plan, sent: Dispatched, window: float) -> int:
 
     cfg, result = ctx.config, sent.result
     if not ctx.json:
-        ctx.out(_sent_line(plan, result))
-        ctx.stdout.flush()
+        ctx.out(_sent_line(plan, result), flush=True)
     session = ServerSession(
         result.session_id, result.title, result.directory, 0, 0, 0.0, "", result.model or ""
     )

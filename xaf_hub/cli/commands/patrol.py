@@ -119,12 +119,8 @@ def run(ctx: Context) -> int:
     else:
         interval, aligned = timedelta(minutes=ctx.whole.patrol.interval_minutes), True
 
-    def out(line: str) -> None:
-        ctx.out(line)
-        ctx.stdout.flush()
-
-
-    return run_daemon(pctx, skip, interval, aligned=aligned, out=out, live=not opts.no_live,
+    return run_daemon(pctx, skip, interval, aligned=aligned, live=not opts.no_live,
+                      out=lambda line: ctx.out(line, flush=True),
                       watch=ConfigWatch(ctx.whole, ctx.env), use=ctx.use)
 
 

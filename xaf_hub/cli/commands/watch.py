@@ -111,8 +111,7 @@ def follow(
             return
         if ev.kind == "down":
             pending.discard(ev.instance)
-        ctx.out(dumps_line(ev.to_json()) if ctx.json else _event_line(ev))
-        ctx.stdout.flush()
+        ctx.out(dumps_line(ev.to_json()) if ctx.json else _event_line(ev), flush=True)
 
     follower = FleetFollower(ctx.config, instances, emit=show, force_polling=polled,
                              transport_factory=ctx.transport_factory, poll_seconds=poll_seconds)
