@@ -361,7 +361,7 @@ class Board:
             return
         if props.get("id") in (None, "", "global"):  # folders without a repository of their own
             return
-        if self.inst.rules.is_project(checkout):
+        if self.inst.claims(checkout):  # any configured project's, when none is chosen
             self.learn_sandboxes({f: checkout for f in folders if isinstance(f, str) and f})
 
     def _foreign_run(self, sid: str, kind: str, props: Mapping[str, Any]) -> None:

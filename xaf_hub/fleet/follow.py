@@ -461,6 +461,12 @@ class FleetFollower:
 
     # ------------------------------------------------------------------------- live view
 
+    def checkout_of(self, instance: str, folder: str) -> str:
+        """The checkout the worktree ``folder`` on ``instance`` was made from, as the stream and
+        the rescans told it ("": none the follower knows)."""
+        board = self.boards.get(instance)
+        return board.sandboxes.get(folder, "") if board is not None else ""
+
     def live_view(self) -> list[LiveInstance]:
         """Every instance as known now (call it on the follower's own loop)."""
         return self.live.view()

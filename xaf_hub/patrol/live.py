@@ -15,7 +15,7 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from xaf_hub.config.watch import ConfigState
 from xaf_hub.core import aio
@@ -26,6 +26,7 @@ from xaf_hub.errors import BusyError, HubError
 from xaf_hub.fleet.events import FleetEvent
 from xaf_hub.fleet.follow import FleetFollower, run_in_thread
 from xaf_hub.fleet.scan import build_record
+from xaf_hub.fleet.wire import ServerSession
 from xaf_hub.notify.patrol import queue_round
 from xaf_hub.notify.record import RoundLog, session_action
 from xaf_hub.ops.ceiling import root_of
@@ -95,12 +96,23 @@ class LiveReactor:
         self.lock_name = lock_name
         self.notices = notices  # wakes the sender once a reaction queued its notices
         self.reactions = 0
-        self.ceiling = CeilingWatch(pctx, out, notices) if CEILING not in self.skip else None
+        # (instance, folder) -> the checkout a worktree was made from, as the follower knows it
+        self.checkout_of: Callable[[str, str], str] = lambda _instance, _folder: ""
+        self.ceiling = (
+            CeilingWatch(pctx, out, notices, self.placed) if CEILING not in self.skip else None
+        )
         self._work = _Work()
         self._cond = threading.Condition()
         self._stopped = False
         self._thread = threading.Thread(target=self._loop, name="xaf-hub-live", daemon=True)
         self._pool_seen: object = _UNSEEN  # the pool's stamp at the last look
+
+    def placed(self, instance: str, s: ServerSession) -> ServerSession:
+        """``s`` with the checkout its worktree was made from: a session read by id does not
+        say it, and a task's room is the project's only through its checkout."""
+        if s.checkout or not s.directory:
+            return s
+        return replace(s, checkout=self.checkout_of(instance, s.directory))
 
     def start(self, before: LiveReactor | None = None) -> None:
         """Start reacting, with a fill first: free slots need not wait for the first round
@@ -318,13 +330,13 @@ class LiveReactor:
         except HubError:
             return ""
         async with pctx.client(inst) as client:
-            s = await client.get_session(sid)
+            s = self.placed(instance, await client.get_session(sid))
             status = (await client.status(s.directory)).get(sid) if s.directory else None
-        owner = inst.owner(s.directory) if s.directory and not pctx.cfg.chosen else ""
+        owner = inst.owner(s.directory, s.checkout) if s.directory and not pctx.cfg.chosen else ""
         if owner:  # several projects: the session is seen through its own project
             pctx = pctx.but(cfg=pctx.cfg.choose(owner))
             inst = pctx.cfg.instance(instance)
-        if not s.directory or not inst.rules.is_project(s.directory) or s.parent_id:
+        if not s.directory or not inst.rules.owns(s.directory, s.checkout) or s.parent_id:
             return ""
         rec = build_record(inst, s, status, True)
         run = (await cycle.last_runs(pctx, [(inst, rec)])).get((inst.name, rec.id))
@@ -374,11 +386,16 @@ class CeilingWatch:
     """
 
     def __init__(
-        self, pctx: OpsContext, out: Callable[[str], None], notices: Callable[[], None]
+        self,
+        pctx: OpsContext,
+        out: Callable[[str], None],
+        notices: Callable[[], None],
+        placed: Callable[[str, ServerSession], ServerSession] = lambda _i, s: s,
     ) -> None:
         self.pctx = pctx
         self.out = out
         self.notices = notices
+        self.placed = placed  # a session read by id with its worktree's checkout (LiveReactor)
         # (instance, session) -> when (monotonic), and the session as the event told it
         self._due: dict[tuple[str, str], tuple[float, SessionRecord]] = {}
         self._cond = threading.Condition()
@@ -467,8 +484,8 @@ class CeilingWatch:
             return root, False
         async with pctx.client(inst) as client:
             if known is None or known.parent_id:
-                top = await root_of(client, await client.get_session(sid))
-                root = build_record(inst, top, None, inst.rules.is_project(top.directory))
+                top = self.placed(instance, await root_of(client, await client.get_session(sid)))
+                root = build_record(inst, top, None, inst.claims(top.directory, top.checkout))
             if (instance, root.id) in judged or not root.project:
                 return root, False
             judged.add((instance, root.id))
@@ -494,6 +511,7 @@ def start_live(
         outcomes=False, steps=reactor.ceiling is not None,
         publish=lambda view: publish(cfg, view, "patrol", pctx.stores, state()),
     )
+    reactor.checkout_of = follower.checkout_of
     reactor.start(before)
     run_in_thread(follower, "xaf-hub-patrol-follower")
     return follower, reactor

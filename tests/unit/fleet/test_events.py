@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.unit.config.projects_support import load, projects
 from tests.unit.fleet.event_support import (
     ROOT,
     FakeServer,
@@ -633,3 +634,20 @@ def test_a_worktree_of_a_project_checkout_is_the_projects(tmp_path: Path) -> Non
     rec = SessionRecord("a", "ses_w", "t", room, project=True)
     fresh.reconcile([rec], "rescan", {room: f"{ROOT}/app"})
     assert fresh.is_project(room)
+
+
+def test_a_board_over_several_projects_learns_each_projects_worktrees(tmp_path: Path) -> None:
+    """A daemon follows every project at once (no project chosen): a worktree of any configured
+    project's checkout is learnt from the project.updated frame, so the run in it is followed
+    (its priced steps reported) from its first frame, not from the next rescan; a worktree of
+    a checkout no project holds is not."""
+    board = Board(load(tmp_path, projects()).instances[0], steps=True)
+    room, stray = "/data/opencode/worktree/p2/t-1-post", "/data/opencode/worktree/p3/x"
+    for ident, checkout, folder in (("p2", "/src/blog", room), ("p3", "/elsewhere", stray)):
+        frame = parse_frame(
+            _g("project.updated", {"id": ident, "worktree": checkout, "sandboxes": [folder]},
+               directory="global")
+        )
+        assert frame is not None and board.apply(frame) == []
+    assert board.is_project(room) and not board.is_project(stray)
+    assert board.inst.owner(room, board.sandboxes[room]) == "blog"
