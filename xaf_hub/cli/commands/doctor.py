@@ -30,13 +30,12 @@ from typing import TYPE_CHECKING, Any
 from xaf_hub import __version__
 from xaf_hub.cli.context import Context
 from xaf_hub.cli.options import Answers, flag
-from xaf_hub.cli.termfit import wrap
+from xaf_hub.cli.termfit import Screen, wrap
 from xaf_hub.config.credentials import REDIS_PASSWORD_ENV
 from xaf_hub.config.load import Config, InstanceConfig, find_config
 from xaf_hub.config.reader import load_json_file
 from xaf_hub.core import aio
 from xaf_hub.core.clock import resolve_timezone
-from xaf_hub.core.text import dumps, redact
 from xaf_hub.errors import ConfigError, ExitCode, HubError, UnreachableError
 from xaf_hub.fleet.scan import make_client, read_run_state
 from xaf_hub.notify.check import webhook_checks
@@ -248,10 +247,8 @@ def _clock(cfg: Config, now: datetime) -> list[Finding]:
     return clock_findings(cfg.models, tz, now, blackouts, families_chosen(cfg))
 
 
-def collect(
-    ctx: Context, opts: Options, now: datetime
-) -> tuple[Path | None, list[Finding], tuple[str, ...]]:
-    """Run every check; return (config path, findings, secrets to redact)."""
+def collect(ctx: Context, opts: Options, now: datetime) -> tuple[Path | None, list[Finding]]:
+    """Run every check; return (config path, findings)."""
     try:
         path: Path | None = find_config(ctx.common.config, ctx.env, ctx.cwd)
     except ConfigError:
@@ -259,7 +256,7 @@ def collect(
     try:
         cfg = ctx.config
     except ConfigError as exc:
-        return path, [config_error_finding(exc)], ()
+        return path, [config_error_finding(exc)]
     local_doc: Any = None
     if cfg.local_config is not None:
         with contextlib.suppress(ConfigError):
@@ -289,7 +286,7 @@ def collect(
     findings.extend(_patrol(cfg))
 
     findings += webhook_checks(cfg.notify, cfg.state_dir, online=opts.online)
-    return cfg.path, findings, cfg.secrets()
+    return cfg.path, findings
 
 
 # ---------------------------------------------------------------------------------------------
@@ -354,24 +351,18 @@ def run(ctx: Context) -> int:
     """Check everything and print one line per check, with a fix for each problem."""
 
     opts = ctx.options(Options)
-    path, findings, secrets = collect(ctx, opts, now_utc())
+    path, findings = collect(ctx, opts, now_utc())
     code = worst(findings)
     if ctx.json:
-        doc = {
+        ctx.answer({
             "version": __version__,
             "config": str(path) if path is not None else None,
             "exit_code": int(code),
             "errors": sum(1 for f in findings if f.level == "error"),
             "warnings": sum(1 for f in findings if f.level == "warn"),
             "findings": [f.to_json() for f in findings],
-        }
-        ctx.out(redact(dumps(doc), secrets))
+        })
     else:
-        from xaf_hub.cli.termfit import Screen
-
-        screen = Screen.of(ctx.stdout, ctx.env)
-        text = render(
-            path, findings, code, columns=screen.width, clean=lambda t: redact(t, secrets)
-        )
-        ctx.out(redact(text, secrets))
+        columns = Screen.of(ctx.stdout, ctx.env).width
+        ctx.out(render(path, findings, code, columns=columns, clean=ctx.redact))
     return int(code)

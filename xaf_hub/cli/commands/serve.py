@@ -217,8 +217,7 @@ def run(ctx: Context) -> int:
     try:
         host, port = sock.getsockname()[:2]
         url = url_of(str(host), int(port))
-        ctx.out(url)  # stdout holds only the URL, for scripts
-        ctx.stdout.flush()
+        ctx.out(url, flush=True)  # stdout holds only the URL, for scripts
         login = " (log in with any user name and the viewer password)" if opts.public else ""
         ctx.info(f"serving the overview of {len(instances)} instance(s) at {url}{login}; "
                  f"read-only, rescans at most every {opts.cache_seconds:g}s; Ctrl+C stops")
