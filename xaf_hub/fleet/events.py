@@ -241,6 +241,13 @@ class Board:
             )
         return self._verdicts[directory]
 
+    def placed(self, s: ServerSession) -> ServerSession:
+        """``s`` with the checkout its worktree was made from, as this board knows it: a session
+        read by id does not say it, and a task's room is a project's only through its checkout."""
+        if s.checkout or not s.directory:
+            return s
+        return replace(s, checkout=self.sandboxes.get(s.directory, ""))
+
     def learn_sandboxes(self, sandboxes: Mapping[str, str]) -> None:
         """Know these worktrees (folder -> the checkout each was made from) from now on."""
         for folder, checkout in sandboxes.items():

@@ -23,7 +23,7 @@ from xaf_hub.core.backoff import Backoff
 from xaf_hub.core.outcomes import run_outcome
 from xaf_hub.core.runstate import outcome_of
 from xaf_hub.errors import HubError, UnreachableError
-from xaf_hub.fleet.client import OpencodeClient, explain
+from xaf_hub.fleet.client import OpencodeClient, ServerSession, explain
 from xaf_hub.fleet.events import Board, FleetEvent, Frame, now_ms
 from xaf_hub.fleet.live_view import PUBLISH_SECONDS, LiveInstance, LiveView
 from xaf_hub.fleet.mailbox import Bad, Behind, Closed, Mailbox
@@ -436,7 +436,7 @@ class FleetFollower:
             except (ValueError, TypeError, httpx.InvalidURL):
                 board.ignore(sid)  # an id no request can carry: never ours to follow
                 continue
-            changes += board.learn(build_record(inst, s, None, True))
+            changes += board.learn(build_record(inst, board.placed(s), None, True))
             changes += board.apply(frame)
         return changes
 
@@ -459,11 +459,11 @@ class FleetFollower:
 
     # ------------------------------------------------------------------------- live view
 
-    def checkout_of(self, instance: str, folder: str) -> str:
-        """The checkout the worktree ``folder`` on ``instance`` was made from, as the stream and
-        the rescans told it ("": none the follower knows)."""
+    def placed(self, instance: str, s: ServerSession) -> ServerSession:
+        """``s`` (on ``instance``) with its worktree's checkout, as the stream and the rescans
+        told it (``Board.placed``)."""
         board = self.boards.get(instance)
-        return board.sandboxes.get(folder, "") if board is not None else ""
+        return board.placed(s) if board is not None else s
 
     def live_view(self) -> list[LiveInstance]:
         """Every instance as known now (call it on the follower's own loop)."""

@@ -15,7 +15,7 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from xaf_hub.config.load import InstanceConfig
 from xaf_hub.config.watch import ConfigState
@@ -97,23 +97,18 @@ class LiveReactor:
         self.lock_name = lock_name
         self.notices = notices  # wakes the sender once a reaction queued its notices
         self.reactions = 0
-        # (instance, folder) -> the checkout a worktree was made from, as the follower knows it
-        self.checkout_of: Callable[[str, str], str] = lambda _instance, _folder: ""
+        # A session read by id with its worktree's checkout (the follower's ``placed``).
+        self.placed: Callable[[str, ServerSession], ServerSession] = lambda _instance, s: s
         self.ceiling = (
-            CeilingWatch(pctx, out, notices, self.placed) if CEILING not in self.skip else None
+            CeilingWatch(pctx, out, notices, lambda i, s: self.placed(i, s))
+            if CEILING not in self.skip
+            else None
         )
         self._work = _Work()
         self._cond = threading.Condition()
         self._stopped = False
         self._thread = threading.Thread(target=self._loop, name="xaf-hub-live", daemon=True)
         self._pool_seen: object = _UNSEEN  # the pool's stamp at the last look
-
-    def placed(self, instance: str, s: ServerSession) -> ServerSession:
-        """``s`` with the checkout its worktree was made from: a session read by id does not
-        say it, and a task's room is the project's only through its checkout."""
-        if s.checkout or not s.directory:
-            return s
-        return replace(s, checkout=self.checkout_of(instance, s.directory))
 
     def start(self, before: LiveReactor | None = None) -> None:
         """Start reacting, with a fill first: free slots need not wait for the first round
@@ -518,7 +513,7 @@ def start_live(
         outcomes=False, steps=reactor.ceiling is not None,
         publish=lambda view: publish(cfg, view, "patrol", pctx.stores, state()),
     )
-    reactor.checkout_of = follower.checkout_of
+    reactor.placed = follower.placed
     reactor.start(before)
     run_in_thread(follower, "xaf-hub-patrol-follower")
     return follower, reactor
