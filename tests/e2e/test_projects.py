@@ -142,6 +142,8 @@ def test_one_daemon_gives_a_quiet_projects_task_the_first_free_slot(hub: Hub) ->
         first = sent("shop")[0]
         hub.cli("interrupt", "--project", "shop", "--session", first["session_id"], "--allow-prod")
         hub.wait_for(lambda: sent("blog"), timeout=60)
+        # the task is marked sent when its prompt is accepted; the run shows busy a little later
+        hub.wait_for(lambda: samples and samples[-1] == (1, 1), timeout=60)
         hub.wait_for(lambda: len(samples) >= 10)
         stop.set()
         sampler.join(timeout=30)
