@@ -7,12 +7,12 @@ instance's dispatch lock, and kept even when the abort fails, so the patrol neve
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from xaf_hub.core import aio
 from xaf_hub.core.records import find_session
 from xaf_hub.errors import HubError, MissingPassword, UnreachableError, UsageError
 from xaf_hub.fleet.scan import scan_fleet
@@ -66,18 +66,22 @@ async def interrupt_session(
                 f"stopped without {sc.inst.name}'s dispatch lock ({exc}): a heal or resume "
                 "under way at this moment may start the session again"
             )
-        ops.audit(
+        await aio.blocking(
+            ops.audit,
             "interrupt", instance=sc.inst.name, session=session.id, result="stopping", reason=was
         )
-        shared = await asyncio.to_thread(_share, ops, sc.inst.name, session.id, notes)
-        with ops.audited("interrupt", instance=sc.inst.name, session=session.id):
-            async with ops.client(sc.inst) as client:
-                await client.abort(session.id, session.directory)
-        ops.audit(
+        shared = await aio.blocking(_share, ops, sc.inst.name, session.id, notes)
+        async with (
+            ops.audited("interrupt", instance=sc.inst.name, session=session.id),
+            ops.client(sc.inst) as client,
+        ):
+            await client.abort(session.id, session.directory)
+        await aio.blocking(
+            ops.audit,
             "interrupt", instance=sc.inst.name, session=session.id, result="aborted", reason=was
         )
         if shared:  # again, with the time the run stopped (the later time, as the audit has)
-            await asyncio.to_thread(_share, ops, sc.inst.name, session.id, notes)
+            await aio.blocking(_share, ops, sc.inst.name, session.id, notes)
     note = "; ".join(ops.redact(n) for n in notes)
     return Interrupted(sc.inst.name, session.id, session.run_state, note)
 
