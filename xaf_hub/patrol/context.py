@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -19,7 +19,7 @@ from xaf_hub.core.records import SessionRecord
 from xaf_hub.core.runstate import LastRun, last_run
 from xaf_hub.errors import BudgetReached, BusyError, HubError, RunsAgain
 from xaf_hub.notify.record import InstanceLine, RoundLog, session_action
-from xaf_hub.ops.budget import budget_lines
+from xaf_hub.ops.budget import BudgetLine, budget_lines, spends, totals
 from xaf_hub.ops.context import Fleet, OpsContext
 from xaf_hub.ops.load import instance_load
 from xaf_hub.ops.send import pool_discipline as _pool_discipline
@@ -118,12 +118,21 @@ class Cycle:
                 )
             )
         self.log.instances = lines
-        project, spends = budget_lines(
-            pctx.cfg,
-            [(sc.inst, sc.sessions if sc.reachable else None) for sc in fleet.scans],
-            pctx.now(),
+        cfg, now = pctx.cfg, pctx.now()
+        own = budget_lines(
+            cfg, [(sc.inst, sc.sessions if sc.reachable else None) for sc in fleet.scans], now
         )
-        self.log.spend = [project, *spends]
+        if len(cfg.projects) < 2:
+            self.log.spend = [own[0], *own[1]]
+            return
+        # Several projects: each project's job replaces its own lines, and every project's
+        # spend against budget.daily_usd leads.
+        every = totals(spends(cfg, fleet.scans, now).values())[1]
+        self.log.spend = [
+            BudgetLine("", every, cfg.budget.daily_usd, every=True),
+            *(line for line in self.log.spend if line.project not in ("", cfg.project_name)),
+            *(replace(line, project=cfg.project_name) for line in (own[0], *own[1])),
+        ]
 
     async def attempt(
         self, pctx: OpsContext, step: str, kind: str, rec: SessionRecord, act: Awaitable[T],

@@ -46,7 +46,7 @@ def test_each_level_once_per_day(tmp_path: Path) -> None:
     first = round_(tmp_path, [project(8.0), BudgetLine("a", Spend(0.2), 1.0)])
     assert [i for i, _ in first] == ["budget:*:80:2026-12-02"]
     assert first[0][1] == {"level": 80, "day": "2026-12-02", "spent_usd": 8.0, "budget_usd": 10.0,
-                           "cost_unknown_sessions": 0}
+                           "cost_unknown_sessions": 0, "every_project": False}
     # Still above 80 %: nothing new (the outbox's state remembers, across restarts too).
     assert round_(tmp_path, [project(9.0)]) == []
     reached = round_(tmp_path, [project(10.0), BudgetLine("a", Spend(1.0), 1.0)])
