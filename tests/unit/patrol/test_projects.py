@@ -196,3 +196,12 @@ def test_a_round_over_several_projects_notices_each_projects_budget_and_the_over
     overall = next(e for e in events if e.data.get("every_project"))
     assert render(overall, language="en", project="", page_url="", tz=UTC)[0].endswith(
         "Daily budget 80 % spent: All projects")
+
+
+def test_a_projects_branch_policy_shapes_its_prompts(tmp_path: Path) -> None:
+    doc = projects()
+    doc["projects"]["blog"]["branch_policy"] = "mainline"
+    shop, blog = project_views(OpsContext(load(tmp_path, doc), env={}))
+    said = {v.cfg.project_name: build_prompt(v, v.cfg.instances[0], "do x", "x")
+            for v in (shop, blog)}
+    assert "Branch policy: branch" in said["shop"] and "Branch policy: mainline" in said["blog"]
