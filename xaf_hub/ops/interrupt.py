@@ -8,7 +8,6 @@ instance's dispatch lock, and kept even when the abort fails, so the patrol neve
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -19,7 +18,7 @@ from xaf_hub.errors import HubError, MissingPassword, UnreachableError, UsageErr
 from xaf_hub.fleet.scan import scan_fleet
 from xaf_hub.ops.context import OpsContext
 from xaf_hub.ops.planner import check_write
-from xaf_hub.ops.send import held
+from xaf_hub.ops.send import held_or_noted
 from xaf_hub.store.audit import who
 
 if TYPE_CHECKING:
@@ -55,14 +54,9 @@ async def interrupt_session(
     check_write(sc.inst, session, allow_prod=allow_prod, force=force)
     was = "was " + session.run_state
     notes: list[str] = []
-    async with contextlib.AsyncExitStack() as stack:
-        try:  # a patrol's heal or resume re-reads people's decisions under this lock
-            await stack.enter_async_context(held(ops.gate(), sc.inst.name))
-        except HubError as exc:
-            notes.append(
-                f"stopped without {sc.inst.name}'s dispatch lock ({exc}): a heal or resume "
-                "under way at this moment may start the session again"
-            )
+    # a patrol's heal or resume re-reads people's decisions under this lock
+    risk = ": a heal or resume under way at this moment may start the session again"
+    async with held_or_noted(ops.gate(), sc.inst.name, notes, "stopped", risk):
         ops.audit(
             "interrupt", instance=sc.inst.name, session=session.id, result="stopping", reason=was
         )
