@@ -184,15 +184,8 @@ def run(ctx: Context) -> int:
         """Every WATCH_SECONDS: read the config again if it was saved."""
         while not stop.wait(WATCH_SECONDS):
             try:
-                polled = watch.poll()
-                if polled == "unchanged":
-                    continue
-                if polled == "loaded":
-                    reconfigure(watch.cfg)
-                    log.line(f"config: read again ({len(watch.cfg.instances)} instance(s))")
-                for line in watch.state.words("serve"):
-                    log.line(f"config: {line}")
-                cache.invalidate()  # the next page shows it
+                if watch.look("serve", reconfigure, log.line):
+                    cache.invalidate()  # the next page shows it
             except Exception as exc:  # noqa: BLE001 - the watch must outlive one bad look
                 log.line(f"config: {type(exc).__name__}: {exc}")
 
