@@ -13,10 +13,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-from xaf_hub.core.text import table
+from xaf_hub.core.text import cells, table
 
 ELLIPSIS = "…"
-GAP = 2  # tabulate's "simple" format puts two spaces between columns
+GAP = 2  # the spaces between columns (core.text.table)
 
 GREEN, YELLOW, RED, DIM = "32", "33", "31", "2"
 
@@ -50,20 +50,6 @@ def terminal_width(stream: TextIO, env: Mapping[str, str]) -> int:
         return max(os.get_terminal_size(stream.fileno()).columns, 20)
     except (AttributeError, ValueError, OSError):
         return 80
-
-
-def cells(text: str) -> int:
-    """Display width of ``text`` in terminal cells (wide characters count two)."""
-    if text.isascii() and text.isprintable():
-        return len(text)  # one cell each; spares --help importing wcwidth
-    from wcwidth import wcswidth
-
-    width = wcswidth(text)
-    if width >= 0:
-        return int(width)
-    from wcwidth import wcwidth  # a control or unknown character: count what can be counted
-
-    return sum(max(wcwidth(ch), 0) for ch in text)
 
 
 def fit(text: str, width: int, *, keep_end: bool = False, mark: str = ELLIPSIS) -> str:

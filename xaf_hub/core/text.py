@@ -16,22 +16,49 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 from urllib.parse import quote, quote_plus
 
+_SGR = re.compile(r"\x1b\[[\d;]*m")  # a colour code: no width on the screen
+
+
+def cells(text: str) -> int:
+    """Display width of ``text`` in terminal cells (wide characters count two)."""
+    if text.isascii() and text.isprintable():
+        return len(text)  # one cell each; spares most tables importing wcwidth
+    from wcwidth import wcswidth, wcwidth  # deferred: start-up, docs/performance.md
+
+    width = wcswidth(text)
+    # a control or unknown character: count what can be counted
+    return int(width) if width >= 0 else sum(max(wcwidth(ch), 0) for ch in text)
+
 
 def table(rows: Sequence[Sequence[Any]], headers: Sequence[str], *, header_pad: int = 2) -> str:
-    """Render rows with tabulate; wide (CJK) characters count double so columns line up.
+    """Rows under their headers as tabulate's "simple" format draws them: columns two spaces
+    apart, a dashed rule under the headers, cells stripped and left-aligned, a cell of several
+    lines spread over as many lines (padded below), colour codes taking no room and wide (CJK)
+    characters two cells.
 
-    ``header_pad``: the cells a column keeps beyond its header (tabulate's default is 2;
-    tables fitted to a terminal use 0)."""
-    import tabulate as tab
+    ``header_pad``: the cells a column keeps beyond its header (tables fitted to a terminal
+    use 0)."""
+    heads = [str(h) for h in headers]
+    body = [["" if v is None else str(v).strip() for v in row] for row in rows]
 
-    tab.WIDE_CHARS_MODE = True  # needs wcwidth; CJK titles would otherwise misalign
-    saved, tab.MIN_PADDING = tab.MIN_PADDING, header_pad
-    try:
-        return str(
-            tab.tabulate(rows, headers=list(headers), tablefmt="simple", disable_numparse=True)
-        )
-    finally:
-        tab.MIN_PADDING = saved
+    def width(cell: str) -> int:
+        return max(cells(_SGR.sub("", line)) for line in cell.split("\n"))
+
+    sizes = [max([width(h) + header_pad] + [width(r[i]) for r in body])
+             for i, h in enumerate(heads)]
+
+    def lines(row: Sequence[str]) -> list[str]:
+        split = [cell.split("\n") for cell in row]
+        return [
+            "  ".join(
+                (part := s[k] if k < len(s) else "") + " " * (w - width(part))
+                for s, w in zip(split, sizes, strict=True)
+            ).rstrip()
+            for k in range(max(map(len, split), default=0))
+        ]
+
+    rule = "  ".join("-" * w for w in sizes)
+    return "\n".join([*lines(heads), rule, *(line for row in body for line in lines(row))])
 
 
 def dumps(data: Any) -> str:
