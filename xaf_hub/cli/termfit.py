@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-from xaf_hub.core.text import cells, table
+from xaf_hub.core.text import cells, char_cells, table
 
 ELLIPSIS = "…"
 GAP = 2  # the spaces between columns (core.text.table)
@@ -60,12 +60,11 @@ def fit(text: str, width: int, *, keep_end: bool = False, mark: str = ELLIPSIS) 
         return text
     if width <= len(mark):
         return mark[:width]
-    from wcwidth import wcwidth
     chars = reversed(text) if keep_end else iter(text)
     kept: list[str] = []
     used = 0
     for ch in chars:
-        w = max(wcwidth(ch), 0)
+        w = char_cells(ch)
         if used + w > width - len(mark):
             break
         kept.append(ch)

@@ -12,6 +12,7 @@ import functools
 import json
 import math
 import re
+import unicodedata
 from collections.abc import Iterable, Sequence
 from typing import Any
 from urllib.parse import quote, quote_plus
@@ -19,15 +20,38 @@ from urllib.parse import quote, quote_plus
 _SGR = re.compile(r"\x1b\[[\d;]*m")  # a colour code: no width on the screen
 
 
+def char_cells(ch: str) -> int:
+    """One character's width in terminal cells (0 for a control or combining character)."""
+    width = _plain_cells(ch)
+    if width:
+        return width
+    from wcwidth import wcwidth  # deferred: start-up, docs/performance.md
+
+    return max(wcwidth(ch), 0)
+
+
 def cells(text: str) -> int:
     """Display width of ``text`` in terminal cells (wide characters count two)."""
     if text.isascii() and text.isprintable():
-        return len(text)  # one cell each; spares most tables importing wcwidth
-    from wcwidth import wcswidth, wcwidth  # deferred: start-up, docs/performance.md
+        return len(text)  # one cell each
+    plain = [_plain_cells(ch) for ch in text]
+    if all(plain):
+        return sum(plain)
+    from wcwidth import wcswidth  # deferred: start-up, docs/performance.md
 
     width = wcswidth(text)
     # a control or unknown character: count what can be counted
-    return int(width) if width >= 0 else sum(max(wcwidth(ch), 0) for ch in text)
+    return int(width) if width >= 0 else sum(char_cells(ch) for ch in text)
+
+
+def _plain_cells(ch: str) -> int:
+    """The cells of a character whose width is certain without wcwidth (and its import):
+    printable ASCII, and the wide East Asian ones (CJK, full-width forms); else 0."""
+    if " " <= ch <= "~":
+        return 1
+    kind = unicodedata.category(ch)  # marks and unassigned ones: wcwidth knows better
+    wide = unicodedata.east_asian_width(ch) in ("W", "F") and kind[0] != "M" and kind != "Cn"
+    return 2 if wide and ch != "\u3164" else 0  # the Hangul filler is wide by class, not drawn
 
 
 def table(rows: Sequence[Sequence[Any]], headers: Sequence[str], *, header_pad: int = 2) -> str:

@@ -4,11 +4,14 @@ and cells of several lines included."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import tabulate as oracle
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from xaf_hub.core.text import table
+from xaf_hub.core.text import _plain_cells, cells, table
 
 WORDS = ["a", "bb", "x y", " lead", "trail ", "中文", "ｆｕｌｌ", "é", "3.50", "-1", "None",
          "\x1b[32mok\x1b[0m", "l1\nl2", "\nlow", "top\n", "a\n\nb", "", " "]
@@ -61,3 +64,23 @@ def test_wide_characters_and_colour_codes_keep_the_columns_aligned() -> None:
 
 def test_a_blank_row_is_a_blank_line() -> None:
     assert table([["", ""], ["a", "b"]], ["x", "y"], header_pad=0) == "x  y\n-  -\n\na  b"
+
+
+def test_the_widths_known_without_wcwidth_are_wcwidths() -> None:
+    """Printable ASCII and the wide East Asian characters are measured without wcwidth; for
+    every character so measured (the first four planes), wcwidth says the same."""
+    from wcwidth import wcwidth
+
+    measured = [(ch, n) for ch in map(chr, range(0x40000)) if (n := _plain_cells(ch))]
+    assert len(measured) > 100_000
+    assert [ch for ch, n in measured if n != wcwidth(ch)] == []
+    assert _plain_cells("\u0301") == 0 and _plain_cells("\x07") == 0  # left to wcwidth
+    assert cells("e\u0301") == 1 and cells("a\x07b") == 2
+
+
+def test_chinese_text_is_measured_without_importing_wcwidth() -> None:
+    probe = ("import sys; from xaf_hub.core.text import cells; "
+             "print(cells('修复登录页样式，好。'), 'wcwidth' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         check=True).stdout.split()
+    assert out == ["20", "False"]
