@@ -88,4 +88,6 @@ def render(
     body = text(lang, f"{key}.body", **values) if key else values["state"]
     if page_url:
         body += "\n" + text(lang, "chat.link", url=page_url)
-    return text(lang, "chat.prefix", project=project) + " " + head, body
+    # No project: an event of the whole fleet, told by a hub serving several projects.
+    where = project or text(lang, "chat.every_project")
+    return text(lang, "chat.prefix", project=where) + " " + head, body

@@ -85,3 +85,6 @@ def test_budget_notices_are_on_by_default_and_read_well() -> None:
     head, text = render(ev80, language="zh", project="shop", page_url="", tz=UTC)
     assert head.endswith("每日预算已用 80%:lan-b")
     assert "$0.80" in text and "$1.00" in text
+    # A hub of several projects telling of the whole fleet names no one project.
+    head, _ = render(ev80, language="en", project="", page_url="", tz=UTC)
+    assert head.startswith("[xaf-hub · All projects] ")
