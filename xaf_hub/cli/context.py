@@ -150,10 +150,21 @@ class Context:
         text = self.redact(text)
         print(text if self.json else terminal_safe(text), file=self.stdout, flush=flush)
 
+    def named(self, doc: Any) -> Any:
+        """A command's record (or each row of a list of them) naming the project it was read
+        as (``"project"``; null: every project), unless it names one or the run read no config."""
+        if self._config is None:
+            return doc
+        if isinstance(doc, list):
+            return [self.named(row) for row in doc]
+        if isinstance(doc, dict) and "project" not in doc:
+            return {**doc, "project": self._config.project_name or None}
+        return doc
+
     def answer(self, doc: Any, *lines: str) -> int:
-        """Print a command's answer: ``doc`` as JSON with --json, else ``lines`` for a person;
-        exit 0."""
-        for line in [dumps(doc)] if self.json else lines:
+        """Print a command's answer: ``doc`` (``named``) as JSON with --json, else ``lines``
+        for a person; exit 0."""
+        for line in [dumps(self.named(doc))] if self.json else lines:
             self.out(line)
         return 0
 

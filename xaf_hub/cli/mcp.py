@@ -182,7 +182,7 @@ class Hub:
                 values = dict(values)
                 ctx.see_every_project()
                 ctx.choose(values.pop("project", None))
-            doc = tool.answer(ctx, record(tool.record, values))
+            doc = ctx.named(tool.answer(ctx, record(tool.record, values)))
         except HubError as raised:
             raise Refused(f"{refusal_class(raised)}: {_redacted(ctx, str(raised))}") from None
         except Exception as exc:  # noqa: BLE001 - the last line of defence answers one line

@@ -131,7 +131,7 @@ class Setting:
                 value = r.choice(key, self.choices, default)
             else:
                 value = r.get(key, (str,), default)
-            if self.choices and value not in self.choices:
+            if self.choices and value not in (*self.choices, None):
                 words = ", ".join(repr(c) for c in self.choices[:-1])
                 raise r.fail(key, f"must be {words} or {self.choices[-1]!r}, got {value!r}")
         else:

@@ -285,14 +285,17 @@ def _budget_events(inputs: Inputs, now: datetime, tz: tzinfo, at: str) -> list[E
     day = now.astimezone(tz).date().isoformat()
     events = []
     for line in inputs.spend:
+        scope = f"{line.project}/" if line.project else ""
         for level in levels_reached(line):
             events.append(
                 Event(
-                    f"budget:{line.instance or '*'}:{level}:{day}",
+                    f"budget:{scope}{line.instance or '*'}:{level}:{day}",
                     "budget",
                     at,
                     instance=line.instance,
+                    project=line.project,
                     data={
+                        "every_project": line.every,
                         "level": level,
                         "day": day,
                         "spent_usd": round(line.spent.usd, 6),

@@ -291,6 +291,8 @@ class BudgetLine:
     spent: Spend
     budget: float | None
     known: bool = True  # False: the instance did not answer, its spend is not in the figure
+    project: str = ""  # the project of several whose spend it is ("": the config's only one)
+    every: bool = False  # every project's spend against budget.daily_usd (several projects)
 
     @property
     def share(self) -> float | None:

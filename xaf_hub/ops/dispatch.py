@@ -277,6 +277,7 @@ async def prepare(ops: OpsContext, order: DispatchOrder) -> Prepared:
                 sandboxes=sc.project_sandboxes(),
                 reserved_own=load.reserved_own,
                 cause=sc.cause,
+                free=load.free,
             )
         )
     pool = await aio.blocking(ops.backlog().load)

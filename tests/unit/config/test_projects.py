@@ -107,6 +107,10 @@ def test_each_project_has_its_own_design_documents_and_base_branch(tmp_path: Pat
      "key 'projects.shop.base_branch': must name the integration branch"),
     ({"projects": {"shop": {"batch_patterns": ["("]}}},
      "key 'projects.shop.batch_patterns[0]': invalid regular expression"),
+    ({"projects": {"shop": {"branch_policy": "trunk"}}},
+     "key 'projects.shop.branch_policy': must be 'branch' or 'mainline', got 'trunk'"),
+    ({"projects": {"shop": {"branch_policy": True}}},
+     "key 'projects.shop.branch_policy': expected a string"),
     ({"projects": {"shop": {"interval_minutes": 5}}},
      "key 'projects.shop.interval_minutes': unknown key"),
     ({"instances": [{**INSTANCES[0], "roots": ["/a"]}]},
@@ -141,3 +145,21 @@ def test_each_project_has_its_own_run_ceiling_and_discipline(tmp_path: Path) -> 
     one = load(tmp_path, {"project": {"name": "demo", "budget_run_usd": 0.5, "discipline": "d"},
                           "instances": [{**INSTANCES[0], "roots": ["/src/demo"]}]})
     assert (run_ceiling(one, one.instances[0]), one.discipline_or(None)) == (0.5, "d")
+
+
+def test_each_project_may_set_the_branch_policy_an_instance_does_not(tmp_path: Path) -> None:
+    doc = projects()
+    doc["instances"].append({"name": "local-box", "url": "http://127.0.0.1:4098"})
+    doc["projects"]["blog"]["branch_policy"] = "mainline"
+    doc["projects"]["shop"]["branch_policy"] = "branch"
+    doc["instances"][1]["branch_policy"] = "branch"
+    cfg = load(tmp_path, doc)
+    policies = {p: [i.branch_policy for i in cfg.choose(p).instances] for p in ("shop", "blog")}
+    # the instance's own key, else the project's, else by the instance's name
+    assert policies == {"shop": ["branch", "branch", "branch"],
+                        "blog": ["mainline", "branch", "mainline"]}
+    assert [i.branch_policy for i in cfg.instances] == ["branch", "branch", "mainline"]
+    assert cfg.choose("shop").choose("blog") == cfg.choose("blog")
+    one = load(tmp_path, {"project": {"name": "demo", "branch_policy": "mainline"},
+                          "instances": [{**INSTANCES[0], "roots": ["/src/demo"]}]})
+    assert one.instances[0].branch_policy == "mainline"
