@@ -108,7 +108,7 @@ async def _land(ops: OpsContext, gate: Gate, task: Task) -> Landed:
             )
             if not run.passed:
                 return await _check_failed(ops, task, prep, run)
-        if not gate.owns_lock(LANDING):
+        if not await aio.blocking(gate.owns_lock, LANDING):
             raise BusyError("the landing lock was lost before the push: nothing was pushed")
         pushed = await aio.blocking(landing.push, mirror, prep.result, base, prep.tip)
         if pushed == "pushed":
