@@ -84,8 +84,9 @@ rm -f {d}/arm; kill -9 "$p"; [ -e {d}/refuse ] && exit 1
 exit 0
 """
 FILL_GIT = ("worktree", "fetch", "reset", "ls-files", "ls-tree", "checkout", "base64")
-# Bash commands starting "echo ask" wait for a person's answer; every other tool runs.
-PERMISSION = {"bash": {"echo ask*": "ask", "*": "allow"}}
+# Bash commands starting "echo ask" wait for a person's answer; every other tool runs (the
+# last pattern that matches decides).
+PERMISSION = {"bash": {"*": "allow", "echo ask*": "ask"}}
 SAMPLE_S = 0.2
 HOSTS = ("host-a", "host-b")
 CLI_TIMEOUT_S = 120.0
