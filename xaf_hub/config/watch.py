@@ -154,5 +154,18 @@ class ConfigWatch:
         self.state = ConfigState(loaded, "", restart)
         return "loaded" if changed else "same"
 
+    def look(
+        self, who: str, reconfigure: Callable[[Config], None], say: Callable[[str], None]
+    ) -> bool:
+        """``poll``; a new config goes to ``reconfigure``; ``say`` gets each line a person
+        should read about ``who``'s config. Whether a file changed."""
+        polled = self.poll()
+        if polled == "loaded":
+            reconfigure(self.cfg)
+            say(f"config: read again ({len(self.cfg.instances)} instance(s))")
+        for line in self.state.words(who) if polled != "unchanged" else ():
+            say(f"config: {line}")
+        return polled != "unchanged"
+
 
 __all__ = ["RESTART_KEYS", "ConfigState", "ConfigWatch", "Polled", "pinned"]

@@ -254,7 +254,6 @@ async def _outcomes_of_instance(
 ) -> None:
     from xaf_hub.core.runstate import outcome_of  # deferred: start-up, docs/performance.md
 
-    sem = asyncio.Semaphore(_STATUS_FAN_OUT)
     async with make_client(cfg, sc.inst, transport_factory) as client:
 
         async def one(s: SessionRecord) -> SessionRecord:
@@ -264,16 +263,15 @@ async def _outcomes_of_instance(
                 return replace(s, outcome="running")
             if s.outcome:  # known already (serve remembers it until the session changes)
                 return s
-            async with sem:
-                try:
-                    msgs = await client.messages(s.id, limit=2, directory=s.directory)
-                    return replace(s, outcome=outcome_of(msgs))
-                except Exception:  # noqa: BLE001 - a failed or malformed answer: not read
-                    return s
+            try:
+                msgs = await client.messages(s.id, limit=2, directory=s.directory)
+                return replace(s, outcome=outcome_of(msgs))
+            except Exception:  # noqa: BLE001 - a failed or malformed answer: not read
+                return s
 
         try:
             async with asyncio.timeout(client.deadline):
-                sc.sessions = list(await aio.gather(*(one(s) for s in sc.sessions)))
+                sc.sessions = await aio.bounded(_STATUS_FAN_OUT, one, sc.sessions)
         except TimeoutError:
             sc.warnings.append(
                 f"{sc.inst.name}: last results not all read within {client.deadline:g}s; "

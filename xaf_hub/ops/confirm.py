@@ -94,7 +94,8 @@ def sighting(
     baseline: str | None = None,
 ) -> Sighting:
     """Combine a session, its status entry and its newest messages (oldest first)."""
-    project = inst.rules.is_project(session.directory) if session.directory else False
+    # A worktree's session is the project's through the checkout it was made from.
+    project = inst.claims(session.directory, session.checkout) if session.directory else False
     rec = build_record(inst, session, status, project)
     newer = messages_since(messages, baseline)
     newest_id = messages[-1].id if messages else ""

@@ -276,6 +276,7 @@ async def prepare(ops: OpsContext, order: DispatchOrder) -> Prepared:
                 sandboxes=sc.project_sandboxes(),
                 reserved_own=load.reserved_own,
                 cause=sc.cause,
+                free=load.free,
             )
         )
     pool = await asyncio.to_thread(ops.backlog().load)

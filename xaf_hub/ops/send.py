@@ -305,6 +305,20 @@ async def held(gate: Gate, instance: str) -> AsyncIterator[None]:
         await asyncio.to_thread(cm.__exit__, None, None, None)
 
 
+@contextlib.asynccontextmanager
+async def held_or_noted(
+    gate: Gate, instance: str, notes: list[str], done: str, risk: str = ""
+) -> AsyncIterator[None]:
+    """``held``, or, when the lock cannot be had, on without it and a note in ``notes`` that
+    the act was ``done`` without it (with the ``risk`` that brings)."""
+    async with contextlib.AsyncExitStack() as stack:
+        try:
+            await stack.enter_async_context(held(gate, instance))
+        except HubError as exc:
+            notes.append(f"{done} without {instance}'s dispatch lock ({exc}){risk}")
+        yield
+
+
 async def _gated(
     ops: OpsContext,
     plan: Plan,

@@ -7,7 +7,7 @@ read (docs/architecture.md §8).
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -164,7 +164,7 @@ class Cycle:
         session whose run was taken from the memory.
         """
         result: dict[tuple[str, str], LastRun] = {}
-        wanted: dict[str, list[SessionRecord]] = {}
+        wanted: list[tuple[str, SessionRecord]] = []
         insts: dict[str, InstanceConfig] = {}
         for inst, rec in items:
             key = (inst.name, rec.id)
@@ -183,30 +183,26 @@ class Cycle:
             if cached is not None:
                 result[key] = cached
             else:
-                wanted.setdefault(inst.name, []).append(rec)
+                wanted.append((inst.name, rec))
                 insts[inst.name] = inst
-        sem = asyncio.Semaphore(_MESSAGE_FAN_OUT)
+        async with contextlib.AsyncExitStack() as stack:
+            clients = {n: await stack.enter_async_context(pctx.client(i)) for n, i in insts.items()}
 
-        async def per_instance(name: str, recs: list[SessionRecord]) -> None:
-            async with pctx.client(insts[name]) as client:
+            async def one(item: tuple[str, SessionRecord]) -> None:
+                name, rec = item
+                try:
+                    msgs = await clients[name].messages(rec.id, limit=MESSAGE_WINDOW)
+                except HubError:
+                    return  # gone or unreadable: judged as unknown
+                run = last_run(msgs)
+                self.reads += 1
+                self._recalled.discard((name, rec.id))
+                self._runs[(name, rec.id, rec.updated)] = run
+                result[(name, rec.id)] = run
+                if self.memory is not None:
+                    self.memory.remember(name, rec.id, rec.updated, rec.run_state, run)
 
-                async def one(rec: SessionRecord) -> None:
-                    async with sem:
-                        try:
-                            msgs = await client.messages(rec.id, limit=MESSAGE_WINDOW)
-                        except HubError:
-                            return  # gone or unreadable: judged as unknown
-                    run = last_run(msgs)
-                    self.reads += 1
-                    self._recalled.discard((name, rec.id))
-                    self._runs[(name, rec.id, rec.updated)] = run
-                    result[(name, rec.id)] = run
-                    if self.memory is not None:
-                        self.memory.remember(name, rec.id, rec.updated, rec.run_state, run)
-
-                await aio.gather(*(one(r) for r in recs))
-
-        await aio.gather(*(per_instance(n, r) for n, r in wanted.items()))
+            await aio.bounded(_MESSAGE_FAN_OUT, one, wanted)
         return result
 
 
