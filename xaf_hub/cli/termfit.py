@@ -13,10 +13,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-from xaf_hub.core.text import cells, char_cells, table
+from xaf_hub.core.text import GAP, cells, char_cells, table
 
 ELLIPSIS = "…"
-GAP = 2  # the spaces between columns (core.text.table)
 
 GREEN, YELLOW, RED, DIM = "32", "33", "31", "2"
 

@@ -18,6 +18,7 @@ from typing import Any
 from urllib.parse import quote, quote_plus
 
 _SGR = re.compile(r"\x1b\[[\d;]*m")  # a colour code: no width on the screen
+GAP = 2  # the spaces between a table's columns
 
 
 def char_cells(ch: str) -> int:
@@ -74,14 +75,14 @@ def table(rows: Sequence[Sequence[Any]], headers: Sequence[str], *, header_pad: 
     def lines(row: Sequence[str]) -> list[str]:
         split = [cell.split("\n") for cell in row]
         return [
-            "  ".join(
+            (" " * GAP).join(
                 (part := s[k] if k < len(s) else "") + " " * (w - width(part))
                 for s, w in zip(split, sizes, strict=True)
             ).rstrip()
             for k in range(max(map(len, split), default=0))
         ]
 
-    rule = "  ".join("-" * w for w in sizes)
+    rule = (" " * GAP).join("-" * w for w in sizes)
     return "\n".join([*lines(heads), rule, *(line for row in body for line in lines(row))])
 
 

@@ -342,7 +342,7 @@ class Viewer:
     redact: Callable[[str], str] = str
     notes: Callable[[Lang], list[str]] = lambda lang: []  # what the page adds to the scan's notes
     projects: Sequence[str] = ()  # the projects the page shows apart (``Config.shown_projects``)
-    project: Callable[[], str | None] = lambda: None  # what `sessions --json` names as "project"
+    named: Callable[[Any], Any] = lambda doc: doc  # the record as `sessions --json` names it
 
     def configure(
         self, title: str, language: str, links: Callable[[list[str]], Any],
@@ -442,8 +442,7 @@ class Viewer:
 
         # Byte for byte what `sessions --json` prints for the same snapshot.
         snap = replace(snap, warnings=(*snap.warnings, *self.notes("en")))
-        doc = report.snapshot_document(snap)
-        doc.setdefault("project", self.project())
+        doc = self.named(report.snapshot_document(snap))
         return (self.redact(dumps(doc)) + "\n").encode("utf-8")
 
 

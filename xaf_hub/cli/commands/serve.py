@@ -162,7 +162,7 @@ def run(ctx: Context) -> int:
         redact=ctx.redact,
         notes=lambda lang: config_notes(states(), lang),
         projects=cfg.shown_projects(),
-        project=lambda: ctx.config.project_name or None,
+        named=ctx.named,
     )
     log = RequestLog(ctx.stderr, ctx.redact)
 
