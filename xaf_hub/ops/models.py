@@ -229,9 +229,6 @@ def start_rest(ops: OpsContext, target: str, until: datetime, reason: str = "") 
     )
     rest = state.active_blackouts(now)[target]
     ops.audit(
-        "models.rest",
-        result="rested",
-        reason=reason or "set by a person",
-        extra=rest_json(rest),
+        "models.rest", result="rested", reason=reason or "set by a person", extra=rest_json(rest)
     )
     return rest

@@ -115,9 +115,7 @@ async def open_room(client: OpencodeClient, checkout: str, name: str) -> Room:
     return replace(made, checkout=top or checkout)
 
 
-async def start_room(
-    client: OpencodeClient, room: Room, session_id: str, base_branch: str
-) -> Room:
+async def start_room(client: OpencodeClient, room: Room, session_id: str, base_branch: str) -> Room:
     """Wait for the server to fill the worktree, then start its branch from
     ``origin/<base_branch>`` (through the session's shell: the server's git and credentials)."""
     try:

@@ -240,9 +240,7 @@ async def send_reply(
                         )
                     else:
                         kind = "reject"
-                    await client.reply_permission(
-                        w.request_id, kind, reply.message, s.directory
-                    )
+                    await client.reply_permission(w.request_id, kind, reply.message, s.directory)
                 else:
                     await client.reply_question(w.request_id, answers, s.directory)
         ops.audit(command, instance=inst.name, session=s.id, result="sent", extra=extra)
@@ -329,9 +327,7 @@ def _decided(
     return "approve", sorted(set(used), key=lambda hit: hit[0])
 
 
-def policy_answer(
-    policy: PermissionsConfig, w: Waiting, now_ms: int
-) -> PolicyAnswer | None:
+def policy_answer(policy: PermissionsConfig, w: Waiting, now_ms: int) -> PolicyAnswer | None:
     """The policy's answer to ``w`` at ``now_ms``, or None: leave it to a person (pure).
 
     Approved when every part a rule must see (``approvable``) has an allow rule as its first
