@@ -12,12 +12,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from xaf_hub.config.load import Config
+from xaf_hub.core import aio
 from xaf_hub.core.cues import named_files, refers_back
 from xaf_hub.core.discipline import base_commit, expected_branches
 from xaf_hub.core.matcher import Evidence, Index, holds
 from xaf_hub.core.records import Room, SessionRecord
 from xaf_hub.core.rules import apply_aliases
-from xaf_hub.errors import ApiError, BusyError, HubError, UnreachableError, UsageError
+from xaf_hub.errors import ApiError, BusyError, UnreachableError, UsageError
 from xaf_hub.fleet.scan import InstanceScan
 from xaf_hub.fleet.wire import SessionTrace, session_trace
 from xaf_hub.ops import budget
@@ -197,26 +198,14 @@ async def read_traces(
     cannot be read in time is left out (it keeps the evidence the hub has)."""
     async def one(s: SessionRecord) -> tuple[tuple[str, str], SessionTrace] | None:
         try:
-            async with ops.client(ops.cfg.instance(s.instance)) as client:
+            inst = ops.cfg.instance(s.instance)
+            async with asyncio.timeout(TRACE_SECONDS), ops.client(inst) as client:
                 found = await client.messages(s.id, limit=TRACE_MESSAGES, directory=s.directory)
-        except (HubError, OSError):  # gone, unreachable, refused, malformed: a hint only
+            return (s.instance, s.id), session_trace(found, s.directory)
+        except Exception:  # noqa: BLE001 - gone, unreachable, refused, malformed, late: a hint
             return None
-        return (s.instance, s.id), session_trace(found, s.directory)
 
-    tasks = [asyncio.ensure_future(one(s)) for s in sessions]
-    if not tasks:
-        return {}
-    done, late = await asyncio.wait(tasks, timeout=TRACE_SECONDS)
-    for task in late:
-        task.cancel()
-    if late:  # let them close their clients before the loop moves on
-        await asyncio.wait(late, timeout=1.0)
-    out = {}
-    for task in done:
-        got = None if task.cancelled() or task.exception() else task.result()
-        if got is not None:
-            out[got[0]] = got[1]
-    return out
+    return dict(got for got in await aio.gather(*(one(s) for s in sessions)) if got is not None)
 
 
 async def rank_candidates(
