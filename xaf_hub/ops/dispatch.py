@@ -162,9 +162,8 @@ def match_candidates(
         s = pool[c.key]
         shared = tuple(index.shared(text, c.key))
         trace = traces.get((s.instance, s.id))
-        texts = len(sent.get((s.instance, s.id), ()))
-        if trace is not None:
-            texts = len(set(sent.get((s.instance, s.id), ())) | set(trace.prompts))
+        told = sent.get((s.instance, s.id), ())
+        texts = len(set(told) | set(trace.prompts)) if trace is not None else len(told)
         known = known_of[c.key]
         evidence.append(
             MatchEvidence(
@@ -353,13 +352,11 @@ def _base(ops: OpsContext, plan: Plan, req: DispatchRequest, override: str | Non
         tips = mirror.known_tips()
     except (GitFailed, OSError):
         return None
+    base = cfg.patrol.base_branch
     mainline = plan.instance.branch_policy == "mainline"
-    base_branch = cfg.patrol.base_branch
     titles = [plan.title or req.text]
-    branches = expected_branches(
-        mainline, base_branch=base_branch, titles=titles, override=override
-    )
-    return base_commit(tips, branches, base_branch)
+    branches = expected_branches(mainline, base_branch=base, titles=titles, override=override)
+    return base_commit(tips, branches, base)
 
 
 def take_back(

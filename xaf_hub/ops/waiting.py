@@ -29,6 +29,8 @@ from xaf_hub.ops.planner import check_write
 from xaf_hub.ops.send import held_or_noted
 
 Action = Literal["approve", "deny", "answer"]
+# How an approval is sent, by ``Reply.always``.
+_GRANT: dict[bool, Literal["once", "always"]] = {False: "once", True: "always"}
 
 
 @dataclass(frozen=True)
@@ -234,12 +236,7 @@ async def send_reply(
                 )
             with ops.audited(command, instance=inst.name, session=s.id, extra=extra):
                 if w.kind == "permission":
-                    if reply.action == "approve":
-                        kind: Literal["once", "always", "reject"] = (
-                            "always" if reply.always else "once"
-                        )
-                    else:
-                        kind = "reject"
+                    kind = _GRANT[reply.always] if reply.action == "approve" else "reject"
                     await client.reply_permission(w.request_id, kind, reply.message, s.directory)
                 else:
                     await client.reply_question(w.request_id, answers, s.directory)
