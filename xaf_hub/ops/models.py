@@ -57,10 +57,7 @@ def pick_model(
 
 
 def untried_model(
-    ops: OpsContext,
-    inst: InstanceConfig,
-    avoid: Sequence[str],
-    now: datetime | None = None,
+    ops: OpsContext, inst: InstanceConfig, avoid: Sequence[str], now: datetime | None = None
 ) -> str | None:
     """The first usable model of the instance's chain (then the default) not in ``avoid``.
 
