@@ -140,7 +140,8 @@ class OpsContext:
 
     @contextlib.contextmanager
     def audited(
-        self, command: str, *, instance: str, session: str, extra: Mapping[str, Any] | None = None
+        self, command: str, *, instance: str, session: str,
+        extra: Mapping[str, Any] | None = None,
     ) -> Iterator[None]:
         """Audit a failure of what runs inside (result "failed", its reason), and raise it on."""
         try:

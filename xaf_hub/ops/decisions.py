@@ -205,11 +205,9 @@ async def session_still_runs(ops: OpsContext, instance: str, session_id: str) ->
     A session the instance no longer knows, or an instance no longer configured, does not
     run. An instance that does not answer raises UnreachableError: nobody can tell.
     """
-
-    names = {i.name for i in ops.cfg.instances}
-    if instance not in names:
+    inst = next((i for i in ops.cfg.instances if i.name == instance), None)
+    if inst is None:
         return False
-    inst = ops.cfg.instance(instance)
     async with ops.client(inst) as client:
         try:
             session = await client.get_session(session_id)

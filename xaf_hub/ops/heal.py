@@ -309,7 +309,12 @@ async def heal(
 
 
 async def heal_session(
-    ops: OpsContext, inst: InstanceConfig, rec: SessionRecord, cand: HealCandidate, *, origin: str
+    ops: OpsContext,
+    inst: InstanceConfig,
+    rec: SessionRecord,
+    cand: HealCandidate,
+    *,
+    origin: str,
 ) -> Healing:
     """Heal one failure as the patrol does, unless it was healed already (by anyone).
 
