@@ -226,17 +226,14 @@ _UNREACHABLE_FIXES["garbled"] = _UNREACHABLE_FIXES["dropped"]
 
 
 def _unreachable_fix(cause: Cause | None, inst: InstanceConfig) -> str:
-    fix = _UNREACHABLE_FIXES.get(
-        cause, "Check that {url} is an opencode server: open {url}/global/health."
-    )
-    return fix.format(url=inst.url)
+    default = "Check that {url} is an opencode server: open {url}/global/health."
+    return _UNREACHABLE_FIXES.get(cause, default).format(url=inst.url)
 
 
 def _auth_fix(inst: InstanceConfig) -> str:
     var = password_var(inst.name, inst.password_env)
     if inst.password_source == "none":
-        return (f"Set {var} to the server's "
-                "OPENCODE_SERVER_PASSWORD, or add instances."
+        return (f"Set {var} to the server's OPENCODE_SERVER_PASSWORD, or add instances."
                 f"{inst.name}.password to config.local.json.")
     return (f"The password from {inst.password_source} was refused: set it to the server's "
             f"OPENCODE_SERVER_PASSWORD, and username (now '{inst.username}') to its "
