@@ -110,8 +110,24 @@ def default_state() -> dict[str, Any]:
     return {"schema_version": SCHEMA_VERSION, "blackouts": {}, "healed": {}}
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+# How an entry's key is checked: the test of its value (``...`` when absent), the problem.
+_Rule = tuple[Callable[[Any], bool], str]
+_MS: _Rule = (lambda v: type(v) is int, "expected an integer (ms since epoch)")
+_TEXT: _Rule = (lambda v: isinstance(v, str), "expected a string")
+_TEXT_NULL: _Rule = (lambda v: v in (None, ...) or isinstance(v, str), "expected a string or null")
+
+
+def _one_of(choices: tuple[str, ...]) -> _Rule:
+    """Absent, or one of ``choices`` (rests written before ``scope`` and ``why``: absent)."""
+    return lambda v: v is ... or v in choices, f"expected one of {', '.join(choices)}"
+
+
+_RESTS = {"until_ms": _MS, "marked_at_ms": _MS, "reason": _TEXT, "source": _TEXT}
+# What each entry of a section holds.
+_ENTRIES: dict[str, dict[str, _Rule]] = {
+    "blackouts": {**_RESTS, "scope": _one_of(REST_SCOPES), "why": _one_of(REST_WHYS)},
+    "healed": {"at_ms": _MS, "from_model": _TEXT_NULL, "to_model": _TEXT_NULL},
+}
 
 
 class ModelState(abc.ABC):
@@ -165,32 +181,16 @@ class ModelState(abc.ABC):
                 f"expected {SCHEMA_VERSION}, found {version!r} "
                 "(written by another xaf-hub version?)",
             )
-        for section in ("blackouts", "healed"):
+        for section in _ENTRIES:
             if not isinstance(data.setdefault(section, {}), dict):
                 raise self._bad(section, "expected an object")
-        for family, entry in data["blackouts"].items():
-            where = f"blackouts.{family}"
-            if not isinstance(entry, dict):
-                raise self._bad(where, "expected an object")
-            for key in ("until_ms", "marked_at_ms"):
-                if not _is_int(entry.get(key)):
-                    raise self._bad(f"{where}.{key}", "expected an integer (ms since epoch)")
-            for key in ("reason", "source"):
-                if not isinstance(entry.get(key), str):
-                    raise self._bad(f"{where}.{key}", "expected a string")
-            # Written since rests may follow the provider's word (absent: a family, reset hour).
-            for key, allowed in (("scope", REST_SCOPES), ("why", REST_WHYS)):
-                if key in entry and entry[key] not in allowed:
-                    raise self._bad(f"{where}.{key}", f"expected one of {', '.join(allowed)}")
-        for key, entry in data["healed"].items():
-            where = f"healed.{key}"
-            if not isinstance(entry, dict):
-                raise self._bad(where, "expected an object")
-            if not _is_int(entry.get("at_ms")):
-                raise self._bad(f"{where}.at_ms", "expected an integer (ms since epoch)")
-            for field in ("from_model", "to_model"):
-                if entry.get(field) is not None and not isinstance(entry.get(field), str):
-                    raise self._bad(f"{where}.{field}", "expected a string or null")
+        for section, rules in _ENTRIES.items():
+            for name, entry in data[section].items():
+                if not isinstance(entry, dict):
+                    raise self._bad(f"{section}.{name}", "expected an object")
+                for key, (ok, problem) in rules.items():
+                    if not ok(entry.get(key, ...)):  # ``...``: the key is absent
+                        raise self._bad(f"{section}.{name}.{key}", problem)
         return data
 
     # -- blackouts ------------------------------------------------------------------------
