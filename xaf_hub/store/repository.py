@@ -52,6 +52,10 @@ _MIRROR_NAMES = frozenset(
 # info/attributes, first among attributes: no filter driver, ident or export rule in the
 # commit's own .gitattributes runs or hides anything when the hub exports it.
 _ATTRIBUTES = b"* -filter -ident -export-ignore -export-subst\n"
+# A fetch of every branch: pruned, no tags, FETCH_HEAD left alone.
+_FETCH = ("fetch", "--quiet", "--prune", "--no-tags", "--no-write-fetch-head")
+# The paths each given commit's own change touches (``Mirror._paths``).
+_CHANGED = ("log", "-z", "--no-walk=unsorted", "--root", "--name-only", "--no-renames", "-c")
 
 
 @dataclass(frozen=True)
@@ -288,18 +292,8 @@ class Mirror:
             self._written().write_bytes((self.path / "config").read_bytes())
             self.hooks.mkdir(exist_ok=True)
         url, env = split_credentials(self.url)
-        self._git(
-            "fetch",
-            "--quiet",
-            "--prune",
-            "--no-tags",
-            "--no-write-fetch-head",
-            "--",
-            url,
-            "+refs/heads/*:refs/heads/*",
-            timeout=self.timeout,
-            extra_env=env,
-        )
+        every_branch = "+refs/heads/*:refs/heads/*"
+        self._git(*_FETCH, "--", url, every_branch, timeout=self.timeout, extra_env=env)
 
     def _written(self) -> Path:
         """Beside the mirror: its config as git init wrote it, what the mirror's must match."""
@@ -505,19 +499,7 @@ class Mirror:
     def _paths(self, *commits: str) -> list[str]:
         """Every path the ``commits``' own changes touch, exactly as named (``-z``: never
         quoted); a merge's own change is what differs from every parent (``-c``)."""
-        out = self._git(
-            "log",
-            "-z",
-            "--no-walk=unsorted",
-            "--root",
-            "--name-only",
-            "--no-renames",
-            "-c",
-            "--format=",
-            *commits,
-            "--",
-        )
-        return [p for p in out.split("\0") if p]
+        return [p for p in self._git(*_CHANGED, "--format=", *commits, "--").split("\0") if p]
 
     def _diff(self, span: str) -> list[str]:
         """Every path the diff of ``span`` touches, exactly as named."""
