@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from xaf_hub.config.load import Config, hub_home, load_config
 from xaf_hub.core.catalogue import text
@@ -34,19 +34,19 @@ def _value(cfg: Config, key: str) -> object:
     return obj
 
 
+def _with(obj: Any, key: str, value: object) -> Any:
+    """``obj`` (a frozen dataclass) with the dotted ``key`` set to ``value``."""
+    head, _, rest = key.partition(".")
+    return replace(obj, **{head: _with(getattr(obj, head), rest, value) if rest else value})
+
+
 def pinned(new: Config, old: Config) -> tuple[Config, tuple[str, ...]]:
-    """``new`` with ``old``'s value of every restart key, and the keys that differed (pure)."""
+    """``new`` with ``old``'s value of every restart key (and of the Redis password that goes
+    with ``lock.redis_url``), and the restart keys that differed (pure)."""
     changed = tuple(k for k in RESTART_KEYS if _value(new, k) != _value(old, k))
-    kept = replace(
-        new,
-        state_dir=old.state_dir,
-        lock=replace(new.lock, dir=old.lock.dir, backend=old.lock.backend,
-                     redis_url=old.lock.redis_url, redis_prefix=old.lock.redis_prefix,
-                     redis_password=old.lock.redis_password),
-        pool=old.pool,
-        models=replace(new.models, state_backend=old.models.state_backend),
-        patrol=replace(new.patrol, lease_seconds=old.patrol.lease_seconds),
-    )
+    kept = new
+    for key in (*RESTART_KEYS, "lock.redis_password"):
+        kept = _with(kept, key, _value(old, key))
     return kept, changed
 
 
