@@ -253,16 +253,9 @@ class RedisBacklog(TaskPool):
                     return result
                 if new is not None and current is not None and new == current:
                     return result
-                answer = self._edit(
-                    keys=[key, self.order_key, self.writes_key, self.key, lease],
-                    args=[
-                        read,
-                        "" if new is None else _dump(new.to_json()),
-                        task_id,
-                        fenced,
-                        token,
-                    ],
-                )
+                row = "" if new is None else _dump(new.to_json())
+                keys = [key, self.order_key, self.writes_key, self.key, lease]
+                answer = self._edit(keys=keys, args=[read, row, task_id, fenced, token])
                 if self._written(answer, deadline):
                     return result
 
