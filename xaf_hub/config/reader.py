@@ -269,22 +269,25 @@ def load_json_file(path: Path, what: str = "config") -> Any:
         raise ConfigError(
             f"{path}: cannot read {what} file: {exc.strerror or exc}", "unreadable"
         ) from None
+    return parse_json(raw, lambda problem, code: ConfigError(f"{path}: {problem}", code))
+
+
+def parse_json(
+    raw: bytes, fail: Callable[[str, ConfigProblem], Exception], *, nul: bool = False
+) -> Any:
+    """``raw`` (UTF-8, a BOM allowed) as JSON, else ``fail(the problem, its code)`` raised; the
+    problem names the position (``nul``: a NUL byte is one of its own)."""
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        raise ConfigError(
-            f"{path}: not UTF-8 text (bad byte at offset {exc.start})", "not_utf8"
-        ) from None
+        raise fail(f"not UTF-8 text (bad byte at offset {exc.start})", "not_utf8") from None
+    if nul and "\x00" in text:
+        raise fail(f"contains a NUL byte at offset {text.index(chr(0))}", "bad_json")
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise ConfigError(
-            f"{path}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}", "bad_json"
-        ) from None
-
-
-
-
+        where = f"line {exc.lineno} column {exc.colno}"
+        raise fail(f"invalid JSON at {where}: {exc.msg}", "bad_json") from None
 
 
 def instances_list(raw: Any, file: Path) -> list[dict[str, Any]]:
