@@ -345,20 +345,14 @@ class Mirror:
     def resolve(self, claim: str) -> list[str]:
         """Every commit of the mirror whose hash starts with ``claim`` (full hashes)."""
         try:
-            listed = self._git("rev-parse", "--disambiguate=" + claim, ok=(0, 1, 128))
+            listed = self._lines("rev-parse", "--disambiguate=" + claim, ok=(0, 1, 128))
         except _NonZero:
             return []
-        candidates = [line.strip() for line in listed.splitlines() if line.strip()]
-        commits = []
-        for oid in candidates:
-            if self._git("cat-file", "-t", oid).strip() == "commit":
-                commits.append(oid)
-        return commits
+        return [oid for oid in listed if self._git("cat-file", "-t", oid).strip() == "commit"]
 
     def branches(self) -> list[str]:
         """The mirror's branches (the remote's, as of the last fetch)."""
-        out = self._git("for-each-ref", "--format=%(refname:short)", "refs/heads/")
-        return [line.strip() for line in out.splitlines() if line.strip()]
+        return self._lines("for-each-ref", "--format=%(refname:short)", "refs/heads/")
 
     def reachable(self, commit: str, branch: str) -> bool:
         """Whether ``commit`` is ``branch``'s tip or one of its ancestors."""
@@ -493,8 +487,8 @@ class Mirror:
     def _is_ancestor(self, commit: str, of: str) -> bool:
         return self._exit("merge-base", "--is-ancestor", commit, of) == 0
 
-    def _lines(self, *args: str) -> list[str]:
-        return [line.strip() for line in self._git(*args).splitlines() if line.strip()]
+    def _lines(self, *args: str, ok: Sequence[int] = (0,)) -> list[str]:
+        return [line.strip() for line in self._git(*args, ok=ok).splitlines() if line.strip()]
 
     def _paths(self, *commits: str) -> list[str]:
         """Every path the ``commits``' own changes touch, exactly as named (``-z``: never
