@@ -7,6 +7,7 @@ a class declares, with the same words.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import field, fields
@@ -169,22 +170,15 @@ def setting(
     return field(default=default, metadata={"setting": rule})
 
 
-# (field, key, annotation, setting, default) of each key a class declares in a section
-_Plan = tuple[tuple[str, str, str, Setting, Any], ...]
-_PLANS: dict[tuple[type, str], _Plan] = {}
-
-
-def _plan(cls: type, section: str) -> _Plan:
-    """The keys ``cls`` declares in ``section``, in field order (worked out once a class)."""
-    plan = _PLANS.get((cls, section))
-    if plan is None:
-        plan = tuple(
-            (f.name, rule.key or f.name, str(f.type), rule, f.default)
-            for f in fields(cls)
-            if (rule := f.metadata.get("setting")) is not None and rule.section == section
-        )
-        _PLANS[(cls, section)] = plan
-    return plan
+@functools.cache
+def _plan(cls: type, section: str) -> tuple[tuple[str, str, str, Setting, Any], ...]:
+    """(field, key, annotation, setting, default) of each key ``cls`` declares in ``section``,
+    in field order (worked out once a class)."""
+    return tuple(
+        (f.name, rule.key or f.name, str(f.type), rule, f.default)
+        for f in fields(cls)
+        if (rule := f.metadata.get("setting")) is not None and rule.section == section
+    )
 
 
 def read_settings(
