@@ -249,9 +249,7 @@ class RedisBacklog(TaskPool):
                 new, result = change(current)
                 if new is not None and new.id != task_id:
                     raise ValueError(f"edit of task {task_id!r} returned task {new.id!r}")
-                if new is None and current is None:
-                    return result
-                if new is not None and current is not None and new == current:
+                if new == current:  # nothing to write (no row before or after, or the same)
                     return result
                 row = "" if new is None else _dump(new.to_json())
                 keys = [key, self.order_key, self.writes_key, self.key, lease]
