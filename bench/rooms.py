@@ -92,7 +92,7 @@ async def _room_steps(cfg_path: Path, env: dict[str, str], n: int) -> dict[str, 
     async with make_client(cfg, inst) as client:
         for i in range(n):
             t0 = time.perf_counter()
-            room = await open_room(client, inst.default_directory, f"bench-{i}", "main")
+            room = await open_room(client, inst.default_directory, f"bench-{i}")
             t1 = time.perf_counter()
             made = await client.create_session(room.directory, "bench")
             t2 = time.perf_counter()

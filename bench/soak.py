@@ -6,11 +6,16 @@
 Three real opencode servers (the offline fake model), one redis-server, two hosts' patrol
 daemons on it (one holds the lease), and clients that dispatch, queue pool tasks, steer,
 interrupt, approve or deny what runs wait on, and read `status` and `sessions`, each a whole
-hub process. Faults come from a schedule ``random.Random(seed)`` fixes (kinds in ``KINDS``),
+hub process. Every task works in a room of its own (a worktree of a clone of a bare origin on
+disk): its agent commits and pushes its branch, the project's check runs, and the daemon lands
+it on main. Faults come from a schedule ``random.Random(seed)`` fixes (kinds in ``KINDS``),
 run one after another by real means: processes stopped, killed and started again, signals,
 a delaying proxy, a full tmpfs, Redis restarted or flushed, the fake model's modes. The
-invariants (``Checks``) are checked while it runs; the first broken one stops the run and
-prints the seed, the schedule so far and the evidence (exit 1), so ``--seed S`` replays it.
+fault waits a moment for the operation it aims at (a send, a fill, a check, a landing: seen
+from outside, in the processes and the origin's hook) and the report counts what was in
+flight when each struck. The invariants (``Checks``) are checked while it runs; the first
+broken one stops the run and prints the seed, the schedule so far and the evidence (exit 1),
+so ``--seed S`` replays it.
 """
 
 from __future__ import annotations
@@ -29,11 +34,13 @@ import threading
 import time
 import traceback
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import httpx
+import psutil
 
 from sandbox import fleet as sandbox
 from sandbox.fake_llm import FakeLLM
@@ -43,20 +50,51 @@ from tests.e2e.leaks import leaks
 from tests.e2e.proxy import DelayProxy
 from tests.e2e.two_hosts import Host, two_hosts
 from tests.fleet import NAMES, PRICES, make_hub
+from tests.gitrepo import Origin, git
 from tests.redis_fixture import _stop, start_redis
 
 LIMIT = 2
-MODELS = ("fake/fake-model", "fake/slow-model", "backup/good-model", "fake/priced-model")
+PROJECTS = {"soak": None, "side": 1}  # each project's share of a server (None: the limit)
+MODELS = ("fake/fake-model", "fake/slow-model", "backup/good-model", "fake/priced-model",
+          "fake/ask-model")
 STEP_USD = 0.02  # a priced model call: 10 + 5 tokens at $1000 / $2000 per million
-RUN_USD = 0.05  # the run ceiling: stopped at its third step
+RUN_USD = 0.05  # the run ceiling: passed at its third step, one more may be under way
+# (docs/budget.md: the step that passes the ceiling, then at most one more per session)
 KINDS = ("server_kill", "server_pause", "storm_retry_after", "storm_bare", "hang", "permission",
          "ceiling", "redis_restart", "redis_flush", "cli_kill", "daemon_kill", "slow_link",
-         "disk_full")
-# Bash commands starting "echo ask" wait for a person's answer; every other tool runs.
-PERMISSION = {"bash": {"echo ask*": "ask", "*": "allow"}}
+         "disk_full", "landing_kill", "worktree_gone")
+OPS = ("send", "fill", "check", "landing")  # what a fault may land in the middle of
+SENDS = ("dispatch", "steer", "killed")  # client commands that send a prompt
+# The agent's one bash call: a file named after its branch (".bad" for a task titled "bad",
+# which the check refuses), committed and pushed as the branch.
+WORK = [["bash", {"description": "commit and push", "command": (
+    'b=$(git rev-parse --abbrev-ref HEAD | tr / -); f="$b.txt"; '
+    'case "$b" in *-bad-*) f="$b.bad";; esac; echo "$b" > "$f" && git add "$f" && '
+    'git -c user.name=Agent -c user.email=agent@example.invalid commit -q -m "$b" && '
+    'git push -q -u origin HEAD && git rev-parse HEAD')}]]
+# The project's check: 2.1 s, leaving a process behind that the hub must end with it.
+CHECK = "sleep 907 & sleep 2.1; ! ls ./*.bad >/dev/null 2>&1"
+CHECK_LEFT, CHECK_LEFT_S = "sleep 907", 30.0
+# The origin's hook on a push to main (a landing): marks it in flight for a second, and when
+# the soak armed it, SIGKILLs the landing process (refusing the push, or after accepting it).
+HOOK = """#!/bin/sh
+grep -q " refs/heads/main$" || exit 0
+touch {d}/landing; sleep 1; rm -f {d}/landing
+p=$(cat {d}/arm 2>/dev/null) || exit 0
+rm -f {d}/arm; kill -9 "$p"; [ -e {d}/refuse ] && exit 1
+exit 0
+"""
+FILL_GIT = ("worktree", "fetch", "reset", "ls-files", "ls-tree", "checkout", "base64")
+# Bash commands starting "echo ask" wait for a person's answer; every other tool runs (the
+# last pattern that matches decides).
+PERMISSION = {"bash": {"*": "allow", "echo ask*": "ask"}}
+ASK = [["bash", {"command": "echo ask-soak", "description": "asks"}]]
 SAMPLE_S = 0.2
 HOSTS = ("host-a", "host-b")
 CLI_TIMEOUT_S = 120.0
+# A request pending this long before a `waiting --json` call starts must be in its answer; an
+# answer is judged once the servers were sampled well after it ended.
+WAIT_GRACE_S, WAIT_SETTLE_S = 2.0, 10.0
 
 
 @dataclass
@@ -65,12 +103,66 @@ class Fault:
     kind: str
     target: str  # a server, a host, or ""
     seconds: float  # how long it lasts (pause, storm, full disk, slow link)
-    landed: str = ""  # the client operations in flight when it began
+    aim: str = ""  # the operation it waits a moment for (one of OPS)
+    landed: str = ""  # the operations in flight when it struck
     done: bool = False
 
     def line(self) -> str:
         mid = f" mid {self.landed}" if self.landed else ""
-        return f"t+{self.at:6.1f}s {self.kind:<17} {self.target:<8} {self.seconds:4.1f}s{mid}"
+        return (f"t+{self.at:6.1f}s {self.kind:<17} {self.target:<8} {self.seconds:4.1f}s "
+                f"aim {self.aim:<7}{mid}")
+
+
+@dataclass
+class Pending:
+    """A request the soak saw pending on its server: first seen (after a listing returned)
+    and last seen (when the last listing naming it was asked), in seconds from the start."""
+
+    id: str
+    session: str
+    server: str
+    first: float
+    last: float
+
+
+@dataclass(frozen=True)
+class Answer:
+    """One `waiting --json` answer: when its call started and ended, the request and session
+    ids it listed, and the servers it said it could not read."""
+
+    start: float
+    end: float
+    listed: frozenset[str]
+    unknown: frozenset[str]
+
+
+def unseen_waits(pending: Iterable[Pending], answers: Sequence[Answer],
+                 troubled: Sequence[tuple[str, float, float]], grace: float = WAIT_GRACE_S
+                 ) -> list[tuple[Pending, Answer, bool]]:
+    """Each (request, answer) pair that can be judged, and whether the answer listed the
+    request (by its id or its session's): the answer started ``grace`` after the request was
+    first seen, the request was still pending after the call ended, and its server was
+    neither troubled (down, paused, behind a slow link: ``(server, from, to)``) during the
+    call nor said by the answer to be unreadable."""
+    return [(r, a, bool({r.id, r.session} & a.listed)) for r in pending for a in answers
+            if a.start >= r.first + grace and r.last >= a.end and r.server not in a.unknown
+            and not any(s == r.server and lo < a.end and hi > a.start
+                        for s, lo, hi in troubled)]
+
+
+def run_costs(messages: list[dict[str, Any]]) -> list[float]:
+    """What each run of a session cost, in the order its prompts came: a prompt (a client's
+    steer is one) starts a run, and every assistant step answers the prompt it names as its
+    parent (docs/budget.md: a ceiling holds per run, not per session)."""
+    runs: dict[str, float] = {}
+    for m in messages:
+        info = m["info"]
+        if info.get("role") == "user":
+            runs.setdefault(str(info.get("id")), 0.0)
+        elif info.get("role") == "assistant":
+            key = str(info.get("parentID"))
+            runs[key] = runs.get(key, 0.0) + float(info.get("cost") or 0)
+    return list(runs.values())
 
 
 def schedule(seed: int, seconds: float, kinds: tuple[str, ...] = KINDS) -> list[Fault]:
@@ -84,8 +176,10 @@ def schedule(seed: int, seconds: float, kinds: tuple[str, ...] = KINDS) -> list[
         kind = bag.pop()
         target = {"server_kill": rnd.choice(NAMES), "server_pause": rnd.choice(NAMES),
                   "daemon_kill": "active", "cli_kill": rnd.choice(HOSTS),
-                  "slow_link": "lan-c"}.get(kind, "")
-        out.append(Fault(round(t, 1), kind, target, round(rnd.uniform(2.0, 8.0), 1)))
+                  "slow_link": "lan-c", "landing_kill": rnd.choice(("refused", "accepted")),
+                  "worktree_gone": rnd.choice(("rm", "git"))}.get(kind, "")
+        aim = "landing" if kind == "landing_kill" else rnd.choice(OPS)
+        out.append(Fault(round(t, 1), kind, target, round(rnd.uniform(2.0, 8.0), 1), aim))
         t += rnd.uniform(4.0, 9.0)
     return out
 
@@ -97,6 +191,7 @@ class Checks:
     counts: Counter[str] = field(default_factory=Counter)
     slowest: dict[str, float] = field(default_factory=dict)
     peaks: Counter[str] = field(default_factory=Counter)
+    figures: Counter[str] = field(default_factory=Counter)
     broken: list[str] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -122,8 +217,9 @@ class Soak:
         self.inflight: Counter[str] = Counter()
         self.paused: set[str] = set()
         self.slow_until = 0.0
-        self.dispatched: list[tuple[str, str]] = []  # (instance, session) a client was told
-        self.priced: list[tuple[str, str]] = []  # the same, of runs made to pass the ceiling
+        # (instance, session, project) a client was told; priced: runs made to pass the ceiling
+        self.dispatched: list[tuple[str, str, str]] = []
+        self.priced: list[tuple[str, str, str]] = []
         self.tasks: dict[str, float] = {}  # pool task id -> when it was added
         self.redis_lost_at = 0.0
         self.daemons: dict[str, Lines] = {}
@@ -131,6 +227,10 @@ class Soak:
         self.outputs: list[str] = []
         self.lock = threading.Lock()
         self.skipped: dict[str, str] = {}
+        self.folders: dict[str, set[str]] = {n: set() for n in NAMES}  # where sessions are
+        self.pending: dict[str, Pending] = {}  # request id -> when seen pending
+        self.answers: list[Answer] = []  # `waiting --json` answers not judged yet
+        self.troubled: list[tuple[str, float, float]] = []  # (server, from, to): down, slow
 
     # -- set-up ---------------------------------------------------------------------------
 
@@ -140,6 +240,7 @@ class Soak:
         self.llm.set_mode("slow-model", "slow", delay=6)
         self.llm.set_mode("priced-model", "tools", calls=[
             ["bash", {"command": "sleep 1", "description": "a step"}]] * 30)
+        self.llm.set_mode("ask-model", "tools", calls=ASK * 2)  # the answer act's own work
         self.fleet = sandbox.Fleet(r / "fleet", n=3, llm=self.llm, models=MODELS,
                                    prices=PRICES,
                                    start_timeout=180.0,
@@ -162,6 +263,30 @@ class Soak:
                        budget={"run_usd": RUN_USD})
         hub.doc["models"] = {"default_dispatch_model": "fake/fake-model",
                              "chain": ["fake/fake-model", "backup/good-model"]}
+        # Two projects, each its own origin and, on each server, its own clone to make rooms in.
+        hub.doc.pop("project")
+        for inst in hub.doc["instances"]:
+            inst.pop("roots"), inst.pop("default_directory")
+        self.origins, hub.doc["projects"] = {}, {}
+        for p, share in PROJECTS.items():
+            (r / p).mkdir()  # a first commit of its own: opencode tells projects by theirs
+            git(r / p, "init", "-q", "--bare", "-b", "main", "origin.git")
+            git(r / p, "clone", "-q", "origin.git", "work")
+            origin = self.origins[p] = Origin(r / p / "origin.git", r / p / "work")
+            origin.commit(f"first of {p}")
+            origin.push()
+            (origin.bare / "hooks" / "pre-receive").write_text(HOOK.format(d=r))
+            (origin.bare / "hooks" / "pre-receive").chmod(0o755)
+            for name in NAMES:
+                git(r, "clone", "-q", str(origin.bare), str(hub.root / p / name))
+            hub.doc["projects"][p] = {
+                "repository": str(origin.bare), "isolation": "worktree", "integrate": "auto",
+                "check_command": CHECK, "roots": {n: [str(hub.root / p)] for n in NAMES},
+                "default_directory": {n: str(hub.root / p / n) for n in NAMES},
+                **({"share": share} if share else {})}
+        hub.write_config()
+        self.work()
+        self.hub = hub
         self.hosts = two_hosts(hub, self.redis, r)
         for h in self.hosts:
             h.write(ha)
@@ -185,6 +310,10 @@ class Soak:
                 if httpx.get(self.page + "/health", timeout=2).status_code == 200:
                     break
             time.sleep(0.2)
+
+    def work(self) -> None:
+        """The fake model's usual answer: the task's work, committed and pushed."""
+        self.llm.set_mode("fake-model", "tools", calls=WORK, text="Done. The commit:")
 
     def _link_delay(self, method: str, path: str) -> float:
         return 1.5 if time.monotonic() < self.slow_until else 0.0
@@ -220,6 +349,18 @@ class Soak:
 
     def now(self) -> float:
         return time.monotonic() - self.t0
+
+    @contextlib.contextmanager
+    def trouble(self, server: str) -> Iterator[None]:
+        """Mark ``server`` down, paused or slow to reach while the block runs."""
+        with self.lock:
+            self.troubled.append((server, self.now(), float("inf")))
+            i = len(self.troubled) - 1
+        try:
+            yield
+        finally:
+            with self.lock:
+                self.troubled[i] = (server, self.troubled[i][1], self.now())
 
     # -- hub processes --------------------------------------------------------------------
 
@@ -259,7 +400,7 @@ class Soak:
         while not self.stop.is_set():
             n += 1
             act = rnd.choice(("dispatch", "dispatch", "dispatch", "queue", "mcp", "steer",
-                              "interrupt", "answer", "status", "sessions"))
+                              "interrupt", "answer", "answer", "status", "sessions"))
             try:
                 self.act(act, rnd, self.clients[rnd.randrange(2)], f"c{i}-{n}")
             except Exception:  # the harness's own failure: stop the run, loudly
@@ -268,47 +409,72 @@ class Soak:
 
     def act(self, act: str, rnd: random.Random, host: Host, tag: str) -> None:
         """One client's action."""
+        p = rnd.choice((*PROJECTS, *PROJECTS)[:3])  # titles name it: rooms map to projects
         if act == "dispatch":
-            model = rnd.choice(MODELS[:2])  # the priced one is the ceiling fault's
-            code, out, _ = self.cli(host, "dispatch", "dispatch", "--new", "--json",
-                                    "--text", f"soak work {tag}", "--model", model)
-            if code == 0:
-                doc = json.loads(out)
-                self.dispatched.append((str(doc["instance"]), str(doc["session_id"])))
+            model = rnd.choice((*MODELS[:2], MODELS[0], MODELS[4]))  # the priced: the ceiling's
+            self.send(host, p, f"{p} work {tag}", model)
         elif act == "queue":
-            code, _, _ = self.cli(host, "queue", "backlog", "add", "--id", f"SOAK-{tag}",
-                                  "--title", f"soak task {tag}")
+            title = f"{p} {'bad ' if rnd.random() < 0.2 else ''}task {tag}"
+            code, _, _ = self.cli(host, "queue", "--project", p, "backlog", "add", "--id",
+                                  f"SOAK-{tag}", "--title", title)
             if code == 0:
                 self.tasks[f"SOAK-{tag}"] = self.now()
         elif act == "mcp":
-            tid = self.mcp_add(host, f"soak task {tag} (mcp)")
+            tid = self.mcp_add(host, p, f"{p} task {tag} (mcp)")
             if tid:
                 self.tasks[tid] = self.now()
         elif act in ("steer", "interrupt") and self.dispatched:
-            inst, sid = rnd.choice(self.dispatched[-10:])
+            inst, sid, p = rnd.choice(self.dispatched[-10:])
             if act == "steer":
-                self.cli(host, act, "dispatch", "--session", sid, "--text",
+                self.cli(host, act, "--project", p, "dispatch", "--session", sid, "--text",
                          f"also {tag}")
             else:
-                self.cli(host, act, "interrupt", "--session", sid, "--allow-prod")
-        elif act == "answer":
-            code, out, _ = self.cli(host, "waiting", "waiting", "--json")
+                self.cli(host, act, "--project", p, "interrupt", "--session", sid,
+                         "--allow-prod")
+        elif act == "answer":  # a request to approve or deny, or else a run that will ask
+            code, out, _ = self.waiting(host)
             reqs = json.loads(out).get("waiting", []) if code == 0 and out.strip() else []
             if reqs:
                 verb = rnd.choice(("approve", "deny"))
-                self.cli(host, verb, verb, str(reqs[0].get("id")), "--allow-prod")
+                where = ("--project", str(reqs[0]["project"])) if reqs[0].get("project") else ()
+                self.cli(host, verb, *where, verb, str(reqs[0].get("id")), "--allow-prod")
+            elif code == 0:
+                self.send(host, p, f"{p} asks {tag}", "fake/ask-model")
         elif act in ("status", "sessions"):
             code, out, err = self.cli(host, act, act, "--json")
             self.checks.check("answers", code in (0, 2) and bool(out.strip()),
                               f"{act} exit {code}: {err[-500:]}")
 
-    def mcp_add(self, host: Host, title: str) -> str:
+    def waiting(self, host: Host) -> tuple[int, str, str]:
+        """`waiting --json` on ``host``; an answer that lists requests is kept for judging."""
+        start = self.now()
+        code, out, err = self.cli(host, "waiting", "waiting", "--json")
+        with contextlib.suppress(ValueError, AttributeError, TypeError):
+            doc = json.loads(out)
+            listed = {str(q.get(k)) for q in doc["waiting"] for k in ("id", "session_id")}
+            unknown = {str(u.get("instance")) for u in doc.get("unknown", ())}
+            with self.lock:
+                self.answers.append(Answer(start, self.now(), frozenset(listed),
+                                           frozenset(unknown)))
+        return code, out, err
+
+    def send(self, host: Host, p: str, text: str, model: str, *into: list[tuple[str, str, str]]
+             ) -> None:
+        """`dispatch --new` of project ``p``; what it was told goes in ``into`` (dispatched)."""
+        code, out, _ = self.cli(host, "dispatch", "--project", p, "dispatch", "--new", "--json",
+                                "--text", text, "--model", model)
+        if code == 0:
+            doc = json.loads(out)
+            for seen in into or (self.dispatched,):
+                seen.append((str(doc["instance"]), str(doc["session_id"]), p))
+
+    def mcp_add(self, host: Host, p: str, title: str) -> str:
         """Add a pool task through `xaf-hub mcp` (stdio, JSON-RPC lines); its id, or ""."""
         calls = [("initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
                                  "clientInfo": {"name": "soak", "version": "1"}}),
                  ("notifications/initialized", None),
                  ("tools/call", {"name": "backlog_add", "arguments": {"title": title}})]
-        proc = host.hub.popen("mcp", extra_env={"XAF_HUB_HOSTNAME": host.name},
+        proc = host.hub.popen("--project", p, "mcp", extra_env={"XAF_HUB_HOSTNAME": host.name},
                               stdin=subprocess.PIPE)
         assert proc.stdin is not None and proc.stdout is not None
         with self.lock:
@@ -337,11 +503,37 @@ class Soak:
 
     # -- samplers -------------------------------------------------------------------------
 
+    def ops_now(self) -> set[str]:
+        """The operations in flight now, seen from outside: a client's send, a fill's room
+        being made (git on a pool task's worktree), the check's process, a landing (git in a
+        hub's scratch worktree, or its push in the origin's hook)."""
+        with self.lock:
+            ops = {"send"} if any(self.inflight[k] > 0 for k in SENDS) else set()
+        if (self.root / "landing").exists():
+            ops.add("landing")
+        left = []
+        for proc in psutil.process_iter(["cmdline", "cwd", "create_time"]):
+            cmd = " ".join(proc.info["cmdline"] or ())
+            where = f"{cmd} {proc.info['cwd'] or ''}"
+            if cmd.startswith("sleep 2.1"):
+                ops.add("check")
+            elif cmd.startswith(CHECK_LEFT):
+                if (age := time.time() - proc.info["create_time"]) > CHECK_LEFT_S:
+                    left.append(f"pid {proc.pid} `{cmd}` {age:.0f}s old")
+            elif not cmd.startswith("git"):
+                continue
+            elif "/checks/" in where and "/work" in where:
+                ops.add("landing")
+            elif "-task-" in where and any(w in cmd for w in FILL_GIT):
+                ops.add("fill")
+        self.checks.check("no check process outlives its check", not left, str(left))
+        return ops
+
     def sample_limits(self) -> None:
         """Every 200 ms: each server's busy top-level sessions (a sub-agent counted with its
         parent), from the server itself, against the limit."""
         parents: dict[str, dict[str, str | None]] = {n: {} for n in NAMES}
-        dirs: dict[str, set[str]] = {n: set() for n in NAMES}
+        where: dict[str, str] = {}  # session -> its folder
         k = 0
         with httpx.Client(timeout=1.0) as c:
             while not self.stop.wait(SAMPLE_S):
@@ -355,9 +547,10 @@ class Soak:
                             for s in c.get(f"{url}/experimental/session",
                                            params={"limit": 2000}, headers=auth).json():
                                 parents[name][s["id"]] = s.get("parentID")
-                                dirs[name].add(s["directory"])
+                                where[s["id"]] = s["directory"]
+                                self.folders[name].add(s["directory"])
                         busy: set[str] = set()
-                        for d in dirs[name]:
+                        for d in list(self.folders[name]):
                             r = c.get(f"{url}/session/status", params={"directory": d},
                                       headers=auth)
                             busy |= {sid for sid, st in r.json().items()
@@ -368,17 +561,68 @@ class Soak:
                     self.checks.peaks[name] = max(self.checks.peaks[name], len(runs))
                     self.checks.check("server limit", len(runs) <= LIMIT,
                                       f"{name} runs {sorted(runs)}")
+                    for p, share in PROJECTS.items():
+                        mine = sorted(r for r in runs if self.project_of(where.get(r, "")) == p)
+                        self.checks.peaks[f"{name} {p}"] = max(
+                            self.checks.peaks[f"{name} {p}"], len(mine))
+                        self.checks.check("project within its share",
+                                          len(mine) <= (share or LIMIT),
+                                          f"{name} runs of {p}: {mine}, share {share}")
                 k += 1
 
+    def sample_waits(self) -> None:
+        """Every second: each live server's pending permission requests and questions of busy
+        sessions, asked of every folder it has sessions in; then each `waiting --json` answer
+        that is due is judged: a request pending before it started must be in it."""
+        judged: set[str] = set()
+        self.checks.counts["no waiting run unseen"] += 0  # reported even when nothing is judged
+        with httpx.Client(timeout=2.0) as c:
+            while not self.stop.wait(1.0):
+                for i, name in enumerate(NAMES):
+                    url = f"http://127.0.0.1:{self.ports[i]}"
+                    auth = sandbox.auth_headers(self.fleet.passwords[i])
+                    for d in sorted(self.folders[name]):
+                        if name in self.paused:
+                            break
+                        asked = self.now()
+                        try:
+                            listed = [q for route in ("/permission", "/question") for q in c.get(
+                                url + route, params={"directory": d}, headers=auth).json()]
+                            status = c.get(url + "/session/status", params={"directory": d},
+                                           headers=auth).json() if listed else {}
+                            busy = {k for k, v in status.items() if v["type"] in ("busy", "retry")}
+                            for q in listed:  # a run waits, and holds its slot, while busy
+                                if q["sessionID"] in busy:
+                                    r = self.pending.setdefault(str(q["id"]), Pending(
+                                        str(q["id"]), q["sessionID"], name, self.now(), asked))
+                                    r.last = max(r.last, asked)
+                        except (httpx.HTTPError, ValueError, KeyError, TypeError, AttributeError):
+                            continue
+                with self.lock:
+                    due = [a for a in self.answers if a.end < self.now() - WAIT_SETTLE_S]
+                    self.answers = [a for a in self.answers if a not in due]
+                    troubled = list(self.troubled)
+                for r, a, seen_ in unseen_waits(list(self.pending.values()), due, troubled):
+                    judged.add(r.id)
+                    self.checks.check(
+                        "no waiting run unseen", seen_,
+                        f"{r.id} of session {r.session} on {r.server}, pending from "
+                        f"t+{r.first:.1f}s to t+{r.last:.1f}s, not in the `waiting --json` "
+                        f"answer asked t+{a.start:.1f}s, answered t+{a.end:.1f}s")
+                self.checks.figures["waiting answers"] += len(due)
+                self.checks.figures["requests pending seen"] = len(self.pending)
+                self.checks.figures["requests judged"] = len(judged)
+
     def poll_views(self) -> None:
-        """Every 3 s: `status` or `sessions` (in turn, host A's client) and the served page and
-        its JSON, each answering, with no traceback or secret in it."""
+        """Every 3 s: `status`, `sessions` or `waiting` (in turn, host A's client) and the
+        served page and its JSON, each answering, with no traceback or secret in it."""
         k = 0
         with httpx.Client(timeout=60.0) as c:
             while not self.stop.wait(3.0):
                 k += 1
-                what = ("status", "sessions")[k % 2]
-                code, out, err = self.cli(self.clients[0], what, what, "--json")
+                what = ("status", "sessions", "waiting")[k % 3]
+                code, out, err = (self.waiting(self.clients[0]) if what == "waiting" else
+                                  self.cli(self.clients[0], what, what, "--json"))
                 self.checks.check("answers", code in (0, 2) and bool(out.strip()),
                                   f"{what} exit {code}: {err[-500:]}")
                 for path in ("/", "/api/snapshot"):
@@ -392,6 +636,12 @@ class Soak:
                     self.checks.check("answers", ok, f"page {path}: {body[-500:]}")
                     self.read_text(f"page {path}", body)
 
+    def project_of(self, folder: str) -> str:
+        """The project a session's folder is of: its room's name (a task's title, which names
+        the project) or the project's clone."""
+        return next((p for p in PROJECTS if f"-{p}-" in Path(folder).name
+                     or Path(folder).is_relative_to(self.hub.root / p)), "")
+
     @staticmethod
     def _root_of(parents: dict[str, str | None], sid: str) -> str:
         seen = 0
@@ -404,6 +654,10 @@ class Soak:
         lock = self.hosts[0].hub.doc["lock"]
         client = self.redis.client()
         while not self.stop.wait(1.0):
+            self.ops_now()
+            bad = [f for o in self.origins.values() for f in git(
+                o.bare, "log", "main", "--name-only", "--format=").split() if f.endswith(".bad")]
+            self.checks.check("no push carries a failed check", not bad, f"on main: {bad}")
             with contextlib.suppress(Exception):  # Redis may be down or restarting
                 for key in client.scan_iter(f"{lock['redis_prefix']}:slot:*", count=1000):
                     raw = client.get(key) if client.type(key) == "string" else None
@@ -421,45 +675,46 @@ class Soak:
     # -- faults ---------------------------------------------------------------------------
 
     def run_fault(self, f: Fault) -> None:
-        with self.lock:
-            f.landed = ",".join(sorted(k for k, v in self.inflight.items() if v > 0))
+        until = time.monotonic() + 10.0
+        while (f.aim not in (ops := self.ops_now()) and time.monotonic() < until
+               and f.kind != "landing_kill"):
+            time.sleep(0.05)
+        f.landed = ",".join(o for o in OPS if o in ops)
         if f.kind == "server_kill":
             s = self.server(f.target)
             port = s.port
-            s.stop(grace=0.5)  # SIGTERM, then SIGKILL
-            self.stop.wait(f.seconds)
-            for attempt in range(10):  # the old port may not be free again at once
-                try:
-                    start_again(s, port)
-                    break
-                except sandbox.SandboxError:
-                    s.stop()
-                    if attempt == 9:
-                        raise
-                    time.sleep(2)
+            with self.trouble(f.target):
+                s.stop(grace=0.5)  # SIGTERM, then SIGKILL
+                self.stop.wait(f.seconds)
+                for attempt in range(10):  # the old port may not be free again at once
+                    try:
+                        start_again(s, port)
+                        break
+                    except sandbox.SandboxError:
+                        s.stop()
+                        if attempt == 9:
+                            raise
+                        time.sleep(2)
         elif f.kind == "server_pause":
             pid = self.server(f.target).pid
-            self.paused.add(f.target)
-            os.kill(pid, signal.SIGSTOP)
-            self.stop.wait(f.seconds)
-            os.kill(pid, signal.SIGCONT)
-            self.paused.discard(f.target)
+            with self.trouble(f.target):
+                self.paused.add(f.target)
+                os.kill(pid, signal.SIGSTOP)
+                self.stop.wait(f.seconds)
+                os.kill(pid, signal.SIGCONT)
+                self.paused.discard(f.target)
         elif f.kind in ("storm_retry_after", "storm_bare"):
             ra = {"retry_after": 2} if f.kind == "storm_retry_after" else {}
             self.llm.set_mode("fake-model", "429", **ra)
             self.stop.wait(f.seconds)
-            self.llm.set_mode("fake-model", "ok")
+            self.work()
         elif f.kind == "permission":  # the runs started meanwhile ask before a command
-            self.llm.set_mode("fake-model", "tools", calls=[
-                ["bash", {"command": "echo ask-soak", "description": "asks"}]])
+            self.llm.set_mode("fake-model", "tools", calls=ASK)
             self.stop.wait(f.seconds)
-            self.llm.set_mode("fake-model", "ok")
+            self.work()
         elif f.kind == "ceiling":
-            code, out, _ = self.cli(self.clients[0], "dispatch", "dispatch", "--new", "--json",
-                                    "--text", "soak priced", "--model", "fake/priced-model")
-            if code == 0:
-                doc = json.loads(out)
-                self.priced.append((str(doc["instance"]), str(doc["session_id"])))
+            self.send(self.clients[0], "soak", "soak priced", "fake/priced-model",
+                      self.dispatched, self.priced)
         elif f.kind == "hang":
             self.llm.set_mode("slow-model", "hang")
             self.stop.wait(f.seconds)
@@ -477,7 +732,8 @@ class Soak:
             self.redis_lost_at = self.now()
         elif f.kind == "cli_kill":
             host = self.clients[HOSTS.index(f.target)]
-            self.cli(host, "killed", "dispatch", "--new", "--text", "soak killed",
+            self.cli(host, "killed", "--project", "soak", "dispatch", "--new", "--text",
+                     "soak killed",
                      kill_after=f.seconds / 2)
         elif f.kind == "daemon_kill":
             host = next((h for h in self.hosts if _beat(h.hub).get("role") == "active"),
@@ -489,9 +745,42 @@ class Soak:
             self.read_text(f"daemon {host.name}", "\n".join(old.lines + old.err))
             self.stop.wait(f.seconds / 4)
             self._start_daemon(host)
+        elif f.kind == "landing_kill":  # the origin's hook kills the landing daemon
+            host = next((h for h in self.hosts if _beat(h.hub).get("role") == "active"),
+                        self.hosts[0])
+            lines = self.daemons[host.name]
+            (self.root / "refuse").unlink(missing_ok=True)
+            if f.target == "refused":
+                (self.root / "refuse").touch()
+            (self.root / "arm").write_text(str(lines.proc.pid))
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                lines.proc.wait(timeout=90)
+            (self.root / "arm").unlink(missing_ok=True)
+            if lines.proc.poll() is None:
+                f.landed = ""  # no landing in 90 s: it did not happen
+                return
+            f.landed = ",".join(sorted({*f.landed.split(","), "landing"} - {""}))
+            lines.stop()
+            self.read_text(f"daemon {host.name}", "\n".join(lines.lines + lines.err))
+            self._start_daemon(host)
+        elif f.kind == "worktree_gone":  # a task's room removed on its server's disk
+            code, out, _ = self.cli(self.hosts[0], "backlog", "backlog", "list", "--json")
+            rooms = [t for t in json.loads(out)["tasks"] if t.get("worktree") and
+                     t.get("status") == "dispatched" and Path(t["worktree"]).exists()
+                     ] if code == 0 else []
+            if not rooms:
+                f.landed = ""
+                return
+            t = random.Random(f.at).choice(sorted(rooms, key=lambda t: str(t["id"])))
+            if f.target == "rm":
+                shutil.rmtree(t["worktree"], ignore_errors=True)
+            else:
+                subprocess.run(["git", "-C", t["checkout"], "worktree", "remove", "--force",
+                                t["worktree"]], capture_output=True)
         elif f.kind == "slow_link":
-            self.slow_until = time.monotonic() + f.seconds
-            self.stop.wait(f.seconds)
+            with self.trouble(f.target):
+                self.slow_until = time.monotonic() + f.seconds
+                self.stop.wait(f.seconds)
         elif f.kind == "disk_full" and self.tmpfs is not None:
             filler = self.tmpfs / "filler"
             with contextlib.suppress(OSError), open(filler, "wb") as fh:
@@ -508,7 +797,8 @@ class Soak:
         kinds = tuple(k for k in KINDS if k not in self.skipped)
         plan = schedule(self.seed, self.seconds, kinds)
         threads = [threading.Thread(target=fn, daemon=True) for fn in
-                   (self.sample_limits, self.sample_each_second, self.poll_views,
+                   (self.sample_limits, self.sample_waits, self.sample_each_second,
+                    self.poll_views,
                     lambda: self.client(0), lambda: self.client(1))]
         self.t0 = time.monotonic()
         for t in threads:
@@ -531,7 +821,7 @@ class Soak:
     def final_checks(self) -> None:
         """What a client was told: each dispatch on its server, each task since the last Redis
         loss in the pool with a state; the daemons' memory flat; their logs clean."""
-        for inst, sid in list(self.dispatched) + self.priced:
+        for inst, sid, p in self.dispatched:
             i = NAMES.index(inst)
             try:
                 msgs = sandbox.messages(f"http://127.0.0.1:{self.ports[i]}",
@@ -539,13 +829,28 @@ class Soak:
             except (httpx.HTTPError, sandbox.SandboxError):
                 msgs = None
             self.checks.check("dispatch on its server", msgs is not None, f"{sid} on {inst}")
-            if (inst, sid) in self.priced and msgs is not None:
-                cost = sum(float(m["info"].get("cost") or 0) for m in msgs
-                           if m["info"].get("role") == "assistant")
+            if (inst, sid, p) in self.priced and msgs is not None:
+                runs = run_costs(msgs)
+                self.checks.figures["priced runs"] += len(runs)
                 self.checks.check("run cost within ceiling + a step",
-                                  cost <= RUN_USD + STEP_USD + 1e-9, f"{sid} cost ${cost:.2f}")
+                                  max(runs, default=0) <= RUN_USD + 2 * STEP_USD + 1e-9,
+                                  f"{sid}: runs cost {', '.join(f'${c:.2f}' for c in runs)}")
         code, out, err = self.cli(self.hosts[0], "backlog", "backlog", "list", "--json")
         listed = {t["id"]: t for t in json.loads(out)["tasks"]} if code == 0 else {}
+        on_main = Counter(s for o in self.origins.values()
+                          for s in git(o.bare, "log", "--format=%s", "main").splitlines())
+        self.checks.check("each landed change on main once", max(on_main.values()) <= 1,
+                          f"twice on main: {[s for s, n in on_main.items() if n > 1]}")
+        landed = [t for t in listed.values() if t.get("landing") == "landed"]
+        for t in landed:
+            mark = str(t.get("branch")).replace("/", "-")
+            self.checks.check("each landed change on main once", on_main[mark] == 1,
+                              f"{t['id']} {mark} on main {on_main[mark]} times")
+        credited = Counter(t.get("commit") for t in landed)
+        self.checks.check("no commit credited twice", max(credited.values(), default=0) <= 1,
+                          f"{[c for c, n in credited.items() if n > 1]}")
+        self.checks.figures.update({"tasks landed": len(landed),
+                                    "commits on main": sum(on_main.values()) - len(self.origins)})
         for tid, added in self.tasks.items():
             if added > self.redis_lost_at + 1:
                 t = listed.get(tid, {})
@@ -585,19 +890,21 @@ def render(seed: int, seconds: float, faults: list[Fault], checks: Checks,
            skipped: dict[str, str]) -> str:
     kinds = Counter(f.kind for f in faults)
     mid = Counter(f.kind for f in faults if f.landed)
+    per = Counter((f.kind, op) for f in faults for op in f.landed.split(",") if op)
     lines = [f"soak: seed {seed}, {seconds / 60:.1f} min, {len(faults)} faults "
-             f"({sum(mid.values())} while a client command was in flight)"]
-    lines += [f"  fault {k:<18} {kinds[k]:4d}  mid-command {mid[k]:4d}" for k in KINDS
+             f"({sum(mid.values())} while a send, fill, check or landing was in flight)"]
+    lines += [f"  fault {k:<18} {kinds[k]:4d}  mid-operation {mid[k]:4d} (" +
+              ", ".join(f"{op} {per[k, op]}" for op in OPS) + ")" for k in KINDS
               if k not in skipped]
     lines += [f"  fault {k:<18} skipped: {why}" for k, why in skipped.items()]
     for name, n in sorted(checks.counts.items()):
         lines.append(f"  invariant {name:<24} checked {n:6d}")
-    lines.append("  peak runs per server: " + ", ".join(f"{k} {v}/{LIMIT}" for k, v in
-                                                      sorted(checks.peaks.items())))
+    lines.append("  peak runs per server (and project): " + ", ".join(
+        f"{k} {v}/{PROJECTS.get(k.partition(' ')[2]) or LIMIT}"
+        for k, v in sorted(checks.peaks.items())))
     lines.append("  slowest answer: " + ", ".join(f"{k} {v:.1f}s" for k, v in
                                                   sorted(checks.slowest.items())))
-    lines.append("  not yet checked: no project over its share (one project), no waiting run "
-                 "holding a slot unseen, no check process outliving its check, landings")
+    lines.append("  counts: " + ", ".join(f"{k} {v}" for k, v in sorted(checks.figures.items())))
     if checks.broken:
         lines.append(f"BROKEN {checks.broken[0]}")
         lines.append(f"replay: python -m bench --soak --seed {seed} --minutes "

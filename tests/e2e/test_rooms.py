@@ -16,7 +16,9 @@ from typing import Any
 import httpx
 import pytest
 
+from sandbox import fleet as sandbox
 from tests.contained import needs_sandbox
+from tests.e2e.daemon import _audit, _beat, _daemon
 from tests.fleet import Hub
 from tests.gitrepo import Origin, git, make_origin
 
@@ -394,3 +396,80 @@ def test_work_that_fails_the_check_on_a_moved_base_goes_back(hub: Hub, tmp_path:
     files = git(origin.bare, "ls-tree", "--name-only", "main").split()
     mark = second["branch"].replace("/", "-")
     assert f"{mark}.txt" not in files and first["branch"].replace("/", "-") + ".txt" in files
+
+
+def test_a_run_in_a_room_is_stopped_at_its_ceiling_by_the_live_watch(
+    hub: Hub, tmp_path: Path
+) -> None:
+    """A priced run in a task's worktree (outside the project's roots) passes its $0.05 ceiling at
+    its third step: the daemon's live watch stops it there, as it stops one in the checkout, not
+    at the next round (an hour away). The daemon serves two projects, as a team's does: the
+    worktrees of every project's checkout are followed, not only a chosen one's."""
+    _, checkout = server_checkout(hub, tmp_path)
+    shop = {k: v for k, v in hub.doc.pop("project").items() if k != "name"}
+    for inst in hub.doc["instances"]:
+        inst.pop("roots"), inst.pop("default_directory", None)
+    blog = hub.project_dir("blog", "app")
+    hub.write_config(budget={"run_usd": 0.05}, projects={
+        "shop": {**shop, "roots": {INSTANCE: [str(checkout)]},
+                 "default_directory": {INSTANCE: str(checkout)}},
+        "blog": {"roots": {INSTANCE: [str(blog.parent)]},
+                 "default_directory": {INSTANCE: str(blog)}},
+    })
+    hub.llm.set_mode("priced-model", "tools", text="done",
+                     calls=[["bash", {"command": "sleep 1", "description": "a step"}]] * 30)
+    lines = _daemon(hub, "--no-fill")
+    url, pw = hub.server(INSTANCE).url, hub.password(INSTANCE)
+    try:
+        code, sent = hub.cli_json("--project", "shop", "dispatch", "--text", "Costly work",
+                                  "--instance", INSTANCE, "--new", "--model", "fake/priced-model")
+        assert code == 0, sent
+        sid = sent["session_id"]
+
+        def stopped() -> bool:
+            msgs = [m for m in sandbox.messages(url, pw, sid) if m["info"]["role"] == "assistant"]
+            info = msgs[-1]["info"] if msgs else {}
+            return (info.get("error") or {}).get("name") == "MessageAbortedError"
+
+        hub.wait_for(stopped, timeout=120)
+        spent = sum(float(m["info"].get("cost") or 0) for m in sandbox.messages(url, pw, sid)
+                    if m["info"]["role"] == "assistant")
+        print(f"room run stopped at ${spent:.2f} of $0.05")
+        assert spent <= 0.08 + 1e-9  # the step that passed it and at most one more
+        rows = [r for r in _audit(hub, "patrol.live.run_ceiling") if r["session"] == sid]
+        assert [r["result"] for r in rows] == ["stopping", "aborted"], rows
+        assert _beat(hub)["ticks"] == 1  # the live watch, not a round
+    finally:
+        lines.stop()
+        for s in hub.busy_ids(INSTANCE):
+            hub.cli("interrupt", "--session", s)
+
+
+def test_a_rate_limited_run_in_a_room_is_healed_by_the_live_reaction(
+    hub: Hub, tmp_path: Path
+) -> None:
+    """A task's session in its worktree hits a rate limit: the daemon heals it along the chain
+    at once, as it heals one in the checkout, not at the next round (an hour away)."""
+    server_checkout(hub, tmp_path)
+    hub.doc["models"] = {"default_dispatch_model": "fake/fake-model",
+                         "chain": ["opencode/free-model", "backup/good-model"]}
+    hub.write_config()
+    hub.llm.set_mode("free-model", "429", retry_after=1)
+    lines = _daemon(hub, "--no-fill")
+    url, pw = hub.server(INSTANCE).url, hub.password(INSTANCE)
+    try:
+        code, sent = hub.cli_json("dispatch", "--text", "Rate limited work", "--instance",
+                                  INSTANCE, "--new", "--model", "opencode/free-model")
+        assert code == 0, sent
+        sid = sent["session_id"]
+
+        def healed() -> bool:
+            msgs = [m for m in sandbox.messages(url, pw, sid) if m["info"]["role"] == "assistant"]
+            info = msgs[-1]["info"] if msgs else {}
+            done = bool(info.get("time", {}).get("completed"))
+            return info.get("modelID") == "good-model" and done
+
+        hub.wait_for(healed, timeout=120)
+        assert _beat(hub)["ticks"] == 1  # the live reaction, not a round
+    finally:
+        lines.stop()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import os
 import sys
@@ -13,7 +14,7 @@ from typing import TYPE_CHECKING, Any, TextIO, TypeVar
 
 from xaf_hub.cli.options import Common, build
 from xaf_hub.config.load import Config, load_config
-from xaf_hub.core.text import redact, terminal_safe
+from xaf_hub.core.text import dumps, redact, terminal_safe
 
 if TYPE_CHECKING:  # the scanner pulls in httpx; --help must stay light
     from xaf_hub.fleet.scan import TransportFactory
@@ -104,6 +105,14 @@ class Context:
             shared=self.stores, **seams,
         )
 
+    def audit(self, command: str, **fields: Any) -> None:
+        """Append one audit line for a write this run made (``store.audit.append``'s fields),
+        with its caller from the environment and no secret it knows."""
+        from xaf_hub.store import audit  # deferred: start-up, docs/performance.md
+
+        audit.append(self.whole.state_dir, command=command, env=self.env,
+                     secrets=self.secrets(), **fields)
+
     def close(self) -> None:
         """Close what this run opened (its stores' Redis client); the command has ended."""
         if self._stores is not None:
@@ -123,15 +132,41 @@ class Context:
         )
         return (self._config.secrets() if self._config is not None else ()) + from_env
 
+    def every_secret(self) -> tuple[str, ...]:
+        """``secrets``, the config loaded first when it loads: an error raised before the
+        command loaded it must not carry a configured password either."""
+        with contextlib.suppress(Exception):  # a broken config has no secrets to learn
+            _ = self.whole  # loading it is the point
+        return self.secrets()
+
     def redact(self, text: str) -> str:
         """``text`` without any secret this run knows (see ``core.text.redact``)."""
         return redact(text, self.secrets())
 
-    def out(self, text: str = "") -> None:
-        """Print a line of normal output (control characters neutralised unless --json)."""
+    def out(self, text: str = "", *, flush: bool = False) -> None:
+        """Print a line of normal output (control characters neutralised unless --json);
+        ``flush``: at once (a line a reader waits for)."""
         # JSON already escapes every C0 control; text may carry server-supplied titles.
         text = self.redact(text)
-        print(text if self.json else terminal_safe(text), file=self.stdout)
+        print(text if self.json else terminal_safe(text), file=self.stdout, flush=flush)
+
+    def named(self, doc: Any) -> Any:
+        """A command's record (or each row of a list of them) naming the project it was read
+        as (``"project"``; null: every project), unless it names one or the run read no config."""
+        if self._config is None:
+            return doc
+        if isinstance(doc, list):
+            return [self.named(row) for row in doc]
+        if isinstance(doc, dict) and "project" not in doc:
+            return {**doc, "project": self._config.project_name or None}
+        return doc
+
+    def answer(self, doc: Any, *lines: str) -> int:
+        """Print a command's answer: ``doc`` (``named``) as JSON with --json, else ``lines``
+        for a person; exit 0."""
+        for line in [dumps(self.named(doc))] if self.json else lines:
+            self.out(line)
+        return 0
 
     def table(self, rows: Sequence[Sequence[Any]], headers: Sequence[str], **how: Any) -> None:
         """Print a table: fitted to the terminal and coloured on a TTY (see termfit), as is on a

@@ -59,11 +59,6 @@ class Options:
     port: int = opt("--port", default=7318, help="port for --http (default 7318; 0: any)")
 
 
-def _is_loopback(host: str) -> bool:
-
-    return is_loopback(host)
-
-
 def _require_sdk() -> None:
     try:
         import mcp.server.mcpserver  # noqa: F401
@@ -79,7 +74,7 @@ def run(ctx: Context) -> int:
         if not 0 <= opts.port <= 65535:
             raise UsageError("--port must be between 0 and 65535")
         if not token:
-            where = "" if _is_loopback(opts.host) else f" on {opts.host}, a non-loopback address"
+            where = "" if is_loopback(opts.host) else f" on {opts.host}, a non-loopback address"
             raise UsageError(f"mcp --http{where} needs a bearer token: set {TOKEN_ENV} "
                              f"(at least {MIN_TOKEN_LENGTH} characters)")
         if len(token) < MIN_TOKEN_LENGTH:
@@ -127,7 +122,7 @@ def _serve_http(ctx: Context, server: Any, opts: Options, token: str) -> int:
 
     # On loopback the SDK checks Host and Origin against DNS rebinding (its default for a
     # loopback host); on another address the bearer token is what admits a client.
-    security = None if _is_loopback(opts.host) else TransportSecuritySettings(
+    security = None if is_loopback(opts.host) else TransportSecuritySettings(
         enable_dns_rebinding_protection=False)
     app = bearer_guard(server.streamable_http_app(host=opts.host, transport_security=security),
                        token)
@@ -138,8 +133,7 @@ def _serve_http(ctx: Context, server: Any, opts: Options, token: str) -> int:
                          f"{exc.strerror or exc}") from exc
     port = sock.getsockname()[1]
     shown = f"[{opts.host}]" if ":" in opts.host else opts.host
-    ctx.out(f"http://{shown}:{port}/mcp")  # stdout holds only the URL, for scripts
-    ctx.stdout.flush()
+    ctx.out(f"http://{shown}:{port}/mcp", flush=True)  # stdout holds only the URL, for scripts
     ctx.info(f"serving MCP at http://{shown}:{port}/mcp (bearer token from {TOKEN_ENV}); "
              "Ctrl+C stops")
     config = uvicorn.Config(app, log_level="warning", lifespan="on")

@@ -268,15 +268,28 @@ WIDE = Opt(("-w", "--wide"), "show every column whole (on a terminal, tables are
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class Common:
+class Answers:
+    """The record of a command that answers in JSON with --json (its first option)."""
+
+    json: bool = JSON.field()
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Tables(Answers):
+    """The record of a command that prints tables, whole with --wide."""
+
+    wide: bool = WIDE.field()
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Common(Tables):
     """The options every command has (``GLOBAL``: given before or after the command), and
-    ``--json`` and ``--wide`` where the command's record declares them (``JSON``, ``WIDE``)."""
+    ``--json`` and ``--wide`` where the command's record declares them (``Answers``,
+    ``Tables``)."""
 
     config: str | None = opt("--config", help="config file (default: see README)", metavar="PATH")
     project: str | None = opt("--project", help=PROJECT_HELP, metavar="NAME")
     debug: bool = flag("--debug", help="show tracebacks on errors")
-    json: bool = JSON.field()
-    wide: bool = WIDE.field()
 
 
 GLOBAL = ("config", "project", "debug")

@@ -326,25 +326,6 @@ def _values(row: _Row, idf: Callable[[str], float]) -> dict[str, float]:
     return {g: (1.0 + math.log(c)) * idf(g) * w.get(g, 1.0) for g, c in row.counts.items()}
 
 
-def _tfidf(texts: list[str], weighted: bool = False) -> list[dict[str, float]]:
-    """The L2-normalised TF-IDF weights of the texts, one {n-gram: weight} per text.
-
-    Unweighted they are scikit-learn's (``TfidfTransformer(sublinear_tf=True)``); weighted,
-    each entry is also multiplied by its field and generic-word weight before the norm. The
-    unit tests compare both with scikit-learn; ``Index`` computes the same numbers sparsely.
-    """
-    grams = _Grams(weighted)
-    rows = [grams.of(text) for text in texts]
-    df = Counter(chain.from_iterable(row.counts for row in rows))
-    n = len(texts)
-    out = []
-    for row in rows:
-        values = _values(row, lambda g: _idf(n, df[g]))
-        norm = math.sqrt(math.fsum(v * v for v in values.values()))
-        out.append({g: v / norm for g, v in values.items()} if norm else {})
-    return out
-
-
 def folder_text(directory: str) -> str:
     """A folder as words: its segments, drive letter dropped, lower case."""
     # Same normalisation as the project rules (architecture §2): `\` and `/` alike,

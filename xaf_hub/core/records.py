@@ -285,6 +285,18 @@ class Snapshot:
         """Instances that did not answer, with their reason."""
         return [{"instance": i.name, "reason": i.reason} for i in self.instances if not i.reachable]
 
+    def counts(self, by: Literal["instance", "owner"] = "instance",
+               names: Iterable[str] | None = None) -> dict[str, tuple[int, int]]:
+        """(project sessions, busy ones: the server reports them busy or retrying) per
+        instance or per project (``owner``); ``names`` (default: the instances) come first,
+        each even with none."""
+        first = [i.name for i in self.instances] if names is None else names
+        counts = dict.fromkeys(first, (0, 0))
+        for s in self.project_sessions():
+            n, busy = counts.get(key := getattr(s, by), (0, 0))
+            counts[key] = (n + 1, busy + (s.running or s.run_state != "idle"))
+        return counts
+
     def project_sessions(self, instance: str | None = None) -> list[SessionRecord]:
         """Project sessions, newest first, optionally of one instance."""
         rows = [

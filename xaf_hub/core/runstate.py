@@ -213,23 +213,21 @@ def judge(
     if run is None:
         return Verdict("idle", model, "last run could not be read")
     outcome = run.outcome
-    if outcome == "succeeded":
-        return Verdict("finished", model, "the last run finished")
-    if outcome == "denied":
-        return Verdict("denied", model, "the last run ended on a refused request")
-    if outcome == "interrupted":
-        return Verdict("aborted", model, "the last run was aborted")
-    if outcome == "running":
-        return Verdict("interrupted", model, "the last run stopped without finishing")
     if outcome in ("rate_limited", "failed"):
         return Verdict("failed", model, error_text(run.error) or outcome, classify_error(run.error))
-    if outcome == "pending":
-        return Verdict(
-            "pending",
-            model,
-            "the last prompt has no answer yet (just sent, or refused before any reply)",
-        )
-    return Verdict("idle", model, "no run yet")
+    state, detail = _BY_OUTCOME.get(outcome, ("idle", "no run yet"))
+    return Verdict(state, model, detail)
+
+
+# A last run's outcome -> the verdict and words ``judge`` gives it (failures aside).
+_BY_OUTCOME: dict[str, tuple[RunVerdict, str]] = {
+    "succeeded": ("finished", "the last run finished"),
+    "denied": ("denied", "the last run ended on a refused request"),
+    "interrupted": ("aborted", "the last run was aborted"),
+    "running": ("interrupted", "the last run stopped without finishing"),
+    "pending": ("pending",
+                "the last prompt has no answer yet (just sent, or refused before any reply)"),
+}
 
 
 def classify(
@@ -247,19 +245,18 @@ def classify(
         if quiet_ms > stale_minutes * 60_000:
             return "stale_busy", f"busy with no update for {quiet_ms // 60_000} min"
         return "running", "busy"
-    if v.state == "finished":
-        return "finished", ""
-    if v.state == "aborted":
-        return "interrupted", "the run was aborted"
-    if v.state == "interrupted":
-        return "interrupted", "the run stopped without finishing (server restart?)"
-    if v.state == "failed":
-        return "failed", v.detail
-    if v.state == "denied":
-        return "denied", v.detail
-    if v.state == "pending":
-        return "idle", "the last prompt has no answer yet"
-    return "idle", v.detail if run is None else "never ran"
+    if v.state in ("failed", "denied"):
+        return v.state, v.detail
+    return _CLASSES.get(v.state) or ("idle", v.detail if run is None else "never ran")
+
+
+# A verdict -> the patrol's class and words for it (those ``classify`` does not work out).
+_CLASSES: dict[str, tuple[str, str]] = {
+    "finished": ("finished", ""),
+    "aborted": ("interrupted", "the run was aborted"),
+    "interrupted": ("interrupted", "the run stopped without finishing (server restart?)"),
+    "pending": ("idle", "the last prompt has no answer yet"),
+}
 
 
 def count_states(lines: Mapping[str, int]) -> str:

@@ -8,17 +8,19 @@ change is a difference of state); ``parse_frame`` reads one ``data:`` line of ei
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from xaf_hub.config.load import InstanceConfig
-from xaf_hub.core.records import RunState, SessionRecord, sane_ms
-from xaf_hub.core.runstate import waiting_detail
+from xaf_hub.core.records import SessionRecord
+from xaf_hub.core.runstate import error_text, waiting_detail
 from xaf_hub.fleet.wire import (
     ServerSession,
     message_of,
+    read_status,
     server_json,
     session_from_classic,
     session_record,
@@ -71,6 +73,10 @@ WANTED_TYPES = frozenset(
         "message.updated",
     }
 )
+# Cheap skip before parsing: message deltas are most of the traffic of a busy fleet.
+_MAYBE_WANTED = re.compile(
+    r'"(?:session\.|server\.|permission\.|question\.|project\.updated"|message\.updated")'
+)
 _ASKED = {"permission.asked": "permission", "question.asked": "question"}
 _ANSWERED = {
     "permission.replied": "replied",
@@ -87,7 +93,8 @@ MAX_REMEMBERED = 10_000
 MAX_FOREIGN_TEXT = 1000
 
 
-def _now_ms() -> int:
+def now_ms() -> int:
+    """The time now, epoch ms (every event's ``at_ms``)."""
     return int(time.time() * 1000)
 
 
@@ -106,29 +113,22 @@ class FleetEvent:
 
     def to_json(self) -> dict[str, Any]:
         """The ``watch --json`` / server-sent form."""
-        return {
-            "event": self.kind,
-            "instance": self.instance,
-            "session": self.session.to_json() if self.session is not None else None,
-            "outcome": self.outcome,
-            "detail": self.detail,
-            "answer": self.answer,
-            "source": self.source,
-            "at_ms": self.at_ms,
-        }
+        doc = {"event" if k == "kind" else k: v for k, v in self.__dict__.items()}
+        return {**doc, "session": self.session.to_json() if self.session is not None else None}
 
 
 def following_words(ev: FleetEvent) -> str | None:
     """How an instance is followed, when an event changes that (logs and ``watch -v``)."""
-    if ev.kind == "ready":
-        return f"{ev.instance}: following its {ev.detail} event stream"
-    if ev.kind == "up":
-        return f"{ev.instance}: back, following its {ev.detail} event stream"
-    if ev.kind == "down":
-        return f"{ev.instance}: lost ({ev.detail})"
-    if ev.kind == "polling":
-        return f"{ev.instance}: {ev.detail}; polling it"
-    return None
+    said = _FOLLOWING.get(ev.kind)
+    return f"{ev.instance}: {said.format(ev.detail)}" if said is not None else None
+
+
+_FOLLOWING = {
+    "ready": "following its {} event stream",
+    "up": "back, following its {} event stream",
+    "down": "lost ({})",
+    "polling": "{}; polling it",
+}
 
 
 @dataclass(frozen=True)
@@ -145,15 +145,7 @@ def parse_frame(line: str, stream_directory: str = "") -> Frame | None:
     if not line.startswith("data:"):
         return None
     raw = line[5:].strip()
-    # Cheap skip before parsing: message deltas are most of the traffic of a busy fleet.
-    if (
-        '"session.' not in raw
-        and '"server.' not in raw
-        and '"permission.' not in raw
-        and '"question.' not in raw
-        and '"project.updated"' not in raw
-        and '"message.updated"' not in raw
-    ):
+    if not _MAYBE_WANTED.search(raw):
         return None
     try:
         obj = server_json(raw)
@@ -214,16 +206,6 @@ def asked_detail(rec: SessionRecord) -> str:
     return waiting_detail(rec.waiting) if rec.waiting is not None else ""
 
 
-def error_detail(err: Any) -> str:
-    """``Name: message`` of a ``session.error`` error object."""
-    if not isinstance(err, Mapping):
-        return "error"
-    name = str(err.get("name") or "error")
-    data = err.get("data")
-    message = str(data.get("message") or "") if isinstance(data, Mapping) else ""
-    return f"{name}: {message}" if message else name
-
-
 class Board:
     """One instance's project sessions as last seen, and the changes each frame makes.
 
@@ -259,6 +241,13 @@ class Board:
             )
         return self._verdicts[directory]
 
+    def placed(self, s: ServerSession) -> ServerSession:
+        """``s`` with the checkout its worktree was made from, as this board knows it: a session
+        read by id does not say it, and a task's room is a project's only through its checkout."""
+        if s.checkout or not s.directory:
+            return s
+        return replace(s, checkout=self.sandboxes.get(s.directory, ""))
+
     def learn_sandboxes(self, sandboxes: Mapping[str, str]) -> None:
         """Know these worktrees (folder -> the checkout each was made from) from now on."""
         for folder, checkout in sandboxes.items():
@@ -272,7 +261,7 @@ class Board:
     def _event(
         self, kind: EventKind, rec: SessionRecord, source: str, detail: str = ""
     ) -> FleetEvent:
-        return FleetEvent(kind, self.inst.name, rec, detail=detail, source=source, at_ms=_now_ms())
+        return FleetEvent(kind, self.inst.name, rec, detail=detail, source=source, at_ms=now_ms())
 
     def reconcile(
         self,
@@ -352,7 +341,9 @@ class Board:
                 self.missing.append((sid, frame.directory))
             return []
         if kind == "session.error":
-            return [self._event("error", rec, "stream", error_detail(props.get("error")))]
+            err = props.get("error")
+            words = error_text(err if isinstance(err, Mapping) else None) or "error"
+            return [self._event("error", rec, "stream", words)]
         if kind == "message.updated":
             return [self._event("spent", rec, "stream")]
         if kind in _ASKED:
@@ -360,7 +351,7 @@ class Board:
         if kind in _ANSWERED:
             return self._answered(rec, props, _ANSWERED[kind])
         said = _run_said(kind, props)
-        return self._status(rec, said[0], said[1]) if said is not None else []
+        return self._status(rec, said) if said is not None else []
 
     def _project(self, props: Mapping[str, Any]) -> None:
         """A project's worktrees: their sessions are the project's when its checkout is."""
@@ -369,17 +360,17 @@ class Board:
             return
         if props.get("id") in (None, "", "global"):  # folders without a repository of their own
             return
-        if self.inst.rules.is_project(checkout):
+        if self.inst.claims(checkout):  # any configured project's, when none is chosen
             self.learn_sandboxes({f: checkout for f in folders if isinstance(f, str) and f})
 
     def _foreign_run(self, sid: str, kind: str, props: Mapping[str, Any]) -> None:
         said = _run_said(kind, props)
         if said is not None:
-            self.foreign[sid] = _with_run(self.foreign[sid], *said)
+            self.foreign[sid] = _with_run(self.foreign[sid], said)
 
     def _asked(self, rec: SessionRecord, kind: str, props: Mapping[str, Any]) -> list[FleetEvent]:
         read = waiting_from_permission if _ASKED[kind] == "permission" else waiting_from_question
-        pending = read(props, _now_ms())
+        pending = read(props, now_ms())
         if pending is None or (rec.waiting is not None and rec.running):
             return []  # unreadable, or the run already waits on an older request
         new = replace(rec, waiting=pending.waiting, running=True,
@@ -422,11 +413,9 @@ class Board:
         self.missing.append((s.id, s.directory))
         return []
 
-    def _status(
-        self, rec: SessionRecord, word: RunState, status: Mapping[str, Any]
-    ) -> list[FleetEvent]:
-        new = _with_run(rec, word, status)
-        message = new.retry_message
+    def _status(self, rec: SessionRecord, status: Mapping[str, Any]) -> list[FleetEvent]:
+        new = _with_run(rec, status)
+        word, message = new.run_state, new.retry_message
         self.sessions[rec.id] = new
         if word != "idle" and not rec.running:
             out = [self._event("started", new, "stream")]
@@ -454,30 +443,23 @@ def _refreshed(old: SessionRecord, s: ServerSession, cut: int | None = None) -> 
     )
 
 
-def _run_said(kind: str, props: Mapping[str, Any]) -> tuple[RunState, Mapping[str, Any]] | None:
-    """The run state a frame tells, with its status object; None when it tells none."""
+def _run_said(kind: str, props: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The status entry a frame tells ({} for idle), read as a scan reads one
+    (``wire.read_status``: a state this hub does not know is busy, never idle); None when it
+    tells none."""
     if kind == "session.idle":
-        return "idle", {}
-    if kind == "session.status":
-        status = props.get("status")
-        if isinstance(status, Mapping):
-            word = status.get("type")
-            if word in ("retry", "idle"):
-                return word, status
-            if isinstance(word, str) and word:
-                # busy, or a state this hub does not know: busy, never idle, as the scan
-                # reads it (fleet.scan.read_status)
-                return "busy", status
+        return {}
+    status = props.get("status") if kind == "session.status" else None
+    if isinstance(status, Mapping) and isinstance(status.get("type"), str) and status["type"]:
+        return status
     return None
 
 
-def _with_run(rec: SessionRecord, word: RunState, status: Mapping[str, Any]) -> SessionRecord:
+def _with_run(rec: SessionRecord, status: Mapping[str, Any]) -> SessionRecord:
     """``rec`` in the run state a frame told."""
-    raw = status.get("message")
-    message = raw if word == "retry" and isinstance(raw, str) else ""
-    nxt = sane_ms(status.get("next")) if word == "retry" else 0  # as the scan reads it
+    word, message, nxt = read_status(status)
     new = replace(
         rec, run_state=word, running=word != "idle", retry_message=message, retry_next=nxt,
-        updated=max(rec.updated, _now_ms()),
+        updated=max(rec.updated, now_ms()),
     )
     return replace(new, waiting=None) if word == "idle" else new  # an ended run waits on nothing

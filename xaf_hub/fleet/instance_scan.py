@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from xaf_hub.config.load import InstanceConfig
 from xaf_hub.core.records import InstanceSummary, SessionRecord, Snapshot, Tally
@@ -43,6 +43,25 @@ class InstanceScan:
     def failure(self) -> UnreachableError:
         """Why this instance could not be used, as the error a command raises."""
         return self.inst.unreachable(self.reason, self.cause)
+
+    def seen_by(self, inst: InstanceConfig) -> InstanceScan:
+        """This scan of every project as the project chosen in ``inst`` sees it: ``inst`` its
+        config, each session's verdict and owner as a scan of that project gives them."""
+        verdicts: dict[str, tuple[bool, str]] = {}
+
+        def one(rec: SessionRecord) -> SessionRecord:
+            d = rec.directory
+            if not d:  # running, no folder: counted as the project's (fail closed)
+                return replace(rec, owner=inst.project if rec.project else "")
+            if d not in verdicts:
+                checkout = self.sandboxes.get(d, "")
+                verdicts[d] = (inst.claims(d, checkout), inst.owner(d, checkout))
+            project, owner = verdicts[d]
+            same = (rec.project, rec.owner) == (project, owner)
+            return rec if same else replace(rec, project=project, owner=owner)
+
+        return replace(self, inst=inst, sessions=[one(r) for r in self.sessions],
+                       warnings=list(self.warnings))
 
     def project_sandboxes(self) -> tuple[str, ...]:
         """The worktrees this scan found of the project's checkouts."""

@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from xaf_hub.config.load import InstanceConfig
-from xaf_hub.fleet.events import Board
+from xaf_hub.fleet.events import Board, now_ms
 from xaf_hub.fleet.instance_scan import InstanceScan
 
 if TYPE_CHECKING:
@@ -40,10 +40,6 @@ class LiveInstance:
     scan: InstanceScan
     mode: str
     confirmed_at_ms: int
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 class LiveView:

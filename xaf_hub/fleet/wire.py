@@ -11,7 +11,7 @@ import dataclasses
 import json
 import math
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,8 +51,10 @@ def session_record(
     state: RunState = "idle",
     message: str = "",
     nxt: int = 0,
+    owner: str = "",
 ) -> SessionRecord:
-    """A server session as the hub records it, with its project verdict and run state."""
+    """A server session as the hub records it, with its project verdict, run state and the
+    configured project it belongs to (``owner``)."""
     return SessionRecord(
         instance=instance,
         id=s.id,
@@ -68,7 +70,22 @@ def session_record(
         parent_id=s.parent_id,
         model=s.model,
         project=project,
+        owner=owner,
     )
+
+
+def read_status(status: Mapping[str, Any] | None) -> tuple[RunState, str, int]:
+    """One session's ``/session/status`` entry read (a scan's, or a ``session.status`` frame's):
+    (run state, retry message, retry next ms). No entry is idle; a kind this hub does not know
+    is busy, never idle."""
+    if not status:
+        return "idle", "", 0
+    kind = status.get("type")
+    if kind == "retry":
+        raw = status.get("message")
+        # next: "soon", 1e400, 10**22 are unknown (0)
+        return "retry", raw if isinstance(raw, str) else "", sane_ms(status.get("next"))
+    return ("idle" if kind == "idle" else "busy"), "", 0
 
 
 # A tuple, not ``int | float``: that expression builds a new union object on every call, and
@@ -250,66 +267,26 @@ def _whole(data: Any) -> Any:
     return top[0]
 
 
-def error_message(content: bytes) -> str:
-    """The message of a server's error answer, on one line (not yet redacted nor cut)."""
+def server_error(content: bytes) -> tuple[str, str]:
+    """A server's error answer read: its message on one line (not yet redacted nor cut), and
+    the name it gives itself (``WorktreeNotGitError``, or "")."""
     try:
         data = server_json(content)
     except (ValueError, RecursionError):
-        return one_line(content.decode("utf-8", "replace")) or "no message"
-    if isinstance(data, dict):
-        inner = data.get("data")
-        if isinstance(inner, dict) and inner.get("message"):
-            return one_line(str(inner["message"]))
-        for key in ("message", "name", "_tag"):
-            if data.get(key):
-                return one_line(str(data[key]))
-    return "no message"
-
-
-def error_name(content: bytes) -> str:
-    """The name a server's error answer gives itself (``WorktreeNotGitError``), or ""."""
-    try:
-        data = server_json(content)
-    except (ValueError, RecursionError):
-        return ""
-    name = data.get("name") if isinstance(data, dict) else None
-    return name[:100] if isinstance(name, str) else ""
+        return one_line(content.decode("utf-8", "replace")) or "no message", ""
+    if not isinstance(data, dict):
+        return "no message", ""
+    name = data["name"][:100] if isinstance(data.get("name"), str) else ""
+    inner = data.get("data")
+    if isinstance(inner, dict) and inner.get("message"):
+        return one_line(str(inner["message"])), name
+    said = next((data[key] for key in ("message", "name", "_tag") if data.get(key)), None)
+    return (one_line(str(said)) if said else "no message"), name
 
 
 def one_line(text: str) -> str:
     """``text`` with every run of whitespace (newlines too) as one space."""
     return " ".join(text.split())
-
-
-def read_page(
-    items: list[Any], parse: Callable[[Any], ServerSession], seen: dict[str, ServerSession]
-) -> tuple[list[ServerSession], int, int]:
-    """Parse one listing page into ``seen`` (by id): (the page, how many were new, how many
-    entries were skipped for want of a usable id)."""
-    page: list[ServerSession] = []
-    new = skipped = 0
-    for obj in items:
-        try:
-            s = parse(obj)
-        except KeyError:
-            skipped += 1
-            continue
-        page.append(s)
-        if s.id not in seen:
-            seen[s.id] = s
-            new += 1
-    return page, new, skipped
-
-
-def skip_note(skipped: int, what: str) -> str:
-    """The note for entries of ``what`` skipped by read_page."""
-    entries = "entry" if skipped == 1 else "entries"
-    return f"skipped {skipped} {entries} of {what} without a usable session id"
-
-
-def over_cap(cap: int, what: str) -> str:
-    """The reason given when a listing goes beyond one of the caps above."""
-    return f"more than {cap} {what} (stopped reading; endless pagination?)"
 
 
 # What one pending request may cost a view: what it asks, each list of words and each word.

@@ -115,34 +115,16 @@ def _instance_events(
 
 def _session_events(log: RoundLog, inputs: Inputs, at: str, people: bool = True) -> list[Event]:
     events = []
-    for a in log.actions:
+    for a in log.actions:  # a run stopped past its ceiling, a task done: one event each
         if a.kind == "ceiling":
-            events.append(
-                Event(
-                    f"run_ceiling:{a.instance}:{a.session}",
-                    "run_ceiling",
-                    at,
-                    a.instance,
-                    a.session,
-                    a.title,
-                    a.task,
-                    data={"reason": a.detail},
-                )
-            )
-        if a.kind in ("done", "finished") and a.result == "ok":
+            kind, key, data = "run_ceiling", a.instance, {"reason": a.detail}
+        elif a.kind in ("done", "finished") and a.result == "ok":
             kind = "task_done" if a.kind == "done" else "task_finished"
-            events.append(
-                Event(
-                    f"{kind}:{a.task}:{a.session}",
-                    kind,
-                    at,
-                    a.instance,
-                    a.session,
-                    a.title,
-                    a.task,
-                    {"judged": a.detail} if a.detail else {},
-                )
-            )
+            key, data = a.task, {"judged": a.detail} if a.detail else {}
+        else:
+            continue
+        where = (a.instance, a.session, a.title, a.task)
+        events.append(Event(f"{kind}:{key}:{a.session}", kind, at, *where, data))
     if not people:
         return events
     return [*events, *_person_events(log, inputs, at), *_waiting_events(log, at)]
@@ -303,14 +285,17 @@ def _budget_events(inputs: Inputs, now: datetime, tz: tzinfo, at: str) -> list[E
     day = now.astimezone(tz).date().isoformat()
     events = []
     for line in inputs.spend:
+        scope = f"{line.project}/" if line.project else ""
         for level in levels_reached(line):
             events.append(
                 Event(
-                    f"budget:{line.instance or '*'}:{level}:{day}",
+                    f"budget:{scope}{line.instance or '*'}:{level}:{day}",
                     "budget",
                     at,
                     instance=line.instance,
+                    project=line.project,
                     data={
+                        "every_project": line.every,
                         "level": level,
                         "day": day,
                         "spent_usd": round(line.spent.usd, 6),

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 SCHEMA_VERSION = 1
@@ -30,18 +30,8 @@ class Event:
 
     def to_json(self) -> dict[str, Any]:
         """The hub's own event record (the ``json`` format's body carries it)."""
-        return {
-            "schema_version": SCHEMA_VERSION,
-            "id": self.id,
-            "type": self.type,
-            "at": self.at,
-            "instance": self.instance,
-            "session": self.session,
-            "title": self.title,
-            "task": self.task,
-            "data": dict(self.data),
-            "project": self.project,
-        }
+        doc = {f.name: getattr(self, f.name) for f in fields(self)}
+        return {"schema_version": SCHEMA_VERSION, **doc, "data": dict(self.data)}
 
     @classmethod
     def from_json(cls, raw: Mapping[str, Any]) -> Event:
@@ -49,14 +39,9 @@ class Event:
         if not isinstance(raw.get("id"), str) or not isinstance(raw.get("type"), str):
             raise ValueError("an event needs a string id and type")
         data = raw.get("data")
-        return cls(
-            id=raw["id"],
-            type=raw["type"],
-            at=str(raw.get("at") or ""),
-            instance=str(raw.get("instance") or ""),
-            session=str(raw.get("session") or ""),
-            title=str(raw.get("title") or ""),
-            task=str(raw.get("task") or ""),
-            data=dict(data) if isinstance(data, Mapping) else {},
-            project=str(raw.get("project") or ""),
-        )
+        words = {name: str(raw.get(name) or "") for name in _WORDS}
+        return cls(raw["id"], raw["type"], data=dict(data) if isinstance(data, Mapping) else {},
+                   **words)
+
+
+_WORDS = ("at", "instance", "session", "title", "task", "project")  # the fields held as text

@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from xaf_hub.config.notify import Webhook
 from xaf_hub.core.backoff import Backoff
@@ -33,6 +33,7 @@ RETRY = Backoff(first=RETRY_FIRST_SECONDS, cap=RETRY_MAX_SECONDS)
 # A claim older than this is its owner's no longer (a sender's tries end long before).
 STALE_SENDING = timedelta(minutes=10)
 _WHAT = "notification state"
+T = TypeVar("T")
 
 Outcome = Literal["delivered", "maybe", "refused", "retry"]
 
@@ -92,6 +93,13 @@ def _checked(data: Any, path: Path) -> dict[str, Any]:
     return data
 
 
+def _update(state_dir: Path, change: Callable[[dict[str, Any]], T], lock_timeout: float) -> T:
+    """``change`` the checked state in one locked read-modify-write; return what it returns."""
+    path = state_path(state_dir)
+    return update_json(path, lambda raw: change(_checked(raw, path)), default=_empty, what=_WHAT,
+                       timeout=lock_timeout)
+
+
 def _entry(item: Mapping[str, Any]) -> Entry:
     return Entry(
         str(item.get("webhook") or ""),
@@ -128,12 +136,10 @@ def enqueue(
     new here; False means another hub queued it already: it is only marked seen. When it
     raises, nothing of this call is written (the next round derives the events again).
     """
-    path = state_path(state_dir)
     stamp = format_instant(now)
     names = {h.name for h in hooks}
 
-    def mutate(raw: Any) -> Queued:
-        data = _checked(raw, path)
+    def mutate(data: dict[str, Any]) -> Queued:
         events = derive(data)
         new = []
         for ev in events:
@@ -175,7 +181,7 @@ def enqueue(
         _prune(data, now)
         return Queued([_entry(i) for i in kept], new, dropped)
 
-    return update_json(path, mutate, default=_empty, what=_WHAT, timeout=lock_timeout)
+    return _update(state_dir, mutate, lock_timeout)
 
 
 def _drop_line(item: Mapping[str, Any], why: str) -> str:
@@ -260,11 +266,9 @@ def claim(
 
     ``due_only``: skip messages still in their back-off (a round tries them all).
     """
-    path = state_path(state_dir)
     stamp = format_instant(now)
 
-    def mutate(raw: Any) -> Claim:
-        data = _checked(raw, path)
+    def mutate(data: dict[str, Any]) -> Claim:
         reaped = _reap(data, now, stamp)
         for item in data["outbox"]:
             if item.get("webhook") != webhook or isinstance(item.get("sending"), dict):
@@ -276,20 +280,17 @@ def claim(
             return Claim(_entry(item), reaped)
         return Claim(None, reaped)
 
-    return update_json(path, mutate, default=_empty, what=_WHAT, timeout=lock_timeout)
+    return _update(state_dir, mutate, lock_timeout)
 
 
 def mark_posted(state_dir: Path, entry: Entry, *, lock_timeout: float = 20.0) -> None:
     """Record that the request is about to leave: from here on it is never re-sent blindly."""
-    path = state_path(state_dir)
-
-    def mutate(raw: Any) -> None:
-        data = _checked(raw, path)
+    def mutate(data: dict[str, Any]) -> None:
         for item in data["outbox"]:
             if _same(item, entry) and isinstance(item.get("sending"), dict):
                 item["sending"]["posted"] = True
 
-    update_json(path, mutate, default=_empty, what=_WHAT, timeout=lock_timeout)
+    _update(state_dir, mutate, lock_timeout)
 
 
 def record(
@@ -302,11 +303,9 @@ def record(
     lock_timeout: float = 20.0,
 ) -> None:
     """Settle one claimed message (see the module's docstring for each outcome)."""
-    path = state_path(state_dir)
     stamp = format_instant(now)
 
-    def mutate(raw: Any) -> None:
-        data = _checked(raw, path)
+    def mutate(data: dict[str, Any]) -> None:
         last = data["last"].setdefault(entry.webhook, {})
         if outcome == "retry":
             for item in data["outbox"]:
@@ -331,7 +330,7 @@ def record(
         else:
             last.update(ok_at=stamp)
 
-    update_json(path, mutate, default=_empty, what=_WHAT, timeout=lock_timeout)
+    _update(state_dir, mutate, lock_timeout)
 
 
 def read_state(state_dir: Path) -> dict[str, Any] | None:

@@ -13,6 +13,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -148,25 +149,21 @@ async def send_test(
         )
 
 
+@dataclass
 class _Sender:
     """Sends one webhook's queue in order, claiming each message; stops when the receiver is
     unreachable or slow."""
 
-    def __init__(
-        self,
-        pctx: OpsContext,
-        hook: Webhook,
-        deadline: float,
-        transport: httpx.AsyncBaseTransport | None,
-        due_only: bool,
-    ) -> None:
-        self.pctx, self.hook = pctx, hook
-        self.deadline, self.transport, self.due_only = deadline, transport, due_only
-        self.sent: list[Event] = []
-        self.refused: list[tuple[Event, str]] = []
-        self.maybe: list[tuple[Event, str]] = []
-        self.reaped: list[str] = []
-        self.down = ""
+    pctx: OpsContext
+    hook: Webhook
+    deadline: float
+    transport: httpx.AsyncBaseTransport | None
+    due_only: bool
+    sent: list[Event] = field(default_factory=list)
+    refused: list[tuple[Event, str]] = field(default_factory=list)
+    maybe: list[tuple[Event, str]] = field(default_factory=list)
+    reaped: list[str] = field(default_factory=list)
+    down: str = ""
 
     def _outgoing(self, ev: Event) -> Outgoing:
         return outgoing(self.pctx.cfg, self.hook, ev, self.pctx.now())
@@ -407,18 +404,9 @@ def _queue(pctx: OpsContext, log: RoundLog, cfg: NotifyConfig, live: bool) -> in
     inputs = _inputs(pctx, log, now)
     tz = _zone(pctx.cfg.models.timezone)
     try:
-        queued = outbox.enqueue(
-            pctx.cfg.state_dir,
-            lambda state: derive(
-                log, inputs, state, now=now, tz=tz, summary_hour=cfg.summary_hour, live=live
-            ),
-            cfg.webhooks,
-            now=now,
-            queue_limit=cfg.queue_limit,
-            keep_hours=cfg.keep_hours,
-            lock_timeout=pctx.cfg.lock.lock_timeout_seconds,
-            claim=pctx.stores.event_claimer(),
-        )
+        queued = _enqueue(pctx, lambda state: derive(
+            log, inputs, state, now=now, tz=tz, summary_hour=cfg.summary_hour, live=live
+        ), now)
     except HubError as exc:
         log.error(pctx, STEP, f"nothing queued: {exc}")
         return 0
@@ -427,6 +415,18 @@ def _queue(pctx: OpsContext, log: RoundLog, cfg: NotifyConfig, live: bool) -> in
     if queued.new:
         log.notes.append(f"{STEP}: queued {len(queued.new)} new event(s) for the sender")
     return len(queued.pending)
+
+
+def _enqueue(
+    pctx: OpsContext, make: Callable[[dict[str, Any]], list[Event]], now: datetime
+) -> outbox.Queued:
+    """Queue what ``make`` derives from the outbox's state, for every webhook, under its lock."""
+    cfg = pctx.cfg.notify
+    return outbox.enqueue(
+        pctx.cfg.state_dir, make, cfg.webhooks, now=now, queue_limit=cfg.queue_limit,
+        keep_hours=cfg.keep_hours, lock_timeout=pctx.cfg.lock.lock_timeout_seconds,
+        claim=pctx.stores.event_claimer(),
+    )
 
 
 def queue_failover(pctx: OpsContext, from_host: str, to_host: str, token: str) -> str:
@@ -446,18 +446,8 @@ def queue_notice(pctx: OpsContext, event: Event) -> tuple[bool, str]:
     cfg: NotifyConfig = pctx.cfg.notify
     if not cfg.webhooks:
         return True, ""
-    now = pctx.now()
     try:
-        queued = outbox.enqueue(
-            pctx.cfg.state_dir,
-            lambda state: [event],
-            cfg.webhooks,
-            now=now,
-            queue_limit=cfg.queue_limit,
-            keep_hours=cfg.keep_hours,
-            lock_timeout=pctx.cfg.lock.lock_timeout_seconds,
-            claim=pctx.stores.event_claimer(),
-        )
+        queued = _enqueue(pctx, lambda state: [event], pctx.now())
     except Exception as exc:  # noqa: BLE001 - a notice must never stop what announced it
         return False, pctx.redact(
             f"{STEP}: {event.type} notice not queued: {type(exc).__name__}: {exc}"

@@ -14,6 +14,7 @@ from xaf_hub.ops.budget import BudgetLine
 
 if TYPE_CHECKING:
     from xaf_hub.ops.context import OpsContext
+    from xaf_hub.store.tasks import Task
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,17 @@ class Action:
 def session_action(step: str, kind: str, result: str, rec: SessionRecord, **fields: Any) -> Action:
     """An Action about one session (instance, id and title taken from the record)."""
     return Action(step, kind, result, rec.instance, rec.id, title=rec.title, **fields)
+
+
+def task_action(
+    step: str, kind: str, result: str, task: Task, instance: str | None = None, session: str = "",
+    **fields: Any,
+) -> Action:
+    """An Action about one pool task (id and title from the task; where it was dispatched,
+    unless ``instance`` and ``session`` name where it goes now)."""
+    if instance is None:
+        instance, session = task.dispatched_to or "", task.session_id or ""
+    return Action(step, kind, result, instance, session, task=task.id, title=task.title, **fields)
 
 
 @dataclass(frozen=True)
@@ -112,7 +124,8 @@ class RoundLog:
     budget_held: dict[str, str] = field(default_factory=dict)
     # What the round's last scan showed (replaced by each scan): every instance's load, and
     # today's spend against the daily budgets, the project's line first, then one per
-    # instance (ops.budget); the chat's budget notices read it.
+    # instance (ops.budget); with several projects every project's line, then each project's
+    # own (``Cycle.note_instances``). The chat's budget notices read it.
     instances: list[InstanceLine] = field(default_factory=list)
     spend: list[BudgetLine] = field(default_factory=list)
 

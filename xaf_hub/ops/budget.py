@@ -11,8 +11,9 @@ users, docs/budget.md.
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import astuple, dataclass, replace
 from datetime import datetime, tzinfo
 from typing import TYPE_CHECKING
 
@@ -43,13 +44,7 @@ class Spend:
     in_flight_usd: float = 0.0
 
     def __add__(self, other: Spend) -> Spend:
-        return Spend(
-            self.usd + other.usd,
-            self.unknown + other.unknown,
-            self.sessions + other.sessions,
-            self.in_flight + other.in_flight,
-            self.in_flight_usd + other.in_flight_usd,
-        )
+        return Spend(*map(operator.add, astuple(self), astuple(other)))
 
     @property
     def committed(self) -> float:
@@ -169,8 +164,10 @@ def slots_today(tally: Tally, now: datetime, tz: tzinfo) -> Spend | None:
 
 
 def run_ceiling(cfg: Config, inst: InstanceConfig) -> float | None:
-    """The most one run on ``inst`` may cost: its ``budget_run_usd``, else ``budget.run_usd``."""
-    return inst.budget_run_usd if inst.budget_run_usd is not None else cfg.budget.run_usd
+    """The most one run on ``inst`` may cost: its ``budget_run_usd``, else the project's, else
+    ``budget.run_usd``."""
+    caps = (inst.budget_run_usd, cfg.project_run_usd, cfg.budget.run_usd)
+    return next((c for c in caps if c is not None), None)
 
 
 def money(usd: float) -> str:
@@ -242,6 +239,25 @@ def refusal(
     return None
 
 
+def spends(
+    cfg: Config, scans: Sequence[InstanceScan], now: datetime
+) -> dict[str, tuple[Spend, Spend]]:
+    """Each reachable instance's spend today: its project sessions', and every configured
+    project's (``spend_today`` with ``fleet``), its runs in flight at its run ceiling."""
+    tz = zone(cfg)
+    return {
+        sc.inst.name: (spend_today(sc.sessions, now, tz, run_ceiling(cfg, sc.inst)),
+                       spend_today(sc.sessions, now, tz, run_ceiling(cfg, sc.inst), fleet=True))
+        for sc in scans if sc.reachable
+    }
+
+
+def totals(spent: Iterable[tuple[Spend, Spend]]) -> tuple[Spend, Spend]:
+    """The sums of ``spends``' pairs: (the project's, every project's)."""
+    pairs = list(spent)
+    return sum((p for p, _ in pairs), Spend()), sum((f for _, f in pairs), Spend())
+
+
 def over_budget(
     cfg: Config, scans: Sequence[InstanceScan], now: datetime
 ) -> dict[str, BudgetReached]:
@@ -250,25 +266,12 @@ def over_budget(
     For planning only (``send_work`` checks again under the lock): the project's spend is
     what ``scans`` saw, so a partial scan never refuses for want of the others' spend.
     """
-    tz = zone(cfg)
-    own = {
-        sc.inst.name: spend_today(sc.sessions, now, tz, run_ceiling(cfg, sc.inst))
-        for sc in scans
-        if sc.reachable
-    }
-    total = sum(own.values(), Spend())
-    fleet = sum(
-        (
-            spend_today(sc.sessions, now, tz, run_ceiling(cfg, sc.inst), fleet=True)
-            for sc in scans
-            if sc.reachable
-        ),
-        Spend(),
-    )
+    spent = spends(cfg, scans, now)
+    total, fleet = totals(spent.values())
     out = {}
     for sc in scans:
-        if sc.inst.name in own:
-            mine = own[sc.inst.name]
+        if sc.inst.name in spent:
+            mine = spent[sc.inst.name][0]
             rest = Spend(
                 total.usd - mine.usd,
                 in_flight=total.in_flight - mine.in_flight,
@@ -288,6 +291,8 @@ class BudgetLine:
     spent: Spend
     budget: float | None
     known: bool = True  # False: the instance did not answer, its spend is not in the figure
+    project: str = ""  # the project of several whose spend it is ("": the config's only one)
+    every: bool = False  # every project's spend against budget.daily_usd (several projects)
 
     @property
     def share(self) -> float | None:

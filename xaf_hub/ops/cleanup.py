@@ -165,19 +165,8 @@ async def _delete_all(
                 await client.delete(s.id, s.directory)
             except HubError as exc:
                 entry["failed"].append({"id": s.id, "reason": str(exc)})
-                ops.audit(
-                    "cleanup",
-                    instance=inst.name,
-                    session=s.id,
-                    result="failed",
-                    reason=str(exc),
-                )
-                continue
-            entry["deleted"].append(s.id)
-            ops.audit(
-                "cleanup",
-                instance=inst.name,
-                session=s.id,
-                result="deleted",
-                reason=f"idle for more than {ttl_days:g} days",
-            )
+                result, reason = "failed", str(exc)
+            else:
+                entry["deleted"].append(s.id)
+                result, reason = "deleted", f"idle for more than {ttl_days:g} days"
+            ops.audit("cleanup", instance=inst.name, session=s.id, result=result, reason=reason)

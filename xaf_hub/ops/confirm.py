@@ -36,6 +36,8 @@ MAX_HEALS = 3
 
 WaitState = Literal["running", "finished", "failed", "retrying", "no_sign", "unreachable"]
 Step = Literal["wait", "started", "finished", "heal", "failed"]
+# The steps that end a wait, and how it ended.
+_ENDS: dict[Step, WaitState] = {"started": "running", "finished": "finished", "failed": "failed"}
 
 
 @dataclass(frozen=True)
@@ -92,7 +94,8 @@ def sighting(
     baseline: str | None = None,
 ) -> Sighting:
     """Combine a session, its status entry and its newest messages (oldest first)."""
-    project = inst.rules.is_project(session.directory) if session.directory else False
+    # A worktree's session is the project's through the checkout it was made from.
+    project = inst.claims(session.directory, session.checkout) if session.directory else False
     rec = build_record(inst, session, status, project)
     newer = messages_since(messages, baseline)
     newest_id = messages[-1].id if messages else ""
@@ -159,7 +162,6 @@ async def wait_for_run(
     baseline: str | None,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
-    poll: float = POLL_SECONDS,
 ) -> WaitResult:
     """Poll until the run after ``baseline`` starts or fails; heal what the patrol would."""
     start = clock()
@@ -208,12 +210,8 @@ async def wait_for_run(
                         return done("failed", verdict, "no usable model left in the chain")
                     baseline, busy_since = seen.newest_id, None
                     deadline = max(deadline, clock() + POST_HEAL_SECONDS)
-        elif step == "started":
-            return done("running", verdict)
-        elif step == "finished":
-            return done("finished", verdict)
-        elif step == "failed":
-            return done("failed", verdict)
+        elif step in _ENDS:
+            return done(_ENDS[step], verdict)
         if clock() >= deadline:
             if blocked:
                 return done(
@@ -224,7 +222,7 @@ async def wait_for_run(
             if verdict.state == "retrying":
                 return done("retrying", verdict)
             return done("no_sign", verdict)
-        await sleep(max(0.0, min(poll, deadline - clock())))
+        await sleep(max(0.0, min(POLL_SECONDS, deadline - clock())))
 
 
 async def confirm_run(

@@ -10,7 +10,8 @@ closes it at its end (``close``, or ``with``); a command's context shares the co
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import contextlib
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -119,8 +120,7 @@ class OpsContext:
 
     def client(self, inst: InstanceConfig) -> OpencodeClient:
         """A fresh client for ``inst``; use it as ``async with``."""
-        transport = self.transport_factory(inst) if self.transport_factory else None
-        return make_client(self.cfg, inst, transport)
+        return make_client(self.cfg, inst, self.transport_factory)
 
     def redact(self, text: str) -> str:
         """``text`` with every configured secret replaced."""
@@ -149,6 +149,19 @@ class OpsContext:
             extra=extra,
             secrets=self.cfg.secrets(),  # the whole line, extra fields included
         )
+
+    @contextlib.contextmanager
+    def audited(
+        self, command: str, *, instance: str, session: str,
+        extra: Mapping[str, Any] | None = None,
+    ) -> Iterator[None]:
+        """Audit a failure of what runs inside (result "failed", its reason), and raise it on."""
+        try:
+            yield
+        except Exception as exc:
+            self.audit(command, instance=instance, session=session, result="failed",
+                       reason=str(exc), extra=extra)
+            raise
 
     async def scan(self) -> Fleet:
         """Scan every instance; UnreachableError when instances exist and none answered.
@@ -185,6 +198,14 @@ class Fleet:
             for s in sc.sessions
             if s.project and not s.parent_id
         ]
+
+    def seen_as(self, cfg: Config) -> Fleet:
+        """This scan of every project (``Config.every_project``) as ``cfg``'s project sees it:
+        each instance its project's, each session the project's when its folders hold it."""
+        if len(cfg.projects) < 2:
+            return self
+        insts = {i.name: i for i in cfg.instances}
+        return Fleet([sc.seen_by(insts[sc.inst.name]) for sc in self.scans])
 
     def scan_of(self, instance: str) -> InstanceScan | None:
         """The scan of one instance by name."""

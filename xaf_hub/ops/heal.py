@@ -219,15 +219,9 @@ class Healing:
     def detail(self) -> str:
         """One line for reports: what failed, and the blackout it caused."""
         if self.to_model is None:
-            return "; ".join(
-                p
-                for p in (
-                    f"{self.signal} on {self.from_model or 'unknown model'}",
-                    self.blackout,
-                    "no usable model left in the chain",
-                )
-                if p
-            )
+            failed = f"{self.signal} on {self.from_model or 'unknown model'}"
+            said = (failed, self.blackout, "no usable model left in the chain")
+            return "; ".join(p for p in said if p)
         text = f"{self.signal} ({self.state}): {self.reason[:160]}"
         return f"{text}; {self.blackout}" if self.blackout else text
 

@@ -44,14 +44,7 @@ class Finding:
 
     def to_json(self) -> dict[str, Any]:
         """Export form."""
-        return {
-            "area": self.area,
-            "subject": self.subject,
-            "level": self.level,
-            "message": self.message,
-            "fix": self.fix,
-            "exit_code": int(self.exit_code),
-        }
+        return {**self.__dict__, "exit_code": int(self.exit_code)}
 
 
 def ok(area: str, subject: str, message: str) -> Finding:
@@ -82,16 +75,12 @@ def worst(findings: Sequence[Finding]) -> ExitCode:
 def opencode_finding(env: Mapping[str, str]) -> Finding:
     """Where this machine's opencode is, or in one line how to get it (needed only where the
     servers run: the hub itself talks HTTP)."""
-
-
     found = env.get("XAF_HUB_OPENCODE_BIN") or shutil.which("opencode", path=env.get("PATH", ""))
     if found:
-        return Finding("machine", "opencode", "ok", f"found at {found}")
-    return Finding(
-        "machine", "opencode", "info",
-        "not on this machine (the hub needs it only where its servers run)",
-        f"npm install -g opencode-ai@{OPENCODE_VERSION} (Node.js 18+), then opencode serve",
-    )
+        return ok("machine", "opencode", f"found at {found}")
+    return info("machine", "opencode",
+                "not on this machine (the hub needs it only where its servers run)",
+                f"npm install -g opencode-ai@{OPENCODE_VERSION} (Node.js 18+), then opencode serve")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -271,15 +260,13 @@ def instance_findings(inst: InstanceConfig, probe: Probe) -> list[Finding]:
         cred = "no password configured"
     else:
         cred = f"password from {_describe_source(inst.password_source)}"
-    out: list[Finding] = []
     if probe.cause == "no_password":
-        out.append(error("instance", name, str(inst.unreachable(probe.reason, probe.cause)),
-                         _auth_fix(inst), ExitCode.USAGE))
-        return out
+        return [error("instance", name, str(inst.unreachable(probe.reason, probe.cause)),
+                      _auth_fix(inst), ExitCode.USAGE)]
     if probe.cause == "auth":
-        out.append(error("instance", name, f"{inst.url}: auth rejected (HTTP 401); {cred}",
-                         _auth_fix(inst), ExitCode.UNREACHABLE))
-        return out
+        return [error("instance", name, f"{inst.url}: auth rejected (HTTP 401); {cred}",
+                      _auth_fix(inst), ExitCode.UNREACHABLE)]
+    out: list[Finding] = []
     if not probe.reachable:
         known = f"; {cred}" if inst.password_source != "none" else ""
         out.append(error("instance", name, f"{inst.url}: unreachable: {probe.reason}{known}",
@@ -562,33 +549,28 @@ def file_backend_findings(
     seen = ""
     if len(hosts) > 1:
         seen = f"patrol daemons seen on {len(hosts)} hosts ({', '.join(hosts)})"
-    out: list[Finding] = []
     if lock_backend == "redis" and pool_backend == "file":
         what = seen or "every hub that shares this gate"
-        out.append(warn(
-            "patrol", "file pool, shared gate",
+        subject, said = "file pool, shared gate", (
             f'pool.backend is "file" while lock.backend is "redis": {what} each fill from '
-            "their own pool file, so a task in two pool files can be sent twice",
-            _TO_REDIS,
-        ))
+            "their own pool file, so a task in two pool files can be sent twice"
+        )
     elif lock_backend == "file" and pool_backend == "redis" and seen:
-        out.append(warn(
-            "patrol", "file gate, shared pool",
+        subject, said = "file gate, shared pool", (
             f'lock.backend is "file" with the pool in Redis and {seen}: each host counts '
-            "its own sessions, so dispatches from two hosts can go past an instance's limit",
-            _TO_REDIS,
-        ))
+            "its own sessions, so dispatches from two hosts can go past an instance's limit"
+        )
     elif lock_backend == "file" and pool_backend == "file" and beat_host and (
         beat_host != this_host
     ):
-        out.append(warn(
-            "patrol", "file backends, two hosts",
+        subject, said = "file backends, two hosts", (
             f"this state folder's last patrol daemon ran on {beat_host}, this is {this_host}: "
             "daemons on two hosts with the file gate and pool each fill and count alone "
-            "(tasks can be sent twice, limits do not hold across hosts)",
-            _TO_REDIS,
-        ))
-    return out
+            "(tasks can be sent twice, limits do not hold across hosts)"
+        )
+    else:
+        return []
+    return [warn("patrol", subject, said, _TO_REDIS)]
 
 
 async def stream_findings(

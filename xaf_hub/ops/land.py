@@ -85,7 +85,7 @@ async def _land(ops: OpsContext, gate: Gate, task: Task) -> Landed:
         # the check runs on what lands (nobody checked that commit yet).
         now = (await asyncio.to_thread(mirror.tips)).get(task.branch or "", "")
         top, resolved = (now, True) if now and now != top else (top, False)
-    pool = (await asyncio.to_thread(ops.backlog().load)).tasks
+    pool = ops.own((await asyncio.to_thread(ops.backlog().load)).tasks)  # on its repository
     for _ in range(MOVED_TRIES):
         prep = await asyncio.to_thread(
             landing.prepare, mirror, base, top, task.base,

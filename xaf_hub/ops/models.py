@@ -7,7 +7,7 @@ instance's chain. Every send path picks its model here.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -36,15 +36,22 @@ def model_chain(cfg: Config, inst: InstanceConfig) -> tuple[str, ...]:
 def choose_model(
     ops: OpsContext, inst: InstanceConfig, explicit: str | None, now: datetime | None = None
 ) -> str | None:
-    """resolve_dispatch_model for one instance with the current blackouts."""
-    cfg = ops.cfg
-    now = now or datetime.now(UTC)
-    blacked = ops.model_state().resting(now)
+    """``pick_model`` with the current blackouts."""
+    return pick_model(ops.cfg, inst, explicit, ops.model_state().resting(now or datetime.now(UTC)))
+
+
+def pick_model(
+    cfg: Config, inst: InstanceConfig, explicit: str | None, resting: set[str],
+    avoid: Sequence[str] = (),
+) -> str | None:
+    """resolve_dispatch_model for one instance: its chain, the default model, what rests;
+    no model of ``avoid``."""
+    default = cfg.models.default_dispatch_model
     return resolve_dispatch_model(
         explicit=explicit,
-        chain=model_chain(cfg, inst),
-        default_model=cfg.models.default_dispatch_model,
-        blacked_out=blacked,
+        chain=[m for m in model_chain(cfg, inst) if m not in avoid],
+        default_model=None if default in avoid else default,
+        blacked_out=resting,
         families=cfg.models.families(),
     )
 
@@ -61,24 +68,17 @@ def untried_model(
     along the chain this way before its failure counts as infrastructure; None when every
     model was tried.
     """
-    cfg = ops.cfg
-    now = now or datetime.now(UTC)
-    blacked = ops.model_state().resting(now)
-    families = cfg.models.families()
-    for model in (*model_chain(cfg, inst), cfg.models.default_dispatch_model):
-        if model and model not in avoid and not _blacked(model, blacked, families):
-            return model
-    return None
-
-
-def _blacked(model: str, blacked: set[str], families: Mapping[str, Sequence[str]]) -> bool:
-    family = family_of(model, families)
-    return model in blacked or (family is not None and family in blacked)
+    resting = ops.model_state().resting(now or datetime.now(UTC))
+    return pick_model(ops.cfg, inst, None, resting, avoid)
 
 
 # ---------------------------------------------------------------------------------------------
 # What rests, for people: `xaf-hub models`, the page's resting panel and `doctor` read this.
 
+
+
+# A model line's rest fields (``rest_json``'s), in the order the line gives them.
+_LINE_REST = ("resting_until", "rests", "scope", "why", "why_words", "reason", "source")
 
 
 @dataclass(frozen=True)
@@ -92,18 +92,12 @@ class ModelLine:
 
     def to_json(self) -> dict[str, Any]:
         """The JSON form (``resting_until`` ISO 8601 UTC, null when it does not rest)."""
-        b = self.rest
+        rest = rest_json(self.rest) if self.rest is not None else {}
         return {
             "model": self.model,
             "family": self.family,
-            "resting": b is not None,
-            "resting_until": None if b is None else iso_time(b.until_ms),
-            "rests": None if b is None else b.family,
-            "scope": None if b is None else b.scope,
-            "why": None if b is None else b.why,
-            "why_words": None if b is None else WHY_WORDS.get(b.why, b.why),
-            "reason": None if b is None else b.reason,
-            "source": None if b is None else b.source,
+            "resting": self.rest is not None,
+            **{key: rest.get(key) for key in _LINE_REST},
             "next_for": list(self.next_for),
         }
 
@@ -174,13 +168,7 @@ def models_view(cfg: Config, now: datetime, state: ModelState) -> ModelsView:
     resting = set(rests)
     next_for: dict[str, list[str]] = {}
     for inst in cfg.instances:
-        pick = resolve_dispatch_model(
-            explicit=None,
-            chain=model_chain(cfg, inst),
-            default_model=cfg.models.default_dispatch_model,
-            blacked_out=resting,
-            families=families,
-        )
+        pick = pick_model(cfg, inst, None, resting)
         if pick:
             next_for.setdefault(pick, []).append(inst.name)
     lines = []

@@ -22,7 +22,6 @@ from xaf_hub.errors import (
     UnreachableError,
     UsageError,
 )
-from xaf_hub.ops.load import free_slots
 
 Action = Literal["steer", "reuse", "create"]
 
@@ -57,6 +56,7 @@ class InstanceView:
     sandboxes: tuple[str, ...] = ()  # the project's worktrees the server lists: inside
     reserved_own: int = 0  # of ``reserved``, the project's own (against its share)
     cause: Cause | None = None  # why it is unreachable, as a code
+    free: int = 0  # free slots, as the gate counts them (``ops.load.Load.free``)
 
     @property
     def running_project(self) -> int:
@@ -67,13 +67,6 @@ class InstanceView:
     def project_count(self) -> int:
         """Project sessions."""
         return sum(1 for s in self.sessions if s.project)
-
-    @property
-    def free(self) -> int:
-        """Free slots (never negative; none while the run state is unknown)."""
-        if self.run_state_unknown:
-            return 0
-        return free_slots(self.inst, self.sessions, self.reserved, self.reserved_own)
 
 
 @dataclass(frozen=True)
@@ -260,19 +253,13 @@ def _check_reachable(view: InstanceView) -> None:
         raise view.inst.unreachable(view.reason, view.cause)
 
 
-def _eligible_for_new(view: InstanceView, req: DispatchRequest) -> bool:
-    return (
-        view.reachable
-        and not view.inst.production
-        and view.free > 0
-        and bool(view.inst.roots)
-        and not view.over_budget
-    )
-
-
-def pick_instance(views: Sequence[InstanceView], req: DispatchRequest) -> InstanceView:
+def pick_instance(views: Sequence[InstanceView]) -> InstanceView:
     """The least-loaded dispatchable instance: running project, project count, then name."""
-    eligible = [v for v in views if _eligible_for_new(v, req)]
+    eligible = [
+        v for v in views
+        if v.reachable and not v.inst.production and v.free > 0 and v.inst.roots
+        and not v.over_budget
+    ]
     if eligible:
         return min(eligible, key=lambda v: (v.running_project, v.project_count, v.inst.name))
     reachable = [v for v in views if v.reachable]
@@ -414,33 +401,15 @@ def plan_dispatch(
                 break
             if view.inst.production and not req.allow_prod:
                 verdicts.append(verdict(i, "production instance"))
-                continue
-            if steer:
-                verdicts.append(verdict(i, f"chosen: running, steer it ({judged.reason})"))
-                return Plan(
-                    "steer",
-                    view.inst,
-                    session,
-                    session.directory,
-                    session.title,
-                    "smart match",
-                    tuple(verdicts + rest(i)),
-                )
-            if view.over_budget:
-                verdicts.append(verdict(i, "daily budget reached"))
-                continue
-            if view.free > 0:
-                verdicts.append(verdict(i, f"chosen: idle, free slot ({judged.reason})"))
-                return Plan(
-                    "reuse",
-                    view.inst,
-                    session,
-                    session.directory,
-                    session.title,
-                    "smart match",
-                    tuple(verdicts + rest(i)),
-                )
-            verdicts.append(verdict(i, "instance full"))
+            elif steer or (view.free > 0 and not view.over_budget):
+                how = "running, steer it" if steer else "idle, free slot"
+                verdicts.append(verdict(i, f"chosen: {how} ({judged.reason})"))
+                action: Action = "steer" if steer else "reuse"
+                return Plan(action, view.inst, session, session.directory, session.title,
+                            "smart match", tuple(verdicts + rest(i)))
+            else:
+                verdicts.append(verdict(i, "daily budget reached" if view.over_budget
+                                        else "instance full"))
 
     # Choose the instance.
     if req.instance:
@@ -448,7 +417,7 @@ def plan_dispatch(
         _check_reachable(view)
         check_write(view.inst, None, allow_prod=req.allow_prod, force=req.force)
     else:
-        view = pick_instance(scoped, req)
+        view = pick_instance(scoped)
 
     warnings: list[str] = []
     if req.title and not req.new:

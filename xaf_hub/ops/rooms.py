@@ -13,7 +13,6 @@ import base64
 import contextlib
 import re
 import secrets
-from collections.abc import Iterable
 from dataclasses import replace
 
 from xaf_hub.config.load import InstanceConfig
@@ -21,7 +20,6 @@ from xaf_hub.core.discipline import slugify
 from xaf_hub.core.records import Room, SessionRecord
 from xaf_hub.errors import ApiError, HubError, RoomFailed, UsageError
 from xaf_hub.fleet.client import OpencodeClient
-from xaf_hub.store.tasks import Task
 
 # How long the server may take to fill a new worktree (polls of 0.1 s), well inside a read's
 # time-out; then the script goes on and the reset reports what it finds.
@@ -66,20 +64,6 @@ def in_room(inst: InstanceConfig, session: SessionRecord | None) -> bool:
     return session is not None and session.project and not inst.rules.is_project(session.directory)
 
 
-def room_of(tasks: Iterable[Task], session: SessionRecord | None) -> Room | None:
-    """The worktree a session works in, as its pool row recorded it (None: none)."""
-    if session is None:
-        return None
-    for task in tasks:
-        if (
-            task.worktree
-            and task.session_id == session.id
-            and (task.dispatched_to or task.instance) == session.instance
-        ):
-            return Room(task.worktree, task.branch or "", task.checkout or "", task.base or "")
-    return None
-
-
 def base_script(base_branch: str) -> str:
     """The shell command that waits for the server to fill the worktree, then moves its branch
     to ``origin/<base_branch>`` and prints the commit it now starts from."""
@@ -109,9 +93,7 @@ def based_commit(output: str) -> str:
     return m.group(1) if m else ""
 
 
-async def open_room(
-    client: OpencodeClient, checkout: str, name: str, base_branch: str
-) -> Room:
+async def open_room(client: OpencodeClient, checkout: str, name: str) -> Room:
     """Make the worktree (not yet started from the base: ``start_room`` does that).
 
     RoomFailed with ``unsupported`` when the server makes none there (an API without

@@ -69,10 +69,13 @@ def build_prompt(
 
 
 def pool_discipline(ops: OpsContext) -> tuple[str | None, str]:
-    """The task pool's discipline override, and why it could not be read ("" when it could).
+    """The discipline override of the project's prompts (``Config.discipline_or``), and why the
+    pool's could not be read ("" when it could).
 
     A corrupt pool never stops a send: the prompt then carries the default discipline.
     """
+    if ops.cfg.discipline is not None:
+        return ops.cfg.discipline, ""
     try:
         return ops.backlog().load().discipline, ""
     except StateFileError as exc:
@@ -133,18 +136,12 @@ async def send_work(
     inst = plan.instance
     warnings: list[str] = []
     try:
-        result = await _gated(
-            ops, plan, prompt, model, client, gate, warnings, before_prompt, steer, still_wanted
-        )
-    except Exception as exc:
-        ops.audit(
-            command,
-            instance=inst.name,
-            session=plan.session.id if plan.session else "",
-            result="failed",
-            reason=str(exc),
-        )
-        raise
+        with ops.audited(command, instance=inst.name,
+                         session=plan.session.id if plan.session else ""):
+            result = await _gated(
+                ops, plan, prompt, model, client, gate, warnings, before_prompt, steer,
+                still_wanted,
+            )
     finally:
         warnings.extend(_drain(gate))
     try:
@@ -202,6 +199,17 @@ def _confirm(gate: Gate, instance: str, step: str, session_id: str) -> None:
         raise _lock_lost(gate, instance, step, session_id)
 
 
+def _reserve(gate: Gate, inst: InstanceConfig, session_id: str, new: bool = False) -> Reservation:
+    """A slot on ``inst``: for a new session (``new``), else tied to ``session_id`` with its
+    prompt counted as sent; LockLostError (nothing reserved) when the lock is no longer ours."""
+    try:
+        if new:
+            return gate.reserve(inst.name, project=inst.project)
+        return gate.reserve(inst.name, session_id, PROMPT_SENT, inst.project)
+    except LockLostError:
+        raise _lock_lost(gate, inst.name, "before reserving", session_id) from None
+
+
 Others = tuple[budget.Spend, budget.Spend]  # the other instances' (project, fleet) spend today
 
 
@@ -213,26 +221,19 @@ async def _others_spend(ops: OpsContext, inst: InstanceConfig) -> tuple[Others |
     """
     if ops.cfg.budget.daily_usd is None and ops.cfg.project_budget_usd is None:
         return None, []
-    project = fleet = budget.Spend()
-    warnings = []
     others = [i for i in ops.cfg.instances if i.name != inst.name]
     _, scans = (
         await scan_fleet(ops.cfg, others, transport_factory=ops.transport_factory,
                          project_only=True)
         if others else (None, [])
     )
-    tz = budget.zone(ops.cfg)
-    for sc in scans:
-        if sc.reachable:
-            ceiling = budget.run_ceiling(ops.cfg, sc.inst)
-            project += budget.spend_today(sc.sessions, ops.now(), tz, ceiling)
-            fleet += budget.spend_today(sc.sessions, ops.now(), tz, ceiling, fleet=True)
-        else:
-            warnings.append(
-                f"{sc.inst.name} did not answer ({sc.reason}): its spend today is not counted "
-                "against the daily budgets"
-            )
-    return (project, fleet), warnings
+    spent = budget.spends(ops.cfg, scans, ops.now()).values()
+    warnings = [
+        f"{sc.inst.name} did not answer ({sc.reason}): its spend today is not counted "
+        "against the daily budgets"
+        for sc in scans if not sc.reachable
+    ]
+    return budget.totals(spent), warnings
 
 
 def _check_budget(
@@ -261,10 +262,13 @@ def _check_budget(
 async def _fresh_scans(
     ops: OpsContext, client: OpencodeClient, inst: InstanceConfig
 ) -> tuple[InstanceScan, Others | None, list[str]]:
-    """This instance's fresh scan, and the others' spend when a budget needs it."""
+    """This instance's fresh scan (its failure raised), and the others' spend when a budget
+    needs it."""
     fresh, (others, notes) = await asyncio.gather(
         scan_instance(client, inst, project_only=True), _others_spend(ops, inst)
     )
+    if not fresh.reachable:
+        raise fresh.failure()
     return fresh, others, notes
 
 
@@ -301,6 +305,20 @@ async def held(gate: Gate, instance: str) -> AsyncIterator[None]:
         await asyncio.to_thread(cm.__exit__, None, None, None)
 
 
+@contextlib.asynccontextmanager
+async def held_or_noted(
+    gate: Gate, instance: str, notes: list[str], done: str, risk: str = ""
+) -> AsyncIterator[None]:
+    """``held``, or, when the lock cannot be had, on without it and a note in ``notes`` that
+    the act was ``done`` without it (with the ``risk`` that brings)."""
+    async with contextlib.AsyncExitStack() as stack:
+        try:
+            await stack.enter_async_context(held(gate, instance))
+        except HubError as exc:
+            notes.append(f"{done} without {instance}'s dispatch lock ({exc}){risk}")
+        yield
+
+
 async def _gated(
     ops: OpsContext,
     plan: Plan,
@@ -320,8 +338,6 @@ async def _gated(
         # judges only reservations made before it (observed_at), however slow it was.
         observed = gate.clock()
         fresh, others, notes = await _fresh_scans(ops, client, inst)
-        if not fresh.reachable:
-            raise fresh.failure()
         if fresh.run_state_unknown:  # fail closed: no slot is known to be free, none is taken
             raise RunStateUnknown(inst.name, fresh.run_state_unknown)
         warnings.extend(fresh.warnings)
@@ -339,10 +355,7 @@ async def _gated(
             # Running: the prompt steers it and takes no slot. The reservation tied to it
             # counts only if the run ends while the prompt travels and the prompt starts it
             # again (it is not running then), until the server shows that run.
-            try:
-                res = gate.reserve(inst.name, session.id, PROMPT_SENT, inst.project)
-            except LockLostError:
-                raise _lock_lost(gate, inst.name, "before reserving", session.id) from None
+            res = _reserve(gate, inst, session.id)
             await _deliver(client, gate, res, prompt, model, before_prompt, warnings)
             return SendResult(
                 "steer", inst.name, session.id, plan.directory, plan.title, model,
@@ -367,10 +380,7 @@ async def _gated(
                 "--session" if full else f"{inst.name} is at its limit for {inst.project}: "
                 f"{load.reason}; {why}try later"
             )
-        try:
-            res = gate.reserve(inst.name, project=inst.project)
-        except LockLostError:
-            raise _lock_lost(gate, inst.name, "before reserving", planned) from None
+        res = _reserve(gate, inst, planned, new=True)
         session_id, directory = planned, plan.directory
         room: Room | None = None
         try:
@@ -379,9 +389,7 @@ async def _gated(
                     base_branch = ops.cfg.patrol.base_branch
                     if plan.room:
                         try:
-                            room = await open_room(
-                                client, plan.directory, plan.room, base_branch
-                            )
+                            room = await open_room(client, plan.directory, plan.room)
                         except RoomFailed as exc:
                             if not exc.unsupported:
                                 raise
@@ -573,20 +581,15 @@ async def abort_and_prompt(
     """
     gate = ops.gate()
     warnings: list[str] = []
-    try:
+    with ops.audited(command, instance=inst.name, session=session):
         async with ops.client(inst) as client, held(gate, inst.name):
             if still_wanted is not None and (why := still_wanted()):
                 raise RunsAgain(f"session {session} on {inst.name}: {why}")
             if budget.guarded(ops.cfg, inst):
                 fresh, others, notes = await _fresh_scans(ops, client, inst)
-                if not fresh.reachable:
-                    raise fresh.failure()
                 warnings.extend(notes)
                 _check_budget(ops, inst, fresh.sessions, others)
-            try:
-                res = gate.reserve(inst.name, session, PROMPT_SENT, inst.project)
-            except LockLostError:
-                raise _lock_lost(gate, inst.name, "before reserving", session) from None
+            res = _reserve(gate, inst, session)
             try:
                 await client.abort(session, directory)
                 await wait_until_idle(client, directory, session, ABORT_SETTLE_SECONDS)
@@ -594,9 +597,6 @@ async def abort_and_prompt(
                 gate.release(res)
                 raise
             await _deliver(client, gate, res, prompt, model, None, warnings)
-    except Exception as exc:
-        ops.audit(command, instance=inst.name, session=session, result="failed", reason=str(exc))
-        raise
     ops.audit(
         command,
         instance=inst.name,

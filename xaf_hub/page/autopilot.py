@@ -11,13 +11,13 @@ import socket
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import quote
 
 from xaf_hub.config.load import Config
 from xaf_hub.core.clock import instant_ms
 from xaf_hub.core.outcomes import TASK_STATES, TaskState, task_state
-from xaf_hub.core.records import SessionRecord
+from xaf_hub.core.records import SessionRecord, Snapshot
 from xaf_hub.errors import HubError
 from xaf_hub.ops.budget import BudgetLine, budget_lines, money
 from xaf_hub.ops.models import models_view
@@ -26,9 +26,6 @@ from xaf_hub.store.backends import Stores
 from xaf_hub.store.patrol_state import heartbeat, latest_report, pause_info
 from xaf_hub.store.pick import count_states, is_blocked, readiness
 from xaf_hub.store.tasks import Task
-
-if TYPE_CHECKING:  # the page loads the stores when it builds the view
-    from xaf_hub.store.backends import Stores
 
 # Step names (report) -> catalogue key of how a reader who never saw the code would put them.
 STEP_KEYS = ("run_ceiling", "fix_free_limit", "check_agents", "sync_design_tasks", "fill_slots")
@@ -187,26 +184,25 @@ def _headline(
 
 
 def build(
-    cfg: Config,
-    now_ms: int,
-    lang: Lang = "en",
-    sessions: Mapping[tuple[str, str], SessionRecord] | None = None,
-    answered: Collection[str] | None = None,
+    cfg: Config, now_ms: int, lang: Lang = "en", snap: Snapshot | None = None
 ) -> AutopilotView:
     """Read the patrol's files and say what it is doing; never raises.
 
-    ``sessions`` (by (instance, session id)) are the sessions of the scan the page shows;
-    with them, dispatched tasks are counted by where their session stands. ``answered`` names
-    the instances that scan reached: with it, the panel shows today's spend against budget.
+    ``snap`` is the scan the page shows: with it, dispatched tasks are counted by where their
+    session stands, and the panel shows today's spend against budget (of the instances it
+    reached).
 
     The panel is one part of a page that must render: whatever goes wrong reading the
     patrol's state (a file of an unexpected shape included) becomes a line on the panel.
     """
+    sessions = {(s.instance, s.id): s for s in snap.sessions} if snap else {}
     try:
-        view = _build(cfg, now_ms, lang, sessions or {})
-        if answered is None:
+        with Stores(cfg) as stores:  # one Redis client for the pool, the lease and the rests
+            view = _built(stores, cfg, now_ms, lang, sessions)
+        if snap is None:
             return view
-        return replace(view, spend=spend_lines(cfg, lang, sessions or {}, answered, now_ms))
+        answered = [i.name for i in snap.instances if i.reachable]
+        return replace(view, spend=spend_lines(cfg, lang, sessions, answered, now_ms))
     except Exception as exc:  # noqa: BLE001 - see above
         return AutopilotView(
             state="never",
@@ -273,14 +269,6 @@ def _queue(lang: Lang, counts: Mapping[TaskState, int]) -> list[tuple[int, str, 
     "waiting to start"), in the order a task goes through them (``TASK_STATES``)."""
     rows = [(counts[s], text(lang, f"task.{s}"), s) for s in TASK_STATES if counts[s]]
     return rows or [(0, text(lang, "task.waiting"), "waiting")]
-
-
-def _build(
-    cfg: Config, now_ms: int, lang: Lang, sessions: Mapping[tuple[str, str], SessionRecord]
-) -> AutopilotView:
-
-    with Stores(cfg) as stores:  # one Redis client for the pool, the lease and the rests
-        return _built(stores, cfg, now_ms, lang, sessions)
 
 
 def _built(

@@ -16,16 +16,16 @@ import hashlib
 import io
 import re
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from xaf_hub import __version__
 from xaf_hub.core.clock import iso_time
-from xaf_hub.core.records import SessionRecord, Snapshot
+from xaf_hub.core.records import Snapshot
 from xaf_hub.core.text import dumps
 from xaf_hub.errors import UsageError
-from xaf_hub.page.words import Lang, ago, local_time
+from xaf_hub.page.words import local_time
 from xaf_hub.page.words import local_time_with_zone as local_time_with_zone
 from xaf_hub.store.statefile import write_text_atomic
 
@@ -52,31 +52,7 @@ _INLINE_BLOCK = re.compile(r"<(style|script)>(.*?)</\1>", re.DOTALL)
 
 
 
-# --------------------------------------------------------------------------- time words
-
-
-def humanize_age(ms: int, now_ms: int) -> str:
-    """Describe how long ago ``ms`` was, relative to ``now_ms``, in plain English."""
-    return ago("en", ms, now_ms)
-
-
 # --------------------------------------------------------------------------- JSON / CSV
-
-
-def _is_running(session: SessionRecord) -> bool:
-    """Return whether the server reports the session busy or retrying."""
-    return session.running or session.run_state != "idle"
-
-
-def _counts(snap: Snapshot) -> dict[str, dict[str, int]]:
-    """Count project sessions and running ones per instance, from the exported rows."""
-    # Counted from the rows (not the summaries) so every figure matches the tables below it.
-    counts = {i.name: {"project_sessions": 0, "running": 0} for i in snap.instances}
-    for session in snap.project_sessions():
-        entry = counts.setdefault(session.instance, {"project_sessions": 0, "running": 0})
-        entry["project_sessions"] += 1
-        entry["running"] += int(_is_running(session))
-    return counts
 
 
 def snapshot_document(snap: Snapshot) -> dict[str, Any]:
@@ -85,7 +61,11 @@ def snapshot_document(snap: Snapshot) -> dict[str, Any]:
     return {
         "generated_at": iso_time(snap.generated_at),
         "xaf_hub_version": __version__,
-        "by_instance": _counts(snap),
+        # Counted from the rows (not the summaries) so every figure matches the tables below.
+        "by_instance": {
+            name: {"project_sessions": n, "running": busy}
+            for name, (n, busy) in snap.counts().items()
+        },
         "unreachable": snap.unreachable,
         "instances": [i.to_json() for i in snap.instances],
         "sessions": [s.to_json() for s in snap.project_sessions()],
@@ -134,21 +114,6 @@ def csv_text(snap: Snapshot) -> str:
 
 
 Redact = Callable[[str], str]
-
-
-def _same(text: str) -> str:
-    return text
-
-
-def write_json(snap: Snapshot, path: Path, redact: Redact = _same) -> None:
-    """Write the JSON export to ``path`` atomically (strict JSON: no NaN)."""
-
-    write_text_atomic(path, redact(dumps(snapshot_document(snap))) + "\n", private=False)
-
-
-def write_csv(snap: Snapshot, path: Path, redact: Redact = _same) -> None:
-    """Write the CSV export to ``path`` atomically."""
-    write_text_atomic(path, redact(csv_text(snap)), private=False)
 
 
 # --------------------------------------------------------------------------- HTML
@@ -211,58 +176,21 @@ def render_page(template: str, context: dict[str, Any], connect_self: bool = Fal
     return seal_html(_environment().get_template(template).render(context), connect_self)
 
 
-def render_html(
-    snap: Snapshot,
-    *,
-    now_ms: int,
-    title: str = "project",
-    autopilot: Any = None,
-    lang: Lang = "en",
-    live_seconds: int = 0,
-    links: Mapping[str, Any] | None = None,
-    tasks: Mapping[str, str] | None = None,
-    projects: Sequence[str] = (),
-) -> str:
-    """Render the self-contained HTML overview page (with the patrol panel when given).
-
-    ``live_seconds`` > 0 renders the served variant that fetches itself again that often;
-    ``links`` and ``tasks`` are described at ``page.view.overview_context``.
+def render_html(snap: Snapshot, *, now_ms: int, **view: Any) -> str:
+    """Render the self-contained HTML overview page; ``view`` holds the overview's options
+    (``page.view.overview_context``: its title, language, autopilot panel, links...), and a
+    ``live_seconds`` above 0 renders the served variant that fetches itself again that often.
     """
     from xaf_hub.page.view import overview_context  # deferred: start-up, docs/performance.md
 
-    context = overview_context(
-        snap,
-        now_ms=now_ms,
-        title=title,
-        lang=lang,
-        autopilot=autopilot,
-        live_seconds=live_seconds,
-        links=links,
-        tasks=tasks,
-        projects=projects,
-    )
-    return render_page("overview.html.j2", context, connect_self=live_seconds > 0)
+    context = overview_context(snap, now_ms=now_ms, **view)
+    return render_page("overview.html.j2", context, connect_self=view.get("live_seconds", 0) > 0)
 
 
-def write_html(
-    snap: Snapshot,
-    path: Path,
-    *,
-    now_ms: int,
-    title: str = "project",
-    autopilot: Any = None,
-    lang: Lang = "en",
-    links: Mapping[str, Any] | None = None,
-    tasks: Mapping[str, str] | None = None,
-    redact: Redact = _same,
-    projects: Sequence[str] = (),
-) -> None:
-    """Write the HTML overview page to ``path`` atomically."""
-    html = render_html(
-        snap, now_ms=now_ms, title=title, autopilot=autopilot, lang=lang, links=links,
-        tasks=tasks, projects=projects,
-    )
-    write_text_atomic(path, redact(html), private=False)
+def write_html(snap: Snapshot, path: Path, *, now_ms: int, redact: Redact = str,
+               **view: Any) -> None:
+    """Write the HTML overview page (``render_html`` of ``view``) to ``path`` atomically."""
+    write_text_atomic(path, redact(render_html(snap, now_ms=now_ms, **view)), private=False)
 
 
 # --------------------------------------------------------------------------- dispatch
@@ -274,20 +202,22 @@ def export(
     *,
     now_ms: int | None = None,
     title: str = "project",
-    redact: Redact = _same,
+    redact: Redact = str,
 ) -> None:
-    """Write ``snap`` to ``path`` in the format its suffix names, through ``redact``."""
+    """Write ``snap`` to ``path`` atomically in the format its suffix names, through
+    ``redact`` (JSON strict: no NaN; CSV: ``csv_text``)."""
     suffix = path.suffix.lower()
     if suffix == ".json":
-        write_json(snap, path, redact)
+        body = dumps(snapshot_document(snap)) + "\n"
     elif suffix == ".csv":
-        write_csv(snap, path, redact)
+        body = csv_text(snap)
     elif suffix in (".html", ".htm"):
         # Ages on the page are relative to the snapshot, which is what the reader sees.
         now = now_ms if now_ms is not None else snap.generated_at or int(time.time() * 1000)
-        write_html(snap, path, now_ms=now, title=title, redact=redact)
+        return write_html(snap, path, now_ms=now, title=title, redact=redact)
     else:
         raise UsageError(
             f"unsupported export format {path.suffix or '(no suffix)'!r} for {path}; "
             f"use one of {', '.join(EXPORT_SUFFIXES)}"
         )
+    write_text_atomic(path, redact(body), private=False)

@@ -325,39 +325,24 @@ def health_document(snap: Snapshot) -> dict[str, Any]:
     }
 
 
+@dataclass(kw_only=True, eq=False)
 class Viewer:
     """Turns one request into one response; all policy lives here, no sockets."""
 
-    def __init__(
-        self,
-        cache: SnapshotCache,
-        *,
-        title: str,
-        password: str | None,
-        clock: Callable[[], float] = time.monotonic,
-        now_ms: Callable[[], int] = lambda: int(time.time() * 1000),
-        autopilot: Callable[[int, Lang, Snapshot], Any] | None = None,
-        language: str = "auto",
-        links: Callable[[list[str]], Any] | None = None,
-        tasks: Callable[[], dict[str, str]] | None = None,
-        refresh_seconds: int = REFRESH_SECONDS,
-        redact: Callable[[str], str] = str,
-        notes: Callable[[Lang], list[str]] = lambda lang: [],
-        projects: Sequence[str] = (),
-    ) -> None:
-        self._cache = cache
-        self._projects = projects  # the projects the page shows apart (``Config.shown_projects``)
-        self._notes = notes  # what the page adds to the scan's notes (the config's state)
-        self._redact = redact
-        self._autopilot = autopilot
-        self._language = language
-        self._links = links
-        self._tasks = tasks
-        self._refresh = refresh_seconds
-        self._title = title
-        self._password = password
-        self._clock = clock
-        self._now_ms = now_ms
+    cache: SnapshotCache = field(kw_only=False)
+    title: str
+    password: str | None
+    clock: Callable[[], float] = time.monotonic
+    now_ms: Callable[[], int] = lambda: int(time.time() * 1000)
+    autopilot: Callable[[int, Lang, Snapshot], Any] | None = None
+    language: str = "auto"
+    links: Callable[[list[str]], Any] | None = None
+    tasks: Callable[[], dict[str, str]] | None = None
+    refresh_seconds: int = REFRESH_SECONDS
+    redact: Callable[[str], str] = str
+    notes: Callable[[Lang], list[str]] = lambda lang: []  # what the page adds to the scan's notes
+    projects: Sequence[str] = ()  # the projects the page shows apart (``Config.shown_projects``)
+    named: Callable[[Any], Any] = lambda doc: doc  # the record as `sessions --json` names it
 
     def configure(
         self, title: str, language: str, links: Callable[[list[str]], Any],
@@ -365,20 +350,20 @@ class Viewer:
     ) -> None:
         """What a config read again changes: the page's title, its language, the links, the
         projects shown apart."""
-        self._title, self._language, self._links = title, language, links
-        self._projects = projects
+        self.title, self.language, self.links = title, language, links
+        self.projects = projects
 
     def respond(self, method: str, target: str, header: Callable[[str], str | None]) -> Response:
         """Answer ``method target``; ``header(name)`` reads a request header."""
-        arrived = self._clock()
-        if self._password is None:
+        arrived = self.clock()
+        if self.password is None:
             # Loopback without a password: a page on another site that re-points its own
             # name at 127.0.0.1 (DNS rebinding) would send that name in Host; refuse it.
             host = header("Host")
             if host and not is_loopback(host_header_name(host)):
                 return _text(403, "this viewer only answers to a loopback host name",
                              note="wrong Host")
-        elif not basic_auth_ok(header("Authorization"), self._password):
+        elif not basic_auth_ok(header("Authorization"), self.password):
             return _text(401, "log in with the viewer password (any user name)",
                          ("WWW-Authenticate", f'Basic realm="{REALM}", charset="UTF-8"'),
                          note="no or wrong credentials")
@@ -391,7 +376,7 @@ class Viewer:
         if path == _EVENTS_ROUTE:
             return Response(200, _EVENTS, b"", note="change notices")
         try:
-            scanned, fresh = self._cache.get(arrived)
+            scanned, fresh = self.cache.get(arrived)
         except ScanPending:
             if path == "/health":
                 body = b'{"ok": false, "scanning": true}\n'
@@ -402,16 +387,16 @@ class Viewer:
         note = (
             f"scanned, {reachable} of {len(scanned.snapshot.instances)} answering"
             if fresh
-            else f"cached {self._clock() - scanned.finished:.1f}s"
+            else f"cached {self.clock() - scanned.finished:.1f}s"
         )
         if path in _PAGE_ROUTES:
             asked = parse_qs(parts.query).get("lang", [""])[0]
             lang = pick_language(
-                asked if asked in LANGS else self._language, header("Accept-Language")
+                asked if asked in LANGS else self.language, header("Accept-Language")
             )
             # Links to a loopback instance only work for a reader on this very machine.
             host = header("Host") or ""
-            local = self._password is None or is_loopback(host_header_name(host))
+            local = self.password is None or is_loopback(host_header_name(host))
             body = scanned.body(
                 f"page:{lang}:{int(local)}", lambda snap: self._page(snap, lang, local)
             )
@@ -433,31 +418,32 @@ class Viewer:
 
         # Ages are relative to the scan: the page says what the scan saw, when it saw it
         # (the page's script then keeps them current).
-        now = snap.generated_at or self._now_ms()
-        snap = replace(snap, warnings=(*snap.warnings, *self._notes(lang)))
-        panel = self._autopilot(now, lang, snap) if self._autopilot is not None else None
+        now = snap.generated_at or self.now_ms()
+        snap = replace(snap, warnings=(*snap.warnings, *self.notes(lang)))
+        panel = self.autopilot(now, lang, snap) if self.autopilot is not None else None
         links: dict[str, Any] = {}
-        if self._links is not None:
-            found = self._links([i.name for i in snap.instances if i.reachable])
+        if self.links is not None:
+            found = self.links([i.name for i in snap.instances if i.reachable])
             links = {n: ui for n, ui in found.items() if local or not ui.loopback}
         html = report.render_html(
             snap,
             now_ms=now,
-            title=self._title,
+            title=self.title,
             autopilot=panel,
             lang=lang,
-            live_seconds=self._refresh,
+            live_seconds=self.refresh_seconds,
             links=links,
-            tasks=self._tasks() if self._tasks is not None else None,
-            projects=self._projects,
+            tasks=self.tasks() if self.tasks is not None else None,
+            projects=self.projects,
         )
-        return self._redact(html).encode("utf-8")
+        return self.redact(html).encode("utf-8")
 
     def _json(self, snap: Snapshot) -> bytes:
 
         # Byte for byte what `sessions --json` prints for the same snapshot.
-        snap = replace(snap, warnings=(*snap.warnings, *self._notes("en")))
-        return (self._redact(dumps(report.snapshot_document(snap))) + "\n").encode("utf-8")
+        snap = replace(snap, warnings=(*snap.warnings, *self.notes("en")))
+        doc = self.named(report.snapshot_document(snap))
+        return (self.redact(dumps(doc)) + "\n").encode("utf-8")
 
 
 class RequestLog:

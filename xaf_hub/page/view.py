@@ -118,16 +118,6 @@ class ProjectView:
     running: int
 
 
-def project_views(names: Sequence[str], sessions: Iterable[SessionRecord]) -> list[ProjectView]:
-    """Each of ``names`` with its sessions and running ones, then those of none (if any)."""
-    counts = {name: [0, 0] for name in names}
-    for s in sessions:
-        entry = counts.setdefault(s.owner, [0, 0])
-        entry[0] += 1
-        entry[1] += int(_is_running(s))
-    return [ProjectView(name, n, running) for name, (n, running) in counts.items()]
-
-
 @dataclass(frozen=True, slots=True)
 class CardsView:
     """The summary figures at the top of the page."""
@@ -265,10 +255,6 @@ def asking_views(snap: Snapshot, lang: Lang, now_ms: int) -> list[AskingView]:
     return sorted(out, key=lambda a: (a.since_ms or now_ms, a.instance, a.request))
 
 
-def _is_running(session: SessionRecord) -> bool:
-    return session.running or session.run_state != "idle"
-
-
 def _bars(sections: Iterable[SectionView]) -> list[BarView]:
     """Per-server bars for the distribution card, scaled to the busiest server."""
     items = [s for s in sections if s.reachable]
@@ -306,7 +292,7 @@ def overview_context(
     snap: Snapshot,
     *,
     now_ms: int,
-    title: str,
+    title: str = "project",
     lang: Lang = "en",
     autopilot: Any = None,
     live_seconds: int = 0,
@@ -324,18 +310,13 @@ def overview_context(
     """
     links = links or {}
     tasks = tasks or {}
-    counts: dict[str, dict[str, int]] = {i.name: {"n": 0, "running": 0} for i in snap.instances}
+    counts = snap.counts()
     rows: dict[str, list[RowView]] = {name: [] for name in counts}
     waiting = 0
     for s in snap.project_sessions():
-        entry = counts.setdefault(s.instance, {"n": 0, "running": 0})
-        entry["n"] += 1
-        entry["running"] += int(_is_running(s))
         ui = links.get(s.instance)
         link = ui.session_url(s.directory, s.id) if ui is not None else ""
-        rows.setdefault(s.instance, []).append(
-            _row_view(s, lang, now_ms, link, tasks.get(s.id, ""))
-        )
+        rows[s.instance].append(_row_view(s, lang, now_ms, link, tasks.get(s.id, "")))
         waiting += s.run_state == "retry"
     summaries = {i.name: i for i in snap.instances}
     sections = []
@@ -351,7 +332,7 @@ def overview_context(
                 production=info.danger,
                 note=info.note,
                 limit=info.limit,
-                running=counts[name]["running"],
+                running=counts[name][1],
                 rows=tuple(views),
                 login=getattr(links.get(name), "login", "") if any(r.link for r in views) else "",
             )
@@ -378,13 +359,15 @@ def overview_context(
             healthy=healthy,
             servers=len(snap.instances),
             sessions=total,
-            running=sum(c["running"] for c in counts.values()),
+            running=sum(busy for _, busy in counts.values()),
             waiting=waiting,
         ),
         "fleet_down": bool(snap.instances) and healthy == 0,
         "down": [s for s in sections if not s.reachable],
         "bars": _bars(sections),
-        "projects": project_views(projects, snap.project_sessions()) if projects else [],
+        "projects": [
+            ProjectView(name, n, busy) for name, (n, busy) in snap.counts("owner", projects).items()
+        ] if projects else [],
         "sections": sections,
         "total_rows": total,
         "many_rows": MANY_ROWS,

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from xaf_hub.core import clock
 from xaf_hub.core.catalogue import LANGS, TEXT, Lang, text
-from xaf_hub.core.clock import MAX_TIME_MS
+from xaf_hub.core.clock import MAX_TIME_MS, local_time
 
 LANGUAGE_SETTINGS = ("auto", "en", "zh")
 
@@ -124,11 +124,6 @@ def split_when(sentence: str) -> tuple[str, str] | None:
 def clean(value: str) -> str:
     """User text safe to put into a sentence that may carry the time mark."""
     return value.replace(WHEN, "")
-
-
-def local_time(ms: int) -> str:
-    """``ms`` as local "YYYY-MM-DD HH:MM:SS", or "" when unknown (0 or absurd)."""
-    return clock.local_time(ms)
 
 
 def local_time_with_zone(ms: int) -> str:

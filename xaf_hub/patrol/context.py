@@ -7,18 +7,19 @@ read (docs/architecture.md §8).
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
+from typing import Any, TypeVar
 
 from xaf_hub.config.load import InstanceConfig
 from xaf_hub.core import aio
 from xaf_hub.core.records import SessionRecord
 from xaf_hub.core.runstate import LastRun, last_run
-from xaf_hub.errors import HubError
-from xaf_hub.notify.record import InstanceLine, RoundLog
-from xaf_hub.ops.budget import budget_lines
+from xaf_hub.errors import BudgetReached, BusyError, HubError, RunsAgain
+from xaf_hub.notify.record import InstanceLine, RoundLog, session_action
+from xaf_hub.ops.budget import BudgetLine, budget_lines, spends, totals
 from xaf_hub.ops.context import Fleet, OpsContext
 from xaf_hub.ops.load import instance_load
 from xaf_hub.ops.send import pool_discipline as _pool_discipline
@@ -28,6 +29,8 @@ from xaf_hub.store.patrol_state import RunMemory
 MESSAGE_WINDOW = 1
 # Concurrent message reads per cycle step (the server answers each in a few ms).
 _MESSAGE_FAN_OUT = 8
+
+T = TypeVar("T")
 
 # A round reads a session's last run only when the scan shows its ``updated`` time or run
 # state moved since the round that last read it, or it is running or retrying (architecture
@@ -78,25 +81,30 @@ class Cycle:
     _runs: dict[tuple[str, str, int], LastRun] = field(default_factory=dict, repr=False)
     # Sessions whose run in ``_runs`` came from the memory (which keeps no answer).
     _recalled: set[tuple[str, str]] = field(default_factory=set, repr=False)
-    _scans: dict[str, tuple[Fleet, datetime, int]] = field(default_factory=dict, repr=False)
+    _scan: tuple[Fleet, datetime, int] | None = field(default=None, repr=False)
+    _views: dict[str, Fleet] = field(default_factory=dict, repr=False)  # per project
 
     async def scan(self, pctx: OpsContext) -> tuple[Fleet, datetime]:
-        """The fleet for a job, and when it was scanned: a job reuses an earlier job's scan of
-        this cycle while no job since has acted (prompted, healed, failed to), so an idle
-        round scans once, like `status`; after an action the fleet is scanned again."""
-        kept = self._scans.get(pctx.cfg.project_name)  # each project sees its own sessions
-        if kept is not None and kept[2] == self.log.acted():
-            return kept[0], kept[1]
-        at = pctx.now()
-        fleet = await pctx.scan()
-        self._scans[pctx.cfg.project_name] = (fleet, at, self.log.acted())
-        return fleet, at
+        """The fleet as a job's project sees it, and when it was scanned: every job and
+        project of this cycle shares one scan of every project while no job since has acted
+        (prompted, healed, failed to), so an idle round scans once, like `status`; after an
+        action the fleet is scanned again."""
+        if self._scan is None or self._scan[2] != self.log.acted():
+            at = pctx.now()
+            whole = await pctx.but(cfg=pctx.cfg.every_project()).scan()
+            self._scan, self._views = (whole, at, self.log.acted()), {}
+        whole, at, _ = self._scan
+        name = pctx.cfg.project_name
+        if name not in self._views:
+            self._views[name] = whole.seen_as(pctx.cfg)
+        return self._views[name], at
 
     def note_instances(self, pctx: OpsContext, fleet: Fleet) -> None:
-        """Put every instance's load and today's spend from ``fleet`` in the log."""
+        """Put every instance's load (the runs of every project there, from this cycle's scan)
+        and today's spend from ``fleet`` in the log."""
         gate = pctx.gate()
         lines = []
-        for sc in fleet.scans:
+        for sc in (self._scan[0] if self._scan else fleet).scans:
             load = instance_load(sc, gate, allow_prod=True)
             lines.append(
                 InstanceLine(
@@ -110,12 +118,43 @@ class Cycle:
                 )
             )
         self.log.instances = lines
-        project, spends = budget_lines(
-            pctx.cfg,
-            [(sc.inst, sc.sessions if sc.reachable else None) for sc in fleet.scans],
-            pctx.now(),
+        cfg, now = pctx.cfg, pctx.now()
+        own = budget_lines(
+            cfg, [(sc.inst, sc.sessions if sc.reachable else None) for sc in fleet.scans], now
         )
-        self.log.spend = [project, *spends]
+        if len(cfg.projects) < 2:
+            self.log.spend = [own[0], *own[1]]
+            return
+        # Several projects: each project's job replaces its own lines, and every project's
+        # spend against budget.daily_usd leads.
+        every = totals(spends(cfg, fleet.scans, now).values())[1]
+        self.log.spend = [
+            BudgetLine("", every, cfg.budget.daily_usd, every=True),
+            *(line for line in self.log.spend if line.project not in ("", cfg.project_name)),
+            *(replace(line, project=cfg.project_name) for line in (own[0], *own[1])),
+        ]
+
+    async def attempt(
+        self, pctx: OpsContext, step: str, kind: str, rec: SessionRecord, act: Awaitable[T],
+        *, later: str, **fields: Any,
+    ) -> T | None:
+        """``act`` (a heal or resume of ``rec``), or None when it sent nothing: the session runs
+        again (skipped), no slot or budget yet (waiting, ``later`` says when it is tried
+        again), or an error (failed); each is logged as the ``kind`` action of ``step``."""
+        try:
+            return await act
+        except RunsAgain as exc:
+            self.log.add(pctx, session_action(step, kind, "skipped", rec, detail=str(exc),
+                                              **fields))
+        except BusyError as exc:
+            self.log.deferred.add((rec.instance, rec.id))
+            why = "daily budget reached" if isinstance(exc, BudgetReached) else "no free slot yet"
+            self.log.add(pctx, session_action(step, kind, "waiting", rec,
+                                              detail=f"{why}, {later} ({exc})", **fields))
+        except HubError as exc:
+            self.log.add(pctx, session_action(step, kind, "failed", rec, detail=str(exc), **fields))
+            self.log.error(pctx, step, f"{kind} {rec.instance}/{rec.id}: {exc}")
+        return None
 
     async def last_runs(
         self,
@@ -134,7 +173,7 @@ class Cycle:
         session whose run was taken from the memory.
         """
         result: dict[tuple[str, str], LastRun] = {}
-        wanted: dict[str, list[SessionRecord]] = {}
+        wanted: list[tuple[str, SessionRecord]] = []
         insts: dict[str, InstanceConfig] = {}
         for inst, rec in items:
             key = (inst.name, rec.id)
@@ -153,30 +192,26 @@ class Cycle:
             if cached is not None:
                 result[key] = cached
             else:
-                wanted.setdefault(inst.name, []).append(rec)
+                wanted.append((inst.name, rec))
                 insts[inst.name] = inst
-        sem = asyncio.Semaphore(_MESSAGE_FAN_OUT)
+        async with contextlib.AsyncExitStack() as stack:
+            clients = {n: await stack.enter_async_context(pctx.client(i)) for n, i in insts.items()}
 
-        async def per_instance(name: str, recs: list[SessionRecord]) -> None:
-            async with pctx.client(insts[name]) as client:
+            async def one(item: tuple[str, SessionRecord]) -> None:
+                name, rec = item
+                try:
+                    msgs = await clients[name].messages(rec.id, limit=MESSAGE_WINDOW)
+                except HubError:
+                    return  # gone or unreadable: judged as unknown
+                run = last_run(msgs)
+                self.reads += 1
+                self._recalled.discard((name, rec.id))
+                self._runs[(name, rec.id, rec.updated)] = run
+                result[(name, rec.id)] = run
+                if self.memory is not None:
+                    self.memory.remember(name, rec.id, rec.updated, rec.run_state, run)
 
-                async def one(rec: SessionRecord) -> None:
-                    async with sem:
-                        try:
-                            msgs = await client.messages(rec.id, limit=MESSAGE_WINDOW)
-                        except HubError:
-                            return  # gone or unreadable: judged as unknown
-                    run = last_run(msgs)
-                    self.reads += 1
-                    self._recalled.discard((name, rec.id))
-                    self._runs[(name, rec.id, rec.updated)] = run
-                    result[(name, rec.id)] = run
-                    if self.memory is not None:
-                        self.memory.remember(name, rec.id, rec.updated, rec.run_state, run)
-
-                await aio.gather(*(one(r) for r in recs))
-
-        await aio.gather(*(per_instance(n, r) for n, r in wanted.items()))
+            await aio.bounded(_MESSAGE_FAN_OUT, one, wanted)
         return result
 
 
@@ -185,6 +220,14 @@ def project_views(pctx: OpsContext) -> list[OpsContext]:
     one (a config of several projects run without --project)."""
     cfg = pctx.cfg
     return [pctx] if cfg.chosen else [pctx.but(cfg=cfg.choose(p.name)) for p in cfg.projects]
+
+
+def owner_view(pctx: OpsContext, instance: str, owner: str) -> tuple[OpsContext, InstanceConfig]:
+    """``pctx`` and its ``instance`` as project ``owner`` sees them (its own ceiling, discipline,
+    ...) when several projects are served and none is chosen; else as they are."""
+    if owner and not pctx.cfg.chosen:
+        pctx = pctx.but(cfg=pctx.cfg.choose(owner))
+    return pctx, pctx.cfg.instance(instance)
 
 
 async def each_view(

@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from xaf_hub.config.load import InstanceConfig
 from xaf_hub.config.watch import ConfigState
 from xaf_hub.core import aio
 from xaf_hub.core.clock import to_ms
@@ -26,6 +27,7 @@ from xaf_hub.errors import BusyError, HubError
 from xaf_hub.fleet.events import FleetEvent
 from xaf_hub.fleet.follow import FleetFollower, run_in_thread
 from xaf_hub.fleet.scan import build_record
+from xaf_hub.fleet.wire import ServerSession
 from xaf_hub.notify.patrol import queue_round
 from xaf_hub.notify.record import RoundLog, session_action
 from xaf_hub.ops.ceiling import root_of
@@ -35,7 +37,7 @@ from xaf_hub.ops.heal import heal_candidate
 from xaf_hub.ops.live_board import publish
 from xaf_hub.ops.queue import queue_length
 from xaf_hub.ops.waiting import list_waiting
-from xaf_hub.patrol.context import Cycle, pool_discipline
+from xaf_hub.patrol.context import Cycle, owner_view, pool_discipline, project_views
 from xaf_hub.patrol.jobs.check_agents import STEP as CHECK
 from xaf_hub.patrol.jobs.check_agents import answer_by_policy, resume_one
 from xaf_hub.patrol.jobs.fill_slots import fill_every_project
@@ -95,7 +97,13 @@ class LiveReactor:
         self.lock_name = lock_name
         self.notices = notices  # wakes the sender once a reaction queued its notices
         self.reactions = 0
-        self.ceiling = CeilingWatch(pctx, out, notices) if CEILING not in self.skip else None
+        # A session read by id with its worktree's checkout (the follower's ``placed``).
+        self.placed: Callable[[str, ServerSession], ServerSession] = lambda _instance, s: s
+        self.ceiling = (
+            CeilingWatch(pctx, out, notices, lambda i, s: self.placed(i, s))
+            if CEILING not in self.skip
+            else None
+        )
         self._work = _Work()
         self._cond = threading.Condition()
         self._stopped = False
@@ -228,11 +236,7 @@ class LiveReactor:
             try:
                 with file_lock(pctx.patrol_dir / self.lock_name, 0, what="patrol cycle lock"):
                     cycle, again = aio.run(self._react(work))
-                    _say(self.out, cycle)
-                    # What it did reaches the chat now, not at the round; queued only: the
-                    # sender posts it once the locks are released, so no receiver holds a heal.
-                    if cycle.log.actions and queue_round(pctx, cycle.log, live=True):
-                        self.notices()
+                    _tell(pctx, cycle, self.out, self.notices)
             except BusyError:
                 return work, LOCKED_RETRY_SECONDS  # a round (maybe another patrol) is running
         self.reactions += 1
@@ -318,13 +322,10 @@ class LiveReactor:
         except HubError:
             return ""
         async with pctx.client(inst) as client:
-            s = await client.get_session(sid)
+            s = self.placed(instance, await client.get_session(sid))
             status = (await client.status(s.directory)).get(sid) if s.directory else None
-        owner = inst.owner(s.directory) if s.directory and not pctx.cfg.chosen else ""
-        if owner:  # several projects: the session is seen through its own project
-            pctx = pctx.but(cfg=pctx.cfg.choose(owner))
-            inst = pctx.cfg.instance(instance)
-        if not s.directory or not inst.rules.is_project(s.directory) or s.parent_id:
+        pctx, inst = owner_view(pctx, instance, inst.owner(s.directory, s.checkout))
+        if not s.directory or not inst.rules.owns(s.directory, s.checkout) or s.parent_id:
             return ""
         rec = build_record(inst, s, status, True)
         run = (await cycle.last_runs(pctx, [(inst, rec)])).get((inst.name, rec.id))
@@ -354,12 +355,18 @@ class LiveReactor:
         return "recheck" if why == "starting" else ""
 
 
-def _say(out: Callable[[str], None], cycle: Cycle) -> None:
-    """One line for the daemon's output naming what a reaction did."""
+def _tell(
+    pctx: OpsContext, cycle: Cycle, out: Callable[[str], None], notices: Callable[[], None]
+) -> None:
+    """Say what a reaction did in one line of the daemon's output, and queue its notices: they
+    reach the chat now, not at the round; queued only, the sender posts them once the locks
+    are released, so no receiver holds a heal."""
     done = [a for a in cycle.log.actions if a.result == "ok"]
     if done:
         words = ", ".join(f"{a.kind} {a.instance}/{a.session or a.task}" for a in done)
         out(f"{time.strftime('%Y-%m-%d %H:%M:%S')} live: {words}")
+    if cycle.log.actions and queue_round(pctx, cycle.log, live=True):
+        notices()
 
 
 class CeilingWatch:
@@ -374,11 +381,16 @@ class CeilingWatch:
     """
 
     def __init__(
-        self, pctx: OpsContext, out: Callable[[str], None], notices: Callable[[], None]
+        self,
+        pctx: OpsContext,
+        out: Callable[[str], None],
+        notices: Callable[[], None],
+        placed: Callable[[str, ServerSession], ServerSession] = lambda _i, s: s,
     ) -> None:
         self.pctx = pctx
         self.out = out
         self.notices = notices
+        self.placed = placed  # a session read by id with its worktree's checkout (LiveReactor)
         # (instance, session) -> when (monotonic), and the session as the event told it
         self._due: dict[tuple[str, str], tuple[float, SessionRecord]] = {}
         self._cond = threading.Condition()
@@ -399,7 +411,7 @@ class CeilingWatch:
         """Judge the run of ``rec`` in ``after`` seconds (sooner if already due sooner);
         nothing on an instance without a ceiling."""
         try:
-            if not guarded(self.pctx, self.pctx.cfg.instance(rec.instance)):
+            if self._watched(rec) is None:
                 return
         except HubError:
             return
@@ -427,9 +439,7 @@ class CeilingWatch:
                 continue  # paused: the patrol does nothing, events included
             try:
                 cycle, again = aio.run(self._judge_all(due))
-                _say(self.out, cycle)
-                if cycle.log.actions and queue_round(pctx, cycle.log, live=True):
-                    self.notices()
+                _tell(pctx, cycle, self.out, self.notices)
             except Exception as exc:  # noqa: BLE001 - a bad look must not end the daemon
                 pctx.log(pctx.redact(f"live: ceiling failed: {type(exc).__name__}: {exc}"))
                 continue
@@ -460,19 +470,28 @@ class CeilingWatch:
     ) -> tuple[SessionRecord, bool]:
         """Judge the run ``sid`` belongs to, once per batch (``judged``): (its root, whether
         some session of it still works). ``known``: the session as an event told it."""
-        pctx = self.pctx
-        inst = pctx.cfg.instance(instance)
         root = known or SessionRecord(instance, sid, "", "", project=True)
-        if not guarded(pctx, inst):
+        if self._watched(root) is None:
             return root, False
-        async with pctx.client(inst) as client:
+        inst = self.pctx.cfg.instance(instance)
+        async with self.pctx.client(inst) as client:
             if known is None or known.parent_id:
-                top = await root_of(client, await client.get_session(sid))
-                root = build_record(inst, top, None, inst.rules.is_project(top.directory))
-            if (instance, root.id) in judged or not root.project:
+                top = self.placed(instance, await root_of(client, await client.get_session(sid)))
+                root = build_record(inst, top, None, inst.claims(top.directory, top.checkout))
+            seen = self._watched(root)
+            if (instance, root.id) in judged or not root.project or seen is None:
                 return root, False
             judged.add((instance, root.id))
-            return root, await check_run(pctx, cycle, inst, root, client, "patrol.live")
+            return root, await check_run(seen[0], cycle, seen[1], root, client, "patrol.live")
+
+    def _watched(self, rec: SessionRecord) -> tuple[OpsContext, InstanceConfig] | None:
+        """Where the run of ``rec`` is judged (``owner_view``: serving several projects, its own
+        project's ceiling), or None when no ceiling watches it; a session of no project (or of
+        a folder not known yet) is watched when any project's ceiling could hold it."""
+        owner = rec.owner or self.pctx.cfg.instance(rec.instance).owner(rec.directory)
+        pctx, inst = owner_view(self.pctx, rec.instance, owner)
+        views = [pctx] if pctx.cfg.chosen else [pctx, *project_views(pctx)]
+        return (pctx, inst) if any(guarded(v, v.cfg.instance(inst.name)) for v in views) else None
 
 
 def start_live(
@@ -494,6 +513,7 @@ def start_live(
         outcomes=False, steps=reactor.ceiling is not None,
         publish=lambda view: publish(cfg, view, "patrol", pctx.stores, state()),
     )
+    reactor.placed = follower.placed
     reactor.start(before)
     run_in_thread(follower, "xaf-hub-patrol-follower")
     return follower, reactor

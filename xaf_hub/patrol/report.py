@@ -7,7 +7,7 @@ Building the document and the markdown is pure; ``write_report`` does the I/O.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
@@ -18,6 +18,7 @@ from xaf_hub.core.outcomes import TaskState, task_words
 from xaf_hub.errors import HubError
 from xaf_hub.notify.record import RoundLog
 from xaf_hub.ops.context import OpsContext
+from xaf_hub.patrol.context import project_views
 from xaf_hub.store.patrol_state import LATEST, latest_report
 from xaf_hub.store.pick import count_states, readiness
 from xaf_hub.store.statefile import write_json_atomic, write_text_atomic
@@ -192,6 +193,18 @@ def _table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> list[str]:
     return lines
 
 
+def _section(
+    mark: str, heading: str, rows: Sequence[Any], headers: Sequence[str],
+    cells: Callable[[Any], Sequence[Any]], hint: str = "",
+) -> list[str]:
+    """``rows`` under a heading that counts them (and a ``hint`` line), as a table; nothing
+    when there are none."""
+    if not rows:
+        return []
+    return ["", f"{mark} {heading} ({len(rows)})", "", *([hint, ""] if hint else [])] + _table(
+        headers, map(cells, rows))
+
+
 
 def render_markdown(doc: Mapping[str, Any]) -> str:
     """The report as a markdown page (pure)."""
@@ -230,50 +243,22 @@ def render_markdown(doc: Mapping[str, Any]) -> str:
     )
     out.append(summary or "No project session was active in the last 24 hours.")
     for state, heading in SESSION_STATES:
-        rows = doc["sessions"].get(state) or []
-        if not rows or state == "idle":
-            continue
-        out += ["", f"### {heading} ({len(rows)})", ""]
-        out += _table(
+        out += [] if state == "idle" else _section(
+            "###", heading, doc["sessions"].get(state) or [],
             ["instance", "session", "title", "model", "updated", "detail"],
-            (
-                [
-                    r["instance"],
-                    r["session"],
-                    r["title"],
-                    r["model"],
-                    fmt_time(r["updated_ms"]),
-                    r["detail"],
-                ]
-                for r in rows
-            ),
+            lambda r: [r["instance"], r["session"], r["title"], r["model"],
+                       fmt_time(r["updated_ms"]), r["detail"]],
         )
     for _, key, heading in SECTIONS:
-        rows = doc[key]
-        if not rows:
-            continue
-        out += ["", f"## {heading} ({len(rows)})", ""]
-        if key == "needs_person":
-            out += [
-                "Nothing is sent for these until someone acts: "
-                "`xaf-hub backlog set ID --status pending` retries the task in a new session, "
-                "or dispatch to the session again.",
-                "",
-            ]
-        out += _table(
+        out += _section(
+            "##", heading, doc[key],
             ["result", "task", "instance", "session", "title", "model", "detail"],
-            (
-                [
-                    a["result"],
-                    a["task"],
-                    a["instance"],
-                    a["session"],
-                    a["title"],
-                    (f"{a['from_model']} → {a['model']}" if a["from_model"] else a["model"]),
-                    a["detail"],
-                ]
-                for a in rows
-            ),
+            lambda a: [a["result"], a["task"], a["instance"], a["session"], a["title"],
+                       f"{a['from_model']} → {a['model']}" if a["from_model"] else a["model"],
+                       a["detail"]],
+            "Nothing is sent for these until someone acts: `xaf-hub backlog set ID --status "
+            "pending` retries the task in a new session, or dispatch to the session again."
+            if key == "needs_person" else "",
         )
     counted = [(n, s) for s, n in (doc.get("tasks") or {}).items() if n]
     out += ["", "## Task pool", ""]
@@ -295,30 +280,18 @@ def render_markdown(doc: Mapping[str, Any]) -> str:
                 for t in ready + later
             ),
         )
-    if blocked:
-        out += [
-            "",
-            f"### Blocked: attempts used up ({len(blocked)})",
-            "",
-            "Reset with `xaf-hub backlog set ID --status pending --reset`.",
-            "",
-        ]
-        out += _table(
-            ["task", "priority", "title", "attempts", "last error"],
-            ([t["id"], t["priority"], t["title"], t["attempts"], t["last_error"]] for t in blocked),
-        )
-    if parked:
-        out += [
-            "",
-            f"### Parked after infrastructure failures ({len(parked)})",
-            "",
-            "Retry with `xaf-hub backlog set ID --status pending` once the cause is fixed.",
-            "",
-        ]
-        out += _table(
-            ["task", "priority", "title", "status"],
-            ([t["id"], t["priority"], t["title"], t["why"]] for t in parked),
-        )
+    out += _section(
+        "###", "Blocked: attempts used up", blocked,
+        ["task", "priority", "title", "attempts", "last error"],
+        lambda t: [t["id"], t["priority"], t["title"], t["attempts"], t["last_error"]],
+        "Reset with `xaf-hub backlog set ID --status pending --reset`.",
+    )
+    out += _section(
+        "###", "Parked after infrastructure failures", parked,
+        ["task", "priority", "title", "status"],
+        lambda t: [t["id"], t["priority"], t["title"], t["why"]],
+        "Retry with `xaf-hub backlog set ID --status pending` once the cause is fixed.",
+    )
     lead = waiting["lead_backlog"]
     out += ["", f"### For a human ({lead['path'] or 'lead_backlog.md'})", ""]
     out += [f"- {item}" for item in lead["items"]] or ["Nothing waiting for a decision."]
@@ -330,15 +303,26 @@ def render_markdown(doc: Mapping[str, Any]) -> str:
     return "\n".join(out) + "\n"
 
 
-def _lead(pctx: OpsContext) -> tuple[Path, list[str]]:
-    path = pctx.cfg.patrol.lead_backlog_path or pctx.repo_root / "lead_backlog.md"
-    try:
-        text = path.read_bytes().decode("utf-8-sig", errors="replace")
-    except FileNotFoundError:
-        return path, []
-    except OSError as exc:
-        return path, [f"(cannot read {path}: {exc.strerror or exc})"]
-    return path, lead_backlog_items(text)
+def _lead(pctx: OpsContext) -> tuple[str, list[str]]:
+    """The decision lists of the projects served (each one's repo_root's, unless
+    patrol.lead_backlog_path names one for all), and their open items, each named by its project
+    when there are several lists."""
+    paths: dict[Path, str] = {}
+    for view in project_views(pctx):
+        path = view.cfg.patrol.lead_backlog_path or view.repo_root / "lead_backlog.md"
+        paths.setdefault(path, view.cfg.project_name)
+    items = []
+    for path, name in paths.items():
+        try:
+            text = path.read_bytes().decode("utf-8-sig", errors="replace")
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            got = [f"(cannot read {path}: {exc.strerror or exc})"]
+        else:
+            got = lead_backlog_items(text)
+        items += [f"{name}: {item}" for item in got] if len(paths) > 1 else got
+    return ", ".join(map(str, paths)), items
 
 
 def write_report(pctx: OpsContext, log: RoundLog, code: int) -> tuple[Path, Path]:
@@ -363,7 +347,7 @@ def write_report(pctx: OpsContext, log: RoundLog, code: int) -> tuple[Path, Path
             project=pctx.cfg.project_name,
             code=code,
             waiting=waiting,
-            lead_path=str(lead_path),
+            lead_path=lead_path,
             lead_items=lead_items,
             tasks=states,
             projects=projects,

@@ -205,6 +205,11 @@ def _take_lease(pctx: OpsContext, lease: PatrolLease) -> CycleRun | OpsContext:
             int(ExitCode.BUSY),
             f"standby: the patrol lease is held by {holder or 'another daemon'}; no cycle run",
         )
+    return _fenced(pctx, lease)
+
+
+def _fenced(pctx: OpsContext, lease: PatrolLease) -> OpsContext:
+    """``pctx`` writing under the lease's token, and stopping as soon as the lease is lost."""
     outer = pctx.stop_requested
     return pctx.but(fence=lease.fence, stop_requested=lambda: outer() or not lease.held)
 
@@ -382,16 +387,9 @@ def _run_daemon(
     stop = threading.Event()
     busy = threading.Lock()
     lease = open_lease(pctx)
-    if lease is None:
-        pctx = pctx.but(stop_requested=stop.is_set)
-    else:
-        # A standby (or a holder whose lease ran out) stops at once and writes nothing.
-        held = lease
-
-        def standby_or_stop() -> bool:
-            return stop.is_set() or not held.held
-
-        pctx = pctx.but(stop_requested=standby_or_stop, fence=lease.fence)
+    pctx = pctx.but(stop_requested=stop.is_set)
+    if lease is not None:  # a standby (or a holder whose lease ran out) stops and writes nothing
+        pctx = _fenced(pctx, lease)
     skip = tuple(skip)
     folder = pctx.patrol_dir
     following = None
@@ -492,21 +490,15 @@ def _run_daemon(
                     start_date=first_run(datetime.now(UTC).astimezone(), every,
                                          cfg.patrol.minute_offset)))
 
+    def say(line: str) -> None:
+        out(pctx.redact(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {line}"))
+
     def look() -> None:
         """Every WATCH_SECONDS: the config's files, then the pool (work arrived?)."""
         said = ""  # the last failure logged: a lasting one (Redis away) is said once
         while not stop.wait(WATCH_SECONDS):
             try:
-                polled = "unchanged" if watch is None else watch.poll()
-                if polled == "loaded":
-                    assert watch is not None
-                    reconfigure(watch.cfg)
-                    out(f"{time.strftime('%Y-%m-%d %H:%M:%S')} config: read again "
-                        f"({len(watch.cfg.instances)} instance(s))")
-                if polled != "unchanged":
-                    assert watch is not None
-                    for line in watch.state.words("the patrol daemon"):
-                        out(pctx.redact(f"{time.strftime('%Y-%m-%d %H:%M:%S')} config: {line}"))
+                if watch is not None and watch.look("the patrol daemon", reconfigure, say):
                     beat["config"] = watch.state.to_json()
                     save_beat()
                 if following is not None:

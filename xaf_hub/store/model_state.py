@@ -110,23 +110,25 @@ def default_state() -> dict[str, Any]:
     return {"schema_version": SCHEMA_VERSION, "blackouts": {}, "healed": {}}
 
 
-# How an entry's key is checked: the test of its value (``...`` when absent), the problem.
-_Rule = tuple[Callable[[Any], bool], str]
-_MS: _Rule = (lambda v: type(v) is int, "expected an integer (ms since epoch)")
-_TEXT: _Rule = (lambda v: isinstance(v, str), "expected a string")
-_TEXT_NULL: _Rule = (lambda v: v in (None, ...) or isinstance(v, str), "expected a string or null")
+_ABSENT = object()  # a key an entry does not hold
+_MS = (lambda v: isinstance(v, int) and not isinstance(v, bool), "an integer (ms since epoch)")
+_TEXT = (lambda v: isinstance(v, str), "a string")
+_TEXT_OR_NULL = (lambda v: v in (None, _ABSENT) or isinstance(v, str), "a string or null")
 
 
-def _one_of(choices: tuple[str, ...]) -> _Rule:
-    """Absent, or one of ``choices`` (rests written before ``scope`` and ``why``: absent)."""
-    return lambda v: v is ... or v in choices, f"expected one of {', '.join(choices)}"
+def _absent_or(allowed: tuple[str, ...]) -> tuple[Callable[[Any], bool], str]:
+    return (lambda v: v is _ABSENT or v in allowed), f"one of {', '.join(allowed)}"
 
 
-_RESTS = {"until_ms": _MS, "marked_at_ms": _MS, "reason": _TEXT, "source": _TEXT}
-# What each entry of a section holds.
-_ENTRIES: dict[str, dict[str, _Rule]] = {
-    "blackouts": {**_RESTS, "scope": _one_of(REST_SCOPES), "why": _one_of(REST_WHYS)},
-    "healed": {"at_ms": _MS, "from_model": _TEXT_NULL, "to_model": _TEXT_NULL},
+# What each entry of the document's two sections must hold: key -> (test, words for the error).
+# A rest's scope and why are written since rests may follow the provider's word (absent: a
+# family, the reset hour).
+_ENTRY_CHECKS: dict[str, dict[str, tuple[Callable[[Any], bool], str]]] = {
+    "blackouts": {
+        "until_ms": _MS, "marked_at_ms": _MS, "reason": _TEXT, "source": _TEXT,
+        "scope": _absent_or(REST_SCOPES), "why": _absent_or(REST_WHYS),
+    },
+    "healed": {"at_ms": _MS, "from_model": _TEXT_OR_NULL, "to_model": _TEXT_OR_NULL},
 }
 
 
@@ -181,16 +183,16 @@ class ModelState(abc.ABC):
                 f"expected {SCHEMA_VERSION}, found {version!r} "
                 "(written by another xaf-hub version?)",
             )
-        for section in _ENTRIES:
-            if not isinstance(data.setdefault(section, {}), dict):
+        for section, checks in _ENTRY_CHECKS.items():
+            entries = data.setdefault(section, {})
+            if not isinstance(entries, dict):
                 raise self._bad(section, "expected an object")
-        for section, rules in _ENTRIES.items():
-            for name, entry in data[section].items():
+            for name, entry in entries.items():
                 if not isinstance(entry, dict):
                     raise self._bad(f"{section}.{name}", "expected an object")
-                for key, (ok, problem) in rules.items():
-                    if not ok(entry.get(key, ...)):  # ``...``: the key is absent
-                        raise self._bad(f"{section}.{name}.{key}", problem)
+                for key, (ok, words) in checks.items():
+                    if not ok(entry.get(key, _ABSENT)):
+                        raise self._bad(f"{section}.{name}.{key}", f"expected {words}")
         return data
 
     # -- blackouts ------------------------------------------------------------------------
@@ -423,16 +425,10 @@ def resolve_dispatch_model(
     families: Mapping[str, Sequence[str]],
 ) -> str | None:
     """Pick the dispatch model: explicit, else chain's first usable, else default, else None."""
-    if _usable(explicit, blacked_out, families):
-        return explicit
     # An explicit model of a blacked-out family falls through like no explicit model at all:
     # the blackout exists precisely so that a pinned free model stops eating 429s.
-    for model in chain:
-        if _usable(model, blacked_out, families):
-            return model
-    if _usable(default_model, blacked_out, families):
-        return default_model
-    return None
+    picks = (explicit, *chain, default_model)
+    return next((m for m in picks if _usable(m, blacked_out, families)), None)
 
 
 def next_model_in_chain(
@@ -445,7 +441,4 @@ def next_model_in_chain(
     rest: Sequence[str] = chain
     if current is not None and current in chain:
         rest = chain[list(chain).index(current) + 1 :]
-    for model in rest:
-        if model != current and _usable(model, blacked_out, families):
-            return model
-    return None
+    return next((m for m in rest if m != current and _usable(m, blacked_out, families)), None)

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -25,3 +28,18 @@ def test_a_word_changed_in_the_catalogue_changes_on_the_page_and_in_the_chat(
     assert words.ago("en", 0, 1) == "not known"
     assert "not known" in render(Event("x", "blackout", "t"), language="en", project="p",
                                  page_url="", tz=UTC)[0]
+
+
+def test_the_catalogue_file_writes_each_key_once_as_an_english_and_chinese_pair() -> None:
+    keys: list[str] = []
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        keys.extend(key for key, value in items if key != "sections" and isinstance(value, list))
+        return dict(items)
+
+    path = Path(catalogue.__file__).with_name("catalogue.json")
+    doc = json.loads(path.read_text("utf-8"), object_pairs_hook=pairs)
+    words = [w for section in doc["sections"] for w in section["words"].items()]
+    assert all(isinstance(p, list) and len(p) == 2 for _, p in words)
+    assert len(words) == len(catalogue.TEXT) > 200  # both languages: tests/unit/page/test_words.py
+    assert len(keys) == len(set(keys))  # a key written twice would hide the first wording

@@ -547,13 +547,14 @@ def test_strip_discipline_cuts_every_block_as_one_at_a_time(text: str) -> None:
 def test_strip_discipline_is_linear_in_the_blocks() -> None:
     # A hostile server's user message may hold a block after a block (session_trace strips
     # every prompt it reads): cutting them one at a time copied the text once per block,
-    # 12 s for 4 MB, an hour for the 64 MB an answer may hold, the dispatch stalled.
+    # 12 s for 4 MB, an hour for the 64 MB an answer may hold, the dispatch stalled. One pass
+    # takes about 0.2 s even under a load of 40: the bound sits between the two.
     import time
 
     text = ("x" + DISCIPLINE_MARKER + DISCIPLINE_END_MARKER) * 70_000  # 4 MB
     started = time.perf_counter()
     assert strip_discipline(text) == "\n\n".join(["x"] * 70_000)
-    assert time.perf_counter() - started < 1.0
+    assert time.perf_counter() - started < 5.0
 
 
 # --------------------------------------------------------------------------

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import math
 import random
 import subprocess
 import sys
+from collections import Counter
+from itertools import chain
 from pathlib import Path
 from typing import Any
 
@@ -15,9 +18,11 @@ from hypothesis import strategies as st
 from xaf_hub.core.matcher import (
     Candidate,
     Evidence,
+    _Grams,
+    _idf,
     _run_grams,
     _runs,
-    _tfidf,
+    _values,
     document_text,
     rank,
 )
@@ -430,6 +435,26 @@ def _sklearn_reference(texts: list[str], weighted: bool = False) -> tuple[list[s
     norms = np.sqrt((raw * raw).sum(axis=1))
     norms[norms == 0] = 1.0
     return vocabulary, raw / norms[:, None]
+
+
+def _tfidf(texts: list[str], weighted: bool = False) -> list[dict[str, float]]:
+    """The L2-normalised TF-IDF weights of the texts, one {n-gram: weight} per text.
+
+    Unweighted they are scikit-learn's (``TfidfTransformer(sublinear_tf=True)``); weighted,
+    each entry is also multiplied by its field and generic-word weight before the norm. The
+    tests below compare both with scikit-learn; ``Index`` computes the same numbers sparsely
+    from the same pieces (``_Grams``, ``_values``, ``_idf``).
+    """
+    grams = _Grams(weighted)
+    rows = [grams.of(text) for text in texts]
+    df = Counter(chain.from_iterable(row.counts for row in rows))
+    n = len(texts)
+    out = []
+    for row in rows:
+        values = _values(row, lambda g: _idf(n, df[g]))
+        norm = math.sqrt(math.fsum(v * v for v in values.values()))
+        out.append({g: v / norm for g, v in values.items()} if norm else {})
+    return out
 
 
 @settings(max_examples=150, deadline=None)

@@ -24,8 +24,9 @@ from xaf_hub.core.rules import ProjectRules
 from xaf_hub.core.text import dumps
 from xaf_hub.fleet.client import OpencodeClient
 from xaf_hub.fleet.scan import InstanceScan, scan_instance
-from xaf_hub.page.export import csv_text, humanize_age, local_time, local_time_with_zone
+from xaf_hub.page.export import csv_text, local_time, local_time_with_zone
 from xaf_hub.page.export import snapshot_document as document
+from xaf_hub.page.words import ago
 
 SECRET = "s3cret-pw"
 INST = InstanceConfig(
@@ -193,7 +194,7 @@ def test_sane_ms_and_time_words() -> None:
     assert sane_ms(float("nan")) == 0 and sane_ms(10**400) == 0
     for render in (fmt_time, local_time):
         assert render(10**22) in ("-", "")
-    assert humanize_age(10**22, NOW) == "unknown"
+    assert ago("en", 10**22, NOW) == "unknown"
     assert local_time_with_zone(-1) == "unknown"
 
 

@@ -13,7 +13,7 @@ from xaf_hub.core import aio
 from xaf_hub.notify.record import RoundLog
 from xaf_hub.ops.context import OpsContext
 from xaf_hub.ops.land import land
-from xaf_hub.patrol.context import Cycle
+from xaf_hub.patrol.context import Cycle, every_project
 from xaf_hub.patrol.jobs.land import land_ready
 from xaf_hub.store.repository import Mirror
 from xaf_hub.store.tasks import Task
@@ -51,7 +51,7 @@ def ready(pctx: OpsContext, task_id: str, branch: str, fork: str, top: str) -> T
     return pctx.backlog().add(Task(
         id=task_id, title=task_id, status="dispatched", dispatched_to="lan-a",
         session_id=f"ses_{task_id}", base=fork, branch=branch, commit=top, commits=(top,),
-        verified=True, landing="ready",
+        verified=True, landing="ready", project=pctx.cfg.project_name,
     ))
 
 
@@ -110,6 +110,31 @@ def test_a_room_whose_branch_is_the_base_branch_never_deletes_it(tmp_path: Path)
     done = aio.run(land(pctx, "T1"))
     assert done.result == "landed"
     assert git(origin.bare, "for-each-ref", "--format=%(objectname)", "refs/heads/develop") == top
+
+
+def test_each_project_lands_on_its_own_base_branch(tmp_path: Path) -> None:
+    """Two projects on one remote, blog's base branch develop: one patrol step lands shop's
+    verified work on main and blog's on develop."""
+    origin = make_origin(tmp_path / "remote")
+    git(origin.work, "push", "-q", "origin", "main:refs/heads/develop")
+    repo = {"repository": str(origin.bare), "isolation": "worktree", "integrate": "auto"}
+    doc = {
+        "projects": {p: {**repo, "roots": {"lan-a": [f"/srv/{p}"]}} for p in ("shop", "blog")},
+        "instances": [{"name": "lan-a", "url": "http://127.0.0.1:9"}],
+    }
+    doc["projects"]["blog"]["base_branch"] = "develop"
+    (tmp_path / "config.json").write_text(json.dumps(doc), "utf-8")
+    pctx = OpsContext(load_config(str(tmp_path / "config.json"), env={
+        "XAF_HUB_HOME": str(tmp_path / "home")}, cwd=tmp_path), env={})
+    for name in ("shop", "blog"):
+        fork, top = branch_work(origin, f"opencode/{name}", f"{name}.txt", "1\n")
+        ready(pctx.but(cfg=pctx.cfg.choose(name)), name, f"opencode/{name}", fork, top)
+    cycle = Cycle(RoundLog(started=NOW))
+    aio.run(every_project(land_ready)(pctx, cycle))
+    assert [t.landing for t in pctx.backlog().load().tasks] == ["landed", "landed"]
+    assert on_main(origin, "shop.txt") and not on_main(origin, "blog.txt")
+    develop = git(origin.bare, "ls-tree", "--name-only", "develop").split()
+    assert "blog.txt" in develop and "shop.txt" not in develop
 
 
 def test_a_conflict_a_person_resolved_on_the_branch_lands_when_they_say_so(

@@ -27,6 +27,7 @@ from xaf_hub.errors import ExitCode, UsageError
 from xaf_hub.page import export as report
 from xaf_hub.page import view as page_view
 from xaf_hub.page import words as page_text
+from xaf_hub.page.words import ago
 
 NOW = 1_700_000_000_000  # 2023-11-14 22:13:20 UTC
 MIN = 60_000
@@ -197,8 +198,8 @@ def parse(html: str) -> PageParser:
         (NOW + 2 * DAY, "in 2 days"),
     ],
 )
-def test_humanize_age(then: int, words: str) -> None:
-    assert report.humanize_age(then, NOW) == words
+def test_ago_in_english(then: int, words: str) -> None:
+    assert ago("en", then, NOW) == words
 
 
 @pytest.mark.parametrize(
@@ -246,7 +247,7 @@ def test_json_document_shape() -> None:
 
 def test_write_json_round_trips(tmp_path: Path) -> None:
     path = tmp_path / "out" / "sessions.json"
-    report.write_json(fleet(), path)
+    report.export(fleet(), path)
     assert json.loads(path.read_text(encoding="utf-8")) == report.snapshot_document(fleet())
     assert [p.name for p in path.parent.iterdir()] == ["sessions.json"]  # no temp file left
 
@@ -262,7 +263,7 @@ def read_csv(path: Path) -> list[list[str]]:
 def test_csv_has_bom_and_exact_columns(tmp_path: Path, tz: Any) -> None:
     tz("Asia/Shanghai")
     path = tmp_path / "sessions.csv"
-    report.write_csv(fleet(), path)
+    report.export(fleet(), path)
     assert path.read_bytes().startswith(b"\xef\xbb\xbf")
     rows = read_csv(path)
     assert rows[0] == [
@@ -296,7 +297,7 @@ def test_csv_unknown_times_are_blank(tmp_path: Path) -> None:
         NOW, (InstanceSummary("a", "u", True),), (SessionRecord("a", "s", "t", "/d", project=True),)
     )
     path = tmp_path / "s.csv"
-    report.write_csv(snap, path)
+    report.export(snap, path)
     assert read_csv(path)[1][4:6] == ["", ""]
 
 
@@ -307,7 +308,7 @@ def test_csv_round_trips_nasty_titles(tmp_path: Path) -> None:
     )
     snap = Snapshot(NOW, (InstanceSummary("alpha", "u", True),), sessions)
     path = tmp_path / "nasty.csv"
-    report.write_csv(snap, path)
+    report.export(snap, path)
     rows = read_csv(path)[1:]
     # Every title comes back as it was, but one a spreadsheet would run as a formula.
     assert [r[7] for r in rows] == [report.csv_cell(t) for t in CSV_TITLES]

@@ -6,17 +6,22 @@ from __future__ import annotations
 import dataclasses
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from xaf_hub.config.load import parse_config
+from xaf_hub.core import aio
 from xaf_hub.core.records import SessionRecord
 from xaf_hub.core.runstate import LastRun, classify, last_run
+from xaf_hub.errors import BudgetReached, BusyError, HubError, RunsAgain
 from xaf_hub.fleet.scan import InstanceScan
 from xaf_hub.fleet.wire import messages_of
+from xaf_hub.notify.record import RoundLog
 from xaf_hub.ops.context import Fleet
 from xaf_hub.ops.heal import blackout_family, heal_candidate, heal_key, heal_target
+from xaf_hub.patrol.context import Cycle
 from xaf_hub.patrol.jobs.check_agents import resume_refusal
 from xaf_hub.patrol.jobs.fill_slots import (
     Settlement,
@@ -847,3 +852,34 @@ def test_the_retry_prompt_carries_the_failing_output() -> None:
     assert "`make test`" in text and "exited with 1" in text and "ccccccc" in text
     assert "FAILED test_login - assert 500 == 200\n1 failed" in text
     assert "report the new commit hash" in text
+
+
+@pytest.mark.parametrize(
+    ("error", "result", "detail"),
+    [
+        (RunsAgain("it runs again"), "skipped", "it runs again"),
+        (BusyError("lan-a is full"), "waiting", "no free slot yet, tried again next cycle "
+                                                "(lan-a is full)"),
+        (BudgetReached("spent $5"), "waiting", "daily budget reached, tried again next cycle "
+                                               "(spent $5)"),
+        (HubError("refused"), "failed", "refused"),
+    ],
+)
+def test_a_heal_or_resume_that_sent_nothing_is_logged_once_by_its_refusal(
+    error: HubError, result: str, detail: str
+) -> None:
+    """Cycle.attempt: the one ladder of a heal's and a resume's refusals."""
+    pctx: Any = SimpleNamespace(log=lambda line: None, redact=lambda text: text)
+    cycle = Cycle(RoundLog(started=NOW))
+    rec = SessionRecord("lan-a", "ses_1", "Add the export", "/srv/p")
+
+    async def act() -> str:
+        raise error
+
+    got = aio.run(cycle.attempt(pctx, "check_agents", "resume", rec, act(),
+                                later="tried again next cycle"))
+    assert got is None
+    [action] = cycle.log.actions
+    assert (action.kind, action.result, action.detail) == ("resume", result, detail)
+    assert cycle.log.deferred == ({("lan-a", "ses_1")} if result == "waiting" else set())
+    assert len(cycle.log.errors) == (result == "failed")

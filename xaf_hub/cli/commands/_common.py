@@ -8,11 +8,10 @@ from datetime import tzinfo
 from typing import TYPE_CHECKING, Any
 
 from xaf_hub.cli.context import Context
-from xaf_hub.cli.options import JSON, MAX_TEXT, Opt, opt
+from xaf_hub.cli.options import MAX_TEXT, Answers, Opt, opt
 from xaf_hub.config.load import InstanceConfig
 from xaf_hub.core.clock import iso_time, local_time
 from xaf_hub.core.records import Snapshot
-from xaf_hub.core.text import dumps
 from xaf_hub.errors import ExitCode, HubError, UsageError
 
 if TYPE_CHECKING:  # the scanner pulls in httpx; --help must stay light
@@ -60,42 +59,25 @@ def chosen_instances(ctx: Context, name: str | None) -> list[InstanceConfig]:
 
 
 def scan(
-    ctx: Context,
-    instances: list[InstanceConfig],
-    *,
-    outcomes: bool = False,
-    project_only: bool = False,
-    progress: bool = False,
+    ctx: Context, instances: list[InstanceConfig], *, progress: bool = False
 ) -> tuple[Snapshot, list[InstanceScan]]:
-    """Scan the given instances; with ``outcomes`` also fetch each project session's last result.
-
-    ``progress``: on a terminal, name the instances still awaited after a second (stderr)."""
+    """Scan the given instances. ``progress``: on a terminal, name the instances still awaited
+    after a second (stderr)."""
 
     import asyncio  # deferred: start-up, docs/performance.md
 
     from xaf_hub.cli.progress import Progress  # deferred: start-up, docs/performance.md
     from xaf_hub.core import aio  # deferred: start-up, docs/performance.md
-    from xaf_hub.fleet.scan import (  # deferred: start-up, docs/performance.md
-        fill_outcomes,
-        scan_fleet,
-    )
+    from xaf_hub.fleet.scan import scan_fleet  # deferred: start-up, docs/performance.md
 
     async def go() -> tuple[Snapshot, list[InstanceScan]]:
         waiting = Progress(ctx.stderr, [i.name for i in instances] if progress else [], ctx.env)
         ticker = asyncio.create_task(waiting.run())
         try:
-            snap, scans = await scan_fleet(
-                ctx.config,
-                instances,
-                transport_factory=ctx.transport_factory,
-                project_only=project_only,
-                on_done=waiting.done,
-            )
+            return await scan_fleet(ctx.config, instances, transport_factory=ctx.transport_factory,
+                                    on_done=waiting.done)
         finally:
             await aio.cancel_and_wait(ticker)
-        if outcomes:
-            snap = await fill_outcomes(ctx.config, scans, ctx.transport_factory)
-        return snap, scans
 
     return aio.run(go())
 
@@ -135,12 +117,16 @@ def read_fleet(
     return replace(snap, warnings=(*snap.warnings, *board.notes)), scans
 
 
+def missing_passwords(ctx: Context, snap: Snapshot) -> list[HubError]:
+    """The error of each instance that asked for a password the config does not give."""
+    return [ctx.config.instance(item.name).unreachable(item.reason, item.cause)
+            for item in snap.instances if not item.reachable and item.cause == "no_password"]
+
+
 def report_missing_passwords(ctx: Context, snap: Snapshot) -> None:
     """One error line per instance that asked for a password the config does not give."""
-    for item in snap.instances:
-        if not item.reachable and item.cause == "no_password":
-            missing = ctx.config.instance(item.name).unreachable(item.reason, item.cause)
-            ctx.info(f"xaf-hub: error: {missing}")
+    for missing in missing_passwords(ctx, snap):
+        ctx.info(f"xaf-hub: error: {missing}")
 
 
 def report_unreachable(ctx: Context, snap: Snapshot) -> None:
@@ -151,14 +137,6 @@ def report_unreachable(ctx: Context, snap: Snapshot) -> None:
             ctx.warn(f"{item.name} unreachable: {item.reason}")
     for w in snap.warnings:
         ctx.warn(w)
-
-
-def missing_password(ctx: Context, snap: Snapshot) -> HubError | None:
-    """The first instance that asked for a password the config does not give, as the error."""
-    for item in snap.instances:
-        if not item.reachable and item.cause == "no_password":
-            return ctx.config.instance(item.name).unreachable(item.reason, item.cause)
-    return None
 
 
 def scan_exit(snap: Snapshot) -> int:
@@ -188,6 +166,10 @@ def _in(ms: int, now_ms: int) -> str:
     return f"in {left // 3600} h {left % 3600 // 60} min"
 
 
+def _next_try(ms: int, tz: tzinfo, now_ms: int) -> str:
+    return f"; next try at {local_time(ms, tz, unknown='?')} ({_in(ms, now_ms)})" if ms else ""
+
+
 def _model(model: str) -> str:
     return model or "the server's default model"
 
@@ -198,12 +180,8 @@ def verdict_text(v: Verdict, tz: tzinfo, now_ms: int) -> str:
         return f"running on {_model(v.model)} ({v.detail})"
     if v.state == "retrying":
         attempt = f" (attempt {v.attempt})" if v.attempt else ""
-        when = (
-            f"; next try at {local_time(v.next_ms, tz, unknown='?')} ({_in(v.next_ms, now_ms)})"
-            if v.next_ms
-            else ""
-        )
-        return f"retrying on {_model(v.model)}{attempt}: {v.detail or 'no message'}{when}"
+        return (f"retrying on {_model(v.model)}{attempt}: {v.detail or 'no message'}"
+                f"{_next_try(v.next_ms, tz, now_ms)}")
     if v.state == "waiting":
         return f"{v.detail} (on {_model(v.model)})"
     if v.state == "finished":
@@ -215,19 +193,23 @@ def verdict_text(v: Verdict, tz: tzinfo, now_ms: int) -> str:
 
 def healing_text(h: Healing, tz: tzinfo) -> str:
     """What one heal did, e.g. "rate-limited on A, re-sent on B (blackout of ...)"."""
-    words = _SIGNAL_WORDS.get(h.signal, h.signal)
-    head = f"{words} on {h.from_model or 'an unknown model'}"
+    head = _healed_what(h)
     if h.already:
         return f"{head}: already healed (by the patrol or another command)"
-    tail = f" (blackout of family {h.family} until {blackout_until(h, tz)})" if h.family else ""
+    tail = f" ({_blackout(h, tz)})" if h.family else ""
     if h.to_model is None:
         return f"{head}: no usable model left in the chain{tail}"
     return f"{head}, healed: re-sent on {h.to_model}{tail}"
 
 
-def blackout_until(h: Healing, tz: tzinfo) -> str:
-    """A heal's blackout end as local wall time."""
-    return local_time(h.until_ms, tz, seconds=False, unknown="?") if h.until_ms is not None else "?"
+def _healed_what(h: Healing) -> str:
+    return f"{_SIGNAL_WORDS.get(h.signal, h.signal)} on {h.from_model or 'an unknown model'}"
+
+
+def _blackout(h: Healing, tz: tzinfo) -> str:
+    """A heal's blackout and its end as local wall time."""
+    until = local_time(h.until_ms or 0, tz, seconds=False, unknown="?")
+    return f"blackout of family {h.family} until {until}"
 
 
 def wait_text(r: WaitResult, window: float, tz: tzinfo, now_ms: int) -> str:
@@ -239,24 +221,14 @@ def wait_text(r: WaitResult, window: float, tz: tzinfo, now_ms: int) -> str:
         "failed": f"failed: {r.detail}",
         "no_sign": f"no sign of a run within {window:g} s"
         + (f" (last seen: {r.detail})" if r.detail else ""),
-        "retrying": f"retrying on {model}: {r.detail}"
-        + (
-            f"; next try at {local_time(r.next_ms, tz, unknown='?')} ({_in(r.next_ms, now_ms)})"
-            if r.next_ms
-            else ""
-        ),
+        "retrying": f"retrying on {model}: {r.detail}{_next_try(r.next_ms, tz, now_ms)}",
         "unreachable": f"unreachable while waiting: {r.detail}",
     }[r.state]
     if not r.heals:
         return final
-    blackouts = [
-        f"blackout of family {h.family} until {blackout_until(h, tz)}" for h in r.heals if h.family
-    ]
+    blackouts = [_blackout(h, tz) for h in r.heals if h.family]
     tail = f" ({'; '.join(blackouts)})" if blackouts else ""
-    heads = [
-        f"{_SIGNAL_WORDS.get(h.signal, h.signal)} on {h.from_model or 'an unknown model'}"
-        for h in r.heals
-    ]
+    heads = [_healed_what(h) for h in r.heals]
     if r.state in ("running", "finished"):
         now = "now " if r.state == "running" else ""
         return f"{', then '.join(heads)}, healed: {now}{final}{tail}"
@@ -294,11 +266,10 @@ _SIGNAL_WORDS = {"rate_limited": "rate-limited", "model_unavailable": "model una
 
 # The request id and guards of `approve`, `deny` and `answer` (and their MCP tools).
 @dataclass(frozen=True, kw_only=True)
-class AnswerTarget:
+class AnswerTarget(Answers):
     """What `approve`, `deny` and `answer` share: the request and the guards; each command's
     record adds its own words and says its reply (``reply()``)."""
 
-    json: bool = JSON.field()
     request: str = opt(help="the request (per_... or que_...; see `waiting`)", required=True,
                        metavar="ID")
     instance: str | None = INSTANCE.field(help="where it waits (default: search all)")
@@ -339,9 +310,5 @@ def send_answer(ctx: Context, target: AnswerTarget) -> int:
     from xaf_hub.core.runstate import asked_line  # deferred: start-up, docs/performance.md
 
     doc = answer_waiting(ctx, target)
-    if ctx.json:
-        ctx.out(dumps(doc))
-    else:
-        ctx.out(f"{doc['reply']}: {doc['id']} of {doc['session_id']} on {doc['instance']} "
-                f"({asked_line(doc['asked'])})")
-    return 0
+    return ctx.answer(doc, f"{doc['reply']}: {doc['id']} of {doc['session_id']} on "
+                      f"{doc['instance']} ({asked_line(doc['asked'])})")

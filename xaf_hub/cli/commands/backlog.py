@@ -17,19 +17,20 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from xaf_hub.cli.commands._common import FORCE, INSTANCE, SESSION
 from xaf_hub.cli.context import Context
 from xaf_hub.cli.options import (
     GLOBAL,
-    JSON,
     MAX_TEXT,
-    WIDE,
+    Answers,
     Common,
+    Tables,
     add_options,
     add_record,
     declared,
@@ -43,7 +44,6 @@ from xaf_hub.core.outcomes import TASK_STATES, task_words, tone
 from xaf_hub.core.text import dumps, shorten
 from xaf_hub.errors import ExitCode, StateFileError, UnreachableError, UsageError
 from xaf_hub.ops.decisions import session_still_runs
-from xaf_hub.store import audit
 from xaf_hub.store.pick import state_of
 from xaf_hub.store.pool import undispatched, unjudged
 from xaf_hub.store.statefile import read_json, write_json_atomic
@@ -55,10 +55,6 @@ from xaf_hub.store.tasks import (
     of_project,
     project_of,
 )
-
-if TYPE_CHECKING:
-    from xaf_hub.store.pool import TaskPool
-    from xaf_hub.store.tasks import Task
 
 EXAMPLES = """\
 examples:
@@ -86,19 +82,16 @@ class Choice:
 
 
 @dataclass(frozen=True, kw_only=True)
-class ListOptions:
+class ListOptions(Tables):
     """The options of `backlog list`."""
 
-    json: bool = JSON.field()
-    wide: bool = WIDE.field()
     status: Status | None = opt("--status", help="only tasks with this status")
 
 
 @dataclass(frozen=True, kw_only=True)
-class AddOptions:
+class AddOptions(Answers):
     """The options of `backlog add`."""
 
-    json: bool = JSON.field()
     title: str = opt("--title", help="short title (also the session title)", required=True)
     id: str = opt("--id", help="task id (default: T-<yyyymmdd>-<hex>)", default="")
     priority: Priority = opt("--priority", help="P0 first (default P2)", default="P2")
@@ -115,18 +108,16 @@ class AddOptions:
 
 
 @dataclass(frozen=True, kw_only=True)
-class ShowOptions:
+class ShowOptions(Answers):
     """The options of `backlog show`."""
 
-    json: bool = JSON.field()
     task_id: str = opt(help="the task id (T-...)", required=True, metavar="ID")
 
 
 @dataclass(frozen=True, kw_only=True)
-class SetOptions:
+class SetOptions(Answers):
     """The options of `backlog set`."""
 
-    json: bool = JSON.field()
     task_id: str = opt(required=True, metavar="ID")
     status: Status = opt("--status", required=True)
     reset: bool = flag("--reset", help="clear attempts, back-off and last error (unblocks a task)")
@@ -137,71 +128,41 @@ class SetOptions:
 
 
 @dataclass(frozen=True, kw_only=True)
-class ExportOptions:
+class ExportOptions(Answers):
     """The options of `backlog export`."""
 
-    json: bool = JSON.field()
     file: str | None = opt(metavar="FILE", help="replaced atomically; default stdout")
 
 
 @dataclass(frozen=True, kw_only=True)
-class ImportOptions:
+class ImportOptions(Answers):
     """The options of `backlog import`."""
 
-    json: bool = JSON.field()
     file: str = opt(required=True, metavar="FILE", help="a tasks_backlog.json-format file")
     replace: bool = flag("--replace", help="replace the whole pool by the file instead of adding "
                          "to it")
 
 
-ACTIONS: dict[str, tuple[type[Any], str]] = {
-    "list": (ListOptions, "list the tasks (pending first, by priority)"),
-    "add": (AddOptions, "add a pending task"),
-    "show": (ShowOptions, "show one task in full"),
-    "set": (SetOptions, "change a task's status (and optionally unblock it)"),
-    "export": (ExportOptions, "write the pool as the portable JSON file (stdout without FILE)"),
-    "import": (ImportOptions, "add the tasks of a pool JSON file to the pool (all or none)"),
-}
-
-
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The actions of `backlog`, each with its record's options."""
     sub = p.add_subparsers(dest="backlog_command", metavar="ACTION", required=True)
-    for name, (record, words) in ACTIONS.items():
+    for name, (record, words, _) in ACTIONS.items():
         action = sub.add_parser(name, help=words)
         # Accepted after the action too, like every other command's options.
         add_options(action, pick(declared(Common), *GLOBAL), suppress=True)
         add_record(action, record)
 
 
-def _store(ctx: Context) -> TaskPool:
-    return ctx.stores.pool()
-
-
-def _now() -> datetime:
-    return datetime.now(UTC)
-
-
 def run(ctx: Context) -> int:
     """Dispatch to the chosen action."""
-    command = ctx.options(Choice).backlog_command
-    if command == "list":
-        return _list(ctx, ctx.options(ListOptions))
-    if command == "add":
-        return _add(ctx, ctx.options(AddOptions))
-    if command == "show":
-        return _show(ctx, ctx.options(ShowOptions))
-    if command == "export":
-        return _export(ctx, ctx.options(ExportOptions))
-    if command == "import":
-        return _import(ctx, ctx.options(ImportOptions))
-    return _set(ctx, ctx.options(SetOptions))
+    record, _, action = ACTIONS[ctx.options(Choice).backlog_command]
+    return action(ctx, ctx.options(record))
 
 
 def _state(ctx: Context, task: Task, tasks: list[Task]) -> dict[str, str]:
     """A task's state as ``backlog`` prints it: the value, its words and why."""
 
-    state, why = state_of(task, tasks, _now(), ctx.whole.patrol.max_attempts)
+    state, why = state_of(task, tasks, datetime.now(UTC), ctx.whole.patrol.max_attempts)
     return {"state": state, "state_words": task_words(state), "state_detail": why}
 
 
@@ -219,7 +180,7 @@ def listing(ctx: Context, opts: ListOptions) -> dict[str, Any]:
 
     cfg = ctx.whole  # several projects and no --project: every project's tasks
     names = [p.name for p in cfg.projects]
-    store = _store(ctx)
+    store = ctx.stores.pool()
     data = store.load()
     mine = of_project(data.tasks, cfg.project_name, names) if cfg.chosen else data.tasks
     tasks = [t for t in mine if not opts.status or t.status == opts.status]
@@ -228,14 +189,7 @@ def listing(ctx: Context, opts: ListOptions) -> dict[str, Any]:
     return {
         "path": store.where,
         "tasks": [
-            {
-                **t.to_json(),
-                "project": project_of(t, names),
-                "commit": t.commit,
-                "commits": list(t.commits),
-                "verified": t.verified,
-                **_state(ctx, t, data.tasks),
-            }
+            show_document(t, _state(ctx, t, data.tasks), project=project_of(t, names))
             for t in tasks
         ],
     }
@@ -244,13 +198,9 @@ def listing(ctx: Context, opts: ListOptions) -> dict[str, Any]:
 def _list(ctx: Context, opts: ListOptions) -> int:
 
     doc = listing(ctx, opts)
-    if ctx.json:
-        ctx.out(dumps(doc))
-        return int(ExitCode.OK)
     tasks = doc["tasks"]
-    if not tasks:
-        ctx.out(f"no tasks ({doc['path']})")
-        return int(ExitCode.OK)
+    if ctx.json or not tasks:
+        return ctx.answer(doc, f"no tasks ({doc['path']})")
     several = not ctx.whole.chosen
     rows = [
         [
@@ -278,11 +228,7 @@ def _list(ctx: Context, opts: ListOptions) -> int:
 
 def _add(ctx: Context, opts: AddOptions) -> int:
     added = add_task(ctx, opts)
-    if ctx.json:
-        ctx.out(dumps(added.to_json()))
-    else:
-        ctx.out(f"added task {added.id} ({added.priority}): {added.title}")
-    return int(ExitCode.OK)
+    return ctx.answer(added.to_json(), f"added task {added.id} ({added.priority}): {added.title}")
 
 
 def add_task(ctx: Context, opts: AddOptions) -> Task:
@@ -314,30 +260,24 @@ def add_task(ctx: Context, opts: AddOptions) -> Task:
         )
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    added = _store(ctx).add(task)
-    audit.append(
-        cfg.state_dir,
-        command="backlog.add",
-        result="added",
-        reason=added.id,
-        env=ctx.env,
-        secrets=ctx.secrets(),
-        extra={"task": added.id},
-    )
+    added = ctx.stores.pool().add(task)
+    ctx.audit("backlog.add", result="added", reason=added.id, extra={"task": added.id})
     return added
 
 
 def shown(ctx: Context, opts: ShowOptions) -> tuple[Task, dict[str, str]]:
     """One task of the pool and its state (UsageError when there is none by that id)."""
-    data = _store(ctx).load()
+    data = ctx.stores.pool().load()
     task = data.require(opts.task_id)
     return task, _state(ctx, task, data.tasks)
 
 
-def show_document(task: Task, state: dict[str, str]) -> dict[str, Any]:
-    """What `backlog show --json` prints (and the MCP tool answers)."""
+def show_document(task: Task, state: dict[str, str], **more: str) -> dict[str, Any]:
+    """What `backlog show --json` prints (and the MCP tool answers); ``more`` (a listing's
+    project) follows the task's own fields."""
     return {
         **task.to_json(),
+        **more,
         "commit": task.commit,
         "commits": list(task.commits),
         "verified": task.verified,
@@ -348,8 +288,7 @@ def show_document(task: Task, state: dict[str, str]) -> dict[str, Any]:
 def _show(ctx: Context, opts: ShowOptions) -> int:
     task, state = shown(ctx, opts)
     if ctx.json:
-        ctx.out(dumps(show_document(task, state)))
-        return int(ExitCode.OK)
+        return ctx.answer(show_document(task, state))
     for key, value in task.to_json().items():
         if key in ("prompt", "check_output"):
             continue
@@ -369,7 +308,7 @@ def _show(ctx: Context, opts: ShowOptions) -> int:
 def _set(ctx: Context, opts: SetOptions) -> int:
 
     cfg = ctx.config
-    now = _now()
+    now = datetime.now(UTC)
     fields: dict[str, Any] = {}
     if opts.priority:
         fields["priority"] = opts.priority
@@ -393,7 +332,7 @@ def _set(ctx: Context, opts: SetOptions) -> int:
         # A person acts: whatever parked the task or left it to a person is over.
         fields.update(parked=None, infra_failures=0, avoid_models=(), steered_at=None)
         if not opts.force:
-            _refuse_if_running(ctx, _store(ctx).load().require(opts.task_id))
+            _refuse_if_running(ctx, ctx.stores.pool().load().require(opts.task_id))
 
     def edited(current: Task | None) -> tuple[Task, Task]:
         if current is None:
@@ -412,24 +351,11 @@ def _set(ctx: Context, opts: SetOptions) -> int:
             raise UsageError(str(exc)) from None
         return new, new
 
-    task = _store(ctx).edit(opts.task_id, edited)
-    audit.append(
-        cfg.state_dir,
-        command="backlog.set",
-        session=task.session_id or "",
-        instance=task.dispatched_to or "",
-        result=opts.status,
-        reason=task.id,
-        env=ctx.env,
-        secrets=ctx.secrets(),
-        extra={"task": task.id, "reset": bool(opts.reset)},
-    )
-    if ctx.json:
-        ctx.out(dumps(task.to_json()))
-    else:
-        extra = " (attempts and back-off cleared)" if opts.reset else ""
-        ctx.out(f"task {task.id} is now {task.status}{extra}")
-    return int(ExitCode.OK)
+    task = ctx.stores.pool().edit(opts.task_id, edited)
+    ctx.audit("backlog.set", session=task.session_id or "", instance=task.dispatched_to or "",
+              result=opts.status, reason=task.id, extra={"task": task.id, "reset": opts.reset})
+    extra = " (attempts and back-off cleared)" if opts.reset else ""
+    return ctx.answer(task.to_json(), f"task {task.id} is now {task.status}{extra}")
 
 
 def _refuse_if_running(ctx: Context, task: Task) -> None:
@@ -457,7 +383,7 @@ def _refuse_if_running(ctx: Context, task: Task) -> None:
 def _export(ctx: Context, opts: ExportOptions) -> int:
 
 
-    store = _store(ctx)
+    store = ctx.stores.pool()
     data = store.load()
     if opts.file is None:
         ctx.out(dumps(data.to_json()))
@@ -467,11 +393,8 @@ def _export(ctx: Context, opts: ExportOptions) -> int:
         write_json_atomic(target, data.to_json(), private=False)
     except OSError as exc:
         raise UsageError(f"cannot write {target}: {exc.strerror or exc}") from None
-    if ctx.json:
-        ctx.out(dumps({"file": str(target), "from": store.where, "tasks": len(data.tasks)}))
-    else:
-        ctx.out(f"exported {len(data.tasks)} task(s) from {store.where} to {target}")
-    return int(ExitCode.OK)
+    return ctx.answer({"file": str(target), "from": store.where, "tasks": len(data.tasks)},
+                      f"exported {len(data.tasks)} task(s) from {store.where} to {target}")
 
 
 def _import(ctx: Context, opts: ImportOptions) -> int:
@@ -485,20 +408,23 @@ def _import(ctx: Context, opts: ImportOptions) -> int:
     except StateFileError as exc:
         # The file is the user's input here, not the hub's state: exit 4, nothing imported.
         raise UsageError(f"{exc}; nothing imported") from None
-    store = _store(ctx)
+    store = ctx.stores.pool()
     added = store.import_data(incoming, replace=opts.replace)
-    audit.append(
-        ctx.config.state_dir,
-        command="backlog.import",
-        result="replaced" if opts.replace else "added",
-        reason=str(source),
-        env=ctx.env,
-        secrets=ctx.secrets(),
-        extra={"tasks": len(added), "pool": store.where},
-    )
-    if ctx.json:
-        ctx.out(dumps({"file": str(source), "into": store.where, "tasks": [t.id for t in added]}))
-    else:
-        verb = "replaced the pool with" if opts.replace else "imported"
-        ctx.out(f"{verb} {len(added)} task(s) from {source} into {store.where}")
-    return int(ExitCode.OK)
+    ctx.audit("backlog.import", result="replaced" if opts.replace else "added",
+              reason=str(source), extra={"tasks": len(added), "pool": store.where})
+    verb = "replaced the pool with" if opts.replace else "imported"
+    return ctx.answer({"file": str(source), "into": store.where, "tasks": [t.id for t in added]},
+                      f"{verb} {len(added)} task(s) from {source} into {store.where}")
+
+
+# Each action: its options record, its help and what runs it.
+ACTIONS: dict[str, tuple[type[Any], str, Callable[[Context, Any], int]]] = {
+    "list": (ListOptions, "list the tasks (pending first, by priority)", _list),
+    "add": (AddOptions, "add a pending task", _add),
+    "show": (ShowOptions, "show one task in full", _show),
+    "set": (SetOptions, "change a task's status (and optionally unblock it)", _set),
+    "export": (ExportOptions, "write the pool as the portable JSON file (stdout without FILE)",
+               _export),
+    "import": (ImportOptions, "add the tasks of a pool JSON file to the pool (all or none)",
+               _import),
+}

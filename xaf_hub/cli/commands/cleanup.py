@@ -14,11 +14,11 @@ from typing import Any
 
 from xaf_hub.cli.commands._common import ALLOW_PROD, INSTANCE, report_unreachable, scan_exit
 from xaf_hub.cli.context import Context
-from xaf_hub.cli.options import JSON, WIDE, flag, opt
+from xaf_hub.cli.options import Tables, flag, opt
 from xaf_hub.core import aio
 from xaf_hub.core.clock import ago
 from xaf_hub.core.records import prefix_width
-from xaf_hub.core.text import dumps, shorten, shorten_left
+from xaf_hub.core.text import shorten, shorten_left
 from xaf_hub.errors import UsageError
 from xaf_hub.ops.cleanup import cleanup_fleet
 
@@ -50,11 +50,9 @@ def _worktrees(ctx: Context, report: dict[str, Any], execute: bool) -> None:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Options:
+class Options(Tables):
     """The options of `cleanup`."""
 
-    json: bool = JSON.field()
-    wide: bool = WIDE.field()
     ttl_days: float | None = opt("--ttl-days", help="stale after N days without an update "
                                  "(default: session_ttl_days)", metavar="N")
     execute: bool = flag("--execute", help="really delete (default: preview)")
@@ -81,7 +79,7 @@ def run(ctx: Context) -> int:
     )
     snap = report.pop("_snap")
     if ctx.json:
-        ctx.out(dumps(report))
+        ctx.answer(report)
     else:
         now = int(time.time() * 1000)
         rows = []

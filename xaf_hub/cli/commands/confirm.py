@@ -24,21 +24,18 @@ from xaf_hub.cli.commands._common import (
     SESSION_POS,
     chosen_instances,
     healing_text,
-    scan,
     the_session,
     verdict_text,
 )
 from xaf_hub.cli.context import Context
-from xaf_hub.cli.options import JSON, flag
+from xaf_hub.cli.options import Answers, flag
 from xaf_hub.core import aio
 from xaf_hub.core.clock import iso_time, resolve_timezone, to_ms
-from xaf_hub.core.records import find_session
-from xaf_hub.core.text import dumps
 from xaf_hub.errors import ExitCode, HubError, SessionNotFound, UnreachableError, UsageError
-from xaf_hub.fleet.scan import make_client
 from xaf_hub.ops.confirm import heal_candidate, judge, look
 from xaf_hub.ops.context import utc_now
 from xaf_hub.ops.heal import heal_session
+from xaf_hub.ops.interrupt import locate, session_not_found
 from xaf_hub.ops.planner import check_write
 
 if TYPE_CHECKING:
@@ -61,13 +58,12 @@ async def _find(
 ) -> tuple[list[tuple[InstanceConfig, Sighting]], list[UnreachableError]]:
     """Every instance that knows the session (with a look at it), and those that did not answer."""
 
-    cfg = ctx.config
+    ops = ctx.ops()
 
     async def one(
         inst: InstanceConfig,
     ) -> tuple[InstanceConfig, Sighting | UnreachableError | None]:
-        transport = ctx.transport_factory(inst) if ctx.transport_factory else None
-        async with make_client(cfg, inst, transport) as client:
+        async with ops.client(inst) as client:
             try:
                 session = await client.get_session(session_id)
                 return inst, await look(client, inst, session)
@@ -89,10 +85,9 @@ async def _find(
 
 
 @dataclass(frozen=True, kw_only=True)
-class Options:
+class Options(Answers):
     """The options of `confirm`."""
 
-    json: bool = JSON.field()
     session_pos: str | None = SESSION_POS.field(help="the session to look at (or -s/--session ID)")
     session: str | None = SESSION.field(help="the session to look at")
     instance: str | None = INSTANCE.field(help="where it lives (default: search all)")
@@ -111,15 +106,9 @@ def run(ctx: Context) -> int:
     instances = chosen_instances(ctx, opts.instance)
     found, down = aio.run(_find(ctx, instances, session_id))
     if not found:  # not a whole id: the one session whose id starts with it, if any
-        hit = find_session(((sc, sc.sessions) for sc in scan(ctx, instances)[1]), session_id)
-        if hit is not None:
-            session_id = hit[1].id
-            found, down = aio.run(_find(ctx, instances, session_id))
+        session_id = aio.run(locate(ctx.ops(), session_id, opts.instance))[1].id
+        found, down = aio.run(_find(ctx, instances, session_id))
     if not found:
-        from xaf_hub.ops.interrupt import (
-            session_not_found,  # deferred: start-up, docs/performance.md
-        )
-
         raise session_not_found(session_id, down, opts.instance)
     # Servers sharing one database all know the session; only the one running it says so.
     inst, seen = next(((i, s) for i, s in found if s.rec.running), found[0])
@@ -165,41 +154,33 @@ def run(ctx: Context) -> int:
                 fix = {"healed": healed, **healing.to_json()}
                 fix_line = "fix: " + healing_text(healing, tz)
                 code = int(ExitCode.OK if healed or healing.already else ExitCode.INTERNAL)
-    if ctx.json:
-        ctx.out(
-            dumps(
-                {
-                    "instance": inst.name,
-                    "session_id": rec.id,
-                    "title": rec.title,
-                    "directory": rec.directory,
-                    "project": rec.project,
-                    "state": verdict.state,
-                    "model": verdict.model or None,
-                    "detail": verdict.detail,
-                    "signal": verdict.signal,
-                    "retry": {
-                        "attempt": verdict.attempt,
-                        "message": verdict.detail,
-                        "next_ms": verdict.next_ms or None,
-                        "next": iso_time(verdict.next_ms),
-                    }
-                    if verdict.state == "retrying"
-                    else None,
-                    "healable": cand is not None,
-                    "fix": fix,
-                    "message": line,
-                    "fix_message": fix_line or None,
-                }
-            )
-        )
-    else:
-        ctx.out(line)
-        if fix_line:
-            ctx.out(fix_line)
-        elif cand is not None:
-            ctx.out(
-                f"hint: the patrol heals this; `xaf-hub confirm --session {rec.id} --fix` "
-                "does it now"
-            )
+    hint = f"hint: the patrol heals this; `xaf-hub confirm --session {rec.id} --fix` does it now"
+    tail = [fix_line] if fix_line else [hint] if cand is not None else []
+    ctx.answer(
+        {
+            "instance": inst.name,
+            "session_id": rec.id,
+            "title": rec.title,
+            "directory": rec.directory,
+            "project": rec.project,
+            "state": verdict.state,
+            "model": verdict.model or None,
+            "detail": verdict.detail,
+            "signal": verdict.signal,
+            "retry": {
+                "attempt": verdict.attempt,
+                "message": verdict.detail,
+                "next_ms": verdict.next_ms or None,
+                "next": iso_time(verdict.next_ms),
+            }
+            if verdict.state == "retrying"
+            else None,
+            "healable": cand is not None,
+            "fix": fix,
+            "message": line,
+            "fix_message": fix_line or None,
+        },
+        line,
+        *tail,
+    )
     return code

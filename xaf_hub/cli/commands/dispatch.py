@@ -17,7 +17,7 @@ says what happened. The work itself is done by ``xaf_hub.ops.dispatch``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
 from xaf_hub.cli.commands._common import (
@@ -32,10 +32,9 @@ from xaf_hub.cli.commands._common import (
     wait_text,
 )
 from xaf_hub.cli.context import Context
-from xaf_hub.cli.options import JSON, flag, opt
+from xaf_hub.cli.options import Answers, flag, opt
 from xaf_hub.core import aio
 from xaf_hub.core.clock import resolve_timezone, to_ms
-from xaf_hub.core.text import dumps
 from xaf_hub.errors import BusyError, UsageError
 
 if TYPE_CHECKING:
@@ -66,10 +65,9 @@ answering while waiting.
 
 
 @dataclass(frozen=True, kw_only=True)
-class Options:
+class Options(Answers):
     """The options of `dispatch` (``project``: the common --project)."""
 
-    json: bool = JSON.field()
     text: str = TEXT.field()
     dry_run: bool = flag("--dry-run", help="print the plan, candidates, model and prompt; change "
                          "nothing")
@@ -118,18 +116,8 @@ def order_from(opts: Options) -> DispatchOrder:
         raise UsageError(
             "--queue and --confirm-wait do not go together (a queued task is not sent now)"
         )
-    req = DispatchRequest(
-        text=opts.text,
-        instance=opts.instance,
-        session=opts.session,
-        directory=opts.directory,
-        title=opts.title,
-        new=opts.new,
-        no_match=opts.no_match,
-        allow_prod=opts.allow_prod,
-        force=opts.force,
-        model=opts.model,
-    )
+    # The request's fields are the options of the same names.
+    req = DispatchRequest(**{f.name: getattr(opts, f.name) for f in fields(DispatchRequest)})
     return DispatchOrder(
         req,
         record=not opts.no_record,
@@ -223,20 +211,15 @@ def run(ctx: Context) -> int:
     opts = ctx.options(Options)
     done = carry_out(ctx, opts)
     if isinstance(done, Planned):
-        _print_plan(ctx, done.prep)
+        ctx.answer(document(done, ctx.config.project_name), *_plan_lines(done.prep))
         refused = done.refusal()
         if refused is not None:
             raise refused
         return 0
     if isinstance(done, Sent) and opts.confirm_wait is not None:
         return _confirm(ctx, done.plan, done.sent, opts.confirm_wait)
-    if ctx.json:
-        ctx.out(dumps(document(done, ctx.config.project_name)))
-    elif isinstance(done, Sent):
-        ctx.out(_sent_line(done.plan, done.sent.result))
-    else:
-        ctx.out(done.line())
-    return 0
+    line = _sent_line(done.plan, done.sent.result) if isinstance(done, Sent) else done.line()
+    return ctx.answer(document(done, ctx.config.project_name), line)
 
 
 def _queue(
@@ -278,10 +261,10 @@ def _confirm(ctx: Context, plan: Plan, sent: Dispatched, window: float) -> int:
 
     cfg, result = ctx.config, sent.result
     if not ctx.json:
-        ctx.out(_sent_line(plan, result))
-        ctx.stdout.flush()
+        ctx.out(_sent_line(plan, result), flush=True)
     session = ServerSession(
-        result.session_id, result.title, result.directory, 0, 0, 0.0, "", result.model or ""
+        result.session_id, result.title, result.directory, 0, 0, 0.0, "", result.model or "",
+        checkout=result.room.checkout if result.room is not None else "",
     )
     waited = aio.run(
         confirm_run(
@@ -297,12 +280,9 @@ def _confirm(ctx: Context, plan: Plan, sent: Dispatched, window: float) -> int:
         for note in healing.notes:
             ctx.warn(note)
     line = wait_text(waited, window, resolve_timezone(cfg.models.timezone), to_ms(utc_now()))
-    if ctx.json:
-        doc = {**result.to_json(), "project": cfg.project_name, "via": plan.via,
-               "task_id": sent.task_id}
-        ctx.out(dumps({**doc, "confirm": wait_json(waited, window, line)}))
-    else:
-        ctx.out(f"confirm: {line}")
+    doc = {**result.to_json(), "project": cfg.project_name, "via": plan.via,
+           "task_id": sent.task_id}
+    ctx.answer({**doc, "confirm": wait_json(waited, window, line)}, f"confirm: {line}")
     return wait_exit(waited)
 
 
@@ -329,43 +309,35 @@ def _plan_document(prep: Prepared, project: str) -> dict[str, Any]:
     }
 
 
-def _print_plan(ctx: Context, prep: Prepared) -> None:
-    plan, view, model, prompt = prep.plan, prep.view, prep.model, prep.prompt
-    inst = plan.instance
-    if ctx.json:
-        ctx.out(dumps(_plan_document(prep, ctx.config.project_name)))
-        return
+def _plan_lines(prep: Prepared) -> list[str]:
+    """A dry run's plan for a person: what, where, the candidates weighed and the prompt."""
+    plan, view, inst = prep.plan, prep.view, prep.plan.instance
     what = {
         "steer": "steer the running session",
         "reuse": "start the idle session",
         "create": "create a new session",
     }[plan.action]
-    ctx.out(f"plan: {what} on {inst.name} ({plan.via})")
+    lines = [f"plan: {what} on {inst.name} ({plan.via})"]
     if plan.session:
-        ctx.out(f"  session:   {plan.session.id}  {plan.session.title}")
-    ctx.out(f"  directory: {plan.directory}")
-    ctx.out(f"  title:     {plan.title}")
-    ctx.out(
+        lines.append(f"  session:   {plan.session.id}  {plan.session.title}")
+    lines += [
+        f"  directory: {plan.directory}",
+        f"  title:     {plan.title}",
         f"  load:      {view.running_project} running + {view.reserved} reserved "
-        f"of {inst.concurrency_limit}"
-    )
-    ctx.out(f"  model:     {model or 'server default'}")
+        f"of {inst.concurrency_limit}",
+        f"  model:     {prep.model or 'server default'}",
+    ]
     if plan.candidates:
-        ctx.out("  candidates:")
-        for c in plan.candidates:
-            ctx.out(
-                f"    {c.score:.3f} (lead {c.margin:.3f})  {c.session.instance}/{c.session.id}  "
-                f"{c.session.title}  [{c.verdict}]"
-            )
-            if c.evidence.shared:
-                sent = (
-                    f"; {c.evidence.tasks} task text(s) known" if c.evidence.tasks else ""
-                )
-                files = f"; in {', '.join(c.evidence.files)}" if c.evidence.files else ""
-                named = f"; names {', '.join(c.evidence.named)}" if c.evidence.named else ""
-                ctx.out(f"        shares: {', '.join(c.evidence.shared)}{sent}{files}{named}")
-                for item in c.evidence.todos:  # the agent's own todo items, as it wrote them
-                    ctx.out(f"        its todo: {' '.join(item.split())[:100]}")
-    ctx.out("  prompt:")
-    for line in prompt.splitlines():
-        ctx.out(f"    | {line}")
+        lines.append("  candidates:")
+    for c in plan.candidates:
+        lines.append(f"    {c.score:.3f} (lead {c.margin:.3f})  {c.session.instance}/"
+                     f"{c.session.id}  {c.session.title}  [{c.verdict}]")
+        if c.evidence.shared:
+            sent = f"; {c.evidence.tasks} task text(s) known" if c.evidence.tasks else ""
+            files = f"; in {', '.join(c.evidence.files)}" if c.evidence.files else ""
+            named = f"; names {', '.join(c.evidence.named)}" if c.evidence.named else ""
+            lines.append(f"        shares: {', '.join(c.evidence.shared)}{sent}{files}{named}")
+            # the agent's own todo items, as it wrote them
+            lines += [f"        its todo: {' '.join(item.split())[:100]}"
+                      for item in c.evidence.todos]
+    return [*lines, "  prompt:", *(f"    | {line}" for line in prep.prompt.splitlines())]

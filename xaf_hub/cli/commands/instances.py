@@ -13,14 +13,12 @@ from xaf_hub.cli.commands._common import (
     scan_exit,
 )
 from xaf_hub.cli.context import Context
-from xaf_hub.cli.options import JSON, WIDE
+from xaf_hub.cli.options import Tables
 from xaf_hub.cli.termfit import state_color
 from xaf_hub.config.load import InstanceConfig
 from xaf_hub.core import aio
 from xaf_hub.core.records import Snapshot
-from xaf_hub.core.text import dumps
 from xaf_hub.errors import HubError
-from xaf_hub.fleet.scan import make_client
 
 EXAMPLES = """\
 examples:
@@ -30,11 +28,9 @@ examples:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Options:
+class Options(Tables):
     """The options of `instances`."""
 
-    json: bool = JSON.field()
-    wide: bool = WIDE.field()
     instance: str | None = INSTANCE.field()
 
 
@@ -59,9 +55,10 @@ def read(ctx: Context, opts: Options) -> tuple[list[dict[str, Any]], Snapshot]:
 async def _room_support(ctx: Context, instances: list[InstanceConfig]) -> dict[str, str]:
     from xaf_hub.ops.rooms import room_support  # deferred: start-up, docs/performance.md
 
+    ops = ctx.ops()
+
     async def one(inst: InstanceConfig) -> tuple[str, str]:
-        transport = ctx.transport_factory(inst) if ctx.transport_factory else None
-        async with make_client(ctx.config, inst, transport) as client:
+        async with ops.client(inst) as client:
             try:
                 return inst.name, await room_support(client, inst)
             except HubError as exc:
@@ -74,7 +71,7 @@ def run(ctx: Context) -> int:
     """Scan and print one row per instance."""
     doc, snap = read(ctx, ctx.options(Options))
     if ctx.json:
-        ctx.out(dumps(doc))
+        ctx.answer(doc)
         report_missing_passwords(ctx, snap)
         return scan_exit(snap)
     rows = []

@@ -14,9 +14,8 @@ from xaf_hub.cli.commands._common import (
     the_session,
 )
 from xaf_hub.cli.context import Context
-from xaf_hub.cli.options import JSON
+from xaf_hub.cli.options import Answers
 from xaf_hub.core import aio
-from xaf_hub.core.text import dumps
 from xaf_hub.ops.interrupt import interrupt_session
 
 if TYPE_CHECKING:
@@ -29,10 +28,9 @@ examples:
 """
 
 @dataclass(frozen=True, kw_only=True)
-class Options:
+class Options(Answers):
     """The options of `interrupt`."""
 
-    json: bool = JSON.field()
     session_pos: str | None = SESSION_POS.field(help="the session to stop (or -s/--session ID)")
     session: str | None = SESSION.field(help="the session to stop")
     instance: str | None = INSTANCE.field(help="where it runs (default: search all)")
@@ -51,11 +49,9 @@ def document(done: Interrupted) -> dict[str, Any]:
     }
 
 
-def run(ctx: Context) -> int:
-    """Stop the session (``ops.interrupt``) and say so."""
-
-    opts = ctx.options(Options)
-    session = the_session(opts.session, opts.session_pos)
+def carry_out(ctx: Context, opts: Options) -> Interrupted:
+    """Stop the session (``ops.interrupt``); a note for the person goes to ``ctx.warn``."""
+    session = the_session(opts.session, opts.session_pos)  # before the config loads
     done = aio.run(
         interrupt_session(
             ctx.ops(),
@@ -67,9 +63,11 @@ def run(ctx: Context) -> int:
     )
     if done.note:
         ctx.warn(done.note)
-    if ctx.json:
-        ctx.out(dumps(document(done)))
-    else:
-        note = "" if done.running else " (it was not running)"
-        ctx.out(f"interrupted {done.session_id} on {done.instance}{note}")
-    return 0
+    return done
+
+
+def run(ctx: Context) -> int:
+    """Stop the session and say so."""
+    done = carry_out(ctx, ctx.options(Options))
+    note = "" if done.running else " (it was not running)"
+    return ctx.answer(document(done), f"interrupted {done.session_id} on {done.instance}{note}")

@@ -11,9 +11,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from xaf_hub.cli.context import Context
-from xaf_hub.cli.options import JSON, MAX_TEXT, flag, opt
+from xaf_hub.cli.options import MAX_TEXT, Answers, flag, opt
 from xaf_hub.core import aio
-from xaf_hub.core.text import dumps
 from xaf_hub.errors import UsageError
 from xaf_hub.ops.land import drop, land, send_back_by_person
 
@@ -28,10 +27,9 @@ examples:
 """
 
 @dataclass(frozen=True, kw_only=True)
-class Options:
+class Options(Answers):
     """The options of `land`."""
 
-    json: bool = JSON.field()
     task_id: str = opt(help="the task id (T-...)", required=True, metavar="ID")
     send_back: str | None = opt("--send-back", help="send TEXT to the task's session instead "
                                 "(it works on and is judged again)", metavar="TEXT",
@@ -62,8 +60,5 @@ def document(done: Landed) -> dict[str, Any]:
 def run(ctx: Context) -> int:
     """Carry the person's decision out and say what happened."""
     done = carry_out(ctx, ctx.options(Options))
-    if ctx.json:
-        ctx.out(dumps(document(done)))
-    else:
-        ctx.out(f"{done.task}: {done.detail}")
+    ctx.answer(document(done), f"{done.task}: {done.detail}")
     return 0 if done.result in ("landed", "sent_back", "dropped") else 3

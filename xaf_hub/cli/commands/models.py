@@ -16,7 +16,6 @@ from xaf_hub.cli.context import Context
 from xaf_hub.cli.options import JSON, WIDE, opt
 from xaf_hub.core.clock import iso_time, local_time, resolve_timezone
 from xaf_hub.core.limits import parse_until
-from xaf_hub.core.text import dumps
 from xaf_hub.errors import UsageError
 from xaf_hub.notify.derive import rest_ended_event
 from xaf_hub.notify.patrol import queue_notice
@@ -77,8 +76,7 @@ def _list(ctx: Context) -> int:
     ops = ctx.ops()
     view = models_view(ctx.config, ops.now(), ops.model_state())
     if ctx.json:
-        ctx.out(dumps(view.to_json()))
-        return 0
+        return ctx.answer(view.to_json())
     rows = []
     for line in view.lines:
         b = line.rest
@@ -115,14 +113,9 @@ def _clear(ctx: Context, target: str) -> int:
     for queued, note in notes:
         if not queued:
             ctx.warn(note)
-    if ctx.json:
-        ctx.out(dumps({"target": target, "ended": [rest_json(b) for b in ended]}))
-        return 0
-    if not ended:
-        ctx.out(f"nothing rests for {target}: nothing to clear")
-    for b in ended:
-        ctx.out(f"rest of {b.family} ended (it was to last until {_local(b.until_ms, ctx)})")
-    return 0
+    lines = [f"rest of {b.family} ended (it was to last until {_local(b.until_ms, ctx)})"
+             for b in ended] or [f"nothing rests for {target}: nothing to clear"]
+    return ctx.answer({"target": target, "ended": [rest_json(b) for b in ended]}, *lines)
 
 
 def _rest(ctx: Context, target: str, until_text: str, reason: str) -> int:
@@ -133,8 +126,5 @@ def _rest(ctx: Context, target: str, until_text: str, reason: str) -> int:
     except ValueError as exc:
         raise UsageError(f"models rest --until: {exc}") from None
     rest = start_rest(ops, target, until, reason)
-    if ctx.json:
-        ctx.out(dumps(rest_json(rest)))
-    else:
-        ctx.out(f"{rest.family} rests until {_local(rest.until_ms, ctx)} (set by a person)")
-    return 0
+    return ctx.answer(rest_json(rest),
+                      f"{rest.family} rests until {_local(rest.until_ms, ctx)} (set by a person)")

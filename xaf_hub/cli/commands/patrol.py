@@ -15,7 +15,6 @@ resumes or fills at once (--no-live: rounds only). `patrol pause|resume|status` 
 
 from __future__ import annotations
 
-import getpass
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -25,13 +24,11 @@ from xaf_hub.cli.context import Context
 from xaf_hub.cli.options import HIDDEN, JSON, flag, opt
 from xaf_hub.config.watch import ConfigWatch
 from xaf_hub.core.clock import local_iso
-from xaf_hub.core.text import dumps
 from xaf_hub.errors import ExitCode, UsageError
 from xaf_hub.patrol.report import LATEST, latest_report
 from xaf_hub.patrol.runner import clear_paused, open_lease, run_daemon, run_once, set_paused
-from xaf_hub.store import audit
-from xaf_hub.store.audit import caller
-from xaf_hub.store.patrol_state import daemon_alive, heartbeat, pause_info
+from xaf_hub.store.audit import who
+from xaf_hub.store.patrol_state import daemon_alive, heartbeat, patrol_dir, pause_info
 
 if TYPE_CHECKING:
     from xaf_hub.ops.context import OpsContext
@@ -88,11 +85,9 @@ def _pctx(ctx: Context) -> OpsContext:
         ctx.info(line)
         ctx.stderr.flush()
 
-    from xaf_hub.ops.context import OpsContext
-
     # Several projects and no --project: the patrol serves them all (patrol.context).
-    return OpsContext(ctx.whole, env=ctx.env, transport_factory=ctx.transport_factory,
-                      shared=ctx.stores, log=log)
+    ctx.see_every_project()
+    return ctx.ops(log=log)
 
 
 def run(ctx: Context) -> int:
@@ -110,24 +105,10 @@ def run(ctx: Context) -> int:
         if opts.interval_seconds is not None:
             raise UsageError("--interval-seconds makes no sense with --once")
         result = run_once(pctx, skip, lease=open_lease(pctx))
-        if ctx.json:
-            from xaf_hub.patrol.report import latest_report
-
-            doc = latest_report(pctx.patrol_dir) if result.status == "ran" else None
-            ctx.out(
-                dumps(
-                    {
-                        "status": result.status,
-                        "exit_code": result.code,
-                        "message": result.message,
-                        "report": doc,
-                    }
-                )
-            )
-        else:
-            ctx.out(result.message)
-            if result.report is not None:
-                ctx.out(f"report: {result.report}")
+        doc = latest_report(pctx.patrol_dir) if ctx.json and result.status == "ran" else None
+        report = [] if result.report is None else [f"report: {result.report}"]
+        ctx.answer({"status": result.status, "exit_code": result.code, "message": result.message,
+                    "report": doc}, result.message, *report)
         return result.code
     if ctx.json:
         raise UsageError("--json needs --once (the loop prints one line per cycle)")
@@ -138,66 +119,41 @@ def run(ctx: Context) -> int:
     else:
         interval, aligned = timedelta(minutes=ctx.whole.patrol.interval_minutes), True
 
-    def out(line: str) -> None:
-        ctx.out(line)
-        ctx.stdout.flush()
-
-
-    return run_daemon(pctx, skip, interval, aligned=aligned, out=out, live=not opts.no_live,
+    return run_daemon(pctx, skip, interval, aligned=aligned, live=not opts.no_live,
+                      out=lambda line: ctx.out(line, flush=True),
                       watch=ConfigWatch(ctx.whole, ctx.env), use=ctx.use)
-
-
-def _who(ctx: Context) -> str:
-
-
-    try:
-        user = getpass.getuser()
-    except (KeyError, OSError):
-        user = ""
-    return caller(ctx.env) or user
 
 
 def _pause(ctx: Context) -> int:
 
 
-    cfg = ctx.whole
-    changed = set_paused(cfg.state_dir / "patrol", _who(ctx), datetime.now(UTC).astimezone())
+    by = who(ctx.env)
+    changed = set_paused(patrol_dir(ctx.whole), by["caller"] or by["user"],
+                         datetime.now(UTC).astimezone())
     if changed:
-        audit.append(cfg.state_dir, command="patrol.pause", result="paused", env=ctx.env)
-    _say(
-        ctx,
+        ctx.audit("patrol.pause", result="paused")
+    return ctx.answer(
         {"paused": True, "changed": changed},
         "patrol paused (durable; `xaf-hub patrol resume` to undo)"
         if changed
         else "patrol was already paused",
     )
-    return int(ExitCode.OK)
 
 
 def _resume(ctx: Context) -> int:
 
-    cfg = ctx.whole
-    changed = clear_paused(cfg.state_dir / "patrol")
+    changed = clear_paused(patrol_dir(ctx.whole))
     if changed:
-        audit.append(cfg.state_dir, command="patrol.resume", result="active", env=ctx.env)
-    _say(
-        ctx,
+        ctx.audit("patrol.resume", result="active")
+    return ctx.answer(
         {"paused": False, "changed": changed},
         "patrol resumed" if changed else "patrol was not paused",
     )
-    return int(ExitCode.OK)
-
-
-def _say(ctx: Context, doc: dict[str, object], line: str) -> None:
-    if ctx.json:
-        ctx.out(dumps(doc))
-    else:
-        ctx.out(line)
 
 
 def _status(ctx: Context) -> int:
 
-    folder = ctx.whole.state_dir / "patrol"
+    folder = patrol_dir(ctx.whole)
     paused = pause_info(folder)
     report = latest_report(folder)
     beat = heartbeat(folder)
@@ -235,7 +191,7 @@ def _status(ctx: Context) -> int:
         if lease.get("lease_error"):
             code = int(ExitCode.UNREACHABLE)
     if ctx.json:
-        ctx.out(dumps(doc))
+        ctx.answer(doc)
         return code
     if paused is not None:
         since = f" since {paused.get('paused_at')}" if paused.get("paused_at") else ""

@@ -16,13 +16,13 @@ from xaf_hub.cli.commands._common import (
     scan_exit,
 )
 from xaf_hub.cli.context import Context
-from xaf_hub.cli.options import JSON, WIDE, flag, opt
+from xaf_hub.cli.options import Tables, flag, opt
 from xaf_hub.cli.termfit import state_color, tone_painter
 from xaf_hub.core import aio
 from xaf_hub.core.clock import ago
 from xaf_hub.core.outcomes import RUNS, run_words, tone
 from xaf_hub.core.records import Snapshot, prefix_width
-from xaf_hub.core.text import dumps, shorten, shorten_left
+from xaf_hub.core.text import shorten, shorten_left
 from xaf_hub.errors import UsageError
 from xaf_hub.page import export as report
 from xaf_hub.page.words import pick_language
@@ -44,11 +44,9 @@ sessions takes each instance from it when it is at most patrol.live_board_second
 
 
 @dataclass(frozen=True, kw_only=True)
-class Options:
+class Options(Tables):
     """The options of `sessions`."""
 
-    json: bool = JSON.field()
-    wide: bool = WIDE.field()
     instance: str | None = INSTANCE.field()
     keyword: str | None = opt("-k", "--keyword", help="only sessions whose title contains K",
                               metavar="K")
@@ -87,13 +85,12 @@ def write_page(ctx: Context, snap: Snapshot, path: Path, lang: str | None) -> No
     links = aio.run(
         probe_all([i for i in cfg.instances if i.name in reachable], ctx.transport_factory)
     )
-    sessions = {(s.instance, s.id): s for s in snap.sessions}
     report.write_html(
         snap,
         path,
         now_ms=now,
         title=cfg.project_name or cfg.project_names(),
-        autopilot=overview.build(cfg, now, chosen, sessions, answered=reachable),
+        autopilot=overview.build(cfg, now, chosen, snap),
         lang=chosen,
         links=links,
         tasks=overview.task_ids_by_session(cfg),
@@ -132,8 +129,6 @@ def run(ctx: Context) -> int:
         )
     snap = read(ctx, opts)
     if opts.out or opts.html or ctx.json:
-        from xaf_hub.page import export as report
-
         if opts.out:
             report.export(snap, Path(opts.out), redact=ctx.redact)
             ctx.info(f"wrote {opts.out}")
@@ -141,7 +136,7 @@ def run(ctx: Context) -> int:
             write_page(ctx, snap, Path(opts.html), opts.lang)
             ctx.info(f"wrote {opts.html}")
         if ctx.json:
-            ctx.out(dumps(report.snapshot_document(snap)))
+            ctx.answer(report.snapshot_document(snap))
             report_unreachable(ctx, snap)
             return scan_exit(snap)
     from xaf_hub.core.runstate import shown_state  # deferred: start-up, docs/performance.md

@@ -12,16 +12,13 @@ from xaf_hub.cli.commands._common import (
     INSTANCE,
     SESSION,
     SESSION_POS,
-    chosen_instances,
-    scan,
     the_session,
 )
 from xaf_hub.cli.context import Context
-from xaf_hub.cli.options import JSON, opt
+from xaf_hub.cli.options import Answers, opt
 from xaf_hub.core import aio
 from xaf_hub.core.clock import ago, fmt_time, iso_time
 from xaf_hub.core.outcomes import run_outcome, run_words, stop_applies
-from xaf_hub.core.records import find_session
 from xaf_hub.core.runstate import (
     WAITING_WORDS,
     answer_hint,
@@ -32,11 +29,10 @@ from xaf_hub.core.runstate import (
     shown_state,
     waiting_detail,
 )
-from xaf_hub.core.text import dumps
 from xaf_hub.errors import UsageError
 from xaf_hub.fleet.attach import attach_command, attach_hint
-from xaf_hub.fleet.scan import make_client
 from xaf_hub.ops.decisions import hub_stops
+from xaf_hub.ops.interrupt import locate
 
 if TYPE_CHECKING:
     from xaf_hub.config.load import InstanceConfig
@@ -70,10 +66,9 @@ def model_of(messages: Sequence[Message]) -> str:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Options:
+class Options(Answers):
     """The options of `show`."""
 
-    json: bool = JSON.field()
     session_pos: str | None = SESSION_POS.field(help="the session id (or -s/--session ID)")
     session: str | None = SESSION.field(help="the session id")
     instance: str | None = INSTANCE.field(help="where it lives (default: search all)")
@@ -107,25 +102,14 @@ def look(ctx: Context, opts: Options) -> Found:
     session_id = the_session(opts.session, opts.session_pos)
     if opts.limit < 1:
         raise UsageError("--limit must be 1 or more")
-    _, scans = scan(ctx, chosen_instances(ctx, opts.instance))
-    hit = find_session(((sc, sc.sessions) for sc in scans), session_id)
-    if hit is None:
-        from xaf_hub.ops.interrupt import (
-            session_not_found,  # deferred: start-up, docs/performance.md
-        )
-
-        raise session_not_found(
-            session_id, [sc.failure() for sc in scans if not sc.reachable], opts.instance
-        )
-    sc, s = hit
+    ops = ctx.ops()
+    sc, s = aio.run(locate(ops, session_id, opts.instance))
 
     async def go() -> list[Message]:
-        transport = ctx.transport_factory(sc.inst) if ctx.transport_factory else None
-        async with make_client(ctx.config, sc.inst, transport) as client:
+        async with ops.client(sc.inst) as client:
             return await client.messages(s.id, limit=opts.limit)
 
-
-    return Found(sc.inst, s, aio.run(go()), hub_stops(ctx.ops()).get((sc.inst.name, s.id)))
+    return Found(sc.inst, s, aio.run(go()), hub_stops(ops).get((sc.inst.name, s.id)))
 
 
 def _said(msg: Message | None) -> dict[str, Any] | None:
@@ -174,8 +158,7 @@ def run(ctx: Context) -> int:
     found = look(ctx, opts)
     doc = document(found)
     if ctx.json:
-        ctx.out(dumps(doc))
-        return 0
+        return ctx.answer(doc)
     s, inst, err = found.session, found.inst, doc["last_error"]
     now = int(time.time() * 1000)
     state = s.run_state + (f" ({s.retry_message})" if s.retry_message else "")

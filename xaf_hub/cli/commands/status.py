@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -18,11 +18,10 @@ from xaf_hub.cli.commands._common import (
     scan_exit,
 )
 from xaf_hub.cli.context import Context
-from xaf_hub.cli.options import JSON, WIDE
+from xaf_hub.cli.options import Tables
 from xaf_hub.cli.termfit import yes_no_color
 from xaf_hub.core.clock import iso_time
 from xaf_hub.core.records import SessionRecord, Snapshot, Tally
-from xaf_hub.core.text import dumps
 from xaf_hub.errors import HubError, UnreachableError
 from xaf_hub.ops import budget
 from xaf_hub.ops.load import Load, instance_load
@@ -45,11 +44,9 @@ patrol.live_board_seconds old (default 15) and scans the others.
 
 
 @dataclass(frozen=True, kw_only=True)
-class Options:
+class Options(Tables):
     """The options of `status`."""
 
-    json: bool = JSON.field()
-    wide: bool = WIDE.field()
     instance: str | None = INSTANCE.field()
     allow_prod: bool = ALLOW_PROD.field(
         help="treat production instances as dispatchable (display only)")
@@ -67,20 +64,12 @@ class Measured:
     queued: int | None
     whole: bool  # every instance asked: the project's spend is known
     every: bool  # seen as every project, or the config's one project
-    # Seconds since each instance taken from the live board was confirmed (absent: scanned).
-    live: dict[str, float] = field(default_factory=dict)
-
     overall: float | None = None  # budget.daily_usd
 
     @property
     def fleet(self) -> bool:
         """The spend seen is every configured project's on every instance (one project: its)."""
         return self.whole and self.every
-
-    @property
-    def source(self) -> str:
-        """"live" (every instance from the board), "scan" (none) or "mixed"."""
-        return self.snap.source
 
 
 def measure(ctx: Context, opts: Options) -> Measured:
@@ -111,7 +100,7 @@ def measure(ctx: Context, opts: Options) -> Measured:
     ]
     return Measured(
         snap, loads, spends, project, queued, opts.instance is None,
-        not cfg.chosen or len(cfg.projects) == 1, dict(snap.live), cfg.budget.daily_usd,
+        not cfg.chosen or len(cfg.projects) == 1, cfg.budget.daily_usd,
     )
 
 
@@ -139,7 +128,7 @@ def run(ctx: Context) -> int:
     m = measure(ctx, ctx.options(Options))
     snap, loads, spends, project, queued = m.snap, m.loads, m.spends, m.project, m.queued
     if ctx.json:
-        ctx.out(dumps(document(m)))
+        ctx.answer(document(m))
         report_missing_passwords(ctx, snap)
         return scan_exit(snap)
     rows = [

@@ -12,11 +12,11 @@ from typing import TYPE_CHECKING, Any
 
 from xaf_hub.cli.commands._common import INSTANCE
 from xaf_hub.cli.context import Context
-from xaf_hub.cli.options import JSON
+from xaf_hub.cli.options import Answers
 from xaf_hub.core import aio
 from xaf_hub.core.clock import ago
 from xaf_hub.core.runstate import answer_hint, asked_line
-from xaf_hub.core.text import dumps, shorten
+from xaf_hub.core.text import shorten
 from xaf_hub.errors import ExitCode
 from xaf_hub.ops.waiting import list_waiting
 
@@ -32,10 +32,9 @@ examples:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Options:
+class Options(Answers):
     """The options of `waiting`."""
 
-    json: bool = JSON.field()
     instance: str | None = INSTANCE.field()
 
 
@@ -62,7 +61,7 @@ def run(ctx: Context) -> int:
     for name, reason in found.down:
         ctx.warn(f"{name}: {reason}")
     if ctx.json:
-        ctx.out(dumps(document(found, now)))
+        ctx.answer(document(found, now))
     else:
         rows = [
             [

@@ -17,7 +17,7 @@ from xaf_hub.core.clock import to_ms
 from xaf_hub.core.discipline import RESUME_PROMPT
 from xaf_hub.core.records import SessionRecord
 from xaf_hub.core.runstate import LastRun, answer_hint, classify
-from xaf_hub.errors import BudgetReached, BusyError, HubError, RunsAgain
+from xaf_hub.errors import HubError
 from xaf_hub.notify.record import SessionLine, Why, session_action
 from xaf_hub.ops.budget import run_ceiling
 from xaf_hub.ops.ceiling import read_run
@@ -26,7 +26,7 @@ from xaf_hub.ops.decisions import load_decisions, person_stop
 from xaf_hub.ops.models import choose_model
 from xaf_hub.ops.planner import plan_reuse
 from xaf_hub.ops.rooms import in_room
-from xaf_hub.ops.send import build_prompt, send_work
+from xaf_hub.ops.send import SendResult, build_prompt, send_work
 from xaf_hub.ops.waiting import PendingRequest, apply_policy, pending_of
 from xaf_hub.patrol.context import Cycle, pool_discipline
 from xaf_hub.store.model_state import ModelState
@@ -201,32 +201,17 @@ async def _resume(
         pctx, inst, RESUME_PROMPT, rec.title, override, "unknown", room=in_room(inst, rec)
     )
     plan = plan_reuse(inst, rec, via="patrol resume")
-    try:
+    since = run.created_ms if run else None
+
+    async def send() -> SendResult:
         async with pctx.client(inst) as client:
-            since = run.created_ms if run else None
-            sent = await send_work(
+            return await send_work(
                 pctx, plan, prompt, model, client, command="patrol.resume", steer=False,
                 still_wanted=lambda: person_stop(pctx, inst.name, rec.id, since),
             )
-    except RunsAgain as exc:
-        cycle.log.add(pctx, session_action(STEP, "resume", "skipped", rec, detail=str(exc)))
-        return
-    except BusyError as exc:
-        cycle.log.deferred.add((inst.name, rec.id))
-        cycle.log.add(
-            pctx,
-            session_action(
-                STEP,
-                "resume",
-                "waiting",
-                rec,
-                detail=f"{_why_waiting(exc)}, tried again next cycle ({exc})",
-            ),
-        )
-        return
-    except HubError as exc:
-        cycle.log.add(pctx, session_action(STEP, "resume", "failed", rec, detail=str(exc)))
-        cycle.log.error(pctx, STEP, f"resume {inst.name}/{rec.id}: {exc}")
+
+    sent = await cycle.attempt(pctx, STEP, "resume", rec, send(), later="tried again next cycle")
+    if sent is None:
         return
     for warning in sent.warnings:
         cycle.log.note(pctx, f"{STEP}: {warning}")
@@ -243,11 +228,6 @@ def _why(run: LastRun | None) -> str:
     if run is None:
         return ""
     return "was aborted" if run.outcome == "interrupted" else "stopped without finishing"
-
-
-def _why_waiting(exc: BusyError) -> str:
-    """Why a resume waits: a daily budget reached, or no free slot."""
-    return "daily budget reached" if isinstance(exc, BudgetReached) else "no free slot"
 
 
 async def answer_by_policy(

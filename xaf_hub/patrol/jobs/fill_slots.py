@@ -15,6 +15,7 @@ import dataclasses
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
+from typing import Any
 
 from xaf_hub.config.load import InstanceConfig
 from xaf_hub.core.commits import claimed_commits, short
@@ -32,7 +33,7 @@ from xaf_hub.errors import (
 )
 from xaf_hub.fleet.client import OpencodeClient
 from xaf_hub.fleet.scan import build_record, read_status
-from xaf_hub.notify.record import Action
+from xaf_hub.notify.record import Action, task_action
 from xaf_hub.ops import budget
 from xaf_hub.ops.context import Fleet, OpsContext
 from xaf_hub.ops.decisions import decisions_from, people_interrupts
@@ -233,7 +234,7 @@ async def fill_slots(
     tips = await _tips(pctx, cycle)
     where = {inst.name: (inst, directory) for inst, _, directory in slots}
     models = {name: choose_model(pctx, inst, None, now) for name, (inst, _) in where.items()}
-    override = data.discipline
+    override = pctx.cfg.discipline_or(data.discipline)
     stopped: set[str] = set()
     for name, task in plan:
         if pctx.stop_requested():
@@ -243,7 +244,7 @@ async def fill_slots(
         why = budget_stop.get("") or budget_stop.get(name)
         if why:  # a budget was reached: the task stays pending with the reason
             cycle.log.budget_held[task.id] = why
-            cycle.log.add(pctx, _budget_wait(name, task, why))
+            cycle.log.add(pctx, task_action(STEP, "dispatch", "waiting", task, name, detail=why))
             continue
         inst, directory = where[name]
         model = models[name]
@@ -255,37 +256,18 @@ async def fill_slots(
         except BudgetReached as exc:
             budget_stop[exc.instance] = str(exc)
             cycle.log.budget_held[task.id] = str(exc)
-            cycle.log.add(pctx, _budget_wait(name, task, str(exc)))
+            cycle.log.add(pctx, task_action(STEP, "dispatch", "waiting", task, name,
+                                            detail=str(exc)))
         except BusyError as exc:
             stopped.add(name)
-            cycle.log.add(
-                pctx,
-                Action(
-                    STEP,
-                    "dispatch",
-                    "waiting",
-                    name,
-                    task=task.id,
-                    title=task.title,
-                    detail=f"instance full: {exc}",
-                ),
-            )
+            cycle.log.add(pctx, task_action(STEP, "dispatch", "waiting", task, name,
+                                            detail=f"instance full: {exc}"))
         except UnreachableError as exc:
             stopped.add(name)
             cycle.log.error(pctx, STEP, f"dispatch {task.id} to {name}: {exc}")
         except HubError as exc:
-            cycle.log.add(
-                pctx,
-                Action(
-                    STEP,
-                    "dispatch",
-                    "failed",
-                    name,
-                    task=task.id,
-                    title=task.title,
-                    detail=str(exc),
-                ),
-            )
+            cycle.log.add(pctx, task_action(STEP, "dispatch", "failed", task, name,
+                                            detail=str(exc)))
             cycle.log.error(pctx, STEP, f"dispatch {task.id} to {name}: {exc}")
 
 
@@ -329,11 +311,6 @@ def _base(
         return None
     branches = _expected_branches(pctx, inst, [task.title or task.id], override)
     return base_commit(tips, branches, pctx.cfg.patrol.base_branch)
-
-
-def _budget_wait(name: str, task: Task, why: str) -> Action:
-    """A pool task left pending because a daily budget was reached (the reason is the refusal)."""
-    return Action(STEP, "dispatch", "waiting", name, task=task.id, title=task.title, detail=why)
 
 
 def free_slots(fleet: Fleet, gate: Gate) -> list[tuple[InstanceConfig, int, str]]:
@@ -399,44 +376,23 @@ async def _dispatch(
             )
         except TaskChanged as exc:
             detail = await _drop_empty(pctx, client, inst, created, str(exc))
-            cycle.log.add(
-                pctx,
-                Action(
-                    STEP,
-                    "dispatch",
-                    "skipped",
-                    inst.name,
-                    task=task.id,
-                    title=task.title,
-                    detail=detail,
-                ),
-            )
+            cycle.log.add(pctx, task_action(STEP, "dispatch", "skipped", task, inst.name,
+                                            detail=detail))
             return
     for warning in result.warnings:
         cycle.log.note(pctx, f"{STEP}: {warning}")
     cycle.log.touched.add((inst.name, result.session_id))
-    pctx.audit(
-        "patrol.backlog",
-        instance=inst.name,
-        session=result.session_id,
-        result="dispatched",
-        reason=task.id,
-        extra={"task": task.id},
-    )
-    cycle.log.add(
-        pctx,
-        Action(
-            STEP,
-            "dispatch",
-            "ok",
-            inst.name,
-            result.session_id,
-            task=task.id,
-            title=task.title,
-            detail=task.priority,
-            model=result.model or "",
-        ),
-    )
+    _record(pctx, cycle, task_action(STEP, "dispatch", "ok", task, inst.name, result.session_id,
+                                     detail=task.priority, model=result.model or ""),
+            "dispatched", task.id)
+
+
+def _record(pctx: OpsContext, cycle: Cycle, action: Action, audited: str, reason: str,
+            **extra: Any) -> None:
+    """Audit a write to a task's row (``audited``: the audit line's result) and log its action."""
+    pctx.audit("patrol.backlog", instance=action.instance, session=action.session,
+               result=audited, reason=reason, extra={"task": action.task, **extra})
+    cycle.log.add(pctx, action)
 
 
 async def _drop_empty(
@@ -577,7 +533,6 @@ async def settle_dispatched(
             claims.setdefault(c, []).append(tid)
     checked = [0.0]  # seconds of project checks this round (bounded: see _run_check)
     for task, inst, seen, first in judged:
-        key = (task.dispatched_to or "", task.session_id or "")
         check, where = checks.get(task.id, (None, ""))
         shared = inst is None or inst.branch_policy == "mainline"
         verdict = settle_claim(
@@ -600,8 +555,8 @@ async def settle_dispatched(
                     )
                     for c in verdict.commits:
                         credited[c] = task.id
-                    cycle.log.add(pctx, Action(
-                        STEP, "verified", "ok", key[0], key[1], task=task.id, title=task.title,
+                    cycle.log.add(pctx, task_action(
+                        STEP, "verified", "ok", task,
                         detail=f"verified, ready to land: {verdict.judged or verdict.commit}",
                     ))
                     continue
@@ -624,14 +579,6 @@ async def settle_dispatched(
                     if verdict.verified
                     else {}
                 )
-                pctx.audit(
-                    "patrol.backlog",
-                    instance=key[0],
-                    session=key[1],
-                    result="done",
-                    reason=task.id,
-                    extra={"task": task.id, "verified": verified, **proof},
-                )
                 said = f"verified: commit {verdict.commit} on the repository" if proof else ""
                 if len(verdict.commits) > 1:
                     more = len(verdict.commits) - 10
@@ -639,42 +586,13 @@ async def settle_dispatched(
                     said += f" and {more} more" if more > 0 else ""
                 if verdict.judged:
                     said += f" ({verdict.judged})"
-                cycle.log.add(
-                    pctx,
-                    Action(
-                        STEP,
-                        "done" if verified else "finished",
-                        "ok",
-                        key[0],
-                        key[1],
-                        task=task.id,
-                        title=task.title,
-                        detail=said or NOT_VERIFIED,
-                    ),
-                )
+                _record(pctx, cycle, task_action(STEP, "done" if verified else "finished", "ok",
+                                                 task, detail=said or NOT_VERIFIED),
+                        "done", task.id, verified=verified, **proof)
             elif verdict.action == "requeue":
                 detail = await asyncio.to_thread(_requeue, pctx, task, inst, seen, verdict, now)
-                pctx.audit(
-                    "patrol.backlog",
-                    instance=key[0],
-                    session=key[1],
-                    result="requeued",
-                    reason=detail,
-                    extra={"task": task.id},
-                )
-                cycle.log.add(
-                    pctx,
-                    Action(
-                        STEP,
-                        "requeue",
-                        "ok",
-                        key[0],
-                        key[1],
-                        task=task.id,
-                        title=task.title,
-                        detail=detail,
-                    ),
-                )
+                _record(pctx, cycle, task_action(STEP, "requeue", "ok", task, detail=detail),
+                        "requeued", detail)
             elif verdict.action == "retry":
                 assert inst is not None and seen.session is not None
                 await _send_back(pctx, cycle, inst, seen.session, task, verdict)
@@ -684,30 +602,12 @@ async def settle_dispatched(
             else:
                 await asyncio.to_thread(_note_judged, pctx, task, verdict)
                 kind = "person" if verdict.person else "keep"
-                cycle.log.add(
-                    pctx,
-                    Action(
-                        STEP,
-                        kind,
-                        "skipped",
-                        key[0],
-                        key[1],
-                        task=task.id,
-                        title=task.title,
-                        detail=verdict.reason,
-                        why=verdict.why,
-                    ),
-                )
+                cycle.log.add(pctx, task_action(STEP, kind, "skipped", task,
+                                                detail=verdict.reason, why=verdict.why))
         except TaskChanged as exc:
             # A person changed the row while the round judged it (a verification can take
             # the fetch's whole time): their change stands, nothing is written over it.
-            cycle.log.add(
-                pctx,
-                Action(
-                    STEP, "keep", "skipped", key[0], key[1], task=task.id, title=task.title,
-                    detail=str(exc),
-                ),
-            )
+            cycle.log.add(pctx, task_action(STEP, "keep", "skipped", task, detail=str(exc)))
         except HubError as exc:
             cycle.log.error(pctx, STEP, f"settle task {task.id}: {exc}")
 
@@ -822,33 +722,19 @@ async def _send_back(
             check_retries=(task.check_retries or 0) + 1,
         )
     except BusyError as exc:
-        cycle.log.add(
-            pctx,
-            Action(
-                STEP, "keep", "waiting", key[0], key[1], task=task.id, title=task.title,
-                detail=f"check failed; sent back when a slot frees ({exc})",
-            ),
-        )
+        cycle.log.add(pctx, task_action(
+            STEP, "keep", "waiting", task, *key,
+            detail=f"check failed; sent back when a slot frees ({exc})",
+        ))
         return
     for warning in sent.warnings:
         cycle.log.note(pctx, f"{STEP}: {warning}")
     cycle.log.touched.add(key)
-    pctx.audit(
-        "patrol.backlog",
-        instance=key[0],
-        session=key[1],
-        result="check_failed",
-        reason=verdict.reason,
-        extra={"task": task.id, "commit": verdict.commit},
-    )
     last = run.tail.strip().splitlines()[-1] if run.tail.strip() else ""
-    cycle.log.add(
-        pctx,
-        Action(
-            STEP, "retry", "ok", key[0], key[1], task=task.id, title=task.title,
-            detail=f"{verdict.reason}: {last}" if last else verdict.reason,
-        ),
-    )
+    _record(pctx, cycle, task_action(
+        STEP, "retry", "ok", task, *key,
+        detail=f"{verdict.reason}: {last}" if last else verdict.reason,
+    ), "check_failed", verdict.reason, commit=verdict.commit)
 
 
 def _requeue(

@@ -11,7 +11,6 @@ from xaf_hub.config.load import InstanceConfig
 from xaf_hub.core.clock import to_ms
 from xaf_hub.core.records import SessionRecord
 from xaf_hub.core.runstate import LastRun
-from xaf_hub.errors import BudgetReached, BusyError, HubError, RunsAgain
 from xaf_hub.notify.record import session_action
 from xaf_hub.ops.context import OpsContext
 from xaf_hub.ops.decisions import Decisions, load_decisions, person_stop
@@ -28,27 +27,12 @@ LOOKBACK = timedelta(hours=24)
 
 def record_heal(pctx: OpsContext, cycle: Cycle, rec: SessionRecord, healing: Healing) -> None:
     """Put one heal into the cycle's log: healed, or waiting for a usable model."""
-    if healing.to_model is None:
-        cycle.log.add(
-            pctx,
-            session_action(
-                STEP, "heal", "waiting", rec, detail=healing.detail, from_model=healing.from_model
-            ),
-        )
-        return
-    cycle.log.touched.add((rec.instance, rec.id))
-    cycle.log.add(
-        pctx,
-        session_action(
-            STEP,
-            "heal",
-            "ok",
-            rec,
-            detail=healing.detail,
-            model=healing.to_model,
-            from_model=healing.from_model,
-        ),
-    )
+    if healing.to_model is not None:
+        cycle.log.touched.add((rec.instance, rec.id))
+    cycle.log.add(pctx, session_action(
+        STEP, "heal", "waiting" if healing.to_model is None else "ok", rec,
+        detail=healing.detail, model=healing.to_model or "", from_model=healing.from_model,
+    ))
 
 
 async def fix_free_limit(pctx: OpsContext, cycle: Cycle) -> None:
@@ -115,38 +99,12 @@ async def heal_item(
             ),
         )
         return
-    try:
-        since = run.created_ms if run else None
-        healing = await heal(
-            pctx, inst, rec, cand, state, discipline(),
-            still_wanted=lambda: person_stop(pctx, inst.name, rec.id, since),
-        )
-    except RunsAgain as exc:
-        cycle.log.add(
-            pctx,
-            session_action(STEP, "heal", "skipped", rec, detail=str(exc), from_model=cand.model),
-        )
-    except BusyError as exc:
-        cycle.log.deferred.add((inst.name, rec.id))
-        cycle.log.add(
-            pctx,
-            session_action(
-                STEP,
-                "heal",
-                "waiting",
-                rec,
-                detail=(
-                    "daily budget reached" if isinstance(exc, BudgetReached) else "no free slot yet"
-                )
-                + f", healed next cycle ({exc})",
-                from_model=cand.model,
-            ),
-        )
-    except HubError as exc:
-        cycle.log.add(
-            pctx,
-            session_action(STEP, "heal", "failed", rec, detail=str(exc), from_model=cand.model),
-        )
-        cycle.log.error(pctx, STEP, f"heal {inst.name}/{rec.id}: {exc}")
-    else:
+    since = run.created_ms if run else None
+    healing = await cycle.attempt(
+        pctx, STEP, "heal", rec,
+        heal(pctx, inst, rec, cand, state, discipline(),
+             still_wanted=lambda: person_stop(pctx, inst.name, rec.id, since)),
+        later="healed next cycle", from_model=cand.model,
+    )
+    if healing is not None:
         record_heal(pctx, cycle, rec, healing)

@@ -12,7 +12,7 @@ import asyncio
 from collections.abc import Sequence
 from pathlib import Path
 
-from xaf_hub.notify.record import Action
+from xaf_hub.notify.record import task_action
 from xaf_hub.ops.context import OpsContext
 from xaf_hub.patrol.context import Cycle
 from xaf_hub.patrol.design_scan import (
@@ -83,6 +83,4 @@ async def sync_design_tasks(pctx: OpsContext, cycle: Cycle) -> None:
         extra={"tasks": [t.id for t in added]},
     )
     for task in added:
-        cycle.log.add(
-            pctx, Action(STEP, "add", "ok", task=task.id, title=task.title, detail=task.spec)
-        )
+        cycle.log.add(pctx, task_action(STEP, "add", "ok", task, detail=task.spec))

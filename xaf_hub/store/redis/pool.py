@@ -249,7 +249,7 @@ class RedisBacklog(TaskPool):
                 new, result = change(current)
                 if new is not None and new.id != task_id:
                     raise ValueError(f"edit of task {task_id!r} returned task {new.id!r}")
-                if new == current:  # nothing to write (no row before or after, or the same)
+                if new == current:  # no row before or after, or the same row
                     return result
                 row = "" if new is None else _dump(new.to_json())
                 keys = [key, self.order_key, self.writes_key, self.key, lease]
