@@ -38,6 +38,10 @@ WaitState = Literal["running", "finished", "failed", "retrying", "no_sign", "unr
 Step = Literal["wait", "started", "finished", "heal", "failed"]
 # The steps that end a wait, and how it ended.
 _ENDS: dict[Step, WaitState] = {"started": "running", "finished": "finished", "failed": "failed"}
+# A wait's step after a look at a run that ended, by the verdict's state.
+_STEP_OF: dict[str, Step] = {"finished": "finished", "aborted": "failed", "denied": "failed"}
+# How a wait that reached its deadline ended, by the verdict's state.
+_AT_DEADLINE: dict[str, WaitState] = {"running": "running", "retrying": "retrying"}
 
 
 @dataclass(frozen=True)
@@ -126,12 +130,8 @@ def wait_step(s: Sighting, v: Verdict, busy_seconds: float) -> tuple[Step, HealC
         return ("started" if started else "wait"), None
     if v.state == "waiting":
         return "started", None  # it ran, and stopped to ask a person: no heal, no more wait
-    if v.state == "finished":
-        return "finished", None
-    if v.state in ("aborted", "denied"):
-        return "failed", None
-    # pending, idle, or "stopped without finishing" while the status catches up: look again.
-    return "wait", None
+    # Pending, idle, or "stopped without finishing" while the status catches up: look again.
+    return _STEP_OF.get(v.state, "wait"), None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -217,11 +217,7 @@ async def wait_for_run(
                 return done(
                     "failed", verdict, f"{verdict.detail}; no free slot to re-send: {blocked}"
                 )
-            if verdict.state == "running":
-                return done("running", verdict)
-            if verdict.state == "retrying":
-                return done("retrying", verdict)
-            return done("no_sign", verdict)
+            return done(_AT_DEADLINE.get(verdict.state, "no_sign"), verdict)
         await sleep(max(0.0, min(POLL_SECONDS, deadline - clock())))
 
 
