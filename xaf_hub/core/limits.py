@@ -87,13 +87,6 @@ def _date(text: str) -> datetime | None:
         return None
 
 
-def _from_ms(ms: float) -> datetime | None:
-    try:
-        return datetime.fromtimestamp(ms / 1000, UTC)
-    except (ArithmeticError, OSError, ValueError):
-        return None
-
-
 def stated_in_text(text: str, now: datetime, longest: timedelta) -> datetime | None:
     """The end a message states (a Retry-After, "try again in …", "resets at …"), or None.
 
@@ -186,14 +179,14 @@ def stated_end(
     read late: its rest is over).
     """
     found: tuple[datetime, datetime] | None = None
-    when = _from_ms(next_ms) if next_ms > 0 else None
+    when = read_instant(next_ms) if next_ms > 0 else None
     if when is not None:
         found = (when, now)
     if found is None or not _a_statement(*found):
         when = stated_in_text(message, now, longest)
         found = None if when is None else (when, now)
     if (found is None or not _a_statement(*found)) and error is not None:
-        said = (_from_ms(said_ms) if said_ms > 0 else None) or now
+        said = (read_instant(said_ms) if said_ms > 0 else None) or now
         found = _error_statement(error, said, longest)
     if found is None or not _a_statement(*found):
         return None
