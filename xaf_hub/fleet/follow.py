@@ -374,30 +374,27 @@ class FleetFollower:
                     st.mode, st.reason = "polling", item.reason
                     self.emit(FleetEvent("polling", inst.name, detail=item.reason, at_ms=now_ms()))
                 return True, item.reason
-            if isinstance(item, Bad):
-                st.bad_frames += item.count
-                st.long_lines += item.long_lines
-                bad_in_a_row += item.count
-                if bad_in_a_row >= MAX_BAD_FRAMES:
-                    return True, f"{bad_in_a_row} unreadable frames in a row"
-                continue
             if isinstance(item, Behind):
                 if reason := await self._rescan(client, inst, board):
                     return True, reason
                 continue
-            try:
-                changes = await self._apply(client, inst, board, item)
-            except (HubError, httpx.HTTPError):
-                raise  # the connection's own trouble: reconnect
-            except Exception:  # noqa: BLE001 - a frame we cannot read is dropped, not raised
-                st.bad_frames += 1
-                bad_in_a_row += 1
-                if bad_in_a_row >= MAX_BAD_FRAMES:
-                    return True, f"{bad_in_a_row} unreadable frames in a row"
-                continue
-            bad_in_a_row = 0
-            self.live.changed = True
-            await self._send(client, changes)
+            if not isinstance(item, Bad):
+                try:
+                    changes = await self._apply(client, inst, board, item)
+                except (HubError, httpx.HTTPError):
+                    raise  # the connection's own trouble: reconnect
+                except Exception:  # noqa: BLE001 - a frame we cannot read is dropped, not raised
+                    item = Bad(1, 0)
+                else:
+                    bad_in_a_row = 0
+                    self.live.changed = True
+                    await self._send(client, changes)
+                    continue
+            st.bad_frames += item.count
+            st.long_lines += item.long_lines
+            bad_in_a_row += item.count
+            if bad_in_a_row >= MAX_BAD_FRAMES:
+                return True, f"{bad_in_a_row} unreadable frames in a row"
 
     def _why_polling(self, client: OpencodeClient) -> str:
         if self.force_polling:
