@@ -13,11 +13,7 @@ import httpx
 
 from xaf_hub.config.load import Config, InstanceConfig
 from xaf_hub.core import aio
-from xaf_hub.core.records import (
-    SessionRecord,
-    Snapshot,
-    Waiting,
-)
+from xaf_hub.core.records import SessionRecord, Snapshot, Waiting
 from xaf_hub.errors import ApiError, HubError, RunStateUnknown, UnreachableError
 from xaf_hub.fleet.client import OpencodeClient, RawStatus, ServerSession
 from xaf_hub.fleet.instance_scan import InstanceScan as InstanceScan
