@@ -153,9 +153,7 @@ def expected_branches(
     return tuple(branches)
 
 
-def base_commit(
-    tips: Mapping[str, str], branches: Sequence[str], base_branch: str
-) -> str | None:
+def base_commit(tips: Mapping[str, str], branches: Sequence[str], base_branch: str) -> str | None:
     """A task's base: its expected branch's tip, or for a branch not made yet (a
     feature branch starts there) the base branch's; None when neither is known."""
     for branch in branches:

@@ -209,9 +209,7 @@ def _secret_pattern(secrets: tuple[str, ...]) -> tuple[re.Pattern[str], tuple[st
         return None
     # Longest first, so a form is never cut short by a shorter one it starts with.
     ordered = sorted(forms, key=len, reverse=True)
-    witnesses = tuple(
-        f for i, f in enumerate(ordered) if not any(g in f for g in ordered[i + 1 :])
-    )
+    witnesses = tuple(f for i, f in enumerate(ordered) if not any(g in f for g in ordered[i + 1 :]))
     return re.compile("|".join(re.escape(f) for f in ordered)), witnesses
 
 

@@ -580,9 +580,7 @@ class OpencodeClient:
 
     async def worktrees(self, checkout: str) -> list[str]:
         """The folders of ``checkout``'s worktrees that opencode made."""
-        data = await self._request(
-            "GET", "/experimental/worktree", params={"directory": checkout}
-        )
+        data = await self._request("GET", "/experimental/worktree", params={"directory": checkout})
         if not isinstance(data, list):
             raise self._shape("/experimental/worktree")
         return [d for d in data if isinstance(d, str) and d]

@@ -252,9 +252,7 @@ class FleetFollower:
             self._wakers.discard(streams.queue)
             await streams.close()
 
-    async def _choose(
-        self, client: OpencodeClient, inst: InstanceConfig, streams: Streams
-    ) -> Mode:
+    async def _choose(self, client: OpencodeClient, inst: InstanceConfig, streams: Streams) -> Mode:
         """Find the stream this instance offers, leaving it open."""
         if self.force_polling or client.dialect == "v2":
             return "polling"
@@ -293,9 +291,7 @@ class FleetFollower:
         if not wanted and not streams.directories:
             wanted = [""]  # the server's own directory: proves streams work at all
         patience = self.heartbeat_deadline if self._modes.get(inst.name) else self.probe_seconds
-        results = await aio.gather(
-            *(streams.open("/event", d, patience) for d in wanted)
-        )
+        results = await aio.gather(*(streams.open("/event", d, patience) for d in wanted))
         return all(results)
 
     async def _follow_open(

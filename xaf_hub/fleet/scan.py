@@ -115,9 +115,7 @@ async def _scan_into(
     result.sandboxes = {s.directory: s.checkout for s in sessions if s.checkout and s.directory}
     # Sessions share a few hundred directories at most: classify each directory once.
     project_dir = {
-        d: inst.claims(d, result.sandboxes.get(d, ""))
-        for d in {s.directory for s in sessions}
-        if d
+        d: inst.claims(d, result.sandboxes.get(d, "")) for d in {s.directory for s in sessions} if d
     }
     owners = {d: _owner(inst, d, ok, result.sandboxes) for d, ok in project_dir.items()}
     result.release = client.release.describe()
