@@ -440,11 +440,7 @@ def _rules(base: str) -> tuple[_Rule, ...]:
             rf"(?:\s+(?:(?:origin|upstream)/[A-Za-z0-9._\-/]+|{re.escape(base)})\b)?",
             _git_create,
         ),
-        (
-            "git-switch",
-            rf"\bgit\s+(?P<cmd>checkout|switch)\s+(?:--\s+)?{_FEAT}",
-            _git_switch,
-        ),
+        ("git-switch", rf"\bgit\s+(?P<cmd>checkout|switch)\s+(?:--\s+)?{_FEAT}", _git_switch),
         (
             "git-push",
             r"\bgit\s+push(?:\s+(?:-u|--set-upstream|-f|--force|--force-with-lease))*"
@@ -458,11 +454,7 @@ def _rules(base: str) -> tuple[_Rule, ...]:
             rf"{_ZH_CREATE_VERB}{_ZH_CREATE_FILL}{_FEAT}{_ZH_TAIL}",
             _zh_work,
         ),
-        (
-            "zh-create",
-            rf"{_ZH_CREATE_VERB}{_ZH_CREATE_FILL}{_FEAT}{_ZH_TAIL}",
-            _zh_work,
-        ),
+        ("zh-create", rf"{_ZH_CREATE_VERB}{_ZH_CREATE_FILL}{_FEAT}{_ZH_TAIL}", _zh_work),
         (
             "zh-switch",
             r"(?P<lead>(?:(?:切换到|切换至|切到|切回|检出|签出)\s*"

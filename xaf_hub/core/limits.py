@@ -16,13 +16,7 @@ from typing import Any
 
 from xaf_hub.core.clock import read_instant
 
-__all__ = [
-    "parse_until",
-    "BACKOFF_CEILING",
-    "stated_end",
-    "stated_in_headers",
-    "stated_in_text",
-]
+__all__ = ["parse_until", "BACKOFF_CEILING", "stated_end", "stated_in_headers", "stated_in_text"]
 
 # opencode's retry delay without a Retry-After: 2000 * 2**(attempt-1) * (1 + 0.25*rand) ms, at
 # most 5 retries, so at most 40 s; anything further off was stated by the provider.
@@ -44,12 +38,10 @@ _PART_TIGHT = rf"\d+(?:\.\d+)?{_UNIT}"  # "6m0s": parts with no space and no wor
 _DURATION = rf"(?:{_PART}(?:\s*(?:,|and)?\s*{_PART})*|{_PART_TIGHT}(?:{_PART_TIGHT})*\b)"
 _LEAD = r"(?:try\s+again|retry|reset|resets|be\s+reset|available(?:\s+again)?|lifted|wait)"
 _IN_DURATION = re.compile(
-    rf"\b{_LEAD}\s+(?:in|after)\s+(?:about\s+|approximately\s+|~\s*)?(?P<d>{_DURATION})",
-    _FLAGS,
+    rf"\b{_LEAD}\s+(?:in|after)\s+(?:about\s+|approximately\s+|~\s*)?(?P<d>{_DURATION})", _FLAGS
 )
 _RETRY_AFTER = re.compile(
-    r"\bretry[-_ ]after(?:[-_ ]ms)?\W{0,3}(?P<n>\d+(?:\.\d+)?)\s*(?P<u>" + _UNIT + r")?\b",
-    _FLAGS,
+    r"\bretry[-_ ]after(?:[-_ ]ms)?\W{0,3}(?P<n>\d+(?:\.\d+)?)\s*(?P<u>" + _UNIT + r")?\b", _FLAGS
 )
 _ISO = r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?"
 _AT_INSTANT = re.compile(

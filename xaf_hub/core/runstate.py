@@ -27,9 +27,7 @@ RunVerdict = Literal[
     "idle",
 ]
 # The patrol's classes, in the order reports list them.
-STATES = (
-    "running", "waiting", "stale_busy", "finished", "failed", "denied", "interrupted", "idle",
-)
+STATES = ("running", "waiting", "stale_busy", "finished", "failed", "denied", "interrupted", "idle")
 
 # The one phrase for the "waiting" verdict and class: every view says it this way.
 WAITING_WORDS = "waiting for a person"

@@ -196,8 +196,7 @@ class V2(Api):
 
     async def create_session(self, directory: str, title: str) -> ServerSession:
         data = await self.client._request(
-            "POST", "/api/session", body={"location": {"directory": directory}},
-            idempotent=False,
+            "POST", "/api/session", body={"location": {"directory": directory}}, idempotent=False
         )
         obj = data.get("data", data) if isinstance(data, dict) else None
         if not isinstance(obj, dict) or not _id(obj):

@@ -400,8 +400,7 @@ class FleetFollower:
         return "neither /global/event nor /event?directory= answered"
 
     async def _poll(
-        self, client: OpencodeClient, inst: InstanceConfig, board: Board,
-        until: float | None = None,
+        self, client: OpencodeClient, inst: InstanceConfig, board: Board, until: float | None = None
     ) -> tuple[bool, str]:
         """Rescan every ``poll_seconds`` (until ``until``, then the stream is tried again)."""
         while True:
@@ -500,9 +499,7 @@ class FleetFollower:
 
 
 async def probe_mode(
-    cfg: Config,
-    inst: InstanceConfig,
-    transport_factory: TransportFactory | None = None,
+    cfg: Config, inst: InstanceConfig, transport_factory: TransportFactory | None = None
 ) -> tuple[str, str, str]:
     """Which stream a follower would use for ``inst``: (mode, version, why it is polled).
 
