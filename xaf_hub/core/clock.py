@@ -238,6 +238,12 @@ def _zone_key(candidate: str) -> ZoneInfo | None:
         return None
 
 
+def _zoneinfo_key(path: str) -> ZoneInfo | None:
+    """The zone a path names by its part after ``/zoneinfo/`` (``/usr/share/zoneinfo/UTC``)."""
+    marker = "/zoneinfo/"
+    return _zone_key(path.rsplit(marker, 1)[1]) if marker in path else None
+
+
 def _zone_file(candidate: str) -> ZoneInfo | None:
     """The zone of a TZ naming a file (``/usr/share/zoneinfo/Asia/Shanghai``, ``:/etc/x``)."""
     from zoneinfo import ZoneInfo  # deferred: start-up, docs/performance.md
@@ -245,11 +251,9 @@ def _zone_file(candidate: str) -> ZoneInfo | None:
     path = candidate.strip().lstrip(":")
     if not path.startswith("/"):
         return None
-    marker = "/zoneinfo/"
-    if marker in path:
-        zone = _zone_key(path.rsplit(marker, 1)[1])
-        if zone is not None:
-            return zone
+    zone = _zoneinfo_key(path)
+    if zone is not None:
+        return zone
     try:
         with open(path, "rb") as handle:
             return ZoneInfo.from_file(handle, key=path)
@@ -315,9 +319,4 @@ def resolve_timezone(
         target = str(localtime_path.resolve(strict=True))
     except OSError:
         target = ""
-    marker = "/zoneinfo/"
-    if marker in target:
-        zone = _zone_key(target.rsplit(marker, 1)[1])
-        if zone is not None:
-            return zone
-    return _SystemLocalZone()
+    return _zoneinfo_key(target) or _SystemLocalZone()

@@ -217,9 +217,7 @@ def named_files(text: str, tasks: Sequence[str] = (), files: Sequence[str] = ())
 
     def named(f: str) -> bool:
         held = _folders(f)
-        return any(
-            _same_place(where, held) for key in _file_keys(f) for where in said.get(key, ())
-        )
+        return any(_same_place(where, held) for key in _file_keys(f) for where in said.get(key, ()))
 
     found = [f for f in dict.fromkeys([*files, *files_in(tasks)]) if named(f)]
     seen: set[str] = set()

@@ -48,13 +48,6 @@ _HASH_LEN = 8
 _MIN_SLUG_LEN = len(_HASH_SLUG_PREFIX) + _HASH_LEN
 
 
-def default_branch_policy(instance_name: str) -> BranchPolicy:
-    """Return the policy an instance gets when its config names none."""
-    # A "local..." instance works in the operator's own checkout, where a pile
-    # of feature branches is noise; every remote instance works isolated.
-    return "mainline" if instance_name.lower().startswith("local") else "branch"
-
-
 def slugify(text: str, max_len: int = 40) -> str:
     """Return a git-branch-safe slug (``[a-z0-9]+(-[a-z0-9]+)*``) for a task title."""
     if max_len < _MIN_SLUG_LEN:
@@ -160,9 +153,7 @@ def expected_branches(
     return tuple(branches)
 
 
-def base_commit(
-    tips: Mapping[str, str], branches: Sequence[str], base_branch: str
-) -> str | None:
+def base_commit(tips: Mapping[str, str], branches: Sequence[str], base_branch: str) -> str | None:
     """A task's base: its expected branch's tip, or for a branch not made yet (a
     feature branch starts there) the base branch's; None when neither is known."""
     for branch in branches:
@@ -375,70 +366,53 @@ class _Rule:
     render: Callable[[re.Match[str], str], str]
 
 
-def _zh_target(m: re.Match[str], base: str) -> str:
-    """Render the branch token as the base branch, Chinese wording."""
+def _target(m: re.Match[str], base: str, remote: bool = True, zh: bool = False) -> str:
+    """The branch token reworded as the base branch, in the token's backticks: with its remote
+    prefix unless ``remote`` is off (git commands: "git checkout origin/main" would detach
+    HEAD), and "主分支" after it in Chinese wording (``zh``)."""
     tick = m.group("tick")
-    return f"{tick}{m.group('remote') or ''}{base}{tick} 主分支"
-
-
-def _en_target(m: re.Match[str], base: str) -> str:
-    """Render the branch token as the base branch, English wording."""
-    tick = m.group("tick")
-    return f"{tick}{m.group('remote') or ''}{base}{tick}"
-
-
-def _bare_target(m: re.Match[str], base: str) -> str:
-    """Render the branch token as the local base branch (for git commands)."""
-    # "git checkout origin/main" would detach HEAD; commands name the branch.
-    tick = m.group("tick")
-    return f"{tick}{base}{tick}"
-
-
-def _keep_case(m: re.Match[str], text: str) -> str:
-    """Capitalise text when the matched text started with a capital."""
-    return text[:1].upper() + text[1:] if m.group(0)[:1].isupper() else text
+    name = f"{tick}{(m.group('remote') or '') if remote else ''}{base}{tick}"
+    return f"{name} 主分支" if zh else name
 
 
 def _zh_work(m: re.Match[str], base: str) -> str:
     """Reword a whole "create a feature branch" order, Chinese."""
-    tick = m.group("tick")
-    return f"直接使用 {tick}{base}{tick} 主分支"
+    return f"直接使用 {_target(m, base, remote=False, zh=True)}"
 
 
 def _en_work(m: re.Match[str], base: str) -> str:
-    """Reword a whole "create a feature branch" order, English."""
-    tick = m.group("tick")
-    return _keep_case(m, f"work directly on {tick}{base}{tick}")
+    """Reword a whole "create a feature branch" order, English (keeping a leading capital)."""
+    text = f"work directly on {_target(m, base, remote=False)}"
+    return text[:1].upper() + text[1:] if m.group(0)[:1].isupper() else text
 
 
 def _lead_target_tail_zh(m: re.Match[str], base: str) -> str:
     """Keep the Chinese verb and its tail, swap the branch for the base."""
-    return f"{m.group('lead')}{_zh_target(m, base)}{m.groupdict().get('tail') or ''}"
+    return f"{m.group('lead')}{_target(m, base, zh=True)}{m.groupdict().get('tail') or ''}"
 
 
 def _lead_target_en(m: re.Match[str], base: str) -> str:
     """Keep the English verb phrase, swap the branch for the base."""
     # A Chinese "分支" after an English verb ("push feature/x 分支") keeps Chinese.
-    target = _zh_target(m, base) if "分支" in m.group("tgt") else _en_target(m, base)
-    return f"{m.group('lead')}{m.group('gap')}{target}"
+    return f"{m.group('lead')}{m.group('gap')}{_target(m, base, zh='分支' in m.group('tgt'))}"
 
 
 def _git_create(m: re.Match[str], base: str) -> str:
     """Turn a branch-creating git command into a checkout of the base."""
     verb = "switch" if m.group("cmd").startswith("switch") else "checkout"
-    return f"{m.group('git') or ''}{verb} {_bare_target(m, base)}"
+    return f"{m.group('git') or ''}{verb} {_target(m, base, remote=False)}"
 
 
 def _git_switch(m: re.Match[str], base: str) -> str:
     """Point a git checkout/switch at the base."""
-    return f"git {m.group('cmd')} {_bare_target(m, base)}"
+    return f"git {m.group('cmd')} {_target(m, base, remote=False)}"
 
 
 def _git_push(m: re.Match[str], base: str) -> str:
     """Point a git push at the base."""
     # Flags are dropped on purpose: -u is moot and --force on the main line is
     # never what a task meant.
-    return f"git push {m.group('rname') or 'origin'} {_bare_target(m, base)}"
+    return f"git push {m.group('rname') or 'origin'} {_target(m, base, remote=False)}"
 
 
 @lru_cache(maxsize=32)
@@ -466,11 +440,7 @@ def _rules(base: str) -> tuple[_Rule, ...]:
             rf"(?:\s+(?:(?:origin|upstream)/[A-Za-z0-9._\-/]+|{re.escape(base)})\b)?",
             _git_create,
         ),
-        (
-            "git-switch",
-            rf"\bgit\s+(?P<cmd>checkout|switch)\s+(?:--\s+)?{_FEAT}",
-            _git_switch,
-        ),
+        ("git-switch", rf"\bgit\s+(?P<cmd>checkout|switch)\s+(?:--\s+)?{_FEAT}", _git_switch),
         (
             "git-push",
             r"\bgit\s+push(?:\s+(?:-u|--set-upstream|-f|--force|--force-with-lease))*"
@@ -484,11 +454,7 @@ def _rules(base: str) -> tuple[_Rule, ...]:
             rf"{_ZH_CREATE_VERB}{_ZH_CREATE_FILL}{_FEAT}{_ZH_TAIL}",
             _zh_work,
         ),
-        (
-            "zh-create",
-            rf"{_ZH_CREATE_VERB}{_ZH_CREATE_FILL}{_FEAT}{_ZH_TAIL}",
-            _zh_work,
-        ),
+        ("zh-create", rf"{_ZH_CREATE_VERB}{_ZH_CREATE_FILL}{_FEAT}{_ZH_TAIL}", _zh_work),
         (
             "zh-switch",
             r"(?P<lead>(?:(?:切换到|切换至|切到|切回|检出|签出)\s*"

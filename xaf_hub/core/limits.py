@@ -16,13 +16,7 @@ from typing import Any
 
 from xaf_hub.core.clock import read_instant
 
-__all__ = [
-    "parse_until",
-    "BACKOFF_CEILING",
-    "stated_end",
-    "stated_in_headers",
-    "stated_in_text",
-]
+__all__ = ["parse_until", "BACKOFF_CEILING", "stated_end", "stated_in_headers", "stated_in_text"]
 
 # opencode's retry delay without a Retry-After: 2000 * 2**(attempt-1) * (1 + 0.25*rand) ms, at
 # most 5 retries, so at most 40 s; anything further off was stated by the provider.
@@ -44,12 +38,10 @@ _PART_TIGHT = rf"\d+(?:\.\d+)?{_UNIT}"  # "6m0s": parts with no space and no wor
 _DURATION = rf"(?:{_PART}(?:\s*(?:,|and)?\s*{_PART})*|{_PART_TIGHT}(?:{_PART_TIGHT})*\b)"
 _LEAD = r"(?:try\s+again|retry|reset|resets|be\s+reset|available(?:\s+again)?|lifted|wait)"
 _IN_DURATION = re.compile(
-    rf"\b{_LEAD}\s+(?:in|after)\s+(?:about\s+|approximately\s+|~\s*)?(?P<d>{_DURATION})",
-    _FLAGS,
+    rf"\b{_LEAD}\s+(?:in|after)\s+(?:about\s+|approximately\s+|~\s*)?(?P<d>{_DURATION})", _FLAGS
 )
 _RETRY_AFTER = re.compile(
-    r"\bretry[-_ ]after(?:[-_ ]ms)?\W{0,3}(?P<n>\d+(?:\.\d+)?)\s*(?P<u>" + _UNIT + r")?\b",
-    _FLAGS,
+    r"\bretry[-_ ]after(?:[-_ ]ms)?\W{0,3}(?P<n>\d+(?:\.\d+)?)\s*(?P<u>" + _UNIT + r")?\b", _FLAGS
 )
 _ISO = r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?"
 _AT_INSTANT = re.compile(
@@ -84,13 +76,6 @@ def _date(text: str) -> datetime | None:
     try:
         return _aware(parsedate_to_datetime(text))
     except (ArithmeticError, LookupError, TypeError, ValueError):
-        return None
-
-
-def _from_ms(ms: float) -> datetime | None:
-    try:
-        return datetime.fromtimestamp(ms / 1000, UTC)
-    except (ArithmeticError, OSError, ValueError):
         return None
 
 
@@ -186,14 +171,14 @@ def stated_end(
     read late: its rest is over).
     """
     found: tuple[datetime, datetime] | None = None
-    when = _from_ms(next_ms) if next_ms > 0 else None
+    when = read_instant(next_ms) if next_ms > 0 else None
     if when is not None:
         found = (when, now)
     if found is None or not _a_statement(*found):
         when = stated_in_text(message, now, longest)
         found = None if when is None else (when, now)
     if (found is None or not _a_statement(*found)) and error is not None:
-        said = (_from_ms(said_ms) if said_ms > 0 else None) or now
+        said = (read_instant(said_ms) if said_ms > 0 else None) or now
         found = _error_statement(error, said, longest)
     if found is None or not _a_statement(*found):
         return None

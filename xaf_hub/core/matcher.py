@@ -15,6 +15,9 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import chain
+from typing import TypeVar
+
+_V = TypeVar("_V")
 
 
 @dataclass(frozen=True)
@@ -211,17 +214,19 @@ class _Row:
     weights: dict[str, float]
 
 
-class _RunSets(dict[str, frozenset[str]]):
-    """run -> the set of its n-grams, made on first use."""
+class _Memo(dict[str, _V]):
+    """key -> ``make(key)``, made on first use and kept (the caches of ``_Grams``)."""
 
-    def __init__(self, grams: Callable[[str], tuple[tuple[str, ...], tuple[str, ...]]]) -> None:
+    def __init__(self, make: Callable[[str], _V]) -> None:
         super().__init__()
-        self.grams = grams
+        self.make = make
 
-    def __missing__(self, run: str) -> frozenset[str]:
-        plain, generic = self.grams(run)
-        found = self[run] = frozenset(plain + generic)
+    def __missing__(self, key: str) -> _V:
+        found = self[key] = self.make(key)
         return found
+
+
+_Split = tuple[tuple[str, ...], tuple[str, ...]]  # n-grams at weight 1, at the generic weight
 
 
 class _Grams:
@@ -231,53 +236,37 @@ class _Grams:
 
     def __init__(self, weighted: bool = True) -> None:
         self.weighted = weighted
-        # run or text -> its n-grams at weight 1, and those at the generic-word weight
-        self.runs: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {}
-        self.texts: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {}
-        self.rows: dict[str, _Row] = {}
-        self.folders: dict[str, str] = {}
-        self.sets: dict[str, frozenset[str]] = {}
-        self.run_sets = _RunSets(self._run)
+        self.runs: _Memo[_Split] = _Memo(self._run)
+        self.texts: _Memo[_Split] = _Memo(self._text)
+        self.rows: _Memo[_Row] = _Memo(self._row)
+        self.folders: _Memo[str] = _Memo(folder_text)
+        self.sets: _Memo[frozenset[str]] = _Memo(self._set)
+        self.run_sets: _Memo[frozenset[str]] = _Memo(lambda run: frozenset(chain(*self.runs[run])))
 
-    def _run(self, run: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
-        found = self.runs.get(run)
-        if found is None:
-            grams = _weighted_run_grams(run)
-            if not self.weighted:
-                found = (tuple(g for g, _ in grams), ())
-            else:
-                found = (
-                    tuple(g for g, f in grams if f == 1.0),
-                    tuple(g for g, f in grams if f != 1.0),
-                )
-            self.runs[run] = found
-        return found
+    def _run(self, run: str) -> _Split:
+        grams = _weighted_run_grams(run)
+        if not self.weighted:
+            return tuple(g for g, _ in grams), ()
+        return tuple(g for g, f in grams if f == 1.0), tuple(g for g, f in grams if f != 1.0)
 
-    def _text(self, text: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
-        found = self.texts.get(text)
-        if found is None:
-            parts = [self._run(run) for run in _runs(text)]
-            found = (
-                tuple(chain.from_iterable(p for p, _ in parts)),
-                tuple(chain.from_iterable(g for _, g in parts)),
-            )
-            self.texts[text] = found
-        return found
+    def _text(self, text: str) -> _Split:
+        parts = [self.runs[run] for run in _runs(text)]
+        plain = tuple(chain.from_iterable(p for p, _ in parts))
+        return plain, tuple(chain.from_iterable(g for _, g in parts))
+
+    def _row(self, text: str) -> _Row:
+        plain, generic = self.texts[text]
+        low = set(generic).difference(plain)
+        return _Row(Counter(plain + generic), dict.fromkeys(low, GENERIC_WEIGHT))
 
     def of(self, document: Document) -> _Row:
         """The n-grams of one document (a plain text counts at weight 1)."""
         if isinstance(document, str):
-            row = self.rows.get(document)
-            if row is None:
-                plain, generic = self._text(document)
-                low = set(generic).difference(plain)
-                row = _Row(Counter(plain + generic), dict.fromkeys(low, GENERIC_WEIGHT))
-                self.rows[document] = row
-            return row
+            return self.rows[document]
         # (weight, n-grams occurring at it), every field of the evidence
         groups: list[tuple[float, tuple[str, ...]]] = []
-        for text, weight in document.fields(self._folder):
-            plain, generic = self._text(text)
+        for text, weight in document.fields(self.folders.__getitem__):
+            plain, generic = self.texts[text]
             groups.append((weight, plain))
             if generic:
                 groups.append((weight * GENERIC_WEIGHT, generic))
@@ -296,22 +285,12 @@ class _Grams:
     def sets_of(self, document: Document) -> list[frozenset[str]]:
         """The n-gram sets of a document's texts (cached: no counting)."""
         if isinstance(document, str):
-            return [self._set(document)]
-        return [self._set(text) for text, _ in document.fields(self._folder)]
+            return [self.sets[document]]
+        return [self.sets[text] for text, _ in document.fields(self.folders.__getitem__)]
 
     def _set(self, text: str) -> frozenset[str]:
-        found = self.sets.get(text)
-        if found is None:
-            # A union of the runs' cached sets, in C: no n-gram is counted here.
-            found = frozenset().union(*map(self.run_sets.__getitem__, _runs(text)))
-            self.sets[text] = found
-        return found
-
-    def _folder(self, directory: str) -> str:
-        found = self.folders.get(directory)
-        if found is None:
-            found = self.folders[directory] = folder_text(directory)
-        return found
+        # A union of the runs' cached sets, in C: no n-gram is counted here.
+        return frozenset().union(*map(self.run_sets.__getitem__, _runs(text)))
 
 
 def _idf(n: int, df: int) -> float:

@@ -27,9 +27,7 @@ RunVerdict = Literal[
     "idle",
 ]
 # The patrol's classes, in the order reports list them.
-STATES = (
-    "running", "waiting", "stale_busy", "finished", "failed", "denied", "interrupted", "idle",
-)
+STATES = ("running", "waiting", "stale_busy", "finished", "failed", "denied", "interrupted", "idle")
 
 # The one phrase for the "waiting" verdict and class: every view says it this way.
 WAITING_WORDS = "waiting for a person"
@@ -199,14 +197,8 @@ def judge(
         # The server says busy, but nothing moves until a person answers.
         return Verdict("waiting", model, f"{WAITING_WORDS}: {waiting_detail(rec.waiting)}")
     if rec.run_state == "retry":
-        return Verdict(
-            "retrying",
-            model,
-            rec.retry_message,
-            classify_message(rec.retry_message),
-            rec.retry_next,
-            attempt,
-        )
+        said = rec.retry_message
+        return Verdict("retrying", model, said, classify_message(said), rec.retry_next, attempt)
     if rec.run_state == "busy":
         detail = "the model is answering" if answered else "busy; no answer from the model yet"
         return Verdict("running", model, detail)
@@ -330,13 +322,9 @@ def classify_message(text: str) -> ErrorClass:
 
 
 def _status_code(value: Any) -> int | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
     if isinstance(value, str) and value.strip().isdigit():
         return int(value.strip())
-    return None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _as_text(value: Any) -> str:

@@ -90,10 +90,8 @@ def dumps(data: Any) -> str:
     """JSON for scripts: UTF-8 text, stable key order as built, never NaN or Infinity."""
     try:
         return _indented(data, "\n")
-    except _Unusual:  # any other value, a non-str key, a non-finite float: json's own way
-        pass
-    except RecursionError:
-        pass
+    except (_Unusual, RecursionError):  # another value, a non-str key, a non-finite float or
+        pass  # deep nesting: json's own way
     try:
         return json.dumps(data, ensure_ascii=False, indent=2, allow_nan=False)
     except ValueError:  # a non-finite float somewhere: JSON has no word for it, say null
@@ -211,9 +209,7 @@ def _secret_pattern(secrets: tuple[str, ...]) -> tuple[re.Pattern[str], tuple[st
         return None
     # Longest first, so a form is never cut short by a shorter one it starts with.
     ordered = sorted(forms, key=len, reverse=True)
-    witnesses = tuple(
-        f for i, f in enumerate(ordered) if not any(g in f for g in ordered[i + 1 :])
-    )
+    witnesses = tuple(f for i, f in enumerate(ordered) if not any(g in f for g in ordered[i + 1 :]))
     return re.compile("|".join(re.escape(f) for f in ordered)), witnesses
 
 

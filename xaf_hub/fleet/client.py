@@ -22,13 +22,7 @@ from xaf_hub.config.load import InstanceConfig
 from xaf_hub.core.backoff import Backoff
 from xaf_hub.core.records import Message, Room
 from xaf_hub.core.text import redact
-from xaf_hub.errors import (
-    ApiError,
-    Cause,
-    RequestGone,
-    SessionNotFound,
-    UnreachableError,
-)
+from xaf_hub.errors import ApiError, Cause, HubError, RequestGone, SessionNotFound, UnreachableError
 from xaf_hub.fleet import wire
 from xaf_hub.fleet.dialects import DIALECTS, V2, Api, Classic, Dialect
 from xaf_hub.fleet.dialects import RawStatus as RawStatus
@@ -183,8 +177,9 @@ class OpencodeClient:
         body: Any = None,
         expect_json: bool = True,
         idempotent: bool = True,
-        not_found_ok: bool = False,
-    ) -> tuple[Any, httpx.Response | None]:
+        gone: HubError | None = None,
+    ) -> Any:
+        """The answer's JSON (None with ``expect_json`` off); ``gone`` is raised on a 404."""
         attempts = self.retries + 1
         cause: Cause
         cause, last_reason = "other", "no attempt made"
@@ -246,21 +241,21 @@ class OpencodeClient:
                     continue
                 uncertain = True
                 break
-            if status == 404 and not_found_ok:
-                return None, resp
+            if status == 404 and gone is not None:
+                raise gone
             if status >= 400:
                 said, name = wire.server_error(content)
                 # Redacted before it is cut short: a cut could leave half a secret behind.
                 raise ApiError(self.name, status, self._scrub(said)[:300], name)
             if not expect_json:
-                return None, resp
+                return None
             ctype = resp.headers.get("content-type", "")
             if "html" in ctype or content.lstrip()[:1] == b"<":
                 raise self._fail(
                     "answered with an HTML page instead of JSON (wrong URL or path prefix?)", "html"
                 )
             try:
-                return wire.server_json(content), resp
+                return wire.server_json(content)
             except (ValueError, RecursionError):  # bad UTF-8 or JSON, a 5000-digit number
                 cause, last_reason = "garbled", "truncated or invalid JSON in the response"
                 if idempotent:
@@ -297,6 +292,10 @@ class OpencodeClient:
 
         return redact(text, self.inst.secrets())
 
+    def no_session(self, session_id: str) -> SessionNotFound:
+        """What a call on a session the instance does not know raises."""
+        return SessionNotFound(f"{self.name}: session {session_id} not found")
+
     def _shape(self, what: str) -> UnreachableError:
         return self._fail(f"unexpected response shape from {what} (not an opencode server?)")
 
@@ -324,7 +323,7 @@ class OpencodeClient:
         """Find the API dialect (classic first) and the server version."""
         if self.dialect == "classic" or self.dialect is None:
             try:
-                data, _ = await self._request("GET", "/global/health")
+                data = await self._request("GET", "/global/health")
             except UnreachableError as exc:
                 if self.dialect == "classic" or exc.cause != "html":
                     raise
@@ -336,7 +335,7 @@ class OpencodeClient:
                 return "classic"
         for path in ("/api/info", "/api/health"):
             try:
-                data, _ = await self._request("GET", path)
+                data = await self._request("GET", path)
             except UnreachableError as exc:
                 if exc.cause == "html":
                     continue
@@ -423,7 +422,7 @@ class OpencodeClient:
         cursor: Any = None
         for pages in range(1, self.max_pages + 1):
             params = {"limit": self.page_size, **({} if cursor is None else {"cursor": cursor})}
-            data, _ = await self._request("GET", path, params=params)
+            data = await self._request("GET", path, params=params)
             items = rows(data)
             if items is None:
                 raise self._shape(path)
@@ -437,7 +436,7 @@ class OpencodeClient:
 
     async def _status_map(self, directory: str | None) -> dict[str, RawStatus]:
         params = {"directory": directory} if directory is not None else None
-        data, _ = await self._request("GET", "/session/status", params=params)
+        data = await self._request("GET", "/session/status", params=params)
         if not isinstance(data, dict):
             raise self._shape("/session/status")
         return {str(k): cast(RawStatus, v) for k, v in data.items() if isinstance(v, dict)}
@@ -459,9 +458,7 @@ class OpencodeClient:
             # opencode answers 500 to malformed ids; say what is wrong instead.
             raise SessionNotFound(f"{self.name}: {session_id!r} is not a session id (ses_...)")
         params = await api.where(session_id, directory)
-        data, _ = await self._request("GET", path, params=params, not_found_ok=True)
-        if data is None:
-            raise SessionNotFound(f"{self.name}: session {session_id} not found")
+        data = await self._request("GET", path, params=params, gone=self.no_session(session_id))
         try:
             return api.session(data)
         except (KeyError, TypeError, AttributeError, ValueError):
@@ -480,9 +477,7 @@ class OpencodeClient:
         path = f"{api.sessions}/{session_id}/message"
         where = await api.where(session_id, directory)
         params = {"limit": limit, **(where or {})}
-        data, _ = await self._request("GET", path, params=params, not_found_ok=True)
-        if data is None:
-            raise SessionNotFound(f"{self.name}: session {session_id} not found")
+        data = await self._request("GET", path, params=params, gone=self.no_session(session_id))
         if isinstance(data, dict) and isinstance(data.get("data"), list):
             data = data["data"]
         if not isinstance(data, list):
@@ -500,7 +495,7 @@ class OpencodeClient:
             ("/permission", wire.waiting_from_permission),
             ("/question", wire.waiting_from_question),
         ):
-            data, _ = await self._request("GET", path, params={"directory": directory})
+            data = await self._request("GET", path, params={"directory": directory})
             if not isinstance(data, list):
                 raise self._shape(path)
             items = [read(obj) for obj in data[: wire.MAX_SESSIONS]]
@@ -537,12 +532,11 @@ class OpencodeClient:
             await self._reply(f"/question/{request_id}/reply", body, directory)
 
     async def _reply(self, path: str, body: Any, directory: str) -> None:
-        _, resp = await self._request(
+        gone = RequestGone(f"{self.name}: request {path.split('/')[2]} no longer waits")
+        await self._request(
             "POST", path, params={"directory": directory}, body=body, expect_json=False,
-            idempotent=False, not_found_ok=True,
+            idempotent=False, gone=gone,
         )
-        if resp is not None and resp.status_code == 404:
-            raise RequestGone(f"{self.name}: request {path.split('/')[2]} no longer waits")
 
     # -----------------------------------------------------------------------------------
     # writes
@@ -559,20 +553,20 @@ class OpencodeClient:
 
     async def branch(self, directory: str) -> str:
         """The branch checked out in ``directory`` ("" when the server says none)."""
-        data, _ = await self._request("GET", "/vcs", params={"directory": directory})
+        data = await self._request("GET", "/vcs", params={"directory": directory})
         return _text(_obj(data).get("branch"))
 
     async def project_of(self, directory: str) -> tuple[str, str, str]:
         """(id, checkout, vcs) of the project ``directory`` belongs to, as the server sees it:
         a git checkout with a first commit has that commit's id; "global" otherwise."""
-        data, _ = await self._request("GET", "/project/current", params={"directory": directory})
+        data = await self._request("GET", "/project/current", params={"directory": directory})
         obj = _obj(data)
         return _text(obj.get("id")), _text(obj.get("worktree")), _text(obj.get("vcs"))
 
     async def create_worktree(self, checkout: str, name: str) -> Room:
         """A new git worktree of ``checkout`` on its own branch, named after ``name`` (opencode
         makes both; its answer says where: releases differ in the name they pick)."""
-        data, _ = await self._request(
+        data = await self._request(
             "POST",
             "/experimental/worktree",
             params={"directory": checkout},
@@ -586,9 +580,7 @@ class OpencodeClient:
 
     async def worktrees(self, checkout: str) -> list[str]:
         """The folders of ``checkout``'s worktrees that opencode made."""
-        data, _ = await self._request(
-            "GET", "/experimental/worktree", params={"directory": checkout}
-        )
+        data = await self._request("GET", "/experimental/worktree", params={"directory": checkout})
         if not isinstance(data, list):
             raise self._shape("/experimental/worktree")
         return [d for d in data if isinstance(d, str) and d]
@@ -607,7 +599,7 @@ class OpencodeClient:
     async def shell(self, session_id: str, directory: str, command: str) -> str:
         """Run ``command`` in the session's folder through the server's shell (no model):
         what it printed. The session's history shows the command and its output."""
-        data, _ = await self._request(
+        data = await self._request(
             "POST",
             f"/session/{session_id}/shell",
             params={"directory": directory},

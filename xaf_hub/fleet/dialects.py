@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypedDict
 
 from xaf_hub.core import aio
-from xaf_hub.errors import RunStateUnknown, SessionNotFound
+from xaf_hub.errors import RunStateUnknown
 from xaf_hub.fleet.wire import ServerSession, session_from_classic, session_from_v2
 from xaf_hub.fleet.wire import as_mapping as _obj
 from xaf_hub.fleet.wire import text_field as _text
@@ -131,18 +131,15 @@ class Classic(Api):
     async def children(self, session_id: str, directory: str | None) -> list[ServerSession]:
         c = self.client
         path = f"/session/{session_id}/children"
-        data, _ = await c._request(
-            "GET", path, params=await self.where(session_id, directory), not_found_ok=True
-        )
-        if data is None:
-            raise SessionNotFound(f"{c.name}: session {session_id} not found")
+        where = await self.where(session_id, directory)
+        data = await c._request("GET", path, params=where, gone=c.no_session(session_id))
         if not isinstance(data, list):
             raise c._shape(path)
         page, _ = c._read_page(data, session_from_classic, {}, path)
         return [c._seen(s) for s in page]
 
     async def create_session(self, directory: str, title: str) -> ServerSession:
-        data, _ = await self.client._request(
+        data = await self.client._request(
             "POST", "/session", params={"directory": directory}, body={"title": title},
             idempotent=False,
         )
@@ -156,17 +153,15 @@ class Classic(Api):
         body: dict[str, Any] = {"parts": [{"type": "text", "text": text}]}
         if model:
             body["model"] = split_model(model)
-        _, resp = await self.client._request(
+        await self.client._request(
             "POST",
             f"/session/{session_id}/prompt_async",
             params=await self.where(session_id, directory, write=True),
             body=body,
             expect_json=False,
             idempotent=False,
-            not_found_ok=True,
+            gone=self.client.no_session(session_id),
         )
-        if resp is not None and resp.status_code == 404:
-            raise SessionNotFound(f"{self.client.name}: session {session_id} not found")
 
 
 class V2(Api):
@@ -191,7 +186,7 @@ class V2(Api):
         return await self.client._listing("/api/session", session_from_v2, _data_rows, turn)
 
     async def running(self, directories: Sequence[str], fan_out: int) -> dict[str, RawStatus]:
-        data, _ = await self.client._request("GET", "/api/session/active")
+        data = await self.client._request("GET", "/api/session/active")
         if not isinstance(data, dict) or not isinstance(data.get("data"), dict):
             raise self.client._shape("/api/session/active")
         return {str(k): {"type": "busy"} for k in data["data"]}
@@ -200,9 +195,8 @@ class V2(Api):
         return []
 
     async def create_session(self, directory: str, title: str) -> ServerSession:
-        data, _ = await self.client._request(
-            "POST", "/api/session", body={"location": {"directory": directory}},
-            idempotent=False,
+        data = await self.client._request(
+            "POST", "/api/session", body={"location": {"directory": directory}}, idempotent=False
         )
         obj = data.get("data", data) if isinstance(data, dict) else None
         if not isinstance(obj, dict) or not _id(obj):

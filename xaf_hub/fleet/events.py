@@ -278,9 +278,7 @@ class Board:
         self.outside = set()
         self.foreign = {r.id: r for r in records if not r.project}
         self._foreign_added = 0
-        return [
-            self._event(kind, rec, source, _detail(kind, rec)) for kind, rec in changes
-        ]
+        return [self._event(kind, rec, source, _detail(kind, rec)) for kind, rec in changes]
 
     def ignore(self, session_id: str) -> None:
         """Leave this session's frames alone from now on (outside the project, or unknown)."""

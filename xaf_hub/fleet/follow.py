@@ -252,9 +252,7 @@ class FleetFollower:
             self._wakers.discard(streams.queue)
             await streams.close()
 
-    async def _choose(
-        self, client: OpencodeClient, inst: InstanceConfig, streams: Streams
-    ) -> Mode:
+    async def _choose(self, client: OpencodeClient, inst: InstanceConfig, streams: Streams) -> Mode:
         """Find the stream this instance offers, leaving it open."""
         if self.force_polling or client.dialect == "v2":
             return "polling"
@@ -293,9 +291,7 @@ class FleetFollower:
         if not wanted and not streams.directories:
             wanted = [""]  # the server's own directory: proves streams work at all
         patience = self.heartbeat_deadline if self._modes.get(inst.name) else self.probe_seconds
-        results = await aio.gather(
-            *(streams.open("/event", d, patience) for d in wanted)
-        )
+        results = await aio.gather(*(streams.open("/event", d, patience) for d in wanted))
         return all(results)
 
     async def _follow_open(
@@ -374,30 +370,27 @@ class FleetFollower:
                     st.mode, st.reason = "polling", item.reason
                     self.emit(FleetEvent("polling", inst.name, detail=item.reason, at_ms=now_ms()))
                 return True, item.reason
-            if isinstance(item, Bad):
-                st.bad_frames += item.count
-                st.long_lines += item.long_lines
-                bad_in_a_row += item.count
-                if bad_in_a_row >= MAX_BAD_FRAMES:
-                    return True, f"{bad_in_a_row} unreadable frames in a row"
-                continue
             if isinstance(item, Behind):
                 if reason := await self._rescan(client, inst, board):
                     return True, reason
                 continue
-            try:
-                changes = await self._apply(client, inst, board, item)
-            except (HubError, httpx.HTTPError):
-                raise  # the connection's own trouble: reconnect
-            except Exception:  # noqa: BLE001 - a frame we cannot read is dropped, not raised
-                st.bad_frames += 1
-                bad_in_a_row += 1
-                if bad_in_a_row >= MAX_BAD_FRAMES:
-                    return True, f"{bad_in_a_row} unreadable frames in a row"
-                continue
-            bad_in_a_row = 0
-            self.live.changed = True
-            await self._send(client, changes)
+            if not isinstance(item, Bad):
+                try:
+                    changes = await self._apply(client, inst, board, item)
+                except (HubError, httpx.HTTPError):
+                    raise  # the connection's own trouble: reconnect
+                except Exception:  # noqa: BLE001 - a frame we cannot read is dropped, not raised
+                    item = Bad(1, 0)
+                else:
+                    bad_in_a_row = 0
+                    self.live.changed = True
+                    await self._send(client, changes)
+                    continue
+            st.bad_frames += item.count
+            st.long_lines += item.long_lines
+            bad_in_a_row += item.count
+            if bad_in_a_row >= MAX_BAD_FRAMES:
+                return True, f"{bad_in_a_row} unreadable frames in a row"
 
     def _why_polling(self, client: OpencodeClient) -> str:
         if self.force_polling:
@@ -407,8 +400,7 @@ class FleetFollower:
         return "neither /global/event nor /event?directory= answered"
 
     async def _poll(
-        self, client: OpencodeClient, inst: InstanceConfig, board: Board,
-        until: float | None = None,
+        self, client: OpencodeClient, inst: InstanceConfig, board: Board, until: float | None = None
     ) -> tuple[bool, str]:
         """Rescan every ``poll_seconds`` (until ``until``, then the stream is tried again)."""
         while True:
@@ -507,9 +499,7 @@ class FleetFollower:
 
 
 async def probe_mode(
-    cfg: Config,
-    inst: InstanceConfig,
-    transport_factory: TransportFactory | None = None,
+    cfg: Config, inst: InstanceConfig, transport_factory: TransportFactory | None = None
 ) -> tuple[str, str, str]:
     """Which stream a follower would use for ``inst``: (mode, version, why it is polled).
 

@@ -100,11 +100,6 @@ class LiveView:
             view.append(LiveInstance(replace(scan, sessions=sessions), st.mode, confirmed))
         return view
 
-    def publish_now(self) -> None:
-        assert self.publish is not None
-        self.changed = False
-        self.publish(self.view())
-
     async def publisher(
         self, pause: Callable[[float], Awaitable[None]], stopping: Callable[[], bool]
     ) -> None:
@@ -135,5 +130,7 @@ class LiveView:
             with contextlib.suppress(BaseException):
                 await asyncio.wait([self._writing])
         self.heard_ms.clear()  # stopped: nothing is kept current any more
+        assert self.publish is not None
+        self.changed = False
         with contextlib.suppress(Exception):
-            self.publish_now()
+            self.publish(self.view())

@@ -16,7 +16,6 @@ Behaviour = Literal["per-directory", "server-wide", "unknown", "v2"]
 OLDEST = (1, 2, 0)
 FIRST_PER_DIRECTORY = (1, 15, 0)
 NEWEST_MEASURED = (1, 18, 33)
-SUPPORTED = ("1.2.27", "1.3.2", "1.14.41", "1.15.13", "1.17.19", "1.18.33")
 
 _VERSION_RE = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)(?:[-+.].*)?$")
 

@@ -13,11 +13,7 @@ import httpx
 
 from xaf_hub.config.load import Config, InstanceConfig
 from xaf_hub.core import aio
-from xaf_hub.core.records import (
-    SessionRecord,
-    Snapshot,
-    Waiting,
-)
+from xaf_hub.core.records import SessionRecord, Snapshot, Waiting
 from xaf_hub.errors import ApiError, HubError, RunStateUnknown, UnreachableError
 from xaf_hub.fleet.client import OpencodeClient, RawStatus, ServerSession
 from xaf_hub.fleet.instance_scan import InstanceScan as InstanceScan
@@ -119,9 +115,7 @@ async def _scan_into(
     result.sandboxes = {s.directory: s.checkout for s in sessions if s.checkout and s.directory}
     # Sessions share a few hundred directories at most: classify each directory once.
     project_dir = {
-        d: inst.claims(d, result.sandboxes.get(d, ""))
-        for d in {s.directory for s in sessions}
-        if d
+        d: inst.claims(d, result.sandboxes.get(d, "")) for d in {s.directory for s in sessions} if d
     }
     owners = {d: _owner(inst, d, ok, result.sandboxes) for d, ok in project_dir.items()}
     result.release = client.release.describe()
@@ -150,21 +144,18 @@ async def _scan_into(
             )
             sessions.append(ServerSession(sid, "(unknown)", "", 0, 0, 0.0, "", ""))
     for s in sessions:
-        if s.directory not in project_dir:  # a late arrival looked up above
-            project_dir[s.directory] = inst.claims(
-                s.directory, result.sandboxes.get(s.directory, "")
-            )
-            owners[s.directory] = _owner(
-                inst, s.directory, project_dir[s.directory], result.sandboxes
-            )
-        project = project_dir[s.directory] if s.directory else s.id in statuses
-        owner = owners[s.directory] if s.directory else (inst.project if project else "")
+        d = s.directory
+        if d not in project_dir:  # a late arrival looked up above
+            project_dir[d] = inst.claims(d, result.sandboxes.get(d, ""))
+            owners[d] = _owner(inst, d, project_dir[d], result.sandboxes)
+        project = project_dir[d] if d else s.id in statuses
+        owner = owners[d] if d else (inst.project if project else "")
         status = statuses.get(s.id)
         if result.run_state_unknown and (project or owner):
             status = {"type": "busy"}
         rec = build_record(inst, s, status, project, owner)
-        if s.directory in branches:
-            rec = replace(rec, branch=branches[s.directory])
+        if d in branches:
+            rec = replace(rec, branch=branches[d])
         result.sessions.append(rec)
     if statuses and not result.run_state_unknown and client.dialect == "classic":
         await _read_waiting(result, client)

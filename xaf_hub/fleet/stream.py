@@ -124,9 +124,7 @@ class Streams:
         self.budget = budget or Budget()
         self._on_line = on_line  # called for every data line: the stream's sign of life
 
-    async def open(
-        self, path: str, directory: str, probe_seconds: float
-    ) -> bool:
+    async def open(self, path: str, directory: str, probe_seconds: float) -> bool:
         """Start one reader; True once its first frame arrived within ``probe_seconds``."""
         opened = asyncio.Event()
         params = {"directory": directory} if directory else None

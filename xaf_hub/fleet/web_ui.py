@@ -94,9 +94,7 @@ async def probe(
                 head += chunk
                 if len(head) > _MAX_BODY:
                     return None
-            ok = looks_like_the_app(
-                resp.status_code, resp.headers.get("content-type", ""), head
-            )
+            ok = looks_like_the_app(resp.status_code, resp.headers.get("content-type", ""), head)
     except (httpx.HTTPError, OSError, ValueError):
         return None
     if not ok:

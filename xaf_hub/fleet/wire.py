@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -120,9 +119,8 @@ def cost_value(value: Any) -> float | None:
     have none (docs/architecture.md, "Daily budgets").
     """
     if isinstance(value, _NUMBER) and not isinstance(value, bool):
-        number = float(value)
-        if math.isfinite(number) and 0 <= number <= MAX_SESSION_COST_USD:
-            return number
+        number = float(value)  # NaN and infinities fail the range test
+        return number if 0 <= number <= MAX_SESSION_COST_USD else None
     return None
 
 

@@ -17,7 +17,6 @@ from xaf_hub.core.discipline import (
     BranchPolicy,
     base_commit,
     compose_prompt,
-    default_branch_policy,
     discipline_block,
     expected_branches,
     pushed_branch,
@@ -558,7 +557,7 @@ def test_strip_discipline_is_linear_in_the_blocks() -> None:
 
 
 # --------------------------------------------------------------------------
-# slugify / default_branch_policy
+# slugify
 
 
 @pytest.mark.parametrize(
@@ -606,23 +605,6 @@ def test_slugify_is_git_safe_bounded_and_stable(title: str, max_len: int) -> Non
     assert re.fullmatch(r"[a-z0-9]+(?:-[a-z0-9]+)*", slug)
     assert len(slug) <= max_len
     assert slugify(title, max_len) == slug
-
-
-@pytest.mark.parametrize(
-    ("name", "expected"),
-    [
-        ("local", "mainline"),
-        ("local-dev", "mainline"),
-        ("localhost", "mainline"),
-        ("Local-2", "mainline"),
-        ("lan-204", "branch"),
-        ("prod-etotem", "branch"),
-        ("my-local", "branch"),
-        ("", "branch"),
-    ],
-)
-def test_default_branch_policy(name: str, expected: BranchPolicy) -> None:
-    assert default_branch_policy(name) == expected
 
 
 # ---------------------------------------------------------------------------------------------
