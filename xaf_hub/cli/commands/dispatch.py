@@ -12,7 +12,8 @@ given bare) waits after the send until the server shows the run started (the mod
 still busy without an answer when the window ends: running) or failed. A rate-limit or
 model-unavailable failure in that window is healed on the spot exactly as the patrol would
 (``xaf_hub.ops.heal``) - blackout through the one writer, next model of the chain, re-send with
-the continue prompt - and the command says what happened. The work itself is done by ``xaf_hub.ops.dispatch``.
+the continue prompt - and the command says what happened. The work itself is done by
+``xaf_hub.ops.dispatch``.
 """
 
 from __future__ import annotations
