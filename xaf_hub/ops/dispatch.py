@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from xaf_hub.config.load import Config
+from xaf_hub.core import aio
 from xaf_hub.core.cues import named_files, refers_back
 from xaf_hub.core.discipline import base_commit, expected_branches
 from xaf_hub.core.matcher import Evidence, Index, holds
@@ -250,7 +251,7 @@ async def prepare(ops: OpsContext, order: DispatchOrder) -> Prepared:
     smart = order.smart and cfg.auto_match
     instances = [cfg.instance(req.instance)] if req.instance else list(cfg.instances)
     gate = ops.gate()
-    observed = gate.clock()  # the scan judges only reservations made before it
+    observed = await aio.blocking(gate.clock)  # the scan judges only reservations made before it
     # Where the live board is fresh it stands for the scan (ops.live_board): the send still
     # re-reads the server under the instance's lock. Its view is as old as its confirmation,
     # so it judges only reservations made before that.
@@ -262,7 +263,7 @@ async def prepare(ops: OpsContext, order: DispatchOrder) -> Prepared:
     views = []
     over = budget.over_budget(cfg, scans, ops.now())
     for sc in scans:
-        load = instance_load(sc, gate, allow_prod=True, observed_at=observed)
+        load = await aio.blocking(instance_load, sc, gate, allow_prod=True, observed_at=observed)
         reserved = (load.reserved or 0) if sc.reachable else 0
         views.append(
             InstanceView(
@@ -279,7 +280,7 @@ async def prepare(ops: OpsContext, order: DispatchOrder) -> Prepared:
                 free=load.free,
             )
         )
-    pool = await asyncio.to_thread(ops.backlog().load)
+    pool = await aio.blocking(ops.backlog().load)
     scores, evidence = (
         await rank_candidates(ops, scans, req.text, pool.tasks) if smart else ([], [])
     )
