@@ -1,16 +1,19 @@
-"""Run a coroutine to completion from synchronous code."""
+"""Asyncio helpers: run a coroutine from synchronous code, and synchronous calls from a
+coroutine (``blocking``), gather and bound coroutines."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import sys
 import threading
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
-from typing import Any, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 T = TypeVar("T")
 X = TypeVar("X")
+P = ParamSpec("P")
 
 
 def run(coro: Coroutine[Any, Any, T]) -> T:
@@ -59,6 +62,25 @@ def _new_loop() -> asyncio.AbstractEventLoop:
     except BaseException:
         if loop is not None:
             loop.close()
+        raise
+
+
+async def blocking(fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
+    """``fn(*args, **kwargs)`` in a worker thread: the one way a coroutine makes a call that may
+    wait (a lock file, a state file, Redis, a subprocess), so the event loop runs on meanwhile.
+
+    A caller cancelled meanwhile waits for the call to end before the cancellation goes on, so
+    what it does next (giving a reservation back) never runs beside the call it follows.
+    """
+    job = asyncio.ensure_future(asyncio.to_thread(fn, *args, **kwargs))
+    try:
+        return await asyncio.shield(job)
+    except asyncio.CancelledError:
+        while not job.done():
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.wait((job,))
+        if not job.cancelled():
+            job.exception()  # retrieved: a late failure is not reported as never seen
         raise
 
 

@@ -8,7 +8,6 @@ after a change and every ``REPUBLISH_SECONDS`` while nothing changes, so readers
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -16,6 +15,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from xaf_hub.config.load import InstanceConfig
+from xaf_hub.core import aio
 from xaf_hub.fleet.events import Board, now_ms
 from xaf_hub.fleet.instance_scan import InstanceScan
 
@@ -64,7 +64,6 @@ class LiveView:
         # Since when the consumer has had frames of it left to read (absent: caught up).
         self.behind_ms: dict[str, int] = {}
         self.changed = True
-        self._writing: asyncio.Future[None] | None = None  # the board write under way
 
     def heard(self, name: str) -> None:
         """A line of the instance's stream arrived."""
@@ -114,23 +113,17 @@ class LiveView:
             self.changed = False
             last = time.monotonic()
             view = self.view()  # built here, on the loop that changes the boards
-            self._writing = asyncio.ensure_future(asyncio.to_thread(publish, view))
             try:
-                await asyncio.shield(self._writing)
-            except asyncio.CancelledError:
-                raise
+                # A cancel waits for the write: none lands after publish_last's.
+                await aio.blocking(publish, view)
             except Exception:  # noqa: BLE001 - a board not written is stale, never fatal
                 self.changed = True
 
     async def publish_last(self) -> None:
-        """The publisher was cancelled: write the board once more, saying nothing is current."""
-        # A write still under way in its thread would land after this one and bring back a
-        # board that says "current" (the cancel does not stop it).
-        if self._writing is not None:
-            with contextlib.suppress(BaseException):
-                await asyncio.wait([self._writing])
+        """The publisher was cancelled (and its write ended): write the board once more, saying
+        nothing is current."""
         self.heard_ms.clear()  # stopped: nothing is kept current any more
         assert self.publish is not None
         self.changed = False
         with contextlib.suppress(Exception):
-            self.publish(self.view())
+            await aio.blocking(self.publish, self.view())

@@ -6,7 +6,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import os
 import threading
@@ -170,7 +169,7 @@ class _Sender:
 
     async def _claim(self) -> outbox.Entry | None:
         pctx = self.pctx
-        got = await asyncio.to_thread(
+        got = await aio.blocking(
             outbox.claim,
             pctx.cfg.state_dir,
             self.hook.name,
@@ -200,7 +199,7 @@ class _Sender:
                 if entry is None:
                     return
                 ev = entry.event
-                posted = functools.partial(asyncio.to_thread, outbox.mark_posted, state_dir, entry)
+                posted = functools.partial(aio.blocking, outbox.mark_posted, state_dir, entry)
                 answer: Answer = await deliver(
                     client,
                     self.hook.format,
@@ -211,7 +210,7 @@ class _Sender:
                     on_sent=posted,
                 )
                 reason = pctx.redact(answer.reason)
-                await asyncio.to_thread(
+                await aio.blocking(
                     outbox.record,
                     state_dir,
                     entry,

@@ -11,7 +11,6 @@ What a run is and the order of the stop: docs/architecture.md §6, "Runs in flig
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import math
 import time
@@ -228,10 +227,10 @@ async def stop_over_ceiling(
     figures = {"cost_usd": round(cost, 6), "ceiling_usd": run.ceiling, "task": task}
     # The decision before the abort, as a person's interrupt: whoever sees the run stopped
     # (a resume under the instance lock, a patrol on another host) finds it.
-    ops.audit(f"{origin}.{STEP}", instance=inst.name, session=rec.id, result="stopping",
-              reason=reason, extra=figures)
+    await aio.blocking(ops.audit, f"{origin}.{STEP}", instance=inst.name, session=rec.id,
+                       result="stopping", reason=reason, extra=figures)
     with contextlib.suppress(HubError):  # Redis unreachable: this host's audit line holds
-        await asyncio.to_thread(
+        await aio.blocking(
             ops.stores.record_interrupt, inst.name, rec.id, time.time(), who(ops.env), "ceiling"
         )
     try:
@@ -239,7 +238,7 @@ async def stop_over_ceiling(
     except Exception as exc:  # noqa: BLE001 - reported, and tried again while it runs
         ops.log(ops.redact(f"{STEP}: abort of {inst.name}/{rec.id} failed: {exc}"))
         aborted, kin = False, len(run.family)
-    ops.audit(f"{origin}.{STEP}", instance=inst.name, session=rec.id,
-              result="aborted" if aborted else "abort failed", reason=reason,
+    await aio.blocking(ops.audit, f"{origin}.{STEP}", instance=inst.name, session=rec.id,
+                       result="aborted" if aborted else "abort failed", reason=reason,
               extra={**figures, "sub_agents": kin})
     return OverCeiling(inst.name, rec.id, rec.title, cost, run.ceiling, task, aborted, kin)

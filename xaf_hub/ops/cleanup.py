@@ -8,12 +8,12 @@ are skipped, and a delete aborts first; a worktree goes only when nothing of it 
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import time
 from typing import Any
 
 from xaf_hub.config.load import InstanceConfig
+from xaf_hub.core import aio
 from xaf_hub.core.records import Room, SessionRecord
 from xaf_hub.errors import HubError
 from xaf_hub.fleet.client import OpencodeClient
@@ -93,7 +93,7 @@ async def _rooms(
     checkout = inst.default_directory or (inst.roots[0] if inst.roots else "")
     if not checkout:
         return []
-    tasks = (await asyncio.to_thread(ops.backlog().load)).tasks
+    tasks = (await aio.blocking(ops.backlog().load)).tasks
     busy = {s.directory for s in sessions if s.running}
     out: list[dict[str, Any]] = []
     async with ops.client(inst) as client:
@@ -139,9 +139,9 @@ async def _remove_room(
     item["action"] = "removed"
     if task is not None:
         with contextlib.suppress(HubError):
-            await asyncio.to_thread(ops.backlog().revise, task, worktree=None)
-    ops.audit("cleanup", instance=inst.name, session="", result="removed",
-              reason=f"worktree {folder} ({item['why']})")
+            await aio.blocking(ops.backlog().revise, task, worktree=None)
+    await aio.blocking(ops.audit, "cleanup", instance=inst.name, session="", result="removed",
+                       reason=f"worktree {folder} ({item['why']})")
 
 
 async def _delete_all(
@@ -162,4 +162,5 @@ async def _delete_all(
             else:
                 entry["deleted"].append(s.id)
                 result, reason = "deleted", f"idle for more than {ttl_days:g} days"
-            ops.audit("cleanup", instance=inst.name, session=s.id, result=result, reason=reason)
+            await aio.blocking(ops.audit, "cleanup", instance=inst.name, session=s.id,
+                               result=result, reason=reason)

@@ -11,13 +11,14 @@ closes it at its end (``close``, or ``with``); a command's context shares the co
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from xaf_hub.config.load import Config, InstanceConfig
+from xaf_hub.core import aio
 from xaf_hub.core.records import SessionRecord
 from xaf_hub.core.text import redact
 from xaf_hub.errors import UnreachableError
@@ -138,17 +139,18 @@ class OpsContext:
             secrets=self.cfg.secrets(),  # the whole line, extra fields included
         )
 
-    @contextlib.contextmanager
-    def audited(
+    @contextlib.asynccontextmanager
+    async def audited(
         self, command: str, *, instance: str, session: str,
         extra: Mapping[str, Any] | None = None,
-    ) -> Iterator[None]:
-        """Audit a failure of what runs inside (result "failed", its reason), and raise it on."""
+    ) -> AsyncIterator[None]:
+        """Audit a failure of what runs inside (result "failed", its reason), and raise it on;
+        the line is written off the event loop."""
         try:
             yield
         except Exception as exc:
-            self.audit(command, instance=instance, session=session, result="failed",
-                       reason=str(exc), extra=extra)
+            await aio.blocking(self.audit, command, instance=instance, session=session,
+                               result="failed", reason=str(exc), extra=extra)
             raise
 
     async def scan(self) -> Fleet:

@@ -238,7 +238,7 @@ async def prepare(ops: OpsContext, order: DispatchOrder) -> Prepared:
     smart = order.smart and cfg.auto_match
     instances = [cfg.instance(req.instance)] if req.instance else list(cfg.instances)
     gate = ops.gate()
-    observed = gate.clock()  # the scan judges only reservations made before it
+    observed = await aio.blocking(gate.clock)  # the scan judges only reservations made before it
     # Where the live board is fresh it stands for the scan (ops.live_board): the send still
     # re-reads the server under the instance's lock. Its view is as old as its confirmation,
     # so it judges only reservations made before that.
@@ -250,7 +250,7 @@ async def prepare(ops: OpsContext, order: DispatchOrder) -> Prepared:
     views = []
     over = budget.over_budget(cfg, scans, ops.now())
     for sc in scans:
-        load = instance_load(sc, gate, allow_prod=True, observed_at=observed)
+        load = await aio.blocking(instance_load, sc, gate, allow_prod=True, observed_at=observed)
         reserved = (load.reserved or 0) if sc.reachable else 0
         views.append(
             InstanceView(
@@ -267,7 +267,7 @@ async def prepare(ops: OpsContext, order: DispatchOrder) -> Prepared:
                 free=load.free,
             )
         )
-    pool = await asyncio.to_thread(ops.backlog().load)
+    pool = await aio.blocking(ops.backlog().load)
     scores, evidence = (
         await rank_candidates(ops, scans, req.text, pool.tasks) if smart else ([], [])
     )

@@ -8,13 +8,13 @@ failure is healed once (docs/architecture.md §7).
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any, Literal
 
 from xaf_hub.config.load import InstanceConfig
+from xaf_hub.core import aio
 from xaf_hub.core.clock import next_reset, to_ms
 from xaf_hub.core.discipline import CONTINUE_PROMPT
 from xaf_hub.core.limits import stated_end
@@ -249,14 +249,15 @@ async def heal(
     if rest is not None:
         # The rest first, then the target: the target must already skip what rests.
         family = rest.target
-        until_ms = await asyncio.to_thread(
+        until_ms = await aio.blocking(
             state.mark_rest, rest.target, scope=rest.scope, until_ms=rest.until_ms, why=rest.why,
             reason=cand.reason[:300], source=f"{origin}.{STEP} {inst.name}/{rec.id}", now=now,
         )
         until = datetime.fromtimestamp(until_ms / 1000, state.tz)
         said = " (as the provider said)" if rest.why == "stated" else ""
         blackout = f"{family} blacked out until {until:%Y-%m-%d %H:%M}{said}"
-        ops.audit(
+        await aio.blocking(
+            ops.audit,
             f"{origin}.blackout",
             instance=inst.name,
             session=rec.id,
@@ -298,7 +299,7 @@ async def heal(
                 ops, plan, prompt, target, client, command=f"{origin}.heal", steer=False,
                 still_wanted=still_wanted,
             )
-    await asyncio.to_thread(
+    await aio.blocking(
         state.remember_healed, cand.key, cand.model or None, target, now,
         who=HealedSession(inst.name, rec.id, rec.title),
     )
@@ -321,8 +322,8 @@ async def heal_session(
     Raises what ``heal`` raises (BusyError when the re-send finds no free slot).
     """
     state = ops.model_state()
-    if state.was_healed(cand.key):
+    if await aio.blocking(state.was_healed, cand.key):
         return Healing(cand.state, cand.signal, cand.model, None, cand.reason, already=True)
-    override, problem = pool_discipline(ops)
+    override, problem = await aio.blocking(pool_discipline, ops)
     healing = await heal(ops, inst, rec, cand, state, override, origin=origin)
     return replace(healing, notes=(f"{STEP}: {problem}",) if problem else ())

@@ -7,12 +7,12 @@ instance's dispatch lock, and kept even when the abort fails, so the patrol neve
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from xaf_hub.core import aio
 from xaf_hub.core.records import find_session
 from xaf_hub.errors import HubError, MissingPassword, UnreachableError, UsageError
 from xaf_hub.fleet.scan import scan_fleet
@@ -57,18 +57,22 @@ async def interrupt_session(
     # a patrol's heal or resume re-reads people's decisions under this lock
     risk = ": a heal or resume under way at this moment may start the session again"
     async with held_or_noted(ops.gate(), sc.inst.name, notes, "stopped", risk):
-        ops.audit(
+        await aio.blocking(
+            ops.audit,
             "interrupt", instance=sc.inst.name, session=session.id, result="stopping", reason=was
         )
-        shared = await asyncio.to_thread(_share, ops, sc.inst.name, session.id, notes)
-        with ops.audited("interrupt", instance=sc.inst.name, session=session.id):
-            async with ops.client(sc.inst) as client:
-                await client.abort(session.id, session.directory)
-        ops.audit(
+        shared = await aio.blocking(_share, ops, sc.inst.name, session.id, notes)
+        async with (
+            ops.audited("interrupt", instance=sc.inst.name, session=session.id),
+            ops.client(sc.inst) as client,
+        ):
+            await client.abort(session.id, session.directory)
+        await aio.blocking(
+            ops.audit,
             "interrupt", instance=sc.inst.name, session=session.id, result="aborted", reason=was
         )
         if shared:  # again, with the time the run stopped (the later time, as the audit has)
-            await asyncio.to_thread(_share, ops, sc.inst.name, session.id, notes)
+            await aio.blocking(_share, ops, sc.inst.name, session.id, notes)
     note = "; ".join(ops.redact(n) for n in notes)
     return Interrupted(sc.inst.name, session.id, session.run_state, note)
 

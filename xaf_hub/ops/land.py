@@ -8,11 +8,11 @@ never pushed twice.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
+from xaf_hub.core import aio
 from xaf_hub.core.commits import short
 from xaf_hub.core.records import Room, SessionRecord
 from xaf_hub.errors import BusyError, UnreachableError, UsageError
@@ -63,7 +63,7 @@ async def land(ops: OpsContext, task_id: str, *, person: bool = False) -> Landed
         raise UsageError("project.repository is not set: the hub can land nothing")
     gate = ops.gate()
     async with held(gate, LANDING):
-        task = (await asyncio.to_thread(ops.backlog().load)).require(task_id)
+        task = (await aio.blocking(ops.backlog().load)).require(task_id)
         why = can_land(task, person=person)
         if why:
             raise UsageError(why)
@@ -83,16 +83,16 @@ async def _land(ops: OpsContext, gate: Gate, task: Task) -> Landed:
     if task.landing in ("person", "conflict"):
         # A person resolved it on the branch and says so: the branch as it is now lands, and
         # the check runs on what lands (nobody checked that commit yet).
-        now = (await asyncio.to_thread(mirror.tips)).get(task.branch or "", "")
+        now = (await aio.blocking(mirror.tips)).get(task.branch or "", "")
         top, resolved = (now, True) if now and now != top else (top, False)
-    pool = ops.own((await asyncio.to_thread(ops.backlog().load)).tasks)  # on its repository
+    pool = ops.own((await aio.blocking(ops.backlog().load)).tasks)  # on its repository
     for _ in range(MOVED_TRIES):
-        prep = await asyncio.to_thread(
+        prep = await aio.blocking(
             landing.prepare, mirror, base, top, task.base,
             "merge" if cfg.repository.integrate_method == "merge" else "rebase", message,
         )
         if prep.state not in ("gone", "empty"):
-            why = await asyncio.to_thread(_kept_off, mirror, pool, task, prep.tip, top)
+            why = await aio.blocking(_kept_off, mirror, pool, task, prep.tip, top)
             if why:
                 return _for_person(ops, task, why)
         if prep.state == "already":
@@ -102,15 +102,15 @@ async def _land(ops: OpsContext, gate: Gate, task: Task) -> Landed:
         if prep.state == "conflict":
             return await _conflict(ops, task, prep)
         if (prep.rechecked or resolved) and cfg.repository.check_command:
-            run = await asyncio.to_thread(
+            run = await aio.blocking(
                 mirror.run_check, prep.result, cfg.repository.check_command,
                 cfg.repository.check_timeout_seconds,
             )
             if not run.passed:
                 return await _check_failed(ops, task, prep, run)
-        if not gate.owns_lock(LANDING):
+        if not await aio.blocking(gate.owns_lock, LANDING):
             raise BusyError("the landing lock was lost before the push: nothing was pushed")
-        pushed = await asyncio.to_thread(landing.push, mirror, prep.result, base, prep.tip)
+        pushed = await aio.blocking(landing.push, mirror, prep.result, base, prep.tip)
         if pushed == "pushed":
             how = landing.describe(prep, base)
             return await _landed(ops, task, prep.result, how)
@@ -147,11 +147,12 @@ def _kept_off(mirror: Mirror, pool: Sequence[Task], task: Task, tip: str, top: s
 async def _landed(ops: OpsContext, task: Task, commit: str, how: str) -> Landed:
     """Record the landing, then take the task's branch and worktree away."""
     judged = f"landed on origin/{ops.cfg.patrol.base_branch} as {short(commit)} ({how})"
-    task = await asyncio.to_thread(
+    task = await aio.blocking(
         ops.backlog().mark_landed, task, ops.now(), landed=commit, judged=judged
     )
-    ops.audit("land", instance=task.dispatched_to or "", session=task.session_id or "",
-              result="landed", reason=task.id, extra={"task": task.id, "commit": commit})
+    await aio.blocking(ops.audit, "land", instance=task.dispatched_to or "",
+                       session=task.session_id or "", result="landed", reason=task.id,
+                       extra={"task": task.id, "commit": commit})
     left = await tidy(ops, task)
     return Landed(task.id, "landed", judged + (f"; {left}" if left else ""), commit)
 
@@ -165,13 +166,13 @@ async def tidy(ops: OpsContext, task: Task) -> str:
     if task.branch and task.branch != ops.cfg.patrol.base_branch:
         expected = task.commit if task.landing == "landed" else None
         try:
-            gone = await asyncio.to_thread(
+            gone = await aio.blocking(
                 landing.delete_branch, Mirror.of(ops.cfg), task.branch, expected
             )
         except (GitFailed, BusyError, OSError) as exc:
             return f"its branch {task.branch} stays on the remote ({exc})"
         if not gone:
-            await asyncio.to_thread(ops.backlog().revise, task, worktree=None)
+            await aio.blocking(ops.backlog().revise, task, worktree=None)
             return (
                 f"its branch {task.branch} moved on past {short(expected or '')}: kept on the "
                 "remote with its worktree (work nobody judged)"
@@ -191,7 +192,7 @@ async def tidy(ops: OpsContext, task: Task) -> str:
             if why:
                 left.append(why)
             else:
-                await asyncio.to_thread(ops.backlog().revise, task, worktree=None)
+                await aio.blocking(ops.backlog().revise, task, worktree=None)
     return "; ".join(left)
 
 
@@ -228,7 +229,7 @@ async def _check_failed(
     retries = (task.check_retries or 0) + 1
     said = "ran out of time" if run.code is None else f"exited with {run.code}"
     if retries > ops.cfg.repository.check_retries:
-        await asyncio.to_thread(ops.backlog().revise, task, check="failed",
+        await aio.blocking(ops.backlog().revise, task, check="failed",
                                 check_commit=prep.result, check_output=run.tail)
         return _for_person(ops, task, f"the check {said} on it rebuilt on origin/{base}")
     text = (
@@ -250,11 +251,11 @@ async def send_back_by_person(ops: OpsContext, task_id: str, text: str) -> Lande
     judged (and landed) again when that run ends."""
     gate = ops.gate()
     async with held(gate, LANDING):
-        task = (await asyncio.to_thread(ops.backlog().load)).require(task_id)
+        task = (await aio.blocking(ops.backlog().load)).require(task_id)
         if task.landing == "landed" or task.status != "dispatched":
             state = task.landing or task.status
             raise UsageError(f"task {task.id} is {state}: nothing to send back")
-        tip = await asyncio.to_thread(_base_tip, ops)
+        tip = await aio.blocking(_base_tip, ops)
         await send_back(ops, task, text, landing=None, base=tip or task.base,
                         judged="sent back by a person")
     return Landed(task.id, "sent_back", "sent back to its session")
@@ -265,7 +266,7 @@ async def drop(ops: OpsContext, task_id: str) -> Landed:
     worktree removed."""
     gate = ops.gate()
     async with held(gate, LANDING):
-        task = (await asyncio.to_thread(ops.backlog().load)).require(task_id)
+        task = (await aio.blocking(ops.backlog().load)).require(task_id)
         if not task.worktree and not task.branch:
             raise UsageError(f"task {task.id} did not work in a worktree of its own")
         if task.landing == "landed":
@@ -273,12 +274,13 @@ async def drop(ops: OpsContext, task_id: str) -> Landed:
         if task.dispatched_to and task.session_id:
             async with ops.client(ops.cfg.instance(task.dispatched_to)) as client:
                 await client.abort(task.session_id, task.worktree)
-        task = await asyncio.to_thread(
+        task = await aio.blocking(
             ops.backlog().revise, task, status="pending", parked="dropped by a person",
             landing="dropped", judged="dropped by a person",
         )
-        ops.audit("land", instance=task.dispatched_to or "", session=task.session_id or "",
-                  result="dropped", reason=task.id, extra={"task": task.id})
+        await aio.blocking(ops.audit, "land", instance=task.dispatched_to or "",
+                           session=task.session_id or "", result="dropped", reason=task.id,
+                           extra={"task": task.id})
         left = await tidy(ops, task)
     return Landed(task.id, "dropped", "dropped: parked" + (f"; {left}" if left else ""))
 

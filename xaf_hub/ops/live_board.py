@@ -363,9 +363,10 @@ async def board_or_scan(
     stores: Stores | None = None,
 ) -> tuple[Snapshot, list[InstanceScan], BoardRead]:
     """The fleet as the board has it where fresh, the rest scanned now (``fresh``: all)."""
+    from xaf_hub.core import aio  # deferred: `status` reads the board with no event loop
     from xaf_hub.fleet.scan import scan_fleet  # deferred: start-up, docs/performance.md
 
-    board, rest = split(cfg, instances, fresh=fresh, stores=stores)
+    board, rest = await aio.blocking(split, cfg, instances, fresh=fresh, stores=stores)
     scanned: list[InstanceScan] = []
     generated = None
     if rest:

@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 
 from xaf_hub.config.load import InstanceConfig
+from xaf_hub.core import aio
 from xaf_hub.core.discipline import BranchState, compose_prompt, slugify
 from xaf_hub.core.records import Room, SessionRecord
 from xaf_hub.errors import (
@@ -136,8 +137,8 @@ async def send_work(
     inst = plan.instance
     warnings: list[str] = []
     try:
-        with ops.audited(command, instance=inst.name,
-                         session=plan.session.id if plan.session else ""):
+        async with ops.audited(command, instance=inst.name,
+                               session=plan.session.id if plan.session else ""):
             result = await _gated(
                 ops, plan, prompt, model, client, gate, warnings, before_prompt, steer,
                 still_wanted,
@@ -145,7 +146,8 @@ async def send_work(
     finally:
         warnings.extend(_drain(gate))
     try:
-        ops.audit(
+        await aio.blocking(
+            ops.audit,
             command,
             instance=inst.name,
             session=result.session_id,
@@ -336,15 +338,16 @@ async def _gated(
     async with held(gate, inst.name):
         # Re-read the running state under the lock: the plan was made without it. The read
         # judges only reservations made before it (observed_at), however slow it was.
-        observed = gate.clock()
+        observed = await aio.blocking(gate.clock)
         fresh, others, notes = await _fresh_scans(ops, client, inst)
         if fresh.run_state_unknown:  # fail closed: no slot is known to be free, none is taken
             raise RunStateUnknown(inst.name, fresh.run_state_unknown)
         warnings.extend(fresh.warnings)
-        _confirm(gate, inst.name, "before its load was counted", planned)
-        load = instance_load(fresh, gate, allow_prod=True, observed_at=observed)
+        await aio.blocking(_confirm, gate, inst.name, "before its load was counted", planned)
+        load = await aio.blocking(instance_load, fresh, gate, allow_prod=True,
+                                  observed_at=observed)
         session = plan.session if plan.action in ("reuse", "steer") else None
-        if still_wanted is not None and (why := still_wanted()):
+        if still_wanted is not None and (why := await aio.blocking(still_wanted)):
             raise RunsAgain(f"session {planned} on {inst.name}: {why}")
         if session is not None and session.id in load.running_ids and not steer:
             raise RunsAgain(
@@ -355,7 +358,7 @@ async def _gated(
             # Running: the prompt steers it and takes no slot. The reservation tied to it
             # counts only if the run ends while the prompt travels and the prompt starts it
             # again (it is not running then), until the server shows that run.
-            res = _reserve(gate, inst, session.id)
+            res = await aio.blocking(_reserve, gate, inst, session.id)
             await _deliver(client, gate, res, prompt, model, before_prompt, warnings)
             return SendResult(
                 "steer", inst.name, session.id, plan.directory, plan.title, model,
@@ -380,7 +383,7 @@ async def _gated(
                 "--session" if full else f"{inst.name} is at its limit for {inst.project}: "
                 f"{load.reason}; {why}try later"
             )
-        res = _reserve(gate, inst, planned, new=True)
+        res = await aio.blocking(_reserve, gate, inst, planned, new=True)
         session_id, directory = planned, plan.directory
         room: Room | None = None
         try:
@@ -408,12 +411,12 @@ async def _gated(
                 # From here on the prompt may go out at any moment: "sent" keeps the slot
                 # counting until the server shows the run (or the TTL), whatever this process
                 # does.
-                res = gate.attach(res, session_id, PROMPT_SENT)
+                res = await aio.blocking(gate.attach, res, session_id, PROMPT_SENT)
             except LockLostError:
-                gate.release(res)
+                await aio.blocking(gate.release, res)
                 raise _lock_lost(gate, inst.name, "before sending", session_id) from None
             except BaseException:
-                gate.release(res)
+                await aio.blocking(gate.release, res)
                 raise
             await _deliver(client, gate, res, prompt, model, before_prompt, warnings, room)
         except BaseException as exc:
@@ -492,21 +495,25 @@ async def _deliver(
     its reservation counting until the server shows the run or slot_ttl_seconds pass.
     """
     instance, session_id = res.instance, res.session_id
-    try:
+
+    def ready() -> None:
         if before_prompt is not None:
-            await asyncio.to_thread(before_prompt, session_id, room)
+            before_prompt(session_id, room)
         _confirm(gate, instance, "before sending", session_id)
+
+    try:
+        await aio.blocking(ready)
     except BaseException:
-        gate.release(res)
+        await aio.blocking(gate.release, res)
         raise
     try:
         await client.prompt_async(session_id, prompt, model)
     except ApiError:
-        gate.release(res)  # the server answered with a refusal: nothing runs
+        await aio.blocking(gate.release, res)  # the server answered with a refusal: nothing runs
         raise
     except UnreachableError as exc:
         if not exc.maybe_delivered:
-            gate.release(res)
+            await aio.blocking(gate.release, res)
             raise
         raise UnreachableError(
             exc.instance,
@@ -515,6 +522,13 @@ async def _deliver(
             maybe_delivered=True,
         ) from exc
     # Anything else (a cancel, a crash) leaves the reservation as it is: "sent".
+    await aio.blocking(_settle, gate, res, warnings)
+
+
+def _settle(gate: Gate, res: Reservation, warnings: list[str]) -> None:
+    """After the prompt was answered: warn when the lock was lost while it travelled, and mark
+    the reservation answered."""
+    instance, session_id = res.instance, res.session_id
     try:
         lost = not gate.owns_lock(instance)
         kept = gate.holds(res) if lost else True
@@ -581,23 +595,27 @@ async def abort_and_prompt(
     """
     gate = ops.gate()
     warnings: list[str] = []
-    with ops.audited(command, instance=inst.name, session=session):
-        async with ops.client(inst) as client, held(gate, inst.name):
-            if still_wanted is not None and (why := still_wanted()):
-                raise RunsAgain(f"session {session} on {inst.name}: {why}")
-            if budget.guarded(ops.cfg, inst):
-                fresh, others, notes = await _fresh_scans(ops, client, inst)
-                warnings.extend(notes)
-                _check_budget(ops, inst, fresh.sessions, others)
-            res = _reserve(gate, inst, session)
-            try:
-                await client.abort(session, directory)
-                await wait_until_idle(client, directory, session, ABORT_SETTLE_SECONDS)
-            except BaseException:
-                gate.release(res)
-                raise
-            await _deliver(client, gate, res, prompt, model, None, warnings)
-    ops.audit(
+    async with (
+        ops.audited(command, instance=inst.name, session=session),
+        ops.client(inst) as client,
+        held(gate, inst.name),
+    ):
+        if still_wanted is not None and (why := await aio.blocking(still_wanted)):
+            raise RunsAgain(f"session {session} on {inst.name}: {why}")
+        if budget.guarded(ops.cfg, inst):
+            fresh, others, notes = await _fresh_scans(ops, client, inst)
+            warnings.extend(notes)
+            _check_budget(ops, inst, fresh.sessions, others)
+        res = await aio.blocking(_reserve, gate, inst, session)
+        try:
+            await client.abort(session, directory)
+            await wait_until_idle(client, directory, session, ABORT_SETTLE_SECONDS)
+        except BaseException:
+            await aio.blocking(gate.release, res)
+            raise
+        await _deliver(client, gate, res, prompt, model, None, warnings)
+    await aio.blocking(
+        ops.audit,
         command,
         instance=inst.name,
         session=session,

@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from xaf_hub.config.load import PermissionRule, PermissionsConfig
+from xaf_hub.core import aio
 from xaf_hub.core.clock import MAX_TIME_MS
 from xaf_hub.core.records import SessionRecord, Waiting
 from xaf_hub.core.shell import simple_commands
@@ -234,13 +235,15 @@ async def send_reply(
                     f"{inst.name}: request {w.request_id} no longer waits (answered, or its run "
                     "ended); nothing sent"
                 )
-            with ops.audited(command, instance=inst.name, session=s.id, extra=extra):
+            async with ops.audited(command, instance=inst.name, session=s.id, extra=extra):
                 if w.kind == "permission":
                     kind = _GRANT[reply.always] if reply.action == "approve" else "reject"
                     await client.reply_permission(w.request_id, kind, reply.message, s.directory)
                 else:
                     await client.reply_question(w.request_id, answers, s.directory)
-        ops.audit(command, instance=inst.name, session=s.id, result="sent", extra=extra)
+        await aio.blocking(
+            ops.audit, command, instance=inst.name, session=s.id, result="sent", extra=extra
+        )
     note = "; ".join(ops.redact(n) for n in notes)
     return Answered(inst.name, s.id, w, reply, note)
 

@@ -10,7 +10,6 @@ the timed round stays the safety net. The order and the locks: docs/architecture
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import threading
 import time
@@ -265,7 +264,7 @@ class LiveReactor:
         if work.fill and not pctx.stop_requested():
             try:
                 # Only when the pool has work: a fill scans the whole fleet.
-                pool = await asyncio.to_thread(pctx.backlog().load)
+                pool = await aio.blocking(pctx.backlog().load)
                 if any(t.status in ("pending", "dispatched") for t in pool.tasks):
                     await fill_every_project(pctx, cycle)
                     wait = self._refill_in(pctx)
@@ -330,10 +329,10 @@ class LiveReactor:
         rec = build_record(inst, s, status, True)
         run = (await cycle.last_runs(pctx, [(inst, rec)])).get((inst.name, rec.id))
         state = pctx.model_state()
-        people = load_decisions(pctx)
+        people = await aio.blocking(load_decisions, pctx)
         cand = heal_candidate(rec, run) if HEAL not in self.skip else None
         if cand is not None:
-            if not state.was_healed(cand.key):
+            if not await aio.blocking(state.was_healed, cand.key):
                 await heal_item(pctx, cycle, inst, rec, run, cand, state, people,
                                 lambda: pool_discipline(pctx, cycle.log, HEAL))
             return ""
@@ -350,7 +349,7 @@ class LiveReactor:
                                      detail=decision.text, why=decision.kind)
             )
             return ""
-        override = pool_discipline(pctx, cycle.log, CHECK)
+        override = await aio.blocking(pool_discipline, pctx, cycle.log, CHECK)
         why = await resume_one(pctx, cycle, inst, rec, run, override, state, now_ms)
         return "recheck" if why == "starting" else ""
 

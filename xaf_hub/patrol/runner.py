@@ -94,6 +94,7 @@ STEP_NAMES: tuple[str, ...] = tuple(name for name, _ in STEPS)
 CYCLE_LOCK = "cycle.lock"
 # How often the daemon looks whether work arrived in the pool and whether its config changed.
 WATCH_SECONDS = 1.0
+STOP_POLL_SECONDS = 0.2  # how soon the daemon sees a stop signal that another thread took
 
 async def run_cycle(
     pctx: OpsContext,
@@ -380,7 +381,7 @@ def _run_daemon(
     use: Callable[[Config], None],
 ) -> int:
     """The daemon's life, under its lock (``run_daemon``)."""
-    from apscheduler.schedulers.blocking import BlockingScheduler
+    from apscheduler.schedulers.background import BackgroundScheduler
     from apscheduler.triggers.interval import IntervalTrigger
 
 
@@ -450,7 +451,7 @@ def _run_daemon(
             save_beat()
             out(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {result.message}")
 
-    scheduler = BlockingScheduler(timezone=UTC)
+    scheduler = BackgroundScheduler(timezone=UTC)
     scheduler.add_job(
         tick,
         IntervalTrigger(seconds=interval.total_seconds(), start_date=start, timezone=UTC),
@@ -465,9 +466,7 @@ def _run_daemon(
     )
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
-        stop.set()
-        if scheduler.running:
-            scheduler.shutdown(wait=False)
+        stop.set()  # no lock this (the main) thread may hold: it only sleeps, below
 
     def reconfigure(cfg: Config) -> None:
         """Go on with ``cfg``: the rounds, the sender, and the fleet followed anew."""
@@ -531,10 +530,17 @@ def _run_daemon(
     try:
         if not stop.is_set():
             scheduler.start()
+        # Python runs a signal handler in the main thread only, once it runs again: a stop
+        # signal that landed in another thread (one starting as it came) is seen at the next
+        # wake, where a wait for the next round would hold it back for the whole interval.
+        while not stop.is_set():
+            time.sleep(STOP_POLL_SECONDS)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         stop.set()
+        if scheduler.running:
+            scheduler.shutdown(wait=False)
         watcher.join(timeout=60)  # a config change under way finishes before the stop
         if following is not None:
             stop_live(following)

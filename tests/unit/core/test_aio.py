@@ -1,8 +1,10 @@
-"""Tests for xaf_hub.core.aio.run: asyncio.run without formatting the result on the way out."""
+"""Tests for xaf_hub.core.aio: ``run`` (asyncio.run without formatting the result on the way
+out) and ``blocking`` (a synchronous call from a coroutine)."""
 
 from __future__ import annotations
 
 import asyncio
+import threading
 
 import pytest
 
@@ -142,3 +144,31 @@ def test_a_ctrl_c_while_the_loop_is_built_is_a_plain_interrupt() -> None:
         capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert (done.returncode, done.stdout.strip(), done.stderr) == (0, "interrupted", "")
+
+
+def test_blocking_runs_off_the_loop_and_a_cancelled_caller_waits_for_the_call() -> None:
+    """The loop runs while the call waits; a caller cancelled meanwhile ends only after the
+    call did, so its clean-up never runs beside it."""
+    release, done = threading.Event(), []
+
+    def wait() -> str:
+        release.wait(60)
+        done.append("call")
+        return "ok"
+
+    async def main() -> tuple[bool, list[str]]:
+        caller = asyncio.ensure_future(aio.blocking(wait))
+        for _ in range(3):
+            await asyncio.sleep(0)  # the loop runs while the call waits
+        caller.cancel()
+        for _ in range(20):
+            await asyncio.sleep(0)
+        ended_early = caller.done()
+        release.set()
+        with pytest.raises(asyncio.CancelledError):
+            await caller
+        done.append("caller")
+        return ended_early, done
+
+    assert asyncio.run(main()) == (False, ["call", "caller"])
+    assert asyncio.run(aio.blocking(str.upper, "x")) == "X"

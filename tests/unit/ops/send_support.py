@@ -3,6 +3,7 @@ shared by the sending tests (test_send.py) and the budget's (test_send_budget.py
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import time
@@ -86,7 +87,8 @@ class FakeClient:
 
 
 class SpyGate(FileGate):
-    """The file gate, logging each step into the shared log."""
+    """The file gate, logging each step into the shared log, and in ``on_loop`` each call made
+    on an event loop's thread (every store call should run in a worker thread)."""
 
     def __init__(
         self,
@@ -96,17 +98,43 @@ class SpyGate(FileGate):
         clock: Callable[[], float] = time.time,
         alive: Callable[[int], bool] = lambda pid: True,
     ) -> None:
-        super().__init__(root, cfg.lock, host="h1", clock=clock, alive=alive)
+        self.on_loop: list[str] = []
+        self._clock = clock
+        super().__init__(root, cfg.lock, host="h1", clock=self._timed, alive=alive)
         self.log = log
         self.ownership: list[bool] = []  # answers of owns_lock, in order (then: really held)
 
+    def _timed(self) -> float:
+        self._on_loop("clock")
+        return self._clock()
+
+    def _on_loop(self, call: str) -> None:
+        with contextlib.suppress(RuntimeError):  # no loop runs in this thread: a worker's
+            asyncio.get_running_loop()
+            self.on_loop.append(call)
+
     def owns_lock(self, instance: str) -> bool:
+        self._on_loop("owns_lock")
         owned = self.ownership.pop(0) if self.ownership else super().owns_lock(instance)
         self.log.append("owned" if owned else "lost")
         return owned
 
+    def holds(self, res: Reservation) -> bool:
+        self._on_loop("holds")
+        return super().holds(res)
+
+    def live_reservations(
+        self,
+        instance: str,
+        running_ids: set[str] | None = None,
+        observed_at: float | None = None,
+    ) -> list[Reservation]:
+        self._on_loop("live_reservations")
+        return super().live_reservations(instance, running_ids, observed_at)
+
     @contextlib.contextmanager
     def lock(self, instance: str) -> Iterator[None]:
+        self._on_loop("lock")
         with super().lock(instance):
             self.log.append("lock")
             try:
@@ -117,14 +145,17 @@ class SpyGate(FileGate):
     def reserve(
         self, instance: str, session_id: str = "", prompt: str = "", project: str = ""
     ) -> Reservation:
+        self._on_loop("reserve")
         self.log.append(f"reserve {session_id}".strip())
         return super().reserve(instance, session_id, prompt, project)
 
     def attach(self, res: Reservation, session_id: str, prompt: str | None = None) -> Reservation:
+        self._on_loop("attach")
         self.log.append(f"attach {session_id}" if prompt != PROMPT_ACCEPTED else "accepted")
         return super().attach(res, session_id, prompt)
 
     def release(self, res: Reservation) -> None:
+        self._on_loop("release")
         self.log.append("release")
         super().release(res)
 

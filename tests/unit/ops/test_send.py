@@ -9,6 +9,7 @@ may have let it through keeps it counting. Steers take the lock too.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import threading
 from collections.abc import Callable
@@ -21,6 +22,7 @@ from xaf_hub.config.load import Config, parse_config
 from xaf_hub.errors import (
     ApiError,
     BusyError,
+    HubError,
     LockLostError,
     NotProjectSession,
     RunsAgain,
@@ -31,6 +33,7 @@ from xaf_hub.ops.context import OpsContext
 from xaf_hub.ops.planner import Plan, plan_create, plan_reuse
 from xaf_hub.ops.send import SendResult, held, send_work
 from xaf_hub.store.gate import PROMPT_ACCEPTED, PROMPT_SENT, FileGate
+from xaf_hub.store.statefile import file_lock
 
 
 @pytest.fixture
@@ -167,6 +170,70 @@ def test_a_waiter_cancelled_before_it_gets_the_lock_holds_nothing(
     assert isinstance(kept, asyncio.CancelledError)
     with holder.lock("lan-a"):  # the late taker gave the lock back at once
         pass
+
+
+@pytest.mark.parametrize("case", ["create", "steer", "refused", "lost", "full"])
+def test_no_gate_call_runs_on_the_event_loop(cfg: Config, case: str) -> None:
+    """Every lock, clock, count and reservation call of a send runs in a worker thread (a file
+    lock polls, a Redis call waits on the network), on every way through it."""
+    log: list[str] = []
+    client, gate = FakeClient(log, ["s1"], {"s1"}), SpyGate(cfg.state_dir, cfg, log)
+    plan = steer_plan(cfg, "s1") if case == "steer" else plan_create(
+        cfg.instances[0], ROOT, "t", via="test"
+    )
+    if case == "refused":
+        client.fail_prompt = ApiError("a", 400, "bad request")
+    gate.ownership = [True, False] if case == "lost" else []
+    if case == "full":
+        gate.reserve("a")
+    gate.on_loop.clear()
+    with contextlib.nullcontext() if case in ("create", "steer") else pytest.raises(HubError):
+        send(cfg, plan, client, gate, log)
+    assert gate.on_loop == []
+    assert ("release" in log) == (case in ("refused", "lost"))  # the failure paths ran
+
+
+def test_a_held_audit_lock_leaves_the_event_loop_running(cfg: Config) -> None:
+    """The audit line of a send waits for the audit log's lock, which another process holds,
+    while the loop's other tasks run: here the task that lets the holder go."""
+    log: list[str] = []
+    client, gate = FakeClient(log, [], set()), SpyGate(cfg.state_dir, cfg, log)
+    taken, free = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with file_lock(cfg.state_dir / "audit.log.lock", 0, what="audit log lock"):
+            taken.set()
+            free.wait(60)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    taken.wait(60)
+
+    async def probe() -> int:
+        """Tick until the prompt went out, then five more times, and let the holder go."""
+        ticks = 0
+        while ticks < 5:
+            await asyncio.sleep(0.01)
+            ticks += any(step.startswith("prompt") for step in log)
+        free.set()
+        return ticks
+
+    async def both() -> tuple[SendResult, int]:
+        plan = plan_create(cfg.instances[0], ROOT, "t", via="test")
+        ticked = asyncio.ensure_future(probe())
+        result = await send_work(
+            OpsContext(cfg), plan, "do it", "p/m", client, gate  # type: ignore[arg-type]
+        )
+        return result, await ticked
+
+    try:
+        result, ticks = asyncio.run(both())
+    finally:
+        free.set()
+        holder.join()
+    assert ticks == 5
+    assert result.warnings == ()  # the line waited for the lock and was written
+    assert audit_results(cfg) == ["create"]
 
 
 def test_at_the_limit_nothing_is_reserved_created_or_sent(cfg: Config) -> None:

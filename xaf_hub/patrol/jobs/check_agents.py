@@ -7,12 +7,12 @@ person's decision is never resumed (docs/architecture.md §8, step 2).
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from datetime import timedelta
 from typing import Literal
 
 from xaf_hub.config.load import InstanceConfig
+from xaf_hub.core import aio
 from xaf_hub.core.clock import to_ms
 from xaf_hub.core.discipline import RESUME_PROMPT
 from xaf_hub.core.records import SessionRecord
@@ -94,7 +94,7 @@ async def check_agents(pctx: OpsContext, cycle: Cycle) -> None:
         (inst, rec) for inst, rec in fleet.work_sessions() if rec.running or rec.updated >= horizon
     ]
     runs = await cycle.last_runs(pctx, [(i, r) for i, r in items if not r.running])
-    people = load_decisions(pctx)
+    people = await aio.blocking(load_decisions, pctx)
     if people.problem:
         cycle.log.error(pctx, STEP, people.problem)
     interrupted = []
@@ -131,7 +131,7 @@ async def check_agents(pctx: OpsContext, cycle: Cycle) -> None:
     if not interrupted:
         return
     models = pctx.model_state()
-    override = pool_discipline(pctx, cycle.log, STEP)
+    override = await aio.blocking(pool_discipline, pctx, cycle.log, STEP)
     # Most recently interrupted first: the freshest work is the most likely to matter.
     for inst, rec, run in sorted(interrupted, key=lambda x: x[1].updated, reverse=True):
         if pctx.stop_requested():
@@ -157,7 +157,7 @@ async def resume_one(
     why = resume_refusal(
         production=inst.production,
         touched=(inst.name, rec.id) in cycle.log.touched,
-        already_resumed=models.was_healed(resume_key(inst.name, rec.id)),
+        already_resumed=await aio.blocking(models.was_healed, resume_key(inst.name, rec.id)),
         run=run,
         quiet_ms=now_ms - rec.updated,
         grace_ms=int(pctx.cfg.patrol.run_start_grace_seconds * 1000),
@@ -215,7 +215,7 @@ async def _resume(
         return
     for warning in sent.warnings:
         cycle.log.note(pctx, f"{STEP}: {warning}")
-    await asyncio.to_thread(
+    await aio.blocking(
         pctx.model_state().remember_healed, resume_key(inst.name, rec.id), model, model, pctx.now()
     )
     cycle.log.touched.add((inst.name, rec.id))

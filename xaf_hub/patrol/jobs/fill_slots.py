@@ -10,7 +10,6 @@ picks for every free slot (``pick.pick_tasks``) and sends each through the gated
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -18,6 +17,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from xaf_hub.config.load import InstanceConfig
+from xaf_hub.core import aio
 from xaf_hub.core.commits import claimed_commits, short
 from xaf_hub.core.discipline import base_commit, expected_branches
 from xaf_hub.core.records import Room, SessionRecord
@@ -168,13 +168,16 @@ async def fill_every_project(pctx: OpsContext, cycle: Cycle) -> None:
     if len(views) == 1:
         return await fill_slots(pctx, cycle)
     now = pctx.now()
-    data = await asyncio.to_thread(pctx.backlog().load)
+    data = await aio.blocking(pctx.backlog().load)
     wants: dict[str, dict[str, tuple[int, int, int]]] = {}
     server_free: dict[str, int] = {}
     for view in views:
         fleet, _ = await cycle.scan(view)
         gate = view.gate()
-        loads = {sc.inst.name: instance_load(sc, gate, allow_prod=True) for sc in fleet.scans}
+        loads = {
+            sc.inst.name: await aio.blocking(instance_load, sc, gate, allow_prod=True)
+            for sc in fleet.scans
+        }
         for name, load in loads.items():
             known = load.reserved is not None and not load.run_state_unknown
             server_free[name] = slots_free(
@@ -202,12 +205,12 @@ async def fill_slots(
     cycle.note_instances(pctx, fleet)
     backlog = pctx.backlog()
     await settle_dispatched(
-        pctx, cycle, fleet, pctx.own((await asyncio.to_thread(backlog.load)).tasks), scanned_at
+        pctx, cycle, fleet, pctx.own((await aio.blocking(backlog.load)).tasks), scanned_at
     )
     await land_ready(pctx, cycle)
     if pctx.stop_requested():
         return
-    data = await asyncio.to_thread(backlog.load)
+    data = await aio.blocking(backlog.load)
     gate = pctx.gate()
     now = pctx.now()
     # An instance past its own budget takes no new work today: the others take its tasks.
@@ -281,7 +284,7 @@ async def _tips(pctx: OpsContext, cycle: Cycle) -> dict[str, str] | None:
         return None
     mirror = Mirror.of(pctx.cfg)
     try:
-        return await asyncio.to_thread(mirror.tips)
+        return await aio.blocking(mirror.tips)
     except (GitFailed, BusyError, OSError) as exc:
         cycle.log.note(pctx, f"{STEP}: tasks sent without a base (base unknown): {exc}")
         return {}
@@ -409,7 +412,8 @@ async def _drop_empty(
         await client.delete(created[0])
     except HubError as exc:
         return f"{why}; its empty session {created[0]} stays idle (delete failed: {exc})"
-    pctx.audit(
+    await aio.blocking(
+        pctx.audit,
         "patrol.fill_slots",
         instance=inst.name,
         session=created[0],
@@ -549,7 +553,7 @@ async def settle_dispatched(
                 )
                 if task.branch and verdict.verified and pctx.cfg.repository.integrate != "off":
                     # Its own branch: done once it has landed (patrol.jobs.land, or a person).
-                    await asyncio.to_thread(
+                    await aio.blocking(
                         pctx.backlog().mark_ready, task, commit=verdict.commit,
                         commits=verdict.commits, judged=verdict.judged or None, check=ran,
                     )
@@ -561,7 +565,7 @@ async def settle_dispatched(
                     ))
                     continue
                 verified = verdict.verified is True
-                await asyncio.to_thread(
+                await aio.blocking(
                     pctx.backlog().mark_done,
                     task.id,
                     now,
@@ -590,7 +594,7 @@ async def settle_dispatched(
                                                  task, detail=said or NOT_VERIFIED),
                         "done", task.id, verified=verified, **proof)
             elif verdict.action == "requeue":
-                detail = await asyncio.to_thread(_requeue, pctx, task, inst, seen, verdict, now)
+                detail = await aio.blocking(_requeue, pctx, task, inst, seen, verdict, now)
                 _record(pctx, cycle, task_action(STEP, "requeue", "ok", task, detail=detail),
                         "requeued", detail)
             elif verdict.action == "retry":
@@ -598,9 +602,9 @@ async def settle_dispatched(
                 await _send_back(pctx, cycle, inst, seen.session, task, verdict)
             elif not verdict.reason:
                 if task.person:  # the patrol goes on with it: no longer a person's
-                    await asyncio.to_thread(pctx.backlog().note_check, task, person=None)
+                    await aio.blocking(pctx.backlog().note_check, task, person=None)
             else:
-                await asyncio.to_thread(_note_judged, pctx, task, verdict)
+                await aio.blocking(_note_judged, pctx, task, verdict)
                 kind = "person" if verdict.person else "keep"
                 cycle.log.add(pctx, task_action(STEP, kind, "skipped", task,
                                                 detail=verdict.reason, why=verdict.why))
@@ -638,7 +642,7 @@ async def _verify(
         wanted.append((claimed_commits(answer), branches))
     mirror = Mirror.of(pctx.cfg)
     bases = [task.base for task, _, _ in finished]
-    checks = await asyncio.to_thread(mirror.check_all, wanted, bases, repo.locked)
+    checks = await aio.blocking(mirror.check_all, wanted, bases, repo.locked)
     if mirror.rebuilt:
         cycle.log.note(pctx, f"{STEP}: {mirror.rebuilt}")
     return {
@@ -671,7 +675,7 @@ async def _run_check(
                 "it runs next round",
             )
         try:
-            run = await asyncio.to_thread(
+            run = await aio.blocking(
                 Mirror.of(pctx.cfg).run_check,
                 verdict.commit,
                 repo.check_command,

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from datetime import timedelta
 
 from xaf_hub.config.load import InstanceConfig
+from xaf_hub.core import aio
 from xaf_hub.core.clock import to_ms
 from xaf_hub.core.records import SessionRecord
 from xaf_hub.core.runstate import LastRun
@@ -60,9 +61,10 @@ async def fix_free_limit(pctx: OpsContext, cycle: Cycle) -> None:
             break
         run = runs.get((inst.name, rec.id))
         cand = heal_candidate(rec, run)
-        if cand is None or state.was_healed(cand.key):
+        if cand is None or await aio.blocking(state.was_healed, cand.key):
             continue
-        people = people or load_decisions(pctx)
+        if not people:
+            people = await aio.blocking(load_decisions, pctx)
         await heal_item(pctx, cycle, inst, rec, run, cand, state, people, discipline)
 
 
@@ -102,7 +104,7 @@ async def heal_item(
     since = run.created_ms if run else None
     healing = await cycle.attempt(
         pctx, STEP, "heal", rec,
-        heal(pctx, inst, rec, cand, state, discipline(),
+        heal(pctx, inst, rec, cand, state, await aio.blocking(discipline),
              still_wanted=lambda: person_stop(pctx, inst.name, rec.id, since)),
         later="healed next cycle", from_model=cand.model,
     )

@@ -5,8 +5,7 @@ finds a task verified lands it at once."""
 
 from __future__ import annotations
 
-import asyncio
-
+from xaf_hub.core import aio
 from xaf_hub.errors import HubError
 from xaf_hub.notify.record import task_action
 from xaf_hub.ops.context import OpsContext
@@ -24,7 +23,7 @@ async def land_ready(pctx: OpsContext, cycle: Cycle) -> None:
     repo = pctx.cfg.repository
     if not repo.url:
         return
-    for task in pctx.own((await asyncio.to_thread(pctx.backlog().load)).tasks):
+    for task in pctx.own((await aio.blocking(pctx.backlog().load)).tasks):
         if pctx.stop_requested():
             return
         key = (task.dispatched_to or "", task.session_id or "")

@@ -8,10 +8,10 @@ something was added — when nothing is found it is not even created.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from pathlib import Path
 
+from xaf_hub.core import aio
 from xaf_hub.notify.record import task_action
 from xaf_hub.ops.context import OpsContext
 from xaf_hub.patrol.context import Cycle
@@ -67,16 +67,17 @@ async def sync_design_tasks(pctx: OpsContext, cycle: Cycle) -> None:
                                   mine=lambda t: bool(of_project([t], cfg.project_name, names)))
 
     # A cheap unlocked look first: update_json would create the file even with nothing to add.
-    if not merged((await asyncio.to_thread(backlog.load)).tasks):
+    if not merged((await aio.blocking(backlog.load)).tasks):
         return
 
     def add(data: BacklogData) -> list[Task]:
         return data.extend(merged(data.tasks))
 
-    added = await asyncio.to_thread(backlog.update, add)
+    added = await aio.blocking(backlog.update, add)
     if not added:
         return
-    pctx.audit(
+    await aio.blocking(
+        pctx.audit,
         "patrol.sync_design",
         result="added",
         reason=f"{len(added)} task(s) from design docs",
