@@ -25,22 +25,7 @@ from starlette.responses import Response as Answer
 from starlette.responses import StreamingResponse
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from xaf_hub.page.serve import (
-    ANSWER_SECONDS,
-    DRAIN_SECONDS,
-    IDLE_SECONDS,
-    MAX_CONNECTIONS,
-    MAX_HEAD_BYTES,
-    MAX_VIEWERS,
-    REQUEST_SECONDS,
-    STREAM_SECONDS,
-    VIEWER_SNDBUF,
-    WRITE_SECONDS,
-    RequestLog,
-    Viewer,
-    _text,
-    printable,
-)
+from xaf_hub.page.serve import Limits, RequestLog, Viewer, _text, printable
 
 if TYPE_CHECKING:
     from starlette.types import Receive, Scope, Send
@@ -48,20 +33,6 @@ if TYPE_CHECKING:
     from xaf_hub.page.notices import ChangeFeed
 
 T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class Limits:
-    """What one connection may cost; the defaults are ``page.serve``'s figures."""
-
-    max_connections: int = MAX_CONNECTIONS
-    max_viewers: int = MAX_VIEWERS
-    max_head_bytes: int = MAX_HEAD_BYTES
-    request_seconds: float = REQUEST_SECONDS
-    answer_seconds: float = ANSWER_SECONDS
-    write_seconds: float = WRITE_SECONDS
-    stream_seconds: float = STREAM_SECONDS
-    idle_seconds: int = IDLE_SECONDS
 
 
 @dataclass
@@ -164,8 +135,8 @@ class GuardedH11(H11Protocol):
         sock = self.transport.get_extra_info("socket")
         if sock is not None:
             with contextlib.suppress(OSError):
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, VIEWER_SNDBUF)
-        self.transport.set_write_buffer_limits(high=VIEWER_SNDBUF)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self.page.limits.viewer_sndbuf)
+        self.transport.set_write_buffer_limits(high=self.page.limits.viewer_sndbuf)
 
     def _time_answer(self) -> bool:
         """Give a request that has fully arrived its answer deadline; whether one is open."""
@@ -394,7 +365,7 @@ def server_for(page: PageApp) -> uvicorn.Server:
         timeout_keep_alive=limits.idle_seconds,
         h11_max_incomplete_event_size=limits.max_head_bytes,
         # Answers under way get this long once Ctrl+C comes; a scan in flight is not waited for.
-        timeout_graceful_shutdown=DRAIN_SECONDS,
+        timeout_graceful_shutdown=limits.drain_seconds,
     )
     return _Server(config, page)
 

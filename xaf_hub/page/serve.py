@@ -110,50 +110,40 @@ def printable(text: str, limit: int = 200) -> str:
     return clean + ("..." if len(text) > limit else "")
 
 
-# Change-notice streams open at once; past it a 503 and the page keeps its timer.
-MAX_VIEWERS = 32
+@dataclass(frozen=True)
+class Limits:
+    """What one connection may cost: the page's figures, kept by ``page.asgi``."""
 
-
-# Open connections, the change-notice streams included: uvicorn's ``limit_concurrency``. A
-# request made while this many are open (its own counted) is answered 503 at once, and a
-# connection past it gets the same 503 and is closed, so a crowd holds no more sockets than
-# this. Enough for a team refreshing a page, beside every viewer's stream.
-MAX_CONNECTIONS = 64 + MAX_VIEWERS
-
-
-# A request line and its headers still incomplete, at most (h11's maximum incomplete event):
-# what a client sending its head in pieces can make the server hold; past it a 400.
-MAX_HEAD_BYTES = 16384
-
-
-# Time a client has to send its whole request (a browser needs milliseconds): a slow-loris
-# client dribbling its headers is cut then.
-REQUEST_SECONDS = 10.0
-
-
-# Time to send the answer once the request is in (a page of thousands of rows is a few MB);
-# serve adds the scan deadline, which a request may spend waiting for a scan.
-ANSWER_SECONDS = 20.0
-
-
-# A write that has not reached the client's socket after this (a client that stopped reading,
-# a change-notice viewer included) ends its connection.
-WRITE_SECONDS = 10.0
-
-
-# A stream's longest life: then it ends and the browser reconnects (EventSource, 3 s later),
-# so a viewer that never reads holds its place at most this long, however little is sent.
-STREAM_SECONDS = 300.0
-
-
-# A viewer's send buffers: small, so a viewer that stops reading stalls a write (and meets the
-# write deadline) after a few KB rather than megabytes.
-VIEWER_SNDBUF = 16384
-
-
-# A kept-alive connection with no next request is closed after this (uvicorn's
-# ``timeout_keep_alive``).
-IDLE_SECONDS = 5
+    # Change-notice streams open at once; past it a 503 and the page keeps its timer.
+    max_viewers: int = 32
+    # Open connections, the change-notice streams included: uvicorn's ``limit_concurrency``. A
+    # request made while this many are open (its own counted) is answered 503 at once, and a
+    # connection past it gets the same 503 and is closed, so a crowd holds no more sockets than
+    # this. Enough for a team refreshing a page (64), beside every viewer's stream.
+    max_connections: int = 64 + 32
+    # A request line and its headers still incomplete, at most (h11's maximum incomplete
+    # event): what a client sending its head in pieces can make the server hold; past it a 400.
+    max_head_bytes: int = 16384
+    # Time a client has to send its whole request (a browser needs milliseconds): a slow-loris
+    # client dribbling its headers is cut then.
+    request_seconds: float = 10.0
+    # Time to send the answer once the request is in (a page of thousands of rows is a few MB);
+    # serve adds the scan deadline, which a request may spend waiting for a scan.
+    answer_seconds: float = 20.0
+    # A write that has not reached the client's socket after this (a client that stopped
+    # reading, a change-notice viewer included) ends its connection.
+    write_seconds: float = 10.0
+    # A stream's longest life: then it ends and the browser reconnects (EventSource, 3 s later),
+    # so a viewer that never reads holds its place at most this long, however little is sent.
+    stream_seconds: float = 300.0
+    # A kept-alive connection with no next request is closed after this (uvicorn's
+    # ``timeout_keep_alive``).
+    idle_seconds: int = 5
+    # A viewer's send buffers: small, so a viewer that stops reading stalls a write (and meets
+    # the write deadline) after a few KB rather than megabytes.
+    viewer_sndbuf: int = 16384
+    # On Ctrl+C, answers under way get this long to finish (a scan in flight is not waited for).
+    drain_seconds: int = 2
 
 
 # -- the server --------------------------------------------------------------------------
@@ -190,10 +180,6 @@ _COMMON_HEADERS: tuple[tuple[str, str], ...] = (
     ("Referrer-Policy", "no-referrer"),
     ("X-Frame-Options", "DENY"),
 )
-
-
-# On Ctrl+C, answers under way get this long to finish (a scan in flight is not waited for).
-DRAIN_SECONDS = 2
 
 
 # How often the served page fetches itself again when it hears no change notice (the scan

@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 
 from xaf_hub.core.records import InstanceSummary, SessionRecord, Snapshot
-from xaf_hub.page.asgi import Limits, PageApp, listen, serve, server_for
+from xaf_hub.page.asgi import PageApp, listen, serve, server_for
 from xaf_hub.page.notices import ChangeFeed
-from xaf_hub.page.serve import RequestLog, SnapshotCache, Viewer
+from xaf_hub.page.serve import Limits, RequestLog, SnapshotCache, Viewer
 
 
 def _snap(sessions: int = 1, title: str = "title") -> Snapshot:
@@ -351,7 +351,7 @@ def test_a_stream_in_progress_does_not_hold_up_the_stop(tmp_path: Path) -> None:
         server.should_exit = True
         assert _closed(sock)
         sock.close()
-    assert time.monotonic() - began < 1.5  # DRAIN_SECONDS is 2
+    assert time.monotonic() - began < 1.5  # Limits.drain_seconds is 2
     assert feed.closed
 
 

@@ -31,9 +31,9 @@ from xaf_hub.cli.options import flag, opt
 from xaf_hub.config.watch import ConfigState, ConfigWatch
 from xaf_hub.errors import UsageError
 from xaf_hub.page.serve import (
-    ANSWER_SECONDS,
     REFRESH_SECONDS,
     VIEWER_PASSWORD_ENV,
+    Limits,
     RequestLog,
     SnapshotCache,
     Viewer,
@@ -185,9 +185,9 @@ def run(ctx: Context) -> int:
                 log.line(f"config: {type(exc).__name__}: {exc}")
 
     # deferred: start-up, docs/performance.md
-    from xaf_hub.page.asgi import Limits, PageApp, listen, serve
+    from xaf_hub.page.asgi import PageApp, listen, serve
 
-    page = PageApp(viewer, log, Limits(answer_seconds=cfg.scan_timeout + ANSWER_SECONDS),
+    page = PageApp(viewer, log, Limits(answer_seconds=cfg.scan_timeout + Limits.answer_seconds),
                    feed_factory=follow)
     try:
         sock = listen(opts.host, opts.port)
