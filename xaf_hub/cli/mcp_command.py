@@ -27,7 +27,7 @@ from xaf_hub.cli.context import Context
 from xaf_hub.cli.options import flag, opt
 from xaf_hub.errors import UsageError
 from xaf_hub.page.asgi import listen
-from xaf_hub.page.serve import is_loopback
+from xaf_hub.page.serve import is_loopback, url_of
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, MutableMapping
@@ -126,16 +126,10 @@ def _serve_http(ctx: Context, server: Any, opts: Options, token: str) -> int:
         enable_dns_rebinding_protection=False)
     app = bearer_guard(server.streamable_http_app(host=opts.host, transport_security=security),
                        token)
-    try:
-        sock = listen(opts.host, opts.port)  # serve's: listening before the URL is printed
-    except OSError as exc:
-        raise UsageError(f"cannot listen on {opts.host}:{opts.port}: "
-                         f"{exc.strerror or exc}") from exc
-    port = sock.getsockname()[1]
-    shown = f"[{opts.host}]" if ":" in opts.host else opts.host
-    ctx.out(f"http://{shown}:{port}/mcp", flush=True)  # stdout holds only the URL, for scripts
-    ctx.info(f"serving MCP at http://{shown}:{port}/mcp (bearer token from {TOKEN_ENV}); "
-             "Ctrl+C stops")
+    sock = listen(opts.host, opts.port)  # serve's: listening before the URL is printed
+    url = url_of(opts.host, sock.getsockname()[1]) + "mcp"
+    ctx.out(url, flush=True)  # stdout holds only the URL, for scripts
+    ctx.info(f"serving MCP at {url} (bearer token from {TOKEN_ENV}); Ctrl+C stops")
     config = uvicorn.Config(app, log_level="warning", lifespan="on")
     try:
         uvicorn.Server(config).run(sockets=[sock])

@@ -25,6 +25,7 @@ from starlette.responses import Response as Answer
 from starlette.responses import StreamingResponse
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from xaf_hub.errors import UsageError
 from xaf_hub.page.serve import Limits, RequestLog, Viewer, _text, printable
 
 if TYPE_CHECKING:
@@ -371,7 +372,7 @@ def server_for(page: PageApp) -> uvicorn.Server:
 
 
 def listen(host: str, port: int) -> socket.socket:
-    """A socket listening on ``host:port`` (port 0: any free one); OSError when it cannot."""
+    """A socket listening on ``host:port`` (port 0: any free one); UsageError when it cannot."""
     # IPPROTO_TCP named: asyncio turns Nagle's algorithm off only on sockets that say so, and
     # with it on, an answer written in two pieces (head, then body) waits for the client's
     # delayed ACK (docs/performance.md).
@@ -383,9 +384,9 @@ def listen(host: str, port: int) -> socket.socket:
         # Listening before the URL is printed: a client that connects at once waits in the
         # backlog until uvicorn accepts, instead of being refused.
         sock.listen(128)
-    except OSError:
+    except OSError as exc:
         sock.close()
-        raise
+        raise UsageError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
     return sock
 
 

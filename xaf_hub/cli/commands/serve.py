@@ -189,11 +189,7 @@ def run(ctx: Context) -> int:
 
     page = PageApp(viewer, log, Limits(answer_seconds=cfg.scan_timeout + Limits.answer_seconds),
                    feed_factory=follow)
-    try:
-        sock = listen(opts.host, opts.port)
-    except OSError as exc:
-        reason = exc.strerror or str(exc)
-        raise UsageError(f"cannot listen on {opts.host}:{opts.port}: {reason}") from exc
+    sock = listen(opts.host, opts.port)
     restore: Any = None
     if threading.current_thread() is threading.main_thread():
         # uvicorn takes SIGINT and SIGTERM while it runs and raises them again once stopped;
