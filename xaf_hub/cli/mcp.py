@@ -16,7 +16,7 @@ import json
 import os
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -147,22 +147,15 @@ class Tool:
         return (*own, PROJECT) if self.view or "project" in self.takes else own
 
 
+@dataclass(frozen=True, kw_only=True)
 class Hub:
     """What every tool call shares: the config, the environment, the folder and the transport
     seam; each call gets its own context with the caller in the audit log."""
 
-    def __init__(
-        self,
-        *,
-        config: str | None = None,
-        env: Mapping[str, str] | None = None,
-        cwd: Path | None = None,
-        transport_factory: "TransportFactory | None" = None,
-    ) -> None:
-        self.config = config
-        self.env = dict(os.environ if env is None else env)
-        self.cwd = cwd or Path.cwd()
-        self.transport_factory = transport_factory
+    config: str | None = None
+    env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
+    cwd: Path = field(default_factory=Path.cwd)
+    transport_factory: "TransportFactory | None" = None
 
     def context(self, caller: str) -> Context:
         """A context for one call: JSON, its own streams, ``mcp:<caller>`` in the audit log."""
