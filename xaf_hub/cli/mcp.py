@@ -197,32 +197,24 @@ def _redacted(ctx: Context, text: str) -> str:
 
 
 def _count(doc: Any, what: str) -> str:
-    if isinstance(doc, dict):
-        doc = doc.get(what, [])
-    n = len(doc) if isinstance(doc, list) else 0
-    return f"{n} {what}"
+    return f"{len(doc.get(what, []) if isinstance(doc, dict) else doc)} {what}"
 
 
-def _status_line(doc: Any) -> str:
+def _status_line(doc: dict[str, Any]) -> str:
     parts = []
-    for inst in doc.get("instances", []) if isinstance(doc, dict) else []:
-        if not isinstance(inst, dict):
-            continue
-        name = inst.get("instance", "?")
+    for inst in doc["instances"]:
+        name = inst["instance"]
         if not inst.get("reachable"):
             parts.append(f"{name} unreachable")
             continue
         load = (f"{name} {inst.get('running_project')} running + {inst.get('reserved')} "
                 f"reserved of {inst.get('limit')}")
         parts.append(load + ("" if inst.get("dispatchable") else " (takes no new work)"))
-    queue = doc.get("queue") if isinstance(doc, dict) else None
-    tail = f"; {queue.get('pending', 0)} queued in the pool" if isinstance(queue, dict) else ""
+    tail = f"; {doc['queue']['pending']} queued in the pool"
     return ("; ".join(parts) or "no instances") + tail
 
 
-def _dispatch_line(doc: Any) -> str:
-    if not isinstance(doc, dict):
-        return "done"
+def _dispatch_line(doc: dict[str, Any]) -> str:
     if doc.get("queued"):
         line = f"queued as {doc.get('task')} (position {doc.get('position')} of {doc.get('of')})"
         if not doc.get("daemon_running"):
@@ -268,22 +260,20 @@ def _dispatch(ctx: Context, opts: dispatch.Options) -> Any:
     return dispatch.document(done, ctx.config.project_name)
 
 
-def _waiting_line(doc: Any) -> str:
-    requests = doc.get("waiting", []) if isinstance(doc, dict) else []
-    unknown = doc.get("unknown", []) if isinstance(doc, dict) else []
-    line = f"{len(requests)} request(s) waiting for a person"
-    if unknown:
-        line += "; not known for " + ", ".join(str(u.get("instance")) for u in unknown)
+def _waiting_line(doc: dict[str, Any]) -> str:
+    line = f"{len(doc['waiting'])} request(s) waiting for a person"
+    if doc["unknown"]:
+        line += "; not known for " + ", ".join(str(u.get("instance")) for u in doc["unknown"])
     return line
 
 
-def _reply_line(doc: Any) -> str:
+def _reply_line(doc: dict[str, Any]) -> str:
     return (f"{_field(doc, 'reply')}: {_field(doc, 'id')} of {_field(doc, 'session_id')} on "
             f"{_field(doc, 'instance')}")
 
 
-def _field(doc: Any, key: str) -> str:
-    return str(doc.get(key, "")) if isinstance(doc, dict) else ""
+def _field(doc: dict[str, Any], key: str) -> str:
+    return str(doc.get(key, ""))
 
 
 PROJECT = pick(declared(Common), "project")[0]  # the common --project, as a tool's parameter
