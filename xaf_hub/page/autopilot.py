@@ -102,11 +102,9 @@ def done_tasks(tasks: Sequence[Task], commit_url: str, lang: Lang = "en") -> tup
             verified=t.verified,
         )
         judged = reason(lang, t.judged) if t.judged else ""
-        if t.verified and t.commit:
-            url = commit_url.replace("{commit}", quote(t.commit, safe="")) if commit_url else ""
-            out.append(DoneTask(clean(t.title), t.commit[:7], url, True, judged, state))
-        else:
-            out.append(DoneTask(clean(t.title), judged=judged, state=state))
+        commit = t.commit or "" if t.verified else ""  # linked only when the patrol verified it
+        url = commit_url.replace("{commit}", quote(commit, safe="")) if commit else ""
+        out.append(DoneTask(clean(t.title), commit[:7], url, bool(commit), judged, state))
     return tuple(out)
 
 
