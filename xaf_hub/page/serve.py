@@ -369,9 +369,9 @@ class Viewer:
                 return Response(503, _JSON, body, (("Retry-After", "5"),), "first scan running")
             return _text(503, "the first scan of the fleet is still running; try again soon",
                          ("Retry-After", "5"), note="first scan running")
-        reachable = sum(1 for i in scanned.snapshot.instances if i.reachable)
+        health = health_document(scanned.snapshot)
         note = (
-            f"scanned, {reachable} of {len(scanned.snapshot.instances)} answering"
+            f"scanned, {health['reachable']} of {health['instances']} answering"
             if fresh
             else f"cached {self.clock() - scanned.finished:.1f}s"
         )
@@ -396,9 +396,8 @@ class Viewer:
             )
         if path == "/api/snapshot":
             return Response(200, _JSON, scanned.body("json", self._json), note=note)
-        doc = health_document(scanned.snapshot)
-        body = (json.dumps(doc) + "\n").encode("utf-8")
-        return Response(200 if doc["ok"] else 503, _JSON, body, note=note)
+        body = (json.dumps(health) + "\n").encode("utf-8")
+        return Response(200 if health["ok"] else 503, _JSON, body, note=note)
 
     def _page(self, snap: Snapshot, lang: Lang = "en", local: bool = True) -> bytes:
 
