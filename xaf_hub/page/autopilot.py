@@ -140,15 +140,13 @@ def _headline(
 ) -> tuple[str, Line, list[Line]]:
     """(state, headline, detail sentences); ``for_person``: how many lines below it are left
     for a person (then the round did not all go as planned)."""
-    details: list[Line] = []
     running = heartbeat_fresh(beat, now_ms)
     if running and beat is not None:
         interval_minutes = float(beat["interval_seconds"]) / 60
     every = text(lang, "ap.minutes", n=f"{interval_minutes:g}")
     if report is None:
-        state, headline = ("on" if running else "never"), Line(text(lang, "ap.never"))
-        if running:
-            headline = Line(text(lang, "ap.on_first", every=every))
+        state = "on" if running else "never"
+        headline = Line(text(lang, "ap.on_first" if running else "ap.never", every=every))
     else:
         last = instant_ms(report.get("finished_at") or report.get("started_at"))
         steps = report.get("steps")
@@ -167,18 +165,14 @@ def _headline(
         )
         when = WHEN if last else text(lang, "ap.when_unknown")
         state = "on" if running else "off"
-        key = "ap.on" if running else "ap.off"
-        headline = Line(text(lang, key, every=every, when=when, how=how), last)
-    if paused is not None:
-        state = "paused"
-        since = instant_ms(paused.get("paused_at"))
-        by = clean(str(paused.get("by") or ""))
-        who = text(lang, "ap.by", who=by) if by else text(lang, "ap.by_unknown")
-        if since:
-            details.insert(0, Line(text(lang, "ap.paused", when=WHEN, who=who), since))
-        else:
-            details.insert(0, Line(text(lang, "ap.paused_nowhen", who=who)))
-    return state, headline, details
+        headline = Line(text(lang, f"ap.{state}", every=every, when=when, how=how), last)
+    if paused is None:
+        return state, headline, []
+    since = instant_ms(paused.get("paused_at"))
+    by = clean(str(paused.get("by") or ""))
+    who = text(lang, "ap.by", who=by) if by else text(lang, "ap.by_unknown")
+    key = "ap.paused" if since else "ap.paused_nowhen"
+    return "paused", headline, [Line(text(lang, key, when=WHEN, who=who), since)]
 
 
 def build(
