@@ -215,6 +215,7 @@ class ScanPending(Exception):
     """The first scan is still running after the wait; there is nothing to show yet."""
 
 
+@dataclass(eq=False)
 class SnapshotCache:
     """The latest scan, shared by every request; at most one scan runs at a time.
 
@@ -222,21 +223,14 @@ class SnapshotCache:
     scan (or ScanPending before the first), so a slow fleet never stalls the page or /health.
     """
 
-    def __init__(
-        self,
-        scan_fleet: Callable[[], Snapshot],
-        max_age: float,
-        clock: Callable[[], float] = time.monotonic,
-        wait: float | None = None,
-    ) -> None:
-        self._scan = scan_fleet
-        self._max_age = max_age
-        self._clock = clock
-        self._wait = wait
-        self._lock = threading.Lock()
-        self._latest: Scanned | None = None
-        self._stale = False
-        self.scans = 0
+    scan_fleet: Callable[[], Snapshot]
+    max_age: float
+    clock: Callable[[], float] = time.monotonic
+    wait: float | None = None
+    scans: int = field(default=0, init=False)
+    _latest: Scanned | None = field(default=None, init=False)
+    _stale: bool = field(default=False, init=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False)
 
     def invalidate(self, *_: object) -> None:
         """The fleet changed: the next request scans again (once, for everyone waiting)."""
@@ -248,7 +242,7 @@ class SnapshotCache:
         A scan is usable while younger than ``max_age``, and also when it began after the
         request arrived: everyone queued behind a running scan takes its result.
         """
-        if not self._lock.acquire(timeout=-1 if self._wait is None else self._wait):
+        if not self._lock.acquire(timeout=-1 if self.wait is None else self.wait):
             if self._latest is None:
                 raise ScanPending
             return self._latest, False
@@ -256,13 +250,13 @@ class SnapshotCache:
             latest = self._latest
             if latest is not None and (
                 latest.started >= arrived
-                or (not self._stale and self._clock() - latest.finished < self._max_age)
+                or (not self._stale and self.clock() - latest.finished < self.max_age)
             ):
                 return latest, False
             self._stale = False
-            started = self._clock()
-            snap = self._scan()
-            self._latest = Scanned(snap, started, self._clock())
+            started = self.clock()
+            snap = self.scan_fleet()
+            self._latest = Scanned(snap, started, self.clock())
             self.scans += 1
             return self._latest, True
         finally:
@@ -431,18 +425,18 @@ class Viewer:
         return (self.redact(dumps(doc)) + "\n").encode("utf-8")
 
 
+@dataclass(eq=False)
 class RequestLog:
     """One line per request to a stream shared by every request thread."""
 
-    def __init__(self, stream: TextIO, redact: Callable[[str], str] = str) -> None:
-        self._stream = stream
-        self._redact = redact
-        self._lock = threading.Lock()
+    stream: TextIO
+    redact: Callable[[str], str] = str
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False)
 
     def line(self, text: str) -> None:
         stamp = time.strftime("%Y-%m-%d %H:%M:%S")
         with self._lock:
-            print(f"{stamp} {self._redact(text)}", file=self._stream, flush=True)
+            print(f"{stamp} {self.redact(text)}", file=self.stream, flush=True)
 
 
 def url_of(host: str, port: int) -> str:
