@@ -48,22 +48,7 @@ from xaf_hub.cli.context import Context
 from xaf_hub.cli.options import MAX_SHORT, MAX_TEXT, Common, Opt, declared, pick, record
 from xaf_hub.core.records import Snapshot
 from xaf_hub.core.text import dumps, redact
-from xaf_hub.errors import (
-    BusyError,
-    ConfigError,
-    HubError,
-    LockBusy,
-    LockLostError,
-    MissingPassword,
-    NotProjectSession,
-    ProductionRefused,
-    RequestGone,
-    RunStateUnknown,
-    SessionNotFound,
-    StateFileError,
-    UnreachableError,
-    UsageError,
-)
+from xaf_hub.errors import HubError
 from xaf_hub.page.export import snapshot_document
 
 if TYPE_CHECKING:
@@ -82,27 +67,10 @@ question) holds its slot: `waiting` lists them, `approve`, `deny` and `answer` r
 names its class first: limit reached, lock busy, production needs allow_prod, not a project
 session, instance unreachable, no longer waiting, bad argument, config error."""
 
-# Most specific first: the first class the error is an instance of names it.
-_CLASSES: tuple[tuple[type[BaseException], str], ...] = (
-    (LockLostError, "lock lost"),
-    (LockBusy, "lock busy"),
-    (RunStateUnknown, "run state unknown"),
-    (BusyError, "limit reached"),
-    (ProductionRefused, "production needs allow_prod"),
-    (NotProjectSession, "not a project session"),
-    (MissingPassword, "password missing"),
-    (UnreachableError, "instance unreachable"),
-    (SessionNotFound, "bad argument"),
-    (RequestGone, "no longer waiting"),
-    (UsageError, "bad argument"),
-    (ConfigError, "config error"),
-    (StateFileError, "state file damaged"),
-)
-
-
 def refusal_class(error: BaseException) -> str:
-    """The class of a refusal, as an agent reads it (the first words of the tool error)."""
-    return next((word for kind, word in _CLASSES if isinstance(error, kind)), "internal error")
+    """The class of a refusal, as an agent reads it (the first words of the tool error): the
+    error's own ``HubError.refusal``."""
+    return error.refusal if isinstance(error, HubError) else HubError.refusal
 
 
 @dataclass(frozen=True)
