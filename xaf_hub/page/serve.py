@@ -380,14 +380,8 @@ class Viewer:
             body = scanned.body(
                 f"page:{lang}:{int(local)}", lambda snap: self._page(snap, lang, local)
             )
-            return Response(
-                200,
-                _HTML,
-                body,
-                (("Content-Language", "zh-CN" if lang == "zh" else "en"),
-                 ("Vary", "Accept-Language")),
-                note=note,
-            )
+            language = ("Content-Language", "zh-CN" if lang == "zh" else "en")
+            return Response(200, _HTML, body, (language, ("Vary", "Accept-Language")), note)
         if path == "/api/snapshot":
             return Response(200, _JSON, scanned.body("json", self._json), note=note)
         body = (json.dumps(health) + "\n").encode("utf-8")
