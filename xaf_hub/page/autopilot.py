@@ -8,7 +8,7 @@ badge says "on" only while a daemon's heartbeat is fresh.
 from __future__ import annotations
 
 import socket
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -17,7 +17,7 @@ from urllib.parse import quote
 from xaf_hub.config.load import Config
 from xaf_hub.core.clock import instant_ms
 from xaf_hub.core.outcomes import TASK_STATES, TaskState, task_state
-from xaf_hub.core.records import SessionRecord, Snapshot
+from xaf_hub.core.records import Snapshot
 from xaf_hub.errors import HubError
 from xaf_hub.ops.budget import BudgetLine, budget_lines, money
 from xaf_hub.ops.models import models_view
@@ -180,21 +180,16 @@ def build(
 ) -> AutopilotView:
     """Read the patrol's files and say what it is doing; never raises.
 
-    ``snap`` is the scan the page shows: with it, dispatched tasks are counted by where their
-    session stands, and the panel shows today's spend against budget (of the instances it
-    reached).
+    ``snap`` is the scan the page shows: with it, the panel shows today's spend against budget
+    (of the instances it reached).
 
     The panel is one part of a page that must render: whatever goes wrong reading the
     patrol's state (a file of an unexpected shape included) becomes a line on the panel.
     """
-    sessions = {(s.instance, s.id): s for s in snap.sessions} if snap else {}
     try:
         with Stores(cfg) as stores:  # one Redis client for the pool, the lease and the rests
-            view = _built(stores, cfg, now_ms, lang, sessions)
-        if snap is None:
-            return view
-        answered = [i.name for i in snap.instances if i.reachable]
-        return replace(view, spend=spend_lines(cfg, lang, sessions, answered, now_ms))
+            view = _built(stores, cfg, now_ms, lang)
+        return view if snap is None else replace(view, spend=spend_lines(cfg, lang, snap, now_ms))
     except Exception as exc:  # noqa: BLE001 - see above
         return AutopilotView(
             state="never",
@@ -203,22 +198,15 @@ def build(
         )
 
 
-def spend_lines(
-    cfg: Config,
-    lang: Lang,
-    sessions: Mapping[tuple[str, str], SessionRecord],
-    answered: Collection[str],
-    now_ms: int,
-) -> tuple[str, ...]:
-    """Today's spend for the project, then each instance with a budget of its own."""
-    by_name: dict[str, list[SessionRecord]] = {}
-    for s in sessions.values():
-        by_name.setdefault(s.instance, []).append(s)
-    project, lines = budget_lines(
-        cfg,
-        [(i, by_name.get(i.name, []) if i.name in answered else None) for i in cfg.instances],
-        datetime.fromtimestamp(now_ms / 1000, UTC),
-    )
+def spend_lines(cfg: Config, lang: Lang, snap: Snapshot, now_ms: int) -> tuple[str, ...]:
+    """Today's spend for the project, then each instance with a budget of its own, counted
+    from the sessions of ``snap`` (an instance it did not reach: not counted)."""
+    answered = {i.name for i in snap.instances if i.reachable}
+    seen = [
+        (i, [s for s in snap.sessions if s.instance == i.name] if i.name in answered else None)
+        for i in cfg.instances
+    ]
+    project, lines = budget_lines(cfg, seen, datetime.fromtimestamp(now_ms / 1000, UTC))
     silent = sum(1 for x in lines if not x.known)
     out = [_spend_words(lang, project, silent)]
     out += [_spend_words(lang, x) for x in lines if x.budget is not None]
@@ -263,13 +251,7 @@ def _queue(lang: Lang, counts: Mapping[TaskState, int]) -> list[tuple[int, str, 
     return rows or [(0, text(lang, "task.waiting"), "waiting")]
 
 
-def _built(
-    stores: Stores,
-    cfg: Config,
-    now_ms: int,
-    lang: Lang,
-    sessions: Mapping[tuple[str, str], SessionRecord],
-) -> AutopilotView:
+def _built(stores: Stores, cfg: Config, now_ms: int, lang: Lang) -> AutopilotView:
 
     folder = cfg.state_dir / "patrol"
     problems: list[str] = []
