@@ -260,14 +260,10 @@ def _built(stores: Stores, cfg: Config, now_ms: int, lang: Lang) -> AutopilotVie
     except HubError as exc:
         report = None
         problems.append(text(lang, "ap.report_unreadable", error=exc))
-    figures: list[tuple[int, str]] = []
-    person: list[Line] = []
-    if report is not None:
-        for key in ROUND_FIGURES:
-            rows = report.get(key)
-            if isinstance(rows, list) and rows:
-                figures.append((len(rows), text(lang, f"fig.{key}")))
-        person += _needs_person(lang, report.get("needs_person"))
+    got = report or {}
+    figures = [(len(got[key]), text(lang, f"fig.{key}"))
+               for key in ROUND_FIGURES if isinstance(got.get(key), list) and got[key]]
+    person = _needs_person(lang, got.get("needs_person"))
 
     queue: list[tuple[int, str, TaskState]] = []
     next_up: list[tuple[str, str]] = []
