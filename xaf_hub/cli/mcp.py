@@ -349,16 +349,14 @@ def _tool_function(hub: Hub, tool: Tool) -> Callable[..., Any]:
             structured_content=got.document,
         )
 
-    params = [inspect.Parameter("ctx", inspect.Parameter.KEYWORD_ONLY, annotation=McpContext)]
-    notes: dict[str, Any] = {"ctx": McpContext, "return": CallToolResult}
+    keyword = inspect.Parameter.KEYWORD_ONLY
+    params = [inspect.Parameter("ctx", keyword, annotation=McpContext)]
     for opt in sorted(tool.options, key=lambda o: not o.required):
         annotation, default = opt.tool_parameter()
-        params.append(inspect.Parameter(opt.dest, inspect.Parameter.KEYWORD_ONLY,
-                                        annotation=annotation, default=default))
-        notes[opt.dest] = annotation
+        params.append(inspect.Parameter(opt.dest, keyword, annotation=annotation, default=default))
     signature = inspect.Signature(params, return_annotation=CallToolResult)
     call.__signature__ = signature  # type: ignore[attr-defined]
-    call.__annotations__ = notes
+    call.__annotations__ = {p.name: p.annotation for p in params} | {"return": CallToolResult}
     call.__name__ = tool.name
     return call
 
