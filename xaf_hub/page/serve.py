@@ -314,10 +314,10 @@ class Viewer:
     password: str | None
     clock: Callable[[], float] = time.monotonic
     now_ms: Callable[[], int] = lambda: int(time.time() * 1000)
-    autopilot: Callable[[int, Lang, Snapshot], Any] | None = None
+    autopilot: Callable[[int, Lang, Snapshot], Any] = lambda now, lang, snap: None  # no panel
     language: str = "auto"
-    links: Callable[[list[str]], Any] | None = None
-    tasks: Callable[[], dict[str, str]] | None = None
+    links: Callable[[list[str]], Any] = lambda names: {}  # each instance's web UI, by name
+    tasks: Callable[[], dict[str, str]] = dict  # {session id: task id}
     refresh_seconds: int = REFRESH_SECONDS
     redact: Callable[[str], str] = str
     notes: Callable[[Lang], list[str]] = lambda lang: []  # what the page adds to the scan's notes
@@ -393,20 +393,17 @@ class Viewer:
         # (the page's script then keeps them current).
         now = snap.generated_at or self.now_ms()
         snap = replace(snap, warnings=(*snap.warnings, *self.notes(lang)))
-        panel = self.autopilot(now, lang, snap) if self.autopilot is not None else None
-        links: dict[str, Any] = {}
-        if self.links is not None:
-            found = self.links([i.name for i in snap.instances if i.reachable])
-            links = {n: ui for n, ui in found.items() if local or not ui.loopback}
+        found = self.links([i.name for i in snap.instances if i.reachable])
+        links = {n: ui for n, ui in found.items() if local or not ui.loopback}
         html = report.render_html(
             snap,
             now_ms=now,
             title=self.title,
-            autopilot=panel,
+            autopilot=self.autopilot(now, lang, snap),
             lang=lang,
             live_seconds=self.refresh_seconds,
             links=links,
-            tasks=self.tasks() if self.tasks is not None else None,
+            tasks=self.tasks(),
             projects=self.projects,
         )
         return self.redact(html).encode("utf-8")
