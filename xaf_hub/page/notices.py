@@ -74,7 +74,7 @@ class ChangeFeed:
         self.viewers = 0
         self.on_change: list[Callable[[FleetEvent], None]] = []
         self._recent: deque[dict[str, Any]] = deque(maxlen=_BACKLOG)
-        self._cond = threading.Condition()
+        self._lock = threading.Lock()
         self._closed = False
         self._wakers: list[Callable[[], None]] = []  # one per open stream (``events``)
         self._follower: Any = None
@@ -122,9 +122,8 @@ class ChangeFeed:
             self._follower.close()
         if self._stores is not None:
             self._stores.close()
-        with self._cond:
+        with self._lock:
             self._closed = True
-            self._cond.notify_all()
             wakers = list(self._wakers)
         for wake in wakers:
             wake()
@@ -139,10 +138,9 @@ class ChangeFeed:
             self.following.pop(ev.instance, None)
         for hook in self.on_change:
             hook(ev)
-        with self._cond:
+        with self._lock:
             self.version += 1
             self._recent.append(notice(self.version, ev))
-            self._cond.notify_all()
             wakers = list(self._wakers)
         for wake in wakers:  # after the hooks and the number: a woken stream finds both
             wake()
@@ -157,11 +155,6 @@ class ChangeFeed:
             if i.name in notes else i
             for i in snap.instances
         ))
-
-    def since(self, version: int) -> list[dict[str, Any]]:
-        """Notices newer than ``version`` still kept."""
-        with self._cond:
-            return [n for n in self._recent if n["version"] > version]
 
     @property
     def closed(self) -> bool:
@@ -182,7 +175,7 @@ class ChangeFeed:
             with contextlib.suppress(RuntimeError):  # the loop already closed
                 loop.call_soon_threadsafe(changed.set)
 
-        with self._cond:
+        with self._lock:
             seen = self.version
             self.viewers += 1
             self._wakers.append(wake)
@@ -191,14 +184,14 @@ class ChangeFeed:
         try:
             yield f"retry: {RETRY_MS}\n\n".encode() + frame("hello", {"version": seen})
             while True:
-                with self._cond:
+                with self._lock:
                     waiting = not self._closed and self.version <= seen
                 left = end - time.monotonic()
                 if waiting and left > 0:
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(changed.wait(), min(self.keepalive_seconds, left))
                 changed.clear()  # a wake after this finds its notice numbered below
-                with self._cond:
+                with self._lock:
                     if self._closed:
                         why = "server stopping"
                         return
@@ -209,7 +202,7 @@ class ChangeFeed:
                     seen = self.version
                 yield b"".join(frame("change", n) for n in fresh) if fresh else b": keep-alive\n\n"
         finally:
-            with self._cond:
+            with self._lock:
                 self.viewers -= 1
                 self._wakers.remove(wake)
             if said is not None:
