@@ -75,7 +75,7 @@ class ChangeFeed:
         self.on_change: list[Callable[[FleetEvent], None]] = []
         self._recent: deque[dict[str, Any]] = deque(maxlen=_BACKLOG)
         self._lock = threading.Lock()
-        self._closed = False
+        self.closed = False  # close() ran: every stream has ended or is ending
         self._wakers: list[Callable[[], None]] = []  # one per open stream (``events``)
         self._follower: Any = None
         self._stores: Any = None
@@ -123,7 +123,7 @@ class ChangeFeed:
         if self._stores is not None:
             self._stores.close()
         with self._lock:
-            self._closed = True
+            self.closed = True
             wakers = list(self._wakers)
         for wake in wakers:
             wake()
@@ -156,11 +156,6 @@ class ChangeFeed:
             for i in snap.instances
         ))
 
-    @property
-    def closed(self) -> bool:
-        """Whether ``close`` ran (every stream has ended or is ending)."""
-        return self._closed
-
     async def events(
         self, seconds: float = math.inf, said: list[str] | None = None
     ) -> AsyncGenerator[bytes, None]:
@@ -185,14 +180,14 @@ class ChangeFeed:
             yield f"retry: {RETRY_MS}\n\n".encode() + frame("hello", {"version": seen})
             while True:
                 with self._lock:
-                    waiting = not self._closed and self.version <= seen
+                    waiting = not self.closed and self.version <= seen
                 left = end - time.monotonic()
                 if waiting and left > 0:
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(changed.wait(), min(self.keepalive_seconds, left))
                 changed.clear()  # a wake after this finds its notice numbered below
                 with self._lock:
-                    if self._closed:
+                    if self.closed:
                         why = "server stopping"
                         return
                     if time.monotonic() >= end:
