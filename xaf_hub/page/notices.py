@@ -14,8 +14,8 @@ import math
 import threading
 import time
 from collections import deque
-from collections.abc import AsyncGenerator, Callable, Sequence
-from dataclasses import replace
+from collections.abc import AsyncGenerator, Callable
+from dataclasses import KW_ONLY, dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from xaf_hub.config.load import Config, InstanceConfig
@@ -53,35 +53,30 @@ def frame(kind: str, data: dict[str, Any]) -> bytes:
     return f"event: {kind}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n".encode()
 
 
+@dataclass(eq=False)
 class ChangeFeed:
     """The latest changes, numbered, and the viewers waiting for the next one."""
 
-    def __init__(
-        self,
-        cfg: Config,
-        instances: Sequence[InstanceConfig] | None = None,
-        *,
-        transport_factory: TransportFactory | None = None,
-        keepalive_seconds: float = KEEPALIVE_SECONDS,
-        state: Callable[[], ConfigState | None] = lambda: None,
-    ) -> None:
-        self.cfg = cfg
-        self.state = state  # how serve stands with its config, said on its live board
-        self.instances = list(cfg.instances if instances is None else instances)
-        self.transport_factory = transport_factory
-        self.keepalive_seconds = keepalive_seconds
-        self.version = 0
-        self.viewers = 0
-        self.on_change: list[Callable[[FleetEvent], None]] = []
-        self._recent: deque[dict[str, Any]] = deque(maxlen=_BACKLOG)
-        self._lock = threading.Lock()
-        self.closed = False  # close() ran: every stream has ended or is ending
-        self._wakers: list[Callable[[], None]] = []  # one per open stream (``events``)
-        self._follower: Any = None
-        self._stores: Any = None
-        # Instances followed by polling, and why (an old server, a stream over its budget):
-        # the page's server line says it (``annotate``).
-        self.following: dict[str, str] = {}
+    cfg: Config
+    _: KW_ONLY
+    transport_factory: TransportFactory | None = None
+    keepalive_seconds: float = KEEPALIVE_SECONDS
+    # How serve stands with its config, said on its live board.
+    state: Callable[[], ConfigState | None] = lambda: None
+    version: int = field(default=0, init=False)
+    viewers: int = field(default=0, init=False)
+    on_change: list[Callable[[FleetEvent], None]] = field(default_factory=list, init=False)
+    closed: bool = field(default=False, init=False)  # every stream has ended or is ending
+    # Instances followed by polling, and why (an old server, a stream over its budget): the
+    # page's server line says it (``annotate``).
+    following: dict[str, str] = field(default_factory=dict, init=False)
+    _recent: deque[dict[str, Any]] = field(
+        default_factory=lambda: deque(maxlen=_BACKLOG), init=False
+    )
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False)
+    _wakers: list[Callable[[], None]] = field(default_factory=list, init=False)  # ``events``
+    _follower: Any = field(default=None, init=False)
+    _stores: Any = field(default=None, init=False)
 
     def start(self) -> None:
         """Start following the fleet (one follower for every viewer)."""
@@ -93,7 +88,7 @@ class ChangeFeed:
 
         cfg = self.cfg
         self._follower = FleetFollower(
-            cfg, self.instances, emit=self.publish,
+            cfg, emit=self.publish,
             transport_factory=self.transport_factory, outcomes=False,
             publish=lambda view: publish(cfg, view, "serve", self._stores, self.state()),
         )
@@ -105,7 +100,7 @@ class ChangeFeed:
         old = self._follower
         if old is not None:
             old.close()  # its last board written before the new follower's first
-        self.cfg, self.instances = cfg, list(cfg.instances)
+        self.cfg = cfg
         self.following.clear()
         if self._stores is not None:
             self._stores.cfg = cfg
@@ -207,31 +202,26 @@ class ChangeFeed:
 Read = Run | Literal[""]  # a session's last run as its messages say; "" not read
 
 
+@dataclass(eq=False)
 class LiveFleet:
     """What ``serve`` shows: each instance from the follower where its view is fresh
     (``ops.live_board.take``), the others scanned; idle sessions' last results are kept until a
     notice about the session (``forget``). Called by ``SnapshotCache``, one call at a time.
     """
 
-    def __init__(
-        self,
-        cfg: Config,
-        instances: Sequence[InstanceConfig],
-        *,
-        scan: Callable[[list[InstanceConfig]], list[InstanceScan]],
-        outcomes: Callable[[list[InstanceScan]], object],
-    ) -> None:
-        self.fleet = (cfg, list(instances))  # the config and instances shown, swapped whole
-        self._scan = scan
-        self._outcomes = outcomes
-        self.feed: ChangeFeed | None = None
-        self._known: dict[tuple[str, str], tuple[int, Read]] = {}  # -> (updated, outcome)
-        self.scanned = 0  # instance scans made (for tests and the bench)
-        self.taken = 0  # instance views taken from the follower
+    cfg: Config  # what it shows, swapped whole by ``use``
+    _: KW_ONLY
+    scan: Callable[[list[InstanceConfig]], list[InstanceScan]]
+    outcomes: Callable[[list[InstanceScan]], object]
+    feed: ChangeFeed | None = field(default=None, init=False)
+    scanned: int = field(default=0, init=False)  # instance scans made (for tests and the bench)
+    taken: int = field(default=0, init=False)  # instance views taken from the follower
+    # (instance, session) -> (updated, outcome)
+    _known: dict[tuple[str, str], tuple[int, Read]] = field(default_factory=dict, init=False)
 
     def use(self, cfg: Config) -> None:
         """Show the instances ``cfg`` names from now on (the next call)."""
-        self.fleet = (cfg, list(cfg.instances))
+        self.cfg = cfg
 
     def follow(self, feed: ChangeFeed) -> None:
         """Take live views from ``feed`` from now on, and forget what its notices change."""
@@ -245,11 +235,12 @@ class LiveFleet:
 
     def __call__(self) -> Snapshot:
 
-        cfg, instances = self.fleet
+        cfg = self.cfg
+        instances = list(cfg.instances)
         view: list[LiveInstance] = self.feed.live_view() if self.feed is not None else []
         board = take(cfg, instances, view)
         rest = [i for i in instances if i.name not in board.scans]
-        scanned = self._scan(rest) if rest else []
+        scanned = self.scan(rest) if rest else []
         self.scanned += len(rest)
         self.taken += len(board.scans)
         snap, scans = merged(instances, board, scanned)
@@ -258,7 +249,7 @@ class LiveFleet:
         answered = [sc for sc in scans if sc.reachable]
         unread = [sc for sc in answered if any(_unread(s) for s in sc.sessions)]
         if unread:  # only the instances with a result to read are asked at all
-            self._outcomes(unread)
+            self.outcomes(unread)
         shown = {sc.inst.name for sc in answered}
         kept = {k: v for k, v in self._known.items() if k[0] not in shown}  # gone sessions go
         for sc in answered:

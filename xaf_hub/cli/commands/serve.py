@@ -125,7 +125,7 @@ def run(ctx: Context) -> int:
     # Each instance from the change feed's follower while its view is fresh there, the rest
     # scanned; last results read once per change of a session (page.notices.LiveFleet).
     fleet = LiveFleet(
-        cfg, instances, scan=lambda rest: scan(ctx, rest)[1],
+        cfg, scan=lambda rest: scan(ctx, rest)[1],
         outcomes=lambda scans: aio.run(fill_outcomes(ctx.config, scans, ctx.transport_factory)),
     )
 
