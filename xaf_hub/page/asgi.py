@@ -219,25 +219,21 @@ async def _pieces(body: bytes) -> AsyncIterator[bytes]:
         yield bytes(view[start:start + _PIECE])
 
 
+@dataclass(eq=False)
 class PageApp:
     """The ASGI app: ``Viewer.respond`` for every request, change-notice streams, the log."""
 
-    def __init__(
-        self,
-        viewer: Viewer,
-        log: RequestLog,
-        limits: Limits | None = None,
-        feed_factory: Callable[[], ChangeFeed] | None = None,
-    ) -> None:
-        self.viewer = viewer
-        self.log = log
-        self.limits = limits or Limits()
-        self.counts = Counts()
-        self.feed: ChangeFeed | None = None  # change notices for /api/events (page.notices)
-        # Starts the follower on the first /api/events viewer: no listener, no stream traffic.
-        self.feed_factory = feed_factory
-        self._feed_lock = threading.Lock()
-        self.asgi = Starlette()
+    viewer: Viewer
+    log: RequestLog
+    limits: Limits = field(default_factory=Limits)
+    # Starts the follower on the first /api/events viewer: no listener, no stream traffic.
+    feed_factory: Callable[[], ChangeFeed] | None = None
+    counts: Counts = field(default_factory=Counts, init=False)
+    feed: ChangeFeed | None = field(default=None, init=False)  # notices for /api/events
+    asgi: Starlette = field(default_factory=Starlette, init=False)
+    _feed_lock: threading.Lock = field(default_factory=threading.Lock, init=False)
+
+    def __post_init__(self) -> None:
         # Every method and target reaches Viewer.respond, which owns the routes and their words.
         self.asgi.router.default = self._answer
 
