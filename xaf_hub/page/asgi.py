@@ -165,12 +165,7 @@ class GuardedH11(H11Protocol):
 
 def protocol_for(page: PageApp) -> type[GuardedH11]:
     """The protocol class uvicorn builds each connection with, bound to ``page``."""
-
-    class PageProtocol(GuardedH11):
-        pass
-
-    PageProtocol.page = page
-    return PageProtocol
+    return type("PageProtocol", (GuardedH11,), {"page": page})
 
 
 async def off_loop(fn: Callable[..., T], *args: Any) -> T:
