@@ -8,10 +8,10 @@ badge says "on" only while a daemon's heartbeat is fresh.
 from __future__ import annotations
 
 import socket
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import quote
 
 from xaf_hub.config.load import Config
@@ -26,6 +26,8 @@ from xaf_hub.store.backends import Stores
 from xaf_hub.store.patrol_state import heartbeat, latest_report, pause_info
 from xaf_hub.store.pick import count_states, is_blocked, readiness
 from xaf_hub.store.tasks import Task
+
+T = TypeVar("T")
 
 # Step names (report) -> catalogue key of how a reader who never saw the code would put them.
 STEP_KEYS = ("run_ceiling", "fix_free_limit", "check_agents", "sync_design_tasks", "fill_slots")
@@ -254,12 +256,18 @@ def _queue(lang: Lang, counts: Mapping[TaskState, int]) -> list[tuple[int, str, 
 def _built(stores: Stores, cfg: Config, now_ms: int, lang: Lang) -> AutopilotView:
 
     folder = cfg.state_dir / "patrol"
+    now = datetime.fromtimestamp(now_ms / 1000, UTC)
     problems: list[str] = []
-    try:
-        report = latest_report(folder)
-    except HubError as exc:
-        report = None
-        problems.append(text(lang, "ap.report_unreadable", error=exc))
+
+    def read(what: str, load: Callable[[], T]) -> T | None:
+        """``load()``; None when it fails, said in ``problems`` as ``what`` unreadable."""
+        try:
+            return load()
+        except HubError as exc:
+            problems.append(text(lang, f"ap.{what}_unreadable", error=exc))
+            return None
+
+    report = read("report", lambda: latest_report(folder))
     got = report or {}
     figures = [(len(got[key]), text(lang, f"fig.{key}"))
                for key in ROUND_FIGURES if isinstance(got.get(key), list) and got[key]]
@@ -268,12 +276,8 @@ def _built(stores: Stores, cfg: Config, now_ms: int, lang: Lang) -> AutopilotVie
     queue: list[tuple[int, str, TaskState]] = []
     next_up: list[tuple[str, str]] = []
     done: tuple[DoneTask, ...] = ()
-    try:
-        tasks = stores.pool().load().tasks
-    except HubError as exc:
-        problems.append(text(lang, "ap.queue_unreadable", error=exc))
-    else:
-        now = datetime.fromtimestamp(now_ms / 1000, UTC)
+    tasks = read("queue", lambda: stores.pool().load().tasks)
+    if tasks is not None:
         counts = count_states(tasks, now, cfg.patrol.max_attempts)
         queue = _queue(lang, counts)
         # Next = what fill_slots would take first: ready now (not backing off, dependencies
@@ -312,16 +316,12 @@ def _built(stores: Stores, cfg: Config, now_ms: int, lang: Lang) -> AutopilotVie
             ha = Line(text(lang, "ap.ha_none"))
 
     rests: list[Line] = []
-    try:
-        view = models_view(cfg, datetime.fromtimestamp(now_ms / 1000, UTC), stores.model_state())
-    except HubError as exc:
-        problems.append(text(lang, "ap.rests_unreadable", error=exc))
-    else:
-        for b in view.rests:
-            exact = local_time_with_zone(b.until_ms)
-            key = {"stated": "ap.rest_stated", "person": "ap.rest_person"}.get(b.why, "ap.rest")
-            words = text(lang, key, family=clean(b.family), exact=exact, when=WHEN)
-            rests.append(Line(words, b.until_ms))
+    view = read("rests", lambda: models_view(cfg, now, stores.model_state()))
+    for b in view.rests if view is not None else ():
+        exact = local_time_with_zone(b.until_ms)
+        key = {"stated": "ap.rest_stated", "person": "ap.rest_person"}.get(b.why, "ap.rest")
+        words = text(lang, key, family=clean(b.family), exact=exact, when=WHEN)
+        rests.append(Line(words, b.until_ms))
     return AutopilotView(
         state=state,
         headline=headline,
