@@ -27,7 +27,7 @@ from xaf_hub.cli.context import Context
 from xaf_hub.cli.options import flag, opt
 from xaf_hub.errors import UsageError
 from xaf_hub.page.asgi import listen
-from xaf_hub.page.serve import is_loopback, url_of
+from xaf_hub.page.serve import check_secret, is_loopback, url_of
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, MutableMapping
@@ -73,13 +73,10 @@ def run(ctx: Context) -> int:
     if opts.http:
         if not 0 <= opts.port <= 65535:
             raise UsageError("--port must be between 0 and 65535")
-        if not token:
-            where = "" if is_loopback(opts.host) else f" on {opts.host}, a non-loopback address"
-            raise UsageError(f"mcp --http{where} needs a bearer token: set {TOKEN_ENV} "
-                             f"(at least {MIN_TOKEN_LENGTH} characters)")
-        if len(token) < MIN_TOKEN_LENGTH:
-            raise UsageError(f"{TOKEN_ENV} is too short: use at least {MIN_TOKEN_LENGTH} "
-                             "characters")
+        where = "" if is_loopback(opts.host) else f" on {opts.host}, a non-loopback address"
+        check_secret(TOKEN_ENV, token, MIN_TOKEN_LENGTH,
+                     f"mcp --http{where} needs a bearer token: set {TOKEN_ENV} "
+                     f"(at least {MIN_TOKEN_LENGTH} characters)")
     _require_sdk()
     # The config is not loaded here: an agent's MCP client starts this server where it likes (a
     # session's folder) and shows nothing of its stderr, so a missing or broken config is said

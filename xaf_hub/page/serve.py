@@ -66,21 +66,24 @@ def host_header_name(header: str) -> str:
 def check_exposure(host: str, public: bool, password: str | None) -> None:
     """Refuse a listening address the options do not allow (UsageError)."""
     if public:
-        if not password:
-            raise UsageError(
-                f"--public needs a viewer password: set {VIEWER_PASSWORD_ENV} (colleagues "
-                "log in with any user name and that password)"
-            )
-        if len(password) < MIN_PASSWORD_LENGTH:
-            raise UsageError(
-                f"{VIEWER_PASSWORD_ENV} is too short: use at least {MIN_PASSWORD_LENGTH} characters"
-            )
+        check_secret(VIEWER_PASSWORD_ENV, password, MIN_PASSWORD_LENGTH,
+                     f"--public needs a viewer password: set {VIEWER_PASSWORD_ENV} (colleagues "
+                     "log in with any user name and that password)")
     elif not is_loopback(host):
         raise UsageError(
             f"refusing to listen on {host}: without --public only a loopback address "
             f"(127.0.0.1, ::1, localhost) is allowed; to let colleagues in, set "
             f"{VIEWER_PASSWORD_ENV} and add --public"
         )
+
+
+def check_secret(variable: str, value: str | None, least: int, missing: str) -> None:
+    """Refuse a secret from the environment variable ``variable`` that is unset (UsageError
+    ``missing``) or shorter than ``least`` characters."""
+    if not value:
+        raise UsageError(missing)
+    if len(value) < least:
+        raise UsageError(f"{variable} is too short: use at least {least} characters")
 
 
 def basic_auth_ok(header: str | None, password: str) -> bool:
