@@ -144,11 +144,9 @@ class Hub:
                 ctx.see_every_project()
                 ctx.choose(values.pop("project", None))
             doc = ctx.named(tool.answer(ctx, record(tool.record, values)))
-        except HubError as raised:
-            raise Refused(f"{refusal_class(raised)}: {_redacted(ctx, str(raised))}") from None
         except Exception as exc:  # noqa: BLE001 - the last line of defence answers one line
-            text = _redacted(ctx, f"{type(exc).__name__}: {exc}")
-            raise Refused(f"internal error: {text}") from None
+            said = str(exc) if isinstance(exc, HubError) else f"{type(exc).__name__}: {exc}"
+            raise Refused(f"{refusal_class(exc)}: {_redacted(ctx, said)}") from None
         finally:
             with contextlib.suppress(Exception):  # closing never hides the call's answer
                 ctx.close()
