@@ -254,22 +254,16 @@ class LiveFleet:
         kept = {k: v for k, v in self._known.items() if k[0] not in shown}  # gone sessions go
         for sc in answered:
             for s in sc.sessions:
-                self._remember(s, kept)
+                if s.project and not s.running and s.outcome not in ("", "running"):
+                    kept[(s.instance, s.id)] = (s.updated, s.outcome)
         self._known = kept
         return merged(instances, board, scans, snap.generated_at)[0]
 
     def _recall(self, s: SessionRecord) -> SessionRecord:
-        if not _unread(s):
-            return s
         known = self._known.get((s.instance, s.id))
-        if known is None or known[0] != s.updated:
+        if not _unread(s) or known is None or known[0] != s.updated:
             return s
         return replace(s, outcome=known[1])
-
-    @staticmethod
-    def _remember(s: SessionRecord, into: dict[tuple[str, str], tuple[int, Read]]) -> None:
-        if s.project and not s.running and s.outcome not in ("", "running"):
-            into[(s.instance, s.id)] = (s.updated, s.outcome)
 
 
 def _unread(s: SessionRecord) -> bool:
