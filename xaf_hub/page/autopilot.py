@@ -339,20 +339,13 @@ def _built(stores: Stores, cfg: Config, now_ms: int, lang: Lang) -> AutopilotVie
 
 def _needs_person(lang: Lang, rows: object) -> list[Line]:
     """One sentence per session the patrol leaves to a person ("interrupted by ... at ...")."""
-    if not isinstance(rows, list):
-        return []
-    return [
-        Line(
-            text(
-                lang,
-                "ap.needs_person",
-                title=clean(str(r.get("title") or r.get("session"))),
-                detail=reason(lang, str(r.get("detail")), str(r.get("why") or "")),
-            )
-        )
-        for r in rows
-        if isinstance(r, dict)
-    ]
+    out = []
+    for r in rows if isinstance(rows, list) else []:
+        if isinstance(r, dict):
+            title = clean(str(r.get("title") or r.get("session")))
+            detail = reason(lang, str(r.get("detail")), str(r.get("why") or ""))
+            out.append(Line(text(lang, "ap.needs_person", title=title, detail=detail)))
+    return out
 
 
 def reason(lang: Lang, words: str, why: str = "") -> str:
@@ -369,14 +362,6 @@ def reason(lang: Lang, words: str, why: str = "") -> str:
 
 def plain(view: AutopilotView, lang: Lang, now_ms: int) -> list[str]:
     """The panel's sentences as plain text, relative times filled in (for tests and chat)."""
-
-    def one(line: Line) -> str:
-        return line.text.replace(WHEN, ago(lang, line.ms, now_ms))
-
-    ha = [one(view.ha)] if view.ha is not None else []
-    return [
-        one(view.headline),
-        *ha,
-        *(one(d) for d in view.details),
-        *(one(r) for r in view.rests),
-    ]
+    ha = [view.ha] if view.ha is not None else []
+    lines = [view.headline, *ha, *view.details, *view.rests]
+    return [line.text.replace(WHEN, ago(lang, line.ms, now_ms)) for line in lines]
