@@ -457,7 +457,6 @@ def start_feed(
             log.line(line)
 
     feed = ChangeFeed(cfg, transport_factory=transport_factory, state=state)
-    feed.on_change.append(cache.invalidate)
-    feed.on_change.append(note)
+    feed.on_change += [cache.invalidate, note]
     feed.start()
     return feed
