@@ -18,6 +18,7 @@ pipx inject xaf-hub 'mcp>=2.3,<3'.
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -128,11 +129,7 @@ def _serve_http(ctx: Context, server: Any, opts: Options, token: str) -> int:
     ctx.out(url, flush=True)  # stdout holds only the URL, for scripts
     ctx.info(f"serving MCP at {url} (bearer token from {TOKEN_ENV}); Ctrl+C stops")
     config = uvicorn.Config(app, log_level="warning", lifespan="on")
-    try:
+    with sock, contextlib.suppress(KeyboardInterrupt):
         uvicorn.Server(config).run(sockets=[sock])
-    except KeyboardInterrupt:
-        pass
-    finally:
-        sock.close()
     ctx.info("stopped")
     return 0
