@@ -29,7 +29,7 @@ PARSERS = {
     "store/landing.py": "reads git push's porcelain output",
     "store/repository.py": "reads git's stderr",
     "store/contain.py": "reads the sandbox probe's key=value lines",
-    "store/statefile.py": "checks a state file's content before parsing it",
+    "config/reader.py": "checks a JSON file's content (a NUL byte) before parsing it",
     "ops/rooms.py": "reads the keeps command's key: value lines from a server's shell",
     "ops/decisions.py": "skips audit log lines that cannot hold a decision before parsing them",
     "core/text.py": "text helpers: case folding and word search",

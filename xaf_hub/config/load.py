@@ -719,8 +719,7 @@ def parse_config(raw: Any, *, path: Path, env: Mapping[str, str]) -> Config:
     local_scope = "beside"
     assert local_path is not None
     if not local_path.is_file():
-        local_path = home / "config.local.json"
-        local_scope = "home"
+        local_path, local_scope = home / "config.local.json", "home"
         if not local_path.is_file() or local_path.resolve() == path.resolve():
             local_path, local_scope = None, ""
     overrides: dict[str, dict[str, Any]] = {}
@@ -733,17 +732,13 @@ def parse_config(raw: Any, *, path: Path, env: Mapping[str, str]) -> Config:
         label = f"instances[{i}]"
         name = obj["name"]
         if name in names:
-            raise ConfigError(
-                f"{path}: key '{label}.name': duplicate instance name '{name}'",
-                "duplicate_instance",
-            )
+            problem = f"duplicate instance name '{name}'"
+            raise top.fail(f"{label}.name", problem, "duplicate_instance")
         names.add(name)
         if obj.get("password") not in (None, ""):
-            raise ConfigError(
-                f"{path}: key '{label}.password': a literal password does not belong in "
-                f"{path.name}; move it to config.local.json or the env var {pw_env_name(name)}",
-                "literal_password",
-            )
+            fix = f"move it to config.local.json or the env var {pw_env_name(name)}"
+            problem = f"a literal password does not belong in {path.name}; {fix}"
+            raise top.fail(f"{label}.password", problem, "literal_password")
         merged = dict(obj)
         extra = overrides.get(name, {})
         for key, value in extra.items():
@@ -763,10 +758,8 @@ def parse_config(raw: Any, *, path: Path, env: Mapping[str, str]) -> Config:
         if several:
             for key in ("roots", "default_directory"):
                 if key in obj:
-                    raise ConfigError(
-                        f"{path}: key '{label}.{key}': with projects, each project names its "
-                        f"{key} per instance (projects.NAME.{key}.{name})"
-                    )
+                    per = f"each project names its {key} per instance (projects.NAME.{key}.{name})"
+                    raise top.fail(f"{label}.{key}", f"with projects, {per}")
         instances.append(
             _parse_instance(merged, path, label, env, local_path, numbers["concurrency_limit"])
         )

@@ -186,9 +186,7 @@ def _webhook(w: Reader, env: Mapping[str, str]) -> Webhook:
         events=events,
         secret_env=strings["secret_env"],
         url=(env.get(strings["url_env"]) or "").strip() or None,
-        secret=(env.get(strings["secret_env"]) or "").strip() or None
-        if strings["secret_env"]
-        else None,
+        secret=(env.get(strings["secret_env"]) or "").strip() or None,
     )
 
 

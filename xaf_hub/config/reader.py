@@ -7,6 +7,7 @@ a class declares, with the same words.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import field, fields
@@ -184,22 +185,15 @@ def setting(
     return field(default=default, metadata={"setting": rule})
 
 
-# (field, key, annotation, setting, default) of each key a class declares in a section
-_Plan = tuple[tuple[str, str, str, Setting, Any], ...]
-_PLANS: dict[tuple[type, str], _Plan] = {}
-
-
-def _plan(cls: type, section: str) -> _Plan:
-    """The keys ``cls`` declares in ``section``, in field order (worked out once a class)."""
-    plan = _PLANS.get((cls, section))
-    if plan is None:
-        plan = tuple(
-            (f.name, rule.key or f.name, str(f.type), rule, f.default)
-            for f in fields(cls)
-            if (rule := f.metadata.get("setting")) is not None and rule.section == section
-        )
-        _PLANS[(cls, section)] = plan
-    return plan
+@functools.cache
+def _plan(cls: type, section: str) -> tuple[tuple[str, str, str, Setting, Any], ...]:
+    """(field, key, annotation, setting, default) of each key ``cls`` declares in ``section``,
+    in field order (worked out once a class)."""
+    return tuple(
+        (f.name, rule.key or f.name, str(f.type), rule, f.default)
+        for f in fields(cls)
+        if (rule := f.metadata.get("setting")) is not None and rule.section == section
+    )
 
 
 def read_settings(
@@ -284,18 +278,25 @@ def load_json_file(path: Path, what: str = "config") -> Any:
         raise ConfigError(
             f"{path}: cannot read {what} file: {exc.strerror or exc}", "unreadable"
         ) from None
+    return parse_json(raw, lambda problem, code: ConfigError(f"{path}: {problem}", code))
+
+
+def parse_json(
+    raw: bytes, fail: Callable[[str, ConfigProblem], Exception], *, nul: bool = False
+) -> Any:
+    """``raw`` (UTF-8, a BOM allowed) as JSON, else ``fail(the problem, its code)`` raised; the
+    problem names the position (``nul``: a NUL byte is one of its own)."""
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        raise ConfigError(
-            f"{path}: not UTF-8 text (bad byte at offset {exc.start})", "not_utf8"
-        ) from None
+        raise fail(f"not UTF-8 text (bad byte at offset {exc.start})", "not_utf8") from None
+    if nul and "\x00" in text:
+        raise fail(f"contains a NUL byte at offset {text.index(chr(0))}", "bad_json")
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise ConfigError(
-            f"{path}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}", "bad_json"
-        ) from None
+        where = f"line {exc.lineno} column {exc.colno}"
+        raise fail(f"invalid JSON at {where}: {exc.msg}", "bad_json") from None
 
 
 def instances_list(raw: Any, file: Path) -> list[dict[str, Any]]:

@@ -15,7 +15,6 @@ import threading
 from collections.abc import Callable, Mapping
 from datetime import datetime
 from pathlib import Path
-from types import TracebackType
 from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
 from xaf_hub.config.load import Config
@@ -78,12 +77,7 @@ class Stores:
     def __enter__(self) -> Stores:
         return self
 
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def close(self) -> None:
@@ -248,12 +242,6 @@ class Stores:
                 role = "active"
             elif role == "active" or (role == "standby" and now_ms - d["heartbeat_ms"] > silent_ms):
                 role = "silent"  # its lease is gone, or it stopped beating: dead or cut off
-            rows.append(
-                {
-                    "host": d.get("host"),
-                    "pid": d.get("pid"),
-                    "role": role,
-                    "heartbeat": d.get("heartbeat"),
-                }
-            )
+            beat = d.get("heartbeat")
+            rows.append(DaemonRow(host=d.get("host"), pid=d.get("pid"), role=role, heartbeat=beat))
         return {"active_host": host_of(token) if token else None, "daemons": rows}

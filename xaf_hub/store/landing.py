@@ -171,10 +171,7 @@ def commits(mirror: Mirror, fork: str, top: str) -> list[str]:
 
 def branch_of(mirror: Mirror, tip: str) -> str:
     """The name of a branch whose tip is ``tip`` (for a reason), or the hash."""
-    for name, at in mirror.known_tips().items():
-        if at == tip:
-            return name
-    return short(tip)
+    return next((name for name, at in mirror.known_tips().items() if at == tip), short(tip))
 
 
 def _holds(mirror: Mirror, tip: str, top: str) -> bool:

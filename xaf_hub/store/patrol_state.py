@@ -112,15 +112,8 @@ def daemon_lock(folder: Path, now: datetime) -> Iterator[None]:
         except BusyError:
             raise BusyError(_running_daemon(folder)) from None
         pid_file = folder / DAEMON_PID
-        write_json_atomic(
-            pid_file,
-            {
-                "schema_version": 1,
-                "pid": os.getpid(),
-                "host": socket.gethostname(),
-                "started_at": now.isoformat(timespec="seconds"),
-            },
-        )
+        me = dict(schema_version=1, pid=os.getpid(), host=socket.gethostname())
+        write_json_atomic(pid_file, {**me, "started_at": now.isoformat(timespec="seconds")})
         try:
             yield
         finally:

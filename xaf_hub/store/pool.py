@@ -188,15 +188,10 @@ class TaskPool(abc.ABC):
         if status not in STATUSES:
             raise UsageError(f"unknown status {status!r}; expected one of {', '.join(STATUSES)}")
 
-        def change(current: Task | None) -> tuple[Task, Task]:
-            old = found(current, task_id)
-            try:
-                new = dataclasses.replace(old, status=status, **fields)
-            except ValueError as exc:
-                raise UsageError(str(exc)) from None
-            return new, new
-
-        return self.edit(task_id, change)
+        try:
+            return self._rewrite(task_id, lambda _: {"status": status, **fields})
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
 
     def mark_dispatched(
         self, task_id: str, session_id: str, instance: str, model: str | None, now: datetime
@@ -257,26 +252,10 @@ class TaskPool(abc.ABC):
         change meanwhile stands and TaskChanged is raised.
         """
 
-        def change(current: Task | None) -> tuple[Task, Task]:
-            old = found(current, task_id)
-            if expected is not None and old != expected:
-                raise TaskChanged(task_id, old)
-            new = dataclasses.replace(
-                old,
-                status="done",
-                done_at=format_instant(now),
-                not_before=None,
-                infra_failures=0,
-                commit=commit,
-                commits=tuple(commits),
-                verified=verified,
-                judged=judged,
-                person=None,
-                **(check or {}),
-            )
-            return new, new
-
-        return self.edit(task_id, change)
+        done: dict[str, Any] = dict(status="done", done_at=format_instant(now), not_before=None)
+        done.update(infra_failures=0, commit=commit, commits=tuple(commits), verified=verified)
+        done.update(judged=judged, person=None, **(check or {}))
+        return self._rewrite(task_id, lambda _: done, expected)
 
     def note_check(self, expected: Task, **fields: Any) -> Task:
         """Write what the verification found on a row still exactly ``expected`` (else
@@ -315,15 +294,23 @@ class TaskPool(abc.ABC):
 
     def revise(self, expected: Task, **fields: Any) -> Task:
         """Change a row still exactly ``expected`` (else TaskChanged: a person's change stands)."""
+        return self._rewrite(expected.id, lambda _: fields, expected)
+
+    def _rewrite(
+        self, task_id: str, make: Callable[[Task], Mapping[str, Any]], expected: Task | None = None
+    ) -> Task:
+        """Give row ``task_id`` the fields ``make`` works out from it (UsageError when there is no
+        such row); with ``expected``, only while it is still exactly that row (else
+        TaskChanged: a person's change stands)."""
 
         def change(current: Task | None) -> tuple[Task, Task]:
-            old = found(current, expected.id)
-            if old != expected:
-                raise TaskChanged(expected.id, old)
-            new = dataclasses.replace(old, **fields)
+            old = found(current, task_id)
+            if expected is not None and old != expected:
+                raise TaskChanged(task_id, old)
+            new = dataclasses.replace(old, **make(old))
             return new, new
 
-        return self.edit(expected.id, change)
+        return self.edit(task_id, change)
 
     def requeue(
         self,
@@ -342,8 +329,7 @@ class TaskPool(abc.ABC):
         itself stopped before sending) it is sent again at once.
         """
 
-        def change(current: Task | None) -> tuple[Task, Task]:
-            old = found(current, task_id)
+        def fields(old: Task) -> dict[str, Any]:
             attempts, failures, parked = old.attempts, old.infra_failures, old.parked
             not_before: str | None = None
             if not infrastructure:
@@ -356,19 +342,10 @@ class TaskPool(abc.ABC):
                     parked = f"{failures} infrastructure failures in a row; last: {reason}"
                 else:
                     not_before = format_instant(now + policy.delay(failures))
-            new = dataclasses.replace(
-                old,
-                status="pending",
-                attempts=attempts,
-                infra_failures=failures,
-                parked=parked,
-                not_before=not_before,
-                last_error=reason,
-                **undispatched(),
-            )
-            return new, new
+            back = dict(status="pending", attempts=attempts, infra_failures=failures, parked=parked)
+            return {**back, "not_before": not_before, "last_error": reason, **undispatched()}
 
-        return self.edit(task_id, change)
+        return self._rewrite(task_id, fields)
 
     def move_model(self, task_id: str, *, reason: str, failed_model: str, now: datetime) -> Task:
         """Put a task back to pending to run on another model: ``failed_model`` is avoided.
@@ -377,22 +354,16 @@ class TaskPool(abc.ABC):
         task or the infrastructure.
         """
 
-        def change(current: Task | None) -> tuple[Task, Task]:
-            old = found(current, task_id)
+        error = f"{reason} (on {failed_model or 'its model'}; moving to another model)"
+
+        def fields(old: Task) -> dict[str, Any]:
             avoid = old.avoid_models
             if failed_model and failed_model not in avoid:
                 avoid = (*avoid, failed_model)
-            new = dataclasses.replace(
-                old,
-                status="pending",
-                avoid_models=avoid,
-                not_before=None,
-                last_error=f"{reason} (on {failed_model or 'its model'}; moving to another model)",
-                **undispatched(),
-            )
-            return new, new
+            back = dict(status="pending", avoid_models=avoid, not_before=None, last_error=error)
+            return {**back, **undispatched()}
 
-        return self.edit(task_id, change)
+        return self._rewrite(task_id, fields)
 
     def discard(self, task_id: str) -> bool:
         """Remove a task from the pool; False when it was not there."""

@@ -52,6 +52,10 @@ _MIRROR_NAMES = frozenset(
 # info/attributes, first among attributes: no filter driver, ident or export rule in the
 # commit's own .gitattributes runs or hides anything when the hub exports it.
 _ATTRIBUTES = b"* -filter -ident -export-ignore -export-subst\n"
+# A fetch of every branch: pruned, no tags, FETCH_HEAD left alone.
+_FETCH = ("fetch", "--quiet", "--prune", "--no-tags", "--no-write-fetch-head")
+# The paths each given commit's own change touches (``Mirror._paths``).
+_CHANGED = ("log", "-z", "--no-walk=unsorted", "--root", "--name-only", "--no-renames", "-c")
 
 
 @dataclass(frozen=True)
@@ -288,18 +292,8 @@ class Mirror:
             self._written().write_bytes((self.path / "config").read_bytes())
             self.hooks.mkdir(exist_ok=True)
         url, env = split_credentials(self.url)
-        self._git(
-            "fetch",
-            "--quiet",
-            "--prune",
-            "--no-tags",
-            "--no-write-fetch-head",
-            "--",
-            url,
-            "+refs/heads/*:refs/heads/*",
-            timeout=self.timeout,
-            extra_env=env,
-        )
+        every_branch = "+refs/heads/*:refs/heads/*"
+        self._git(*_FETCH, "--", url, every_branch, timeout=self.timeout, extra_env=env)
 
     def _written(self) -> Path:
         """Beside the mirror: its config as git init wrote it, what the mirror's must match."""
@@ -351,20 +345,14 @@ class Mirror:
     def resolve(self, claim: str) -> list[str]:
         """Every commit of the mirror whose hash starts with ``claim`` (full hashes)."""
         try:
-            listed = self._git("rev-parse", "--disambiguate=" + claim, ok=(0, 1, 128))
+            listed = self._lines("rev-parse", "--disambiguate=" + claim, ok=(0, 1, 128))
         except _NonZero:
             return []
-        candidates = [line.strip() for line in listed.splitlines() if line.strip()]
-        commits = []
-        for oid in candidates:
-            if self._git("cat-file", "-t", oid).strip() == "commit":
-                commits.append(oid)
-        return commits
+        return [oid for oid in listed if self._git("cat-file", "-t", oid).strip() == "commit"]
 
     def branches(self) -> list[str]:
         """The mirror's branches (the remote's, as of the last fetch)."""
-        out = self._git("for-each-ref", "--format=%(refname:short)", "refs/heads/")
-        return [line.strip() for line in out.splitlines() if line.strip()]
+        return self._lines("for-each-ref", "--format=%(refname:short)", "refs/heads/")
 
     def reachable(self, commit: str, branch: str) -> bool:
         """Whether ``commit`` is ``branch``'s tip or one of its ancestors."""
@@ -499,25 +487,13 @@ class Mirror:
     def _is_ancestor(self, commit: str, of: str) -> bool:
         return self._exit("merge-base", "--is-ancestor", commit, of) == 0
 
-    def _lines(self, *args: str) -> list[str]:
-        return [line.strip() for line in self._git(*args).splitlines() if line.strip()]
+    def _lines(self, *args: str, ok: Sequence[int] = (0,)) -> list[str]:
+        return [line.strip() for line in self._git(*args, ok=ok).splitlines() if line.strip()]
 
     def _paths(self, *commits: str) -> list[str]:
         """Every path the ``commits``' own changes touch, exactly as named (``-z``: never
         quoted); a merge's own change is what differs from every parent (``-c``)."""
-        out = self._git(
-            "log",
-            "-z",
-            "--no-walk=unsorted",
-            "--root",
-            "--name-only",
-            "--no-renames",
-            "-c",
-            "--format=",
-            *commits,
-            "--",
-        )
-        return [p for p in out.split("\0") if p]
+        return [p for p in self._git(*_CHANGED, "--format=", *commits, "--").split("\0") if p]
 
     def _diff(self, span: str) -> list[str]:
         """Every path the diff of ``span`` touches, exactly as named."""

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
+from xaf_hub.config.reader import parse_json
 from xaf_hub.errors import LockBusy, StateFileError
 
 T = TypeVar("T")
@@ -79,21 +80,7 @@ def read_json(path: Path, *, what: str) -> Any:
         raise
     except OSError as exc:
         raise StateFileError(f"{what} {path}: cannot read: {exc.strerror or exc}") from None
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise StateFileError(
-            f"{what} {path}: not UTF-8 text (bad byte at offset {exc.start})"
-        ) from None
-    if "\x00" in text:
-        pos = text.index("\x00")
-        raise StateFileError(f"{what} {path}: contains a NUL byte at offset {pos}") from None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise StateFileError(
-            f"{what} {path}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}"
-        ) from None
+    return parse_json(raw, lambda problem, _: StateFileError(f"{what} {path}: {problem}"), nul=True)
 
 
 @contextlib.contextmanager

@@ -294,11 +294,8 @@ class BacklogData:
                     f"{where}: tasks[{i}].id: duplicate id {task.id!r} (also tasks[{first}])"
                 )
             seen[task.id] = i
-        extra = {
-            k: copy.deepcopy(v)
-            for k, v in raw.items()
-            if k not in ("schema_version", "discipline", "tasks")
-        }
+        known = ("schema_version", "discipline", "tasks")
+        extra = {k: copy.deepcopy(v) for k, v in raw.items() if k not in known}
         return cls(tasks=tasks, discipline=discipline, schema_version=version, extra=extra)
 
     def to_json(self) -> dict[str, Any]:
@@ -313,10 +310,7 @@ class BacklogData:
 
     def get(self, task_id: str) -> Task | None:
         """Return the task with this id, or None."""
-        for task in self.tasks:
-            if task.id == task_id:
-                return task
-        return None
+        return next((task for task in self.tasks if task.id == task_id), None)
 
     def require(self, task_id: str) -> Task:
         """Return the task with this id or raise UsageError."""

@@ -275,17 +275,10 @@ class RedisGate(Gate):
         fence = self.fence if fenced and self.fence is not None else Fence(lock_key, "")
         with redis_errors(self.where):
             # Every key expires within ttl of its last write, so the index outlives them all.
-            done = self._write_if_owner(
-                keys=[lock_key, res.key, self.index_key(res.instance), fence.key],
-                args=[
-                    token,
-                    json.dumps(res.to_json()),
-                    ttl_ms,
-                    _token(res),
-                    "1" if fenced else "0",
-                    fence.token,
-                ],
-            )
+            keys = [lock_key, res.key, self.index_key(res.instance), fence.key]
+            flag, body = "1" if fenced else "0", json.dumps(res.to_json())
+            args: list[str | int] = [token, body, ttl_ms, _token(res), flag, fence.token]
+            done = self._write_if_owner(keys=keys, args=args)
         if done == -1:
             raise self._fence_lost(res.instance)
         if not done:

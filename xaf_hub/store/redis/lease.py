@@ -155,14 +155,9 @@ class PatrolLease:
 
     def beat(self, role: str, now: datetime) -> None:
         """Record this daemon's role and heartbeat for ``patrol status``."""
-        entry = {
-            "member": self.member,
-            "host": self.host,
-            "pid": os.getpid(),
-            "role": role,
-            "heartbeat": now.isoformat(timespec="seconds"),
-            "heartbeat_ms": int(now.timestamp() * 1000),
-        }
+        entry = dict(member=self.member, host=self.host, pid=os.getpid(), role=role)
+        entry.update(heartbeat=now.isoformat(timespec="seconds"))
+        entry["heartbeat_ms"] = int(now.timestamp() * 1000)
         with redis_errors(self.where):
             self.client.hset(self.daemons, self.member, json.dumps(entry))
 

@@ -251,16 +251,9 @@ class RedisBacklog(TaskPool):
                     raise ValueError(f"edit of task {task_id!r} returned task {new.id!r}")
                 if new == current:  # no row before or after, or the same row
                     return result
-                answer = self._edit(
-                    keys=[key, self.order_key, self.writes_key, self.key, lease],
-                    args=[
-                        read,
-                        "" if new is None else _dump(new.to_json()),
-                        task_id,
-                        fenced,
-                        token,
-                    ],
-                )
+                row = "" if new is None else _dump(new.to_json())
+                keys = [key, self.order_key, self.writes_key, self.key, lease]
+                answer = self._edit(keys=keys, args=[read, row, task_id, fenced, token])
                 if self._written(answer, deadline):
                     return result
 
