@@ -54,9 +54,12 @@ _SEVERITY = {ExitCode.OK: 0, ExitCode.BUSY: 1, ExitCode.NOT_PROJECT: 1, ExitCode
 
 
 class HubError(Exception):
-    """Base of every error the hub reports to a person in one line."""
+    """Base of every error the hub reports to a person in one line.
+
+    ``refusal`` names its class for an agent: the first words of an MCP tool error."""
 
     exit_code: ExitCode = ExitCode.INTERNAL
+    refusal: str = "internal error"
 
 
 class ConfigError(HubError):
@@ -64,6 +67,7 @@ class ConfigError(HubError):
     code `doctor` chooses its fix by ("value": a key's value, the message names it)."""
 
     exit_code = ExitCode.USAGE
+    refusal = "config error"
 
     def __init__(self, message: str, problem: ConfigProblem = "value") -> None:
         super().__init__(message)
@@ -74,16 +78,20 @@ class UsageError(HubError):
     """A command-line argument is wrong or names something that does not exist."""
 
     exit_code = ExitCode.USAGE
+    refusal = "bad argument"
 
 
 class ProductionRefused(UsageError):
     """A write was aimed at a production (`danger`) instance without --allow-prod."""
+
+    refusal = "production needs allow_prod"
 
 
 class StateFileError(HubError):
     """A state file the hub owns is corrupt; it is reported, never silently reset."""
 
     exit_code = ExitCode.INTERNAL
+    refusal = "state file damaged"
 
 
 class UnreachableError(HubError):
@@ -95,6 +103,7 @@ class UnreachableError(HubError):
     """
 
     exit_code = ExitCode.UNREACHABLE
+    refusal = "instance unreachable"
 
     def __init__(
         self, instance: str, reason: str, *, cause: Cause = "other", maybe_delivered: bool = False
@@ -115,6 +124,7 @@ class MissingPassword(UnreachableError):
     """The server answered 401 and the config gives this instance no password at all."""
 
     exit_code = ExitCode.USAGE
+    refusal = "password missing"
 
     def __init__(self, instance: str, variable: str) -> None:
         super().__init__(instance, f"no password configured: set {variable}", cause="no_password")
@@ -126,10 +136,13 @@ class BusyError(HubError):
     """The instance is at its concurrency limit or its dispatch lock is held."""
 
     exit_code = ExitCode.BUSY
+    refusal = "limit reached"
 
 
 class LockBusy(BusyError):
     """A lock (an instance's dispatch lock, a state file's) stayed held past its wait."""
+
+    refusal = "lock busy"
 
 
 class LockLostError(BusyError):
@@ -137,6 +150,8 @@ class LockLostError(BusyError):
 
     Nothing was sent; the message names the instance and session and what was given back.
     """
+
+    refusal = "lock lost"
 
 
 class RunsAgain(BusyError):
@@ -160,6 +175,7 @@ class NotProjectSession(HubError):
     """The target session, or the folder of a new one, does not belong to the project."""
 
     exit_code = ExitCode.NOT_PROJECT
+    refusal = "not a project session"
 
 
 class ApiError(HubError):
@@ -178,9 +194,13 @@ class SessionNotFound(UsageError):
 class RequestGone(UsageError):
     """A permission request or question that no longer waits (answered, or its run ended)."""
 
+    refusal = "no longer waiting"
+
 
 class RunStateUnknown(BusyError):
     """An instance's run state cannot be established: it is counted full (exit 3)."""
+
+    refusal = "run state unknown"
 
     def __init__(self, instance: str, reason: str) -> None:
         super().__init__(f"{instance}: run state unknown ({reason}): counted full, no new work")

@@ -16,7 +16,7 @@ import json
 import os
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -48,22 +48,7 @@ from xaf_hub.cli.context import Context
 from xaf_hub.cli.options import MAX_SHORT, MAX_TEXT, Common, Opt, declared, pick, record
 from xaf_hub.core.records import Snapshot
 from xaf_hub.core.text import dumps, redact
-from xaf_hub.errors import (
-    BusyError,
-    ConfigError,
-    HubError,
-    LockBusy,
-    LockLostError,
-    MissingPassword,
-    NotProjectSession,
-    ProductionRefused,
-    RequestGone,
-    RunStateUnknown,
-    SessionNotFound,
-    StateFileError,
-    UnreachableError,
-    UsageError,
-)
+from xaf_hub.errors import HubError
 from xaf_hub.page.export import snapshot_document
 
 if TYPE_CHECKING:
@@ -82,27 +67,10 @@ question) holds its slot: `waiting` lists them, `approve`, `deny` and `answer` r
 names its class first: limit reached, lock busy, production needs allow_prod, not a project
 session, instance unreachable, no longer waiting, bad argument, config error."""
 
-# Most specific first: the first class the error is an instance of names it.
-_CLASSES: tuple[tuple[type[BaseException], str], ...] = (
-    (LockLostError, "lock lost"),
-    (LockBusy, "lock busy"),
-    (RunStateUnknown, "run state unknown"),
-    (BusyError, "limit reached"),
-    (ProductionRefused, "production needs allow_prod"),
-    (NotProjectSession, "not a project session"),
-    (MissingPassword, "password missing"),
-    (UnreachableError, "instance unreachable"),
-    (SessionNotFound, "bad argument"),
-    (RequestGone, "no longer waiting"),
-    (UsageError, "bad argument"),
-    (ConfigError, "config error"),
-    (StateFileError, "state file damaged"),
-)
-
-
 def refusal_class(error: BaseException) -> str:
-    """The class of a refusal, as an agent reads it (the first words of the tool error)."""
-    return next((word for kind, word in _CLASSES if isinstance(error, kind)), "internal error")
+    """The class of a refusal, as an agent reads it (the first words of the tool error): the
+    error's own ``HubError.refusal``."""
+    return error.refusal if isinstance(error, HubError) else HubError.refusal
 
 
 @dataclass(frozen=True)
@@ -147,22 +115,15 @@ class Tool:
         return (*own, PROJECT) if self.view or "project" in self.takes else own
 
 
+@dataclass(frozen=True, kw_only=True)
 class Hub:
     """What every tool call shares: the config, the environment, the folder and the transport
     seam; each call gets its own context with the caller in the audit log."""
 
-    def __init__(
-        self,
-        *,
-        config: str | None = None,
-        env: Mapping[str, str] | None = None,
-        cwd: Path | None = None,
-        transport_factory: "TransportFactory | None" = None,
-    ) -> None:
-        self.config = config
-        self.env = dict(os.environ if env is None else env)
-        self.cwd = cwd or Path.cwd()
-        self.transport_factory = transport_factory
+    config: str | None = None
+    env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
+    cwd: Path = field(default_factory=Path.cwd)
+    transport_factory: "TransportFactory | None" = None
 
     def context(self, caller: str) -> Context:
         """A context for one call: JSON, its own streams, ``mcp:<caller>`` in the audit log."""
@@ -183,11 +144,9 @@ class Hub:
                 ctx.see_every_project()
                 ctx.choose(values.pop("project", None))
             doc = ctx.named(tool.answer(ctx, record(tool.record, values)))
-        except HubError as raised:
-            raise Refused(f"{refusal_class(raised)}: {_redacted(ctx, str(raised))}") from None
         except Exception as exc:  # noqa: BLE001 - the last line of defence answers one line
-            text = _redacted(ctx, f"{type(exc).__name__}: {exc}")
-            raise Refused(f"internal error: {text}") from None
+            said = str(exc) if isinstance(exc, HubError) else f"{type(exc).__name__}: {exc}"
+            raise Refused(f"{refusal_class(exc)}: {_redacted(ctx, said)}") from None
         finally:
             with contextlib.suppress(Exception):  # closing never hides the call's answer
                 ctx.close()
@@ -204,32 +163,24 @@ def _redacted(ctx: Context, text: str) -> str:
 
 
 def _count(doc: Any, what: str) -> str:
-    if isinstance(doc, dict):
-        doc = doc.get(what, [])
-    n = len(doc) if isinstance(doc, list) else 0
-    return f"{n} {what}"
+    return f"{len(doc.get(what, []) if isinstance(doc, dict) else doc)} {what}"
 
 
-def _status_line(doc: Any) -> str:
+def _status_line(doc: dict[str, Any]) -> str:
     parts = []
-    for inst in doc.get("instances", []) if isinstance(doc, dict) else []:
-        if not isinstance(inst, dict):
-            continue
-        name = inst.get("instance", "?")
+    for inst in doc["instances"]:
+        name = inst["instance"]
         if not inst.get("reachable"):
             parts.append(f"{name} unreachable")
             continue
         load = (f"{name} {inst.get('running_project')} running + {inst.get('reserved')} "
                 f"reserved of {inst.get('limit')}")
         parts.append(load + ("" if inst.get("dispatchable") else " (takes no new work)"))
-    queue = doc.get("queue") if isinstance(doc, dict) else None
-    tail = f"; {queue.get('pending', 0)} queued in the pool" if isinstance(queue, dict) else ""
+    tail = f"; {doc['queue']['pending']} queued in the pool"
     return ("; ".join(parts) or "no instances") + tail
 
 
-def _dispatch_line(doc: Any) -> str:
-    if not isinstance(doc, dict):
-        return "done"
+def _dispatch_line(doc: dict[str, Any]) -> str:
     if doc.get("queued"):
         line = f"queued as {doc.get('task')} (position {doc.get('position')} of {doc.get('of')})"
         if not doc.get("daemon_running"):
@@ -275,22 +226,20 @@ def _dispatch(ctx: Context, opts: dispatch.Options) -> Any:
     return dispatch.document(done, ctx.config.project_name)
 
 
-def _waiting_line(doc: Any) -> str:
-    requests = doc.get("waiting", []) if isinstance(doc, dict) else []
-    unknown = doc.get("unknown", []) if isinstance(doc, dict) else []
-    line = f"{len(requests)} request(s) waiting for a person"
-    if unknown:
-        line += "; not known for " + ", ".join(str(u.get("instance")) for u in unknown)
+def _waiting_line(doc: dict[str, Any]) -> str:
+    line = f"{len(doc['waiting'])} request(s) waiting for a person"
+    if doc["unknown"]:
+        line += "; not known for " + ", ".join(str(u.get("instance")) for u in doc["unknown"])
     return line
 
 
-def _reply_line(doc: Any) -> str:
+def _reply_line(doc: dict[str, Any]) -> str:
     return (f"{_field(doc, 'reply')}: {_field(doc, 'id')} of {_field(doc, 'session_id')} on "
             f"{_field(doc, 'instance')}")
 
 
-def _field(doc: Any, key: str) -> str:
-    return str(doc.get(key, "")) if isinstance(doc, dict) else ""
+def _field(doc: dict[str, Any], key: str) -> str:
+    return str(doc.get(key, ""))
 
 
 PROJECT = pick(declared(Common), "project")[0]  # the common --project, as a tool's parameter
@@ -398,16 +347,14 @@ def _tool_function(hub: Hub, tool: Tool) -> Callable[..., Any]:
             structured_content=got.document,
         )
 
-    params = [inspect.Parameter("ctx", inspect.Parameter.KEYWORD_ONLY, annotation=McpContext)]
-    notes: dict[str, Any] = {"ctx": McpContext, "return": CallToolResult}
+    keyword = inspect.Parameter.KEYWORD_ONLY
+    params = [inspect.Parameter("ctx", keyword, annotation=McpContext)]
     for opt in sorted(tool.options, key=lambda o: not o.required):
         annotation, default = opt.tool_parameter()
-        params.append(inspect.Parameter(opt.dest, inspect.Parameter.KEYWORD_ONLY,
-                                        annotation=annotation, default=default))
-        notes[opt.dest] = annotation
+        params.append(inspect.Parameter(opt.dest, keyword, annotation=annotation, default=default))
     signature = inspect.Signature(params, return_annotation=CallToolResult)
     call.__signature__ = signature  # type: ignore[attr-defined]
-    call.__annotations__ = notes
+    call.__annotations__ = {p.name: p.annotation for p in params} | {"return": CallToolResult}
     call.__name__ = tool.name
     return call
 

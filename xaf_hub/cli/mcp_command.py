@@ -18,6 +18,7 @@ pipx inject xaf-hub 'mcp>=2.3,<3'.
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -27,7 +28,7 @@ from xaf_hub.cli.context import Context
 from xaf_hub.cli.options import flag, opt
 from xaf_hub.errors import UsageError
 from xaf_hub.page.asgi import listen
-from xaf_hub.page.serve import is_loopback
+from xaf_hub.page.serve import check_secret, is_loopback, url_of
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, MutableMapping
@@ -73,13 +74,10 @@ def run(ctx: Context) -> int:
     if opts.http:
         if not 0 <= opts.port <= 65535:
             raise UsageError("--port must be between 0 and 65535")
-        if not token:
-            where = "" if is_loopback(opts.host) else f" on {opts.host}, a non-loopback address"
-            raise UsageError(f"mcp --http{where} needs a bearer token: set {TOKEN_ENV} "
-                             f"(at least {MIN_TOKEN_LENGTH} characters)")
-        if len(token) < MIN_TOKEN_LENGTH:
-            raise UsageError(f"{TOKEN_ENV} is too short: use at least {MIN_TOKEN_LENGTH} "
-                             "characters")
+        where = "" if is_loopback(opts.host) else f" on {opts.host}, a non-loopback address"
+        check_secret(TOKEN_ENV, token, MIN_TOKEN_LENGTH,
+                     f"mcp --http{where} needs a bearer token: set {TOKEN_ENV} "
+                     f"(at least {MIN_TOKEN_LENGTH} characters)")
     _require_sdk()
     # The config is not loaded here: an agent's MCP client starts this server where it likes (a
     # session's folder) and shows nothing of its stderr, so a missing or broken config is said
@@ -126,22 +124,12 @@ def _serve_http(ctx: Context, server: Any, opts: Options, token: str) -> int:
         enable_dns_rebinding_protection=False)
     app = bearer_guard(server.streamable_http_app(host=opts.host, transport_security=security),
                        token)
-    try:
-        sock = listen(opts.host, opts.port)  # serve's: listening before the URL is printed
-    except OSError as exc:
-        raise UsageError(f"cannot listen on {opts.host}:{opts.port}: "
-                         f"{exc.strerror or exc}") from exc
-    port = sock.getsockname()[1]
-    shown = f"[{opts.host}]" if ":" in opts.host else opts.host
-    ctx.out(f"http://{shown}:{port}/mcp", flush=True)  # stdout holds only the URL, for scripts
-    ctx.info(f"serving MCP at http://{shown}:{port}/mcp (bearer token from {TOKEN_ENV}); "
-             "Ctrl+C stops")
+    sock = listen(opts.host, opts.port)  # serve's: listening before the URL is printed
+    url = url_of(opts.host, sock.getsockname()[1]) + "mcp"
+    ctx.out(url, flush=True)  # stdout holds only the URL, for scripts
+    ctx.info(f"serving MCP at {url} (bearer token from {TOKEN_ENV}); Ctrl+C stops")
     config = uvicorn.Config(app, log_level="warning", lifespan="on")
-    try:
+    with sock, contextlib.suppress(KeyboardInterrupt):
         uvicorn.Server(config).run(sockets=[sock])
-    except KeyboardInterrupt:
-        pass
-    finally:
-        sock.close()
     ctx.info("stopped")
     return 0

@@ -25,22 +25,8 @@ from starlette.responses import Response as Answer
 from starlette.responses import StreamingResponse
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from xaf_hub.page.serve import (
-    ANSWER_SECONDS,
-    DRAIN_SECONDS,
-    IDLE_SECONDS,
-    MAX_CONNECTIONS,
-    MAX_HEAD_BYTES,
-    MAX_VIEWERS,
-    REQUEST_SECONDS,
-    STREAM_SECONDS,
-    VIEWER_SNDBUF,
-    WRITE_SECONDS,
-    RequestLog,
-    Viewer,
-    _text,
-    printable,
-)
+from xaf_hub.errors import UsageError
+from xaf_hub.page.serve import Limits, RequestLog, Viewer, _text, printable
 
 if TYPE_CHECKING:
     from starlette.types import Receive, Scope, Send
@@ -48,20 +34,6 @@ if TYPE_CHECKING:
     from xaf_hub.page.notices import ChangeFeed
 
 T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class Limits:
-    """What one connection may cost; the defaults are ``page.serve``'s figures."""
-
-    max_connections: int = MAX_CONNECTIONS
-    max_viewers: int = MAX_VIEWERS
-    max_head_bytes: int = MAX_HEAD_BYTES
-    request_seconds: float = REQUEST_SECONDS
-    answer_seconds: float = ANSWER_SECONDS
-    write_seconds: float = WRITE_SECONDS
-    stream_seconds: float = STREAM_SECONDS
-    idle_seconds: int = IDLE_SECONDS
 
 
 @dataclass
@@ -164,8 +136,8 @@ class GuardedH11(H11Protocol):
         sock = self.transport.get_extra_info("socket")
         if sock is not None:
             with contextlib.suppress(OSError):
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, VIEWER_SNDBUF)
-        self.transport.set_write_buffer_limits(high=VIEWER_SNDBUF)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self.page.limits.viewer_sndbuf)
+        self.transport.set_write_buffer_limits(high=self.page.limits.viewer_sndbuf)
 
     def _time_answer(self) -> bool:
         """Give a request that has fully arrived its answer deadline; whether one is open."""
@@ -193,12 +165,7 @@ class GuardedH11(H11Protocol):
 
 def protocol_for(page: PageApp) -> type[GuardedH11]:
     """The protocol class uvicorn builds each connection with, bound to ``page``."""
-
-    class PageProtocol(GuardedH11):
-        pass
-
-    PageProtocol.page = page
-    return PageProtocol
+    return type("PageProtocol", (GuardedH11,), {"page": page})
 
 
 async def off_loop(fn: Callable[..., T], *args: Any) -> T:
@@ -247,25 +214,21 @@ async def _pieces(body: bytes) -> AsyncIterator[bytes]:
         yield bytes(view[start:start + _PIECE])
 
 
+@dataclass(eq=False)
 class PageApp:
     """The ASGI app: ``Viewer.respond`` for every request, change-notice streams, the log."""
 
-    def __init__(
-        self,
-        viewer: Viewer,
-        log: RequestLog,
-        limits: Limits | None = None,
-        feed_factory: Callable[[], ChangeFeed] | None = None,
-    ) -> None:
-        self.viewer = viewer
-        self.log = log
-        self.limits = limits or Limits()
-        self.counts = Counts()
-        self.feed: ChangeFeed | None = None  # change notices for /api/events (page.notices)
-        # Starts the follower on the first /api/events viewer: no listener, no stream traffic.
-        self.feed_factory = feed_factory
-        self._feed_lock = threading.Lock()
-        self.asgi = Starlette()
+    viewer: Viewer
+    log: RequestLog
+    limits: Limits = field(default_factory=Limits)
+    # Starts the follower on the first /api/events viewer: no listener, no stream traffic.
+    feed_factory: Callable[[], ChangeFeed] | None = None
+    counts: Counts = field(default_factory=Counts, init=False)
+    feed: ChangeFeed | None = field(default=None, init=False)  # notices for /api/events
+    asgi: Starlette = field(default_factory=Starlette, init=False)
+    _feed_lock: threading.Lock = field(default_factory=threading.Lock, init=False)
+
+    def __post_init__(self) -> None:
         # Every method and target reaches Viewer.respond, which owns the routes and their words.
         self.asgi.router.default = self._answer
 
@@ -394,13 +357,13 @@ def server_for(page: PageApp) -> uvicorn.Server:
         timeout_keep_alive=limits.idle_seconds,
         h11_max_incomplete_event_size=limits.max_head_bytes,
         # Answers under way get this long once Ctrl+C comes; a scan in flight is not waited for.
-        timeout_graceful_shutdown=DRAIN_SECONDS,
+        timeout_graceful_shutdown=limits.drain_seconds,
     )
     return _Server(config, page)
 
 
 def listen(host: str, port: int) -> socket.socket:
-    """A socket listening on ``host:port`` (port 0: any free one); OSError when it cannot."""
+    """A socket listening on ``host:port`` (port 0: any free one); UsageError when it cannot."""
     # IPPROTO_TCP named: asyncio turns Nagle's algorithm off only on sockets that say so, and
     # with it on, an answer written in two pieces (head, then body) waits for the client's
     # delayed ACK (docs/performance.md).
@@ -412,9 +375,9 @@ def listen(host: str, port: int) -> socket.socket:
         # Listening before the URL is printed: a client that connects at once waits in the
         # backlog until uvicorn accepts, instead of being refused.
         sock.listen(128)
-    except OSError:
+    except OSError as exc:
         sock.close()
-        raise
+        raise UsageError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
     return sock
 
 

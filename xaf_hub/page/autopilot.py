@@ -8,16 +8,16 @@ badge says "on" only while a daemon's heartbeat is fresh.
 from __future__ import annotations
 
 import socket
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import quote
 
 from xaf_hub.config.load import Config
 from xaf_hub.core.clock import instant_ms
 from xaf_hub.core.outcomes import TASK_STATES, TaskState, task_state
-from xaf_hub.core.records import SessionRecord, Snapshot
+from xaf_hub.core.records import Snapshot
 from xaf_hub.errors import HubError
 from xaf_hub.ops.budget import BudgetLine, budget_lines, money
 from xaf_hub.ops.models import models_view
@@ -26,6 +26,8 @@ from xaf_hub.store.backends import Stores
 from xaf_hub.store.patrol_state import heartbeat, latest_report, pause_info
 from xaf_hub.store.pick import count_states, is_blocked, readiness
 from xaf_hub.store.tasks import Task
+
+T = TypeVar("T")
 
 # Step names (report) -> catalogue key of how a reader who never saw the code would put them.
 STEP_KEYS = ("run_ceiling", "fix_free_limit", "check_agents", "sync_design_tasks", "fill_slots")
@@ -102,11 +104,9 @@ def done_tasks(tasks: Sequence[Task], commit_url: str, lang: Lang = "en") -> tup
             verified=t.verified,
         )
         judged = reason(lang, t.judged) if t.judged else ""
-        if t.verified and t.commit:
-            url = commit_url.replace("{commit}", quote(t.commit, safe="")) if commit_url else ""
-            out.append(DoneTask(clean(t.title), t.commit[:7], url, True, judged, state))
-        else:
-            out.append(DoneTask(clean(t.title), judged=judged, state=state))
+        commit = t.commit or "" if t.verified else ""  # linked only when the patrol verified it
+        url = commit_url.replace("{commit}", quote(commit, safe="")) if commit else ""
+        out.append(DoneTask(clean(t.title), commit[:7], url, bool(commit), judged, state))
     return tuple(out)
 
 
@@ -142,15 +142,13 @@ def _headline(
 ) -> tuple[str, Line, list[Line]]:
     """(state, headline, detail sentences); ``for_person``: how many lines below it are left
     for a person (then the round did not all go as planned)."""
-    details: list[Line] = []
     running = heartbeat_fresh(beat, now_ms)
     if running and beat is not None:
         interval_minutes = float(beat["interval_seconds"]) / 60
     every = text(lang, "ap.minutes", n=f"{interval_minutes:g}")
     if report is None:
-        state, headline = ("on" if running else "never"), Line(text(lang, "ap.never"))
-        if running:
-            headline = Line(text(lang, "ap.on_first", every=every))
+        state = "on" if running else "never"
+        headline = Line(text(lang, "ap.on_first" if running else "ap.never", every=every))
     else:
         last = instant_ms(report.get("finished_at") or report.get("started_at"))
         steps = report.get("steps")
@@ -169,18 +167,14 @@ def _headline(
         )
         when = WHEN if last else text(lang, "ap.when_unknown")
         state = "on" if running else "off"
-        key = "ap.on" if running else "ap.off"
-        headline = Line(text(lang, key, every=every, when=when, how=how), last)
-    if paused is not None:
-        state = "paused"
-        since = instant_ms(paused.get("paused_at"))
-        by = clean(str(paused.get("by") or ""))
-        who = text(lang, "ap.by", who=by) if by else text(lang, "ap.by_unknown")
-        if since:
-            details.insert(0, Line(text(lang, "ap.paused", when=WHEN, who=who), since))
-        else:
-            details.insert(0, Line(text(lang, "ap.paused_nowhen", who=who)))
-    return state, headline, details
+        headline = Line(text(lang, f"ap.{state}", every=every, when=when, how=how), last)
+    if paused is None:
+        return state, headline, []
+    since = instant_ms(paused.get("paused_at"))
+    by = clean(str(paused.get("by") or ""))
+    who = text(lang, "ap.by", who=by) if by else text(lang, "ap.by_unknown")
+    key = "ap.paused" if since else "ap.paused_nowhen"
+    return "paused", headline, [Line(text(lang, key, when=WHEN, who=who), since)]
 
 
 def build(
@@ -188,21 +182,16 @@ def build(
 ) -> AutopilotView:
     """Read the patrol's files and say what it is doing; never raises.
 
-    ``snap`` is the scan the page shows: with it, dispatched tasks are counted by where their
-    session stands, and the panel shows today's spend against budget (of the instances it
-    reached).
+    ``snap`` is the scan the page shows: with it, the panel shows today's spend against budget
+    (of the instances it reached).
 
     The panel is one part of a page that must render: whatever goes wrong reading the
     patrol's state (a file of an unexpected shape included) becomes a line on the panel.
     """
-    sessions = {(s.instance, s.id): s for s in snap.sessions} if snap else {}
     try:
         with Stores(cfg) as stores:  # one Redis client for the pool, the lease and the rests
-            view = _built(stores, cfg, now_ms, lang, sessions)
-        if snap is None:
-            return view
-        answered = [i.name for i in snap.instances if i.reachable]
-        return replace(view, spend=spend_lines(cfg, lang, sessions, answered, now_ms))
+            view = _built(stores, cfg, now_ms, lang)
+        return view if snap is None else replace(view, spend=spend_lines(cfg, lang, snap, now_ms))
     except Exception as exc:  # noqa: BLE001 - see above
         return AutopilotView(
             state="never",
@@ -211,22 +200,15 @@ def build(
         )
 
 
-def spend_lines(
-    cfg: Config,
-    lang: Lang,
-    sessions: Mapping[tuple[str, str], SessionRecord],
-    answered: Collection[str],
-    now_ms: int,
-) -> tuple[str, ...]:
-    """Today's spend for the project, then each instance with a budget of its own."""
-    by_name: dict[str, list[SessionRecord]] = {}
-    for s in sessions.values():
-        by_name.setdefault(s.instance, []).append(s)
-    project, lines = budget_lines(
-        cfg,
-        [(i, by_name.get(i.name, []) if i.name in answered else None) for i in cfg.instances],
-        datetime.fromtimestamp(now_ms / 1000, UTC),
-    )
+def spend_lines(cfg: Config, lang: Lang, snap: Snapshot, now_ms: int) -> tuple[str, ...]:
+    """Today's spend for the project, then each instance with a budget of its own, counted
+    from the sessions of ``snap`` (an instance it did not reach: not counted)."""
+    answered = {i.name for i in snap.instances if i.reachable}
+    seen = [
+        (i, [s for s in snap.sessions if s.instance == i.name] if i.name in answered else None)
+        for i in cfg.instances
+    ]
+    project, lines = budget_lines(cfg, seen, datetime.fromtimestamp(now_ms / 1000, UTC))
     silent = sum(1 for x in lines if not x.known)
     out = [_spend_words(lang, project, silent)]
     out += [_spend_words(lang, x) for x in lines if x.budget is not None]
@@ -271,39 +253,31 @@ def _queue(lang: Lang, counts: Mapping[TaskState, int]) -> list[tuple[int, str, 
     return rows or [(0, text(lang, "task.waiting"), "waiting")]
 
 
-def _built(
-    stores: Stores,
-    cfg: Config,
-    now_ms: int,
-    lang: Lang,
-    sessions: Mapping[tuple[str, str], SessionRecord],
-) -> AutopilotView:
+def _built(stores: Stores, cfg: Config, now_ms: int, lang: Lang) -> AutopilotView:
 
     folder = cfg.state_dir / "patrol"
+    now = datetime.fromtimestamp(now_ms / 1000, UTC)
     problems: list[str] = []
-    try:
-        report = latest_report(folder)
-    except HubError as exc:
-        report = None
-        problems.append(text(lang, "ap.report_unreadable", error=exc))
-    figures: list[tuple[int, str]] = []
-    person: list[Line] = []
-    if report is not None:
-        for key in ROUND_FIGURES:
-            rows = report.get(key)
-            if isinstance(rows, list) and rows:
-                figures.append((len(rows), text(lang, f"fig.{key}")))
-        person += _needs_person(lang, report.get("needs_person"))
+
+    def read(what: str, load: Callable[[], T]) -> T | None:
+        """``load()``; None when it fails, said in ``problems`` as ``what`` unreadable."""
+        try:
+            return load()
+        except HubError as exc:
+            problems.append(text(lang, f"ap.{what}_unreadable", error=exc))
+            return None
+
+    report = read("report", lambda: latest_report(folder))
+    got = report or {}
+    figures = [(len(got[key]), text(lang, f"fig.{key}"))
+               for key in ROUND_FIGURES if isinstance(got.get(key), list) and got[key]]
+    person = _needs_person(lang, got.get("needs_person"))
 
     queue: list[tuple[int, str, TaskState]] = []
     next_up: list[tuple[str, str]] = []
     done: tuple[DoneTask, ...] = ()
-    try:
-        tasks = stores.pool().load().tasks
-    except HubError as exc:
-        problems.append(text(lang, "ap.queue_unreadable", error=exc))
-    else:
-        now = datetime.fromtimestamp(now_ms / 1000, UTC)
+    tasks = read("queue", lambda: stores.pool().load().tasks)
+    if tasks is not None:
         counts = count_states(tasks, now, cfg.patrol.max_attempts)
         queue = _queue(lang, counts)
         # Next = what fill_slots would take first: ready now (not backing off, dependencies
@@ -342,16 +316,12 @@ def _built(
             ha = Line(text(lang, "ap.ha_none"))
 
     rests: list[Line] = []
-    try:
-        view = models_view(cfg, datetime.fromtimestamp(now_ms / 1000, UTC), stores.model_state())
-    except HubError as exc:
-        problems.append(text(lang, "ap.rests_unreadable", error=exc))
-    else:
-        for b in view.rests:
-            exact = local_time_with_zone(b.until_ms)
-            key = {"stated": "ap.rest_stated", "person": "ap.rest_person"}.get(b.why, "ap.rest")
-            words = text(lang, key, family=clean(b.family), exact=exact, when=WHEN)
-            rests.append(Line(words, b.until_ms))
+    view = read("rests", lambda: models_view(cfg, now, stores.model_state()))
+    for b in view.rests if view is not None else ():
+        exact = local_time_with_zone(b.until_ms)
+        key = {"stated": "ap.rest_stated", "person": "ap.rest_person"}.get(b.why, "ap.rest")
+        words = text(lang, key, family=clean(b.family), exact=exact, when=WHEN)
+        rests.append(Line(words, b.until_ms))
     return AutopilotView(
         state=state,
         headline=headline,
@@ -369,20 +339,13 @@ def _built(
 
 def _needs_person(lang: Lang, rows: object) -> list[Line]:
     """One sentence per session the patrol leaves to a person ("interrupted by ... at ...")."""
-    if not isinstance(rows, list):
-        return []
-    return [
-        Line(
-            text(
-                lang,
-                "ap.needs_person",
-                title=clean(str(r.get("title") or r.get("session"))),
-                detail=reason(lang, str(r.get("detail")), str(r.get("why") or "")),
-            )
-        )
-        for r in rows
-        if isinstance(r, dict)
-    ]
+    out = []
+    for r in rows if isinstance(rows, list) else []:
+        if isinstance(r, dict):
+            title = clean(str(r.get("title") or r.get("session")))
+            detail = reason(lang, str(r.get("detail")), str(r.get("why") or ""))
+            out.append(Line(text(lang, "ap.needs_person", title=title, detail=detail)))
+    return out
 
 
 def reason(lang: Lang, words: str, why: str = "") -> str:
@@ -399,14 +362,6 @@ def reason(lang: Lang, words: str, why: str = "") -> str:
 
 def plain(view: AutopilotView, lang: Lang, now_ms: int) -> list[str]:
     """The panel's sentences as plain text, relative times filled in (for tests and chat)."""
-
-    def one(line: Line) -> str:
-        return line.text.replace(WHEN, ago(lang, line.ms, now_ms))
-
-    ha = [one(view.ha)] if view.ha is not None else []
-    return [
-        one(view.headline),
-        *ha,
-        *(one(d) for d in view.details),
-        *(one(r) for r in view.rests),
-    ]
+    ha = [view.ha] if view.ha is not None else []
+    lines = [view.headline, *ha, *view.details, *view.rests]
+    return [line.text.replace(WHEN, ago(lang, line.ms, now_ms)) for line in lines]

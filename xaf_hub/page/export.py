@@ -97,19 +97,9 @@ def csv_text(snap: Snapshot) -> str:
     writer = csv.writer(buffer, lineterminator="\r\n")
     writer.writerow(CSV_COLUMNS)
     for s in snap.project_sessions():
-        writer.writerow(
-            [
-                csv_cell(s.instance),
-                csv_cell(s.id),
-                csv_cell(s.directory),
-                s.run_state,
-                local_time(s.updated),
-                local_time(s.created),
-                csv_cell(s.outcome),
-                csv_cell(s.title),
-                _cost_text(s.cost),
-            ]
-        )
+        cells = (s.instance, s.id, s.directory, s.run_state, local_time(s.updated),
+                 local_time(s.created), s.outcome, s.title)
+        writer.writerow([*map(csv_cell, cells), _cost_text(s.cost)])
     return "\ufeff" + buffer.getvalue()
 
 

@@ -14,8 +14,8 @@ import math
 import threading
 import time
 from collections import deque
-from collections.abc import AsyncGenerator, Callable, Sequence
-from dataclasses import replace
+from collections.abc import AsyncGenerator, Callable
+from dataclasses import KW_ONLY, dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from xaf_hub.config.load import Config, InstanceConfig
@@ -53,35 +53,30 @@ def frame(kind: str, data: dict[str, Any]) -> bytes:
     return f"event: {kind}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n".encode()
 
 
+@dataclass(eq=False)
 class ChangeFeed:
     """The latest changes, numbered, and the viewers waiting for the next one."""
 
-    def __init__(
-        self,
-        cfg: Config,
-        instances: Sequence[InstanceConfig] | None = None,
-        *,
-        transport_factory: TransportFactory | None = None,
-        keepalive_seconds: float = KEEPALIVE_SECONDS,
-        state: Callable[[], ConfigState | None] = lambda: None,
-    ) -> None:
-        self.cfg = cfg
-        self.state = state  # how serve stands with its config, said on its live board
-        self.instances = list(cfg.instances if instances is None else instances)
-        self.transport_factory = transport_factory
-        self.keepalive_seconds = keepalive_seconds
-        self.version = 0
-        self.viewers = 0
-        self.on_change: list[Callable[[FleetEvent], None]] = []
-        self._recent: deque[dict[str, Any]] = deque(maxlen=_BACKLOG)
-        self._cond = threading.Condition()
-        self._closed = False
-        self._wakers: list[Callable[[], None]] = []  # one per open stream (``events``)
-        self._follower: Any = None
-        self._stores: Any = None
-        # Instances followed by polling, and why (an old server, a stream over its budget):
-        # the page's server line says it (``annotate``).
-        self.following: dict[str, str] = {}
+    cfg: Config
+    _: KW_ONLY
+    transport_factory: TransportFactory | None = None
+    keepalive_seconds: float = KEEPALIVE_SECONDS
+    # How serve stands with its config, said on its live board.
+    state: Callable[[], ConfigState | None] = lambda: None
+    version: int = field(default=0, init=False)
+    viewers: int = field(default=0, init=False)
+    on_change: list[Callable[[FleetEvent], None]] = field(default_factory=list, init=False)
+    closed: bool = field(default=False, init=False)  # every stream has ended or is ending
+    # Instances followed by polling, and why (an old server, a stream over its budget): the
+    # page's server line says it (``annotate``).
+    following: dict[str, str] = field(default_factory=dict, init=False)
+    _recent: deque[dict[str, Any]] = field(
+        default_factory=lambda: deque(maxlen=_BACKLOG), init=False
+    )
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False)
+    _wakers: list[Callable[[], None]] = field(default_factory=list, init=False)  # ``events``
+    _follower: Any = field(default=None, init=False)
+    _stores: Any = field(default=None, init=False)
 
     def start(self) -> None:
         """Start following the fleet (one follower for every viewer)."""
@@ -93,7 +88,7 @@ class ChangeFeed:
 
         cfg = self.cfg
         self._follower = FleetFollower(
-            cfg, self.instances, emit=self.publish,
+            cfg, emit=self.publish,
             transport_factory=self.transport_factory, outcomes=False,
             publish=lambda view: publish(cfg, view, "serve", self._stores, self.state()),
         )
@@ -105,7 +100,7 @@ class ChangeFeed:
         old = self._follower
         if old is not None:
             old.close()  # its last board written before the new follower's first
-        self.cfg, self.instances = cfg, list(cfg.instances)
+        self.cfg = cfg
         self.following.clear()
         if self._stores is not None:
             self._stores.cfg = cfg
@@ -122,9 +117,8 @@ class ChangeFeed:
             self._follower.close()
         if self._stores is not None:
             self._stores.close()
-        with self._cond:
-            self._closed = True
-            self._cond.notify_all()
+        with self._lock:
+            self.closed = True
             wakers = list(self._wakers)
         for wake in wakers:
             wake()
@@ -139,10 +133,9 @@ class ChangeFeed:
             self.following.pop(ev.instance, None)
         for hook in self.on_change:
             hook(ev)
-        with self._cond:
+        with self._lock:
             self.version += 1
             self._recent.append(notice(self.version, ev))
-            self._cond.notify_all()
             wakers = list(self._wakers)
         for wake in wakers:  # after the hooks and the number: a woken stream finds both
             wake()
@@ -158,16 +151,6 @@ class ChangeFeed:
             for i in snap.instances
         ))
 
-    def since(self, version: int) -> list[dict[str, Any]]:
-        """Notices newer than ``version`` still kept."""
-        with self._cond:
-            return [n for n in self._recent if n["version"] > version]
-
-    @property
-    def closed(self) -> bool:
-        """Whether ``close`` ran (every stream has ended or is ending)."""
-        return self._closed
-
     async def events(
         self, seconds: float = math.inf, said: list[str] | None = None
     ) -> AsyncGenerator[bytes, None]:
@@ -182,7 +165,7 @@ class ChangeFeed:
             with contextlib.suppress(RuntimeError):  # the loop already closed
                 loop.call_soon_threadsafe(changed.set)
 
-        with self._cond:
+        with self._lock:
             seen = self.version
             self.viewers += 1
             self._wakers.append(wake)
@@ -191,15 +174,15 @@ class ChangeFeed:
         try:
             yield f"retry: {RETRY_MS}\n\n".encode() + frame("hello", {"version": seen})
             while True:
-                with self._cond:
-                    waiting = not self._closed and self.version <= seen
+                with self._lock:
+                    waiting = not self.closed and self.version <= seen
                 left = end - time.monotonic()
                 if waiting and left > 0:
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(changed.wait(), min(self.keepalive_seconds, left))
                 changed.clear()  # a wake after this finds its notice numbered below
-                with self._cond:
-                    if self._closed:
+                with self._lock:
+                    if self.closed:
                         why = "server stopping"
                         return
                     if time.monotonic() >= end:
@@ -209,7 +192,7 @@ class ChangeFeed:
                     seen = self.version
                 yield b"".join(frame("change", n) for n in fresh) if fresh else b": keep-alive\n\n"
         finally:
-            with self._cond:
+            with self._lock:
                 self.viewers -= 1
                 self._wakers.remove(wake)
             if said is not None:
@@ -219,31 +202,26 @@ class ChangeFeed:
 Read = Run | Literal[""]  # a session's last run as its messages say; "" not read
 
 
+@dataclass(eq=False)
 class LiveFleet:
     """What ``serve`` shows: each instance from the follower where its view is fresh
     (``ops.live_board.take``), the others scanned; idle sessions' last results are kept until a
     notice about the session (``forget``). Called by ``SnapshotCache``, one call at a time.
     """
 
-    def __init__(
-        self,
-        cfg: Config,
-        instances: Sequence[InstanceConfig],
-        *,
-        scan: Callable[[list[InstanceConfig]], list[InstanceScan]],
-        outcomes: Callable[[list[InstanceScan]], object],
-    ) -> None:
-        self.fleet = (cfg, list(instances))  # the config and instances shown, swapped whole
-        self._scan = scan
-        self._outcomes = outcomes
-        self.feed: ChangeFeed | None = None
-        self._known: dict[tuple[str, str], tuple[int, Read]] = {}  # -> (updated, outcome)
-        self.scanned = 0  # instance scans made (for tests and the bench)
-        self.taken = 0  # instance views taken from the follower
+    cfg: Config  # what it shows, swapped whole by ``use``
+    _: KW_ONLY
+    scan: Callable[[list[InstanceConfig]], list[InstanceScan]]
+    outcomes: Callable[[list[InstanceScan]], object]
+    feed: ChangeFeed | None = field(default=None, init=False)
+    scanned: int = field(default=0, init=False)  # instance scans made (for tests and the bench)
+    taken: int = field(default=0, init=False)  # instance views taken from the follower
+    # (instance, session) -> (updated, outcome)
+    _known: dict[tuple[str, str], tuple[int, Read]] = field(default_factory=dict, init=False)
 
     def use(self, cfg: Config) -> None:
         """Show the instances ``cfg`` names from now on (the next call)."""
-        self.fleet = (cfg, list(cfg.instances))
+        self.cfg = cfg
 
     def follow(self, feed: ChangeFeed) -> None:
         """Take live views from ``feed`` from now on, and forget what its notices change."""
@@ -257,11 +235,12 @@ class LiveFleet:
 
     def __call__(self) -> Snapshot:
 
-        cfg, instances = self.fleet
+        cfg = self.cfg
+        instances = list(cfg.instances)
         view: list[LiveInstance] = self.feed.live_view() if self.feed is not None else []
         board = take(cfg, instances, view)
         rest = [i for i in instances if i.name not in board.scans]
-        scanned = self._scan(rest) if rest else []
+        scanned = self.scan(rest) if rest else []
         self.scanned += len(rest)
         self.taken += len(board.scans)
         snap, scans = merged(instances, board, scanned)
@@ -270,27 +249,21 @@ class LiveFleet:
         answered = [sc for sc in scans if sc.reachable]
         unread = [sc for sc in answered if any(_unread(s) for s in sc.sessions)]
         if unread:  # only the instances with a result to read are asked at all
-            self._outcomes(unread)
+            self.outcomes(unread)
         shown = {sc.inst.name for sc in answered}
         kept = {k: v for k, v in self._known.items() if k[0] not in shown}  # gone sessions go
         for sc in answered:
             for s in sc.sessions:
-                self._remember(s, kept)
+                if s.project and not s.running and s.outcome not in ("", "running"):
+                    kept[(s.instance, s.id)] = (s.updated, s.outcome)
         self._known = kept
         return merged(instances, board, scans, snap.generated_at)[0]
 
     def _recall(self, s: SessionRecord) -> SessionRecord:
-        if not _unread(s):
-            return s
         known = self._known.get((s.instance, s.id))
-        if known is None or known[0] != s.updated:
+        if not _unread(s) or known is None or known[0] != s.updated:
             return s
         return replace(s, outcome=known[1])
-
-    @staticmethod
-    def _remember(s: SessionRecord, into: dict[tuple[str, str], tuple[int, Read]]) -> None:
-        if s.project and not s.running and s.outcome not in ("", "running"):
-            into[(s.instance, s.id)] = (s.updated, s.outcome)
 
 
 def _unread(s: SessionRecord) -> bool:

@@ -66,21 +66,24 @@ def host_header_name(header: str) -> str:
 def check_exposure(host: str, public: bool, password: str | None) -> None:
     """Refuse a listening address the options do not allow (UsageError)."""
     if public:
-        if not password:
-            raise UsageError(
-                f"--public needs a viewer password: set {VIEWER_PASSWORD_ENV} (colleagues "
-                "log in with any user name and that password)"
-            )
-        if len(password) < MIN_PASSWORD_LENGTH:
-            raise UsageError(
-                f"{VIEWER_PASSWORD_ENV} is too short: use at least {MIN_PASSWORD_LENGTH} characters"
-            )
+        check_secret(VIEWER_PASSWORD_ENV, password, MIN_PASSWORD_LENGTH,
+                     f"--public needs a viewer password: set {VIEWER_PASSWORD_ENV} (colleagues "
+                     "log in with any user name and that password)")
     elif not is_loopback(host):
         raise UsageError(
             f"refusing to listen on {host}: without --public only a loopback address "
             f"(127.0.0.1, ::1, localhost) is allowed; to let colleagues in, set "
             f"{VIEWER_PASSWORD_ENV} and add --public"
         )
+
+
+def check_secret(variable: str, value: str | None, least: int, missing: str) -> None:
+    """Refuse a secret from the environment variable ``variable`` that is unset (UsageError
+    ``missing``) or shorter than ``least`` characters."""
+    if not value:
+        raise UsageError(missing)
+    if len(value) < least:
+        raise UsageError(f"{variable} is too short: use at least {least} characters")
 
 
 def basic_auth_ok(header: str | None, password: str) -> bool:
@@ -110,50 +113,40 @@ def printable(text: str, limit: int = 200) -> str:
     return clean + ("..." if len(text) > limit else "")
 
 
-# Change-notice streams open at once; past it a 503 and the page keeps its timer.
-MAX_VIEWERS = 32
+@dataclass(frozen=True)
+class Limits:
+    """What one connection may cost: the page's figures, kept by ``page.asgi``."""
 
-
-# Open connections, the change-notice streams included: uvicorn's ``limit_concurrency``. A
-# request made while this many are open (its own counted) is answered 503 at once, and a
-# connection past it gets the same 503 and is closed, so a crowd holds no more sockets than
-# this. Enough for a team refreshing a page, beside every viewer's stream.
-MAX_CONNECTIONS = 64 + MAX_VIEWERS
-
-
-# A request line and its headers still incomplete, at most (h11's maximum incomplete event):
-# what a client sending its head in pieces can make the server hold; past it a 400.
-MAX_HEAD_BYTES = 16384
-
-
-# Time a client has to send its whole request (a browser needs milliseconds): a slow-loris
-# client dribbling its headers is cut then.
-REQUEST_SECONDS = 10.0
-
-
-# Time to send the answer once the request is in (a page of thousands of rows is a few MB);
-# serve adds the scan deadline, which a request may spend waiting for a scan.
-ANSWER_SECONDS = 20.0
-
-
-# A write that has not reached the client's socket after this (a client that stopped reading,
-# a change-notice viewer included) ends its connection.
-WRITE_SECONDS = 10.0
-
-
-# A stream's longest life: then it ends and the browser reconnects (EventSource, 3 s later),
-# so a viewer that never reads holds its place at most this long, however little is sent.
-STREAM_SECONDS = 300.0
-
-
-# A viewer's send buffers: small, so a viewer that stops reading stalls a write (and meets the
-# write deadline) after a few KB rather than megabytes.
-VIEWER_SNDBUF = 16384
-
-
-# A kept-alive connection with no next request is closed after this (uvicorn's
-# ``timeout_keep_alive``).
-IDLE_SECONDS = 5
+    # Change-notice streams open at once; past it a 503 and the page keeps its timer.
+    max_viewers: int = 32
+    # Open connections, the change-notice streams included: uvicorn's ``limit_concurrency``. A
+    # request made while this many are open (its own counted) is answered 503 at once, and a
+    # connection past it gets the same 503 and is closed, so a crowd holds no more sockets than
+    # this. Enough for a team refreshing a page (64), beside every viewer's stream.
+    max_connections: int = 64 + 32
+    # A request line and its headers still incomplete, at most (h11's maximum incomplete
+    # event): what a client sending its head in pieces can make the server hold; past it a 400.
+    max_head_bytes: int = 16384
+    # Time a client has to send its whole request (a browser needs milliseconds): a slow-loris
+    # client dribbling its headers is cut then.
+    request_seconds: float = 10.0
+    # Time to send the answer once the request is in (a page of thousands of rows is a few MB);
+    # serve adds the scan deadline, which a request may spend waiting for a scan.
+    answer_seconds: float = 20.0
+    # A write that has not reached the client's socket after this (a client that stopped
+    # reading, a change-notice viewer included) ends its connection.
+    write_seconds: float = 10.0
+    # A stream's longest life: then it ends and the browser reconnects (EventSource, 3 s later),
+    # so a viewer that never reads holds its place at most this long, however little is sent.
+    stream_seconds: float = 300.0
+    # A kept-alive connection with no next request is closed after this (uvicorn's
+    # ``timeout_keep_alive``).
+    idle_seconds: int = 5
+    # A viewer's send buffers: small, so a viewer that stops reading stalls a write (and meets
+    # the write deadline) after a few KB rather than megabytes.
+    viewer_sndbuf: int = 16384
+    # On Ctrl+C, answers under way get this long to finish (a scan in flight is not waited for).
+    drain_seconds: int = 2
 
 
 # -- the server --------------------------------------------------------------------------
@@ -192,10 +185,6 @@ _COMMON_HEADERS: tuple[tuple[str, str], ...] = (
 )
 
 
-# On Ctrl+C, answers under way get this long to finish (a scan in flight is not waited for).
-DRAIN_SECONDS = 2
-
-
 # How often the served page fetches itself again when it hears no change notice (the scan
 # cache decides what is new); a page that follows /api/events refreshes on each change.
 REFRESH_SECONDS = 10
@@ -229,6 +218,7 @@ class ScanPending(Exception):
     """The first scan is still running after the wait; there is nothing to show yet."""
 
 
+@dataclass(eq=False)
 class SnapshotCache:
     """The latest scan, shared by every request; at most one scan runs at a time.
 
@@ -236,21 +226,14 @@ class SnapshotCache:
     scan (or ScanPending before the first), so a slow fleet never stalls the page or /health.
     """
 
-    def __init__(
-        self,
-        scan_fleet: Callable[[], Snapshot],
-        max_age: float,
-        clock: Callable[[], float] = time.monotonic,
-        wait: float | None = None,
-    ) -> None:
-        self._scan = scan_fleet
-        self._max_age = max_age
-        self._clock = clock
-        self._wait = wait
-        self._lock = threading.Lock()
-        self._latest: Scanned | None = None
-        self._stale = False
-        self.scans = 0
+    scan_fleet: Callable[[], Snapshot]
+    max_age: float
+    clock: Callable[[], float] = time.monotonic
+    wait: float | None = None
+    scans: int = field(default=0, init=False)
+    _latest: Scanned | None = field(default=None, init=False)
+    _stale: bool = field(default=False, init=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False)
 
     def invalidate(self, *_: object) -> None:
         """The fleet changed: the next request scans again (once, for everyone waiting)."""
@@ -262,7 +245,7 @@ class SnapshotCache:
         A scan is usable while younger than ``max_age``, and also when it began after the
         request arrived: everyone queued behind a running scan takes its result.
         """
-        if not self._lock.acquire(timeout=-1 if self._wait is None else self._wait):
+        if not self._lock.acquire(timeout=-1 if self.wait is None else self.wait):
             if self._latest is None:
                 raise ScanPending
             return self._latest, False
@@ -270,13 +253,13 @@ class SnapshotCache:
             latest = self._latest
             if latest is not None and (
                 latest.started >= arrived
-                or (not self._stale and self._clock() - latest.finished < self._max_age)
+                or (not self._stale and self.clock() - latest.finished < self.max_age)
             ):
                 return latest, False
             self._stale = False
-            started = self._clock()
-            snap = self._scan()
-            self._latest = Scanned(snap, started, self._clock())
+            started = self.clock()
+            snap = self.scan_fleet()
+            self._latest = Scanned(snap, started, self.clock())
             self.scans += 1
             return self._latest, True
         finally:
@@ -334,10 +317,10 @@ class Viewer:
     password: str | None
     clock: Callable[[], float] = time.monotonic
     now_ms: Callable[[], int] = lambda: int(time.time() * 1000)
-    autopilot: Callable[[int, Lang, Snapshot], Any] | None = None
+    autopilot: Callable[[int, Lang, Snapshot], Any] = lambda now, lang, snap: None  # no panel
     language: str = "auto"
-    links: Callable[[list[str]], Any] | None = None
-    tasks: Callable[[], dict[str, str]] | None = None
+    links: Callable[[list[str]], Any] = lambda names: {}  # each instance's web UI, by name
+    tasks: Callable[[], dict[str, str]] = dict  # {session id: task id}
     refresh_seconds: int = REFRESH_SECONDS
     redact: Callable[[str], str] = str
     notes: Callable[[Lang], list[str]] = lambda lang: []  # what the page adds to the scan's notes
@@ -383,9 +366,9 @@ class Viewer:
                 return Response(503, _JSON, body, (("Retry-After", "5"),), "first scan running")
             return _text(503, "the first scan of the fleet is still running; try again soon",
                          ("Retry-After", "5"), note="first scan running")
-        reachable = sum(1 for i in scanned.snapshot.instances if i.reachable)
+        health = health_document(scanned.snapshot)
         note = (
-            f"scanned, {reachable} of {len(scanned.snapshot.instances)} answering"
+            f"scanned, {health['reachable']} of {health['instances']} answering"
             if fresh
             else f"cached {self.clock() - scanned.finished:.1f}s"
         )
@@ -400,19 +383,12 @@ class Viewer:
             body = scanned.body(
                 f"page:{lang}:{int(local)}", lambda snap: self._page(snap, lang, local)
             )
-            return Response(
-                200,
-                _HTML,
-                body,
-                (("Content-Language", "zh-CN" if lang == "zh" else "en"),
-                 ("Vary", "Accept-Language")),
-                note=note,
-            )
+            language = ("Content-Language", "zh-CN" if lang == "zh" else "en")
+            return Response(200, _HTML, body, (language, ("Vary", "Accept-Language")), note)
         if path == "/api/snapshot":
             return Response(200, _JSON, scanned.body("json", self._json), note=note)
-        doc = health_document(scanned.snapshot)
-        body = (json.dumps(doc) + "\n").encode("utf-8")
-        return Response(200 if doc["ok"] else 503, _JSON, body, note=note)
+        body = (json.dumps(health) + "\n").encode("utf-8")
+        return Response(200 if health["ok"] else 503, _JSON, body, note=note)
 
     def _page(self, snap: Snapshot, lang: Lang = "en", local: bool = True) -> bytes:
 
@@ -420,20 +396,17 @@ class Viewer:
         # (the page's script then keeps them current).
         now = snap.generated_at or self.now_ms()
         snap = replace(snap, warnings=(*snap.warnings, *self.notes(lang)))
-        panel = self.autopilot(now, lang, snap) if self.autopilot is not None else None
-        links: dict[str, Any] = {}
-        if self.links is not None:
-            found = self.links([i.name for i in snap.instances if i.reachable])
-            links = {n: ui for n, ui in found.items() if local or not ui.loopback}
+        found = self.links([i.name for i in snap.instances if i.reachable])
+        links = {n: ui for n, ui in found.items() if local or not ui.loopback}
         html = report.render_html(
             snap,
             now_ms=now,
             title=self.title,
-            autopilot=panel,
+            autopilot=self.autopilot(now, lang, snap),
             lang=lang,
             live_seconds=self.refresh_seconds,
             links=links,
-            tasks=self.tasks() if self.tasks is not None else None,
+            tasks=self.tasks(),
             projects=self.projects,
         )
         return self.redact(html).encode("utf-8")
@@ -446,18 +419,18 @@ class Viewer:
         return (self.redact(dumps(doc)) + "\n").encode("utf-8")
 
 
+@dataclass(eq=False)
 class RequestLog:
     """One line per request to a stream shared by every request thread."""
 
-    def __init__(self, stream: TextIO, redact: Callable[[str], str] = str) -> None:
-        self._stream = stream
-        self._redact = redact
-        self._lock = threading.Lock()
+    stream: TextIO
+    redact: Callable[[str], str] = str
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False)
 
     def line(self, text: str) -> None:
         stamp = time.strftime("%Y-%m-%d %H:%M:%S")
         with self._lock:
-            print(f"{stamp} {self._redact(text)}", file=self._stream, flush=True)
+            print(f"{stamp} {self.redact(text)}", file=self.stream, flush=True)
 
 
 def url_of(host: str, port: int) -> str:
@@ -484,7 +457,6 @@ def start_feed(
             log.line(line)
 
     feed = ChangeFeed(cfg, transport_factory=transport_factory, state=state)
-    feed.on_change.append(cache.invalidate)
-    feed.on_change.append(note)
+    feed.on_change += [cache.invalidate, note]
     feed.start()
     return feed

@@ -171,9 +171,7 @@ def session_badges(s: SessionRecord, lang: Lang, now_ms: int) -> tuple[Badge, Ba
 def outcome_badge(outcome: Run | None, lang: Lang = "en") -> Badge:
     """A session's last outcome in plain words, coloured by its tone (None: not read)."""
     if outcome is None:
-        return Badge(
-            text(lang, "result.not_checked"), "muted", text(lang, "result.not_checked_d")
-        )
+        return Badge(text(lang, "result.not_checked"), "muted", text(lang, "result.not_checked_d"))
     return Badge(
         text(lang, f"run.{outcome}"), TONE_CSS[tone(outcome)], text(lang, f"run.{outcome}_d")
     )
@@ -190,9 +188,7 @@ def split_task(title: str, task_id: str = "") -> tuple[str, str]:
     return task_id, title.strip()
 
 
-def _row_view(
-    s: SessionRecord, lang: Lang, now_ms: int, link: str, task_id: str
-) -> RowView:
+def _row_view(s: SessionRecord, lang: Lang, now_ms: int, link: str, task_id: str) -> RowView:
     state, outcome = session_badges(s, lang, now_ms)
     task, title = split_task(s.title, task_id)
     return RowView(

@@ -39,10 +39,8 @@ def pick_language(setting: str, accept_language: str | None) -> Lang:
     ``accept_language`` is an HTTP Accept-Language header ("zh-CN,zh;q=0.9,en;q=0.8"); a
     header that names neither language, or none at all, gives English.
     """
-    if setting == "zh":
-        return "zh"
-    if setting == "en":
-        return "en"
+    if setting in LANGS:
+        return setting
     choices: list[tuple[float, int, Lang]] = []
     for index, part in enumerate((accept_language or "").split(",")):
         tag, _, params = part.strip().partition(";")

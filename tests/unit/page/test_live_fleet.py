@@ -55,8 +55,7 @@ class Fleet:
         self.asked: list[str] = []  # session ids whose last result was read
         self.feed = ChangeFeed(self.cfg)
         self.feed.live_view = lambda: self.views  # type: ignore[method-assign]
-        self.fleet = LiveFleet(self.cfg, self.cfg.instances, scan=self.scan,
-                               outcomes=self.outcomes)
+        self.fleet = LiveFleet(self.cfg, scan=self.scan, outcomes=self.outcomes)
 
     def scan(self, rest: list[InstanceConfig]) -> list[InstanceScan]:
         self.scanned.append([i.name for i in rest])

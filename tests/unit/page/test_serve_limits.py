@@ -17,9 +17,10 @@ from typing import Any
 import pytest
 
 from xaf_hub.core.records import InstanceSummary, SessionRecord, Snapshot
-from xaf_hub.page.asgi import Limits, PageApp, listen, serve, server_for
+from xaf_hub.errors import UsageError
+from xaf_hub.page.asgi import PageApp, listen, serve, server_for
 from xaf_hub.page.notices import ChangeFeed
-from xaf_hub.page.serve import RequestLog, SnapshotCache, Viewer
+from xaf_hub.page.serve import Limits, RequestLog, SnapshotCache, Viewer
 
 
 def _snap(sessions: int = 1, title: str = "title") -> Snapshot:
@@ -351,7 +352,7 @@ def test_a_stream_in_progress_does_not_hold_up_the_stop(tmp_path: Path) -> None:
         server.should_exit = True
         assert _closed(sock)
         sock.close()
-    assert time.monotonic() - began < 1.5  # DRAIN_SECONDS is 2
+    assert time.monotonic() - began < 1.5  # Limits.drain_seconds is 2
     assert feed.closed
 
 
@@ -365,3 +366,12 @@ def test_answers_leave_at_once_without_waiting_for_the_client_s_ack() -> None:
         conn = next(iter(server.server_state.connections))
         sock = conn.transport.get_extra_info("socket")
         assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
+
+
+def test_a_port_in_use_is_one_line_naming_it() -> None:
+    """serve and mcp --http both listen through listen(): a port taken is a UsageError (exit
+    4) that names the address and why, and no socket is left open."""
+    with contextlib.closing(listen("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        with pytest.raises(UsageError, match=rf"^cannot listen on 127\.0\.0\.1:{port}: "):
+            listen("127.0.0.1", port)

@@ -31,9 +31,9 @@ from xaf_hub.cli.options import flag, opt
 from xaf_hub.config.watch import ConfigState, ConfigWatch
 from xaf_hub.errors import UsageError
 from xaf_hub.page.serve import (
-    ANSWER_SECONDS,
     REFRESH_SECONDS,
     VIEWER_PASSWORD_ENV,
+    Limits,
     RequestLog,
     SnapshotCache,
     Viewer,
@@ -125,7 +125,7 @@ def run(ctx: Context) -> int:
     # Each instance from the change feed's follower while its view is fresh there, the rest
     # scanned; last results read once per change of a session (page.notices.LiveFleet).
     fleet = LiveFleet(
-        cfg, instances, scan=lambda rest: scan(ctx, rest)[1],
+        cfg, scan=lambda rest: scan(ctx, rest)[1],
         outcomes=lambda scans: aio.run(fill_outcomes(ctx.config, scans, ctx.transport_factory)),
     )
 
@@ -185,15 +185,11 @@ def run(ctx: Context) -> int:
                 log.line(f"config: {type(exc).__name__}: {exc}")
 
     # deferred: start-up, docs/performance.md
-    from xaf_hub.page.asgi import Limits, PageApp, listen, serve
+    from xaf_hub.page.asgi import PageApp, listen, serve
 
-    page = PageApp(viewer, log, Limits(answer_seconds=cfg.scan_timeout + ANSWER_SECONDS),
+    page = PageApp(viewer, log, Limits(answer_seconds=cfg.scan_timeout + Limits.answer_seconds),
                    feed_factory=follow)
-    try:
-        sock = listen(opts.host, opts.port)
-    except OSError as exc:
-        reason = exc.strerror or str(exc)
-        raise UsageError(f"cannot listen on {opts.host}:{opts.port}: {reason}") from exc
+    sock = listen(opts.host, opts.port)
     restore: Any = None
     if threading.current_thread() is threading.main_thread():
         # uvicorn takes SIGINT and SIGTERM while it runs and raises them again once stopped;
