@@ -34,7 +34,7 @@ import threading
 import time
 import traceback
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -55,7 +55,8 @@ from tests.redis_fixture import _stop, start_redis
 
 LIMIT = 2
 PROJECTS = {"soak": None, "side": 1}  # each project's share of a server (None: the limit)
-MODELS = ("fake/fake-model", "fake/slow-model", "backup/good-model", "fake/priced-model")
+MODELS = ("fake/fake-model", "fake/slow-model", "backup/good-model", "fake/priced-model",
+          "fake/ask-model")
 STEP_USD = 0.02  # a priced model call: 10 + 5 tokens at $1000 / $2000 per million
 RUN_USD = 0.05  # the run ceiling: passed at its third step, one more may be under way
 # (docs/budget.md: the step that passes the ceiling, then at most one more per session)
@@ -84,11 +85,16 @@ rm -f {d}/arm; kill -9 "$p"; [ -e {d}/refuse ] && exit 1
 exit 0
 """
 FILL_GIT = ("worktree", "fetch", "reset", "ls-files", "ls-tree", "checkout", "base64")
-# Bash commands starting "echo ask" wait for a person's answer; every other tool runs.
-PERMISSION = {"bash": {"echo ask*": "ask", "*": "allow"}}
+# Bash commands starting "echo ask" wait for a person's answer; every other tool runs (the
+# last pattern that matches decides).
+PERMISSION = {"bash": {"*": "allow", "echo ask*": "ask"}}
+ASK = [["bash", {"command": "echo ask-soak", "description": "asks"}]]
 SAMPLE_S = 0.2
 HOSTS = ("host-a", "host-b")
 CLI_TIMEOUT_S = 120.0
+# A request pending this long before a `waiting --json` call starts must be in its answer; an
+# answer is judged once the servers were sampled well after it ended.
+WAIT_GRACE_S, WAIT_SETTLE_S = 2.0, 10.0
 
 
 @dataclass
@@ -105,6 +111,43 @@ class Fault:
         mid = f" mid {self.landed}" if self.landed else ""
         return (f"t+{self.at:6.1f}s {self.kind:<17} {self.target:<8} {self.seconds:4.1f}s "
                 f"aim {self.aim:<7}{mid}")
+
+
+@dataclass
+class Pending:
+    """A request the soak saw pending on its server: first seen (after a listing returned)
+    and last seen (when the last listing naming it was asked), in seconds from the start."""
+
+    id: str
+    session: str
+    server: str
+    first: float
+    last: float
+
+
+@dataclass(frozen=True)
+class Answer:
+    """One `waiting --json` answer: when its call started and ended, the request and session
+    ids it listed, and the servers it said it could not read."""
+
+    start: float
+    end: float
+    listed: frozenset[str]
+    unknown: frozenset[str]
+
+
+def unseen_waits(pending: Iterable[Pending], answers: Sequence[Answer],
+                 troubled: Sequence[tuple[str, float, float]], grace: float = WAIT_GRACE_S
+                 ) -> list[tuple[Pending, Answer, bool]]:
+    """Each (request, answer) pair that can be judged, and whether the answer listed the
+    request (by its id or its session's): the answer started ``grace`` after the request was
+    first seen, the request was still pending after the call ended, and its server was
+    neither troubled (down, paused, behind a slow link: ``(server, from, to)``) during the
+    call nor said by the answer to be unreadable."""
+    return [(r, a, bool({r.id, r.session} & a.listed)) for r in pending for a in answers
+            if a.start >= r.first + grace and r.last >= a.end and r.server not in a.unknown
+            and not any(s == r.server and lo < a.end and hi > a.start
+                        for s, lo, hi in troubled)]
 
 
 def run_costs(messages: list[dict[str, Any]]) -> list[float]:
@@ -184,6 +227,10 @@ class Soak:
         self.outputs: list[str] = []
         self.lock = threading.Lock()
         self.skipped: dict[str, str] = {}
+        self.folders: dict[str, set[str]] = {n: set() for n in NAMES}  # where sessions are
+        self.pending: dict[str, Pending] = {}  # request id -> when seen pending
+        self.answers: list[Answer] = []  # `waiting --json` answers not judged yet
+        self.troubled: list[tuple[str, float, float]] = []  # (server, from, to): down, slow
 
     # -- set-up ---------------------------------------------------------------------------
 
@@ -193,6 +240,7 @@ class Soak:
         self.llm.set_mode("slow-model", "slow", delay=6)
         self.llm.set_mode("priced-model", "tools", calls=[
             ["bash", {"command": "sleep 1", "description": "a step"}]] * 30)
+        self.llm.set_mode("ask-model", "tools", calls=ASK * 2)  # the answer act's own work
         self.fleet = sandbox.Fleet(r / "fleet", n=3, llm=self.llm, models=MODELS,
                                    prices=PRICES,
                                    start_timeout=180.0,
@@ -302,6 +350,18 @@ class Soak:
     def now(self) -> float:
         return time.monotonic() - self.t0
 
+    @contextlib.contextmanager
+    def trouble(self, server: str) -> Iterator[None]:
+        """Mark ``server`` down, paused or slow to reach while the block runs."""
+        with self.lock:
+            self.troubled.append((server, self.now(), float("inf")))
+            i = len(self.troubled) - 1
+        try:
+            yield
+        finally:
+            with self.lock:
+                self.troubled[i] = (server, self.troubled[i][1], self.now())
+
     # -- hub processes --------------------------------------------------------------------
 
     def cli(self, host: Host, what: str, *args: str, kill_after: float | None = None
@@ -340,7 +400,7 @@ class Soak:
         while not self.stop.is_set():
             n += 1
             act = rnd.choice(("dispatch", "dispatch", "dispatch", "queue", "mcp", "steer",
-                              "interrupt", "answer", "status", "sessions"))
+                              "interrupt", "answer", "answer", "status", "sessions"))
             try:
                 self.act(act, rnd, self.clients[rnd.randrange(2)], f"c{i}-{n}")
             except Exception:  # the harness's own failure: stop the run, loudly
@@ -351,7 +411,7 @@ class Soak:
         """One client's action."""
         p = rnd.choice((*PROJECTS, *PROJECTS)[:3])  # titles name it: rooms map to projects
         if act == "dispatch":
-            model = rnd.choice(MODELS[:2] + MODELS[:1])  # the priced: the ceiling fault's
+            model = rnd.choice((*MODELS[:2], MODELS[0], MODELS[4]))  # the priced: the ceiling's
             self.send(host, p, f"{p} work {tag}", model)
         elif act == "queue":
             title = f"{p} {'bad ' if rnd.random() < 0.2 else ''}task {tag}"
@@ -371,17 +431,32 @@ class Soak:
             else:
                 self.cli(host, act, "--project", p, "interrupt", "--session", sid,
                          "--allow-prod")
-        elif act == "answer":
-            code, out, _ = self.cli(host, "waiting", "waiting", "--json")
+        elif act == "answer":  # a request to approve or deny, or else a run that will ask
+            code, out, _ = self.waiting(host)
             reqs = json.loads(out).get("waiting", []) if code == 0 and out.strip() else []
             if reqs:
                 verb = rnd.choice(("approve", "deny"))
                 where = ("--project", str(reqs[0]["project"])) if reqs[0].get("project") else ()
                 self.cli(host, verb, *where, verb, str(reqs[0].get("id")), "--allow-prod")
+            elif code == 0:
+                self.send(host, p, f"{p} asks {tag}", "fake/ask-model")
         elif act in ("status", "sessions"):
             code, out, err = self.cli(host, act, act, "--json")
             self.checks.check("answers", code in (0, 2) and bool(out.strip()),
                               f"{act} exit {code}: {err[-500:]}")
+
+    def waiting(self, host: Host) -> tuple[int, str, str]:
+        """`waiting --json` on ``host``; an answer that lists requests is kept for judging."""
+        start = self.now()
+        code, out, err = self.cli(host, "waiting", "waiting", "--json")
+        with contextlib.suppress(ValueError, AttributeError, TypeError):
+            doc = json.loads(out)
+            listed = {str(q.get(k)) for q in doc["waiting"] for k in ("id", "session_id")}
+            unknown = {str(u.get("instance")) for u in doc.get("unknown", ())}
+            with self.lock:
+                self.answers.append(Answer(start, self.now(), frozenset(listed),
+                                           frozenset(unknown)))
+        return code, out, err
 
     def send(self, host: Host, p: str, text: str, model: str, *into: list[tuple[str, str, str]]
              ) -> None:
@@ -459,7 +534,6 @@ class Soak:
         parent), from the server itself, against the limit."""
         parents: dict[str, dict[str, str | None]] = {n: {} for n in NAMES}
         where: dict[str, str] = {}  # session -> its folder
-        dirs: dict[str, set[str]] = {n: set() for n in NAMES}
         k = 0
         with httpx.Client(timeout=1.0) as c:
             while not self.stop.wait(SAMPLE_S):
@@ -474,9 +548,9 @@ class Soak:
                                            params={"limit": 2000}, headers=auth).json():
                                 parents[name][s["id"]] = s.get("parentID")
                                 where[s["id"]] = s["directory"]
-                                dirs[name].add(s["directory"])
+                                self.folders[name].add(s["directory"])
                         busy: set[str] = set()
-                        for d in dirs[name]:
+                        for d in list(self.folders[name]):
                             r = c.get(f"{url}/session/status", params={"directory": d},
                                       headers=auth)
                             busy |= {sid for sid, st in r.json().items()
@@ -496,15 +570,59 @@ class Soak:
                                           f"{name} runs of {p}: {mine}, share {share}")
                 k += 1
 
+    def sample_waits(self) -> None:
+        """Every second: each live server's pending permission requests and questions of busy
+        sessions, asked of every folder it has sessions in; then each `waiting --json` answer
+        that is due is judged: a request pending before it started must be in it."""
+        judged: set[str] = set()
+        self.checks.counts["no waiting run unseen"] += 0  # reported even when nothing is judged
+        with httpx.Client(timeout=2.0) as c:
+            while not self.stop.wait(1.0):
+                for i, name in enumerate(NAMES):
+                    url = f"http://127.0.0.1:{self.ports[i]}"
+                    auth = sandbox.auth_headers(self.fleet.passwords[i])
+                    for d in sorted(self.folders[name]):
+                        if name in self.paused:
+                            break
+                        asked = self.now()
+                        try:
+                            listed = [q for route in ("/permission", "/question") for q in c.get(
+                                url + route, params={"directory": d}, headers=auth).json()]
+                            status = c.get(url + "/session/status", params={"directory": d},
+                                           headers=auth).json() if listed else {}
+                            busy = {k for k, v in status.items() if v["type"] in ("busy", "retry")}
+                            for q in listed:  # a run waits, and holds its slot, while busy
+                                if q["sessionID"] in busy:
+                                    r = self.pending.setdefault(str(q["id"]), Pending(
+                                        str(q["id"]), q["sessionID"], name, self.now(), asked))
+                                    r.last = max(r.last, asked)
+                        except (httpx.HTTPError, ValueError, KeyError, TypeError, AttributeError):
+                            continue
+                with self.lock:
+                    due = [a for a in self.answers if a.end < self.now() - WAIT_SETTLE_S]
+                    self.answers = [a for a in self.answers if a not in due]
+                    troubled = list(self.troubled)
+                for r, a, seen_ in unseen_waits(list(self.pending.values()), due, troubled):
+                    judged.add(r.id)
+                    self.checks.check(
+                        "no waiting run unseen", seen_,
+                        f"{r.id} of session {r.session} on {r.server}, pending from "
+                        f"t+{r.first:.1f}s to t+{r.last:.1f}s, not in the `waiting --json` "
+                        f"answer asked t+{a.start:.1f}s, answered t+{a.end:.1f}s")
+                self.checks.figures["waiting answers"] += len(due)
+                self.checks.figures["requests pending seen"] = len(self.pending)
+                self.checks.figures["requests judged"] = len(judged)
+
     def poll_views(self) -> None:
-        """Every 3 s: `status` or `sessions` (in turn, host A's client) and the served page and
-        its JSON, each answering, with no traceback or secret in it."""
+        """Every 3 s: `status`, `sessions` or `waiting` (in turn, host A's client) and the
+        served page and its JSON, each answering, with no traceback or secret in it."""
         k = 0
         with httpx.Client(timeout=60.0) as c:
             while not self.stop.wait(3.0):
                 k += 1
-                what = ("status", "sessions")[k % 2]
-                code, out, err = self.cli(self.clients[0], what, what, "--json")
+                what = ("status", "sessions", "waiting")[k % 3]
+                code, out, err = (self.waiting(self.clients[0]) if what == "waiting" else
+                                  self.cli(self.clients[0], what, what, "--json"))
                 self.checks.check("answers", code in (0, 2) and bool(out.strip()),
                                   f"{what} exit {code}: {err[-500:]}")
                 for path in ("/", "/api/snapshot"):
@@ -565,32 +683,33 @@ class Soak:
         if f.kind == "server_kill":
             s = self.server(f.target)
             port = s.port
-            s.stop(grace=0.5)  # SIGTERM, then SIGKILL
-            self.stop.wait(f.seconds)
-            for attempt in range(10):  # the old port may not be free again at once
-                try:
-                    start_again(s, port)
-                    break
-                except sandbox.SandboxError:
-                    s.stop()
-                    if attempt == 9:
-                        raise
-                    time.sleep(2)
+            with self.trouble(f.target):
+                s.stop(grace=0.5)  # SIGTERM, then SIGKILL
+                self.stop.wait(f.seconds)
+                for attempt in range(10):  # the old port may not be free again at once
+                    try:
+                        start_again(s, port)
+                        break
+                    except sandbox.SandboxError:
+                        s.stop()
+                        if attempt == 9:
+                            raise
+                        time.sleep(2)
         elif f.kind == "server_pause":
             pid = self.server(f.target).pid
-            self.paused.add(f.target)
-            os.kill(pid, signal.SIGSTOP)
-            self.stop.wait(f.seconds)
-            os.kill(pid, signal.SIGCONT)
-            self.paused.discard(f.target)
+            with self.trouble(f.target):
+                self.paused.add(f.target)
+                os.kill(pid, signal.SIGSTOP)
+                self.stop.wait(f.seconds)
+                os.kill(pid, signal.SIGCONT)
+                self.paused.discard(f.target)
         elif f.kind in ("storm_retry_after", "storm_bare"):
             ra = {"retry_after": 2} if f.kind == "storm_retry_after" else {}
             self.llm.set_mode("fake-model", "429", **ra)
             self.stop.wait(f.seconds)
             self.work()
         elif f.kind == "permission":  # the runs started meanwhile ask before a command
-            self.llm.set_mode("fake-model", "tools", calls=[
-                ["bash", {"command": "echo ask-soak", "description": "asks"}]])
+            self.llm.set_mode("fake-model", "tools", calls=ASK)
             self.stop.wait(f.seconds)
             self.work()
         elif f.kind == "ceiling":
@@ -659,8 +778,9 @@ class Soak:
                 subprocess.run(["git", "-C", t["checkout"], "worktree", "remove", "--force",
                                 t["worktree"]], capture_output=True)
         elif f.kind == "slow_link":
-            self.slow_until = time.monotonic() + f.seconds
-            self.stop.wait(f.seconds)
+            with self.trouble(f.target):
+                self.slow_until = time.monotonic() + f.seconds
+                self.stop.wait(f.seconds)
         elif f.kind == "disk_full" and self.tmpfs is not None:
             filler = self.tmpfs / "filler"
             with contextlib.suppress(OSError), open(filler, "wb") as fh:
@@ -677,7 +797,8 @@ class Soak:
         kinds = tuple(k for k in KINDS if k not in self.skipped)
         plan = schedule(self.seed, self.seconds, kinds)
         threads = [threading.Thread(target=fn, daemon=True) for fn in
-                   (self.sample_limits, self.sample_each_second, self.poll_views,
+                   (self.sample_limits, self.sample_waits, self.sample_each_second,
+                    self.poll_views,
                     lambda: self.client(0), lambda: self.client(1))]
         self.t0 = time.monotonic()
         for t in threads:
@@ -784,7 +905,6 @@ def render(seed: int, seconds: float, faults: list[Fault], checks: Checks,
     lines.append("  slowest answer: " + ", ".join(f"{k} {v:.1f}s" for k, v in
                                                   sorted(checks.slowest.items())))
     lines.append("  counts: " + ", ".join(f"{k} {v}" for k, v in sorted(checks.figures.items())))
-    lines.append("  not yet checked: no waiting run holding a slot unseen")
     if checks.broken:
         lines.append(f"BROKEN {checks.broken[0]}")
         lines.append(f"replay: python -m bench --soak --seed {seed} --minutes "

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from sandbox import fleet as sandbox
+from tests.e2e.daemon import Lines
 from tests.fleet import Hub
 
 pytestmark = pytest.mark.e2e
@@ -138,18 +139,19 @@ def test_watch_prints_only_changes(hub: Hub) -> None:
     sid = hub.session("lan-c", "watched task", "w")
     code, out, _ = hub.cli("watch", "--once")
     assert code == 0 and "0 project session(s) running" in out
-    proc = hub.popen(
-        "watch", "--poll", "--interval", "1", "--instance", "lan-c", "--max-polls", "12"
-    )
-    assert proc.stderr is not None
-    assert "watching" in proc.stderr.readline()  # its first view is taken: prompt now
-    hub.prompt("lan-c", sid, "go", "fake/slow-model")
-    out, err = proc.communicate(timeout=120)
-    assert proc.returncode == 0, err
-    lines = [ln for ln in out.splitlines() if sid in ln]
-    kinds = [ln.split()[1] for ln in lines]
-    assert kinds == ["started", "stopped"], out
-    assert lines[1].endswith("-> succeeded")
+    # --poll is the follower's polling: the same events, in the same JSON form, as following.
+    watching = Lines(hub.popen("watch", "--poll", "--json", "--interval", "1", "--instance",
+                               "lan-c"))
+    try:
+        hub.wait_for(lambda: any("watching" in e for e in watching.err), timeout=120)
+        hub.prompt("lan-c", sid, "go", "fake/slow-model")
+        hub.wait_for(lambda: "stopped" in watching.about(sid), timeout=120)
+    finally:
+        assert watching.stop() == 0, watching.err
+    assert watching.about(sid) == ["started", "stopped"], watching.lines
+    stopped = [e for e in watching.events() if e["event"] == "stopped"]
+    assert stopped[0]["outcome"] == "succeeded" and stopped[0]["source"] == "poll"
+    assert not any("warning" in e for e in watching.err), watching.err  # polling was asked for
 
 
 def test_v2_dialect_lists_real_sessions(hub: Hub) -> None:

@@ -15,11 +15,13 @@ from sandbox import fleet as sandbox
 from tests.e2e.daemon import _daemon
 from tests.e2e.dispatch_checks import slow
 from tests.fleet import Hub
+from tests.notify_capture import Capture
 from tests.redis_fixture import write_redis_config
 
 pytestmark = pytest.mark.e2e
 
 NAME = "lan-c"
+PRICED = "fake/priced-model"  # $0.02 a run (tests/e2e/test_budget.py)
 
 
 def two_projects(hub: Hub) -> dict[str, Path]:
@@ -142,6 +144,8 @@ def test_one_daemon_gives_a_quiet_projects_task_the_first_free_slot(hub: Hub) ->
         first = sent("shop")[0]
         hub.cli("interrupt", "--project", "shop", "--session", first["session_id"], "--allow-prod")
         hub.wait_for(lambda: sent("blog"), timeout=60)
+        # the task is marked sent when its prompt is accepted; the run shows busy a little later
+        hub.wait_for(lambda: samples and samples[-1] == (1, 1), timeout=60)
         hub.wait_for(lambda: len(samples) >= 10)
         stop.set()
         sampler.join(timeout=30)
@@ -284,3 +288,40 @@ def test_each_project_syncs_its_own_design_documents_and_names_its_own_base_bran
     said = hub.wait_for(lambda: len(prompts()) == 2 and prompts(), timeout=60)
     assert "origin/trunk" in said["shop"] and "develop" not in said["shop"], said["shop"]
     assert "origin/develop" in said["blog"] and "trunk" not in said["blog"], said["blog"]
+
+
+def test_one_round_over_two_projects_notices_each_projects_budget_and_the_overall_one(
+    hub: Hub,
+) -> None:
+    """One priced run in each project, then one round serving both: the chat hears each
+    project's budget and the overall one (before, only the last project's)."""
+    two_projects(hub)
+    capture = Capture("json")
+    capture.start()
+    try:
+        hub.env["HOOK_TEAM"] = capture.url
+        hub.doc["models"]["timezone"] = "UTC"
+        hub.doc["budget"] = {"daily_usd": 0.05}  # $0.04 of both: 80 %
+        hub.doc["projects"]["shop"]["budget_daily_usd"] = 0.02  # $0.02: 100 %
+        hub.doc["projects"]["blog"]["budget_daily_usd"] = 0.025  # $0.02: 80 %
+        hub.write_config(
+            notify={"webhooks": [{"name": "team", "url_env": "HOOK_TEAM", "format": "json"}]})
+        for p in ("shop", "blog"):
+            code, doc = hub.cli_json("dispatch", "--new", "--project", p, "--instance", NAME,
+                                     "--text", "priced work", "--model", PRICED, "--no-record")
+            assert code == 0, doc
+
+            def spent(p: str = p) -> bool:
+                code, doc = hub.cli_json("status", "--project", p)
+                return code == 0 and (doc["project"]["spent_today_usd"] or 0) >= 0.02 - 1e-9
+
+            hub.wait_for(spent, timeout=90)
+        code, out, err = hub.cli("patrol", "--once", "--no-design")
+        assert code == 0, err
+        got = sorted((e["project"], e["instance"], int(e["data"]["level"]),
+                      e["data"].get("every_project")) for e in capture.events()
+                     if e["type"] == "budget")
+        assert got == [("", "", 80, True), ("blog", "", 80, False),
+                       ("shop", "", 80, False), ("shop", "", 100, False)], got
+    finally:
+        capture.stop()

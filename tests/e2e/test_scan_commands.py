@@ -227,8 +227,9 @@ HEAVY = (
 # `status` only reads: no audit, no model state, no planner; the queue count needs the pool
 # alone. (zoneinfo is not listed: it loads when a zone is resolved, which a day's spend does.)
 NOT_FOR_STATUS = (
-    "xaf_hub.store.audit", "xaf_hub.store.model_state", "xaf_hub.ops.planner",
-    "xaf_hub.store.patrol_state", "xaf_hub.page",
+    "tabulate", "wcwidth", "importlib.metadata", "xaf_hub.store.audit",
+    "xaf_hub.store.model_state", "xaf_hub.ops.planner", "xaf_hub.store.patrol_state",
+    "xaf_hub.page",
 )
 
 
@@ -251,7 +252,8 @@ def test_help_and_status_do_not_import_heavy_modules(hub: Hub) -> None:
         (["status", "--help"], HEAVY + ("httpx",)),
         ([*cfg, "status"], HEAVY + NOT_FOR_STATUS),
         ([*cfg, "status", "--json"], HEAVY + NOT_FOR_STATUS),
-        ([*cfg, "sessions", "--json"], HEAVY + ("xaf_hub.store.model_state", "tabulate")),
+        ([*cfg, "sessions", "--json"],
+         HEAVY + ("xaf_hub.store.model_state", "tabulate", "wcwidth")),
         ([*cfg, "instances"], HEAVY),
     ):
         out = subprocess.run(

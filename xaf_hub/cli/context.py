@@ -105,6 +105,14 @@ class Context:
             shared=self.stores, **seams,
         )
 
+    def audit(self, command: str, **fields: Any) -> None:
+        """Append one audit line for a write this run made (``store.audit.append``'s fields),
+        with its caller from the environment and no secret it knows."""
+        from xaf_hub.store import audit  # deferred: start-up, docs/performance.md
+
+        audit.append(self.whole.state_dir, command=command, env=self.env,
+                     secrets=self.secrets(), **fields)
+
     def close(self) -> None:
         """Close what this run opened (its stores' Redis client); the command has ended."""
         if self._stores is not None:
@@ -135,16 +143,28 @@ class Context:
         """``text`` without any secret this run knows (see ``core.text.redact``)."""
         return redact(text, self.secrets())
 
-    def out(self, text: str = "") -> None:
-        """Print a line of normal output (control characters neutralised unless --json)."""
+    def out(self, text: str = "", *, flush: bool = False) -> None:
+        """Print a line of normal output (control characters neutralised unless --json);
+        ``flush``: at once (a line a reader waits for)."""
         # JSON already escapes every C0 control; text may carry server-supplied titles.
         text = self.redact(text)
-        print(text if self.json else terminal_safe(text), file=self.stdout)
+        print(text if self.json else terminal_safe(text), file=self.stdout, flush=flush)
+
+    def named(self, doc: Any) -> Any:
+        """A command's record (or each row of a list of them) naming the project it was read
+        as (``"project"``; null: every project), unless it names one or the run read no config."""
+        if self._config is None:
+            return doc
+        if isinstance(doc, list):
+            return [self.named(row) for row in doc]
+        if isinstance(doc, dict) and "project" not in doc:
+            return {**doc, "project": self._config.project_name or None}
+        return doc
 
     def answer(self, doc: Any, *lines: str) -> int:
-        """Print a command's answer: ``doc`` as JSON with --json, else ``lines`` for a person;
-        exit 0."""
-        for line in [dumps(doc)] if self.json else lines:
+        """Print a command's answer: ``doc`` (``named``) as JSON with --json, else ``lines``
+        for a person; exit 0."""
+        for line in [dumps(self.named(doc))] if self.json else lines:
             self.out(line)
         return 0
 

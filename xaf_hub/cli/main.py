@@ -118,24 +118,18 @@ class Parser(argparse.ArgumentParser):
             if any(w in flags and nxt.startswith("-") for w, nxt in pairs):
                 return f"; a value that starts with '-' is given as {flags[-1]}=VALUE"
             return ""
-        extra = re.match(r"unrecognized arguments: (.*)", message)
-        if extra:
-            options = set(self._option_string_actions)
-            for action in self._subparsers._group_actions if self._subparsers else ():
-                for sub in (getattr(action, "choices", None) or {}).values():
-                    options.update(getattr(sub, "_option_string_actions", {}))
-            for word in extra.group(1).split():
-                close = difflib.get_close_matches(word.split("=")[0], sorted(options), n=1)
-                if word.startswith("--") and close:
-                    return f"; did you mean {close[0]}?"
         return self._mistyped(getattr(self, "_words", []))
 
     def _mistyped(self, words: Sequence[str]) -> str:
-        """The suggestion for the first word that looks like an option this parser does not
-        know (nor abbreviates), whatever the error said."""
+        """The suggestion for the first word that looks like an option neither this parser nor
+        its commands know (nor abbreviate), whatever the error said."""
         import difflib  # deferred: start-up, docs/performance.md
 
-        known = sorted(o for o in self._option_string_actions if o.startswith("--"))
+        options = set(self._option_string_actions)
+        for action in self._subparsers._group_actions if self._subparsers else ():
+            for sub in (getattr(action, "choices", None) or {}).values():
+                options.update(getattr(sub, "_option_string_actions", {}))
+        known = sorted(o for o in options if o.startswith("--"))
         for word in words:
             name = word.split("=")[0]
             if word == "--":

@@ -122,16 +122,29 @@ Values = dict[str, Any]
 
 @dataclass(frozen=True)
 class Tool:
-    """One MCP tool, declared: its name (as the command's), what it does, the options it takes
-    (the command's own declarations) and the one call that answers it. ``answer`` gets a
-    context for this call and the arguments by option name (only those given), and returns the
-    document the command prints with --json; ``summary`` is the line an agent reads first."""
+    """One MCP tool, declared: its name (as the command's), what it does, the command's options
+    record and the options of it the tool takes (``required`` there, though optional on the
+    command line), and the one call that answers it. ``answer`` gets a context for this call
+    and the record built from the arguments given, and returns the document the command prints
+    with --json; ``summary`` is the line an agent reads first. A ``view`` also takes the common
+    project, and without it sees every project."""
 
     name: str
     description: str
-    options: tuple[Opt, ...]
-    answer: Callable[[Context, Values], Any]
+    record: type[Any]
+    takes: tuple[str, ...]
+    answer: Callable[[Context, Any], Any]
     summary: Callable[[Any], str]
+    required: tuple[str, ...] = ()
+    view: bool = False
+
+    @property
+    def options(self) -> tuple[Opt, ...]:
+        """The options the tool takes, as the command declares them."""
+        names = [n for n in self.takes if n != "project"]  # the common one, not the record's
+        own = tuple(o.but(required=True) if o.dest in self.required else o
+                    for o in pick(declared(self.record), *names))
+        return (*own, PROJECT) if self.view or "project" in self.takes else own
 
 
 class Hub:
@@ -165,7 +178,11 @@ class Hub:
         Everything that leaves is redacted of every secret the run knows."""
         ctx = self.context(caller)
         try:
-            doc = tool.answer(ctx, values)
+            if tool.view:  # as the project given, else as every project
+                values = dict(values)
+                ctx.see_every_project()
+                ctx.choose(values.pop("project", None))
+            doc = ctx.named(tool.answer(ctx, record(tool.record, values)))
         except HubError as raised:
             raise Refused(f"{refusal_class(raised)}: {_redacted(ctx, str(raised))}") from None
         except Exception as exc:  # noqa: BLE001 - the last line of defence answers one line
@@ -227,27 +244,12 @@ def _dispatch_line(doc: Any) -> str:
 # -- the tools: one declaration each, one call into what the command runs ----------------------
 
 
-def _instances(ctx: Context, v: Values) -> Any:
-    doc, snap = instances.read(ctx, record(instances.Options, v))
-    return _unless_password_missing(ctx, doc, snap)
-
-
-def _as_project(ctx: Context, v: Values) -> Values:
-    """A view's values without ``project``: the hub goes on as it, else as every project."""
-    v = dict(v)
-    ctx.see_every_project()
-    ctx.choose(v.pop("project", None))
-    return v
-
-
-def _status(ctx: Context, v: Values) -> Any:
-    m = status.measure(ctx, record(status.Options, _as_project(ctx, v)))
+def _status(ctx: Context, opts: status.Options) -> Any:
+    m = status.measure(ctx, opts)
     return _unless_password_missing(ctx, status.document(m), m.snap)
 
 
-def _sessions(ctx: Context, v: Values) -> Any:
-
-    opts = record(sessions.Options, _as_project(ctx, v))
+def _sessions(ctx: Context, opts: sessions.Options) -> Any:
     snap = sessions.read(ctx, opts)
     doc = _unless_password_missing(ctx, snapshot_document(snap), snap)
     if opts.limit is not None and isinstance(doc.get("sessions"), list):
@@ -265,39 +267,12 @@ def _unless_password_missing(ctx: Context, doc: Any, snap: Snapshot) -> Any:
     return doc
 
 
-def _show(ctx: Context, v: Values) -> Any:
-    return show.document(show.look(ctx, record(show.Options, v)))
-
-
-def _dispatch(ctx: Context, v: Values) -> Any:
-    done = dispatch.carry_out(ctx, record(dispatch.Options, v))
+def _dispatch(ctx: Context, opts: dispatch.Options) -> Any:
+    done = dispatch.carry_out(ctx, opts)
     refused = done.refusal() if isinstance(done, dispatch.Planned) else None
     if refused is not None:
         raise refused
     return dispatch.document(done, ctx.config.project_name)
-
-
-def _interrupt(ctx: Context, v: Values) -> Any:
-    return interrupt.document(interrupt.carry_out(ctx, record(interrupt.Options, v)))
-
-
-def _land(ctx: Context, v: Values) -> Any:
-    return land.document(land.carry_out(ctx, record(land.Options, v)))
-
-
-def _backlog_add(ctx: Context, v: Values) -> Any:
-    task = backlog.add_task(ctx, record(backlog.AddOptions, v))
-    return task.to_json()
-
-
-def _backlog_show(ctx: Context, v: Values) -> Any:
-    return backlog.show_document(*backlog.shown(ctx, record(backlog.ShowOptions, v)))
-
-
-def _waiting(ctx: Context, v: Values) -> Any:
-
-    found = waiting.look(ctx, record(waiting.Options, _as_project(ctx, v)))
-    return waiting.document(found, int(time.time() * 1000))
 
 
 def _waiting_line(doc: Any) -> str:
@@ -309,11 +284,6 @@ def _waiting_line(doc: Any) -> str:
     return line
 
 
-def _answered(cls: Any) -> Callable[[Context, Values], Any]:
-    """A tool that answers a waiting request as its command does (``cls.reply()``)."""
-    return lambda ctx, v: answer_waiting(ctx, record(cls, v))
-
-
 def _reply_line(doc: Any) -> str:
     return (f"{_field(doc, 'reply')}: {_field(doc, 'id')} of {_field(doc, 'session_id')} on "
             f"{_field(doc, 'instance')}")
@@ -323,73 +293,64 @@ def _field(doc: Any, key: str) -> str:
     return str(doc.get(key, "")) if isinstance(doc, dict) else ""
 
 
-def _options(cls: type[Any], *names: str, required: tuple[str, ...] = ()) -> tuple[Opt, ...]:
-    """The options of the record ``cls`` a tool takes (``required`` there, though optional on
-    the command line)."""
-    return tuple(o.but(required=True) if o.dest in required else o
-                 for o in pick(declared(cls), *names))
-
-
 PROJECT = pick(declared(Common), "project")[0]  # the common --project, as a tool's parameter
 
 TOOLS: tuple[Tool, ...] = (
     Tool("instances", "List the fleet's instances: reachable or not (with the reason), "
-         "opencode version, role, limit.", (), _instances, lambda d: _count(d, "instances")),
+         "opencode version, role, limit.", instances.Options, (),
+         lambda ctx, o: _unless_password_missing(ctx, *instances.read(ctx, o)),
+         lambda d: _count(d, "instances")),
     Tool("status", "How full each instance is: running + reserved of its limit, and whether it "
-         "can take new work now, per project with several; the task pool's queue.", (PROJECT,),
-         _status, _status_line),
+         "can take new work now, per project with several; the task pool's queue.",
+         status.Options, (), _status, _status_line, view=True),
     Tool("sessions", "The project's sessions (every project's without project) on every "
          "instance (or one): id, project, title, directory, run state, last result.",
-         (*_options(sessions.Options, "instance", "keyword", "limit"), PROJECT),
-         _sessions, lambda d: _count(d, "sessions")),
+         sessions.Options, ("instance", "keyword", "limit"), _sessions,
+         lambda d: _count(d, "sessions"), view=True),
     Tool("show", "One session: its state, the last prompt and the last answer.",
-         _options(show.Options, "session", "instance", required=("session",)), _show,
-         lambda d: f"session {_field(d, 'session_id')}"),
+         show.Options, ("session", "instance"), lambda ctx, o: show.document(show.look(ctx, o)),
+         lambda d: f"session {_field(d, 'session_id')}", required=("session",)),
     Tool("dispatch", "Send a task to the right session: a related one (smart match), a named "
          "one, or a new one on the least-loaded instance, never past an instance's limit. "
          "queue=true puts the task in the pool when no instance can take it now.",
-         (*_options(dispatch.Options, "text", "instance", "session", "directory", "title",
-                   "new", "dry_run", "model", "queue", "allow_prod"), PROJECT),
+         dispatch.Options, ("text", "instance", "session", "directory", "title", "new",
+                            "dry_run", "model", "queue", "allow_prod", "project"),
          _dispatch, _dispatch_line),
     Tool("interrupt", "Stop a session's run (a person's decision: the patrol never resumes it).",
-         _options(interrupt.Options, "session", "instance", "allow_prod",
-                  required=("session",)),
-         _interrupt, lambda d: f"interrupted {_field(d, 'session_id')}"),
+         interrupt.Options, ("session", "instance", "allow_prod"),
+         lambda ctx, o: interrupt.document(interrupt.carry_out(ctx, o)),
+         lambda d: f"interrupted {_field(d, 'session_id')}", required=("session",)),
     Tool("backlog_list", "The task pool: every task with its status (pending, dispatched, "
-         "done), priority and session.", _options(backlog.ListOptions, "status"),
-         lambda ctx, v: backlog.listing(ctx, record(backlog.ListOptions, v)),
+         "done), priority and session.", backlog.ListOptions, ("status",), backlog.listing,
          lambda d: _count(d, "tasks")),
     Tool("land", "Land a task's verified branch on the base branch now (or send_back a text "
          "to its session, or drop its work): for tasks in worktrees of their own.",
-         _options(land.Options, "task_id", "send_back", "drop"), _land,
+         land.Options, ("task_id", "send_back", "drop"),
+         lambda ctx, o: land.document(land.carry_out(ctx, o)),
          lambda d: f"{_field(d, 'task')}: {_field(d, 'detail')}"),
     Tool("backlog_add", "Add a task to the pool; the patrol dispatches it when a slot is free "
-         "(after the tasks it depends on are done).",
-         _options(backlog.AddOptions, "title", "prompt", "priority", "instance", "depends_on"),
-         _backlog_add, lambda d: f"added {_field(d, 'id')}"),
-    Tool("backlog_show", "One task of the pool, whole.", _options(backlog.ShowOptions, "task_id"),
-         _backlog_show,
+         "(after the tasks it depends on are done).", backlog.AddOptions,
+         ("title", "prompt", "priority", "instance", "depends_on"),
+         lambda ctx, o: backlog.add_task(ctx, o).to_json(),
+         lambda d: f"added {_field(d, 'id')}"),
+    Tool("backlog_show", "One task of the pool, whole.", backlog.ShowOptions, ("task_id",),
+         lambda ctx, o: backlog.show_document(*backlog.shown(ctx, o)),
          lambda d: f"task {_field(d, 'id')}"),
     Tool("waiting", "Every request a run waits on across the fleet (permission requests and "
          "questions for a person): id, instance, session, what is asked, options, since when. "
-         "Such a run holds a slot until it is answered.",
-         (*_options(waiting.Options, "instance"), PROJECT), _waiting,
-         _waiting_line),
+         "Such a run holds a slot until it is answered.", waiting.Options, ("instance",),
+         lambda ctx, o: waiting.document(waiting.look(ctx, o), int(time.time() * 1000)),
+         _waiting_line, view=True),
     Tool("approve", "Approve a permission request a run waits on (always=true: the patterns it "
          "offers too, for that session). Checked first: a request no longer waiting is "
-         "refused and nothing is sent.",
-         _options(approve.Options, "request", "instance", "allow_prod", "always"),
-         _answered(approve.Options),
-         _reply_line),
+         "refused and nothing is sent.", approve.Options,
+         ("request", "instance", "allow_prod", "always"), answer_waiting, _reply_line),
     Tool("deny", "Deny a permission request (or reject a question) a run waits on; the run goes "
-         "on without it, with your message if you give one.",
-         _options(deny.Options, "request", "instance", "allow_prod", "message"),
-         _answered(deny.Options), _reply_line),
+         "on without it, with your message if you give one.", deny.Options,
+         ("request", "instance", "allow_prod", "message"), answer_waiting, _reply_line),
     Tool("answer", "Answer a question a run waits on: one option label per question (choices), "
-         "or your own text.",
-         _options(answer.Options, "request", "instance", "allow_prod", "choices", "text"),
-         _answered(answer.Options),
-         _reply_line),
+         "or your own text.", answer.Options,
+         ("request", "instance", "allow_prod", "choices", "text"), answer_waiting, _reply_line),
 )
 
 

@@ -133,8 +133,7 @@ def _serve_http(ctx: Context, server: Any, opts: Options, token: str) -> int:
                          f"{exc.strerror or exc}") from exc
     port = sock.getsockname()[1]
     shown = f"[{opts.host}]" if ":" in opts.host else opts.host
-    ctx.out(f"http://{shown}:{port}/mcp")  # stdout holds only the URL, for scripts
-    ctx.stdout.flush()
+    ctx.out(f"http://{shown}:{port}/mcp", flush=True)  # stdout holds only the URL, for scripts
     ctx.info(f"serving MCP at http://{shown}:{port}/mcp (bearer token from {TOKEN_ENV}); "
              "Ctrl+C stops")
     config = uvicorn.Config(app, log_level="warning", lifespan="on")

@@ -12,7 +12,7 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import TextIO
 
-from xaf_hub.cli.termfit import fit
+from xaf_hub.cli.termfit import Screen, fit
 from xaf_hub.core.text import terminal_safe
 
 
@@ -34,15 +34,9 @@ class Progress:
         self.interval = interval
         self.started = time.monotonic()
         self.shown = False
-        try:
-            self.enabled = bool(stream.isatty())
-        except (AttributeError, ValueError):
-            self.enabled = False
-        self.width = 80
-        if self.enabled:
-            from xaf_hub.cli.termfit import terminal_width
-
-            self.width = terminal_width(stream, env)
+        width = Screen.of(stream, env).width  # None: not a terminal
+        self.enabled = width is not None
+        self.width = width or 80
 
     def done(self, name: str) -> None:
         """One instance answered (or failed): stop waiting for it."""

@@ -13,10 +13,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-from xaf_hub.core.text import table
+from xaf_hub.core.text import GAP, cells, char_cells, table
 
 ELLIPSIS = "…"
-GAP = 2  # tabulate's "simple" format puts two spaces between columns
 
 GREEN, YELLOW, RED, DIM = "32", "33", "31", "2"
 
@@ -52,20 +51,6 @@ def terminal_width(stream: TextIO, env: Mapping[str, str]) -> int:
         return 80
 
 
-def cells(text: str) -> int:
-    """Display width of ``text`` in terminal cells (wide characters count two)."""
-    if text.isascii() and text.isprintable():
-        return len(text)  # one cell each; spares --help importing wcwidth
-    from wcwidth import wcswidth
-
-    width = wcswidth(text)
-    if width >= 0:
-        return int(width)
-    from wcwidth import wcwidth  # a control or unknown character: count what can be counted
-
-    return sum(max(wcwidth(ch), 0) for ch in text)
-
-
 def fit(text: str, width: int, *, keep_end: bool = False, mark: str = ELLIPSIS) -> str:
     """``text`` within ``width`` cells: whole when it fits, else cut with ``mark`` (an
     ellipsis, "" for an id's start) at the end, or at the start with ``keep_end`` for paths
@@ -74,12 +59,11 @@ def fit(text: str, width: int, *, keep_end: bool = False, mark: str = ELLIPSIS) 
         return text
     if width <= len(mark):
         return mark[:width]
-    from wcwidth import wcwidth
     chars = reversed(text) if keep_end else iter(text)
     kept: list[str] = []
     used = 0
     for ch in chars:
-        w = max(wcwidth(ch), 0)
+        w = char_cells(ch)
         if used + w > width - len(mark):
             break
         kept.append(ch)

@@ -43,13 +43,7 @@ def local_overrides(raw: Any, file: Path) -> dict[str, dict[str, Any]]:
             "unknown_key",
         )
     items = instances_list(raw.get("instances", {}), file)
-    out: dict[str, dict[str, Any]] = {}
-    for i, obj in enumerate(items):
-        name = obj.get("name")
-        if not isinstance(name, str) or not name:
-            raise ConfigError(f"{file}: key 'instances[{i}].name': expected a non-empty string")
-        out[name] = {k: v for k, v in obj.items() if k != "name"}
-    return out
+    return {obj["name"]: {k: v for k, v in obj.items() if k != "name"} for obj in items}
 
 
 def resolve_password(

@@ -27,6 +27,7 @@ from xaf_hub.config.notify import NotifyConfig, parse_notify
 from xaf_hub.config.reader import Reader as _Reader
 from xaf_hub.config.reader import (
     each,
+    http_url,
     instances_list,
     json_type,
     load_json_file,
@@ -44,6 +45,7 @@ _DOT_SEGMENT = re.compile(r"(^|[\\/])\.{1,2}([\\/]|$)")
 
 MAX_SCAN_WORKERS = 64  # the default scan_workers: one per instance, at most this many
 DEFAULT_CONCURRENCY = 2  # runs at once on an instance: concurrency_limit, the config's and one's
+BRANCH_POLICIES = ("branch", "mainline")  # what an instance's or a project's branch_policy says
 
 
 def hub_home(env: Mapping[str, str] | None = None) -> Path:
@@ -159,11 +161,7 @@ def _repository(r: _Reader, name: str, url: str) -> str:
 def _commit_url(r: _Reader, name: str, url: str) -> str:
     url = url.strip()
     if url:
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.netloc:
-            raise r.fail(name, "must be an http(s) URL", "bad_url")
-        if parts.username or parts.password:
-            raise r.fail(name, "must not carry a user name or password")
+        http_url(r, name, url)
         if "{commit}" not in url:
             raise r.fail(name, "must hold {commit} where the hash goes")
     return url
@@ -234,8 +232,10 @@ class InstanceConfig:
     default_directory: str = setting("", check=_absolute_path)
     danger: bool = setting(False)
     readonly_default: bool = setting(False)
-    # The config's default is "mainline" for an instance whose name starts with "local".
-    branch_policy: str = setting("branch", choices=("branch", "mainline"))
+    # The config's default is the chosen project's, else "mainline" for an instance whose
+    # name starts with "local"; ``own_branch_policy`` is its own key ("": not set), which wins.
+    branch_policy: str = setting("branch", choices=BRANCH_POLICIES)
+    own_branch_policy: str = ""
     # The config's default is its top-level concurrency_limit.
     concurrency_limit: int = setting(DEFAULT_CONCURRENCY, minimum=1)
     dir_aliases: tuple[tuple[str, str], ...] = ()
@@ -490,6 +490,9 @@ class ProjectConfig:
     default_directory: Mapping[str, str]  # per instance name
     share: int | None = None  # its runs on each server, at most (None: up to the limit)
     budget_daily_usd: float | None = None  # its spend today, at most (None: no cap of its own)
+    budget_run_usd: float | None = None  # one run's cost, at most (None: budget.run_usd)
+    discipline: str | None = None  # its prompts' discipline text (None: the pool's)
+    branch_policy: str | None = None  # its instances' branch_policy (None: by instance name)
     # ``patrol`` with this project's own PROJECT_PATROL keys (repository, design documents,
     # base branch); the rest are the config's.
     patrol: PatrolConfig = field(default_factory=PatrolConfig)
@@ -521,6 +524,14 @@ class Config:
     project_budget_usd: float | None = setting(
         None, key="budget_daily_usd", section="project", check=_budget_usd
     )
+    # The chosen project's own run ceiling (None: budget.run_usd) and discipline text for its
+    # prompts (None: the task pool's override).
+    project_run_usd: float | None = setting(
+        None, key="budget_run_usd", section="project", check=usd
+    )
+    discipline: str | None = setting(None, section="project")
+    # The chosen project's branch_policy where an instance sets none (None: by instance name).
+    branch_policy: str | None = setting(None, section="project", choices=BRANCH_POLICIES)
     repository: RepositoryConfig = field(default_factory=RepositoryConfig)
     concurrency_limit: int = setting(DEFAULT_CONCURRENCY, minimum=1)
     session_ttl_days: float = setting(10.0)
@@ -563,6 +574,11 @@ class Config:
         """This config's instances as every project sees them (itself with one project): what
         one scan shared by every project's view reads."""
         return self if len(self.projects) < 2 else _seen_as(self, None)
+
+    def discipline_or(self, pool: str | None) -> str | None:
+        """The discipline text of the chosen project's prompts: its own, else ``pool``'s (the
+        task pool's override)."""
+        return pool if self.discipline is None else self.discipline
 
     def one_project(self) -> Config:
         """This config when a project is chosen; else UsageError naming the projects."""
@@ -715,9 +731,7 @@ def parse_config(raw: Any, *, path: Path, env: Mapping[str, str]) -> Config:
     instances = []
     for i, obj in enumerate(inst_raw):
         label = f"instances[{i}]"
-        name = obj.get("name")
-        if not isinstance(name, str) or not name.strip():
-            raise ConfigError(f"{path}: key '{label}.name': expected a non-empty string")
+        name = obj["name"]
         if name in names:
             raise ConfigError(
                 f"{path}: key '{label}.name': duplicate instance name '{name}'",
@@ -766,6 +780,8 @@ def parse_config(raw: Any, *, path: Path, env: Mapping[str, str]) -> Config:
                 roots={i.name: i.roots for i in instances},
                 default_directory={i.name: i.default_directory for i in instances},
                 budget_daily_usd=named["project_budget_usd"], patrol=patrol,
+                budget_run_usd=named["project_run_usd"], discipline=named["discipline"],
+                branch_policy=named["branch_policy"],
             ),
         )
 
@@ -811,14 +827,16 @@ def _seen_as(cfg: Config, p: ProjectConfig | None) -> Config:
             rules=p.rules(inst.name) if p else ProjectRules(),
             project=p.name if p else "",
             share=p.share if p else None,
+            branch_policy=inst.own_branch_policy or (p.branch_policy if p else None)
+            or _name_policy(inst.name),
             fleet=tuple((q.name, q.rules(inst.name)) for q in order),
         )
         for inst in cfg.instances
     )
     if p is None:
-        return replace(
-            cfg, instances=instances, chosen=False, project_name="", project_budget_usd=None
-        )
+        return replace(cfg, instances=instances, chosen=False, project_name="",
+                       project_budget_usd=None, project_run_usd=None, discipline=None,
+                       branch_policy=None)
     return replace(
         cfg,
         instances=instances,
@@ -829,6 +847,9 @@ def _seen_as(cfg: Config, p: ProjectConfig | None) -> Config:
         exclude_substrings=p.exclude_substrings,
         repository=p.repository,
         project_budget_usd=p.budget_daily_usd,
+        project_run_usd=p.budget_run_usd,
+        discipline=p.discipline,
+        branch_policy=p.branch_policy,
         patrol=p.patrol,
     )
 
@@ -867,7 +888,8 @@ def _parse_projects(
         found.append(ProjectConfig(
             name, named["fallback_segments"], named["exclude_dirs"], named["exclude_substrings"],
             repository, roots, default, None if share is None else int(share),
-            named["project_budget_usd"], read_section(PatrolConfig, own, defaults=vars(patrol)),
+            named["project_budget_usd"], named["project_run_usd"], named["discipline"],
+            named["branch_policy"], read_section(PatrolConfig, own, defaults=vars(patrol)),
         ))
     return tuple(found)
 
@@ -935,14 +957,10 @@ def _parse_instance(
     url = r.get("url", (str,), None, nullable=False)
     if url is None:
         raise r.fail("url", "missing (e.g. http://127.0.0.1:4096)")
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise r.fail("url", f"must be an http:// or https:// URL, got {url!r}", "bad_url")
-    if parts.username or parts.password:
-        raise r.fail(
-            "url", "must not carry credentials; use username and config.local.json",
-            "url_credentials",
-        )
+    http_url(
+        r, "url", url, "must not carry credentials; use username and config.local.json",
+        "url_credentials",
+    )
     r.get("password_file", (str,), None)
     r.get("password_key", (str,), None)
     aliases = r.get("dir_aliases", (dict,), {})
@@ -951,10 +969,8 @@ def _parse_instance(
             raise r.fail(f"dir_aliases.{k}", f"expected a string, got {json_type(v)}")
         _folder(r, "dir_aliases", k)
         _folder(r, f"dir_aliases.{k}", v)
-    policy = "mainline" if name.startswith("local") else "branch"
-    got = read_settings(
-        InstanceConfig, r, defaults={"branch_policy": policy, "concurrency_limit": default_limit}
-    )
+    got = read_settings(InstanceConfig, r, defaults={
+        "branch_policy": _name_policy(name), "concurrency_limit": default_limit})
     r.finish()
     return InstanceConfig(
         name=name,
@@ -962,8 +978,14 @@ def _parse_instance(
         password=password,
         password_source=source,
         dir_aliases=tuple(aliases.items()),
+        own_branch_policy=got["branch_policy"] if r.data.get("branch_policy") is not None else "",
         **got,
     )
+
+
+def _name_policy(name: str) -> str:
+    """The branch policy of an instance no key gives one: "mainline" for a "local..." one."""
+    return "mainline" if name.startswith("local") else "branch"
 
 
 def _parse_permissions(r: _Reader) -> PermissionsConfig:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
-from xaf_hub.config.reader import Reader, read_settings, setting
+from xaf_hub.config.reader import Reader, http_url, read_settings, setting
 from xaf_hub.errors import ConfigError
 
 EVENTS: tuple[str, ...] = (
@@ -136,16 +136,9 @@ def _language(page: Reader) -> str:
 
 
 def _page_url(page: Reader) -> str:
+    # The link goes to a chat everyone in it can read: no user name or password in it.
     url: str = page.get("url", (str,), "")
-    if not url:
-        return ""
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise page.fail("url", f"must be an http:// or https:// URL, got {url!r}", "bad_url")
-    if parts.username or parts.password:
-        # The link goes to a chat everyone in it can read.
-        raise page.fail("url", "must not carry a user name or password")
-    return url
+    return http_url(page, "url", url) if url else ""
 
 
 def _webhook(w: Reader, env: Mapping[str, str]) -> Webhook:

@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import field, fields
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 from xaf_hub.errors import ConfigError, ConfigProblem
 
@@ -130,7 +131,7 @@ class Setting:
                 value = r.choice(key, self.choices, default)
             else:
                 value = r.get(key, (str,), default)
-            if self.choices and value not in self.choices:
+            if self.choices and value not in (*self.choices, None):
                 words = ", ".join(repr(c) for c in self.choices[:-1])
                 raise r.fail(key, f"must be {words} or {self.choices[-1]!r}, got {value!r}")
         else:
@@ -138,6 +139,20 @@ class Setting:
         if self.check is not None and r.data.get(key) is not None:
             value = self.check(r, key, value)
         return value
+
+
+def http_url(
+    r: Reader, name: str, url: str, credentials: str = "must not carry a user name or password",
+    problem: ConfigProblem = "value",
+) -> str:
+    """An http(s) URL with a host and no user name or password in it (``credentials`` says
+    why not, as ``problem``)."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise r.fail(name, f"must be an http:// or https:// URL, got {url!r}", "bad_url")
+    if parts.username or parts.password:
+        raise r.fail(name, credentials, problem)
+    return url
 
 
 def each(check: Check) -> Check:
@@ -283,12 +298,9 @@ def load_json_file(path: Path, what: str = "config") -> Any:
         ) from None
 
 
-
-
-
-
 def instances_list(raw: Any, file: Path) -> list[dict[str, Any]]:
-    """The ``instances`` value as a list of objects (a list, or an object keyed by name)."""
+    """The ``instances`` value as a list of objects (a list, or an object keyed by name), each
+    with a name."""
     if isinstance(raw, dict):
         out = []
         for name, obj in raw.items():
@@ -297,10 +309,15 @@ def instances_list(raw: Any, file: Path) -> list[dict[str, Any]]:
             if "name" in obj and obj["name"] != name:
                 raise ConfigError(f"{file}: key 'instances.{name}.name': differs from its key")
             out.append({**obj, "name": name})
-        return out
-    if isinstance(raw, list):
+    elif isinstance(raw, list):
         for i, obj in enumerate(raw):
             if not isinstance(obj, dict):
                 raise ConfigError(f"{file}: key 'instances[{i}]': expected an object")
-        return list(raw)
-    raise ConfigError(f"{file}: key 'instances': expected a list or an object")
+        out = list(raw)
+    else:
+        raise ConfigError(f"{file}: key 'instances': expected a list or an object")
+    for i, obj in enumerate(out):
+        name = obj.get("name")
+        if not isinstance(name, str) or not name.strip():
+            raise ConfigError(f"{file}: key 'instances[{i}].name': expected a non-empty string")
+    return out

@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from xaf_hub.config.load import Config, hub_home, load_config
 from xaf_hub.core.catalogue import text
@@ -34,19 +34,18 @@ def _value(cfg: Config, key: str) -> object:
     return obj
 
 
+def _put(obj: Any, key: str, value: object) -> Any:
+    """``obj`` with the dotted ``key`` set to ``value`` (each frozen record on the way replaced)."""
+    head, _, rest = key.partition(".")
+    return replace(obj, **{head: _put(getattr(obj, head), rest, value) if rest else value})
+
+
 def pinned(new: Config, old: Config) -> tuple[Config, tuple[str, ...]]:
     """``new`` with ``old``'s value of every restart key, and the keys that differed (pure)."""
     changed = tuple(k for k in RESTART_KEYS if _value(new, k) != _value(old, k))
-    kept = replace(
-        new,
-        state_dir=old.state_dir,
-        lock=replace(new.lock, dir=old.lock.dir, backend=old.lock.backend,
-                     redis_url=old.lock.redis_url, redis_prefix=old.lock.redis_prefix,
-                     redis_password=old.lock.redis_password),
-        pool=old.pool,
-        models=replace(new.models, state_backend=old.models.state_backend),
-        patrol=replace(new.patrol, lease_seconds=old.patrol.lease_seconds),
-    )
+    kept = new
+    for key in (*RESTART_KEYS, "lock.redis_password"):  # the password goes with its URL
+        kept = _put(kept, key, _value(old, key))
     return kept, changed
 
 
@@ -154,6 +153,19 @@ class ConfigWatch:
         loaded = int(time.time() * 1000) if changed else self.state.loaded_at_ms
         self.state = ConfigState(loaded, "", restart)
         return "loaded" if changed else "same"
+
+    def look(
+        self, who: str, reconfigure: Callable[[Config], None], say: Callable[[str], None]
+    ) -> bool:
+        """``poll``; a new config goes to ``reconfigure``; ``say`` gets each line a person
+        should read about ``who``'s config. Whether a file changed."""
+        polled = self.poll()
+        if polled == "loaded":
+            reconfigure(self.cfg)
+            say(f"config: read again ({len(self.cfg.instances)} instance(s))")
+        for line in self.state.words(who) if polled != "unchanged" else ():
+            say(f"config: {line}")
+        return polled != "unchanged"
 
 
 __all__ = ["RESTART_KEYS", "ConfigState", "ConfigWatch", "Polled", "pinned"]

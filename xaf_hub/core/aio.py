@@ -6,10 +6,11 @@ import asyncio
 import signal
 import sys
 import threading
-from collections.abc import Awaitable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from typing import Any, TypeVar
 
 T = TypeVar("T")
+X = TypeVar("X")
 
 
 def run(coro: Coroutine[Any, Any, T]) -> T:
@@ -93,3 +94,15 @@ async def cancel_and_wait(*tasks: asyncio.Future[Any]) -> None:
             task.cancel()
     if tasks:
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def bounded(limit: int, fn: Callable[[X], Awaitable[T]], items: Iterable[X]) -> list[T]:
+    """``fn`` of each item, in their order, at most ``limit`` at once (as ``gather``: a failure
+    ends the others before it is raised)."""
+    sem = asyncio.Semaphore(limit)
+
+    async def one(item: X) -> T:
+        async with sem:
+            return await fn(item)
+
+    return await gather(*(one(item) for item in items))

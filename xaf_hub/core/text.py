@@ -12,26 +12,78 @@ import functools
 import json
 import math
 import re
+import unicodedata
 from collections.abc import Iterable, Sequence
 from typing import Any
 from urllib.parse import quote, quote_plus
 
+_SGR = re.compile(r"\x1b\[[\d;]*m")  # a colour code: no width on the screen
+GAP = 2  # the spaces between a table's columns
+
+
+def char_cells(ch: str) -> int:
+    """One character's width in terminal cells (0 for a control or combining character)."""
+    width = _plain_cells(ch)
+    if width:
+        return width
+    from wcwidth import wcwidth  # deferred: start-up, docs/performance.md
+
+    return max(wcwidth(ch), 0)
+
+
+def cells(text: str) -> int:
+    """Display width of ``text`` in terminal cells (wide characters count two)."""
+    if text.isascii() and text.isprintable():
+        return len(text)  # one cell each
+    plain = [_plain_cells(ch) for ch in text]
+    if all(plain):
+        return sum(plain)
+    from wcwidth import wcswidth  # deferred: start-up, docs/performance.md
+
+    width = wcswidth(text)
+    # a control or unknown character: count what can be counted
+    return int(width) if width >= 0 else sum(char_cells(ch) for ch in text)
+
+
+def _plain_cells(ch: str) -> int:
+    """The cells of a character whose width is certain without wcwidth (and its import):
+    printable ASCII, and the wide East Asian ones (CJK, full-width forms); else 0."""
+    if " " <= ch <= "~":
+        return 1
+    kind = unicodedata.category(ch)  # marks and unassigned ones: wcwidth knows better
+    wide = unicodedata.east_asian_width(ch) in ("W", "F") and kind[0] != "M" and kind != "Cn"
+    return 2 if wide and ch != "\u3164" else 0  # the Hangul filler is wide by class, not drawn
+
 
 def table(rows: Sequence[Sequence[Any]], headers: Sequence[str], *, header_pad: int = 2) -> str:
-    """Render rows with tabulate; wide (CJK) characters count double so columns line up.
+    """Rows under their headers as tabulate's "simple" format draws them: columns two spaces
+    apart, a dashed rule under the headers, cells stripped and left-aligned, a cell of several
+    lines spread over as many lines (padded below), colour codes taking no room and wide (CJK)
+    characters two cells.
 
-    ``header_pad``: the cells a column keeps beyond its header (tabulate's default is 2;
-    tables fitted to a terminal use 0)."""
-    import tabulate as tab
+    ``header_pad``: the cells a column keeps beyond its header (tables fitted to a terminal
+    use 0)."""
+    heads = [str(h) for h in headers]
+    body = [["" if v is None else str(v).strip() for v in row] for row in rows]
 
-    tab.WIDE_CHARS_MODE = True  # needs wcwidth; CJK titles would otherwise misalign
-    saved, tab.MIN_PADDING = tab.MIN_PADDING, header_pad
-    try:
-        return str(
-            tab.tabulate(rows, headers=list(headers), tablefmt="simple", disable_numparse=True)
-        )
-    finally:
-        tab.MIN_PADDING = saved
+    def width(cell: str) -> int:
+        return max(cells(_SGR.sub("", line)) for line in cell.split("\n"))
+
+    sizes = [max([width(h) + header_pad] + [width(r[i]) for r in body])
+             for i, h in enumerate(heads)]
+
+    def lines(row: Sequence[str]) -> list[str]:
+        split = [cell.split("\n") for cell in row]
+        return [
+            (" " * GAP).join(
+                (part := s[k] if k < len(s) else "") + " " * (w - width(part))
+                for s, w in zip(split, sizes, strict=True)
+            ).rstrip()
+            for k in range(max(map(len, split), default=0))
+        ]
+
+    rule = (" " * GAP).join("-" * w for w in sizes)
+    return "\n".join([*lines(heads), rule, *(line for row in body for line in lines(row))])
 
 
 def dumps(data: Any) -> str:

@@ -103,11 +103,6 @@ def explain(exc: BaseException, connect_timeout: float, read_timeout: float) -> 
     return "network", f"network error ({type(exc).__name__})"
 
 
-def describe_error(exc: BaseException, connect_timeout: float, read_timeout: float) -> str:
-    """The short human reason for an httpx exception (``explain``'s words)."""
-    return explain(exc, connect_timeout, read_timeout)[1]
-
-
 class OpencodeClient:
     """One instance, one ``httpx.AsyncClient``; use as ``async with``."""
 
@@ -311,7 +306,7 @@ class OpencodeClient:
         """A streaming GET of server-sent events (``fleet.stream`` reads it line by line).
 
         The one exception to this module's rule: httpx errors reach the caller, which turns
-        them into reasons with ``describe_error``. No read timeout: the caller keeps the
+        them into reasons with ``explain``. No read timeout: the caller keeps the
         heartbeat deadline.
         """
         return self._http.stream(
@@ -397,17 +392,48 @@ class OpencodeClient:
         seen: dict[str, ServerSession],
         what: str,
     ) -> tuple[list[ServerSession], int]:
-        """Parse one page into ``seen``; entries without a usable id are skipped with a note."""
-        page, new, skipped = wire.read_page(items, parse, seen)
+        """Parse one page into ``seen`` (by id): the page and how many were new; entries
+        without a usable id are skipped with a note."""
+        page: list[ServerSession] = []
+        for obj in items:
+            with contextlib.suppress(KeyError):
+                page.append(parse(obj))
+        skipped = len(items) - len(page)
         if skipped:
-            self.notes.append(f"{self.name}: {wire.skip_note(skipped, what)}")
+            entries = "entry" if skipped == 1 else "entries"
+            self.notes.append(f"{self.name}: skipped {skipped} {entries} of {what} without a "
+                              "usable session id")
+        before = len(seen)
+        for s in page:
+            seen.setdefault(s.id, s)
         if len(seen) > self.max_sessions:
-            raise self._fail(wire.over_cap(self.max_sessions, "sessions listed"))
-        return page, new
+            raise self._fail(_over_cap(self.max_sessions, "sessions listed"))
+        return page, len(seen) - before
 
-    def _next_page(self, pages: int) -> None:
-        if pages >= self.max_pages:
-            raise self._fail(wire.over_cap(self.max_pages, "pages of sessions"))
+    async def _listing(
+        self,
+        path: str,
+        parse: Callable[[Any], ServerSession],
+        rows: Callable[[Any], list[Any] | None],
+        turn: Callable[[Any, list[ServerSession], Any], Any],
+    ) -> list[ServerSession]:
+        """Every session a paged listing at ``path`` gives, by id: ``rows`` finds a page's
+        entries in its answer, ``turn`` the next page's cursor (None: the last page)."""
+        seen: dict[str, ServerSession] = {}
+        cursor: Any = None
+        for pages in range(1, self.max_pages + 1):
+            params = {"limit": self.page_size, **({} if cursor is None else {"cursor": cursor})}
+            data, _ = await self._request("GET", path, params=params)
+            items = rows(data)
+            if items is None:
+                raise self._shape(path)
+            page, new = self._read_page(items, parse, seen, path)
+            cursor = turn(data, page, cursor)
+            if len(items) < self.page_size or new == 0 or cursor is None:
+                break
+            if pages >= self.max_pages:
+                raise self._fail(_over_cap(self.max_pages, "pages of sessions"))
+        return list(seen.values())
 
     async def _status_map(self, directory: str | None) -> dict[str, RawStatus]:
         params = {"directory": directory} if directory is not None else None
@@ -604,6 +630,11 @@ class OpencodeClient:
         """Delete a session (callers abort first: deleting does not stop a run)."""
         params = await self._where(session_id, directory)
         await self._request("DELETE", f"/session/{session_id}", params=params, expect_json=False)
+
+
+def _over_cap(cap: int, what: str) -> str:
+    """The reason given when a listing goes beyond one of ``wire``'s caps."""
+    return f"more than {cap} {what} (stopped reading; endless pagination?)"
 
 
 @functools.lru_cache(maxsize=1)

@@ -11,7 +11,6 @@ only the classic dialect has, stay in the client.
 from __future__ import annotations
 
 import abc
-import asyncio
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypedDict
 
@@ -104,24 +103,17 @@ class Classic(Api):
 
     async def list_sessions(self) -> list[ServerSession]:
         c = self.client
-        seen: dict[str, ServerSession] = {}
-        cursor: int | None = None
-        for pages in range(1, c.max_pages + 1):
-            params: dict[str, Any] = {"limit": c.page_size}
-            if cursor is not None:
-                params["cursor"] = cursor
-            data, _ = await c._request("GET", "/experimental/session", params=params)
-            if not isinstance(data, list):
-                raise c._shape("/experimental/session")
-            page, new = c._read_page(data, session_from_classic, seen, "/experimental/session")
-            if len(data) < c.page_size or new == 0 or not page:
-                break
-            c._next_page(pages)
+
+        def turn(data: Any, page: list[ServerSession], cursor: Any) -> Any:
+            if not page:
+                return None
             # The cursor returns time.updated < cursor; +1 re-reads the boundary millisecond
             # so sessions sharing it are not skipped (duplicates are dropped by id).
             last = min(s.updated for s in page)
-            cursor = last + 1 if cursor is None or last + 1 < cursor else last
-        return [c._seen(s) for s in seen.values()]
+            return last + 1 if cursor is None or last + 1 < cursor else last
+
+        listed = await c._listing("/experimental/session", session_from_classic, _rows, turn)
+        return [c._seen(s) for s in listed]
 
     async def running(self, directories: Sequence[str], fan_out: int) -> dict[str, RawStatus]:
         c = self.client
@@ -132,14 +124,8 @@ class Classic(Api):
             raise RunStateUnknown(c.name, release.note)
         # Each directory, plus the server-wide map where this release keeps runs started
         # without a directory (1.2 to 1.14).
-        sem = asyncio.Semaphore(fan_out)
-
-        async def one(d: str | None) -> dict[str, RawStatus]:
-            async with sem:
-                return await c._status_map(d)
-
         wide: list[str | None] = [None] if release.reads_server_wide else []
-        parts = await aio.gather(*(one(d) for d in [*directories, *wide]))
+        parts = await aio.bounded(fan_out, c._status_map, [*directories, *wide])
         return {k: v for part in parts for k, v in part.items()}
 
     async def children(self, session_id: str, directory: str | None) -> list[ServerSession]:
@@ -199,23 +185,10 @@ class V2(Api):
         return session_from_v2(data.get("data", data))
 
     async def list_sessions(self) -> list[ServerSession]:
-        c = self.client
-        out: dict[str, ServerSession] = {}
-        cursor: str | None = None
-        for pages in range(1, c.max_pages + 1):
-            params: dict[str, Any] = {"limit": c.page_size}
-            if cursor:
-                params["cursor"] = cursor
-            data, _ = await c._request("GET", "/api/session", params=params)
-            if not isinstance(data, dict) or not isinstance(data.get("data"), list):
-                raise c._shape("/api/session")
-            _, new = c._read_page(data["data"], session_from_v2, out, "/api/session")
-            nxt = _text(_obj(data.get("cursor")).get("next"))
-            if not nxt or len(data["data"]) < c.page_size or new == 0:
-                break
-            c._next_page(pages)
-            cursor = nxt
-        return list(out.values())
+        def turn(data: Any, page: list[ServerSession], cursor: Any) -> Any:
+            return _text(_obj(data.get("cursor")).get("next")) or None
+
+        return await self.client._listing("/api/session", session_from_v2, _data_rows, turn)
 
     async def running(self, directories: Sequence[str], fan_out: int) -> dict[str, RawStatus]:
         data, _ = await self.client._request("GET", "/api/session/active")
@@ -251,6 +224,17 @@ class V2(Api):
             "POST", f"/api/session/{session_id}/prompt", body={"prompt": {"text": text}},
             expect_json=False, idempotent=False,
         )
+
+
+def _rows(data: Any) -> list[Any] | None:
+    """A classic listing's entries (None: not a listing)."""
+    return data if isinstance(data, list) else None
+
+
+def _data_rows(data: Any) -> list[Any] | None:
+    """A v2 listing's entries, under ``data`` (None: not a listing)."""
+    rows = data.get("data") if isinstance(data, dict) else None
+    return rows if isinstance(rows, list) else None
 
 
 DIALECTS: dict[str, type[Api]] = {"classic": Classic, "v2": V2}

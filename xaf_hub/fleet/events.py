@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from xaf_hub.config.load import InstanceConfig
 from xaf_hub.core.records import SessionRecord
-from xaf_hub.core.runstate import waiting_detail
+from xaf_hub.core.runstate import error_text, waiting_detail
 from xaf_hub.fleet.wire import (
     ServerSession,
     message_of,
@@ -206,16 +206,6 @@ def asked_detail(rec: SessionRecord) -> str:
     return waiting_detail(rec.waiting) if rec.waiting is not None else ""
 
 
-def error_detail(err: Any) -> str:
-    """``Name: message`` of a ``session.error`` error object."""
-    if not isinstance(err, Mapping):
-        return "error"
-    name = str(err.get("name") or "error")
-    data = err.get("data")
-    message = str(data.get("message") or "") if isinstance(data, Mapping) else ""
-    return f"{name}: {message}" if message else name
-
-
 class Board:
     """One instance's project sessions as last seen, and the changes each frame makes.
 
@@ -250,6 +240,13 @@ class Board:
                 directory, self.sandboxes.get(directory, "")
             )
         return self._verdicts[directory]
+
+    def placed(self, s: ServerSession) -> ServerSession:
+        """``s`` with the checkout its worktree was made from, as this board knows it: a session
+        read by id does not say it, and a task's room is a project's only through its checkout."""
+        if s.checkout or not s.directory:
+            return s
+        return replace(s, checkout=self.sandboxes.get(s.directory, ""))
 
     def learn_sandboxes(self, sandboxes: Mapping[str, str]) -> None:
         """Know these worktrees (folder -> the checkout each was made from) from now on."""
@@ -344,7 +341,9 @@ class Board:
                 self.missing.append((sid, frame.directory))
             return []
         if kind == "session.error":
-            return [self._event("error", rec, "stream", error_detail(props.get("error")))]
+            err = props.get("error")
+            words = error_text(err if isinstance(err, Mapping) else None) or "error"
+            return [self._event("error", rec, "stream", words)]
         if kind == "message.updated":
             return [self._event("spent", rec, "stream")]
         if kind in _ASKED:

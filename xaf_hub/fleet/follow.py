@@ -23,7 +23,7 @@ from xaf_hub.core.backoff import Backoff
 from xaf_hub.core.outcomes import run_outcome
 from xaf_hub.core.runstate import outcome_of
 from xaf_hub.errors import HubError, UnreachableError
-from xaf_hub.fleet.client import OpencodeClient, describe_error
+from xaf_hub.fleet.client import OpencodeClient, ServerSession, explain
 from xaf_hub.fleet.events import Board, FleetEvent, Frame, now_ms
 from xaf_hub.fleet.live_view import PUBLISH_SECONDS, LiveInstance, LiveView
 from xaf_hub.fleet.mailbox import Bad, Behind, Closed, Mailbox
@@ -48,6 +48,7 @@ _SHORT_LIVED = 5.0  # seconds: a connection that ended sooner is retried with ba
 # Unreadable frames in a row before the stream is opened again (a reconnect rescans).
 MAX_BAD_FRAMES = 20
 BUDGET_COOLDOWN = 300.0  # an instance over its budget is polled this long, then streamed again
+PROBE_BUDGET_SECONDS = 1.0  # doctor watches a stream that opened this long against its budget
 
 
 @dataclass
@@ -62,7 +63,6 @@ class FollowState:
     reported_down: bool = False
     bad_frames: int = 0  # frames dropped because reading them failed (since the start)
     long_lines: int = 0  # lines over MAX_FRAME_BYTES skipped unread (since the start)
-    overflows: int = 0  # times the consumer fell behind and a rescan replaced the frames
     over_budget: int = 0  # times the stream went over its budget and the instance was polled
 
 
@@ -176,8 +176,7 @@ class FleetFollower:
                 await self._stop.wait()
 
     def _client(self, inst: InstanceConfig) -> OpencodeClient:
-        transport = self.transport_factory(inst) if self.transport_factory else None
-        return make_client(self.cfg, inst, transport)
+        return make_client(self.cfg, inst, self.transport_factory)
 
     # ------------------------------------------------------------------------- per instance
 
@@ -222,7 +221,7 @@ class FleetFollower:
         except HubError as exc:
             return False, str(exc).removeprefix(f"{inst.name}: ")
         except httpx.HTTPError as exc:
-            return False, describe_error(exc, self.cfg.connect_timeout, self.cfg.read_timeout)
+            return False, explain(exc, self.cfg.connect_timeout, self.cfg.read_timeout)[1]
         except Exception as exc:  # noqa: BLE001 - one instance's failure never ends the others
             return False, f"follower error: {type(exc).__name__}: {exc}"[:300]
 
@@ -383,7 +382,6 @@ class FleetFollower:
                     return True, f"{bad_in_a_row} unreadable frames in a row"
                 continue
             if isinstance(item, Behind):
-                st.overflows += 1
                 if reason := await self._rescan(client, inst, board):
                     return True, reason
                 continue
@@ -438,7 +436,7 @@ class FleetFollower:
             except (ValueError, TypeError, httpx.InvalidURL):
                 board.ignore(sid)  # an id no request can carry: never ours to follow
                 continue
-            changes += board.learn(build_record(inst, s, None, True))
+            changes += board.learn(build_record(inst, board.placed(s), None, True))
             changes += board.apply(frame)
         return changes
 
@@ -461,11 +459,11 @@ class FleetFollower:
 
     # ------------------------------------------------------------------------- live view
 
-    def checkout_of(self, instance: str, folder: str) -> str:
-        """The checkout the worktree ``folder`` on ``instance`` was made from, as the stream and
-        the rescans told it ("": none the follower knows)."""
+    def placed(self, instance: str, s: ServerSession) -> ServerSession:
+        """``s`` (on ``instance``) with its worktree's checkout, as the stream and the rescans
+        told it (``Board.placed``)."""
         board = self.boards.get(instance)
-        return board.sandboxes.get(folder, "") if board is not None else ""
+        return board.placed(s) if board is not None else s
 
     def live_view(self) -> list[LiveInstance]:
         """Every instance as known now (call it on the follower's own loop)."""
@@ -512,30 +510,25 @@ async def probe_mode(
     cfg: Config,
     inst: InstanceConfig,
     transport_factory: TransportFactory | None = None,
-    probe_seconds: float = PROBE_SECONDS,
-    budget_seconds: float = 1.0,
 ) -> tuple[str, str, str]:
     """Which stream a follower would use for ``inst``: (mode, version, why it is polled).
 
     Mode and version are "" when the instance is unreachable. A stream that opens is
-    watched ``budget_seconds`` more: over its budget in that time, the instance would be
+    watched ``PROBE_BUDGET_SECONDS`` more: over its budget in that time, the instance would be
     polled, and the third item says why ("" otherwise).
     """
-    follower = FleetFollower(
-        cfg, [inst], emit=lambda ev: None, transport_factory=transport_factory,
-        probe_seconds=probe_seconds,
-    )
+    follower = FleetFollower(cfg, [inst], emit=lambda ev: None, transport_factory=transport_factory)
     async with follower._client(inst) as client:
         try:
             await client.detect()
         except HubError:
             return "", "", ""
-        streams = Streams(client, lambda: None, Budget(window=budget_seconds))
+        streams = Streams(client, lambda: None, Budget(window=PROBE_BUDGET_SECONDS))
         why = ""
         try:
             mode = await follower._choose(client, inst, streams)
             if mode != "polling":
-                why = await _over_budget(streams.queue, budget_seconds)
+                why = await _over_budget(streams.queue, PROBE_BUDGET_SECONDS)
         except HubError:
             mode = "polling"
         finally:

@@ -32,9 +32,11 @@ _STATUS_FAN_OUT = 16
 
 
 def make_client(
-    cfg: Config, inst: InstanceConfig, transport: httpx.AsyncBaseTransport | None = None
+    cfg: Config, inst: InstanceConfig, transport_factory: TransportFactory | None = None
 ) -> OpencodeClient:
-    """A client for ``inst`` with the configured timeouts, retries and page size."""
+    """A client for ``inst`` with the configured timeouts, retries and page size (its transport
+    from ``transport_factory``, the tests' seam; default the network)."""
+    transport = transport_factory(inst) if transport_factory else None
     return OpencodeClient(
         inst,
         connect_timeout=cfg.connect_timeout,
@@ -56,11 +58,9 @@ def build_record(
     """Combine a server session, its run state and the project verdict (``owner``: the
     configured project it belongs to; default the chosen one's, or seen as every project the
     one whose folders hold it, when it is the project's)."""
-    state, message, nxt = read_status(status)
-    rec = session_record(inst.name, s, project, state, message, nxt)
     if owner is None:
         owner = (inst.project or inst.owner(s.directory, s.checkout)) if project else ""
-    return replace(rec, owner=owner) if owner else rec
+    return session_record(inst.name, s, project, *read_status(status), owner)
 
 
 async def read_run_state(
@@ -179,16 +179,13 @@ def _owner(inst: InstanceConfig, directory: str, project: bool, sandboxes: dict[
 
 async def _branches(client: OpencodeClient, rooms: Sequence[str]) -> dict[str, str]:
     """The branch of each project worktree (one it cannot tell is left out, never fatal)."""
-    sem = asyncio.Semaphore(_STATUS_FAN_OUT)
-
     async def one(d: str) -> tuple[str, str]:
-        async with sem:
-            try:
-                return d, await client.branch(d)
-            except HubError:
-                return d, ""
+        try:
+            return d, await client.branch(d)
+        except HubError:
+            return d, ""
 
-    return {d: b for d, b in await asyncio.gather(*(one(d) for d in rooms)) if b}
+    return {d: b for d, b in await aio.bounded(_STATUS_FAN_OUT, one, rooms) if b}
 
 
 async def _read_waiting(result: InstanceScan, client: OpencodeClient) -> None:
@@ -201,14 +198,9 @@ async def _read_waiting(result: InstanceScan, client: OpencodeClient) -> None:
     """
     running = {s.id: s for s in result.sessions if s.running}
     directories = sorted({s.directory for s in running.values() if s.directory})
-    sem = asyncio.Semaphore(_STATUS_FAN_OUT)
-
-    async def one(directory: str) -> list[Pending]:
-        async with sem:
-            return await client.pending_requests(directory)
-
     try:
-        found = [p for ps in await aio.gather(*(one(d) for d in directories)) for p in ps]
+        listed = await aio.bounded(_STATUS_FAN_OUT, client.pending_requests, directories)
+        found = [p for ps in listed for p in ps]
     except HubError as exc:
         result.waiting_unknown = str(exc).removeprefix(f"{client.name}: ")
         result.warnings.append(
@@ -223,14 +215,13 @@ async def _read_waiting(result: InstanceScan, client: OpencodeClient) -> None:
 
     async def since(p: Pending) -> tuple[str, Waiting]:
         rec = running[p.session_id]
-        async with sem:
-            try:
-                started = await client.tool_started(rec.id, p.call_id, rec.directory)
-            except HubError:
-                started = 0
+        try:
+            started = await client.tool_started(rec.id, p.call_id, rec.directory)
+        except HubError:
+            started = 0
         return rec.id, replace(p.waiting, since=started)
 
-    marked = dict(await aio.gather(*(since(p) for p in first.values())))
+    marked = dict(await aio.bounded(_STATUS_FAN_OUT, since, first.values()))
     result.sessions = [
         replace(s, waiting=marked[s.id]) if s.id in marked else s for s in result.sessions
     ]
@@ -247,28 +238,23 @@ async def scan_fleet(
     """Scan ``instances`` (default: all) concurrently, at most ``scan_workers`` at once;
     ``on_done(name)`` is called as each instance's scan ends (for the progress line)."""
     chosen = list(cfg.instances if instances is None else instances)
-    sem = asyncio.Semaphore(cfg.scan_workers)
-
     async def one(inst: InstanceConfig) -> InstanceScan:
-        async with sem:
-            transport = transport_factory(inst) if transport_factory else None
-            async with make_client(cfg, inst, transport) as client:
-                result = await scan_instance(client, inst, project_only=project_only)
+        async with make_client(cfg, inst, transport_factory) as client:
+            result = await scan_instance(client, inst, project_only=project_only)
         if on_done is not None:
             on_done(inst.name)
         return result
 
-    scans = list(await aio.gather(*(one(i) for i in chosen)))
+    scans = await aio.bounded(cfg.scan_workers, one, chosen)
     return snapshot_of(scans), scans
 
 
 async def _outcomes_of_instance(
-    cfg: Config, sc: InstanceScan, transport: httpx.AsyncBaseTransport | None
+    cfg: Config, sc: InstanceScan, transport_factory: TransportFactory | None
 ) -> None:
     from xaf_hub.core.runstate import outcome_of  # deferred: start-up, docs/performance.md
 
-    sem = asyncio.Semaphore(_STATUS_FAN_OUT)
-    async with make_client(cfg, sc.inst, transport) as client:
+    async with make_client(cfg, sc.inst, transport_factory) as client:
 
         async def one(s: SessionRecord) -> SessionRecord:
             if not s.project:
@@ -277,16 +263,15 @@ async def _outcomes_of_instance(
                 return replace(s, outcome="running")
             if s.outcome:  # known already (serve remembers it until the session changes)
                 return s
-            async with sem:
-                try:
-                    msgs = await client.messages(s.id, limit=2, directory=s.directory)
-                    return replace(s, outcome=outcome_of(msgs))
-                except Exception:  # noqa: BLE001 - a failed or malformed answer: not read
-                    return s
+            try:
+                msgs = await client.messages(s.id, limit=2, directory=s.directory)
+                return replace(s, outcome=outcome_of(msgs))
+            except Exception:  # noqa: BLE001 - a failed or malformed answer: not read
+                return s
 
         try:
             async with asyncio.timeout(client.deadline):
-                sc.sessions = list(await aio.gather(*(one(s) for s in sc.sessions)))
+                sc.sessions = await aio.bounded(_STATUS_FAN_OUT, one, sc.sessions)
         except TimeoutError:
             sc.warnings.append(
                 f"{sc.inst.name}: last results not all read within {client.deadline:g}s; "
@@ -300,12 +285,6 @@ async def fill_outcomes(
     """Fetch each project session's last outcome (one small request per idle session that
     does not carry one yet)."""
     await aio.gather(
-        *(
-            _outcomes_of_instance(
-                cfg, sc, transport_factory(sc.inst) if transport_factory else None
-            )
-            for sc in scans
-            if sc.reachable
-        )
+        *(_outcomes_of_instance(cfg, sc, transport_factory) for sc in scans if sc.reachable)
     )
     return snapshot_of(scans)

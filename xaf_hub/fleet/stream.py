@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator, Callable
 import httpx
 
 from xaf_hub.core import aio
-from xaf_hub.fleet.client import OpencodeClient, describe_error
+from xaf_hub.fleet.client import OpencodeClient, explain
 from xaf_hub.fleet.events import parse_frame
 from xaf_hub.fleet.mailbox import Mailbox
 
@@ -190,7 +190,7 @@ class Streams:
             self.queue.close(str(exc), over_budget=True)
         except httpx.HTTPError as exc:
             if opened.is_set():
-                reason = describe_error(exc, client.connect_timeout, client.read_timeout)
+                reason = explain(exc, client.connect_timeout, client.read_timeout)[1]
                 self.queue.close(f"event stream: {reason}")
         finally:
             opened.set()  # wakes ``open`` at once when the stream failed before a frame

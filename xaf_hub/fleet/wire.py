@@ -11,7 +11,7 @@ import dataclasses
 import json
 import math
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,8 +51,10 @@ def session_record(
     state: RunState = "idle",
     message: str = "",
     nxt: int = 0,
+    owner: str = "",
 ) -> SessionRecord:
-    """A server session as the hub records it, with its project verdict and run state."""
+    """A server session as the hub records it, with its project verdict, run state and the
+    configured project it belongs to (``owner``)."""
     return SessionRecord(
         instance=instance,
         id=s.id,
@@ -68,6 +70,7 @@ def session_record(
         parent_id=s.parent_id,
         model=s.model,
         project=project,
+        owner=owner,
     )
 
 
@@ -284,37 +287,6 @@ def server_error(content: bytes) -> tuple[str, str]:
 def one_line(text: str) -> str:
     """``text`` with every run of whitespace (newlines too) as one space."""
     return " ".join(text.split())
-
-
-def read_page(
-    items: list[Any], parse: Callable[[Any], ServerSession], seen: dict[str, ServerSession]
-) -> tuple[list[ServerSession], int, int]:
-    """Parse one listing page into ``seen`` (by id): (the page, how many were new, how many
-    entries were skipped for want of a usable id)."""
-    page: list[ServerSession] = []
-    new = skipped = 0
-    for obj in items:
-        try:
-            s = parse(obj)
-        except KeyError:
-            skipped += 1
-            continue
-        page.append(s)
-        if s.id not in seen:
-            seen[s.id] = s
-            new += 1
-    return page, new, skipped
-
-
-def skip_note(skipped: int, what: str) -> str:
-    """The note for entries of ``what`` skipped by read_page."""
-    entries = "entry" if skipped == 1 else "entries"
-    return f"skipped {skipped} {entries} of {what} without a usable session id"
-
-
-def over_cap(cap: int, what: str) -> str:
-    """The reason given when a listing goes beyond one of the caps above."""
-    return f"more than {cap} {what} (stopped reading; endless pagination?)"
 
 
 # What one pending request may cost a view: what it asks, each list of words and each word.

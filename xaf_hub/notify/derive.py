@@ -225,10 +225,13 @@ def _budget_events(inputs: Inputs, now: datetime, tz: tzinfo, at: str) -> list[E
     """80 % and 100 % of a daily budget reached, once per level and local day."""
     day = now.astimezone(tz).date().isoformat()
     return [
-        Event(f"budget:{line.instance or '*'}:{level}:{day}", "budget", at, instance=line.instance,
-              data={"level": level, "day": day, "spent_usd": round(line.spent.usd, 6),
-                    "budget_usd": line.budget, "cost_unknown_sessions": line.spent.unknown})
+        Event(f"budget:{scope}{line.instance or '*'}:{level}:{day}", "budget", at,
+              instance=line.instance, project=line.project,
+              data={"every_project": line.every, "level": level, "day": day,
+                    "spent_usd": round(line.spent.usd, 6), "budget_usd": line.budget,
+                    "cost_unknown_sessions": line.spent.unknown})
         for line in inputs.spend
+        for scope in [f"{line.project}/" if line.project else ""]
         for level in levels_reached(line)
     ]
 

@@ -63,7 +63,8 @@ def _fields(event: Event, lang: str, tz: tzinfo) -> dict[str, Any]:
         "from_host": data.get("from_host") or unknown,
         "to_host": data.get("to_host") or unknown,
         "level": data.get("level", "?"),
-        "scope": event.instance or text(lang, "chat.project"),
+        "scope": event.instance
+        or text(lang, "chat.every_project" if data.get("every_project") else "chat.project"),
         "spent": _dollars(data.get("spent_usd")),
         "budget": _dollars(data.get("budget_usd")),
         "budget_next": text(lang, f"chat.budget.{100 if data.get('level') == 100 else 80}"),
@@ -87,4 +88,6 @@ def render(
     body = text(lang, f"{key}.body", **values) if key else values["state"]
     if page_url:
         body += "\n" + text(lang, "chat.link", url=page_url)
-    return text(lang, "chat.prefix", project=project) + " " + head, body
+    # No project: an event of the whole fleet, told by a hub serving several projects.
+    where = project or text(lang, "chat.every_project")
+    return text(lang, "chat.prefix", project=where) + " " + head, body

@@ -124,7 +124,8 @@ class RoundLog:
     budget_held: dict[str, str] = field(default_factory=dict)
     # What the round's last scan showed (replaced by each scan): every instance's load, and
     # today's spend against the daily budgets, the project's line first, then one per
-    # instance (ops.budget); the chat's budget notices read it.
+    # instance (ops.budget); with several projects every project's line, then each project's
+    # own (``Cycle.note_instances``). The chat's budget notices read it.
     instances: list[InstanceLine] = field(default_factory=list)
     spend: list[BudgetLine] = field(default_factory=list)
 

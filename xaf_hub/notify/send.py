@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from xaf_hub.core.backoff import Backoff
-from xaf_hub.fleet.client import describe_error
+from xaf_hub.fleet.client import explain
 from xaf_hub.fleet.retry import maybe_delivered
 from xaf_hub.notify.formats import Outgoing, judge
 
@@ -114,7 +114,7 @@ async def deliver(
             verdict = judge(fmt, status, body)
             ok, retry, reason = verdict.ok, verdict.retry, verdict.reason
         except httpx.HTTPError as exc:
-            ok, reason = False, describe_error(exc, timeout, timeout)
+            ok, reason = False, explain(exc, timeout, timeout)[1]
             maybe = maybe_delivered(exc, leaving)
             retry = not maybe
             if maybe:

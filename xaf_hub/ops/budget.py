@@ -164,8 +164,10 @@ def slots_today(tally: Tally, now: datetime, tz: tzinfo) -> Spend | None:
 
 
 def run_ceiling(cfg: Config, inst: InstanceConfig) -> float | None:
-    """The most one run on ``inst`` may cost: its ``budget_run_usd``, else ``budget.run_usd``."""
-    return inst.budget_run_usd if inst.budget_run_usd is not None else cfg.budget.run_usd
+    """The most one run on ``inst`` may cost: its ``budget_run_usd``, else the project's, else
+    ``budget.run_usd``."""
+    caps = (inst.budget_run_usd, cfg.project_run_usd, cfg.budget.run_usd)
+    return next((c for c in caps if c is not None), None)
 
 
 def money(usd: float) -> str:
@@ -289,6 +291,8 @@ class BudgetLine:
     spent: Spend
     budget: float | None
     known: bool = True  # False: the instance did not answer, its spend is not in the figure
+    project: str = ""  # the project of several whose spend it is ("": the config's only one)
+    every: bool = False  # every project's spend against budget.daily_usd (several projects)
 
     @property
     def share(self) -> float | None:

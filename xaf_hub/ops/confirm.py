@@ -94,7 +94,8 @@ def sighting(
     baseline: str | None = None,
 ) -> Sighting:
     """Combine a session, its status entry and its newest messages (oldest first)."""
-    project = inst.rules.is_project(session.directory) if session.directory else False
+    # A worktree's session is the project's through the checkout it was made from.
+    project = inst.claims(session.directory, session.checkout) if session.directory else False
     rec = build_record(inst, session, status, project)
     newer = messages_since(messages, baseline)
     newest_id = messages[-1].id if messages else ""
@@ -161,7 +162,6 @@ async def wait_for_run(
     baseline: str | None,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
-    poll: float = POLL_SECONDS,
 ) -> WaitResult:
     """Poll until the run after ``baseline`` starts or fails; heal what the patrol would."""
     start = clock()
@@ -222,7 +222,7 @@ async def wait_for_run(
             if verdict.state == "retrying":
                 return done("retrying", verdict)
             return done("no_sign", verdict)
-        await sleep(max(0.0, min(poll, deadline - clock())))
+        await sleep(max(0.0, min(POLL_SECONDS, deadline - clock())))
 
 
 async def confirm_run(

@@ -120,8 +120,7 @@ class OpsContext:
 
     def client(self, inst: InstanceConfig) -> OpencodeClient:
         """A fresh client for ``inst``; use it as ``async with``."""
-        transport = self.transport_factory(inst) if self.transport_factory else None
-        return make_client(self.cfg, inst, transport)
+        return make_client(self.cfg, inst, self.transport_factory)
 
     def redact(self, text: str) -> str:
         """``text`` with every configured secret replaced."""

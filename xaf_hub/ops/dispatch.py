@@ -276,6 +276,7 @@ async def prepare(ops: OpsContext, order: DispatchOrder) -> Prepared:
                 sandboxes=sc.project_sandboxes(),
                 reserved_own=load.reserved_own,
                 cause=sc.cause,
+                free=load.free,
             )
         )
     pool = await asyncio.to_thread(ops.backlog().load)
@@ -284,7 +285,7 @@ async def prepare(ops: OpsContext, order: DispatchOrder) -> Prepared:
     )
     plan = plan_dispatch(cfg, views, req, scores, evidence)
     warnings.extend(plan.warnings + snap.warnings)
-    override = pool.discipline
+    override = cfg.discipline_or(pool.discipline)
     task_id = ""
     if plan.action == "create" and cfg.repository.isolation == "worktree" and order.record:
         task_id = new_task_id(ops.now(), (t.id for t in pool.tasks))

@@ -75,16 +75,12 @@ def worst(findings: Sequence[Finding]) -> ExitCode:
 def opencode_finding(env: Mapping[str, str]) -> Finding:
     """Where this machine's opencode is, or in one line how to get it (needed only where the
     servers run: the hub itself talks HTTP)."""
-
-
     found = env.get("XAF_HUB_OPENCODE_BIN") or shutil.which("opencode", path=env.get("PATH", ""))
     if found:
-        return Finding("machine", "opencode", "ok", f"found at {found}")
-    return Finding(
-        "machine", "opencode", "info",
-        "not on this machine (the hub needs it only where its servers run)",
-        f"npm install -g opencode-ai@{OPENCODE_VERSION} (Node.js 18+), then opencode serve",
-    )
+        return ok("machine", "opencode", f"found at {found}")
+    return info("machine", "opencode",
+                "not on this machine (the hub needs it only where its servers run)",
+                f"npm install -g opencode-ai@{OPENCODE_VERSION} (Node.js 18+), then opencode serve")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -8,18 +8,22 @@ instance's dispatch lock, and kept even when the abort fails, so the patrol neve
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from xaf_hub.core.records import find_session
 from xaf_hub.errors import HubError, MissingPassword, UnreachableError, UsageError
 from xaf_hub.fleet.scan import scan_fleet
 from xaf_hub.ops.context import OpsContext
 from xaf_hub.ops.planner import check_write
-from xaf_hub.ops.send import held
+from xaf_hub.ops.send import held_or_noted
 from xaf_hub.store.audit import who
+
+if TYPE_CHECKING:
+    from xaf_hub.core.records import SessionRecord
+    from xaf_hub.fleet.instance_scan import InstanceScan
 
 
 @dataclass(frozen=True)
@@ -46,26 +50,13 @@ async def interrupt_session(
     force: bool = False,
 ) -> Interrupted:
     """Find ``session_id`` (on ``instance``, or anywhere) and abort its run."""
-    cfg = ops.cfg
-    targets = [cfg.instance(instance)] if instance else list(cfg.instances)
-    _, scans = await scan_fleet(cfg, targets, transport_factory=ops.transport_factory)
-    hit = find_session(((sc, sc.sessions) for sc in scans), session_id)
-    if hit is None:
-        raise session_not_found(
-            session_id, [sc.failure() for sc in scans if not sc.reachable], instance
-        )
-    sc, session = hit
+    sc, session = await locate(ops, session_id, instance)
     check_write(sc.inst, session, allow_prod=allow_prod, force=force)
     was = "was " + session.run_state
     notes: list[str] = []
-    async with contextlib.AsyncExitStack() as stack:
-        try:  # a patrol's heal or resume re-reads people's decisions under this lock
-            await stack.enter_async_context(held(ops.gate(), sc.inst.name))
-        except HubError as exc:
-            notes.append(
-                f"stopped without {sc.inst.name}'s dispatch lock ({exc}): a heal or resume "
-                "under way at this moment may start the session again"
-            )
+    # a patrol's heal or resume re-reads people's decisions under this lock
+    risk = ": a heal or resume under way at this moment may start the session again"
+    async with held_or_noted(ops.gate(), sc.inst.name, notes, "stopped", risk):
         ops.audit(
             "interrupt", instance=sc.inst.name, session=session.id, result="stopping", reason=was
         )
@@ -94,6 +85,20 @@ def _share(ops: OpsContext, instance: str, session: str, notes: list[str]) -> bo
         )
         return False
     return True
+
+
+async def locate(
+    ops: OpsContext, session_id: str, instance: str | None = None
+) -> tuple[InstanceScan, SessionRecord]:
+    """The session ``session_id`` names (its id, or the start of one) with the scan of its
+    instance: on ``instance``, or on any; ``session_not_found``'s error when none has it."""
+    targets = [ops.cfg.instance(instance)] if instance else list(ops.cfg.instances)
+    _, scans = await scan_fleet(ops.cfg, targets, transport_factory=ops.transport_factory)
+    hit = find_session(((sc, sc.sessions) for sc in scans), session_id)
+    if hit is None:
+        down = [sc.failure() for sc in scans if not sc.reachable]
+        raise session_not_found(session_id, down, instance)
+    return hit
 
 
 def session_not_found(

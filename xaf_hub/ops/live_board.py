@@ -15,7 +15,7 @@ import json
 import os
 import socket
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -179,17 +179,16 @@ def read_board(
     cfg: Config,
     instances: Iterable[InstanceConfig],
     *,
-    max_age: float | None = None,
     now_ms: int | None = None,
     stores: Stores | None = None,
     summary: bool = False,
 ) -> BoardRead:
-    """The fresh views of ``instances`` on the board (``max_age``: default
-    ``patrol.live_board_seconds``; 0 takes none): the state folder's files and, with
+    """The fresh views of ``instances`` on the board (``patrol.live_board_seconds`` old at
+    most; 0 takes none): the state folder's files and, with
     ``stores`` in Redis, every host's boards there. ``summary``: the boards' summaries, each
     scan with only its running sessions and its ``tally`` (what `status` needs)."""
     wanted = list(instances)
-    limit = cfg.patrol.live_board_seconds if max_age is None else max_age
+    limit = cfg.patrol.live_board_seconds
     if limit <= 0 or not wanted:
         return BoardRead({}, {}, {i.name: "the live board is off" for i in wanted})
     views: dict[str, Mapping[str, Any]] = {}
@@ -213,29 +212,40 @@ def read_board(
     if not views:
         why = troubles[0] if troubles else "no live board (no patrol daemon or serve runs)"
         return BoardRead({}, {}, {i.name: why for i in wanted}, tuple(notes))
-    scans: dict[str, InstanceScan] = {}
-    ages: dict[str, float] = {}
-    stale: dict[str, str] = {}
-    for inst in wanted:
-        seen = views.get(inst.name)
-        why = _why_stale(inst, seen, now, limit)
-        if why or seen is None:
-            stale[inst.name] = why
-            continue
+
+    def build(inst: InstanceConfig, seen: Mapping[str, Any]) -> InstanceScan | str:
         try:
             scan = _scan(inst, seen)
             if summary and "tally" in seen:  # else a whole board: all its sessions
                 scan.tally = _tally(seen["tally"], scan.sessions)
         except (KeyError, TypeError, ValueError, ArithmeticError) as exc:
-            stale[inst.name] = f"its view on the live board is unreadable ({exc})"
-            continue
+            return f"its view on the live board is unreadable ({exc})"
         if scan.tally is not None and not _reaches_today(cfg, scan.tally, now):
-            stale[inst.name] = ("its summary's spend does not reach back to today's start "
-                                "(or today starts off the quarter hours)")
-            continue
-        scans[inst.name] = scan
-        ages[inst.name] = max(0.0, (now - _confirmed(seen)) / 1000)
-    return BoardRead(scans, ages, stale, tuple(dict.fromkeys(notes)))
+            return ("its summary's spend does not reach back to today's start "
+                    "(or today starts off the quarter hours)")
+        return scan
+
+    return replace(_pick(wanted, views, now, limit, build), notes=tuple(dict.fromkeys(notes)))
+
+
+def _pick(
+    wanted: Iterable[InstanceConfig], views: Mapping[str, Mapping[str, Any]], now_ms: int,
+    limit: float, build: Callable[[InstanceConfig, Mapping[str, Any]], InstanceScan | str],
+) -> BoardRead:
+    """Each instance's view taken while fresh and judged with its own config, built into its
+    scan (``build``: the scan, or why it is not taken); the others stale, with why."""
+    scans: dict[str, InstanceScan] = {}
+    ages: dict[str, float] = {}
+    stale: dict[str, str] = {}
+    for inst in wanted:
+        seen = views.get(inst.name)
+        got = _why_stale(inst, seen, now_ms, limit) or build(inst, seen or {})
+        if isinstance(got, str):
+            stale[inst.name] = got
+        else:
+            scans[inst.name] = got
+            ages[inst.name] = max(0.0, (now_ms - _confirmed(seen)) / 1000)
+    return BoardRead(scans, ages, stale)
 
 
 _WRITERS = {"patrol": "the patrol daemon", "serve": "serve"}
@@ -296,35 +306,25 @@ def take(
     instances: Iterable[InstanceConfig],
     view: Sequence[LiveInstance],
     *,
-    max_age: float | None = None,
     now_ms: int | None = None,
 ) -> BoardRead:
     """The fresh instances of a follower's own live view, by the board's rules (``serve``
     reads its follower in memory instead of its board file: the same view, no JSON between).
     Each scan taken is a copy: its reader may change it (``fill_outcomes``)."""
     wanted = list(instances)
-    limit = cfg.patrol.live_board_seconds if max_age is None else max_age
+    limit = cfg.patrol.live_board_seconds
     if limit <= 0:
         return BoardRead({}, {}, {i.name: "the live board is off" for i in wanted})
     by_name = {live.scan.inst.name: live for live in view}
     now = int(time.time() * 1000) if now_ms is None else now_ms
-    scans: dict[str, InstanceScan] = {}
-    ages: dict[str, float] = {}
-    stale: dict[str, str] = {}
-    for inst in wanted:
-        live = by_name.get(inst.name)
-        seen = None if live is None else {
-            "key": instance_key(live.scan.inst), "mode": live.mode,
-            "confirmed_at_ms": live.confirmed_at_ms,
-        }
-        why = _why_stale(inst, seen, now, limit)
-        if why or live is None:
-            stale[inst.name] = why
-            continue
-        sc = live.scan
-        scans[inst.name] = replace(sc, sessions=list(sc.sessions), warnings=list(sc.warnings))
-        ages[inst.name] = max(0.0, (now - live.confirmed_at_ms) / 1000)
-    return BoardRead(scans, ages, stale)
+    seen = {name: {"key": instance_key(live.scan.inst), "mode": live.mode,
+                   "confirmed_at_ms": live.confirmed_at_ms} for name, live in by_name.items()}
+
+    def build(inst: InstanceConfig, _: Mapping[str, Any]) -> InstanceScan:
+        sc = by_name[inst.name].scan
+        return replace(sc, sessions=list(sc.sessions), warnings=list(sc.warnings))
+
+    return _pick(wanted, seen, now, limit, build)
 
 
 def merged(

@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
 
-    from xaf_hub.config.load import InstanceConfig
     from xaf_hub.core.records import SessionRecord
     from xaf_hub.fleet.scan import InstanceScan
     from xaf_hub.store.gate import Gate
@@ -30,18 +29,6 @@ def free(
     reserved). Never negative."""
     slots = limit - running - reserved
     return max(0, slots if share is None else min(slots, share - own))
-
-
-def free_slots(
-    inst: InstanceConfig, sessions: Iterable[SessionRecord], reserved: int, own: int
-) -> int:
-    """``free`` for ``inst`` from its sessions (``own``: the project's reservations)."""
-    running = mine = 0
-    for s in sessions:
-        if s.running and (s.project or s.owner):
-            running += 1
-            mine += s.project
-    return free(inst.concurrency_limit, running, reserved, inst.share, mine + own)
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ instance's chain. Every send path picks its model here.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -41,13 +41,16 @@ def choose_model(
 
 
 def pick_model(
-    cfg: Config, inst: InstanceConfig, explicit: str | None, resting: set[str]
+    cfg: Config, inst: InstanceConfig, explicit: str | None, resting: set[str],
+    avoid: Sequence[str] = (),
 ) -> str | None:
-    """resolve_dispatch_model for one instance: its chain, the default model, what rests."""
+    """resolve_dispatch_model for one instance: its chain, the default model, what rests;
+    no model of ``avoid``."""
+    default = cfg.models.default_dispatch_model
     return resolve_dispatch_model(
         explicit=explicit,
-        chain=model_chain(cfg, inst),
-        default_model=cfg.models.default_dispatch_model,
+        chain=[m for m in model_chain(cfg, inst) if m not in avoid],
+        default_model=None if default in avoid else default,
         blacked_out=resting,
         families=cfg.models.families(),
     )
@@ -65,19 +68,8 @@ def untried_model(
     along the chain this way before its failure counts as infrastructure; None when every
     model was tried.
     """
-    cfg = ops.cfg
-    now = now or datetime.now(UTC)
-    blacked = ops.model_state().resting(now)
-    families = cfg.models.families()
-    for model in (*model_chain(cfg, inst), cfg.models.default_dispatch_model):
-        if model and model not in avoid and not _blacked(model, blacked, families):
-            return model
-    return None
-
-
-def _blacked(model: str, blacked: set[str], families: Mapping[str, Sequence[str]]) -> bool:
-    family = family_of(model, families)
-    return model in blacked or (family is not None and family in blacked)
+    resting = ops.model_state().resting(now or datetime.now(UTC))
+    return pick_model(ops.cfg, inst, None, resting, avoid)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -22,7 +22,6 @@ from xaf_hub.errors import (
     UnreachableError,
     UsageError,
 )
-from xaf_hub.ops.load import free_slots
 
 Action = Literal["steer", "reuse", "create"]
 
@@ -57,6 +56,7 @@ class InstanceView:
     sandboxes: tuple[str, ...] = ()  # the project's worktrees the server lists: inside
     reserved_own: int = 0  # of ``reserved``, the project's own (against its share)
     cause: Cause | None = None  # why it is unreachable, as a code
+    free: int = 0  # free slots, as the gate counts them (``ops.load.Load.free``)
 
     @property
     def running_project(self) -> int:
@@ -67,13 +67,6 @@ class InstanceView:
     def project_count(self) -> int:
         """Project sessions."""
         return sum(1 for s in self.sessions if s.project)
-
-    @property
-    def free(self) -> int:
-        """Free slots (never negative; none while the run state is unknown)."""
-        if self.run_state_unknown:
-            return 0
-        return free_slots(self.inst, self.sessions, self.reserved, self.reserved_own)
 
 
 @dataclass(frozen=True)

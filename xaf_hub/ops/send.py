@@ -69,10 +69,13 @@ def build_prompt(
 
 
 def pool_discipline(ops: OpsContext) -> tuple[str | None, str]:
-    """The task pool's discipline override, and why it could not be read ("" when it could).
+    """The discipline override of the project's prompts (``Config.discipline_or``), and why the
+    pool's could not be read ("" when it could).
 
     A corrupt pool never stops a send: the prompt then carries the default discipline.
     """
+    if ops.cfg.discipline is not None:
+        return ops.cfg.discipline, ""
     try:
         return ops.backlog().load().discipline, ""
     except StateFileError as exc:
@@ -300,6 +303,20 @@ async def held(gate: Gate, instance: str) -> AsyncIterator[None]:
             raise
     else:
         await asyncio.to_thread(cm.__exit__, None, None, None)
+
+
+@contextlib.asynccontextmanager
+async def held_or_noted(
+    gate: Gate, instance: str, notes: list[str], done: str, risk: str = ""
+) -> AsyncIterator[None]:
+    """``held``, or, when the lock cannot be had, on without it and a note in ``notes`` that
+    the act was ``done`` without it (with the ``risk`` that brings)."""
+    async with contextlib.AsyncExitStack() as stack:
+        try:
+            await stack.enter_async_context(held(gate, instance))
+        except HubError as exc:
+            notes.append(f"{done} without {instance}'s dispatch lock ({exc}){risk}")
+        yield
 
 
 async def _gated(

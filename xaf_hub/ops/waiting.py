@@ -6,7 +6,6 @@ dispatch lock just before the reply; every answer is audited with who gave it.
 
 from __future__ import annotations
 
-import contextlib
 import fnmatch
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -27,7 +26,7 @@ from xaf_hub.errors import (
 from xaf_hub.fleet.scan import InstanceScan, scan_fleet
 from xaf_hub.ops.context import OpsContext
 from xaf_hub.ops.planner import check_write
-from xaf_hub.ops.send import held
+from xaf_hub.ops.send import held_or_noted
 
 Action = Literal["approve", "deny", "answer"]
 
@@ -224,11 +223,8 @@ async def send_reply(
         "by": f"rule {rule}" if rule else "person",
     }
     notes: list[str] = []
-    async with contextlib.AsyncExitStack() as stack:
-        try:  # another hub answering the same request waits here, then finds it gone
-            await stack.enter_async_context(held(ops.gate(), inst.name))
-        except HubError as exc:
-            notes.append(f"answered without {inst.name}'s dispatch lock ({exc})")
+    # another hub answering the same request waits here, then finds it gone
+    async with held_or_noted(ops.gate(), inst.name, notes, "answered"):
         async with ops.client(inst) as client:
             still = await client.pending_requests(s.directory)
             if not any(p.waiting.request_id == w.request_id for p in still):

@@ -17,7 +17,7 @@ from urllib.parse import quote
 from xaf_hub.config.load import Config
 from xaf_hub.core.clock import instant_ms
 from xaf_hub.core.outcomes import TASK_STATES, TaskState, task_state
-from xaf_hub.core.records import SessionRecord
+from xaf_hub.core.records import SessionRecord, Snapshot
 from xaf_hub.errors import HubError
 from xaf_hub.ops.budget import BudgetLine, budget_lines, money
 from xaf_hub.ops.models import models_view
@@ -184,27 +184,25 @@ def _headline(
 
 
 def build(
-    cfg: Config,
-    now_ms: int,
-    lang: Lang = "en",
-    sessions: Mapping[tuple[str, str], SessionRecord] | None = None,
-    answered: Collection[str] | None = None,
+    cfg: Config, now_ms: int, lang: Lang = "en", snap: Snapshot | None = None
 ) -> AutopilotView:
     """Read the patrol's files and say what it is doing; never raises.
 
-    ``sessions`` (by (instance, session id)) are the sessions of the scan the page shows;
-    with them, dispatched tasks are counted by where their session stands. ``answered`` names
-    the instances that scan reached: with it, the panel shows today's spend against budget.
+    ``snap`` is the scan the page shows: with it, dispatched tasks are counted by where their
+    session stands, and the panel shows today's spend against budget (of the instances it
+    reached).
 
     The panel is one part of a page that must render: whatever goes wrong reading the
     patrol's state (a file of an unexpected shape included) becomes a line on the panel.
     """
+    sessions = {(s.instance, s.id): s for s in snap.sessions} if snap else {}
     try:
         with Stores(cfg) as stores:  # one Redis client for the pool, the lease and the rests
-            view = _built(stores, cfg, now_ms, lang, sessions or {})
-        if answered is None:
+            view = _built(stores, cfg, now_ms, lang, sessions)
+        if snap is None:
             return view
-        return replace(view, spend=spend_lines(cfg, lang, sessions or {}, answered, now_ms))
+        answered = [i.name for i in snap.instances if i.reachable]
+        return replace(view, spend=spend_lines(cfg, lang, sessions, answered, now_ms))
     except Exception as exc:  # noqa: BLE001 - see above
         return AutopilotView(
             state="never",

@@ -342,6 +342,7 @@ class Viewer:
     redact: Callable[[str], str] = str
     notes: Callable[[Lang], list[str]] = lambda lang: []  # what the page adds to the scan's notes
     projects: Sequence[str] = ()  # the projects the page shows apart (``Config.shown_projects``)
+    named: Callable[[Any], Any] = lambda doc: doc  # the record as `sessions --json` names it
 
     def configure(
         self, title: str, language: str, links: Callable[[list[str]], Any],
@@ -441,7 +442,8 @@ class Viewer:
 
         # Byte for byte what `sessions --json` prints for the same snapshot.
         snap = replace(snap, warnings=(*snap.warnings, *self.notes("en")))
-        return (self.redact(dumps(report.snapshot_document(snap))) + "\n").encode("utf-8")
+        doc = self.named(report.snapshot_document(snap))
+        return (self.redact(dumps(doc)) + "\n").encode("utf-8")
 
 
 class RequestLog:

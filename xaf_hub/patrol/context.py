@@ -7,9 +7,9 @@ read (docs/architecture.md §8).
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -20,7 +20,7 @@ from xaf_hub.core.records import SessionRecord
 from xaf_hub.core.runstate import LastRun, last_run
 from xaf_hub.errors import BudgetReached, BusyError, HubError, RunsAgain
 from xaf_hub.notify.record import Action, InstanceLine, RoundLog, session_action
-from xaf_hub.ops.budget import budget_lines
+from xaf_hub.ops.budget import BudgetLine, budget_lines, spends, totals
 from xaf_hub.ops.context import Fleet, OpsContext
 from xaf_hub.ops.load import instance_load
 from xaf_hub.ops.send import pool_discipline as _pool_discipline
@@ -101,10 +101,11 @@ class Cycle:
         return self._views[name], at
 
     def note_instances(self, pctx: OpsContext, fleet: Fleet) -> None:
-        """Put every instance's load and today's spend from ``fleet`` in the log."""
+        """Put every instance's load (the runs of every project there, from this cycle's scan)
+        and today's spend from ``fleet`` in the log."""
         gate = pctx.gate()
         lines = []
-        for sc in fleet.scans:
+        for sc in (self._scan[0] if self._scan else fleet).scans:
             load = instance_load(sc, gate, allow_prod=True)
             lines.append(
                 InstanceLine(
@@ -118,12 +119,21 @@ class Cycle:
                 )
             )
         self.log.instances = lines
-        project, spends = budget_lines(
-            pctx.cfg,
-            [(sc.inst, sc.sessions if sc.reachable else None) for sc in fleet.scans],
-            pctx.now(),
+        cfg, now = pctx.cfg, pctx.now()
+        own = budget_lines(
+            cfg, [(sc.inst, sc.sessions if sc.reachable else None) for sc in fleet.scans], now
         )
-        self.log.spend = [project, *spends]
+        if len(cfg.projects) < 2:
+            self.log.spend = [own[0], *own[1]]
+            return
+        # Several projects: each project's job replaces its own lines, and every project's
+        # spend against budget.daily_usd leads.
+        every = totals(spends(cfg, fleet.scans, now).values())[1]
+        self.log.spend = [
+            BudgetLine("", every, cfg.budget.daily_usd, every=True),
+            *(line for line in self.log.spend if line.project not in ("", cfg.project_name)),
+            *(replace(line, project=cfg.project_name) for line in (own[0], *own[1])),
+        ]
 
     async def attempt(
         self, pctx: OpsContext, step: str, kind: str, rec: SessionRecord, act: Awaitable[T],
@@ -173,7 +183,7 @@ class Cycle:
         session whose run was taken from the memory.
         """
         result: dict[tuple[str, str], LastRun] = {}
-        wanted: dict[str, list[SessionRecord]] = {}
+        wanted: list[tuple[str, SessionRecord]] = []
         insts: dict[str, InstanceConfig] = {}
         for inst, rec in items:
             key = (inst.name, rec.id)
@@ -192,30 +202,26 @@ class Cycle:
             if cached is not None:
                 result[key] = cached
             else:
-                wanted.setdefault(inst.name, []).append(rec)
+                wanted.append((inst.name, rec))
                 insts[inst.name] = inst
-        sem = asyncio.Semaphore(_MESSAGE_FAN_OUT)
+        async with contextlib.AsyncExitStack() as stack:
+            clients = {n: await stack.enter_async_context(pctx.client(i)) for n, i in insts.items()}
 
-        async def per_instance(name: str, recs: list[SessionRecord]) -> None:
-            async with pctx.client(insts[name]) as client:
+            async def one(item: tuple[str, SessionRecord]) -> None:
+                name, rec = item
+                try:
+                    msgs = await clients[name].messages(rec.id, limit=MESSAGE_WINDOW)
+                except HubError:
+                    return  # gone or unreadable: judged as unknown
+                run = last_run(msgs)
+                self.reads += 1
+                self._recalled.discard((name, rec.id))
+                self._runs[(name, rec.id, rec.updated)] = run
+                result[(name, rec.id)] = run
+                if self.memory is not None:
+                    self.memory.remember(name, rec.id, rec.updated, rec.run_state, run)
 
-                async def one(rec: SessionRecord) -> None:
-                    async with sem:
-                        try:
-                            msgs = await client.messages(rec.id, limit=MESSAGE_WINDOW)
-                        except HubError:
-                            return  # gone or unreadable: judged as unknown
-                    run = last_run(msgs)
-                    self.reads += 1
-                    self._recalled.discard((name, rec.id))
-                    self._runs[(name, rec.id, rec.updated)] = run
-                    result[(name, rec.id)] = run
-                    if self.memory is not None:
-                        self.memory.remember(name, rec.id, rec.updated, rec.run_state, run)
-
-                await aio.gather(*(one(r) for r in recs))
-
-        await aio.gather(*(per_instance(n, r) for n, r in wanted.items()))
+            await aio.bounded(_MESSAGE_FAN_OUT, one, wanted)
         return result
 
 
@@ -224,6 +230,14 @@ def project_views(pctx: OpsContext) -> list[OpsContext]:
     one (a config of several projects run without --project)."""
     cfg = pctx.cfg
     return [pctx] if cfg.chosen else [pctx.but(cfg=cfg.choose(p.name)) for p in cfg.projects]
+
+
+def owner_view(pctx: OpsContext, instance: str, owner: str) -> tuple[OpsContext, InstanceConfig]:
+    """``pctx`` and its ``instance`` as project ``owner`` sees them (its own ceiling, discipline,
+    ...) when several projects are served and none is chosen; else as they are."""
+    if owner and not pctx.cfg.chosen:
+        pctx = pctx.but(cfg=pctx.cfg.choose(owner))
+    return pctx, pctx.cfg.instance(instance)
 
 
 async def each_view(

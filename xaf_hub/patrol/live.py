@@ -15,8 +15,9 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
+from xaf_hub.config.load import InstanceConfig
 from xaf_hub.config.watch import ConfigState
 from xaf_hub.core import aio
 from xaf_hub.core.clock import to_ms
@@ -36,7 +37,7 @@ from xaf_hub.ops.heal import heal_candidate
 from xaf_hub.ops.live_board import publish
 from xaf_hub.ops.queue import queue_length
 from xaf_hub.ops.waiting import list_waiting
-from xaf_hub.patrol.context import Cycle, pool_discipline
+from xaf_hub.patrol.context import Cycle, owner_view, pool_discipline, project_views
 from xaf_hub.patrol.jobs.check_agents import STEP as CHECK
 from xaf_hub.patrol.jobs.check_agents import answer_by_policy, resume_one
 from xaf_hub.patrol.jobs.fill_slots import fill_every_project
@@ -96,23 +97,18 @@ class LiveReactor:
         self.lock_name = lock_name
         self.notices = notices  # wakes the sender once a reaction queued its notices
         self.reactions = 0
-        # (instance, folder) -> the checkout a worktree was made from, as the follower knows it
-        self.checkout_of: Callable[[str, str], str] = lambda _instance, _folder: ""
+        # A session read by id with its worktree's checkout (the follower's ``placed``).
+        self.placed: Callable[[str, ServerSession], ServerSession] = lambda _instance, s: s
         self.ceiling = (
-            CeilingWatch(pctx, out, notices, self.placed) if CEILING not in self.skip else None
+            CeilingWatch(pctx, out, notices, lambda i, s: self.placed(i, s))
+            if CEILING not in self.skip
+            else None
         )
         self._work = _Work()
         self._cond = threading.Condition()
         self._stopped = False
         self._thread = threading.Thread(target=self._loop, name="xaf-hub-live", daemon=True)
         self._pool_seen: object = _UNSEEN  # the pool's stamp at the last look
-
-    def placed(self, instance: str, s: ServerSession) -> ServerSession:
-        """``s`` with the checkout its worktree was made from: a session read by id does not
-        say it, and a task's room is the project's only through its checkout."""
-        if s.checkout or not s.directory:
-            return s
-        return replace(s, checkout=self.checkout_of(instance, s.directory))
 
     def start(self, before: LiveReactor | None = None) -> None:
         """Start reacting, with a fill first: free slots need not wait for the first round
@@ -328,10 +324,7 @@ class LiveReactor:
         async with pctx.client(inst) as client:
             s = self.placed(instance, await client.get_session(sid))
             status = (await client.status(s.directory)).get(sid) if s.directory else None
-        owner = inst.owner(s.directory, s.checkout) if s.directory and not pctx.cfg.chosen else ""
-        if owner:  # several projects: the session is seen through its own project
-            pctx = pctx.but(cfg=pctx.cfg.choose(owner))
-            inst = pctx.cfg.instance(instance)
+        pctx, inst = owner_view(pctx, instance, inst.owner(s.directory, s.checkout))
         if not s.directory or not inst.rules.owns(s.directory, s.checkout) or s.parent_id:
             return ""
         rec = build_record(inst, s, status, True)
@@ -418,7 +411,7 @@ class CeilingWatch:
         """Judge the run of ``rec`` in ``after`` seconds (sooner if already due sooner);
         nothing on an instance without a ceiling."""
         try:
-            if not guarded(self.pctx, self.pctx.cfg.instance(rec.instance)):
+            if self._watched(rec) is None:
                 return
         except HubError:
             return
@@ -477,19 +470,28 @@ class CeilingWatch:
     ) -> tuple[SessionRecord, bool]:
         """Judge the run ``sid`` belongs to, once per batch (``judged``): (its root, whether
         some session of it still works). ``known``: the session as an event told it."""
-        pctx = self.pctx
-        inst = pctx.cfg.instance(instance)
         root = known or SessionRecord(instance, sid, "", "", project=True)
-        if not guarded(pctx, inst):
+        if self._watched(root) is None:
             return root, False
-        async with pctx.client(inst) as client:
+        inst = self.pctx.cfg.instance(instance)
+        async with self.pctx.client(inst) as client:
             if known is None or known.parent_id:
                 top = self.placed(instance, await root_of(client, await client.get_session(sid)))
                 root = build_record(inst, top, None, inst.claims(top.directory, top.checkout))
-            if (instance, root.id) in judged or not root.project:
+            seen = self._watched(root)
+            if (instance, root.id) in judged or not root.project or seen is None:
                 return root, False
             judged.add((instance, root.id))
-            return root, await check_run(pctx, cycle, inst, root, client, "patrol.live")
+            return root, await check_run(seen[0], cycle, seen[1], root, client, "patrol.live")
+
+    def _watched(self, rec: SessionRecord) -> tuple[OpsContext, InstanceConfig] | None:
+        """Where the run of ``rec`` is judged (``owner_view``: serving several projects, its own
+        project's ceiling), or None when no ceiling watches it; a session of no project (or of
+        a folder not known yet) is watched when any project's ceiling could hold it."""
+        owner = rec.owner or self.pctx.cfg.instance(rec.instance).owner(rec.directory)
+        pctx, inst = owner_view(self.pctx, rec.instance, owner)
+        views = [pctx] if pctx.cfg.chosen else [pctx, *project_views(pctx)]
+        return (pctx, inst) if any(guarded(v, v.cfg.instance(inst.name)) for v in views) else None
 
 
 def start_live(
@@ -511,7 +513,7 @@ def start_live(
         outcomes=False, steps=reactor.ceiling is not None,
         publish=lambda view: publish(cfg, view, "patrol", pctx.stores, state()),
     )
-    reactor.checkout_of = follower.checkout_of
+    reactor.placed = follower.placed
     reactor.start(before)
     run_in_thread(follower, "xaf-hub-patrol-follower")
     return follower, reactor

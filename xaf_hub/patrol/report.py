@@ -18,6 +18,7 @@ from xaf_hub.core.outcomes import TaskState, task_words
 from xaf_hub.errors import HubError
 from xaf_hub.notify.record import RoundLog
 from xaf_hub.ops.context import OpsContext
+from xaf_hub.patrol.context import project_views
 from xaf_hub.store.patrol_state import LATEST, latest_report
 from xaf_hub.store.pick import count_states, readiness
 from xaf_hub.store.statefile import write_json_atomic, write_text_atomic
@@ -193,6 +194,17 @@ def _table(rows: Iterable[Mapping[str, Any]], *columns: Column) -> list[str]:
     return lines
 
 
+def _section(
+    mark: str, heading: str, rows: Sequence[Mapping[str, Any]], *columns: Column, hint: str = ""
+) -> list[str]:
+    """``rows`` under a heading that counts them (and a ``hint`` line), as a table; nothing
+    when there are none."""
+    if not rows:
+        return []
+    return ["", f"{mark} {heading} ({len(rows)})", "", *([hint, ""] if hint else [])] + _table(
+        rows, *columns)
+
+
 def _models(a: Mapping[str, Any]) -> str:
     """An action's model, or its move from one model to another."""
     return f"{a['from_model']} → {a['model']}" if a["from_model"] else str(a["model"])
@@ -226,26 +238,18 @@ def render_markdown(doc: Mapping[str, Any]) -> str:
     )
     out.append(summary or "No project session was active in the last 24 hours.")
     for state, heading in SESSION_STATES:
-        rows = doc["sessions"].get(state) or []
-        if not rows or state == "idle":
-            continue
-        out += ["", f"### {heading} ({len(rows)})", ""]
-        out += _table(rows, "instance", "session", "title", "model",
-                      ("updated", lambda r: fmt_time(r["updated_ms"])), "detail")
+        out += [] if state == "idle" else _section(
+            "###", heading, doc["sessions"].get(state) or [], "instance", "session", "title",
+            "model", ("updated", lambda r: fmt_time(r["updated_ms"])), "detail",
+        )
     for _, key, heading in SECTIONS:
-        rows = doc[key]
-        if not rows:
-            continue
-        out += ["", f"## {heading} ({len(rows)})", ""]
-        if key == "needs_person":
-            out += [
-                "Nothing is sent for these until someone acts: "
-                "`xaf-hub backlog set ID --status pending` retries the task in a new session, "
-                "or dispatch to the session again.",
-                "",
-            ]
-        out += _table(rows, "result", "task", "instance", "session", "title", ("model", _models),
-                      "detail")
+        out += _section(
+            "##", heading, doc[key], "result", "task", "instance", "session", "title",
+            ("model", _models), "detail",
+            hint="Nothing is sent for these until someone acts: `xaf-hub backlog set ID --status "
+            "pending` retries the task in a new session, or dispatch to the session again."
+            if key == "needs_person" else "",
+        )
     counted = [(n, s) for s, n in (doc.get("tasks") or {}).items() if n]
     out += ["", "## Task pool", ""]
     out.append(", ".join(f"{n} {task_words(s)}" for n, s in counted) or "The pool is empty.")
@@ -262,25 +266,16 @@ def render_markdown(doc: Mapping[str, Any]) -> str:
         out += _table(ready + later, ("task", "id"), "priority",
                       ("instance", lambda t: t["instance"] or "any"), "title",
                       ("status", lambda t: t["why"] or "ready"))
-    if blocked:
-        out += [
-            "",
-            f"### Blocked: attempts used up ({len(blocked)})",
-            "",
-            "Reset with `xaf-hub backlog set ID --status pending --reset`.",
-            "",
-        ]
-        out += _table(blocked, ("task", "id"), "priority", "title", "attempts",
-                      ("last error", "last_error"))
-    if parked:
-        out += [
-            "",
-            f"### Parked after infrastructure failures ({len(parked)})",
-            "",
-            "Retry with `xaf-hub backlog set ID --status pending` once the cause is fixed.",
-            "",
-        ]
-        out += _table(parked, ("task", "id"), "priority", "title", ("status", "why"))
+    out += _section(
+        "###", "Blocked: attempts used up", blocked, ("task", "id"), "priority", "title",
+        "attempts", ("last error", "last_error"),
+        hint="Reset with `xaf-hub backlog set ID --status pending --reset`.",
+    )
+    out += _section(
+        "###", "Parked after infrastructure failures", parked, ("task", "id"), "priority",
+        "title", ("status", "why"),
+        hint="Retry with `xaf-hub backlog set ID --status pending` once the cause is fixed.",
+    )
     lead = waiting["lead_backlog"]
     out += ["", f"### For a human ({lead['path'] or 'lead_backlog.md'})", ""]
     out += [f"- {item}" for item in lead["items"]] or ["Nothing waiting for a decision."]
@@ -292,15 +287,26 @@ def render_markdown(doc: Mapping[str, Any]) -> str:
     return "\n".join(out) + "\n"
 
 
-def _lead(pctx: OpsContext) -> tuple[Path, list[str]]:
-    path = pctx.cfg.patrol.lead_backlog_path or pctx.repo_root / "lead_backlog.md"
-    try:
-        text = path.read_bytes().decode("utf-8-sig", errors="replace")
-    except FileNotFoundError:
-        return path, []
-    except OSError as exc:
-        return path, [f"(cannot read {path}: {exc.strerror or exc})"]
-    return path, lead_backlog_items(text)
+def _lead(pctx: OpsContext) -> tuple[str, list[str]]:
+    """The decision lists of the projects served (each one's repo_root's, unless
+    patrol.lead_backlog_path names one for all), and their open items, each named by its project
+    when there are several lists."""
+    paths: dict[Path, str] = {}
+    for view in project_views(pctx):
+        path = view.cfg.patrol.lead_backlog_path or view.repo_root / "lead_backlog.md"
+        paths.setdefault(path, view.cfg.project_name)
+    items = []
+    for path, name in paths.items():
+        try:
+            text = path.read_bytes().decode("utf-8-sig", errors="replace")
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            got = [f"(cannot read {path}: {exc.strerror or exc})"]
+        else:
+            got = lead_backlog_items(text)
+        items += [f"{name}: {item}" for item in got] if len(paths) > 1 else got
+    return ", ".join(map(str, paths)), items
 
 
 def write_report(pctx: OpsContext, log: RoundLog, code: int) -> tuple[Path, Path]:
@@ -325,7 +331,7 @@ def write_report(pctx: OpsContext, log: RoundLog, code: int) -> tuple[Path, Path
             project=pctx.cfg.project_name,
             code=code,
             waiting=waiting,
-            lead_path=str(lead_path),
+            lead_path=lead_path,
             lead_items=lead_items,
             tasks=states,
             projects=projects,

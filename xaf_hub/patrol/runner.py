@@ -443,21 +443,15 @@ def _run_daemon(
                     start_date=first_run(datetime.now(UTC).astimezone(), every,
                                          cfg.patrol.minute_offset)))
 
+    def say(line: str) -> None:
+        out(pctx.redact(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {line}"))
+
     def look() -> None:
         """Every WATCH_SECONDS: the config's files, then the pool (work arrived?)."""
         said = ""  # the last failure logged: a lasting one (Redis away) is said once
         while not stop.wait(WATCH_SECONDS):
             try:
-                polled = "unchanged" if watch is None else watch.poll()
-                if polled == "loaded":
-                    assert watch is not None
-                    reconfigure(watch.cfg)
-                    out(f"{time.strftime('%Y-%m-%d %H:%M:%S')} config: read again "
-                        f"({len(watch.cfg.instances)} instance(s))")
-                if polled != "unchanged":
-                    assert watch is not None
-                    for line in watch.state.words("the patrol daemon"):
-                        out(pctx.redact(f"{time.strftime('%Y-%m-%d %H:%M:%S')} config: {line}"))
+                if watch is not None and watch.look("the patrol daemon", reconfigure, say):
                     beat["config"] = watch.state.to_json()
                     save_beat()
                 if following is not None:

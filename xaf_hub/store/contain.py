@@ -309,13 +309,7 @@ def _run(
 def _end_group(proc: subprocess.Popen[bytes]) -> None:
     """End the check's whole process group (what it left running too), then reap it. In the
     sandbox that is bwrap, and its PID namespace (everything inside) goes with it."""
-    if sys.platform == "win32":
-        with contextlib.suppress(OSError):
-            subprocess.run(
-                ["taskkill", "/F", "/T", "/PID", str(proc.pid)], capture_output=True, check=False
-            )
-    else:
-        kill_tree(proc.pid)
+    kill_tree(proc.pid)
     with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=10)
 

@@ -110,8 +110,26 @@ def default_state() -> dict[str, Any]:
     return {"schema_version": SCHEMA_VERSION, "blackouts": {}, "healed": {}}
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+_ABSENT = object()  # a key an entry does not hold
+_MS = (lambda v: isinstance(v, int) and not isinstance(v, bool), "an integer (ms since epoch)")
+_TEXT = (lambda v: isinstance(v, str), "a string")
+_TEXT_OR_NULL = (lambda v: v in (None, _ABSENT) or isinstance(v, str), "a string or null")
+
+
+def _absent_or(allowed: tuple[str, ...]) -> tuple[Callable[[Any], bool], str]:
+    return (lambda v: v is _ABSENT or v in allowed), f"one of {', '.join(allowed)}"
+
+
+# What each entry of the document's two sections must hold: key -> (test, words for the error).
+# A rest's scope and why are written since rests may follow the provider's word (absent: a
+# family, the reset hour).
+_ENTRY_CHECKS: dict[str, dict[str, tuple[Callable[[Any], bool], str]]] = {
+    "blackouts": {
+        "until_ms": _MS, "marked_at_ms": _MS, "reason": _TEXT, "source": _TEXT,
+        "scope": _absent_or(REST_SCOPES), "why": _absent_or(REST_WHYS),
+    },
+    "healed": {"at_ms": _MS, "from_model": _TEXT_OR_NULL, "to_model": _TEXT_OR_NULL},
+}
 
 
 class ModelState(abc.ABC):
@@ -165,32 +183,16 @@ class ModelState(abc.ABC):
                 f"expected {SCHEMA_VERSION}, found {version!r} "
                 "(written by another xaf-hub version?)",
             )
-        for section in ("blackouts", "healed"):
-            if not isinstance(data.setdefault(section, {}), dict):
+        for section, checks in _ENTRY_CHECKS.items():
+            entries = data.setdefault(section, {})
+            if not isinstance(entries, dict):
                 raise self._bad(section, "expected an object")
-        for family, entry in data["blackouts"].items():
-            where = f"blackouts.{family}"
-            if not isinstance(entry, dict):
-                raise self._bad(where, "expected an object")
-            for key in ("until_ms", "marked_at_ms"):
-                if not _is_int(entry.get(key)):
-                    raise self._bad(f"{where}.{key}", "expected an integer (ms since epoch)")
-            for key in ("reason", "source"):
-                if not isinstance(entry.get(key), str):
-                    raise self._bad(f"{where}.{key}", "expected a string")
-            # Written since rests may follow the provider's word (absent: a family, reset hour).
-            for key, allowed in (("scope", REST_SCOPES), ("why", REST_WHYS)):
-                if key in entry and entry[key] not in allowed:
-                    raise self._bad(f"{where}.{key}", f"expected one of {', '.join(allowed)}")
-        for key, entry in data["healed"].items():
-            where = f"healed.{key}"
-            if not isinstance(entry, dict):
-                raise self._bad(where, "expected an object")
-            if not _is_int(entry.get("at_ms")):
-                raise self._bad(f"{where}.at_ms", "expected an integer (ms since epoch)")
-            for field in ("from_model", "to_model"):
-                if entry.get(field) is not None and not isinstance(entry.get(field), str):
-                    raise self._bad(f"{where}.{field}", "expected a string or null")
+            for name, entry in entries.items():
+                if not isinstance(entry, dict):
+                    raise self._bad(f"{section}.{name}", "expected an object")
+                for key, (ok, words) in checks.items():
+                    if not ok(entry.get(key, _ABSENT)):
+                        raise self._bad(f"{section}.{name}.{key}", f"expected {words}")
         return data
 
     # -- blackouts ------------------------------------------------------------------------
@@ -423,16 +425,10 @@ def resolve_dispatch_model(
     families: Mapping[str, Sequence[str]],
 ) -> str | None:
     """Pick the dispatch model: explicit, else chain's first usable, else default, else None."""
-    if _usable(explicit, blacked_out, families):
-        return explicit
     # An explicit model of a blacked-out family falls through like no explicit model at all:
     # the blackout exists precisely so that a pinned free model stops eating 429s.
-    for model in chain:
-        if _usable(model, blacked_out, families):
-            return model
-    if _usable(default_model, blacked_out, families):
-        return default_model
-    return None
+    picks = (explicit, *chain, default_model)
+    return next((m for m in picks if _usable(m, blacked_out, families)), None)
 
 
 def next_model_in_chain(
@@ -445,7 +441,4 @@ def next_model_in_chain(
     rest: Sequence[str] = chain
     if current is not None and current in chain:
         rest = chain[list(chain).index(current) + 1 :]
-    for model in rest:
-        if model != current and _usable(model, blacked_out, families):
-            return model
-    return None
+    return next((m for m in rest if m != current and _usable(m, blacked_out, families)), None)

@@ -10,11 +10,6 @@ from xaf_hub.core.outcomes import TASK_STATES, TaskState, task_state
 from xaf_hub.store.tasks import PRIORITIES, Task, format_instant, instant_seconds, parse_instant
 
 
-def _priority_rank(task: Task) -> int:
-    """0 for P0 ... 3 for P3."""
-    return PRIORITIES.index(task.priority)
-
-
 def readiness(
     task: Task,
     tasks: Sequence[Task],
@@ -59,9 +54,8 @@ def pick_tasks(tasks: Sequence[Task], instance: str, free: int, now: datetime) -
             continue
         tier = 0 if task.instance == instance else 1 if not task.instance else 2
         created = instant_seconds(task.created_at)
-        ranked.append(
-            (tier, _priority_rank(task), float("-inf") if created is None else created, index, task)
-        )
+        rank = PRIORITIES.index(task.priority)  # 0 for P0 ... 3 for P3
+        ranked.append((tier, rank, float("-inf") if created is None else created, index, task))
     ranked.sort(key=lambda r: r[:4])
     return [r[4] for r in ranked[:free]]
 

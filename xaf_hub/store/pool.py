@@ -332,7 +332,6 @@ class TaskPool(abc.ABC):
         reason: str,
         infrastructure: bool,
         now: datetime,
-        backoff_base_s: float = 600,
         policy: InfraPolicy | None = None,
     ) -> Task:
         """Put a failed task back to pending.
@@ -350,7 +349,7 @@ class TaskPool(abc.ABC):
             if not infrastructure:
                 attempts += 1
                 failures = 0
-                not_before = format_instant(now + backoff_delay(attempts, backoff_base_s))
+                not_before = format_instant(now + backoff_delay(attempts))
             elif policy is not None:
                 failures += 1
                 if failures >= policy.max_failures:

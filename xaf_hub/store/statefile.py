@@ -55,22 +55,15 @@ def write_text_atomic(path: Path, text: str, *, private: bool = True) -> None:
     _fsync_dir(path.parent)
 
 
-def _temp_pattern(path: Path) -> re.Pattern[str]:
-    # write_text_atomic's temp names: "." + name + "." + 8 of mkstemp's [a-z0-9_] + ".tmp".
-    return re.compile(rf"^\.{re.escape(path.name)}\.[a-z0-9_]{{8}}\.tmp$")
-
-
-def sweep_temp_files(path: Path) -> int:
+def sweep_temp_files(path: Path) -> None:
     """Delete temp files that killed writers of ``path`` left; call only under its lock."""
-    pattern = _temp_pattern(path)
-    removed = 0
+    # write_text_atomic's temp names: "." + name + "." + 8 of mkstemp's [a-z0-9_] + ".tmp".
+    pattern = re.compile(rf"^\.{re.escape(path.name)}\.[a-z0-9_]{{8}}\.tmp$")
     with contextlib.suppress(OSError):
         for entry in path.parent.iterdir():
             if pattern.match(entry.name):
                 with contextlib.suppress(OSError):
                     entry.unlink()
-                    removed += 1
-    return removed
 
 
 def write_json_atomic(path: Path, data: Any, *, private: bool = True) -> None:

@@ -68,49 +68,39 @@ _INSTANT_KEYS: Final = ("dispatched_at", "done_at", "not_before", "created_at", 
 _CHOICES: Final = {"priority": PRIORITIES, "status": STATUSES, "landing": LANDINGS}
 
 
-class _FieldProblem(Exception):
-    """One bad task key; turned into StateFileError or ValueError by the caller."""
-
-    def __init__(self, key: str, message: str) -> None:
-        super().__init__(message)
-        self.key = key
-        self.message = message
-
-
 def instant_seconds(value: str | int | None) -> float | None:
     """Seconds since the epoch for a stored time (validated on load, so parsing succeeds)."""
     parsed = parse_instant(value)
     return None if parsed is None else parsed.timestamp()
 
 
-def _check_field(key: str, value: object, *, allow_empty_id: bool = False) -> None:
-    """Raise _FieldProblem when ``value`` is not valid for task key ``key``."""
+def _field_problem(key: str, value: object, *, allow_empty_id: bool = False) -> tuple[str, str]:
+    """(the key or item, what is wrong) when ``value`` is not valid for task key ``key``;
+    ("", "") when it is."""
     types, nullable = _FIELD_TYPES[key]
     if value is None and nullable:
-        return
+        return "", ""
     problem = type_problem(value, types)
     if not problem and key in _CHOICES:
         problem = choice_problem(value, _CHOICES[key])
     if problem:
-        raise _FieldProblem(key, problem)
-    if key == "id" and not allow_empty_id and not cast(str, value).strip():
-        raise _FieldProblem(key, "must not be empty")
-    if key == "title" and not cast(str, value).strip():
-        raise _FieldProblem(key, "must not be empty")
+        return key, problem
+    empty_ok = key == "id" and allow_empty_id
+    if key in ("id", "title") and not cast(str, value).strip() and not empty_ok:
+        return key, "must not be empty"
     if types == (int,) and cast(int, value) < 0:
-        raise _FieldProblem(key, f"must be 0 or more, got {value}")
+        return key, f"must be 0 or more, got {value}"
     if key in _LIST_KEYS:
         for i, item in enumerate(cast(Sequence[object], value)):
             if not isinstance(item, str) or (key != "prompts" and not item.strip()):
                 what = "a task id" if key == "depends_on" else "a text"
-                raise _FieldProblem(f"{key}[{i}]", f"expected {what}, got {json_type(item)}")
+                return f"{key}[{i}]", f"expected {what}, got {json_type(item)}"
     if key in _INSTANT_KEYS:
         try:
             parse_instant(cast("str | int", value))
         except (ValueError, OverflowError, OSError):
-            raise _FieldProblem(
-                key, f"not an ISO 8601 time or epoch milliseconds: {value!r}"
-            ) from None
+            return key, f"not an ISO 8601 time or epoch milliseconds: {value!r}"
+    return "", ""
 
 
 @dataclass(frozen=True)
@@ -190,11 +180,10 @@ class Task:
             if isinstance(getattr(self, key), list):
                 object.__setattr__(self, key, tuple(getattr(self, key)))
         for key in _FIELD_TYPES:
-            try:
-                # An empty id is allowed here only so Backlog.add can fill one in.
-                _check_field(key, getattr(self, key), allow_empty_id=True)
-            except _FieldProblem as exc:
-                raise ValueError(f"task {self.id!r}: {exc.key}: {exc.message}") from None
+            # An empty id is allowed here only so Backlog.add can fill one in.
+            bad, problem = _field_problem(key, getattr(self, key), allow_empty_id=True)
+            if problem:
+                raise ValueError(f"task {self.id!r}: {bad}: {problem}")
         clash = set(self.extra) & set(_FIELD_TYPES)
         if clash:
             raise ValueError(f"task {self.id!r}: extra repeats known keys {sorted(clash)}")
@@ -224,10 +213,9 @@ class Task:
             if key not in _FIELD_TYPES:
                 extra[key] = copy.deepcopy(value)
                 continue
-            try:
-                _check_field(key, value)
-            except _FieldProblem as exc:
-                raise StateFileError(f"{where}.{exc.key}: {exc.message}") from None
+            bad, problem = _field_problem(key, value)
+            if problem:
+                raise StateFileError(f"{where}.{bad}: {problem}")
             known[key] = tuple(value) if key in _LIST_KEYS else value
         return cls(**known, extra=extra)
 

@@ -4,7 +4,17 @@ from __future__ import annotations
 
 from collections import Counter
 
-from bench.soak import KINDS, Checks, Fault, render, run_costs, schedule
+from bench.soak import (
+    KINDS,
+    Answer,
+    Checks,
+    Fault,
+    Pending,
+    render,
+    run_costs,
+    schedule,
+    unseen_waits,
+)
 
 
 def test_a_seed_fixes_the_schedule_and_every_kind_takes_its_turn() -> None:
@@ -44,3 +54,37 @@ def test_a_steer_starts_a_run_of_its_own_and_each_run_is_costed_apart() -> None:
     mixed = [_msg("user", "u1"), _msg("assistant", "a0", "u1", 0.02), _msg("user", "u2"),
              _msg("assistant", "a1", "u1", 0.02), _msg("assistant", "b0", "u2", 0.02)]
     assert [round(c, 2) for c in run_costs(mixed)] == [0.04, 0.02]
+
+
+def test_a_request_pending_past_the_grace_must_be_in_each_answer_started_after_it() -> None:
+    # per_1 (session ses_1, on lan-b) first seen pending at t+10 s, still pending at t+40 s.
+    r = Pending("per_1", "ses_1", "lan-b", first=10.0, last=40.0)
+
+    def answer(start: float, end: float, *listed: str, unknown: str = "") -> Answer:
+        return Answer(start, end, frozenset(listed), frozenset({unknown} - {""}))
+
+    cases = [  # (label, answer, troubled windows, judged as seen / unseen / not judged)
+        ("missing, started after the grace: a break", answer(13, 15), [], False),
+        ("listed by its id", answer(13, 15, "per_1"), [], True),
+        ("listed by its session (another request of it shown)", answer(13, 15, "ses_1"), [],
+         True),
+        ("missing, started before the grace: not judged", answer(11, 15), [], None),
+        ("missing, ended after the request was last seen: answered meanwhile, not judged",
+         answer(38, 41), [], None),
+        ("missing, its server paused during the call: not judged", answer(20, 25),
+         [("lan-b", 24.0, 30.0)], None),
+        ("missing, its server behind a slow link from before the call: not judged",
+         answer(20, 25), [("lan-b", 5.0, 21.0)], None),
+        ("missing, still pausing when the soak judges: not judged", answer(20, 25),
+         [("lan-b", 22.0, float("inf"))], None),
+        ("missing, another server troubled, or this one before the call: a break",
+         answer(20, 25), [("lan-c", 19.0, 30.0), ("lan-b", 12.0, 19.5)], False),
+        ("missing, the answer said lan-b was unreadable: not judged",
+         answer(20, 25, unknown="lan-b"), [], None),
+    ]
+    for label, a, troubled, expected in cases:
+        got = unseen_waits([r], [a], troubled)
+        assert [seen for _, _, seen in got] == ([] if expected is None else [expected]), label
+    # Every answer after the grace is judged, each pair once.
+    two = unseen_waits([r], [answer(13, 15, "per_1"), answer(20, 25)], [])
+    assert [(a.start, seen) for _, a, seen in two] == [(13, True), (20, False)]

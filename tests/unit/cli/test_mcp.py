@@ -12,6 +12,7 @@ import pytest
 pytest.importorskip("mcp.server.mcpserver")
 
 from tests.unit.cli.mcp_support import _call, _text
+from tests.unit.config.projects_support import projects  # noqa: E402
 from xaf_hub.cli.mcp import MAX_TEXT, refusal_class  # noqa: E402
 from xaf_hub.cli.mcp_command import bearer_guard  # noqa: E402
 from xaf_hub.errors import (  # noqa: E402
@@ -238,3 +239,27 @@ def test_a_read_names_a_missing_password_and_still_answers_past_a_down_instance(
     got = _call(hub, "sessions", {"instance": "down"})
     assert not got.is_error, _text(got)
     assert got.structured_content["unreachable"][0]["instance"] == "down"
+
+
+def test_every_answer_names_the_project_it_was_read_as(tmp_path: Path) -> None:
+    import json
+
+    from xaf_hub.cli.mcp import Hub
+
+    one = tmp_path / "one.json"
+    one.write_text(json.dumps({"project": {"name": "demo"}, "instances": [
+        {"name": "down", "url": "http://127.0.0.1:9", "roots": [str(tmp_path)]}]}), "utf-8")
+    several = tmp_path / "several.json"
+    doc = projects()
+    for inst in doc["instances"]:
+        inst["url"] = "http://127.0.0.1:9"
+    several.write_text(json.dumps(doc), "utf-8")
+    env = {"XAF_HUB_HOME": str(tmp_path / "home")}
+    for config, tool, args, name in (
+        (one, "backlog_list", {}, "demo"), (one, "instances", {}, "demo"),
+        (several, "sessions", {"project": "blog"}, "blog"), (several, "waiting", {}, None),
+    ):
+        got = _call(Hub(config=str(config), env=env, cwd=tmp_path), tool, args)
+        answer = got.structured_content
+        for record in answer.get("items", [answer]):
+            assert record.get("project", "missing") == name, (tool, answer)

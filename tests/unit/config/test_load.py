@@ -90,6 +90,8 @@ def test_instances_are_scanned_all_at_once_up_to_a_bound(
             "must not carry credentials",
         ),
         (base(instances=[{"name": "a"}]), "instances[0].url': missing"),
+        (base(instances=[{"name": " ", "url": "http://h"}]), "'instances[0].name': expected a"),
+        (base(instances={"": {"url": "http://h"}}), "'instances[0].name': expected a non-empty"),
         (
             base(instances=[{"name": "a", "url": "http://127.0.0.1", "roots": ["rel/dir"]}]),
             "roots[0]': must be an absolute path",
@@ -336,7 +338,7 @@ def test_the_check_reaches_what_the_config_names(tmp_path: Path) -> None:
     [
         ({"repository": 3}, "key 'project.repository': expected a string"),
         ({"repository": "--upload-pack=x"}, "key 'project.repository': must be a git URL"),
-        ({"commit_url": "ftp://x/{commit}"}, "key 'project.commit_url': must be an http(s) URL"),
+        ({"commit_url": "ftp://x/{commit}"}, "'project.commit_url': must be an http:// or https://"),
         ({"commit_url": "https://git.example/c/"}, "must hold {commit} where the hash goes"),
         ({"fetch_timeout_seconds": 0}, "key 'project.fetch_timeout_seconds': must be at least 1"),
         ({"repository": "/o.git", "check_command": 7}, "key 'project.check_command': expected"),
@@ -445,3 +447,22 @@ def test_bad_permissions_are_named(
 ) -> None:
     with pytest.raises(ConfigError, match=message):
         load_config(write(tmp_path / "c.json", base(permissions=permissions)))
+
+
+@pytest.mark.parametrize(
+    ("extra", "key", "url"),
+    [
+        ({"project": {"name": "d", "commit_url": "ftp://x/{commit}"}}, "project.commit_url",
+         "ftp://x/{commit}"),
+        ({"page": {"url": "ftp://x/"}}, "page.url", "ftp://x/"),
+        ({"instances": [{"name": "a", "url": "ftp://x"}]}, "instances[0].url", "ftp://x"),
+    ],
+)
+def test_every_http_url_key_is_refused_in_the_same_words(
+    tmp_path: Path, extra: dict[str, Any], key: str, url: str
+) -> None:
+    """The commit link, the page's address and an instance's URL are checked by one rule."""
+    with pytest.raises(ConfigError) as got:
+        load_config(str(write(tmp_path / "c.json", base(**extra))), env={}, cwd=tmp_path)
+    assert str(got.value).endswith(f"key '{key}': must be an http:// or https:// URL, got {url!r}")
+    assert got.value.problem == "bad_url"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -9,6 +10,9 @@ import pytest
 
 from tests.unit.config.projects_support import INSTANCES, load, projects
 from xaf_hub.errors import ConfigError, UsageError
+from xaf_hub.ops.budget import run_ceiling
+from xaf_hub.ops.context import OpsContext
+from xaf_hub.ops.send import pool_discipline
 
 
 def test_several_projects_load_with_none_chosen_and_each_can_be_chosen(tmp_path: Path) -> None:
@@ -103,6 +107,10 @@ def test_each_project_has_its_own_design_documents_and_base_branch(tmp_path: Pat
      "key 'projects.shop.base_branch': must name the integration branch"),
     ({"projects": {"shop": {"batch_patterns": ["("]}}},
      "key 'projects.shop.batch_patterns[0]': invalid regular expression"),
+    ({"projects": {"shop": {"branch_policy": "trunk"}}},
+     "key 'projects.shop.branch_policy': must be 'branch' or 'mainline', got 'trunk'"),
+    ({"projects": {"shop": {"branch_policy": True}}},
+     "key 'projects.shop.branch_policy': expected a string"),
     ({"projects": {"shop": {"interval_minutes": 5}}},
      "key 'projects.shop.interval_minutes': unknown key"),
     ({"instances": [{**INSTANCES[0], "roots": ["/a"]}]},
@@ -114,3 +122,44 @@ def test_a_bad_shape_is_one_line_saying_where(
     with pytest.raises(ConfigError) as caught:
         load(tmp_path, projects(**changes))
     assert message in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_each_project_has_its_own_run_ceiling_and_discipline(tmp_path: Path) -> None:
+    doc = projects(budget={"run_usd": 1.0}, patrol={"backlog_path": "pool.json"})
+    doc["projects"]["blog"].update(budget_run_usd=0.25, discipline="Commit on trunk only.")
+    doc["instances"][1]["budget_run_usd"] = 3.0
+    cfg = load(tmp_path, doc)
+    cfg.backlog_path.write_text(
+        json.dumps({"schema_version": 1, "discipline": "The pool's rules.", "tasks": []}),
+        encoding="utf-8")
+    shop, blog = cfg.choose("shop"), cfg.choose("blog")
+    # the instance's own ceiling, else the project's, else budget.run_usd
+    assert [run_ceiling(blog, i) for i in blog.instances] == [0.25, 3.0]
+    assert [run_ceiling(shop, i) for i in shop.instances] == [1.0, 3.0]
+    assert run_ceiling(cfg, cfg.instances[0]) == 1.0  # seen as every project: the config's
+    assert pool_discipline(OpsContext(blog)) == ("Commit on trunk only.", "")
+    assert pool_discipline(OpsContext(shop)) == ("The pool's rules.", "")
+    assert (blog.discipline_or("x"), shop.discipline_or("x"), cfg.discipline_or("x")) == (
+        "Commit on trunk only.", "x", "x")
+    assert cfg.choose("shop").choose("blog") == blog  # a view chosen from a view is the same
+    one = load(tmp_path, {"project": {"name": "demo", "budget_run_usd": 0.5, "discipline": "d"},
+                          "instances": [{**INSTANCES[0], "roots": ["/src/demo"]}]})
+    assert (run_ceiling(one, one.instances[0]), one.discipline_or(None)) == (0.5, "d")
+
+
+def test_each_project_may_set_the_branch_policy_an_instance_does_not(tmp_path: Path) -> None:
+    doc = projects()
+    doc["instances"].append({"name": "local-box", "url": "http://127.0.0.1:4098"})
+    doc["projects"]["blog"]["branch_policy"] = "mainline"
+    doc["projects"]["shop"]["branch_policy"] = "branch"
+    doc["instances"][1]["branch_policy"] = "branch"
+    cfg = load(tmp_path, doc)
+    policies = {p: [i.branch_policy for i in cfg.choose(p).instances] for p in ("shop", "blog")}
+    # the instance's own key, else the project's, else by the instance's name
+    assert policies == {"shop": ["branch", "branch", "branch"],
+                        "blog": ["mainline", "branch", "mainline"]}
+    assert [i.branch_policy for i in cfg.instances] == ["branch", "branch", "mainline"]
+    assert cfg.choose("shop").choose("blog") == cfg.choose("blog")
+    one = load(tmp_path, {"project": {"name": "demo", "branch_policy": "mainline"},
+                          "instances": [{**INSTANCES[0], "roots": ["/src/demo"]}]})
+    assert one.instances[0].branch_policy == "mainline"

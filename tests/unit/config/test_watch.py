@@ -71,6 +71,21 @@ def test_a_bad_save_keeps_the_config_in_use_until_a_good_one(tmp_path: Path) -> 
     assert w.state.words("serve") == []
 
 
+def test_a_look_hands_a_new_config_on_and_says_what_a_person_should_read(
+    tmp_path: Path,
+) -> None:
+    w = _watch(tmp_path, _doc())
+    used: list[object] = []
+    said: list[str] = []
+    assert not w.look("serve", used.append, said.append) and (used, said) == ([], [])
+    _save(tmp_path / "config.json", _doc(concurrency_limit=7))
+    assert w.look("serve", used.append, said.append)
+    assert used == [w.cfg] and said == ["config: read again (1 instance(s))"]
+    _save(tmp_path / "config.json", "{")
+    assert w.look("serve", used.append, said.append) and len(used) == 1
+    assert said[1].startswith("config: serve keeps the config it loaded at ")
+
+
 def test_the_stores_keep_their_backends_until_a_restart(tmp_path: Path) -> None:
     w = _watch(tmp_path, _doc())
     moved = _doc(state_dir=str(tmp_path / "elsewhere"), concurrency_limit=4,

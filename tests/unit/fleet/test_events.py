@@ -30,6 +30,8 @@ from xaf_hub.config.load import Config, load_config
 from xaf_hub.core.records import SessionRecord
 from xaf_hub.fleet.events import Board, FleetEvent, Frame, parse_frame
 from xaf_hub.fleet.follow import FleetFollower
+from xaf_hub.fleet.scan import build_record
+from xaf_hub.fleet.wire import ServerSession
 
 
 def test_parse_frame_reads_both_streams_and_skips_the_rest() -> None:
@@ -76,6 +78,18 @@ def test_a_board_with_steps_reports_each_priced_step_of_a_project_session(tmp_pa
         assert kinds(steps, quiet) == []
     assert kinds(steps, _step("ses_unknown", 0.02)) == []  # looked up first, as any new session
     assert steps.missing == [("ses_unknown", f"{ROOT}/app")]
+
+
+def test_a_session_error_is_said_as_every_view_says_an_error(tmp_path: Path) -> None:
+    board = Board(_cfg(tmp_path).instances[0])
+    board.reconcile([SessionRecord("a", "ses_1", "t", f"{ROOT}/app", project=True)], "rescan")
+    error = {"name": "APIError",
+             "data": {"statusCode": 429, "message": "Rate limit exceeded\nretry later"}}
+    frame = parse_frame(_g("session.error", {"sessionID": "ses_1", "error": error}))
+    assert frame is not None
+    (event,) = board.apply(frame)
+    # One line, with the HTTP status, as runstate.error_text says it for show and the patrol.
+    assert (event.kind, event.detail) == ("error", "APIError: HTTP 429: Rate limit exceeded")
 
 
 def test_board_reports_each_change_once(tmp_path: Path) -> None:
@@ -651,3 +665,21 @@ def test_a_board_over_several_projects_learns_each_projects_worktrees(tmp_path: 
         assert frame is not None and board.apply(frame) == []
     assert board.is_project(room) and not board.is_project(stray)
     assert board.inst.owner(room, board.sandboxes[room]) == "blog"
+
+
+def test_a_session_read_by_id_in_a_learnt_worktree_is_placed_in_its_projects_checkout(
+    tmp_path: Path,
+) -> None:
+    """A session the follower reads by id does not name its checkout: the board places it in
+    the checkout its worktree was made from, so its record names the project that owns it."""
+    inst = load(tmp_path, projects()).instances[0]
+    board = Board(inst)
+    room = "/data/opencode/worktree/p2/t-1-post"
+    frame = parse_frame(_g("project.updated", {"id": "p2", "worktree": "/src/blog",
+                                               "sandboxes": [room]}, directory="global"))
+    assert frame is not None and board.apply(frame) == []
+    read = ServerSession("ses_r", "t", room, 1, 1, None, "", "")
+    assert build_record(inst, read, None, True).owner == ""  # as the server told it
+    assert build_record(inst, board.placed(read), None, True).owner == "blog"
+    elsewhere = ServerSession("ses_e", "t", "/data/other", 1, 1, None, "", "")
+    assert board.placed(elsewhere) == elsewhere

@@ -46,7 +46,7 @@ def test_each_level_once_per_day(tmp_path: Path) -> None:
     first = round_(tmp_path, [project(8.0), BudgetLine("a", Spend(0.2), 1.0)])
     assert [i for i, _ in first] == ["budget:*:80:2026-12-02"]
     assert first[0][1] == {"level": 80, "day": "2026-12-02", "spent_usd": 8.0, "budget_usd": 10.0,
-                           "cost_unknown_sessions": 0}
+                           "cost_unknown_sessions": 0, "every_project": False}
     # Still above 80 %: nothing new (the outbox's state remembers, across restarts too).
     assert round_(tmp_path, [project(9.0)]) == []
     reached = round_(tmp_path, [project(10.0), BudgetLine("a", Spend(1.0), 1.0)])
@@ -85,3 +85,6 @@ def test_budget_notices_are_on_by_default_and_read_well() -> None:
     head, text = render(ev80, language="zh", project="shop", page_url="", tz=UTC)
     assert head.endswith("每日预算已用 80%:lan-b")
     assert "$0.80" in text and "$1.00" in text
+    # A hub of several projects telling of the whole fleet names no one project.
+    head, _ = render(ev80, language="en", project="", page_url="", tz=UTC)
+    assert head.startswith("[xaf-hub · All projects] ")

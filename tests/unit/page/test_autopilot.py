@@ -221,14 +221,14 @@ def test_the_queue_counts_the_pools_states_never_a_sessions_word(cfg: Config) ->
     for tid in [*states, "T5"]:
         pool.add(Task(id=tid, title=f"task {tid}"))
         pool.mark_dispatched(tid, f"ses_{tid}", "a", None, NOW)
-    sessions = {
-        ("a", f"ses_{tid}"): SessionRecord(
+    sessions = Snapshot(NOW_MS, (), tuple(
+        SessionRecord(
             "a", f"ses_{tid}", f"{tid} task", "/srv/demo", outcome=outcome,
             running=outcome == "running", run_state="busy" if outcome == "running" else "idle",
             project=True,
         )
         for tid, outcome in states.items()
-    }
+    ))
     before = queue(overview.build(cfg, NOW_MS))
     assert before == {"in_progress": 5}
     assert queue(overview.build(cfg, NOW_MS, "en", sessions)) == before

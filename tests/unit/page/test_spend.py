@@ -51,8 +51,9 @@ def test_the_page_shows_the_spend(tmp_path: Path) -> None:
     from xaf_hub.core.records import InstanceSummary, Snapshot
 
     c = cfg(tmp_path)
-    view = build(c, to_ms(NOW), "en", sessions(), answered=["a", "b", "c"])
-    snap = Snapshot(to_ms(NOW), (InstanceSummary("a", "u", True),), tuple(sessions().values()))
+    up = tuple(InstanceSummary(name, "u", True) for name in "abc")
+    snap = Snapshot(to_ms(NOW), up, tuple(sessions().values()))
+    view = build(c, to_ms(NOW), "en", snap)
     html = render_html(snap, now_ms=to_ms(NOW), autopilot=view)
     assert "Spent today: $1.25 of the daily budget $3.00 (42 %)." in html
     assert "Cost unknown for 1 sessions" in html

@@ -418,3 +418,40 @@ def test_a_standby_daemon_stops_a_run_past_its_ceiling(tmp_path: Path) -> None:
         ("ceiling", "ses_root", "ok")
     ]
     assert again == [] and not any(n.busy for n in server.nodes.values())
+
+
+@pytest.mark.parametrize(("overall", "own", "parent", "stopped"), [
+    (0.01, 10.0, "", False),  # the overall ceiling is not this project's
+    (None, 0.05, "ses_root", True),  # the project's own, none overall; a sub-agent's step
+])
+def test_serving_several_projects_a_run_is_judged_at_its_projects_ceiling(
+    tmp_path: Path, overall: float | None, own: float, parent: str, stopped: bool
+) -> None:
+    """The daemon of two projects (none chosen) judges a run (it cost $0.06) against the run
+    ceiling of the project whose folder holds it."""
+    import asyncio
+
+    from tests.unit.ops.ceiling_support import APP, Family, priced_run
+    from xaf_hub.patrol import live
+
+    server = Family()
+    priced_run(server, root_busy=True)
+    doc: dict[str, object] = {
+        "instances": [{"name": "a", "url": "http://127.0.0.1:9"}], "models": {"timezone": "UTC"},
+        "projects": {"q": {"roots": {"a": ["/srv/q"]}},
+                     "p": {"roots": {"a": ["/srv/p"]}, "budget_run_usd": own}},
+    }
+    if overall is not None:
+        doc["budget"] = {"run_usd": overall}
+    (tmp_path / "config.json").write_text(json.dumps(doc), "utf-8")
+    cfg = load_config(str(tmp_path / "config.json"),
+                      env={"XAF_HUB_HOME": str(tmp_path / "home")}, cwd=tmp_path)
+    watch = live.CeilingWatch(OpsContext(cfg, env={}, transport_factory=server.transport),
+                              lambda line: None, lambda: None)
+    step = SessionRecord("a", "ses_kid" if parent else "ses_root", "t", APP, project=True,
+                         parent_id=parent)
+    watch.look(step)
+    assert list(watch._due) == [("a", step.id)]
+    cycle, _ = asyncio.run(watch._judge_all([step]))
+    assert [(a.kind, a.session, a.result) for a in cycle.log.actions] == (
+        [("ceiling", "ses_root", "ok")] if stopped else [])

@@ -3,6 +3,7 @@ each task read as its project's."""
 
 from __future__ import annotations
 
+import json
 import os
 from datetime import UTC, datetime
 from pathlib import Path
@@ -13,14 +14,20 @@ from tests.unit.config.projects_support import load, projects
 from tests.unit.patrol.run_support import NOW as RUN_NOW
 from tests.unit.patrol.run_support import NOW_MS, FakeFleet, assistant, round_at
 from xaf_hub.core import aio
+from xaf_hub.core.clock import to_ms
+from xaf_hub.core.records import SessionRecord
 from xaf_hub.errors import UsageError
+from xaf_hub.fleet.instance_scan import InstanceScan
+from xaf_hub.notify.derive import Inputs, derive
+from xaf_hub.notify.messages import render
 from xaf_hub.notify.record import RoundLog
-from xaf_hub.ops.context import OpsContext
+from xaf_hub.ops.context import Fleet, OpsContext
 from xaf_hub.ops.send import build_prompt
 from xaf_hub.patrol.context import Cycle, every_project, project_views
 from xaf_hub.patrol.design_scan import DesignTask, merge_design_tasks
 from xaf_hub.patrol.jobs.fill_slots import fair_slots
 from xaf_hub.patrol.jobs.sync_design import sync_design_tasks
+from xaf_hub.patrol.report import write_report
 from xaf_hub.store.tasks import BacklogData, Task, of_project, project_of
 
 NOW = datetime(2026, 12, 6, 12, 0, tzinfo=UTC)
@@ -129,3 +136,72 @@ def test_a_round_over_several_projects_scans_the_fleet_once_and_each_sees_its_ow
     lines = result.cycle.log.sessions
     assert sorted((s.session, s.project) for s in lines) == [
         ("ses_0", "p"), ("ses_1", "p"), ("ses_2", "p")], lines
+
+
+def test_the_report_reads_each_projects_decision_list_and_counts_every_projects_runs(
+    tmp_path: Path,
+) -> None:
+    doc = projects(state_dir=str(tmp_path / "state"))
+    doc["projects"]["shop"]["repo_root"] = "shop"
+    doc["projects"]["blog"]["repo_root"] = "blog"
+    cfg = load(tmp_path, doc)
+    for name, line in (("shop", "- merge feature/a"), ("blog", "- [ ] publish the post")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "lead_backlog.md").write_text(line + "\n", encoding="utf-8")
+    inst = cfg.instances[0]
+    runs = [SessionRecord("dev", f"s{i}", "t", d, running=True, run_state="busy",
+                          project=inst.claims(d), owner=inst.owner(d))
+            for i, d in enumerate(("/src/shop/a", "/src/blog/b"))]
+    whole = Fleet([InstanceScan(inst, reachable=True, sessions=runs)])
+    cycle = Cycle(RoundLog(started=NOW), _scan=(whole, NOW, 0))
+    blog = cfg.choose("blog")
+    cycle.note_instances(OpsContext(blog), whole.seen_as(blog))  # a project's job notes them
+    assert [(i.name, i.running_project) for i in cycle.log.instances] == [("dev", 2)]
+    report = json.loads(write_report(OpsContext(cfg), cycle.log, 0)[0].read_text("utf-8"))
+    lead = report["waiting"]["lead_backlog"]
+    assert lead["items"] == ["shop: merge feature/a", "blog: publish the post"]
+    assert lead["path"] == f"{tmp_path / 'shop' / 'lead_backlog.md'}, " \
+        f"{tmp_path / 'blog' / 'lead_backlog.md'}"
+
+
+def test_a_round_over_several_projects_notices_each_projects_budget_and_the_overall_one(
+    tmp_path: Path,
+) -> None:
+    doc = projects(budget={"daily_usd": 10.0})
+    doc["projects"]["shop"]["budget_daily_usd"] = 2.0
+    doc["projects"]["blog"]["budget_daily_usd"] = 5.0
+    doc["instances"][0]["budget_daily_usd"] = 2.5
+    cfg = load(tmp_path, doc)
+    inst = cfg.instances[0]
+    spent = (("/src/shop/a", 2.0), ("/src/blog/b", 4.0), ("/src/blog/c", 2.0))
+    recs = [SessionRecord("dev", f"s{i}", "t", d, updated=to_ms(NOW), cost=usd,
+                          project=inst.claims(d), owner=inst.owner(d))
+            for i, (d, usd) in enumerate(spent)]
+    whole = Fleet([InstanceScan(inst, reachable=True, sessions=recs)])
+    cycle = Cycle(RoundLog(started=NOW), _scan=(whole, NOW, 0))
+    for view in project_views(OpsContext(cfg, clock=lambda: NOW)):  # as each job notes them
+        cycle.note_instances(view, whole.seen_as(view.cfg))
+    events = derive(cycle.log, Inputs(configured=["dev", "lan"], spend=cycle.log.spend), {},
+                    now=NOW, tz=UTC, summary_hour=23)
+    day = NOW.date().isoformat()
+    got = sorted((e.id, e.project, e.data.get("every_project")) for e in events
+                 if e.type == "budget")
+    assert got == [  # shop $2 of $2, blog $6 of $5 (and $6 of dev's $2.50), all $8 of $10
+        (f"budget:*:80:{day}", "", True),
+        (f"budget:blog/*:100:{day}", "blog", False), (f"budget:blog/*:80:{day}", "blog", False),
+        (f"budget:blog/dev:100:{day}", "blog", False), (f"budget:blog/dev:80:{day}", "blog", False),
+        (f"budget:shop/*:100:{day}", "shop", False), (f"budget:shop/*:80:{day}", "shop", False),
+        (f"budget:shop/dev:80:{day}", "shop", False),
+    ]
+    overall = next(e for e in events if e.data.get("every_project"))
+    assert render(overall, language="en", project="", page_url="", tz=UTC)[0].endswith(
+        "Daily budget 80 % spent: All projects")
+
+
+def test_a_projects_branch_policy_shapes_its_prompts(tmp_path: Path) -> None:
+    doc = projects()
+    doc["projects"]["blog"]["branch_policy"] = "mainline"
+    shop, blog = project_views(OpsContext(load(tmp_path, doc), env={}))
+    said = {v.cfg.project_name: build_prompt(v, v.cfg.instances[0], "do x", "x")
+            for v in (shop, blog)}
+    assert "Branch policy: branch" in said["shop"] and "Branch policy: mainline" in said["blog"]

@@ -59,42 +59,25 @@ def chosen_instances(ctx: Context, name: str | None) -> list[InstanceConfig]:
 
 
 def scan(
-    ctx: Context,
-    instances: list[InstanceConfig],
-    *,
-    outcomes: bool = False,
-    project_only: bool = False,
-    progress: bool = False,
+    ctx: Context, instances: list[InstanceConfig], *, progress: bool = False
 ) -> tuple[Snapshot, list[InstanceScan]]:
-    """Scan the given instances; with ``outcomes`` also fetch each project session's last result.
-
-    ``progress``: on a terminal, name the instances still awaited after a second (stderr)."""
+    """Scan the given instances. ``progress``: on a terminal, name the instances still awaited
+    after a second (stderr)."""
 
     import asyncio  # deferred: start-up, docs/performance.md
 
     from xaf_hub.cli.progress import Progress  # deferred: start-up, docs/performance.md
     from xaf_hub.core import aio  # deferred: start-up, docs/performance.md
-    from xaf_hub.fleet.scan import (  # deferred: start-up, docs/performance.md
-        fill_outcomes,
-        scan_fleet,
-    )
+    from xaf_hub.fleet.scan import scan_fleet  # deferred: start-up, docs/performance.md
 
     async def go() -> tuple[Snapshot, list[InstanceScan]]:
         waiting = Progress(ctx.stderr, [i.name for i in instances] if progress else [], ctx.env)
         ticker = asyncio.create_task(waiting.run())
         try:
-            snap, scans = await scan_fleet(
-                ctx.config,
-                instances,
-                transport_factory=ctx.transport_factory,
-                project_only=project_only,
-                on_done=waiting.done,
-            )
+            return await scan_fleet(ctx.config, instances, transport_factory=ctx.transport_factory,
+                                    on_done=waiting.done)
         finally:
             await aio.cancel_and_wait(ticker)
-        if outcomes:
-            snap = await fill_outcomes(ctx.config, scans, ctx.transport_factory)
-        return snap, scans
 
     return aio.run(go())
 

@@ -44,7 +44,6 @@ from xaf_hub.core.outcomes import TASK_STATES, task_words, tone
 from xaf_hub.core.text import dumps, shorten
 from xaf_hub.errors import ExitCode, StateFileError, UnreachableError, UsageError
 from xaf_hub.ops.decisions import session_still_runs
-from xaf_hub.store import audit
 from xaf_hub.store.pick import state_of
 from xaf_hub.store.pool import undispatched, unjudged
 from xaf_hub.store.statefile import read_json, write_json_atomic
@@ -144,20 +143,10 @@ class ImportOptions(Answers):
                          "to it")
 
 
-ACTIONS: dict[str, tuple[type[Any], str]] = {
-    "list": (ListOptions, "list the tasks (pending first, by priority)"),
-    "add": (AddOptions, "add a pending task"),
-    "show": (ShowOptions, "show one task in full"),
-    "set": (SetOptions, "change a task's status (and optionally unblock it)"),
-    "export": (ExportOptions, "write the pool as the portable JSON file (stdout without FILE)"),
-    "import": (ImportOptions, "add the tasks of a pool JSON file to the pool (all or none)"),
-}
-
-
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The actions of `backlog`, each with its record's options."""
     sub = p.add_subparsers(dest="backlog_command", metavar="ACTION", required=True)
-    for name, (record, words) in ACTIONS.items():
+    for name, (record, words, _) in ACTIONS.items():
         action = sub.add_parser(name, help=words)
         # Accepted after the action too, like every other command's options.
         add_options(action, pick(declared(Common), *GLOBAL), suppress=True)
@@ -166,8 +155,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(ctx: Context) -> int:
     """Dispatch to the chosen action."""
-    command = ctx.options(Choice).backlog_command
-    return _RUNS[command](ctx, ctx.options(ACTIONS[command][0]))
+    record, _, action = ACTIONS[ctx.options(Choice).backlog_command]
+    return action(ctx, ctx.options(record))
 
 
 def _state(ctx: Context, task: Task, tasks: list[Task]) -> dict[str, str]:
@@ -272,15 +261,7 @@ def add_task(ctx: Context, opts: AddOptions) -> Task:
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     added = ctx.stores.pool().add(task)
-    audit.append(
-        cfg.state_dir,
-        command="backlog.add",
-        result="added",
-        reason=added.id,
-        env=ctx.env,
-        secrets=ctx.secrets(),
-        extra={"task": added.id},
-    )
+    ctx.audit("backlog.add", result="added", reason=added.id, extra={"task": added.id})
     return added
 
 
@@ -371,17 +352,8 @@ def _set(ctx: Context, opts: SetOptions) -> int:
         return new, new
 
     task = ctx.stores.pool().edit(opts.task_id, edited)
-    audit.append(
-        cfg.state_dir,
-        command="backlog.set",
-        session=task.session_id or "",
-        instance=task.dispatched_to or "",
-        result=opts.status,
-        reason=task.id,
-        env=ctx.env,
-        secrets=ctx.secrets(),
-        extra={"task": task.id, "reset": bool(opts.reset)},
-    )
+    ctx.audit("backlog.set", session=task.session_id or "", instance=task.dispatched_to or "",
+              result=opts.status, reason=task.id, extra={"task": task.id, "reset": opts.reset})
     extra = " (attempts and back-off cleared)" if opts.reset else ""
     return ctx.answer(task.to_json(), f"task {task.id} is now {task.status}{extra}")
 
@@ -438,20 +410,21 @@ def _import(ctx: Context, opts: ImportOptions) -> int:
         raise UsageError(f"{exc}; nothing imported") from None
     store = ctx.stores.pool()
     added = store.import_data(incoming, replace=opts.replace)
-    audit.append(
-        ctx.config.state_dir,
-        command="backlog.import",
-        result="replaced" if opts.replace else "added",
-        reason=str(source),
-        env=ctx.env,
-        secrets=ctx.secrets(),
-        extra={"tasks": len(added), "pool": store.where},
-    )
+    ctx.audit("backlog.import", result="replaced" if opts.replace else "added",
+              reason=str(source), extra={"tasks": len(added), "pool": store.where})
     verb = "replaced the pool with" if opts.replace else "imported"
     return ctx.answer({"file": str(source), "into": store.where, "tasks": [t.id for t in added]},
                       f"{verb} {len(added)} task(s) from {source} into {store.where}")
 
 
-_RUNS: dict[str, Callable[[Context, Any], int]] = {
-    "list": _list, "add": _add, "show": _show, "set": _set, "export": _export, "import": _import,
+# Each action: its options record, its help and what runs it.
+ACTIONS: dict[str, tuple[type[Any], str, Callable[[Context, Any], int]]] = {
+    "list": (ListOptions, "list the tasks (pending first, by priority)", _list),
+    "add": (AddOptions, "add a pending task", _add),
+    "show": (ShowOptions, "show one task in full", _show),
+    "set": (SetOptions, "change a task's status (and optionally unblock it)", _set),
+    "export": (ExportOptions, "write the pool as the portable JSON file (stdout without FILE)",
+               _export),
+    "import": (ImportOptions, "add the tasks of a pool JSON file to the pool (all or none)",
+               _import),
 }

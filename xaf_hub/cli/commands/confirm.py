@@ -24,7 +24,6 @@ from xaf_hub.cli.commands._common import (
     SESSION_POS,
     chosen_instances,
     healing_text,
-    scan,
     the_session,
     verdict_text,
 )
@@ -32,12 +31,11 @@ from xaf_hub.cli.context import Context
 from xaf_hub.cli.options import Answers, flag
 from xaf_hub.core import aio
 from xaf_hub.core.clock import iso_time, resolve_timezone, to_ms
-from xaf_hub.core.records import find_session
 from xaf_hub.errors import ExitCode, HubError, SessionNotFound, UnreachableError, UsageError
 from xaf_hub.ops.confirm import heal_candidate, judge, look
 from xaf_hub.ops.context import utc_now
 from xaf_hub.ops.heal import heal_session
-from xaf_hub.ops.interrupt import session_not_found
+from xaf_hub.ops.interrupt import locate, session_not_found
 from xaf_hub.ops.planner import check_write
 
 if TYPE_CHECKING:
@@ -108,10 +106,8 @@ def run(ctx: Context) -> int:
     instances = chosen_instances(ctx, opts.instance)
     found, down = aio.run(_find(ctx, instances, session_id))
     if not found:  # not a whole id: the one session whose id starts with it, if any
-        hit = find_session(((sc, sc.sessions) for sc in scan(ctx, instances)[1]), session_id)
-        if hit is not None:
-            session_id = hit[1].id
-            found, down = aio.run(_find(ctx, instances, session_id))
+        session_id = aio.run(locate(ctx.ops(), session_id, opts.instance))[1].id
+        found, down = aio.run(_find(ctx, instances, session_id))
     if not found:
         raise session_not_found(session_id, down, opts.instance)
     # Servers sharing one database all know the session; only the one running it says so.

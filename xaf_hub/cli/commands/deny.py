@@ -3,15 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from xaf_hub.cli.commands._common import AnswerTarget, send_answer
 from xaf_hub.cli.context import Context
 from xaf_hub.cli.options import MAX_TEXT, opt
 from xaf_hub.ops.waiting import Reply
-
-if TYPE_CHECKING:
-    from xaf_hub.ops.waiting import Reply
 
 EXAMPLES = """\
 examples:

@@ -211,7 +211,7 @@ def run(ctx: Context) -> int:
     opts = ctx.options(Options)
     done = carry_out(ctx, opts)
     if isinstance(done, Planned):
-        _print_plan(ctx, done.prep)
+        ctx.answer(document(done, ctx.config.project_name), *_plan_lines(done.prep))
         refused = done.refusal()
         if refused is not None:
             raise refused
@@ -261,10 +261,10 @@ def _confirm(ctx: Context, plan: Plan, sent: Dispatched, window: float) -> int:
 
     cfg, result = ctx.config, sent.result
     if not ctx.json:
-        ctx.out(_sent_line(plan, result))
-        ctx.stdout.flush()
+        ctx.out(_sent_line(plan, result), flush=True)
     session = ServerSession(
-        result.session_id, result.title, result.directory, 0, 0, 0.0, "", result.model or ""
+        result.session_id, result.title, result.directory, 0, 0, 0.0, "", result.model or "",
+        checkout=result.room.checkout if result.room is not None else "",
     )
     waited = aio.run(
         confirm_run(
@@ -309,43 +309,35 @@ def _plan_document(prep: Prepared, project: str) -> dict[str, Any]:
     }
 
 
-def _print_plan(ctx: Context, prep: Prepared) -> None:
-    plan, view, model, prompt = prep.plan, prep.view, prep.model, prep.prompt
-    inst = plan.instance
-    if ctx.json:
-        ctx.answer(_plan_document(prep, ctx.config.project_name))
-        return
+def _plan_lines(prep: Prepared) -> list[str]:
+    """A dry run's plan for a person: what, where, the candidates weighed and the prompt."""
+    plan, view, inst = prep.plan, prep.view, prep.plan.instance
     what = {
         "steer": "steer the running session",
         "reuse": "start the idle session",
         "create": "create a new session",
     }[plan.action]
-    ctx.out(f"plan: {what} on {inst.name} ({plan.via})")
+    lines = [f"plan: {what} on {inst.name} ({plan.via})"]
     if plan.session:
-        ctx.out(f"  session:   {plan.session.id}  {plan.session.title}")
-    ctx.out(f"  directory: {plan.directory}")
-    ctx.out(f"  title:     {plan.title}")
-    ctx.out(
+        lines.append(f"  session:   {plan.session.id}  {plan.session.title}")
+    lines += [
+        f"  directory: {plan.directory}",
+        f"  title:     {plan.title}",
         f"  load:      {view.running_project} running + {view.reserved} reserved "
-        f"of {inst.concurrency_limit}"
-    )
-    ctx.out(f"  model:     {model or 'server default'}")
+        f"of {inst.concurrency_limit}",
+        f"  model:     {prep.model or 'server default'}",
+    ]
     if plan.candidates:
-        ctx.out("  candidates:")
-        for c in plan.candidates:
-            ctx.out(
-                f"    {c.score:.3f} (lead {c.margin:.3f})  {c.session.instance}/{c.session.id}  "
-                f"{c.session.title}  [{c.verdict}]"
-            )
-            if c.evidence.shared:
-                sent = (
-                    f"; {c.evidence.tasks} task text(s) known" if c.evidence.tasks else ""
-                )
-                files = f"; in {', '.join(c.evidence.files)}" if c.evidence.files else ""
-                named = f"; names {', '.join(c.evidence.named)}" if c.evidence.named else ""
-                ctx.out(f"        shares: {', '.join(c.evidence.shared)}{sent}{files}{named}")
-                for item in c.evidence.todos:  # the agent's own todo items, as it wrote them
-                    ctx.out(f"        its todo: {' '.join(item.split())[:100]}")
-    ctx.out("  prompt:")
-    for line in prompt.splitlines():
-        ctx.out(f"    | {line}")
+        lines.append("  candidates:")
+    for c in plan.candidates:
+        lines.append(f"    {c.score:.3f} (lead {c.margin:.3f})  {c.session.instance}/"
+                     f"{c.session.id}  {c.session.title}  [{c.verdict}]")
+        if c.evidence.shared:
+            sent = f"; {c.evidence.tasks} task text(s) known" if c.evidence.tasks else ""
+            files = f"; in {', '.join(c.evidence.files)}" if c.evidence.files else ""
+            named = f"; names {', '.join(c.evidence.named)}" if c.evidence.named else ""
+            lines.append(f"        shares: {', '.join(c.evidence.shared)}{sent}{files}{named}")
+            # the agent's own todo items, as it wrote them
+            lines += [f"        its todo: {' '.join(item.split())[:100]}"
+                      for item in c.evidence.todos]
+    return [*lines, "  prompt:", *(f"    | {line}" for line in prep.prompt.splitlines())]

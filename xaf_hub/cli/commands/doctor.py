@@ -16,7 +16,6 @@ unreachable or rejects the password, 1 for a corrupt state file.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import socket
@@ -31,13 +30,12 @@ from typing import TYPE_CHECKING, Any
 from xaf_hub import __version__
 from xaf_hub.cli.context import Context
 from xaf_hub.cli.options import Answers, flag
-from xaf_hub.cli.termfit import wrap
+from xaf_hub.cli.termfit import Screen, wrap
 from xaf_hub.config.credentials import REDIS_PASSWORD_ENV
 from xaf_hub.config.load import Config, InstanceConfig, find_config
 from xaf_hub.config.reader import load_json_file
 from xaf_hub.core import aio
 from xaf_hub.core.clock import resolve_timezone
-from xaf_hub.core.text import dumps, redact
 from xaf_hub.errors import ConfigError, ExitCode, HubError, UnreachableError
 from xaf_hub.fleet.scan import make_client, read_run_state
 from xaf_hub.notify.check import webhook_checks
@@ -95,8 +93,7 @@ async def probe_instance(
 ) -> Probe:
     """Detect dialect and version, then list every session's folder."""
 
-    transport = transport_factory(inst) if transport_factory else None
-    async with make_client(cfg, inst, transport) as client:
+    async with make_client(cfg, inst, transport_factory) as client:
         try:
             await client.detect()
             sessions = await client.list_sessions()
@@ -118,13 +115,10 @@ async def probe_instance(
 
 async def probe_all(cfg: Config, transport_factory: TransportFactory | None = None) -> list[Probe]:
     """Probe every instance, at most ``scan_workers`` at once."""
-    sem = asyncio.Semaphore(cfg.scan_workers)
-
     async def one(inst: InstanceConfig) -> Probe:
-        async with sem:
-            return await probe_instance(cfg, inst, transport_factory)
+        return await probe_instance(cfg, inst, transport_factory)
 
-    return list(await aio.gather(*(one(i) for i in cfg.instances)))
+    return await aio.bounded(cfg.scan_workers, one, cfg.instances)
 
 
 def check_writable(path: Path) -> tuple[str | None, bool]:
@@ -253,10 +247,8 @@ def _clock(cfg: Config, now: datetime) -> list[Finding]:
     return clock_findings(cfg.models, tz, now, blackouts, families_chosen(cfg))
 
 
-def collect(
-    ctx: Context, opts: Options, now: datetime
-) -> tuple[Path | None, list[Finding], tuple[str, ...]]:
-    """Run every check; return (config path, findings, secrets to redact)."""
+def collect(ctx: Context, opts: Options, now: datetime) -> tuple[Path | None, list[Finding]]:
+    """Run every check; return (config path, findings)."""
     try:
         path: Path | None = find_config(ctx.common.config, ctx.env, ctx.cwd)
     except ConfigError:
@@ -264,7 +256,7 @@ def collect(
     try:
         cfg = ctx.config
     except ConfigError as exc:
-        return path, [config_error_finding(exc)], ()
+        return path, [config_error_finding(exc)]
     local_doc: Any = None
     if cfg.local_config is not None:
         with contextlib.suppress(ConfigError):
@@ -294,7 +286,7 @@ def collect(
     findings.extend(_patrol(cfg))
 
     findings += webhook_checks(cfg.notify, cfg.state_dir, online=opts.online)
-    return cfg.path, findings, cfg.secrets()
+    return cfg.path, findings
 
 
 # ---------------------------------------------------------------------------------------------
@@ -359,24 +351,18 @@ def run(ctx: Context) -> int:
     """Check everything and print one line per check, with a fix for each problem."""
 
     opts = ctx.options(Options)
-    path, findings, secrets = collect(ctx, opts, now_utc())
+    path, findings = collect(ctx, opts, now_utc())
     code = worst(findings)
     if ctx.json:
-        doc = {
+        ctx.answer({
             "version": __version__,
             "config": str(path) if path is not None else None,
             "exit_code": int(code),
             "errors": sum(1 for f in findings if f.level == "error"),
             "warnings": sum(1 for f in findings if f.level == "warn"),
             "findings": [f.to_json() for f in findings],
-        }
-        ctx.out(redact(dumps(doc), secrets))
+        })
     else:
-        from xaf_hub.cli.termfit import Screen
-
-        screen = Screen.of(ctx.stdout, ctx.env)
-        text = render(
-            path, findings, code, columns=screen.width, clean=lambda t: redact(t, secrets)
-        )
-        ctx.out(redact(text, secrets))
+        columns = Screen.of(ctx.stdout, ctx.env).width
+        ctx.out(render(path, findings, code, columns=columns, clean=ctx.redact))
     return int(code)

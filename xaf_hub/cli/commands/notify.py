@@ -15,7 +15,7 @@ from xaf_hub.cli.context import Context
 from xaf_hub.cli.options import JSON, opt
 from xaf_hub.config.notify import url_problem
 from xaf_hub.core import aio
-from xaf_hub.core.text import dumps, redact
+from xaf_hub.core.text import redact
 from xaf_hub.errors import ExitCode, UsageError
 from xaf_hub.notify.patrol import send_test
 
@@ -74,12 +74,10 @@ def run(ctx: Context) -> int:
             if not answer.ok:
                 code = max(code, ExitCode.UNREACHABLE if answer.retry else ExitCode.USAGE)
         rows.append(row)
-    if ctx.json:
-        ctx.out(redact(dumps({"exit_code": int(code), "results": rows}), secrets))
-        return int(code)
+    lines: list[str] = []
     for row in rows:
         state = "delivered" if row["delivered"] else "NOT delivered"
-        ctx.out(redact(f"{row['webhook']} ({row['format']}): {state}: {row['reason']}", secrets))
-        if row["answer"]:
-            ctx.out(redact(f"  receiver answered: {row['answer']}", secrets))
+        lines.append(f"{row['webhook']} ({row['format']}): {state}: {row['reason']}")
+        lines += [f"  receiver answered: {row['answer']}"] if row["answer"] else []
+    ctx.answer({"exit_code": int(code), "results": rows}, *lines)  # redacted as it prints
     return int(code)

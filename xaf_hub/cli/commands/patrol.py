@@ -15,7 +15,6 @@ resumes or fills at once (--no-live: rounds only). `patrol pause|resume|status` 
 
 from __future__ import annotations
 
-import getpass
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -28,9 +27,15 @@ from xaf_hub.core.clock import local_iso
 from xaf_hub.errors import ExitCode, UsageError
 from xaf_hub.patrol.report import LATEST, latest_report
 from xaf_hub.patrol.runner import open_lease, run_daemon, run_once
-from xaf_hub.store import audit
-from xaf_hub.store.audit import caller
-from xaf_hub.store.patrol_state import clear_paused, daemon_alive, heartbeat, pause_info, set_paused
+from xaf_hub.store.audit import who
+from xaf_hub.store.patrol_state import (
+    clear_paused,
+    daemon_alive,
+    heartbeat,
+    patrol_dir,
+    pause_info,
+    set_paused,
+)
 
 if TYPE_CHECKING:
     from xaf_hub.ops.context import OpsContext
@@ -121,32 +126,19 @@ def run(ctx: Context) -> int:
     else:
         interval, aligned = timedelta(minutes=ctx.whole.patrol.interval_minutes), True
 
-    def out(line: str) -> None:
-        ctx.out(line)
-        ctx.stdout.flush()
-
-
-    return run_daemon(pctx, skip, interval, aligned=aligned, out=out, live=not opts.no_live,
+    return run_daemon(pctx, skip, interval, aligned=aligned, live=not opts.no_live,
+                      out=lambda line: ctx.out(line, flush=True),
                       watch=ConfigWatch(ctx.whole, ctx.env), use=ctx.use)
-
-
-def _who(ctx: Context) -> str:
-
-
-    try:
-        user = getpass.getuser()
-    except (KeyError, OSError):
-        user = ""
-    return caller(ctx.env) or user
 
 
 def _pause(ctx: Context) -> int:
 
 
-    cfg = ctx.whole
-    changed = set_paused(cfg.state_dir / "patrol", _who(ctx), datetime.now(UTC).astimezone())
+    by = who(ctx.env)
+    changed = set_paused(patrol_dir(ctx.whole), by["caller"] or by["user"],
+                         datetime.now(UTC).astimezone())
     if changed:
-        audit.append(cfg.state_dir, command="patrol.pause", result="paused", env=ctx.env)
+        ctx.audit("patrol.pause", result="paused")
     return ctx.answer(
         {"paused": True, "changed": changed},
         "patrol paused (durable; `xaf-hub patrol resume` to undo)"
@@ -157,10 +149,9 @@ def _pause(ctx: Context) -> int:
 
 def _resume(ctx: Context) -> int:
 
-    cfg = ctx.whole
-    changed = clear_paused(cfg.state_dir / "patrol")
+    changed = clear_paused(patrol_dir(ctx.whole))
     if changed:
-        audit.append(cfg.state_dir, command="patrol.resume", result="active", env=ctx.env)
+        ctx.audit("patrol.resume", result="active")
     return ctx.answer(
         {"paused": False, "changed": changed},
         "patrol resumed" if changed else "patrol was not paused",
@@ -169,7 +160,7 @@ def _resume(ctx: Context) -> int:
 
 def _status(ctx: Context) -> int:
 
-    folder = ctx.whole.state_dir / "patrol"
+    folder = patrol_dir(ctx.whole)
     paused = pause_info(folder)
     report = latest_report(folder)
     beat = heartbeat(folder)

@@ -154,13 +154,7 @@ def run(ctx: Context) -> int:
         cache,
         title=cfg.project_name or cfg.project_names(),
         password=password if opts.public else None,
-        autopilot=lambda now, lang, snap: overview.build(
-            ctx.config,
-            now,
-            lang,
-            {(s.instance, s.id): s for s in snap.sessions},
-            answered=[i.name for i in snap.instances if i.reachable],
-        ),
+        autopilot=lambda now, lang, snap: overview.build(ctx.config, now, lang, snap),
         language=cfg.page_language,
         links=Finder(cfg, ctx.transport_factory),
         tasks=lambda: overview.task_ids_by_session(ctx.config),
@@ -168,6 +162,7 @@ def run(ctx: Context) -> int:
         redact=ctx.redact,
         notes=lambda lang: config_notes(states(), lang),
         projects=cfg.shown_projects(),
+        named=ctx.named,
     )
     log = RequestLog(ctx.stderr, ctx.redact)
 
@@ -184,15 +179,8 @@ def run(ctx: Context) -> int:
         """Every WATCH_SECONDS: read the config again if it was saved."""
         while not stop.wait(WATCH_SECONDS):
             try:
-                polled = watch.poll()
-                if polled == "unchanged":
-                    continue
-                if polled == "loaded":
-                    reconfigure(watch.cfg)
-                    log.line(f"config: read again ({len(watch.cfg.instances)} instance(s))")
-                for line in watch.state.words("serve"):
-                    log.line(f"config: {line}")
-                cache.invalidate()  # the next page shows it
+                if watch.look("serve", reconfigure, log.line):
+                    cache.invalidate()  # the next page shows it
             except Exception as exc:  # noqa: BLE001 - the watch must outlive one bad look
                 log.line(f"config: {type(exc).__name__}: {exc}")
 
@@ -217,8 +205,7 @@ def run(ctx: Context) -> int:
     try:
         host, port = sock.getsockname()[:2]
         url = url_of(str(host), int(port))
-        ctx.out(url)  # stdout holds only the URL, for scripts
-        ctx.stdout.flush()
+        ctx.out(url, flush=True)  # stdout holds only the URL, for scripts
         login = " (log in with any user name and the viewer password)" if opts.public else ""
         ctx.info(f"serving the overview of {len(instances)} instance(s) at {url}{login}; "
                  f"read-only, rescans at most every {opts.cache_seconds:g}s; Ctrl+C stops")

@@ -85,13 +85,12 @@ def write_page(ctx: Context, snap: Snapshot, path: Path, lang: str | None) -> No
     links = aio.run(
         probe_all([i for i in cfg.instances if i.name in reachable], ctx.transport_factory)
     )
-    sessions = {(s.instance, s.id): s for s in snap.sessions}
     report.write_html(
         snap,
         path,
         now_ms=now,
         title=cfg.project_name or cfg.project_names(),
-        autopilot=overview.build(cfg, now, chosen, sessions, answered=reachable),
+        autopilot=overview.build(cfg, now, chosen, snap),
         lang=chosen,
         links=links,
         tasks=overview.task_ids_by_session(cfg),

@@ -12,8 +12,6 @@ from xaf_hub.cli.commands._common import (
     INSTANCE,
     SESSION,
     SESSION_POS,
-    chosen_instances,
-    scan,
     the_session,
 )
 from xaf_hub.cli.context import Context
@@ -21,7 +19,6 @@ from xaf_hub.cli.options import Answers, opt
 from xaf_hub.core import aio
 from xaf_hub.core.clock import ago, fmt_time, iso_time
 from xaf_hub.core.outcomes import run_outcome, run_words, stop_applies
-from xaf_hub.core.records import find_session
 from xaf_hub.core.runstate import (
     WAITING_WORDS,
     answer_hint,
@@ -35,7 +32,7 @@ from xaf_hub.core.runstate import (
 from xaf_hub.errors import UsageError
 from xaf_hub.fleet.attach import attach_command, attach_hint
 from xaf_hub.ops.decisions import hub_stops
-from xaf_hub.ops.interrupt import session_not_found
+from xaf_hub.ops.interrupt import locate
 
 if TYPE_CHECKING:
     from xaf_hub.config.load import InstanceConfig
@@ -105,14 +102,8 @@ def look(ctx: Context, opts: Options) -> Found:
     session_id = the_session(opts.session, opts.session_pos)
     if opts.limit < 1:
         raise UsageError("--limit must be 1 or more")
-    _, scans = scan(ctx, chosen_instances(ctx, opts.instance))
-    hit = find_session(((sc, sc.sessions) for sc in scans), session_id)
-    if hit is None:
-        raise session_not_found(
-            session_id, [sc.failure() for sc in scans if not sc.reachable], opts.instance
-        )
-    sc, s = hit
     ops = ctx.ops()
+    sc, s = aio.run(locate(ops, session_id, opts.instance))
 
     async def go() -> list[Message]:
         async with ops.client(sc.inst) as client:

@@ -3,9 +3,9 @@ gone, instances down and up.
 
 Follows each instance's event stream: a change shows as soon as the server reports it, and
 nothing is polled on an interval; after every (re)connect the instance is rescanned once so
-nothing that happened meanwhile is missed. --poll rescans the fleet every --interval
-seconds instead (one listing and one status call per directory per
-instance). With --json each change is one line of JSON. --once prints the current running
+nothing that happened meanwhile is missed. --poll rescans each instance every --interval
+seconds instead (the follower's polling, as for a server without an event stream). With
+--json each change is one line of JSON (the same form either way). --once prints the current running
 state and exits. Ctrl+C exits 0.
 """
 
@@ -13,22 +13,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from xaf_hub.cli.commands._common import INSTANCE, chosen_instances, scan, scan_exit
 from xaf_hub.cli.context import Context
 from xaf_hub.cli.options import HIDDEN, Answers, flag, opt
 from xaf_hub.core import aio
-from xaf_hub.core.outcomes import run_outcome
-from xaf_hub.core.records import SessionRecord, Snapshot
-from xaf_hub.core.runstate import outcome_of
-from xaf_hub.core.text import shorten
-from xaf_hub.errors import HubError, UsageError
-from xaf_hub.fleet.events import diff, following_words
+from xaf_hub.core.records import SessionRecord
+from xaf_hub.core.text import dumps_line, shorten
+from xaf_hub.errors import UsageError
+from xaf_hub.fleet.events import following_words
 from xaf_hub.fleet.follow import FleetFollower
 
 if TYPE_CHECKING:  # the follower pulls in httpx; --help must stay light
@@ -54,32 +51,9 @@ class Options(Answers):
                           "(with --poll, or for servers without an event stream)")
     once: bool = flag("--once", help="print the current state and exit")
     instance: str | None = INSTANCE.field()
-    verbose: bool = flag("--verbose", help="also say how each instance is followed (or a line "
-                         "for every poll)")
-    # Tests stop the loop after a while: N polls, or N x --interval seconds of following.
+    verbose: bool = flag("--verbose", help="also say how each instance is followed")
+    # Tests stop the loop after a while: N x --interval seconds.
     max_polls: int = opt("--max-polls", default=0, help=HIDDEN)
-
-
-def _index(snap: Snapshot) -> dict[str, SessionRecord]:
-    return {f"{s.instance}/{s.id}": s for s in snap.sessions if s.project}
-
-
-def _outcomes(ctx: Context, sessions: Sequence[SessionRecord]) -> dict[str, str]:
-
-    ops = ctx.ops()
-
-    async def one(s: SessionRecord) -> tuple[str, str]:
-        async with ops.client(ops.cfg.instance(s.instance)) as client:
-            try:
-                msgs = await client.messages(s.id, limit=3, directory=s.directory)
-                return s.id, run_outcome(outcome_of(msgs), running=False) or ""
-            except HubError:
-                return s.id, ""
-
-    async def all_() -> list[tuple[str, str]]:
-        return list(await aio.gather(*(one(s) for s in sessions)))
-
-    return dict(aio.run(all_())) if sessions else {}
 
 
 def _line(kind: str, s: SessionRecord, outcome: str = "") -> str:
@@ -93,11 +67,6 @@ def _line(kind: str, s: SessionRecord, outcome: str = "") -> str:
         extra = f" ({shorten(waiting_detail(s.waiting), 80)}; {s.waiting.request_id})"
     where = f"{s.instance}/{s.id}" + (f" [{s.owner}]" if s.owner else "")
     return f"{stamp} {kind:<8} {where}  {shorten(s.title, 40)}{extra}"
-
-
-def _json_line(doc: dict[str, Any]) -> str:
-    """One change as one line of JSON (a stream of JSON Lines)."""
-    return json.dumps(doc, ensure_ascii=False)
 
 
 def _event_line(ev: FleetEvent) -> str:
@@ -119,15 +88,17 @@ def follow(
     poll_seconds: float,
     max_seconds: float,
     verbose: bool = False,
+    polled: bool = False,
 ) -> int:
-    """Print each change the fleet's event streams report until Ctrl+C (or ``max_seconds``)."""
+    """Print each change the fleet's event streams report until Ctrl+C (or ``max_seconds``);
+    ``polled``: rescan every ``poll_seconds`` instead of following the streams."""
 
     sessions = [0]
     pending = {i.name for i in instances}
 
     def show(ev: FleetEvent) -> None:
         if ev.kind in ("ready", "polling"):
-            if ev.kind == "polling":
+            if ev.kind == "polling" and not polled:
                 ctx.warn(f"{following_words(ev)} every {poll_seconds:g} s")
             elif verbose:
                 ctx.info(str(following_words(ev)))
@@ -140,10 +111,9 @@ def follow(
             return
         if ev.kind == "down":
             pending.discard(ev.instance)
-        ctx.out(_json_line(ev.to_json()) if ctx.json else _event_line(ev))
-        ctx.stdout.flush()
+        ctx.out(dumps_line(ev.to_json()) if ctx.json else _event_line(ev), flush=True)
 
-    follower = FleetFollower(ctx.config, instances, emit=show,
+    follower = FleetFollower(ctx.config, instances, emit=show, force_polling=polled,
                              transport_factory=ctx.transport_factory, poll_seconds=poll_seconds)
 
     async def main() -> None:
@@ -164,63 +134,18 @@ def run(ctx: Context) -> int:
     if opts.interval <= 0:
         raise UsageError("--interval must be more than 0")
     instances = chosen_instances(ctx, opts.instance)
-    if not opts.once and not opts.poll:
+    if not opts.once:
         limit = opts.max_polls * opts.interval if opts.max_polls else 0.0
-        return follow(
-            ctx, instances, poll_seconds=opts.interval, max_seconds=limit, verbose=opts.verbose
-        )
-    snap, _ = scan(ctx, instances)
-    if opts.once:
-        from xaf_hub.core.runstate import shown_state
+        return follow(ctx, instances, poll_seconds=opts.interval, max_seconds=limit,
+                      verbose=opts.verbose, polled=opts.poll)
+    from xaf_hub.core.runstate import shown_state
 
-        running = [s for s in snap.project_sessions() if s.running]
-        lines = [_line(shown_state(s), s) for s in running]
-        ctx.answer({"running": [s.to_json() for s in running], "unreachable": snap.unreachable},
-                   *lines, f"{len(running)} project session(s) running")
-        if not ctx.json:
-            for u in snap.unreachable:
-                ctx.warn(f"{u['instance']} unreachable: {u['reason']}")
-        return scan_exit(snap)
-    before = _index(snap)
-    ctx.info(
-        f"watching {len(instances)} instance(s), {len(before)} project session(s); Ctrl+C to stop"
-    )
-    down = {u["instance"] for u in snap.unreachable}
-    polls = 0
-    try:
-        while True:
-            time.sleep(opts.interval)
-            snap, _ = scan(ctx, instances)
-            now_down = {u["instance"]: u["reason"] for u in snap.unreachable}
-            for name in sorted(set(now_down) - down):
-                ctx.out(f"{time.strftime('%H:%M:%S')} down     {name}: {now_down[name]}")
-            for name in sorted(down - set(now_down)):
-                ctx.out(f"{time.strftime('%H:%M:%S')} up       {name}")
-            # An unreachable instance's sessions are not "gone": keep the last view of them.
-            after = _index(snap)
-            after.update({k: v for k, v in before.items() if v.instance in now_down})
-            events = diff(before, after)
-            stopped = [s for kind, s in events if kind == "stopped"]
-            outcomes = _outcomes(ctx, stopped)
-            for kind, s in events:
-                if ctx.json:
-                    ctx.out(
-                        _json_line(
-                            {
-                                "event": kind,
-                                "session": s.to_json(),
-                                "outcome": outcomes.get(s.id, ""),
-                            }
-                        )
-                    )
-                else:
-                    ctx.out(_line(kind, s, outcomes.get(s.id, "") if kind == "stopped" else ""))
-            if opts.verbose and not events:
-                ctx.info(f"{time.strftime('%H:%M:%S')} no change")
-            ctx.stdout.flush()
-            before, down = after, set(now_down)
-            polls += 1
-            if opts.max_polls and polls >= opts.max_polls:
-                return 0
-    except KeyboardInterrupt:
-        return 0
+    snap, _ = scan(ctx, instances)
+    running = [s for s in snap.project_sessions() if s.running]
+    lines = [_line(shown_state(s), s) for s in running]
+    ctx.answer({"running": [s.to_json() for s in running], "unreachable": snap.unreachable},
+               *lines, f"{len(running)} project session(s) running")
+    if not ctx.json:
+        for u in snap.unreachable:
+            ctx.warn(f"{u['instance']} unreachable: {u['reason']}")
+    return scan_exit(snap)

@@ -201,7 +201,7 @@ async def fill_slots(
     tips = await _tips(pctx, cycle)
     where = {inst.name: (inst, directory) for inst, _, directory in slots}
     models = {name: choose_model(pctx, inst, None, now) for name, (inst, _) in where.items()}
-    override = data.discipline
+    override = pctx.cfg.discipline_or(data.discipline)
     stopped: set[str] = set()
     for name, task in plan:
         if pctx.stop_requested():

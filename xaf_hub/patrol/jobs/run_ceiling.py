@@ -52,9 +52,7 @@ async def check_run(
 
 async def run_ceiling_job(pctx: OpsContext, cycle: Cycle) -> None:
     """Stop every watched run past its ceiling."""
-    if pctx.cfg.budget.run_usd is None and all(
-        i.budget_run_usd is None for i in pctx.cfg.instances
-    ):
+    if not any(run_ceiling(pctx.cfg, i) is not None for i in pctx.cfg.instances):
         return  # no ceiling anywhere: nothing to read
     fleet, _ = await cycle.scan(pctx)
     for sc in fleet.reachable:

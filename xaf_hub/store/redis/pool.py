@@ -249,9 +249,7 @@ class RedisBacklog(TaskPool):
                 new, result = change(current)
                 if new is not None and new.id != task_id:
                     raise ValueError(f"edit of task {task_id!r} returned task {new.id!r}")
-                if new is None and current is None:
-                    return result
-                if new is not None and current is not None and new == current:
+                if new == current:  # no row before or after, or the same row
                     return result
                 answer = self._edit(
                     keys=[key, self.order_key, self.writes_key, self.key, lease],
