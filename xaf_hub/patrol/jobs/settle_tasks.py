@@ -167,20 +167,15 @@ async def settle_dispatched(
         try:
             verdict = await _run_check(pctx, task, verdict, checked)
             if verdict.action == "done":
-                run = verdict.check
-                ran = (
-                    {"check": "passed", "check_commit": verdict.commit, "check_output": run.tail}
-                    if run is not None
-                    else {}
-                )
+                ran = {} if (run := verdict.check) is None else {
+                    "check": "passed", "check_commit": verdict.commit, "check_output": run.tail}
                 if task.branch and verdict.verified and pctx.cfg.repository.integrate != "off":
                     # Its own branch: done once it has landed (patrol.jobs.land, or a person).
                     await asyncio.to_thread(
                         pctx.backlog().mark_ready, task, commit=verdict.commit,
                         commits=verdict.commits, judged=verdict.judged or None, check=ran,
                     )
-                    for c in verdict.commits:
-                        credited[c] = task.id
+                    credited.update(dict.fromkeys(verdict.commits, task.id))
                     cycle.log.add(pctx, task_action(
                         STEP, "verified", "ok", task,
                         detail=f"verified, ready to land: {verdict.judged or verdict.commit}",
@@ -198,13 +193,9 @@ async def settle_dispatched(
                     judged=verdict.judged or (None if verified else NOT_VERIFIED),
                     check=ran,
                 )
-                for c in verdict.commits:
-                    credited[c] = task.id
-                proof = (
-                    {"commit": verdict.commit, "commits": list(verdict.commits)}
-                    if verdict.verified
-                    else {}
-                )
+                credited.update(dict.fromkeys(verdict.commits, task.id))
+                proof = {} if not verdict.verified else {
+                    "commit": verdict.commit, "commits": list(verdict.commits)}
                 said = f"verified: commit {verdict.commit} on the repository" if proof else ""
                 if len(verdict.commits) > 1:
                     more = len(verdict.commits) - 10
