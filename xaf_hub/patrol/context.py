@@ -104,21 +104,12 @@ class Cycle:
         """Put every instance's load (the runs of every project there, from this cycle's scan)
         and today's spend from ``fleet`` in the log."""
         gate = pctx.gate()
-        lines = []
-        for sc in (self._scan[0] if self._scan else fleet).scans:
-            load = instance_load(sc, gate, allow_prod=True)
-            lines.append(
-                InstanceLine(
-                    sc.inst.name,
-                    sc.reachable,
-                    sc.reason,
-                    load.running_project,
-                    load.reserved or 0,
-                    load.limit,
-                    sc.inst.production,
-                )
-            )
-        self.log.instances = lines
+        self.log.instances = [
+            InstanceLine(sc.inst.name, sc.reachable, sc.reason, load.running_project,
+                         load.reserved or 0, load.limit, sc.inst.production)
+            for sc in (self._scan[0] if self._scan else fleet).scans
+            for load in [instance_load(sc, gate, allow_prod=True)]
+        ]
         cfg, now = pctx.cfg, pctx.now()
         own = budget_lines(
             cfg, [(sc.inst, sc.sessions if sc.reachable else None) for sc in fleet.scans], now
