@@ -404,18 +404,11 @@ def _run_daemon(
             out(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {result.message}")
 
     scheduler = BlockingScheduler(timezone=UTC)
-    scheduler.add_job(
-        tick,
-        IntervalTrigger(seconds=interval.total_seconds(), start_date=start, timezone=UTC),
-        id="patrol",
-        name="patrol cycle",
-        max_instances=1,
-        coalesce=True,
-        misfire_grace_time=None,
-        # The first run as computed, even if the scheduler starts after it (a loaded box):
-        # without this APScheduler skips to the next grid point, a whole interval later.
-        next_run_time=start,
-    )
+    trigger = IntervalTrigger(seconds=interval.total_seconds(), start_date=start, timezone=UTC)
+    # next_run_time: the first run as computed, even if the scheduler starts after it (a loaded
+    # box); without it APScheduler skips to the next grid point, a whole interval later.
+    scheduler.add_job(tick, trigger, id="patrol", name="patrol cycle", max_instances=1,
+                      coalesce=True, misfire_grace_time=None, next_run_time=start)
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         stop.set()

@@ -190,12 +190,8 @@ async def fill_slots(
     slots = [(inst, min(free, free if allot is None else allot.get(inst.name, 0)), where)
              for inst, free, where in free_slots(fleet, gate) if inst.name not in spent]
     slots = [s for s in slots if s[1] > 0]
-    plan = plan_fill(
-        plannable(pctx, data.tasks),
-        [(inst.name, free) for inst, free, _ in slots],
-        now,
-        pctx.cfg.patrol.max_attempts,
-    )
+    free = [(inst.name, n) for inst, n, _ in slots]
+    plan = plan_fill(plannable(pctx, data.tasks), free, now, pctx.cfg.patrol.max_attempts)
     if not plan:
         return
     tips = await _tips(pctx, cycle)
