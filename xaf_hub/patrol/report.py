@@ -324,19 +324,10 @@ def write_report(pctx: OpsContext, log: RoundLog, code: int) -> tuple[Path, Path
     projects = {n: count_states(of_project(tasks, n, names), pctx.now(), most)
                 for n in names} if len(names) > 1 else None
     lead_path, lead_items = _lead(pctx)
-    doc = _scrub(
-        pctx,
-        report_document(
-            log,
-            project=pctx.cfg.project_name,
-            code=code,
-            waiting=waiting,
-            lead_path=lead_path,
-            lead_items=lead_items,
-            tasks=states,
-            projects=projects,
-        ),
-    )
+    doc = report_document(log, project=pctx.cfg.project_name, code=code, waiting=waiting,
+                          lead_path=lead_path, lead_items=lead_items, tasks=states,
+                          projects=projects)
+    doc = _scrub(pctx, doc)
     markdown = pctx.redact(render_markdown(doc))
     folder = pctx.patrol_dir
     stamp = (

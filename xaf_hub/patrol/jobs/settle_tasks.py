@@ -139,12 +139,8 @@ async def settle_dispatched(
         key = (task.dispatched_to or "", task.session_id or "")
         decision = people.for_task(task)
         seen = Sighting(
-            configured=task.dispatched_to in configured,
-            reachable=reachable,
-            session=rec,
-            run=runs.get(key),
-            touched=key in cycle.log.touched,
-            deferred=key in cycle.log.deferred,
+            task.dispatched_to in configured, reachable, rec, runs.get(key),
+            touched=key in cycle.log.touched, deferred=key in cycle.log.deferred,
             decision=decision.text if decision is not None else "",
         )
         verdict = settle(task, seen, now, patrol.stale_minutes, grace, young)
@@ -183,15 +179,10 @@ async def settle_dispatched(
                     continue
                 verified = verdict.verified is True
                 await asyncio.to_thread(
-                    pctx.backlog().mark_done,
-                    task.id,
-                    now,
-                    commit=verdict.commit or None,
-                    commits=verdict.commits,
-                    verified=verdict.verified,
+                    pctx.backlog().mark_done, task.id, now, commit=verdict.commit or None,
+                    commits=verdict.commits, verified=verdict.verified,
                     expected=task,  # a person's change during the verification stands
-                    judged=verdict.judged or (None if verified else NOT_VERIFIED),
-                    check=ran,
+                    judged=verdict.judged or (None if verified else NOT_VERIFIED), check=ran,
                 )
                 credited.update(dict.fromkeys(verdict.commits, task.id))
                 proof = {} if not verdict.verified else {
@@ -339,10 +330,8 @@ async def _send_back(
             check_retries=(task.check_retries or 0) + 1,
         )
     except BusyError as exc:
-        cycle.log.add(pctx, task_action(
-            STEP, "keep", "waiting", task, *key,
-            detail=f"check failed; sent back when a slot frees ({exc})",
-        ))
+        said = f"check failed; sent back when a slot frees ({exc})"
+        cycle.log.add(pctx, task_action(STEP, "keep", "waiting", task, *key, detail=said))
         return
     for warning in sent.warnings:
         cycle.log.note(pctx, f"{STEP}: {warning}")
@@ -385,13 +374,8 @@ def _requeue(
             detail += "; attempts used up, blocked until a human resets it"
         return detail
     policy = InfraPolicy(max_failures=pctx.cfg.patrol.max_infra_failures)
-    new = backlog.requeue(
-        task.id,
-        reason=verdict.reason,
-        infrastructure=True,
-        now=now,
-        policy=policy if verdict.backoff else None,
-    )
+    new = backlog.requeue(task.id, reason=verdict.reason, infrastructure=True, now=now,
+                          policy=policy if verdict.backoff else None)
     detail = f"infrastructure failure: {verdict.reason}"
     if new.parked:
         return f"{detail}; parked: {new.parked}"
