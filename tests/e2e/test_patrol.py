@@ -275,7 +275,7 @@ def test_a_session_made_after_the_scan_is_looked_up_before_it_is_called_gone(hub
     from xaf_hub.notify.record import RoundLog
     from xaf_hub.ops.context import OpsContext
     from xaf_hub.patrol.context import Cycle
-    from xaf_hub.patrol.jobs.fill_slots import settle_dispatched
+    from xaf_hub.patrol.jobs.settle_tasks import settle_dispatched
 
     for tid in ("late", "archived", "gone"):
         code, _, err = hub.cli("backlog", "add", "--title", f"{tid} task", "--id", tid)

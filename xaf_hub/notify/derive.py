@@ -7,6 +7,7 @@ events and when each is sent: docs/notifications.md.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta, tzinfo
@@ -87,27 +88,10 @@ def _instance_events(
     for name, (up, reason) in seen.items():
         before = prev.get(name)
         if isinstance(before, Mapping) and bool(before.get("up")) != up:
-            since = str(before.get("since") or "")
+            kind, data = "instance_down", {"reason": reason}
             if up:
-                events.append(
-                    Event(
-                        f"instance_up:{name}:{at}",
-                        "instance_up",
-                        at,
-                        instance=name,
-                        data={"down_since": since},
-                    )
-                )
-            else:
-                events.append(
-                    Event(
-                        f"instance_down:{name}:{at}",
-                        "instance_down",
-                        at,
-                        instance=name,
-                        data={"reason": reason},
-                    )
-                )
+                kind, data = "instance_up", {"down_since": str(before.get("since") or "")}
+            events.append(Event(f"{kind}:{name}:{at}", kind, at, instance=name, data=data))
         if not isinstance(before, Mapping) or bool(before.get("up")) != up:
             prev[name] = {"up": up, "since": at, "reason": reason}
     return events
@@ -134,19 +118,10 @@ def _waiting_events(log: RoundLog, at: str) -> list[Event]:
     """One ``waiting_person`` per request a run waits on (the same request: the same id)."""
 
     return [
-        Event(
-            f"waiting_person:{line.instance}:{line.request}",
-            "waiting_person",
-            at,
-            line.instance,
-            line.session,
-            line.title,
-            data={
-                "detail": mask_credentials(line.detail),
-                "request": line.request,
-                "answer": line.answer,
-            },
-        )
+        Event(f"waiting_person:{line.instance}:{line.request}", "waiting_person", at,
+              line.instance, line.session, line.title,
+              data={"detail": mask_credentials(line.detail), "request": line.request,
+                    "answer": line.answer})
         for line in log.sessions
         if line.state == "waiting" and line.request
     ]
@@ -159,19 +134,9 @@ def _person_events(log: RoundLog, inputs: Inputs, at: str) -> list[Event]:
     def add(key: tuple[str, str], title: str, task: str, state: str, detail: str) -> None:
         line = lines.get(key)
         updated = line.updated_ms if line is not None else 0
-        found.setdefault(
-            key,
-            Event(
-                f"needs_person:{key[0]}:{key[1]}:{updated}",
-                "needs_person",
-                at,
-                key[0],
-                key[1],
-                title or (line.title if line is not None else ""),
-                task,
-                data={"state": state, "detail": detail},
-            ),
-        )
+        title = title or (line.title if line is not None else "")
+        found.setdefault(key, Event(f"needs_person:{key[0]}:{key[1]}:{updated}", "needs_person",
+                                    at, *key, title, task, data={"state": state, "detail": detail}))
 
     # A person's decision: what the report lists under "Needs a person".
     for a in log.actions:
@@ -222,45 +187,27 @@ def _catch_up(inputs: Inputs, since: datetime | None, at: str) -> list[Event]:
 
 def _healed(log: RoundLog, inputs: Inputs, since: datetime) -> list[Event]:
     """One ``healed`` per heal the store remembers since ``since`` (id: the failure's key)."""
-    details = {
-        (a.instance, a.session): a
-        for a in log.actions
-        if a.kind == "heal" and a.result == "ok"
-    }
+    healed = [a for a in log.actions if a.kind == "heal" and a.result == "ok"]
+    details = {(a.instance, a.session): a for a in healed}
     since_ms = int(since.timestamp() * 1000)
     events = []
     for h in inputs.heals:
         if h.at_ms < since_ms:
             continue
         a = details.get((h.who.instance, h.who.session))
-        events.append(
-            Event(
-                "healed:" + h.key.removeprefix(HEAL_PREFIX),
-                "healed",
-                format_instant(datetime.fromtimestamp(h.at_ms / 1000, UTC)),
-                h.who.instance,
-                h.who.session,
-                h.who.title or (a.title if a is not None else ""),
-                data={
-                    "from_model": h.from_model or (a.from_model if a is not None else ""),
-                    "model": h.to_model,
-                    "detail": a.detail if a is not None else "",
-                },
-            )
-        )
+        when = format_instant(datetime.fromtimestamp(h.at_ms / 1000, UTC))
+        data = {"from_model": h.from_model or (a.from_model if a is not None else ""),
+                "model": h.to_model, "detail": a.detail if a is not None else ""}
+        title = h.who.title or (a.title if a is not None else "")
+        events.append(Event("healed:" + h.key.removeprefix(HEAL_PREFIX), "healed", when,
+                            h.who.instance, h.who.session, title, data=data))
     return events
 
 
 def _store_events(inputs: Inputs, state: MutableMapping[str, Any], at: str) -> list[Event]:
     events = [
-        Event(
-            f"task_parked:{t.id}:{t.dispatched_at}:{t.attempts}",
-            "task_parked",
-            at,
-            title=t.title,
-            task=t.id,
-            data={"attempts": t.attempts, "error": t.last_error},
-        )
+        Event(f"task_parked:{t.id}:{t.dispatched_at}:{t.attempts}", "task_parked", at,
+              title=t.title, task=t.id, data={"attempts": t.attempts, "error": t.last_error})
         for t in inputs.parked
     ]
     if inputs.blackouts is not None:
@@ -268,14 +215,8 @@ def _store_events(inputs: Inputs, state: MutableMapping[str, Any], at: str) -> l
         before = before if isinstance(before, Mapping) else {}
         for family, (until, reason) in sorted(inputs.blackouts.items()):
             if before.get(family) != until:
-                events.append(
-                    Event(
-                        f"blackout:{family}:{until}",
-                        "blackout",
-                        at,
-                        data={"family": family, "until": until, "reason": reason},
-                    )
-                )
+                data = {"family": family, "until": until, "reason": reason}
+                events.append(Event(f"blackout:{family}:{until}", "blackout", at, data=data))
         state["blackouts"] = {f: u for f, (u, _) in inputs.blackouts.items()}
     return events
 
@@ -283,61 +224,36 @@ def _store_events(inputs: Inputs, state: MutableMapping[str, Any], at: str) -> l
 def _budget_events(inputs: Inputs, now: datetime, tz: tzinfo, at: str) -> list[Event]:
     """80 % and 100 % of a daily budget reached, once per level and local day."""
     day = now.astimezone(tz).date().isoformat()
-    events = []
-    for line in inputs.spend:
-        scope = f"{line.project}/" if line.project else ""
-        for level in levels_reached(line):
-            events.append(
-                Event(
-                    f"budget:{scope}{line.instance or '*'}:{level}:{day}",
-                    "budget",
-                    at,
-                    instance=line.instance,
-                    project=line.project,
-                    data={
-                        "every_project": line.every,
-                        "level": level,
-                        "day": day,
-                        "spent_usd": round(line.spent.usd, 6),
-                        "budget_usd": line.budget,
-                        "cost_unknown_sessions": line.spent.unknown,
-                    },
-                )
-            )
-    return events
+    return [
+        Event(f"budget:{scope}{line.instance or '*'}:{level}:{day}", "budget", at,
+              instance=line.instance, project=line.project,
+              data={"every_project": line.every, "level": level, "day": day,
+                    "spent_usd": round(line.spent.usd, 6), "budget_usd": line.budget,
+                    "cost_unknown_sessions": line.spent.unknown})
+        for line in inputs.spend
+        for scope in [f"{line.project}/" if line.project else ""]
+        for level in levels_reached(line)
+    ]
 
 
 def failover_event(from_host: str, to_host: str, token: str, now: datetime) -> Event:
     """The patrol moved from ``from_host`` to ``to_host``; ``token`` (the new lease) makes it
     one fact however often it is queued."""
-    return Event(
-        f"failover:{token}",
-        "failover",
-        format_instant(now),
-        data={"from_host": from_host, "to_host": to_host},
-    )
+    data = {"from_host": from_host, "to_host": to_host}
+    return Event(f"failover:{token}", "failover", format_instant(now), data=data)
 
 
 def rest_ended_event(target: str, until: str, now: datetime) -> Event:
     """A person ended the rest of ``target`` (a family or a model) that was to last ``until``
     (ISO); one fact per rest, however often it is queued."""
-    return Event(
-        f"rest_ended:{target}:{until}",
-        "rest_ended",
-        format_instant(now),
-        data={"family": target, "until": until},
-    )
+    data = {"family": target, "until": until}
+    return Event(f"rest_ended:{target}:{until}", "rest_ended", format_instant(now), data=data)
 
 
 def counts_since(history: Sequence[Mapping[str, Any]], since: datetime) -> dict[str, int]:
     """How many events of each type were derived since ``since``."""
-    out: dict[str, int] = {}
-    for item in history:
-        when = read_instant(item.get("at"))
-        if when is not None and when >= since:
-            kind = str(item.get("type"))
-            out[kind] = out.get(kind, 0) + 1
-    return out
+    when = [(str(i.get("type")), read_instant(i.get("at"))) for i in history]
+    return dict(Counter(kind for kind, at in when if at is not None and at >= since))
 
 
 def _summary(
@@ -360,23 +276,17 @@ def _summary(
     seen_ids = seen_ids if isinstance(seen_ids, Mapping) else {}
     history += [{"type": e.type, "at": e.at} for e in fresh if e.id not in seen_ids]
     counts = counts_since(history, now - timedelta(hours=24))
-    at = format_instant(now)
-    return [
-        Event(
-            f"daily_summary:{day}",
-            "daily_summary",
-            at,
-            data={
-                "day": day,
-                "counts": counts,
-                "running": sum(1 for s in log.sessions if s.state in ("running", "stale_busy")),
-                "waiting": inputs.waiting,
-                "asking": sum(1 for s in log.sessions if s.state == "waiting"),
-                "up": sum(1 for up, _ in seen.values() if up),
-                "servers": len(inputs.configured),
-            },
-        )
-    ]
+    states = Counter(s.state for s in log.sessions)
+    data = {
+        "day": day,
+        "counts": counts,
+        "running": states["running"] + states["stale_busy"],
+        "waiting": inputs.waiting,
+        "asking": states["waiting"],
+        "up": sum(1 for up, _ in seen.values() if up),
+        "servers": len(inputs.configured),
+    }
+    return [Event(f"daily_summary:{day}", "daily_summary", format_instant(now), data=data)]
 
 
 def derive(

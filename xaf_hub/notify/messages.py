@@ -25,6 +25,15 @@ def _cut(words: str, limit: int) -> str:
     return words if len(words) <= limit else words[: limit - 1] + "\u2026"
 
 
+# Event data said as it is (unknown when missing), quoted from a server (cut), and counted (0).
+_NAMED = ("from_model", "model", "family", "from_host", "to_host")
+_QUOTED = ("error", "reason", "answer")
+_NUMBERS = ("running", "waiting", "asking", "up", "servers")
+# The daily summary's counts: its field -> the event type counted.
+_COUNTED = {"done": "task_done", "finished": "task_finished", "parked": "task_parked",
+            "healed": "healed", "people": "needs_person"}
+
+
 def _fields(event: Event, lang: str, tz: tzinfo) -> dict[str, Any]:
     data: Mapping[str, Any] = event.data
     unknown = text(lang, "time.unknown")
@@ -33,35 +42,21 @@ def _fields(event: Event, lang: str, tz: tzinfo) -> dict[str, Any]:
     counts = data.get("counts") if isinstance(data.get("counts"), Mapping) else {}
     assert isinstance(counts, Mapping)
     return {
+        **{key: data.get(key) or unknown for key in _NAMED},
+        **{key: _cut(str(data.get(key) or unknown), _DETAIL_CHARS) for key in _QUOTED},
+        **{key: data.get(key, 0) for key in _NUMBERS},
+        **{key: counts.get(kind, 0) for key, kind in _COUNTED.items()},
         "title": _cut(event.title or event.task or event.session or unknown, _TITLE_CHARS),
         "task": event.task or "-",
         "instance": event.instance or unknown,
         "attempts": data.get("attempts", "?"),
-        "error": _cut(str(data.get("error") or unknown), _DETAIL_CHARS),
         "state": text(lang, state if state in TEXT else "chat.state", detail=detail),
-        "from_model": data.get("from_model") or unknown,
-        "model": data.get("model") or unknown,
-        "family": data.get("family") or unknown,
         "until": local_iso(str(data.get("until") or ""), tz, seconds=False, unknown="?"),
-        "reason": _cut(str(data.get("reason") or unknown), _DETAIL_CHARS),
         # Which rule made it done: "verified: commit ... (new work...; check: passed)".
         "judged": "\n" + _cut(str(data["judged"]), _DETAIL_CHARS) if data.get("judged") else "",
         "day": data.get("day") or "",
-        "done": counts.get("task_done", 0),
-        "finished": counts.get("task_finished", 0),
-        "parked": counts.get("task_parked", 0),
-        "healed": counts.get("healed", 0),
-        "people": counts.get("needs_person", 0),
-        "running": data.get("running", 0),
-        "waiting": data.get("waiting", 0),
-        "asking": data.get("asking", 0),
         "detail": detail,
-        "answer": _cut(str(data.get("answer") or unknown), _DETAIL_CHARS),
-        "up": data.get("up", 0),
-        "servers": data.get("servers", 0),
         "webhook": data.get("webhook") or "",
-        "from_host": data.get("from_host") or unknown,
-        "to_host": data.get("to_host") or unknown,
         "level": data.get("level", "?"),
         "scope": event.instance
         or text(lang, "chat.every_project" if data.get("every_project") else "chat.project"),

@@ -33,6 +33,11 @@ RETRY = Backoff(first=RETRY_FIRST_SECONDS, cap=RETRY_MAX_SECONDS)
 # A claim older than this is its owner's no longer (a sender's tries end long before).
 STALE_SENDING = timedelta(minutes=10)
 _WHAT = "notification state"
+# Every key of the state, and its type.
+_KEYS: dict[str, type] = {
+    **dict.fromkeys(("instances", "blackouts", "seen", "sent", "last"), dict),
+    **dict.fromkeys(("history", "outbox", "parked"), list),
+}
 T = TypeVar("T")
 
 Outcome = Literal["delivered", "maybe", "refused", "retry"]
@@ -69,16 +74,7 @@ def _checked(data: Any, path: Path) -> dict[str, Any]:
             "(written by another xaf-hub version)"
         )
     data["schema_version"] = SCHEMA_VERSION
-    for key, kind in (
-        ("instances", dict),
-        ("blackouts", dict),
-        ("seen", dict),
-        ("history", list),
-        ("outbox", list),
-        ("parked", list),
-        ("sent", dict),
-        ("last", dict),
-    ):
+    for key, kind in _KEYS.items():
         if key not in data:
             data[key] = kind()
         elif not isinstance(data[key], kind):
@@ -152,15 +148,8 @@ def enqueue(
             data["history"].append({"type": ev.type, "at": ev.at})
             for hook in hooks:
                 if hook.wants(ev.type):
-                    data["outbox"].append(
-                        {
-                            "webhook": hook.name,
-                            "event": ev.to_json(),
-                            "queued_at": stamp,
-                            "attempts": 0,
-                            "last_error": "",
-                        }
-                    )
+                    item = {"webhook": hook.name, "event": ev.to_json(), "queued_at": stamp}
+                    data["outbox"].append({**item, "attempts": 0, "last_error": ""})
         dropped: list[str] = []
         oldest = now - timedelta(hours=keep_hours)
         kept: list[dict[str, Any]] = []
@@ -190,23 +179,18 @@ def _drop_line(item: Mapping[str, Any], why: str) -> str:
 
 
 def _prune(data: dict[str, Any], now: datetime) -> None:
-    for key, keep in (("seen", timedelta(days=SEEN_DAYS)), ("sent", timedelta(days=SEEN_DAYS))):
-        data[key] = {
-            k: v for k, v in data[key].items() if (w := read_instant(v)) is None or w >= now - keep
-        }
-    horizon = now - timedelta(hours=HISTORY_HOURS)
-    parked_horizon = now - timedelta(hours=PARKED_HOURS)
-    data["parked"] = [
-        p
-        for p in data["parked"]
-        if isinstance(p, dict) and (w := read_instant(p.get("parked_at"))) is not None
-        and w >= parked_horizon
-    ]
-    data["history"] = [
-        h
-        for h in data["history"]
-        if isinstance(h, dict) and (w := read_instant(h.get("at"))) is not None and w >= horizon
-    ][-5000:]
+    seen = now - timedelta(days=SEEN_DAYS)
+    for key in ("seen", "sent"):
+        data[key] = {k: v for k, v in data[key].items()
+                     if (w := read_instant(v)) is None or w >= seen}
+
+    def since(items: list[Any], key: str, horizon: datetime) -> list[Any]:
+        """The entries stamped (``key``) at or after ``horizon``."""
+        return [i for i in items if isinstance(i, dict)
+                and (w := read_instant(i.get(key))) is not None and w >= horizon]
+
+    data["parked"] = since(data["parked"], "parked_at", now - timedelta(hours=PARKED_HOURS))
+    data["history"] = since(data["history"], "at", now - timedelta(hours=HISTORY_HOURS))[-5000:]
 
 
 def _same(item: Mapping[str, Any], entry: Entry) -> bool:
@@ -230,10 +214,8 @@ def _reap(data: dict[str, Any], now: datetime, stamp: str) -> list[str]:
             gone = not (isinstance(owner, int) and pid_alive(owner))
             if gone or at is None or now - at > STALE_SENDING:
                 if claim.get("posted"):
-                    why = (
-                        "the hub stopped during its POST: maybe delivered, "
-                        "not sent again (at most once)"
-                    )
+                    why = ("the hub stopped during its POST: maybe delivered, not sent again "
+                           "(at most once)")
                     data["sent"][f"{item.get('webhook')}:{item['event'].get('id')}"] = stamp
                     last = data["last"].setdefault(str(item.get("webhook")), {})
                     last.update(error_at=stamp, error=why)
@@ -318,10 +300,8 @@ def record(
             return
         data["outbox"] = [i for i in data["outbox"] if not _same(i, entry)]
         if outcome == "refused":
-            data["parked"].append(
-                {"webhook": entry.webhook, "event": entry.event.to_json(), "reason": reason,
-                 "parked_at": stamp}
-            )
+            parked = {"webhook": entry.webhook, "event": entry.event.to_json(), "reason": reason}
+            data["parked"].append({**parked, "parked_at": stamp})
             last.update(error_at=stamp, error=reason)
             return
         data["sent"][f"{entry.webhook}:{entry.event.id}"] = stamp

@@ -104,25 +104,11 @@ def outgoing(cfg: Config, hook: Webhook, ev: Event, now: datetime) -> Outgoing:
     """The request that tells ``hook`` about ``ev`` in the configured language, at ``now``."""
     notify = cfg.notify
     project = ev.project or cfg.project_name
-    headline, text = render(
-        ev,
-        language=notify.language,
-        project=project,
-        page_url=notify.page_url,
-        tz=_zone(cfg.models.timezone),
-    )
+    words = {"project": project, "language": notify.language, "page_url": notify.page_url}
+    headline, text = render(ev, tz=_zone(cfg.models.timezone), **words)
     # Error texts in events come from servers: no configured secret goes to the chat.
     secrets = cfg.secrets()
-    return build(
-        hook,
-        ev,
-        redact(headline, secrets),
-        redact(text, secrets),
-        project=project,
-        language=notify.language,
-        page_url=notify.page_url,
-        now=now,
-    )
+    return build(hook, ev, redact(headline, secrets), redact(text, secrets), now=now, **words)
 
 
 async def send_test(
@@ -131,20 +117,13 @@ async def send_test(
     """Send one test message to ``hook`` (its URL must be set); return the receiver's answer."""
     assert hook.url
     stamp = datetime.now(UTC)
-    ev = Event(
-        f"test:{stamp.isoformat()}",
-        "test",
-        stamp.isoformat(timespec="seconds"),
-        data={"webhook": hook.name},
-    )
+    at, data = stamp.isoformat(timespec="seconds"), {"webhook": hook.name}
+    ev = Event(f"test:{stamp.isoformat()}", "test", at, data=data)
     notify = cfg.notify
     async with make_client(hook.url, notify.timeout_seconds, transport) as client:
         return await deliver(
-            client,
-            hook.format,
-            lambda: outgoing(cfg, hook, ev, datetime.now(UTC)),
-            retries=notify.retries,
-            timeout=notify.timeout_seconds,
+            client, hook.format, lambda: outgoing(cfg, hook, ev, datetime.now(UTC)),
+            retries=notify.retries, timeout=notify.timeout_seconds,
         )
 
 
@@ -258,34 +237,21 @@ def send_outbox(
     lines: list[tuple[str, bool]] = []
     for s in senders:
         lines += [(f"{STEP}: {line}", True) for line in s.reaped]
+        hook = f"webhook '{s.hook.name}'"
         if s.sent:
             kinds = ", ".join(f"{k} {n}" for k, n in Counter(e.type for e in s.sent).items())
-            sent = f"{STEP}: sent {len(s.sent)} message(s) to '{s.hook.name}' ({kinds})"
-            lines.append((sent, False))
-        for ev, reason in s.refused:
-            lines.append(
-                (
-                    f"{STEP}: webhook '{s.hook.name}' refused {_what(ev)}: {reason}; parked, "
-                    f"not sent again (see doctor)",
-                    True,
-                )
-            )
-        for ev, reason in s.maybe:
-            lines.append((f"{STEP}: webhook '{s.hook.name}' {_what(ev)}: {reason}", True))
-        waiting = [
-            Event.from_json(i["event"])
-            for i in state.get("outbox", [])
-            if i.get("webhook") == s.hook.name
-        ]
+            lines.append((f"{STEP}: sent {len(s.sent)} message(s) to '{s.hook.name}' ({kinds})",
+                          False))
+        bad = [f"{hook} refused {_what(ev)}: {reason}; parked, not sent again (see doctor)"
+               for ev, reason in s.refused]
+        bad += [f"{hook} {_what(ev)}: {reason}" for ev, reason in s.maybe]
+        queued = state.get("outbox", [])
+        waiting = [Event.from_json(i["event"]) for i in queued if i.get("webhook") == s.hook.name]
         if waiting and s.down:
             kinds = ", ".join(sorted({e.type for e in waiting}))
-            lines.append(
-                (
-                    f"{STEP}: could not send {len(waiting)} message(s) ({kinds}) to webhook "
-                    f"'{s.hook.name}': {s.down}; they stay queued",
-                    True,
-                )
-            )
+            bad.append(f"could not send {len(waiting)} message(s) ({kinds}) to {hook}: {s.down}; "
+                       "they stay queued")
+        lines += [(f"{STEP}: {line}", True) for line in bad]
     return lines
 
 
@@ -375,7 +341,6 @@ class Sender:
 
 
 def _zone(name: str) -> Any:
-
     try:
         return resolve_timezone(name)
     except HubError:

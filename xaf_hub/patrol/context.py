@@ -15,10 +15,11 @@ from typing import Any, TypeVar
 
 from xaf_hub.config.load import InstanceConfig
 from xaf_hub.core import aio
+from xaf_hub.core.discipline import expected_branches
 from xaf_hub.core.records import SessionRecord
 from xaf_hub.core.runstate import LastRun, last_run
 from xaf_hub.errors import BudgetReached, BusyError, HubError, RunsAgain
-from xaf_hub.notify.record import InstanceLine, RoundLog, session_action
+from xaf_hub.notify.record import Action, InstanceLine, RoundLog, session_action
 from xaf_hub.ops.budget import BudgetLine, budget_lines, spends, totals
 from xaf_hub.ops.context import Fleet, OpsContext
 from xaf_hub.ops.load import instance_load
@@ -51,7 +52,7 @@ TIME_DECISIONS: tuple[str, ...] = (
     # check_agents: a run that stopped without finishing is resumed once it is quiet for
     # patrol.run_start_grace_seconds (quiet = now - updated; run.outcome kept).
     "resume after the run-start grace",
-    # fill_slots.settle: a prompt unanswered past patrol.no_answer_grace_seconds, an
+    # settle_tasks: a prompt unanswered past patrol.no_answer_grace_seconds, an
     # instance unreachable past stale_minutes, a task's back-off (not_before) ending.
     "settle: no-answer grace, unreachable too long, back-off due",
     # ops.decisions: an operator's interrupt after the run (audit log, read every round,
@@ -103,21 +104,12 @@ class Cycle:
         """Put every instance's load (the runs of every project there, from this cycle's scan)
         and today's spend from ``fleet`` in the log."""
         gate = pctx.gate()
-        lines = []
-        for sc in (self._scan[0] if self._scan else fleet).scans:
-            load = instance_load(sc, gate, allow_prod=True)
-            lines.append(
-                InstanceLine(
-                    sc.inst.name,
-                    sc.reachable,
-                    sc.reason,
-                    load.running_project,
-                    load.reserved or 0,
-                    load.limit,
-                    sc.inst.production,
-                )
-            )
-        self.log.instances = lines
+        self.log.instances = [
+            InstanceLine(sc.inst.name, sc.reachable, sc.reason, load.running_project,
+                         load.reserved or 0, load.limit, sc.inst.production)
+            for sc in (self._scan[0] if self._scan else fleet).scans
+            for load in [instance_load(sc, gate, allow_prod=True)]
+        ]
         cfg, now = pctx.cfg, pctx.now()
         own = budget_lines(
             cfg, [(sc.inst, sc.sessions if sc.reachable else None) for sc in fleet.scans], now
@@ -155,6 +147,15 @@ class Cycle:
             self.log.add(pctx, session_action(step, kind, "failed", rec, detail=str(exc), **fields))
             self.log.error(pctx, step, f"{kind} {rec.instance}/{rec.id}: {exc}")
         return None
+
+    def record(
+        self, pctx: OpsContext, action: Action, audited: str, reason: str, **extra: Any
+    ) -> None:
+        """Audit a write to a task's row (``audited``: the audit line's result) and log its
+        action."""
+        pctx.audit("patrol.backlog", instance=action.instance, session=action.session,
+                   result=audited, reason=reason, extra={"task": action.task, **extra})
+        self.log.add(pctx, action)
 
     async def last_runs(
         self,
@@ -263,3 +264,12 @@ def pool_discipline(pctx: OpsContext, log: RoundLog, step: str) -> str | None:
     if problem:
         log.error(pctx, step, problem)
     return override
+
+
+def task_branches(
+    pctx: OpsContext, inst: InstanceConfig | None, titles: Sequence[str], override: str | None
+) -> tuple[str, ...]:
+    """The branches the discipline told a task's agent to push to; () for any branch."""
+    mainline = inst is not None and inst.branch_policy == "mainline"
+    base = pctx.cfg.patrol.base_branch
+    return expected_branches(mainline, base_branch=base, titles=titles, override=override)

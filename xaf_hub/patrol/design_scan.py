@@ -112,20 +112,13 @@ def _plain(cell: str) -> str:
 
 def _marker_patterns(markers: Iterable[str]) -> list[re.Pattern[str]]:
     """Compile the markers: ASCII ones as whole words in any case, others as plain substrings."""
-    compiled: list[re.Pattern[str]] = []
-    for marker in markers:
-        if not marker:
-            continue
-        if marker.isascii():
-            compiled.append(
-                re.compile(
-                    r"(?<![A-Za-z0-9_-])" + re.escape(marker) + r"(?![A-Za-z0-9_-])",
-                    re.IGNORECASE,
-                )
-            )
-        else:
-            compiled.append(re.compile(re.escape(marker)))
-    return compiled
+    return [
+        re.compile(rf"(?<![A-Za-z0-9_-]){re.escape(m)}(?![A-Za-z0-9_-])", re.IGNORECASE)
+        if m.isascii()
+        else re.compile(re.escape(m))
+        for m in markers
+        if m
+    ]
 
 
 def has_marker(text: str, markers: Sequence[str] = DEFAULT_MARKERS) -> bool:
@@ -257,6 +250,7 @@ def scan_dirs(
     is reported to ``on_error`` (if given) and skipped, so one bad file does not hide the rest.
     """
     oldest = now.timestamp() - max_age_days * 86400
+    report = on_error or (lambda path, exc: None)
     files: dict[str, Path] = {}
     for folder in dirs:
         base = folder if folder.is_absolute() else repo_root / folder
@@ -267,8 +261,7 @@ def scan_dirs(
                 if not path.is_file() or path.stat().st_mtime < oldest:
                     continue
             except OSError as exc:
-                if on_error is not None:
-                    on_error(path, exc)
+                report(path, exc)
                 continue
             try:
                 spec = path.resolve().relative_to(repo_root.resolve()).as_posix()
@@ -281,8 +274,7 @@ def scan_dirs(
             # A stray non-UTF-8 byte should not hide the file's other rows.
             text = files[spec].read_bytes().decode("utf-8-sig", errors="replace")
         except OSError as exc:
-            if on_error is not None:
-                on_error(files[spec], exc)
+            report(files[spec], exc)
             continue
         result.extend(scan_markdown(text, spec, markers, batch_patterns))
     return result

@@ -26,6 +26,7 @@ from xaf_hub.store.tasks import Task, of_project, project_of
 
 __all__ = ["LATEST", "latest_report", "render_markdown", "report_document", "write_report"]
 
+Rows = list[dict[str, Any]]  # a report section's rows, as JSON
 SCHEMA_VERSION = 1
 KEEP_REPORTS = 200
 _MAX_LEAD_ITEMS = 100
@@ -85,15 +86,10 @@ def lead_backlog_items(text: str) -> list[str]:
 
 def waiting_tasks(
     tasks: Sequence[Task], now: datetime, max_attempts: int, projects: Sequence[str] = ()
-) -> dict[str, list[dict[str, Any]]]:
+) -> dict[str, Rows]:
     """The pool's pending tasks: ready, not ready (with why), blocked (pure); each names its
     project (``store.tasks.project_of`` of ``projects``)."""
-    out: dict[str, list[dict[str, Any]]] = {
-        "ready": [],
-        "not_ready": [],
-        "blocked": [],
-        "parked": [],
-    }
+    out: dict[str, Rows] = {k: [] for k in ("ready", "not_ready", "blocked", "parked")}
     for task in tasks:
         if task.status != "pending":
             continue
@@ -122,9 +118,7 @@ def waiting_tasks(
     return out
 
 
-def held_by_budget(
-    waiting: dict[str, list[dict[str, Any]]], held: Mapping[str, str]
-) -> dict[str, list[dict[str, Any]]]:
+def held_by_budget(waiting: dict[str, Rows], held: Mapping[str, str]) -> dict[str, Rows]:
     """``waiting`` with the ready tasks a daily budget kept back listed as not ready, and why."""
     if not held:
         return waiting
@@ -138,7 +132,7 @@ def report_document(
     *,
     project: str,
     code: int,
-    waiting: Mapping[str, list[dict[str, Any]]],
+    waiting: Mapping[str, Rows],
     lead_path: str,
     lead_items: Sequence[str],
     tasks: Mapping[TaskState, int] | None = None,
@@ -146,7 +140,7 @@ def report_document(
 ) -> dict[str, Any]:
     """The JSON report of one cycle (pure); ``tasks``: how many pool tasks stand in each
     state (``store.pick.count_states``), and ``projects`` the same per project."""
-    sessions: dict[str, list[dict[str, Any]]] = {state: [] for state, _ in SESSION_STATES}
+    sessions: dict[str, Rows] = {state: [] for state, _ in SESSION_STATES}
     for line in log.sessions:
         sessions.setdefault(line.state, []).append(asdict(line))
     doc: dict[str, Any] = {
@@ -172,7 +166,7 @@ def report_document(
     return doc
 
 
-def _one_per_session(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _one_per_session(rows: Rows) -> Rows:
     """Several jobs may name the same session; keep one line, the one naming its task."""
     kept: dict[tuple[str, str], dict[str, Any]] = {}
     for row in rows:
@@ -187,23 +181,33 @@ def _cell(value: Any) -> str:
     return text.replace("|", "\\|") or "-"
 
 
-def _table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> list[str]:
-    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
-    lines += ["| " + " | ".join(_cell(v) for v in row) + " |" for row in rows]
+Column = str | tuple[str, str | Callable[[Mapping[str, Any]], Any]]
+
+
+def _table(rows: Iterable[Mapping[str, Any]], *columns: Column) -> list[str]:
+    """A markdown table of ``rows``; a column is a key, or a header and its key or function."""
+    cols = [(c, c) if isinstance(c, str) else c for c in columns]
+    lines = ["| " + " | ".join(h for h, _ in cols) + " |", "|" + "---|" * len(cols)]
+    for row in rows:
+        cells = (_cell(get(row) if callable(get) else row[get]) for _, get in cols)
+        lines.append("| " + " | ".join(cells) + " |")
     return lines
 
 
 def _section(
-    mark: str, heading: str, rows: Sequence[Any], headers: Sequence[str],
-    cells: Callable[[Any], Sequence[Any]], hint: str = "",
+    mark: str, heading: str, rows: Sequence[Mapping[str, Any]], *columns: Column, hint: str = ""
 ) -> list[str]:
     """``rows`` under a heading that counts them (and a ``hint`` line), as a table; nothing
     when there are none."""
     if not rows:
         return []
     return ["", f"{mark} {heading} ({len(rows)})", "", *([hint, ""] if hint else [])] + _table(
-        headers, map(cells, rows))
+        rows, *columns)
 
+
+def _models(a: Mapping[str, Any]) -> str:
+    """An action's model, or its move from one model to another."""
+    return f"{a['from_model']} → {a['model']}" if a["from_model"] else str(a["model"])
 
 
 def render_markdown(doc: Mapping[str, Any]) -> str:
@@ -216,25 +220,16 @@ def render_markdown(doc: Mapping[str, Any]) -> str:
         "",
     ]
     out += ["## Steps", ""]
-    out += _table(
-        ["step", "status", "seconds", "error"],
-        ([s["name"], s["status"], f"{s['seconds']:.1f}", s["error"]] for s in doc["steps"]),
-    )
+    out += _table(doc["steps"], ("step", "name"), "status",
+                  ("seconds", lambda s: f"{s['seconds']:.1f}"), "error")
     if doc["instances"]:
         out += ["", "## Instances", ""]
         out += _table(
-            ["instance", "reachable", "running", "reserved", "limit", "note"],
-            (
-                [
-                    i["name"],
-                    "yes" if i["reachable"] else "no",
-                    i["running_project"],
-                    i["reserved"],
-                    i["limit"],
-                    i["reason"] or ("production (never written to)" if i["production"] else ""),
-                ]
-                for i in doc["instances"]
-            ),
+            doc["instances"], ("instance", "name"),
+            ("reachable", lambda i: "yes" if i["reachable"] else "no"),
+            ("running", "running_project"), "reserved", "limit",
+            ("note", lambda i: i["reason"]
+             or ("production (never written to)" if i["production"] else "")),
         )
     counts = doc["counts"]
     out += ["", "## Sessions", ""]
@@ -244,19 +239,14 @@ def render_markdown(doc: Mapping[str, Any]) -> str:
     out.append(summary or "No project session was active in the last 24 hours.")
     for state, heading in SESSION_STATES:
         out += [] if state == "idle" else _section(
-            "###", heading, doc["sessions"].get(state) or [],
-            ["instance", "session", "title", "model", "updated", "detail"],
-            lambda r: [r["instance"], r["session"], r["title"], r["model"],
-                       fmt_time(r["updated_ms"]), r["detail"]],
+            "###", heading, doc["sessions"].get(state) or [], "instance", "session", "title",
+            "model", ("updated", lambda r: fmt_time(r["updated_ms"])), "detail",
         )
     for _, key, heading in SECTIONS:
         out += _section(
-            "##", heading, doc[key],
-            ["result", "task", "instance", "session", "title", "model", "detail"],
-            lambda a: [a["result"], a["task"], a["instance"], a["session"], a["title"],
-                       f"{a['from_model']} → {a['model']}" if a["from_model"] else a["model"],
-                       a["detail"]],
-            "Nothing is sent for these until someone acts: `xaf-hub backlog set ID --status "
+            "##", heading, doc[key], "result", "task", "instance", "session", "title",
+            ("model", _models), "detail",
+            hint="Nothing is sent for these until someone acts: `xaf-hub backlog set ID --status "
             "pending` retries the task in a new session, or dispatch to the session again."
             if key == "needs_person" else "",
         )
@@ -273,24 +263,18 @@ def render_markdown(doc: Mapping[str, Any]) -> str:
     if not (ready or later or blocked or parked):
         out.append("The task pool has no pending task.")
     if ready or later:
-        out += _table(
-            ["task", "priority", "instance", "title", "status"],
-            (
-                [t["id"], t["priority"], t["instance"] or "any", t["title"], t["why"] or "ready"]
-                for t in ready + later
-            ),
-        )
+        out += _table(ready + later, ("task", "id"), "priority",
+                      ("instance", lambda t: t["instance"] or "any"), "title",
+                      ("status", lambda t: t["why"] or "ready"))
     out += _section(
-        "###", "Blocked: attempts used up", blocked,
-        ["task", "priority", "title", "attempts", "last error"],
-        lambda t: [t["id"], t["priority"], t["title"], t["attempts"], t["last_error"]],
-        "Reset with `xaf-hub backlog set ID --status pending --reset`.",
+        "###", "Blocked: attempts used up", blocked, ("task", "id"), "priority", "title",
+        "attempts", ("last error", "last_error"),
+        hint="Reset with `xaf-hub backlog set ID --status pending --reset`.",
     )
     out += _section(
-        "###", "Parked after infrastructure failures", parked,
-        ["task", "priority", "title", "status"],
-        lambda t: [t["id"], t["priority"], t["title"], t["why"]],
-        "Retry with `xaf-hub backlog set ID --status pending` once the cause is fixed.",
+        "###", "Parked after infrastructure failures", parked, ("task", "id"), "priority",
+        "title", ("status", "why"),
+        hint="Retry with `xaf-hub backlog set ID --status pending` once the cause is fixed.",
     )
     lead = waiting["lead_backlog"]
     out += ["", f"### For a human ({lead['path'] or 'lead_backlog.md'})", ""]
@@ -340,19 +324,10 @@ def write_report(pctx: OpsContext, log: RoundLog, code: int) -> tuple[Path, Path
     projects = {n: count_states(of_project(tasks, n, names), pctx.now(), most)
                 for n in names} if len(names) > 1 else None
     lead_path, lead_items = _lead(pctx)
-    doc = _scrub(
-        pctx,
-        report_document(
-            log,
-            project=pctx.cfg.project_name,
-            code=code,
-            waiting=waiting,
-            lead_path=lead_path,
-            lead_items=lead_items,
-            tasks=states,
-            projects=projects,
-        ),
-    )
+    doc = report_document(log, project=pctx.cfg.project_name, code=code, waiting=waiting,
+                          lead_path=lead_path, lead_items=lead_items, tasks=states,
+                          projects=projects)
+    doc = _scrub(pctx, doc)
     markdown = pctx.redact(render_markdown(doc))
     folder = pctx.patrol_dir
     stamp = (

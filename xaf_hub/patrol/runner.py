@@ -17,6 +17,7 @@ import signal
 import socket
 import threading
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -50,33 +51,15 @@ from xaf_hub.store.backends import uses_lease
 from xaf_hub.store.gate import host_name
 from xaf_hub.store.patrol_state import (
     HEARTBEAT_FILE,
-    PAUSE_FILE,
     RunMemory,
-    clear_paused,
-    daemon_alive,
     daemon_lock,
-    heartbeat,
     pause_info,
     paused_message,
-    set_paused,
 )
 from xaf_hub.store.statefile import file_lock, write_json_atomic
 
 if TYPE_CHECKING:
     from xaf_hub.store.redis.lease import PatrolLease
-
-__all__ = [
-    "HEARTBEAT_FILE",
-    "PAUSE_FILE",
-    "clear_paused",
-    "daemon_alive",
-    "heartbeat",
-    "pause_info",
-    "paused_message",
-    "run_daemon",
-    "run_once",
-    "set_paused",
-]
 
 Job = Callable[[OpsContext, Cycle], Awaitable[None]]
 
@@ -115,18 +98,13 @@ async def run_cycle(
         t0 = time.monotonic()
         try:
             await job(pctx, cycle)
-        except HubError as exc:
-            cause = exc.cause if isinstance(exc, UnreachableError) else None
-            outcome = StepOutcome(name, "failed", int(exc.exit_code), pctx.redact(str(exc)),
-                                  time.monotonic() - t0, cause)
         except Exception as exc:  # noqa: BLE001 - one step's bug must not stop the others
-            outcome = StepOutcome(
-                name,
-                "failed",
-                int(ExitCode.INTERNAL),
-                pctx.redact(f"internal error: {type(exc).__name__}: {exc}"),
-                time.monotonic() - t0,
-            )
+            code, error = int(ExitCode.INTERNAL), f"internal error: {type(exc).__name__}: {exc}"
+            if isinstance(exc, HubError):
+                code, error = int(exc.exit_code), str(exc)
+            cause = exc.cause if isinstance(exc, UnreachableError) else None
+            outcome = StepOutcome(name, "failed", code, pctx.redact(error), time.monotonic() - t0,
+                                  cause)
         else:
             outcome = StepOutcome(name, "ok", seconds=time.monotonic() - t0)
         cycle.log.steps.append(outcome)
@@ -154,19 +132,10 @@ class CycleRun:
 
 def summary(cycle: Cycle, code: int) -> str:
     """One line about a finished cycle."""
-    counts: dict[str, int] = {}
-    for a in cycle.log.actions:
-        if a.result == "ok":
-            counts[a.kind] = counts.get(a.kind, 0) + 1
-    words = (
-        ("heal", "healed"),
-        ("resume", "resumed"),
-        ("add", "added"),
-        ("dispatch", "dispatched"),
-        ("done", "done"),
-        ("requeue", "requeued"),
-    )
-    done = ", ".join(f"{label} {counts.get(kind, 0)}" for kind, label in words)
+    counts = Counter(a.kind for a in cycle.log.actions if a.result == "ok")
+    words = {"heal": "healed", "resume": "resumed", "add": "added", "dispatch": "dispatched",
+             "done": "done", "requeue": "requeued"}
+    done = ", ".join(f"{label} {counts[kind]}" for kind, label in words.items())
     failed = [s.name for s in cycle.log.steps if s.status == "failed"]
     result = "ok" if code == 0 else f"exit {code}, failed: {', '.join(failed) or 'report'}"
     return f"patrol cycle {result}; {done}; errors {len(cycle.log.errors)}"
@@ -195,17 +164,11 @@ def _take_lease(pctx: OpsContext, lease: PatrolLease) -> CycleRun | OpsContext:
         held = lease.acquire()
         holder = None if held else lease.holder()
     except UnreachableError as exc:
-        return CycleRun(
-            "no lease",
-            int(ExitCode.UNREACHABLE),
-            pctx.redact(f"no patrol lease ({exc}); no cycle run, nothing sent"),
-        )
+        why = pctx.redact(f"no patrol lease ({exc}); no cycle run, nothing sent")
+        return CycleRun("no lease", int(ExitCode.UNREACHABLE), why)
     if not held:
-        return CycleRun(
-            "standby",
-            int(ExitCode.BUSY),
-            f"standby: the patrol lease is held by {holder or 'another daemon'}; no cycle run",
-        )
+        why = f"standby: the patrol lease is held by {holder or 'another daemon'}; no cycle run"
+        return CycleRun("standby", int(ExitCode.BUSY), why)
     return _fenced(pctx, lease)
 
 
@@ -241,11 +204,8 @@ def run_once(
         try:
             stack.enter_context(file_lock(folder / CYCLE_LOCK, 0, what="patrol cycle lock"))
         except BusyError:
-            return CycleRun(
-                "locked",
-                int(ExitCode.BUSY),
-                "another patrol cycle is running on this machine; this one skipped",
-            )
+            why = "another patrol cycle is running on this machine; this one skipped"
+            return CycleRun("locked", int(ExitCode.BUSY), why)
         if lease is not None:
             taken = _take_lease(pctx, lease)
             if isinstance(taken, CycleRun):
@@ -437,33 +397,19 @@ def _run_daemon(
                 result = run_once(pctx, skip, lease=lease, keep_lease=True, send=False)
                 sender.wake(every=True)
             except Exception as exc:  # noqa: BLE001 - the loop must outlive one bad cycle
-                result = CycleRun(
-                    "ran",
-                    int(ExitCode.INTERNAL),
-                    pctx.redact(f"cycle crashed: {type(exc).__name__}: {exc}"),
-                )
-            beat.update(
-                ticks=beat["ticks"] + 1,
-                last=result.status,
-                code=result.code,
-                tick_at=pctx.now().isoformat(timespec="seconds"),
-            )
+                why = pctx.redact(f"cycle crashed: {type(exc).__name__}: {exc}")
+                result = CycleRun("ran", int(ExitCode.INTERNAL), why)
+            at = pctx.now().isoformat(timespec="seconds")
+            beat.update(ticks=beat["ticks"] + 1, last=result.status, code=result.code, tick_at=at)
             save_beat()
             out(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {result.message}")
 
     scheduler = BackgroundScheduler(timezone=UTC)
-    scheduler.add_job(
-        tick,
-        IntervalTrigger(seconds=interval.total_seconds(), start_date=start, timezone=UTC),
-        id="patrol",
-        name="patrol cycle",
-        max_instances=1,
-        coalesce=True,
-        misfire_grace_time=None,
-        # The first run as computed, even if the scheduler starts after it (a loaded box):
-        # without this APScheduler skips to the next grid point, a whole interval later.
-        next_run_time=start,
-    )
+    trigger = IntervalTrigger(seconds=interval.total_seconds(), start_date=start, timezone=UTC)
+    # next_run_time: the first run as computed, even if the scheduler starts after it (a loaded
+    # box); without it APScheduler skips to the next grid point, a whole interval later.
+    scheduler.add_job(tick, trigger, id="patrol", name="patrol cycle", max_instances=1,
+                      coalesce=True, misfire_grace_time=None, next_run_time=start)
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         stop.set()  # no lock this (the main) thread may hold: it only sleeps, below
@@ -513,12 +459,9 @@ def _run_daemon(
     watcher.start()
     keeper = None
     if lease is not None:
-        keeper = threading.Thread(
-            target=_keep_lease,
-            args=(pctx, lease, stop, scheduler, beat, save_beat, out, sender),
-            name="xaf-hub patrol lease",
-            daemon=True,
-        )
+        args = (pctx, lease, stop, scheduler, beat, save_beat, out, sender)
+        keeper = threading.Thread(target=_keep_lease, args=args, name="xaf-hub patrol lease",
+                                  daemon=True)
         keeper.start()
 
     previous = {sig: signal.signal(sig, on_signal) for sig in _stop_signals()}

@@ -133,11 +133,7 @@ def settle(
 
 
 def _settle(
-    task: Task,
-    seen: Sighting,
-    now: datetime,
-    stale_minutes: float,
-    grace: timedelta,
+    task: Task, seen: Sighting, now: datetime, stale_minutes: float, grace: timedelta,
     young: timedelta,
 ) -> Settlement:
     if task.status != "dispatched":
@@ -149,11 +145,8 @@ def _settle(
     age = _age(task, now)
     if not seen.reachable:
         if age is not None and age > timedelta(minutes=stale_minutes):
-            return Settlement(
-                "requeue",
-                True,
-                f"instance {task.dispatched_to} unreachable for more than {stale_minutes:g} min",
-            )
+            said = f"instance {task.dispatched_to} unreachable for more than {stale_minutes:g} min"
+            return Settlement("requeue", True, said)
         return Settlement("keep", reason="instance unreachable; checked again next cycle")
     if seen.session is None:
         return Settlement("requeue", True, "session gone from its instance")
@@ -172,17 +165,12 @@ def _settle(
     if outcome == "succeeded":
         return Settlement("done")
     if outcome in ("interrupted", "running"):
-        return Settlement(
-            "keep", reason="interrupted and not resumed: needs a human", why="unresumed"
-        )
+        said = "interrupted and not resumed: needs a human"
+        return Settlement("keep", reason=said, why="unresumed")
     if outcome == "denied":
-        return Settlement(
-            "keep",
-            reason="its run ended on a refused request (a permission denied or a question "
-            "dismissed): a person decides",
-            person=True,
-            why="denied",
-        )
+        said = ("its run ended on a refused request (a permission denied or a question dismissed): "
+                "a person decides")
+        return Settlement("keep", reason=said, person=True, why="denied")
     if outcome == "not_started":
         # No message at all: the session was recorded before its prompt (fill_slots does
         # that on purpose) and the hub stopped in between. Nothing ran; send it again. Unless
@@ -191,17 +179,12 @@ def _settle(
         made = seen.session.created
         if made and now.timestamp() * 1000 - made < young.total_seconds() * 1000:
             return Settlement("keep", reason="just created; its prompt may not show yet")
-        return Settlement(
-            "requeue",
-            True,
-            "the session never received its prompt (the hub stopped first)",
-            backoff=False,
-        )
+        said = "the session never received its prompt (the hub stopped first)"
+        return Settlement("requeue", True, said, backoff=False)
     if outcome == "pending":
         if age is not None and age > grace:
-            return Settlement(
-                "requeue", True, "the prompt was never answered (model unknown to the server?)"
-            )
+            said = "the prompt was never answered (model unknown to the server?)"
+            return Settlement("requeue", True, said)
         return Settlement("keep")
     reason = error_text(run.error) or outcome
     infra = is_infrastructure_failure(run.error)
@@ -303,13 +286,9 @@ def settle_check(verdict: Settlement, run: CheckRun | None, task: Task, retries:
             return _check_failed_for_person(verdict, task.check_output or "", None)
         return verdict
     if run.contained == "refused":  # no sandbox here and no consent: not run, a person's
-        return Settlement(
-            "keep",
-            reason=f"not verified: check not contained: {run.tail}",
-            person=True,
-            commit=verdict.commit,
-            judged="check: not contained",
-        )
+        said = f"not verified: check not contained: {run.tail}"
+        return Settlement("keep", reason=said, person=True, commit=verdict.commit,
+                          judged="check: not contained")
     if run.passed:
         said = "passed" if run.contained == "contained" else "passed (not contained)"
         return dataclasses.replace(verdict, judged=f"{verdict.judged}; check: {said}", check=run)
@@ -332,15 +311,9 @@ def _check_failed_for_person(verdict: Settlement, tail: str, run: CheckRun | Non
     exit_said = ""
     if run is not None:
         exit_said = " (ran out of time)" if run.code is None else f" (exit {run.code})"
-    return Settlement(
-        "keep",
-        reason=f"not verified: check failed on commit {short(verdict.commit)}{exit_said}: {last}",
-        person=True,
-        commit=verdict.commit,
-        judged="check: failed",
-        check=run,
-        why="check_failed",
-    )
+    said = f"not verified: check failed on commit {short(verdict.commit)}{exit_said}: {last}"
+    return Settlement("keep", reason=said, person=True, commit=verdict.commit,
+                      judged="check: failed", check=run, why="check_failed")
 
 
 def retry_text(command: str, commit: str, run: CheckRun) -> str:

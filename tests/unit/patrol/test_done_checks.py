@@ -1,4 +1,4 @@
-"""The project's check in a patrol round (``fill_slots._run_check``), against a real git origin:
+"""The project's check in a patrol round (``settle_tasks._run_check``), against a real git origin:
 run on the verified commit, not run again for a commit whose check failed with no retry left,
 no more checks started in a round once they add up to ``check_timeout_seconds``, none run
 uncontained without the config's consent; a planted mirror rebuilt and said once."""
@@ -25,7 +25,8 @@ from xaf_hub.errors import BusyError
 from xaf_hub.notify.record import RoundLog
 from xaf_hub.ops.context import OpsContext
 from xaf_hub.patrol.context import Cycle
-from xaf_hub.patrol.jobs.fill_slots import _run_check, _tips
+from xaf_hub.patrol.jobs.fill_slots import _tips
+from xaf_hub.patrol.jobs.settle_tasks import _run_check
 from xaf_hub.patrol.settle import Settlement
 from xaf_hub.store import contain
 from xaf_hub.store.repository import CheckRun, Mirror
@@ -153,7 +154,7 @@ def test_a_failed_check_sends_the_session_back_to_its_own_branch(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from xaf_hub.ops import land
-    from xaf_hub.patrol.jobs import fill_slots
+    from xaf_hub.patrol.jobs import settle_tasks
 
     pctx = ops(tmp_path, "exit 1")
     inst = pctx.cfg.instance("lan-a")
@@ -175,7 +176,7 @@ def test_a_failed_check_sends_the_session_back_to_its_own_branch(
     task = Task(id="T1", title="Add the export", status="dispatched", session_id="ses_1",
                 dispatched_to="lan-a")
     cycle = Cycle(RoundLog(started=datetime.now(UTC)))
-    aio.run(fill_slots._send_back(pctx, cycle, inst, rec, task, verdict))
+    aio.run(settle_tasks._send_back(pctx, cycle, inst, rec, task, verdict))
     [prompt] = sent
     assert "exited with 1" in prompt and "1 failed" in prompt
     # Its branch holds the failed commit: continue there, never create it anew.

@@ -23,16 +23,17 @@ from xaf_hub.ops.context import Fleet
 from xaf_hub.ops.heal import heal_candidate, heal_key, heal_target, rest_for
 from xaf_hub.patrol.context import Cycle
 from xaf_hub.patrol.jobs.check_agents import resume_refusal
-from xaf_hub.patrol.jobs.fill_slots import (
+from xaf_hub.patrol.jobs.fill_slots import free_slots, plan_fill, session_title
+from xaf_hub.patrol.settle import (
     Settlement,
     Sighting,
-    free_slots,
+    credited_commits,
     is_infrastructure_failure,
-    plan_fill,
-    session_title,
+    retry_text,
     settle,
+    settle_check,
+    settle_claim,
 )
-from xaf_hub.patrol.settle import credited_commits, retry_text, settle_check, settle_claim
 from xaf_hub.store.contain import CheckRun
 from xaf_hub.store.gate import FileGate
 from xaf_hub.store.pick import is_blocked

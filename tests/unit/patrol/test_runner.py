@@ -28,17 +28,9 @@ from xaf_hub.patrol.report import (
     report_document,
     waiting_tasks,
 )
-from xaf_hub.patrol.runner import (
-    CYCLE_LOCK,
-    STEP_NAMES,
-    clear_paused,
-    first_run,
-    pause_info,
-    run_cycle,
-    run_once,
-    set_paused,
-)
+from xaf_hub.patrol.runner import CYCLE_LOCK, STEP_NAMES, first_run, run_cycle, run_once
 from xaf_hub.store.backlog import Backlog
+from xaf_hub.store.patrol_state import clear_paused, pause_info, set_paused
 from xaf_hub.store.statefile import file_lock
 from xaf_hub.store.tasks import Task
 

@@ -1,5 +1,5 @@
 """A dispatched task's session that the round's scan did not list is asked for by id
-(``fill_slots._look_up``) before anything is decided: only the instance's "not found" makes it
+(``settle_tasks._look_up``) before anything is decided: only the instance's "not found" makes it
 gone; an error is judged like an unreachable instance (kept, requeued after stale_minutes);
 a session that is there (created after the scan, or archived) is judged like any other."""
 
@@ -16,7 +16,7 @@ from xaf_hub.config.load import load_config
 from xaf_hub.core import aio
 from xaf_hub.core.records import SessionRecord
 from xaf_hub.ops.context import OpsContext
-from xaf_hub.patrol.jobs.fill_slots import _look_up
+from xaf_hub.patrol.jobs.settle_tasks import _look_up
 
 SID = "ses_0123456789abcdefABCDEF"
 SESSION = {

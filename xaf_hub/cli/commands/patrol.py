@@ -26,9 +26,16 @@ from xaf_hub.config.watch import ConfigWatch
 from xaf_hub.core.clock import local_iso
 from xaf_hub.errors import ExitCode, UsageError
 from xaf_hub.patrol.report import LATEST, latest_report
-from xaf_hub.patrol.runner import clear_paused, open_lease, run_daemon, run_once, set_paused
+from xaf_hub.patrol.runner import open_lease, run_daemon, run_once
 from xaf_hub.store.audit import who
-from xaf_hub.store.patrol_state import daemon_alive, heartbeat, patrol_dir, pause_info
+from xaf_hub.store.patrol_state import (
+    clear_paused,
+    daemon_alive,
+    heartbeat,
+    patrol_dir,
+    pause_info,
+    set_paused,
+)
 
 if TYPE_CHECKING:
     from xaf_hub.ops.context import OpsContext

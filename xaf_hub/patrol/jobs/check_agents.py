@@ -111,20 +111,12 @@ async def check_agents(pctx: OpsContext, cycle: Cycle) -> None:
                     pctx, session_action(STEP, "person", "skipped", rec,
                                          detail=decision.text, why=decision.kind)
                 )
-        cycle.log.sessions.append(
-            SessionLine(
-                inst.name,
-                rec.id,
-                rec.title,
-                state,
-                detail,
-                (run.model if run and run.model else rec.model),
-                rec.updated,
-                rec.waiting.request_id if state == "waiting" and rec.waiting else "",
-                answer_hint(rec.waiting) if state == "waiting" and rec.waiting else "",
-                rec.owner,
-            )
-        )
+        model = run.model if run and run.model else rec.model
+        asks = rec.waiting if state == "waiting" else None  # the request its run waits on
+        cycle.log.sessions.append(SessionLine(
+            inst.name, rec.id, rec.title, state, detail, model, rec.updated,
+            asks.request_id if asks else "", answer_hint(asks) if asks else "", rec.owner,
+        ))
         if state == "interrupted" and decision is None:
             interrupted.append((inst, rec, run))
     await answer_by_policy(pctx, cycle, pending_of(fleet.reachable).requests, now_ms)

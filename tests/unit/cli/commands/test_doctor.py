@@ -22,10 +22,10 @@ from xaf_hub.core.clock import to_ms
 from xaf_hub.core.rules import ProjectRules
 from xaf_hub.errors import Cause, ConfigError, ConfigProblem, ExitCode
 from xaf_hub.ops import health as h
-from xaf_hub.patrol.runner import PAUSE_FILE, clear_paused, pause_info, set_paused
 from xaf_hub.store import contain
 from xaf_hub.store.contain import Proof
 from xaf_hub.store.model_state import Blackout
+from xaf_hub.store.patrol_state import PAUSE_FILE, clear_paused, pause_info, set_paused
 
 SECRET = "hunter2-Sekret"
 
