@@ -7,7 +7,7 @@ import contextlib
 import dataclasses
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO, TypeVar
@@ -185,6 +185,12 @@ class Context:
             heads = [redact(h, secrets) for h in heads]
         safe = [[terminal_safe(v) for v in row] for row in text]
         print(render(safe, [terminal_safe(h) for h in heads], screen, **how), file=self.stdout)
+
+    def columns(
+        self, items: Iterable[T], columns: Mapping[str, Callable[[T], Any]], **how: Any
+    ) -> None:
+        """Print ``items`` as a ``table``: one column per header, its cell of an item beside."""
+        self.table([[cell(i) for cell in columns.values()] for i in items], list(columns), **how)
 
     def warn(self, text: str) -> None:
         """Print a warning line to stderr."""

@@ -201,28 +201,17 @@ def _list(ctx: Context, opts: ListOptions) -> int:
     tasks = doc["tasks"]
     if ctx.json or not tasks:
         return ctx.answer(doc, f"no tasks ({doc['path']})")
-    several = not ctx.whole.chosen
-    rows = [
-        [
-            *([t["project"]] if several else []),
-            t["id"],
-            t["priority"],
-            _shown_state(t),
-            t["instance"] or "any",
-            t["attempts"],
-            f"{t['dispatched_to']}/{t['session_id']}" if t["session_id"] else "-",
-            shorten(t["title"], 50),
-        ]
-        for t in tasks
-    ]
-    ctx.table(
-        rows,
-        [*(["project"] if several else []),
-         "id", "priority", "state", "instance", "attempts", "session", "title"],
-        flexible=[("title", 12), ("session", 16), ("instance", 8)],
-        keep_end=["session"],
-        colors={"state": tone_painter({task_words(s): tone(s) for s in TASK_STATES})},
-    )
+    ctx.columns(tasks, {
+        **({"project": lambda t: t["project"]} if not ctx.whole.chosen else {}),
+        "id": lambda t: t["id"],
+        "priority": lambda t: t["priority"],
+        "state": _shown_state,
+        "instance": lambda t: t["instance"] or "any",
+        "attempts": lambda t: t["attempts"],
+        "session": lambda t: f"{t['dispatched_to']}/{t['session_id']}" if t["session_id"] else "-",
+        "title": lambda t: shorten(t["title"], 50),
+    }, flexible=[("title", 12), ("session", 16), ("instance", 8)], keep_end=["session"],
+        colors={"state": tone_painter({task_words(s): tone(s) for s in TASK_STATES})})
     return int(ExitCode.OK)
 
 

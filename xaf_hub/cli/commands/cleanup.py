@@ -40,13 +40,18 @@ def _worktrees(ctx: Context, report: dict[str, Any], execute: bool) -> None:
     ]
     if not rows:
         return
-    ctx.table(
-        rows, ["instance", "task", "why", "worktree", "action"],
-        flexible=[("worktree", 12), ("action", 12)], keep_end=["worktree"],
-    )
+    ctx.table(rows, ["instance", "task", "why", "worktree", "action"],
+              flexible=[("worktree", 12), ("action", 12)], keep_end=["worktree"])
     if not execute:
         ctx.out(f"{len(rows)} worktree(s) of tasks that are over; add --execute to remove them "
                 "(one holding work no remote has is kept)")
+
+
+def _action(entry: dict[str, Any], stale: dict[str, Any]) -> str:
+    """What became of one stale session: deleted, FAILED or (a preview) would delete."""
+    if stale["id"] in entry["deleted"]:
+        return "deleted"
+    return "FAILED" if any(f["id"] == stale["id"] for f in entry["failed"]) else "would delete"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -82,35 +87,19 @@ def run(ctx: Context) -> int:
         ctx.answer(report)
     else:
         now = int(time.time() * 1000)
-        rows = []
-        for entry in report["instances"]:
-            for s in entry["stale"]:
-                state = (
-                    "deleted"
-                    if s["id"] in entry["deleted"]
-                    else "FAILED"
-                    if any(f["id"] == s["id"] for f in entry["failed"])
-                    else "would delete"
-                )
-                rows.append(
-                    [
-                        entry["instance"],
-                        s["id"],
-                        ago(s["updated"], now),
-                        shorten(s["title"], 36),
-                        shorten_left(s["directory"], 40),
-                        state,
-                    ]
-                )
-        if rows:
-            ctx.table(
-                rows,
-                ["instance", "session", "updated", "title", "directory", "action"],
-                flexible=[("directory", 10), ("instance", 10), ("title", 12)],
+        stale = [{**s, "action": _action(e, s)} for e in report["instances"] for s in e["stale"]]
+        if stale:
+            ctx.columns(stale, {
+                "instance": lambda s: s["instance"],
+                "session": lambda s: s["id"],
+                "updated": lambda s: ago(s["updated"], now),
+                "title": lambda s: shorten(s["title"], 36),
+                "directory": lambda s: shorten_left(s["directory"], 40),
+                "action": lambda s: s["action"],
+            }, flexible=[("directory", 10), ("instance", 10), ("title", 12)],
                 keep_end=["directory"],
                 keep={"session": prefix_width((s.id for s in snap.sessions),
-                                              (row[1] for row in rows))},
-            )
+                                              (s["id"] for s in stale))})
         total = sum(len(e["stale"]) for e in report["instances"])
         deleted = sum(len(e["deleted"]) for e in report["instances"])
         down = {u["instance"] for u in report["unreachable"]}

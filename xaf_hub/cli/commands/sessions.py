@@ -144,43 +144,25 @@ def run(ctx: Context) -> int:
     rows_all = snap.project_sessions()
     rows = rows_all if opts.limit is None else rows_all[: opts.limit]
     now = int(time.time() * 1000)
-    headers = ["instance", "session", "state", "updated", "title", "directory"]
     wide = ctx.common.wide
-    body = [
-        [
-            s.instance,
-            s.id,
-            shown_state(s),
-            ago(s.updated, now),
-            s.title.replace("\n", " ") if wide else shorten(s.title, 40),
-            s.directory if wide else shorten_left(s.directory, 48),
-        ]
-        for s in rows
-    ]
-    if len(ctx.config.projects) > 1:  # each row names its project
-        headers.insert(0, "project")
-        for row, s in zip(body, rows, strict=True):
-            row.insert(0, s.owner or "other")
-    if any(s.branch for s in rows):  # tasks in worktrees of their own
-        headers.append("branch")
-        for row, s in zip(body, rows, strict=True):
-            row.append(s.branch or "-")
-    if opts.outcomes:
-        headers.append("last result")
-        for row, s in zip(body, rows, strict=True):
-            row.append(run_words(s.outcome) if s.outcome else "not checked")
-    ctx.table(
-        body,
-        headers,
-        flexible=[
-            ("directory", 10), ("branch", 12), ("last result", 10), ("instance", 10),
-            ("title", 12),
-        ],
+    ctx.columns(rows, {
+        **({"project": lambda s: s.owner or "other"} if len(ctx.config.projects) > 1 else {}),
+        "instance": lambda s: s.instance,
+        "session": lambda s: s.id,
+        "state": shown_state,
+        "updated": lambda s: ago(s.updated, now),
+        "title": lambda s: s.title.replace("\n", " ") if wide else shorten(s.title, 40),
+        "directory": lambda s: s.directory if wide else shorten_left(s.directory, 48),
+        # tasks in worktrees of their own
+        **({"branch": lambda s: s.branch or "-"} if any(s.branch for s in rows) else {}),
+        **({"last result": lambda s: run_words(s.outcome) if s.outcome else "not checked"}
+           if opts.outcomes else {}),
+    }, flexible=[("directory", 10), ("branch", 12), ("last result", 10), ("instance", 10),
+                 ("title", 12)],
         keep_end=["directory"],
         keep={"session": prefix_width((s.id for s in snap.sessions), (s.id for s in rows))},
         colors={"state": state_color,
-                "last result": tone_painter({run_words(r): tone(r) for r in RUNS})},
-    )
+                "last result": tone_painter({run_words(r): tone(r) for r in RUNS})})
     shown = f"{len(rows)} of {len(rows_all)}" if len(rows) < len(rows_all) else str(len(rows))
     ctx.info(f"{shown} project session(s)")
     other = sum(1 for s in snap.sessions if s.running and not s.owner)

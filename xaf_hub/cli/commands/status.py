@@ -131,36 +131,19 @@ def run(ctx: Context) -> int:
         ctx.answer(document(m))
         report_missing_passwords(ctx, snap)
         return scan_exit(snap)
-    rows = [
-        [
-            x.instance,
-            x.running_total if x.reachable else "-",
-            x.running_project if x.reachable else "-",
-            "?" if x.reserved is None else x.reserved,
-            x.project_sessions if x.reachable else "-",
-            x.limit,
-            _spent_cell(line),
-            "yes" if x.dispatchable else "no",
-            x.reason,
-        ]
-        for x, line in zip(loads, spends, strict=True)
-    ]
-    ctx.table(
-        rows,
-        [
-            "instance",
-            "running",
-            "running project",
-            "reserved",
-            "project sessions",
-            "limit",
-            "spent today",
-            "takes work",
-            "reason",
-        ],
-        flexible=[("reason", 16), ("project sessions", 8), ("running project", 8)],
-        colors={"takes work": yes_no_color},
-    )
+    spent = {x.instance: _spent_cell(line) for x, line in zip(loads, spends, strict=True)}
+    ctx.columns(loads, {
+        "instance": lambda x: x.instance,
+        "running": lambda x: x.running_total if x.reachable else "-",
+        "running project": lambda x: x.running_project if x.reachable else "-",
+        "reserved": lambda x: "?" if x.reserved is None else x.reserved,
+        "project sessions": lambda x: x.project_sessions if x.reachable else "-",
+        "limit": lambda x: x.limit,
+        "spent today": lambda x: spent[x.instance],
+        "takes work": lambda x: "yes" if x.dispatchable else "no",
+        "reason": lambda x: x.reason,
+    }, flexible=[("reason", 16), ("project sessions", 8), ("running project", 8)],
+        colors={"takes work": yes_no_color})
     projects = [(x, p) for x in loads for p in x.projects]
     if projects:
         ctx.table(
