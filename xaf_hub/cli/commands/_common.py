@@ -123,30 +123,26 @@ def missing_passwords(ctx: Context, snap: Snapshot) -> list[HubError]:
             for item in snap.instances if not item.reachable and item.cause == "no_password"]
 
 
-def report_missing_passwords(ctx: Context, snap: Snapshot) -> None:
-    """One error line per instance that asked for a password the config does not give."""
+def scan_said(ctx: Context, snap: Snapshot, unreachable: bool = True) -> int:
+    """Say on stderr what the scan could not read: one error line per instance that asked for
+    a password the config does not give; with ``unreachable`` a warning per other instance
+    that did not answer and each fail-closed warning. The scan's exit code: 4 when a password
+    is missing; else 0 when at least one instance answered (or none is asked), 2 when none did."""
     for missing in missing_passwords(ctx, snap):
         ctx.info(f"xaf-hub: error: {missing}")
-
-
-def report_unreachable(ctx: Context, snap: Snapshot) -> None:
-    """One stderr line per instance that did not answer, and any fail-closed warnings."""
-    report_missing_passwords(ctx, snap)
-    for item in snap.instances:
+    for item in snap.instances if unreachable else ():
         if not item.reachable and item.cause != "no_password":
             ctx.warn(f"{item.name} unreachable: {item.reason}")
-    for w in snap.warnings:
+    for w in snap.warnings if unreachable else ():
         ctx.warn(w)
+    return scan_exit(snap)
 
 
 def scan_exit(snap: Snapshot) -> int:
-    """4 when an instance needs a password the config lacks; else 0 when at least one instance
-    answered, 2 when none did (or the only one asked)."""
+    """The exit code of a scan (``scan_said``)."""
     if any(not i.reachable and i.cause == "no_password" for i in snap.instances):
         return int(ExitCode.USAGE)
-    if not snap.instances:
-        return int(ExitCode.OK)
-    if any(i.reachable for i in snap.instances):
+    if not snap.instances or any(i.reachable for i in snap.instances):
         return int(ExitCode.OK)
     return int(ExitCode.UNREACHABLE)
 

@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from xaf_hub.cli.commands._common import ALLOW_PROD, INSTANCE, report_unreachable, scan_exit
+from xaf_hub.cli.commands._common import ALLOW_PROD, INSTANCE, scan_said
 from xaf_hub.cli.context import Context
 from xaf_hub.cli.options import Tables, flag, opt
 from xaf_hub.core import aio
@@ -119,12 +119,9 @@ def run(ctx: Context) -> int:
                 "nothing deleted - add --execute to delete them"
             )
         _worktrees(ctx, report, opts.execute)
-    report_unreachable(ctx, snap)
-    rooms = [w for e in report["instances"] for w in e.get("worktrees", ())]
-    failed = any(e["failed"] for e in report["instances"]) or any(
-        w["failed"] for w in rooms
-    )
-    code = scan_exit(snap)
+    code = scan_said(ctx, snap)
     if opts.instance and snap.unreachable:
         code = 2
+    rooms = [w for e in report["instances"] for w in e.get("worktrees", ())]
+    failed = any(e["failed"] for e in report["instances"]) or any(w["failed"] for w in rooms)
     return code if not failed else max(code, 1)

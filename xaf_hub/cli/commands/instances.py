@@ -8,9 +8,8 @@ from typing import Any
 from xaf_hub.cli.commands._common import (
     INSTANCE,
     chosen_instances,
-    report_missing_passwords,
     scan,
-    scan_exit,
+    scan_said,
 )
 from xaf_hub.cli.context import Context
 from xaf_hub.cli.options import Tables
@@ -72,8 +71,7 @@ def run(ctx: Context) -> int:
     doc, snap = read(ctx, ctx.options(Options))
     if ctx.json:
         ctx.answer(doc)
-        report_missing_passwords(ctx, snap)
-        return scan_exit(snap)
+        return scan_said(ctx, snap, unreachable=False)
     rooms = {row["name"]: row.get("worktrees_note") for row in doc if "worktrees" in row}
 
     def note(i: InstanceSummary) -> str:
@@ -100,5 +98,4 @@ def run(ctx: Context) -> int:
         colors={"state": state_color})
     for w in snap.warnings:
         ctx.warn(w)
-    report_missing_passwords(ctx, snap)
-    return scan_exit(snap)
+    return scan_said(ctx, snap, unreachable=False)

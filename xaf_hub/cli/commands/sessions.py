@@ -12,8 +12,7 @@ from xaf_hub.cli.commands._common import (
     INSTANCE,
     chosen_instances,
     read_fleet,
-    report_unreachable,
-    scan_exit,
+    scan_said,
 )
 from xaf_hub.cli.context import Context
 from xaf_hub.cli.options import Tables, flag, opt
@@ -137,8 +136,7 @@ def run(ctx: Context) -> int:
             ctx.info(f"wrote {opts.html}")
         if ctx.json:
             ctx.answer(report.snapshot_document(snap))
-            report_unreachable(ctx, snap)
-            return scan_exit(snap)
+            return scan_said(ctx, snap)
     from xaf_hub.core.runstate import shown_state  # deferred: start-up, docs/performance.md
 
     rows_all = snap.project_sessions()
@@ -170,5 +168,4 @@ def run(ctx: Context) -> int:
         ctx.info(f"{other} other session(s) running, of no configured project")
     if snap.live:
         ctx.info(f"source: {snap.source_words()} (--fresh scans)")
-    report_unreachable(ctx, snap)
-    return scan_exit(snap)
+    return scan_said(ctx, snap)

@@ -13,9 +13,7 @@ from xaf_hub.cli.commands._common import (
     INSTANCE,
     chosen_instances,
     read_fleet,
-    report_missing_passwords,
-    report_unreachable,
-    scan_exit,
+    scan_said,
 )
 from xaf_hub.cli.context import Context
 from xaf_hub.cli.options import Tables
@@ -129,8 +127,7 @@ def run(ctx: Context) -> int:
     snap, loads, spends, project, queued = m.snap, m.loads, m.spends, m.project, m.queued
     if ctx.json:
         ctx.answer(document(m))
-        report_missing_passwords(ctx, snap)
-        return scan_exit(snap)
+        return scan_said(ctx, snap, unreachable=False)
     spent = {x.instance: _spent_cell(line) for x, line in zip(loads, spends, strict=True)}
     ctx.columns(loads, {
         "instance": lambda x: x.instance,
@@ -169,8 +166,7 @@ def run(ctx: Context) -> int:
         ctx.out(f"queue: {queued} task(s) waiting in the pool for a free slot")
     if m.snap.live:
         ctx.out(f"source: {m.snap.source_words()} (--fresh scans)")
-    report_unreachable(ctx, snap)
-    return scan_exit(snap)
+    return scan_said(ctx, snap)
 
 
 def _spent_from(sc: InstanceScan) -> Sequence[SessionRecord] | Tally | None:
