@@ -125,11 +125,8 @@ class Context:
 
     def secrets(self) -> tuple[str, ...]:
         """Every secret this run knows: the config's (once loaded) and the environment's."""
-        from_env = tuple(
-            v
-            for k, v in self.env.items()
-            if v and (k.startswith("XAF_HUB_PW_") or k == "XAF_HUB_VIEWER_PASSWORD")
-        )
+        from_env = tuple(v for k, v in self.env.items()
+                         if v and (k.startswith("XAF_HUB_PW_") or k == "XAF_HUB_VIEWER_PASSWORD"))
         return (self._config.secrets() if self._config is not None else ()) + from_env
 
     def every_secret(self) -> tuple[str, ...]:

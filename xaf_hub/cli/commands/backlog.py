@@ -236,17 +236,9 @@ def add_task(ctx: Context, opts: AddOptions) -> Task:
         except OSError as exc:
             raise UsageError(f"--prompt-file {opts.prompt_file}: {exc.strerror or exc}") from None
     try:
-        task = Task(
-            id=opts.id.strip(),
-            title=opts.title.strip(),
-            priority=opts.priority,
-            module=opts.module,
-            instance=opts.instance,
-            spec=opts.spec,
-            prompt=prompt,
-            depends_on=opts.depends_on,
-            project=cfg.project_name,
-        )
+        task = Task(id=opts.id.strip(), title=opts.title.strip(), priority=opts.priority,
+                    module=opts.module, instance=opts.instance, spec=opts.spec, prompt=prompt,
+                    depends_on=opts.depends_on, project=cfg.project_name)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     added = ctx.stores.pool().add(task)
@@ -307,12 +299,8 @@ def _set(ctx: Context, opts: SetOptions) -> int:
         if not (opts.session and opts.to):
             raise UsageError("--status dispatched needs --session ID and --to INSTANCE")
         cfg.instance(opts.to)
-        fields.update(
-            session_id=opts.session,
-            dispatched_to=opts.to,
-            dispatched_at=format_instant(now),
-            done_at=None,
-        )
+        fields.update(session_id=opts.session, dispatched_to=opts.to,
+                      dispatched_at=format_instant(now), done_at=None)
     elif opts.session or opts.to:
         raise UsageError("--session/--to go with --status dispatched only")
     elif opts.status == "done":

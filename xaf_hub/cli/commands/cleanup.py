@@ -73,15 +73,8 @@ def run(ctx: Context) -> int:
     if ttl < 0:
         raise UsageError("--ttl-days must be 0 or more")
 
-    report = aio.run(
-        cleanup_fleet(
-            ctx.ops(),
-            execute=opts.execute,
-            ttl_days=ttl,
-            instance=opts.instance,
-            allow_prod=opts.allow_prod,
-        )
-    )
+    report = aio.run(cleanup_fleet(ctx.ops(), execute=opts.execute, ttl_days=ttl,
+                                   instance=opts.instance, allow_prod=opts.allow_prod))
     snap = report.pop("_snap")
     if ctx.json:
         ctx.answer(report)

@@ -151,10 +151,7 @@ def zsh_script(commands: list[Command]) -> str:
                              for f in o.flags})
     file_flags = sorted({f for c in commands for o in c.options if o.kind == "file"
                          for f in o.flags} | {"--config"})
-    cases = "\n".join(
-        f"    {c.name}) compadd -- {_words(c)} ;;"
-        for c in commands
-    )
+    cases = "\n".join(f"    {c.name}) compadd -- {_words(c)} ;;" for c in commands)
     return f"""\
 #compdef xaf-hub
 # zsh completion for xaf-hub; install with:  xaf-hub completion zsh > "${{fpath[1]}}/_xaf-hub"
@@ -211,18 +208,14 @@ def fish_script(commands: list[Command]) -> str:
         "complete -c xaf-hub -n __fish_use_subcommand -l debug -d 'show tracebacks on errors'",
         "complete -c xaf-hub -n __fish_use_subcommand -l version -d 'print the version'",
     ]
-    for c in commands:
-        lines.append(
-            f"complete -c xaf-hub -n __fish_use_subcommand -a {c.name} -d {_fish_quote(c.help)}"
-        )
+    lines += [f"complete -c xaf-hub -n __fish_use_subcommand -a {c.name} -d {_fish_quote(c.help)}"
+              for c in commands]
     for c in commands:
         seen = f"-n '__fish_seen_subcommand_from {c.name}'"
-        for action in c.actions:
-            lines.append(f"complete -c xaf-hub {seen} -a {action}")
+        lines += [f"complete -c xaf-hub {seen} -a {action}" for action in c.actions]
         for o in c.options:
             parts = [f"complete -c xaf-hub {seen}"]
-            for name in o.flags:
-                parts.append(f"-s {name[1:]}" if len(name) == 2 else f"-l {name[2:]}")
+            parts += [f"-s {name[1:]}" if len(name) == 2 else f"-l {name[2:]}" for name in o.flags]
             if o.kind == "instance":
                 parts.append("-x -a '(xaf-hub completion --instances 2>/dev/null)'")
             elif o.kind == "file":

@@ -113,19 +113,12 @@ def order_from(opts: Options) -> DispatchOrder:
         if not opts.confirm_wait > 0:
             raise UsageError(f"--confirm-wait must be more than 0 seconds, got {opts.confirm_wait}")
     if opts.queue and opts.confirm_wait is not None:
-        raise UsageError(
-            "--queue and --confirm-wait do not go together (a queued task is not sent now)"
-        )
+        raise UsageError("--queue and --confirm-wait do not go together (a queued task is not "
+                         "sent now)")
     # The request's fields are the options of the same names.
     req = DispatchRequest(**{f.name: getattr(opts, f.name) for f in fields(DispatchRequest)})
-    return DispatchOrder(
-        req,
-        record=not opts.no_record,
-        auto_cleanup=opts.auto_cleanup,
-        dry_run=opts.dry_run,
-        confirm_wait=opts.confirm_wait,
-        fresh=opts.fresh,
-    )
+    return DispatchOrder(req, record=not opts.no_record, auto_cleanup=opts.auto_cleanup,
+                         dry_run=opts.dry_run, confirm_wait=opts.confirm_wait, fresh=opts.fresh)
 
 
 @dataclass(frozen=True)
@@ -229,11 +222,9 @@ def _queue(
     from xaf_hub.ops.queue import queue_work  # deferred: start-up, docs/performance.md
     from xaf_hub.store.audit import caller  # deferred: start-up, docs/performance.md
 
-    return queue_work(
-        ctx.ops(), opts.text, reason=str(why), instance=instance,
-        title=opts.title if opts.new else None, session=session,
-        caller=caller(ctx.env) or "cli",
-    )
+    return queue_work(ctx.ops(), opts.text, reason=str(why), instance=instance,
+                      title=opts.title if opts.new else None, session=session,
+                      caller=caller(ctx.env) or "cli")
 
 
 def _sent_line(plan: Plan, result: SendResult) -> str:
@@ -266,16 +257,8 @@ def _confirm(ctx: Context, plan: Plan, sent: Dispatched, window: float) -> int:
         result.session_id, result.title, result.directory, 0, 0, 0.0, "", result.model or "",
         checkout=result.room.checkout if result.room is not None else "",
     )
-    waited = aio.run(
-        confirm_run(
-            ctx.ops(),
-            plan.instance,
-            session,
-            baseline=sent.baseline,
-            window=window,
-            origin="dispatch",
-        )
-    )
+    waited = aio.run(confirm_run(ctx.ops(), plan.instance, session, baseline=sent.baseline,
+                                 window=window, origin="dispatch"))
     for healing in waited.heals:
         for note in healing.notes:
             ctx.warn(note)

@@ -115,10 +115,9 @@ async def probe_instance(
 
 async def probe_all(cfg: Config, transport_factory: TransportFactory | None = None) -> list[Probe]:
     """Probe every instance, at most ``scan_workers`` at once."""
-    async def one(inst: InstanceConfig) -> Probe:
-        return await probe_instance(cfg, inst, transport_factory)
-
-    return await aio.bounded(cfg.scan_workers, one, cfg.instances)
+    return await aio.bounded(
+        cfg.scan_workers, lambda inst: probe_instance(cfg, inst, transport_factory), cfg.instances
+    )
 
 
 def check_writable(path: Path) -> tuple[str | None, bool]:
@@ -160,12 +159,8 @@ def _credential_file_findings(cfg: Config) -> list[Finding]:
         kind, _, where = inst.password_source.partition(":")
         if kind == "file" and where:
             files.setdefault(Path(where), inst.name)
-    out = []
-    for path, subject in files.items():
-        f = file_mode_finding(path, _mode(path), subject)
-        if f is not None:
-            out.append(f)
-    return out
+    found = (file_mode_finding(path, _mode(path), subject) for path, subject in files.items())
+    return [f for f in found if f is not None]
 
 
 def _patrol(cfg: Config) -> list[Finding]:

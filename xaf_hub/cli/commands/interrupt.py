@@ -52,15 +52,8 @@ def document(done: Interrupted) -> dict[str, Any]:
 def carry_out(ctx: Context, opts: Options) -> Interrupted:
     """Stop the session (``ops.interrupt``); a note for the person goes to ``ctx.warn``."""
     session = the_session(opts.session, opts.session_pos)  # before the config loads
-    done = aio.run(
-        interrupt_session(
-            ctx.ops(),
-            session,
-            instance=opts.instance,
-            allow_prod=opts.allow_prod,
-            force=opts.force,
-        )
-    )
+    done = aio.run(interrupt_session(ctx.ops(), session, instance=opts.instance,
+                                     allow_prod=opts.allow_prod, force=opts.force))
     if done.note:
         ctx.warn(done.note)
     return done

@@ -67,16 +67,9 @@ class Options:
 
 def _skips(opts: Options) -> list[str]:
     """The steps the --no-* flags leave out, in cycle order."""
-    return [
-        step
-        for skipped, step in (
-            (opts.no_freelimit, "fix_free_limit"),
-            (opts.no_check, "check_agents"),
-            (opts.no_design, "sync_design_tasks"),
-            (opts.no_fill, "fill_slots"),
-        )
-        if skipped
-    ]
+    steps = ((opts.no_freelimit, "fix_free_limit"), (opts.no_check, "check_agents"),
+             (opts.no_design, "sync_design_tasks"), (opts.no_fill, "fill_slots"))
+    return [step for skipped, step in steps if skipped]
 
 
 def _pctx(ctx: Context) -> OpsContext:
@@ -132,12 +125,9 @@ def _pause(ctx: Context) -> int:
                          datetime.now(UTC).astimezone())
     if changed:
         ctx.audit("patrol.pause", result="paused")
-    return ctx.answer(
-        {"paused": True, "changed": changed},
-        "patrol paused (durable; `xaf-hub patrol resume` to undo)"
-        if changed
-        else "patrol was already paused",
-    )
+    return ctx.answer({"paused": True, "changed": changed},
+                      "patrol paused (durable; `xaf-hub patrol resume` to undo)" if changed
+                      else "patrol was already paused")
 
 
 def _resume(ctx: Context) -> int:

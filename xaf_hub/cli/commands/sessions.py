@@ -85,15 +85,9 @@ def write_page(ctx: Context, snap: Snapshot, path: Path, lang: str | None) -> No
         probe_all([i for i in cfg.instances if i.name in reachable], ctx.transport_factory)
     )
     report.write_html(
-        snap,
-        path,
-        now_ms=now,
-        title=cfg.project_name or cfg.project_names(),
-        autopilot=overview.build(cfg, now, chosen, snap),
-        lang=chosen,
-        links=links,
-        tasks=overview.task_ids_by_session(cfg),
-        redact=ctx.redact,
+        snap, path, now_ms=now, title=cfg.project_name or cfg.project_names(),
+        autopilot=overview.build(cfg, now, chosen, snap), lang=chosen, links=links,
+        tasks=overview.task_ids_by_session(cfg), redact=ctx.redact,
         projects=cfg.shown_projects(),
     )
 

@@ -144,17 +144,10 @@ def run(ctx: Context) -> int:
     projects = [(x, p) for x in loads for p in x.projects]
     if projects:
         ctx.table(
-            [
-                [
-                    x.instance,
-                    p.project or "other",
-                    p.running,
-                    "?" if x.reserved is None else p.reserved,
-                    "-" if p.share is None else p.share,
-                    "-" if not p.project else "yes" if x.dispatchable and not p.full else "no",
-                ]
-                for x, p in projects
-            ],
+            [[x.instance, p.project or "other", p.running,
+              "?" if x.reserved is None else p.reserved, "-" if p.share is None else p.share,
+              "-" if not p.project else "yes" if x.dispatchable and not p.full else "no"]
+             for x, p in projects],
             ["instance", "project", "running", "reserved", "share", "takes work"],
             colors={"takes work": yes_no_color},
         )
