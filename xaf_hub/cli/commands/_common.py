@@ -50,6 +50,21 @@ def the_session(session: str | None, session_pos: str | None) -> str:
     return named
 
 
+@dataclass(frozen=True, kw_only=True)
+class SessionTarget(Answers):
+    """What `show`, `confirm` and `interrupt` share: the session, named as a positional or with
+    -s/--session (``session_id``), and where it lives."""
+
+    session_pos: str | None = SESSION_POS.field(help="the session id (or -s/--session ID)")
+    session: str | None = SESSION.field()
+    instance: str | None = INSTANCE.field(help="where it lives (default: search all)")
+
+    @property
+    def session_id(self) -> str:
+        """The one session named (``the_session``)."""
+        return the_session(self.session, self.session_pos)
+
+
 def chosen_instances(ctx: Context, name: str | None) -> list[InstanceConfig]:
     """All instances, or the one named (by --instance; UsageError when unknown)."""
     cfg = ctx.config

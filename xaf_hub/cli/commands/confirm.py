@@ -19,16 +19,13 @@ from typing import TYPE_CHECKING, Any
 from xaf_hub.cli.commands._common import (
     ALLOW_PROD,
     FORCE,
-    INSTANCE,
-    SESSION,
-    SESSION_POS,
+    SessionTarget,
     chosen_instances,
     healing_text,
-    the_session,
     verdict_text,
 )
 from xaf_hub.cli.context import Context
-from xaf_hub.cli.options import Answers, flag
+from xaf_hub.cli.options import flag
 from xaf_hub.core import aio
 from xaf_hub.core.clock import iso_time, resolve_timezone, to_ms
 from xaf_hub.errors import ExitCode, HubError, SessionNotFound, UnreachableError, UsageError
@@ -85,12 +82,9 @@ async def _find(
 
 
 @dataclass(frozen=True, kw_only=True)
-class Options(Answers):
+class Options(SessionTarget):
     """The options of `confirm`."""
 
-    session_pos: str | None = SESSION_POS.field(help="the session to look at (or -s/--session ID)")
-    session: str | None = SESSION.field(help="the session to look at")
-    instance: str | None = INSTANCE.field(help="where it lives (default: search all)")
     fix: bool = flag("--fix", help="heal a rate-limited / model-unavailable session now, exactly "
                      "as the patrol would")
     allow_prod: bool = ALLOW_PROD.field(help="allow --fix on production")
@@ -101,7 +95,7 @@ def run(ctx: Context) -> int:
     """Find the session, judge it, and with --fix heal it."""
 
     opts = ctx.options(Options)
-    session_id = the_session(opts.session, opts.session_pos)
+    session_id = opts.session_id
     cfg = ctx.config
     instances = chosen_instances(ctx, opts.instance)
     found, down = aio.run(_find(ctx, instances, session_id))

@@ -8,14 +8,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from xaf_hub.cli.commands._common import (
-    INSTANCE,
-    SESSION,
-    SESSION_POS,
-    the_session,
-)
+from xaf_hub.cli.commands._common import SessionTarget
 from xaf_hub.cli.context import Context
-from xaf_hub.cli.options import Answers, opt
+from xaf_hub.cli.options import opt
 from xaf_hub.core import aio
 from xaf_hub.core.clock import ago, fmt_time, iso_time
 from xaf_hub.core.outcomes import run_outcome, run_words, stop_applies
@@ -66,12 +61,9 @@ def model_of(messages: Sequence[Message]) -> str:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Options(Answers):
+class Options(SessionTarget):
     """The options of `show`."""
 
-    session_pos: str | None = SESSION_POS.field(help="the session id (or -s/--session ID)")
-    session: str | None = SESSION.field(help="the session id")
-    instance: str | None = INSTANCE.field(help="where it lives (default: search all)")
     limit: int = opt("-n", "--limit", help="read the newest N messages for the prompt and answer "
                      "(default 30)", default=30, metavar="N", minimum=1, maximum=1000)
 
@@ -99,7 +91,7 @@ class Found:
 def look(ctx: Context, opts: Options) -> Found:
     """Find the session on the instances asked and read its newest messages."""
 
-    session_id = the_session(opts.session, opts.session_pos)
+    session_id = opts.session_id
     if opts.limit < 1:
         raise UsageError("--limit must be 1 or more")
     ops = ctx.ops()
