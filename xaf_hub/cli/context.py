@@ -140,12 +140,12 @@ class Context:
         """``text`` without any secret this run knows (see ``core.text.redact``)."""
         return redact(text, self.secrets())
 
-    def out(self, text: str = "", *, flush: bool = False) -> None:
-        """Print a line of normal output (control characters neutralised unless --json);
+    def out(self, *lines: str, flush: bool = False) -> None:
+        """Print lines of normal output (control characters neutralised unless --json);
         ``flush``: at once (a line a reader waits for)."""
         # JSON already escapes every C0 control; text may carry server-supplied titles.
-        text = self.redact(text)
-        print(text if self.json else terminal_safe(text), file=self.stdout, flush=flush)
+        for text in map(self.redact, lines):
+            print(text if self.json else terminal_safe(text), file=self.stdout, flush=flush)
 
     def named(self, doc: Any) -> Any:
         """A command's record (or each row of a list of them) naming the project it was read
@@ -161,8 +161,7 @@ class Context:
     def answer(self, doc: Any, *lines: str) -> int:
         """Print a command's answer: ``doc`` (``named``) as JSON with --json, else ``lines``
         for a person; exit 0."""
-        for line in [dumps(self.named(doc))] if self.json else lines:
-            self.out(line)
+        self.out(*([dumps(self.named(doc))] if self.json else lines))
         return 0
 
     def table(self, rows: Sequence[Sequence[Any]], headers: Sequence[str], **how: Any) -> None:

@@ -268,22 +268,14 @@ def show_document(task: Task, state: dict[str, str], **more: str) -> dict[str, A
 
 def _show(ctx: Context, opts: ShowOptions) -> int:
     task, state = shown(ctx, opts)
-    if ctx.json:
-        return ctx.answer(show_document(task, state))
-    for key, value in task.to_json().items():
-        if key in ("prompt", "check_output"):
-            continue
-        ctx.out(f"{key + ':':<15}{value if value not in (None, '', []) else '-'}")
     why = f" ({state['state_detail']})" if state["state_detail"] else ""
-    ctx.out(f"{'state:':<15}{state['state_words']}{why}")
-    ctx.out("prompt:")
-    for line in (task.prompt or "(the title)").splitlines():
-        ctx.out(f"  | {line}")
+    lines = [f"{key + ':':<15}{value if value not in (None, '', []) else '-'}"
+             for key, value in task.to_json().items() if key not in ("prompt", "check_output")]
+    lines += [f"{'state:':<15}{state['state_words']}{why}", "prompt:",
+              *(f"  | {line}" for line in (task.prompt or "(the title)").splitlines())]
     if task.check_output:
-        ctx.out("check output (its end):")
-        for line in task.check_output.splitlines():
-            ctx.out(f"  | {line}")
-    return int(ExitCode.OK)
+        lines += ["check output (its end):", *(f"  | {x}" for x in task.check_output.splitlines())]
+    return ctx.answer(show_document(task, state), *lines)
 
 
 def _set(ctx: Context, opts: SetOptions) -> int:

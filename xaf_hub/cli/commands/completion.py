@@ -241,8 +241,7 @@ def run(ctx: Context) -> int:
     opts = ctx.options(Options)
     if opts.instances:
         with contextlib.suppress(Exception):  # Tab must never print an error
-            for inst in ctx.config.instances:
-                ctx.out(inst.name)
+            ctx.out(*(inst.name for inst in ctx.config.instances))
         return 0
     if not opts.shell:
         raise UsageError("name a shell: bash, zsh or fish (e.g. xaf-hub completion bash)")

@@ -141,8 +141,8 @@ def _add_project(ctx: Context, opts: Options, dest: Path) -> int:
     doc = with_project(load_json_file(dest), opts.add_project, dirs, origin)
     cfg = parse_config(doc, path=dest, env=ctx.env)  # the whole config must still load
     write_text_atomic(dest, json.dumps(doc, indent=2, ensure_ascii=False) + "\n", private=False)
-    ctx.out(f"added project {opts.add_project} to {dest} (projects: {cfg.project_names()})")
-    ctx.out(_repository_said(Path(dirs[0]), origin, had_credentials))
+    ctx.out(f"added project {opts.add_project} to {dest} (projects: {cfg.project_names()})",
+            _repository_said(Path(dirs[0]), origin, had_credentials))
     return 0
 
 
@@ -217,12 +217,8 @@ def run(ctx: Context) -> int:
         raise UsageError(f"{dest} already exists: pass --force to overwrite it")
     write_text_atomic(dest, text, private=False)
     what = "the bundled example" if doc is None else f"{len(doc['instances'])} instance(s)"
-    ctx.out(f"wrote {dest} ({what})")
-    if first is not None:
-        ctx.out(_repository_said(first, origin, had_credentials))
-    ctx.out(_next_step(doc, dest, ctx.cwd))
-    for line in mcp_lines(dest):
-        ctx.out(line)
+    said = [] if first is None else [_repository_said(first, origin, had_credentials)]
+    ctx.out(f"wrote {dest} ({what})", *said, _next_step(doc, dest, ctx.cwd), *mcp_lines(dest))
     return 0
 
 

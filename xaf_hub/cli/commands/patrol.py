@@ -180,38 +180,32 @@ def _status(ctx: Context) -> int:
         doc.update(lease)
         if lease.get("lease_error"):
             code = int(ExitCode.UNREACHABLE)
-    if ctx.json:
-        ctx.answer(doc)
-        return code
+    lines = ["patrol: active"]
     if paused is not None:
         since = f" since {paused.get('paused_at')}" if paused.get("paused_at") else ""
         by = f" by {paused.get('by')}" if paused.get("by") else ""
-        ctx.out(f"patrol: paused{since}{by}")
-    else:
-        ctx.out("patrol: active")
+        lines = [f"patrol: paused{since}{by}"]
     if last is None:
-        ctx.out("last cycle: none yet")
+        lines.append("last cycle: none yet")
     else:
         what = str(last["result"])
         if failed:
             what += f" (exit {last['exit_code']}; failed: {', '.join(map(str, failed))})"
-        ctx.out(f"last cycle: {local_iso(str(last['finished_at'] or last['started_at']))} - {what}")
-        ctx.out(f"report: {last['report']}")
+        lines += [f"last cycle: {local_iso(str(last['finished_at'] or last['started_at']))} - "
+                  f"{what}", f"report: {last['report']}"]
     if daemon is not None:
         state = "running" if daemon["alive"] else "not running"
-        ctx.out(
-            f"daemon: {state} (pid {daemon['pid']}, {daemon['ticks']} tick(s), "
-            f"last {local_iso(str(daemon['last_tick'] or ''))})"
-        )
+        lines.append(f"daemon: {state} (pid {daemon['pid']}, {daemon['ticks']} tick(s), "
+                     f"last {local_iso(str(daemon['last_tick'] or ''))})")
     if lease is not None:
-        if lease.get("lease_error"):
-            ctx.out(f"active host: unknown ({lease['lease_error']})")
-        else:
-            ctx.out(f"active host: {lease['active_host'] or 'none (no daemon holds the lease)'}")
+        host = lease.get("active_host") or "none (no daemon holds the lease)"
+        lines.append(f"active host: unknown ({lease['lease_error']})" if lease.get("lease_error")
+                     else f"active host: {host}")
         rows = lease.get("daemons")
         for d in rows if isinstance(rows, list) else []:
             seen = local_iso(str(d["heartbeat"]))
-            ctx.out(f"  {d['host']} pid {d['pid']}: {d['role']}, heartbeat {seen}")
+            lines.append(f"  {d['host']} pid {d['pid']}: {d['role']}, heartbeat {seen}")
+    ctx.answer(doc, *lines)
     return code
 
 

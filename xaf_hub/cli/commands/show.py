@@ -149,8 +149,6 @@ def run(ctx: Context) -> int:
     opts = ctx.options(Options)
     found = look(ctx, opts)
     doc = document(found)
-    if ctx.json:
-        return ctx.answer(doc)
     s, inst, err = found.session, found.inst, doc["last_error"]
     now = int(time.time() * 1000)
     state = s.run_state + (f" ({s.retry_message})" if s.retry_message else "")
@@ -171,24 +169,16 @@ def run(ctx: Context) -> int:
     ]
     if s.running and s.waiting is not None:
         rows.insert(4, ("answer", answer_hint(s.waiting)))
-    for key, value in rows:
-        ctx.out(f"{key + ':':<11}{value}")
+    lines = [f"{key + ':':<11}{value}" for key, value in rows]
     asked = s.waiting.asked.splitlines() if s.running and s.waiting is not None else []
     if len(asked) > 1:  # the state line shows the first: here all of them
-        ctx.out(f"\nasked ({len(asked)} lines):")
-        for line in asked:
-            ctx.out(f"  {line}")
+        lines += [f"\nasked ({len(asked)} lines):", *(f"  {line}" for line in asked)]
     for label, msg in (("last prompt", found.prompt), ("last answer", found.answer)):
         if msg is None:
-            ctx.out(f"\n{label}: (none in the newest {opts.limit} messages)")
+            lines.append(f"\n{label}: (none in the newest {opts.limit} messages)")
             continue
-        ctx.out(f"\n{label} ({fmt_time(msg.created)}):")
         body = _text(msg) or f"(no text: {err})"
-        for line in body.splitlines():
-            ctx.out(f"  {line}")
-    ctx.out("\nopen it in opencode:")
-    ctx.out(f"  {doc['attach']}")
+        lines += [f"\n{label} ({fmt_time(msg.created)}):", *(f"  {x}" for x in body.splitlines())]
     hint = attach_hint(inst)
-    if hint:
-        ctx.out(f"  {hint}")
-    return 0
+    lines += ["\nopen it in opencode:", f"  {doc['attach']}", *([f"  {hint}"] if hint else [])]
+    return ctx.answer(doc, *lines)
