@@ -227,12 +227,14 @@ def _queue(
                       caller=caller(ctx.env) or "cli")
 
 
+# Each action in a plan's words and in a sent one's.
+_ACTION_WORDS = {"steer": ("steer the running session", "steered running session"),
+                 "reuse": ("start the idle session", "started idle session"),
+                 "create": ("create a new session", "created session")}
+
+
 def _sent_line(plan: Plan, result: SendResult) -> str:
-    verb = {
-        "steer": "steered running session",
-        "reuse": "started idle session",
-        "create": "created session",
-    }[result.action]
+    verb = _ACTION_WORDS[result.action][1]
     from xaf_hub.fleet.attach import attach_command  # deferred: start-up, docs/performance.md
 
     # A steer whose session stopped before the lock was taken went through the gate instead.
@@ -279,11 +281,8 @@ def _plan_document(prep: Prepared, project: str) -> dict[str, Any]:
         "directory": plan.directory,
         "title": plan.title,
         "via": plan.via,
-        "load": {
-            "running_project": view.running_project,
-            "reserved": view.reserved,
-            "limit": inst.concurrency_limit,
-        },
+        "load": {"running_project": view.running_project, "reserved": view.reserved,
+                 "limit": inst.concurrency_limit},
         "candidates": [c.to_json() for c in plan.candidates],
         "model": prep.model,
         "prompt": prep.prompt,
@@ -295,11 +294,7 @@ def _plan_document(prep: Prepared, project: str) -> dict[str, Any]:
 def _plan_lines(prep: Prepared) -> list[str]:
     """A dry run's plan for a person: what, where, the candidates weighed and the prompt."""
     plan, view, inst = prep.plan, prep.view, prep.plan.instance
-    what = {
-        "steer": "steer the running session",
-        "reuse": "start the idle session",
-        "create": "create a new session",
-    }[plan.action]
+    what = _ACTION_WORDS[plan.action][0]
     lines = [f"plan: {what} on {inst.name} ({plan.via})"]
     if plan.session:
         lines.append(f"  session:   {plan.session.id}  {plan.session.title}")
