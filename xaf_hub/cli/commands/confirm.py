@@ -125,16 +125,12 @@ def run(ctx: Context) -> int:
             fix = {"healed": False, "reason": "nothing the patrol would heal"}
             fix_line = "nothing to fix: " + (
                 "not a rate limit or an unavailable model; --fix heals only those"
-                if verdict.state in ("retrying", "failed")
-                else f"the session is {verdict.state}"
-            )
+                if verdict.state in ("retrying", "failed") else f"the session is {verdict.state}")
         else:
             check_write(inst, rec, allow_prod=opts.allow_prod, force=opts.force)
             if rec.parent_id:
-                raise UsageError(
-                    f"{rec.id} is a sub-agent session of {rec.parent_id}: its parent owns it; "
-                    "confirm the parent instead"
-                )
+                raise UsageError(f"{rec.id} is a sub-agent session of {rec.parent_id}: its "
+                                 "parent owns it; confirm the parent instead")
             try:
                 healing = aio.run(heal_session(ctx.ops(), inst, rec, cand, origin="confirm"))
             except HubError as exc:
@@ -150,31 +146,22 @@ def run(ctx: Context) -> int:
                 code = int(ExitCode.OK if healed or healing.already else ExitCode.INTERNAL)
     hint = f"hint: the patrol heals this; `xaf-hub confirm --session {rec.id} --fix` does it now"
     tail = [fix_line] if fix_line else [hint] if cand is not None else []
-    ctx.answer(
-        {
-            "instance": inst.name,
-            "session_id": rec.id,
-            "title": rec.title,
-            "directory": rec.directory,
-            "project": rec.project,
-            "state": verdict.state,
-            "model": verdict.model or None,
-            "detail": verdict.detail,
-            "signal": verdict.signal,
-            "retry": {
-                "attempt": verdict.attempt,
-                "message": verdict.detail,
-                "next_ms": verdict.next_ms or None,
-                "next": iso_time(verdict.next_ms),
-            }
-            if verdict.state == "retrying"
-            else None,
-            "healable": cand is not None,
-            "fix": fix,
-            "message": line,
-            "fix_message": fix_line or None,
-        },
-        line,
-        *tail,
-    )
+    retry = {"attempt": verdict.attempt, "message": verdict.detail,
+             "next_ms": verdict.next_ms or None, "next": iso_time(verdict.next_ms)}
+    ctx.answer({
+        "instance": inst.name,
+        "session_id": rec.id,
+        "title": rec.title,
+        "directory": rec.directory,
+        "project": rec.project,
+        "state": verdict.state,
+        "model": verdict.model or None,
+        "detail": verdict.detail,
+        "signal": verdict.signal,
+        "retry": retry if verdict.state == "retrying" else None,
+        "healable": cand is not None,
+        "fix": fix,
+        "message": line,
+        "fix_message": fix_line or None,
+    }, line, *tail)
     return code
