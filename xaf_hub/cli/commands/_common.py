@@ -298,10 +298,9 @@ def answer_waiting(ctx: Context, target: AnswerTarget) -> dict[str, Any]:
     from xaf_hub.core import aio  # deferred: start-up, docs/performance.md
     from xaf_hub.ops.waiting import answer_request  # deferred: start-up, docs/performance.md
 
-    done = aio.run(
-        answer_request(ctx.ops(), target.request, target.reply(), instance=target.instance,
-                       allow_prod=target.allow_prod, force=target.force)
-    )
+    done = aio.run(answer_request(ctx.ops(), target.request, target.reply(),
+                                  instance=target.instance, allow_prod=target.allow_prod,
+                                  force=target.force))
     if done.note:
         ctx.warn(done.note)
     return {

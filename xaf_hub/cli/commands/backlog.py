@@ -186,13 +186,9 @@ def listing(ctx: Context, opts: ListOptions) -> dict[str, Any]:
     tasks = [t for t in mine if not opts.status or t.status == opts.status]
     order = {"pending": 0, "dispatched": 1, "done": 2}
     tasks.sort(key=lambda t: (order[t.status], PRIORITIES.index(t.priority)))
-    return {
-        "path": store.where,
-        "tasks": [
-            show_document(t, _state(ctx, t, data.tasks), project=project_of(t, names))
-            for t in tasks
-        ],
-    }
+    return {"path": store.where,
+            "tasks": [show_document(t, _state(ctx, t, data.tasks), project=project_of(t, names))
+                      for t in tasks]}
 
 
 def _list(ctx: Context, opts: ListOptions) -> int:

@@ -35,8 +35,7 @@ def _worktrees(ctx: Context, report: dict[str, Any], execute: bool) -> None:
     """The worktrees of finished, failed and abandoned tasks: a table, then a line."""
     rows = [
         [e["instance"], w["task"] or "-", w["why"], shorten_left(w["directory"], 48), w["action"]]
-        for e in report["instances"]
-        for w in e.get("worktrees", ())
+        for e in report["instances"] for w in e.get("worktrees", ())
     ]
     if not rows:
         return
@@ -100,17 +99,13 @@ def run(ctx: Context) -> int:
             if entry["skipped"] and entry["instance"] not in down:
                 ctx.info(f"{entry['instance']}: skipped: {entry['skipped']}")
             if entry["missing_time"]:
-                ctx.info(
-                    f"{entry['instance']}: {entry['missing_time']} session(s) with no "
-                    "update time skipped (never deleted)"
-                )
+                ctx.info(f"{entry['instance']}: {entry['missing_time']} session(s) with no "
+                         "update time skipped (never deleted)")
         if opts.execute:
             ctx.out(f"deleted {deleted} of {total} stale project session(s) (idle > {ttl:g} days)")
         else:
-            ctx.out(
-                f"{total} stale project session(s) (idle > {ttl:g} days); "
-                "nothing deleted - add --execute to delete them"
-            )
+            ctx.out(f"{total} stale project session(s) (idle > {ttl:g} days); "
+                    "nothing deleted - add --execute to delete them")
         _worktrees(ctx, report, opts.execute)
     code = scan_said(ctx, snap)
     if opts.instance and snap.unreachable:

@@ -131,11 +131,9 @@ class Planned:
         """The refusal a real run would meet at the gate now (None: it would pass)."""
         plan, view = self.prep.plan, self.prep.view
         if plan.gated and view.free == 0:
-            return BusyError(
-                f"{plan.instance.name} is at its limit "
-                f"({view.running_project} running + {view.reserved} reserved of "
-                f"{plan.instance.concurrency_limit}): a real run would be refused"
-            )
+            return BusyError(f"{plan.instance.name} is at its limit ({view.running_project} "
+                             f"running + {view.reserved} reserved of "
+                             f"{plan.instance.concurrency_limit}): a real run would be refused")
         return None
 
 

@@ -79,20 +79,12 @@ def starter(
         raise UsageError(f"--instance: the name {dup!r} is given twice")
     unknown = next((n for n in prod if n not in names), None)
     if unknown is not None:
-        raise UsageError(
-            f"--prod {unknown!r}: no such instance (given: {', '.join(names)})"
-        )
+        raise UsageError(f"--prod {unknown!r}: no such instance (given: {', '.join(names)})")
     dirs = [str((cwd / Path(r).expanduser()).resolve()) for r in roots]
-    entries: list[dict[str, Any]] = []
-    for name, url in pairs:
-        entry: dict[str, Any] = {"name": name, "url": url}
-        if dirs:
-            entry["roots"] = dirs
-            entry["default_directory"] = dirs[0]
-        if name in prod:
-            entry["danger"] = True
-            entry["readonly_default"] = True
-        entries.append(entry)
+    entries = [{"name": name, "url": url,
+                **({"roots": dirs, "default_directory": dirs[0]} if dirs else {}),
+                **({"danger": True, "readonly_default": True} if name in prod else {})}
+               for name, url in pairs]
     return {
         "project": {
             "name": project or (Path(dirs[0]).name if dirs else "project"),

@@ -89,17 +89,11 @@ def measure(ctx: Context, opts: Options) -> Measured:
         loads = [instance_load(sc, None, opts.allow_prod, shares=shares) for sc in scans]
     now = datetime.now(UTC)
     queued = _queue_length(ctx, now)
-    project, spends = budget.budget_lines(
-        cfg, [(sc.inst, _spent_from(sc)) for sc in scans], now
-    )
-    loads = [
-        _over_budget(ctx, x, sc, line, project)
-        for x, sc, line in zip(loads, scans, spends, strict=True)
-    ]
-    return Measured(
-        snap, loads, spends, project, queued, opts.instance is None,
-        not cfg.chosen or len(cfg.projects) == 1, cfg.budget.daily_usd,
-    )
+    project, spends = budget.budget_lines(cfg, [(sc.inst, _spent_from(sc)) for sc in scans], now)
+    loads = [_over_budget(ctx, x, sc, line, project)
+             for x, sc, line in zip(loads, scans, spends, strict=True)]
+    return Measured(snap, loads, spends, project, queued, opts.instance is None,
+                    not cfg.chosen or len(cfg.projects) == 1, cfg.budget.daily_usd)
 
 
 def document(m: Measured) -> dict[str, Any]:
