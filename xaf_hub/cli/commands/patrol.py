@@ -89,7 +89,7 @@ def run(ctx: Context) -> int:
     if opts.action:
         if opts.once or opts.interval_seconds is not None:
             raise UsageError(f"patrol {opts.action} takes no --once / --interval-seconds")
-        return {"pause": _pause, "resume": _resume, "status": _status}[opts.action](ctx)
+        return _status(ctx) if opts.action == "status" else _pause(ctx, opts.action == "pause")
 
 
     pctx = _pctx(ctx)
@@ -117,28 +117,21 @@ def run(ctx: Context) -> int:
                       watch=ConfigWatch(ctx.whole, ctx.env), use=ctx.use)
 
 
-def _pause(ctx: Context) -> int:
+# What `patrol pause` and `patrol resume` say: (pausing, changed) -> words.
+_PAUSE_WORDS = {(True, True): "patrol paused (durable; `xaf-hub patrol resume` to undo)",
+                (True, False): "patrol was already paused",
+                (False, True): "patrol resumed", (False, False): "patrol was not paused"}
 
 
-    by = who(ctx.env)
-    changed = set_paused(patrol_dir(ctx.whole), by["caller"] or by["user"],
-                         datetime.now(UTC).astimezone())
+def _pause(ctx: Context, pause: bool) -> int:
+    """Pause or resume the patrol (durable); a change is audited."""
+    folder, by = patrol_dir(ctx.whole), who(ctx.env)
+    changed = (set_paused(folder, by["caller"] or by["user"], datetime.now(UTC).astimezone())
+               if pause else clear_paused(folder))
     if changed:
-        ctx.audit("patrol.pause", result="paused")
-    return ctx.answer({"paused": True, "changed": changed},
-                      "patrol paused (durable; `xaf-hub patrol resume` to undo)" if changed
-                      else "patrol was already paused")
-
-
-def _resume(ctx: Context) -> int:
-
-    changed = clear_paused(patrol_dir(ctx.whole))
-    if changed:
-        ctx.audit("patrol.resume", result="active")
-    return ctx.answer(
-        {"paused": False, "changed": changed},
-        "patrol resumed" if changed else "patrol was not paused",
-    )
+        ctx.audit("patrol.pause" if pause else "patrol.resume",
+                  result="paused" if pause else "active")
+    return ctx.answer({"paused": pause, "changed": changed}, _PAUSE_WORDS[pause, changed])
 
 
 def _status(ctx: Context) -> int:
