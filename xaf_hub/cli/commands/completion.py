@@ -53,15 +53,11 @@ def _options(parser: argparse.ArgumentParser) -> list[Option]:
     for action in parser._actions:
         if not action.option_strings or action.help == argparse.SUPPRESS:
             continue
-        takes = action.nargs != 0
         metavar = str(action.metavar or "")
-        kind = ""
-        if action.dest == "instance" and metavar == "NAME":
-            kind = "instance"
-        elif action.dest in FILE_DESTS or metavar in ("FILE", "PATH"):
-            kind = "file"
+        kind = ("instance" if action.dest == "instance" and metavar == "NAME" else
+                "file" if action.dest in FILE_DESTS or metavar in ("FILE", "PATH") else "")
         text = (action.help or "").replace("%(default)s", str(action.default))
-        out.append(Option(tuple(action.option_strings), takes, kind, text))
+        out.append(Option(tuple(action.option_strings), action.nargs != 0, kind, text))
     return out
 
 

@@ -116,10 +116,8 @@ def run(ctx: Context) -> int:
     if opts.limit is not None and opts.limit < 0:
         raise UsageError("--limit must be 0 or more")
     if opts.out and Path(opts.out).suffix.lower() not in (".json", ".csv"):
-        raise UsageError(
-            f"unsupported export format {Path(opts.out).suffix or opts.out!r}: "
-            "use a .json or .csv file name (or --html FILE for the page)"
-        )
+        raise UsageError(f"unsupported export format {Path(opts.out).suffix or opts.out!r}: "
+                         "use a .json or .csv file name (or --html FILE for the page)")
     snap = read(ctx, opts)
     if opts.out or opts.html or ctx.json:
         if opts.out:
