@@ -299,12 +299,8 @@ def _drop_stdout() -> None:
 
 
 def _report(
-    ctx: Context | None,
-    stderr: TextIO,
-    args: argparse.Namespace | None,
-    message: str,
-    exc: BaseException | None,
-    internal: bool = False,
+    ctx: Context | None, stderr: TextIO, args: argparse.Namespace | None, message: str,
+    exc: BaseException | None, internal: bool = False,
 ) -> None:
 
     secrets = ctx.every_secret() if ctx is not None else ()

@@ -73,12 +73,8 @@ def fit(text: str, width: int, *, keep_end: bool = False, mark: str = ELLIPSIS) 
 
 
 def widths(
-    natural: Sequence[int],
-    floors: Sequence[int],
-    order: Sequence[int],
-    limit: int,
-    keep: Mapping[int, int] | None = None,
-    soft: Sequence[int] = (),
+    natural: Sequence[int], floors: Sequence[int], order: Sequence[int], limit: int,
+    keep: Mapping[int, int] | None = None, soft: Sequence[int] = (),
 ) -> list[int]:
     """Column widths whose sum plus gaps fits ``limit`` when the floors allow.
 
@@ -247,14 +243,9 @@ def paint(text: str, code: str | None) -> str:
 
 
 def render(
-    rows: Sequence[Sequence[Any]],
-    headers: Sequence[str],
-    screen: Screen,
-    *,
-    flexible: Sequence[tuple[str, int]] = (),
-    keep_end: Sequence[str] = (),
-    keep: Mapping[str, int | None] | None = None,
-    colors: Mapping[str, Painter] | None = None,
+    rows: Sequence[Sequence[Any]], headers: Sequence[str], screen: Screen, *,
+    flexible: Sequence[tuple[str, int]] = (), keep_end: Sequence[str] = (),
+    keep: Mapping[str, int | None] | None = None, colors: Mapping[str, Painter] | None = None,
 ) -> str:
     """The table for ``screen``.
 

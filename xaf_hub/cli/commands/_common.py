@@ -98,13 +98,8 @@ def scan(
 
 
 def read_fleet(
-    ctx: Context,
-    instances: list[InstanceConfig],
-    *,
-    fresh: bool = False,
-    outcomes: bool = False,
-    progress: bool = False,
-    summary: bool = False,
+    ctx: Context, instances: list[InstanceConfig], *, fresh: bool = False,
+    outcomes: bool = False, progress: bool = False, summary: bool = False,
 ) -> tuple[Snapshot, list[InstanceScan]]:
     """The fleet as `status` and `sessions` read it: each instance from the live board when it
     is fresh there, the rest scanned (``fresh``: all scanned; architecture §5.1). The snapshot

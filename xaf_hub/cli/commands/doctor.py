@@ -282,12 +282,8 @@ _MARK = {"ok": "ok", "info": "info", "warn": "WARN", "error": "FAIL"}
 
 
 def render(
-    path: Path | None,
-    findings: Sequence[Finding],
-    code: ExitCode,
-    *,
-    columns: int | None = None,
-    clean: Callable[[str], str] = str,
+    path: Path | None, findings: Sequence[Finding], code: ExitCode, *,
+    columns: int | None = None, clean: Callable[[str], str] = str,
 ) -> str:
     """The one-screen text report; with ``columns`` (a terminal's width) the messages and
     fix lines wrap under their own column. ``clean`` runs on every message first (secrets

@@ -57,12 +57,8 @@ def _instance(spec: str) -> tuple[str, str]:
 
 
 def starter(
-    instances: Sequence[str],
-    roots: Sequence[str],
-    project: str | None,
-    cwd: Path,
-    prod: Sequence[str] = (),
-    repository: str = "",
+    instances: Sequence[str], roots: Sequence[str], project: str | None, cwd: Path,
+    prod: Sequence[str] = (), repository: str = "",
 ) -> Any:
     """The config document for the given flags (None: use the bundled example).
 

@@ -175,10 +175,7 @@ def _spent_cell(line: budget.BudgetLine) -> str:
 
 
 def _over_budget(
-    ctx: Context,
-    load: Load,
-    sc: InstanceScan,
-    line: budget.BudgetLine,
+    ctx: Context, load: Load, sc: InstanceScan, line: budget.BudgetLine,
     project: budget.BudgetLine,
 ) -> Load:
     """``load``, not dispatchable when a daily budget is reached (the refusal as its reason)."""
