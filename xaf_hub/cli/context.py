@@ -100,10 +100,8 @@ class Context:
         stores (``seams``: a log sink, a stop probe)."""
         from xaf_hub.ops.context import OpsContext  # deferred: start-up, docs/performance.md
 
-        return OpsContext(
-            self.config, env=self.env, transport_factory=self.transport_factory,
-            shared=self.stores, **seams,
-        )
+        return OpsContext(self.config, env=self.env, transport_factory=self.transport_factory,
+                          shared=self.stores, **seams)
 
     def audit(self, command: str, **fields: Any) -> None:
         """Append one audit line for a write this run made (``store.audit.append``'s fields),

@@ -252,14 +252,8 @@ def shown(ctx: Context, opts: ShowOptions) -> tuple[Task, dict[str, str]]:
 def show_document(task: Task, state: dict[str, str], **more: str) -> dict[str, Any]:
     """What `backlog show --json` prints (and the MCP tool answers); ``more`` (a listing's
     project) follows the task's own fields."""
-    return {
-        **task.to_json(),
-        **more,
-        "commit": task.commit,
-        "commits": list(task.commits),
-        "verified": task.verified,
-        **state,
-    }
+    return {**task.to_json(), **more, "commit": task.commit, "commits": list(task.commits),
+            "verified": task.verified, **state}
 
 
 def _show(ctx: Context, opts: ShowOptions) -> int:
@@ -332,11 +326,9 @@ def _refuse_if_running(ctx: Context, task: Task) -> None:
     try:
         runs = aio.run(session_still_runs(ctx.ops(), task.dispatched_to, task.session_id))
     except UnreachableError as exc:
-        raise UnreachableError(
-            task.dispatched_to,
-            f"cannot tell whether task {task.id}'s session {where} still runs ({exc.reason}); "
-            "--force sets it pending anyway",
-        ) from None
+        raise UnreachableError(task.dispatched_to, f"cannot tell whether task {task.id}'s "
+                               f"session {where} still runs ({exc.reason}); --force sets it "
+                               "pending anyway") from None
     if runs:
         raise UsageError(
             f"task {task.id}'s session {where} is still running: back in the pool, the patrol "

@@ -253,10 +253,9 @@ def _confirm(ctx: Context, plan: Plan, sent: Dispatched, window: float) -> int:
     cfg, result = ctx.config, sent.result
     if not ctx.json:
         ctx.out(_sent_line(plan, result), flush=True)
-    session = ServerSession(
-        result.session_id, result.title, result.directory, 0, 0, 0.0, "", result.model or "",
-        checkout=result.room.checkout if result.room is not None else "",
-    )
+    session = ServerSession(result.session_id, result.title, result.directory, 0, 0, 0.0, "",
+                            result.model or "",
+                            checkout=result.room.checkout if result.room is not None else "")
     waited = aio.run(confirm_run(ctx.ops(), plan.instance, session, baseline=sent.baseline,
                                  window=window, origin="dispatch"))
     for healing in waited.heals:

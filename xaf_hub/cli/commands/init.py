@@ -137,31 +137,23 @@ def _add_project(ctx: Context, opts: Options, dest: Path) -> int:
 def _repository_said(root: Path, origin: str, had_credentials: bool) -> str:
     """What init made of the first root's git remote."""
     if not origin:
-        return (
-            f"project.repository: not set ({root} is no git checkout with an 'origin' remote): "
-            "without it no task is verified done, only 'finished, not verified'; set it to "
-            "the remote the agents push to"
-        )
-    said = (
-        f"project.repository: {origin} (the 'origin' remote of {root}): the hub verifies "
-        "each task's commits there"
-    )
+        return (f"project.repository: not set ({root} is no git checkout with an 'origin' "
+                "remote): without it no task is verified done, only 'finished, not verified'; "
+                "set it to the remote the agents push to")
+    said = (f"project.repository: {origin} (the 'origin' remote of {root}): the hub verifies "
+            "each task's commits there")
     if had_credentials:
-        said += (
-            "; the user name and token in that remote's URL were left out of the config: the "
-            "hub's git asks git's own credential store for them (a credential helper)"
-        )
+        said += ("; the user name and token in that remote's URL were left out of the config: "
+                 "the hub's git asks git's own credential store for them (a credential helper)")
     return said
 
 
 def _next_step(doc: Any, dest: Path, cwd: Path) -> str:
     flag = "" if dest == cwd / "config.json" else f" --config {dest}"
     if doc is None:
-        return (
-            "next: the example points at the demo fleet, which runs from a checkout of xaf-hub: "
-            "`bash scripts/setup.sh && .venv/bin/python -m sandbox.demo --keep`, then run "
-            "`xaf-hub" + flag + " doctor`"
-        )
+        return ("next: the example points at the demo fleet, which runs from a checkout of "
+                "xaf-hub: `bash scripts/setup.sh && .venv/bin/python -m sandbox.demo --keep`, "
+                "then run `xaf-hub" + flag + " doctor`")
     exports = " ".join(f"{pw_env_name(i['name'])}=..." for i in doc["instances"])
     return f"next: export {exports} (each server's password), then run `xaf-hub{flag} doctor`"
 

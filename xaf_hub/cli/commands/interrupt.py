@@ -29,13 +29,8 @@ class Options(SessionTarget):
 
 def document(done: Interrupted) -> dict[str, Any]:
     """What `interrupt --json` prints (and the MCP tool answers)."""
-    return {
-        "instance": done.instance,
-        "session_id": done.session_id,
-        "was": done.was,
-        "result": "aborted",
-        "warnings": [done.note] if done.note else [],
-    }
+    return {"instance": done.instance, "session_id": done.session_id, "was": done.was,
+            "result": "aborted", "warnings": [done.note] if done.note else []}
 
 
 def carry_out(ctx: Context, opts: Options) -> Interrupted:

@@ -100,10 +100,8 @@ def _clear(ctx: Context, target: str) -> int:
 
     ops = ctx.ops()
     ended = end_rest(ops, target)
-    notes = [
-        queue_notice(ops, rest_ended_event(b.family, iso_time(b.until_ms) or "", ops.now()))
-        for b in ended
-    ]
+    notes = [queue_notice(ops, rest_ended_event(b.family, iso_time(b.until_ms) or "", ops.now()))
+             for b in ended]
     for queued, note in notes:
         if not queued:
             ctx.warn(note)

@@ -161,12 +161,8 @@ def _status(ctx: Context) -> int:
             "failed_steps": failed,
             "report": str(folder / f"{LATEST}.md"),
         }
-    doc: dict[str, object] = {
-        "state": "paused" if paused is not None else "active",
-        "paused": paused,
-        "last_cycle": last,
-        "daemon": daemon,
-    }
+    doc: dict[str, object] = {"state": "paused" if paused is not None else "active",
+                              "paused": paused, "last_cycle": last, "daemon": daemon}
     code = int(ExitCode.OK)
     lease = _lease_status(ctx)
     if lease is not None:

@@ -97,10 +97,8 @@ def read(ctx: Context, opts: Options) -> Snapshot:
     --fresh scans), with each session's last result for --outcomes or --html (as every view
     shows it: ``ops.decisions.shown_outcomes``), and keep the titles with the keyword."""
     outcomes = bool(opts.outcomes or opts.html)
-    snap, _ = read_fleet(
-        ctx, chosen_instances(ctx, opts.instance), fresh=opts.fresh, progress=True,
-        outcomes=outcomes,
-    )
+    snap, _ = read_fleet(ctx, chosen_instances(ctx, opts.instance), fresh=opts.fresh,
+                         progress=True, outcomes=outcomes)
     if outcomes:
         from xaf_hub.ops.decisions import hub_stops, shown_outcomes
 

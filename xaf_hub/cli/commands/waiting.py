@@ -46,10 +46,8 @@ def look(ctx: Context, opts: Options) -> Waiters:
 
 def document(found: Waiters, now: int) -> dict[str, Any]:
     """What `waiting --json` prints (and the MCP tool answers)."""
-    return {
-        "waiting": [p.to_json(now) for p in found.requests],
-        "unknown": [{"instance": n, "reason": r} for n, r in found.down],
-    }
+    return {"waiting": [p.to_json(now) for p in found.requests],
+            "unknown": [{"instance": n, "reason": r} for n, r in found.down]}
 
 
 def run(ctx: Context) -> int:
