@@ -111,11 +111,8 @@ def read_fleet(
     from xaf_hub.ops.live_board import merged, split  # deferred: start-up, docs/performance.md
 
     board, rest = split(ctx.config, instances, fresh=fresh, stores=ctx.stores, summary=summary)
-    scanned: list[InstanceScan] = []
-    generated = None
-    if rest:
-        snap, scanned = scan(ctx, rest, progress=progress)
-        generated = snap.generated_at
+    fresh_scan, scanned = scan(ctx, rest, progress=progress) if rest else (None, [])
+    generated = fresh_scan.generated_at if fresh_scan is not None else None
     snap, scans = merged(instances, board, scanned, generated)
     if outcomes:
         from xaf_hub.core import aio
