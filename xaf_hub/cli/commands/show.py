@@ -49,10 +49,8 @@ def _text(message: Message) -> str:
 
 def last_of(messages: Sequence[Message], role: str) -> Message | None:
     """The newest message of ``role`` that has text (or, for answers, an error)."""
-    for msg in reversed(messages):
-        if msg.role == role and (_text(msg) or (role == "assistant" and msg.error is not None)):
-            return msg
-    return None
+    return next((m for m in reversed(messages) if m.role == role
+                 and (_text(m) or (role == "assistant" and m.error is not None))), None)
 
 
 def model_of(messages: Sequence[Message]) -> str:
@@ -91,7 +89,7 @@ class Found:
 def look(ctx: Context, opts: Options) -> Found:
     """Find the session on the instances asked and read its newest messages."""
 
-    session_id = opts.session_id
+    session_id = opts.session_id  # before the config loads
     if opts.limit < 1:
         raise UsageError("--limit must be 1 or more")
     ops = ctx.ops()
@@ -105,9 +103,8 @@ def look(ctx: Context, opts: Options) -> Found:
 
 
 def _said(msg: Message | None) -> dict[str, Any] | None:
-    if msg is None:
-        return None
-    return {"text": _text(msg), "at": iso_time(msg.created), "at_ms": msg.created}
+    return None if msg is None else {"text": _text(msg), "at": iso_time(msg.created),
+                                     "at_ms": msg.created}
 
 
 def document(found: Found) -> dict[str, Any]:
