@@ -48,7 +48,7 @@ def status(hub: Hub) -> dict[str, Any]:
 def spent(hub: Hub) -> dict[str, float | None]:
     doc = status(hub)
     out = {i["instance"]: i["spent_today_usd"] for i in doc["instances"]}
-    out["project"] = doc["project"]["spent_today_usd"]
+    out["project"] = doc["spend"]["spent_today_usd"]
     return out
 
 
@@ -86,7 +86,7 @@ def test_spend_is_what_the_servers_report_and_new_work_stops_at_the_budget(hub: 
     sid_b = priced_run(hub, "lan-b")
     assert session_cost(hub, "lan-b", sid_b) == pytest.approx(RUN_USD)  # what opencode says
     doc = status(hub)
-    assert doc["project"] == {
+    assert doc["spend"] == {
         "spent_today_usd": pytest.approx(RUN_USD),
         "budget_daily_usd": 0.03,
         "cost_unknown_sessions": 0,
@@ -360,4 +360,4 @@ def test_the_overall_budget_holds_every_projects_spend_together(hub: Hub) -> Non
     code, out, err = hub.cli("status")
     assert code == 0 and "spend, all projects: $0.02 of $0.02 today (100 %)" in out, out
     code, doc = hub.cli_json("status", "--project", "blog")
-    assert code == 0 and doc["project"]["spent_today_usd"] == 0.0 and doc["fleet"] is None
+    assert code == 0 and doc["spend"]["spent_today_usd"] == 0.0 and doc["fleet"] is None

@@ -61,6 +61,8 @@ def test_watch_reports_new_start_stop_and_gone_from_events(hub: Hub, watching: L
     stopped = [e for e in watching.events()
                if e["event"] == "stopped" and e["session"]["id"] == sid]
     assert stopped[0]["outcome"] == "succeeded" and stopped[0]["source"] == "stream"
+    # Each line names its project, as every --json record does.
+    assert stopped[0]["project"] == hub.doc["project"]["name"], stopped[0]
     delete_session(hub, "lan-c", sid)
     hub.wait_for(lambda: "gone" in watching.about(sid), timeout=60)
     assert watching.about(sid) == ["new", "started", "stopped", "gone"]

@@ -684,7 +684,7 @@ def test_a_free_run_that_starts_a_priced_sub_agent_is_stopped_with_it_and_left_s
         # Today's spend is the child's (the parent's model is free), counted once.
         spent = float(children(hub, "lan-b", sid)[0]["cost"])
         code, status = hub.cli_json("status")
-        assert status["project"]["spent_today_usd"] == pytest.approx(spent)
+        assert status["spend"]["spent_today_usd"] == pytest.approx(spent)
         code, out, err = hub.cli("dispatch", "--new", "--instance", "lan-c", "--text", "more")
         assert code == 3 and f"daily budget $0.06 reached (${spent:.2f} spent today" in err, err
     finally:

@@ -313,7 +313,7 @@ def test_one_round_over_two_projects_notices_each_projects_budget_and_the_overal
 
             def spent(p: str = p) -> bool:
                 code, doc = hub.cli_json("status", "--project", p)
-                return code == 0 and (doc["project"]["spent_today_usd"] or 0) >= 0.02 - 1e-9
+                return code == 0 and (doc["spend"]["spent_today_usd"] or 0) >= 0.02 - 1e-9
 
             hub.wait_for(spent, timeout=90)
         code, out, err = hub.cli("patrol", "--once", "--no-design")

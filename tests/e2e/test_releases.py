@@ -343,7 +343,7 @@ def test_a_release_without_session_cost_is_counted_unknown_never_zero(
         pytest.approx(0.02), 0)
     assert (rows["old-1-14"]["spent_today_usd"], rows["old-1-14"]["cost_unknown_sessions"]) == (
         0.0, 1)
-    assert st["project"] == {"spent_today_usd": pytest.approx(0.02), "budget_daily_usd": 1.0,
+    assert st["spend"] == {"spent_today_usd": pytest.approx(0.02), "budget_daily_usd": 1.0,
                              "cost_unknown_sessions": 1}
     code, out, err = hub.cli("status")
     assert "project spend: $0.02 of $1.00 today (2 %); cost unknown for 1 session" in out, out

@@ -103,7 +103,8 @@ def test_a_new_task_works_in_its_own_worktree_started_from_origin(
     mine = [s for s in listed["sessions"] if s["id"] == sent["session_id"]]
     assert mine and mine[0]["branch"] == branch, listed["sessions"]
     code, shown = hub.cli_json("show", sent["session_id"])
-    assert code == 0 and shown["branch"] == branch and shown["project"] is True, shown
+    assert code == 0 and shown["branch"] == branch, shown
+    assert shown["project"] == hub.doc["project"]["name"], shown
     code, table, _ = hub.cli("sessions", "--instance", INSTANCE, "--wide")
     assert code == 0 and branch in table
     page = tmp_path / "page.html"

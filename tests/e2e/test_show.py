@@ -55,6 +55,8 @@ def test_show_reads_the_last_prompt_and_answer(hub: Hub) -> None:
                                    "updated_ms": named["updated_ms"]}
     code, seen = hub.cli_json("confirm", sid)
     assert code == 0 and seen["session_id"] == sid
+    # Both name the session's project as `sessions --json` does: by its name.
+    assert data["project"] == seen["project"] == hub.doc["project"]["name"], (data, seen)
 
 
 def test_show_unknown_session_is_exit_4(hub: Hub) -> None:

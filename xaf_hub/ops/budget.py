@@ -46,6 +46,9 @@ class Spend:
     def __add__(self, other: Spend) -> Spend:
         return Spend(*map(operator.add, astuple(self), astuple(other)))
 
+    def __sub__(self, other: Spend) -> Spend:
+        return Spend(*map(operator.sub, astuple(self), astuple(other)))
+
     @property
     def committed(self) -> float:
         """Spent today plus what the runs in flight may still spend."""
@@ -97,14 +100,9 @@ def run_roots(sessions: Iterable[SessionRecord]) -> dict[str, SessionRecord]:
 def _spend(sessions: Iterable[SessionRecord]) -> Spend:
     """The cost of ``sessions``, each counted in full (None: unknown, never 0); the sum
     exact to the last bit whatever their order (``math.fsum``)."""
-    costs, unknown, count = [], 0, 0
-    for s in sessions:
-        count += 1
-        if s.cost is None:
-            unknown += 1
-        else:
-            costs.append(s.cost)
-    return Spend(math.fsum(costs), unknown, count)
+    costs = [s.cost for s in sessions]
+    known = [c for c in costs if c is not None]
+    return Spend(math.fsum(known), len(costs) - len(known), len(costs))
 
 
 Slot = tuple[int, float, int, int]  # (start, known USD, sessions of unknown cost, sessions)
@@ -127,13 +125,8 @@ def _slots(sessions: Iterable[SessionRecord]) -> list[Slot]:
 
 def _summed(slots: Iterable[Slot]) -> Spend:
     """The spend of ``slots`` together (``math.fsum``: the same float in any order)."""
-    usd: list[float] = []
-    unknown = count = 0
-    for _, slot_usd, slot_unknown, slot_count in slots:
-        usd.append(slot_usd)
-        unknown += slot_unknown
-        count += slot_count
-    return Spend(math.fsum(usd), unknown, count)
+    rows = list(slots)
+    return Spend(math.fsum(r[1] for r in rows), sum(r[2] for r in rows), sum(r[3] for r in rows))
 
 
 # Today's spend without the sessions (the live board's summary, ``records.SpendSlots``): each
@@ -272,12 +265,7 @@ def over_budget(
     for sc in scans:
         if sc.inst.name in spent:
             mine = spent[sc.inst.name][0]
-            rest = Spend(
-                total.usd - mine.usd,
-                in_flight=total.in_flight - mine.in_flight,
-                in_flight_usd=total.in_flight_usd - mine.in_flight_usd,
-            )
-            refused = refusal(cfg, sc.inst, mine, rest, fleet)
+            refused = refusal(cfg, sc.inst, mine, total - mine, fleet)
             if refused is not None:
                 out[sc.inst.name] = refused
     return out

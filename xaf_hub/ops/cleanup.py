@@ -28,16 +28,9 @@ def stale_sessions(
 ) -> tuple[list[SessionRecord], int]:
     """Idle project sessions older than the TTL; also the count skipped for a missing time."""
     cutoff = now_ms - int(ttl_days * 86400 * 1000)
-    stale, missing = [], 0
-    for s in sessions:
-        if not s.project or s.running:
-            continue
-        if s.updated <= 0:
-            missing += 1
-            continue
-        if s.updated < cutoff:
-            stale.append(s)
-    return sorted(stale, key=lambda s: s.updated), missing
+    idle = [s for s in sessions if s.project and not s.running]
+    stale = sorted((s for s in idle if 0 < s.updated < cutoff), key=lambda s: s.updated)
+    return stale, sum(1 for s in idle if s.updated <= 0)
 
 
 async def cleanup_fleet(

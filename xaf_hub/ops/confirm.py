@@ -27,8 +27,6 @@ from xaf_hub.ops.heal import heal_candidate as _heal_candidate
 # Messages read per look: enough to find everything after the baseline of a fresh send.
 LOOK_WINDOW = 10
 POLL_SECONDS = 0.5
-# Busy this long without a failure counts as started even before the model's first token.
-BUSY_SETTLE_SECONDS = 5.0
 # A heal near the end of the window still gets this long to show the new run.
 POST_HEAL_SECONDS = 10.0
 # More heals than this in one wait means the chain itself is in trouble: left to the patrol.
@@ -38,6 +36,10 @@ WaitState = Literal["running", "finished", "failed", "retrying", "no_sign", "unr
 Step = Literal["wait", "started", "finished", "heal", "failed"]
 # The steps that end a wait, and how it ended.
 _ENDS: dict[Step, WaitState] = {"started": "running", "finished": "finished", "failed": "failed"}
+# A wait's step after a look at a run that ended, by the verdict's state.
+_STEP_OF: dict[str, Step] = {"finished": "finished", "aborted": "failed", "denied": "failed"}
+# How a wait that reached its deadline ended, by the verdict's state.
+_AT_DEADLINE: dict[str, WaitState] = {"running": "running", "retrying": "retrying"}
 
 
 @dataclass(frozen=True)
@@ -113,8 +115,9 @@ def heal_candidate(s: Sighting) -> HealCandidate | None:
     return _heal_candidate(s.rec, s.run if s.run.outcome != "not_started" else None)
 
 
-def wait_step(s: Sighting, v: Verdict, busy_seconds: float) -> tuple[Step, HealCandidate | None]:
-    """What a wait does after one look (pure)."""
+def wait_step(s: Sighting, v: Verdict) -> tuple[Step, HealCandidate | None]:
+    """What a wait does after one look (pure). A busy run counts as started once the model
+    answers: before, a provider's 429 may still come, however long the server took to ask."""
     if v.state in ("retrying", "failed"):
         cand = heal_candidate(s)
         if cand is not None:
@@ -122,16 +125,11 @@ def wait_step(s: Sighting, v: Verdict, busy_seconds: float) -> tuple[Step, HealC
         # A retry on something else (a 500, a dropped connection) may still recover.
         return ("wait" if v.state == "retrying" else "failed"), None
     if v.state == "running":
-        started = s.answered or busy_seconds >= BUSY_SETTLE_SECONDS
-        return ("started" if started else "wait"), None
+        return ("started" if s.answered else "wait"), None
     if v.state == "waiting":
         return "started", None  # it ran, and stopped to ask a person: no heal, no more wait
-    if v.state == "finished":
-        return "finished", None
-    if v.state in ("aborted", "denied"):
-        return "failed", None
-    # pending, idle, or "stopped without finishing" while the status catches up: look again.
-    return "wait", None
+    # Pending, idle, or "stopped without finishing" while the status catches up: look again.
+    return _STEP_OF.get(v.state, "wait"), None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -167,7 +165,6 @@ async def wait_for_run(
     start = clock()
     deadline = start + window
     heals: list[Healing] = []
-    busy_since: float | None = None
     blocked = ""  # why the last heal could not send (no free slot), tried again next look
 
     def done(state: WaitState, v: Verdict | None, detail: str = "") -> WaitResult:
@@ -187,12 +184,7 @@ async def wait_for_run(
         except UnreachableError as exc:
             return done("unreachable", verdict, exc.reason)
         verdict = judge(seen)
-        now = clock()
-        if seen.rec.run_state == "busy":
-            busy_since = now if busy_since is None else busy_since
-        else:
-            busy_since = None
-        step, cand = wait_step(seen, verdict, 0.0 if busy_since is None else now - busy_since)
+        step, cand = wait_step(seen, verdict)
         if step == "heal" and cand is not None:
             if len(heals) >= MAX_HEALS:
                 return done(
@@ -208,7 +200,7 @@ async def wait_for_run(
                     heals.append(healing)
                     if healing.to_model is None:
                         return done("failed", verdict, "no usable model left in the chain")
-                    baseline, busy_since = seen.newest_id, None
+                    baseline = seen.newest_id
                     deadline = max(deadline, clock() + POST_HEAL_SECONDS)
         elif step in _ENDS:
             return done(_ENDS[step], verdict)
@@ -217,11 +209,7 @@ async def wait_for_run(
                 return done(
                     "failed", verdict, f"{verdict.detail}; no free slot to re-send: {blocked}"
                 )
-            if verdict.state == "running":
-                return done("running", verdict)
-            if verdict.state == "retrying":
-                return done("retrying", verdict)
-            return done("no_sign", verdict)
+            return done(_AT_DEADLINE.get(verdict.state, "no_sign"), verdict)
         await sleep(max(0.0, min(POLL_SECONDS, deadline - clock())))
 
 

@@ -39,18 +39,6 @@ def utc_now() -> datetime:
     return datetime.now(UTC)
 
 
-def _silent(line: str) -> None:
-    return None
-
-
-def _never() -> bool:
-    return False
-
-
-def _unfenced() -> Fence | None:
-    return None
-
-
 @dataclass(frozen=True)
 class OpsContext:
     """An operation's inputs and I/O seams; operations and patrol jobs take it first."""
@@ -59,10 +47,10 @@ class OpsContext:
     clock: Callable[[], datetime] = utc_now
     env: Mapping[str, str] = field(default_factory=dict)
     transport_factory: TransportFactory | None = None
-    log: Callable[[str], None] = _silent
-    stop_requested: Callable[[], bool] = _never
+    log: Callable[[str], None] = lambda line: None
+    stop_requested: Callable[[], bool] = lambda: False
     # The HA patrol daemon's lease at this moment: the Redis stores write only while it holds.
-    fence: Callable[[], Fence | None] = _unfenced
+    fence: Callable[[], Fence | None] = lambda: None
     # The stores of the run this context belongs to (a command's, shared with it); None: its own.
     shared: Stores | None = field(default=None, repr=False, compare=False)
     # What the context's stores open (one Redis client), closed with the context.

@@ -149,34 +149,29 @@ class Decisions:
 
     def for_session(self, instance: str, session: str, since_ms: int | None) -> Decision | None:
         """The decision about one session whose run (or prompt) started at ``since_ms``."""
-        stop = self.interrupts.get((instance, session))
         since = None if not since_ms else since_ms / 1000
-        if stopped_after(stop, since):
-            assert stop is not None
-            return _stopped(stop)
-        task = self.steered.get((instance, session))
-        if task is not None:
-            return _steered(task)
-        return None
+        return self._decided((instance, session), since, self.steered.get((instance, session)))
 
     def for_task(self, task: Task) -> Decision | None:
         """The decision about a dispatched row: interrupted after its last prompt, or steered."""
         if task.status != "dispatched" or not task.session_id or not task.dispatched_to:
             return None
-        stop = self.interrupts.get((task.dispatched_to, task.session_id))
         since = instant_seconds(task.steered_at or task.dispatched_at)
-        if stopped_after(stop, since):
-            assert stop is not None
+        steered = task if is_steered(task) else None
+        return self._decided((task.dispatched_to, task.session_id), since, steered)
+
+    def _decided(self, key: Key, since: float | None, steered: Task | None) -> Decision | None:
+        """A stop of ``key`` since ``since``, else the row ``steered`` by hand (None: none)."""
+        stop = self.interrupts.get(key)
+        if stop is not None and stopped_after(stop, since):
             return _stopped(stop)
-        return _steered(task) if is_steered(task) else None
+        if steered is None:
+            return None
+        return Decision("steered", "", instant_seconds(steered.steered_at) or 0.0)
 
 
 def _stopped(stop: Stop) -> Decision:
     return Decision("ceiling" if stop.kind == "ceiling" else "interrupted", stop.who, stop.at)
-
-
-def _steered(task: Task) -> Decision:
-    return Decision("steered", "", instant_seconds(task.steered_at) or 0.0)
 
 
 def decisions_from(interrupts: Mapping[Key, Stop], tasks: Iterable[Task]) -> Decisions:
@@ -210,11 +205,9 @@ async def session_still_runs(ops: OpsContext, instance: str, session_id: str) ->
     A session the instance no longer knows, or an instance no longer configured, does not
     run. An instance that does not answer raises UnreachableError: nobody can tell.
     """
-
-    names = {i.name for i in ops.cfg.instances}
-    if instance not in names:
+    inst = next((i for i in ops.cfg.instances if i.name == instance), None)
+    if inst is None:
         return False
-    inst = ops.cfg.instance(instance)
     async with ops.client(inst) as client:
         try:
             session = await client.get_session(session_id)

@@ -12,12 +12,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from xaf_hub.config.load import Config
+from xaf_hub.core import aio
 from xaf_hub.core.cues import named_files, refers_back
 from xaf_hub.core.discipline import base_commit, expected_branches
 from xaf_hub.core.matcher import Evidence, Index, holds
 from xaf_hub.core.records import Room, SessionRecord
 from xaf_hub.core.rules import apply_aliases
-from xaf_hub.errors import ApiError, BusyError, HubError, UnreachableError, UsageError
+from xaf_hub.errors import ApiError, BusyError, UnreachableError, UsageError
 from xaf_hub.fleet.scan import InstanceScan
 from xaf_hub.fleet.wire import SessionTrace, session_trace
 from xaf_hub.ops import budget
@@ -161,9 +162,8 @@ def match_candidates(
         s = pool[c.key]
         shared = tuple(index.shared(text, c.key))
         trace = traces.get((s.instance, s.id))
-        texts = len(sent.get((s.instance, s.id), ()))
-        if trace is not None:
-            texts = len(set(sent.get((s.instance, s.id), ())) | set(trace.prompts))
+        told = sent.get((s.instance, s.id), ())
+        texts = len(set(told) | set(trace.prompts)) if trace is not None else len(told)
         known = known_of[c.key]
         evidence.append(
             MatchEvidence(
@@ -197,26 +197,14 @@ async def read_traces(
     cannot be read in time is left out (it keeps the evidence the hub has)."""
     async def one(s: SessionRecord) -> tuple[tuple[str, str], SessionTrace] | None:
         try:
-            async with ops.client(ops.cfg.instance(s.instance)) as client:
+            inst = ops.cfg.instance(s.instance)
+            async with asyncio.timeout(TRACE_SECONDS), ops.client(inst) as client:
                 found = await client.messages(s.id, limit=TRACE_MESSAGES, directory=s.directory)
-        except (HubError, OSError):  # gone, unreachable, refused, malformed: a hint only
+            return (s.instance, s.id), session_trace(found, s.directory)
+        except Exception:  # noqa: BLE001 - gone, unreachable, refused, malformed, late: a hint
             return None
-        return (s.instance, s.id), session_trace(found, s.directory)
 
-    tasks = [asyncio.ensure_future(one(s)) for s in sessions]
-    if not tasks:
-        return {}
-    done, late = await asyncio.wait(tasks, timeout=TRACE_SECONDS)
-    for task in late:
-        task.cancel()
-    if late:  # let them close their clients before the loop moves on
-        await asyncio.wait(late, timeout=1.0)
-    out = {}
-    for task in done:
-        got = None if task.cancelled() or task.exception() else task.result()
-        if got is not None:
-            out[got[0]] = got[1]
-    return out
+    return dict(got for got in await aio.gather(*(one(s) for s in sessions)) if got is not None)
 
 
 async def rank_candidates(
@@ -364,13 +352,11 @@ def _base(ops: OpsContext, plan: Plan, req: DispatchRequest, override: str | Non
         tips = mirror.known_tips()
     except (GitFailed, OSError):
         return None
+    base = cfg.patrol.base_branch
     mainline = plan.instance.branch_policy == "mainline"
-    base_branch = cfg.patrol.base_branch
     titles = [plan.title or req.text]
-    branches = expected_branches(
-        mainline, base_branch=base_branch, titles=titles, override=override
-    )
-    return base_commit(tips, branches, base_branch)
+    branches = expected_branches(mainline, base_branch=base, titles=titles, override=override)
+    return base_commit(tips, branches, base)
 
 
 def take_back(

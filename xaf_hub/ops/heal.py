@@ -97,13 +97,6 @@ def heal_candidate(rec: SessionRecord, run: LastRun | None) -> HealCandidate | N
     )
 
 
-def blackout_family(cand: HealCandidate, families: Mapping[str, Sequence[str]]) -> str | None:
-    """The family to black out: only for a rate limit on a model of a blackout family."""
-    if cand.signal != "rate_limited" or not cand.model:
-        return None
-    return family_of(cand.model, families)
-
-
 def window_over(cand: HealCandidate, reset_hour: int, tz: tzinfo, now: datetime) -> bool:
     """Whether the rest a failure called for already ended: a reset hour passed since it.
 

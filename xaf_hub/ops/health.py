@@ -106,8 +106,7 @@ _CONFIG_FIXES: dict[ConfigProblem, str] = {
     "url_credentials": "Remove user:password@ from the url; put the password in "
                        "config.local.json or XAF_HUB_PW_<NAME>.",
     "relative_path": "Write the full path, e.g. /srv/project or C:\\work\\project.",
-    "bad_timezone": "Use an IANA zone name such as Europe/Berlin or Asia/Shanghai, or "
-                    "\"local\".",
+    "bad_timezone": 'Use an IANA zone name such as Europe/Berlin or Asia/Shanghai, or "local".',
     "password_value": "Make the password file a JSON object holding the password under "
                       "password_key (default \"password\").",
     "unreadable": "Give the user running the hub read access to that file.",
@@ -227,17 +226,14 @@ _UNREACHABLE_FIXES["garbled"] = _UNREACHABLE_FIXES["dropped"]
 
 
 def _unreachable_fix(cause: Cause | None, inst: InstanceConfig) -> str:
-    fix = _UNREACHABLE_FIXES.get(
-        cause, "Check that {url} is an opencode server: open {url}/global/health."
-    )
-    return fix.format(url=inst.url)
+    default = "Check that {url} is an opencode server: open {url}/global/health."
+    return _UNREACHABLE_FIXES.get(cause, default).format(url=inst.url)
 
 
 def _auth_fix(inst: InstanceConfig) -> str:
     var = password_var(inst.name, inst.password_env)
     if inst.password_source == "none":
-        return (f"Set {var} to the server's "
-                "OPENCODE_SERVER_PASSWORD, or add instances."
+        return (f"Set {var} to the server's OPENCODE_SERVER_PASSWORD, or add instances."
                 f"{inst.name}.password to config.local.json.")
     return (f"The password from {inst.password_source} was refused: set it to the server's "
             f"OPENCODE_SERVER_PASSWORD, and username (now '{inst.username}') to its "
@@ -272,8 +268,7 @@ def instance_findings(inst: InstanceConfig, probe: Probe) -> list[Finding]:
         out.append(error("instance", name, f"{inst.url}: unreachable: {probe.reason}{known}",
                          _unreachable_fix(probe.cause, inst), ExitCode.UNREACHABLE))
         if inst.password_source == "none":
-            out.append(warn("credentials", name, "no password configured",
-                            _auth_fix(inst)))
+            out.append(warn("credentials", name, "no password configured", _auth_fix(inst)))
         return out
     version = f"opencode {classify(probe.version, probe.api or 'classic').describe()}"
     api = f"{probe.api} API" if probe.api else "API unknown"

@@ -21,9 +21,7 @@ if TYPE_CHECKING:
     from xaf_hub.store.gate import Gate
 
 
-def free(
-    limit: int, running: int, reserved: int, share: int | None = None, own: int = 0
-) -> int:
+def free(limit: int, running: int, reserved: int, share: int | None = None, own: int = 0) -> int:
     """Free slots: ``limit`` less every configured project's ``running`` sessions and the
     ``reserved`` slots; with a ``share``, at most it less the project's ``own`` (running and
     reserved). Never negative."""

@@ -57,10 +57,7 @@ def pick_model(
 
 
 def untried_model(
-    ops: OpsContext,
-    inst: InstanceConfig,
-    avoid: Sequence[str],
-    now: datetime | None = None,
+    ops: OpsContext, inst: InstanceConfig, avoid: Sequence[str], now: datetime | None = None
 ) -> str | None:
     """The first usable model of the instance's chain (then the default) not in ``avoid``.
 
@@ -136,15 +133,9 @@ def rest_json(b: Blackout) -> dict[str, Any]:
 
 def chain_models(cfg: Config) -> tuple[str, ...]:
     """Every model a dispatch may pick: the chains (global, then each instance's), the default."""
-    seen: dict[str, None] = {}
-    for model in (
-        *cfg.models.chain,
-        *(m for inst in cfg.instances for m in inst.models),
-        cfg.models.default_dispatch_model,
-    ):
-        if model:
-            seen.setdefault(model, None)
-    return tuple(seen)
+    instances = (m for inst in cfg.instances for m in inst.models)
+    every = (*cfg.models.chain, *instances, cfg.models.default_dispatch_model)
+    return tuple(dict.fromkeys(m for m in every if m))
 
 
 def families_chosen(cfg: Config) -> dict[str, list[str]]:
@@ -229,9 +220,6 @@ def start_rest(ops: OpsContext, target: str, until: datetime, reason: str = "") 
     )
     rest = state.active_blackouts(now)[target]
     ops.audit(
-        "models.rest",
-        result="rested",
-        reason=reason or "set by a person",
-        extra=rest_json(rest),
+        "models.rest", result="rested", reason=reason or "set by a person", extra=rest_json(rest)
     )
     return rest

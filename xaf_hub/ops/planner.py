@@ -353,8 +353,7 @@ def plan_dispatch(
         if named is not None:
             _check_reachable(named[0])
             return _target_plan(named[0], named[1], req, "--session")
-        unreachable = [v.inst.name for v in scoped if not v.reachable]
-        if unreachable and len(unreachable) == len(scoped):
+        if scoped and not any(v.reachable for v in scoped):
             _check_reachable(scoped[0])
         for v in scoped:  # it may be where the config lacks a password: say how to fix that
             if not v.reachable and v.cause == "no_password":

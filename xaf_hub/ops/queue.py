@@ -50,14 +50,9 @@ class Queued:
         }
 
 
-def ready_order(tasks: list[Task], instance: str, now: datetime) -> list[Task]:
-    """Pending tasks ready to start, in the order the patrol would start them on ``instance``."""
-    return pick_tasks(tasks, instance, len(tasks), now)
-
-
 def queue_length(data: BacklogData, now: datetime) -> int:
     """How many pending tasks are ready to start (the work queue's length)."""
-    return len(ready_order(data.tasks, "", now))
+    return len(pick_tasks(data.tasks, "", len(data.tasks), now))
 
 
 def queue_work(
@@ -96,8 +91,8 @@ def queue_work(
             project=octx.cfg.project_name,
             extra=extra,
         ))
-        order = ready_order(data.tasks, instance, now)
-        ids = [t.id for t in order]
+        # The pending tasks ready to start, in the order the patrol starts them on ``instance``.
+        ids = [t.id for t in pick_tasks(data.tasks, instance, len(data.tasks), now)]
         position = ids.index(task.id) + 1 if task.id in ids else len(ids) + 1
         return task, position, max(len(ids), position)
 

@@ -115,9 +115,7 @@ async def open_room(client: OpencodeClient, checkout: str, name: str) -> Room:
     return replace(made, checkout=top or checkout)
 
 
-async def start_room(
-    client: OpencodeClient, room: Room, session_id: str, base_branch: str
-) -> Room:
+async def start_room(client: OpencodeClient, room: Room, session_id: str, base_branch: str) -> Room:
     """Wait for the server to fill the worktree, then start its branch from
     ``origin/<base_branch>`` (through the session's shell: the server's git and credentials)."""
     try:
@@ -154,6 +152,10 @@ _KEEPS = (
 )
 
 
+# What each line ``_KEEPS`` prints starts with, and how a count of them is said.
+_LOST = (("changed: ", "uncommitted change(s)"), ("unpushed: ", "commit(s) on no remote branch"))
+
+
 def keeps_command() -> str:
     """The shell command that prints what removing the worktree it runs in would lose."""
     return _packed(_KEEPS)
@@ -168,9 +170,6 @@ async def what_stays(client: OpencodeClient, directory: str) -> str:
     finally:
         with contextlib.suppress(HubError):
             await client.delete(probe.id, directory)
-    changed = sum(1 for line in said.splitlines() if line.startswith("changed: "))
-    unpushed = sum(1 for line in said.splitlines() if line.startswith("unpushed: "))
-    parts = [f"{n} {what}" for n, what in (
-        (changed, "uncommitted change(s)"), (unpushed, "commit(s) on no remote branch"),
-    ) if n]
-    return ", ".join(parts)
+    lines = said.splitlines()
+    found = ((sum(1 for line in lines if line.startswith(mark)), what) for mark, what in _LOST)
+    return ", ".join(f"{n} {what}" for n, what in found if n)

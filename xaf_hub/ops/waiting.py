@@ -29,6 +29,8 @@ from xaf_hub.ops.planner import check_write
 from xaf_hub.ops.send import held_or_noted
 
 Action = Literal["approve", "deny", "answer"]
+# How an approval is sent, by ``Reply.always``.
+_GRANT: dict[bool, Literal["once", "always"]] = {False: "once", True: "always"}
 
 
 @dataclass(frozen=True)
@@ -234,15 +236,8 @@ async def send_reply(
                 )
             with ops.audited(command, instance=inst.name, session=s.id, extra=extra):
                 if w.kind == "permission":
-                    if reply.action == "approve":
-                        kind: Literal["once", "always", "reject"] = (
-                            "always" if reply.always else "once"
-                        )
-                    else:
-                        kind = "reject"
-                    await client.reply_permission(
-                        w.request_id, kind, reply.message, s.directory
-                    )
+                    kind = _GRANT[reply.always] if reply.action == "approve" else "reject"
+                    await client.reply_permission(w.request_id, kind, reply.message, s.directory)
                 else:
                     await client.reply_question(w.request_id, answers, s.directory)
         ops.audit(command, instance=inst.name, session=s.id, result="sent", extra=extra)
@@ -329,9 +324,7 @@ def _decided(
     return "approve", sorted(set(used), key=lambda hit: hit[0])
 
 
-def policy_answer(
-    policy: PermissionsConfig, w: Waiting, now_ms: int
-) -> PolicyAnswer | None:
+def policy_answer(policy: PermissionsConfig, w: Waiting, now_ms: int) -> PolicyAnswer | None:
     """The policy's answer to ``w`` at ``now_ms``, or None: leave it to a person (pure).
 
     Approved when every part a rule must see (``approvable``) has an allow rule as its first

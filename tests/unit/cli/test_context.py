@@ -47,11 +47,11 @@ def test_a_table_without_secrets_is_printed_as_is() -> None:
 
 
 # The commands whose record needs no server (their instance refuses at once); each record
-# names the project it was read as. `status --json`'s "project" is that project's spend.
+# names the project it was read as (`status --json` too: its spend is under "spend").
 OFFLINE = [
     ("backlog", "add", "--title", "a task"), ("backlog", "list"), ("backlog", "show", "T-1"),
     ("backlog", "set", "T-1", "--status", "pending"), ("models",), ("patrol", "status"),
-    ("sessions",), ("instances",), ("waiting",), ("cleanup",),
+    ("sessions",), ("instances",), ("waiting",), ("cleanup",), ("status",),
 ]
 
 
@@ -65,7 +65,7 @@ def test_every_record_names_its_project(tmp_path: Path, argv: tuple[str, ...]) -
     (tmp_path / "pool.json").write_text(json.dumps({"schema_version": 1, "tasks": [
         {"id": "T-1", "title": "one", "project": "blog"}]}), encoding="utf-8")
     for project, named in (("blog", "blog"), (None, None)):
-        if project is None and argv[0] not in ("sessions", "instances", "waiting"):
+        if project is None and argv[0] not in ("sessions", "instances", "waiting", "status"):
             continue  # only a view answers for every project
         out = io.StringIO()
         chosen = ["--project", project] if project else []

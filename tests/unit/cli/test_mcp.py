@@ -258,6 +258,7 @@ def test_every_answer_names_the_project_it_was_read_as(tmp_path: Path) -> None:
     for config, tool, args, name in (
         (one, "backlog_list", {}, "demo"), (one, "instances", {}, "demo"),
         (several, "sessions", {"project": "blog"}, "blog"), (several, "waiting", {}, None),
+        (one, "status", {}, "demo"),
     ):
         got = _call(Hub(config=str(config), env=env, cwd=tmp_path), tool, args)
         answer = got.structured_content

@@ -20,7 +20,7 @@ from xaf_hub.fleet.scan import InstanceScan
 from xaf_hub.fleet.wire import messages_of
 from xaf_hub.notify.record import RoundLog
 from xaf_hub.ops.context import Fleet
-from xaf_hub.ops.heal import blackout_family, heal_candidate, heal_key, heal_target
+from xaf_hub.ops.heal import heal_candidate, heal_key, heal_target, rest_for
 from xaf_hub.patrol.context import Cycle
 from xaf_hub.patrol.jobs.check_agents import resume_refusal
 from xaf_hub.patrol.jobs.fill_slots import (
@@ -295,7 +295,10 @@ def test_blackout_only_for_a_rate_limit_on_a_blackout_family(
     cand = heal_candidate(rec(), run)
     assert cand is not None
     cand = type(cand)(**{**cand.__dict__, "model": model})
-    assert blackout_family(cand, FAMILIES) == family
+    now = datetime.fromtimestamp(cand.at_ms / 1000, UTC)  # right after the failure
+    rest = rest_for(cand, scope="family", families=FAMILIES, reset_hour=8, tz=UTC, now=now,
+                    longest=timedelta(hours=24))
+    assert (rest.target if rest is not None and rest.scope == "family" else None) == family
 
 
 CHAIN = ["opencode/free-model", "backup/good-model", "backup/other-model"]

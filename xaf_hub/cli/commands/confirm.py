@@ -153,7 +153,7 @@ def run(ctx: Context) -> int:
         "session_id": rec.id,
         "title": rec.title,
         "directory": rec.directory,
-        "project": rec.project,
+        "project": rec.owner or None,
         "state": verdict.state,
         "model": verdict.model or None,
         "detail": verdict.detail,

@@ -124,7 +124,7 @@ def document(found: Found) -> dict[str, Any]:
         "title": s.title,
         "directory": s.directory,
         "branch": s.branch or None,
-        "project": s.project,
+        "project": s.owner or None,  # its project's name, as `sessions --json` says
         "state": shown_state(s),
         "retry_message": s.retry_message,
         "waiting": s.waiting.to_json() if s.waiting is not None else None,

@@ -105,7 +105,9 @@ def document(m: Measured) -> dict[str, Any]:
             {**x.to_json(), **line.to_json()} for x, line in zip(m.loads, m.spends, strict=True)
         ],
         "queue": {"pending": m.queued},
-        "project": m.project.to_json() if m.whole else None,
+        # The project's spend (null: the view does not see the whole fleet); "project" is its
+        # name, as in every record (Context.named).
+        "spend": m.project.to_json() if m.whole else None,
         # Every configured project's spend against budget.daily_usd (null: not seen here).
         "fleet": {**m.project.to_json(), "budget_daily_usd": m.overall} if m.fleet else None,
         "warnings": list(m.snap.warnings),

@@ -16,7 +16,7 @@ import contextlib
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from xaf_hub.cli.commands._common import INSTANCE, chosen_instances, scan, scan_exit
 from xaf_hub.cli.context import Context
@@ -69,6 +69,14 @@ def _line(kind: str, s: SessionRecord, outcome: str = "") -> str:
     return f"{stamp} {kind:<8} {where}  {shorten(s.title, 40)}{extra}"
 
 
+def _record(ctx: Context, ev: FleetEvent) -> dict[str, Any]:
+    """An event's `--json` line, naming its project: its session's, else the one read as."""
+    doc = ev.to_json()
+    if ev.session is not None:
+        doc["project"] = ev.session.owner or None
+    return ctx.named(doc)  # type: ignore[no-any-return]
+
+
 def _event_line(ev: FleetEvent) -> str:
     stamp = time.strftime("%H:%M:%S")
     if ev.session is None:
@@ -106,7 +114,7 @@ def follow(
             return
         if ev.kind == "down":
             pending.discard(ev.instance)
-        ctx.out(dumps_line(ev.to_json()) if ctx.json else _event_line(ev), flush=True)
+        ctx.out(dumps_line(_record(ctx, ev)) if ctx.json else _event_line(ev), flush=True)
 
     follower = FleetFollower(ctx.config, instances, emit=show, force_polling=polled,
                              transport_factory=ctx.transport_factory, poll_seconds=poll_seconds)
