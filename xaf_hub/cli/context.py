@@ -7,7 +7,7 @@ import contextlib
 import dataclasses
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO, TypeVar
@@ -100,10 +100,8 @@ class Context:
         stores (``seams``: a log sink, a stop probe)."""
         from xaf_hub.ops.context import OpsContext  # deferred: start-up, docs/performance.md
 
-        return OpsContext(
-            self.config, env=self.env, transport_factory=self.transport_factory,
-            shared=self.stores, **seams,
-        )
+        return OpsContext(self.config, env=self.env, transport_factory=self.transport_factory,
+                          shared=self.stores, **seams)
 
     def audit(self, command: str, **fields: Any) -> None:
         """Append one audit line for a write this run made (``store.audit.append``'s fields),
@@ -125,11 +123,8 @@ class Context:
 
     def secrets(self) -> tuple[str, ...]:
         """Every secret this run knows: the config's (once loaded) and the environment's."""
-        from_env = tuple(
-            v
-            for k, v in self.env.items()
-            if v and (k.startswith("XAF_HUB_PW_") or k == "XAF_HUB_VIEWER_PASSWORD")
-        )
+        from_env = tuple(v for k, v in self.env.items()
+                         if v and (k.startswith("XAF_HUB_PW_") or k == "XAF_HUB_VIEWER_PASSWORD"))
         return (self._config.secrets() if self._config is not None else ()) + from_env
 
     def every_secret(self) -> tuple[str, ...]:
@@ -143,12 +138,12 @@ class Context:
         """``text`` without any secret this run knows (see ``core.text.redact``)."""
         return redact(text, self.secrets())
 
-    def out(self, text: str = "", *, flush: bool = False) -> None:
-        """Print a line of normal output (control characters neutralised unless --json);
+    def out(self, *lines: str, flush: bool = False) -> None:
+        """Print lines of normal output (control characters neutralised unless --json);
         ``flush``: at once (a line a reader waits for)."""
         # JSON already escapes every C0 control; text may carry server-supplied titles.
-        text = self.redact(text)
-        print(text if self.json else terminal_safe(text), file=self.stdout, flush=flush)
+        for text in map(self.redact, lines):
+            print(text if self.json else terminal_safe(text), file=self.stdout, flush=flush)
 
     def named(self, doc: Any) -> Any:
         """A command's record (or each row of a list of them) naming the project it was read
@@ -164,8 +159,7 @@ class Context:
     def answer(self, doc: Any, *lines: str) -> int:
         """Print a command's answer: ``doc`` (``named``) as JSON with --json, else ``lines``
         for a person; exit 0."""
-        for line in [dumps(self.named(doc))] if self.json else lines:
-            self.out(line)
+        self.out(*([dumps(self.named(doc))] if self.json else lines))
         return 0
 
     def table(self, rows: Sequence[Sequence[Any]], headers: Sequence[str], **how: Any) -> None:
@@ -185,6 +179,12 @@ class Context:
             heads = [redact(h, secrets) for h in heads]
         safe = [[terminal_safe(v) for v in row] for row in text]
         print(render(safe, [terminal_safe(h) for h in heads], screen, **how), file=self.stdout)
+
+    def columns(
+        self, items: Iterable[T], columns: Mapping[str, Callable[[T], Any]], **how: Any
+    ) -> None:
+        """Print ``items`` as a ``table``: one column per header, its cell of an item beside."""
+        self.table([[cell(i) for cell in columns.values()] for i in items], list(columns), **how)
 
     def warn(self, text: str) -> None:
         """Print a warning line to stderr."""

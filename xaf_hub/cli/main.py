@@ -162,12 +162,8 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
 
 def build_parser(argv: Sequence[str] | None = None) -> Parser:
     """The parser; only the commands named in ``argv`` (all when None) get their options."""
-    parser = Parser(
-        prog="xaf-hub",
-        description=DESCRIPTION,
-        formatter_class=HelpFormatter,
-        parents=[_common()],
-    )
+    parser = Parser(prog="xaf-hub", description=DESCRIPTION, formatter_class=HelpFormatter,
+                    parents=[_common()])
 
     parser.add_argument("--version", action="version", version=f"xaf-hub {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
@@ -178,14 +174,9 @@ def build_parser(argv: Sequence[str] | None = None) -> Parser:
             sub.add_parser(name, help=help_text, add_help=False)
             continue
         module = importlib.import_module(command_module(name))
-        p = sub.add_parser(
-            name,
-            help=help_text,
-            description=module.__doc__,
-            epilog=getattr(module, "EXAMPLES", None),
-            formatter_class=HelpFormatter,
-            parents=[common],
-        )
+        p = sub.add_parser(name, help=help_text, description=module.__doc__,
+                           epilog=getattr(module, "EXAMPLES", None),
+                           formatter_class=HelpFormatter, parents=[common])
         if hasattr(module, "add_arguments"):  # a command with actions of its own (backlog)
             module.add_arguments(p)
         else:
@@ -308,12 +299,8 @@ def _drop_stdout() -> None:
 
 
 def _report(
-    ctx: Context | None,
-    stderr: TextIO,
-    args: argparse.Namespace | None,
-    message: str,
-    exc: BaseException | None,
-    internal: bool = False,
+    ctx: Context | None, stderr: TextIO, args: argparse.Namespace | None, message: str,
+    exc: BaseException | None, internal: bool = False,
 ) -> None:
 
     secrets = ctx.every_secret() if ctx is not None else ()

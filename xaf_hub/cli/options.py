@@ -220,10 +220,8 @@ def _kind(hint: Any) -> Any:
 def declared(cls: type[Any]) -> tuple[Opt, ...]:
     """The options of the record ``cls``, in its fields' order, named and typed by them."""
     hints = get_type_hints(cls)
-    return tuple(
-        f.metadata["opt"].but(dest=f.name, kind=_kind(hints[f.name]))
-        for f in dataclasses.fields(cls) if "opt" in f.metadata
-    )
+    return tuple(f.metadata["opt"].but(dest=f.name, kind=_kind(hints[f.name]))
+                 for f in dataclasses.fields(cls) if "opt" in f.metadata)
 
 
 def add_options(

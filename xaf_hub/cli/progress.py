@@ -20,13 +20,8 @@ class Progress:
     """Tracks which instances are still awaited; ``run`` draws the line until cancelled."""
 
     def __init__(
-        self,
-        stream: TextIO,
-        names: Iterable[str],
-        env: Mapping[str, str],
-        *,
-        delay: float = 1.0,
-        interval: float = 0.5,
+        self, stream: TextIO, names: Iterable[str], env: Mapping[str, str], *,
+        delay: float = 1.0, interval: float = 0.5,
     ) -> None:
         self.stream = stream
         self.pending = list(dict.fromkeys(names))

@@ -73,12 +73,8 @@ def fit(text: str, width: int, *, keep_end: bool = False, mark: str = ELLIPSIS) 
 
 
 def widths(
-    natural: Sequence[int],
-    floors: Sequence[int],
-    order: Sequence[int],
-    limit: int,
-    keep: Mapping[int, int] | None = None,
-    soft: Sequence[int] = (),
+    natural: Sequence[int], floors: Sequence[int], order: Sequence[int], limit: int,
+    keep: Mapping[int, int] | None = None, soft: Sequence[int] = (),
 ) -> list[int]:
     """Column widths whose sum plus gaps fits ``limit`` when the floors allow.
 
@@ -113,11 +109,8 @@ def widths(
 
 def _splits(header: str) -> list[tuple[str, str]]:
     """Every way to put ``header`` on two lines at a space."""
-    return [
-        (header[:i].rstrip(), header[i + 1 :].lstrip())
-        for i, ch in enumerate(header)
-        if ch == " " and header[:i].strip() and header[i + 1 :].strip()
-    ]
+    return [(header[:i].rstrip(), header[i + 1 :].lstrip()) for i, ch in enumerate(header)
+            if ch == " " and header[:i].strip() and header[i + 1 :].strip()]
 
 
 def narrowest(header: str) -> int:
@@ -199,12 +192,8 @@ def _fit_examples(lines: Sequence[str], width: int) -> list[str]:
     commented = [(body.rstrip(), rest.strip()) for body, sep, rest in parts if sep]
     if commented:
         column = max(cells(body) for body, _ in commented) + 2
-        aligned = [
-            f"{body.rstrip()}{' ' * (column - cells(body.rstrip()))}# {rest.strip()}"
-            if sep
-            else body
-            for body, sep, rest in parts
-        ]
+        aligned = [f"{body.rstrip()}{' ' * (column - cells(body.rstrip()))}# {rest.strip()}"
+                   if sep else body for body, sep, rest in parts]
         if all(cells(line) <= width for line in aligned):
             return aligned
     return [fitted for line in lines for fitted in _fit_example(line, width)]
@@ -247,14 +236,9 @@ def paint(text: str, code: str | None) -> str:
 
 
 def render(
-    rows: Sequence[Sequence[Any]],
-    headers: Sequence[str],
-    screen: Screen,
-    *,
-    flexible: Sequence[tuple[str, int]] = (),
-    keep_end: Sequence[str] = (),
-    keep: Mapping[str, int | None] | None = None,
-    colors: Mapping[str, Painter] | None = None,
+    rows: Sequence[Sequence[Any]], headers: Sequence[str], screen: Screen, *,
+    flexible: Sequence[tuple[str, int]] = (), keep_end: Sequence[str] = (),
+    keep: Mapping[str, int | None] | None = None, colors: Mapping[str, Painter] | None = None,
 ) -> str:
     """The table for ``screen``.
 
@@ -286,11 +270,8 @@ def render(
         heads = [header_in(h, final[i]) for i, h in enumerate(heads)]
         if any("\n" in h for h in heads):  # the one-line headers sit on the lower line
             heads = [h if "\n" in h else f"\n{h}" for h in heads]
-        text_rows = [
-            [fit(v, final[i], keep_end=i in ends, mark="" if i in kept else ELLIPSIS)
-             for i, v in enumerate(r)]
-            for r in text_rows
-        ]
+        text_rows = [[fit(v, final[i], keep_end=i in ends, mark="" if i in kept else ELLIPSIS)
+                      for i, v in enumerate(r)] for r in text_rows]
     if screen.color and colors:
         for name, painter in colors.items():
             if name not in headers:

@@ -50,6 +50,21 @@ def the_session(session: str | None, session_pos: str | None) -> str:
     return named
 
 
+@dataclass(frozen=True, kw_only=True)
+class SessionTarget(Answers):
+    """What `show`, `confirm` and `interrupt` share: the session, named as a positional or with
+    -s/--session (``session_id``), and where it lives."""
+
+    session_pos: str | None = SESSION_POS.field(help="the session id (or -s/--session ID)")
+    session: str | None = SESSION.field()
+    instance: str | None = INSTANCE.field(help="where it lives (default: search all)")
+
+    @property
+    def session_id(self) -> str:
+        """The one session named (``the_session``)."""
+        return the_session(self.session, self.session_pos)
+
+
 def chosen_instances(ctx: Context, name: str | None) -> list[InstanceConfig]:
     """All instances, or the one named (by --instance; UsageError when unknown)."""
     cfg = ctx.config
@@ -83,13 +98,8 @@ def scan(
 
 
 def read_fleet(
-    ctx: Context,
-    instances: list[InstanceConfig],
-    *,
-    fresh: bool = False,
-    outcomes: bool = False,
-    progress: bool = False,
-    summary: bool = False,
+    ctx: Context, instances: list[InstanceConfig], *, fresh: bool = False,
+    outcomes: bool = False, progress: bool = False, summary: bool = False,
 ) -> tuple[Snapshot, list[InstanceScan]]:
     """The fleet as `status` and `sessions` read it: each instance from the live board when it
     is fresh there, the rest scanned (``fresh``: all scanned; architecture §5.1). The snapshot
@@ -101,11 +111,8 @@ def read_fleet(
     from xaf_hub.ops.live_board import merged, split  # deferred: start-up, docs/performance.md
 
     board, rest = split(ctx.config, instances, fresh=fresh, stores=ctx.stores, summary=summary)
-    scanned: list[InstanceScan] = []
-    generated = None
-    if rest:
-        snap, scanned = scan(ctx, rest, progress=progress)
-        generated = snap.generated_at
+    fresh_scan, scanned = scan(ctx, rest, progress=progress) if rest else (None, [])
+    generated = fresh_scan.generated_at if fresh_scan is not None else None
     snap, scans = merged(instances, board, scanned, generated)
     if outcomes:
         from xaf_hub.core import aio
@@ -123,30 +130,26 @@ def missing_passwords(ctx: Context, snap: Snapshot) -> list[HubError]:
             for item in snap.instances if not item.reachable and item.cause == "no_password"]
 
 
-def report_missing_passwords(ctx: Context, snap: Snapshot) -> None:
-    """One error line per instance that asked for a password the config does not give."""
+def scan_said(ctx: Context, snap: Snapshot, unreachable: bool = True) -> int:
+    """Say on stderr what the scan could not read: one error line per instance that asked for
+    a password the config does not give; with ``unreachable`` a warning per other instance
+    that did not answer and each fail-closed warning. The scan's exit code: 4 when a password
+    is missing; else 0 when at least one instance answered (or none is asked), 2 when none did."""
     for missing in missing_passwords(ctx, snap):
         ctx.info(f"xaf-hub: error: {missing}")
-
-
-def report_unreachable(ctx: Context, snap: Snapshot) -> None:
-    """One stderr line per instance that did not answer, and any fail-closed warnings."""
-    report_missing_passwords(ctx, snap)
-    for item in snap.instances:
+    for item in snap.instances if unreachable else ():
         if not item.reachable and item.cause != "no_password":
             ctx.warn(f"{item.name} unreachable: {item.reason}")
-    for w in snap.warnings:
+    for w in snap.warnings if unreachable else ():
         ctx.warn(w)
+    return scan_exit(snap)
 
 
 def scan_exit(snap: Snapshot) -> int:
-    """4 when an instance needs a password the config lacks; else 0 when at least one instance
-    answered, 2 when none did (or the only one asked)."""
+    """The exit code of a scan (``scan_said``)."""
     if any(not i.reachable and i.cause == "no_password" for i in snap.instances):
         return int(ExitCode.USAGE)
-    if not snap.instances:
-        return int(ExitCode.OK)
-    if any(i.reachable for i in snap.instances):
+    if not snap.instances or any(i.reachable for i in snap.instances):
         return int(ExitCode.OK)
     return int(ExitCode.UNREACHABLE)
 
@@ -287,10 +290,9 @@ def answer_waiting(ctx: Context, target: AnswerTarget) -> dict[str, Any]:
     from xaf_hub.core import aio  # deferred: start-up, docs/performance.md
     from xaf_hub.ops.waiting import answer_request  # deferred: start-up, docs/performance.md
 
-    done = aio.run(
-        answer_request(ctx.ops(), target.request, target.reply(), instance=target.instance,
-                       allow_prod=target.allow_prod, force=target.force)
-    )
+    done = aio.run(answer_request(ctx.ops(), target.request, target.reply(),
+                                  instance=target.instance, allow_prod=target.allow_prod,
+                                  force=target.force))
     if done.note:
         ctx.warn(done.note)
     return {

@@ -186,13 +186,9 @@ def listing(ctx: Context, opts: ListOptions) -> dict[str, Any]:
     tasks = [t for t in mine if not opts.status or t.status == opts.status]
     order = {"pending": 0, "dispatched": 1, "done": 2}
     tasks.sort(key=lambda t: (order[t.status], PRIORITIES.index(t.priority)))
-    return {
-        "path": store.where,
-        "tasks": [
-            show_document(t, _state(ctx, t, data.tasks), project=project_of(t, names))
-            for t in tasks
-        ],
-    }
+    return {"path": store.where,
+            "tasks": [show_document(t, _state(ctx, t, data.tasks), project=project_of(t, names))
+                      for t in tasks]}
 
 
 def _list(ctx: Context, opts: ListOptions) -> int:
@@ -201,28 +197,17 @@ def _list(ctx: Context, opts: ListOptions) -> int:
     tasks = doc["tasks"]
     if ctx.json or not tasks:
         return ctx.answer(doc, f"no tasks ({doc['path']})")
-    several = not ctx.whole.chosen
-    rows = [
-        [
-            *([t["project"]] if several else []),
-            t["id"],
-            t["priority"],
-            _shown_state(t),
-            t["instance"] or "any",
-            t["attempts"],
-            f"{t['dispatched_to']}/{t['session_id']}" if t["session_id"] else "-",
-            shorten(t["title"], 50),
-        ]
-        for t in tasks
-    ]
-    ctx.table(
-        rows,
-        [*(["project"] if several else []),
-         "id", "priority", "state", "instance", "attempts", "session", "title"],
-        flexible=[("title", 12), ("session", 16), ("instance", 8)],
-        keep_end=["session"],
-        colors={"state": tone_painter({task_words(s): tone(s) for s in TASK_STATES})},
-    )
+    ctx.columns(tasks, {
+        **({"project": lambda t: t["project"]} if not ctx.whole.chosen else {}),
+        "id": lambda t: t["id"],
+        "priority": lambda t: t["priority"],
+        "state": _shown_state,
+        "instance": lambda t: t["instance"] or "any",
+        "attempts": lambda t: t["attempts"],
+        "session": lambda t: f"{t['dispatched_to']}/{t['session_id']}" if t["session_id"] else "-",
+        "title": lambda t: shorten(t["title"], 50),
+    }, flexible=[("title", 12), ("session", 16), ("instance", 8)], keep_end=["session"],
+        colors={"state": tone_painter({task_words(s): tone(s) for s in TASK_STATES})})
     return int(ExitCode.OK)
 
 
@@ -247,17 +232,9 @@ def add_task(ctx: Context, opts: AddOptions) -> Task:
         except OSError as exc:
             raise UsageError(f"--prompt-file {opts.prompt_file}: {exc.strerror or exc}") from None
     try:
-        task = Task(
-            id=opts.id.strip(),
-            title=opts.title.strip(),
-            priority=opts.priority,
-            module=opts.module,
-            instance=opts.instance,
-            spec=opts.spec,
-            prompt=prompt,
-            depends_on=opts.depends_on,
-            project=cfg.project_name,
-        )
+        task = Task(id=opts.id.strip(), title=opts.title.strip(), priority=opts.priority,
+                    module=opts.module, instance=opts.instance, spec=opts.spec, prompt=prompt,
+                    depends_on=opts.depends_on, project=cfg.project_name)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     added = ctx.stores.pool().add(task)
@@ -275,34 +252,20 @@ def shown(ctx: Context, opts: ShowOptions) -> tuple[Task, dict[str, str]]:
 def show_document(task: Task, state: dict[str, str], **more: str) -> dict[str, Any]:
     """What `backlog show --json` prints (and the MCP tool answers); ``more`` (a listing's
     project) follows the task's own fields."""
-    return {
-        **task.to_json(),
-        **more,
-        "commit": task.commit,
-        "commits": list(task.commits),
-        "verified": task.verified,
-        **state,
-    }
+    return {**task.to_json(), **more, "commit": task.commit, "commits": list(task.commits),
+            "verified": task.verified, **state}
 
 
 def _show(ctx: Context, opts: ShowOptions) -> int:
     task, state = shown(ctx, opts)
-    if ctx.json:
-        return ctx.answer(show_document(task, state))
-    for key, value in task.to_json().items():
-        if key in ("prompt", "check_output"):
-            continue
-        ctx.out(f"{key + ':':<15}{value if value not in (None, '', []) else '-'}")
     why = f" ({state['state_detail']})" if state["state_detail"] else ""
-    ctx.out(f"{'state:':<15}{state['state_words']}{why}")
-    ctx.out("prompt:")
-    for line in (task.prompt or "(the title)").splitlines():
-        ctx.out(f"  | {line}")
+    lines = [f"{key + ':':<15}{value if value not in (None, '', []) else '-'}"
+             for key, value in task.to_json().items() if key not in ("prompt", "check_output")]
+    lines += [f"{'state:':<15}{state['state_words']}{why}", "prompt:",
+              *(f"  | {line}" for line in (task.prompt or "(the title)").splitlines())]
     if task.check_output:
-        ctx.out("check output (its end):")
-        for line in task.check_output.splitlines():
-            ctx.out(f"  | {line}")
-    return int(ExitCode.OK)
+        lines += ["check output (its end):", *(f"  | {x}" for x in task.check_output.splitlines())]
+    return ctx.answer(show_document(task, state), *lines)
 
 
 def _set(ctx: Context, opts: SetOptions) -> int:
@@ -318,12 +281,8 @@ def _set(ctx: Context, opts: SetOptions) -> int:
         if not (opts.session and opts.to):
             raise UsageError("--status dispatched needs --session ID and --to INSTANCE")
         cfg.instance(opts.to)
-        fields.update(
-            session_id=opts.session,
-            dispatched_to=opts.to,
-            dispatched_at=format_instant(now),
-            done_at=None,
-        )
+        fields.update(session_id=opts.session, dispatched_to=opts.to,
+                      dispatched_at=format_instant(now), done_at=None)
     elif opts.session or opts.to:
         raise UsageError("--session/--to go with --status dispatched only")
     elif opts.status == "done":
@@ -367,11 +326,9 @@ def _refuse_if_running(ctx: Context, task: Task) -> None:
     try:
         runs = aio.run(session_still_runs(ctx.ops(), task.dispatched_to, task.session_id))
     except UnreachableError as exc:
-        raise UnreachableError(
-            task.dispatched_to,
-            f"cannot tell whether task {task.id}'s session {where} still runs ({exc.reason}); "
-            "--force sets it pending anyway",
-        ) from None
+        raise UnreachableError(task.dispatched_to, f"cannot tell whether task {task.id}'s "
+                               f"session {where} still runs ({exc.reason}); --force sets it "
+                               "pending anyway") from None
     if runs:
         raise UsageError(
             f"task {task.id}'s session {where} is still running: back in the pool, the patrol "

@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from xaf_hub.cli.commands._common import ALLOW_PROD, INSTANCE, report_unreachable, scan_exit
+from xaf_hub.cli.commands._common import ALLOW_PROD, INSTANCE, scan_said
 from xaf_hub.cli.context import Context
 from xaf_hub.cli.options import Tables, flag, opt
 from xaf_hub.core import aio
@@ -35,18 +35,22 @@ def _worktrees(ctx: Context, report: dict[str, Any], execute: bool) -> None:
     """The worktrees of finished, failed and abandoned tasks: a table, then a line."""
     rows = [
         [e["instance"], w["task"] or "-", w["why"], shorten_left(w["directory"], 48), w["action"]]
-        for e in report["instances"]
-        for w in e.get("worktrees", ())
+        for e in report["instances"] for w in e.get("worktrees", ())
     ]
     if not rows:
         return
-    ctx.table(
-        rows, ["instance", "task", "why", "worktree", "action"],
-        flexible=[("worktree", 12), ("action", 12)], keep_end=["worktree"],
-    )
+    ctx.table(rows, ["instance", "task", "why", "worktree", "action"],
+              flexible=[("worktree", 12), ("action", 12)], keep_end=["worktree"])
     if not execute:
         ctx.out(f"{len(rows)} worktree(s) of tasks that are over; add --execute to remove them "
                 "(one holding work no remote has is kept)")
+
+
+def _action(entry: dict[str, Any], stale: dict[str, Any]) -> str:
+    """What became of one stale session: deleted, FAILED or (a preview) would delete."""
+    if stale["id"] in entry["deleted"]:
+        return "deleted"
+    return "FAILED" if any(f["id"] == stale["id"] for f in entry["failed"]) else "would delete"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -68,49 +72,26 @@ def run(ctx: Context) -> int:
     if ttl < 0:
         raise UsageError("--ttl-days must be 0 or more")
 
-    report = aio.run(
-        cleanup_fleet(
-            ctx.ops(),
-            execute=opts.execute,
-            ttl_days=ttl,
-            instance=opts.instance,
-            allow_prod=opts.allow_prod,
-        )
-    )
+    report = aio.run(cleanup_fleet(ctx.ops(), execute=opts.execute, ttl_days=ttl,
+                                   instance=opts.instance, allow_prod=opts.allow_prod))
     snap = report.pop("_snap")
     if ctx.json:
         ctx.answer(report)
     else:
         now = int(time.time() * 1000)
-        rows = []
-        for entry in report["instances"]:
-            for s in entry["stale"]:
-                state = (
-                    "deleted"
-                    if s["id"] in entry["deleted"]
-                    else "FAILED"
-                    if any(f["id"] == s["id"] for f in entry["failed"])
-                    else "would delete"
-                )
-                rows.append(
-                    [
-                        entry["instance"],
-                        s["id"],
-                        ago(s["updated"], now),
-                        shorten(s["title"], 36),
-                        shorten_left(s["directory"], 40),
-                        state,
-                    ]
-                )
-        if rows:
-            ctx.table(
-                rows,
-                ["instance", "session", "updated", "title", "directory", "action"],
-                flexible=[("directory", 10), ("instance", 10), ("title", 12)],
+        stale = [{**s, "action": _action(e, s)} for e in report["instances"] for s in e["stale"]]
+        if stale:
+            ctx.columns(stale, {
+                "instance": lambda s: s["instance"],
+                "session": lambda s: s["id"],
+                "updated": lambda s: ago(s["updated"], now),
+                "title": lambda s: shorten(s["title"], 36),
+                "directory": lambda s: shorten_left(s["directory"], 40),
+                "action": lambda s: s["action"],
+            }, flexible=[("directory", 10), ("instance", 10), ("title", 12)],
                 keep_end=["directory"],
                 keep={"session": prefix_width((s.id for s in snap.sessions),
-                                              (row[1] for row in rows))},
-            )
+                                              (s["id"] for s in stale))})
         total = sum(len(e["stale"]) for e in report["instances"])
         deleted = sum(len(e["deleted"]) for e in report["instances"])
         down = {u["instance"] for u in report["unreachable"]}
@@ -118,24 +99,17 @@ def run(ctx: Context) -> int:
             if entry["skipped"] and entry["instance"] not in down:
                 ctx.info(f"{entry['instance']}: skipped: {entry['skipped']}")
             if entry["missing_time"]:
-                ctx.info(
-                    f"{entry['instance']}: {entry['missing_time']} session(s) with no "
-                    "update time skipped (never deleted)"
-                )
+                ctx.info(f"{entry['instance']}: {entry['missing_time']} session(s) with no "
+                         "update time skipped (never deleted)")
         if opts.execute:
             ctx.out(f"deleted {deleted} of {total} stale project session(s) (idle > {ttl:g} days)")
         else:
-            ctx.out(
-                f"{total} stale project session(s) (idle > {ttl:g} days); "
-                "nothing deleted - add --execute to delete them"
-            )
+            ctx.out(f"{total} stale project session(s) (idle > {ttl:g} days); "
+                    "nothing deleted - add --execute to delete them")
         _worktrees(ctx, report, opts.execute)
-    report_unreachable(ctx, snap)
-    rooms = [w for e in report["instances"] for w in e.get("worktrees", ())]
-    failed = any(e["failed"] for e in report["instances"]) or any(
-        w["failed"] for w in rooms
-    )
-    code = scan_exit(snap)
+    code = scan_said(ctx, snap)
     if opts.instance and snap.unreachable:
         code = 2
+    rooms = [w for e in report["instances"] for w in e.get("worktrees", ())]
+    failed = any(e["failed"] for e in report["instances"]) or any(w["failed"] for w in rooms)
     return code if not failed else max(code, 1)

@@ -53,15 +53,11 @@ def _options(parser: argparse.ArgumentParser) -> list[Option]:
     for action in parser._actions:
         if not action.option_strings or action.help == argparse.SUPPRESS:
             continue
-        takes = action.nargs != 0
         metavar = str(action.metavar or "")
-        kind = ""
-        if action.dest == "instance" and metavar == "NAME":
-            kind = "instance"
-        elif action.dest in FILE_DESTS or metavar in ("FILE", "PATH"):
-            kind = "file"
+        kind = ("instance" if action.dest == "instance" and metavar == "NAME" else
+                "file" if action.dest in FILE_DESTS or metavar in ("FILE", "PATH") else "")
         text = (action.help or "").replace("%(default)s", str(action.default))
-        out.append(Option(tuple(action.option_strings), takes, kind, text))
+        out.append(Option(tuple(action.option_strings), action.nargs != 0, kind, text))
     return out
 
 
@@ -151,10 +147,7 @@ def zsh_script(commands: list[Command]) -> str:
                              for f in o.flags})
     file_flags = sorted({f for c in commands for o in c.options if o.kind == "file"
                          for f in o.flags} | {"--config"})
-    cases = "\n".join(
-        f"    {c.name}) compadd -- {_words(c)} ;;"
-        for c in commands
-    )
+    cases = "\n".join(f"    {c.name}) compadd -- {_words(c)} ;;" for c in commands)
     return f"""\
 #compdef xaf-hub
 # zsh completion for xaf-hub; install with:  xaf-hub completion zsh > "${{fpath[1]}}/_xaf-hub"
@@ -211,18 +204,14 @@ def fish_script(commands: list[Command]) -> str:
         "complete -c xaf-hub -n __fish_use_subcommand -l debug -d 'show tracebacks on errors'",
         "complete -c xaf-hub -n __fish_use_subcommand -l version -d 'print the version'",
     ]
-    for c in commands:
-        lines.append(
-            f"complete -c xaf-hub -n __fish_use_subcommand -a {c.name} -d {_fish_quote(c.help)}"
-        )
+    lines += [f"complete -c xaf-hub -n __fish_use_subcommand -a {c.name} -d {_fish_quote(c.help)}"
+              for c in commands]
     for c in commands:
         seen = f"-n '__fish_seen_subcommand_from {c.name}'"
-        for action in c.actions:
-            lines.append(f"complete -c xaf-hub {seen} -a {action}")
+        lines += [f"complete -c xaf-hub {seen} -a {action}" for action in c.actions]
         for o in c.options:
             parts = [f"complete -c xaf-hub {seen}"]
-            for name in o.flags:
-                parts.append(f"-s {name[1:]}" if len(name) == 2 else f"-l {name[2:]}")
+            parts += [f"-s {name[1:]}" if len(name) == 2 else f"-l {name[2:]}" for name in o.flags]
             if o.kind == "instance":
                 parts.append("-x -a '(xaf-hub completion --instances 2>/dev/null)'")
             elif o.kind == "file":
@@ -248,8 +237,7 @@ def run(ctx: Context) -> int:
     opts = ctx.options(Options)
     if opts.instances:
         with contextlib.suppress(Exception):  # Tab must never print an error
-            for inst in ctx.config.instances:
-                ctx.out(inst.name)
+            ctx.out(*(inst.name for inst in ctx.config.instances))
         return 0
     if not opts.shell:
         raise UsageError("name a shell: bash, zsh or fish (e.g. xaf-hub completion bash)")

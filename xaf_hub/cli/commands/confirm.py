@@ -19,16 +19,13 @@ from typing import TYPE_CHECKING, Any
 from xaf_hub.cli.commands._common import (
     ALLOW_PROD,
     FORCE,
-    INSTANCE,
-    SESSION,
-    SESSION_POS,
+    SessionTarget,
     chosen_instances,
     healing_text,
-    the_session,
     verdict_text,
 )
 from xaf_hub.cli.context import Context
-from xaf_hub.cli.options import Answers, flag
+from xaf_hub.cli.options import flag
 from xaf_hub.core import aio
 from xaf_hub.core.clock import iso_time, resolve_timezone, to_ms
 from xaf_hub.errors import ExitCode, HubError, SessionNotFound, UnreachableError, UsageError
@@ -85,12 +82,9 @@ async def _find(
 
 
 @dataclass(frozen=True, kw_only=True)
-class Options(Answers):
+class Options(SessionTarget):
     """The options of `confirm`."""
 
-    session_pos: str | None = SESSION_POS.field(help="the session to look at (or -s/--session ID)")
-    session: str | None = SESSION.field(help="the session to look at")
-    instance: str | None = INSTANCE.field(help="where it lives (default: search all)")
     fix: bool = flag("--fix", help="heal a rate-limited / model-unavailable session now, exactly "
                      "as the patrol would")
     allow_prod: bool = ALLOW_PROD.field(help="allow --fix on production")
@@ -101,7 +95,7 @@ def run(ctx: Context) -> int:
     """Find the session, judge it, and with --fix heal it."""
 
     opts = ctx.options(Options)
-    session_id = the_session(opts.session, opts.session_pos)
+    session_id = opts.session_id
     cfg = ctx.config
     instances = chosen_instances(ctx, opts.instance)
     found, down = aio.run(_find(ctx, instances, session_id))
@@ -131,16 +125,12 @@ def run(ctx: Context) -> int:
             fix = {"healed": False, "reason": "nothing the patrol would heal"}
             fix_line = "nothing to fix: " + (
                 "not a rate limit or an unavailable model; --fix heals only those"
-                if verdict.state in ("retrying", "failed")
-                else f"the session is {verdict.state}"
-            )
+                if verdict.state in ("retrying", "failed") else f"the session is {verdict.state}")
         else:
             check_write(inst, rec, allow_prod=opts.allow_prod, force=opts.force)
             if rec.parent_id:
-                raise UsageError(
-                    f"{rec.id} is a sub-agent session of {rec.parent_id}: its parent owns it; "
-                    "confirm the parent instead"
-                )
+                raise UsageError(f"{rec.id} is a sub-agent session of {rec.parent_id}: its "
+                                 "parent owns it; confirm the parent instead")
             try:
                 healing = aio.run(heal_session(ctx.ops(), inst, rec, cand, origin="confirm"))
             except HubError as exc:
@@ -156,31 +146,22 @@ def run(ctx: Context) -> int:
                 code = int(ExitCode.OK if healed or healing.already else ExitCode.INTERNAL)
     hint = f"hint: the patrol heals this; `xaf-hub confirm --session {rec.id} --fix` does it now"
     tail = [fix_line] if fix_line else [hint] if cand is not None else []
-    ctx.answer(
-        {
-            "instance": inst.name,
-            "session_id": rec.id,
-            "title": rec.title,
-            "directory": rec.directory,
-            "project": rec.owner or None,
-            "state": verdict.state,
-            "model": verdict.model or None,
-            "detail": verdict.detail,
-            "signal": verdict.signal,
-            "retry": {
-                "attempt": verdict.attempt,
-                "message": verdict.detail,
-                "next_ms": verdict.next_ms or None,
-                "next": iso_time(verdict.next_ms),
-            }
-            if verdict.state == "retrying"
-            else None,
-            "healable": cand is not None,
-            "fix": fix,
-            "message": line,
-            "fix_message": fix_line or None,
-        },
-        line,
-        *tail,
-    )
+    retry = {"attempt": verdict.attempt, "message": verdict.detail,
+             "next_ms": verdict.next_ms or None, "next": iso_time(verdict.next_ms)}
+    ctx.answer({
+        "instance": inst.name,
+        "session_id": rec.id,
+        "title": rec.title,
+        "directory": rec.directory,
+        "project": rec.owner or None,
+        "state": verdict.state,
+        "model": verdict.model or None,
+        "detail": verdict.detail,
+        "signal": verdict.signal,
+        "retry": retry if verdict.state == "retrying" else None,
+        "healable": cand is not None,
+        "fix": fix,
+        "message": line,
+        "fix_message": fix_line or None,
+    }, line, *tail)
     return code

@@ -11,8 +11,8 @@ Dispatch sends and returns: it never waits for the model. `--confirm-wait [SECON
 given bare) waits after the send until the server shows the run started (the model answers;
 still busy without an answer when the window ends: running) or failed. A rate-limit or
 model-unavailable failure in that window is healed on the spot exactly as the patrol would
-(``xaf_hub.ops.heal``) - blackout through the one writer, next model of the chain, re-send with
-the continue prompt - and the command says what happened. The work itself is done by
+(``xaf_hub.ops.heal``) - blackout through the one writer, next model of the chain, re-send
+with the continue prompt - and the command says what happened. The work itself is done by
 ``xaf_hub.ops.dispatch``.
 """
 
@@ -114,19 +114,12 @@ def order_from(opts: Options) -> DispatchOrder:
         if not opts.confirm_wait > 0:
             raise UsageError(f"--confirm-wait must be more than 0 seconds, got {opts.confirm_wait}")
     if opts.queue and opts.confirm_wait is not None:
-        raise UsageError(
-            "--queue and --confirm-wait do not go together (a queued task is not sent now)"
-        )
+        raise UsageError("--queue and --confirm-wait do not go together (a queued task is not "
+                         "sent now)")
     # The request's fields are the options of the same names.
     req = DispatchRequest(**{f.name: getattr(opts, f.name) for f in fields(DispatchRequest)})
-    return DispatchOrder(
-        req,
-        record=not opts.no_record,
-        auto_cleanup=opts.auto_cleanup,
-        dry_run=opts.dry_run,
-        confirm_wait=opts.confirm_wait,
-        fresh=opts.fresh,
-    )
+    return DispatchOrder(req, record=not opts.no_record, auto_cleanup=opts.auto_cleanup,
+                         dry_run=opts.dry_run, confirm_wait=opts.confirm_wait, fresh=opts.fresh)
 
 
 @dataclass(frozen=True)
@@ -139,11 +132,9 @@ class Planned:
         """The refusal a real run would meet at the gate now (None: it would pass)."""
         plan, view = self.prep.plan, self.prep.view
         if plan.gated and view.free == 0:
-            return BusyError(
-                f"{plan.instance.name} is at its limit "
-                f"({view.running_project} running + {view.reserved} reserved of "
-                f"{plan.instance.concurrency_limit}): a real run would be refused"
-            )
+            return BusyError(f"{plan.instance.name} is at its limit ({view.running_project} "
+                             f"running + {view.reserved} reserved of "
+                             f"{plan.instance.concurrency_limit}): a real run would be refused")
         return None
 
 
@@ -230,19 +221,19 @@ def _queue(
     from xaf_hub.ops.queue import queue_work  # deferred: start-up, docs/performance.md
     from xaf_hub.store.audit import caller  # deferred: start-up, docs/performance.md
 
-    return queue_work(
-        ctx.ops(), opts.text, reason=str(why), instance=instance,
-        title=opts.title if opts.new else None, session=session,
-        caller=caller(ctx.env) or "cli",
-    )
+    return queue_work(ctx.ops(), opts.text, reason=str(why), instance=instance,
+                      title=opts.title if opts.new else None, session=session,
+                      caller=caller(ctx.env) or "cli")
+
+
+# Each action in a plan's words and in a sent one's.
+_ACTION_WORDS = {"steer": ("steer the running session", "steered running session"),
+                 "reuse": ("start the idle session", "started idle session"),
+                 "create": ("create a new session", "created session")}
 
 
 def _sent_line(plan: Plan, result: SendResult) -> str:
-    verb = {
-        "steer": "steered running session",
-        "reuse": "started idle session",
-        "create": "created session",
-    }[result.action]
+    verb = _ACTION_WORDS[result.action][1]
     from xaf_hub.fleet.attach import attach_command  # deferred: start-up, docs/performance.md
 
     # A steer whose session stopped before the lock was taken went through the gate instead.
@@ -263,20 +254,11 @@ def _confirm(ctx: Context, plan: Plan, sent: Dispatched, window: float) -> int:
     cfg, result = ctx.config, sent.result
     if not ctx.json:
         ctx.out(_sent_line(plan, result), flush=True)
-    session = ServerSession(
-        result.session_id, result.title, result.directory, 0, 0, 0.0, "", result.model or "",
-        checkout=result.room.checkout if result.room is not None else "",
-    )
-    waited = aio.run(
-        confirm_run(
-            ctx.ops(),
-            plan.instance,
-            session,
-            baseline=sent.baseline,
-            window=window,
-            origin="dispatch",
-        )
-    )
+    session = ServerSession(result.session_id, result.title, result.directory, 0, 0, 0.0, "",
+                            result.model or "",
+                            checkout=result.room.checkout if result.room is not None else "")
+    waited = aio.run(confirm_run(ctx.ops(), plan.instance, session, baseline=sent.baseline,
+                                 window=window, origin="dispatch"))
     for healing in waited.heals:
         for note in healing.notes:
             ctx.warn(note)
@@ -297,11 +279,8 @@ def _plan_document(prep: Prepared, project: str) -> dict[str, Any]:
         "directory": plan.directory,
         "title": plan.title,
         "via": plan.via,
-        "load": {
-            "running_project": view.running_project,
-            "reserved": view.reserved,
-            "limit": inst.concurrency_limit,
-        },
+        "load": {"running_project": view.running_project, "reserved": view.reserved,
+                 "limit": inst.concurrency_limit},
         "candidates": [c.to_json() for c in plan.candidates],
         "model": prep.model,
         "prompt": prep.prompt,
@@ -313,11 +292,7 @@ def _plan_document(prep: Prepared, project: str) -> dict[str, Any]:
 def _plan_lines(prep: Prepared) -> list[str]:
     """A dry run's plan for a person: what, where, the candidates weighed and the prompt."""
     plan, view, inst = prep.plan, prep.view, prep.plan.instance
-    what = {
-        "steer": "steer the running session",
-        "reuse": "start the idle session",
-        "create": "create a new session",
-    }[plan.action]
+    what = _ACTION_WORDS[plan.action][0]
     lines = [f"plan: {what} on {inst.name} ({plan.via})"]
     if plan.session:
         lines.append(f"  session:   {plan.session.id}  {plan.session.title}")

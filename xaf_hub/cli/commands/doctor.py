@@ -115,10 +115,9 @@ async def probe_instance(
 
 async def probe_all(cfg: Config, transport_factory: TransportFactory | None = None) -> list[Probe]:
     """Probe every instance, at most ``scan_workers`` at once."""
-    async def one(inst: InstanceConfig) -> Probe:
-        return await probe_instance(cfg, inst, transport_factory)
-
-    return await aio.bounded(cfg.scan_workers, one, cfg.instances)
+    return await aio.bounded(
+        cfg.scan_workers, lambda inst: probe_instance(cfg, inst, transport_factory), cfg.instances
+    )
 
 
 def check_writable(path: Path) -> tuple[str | None, bool]:
@@ -160,12 +159,8 @@ def _credential_file_findings(cfg: Config) -> list[Finding]:
         kind, _, where = inst.password_source.partition(":")
         if kind == "file" and where:
             files.setdefault(Path(where), inst.name)
-    out = []
-    for path, subject in files.items():
-        f = file_mode_finding(path, _mode(path), subject)
-        if f is not None:
-            out.append(f)
-    return out
+    found = (file_mode_finding(path, _mode(path), subject) for path, subject in files.items())
+    return [f for f in found if f is not None]
 
 
 def _patrol(cfg: Config) -> list[Finding]:
@@ -191,10 +186,9 @@ def _two_hosts(cfg: Config, beat: Any) -> list[Finding]:
     )
 
 
-def _redis_fix() -> str:
-
-    return (f"Start redis-server there or correct lock.redis_url; its password comes from "
-            f"${REDIS_PASSWORD_ENV}.")
+# How to fix a Redis that does not answer.
+_REDIS_FIX = (f"Start redis-server there or correct lock.redis_url; its password comes from "
+              f"${REDIS_PASSWORD_ENV}.")
 
 
 def _redis(cfg: Config) -> list[Finding]:
@@ -211,7 +205,7 @@ def _redis(cfg: Config) -> list[Finding]:
     except ConfigError as exc:  # the redis package is missing
         return [error("lock", "redis", str(exc), "pip install 'xaf-hub[redis]'", exc.exit_code)]
     except HubError as exc:
-        return [error("lock", "redis", str(exc), _redis_fix(), exc.exit_code)]
+        return [error("lock", "redis", str(exc), _REDIS_FIX, exc.exit_code)]
     return [ok("lock", "redis", f"{found} answers (holds the {' and the '.join(users)})")]
 
 
@@ -239,7 +233,7 @@ def _clock(cfg: Config, now: datetime) -> list[Finding]:
         with Stores(cfg) as stores:
             blackouts = {b.family: b for b in models_view(cfg, now, stores.model_state()).rests}
     except HubError as exc:
-        fix = (_redis_fix() if cfg.models.state_backend == "redis" else
+        fix = (_REDIS_FIX if cfg.models.state_backend == "redis" else
                "Repair or move aside the named file (it is never reset silently); "
                "the hub recreates it on the next blackout.")
         return [*clock_findings(cfg.models, tz, now, {}, families_chosen(cfg)),
@@ -261,30 +255,21 @@ def collect(ctx: Context, opts: Options, now: datetime) -> tuple[Path | None, li
     if cfg.local_config is not None:
         with contextlib.suppress(ConfigError):
             local_doc = load_json_file(cfg.local_config, "config.local.json")
-    findings = [opencode_finding(ctx.env)]
-    findings.extend(config_findings(cfg, local_doc))
-    findings.extend(_credential_file_findings(cfg))
+    findings = [opencode_finding(ctx.env), *config_findings(cfg, local_doc),
+                *_credential_file_findings(cfg)]
     probes = aio.run(probe_all(cfg, ctx.transport_factory))
     for inst, probe in zip(cfg.instances, probes, strict=True):
-        findings.extend(instance_findings(inst, probe))
-        findings.extend(layout_findings(inst))
-        findings.extend(root_usage_findings(inst, probe))
-        findings.extend(room_findings(cfg, inst, probe))
-    findings.extend(repository_findings(cfg))
-
+        findings += [*instance_findings(inst, probe), *layout_findings(inst),
+                     *root_usage_findings(inst, probe), *room_findings(cfg, inst, probe)]
+    findings += repository_findings(cfg)
     live = [i for i, p in zip(cfg.instances, probes, strict=True) if p.reachable]
-    findings.extend(aio.run(stream_findings(cfg, live, ctx.transport_factory)))
+    findings += aio.run(stream_findings(cfg, live, ctx.transport_factory))
     folders = [("state folder", cfg.state_dir)]
     if cfg.lock_dir != cfg.state_dir:
         folders.append(("lock folder", cfg.lock_dir))
     for label, folder in folders:
-        problem, missing = check_writable(folder)
-        findings.append(folder_finding(label, folder, problem, missing))
-    findings.extend(_redis(cfg))
-    findings.extend(_sandbox(cfg))
-    findings.extend(_clock(cfg, now))
-    findings.extend(_patrol(cfg))
-
+        findings.append(folder_finding(label, folder, *check_writable(folder)))
+    findings += [*_redis(cfg), *_sandbox(cfg), *_clock(cfg, now), *_patrol(cfg)]
     findings += webhook_checks(cfg.notify, cfg.state_dir, online=opts.online)
     return cfg.path, findings
 
@@ -297,12 +282,8 @@ _MARK = {"ok": "ok", "info": "info", "warn": "WARN", "error": "FAIL"}
 
 
 def render(
-    path: Path | None,
-    findings: Sequence[Finding],
-    code: ExitCode,
-    *,
-    columns: int | None = None,
-    clean: Callable[[str], str] = str,
+    path: Path | None, findings: Sequence[Finding], code: ExitCode, *,
+    columns: int | None = None, clean: Callable[[str], str] = str,
 ) -> str:
     """The one-screen text report; with ``columns`` (a terminal's width) the messages and
     fix lines wrap under their own column. ``clean`` runs on every message first (secrets

@@ -57,12 +57,8 @@ def _instance(spec: str) -> tuple[str, str]:
 
 
 def starter(
-    instances: Sequence[str],
-    roots: Sequence[str],
-    project: str | None,
-    cwd: Path,
-    prod: Sequence[str] = (),
-    repository: str = "",
+    instances: Sequence[str], roots: Sequence[str], project: str | None, cwd: Path,
+    prod: Sequence[str] = (), repository: str = "",
 ) -> Any:
     """The config document for the given flags (None: use the bundled example).
 
@@ -79,20 +75,12 @@ def starter(
         raise UsageError(f"--instance: the name {dup!r} is given twice")
     unknown = next((n for n in prod if n not in names), None)
     if unknown is not None:
-        raise UsageError(
-            f"--prod {unknown!r}: no such instance (given: {', '.join(names)})"
-        )
+        raise UsageError(f"--prod {unknown!r}: no such instance (given: {', '.join(names)})")
     dirs = [str((cwd / Path(r).expanduser()).resolve()) for r in roots]
-    entries: list[dict[str, Any]] = []
-    for name, url in pairs:
-        entry: dict[str, Any] = {"name": name, "url": url}
-        if dirs:
-            entry["roots"] = dirs
-            entry["default_directory"] = dirs[0]
-        if name in prod:
-            entry["danger"] = True
-            entry["readonly_default"] = True
-        entries.append(entry)
+    entries = [{"name": name, "url": url,
+                **({"roots": dirs, "default_directory": dirs[0]} if dirs else {}),
+                **({"danger": True, "readonly_default": True} if name in prod else {})}
+               for name, url in pairs]
     return {
         "project": {
             "name": project or (Path(dirs[0]).name if dirs else "project"),
@@ -141,39 +129,31 @@ def _add_project(ctx: Context, opts: Options, dest: Path) -> int:
     doc = with_project(load_json_file(dest), opts.add_project, dirs, origin)
     cfg = parse_config(doc, path=dest, env=ctx.env)  # the whole config must still load
     write_text_atomic(dest, json.dumps(doc, indent=2, ensure_ascii=False) + "\n", private=False)
-    ctx.out(f"added project {opts.add_project} to {dest} (projects: {cfg.project_names()})")
-    ctx.out(_repository_said(Path(dirs[0]), origin, had_credentials))
+    ctx.out(f"added project {opts.add_project} to {dest} (projects: {cfg.project_names()})",
+            _repository_said(Path(dirs[0]), origin, had_credentials))
     return 0
 
 
 def _repository_said(root: Path, origin: str, had_credentials: bool) -> str:
     """What init made of the first root's git remote."""
     if not origin:
-        return (
-            f"project.repository: not set ({root} is no git checkout with an 'origin' remote): "
-            "without it no task is verified done, only 'finished, not verified'; set it to "
-            "the remote the agents push to"
-        )
-    said = (
-        f"project.repository: {origin} (the 'origin' remote of {root}): the hub verifies "
-        "each task's commits there"
-    )
+        return (f"project.repository: not set ({root} is no git checkout with an 'origin' "
+                "remote): without it no task is verified done, only 'finished, not verified'; "
+                "set it to the remote the agents push to")
+    said = (f"project.repository: {origin} (the 'origin' remote of {root}): the hub verifies "
+            "each task's commits there")
     if had_credentials:
-        said += (
-            "; the user name and token in that remote's URL were left out of the config: the "
-            "hub's git asks git's own credential store for them (a credential helper)"
-        )
+        said += ("; the user name and token in that remote's URL were left out of the config: "
+                 "the hub's git asks git's own credential store for them (a credential helper)")
     return said
 
 
 def _next_step(doc: Any, dest: Path, cwd: Path) -> str:
     flag = "" if dest == cwd / "config.json" else f" --config {dest}"
     if doc is None:
-        return (
-            "next: the example points at the demo fleet, which runs from a checkout of xaf-hub: "
-            "`bash scripts/setup.sh && .venv/bin/python -m sandbox.demo --keep`, then run "
-            "`xaf-hub" + flag + " doctor`"
-        )
+        return ("next: the example points at the demo fleet, which runs from a checkout of "
+                "xaf-hub: `bash scripts/setup.sh && .venv/bin/python -m sandbox.demo --keep`, "
+                "then run `xaf-hub" + flag + " doctor`")
     exports = " ".join(f"{pw_env_name(i['name'])}=..." for i in doc["instances"])
     return f"next: export {exports} (each server's password), then run `xaf-hub{flag} doctor`"
 
@@ -217,12 +197,8 @@ def run(ctx: Context) -> int:
         raise UsageError(f"{dest} already exists: pass --force to overwrite it")
     write_text_atomic(dest, text, private=False)
     what = "the bundled example" if doc is None else f"{len(doc['instances'])} instance(s)"
-    ctx.out(f"wrote {dest} ({what})")
-    if first is not None:
-        ctx.out(_repository_said(first, origin, had_credentials))
-    ctx.out(_next_step(doc, dest, ctx.cwd))
-    for line in mcp_lines(dest):
-        ctx.out(line)
+    said = [] if first is None else [_repository_said(first, origin, had_credentials)]
+    ctx.out(f"wrote {dest} ({what})", *said, _next_step(doc, dest, ctx.cwd), *mcp_lines(dest))
     return 0
 
 

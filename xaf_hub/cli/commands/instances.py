@@ -8,16 +8,15 @@ from typing import Any
 from xaf_hub.cli.commands._common import (
     INSTANCE,
     chosen_instances,
-    report_missing_passwords,
     scan,
-    scan_exit,
+    scan_said,
 )
 from xaf_hub.cli.context import Context
 from xaf_hub.cli.options import Tables
 from xaf_hub.cli.termfit import state_color
 from xaf_hub.config.load import InstanceConfig
 from xaf_hub.core import aio
-from xaf_hub.core.records import Snapshot
+from xaf_hub.core.records import InstanceSummary, Snapshot
 from xaf_hub.errors import HubError
 
 EXAMPLES = """\
@@ -72,54 +71,31 @@ def run(ctx: Context) -> int:
     doc, snap = read(ctx, ctx.options(Options))
     if ctx.json:
         ctx.answer(doc)
-        report_missing_passwords(ctx, snap)
-        return scan_exit(snap)
-    rows = []
+        return scan_said(ctx, snap, unreachable=False)
     rooms = {row["name"]: row.get("worktrees_note") for row in doc if "worktrees" in row}
-    for i in snap.instances:
+
+    def note(i: InstanceSummary) -> str:
         notes = ["production: writes need --allow-prod"] if i.danger else []
         notes += [i.note] if i.note else []
         if rooms.get(i.name):
             notes.append(f"no worktrees ({rooms[i.name]}): tasks share its checkout")
-        note = "; ".join(notes)
-        rows.append(
-            [
-                i.name,
-                i.url,
-                "ok" if i.reachable else f"UNREACHABLE: {i.reason}",
-                i.version or "-",
-                i.total_sessions if i.reachable else "-",
-                i.project_sessions if i.reachable else "-",
-                f"{i.running_total}/{i.running_project}" if i.reachable else "-",
-                i.limit,
-                note,
-            ]
-        )
-    headers = [
-        "instance",
-        "url",
-        "state",
-        "version",
-        "sessions",
-        "project",
-        "running (all/project)",
-        "limit",
-        "note",
-    ]
-    ctx.table(
-        rows,
-        headers,
-        flexible=[
-            ("note", 8),
-            ("state", 14),
-            ("running (all/project)", 7),
-            ("instance", 10),
-            ("url", 15),
-        ],
+        return "; ".join(notes)
+
+    ctx.columns(snap.instances, {
+        "instance": lambda i: i.name,
+        "url": lambda i: i.url,
+        "state": lambda i: "ok" if i.reachable else f"UNREACHABLE: {i.reason}",
+        "version": lambda i: i.version or "-",
+        "sessions": lambda i: i.total_sessions if i.reachable else "-",
+        "project": lambda i: i.project_sessions if i.reachable else "-",
+        "running (all/project)":
+            lambda i: f"{i.running_total}/{i.running_project}" if i.reachable else "-",
+        "limit": lambda i: i.limit,
+        "note": note,
+    }, flexible=[("note", 8), ("state", 14), ("running (all/project)", 7), ("instance", 10),
+                 ("url", 15)],
         keep_end=["url"],  # the host's end and the port tell servers apart
-        colors={"state": state_color},
-    )
+        colors={"state": state_color})
     for w in snap.warnings:
         ctx.warn(w)
-    report_missing_passwords(ctx, snap)
-    return scan_exit(snap)
+    return scan_said(ctx, snap, unreachable=False)

@@ -5,16 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from xaf_hub.cli.commands._common import (
-    ALLOW_PROD,
-    FORCE,
-    INSTANCE,
-    SESSION,
-    SESSION_POS,
-    the_session,
-)
+from xaf_hub.cli.commands._common import ALLOW_PROD, FORCE, SessionTarget
 from xaf_hub.cli.context import Context
-from xaf_hub.cli.options import Answers
 from xaf_hub.core import aio
 from xaf_hub.ops.interrupt import interrupt_session
 
@@ -28,39 +20,24 @@ examples:
 """
 
 @dataclass(frozen=True, kw_only=True)
-class Options(Answers):
+class Options(SessionTarget):
     """The options of `interrupt`."""
 
-    session_pos: str | None = SESSION_POS.field(help="the session to stop (or -s/--session ID)")
-    session: str | None = SESSION.field(help="the session to stop")
-    instance: str | None = INSTANCE.field(help="where it runs (default: search all)")
     allow_prod: bool = ALLOW_PROD.field()
     force: bool = FORCE.field()
 
 
 def document(done: Interrupted) -> dict[str, Any]:
     """What `interrupt --json` prints (and the MCP tool answers)."""
-    return {
-        "instance": done.instance,
-        "session_id": done.session_id,
-        "was": done.was,
-        "result": "aborted",
-        "warnings": [done.note] if done.note else [],
-    }
+    return {"instance": done.instance, "session_id": done.session_id, "was": done.was,
+            "result": "aborted", "warnings": [done.note] if done.note else []}
 
 
 def carry_out(ctx: Context, opts: Options) -> Interrupted:
     """Stop the session (``ops.interrupt``); a note for the person goes to ``ctx.warn``."""
-    session = the_session(opts.session, opts.session_pos)  # before the config loads
-    done = aio.run(
-        interrupt_session(
-            ctx.ops(),
-            session,
-            instance=opts.instance,
-            allow_prod=opts.allow_prod,
-            force=opts.force,
-        )
-    )
+    session = opts.session_id  # before the config loads
+    done = aio.run(interrupt_session(ctx.ops(), session, instance=opts.instance,
+                                     allow_prod=opts.allow_prod, force=opts.force))
     if done.note:
         ctx.warn(done.note)
     return done

@@ -77,21 +77,15 @@ def _list(ctx: Context) -> int:
     view = models_view(ctx.config, ops.now(), ops.model_state())
     if ctx.json:
         return ctx.answer(view.to_json())
-    rows = []
-    for line in view.lines:
-        b = line.rest
-        rows.append(
-            [
-                line.model,
-                line.family or "-",
-                f"until {_local(b.until_ms, ctx)}" if b else "no",
-                "" if b is None else f"{WHY_WORDS.get(b.why, b.why)} ({b.family})",
-                ", ".join(line.next_for) or "-",
-            ]
-        )
-    if rows:
-        heads = ["MODEL", "FAMILY", "RESTING", "WHY", "NEXT FOR"]
-        ctx.table(rows, heads, flexible=[("WHY", 12), ("NEXT FOR", 8)])
+    if view.lines:
+        ctx.columns(view.lines, {
+            "MODEL": lambda m: m.model,
+            "FAMILY": lambda m: m.family or "-",
+            "RESTING": lambda m: f"until {_local(m.rest.until_ms, ctx)}" if m.rest else "no",
+            "WHY": lambda m: "" if m.rest is None
+            else f"{WHY_WORDS.get(m.rest.why, m.rest.why)} ({m.rest.family})",
+            "NEXT FOR": lambda m: ", ".join(m.next_for) or "-",
+        }, flexible=[("WHY", 12), ("NEXT FOR", 8)])
     else:
         ctx.out("no model configured (models.chain, instances' models, default_dispatch_model)")
     listed = {line.model for line in view.lines} | {line.family for line in view.lines}
@@ -106,10 +100,8 @@ def _clear(ctx: Context, target: str) -> int:
 
     ops = ctx.ops()
     ended = end_rest(ops, target)
-    notes = [
-        queue_notice(ops, rest_ended_event(b.family, iso_time(b.until_ms) or "", ops.now()))
-        for b in ended
-    ]
+    notes = [queue_notice(ops, rest_ended_event(b.family, iso_time(b.until_ms) or "", ops.now()))
+             for b in ended]
     for queued, note in notes:
         if not queued:
             ctx.warn(note)

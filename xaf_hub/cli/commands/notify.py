@@ -65,12 +65,8 @@ def run(ctx: Context) -> int:
             code = max(code, ExitCode.USAGE)
         else:
             answer = aio.run(send_test(cfg, hook))
-            row.update(
-                delivered=answer.ok,
-                status=answer.status,
-                reason=redact(answer.reason, secrets),
-                answer=redact(answer.body, secrets),
-            )
+            row.update(delivered=answer.ok, status=answer.status,
+                       reason=redact(answer.reason, secrets), answer=redact(answer.body, secrets))
             if not answer.ok:
                 code = max(code, ExitCode.UNREACHABLE if answer.retry else ExitCode.USAGE)
         rows.append(row)

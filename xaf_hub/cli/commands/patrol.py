@@ -74,16 +74,9 @@ class Options:
 
 def _skips(opts: Options) -> list[str]:
     """The steps the --no-* flags leave out, in cycle order."""
-    return [
-        step
-        for skipped, step in (
-            (opts.no_freelimit, "fix_free_limit"),
-            (opts.no_check, "check_agents"),
-            (opts.no_design, "sync_design_tasks"),
-            (opts.no_fill, "fill_slots"),
-        )
-        if skipped
-    ]
+    steps = ((opts.no_freelimit, "fix_free_limit"), (opts.no_check, "check_agents"),
+             (opts.no_design, "sync_design_tasks"), (opts.no_fill, "fill_slots"))
+    return [step for skipped, step in steps if skipped]
 
 
 def _pctx(ctx: Context) -> OpsContext:
@@ -103,7 +96,7 @@ def run(ctx: Context) -> int:
     if opts.action:
         if opts.once or opts.interval_seconds is not None:
             raise UsageError(f"patrol {opts.action} takes no --once / --interval-seconds")
-        return {"pause": _pause, "resume": _resume, "status": _status}[opts.action](ctx)
+        return _status(ctx) if opts.action == "status" else _pause(ctx, opts.action == "pause")
 
 
     pctx = _pctx(ctx)
@@ -131,31 +124,21 @@ def run(ctx: Context) -> int:
                       watch=ConfigWatch(ctx.whole, ctx.env), use=ctx.use)
 
 
-def _pause(ctx: Context) -> int:
+# What `patrol pause` and `patrol resume` say: (pausing, changed) -> words.
+_PAUSE_WORDS = {(True, True): "patrol paused (durable; `xaf-hub patrol resume` to undo)",
+                (True, False): "patrol was already paused",
+                (False, True): "patrol resumed", (False, False): "patrol was not paused"}
 
 
-    by = who(ctx.env)
-    changed = set_paused(patrol_dir(ctx.whole), by["caller"] or by["user"],
-                         datetime.now(UTC).astimezone())
+def _pause(ctx: Context, pause: bool) -> int:
+    """Pause or resume the patrol (durable); a change is audited."""
+    folder, by = patrol_dir(ctx.whole), who(ctx.env)
+    changed = (set_paused(folder, by["caller"] or by["user"], datetime.now(UTC).astimezone())
+               if pause else clear_paused(folder))
     if changed:
-        ctx.audit("patrol.pause", result="paused")
-    return ctx.answer(
-        {"paused": True, "changed": changed},
-        "patrol paused (durable; `xaf-hub patrol resume` to undo)"
-        if changed
-        else "patrol was already paused",
-    )
-
-
-def _resume(ctx: Context) -> int:
-
-    changed = clear_paused(patrol_dir(ctx.whole))
-    if changed:
-        ctx.audit("patrol.resume", result="active")
-    return ctx.answer(
-        {"paused": False, "changed": changed},
-        "patrol resumed" if changed else "patrol was not paused",
-    )
+        ctx.audit("patrol.pause" if pause else "patrol.resume",
+                  result="paused" if pause else "active")
+    return ctx.answer({"paused": pause, "changed": changed}, _PAUSE_WORDS[pause, changed])
 
 
 def _status(ctx: Context) -> int:
@@ -185,50 +168,40 @@ def _status(ctx: Context) -> int:
             "failed_steps": failed,
             "report": str(folder / f"{LATEST}.md"),
         }
-    doc: dict[str, object] = {
-        "state": "paused" if paused is not None else "active",
-        "paused": paused,
-        "last_cycle": last,
-        "daemon": daemon,
-    }
+    doc: dict[str, object] = {"state": "paused" if paused is not None else "active",
+                              "paused": paused, "last_cycle": last, "daemon": daemon}
     code = int(ExitCode.OK)
     lease = _lease_status(ctx)
     if lease is not None:
         doc.update(lease)
         if lease.get("lease_error"):
             code = int(ExitCode.UNREACHABLE)
-    if ctx.json:
-        ctx.answer(doc)
-        return code
+    lines = ["patrol: active"]
     if paused is not None:
         since = f" since {paused.get('paused_at')}" if paused.get("paused_at") else ""
         by = f" by {paused.get('by')}" if paused.get("by") else ""
-        ctx.out(f"patrol: paused{since}{by}")
-    else:
-        ctx.out("patrol: active")
+        lines = [f"patrol: paused{since}{by}"]
     if last is None:
-        ctx.out("last cycle: none yet")
+        lines.append("last cycle: none yet")
     else:
         what = str(last["result"])
         if failed:
             what += f" (exit {last['exit_code']}; failed: {', '.join(map(str, failed))})"
-        ctx.out(f"last cycle: {local_iso(str(last['finished_at'] or last['started_at']))} - {what}")
-        ctx.out(f"report: {last['report']}")
+        lines += [f"last cycle: {local_iso(str(last['finished_at'] or last['started_at']))} - "
+                  f"{what}", f"report: {last['report']}"]
     if daemon is not None:
         state = "running" if daemon["alive"] else "not running"
-        ctx.out(
-            f"daemon: {state} (pid {daemon['pid']}, {daemon['ticks']} tick(s), "
-            f"last {local_iso(str(daemon['last_tick'] or ''))})"
-        )
+        lines.append(f"daemon: {state} (pid {daemon['pid']}, {daemon['ticks']} tick(s), "
+                     f"last {local_iso(str(daemon['last_tick'] or ''))})")
     if lease is not None:
-        if lease.get("lease_error"):
-            ctx.out(f"active host: unknown ({lease['lease_error']})")
-        else:
-            ctx.out(f"active host: {lease['active_host'] or 'none (no daemon holds the lease)'}")
+        host = lease.get("active_host") or "none (no daemon holds the lease)"
+        lines.append(f"active host: unknown ({lease['lease_error']})" if lease.get("lease_error")
+                     else f"active host: {host}")
         rows = lease.get("daemons")
         for d in rows if isinstance(rows, list) else []:
             seen = local_iso(str(d["heartbeat"]))
-            ctx.out(f"  {d['host']} pid {d['pid']}: {d['role']}, heartbeat {seen}")
+            lines.append(f"  {d['host']} pid {d['pid']}: {d['role']}, heartbeat {seen}")
+    ctx.answer(doc, *lines)
     return code
 
 

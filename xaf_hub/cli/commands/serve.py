@@ -151,17 +151,13 @@ def run(ctx: Context) -> int:
         return [("config.serve", watch.state)] + ([("config.patrol", daemon)] if daemon else [])
 
     viewer = Viewer(
-        cache,
-        title=cfg.project_name or cfg.project_names(),
+        cache, title=cfg.project_name or cfg.project_names(),
         password=password if opts.public else None,
         autopilot=lambda now, lang, snap: overview.build(ctx.config, now, lang, snap),
-        language=cfg.page_language,
-        links=Finder(cfg, ctx.transport_factory),
+        language=cfg.page_language, links=Finder(cfg, ctx.transport_factory),
         tasks=lambda: overview.task_ids_by_session(ctx.config),
-        refresh_seconds=opts.refresh_seconds,
-        redact=ctx.redact,
-        notes=lambda lang: config_notes(states(), lang),
-        projects=cfg.shown_projects(),
+        refresh_seconds=opts.refresh_seconds, redact=ctx.redact,
+        notes=lambda lang: config_notes(states(), lang), projects=cfg.shown_projects(),
         named=ctx.named,
     )
     log = RequestLog(ctx.stderr, ctx.redact)

@@ -12,8 +12,7 @@ from xaf_hub.cli.commands._common import (
     INSTANCE,
     chosen_instances,
     read_fleet,
-    report_unreachable,
-    scan_exit,
+    scan_said,
 )
 from xaf_hub.cli.context import Context
 from xaf_hub.cli.options import Tables, flag, opt
@@ -86,15 +85,9 @@ def write_page(ctx: Context, snap: Snapshot, path: Path, lang: str | None) -> No
         probe_all([i for i in cfg.instances if i.name in reachable], ctx.transport_factory)
     )
     report.write_html(
-        snap,
-        path,
-        now_ms=now,
-        title=cfg.project_name or cfg.project_names(),
-        autopilot=overview.build(cfg, now, chosen, snap),
-        lang=chosen,
-        links=links,
-        tasks=overview.task_ids_by_session(cfg),
-        redact=ctx.redact,
+        snap, path, now_ms=now, title=cfg.project_name or cfg.project_names(),
+        autopilot=overview.build(cfg, now, chosen, snap), lang=chosen, links=links,
+        tasks=overview.task_ids_by_session(cfg), redact=ctx.redact,
         projects=cfg.shown_projects(),
     )
 
@@ -104,10 +97,8 @@ def read(ctx: Context, opts: Options) -> Snapshot:
     --fresh scans), with each session's last result for --outcomes or --html (as every view
     shows it: ``ops.decisions.shown_outcomes``), and keep the titles with the keyword."""
     outcomes = bool(opts.outcomes or opts.html)
-    snap, _ = read_fleet(
-        ctx, chosen_instances(ctx, opts.instance), fresh=opts.fresh, progress=True,
-        outcomes=outcomes,
-    )
+    snap, _ = read_fleet(ctx, chosen_instances(ctx, opts.instance), fresh=opts.fresh,
+                         progress=True, outcomes=outcomes)
     if outcomes:
         from xaf_hub.ops.decisions import hub_stops, shown_outcomes
 
@@ -123,10 +114,8 @@ def run(ctx: Context) -> int:
     if opts.limit is not None and opts.limit < 0:
         raise UsageError("--limit must be 0 or more")
     if opts.out and Path(opts.out).suffix.lower() not in (".json", ".csv"):
-        raise UsageError(
-            f"unsupported export format {Path(opts.out).suffix or opts.out!r}: "
-            "use a .json or .csv file name (or --html FILE for the page)"
-        )
+        raise UsageError(f"unsupported export format {Path(opts.out).suffix or opts.out!r}: "
+                         "use a .json or .csv file name (or --html FILE for the page)")
     snap = read(ctx, opts)
     if opts.out or opts.html or ctx.json:
         if opts.out:
@@ -137,50 +126,31 @@ def run(ctx: Context) -> int:
             ctx.info(f"wrote {opts.html}")
         if ctx.json:
             ctx.answer(report.snapshot_document(snap))
-            report_unreachable(ctx, snap)
-            return scan_exit(snap)
+            return scan_said(ctx, snap)
     from xaf_hub.core.runstate import shown_state  # deferred: start-up, docs/performance.md
 
     rows_all = snap.project_sessions()
     rows = rows_all if opts.limit is None else rows_all[: opts.limit]
     now = int(time.time() * 1000)
-    headers = ["instance", "session", "state", "updated", "title", "directory"]
     wide = ctx.common.wide
-    body = [
-        [
-            s.instance,
-            s.id,
-            shown_state(s),
-            ago(s.updated, now),
-            s.title.replace("\n", " ") if wide else shorten(s.title, 40),
-            s.directory if wide else shorten_left(s.directory, 48),
-        ]
-        for s in rows
-    ]
-    if len(ctx.config.projects) > 1:  # each row names its project
-        headers.insert(0, "project")
-        for row, s in zip(body, rows, strict=True):
-            row.insert(0, s.owner or "other")
-    if any(s.branch for s in rows):  # tasks in worktrees of their own
-        headers.append("branch")
-        for row, s in zip(body, rows, strict=True):
-            row.append(s.branch or "-")
-    if opts.outcomes:
-        headers.append("last result")
-        for row, s in zip(body, rows, strict=True):
-            row.append(run_words(s.outcome) if s.outcome else "not checked")
-    ctx.table(
-        body,
-        headers,
-        flexible=[
-            ("directory", 10), ("branch", 12), ("last result", 10), ("instance", 10),
-            ("title", 12),
-        ],
+    ctx.columns(rows, {
+        **({"project": lambda s: s.owner or "other"} if len(ctx.config.projects) > 1 else {}),
+        "instance": lambda s: s.instance,
+        "session": lambda s: s.id,
+        "state": shown_state,
+        "updated": lambda s: ago(s.updated, now),
+        "title": lambda s: s.title.replace("\n", " ") if wide else shorten(s.title, 40),
+        "directory": lambda s: s.directory if wide else shorten_left(s.directory, 48),
+        # tasks in worktrees of their own
+        **({"branch": lambda s: s.branch or "-"} if any(s.branch for s in rows) else {}),
+        **({"last result": lambda s: run_words(s.outcome) if s.outcome else "not checked"}
+           if opts.outcomes else {}),
+    }, flexible=[("directory", 10), ("branch", 12), ("last result", 10), ("instance", 10),
+                 ("title", 12)],
         keep_end=["directory"],
         keep={"session": prefix_width((s.id for s in snap.sessions), (s.id for s in rows))},
         colors={"state": state_color,
-                "last result": tone_painter({run_words(r): tone(r) for r in RUNS})},
-    )
+                "last result": tone_painter({run_words(r): tone(r) for r in RUNS})})
     shown = f"{len(rows)} of {len(rows_all)}" if len(rows) < len(rows_all) else str(len(rows))
     ctx.info(f"{shown} project session(s)")
     other = sum(1 for s in snap.sessions if s.running and not s.owner)
@@ -188,5 +158,4 @@ def run(ctx: Context) -> int:
         ctx.info(f"{other} other session(s) running, of no configured project")
     if snap.live:
         ctx.info(f"source: {snap.source_words()} (--fresh scans)")
-    report_unreachable(ctx, snap)
-    return scan_exit(snap)
+    return scan_said(ctx, snap)

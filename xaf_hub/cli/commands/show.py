@@ -8,14 +8,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from xaf_hub.cli.commands._common import (
-    INSTANCE,
-    SESSION,
-    SESSION_POS,
-    the_session,
-)
+from xaf_hub.cli.commands._common import SessionTarget
 from xaf_hub.cli.context import Context
-from xaf_hub.cli.options import Answers, opt
+from xaf_hub.cli.options import opt
 from xaf_hub.core import aio
 from xaf_hub.core.clock import ago, fmt_time, iso_time
 from xaf_hub.core.outcomes import run_outcome, run_words, stop_applies
@@ -54,10 +49,8 @@ def _text(message: Message) -> str:
 
 def last_of(messages: Sequence[Message], role: str) -> Message | None:
     """The newest message of ``role`` that has text (or, for answers, an error)."""
-    for msg in reversed(messages):
-        if msg.role == role and (_text(msg) or (role == "assistant" and msg.error is not None)):
-            return msg
-    return None
+    return next((m for m in reversed(messages) if m.role == role
+                 and (_text(m) or (role == "assistant" and m.error is not None))), None)
 
 
 def model_of(messages: Sequence[Message]) -> str:
@@ -66,12 +59,9 @@ def model_of(messages: Sequence[Message]) -> str:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Options(Answers):
+class Options(SessionTarget):
     """The options of `show`."""
 
-    session_pos: str | None = SESSION_POS.field(help="the session id (or -s/--session ID)")
-    session: str | None = SESSION.field(help="the session id")
-    instance: str | None = INSTANCE.field(help="where it lives (default: search all)")
     limit: int = opt("-n", "--limit", help="read the newest N messages for the prompt and answer "
                      "(default 30)", default=30, metavar="N", minimum=1, maximum=1000)
 
@@ -99,7 +89,7 @@ class Found:
 def look(ctx: Context, opts: Options) -> Found:
     """Find the session on the instances asked and read its newest messages."""
 
-    session_id = the_session(opts.session, opts.session_pos)
+    session_id = opts.session_id  # before the config loads
     if opts.limit < 1:
         raise UsageError("--limit must be 1 or more")
     ops = ctx.ops()
@@ -113,9 +103,8 @@ def look(ctx: Context, opts: Options) -> Found:
 
 
 def _said(msg: Message | None) -> dict[str, Any] | None:
-    if msg is None:
-        return None
-    return {"text": _text(msg), "at": iso_time(msg.created), "at_ms": msg.created}
+    return None if msg is None else {"text": _text(msg), "at": iso_time(msg.created),
+                                     "at_ms": msg.created}
 
 
 def document(found: Found) -> dict[str, Any]:
@@ -157,8 +146,6 @@ def run(ctx: Context) -> int:
     opts = ctx.options(Options)
     found = look(ctx, opts)
     doc = document(found)
-    if ctx.json:
-        return ctx.answer(doc)
     s, inst, err = found.session, found.inst, doc["last_error"]
     now = int(time.time() * 1000)
     state = s.run_state + (f" ({s.retry_message})" if s.retry_message else "")
@@ -179,24 +166,16 @@ def run(ctx: Context) -> int:
     ]
     if s.running and s.waiting is not None:
         rows.insert(4, ("answer", answer_hint(s.waiting)))
-    for key, value in rows:
-        ctx.out(f"{key + ':':<11}{value}")
+    lines = [f"{key + ':':<11}{value}" for key, value in rows]
     asked = s.waiting.asked.splitlines() if s.running and s.waiting is not None else []
     if len(asked) > 1:  # the state line shows the first: here all of them
-        ctx.out(f"\nasked ({len(asked)} lines):")
-        for line in asked:
-            ctx.out(f"  {line}")
+        lines += [f"\nasked ({len(asked)} lines):", *(f"  {line}" for line in asked)]
     for label, msg in (("last prompt", found.prompt), ("last answer", found.answer)):
         if msg is None:
-            ctx.out(f"\n{label}: (none in the newest {opts.limit} messages)")
+            lines.append(f"\n{label}: (none in the newest {opts.limit} messages)")
             continue
-        ctx.out(f"\n{label} ({fmt_time(msg.created)}):")
         body = _text(msg) or f"(no text: {err})"
-        for line in body.splitlines():
-            ctx.out(f"  {line}")
-    ctx.out("\nopen it in opencode:")
-    ctx.out(f"  {doc['attach']}")
+        lines += [f"\n{label} ({fmt_time(msg.created)}):", *(f"  {x}" for x in body.splitlines())]
     hint = attach_hint(inst)
-    if hint:
-        ctx.out(f"  {hint}")
-    return 0
+    lines += ["\nopen it in opencode:", f"  {doc['attach']}", *([f"  {hint}"] if hint else [])]
+    return ctx.answer(doc, *lines)

@@ -13,9 +13,7 @@ from xaf_hub.cli.commands._common import (
     INSTANCE,
     chosen_instances,
     read_fleet,
-    report_missing_passwords,
-    report_unreachable,
-    scan_exit,
+    scan_said,
 )
 from xaf_hub.cli.context import Context
 from xaf_hub.cli.options import Tables
@@ -91,17 +89,11 @@ def measure(ctx: Context, opts: Options) -> Measured:
         loads = [instance_load(sc, None, opts.allow_prod, shares=shares) for sc in scans]
     now = datetime.now(UTC)
     queued = _queue_length(ctx, now)
-    project, spends = budget.budget_lines(
-        cfg, [(sc.inst, _spent_from(sc)) for sc in scans], now
-    )
-    loads = [
-        _over_budget(ctx, x, sc, line, project)
-        for x, sc, line in zip(loads, scans, spends, strict=True)
-    ]
-    return Measured(
-        snap, loads, spends, project, queued, opts.instance is None,
-        not cfg.chosen or len(cfg.projects) == 1, cfg.budget.daily_usd,
-    )
+    project, spends = budget.budget_lines(cfg, [(sc.inst, _spent_from(sc)) for sc in scans], now)
+    loads = [_over_budget(ctx, x, sc, line, project)
+             for x, sc, line in zip(loads, scans, spends, strict=True)]
+    return Measured(snap, loads, spends, project, queued, opts.instance is None,
+                    not cfg.chosen or len(cfg.projects) == 1, cfg.budget.daily_usd)
 
 
 def document(m: Measured) -> dict[str, Any]:
@@ -131,52 +123,27 @@ def run(ctx: Context) -> int:
     snap, loads, spends, project, queued = m.snap, m.loads, m.spends, m.project, m.queued
     if ctx.json:
         ctx.answer(document(m))
-        report_missing_passwords(ctx, snap)
-        return scan_exit(snap)
-    rows = [
-        [
-            x.instance,
-            x.running_total if x.reachable else "-",
-            x.running_project if x.reachable else "-",
-            "?" if x.reserved is None else x.reserved,
-            x.project_sessions if x.reachable else "-",
-            x.limit,
-            _spent_cell(line),
-            "yes" if x.dispatchable else "no",
-            x.reason,
-        ]
-        for x, line in zip(loads, spends, strict=True)
-    ]
-    ctx.table(
-        rows,
-        [
-            "instance",
-            "running",
-            "running project",
-            "reserved",
-            "project sessions",
-            "limit",
-            "spent today",
-            "takes work",
-            "reason",
-        ],
-        flexible=[("reason", 16), ("project sessions", 8), ("running project", 8)],
-        colors={"takes work": yes_no_color},
-    )
+        return scan_said(ctx, snap, unreachable=False)
+    spent = {x.instance: _spent_cell(line) for x, line in zip(loads, spends, strict=True)}
+    ctx.columns(loads, {
+        "instance": lambda x: x.instance,
+        "running": lambda x: x.running_total if x.reachable else "-",
+        "running project": lambda x: x.running_project if x.reachable else "-",
+        "reserved": lambda x: "?" if x.reserved is None else x.reserved,
+        "project sessions": lambda x: x.project_sessions if x.reachable else "-",
+        "limit": lambda x: x.limit,
+        "spent today": lambda x: spent[x.instance],
+        "takes work": lambda x: "yes" if x.dispatchable else "no",
+        "reason": lambda x: x.reason,
+    }, flexible=[("reason", 16), ("project sessions", 8), ("running project", 8)],
+        colors={"takes work": yes_no_color})
     projects = [(x, p) for x in loads for p in x.projects]
     if projects:
         ctx.table(
-            [
-                [
-                    x.instance,
-                    p.project or "other",
-                    p.running,
-                    "?" if x.reserved is None else p.reserved,
-                    "-" if p.share is None else p.share,
-                    "-" if not p.project else "yes" if x.dispatchable and not p.full else "no",
-                ]
-                for x, p in projects
-            ],
+            [[x.instance, p.project or "other", p.running,
+              "?" if x.reserved is None else p.reserved, "-" if p.share is None else p.share,
+              "-" if not p.project else "yes" if x.dispatchable and not p.full else "no"]
+             for x, p in projects],
             ["instance", "project", "running", "reserved", "share", "takes work"],
             colors={"takes work": yes_no_color},
         )
@@ -188,8 +155,7 @@ def run(ctx: Context) -> int:
         ctx.out(f"queue: {queued} task(s) waiting in the pool for a free slot")
     if m.snap.live:
         ctx.out(f"source: {m.snap.source_words()} (--fresh scans)")
-    report_unreachable(ctx, snap)
-    return scan_exit(snap)
+    return scan_said(ctx, snap)
 
 
 def _spent_from(sc: InstanceScan) -> Sequence[SessionRecord] | Tally | None:
@@ -211,10 +177,7 @@ def _spent_cell(line: budget.BudgetLine) -> str:
 
 
 def _over_budget(
-    ctx: Context,
-    load: Load,
-    sc: InstanceScan,
-    line: budget.BudgetLine,
+    ctx: Context, load: Load, sc: InstanceScan, line: budget.BudgetLine,
     project: budget.BudgetLine,
 ) -> Load:
     """``load``, not dispatchable when a daily budget is reached (the refusal as its reason)."""

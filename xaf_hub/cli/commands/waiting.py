@@ -46,10 +46,8 @@ def look(ctx: Context, opts: Options) -> Waiters:
 
 def document(found: Waiters, now: int) -> dict[str, Any]:
     """What `waiting --json` prints (and the MCP tool answers)."""
-    return {
-        "waiting": [p.to_json(now) for p in found.requests],
-        "unknown": [{"instance": n, "reason": r} for n, r in found.down],
-    }
+    return {"waiting": [p.to_json(now) for p in found.requests],
+            "unknown": [{"instance": n, "reason": r} for n, r in found.down]}
 
 
 def run(ctx: Context) -> int:
@@ -60,33 +58,23 @@ def run(ctx: Context) -> int:
     now = int(time.time() * 1000)
     for name, reason in found.down:
         ctx.warn(f"{name}: {reason}")
+    code = int(ExitCode.UNREACHABLE if found.down else ExitCode.OK)
     if ctx.json:
         ctx.answer(document(found, now))
-    else:
-        rows = [
-            [
-                p.waiting.request_id,
-                p.instance,
-                p.session.owner or "other",
-                p.session.id,
-                shorten(p.session.title, 30),
-                p.waiting.permission or p.waiting.kind,
-                shorten(asked_line(p.waiting.asked), 60),
-                " / ".join(",".join(c) for c in p.waiting.choices)
-                or ",".join(p.waiting.always),
-                ago(p.waiting.since, now) if p.waiting.since else "?",
-            ]
-            for p in found.requests
-        ]
-        if rows:
-            ctx.table(
-                rows,
-                ["id", "instance", "project", "session", "title", "kind", "asked", "options",
-                 "since"],
-                flexible=[("asked", 16), ("title", 10), ("options", 8)],
-                keep={"id": None},
-            )
-            for p in found.requests[:1]:
-                ctx.info(f"answer: {answer_hint(p.waiting)}")
-        ctx.info(f"{len(rows)} request(s) waiting for a person")
-    return int(ExitCode.UNREACHABLE if found.down else ExitCode.OK)
+        return code
+    if found.requests:
+        ctx.columns(found.requests, {
+            "id": lambda p: p.waiting.request_id,
+            "instance": lambda p: p.instance,
+            "project": lambda p: p.session.owner or "other",
+            "session": lambda p: p.session.id,
+            "title": lambda p: shorten(p.session.title, 30),
+            "kind": lambda p: p.waiting.permission or p.waiting.kind,
+            "asked": lambda p: shorten(asked_line(p.waiting.asked), 60),
+            "options": lambda p: " / ".join(",".join(c) for c in p.waiting.choices)
+            or ",".join(p.waiting.always),
+            "since": lambda p: ago(p.waiting.since, now) if p.waiting.since else "?",
+        }, flexible=[("asked", 16), ("title", 10), ("options", 8)], keep={"id": None})
+        ctx.info(f"answer: {answer_hint(found.requests[0].waiting)}")
+    ctx.info(f"{len(found.requests)} request(s) waiting for a person")
+    return code

@@ -90,13 +90,8 @@ def _event_line(ev: FleetEvent) -> str:
 
 
 def follow(
-    ctx: Context,
-    instances: Sequence[InstanceConfig],
-    *,
-    poll_seconds: float,
-    max_seconds: float,
-    verbose: bool = False,
-    polled: bool = False,
+    ctx: Context, instances: Sequence[InstanceConfig], *, poll_seconds: float,
+    max_seconds: float, verbose: bool = False, polled: bool = False,
 ) -> int:
     """Print each change the fleet's event streams report until Ctrl+C (or ``max_seconds``);
     ``polled``: rescan every ``poll_seconds`` instead of following the streams."""
