@@ -135,7 +135,7 @@ def test_an_instance_budget_refuses_that_instance_only(hub: Hub) -> None:
     doc = status(hub)
     b = next(i for i in doc["instances"] if i["instance"] == "lan-b")
     assert (b["dispatchable"], b["budget_daily_usd"]) == (False, 0.02)
-    assert doc["project"]["budget_daily_usd"] is None
+    assert doc["spend"]["budget_daily_usd"] is None
     code, doc = hub.cli_json(
         "dispatch", "--new", "--instance", "lan-c", "--text", "ok", "--no-record"
     )
