@@ -481,18 +481,20 @@ PROJECT_PATROL = ("repo_root", "design_dirs", "design_max_age_days", "pending_ma
 class ProjectConfig:
     """One project of the config: ``project`` alone, or one entry of ``projects``."""
 
-    name: str
-    fallback_segments: tuple[str, ...]
-    exclude_dirs: tuple[str, ...]
-    exclude_substrings: tuple[str, ...]
-    repository: RepositoryConfig
-    roots: Mapping[str, tuple[str, ...]]  # per instance name
-    default_directory: Mapping[str, str]  # per instance name
+    name: str = setting("project")  # an entry of ``projects``: its key
+    fallback_segments: tuple[str, ...] = setting(())
+    exclude_dirs: tuple[str, ...] = setting((), check=each(_folder))
+    exclude_substrings: tuple[str, ...] = setting(())
+    repository: RepositoryConfig = field(default_factory=RepositoryConfig)
+    roots: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # per instance name
+    default_directory: Mapping[str, str] = field(default_factory=dict)  # per instance name
     share: int | None = None  # its runs on each server, at most (None: up to the limit)
-    budget_daily_usd: float | None = None  # its spend today, at most (None: no cap of its own)
-    budget_run_usd: float | None = None  # one run's cost, at most (None: budget.run_usd)
-    discipline: str | None = None  # its prompts' discipline text (None: the pool's)
-    branch_policy: str | None = None  # its instances' branch_policy (None: by instance name)
+    # Its spend today, at most (None: no cap of its own); budget.daily_usd is every project's.
+    budget_daily_usd: float | None = setting(None, check=_budget_usd)
+    budget_run_usd: float | None = setting(None, check=usd)  # one run's cost (None: budget's)
+    discipline: str | None = setting(None)  # its prompts' discipline text (None: the pool's)
+    # Its instances' branch_policy where an instance sets none (None: by instance name).
+    branch_policy: str | None = setting(None, choices=BRANCH_POLICIES)
     # ``patrol`` with this project's own PROJECT_PATROL keys (repository, design documents,
     # base branch); the rest are the config's.
     patrol: PatrolConfig = field(default_factory=PatrolConfig)
@@ -516,22 +518,18 @@ class Config:
     path: Path | None
     home: Path
     state_dir: Path
-    project_name: str = setting("project", key="name", section="project")
-    fallback_segments: tuple[str, ...] = setting((), section="project")
-    exclude_dirs: tuple[str, ...] = setting((), section="project", check=each(_folder))
-    exclude_substrings: tuple[str, ...] = setting((), section="project")
-    # The chosen project's spend today, at most (None: none); budget.daily_usd is every project's.
-    project_budget_usd: float | None = setting(
-        None, key="budget_daily_usd", section="project", check=_budget_usd
-    )
-    # The chosen project's own run ceiling (None: budget.run_usd) and discipline text for its
-    # prompts (None: the task pool's override).
-    project_run_usd: float | None = setting(
-        None, key="budget_run_usd", section="project", check=usd
-    )
-    discipline: str | None = setting(None, section="project")
-    # The chosen project's branch_policy where an instance sets none (None: by instance name).
-    branch_policy: str | None = setting(None, section="project", choices=BRANCH_POLICIES)
+    # The chosen project's keys, as ``ProjectConfig`` declares them (``_seen_as`` copies them
+    # here): its spend today, at most, its own run ceiling (None: budget.run_usd), the
+    # discipline text of its prompts (None: the task pool's override) and the branch_policy
+    # of an instance that sets none (None: by instance name).
+    project_name: str = "project"
+    fallback_segments: tuple[str, ...] = ()
+    exclude_dirs: tuple[str, ...] = ()
+    exclude_substrings: tuple[str, ...] = ()
+    project_budget_usd: float | None = None
+    project_run_usd: float | None = None
+    discipline: str | None = None
+    branch_policy: str | None = None
     repository: RepositoryConfig = field(default_factory=RepositoryConfig)
     concurrency_limit: int = setting(DEFAULT_CONCURRENCY, minimum=1)
     session_ttl_days: float = setting(10.0)
@@ -676,7 +674,7 @@ def parse_config(raw: Any, *, path: Path, env: Mapping[str, str]) -> Config:
     if several and "project" in top.data:
         raise top.fail("projects", "give either project (one project) or projects, not both")
     project = top.sub("project")
-    named = read_settings(Config, project, section="project")
+    named = read_settings(ProjectConfig, project)
     repository = _parse_repository(project)
     project.finish()
 
@@ -766,17 +764,11 @@ def parse_config(raw: Any, *, path: Path, env: Mapping[str, str]) -> Config:
     if several:
         projects = _parse_projects(top.sub("projects"), [i.name for i in instances], patrol)
     else:
-        projects = (
-            ProjectConfig(
-                named["project_name"], named["fallback_segments"], named["exclude_dirs"],
-                named["exclude_substrings"], repository,
-                roots={i.name: i.roots for i in instances},
-                default_directory={i.name: i.default_directory for i in instances},
-                budget_daily_usd=named["project_budget_usd"], patrol=patrol,
-                budget_run_usd=named["project_run_usd"], discipline=named["discipline"],
-                branch_policy=named["branch_policy"],
-            ),
-        )
+        roots = {i.name: i.roots for i in instances}
+        default = {i.name: i.default_directory for i in instances}
+        one = ProjectConfig(**named, repository=repository, roots=roots, patrol=patrol,
+                            default_directory=default)
+        projects = (one,)
 
     # notify/ owns its section; it also reads page.language and page.url (the page owns them).
     top.seen.update({"$schema", "_comment", "notify", "page"})
@@ -799,7 +791,6 @@ def parse_config(raw: Any, *, path: Path, env: Mapping[str, str]) -> Config:
         local_scope=local_scope,
         notify=notify,
         projects=projects,
-        **named,
         **numbers,
         **times,
         **language,
@@ -865,7 +856,7 @@ def _parse_projects(
         p = _Reader(r.data[name], r.file, r.key(name))
         if "name" in p.data:
             raise p.fail("name", "the project's key is its name; leave name out")
-        named = read_settings(Config, p, section="project")
+        named = read_settings(ProjectConfig, p, defaults={"name": name})
         repository = _parse_repository(p)
         roots = _per_instance(p, "roots", instances, lambda q, k: _absolute_paths(
             q, k, q.strings(k)))
@@ -879,10 +870,9 @@ def _parse_projects(
                          f"limit), got {share}")
         p.finish()
         found.append(ProjectConfig(
-            name, named["fallback_segments"], named["exclude_dirs"], named["exclude_substrings"],
-            repository, roots, default, None if share is None else int(share),
-            named["project_budget_usd"], named["project_run_usd"], named["discipline"],
-            named["branch_policy"], read_section(PatrolConfig, own, defaults=vars(patrol)),
+            **named, repository=repository, roots=roots, default_directory=default,
+            share=None if share is None else int(share),
+            patrol=read_section(PatrolConfig, own, defaults=vars(patrol)),
         ))
     return tuple(found)
 

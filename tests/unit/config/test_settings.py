@@ -247,6 +247,7 @@ def test_a_declared_default_is_what_an_empty_section_reads(tmp_path: Path) -> No
     read: list[tuple[type, Any]] = [
         (load.Config, cfg),
         (load.RepositoryConfig, cfg.repository),
+        (load.ProjectConfig, cfg.projects[0]),
         (load.MatchRule, cfg.match),
         (load.LockConfig, cfg.lock),
         (load.ModelsConfig, cfg.models),
