@@ -55,16 +55,16 @@ def prepare(
     tip = mirror.known_tips().get(base_branch, "")
     if not tip:
         raise GitFailed(f"the remote has no branch {base_branch}")
-    if mirror.git("cat-file", "-e", f"{top}^{{commit}}", ok=(0, 1, 128))[0] != 0:
+    if not mirror.has(top):
         return Prepared("gone", tip=tip, result=top)  # rewritten before this mirror saw it
-    if _ok(mirror, "merge-base", "--is-ancestor", top, tip):
+    if mirror.is_ancestor(top, tip):
         return Prepared("already", tip=tip)
-    start = fork or _out(mirror, "merge-base", tip, top).strip()
-    if _out(mirror, "rev-list", "--count", f"{start}..{top}").strip() == "0":
+    start = fork or mirror.out("merge-base", tip, top).strip()
+    if mirror.out("rev-list", "--count", f"{start}..{top}").strip() == "0":
         return Prepared("empty", tip=tip)
     if _holds(mirror, tip, top):
         return Prepared("already", tip=tip)
-    if method == "rebase" and _ok(mirror, "merge-base", "--is-ancestor", tip, top):
+    if method == "rebase" and mirror.is_ancestor(tip, top):
         # It holds the tip already (it merged the base in): a fast-forward to what was judged;
         # replaying would drop that merge and its resolution.
         return Prepared("ready", tip=tip, result=top)
@@ -88,18 +88,13 @@ def push(mirror: Mirror, result: str, base_branch: str, tip: str) -> PushState:
     """Put ``result`` on the remote's base branch, which must still be at ``tip`` (never a
     force: the lease makes the remote refuse when it moved on): "moved" then. GitFailed on
     any other failure."""
-    url, env = split_credentials(mirror.url)
     ref = f"refs/heads/{base_branch}"
-    code, out = mirror.git(
-        "push", "--porcelain", f"--force-with-lease={ref}:{tip}", "--", url, f"{result}:{ref}",
-        timeout=mirror.timeout, extra_env=env, ok=(0, 1),
-    )
+    code, out = _push(mirror, [f"--force-with-lease={ref}:{tip}"], f"{result}:{ref}")
     if code == 0:
         return "pushed"
     if _leased_out(out, ref):
         return "moved"
-    said = redact(out.strip()[-300:] or "no message", mirror.secrets)
-    raise GitFailed(f"git push to {base_branch} failed: {said}")
+    raise _refused(mirror, f"to {base_branch}", out)
 
 
 def delete_branch(mirror: Mirror, branch: str, expected: str | None = None) -> bool:
@@ -108,20 +103,27 @@ def delete_branch(mirror: Mirror, branch: str, expected: str | None = None) -> b
     moved on, and it stays. GitFailed when the remote refuses or cannot be reached."""
     if not (mirror.path / "HEAD").is_file():
         mirror.fetch()  # git needs a repository to push from
-    url, env = split_credentials(mirror.url)
     ref = f"refs/heads/{branch}"
     lease = [f"--force-with-lease={ref}:{expected}"] if expected else []
-    code, out = mirror.git(
-        "push", "--porcelain", *lease, "--", url, f":{ref}",
-        timeout=mirror.timeout, extra_env=env, ok=(0, 1),
-    )
+    code, out = _push(mirror, lease, f":{ref}")
     if code == 0:
         return True
     if expected and _leased_out(out, ref):
         mirror.fetch()  # refused: moved on, or gone already
         return branch not in mirror.known_tips()
+    raise _refused(mirror, f"deleting {branch}", out)
+
+
+def _push(mirror: Mirror, lease: list[str], refspec: str) -> tuple[int, str]:
+    """``git push --porcelain`` of ``refspec`` to the remote (exit 0 or 1, and its output)."""
+    url, env = split_credentials(mirror.url)
+    return mirror.git("push", "--porcelain", *lease, "--", url, refspec,
+                      timeout=mirror.timeout, extra_env=env, ok=(0, 1))
+
+
+def _refused(mirror: Mirror, what: str, out: str) -> GitFailed:
     said = redact(out.strip()[-300:] or "no message", mirror.secrets)
-    raise GitFailed(f"git push deleting {branch} failed: {said}")
+    return GitFailed(f"git push {what} failed: {said}")
 
 
 def _leased_out(out: str, ref: str) -> bool:
@@ -132,14 +134,6 @@ def _leased_out(out: str, ref: str) -> bool:
         line.startswith("!") and ref in line and "\t[rejected]" in line
         for line in out.splitlines()
     )
-
-
-def _ok(mirror: Mirror, *args: str) -> bool:
-    return mirror.git(*args, ok=(0, 1))[0] == 0
-
-
-def _out(mirror: Mirror, *args: str) -> str:
-    return mirror.git(*args)[1]
 
 
 def describe(prep: Prepared, base_branch: str) -> str:
@@ -159,14 +153,12 @@ def describe(prep: Prepared, base_branch: str) -> str:
 def contains(mirror: Mirror, tip: str, commit: str) -> bool:
     """Whether ``commit`` (or a commit of the same content: a landing rebuilds it) is part of
     ``tip``'s history; a commit the mirror does not have is not."""
-    if mirror.git("cat-file", "-e", f"{commit}^{{commit}}", ok=(0, 1, 128))[0] != 0:
-        return False
-    return _ok(mirror, "merge-base", "--is-ancestor", commit, tip)
+    return mirror.has(commit) and mirror.is_ancestor(commit, tip)
 
 
 def commits(mirror: Mirror, fork: str, top: str) -> list[str]:
     """The commits of ``fork..top`` (full hashes)."""
-    return _out(mirror, "rev-list", f"{fork}..{top}").split()
+    return mirror.out("rev-list", f"{fork}..{top}").split()
 
 
 def branch_of(mirror: Mirror, tip: str) -> str:
@@ -183,7 +175,7 @@ def _holds(mirror: Mirror, tip: str, top: str) -> bool:
 
 
 def _tree(mirror: Mirror, commit: str) -> str:
-    return _out(mirror, "rev-parse", f"{commit}^{{tree}}").strip()
+    return mirror.out("rev-parse", f"{commit}^{{tree}}").strip()
 
 
 @contextlib.contextmanager

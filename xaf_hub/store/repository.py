@@ -191,19 +191,6 @@ class Mirror:
 
     # -- git ---------------------------------------------------------------------------------
 
-    def _git(
-        self,
-        *args: str,
-        timeout: float = _LOCAL_TIMEOUT,
-        ok: Sequence[int] = (0,),
-        extra_env: dict[str, str] | None = None,
-    ) -> str:
-        """Run git on the mirror; its stdout, or GitFailed (redacted) on any other exit."""
-        code, out = self.git(*args, timeout=timeout, ok=ok, extra_env=extra_env)
-        if code != 0:
-            raise _NonZero(code)
-        return out
-
     def git(
         self,
         *args: str,
@@ -259,13 +246,17 @@ class Mirror:
             raise GitFailed(redact(f"git {verb} failed: {said}", self.secrets))
         return proc.returncode, out.decode("utf-8", "replace")
 
-    def _exit(self, *args: str) -> int:
-        """Run a yes/no git command; its exit status (0 yes, 1 no); GitFailed otherwise."""
-        try:
-            self._git(*args, ok=(0, 1))
-        except _NonZero as exc:
-            return exc.code
-        return 0
+    def out(self, *args: str) -> str:
+        """Run a local git command on the mirror: its stdout (GitFailed on a non-zero exit)."""
+        return self.git(*args)[1]
+
+    def is_ancestor(self, commit: str, of: str) -> bool:
+        """Whether ``commit`` is ``of`` or one of its ancestors."""
+        return self.git("merge-base", "--is-ancestor", commit, of, ok=(0, 1))[0] == 0
+
+    def has(self, commit: str) -> bool:
+        """Whether the mirror holds ``commit`` as a commit."""
+        return self.git("cat-file", "-e", f"{commit}^{{commit}}", ok=(0, 1, 128))[0] == 0
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
@@ -286,14 +277,14 @@ class Mirror:
             self._set_aside(planted)
         if not (self.path / "HEAD").is_file():
             self.path.mkdir(parents=True, exist_ok=True)
-            self._git("init", "--bare", "--quiet", "--template=")  # no hooks, no samples
+            self.git("init", "--bare", "--quiet", "--template=")  # no hooks, no samples
             (self.path / "info").mkdir(exist_ok=True)
             (self.path / "info" / "attributes").write_bytes(_ATTRIBUTES)
             self._written().write_bytes((self.path / "config").read_bytes())
             self.hooks.mkdir(exist_ok=True)
         url, env = split_credentials(self.url)
         every_branch = "+refs/heads/*:refs/heads/*"
-        self._git(*_FETCH, "--", url, every_branch, timeout=self.timeout, extra_env=env)
+        self.git(*_FETCH, "--", url, every_branch, timeout=self.timeout, extra_env=env)
 
     def _written(self) -> Path:
         """Beside the mirror: its config as git init wrote it, what the mirror's must match."""
@@ -344,19 +335,13 @@ class Mirror:
 
     def resolve(self, claim: str) -> list[str]:
         """Every commit of the mirror whose hash starts with ``claim`` (full hashes)."""
-        try:
-            listed = self._lines("rev-parse", "--disambiguate=" + claim, ok=(0, 1, 128))
-        except _NonZero:
-            return []
-        return [oid for oid in listed if self._git("cat-file", "-t", oid).strip() == "commit"]
+        code, listed = self.git("rev-parse", "--disambiguate=" + claim, ok=(0, 1, 128))
+        oids = listed.split() if code == 0 else []
+        return [oid for oid in oids if self.out("cat-file", "-t", oid).strip() == "commit"]
 
     def branches(self) -> list[str]:
         """The mirror's branches (the remote's, as of the last fetch)."""
-        return self._lines("for-each-ref", "--format=%(refname:short)", "refs/heads/")
-
-    def reachable(self, commit: str, branch: str) -> bool:
-        """Whether ``commit`` is ``branch``'s tip or one of its ancestors."""
-        return self._exit("merge-base", "--is-ancestor", commit, f"refs/heads/{branch}") == 0
+        return self.out("for-each-ref", "--format=%(refname:short)", "refs/heads/").split()
 
     # -- a task's claim ----------------------------------------------------------------------
 
@@ -379,7 +364,7 @@ class Mirror:
         return self._tips()
 
     def _tips(self) -> dict[str, str]:
-        out = self._git("for-each-ref", "--format=%(refname:short) %(objectname)", "refs/heads/")
+        out = self.out("for-each-ref", "--format=%(refname:short) %(objectname)", "refs/heads/")
         pairs = (line.split() for line in out.splitlines() if line.strip())
         return {p[0]: p[1] for p in pairs if len(p) == 2}
 
@@ -434,19 +419,19 @@ class Mirror:
                     reason=f"claimed commit {claim} is ambiguous: "
                     f"{len(found)} commits of origin start with it",
                 )
-            if not found or not any(self.reachable(found[0], h) for h in heads):
+            if not found or not any(self.is_ancestor(found[0], f"refs/heads/{h}") for h in heads):
                 return Check("missing", reason=f"claimed commit {short(claim)} is not on {where}")
             if found[0] not in commits:
                 commits.append(found[0])
         based = bool(base) and self.resolve(base or "") == [base]
-        new = [c for c in commits if not (based and self._is_ancestor(c, base or ""))]
+        new = [c for c in commits if not (based and self.is_ancestor(c, base or ""))]
         if not new:
             return Check(
                 "old",
                 reason=f"claimed commit {short(commits[-1])} was already on {where} when "
                 f"the task was sent (base {short(base or '')}): not new work",
             )
-        tops = self._lines("merge-base", "--independent", *new)
+        tops = self.out("merge-base", "--independent", *new).split()
         if len(tops) != 1:
             named = ", ".join(short(t) for t in tops)
             return Check(
@@ -457,7 +442,7 @@ class Mirror:
         top = tops[0]
         span = tuple(new)
         if based:
-            listed = self._lines("rev-list", f"--max-count={MAX_RANGE + 1}", top, f"^{base}")
+            listed = self.out("rev-list", f"--max-count={MAX_RANGE + 1}", top, f"^{base}").split()
             if len(listed) > MAX_RANGE:
                 return Check(
                     "too_many",
@@ -469,7 +454,9 @@ class Mirror:
         if locked:
             changed = set(self._paths(*span))
             if based:
-                changed.update(self._diff(f"{base}...{top}"))
+                span_diff = ("diff", "-z", "--name-only", "--no-renames", f"{base}...{top}", "--")
+                diff = self.out(*span_diff)
+                changed.update(p for p in diff.split("\0") if p)
             hit = locked_paths(sorted(changed), locked)
             if hit:
                 culprit = next((c for c in span if locked_paths(self._paths(c), locked)), top)
@@ -484,21 +471,10 @@ class Mirror:
                 )
         return Check("verified", commit=top, new=span, claimed=tuple(new), base_known=based)
 
-    def _is_ancestor(self, commit: str, of: str) -> bool:
-        return self._exit("merge-base", "--is-ancestor", commit, of) == 0
-
-    def _lines(self, *args: str, ok: Sequence[int] = (0,)) -> list[str]:
-        return [line.strip() for line in self._git(*args, ok=ok).splitlines() if line.strip()]
-
     def _paths(self, *commits: str) -> list[str]:
         """Every path the ``commits``' own changes touch, exactly as named (``-z``: never
         quoted); a merge's own change is what differs from every parent (``-c``)."""
-        return [p for p in self._git(*_CHANGED, "--format=", *commits, "--").split("\0") if p]
-
-    def _diff(self, span: str) -> list[str]:
-        """Every path the diff of ``span`` touches, exactly as named."""
-        out = self._git("diff", "-z", "--name-only", "--no-renames", span, "--")
-        return [p for p in out.split("\0") if p]
+        return [p for p in self.out(*_CHANGED, "--format=", *commits, "--").split("\0") if p]
 
     # -- the project's check -----------------------------------------------------------------
 
@@ -516,7 +492,7 @@ class Mirror:
                 self._refuse_planted()
                 # git's own checkout writes the files: no path outside the copy, none through
                 # a link; the index it needs stays outside the copy too.
-                self._git(
+                self.git(
                     "read-tree", "--reset", "-u", commit,
                     timeout=max(self.timeout, _LOCAL_TIMEOUT),
                     extra_env={"GIT_WORK_TREE": str(copy), "GIT_INDEX_FILE": str(folder / "index")},
@@ -539,11 +515,3 @@ def _read(path: Path) -> bytes | None:
 def _shown(path: str) -> str:
     """A path in a one-line reason: as it is, or quoted with escapes when it holds controls."""
     return path if path.isprintable() else json.dumps(path, ensure_ascii=False)
-
-
-class _NonZero(Exception):
-    """A git exit the caller allowed (``ok``) other than 0."""
-
-    def __init__(self, code: int) -> None:
-        super().__init__(code)
-        self.code = code

@@ -660,10 +660,10 @@ def test_no_git_command_runs_a_hook_or_an_fsmonitor_of_the_mirror(
     sha = git(origin.bare, "rev-parse", "refs/heads/main")
     work = tmp_path / "wt"
     work.mkdir()
-    m._git("update-ref", "refs/heads/planted", sha)  # reference-transaction
-    m._git("--work-tree", str(work), "read-tree", "-u", "--reset", sha,
+    m.git("update-ref", "refs/heads/planted", sha)  # reference-transaction
+    m.git("--work-tree", str(work), "read-tree", "-u", "--reset", sha,
            extra_env={"GIT_INDEX_FILE": str(tmp_path / "index")})
-    m._git("--work-tree", str(work), "status", "--porcelain",
+    m.git("--work-tree", str(work), "status", "--porcelain",
            extra_env={"GIT_INDEX_FILE": str(tmp_path / "index")})  # fsmonitor
     assert not marker.exists()
     # Plain git, as the hub ran it before, runs them: the plant works.
