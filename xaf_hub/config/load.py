@@ -138,6 +138,7 @@ _model_ids = each(_model_id)
 
 def _time_zone(r: _Reader, name: str, tz: str) -> str:
     if tz != "local":
+        # deferred: start-up, docs/performance.md
         from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
         try:

@@ -15,19 +15,17 @@ import threading
 from collections.abc import Callable, Mapping
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 from xaf_hub.config.load import Config
 from xaf_hub.core.clock import resolve_timezone
 from xaf_hub.errors import HubError
 from xaf_hub.store.backlog import Backlog
 from xaf_hub.store.fence import Fence
-from xaf_hub.store.gate import FileGate, Gate
+from xaf_hub.store.gate import FileGate, Gate, host_name
+from xaf_hub.store.model_state import FileModelState, ModelState
+from xaf_hub.store.patrol_state import RunMemory
 from xaf_hub.store.pool import TaskPool, utc_now
-
-if TYPE_CHECKING:
-    from xaf_hub.store.model_state import ModelState
-    from xaf_hub.store.patrol_state import RunMemory
 
 
 def shares_decisions(cfg: Config) -> bool:
@@ -91,6 +89,7 @@ class Stores:
         """The context's one Redis client for ``lock.redis_url`` (connected on first use)."""
         with self._open:
             if self._client is None:
+                # deferred: the redis extra loads only when configured, see docs/performance.md
                 from xaf_hub.store.redis.client import connect
 
                 client = connect(self.cfg.lock)
@@ -106,6 +105,7 @@ class Stores:
         """
         cfg = self.cfg
         if cfg.lock.backend == "redis":
+            # deferred: the redis extra loads only when configured, see docs/performance.md
             from xaf_hub.store.redis.gate import RedisGate
 
             return RedisGate(cfg.lock, self.redis(), fence=fence)
@@ -114,10 +114,6 @@ class Stores:
     def model_state(self, fence: Fence | None = None) -> ModelState:
         """The model state ``models.state_backend`` asks for (blackouts, healed failures): the
         file here, or Redis for every host. ``fence`` guards Redis writes."""
-        from xaf_hub.store.model_state import (
-            FileModelState,  # deferred: start-up, docs/performance.md
-        )
-
         cfg = self.cfg
         policy = (
             cfg.models.blackout_reset_hour,
@@ -126,6 +122,7 @@ class Stores:
         )
         timeout = cfg.lock.lock_timeout_seconds
         if cfg.models.state_backend == "redis":
+            # deferred: the redis extra loads only when configured, see docs/performance.md
             from xaf_hub.store.redis.model_state import RedisModelState
 
             return RedisModelState(
@@ -141,6 +138,7 @@ class Stores:
         timeout = cfg.lock.lock_timeout_seconds
         now = clock or utc_now
         if cfg.pool.backend == "redis":
+            # deferred: the redis extra loads only when configured, see docs/performance.md
             from xaf_hub.store.redis.pool import RedisBacklog
 
             return RedisBacklog(
@@ -155,11 +153,10 @@ class Stores:
         StateFileError when damaged; UnreachableError when Redis cannot be asked.
         """
         if uses_lease(self.cfg):
+            # deferred: the redis extra loads only when configured, see docs/performance.md
             from xaf_hub.store.redis.runs import RedisRunMemory
 
             return RedisRunMemory.open(self.redis(), self.cfg.lock.redis_prefix, fence)
-        from xaf_hub.store.patrol_state import RunMemory  # deferred: start-up, docs/performance.md
-
         return RunMemory.load(folder)
 
     def record_interrupt(
@@ -171,6 +168,7 @@ class Stores:
         UnreachableError when Redis cannot be reached: the audit line here holds."""
         if not shares_decisions(self.cfg):
             return
+        # deferred: the redis extra loads only when configured, see docs/performance.md
         from xaf_hub.store.redis.interrupts import record_interrupt
 
         record_interrupt(
@@ -182,6 +180,7 @@ class Stores:
         when Redis cannot be asked (the caller must not act as if there were none)."""
         if not shares_decisions(self.cfg):
             return {}
+        # deferred: the redis extra loads only when configured, see docs/performance.md
         from xaf_hub.store.redis.interrupts import read_interrupts
 
         return read_interrupts(self.redis(), self.cfg.lock.redis_prefix)
@@ -191,6 +190,7 @@ class Stores:
         (``store.redis.seen``); None when one host runs the patrol (its outbox is enough)."""
         if not uses_lease(self.cfg):
             return None
+        # deferred: the redis extra loads only when configured, see docs/performance.md
         from xaf_hub.store.redis.seen import claimer
 
         return claimer(self.redis(), self.cfg.lock.redis_prefix)
@@ -200,7 +200,7 @@ class Stores:
         stores are there (``shares_decisions``); nothing otherwise (the state folder's files
         are the board)."""
         if shares_decisions(self.cfg):
-            from xaf_hub.store.gate import host_name
+            # deferred: the redis extra loads only when configured, see docs/performance.md
             from xaf_hub.store.redis.board import publish
 
             publish(self.redis(), self.cfg.lock.redis_prefix, writer, host_name(), text,
@@ -211,6 +211,7 @@ class Stores:
         whole board of a writer that put none; [] when the stores are files)."""
         if not shares_decisions(self.cfg):
             return []
+        # deferred: the redis extra loads only when configured, see docs/performance.md
         from xaf_hub.store.redis.board import boards
 
         return boards(self.redis(), self.cfg.lock.redis_prefix, summary)
@@ -225,6 +226,7 @@ class Stores:
         cfg = self.cfg
         if not uses_lease(cfg):
             return None
+        # deferred: the redis extra loads only when configured, see docs/performance.md
         from xaf_hub.store.redis.lease import host_of, known_daemons, lease_token, member_of
 
         try:

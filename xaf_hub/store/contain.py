@@ -94,7 +94,7 @@ def kill_tree(pid: int) -> None:
 
 def kill_family(pid: int) -> None:
     """Kill ``pid`` and its descendants as psutil finds them (any OS; Windows' way)."""
-    import psutil
+    import psutil  # deferred: start-up, docs/performance.md
 
     try:
         root = psutil.Process(pid)
@@ -112,7 +112,7 @@ def kill_family(pid: int) -> None:
 def new_folder(state_dir: Path) -> Path:
     """A fresh folder for one check under ``<state>/checks`` (its copy goes in ``repo``),
     named after this process; first the folders of processes that are gone are removed."""
-    import psutil
+    import psutil  # deferred: start-up, docs/performance.md
 
     checks = state_dir / "checks"
     checks.mkdir(parents=True, exist_ok=True, mode=0o700)

@@ -32,7 +32,8 @@ def safe_name(instance: str) -> str:
 
 def pid_alive(pid: int) -> bool:
     """True when a process with ``pid`` exists (portable: never signals it)."""
-    import psutil  # Windows' os.kill(pid, 0) would terminate the process, so ask psutil.
+    # Windows' os.kill(pid, 0) would terminate the process, so ask psutil.
+    import psutil  # deferred: start-up, docs/performance.md
 
     try:
         return bool(psutil.pid_exists(pid))

@@ -86,7 +86,8 @@ def read_json(path: Path, *, what: str) -> Any:
 @contextlib.contextmanager
 def file_lock(lock_path: Path, timeout: float, *, what: str = "lock") -> Iterator[None]:
     """Hold an exclusive lock on ``lock_path``, polling up to ``timeout`` s, else LockBusy."""
-    import portalocker  # lazy: it pulls in redis when that is installed (docs/performance.md)
+    # deferred: it pulls in redis when that is installed, see docs/performance.md
+    import portalocker
 
     lock_path.parent.mkdir(parents=True, exist_ok=True)
     deadline = time.monotonic() + max(timeout, 0.0)
