@@ -23,7 +23,7 @@ from xaf_hub.errors import HubError
 from xaf_hub.store.backlog import Backlog
 from xaf_hub.store.fence import Fence
 from xaf_hub.store.gate import FileGate, Gate, host_name
-from xaf_hub.store.model_state import FileModelState, ModelState
+from xaf_hub.store.model_state import MODEL_STATE_FILE, FileModelState, ModelState
 from xaf_hub.store.patrol_state import RunMemory
 from xaf_hub.store.pool import TaskPool, utc_now
 
@@ -128,7 +128,7 @@ class Stores:
             return RedisModelState(
                 self.redis(), cfg.lock.redis_prefix, *policy, lock_timeout=timeout, fence=fence
             )
-        return FileModelState(cfg.state_dir / ".model_state.json", *policy, lock_timeout=timeout)
+        return FileModelState(cfg.state_dir / MODEL_STATE_FILE, *policy, lock_timeout=timeout)
 
     def pool(
         self, clock: Callable[[], datetime] | None = None, fence: Fence | None = None

@@ -1,5 +1,4 @@
-"""Model policy: error signals (``classify_error``), blackout families and the reset clock, the
-``ModelState`` store (``mark_blackout`` its one writer of blackouts, ``remember_healed`` the
+"""Model policy: blackout families and the reset clock, the ``ModelState`` store (``mark_blackout`` its one writer of blackouts, ``remember_healed`` the
 memory behind "never heal twice") and model resolution (docs/architecture.md §7).
 """
 
@@ -16,24 +15,6 @@ from xaf_hub.core.clock import next_reset, to_ms
 from xaf_hub.errors import StateFileError
 from xaf_hub.store.statefile import read_json, update_json
 
-__all__ = [
-    "DEFAULT_BLACKOUT_FAMILIES",
-    "REST_SCOPES",
-    "REST_WHYS",
-    "WHY_WORDS",
-    "HEALED_RETENTION",
-    "HEAL_PREFIX",
-    "MODEL_STATE_FILE",
-    "SCHEMA_VERSION",
-    "Blackout",
-    "Healed",
-    "HealedSession",
-    "ModelState",
-    "family_of",
-    "next_model_in_chain",
-    "resolve_dispatch_model",
-]
-
 _T = TypeVar("_T")
 
 
@@ -44,10 +25,6 @@ HEAL_PREFIX = "heal:"  # healed-memory keys of heals (resumes have their own)
 DEFAULT_BLACKOUT_FAMILIES: Mapping[str, Sequence[str]] = {"opencode": ("opencode/", "opencode-go/")}
 
 _WHAT = "model state"
-
-# ---------------------------------------------------------------------------------------------
-# Signals
-
 
 # ---------------------------------------------------------------------------------------------
 # Families, time zones and the reset clock
