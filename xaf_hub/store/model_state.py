@@ -1,5 +1,6 @@
-"""Model policy: blackout families and the reset clock, the ``ModelState`` store (``mark_blackout`` its one writer of blackouts, ``remember_healed`` the
-memory behind "never heal twice") and model resolution (docs/architecture.md §7).
+"""Model policy: blackout families and the reset clock, the ``ModelState`` store
+(``mark_blackout`` its one writer of blackouts, ``remember_healed`` the memory behind "never
+heal twice") and model resolution (docs/architecture.md §7).
 """
 
 from __future__ import annotations
