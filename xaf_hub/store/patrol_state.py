@@ -75,13 +75,20 @@ def clear_paused(folder: Path) -> bool:
     return True
 
 
+def _document(path: Path, what: str) -> dict[str, Any] | None:
+    """The JSON object in ``path``; None when there is none (StateFileError when damaged)."""
+    try:
+        doc = read_json(path, what=what)
+    except FileNotFoundError:
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
 def heartbeat(folder: Path) -> dict[str, Any] | None:
     """The daemon heartbeat, or None when no daemon ever ran."""
-    try:
-        data = read_json(folder / HEARTBEAT_FILE, what="patrol heartbeat")
-    except (FileNotFoundError, StateFileError):
-        return None
-    return data if isinstance(data, dict) else None
+    with contextlib.suppress(StateFileError):
+        return _document(folder / HEARTBEAT_FILE, "patrol heartbeat")
+    return None
 
 
 def daemon_alive(beat: dict[str, Any] | None) -> bool:
@@ -123,12 +130,11 @@ def daemon_lock(folder: Path, now: datetime) -> Iterator[None]:
 
 def _running_daemon(folder: Path) -> str:
     """The refusal of a second daemon, naming the first one from ``daemon.pid``."""
-    try:
-        doc = read_json(folder / DAEMON_PID, what="patrol daemon pid file")
-    except (FileNotFoundError, StateFileError):
-        doc = None
-    pid = doc.get("pid") if isinstance(doc, dict) else None
-    if isinstance(pid, int) and isinstance(doc, dict):
+    doc = None
+    with contextlib.suppress(StateFileError):
+        doc = _document(folder / DAEMON_PID, "patrol daemon pid file")
+    pid = doc.get("pid") if doc is not None else None
+    if isinstance(pid, int) and doc is not None:
         host, since = doc.get("host"), doc.get("started_at")
         elsewhere = isinstance(host, str) and host and host != socket.gethostname()
         who = f"pid {pid}" + (f" on {host}" if elsewhere else "")
@@ -144,11 +150,7 @@ def _running_daemon(folder: Path) -> str:
 
 def latest_report(folder: Path) -> dict[str, Any] | None:
     """The newest report document, or None when no cycle has run yet."""
-    try:
-        doc = read_json(folder / f"{LATEST}.json", what="patrol report")
-    except FileNotFoundError:
-        return None
-    return doc if isinstance(doc, dict) else None
+    return _document(folder / f"{LATEST}.json", "patrol report")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -189,9 +191,8 @@ class RunMemory:
         self.path = path
         self.where = str(path)  # what messages name: the file, or the Redis key
         self._entries = entries
-        self._changed = False
-        # Since the last save: entries written or changed, entries dropped (for backends that
-        # write entry by entry; the file is written whole).
+        # Since the last save: entries written or changed, entries dropped (the Redis store
+        # writes entry by entry; the file is written whole, when either holds one).
         self._dirty: set[tuple[str, str]] = set()
         self._gone: set[tuple[str, str]] = set()
 
@@ -225,13 +226,11 @@ class RunMemory:
             self._entries[key] = seen
             self._dirty.add(key)
             self._gone.discard(key)
-            self._changed = True
 
     def _drop(self, key: tuple[str, str]) -> None:
         if self._entries.pop(key, None) is not None:
             self._dirty.discard(key)
             self._gone.add(key)
-            self._changed = True
 
     def forget(self, keys: Iterable[tuple[str, str]]) -> None:
         """Drop sessions (e.g. prompted this round: their next read must not be skipped)."""
@@ -247,10 +246,9 @@ class RunMemory:
 
     def save(self) -> None:
         """Write the memory when it changed (atomically; a failed write keeps the changes)."""
-        if not self._changed:
+        if not (self._dirty or self._gone):
             return
         self._write()
-        self._changed = False
         self._dirty.clear()
         self._gone.clear()
 
