@@ -37,11 +37,7 @@ class Backlog(TaskPool):
 
     def load(self) -> BacklogData:
         """Read the pool; a missing file is an empty pool, a corrupt one raises StateFileError."""
-        try:
-            raw = read_json(self.path, what=WHAT)
-        except FileNotFoundError:
-            return BacklogData()
-        return BacklogData.from_json(raw, path=self.path)
+        return BacklogData.from_json(read_json(self.path, what=WHAT, missing=dict), path=self.path)
 
     def stamp(self) -> object:
         """The file's identity, time and size (None while absent): each write replaces it."""

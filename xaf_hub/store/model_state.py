@@ -319,10 +319,7 @@ class FileModelState(ModelState):
 
     def _read(self) -> dict[str, Any]:
         # No lock needed: writers replace the file in one step, so a reader sees old or new.
-        try:
-            return self._check(read_json(self.path, what=_WHAT))
-        except FileNotFoundError:
-            return default_state()
+        return self._check(read_json(self.path, what=_WHAT, missing=default_state))
 
     def _update(self, mutate: Callable[[dict[str, Any]], _T]) -> _T:
         def checked(data: Any) -> _T:

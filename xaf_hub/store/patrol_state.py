@@ -30,6 +30,7 @@ RUNS_FILE = "last-runs.json"
 RUNS_SCHEMA = 1
 _RUNS_WHAT = "patrol last-runs memory"
 _RUN_STATES = ("busy", "retry", "idle")
+_NO_RUNS = {"schema_version": RUNS_SCHEMA, "instances": {}}  # the memory before any round
 
 
 def patrol_dir(cfg: Config) -> Path:
@@ -77,10 +78,7 @@ def clear_paused(folder: Path) -> bool:
 
 def _document(path: Path, what: str) -> dict[str, Any] | None:
     """The JSON object in ``path``; None when there is none (StateFileError when damaged)."""
-    try:
-        doc = read_json(path, what=what)
-    except FileNotFoundError:
-        return None
+    doc = read_json(path, what=what, missing=lambda: None)
     return doc if isinstance(doc, dict) else None
 
 
@@ -200,10 +198,7 @@ class RunMemory:
     def load(cls, folder: Path) -> RunMemory:
         """The memory in ``folder`` (empty when there is none); StateFileError when damaged."""
         path = folder / RUNS_FILE
-        try:
-            doc = read_json(path, what=_RUNS_WHAT)
-        except FileNotFoundError:
-            return cls(path, {})
+        doc = read_json(path, what=_RUNS_WHAT, missing=lambda: {**_NO_RUNS})
         return cls(path, _parse_runs(path, doc))
 
     def __len__(self) -> int:

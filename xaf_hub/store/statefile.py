@@ -72,12 +72,15 @@ def write_json_atomic(path: Path, data: Any, *, private: bool = True) -> None:
     write_text_atomic(path, json.dumps(data, ensure_ascii=False, indent=2) + "\n", private=private)
 
 
-def read_json(path: Path, *, what: str) -> Any:
-    """Parse a JSON state file; a corrupt one raises StateFileError naming file and position."""
+def read_json(path: Path, *, what: str, missing: Callable[[], Any] | None = None) -> Any:
+    """Parse a JSON state file; a corrupt one raises StateFileError naming file and position,
+    an absent one FileNotFoundError, or is ``missing()`` when given."""
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
-        raise
+        if missing is None:
+            raise
+        return missing()
     except OSError as exc:
         raise StateFileError(f"{what} {path}: cannot read: {exc.strerror or exc}") from None
     return parse_json(raw, lambda problem, _: StateFileError(f"{what} {path}: {problem}"), nul=True)
@@ -126,10 +129,7 @@ def update_json(
         # Every writer of this file holds this lock, so any temp file of it is a dead
         # writer's half-written leftover (SIGKILL mid-write): clear it.
         sweep_temp_files(path)
-        try:
-            data = read_json(path, what=what)
-        except FileNotFoundError:
-            data = default()
+        data = read_json(path, what=what, missing=default)
         before = json.dumps(data, sort_keys=True, ensure_ascii=False)
         result = mutate(data)
         if json.dumps(data, sort_keys=True, ensure_ascii=False) != before or not path.exists():
