@@ -119,7 +119,7 @@ def _folder(r: _Reader, name: str, path: str) -> str:
 
 
 def _absolute_path(r: _Reader, name: str, path: str) -> str:
-    if path and not _is_absolute(path):
+    if path and not _ABSOLUTE.match(path):
         raise r.fail(name, f"must be an absolute path, got {path!r}", "relative_path")
     return _folder(r, name, path)
 
@@ -647,10 +647,6 @@ def find_config(explicit: str | None, env: Mapping[str, str], cwd: Path) -> Path
         "run `xaf-hub init` to write a starter config.json",
         "no_config",
     )
-
-
-def _is_absolute(path: str) -> bool:
-    return bool(_ABSOLUTE.match(path))
 
 
 def load_config(

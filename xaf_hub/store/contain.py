@@ -51,10 +51,7 @@ _CHECK_ENV = (
     "SYSTEMROOT", "COMSPEC", "PATHEXT",
 )
 # A child in a process group of its own: a new session on POSIX, a new group on Windows.
-if sys.platform == "win32":
-    NEW_GROUP = subprocess.CREATE_NEW_PROCESS_GROUP
-else:
-    NEW_GROUP = 0
+NEW_GROUP: int = getattr(subprocess, "CREATE_NEW_PROCESS_GROUP", 0)
 
 
 @dataclass(frozen=True)

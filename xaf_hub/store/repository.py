@@ -106,7 +106,8 @@ def split_credentials(url: str) -> tuple[str, dict[str, str]]:
     host = parts.netloc.rsplit("@", 1)[1]
     bare = urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment))
     user, password = unquote(parts.username or ""), unquote(parts.password or "")
-    first = _config_count()
+    raw = os.environ.get("GIT_CONFIG_COUNT", "0")  # entries the hub's environment holds
+    first = int(raw) if raw.isdigit() else 0
     env = {
         "XAF_HUB_GIT_USERNAME": user,
         "XAF_HUB_GIT_PASSWORD": password,
@@ -138,12 +139,6 @@ def origin_of(folder: Path) -> tuple[str, bool]:
     url = done.stdout.decode("utf-8", "replace").strip() if done.returncode == 0 else ""
     bare, _ = split_credentials(url)
     return bare, bare != url
-
-
-def _config_count() -> int:
-    """How many ``GIT_CONFIG_*`` entries the hub's own environment already holds."""
-    raw = os.environ.get("GIT_CONFIG_COUNT", "0")
-    return int(raw) if raw.isdigit() else 0
 
 
 def remote_name(branches: Sequence[str]) -> str:
