@@ -55,13 +55,6 @@ class Reader:
             raise self.fail(name, problem)
         return value
 
-    def num(self, name: str, default: float, *, minimum: float = 0.0, integer: bool = False) -> Any:
-        types: tuple[type, ...] = (int,) if integer else (int, float)
-        value = self.get(name, types, default)
-        if not value >= minimum:  # NaN too (JSON's NaN reads as a float)
-            raise self.fail(name, f"must be at least {minimum:g}, got {value}")
-        return value
-
     def strings(self, name: str, default: tuple[str, ...] = ()) -> tuple[str, ...]:
         value = self.get(name, (list,), None)
         if value is None:
@@ -117,7 +110,9 @@ class Setting:
     def read(self, r: Reader, key: str, kind: str, default: Any) -> Any:
         """The value of ``key`` in ``r`` as a ``kind`` (the field's annotation), or ``default``."""
         if kind in ("int", "float"):
-            value = r.num(key, default, minimum=self.minimum, integer=kind == "int")
+            value = r.get(key, (int,) if kind == "int" else (int, float), default)
+            if not value >= self.minimum:  # NaN too (JSON's NaN reads as a float)
+                raise r.fail(key, f"must be at least {self.minimum:g}, got {value}")
             if self.maximum is not None and value > self.maximum:
                 raise r.fail(key, f"must be {self.minimum:g}..{self.maximum:g}, got {value}")
             value = float(value) if kind == "float" else value

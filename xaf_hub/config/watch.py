@@ -7,6 +7,7 @@ used (``problem`` says why); ``RESTART_KEYS`` keep their old value until a resta
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
@@ -28,10 +29,8 @@ Polled = Literal["unchanged", "loaded", "same", "refused"]
 
 
 def _value(cfg: Config, key: str) -> object:
-    obj: object = cfg
-    for part in key.split("."):
-        obj = getattr(obj, part)
-    return obj
+    """The value of the dotted ``key`` in ``cfg``."""
+    return functools.reduce(getattr, key.split("."), cfg)
 
 
 def _put(obj: Any, key: str, value: object) -> Any:
