@@ -129,6 +129,8 @@ async def _scan_into(
             f"{inst.name}: run state unknown ({result.run_state_unknown}); its project "
             "sessions count as running and it takes no new work"
         )
+        # No run is known to wait either: `waiting` names the instance as unread, not empty.
+        result.waiting_unknown = f"run state unknown ({result.run_state_unknown})"
     known = {s.id for s in sessions}
     for sid in statuses:
         if sid in known:

@@ -56,7 +56,8 @@ class Server:
     permissions: list[dict[str, Any]] = field(default_factory=list)
     questions: list[dict[str, Any]] = field(default_factory=list)
     replies: list[tuple[str, Any]] = field(default_factory=list)
-    broken: str = ""  # a route that answers 500
+    broken: str = ""  # a route that answers ``broken_status``
+    broken_status: int = 500
     # Runs once the scan listed the requests (an answer racing the command's look-up).
     on_list: Any = None
     listed: int = 0
@@ -64,7 +65,7 @@ class Server:
     def route(self, req: httpx.Request) -> httpx.Response:
         path = req.url.path
         if path == self.broken:
-            return httpx.Response(500, text="boom")
+            return httpx.Response(self.broken_status, text="boom")
         if path == "/global/health":
             return httpx.Response(200, json={"healthy": True, "version": "1.18.33"})
         directory = req.url.params.get("directory")
