@@ -34,7 +34,7 @@ import threading
 import time
 import traceback
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -123,6 +123,29 @@ class Pending:
     server: str
     first: float
     last: float
+    ended: bool = False  # listed since with its session idle: this stretch is over
+
+
+def note_listing(pending: dict[tuple[str, int], Pending], server: str,
+                 listed: Iterable[Mapping[str, Any]], busy: set[str], asked: float,
+                 seen: float) -> None:
+    """Record one folder's listing, asked at ``asked`` and returned at ``seen``, in ``pending``:
+    one entry per request and stretch of its session being busy. opencode keeps listing a
+    request after its run ended (the session idle); a later run of that session does not wait
+    on it, so a stretch ends at the first listing with the session idle and the next busy one
+    starts another (a view may rightly leave the request out in between)."""
+    for q in listed:
+        rid = str(q["id"])
+        stretch = max((k for r, k in pending if r == rid), default=0)
+        current = pending.get((rid, stretch))
+        if q["sessionID"] not in busy:
+            if current is not None and not current.ended:
+                current.ended = True
+            continue
+        if current is None or current.ended:
+            stretch += current is not None
+            current = pending[(rid, stretch)] = Pending(rid, q["sessionID"], server, seen, asked)
+        current.last = max(current.last, asked)
 
 
 @dataclass(frozen=True)
@@ -228,7 +251,8 @@ class Soak:
         self.lock = threading.Lock()
         self.skipped: dict[str, str] = {}
         self.folders: dict[str, set[str]] = {n: set() for n in NAMES}  # where sessions are
-        self.pending: dict[str, Pending] = {}  # request id -> when seen pending
+        # (request id, stretch) -> when seen pending with its session busy (note_listing)
+        self.pending: dict[tuple[str, int], Pending] = {}
         self.answers: list[Answer] = []  # `waiting --json` answers not judged yet
         self.troubled: list[tuple[str, float, float]] = []  # (server, from, to): down, slow
 
@@ -591,11 +615,8 @@ class Soak:
                             status = c.get(url + "/session/status", params={"directory": d},
                                            headers=auth).json() if listed else {}
                             busy = {k for k, v in status.items() if v["type"] in ("busy", "retry")}
-                            for q in listed:  # a run waits, and holds its slot, while busy
-                                if q["sessionID"] in busy:
-                                    r = self.pending.setdefault(str(q["id"]), Pending(
-                                        str(q["id"]), q["sessionID"], name, self.now(), asked))
-                                    r.last = max(r.last, asked)
+                            # A run waits, and holds its slot, while its session is busy.
+                            note_listing(self.pending, name, listed, busy, asked, self.now())
                         except (httpx.HTTPError, ValueError, KeyError, TypeError, AttributeError):
                             continue
                 with self.lock:
@@ -610,7 +631,7 @@ class Soak:
                         f"t+{r.first:.1f}s to t+{r.last:.1f}s, not in the `waiting --json` "
                         f"answer asked t+{a.start:.1f}s, answered t+{a.end:.1f}s")
                 self.checks.figures["waiting answers"] += len(due)
-                self.checks.figures["requests pending seen"] = len(self.pending)
+                self.checks.figures["requests pending seen"] = len({r for r, _ in self.pending})
                 self.checks.figures["requests judged"] = len(judged)
 
     def poll_views(self) -> None:
