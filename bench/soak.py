@@ -127,25 +127,35 @@ class Pending:
 
 
 def note_listing(pending: dict[tuple[str, int], Pending], server: str,
-                 listed: Iterable[Mapping[str, Any]], busy: set[str], asked: float,
+                 listed: Iterable[Mapping[str, Any]], waits: set[str], asked: float,
                  seen: float) -> None:
     """Record one folder's listing, asked at ``asked`` and returned at ``seen``, in ``pending``:
-    one entry per request and stretch of its session being busy. opencode keeps listing a
-    request after its run ended (the session idle); a later run of that session does not wait
-    on it, so a stretch ends at the first listing with the session idle and the next busy one
-    starts another (a view may rightly leave the request out in between)."""
+    one entry per request and stretch of a run waiting on it (``waits``: the requests whose
+    session is busy with the request's tool call still running). opencode keeps listing a
+    request after its run ended; a later run of that session does not wait on it, so a stretch
+    ends at the first listing where it is not waited on, and a view may rightly leave it out
+    from then on."""
     for q in listed:
         rid = str(q["id"])
         stretch = max((k for r, k in pending if r == rid), default=0)
         current = pending.get((rid, stretch))
-        if q["sessionID"] not in busy:
-            if current is not None and not current.ended:
+        if rid not in waits:
+            if current is not None:
                 current.ended = True
             continue
         if current is None or current.ended:
             stretch += current is not None
             current = pending[(rid, stretch)] = Pending(rid, q["sessionID"], server, seen, asked)
         current.last = max(current.last, asked)
+
+
+def call_runs(messages: list[dict[str, Any]], request: Mapping[str, Any]) -> bool:
+    """Whether the tool call a request was asked from still runs in a session's newest
+    messages (a request with no call id: assumed so)."""
+    call = (request.get("tool") or {}).get("callID")
+    states = [p.get("state", {}).get("status") for m in messages for p in m.get("parts", ())
+              if call and p.get("callID") == call]
+    return not call or bool(states) and states[-1] in ("pending", "running")
 
 
 @dataclass(frozen=True)
@@ -615,8 +625,13 @@ class Soak:
                             status = c.get(url + "/session/status", params={"directory": d},
                                            headers=auth).json() if listed else {}
                             busy = {k for k, v in status.items() if v["type"] in ("busy", "retry")}
-                            # A run waits, and holds its slot, while its session is busy.
-                            note_listing(self.pending, name, listed, busy, asked, self.now())
+                            # A run waits, and holds its slot, while its session is busy and
+                            # the request's tool call runs.
+                            waits = {str(q["id"]) for q in listed if q["sessionID"] in busy
+                                     and call_runs(c.get(
+                                         f"{url}/session/{q['sessionID']}/message", headers=auth,
+                                         params={"directory": d, "limit": 3}).json(), q)}
+                            note_listing(self.pending, name, listed, waits, asked, self.now())
                         except (httpx.HTTPError, ValueError, KeyError, TypeError, AttributeError):
                             continue
                 with self.lock:
