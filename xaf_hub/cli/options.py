@@ -14,16 +14,7 @@ import functools
 import inspect
 import types
 from collections.abc import Mapping, Sequence
-from typing import (
-    Annotated,
-    Any,
-    Literal,
-    TypeVar,
-    Union,
-    get_args,
-    get_origin,
-    get_type_hints,
-)
+from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
 
 T = TypeVar("T")
 
@@ -178,7 +169,7 @@ class Opt:
     def tool_parameter(self) -> tuple[Any, Any]:
         """(annotation, default) of this option as an MCP tool parameter: pydantic's ``Field``
         carries the help and the limits, so the tool's JSON schema states them."""
-
+        # deferred: an optional dependency (the mcp extra), see docs/performance.md
         from pydantic import Field
 
         limits: dict[str, Any] = {"description": self.tool_help or self.help}

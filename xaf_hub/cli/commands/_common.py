@@ -115,8 +115,8 @@ def read_fleet(
     generated = fresh_scan.generated_at if fresh_scan is not None else None
     snap, scans = merged(instances, board, scanned, generated)
     if outcomes:
-        from xaf_hub.core import aio
-        from xaf_hub.fleet.scan import fill_outcomes
+        from xaf_hub.core import aio  # deferred: start-up, docs/performance.md
+        from xaf_hub.fleet.scan import fill_outcomes  # deferred: start-up, docs/performance.md
 
         aio.run(fill_outcomes(ctx.config, scans, ctx.transport_factory))
         snap, scans = merged(instances, board, scans, snap.generated_at)

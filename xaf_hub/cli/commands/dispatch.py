@@ -149,11 +149,8 @@ class Sent:
 def carry_out(ctx: Context, opts: Options) -> Planned | Sent | Queued:
     """Plan, then (unless a dry run) send through the gate; with ``queue`` a full fleet queues.
     Warnings go to ``ctx.warn``; a refusal is raised."""
-    from xaf_hub.ops.dispatch import (  # deferred: start-up, docs/performance.md
-        prepare,
-        project_for,
-        send_prepared,
-    )
+    # deferred: start-up, docs/performance.md
+    from xaf_hub.ops.dispatch import prepare, project_for, send_prepared
 
     order = order_from(opts)
     ctx.choose(project_for(ctx.whole, opts.project, opts.directory, opts.instance, str(ctx.cwd)))

@@ -199,6 +199,7 @@ def _redis(cfg: Config) -> list[Finding]:
     if not users:
         return []
     try:
+        # deferred: an optional dependency (the redis extra), see docs/performance.md
         from xaf_hub.store.redis import client as redis_client
 
         found = redis_client.probe(cfg.lock)

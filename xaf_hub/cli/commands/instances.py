@@ -5,12 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from xaf_hub.cli.commands._common import (
-    INSTANCE,
-    chosen_instances,
-    scan,
-    scan_said,
-)
+from xaf_hub.cli.commands._common import INSTANCE, chosen_instances, scan, scan_said
 from xaf_hub.cli.context import Context
 from xaf_hub.cli.options import Tables
 from xaf_hub.cli.termfit import state_color

@@ -29,7 +29,10 @@ from xaf_hub.cli.commands._common import scan
 from xaf_hub.cli.context import Context
 from xaf_hub.cli.options import flag, opt
 from xaf_hub.config.watch import ConfigState, ConfigWatch
+from xaf_hub.core import aio
 from xaf_hub.errors import UsageError
+from xaf_hub.fleet.scan import fill_outcomes
+from xaf_hub.page.notices import ChangeFeed, LiveFleet
 from xaf_hub.page.serve import (
     REFRESH_SECONDS,
     VIEWER_PASSWORD_ENV,
@@ -50,7 +53,6 @@ WATCH_SECONDS = 1.0  # how often serve looks whether its config was saved
 if TYPE_CHECKING:
     from xaf_hub.config.load import Config
     from xaf_hub.core.records import Snapshot
-    from xaf_hub.page.notices import ChangeFeed
 
 EXAMPLES = """\
 examples:
@@ -110,10 +112,7 @@ def run(ctx: Context) -> int:
     password = ctx.env.get(VIEWER_PASSWORD_ENV) or None
     check_exposure(opts.host, opts.public, password)
     # deferred: start-up, docs/performance.md
-    from xaf_hub.core import aio
-    from xaf_hub.fleet.scan import fill_outcomes
     from xaf_hub.ops.decisions import hub_stops, shown_outcomes
-    from xaf_hub.page.notices import LiveFleet
 
     ctx.see_every_project()
     cfg = ctx.config

@@ -7,13 +7,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
-from xaf_hub.cli.commands._common import (
-    FRESH,
-    INSTANCE,
-    chosen_instances,
-    read_fleet,
-    scan_said,
-)
+from xaf_hub.cli.commands._common import FRESH, INSTANCE, chosen_instances, read_fleet, scan_said
 from xaf_hub.cli.context import Context
 from xaf_hub.cli.options import Tables, flag, opt
 from xaf_hub.cli.termfit import state_color, tone_painter
@@ -100,6 +94,7 @@ def read(ctx: Context, opts: Options) -> Snapshot:
     snap, _ = read_fleet(ctx, chosen_instances(ctx, opts.instance), fresh=opts.fresh,
                          progress=True, outcomes=outcomes)
     if outcomes:
+        # deferred: start-up, docs/performance.md
         from xaf_hub.ops.decisions import hub_stops, shown_outcomes
 
         snap = shown_outcomes(snap, hub_stops(ctx.ops()))
