@@ -159,14 +159,8 @@ def _status(ctx: Context) -> int:
     failed: list[object] = []
     if report is not None:
         failed = [s.get("name") for s in report.get("steps", []) if s.get("status") == "failed"]
-        last = {
-            "started_at": report.get("started_at"),
-            "finished_at": report.get("finished_at"),
-            "result": report.get("result"),
-            "exit_code": report.get("exit_code"),
-            "failed_steps": failed,
-            "report": str(folder / f"{LATEST}.md"),
-        }
+        last = {**{k: report.get(k) for k in ("started_at", "finished_at", "result", "exit_code")},
+                "failed_steps": failed, "report": str(folder / f"{LATEST}.md")}
     doc: dict[str, object] = {"state": "paused" if paused is not None else "active",
                               "paused": paused, "last_cycle": last, "daemon": daemon}
     code = int(ExitCode.OK)
