@@ -112,16 +112,15 @@ def run(ctx: Context) -> int:
         raise UsageError(f"unsupported export format {Path(opts.out).suffix or opts.out!r}: "
                          "use a .json or .csv file name (or --html FILE for the page)")
     snap = read(ctx, opts)
-    if opts.out or opts.html or ctx.json:
-        if opts.out:
-            report.export(snap, Path(opts.out), redact=ctx.redact)
-            ctx.info(f"wrote {opts.out}")
-        if opts.html:
-            write_page(ctx, snap, Path(opts.html), opts.lang)
-            ctx.info(f"wrote {opts.html}")
-        if ctx.json:
-            ctx.answer(report.snapshot_document(snap))
-            return scan_said(ctx, snap)
+    if opts.out:
+        report.export(snap, Path(opts.out), redact=ctx.redact)
+        ctx.info(f"wrote {opts.out}")
+    if opts.html:
+        write_page(ctx, snap, Path(opts.html), opts.lang)
+        ctx.info(f"wrote {opts.html}")
+    if ctx.json:
+        ctx.answer(report.snapshot_document(snap))
+        return scan_said(ctx, snap)
     from xaf_hub.core.runstate import shown_state  # deferred: start-up, docs/performance.md
 
     rows_all = snap.project_sessions()
