@@ -41,10 +41,8 @@ def _fits(value: Any, hint: Any) -> bool:
             return False
         inner = [a for a in get_args(hint) if a is not Ellipsis]
         return not inner or all(_fits(v, inner[0]) for v in value)
-    if hint is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if hint is int:
-        return isinstance(value, int) and not isinstance(value, bool)
+    if hint in (int, float):  # an int is a float's value too; a bool is neither
+        return isinstance(value, (int, hint)) and not isinstance(value, bool)
     if isinstance(hint, type):
         return isinstance(value, hint)
     return True  # a hint this checker does not read (mypy still checks every use)
