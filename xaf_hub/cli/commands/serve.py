@@ -116,7 +116,6 @@ def run(ctx: Context) -> int:
 
     ctx.see_every_project()
     cfg = ctx.config
-    instances = list(cfg.instances)
     watch = ConfigWatch(cfg, ctx.env)
     # No request waits for a scan longer than one instance's scan deadline.
     feeds: list[ChangeFeed] = []  # the change feed, once a page follows (it says who is polled)
@@ -198,7 +197,7 @@ def run(ctx: Context) -> int:
         url = url_of(str(host), int(port))
         ctx.out(url, flush=True)  # stdout holds only the URL, for scripts
         login = " (log in with any user name and the viewer password)" if opts.public else ""
-        ctx.info(f"serving the overview of {len(instances)} instance(s) at {url}{login}; "
+        ctx.info(f"serving the overview of {len(cfg.instances)} instance(s) at {url}{login}; "
                  f"read-only, rescans at most every {opts.cache_seconds:g}s; Ctrl+C stops")
         if opts.host in ("0.0.0.0", "::"):
             ctx.info(f"colleagues open {url_of(socket.gethostname(), int(port))}")
@@ -212,8 +211,5 @@ def run(ctx: Context) -> int:
         watcher.join(timeout=30)  # a config change under way ends before the follower does
         sock.close()
         page.close()  # ends every open /api/events stream and the follower
-    if page.counts.in_flight:
-        ctx.info("stopped with requests still in flight")
-        return 0
-    ctx.info("stopped")
+    ctx.info("stopped with requests still in flight" if page.counts.in_flight else "stopped")
     return 0
