@@ -74,21 +74,6 @@ def refusal_class(error: BaseException) -> str:
 
 
 @dataclass(frozen=True)
-class Answer:
-    """A tool's result: the command's JSON document and one line an agent reads."""
-
-    document: dict[str, Any]
-    text: str
-
-
-class Refused(Exception):
-    """A tool call was refused; ``str()`` is the tool error an agent reads."""
-
-
-Values = dict[str, Any]
-
-
-@dataclass(frozen=True)
 class Tool:
     """One MCP tool, declared: its name (as the command's), what it does, the command's options
     record and the options of it the tool takes (``required`` there, though optional on the
@@ -134,9 +119,10 @@ class Hub:
             transport_factory=self.transport_factory,
         )
 
-    def answer(self, tool: Tool, values: Values, caller: str) -> Answer:
-        """Run the tool's call; its document as the result, or Refused with the reason's class.
-        Everything that leaves is redacted of every secret the run knows."""
+    def answer(self, tool: Tool, values: dict[str, Any], caller: str) -> CallToolResult:
+        """Run the tool's call: its document and its line as the result, or a ToolError that
+        starts with the reason's class. Everything that leaves is redacted of every secret the
+        run knows."""
         ctx = self.context(caller)
         try:
             if tool.view:  # as the project given, else as every project
@@ -146,13 +132,15 @@ class Hub:
             doc = ctx.named(tool.answer(ctx, record(tool.record, values)))
         except Exception as exc:  # noqa: BLE001 - the last line of defence answers one line
             said = str(exc) if isinstance(exc, HubError) else f"{type(exc).__name__}: {exc}"
-            raise Refused(f"{refusal_class(exc)}: {_redacted(ctx, said)}") from None
+            raise ToolError(f"{refusal_class(exc)}: {_redacted(ctx, said)}") from None
         finally:
             with contextlib.suppress(Exception):  # closing never hides the call's answer
                 ctx.close()
         safe = json.loads(_redacted(ctx, dumps(doc)))
-        document = safe if isinstance(safe, dict) else {"items": safe}
-        return Answer(document, _redacted(ctx, tool.summary(safe)))
+        return CallToolResult(
+            content=[TextContent(type="text", text=_redacted(ctx, tool.summary(safe)))],
+            structured_content=safe if isinstance(safe, dict) else {"items": safe},
+        )
 
 
 def _redacted(ctx: Context, text: str) -> str:
@@ -335,16 +323,9 @@ def _tool_function(hub: Hub, tool: Tool) -> Callable[..., Any]:
         if _BAD in arguments:
             raise ToolError(arguments[_BAD])
         given = {k: v for k, v in arguments.items() if v is not None}
-        try:
-            # Never abandoned: a cancelled call waits for its operation (done or not started).
-            got = await anyio.to_thread.run_sync(
-                functools.partial(hub.answer, tool, given, _caller_of(ctx))
-            )
-        except Refused as exc:
-            raise ToolError(str(exc)) from None
-        return CallToolResult(
-            content=[TextContent(type="text", text=got.text)],
-            structured_content=got.document,
+        # Never abandoned: a cancelled call waits for its operation (done or not started).
+        return await anyio.to_thread.run_sync(
+            functools.partial(hub.answer, tool, given, _caller_of(ctx))
         )
 
     keyword = inspect.Parameter.KEYWORD_ONLY
