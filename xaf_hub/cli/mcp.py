@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import anyio
 from mcp.server.mcpserver import Context as McpContext
@@ -49,10 +49,8 @@ from xaf_hub.cli.options import MAX_SHORT, MAX_TEXT, Common, Opt, declared, pick
 from xaf_hub.core.records import Snapshot
 from xaf_hub.core.text import dumps, redact
 from xaf_hub.errors import HubError
+from xaf_hub.fleet.scan import TransportFactory
 from xaf_hub.page.export import snapshot_document
-
-if TYPE_CHECKING:
-    from xaf_hub.fleet.scan import TransportFactory
 
 __all__ = ["MAX_SHORT", "MAX_TEXT", "TOOLS", "Hub", "Tool", "build_server", "refusal_class"]
 
@@ -108,7 +106,7 @@ class Hub:
     config: str | None = None
     env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
     cwd: Path = field(default_factory=Path.cwd)
-    transport_factory: "TransportFactory | None" = None
+    transport_factory: TransportFactory | None = None
 
     def context(self, caller: str) -> Context:
         """A context for one call: JSON, its own streams, ``mcp:<caller>`` in the audit log."""

@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import h11
 import uvicorn
@@ -23,15 +23,12 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response as Answer
 from starlette.responses import StreamingResponse
+from starlette.types import Receive, Scope, Send
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from xaf_hub.errors import UsageError
+from xaf_hub.page.notices import ChangeFeed
 from xaf_hub.page.serve import Limits, RequestLog, Viewer, _text, printable
-
-if TYPE_CHECKING:
-    from starlette.types import Receive, Scope, Send
-
-    from xaf_hub.page.notices import ChangeFeed
 
 T = TypeVar("T")
 

@@ -21,12 +21,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from xaf_hub import __version__
-from xaf_hub.core.clock import iso_time
+from xaf_hub.core.clock import iso_time, local_time
 from xaf_hub.core.records import Snapshot
 from xaf_hub.core.text import dumps
 from xaf_hub.errors import UsageError
-from xaf_hub.page.words import local_time
-from xaf_hub.page.words import local_time_with_zone as local_time_with_zone
 from xaf_hub.store.statefile import write_text_atomic
 
 if TYPE_CHECKING:  # jinja2 is imported lazily: `status` and `instances` must not pay for it.
@@ -114,7 +112,7 @@ def _template_source(name: str) -> str | None:
     if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*\.j2", name):
         return None  # Template names are ours; refuse anything path-like.
     try:
-        from importlib.resources import files
+        from importlib.resources import files  # deferred: start-up, docs/performance.md
 
         return files("xaf_hub.page.templates").joinpath(name).read_text(encoding="utf-8")
     except (ModuleNotFoundError, FileNotFoundError):
@@ -123,7 +121,7 @@ def _template_source(name: str) -> str | None:
 
 def _environment() -> jinja2.Environment:
     """Build the Jinja2 environment every page uses."""
-    import jinja2
+    import jinja2  # deferred: start-up, docs/performance.md
 
     return jinja2.Environment(
         loader=jinja2.FunctionLoader(_template_source),

@@ -15,20 +15,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from xaf_hub.core.catalogue import Lang, text
+from xaf_hub.core.clock import local_time
 from xaf_hub.core.outcomes import RUNS, TONES, Run, run_outcome, tone
 from xaf_hub.core.records import InstanceSummary, SessionRecord, Snapshot, Waiting
 from xaf_hub.core.runstate import answer_hint, asked_line
 from xaf_hub.errors import Cause
-from xaf_hub.page.words import (
-    WHEN,
-    Lang,
-    ago,
-    clean,
-    clock_words,
-    local_time,
-    local_time_with_zone,
-    text,
-)
+from xaf_hub.page.words import WHEN, ago, clean, clock_words, local_time_with_zone
 
 # A task id the patrol puts in front of a session's title ("T-20261130-7275 Fix login").
 _TASK_ID = re.compile(r"^\s*\[?(T-\d{8}-[0-9A-Za-z]{2,12})\]?[\s:：·-]*")

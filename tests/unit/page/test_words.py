@@ -7,6 +7,7 @@ import string
 
 import pytest
 
+from xaf_hub.core.catalogue import TEXT
 from xaf_hub.page import words as page_text
 from xaf_hub.page.words import ago, pick_language, text
 
@@ -21,9 +22,9 @@ def fields(words: str) -> set[str]:
     return {name for _, name, _, _ in string.Formatter().parse(words) if name}
 
 
-@pytest.mark.parametrize("key", sorted(page_text.TEXT))
+@pytest.mark.parametrize("key", sorted(TEXT))
 def test_every_entry_has_both_languages_with_the_same_placeholders(key: str) -> None:
-    en, zh = page_text.TEXT[key]
+    en, zh = TEXT[key]
     assert fields(en) == fields(zh), key
     if key in ("ap.by_unknown",):
         return
