@@ -184,14 +184,7 @@ def write_html(snap: Snapshot, path: Path, *, now_ms: int, redact: Redact = str,
 # --------------------------------------------------------------------------- dispatch
 
 
-def export(
-    snap: Snapshot,
-    path: Path,
-    *,
-    now_ms: int | None = None,
-    title: str = "project",
-    redact: Redact = str,
-) -> None:
+def export(snap: Snapshot, path: Path, *, redact: Redact = str) -> None:
     """Write ``snap`` to ``path`` atomically in the format its suffix names, through
     ``redact`` (JSON strict: no NaN; CSV: ``csv_text``)."""
     suffix = path.suffix.lower()
@@ -201,8 +194,8 @@ def export(
         body = csv_text(snap)
     elif suffix in (".html", ".htm"):
         # Ages on the page are relative to the snapshot, which is what the reader sees.
-        now = now_ms if now_ms is not None else snap.generated_at or int(time.time() * 1000)
-        return write_html(snap, path, now_ms=now, title=title, redact=redact)
+        now = snap.generated_at or int(time.time() * 1000)
+        return write_html(snap, path, now_ms=now, redact=redact)
     else:
         raise UsageError(
             f"unsupported export format {path.suffix or '(no suffix)'!r} for {path}; "
