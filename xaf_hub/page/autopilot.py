@@ -243,13 +243,6 @@ def task_ids_by_session(cfg: Config) -> dict[str, str]:
     return {t.session_id: t.id for t in tasks if t.session_id}
 
 
-def _queue(lang: Lang, counts: Mapping[TaskState, int]) -> list[tuple[int, str, TaskState]]:
-    """The work queue's rows: (count, words, state), the states that hold a task (at least
-    "waiting to start"), in the order a task goes through them (``TASK_STATES``)."""
-    rows = [(counts[s], text(lang, f"task.{s}"), s) for s in TASK_STATES if counts[s]]
-    return rows or [(0, text(lang, "task.waiting"), "waiting")]
-
-
 def _built(stores: Stores, cfg: Config, now_ms: int, lang: Lang) -> AutopilotView:
 
     folder = cfg.state_dir / "patrol"
@@ -276,7 +269,10 @@ def _built(stores: Stores, cfg: Config, now_ms: int, lang: Lang) -> AutopilotVie
     tasks = read("queue", lambda: stores.pool().load().tasks)
     if tasks is not None:
         counts = count_states(tasks, now, cfg.patrol.max_attempts)
-        queue = _queue(lang, counts)
+        # The work queue's rows: the states that hold a task (at least "waiting to start"), in
+        # the order a task goes through them (``TASK_STATES``).
+        queue = [(counts[s], text(lang, f"task.{s}"), s) for s in TASK_STATES if counts[s]]
+        queue = queue or [(0, text(lang, "task.waiting"), "waiting")]
         # Next = what fill_slots would take first: ready now (not backing off, dependencies
         # done), by priority, then age.
         waiting = [

@@ -72,13 +72,6 @@ def snapshot_document(snap: Snapshot) -> dict[str, Any]:
     }
 
 
-def _cost_text(cost: float | None) -> str:
-    """Return a cost without float noise ("0.0123", "0"); an unknown cost is an empty cell."""
-    if cost is None:
-        return ""
-    return f"{cost:.6f}".rstrip("0").rstrip(".") or "0"
-
-
 # A spreadsheet reads a cell starting with one of these as a formula (=HYPERLINK, @SUM, +1+1,
 # -2+3; tab and CR hide the start): a leading quote makes it plain text (OWASP's advice).
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
@@ -97,7 +90,9 @@ def csv_text(snap: Snapshot) -> str:
     for s in snap.project_sessions():
         cells = (s.instance, s.id, s.directory, s.run_state, local_time(s.updated),
                  local_time(s.created), s.outcome, s.title)
-        writer.writerow([*map(csv_cell, cells), _cost_text(s.cost)])
+        # A cost without float noise ("0.0123", "0"); an unknown cost is an empty cell.
+        cost = "" if s.cost is None else f"{s.cost:.6f}".rstrip("0").rstrip(".") or "0"
+        writer.writerow([*map(csv_cell, cells), cost])
     return "\ufeff" + buffer.getvalue()
 
 

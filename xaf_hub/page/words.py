@@ -111,12 +111,6 @@ class Line:
     ms: int = 0
 
 
-def split_when(sentence: str) -> tuple[str, str] | None:
-    """Split a sentence at its relative-time mark: (before, after), or None without one."""
-    before, mark, after = sentence.partition(WHEN)
-    return (before, after) if mark else None
-
-
 def clean(value: str) -> str:
     """User text safe to put into a sentence that may carry the time mark."""
     return value.replace(WHEN, "")
