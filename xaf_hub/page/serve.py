@@ -330,8 +330,7 @@ class Viewer:
     ) -> None:
         """What a config read again changes: the page's title, its language, the links, the
         projects shown apart."""
-        self.title, self.language, self.links = title, language, links
-        self.projects = projects
+        self.title, self.language, self.links, self.projects = title, language, links, projects
 
     def respond(self, method: str, target: str, header: Callable[[str], str | None]) -> Response:
         """Answer ``method target``; ``header(name)`` reads a request header."""

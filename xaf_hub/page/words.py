@@ -57,10 +57,8 @@ def pick_language(setting: str, accept_language: str | None) -> Lang:
 
 
 def _unit(lang: Lang, key: str, count: int) -> str:
-    forms = text(lang, key).split("|")
-    if lang == "zh":
-        return f"{count} {forms[0]}"
-    return f"{count} {forms[0] if count == 1 else forms[-1]}"
+    forms = text(lang, key).split("|")  # Chinese has one form for every count
+    return f"{count} {forms[0] if count == 1 or lang == 'zh' else forms[-1]}"
 
 
 def span(lang: Lang, ms: int) -> str:
