@@ -72,7 +72,7 @@ def run(ctx: Context) -> int:
     try:  # deferred: the MCP SDK is an optional extra, see docs/performance.md
         from xaf_hub.cli.mcp import Hub, build_server
     except ModuleNotFoundError as exc:
-        if (exc.name or "").partition(".")[0] != "mcp":  # not the SDK: a fault of ours
+        if (exc.name or "").startswith("xaf_hub"):  # a module of ours: a fault, not the SDK
             raise
         raise UsageError(f"xaf-hub mcp needs the MCP SDK: {INSTALL_HINT}") from None
     # The config is not loaded here: an agent's MCP client starts this server where it likes (a
