@@ -264,3 +264,24 @@ def test_every_answer_names_the_project_it_was_read_as(tmp_path: Path) -> None:
         answer = got.structured_content
         for record in answer.get("items", [answer]):
             assert record.get("project", "missing") == name, (tool, answer)
+
+
+def test_only_a_missing_sdk_reads_as_one(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # The MCP face is imported when the command runs: a missing SDK is the user's to install
+    # (exit 4 with the command that adds it); a module of ours that fails to import is a fault.
+    import io
+    import sys
+
+    from xaf_hub.cli.main import main
+
+    def run() -> tuple[int, str]:
+        err = io.StringIO()
+        return main(["mcp"], stdout=io.StringIO(), stderr=err, env={}, cwd=tmp_path), err.getvalue()
+
+    monkeypatch.delitem(sys.modules, "xaf_hub.cli.mcp", raising=False)
+    monkeypatch.setitem(sys.modules, "mcp_types", None)  # the SDK's, not installed
+    code, err = run()
+    assert code == 4 and "needs the MCP SDK: pipx inject xaf-hub" in err, err
+    monkeypatch.setitem(sys.modules, "xaf_hub.cli.mcp", None)  # ours, broken
+    code, err = run()
+    assert code == 1 and "MCP SDK" not in err, err
