@@ -22,6 +22,7 @@ from xaf_hub.errors import ApiError, BusyError, UnreachableError, UsageError
 from xaf_hub.fleet.scan import InstanceScan
 from xaf_hub.fleet.wire import SessionTrace, session_trace
 from xaf_hub.ops import budget
+from xaf_hub.ops.cleanup import cleanup_fleet
 from xaf_hub.ops.context import OpsContext, utc_now
 from xaf_hub.ops.live_board import board_or_scan, source_of
 from xaf_hub.ops.load import instance_load
@@ -226,8 +227,6 @@ async def prepare(ops: OpsContext, order: DispatchOrder) -> Prepared:
     cfg, req = ops.cfg, order.request
     warnings: list[str] = []
     if order.auto_cleanup and not order.dry_run:
-        from xaf_hub.ops.cleanup import cleanup_fleet
-
         await cleanup_fleet(
             ops,
             execute=True,

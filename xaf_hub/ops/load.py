@@ -13,6 +13,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from xaf_hub.core.runstate import waiting_count
+
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
 
@@ -149,8 +151,6 @@ def instance_load(
         slots = free(summary.limit, running, reserved, inst.share, mine)
         ok, reason = True, f"{slots} free slot(s)"
     if sc.reachable and summary.waiting:
-        from xaf_hub.core.runstate import waiting_count
-
         reason = f"{reason}; {waiting_count(summary.waiting)}"
     return Load(
         sc.inst.name,
