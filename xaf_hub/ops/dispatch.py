@@ -261,7 +261,6 @@ async def prepare(ops: OpsContext, order: DispatchOrder) -> Prepared:
                 sc.run_state_unknown,
                 over_budget=str(over.get(sc.inst.name) or ""),
                 sandboxes=sc.project_sandboxes(),
-                reserved_own=load.reserved_own,
                 cause=sc.cause,
                 free=load.free,
             )

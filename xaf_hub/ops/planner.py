@@ -54,7 +54,6 @@ class InstanceView:
     run_state_unknown: str = ""  # set: the run state could not be read; counted full
     over_budget: str = ""  # set: its daily budget is reached (the refusal); takes no new work
     sandboxes: tuple[str, ...] = ()  # the project's worktrees the server lists: inside
-    reserved_own: int = 0  # of ``reserved``, the project's own (against its share)
     cause: Cause | None = None  # why it is unreachable, as a code
     free: int = 0  # free slots, as the gate counts them (``ops.load.Load.free``)
 

@@ -277,8 +277,7 @@ def free_slots(fleet: Fleet, gate: Gate) -> list[tuple[InstanceConfig, int, str]
         if not sc.reachable or sc.inst.production:
             continue
         load = instance_load(sc, gate, allow_prod=True)
-        view = InstanceView(sc.inst, True, "", tuple(sc.sessions), load.reserved or 0,
-                            reserved_own=load.reserved_own)
+        view = InstanceView(sc.inst, True, "", tuple(sc.sessions), load.reserved or 0)
         try:
             directory = new_session_directory(view, DispatchRequest(text="fill"))
         except (UsageError, NotProjectSession):
