@@ -115,28 +115,11 @@ class OpsContext:
         """``text`` with every configured secret replaced."""
         return redact(text, self.cfg.secrets())
 
-    def audit(
-        self,
-        command: str,
-        *,
-        instance: str = "",
-        session: str = "",
-        result: str = "ok",
-        reason: str = "",
-        extra: Mapping[str, Any] | None = None,
-    ) -> None:
-        """Append one audit line for a write the patrol made."""
-
+    def audit(self, command: str, **fields: Any) -> None:
+        """Append one audit line for a write the patrol made: ``store.audit.append``'s
+        ``fields`` (instance, session, result, reason, extra), every secret kept out."""
         audit_log.append(
-            self.cfg.state_dir,
-            command=command,
-            instance=instance,
-            session=session,
-            result=result,
-            reason=reason,
-            env=self.env,
-            extra=extra,
-            secrets=self.cfg.secrets(),  # the whole line, extra fields included
+            self.cfg.state_dir, command=command, env=self.env, secrets=self.cfg.secrets(), **fields
         )
 
     @contextlib.asynccontextmanager
