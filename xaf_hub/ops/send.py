@@ -403,9 +403,15 @@ async def _gated(
                     # Where the server placed it, links followed: never outside the project.
                     if room is not None and not plan.forced:
                         if not inst.rules.owns(directory, room.checkout):
-                            raise _outside_room(plan, room, directory)
+                            raise await _outside(client, plan, (
+                                f"made the worktree for {plan.directory} of "
+                                f"{room.checkout or 'no checkout'} (its session in {directory})"
+                            ))
                     elif not plan.forced and not fresh.rules().under_roots(directory):
-                        raise await _outside(client, plan, session_id, directory)
+                        raise await _outside(client, plan, (
+                            f"placed the new session for {plan.directory} in "
+                            f"{directory or 'no folder'}"
+                        ), session_id, directory)
                     if room is not None:
                         room = await start_room(client, room, session_id, base_branch)
                 # From here on the prompt may go out at any moment: "sent" keeps the slot
@@ -449,32 +455,23 @@ async def _empty_room(client: OpencodeClient, room: Room, session_id: str) -> li
     return notes + ([why] if why else [])
 
 
-def _outside_room(plan: Plan, room: Room, directory: str) -> NotProjectSession:
-    """The refusal of a worktree whose checkout the server resolved outside the project."""
-    inst = plan.instance
-    return NotProjectSession(
-        f"{inst.name} made the worktree for {plan.directory} of {room.checkout or 'no checkout'}"
-        f" (its session in {directory}), outside its project roots "
-        f"({', '.join(inst.roots) or 'none configured'}): nothing was sent and the worktree "
-        "is removed again; --force overrides"
-    )
-
-
 async def _outside(
-    client: OpencodeClient, plan: Plan, session_id: str, directory: str
+    client: OpencodeClient, plan: Plan, placed: str, session_id: str = "", directory: str = ""
 ) -> NotProjectSession:
-    """The refusal of a session the server placed outside the roots (it followed a link):
-    the session is deleted first, as it never got a prompt."""
-    inst = plan.instance
-    try:
-        await client.delete(session_id, directory)
-        gone = "it was deleted"
-    except HubError as exc:
-        gone = f"it stays, empty (delete failed: {exc})"
+    """The refusal of a new session the server ``placed`` outside the roots (it followed a
+    link), deleted first as it never got a prompt; without ``session_id``, of a worktree whose
+    checkout it resolved there (the caller removes it)."""
+    done = " and the worktree is removed again"
+    if session_id:
+        try:
+            await client.delete(session_id, directory)
+            done = f" to {session_id} and it was deleted"
+        except HubError as exc:
+            done = f" to {session_id} and it stays, empty (delete failed: {exc})"
+    roots = ", ".join(plan.instance.roots) or "none configured"
     return NotProjectSession(
-        f"{inst.name} placed the new session for {plan.directory} in {directory or 'no folder'}, "
-        f"outside its project roots ({', '.join(inst.roots) or 'none configured'}): nothing "
-        f"was sent to {session_id} and {gone}; --force overrides"
+        f"{plan.instance.name} {placed}, outside its project roots ({roots}): nothing was "
+        f"sent{done}; --force overrides"
     )
 
 
