@@ -32,7 +32,7 @@ from xaf_hub.ops import budget
 from xaf_hub.ops.context import Fleet, OpsContext
 from xaf_hub.ops.load import free as slots_free
 from xaf_hub.ops.load import instance_load
-from xaf_hub.ops.models import choose_model, untried_model
+from xaf_hub.ops.models import choose_model
 from xaf_hub.ops.planner import (
     DispatchRequest,
     InstanceView,
@@ -215,7 +215,7 @@ async def fill_slots(
         inst, directory = where[name]
         model = models[name]
         if task.avoid_models:
-            model = untried_model(pctx, inst, task.avoid_models, now) or model
+            model = choose_model(pctx, inst, None, now, task.avoid_models) or model
         try:
             base = _base(pctx, inst, task, override, tips)
             await _dispatch(pctx, cycle, inst, directory, task, model, override, base)
