@@ -107,23 +107,10 @@ class SendResult:
         return doc
 
 
-def _drain(gate: Gate) -> list[str]:
-    out = list(gate.warnings)
-    gate.warnings.clear()
-    return out
-
-
 async def send_work(
-    ops: OpsContext,
-    plan: Plan,
-    prompt: str,
-    model: str | None,
-    client: OpencodeClient,
-    gate: Gate | None = None,
-    *,
-    command: str = "dispatch",
-    before_prompt: Callable[[str, Room | None], None] | None = None,
-    steer: bool = True,
+    ops: OpsContext, plan: Plan, prompt: str, model: str | None, client: OpencodeClient,
+    gate: Gate | None = None, *, command: str = "dispatch",
+    before_prompt: Callable[[str, Room | None], None] | None = None, steer: bool = True,
     still_wanted: Callable[[], str] | None = None,
 ) -> SendResult:
     """Send the prompt under the instance lock: re-read, re-count, reserve, create, prompt.
@@ -144,14 +131,11 @@ async def send_work(
                 still_wanted,
             )
     finally:
-        warnings.extend(_drain(gate))
+        warnings.extend(gate.warnings)
+        gate.warnings.clear()
     try:
         await aio.blocking(
-            ops.audit,
-            command,
-            instance=inst.name,
-            session=result.session_id,
-            result=result.action,
+            ops.audit, command, instance=inst.name, session=result.session_id, result=result.action,
             reason=plan.via + (" (it had stopped)" if result.had_stopped else ""),
             extra={"model": model or "", "directory": result.directory},
         )
@@ -170,11 +154,7 @@ def _lock_lost(
     Nothing was sent, so this dispatch cannot have pushed the instance over its limit.
     """
     target = f"session {session_id}" if session_id else "a new session"
-    done = (
-        "its reservation was given back"
-        if step == "before sending"
-        else "nothing was reserved"
-    )
+    done = "its reservation was given back" if step == "before sending" else "nothing was reserved"
     if gate.fenced_out(instance):
         return LockLostError(
             f"{instance}: this patrol daemon lost the patrol lease {step} (another daemon is "
@@ -239,10 +219,7 @@ async def _others_spend(ops: OpsContext, inst: InstanceConfig) -> tuple[Others |
 
 
 def _check_budget(
-    ops: OpsContext,
-    inst: InstanceConfig,
-    own: Sequence[SessionRecord],
-    others: Others | None,
+    ops: OpsContext, inst: InstanceConfig, own: Sequence[SessionRecord], others: Others | None,
     sent: int = 0,
 ) -> None:
     """Raise BudgetReached when today's spend leaves no room for new work (ops.budget).
@@ -322,15 +299,9 @@ async def held_or_noted(
 
 
 async def _gated(
-    ops: OpsContext,
-    plan: Plan,
-    prompt: str,
-    model: str | None,
-    client: OpencodeClient,
-    gate: Gate,
-    warnings: list[str],
-    before_prompt: Callable[[str, Room | None], None] | None = None,
-    steer: bool = True,
+    ops: OpsContext, plan: Plan, prompt: str, model: str | None, client: OpencodeClient,
+    gate: Gate, warnings: list[str],
+    before_prompt: Callable[[str, Room | None], None] | None = None, steer: bool = True,
     still_wanted: Callable[[], str] | None = None,
 ) -> SendResult:
     inst = plan.instance
@@ -476,13 +447,8 @@ async def _outside(
 
 
 async def _deliver(
-    client: OpencodeClient,
-    gate: Gate,
-    res: Reservation,
-    prompt: str,
-    model: str | None,
-    before_prompt: Callable[[str, Room | None], None] | None,
-    warnings: list[str],
+    client: OpencodeClient, gate: Gate, res: Reservation, prompt: str, model: str | None,
+    before_prompt: Callable[[str, Room | None], None] | None, warnings: list[str],
     room: Room | None = None,
 ) -> None:
     """Record the work, confirm the lock, send the prompt; settle the reservation.
@@ -570,16 +536,8 @@ async def wait_until_idle(
 
 
 async def abort_and_prompt(
-    ops: OpsContext,
-    inst: InstanceConfig,
-    session: str,
-    directory: str,
-    prompt: str,
-    model: str,
-    *,
-    command: str,
-    reason: str,
-    still_wanted: Callable[[], str] | None = None,
+    ops: OpsContext, inst: InstanceConfig, session: str, directory: str, prompt: str, model: str,
+    *, command: str, reason: str, still_wanted: Callable[[], str] | None = None,
 ) -> None:
     """Abort a running session and send a new prompt while holding the instance's gate lock.
 
@@ -612,11 +570,7 @@ async def abort_and_prompt(
             raise
         await _deliver(client, gate, res, prompt, model, None, warnings)
     await aio.blocking(
-        ops.audit,
-        command,
-        instance=inst.name,
-        session=session,
-        result="abort+prompt",
+        ops.audit, command, instance=inst.name, session=session, result="abort+prompt",
         reason=reason,
         # No caller prints this heal's warnings (a lock lost while its prompt travelled).
         extra={"model": model, **({"warnings": "; ".join(warnings)} if warnings else {})},
