@@ -108,10 +108,7 @@ class Load:
 
 
 def instance_load(
-    sc: InstanceScan,
-    gate: Gate | None,
-    allow_prod: bool,
-    observed_at: float | None = None,
+    sc: InstanceScan, gate: Gate | None, allow_prod: bool, observed_at: float | None = None,
     shares: Sequence[tuple[str, int | None]] = (),
 ) -> Load:
     """Count one scanned instance's load (``gate`` None: reservations unknown); ``shares``
@@ -153,21 +150,8 @@ def instance_load(
     if sc.reachable and summary.waiting:
         reason = f"{reason}; {waiting_count(summary.waiting)}"
     return Load(
-        sc.inst.name,
-        sc.reachable,
-        summary.running_total,
-        summary.running_project,
-        reserved,
-        summary.project_sessions,
-        summary.limit,
-        ok,
-        reason,
-        running_ids,
-        sc.run_state_unknown,
-        summary.waiting,
-        inst.project,
-        others,
-        inst.share,
-        own,
+        inst.name, sc.reachable, summary.running_total, summary.running_project, reserved,
+        summary.project_sessions, summary.limit, ok, reason, running_ids, sc.run_state_unknown,
+        summary.waiting, inst.project, others, inst.share, own,
         per_project(shares, sc.sessions, held) if shares and sc.reachable else (),
     )
