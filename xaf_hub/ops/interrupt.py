@@ -42,11 +42,7 @@ class Interrupted:
 
 
 async def interrupt_session(
-    ops: OpsContext,
-    session_id: str,
-    *,
-    instance: str | None = None,
-    allow_prod: bool = False,
+    ops: OpsContext, session_id: str, *, instance: str | None = None, allow_prod: bool = False,
     force: bool = False,
 ) -> Interrupted:
     """Find ``session_id`` (on ``instance``, or anywhere) and abort its run."""
