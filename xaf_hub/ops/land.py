@@ -293,14 +293,8 @@ def _base_tip(ops: OpsContext) -> str | None:
 
 
 async def send_back(
-    ops: OpsContext,
-    task: Task,
-    text: str,
-    *,
-    rec: SessionRecord | None = None,
-    override: str | None = None,
-    command: str = "land.send_back",
-    **fields: object,
+    ops: OpsContext, task: Task, text: str, *, rec: SessionRecord | None = None,
+    override: str | None = None, command: str = "land.send_back", **fields: object,
 ) -> SendResult:
     """Send ``text`` into the task's own session (``rec`` when the caller has read it; the
     discipline with it) through the gate, writing ``fields`` on its row first (and when it was
