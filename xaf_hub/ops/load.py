@@ -100,11 +100,9 @@ class Load:
 
     def to_json(self) -> dict[str, Any]:
         """Export form."""
-        doc = dict(self.__dict__)
-        doc.pop("running_ids")
-        doc["project"] = self.project or None
-        doc["projects"] = [p.to_json() for p in self.projects]
-        return doc
+        doc = {k: v for k, v in self.__dict__.items() if k != "running_ids"}
+        projects = [p.to_json() for p in self.projects]
+        return {**doc, "project": self.project or None, "projects": projects}
 
 
 def instance_load(

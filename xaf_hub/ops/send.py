@@ -100,11 +100,8 @@ class SendResult:
 
     def to_json(self) -> dict[str, object]:
         """The JSON form (warnings go to stderr, not into the document)."""
-        doc = dict(self.__dict__)
-        doc.pop("warnings")
-        room = doc.pop("room")
-        doc["branch"] = room.branch if room is not None else None
-        return doc
+        doc = {k: v for k, v in self.__dict__.items() if k not in ("warnings", "room")}
+        return {**doc, "branch": self.room.branch if self.room is not None else None}
 
 
 async def send_work(
