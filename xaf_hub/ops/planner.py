@@ -386,9 +386,7 @@ def plan_dispatch(
             elif steer or (view.free > 0 and not view.over_budget):
                 how = "running, steer it" if steer else "idle, free slot"
                 verdicts.append(verdict(i, f"chosen: {how} ({judged.reason})"))
-                action: Action = "steer" if steer else "reuse"
-                return Plan(action, view.inst, session, session.directory, session.title,
-                            "smart match", tuple(verdicts + rest(i)))
+                return _target_plan(view, session, req, "smart match", tuple(verdicts + rest(i)))
             else:
                 verdicts.append(verdict(i, "daily budget reached" if view.over_budget
                                         else "instance full"))
