@@ -163,9 +163,7 @@ def money(usd: float) -> str:
 
 def unknown_text(unknown: int) -> str:
     """ "cost unknown for N sessions", or "" when every cost is known."""
-    if not unknown:
-        return ""
-    return f"cost unknown for {unknown} session{'s' if unknown != 1 else ''}"
+    return f"cost unknown for {unknown} session{'s' if unknown != 1 else ''}" if unknown else ""
 
 
 def reached_text(

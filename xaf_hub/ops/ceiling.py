@@ -65,9 +65,7 @@ def run_cost(messages: Sequence[Message]) -> float | None:
 def run_start(messages: Sequence[Message]) -> int:
     """When the newest run began (epoch ms): its prompt's, else the oldest message read's
     (0: none read)."""
-    if not messages:
-        return 0
-    return messages[max(_prompt(messages), 0)].created
+    return messages[max(_prompt(messages), 0)].created if messages else 0
 
 
 def cost_since(messages: Sequence[Message], since_ms: int) -> float | None:

@@ -71,13 +71,9 @@ class WaitResult:
 
 def messages_since(messages: Sequence[Message], baseline: str | None) -> list[Message]:
     """The messages after ``baseline`` (a message id); all of them for None or ""."""
-    if not baseline:
-        return list(messages)
     ids = [m.id for m in messages]
-    if baseline in ids:
-        return list(messages[ids.index(baseline) + 1 :])
-    # The baseline fell out of the window: more than a window of new messages came since.
-    return list(messages)
+    # A baseline not among them fell out of the window: more than a window of new messages came.
+    return list(messages[ids.index(baseline) + 1 :] if baseline and baseline in ids else messages)
 
 
 def answered(messages: Sequence[Message]) -> bool:

@@ -117,9 +117,8 @@ def session_not_found(
     if missing:
         return missing[0]
     names = ", ".join(e.instance for e in down)
-    reason = "; ".join(f"{e.instance}: {e.reason}" for e in down)
-    if len(down) == 1:
-        reason = down[0].reason
+    each = "; ".join(f"{e.instance}: {e.reason}" for e in down)
+    reason = down[0].reason if len(down) == 1 else each
     return UnreachableError(
         names, f"{reason} (session {session_id} was not found where asked; it may be there)"
     )

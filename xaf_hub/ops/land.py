@@ -178,10 +178,7 @@ async def tidy(ops: OpsContext, task: Task) -> str:
                 "remote with its worktree (work nobody judged)"
             )
     if task.worktree and task.checkout and task.dispatched_to:
-        try:
-            inst = ops.cfg.instance(task.dispatched_to)
-        except UsageError:
-            inst = None
+        inst = next((i for i in ops.cfg.instances if i.name == task.dispatched_to), None)
         if inst is None:
             left.append(f"its worktree stays: instance {task.dispatched_to} is not configured")
         else:

@@ -179,13 +179,9 @@ def end_rest(ops: OpsContext, target: str) -> list[Blackout]:
 
     Returns the rests that were in force and ended (empty: nothing rested). Audited.
     """
-    scope = rest_scope_of(ops.cfg, target)
-    targets = {target}
-    if scope == "model":
-        family = family_of(target, ops.cfg.models.families())
-        if family is not None:
-            targets.add(family)
-    ended = ops.model_state().end_rests(targets, ops.now())
+    model = rest_scope_of(ops.cfg, target) == "model"
+    family = family_of(target, ops.cfg.models.families()) if model else None
+    ended = ops.model_state().end_rests({t for t in (target, family) if t}, ops.now())
     ops.audit("models.clear", result="cleared" if ended else "nothing",
               reason=f"rest of {target} ended by a person",
               extra={"ended": [rest_json(b) for b in ended]})
