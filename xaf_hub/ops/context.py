@@ -165,12 +165,8 @@ class Fleet:
 
     def work_sessions(self) -> list[tuple[InstanceConfig, SessionRecord]]:
         """Project sessions that are not sub-agent children (their parent owns them)."""
-        return [
-            (sc.inst, s)
-            for sc in self.reachable
-            for s in sc.sessions
-            if s.project and not s.parent_id
-        ]
+        return [(sc.inst, s) for sc in self.reachable for s in sc.sessions
+                if s.project and not s.parent_id]
 
     def seen_as(self, cfg: Config) -> Fleet:
         """This scan of every project (``Config.every_project``) as ``cfg``'s project sees it:
