@@ -32,7 +32,7 @@ from xaf_hub.ops import budget
 from xaf_hub.ops.context import Fleet, OpsContext
 from xaf_hub.ops.load import free as slots_free
 from xaf_hub.ops.load import instance_load
-from xaf_hub.ops.models import choose_model, untried_model
+from xaf_hub.ops.models import choose_model
 from xaf_hub.ops.planner import (
     DispatchRequest,
     InstanceView,
@@ -215,7 +215,7 @@ async def fill_slots(
         inst, directory = where[name]
         model = models[name]
         if task.avoid_models:
-            model = untried_model(pctx, inst, task.avoid_models, now) or model
+            model = choose_model(pctx, inst, None, now, task.avoid_models) or model
         try:
             base = _base(pctx, inst, task, override, tips)
             await _dispatch(pctx, cycle, inst, directory, task, model, override, base)
@@ -277,8 +277,7 @@ def free_slots(fleet: Fleet, gate: Gate) -> list[tuple[InstanceConfig, int, str]
         if not sc.reachable or sc.inst.production:
             continue
         load = instance_load(sc, gate, allow_prod=True)
-        view = InstanceView(sc.inst, True, "", tuple(sc.sessions), load.reserved or 0,
-                            reserved_own=load.reserved_own)
+        view = InstanceView(sc.inst, True, "", tuple(sc.sessions), load.reserved or 0)
         try:
             directory = new_session_directory(view, DispatchRequest(text="fill"))
         except (UsageError, NotProjectSession):

@@ -23,7 +23,7 @@ from xaf_hub.ops.context import Fleet, OpsContext
 from xaf_hub.ops.decisions import decisions_from, people_interrupts
 from xaf_hub.ops.heal import heal_candidate
 from xaf_hub.ops.land import send_back
-from xaf_hub.ops.models import untried_model
+from xaf_hub.ops.models import choose_model
 from xaf_hub.patrol.context import Cycle, pool_discipline, task_branches
 from xaf_hub.patrol.settle import (
     NOT_VERIFIED,
@@ -362,7 +362,7 @@ def _requeue(
     if verdict.model_named and inst is not None:
         failed = task.model or (run.model if run is not None else "") or ""
         tried = (*task.avoid_models, failed)
-        nxt = untried_model(pctx, inst, tried, now)
+        nxt = choose_model(pctx, inst, None, now, tried)
         if nxt is not None:
             backlog.move_model(task.id, reason=verdict.reason, failed_model=failed, now=now)
             return f"failed on {failed or 'its model'}: {verdict.reason}; next model {nxt}"
