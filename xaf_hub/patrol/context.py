@@ -19,7 +19,7 @@ from xaf_hub.core.discipline import expected_branches
 from xaf_hub.core.records import SessionRecord
 from xaf_hub.core.runstate import LastRun, last_run
 from xaf_hub.errors import BudgetReached, BusyError, HubError, RunsAgain
-from xaf_hub.notify.record import Action, InstanceLine, RoundLog, session_action
+from xaf_hub.notify.record import Action, InstanceLine, RoundLog
 from xaf_hub.ops.budget import BudgetLine, budget_lines, spends, totals
 from xaf_hub.ops.context import Fleet, OpsContext
 from xaf_hub.ops.load import instance_load
@@ -136,15 +136,14 @@ class Cycle:
         try:
             return await act
         except RunsAgain as exc:
-            self.log.add(pctx, session_action(step, kind, "skipped", rec, detail=str(exc),
-                                              **fields))
+            self.log.add(pctx, step, kind, "skipped", rec, detail=str(exc), **fields)
         except BusyError as exc:
             self.log.deferred.add((rec.instance, rec.id))
             why = "daily budget reached" if isinstance(exc, BudgetReached) else "no free slot yet"
-            self.log.add(pctx, session_action(step, kind, "waiting", rec,
-                                              detail=f"{why}, {later} ({exc})", **fields))
+            detail = f"{why}, {later} ({exc})"
+            self.log.add(pctx, step, kind, "waiting", rec, detail=detail, **fields)
         except HubError as exc:
-            self.log.add(pctx, session_action(step, kind, "failed", rec, detail=str(exc), **fields))
+            self.log.add(pctx, step, kind, "failed", rec, detail=str(exc), **fields)
             self.log.error(pctx, step, f"{kind} {rec.instance}/{rec.id}: {exc}")
         return None
 
@@ -155,7 +154,7 @@ class Cycle:
         action."""
         pctx.audit("patrol.backlog", instance=action.instance, session=action.session,
                    result=audited, reason=reason, extra={"task": action.task, **extra})
-        self.log.add(pctx, action)
+        self.log.put(pctx, action)
 
     async def last_runs(
         self,

@@ -28,7 +28,7 @@ from xaf_hub.fleet.follow import FleetFollower, run_in_thread
 from xaf_hub.fleet.scan import build_record
 from xaf_hub.fleet.wire import ServerSession
 from xaf_hub.notify.patrol import queue_round
-from xaf_hub.notify.record import RoundLog, session_action
+from xaf_hub.notify.record import RoundLog
 from xaf_hub.ops.ceiling import root_of
 from xaf_hub.ops.context import OpsContext
 from xaf_hub.ops.decisions import load_decisions
@@ -344,10 +344,8 @@ class LiveReactor:
             return ""
         decision = people.for_session(inst.name, rec.id, run.created_ms if run else None)
         if decision is not None:  # a person stopped or steered it: theirs, not the patrol's
-            cycle.log.add(
-                pctx, session_action(CHECK, "person", "skipped", rec,
-                                     detail=decision.text, why=decision.kind)
-            )
+            cycle.log.add(pctx, CHECK, "person", "skipped", rec, detail=decision.text,
+                          why=decision.kind)
             return ""
         override = await aio.blocking(pool_discipline, pctx, cycle.log, CHECK)
         why = await resume_one(pctx, cycle, inst, rec, run, override, state, now_ms)

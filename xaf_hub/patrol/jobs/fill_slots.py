@@ -27,7 +27,7 @@ from xaf_hub.errors import (
     UsageError,
 )
 from xaf_hub.fleet.client import OpencodeClient
-from xaf_hub.notify.record import task_action
+from xaf_hub.notify.record import Action
 from xaf_hub.ops import budget
 from xaf_hub.ops.context import Fleet, OpsContext
 from xaf_hub.ops.load import free as slots_free
@@ -210,7 +210,7 @@ async def fill_slots(
         why = budget_stop.get("") or budget_stop.get(name)
         if why:  # a budget was reached: the task stays pending with the reason
             cycle.log.budget_held[task.id] = why
-            cycle.log.add(pctx, task_action(STEP, "dispatch", "waiting", task, name, detail=why))
+            cycle.log.add(pctx, STEP, "dispatch", "waiting", task, name, detail=why)
             continue
         inst, directory = where[name]
         model = models[name]
@@ -222,18 +222,16 @@ async def fill_slots(
         except BudgetReached as exc:
             budget_stop[exc.instance] = str(exc)
             cycle.log.budget_held[task.id] = str(exc)
-            cycle.log.add(pctx, task_action(STEP, "dispatch", "waiting", task, name,
-                                            detail=str(exc)))
+            cycle.log.add(pctx, STEP, "dispatch", "waiting", task, name, detail=str(exc))
         except BusyError as exc:
             stopped.add(name)
-            cycle.log.add(pctx, task_action(STEP, "dispatch", "waiting", task, name,
-                                            detail=f"instance full: {exc}"))
+            detail = f"instance full: {exc}"
+            cycle.log.add(pctx, STEP, "dispatch", "waiting", task, name, detail=detail)
         except UnreachableError as exc:
             stopped.add(name)
             cycle.log.error(pctx, STEP, f"dispatch {task.id} to {name}: {exc}")
         except HubError as exc:
-            cycle.log.add(pctx, task_action(STEP, "dispatch", "failed", task, name,
-                                            detail=str(exc)))
+            cycle.log.add(pctx, STEP, "dispatch", "failed", task, name, detail=str(exc))
             cycle.log.error(pctx, STEP, f"dispatch {task.id} to {name}: {exc}")
 
 
@@ -333,15 +331,14 @@ async def _dispatch(
             )
         except TaskChanged as exc:
             detail = await _drop_empty(pctx, client, inst, created, str(exc))
-            cycle.log.add(pctx, task_action(STEP, "dispatch", "skipped", task, inst.name,
-                                            detail=detail))
+            cycle.log.add(pctx, STEP, "dispatch", "skipped", task, inst.name, detail=detail)
             return
     for warning in result.warnings:
         cycle.log.note(pctx, f"{STEP}: {warning}")
     cycle.log.touched.add((inst.name, result.session_id))
-    cycle.record(pctx, task_action(STEP, "dispatch", "ok", task, inst.name, result.session_id,
-                                     detail=task.priority, model=result.model or ""),
-            "dispatched", task.id)
+    act = Action.of(STEP, "dispatch", "ok", task, inst.name, result.session_id,
+                    detail=task.priority, model=result.model or "")
+    cycle.record(pctx, act, "dispatched", task.id)
 
 
 async def _drop_empty(

@@ -12,7 +12,6 @@ from xaf_hub.core import aio
 from xaf_hub.core.clock import to_ms
 from xaf_hub.core.records import SessionRecord
 from xaf_hub.core.runstate import LastRun
-from xaf_hub.notify.record import session_action
 from xaf_hub.ops.context import OpsContext
 from xaf_hub.ops.decisions import Decisions, load_decisions, person_stop
 from xaf_hub.ops.heal import STEP, HealCandidate, Healing, heal, heal_candidate
@@ -30,10 +29,9 @@ def record_heal(pctx: OpsContext, cycle: Cycle, rec: SessionRecord, healing: Hea
     """Put one heal into the cycle's log: healed, or waiting for a usable model."""
     if healing.to_model is not None:
         cycle.log.touched.add((rec.instance, rec.id))
-    cycle.log.add(pctx, session_action(
-        STEP, "heal", "waiting" if healing.to_model is None else "ok", rec,
-        detail=healing.detail, model=healing.to_model or "", from_model=healing.from_model,
-    ))
+    result = "waiting" if healing.to_model is None else "ok"
+    cycle.log.add(pctx, STEP, "heal", result, rec, detail=healing.detail,
+                  model=healing.to_model or "", from_model=healing.from_model)
 
 
 async def fix_free_limit(pctx: OpsContext, cycle: Cycle) -> None:
@@ -85,21 +83,12 @@ async def heal_item(
     """
     decision = people.for_session(inst.name, rec.id, run.created_ms if run else None)
     if decision is not None:
-        cycle.log.add(pctx, session_action(STEP, "person", "skipped", rec,
-                                           detail=decision.text, why=decision.kind))
+        cycle.log.add(pctx, STEP, "person", "skipped", rec, detail=decision.text,
+                      why=decision.kind)
         return
     if inst.production:
-        cycle.log.add(
-            pctx,
-            session_action(
-                STEP,
-                "heal",
-                "skipped",
-                rec,
-                detail=REFUSAL_WORDS["production"],
-                why="production",
-            ),
-        )
+        words = REFUSAL_WORDS["production"]
+        cycle.log.add(pctx, STEP, "heal", "skipped", rec, detail=words, why="production")
         return
     since = run.created_ms if run else None
     healing = await cycle.attempt(

@@ -12,7 +12,6 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from xaf_hub.core import aio
-from xaf_hub.notify.record import task_action
 from xaf_hub.ops.context import OpsContext
 from xaf_hub.patrol.context import Cycle
 from xaf_hub.patrol.design_scan import (
@@ -84,4 +83,4 @@ async def sync_design_tasks(pctx: OpsContext, cycle: Cycle) -> None:
         extra={"tasks": [t.id for t in added]},
     )
     for task in added:
-        cycle.log.add(pctx, task_action(STEP, "add", "ok", task, detail=task.spec))
+        cycle.log.add(pctx, STEP, "add", "ok", task, detail=task.spec)
