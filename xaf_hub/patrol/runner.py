@@ -114,11 +114,6 @@ async def run_cycle(
     return cycle
 
 
-def cycle_code(cycle: Cycle) -> int:
-    """0 when every step that was asked for ran, else the worst failed step's code."""
-    return ExitCode.worst(s.code for s in cycle.log.steps)
-
-
 @dataclass(frozen=True)
 class CycleRun:
     """How a request to run one cycle ended."""
@@ -222,7 +217,7 @@ def run_once(
         queue_round(pctx, cycle.log)
     if send:
         send_round(pctx, cycle.log)
-    code = cycle_code(cycle)
+    code = ExitCode.worst(s.code for s in cycle.log.steps)  # 0 unless a step failed
     if problem:
         code = ExitCode.worst((code, ExitCode.INTERNAL))
         cycle.log.errors.append(pctx.redact(problem))

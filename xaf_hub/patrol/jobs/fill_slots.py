@@ -217,7 +217,9 @@ async def fill_slots(
         if task.avoid_models:
             model = untried_model(pctx, inst, task.avoid_models, now) or model
         try:
-            base = _base(pctx, inst, task, override, tips)
+            # Its base: the tip of the branch the discipline names for it (none: no tips).
+            branches = task_branches(pctx, inst, [task.title or task.id], override)
+            base = base_commit(tips, branches, pctx.cfg.patrol.base_branch) if tips else None
             await _dispatch(pctx, cycle, inst, directory, task, model, override, base)
         except BudgetReached as exc:
             budget_stop[exc.instance] = str(exc)
@@ -235,14 +237,13 @@ async def fill_slots(
             cycle.log.error(pctx, STEP, f"dispatch {task.id} to {name}: {exc}")
 
 
-async def _tips(pctx: OpsContext, cycle: Cycle) -> dict[str, str] | None:
-    """Every branch's tip on project.repository now, the bases of this round's tasks.
-
-    None without a repository; {} when it cannot be read (the tasks go out with no base and
-    are judged as before: "base unknown").
+async def _tips(pctx: OpsContext, cycle: Cycle) -> dict[str, str]:
+    """Every branch's tip on project.repository now, the bases of this round's tasks; {}
+    without a repository or when it cannot be read (the tasks go out with no base and are
+    judged as before: "base unknown").
     """
     if not pctx.cfg.repository.url:
-        return None
+        return {}
     mirror = Mirror.of(pctx.cfg)
     try:
         return await aio.blocking(mirror.tips)
@@ -252,20 +253,6 @@ async def _tips(pctx: OpsContext, cycle: Cycle) -> dict[str, str] | None:
     finally:
         if mirror.rebuilt:
             cycle.log.note(pctx, f"{STEP}: {mirror.rebuilt}")
-
-
-def _base(
-    pctx: OpsContext,
-    inst: InstanceConfig,
-    task: Task,
-    override: str | None,
-    tips: dict[str, str] | None,
-) -> str | None:
-    """A task's base: its expected branch's tip (``core.discipline.base_commit``)."""
-    if not tips:
-        return None
-    branches = task_branches(pctx, inst, [task.title or task.id], override)
-    return base_commit(tips, branches, pctx.cfg.patrol.base_branch)
 
 
 def free_slots(fleet: Fleet, gate: Gate) -> list[tuple[InstanceConfig, int, str]]:
