@@ -8,7 +8,7 @@ read (docs/architecture.md §8).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, TypeVar
@@ -25,6 +25,7 @@ from xaf_hub.ops.context import Fleet, OpsContext
 from xaf_hub.ops.load import instance_load
 from xaf_hub.ops.send import pool_discipline as _pool_discipline
 from xaf_hub.store.patrol_state import RunMemory
+from xaf_hub.store.statefile import file_lock
 
 # Only the newest message decides the last run; messages can be large, so read just that one.
 MESSAGE_WINDOW = 1
@@ -32,6 +33,7 @@ MESSAGE_WINDOW = 1
 _MESSAGE_FAN_OUT = 8
 
 T = TypeVar("T")
+CYCLE_LOCK = "cycle.lock"
 
 # A round reads a session's last run only when the scan shows its ``updated`` time or run
 # state moved since the round that last read it, or it is running or retrying (architecture
@@ -213,6 +215,14 @@ class Cycle:
 
             await aio.bounded(_MESSAGE_FAN_OUT, one, wanted)
         return result
+
+
+@contextlib.contextmanager
+def cycle_lock(pctx: OpsContext) -> Iterator[None]:
+    """Hold ``patrol/cycle.lock`` (BusyError at once when taken): one round or live reaction at
+    a time among the patrols of this machine."""
+    with file_lock(pctx.patrol_dir / CYCLE_LOCK, 0, what="patrol cycle lock"):
+        yield
 
 
 def project_views(pctx: OpsContext) -> list[OpsContext]:

@@ -36,7 +36,7 @@ from xaf_hub.ops.heal import heal_candidate
 from xaf_hub.ops.live_board import publish
 from xaf_hub.ops.queue import queue_length
 from xaf_hub.ops.waiting import list_waiting
-from xaf_hub.patrol.context import Cycle, owner_view, pool_discipline, project_views
+from xaf_hub.patrol.context import Cycle, cycle_lock, owner_view, pool_discipline, project_views
 from xaf_hub.patrol.jobs.check_agents import STEP as CHECK
 from xaf_hub.patrol.jobs.check_agents import answer_by_policy, resume_one
 from xaf_hub.patrol.jobs.fill_slots import fill_every_project
@@ -45,7 +45,6 @@ from xaf_hub.patrol.jobs.fix_free_limit import heal_item
 from xaf_hub.patrol.jobs.run_ceiling import STEP as CEILING
 from xaf_hub.patrol.jobs.run_ceiling import check_run, guarded
 from xaf_hub.store.patrol_state import pause_info
-from xaf_hub.store.statefile import file_lock
 
 FILL = "fill_slots"
 _SESSION_KINDS = frozenset({"retry", "stopped", "error"})
@@ -85,7 +84,6 @@ class LiveReactor:
         out: Callable[[str], None],
         *,
         settle_seconds: float = 1.0,
-        lock_name: str = "cycle.lock",
         notices: Callable[[], None] = lambda: None,
     ) -> None:
         self.pctx = pctx
@@ -93,9 +91,7 @@ class LiveReactor:
         self.busy = busy
         self.out = out
         self.settle_seconds = settle_seconds
-        self.lock_name = lock_name
         self.notices = notices  # wakes the sender once a reaction queued its notices
-        self.reactions = 0
         # A session read by id with its worktree's checkout (the follower's ``placed``).
         self.placed: Callable[[str, ServerSession], ServerSession] = lambda _instance, s: s
         self.ceiling = (
@@ -233,12 +229,11 @@ class LiveReactor:
             if pause_info(pctx.patrol_dir) is not None:
                 return None  # paused: the patrol does nothing, events included
             try:
-                with file_lock(pctx.patrol_dir / self.lock_name, 0, what="patrol cycle lock"):
+                with cycle_lock(pctx):
                     cycle, again = aio.run(self._react(work))
                     _tell(pctx, cycle, self.out, self.notices)
             except BusyError:
                 return work, LOCKED_RETRY_SECONDS  # a round (maybe another patrol) is running
-        self.reactions += 1
         if again.sessions or again.fill:
             return again, self.pctx.cfg.patrol.run_start_grace_seconds + 1.0
         return None

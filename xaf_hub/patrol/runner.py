@@ -39,7 +39,7 @@ from xaf_hub.errors import (
 from xaf_hub.notify.patrol import Sender, queue_failover, queue_round, send_round
 from xaf_hub.notify.record import RoundLog, StepOutcome
 from xaf_hub.ops.context import OpsContext
-from xaf_hub.patrol.context import Cycle, every_project
+from xaf_hub.patrol.context import Cycle, cycle_lock, every_project
 from xaf_hub.patrol.jobs.check_agents import check_agents
 from xaf_hub.patrol.jobs.fill_slots import fill_every_project
 from xaf_hub.patrol.jobs.fix_free_limit import fix_free_limit
@@ -56,7 +56,7 @@ from xaf_hub.store.patrol_state import (
     pause_info,
     paused_message,
 )
-from xaf_hub.store.statefile import file_lock, write_json_atomic
+from xaf_hub.store.statefile import write_json_atomic
 
 if TYPE_CHECKING:
     from xaf_hub.store.redis.lease import PatrolLease
@@ -74,7 +74,6 @@ STEPS: tuple[tuple[str, Job], ...] = (
 )
 STEP_NAMES: tuple[str, ...] = tuple(name for name, _ in STEPS)
 
-CYCLE_LOCK = "cycle.lock"
 # How often the daemon looks whether work arrived in the pool and whether its config changed.
 WATCH_SECONDS = 1.0
 STOP_POLL_SECONDS = 0.2  # how soon the daemon sees a stop signal that another thread took
@@ -198,7 +197,7 @@ def run_once(
         return CycleRun("paused", 0, paused_message(paused))
     with contextlib.ExitStack() as stack:
         try:
-            stack.enter_context(file_lock(folder / CYCLE_LOCK, 0, what="patrol cycle lock"))
+            stack.enter_context(cycle_lock(pctx))
         except BusyError:
             why = "another patrol cycle is running on this machine; this one skipped"
             return CycleRun("locked", int(ExitCode.BUSY), why)
