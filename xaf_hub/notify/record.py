@@ -158,7 +158,8 @@ class RoundLog:
         pctx.log(f"note: {line}")
 
     def error(self, pctx: OpsContext, step: str, text: str) -> None:
-        """Record a non-fatal error of one item (the job goes on with the others)."""
-        line = pctx.redact(f"{step}: {text}")
+        """Record a non-fatal error of one item (the job goes on with the others); ``step`` ""
+        for one of the round itself."""
+        line = pctx.redact(f"{step}: {text}" if step else text)
         self.errors.append(line)
         pctx.log(f"error: {line}")

@@ -219,15 +219,13 @@ def run_once(
     code = ExitCode.worst(s.code for s in cycle.log.steps)  # 0 unless a step failed
     if problem:
         code = ExitCode.worst((code, ExitCode.INTERNAL))
-        cycle.log.errors.append(pctx.redact(problem))
-        pctx.log(f"error: {pctx.redact(problem)}")
+        cycle.log.error(pctx, "", problem)
     report: Path | None = None
     try:
         report = write_report(pctx, cycle.log, code)[1]
     except (OSError, HubError) as exc:
         code = ExitCode.worst((code, ExitCode.INTERNAL))
-        cycle.log.errors.append(pctx.redact(f"report not written: {exc}"))
-        pctx.log(f"error: report not written: {pctx.redact(str(exc))}")
+        cycle.log.error(pctx, "", f"report not written: {exc}")
     return CycleRun("ran", code, summary(cycle, code), cycle, report)
 
 
