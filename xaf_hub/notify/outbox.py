@@ -27,9 +27,7 @@ FILE = Path("notify") / "state.json"
 SEEN_DAYS = 14
 PARKED_HOURS = 24.0  # a refused message is shown this long, never re-sent
 # A message not sent (no connection) waits 10 s, 20 s, 40 s... at most 5 min for the next try.
-RETRY_FIRST_SECONDS = 10.0
-RETRY_MAX_SECONDS = 300.0
-RETRY = Backoff(first=RETRY_FIRST_SECONDS, cap=RETRY_MAX_SECONDS)
+RETRY = Backoff(first=10.0, cap=300.0)
 # A claim older than this is its owner's no longer (a sender's tries end long before).
 STALE_SENDING = timedelta(minutes=10)
 _WHAT = "notification state"

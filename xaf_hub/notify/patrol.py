@@ -14,7 +14,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from xaf_hub.config.notify import NotifyConfig, Webhook
 from xaf_hub.core import aio
@@ -28,7 +28,6 @@ from xaf_hub.notify.formats import Outgoing, build
 from xaf_hub.notify.messages import render
 from xaf_hub.notify.record import RoundLog
 from xaf_hub.notify.send import Answer, deliver, make_client
-from xaf_hub.store.model_state import Healed
 
 if TYPE_CHECKING:
     import httpx
@@ -38,18 +37,24 @@ if TYPE_CHECKING:
 
 STEP = "notify"
 HEALS_LOOKBACK = timedelta(hours=24)  # heals read per round; derive keeps the new ones
+T = TypeVar("T")
 
 
 def _inputs(pctx: OpsContext, log: RoundLog, now: datetime) -> Inputs:
     cfg = pctx.cfg
+
+    def read(get: Callable[[], T], store: str, events: str) -> T | None:
+        """What ``get`` reads, or None and an error in ``log`` when it cannot be read."""
+        try:
+            return get()
+        except HubError as exc:
+            log.error(pctx, STEP, f"{store} unreadable, no {events} events this round: {exc}")
+            return None
+
+    tasks = read(lambda: pctx.backlog().load().tasks, "task pool", "task") or []
     parked: list[Parked] = []
     waiting = 0
     pool_sessions: set[tuple[str, str]] = set()
-    try:
-        tasks = pctx.backlog().load().tasks
-    except HubError as exc:
-        log.error(pctx, STEP, f"task pool unreadable, no task events this round: {exc}")
-        tasks = []
     done: list[Done] = []
     for t in tasks:
         if t.session_id:
@@ -67,21 +72,13 @@ def _inputs(pctx: OpsContext, log: RoundLog, now: datetime) -> Inputs:
             parked.append(Parked(t.id, t.title, t.attempts, why, t.dispatched_at or ""))
         else:
             waiting += 1
-    blackouts: dict[str, tuple[str, str]] | None
-    heals: list[Healed] = []
-    try:
-        heals = pctx.model_state().healed_since(now - HEALS_LOOKBACK)
-    except HubError as exc:
-        log.error(pctx, STEP, f"model state unreadable, no heal events this round: {exc}")
-    try:
-        found = pctx.model_state().active_blackouts(now)
-        blackouts = {
-            fam: (datetime.fromtimestamp(b.until_ms / 1000, UTC).isoformat(), b.reason)
-            for fam, b in found.items()
-        }
-    except HubError as exc:
-        log.error(pctx, STEP, f"model state unreadable, no blackout events this round: {exc}")
-        blackouts = None
+    state = pctx.model_state
+    heals = read(lambda: state().healed_since(now - HEALS_LOOKBACK), "model state", "heal")
+    found = read(lambda: state().active_blackouts(now), "model state", "blackout")
+    blackouts = None if found is None else {
+        fam: (datetime.fromtimestamp(b.until_ms / 1000, UTC).isoformat(), b.reason)
+        for fam, b in found.items()
+    }
     return Inputs(
         configured=[i.name for i in cfg.instances],
         parked=parked,
@@ -90,7 +87,7 @@ def _inputs(pctx: OpsContext, log: RoundLog, now: datetime) -> Inputs:
         done=done,
         blackouts=blackouts,
         spend=log.spend,
-        heals=heals,
+        heals=heals or (),
     )
 
 
@@ -146,20 +143,6 @@ class _Sender:
     def _outgoing(self, ev: Event) -> Outgoing:
         return outgoing(self.pctx.cfg, self.hook, ev, self.pctx.now())
 
-    async def _claim(self) -> outbox.Entry | None:
-        pctx = self.pctx
-        got = await aio.blocking(
-            outbox.claim,
-            pctx.cfg.state_dir,
-            self.hook.name,
-            now=pctx.now(),
-            owner=os.getpid(),
-            due_only=self.due_only,
-            lock_timeout=pctx.cfg.lock.lock_timeout_seconds,
-        )
-        self.reaped += got.reaped
-        return got.entry
-
     async def run(self) -> None:
         pctx = self.pctx
         notify = pctx.cfg.notify
@@ -174,8 +157,12 @@ class _Sender:
                 if time.monotonic() >= self.deadline:
                     self.down = self.down or f"out of time ({notify.round_seconds:g} s per round)"
                     return
-                entry = await self._claim()
-                if entry is None:
+                got = await aio.blocking(
+                    outbox.claim, state_dir, self.hook.name, now=pctx.now(), owner=os.getpid(),
+                    due_only=self.due_only, lock_timeout=pctx.cfg.lock.lock_timeout_seconds,
+                )
+                self.reaped += got.reaped
+                if (entry := got.entry) is None:
                     return
                 ev = entry.event
                 posted = functools.partial(aio.blocking, outbox.mark_posted, state_dir, entry)
@@ -226,10 +213,7 @@ def send_outbox(
     deadline = time.monotonic() + seconds
     senders = [_Sender(pctx, hook, deadline, transport, due_only) for hook in cfg.webhooks]
 
-    async def all_senders() -> None:
-        await aio.gather(*(s.run() for s in senders))
-
-    aio.run(all_senders())
+    aio.run(aio.gather(*(s.run() for s in senders)))
     try:
         state = outbox.read_state(pctx.cfg.state_dir) or {}
     except HubError:
@@ -357,28 +341,22 @@ def queue_round(pctx: OpsContext, log: RoundLog, *, live: bool = False) -> int:
     if not cfg.webhooks:
         return 0
     try:
-        return _queue(pctx, log, cfg, live)
-    except Exception as exc:  # noqa: BLE001 - notifications must never break a patrol round
-        log.error(pctx, STEP, f"notifications failed: {type(exc).__name__}: {exc}")
-        return 0
-
-
-def _queue(pctx: OpsContext, log: RoundLog, cfg: NotifyConfig, live: bool) -> int:
-    now = pctx.now()
-    inputs = _inputs(pctx, log, now)
-    tz = _zone(pctx.cfg.models.timezone)
-    try:
+        now = pctx.now()
+        inputs = _inputs(pctx, log, now)
+        tz = _zone(pctx.cfg.models.timezone)
         queued = _enqueue(pctx, lambda state: derive(
             log, inputs, state, now=now, tz=tz, summary_hour=cfg.summary_hour, live=live
         ), now)
+        for line in queued.dropped:
+            log.error(pctx, STEP, line)
+        if queued.new:
+            log.notes.append(f"{STEP}: queued {len(queued.new)} new event(s) for the sender")
+        return len(queued.pending)
     except HubError as exc:
         log.error(pctx, STEP, f"nothing queued: {exc}")
-        return 0
-    for line in queued.dropped:
-        log.error(pctx, STEP, line)
-    if queued.new:
-        log.notes.append(f"{STEP}: queued {len(queued.new)} new event(s) for the sender")
-    return len(queued.pending)
+    except Exception as exc:  # noqa: BLE001 - notifications must never break a patrol round
+        log.error(pctx, STEP, f"notifications failed: {type(exc).__name__}: {exc}")
+    return 0
 
 
 def _enqueue(

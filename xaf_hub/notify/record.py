@@ -58,21 +58,20 @@ class Action:
     from_model: str = ""
     why: Why = ""
 
-
-def session_action(step: str, kind: str, result: str, rec: SessionRecord, **fields: Any) -> Action:
-    """An Action about one session (instance, id and title taken from the record)."""
-    return Action(step, kind, result, rec.instance, rec.id, title=rec.title, **fields)
-
-
-def task_action(
-    step: str, kind: str, result: str, task: Task, instance: str | None = None, session: str = "",
-    **fields: Any,
-) -> Action:
-    """An Action about one pool task (id and title from the task; where it was dispatched,
-    unless ``instance`` and ``session`` name where it goes now)."""
-    if instance is None:
-        instance, session = task.dispatched_to or "", task.session_id or ""
-    return Action(step, kind, result, instance, session, task=task.id, title=task.title, **fields)
+    @classmethod
+    def of(
+        cls, step: str, kind: str, result: str, about: SessionRecord | Task,
+        instance: str | None = None, session: str = "", **fields: Any,
+    ) -> Action:
+        """An Action about one session (its instance, id and title) or one pool task (its id
+        and title; where it was dispatched, unless ``instance`` and ``session`` name where it
+        goes now)."""
+        if isinstance(about, SessionRecord):
+            return cls(step, kind, result, about.instance, about.id, title=about.title, **fields)
+        if instance is None:
+            instance, session = about.dispatched_to or "", about.session_id or ""
+        return cls(step, kind, result, instance, session, task=about.id, title=about.title,
+                   **fields)
 
 
 @dataclass(frozen=True)
@@ -133,7 +132,14 @@ class RoundLog:
         """Grows with every prompt sent and every action that did or failed to do something."""
         return len(self.touched) + sum(1 for a in self.actions if a.result in ("ok", "failed"))
 
-    def add(self, pctx: OpsContext, action: Action) -> None:
+    def add(
+        self, pctx: OpsContext, step: str, kind: str, result: str, about: SessionRecord | Task,
+        *where: str, **fields: Any,
+    ) -> None:
+        """Record the action ``Action.of`` builds from these, and log it as one line."""
+        self.put(pctx, Action.of(step, kind, result, about, *where, **fields))
+
+    def put(self, pctx: OpsContext, action: Action) -> None:
         """Record an action and log it as one line."""
         self.actions.append(action)
         where = "/".join(p for p in (action.instance, action.session) if p)
@@ -152,7 +158,8 @@ class RoundLog:
         pctx.log(f"note: {line}")
 
     def error(self, pctx: OpsContext, step: str, text: str) -> None:
-        """Record a non-fatal error of one item (the job goes on with the others)."""
-        line = pctx.redact(f"{step}: {text}")
+        """Record a non-fatal error of one item (the job goes on with the others); ``step`` ""
+        for one of the round itself."""
+        line = pctx.redact(f"{step}: {text}" if step else text)
         self.errors.append(line)
         pctx.log(f"error: {line}")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import operator
 from collections.abc import Iterable, Sequence
-from dataclasses import astuple, dataclass, replace
+from dataclasses import astuple, dataclass
 from datetime import datetime, tzinfo
 from typing import TYPE_CHECKING
 
@@ -56,19 +56,12 @@ class Spend:
 
     def with_sent(self, runs: int, ceiling: float | None) -> Spend:
         """This spend with ``runs`` more in flight (prompts sent the server shows no run for)."""
-        return replace(
-            self,
-            in_flight=self.in_flight + runs,
-            in_flight_usd=self.in_flight_usd + runs * (ceiling or 0.0),
-        )
+        return self + Spend(in_flight=runs, in_flight_usd=runs * (ceiling or 0.0))
 
 
 def spend_today(
-    sessions: Iterable[SessionRecord],
-    now: datetime,
-    tz: tzinfo,
-    run_ceiling: float | None = None,
-    fleet: bool = False,
+    sessions: Iterable[SessionRecord], now: datetime, tz: tzinfo,
+    run_ceiling: float | None = None, fleet: bool = False,
 ) -> Spend:
     """Today's spend of the project sessions among ``sessions`` (module docstring), with
     ``fleet`` every configured project's; each run in flight (``run_roots``) may still spend
@@ -170,9 +163,7 @@ def money(usd: float) -> str:
 
 def unknown_text(unknown: int) -> str:
     """ "cost unknown for N sessions", or "" when every cost is known."""
-    if not unknown:
-        return ""
-    return f"cost unknown for {unknown} session{'s' if unknown != 1 else ''}"
+    return f"cost unknown for {unknown} session{'s' if unknown != 1 else ''}" if unknown else ""
 
 
 def reached_text(

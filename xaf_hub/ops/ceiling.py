@@ -45,10 +45,8 @@ def _synthetic(message: Message) -> bool:
 
 def _prompt(messages: Sequence[Message]) -> int:
     """Index of the newest prompt among ``messages``; -1 when none was read."""
-    for i in range(len(messages) - 1, -1, -1):
-        if messages[i].role == "user" and not _synthetic(messages[i]):
-            return i
-    return -1
+    prompts = (i for i, m in enumerate(messages) if m.role == "user" and not _synthetic(m))
+    return max(prompts, default=-1)
 
 
 def _steps_cost(messages: Sequence[Message]) -> float | None:
@@ -67,9 +65,7 @@ def run_cost(messages: Sequence[Message]) -> float | None:
 def run_start(messages: Sequence[Message]) -> int:
     """When the newest run began (epoch ms): its prompt's, else the oldest message read's
     (0: none read)."""
-    if not messages:
-        return 0
-    return messages[max(_prompt(messages), 0)].created
+    return messages[max(_prompt(messages), 0)].created if messages else 0
 
 
 def cost_since(messages: Sequence[Message], since_ms: int) -> float | None:
@@ -210,13 +206,8 @@ async def abort_run(
 
 
 async def stop_over_ceiling(
-    ops: OpsContext,
-    inst: InstanceConfig,
-    rec: SessionRecord,
-    client: OpencodeClient,
-    run: Run,
-    *,
-    origin: str,
+    ops: OpsContext, inst: InstanceConfig, rec: SessionRecord, client: OpencodeClient, run: Run,
+    *, origin: str,
 ) -> OverCeiling:
     """Park the run's task, abort the run with its family and audit it (module docstring)."""
     cost = run.cost or 0.0

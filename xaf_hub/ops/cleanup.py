@@ -41,22 +41,11 @@ async def cleanup_fleet(
     targets = [cfg.instance(instance)] if instance else list(cfg.instances)
     snap, scans = await scan_fleet(cfg, targets, transport_factory=ops.transport_factory)
     now = int(time.time() * 1000)
-    report: dict[str, Any] = {
-        "ttl_days": ttl_days,
-        "execute": execute,
-        "instances": [],
-        "unreachable": snap.unreachable,
-        "_snap": snap,
-    }
+    report: dict[str, Any] = {"ttl_days": ttl_days, "execute": execute, "instances": [],
+                              "unreachable": snap.unreachable, "_snap": snap}
     for sc in scans:
-        entry: dict[str, Any] = {
-            "instance": sc.inst.name,
-            "skipped": "",
-            "stale": [],
-            "deleted": [],
-            "failed": [],
-            "missing_time": 0,
-        }
+        entry: dict[str, Any] = {"instance": sc.inst.name, "skipped": "", "stale": [],
+                                 "deleted": [], "failed": [], "missing_time": 0}
         report["instances"].append(entry)
         if not sc.reachable:
             entry["skipped"] = f"unreachable: {sc.reason}"
@@ -68,10 +57,8 @@ async def cleanup_fleet(
         entry["missing_time"] = missing
         entry["stale"] = [s.to_json() for s in stale]
         entry["worktrees"] = await _rooms(ops, sc.inst, sc.sessions, execute)
-        if not execute or not stale:
-            continue
-
-        await _delete_all(ops, sc.inst, stale, entry, ttl_days)
+        if execute and stale:
+            await _delete_all(ops, sc.inst, stale, entry, ttl_days)
     return report
 
 
@@ -117,13 +104,8 @@ async def _rooms(
 
 
 async def _remove_room(
-    ops: OpsContext,
-    client: OpencodeClient,
-    inst: InstanceConfig,
-    checkout: str,
-    folder: str,
-    task: Task | None,
-    item: dict[str, Any],
+    ops: OpsContext, client: OpencodeClient, inst: InstanceConfig, checkout: str, folder: str,
+    task: Task | None, item: dict[str, Any],
 ) -> None:
     try:
         stays = await what_stays(client, folder)
@@ -145,10 +127,7 @@ async def _remove_room(
 
 
 async def _delete_all(
-    ops: OpsContext,
-    inst: InstanceConfig,
-    rows: list[SessionRecord],
-    entry: dict[str, Any],
+    ops: OpsContext, inst: InstanceConfig, rows: list[SessionRecord], entry: dict[str, Any],
     ttl_days: float,
 ) -> None:
     async with ops.client(inst) as client:

@@ -71,13 +71,9 @@ class WaitResult:
 
 def messages_since(messages: Sequence[Message], baseline: str | None) -> list[Message]:
     """The messages after ``baseline`` (a message id); all of them for None or ""."""
-    if not baseline:
-        return list(messages)
     ids = [m.id for m in messages]
-    if baseline in ids:
-        return list(messages[ids.index(baseline) + 1 :])
-    # The baseline fell out of the window: more than a window of new messages came since.
-    return list(messages)
+    # A baseline not among them fell out of the window: more than a window of new messages came.
+    return list(messages[ids.index(baseline) + 1 :] if baseline and baseline in ids else messages)
 
 
 def answered(messages: Sequence[Message]) -> bool:
@@ -89,11 +85,8 @@ def answered(messages: Sequence[Message]) -> bool:
 
 
 def sighting(
-    inst: InstanceConfig,
-    session: ServerSession,
-    status: RawStatus | None,
-    messages: Sequence[Message],
-    baseline: str | None = None,
+    inst: InstanceConfig, session: ServerSession, status: RawStatus | None,
+    messages: Sequence[Message], baseline: str | None = None,
 ) -> Sighting:
     """Combine a session, its status entry and its newest messages (oldest first)."""
     # A worktree's session is the project's through the checkout it was made from.
@@ -137,9 +130,7 @@ def wait_step(s: Sighting, v: Verdict) -> tuple[Step, HealCandidate | None]:
 
 
 async def look(
-    client: OpencodeClient,
-    inst: InstanceConfig,
-    session: ServerSession,
+    client: OpencodeClient, inst: InstanceConfig, session: ServerSession,
     baseline: str | None = None,
 ) -> Sighting:
     """Read a session's run state, then its newest messages (status first: it may lag)."""
@@ -153,11 +144,7 @@ Fix = Callable[[Sighting, HealCandidate], Awaitable[Healing]]
 
 
 async def wait_for_run(
-    look_at: Look,
-    fix: Fix,
-    *,
-    window: float,
-    baseline: str | None,
+    look_at: Look, fix: Fix, *, window: float, baseline: str | None,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
 ) -> WaitResult:
@@ -168,14 +155,10 @@ async def wait_for_run(
     blocked = ""  # why the last heal could not send (no free slot), tried again next look
 
     def done(state: WaitState, v: Verdict | None, detail: str = "") -> WaitResult:
-        return WaitResult(
-            state,
-            v.model if v is not None else "",
-            detail or (v.detail if v is not None else ""),
-            round(clock() - start, 3),
-            tuple(heals),
-            v.next_ms if v is not None else 0,
-        )
+        if v is None:
+            return WaitResult(state, "", detail, round(clock() - start, 3), tuple(heals))
+        return WaitResult(state, v.model, detail or v.detail, round(clock() - start, 3),
+                          tuple(heals), v.next_ms)
 
     verdict: Verdict | None = None
     while True:
@@ -214,13 +197,8 @@ async def wait_for_run(
 
 
 async def confirm_run(
-    ops: OpsContext,
-    inst: InstanceConfig,
-    session: ServerSession,
-    *,
-    baseline: str | None,
-    window: float,
-    origin: str,
+    ops: OpsContext, inst: InstanceConfig, session: ServerSession, *, baseline: str | None,
+    window: float, origin: str,
 ) -> WaitResult:
     """Wait for the run just sent to ``session`` to start; heal it on the spot if it fails."""
     async with ops.client(inst) as client:

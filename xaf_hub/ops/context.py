@@ -115,28 +115,11 @@ class OpsContext:
         """``text`` with every configured secret replaced."""
         return redact(text, self.cfg.secrets())
 
-    def audit(
-        self,
-        command: str,
-        *,
-        instance: str = "",
-        session: str = "",
-        result: str = "ok",
-        reason: str = "",
-        extra: Mapping[str, Any] | None = None,
-    ) -> None:
-        """Append one audit line for a write the patrol made."""
-
+    def audit(self, command: str, **fields: Any) -> None:
+        """Append one audit line for a write the patrol made: ``store.audit.append``'s
+        ``fields`` (instance, session, result, reason, extra), every secret kept out."""
         audit_log.append(
-            self.cfg.state_dir,
-            command=command,
-            instance=instance,
-            session=session,
-            result=result,
-            reason=reason,
-            env=self.env,
-            extra=extra,
-            secrets=self.cfg.secrets(),  # the whole line, extra fields included
+            self.cfg.state_dir, command=command, env=self.env, secrets=self.cfg.secrets(), **fields
         )
 
     @contextlib.asynccontextmanager
@@ -182,12 +165,8 @@ class Fleet:
 
     def work_sessions(self) -> list[tuple[InstanceConfig, SessionRecord]]:
         """Project sessions that are not sub-agent children (their parent owns them)."""
-        return [
-            (sc.inst, s)
-            for sc in self.reachable
-            for s in sc.sessions
-            if s.project and not s.parent_id
-        ]
+        return [(sc.inst, s) for sc in self.reachable for s in sc.sessions
+                if s.project and not s.parent_id]
 
     def seen_as(self, cfg: Config) -> Fleet:
         """This scan of every project (``Config.every_project``) as ``cfg``'s project sees it:

@@ -61,10 +61,7 @@ def _who(raw: object) -> str:
     if not isinstance(raw, Mapping):
         return "someone"
     name = str(raw.get("caller") or raw.get("user") or "")
-    host = str(raw.get("host") or "")
-    if name and host:
-        return f"{name}@{host}"
-    return name or host or "someone"
+    return "@".join(p for p in (name, str(raw.get("host") or "")) if p) or "someone"
 
 
 def _stop(entry: Mapping[str, Any]) -> StopKind | None:
@@ -98,12 +95,16 @@ def operator_interrupts(state_dir: Path) -> dict[Key, Stop]:
             continue  # a torn first line of the tail, or a hand-edited one
         if kind is None or when is None:
             continue
-        at = when.timestamp()
         key = (str(entry.get("instance") or ""), str(entry.get("session") or ""))
-        if key not in found or at >= found[key].at:
-            who = _who(entry.get("who")) if kind == "person" else "the run ceiling"
-            found[key] = Stop(kind, at, who)
+        _keep_later(found, key, kind, when.timestamp(), entry.get("who"))
     return found
+
+
+def _keep_later(found: dict[Key, Stop], key: Key, kind: StopKind, at: float, who: object) -> None:
+    """Keep the stop of ``key`` at ``at`` unless ``found`` holds a later one (a person's stop
+    named by ``who``, a ceiling's by the run ceiling)."""
+    if key not in found or at >= found[key].at:
+        found[key] = Stop(kind, at, _who(who) if kind == "person" else "the run ceiling")
 
 
 def people_interrupts(ops: OpsContext) -> dict[Key, Stop]:
@@ -112,9 +113,7 @@ def people_interrupts(ops: OpsContext) -> dict[Key, Stop]:
     cannot be asked: a patrol must not undo an interrupt it could not read."""
     found = operator_interrupts(ops.cfg.state_dir)
     for key, (at, who, kind) in ops.stores.interrupts().items():
-        if key not in found or at >= found[key].at:
-            stop: StopKind = "ceiling" if kind == "ceiling" else "person"
-            found[key] = Stop(stop, at, _who(who) if stop == "person" else "the run ceiling")
+        _keep_later(found, key, "ceiling" if kind == "ceiling" else "person", at, who)
     return found
 
 
@@ -129,9 +128,7 @@ def hub_stops(ops: OpsContext) -> dict[Key, Stop]:
 
 def stopped_after(stop: Stop | None, since_s: float | None) -> bool:
     """True when ``stop`` came at or after ``since_s`` (None: any interrupt counts)."""
-    if stop is None:
-        return False
-    return since_s is None or stop.at >= since_s - CLOCK_SLACK_S
+    return stop is not None and (since_s is None or stop.at >= since_s - CLOCK_SLACK_S)
 
 
 def is_steered(task: Task) -> bool:

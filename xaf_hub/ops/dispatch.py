@@ -22,6 +22,7 @@ from xaf_hub.errors import ApiError, BusyError, UnreachableError, UsageError
 from xaf_hub.fleet.scan import InstanceScan
 from xaf_hub.fleet.wire import SessionTrace, session_trace
 from xaf_hub.ops import budget
+from xaf_hub.ops.cleanup import cleanup_fleet
 from xaf_hub.ops.context import OpsContext, utc_now
 from xaf_hub.ops.live_board import board_or_scan, source_of
 from xaf_hub.ops.load import instance_load
@@ -226,15 +227,8 @@ async def prepare(ops: OpsContext, order: DispatchOrder) -> Prepared:
     cfg, req = ops.cfg, order.request
     warnings: list[str] = []
     if order.auto_cleanup and not order.dry_run:
-        from xaf_hub.ops.cleanup import cleanup_fleet
-
-        await cleanup_fleet(
-            ops,
-            execute=True,
-            ttl_days=cfg.session_ttl_days,
-            instance=req.instance,
-            allow_prod=req.allow_prod,
-        )
+        await cleanup_fleet(ops, execute=True, ttl_days=cfg.session_ttl_days,
+                            instance=req.instance, allow_prod=req.allow_prod)
     smart = order.smart and cfg.auto_match
     instances = [cfg.instance(req.instance)] if req.instance else list(cfg.instances)
     gate = ops.gate()
@@ -252,21 +246,11 @@ async def prepare(ops: OpsContext, order: DispatchOrder) -> Prepared:
     for sc in scans:
         load = await aio.blocking(instance_load, sc, gate, allow_prod=True, observed_at=observed)
         reserved = (load.reserved or 0) if sc.reachable else 0
-        views.append(
-            InstanceView(
-                sc.inst,
-                sc.reachable,
-                sc.reason,
-                tuple(sc.sessions),
-                reserved,
-                sc.run_state_unknown,
-                over_budget=str(over.get(sc.inst.name) or ""),
-                sandboxes=sc.project_sandboxes(),
-                reserved_own=load.reserved_own,
-                cause=sc.cause,
-                free=load.free,
-            )
-        )
+        views.append(InstanceView(
+            sc.inst, sc.reachable, sc.reason, tuple(sc.sessions), reserved, sc.run_state_unknown,
+            over_budget=str(over.get(sc.inst.name) or ""), sandboxes=sc.project_sandboxes(),
+            cause=sc.cause, free=load.free,
+        ))
     pool = await aio.blocking(ops.backlog().load)
     scores, evidence = (
         await rank_candidates(ops, scans, req.text, pool.tasks) if smart else ([], [])
@@ -310,19 +294,11 @@ async def send_prepared(
         # a pool row for work not yet sent, which the patrol settles, never work running
         # without a row.
         if order.record:
-            recorded.append(
-                backlog.record_manual_dispatch(
-                    req.text,
-                    session_id,
-                    plan.instance.name,
-                    prep.model,
-                    utc_now(),
-                    base=room.base if room is not None else prep.base,
-                    task_id=prep.task_id,
-                    room=room,
-                    project=ops.cfg.project_name,
-                )
-            )
+            recorded.append(backlog.record_manual_dispatch(
+                req.text, session_id, plan.instance.name, prep.model, utc_now(),
+                base=room.base if room is not None else prep.base, task_id=prep.task_id,
+                room=room, project=ops.cfg.project_name,
+            ))
 
     try:
         async with ops.client(plan.instance) as client:

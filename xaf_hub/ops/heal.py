@@ -68,33 +68,18 @@ def heal_candidate(rec: SessionRecord, run: LastRun | None) -> HealCandidate | N
         # The retry lives inside one assistant message; its id names this stuck run.
         identity = run.message_id if run is not None and run.message_id else "retry"
         model = run.model if run is not None and run.model else rec.model
-        return HealCandidate(
-            rec.instance,
-            rec.id,
-            "retry",
-            "rate_limited",
-            model,
-            heal_key(rec.instance, rec.id, identity),
-            rec.retry_message,
-            next_ms=rec.retry_next,
-        )
+        key = heal_key(rec.instance, rec.id, identity)
+        return HealCandidate(rec.instance, rec.id, "retry", "rate_limited", model, key,
+                             rec.retry_message, next_ms=rec.retry_next)
     if rec.run_state != "idle" or run is None or run.error is None or not run.message_id:
         return None
     kind: ErrorClass = classify_error(run.error)
     if kind not in ("rate_limited", "model_unavailable"):
         return None
     signal: Signal = "rate_limited" if kind == "rate_limited" else "model_unavailable"
-    return HealCandidate(
-        rec.instance,
-        rec.id,
-        "failed",
-        signal,
-        run.model or rec.model,
-        heal_key(rec.instance, rec.id, run.message_id),
-        error_text(run.error),
-        run.created_ms,
-        error=run.error,
-    )
+    key = heal_key(rec.instance, rec.id, run.message_id)
+    return HealCandidate(rec.instance, rec.id, "failed", signal, run.model or rec.model, key,
+                         error_text(run.error), run.created_ms, error=run.error)
 
 
 def window_over(cand: HealCandidate, reset_hour: int, tz: tzinfo, now: datetime) -> bool:
@@ -159,23 +144,15 @@ def rest_for(
 
 
 def heal_target(
-    current: str,
-    chain: Sequence[str],
-    default_model: str | None,
-    blacked_out: set[str],
+    current: str, chain: Sequence[str], default_model: str | None, blacked_out: set[str],
     families: Mapping[str, Sequence[str]],
 ) -> str | None:
     """The next usable model after ``current``; else the default if usable and different."""
     nxt = next_model_in_chain(current or None, chain, blacked_out, families)
     if nxt is not None:
         return nxt
-    fallback = resolve_dispatch_model(
-        explicit=None,
-        chain=(),
-        default_model=default_model,
-        blacked_out=blacked_out,
-        families=families,
-    )
+    fallback = resolve_dispatch_model(explicit=None, chain=(), default_model=default_model,
+                                      blacked_out=blacked_out, families=families)
     return fallback if fallback and fallback != current else None
 
 
@@ -196,17 +173,9 @@ class Healing:
 
     def to_json(self) -> dict[str, Any]:
         """The JSON form."""
-        return {
-            "state": self.state,
-            "signal": self.signal,
-            "from_model": self.from_model,
-            "to_model": self.to_model,
-            "reason": self.reason,
-            "blackout": None
-            if self.family is None
-            else {"family": self.family, "until_ms": self.until_ms},
-            "already_healed": self.already,
-        }
+        doc = {k: getattr(self, k) for k in ("state", "signal", "from_model", "to_model", "reason")}
+        rest = None if self.family is None else {"family": self.family, "until_ms": self.until_ms}
+        return {**doc, "blackout": rest, "already_healed": self.already}
 
     @property
     def detail(self) -> str:
@@ -220,14 +189,8 @@ class Healing:
 
 
 async def heal(
-    ops: OpsContext,
-    inst: InstanceConfig,
-    rec: SessionRecord,
-    cand: HealCandidate,
-    state: ModelState,
-    override: str | None,
-    *,
-    origin: str = "patrol",
+    ops: OpsContext, inst: InstanceConfig, rec: SessionRecord, cand: HealCandidate,
+    state: ModelState, override: str | None, *, origin: str = "patrol",
     still_wanted: Callable[[], str] | None = None,
 ) -> Healing:
     """Heal one session: blackout if due, next model, abort a stuck retry, continue prompt.
@@ -257,24 +220,15 @@ async def heal(
         said = " (as the provider said)" if rest.why == "stated" else ""
         blackout = f"{family} blacked out until {until:%Y-%m-%d %H:%M}{said}"
         await aio.blocking(
-            ops.audit,
-            f"{origin}.blackout",
-            instance=inst.name,
-            session=rec.id,
-            result="blackout",
-            reason=cand.reason[:300],
+            ops.audit, f"{origin}.blackout", instance=inst.name, session=rec.id,
+            result="blackout", reason=cand.reason[:300],
             extra={"family": family, "until_ms": until_ms, "scope": rest.scope, "why": rest.why},
         )
     base = Healing(
         cand.state, cand.signal, cand.model, None, cand.reason, family, until_ms, blackout=blackout
     )
-    target = heal_target(
-        cand.model,
-        model_chain(cfg, inst),
-        cfg.models.default_dispatch_model,
-        state.resting(now),
-        families,
-    )
+    target = heal_target(cand.model, model_chain(cfg, inst), cfg.models.default_dispatch_model,
+                         state.resting(now), families)
     if target is None:
         return base
     prompt = build_prompt(
@@ -282,15 +236,8 @@ async def heal(
     )
     if cand.state == "retry":
         await abort_and_prompt(
-            ops,
-            inst,
-            rec.id,
-            rec.directory,
-            prompt,
-            target,
-            command=f"{origin}.heal",
-            reason="stuck in retry with a rate limit",
-            still_wanted=still_wanted,
+            ops, inst, rec.id, rec.directory, prompt, target, command=f"{origin}.heal",
+            reason="stuck in retry with a rate limit", still_wanted=still_wanted,
         )
     else:
         plan = plan_reuse(inst, rec, via=f"heal ({cand.signal})")
@@ -310,12 +257,7 @@ async def heal(
 
 
 async def heal_session(
-    ops: OpsContext,
-    inst: InstanceConfig,
-    rec: SessionRecord,
-    cand: HealCandidate,
-    *,
-    origin: str,
+    ops: OpsContext, inst: InstanceConfig, rec: SessionRecord, cand: HealCandidate, *, origin: str
 ) -> Healing:
     """Heal one failure as the patrol does, unless it was healed already (by anyone).
 

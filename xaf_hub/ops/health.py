@@ -134,14 +134,11 @@ def config_findings(cfg: Config, local_doc: Any = None) -> list[Finding]:
         out.append(info("credentials", "config.local.json",
                         f"none found (looked at {beside} and {cfg.home / 'config.local.json'})"))
         return out
-    if cfg.local_scope == "home":
-        out.append(ok("credentials", "config.local.json",
-                      f"{local} from the hub home (scope 'home'): lends only "
-                      "credential fields to instances the config already names"))
-    else:
-        out.append(ok("credentials", "config.local.json",
-                      f"{local} beside the config (scope 'beside'): its instance "
-                      "fields override the config's"))
+    said = (f"{local} from the hub home (scope 'home'): lends only credential fields to "
+            "instances the config already names" if cfg.local_scope == "home" else
+            f"{local} beside the config (scope 'beside'): its instance fields override the "
+            "config's")
+    out.append(ok("credentials", "config.local.json", said))
     out.extend(_local_doc_findings(cfg, local, local_doc))
     return out
 
@@ -252,10 +249,8 @@ def _describe_source(source: str) -> str:
 def instance_findings(inst: InstanceConfig, probe: Probe) -> list[Finding]:
     """Reachability, auth, dialect/version and the credential source of one instance."""
     name = inst.name
-    if inst.password_source == "none":
-        cred = "no password configured"
-    else:
-        cred = f"password from {_describe_source(inst.password_source)}"
+    cred = ("no password configured" if inst.password_source == "none"
+            else f"password from {_describe_source(inst.password_source)}")
     if probe.cause == "no_password":
         return [error("instance", name, str(inst.unreachable(probe.reason, probe.cause)),
                       _auth_fix(inst), ExitCode.USAGE)]
@@ -414,10 +409,7 @@ def _until(now: datetime, then: datetime) -> str:
 
 
 def clock_findings(
-    models: ModelsConfig,
-    tz: tzinfo,
-    now: datetime,
-    blackouts: Mapping[str, Blackout],
+    models: ModelsConfig, tz: tzinfo, now: datetime, blackouts: Mapping[str, Blackout],
     families: Mapping[str, Sequence[str]] | None = None,
 ) -> list[Finding]:
     """The clock's zone, the daily reset of the blackout ``families`` a person chose (none:
@@ -465,14 +457,9 @@ def sandbox_finding(proof: Proof, network: bool, uncontained: bool) -> Finding:
         said = f"no check can run: no sandbox works here: {proof.reason}"
         return error("check", "sandbox", said, fix, ExitCode.USAGE)
     where = f"127.0.0.1:{proof.port}"
-    leaks = [
-        what
-        for what, bad in (
-            ("read a secret planted in the state folder", proof.secret_read),
-            (f"reached {where}", proof.reached and not network),
-        )
-        if bad
-    ]
+    tried = (("read a secret planted in the state folder", proof.secret_read),
+             (f"reached {where}", proof.reached and not network))
+    leaks = [what for what, bad in tried if bad]
     if leaks:
         said = f"the check is not contained: a probe check {' and '.join(leaks)}"
         fix = "Run no check on this host until the sandbox holds (docs/verification.md)."
@@ -482,12 +469,9 @@ def sandbox_finding(proof: Proof, network: bool, uncontained: bool) -> Finding:
         False: f"could not reach {where}",
         None: "could not try the loopback (no bash inside)",
     }[proof.reached]
-    return ok(
-        "check",
-        "sandbox",
-        "contained (bubblewrap): a probe check could not read a secret planted in the state "
-        f"folder, {port}, and saw only its own {proof.processes} processes",
-    )
+    return ok("check", "sandbox",
+              "contained (bubblewrap): a probe check could not read a secret planted in the state "
+              f"folder, {port}, and saw only its own {proof.processes} processes")
 
 
 def patrol_finding(flag: Path, pause: Mapping[str, Any] | None) -> Finding:
@@ -527,10 +511,7 @@ _TO_REDIS = (
 
 
 def file_backend_findings(
-    lock_backend: str,
-    pool_backend: str,
-    this_host: str,
-    beat_host: str | None,
+    lock_backend: str, pool_backend: str, this_host: str, beat_host: str | None,
     daemon_hosts: Sequence[str],
 ) -> list[Finding]:
     """Warn when patrol daemons on two hosts use a backend that lives on one host (pure).
@@ -569,12 +550,10 @@ def file_backend_findings(
 
 
 async def stream_findings(
-    cfg: Config,
-    instances: Sequence[InstanceConfig],
+    cfg: Config, instances: Sequence[InstanceConfig],
     transport_factory: TransportFactory | None = None,
-) -> list[Any]:
+) -> list[Finding]:
     """One `doctor` line per instance: which event stream live views will follow."""
-
     modes = await aio.gather(*(probe_mode(cfg, i, transport_factory) for i in instances))
     out = []
     for inst, (mode, version, why) in zip(instances, modes, strict=True):

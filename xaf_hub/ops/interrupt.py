@@ -42,11 +42,7 @@ class Interrupted:
 
 
 async def interrupt_session(
-    ops: OpsContext,
-    session_id: str,
-    *,
-    instance: str | None = None,
-    allow_prod: bool = False,
+    ops: OpsContext, session_id: str, *, instance: str | None = None, allow_prod: bool = False,
     force: bool = False,
 ) -> Interrupted:
     """Find ``session_id`` (on ``instance``, or anywhere) and abort its run."""
@@ -121,9 +117,8 @@ def session_not_found(
     if missing:
         return missing[0]
     names = ", ".join(e.instance for e in down)
-    reason = "; ".join(f"{e.instance}: {e.reason}" for e in down)
-    if len(down) == 1:
-        reason = down[0].reason
+    each = "; ".join(f"{e.instance}: {e.reason}" for e in down)
+    reason = down[0].reason if len(down) == 1 else each
     return UnreachableError(
         names, f"{reason} (session {session_id} was not found where asked; it may be there)"
     )

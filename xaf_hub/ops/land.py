@@ -178,10 +178,7 @@ async def tidy(ops: OpsContext, task: Task) -> str:
                 "remote with its worktree (work nobody judged)"
             )
     if task.worktree and task.checkout and task.dispatched_to:
-        try:
-            inst = ops.cfg.instance(task.dispatched_to)
-        except UsageError:
-            inst = None
+        inst = next((i for i in ops.cfg.instances if i.name == task.dispatched_to), None)
         if inst is None:
             left.append(f"its worktree stays: instance {task.dispatched_to} is not configured")
         else:
@@ -293,14 +290,8 @@ def _base_tip(ops: OpsContext) -> str | None:
 
 
 async def send_back(
-    ops: OpsContext,
-    task: Task,
-    text: str,
-    *,
-    rec: SessionRecord | None = None,
-    override: str | None = None,
-    command: str = "land.send_back",
-    **fields: object,
+    ops: OpsContext, task: Task, text: str, *, rec: SessionRecord | None = None,
+    override: str | None = None, command: str = "land.send_back", **fields: object,
 ) -> SendResult:
     """Send ``text`` into the task's own session (``rec`` when the caller has read it; the
     discipline with it) through the gate, writing ``fields`` on its row first (and when it was

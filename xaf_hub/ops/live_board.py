@@ -176,12 +176,8 @@ class BoardRead:
 
 
 def read_board(
-    cfg: Config,
-    instances: Iterable[InstanceConfig],
-    *,
-    now_ms: int | None = None,
-    stores: Stores | None = None,
-    summary: bool = False,
+    cfg: Config, instances: Iterable[InstanceConfig], *, now_ms: int | None = None,
+    stores: Stores | None = None, summary: bool = False,
 ) -> BoardRead:
     """The fresh views of ``instances`` on the board (``patrol.live_board_seconds`` old at
     most; 0 takes none): the state folder's files and, with
@@ -302,10 +298,7 @@ def _older(path: Path, than: Path) -> bool:
 
 
 def take(
-    cfg: Config,
-    instances: Iterable[InstanceConfig],
-    view: Sequence[LiveInstance],
-    *,
+    cfg: Config, instances: Iterable[InstanceConfig], view: Sequence[LiveInstance], *,
     now_ms: int | None = None,
 ) -> BoardRead:
     """The fresh instances of a follower's own live view, by the board's rules (``serve``
@@ -328,9 +321,7 @@ def take(
 
 
 def merged(
-    instances: Sequence[InstanceConfig],
-    board: BoardRead,
-    scanned: Sequence[InstanceScan],
+    instances: Sequence[InstanceConfig], board: BoardRead, scanned: Sequence[InstanceScan],
     generated_at: int | None = None,
 ) -> tuple[Snapshot, list[InstanceScan]]:
     """One snapshot of ``instances`` in their order: each from the board when it was taken
@@ -354,12 +345,8 @@ def split(
 
 
 async def board_or_scan(
-    cfg: Config,
-    instances: Sequence[InstanceConfig],
-    *,
-    fresh: bool = False,
-    transport_factory: TransportFactory | None = None,
-    project_only: bool = False,
+    cfg: Config, instances: Sequence[InstanceConfig], *, fresh: bool = False,
+    transport_factory: TransportFactory | None = None, project_only: bool = False,
     stores: Stores | None = None,
 ) -> tuple[Snapshot, list[InstanceScan], BoardRead]:
     """The fleet as the board has it where fresh, the rest scanned now (``fresh``: all)."""

@@ -13,6 +13,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from xaf_hub.core.runstate import waiting_count
+
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
 
@@ -98,18 +100,13 @@ class Load:
 
     def to_json(self) -> dict[str, Any]:
         """Export form."""
-        doc = dict(self.__dict__)
-        doc.pop("running_ids")
-        doc["project"] = self.project or None
-        doc["projects"] = [p.to_json() for p in self.projects]
-        return doc
+        doc = {k: v for k, v in self.__dict__.items() if k != "running_ids"}
+        projects = [p.to_json() for p in self.projects]
+        return {**doc, "project": self.project or None, "projects": projects}
 
 
 def instance_load(
-    sc: InstanceScan,
-    gate: Gate | None,
-    allow_prod: bool,
-    observed_at: float | None = None,
+    sc: InstanceScan, gate: Gate | None, allow_prod: bool, observed_at: float | None = None,
     shares: Sequence[tuple[str, int | None]] = (),
 ) -> Load:
     """Count one scanned instance's load (``gate`` None: reservations unknown); ``shares``
@@ -149,25 +146,10 @@ def instance_load(
         slots = free(summary.limit, running, reserved, inst.share, mine)
         ok, reason = True, f"{slots} free slot(s)"
     if sc.reachable and summary.waiting:
-        from xaf_hub.core.runstate import waiting_count
-
         reason = f"{reason}; {waiting_count(summary.waiting)}"
     return Load(
-        sc.inst.name,
-        sc.reachable,
-        summary.running_total,
-        summary.running_project,
-        reserved,
-        summary.project_sessions,
-        summary.limit,
-        ok,
-        reason,
-        running_ids,
-        sc.run_state_unknown,
-        summary.waiting,
-        inst.project,
-        others,
-        inst.share,
-        own,
+        inst.name, sc.reachable, summary.running_total, summary.running_project, reserved,
+        summary.project_sessions, summary.limit, ok, reason, running_ids, sc.run_state_unknown,
+        summary.waiting, inst.project, others, inst.share, own,
         per_project(shares, sc.sessions, held) if shares and sc.reachable else (),
     )

@@ -34,10 +34,17 @@ def model_chain(cfg: Config, inst: InstanceConfig) -> tuple[str, ...]:
 
 
 def choose_model(
-    ops: OpsContext, inst: InstanceConfig, explicit: str | None, now: datetime | None = None
+    ops: OpsContext, inst: InstanceConfig, explicit: str | None, now: datetime | None = None,
+    avoid: Sequence[str] = (),
 ) -> str | None:
-    """``pick_model`` with the current blackouts."""
-    return pick_model(ops.cfg, inst, explicit, ops.model_state().resting(now or datetime.now(UTC)))
+    """``pick_model`` with the current blackouts, no model of ``avoid``.
+
+    A task whose run failed by naming its model (provider 401, model unavailable) moves
+    along the chain this way, past the models it tried, before its failure counts as
+    infrastructure; None when every model was tried.
+    """
+    resting = ops.model_state().resting(now or datetime.now(UTC))
+    return pick_model(ops.cfg, inst, explicit, resting, avoid)
 
 
 def pick_model(
@@ -47,26 +54,10 @@ def pick_model(
     """resolve_dispatch_model for one instance: its chain, the default model, what rests;
     no model of ``avoid``."""
     default = cfg.models.default_dispatch_model
-    return resolve_dispatch_model(
-        explicit=explicit,
-        chain=[m for m in model_chain(cfg, inst) if m not in avoid],
-        default_model=None if default in avoid else default,
-        blacked_out=resting,
-        families=cfg.models.families(),
-    )
-
-
-def untried_model(
-    ops: OpsContext, inst: InstanceConfig, avoid: Sequence[str], now: datetime | None = None
-) -> str | None:
-    """The first usable model of the instance's chain (then the default) not in ``avoid``.
-
-    A task whose run failed by naming its model (provider 401, model unavailable) moves
-    along the chain this way before its failure counts as infrastructure; None when every
-    model was tried.
-    """
-    resting = ops.model_state().resting(now or datetime.now(UTC))
-    return pick_model(ops.cfg, inst, None, resting, avoid)
+    chain = [m for m in model_chain(cfg, inst) if m not in avoid]
+    return resolve_dispatch_model(explicit=explicit, chain=chain, blacked_out=resting,
+                                  default_model=None if default in avoid else default,
+                                  families=cfg.models.families())
 
 
 # ---------------------------------------------------------------------------------------------
@@ -188,19 +179,12 @@ def end_rest(ops: OpsContext, target: str) -> list[Blackout]:
 
     Returns the rests that were in force and ended (empty: nothing rested). Audited.
     """
-    scope = rest_scope_of(ops.cfg, target)
-    targets = {target}
-    if scope == "model":
-        family = family_of(target, ops.cfg.models.families())
-        if family is not None:
-            targets.add(family)
-    ended = ops.model_state().end_rests(targets, ops.now())
-    ops.audit(
-        "models.clear",
-        result="cleared" if ended else "nothing",
-        reason=f"rest of {target} ended by a person",
-        extra={"ended": [rest_json(b) for b in ended]},
-    )
+    model = rest_scope_of(ops.cfg, target) == "model"
+    family = family_of(target, ops.cfg.models.families()) if model else None
+    ended = ops.model_state().end_rests({t for t in (target, family) if t}, ops.now())
+    ops.audit("models.clear", result="cleared" if ended else "nothing",
+              reason=f"rest of {target} ended by a person",
+              extra={"ended": [rest_json(b) for b in ended]})
     return ended
 
 
@@ -209,15 +193,9 @@ def start_rest(ops: OpsContext, target: str, until: datetime, reason: str = "") 
     scope = rest_scope_of(ops.cfg, target)
     now = ops.now()
     state = ops.model_state()
-    state.mark_rest(
-        target,
-        scope=scope,
-        until_ms=to_ms(until),
-        why="person",
-        reason=reason or "set by a person",
-        source=f"models.rest {caller(ops.env) or 'cli'}",
-        now=now,
-    )
+    state.mark_rest(target, scope=scope, until_ms=to_ms(until), why="person",
+                    reason=reason or "set by a person",
+                    source=f"models.rest {caller(ops.env) or 'cli'}", now=now)
     rest = state.active_blackouts(now)[target]
     ops.audit(
         "models.rest", result="rested", reason=reason or "set by a person", extra=rest_json(rest)

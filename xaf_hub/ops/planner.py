@@ -54,7 +54,6 @@ class InstanceView:
     run_state_unknown: str = ""  # set: the run state could not be read; counted full
     over_budget: str = ""  # set: its daily budget is reached (the refusal); takes no new work
     sandboxes: tuple[str, ...] = ()  # the project's worktrees the server lists: inside
-    reserved_own: int = 0  # of ``reserved``, the project's own (against its share)
     cause: Cause | None = None  # why it is unreachable, as a code
     free: int = 0  # free slots, as the gate counts them (``ops.load.Load.free``)
 
@@ -133,13 +132,8 @@ NAMED_FLOOR = 0.05
 
 
 def match_decision(
-    rule: MatchRule,
-    score: float,
-    runner_up: float,
-    *,
-    running: bool,
-    named: Sequence[str] = (),
-    refers_back: str = "",
+    rule: MatchRule, score: float, runner_up: float, *, running: bool,
+    named: Sequence[str] = (), refers_back: str = "",
 ) -> MatchVerdict:
     """Is a candidate scoring ``score`` (the next one ``runner_up``) strong enough?
 
@@ -316,12 +310,8 @@ def new_session_directory(view: InstanceView, req: DispatchRequest) -> str:
 
 
 def _target_plan(
-    view: InstanceView,
-    session: SessionRecord,
-    req: DispatchRequest,
-    via: str,
-    candidates: tuple[CandidateVerdict, ...] = (),
-    warnings: tuple[str, ...] = (),
+    view: InstanceView, session: SessionRecord, req: DispatchRequest, via: str,
+    candidates: tuple[CandidateVerdict, ...] = (), warnings: tuple[str, ...] = (),
 ) -> Plan:
     check_write(view.inst, session, allow_prod=req.allow_prod, force=req.force)
     # Run state unknown: "running" is only the fail-closed guess, so it passes the gate.
@@ -332,11 +322,8 @@ def _target_plan(
 
 
 def plan_dispatch(
-    cfg: Config,
-    views: Sequence[InstanceView],
-    req: DispatchRequest,
-    scores: Sequence[tuple[SessionRecord, float]] = (),
-    evidences: Sequence[MatchEvidence] = (),
+    cfg: Config, views: Sequence[InstanceView], req: DispatchRequest,
+    scores: Sequence[tuple[SessionRecord, float]] = (), evidences: Sequence[MatchEvidence] = (),
 ) -> Plan:
     """Decide the target for ``req``; ``scores`` are the matcher's top candidates, best first,
     and ``evidences`` (when given) what each shares with the task."""
@@ -386,12 +373,8 @@ def plan_dispatch(
             view = by_name[session.instance]
             steer = session.running and not view.run_state_unknown
             judged = match_decision(
-                cfg.match,
-                score,
-                runner_up,
-                running=steer,
-                named=found.named if first is not None else (),
-                refers_back=found.refers_back,
+                cfg.match, score, runner_up, running=steer,
+                named=found.named if first is not None else (), refers_back=found.refers_back,
             )
             if not judged.take:
                 # A weaker candidate is never taken where a stronger one was in doubt.
@@ -403,9 +386,7 @@ def plan_dispatch(
             elif steer or (view.free > 0 and not view.over_budget):
                 how = "running, steer it" if steer else "idle, free slot"
                 verdicts.append(verdict(i, f"chosen: {how} ({judged.reason})"))
-                action: Action = "steer" if steer else "reuse"
-                return Plan(action, view.inst, session, session.directory, session.title,
-                            "smart match", tuple(verdicts + rest(i)))
+                return _target_plan(view, session, req, "smart match", tuple(verdicts + rest(i)))
             else:
                 verdicts.append(verdict(i, "daily budget reached" if view.over_budget
                                         else "instance full"))

@@ -56,23 +56,14 @@ def queue_length(data: BacklogData, now: datetime) -> int:
 
 
 def queue_work(
-    octx: OpsContext,
-    text: str,
-    *,
-    reason: str,
-    instance: str = "",
-    title: str | None = None,
-    session: str | None = None,
-    caller: str = "",
+    octx: OpsContext, text: str, *, reason: str, instance: str = "", title: str | None = None,
+    session: str | None = None, caller: str = "",
 ) -> Queued:
     """Add ``text`` to the pool as a pending task (under the pool's lock) and say where it
     stands. ``instance`` is the preference (the pool's pin); ``session`` the matched session."""
-    from xaf_hub.ops.planner import default_title  # deferred: start-up, docs/performance.md
-    from xaf_hub.store.patrol_state import (  # deferred: start-up, docs/performance.md
-        daemon_alive,
-        heartbeat,
-        patrol_dir,
-    )
+    # deferred: start-up, docs/performance.md
+    from xaf_hub.ops.planner import default_title
+    from xaf_hub.store.patrol_state import daemon_alive, heartbeat, patrol_dir
 
     now = octx.now()
     extra: dict[str, Any] = {"queued_reason": reason}
@@ -83,13 +74,9 @@ def queue_work(
 
     def mutate(data: BacklogData) -> tuple[Task, int, int]:
         task = data.append(Task(
-            id=new_task_id(now, (t.id for t in data.tasks)),
-            title=title or default_title(text),
-            prompt=text,
-            instance=instance,
-            created_at=format_instant(now),
-            project=octx.cfg.project_name,
-            extra=extra,
+            id=new_task_id(now, (t.id for t in data.tasks)), title=title or default_title(text),
+            prompt=text, instance=instance, created_at=format_instant(now),
+            project=octx.cfg.project_name, extra=extra,
         ))
         # The pending tasks ready to start, in the order the patrol starts them on ``instance``.
         ids = [t.id for t in pick_tasks(data.tasks, instance, len(data.tasks), now)]

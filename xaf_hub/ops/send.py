@@ -100,30 +100,14 @@ class SendResult:
 
     def to_json(self) -> dict[str, object]:
         """The JSON form (warnings go to stderr, not into the document)."""
-        doc = dict(self.__dict__)
-        doc.pop("warnings")
-        room = doc.pop("room")
-        doc["branch"] = room.branch if room is not None else None
-        return doc
-
-
-def _drain(gate: Gate) -> list[str]:
-    out = list(gate.warnings)
-    gate.warnings.clear()
-    return out
+        doc = {k: v for k, v in self.__dict__.items() if k not in ("warnings", "room")}
+        return {**doc, "branch": self.room.branch if self.room is not None else None}
 
 
 async def send_work(
-    ops: OpsContext,
-    plan: Plan,
-    prompt: str,
-    model: str | None,
-    client: OpencodeClient,
-    gate: Gate | None = None,
-    *,
-    command: str = "dispatch",
-    before_prompt: Callable[[str, Room | None], None] | None = None,
-    steer: bool = True,
+    ops: OpsContext, plan: Plan, prompt: str, model: str | None, client: OpencodeClient,
+    gate: Gate | None = None, *, command: str = "dispatch",
+    before_prompt: Callable[[str, Room | None], None] | None = None, steer: bool = True,
     still_wanted: Callable[[], str] | None = None,
 ) -> SendResult:
     """Send the prompt under the instance lock: re-read, re-count, reserve, create, prompt.
@@ -144,14 +128,11 @@ async def send_work(
                 still_wanted,
             )
     finally:
-        warnings.extend(_drain(gate))
+        warnings.extend(gate.warnings)
+        gate.warnings.clear()
     try:
         await aio.blocking(
-            ops.audit,
-            command,
-            instance=inst.name,
-            session=result.session_id,
-            result=result.action,
+            ops.audit, command, instance=inst.name, session=result.session_id, result=result.action,
             reason=plan.via + (" (it had stopped)" if result.had_stopped else ""),
             extra={"model": model or "", "directory": result.directory},
         )
@@ -170,11 +151,7 @@ def _lock_lost(
     Nothing was sent, so this dispatch cannot have pushed the instance over its limit.
     """
     target = f"session {session_id}" if session_id else "a new session"
-    done = (
-        "its reservation was given back"
-        if step == "before sending"
-        else "nothing was reserved"
-    )
+    done = "its reservation was given back" if step == "before sending" else "nothing was reserved"
     if gate.fenced_out(instance):
         return LockLostError(
             f"{instance}: this patrol daemon lost the patrol lease {step} (another daemon is "
@@ -239,10 +216,7 @@ async def _others_spend(ops: OpsContext, inst: InstanceConfig) -> tuple[Others |
 
 
 def _check_budget(
-    ops: OpsContext,
-    inst: InstanceConfig,
-    own: Sequence[SessionRecord],
-    others: Others | None,
+    ops: OpsContext, inst: InstanceConfig, own: Sequence[SessionRecord], others: Others | None,
     sent: int = 0,
 ) -> None:
     """Raise BudgetReached when today's spend leaves no room for new work (ops.budget).
@@ -322,15 +296,9 @@ async def held_or_noted(
 
 
 async def _gated(
-    ops: OpsContext,
-    plan: Plan,
-    prompt: str,
-    model: str | None,
-    client: OpencodeClient,
-    gate: Gate,
-    warnings: list[str],
-    before_prompt: Callable[[str, Room | None], None] | None = None,
-    steer: bool = True,
+    ops: OpsContext, plan: Plan, prompt: str, model: str | None, client: OpencodeClient,
+    gate: Gate, warnings: list[str],
+    before_prompt: Callable[[str, Room | None], None] | None = None, steer: bool = True,
     still_wanted: Callable[[], str] | None = None,
 ) -> SendResult:
     inst = plan.instance
@@ -403,9 +371,15 @@ async def _gated(
                     # Where the server placed it, links followed: never outside the project.
                     if room is not None and not plan.forced:
                         if not inst.rules.owns(directory, room.checkout):
-                            raise _outside_room(plan, room, directory)
+                            raise await _outside(client, plan, (
+                                f"made the worktree for {plan.directory} of "
+                                f"{room.checkout or 'no checkout'} (its session in {directory})"
+                            ))
                     elif not plan.forced and not fresh.rules().under_roots(directory):
-                        raise await _outside(client, plan, session_id, directory)
+                        raise await _outside(client, plan, (
+                            f"placed the new session for {plan.directory} in "
+                            f"{directory or 'no folder'}"
+                        ), session_id, directory)
                     if room is not None:
                         room = await start_room(client, room, session_id, base_branch)
                 # From here on the prompt may go out at any moment: "sent" keeps the slot
@@ -449,43 +423,29 @@ async def _empty_room(client: OpencodeClient, room: Room, session_id: str) -> li
     return notes + ([why] if why else [])
 
 
-def _outside_room(plan: Plan, room: Room, directory: str) -> NotProjectSession:
-    """The refusal of a worktree whose checkout the server resolved outside the project."""
-    inst = plan.instance
-    return NotProjectSession(
-        f"{inst.name} made the worktree for {plan.directory} of {room.checkout or 'no checkout'}"
-        f" (its session in {directory}), outside its project roots "
-        f"({', '.join(inst.roots) or 'none configured'}): nothing was sent and the worktree "
-        "is removed again; --force overrides"
-    )
-
-
 async def _outside(
-    client: OpencodeClient, plan: Plan, session_id: str, directory: str
+    client: OpencodeClient, plan: Plan, placed: str, session_id: str = "", directory: str = ""
 ) -> NotProjectSession:
-    """The refusal of a session the server placed outside the roots (it followed a link):
-    the session is deleted first, as it never got a prompt."""
-    inst = plan.instance
-    try:
-        await client.delete(session_id, directory)
-        gone = "it was deleted"
-    except HubError as exc:
-        gone = f"it stays, empty (delete failed: {exc})"
+    """The refusal of a new session the server ``placed`` outside the roots (it followed a
+    link), deleted first as it never got a prompt; without ``session_id``, of a worktree whose
+    checkout it resolved there (the caller removes it)."""
+    done = " and the worktree is removed again"
+    if session_id:
+        try:
+            await client.delete(session_id, directory)
+            done = f" to {session_id} and it was deleted"
+        except HubError as exc:
+            done = f" to {session_id} and it stays, empty (delete failed: {exc})"
+    roots = ", ".join(plan.instance.roots) or "none configured"
     return NotProjectSession(
-        f"{inst.name} placed the new session for {plan.directory} in {directory or 'no folder'}, "
-        f"outside its project roots ({', '.join(inst.roots) or 'none configured'}): nothing "
-        f"was sent to {session_id} and {gone}; --force overrides"
+        f"{plan.instance.name} {placed}, outside its project roots ({roots}): nothing was "
+        f"sent{done}; --force overrides"
     )
 
 
 async def _deliver(
-    client: OpencodeClient,
-    gate: Gate,
-    res: Reservation,
-    prompt: str,
-    model: str | None,
-    before_prompt: Callable[[str, Room | None], None] | None,
-    warnings: list[str],
+    client: OpencodeClient, gate: Gate, res: Reservation, prompt: str, model: str | None,
+    before_prompt: Callable[[str, Room | None], None] | None, warnings: list[str],
     room: Room | None = None,
 ) -> None:
     """Record the work, confirm the lock, send the prompt; settle the reservation.
@@ -573,16 +533,8 @@ async def wait_until_idle(
 
 
 async def abort_and_prompt(
-    ops: OpsContext,
-    inst: InstanceConfig,
-    session: str,
-    directory: str,
-    prompt: str,
-    model: str,
-    *,
-    command: str,
-    reason: str,
-    still_wanted: Callable[[], str] | None = None,
+    ops: OpsContext, inst: InstanceConfig, session: str, directory: str, prompt: str, model: str,
+    *, command: str, reason: str, still_wanted: Callable[[], str] | None = None,
 ) -> None:
     """Abort a running session and send a new prompt while holding the instance's gate lock.
 
@@ -615,11 +567,7 @@ async def abort_and_prompt(
             raise
         await _deliver(client, gate, res, prompt, model, None, warnings)
     await aio.blocking(
-        ops.audit,
-        command,
-        instance=inst.name,
-        session=session,
-        result="abort+prompt",
+        ops.audit, command, instance=inst.name, session=session, result="abort+prompt",
         reason=reason,
         # No caller prints this heal's warnings (a lock lost while its prompt travelled).
         extra={"model": model, **({"warnings": "; ".join(warnings)} if warnings else {})},

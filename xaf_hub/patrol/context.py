@@ -8,7 +8,7 @@ read (docs/architecture.md §8).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, TypeVar
@@ -19,12 +19,13 @@ from xaf_hub.core.discipline import expected_branches
 from xaf_hub.core.records import SessionRecord
 from xaf_hub.core.runstate import LastRun, last_run
 from xaf_hub.errors import BudgetReached, BusyError, HubError, RunsAgain
-from xaf_hub.notify.record import Action, InstanceLine, RoundLog, session_action
+from xaf_hub.notify.record import Action, InstanceLine, RoundLog
 from xaf_hub.ops.budget import BudgetLine, budget_lines, spends, totals
 from xaf_hub.ops.context import Fleet, OpsContext
 from xaf_hub.ops.load import instance_load
 from xaf_hub.ops.send import pool_discipline as _pool_discipline
 from xaf_hub.store.patrol_state import RunMemory
+from xaf_hub.store.statefile import file_lock
 
 # Only the newest message decides the last run; messages can be large, so read just that one.
 MESSAGE_WINDOW = 1
@@ -32,6 +33,7 @@ MESSAGE_WINDOW = 1
 _MESSAGE_FAN_OUT = 8
 
 T = TypeVar("T")
+CYCLE_LOCK = "cycle.lock"
 
 # A round reads a session's last run only when the scan shows its ``updated`` time or run
 # state moved since the round that last read it, or it is running or retrying (architecture
@@ -136,15 +138,14 @@ class Cycle:
         try:
             return await act
         except RunsAgain as exc:
-            self.log.add(pctx, session_action(step, kind, "skipped", rec, detail=str(exc),
-                                              **fields))
+            self.log.add(pctx, step, kind, "skipped", rec, detail=str(exc), **fields)
         except BusyError as exc:
             self.log.deferred.add((rec.instance, rec.id))
             why = "daily budget reached" if isinstance(exc, BudgetReached) else "no free slot yet"
-            self.log.add(pctx, session_action(step, kind, "waiting", rec,
-                                              detail=f"{why}, {later} ({exc})", **fields))
+            detail = f"{why}, {later} ({exc})"
+            self.log.add(pctx, step, kind, "waiting", rec, detail=detail, **fields)
         except HubError as exc:
-            self.log.add(pctx, session_action(step, kind, "failed", rec, detail=str(exc), **fields))
+            self.log.add(pctx, step, kind, "failed", rec, detail=str(exc), **fields)
             self.log.error(pctx, step, f"{kind} {rec.instance}/{rec.id}: {exc}")
         return None
 
@@ -155,7 +156,7 @@ class Cycle:
         action."""
         pctx.audit("patrol.backlog", instance=action.instance, session=action.session,
                    result=audited, reason=reason, extra={"task": action.task, **extra})
-        self.log.add(pctx, action)
+        self.log.put(pctx, action)
 
     async def last_runs(
         self,
@@ -214,6 +215,14 @@ class Cycle:
 
             await aio.bounded(_MESSAGE_FAN_OUT, one, wanted)
         return result
+
+
+@contextlib.contextmanager
+def cycle_lock(pctx: OpsContext) -> Iterator[None]:
+    """Hold ``patrol/cycle.lock`` (BusyError at once when taken): one round or live reaction at
+    a time among the patrols of this machine."""
+    with file_lock(pctx.patrol_dir / CYCLE_LOCK, 0, what="patrol cycle lock"):
+        yield
 
 
 def project_views(pctx: OpsContext) -> list[OpsContext]:

@@ -28,7 +28,7 @@ from xaf_hub.fleet.follow import FleetFollower, run_in_thread
 from xaf_hub.fleet.scan import build_record
 from xaf_hub.fleet.wire import ServerSession
 from xaf_hub.notify.patrol import queue_round
-from xaf_hub.notify.record import RoundLog, session_action
+from xaf_hub.notify.record import RoundLog
 from xaf_hub.ops.ceiling import root_of
 from xaf_hub.ops.context import OpsContext
 from xaf_hub.ops.decisions import load_decisions
@@ -36,7 +36,7 @@ from xaf_hub.ops.heal import heal_candidate
 from xaf_hub.ops.live_board import publish
 from xaf_hub.ops.queue import queue_length
 from xaf_hub.ops.waiting import list_waiting
-from xaf_hub.patrol.context import Cycle, owner_view, pool_discipline, project_views
+from xaf_hub.patrol.context import Cycle, cycle_lock, owner_view, pool_discipline, project_views
 from xaf_hub.patrol.jobs.check_agents import STEP as CHECK
 from xaf_hub.patrol.jobs.check_agents import answer_by_policy, resume_one
 from xaf_hub.patrol.jobs.fill_slots import fill_every_project
@@ -45,7 +45,6 @@ from xaf_hub.patrol.jobs.fix_free_limit import heal_item
 from xaf_hub.patrol.jobs.run_ceiling import STEP as CEILING
 from xaf_hub.patrol.jobs.run_ceiling import check_run, guarded
 from xaf_hub.store.patrol_state import pause_info
-from xaf_hub.store.statefile import file_lock
 
 FILL = "fill_slots"
 _SESSION_KINDS = frozenset({"retry", "stopped", "error"})
@@ -85,7 +84,6 @@ class LiveReactor:
         out: Callable[[str], None],
         *,
         settle_seconds: float = 1.0,
-        lock_name: str = "cycle.lock",
         notices: Callable[[], None] = lambda: None,
     ) -> None:
         self.pctx = pctx
@@ -93,9 +91,7 @@ class LiveReactor:
         self.busy = busy
         self.out = out
         self.settle_seconds = settle_seconds
-        self.lock_name = lock_name
         self.notices = notices  # wakes the sender once a reaction queued its notices
-        self.reactions = 0
         # A session read by id with its worktree's checkout (the follower's ``placed``).
         self.placed: Callable[[str, ServerSession], ServerSession] = lambda _instance, s: s
         self.ceiling = (
@@ -233,12 +229,11 @@ class LiveReactor:
             if pause_info(pctx.patrol_dir) is not None:
                 return None  # paused: the patrol does nothing, events included
             try:
-                with file_lock(pctx.patrol_dir / self.lock_name, 0, what="patrol cycle lock"):
+                with cycle_lock(pctx):
                     cycle, again = aio.run(self._react(work))
                     _tell(pctx, cycle, self.out, self.notices)
             except BusyError:
                 return work, LOCKED_RETRY_SECONDS  # a round (maybe another patrol) is running
-        self.reactions += 1
         if again.sessions or again.fill:
             return again, self.pctx.cfg.patrol.run_start_grace_seconds + 1.0
         return None
@@ -344,10 +339,8 @@ class LiveReactor:
             return ""
         decision = people.for_session(inst.name, rec.id, run.created_ms if run else None)
         if decision is not None:  # a person stopped or steered it: theirs, not the patrol's
-            cycle.log.add(
-                pctx, session_action(CHECK, "person", "skipped", rec,
-                                     detail=decision.text, why=decision.kind)
-            )
+            cycle.log.add(pctx, CHECK, "person", "skipped", rec, detail=decision.text,
+                          why=decision.kind)
             return ""
         override = await aio.blocking(pool_discipline, pctx, cycle.log, CHECK)
         why = await resume_one(pctx, cycle, inst, rec, run, override, state, now_ms)

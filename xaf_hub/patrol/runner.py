@@ -39,7 +39,7 @@ from xaf_hub.errors import (
 from xaf_hub.notify.patrol import Sender, queue_failover, queue_round, send_round
 from xaf_hub.notify.record import RoundLog, StepOutcome
 from xaf_hub.ops.context import OpsContext
-from xaf_hub.patrol.context import Cycle, every_project
+from xaf_hub.patrol.context import Cycle, cycle_lock, every_project
 from xaf_hub.patrol.jobs.check_agents import check_agents
 from xaf_hub.patrol.jobs.fill_slots import fill_every_project
 from xaf_hub.patrol.jobs.fix_free_limit import fix_free_limit
@@ -56,7 +56,7 @@ from xaf_hub.store.patrol_state import (
     pause_info,
     paused_message,
 )
-from xaf_hub.store.statefile import file_lock, write_json_atomic
+from xaf_hub.store.statefile import write_json_atomic
 
 if TYPE_CHECKING:
     from xaf_hub.store.redis.lease import PatrolLease
@@ -74,7 +74,6 @@ STEPS: tuple[tuple[str, Job], ...] = (
 )
 STEP_NAMES: tuple[str, ...] = tuple(name for name, _ in STEPS)
 
-CYCLE_LOCK = "cycle.lock"
 # How often the daemon looks whether work arrived in the pool and whether its config changed.
 WATCH_SECONDS = 1.0
 STOP_POLL_SECONDS = 0.2  # how soon the daemon sees a stop signal that another thread took
@@ -114,11 +113,6 @@ async def run_cycle(
     return cycle
 
 
-def cycle_code(cycle: Cycle) -> int:
-    """0 when every step that was asked for ran, else the worst failed step's code."""
-    return ExitCode.worst(s.code for s in cycle.log.steps)
-
-
 @dataclass(frozen=True)
 class CycleRun:
     """How a request to run one cycle ended."""
@@ -151,6 +145,7 @@ def open_lease(pctx: OpsContext) -> PatrolLease | None:
     cfg = pctx.cfg
     if not uses_lease(cfg):
         return None
+    # deferred: an optional extra (redis), loaded only when configured, see docs/performance.md
     from xaf_hub.store.redis.lease import PatrolLease
 
     return PatrolLease(
@@ -202,7 +197,7 @@ def run_once(
         return CycleRun("paused", 0, paused_message(paused))
     with contextlib.ExitStack() as stack:
         try:
-            stack.enter_context(file_lock(folder / CYCLE_LOCK, 0, what="patrol cycle lock"))
+            stack.enter_context(cycle_lock(pctx))
         except BusyError:
             why = "another patrol cycle is running on this machine; this one skipped"
             return CycleRun("locked", int(ExitCode.BUSY), why)
@@ -221,18 +216,16 @@ def run_once(
         queue_round(pctx, cycle.log)
     if send:
         send_round(pctx, cycle.log)
-    code = cycle_code(cycle)
+    code = ExitCode.worst(s.code for s in cycle.log.steps)  # 0 unless a step failed
     if problem:
         code = ExitCode.worst((code, ExitCode.INTERNAL))
-        cycle.log.errors.append(pctx.redact(problem))
-        pctx.log(f"error: {pctx.redact(problem)}")
+        cycle.log.error(pctx, "", problem)
     report: Path | None = None
     try:
         report = write_report(pctx, cycle.log, code)[1]
     except (OSError, HubError) as exc:
         code = ExitCode.worst((code, ExitCode.INTERNAL))
-        cycle.log.errors.append(pctx.redact(f"report not written: {exc}"))
-        pctx.log(f"error: report not written: {pctx.redact(str(exc))}")
+        cycle.log.error(pctx, "", f"report not written: {exc}")
     return CycleRun("ran", code, summary(cycle, code), cycle, report)
 
 
@@ -325,181 +318,167 @@ def run_daemon(
     the same state folder raises BusyError naming the first one's pid before it starts anything.
     """
     with daemon_lock(pctx.patrol_dir, pctx.now()):
-        return _run_daemon(pctx, skip, interval, aligned=aligned, out=out, live=live,
-                           watch=watch, use=use)
+        # deferred: start-up, only the daemon needs APScheduler (see docs/performance.md)
+        from apscheduler.schedulers.background import BackgroundScheduler
+        from apscheduler.triggers.interval import IntervalTrigger
 
+        stop = threading.Event()
+        busy = threading.Lock()
+        lease = open_lease(pctx)
+        pctx = pctx.but(stop_requested=stop.is_set)
+        # A standby (or a holder whose lease ran out) stops and writes nothing.
+        if lease is not None:
+            pctx = _fenced(pctx, lease)
+        skip = tuple(skip)
+        folder = pctx.patrol_dir
+        following = None
 
-def _run_daemon(
-    pctx: OpsContext,
-    skip: Iterable[str],
-    interval: timedelta,
-    *,
-    aligned: bool,
-    out: Callable[[str], None],
-    live: bool,
-    watch: ConfigWatch | None,
-    use: Callable[[Config], None],
-) -> int:
-    """The daemon's life, under its lock (``run_daemon``)."""
-    from apscheduler.schedulers.background import BackgroundScheduler
-    from apscheduler.triggers.interval import IntervalTrigger
+        def state() -> ConfigState | None:
+            return None if watch is None else watch.state
 
+        # Notices go out from its thread, never under a lock. It stops with the daemon only, not
+        # with the lease: a standby's sender that quit at start would leave a later takeover's
+        # notices (the failover first) queued forever; what it sends was queued while active.
+        sender = Sender(pctx.but(stop_requested=stop.is_set), out)
+        sender.start()
+        if live:  # before the first run is timed: starting it may take a moment on a busy box
+            following = start_live(pctx, skip, busy, out, sender.wake, state=state)
+        now = pctx.now().astimezone(UTC)
+        if aligned:
+            start = first_run(now.astimezone(), interval, pctx.cfg.patrol.minute_offset)
+        else:
+            start = now + timedelta(seconds=0.2)
+        beat: dict[str, Any] = {
+            "schema_version": 1,
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "started_at": now.isoformat(timespec="seconds"),
+            "interval_seconds": interval.total_seconds(),
+            "ticks": 0,
+            "tick_at": "",
+            "last": "",
+            "stopped_at": "",
+            "role": "active" if lease is None else "standby",
+        }
 
-    stop = threading.Event()
-    busy = threading.Lock()
-    lease = open_lease(pctx)
-    pctx = pctx.but(stop_requested=stop.is_set)
-    if lease is not None:  # a standby (or a holder whose lease ran out) stops and writes nothing
-        pctx = _fenced(pctx, lease)
-    skip = tuple(skip)
-    folder = pctx.patrol_dir
-    following = None
+        def save_beat() -> None:
+            with contextlib.suppress(OSError):
+                write_json_atomic(folder / HEARTBEAT_FILE, beat)
 
-    def state() -> ConfigState | None:
-        return None if watch is None else watch.state
+        def tick() -> None:
+            with busy:
+                if stop.is_set():
+                    return
+                if lease is not None and not lease.held:
+                    return  # standby: the lease keeper takes over and calls a round when it can
+                try:
+                    result = run_once(pctx, skip, lease=lease, keep_lease=True, send=False)
+                    sender.wake(every=True)
+                except Exception as exc:  # noqa: BLE001 - the loop must outlive one bad cycle
+                    why = pctx.redact(f"cycle crashed: {type(exc).__name__}: {exc}")
+                    result = CycleRun("ran", int(ExitCode.INTERNAL), why)
+                at = pctx.now().isoformat(timespec="seconds")
+                beat.update(ticks=beat["ticks"] + 1, last=result.status, code=result.code,
+                            tick_at=at)
+                save_beat()
+                out(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {result.message}")
 
-    # Notices go out from its thread, never under a lock. It stops with the daemon only, not
-    # with the lease: a standby's sender that quit at start would leave a later takeover's
-    # notices (the failover first) queued forever; what it sends was queued while active.
-    sender = Sender(pctx.but(stop_requested=stop.is_set), out)
-    sender.start()
-    if live:  # before the first run is timed: starting it may take a moment on a busy box
-        following = start_live(pctx, skip, busy, out, sender.wake, state=state)
-    now = pctx.now().astimezone(UTC)
-    if aligned:
-        start = first_run(now.astimezone(), interval, pctx.cfg.patrol.minute_offset)
-    else:
-        start = now + timedelta(seconds=0.2)
-    beat: dict[str, Any] = {
-        "schema_version": 1,
-        "pid": os.getpid(),
-        "host": socket.gethostname(),
-        "started_at": now.isoformat(timespec="seconds"),
-        "interval_seconds": interval.total_seconds(),
-        "ticks": 0,
-        "tick_at": "",
-        "last": "",
-        "stopped_at": "",
-        "role": "active" if lease is None else "standby",
-    }
+        scheduler = BackgroundScheduler(timezone=UTC)
+        trigger = IntervalTrigger(seconds=interval.total_seconds(), start_date=start, timezone=UTC)
+        # next_run_time: the first run as computed, even if the scheduler starts after it (a loaded
+        # box); without it APScheduler skips to the next grid point, a whole interval later.
+        scheduler.add_job(tick, trigger, id="patrol", name="patrol cycle", max_instances=1,
+                          coalesce=True, misfire_grace_time=None, next_run_time=start)
 
-    def save_beat() -> None:
-        with contextlib.suppress(OSError):
-            write_json_atomic(folder / HEARTBEAT_FILE, beat)
+        def on_signal(signum: int, frame: FrameType | None) -> None:
+            stop.set()  # no lock this (the main) thread may hold: it only sleeps, below
 
-    def tick() -> None:
-        with busy:
-            if stop.is_set():
-                return
-            if lease is not None and not lease.held:
-                return  # standby: the lease keeper takes over and calls a round when it can
-            try:
-                result = run_once(pctx, skip, lease=lease, keep_lease=True, send=False)
-                sender.wake(every=True)
-            except Exception as exc:  # noqa: BLE001 - the loop must outlive one bad cycle
-                why = pctx.redact(f"cycle crashed: {type(exc).__name__}: {exc}")
-                result = CycleRun("ran", int(ExitCode.INTERNAL), why)
-            at = pctx.now().isoformat(timespec="seconds")
-            beat.update(ticks=beat["ticks"] + 1, last=result.status, code=result.code, tick_at=at)
-            save_beat()
-            out(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {result.message}")
+        def reconfigure(cfg: Config) -> None:
+            """Go on with ``cfg``: the rounds, the sender, and the fleet followed anew."""
+            nonlocal pctx, following, interval
+            if following is not None:
+                stop_live(following)  # its running reaction ends first (it takes ``busy``)
+            with busy:
+                use(cfg)
+                pctx = pctx.but(cfg=cfg)
+                sender.pctx = sender.pctx.but(cfg=cfg)  # its own stop probe: the daemon's end
+                sender.start()
+            if following is not None:
+                following = start_live(pctx, skip, busy, out, sender.wake, following[1], state)
+            every = timedelta(minutes=cfg.patrol.interval_minutes)
+            if aligned and every != interval:  # the rounds' timer, when the config sets it
+                interval = every
+                with contextlib.suppress(Exception):  # not yet started, or shutting down
+                    scheduler.reschedule_job("patrol", trigger=IntervalTrigger(
+                        seconds=every.total_seconds(), timezone=UTC,
+                        start_date=first_run(datetime.now(UTC).astimezone(), every,
+                                             cfg.patrol.minute_offset)))
 
-    scheduler = BackgroundScheduler(timezone=UTC)
-    trigger = IntervalTrigger(seconds=interval.total_seconds(), start_date=start, timezone=UTC)
-    # next_run_time: the first run as computed, even if the scheduler starts after it (a loaded
-    # box); without it APScheduler skips to the next grid point, a whole interval later.
-    scheduler.add_job(tick, trigger, id="patrol", name="patrol cycle", max_instances=1,
-                      coalesce=True, misfire_grace_time=None, next_run_time=start)
+        def say(line: str) -> None:
+            out(pctx.redact(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {line}"))
 
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        stop.set()  # no lock this (the main) thread may hold: it only sleeps, below
+        def look() -> None:
+            """Every WATCH_SECONDS: the config's files, then the pool (work arrived?)."""
+            said = ""  # the last failure logged: a lasting one (Redis away) is said once
+            while not stop.wait(WATCH_SECONDS):
+                try:
+                    if watch is not None and watch.look("the patrol daemon", reconfigure, say):
+                        beat["config"] = watch.state.to_json()
+                        save_beat()
+                    if following is not None:
+                        following[1].look_at_pool()
+                    said = ""
+                except Exception as exc:  # noqa: BLE001 - the watch must outlive one bad look
+                    line = pctx.redact(f"watch: {type(exc).__name__}: {exc}")
+                    if line != said:
+                        pctx.log(line)
+                    said = line
 
-    def reconfigure(cfg: Config) -> None:
-        """Go on with ``cfg``: the rounds, the sender, and the fleet followed anew."""
-        nonlocal pctx, following, interval
-        if following is not None:
-            stop_live(following)  # its running reaction ends first (it takes ``busy``)
-        with busy:
-            use(cfg)
-            pctx = pctx.but(cfg=cfg)
-            sender.pctx = sender.pctx.but(cfg=cfg)  # its own stop probe: the daemon's end
-            sender.start()
-        if following is not None:
-            following = start_live(pctx, skip, busy, out, sender.wake, following[1], state)
-        every = timedelta(minutes=cfg.patrol.interval_minutes)
-        if aligned and every != interval:  # the rounds' timer, when the config sets it
-            interval = every
-            with contextlib.suppress(Exception):  # not yet started, or shutting down
-                scheduler.reschedule_job("patrol", trigger=IntervalTrigger(
-                    seconds=every.total_seconds(), timezone=UTC,
-                    start_date=first_run(datetime.now(UTC).astimezone(), every,
-                                         cfg.patrol.minute_offset)))
+        watcher = threading.Thread(target=look, name="xaf-hub patrol watch", daemon=True)
+        watcher.start()
+        keeper = None
+        if lease is not None:
+            args = (pctx, lease, stop, scheduler, beat, save_beat, out, sender)
+            keeper = threading.Thread(target=_keep_lease, args=args, name="xaf-hub patrol lease",
+                                      daemon=True)
+            keeper.start()
 
-    def say(line: str) -> None:
-        out(pctx.redact(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {line}"))
-
-    def look() -> None:
-        """Every WATCH_SECONDS: the config's files, then the pool (work arrived?)."""
-        said = ""  # the last failure logged: a lasting one (Redis away) is said once
-        while not stop.wait(WATCH_SECONDS):
-            try:
-                if watch is not None and watch.look("the patrol daemon", reconfigure, say):
-                    beat["config"] = watch.state.to_json()
-                    save_beat()
-                if following is not None:
-                    following[1].look_at_pool()
-                said = ""
-            except Exception as exc:  # noqa: BLE001 - the watch must outlive one bad look
-                line = pctx.redact(f"watch: {type(exc).__name__}: {exc}")
-                if line != said:
-                    pctx.log(line)
-                said = line
-
-    watcher = threading.Thread(target=look, name="xaf-hub patrol watch", daemon=True)
-    watcher.start()
-    keeper = None
-    if lease is not None:
-        args = (pctx, lease, stop, scheduler, beat, save_beat, out, sender)
-        keeper = threading.Thread(target=_keep_lease, args=args, name="xaf-hub patrol lease",
-                                  daemon=True)
-        keeper.start()
-
-    previous = {sig: signal.signal(sig, on_signal) for sig in _stop_signals()}
-    save_beat()
-    out(
-        f"patrol daemon started (pid {os.getpid()}); every {interval.total_seconds():g}s, "
-        f"first cycle at {start.astimezone():%Y-%m-%d %H:%M:%S}"
-    )
-    try:
-        if not stop.is_set():
-            scheduler.start()
-        # Python runs a signal handler in the main thread only, once it runs again: a stop
-        # signal that landed in another thread (one starting as it came) is seen at the next
-        # wake, where a wait for the next round would hold it back for the whole interval.
-        while not stop.is_set():
-            time.sleep(STOP_POLL_SECONDS)
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-        stop.set()
-        if scheduler.running:
-            scheduler.shutdown(wait=False)
-        watcher.join(timeout=60)  # a config change under way finishes before the stop
-        if following is not None:
-            stop_live(following)
-        sender.stop()
-    with busy:  # the running cycle finishes its current step, then sees the stop
-        pass
-    if lease is not None and keeper is not None:
-        keeper.join(timeout=10)
-        _give_back(lease)  # a clean stop hands over at once, not after the lease
-        with contextlib.suppress(HubError):
-            lease.beat("stopped", pctx.now())
-        beat["role"] = "stopped"
-    beat["stopped_at"] = pctx.now().isoformat(timespec="seconds")
-    save_beat()
-    out("patrol daemon stopped")
-    return int(ExitCode.OK)
+        previous = {sig: signal.signal(sig, on_signal) for sig in _stop_signals()}
+        save_beat()
+        out(
+            f"patrol daemon started (pid {os.getpid()}); every {interval.total_seconds():g}s, "
+            f"first cycle at {start.astimezone():%Y-%m-%d %H:%M:%S}"
+        )
+        try:
+            if not stop.is_set():
+                scheduler.start()
+            # Python runs a signal handler in the main thread only, once it runs again: a stop
+            # signal that landed in another thread (one starting as it came) is seen at the next
+            # wake, where a wait for the next round would hold it back for the whole interval.
+            while not stop.is_set():
+                time.sleep(STOP_POLL_SECONDS)
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            stop.set()
+            if scheduler.running:
+                scheduler.shutdown(wait=False)
+            watcher.join(timeout=60)  # a config change under way finishes before the stop
+            if following is not None:
+                stop_live(following)
+            sender.stop()
+        with busy:  # the running cycle finishes its current step, then sees the stop
+            pass
+        if lease is not None and keeper is not None:
+            keeper.join(timeout=10)
+            _give_back(lease)  # a clean stop hands over at once, not after the lease
+            with contextlib.suppress(HubError):
+                lease.beat("stopped", pctx.now())
+            beat["role"] = "stopped"
+        beat["stopped_at"] = pctx.now().isoformat(timespec="seconds")
+        save_beat()
+        out("patrol daemon stopped")
+        return int(ExitCode.OK)
 
 
 def _keep_lease(

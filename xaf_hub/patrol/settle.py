@@ -39,37 +39,24 @@ _INFRA_ERROR_NAMES = frozenset({"ProviderAuthError"})
 _INFRA_STATUS = frozenset({401, 403, 408, 409, 425})
 
 
-def is_infrastructure_failure(error: Mapping[str, Any] | None) -> bool:
-    """Tell an infrastructure failure (not the task's fault) from a task failure (pure)."""
+def failure_of(error: Mapping[str, Any] | None) -> tuple[bool, bool]:
+    """Whether a run's error is an infrastructure failure (not the task's fault, as opposed to
+    a task failure), and whether it is about the model (its key refused, or it is unavailable)
+    (pure)."""
     if error is None:
-        return True  # no error object: the run never got going
-    if classify_error(error) in ("rate_limited", "model_unavailable"):
-        return True
-    name = str(error.get("name") or "")
-    if name in _INFRA_ERROR_NAMES:
-        return True
-    if name == "APIError":
-        data = error.get("data") if isinstance(error.get("data"), Mapping) else {}
-        assert isinstance(data, Mapping)
-        code = data.get("statusCode")
-        if not isinstance(code, int) or isinstance(code, bool):
-            return True  # no HTTP status: the provider could not be reached at all
-        return code >= 500 or code in _INFRA_STATUS
-    return False
-
-
-def names_model(error: Mapping[str, Any] | None) -> bool:
-    """Tell a failure that is about the model (its key refused, or it is unavailable) (pure)."""
-    if error is None:
-        return False
-    if classify_error(error) == "model_unavailable":
-        return True
-    name = str(error.get("name") or "")
-    if name in _INFRA_ERROR_NAMES:
-        return True
+        return True, False  # no error object: the run never got going
+    kind, name = classify_error(error), str(error.get("name") or "")
     data = error.get("data")
     code = data.get("statusCode") if isinstance(data, Mapping) else None
-    return name == "APIError" and code in (401, 403)
+    api, auth = name == "APIError", name in _INFRA_ERROR_NAMES
+    model = kind == "model_unavailable" or auth or (api and code in (401, 403))
+    if auth or kind in ("rate_limited", "model_unavailable"):
+        return True, model
+    if not api:
+        return False, model
+    if not isinstance(code, int) or isinstance(code, bool):
+        return True, model  # no HTTP status: the provider could not be reached at all
+    return code >= 500 or code in _INFRA_STATUS, model
 
 
 @dataclass(frozen=True)
@@ -187,8 +174,8 @@ def _settle(
             return Settlement("requeue", True, said)
         return Settlement("keep")
     reason = error_text(run.error) or outcome
-    infra = is_infrastructure_failure(run.error)
-    return Settlement("requeue", infra, reason, model_named=infra and names_model(run.error))
+    infra, model = failure_of(run.error)
+    return Settlement("requeue", infra, reason, model_named=infra and model)
 
 
 def settle_claim(

@@ -25,8 +25,8 @@ from xaf_hub.notify.check import webhook_checks
 from xaf_hub.notify.events import Event
 from xaf_hub.notify.patrol import Sender, outgoing, send_outbox
 from xaf_hub.ops.context import OpsContext
-from xaf_hub.patrol.context import Cycle
-from xaf_hub.patrol.runner import CYCLE_LOCK, STEP_NAMES, run_once
+from xaf_hub.patrol.context import CYCLE_LOCK, Cycle
+from xaf_hub.patrol.runner import STEP_NAMES, run_once
 from xaf_hub.store.statefile import file_lock
 
 

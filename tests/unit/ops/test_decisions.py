@@ -12,7 +12,7 @@ from xaf_hub.core.outcomes import Stop
 from xaf_hub.core.records import SessionRecord
 from xaf_hub.core.runstate import LastRun
 from xaf_hub.ops.decisions import Decision, decisions_from, operator_interrupts
-from xaf_hub.patrol.settle import Sighting, names_model, settle
+from xaf_hub.patrol.settle import Sighting, failure_of, settle
 from xaf_hub.store.tasks import Task, format_instant
 
 NOW = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
@@ -281,7 +281,7 @@ def test_the_young_row_rule_is_the_callers() -> None:
     ],
 )
 def test_failures_that_name_the_model(error: dict[str, object] | None, named: bool) -> None:
-    assert names_model(error) is named
+    assert failure_of(error)[1] is named
     if error is not None:
         verdict = settle(row(), Sighting(session=idle(), run=LastRun("x", error=error)), NOW, 90.0)
         assert verdict.action == "requeue" and verdict.model_named is named

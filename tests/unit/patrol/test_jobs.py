@@ -28,7 +28,7 @@ from xaf_hub.patrol.settle import (
     Settlement,
     Sighting,
     credited_commits,
-    is_infrastructure_failure,
+    failure_of,
     retry_text,
     settle,
     settle_check,
@@ -345,7 +345,7 @@ def test_heal_target(
     ],
 )
 def test_infrastructure_or_task_failure(error: dict[str, Any] | None, infra: bool) -> None:
-    assert is_infrastructure_failure(error) is infra
+    assert failure_of(error)[0] is infra
 
 
 def dispatched(tid: str = "T1", *, ago: timedelta = timedelta(minutes=10)) -> Task:

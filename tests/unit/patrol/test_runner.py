@@ -19,7 +19,7 @@ from xaf_hub.cli.main import main
 from xaf_hub.errors import ExitCode, StateFileError, UnreachableError
 from xaf_hub.notify.record import Action, RoundLog, SessionLine, StepOutcome
 from xaf_hub.ops.context import OpsContext
-from xaf_hub.patrol.context import Cycle
+from xaf_hub.patrol.context import CYCLE_LOCK, Cycle
 from xaf_hub.patrol.jobs.sync_design import design_markers, sync_design_tasks
 from xaf_hub.patrol.report import (
     lead_backlog_items,
@@ -28,7 +28,7 @@ from xaf_hub.patrol.report import (
     report_document,
     waiting_tasks,
 )
-from xaf_hub.patrol.runner import CYCLE_LOCK, STEP_NAMES, first_run, run_cycle, run_once
+from xaf_hub.patrol.runner import STEP_NAMES, first_run, run_cycle, run_once
 from xaf_hub.store.backlog import Backlog
 from xaf_hub.store.patrol_state import clear_paused, pause_info, set_paused
 from xaf_hub.store.statefile import file_lock

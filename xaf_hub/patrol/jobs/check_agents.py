@@ -18,7 +18,7 @@ from xaf_hub.core.discipline import RESUME_PROMPT
 from xaf_hub.core.records import SessionRecord
 from xaf_hub.core.runstate import LastRun, answer_hint, classify
 from xaf_hub.errors import HubError
-from xaf_hub.notify.record import SessionLine, Why, session_action
+from xaf_hub.notify.record import SessionLine, Why
 from xaf_hub.ops.budget import run_ceiling
 from xaf_hub.ops.ceiling import read_run
 from xaf_hub.ops.context import OpsContext
@@ -107,10 +107,8 @@ async def check_agents(pctx: OpsContext, cycle: Cycle) -> None:
                 state = "interrupted"  # stopped with a prompt still unanswered: looks idle
             if state == "interrupted":
                 detail = decision.text
-                cycle.log.add(
-                    pctx, session_action(STEP, "person", "skipped", rec,
-                                         detail=decision.text, why=decision.kind)
-                )
+                cycle.log.add(pctx, STEP, "person", "skipped", rec, detail=detail,
+                              why=decision.kind)
         model = run.model if run and run.model else rec.model
         asks = rec.waiting if state == "waiting" else None  # the request its run waits on
         cycle.log.sessions.append(SessionLine(
@@ -157,8 +155,8 @@ async def resume_one(
     if not why and await _over_ceiling(pctx, inst, rec):
         why = "over_ceiling"
     if why:
-        cycle.log.add(pctx, session_action(STEP, "resume", "skipped", rec,
-                                           detail=REFUSAL_WORDS[why], why=_FOR_PERSON.get(why, "")))
+        cycle.log.add(pctx, STEP, "resume", "skipped", rec, detail=REFUSAL_WORDS[why],
+                      why=_FOR_PERSON.get(why, ""))
         return why
     await _resume(pctx, cycle, inst, rec, run, override)
     return ""
@@ -211,9 +209,7 @@ async def _resume(
         pctx.model_state().remember_healed, resume_key(inst.name, rec.id), model, model, pctx.now()
     )
     cycle.log.touched.add((inst.name, rec.id))
-    cycle.log.add(
-        pctx, session_action(STEP, "resume", "ok", rec, detail=_why(run), model=model or "")
-    )
+    cycle.log.add(pctx, STEP, "resume", "ok", rec, detail=_why(run), model=model or "")
 
 
 def _why(run: LastRun | None) -> str:
@@ -238,10 +234,5 @@ async def answer_by_policy(
     for o in await apply_policy(pctx, ours, now_ms):
         result = {"sent": "ok", "failed": "failed"}.get(o.result, "skipped")
         words = f"{o.answer.reply.words()} {o.request.waiting.request_id} by {o.answer.rule}"
-        cycle.log.add(
-            pctx,
-            session_action(
-                STEP, "answer", result, o.request.session,
-                detail=words + (f": {o.detail}" if o.detail else ""),
-            ),
-        )
+        words += f": {o.detail}" if o.detail else ""
+        cycle.log.add(pctx, STEP, "answer", result, o.request.session, detail=words)

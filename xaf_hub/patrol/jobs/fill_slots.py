@@ -27,12 +27,12 @@ from xaf_hub.errors import (
     UsageError,
 )
 from xaf_hub.fleet.client import OpencodeClient
-from xaf_hub.notify.record import task_action
+from xaf_hub.notify.record import Action
 from xaf_hub.ops import budget
 from xaf_hub.ops.context import Fleet, OpsContext
 from xaf_hub.ops.load import free as slots_free
 from xaf_hub.ops.load import instance_load
-from xaf_hub.ops.models import choose_model, untried_model
+from xaf_hub.ops.models import choose_model
 from xaf_hub.ops.planner import (
     DispatchRequest,
     InstanceView,
@@ -210,41 +210,40 @@ async def fill_slots(
         why = budget_stop.get("") or budget_stop.get(name)
         if why:  # a budget was reached: the task stays pending with the reason
             cycle.log.budget_held[task.id] = why
-            cycle.log.add(pctx, task_action(STEP, "dispatch", "waiting", task, name, detail=why))
+            cycle.log.add(pctx, STEP, "dispatch", "waiting", task, name, detail=why)
             continue
         inst, directory = where[name]
         model = models[name]
         if task.avoid_models:
-            model = untried_model(pctx, inst, task.avoid_models, now) or model
+            model = choose_model(pctx, inst, None, now, task.avoid_models) or model
         try:
-            base = _base(pctx, inst, task, override, tips)
+            # Its base: the tip of the branch the discipline names for it (none: no tips).
+            branches = task_branches(pctx, inst, [task.title or task.id], override)
+            base = base_commit(tips, branches, pctx.cfg.patrol.base_branch) if tips else None
             await _dispatch(pctx, cycle, inst, directory, task, model, override, base)
         except BudgetReached as exc:
             budget_stop[exc.instance] = str(exc)
             cycle.log.budget_held[task.id] = str(exc)
-            cycle.log.add(pctx, task_action(STEP, "dispatch", "waiting", task, name,
-                                            detail=str(exc)))
+            cycle.log.add(pctx, STEP, "dispatch", "waiting", task, name, detail=str(exc))
         except BusyError as exc:
             stopped.add(name)
-            cycle.log.add(pctx, task_action(STEP, "dispatch", "waiting", task, name,
-                                            detail=f"instance full: {exc}"))
+            detail = f"instance full: {exc}"
+            cycle.log.add(pctx, STEP, "dispatch", "waiting", task, name, detail=detail)
         except UnreachableError as exc:
             stopped.add(name)
             cycle.log.error(pctx, STEP, f"dispatch {task.id} to {name}: {exc}")
         except HubError as exc:
-            cycle.log.add(pctx, task_action(STEP, "dispatch", "failed", task, name,
-                                            detail=str(exc)))
+            cycle.log.add(pctx, STEP, "dispatch", "failed", task, name, detail=str(exc))
             cycle.log.error(pctx, STEP, f"dispatch {task.id} to {name}: {exc}")
 
 
-async def _tips(pctx: OpsContext, cycle: Cycle) -> dict[str, str] | None:
-    """Every branch's tip on project.repository now, the bases of this round's tasks.
-
-    None without a repository; {} when it cannot be read (the tasks go out with no base and
-    are judged as before: "base unknown").
+async def _tips(pctx: OpsContext, cycle: Cycle) -> dict[str, str]:
+    """Every branch's tip on project.repository now, the bases of this round's tasks; {}
+    without a repository or when it cannot be read (the tasks go out with no base and are
+    judged as before: "base unknown").
     """
     if not pctx.cfg.repository.url:
-        return None
+        return {}
     mirror = Mirror.of(pctx.cfg)
     try:
         return await aio.blocking(mirror.tips)
@@ -256,20 +255,6 @@ async def _tips(pctx: OpsContext, cycle: Cycle) -> dict[str, str] | None:
             cycle.log.note(pctx, f"{STEP}: {mirror.rebuilt}")
 
 
-def _base(
-    pctx: OpsContext,
-    inst: InstanceConfig,
-    task: Task,
-    override: str | None,
-    tips: dict[str, str] | None,
-) -> str | None:
-    """A task's base: its expected branch's tip (``core.discipline.base_commit``)."""
-    if not tips:
-        return None
-    branches = task_branches(pctx, inst, [task.title or task.id], override)
-    return base_commit(tips, branches, pctx.cfg.patrol.base_branch)
-
-
 def free_slots(fleet: Fleet, gate: Gate) -> list[tuple[InstanceConfig, int, str]]:
     """(instance, free slots, new-session directory) of every instance that can take work."""
     out = []
@@ -277,8 +262,7 @@ def free_slots(fleet: Fleet, gate: Gate) -> list[tuple[InstanceConfig, int, str]
         if not sc.reachable or sc.inst.production:
             continue
         load = instance_load(sc, gate, allow_prod=True)
-        view = InstanceView(sc.inst, True, "", tuple(sc.sessions), load.reserved or 0,
-                            reserved_own=load.reserved_own)
+        view = InstanceView(sc.inst, True, "", tuple(sc.sessions), load.reserved or 0)
         try:
             directory = new_session_directory(view, DispatchRequest(text="fill"))
         except (UsageError, NotProjectSession):
@@ -333,15 +317,14 @@ async def _dispatch(
             )
         except TaskChanged as exc:
             detail = await _drop_empty(pctx, client, inst, created, str(exc))
-            cycle.log.add(pctx, task_action(STEP, "dispatch", "skipped", task, inst.name,
-                                            detail=detail))
+            cycle.log.add(pctx, STEP, "dispatch", "skipped", task, inst.name, detail=detail)
             return
     for warning in result.warnings:
         cycle.log.note(pctx, f"{STEP}: {warning}")
     cycle.log.touched.add((inst.name, result.session_id))
-    cycle.record(pctx, task_action(STEP, "dispatch", "ok", task, inst.name, result.session_id,
-                                     detail=task.priority, model=result.model or ""),
-            "dispatched", task.id)
+    act = Action.of(STEP, "dispatch", "ok", task, inst.name, result.session_id,
+                    detail=task.priority, model=result.model or "")
+    cycle.record(pctx, act, "dispatched", task.id)
 
 
 async def _drop_empty(

@@ -4,6 +4,7 @@ healed before, not production, not a person's decision); ``ops.heal`` does the h
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from datetime import timedelta
 
@@ -12,28 +13,17 @@ from xaf_hub.core import aio
 from xaf_hub.core.clock import to_ms
 from xaf_hub.core.records import SessionRecord
 from xaf_hub.core.runstate import LastRun
-from xaf_hub.notify.record import session_action
 from xaf_hub.ops.context import OpsContext
 from xaf_hub.ops.decisions import Decisions, load_decisions, person_stop
-from xaf_hub.ops.heal import STEP, HealCandidate, Healing, heal, heal_candidate
+from xaf_hub.ops.heal import STEP, HealCandidate, heal, heal_candidate
 from xaf_hub.patrol.context import Cycle, pool_discipline
 from xaf_hub.patrol.jobs.check_agents import REFUSAL_WORDS
 from xaf_hub.store.model_state import ModelState
 
-__all__ = ["STEP", "fix_free_limit", "heal_item", "record_heal"]
+__all__ = ["STEP", "fix_free_limit", "heal_item"]
 
 # Failures older than this are history, not something to heal now.
 LOOKBACK = timedelta(hours=24)
-
-
-def record_heal(pctx: OpsContext, cycle: Cycle, rec: SessionRecord, healing: Healing) -> None:
-    """Put one heal into the cycle's log: healed, or waiting for a usable model."""
-    if healing.to_model is not None:
-        cycle.log.touched.add((rec.instance, rec.id))
-    cycle.log.add(pctx, session_action(
-        STEP, "heal", "waiting" if healing.to_model is None else "ok", rec,
-        detail=healing.detail, model=healing.to_model or "", from_model=healing.from_model,
-    ))
 
 
 async def fix_free_limit(pctx: OpsContext, cycle: Cycle) -> None:
@@ -48,12 +38,7 @@ async def fix_free_limit(pctx: OpsContext, cycle: Cycle) -> None:
     ]
     runs = await cycle.last_runs(pctx, items)
     state = pctx.model_state()
-    override: list[str | None] = []
-
-    def discipline() -> str | None:
-        if not override:
-            override.append(pool_discipline(pctx, cycle.log, STEP))
-        return override[0]
+    discipline = functools.cache(lambda: pool_discipline(pctx, cycle.log, STEP))  # read once
 
     people: Decisions | None = None
     for inst, rec in items:
@@ -85,21 +70,12 @@ async def heal_item(
     """
     decision = people.for_session(inst.name, rec.id, run.created_ms if run else None)
     if decision is not None:
-        cycle.log.add(pctx, session_action(STEP, "person", "skipped", rec,
-                                           detail=decision.text, why=decision.kind))
+        cycle.log.add(pctx, STEP, "person", "skipped", rec, detail=decision.text,
+                      why=decision.kind)
         return
     if inst.production:
-        cycle.log.add(
-            pctx,
-            session_action(
-                STEP,
-                "heal",
-                "skipped",
-                rec,
-                detail=REFUSAL_WORDS["production"],
-                why="production",
-            ),
-        )
+        words = REFUSAL_WORDS["production"]
+        cycle.log.add(pctx, STEP, "heal", "skipped", rec, detail=words, why="production")
         return
     since = run.created_ms if run else None
     healing = await cycle.attempt(
@@ -108,5 +84,10 @@ async def heal_item(
              still_wanted=lambda: person_stop(pctx, inst.name, rec.id, since)),
         later="healed next cycle", from_model=cand.model,
     )
-    if healing is not None:
-        record_heal(pctx, cycle, rec, healing)
+    if healing is None:
+        return
+    if healing.to_model is not None:
+        cycle.log.touched.add((rec.instance, rec.id))
+    result = "waiting" if healing.to_model is None else "ok"  # no usable model yet
+    cycle.log.add(pctx, STEP, "heal", result, rec, detail=healing.detail,
+                  model=healing.to_model or "", from_model=healing.from_model)

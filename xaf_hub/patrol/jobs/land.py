@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from xaf_hub.core import aio
 from xaf_hub.errors import HubError
-from xaf_hub.notify.record import task_action
 from xaf_hub.ops.context import OpsContext
 from xaf_hub.ops.land import land, tidy
 from xaf_hub.patrol.context import Cycle
@@ -32,7 +31,7 @@ async def land_ready(pctx: OpsContext, cycle: Cycle) -> None:
                 done = await land(pctx, task.id)
                 kind = _KINDS.get(done.result, "keep")
                 outcome = "ok" if done.result in ("landed", "sent_back") else "skipped"
-                cycle.log.add(pctx, task_action(STEP, kind, outcome, task, detail=done.detail))
+                cycle.log.add(pctx, STEP, kind, outcome, task, detail=done.detail)
                 if done.result == "sent_back":
                     cycle.log.touched.add(key)
             elif task.landing in ("landed", "dropped") and task.worktree:

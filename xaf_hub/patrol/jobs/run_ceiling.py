@@ -9,7 +9,6 @@ from xaf_hub.config.load import InstanceConfig
 from xaf_hub.core.records import SessionRecord
 from xaf_hub.errors import HubError
 from xaf_hub.fleet.client import OpencodeClient
-from xaf_hub.notify.record import session_action
 from xaf_hub.ops.budget import run_ceiling, run_roots
 from xaf_hub.ops.ceiling import STEP, read_run, stop_over_ceiling
 from xaf_hub.ops.context import OpsContext
@@ -42,11 +41,8 @@ async def check_run(
         return run is not None and bool(run.busy)
     over = await stop_over_ceiling(pctx, inst, rec, client, run, origin=origin)
     cycle.log.touched.add((inst.name, rec.id))
-    cycle.log.add(
-        pctx,
-        session_action(STEP, "ceiling", "ok" if over.aborted else "failed", rec,
-                       detail=over.detail, task=over.task),
-    )
+    result = "ok" if over.aborted else "failed"
+    cycle.log.add(pctx, STEP, "ceiling", result, rec, detail=over.detail, task=over.task)
     return not over.aborted
 
 

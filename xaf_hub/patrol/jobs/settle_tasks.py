@@ -18,12 +18,12 @@ from xaf_hub.core.commits import claimed_commits, short
 from xaf_hub.core.records import SessionRecord
 from xaf_hub.errors import BusyError, HubError, SessionNotFound, TaskChanged
 from xaf_hub.fleet.scan import build_record, read_status
-from xaf_hub.notify.record import task_action
+from xaf_hub.notify.record import Action
 from xaf_hub.ops.context import Fleet, OpsContext
 from xaf_hub.ops.decisions import decisions_from, people_interrupts
 from xaf_hub.ops.heal import heal_candidate
 from xaf_hub.ops.land import send_back
-from xaf_hub.ops.models import untried_model
+from xaf_hub.ops.models import choose_model
 from xaf_hub.patrol.context import Cycle, pool_discipline, task_branches
 from xaf_hub.patrol.settle import (
     NOT_VERIFIED,
@@ -172,10 +172,8 @@ async def settle_dispatched(
                         commits=verdict.commits, judged=verdict.judged or None, check=ran,
                     )
                     credited.update(dict.fromkeys(verdict.commits, task.id))
-                    cycle.log.add(pctx, task_action(
-                        STEP, "verified", "ok", task,
-                        detail=f"verified, ready to land: {verdict.judged or verdict.commit}",
-                    ))
+                    said = f"verified, ready to land: {verdict.judged or verdict.commit}"
+                    cycle.log.add(pctx, STEP, "verified", "ok", task, detail=said)
                     continue
                 verified = verdict.verified is True
                 await aio.blocking(
@@ -194,13 +192,13 @@ async def settle_dispatched(
                     said += f" and {more} more" if more > 0 else ""
                 if verdict.judged:
                     said += f" ({verdict.judged})"
-                cycle.record(pctx, task_action(STEP, "done" if verified else "finished", "ok",
-                                                 task, detail=said or NOT_VERIFIED),
-                        "done", task.id, verified=verified, **proof)
+                act = Action.of(STEP, "done" if verified else "finished", "ok", task,
+                                detail=said or NOT_VERIFIED)
+                cycle.record(pctx, act, "done", task.id, verified=verified, **proof)
             elif verdict.action == "requeue":
                 detail = await aio.blocking(_requeue, pctx, task, inst, seen, verdict, now)
-                cycle.record(pctx, task_action(STEP, "requeue", "ok", task, detail=detail),
-                        "requeued", detail)
+                act = Action.of(STEP, "requeue", "ok", task, detail=detail)
+                cycle.record(pctx, act, "requeued", detail)
             elif verdict.action == "retry":
                 assert inst is not None and seen.session is not None
                 await _send_back(pctx, cycle, inst, seen.session, task, verdict)
@@ -210,12 +208,12 @@ async def settle_dispatched(
             else:
                 await aio.blocking(_note_judged, pctx, task, verdict)
                 kind = "person" if verdict.person else "keep"
-                cycle.log.add(pctx, task_action(STEP, kind, "skipped", task,
-                                                detail=verdict.reason, why=verdict.why))
+                cycle.log.add(pctx, STEP, kind, "skipped", task, detail=verdict.reason,
+                              why=verdict.why)
         except TaskChanged as exc:
             # A person changed the row while the round judged it (a verification can take
             # the fetch's whole time): their change stands, nothing is written over it.
-            cycle.log.add(pctx, task_action(STEP, "keep", "skipped", task, detail=str(exc)))
+            cycle.log.add(pctx, STEP, "keep", "skipped", task, detail=str(exc))
         except HubError as exc:
             cycle.log.error(pctx, STEP, f"settle task {task.id}: {exc}")
 
@@ -331,16 +329,15 @@ async def _send_back(
         )
     except BusyError as exc:
         said = f"check failed; sent back when a slot frees ({exc})"
-        cycle.log.add(pctx, task_action(STEP, "keep", "waiting", task, *key, detail=said))
+        cycle.log.add(pctx, STEP, "keep", "waiting", task, *key, detail=said)
         return
     for warning in sent.warnings:
         cycle.log.note(pctx, f"{STEP}: {warning}")
     cycle.log.touched.add(key)
     last = run.tail.strip().splitlines()[-1] if run.tail.strip() else ""
-    cycle.record(pctx, task_action(
-        STEP, "retry", "ok", task, *key,
-        detail=f"{verdict.reason}: {last}" if last else verdict.reason,
-    ), "check_failed", verdict.reason, commit=verdict.commit)
+    said = f"{verdict.reason}: {last}" if last else verdict.reason
+    act = Action.of(STEP, "retry", "ok", task, *key, detail=said)
+    cycle.record(pctx, act, "check_failed", verdict.reason, commit=verdict.commit)
 
 
 def _requeue(
@@ -362,7 +359,7 @@ def _requeue(
     if verdict.model_named and inst is not None:
         failed = task.model or (run.model if run is not None else "") or ""
         tried = (*task.avoid_models, failed)
-        nxt = untried_model(pctx, inst, tried, now)
+        nxt = choose_model(pctx, inst, None, now, tried)
         if nxt is not None:
             backlog.move_model(task.id, reason=verdict.reason, failed_model=failed, now=now)
             return f"failed on {failed or 'its model'}: {verdict.reason}; next model {nxt}"

@@ -12,7 +12,6 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from xaf_hub.core import aio
-from xaf_hub.notify.record import task_action
 from xaf_hub.ops.context import OpsContext
 from xaf_hub.patrol.context import Cycle
 from xaf_hub.patrol.design_scan import (
@@ -23,7 +22,7 @@ from xaf_hub.patrol.design_scan import (
     merge_design_tasks,
     scan_dirs,
 )
-from xaf_hub.store.tasks import BacklogData, Task, of_project
+from xaf_hub.store.tasks import Task, of_project
 
 STEP = "sync_design_tasks"
 
@@ -32,11 +31,6 @@ def design_markers(configured: Sequence[str]) -> tuple[str, ...]:
     """The Chinese/⏳ markers always, plus the configured English ones (default set if none)."""
     extra = tuple(configured) if configured else DEFAULT_ENGLISH_MARKERS
     return tuple(dict.fromkeys(DEFAULT_PENDING_MARKERS + extra))
-
-
-def batch_patterns(configured: Sequence[str]) -> tuple[str, ...]:
-    """Configured batch-code patterns replace the defaults."""
-    return tuple(configured) if configured else DEFAULT_BATCH_PATTERNS
 
 
 async def sync_design_tasks(pctx: OpsContext, cycle: Cycle) -> None:
@@ -54,7 +48,7 @@ async def sync_design_tasks(pctx: OpsContext, cycle: Cycle) -> None:
         now,
         cfg.patrol.design_max_age_days,
         design_markers(cfg.patrol.pending_markers),
-        batch_patterns(cfg.patrol.batch_patterns),
+        tuple(cfg.patrol.batch_patterns) or DEFAULT_BATCH_PATTERNS,  # the configured, else these
         on_error=unreadable,
     )
     if not found:
@@ -70,10 +64,7 @@ async def sync_design_tasks(pctx: OpsContext, cycle: Cycle) -> None:
     if not merged((await aio.blocking(backlog.load)).tasks):
         return
 
-    def add(data: BacklogData) -> list[Task]:
-        return data.extend(merged(data.tasks))
-
-    added = await aio.blocking(backlog.update, add)
+    added = await aio.blocking(backlog.update, lambda data: data.extend(merged(data.tasks)))
     if not added:
         return
     await aio.blocking(
@@ -84,4 +75,4 @@ async def sync_design_tasks(pctx: OpsContext, cycle: Cycle) -> None:
         extra={"tasks": [t.id for t in added]},
     )
     for task in added:
-        cycle.log.add(pctx, task_action(STEP, "add", "ok", task, detail=task.spec))
+        cycle.log.add(pctx, STEP, "add", "ok", task, detail=task.spec)
