@@ -16,6 +16,24 @@ from xaf_hub.core.clock import next_reset, to_ms
 from xaf_hub.errors import StateFileError
 from xaf_hub.store.statefile import read_json, update_json
 
+__all__ = [
+    "DEFAULT_BLACKOUT_FAMILIES",
+    "REST_SCOPES",
+    "REST_WHYS",
+    "WHY_WORDS",
+    "HEALED_RETENTION",
+    "HEAL_PREFIX",
+    "MODEL_STATE_FILE",
+    "SCHEMA_VERSION",
+    "Blackout",
+    "Healed",
+    "HealedSession",
+    "ModelState",
+    "family_of",
+    "next_model_in_chain",
+    "resolve_dispatch_model",
+]
+
 _T = TypeVar("_T")
 
 

@@ -18,11 +18,29 @@ from pathlib import Path
 from typing import Any, Final, Literal, cast, get_args
 
 from xaf_hub.config.reader import choice_problem, json_type, type_problem
-
-# Re-exported: the pool's times are read and written with these.
-from xaf_hub.core.clock import format_instant as format_instant
-from xaf_hub.core.clock import parse_instant as parse_instant
+from xaf_hub.core.clock import format_instant, parse_instant
 from xaf_hub.errors import StateFileError, UsageError
+
+__all__ = [
+    "PRIORITIES",
+    "SCHEMA_VERSION",
+    "STATUSES",
+    "BacklogData",
+    "Priority",
+    "Status",
+    "Task",
+    "TASK_KEYS",
+    "WHAT",
+    "first_line",
+    "format_instant",
+    "found",
+    "instant_seconds",
+    "is_generated_id",
+    "new_task_id",
+    "of_project",
+    "parse_instant",
+    "project_of",
+]
 
 SCHEMA_VERSION: Final = 1
 
