@@ -7,7 +7,9 @@ docs/matching.md.
 
 from __future__ import annotations
 
+import functools
 import heapq
+import json
 import math
 import re
 import unicodedata
@@ -15,6 +17,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import chain
+from pathlib import Path
 from typing import TypeVar
 
 _V = TypeVar("_V")
@@ -128,22 +131,17 @@ def _weighted_run_grams(run: str) -> list[tuple[str, float]]:
 # up is often written in the other language than its session ("the login page" for 修复登录页),
 # and character n-grams share nothing across scripts. A Chinese run's terms bring their English
 # words' n-grams, so both languages meet in one space.
-_GLOSSARY: dict[str, tuple[str, ...]] | None = None
 _TERM_SIZES = range(2, 7)
 
 
+@functools.cache
 def _glossary() -> dict[str, tuple[str, ...]]:
-    global _GLOSSARY
-    if _GLOSSARY is None:
-        import json
-        from pathlib import Path
-
-        doc = json.loads((Path(__file__).with_name("glossary.json")).read_text("utf-8"))
-        _GLOSSARY = {
-            term: tuple(dict.fromkeys(w for phrase in words for w in _runs(phrase)))
-            for term, words in doc["terms"].items()
-        }
-    return _GLOSSARY
+    """The glossary's terms, read once on first use."""
+    doc = json.loads((Path(__file__).with_name("glossary.json")).read_text("utf-8"))
+    return {
+        term: tuple(dict.fromkeys(w for phrase in words for w in _runs(phrase)))
+        for term, words in doc["terms"].items()
+    }
 
 
 def _english(run: str) -> list[str]:
