@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
 
 import httpx
 
@@ -40,6 +41,7 @@ class OverBudget(Exception):
     """A stream sent more than its budget allows."""
 
 
+@dataclass(eq=False)
 class Budget:
     """Frames and bytes one connection's streams sent in the current window.
 
@@ -47,24 +49,19 @@ class Budget:
     than its share; the window starts again every ``window`` seconds.
     """
 
-    def __init__(
-        self,
-        frames_per_s: float = BUDGET_FRAMES_PER_S,
-        bytes_per_s: float = BUDGET_BYTES_PER_S,
-        window: float = BUDGET_WINDOW,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.frames_per_s = frames_per_s
-        self.bytes_per_s = bytes_per_s
-        self.window = window
-        self._clock = clock
-        self._start = clock()
-        self.frames = 0
-        self.bytes = 0
+    frames_per_s: float = BUDGET_FRAMES_PER_S
+    bytes_per_s: float = BUDGET_BYTES_PER_S
+    window: float = BUDGET_WINDOW
+    clock: Callable[[], float] = time.monotonic
+    frames: int = field(default=0, init=False)
+    bytes: int = field(default=0, init=False)
+
+    def __post_init__(self) -> None:
+        self._start = self.clock()
 
     def add(self, frames: int, nbytes: int) -> None:
         """Count what arrived; raise ``OverBudget`` when the window's share is exceeded."""
-        now = self._clock()
+        now = self.clock()
         if now - self._start >= self.window:
             self._start, self.frames, self.bytes = now, 0, 0
         self.frames += frames
