@@ -42,7 +42,7 @@ class LiveInstance:
     confirmed_at_ms: int
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, repr=False)  # no repr: its config holds passwords
 class LiveView:
     """The follower's view of ``instances`` (its ``state`` and ``boards``), kept current by the
     follower's calls, built on the follower's own loop."""
