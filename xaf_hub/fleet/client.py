@@ -509,9 +509,7 @@ class OpencodeClient:
         directory: str,
     ) -> None:
         """Answer a permission request (``POST /permission/{id}/reply``)."""
-        body: dict[str, Any] = {"reply": reply}
-        if message:
-            body["message"] = message
+        body = {"reply": reply, **({"message": message} if message else {})}
         await self._reply(f"/permission/{request_id}/reply", body, directory)
 
     async def reply_question(
