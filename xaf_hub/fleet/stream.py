@@ -107,19 +107,17 @@ async def read_lines(
             start = nl + 1
 
 
+@dataclass(eq=False)
 class Streams:
     """The reader tasks of one connection, feeding one queue."""
 
-    def __init__(
-        self, client: OpencodeClient, on_line: Callable[[], None], budget: Budget | None = None
-    ) -> None:
-        self.client = client
-        self.queue = Mailbox()
-        self.tasks: list[asyncio.Task[None]] = []
-        self.directories: set[str] = set()
-        self.heartbeats = False
-        self.budget = budget or Budget()
-        self._on_line = on_line  # called for every data line: the stream's sign of life
+    client: OpencodeClient
+    on_line: Callable[[], None]  # called for every data line: the stream's sign of life
+    budget: Budget = field(default_factory=Budget)
+    queue: Mailbox = field(default_factory=Mailbox, init=False)
+    tasks: list[asyncio.Task[None]] = field(default_factory=list, init=False)
+    directories: set[str] = field(default_factory=set, init=False)
+    heartbeats: bool = field(default=False, init=False)
 
     async def open(self, path: str, directory: str, probe_seconds: float) -> bool:
         """Start one reader; True once its first frame arrived within ``probe_seconds``."""
@@ -164,7 +162,7 @@ class Streams:
                     if not raw.startswith(b"data:"):
                         continue  # comments, blank lines, event:/id:/retry: are not life
                     budget.add(1, 0)
-                    self._on_line()
+                    self.on_line()
                     if not whole:
                         if b'"session.' in raw or b'"server.' in raw:
                             self.queue.bad(long_line=True)  # one the hub reads, too large
