@@ -324,8 +324,9 @@ class Board:
             self.foreign.pop(sid, None)
             rec = self.sessions.pop(sid, None)
             return [self._event("gone", rec, "stream")] if rec is not None else []
-        if sid in self.foreign:
-            self._foreign_run(sid, kind, props)
+        if sid in self.foreign:  # outside the project: only its run is kept
+            if (said := _run_said(kind, props)) is not None:
+                self.foreign[sid] = _with_run(self.foreign[sid], said)
             return []
         if sid in self.outside:
             return []
@@ -358,11 +359,6 @@ class Board:
             return
         if self.inst.claims(checkout):  # any configured project's, when none is chosen
             self.learn_sandboxes({f: checkout for f in folders if isinstance(f, str) and f})
-
-    def _foreign_run(self, sid: str, kind: str, props: Mapping[str, Any]) -> None:
-        said = _run_said(kind, props)
-        if said is not None:
-            self.foreign[sid] = _with_run(self.foreign[sid], said)
 
     def _asked(self, rec: SessionRecord, kind: str, props: Mapping[str, Any]) -> list[FleetEvent]:
         pending = _ASKED[kind](props, now_ms())
