@@ -34,7 +34,7 @@ import threading
 import time
 import traceback
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -123,6 +123,39 @@ class Pending:
     server: str
     first: float
     last: float
+    ended: bool = False  # listed since with its session idle: this stretch is over
+
+
+def note_listing(pending: dict[tuple[str, int], Pending], server: str,
+                 listed: Iterable[Mapping[str, Any]], waits: set[str], asked: float,
+                 seen: float) -> None:
+    """Record one folder's listing, asked at ``asked`` and returned at ``seen``, in ``pending``:
+    one entry per request and stretch of a run waiting on it (``waits``: the requests whose
+    session is busy with the request's tool call still running). opencode keeps listing a
+    request after its run ended; a later run of that session does not wait on it, so a stretch
+    ends at the first listing where it is not waited on, and a view may rightly leave it out
+    from then on."""
+    for q in listed:
+        rid = str(q["id"])
+        stretch = max((k for r, k in pending if r == rid), default=0)
+        current = pending.get((rid, stretch))
+        if rid not in waits:
+            if current is not None:
+                current.ended = True
+            continue
+        if current is None or current.ended:
+            stretch += current is not None
+            current = pending[(rid, stretch)] = Pending(rid, q["sessionID"], server, seen, asked)
+        current.last = max(current.last, asked)
+
+
+def call_runs(messages: list[dict[str, Any]], request: Mapping[str, Any]) -> bool:
+    """Whether the tool call a request was asked from still runs in a session's newest
+    messages (a request with no call id: assumed so)."""
+    call = (request.get("tool") or {}).get("callID")
+    states = [p.get("state", {}).get("status") for m in messages for p in m.get("parts", ())
+              if call and p.get("callID") == call]
+    return not call or bool(states) and states[-1] in ("pending", "running")
 
 
 @dataclass(frozen=True)
@@ -228,7 +261,8 @@ class Soak:
         self.lock = threading.Lock()
         self.skipped: dict[str, str] = {}
         self.folders: dict[str, set[str]] = {n: set() for n in NAMES}  # where sessions are
-        self.pending: dict[str, Pending] = {}  # request id -> when seen pending
+        # (request id, stretch) -> when seen pending with its session busy (note_listing)
+        self.pending: dict[tuple[str, int], Pending] = {}
         self.answers: list[Answer] = []  # `waiting --json` answers not judged yet
         self.troubled: list[tuple[str, float, float]] = []  # (server, from, to): down, slow
 
@@ -591,11 +625,13 @@ class Soak:
                             status = c.get(url + "/session/status", params={"directory": d},
                                            headers=auth).json() if listed else {}
                             busy = {k for k, v in status.items() if v["type"] in ("busy", "retry")}
-                            for q in listed:  # a run waits, and holds its slot, while busy
-                                if q["sessionID"] in busy:
-                                    r = self.pending.setdefault(str(q["id"]), Pending(
-                                        str(q["id"]), q["sessionID"], name, self.now(), asked))
-                                    r.last = max(r.last, asked)
+                            # A run waits, and holds its slot, while its session is busy and
+                            # the request's tool call runs.
+                            waits = {str(q["id"]) for q in listed if q["sessionID"] in busy
+                                     and call_runs(c.get(
+                                         f"{url}/session/{q['sessionID']}/message", headers=auth,
+                                         params={"directory": d, "limit": 3}).json(), q)}
+                            note_listing(self.pending, name, listed, waits, asked, self.now())
                         except (httpx.HTTPError, ValueError, KeyError, TypeError, AttributeError):
                             continue
                 with self.lock:
@@ -610,7 +646,7 @@ class Soak:
                         f"t+{r.first:.1f}s to t+{r.last:.1f}s, not in the `waiting --json` "
                         f"answer asked t+{a.start:.1f}s, answered t+{a.end:.1f}s")
                 self.checks.figures["waiting answers"] += len(due)
-                self.checks.figures["requests pending seen"] = len(self.pending)
+                self.checks.figures["requests pending seen"] = len({r for r, _ in self.pending})
                 self.checks.figures["requests judged"] = len(judged)
 
     def poll_views(self) -> None:

@@ -24,8 +24,8 @@ from tests.browser import support
 from tests.browser.served import Served, off_loop
 from tests.browser.support import ARTIFACTS, NEEDS_CHROMIUM
 from tests.fleet import NAMES, Hub
+from xaf_hub.core.catalogue import TEXT
 from xaf_hub.page.serve import VIEWER_PASSWORD_ENV
-from xaf_hub.page.words import TEXT
 
 pytestmark = [pytest.mark.e2e, *NEEDS_CHROMIUM]
 

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from sandbox import fleet as sandbox
@@ -205,3 +206,29 @@ def a_rule_answers(hub: Hub) -> None:
     code, _, err = hub.cli("deny", seen[attack]["request_id"])
     assert code == 0, err
     hub.wait_for(lambda: idle(hub, attack), timeout=60, step=0.5)
+
+
+def test_a_request_left_over_from_an_interrupted_run_is_not_a_wait_of_the_next(hub: Hub) -> None:
+    """opencode keeps listing a request after its run is aborted; a new run of the session
+    does not wait on it, and every view says so (running, not waiting for a person)."""
+    hub.set_instance(INSTANCE, concurrency_limit=3)
+    hub.llm.set_mode("fake-model", "tools", text="Done:",
+                     calls=[["bash", {"command": "echo left-over", "description": "say it"}]])
+    sid = start(hub, "asks, then is stopped", ASK_BASH)
+    per = hub.wait_for(lambda: waiting_of(hub).get(sid), timeout=90, step=0.5)["request_id"]
+    code, _, err = hub.cli("interrupt", sid)
+    assert code == 0, err
+    hub.wait_for(lambda: idle(hub, sid), timeout=60, step=0.5)
+    hub.llm.set_mode("slow-model", "slow", delay=30)
+    d = hub.project_dir("app")
+    sandbox.prompt_async(hub.server(INSTANCE).url, hub.password(INSTANCE), sid, "again",
+                         "fake/slow-model", d)
+    hub.wait_for(lambda: not idle(hub, sid), timeout=60, step=0.5)
+    with httpx.Client(auth=("opencode", hub.password(INSTANCE))) as c:  # the server still lists it
+        listed = c.get(hub.server(INSTANCE).url + "/permission", params={"directory": str(d)})
+    assert per in {p["id"] for p in listed.json()}
+    code, doc = hub.cli_json("waiting")
+    assert code == 0 and per not in {w["id"] for w in doc["waiting"]}, doc
+    assert sid not in waiting_of(hub)
+    code, out, _ = hub.cli("show", sid)
+    assert "waiting for a person" not in out and "state:     busy" in out, out

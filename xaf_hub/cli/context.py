@@ -90,7 +90,7 @@ class Context:
     def stores(self) -> Stores:
         """This run's stores (``store.backends.Stores``), closed with the run (``close``)."""
         if self._stores is None:
-            from xaf_hub.store.backends import Stores
+            from xaf_hub.store.backends import Stores  # deferred: start-up, docs/performance.md
 
             self._stores = Stores(self.whole)  # the stores are every project's
         return self._stores

@@ -193,8 +193,8 @@ def main(argv: Sequence[str] | None = None, **context: Any) -> int:
     for stream in (context.get("stdout") or sys.stdout, stderr):
         _replace_unencodable(stream)
     try:
-        # Inside the try: a Ctrl+C while it loads (a slow machine) is "interrupted", not a
-        # traceback.
+        # deferred: inside the try, a Ctrl+C while it loads (a slow machine) is "interrupted",
+        # not a traceback; see docs/performance.md
         from xaf_hub.cli.context import Context
 
         words = list(sys.argv[1:] if argv is None else argv)

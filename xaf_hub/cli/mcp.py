@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import anyio
 from mcp.server.mcpserver import Context as McpContext
@@ -49,10 +49,8 @@ from xaf_hub.cli.options import MAX_SHORT, MAX_TEXT, Common, Opt, declared, pick
 from xaf_hub.core.records import Snapshot
 from xaf_hub.core.text import dumps, redact
 from xaf_hub.errors import HubError
+from xaf_hub.fleet.scan import TransportFactory
 from xaf_hub.page.export import snapshot_document
-
-if TYPE_CHECKING:
-    from xaf_hub.fleet.scan import TransportFactory
 
 __all__ = ["MAX_SHORT", "MAX_TEXT", "TOOLS", "Hub", "Tool", "build_server", "refusal_class"]
 
@@ -71,21 +69,6 @@ def refusal_class(error: BaseException) -> str:
     """The class of a refusal, as an agent reads it (the first words of the tool error): the
     error's own ``HubError.refusal``."""
     return error.refusal if isinstance(error, HubError) else HubError.refusal
-
-
-@dataclass(frozen=True)
-class Answer:
-    """A tool's result: the command's JSON document and one line an agent reads."""
-
-    document: dict[str, Any]
-    text: str
-
-
-class Refused(Exception):
-    """A tool call was refused; ``str()`` is the tool error an agent reads."""
-
-
-Values = dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -123,7 +106,7 @@ class Hub:
     config: str | None = None
     env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
     cwd: Path = field(default_factory=Path.cwd)
-    transport_factory: "TransportFactory | None" = None
+    transport_factory: TransportFactory | None = None
 
     def context(self, caller: str) -> Context:
         """A context for one call: JSON, its own streams, ``mcp:<caller>`` in the audit log."""
@@ -134,9 +117,10 @@ class Hub:
             transport_factory=self.transport_factory,
         )
 
-    def answer(self, tool: Tool, values: Values, caller: str) -> Answer:
-        """Run the tool's call; its document as the result, or Refused with the reason's class.
-        Everything that leaves is redacted of every secret the run knows."""
+    def answer(self, tool: Tool, values: dict[str, Any], caller: str) -> CallToolResult:
+        """Run the tool's call: its document and its line as the result, or a ToolError that
+        starts with the reason's class. Everything that leaves is redacted of every secret the
+        run knows."""
         ctx = self.context(caller)
         try:
             if tool.view:  # as the project given, else as every project
@@ -146,13 +130,15 @@ class Hub:
             doc = ctx.named(tool.answer(ctx, record(tool.record, values)))
         except Exception as exc:  # noqa: BLE001 - the last line of defence answers one line
             said = str(exc) if isinstance(exc, HubError) else f"{type(exc).__name__}: {exc}"
-            raise Refused(f"{refusal_class(exc)}: {_redacted(ctx, said)}") from None
+            raise ToolError(f"{refusal_class(exc)}: {_redacted(ctx, said)}") from None
         finally:
             with contextlib.suppress(Exception):  # closing never hides the call's answer
                 ctx.close()
         safe = json.loads(_redacted(ctx, dumps(doc)))
-        document = safe if isinstance(safe, dict) else {"items": safe}
-        return Answer(document, _redacted(ctx, tool.summary(safe)))
+        return CallToolResult(
+            content=[TextContent(type="text", text=_redacted(ctx, tool.summary(safe)))],
+            structured_content=safe if isinstance(safe, dict) else {"items": safe},
+        )
 
 
 def _redacted(ctx: Context, text: str) -> str:
@@ -335,16 +321,9 @@ def _tool_function(hub: Hub, tool: Tool) -> Callable[..., Any]:
         if _BAD in arguments:
             raise ToolError(arguments[_BAD])
         given = {k: v for k, v in arguments.items() if v is not None}
-        try:
-            # Never abandoned: a cancelled call waits for its operation (done or not started).
-            got = await anyio.to_thread.run_sync(
-                functools.partial(hub.answer, tool, given, _caller_of(ctx))
-            )
-        except Refused as exc:
-            raise ToolError(str(exc)) from None
-        return CallToolResult(
-            content=[TextContent(type="text", text=got.text)],
-            structured_content=got.document,
+        # Never abandoned: a cancelled call waits for its operation (done or not started).
+        return await anyio.to_thread.run_sync(
+            functools.partial(hub.answer, tool, given, _caller_of(ctx))
         )
 
     keyword = inspect.Parameter.KEYWORD_ONLY

@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import contextlib
 import hmac
+from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from xaf_hub.cli.commands._common import ADD_MCP, MCP_REQUIREMENT
 from xaf_hub.cli.context import Context
@@ -29,9 +30,6 @@ from xaf_hub.cli.options import flag, opt
 from xaf_hub.errors import UsageError
 from xaf_hub.page.asgi import listen
 from xaf_hub.page.serve import check_secret, is_loopback, url_of
-
-if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, MutableMapping
 
 EXAMPLES = """\
 examples:
@@ -60,13 +58,6 @@ class Options:
     port: int = opt("--port", default=7318, help="port for --http (default 7318; 0: any)")
 
 
-def _require_sdk() -> None:
-    try:
-        import mcp.server.mcpserver  # noqa: F401
-    except ImportError:
-        raise UsageError(f"xaf-hub mcp needs the MCP SDK: {INSTALL_HINT}") from None
-
-
 def run(ctx: Context) -> int:
     """Serve until the client closes stdin (stdio) or Ctrl+C (--http)."""
     opts = ctx.options(Options)
@@ -78,16 +69,19 @@ def run(ctx: Context) -> int:
         check_secret(TOKEN_ENV, token, MIN_TOKEN_LENGTH,
                      f"mcp --http{where} needs a bearer token: set {TOKEN_ENV} "
                      f"(at least {MIN_TOKEN_LENGTH} characters)")
-    _require_sdk()
+    try:  # deferred: the MCP SDK is an optional extra, see docs/performance.md
+        from xaf_hub.cli.mcp import Hub, build_server
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").partition(".")[0] != "mcp":  # not the SDK: a fault of ours
+            raise
+        raise UsageError(f"xaf-hub mcp needs the MCP SDK: {INSTALL_HINT}") from None
     # The config is not loaded here: an agent's MCP client starts this server where it likes (a
     # session's folder) and shows nothing of its stderr, so a missing or broken config is said
     # to the agent instead, as a `config error` answering every tool call.
-    from xaf_hub.cli.mcp import Hub, build_server
-
     server = build_server(Hub(config=ctx.common.config, env=ctx.env, cwd=ctx.cwd,
                               transport_factory=ctx.transport_factory))
     if not opts.http:
-        import anyio
+        import anyio  # deferred: start-up of `mcp --help`, see docs/performance.md
 
         anyio.run(server.run_stdio_async)
         return 0
@@ -114,9 +108,9 @@ def bearer_guard(app: Any, token: str) -> Callable[..., Awaitable[None]]:
 
 
 def _serve_http(ctx: Context, server: Any, opts: Options, token: str) -> int:
+    # deferred: the web stack loads for --http only, see docs/performance.md
     import uvicorn
     from mcp.server.transport_security import TransportSecuritySettings
-
 
     # On loopback the SDK checks Host and Origin against DNS rebinding (its default for a
     # loopback host); on another address the bearer token is what admits a client.

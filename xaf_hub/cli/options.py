@@ -14,16 +14,7 @@ import functools
 import inspect
 import types
 from collections.abc import Mapping, Sequence
-from typing import (
-    Annotated,
-    Any,
-    Literal,
-    TypeVar,
-    Union,
-    get_args,
-    get_origin,
-    get_type_hints,
-)
+from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
 
 T = TypeVar("T")
 
@@ -50,10 +41,8 @@ def _fits(value: Any, hint: Any) -> bool:
             return False
         inner = [a for a in get_args(hint) if a is not Ellipsis]
         return not inner or all(_fits(v, inner[0]) for v in value)
-    if hint is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if hint is int:
-        return isinstance(value, int) and not isinstance(value, bool)
+    if hint in (int, float):  # an int is a float's value too; a bool is neither
+        return isinstance(value, (int, hint)) and not isinstance(value, bool)
     if isinstance(hint, type):
         return isinstance(value, hint)
     return True  # a hint this checker does not read (mypy still checks every use)
@@ -178,7 +167,7 @@ class Opt:
     def tool_parameter(self) -> tuple[Any, Any]:
         """(annotation, default) of this option as an MCP tool parameter: pydantic's ``Field``
         carries the help and the limits, so the tool's JSON schema states them."""
-
+        # deferred: an optional dependency (the mcp extra), see docs/performance.md
         from pydantic import Field
 
         limits: dict[str, Any] = {"description": self.tool_help or self.help}

@@ -272,10 +272,8 @@ def render(
             heads = [h if "\n" in h else f"\n{h}" for h in heads]
         text_rows = [[fit(v, final[i], keep_end=i in ends, mark="" if i in kept else ELLIPSIS)
                       for i, v in enumerate(r)] for r in text_rows]
-    if screen.color and colors:
-        for name, painter in colors.items():
-            if name not in headers:
-                continue
+    for name, painter in (colors or {}).items() if screen.color else ():
+        if name in headers:
             i = list(headers).index(name)
             for r in text_rows:
                 r[i] = paint(r[i], painter(r[i]))

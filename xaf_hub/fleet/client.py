@@ -498,11 +498,6 @@ class OpencodeClient:
             out.extend(i for i in items if i is not None)
         return out
 
-    async def tool_started(self, session_id: str, call_id: str, directory: str) -> int:
-        """When a session's tool call ``call_id`` began (epoch ms), or 0 when unknown."""
-        if not call_id:
-            return 0
-        return wire.tool_started(await self.messages(session_id, 3, directory), call_id)
 
     async def reply_permission(
         self, request_id: str, reply: Literal["once", "always", "reject"], message: str,

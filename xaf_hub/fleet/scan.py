@@ -6,6 +6,7 @@ One instance's failure is recorded as its unreachable reason; it never stops the
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
@@ -18,7 +19,7 @@ from xaf_hub.errors import ApiError, HubError, RunStateUnknown, UnreachableError
 from xaf_hub.fleet.client import OpencodeClient, RawStatus, ServerSession
 from xaf_hub.fleet.instance_scan import InstanceScan as InstanceScan
 from xaf_hub.fleet.instance_scan import snapshot_of
-from xaf_hub.fleet.wire import Pending, session_record
+from xaf_hub.fleet.wire import Pending, session_record, tool_call
 from xaf_hub.fleet.wire import read_status as read_status
 
 TransportFactory = Callable[[InstanceConfig], httpx.AsyncBaseTransport | None]
@@ -129,6 +130,8 @@ async def _scan_into(
             f"{inst.name}: run state unknown ({result.run_state_unknown}); its project "
             "sessions count as running and it takes no new work"
         )
+        # No run is known to wait either: `waiting` names the instance as unread, not empty.
+        result.waiting_unknown = f"run state unknown ({result.run_state_unknown})"
     known = {s.id for s in sessions}
     for sid in statuses:
         if sid in known:
@@ -199,20 +202,27 @@ async def _read_waiting(result: InstanceScan, client: OpencodeClient) -> None:
             f"({result.waiting_unknown}); a run waiting for a person shows as running"
         )
         return
-    first: dict[str, Pending] = {}
-    for p in found:  # the oldest request of a session is the one its run waits on
-        if p.session_id in running and p.session_id not in first:
-            first[p.session_id] = p
+    asked: dict[str, list[Pending]] = {}
+    for p in found:  # each running session's requests, oldest first
+        if p.session_id in running:
+            asked.setdefault(p.session_id, []).append(p)
 
-    async def since(p: Pending) -> tuple[str, Waiting]:
-        rec = running[p.session_id]
-        try:
-            started = await client.tool_started(rec.id, p.call_id, rec.directory)
-        except HubError:
-            started = 0
-        return rec.id, replace(p.waiting, since=started)
+    async def waits_on(sid: str) -> tuple[str, Waiting | None]:
+        """The request the session's run waits on: its oldest whose tool call still runs in
+        the newest messages. opencode keeps listing a request after its run ended (an abort):
+        a later run of the session does not wait on it. Without a call id or the messages,
+        the oldest request stands."""
+        rec, shown = running[sid], None
+        if any(p.call_id for p in asked[sid]):
+            with contextlib.suppress(HubError):
+                shown = await client.messages(sid, 3, rec.directory)
+        for p in asked[sid]:
+            state, started = tool_call(shown, p.call_id) if shown is not None else ("", 0)
+            if state in ("pending", "running") or not (p.call_id and shown is not None):
+                return sid, replace(p.waiting, since=started)
+        return sid, None
 
-    marked = dict(await aio.bounded(_STATUS_FAN_OUT, since, first.values()))
+    marked = {sid: w for sid, w in await aio.bounded(_STATUS_FAN_OUT, waits_on, list(asked)) if w}
     result.sessions = [
         replace(s, waiting=marked[s.id]) if s.id in marked else s for s in result.sessions
     ]

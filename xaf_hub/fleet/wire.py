@@ -376,13 +376,16 @@ def waiting_from_question(obj: Any, since: int = 0) -> Pending | None:
     return Pending(sid, waiting, _call_id(obj))
 
 
-def tool_started(messages: list[Message], call_id: str) -> int:
-    """When the tool call ``call_id`` began (its part's ``state.time.start``), or 0."""
+def tool_call(messages: list[Message], call_id: str) -> tuple[str, int]:
+    """The state of the tool call ``call_id`` (``pending``, ``running``, ``completed``,
+    ``error``) and when it began (its part's ``state.time.start``, or 0); ("", 0) when no
+    message shown holds it."""
     for msg in reversed(messages):
         for part in msg.parts:
             if part.call_id == call_id:
-                return sane_ms(as_mapping(part.state.get("time")).get("start"))
-    return 0
+                when = as_mapping(part.state.get("time")).get("start")
+                return text_field(part.state.get("status")), sane_ms(when)
+    return "", 0
 
 
 # What a session's own messages say about its work, read for the best few match

@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import h11
 import uvicorn
@@ -23,15 +23,12 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response as Answer
 from starlette.responses import StreamingResponse
+from starlette.types import Receive, Scope, Send
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from xaf_hub.errors import UsageError
+from xaf_hub.page.notices import ChangeFeed
 from xaf_hub.page.serve import Limits, RequestLog, Viewer, _text, printable
-
-if TYPE_CHECKING:
-    from starlette.types import Receive, Scope, Send
-
-    from xaf_hub.page.notices import ChangeFeed
 
 T = TypeVar("T")
 
@@ -73,7 +70,7 @@ _CONNECTION = "xaf_hub.connection"  # the key of a request's connection in scope
 class GuardedH11(H11Protocol):
     """uvicorn's HTTP/1.1 protocol with the cap at connect time and the three deadlines."""
 
-    page: PageApp  # set on the subclass ``protocol_for`` makes
+    page: PageApp  # set on the subclass ``server_for`` makes
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -161,11 +158,6 @@ class GuardedH11(H11Protocol):
         self.cut_for = what
         self.page.counts.cut[what] = self.page.counts.cut.get(what, 0) + 1
         self.transport.abort()  # the app's pending write returns, a stream hears the disconnect
-
-
-def protocol_for(page: PageApp) -> type[GuardedH11]:
-    """The protocol class uvicorn builds each connection with, bound to ``page``."""
-    return type("PageProtocol", (GuardedH11,), {"page": page})
 
 
 async def off_loop(fn: Callable[..., T], *args: Any) -> T:
@@ -344,7 +336,7 @@ def server_for(page: PageApp) -> uvicorn.Server:
     limits = page.limits
     config = uvicorn.Config(
         page.asgi,
-        http=protocol_for(page),
+        http=type("PageProtocol", (GuardedH11,), {"page": page}),  # bound to ``page``
         ws="none",
         lifespan="off",
         loop="asyncio",

@@ -15,15 +15,16 @@ from typing import Any, TypeVar
 from urllib.parse import quote
 
 from xaf_hub.config.load import Config
+from xaf_hub.core.catalogue import TEXT, Lang, text
 from xaf_hub.core.clock import instant_ms
 from xaf_hub.core.outcomes import TASK_STATES, TaskState, task_state
 from xaf_hub.core.records import Snapshot
 from xaf_hub.errors import HubError
 from xaf_hub.ops.budget import BudgetLine, budget_lines, money
 from xaf_hub.ops.models import models_view
-from xaf_hub.page.words import TEXT, WHEN, Lang, Line, ago, clean, local_time_with_zone, text
+from xaf_hub.page.words import WHEN, Line, ago, clean, local_time_with_zone
 from xaf_hub.store.backends import Stores
-from xaf_hub.store.patrol_state import heartbeat, latest_report, pause_info
+from xaf_hub.store.patrol_state import daemon_alive, heartbeat, latest_report, pause_info
 from xaf_hub.store.pick import count_states, is_blocked, readiness
 from xaf_hub.store.tasks import Task
 
@@ -124,11 +125,7 @@ def heartbeat_fresh(beat: Mapping[str, Any] | None, now_ms: int) -> bool:
         return False
     if now_ms - last > interval * 1000 * _FRESH_INTERVALS + _FRESH_SLACK_MS:
         return False
-    if beat.get("host") == socket.gethostname():
-        from xaf_hub.store.patrol_state import daemon_alive
-
-        return daemon_alive(dict(beat))
-    return True
+    return beat.get("host") != socket.gethostname() or daemon_alive(dict(beat))
 
 
 def _headline(
@@ -246,13 +243,6 @@ def task_ids_by_session(cfg: Config) -> dict[str, str]:
     return {t.session_id: t.id for t in tasks if t.session_id}
 
 
-def _queue(lang: Lang, counts: Mapping[TaskState, int]) -> list[tuple[int, str, TaskState]]:
-    """The work queue's rows: (count, words, state), the states that hold a task (at least
-    "waiting to start"), in the order a task goes through them (``TASK_STATES``)."""
-    rows = [(counts[s], text(lang, f"task.{s}"), s) for s in TASK_STATES if counts[s]]
-    return rows or [(0, text(lang, "task.waiting"), "waiting")]
-
-
 def _built(stores: Stores, cfg: Config, now_ms: int, lang: Lang) -> AutopilotView:
 
     folder = cfg.state_dir / "patrol"
@@ -279,7 +269,10 @@ def _built(stores: Stores, cfg: Config, now_ms: int, lang: Lang) -> AutopilotVie
     tasks = read("queue", lambda: stores.pool().load().tasks)
     if tasks is not None:
         counts = count_states(tasks, now, cfg.patrol.max_attempts)
-        queue = _queue(lang, counts)
+        # The work queue's rows: the states that hold a task (at least "waiting to start"), in
+        # the order a task goes through them (``TASK_STATES``).
+        queue = [(counts[s], text(lang, f"task.{s}"), s) for s in TASK_STATES if counts[s]]
+        queue = queue or [(0, text(lang, "task.waiting"), "waiting")]
         # Next = what fill_slots would take first: ready now (not backing off, dependencies
         # done), by priority, then age.
         waiting = [

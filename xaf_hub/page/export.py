@@ -21,12 +21,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from xaf_hub import __version__
-from xaf_hub.core.clock import iso_time
+from xaf_hub.core.clock import iso_time, local_time
 from xaf_hub.core.records import Snapshot
 from xaf_hub.core.text import dumps
 from xaf_hub.errors import UsageError
-from xaf_hub.page.words import local_time
-from xaf_hub.page.words import local_time_with_zone as local_time_with_zone
 from xaf_hub.store.statefile import write_text_atomic
 
 if TYPE_CHECKING:  # jinja2 is imported lazily: `status` and `instances` must not pay for it.
@@ -74,13 +72,6 @@ def snapshot_document(snap: Snapshot) -> dict[str, Any]:
     }
 
 
-def _cost_text(cost: float | None) -> str:
-    """Return a cost without float noise ("0.0123", "0"); an unknown cost is an empty cell."""
-    if cost is None:
-        return ""
-    return f"{cost:.6f}".rstrip("0").rstrip(".") or "0"
-
-
 # A spreadsheet reads a cell starting with one of these as a formula (=HYPERLINK, @SUM, +1+1,
 # -2+3; tab and CR hide the start): a leading quote makes it plain text (OWASP's advice).
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
@@ -99,7 +90,9 @@ def csv_text(snap: Snapshot) -> str:
     for s in snap.project_sessions():
         cells = (s.instance, s.id, s.directory, s.run_state, local_time(s.updated),
                  local_time(s.created), s.outcome, s.title)
-        writer.writerow([*map(csv_cell, cells), _cost_text(s.cost)])
+        # A cost without float noise ("0.0123", "0"); an unknown cost is an empty cell.
+        cost = "" if s.cost is None else f"{s.cost:.6f}".rstrip("0").rstrip(".") or "0"
+        writer.writerow([*map(csv_cell, cells), cost])
     return "\ufeff" + buffer.getvalue()
 
 
@@ -114,7 +107,7 @@ def _template_source(name: str) -> str | None:
     if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*\.j2", name):
         return None  # Template names are ours; refuse anything path-like.
     try:
-        from importlib.resources import files
+        from importlib.resources import files  # deferred: start-up, docs/performance.md
 
         return files("xaf_hub.page.templates").joinpath(name).read_text(encoding="utf-8")
     except (ModuleNotFoundError, FileNotFoundError):
@@ -123,7 +116,7 @@ def _template_source(name: str) -> str | None:
 
 def _environment() -> jinja2.Environment:
     """Build the Jinja2 environment every page uses."""
-    import jinja2
+    import jinja2  # deferred: start-up, docs/performance.md
 
     return jinja2.Environment(
         loader=jinja2.FunctionLoader(_template_source),
@@ -186,14 +179,7 @@ def write_html(snap: Snapshot, path: Path, *, now_ms: int, redact: Redact = str,
 # --------------------------------------------------------------------------- dispatch
 
 
-def export(
-    snap: Snapshot,
-    path: Path,
-    *,
-    now_ms: int | None = None,
-    title: str = "project",
-    redact: Redact = str,
-) -> None:
+def export(snap: Snapshot, path: Path, *, redact: Redact = str) -> None:
     """Write ``snap`` to ``path`` atomically in the format its suffix names, through
     ``redact`` (JSON strict: no NaN; CSV: ``csv_text``)."""
     suffix = path.suffix.lower()
@@ -203,8 +189,8 @@ def export(
         body = csv_text(snap)
     elif suffix in (".html", ".htm"):
         # Ages on the page are relative to the snapshot, which is what the reader sees.
-        now = now_ms if now_ms is not None else snap.generated_at or int(time.time() * 1000)
-        return write_html(snap, path, now_ms=now, title=title, redact=redact)
+        now = snap.generated_at or int(time.time() * 1000)
+        return write_html(snap, path, now_ms=now, redact=redact)
     else:
         raise UsageError(
             f"unsupported export format {path.suffix or '(no suffix)'!r} for {path}; "

@@ -16,20 +16,18 @@ import time
 from collections import deque
 from collections.abc import AsyncGenerator, Callable
 from dataclasses import KW_ONLY, dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from xaf_hub.config.load import Config, InstanceConfig
+from xaf_hub.config.watch import ConfigState
 from xaf_hub.core.outcomes import Run
 from xaf_hub.core.records import SessionRecord, Snapshot
 from xaf_hub.fleet.events import FleetEvent, following_words
 from xaf_hub.fleet.follow import FleetFollower, run_in_thread
+from xaf_hub.fleet.live_view import LiveInstance
 from xaf_hub.fleet.scan import InstanceScan, TransportFactory
 from xaf_hub.ops.live_board import merged, publish, take
 from xaf_hub.store.backends import Stores
-
-if TYPE_CHECKING:
-    from xaf_hub.config.watch import ConfigState
-    from xaf_hub.fleet.live_view import LiveInstance
 
 KEEPALIVE_SECONDS = 15.0
 RETRY_MS = 3000

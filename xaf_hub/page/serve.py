@@ -15,23 +15,20 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import Any, TextIO
 from urllib.parse import parse_qs, urlsplit
 
+from xaf_hub.config.load import Config
+from xaf_hub.config.watch import ConfigState
+from xaf_hub.core.catalogue import LANGS, Lang, text
 from xaf_hub.core.records import Snapshot
 from xaf_hub.core.text import dumps
 from xaf_hub.errors import UsageError
 from xaf_hub.fleet.events import FleetEvent, following_words
+from xaf_hub.fleet.scan import TransportFactory
 from xaf_hub.page import export as report
 from xaf_hub.page.notices import ChangeFeed
-from xaf_hub.page.words import LANGS, Lang, pick_language, text
-
-if TYPE_CHECKING:  # the follower pulls in httpx; --help must stay light
-    from xaf_hub.config.load import Config
-    from xaf_hub.config.watch import ConfigState
-    from xaf_hub.fleet.scan import TransportFactory
-    from xaf_hub.page.notices import ChangeFeed
-
+from xaf_hub.page.words import pick_language
 
 # -- who may see the page (pure checks) and what a request may cost ---------------------
 
@@ -333,8 +330,7 @@ class Viewer:
     ) -> None:
         """What a config read again changes: the page's title, its language, the links, the
         projects shown apart."""
-        self.title, self.language, self.links = title, language, links
-        self.projects = projects
+        self.title, self.language, self.links, self.projects = title, language, links, projects
 
     def respond(self, method: str, target: str, header: Callable[[str], str | None]) -> Response:
         """Answer ``method target``; ``header(name)`` reads a request header."""

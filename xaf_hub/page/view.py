@@ -15,20 +15,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from xaf_hub.core.catalogue import Lang, text
+from xaf_hub.core.clock import local_time
 from xaf_hub.core.outcomes import RUNS, TONES, Run, run_outcome, tone
 from xaf_hub.core.records import InstanceSummary, SessionRecord, Snapshot, Waiting
 from xaf_hub.core.runstate import answer_hint, asked_line
 from xaf_hub.errors import Cause
-from xaf_hub.page.words import (
-    WHEN,
-    Lang,
-    ago,
-    clean,
-    clock_words,
-    local_time,
-    local_time_with_zone,
-    text,
-)
+from xaf_hub.page.words import WHEN, ago, clean, clock_words, local_time_with_zone
 
 # A task id the patrol puts in front of a session's title ("T-20261130-7275 Fix login").
 _TASK_ID = re.compile(r"^\s*\[?(T-\d{8}-[0-9A-Za-z]{2,12})\]?[\s:：·-]*")
@@ -146,11 +139,9 @@ def session_phase(s: SessionRecord) -> Phase:
 def session_badges(s: SessionRecord, lang: Lang, now_ms: int) -> tuple[Badge, Badge]:
     """The (run state, last result) badges of one session: the page's whole mapping."""
     phase = session_phase(s)
-    outcome = outcome_badge(run_outcome(s.outcome, running=s.running), lang)
     if phase == "asking" and s.waiting is not None:
         state = Badge(text(lang, "state.asking"), "warn", asking_words(s.waiting, lang))
-        return state, outcome
-    if phase == "waiting":
+    elif phase == "waiting":
         parts = []
         if s.retry_message:
             parts.append(text(lang, "state.retry_said", message=clean(s.retry_message)))
@@ -161,11 +152,9 @@ def session_badges(s: SessionRecord, lang: Lang, now_ms: int) -> tuple[Badge, Ba
             parts.append(text(lang, "state.retry_next", when=when, exact=exact))
         note = " ".join(parts) or text(lang, "state.retry_plain")
         state = Badge(text(lang, "state.retry"), "waiting", note, s.retry_next)
-    elif phase == "working":
-        state = Badge(text(lang, "state.busy"), "working")
-    else:
-        state = Badge(text(lang, "state.idle"), "idle")
-    return state, outcome
+    else:  # working or idle, each its own colour
+        state = Badge(text(lang, "state.busy" if phase == "working" else "state.idle"), phase)
+    return state, outcome_badge(run_outcome(s.outcome, running=s.running), lang)
 
 
 def outcome_badge(outcome: Run | None, lang: Lang = "en") -> Badge:

@@ -1,9 +1,8 @@
 """The overview page's way with words: its language, relative times, the live-time mark.
 
-The words themselves live in ``core.catalogue`` (shared with the chat; ``TEXT``, ``text`` and
-``Lang`` are re-exported here). Relative times ("3 hours ago" / "3 小时前") are built here, and
-``clock_words`` hands the same words to the page's script, so the browser keeps them current
-with the very phrasing the server used.
+The words themselves live in ``core.catalogue`` (shared with the chat). Relative times ("3 hours
+ago" / "3 小时前") are built here, and ``clock_words`` hands the same words to the page's script,
+so the browser keeps them current with the very phrasing the server used.
 """
 
 from __future__ import annotations
@@ -11,12 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from xaf_hub.core import clock
-from xaf_hub.core.catalogue import LANGS, TEXT, Lang, text
-from xaf_hub.core.clock import MAX_TIME_MS, local_time
+from xaf_hub.core.catalogue import LANGS, Lang, text
+from xaf_hub.core.clock import MAX_TIME_MS
 
-LANGUAGE_SETTINGS = ("auto", "en", "zh")
-
-# Marks where a live relative time goes inside a sentence (never in user text: see split_when).
+# Marks where a live relative time goes inside a sentence (never in user text: see clean); the
+# page's template splits a sentence there.
 WHEN = "\x00"
 
 _MINUTE = 60_000
@@ -59,10 +57,8 @@ def pick_language(setting: str, accept_language: str | None) -> Lang:
 
 
 def _unit(lang: Lang, key: str, count: int) -> str:
-    forms = text(lang, key).split("|")
-    if lang == "zh":
-        return f"{count} {forms[0]}"
-    return f"{count} {forms[0] if count == 1 else forms[-1]}"
+    forms = text(lang, key).split("|")  # Chinese has one form for every count
+    return f"{count} {forms[0] if count == 1 or lang == 'zh' else forms[-1]}"
 
 
 def span(lang: Lang, ms: int) -> str:
@@ -113,12 +109,6 @@ class Line:
     ms: int = 0
 
 
-def split_when(sentence: str) -> tuple[str, str] | None:
-    """Split a sentence at its relative-time mark: (before, after), or None without one."""
-    before, mark, after = sentence.partition(WHEN)
-    return (before, after) if mark else None
-
-
 def clean(value: str) -> str:
     """User text safe to put into a sentence that may carry the time mark."""
     return value.replace(WHEN, "")
@@ -128,8 +118,3 @@ def local_time_with_zone(ms: int) -> str:
     """``ms`` as local time with its UTC offset ("... UTC+08:00"), or "unknown"."""
     return clock.local_time(ms, zone="offset", unknown="unknown")
 
-
-__all__ = [
-    "LANGS", "LANGUAGE_SETTINGS", "TEXT", "WHEN", "Lang", "Line", "ago", "clean", "clock_words",
-    "local_time", "local_time_with_zone", "pick_language", "span", "split_when", "text",
-]

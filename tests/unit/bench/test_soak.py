@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from typing import Any
 
 from bench.soak import (
     KINDS,
@@ -10,6 +11,8 @@ from bench.soak import (
     Checks,
     Fault,
     Pending,
+    call_runs,
+    note_listing,
     render,
     run_costs,
     schedule,
@@ -88,3 +91,40 @@ def test_a_request_pending_past_the_grace_must_be_in_each_answer_started_after_i
     # Every answer after the grace is judged, each pair once.
     two = unseen_waits([r], [answer(13, 15, "per_1"), answer(20, 25)], [])
     assert [(a.start, seen) for _, a, seen in two] == [(13, True), (20, False)]
+
+
+def test_a_request_listed_while_its_session_is_idle_ends_its_stretch_of_waiting() -> None:
+    # opencode keeps listing per_1 after its run ended (ses_1 idle), then a new run of ses_1
+    # starts (a steer): the new run does not wait on per_1, so an answer that left per_1 out
+    # while ses_1 was idle is not a break; one asked while ses_1 waited throughout still is.
+    pending: dict[tuple[str, int], Pending] = {}
+    per_1 = [{"id": "per_1", "sessionID": "ses_1"}]
+    for at, waits in [(10, True), (12, True), (16, False), (22, False), (30, True), (40, True)]:
+        note_listing(pending, "lan-b", per_1, {"per_1"} if waits else set(), at, at + 0.5)
+    assert [(k, r.first, r.last, r.ended) for k, r in pending.items()] == [
+        (("per_1", 0), 10.5, 12, True), (("per_1", 1), 30.5, 40, False)]
+
+    def judged(start: float, end: float) -> list[bool]:
+        a = Answer(start, end, frozenset(), frozenset())
+        return [seen for _, _, seen in unseen_waits(list(pending.values()), [a], [])]
+
+    assert judged(18, 20) == []  # ses_1 idle meanwhile: nothing to see
+    assert judged(33, 35) == [False]  # busy throughout, and per_1 missing: a break
+    # Listed while idle before ever seen busy: not pending.
+    fresh: dict[tuple[str, int], Pending] = {}
+    note_listing(fresh, "lan-b", per_1, set(), 5, 5.5)
+    assert fresh == {}
+
+
+def test_a_request_is_waited_on_while_its_tool_call_runs() -> None:
+    req = {"id": "per_1", "sessionID": "ses_1", "tool": {"callID": "call_1"}}
+
+    def shown(*states: str) -> list[dict[str, Any]]:
+        return [{"parts": [{"type": "tool", "callID": "call_1", "state": {"status": s}}]}
+                for s in states]
+
+    assert call_runs(shown("running"), req) and call_runs(shown("pending"), req)
+    assert not call_runs(shown("error"), req)  # aborted: left over
+    assert not call_runs(shown("running", "completed"), req)  # the newest state counts
+    assert not call_runs([], req)  # not in the newest messages: an older run's
+    assert call_runs([], {"id": "per_2", "sessionID": "ses_1"})  # no call id: cannot tell

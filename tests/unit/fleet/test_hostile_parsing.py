@@ -24,9 +24,9 @@ from xaf_hub.core.rules import ProjectRules
 from xaf_hub.core.text import dumps
 from xaf_hub.fleet.client import OpencodeClient
 from xaf_hub.fleet.scan import InstanceScan, scan_instance
-from xaf_hub.page.export import csv_text, local_time, local_time_with_zone
+from xaf_hub.page.export import csv_text, local_time
 from xaf_hub.page.export import snapshot_document as document
-from xaf_hub.page.words import ago
+from xaf_hub.page.words import ago, local_time_with_zone
 
 SECRET = "s3cret-pw"
 INST = InstanceConfig(

@@ -82,6 +82,41 @@ def test_unreadable_requests_leave_the_runs_running_and_say_why(tmp_path: Path) 
     assert waiters.requests == () and waiters.down[0][0] == "lan-a"
 
 
+def test_an_unknown_run_state_leaves_the_requests_unknown_not_absent(tmp_path: Path) -> None:
+    # Without the run state no run is known to wait: `waiting` names the instance as one it
+    # could not read rather than answer that nobody waits there.
+    server = fleet_with_both()
+    server.broken, server.broken_status = "/session/status", 400
+    ops = make_ops(tmp_path, server)
+    _, scans = aio.run(scan_fleet(ops.cfg, transport_factory=ops.transport_factory))
+    assert scans[0].reachable and scans[0].run_state_unknown
+    assert all(s.running for s in scans[0].sessions)  # counted as running (fail closed)
+    waiters = aio.run(list_waiting(ops))
+    assert waiters.requests == ()
+    assert [name for name, _ in waiters.down] == ["lan-a"]
+    assert "run state unknown" in waiters.down[0][1]
+
+
+def test_a_request_left_over_from_an_ended_run_is_not_what_a_new_run_waits_on(
+    tmp_path: Path,
+) -> None:
+    # opencode 1.18 keeps listing a request after an abort; the session then runs again. The
+    # new run does not wait on it: running, not waiting. A live request of the same session,
+    # asked after it, is the one the run waits on.
+    server = fleet_with_both()
+    server.ended = {"per_aaa1"}
+    ops = make_ops(tmp_path, server)
+    snap, _ = aio.run(scan_fleet(ops.cfg, transport_factory=ops.transport_factory))
+    by_id = {s.id: s for s in snap.sessions}
+    assert by_id["ses_perm"].waiting is None and by_id["ses_perm"].running
+    assert shown_state(by_id["ses_perm"]) == "busy"
+    assert aio.run(list_waiting(ops)).requests[0].waiting.request_id == "que_bbb2"
+    server.permissions.append({**PERM, "id": "per_ccc3", "tool": {"callID": "call_p2"}})
+    snap, _ = aio.run(scan_fleet(ops.cfg, transport_factory=ops.transport_factory))
+    live = {s.id: s for s in snap.sessions}["ses_perm"].waiting
+    assert live is not None and live.request_id == "per_ccc3"
+
+
 def test_a_request_of_a_session_that_is_not_running_is_not_a_wait(tmp_path: Path) -> None:
     server = fleet_with_both()
     server.busy = {"ses_quest", "ses_work"}  # the permission's run ended meanwhile

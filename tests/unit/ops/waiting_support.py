@@ -56,7 +56,9 @@ class Server:
     permissions: list[dict[str, Any]] = field(default_factory=list)
     questions: list[dict[str, Any]] = field(default_factory=list)
     replies: list[tuple[str, Any]] = field(default_factory=list)
-    broken: str = ""  # a route that answers 500
+    broken: str = ""  # a route that answers ``broken_status``
+    broken_status: int = 500
+    ended: set[str] = field(default_factory=set)  # requests still listed after their run ended
     # Runs once the scan listed the requests (an answer racing the command's look-up).
     on_list: Any = None
     listed: int = 0
@@ -64,7 +66,7 @@ class Server:
     def route(self, req: httpx.Request) -> httpx.Response:
         path = req.url.path
         if path == self.broken:
-            return httpx.Response(500, text="boom")
+            return httpx.Response(self.broken_status, text="boom")
         if path == "/global/health":
             return httpx.Response(200, json={"healthy": True, "version": "1.18.33"})
         directory = req.url.params.get("directory")
@@ -82,9 +84,14 @@ class Server:
                 self.on_list = None
             return httpx.Response(200, json=[r for r in items if r["sessionID"] in here])
         if path.endswith("/message"):
-            part = {"type": "tool", "callID": "call_p", "state": {"status": "running",
-                                                                 "time": {"start": NOW - 60_000}}}
-            return httpx.Response(200, json=[{"info": {"role": "assistant"}, "parts": [part]}])
+            # The newest message holds the tool call of each request of the session: running
+            # while it waits, in error once its run ended (``ended``).
+            sid = path.split("/")[2]
+            parts = [{"type": "tool", "callID": r["tool"]["callID"], "state": {
+                "status": "error" if r["id"] in self.ended else "running",
+                "time": {"start": NOW - 60_000}}}
+                for r in [*self.permissions, *self.questions] if r["sessionID"] == sid]
+            return httpx.Response(200, json=[{"info": {"role": "assistant"}, "parts": parts}])
         if req.method == "POST" and path.startswith(("/permission/", "/question/")):
             rid = path.split("/")[2]
             items = self.permissions if path.startswith("/permission/") else self.questions

@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from markupsafe import escape
 
 from xaf_hub import __version__
+from xaf_hub.core.catalogue import TEXT
 from xaf_hub.core.records import InstanceSummary, SessionRecord, Snapshot
 from xaf_hub.errors import ExitCode, UsageError
 from xaf_hub.page import export as report
@@ -214,9 +215,9 @@ def test_ago_in_english(then: int, words: str) -> None:
 def test_local_times(tz: Any, zone: str, plain: str, with_zone: str) -> None:
     tz(zone)
     assert report.local_time(NOW) == plain
-    assert report.local_time_with_zone(NOW) == with_zone
+    assert page_text.local_time_with_zone(NOW) == with_zone
     assert report.local_time(0) == ""
-    assert report.local_time_with_zone(0) == "unknown"
+    assert page_text.local_time_with_zone(0) == "unknown"
 
 
 # --------------------------------------------------------------------------- JSON
@@ -632,7 +633,7 @@ def test_chinese_page_has_no_english_of_its_own() -> None:
     # notes, raw reasons).
     body = re.sub(r"<(script|style)>.*?</\1>", "", html, flags=re.DOTALL)
     for key in ("cards.healthy", "filter.label", "help.summary", "col.status", "state.retry"):
-        assert page_text.TEXT[key][0] not in body, key
+        assert TEXT[key][0] not in body, key
 
 
 def test_saved_page_may_reach_nothing_served_page_only_its_origin() -> None:

@@ -123,8 +123,8 @@ def test_the_report_says_outcomes_and_task_states_in_the_one_vocabulary() -> Non
 def test_every_reason_code_is_said_in_both_languages() -> None:
     from typing import get_args
 
+    from xaf_hub.core.catalogue import TEXT
     from xaf_hub.notify.record import Why
-    from xaf_hub.page.words import TEXT
 
     codes = [c for c in get_args(Why) if c]
     assert codes and all(f"why.{c}" in TEXT and all(TEXT[f"why.{c}"]) for c in codes)

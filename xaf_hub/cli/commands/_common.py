@@ -115,8 +115,8 @@ def read_fleet(
     generated = fresh_scan.generated_at if fresh_scan is not None else None
     snap, scans = merged(instances, board, scanned, generated)
     if outcomes:
-        from xaf_hub.core import aio
-        from xaf_hub.fleet.scan import fill_outcomes
+        from xaf_hub.core import aio  # deferred: start-up, docs/performance.md
+        from xaf_hub.fleet.scan import fill_outcomes  # deferred: start-up, docs/performance.md
 
         aio.run(fill_outcomes(ctx.config, scans, ctx.transport_factory))
         snap, scans = merged(instances, board, scans, snap.generated_at)
@@ -179,19 +179,15 @@ def _model(model: str) -> str:
 
 def verdict_text(v: Verdict, tz: tzinfo, now_ms: int) -> str:
     """One phrase for a verdict."""
-    if v.state == "running":
-        return f"running on {_model(v.model)} ({v.detail})"
-    if v.state == "retrying":
-        attempt = f" (attempt {v.attempt})" if v.attempt else ""
-        return (f"retrying on {_model(v.model)}{attempt}: {v.detail or 'no message'}"
-                f"{_next_try(v.next_ms, tz, now_ms)}")
-    if v.state == "waiting":
-        return f"{v.detail} (on {_model(v.model)})"
-    if v.state == "finished":
-        return f"finished (last run on {_model(v.model)})"
-    if v.state == "failed":
-        return f"failed on {_model(v.model)}: {v.detail}"
-    return f"{v.state}: {v.detail}"
+    model, attempt = _model(v.model), f" (attempt {v.attempt})" if v.attempt else ""
+    return {
+        "running": f"running on {model} ({v.detail})",
+        "retrying": f"retrying on {model}{attempt}: {v.detail or 'no message'}"
+        f"{_next_try(v.next_ms, tz, now_ms)}",
+        "waiting": f"{v.detail} (on {model})",
+        "finished": f"finished (last run on {model})",
+        "failed": f"failed on {model}: {v.detail}",
+    }.get(v.state, f"{v.state}: {v.detail}")
 
 
 def healing_text(h: Healing, tz: tzinfo) -> str:

@@ -92,7 +92,7 @@ def run(ctx: Context) -> int:
                 keep_end=["directory"],
                 keep={"session": prefix_width((s.id for s in snap.sessions),
                                               (s["id"] for s in stale))})
-        total = sum(len(e["stale"]) for e in report["instances"])
+        total = len(stale)
         deleted = sum(len(e["deleted"]) for e in report["instances"])
         down = {u["instance"] for u in report["unreachable"]}
         for entry in report["instances"]:

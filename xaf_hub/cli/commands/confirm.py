@@ -57,28 +57,20 @@ async def _find(
 
     ops = ctx.ops()
 
-    async def one(
-        inst: InstanceConfig,
-    ) -> tuple[InstanceConfig, Sighting | UnreachableError | None]:
+    async def one(inst: InstanceConfig) -> Sighting | UnreachableError | None:
         async with ops.client(inst) as client:
             try:
-                session = await client.get_session(session_id)
-                return inst, await look(client, inst, session)
+                return await look(client, inst, await client.get_session(session_id))
             except SessionNotFound:
-                return inst, None
+                return None
             except UnreachableError as exc:
-                return inst, exc
+                return exc
             except HubError as exc:
-                return inst, inst.unreachable(str(exc), "other")
+                return inst.unreachable(str(exc), "other")
 
-    found: list[tuple[InstanceConfig, Sighting]] = []
-    down: list[UnreachableError] = []
-    for inst, what in await aio.gather(*(one(i) for i in instances)):
-        if isinstance(what, UnreachableError):
-            down.append(what)
-        elif what is not None:
-            found.append((inst, what))
-    return found, down
+    seen = list(zip(instances, await aio.gather(*(one(i) for i in instances)), strict=True))
+    down = [what for _, what in seen if isinstance(what, UnreachableError)]
+    return [(i, w) for i, w in seen if w is not None and not isinstance(w, UnreachableError)], down
 
 
 @dataclass(frozen=True, kw_only=True)

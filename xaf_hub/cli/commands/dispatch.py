@@ -149,11 +149,8 @@ class Sent:
 def carry_out(ctx: Context, opts: Options) -> Planned | Sent | Queued:
     """Plan, then (unless a dry run) send through the gate; with ``queue`` a full fleet queues.
     Warnings go to ``ctx.warn``; a refusal is raised."""
-    from xaf_hub.ops.dispatch import (  # deferred: start-up, docs/performance.md
-        prepare,
-        project_for,
-        send_prepared,
-    )
+    # deferred: start-up, docs/performance.md
+    from xaf_hub.ops.dispatch import prepare, project_for, send_prepared
 
     order = order_from(opts)
     ctx.choose(project_for(ctx.whole, opts.project, opts.directory, opts.instance, str(ctx.cwd)))
@@ -187,15 +184,16 @@ def document(done: Planned | Sent | Queued, project: str) -> dict[str, Any]:
     if isinstance(done, Planned):
         return _plan_document(done.prep, project)
     if isinstance(done, Sent):
-        return {
-            **done.sent.result.to_json(),
-            "project": project,
-            "via": done.plan.via,
-            "task_id": done.sent.task_id,
-            # what the match weighed, so a caller that knows better can name the session
-            "candidates": [c.to_json() for c in done.plan.candidates],
-        }
+        # what the match weighed, so a caller that knows better can name the session
+        return {**_sent_document(done, project),
+                "candidates": [c.to_json() for c in done.plan.candidates]}
     return {**done.to_json(), "project": project}
+
+
+def _sent_document(done: Sent, project: str) -> dict[str, Any]:
+    """What `dispatch --json` says of the work sent (with the candidates, or how it started)."""
+    return {**done.sent.result.to_json(), "project": project, "via": done.plan.via,
+            "task_id": done.sent.task_id}
 
 
 def run(ctx: Context) -> int:
@@ -263,8 +261,7 @@ def _confirm(ctx: Context, plan: Plan, sent: Dispatched, window: float) -> int:
         for note in healing.notes:
             ctx.warn(note)
     line = wait_text(waited, window, resolve_timezone(cfg.models.timezone), to_ms(utc_now()))
-    doc = {**result.to_json(), "project": cfg.project_name, "via": plan.via,
-           "task_id": sent.task_id}
+    doc = _sent_document(Sent(plan, sent), cfg.project_name)
     ctx.answer({**doc, "confirm": wait_json(waited, window, line)}, f"confirm: {line}")
     return wait_exit(waited)
 

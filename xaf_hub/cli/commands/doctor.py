@@ -164,26 +164,19 @@ def _credential_file_findings(cfg: Config) -> list[Finding]:
 
 
 def _patrol(cfg: Config) -> list[Finding]:
-
+    """The pause flag, the daemon's heartbeat, and daemons on two hosts with a backend that
+    lives on one (what can be seen of them)."""
     folder = patrol_dir(cfg)
     beat = heartbeat(folder)
-    return [patrol_finding(folder / PAUSE_FILE, pause_info(folder)),
-            daemon_finding(beat), *_two_hosts(cfg, beat)]
-
-
-def _two_hosts(cfg: Config, beat: Any) -> list[Finding]:
-    """Daemons on two hosts with a backend that lives on one (what can be seen of them)."""
-
-
     hosts: list[str] = []
     with contextlib.suppress(HubError), Stores(cfg) as stores:  # Redis unreachable: see redis
         lease = stores.lease_status(int(time.time() * 1000))
         if lease is not None:
             hosts = [str(d["host"]) for d in lease["daemons"] if d["role"] != "stopped"]
     beat_host = str(beat.get("host") or "") if isinstance(beat, dict) else ""
-    return file_backend_findings(
-        cfg.lock.backend, cfg.pool.backend, socket.gethostname(), beat_host or None, hosts
-    )
+    return [patrol_finding(folder / PAUSE_FILE, pause_info(folder)), daemon_finding(beat),
+            *file_backend_findings(cfg.lock.backend, cfg.pool.backend, socket.gethostname(),
+                                   beat_host or None, hosts)]
 
 
 # How to fix a Redis that does not answer.
@@ -199,6 +192,7 @@ def _redis(cfg: Config) -> list[Finding]:
     if not users:
         return []
     try:
+        # deferred: an optional dependency (the redis extra), see docs/performance.md
         from xaf_hub.store.redis import client as redis_client
 
         found = redis_client.probe(cfg.lock)

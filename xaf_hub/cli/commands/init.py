@@ -76,21 +76,25 @@ def starter(
     unknown = next((n for n in prod if n not in names), None)
     if unknown is not None:
         raise UsageError(f"--prod {unknown!r}: no such instance (given: {', '.join(names)})")
-    dirs = [str((cwd / Path(r).expanduser()).resolve()) for r in roots]
+    dirs = _folders(cwd, roots)
     entries = [{"name": name, "url": url,
                 **({"roots": dirs, "default_directory": dirs[0]} if dirs else {}),
                 **({"danger": True, "readonly_default": True} if name in prod else {})}
                for name, url in pairs]
-    return {
-        "project": {
-            "name": project or (Path(dirs[0]).name if dirs else "project"),
-            **({"repository": repository} if repository else {}),
-            # Each task in a worktree and branch of its own (docs/worktrees.md).
-            "isolation": "worktree",
-        },
-        "concurrency_limit": 2,
-        "instances": entries,
-    }
+    name = project or (Path(dirs[0]).name if dirs else "project")
+    return {"project": {"name": name, **_project(repository)}, "concurrency_limit": 2,
+            "instances": entries}
+
+
+def _folders(cwd: Path, roots: Sequence[str]) -> list[str]:
+    """The absolute folders ``--root`` names (relative ones to ``cwd``)."""
+    return [str((cwd / Path(r).expanduser()).resolve()) for r in roots]
+
+
+def _project(repository: str, **more: Any) -> dict[str, Any]:
+    """A new project's entry: its repository ("" leaves it out) and ``more``."""
+    # Each task in a worktree and branch of its own (docs/worktrees.md).
+    return {**({"repository": repository} if repository else {}), "isolation": "worktree", **more}
 
 
 def with_project(doc: Any, name: str, dirs: Sequence[str], repository: str = "") -> Any:
@@ -110,12 +114,8 @@ def with_project(doc: Any, name: str, dirs: Sequence[str], repository: str = "")
         doc["projects"] = {str(old.get("name") or "project"): entry}
     if not isinstance(doc["projects"], dict) or name in doc["projects"]:
         raise UsageError(f"--add-project {name!r}: the config already has that project")
-    doc["projects"][name] = {
-        **({"repository": repository} if repository else {}),
-        "isolation": "worktree",
-        "roots": {n: list(dirs) for n in names},
-        "default_directory": {n: dirs[0] for n in names},
-    }
+    doc["projects"][name] = _project(repository, roots={n: list(dirs) for n in names},
+                                     default_directory={n: dirs[0] for n in names})
     return doc
 
 
@@ -124,7 +124,7 @@ def _add_project(ctx: Context, opts: Options, dest: Path) -> int:
     assert opts.add_project is not None
     if not opts.root or opts.instance or opts.prod or opts.force:
         raise UsageError("--add-project takes --root DIR (repeatable) and no other init option")
-    dirs = [str((ctx.cwd / Path(r).expanduser()).resolve()) for r in opts.root]
+    dirs = _folders(ctx.cwd, opts.root)
     origin, had_credentials = origin_of(Path(dirs[0]))
     doc = with_project(load_json_file(dest), opts.add_project, dirs, origin)
     cfg = parse_config(doc, path=dest, env=ctx.env)  # the whole config must still load
@@ -186,7 +186,7 @@ def run(ctx: Context) -> int:
         dest = ctx.cwd / dest
     if opts.add_project is not None:
         return _add_project(ctx, opts, dest)
-    first = (ctx.cwd / Path(opts.root[0]).expanduser()).resolve() if opts.root else None
+    first = Path(_folders(ctx.cwd, opts.root)[0]) if opts.root else None
     origin, had_credentials = origin_of(first) if first is not None else ("", False)
     doc = starter(opts.instance, opts.root, opts.project, ctx.cwd, opts.prod, origin)
     text = EXAMPLE.read_text("utf-8") if doc is None else json.dumps(doc, indent=2) + "\n"

@@ -5,12 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from xaf_hub.cli.commands._common import (
-    INSTANCE,
-    chosen_instances,
-    scan,
-    scan_said,
-)
+from xaf_hub.cli.commands._common import INSTANCE, chosen_instances, scan, scan_said
 from xaf_hub.cli.context import Context
 from xaf_hub.cli.options import Tables
 from xaf_hub.cli.termfit import state_color
@@ -45,9 +40,8 @@ def read(ctx: Context, opts: Options) -> tuple[list[dict[str, Any]], Snapshot]:
         up = [inst for inst, i in zip(chosen, snap.instances, strict=True) if i.reachable]
         why = aio.run(_room_support(ctx, up))
         for row in doc:
-            if row["name"] in why:
-                row["worktrees"] = not why[row["name"]]
-                row["worktrees_note"] = why[row["name"]] or None
+            if (note := why.get(row["name"])) is not None:
+                row.update(worktrees=not note, worktrees_note=note or None)
     return doc, snap
 
 

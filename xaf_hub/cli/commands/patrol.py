@@ -21,7 +21,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Literal
 
 from xaf_hub.cli.context import Context
-from xaf_hub.cli.options import HIDDEN, JSON, flag, opt
+from xaf_hub.cli.options import HIDDEN, Answers, flag, opt
 from xaf_hub.config.watch import ConfigWatch
 from xaf_hub.core.clock import local_iso
 from xaf_hub.errors import ExitCode, UsageError
@@ -55,12 +55,11 @@ cycle may still run beside it.
 """
 
 @dataclass(frozen=True, kw_only=True)
-class Options:
+class Options(Answers):
     """The options of `patrol`."""
 
     action: Literal["pause", "resume", "status"] | None = opt(
         help="pause or resume the patrol (durable), or show its status")
-    json: bool = JSON.field()
     once: bool = flag("--once", help="run one cycle and exit")
     no_freelimit: bool = flag("--no-freelimit", help="skip fix_free_limit")
     no_check: bool = flag("--no-check", help="skip check_agents")
@@ -160,14 +159,8 @@ def _status(ctx: Context) -> int:
     failed: list[object] = []
     if report is not None:
         failed = [s.get("name") for s in report.get("steps", []) if s.get("status") == "failed"]
-        last = {
-            "started_at": report.get("started_at"),
-            "finished_at": report.get("finished_at"),
-            "result": report.get("result"),
-            "exit_code": report.get("exit_code"),
-            "failed_steps": failed,
-            "report": str(folder / f"{LATEST}.md"),
-        }
+        last = {**{k: report.get(k) for k in ("started_at", "finished_at", "result", "exit_code")},
+                "failed_steps": failed, "report": str(folder / f"{LATEST}.md")}
     doc: dict[str, object] = {"state": "paused" if paused is not None else "active",
                               "paused": paused, "last_cycle": last, "daemon": daemon}
     code = int(ExitCode.OK)

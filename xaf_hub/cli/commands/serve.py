@@ -29,7 +29,10 @@ from xaf_hub.cli.commands._common import scan
 from xaf_hub.cli.context import Context
 from xaf_hub.cli.options import flag, opt
 from xaf_hub.config.watch import ConfigState, ConfigWatch
+from xaf_hub.core import aio
 from xaf_hub.errors import UsageError
+from xaf_hub.fleet.scan import fill_outcomes
+from xaf_hub.page.notices import ChangeFeed, LiveFleet
 from xaf_hub.page.serve import (
     REFRESH_SECONDS,
     VIEWER_PASSWORD_ENV,
@@ -50,7 +53,6 @@ WATCH_SECONDS = 1.0  # how often serve looks whether its config was saved
 if TYPE_CHECKING:
     from xaf_hub.config.load import Config
     from xaf_hub.core.records import Snapshot
-    from xaf_hub.page.notices import ChangeFeed
 
 EXAMPLES = """\
 examples:
@@ -110,14 +112,10 @@ def run(ctx: Context) -> int:
     password = ctx.env.get(VIEWER_PASSWORD_ENV) or None
     check_exposure(opts.host, opts.public, password)
     # deferred: start-up, docs/performance.md
-    from xaf_hub.core import aio
-    from xaf_hub.fleet.scan import fill_outcomes
     from xaf_hub.ops.decisions import hub_stops, shown_outcomes
-    from xaf_hub.page.notices import LiveFleet
 
     ctx.see_every_project()
     cfg = ctx.config
-    instances = list(cfg.instances)
     watch = ConfigWatch(cfg, ctx.env)
     # No request waits for a scan longer than one instance's scan deadline.
     feeds: list[ChangeFeed] = []  # the change feed, once a page follows (it says who is polled)
@@ -199,7 +197,7 @@ def run(ctx: Context) -> int:
         url = url_of(str(host), int(port))
         ctx.out(url, flush=True)  # stdout holds only the URL, for scripts
         login = " (log in with any user name and the viewer password)" if opts.public else ""
-        ctx.info(f"serving the overview of {len(instances)} instance(s) at {url}{login}; "
+        ctx.info(f"serving the overview of {len(cfg.instances)} instance(s) at {url}{login}; "
                  f"read-only, rescans at most every {opts.cache_seconds:g}s; Ctrl+C stops")
         if opts.host in ("0.0.0.0", "::"):
             ctx.info(f"colleagues open {url_of(socket.gethostname(), int(port))}")
@@ -213,8 +211,5 @@ def run(ctx: Context) -> int:
         watcher.join(timeout=30)  # a config change under way ends before the follower does
         sock.close()
         page.close()  # ends every open /api/events stream and the follower
-    if page.counts.in_flight:
-        ctx.info("stopped with requests still in flight")
-        return 0
-    ctx.info("stopped")
+    ctx.info("stopped with requests still in flight" if page.counts.in_flight else "stopped")
     return 0

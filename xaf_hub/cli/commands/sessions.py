@@ -7,13 +7,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
-from xaf_hub.cli.commands._common import (
-    FRESH,
-    INSTANCE,
-    chosen_instances,
-    read_fleet,
-    scan_said,
-)
+from xaf_hub.cli.commands._common import FRESH, INSTANCE, chosen_instances, read_fleet, scan_said
 from xaf_hub.cli.context import Context
 from xaf_hub.cli.options import Tables, flag, opt
 from xaf_hub.cli.termfit import state_color, tone_painter
@@ -100,6 +94,7 @@ def read(ctx: Context, opts: Options) -> Snapshot:
     snap, _ = read_fleet(ctx, chosen_instances(ctx, opts.instance), fresh=opts.fresh,
                          progress=True, outcomes=outcomes)
     if outcomes:
+        # deferred: start-up, docs/performance.md
         from xaf_hub.ops.decisions import hub_stops, shown_outcomes
 
         snap = shown_outcomes(snap, hub_stops(ctx.ops()))
@@ -117,16 +112,15 @@ def run(ctx: Context) -> int:
         raise UsageError(f"unsupported export format {Path(opts.out).suffix or opts.out!r}: "
                          "use a .json or .csv file name (or --html FILE for the page)")
     snap = read(ctx, opts)
-    if opts.out or opts.html or ctx.json:
-        if opts.out:
-            report.export(snap, Path(opts.out), redact=ctx.redact)
-            ctx.info(f"wrote {opts.out}")
-        if opts.html:
-            write_page(ctx, snap, Path(opts.html), opts.lang)
-            ctx.info(f"wrote {opts.html}")
-        if ctx.json:
-            ctx.answer(report.snapshot_document(snap))
-            return scan_said(ctx, snap)
+    if opts.out:
+        report.export(snap, Path(opts.out), redact=ctx.redact)
+        ctx.info(f"wrote {opts.out}")
+    if opts.html:
+        write_page(ctx, snap, Path(opts.html), opts.lang)
+        ctx.info(f"wrote {opts.html}")
+    if ctx.json:
+        ctx.answer(report.snapshot_document(snap))
+        return scan_said(ctx, snap)
     from xaf_hub.core.runstate import shown_state  # deferred: start-up, docs/performance.md
 
     rows_all = snap.project_sessions()

@@ -23,6 +23,7 @@ from xaf_hub.cli.context import Context
 from xaf_hub.cli.options import HIDDEN, Answers, flag, opt
 from xaf_hub.core import aio
 from xaf_hub.core.records import SessionRecord
+from xaf_hub.core.runstate import shown_state, waiting_detail
 from xaf_hub.core.text import dumps_line, shorten
 from xaf_hub.errors import UsageError
 from xaf_hub.fleet.events import following_words
@@ -62,8 +63,6 @@ def _line(kind: str, s: SessionRecord, outcome: str = "") -> str:
     if kind == "retry" and s.retry_message:
         extra = f" ({shorten(s.retry_message, 60)})"
     if kind in ("asked", "answered") and s.waiting is not None:
-        from xaf_hub.core.runstate import waiting_detail
-
         extra = f" ({shorten(waiting_detail(s.waiting), 80)}; {s.waiting.request_id})"
     where = f"{s.instance}/{s.id}" + (f" [{s.owner}]" if s.owner else "")
     return f"{stamp} {kind:<8} {where}  {shorten(s.title, 40)}{extra}"
@@ -141,8 +140,6 @@ def run(ctx: Context) -> int:
         limit = opts.max_polls * opts.interval if opts.max_polls else 0.0
         return follow(ctx, instances, poll_seconds=opts.interval, max_seconds=limit,
                       verbose=opts.verbose, polled=opts.poll)
-    from xaf_hub.core.runstate import shown_state
-
     snap, _ = scan(ctx, instances)
     running = [s for s in snap.project_sessions() if s.running]
     lines = [_line(shown_state(s), s) for s in running]
