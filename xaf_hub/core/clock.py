@@ -312,7 +312,7 @@ def resolve_timezone(
         # environment, do as glibc does with a TZ it cannot read (UTC).
         if environ is None:
             return _SystemLocalZone()
-        from zoneinfo import ZoneInfo
+        from zoneinfo import ZoneInfo  # deferred: start-up, docs/performance.md
 
         return ZoneInfo("UTC")
     try:

@@ -427,19 +427,16 @@ def _rules(base: str) -> tuple[_Rule, ...]:
         r"\s+(?:(?:a|an|the|your|one)\s+)?(?:new\s+)?"
         r"(?:(?:local\s+|git\s+|feature\s+)?branch\s+)?(?:(?:called|named)\s+)?"
     )
+    # The start point a branch-creating git command may name after the branch.
+    start = rf"(?:\s+(?:(?:origin|upstream)/[A-Za-z0-9._\-/]+|{re.escape(base)})\b)?"
     spec: list[tuple[str, str, Callable[[re.Match[str], str], str]]] = [
         (
             "git-create",
             rf"(?P<git>\bgit\s+)?\b(?P<cmd>checkout\s+-[bB]|switch\s+(?:-c|-C|--create))\s+"
-            rf"{_FEAT}(?:\s+(?:(?:origin|upstream)/[A-Za-z0-9._\-/]+|{re.escape(base)})\b)?",
+            rf"{_FEAT}{start}",
             _git_create,
         ),
-        (
-            "git-branch",
-            rf"(?P<git>\bgit\s+)(?P<cmd>branch)\s+{_FEAT}"
-            rf"(?:\s+(?:(?:origin|upstream)/[A-Za-z0-9._\-/]+|{re.escape(base)})\b)?",
-            _git_create,
-        ),
+        ("git-branch", rf"(?P<git>\bgit\s+)(?P<cmd>branch)\s+{_FEAT}{start}", _git_create),
         ("git-switch", rf"\bgit\s+(?P<cmd>checkout|switch)\s+(?:--\s+)?{_FEAT}", _git_switch),
         (
             "git-push",

@@ -7,7 +7,9 @@ docs/matching.md.
 
 from __future__ import annotations
 
+import functools
 import heapq
+import json
 import math
 import re
 import unicodedata
@@ -15,8 +17,10 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import chain
+from pathlib import Path
 from typing import TypeVar
 
+_K = TypeVar("_K")
 _V = TypeVar("_V")
 
 
@@ -128,22 +132,17 @@ def _weighted_run_grams(run: str) -> list[tuple[str, float]]:
 # up is often written in the other language than its session ("the login page" for 修复登录页),
 # and character n-grams share nothing across scripts. A Chinese run's terms bring their English
 # words' n-grams, so both languages meet in one space.
-_GLOSSARY: dict[str, tuple[str, ...]] | None = None
 _TERM_SIZES = range(2, 7)
 
 
+@functools.cache
 def _glossary() -> dict[str, tuple[str, ...]]:
-    global _GLOSSARY
-    if _GLOSSARY is None:
-        import json
-        from pathlib import Path
-
-        doc = json.loads((Path(__file__).with_name("glossary.json")).read_text("utf-8"))
-        _GLOSSARY = {
-            term: tuple(dict.fromkeys(w for phrase in words for w in _runs(phrase)))
-            for term, words in doc["terms"].items()
-        }
-    return _GLOSSARY
+    """The glossary's terms, read once on first use."""
+    doc = json.loads((Path(__file__).with_name("glossary.json")).read_text("utf-8"))
+    return {
+        term: tuple(dict.fromkeys(w for phrase in words for w in _runs(phrase)))
+        for term, words in doc["terms"].items()
+    }
 
 
 def _english(run: str) -> list[str]:
@@ -214,14 +213,14 @@ class _Row:
     weights: dict[str, float]
 
 
-class _Memo(dict[str, _V]):
-    """key -> ``make(key)``, made on first use and kept (the caches of ``_Grams``)."""
+class _Memo(dict[_K, _V]):
+    """key -> ``make(key)``, made on first use and kept (the caches of ``_Grams`` and ``Index``)."""
 
-    def __init__(self, make: Callable[[str], _V]) -> None:
+    def __init__(self, make: Callable[[_K], _V]) -> None:
         super().__init__()
         self.make = make
 
-    def __missing__(self, key: str) -> _V:
+    def __missing__(self, key: _K) -> _V:
         found = self[key] = self.make(key)
         return found
 
@@ -236,12 +235,12 @@ class _Grams:
 
     def __init__(self, weighted: bool = True) -> None:
         self.weighted = weighted
-        self.runs: _Memo[_Split] = _Memo(self._run)
-        self.texts: _Memo[_Split] = _Memo(self._text)
-        self.rows: _Memo[_Row] = _Memo(self._row)
-        self.folders: _Memo[str] = _Memo(folder_text)
-        self.sets: _Memo[frozenset[str]] = _Memo(self._set)
-        self.run_sets: _Memo[frozenset[str]] = _Memo(lambda run: frozenset(chain(*self.runs[run])))
+        self.runs: _Memo[str, _Split] = _Memo(self._run)
+        self.texts: _Memo[str, _Split] = _Memo(self._text)
+        self.rows: _Memo[str, _Row] = _Memo(self._row)
+        self.folders: _Memo[str, str] = _Memo(folder_text)
+        self.sets: _Memo[str, frozenset[str]] = _Memo(self._set)
+        self.run_sets: _Memo[str, frozenset[str]] = _Memo(lambda r: frozenset(chain(*self.runs[r])))
 
     def _run(self, run: str) -> _Split:
         grams = _weighted_run_grams(run)
@@ -341,7 +340,7 @@ class Index:
         # Each document's texts as (cached, shared) sets of n-grams. A document's counts and
         # weights are worked out only when it shares an n-gram with a query.
         self._sets = [self._grams.sets_of(document) for document in self._documents]
-        self._rows: dict[int, _Row] = {}
+        self._rows: _Memo[int, _Row] = _Memo(lambda i: self._grams.of(self._documents[i]))
         # Document frequency of every n-gram, counted in C over the texts' sets; an n-gram in
         # two texts of one document (title and folder) is counted once: the overlaps are small.
         df = Counter(chain.from_iterable(chain.from_iterable(self._sets)))
@@ -378,13 +377,7 @@ class Index:
         q = self._query(query)
         n, df = self._n, self._df
         in_query = q.keys()
-        idf_cache: dict[str, float] = {}
-
-        def idf(gram: str) -> float:
-            found = idf_cache.get(gram)
-            if found is None:
-                found = idf_cache[gram] = _idf(n, df[gram] + (gram in in_query))
-            return found
+        idf: _Memo[str, float] = _Memo(lambda gram: _idf(n, df[gram] + (gram in in_query)))
 
         out = {}
         apart: dict[int, bool] = {}  # id(set) -> the query shares nothing with it
@@ -398,10 +391,7 @@ class Index:
             if not near:
                 continue
             shared = in_query & frozenset().union(*sets)
-            row = self._rows.get(i)
-            if row is None:
-                row = self._rows[i] = self._grams.of(self._documents[i])
-            values = _values(row, idf)
+            values = _values(self._rows[i], idf.__getitem__)
             # fsum is exactly rounded: a norm does not depend on the order of the words.
             norm = math.sqrt(math.fsum(v * v for v in values.values()))
             parts = {g: values[g] * q[g] / norm for g in sorted(shared)}

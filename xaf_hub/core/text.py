@@ -247,20 +247,12 @@ def terminal_safe(text: str) -> str:
     return text.translate(_CONTROLS)
 
 
-
-
-
-
-
-
 def shorten(text: str, width: int) -> str:
     """Cut ``text`` to ``width`` display cells (CJK counts double), adding an ellipsis."""
-    from wcwidth import wcwidth
-
     out: list[str] = []
     used = 0
     for ch in text.replace("\n", " "):
-        w = max(wcwidth(ch), 0)
+        w = char_cells(ch)
         if used + w > width - 1:
             return "".join(out) + "…"
         out.append(ch)

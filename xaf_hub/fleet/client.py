@@ -33,10 +33,7 @@ from xaf_hub.fleet.wire import as_mapping as _obj
 from xaf_hub.fleet.wire import text_field as _text
 
 RETRY = Backoff(first=0.2, cap=1.0)  # between the tries of one request (`retries`)
-
-
-
-
+_HTML = "answered with an HTML page instead of JSON (wrong URL or path prefix?)"
 
 
 class _TooLarge(Exception):
@@ -251,9 +248,7 @@ class OpencodeClient:
                 return None
             ctype = resp.headers.get("content-type", "")
             if "html" in ctype or content.lstrip()[:1] == b"<":
-                raise self._fail(
-                    "answered with an HTML page instead of JSON (wrong URL or path prefix?)", "html"
-                )
+                raise self._fail(_HTML, "html")
             try:
                 return wire.server_json(content)
             except (ValueError, RecursionError):  # bad UTF-8 or JSON, a 5000-digit number
@@ -344,9 +339,7 @@ class OpencodeClient:
                 self.api = V2(self)
                 self.version = str(data.get("version") or self.version or "")
                 return "v2"
-        raise self._fail(
-            "answered with an HTML page instead of JSON (wrong URL or path prefix?)", "html"
-        )
+        raise self._fail(_HTML, "html")
 
     async def _api(self) -> Api:
         if self.api is None:
@@ -511,9 +504,7 @@ class OpencodeClient:
         directory: str,
     ) -> None:
         """Answer a permission request (``POST /permission/{id}/reply``)."""
-        body: dict[str, Any] = {"reply": reply}
-        if message:
-            body["message"] = message
+        body = {"reply": reply, **({"message": message} if message else {})}
         await self._reply(f"/permission/{request_id}/reply", body, directory)
 
     async def reply_question(

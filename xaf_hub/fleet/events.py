@@ -28,14 +28,6 @@ from xaf_hub.fleet.wire import (
     waiting_from_question,
 )
 
-
-def _detail(kind: EventKind, rec: SessionRecord) -> str:
-    if kind == "retry":
-        return rec.retry_message
-    if kind in ("asked", "answered"):
-        return asked_detail(rec)
-    return ""
-
 EventKind = Literal[
     "ready",
     "new",
@@ -52,6 +44,13 @@ EventKind = Literal[
     "polling",
 ]
 
+# How a frame that asks a person is read, and the word for how one was answered.
+_ASKED = {"permission.asked": waiting_from_permission, "question.asked": waiting_from_question}
+_ANSWERED = {
+    "permission.replied": "replied",
+    "question.replied": "answered",
+    "question.rejected": "rejected",
+}
 # Server event types that can change what the hub shows; everything else is skipped unparsed.
 WANTED_TYPES = frozenset(
     {
@@ -64,11 +63,8 @@ WANTED_TYPES = frozenset(
         "session.status",
         "session.idle",
         "session.error",
-        "permission.asked",
-        "permission.replied",
-        "question.asked",
-        "question.replied",
-        "question.rejected",
+        *_ASKED,
+        *_ANSWERED,
         "project.updated",
         "message.updated",
     }
@@ -77,12 +73,6 @@ WANTED_TYPES = frozenset(
 _MAYBE_WANTED = re.compile(
     r'"(?:session\.|server\.|permission\.|question\.|project\.updated"|message\.updated")'
 )
-_ASKED = {"permission.asked": "permission", "question.asked": "question"}
-_ANSWERED = {
-    "permission.replied": "replied",
-    "question.replied": "answered",
-    "question.rejected": "rejected",
-}
 
 
 # Sessions and directories outside the project a board remembers before it starts over.
@@ -206,6 +196,14 @@ def asked_detail(rec: SessionRecord) -> str:
     return waiting_detail(rec.waiting) if rec.waiting is not None else ""
 
 
+def _detail(kind: EventKind, rec: SessionRecord) -> str:
+    if kind == "retry":
+        return rec.retry_message
+    if kind in ("asked", "answered"):
+        return asked_detail(rec)
+    return ""
+
+
 class Board:
     """One instance's project sessions as last seen, and the changes each frame makes.
 
@@ -326,8 +324,9 @@ class Board:
             self.foreign.pop(sid, None)
             rec = self.sessions.pop(sid, None)
             return [self._event("gone", rec, "stream")] if rec is not None else []
-        if sid in self.foreign:
-            self._foreign_run(sid, kind, props)
+        if sid in self.foreign:  # outside the project: only its run is kept
+            if (said := _run_said(kind, props)) is not None:
+                self.foreign[sid] = _with_run(self.foreign[sid], said)
             return []
         if sid in self.outside:
             return []
@@ -361,14 +360,8 @@ class Board:
         if self.inst.claims(checkout):  # any configured project's, when none is chosen
             self.learn_sandboxes({f: checkout for f in folders if isinstance(f, str) and f})
 
-    def _foreign_run(self, sid: str, kind: str, props: Mapping[str, Any]) -> None:
-        said = _run_said(kind, props)
-        if said is not None:
-            self.foreign[sid] = _with_run(self.foreign[sid], said)
-
     def _asked(self, rec: SessionRecord, kind: str, props: Mapping[str, Any]) -> list[FleetEvent]:
-        read = waiting_from_permission if _ASKED[kind] == "permission" else waiting_from_question
-        pending = read(props, now_ms())
+        pending = _ASKED[kind](props, now_ms())
         if pending is None or (rec.waiting is not None and rec.running):
             return []  # unreadable, or the run already waits on an older request
         new = replace(rec, waiting=pending.waiting, running=True,

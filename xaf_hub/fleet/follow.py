@@ -317,13 +317,11 @@ class FleetFollower:
         if st.reported_down:
             st.reported_down = False
             self.emit(FleetEvent("up", inst.name, detail=mode, at_ms=now_ms()))
-        if first:
+        if first or (mode != "polling" and was_polled):  # or back from its budget's pause
             self.emit(FleetEvent("ready", inst.name, detail=mode, at_ms=now_ms()))
         if mode == "polling" and first:
             why = self._why_polling(client)
             self.emit(FleetEvent("polling", inst.name, detail=why, at_ms=now_ms()))
-        elif mode != "polling" and was_polled and not first:  # back from its budget's pause
-            self.emit(FleetEvent("ready", inst.name, detail=mode, at_ms=now_ms()))
         if not first:
             await self._send(client, changes)
         if mode == "polling":
@@ -422,11 +420,8 @@ class FleetFollower:
         for sid, _hint in list(board.missing):
             try:
                 s = await client.get_session(sid)
-            except HubError:
-                board.ignore(sid)  # gone already, or unreadable: a rescan will tell
-                continue
-            except (ValueError, TypeError, httpx.InvalidURL):
-                board.ignore(sid)  # an id no request can carry: never ours to follow
+            except (HubError, ValueError, TypeError, httpx.InvalidURL):
+                board.ignore(sid)  # gone, unreadable, or an id no request can carry
                 continue
             changes += board.learn(build_record(inst, board.placed(s), None, True))
             changes += board.apply(frame)

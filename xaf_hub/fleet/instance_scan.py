@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 
 from xaf_hub.config.load import InstanceConfig
 from xaf_hub.core.records import InstanceSummary, SessionRecord, Snapshot, Tally
@@ -75,26 +75,21 @@ class InstanceScan:
     def summary(self) -> InstanceSummary:
         """Counts for tables and exports."""
         t = self.tally if self.tally is not None else Tally.of(self.sessions)
+        inst = self.inst
         return InstanceSummary(
-            name=self.inst.name,
-            url=self.inst.url,
-            reachable=self.reachable,
-            reason=self.reason,
-            cause=self.cause,
-            version=self.version,
-            api=self.api,
-            total_sessions=t.total_sessions,
-            project_sessions=t.project_sessions,
-            running_total=t.running_total,
-            running_project=t.running_project,
-            limit=self.inst.concurrency_limit,
-            danger=self.inst.production,
-            note=self.inst.note,
-            release=self.release,
-            run_state_unknown=self.run_state_unknown,
-            waiting=t.waiting,
-            waiting_unknown=self.waiting_unknown,
+            inst.name,
+            inst.url,
+            limit=inst.concurrency_limit,
+            danger=inst.production,
+            note=inst.note,
+            **{f: getattr(self, f) for f in _OWN},
+            **{f: getattr(t, f) for f in _COUNTED},
         )
+
+
+# A summary's fields that the scan itself or its counts hold under the same name.
+_OWN = [f.name for f in fields(InstanceSummary) if f.name in InstanceScan.__dataclass_fields__]
+_COUNTED = [f.name for f in fields(InstanceSummary) if f.name in Tally.__dataclass_fields__]
 
 
 def snapshot_of(scans: Sequence[InstanceScan], generated_at: int | None = None) -> Snapshot:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from xaf_hub.config.load import InstanceConfig
@@ -42,28 +42,21 @@ class LiveInstance:
     confirmed_at_ms: int
 
 
+@dataclass(eq=False, repr=False)  # no repr: its config holds passwords
 class LiveView:
     """The follower's view of ``instances`` (its ``state`` and ``boards``), kept current by the
     follower's calls, built on the follower's own loop."""
 
-    def __init__(
-        self,
-        instances: Sequence[InstanceConfig],
-        state: dict[str, FollowState],
-        boards: dict[str, Board],
-        publish: Callable[[list[LiveInstance]], None] | None = None,
-        publish_seconds: float = PUBLISH_SECONDS,
-    ) -> None:
-        self.instances = instances
-        self.state = state
-        self.boards = boards
-        self.publish = publish
-        self.publish_seconds = publish_seconds
-        self.scans: dict[str, InstanceScan] = {}  # the last full scan of each instance
-        self.heard_ms: dict[str, int] = {}  # the last line of its stream, or its last rescan
-        # Since when the consumer has had frames of it left to read (absent: caught up).
-        self.behind_ms: dict[str, int] = {}
-        self.changed = True
+    instances: Sequence[InstanceConfig]
+    state: dict[str, FollowState]
+    boards: dict[str, Board]
+    publish: Callable[[list[LiveInstance]], None] | None = None
+    publish_seconds: float = PUBLISH_SECONDS
+    scans: dict[str, InstanceScan] = field(default_factory=dict)  # each one's last full scan
+    heard_ms: dict[str, int] = field(default_factory=dict)  # its stream's last line, or rescan
+    # Since when the consumer has had frames of it left to read (absent: caught up).
+    behind_ms: dict[str, int] = field(default_factory=dict)
+    changed: bool = True
 
     def heard(self, name: str) -> None:
         """A line of the instance's stream arrived."""

@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
 
 import httpx
 
@@ -40,6 +41,7 @@ class OverBudget(Exception):
     """A stream sent more than its budget allows."""
 
 
+@dataclass(eq=False)
 class Budget:
     """Frames and bytes one connection's streams sent in the current window.
 
@@ -47,24 +49,19 @@ class Budget:
     than its share; the window starts again every ``window`` seconds.
     """
 
-    def __init__(
-        self,
-        frames_per_s: float = BUDGET_FRAMES_PER_S,
-        bytes_per_s: float = BUDGET_BYTES_PER_S,
-        window: float = BUDGET_WINDOW,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.frames_per_s = frames_per_s
-        self.bytes_per_s = bytes_per_s
-        self.window = window
-        self._clock = clock
-        self._start = clock()
-        self.frames = 0
-        self.bytes = 0
+    frames_per_s: float = BUDGET_FRAMES_PER_S
+    bytes_per_s: float = BUDGET_BYTES_PER_S
+    window: float = BUDGET_WINDOW
+    clock: Callable[[], float] = time.monotonic
+    frames: int = field(default=0, init=False)
+    bytes: int = field(default=0, init=False)
+
+    def __post_init__(self) -> None:
+        self._start = self.clock()
 
     def add(self, frames: int, nbytes: int) -> None:
         """Count what arrived; raise ``OverBudget`` when the window's share is exceeded."""
-        now = self._clock()
+        now = self.clock()
         if now - self._start >= self.window:
             self._start, self.frames, self.bytes = now, 0, 0
         self.frames += frames
@@ -110,19 +107,17 @@ async def read_lines(
             start = nl + 1
 
 
+@dataclass(eq=False)
 class Streams:
     """The reader tasks of one connection, feeding one queue."""
 
-    def __init__(
-        self, client: OpencodeClient, on_line: Callable[[], None], budget: Budget | None = None
-    ) -> None:
-        self.client = client
-        self.queue = Mailbox()
-        self.tasks: list[asyncio.Task[None]] = []
-        self.directories: set[str] = set()
-        self.heartbeats = False
-        self.budget = budget or Budget()
-        self._on_line = on_line  # called for every data line: the stream's sign of life
+    client: OpencodeClient
+    on_line: Callable[[], None]  # called for every data line: the stream's sign of life
+    budget: Budget = field(default_factory=Budget)
+    queue: Mailbox = field(default_factory=Mailbox, init=False)
+    tasks: list[asyncio.Task[None]] = field(default_factory=list, init=False)
+    directories: set[str] = field(default_factory=set, init=False)
+    heartbeats: bool = field(default=False, init=False)
 
     async def open(self, path: str, directory: str, probe_seconds: float) -> bool:
         """Start one reader; True once its first frame arrived within ``probe_seconds``."""
@@ -167,7 +162,7 @@ class Streams:
                     if not raw.startswith(b"data:"):
                         continue  # comments, blank lines, event:/id:/retry: are not life
                     budget.add(1, 0)
-                    self._on_line()
+                    self.on_line()
                     if not whole:
                         if b'"session.' in raw or b'"server.' in raw:
                             self.queue.bad(long_line=True)  # one the hub reads, too large

@@ -13,7 +13,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from urllib.parse import quote, urlsplit, urlunsplit
 
 import httpx
@@ -55,7 +55,6 @@ def public_base(url: str) -> str:
 
 
 def _is_loopback_host(url: str) -> bool:
-
     host = (urlsplit(url).hostname or "").lower()
     if host == "localhost":
         return True
@@ -115,37 +114,30 @@ async def probe_all(
     return {i.name: ui for i, ui in zip(chosen, found, strict=True) if ui is not None}
 
 
+@dataclass(eq=False, repr=False)  # no repr: its config holds passwords
 class Finder:
     """Probe results for a long-running viewer, each kept ``max_age`` seconds."""
 
-    def __init__(
-        self,
-        cfg: Config,
-        transport_factory: Callable[[InstanceConfig], httpx.AsyncBaseTransport | None]
-        | None = None,
-        max_age: float = CACHE_SECONDS,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self._cfg = cfg
-        self._factory = transport_factory
-        self._max_age = max_age
-        self._clock = clock
-        self._lock = threading.Lock()
-        self._at: float | None = None
-        self._probed: set[str] = set()
-        self._found: dict[str, WebUI] = {}
+    cfg: Config
+    transport_factory: Callable[[InstanceConfig], httpx.AsyncBaseTransport | None] | None = None
+    max_age: float = CACHE_SECONDS
+    clock: Callable[[], float] = time.monotonic
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False)
+    _at: float | None = field(default=None, init=False)
+    _probed: set[str] = field(default_factory=set, init=False)
+    _found: dict[str, WebUI] = field(default_factory=dict, init=False)
 
     def __call__(self, reachable: Iterable[str]) -> Mapping[str, WebUI]:
         """Web interfaces of the named (reachable) instances, probing when the memory is old."""
 
         names = set(reachable)
         with self._lock:
-            if self._at is None or self._clock() - self._at >= self._max_age:
+            if self._at is None or self.clock() - self._at >= self.max_age:
                 self._probed, self._found = set(), {}
-                self._at = self._clock()
+                self._at = self.clock()
             # An instance that was down at the last probe is probed once it answers.
-            chosen = [i for i in self._cfg.instances if i.name in names - self._probed]
+            chosen = [i for i in self.cfg.instances if i.name in names - self._probed]
             if chosen:
-                self._found.update(aio.run(probe_all(chosen, self._factory)))
+                self._found.update(aio.run(probe_all(chosen, self.transport_factory)))
                 self._probed.update(i.name for i in chosen)
             return {n: ui for n, ui in self._found.items() if n in names}

@@ -633,7 +633,7 @@ def test_a_follow_up_in_the_other_language_finds_its_session(
         assert got[0].key == want and got[0].score - got[1].score >= 0.1, (text, got)
     assert rank("the release notes for v2.3", fleet, top=4)[0].score < 0.05
     # Without the glossary the two scripts share nothing.
-    monkeypatch.setattr(matcher, "_GLOSSARY", {})
+    monkeypatch.setattr(matcher, "_glossary", dict)
     for text, want in follow_ups:
         assert {c.key: c.score for c in rank(text, fleet, top=4)}[want] < 0.05, text
 
