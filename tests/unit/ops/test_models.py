@@ -1,5 +1,5 @@
 """Which model a send picks for an instance (``ops.models.pick_model``), and a task's next
-model past the ones its runs failed on (``avoid``, what ``untried_model`` asks)."""
+model past the ones its runs failed on (``choose_model``'s ``avoid``)."""
 
 from __future__ import annotations
 
