@@ -15,7 +15,7 @@ import threading
 from collections.abc import Callable, Mapping
 from datetime import datetime
 from pathlib import Path
-from typing import Any, NotRequired, TypedDict
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
 from xaf_hub.config.load import Config
 from xaf_hub.core.clock import resolve_timezone
@@ -23,9 +23,11 @@ from xaf_hub.errors import HubError
 from xaf_hub.store.backlog import Backlog
 from xaf_hub.store.fence import Fence
 from xaf_hub.store.gate import FileGate, Gate, host_name
-from xaf_hub.store.model_state import MODEL_STATE_FILE, FileModelState, ModelState
-from xaf_hub.store.patrol_state import RunMemory
 from xaf_hub.store.pool import TaskPool, utc_now
+
+if TYPE_CHECKING:
+    from xaf_hub.store.model_state import ModelState
+    from xaf_hub.store.patrol_state import RunMemory
 
 
 def shares_decisions(cfg: Config) -> bool:
@@ -128,6 +130,9 @@ class Stores:
             return RedisModelState(
                 self.redis(), cfg.lock.redis_prefix, *policy, lock_timeout=timeout, fence=fence
             )
+        # deferred: `status` reads no model state, see docs/performance.md
+        from xaf_hub.store.model_state import MODEL_STATE_FILE, FileModelState
+
         return FileModelState(cfg.state_dir / MODEL_STATE_FILE, *policy, lock_timeout=timeout)
 
     def pool(
@@ -157,6 +162,9 @@ class Stores:
             from xaf_hub.store.redis.runs import RedisRunMemory
 
             return RedisRunMemory.open(self.redis(), self.cfg.lock.redis_prefix, fence)
+        # deferred: `status` reads no run memory, see docs/performance.md
+        from xaf_hub.store.patrol_state import RunMemory
+
         return RunMemory.load(folder)
 
     def record_interrupt(
