@@ -498,7 +498,6 @@ class OpencodeClient:
             out.extend(i for i in items if i is not None)
         return out
 
-
     async def reply_permission(
         self, request_id: str, reply: Literal["once", "always", "reject"], message: str,
         directory: str,

@@ -217,8 +217,10 @@ async def _read_waiting(result: InstanceScan, client: OpencodeClient) -> None:
             with contextlib.suppress(HubError):
                 shown = await client.messages(sid, 3, rec.directory)
         for p in asked[sid]:
-            state, started = tool_call(shown, p.call_id) if shown is not None else ("", 0)
-            if state in ("pending", "running") or not (p.call_id and shown is not None):
+            if not p.call_id or shown is None:  # cannot tell: it stands, its start unknown
+                return sid, replace(p.waiting, since=0)
+            state, started = tool_call(shown, p.call_id)
+            if state in ("pending", "running"):
                 return sid, replace(p.waiting, since=started)
         return sid, None
 
