@@ -175,8 +175,10 @@ class OpencodeClient:
         expect_json: bool = True,
         idempotent: bool = True,
         gone: HubError | None = None,
+        shape: type | None = None,
     ) -> Any:
-        """The answer's JSON (None with ``expect_json`` off); ``gone`` is raised on a 404."""
+        """The answer's JSON (None with ``expect_json`` off); ``gone`` is raised on a 404, an
+        unexpected shape when the JSON is not a ``shape`` (list, dict)."""
         attempts = self.retries + 1
         cause: Cause
         cause, last_reason = "other", "no attempt made"
@@ -190,17 +192,14 @@ class OpencodeClient:
             try:
                 async with asyncio.timeout(self.deadline):
                     resp, content = await self._read(method, path, params, body)
-            except TimeoutError:
-                cause, last_reason = "timeout", (
-                    f"no complete answer within {self.deadline:g}s (timed out; "
-                    "the server sends too slowly)"
-                )
-                uncertain = not idempotent
-                break  # retrying would only wait as long again
-            except _TooLarge:
-                cause, last_reason = "too_large", (
-                    f"answer larger than {self.max_body_bytes // 2**20} MB (stopped reading; "
-                    "not an opencode server?)"
+            except (TimeoutError, _TooLarge) as exc:
+                # Retrying would only wait as long again, or read as much.
+                cause, last_reason = (
+                    ("timeout", f"no complete answer within {self.deadline:g}s (timed out; "
+                     "the server sends too slowly)")
+                    if isinstance(exc, TimeoutError)
+                    else ("too_large", f"answer larger than {self.max_body_bytes // 2**20} MB "
+                          "(stopped reading; not an opencode server?)")
                 )
                 uncertain = not idempotent
                 break
@@ -232,29 +231,29 @@ class OpencodeClient:
                 )
             if status == 403:
                 raise self._fail("access forbidden (HTTP 403)", "forbidden")
-            if status >= 500:
-                cause, last_reason = "server_error", f"server error (HTTP {status})"
-                if idempotent:
-                    continue
-                uncertain = True
-                break
             if status == 404 and gone is not None:
                 raise gone
-            if status >= 400:
+            if 400 <= status < 500:
                 said, name = wire.server_error(content)
                 # Redacted before it is cut short: a cut could leave half a secret behind.
                 raise ApiError(self.name, status, self._scrub(said)[:300], name)
-            if not expect_json:
+            if status >= 500:
+                cause, last_reason = "server_error", f"server error (HTTP {status})"
+            elif not expect_json:
                 return None
-            ctype = resp.headers.get("content-type", "")
-            if "html" in ctype or content.lstrip()[:1] == b"<":
+            elif "html" in resp.headers.get("content-type", "") or content.lstrip()[:1] == b"<":
                 raise self._fail(_HTML, "html")
-            try:
-                return wire.server_json(content)
-            except (ValueError, RecursionError):  # bad UTF-8 or JSON, a 5000-digit number
-                cause, last_reason = "garbled", "truncated or invalid JSON in the response"
-                if idempotent:
-                    continue
+            else:
+                try:
+                    data = wire.server_json(content)
+                except (ValueError, RecursionError):  # bad UTF-8 or JSON, a 5000-digit number
+                    cause, last_reason = "garbled", "truncated or invalid JSON in the response"
+                else:
+                    if shape is not None and not isinstance(data, shape):
+                        raise self._shape(path)
+                    return data
+            # A server error or a garbled answer: tried again, unless a write may have landed.
+            if not idempotent:
                 uncertain = True
                 break
         if timed_out > 1 and cause == "timeout":
@@ -429,9 +428,7 @@ class OpencodeClient:
 
     async def _status_map(self, directory: str | None) -> dict[str, RawStatus]:
         params = {"directory": directory} if directory is not None else None
-        data = await self._request("GET", "/session/status", params=params)
-        if not isinstance(data, dict):
-            raise self._shape("/session/status")
+        data = await self._request("GET", "/session/status", params=params, shape=dict)
         return {str(k): cast(RawStatus, v) for k, v in data.items() if isinstance(v, dict)}
 
     async def status(self, directory: str) -> dict[str, RawStatus]:
@@ -488,9 +485,7 @@ class OpencodeClient:
             ("/permission", wire.waiting_from_permission),
             ("/question", wire.waiting_from_question),
         ):
-            data = await self._request("GET", path, params={"directory": directory})
-            if not isinstance(data, list):
-                raise self._shape(path)
+            data = await self._request("GET", path, params={"directory": directory}, shape=list)
             items = [read(obj) for obj in data[: wire.MAX_SESSIONS]]
             skipped = sum(1 for i in items if i is None)
             if skipped:
@@ -565,9 +560,8 @@ class OpencodeClient:
 
     async def worktrees(self, checkout: str) -> list[str]:
         """The folders of ``checkout``'s worktrees that opencode made."""
-        data = await self._request("GET", "/experimental/worktree", params={"directory": checkout})
-        if not isinstance(data, list):
-            raise self._shape("/experimental/worktree")
+        where = {"directory": checkout}
+        data = await self._request("GET", "/experimental/worktree", params=where, shape=list)
         return [d for d in data if isinstance(d, str) and d]
 
     async def remove_worktree(self, checkout: str, directory: str) -> None:

@@ -53,11 +53,12 @@ class Api(abc.ABC):
     def __init__(self, client: OpencodeClient) -> None:
         self.client = client
 
-    @abc.abstractmethod
     async def where(
         self, session_id: str, directory: str | None, write: bool = False
     ) -> dict[str, str] | None:
-        """The query that places a call on a session (its ``?directory=``), or None."""
+        """The query that places a call on a session (its ``?directory=``), or None (v2: no
+        directory per call)."""
+        return None
 
     @abc.abstractmethod
     def session(self, data: Any) -> ServerSession:
@@ -71,9 +72,9 @@ class Api(abc.ABC):
     async def running(self, directories: Sequence[str], fan_out: int) -> dict[str, RawStatus]:
         """The running sessions of ``directories`` (``OpencodeClient.running``)."""
 
-    @abc.abstractmethod
     async def children(self, session_id: str, directory: str | None) -> list[ServerSession]:
-        """The sessions a session's sub-agents run in."""
+        """The sessions a session's sub-agents run in (none on v2, which has no such route)."""
+        return []
 
     @abc.abstractmethod
     async def create_session(self, directory: str, title: str) -> ServerSession:
@@ -132,9 +133,8 @@ class Classic(Api):
         c = self.client
         path = f"/session/{session_id}/children"
         where = await self.where(session_id, directory)
-        data = await c._request("GET", path, params=where, gone=c.no_session(session_id))
-        if not isinstance(data, list):
-            raise c._shape(path)
+        gone = c.no_session(session_id)
+        data = await c._request("GET", path, params=where, gone=gone, shape=list)
         page, _ = c._read_page(data, session_from_classic, {}, path)
         return [c._seen(s) for s in page]
 
@@ -171,11 +171,6 @@ class V2(Api):
     sessions = "/api/session"
     stop = "interrupt"
 
-    async def where(
-        self, session_id: str, directory: str | None, write: bool = False
-    ) -> dict[str, str] | None:
-        return None
-
     def session(self, data: Any) -> ServerSession:
         return session_from_v2(data.get("data", data))
 
@@ -190,9 +185,6 @@ class V2(Api):
         if not isinstance(data, dict) or not isinstance(data.get("data"), dict):
             raise self.client._shape("/api/session/active")
         return {str(k): {"type": "busy"} for k in data["data"]}
-
-    async def children(self, session_id: str, directory: str | None) -> list[ServerSession]:
-        return []
 
     async def create_session(self, directory: str, title: str) -> ServerSession:
         data = await self.client._request(
