@@ -173,21 +173,20 @@ def diff(
             events.append(("stopped", s))
         elif s.run_state != old.run_state and s.run_state == "retry":
             events.append(("retry", s))
-        if old is not None and _request(old) != _request(s):
-            if _request(old):
-                events.append(("answered", replace(s, waiting=old.waiting)))
+        if (was := _request(old)) != _request(s):
+            if was:
+                events.append(("answered", replace(s, waiting=before[key].waiting)))
             if _request(s):
                 events.append(("asked", s))
-        elif old is None and _request(s):
-            events.append(("asked", s))
     for key, s in before.items():
         if key not in after:
             events.append(("gone", s))
     return events
 
 
-def _request(s: SessionRecord) -> str:
-    return s.waiting.request_id if s.running and s.waiting is not None else ""
+def _request(s: SessionRecord | None) -> str:
+    """The request a session's run waits on ("" none, or no session)."""
+    return s.waiting.request_id if s is not None and s.running and s.waiting is not None else ""
 
 
 def asked_detail(rec: SessionRecord) -> str:

@@ -300,11 +300,6 @@ def _words(value: Any) -> tuple[str, ...]:
     return tuple(one_line(v)[:MAX_WORD_CHARS] for v in value[:MAX_WORDS] if isinstance(v, str))
 
 
-def _all_kept(value: Any, kept: tuple[str, ...]) -> bool:
-    """Whether ``_words`` kept every item of ``value`` as it was (none dropped, cut, joined)."""
-    return isinstance(value, list) and list(kept) == value
-
-
 def request_id(obj: Any, prefix: str) -> str:
     """A request's id when it is a usable ``per…`` / ``que…`` id, else ''."""
     ident = usable_id(obj)
@@ -342,7 +337,8 @@ def waiting_from_permission(obj: Any, since: int = 0) -> Pending | None:
     if kind == "bash":
         whole = 0 < len(command) <= MAX_ASKED_CHARS
     else:
-        whole = bool(patterns) and _all_kept(raw, patterns)
+        # Every pattern kept as it was by ``_words``: none dropped, cut or joined.
+        whole = bool(patterns) and isinstance(raw, list) and list(patterns) == raw
     waiting = Waiting(
         "permission",
         ident,
