@@ -13,7 +13,6 @@ import hashlib
 import re
 import unicodedata
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from functools import lru_cache
 from typing import Literal
 
@@ -93,22 +92,17 @@ def discipline_block(
     """Build the discipline block appended to every prompt for one target; ``branch`` says
     where the feature branch stands (a branch policy's first rule depends on it)."""
     base = _base_name(base_branch)
+    # A pool's override, filled in ("" none): never empty when given.
+    custom = _fill_override(override, base=base, slug=slug) if override and override.strip() else ""
     if policy == "branch":
         if not slug.strip():
             raise ValueError("branch policy needs a non-empty slug")
-        if override is not None and override.strip():
-            body = _fill_override(override, base=base, slug=slug)
-        else:
-            body = _branch_body(base, slug, branch)
+        body = custom or _branch_body(base, slug, branch)
     elif policy in ("mainline", "worktree"):
         rules = _mainline_body(base) if policy == "mainline" else _worktree_body(base)
-        if override is not None and override.strip():
-            custom = _fill_override(override, base=base, slug=slug)
-            if policy == "mainline":
-                custom = rewrite_branch_to_mainline(custom, base)
-            body = f"{custom}\n{rules}"
-        else:
-            body = rules
+        if custom and policy == "mainline":
+            custom = rewrite_branch_to_mainline(custom, base)
+        body = f"{custom}\n{rules}" if custom else rules
     else:
         raise ValueError(f"unknown branch policy {policy!r}; expected one of {BRANCH_POLICIES}")
     return f"{DISCIPLINE_MARKER}\n{body}\n{DISCIPLINE_END_MARKER}"
@@ -357,13 +351,8 @@ _ZH_CREATE_FILL = (
 _ZH_TAIL = r"(?:\s*的?\s*分支)?"
 
 
-@dataclass(frozen=True)
-class _Rule:
-    """One imperative shape and how to reword a match of it."""
-
-    name: str
-    pattern: re.Pattern[str]
-    render: Callable[[re.Match[str], str], str]
+# One imperative shape, and how to reword a match of it.
+_Rule = tuple[re.Pattern[str], Callable[[re.Match[str], str], str]]
 
 
 def _target(m: re.Match[str], base: str, remote: bool = True, zh: bool = False) -> str:
@@ -510,9 +499,10 @@ def _rules(base: str) -> tuple[_Rule, ...]:
     # Case-insensitive for the English verbs ("Create", "Push"); the feature/
     # literal itself stays case-sensitive to match the fast path and loop bound.
     # Whitespace inside a shape never spans a line: a line break ends a clause.
+    # The names only tell the shapes apart to a reader.
     return tuple(
-        _Rule(name, re.compile(pattern.replace(r"\s", r"[^\S\n]"), re.IGNORECASE), render)
-        for name, pattern, render in spec
+        (re.compile(pattern.replace(r"\s", r"[^\S\n]"), re.IGNORECASE), render)
+        for _name, pattern, render in spec
     )
 
 
@@ -541,10 +531,10 @@ def _rewrite_once(text: str, base: str) -> str:
     """Apply one round of rewriting to text."""
     boundaries = [b.start() for b in _CLAUSE_BOUNDARY.finditer(text)]
     candidates: list[tuple[int, int, int, str]] = []
-    for index, rule in enumerate(_rules(base)):
-        for m in rule.pattern.finditer(text):
+    for index, (pattern, render) in enumerate(_rules(base)):
+        for m in pattern.finditer(text):
             if not _protected(text, m, boundaries):
-                candidates.append((m.start(), -(m.end() - m.start()), index, rule.render(m, base)))
+                candidates.append((m.start(), -(m.end() - m.start()), index, render(m, base)))
     candidates.sort()
     pieces: list[str] = []
     cursor = 0

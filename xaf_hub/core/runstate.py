@@ -123,16 +123,12 @@ def error_text(err: Mapping[str, Any] | None) -> str:
     """A one-line description of an opencode error object."""
     if not err:
         return ""
-    data = err.get("data") if isinstance(err.get("data"), Mapping) else {}
-    assert isinstance(data, Mapping)
+    data = err.get("data")
+    data = data if isinstance(data, Mapping) else {}
     code = data.get("statusCode")
-    msg = str(data.get("message") or "").strip().splitlines()
-    parts = [str(err.get("name") or "Error")]
-    if code:
-        parts.append(f"HTTP {code}")
-    if msg:
-        parts.append(msg[0][:200])
-    return ": ".join(parts)
+    said = next(iter(str(data.get("message") or "").strip().splitlines()), "")[:200]
+    parts = (str(err.get("name") or "Error"), f"HTTP {code}" if code else "", said)
+    return ": ".join(part for part in parts if part)
 
 
 @dataclass(frozen=True)
@@ -306,25 +302,15 @@ MODEL_UNAVAILABLE_PATTERNS: tuple[re.Pattern[str], ...] = tuple(
 _NEVER_A_SIGNAL = frozenset({"MessageAbortedError", "ContextOverflowError"})
 
 
-def _matches(patterns: Sequence[re.Pattern[str]], text: str) -> bool:
-    return any(p.search(text) for p in patterns)
-
-
 def classify_message(text: str) -> ErrorClass:
     """Classify a retry-status or error message; rate limit wins over model-unavailable."""
     if not text or not text.strip():
         return "none"
-    if _matches(RATE_LIMIT_PATTERNS, text):
+    if any(p.search(text) for p in RATE_LIMIT_PATTERNS):
         return "rate_limited"
-    if _matches(MODEL_UNAVAILABLE_PATTERNS, text):
+    if any(p.search(text) for p in MODEL_UNAVAILABLE_PATTERNS):
         return "model_unavailable"
     return "other"
-
-
-def _status_code(value: Any) -> int | None:
-    if isinstance(value, str) and value.strip().isdigit():
-        return int(value.strip())
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _as_text(value: Any) -> str:
@@ -349,7 +335,10 @@ def classify_error(error: Mapping[str, Any] | None) -> ErrorClass:
         return "other"
     data = error.get("data")
     data = data if isinstance(data, Mapping) else {}
-    if _status_code(data.get("statusCode")) == 429:
+    code = data.get("statusCode")  # a number, or one written as text
+    if isinstance(code, str) and code.strip().isdigit():
+        code = int(code)
+    if type(code) is int and code == 429:
         return "rate_limited"
     # The name is searched too: "ProviderModelNotFoundError" says enough on its own.
     text = "\n".join(
