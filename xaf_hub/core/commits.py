@@ -63,8 +63,7 @@ def _candidates(answer: str) -> list[tuple[int, str]]:
     offset = 0
     for line in answer.splitlines(keepends=True):
         skip: set[int] = set()
-        m = _GIT_PUSH_LINE.match(line)
-        if m:
+        if m := _GIT_PUSH_LINE.match(line):
             found.append((offset + m.start(2), m.group(2)))
             skip = {m.start(1), m.start(2)}
         c = _GIT_COMMIT_LINE.match(line)
@@ -90,14 +89,7 @@ def _candidates(answer: str) -> list[tuple[int, str]]:
 
 def claimed_commits(answer: str) -> tuple[str, ...]:
     """The hashes ``answer`` reports, lower case, each once, in the order they appear."""
-    out: list[str] = []
-    for _, token in _candidates(answer):
-        token = token.lower()
-        if token not in out:
-            out.append(token)
-        if len(out) >= MAX_CLAIMS:
-            break
-    return tuple(out)
+    return tuple(dict.fromkeys(token.lower() for _, token in _candidates(answer)))[:MAX_CLAIMS]
 
 
 def short(commit: str) -> str:

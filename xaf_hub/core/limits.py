@@ -88,19 +88,14 @@ def stated_in_text(text: str, now: datetime, longest: timedelta) -> datetime | N
     if not text:
         return None
     found: list[tuple[int, datetime]] = []
-    m = _RETRY_AFTER.search(text)
-    if m:
+    if m := _RETRY_AFTER.search(text):
         unit = (m.group("u") or ("ms" if "ms" in m.group(0).lower()[:16] else "s")).lower()
         wait = float(m.group("n")) * _UNIT_SECONDS[unit]
         found.append((m.start(), _after(now, wait, longest)))
-    m = _IN_DURATION.search(text)
-    if m:
+    if m := _IN_DURATION.search(text):
         found.append((m.start(), _after(now, _seconds(m.group("d")), longest)))
-    m = _AT_INSTANT.search(text)
-    if m:
-        when = read_instant(m.group("t"))
-        if when is not None:
-            found.append((m.start(), when))
+    if (m := _AT_INSTANT.search(text)) and (when := read_instant(m.group("t"))) is not None:
+        found.append((m.start(), when))
     when = next((w for _, w in sorted(found, key=lambda f: f[0]) if w > now), None)
     return None if when is None else min(when, _after(now, math.inf, longest))
 
@@ -170,13 +165,11 @@ def stated_end(
     ``longest`` after ``now``: a longer one ends then. The end may lie in the past (a failure
     read late: its rest is over).
     """
-    found: tuple[datetime, datetime] | None = None
+    # The first statement wins: the retry's next try, its message (both said now), the error.
     when = read_instant(next_ms) if next_ms > 0 else None
-    if when is not None:
-        found = (when, now)
-    if found is None or not _a_statement(*found):
+    if when is None or not _a_statement(when, now):
         when = stated_in_text(message, now, longest)
-        found = None if when is None else (when, now)
+    found = None if when is None else (when, now)
     if (found is None or not _a_statement(*found)) and error is not None:
         said = (read_instant(said_ms) if said_ms > 0 else None) or now
         found = _error_statement(error, said, longest)

@@ -75,10 +75,7 @@ def is_under(path: str, root: str) -> bool:
     """True when normalised ``path`` equals ``root`` or lies below it on a segment boundary."""
     if not root:
         return False
-    if path == root:
-        return True
-    prefix = root if root.endswith("/") else root + "/"
-    return path.startswith(prefix)
+    return path == root or path.startswith(root if root.endswith("/") else root + "/")
 
 
 def _segments(path: str) -> list[str]:
@@ -153,10 +150,8 @@ class ProjectRules:
             return "root"
         if any(is_under(norm, r) for r in self.sandboxes):
             return "sandbox"
-        if self.fallback_segments:
-            segments = set(norm.split("/"))
-            if any(seg in segments for seg in self.fallback_segments):
-                return "segment"
+        if self.fallback_segments and not set(norm.split("/")).isdisjoint(self.fallback_segments):
+            return "segment"
         return "outside"
 
     def is_project(self, directory: str) -> bool:
