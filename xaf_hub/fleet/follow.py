@@ -275,17 +275,14 @@ class FleetFollower:
             return await self._open_directories(client, inst, streams)
         return True
 
-    async def _project_directories(self, client: OpencodeClient, inst: InstanceConfig) -> set[str]:
+    async def _open_directories(
+        self, client: OpencodeClient, inst: InstanceConfig, streams: Streams
+    ) -> bool:
         board = self.boards[inst.name]
         found = {s.directory for s in await client.list_sessions() if board.is_project(s.directory)}
         if inst.default_directory:
             found.add(inst.default_directory)
-        return found
-
-    async def _open_directories(
-        self, client: OpencodeClient, inst: InstanceConfig, streams: Streams
-    ) -> bool:
-        wanted = sorted(await self._project_directories(client, inst) - streams.directories)
+        wanted = sorted(found - streams.directories)
         if len(streams.directories) + len(wanted) > MAX_DIRECTORY_STREAMS:
             return False
         if not wanted and not streams.directories:
@@ -320,7 +317,11 @@ class FleetFollower:
         if first or (mode != "polling" and was_polled):  # or back from its budget's pause
             self.emit(FleetEvent("ready", inst.name, detail=mode, at_ms=now_ms()))
         if mode == "polling" and first:
-            why = self._why_polling(client)
+            why = (
+                "polling asked for" if self.force_polling
+                else "v2 API: no event stream known" if client.dialect == "v2"
+                else "neither /global/event nor /event?directory= answered"
+            )
             self.emit(FleetEvent("polling", inst.name, detail=why, at_ms=now_ms()))
         if not first:
             await self._send(client, changes)
@@ -389,13 +390,6 @@ class FleetFollower:
             bad_in_a_row += item.count
             if bad_in_a_row >= MAX_BAD_FRAMES:
                 return True, f"{bad_in_a_row} unreadable frames in a row"
-
-    def _why_polling(self, client: OpencodeClient) -> str:
-        if self.force_polling:
-            return "polling asked for"
-        if client.dialect == "v2":
-            return "v2 API: no event stream known"
-        return "neither /global/event nor /event?directory= answered"
 
     async def _poll(
         self, client: OpencodeClient, inst: InstanceConfig, board: Board, until: float | None = None
