@@ -48,20 +48,13 @@ def simple_commands(command: str) -> tuple[str, ...] | None:
                     return None
                 out.append(" ".join(words))
                 words = []
-                i += len(join)
-                continue
-            i += 1
+            i += len(join) or 1
             continue
         if word_at < 0:
             word_at = i
-        if ch == "'":
-            end = command.find("'", i + 1)
-            if end < 0:
-                return None
-            i = end + 1
-        elif ch == '"':
-            end = command.find('"', i + 1)
-            if end < 0 or any(c in _LIVE_IN_DOUBLE for c in command[i + 1 : end]):
+        if ch in ("'", '"'):  # a quoted piece: plain text, unless double quotes hold a live one
+            end = command.find(ch, i + 1)
+            if end < 0 or (ch == '"' and any(c in _LIVE_IN_DOUBLE for c in command[i + 1 : end])):
                 return None
             i = end + 1
         elif ch in _WORD or (not ch.isascii() and ch.isprintable()):

@@ -25,7 +25,7 @@ from xaf_hub.core.runstate import outcome_of
 from xaf_hub.errors import HubError, UnreachableError
 from xaf_hub.fleet.client import OpencodeClient, ServerSession, explain
 from xaf_hub.fleet.events import Board, FleetEvent, Frame, now_ms
-from xaf_hub.fleet.live_view import PUBLISH_SECONDS, LiveInstance, LiveView
+from xaf_hub.fleet.live_view import LiveInstance, LiveView
 from xaf_hub.fleet.mailbox import Bad, Behind, Closed, Mailbox
 from xaf_hub.fleet.scan import (
     InstanceScan,
@@ -81,13 +81,11 @@ class FleetFollower:
         heartbeat_deadline: float = HEARTBEAT_DEADLINE,
         probe_seconds: float = PROBE_SECONDS,
         poll_seconds: float = POLL_SECONDS,
-        rescan_seconds: float = RESCAN_SECONDS,
         backoff: Sequence[float] = BACKOFF,
         force_polling: bool = False,
         budget: Callable[[], Budget] = Budget,
         budget_cooldown: float = BUDGET_COOLDOWN,
         publish: Callable[[list[LiveInstance]], None] | None = None,
-        publish_seconds: float = PUBLISH_SECONDS,
     ) -> None:
         self.cfg = cfg
         self.instances = list(cfg.instances if instances is None else instances)
@@ -97,7 +95,6 @@ class FleetFollower:
         self.heartbeat_deadline = heartbeat_deadline
         self.probe_seconds = probe_seconds
         self.poll_seconds = poll_seconds
-        self.rescan_seconds = rescan_seconds
         self.backoff = Backoff(steps=tuple(backoff) or (1.0,))
         self.force_polling = force_polling
         self.budget = budget
@@ -112,7 +109,7 @@ class FleetFollower:
         # Instances over their stream budget: polled until this time (monotonic), and why.
         self._throttled: dict[str, tuple[float, str]] = {}
         # What it knows now; ``publish`` gets it after a change (the live board).
-        self.live = LiveView(self.instances, self.state, self.boards, publish, publish_seconds)
+        self.live = LiveView(self.instances, self.state, self.boards, publish)
         self.thread: Any = None  # the thread ``run_in_thread`` runs it on
 
     # ------------------------------------------------------------------------- control
@@ -335,7 +332,7 @@ class FleetFollower:
             silent = time.monotonic() - last_line[0]
             wait = max(0.5, self.heartbeat_deadline - silent)
             if mode == "directory":
-                wait = min(wait, max(0.5, self.rescan_seconds - (time.monotonic() - rescanned)))
+                wait = min(wait, max(0.5, RESCAN_SECONDS - (time.monotonic() - rescanned)))
             try:
                 # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancel that
                 # arrives with an item, and the follower would then never end.
@@ -353,7 +350,7 @@ class FleetFollower:
                     if reason := await self._rescan(client, inst, board):
                         return True, reason
                     last_line[0] = time.monotonic()
-                if mode == "directory" and time.monotonic() - rescanned >= self.rescan_seconds:
+                if mode == "directory" and time.monotonic() - rescanned >= RESCAN_SECONDS:
                     rescanned = time.monotonic()
                     if not await self._open_directories(client, inst, streams):
                         return True, "a new directory's event stream did not open"

@@ -51,7 +51,6 @@ class LiveView:
     state: dict[str, FollowState]
     boards: dict[str, Board]
     publish: Callable[[list[LiveInstance]], None] | None = None
-    publish_seconds: float = PUBLISH_SECONDS
     scans: dict[str, InstanceScan] = field(default_factory=dict)  # each one's last full scan
     heard_ms: dict[str, int] = field(default_factory=dict)  # its stream's last line, or rescan
     # Since when the consumer has had frames of it left to read (absent: caught up).
@@ -100,7 +99,7 @@ class LiveView:
         publish = self.publish
         last = 0.0
         while not stopping():
-            await pause(self.publish_seconds)
+            await pause(PUBLISH_SECONDS)
             if not self.changed and time.monotonic() - last < REPUBLISH_SECONDS:
                 continue
             self.changed = False
