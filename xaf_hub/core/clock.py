@@ -251,8 +251,7 @@ def _zone_file(candidate: str) -> ZoneInfo | None:
     path = candidate.strip().lstrip(":")
     if not path.startswith("/"):
         return None
-    zone = _zoneinfo_key(path)
-    if zone is not None:
+    if (zone := _zoneinfo_key(path)) is not None:
         return zone
     try:
         with open(path, "rb") as handle:

@@ -220,13 +220,10 @@ def named_files(text: str, tasks: Sequence[str] = (), files: Sequence[str] = ())
         return any(_same_place(where, held) for key in _file_keys(f) for where in said.get(key, ()))
 
     found = [f for f in dict.fromkeys([*files, *files_in(tasks)]) if named(f)]
-    seen: set[str] = set()
-    out = []
+    first: dict[str, str] = {}
     for f in found:  # "web/src/queue.ts" and a task's "queue.ts" are one file to a reader
-        if (name := _base(f).lower()) not in seen:
-            seen.add(name)
-            out.append(f)
-    return tuple(out)
+        first.setdefault(_base(f).lower(), f)
+    return tuple(first.values())
 
 
 def refers_back(text: str) -> str:

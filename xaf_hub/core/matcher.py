@@ -413,9 +413,7 @@ class Index:
     def shared(self, query: str, key: str, limit: int = 6) -> list[str]:
         """The query's words that the document ``key`` shares, most telling first: what a
         person reads to check a match."""
-        if key not in self.keys:
-            return []
-        found = self.scores(query).get(self.keys.index(key))
+        found = self.scores(query).get(self.keys.index(key)) if key in self.keys else None
         if found is None:
             return []
         parts = found[1]

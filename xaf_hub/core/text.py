@@ -91,11 +91,7 @@ def dumps(data: Any) -> str:
     try:
         return _indented(data, "\n")
     except (_Unusual, RecursionError):  # another value, a non-str key, a non-finite float or
-        pass  # deep nesting: json's own way
-    try:
-        return json.dumps(data, ensure_ascii=False, indent=2, allow_nan=False)
-    except ValueError:  # a non-finite float somewhere: JSON has no word for it, say null
-        return json.dumps(finite(data), ensure_ascii=False, indent=2)
+        return _strict(data, 2)  # deep nesting: json's own way
 
 
 class _Unusual(Exception):
@@ -154,10 +150,16 @@ def _indented(data: Any, newline: str) -> str:
 
 def dumps_line(data: Any) -> str:
     """Compact one-line JSON (for logs), never NaN or Infinity."""
+    return _strict(data, None)
+
+
+def _strict(data: Any, indent: int | None) -> str:
+    """``json.dumps`` of ``data`` as it is, or with every non-finite float null (JSON has no
+    word for one)."""
     try:
-        return json.dumps(data, ensure_ascii=False, allow_nan=False)
+        return json.dumps(data, ensure_ascii=False, indent=indent, allow_nan=False)
     except ValueError:
-        return json.dumps(finite(data), ensure_ascii=False)
+        return json.dumps(finite(data), ensure_ascii=False, indent=indent)
 
 
 def finite(data: Any) -> Any:

@@ -219,8 +219,7 @@ def _rows(data: Any) -> list[Any] | None:
 
 def _data_rows(data: Any) -> list[Any] | None:
     """A v2 listing's entries, under ``data`` (None: not a listing)."""
-    rows = data.get("data") if isinstance(data, dict) else None
-    return rows if isinstance(rows, list) else None
+    return _rows(data.get("data") if isinstance(data, dict) else None)
 
 
 DIALECTS: dict[str, type[Api]] = {"classic": Classic, "v2": V2}
