@@ -135,16 +135,12 @@ def expected_branches(
     """Every branch the discipline named for a task called by any of ``titles`` (the task's
     own, its session's); () when an override names no branch (any branch then)."""
     policy: BranchPolicy = "mainline" if mainline else "branch"
-    branches: list[str] = []
-    for title in titles:
-        branch = pushed_branch(
-            policy, base_branch=base_branch, slug=slugify(title), override=override
-        )
-        if branch is None:
-            return ()
-        if branch not in branches:
-            branches.append(branch)
-    return tuple(branches)
+    named = [
+        pushed_branch(policy, base_branch=base_branch, slug=slugify(title), override=override)
+        for title in titles
+    ]
+    branches = [b for b in named if b is not None]
+    return tuple(dict.fromkeys(branches)) if len(branches) == len(named) else ()
 
 
 def base_commit(tips: Mapping[str, str], branches: Sequence[str], base_branch: str) -> str | None:

@@ -546,13 +546,7 @@ class OpencodeClient:
     async def create_worktree(self, checkout: str, name: str) -> Room:
         """A new git worktree of ``checkout`` on its own branch, named after ``name`` (opencode
         makes both; its answer says where: releases differ in the name they pick)."""
-        data = await self._request(
-            "POST",
-            "/experimental/worktree",
-            params={"directory": checkout},
-            body={"name": name},
-            idempotent=False,
-        )
+        data = await self._worktree("POST", checkout, body={"name": name}, idempotent=False)
         made = Room(_text(_obj(data).get("directory")), _text(_obj(data).get("branch")), checkout)
         if not made.directory or not made.branch:
             raise self._shape("/experimental/worktree")
@@ -560,35 +554,32 @@ class OpencodeClient:
 
     async def worktrees(self, checkout: str) -> list[str]:
         """The folders of ``checkout``'s worktrees that opencode made."""
-        where = {"directory": checkout}
-        data = await self._request("GET", "/experimental/worktree", params=where, shape=list)
+        data = await self._worktree("GET", checkout, shape=list)
         return [d for d in data if isinstance(d, str) and d]
 
     async def remove_worktree(self, checkout: str, directory: str) -> None:
         """Remove one worktree of ``checkout`` and its local branch (opencode removes both)."""
-        await self._request(
-            "DELETE",
-            "/experimental/worktree",
-            params={"directory": checkout},
-            body={"directory": directory},
-            expect_json=False,
-            idempotent=False,
+        await self._worktree(
+            "DELETE", checkout, body={"directory": directory}, expect_json=False, idempotent=False
+        )
+
+    async def _worktree(self, method: str, checkout: str, **kw: Any) -> Any:
+        """One call of opencode's worktree route, for the project of ``checkout``."""
+        return await self._request(
+            method, "/experimental/worktree", params={"directory": checkout}, **kw
         )
 
     async def shell(self, session_id: str, directory: str, command: str) -> str:
         """Run ``command`` in the session's folder through the server's shell (no model):
         what it printed. The session's history shows the command and its output."""
+        path, body = f"/session/{session_id}/shell", {"agent": "build", "command": command}
         data = await self._request(
-            "POST",
-            f"/session/{session_id}/shell",
-            params={"directory": directory},
-            body={"agent": "build", "command": command},
-            idempotent=False,
+            "POST", path, params={"directory": directory}, body=body, idempotent=False
         )
         for part in wire.message_of(data).parts:
             if part.type == "tool":
                 return _text(part.state.get("output"))
-        raise self._shape(f"/session/{session_id}/shell")
+        raise self._shape(path)
 
     async def abort(self, session_id: str, directory: str | None = None) -> None:
         """Stop a running session (a no-op when idle), in the directory it runs in."""

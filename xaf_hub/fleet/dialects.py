@@ -153,14 +153,10 @@ class Classic(Api):
         body: dict[str, Any] = {"parts": [{"type": "text", "text": text}]}
         if model:
             body["model"] = split_model(model)
+        path, gone = f"/session/{session_id}/prompt_async", self.client.no_session(session_id)
+        where = await self.where(session_id, directory, write=True)
         await self.client._request(
-            "POST",
-            f"/session/{session_id}/prompt_async",
-            params=await self.where(session_id, directory, write=True),
-            body=body,
-            expect_json=False,
-            idempotent=False,
-            gone=self.client.no_session(session_id),
+            "POST", path, params=where, body=body, expect_json=False, idempotent=False, gone=gone
         )
 
 

@@ -314,11 +314,9 @@ class FleetFollower:
         if first or (mode != "polling" and was_polled):  # or back from its budget's pause
             self.emit(FleetEvent("ready", inst.name, detail=mode, at_ms=now_ms()))
         if mode == "polling" and first:
-            why = (
-                "polling asked for" if self.force_polling
-                else "v2 API: no event stream known" if client.dialect == "v2"
-                else "neither /global/event nor /event?directory= answered"
-            )
+            why = "neither /global/event nor /event?directory= answered"
+            if self.force_polling or client.dialect == "v2":
+                why = "polling asked for" if self.force_polling else "v2 API: no event stream known"
             self.emit(FleetEvent("polling", inst.name, detail=why, at_ms=now_ms()))
         if not first:
             await self._send(client, changes)

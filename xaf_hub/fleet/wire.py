@@ -328,27 +328,18 @@ def waiting_from_permission(obj: Any, since: int = 0) -> Pending | None:
     kind = one_line(text_field(obj.get("permission")))[:80]
     raw = obj.get("patterns")
     patterns = _words(raw)
-    metadata = as_mapping(obj.get("metadata"))
     # bash names its command (releases before 1.18 only its pieces, the patterns); edit and
     # the others their file paths (the patterns).
-    command = metadata.get("command")
+    command = as_mapping(obj.get("metadata")).get("command")
     command = command if isinstance(command, str) else ""
-    asked = command or ", ".join(patterns)
+    asked = (command or ", ".join(patterns))[:MAX_ASKED_CHARS]
     if kind == "bash":
         whole = 0 < len(command) <= MAX_ASKED_CHARS
     else:
         # Every pattern kept as it was by ``_words``: none dropped, cut or joined.
         whole = bool(patterns) and isinstance(raw, list) and list(patterns) == raw
-    waiting = Waiting(
-        "permission",
-        ident,
-        asked[:MAX_ASKED_CHARS],
-        since,
-        kind,
-        patterns,
-        _words(obj.get("always")),
-        whole=whole,
-    )
+    always = _words(obj.get("always"))
+    waiting = Waiting("permission", ident, asked, since, kind, patterns, always, whole=whole)
     return Pending(sid, waiting, _call_id(obj))
 
 
