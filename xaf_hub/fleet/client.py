@@ -194,13 +194,16 @@ class OpencodeClient:
                     resp, content = await self._read(method, path, params, body)
             except (TimeoutError, _TooLarge) as exc:
                 # Retrying would only wait as long again, or read as much.
-                cause, last_reason = (
-                    ("timeout", f"no complete answer within {self.deadline:g}s (timed out; "
-                     "the server sends too slowly)")
-                    if isinstance(exc, TimeoutError)
-                    else ("too_large", f"answer larger than {self.max_body_bytes // 2**20} MB "
-                          "(stopped reading; not an opencode server?)")
-                )
+                if isinstance(exc, TimeoutError):
+                    cause, last_reason = "timeout", (
+                        f"no complete answer within {self.deadline:g}s (timed out; "
+                        "the server sends too slowly)"
+                    )
+                else:
+                    cause, last_reason = "too_large", (
+                        f"answer larger than {self.max_body_bytes // 2**20} MB (stopped reading; "
+                        "not an opencode server?)"
+                    )
                 uncertain = not idempotent
                 break
             except httpx.ConnectError as exc:

@@ -154,11 +154,7 @@ class Streams:
                 if resp.status_code != 200 or "event-stream" not in ctype:
                     return
                 budget = self.budget
-
-                def count(nbytes: int) -> None:
-                    budget.add(0, nbytes)
-
-                async for raw, whole in read_lines(resp.aiter_bytes(), count):
+                async for raw, whole in read_lines(resp.aiter_bytes(), lambda n: budget.add(0, n)):
                     if not raw.startswith(b"data:"):
                         continue  # comments, blank lines, event:/id:/retry: are not life
                     budget.add(1, 0)
