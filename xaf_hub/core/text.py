@@ -91,7 +91,8 @@ def dumps(data: Any) -> str:
     try:
         return _indented(data, "\n")
     except (_Unusual, RecursionError):  # another value, a non-str key, a non-finite float or
-        return _strict(data, 2)  # deep nesting: json's own way
+        pass  # deep nesting: json's own way
+    return _strict(data, 2)
 
 
 class _Unusual(Exception):
