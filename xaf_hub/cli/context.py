@@ -156,11 +156,11 @@ class Context:
             return {**doc, "project": self._config.project_name or None}
         return doc
 
-    def answer(self, doc: Any, *lines: str) -> int:
+    def answer(self, doc: Any, *lines: str, code: int = 0) -> int:
         """Print a command's answer: ``doc`` (``named``) as JSON with --json, else ``lines``
-        for a person; exit 0."""
+        for a person; return the exit ``code``."""
         self.out(*([dumps(self.named(doc))] if self.json else lines))
-        return 0
+        return code
 
     def table(self, rows: Sequence[Sequence[Any]], headers: Sequence[str], **how: Any) -> None:
         """Print a table: fitted to the terminal and coloured on a TTY (see termfit), as is on a

@@ -140,7 +140,7 @@ def run(ctx: Context) -> int:
     tail = [fix_line] if fix_line else [hint] if cand is not None else []
     retry = {"attempt": verdict.attempt, "message": verdict.detail,
              "next_ms": verdict.next_ms or None, "next": iso_time(verdict.next_ms)}
-    ctx.answer({
+    return ctx.answer({
         "instance": inst.name,
         "session_id": rec.id,
         "title": rec.title,
@@ -155,5 +155,4 @@ def run(ctx: Context) -> int:
         "fix": fix,
         "message": line,
         "fix_message": fix_line or None,
-    }, line, *tail)
-    return code
+    }, line, *tail, code=code)

@@ -128,14 +128,13 @@ class Planned:
 
     prep: Prepared
 
-    def refusal(self) -> BusyError | None:
-        """The refusal a real run would meet at the gate now (None: it would pass)."""
+    def refuse(self) -> None:
+        """Raise the refusal a real run would meet at the gate now (none: it would pass)."""
         plan, view = self.prep.plan, self.prep.view
         if plan.gated and view.free == 0:
-            return BusyError(f"{plan.instance.name} is at its limit ({view.running_project} "
-                             f"running + {view.reserved} reserved of "
-                             f"{plan.instance.concurrency_limit}): a real run would be refused")
-        return None
+            raise BusyError(f"{plan.instance.name} is at its limit ({view.running_project} "
+                            f"running + {view.reserved} reserved of "
+                            f"{plan.instance.concurrency_limit}): a real run would be refused")
 
 
 @dataclass(frozen=True)
@@ -202,9 +201,7 @@ def run(ctx: Context) -> int:
     done = carry_out(ctx, opts)
     if isinstance(done, Planned):
         ctx.answer(document(done, ctx.config.project_name), *_plan_lines(done.prep))
-        refused = done.refusal()
-        if refused is not None:
-            raise refused
+        done.refuse()
         return 0
     if isinstance(done, Sent) and opts.confirm_wait is not None:
         return _confirm(ctx, done.plan, done.sent, opts.confirm_wait)
@@ -262,8 +259,8 @@ def _confirm(ctx: Context, plan: Plan, sent: Dispatched, window: float) -> int:
             ctx.warn(note)
     line = wait_text(waited, window, resolve_timezone(cfg.models.timezone), to_ms(utc_now()))
     doc = _sent_document(Sent(plan, sent), cfg.project_name)
-    ctx.answer({**doc, "confirm": wait_json(waited, window, line)}, f"confirm: {line}")
-    return wait_exit(waited)
+    return ctx.answer({**doc, "confirm": wait_json(waited, window, line)}, f"confirm: {line}",
+                      code=wait_exit(waited))
 
 
 def _plan_document(prep: Prepared, project: str) -> dict[str, Any]:

@@ -194,8 +194,7 @@ def _status(ctx: Context) -> int:
         for d in rows if isinstance(rows, list) else []:
             seen = local_iso(str(d["heartbeat"]))
             lines.append(f"  {d['host']} pid {d['pid']}: {d['role']}, heartbeat {seen}")
-    ctx.answer(doc, *lines)
-    return code
+    return ctx.answer(doc, *lines, code=code)
 
 
 def _lease_status(ctx: Context) -> dict[str, object] | None:
