@@ -280,3 +280,11 @@ class Common(Tables):
 
 
 GLOBAL = ("config", "project", "debug")
+
+
+def common_parser(suppress: bool = False) -> argparse.ArgumentParser:
+    """A parser of the ``GLOBAL`` options only, the parent of the root parser and of each
+    command's (``suppress``: on a command, so a value given before it is kept)."""
+    parser = argparse.ArgumentParser(add_help=False)
+    add_options(parser, pick(declared(Common), *GLOBAL), suppress)
+    return parser
