@@ -160,8 +160,9 @@ def build_parser(argv: Sequence[str] | None = None) -> Parser:
 
     parser.add_argument("--version", action="version", version=f"xaf-hub {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
-    # On subcommands the defaults are SUPPRESS so `xaf-hub --config X status` keeps X.
-    common = common_parser(suppress=True)
+    # On subcommands the defaults are SUPPRESS so `xaf-hub --config X status` keeps X. A parent
+    # lends its options only: any parser class will do (typeshed asks for the subparsers' own).
+    common: Any = common_parser(suppress=True)
     wanted = set(COMMANDS) if argv is None else set(argv) & set(COMMANDS)
     for name, help_text in COMMANDS.items():
         if name not in wanted:

@@ -194,6 +194,10 @@ def _fish_quote(text: str) -> str:
     return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
+# What follows an option of each kind in fish (another that takes a value: "-x").
+_FISH_VALUES = {"instance": "-x -a '(xaf-hub completion --instances 2>/dev/null)'", "file": "-r -F"}
+
+
 def fish_script(commands: list[Command]) -> str:
     """Fish `complete` lines for xaf-hub."""
     lines = [
@@ -212,12 +216,8 @@ def fish_script(commands: list[Command]) -> str:
         for o in c.options:
             parts = [f"complete -c xaf-hub {seen}"]
             parts += [f"-s {name[1:]}" if len(name) == 2 else f"-l {name[2:]}" for name in o.flags]
-            if o.kind == "instance":
-                parts.append("-x -a '(xaf-hub completion --instances 2>/dev/null)'")
-            elif o.kind == "file":
-                parts.append("-r -F")
-            elif o.takes_value:
-                parts.append("-x")
+            value = _FISH_VALUES.get(o.kind, "-x" if o.takes_value else "")
+            parts += [value] if value else []
             if o.help:
                 parts.append(f"-d {_fish_quote(o.help.splitlines()[0][:80])}")
             lines.append(" ".join(parts))

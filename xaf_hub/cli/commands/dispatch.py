@@ -259,8 +259,8 @@ def _confirm(ctx: Context, plan: Plan, sent: Dispatched, window: float) -> int:
             ctx.warn(note)
     line = wait_text(waited, window, resolve_timezone(cfg.models.timezone), to_ms(utc_now()))
     doc = _sent_document(Sent(plan, sent), cfg.project_name)
-    return ctx.answer({**doc, "confirm": wait_json(waited, window, line)}, f"confirm: {line}",
-                      code=wait_exit(waited))
+    ctx.answer({**doc, "confirm": wait_json(waited, window, line)}, f"confirm: {line}")
+    return wait_exit(waited)
 
 
 def _plan_document(prep: Prepared, project: str) -> dict[str, Any]:

@@ -113,6 +113,13 @@ async def probe_instance(
                      tuple(s.directory for s in sessions), unknown, rooms)
 
 
+async def probe_all(cfg: Config, transport_factory: TransportFactory | None = None) -> list[Probe]:
+    """Probe every instance, at most ``scan_workers`` at once."""
+    return await aio.bounded(
+        cfg.scan_workers, lambda inst: probe_instance(cfg, inst, transport_factory), cfg.instances
+    )
+
+
 def check_writable(path: Path) -> tuple[str | None, bool]:
     """Create and remove a temp file in ``path`` (or its nearest existing parent when missing).
 
@@ -244,10 +251,7 @@ def collect(ctx: Context, opts: Options, now: datetime) -> tuple[Path | None, li
             local_doc = load_json_file(cfg.local_config, "config.local.json")
     findings = [opencode_finding(ctx.env), *config_findings(cfg, local_doc),
                 *_credential_file_findings(cfg)]
-    # Every instance probed, at most ``scan_workers`` at once.
-    probes = aio.run(aio.bounded(cfg.scan_workers,
-                                 lambda inst: probe_instance(cfg, inst, ctx.transport_factory),
-                                 cfg.instances))
+    probes = aio.run(probe_all(cfg, ctx.transport_factory))
     for inst, probe in zip(cfg.instances, probes, strict=True):
         findings += [*instance_findings(inst, probe), *layout_findings(inst),
                      *root_usage_findings(inst, probe), *room_findings(cfg, inst, probe)]

@@ -60,5 +60,5 @@ def document(done: Landed) -> dict[str, Any]:
 def run(ctx: Context) -> int:
     """Carry the person's decision out and say what happened."""
     done = carry_out(ctx, ctx.options(Options))
-    return ctx.answer(document(done), f"{done.task}: {done.detail}",
-                      code=0 if done.result in ("landed", "sent_back", "dropped") else 3)
+    ctx.answer(document(done), f"{done.task}: {done.detail}")
+    return 0 if done.result in ("landed", "sent_back", "dropped") else 3
