@@ -91,8 +91,7 @@ class Parser(argparse.ArgumentParser):
         unknown = re.match(r"argument COMMAND: invalid choice: ('[^']*')", message)
         if unknown:  # argparse's text lists every command; a suggestion is enough
             message = f"unknown command {unknown.group(1)}"
-            if not hint:
-                hint = f"; the commands are: {', '.join(COMMANDS)}"
+            hint = hint or f"; the commands are: {', '.join(COMMANDS)}"
         text = f"{where}: {message}" if where else message
         raise UsageError(f"{text}{hint} (see {self.prog} --help)")
 

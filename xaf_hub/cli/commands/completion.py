@@ -143,10 +143,8 @@ def _zsh_quote(text: str) -> str:
 def zsh_script(commands: list[Command]) -> str:
     """A zsh completion function for xaf-hub (compdef)."""
     described = "\n".join(f"    '{c.name}:{_zsh_quote(c.help)}'" for c in commands)
-    instance_flags = sorted({f for c in commands for o in c.options if o.kind == "instance"
-                             for f in o.flags})
-    file_flags = sorted({f for c in commands for o in c.options if o.kind == "file"
-                         for f in o.flags} | {"--config"})
+    flags = {kind: {f for c in commands for o in c.options if o.kind == kind for f in o.flags}
+             for kind in ("instance", "file")}
     cases = "\n".join(f"    {c.name}) compadd -- {_words(c)} ;;" for c in commands)
     return f"""\
 #compdef xaf-hub
@@ -166,11 +164,11 @@ _xaf_hub() {{
     esac
   done
   case ${{words[CURRENT-1]}} in
-    {"|".join(file_flags)}) _files; return ;;
+    {"|".join(sorted(flags["file"] | {"--config"}))}) _files; return ;;
   esac
   if [[ -n $cmd ]]; then
     case ${{words[CURRENT-1]}} in
-      {"|".join(instance_flags)})
+      {"|".join(sorted(flags["instance"]))})
         compadd -- ${{(f)"$(xaf-hub completion --instances 2>/dev/null)"}}; return ;;
     esac
   fi
