@@ -286,8 +286,7 @@ def _plan_document(prep: Prepared, project: str) -> dict[str, Any]:
 def _plan_lines(prep: Prepared) -> list[str]:
     """A dry run's plan for a person: what, where, the candidates weighed and the prompt."""
     plan, view, inst = prep.plan, prep.view, prep.plan.instance
-    what = _ACTION_WORDS[plan.action][0]
-    lines = [f"plan: {what} on {inst.name} ({plan.via})"]
+    lines = [f"plan: {_ACTION_WORDS[plan.action][0]} on {inst.name} ({plan.via})"]
     if plan.session:
         lines.append(f"  session:   {plan.session.id}  {plan.session.title}")
     lines += [
