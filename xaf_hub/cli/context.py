@@ -156,11 +156,11 @@ class Context:
             return {**doc, "project": self._config.project_name or None}
         return doc
 
-    def answer(self, doc: Any, *lines: str) -> int:
+    def answer(self, doc: Any, *lines: str, code: int = 0) -> int:
         """Print a command's answer: ``doc`` (``named``) as JSON with --json, else ``lines``
-        for a person; exit 0."""
+        for a person; return the exit ``code``."""
         self.out(*([dumps(self.named(doc))] if self.json else lines))
-        return 0
+        return code
 
     def table(self, rows: Sequence[Sequence[Any]], headers: Sequence[str], **how: Any) -> None:
         """Print a table: fitted to the terminal and coloured on a TTY (see termfit), as is on a
@@ -168,17 +168,16 @@ class Context:
         from xaf_hub.cli.termfit import Screen, render  # deferred: start-up, docs/performance.md
 
         screen = Screen.of(self.stdout, self.env, wide=self.common.wide)
-        text = [["" if v is None else str(v) for v in row] for row in rows]
-        heads = list(headers)
+        # The headers, then each row's cells.
+        text = [list(headers), *(["" if v is None else str(v) for v in row] for row in rows)]
         # Secrets leave each cell before the table is laid out ("***" is narrower than a
         # secret). Most tables hold none: the whole table is searched once, cells only then.
         secrets = self.secrets()
-        joined = "\n".join("\t".join(r) for r in [heads, *text])
+        joined = "\n".join("\t".join(r) for r in text)
         if redact(joined, secrets) != joined:
             text = [[redact(v, secrets) for v in row] for row in text]
-            heads = [redact(h, secrets) for h in heads]
-        safe = [[terminal_safe(v) for v in row] for row in text]
-        print(render(safe, [terminal_safe(h) for h in heads], screen, **how), file=self.stdout)
+        heads, *safe = [[terminal_safe(v) for v in row] for row in text]
+        print(render(safe, heads, screen, **how), file=self.stdout)
 
     def columns(
         self, items: Iterable[T], columns: Mapping[str, Callable[[T], Any]], **how: Any

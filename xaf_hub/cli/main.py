@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 from xaf_hub import __version__
-from xaf_hub.cli.options import GLOBAL, Common, add_options, add_record, declared, pick
+from xaf_hub.cli.options import add_record, common_parser
 from xaf_hub.core.text import redact, terminal_safe
 from xaf_hub.errors import ExitCode, HubError, UsageError
 
@@ -92,8 +92,7 @@ class Parser(argparse.ArgumentParser):
         unknown = re.match(r"argument COMMAND: invalid choice: ('[^']*')", message)
         if unknown:  # argparse's text lists every command; a suggestion is enough
             message = f"unknown command {unknown.group(1)}"
-            if not hint:
-                hint = f"; the commands are: {', '.join(COMMANDS)}"
+            hint = hint or f"; the commands are: {', '.join(COMMANDS)}"
         text = f"{where}: {message}" if where else message
         raise UsageError(f"{text}{hint} (see {self.prog} --help)")
 
@@ -143,13 +142,6 @@ class Parser(argparse.ArgumentParser):
         return ""
 
 
-def _common(sub: bool = False) -> Parser:
-    # On subcommands the defaults are SUPPRESS so `xaf-hub --config X status` keeps X.
-    common = Parser(add_help=False)
-    add_options(common, pick(declared(Common), *GLOBAL), suppress=sub)
-    return common
-
-
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):
     """Descriptions and epilogs as written, fitted to the terminal when a line is too wide
     (``termfit.fit_help``); argparse already wraps the options' help."""
@@ -164,11 +156,13 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
 def build_parser(argv: Sequence[str] | None = None) -> Parser:
     """The parser; only the commands named in ``argv`` (all when None) get their options."""
     parser = Parser(prog="xaf-hub", description=DESCRIPTION, formatter_class=HelpFormatter,
-                    parents=[_common()])
+                    parents=[common_parser()])
 
     parser.add_argument("--version", action="version", version=f"xaf-hub {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
-    common = _common(sub=True)
+    # On subcommands the defaults are SUPPRESS so `xaf-hub --config X status` keeps X. A parent
+    # lends its options only: any parser class will do (typeshed asks for the subparsers' own).
+    common: Any = common_parser(suppress=True)
     wanted = set(COMMANDS) if argv is None else set(argv) & set(COMMANDS)
     for name, help_text in COMMANDS.items():
         if name not in wanted:

@@ -206,9 +206,8 @@ def _unless_password_missing(ctx: Context, doc: Any, snap: Snapshot) -> Any:
 
 def _dispatch(ctx: Context, opts: dispatch.Options) -> Any:
     done = dispatch.carry_out(ctx, opts)
-    refused = done.refusal() if isinstance(done, dispatch.Planned) else None
-    if refused is not None:
-        raise refused
+    if isinstance(done, dispatch.Planned):
+        done.refuse()
     return dispatch.document(done, ctx.config.project_name)
 
 

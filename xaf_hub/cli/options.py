@@ -155,14 +155,11 @@ class Opt:
                     how.update(nargs="?", const=self.const)
         if suppress:
             how["default"] = argparse.SUPPRESS
-        if not self.flags:
-            if not self.required:
-                how.setdefault("nargs", "?")
-            parser.add_argument(self.dest, **how)
-            return
-        if self.required:
-            how["required"] = True
-        parser.add_argument(*self.flags, dest=self.dest, **how)
+        if self.flags:  # a positional is named by its dest, and is required unless "?"
+            how.update(dest=self.dest, required=self.required)
+        elif not self.required:
+            how.setdefault("nargs", "?")
+        parser.add_argument(*(self.flags or (self.dest,)), **how)
 
     def tool_parameter(self) -> tuple[Any, Any]:
         """(annotation, default) of this option as an MCP tool parameter: pydantic's ``Field``
@@ -280,3 +277,11 @@ class Common(Tables):
 
 
 GLOBAL = ("config", "project", "debug")
+
+
+def common_parser(suppress: bool = False) -> argparse.ArgumentParser:
+    """A parser of the ``GLOBAL`` options only, the parent of the root parser and of each
+    command's (``suppress``: on a command, so a value given before it is kept)."""
+    parser = argparse.ArgumentParser(add_help=False)
+    add_options(parser, pick(declared(Common), *GLOBAL), suppress)
+    return parser

@@ -283,13 +283,14 @@ def render(
 def state_color(value: str) -> str | None:
     """Colour of a state word: ok/idle/succeeded green, busy/retry yellow, failures red."""
     v = value.lower()
-    if v.startswith(("unreachable", "failed", "aborted", "rate_limited", "error")):
-        return RED
-    if v.startswith(("busy", "retry", "running", "waiting")):
-        return YELLOW
-    if v in ("ok", "succeeded"):
-        return GREEN
-    return None
+    for color, starts in _STATE_STARTS:
+        if v.startswith(starts):
+            return color
+    return GREEN if v in ("ok", "succeeded") else None
+
+
+_STATE_STARTS = ((RED, ("unreachable", "failed", "aborted", "rate_limited", "error")),
+                 (YELLOW, ("busy", "retry", "running", "waiting")))
 
 
 _TONE_COLORS = {"good": GREEN, "person": YELLOW, "bad": RED}

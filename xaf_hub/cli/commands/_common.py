@@ -67,10 +67,7 @@ class SessionTarget(Answers):
 
 def chosen_instances(ctx: Context, name: str | None) -> list[InstanceConfig]:
     """All instances, or the one named (by --instance; UsageError when unknown)."""
-    cfg = ctx.config
-    if name:
-        return [cfg.instance(name)]
-    return list(cfg.instances)
+    return [ctx.config.instance(name)] if name else list(ctx.config.instances)
 
 
 def scan(
@@ -253,11 +250,8 @@ def wait_json(r: WaitResult, window: float, line: str) -> dict[str, Any]:
 
 def wait_exit(r: WaitResult) -> int:
     """0 when the run was seen going (healed or not), 2 unreachable, else 1."""
-    if r.state in ("running", "finished"):
-        return int(ExitCode.OK)
-    if r.state == "unreachable":
-        return int(ExitCode.UNREACHABLE)
-    return int(ExitCode.INTERNAL)
+    codes = {"running": ExitCode.OK, "finished": ExitCode.OK, "unreachable": ExitCode.UNREACHABLE}
+    return int(codes.get(r.state, ExitCode.INTERNAL))
 
 
 _SIGNAL_WORDS = {"rate_limited": "rate-limited", "model_unavailable": "model unavailable"}

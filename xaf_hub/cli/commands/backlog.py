@@ -25,19 +25,7 @@ from typing import Any, Literal
 
 from xaf_hub.cli.commands._common import FORCE, INSTANCE, SESSION
 from xaf_hub.cli.context import Context
-from xaf_hub.cli.options import (
-    GLOBAL,
-    MAX_TEXT,
-    Answers,
-    Common,
-    Tables,
-    add_options,
-    add_record,
-    declared,
-    flag,
-    opt,
-    pick,
-)
+from xaf_hub.cli.options import MAX_TEXT, Answers, Tables, add_record, common_parser, flag, opt
 from xaf_hub.cli.termfit import tone_painter
 from xaf_hub.core import aio
 from xaf_hub.core.outcomes import TASK_STATES, task_words, tone
@@ -147,9 +135,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     """The actions of `backlog`, each with its record's options."""
     sub = p.add_subparsers(dest="backlog_command", metavar="ACTION", required=True)
     for name, (record, words, _) in ACTIONS.items():
-        action = sub.add_parser(name, help=words)
-        # Accepted after the action too, like every other command's options.
-        add_options(action, pick(declared(Common), *GLOBAL), suppress=True)
+        # The common options are accepted after the action too, like every other command's.
+        action = sub.add_parser(name, help=words, parents=[common_parser(suppress=True)])
         add_record(action, record)
 
 

@@ -143,10 +143,8 @@ def _zsh_quote(text: str) -> str:
 def zsh_script(commands: list[Command]) -> str:
     """A zsh completion function for xaf-hub (compdef)."""
     described = "\n".join(f"    '{c.name}:{_zsh_quote(c.help)}'" for c in commands)
-    instance_flags = sorted({f for c in commands for o in c.options if o.kind == "instance"
-                             for f in o.flags})
-    file_flags = sorted({f for c in commands for o in c.options if o.kind == "file"
-                         for f in o.flags} | {"--config"})
+    flags = {kind: {f for c in commands for o in c.options if o.kind == kind for f in o.flags}
+             for kind in ("instance", "file")}
     cases = "\n".join(f"    {c.name}) compadd -- {_words(c)} ;;" for c in commands)
     return f"""\
 #compdef xaf-hub
@@ -166,11 +164,11 @@ _xaf_hub() {{
     esac
   done
   case ${{words[CURRENT-1]}} in
-    {"|".join(file_flags)}) _files; return ;;
+    {"|".join(sorted(flags["file"] | {"--config"}))}) _files; return ;;
   esac
   if [[ -n $cmd ]]; then
     case ${{words[CURRENT-1]}} in
-      {"|".join(instance_flags)})
+      {"|".join(sorted(flags["instance"]))})
         compadd -- ${{(f)"$(xaf-hub completion --instances 2>/dev/null)"}}; return ;;
     esac
   fi
@@ -194,6 +192,10 @@ def _fish_quote(text: str) -> str:
     return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
+# What follows an option of each kind in fish (another that takes a value: "-x").
+_FISH_VALUES = {"instance": "-x -a '(xaf-hub completion --instances 2>/dev/null)'", "file": "-r -F"}
+
+
 def fish_script(commands: list[Command]) -> str:
     """Fish `complete` lines for xaf-hub."""
     lines = [
@@ -212,12 +214,8 @@ def fish_script(commands: list[Command]) -> str:
         for o in c.options:
             parts = [f"complete -c xaf-hub {seen}"]
             parts += [f"-s {name[1:]}" if len(name) == 2 else f"-l {name[2:]}" for name in o.flags]
-            if o.kind == "instance":
-                parts.append("-x -a '(xaf-hub completion --instances 2>/dev/null)'")
-            elif o.kind == "file":
-                parts.append("-r -F")
-            elif o.takes_value:
-                parts.append("-x")
+            value = _FISH_VALUES.get(o.kind, "-x" if o.takes_value else "")
+            parts += [value] if value else []
             if o.help:
                 parts.append(f"-d {_fish_quote(o.help.splitlines()[0][:80])}")
             lines.append(" ".join(parts))

@@ -88,7 +88,6 @@ def run(ctx: Context) -> int:
 
     opts = ctx.options(Options)
     session_id = opts.session_id
-    cfg = ctx.config
     instances = chosen_instances(ctx, opts.instance)
     found, down = aio.run(_find(ctx, instances, session_id))
     if not found:  # not a whole id: the one session whose id starts with it, if any
@@ -101,14 +100,12 @@ def run(ctx: Context) -> int:
     if len(found) > 1:
         names = ", ".join(i.name for i, _ in found)
         ctx.warn(f"{session_id} is known to {names} (a shared database?); using {inst.name}")
-    tz = resolve_timezone(cfg.models.timezone)
-    now_ms = to_ms(utc_now())
+    tz = resolve_timezone(ctx.config.models.timezone)
     verdict = judge(seen)
     cand = heal_candidate(seen)
     rec = seen.rec
-    line = (
-        f"{rec.id} on {inst.name} ({rec.title or 'untitled'}): {verdict_text(verdict, tz, now_ms)}"
-    )
+    line = (f"{rec.id} on {inst.name} ({rec.title or 'untitled'}): "
+            f"{verdict_text(verdict, tz, to_ms(utc_now()))}")
     code = int(ExitCode.INTERNAL if verdict.state in ("retrying", "failed") else ExitCode.OK)
     fix: dict[str, Any] | None = None
     fix_line = ""
@@ -140,7 +137,7 @@ def run(ctx: Context) -> int:
     tail = [fix_line] if fix_line else [hint] if cand is not None else []
     retry = {"attempt": verdict.attempt, "message": verdict.detail,
              "next_ms": verdict.next_ms or None, "next": iso_time(verdict.next_ms)}
-    ctx.answer({
+    return ctx.answer({
         "instance": inst.name,
         "session_id": rec.id,
         "title": rec.title,
@@ -155,5 +152,4 @@ def run(ctx: Context) -> int:
         "fix": fix,
         "message": line,
         "fix_message": fix_line or None,
-    }, line, *tail)
-    return code
+    }, line, *tail, code=code)

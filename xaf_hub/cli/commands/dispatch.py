@@ -128,14 +128,13 @@ class Planned:
 
     prep: Prepared
 
-    def refusal(self) -> BusyError | None:
-        """The refusal a real run would meet at the gate now (None: it would pass)."""
+    def refuse(self) -> None:
+        """Raise the refusal a real run would meet at the gate now (none: it would pass)."""
         plan, view = self.prep.plan, self.prep.view
         if plan.gated and view.free == 0:
-            return BusyError(f"{plan.instance.name} is at its limit ({view.running_project} "
-                             f"running + {view.reserved} reserved of "
-                             f"{plan.instance.concurrency_limit}): a real run would be refused")
-        return None
+            raise BusyError(f"{plan.instance.name} is at its limit ({view.running_project} "
+                            f"running + {view.reserved} reserved of "
+                            f"{plan.instance.concurrency_limit}): a real run would be refused")
 
 
 @dataclass(frozen=True)
@@ -202,9 +201,7 @@ def run(ctx: Context) -> int:
     done = carry_out(ctx, opts)
     if isinstance(done, Planned):
         ctx.answer(document(done, ctx.config.project_name), *_plan_lines(done.prep))
-        refused = done.refusal()
-        if refused is not None:
-            raise refused
+        done.refuse()
         return 0
     if isinstance(done, Sent) and opts.confirm_wait is not None:
         return _confirm(ctx, done.plan, done.sent, opts.confirm_wait)
@@ -289,8 +286,7 @@ def _plan_document(prep: Prepared, project: str) -> dict[str, Any]:
 def _plan_lines(prep: Prepared) -> list[str]:
     """A dry run's plan for a person: what, where, the candidates weighed and the prompt."""
     plan, view, inst = prep.plan, prep.view, prep.plan.instance
-    what = _ACTION_WORDS[plan.action][0]
-    lines = [f"plan: {what} on {inst.name} ({plan.via})"]
+    lines = [f"plan: {_ACTION_WORDS[plan.action][0]} on {inst.name} ({plan.via})"]
     if plan.session:
         lines.append(f"  session:   {plan.session.id}  {plan.session.title}")
     lines += [

@@ -329,15 +329,14 @@ def run(ctx: Context) -> int:
     path, findings = collect(ctx, opts, now_utc())
     code = worst(findings)
     if ctx.json:
-        ctx.answer({
+        return ctx.answer({
             "version": __version__,
             "config": str(path) if path is not None else None,
             "exit_code": int(code),
             "errors": sum(1 for f in findings if f.level == "error"),
             "warnings": sum(1 for f in findings if f.level == "warn"),
             "findings": [f.to_json() for f in findings],
-        })
-    else:
-        columns = Screen.of(ctx.stdout, ctx.env).width
-        ctx.out(render(path, findings, code, columns=columns, clean=ctx.redact))
+        }, code=int(code))
+    columns = Screen.of(ctx.stdout, ctx.env).width
+    ctx.out(render(path, findings, code, columns=columns, clean=ctx.redact))
     return int(code)

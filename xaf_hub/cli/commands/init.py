@@ -181,9 +181,7 @@ def run(ctx: Context) -> int:
     """Build, validate and write the config; print the next command."""
     opts = ctx.options(Options)
     explicit = ctx.common.config or ctx.env.get("XAF_HUB_CONFIG")
-    dest = Path(explicit or "config.json").expanduser()
-    if not dest.is_absolute():
-        dest = ctx.cwd / dest
+    dest = ctx.cwd / Path(explicit or "config.json").expanduser()  # an absolute path stays
     if opts.add_project is not None:
         return _add_project(ctx, opts, dest)
     first = Path(_folders(ctx.cwd, opts.root)[0]) if opts.root else None

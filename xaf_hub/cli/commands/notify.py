@@ -75,5 +75,5 @@ def run(ctx: Context) -> int:
         state = "delivered" if row["delivered"] else "NOT delivered"
         lines.append(f"{row['webhook']} ({row['format']}): {state}: {row['reason']}")
         lines += [f"  receiver answered: {row['answer']}"] if row["answer"] else []
-    ctx.answer({"exit_code": int(code), "results": rows}, *lines)  # redacted as it prints
-    return int(code)
+    # redacted as it prints
+    return ctx.answer({"exit_code": int(code), "results": rows}, *lines, code=int(code))

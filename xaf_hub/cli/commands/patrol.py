@@ -163,12 +163,9 @@ def _status(ctx: Context) -> int:
                 "failed_steps": failed, "report": str(folder / f"{LATEST}.md")}
     doc: dict[str, object] = {"state": "paused" if paused is not None else "active",
                               "paused": paused, "last_cycle": last, "daemon": daemon}
-    code = int(ExitCode.OK)
     lease = _lease_status(ctx)
-    if lease is not None:
-        doc.update(lease)
-        if lease.get("lease_error"):
-            code = int(ExitCode.UNREACHABLE)
+    doc.update(lease or {})
+    code = int(ExitCode.UNREACHABLE if lease and lease.get("lease_error") else ExitCode.OK)
     lines = ["patrol: active"]
     if paused is not None:
         since = f" since {paused.get('paused_at')}" if paused.get("paused_at") else ""
@@ -194,8 +191,7 @@ def _status(ctx: Context) -> int:
         for d in rows if isinstance(rows, list) else []:
             seen = local_iso(str(d["heartbeat"]))
             lines.append(f"  {d['host']} pid {d['pid']}: {d['role']}, heartbeat {seen}")
-    ctx.answer(doc, *lines)
-    return code
+    return ctx.answer(doc, *lines, code=code)
 
 
 def _lease_status(ctx: Context) -> dict[str, object] | None:

@@ -120,12 +120,11 @@ def run(ctx: Context) -> int:
     """Scan and print the load table."""
     ctx.see_every_project()
     m = measure(ctx, ctx.options(Options))
-    snap, loads, spends, project, queued = m.snap, m.loads, m.spends, m.project, m.queued
     if ctx.json:
         ctx.answer(document(m))
-        return scan_said(ctx, snap, unreachable=False)
-    spent = {x.instance: _spent_cell(line) for x, line in zip(loads, spends, strict=True)}
-    ctx.columns(loads, {
+        return scan_said(ctx, m.snap, unreachable=False)
+    spent = {x.instance: _spent_cell(line) for x, line in zip(m.loads, m.spends, strict=True)}
+    ctx.columns(m.loads, {
         "instance": lambda x: x.instance,
         "running": lambda x: x.running_total if x.reachable else "-",
         "running project": lambda x: x.running_project if x.reachable else "-",
@@ -137,7 +136,7 @@ def run(ctx: Context) -> int:
         "reason": lambda x: x.reason,
     }, flexible=[("reason", 16), ("project sessions", 8), ("running project", 8)],
         colors={"takes work": yes_no_color})
-    projects = [(x, p) for x in loads for p in x.projects]
+    projects = [(x, p) for x in m.loads for p in x.projects]
     if projects:
         ctx.table(
             [[x.instance, p.project or "other", p.running,
@@ -148,14 +147,14 @@ def run(ctx: Context) -> int:
             colors={"takes work": yes_no_color},
         )
     if m.fleet and len(ctx.config.projects) > 1:
-        ctx.out(f"spend, all projects: {replace(project, budget=m.overall).text()}")
+        ctx.out(f"spend, all projects: {replace(m.project, budget=m.overall).text()}")
     elif m.whole:
-        ctx.out(f"project spend: {project.text()}")
-    if queued:
-        ctx.out(f"queue: {queued} task(s) waiting in the pool for a free slot")
+        ctx.out(f"project spend: {m.project.text()}")
+    if m.queued:
+        ctx.out(f"queue: {m.queued} task(s) waiting in the pool for a free slot")
     if m.snap.live:
         ctx.out(f"source: {m.snap.source_words()} (--fresh scans)")
-    return scan_said(ctx, snap)
+    return scan_said(ctx, m.snap)
 
 
 def _spent_from(sc: InstanceScan) -> Sequence[SessionRecord] | Tally | None:

@@ -60,8 +60,7 @@ def run(ctx: Context) -> int:
         ctx.warn(f"{name}: {reason}")
     code = int(ExitCode.UNREACHABLE if found.down else ExitCode.OK)
     if ctx.json:
-        ctx.answer(document(found, now))
-        return code
+        return ctx.answer(document(found, now), code=code)
     if found.requests:
         ctx.columns(found.requests, {
             "id": lambda p: p.waiting.request_id,
