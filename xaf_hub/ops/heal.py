@@ -106,14 +106,8 @@ class Rest:
 
 
 def rest_for(
-    cand: HealCandidate,
-    *,
-    scope: str,
-    families: Mapping[str, Sequence[str]],
-    reset_hour: int,
-    tz: tzinfo,
-    now: datetime,
-    longest: timedelta,
+    cand: HealCandidate, *, scope: str, families: Mapping[str, Sequence[str]], reset_hour: int,
+    tz: tzinfo, now: datetime, longest: timedelta,
 ) -> Rest | None:
     """The rest a failure calls for, or None (pure; docs/architecture.md §7).
 

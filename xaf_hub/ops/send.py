@@ -47,14 +47,8 @@ ABORT_SETTLE_SECONDS = 10.0
 
 
 def build_prompt(
-    ops: OpsContext,
-    inst: InstanceConfig,
-    text: str,
-    title: str,
-    override: str | None = None,
-    branch: BranchState = "new",
-    *,
-    room: bool = False,
+    ops: OpsContext, inst: InstanceConfig, text: str, title: str, override: str | None = None,
+    branch: BranchState = "new", *, room: bool = False,
 ) -> str:
     """Task text plus the discipline block for ``inst``, or for a task in a worktree of its
     own (``room``): the one place prompts are built; ``branch``: where the feature branch
@@ -394,7 +388,11 @@ async def _gated(
                 raise
             await _deliver(client, gate, res, prompt, model, before_prompt, warnings, room)
         except BaseException as exc:
-            if room is not None and not _maybe_delivered(exc):
+            # Whether the prompt may have reached the server despite ``exc``.
+            maybe = exc.maybe_delivered if isinstance(exc, UnreachableError) else (
+                not isinstance(exc, HubError)
+            )
+            if room is not None and not maybe:
                 warnings.extend(await _empty_room(client, room, session_id))
             raise
     action = "reuse" if stopped else plan.action
@@ -402,13 +400,6 @@ async def _gated(
         action, inst.name, session_id, directory, plan.title, model, had_stopped=stopped,
         room=room,
     )
-
-
-def _maybe_delivered(exc: BaseException) -> bool:
-    """Whether the prompt may have reached the server despite ``exc``."""
-    if isinstance(exc, UnreachableError):
-        return exc.maybe_delivered
-    return not isinstance(exc, HubError)
 
 
 async def _empty_room(client: OpencodeClient, room: Room, session_id: str) -> list[str]:
@@ -468,11 +459,9 @@ async def _deliver(
         raise
     try:
         await client.prompt_async(session_id, prompt, model)
-    except ApiError:
-        await aio.blocking(gate.release, res)  # the server answered with a refusal: nothing runs
-        raise
-    except UnreachableError as exc:
-        if not exc.maybe_delivered:
+    except (ApiError, UnreachableError) as exc:
+        # A refusal (the server answered: nothing runs) or certainly never delivered.
+        if isinstance(exc, ApiError) or not exc.maybe_delivered:
             await aio.blocking(gate.release, res)
             raise
         raise UnreachableError(

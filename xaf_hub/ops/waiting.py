@@ -175,14 +175,8 @@ def _check_kind(w: Waiting, reply: Reply) -> None:
 
 
 async def answer_request(
-    ops: OpsContext,
-    request_id: str,
-    reply: Reply,
-    *,
-    instance: str | None = None,
-    allow_prod: bool = False,
-    force: bool = False,
-    rule: str = "",
+    ops: OpsContext, request_id: str, reply: Reply, *, instance: str | None = None,
+    allow_prod: bool = False, force: bool = False, rule: str = "",
 ) -> Answered:
     """Find the run waiting on ``request_id`` and answer it; nothing is sent when it no
     longer waits (``RequestGone``, exit 4) or the answer does not fit it (exit 4).
@@ -200,13 +194,8 @@ async def answer_request(
 
 
 async def send_reply(
-    ops: OpsContext,
-    hit: PendingRequest,
-    reply: Reply,
-    *,
-    allow_prod: bool = False,
-    force: bool = False,
-    rule: str = "",
+    ops: OpsContext, hit: PendingRequest, reply: Reply, *, allow_prod: bool = False,
+    force: bool = False, rule: str = "",
 ) -> Answered:
     """Answer one request a scan found: guards, a fresh look under the lock, reply, audit."""
     inst = ops.cfg.instance(hit.instance)
