@@ -126,9 +126,7 @@ TRACE_SECONDS = 5.0
 
 
 def match_candidates(
-    scans: Sequence[InstanceScan],
-    text: str,
-    sent: dict[tuple[str, str], tuple[str, ...]],
+    scans: Sequence[InstanceScan], text: str, sent: dict[tuple[str, str], tuple[str, ...]],
     traces: Mapping[tuple[str, str], SessionTrace] | None = None,
 ) -> tuple[list[tuple[SessionRecord, float]], list[MatchEvidence]]:
     """The matcher's top candidates for ``text`` among the project sessions, with what each
@@ -137,7 +135,8 @@ def match_candidates(
     todo items and newest reply its own messages show."""
 
     traces = traces or {}
-    pool, docs, known_of = {}, [], {}
+    pool: dict[str, tuple[SessionRecord, Evidence, SessionTrace | None]] = {}
+    docs = []
     for sc in scans:
         if not sc.reachable:
             continue
@@ -145,27 +144,23 @@ def match_candidates(
         for s in sc.sessions:
             if s.project:
                 key = f"{s.instance}\x00{s.id}"
-                pool[key] = s
                 if s.directory not in relative:
                     relative[s.directory] = sc.inst.rules.relative(s.directory)
-                tasks = sent.get((s.instance, s.id), ())
-                known = Evidence(s.title, relative[s.directory], tasks)
+                known = Evidence(s.title, relative[s.directory], sent.get((s.instance, s.id), ()))
                 trace = traces.get((s.instance, s.id))
                 if trace is not None:
                     known = known.adding(trace.prompts, trace.files, _said(trace))
                 docs.append((key, known))
-                known_of[key] = known
+                pool[key] = (s, known, trace)
     index = Index(docs)
     found = index.rank(text, top=5)
     back = refers_back(text)
     evidence = []
     for c in found:
-        s = pool[c.key]
+        s, known, trace = pool[c.key]
         shared = tuple(index.shared(text, c.key))
-        trace = traces.get((s.instance, s.id))
         told = sent.get((s.instance, s.id), ())
         texts = len(set(told) | set(trace.prompts)) if trace is not None else len(told)
-        known = known_of[c.key]
         evidence.append(
             MatchEvidence(
                 shared,
@@ -177,7 +172,7 @@ def match_candidates(
                 todos=tuple([t for t in trace.todos if holds(t, shared)][:2]) if trace else (),
             )
         )
-    return [(pool[c.key], c.score) for c in found], evidence
+    return [(pool[c.key][0], c.score) for c in found], evidence
 
 
 def _said(trace: SessionTrace) -> tuple[str, ...]:
