@@ -17,7 +17,6 @@ from xaf_hub.core import aio
 from xaf_hub.core.records import Room, SessionRecord
 from xaf_hub.errors import HubError
 from xaf_hub.fleet.client import OpencodeClient
-from xaf_hub.fleet.scan import scan_fleet
 from xaf_hub.ops.context import OpsContext
 from xaf_hub.ops.rooms import close_room, what_stays
 from xaf_hub.store.tasks import Task
@@ -37,9 +36,7 @@ async def cleanup_fleet(
     ops: OpsContext, *, execute: bool, ttl_days: float, instance: str | None, allow_prod: bool
 ) -> dict[str, Any]:
     """Scan, pick stale sessions, and delete them when ``execute``; returns a report."""
-    cfg = ops.cfg
-    targets = [cfg.instance(instance)] if instance else list(cfg.instances)
-    snap, scans = await scan_fleet(cfg, targets, transport_factory=ops.transport_factory)
+    snap, scans = await ops.scan_named(instance)
     now = int(time.time() * 1000)
     report: dict[str, Any] = {"ttl_days": ttl_days, "execute": execute, "instances": [],
                               "unreachable": snap.unreachable, "_snap": snap}

@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING
 from xaf_hub.core import aio
 from xaf_hub.core.records import find_session
 from xaf_hub.errors import HubError, MissingPassword, UnreachableError, UsageError
-from xaf_hub.fleet.scan import scan_fleet
 from xaf_hub.ops.context import OpsContext
 from xaf_hub.ops.planner import check_write
 from xaf_hub.ops.send import held_or_noted
@@ -92,8 +91,7 @@ async def locate(
 ) -> tuple[InstanceScan, SessionRecord]:
     """The session ``session_id`` names (its id, or the start of one) with the scan of its
     instance: on ``instance``, or on any; ``session_not_found``'s error when none has it."""
-    targets = [ops.cfg.instance(instance)] if instance else list(ops.cfg.instances)
-    _, scans = await scan_fleet(ops.cfg, targets, transport_factory=ops.transport_factory)
+    _, scans = await ops.scan_named(instance)
     hit = find_session(((sc, sc.sessions) for sc in scans), session_id)
     if hit is None:
         down = [sc.failure() for sc in scans if not sc.reachable]

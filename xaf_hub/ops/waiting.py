@@ -24,7 +24,7 @@ from xaf_hub.errors import (
     UnreachableError,
     UsageError,
 )
-from xaf_hub.fleet.scan import InstanceScan, scan_fleet
+from xaf_hub.fleet.scan import InstanceScan
 from xaf_hub.ops.context import OpsContext
 from xaf_hub.ops.planner import check_write
 from xaf_hub.ops.send import held_or_noted
@@ -83,10 +83,7 @@ def pending_of(scans: Sequence[InstanceScan]) -> Waiters:
 
 async def list_waiting(ops: OpsContext, instance: str | None = None) -> Waiters:
     """Scan ``instance`` (or every instance) for runs that wait for a person."""
-    cfg = ops.cfg
-    targets = [cfg.instance(instance)] if instance else list(cfg.instances)
-    _, scans = await scan_fleet(cfg, targets, transport_factory=ops.transport_factory)
-    return pending_of(scans)
+    return pending_of((await ops.scan_named(instance))[1])
 
 
 @dataclass(frozen=True)
