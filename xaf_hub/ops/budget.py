@@ -252,14 +252,10 @@ def over_budget(
     """
     spent = spends(cfg, scans, now)
     total, fleet = totals(spent.values())
-    out = {}
-    for sc in scans:
-        if sc.inst.name in spent:
-            mine = spent[sc.inst.name][0]
-            refused = refusal(cfg, sc.inst, mine, total - mine, fleet)
-            if refused is not None:
-                out[sc.inst.name] = refused
-    return out
+    refused = {sc.inst.name: refusal(cfg, sc.inst, spent[sc.inst.name][0],
+                                     total - spent[sc.inst.name][0], fleet)
+               for sc in scans if sc.inst.name in spent}
+    return {name: why for name, why in refused.items() if why is not None}
 
 
 @dataclass(frozen=True)
@@ -314,11 +310,8 @@ def budget_lines(
     lines = []
     total = Spend()
     for inst, sessions in by_instance:
-        spent = None
-        if isinstance(sessions, Tally):
-            spent = slots_today(sessions, now, tz)
-        elif sessions is not None:
-            spent = spend_today(sessions, now, tz)
+        spent = (slots_today(sessions, now, tz) if isinstance(sessions, Tally)
+                 else None if sessions is None else spend_today(sessions, now, tz))
         total += spent or Spend()
         lines.append(BudgetLine(inst.name, spent or Spend(), inst.budget_daily_usd,
                                 spent is not None))
