@@ -189,10 +189,8 @@ def zone(cfg: Config) -> tzinfo:
 
 def guarded(cfg: Config, inst: InstanceConfig) -> bool:
     """True when sending to ``inst`` is under any budget."""
-    return any(
-        cap is not None
-        for cap in (cfg.budget.daily_usd, cfg.project_budget_usd, inst.budget_daily_usd)
-    )
+    caps = (cfg.budget.daily_usd, cfg.project_budget_usd, inst.budget_daily_usd)
+    return any(cap is not None for cap in caps)
 
 
 def refusal(

@@ -78,9 +78,7 @@ def operator_interrupts(state_dir: Path) -> dict[Key, Stop]:
     path = state_dir / "audit.log"
     try:
         with open(path, "rb") as handle:
-            handle.seek(0, 2)
-            size = handle.tell()
-            handle.seek(max(0, size - _AUDIT_TAIL_BYTES))
+            handle.seek(max(0, handle.seek(0, 2) - _AUDIT_TAIL_BYTES))  # from the end
             raw = handle.read()
     except OSError:
         return {}

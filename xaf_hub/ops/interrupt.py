@@ -52,20 +52,16 @@ async def interrupt_session(
     # a patrol's heal or resume re-reads people's decisions under this lock
     risk = ": a heal or resume under way at this moment may start the session again"
     async with held_or_noted(ops.gate(), sc.inst.name, notes, "stopped", risk):
-        await aio.blocking(
-            ops.audit,
-            "interrupt", instance=sc.inst.name, session=session.id, result="stopping", reason=was
-        )
+        await aio.blocking(ops.audit, "interrupt", instance=sc.inst.name, session=session.id,
+                           result="stopping", reason=was)
         shared = await aio.blocking(_share, ops, sc.inst.name, session.id, notes)
         async with (
             ops.audited("interrupt", instance=sc.inst.name, session=session.id),
             ops.client(sc.inst) as client,
         ):
             await client.abort(session.id, session.directory)
-        await aio.blocking(
-            ops.audit,
-            "interrupt", instance=sc.inst.name, session=session.id, result="aborted", reason=was
-        )
+        await aio.blocking(ops.audit, "interrupt", instance=sc.inst.name, session=session.id,
+                           result="aborted", reason=was)
         if shared:  # again, with the time the run stopped (the later time, as the audit has)
             await aio.blocking(_share, ops, sc.inst.name, session.id, notes)
     note = "; ".join(ops.redact(n) for n in notes)

@@ -332,11 +332,8 @@ async def _gated(
         assert load.reserved is not None
         _check_budget(ops, inst, fresh.sessions, others, load.reserved)
         if not load.free:
-            why = (
-                f"session {planned} had stopped, so a prompt would start a new run; "
-                if stopped
-                else ""
-            )
+            why = (f"session {planned} had stopped, so a prompt would start a new run; "
+                   if stopped else "")
             running = load.running_project + load.running_others
             full = running + load.reserved >= inst.concurrency_limit
             raise BusyError(

@@ -267,13 +267,9 @@ def _rule_for(
     rules: Sequence[PermissionRule], permission: str, text: str
 ) -> tuple[int, PermissionRule] | None:
     """The first rule of ``permission`` (or ``*``) whose pattern matches ``text``."""
-    return next(
-        (
-            (i, r) for i, r in enumerate(rules)
-            if r.kind in ("*", permission) and fnmatch.fnmatchcase(text, r.pattern)
-        ),
-        None,
-    )
+    hits = ((i, r) for i, r in enumerate(rules)
+            if r.kind in ("*", permission) and fnmatch.fnmatchcase(text, r.pattern))
+    return next(hits, None)
 
 
 def approvable(w: Waiting) -> tuple[str, ...] | None:
