@@ -162,15 +162,6 @@ def _option(label: str, known: tuple[str, ...], request_id: str) -> str:
     raise UsageError(f"{label!r} is not an option of {request_id}; options: {offered}")
 
 
-def _check_kind(w: Waiting, reply: Reply) -> None:
-    if w.kind == "question" and reply.action == "approve":
-        raise UsageError(f"{w.request_id} is a question: answer it with `xaf-hub answer`")
-    if w.kind == "permission" and reply.action == "answer":
-        raise UsageError(
-            f"{w.request_id} is a permission request: `xaf-hub approve` or `xaf-hub deny` it"
-        )
-
-
 async def answer_request(
     ops: OpsContext, request_id: str, reply: Reply, *, instance: str | None = None,
     allow_prod: bool = False, force: bool = False, rule: str = "",
@@ -197,7 +188,12 @@ async def send_reply(
     """Answer one request a scan found: guards, a fresh look under the lock, reply, audit."""
     inst = ops.cfg.instance(hit.instance)
     w, s = hit.waiting, hit.session
-    _check_kind(w, reply)
+    if w.kind == "question" and reply.action == "approve":
+        raise UsageError(f"{w.request_id} is a question: answer it with `xaf-hub answer`")
+    if w.kind == "permission" and reply.action == "answer":
+        raise UsageError(
+            f"{w.request_id} is a permission request: `xaf-hub approve` or `xaf-hub deny` it"
+        )
     answers = question_answers(w, reply) if reply.action == "answer" else None
     if answers and reply.choices:  # the labels as offered, for the audit and the output
         reply = replace(reply, choices=tuple(label for labels in answers for label in labels))
