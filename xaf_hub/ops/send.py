@@ -117,10 +117,8 @@ async def send_work(
     try:
         async with ops.audited(command, instance=inst.name,
                                session=plan.session.id if plan.session else ""):
-            result = await _gated(
-                ops, plan, prompt, model, client, gate, warnings, before_prompt, steer,
-                still_wanted,
-            )
+            result = await _gated(ops, plan, prompt, model, client, gate, warnings,
+                                  before_prompt, steer, still_wanted)
     finally:
         warnings.extend(gate.warnings)
         gate.warnings.clear()
@@ -311,12 +309,12 @@ async def _gated(
         session = plan.session if plan.action in ("reuse", "steer") else None
         if still_wanted is not None and (why := await aio.blocking(still_wanted)):
             raise RunsAgain(f"session {planned} on {inst.name}: {why}")
-        if session is not None and session.id in load.running_ids and not steer:
-            raise RunsAgain(
-                f"session {session.id} on {inst.name} runs again: it was acted on since it "
-                "was judged (another daemon, a late prompt or a person), so nothing was sent"
-            )
         if session is not None and session.id in load.running_ids:
+            if not steer:
+                raise RunsAgain(
+                    f"session {session.id} on {inst.name} runs again: it was acted on since it "
+                    "was judged (another daemon, a late prompt or a person), so nothing was sent"
+                )
             # Running: the prompt steers it and takes no slot. The reservation tied to it
             # counts only if the run ends while the prompt travels and the prompt starts it
             # again (it is not running then), until the server shows that run.
@@ -393,10 +391,8 @@ async def _gated(
                 warnings.extend(await _empty_room(client, room, session_id))
             raise
     action = "reuse" if stopped else plan.action
-    return SendResult(
-        action, inst.name, session_id, directory, plan.title, model, had_stopped=stopped,
-        room=room,
-    )
+    return SendResult(action, inst.name, session_id, directory, plan.title, model,
+                      had_stopped=stopped, room=room)
 
 
 async def _empty_room(client: OpencodeClient, room: Room, session_id: str) -> list[str]:
