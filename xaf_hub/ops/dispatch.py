@@ -220,7 +220,6 @@ async def rank_candidates(
 async def prepare(ops: OpsContext, order: DispatchOrder) -> Prepared:
     """Scan, plan, choose the model and build the prompt; sends nothing."""
     cfg, req = ops.cfg, order.request
-    warnings: list[str] = []
     if order.auto_cleanup and not order.dry_run:
         await cleanup_fleet(ops, execute=True, ttl_days=cfg.session_ttl_days,
                             instance=req.instance, allow_prod=req.allow_prod)
@@ -251,7 +250,7 @@ async def prepare(ops: OpsContext, order: DispatchOrder) -> Prepared:
         await rank_candidates(ops, scans, req.text, pool.tasks) if smart else ([], [])
     )
     plan = plan_dispatch(cfg, views, req, scores, evidence)
-    warnings.extend(plan.warnings + snap.warnings)
+    warnings = [*plan.warnings, *snap.warnings]
     override = cfg.discipline_or(pool.discipline)
     task_id = ""
     if plan.action == "create" and cfg.repository.isolation == "worktree" and order.record:
@@ -266,10 +265,8 @@ async def prepare(ops: OpsContext, order: DispatchOrder) -> Prepared:
     prompt = build_prompt(ops, plan.instance, req.text, plan.title, override,
                           "new" if plan.action == "create" else "unknown", room=room)
     view = next(v for v in views if v.inst.name == plan.instance.name)
-    return Prepared(
-        plan, view, model, prompt, tuple(warnings), _base(ops, plan, req, override),
-        source_of(len(board.scans), len(scans)), task_id,
-    )
+    return Prepared(plan, view, model, prompt, tuple(warnings), _base(ops, plan, req, override),
+                    source_of(len(board.scans), len(scans)), task_id)
 
 
 
@@ -324,9 +321,8 @@ def _base(ops: OpsContext, plan: Plan, req: DispatchRequest, override: str | Non
     except (GitFailed, OSError):
         return None
     base = cfg.patrol.base_branch
-    mainline = plan.instance.branch_policy == "mainline"
-    titles = [plan.title or req.text]
-    branches = expected_branches(mainline, base_branch=base, titles=titles, override=override)
+    branches = expected_branches(plan.instance.branch_policy == "mainline", base_branch=base,
+                                 titles=[plan.title or req.text], override=override)
     return base_commit(tips, branches, base)
 
 
