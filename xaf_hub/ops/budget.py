@@ -175,10 +175,8 @@ def reached_text(
     lead = f"{instance}: " if instance else ""
     more = ""
     if flight is not None and flight.in_flight_usd > 0:
-        n = flight.in_flight
-        more = (
-            f" + up to {money(flight.in_flight_usd)} for {n} run{'s' if n != 1 else ''} in flight"
-        )
+        n, usd = flight.in_flight, money(flight.in_flight_usd)
+        more = f" + up to {usd} for {n} run{'s' if n != 1 else ''} in flight"
     return f"{lead}daily budget {money(budget)} reached ({money(spent)} spent today{more})"
 
 

@@ -292,10 +292,8 @@ def repository_findings(cfg: Config) -> list[Finding]:
     """Without a repository the hub verifies nothing (and, with worktrees, lands nothing)."""
     if cfg.repository.url:
         return []
-    fix = (
-        "Set project.repository to the remote the agents push to (`xaf-hub init --root "
-        "CHECKOUT` fills it from the checkout's origin)."
-    )
+    fix = ("Set project.repository to the remote the agents push to (`xaf-hub init --root "
+           "CHECKOUT` fills it from the checkout's origin).")
     if cfg.repository.isolation == "worktree":
         return [warn("worktrees", "project.repository",
                      "not set: tasks work in worktrees of their own, but the hub can neither "
