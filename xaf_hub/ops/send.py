@@ -384,9 +384,8 @@ async def _gated(
             await _deliver(client, gate, res, prompt, model, before_prompt, warnings, room)
         except BaseException as exc:
             # Whether the prompt may have reached the server despite ``exc``.
-            maybe = exc.maybe_delivered if isinstance(exc, UnreachableError) else (
-                not isinstance(exc, HubError)
-            )
+            maybe = (exc.maybe_delivered if isinstance(exc, UnreachableError)
+                     else not isinstance(exc, HubError))
             if room is not None and not maybe:
                 warnings.extend(await _empty_room(client, room, session_id))
             raise
