@@ -175,10 +175,8 @@ def reached_text(
     lead = f"{instance}: " if instance else ""
     more = ""
     if flight is not None and flight.in_flight_usd > 0:
-        n = flight.in_flight
-        more = (
-            f" + up to {money(flight.in_flight_usd)} for {n} run{'s' if n != 1 else ''} in flight"
-        )
+        n, usd = flight.in_flight, money(flight.in_flight_usd)
+        more = f" + up to {usd} for {n} run{'s' if n != 1 else ''} in flight"
     return f"{lead}daily budget {money(budget)} reached ({money(spent)} spent today{more})"
 
 
@@ -189,10 +187,8 @@ def zone(cfg: Config) -> tzinfo:
 
 def guarded(cfg: Config, inst: InstanceConfig) -> bool:
     """True when sending to ``inst`` is under any budget."""
-    return any(
-        cap is not None
-        for cap in (cfg.budget.daily_usd, cfg.project_budget_usd, inst.budget_daily_usd)
-    )
+    caps = (cfg.budget.daily_usd, cfg.project_budget_usd, inst.budget_daily_usd)
+    return any(cap is not None for cap in caps)
 
 
 def refusal(
@@ -252,14 +248,10 @@ def over_budget(
     """
     spent = spends(cfg, scans, now)
     total, fleet = totals(spent.values())
-    out = {}
-    for sc in scans:
-        if sc.inst.name in spent:
-            mine = spent[sc.inst.name][0]
-            refused = refusal(cfg, sc.inst, mine, total - mine, fleet)
-            if refused is not None:
-                out[sc.inst.name] = refused
-    return out
+    refused = {sc.inst.name: refusal(cfg, sc.inst, spent[sc.inst.name][0],
+                                     total - spent[sc.inst.name][0], fleet)
+               for sc in scans if sc.inst.name in spent}
+    return {name: why for name, why in refused.items() if why is not None}
 
 
 @dataclass(frozen=True)
@@ -314,11 +306,8 @@ def budget_lines(
     lines = []
     total = Spend()
     for inst, sessions in by_instance:
-        spent = None
-        if isinstance(sessions, Tally):
-            spent = slots_today(sessions, now, tz)
-        elif sessions is not None:
-            spent = spend_today(sessions, now, tz)
+        spent = (slots_today(sessions, now, tz) if isinstance(sessions, Tally)
+                 else None if sessions is None else spend_today(sessions, now, tz))
         total += spent or Spend()
         lines.append(BudgetLine(inst.name, spent or Spend(), inst.budget_daily_usd,
                                 spent is not None))

@@ -177,10 +177,8 @@ def _park(ops: OpsContext, session: str, reason: str) -> str:
     def mutate(data: BacklogData) -> str:
         for task in data.tasks:
             if task.session_id == session and task.status == "dispatched":
-                data.replace(
-                    replace(task, status="pending", parked=reason, last_error=reason,
-                            dispatched_at=None)
-                )
+                data.replace(replace(task, status="pending", parked=reason, last_error=reason,
+                                     dispatched_at=None))
                 return task.id
         return ""
 

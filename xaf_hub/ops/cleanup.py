@@ -16,8 +16,6 @@ from xaf_hub.config.load import InstanceConfig
 from xaf_hub.core import aio
 from xaf_hub.core.records import Room, SessionRecord
 from xaf_hub.errors import HubError
-from xaf_hub.fleet.client import OpencodeClient
-from xaf_hub.fleet.scan import scan_fleet
 from xaf_hub.ops.context import OpsContext
 from xaf_hub.ops.rooms import close_room, what_stays
 from xaf_hub.store.tasks import Task
@@ -37,9 +35,7 @@ async def cleanup_fleet(
     ops: OpsContext, *, execute: bool, ttl_days: float, instance: str | None, allow_prod: bool
 ) -> dict[str, Any]:
     """Scan, pick stale sessions, and delete them when ``execute``; returns a report."""
-    cfg = ops.cfg
-    targets = [cfg.instance(instance)] if instance else list(cfg.instances)
-    snap, scans = await scan_fleet(cfg, targets, transport_factory=ops.transport_factory)
+    snap, scans = await ops.scan_named(instance)
     now = int(time.time() * 1000)
     report: dict[str, Any] = {"ttl_days": ttl_days, "execute": execute, "instances": [],
                               "unreachable": snap.unreachable, "_snap": snap}
@@ -57,8 +53,21 @@ async def cleanup_fleet(
         entry["missing_time"] = missing
         entry["stale"] = [s.to_json() for s in stale]
         entry["worktrees"] = await _rooms(ops, sc.inst, sc.sessions, execute)
-        if execute and stale:
-            await _delete_all(ops, sc.inst, stale, entry, ttl_days)
+        if not execute or not stale:
+            continue
+        async with ops.client(sc.inst) as client:
+            for s in stale:
+                try:
+                    await client.abort(s.id, s.directory)
+                    await client.delete(s.id, s.directory)
+                except HubError as exc:
+                    entry["failed"].append({"id": s.id, "reason": str(exc)})
+                    result, reason = "failed", str(exc)
+                else:
+                    entry["deleted"].append(s.id)
+                    result, reason = "deleted", f"idle for more than {ttl_days:g} days"
+                await aio.blocking(ops.audit, "cleanup", instance=sc.inst.name, session=s.id,
+                                   result=result, reason=reason)
     return report
 
 
@@ -98,48 +107,23 @@ async def _rooms(
             item: dict[str, Any] = {"directory": folder, "task": task.id if task else None,
                                     "why": why, "action": "would remove", "failed": False}
             out.append(item)
-            if execute:
-                await _remove_room(ops, client, inst, checkout, folder, task, item)
-    return out
-
-
-async def _remove_room(
-    ops: OpsContext, client: OpencodeClient, inst: InstanceConfig, checkout: str, folder: str,
-    task: Task | None, item: dict[str, Any],
-) -> None:
-    try:
-        stays = await what_stays(client, folder)
-    except HubError as exc:
-        stays = f"could not ask ({exc})"
-    if stays:
-        item["action"] = f"kept: {stays}"
-        return
-    left = await close_room(client, Room(folder, "", checkout))
-    if left:
-        item["action"], item["failed"] = f"FAILED: {left}", True
-        return
-    item["action"] = "removed"
-    if task is not None:
-        with contextlib.suppress(HubError):
-            await aio.blocking(ops.backlog().revise, task, worktree=None)
-    await aio.blocking(ops.audit, "cleanup", instance=inst.name, session="", result="removed",
-                       reason=f"worktree {folder} ({item['why']})")
-
-
-async def _delete_all(
-    ops: OpsContext, inst: InstanceConfig, rows: list[SessionRecord], entry: dict[str, Any],
-    ttl_days: float,
-) -> None:
-    async with ops.client(inst) as client:
-        for s in rows:
+            if not execute:
+                continue
             try:
-                await client.abort(s.id, s.directory)
-                await client.delete(s.id, s.directory)
+                stays = await what_stays(client, folder)
             except HubError as exc:
-                entry["failed"].append({"id": s.id, "reason": str(exc)})
-                result, reason = "failed", str(exc)
-            else:
-                entry["deleted"].append(s.id)
-                result, reason = "deleted", f"idle for more than {ttl_days:g} days"
-            await aio.blocking(ops.audit, "cleanup", instance=inst.name, session=s.id,
-                               result=result, reason=reason)
+                stays = f"could not ask ({exc})"
+            if stays:
+                item["action"] = f"kept: {stays}"
+                continue
+            left = await close_room(client, Room(folder, "", checkout))
+            if left:
+                item["action"], item["failed"] = f"FAILED: {left}", True
+                continue
+            item["action"] = "removed"
+            if task is not None:
+                with contextlib.suppress(HubError):
+                    await aio.blocking(ops.backlog().revise, task, worktree=None)
+            await aio.blocking(ops.audit, "cleanup", instance=inst.name, session="",
+                               result="removed", reason=f"worktree {folder} ({item['why']})")
+    return out

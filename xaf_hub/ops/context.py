@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from xaf_hub.config.load import Config, InstanceConfig
 from xaf_hub.core import aio
-from xaf_hub.core.records import SessionRecord
+from xaf_hub.core.records import SessionRecord, Snapshot
 from xaf_hub.core.text import redact
 from xaf_hub.errors import UnreachableError
 from xaf_hub.fleet.client import OpencodeClient
@@ -135,6 +135,12 @@ class OpsContext:
             await aio.blocking(self.audit, command, instance=instance, session=session,
                                result="failed", reason=str(exc), extra=extra)
             raise
+
+    async def scan_named(self, instance: str | None = None) -> tuple[Snapshot, list[InstanceScan]]:
+        """Scan ``instance`` (its name), or every instance when None; nothing raised for one
+        that did not answer (its scan says why)."""
+        targets = [self.cfg.instance(instance)] if instance else list(self.cfg.instances)
+        return await scan_fleet(self.cfg, targets, transport_factory=self.transport_factory)
 
     async def scan(self) -> Fleet:
         """Scan every instance; UnreachableError when instances exist and none answered.

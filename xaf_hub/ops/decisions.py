@@ -78,9 +78,7 @@ def operator_interrupts(state_dir: Path) -> dict[Key, Stop]:
     path = state_dir / "audit.log"
     try:
         with open(path, "rb") as handle:
-            handle.seek(0, 2)
-            size = handle.tell()
-            handle.seek(max(0, size - _AUDIT_TAIL_BYTES))
+            handle.seek(max(0, handle.seek(0, 2) - _AUDIT_TAIL_BYTES))  # from the end
             raw = handle.read()
     except OSError:
         return {}
@@ -161,14 +159,11 @@ class Decisions:
         """A stop of ``key`` since ``since``, else the row ``steered`` by hand (None: none)."""
         stop = self.interrupts.get(key)
         if stop is not None and stopped_after(stop, since):
-            return _stopped(stop)
+            return Decision("ceiling" if stop.kind == "ceiling" else "interrupted", stop.who,
+                            stop.at)
         if steered is None:
             return None
         return Decision("steered", "", instant_seconds(steered.steered_at) or 0.0)
-
-
-def _stopped(stop: Stop) -> Decision:
-    return Decision("ceiling" if stop.kind == "ceiling" else "interrupted", stop.who, stop.at)
 
 
 def decisions_from(interrupts: Mapping[Key, Stop], tasks: Iterable[Task]) -> Decisions:

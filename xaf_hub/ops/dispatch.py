@@ -126,9 +126,7 @@ TRACE_SECONDS = 5.0
 
 
 def match_candidates(
-    scans: Sequence[InstanceScan],
-    text: str,
-    sent: dict[tuple[str, str], tuple[str, ...]],
+    scans: Sequence[InstanceScan], text: str, sent: dict[tuple[str, str], tuple[str, ...]],
     traces: Mapping[tuple[str, str], SessionTrace] | None = None,
 ) -> tuple[list[tuple[SessionRecord, float]], list[MatchEvidence]]:
     """The matcher's top candidates for ``text`` among the project sessions, with what each
@@ -137,7 +135,8 @@ def match_candidates(
     todo items and newest reply its own messages show."""
 
     traces = traces or {}
-    pool, docs, known_of = {}, [], {}
+    pool: dict[str, tuple[SessionRecord, Evidence, SessionTrace | None]] = {}
+    docs = []
     for sc in scans:
         if not sc.reachable:
             continue
@@ -145,27 +144,23 @@ def match_candidates(
         for s in sc.sessions:
             if s.project:
                 key = f"{s.instance}\x00{s.id}"
-                pool[key] = s
                 if s.directory not in relative:
                     relative[s.directory] = sc.inst.rules.relative(s.directory)
-                tasks = sent.get((s.instance, s.id), ())
-                known = Evidence(s.title, relative[s.directory], tasks)
+                known = Evidence(s.title, relative[s.directory], sent.get((s.instance, s.id), ()))
                 trace = traces.get((s.instance, s.id))
                 if trace is not None:
                     known = known.adding(trace.prompts, trace.files, _said(trace))
                 docs.append((key, known))
-                known_of[key] = known
+                pool[key] = (s, known, trace)
     index = Index(docs)
     found = index.rank(text, top=5)
     back = refers_back(text)
     evidence = []
     for c in found:
-        s = pool[c.key]
+        s, known, trace = pool[c.key]
         shared = tuple(index.shared(text, c.key))
-        trace = traces.get((s.instance, s.id))
         told = sent.get((s.instance, s.id), ())
         texts = len(set(told) | set(trace.prompts)) if trace is not None else len(told)
-        known = known_of[c.key]
         evidence.append(
             MatchEvidence(
                 shared,
@@ -177,7 +172,7 @@ def match_candidates(
                 todos=tuple([t for t in trace.todos if holds(t, shared)][:2]) if trace else (),
             )
         )
-    return [(pool[c.key], c.score) for c in found], evidence
+    return [(pool[c.key][0], c.score) for c in found], evidence
 
 
 def _said(trace: SessionTrace) -> tuple[str, ...]:
@@ -225,7 +220,6 @@ async def rank_candidates(
 async def prepare(ops: OpsContext, order: DispatchOrder) -> Prepared:
     """Scan, plan, choose the model and build the prompt; sends nothing."""
     cfg, req = ops.cfg, order.request
-    warnings: list[str] = []
     if order.auto_cleanup and not order.dry_run:
         await cleanup_fleet(ops, execute=True, ttl_days=cfg.session_ttl_days,
                             instance=req.instance, allow_prod=req.allow_prod)
@@ -256,7 +250,7 @@ async def prepare(ops: OpsContext, order: DispatchOrder) -> Prepared:
         await rank_candidates(ops, scans, req.text, pool.tasks) if smart else ([], [])
     )
     plan = plan_dispatch(cfg, views, req, scores, evidence)
-    warnings.extend(plan.warnings + snap.warnings)
+    warnings = [*plan.warnings, *snap.warnings]
     override = cfg.discipline_or(pool.discipline)
     task_id = ""
     if plan.action == "create" and cfg.repository.isolation == "worktree" and order.record:
@@ -271,10 +265,8 @@ async def prepare(ops: OpsContext, order: DispatchOrder) -> Prepared:
     prompt = build_prompt(ops, plan.instance, req.text, plan.title, override,
                           "new" if plan.action == "create" else "unknown", room=room)
     view = next(v for v in views if v.inst.name == plan.instance.name)
-    return Prepared(
-        plan, view, model, prompt, tuple(warnings), _base(ops, plan, req, override),
-        source_of(len(board.scans), len(scans)), task_id,
-    )
+    return Prepared(plan, view, model, prompt, tuple(warnings), _base(ops, plan, req, override),
+                    source_of(len(board.scans), len(scans)), task_id)
 
 
 
@@ -329,9 +321,8 @@ def _base(ops: OpsContext, plan: Plan, req: DispatchRequest, override: str | Non
     except (GitFailed, OSError):
         return None
     base = cfg.patrol.base_branch
-    mainline = plan.instance.branch_policy == "mainline"
-    titles = [plan.title or req.text]
-    branches = expected_branches(mainline, base_branch=base, titles=titles, override=override)
+    branches = expected_branches(plan.instance.branch_policy == "mainline", base_branch=base,
+                                 titles=[plan.title or req.text], override=override)
     return base_commit(tips, branches, base)
 
 

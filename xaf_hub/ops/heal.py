@@ -106,14 +106,8 @@ class Rest:
 
 
 def rest_for(
-    cand: HealCandidate,
-    *,
-    scope: str,
-    families: Mapping[str, Sequence[str]],
-    reset_hour: int,
-    tz: tzinfo,
-    now: datetime,
-    longest: timedelta,
+    cand: HealCandidate, *, scope: str, families: Mapping[str, Sequence[str]], reset_hour: int,
+    tz: tzinfo, now: datetime, longest: timedelta,
 ) -> Rest | None:
     """The rest a failure calls for, or None (pure; docs/architecture.md §7).
 
@@ -125,10 +119,8 @@ def rest_for(
     if cand.signal != "rate_limited" or not cand.model:
         return None
     family = family_of(cand.model, families)
-    stated = stated_end(
-        now=now, next_ms=cand.next_ms, message=cand.reason if cand.state == "retry" else "",
-        error=cand.error, said_ms=cand.at_ms, longest=longest,
-    )
+    stated = stated_end(now=now, next_ms=cand.next_ms, error=cand.error, said_ms=cand.at_ms,
+                        message=cand.reason if cand.state == "retry" else "", longest=longest)
     if stated is not None:
         until_ms, why = to_ms(stated), "stated"
     elif family is None or window_over(cand, reset_hour, tz, now):
@@ -204,10 +196,9 @@ async def heal(
     cfg = ops.cfg
     families = cfg.models.families()
     now = ops.now()
-    rest = rest_for(
-        cand, scope=cfg.models.rest_scope, families=families, reset_hour=state.reset_hour,
-        tz=state.tz, now=now, longest=timedelta(hours=cfg.models.max_rest_hours),
-    )
+    rest = rest_for(cand, scope=cfg.models.rest_scope, families=families,
+                    reset_hour=state.reset_hour, tz=state.tz, now=now,
+                    longest=timedelta(hours=cfg.models.max_rest_hours))
     blackout, until_ms, family = "", None, None
     if rest is not None:
         # The rest first, then the target: the target must already skip what rests.
@@ -224,32 +215,25 @@ async def heal(
             result="blackout", reason=cand.reason[:300],
             extra={"family": family, "until_ms": until_ms, "scope": rest.scope, "why": rest.why},
         )
-    base = Healing(
-        cand.state, cand.signal, cand.model, None, cand.reason, family, until_ms, blackout=blackout
-    )
+    base = Healing(cand.state, cand.signal, cand.model, None, cand.reason, family, until_ms,
+                   blackout=blackout)
     target = heal_target(cand.model, model_chain(cfg, inst), cfg.models.default_dispatch_model,
                          state.resting(now), families)
     if target is None:
         return base
-    prompt = build_prompt(
-        ops, inst, CONTINUE_PROMPT, rec.title, override, "unknown", room=in_room(inst, rec)
-    )
+    prompt = build_prompt(ops, inst, CONTINUE_PROMPT, rec.title, override, "unknown",
+                          room=in_room(inst, rec))
     if cand.state == "retry":
-        await abort_and_prompt(
-            ops, inst, rec.id, rec.directory, prompt, target, command=f"{origin}.heal",
-            reason="stuck in retry with a rate limit", still_wanted=still_wanted,
-        )
+        await abort_and_prompt(ops, inst, rec.id, rec.directory, prompt, target,
+                               command=f"{origin}.heal", reason="stuck in retry with a rate limit",
+                               still_wanted=still_wanted)
     else:
         plan = plan_reuse(inst, rec, via=f"heal ({cand.signal})")
         async with ops.client(inst) as client:
-            await send_work(
-                ops, plan, prompt, target, client, command=f"{origin}.heal", steer=False,
-                still_wanted=still_wanted,
-            )
-    await aio.blocking(
-        state.remember_healed, cand.key, cand.model or None, target, now,
-        who=HealedSession(inst.name, rec.id, rec.title),
-    )
+            await send_work(ops, plan, prompt, target, client, command=f"{origin}.heal",
+                            steer=False, still_wanted=still_wanted)
+    await aio.blocking(state.remember_healed, cand.key, cand.model or None, target, now,
+                       who=HealedSession(inst.name, rec.id, rec.title))
     if family is not None:
         current = state.active_blackouts(now).get(family)
         base = replace(base, until_ms=current.until_ms if current is not None else until_ms)

@@ -220,11 +220,7 @@ _UNREACHABLE_FIXES: dict[Cause | None, str] = {
                "in between, then retry.",
 }
 _UNREACHABLE_FIXES["garbled"] = _UNREACHABLE_FIXES["dropped"]
-
-
-def _unreachable_fix(cause: Cause | None, inst: InstanceConfig) -> str:
-    default = "Check that {url} is an opencode server: open {url}/global/health."
-    return _UNREACHABLE_FIXES.get(cause, default).format(url=inst.url)
+_NOT_OPENCODE = "Check that {url} is an opencode server: open {url}/global/health."
 
 
 def _auth_fix(inst: InstanceConfig) -> str:
@@ -237,20 +233,13 @@ def _auth_fix(inst: InstanceConfig) -> str:
             "OPENCODE_SERVER_USERNAME (default opencode).")
 
 
-def _describe_source(source: str) -> str:
-    kind, _, where = source.partition(":")
-    return {
-        "env": f"env var {where}",
-        "local": f"config.local.json {where}",
-        "file": f"password_file {where}",
-    }.get(kind, source)
-
-
 def instance_findings(inst: InstanceConfig, probe: Probe) -> list[Finding]:
     """Reachability, auth, dialect/version and the credential source of one instance."""
     name = inst.name
-    cred = ("no password configured" if inst.password_source == "none"
-            else f"password from {_describe_source(inst.password_source)}")
+    kind, _, where = inst.password_source.partition(":")
+    source = {"env": f"env var {where}", "local": f"config.local.json {where}",
+              "file": f"password_file {where}"}.get(kind, inst.password_source)
+    cred = "no password configured" if inst.password_source == "none" else f"password from {source}"
     if probe.cause == "no_password":
         return [error("instance", name, str(inst.unreachable(probe.reason, probe.cause)),
                       _auth_fix(inst), ExitCode.USAGE)]
@@ -260,8 +249,9 @@ def instance_findings(inst: InstanceConfig, probe: Probe) -> list[Finding]:
     out: list[Finding] = []
     if not probe.reachable:
         known = f"; {cred}" if inst.password_source != "none" else ""
+        fix = _UNREACHABLE_FIXES.get(probe.cause, _NOT_OPENCODE).format(url=inst.url)
         out.append(error("instance", name, f"{inst.url}: unreachable: {probe.reason}{known}",
-                         _unreachable_fix(probe.cause, inst), ExitCode.UNREACHABLE))
+                         fix, ExitCode.UNREACHABLE))
         if inst.password_source == "none":
             out.append(warn("credentials", name, "no password configured", _auth_fix(inst)))
         return out
@@ -302,10 +292,8 @@ def repository_findings(cfg: Config) -> list[Finding]:
     """Without a repository the hub verifies nothing (and, with worktrees, lands nothing)."""
     if cfg.repository.url:
         return []
-    fix = (
-        "Set project.repository to the remote the agents push to (`xaf-hub init --root "
-        "CHECKOUT` fills it from the checkout's origin)."
-    )
+    fix = ("Set project.repository to the remote the agents push to (`xaf-hub init --root "
+           "CHECKOUT` fills it from the checkout's origin).")
     if cfg.repository.isolation == "worktree":
         return [warn("worktrees", "project.repository",
                      "not set: tasks work in worktrees of their own, but the hub can neither "
@@ -335,8 +323,7 @@ def layout_findings(inst: InstanceConfig) -> list[Finding]:
     for root in inst.roots:
         if not _absolute(root):
             out.append(error("roots", name, f"root {root!r} is not an absolute path",
-                             "Write the full path, e.g. /srv/project or C:\\work\\project.",
-                             ExitCode.USAGE))
+                             _CONFIG_FIXES["relative_path"], ExitCode.USAGE))
         elif inst.rules.classify(root) == "excluded":
             out.append(warn("roots", name,
                             f"root {root} is excluded by project.exclude_dirs or "
@@ -478,10 +465,8 @@ def patrol_finding(flag: Path, pause: Mapping[str, Any] | None) -> Finding:
     """Paused or not, from the patrol's durable pause flag (its content when present)."""
     if pause is None:
         return ok("patrol", "pause flag", f"not paused (no {flag})")
-    parts = [f"since {pause['paused_at']}" if pause.get("paused_at") else "",
-             f"by {pause['by']}" if pause.get("by") else "",
-             f"({pause['note']})" if pause.get("note") else ""]
-    detail = " ".join(p for p in parts if p)
+    parts = (("since {}", "paused_at"), ("by {}", "by"), ("({})", "note"))
+    detail = " ".join(form.format(pause[key]) for form, key in parts if pause.get(key))
     return warn("patrol", "pause flag",
                 f"patrol paused{' ' + detail if detail else ''}: no cycle runs; flag {flag}",
                 "Run `xaf-hub patrol resume` once the planned work is done; the flag "

@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING
 from xaf_hub.core import aio
 from xaf_hub.core.records import find_session
 from xaf_hub.errors import HubError, MissingPassword, UnreachableError, UsageError
-from xaf_hub.fleet.scan import scan_fleet
 from xaf_hub.ops.context import OpsContext
 from xaf_hub.ops.planner import check_write
 from xaf_hub.ops.send import held_or_noted
@@ -53,20 +52,16 @@ async def interrupt_session(
     # a patrol's heal or resume re-reads people's decisions under this lock
     risk = ": a heal or resume under way at this moment may start the session again"
     async with held_or_noted(ops.gate(), sc.inst.name, notes, "stopped", risk):
-        await aio.blocking(
-            ops.audit,
-            "interrupt", instance=sc.inst.name, session=session.id, result="stopping", reason=was
-        )
+        await aio.blocking(ops.audit, "interrupt", instance=sc.inst.name, session=session.id,
+                           result="stopping", reason=was)
         shared = await aio.blocking(_share, ops, sc.inst.name, session.id, notes)
         async with (
             ops.audited("interrupt", instance=sc.inst.name, session=session.id),
             ops.client(sc.inst) as client,
         ):
             await client.abort(session.id, session.directory)
-        await aio.blocking(
-            ops.audit,
-            "interrupt", instance=sc.inst.name, session=session.id, result="aborted", reason=was
-        )
+        await aio.blocking(ops.audit, "interrupt", instance=sc.inst.name, session=session.id,
+                           result="aborted", reason=was)
         if shared:  # again, with the time the run stopped (the later time, as the audit has)
             await aio.blocking(_share, ops, sc.inst.name, session.id, notes)
     note = "; ".join(ops.redact(n) for n in notes)
@@ -92,8 +87,7 @@ async def locate(
 ) -> tuple[InstanceScan, SessionRecord]:
     """The session ``session_id`` names (its id, or the start of one) with the scan of its
     instance: on ``instance``, or on any; ``session_not_found``'s error when none has it."""
-    targets = [ops.cfg.instance(instance)] if instance else list(ops.cfg.instances)
-    _, scans = await scan_fleet(ops.cfg, targets, transport_factory=ops.transport_factory)
+    _, scans = await ops.scan_named(instance)
     hit = find_session(((sc, sc.sessions) for sc in scans), session_id)
     if hit is None:
         down = [sc.failure() for sc in scans if not sc.reachable]

@@ -102,18 +102,15 @@ async def _land(ops: OpsContext, gate: Gate, task: Task) -> Landed:
         if prep.state == "conflict":
             return await _conflict(ops, task, prep)
         if (prep.rechecked or resolved) and cfg.repository.check_command:
-            run = await aio.blocking(
-                mirror.run_check, prep.result, cfg.repository.check_command,
-                cfg.repository.check_timeout_seconds,
-            )
+            run = await aio.blocking(mirror.run_check, prep.result, cfg.repository.check_command,
+                                     cfg.repository.check_timeout_seconds)
             if not run.passed:
                 return await _check_failed(ops, task, prep, run)
         if not await aio.blocking(gate.owns_lock, LANDING):
             raise BusyError("the landing lock was lost before the push: nothing was pushed")
         pushed = await aio.blocking(landing.push, mirror, prep.result, base, prep.tip)
         if pushed == "pushed":
-            how = landing.describe(prep, base)
-            return await _landed(ops, task, prep.result, how)
+            return await _landed(ops, task, prep.result, landing.describe(prep, base))
     return Landed(
         task.id, "waiting", f"origin/{base} moved under {MOVED_TRIES} pushes in a row; "
         "tried again next round"
@@ -147,9 +144,8 @@ def _kept_off(mirror: Mirror, pool: Sequence[Task], task: Task, tip: str, top: s
 async def _landed(ops: OpsContext, task: Task, commit: str, how: str) -> Landed:
     """Record the landing, then take the task's branch and worktree away."""
     judged = f"landed on origin/{ops.cfg.patrol.base_branch} as {short(commit)} ({how})"
-    task = await aio.blocking(
-        ops.backlog().mark_landed, task, ops.now(), landed=commit, judged=judged
-    )
+    task = await aio.blocking(ops.backlog().mark_landed, task, ops.now(), landed=commit,
+                              judged=judged)
     await aio.blocking(ops.audit, "land", instance=task.dispatched_to or "",
                        session=task.session_id or "", result="landed", reason=task.id,
                        extra={"task": task.id, "commit": commit})
@@ -162,7 +158,6 @@ async def tidy(ops: OpsContext, task: Task) -> str:
     went, else what stays (a failure: the next round tries again). A landed task's branch goes
     only while it holds the landed work (a lease on its commit): one that moved on keeps its
     worktree too, and the row lets both go (said once); the base branch never goes."""
-    left = []
     if task.branch and task.branch != ops.cfg.patrol.base_branch:
         expected = task.commit if task.landing == "landed" else None
         try:
@@ -180,17 +175,13 @@ async def tidy(ops: OpsContext, task: Task) -> str:
     if task.worktree and task.checkout and task.dispatched_to:
         inst = next((i for i in ops.cfg.instances if i.name == task.dispatched_to), None)
         if inst is None:
-            left.append(f"its worktree stays: instance {task.dispatched_to} is not configured")
-        else:
-            async with ops.client(inst) as client:
-                why = await close_room(
-                    client, Room(task.worktree, task.branch or "", task.checkout)
-                )
-            if why:
-                left.append(why)
-            else:
-                await aio.blocking(ops.backlog().revise, task, worktree=None)
-    return "; ".join(left)
+            return f"its worktree stays: instance {task.dispatched_to} is not configured"
+        async with ops.client(inst) as client:
+            why = await close_room(client, Room(task.worktree, task.branch or "", task.checkout))
+        if why:
+            return why
+        await aio.blocking(ops.backlog().revise, task, worktree=None)
+    return ""
 
 
 def _for_person(ops: OpsContext, task: Task, why: str) -> Landed:
@@ -271,10 +262,8 @@ async def drop(ops: OpsContext, task_id: str) -> Landed:
         if task.dispatched_to and task.session_id:
             async with ops.client(ops.cfg.instance(task.dispatched_to)) as client:
                 await client.abort(task.session_id, task.worktree)
-        task = await aio.blocking(
-            ops.backlog().revise, task, status="pending", parked="dropped by a person",
-            landing="dropped", judged="dropped by a person",
-        )
+        task = await aio.blocking(ops.backlog().revise, task, status="pending", landing="dropped",
+                                  parked="dropped by a person", judged="dropped by a person")
         await aio.blocking(ops.audit, "land", instance=task.dispatched_to or "",
                            session=task.session_id or "", result="dropped", reason=task.id,
                            extra={"task": task.id})

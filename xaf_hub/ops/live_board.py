@@ -396,8 +396,7 @@ def _why_stale(
         return "on the live board with another address, other directory rules or credentials"
     confirmed = _confirmed(view)
     if confirmed <= 0:
-        mode = view.get("mode")
-        if mode == "directory":
+        if view.get("mode") == "directory":
             return "followed per directory: the live board does not keep it"
         return "its stream is not followed right now"
     age = (now_ms - confirmed) / 1000

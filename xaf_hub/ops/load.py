@@ -51,8 +51,7 @@ class ProjectLoad:
 
 
 def per_project(
-    projects: Sequence[tuple[str, int | None]],
-    sessions: Iterable[SessionRecord],
+    projects: Sequence[tuple[str, int | None]], sessions: Iterable[SessionRecord],
     reserved: Iterable[str] = (),
 ) -> tuple[ProjectLoad, ...]:
     """Each of ``projects`` (name, share) with its running ``sessions`` and live reservations

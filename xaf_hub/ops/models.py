@@ -197,7 +197,6 @@ def start_rest(ops: OpsContext, target: str, until: datetime, reason: str = "") 
                     reason=reason or "set by a person",
                     source=f"models.rest {caller(ops.env) or 'cli'}", now=now)
     rest = state.active_blackouts(now)[target]
-    ops.audit(
-        "models.rest", result="rested", reason=reason or "set by a person", extra=rest_json(rest)
-    )
+    ops.audit("models.rest", result="rested", reason=reason or "set by a person",
+              extra=rest_json(rest))
     return rest

@@ -249,18 +249,14 @@ def _check_reachable(view: InstanceView) -> None:
 
 def pick_instance(views: Sequence[InstanceView]) -> InstanceView:
     """The least-loaded dispatchable instance: running project, project count, then name."""
-    eligible = [
-        v for v in views
-        if v.reachable and not v.inst.production and v.free > 0 and v.inst.roots
-        and not v.over_budget
-    ]
+    reachable = [v for v in views if v.reachable]
+    candidates = [v for v in reachable if not v.inst.production and v.inst.roots]
+    eligible = [v for v in candidates if v.free > 0 and not v.over_budget]
     if eligible:
         return min(eligible, key=lambda v: (v.running_project, v.project_count, v.inst.name))
-    reachable = [v for v in views if v.reachable]
     if not reachable:
         reasons = "; ".join(f"{v.inst.name}: {v.reason}" for v in views) or "no instances"
         raise UnreachableError.fleet_down(reasons)
-    candidates = [v for v in reachable if not v.inst.production and v.inst.roots]
     if not candidates:
         raise UsageError(
             "no instance can take new sessions: each is production or has no project roots "

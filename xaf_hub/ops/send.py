@@ -47,14 +47,8 @@ ABORT_SETTLE_SECONDS = 10.0
 
 
 def build_prompt(
-    ops: OpsContext,
-    inst: InstanceConfig,
-    text: str,
-    title: str,
-    override: str | None = None,
-    branch: BranchState = "new",
-    *,
-    room: bool = False,
+    ops: OpsContext, inst: InstanceConfig, text: str, title: str, override: str | None = None,
+    branch: BranchState = "new", *, room: bool = False,
 ) -> str:
     """Task text plus the discipline block for ``inst``, or for a task in a worktree of its
     own (``room``): the one place prompts are built; ``branch``: where the feature branch
@@ -123,10 +117,8 @@ async def send_work(
     try:
         async with ops.audited(command, instance=inst.name,
                                session=plan.session.id if plan.session else ""):
-            result = await _gated(
-                ops, plan, prompt, model, client, gate, warnings, before_prompt, steer,
-                still_wanted,
-            )
+            result = await _gated(ops, plan, prompt, model, client, gate, warnings,
+                                  before_prompt, steer, still_wanted)
     finally:
         warnings.extend(gate.warnings)
         gate.warnings.clear()
@@ -317,12 +309,12 @@ async def _gated(
         session = plan.session if plan.action in ("reuse", "steer") else None
         if still_wanted is not None and (why := await aio.blocking(still_wanted)):
             raise RunsAgain(f"session {planned} on {inst.name}: {why}")
-        if session is not None and session.id in load.running_ids and not steer:
-            raise RunsAgain(
-                f"session {session.id} on {inst.name} runs again: it was acted on since it "
-                "was judged (another daemon, a late prompt or a person), so nothing was sent"
-            )
         if session is not None and session.id in load.running_ids:
+            if not steer:
+                raise RunsAgain(
+                    f"session {session.id} on {inst.name} runs again: it was acted on since it "
+                    "was judged (another daemon, a late prompt or a person), so nothing was sent"
+                )
             # Running: the prompt steers it and takes no slot. The reservation tied to it
             # counts only if the run ends while the prompt travels and the prompt starts it
             # again (it is not running then), until the server shows that run.
@@ -338,11 +330,8 @@ async def _gated(
         assert load.reserved is not None
         _check_budget(ops, inst, fresh.sessions, others, load.reserved)
         if not load.free:
-            why = (
-                f"session {planned} had stopped, so a prompt would start a new run; "
-                if stopped
-                else ""
-            )
+            why = (f"session {planned} had stopped, so a prompt would start a new run; "
+                   if stopped else "")
             running = load.running_project + load.running_others
             full = running + load.reserved >= inst.concurrency_limit
             raise BusyError(
@@ -394,21 +383,15 @@ async def _gated(
                 raise
             await _deliver(client, gate, res, prompt, model, before_prompt, warnings, room)
         except BaseException as exc:
-            if room is not None and not _maybe_delivered(exc):
+            # Whether the prompt may have reached the server despite ``exc``.
+            maybe = (exc.maybe_delivered if isinstance(exc, UnreachableError)
+                     else not isinstance(exc, HubError))
+            if room is not None and not maybe:
                 warnings.extend(await _empty_room(client, room, session_id))
             raise
     action = "reuse" if stopped else plan.action
-    return SendResult(
-        action, inst.name, session_id, directory, plan.title, model, had_stopped=stopped,
-        room=room,
-    )
-
-
-def _maybe_delivered(exc: BaseException) -> bool:
-    """Whether the prompt may have reached the server despite ``exc``."""
-    if isinstance(exc, UnreachableError):
-        return exc.maybe_delivered
-    return not isinstance(exc, HubError)
+    return SendResult(action, inst.name, session_id, directory, plan.title, model,
+                      had_stopped=stopped, room=room)
 
 
 async def _empty_room(client: OpencodeClient, room: Room, session_id: str) -> list[str]:
@@ -468,11 +451,9 @@ async def _deliver(
         raise
     try:
         await client.prompt_async(session_id, prompt, model)
-    except ApiError:
-        await aio.blocking(gate.release, res)  # the server answered with a refusal: nothing runs
-        raise
-    except UnreachableError as exc:
-        if not exc.maybe_delivered:
+    except (ApiError, UnreachableError) as exc:
+        # A refusal (the server answered: nothing runs) or certainly never delivered.
+        if isinstance(exc, ApiError) or not exc.maybe_delivered:
             await aio.blocking(gate.release, res)
             raise
         raise UnreachableError(

@@ -24,7 +24,7 @@ from xaf_hub.errors import (
     UnreachableError,
     UsageError,
 )
-from xaf_hub.fleet.scan import InstanceScan, scan_fleet
+from xaf_hub.fleet.scan import InstanceScan
 from xaf_hub.ops.context import OpsContext
 from xaf_hub.ops.planner import check_write
 from xaf_hub.ops.send import held_or_noted
@@ -83,10 +83,7 @@ def pending_of(scans: Sequence[InstanceScan]) -> Waiters:
 
 async def list_waiting(ops: OpsContext, instance: str | None = None) -> Waiters:
     """Scan ``instance`` (or every instance) for runs that wait for a person."""
-    cfg = ops.cfg
-    targets = [cfg.instance(instance)] if instance else list(cfg.instances)
-    _, scans = await scan_fleet(cfg, targets, transport_factory=ops.transport_factory)
-    return pending_of(scans)
+    return pending_of((await ops.scan_named(instance))[1])
 
 
 @dataclass(frozen=True)
@@ -165,24 +162,9 @@ def _option(label: str, known: tuple[str, ...], request_id: str) -> str:
     raise UsageError(f"{label!r} is not an option of {request_id}; options: {offered}")
 
 
-def _check_kind(w: Waiting, reply: Reply) -> None:
-    if w.kind == "question" and reply.action == "approve":
-        raise UsageError(f"{w.request_id} is a question: answer it with `xaf-hub answer`")
-    if w.kind == "permission" and reply.action == "answer":
-        raise UsageError(
-            f"{w.request_id} is a permission request: `xaf-hub approve` or `xaf-hub deny` it"
-        )
-
-
 async def answer_request(
-    ops: OpsContext,
-    request_id: str,
-    reply: Reply,
-    *,
-    instance: str | None = None,
-    allow_prod: bool = False,
-    force: bool = False,
-    rule: str = "",
+    ops: OpsContext, request_id: str, reply: Reply, *, instance: str | None = None,
+    allow_prod: bool = False, force: bool = False, rule: str = "",
 ) -> Answered:
     """Find the run waiting on ``request_id`` and answer it; nothing is sent when it no
     longer waits (``RequestGone``, exit 4) or the answer does not fit it (exit 4).
@@ -200,18 +182,18 @@ async def answer_request(
 
 
 async def send_reply(
-    ops: OpsContext,
-    hit: PendingRequest,
-    reply: Reply,
-    *,
-    allow_prod: bool = False,
-    force: bool = False,
-    rule: str = "",
+    ops: OpsContext, hit: PendingRequest, reply: Reply, *, allow_prod: bool = False,
+    force: bool = False, rule: str = "",
 ) -> Answered:
     """Answer one request a scan found: guards, a fresh look under the lock, reply, audit."""
     inst = ops.cfg.instance(hit.instance)
     w, s = hit.waiting, hit.session
-    _check_kind(w, reply)
+    if w.kind == "question" and reply.action == "approve":
+        raise UsageError(f"{w.request_id} is a question: answer it with `xaf-hub answer`")
+    if w.kind == "permission" and reply.action == "answer":
+        raise UsageError(
+            f"{w.request_id} is a permission request: `xaf-hub approve` or `xaf-hub deny` it"
+        )
     answers = question_answers(w, reply) if reply.action == "answer" else None
     if answers and reply.choices:  # the labels as offered, for the audit and the output
         reply = replace(reply, choices=tuple(label for labels in answers for label in labels))
@@ -281,13 +263,9 @@ def _rule_for(
     rules: Sequence[PermissionRule], permission: str, text: str
 ) -> tuple[int, PermissionRule] | None:
     """The first rule of ``permission`` (or ``*``) whose pattern matches ``text``."""
-    return next(
-        (
-            (i, r) for i, r in enumerate(rules)
-            if r.kind in ("*", permission) and fnmatch.fnmatchcase(text, r.pattern)
-        ),
-        None,
-    )
+    hits = ((i, r) for i, r in enumerate(rules)
+            if r.kind in ("*", permission) and fnmatch.fnmatchcase(text, r.pattern))
+    return next(hits, None)
 
 
 def approvable(w: Waiting) -> tuple[str, ...] | None:
