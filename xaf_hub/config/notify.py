@@ -127,20 +127,6 @@ class NotifyConfig:
         raise ConfigError(f"unknown webhook {name!r} (configured in notify.webhooks: {known})")
 
 
-def _language(page: Reader) -> str:
-    """'zh' for any Chinese page.language (zh, zh-CN, zh_TW...), else 'en'."""
-    lang = page.data.get("language")
-    if isinstance(lang, str) and lang.strip().lower().startswith("zh"):
-        return "zh"
-    return "en"
-
-
-def _page_url(page: Reader) -> str:
-    # The link goes to a chat everyone in it can read: no user name or password in it.
-    url: str = page.get("url", (str,), "")
-    return http_url(page, "url", url) if url else ""
-
-
 def _webhook(w: Reader, env: Mapping[str, str]) -> Webhook:
     for literal, hint in (("url", "url_env"), ("secret", "secret_env")):
         if w.data.get(literal) not in (None, ""):
@@ -205,4 +191,10 @@ def parse_notify(
         seen.add(hook.name)
     numbers = read_settings(NotifyConfig, r)
     r.finish()
-    return NotifyConfig(tuple(hooks), _language(page), _page_url(page), **numbers)
+    # The messages are Chinese for any Chinese page.language (zh, zh-CN, zh_TW...), else English.
+    lang = page.data.get("language")
+    zh = isinstance(lang, str) and lang.strip().lower().startswith("zh")
+    # The link goes to a chat everyone in it can read: no user name or password in it.
+    url: str = page.get("url", (str,), "")
+    link = http_url(page, "url", url) if url else ""
+    return NotifyConfig(tuple(hooks), "zh" if zh else "en", link, **numbers)
