@@ -163,13 +163,6 @@ def _person_events(log: RoundLog, inputs: Inputs, at: str) -> list[Event]:
     return list(found.values())
 
 
-def _since(state: MutableMapping[str, Any], at: str) -> datetime | None:
-    """When the previous finished round began (None before the first); moves it to ``at``."""
-    since = read_instant(state.get("last_round"))
-    state["last_round"] = at
-    return since
-
-
 def _catch_up(inputs: Inputs, since: datetime | None, at: str) -> list[Event]:
     """task_done for pool tasks done since the previous finished round began.
 
@@ -310,7 +303,9 @@ def derive(
     seen = {} if live else reachability(log, inputs.configured)
     events = _instance_events(seen, state, at)
     events += _session_events(log, inputs, at, people=not live)
-    since = _since(state, at)
+    # When the previous finished round began (None before the first); then this one's.
+    since = read_instant(state.get("last_round"))
+    state["last_round"] = at
     events += _healed(log, inputs, since if since is not None else log.started)
     ids = {e.id for e in events}
     events += [e for e in _catch_up(inputs, since, at) if e.id not in ids]
