@@ -779,9 +779,7 @@ def parse_config(raw: Any, *, path: Path, env: Mapping[str, str]) -> Config:
         **times,
         **language,
     )
-    if len(projects) == 1:
-        return _seen_as(whole, projects[0])
-    return _seen_as(whole, None)
+    return _seen_as(whole, projects[0] if len(projects) == 1 else None)
 
 
 def _seen_as(cfg: Config, p: ProjectConfig | None) -> Config:

@@ -132,7 +132,5 @@ def webhook_checks(
     resolver: Resolver = socket.getaddrinfo,
 ) -> list[Finding]:
     """Every webhook's checks, then what the last rounds delivered."""
-    out: list[Finding] = []
-    for hook in cfg.webhooks:
-        out += _hook_checks(hook, online, resolver)
-    return out + _delivery_checks(cfg, state_dir)
+    hooks = [finding for hook in cfg.webhooks for finding in _hook_checks(hook, online, resolver)]
+    return hooks + _delivery_checks(cfg, state_dir)
