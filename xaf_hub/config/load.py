@@ -597,9 +597,7 @@ class Config:
     @property
     def backlog_path(self) -> Path:
         """The task pool file."""
-        if self.patrol.backlog_path is not None:
-            return self.patrol.backlog_path
-        return self.state_dir / "tasks_backlog.json"
+        return self.patrol.backlog_path or self.state_dir / "tasks_backlog.json"
 
     def instance(self, name: str) -> InstanceConfig:
         """Look up one instance by name, or raise a UsageError listing the known ones."""
