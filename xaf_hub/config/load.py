@@ -710,15 +710,13 @@ def parse_config(raw: Any, *, path: Path, env: Mapping[str, str]) -> Config:
     overrides: dict[str, dict[str, Any]] = {} if local_path is None else local_overrides(
         load_json_file(local_path, "config.local.json"), local_path)
 
-    names: set[str] = set()
     instances = []
     for i, obj in enumerate(inst_raw):
         label = f"instances[{i}]"
         name = obj["name"]
-        if name in names:
+        if any(earlier["name"] == name for earlier in inst_raw[:i]):
             problem = f"duplicate instance name '{name}'"
             raise top.fail(f"{label}.name", problem, "duplicate_instance")
-        names.add(name)
         if obj.get("password") not in (None, ""):
             fix = f"move it to config.local.json or the env var {pw_env_name(name)}"
             problem = f"a literal password does not belong in {path.name}; {fix}"
@@ -735,11 +733,9 @@ def parse_config(raw: Any, *, path: Path, env: Mapping[str, str]) -> Config:
                     f"got {json_type(value)}"
                 )
             merged["_local_password" if key == "password" else key] = value
-        if several:
-            for key in ("roots", "default_directory"):
-                if key in obj:
-                    per = f"each project names its {key} per instance (projects.NAME.{key}.{name})"
-                    raise top.fail(f"{label}.{key}", f"with projects, {per}")
+        for key in (k for k in ("roots", "default_directory") if several and k in obj):
+            per = f"each project names its {key} per instance (projects.NAME.{key}.{name})"
+            raise top.fail(f"{label}.{key}", f"with projects, {per}")
         instances.append(
             _parse_instance(merged, path, label, env, local_path, numbers["concurrency_limit"])
         )
@@ -748,9 +744,8 @@ def parse_config(raw: Any, *, path: Path, env: Mapping[str, str]) -> Config:
     else:
         roots = {i.name: i.roots for i in instances}
         default = {i.name: i.default_directory for i in instances}
-        one = ProjectConfig(**named, repository=repository, roots=roots, patrol=patrol,
-                            default_directory=default)
-        projects = (one,)
+        projects = (ProjectConfig(**named, repository=repository, roots=roots, patrol=patrol,
+                                  default_directory=default),)
 
     # notify/ owns its section; it also reads page.language and page.url (the page owns them).
     top.seen.update({"$schema", "_comment", "notify", "page"})
