@@ -35,9 +35,7 @@ def resolves(host: str, port: int, resolver: Resolver, timeout: float) -> str | 
     worker = threading.Thread(target=run, daemon=True)
     worker.start()
     worker.join(timeout)
-    if not box:
-        return f"no answer from the resolver within {timeout:g}s"
-    return box[0]
+    return box[0] if box else f"no answer from the resolver within {timeout:g}s"
 
 
 def _hook_checks(hook: Webhook, online: bool, resolver: Resolver) -> list[Finding]:
