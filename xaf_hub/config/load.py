@@ -775,6 +775,11 @@ def parse_config(raw: Any, *, path: Path, env: Mapping[str, str]) -> Config:
     return _seen_as(whole, projects[0] if len(projects) == 1 else None)
 
 
+# The keys a Config takes from its chosen project under the same name (``_seen_as``).
+_AS_CHOSEN = ("fallback_segments", "exclude_dirs", "exclude_substrings", "repository",
+              "discipline", "branch_policy", "patrol")
+
+
 def _seen_as(cfg: Config, p: ProjectConfig | None) -> Config:
     """``cfg`` as project ``p`` sees it (None: as no project)."""
     order = sorted(cfg.projects, key=lambda q: p is None or q.name != p.name)
@@ -796,21 +801,9 @@ def _seen_as(cfg: Config, p: ProjectConfig | None) -> Config:
         return replace(cfg, instances=instances, chosen=False, project_name="",
                        project_budget_usd=None, project_run_usd=None, discipline=None,
                        branch_policy=None)
-    return replace(
-        cfg,
-        instances=instances,
-        chosen=True,
-        project_name=p.name,
-        fallback_segments=p.fallback_segments,
-        exclude_dirs=p.exclude_dirs,
-        exclude_substrings=p.exclude_substrings,
-        repository=p.repository,
-        project_budget_usd=p.budget_daily_usd,
-        project_run_usd=p.budget_run_usd,
-        discipline=p.discipline,
-        branch_policy=p.branch_policy,
-        patrol=p.patrol,
-    )
+    return replace(cfg, instances=instances, chosen=True, project_name=p.name,
+                   project_budget_usd=p.budget_daily_usd, project_run_usd=p.budget_run_usd,
+                   **{key: getattr(p, key) for key in _AS_CHOSEN})
 
 
 def _parse_projects(
