@@ -92,12 +92,8 @@ class Webhook:
 
     def secrets(self) -> tuple[str, ...]:
         """The URL, its token parts and the signing secret: never printed."""
-        out: list[str] = []
-        if self.url:
-            out += [self.url, *url_tokens(self.url)]
-        if self.secret:
-            out.append(self.secret)
-        return tuple(out)
+        url = (self.url, *url_tokens(self.url)) if self.url else ()
+        return url + ((self.secret,) if self.secret else ())
 
 
 @dataclass(frozen=True)

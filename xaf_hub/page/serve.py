@@ -447,8 +447,7 @@ def start_feed(
     viewer; each change marks the cached scan stale and is logged in the words `watch` uses."""
 
     def note(ev: FleetEvent) -> None:
-        line = following_words(ev)
-        if line is not None:
+        if (line := following_words(ev)) is not None:
             log.line(line)
 
     feed = ChangeFeed(cfg, transport_factory=transport_factory, state=state)
