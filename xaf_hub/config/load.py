@@ -24,8 +24,8 @@ from xaf_hub.config.credentials import (
     resolve_password,
 )
 from xaf_hub.config.notify import NotifyConfig, parse_notify
-from xaf_hub.config.reader import Reader as _Reader
 from xaf_hub.config.reader import (
+    Check,
     each,
     http_url,
     instances_list,
@@ -35,6 +35,7 @@ from xaf_hub.config.reader import (
     read_settings,
     setting,
 )
+from xaf_hub.config.reader import Reader as _Reader
 from xaf_hub.core.commits import RUNNER_CONFIG
 from xaf_hub.core.rules import ProjectRules
 from xaf_hub.errors import Cause, ConfigError, MissingPassword, UnreachableError, UsageError
@@ -62,18 +63,25 @@ _REDIS_PREFIX = re.compile(r"^[A-Za-z0-9_.:-]+$")
 # and limits, and returns the value kept.
 
 
-def usd(r: _Reader, name: str, value: float) -> float:
-    """An amount of US dollars: a finite number, at least 0."""
-    if not math.isfinite(value) or value < 0:
-        raise r.fail(name, f"must be an amount of US dollars, at least 0, got {value}")
-    return float(value)
+def _must(
+    ok: Callable[[Any], object], message: str, keep: Callable[[Any], Any] = lambda v: v
+) -> Check:
+    """The check that refuses a value ``ok`` rejects with ``message`` (``{value}`` in it: the
+    value) and keeps ``keep(value)`` of any other."""
+
+    def check(r: _Reader, name: str, value: Any) -> Any:
+        if not ok(value):
+            raise r.fail(name, message.format(value=value))
+        return keep(value)
+
+    return check
 
 
-def _budget_usd(r: _Reader, name: str, value: float) -> float:
-    """A project's daily budget: an amount of US dollars above 0."""
-    if not math.isfinite(value) or value <= 0:
-        raise r.fail(name, f"must be an amount of US dollars above 0, got {value}")
-    return float(value)
+# An amount of US dollars: a finite number, at least 0 (a project's daily budget: above 0).
+usd = _must(lambda v: math.isfinite(v) and v >= 0,
+            "must be an amount of US dollars, at least 0, got {value}", float)
+_budget_usd = _must(lambda v: math.isfinite(v) and v > 0,
+                    "must be an amount of US dollars above 0, got {value}", float)
 
 
 def _user_path(r: _Reader, name: str, value: str) -> Path | None:
@@ -104,33 +112,24 @@ def _redis_url(r: _Reader, name: str, url: str) -> str:
     return url
 
 
-def _redis_prefix(r: _Reader, name: str, prefix: str) -> str:
-    if not _REDIS_PREFIX.match(prefix):
-        raise r.fail(name, f"use letters, digits and _ . : - only, got {prefix!r}")
-    return prefix
-
-
-def _folder(r: _Reader, name: str, path: str) -> str:
-    # A root or an exclusion is where the hub draws the project's line: one spelt with `..`
-    # is refused, not guessed at.
-    if _DOT_SEGMENT.search(path):
-        raise r.fail(name, f"must not hold '.' or '..' segments, got {path!r}: write the folder")
-    return path
+_redis_prefix = _must(_REDIS_PREFIX.match, "use letters, digits and _ . : - only, got {value!r}")
+# A root or an exclusion is where the hub draws the project's line: one spelt with `..` is
+# refused, not guessed at.
+_folder = _must(lambda path: not _DOT_SEGMENT.search(path),
+                "must not hold '.' or '..' segments, got {value!r}: write the folder")
 
 
 def _absolute_path(r: _Reader, name: str, path: str) -> str:
     if path and not _ABSOLUTE.match(path):
         raise r.fail(name, f"must be an absolute path, got {path!r}", "relative_path")
-    return _folder(r, name, path)
+    return str(_folder(r, name, path))
 
 
 _absolute_paths = each(_absolute_path)
 
 
-def _model_id(r: _Reader, name: str, value: str) -> str:
-    if "/" not in value or value.startswith("/") or value.endswith("/"):
-        raise r.fail(name, f"expected 'provider/model', got {value!r}")
-    return value
+_model_id = _must(lambda v: "/" in v and not v.startswith("/") and not v.endswith("/"),
+                  "expected 'provider/model', got {value!r}")
 
 
 _model_ids = each(_model_id)
@@ -168,20 +167,16 @@ def _commit_url(r: _Reader, name: str, url: str) -> str:
     return url
 
 
-def _command(r: _Reader, name: str, command: str) -> str:
-    if command and not command.strip():
-        raise r.fail(name, "must not be blank (leave it out for no check)")
-    return command.strip()
+_command = _must(lambda c: c.strip() or not c, "must not be blank (leave it out for no check)",
+                 str.strip)
 
 
 # The words project.check_uncontained must hold for a check to run where no sandbox works.
 UNCONTAINED = "the check may read and change everything the hub can"
 
 
-def _consent(r: _Reader, name: str, words: str) -> str:
-    if words and words != UNCONTAINED:
-        raise r.fail(name, f"must be exactly {UNCONTAINED!r} (or left out: no uncontained check)")
-    return words
+_consent = _must(lambda words: words in ("", UNCONTAINED),
+                 f"must be exactly {UNCONTAINED!r} (or left out: no uncontained check)")
 
 
 def _relative_glob(r: _Reader, name: str, glob: str) -> str:
@@ -194,10 +189,7 @@ def _relative_glob(r: _Reader, name: str, glob: str) -> str:
     return glob.strip()
 
 
-def _more_than_zero(r: _Reader, name: str, value: float) -> float:
-    if value <= 0:
-        raise r.fail(name, f"must be more than 0 (or null: off), got {value}")
-    return float(value)
+_more_than_zero = _must(lambda v: v > 0, "must be more than 0 (or null: off), got {value}", float)
 
 
 def _page_language(r: _Reader, name: str, value: str) -> str:
@@ -605,9 +597,7 @@ class Config:
     @property
     def backlog_path(self) -> Path:
         """The task pool file."""
-        if self.patrol.backlog_path is not None:
-            return self.patrol.backlog_path
-        return self.state_dir / "tasks_backlog.json"
+        return self.patrol.backlog_path or self.state_dir / "tasks_backlog.json"
 
     def instance(self, name: str) -> InstanceConfig:
         """Look up one instance by name, or raise a UsageError listing the known ones."""
@@ -695,13 +685,13 @@ def parse_config(raw: Any, *, path: Path, env: Mapping[str, str]) -> Config:
     lock_r.finish()
 
     models = _parse_models(top.sub("models"), path)
-    patrol = _whole_section(PatrolConfig, top, "patrol")
-    pool = _whole_section(PoolConfig, top, "pool")
+    patrol = _whole_section(PatrolConfig, top.sub("patrol"))
+    pool = _whole_section(PoolConfig, top.sub("pool"))
     shared = {"models.state_backend": models.state_backend, "pool.backend": pool.backend}
     for key in (k for k, backend in shared.items() if backend == "redis" and not lock.redis_url):
         example = "redis://hub-redis.example.internal:6379/0"
         raise top.fail(key, f"'redis' needs lock.redis_url (e.g. {example})")
-    budget = _whole_section(BudgetConfig, top, "budget")
+    budget = _whole_section(BudgetConfig, top.sub("budget"))
     permissions = _parse_permissions(top.sub("permissions"))
     page = top.sub("page")
     page.seen.add("url")  # notify/ reads and checks page.url
@@ -717,26 +707,22 @@ def parse_config(raw: Any, *, path: Path, env: Mapping[str, str]) -> Config:
         local_path, local_scope = home / "config.local.json", "home"
         if not local_path.is_file() or local_path.resolve() == path.resolve():
             local_path, local_scope = None, ""
-    overrides: dict[str, dict[str, Any]] = {}
-    if local_path is not None:
-        overrides = local_overrides(load_json_file(local_path, "config.local.json"), local_path)
+    overrides: dict[str, dict[str, Any]] = {} if local_path is None else local_overrides(
+        load_json_file(local_path, "config.local.json"), local_path)
 
-    names: set[str] = set()
     instances = []
     for i, obj in enumerate(inst_raw):
         label = f"instances[{i}]"
         name = obj["name"]
-        if name in names:
+        if any(earlier["name"] == name for earlier in inst_raw[:i]):
             problem = f"duplicate instance name '{name}'"
             raise top.fail(f"{label}.name", problem, "duplicate_instance")
-        names.add(name)
         if obj.get("password") not in (None, ""):
             fix = f"move it to config.local.json or the env var {pw_env_name(name)}"
             problem = f"a literal password does not belong in {path.name}; {fix}"
             raise top.fail(f"{label}.password", problem, "literal_password")
         merged = dict(obj)
-        extra = overrides.get(name, {})
-        for key, value in extra.items():
+        for key, value in overrides.get(name, {}).items():
             if local_scope == "home" and key not in CREDENTIAL_KEYS:
                 continue
             if key in CREDENTIAL_KEYS and value is not None and not isinstance(value, str):
@@ -746,15 +732,10 @@ def parse_config(raw: Any, *, path: Path, env: Mapping[str, str]) -> Config:
                     f"{local_path}: key 'instances.{name}.{key}': expected a string, "
                     f"got {json_type(value)}"
                 )
-            if key == "password":
-                merged["_local_password"] = value
-            else:
-                merged[key] = value
-        if several:
-            for key in ("roots", "default_directory"):
-                if key in obj:
-                    per = f"each project names its {key} per instance (projects.NAME.{key}.{name})"
-                    raise top.fail(f"{label}.{key}", f"with projects, {per}")
+            merged["_local_password" if key == "password" else key] = value
+        for key in (k for k in ("roots", "default_directory") if several and k in obj):
+            per = f"each project names its {key} per instance (projects.NAME.{key}.{name})"
+            raise top.fail(f"{label}.{key}", f"with projects, {per}")
         instances.append(
             _parse_instance(merged, path, label, env, local_path, numbers["concurrency_limit"])
         )
@@ -763,9 +744,8 @@ def parse_config(raw: Any, *, path: Path, env: Mapping[str, str]) -> Config:
     else:
         roots = {i.name: i.roots for i in instances}
         default = {i.name: i.default_directory for i in instances}
-        one = ProjectConfig(**named, repository=repository, roots=roots, patrol=patrol,
-                            default_directory=default)
-        projects = (one,)
+        projects = (ProjectConfig(**named, repository=repository, roots=roots, patrol=patrol,
+                                  default_directory=default),)
 
     # notify/ owns its section; it also reads page.language and page.url (the page owns them).
     top.seen.update({"$schema", "_comment", "notify", "page"})
@@ -792,9 +772,12 @@ def parse_config(raw: Any, *, path: Path, env: Mapping[str, str]) -> Config:
         **times,
         **language,
     )
-    if len(projects) == 1:
-        return _seen_as(whole, projects[0])
-    return _seen_as(whole, None)
+    return _seen_as(whole, projects[0] if len(projects) == 1 else None)
+
+
+# The keys a Config takes from its chosen project under the same name (``_seen_as``).
+_AS_CHOSEN = ("fallback_segments", "exclude_dirs", "exclude_substrings", "repository",
+              "discipline", "branch_policy", "patrol")
 
 
 def _seen_as(cfg: Config, p: ProjectConfig | None) -> Config:
@@ -818,21 +801,9 @@ def _seen_as(cfg: Config, p: ProjectConfig | None) -> Config:
         return replace(cfg, instances=instances, chosen=False, project_name="",
                        project_budget_usd=None, project_run_usd=None, discipline=None,
                        branch_policy=None)
-    return replace(
-        cfg,
-        instances=instances,
-        chosen=True,
-        project_name=p.name,
-        fallback_segments=p.fallback_segments,
-        exclude_dirs=p.exclude_dirs,
-        exclude_substrings=p.exclude_substrings,
-        repository=p.repository,
-        project_budget_usd=p.budget_daily_usd,
-        project_run_usd=p.budget_run_usd,
-        discipline=p.discipline,
-        branch_policy=p.branch_policy,
-        patrol=p.patrol,
-    )
+    return replace(cfg, instances=instances, chosen=True, project_name=p.name,
+                   project_budget_usd=p.budget_daily_usd, project_run_usd=p.budget_run_usd,
+                   **{key: getattr(p, key) for key in _AS_CHOSEN})
 
 
 def _parse_projects(
@@ -874,12 +845,12 @@ def _parse_projects(
     return tuple(found)
 
 
-_V = TypeVar("_V")
+_T = TypeVar("_T")
 
 
 def _per_instance(
-    r: _Reader, key: str, instances: list[str], read: Callable[[_Reader, str], _V]
-) -> dict[str, _V]:
+    r: _Reader, key: str, instances: list[str], read: Callable[[_Reader, str], _T]
+) -> dict[str, _T]:
     """An object keyed by instance name (``roots``, ``default_directory``) of one project."""
     sub = r.sub(key)
     for name in sub.data:
@@ -906,18 +877,12 @@ def _parse_models(r: _Reader, path: Path) -> ModelsConfig:
         fam_r = _Reader(families, path, r.key("blackout_families"))
         computed["blackout_families"] = tuple((k, fam_r.strings(k)) for k in families)
         computed["families_named"] = True
-    models = read_section(ModelsConfig, r, **computed)
-    r.finish()
-    return models
+    return _whole_section(ModelsConfig, r, **computed)
 
 
-_S = TypeVar("_S")
-
-
-def _whole_section(cls: type[_S], top: _Reader, name: str) -> _S:
-    """A section whose every key ``cls`` declares."""
-    r = top.sub(name)
-    section = read_section(cls, r)
+def _whole_section(cls: type[_T], r: _Reader, **computed: Any) -> _T:
+    """A section whose every key ``cls`` declares, and its fields read another way."""
+    section = read_section(cls, r, **computed)
     r.finish()
     return section
 
@@ -981,6 +946,4 @@ def _parse_permissions(r: _Reader) -> PermissionsConfig:
         action = rule.choice("action", ("allow", "deny"), "")
         rule.finish()
         rules.append(PermissionRule(kind, pattern, action))
-    permissions = read_section(PermissionsConfig, r, rules=tuple(rules))
-    r.finish()
-    return permissions
+    return _whole_section(PermissionsConfig, r, rules=tuple(rules))

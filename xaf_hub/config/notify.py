@@ -92,12 +92,8 @@ class Webhook:
 
     def secrets(self) -> tuple[str, ...]:
         """The URL, its token parts and the signing secret: never printed."""
-        out: list[str] = []
-        if self.url:
-            out += [self.url, *url_tokens(self.url)]
-        if self.secret:
-            out.append(self.secret)
-        return tuple(out)
+        url = (self.url, *url_tokens(self.url)) if self.url else ()
+        return url + ((self.secret,) if self.secret else ())
 
 
 @dataclass(frozen=True)
@@ -125,20 +121,6 @@ class NotifyConfig:
                 return hook
         known = ", ".join(h.name for h in self.webhooks) or "none"
         raise ConfigError(f"unknown webhook {name!r} (configured in notify.webhooks: {known})")
-
-
-def _language(page: Reader) -> str:
-    """'zh' for any Chinese page.language (zh, zh-CN, zh_TW...), else 'en'."""
-    lang = page.data.get("language")
-    if isinstance(lang, str) and lang.strip().lower().startswith("zh"):
-        return "zh"
-    return "en"
-
-
-def _page_url(page: Reader) -> str:
-    # The link goes to a chat everyone in it can read: no user name or password in it.
-    url: str = page.get("url", (str,), "")
-    return http_url(page, "url", url) if url else ""
 
 
 def _webhook(w: Reader, env: Mapping[str, str]) -> Webhook:
@@ -205,4 +187,10 @@ def parse_notify(
         seen.add(hook.name)
     numbers = read_settings(NotifyConfig, r)
     r.finish()
-    return NotifyConfig(tuple(hooks), _language(page), _page_url(page), **numbers)
+    # The messages are Chinese for any Chinese page.language (zh, zh-CN, zh_TW...), else English.
+    lang = page.data.get("language")
+    zh = isinstance(lang, str) and lang.strip().lower().startswith("zh")
+    # The link goes to a chat everyone in it can read: no user name or password in it.
+    url: str = page.get("url", (str,), "")
+    link = http_url(page, "url", url) if url else ""
+    return NotifyConfig(tuple(hooks), "zh" if zh else "en", link, **numbers)

@@ -87,6 +87,11 @@ class Reader:
             )
 
 
+# The JSON types of a number or a flag, by the field's annotation ("float | None": an optional
+# amount, whose check says what it may be; an int or a float has limits of its own).
+_JSON_TYPES = {"int": (int,), "float": (int, float), "float | None": (int, float), "bool": (bool,)}
+
+
 class Setting:
     """How one declared key is read (a field's ``metadata["setting"]``). A plain class: a
     dataclass here would slow every start, ``--help`` included."""
@@ -109,17 +114,8 @@ class Setting:
 
     def read(self, r: Reader, key: str, kind: str, default: Any) -> Any:
         """The value of ``key`` in ``r`` as a ``kind`` (the field's annotation), or ``default``."""
-        if kind in ("int", "float"):
-            value = r.get(key, (int,) if kind == "int" else (int, float), default)
-            if not value >= self.minimum:  # NaN too (JSON's NaN reads as a float)
-                raise r.fail(key, f"must be at least {self.minimum:g}, got {value}")
-            if self.maximum is not None and value > self.maximum:
-                raise r.fail(key, f"must be {self.minimum:g}..{self.maximum:g}, got {value}")
-            value = float(value) if kind == "float" else value
-        elif kind == "float | None":  # an optional amount: its check says what it may be
-            value = r.get(key, (int, float), default)
-        elif kind == "bool":
-            value = r.get(key, (bool,), default)
+        if kind in _JSON_TYPES:
+            value = r.get(key, _JSON_TYPES[kind], default)
         elif kind == "tuple[str, ...]":
             value = r.strings(key, default)
         elif kind in ("str", "str | None", "Path | None"):  # a path: its check makes the Path
@@ -132,6 +128,12 @@ class Setting:
                 raise r.fail(key, f"must be {words} or {self.choices[-1]!r}, got {value!r}")
         else:
             raise TypeError(f"config key {key!r}: no reader for the type {kind}")
+        if kind in ("int", "float"):
+            if not value >= self.minimum:  # NaN too (JSON's NaN reads as a float)
+                raise r.fail(key, f"must be at least {self.minimum:g}, got {value}")
+            if self.maximum is not None and value > self.maximum:
+                raise r.fail(key, f"must be {self.minimum:g}..{self.maximum:g}, got {value}")
+            value = float(value) if kind == "float" else value
         if self.check is not None and r.data.get(key) is not None:
             value = self.check(r, key, value)
         return value

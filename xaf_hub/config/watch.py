@@ -59,16 +59,13 @@ def _files(cfg: Config, env: Mapping[str, str]) -> tuple[Path, ...]:
     return tuple(dict.fromkeys(found))
 
 
-def _stamp(files: tuple[Path, ...]) -> tuple[object, ...]:
-    out: list[object] = []
-    for path in files:
-        try:
-            st = path.stat()
-        except OSError:
-            out.append(None)
-            continue
-        out.append((st.st_ino, st.st_mtime_ns, st.st_size))
-    return tuple(out)
+def _stamp(path: Path) -> object:
+    """What tells a file's change: its inode, mtime and size (None: it cannot be read)."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return (st.st_ino, st.st_mtime_ns, st.st_size)
 
 
 @dataclass(frozen=True)
@@ -129,12 +126,12 @@ class ConfigWatch:
         self.env = dict(env)
         self._load = load or (lambda: _again(cfg, self.env))
         self._files = _files(cfg, self.env)
-        self._stamp = _stamp(self._files)
+        self._stamp = tuple(map(_stamp, self._files))
         self.state = ConfigState(int(time.time() * 1000))
 
     def poll(self) -> Polled:
         """Load the config again if one of its files changed, and say how that went."""
-        stamp = _stamp(self._files)
+        stamp = tuple(map(_stamp, self._files))
         if stamp == self._stamp:
             return "unchanged"
         self._stamp = stamp  # a change while it loads shows at the next poll
@@ -148,7 +145,7 @@ class ConfigWatch:
         self.cfg = kept
         files = _files(kept, self.env)
         if files != self._files:
-            self._files, self._stamp = files, _stamp(files)
+            self._files, self._stamp = files, tuple(map(_stamp, files))
         loaded = int(time.time() * 1000) if changed else self.state.loaded_at_ms
         self.state = ConfigState(loaded, "", restart)
         return "loaded" if changed else "same"

@@ -35,9 +35,7 @@ def resolves(host: str, port: int, resolver: Resolver, timeout: float) -> str | 
     worker = threading.Thread(target=run, daemon=True)
     worker.start()
     worker.join(timeout)
-    if not box:
-        return f"no answer from the resolver within {timeout:g}s"
-    return box[0]
+    return box[0] if box else f"no answer from the resolver within {timeout:g}s"
 
 
 def _hook_checks(hook: Webhook, online: bool, resolver: Resolver) -> list[Finding]:
@@ -132,7 +130,5 @@ def webhook_checks(
     resolver: Resolver = socket.getaddrinfo,
 ) -> list[Finding]:
     """Every webhook's checks, then what the last rounds delivered."""
-    out: list[Finding] = []
-    for hook in cfg.webhooks:
-        out += _hook_checks(hook, online, resolver)
-    return out + _delivery_checks(cfg, state_dir)
+    hooks = [finding for hook in cfg.webhooks for finding in _hook_checks(hook, online, resolver)]
+    return hooks + _delivery_checks(cfg, state_dir)

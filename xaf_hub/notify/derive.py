@@ -163,13 +163,6 @@ def _person_events(log: RoundLog, inputs: Inputs, at: str) -> list[Event]:
     return list(found.values())
 
 
-def _since(state: MutableMapping[str, Any], at: str) -> datetime | None:
-    """When the previous finished round began (None before the first); moves it to ``at``."""
-    since = read_instant(state.get("last_round"))
-    state["last_round"] = at
-    return since
-
-
 def _catch_up(inputs: Inputs, since: datetime | None, at: str) -> list[Event]:
     """task_done for pool tasks done since the previous finished round began.
 
@@ -221,9 +214,8 @@ def _store_events(inputs: Inputs, state: MutableMapping[str, Any], at: str) -> l
     return events
 
 
-def _budget_events(inputs: Inputs, now: datetime, tz: tzinfo, at: str) -> list[Event]:
-    """80 % and 100 % of a daily budget reached, once per level and local day."""
-    day = now.astimezone(tz).date().isoformat()
+def _budget_events(inputs: Inputs, day: str, at: str) -> list[Event]:
+    """80 % and 100 % of a daily budget reached, once per level and local ``day``."""
     return [
         Event(f"budget:{scope}{line.instance or '*'}:{level}:{day}", "budget", at,
               instance=line.instance, project=line.project,
@@ -256,39 +248,6 @@ def counts_since(history: Sequence[Mapping[str, Any]], since: datetime) -> dict[
     return dict(Counter(kind for kind, at in when if at is not None and at >= since))
 
 
-def _summary(
-    log: RoundLog,
-    inputs: Inputs,
-    state: MutableMapping[str, Any],
-    seen: Mapping[str, tuple[bool, str]],
-    now: datetime,
-    tz: tzinfo,
-    summary_hour: int,
-    fresh: Sequence[Event],
-) -> list[Event]:
-    local = now.astimezone(tz)
-    day = local.date().isoformat()
-    if local.hour < summary_hour or state.get("summary_day") == day:
-        return []
-    state["summary_day"] = day
-    history = list(state.get("history") or [])
-    seen_ids = state.get("seen")
-    seen_ids = seen_ids if isinstance(seen_ids, Mapping) else {}
-    history += [{"type": e.type, "at": e.at} for e in fresh if e.id not in seen_ids]
-    counts = counts_since(history, now - timedelta(hours=24))
-    states = Counter(s.state for s in log.sessions)
-    data = {
-        "day": day,
-        "counts": counts,
-        "running": states["running"] + states["stale_busy"],
-        "waiting": inputs.waiting,
-        "asking": states["waiting"],
-        "up": sum(1 for up, _ in seen.values() if up),
-        "servers": len(inputs.configured),
-    }
-    return [Event(f"daily_summary:{day}", "daily_summary", format_instant(now), data=data)]
-
-
 def derive(
     log: RoundLog,
     inputs: Inputs,
@@ -310,14 +269,35 @@ def derive(
     seen = {} if live else reachability(log, inputs.configured)
     events = _instance_events(seen, state, at)
     events += _session_events(log, inputs, at, people=not live)
-    since = _since(state, at)
+    # When the previous finished round began (None before the first); then this one's.
+    since = read_instant(state.get("last_round"))
+    state["last_round"] = at
     events += _healed(log, inputs, since if since is not None else log.started)
     ids = {e.id for e in events}
     events += [e for e in _catch_up(inputs, since, at) if e.id not in ids]
     events += _store_events(inputs, state, at)
-    events += _budget_events(inputs, now, tz, at)
-    if not live:
-        events += _summary(log, inputs, state, seen, now, tz, summary_hour, events)
+    local = now.astimezone(tz)
+    day = local.date().isoformat()
+    events += _budget_events(inputs, day, at)
+    if not live and local.hour >= summary_hour and state.get("summary_day") != day:
+        # The day's summary: the last 24 hours' events (this round's new ones too), and now.
+        state["summary_day"] = day
+        history = list(state.get("history") or [])
+        seen_ids = state.get("seen")
+        seen_ids = seen_ids if isinstance(seen_ids, Mapping) else {}
+        history += [{"type": e.type, "at": e.at} for e in events if e.id not in seen_ids]
+        states = Counter(s.state for s in log.sessions)
+        data = {
+            "day": day,
+            "counts": counts_since(history, now - timedelta(hours=24)),
+            "running": states["running"] + states["stale_busy"],
+            "waiting": inputs.waiting,
+            "asking": states["waiting"],
+            "up": sum(1 for up, _ in seen.values() if up),
+            "servers": len(inputs.configured),
+        }
+        events.append(Event(f"daily_summary:{day}", "daily_summary", format_instant(now),
+                            data=data))
     # Each event of a session names the session's project.
     owners = {(s.instance, s.session): s.project for s in log.sessions if s.project}
     return [

@@ -143,12 +143,10 @@ def build(
 def judge(fmt: str, status: int, body: str) -> Verdict:
     """Read a receiver's answer (status and body text)."""
     short = " ".join(body.split())[:200]
-    if status == 429 or status == 408 or status >= 500:
-        return Verdict(False, True, f"HTTP {status}" + (f": {short}" if short else ""))
-    if not 200 <= status < 300:
-        return Verdict(False, False, f"HTTP {status}" + (f": {short}" if short else ""))
-    if fmt not in ("feishu", "dingtalk", "wecom"):
-        return Verdict(True, False, f"HTTP {status}" + (f": {short}" if short else ""))
+    # Busy (worth a retry), any other refusal, or a success the service does not explain.
+    busy, fine = status in (408, 429) or status >= 500, 200 <= status < 300
+    if busy or not fine or fmt not in ("feishu", "dingtalk", "wecom"):
+        return Verdict(fine, busy, f"HTTP {status}" + (f": {short}" if short else ""))
     try:
         answer = json.loads(body)
     except ValueError:

@@ -57,10 +57,6 @@ class Entry:
     last_error: str
 
 
-def _empty() -> dict[str, Any]:
-    return {"schema_version": SCHEMA_VERSION}
-
-
 def _checked(data: Any, path: Path) -> dict[str, Any]:
     """The state with every key present; a wrong shape is an error naming the file."""
     if not isinstance(data, dict):
@@ -90,8 +86,8 @@ def _checked(data: Any, path: Path) -> dict[str, Any]:
 def _update(state_dir: Path, change: Callable[[dict[str, Any]], T], lock_timeout: float) -> T:
     """``change`` the checked state in one locked read-modify-write; return what it returns."""
     path = state_path(state_dir)
-    return update_json(path, lambda raw: change(_checked(raw, path)), default=_empty, what=_WHAT,
-                       timeout=lock_timeout)
+    return update_json(path, lambda raw: change(_checked(raw, path)), what=_WHAT,
+                       default=lambda: {"schema_version": SCHEMA_VERSION}, timeout=lock_timeout)
 
 
 def _entry(item: Mapping[str, Any]) -> Entry:
@@ -286,7 +282,6 @@ def record(
     stamp = format_instant(now)
 
     def mutate(data: dict[str, Any]) -> None:
-        last = data["last"].setdefault(entry.webhook, {})
         if outcome == "retry":
             for item in data["outbox"]:
                 if _same(item, entry):
@@ -294,19 +289,15 @@ def record(
                     item["attempts"] = attempts = int(item.get("attempts") or 0) + 1
                     item["last_error"] = reason
                     item["next_at"] = format_instant(now + timedelta(seconds=retry_delay(attempts)))
-            last.update(error_at=stamp, error=reason)
-            return
-        data["outbox"] = [i for i in data["outbox"] if not _same(i, entry)]
+        else:
+            data["outbox"] = [i for i in data["outbox"] if not _same(i, entry)]
         if outcome == "refused":
             parked = {"webhook": entry.webhook, "event": entry.event.to_json(), "reason": reason}
             data["parked"].append({**parked, "parked_at": stamp})
-            last.update(error_at=stamp, error=reason)
-            return
-        data["sent"][f"{entry.webhook}:{entry.event.id}"] = stamp
-        if outcome == "maybe":
-            last.update(error_at=stamp, error=reason)
-        else:
-            last.update(ok_at=stamp)
+        elif outcome != "retry":  # delivered, or maybe
+            data["sent"][f"{entry.webhook}:{entry.event.id}"] = stamp
+        last = {"ok_at": stamp} if outcome == "delivered" else {"error_at": stamp, "error": reason}
+        data["last"].setdefault(entry.webhook, {}).update(last)
 
     _update(state_dir, mutate, lock_timeout)
 

@@ -52,26 +52,16 @@ def _inputs(pctx: OpsContext, log: RoundLog, now: datetime) -> Inputs:
             return None
 
     tasks = read(lambda: pctx.backlog().load().tasks, "task pool", "task") or []
-    parked: list[Parked] = []
-    waiting = 0
-    pool_sessions: set[tuple[str, str]] = set()
-    done: list[Done] = []
-    for t in tasks:
-        if t.session_id:
-            pool_sessions.add((t.dispatched_to or "", t.session_id))
-        if t.status == "done" and t.session_id:
-            when = read_instant(t.done_at)
-            if when is not None:
-                where = t.dispatched_to or ""
-                done.append(Done(t.id, t.title, where, t.session_id, when, t.verified is True))
-        if t.status != "pending":
-            continue
-        if t.attempts >= cfg.patrol.max_attempts or t.parked:
-            # Attempts used up, or parked after infrastructure failures: both wait for a person.
-            why = t.parked or t.last_error or ""
-            parked.append(Parked(t.id, t.title, t.attempts, why, t.dispatched_at or ""))
-        else:
-            waiting += 1
+    pending = [t for t in tasks if t.status == "pending"]
+    # Attempts used up, or parked after infrastructure failures: both wait for a person.
+    stuck = [t for t in pending if t.attempts >= cfg.patrol.max_attempts or t.parked]
+    parked = [Parked(t.id, t.title, t.attempts, t.parked or t.last_error or "",
+                     t.dispatched_at or "") for t in stuck]
+    done = [
+        Done(t.id, t.title, t.dispatched_to or "", t.session_id, when, t.verified is True)
+        for t in tasks
+        if t.status == "done" and t.session_id and (when := read_instant(t.done_at)) is not None
+    ]
     state = pctx.model_state
     heals = read(lambda: state().healed_since(now - HEALS_LOOKBACK), "model state", "heal")
     found = read(lambda: state().active_blackouts(now), "model state", "blackout")
@@ -82,8 +72,9 @@ def _inputs(pctx: OpsContext, log: RoundLog, now: datetime) -> Inputs:
     return Inputs(
         configured=[i.name for i in cfg.instances],
         parked=parked,
-        waiting=waiting,
-        pool_sessions=frozenset(pool_sessions),
+        waiting=len(pending) - len(stuck),
+        pool_sessions=frozenset((t.dispatched_to or "", t.session_id) for t in tasks
+                                if t.session_id),
         done=done,
         blackouts=blackouts,
         spend=log.spend,

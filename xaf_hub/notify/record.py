@@ -144,12 +144,8 @@ class RoundLog:
         self.actions.append(action)
         where = "/".join(p for p in (action.instance, action.session) if p)
         what = " ".join(p for p in (action.task, where) if p)
-        pctx.log(
-            pctx.redact(
-                f"{action.step}: {action.kind} {what}: {action.result}"
-                + (f" - {action.detail}" if action.detail else "")
-            )
-        )
+        detail = f" - {action.detail}" if action.detail else ""
+        pctx.log(pctx.redact(f"{action.step}: {action.kind} {what}: {action.result}{detail}"))
 
     def note(self, pctx: OpsContext, text: str) -> None:
         """Record a warning met on the way (the round goes on; the report lists it)."""

@@ -169,19 +169,15 @@ async def off_loop(fn: Callable[..., T], *args: Any) -> T:
     loop = asyncio.get_running_loop()
     done: asyncio.Future[T] = loop.create_future()
 
-    def settle(result: Any, error: Exception | None) -> None:
-        if done.done():  # the request was cancelled meanwhile
-            return
-        if error is not None:
-            done.set_exception(error)
-        else:
-            done.set_result(result)
+    def settle(put: Callable[[Any], None], value: Any) -> None:
+        if not done.done():  # else the request was cancelled meanwhile
+            put(value)
 
     def work() -> None:
         try:
-            outcome: tuple[Any, Exception | None] = (fn(*args), None)
+            outcome: tuple[Callable[[Any], None], Any] = (done.set_result, fn(*args))
         except Exception as exc:  # noqa: BLE001 - handed to the awaiting request
-            outcome = (None, exc)
+            outcome = (done.set_exception, exc)
         with contextlib.suppress(RuntimeError):  # the loop is gone: nobody waits any more
             loop.call_soon_threadsafe(settle, *outcome)
 

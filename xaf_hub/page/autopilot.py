@@ -215,13 +215,12 @@ def spend_lines(cfg: Config, lang: Lang, snap: Snapshot, now_ms: int) -> tuple[s
 def _spend_words(lang: Lang, line: BudgetLine, silent: int = 0) -> str:
     if not line.known:
         return text(lang, "ap.spend_silent", name=clean(line.instance))
-    spent = money(line.spent.usd)
-    parts = [text(lang, "ap.spend", spent=spent)]
-    if line.budget is not None:
-        share = line.share or 0.0
-        parts = [
-            text(lang, "ap.spend_of", spent=spent, budget=money(line.budget), share=f"{share:.0f}")
-        ]
+    spent, share = money(line.spent.usd), line.share  # share: None without a budget
+    if line.budget is None or share is None:
+        parts = [text(lang, "ap.spend", spent=spent)]
+    else:
+        budget = money(line.budget)
+        parts = [text(lang, "ap.spend_of", spent=spent, budget=budget, share=f"{share:.0f}")]
         if share >= 100:
             parts.append(text(lang, "ap.spend_reached"))
     if line.spent.unknown:

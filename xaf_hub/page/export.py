@@ -18,7 +18,7 @@ import re
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from xaf_hub import __version__
 from xaf_hub.core.clock import iso_time, local_time
@@ -26,9 +26,6 @@ from xaf_hub.core.records import Snapshot
 from xaf_hub.core.text import dumps
 from xaf_hub.errors import UsageError
 from xaf_hub.store.statefile import write_text_atomic
-
-if TYPE_CHECKING:  # jinja2 is imported lazily: `status` and `instances` must not pay for it.
-    import jinja2
 
 CSV_COLUMNS: tuple[str, ...] = (
     "instance",
@@ -114,20 +111,6 @@ def _template_source(name: str) -> str | None:
         return None
 
 
-def _environment() -> jinja2.Environment:
-    """Build the Jinja2 environment every page uses."""
-    import jinja2  # deferred: start-up, docs/performance.md
-
-    return jinja2.Environment(
-        loader=jinja2.FunctionLoader(_template_source),
-        autoescape=True,
-        undefined=jinja2.StrictUndefined,
-        trim_blocks=True,
-        lstrip_blocks=True,
-        keep_trailing_newline=True,
-    )
-
-
 def _csp(html: str, connect_self: bool = False) -> str:
     """Return a policy allowing no network and only the page's own inline blocks.
 
@@ -156,7 +139,17 @@ def seal_html(html: str, connect_self: bool = False) -> str:
 
 def render_page(template: str, context: dict[str, Any], connect_self: bool = False) -> str:
     """Render one page template (extending _base.html.j2) and seal it."""
-    return seal_html(_environment().get_template(template).render(context), connect_self)
+    import jinja2  # deferred: start-up, docs/performance.md
+
+    env = jinja2.Environment(
+        loader=jinja2.FunctionLoader(_template_source),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+    )
+    return seal_html(env.get_template(template).render(context), connect_self)
 
 
 def render_html(snap: Snapshot, *, now_ms: int, **view: Any) -> str:
@@ -189,8 +182,7 @@ def export(snap: Snapshot, path: Path, *, redact: Redact = str) -> None:
         body = csv_text(snap)
     elif suffix in (".html", ".htm"):
         # Ages on the page are relative to the snapshot, which is what the reader sees.
-        now = snap.generated_at or int(time.time() * 1000)
-        return write_html(snap, path, now_ms=now, redact=redact)
+        body = render_html(snap, now_ms=snap.generated_at or int(time.time() * 1000))
     else:
         raise UsageError(
             f"unsupported export format {path.suffix or '(no suffix)'!r} for {path}; "

@@ -111,10 +111,9 @@ class ChangeFeed:
 
     def close(self) -> None:
         """Stop following and end every open stream."""
-        if self._follower is not None:
-            self._follower.close()
-        if self._stores is not None:
-            self._stores.close()
+        for part in (self._follower, self._stores):
+            if part is not None:
+                part.close()
         with self._lock:
             self.closed = True
             wakers = list(self._wakers)

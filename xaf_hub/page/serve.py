@@ -335,10 +335,10 @@ class Viewer:
     def respond(self, method: str, target: str, header: Callable[[str], str | None]) -> Response:
         """Answer ``method target``; ``header(name)`` reads a request header."""
         arrived = self.clock()
+        host = header("Host") or ""
         if self.password is None:
             # Loopback without a password: a page on another site that re-points its own
             # name at 127.0.0.1 (DNS rebinding) would send that name in Host; refuse it.
-            host = header("Host")
             if host and not is_loopback(host_header_name(host)):
                 return _text(403, "this viewer only answers to a loopback host name",
                              note="wrong Host")
@@ -374,7 +374,6 @@ class Viewer:
                 asked if asked in LANGS else self.language, header("Accept-Language")
             )
             # Links to a loopback instance only work for a reader on this very machine.
-            host = header("Host") or ""
             local = self.password is None or is_loopback(host_header_name(host))
             body = scanned.body(
                 f"page:{lang}:{int(local)}", lambda snap: self._page(snap, lang, local)
@@ -448,8 +447,7 @@ def start_feed(
     viewer; each change marks the cached scan stale and is logged in the words `watch` uses."""
 
     def note(ev: FleetEvent) -> None:
-        line = following_words(ev)
-        if line is not None:
+        if (line := following_words(ev)) is not None:
             log.line(line)
 
     feed = ChangeFeed(cfg, transport_factory=transport_factory, state=state)

@@ -122,11 +122,6 @@ class CardsView:
     waiting: int
 
 
-def plain_reason(cause: Cause | None, lang: Lang = "en") -> str:
-    """Why a server could not be used (its cause), in words for a non-technical reader."""
-    return text(lang, _REASON_KEYS.get(cause, "reason.other"))
-
-
 def session_phase(s: SessionRecord) -> Phase:
     """Where a session's run stands now: working, asking a person, waiting to retry, idle."""
     if s.running and s.waiting is not None:
@@ -312,7 +307,7 @@ def overview_context(
             SectionView(
                 name=name,
                 reachable=info.reachable,
-                reason_words=plain_reason(info.cause, lang),
+                reason_words=text(lang, _REASON_KEYS.get(info.cause, "reason.other")),
                 reason=info.reason,
                 production=info.danger,
                 note=info.note,
