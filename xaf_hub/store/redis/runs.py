@@ -15,13 +15,9 @@ import redis
 from xaf_hub.errors import StateFileError
 from xaf_hub.store.fence import Fence
 from xaf_hub.store.patrol_state import RunMemory, SeenRun, parse_seen, seen_json
-from xaf_hub.store.redis.client import as_text, describe, fenced_write, redis_errors
+from xaf_hub.store.redis.client import RETENTION_MS, as_text, describe, fenced_write, redis_errors
 
 __all__ = ["RedisRunMemory"]
-
-# A session not seen by any round for this long is dropped with the whole hash only if nothing
-# wrote it since: each save pushes the expiry out again.
-_RETENTION_MS = 14 * 24 * 3600 * 1000
 
 
 def _field(instance: str, session: str) -> str:
@@ -87,4 +83,6 @@ class RedisRunMemory(RunMemory):
                 pipe.hset(self.key, mapping=dirty)
             if gone:
                 pipe.hdel(self.key, *gone)
-            pipe.pexpire(self.key, _RETENTION_MS)
+            # A session no round saw for RETENTION_MS goes with the whole hash only if nothing
+            # wrote it since: each save pushes the expiry out again.
+            pipe.pexpire(self.key, RETENTION_MS)
