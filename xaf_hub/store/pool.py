@@ -367,11 +367,7 @@ class TaskPool(abc.ABC):
 
     def discard(self, task_id: str) -> bool:
         """Remove a task from the pool; False when it was not there."""
-
-        def change(current: Task | None) -> tuple[Task | None, bool]:
-            return None, current is not None
-
-        return self.edit(task_id, change)
+        return self.edit(task_id, lambda current: (None, current is not None))
 
     def record_manual_dispatch(
         self,
