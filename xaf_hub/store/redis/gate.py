@@ -161,9 +161,7 @@ class RedisGate(Gate):
         """The held lock's token for ``instance`` ("" when this gate holds no lock there)."""
         lk = self._locks.get(instance)
         token = getattr(lk.local, "token", None) if lk is not None else None
-        if token is None:
-            return ""
-        return token.decode("utf-8") if isinstance(token, bytes) else str(token)
+        return "" if token is None else as_text(token)
 
     def owns_lock(self, instance: str) -> bool:
         """Ask Redis whether the lock key still holds this process's token (one GET).
