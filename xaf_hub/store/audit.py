@@ -30,15 +30,9 @@ def who(env: Mapping[str, str]) -> dict[str, str]:
 
 
 def append(
-    state_dir: Path,
-    *,
-    command: str,
-    instance: str = "",
-    session: str = "",
-    result: str = "ok",
-    reason: str = "",
-    env: Mapping[str, str] | None = None,
-    extra: Mapping[str, Any] | None = None,
+    state_dir: Path, *,
+    command: str, instance: str = "", session: str = "", result: str = "ok", reason: str = "",
+    env: Mapping[str, str] | None = None, extra: Mapping[str, Any] | None = None,
     secrets: Iterable[str] = (),
 ) -> None:
     """Append one line to ``<state_dir>/audit.log`` (locked, created 0600), whole or not at

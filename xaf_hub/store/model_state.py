@@ -210,15 +210,8 @@ class ModelState(abc.ABC):
         )
 
     def mark_rest(
-        self,
-        target: str,
-        *,
-        scope: str,
-        until_ms: int,
-        why: str,
-        reason: str,
-        source: str,
-        now: datetime,
+        self, target: str, *,
+        scope: str, until_ms: int, why: str, reason: str, source: str, now: datetime,
     ) -> int:
         """Rest a family or a model until ``until_ms``; the one writer of rests.
 
