@@ -45,11 +45,11 @@ def write_text_atomic(path: Path, text: str, *, private: bool = True) -> None:
     # Flush the folder's entry so the rename survives power loss; Windows cannot open a
     # directory for fsync.
     if os.name == "posix":
-        fd = os.open(path.parent, os.O_RDONLY)
+        folder = os.open(path.parent, os.O_RDONLY)
         try:
-            os.fsync(fd)
+            os.fsync(folder)
         finally:
-            os.close(fd)
+            os.close(folder)
 
 
 def sweep_temp_files(path: Path) -> None:
