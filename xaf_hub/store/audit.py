@@ -30,15 +30,9 @@ def who(env: Mapping[str, str]) -> dict[str, str]:
 
 
 def append(
-    state_dir: Path,
-    *,
-    command: str,
-    instance: str = "",
-    session: str = "",
-    result: str = "ok",
-    reason: str = "",
-    env: Mapping[str, str] | None = None,
-    extra: Mapping[str, Any] | None = None,
+    state_dir: Path, *,
+    command: str, instance: str = "", session: str = "", result: str = "ok", reason: str = "",
+    env: Mapping[str, str] | None = None, extra: Mapping[str, Any] | None = None,
     secrets: Iterable[str] = (),
 ) -> None:
     """Append one line to ``<state_dir>/audit.log`` (locked, created 0600), whole or not at
@@ -57,12 +51,11 @@ def append(
         "session": session,
         "result": result,
         "reason": reason,
+        **(extra or {}),
     }
-    if extra:
-        entry.update(extra)
     path = state_dir / "audit.log"
-    state_dir.mkdir(parents=True, exist_ok=True)
     line = redact(dumps_line(entry), secrets) + "\n"
+    # The lock makes the state folder when there is none yet.
     with file_lock(state_dir / "audit.log.lock", 10.0, what="audit log lock"):
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         try:

@@ -22,7 +22,7 @@ import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from xaf_hub.core.text import redact
 
@@ -74,6 +74,18 @@ class CheckRun:
     tail: str
     seconds: float
     contained: Containment = "contained"
+
+
+def spawn(argv: Sequence[str], **options: Any) -> subprocess.Popen[bytes]:
+    """Start ``argv`` with no stdin in a process group of its own, so ``kill_tree`` ends it
+    and everything it started (``options``: Popen's others)."""
+    return subprocess.Popen(
+        argv,
+        stdin=subprocess.DEVNULL,
+        start_new_session=sys.platform != "win32",
+        creationflags=NEW_GROUP,
+        **options,
+    )
 
 
 def kill_tree(pid: int) -> None:
@@ -277,23 +289,18 @@ def _run(
 ) -> CheckRun:
     started = time.monotonic()
     with tempfile.TemporaryFile() as out:
-        proc = subprocess.Popen(
-            argv,
-            cwd=cwd,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=sys.platform != "win32",
-            creationflags=NEW_GROUP,
-            pass_fds=() if fd is None else (fd,),
-        )
+        fds = () if fd is None else (fd,)
+        proc = spawn(argv, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT, pass_fds=fds)
         code: int | None
         try:
             code = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             code = None
-        _end_group(proc)
+        # End the check's whole process group (what it left running too), then reap it. In
+        # the sandbox that is bwrap, and its PID namespace (everything inside) goes with it.
+        kill_tree(proc.pid)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=10)
         out.seek(0)
         text = out.read().decode("utf-8", "replace")
     lines = text.rstrip().splitlines()[-TAIL_LINES:]
@@ -301,14 +308,6 @@ def _run(
     if code is None:
         tail += f"\n(killed: no end within {timeout:g}s)"
     return CheckRun(code == 0, code, redact(tail, secrets), time.monotonic() - started, contained)
-
-
-def _end_group(proc: subprocess.Popen[bytes]) -> None:
-    """End the check's whole process group (what it left running too), then reap it. In the
-    sandbox that is bwrap, and its PID namespace (everything inside) goes with it."""
-    kill_tree(proc.pid)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(timeout=10)
 
 
 # -- doctor's proof --------------------------------------------------------------------------

@@ -46,11 +46,6 @@ def host_name() -> str:
     return os.environ.get("XAF_HUB_HOSTNAME") or socket.gethostname()
 
 
-def new_token(now: float) -> str:
-    """A reservation's unique name: time, pid and randomness (no dots, no colons)."""
-    return f"{int(now * 1000)}-{os.getpid()}-{secrets.token_hex(3)}"
-
-
 @dataclass(frozen=True)
 class Reservation:
     """One held slot: a file under slots/ (``path``) or a Redis key (``key``)."""
@@ -145,8 +140,9 @@ class Gate(abc.ABC):
         """``res`` with where the store keeps it (a file or a key named by ``token``)."""
 
     @abc.abstractmethod
-    def _store(self, res: Reservation) -> None:
-        """Write ``res`` where it is kept (the Redis gate: only while its lock is ours)."""
+    def _store(self, res: Reservation, *, guarded: bool = True) -> None:
+        """Write ``res`` where it is kept (the Redis gate: only while its lock is ours, when
+        ``guarded``)."""
 
     def reserve(
         self, instance: str, session_id: str = "", prompt: str = "", project: str = ""
@@ -154,19 +150,25 @@ class Gate(abc.ABC):
         """Write a new reservation for this process (for a run of ``project``)."""
         now = self.clock()
         res = Reservation(None, instance, os.getpid(), self.host, now, session_id)
-        res = self._place(replace(res, prompt=prompt, project=project), new_token(now))
+        # The reservation's unique name: time, pid and randomness (no dots, no colons).
+        token = f"{int(now * 1000)}-{os.getpid()}-{secrets.token_hex(3)}"
+        res = self._place(replace(res, prompt=prompt, project=project), token)
         self._store(res)
         return res
 
     def attach(self, res: Reservation, session_id: str, prompt: str | None = None) -> Reservation:
-        """Record the session (and how far its prompt got); restart the reservation's timer."""
+        """Record the session (and how far its prompt got); restart the reservation's timer.
+
+        An accepted prompt is written even when the lock was lost meanwhile: the run is real
+        and must keep counting (this also puts back a reservation that Redis lost).
+        """
         new = replace(
             res,
             created=self.clock(),
             session_id=session_id,
             prompt=res.prompt if prompt is None else prompt,
         )
-        self._store(new)
+        self._store(new, guarded=prompt != PROMPT_ACCEPTED)
         return new
 
     @abc.abstractmethod
@@ -249,9 +251,6 @@ class FileGate(Gate):
         """True when the reservation's file is still there."""
         return res.path is not None and res.path.exists()
 
-    def _slot_dir(self) -> Path:
-        return self.root / "slots"
-
     def _read(self, path: Path) -> Reservation | None:
         try:
             return parse_reservation(json.loads(path.read_text(encoding="utf-8")), path)
@@ -272,7 +271,7 @@ class FileGate(Gate):
         observed_at: float | None = None,
     ) -> list[Reservation]:
         """Live reservations of ``instance``; dead ones are deleted on the way."""
-        folder = self._slot_dir()
+        folder = self.root / "slots"
         if not folder.is_dir():
             return []
         live = []
@@ -292,9 +291,9 @@ class FileGate(Gate):
         return live
 
     def _place(self, res: Reservation, token: str) -> Reservation:
-        return replace(res, path=self._slot_dir() / f"{safe_name(res.instance)}.{token}.slot")
+        return replace(res, path=self.root / "slots" / f"{safe_name(res.instance)}.{token}.slot")
 
-    def _store(self, res: Reservation) -> None:
+    def _store(self, res: Reservation, *, guarded: bool = True) -> None:
         assert res.path is not None, "a file gate's reservation has a path"
         write_json_atomic(res.path, res.to_json())
 

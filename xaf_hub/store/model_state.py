@@ -134,8 +134,11 @@ class ModelState(abc.ABC):
     The rules (one writer of blackouts, rests, the healed memory) work on one checked
     document; where it is kept is the store's: ``FileModelState`` (``.model_state.json``) or
     ``store.redis.model_state.RedisModelState`` (one Redis for every host), which reads and
-    writes it (``_read``, ``_update``) and says where it is in errors (``_bad``).
+    writes it (``_read``, ``_update``) and says where it is in errors (``name``).
     """
+
+    #: What an error about a damaged document names: the store and where it keeps it.
+    name: str
 
     def __init__(
         self,
@@ -154,10 +157,6 @@ class ModelState(abc.ABC):
     # -- the store's part -----------------------------------------------------------------
 
     @abc.abstractmethod
-    def _bad(self, where: str, problem: str) -> StateFileError:
-        """The error for a damaged document, naming where it is kept."""
-
-    @abc.abstractmethod
     def _read(self) -> dict[str, Any]:
         """The checked document (the empty one when there is none)."""
 
@@ -167,6 +166,10 @@ class ModelState(abc.ABC):
         other writer; ``mutate``'s result."""
 
     # -- reading and checking ------------------------------------------------------------
+
+    def _bad(self, where: str, problem: str) -> StateFileError:
+        """The error for a damaged document, naming where it is kept."""
+        return StateFileError(f"{self.name}: {where}: {problem}")
 
     def _check(self, data: Any) -> dict[str, Any]:
         """Validate the whole document; anything unexpected is an error, never a reset."""
@@ -207,15 +210,8 @@ class ModelState(abc.ABC):
         )
 
     def mark_rest(
-        self,
-        target: str,
-        *,
-        scope: str,
-        until_ms: int,
-        why: str,
-        reason: str,
-        source: str,
-        now: datetime,
+        self, target: str, *,
+        scope: str, until_ms: int, why: str, reason: str, source: str, now: datetime,
     ) -> int:
         """Rest a family or a model until ``until_ms``; the one writer of rests.
 
@@ -331,9 +327,7 @@ class FileModelState(ModelState):
     ) -> None:
         super().__init__(reset_hour, tz, families, lock_timeout)
         self.path = path
-
-    def _bad(self, where: str, problem: str) -> StateFileError:
-        return StateFileError(f"{_WHAT} {self.path}: {where}: {problem}")
+        self.name = f"{_WHAT} {path}"
 
     def _read(self) -> dict[str, Any]:
         # No lock needed: writers replace the file in one step, so a reader sees old or new.

@@ -202,15 +202,8 @@ class TaskPool(abc.ABC):
         )
 
     def claim(
-        self,
-        planned: Task,
-        session_id: str,
-        instance: str,
-        model: str | None,
-        now: datetime,
-        *,
-        base: str | None = None,
-        room: Room | None = None,
+        self, planned: Task, session_id: str, instance: str, model: str | None, now: datetime, *,
+        base: str | None = None, room: Room | None = None,
     ) -> Task:
         """Mark ``planned`` dispatched only if its row is still exactly ``planned``.
 
@@ -231,15 +224,9 @@ class TaskPool(abc.ABC):
         return self.edit(planned.id, change)
 
     def mark_done(
-        self,
-        task_id: str,
-        now: datetime,
-        *,
-        commit: str | None = None,
-        commits: Sequence[str] = (),
-        verified: bool | None = None,
-        expected: Task | None = None,
-        judged: str | None = None,
+        self, task_id: str, now: datetime, *,
+        commit: str | None = None, commits: Sequence[str] = (), verified: bool | None = None,
+        expected: Task | None = None, judged: str | None = None,
         check: Mapping[str, Any] | None = None,
     ) -> Task:
         """Record that a task's session finished cleanly (and the commit found for it, if any,
@@ -270,12 +257,8 @@ class TaskPool(abc.ABC):
         return self.revise(expected, **fields)
 
     def mark_ready(
-        self,
-        expected: Task,
-        *,
-        commit: str,
-        commits: Sequence[str],
-        judged: str | None,
+        self, expected: Task, *,
+        commit: str, commits: Sequence[str], judged: str | None,
         check: Mapping[str, Any] | None = None,
     ) -> Task:
         """A task in a worktree of its own whose work is verified: ready to land (it stays
@@ -313,13 +296,8 @@ class TaskPool(abc.ABC):
         return self.edit(task_id, change)
 
     def requeue(
-        self,
-        task_id: str,
-        *,
-        reason: str,
-        infrastructure: bool,
-        now: datetime,
-        policy: InfraPolicy | None = None,
+        self, task_id: str, *,
+        reason: str, infrastructure: bool, now: datetime, policy: InfraPolicy | None = None,
     ) -> Task:
         """Put a failed task back to pending.
 
@@ -367,24 +345,11 @@ class TaskPool(abc.ABC):
 
     def discard(self, task_id: str) -> bool:
         """Remove a task from the pool; False when it was not there."""
-
-        def change(current: Task | None) -> tuple[Task | None, bool]:
-            return None, current is not None
-
-        return self.edit(task_id, change)
+        return self.edit(task_id, lambda current: (None, current is not None))
 
     def record_manual_dispatch(
-        self,
-        prompt: str,
-        session_id: str,
-        instance: str,
-        model: str | None,
-        now: datetime,
-        *,
-        base: str | None = None,
-        task_id: str = "",
-        room: Room | None = None,
-        project: str = "",
+        self, prompt: str, session_id: str, instance: str, model: str | None, now: datetime, *,
+        base: str | None = None, task_id: str = "", room: Room | None = None, project: str = "",
     ) -> ManualRecord:
         """Record a manual ``dispatch`` so the pool matches what really runs: one row per work.
 
@@ -439,11 +404,7 @@ class TaskPool(abc.ABC):
 
 
 def _dispatched(
-    session_id: str,
-    instance: str,
-    model: str | None,
-    now: datetime,
-    base: str | None = None,
+    session_id: str, instance: str, model: str | None, now: datetime, base: str | None = None,
     room: Room | None = None,
 ) -> dict[str, Any]:
     """The fields of a row just sent to a new session (no person has steered it yet), in its

@@ -13,8 +13,7 @@ import hashlib
 import json
 import os
 import subprocess
-import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -24,15 +23,7 @@ from xaf_hub.config.load import Config
 from xaf_hub.core.commits import MAX_RANGE, locked_paths, short
 from xaf_hub.core.text import redact
 from xaf_hub.errors import BusyError
-from xaf_hub.store.contain import (
-    NEW_GROUP,
-    CheckRun,
-    Reach,
-    kill_tree,
-    new_folder,
-    remove,
-    run_check,
-)
+from xaf_hub.store.contain import CheckRun, Reach, kill_tree, new_folder, remove, run_check, spawn
 from xaf_hub.store.statefile import file_lock
 
 CheckState = Literal[
@@ -217,15 +208,7 @@ class Mirror:
         verb = next(a for i, a in enumerate(args) if i == 0 or args[i - 1] != "-c")
         # Its own process group: on timeout the whole group goes (git-remote-http, ssh), so
         # no grandchild keeps the pipes open and no git outlives the bound.
-        proc = subprocess.Popen(
-            cmd,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env=env,
-            start_new_session=sys.platform != "win32",
-            creationflags=NEW_GROUP,
-        )
+        proc = spawn(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
         try:
             out, err = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -253,11 +236,9 @@ class Mirror:
         """Whether the mirror holds ``commit`` as a commit."""
         return self.git("cat-file", "-e", f"{commit}^{{commit}}", ok=(0, 1, 128))[0] == 0
 
-    @contextlib.contextmanager
-    def _locked(self) -> Iterator[None]:
+    def _locked(self) -> contextlib.AbstractContextManager[None]:
         lock = self.path.with_name(self.path.name + ".lock")
-        with file_lock(lock, self.lock_wait, what="repository mirror lock"):
-            yield
+        return file_lock(lock, self.lock_wait, what="repository mirror lock")
 
     # -- the mirror --------------------------------------------------------------------------
 

@@ -25,17 +25,6 @@ from xaf_hub.errors import LockBusy, StateFileError
 T = TypeVar("T")
 
 
-def _fsync_dir(folder: Path) -> None:
-    """Flush a directory entry so a rename survives power loss (POSIX only)."""
-    if os.name != "posix":  # Windows cannot open a directory for fsync.
-        return
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def write_text_atomic(path: Path, text: str, *, private: bool = True) -> None:
     """Replace ``path`` with ``text`` in one step; mode 0600 when ``private``."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -53,7 +42,14 @@ def write_text_atomic(path: Path, text: str, *, private: bool = True) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
-    _fsync_dir(path.parent)
+    # Flush the folder's entry so the rename survives power loss; Windows cannot open a
+    # directory for fsync.
+    if os.name == "posix":
+        folder = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(folder)
+        finally:
+            os.close(folder)
 
 
 def sweep_temp_files(path: Path) -> None:

@@ -207,16 +207,13 @@ class Task:
         for key in ("id", "title"):
             if key not in raw:
                 raise StateFileError(f"{where}: missing required key {key!r}")
-        known: dict[str, Any] = {}
-        extra: dict[str, Any] = {}
         for key, value in raw.items():
-            if key not in _FIELD_TYPES:
-                extra[key] = copy.deepcopy(value)
-                continue
-            bad, problem = _field_problem(key, value)
+            bad, problem = _field_problem(key, value) if key in _FIELD_TYPES else ("", "")
             if problem:
                 raise StateFileError(f"{where}.{bad}: {problem}")
-            known[key] = tuple(value) if key in _LIST_KEYS else value
+        # Lists become tuples in __post_init__.
+        known = {k: v for k, v in raw.items() if k in _FIELD_TYPES}
+        extra = {k: copy.deepcopy(v) for k, v in raw.items() if k not in _FIELD_TYPES}
         return cls(**known, extra=extra)
 
     def to_json(self) -> dict[str, Any]:
@@ -288,12 +285,10 @@ class BacklogData:
         tasks = [Task.from_json(item, path=path, index=i) for i, item in enumerate(raw_tasks)]
         seen: dict[str, int] = {}
         for i, task in enumerate(tasks):
-            if task.id in seen:
-                first = seen[task.id]
+            if (first := seen.setdefault(task.id, i)) != i:
                 raise StateFileError(
                     f"{where}: tasks[{i}].id: duplicate id {task.id!r} (also tasks[{first}])"
                 )
-            seen[task.id] = i
         known = ("schema_version", "discipline", "tasks")
         extra = {k: copy.deepcopy(v) for k, v in raw.items() if k not in known}
         return cls(tasks=tasks, discipline=discipline, schema_version=version, extra=extra)
@@ -371,10 +366,7 @@ def new_task_id(now: datetime, taken: Iterable[str]) -> str:
 
 def first_line(text: str, limit: int = 80) -> str:
     """A task's title from its text: the first non-empty line, shortened."""
-    for line in text.splitlines():
-        if line.strip():
-            return line.strip()[:limit]
-    return ""
+    return next((line.strip()[:limit] for line in text.splitlines() if line.strip()), "")
 
 
 def is_generated_id(task_id: str) -> bool:

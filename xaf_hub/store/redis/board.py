@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import redis
 
-from xaf_hub.store.redis.client import as_text, describe, redis_errors
+from xaf_hub.store.redis.client import as_text, describe, fenced_write, redis_errors
 
 __all__ = ["boards", "publish"]
 
@@ -25,11 +25,9 @@ def publish(
 ) -> None:
     """Write one writer's board and its summary of one host, in one transaction
     (UnreachableError when Redis cannot be asked)."""
-    with redis_errors(describe(client)):
-        pipe = client.pipeline(transaction=True)
+    with fenced_write(client, None, "live board") as pipe:
         pipe.set(f"{prefix}:live_board:{writer}:{host}", text, px=TTL_MS)
         pipe.set(f"{prefix}:live_summary:{writer}:{host}", summary, px=TTL_MS)
-        pipe.execute()
 
 
 def boards(client: redis.Redis, prefix: str, summary: bool = False) -> list[str]:

@@ -32,6 +32,8 @@ T = TypeVar("T")
 
 CONNECT_TIMEOUT_SECONDS = 5.0
 SOCKET_TIMEOUT_SECONDS = 10.0
+# How long a shared memory (interrupts, last runs) outlives its last write.
+RETENTION_MS = 14 * 24 * 3600 * 1000
 
 
 def connect(cfg: LockConfig) -> redis.Redis:
@@ -96,9 +98,9 @@ def reason(exc: RedisError, where: str) -> str:
 def fenced_write(
     client: redis.Redis, fence: Fence | None, what: str, outcome: str = "nothing was written"
 ) -> Iterator[Any]:
-    """One transaction that writes only while ``fence`` holds the lease (None: always): the
-    writes queued on the pipeline it yields run at the end of the block, or none do
-    (``Fence.lost``)."""
+    """One transaction that writes only while ``fence`` holds the lease (None: always; then
+    ``what`` names nothing): the writes queued on the pipeline it yields run at the end of the
+    block, or none do (``Fence.lost``)."""
     with redis_errors(describe(client)), client.pipeline(transaction=True) as pipe:
         try:
             if fence is not None:

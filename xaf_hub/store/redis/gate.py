@@ -17,18 +17,9 @@ from redis.exceptions import LockError, RedisError
 from redis.lock import Lock
 
 from xaf_hub.config.load import LockConfig
-from xaf_hub.errors import (
-    LockBusy,
-    LockLostError,
-)
+from xaf_hub.errors import LockBusy, LockLostError
 from xaf_hub.store.fence import Fence
-from xaf_hub.store.gate import (
-    PROMPT_ACCEPTED,
-    Gate,
-    Reservation,
-    parse_reservation,
-    pid_alive,
-)
+from xaf_hub.store.gate import Gate, Reservation, parse_reservation, pid_alive
 from xaf_hub.store.redis.client import as_text, describe, reason, redis_errors
 
 __all__ = ["LOCK_LEASE_SECONDS", "RedisGate"]
@@ -170,9 +161,7 @@ class RedisGate(Gate):
         """The held lock's token for ``instance`` ("" when this gate holds no lock there)."""
         lk = self._locks.get(instance)
         token = getattr(lk.local, "token", None) if lk is not None else None
-        if token is None:
-            return ""
-        return token.decode("utf-8") if isinstance(token, bytes) else str(token)
+        return "" if token is None else as_text(token)
 
     def owns_lock(self, instance: str) -> bool:
         """Ask Redis whether the lock key still holds this process's token (one GET).
@@ -290,16 +279,6 @@ class RedisGate(Gate):
 
     def _place(self, res: Reservation, token: str) -> Reservation:
         return replace(res, key=self.slot_key(res.instance, token))
-
-    def accepted(self, res: Reservation) -> Reservation:
-        """The server answered the prompt: from now on the grace rule applies.
-
-        Written even when the lock was lost meanwhile: the run is real and must keep counting
-        (this also puts back a reservation that Redis lost).
-        """
-        new = replace(res, created=self.clock(), prompt=PROMPT_ACCEPTED)
-        self._store(new, guarded=False)
-        return new
 
     def release(self, res: Reservation) -> None:
         """Give the slot back at once (failure paths); if Redis is away, the TTL frees it."""

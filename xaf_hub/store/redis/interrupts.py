@@ -11,11 +11,9 @@ from collections.abc import Mapping
 
 import redis
 
-from xaf_hub.store.redis.client import as_text, describe, redis_errors
+from xaf_hub.store.redis.client import RETENTION_MS, as_text, describe, fenced_write, redis_errors
 
 __all__ = ["read_interrupts", "record_interrupt"]
-
-_RETENTION_MS = 14 * 24 * 3600 * 1000
 
 Key = tuple[str, str]  # (instance, session)
 
@@ -36,10 +34,9 @@ def record_interrupt(
     a person, "ceiling" at its run ceiling); the latest wins."""
     field = json.dumps(list(key), ensure_ascii=False)
     value = json.dumps({"at": at, "who": dict(who), "kind": kind}, ensure_ascii=False)
-    with redis_errors(describe(client)), client.pipeline(transaction=True) as pipe:
+    with fenced_write(client, None, "interrupts") as pipe:
         pipe.hset(_key(prefix), field, value)
-        pipe.pexpire(_key(prefix), _RETENTION_MS)
-        pipe.execute()
+        pipe.pexpire(_key(prefix), RETENTION_MS)
 
 
 def read_interrupts(client: redis.Redis, prefix: str) -> dict[Key, tuple[float, object, str]]:

@@ -56,11 +56,6 @@ def lease_key(prefix: str) -> str:
     return f"{prefix}:patrol:lease"
 
 
-def holder_key(prefix: str) -> str:
-    """The key naming the last daemon that took the lease under ``prefix``."""
-    return f"{prefix}:patrol:holder"
-
-
 def daemons_key(prefix: str) -> str:
     """The hash of known daemons under ``prefix``."""
     return f"{prefix}:patrol:daemons"
@@ -116,7 +111,9 @@ class PatrolLease:
                         self._until = start + self.lease_seconds
                         return True
                     token = f"{self.member}|{secrets.token_hex(4)}"
-                    before = self._take(keys=[self.key, holder_key(self.prefix)], args=[token, ms])
+                    # The second key names the last daemon that took the lease.
+                    holder = f"{self.prefix}:patrol:holder"
+                    before = self._take(keys=[self.key, holder], args=[token, ms])
                     if before is not None:
                         self.token, self._until = token, start + self.lease_seconds
                         self._taken_from = as_text(before)

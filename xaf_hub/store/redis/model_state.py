@@ -18,7 +18,6 @@ from typing import Any, TypeVar
 import redis
 
 from xaf_hub.core.clock import to_ms
-from xaf_hub.errors import StateFileError
 from xaf_hub.store.fence import Fence
 from xaf_hub.store.model_state import (
     HEAL_PREFIX,
@@ -61,12 +60,8 @@ class RedisModelState(ModelState):
         self.key = f"{prefix}:model_state"
         self.healed_prefix = f"{prefix}:healed:"
         self.where = describe(client)
+        self.name = f"model state in redis {self.where} key {self.key}"
         super().__init__(reset_hour, tz, families, lock_timeout)
-
-    def _bad(self, where: str, problem: str) -> StateFileError:
-        return StateFileError(
-            f"model state in redis {self.where} key {self.key}: {where}: {problem}"
-        )
 
     def _parse(self, raw: str | None) -> dict[str, Any]:
         if raw is None:

@@ -14,7 +14,7 @@ from typing import Any, Final, TypeVar
 
 import redis
 
-from xaf_hub.errors import LockLostError, StateFileError
+from xaf_hub.errors import StateFileError
 from xaf_hub.store.fence import Fence
 from xaf_hub.store.pool import TaskPool, utc_now
 from xaf_hub.store.redis.client import as_text, busy, describe, redis_errors, transact
@@ -217,15 +217,12 @@ class RedisBacklog(TaskPool):
             return self.key, "0", ""
         return self.fence.key, "1", self.fence.token
 
-    def _lost(self) -> LockLostError:
-        assert self.fence is not None
-        return self.fence.lost(f"task pool {self.where}", "the pool was not changed")
-
     def _written(self, answer: int, deadline: float) -> bool:
         """Whether a script's ``answer`` says it wrote; raises when it may not write (the lease
         is gone) or when the pool kept changing until ``deadline``."""
         if answer == _NOT_HOLDER:
-            raise self._lost()
+            assert self.fence is not None
+            raise self.fence.lost(f"task pool {self.where}", "the pool was not changed")
         if answer not in (_WRITTEN, _UNMIGRATED) and time.monotonic() >= deadline:
             raise busy("the task pool", self.server, self.lock_timeout)
         return answer == _WRITTEN
@@ -293,20 +290,18 @@ class RedisBacklog(TaskPool):
     ) -> list[str]:
         """The commit script's arguments after the meta: rows set, rows removed, the order."""
         seen: set[str] = set()
+        sets: list[str] = []
         for task in data.tasks:
             if not task.id.strip() or task.id in seen:
                 raise ValueError(f"task pool: id {task.id!r} empty or twice after a change")
             seen.add(task.id)
-        meta_changed = before[1:] != data._state()[1:]
-        default = _meta(BacklogData())
-        meta = "" if _meta(data) == default else _dump(_meta(data))
-        sets: list[str] = []
-        for task in data.tasks:
             if old_tasks.get(task.id) is task:
                 continue
             row = _dump(task.to_json())
             if old_rows.get(task.id) != row:
                 sets += [task.id, row]
+        meta_changed = before[1:] != data._state()[1:]
+        meta = "" if _meta(data) == _meta(BacklogData()) else _dump(_meta(data))
         removed = [i for i in old_order if i not in seen]
         kept = [t.id for t in data.tasks if t.id in old_rows]
         survivors = [i for i in old_order if i in seen]

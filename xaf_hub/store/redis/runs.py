@@ -15,13 +15,9 @@ import redis
 from xaf_hub.errors import StateFileError
 from xaf_hub.store.fence import Fence
 from xaf_hub.store.patrol_state import RunMemory, SeenRun, parse_seen, seen_json
-from xaf_hub.store.redis.client import as_text, describe, fenced_write, redis_errors
+from xaf_hub.store.redis.client import RETENTION_MS, as_text, describe, fenced_write, redis_errors
 
 __all__ = ["RedisRunMemory"]
-
-# A session not seen by any round for this long is dropped with the whole hash only if nothing
-# wrote it since: each save pushes the expiry out again.
-_RETENTION_MS = 14 * 24 * 3600 * 1000
 
 
 def _field(instance: str, session: str) -> str:
@@ -48,32 +44,26 @@ class RedisRunMemory(RunMemory):
     @classmethod
     def open(cls, client: redis.Redis, prefix: str, fence: Fence | None = None) -> RedisRunMemory:
         """The memory in Redis (empty when there is none); StateFileError when damaged."""
-        key = f"{prefix}:last_runs"
-        where = f"redis {describe(client)} key {key}"
-        with redis_errors(describe(client)):
-            raw = client.hgetall(key)
-        entries: dict[tuple[str, str], SeenRun] = {}
+        memory = cls(client, f"{prefix}:last_runs", {}, fence)
+        with redis_errors(memory.server):
+            raw = client.hgetall(memory.key)
+        what = f"patrol last-runs memory {memory.where}: field"
         for name, value in raw.items():
             field = as_text(name)
             try:
                 pair = json.loads(field)
                 doc = json.loads(as_text(value))
             except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-                raise StateFileError(
-                    f"patrol last-runs memory {where}: field {field[:80]!r}: not JSON ({exc})"
-                ) from None
+                raise StateFileError(f"{what} {field[:80]!r}: not JSON ({exc})") from None
             if not (
                 isinstance(pair, list) and len(pair) == 2 and all(isinstance(p, str) for p in pair)
             ):
-                raise StateFileError(
-                    f"patrol last-runs memory {where}: field {field[:80]!r}: "
-                    "not an [instance, session] pair"
-                )
+                raise StateFileError(f"{what} {field[:80]!r}: not an [instance, session] pair")
             seen = parse_seen(doc)
             if isinstance(seen, str):
-                raise StateFileError(f"patrol last-runs memory {where}: field {field}: {seen}")
-            entries[(pair[0], pair[1])] = seen
-        return cls(client, key, entries, fence)
+                raise StateFileError(f"{what} {field}: {seen}")
+            memory._entries[(pair[0], pair[1])] = seen
+        return memory
 
     def _write(self) -> None:
         dirty = {
@@ -87,4 +77,6 @@ class RedisRunMemory(RunMemory):
                 pipe.hset(self.key, mapping=dirty)
             if gone:
                 pipe.hdel(self.key, *gone)
-            pipe.pexpire(self.key, _RETENTION_MS)
+            # A session no round saw for RETENTION_MS goes with the whole hash only if nothing
+            # wrote it since: each save pushes the expiry out again.
+            pipe.pexpire(self.key, RETENTION_MS)
