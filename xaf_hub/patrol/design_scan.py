@@ -87,9 +87,7 @@ def slug_of(spec: str) -> str:
 
 def _cells(line: str) -> list[str]:
     """Split a table row into cells on unescaped pipes (outer pipes dropped)."""
-    text = line.strip()
-    if text.startswith("|"):
-        text = text[1:]
+    text = line.strip().removeprefix("|")
     if text.endswith("|") and not text.endswith("\\|"):
         text = text[:-1]
     return [c.strip().replace("\\|", "|") for c in _UNESCAPED_PIPE.split(text)]
@@ -128,20 +126,11 @@ def has_marker(text: str, markers: Sequence[str] = DEFAULT_MARKERS) -> bool:
 
 def _batch_id(text: str, patterns: Sequence[re.Pattern[str]]) -> tuple[bool, str]:
     """Return (has any batch code, id from the leftmost code containing a digit or "")."""
-    found = False
-    best: tuple[int, int, str] | None = None
-    for pattern in patterns:
-        for match in pattern.finditer(text):
-            if not match.group(0):
-                continue
-            found = True
-            code = "-".join(match.group(0).split())
-            if _DIGIT.search(code) is None:
-                continue
-            key = (match.start(), -len(code), code)
-            if best is None or key < best:
-                best = key
-    return found, (best[2] if best else "")
+    hits = [m for p in patterns for m in p.finditer(text) if m.group(0)]
+    codes = [(m.start(), "-".join(m.group(0).split())) for m in hits]
+    # The leftmost code with a digit; at one place, the longest (then the first in order).
+    best = min(((at, -len(code), code) for at, code in codes if _DIGIT.search(code)), default=None)
+    return bool(hits), (best[2] if best else "")
 
 
 def _meaningful(text: str) -> bool:
@@ -225,12 +214,9 @@ def scan_markdown(
         title = _title(cells, code, tests)
         if not title:
             continue
-        if code:
-            task_id, is_auto = code, False
-        else:
-            auto += 1
-            task_id, is_auto = f"AUTO-{slug}-{auto}", True
-        found.append(DesignTask(task_id, title, spec, number, stripped, is_auto))
+        auto += not code  # a row without a code gets AUTO-<slug>-<n>
+        task_id = code or f"AUTO-{slug}-{auto}"
+        found.append(DesignTask(task_id, title, spec, number, stripped, auto_id=not code))
     return found
 
 
