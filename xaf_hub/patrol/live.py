@@ -155,14 +155,12 @@ class LiveReactor:
         if ev.session is not None and ev.kind in _COSTS and self.ceiling is not None:
             self.ceiling.look(ev.session)
         with self._cond:
-            if ev.session is not None and ev.kind in _SESSION_KINDS:
-                key = (ev.instance, ev.session.id)
-                self._work.sessions.setdefault(key, time.monotonic())
             policy = self.pctx.cfg.permissions
-            if ev.session is not None and ev.kind == "asked" and (
-                policy.rules or policy.deny_after_minutes is not None
+            answers = bool(policy.rules) or policy.deny_after_minutes is not None
+            if ev.session is not None and (
+                ev.kind in _SESSION_KINDS or (ev.kind == "asked" and answers)
             ):
-                key = (ev.instance, _ASKED + ev.session.id)
+                key = (ev.instance, (_ASKED if ev.kind == "asked" else "") + ev.session.id)
                 self._work.sessions.setdefault(key, time.monotonic())
             if ev.kind in _FREES_A_SLOT and FILL not in self.skip:
                 self._work.fill = True
@@ -177,23 +175,17 @@ class LiveReactor:
                 if self._stopped:
                     return None
                 now = time.monotonic()
-                due = {k: t for k, t in self._work.sessions.items() if t <= now}
-                if due or self._work.fill:
+                if self._work.fill or any(t <= now for t in self._work.sessions.values()):
                     break
                 later = min(self._work.sessions.values(), default=now + 3600.0)
                 self._cond.wait(max(0.05, later - now))
         # Let a burst settle (a stop is followed by its idle, its message, the next event).
         time.sleep(self.settle_seconds)
         with self._cond:
-            now = time.monotonic()
-            work = _Work(
-                {k: t for k, t in self._work.sessions.items() if t <= now}, self._work.fill,
-                self._work.fill_tries,
-            )
-            for k in work.sessions:
-                del self._work.sessions[k]
-            self._work.fill, self._work.fill_tries = False, 0
-            return work
+            now, left = time.monotonic(), self._work
+            self._work = _Work({k: t for k, t in left.sessions.items() if t > now})
+            due = {k: t for k, t in left.sessions.items() if t <= now}
+            return _Work(due, left.fill, left.fill_tries)
 
     def _later(self, work: _Work, seconds: float) -> None:
         with self._cond:
