@@ -313,10 +313,7 @@ def write_report(pctx: OpsContext, log: RoundLog, code: int) -> tuple[Path, Path
     doc = _scrub(pctx, doc)
     markdown = pctx.redact(render_markdown(doc))
     folder = pctx.patrol_dir
-    stamp = (
-        log.started.astimezone(UTC).strftime("%Y%m%d-%H%M%S-")
-        + f"{log.started.microsecond // 1000:03d}"
-    )
+    stamp = log.started.astimezone(UTC).strftime("%Y%m%d-%H%M%S-%f")[:-3]  # to the millisecond
     for name in (f"report-{stamp}", LATEST):
         write_json_atomic(folder / f"{name}.json", doc)
         write_text_atomic(folder / f"{name}.md", markdown)
