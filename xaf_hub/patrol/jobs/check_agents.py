@@ -209,13 +209,9 @@ async def _resume(
         pctx.model_state().remember_healed, resume_key(inst.name, rec.id), model, model, pctx.now()
     )
     cycle.log.touched.add((inst.name, rec.id))
-    cycle.log.add(pctx, STEP, "resume", "ok", rec, detail=_why(run), model=model or "")
-
-
-def _why(run: LastRun | None) -> str:
-    if run is None:
-        return ""
-    return "was aborted" if run.outcome == "interrupted" else "stopped without finishing"
+    how = "" if run is None else "stopped without finishing"
+    how = "was aborted" if run is not None and run.outcome == "interrupted" else how
+    cycle.log.add(pctx, STEP, "resume", "ok", rec, detail=how, model=model or "")
 
 
 async def answer_by_policy(
