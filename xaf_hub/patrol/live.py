@@ -273,19 +273,14 @@ class LiveReactor:
         None when no work waits or no reservation holds a slot."""
         if not queue_length(pctx.backlog().load(), pctx.now()):
             return None
-        gate = pctx.gate()
-        lock = pctx.cfg.lock
+        gate, lock = pctx.gate(), pctx.cfg.lock
         now = gate.clock()
-        lapses = []
-        for inst in pctx.cfg.instances:
-            for res in gate.live_reservations(inst.name):
-                grace_end = res.created + lock.slot_grace_seconds
-                # Its grace, if still ahead (a session not running by then frees it); else
-                # its TTL, which ends every reservation.
-                lapses.append(grace_end if grace_end > now else res.created + lock.slot_ttl_seconds)
-        if not lapses:
-            return None
-        return max(min(lapses) - now, 0.0) + REFILL_MARGIN_SECONDS
+        made = [r.created for i in pctx.cfg.instances for r in gate.live_reservations(i.name)]
+        # Its grace, if still ahead (a session not running by then frees it); else its TTL,
+        # which ends every reservation.
+        grace, ttl = lock.slot_grace_seconds, lock.slot_ttl_seconds
+        lapses = [at + grace if at + grace > now else at + ttl for at in made]
+        return max(min(lapses) - now, 0.0) + REFILL_MARGIN_SECONDS if lapses else None
 
     async def _asked(self, cycle: Cycle, instance: str, sid: str) -> None:
         """Answer by policy the request a session's run just began to wait on (the round
