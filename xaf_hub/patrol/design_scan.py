@@ -181,22 +181,16 @@ def scan_markdown(
                 fence = None
             continue
         if in_comment:
-            if "-->" in stripped:
-                in_comment = False
+            in_comment = "-->" not in stripped
             continue
         opening = _FENCE.match(stripped)
-        if opening:
-            fence = opening.group(1)
+        in_comment = stripped.startswith("<!--") and "-->" not in stripped
+        if opening or in_comment or len(_UNESCAPED_PIPE.findall(stripped)) < 2:
+            # A fence, a comment or a line with too few pipes ends a table; a comment does not
+            # part a header from its separator.
+            fence = opening.group(1) if opening else None
             in_table = False
-            previous_cells = None
-            continue
-        if stripped.startswith("<!--") and "-->" not in stripped:
-            in_comment = True
-            in_table = False
-            continue
-        if len(_UNESCAPED_PIPE.findall(stripped)) < 2:
-            in_table = False
-            previous_cells = None
+            previous_cells = previous_cells if in_comment else None
             continue
         cells = _cells(stripped)
         if _is_separator(cells):
