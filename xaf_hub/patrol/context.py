@@ -217,6 +217,9 @@ class Cycle:
         return result
 
 
+Job = Callable[[OpsContext, Cycle], Awaitable[None]]  # a patrol step, as the runner runs it
+
+
 @contextlib.contextmanager
 def cycle_lock(pctx: OpsContext) -> Iterator[None]:
     """Hold ``patrol/cycle.lock`` (BusyError at once when taken): one round or live reaction at
@@ -257,8 +260,7 @@ async def each_view(
         raise failed
 
 
-def every_project(job: Callable[[OpsContext, Cycle], Awaitable[None]]) -> Callable[
-        [OpsContext, Cycle], Awaitable[None]]:
+def every_project(job: Job) -> Job:
     """A patrol job run for the chosen project, else for every configured one in turn."""
     async def run(pctx: OpsContext, cycle: Cycle) -> None:
         await each_view(project_views(pctx), lambda view: job(view, cycle))

@@ -18,7 +18,7 @@ import socket
 import threading
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -39,7 +39,7 @@ from xaf_hub.errors import (
 from xaf_hub.notify.patrol import Sender, queue_failover, queue_round, send_round
 from xaf_hub.notify.record import RoundLog, StepOutcome
 from xaf_hub.ops.context import OpsContext
-from xaf_hub.patrol.context import Cycle, cycle_lock, every_project
+from xaf_hub.patrol.context import Cycle, Job, cycle_lock, every_project
 from xaf_hub.patrol.jobs.check_agents import check_agents
 from xaf_hub.patrol.jobs.fill_slots import fill_every_project
 from xaf_hub.patrol.jobs.fix_free_limit import fix_free_limit
@@ -60,8 +60,6 @@ from xaf_hub.store.statefile import write_json_atomic
 
 if TYPE_CHECKING:
     from xaf_hub.store.redis.lease import PatrolLease
-
-Job = Callable[[OpsContext, Cycle], Awaitable[None]]
 
 # Each step serves every configured project when none is chosen (``every_project``); the
 # fill shares the servers' free slots between them (``fill_every_project``).
@@ -153,20 +151,6 @@ def open_lease(pctx: OpsContext) -> PatrolLease | None:
     )
 
 
-def _take_lease(pctx: OpsContext, lease: PatrolLease) -> CycleRun | OpsContext:
-    """Hold the lease for a round: the fenced context, or why no round runs."""
-    try:
-        held = lease.acquire()
-        holder = None if held else lease.holder()
-    except UnreachableError as exc:
-        why = pctx.redact(f"no patrol lease ({exc}); no cycle run, nothing sent")
-        return CycleRun("no lease", int(ExitCode.UNREACHABLE), why)
-    if not held:
-        why = f"standby: the patrol lease is held by {holder or 'another daemon'}; no cycle run"
-        return CycleRun("standby", int(ExitCode.BUSY), why)
-    return _fenced(pctx, lease)
-
-
 def _fenced(pctx: OpsContext, lease: PatrolLease) -> OpsContext:
     """``pctx`` writing under the lease's token, and stopping as soon as the lease is lost."""
     outer = pctx.stop_requested
@@ -201,11 +185,17 @@ def run_once(
         except BusyError:
             why = "another patrol cycle is running on this machine; this one skipped"
             return CycleRun("locked", int(ExitCode.BUSY), why)
-        if lease is not None:
-            taken = _take_lease(pctx, lease)
-            if isinstance(taken, CycleRun):
-                return taken
-            pctx = taken
+        if lease is not None:  # held for the round, or why no round runs
+            try:
+                held = lease.acquire()
+                holder = None if held else lease.holder()
+            except UnreachableError as exc:
+                why = pctx.redact(f"no patrol lease ({exc}); no cycle run, nothing sent")
+                return CycleRun("no lease", int(ExitCode.UNREACHABLE), why)
+            if not held:
+                why = f"standby: the patrol lease is held by {holder or 'another daemon'}"
+                return CycleRun("standby", int(ExitCode.BUSY), f"{why}; no cycle run")
+            pctx = _fenced(pctx, lease)
             if not keep_lease:  # --once: renewed while the round runs, given back after it
                 stack.callback(_give_back, lease)
                 stack.enter_context(_renewing(lease))
@@ -508,8 +498,7 @@ def _keep_lease(
             active, why = False, pctx.redact(str(exc))
         now_role = "active" if active else "standby"
         if now_role != role:
-            role = now_role
-            beat["role"] = role
+            role = beat["role"] = now_role
             save_beat()
             stamp = time.strftime("%Y-%m-%d %H:%M:%S")
             out(f"{stamp} patrol lease: {role}" + (f" ({why})" if why else ""))
