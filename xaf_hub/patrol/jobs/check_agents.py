@@ -32,7 +32,7 @@ from xaf_hub.patrol.context import Cycle, pool_discipline
 from xaf_hub.store.model_state import ModelState
 
 STEP = "check_agents"
-LOOKBACK = timedelta(hours=24)
+LOOKBACK = timedelta(hours=24)  # the sessions a round looks at (and fix_free_limit heals)
 # A run that "stopped without finishing" must be this quiet before it is resumed; the
 # patrol reads ``patrol.run_start_grace_seconds`` (this is its default).
 RUN_START_GRACE_MS = 60_000
