@@ -15,7 +15,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Final
 
-from xaf_hub.store.tasks import Priority, Task, format_instant
+from xaf_hub.store.tasks import Task, format_instant
 
 __all__ = [
     "DEFAULT_BATCH_PATTERNS",
@@ -275,7 +275,6 @@ def merge_design_tasks(
     found: Sequence[DesignTask],
     now: datetime,
     *,
-    priority: Priority = "P2",
     project: str = "",
     mine: Callable[[Task], bool] = lambda task: True,
 ) -> list[Task]:
@@ -305,7 +304,6 @@ def merge_design_tasks(
         task = Task(
             id=task_id,
             title=item.title,
-            priority=priority,
             spec=item.spec,
             prompt=design_prompt(item),
             created_at=stamp,
