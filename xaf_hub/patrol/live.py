@@ -241,12 +241,10 @@ class LiveReactor:
         for key in sorted(work.sessions, key=lambda k: (k[1].startswith(_ASKED), k)):
             if pctx.stop_requested():
                 break
-            if key[1].startswith(_ASKED):
-                with contextlib.suppress(HubError):
+            with contextlib.suppress(HubError):  # one session's error: the next round's
+                if key[1].startswith(_ASKED):
                     await self._asked(cycle, key[0], key[1].removeprefix(_ASKED))
-                continue
-            with contextlib.suppress(HubError):
-                if await self._session(cycle, *key) == "recheck":
+                elif await self._session(cycle, *key) == "recheck":
                     again.sessions[key] = 0.0
         if work.fill and not pctx.stop_requested():
             try:
@@ -298,10 +296,7 @@ class LiveReactor:
     async def _session(self, cycle: Cycle, instance: str, sid: str) -> str:
         """React to one session; "recheck" when it should be looked at again shortly."""
         pctx = self.pctx
-        try:
-            inst = pctx.cfg.instance(instance)
-        except HubError:
-            return ""
+        inst = pctx.cfg.instance(instance)  # no longer configured: a HubError, as if unread
         async with pctx.client(inst) as client:
             s = self.placed(instance, await client.get_session(sid))
             status = (await client.status(s.directory)).get(sid) if s.directory else None
