@@ -175,8 +175,7 @@ class Cycle:
         session whose run was taken from the memory.
         """
         result: dict[tuple[str, str], LastRun] = {}
-        wanted: list[tuple[str, SessionRecord]] = []
-        insts: dict[str, InstanceConfig] = {}
+        wanted: list[tuple[InstanceConfig, SessionRecord]] = []
         for inst, rec in items:
             key = (inst.name, rec.id)
             self.asked.add(key)
@@ -194,13 +193,13 @@ class Cycle:
             if cached is not None:
                 result[key] = cached
             else:
-                wanted.append((inst.name, rec))
-                insts[inst.name] = inst
+                wanted.append((inst, rec))
         async with contextlib.AsyncExitStack() as stack:
+            insts = {inst.name: inst for inst, _ in wanted}
             clients = {n: await stack.enter_async_context(pctx.client(i)) for n, i in insts.items()}
 
-            async def one(item: tuple[str, SessionRecord]) -> None:
-                name, rec = item
+            async def one(item: tuple[InstanceConfig, SessionRecord]) -> None:
+                name, rec = item[0].name, item[1]
                 try:
                     msgs = await clients[name].messages(rec.id, limit=MESSAGE_WINDOW)
                 except HubError:
