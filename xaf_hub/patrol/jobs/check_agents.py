@@ -158,31 +158,6 @@ async def resume_one(
         cycle.log.add(pctx, STEP, "resume", "skipped", rec, detail=REFUSAL_WORDS[why],
                       why=_FOR_PERSON.get(why, ""))
         return why
-    await _resume(pctx, cycle, inst, rec, run, override)
-    return ""
-
-
-async def _over_ceiling(pctx: OpsContext, inst: InstanceConfig, rec: SessionRecord) -> bool:
-    """Whether the run to resume already cost more than its ceiling, by the server's figures
-    (the hub's record of its stop may be lost with Redis)."""
-    if run_ceiling(pctx.cfg, inst) is None:
-        return False
-    try:
-        async with pctx.client(inst) as client:
-            run = await read_run(pctx, inst, rec, client)
-    except HubError:
-        return False  # not read: the resume's own send meets the same server
-    return run is not None and run.over
-
-
-async def _resume(
-    pctx: OpsContext,
-    cycle: Cycle,
-    inst: InstanceConfig,
-    rec: SessionRecord,
-    run: LastRun | None,
-    override: str | None,
-) -> None:
     # Resume on the model the run used, unless its family is blacked out meanwhile.
     model = choose_model(
         pctx, inst, (run.model if run and run.model else rec.model) or None, pctx.now()
@@ -202,7 +177,7 @@ async def _resume(
 
     sent = await cycle.attempt(pctx, STEP, "resume", rec, send(), later="tried again next cycle")
     if sent is None:
-        return
+        return ""
     for warning in sent.warnings:
         cycle.log.note(pctx, f"{STEP}: {warning}")
     await aio.blocking(
@@ -212,6 +187,20 @@ async def _resume(
     how = "" if run is None else "stopped without finishing"
     how = "was aborted" if run is not None and run.outcome == "interrupted" else how
     cycle.log.add(pctx, STEP, "resume", "ok", rec, detail=how, model=model or "")
+    return ""
+
+
+async def _over_ceiling(pctx: OpsContext, inst: InstanceConfig, rec: SessionRecord) -> bool:
+    """Whether the run to resume already cost more than its ceiling, by the server's figures
+    (the hub's record of its stop may be lost with Redis)."""
+    if run_ceiling(pctx.cfg, inst) is None:
+        return False
+    try:
+        async with pctx.client(inst) as client:
+            run = await read_run(pctx, inst, rec, client)
+    except HubError:
+        return False  # not read: the resume's own send meets the same server
+    return run is not None and run.over
 
 
 async def answer_by_policy(
