@@ -351,7 +351,9 @@ def run_daemon(
             "role": "active" if lease is None else "standby",
         }
 
-        def save_beat() -> None:
+        def save_beat(**changes: Any) -> None:
+            """Update the heartbeat with ``changes`` and write it."""
+            beat.update(changes)
             with contextlib.suppress(OSError):
                 write_json_atomic(folder / HEARTBEAT_FILE, beat)
 
@@ -368,9 +370,7 @@ def run_daemon(
                     why = pctx.redact(f"cycle crashed: {type(exc).__name__}: {exc}")
                     result = CycleRun("ran", int(ExitCode.INTERNAL), why)
                 at = pctx.now().isoformat(timespec="seconds")
-                beat.update(ticks=beat["ticks"] + 1, last=result.status, code=result.code,
-                            tick_at=at)
-                save_beat()
+                save_beat(ticks=beat["ticks"] + 1, last=result.status, code=result.code, tick_at=at)
                 out(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {result.message}")
 
         scheduler = BackgroundScheduler(timezone=UTC)
@@ -413,8 +413,7 @@ def run_daemon(
             while not stop.wait(WATCH_SECONDS):
                 try:
                     if watch is not None and watch.look("the patrol daemon", reconfigure, say):
-                        beat["config"] = watch.state.to_json()
-                        save_beat()
+                        save_beat(config=watch.state.to_json())
                     if following is not None:
                         following[1].look_at_pool()
                     said = ""
@@ -428,7 +427,7 @@ def run_daemon(
         watcher.start()
         keeper = None
         if lease is not None:
-            args = (pctx, lease, stop, scheduler, beat, save_beat, out, sender)
+            args = (pctx, lease, stop, scheduler, save_beat, out, sender)
             keeper = threading.Thread(target=_keep_lease, args=args, name="xaf-hub patrol lease",
                                       daemon=True)
             keeper.start()
@@ -465,8 +464,7 @@ def run_daemon(
             with contextlib.suppress(HubError):
                 lease.beat("stopped", pctx.now())
             beat["role"] = "stopped"
-        beat["stopped_at"] = pctx.now().isoformat(timespec="seconds")
-        save_beat()
+        save_beat(stopped_at=pctx.now().isoformat(timespec="seconds"))
         out("patrol daemon stopped")
         return int(ExitCode.OK)
 
@@ -476,8 +474,7 @@ def _keep_lease(
     lease: PatrolLease,
     stop: threading.Event,
     scheduler: Any,
-    beat: dict[str, Any],
-    save_beat: Callable[[], None],
+    save_beat: Callable[..., None],
     out: Callable[[str], None],
     sender: Sender,
 ) -> None:
@@ -498,8 +495,8 @@ def _keep_lease(
             active, why = False, pctx.redact(str(exc))
         now_role = "active" if active else "standby"
         if now_role != role:
-            role = beat["role"] = now_role
-            save_beat()
+            role = now_role
+            save_beat(role=role)
             stamp = time.strftime("%Y-%m-%d %H:%M:%S")
             out(f"{stamp} patrol lease: {role}" + (f" ({why})" if why else ""))
             if active:
