@@ -150,8 +150,7 @@ class LiveReactor:
         """Called by the follower for every change (from its thread)."""
         if ev.kind in ("down", "up", "polling"):
             tail = f": {ev.detail}" if ev.detail and ev.kind != "up" else ""
-            stamp = time.strftime("%Y-%m-%d %H:%M:%S")
-            self.out(self.pctx.redact(f"{stamp} live: {ev.instance} {ev.kind}{tail}"))
+            self.out(self.pctx.redact(stamped(f"live: {ev.instance} {ev.kind}{tail}")))
         if ev.session is not None and ev.kind in _COSTS and self.ceiling is not None:
             self.ceiling.look(ev.session)
         with self._cond:
@@ -329,6 +328,11 @@ class LiveReactor:
         return "recheck" if why == "starting" else ""
 
 
+def stamped(line: str) -> str:
+    """A line of the daemon's output, led by the local time."""
+    return f"{time.strftime('%Y-%m-%d %H:%M:%S')} {line}"
+
+
 def _tell(
     pctx: OpsContext, cycle: Cycle, out: Callable[[str], None], notices: Callable[[], None]
 ) -> None:
@@ -338,7 +342,7 @@ def _tell(
     done = [a for a in cycle.log.actions if a.result == "ok"]
     if done:
         words = ", ".join(f"{a.kind} {a.instance}/{a.session or a.task}" for a in done)
-        out(f"{time.strftime('%Y-%m-%d %H:%M:%S')} live: {words}")
+        out(stamped(f"live: {words}"))
     if cycle.log.actions and queue_round(pctx, cycle.log, live=True):
         notices()
 
@@ -500,5 +504,5 @@ def stop_live(live: tuple[FleetFollower, LiveReactor]) -> None:
     reactor.stop()
 
 
-__all__ = ["LiveReactor", "start_live", "stop_live"]
+__all__ = ["LiveReactor", "stamped", "start_live", "stop_live"]
 

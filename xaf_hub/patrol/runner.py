@@ -45,7 +45,7 @@ from xaf_hub.patrol.jobs.fill_slots import fill_every_project
 from xaf_hub.patrol.jobs.fix_free_limit import fix_free_limit
 from xaf_hub.patrol.jobs.run_ceiling import run_ceiling_job
 from xaf_hub.patrol.jobs.sync_design import sync_design_tasks
-from xaf_hub.patrol.live import start_live, stop_live
+from xaf_hub.patrol.live import stamped, start_live, stop_live
 from xaf_hub.patrol.report import write_report
 from xaf_hub.store.backends import uses_lease
 from xaf_hub.store.gate import host_name
@@ -102,11 +102,10 @@ async def run_cycle(
             cause = exc.cause if isinstance(exc, UnreachableError) else None
             outcome = StepOutcome(name, "failed", code, pctx.redact(error), time.monotonic() - t0,
                                   cause)
+            pctx.log(f"{name}: failed (exit {outcome.code}): {outcome.error}")
         else:
             outcome = StepOutcome(name, "ok", seconds=time.monotonic() - t0)
         cycle.log.steps.append(outcome)
-        if outcome.status == "failed":
-            pctx.log(f"{name}: failed (exit {outcome.code}): {outcome.error}")
     cycle.log.finished = pctx.now()
     return cycle
 
@@ -334,10 +333,9 @@ def run_daemon(
         if live:  # before the first run is timed: starting it may take a moment on a busy box
             following = start_live(pctx, skip, busy, out, sender.wake, state=state)
         now = pctx.now().astimezone(UTC)
+        start = now + timedelta(seconds=0.2)  # unaligned: at once
         if aligned:
             start = first_run(now.astimezone(), interval, pctx.cfg.patrol.minute_offset)
-        else:
-            start = now + timedelta(seconds=0.2)
         beat: dict[str, Any] = {
             "schema_version": 1,
             "pid": os.getpid(),
@@ -371,7 +369,7 @@ def run_daemon(
                     result = CycleRun("ran", int(ExitCode.INTERNAL), why)
                 at = pctx.now().isoformat(timespec="seconds")
                 save_beat(ticks=beat["ticks"] + 1, last=result.status, code=result.code, tick_at=at)
-                out(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {result.message}")
+                out(stamped(result.message))
 
         scheduler = BackgroundScheduler(timezone=UTC)
         trigger = IntervalTrigger(seconds=interval.total_seconds(), start_date=start, timezone=UTC)
@@ -405,7 +403,7 @@ def run_daemon(
                                              cfg.patrol.minute_offset)))
 
         def say(line: str) -> None:
-            out(pctx.redact(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {line}"))
+            out(pctx.redact(stamped(line)))
 
         def look() -> None:
             """Every WATCH_SECONDS: the config's files, then the pool (work arrived?)."""
@@ -497,19 +495,17 @@ def _keep_lease(
         if now_role != role:
             role = now_role
             save_beat(role=role)
-            stamp = time.strftime("%Y-%m-%d %H:%M:%S")
-            out(f"{stamp} patrol lease: {role}" + (f" ({why})" if why else ""))
+            out(stamped(f"patrol lease: {role}" + (f" ({why})" if why else "")))
             if active:
                 # A new holder starts with a full round instead of waiting for the interval.
                 with contextlib.suppress(Exception):  # not yet started, or shutting down
                     scheduler.modify_job("patrol", next_run_time=datetime.now(UTC))
         moved_from = lease.takeover() if active else None  # any take since the last look
         if moved_from is not None:
-            stamp = time.strftime("%Y-%m-%d %H:%M:%S")
-            out(f"{stamp} patrol lease: taken over from {moved_from}")
+            out(stamped(f"patrol lease: taken over from {moved_from}"))
             line = queue_failover(pctx, moved_from, lease.host, lease.token)
             if line:
-                out(f"{stamp} {line}")
+                out(stamped(line))
             sender.wake()
         with contextlib.suppress(HubError):
             lease.beat(role, pctx.now())
