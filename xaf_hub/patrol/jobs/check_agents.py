@@ -87,8 +87,7 @@ async def check_agents(pctx: OpsContext, cycle: Cycle) -> None:
     """Classify every recent project session and resume the interrupted ones."""
     fleet, _ = await cycle.scan(pctx)
     cycle.note_instances(pctx, fleet)
-    now = pctx.now()
-    now_ms = to_ms(now)
+    now_ms = to_ms(pctx.now())
     horizon = now_ms - int(LOOKBACK.total_seconds() * 1000)
     items = [
         (inst, rec) for inst, rec in fleet.work_sessions() if rec.running or rec.updated >= horizon

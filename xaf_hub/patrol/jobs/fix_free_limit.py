@@ -25,8 +25,7 @@ __all__ = ["STEP", "fix_free_limit", "heal_item"]
 async def fix_free_limit(pctx: OpsContext, cycle: Cycle) -> None:
     """Heal every rate-limited or model-unavailable project session once."""
     fleet, _ = await cycle.scan(pctx)
-    now = pctx.now()
-    horizon = to_ms(now - LOOKBACK)  # failures older than this are history, not to heal now
+    horizon = to_ms(pctx.now() - LOOKBACK)  # failures older than this are history, not to heal now
     items = [
         (inst, rec)
         for inst, rec in fleet.work_sessions()
