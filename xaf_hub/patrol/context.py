@@ -8,7 +8,7 @@ read (docs/architecture.md §8).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, TypeVar
@@ -219,12 +219,10 @@ class Cycle:
 Job = Callable[[OpsContext, Cycle], Awaitable[None]]  # a patrol step, as the runner runs it
 
 
-@contextlib.contextmanager
-def cycle_lock(pctx: OpsContext) -> Iterator[None]:
+def cycle_lock(pctx: OpsContext) -> contextlib.AbstractContextManager[None]:
     """Hold ``patrol/cycle.lock`` (BusyError at once when taken): one round or live reaction at
     a time among the patrols of this machine."""
-    with file_lock(pctx.patrol_dir / CYCLE_LOCK, 0, what="patrol cycle lock"):
-        yield
+    return file_lock(pctx.patrol_dir / CYCLE_LOCK, 0, what="patrol cycle lock")
 
 
 def project_views(pctx: OpsContext) -> list[OpsContext]:
