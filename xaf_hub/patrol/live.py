@@ -215,9 +215,7 @@ class LiveReactor:
         """One batch under the locks; returns work to try again later, and when."""
         pctx = self.pctx
         with self.busy:
-            if self._stopped:
-                return None
-            if pause_info(pctx.patrol_dir) is not None:
+            if self._stopped or pause_info(pctx.patrol_dir) is not None:
                 return None  # paused: the patrol does nothing, events included
             try:
                 with cycle_lock(pctx):
