@@ -7,6 +7,7 @@ markers, ids and titles are in docs/architecture.md §8, step 3. Everything here
 
 from __future__ import annotations
 
+import itertools
 import re
 import unicodedata
 from collections.abc import Callable, Iterable, Sequence
@@ -296,11 +297,8 @@ def merge_design_tasks(
             for spec, tid, title in known
         ):
             continue
-        task_id = item.id if item.id not in taken else qualified
-        n = 2
-        while task_id in taken:
-            task_id = f"{qualified}-{n}"
-            n += 1
+        numbered = (f"{qualified}-{n}" for n in itertools.count(2))
+        task_id = next(t for t in itertools.chain((item.id, qualified), numbered) if t not in taken)
         task = Task(
             id=task_id,
             title=item.title,
