@@ -307,10 +307,9 @@ def write_report(pctx: OpsContext, log: RoundLog, code: int) -> tuple[Path, Path
     projects = {n: count_states(of_project(tasks, n, names), pctx.now(), most)
                 for n in names} if len(names) > 1 else None
     lead_path, lead_items = _lead(pctx)
-    doc = report_document(log, project=pctx.cfg.project_name, code=code, waiting=waiting,
-                          lead_path=lead_path, lead_items=lead_items, tasks=states,
-                          projects=projects)
-    doc = _scrub(pctx, doc)
+    doc = _scrub(pctx, report_document(
+        log, project=pctx.cfg.project_name, code=code, waiting=waiting, lead_path=lead_path,
+        lead_items=lead_items, tasks=states, projects=projects))
     markdown = pctx.redact(render_markdown(doc))
     folder = pctx.patrol_dir
     stamp = log.started.astimezone(UTC).strftime("%Y%m%d-%H%M%S-%f")[:-3]  # to the millisecond
