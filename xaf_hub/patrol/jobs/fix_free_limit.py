@@ -33,9 +33,9 @@ async def fix_free_limit(pctx: OpsContext, cycle: Cycle) -> None:
     ]
     runs = await cycle.last_runs(pctx, items)
     state = pctx.model_state()
-    discipline = functools.cache(lambda: pool_discipline(pctx, cycle.log, STEP))  # read once
-
-    people: Decisions | None = None
+    # Each read once, when the first heal needs it.
+    discipline = functools.cache(lambda: pool_discipline(pctx, cycle.log, STEP))
+    people = functools.cache(lambda: load_decisions(pctx))
     for inst, rec in items:
         if pctx.stop_requested():
             break
@@ -43,9 +43,8 @@ async def fix_free_limit(pctx: OpsContext, cycle: Cycle) -> None:
         cand = heal_candidate(rec, run)
         if cand is None or await aio.blocking(state.was_healed, cand.key):
             continue
-        if not people:
-            people = await aio.blocking(load_decisions, pctx)
-        await heal_item(pctx, cycle, inst, rec, run, cand, state, people, discipline)
+        decisions = await aio.blocking(people)
+        await heal_item(pctx, cycle, inst, rec, run, cand, state, decisions, discipline)
 
 
 async def heal_item(
