@@ -19,12 +19,13 @@ from typing import Any, Literal, cast
 import httpx
 
 from xaf_hub.config.load import InstanceConfig
+from xaf_hub.core import aio
 from xaf_hub.core.backoff import Backoff
 from xaf_hub.core.records import Message, Room
 from xaf_hub.core.text import redact
 from xaf_hub.errors import ApiError, Cause, HubError, RequestGone, SessionNotFound, UnreachableError
 from xaf_hub.fleet import wire
-from xaf_hub.fleet.dialects import DIALECTS, V2, Api, Classic, Dialect
+from xaf_hub.fleet.dialects import DIALECTS, V2, Api, Classic, Dialect, Seen
 from xaf_hub.fleet.dialects import RawStatus as RawStatus
 from xaf_hub.fleet.releases import Release, classify
 from xaf_hub.fleet.retry import maybe_delivered
@@ -438,10 +439,13 @@ class OpencodeClient:
         """Busy/retry sessions of one directory (idle ones are absent); see ``running``."""
         return await self.running([directory])
 
-    async def running(self, directories: Sequence[str], fan_out: int = 16) -> dict[str, RawStatus]:
+    async def running(
+        self, directories: Sequence[str], fan_out: int = 16, seen: Seen | None = None
+    ) -> dict[str, RawStatus]:
         """Running sessions of ``directories`` as this release reports them (fleet/releases.py);
-        RunStateUnknown when the hub cannot read it (the caller counts the instance full)."""
-        return await (await self._api()).running(directories, fan_out)
+        RunStateUnknown when the hub cannot read it (the caller counts the instance full).
+        ``seen`` is told each part (a directory's map) as soon as it is read."""
+        return await (await self._api()).running(directories, fan_out, seen)
 
     async def get_session(self, session_id: str, directory: str | None = None) -> ServerSession:
         """One session by id; SessionNotFound when the instance does not know it."""
@@ -483,11 +487,9 @@ class OpencodeClient:
         Both routes answer only for the directory asked (``?directory=``; without it, the
         server's own folder). Entries without a usable id or session are skipped, noted.
         """
-        out: list[wire.Pending] = []
-        for path, read in (
-            ("/permission", wire.waiting_from_permission),
-            ("/question", wire.waiting_from_question),
-        ):
+        async def listed(
+            path: str, read: Callable[[Any], wire.Pending | None]
+        ) -> list[wire.Pending]:
             data = await self._request("GET", path, params={"directory": directory})
             if not isinstance(data, list):
                 raise self._shape(path)
@@ -495,8 +497,14 @@ class OpencodeClient:
             skipped = sum(1 for i in items if i is None)
             if skipped:
                 self.notes.append(f"{self.name}: skipped {skipped} unreadable entries of {path}")
-            out.extend(i for i in items if i is not None)
-        return out
+            return [i for i in items if i is not None]
+
+        # Both at once: a scan waits on them after the run state (fleet/scan.py).
+        permissions, questions = await aio.gather(
+            listed("/permission", wire.waiting_from_permission),
+            listed("/question", wire.waiting_from_question),
+        )
+        return permissions + questions
 
     async def reply_permission(
         self, request_id: str, reply: Literal["once", "always", "reject"], message: str,

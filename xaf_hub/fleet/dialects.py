@@ -11,7 +11,7 @@ only the classic dialect has, stay in the client.
 from __future__ import annotations
 
 import abc
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypedDict
 
 from xaf_hub.core import aio
@@ -34,6 +34,10 @@ class RawStatus(TypedDict, total=False):
     attempt: int
     message: str
     next: int
+
+
+#: Told each part of the run state as it is read (``OpencodeClient.running``'s ``seen``).
+Seen = Callable[[dict[str, RawStatus]], None]
 
 
 def split_model(model: str) -> dict[str, str]:
@@ -68,7 +72,9 @@ class Api(abc.ABC):
         """Every session on the instance, all pages."""
 
     @abc.abstractmethod
-    async def running(self, directories: Sequence[str], fan_out: int) -> dict[str, RawStatus]:
+    async def running(
+        self, directories: Sequence[str], fan_out: int, seen: Seen | None = None
+    ) -> dict[str, RawStatus]:
         """The running sessions of ``directories`` (``OpencodeClient.running``)."""
 
     @abc.abstractmethod
@@ -115,7 +121,9 @@ class Classic(Api):
         listed = await c._listing("/experimental/session", session_from_classic, _rows, turn)
         return [c._seen(s) for s in listed]
 
-    async def running(self, directories: Sequence[str], fan_out: int) -> dict[str, RawStatus]:
+    async def running(
+        self, directories: Sequence[str], fan_out: int, seen: Seen | None = None
+    ) -> dict[str, RawStatus]:
         c = self.client
         if not c.version:
             await c.detect()
@@ -125,7 +133,14 @@ class Classic(Api):
         # Each directory, plus the server-wide map where this release keeps runs started
         # without a directory (1.2 to 1.14).
         wide: list[str | None] = [None] if release.reads_server_wide else []
-        parts = await aio.bounded(fan_out, c._status_map, [*directories, *wide])
+
+        async def part(directory: str | None) -> dict[str, RawStatus]:
+            got = await c._status_map(directory)
+            if seen is not None:
+                seen(got)
+            return got
+
+        parts = await aio.bounded(fan_out, part, [*directories, *wide])
         return {k: v for part in parts for k, v in part.items()}
 
     async def children(self, session_id: str, directory: str | None) -> list[ServerSession]:
@@ -185,11 +200,16 @@ class V2(Api):
 
         return await self.client._listing("/api/session", session_from_v2, _data_rows, turn)
 
-    async def running(self, directories: Sequence[str], fan_out: int) -> dict[str, RawStatus]:
+    async def running(
+        self, directories: Sequence[str], fan_out: int, seen: Seen | None = None
+    ) -> dict[str, RawStatus]:
         data = await self.client._request("GET", "/api/session/active")
         if not isinstance(data, dict) or not isinstance(data.get("data"), dict):
             raise self.client._shape("/api/session/active")
-        return {str(k): {"type": "busy"} for k in data["data"]}
+        active: dict[str, RawStatus] = {str(k): {"type": "busy"} for k in data["data"]}
+        if seen is not None:
+            seen(active)
+        return active
 
     async def children(self, session_id: str, directory: str | None) -> list[ServerSession]:
         return []

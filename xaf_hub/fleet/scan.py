@@ -17,6 +17,7 @@ from xaf_hub.core import aio
 from xaf_hub.core.records import SessionRecord, Snapshot, Waiting
 from xaf_hub.errors import ApiError, HubError, RunStateUnknown, UnreachableError
 from xaf_hub.fleet.client import OpencodeClient, RawStatus, ServerSession
+from xaf_hub.fleet.dialects import Seen
 from xaf_hub.fleet.instance_scan import InstanceScan as InstanceScan
 from xaf_hub.fleet.instance_scan import snapshot_of
 from xaf_hub.fleet.wire import Pending, session_record, tool_call
@@ -61,12 +62,13 @@ def build_record(
 
 
 async def read_run_state(
-    client: OpencodeClient, directories: list[str]
+    client: OpencodeClient, directories: list[str], seen: Seen | None = None
 ) -> tuple[dict[str, RawStatus], str]:
     """Running sessions, or (empty, why) when the listing answered but the run state cannot be
-    established: an unknown release, or a refused /session/status (the caller fails closed)."""
+    established: an unknown release, or a refused /session/status (the caller fails closed).
+    ``seen`` is told each directory's part as it is read."""
     try:
-        return await client.running(directories, fan_out=_STATUS_FAN_OUT), ""
+        return await client.running(directories, fan_out=_STATUS_FAN_OUT, seen=seen), ""
     except RunStateUnknown as exc:
         return {}, exc.reason
     except ApiError as exc:
@@ -83,11 +85,12 @@ async def scan_instance(
     running total then covers project directories only.
     """
     result = InstanceScan(inst)
+    asks = _Asks(client)
     try:
         # The deadline bounds the whole scan: the read timeout only bounds each chunk, so a
         # server dribbling bytes or paging forever would otherwise hold us without end.
         async with asyncio.timeout(client.deadline):
-            await _scan_into(result, client, inst, project_only)
+            await _scan_into(result, client, inst, project_only, asks)
         result.reachable = True
     except TimeoutError:
         result.reason = f"scan not finished within {client.deadline:g}s (timed out; gave up)"
@@ -99,6 +102,9 @@ async def scan_instance(
     except Exception as exc:  # noqa: BLE001 - one instance's odd answer never stops the others
         result.reason = f"unreadable answer from the server ({type(exc).__name__})"
         result.cause = "other"
+    finally:
+        # Folders asked but not wanted in the end (or a scan that failed): none outlives it.
+        await aio.cancel_and_wait(*asks.asked.values())
     result.warnings.extend(client.notes)
     if not result.reachable:
         result.sessions = []
@@ -106,7 +112,8 @@ async def scan_instance(
 
 
 async def _scan_into(
-    result: InstanceScan, client: OpencodeClient, inst: InstanceConfig, project_only: bool
+    result: InstanceScan, client: OpencodeClient, inst: InstanceConfig, project_only: bool,
+    asks: _Asks,
 ) -> None:
     await client.detect()
     result.api = client.dialect or ""
@@ -122,8 +129,10 @@ async def _scan_into(
     result.release = client.release.describe()
     directories = sorted(d for d, ok in project_dir.items() if ok or owners[d] or not project_only)
     rooms = sorted(d for d in result.sandboxes if project_dir.get(d))
+    asks.directory_of = {s.id: s.directory for s in sessions if s.directory}
     (statuses, result.run_state_unknown), branches = await asyncio.gather(
-        read_run_state(client, directories), _branches(client, rooms)
+        read_run_state(client, directories, asks.seen if client.dialect == "classic" else None),
+        _branches(client, rooms),
     )
     if result.run_state_unknown:
         result.warnings.append(
@@ -161,7 +170,7 @@ async def _scan_into(
             rec = replace(rec, branch=branches[d])
         result.sessions.append(rec)
     if statuses and not result.run_state_unknown and client.dialect == "classic":
-        await _read_waiting(result, client)
+        await _read_waiting(result, client, asks)
 
 
 def _owner(inst: InstanceConfig, directory: str, project: bool, sandboxes: dict[str, str]) -> str:
@@ -182,18 +191,48 @@ async def _branches(client: OpencodeClient, rooms: Sequence[str]) -> dict[str, s
     return {d: b for d, b in await aio.bounded(_STATUS_FAN_OUT, one, rooms) if b}
 
 
-async def _read_waiting(result: InstanceScan, client: OpencodeClient) -> None:
+class _Asks:
+    """The requests waiting for a person in each folder with a running session, asked as soon
+    as the folder's run state shows one (beside the rest of the run state, not after it all)."""
+
+    def __init__(self, client: OpencodeClient) -> None:
+        self.client = client
+        self.directory_of: dict[str, str] = {}  # each listed session's folder
+        self.asked: dict[str, asyncio.Future[list[Pending]]] = {}
+        self._sem = asyncio.Semaphore(_STATUS_FAN_OUT)
+
+    def seen(self, part: dict[str, RawStatus]) -> None:
+        """A part of the run state is read: ask the folders of the runs it shows."""
+        for sid, status in part.items():
+            d = self.directory_of.get(sid)
+            if d and read_status(status)[0] != "idle":
+                self.of(d)
+
+    def of(self, directory: str) -> asyncio.Future[list[Pending]]:
+        """The folder's requests, asked now unless they already are."""
+        if directory not in self.asked:
+            self.asked[directory] = asyncio.ensure_future(self._ask(directory))
+        return self.asked[directory]
+
+    async def _ask(self, directory: str) -> list[Pending]:
+        async with self._sem:
+            return await self.client.pending_requests(directory)
+
+
+async def _read_waiting(result: InstanceScan, client: OpencodeClient, asks: _Asks) -> None:
     """Mark the running sessions whose run waits on a permission request or a question.
 
     Only directories with a running session are asked (a waiting run is busy on the server):
-    two small requests each. A request the server lists for a session not running here is
-    left alone (it ended meanwhile). Unreadable: ``waiting_unknown`` and a warning; the
-    sessions stay "running" (they still count against the limit either way).
+    two small requests each, sent as soon as the directory's run state shows the run
+    (``_Asks``), so they rarely add to the scan's time. A request the server lists for a
+    session not running here is left alone (it ended meanwhile). Unreadable:
+    ``waiting_unknown`` and a warning; the sessions stay "running" (they still count against
+    the limit either way).
     """
     running = {s.id: s for s in result.sessions if s.running}
     directories = sorted({s.directory for s in running.values() if s.directory})
     try:
-        listed = await aio.bounded(_STATUS_FAN_OUT, client.pending_requests, directories)
+        listed = await aio.gather(*(asks.of(d) for d in directories))
         found = [p for ps in listed for p in ps]
     except HubError as exc:
         result.waiting_unknown = str(exc).removeprefix(f"{client.name}: ")

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import gc
 import importlib
 import io
 import json
+import sys
 from pathlib import Path
 
 import pytest
 
-from xaf_hub.cli.main import COMMANDS, build_parser, command_module, main
+from xaf_hub.cli.main import COMMANDS, GC_THRESHOLD, build_parser, command_module, main
 
 
 @pytest.mark.parametrize("name", COMMANDS)
@@ -164,3 +166,18 @@ def test_a_broken_pipe_that_is_not_stdout_stays_an_internal_error(
     err = io.StringIO()
     code = main(["--config", str(cfg), "status"], stdout=io.StringIO(), stderr=err, env={})
     assert code == 1 and "internal error: BrokenPipeError" in err.getvalue()
+
+
+def test_a_command_line_run_collects_garbage_less_often(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    before = gc.get_threshold()
+    try:
+        assert main(["--version"]) == 0
+        assert gc.get_threshold() == before  # a caller's own process is left as it was
+        monkeypatch.setattr(sys, "argv", ["xaf-hub", "--version"])
+        assert main() == 0
+        assert gc.get_threshold() == GC_THRESHOLD != before
+    finally:
+        gc.set_threshold(*before)
+    assert "xaf-hub" in capsys.readouterr().out

@@ -49,10 +49,15 @@ class FakeClient:
         here = [sid for sid in self.busy if self.sessions[sid].directory == directory]
         return {sid: {"type": "busy"} for sid in here}
 
-    async def running(self, directories: list[str], fan_out: int = 16) -> dict[str, RawStatus]:
+    async def running(
+        self, directories: list[str], fan_out: int = 16, seen: Any = None
+    ) -> dict[str, RawStatus]:
         merged: dict[str, RawStatus] = {}
         for d in directories:
-            merged.update(await self.status(d))
+            part = await self.status(d)
+            if seen is not None:
+                seen(part)
+            merged.update(part)
         return merged
 
     async def get_session(self, session_id: str) -> ServerSession:

@@ -5,10 +5,13 @@ lists. The fake server below answers like opencode 1.18.33 (measured: /permissio
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from tests.unit.ops.waiting_support import (
@@ -19,6 +22,7 @@ from tests.unit.ops.waiting_support import (
     audit_lines,
     fleet_with_both,
     make_ops,
+    session,
 )
 from xaf_hub.config.load import PermissionRule, PermissionsConfig
 from xaf_hub.core import aio
@@ -115,6 +119,34 @@ def test_a_request_left_over_from_an_ended_run_is_not_what_a_new_run_waits_on(
     snap, _ = aio.run(scan_fleet(ops.cfg, transport_factory=ops.transport_factory))
     live = {s.id: s for s in snap.sessions}["ses_perm"].waiting
     assert live is not None and live.request_id == "per_ccc3"
+
+
+def test_a_folder_s_requests_are_asked_as_soon_as_its_run_is_seen(tmp_path: Path) -> None:
+    # Asked beside the rest of the run state, not after it all: a folder whose run state is
+    # slow to come does not hold back the requests of a folder already seen running.
+    server = fleet_with_both()
+    server.sessions.append(session("ses_idle", "/srv/p/slow"))
+    order: list[str] = []
+    asked = asyncio.Event()
+
+    async def route(req: httpx.Request) -> httpx.Response:
+        path, directory = req.url.path, req.url.params.get("directory")
+        if path == "/session/status" and directory == "/srv/p/slow":
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asked.wait(), 3.0)
+            order.append("the slow folder's run state")
+        elif path in ("/permission", "/question"):
+            order.append(f"{path} {directory}")
+            asked.set()
+        return server.route(req)
+
+    cfg = make_ops(tmp_path, server).cfg
+    snap, _ = aio.run(scan_fleet(cfg, transport_factory=lambda _: httpx.MockTransport(route)))
+    assert order.index(f"/permission {DIR}") < order.index("the slow folder's run state")
+    assert order.index(f"/question {DIR}") < order.index("the slow folder's run state")
+    by_id = {s.id: s for s in snap.sessions}
+    assert by_id["ses_perm"].waiting is not None and by_id["ses_quest"].waiting is not None
+    assert order.count(f"/permission {DIR}") == 1  # asked once, not again after the round
 
 
 def test_a_request_of_a_session_that_is_not_running_is_not_a_wait(tmp_path: Path) -> None:
