@@ -8,7 +8,7 @@ read (docs/architecture.md §8).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, TypeVar
@@ -175,8 +175,7 @@ class Cycle:
         session whose run was taken from the memory.
         """
         result: dict[tuple[str, str], LastRun] = {}
-        wanted: list[tuple[str, SessionRecord]] = []
-        insts: dict[str, InstanceConfig] = {}
+        wanted: list[tuple[InstanceConfig, SessionRecord]] = []
         for inst, rec in items:
             key = (inst.name, rec.id)
             self.asked.add(key)
@@ -194,13 +193,13 @@ class Cycle:
             if cached is not None:
                 result[key] = cached
             else:
-                wanted.append((inst.name, rec))
-                insts[inst.name] = inst
+                wanted.append((inst, rec))
         async with contextlib.AsyncExitStack() as stack:
+            insts = {inst.name: inst for inst, _ in wanted}
             clients = {n: await stack.enter_async_context(pctx.client(i)) for n, i in insts.items()}
 
-            async def one(item: tuple[str, SessionRecord]) -> None:
-                name, rec = item
+            async def one(item: tuple[InstanceConfig, SessionRecord]) -> None:
+                name, rec = item[0].name, item[1]
                 try:
                     msgs = await clients[name].messages(rec.id, limit=MESSAGE_WINDOW)
                 except HubError:
@@ -217,12 +216,13 @@ class Cycle:
         return result
 
 
-@contextlib.contextmanager
-def cycle_lock(pctx: OpsContext) -> Iterator[None]:
+Job = Callable[[OpsContext, Cycle], Awaitable[None]]  # a patrol step, as the runner runs it
+
+
+def cycle_lock(pctx: OpsContext) -> contextlib.AbstractContextManager[None]:
     """Hold ``patrol/cycle.lock`` (BusyError at once when taken): one round or live reaction at
     a time among the patrols of this machine."""
-    with file_lock(pctx.patrol_dir / CYCLE_LOCK, 0, what="patrol cycle lock"):
-        yield
+    return file_lock(pctx.patrol_dir / CYCLE_LOCK, 0, what="patrol cycle lock")
 
 
 def project_views(pctx: OpsContext) -> list[OpsContext]:
@@ -257,8 +257,7 @@ async def each_view(
         raise failed
 
 
-def every_project(job: Callable[[OpsContext, Cycle], Awaitable[None]]) -> Callable[
-        [OpsContext, Cycle], Awaitable[None]]:
+def every_project(job: Job) -> Job:
     """A patrol job run for the chosen project, else for every configured one in turn."""
     async def run(pctx: OpsContext, cycle: Cycle) -> None:
         await each_view(project_views(pctx), lambda view: job(view, cycle))

@@ -7,6 +7,7 @@ markers, ids and titles are in docs/architecture.md §8, step 3. Everything here
 
 from __future__ import annotations
 
+import itertools
 import re
 import unicodedata
 from collections.abc import Callable, Iterable, Sequence
@@ -15,7 +16,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Final
 
-from xaf_hub.store.tasks import Priority, Task, format_instant
+from xaf_hub.store.tasks import Task, format_instant
 
 __all__ = [
     "DEFAULT_BATCH_PATTERNS",
@@ -87,9 +88,7 @@ def slug_of(spec: str) -> str:
 
 def _cells(line: str) -> list[str]:
     """Split a table row into cells on unescaped pipes (outer pipes dropped)."""
-    text = line.strip()
-    if text.startswith("|"):
-        text = text[1:]
+    text = line.strip().removeprefix("|")
     if text.endswith("|") and not text.endswith("\\|"):
         text = text[:-1]
     return [c.strip().replace("\\|", "|") for c in _UNESCAPED_PIPE.split(text)]
@@ -128,20 +127,11 @@ def has_marker(text: str, markers: Sequence[str] = DEFAULT_MARKERS) -> bool:
 
 def _batch_id(text: str, patterns: Sequence[re.Pattern[str]]) -> tuple[bool, str]:
     """Return (has any batch code, id from the leftmost code containing a digit or "")."""
-    found = False
-    best: tuple[int, int, str] | None = None
-    for pattern in patterns:
-        for match in pattern.finditer(text):
-            if not match.group(0):
-                continue
-            found = True
-            code = "-".join(match.group(0).split())
-            if _DIGIT.search(code) is None:
-                continue
-            key = (match.start(), -len(code), code)
-            if best is None or key < best:
-                best = key
-    return found, (best[2] if best else "")
+    hits = [m for p in patterns for m in p.finditer(text) if m.group(0)]
+    codes = [(m.start(), "-".join(m.group(0).split())) for m in hits]
+    # The leftmost code with a digit; at one place, the longest (then the first in order).
+    best = min(((at, -len(code), code) for at, code in codes if _DIGIT.search(code)), default=None)
+    return bool(hits), (best[2] if best else "")
 
 
 def _meaningful(text: str) -> bool:
@@ -192,22 +182,16 @@ def scan_markdown(
                 fence = None
             continue
         if in_comment:
-            if "-->" in stripped:
-                in_comment = False
+            in_comment = "-->" not in stripped
             continue
         opening = _FENCE.match(stripped)
-        if opening:
-            fence = opening.group(1)
+        in_comment = stripped.startswith("<!--") and "-->" not in stripped
+        if opening or in_comment or len(_UNESCAPED_PIPE.findall(stripped)) < 2:
+            # A fence, a comment or a line with too few pipes ends a table; a comment does not
+            # part a header from its separator.
+            fence = opening.group(1) if opening else None
             in_table = False
-            previous_cells = None
-            continue
-        if stripped.startswith("<!--") and "-->" not in stripped:
-            in_comment = True
-            in_table = False
-            continue
-        if len(_UNESCAPED_PIPE.findall(stripped)) < 2:
-            in_table = False
-            previous_cells = None
+            previous_cells = previous_cells if in_comment else None
             continue
         cells = _cells(stripped)
         if _is_separator(cells):
@@ -225,12 +209,9 @@ def scan_markdown(
         title = _title(cells, code, tests)
         if not title:
             continue
-        if code:
-            task_id, is_auto = code, False
-        else:
-            auto += 1
-            task_id, is_auto = f"AUTO-{slug}-{auto}", True
-        found.append(DesignTask(task_id, title, spec, number, stripped, is_auto))
+        auto += not code  # a row without a code gets AUTO-<slug>-<n>
+        task_id = code or f"AUTO-{slug}-{auto}"
+        found.append(DesignTask(task_id, title, spec, number, stripped, auto_id=not code))
     return found
 
 
@@ -295,7 +276,6 @@ def merge_design_tasks(
     found: Sequence[DesignTask],
     now: datetime,
     *,
-    priority: Priority = "P2",
     project: str = "",
     mine: Callable[[Task], bool] = lambda task: True,
 ) -> list[Task]:
@@ -317,15 +297,11 @@ def merge_design_tasks(
             for spec, tid, title in known
         ):
             continue
-        task_id = item.id if item.id not in taken else qualified
-        n = 2
-        while task_id in taken:
-            task_id = f"{qualified}-{n}"
-            n += 1
+        numbered = (f"{qualified}-{n}" for n in itertools.count(2))
+        task_id = next(t for t in itertools.chain((item.id, qualified), numbered) if t not in taken)
         task = Task(
             id=task_id,
             title=item.title,
-            priority=priority,
             spec=item.spec,
             prompt=design_prompt(item),
             created_at=stamp,

@@ -150,19 +150,16 @@ class LiveReactor:
         """Called by the follower for every change (from its thread)."""
         if ev.kind in ("down", "up", "polling"):
             tail = f": {ev.detail}" if ev.detail and ev.kind != "up" else ""
-            stamp = time.strftime("%Y-%m-%d %H:%M:%S")
-            self.out(self.pctx.redact(f"{stamp} live: {ev.instance} {ev.kind}{tail}"))
+            self.out(self.pctx.redact(stamped(f"live: {ev.instance} {ev.kind}{tail}")))
         if ev.session is not None and ev.kind in _COSTS and self.ceiling is not None:
             self.ceiling.look(ev.session)
         with self._cond:
-            if ev.session is not None and ev.kind in _SESSION_KINDS:
-                key = (ev.instance, ev.session.id)
-                self._work.sessions.setdefault(key, time.monotonic())
             policy = self.pctx.cfg.permissions
-            if ev.session is not None and ev.kind == "asked" and (
-                policy.rules or policy.deny_after_minutes is not None
+            answers = bool(policy.rules) or policy.deny_after_minutes is not None
+            if ev.session is not None and (
+                ev.kind in _SESSION_KINDS or (ev.kind == "asked" and answers)
             ):
-                key = (ev.instance, _ASKED + ev.session.id)
+                key = (ev.instance, (_ASKED if ev.kind == "asked" else "") + ev.session.id)
                 self._work.sessions.setdefault(key, time.monotonic())
             if ev.kind in _FREES_A_SLOT and FILL not in self.skip:
                 self._work.fill = True
@@ -177,23 +174,17 @@ class LiveReactor:
                 if self._stopped:
                     return None
                 now = time.monotonic()
-                due = {k: t for k, t in self._work.sessions.items() if t <= now}
-                if due or self._work.fill:
+                if self._work.fill or any(t <= now for t in self._work.sessions.values()):
                     break
                 later = min(self._work.sessions.values(), default=now + 3600.0)
                 self._cond.wait(max(0.05, later - now))
         # Let a burst settle (a stop is followed by its idle, its message, the next event).
         time.sleep(self.settle_seconds)
         with self._cond:
-            now = time.monotonic()
-            work = _Work(
-                {k: t for k, t in self._work.sessions.items() if t <= now}, self._work.fill,
-                self._work.fill_tries,
-            )
-            for k in work.sessions:
-                del self._work.sessions[k]
-            self._work.fill, self._work.fill_tries = False, 0
-            return work
+            now, left = time.monotonic(), self._work
+            self._work = _Work({k: t for k, t in left.sessions.items() if t > now})
+            due = {k: t for k, t in left.sessions.items() if t <= now}
+            return _Work(due, left.fill, left.fill_tries)
 
     def _later(self, work: _Work, seconds: float) -> None:
         with self._cond:
@@ -224,9 +215,7 @@ class LiveReactor:
         """One batch under the locks; returns work to try again later, and when."""
         pctx = self.pctx
         with self.busy:
-            if self._stopped:
-                return None
-            if pause_info(pctx.patrol_dir) is not None:
+            if self._stopped or pause_info(pctx.patrol_dir) is not None:
                 return None  # paused: the patrol does nothing, events included
             try:
                 with cycle_lock(pctx):
@@ -249,12 +238,10 @@ class LiveReactor:
         for key in sorted(work.sessions, key=lambda k: (k[1].startswith(_ASKED), k)):
             if pctx.stop_requested():
                 break
-            if key[1].startswith(_ASKED):
-                with contextlib.suppress(HubError):
+            with contextlib.suppress(HubError):  # one session's error: the next round's
+                if key[1].startswith(_ASKED):
                     await self._asked(cycle, key[0], key[1].removeprefix(_ASKED))
-                continue
-            with contextlib.suppress(HubError):
-                if await self._session(cycle, *key) == "recheck":
+                elif await self._session(cycle, *key) == "recheck":
                     again.sessions[key] = 0.0
         if work.fill and not pctx.stop_requested():
             try:
@@ -281,19 +268,14 @@ class LiveReactor:
         None when no work waits or no reservation holds a slot."""
         if not queue_length(pctx.backlog().load(), pctx.now()):
             return None
-        gate = pctx.gate()
-        lock = pctx.cfg.lock
+        gate, lock = pctx.gate(), pctx.cfg.lock
         now = gate.clock()
-        lapses = []
-        for inst in pctx.cfg.instances:
-            for res in gate.live_reservations(inst.name):
-                grace_end = res.created + lock.slot_grace_seconds
-                # Its grace, if still ahead (a session not running by then frees it); else
-                # its TTL, which ends every reservation.
-                lapses.append(grace_end if grace_end > now else res.created + lock.slot_ttl_seconds)
-        if not lapses:
-            return None
-        return max(min(lapses) - now, 0.0) + REFILL_MARGIN_SECONDS
+        made = [r.created for i in pctx.cfg.instances for r in gate.live_reservations(i.name)]
+        # Its grace, if still ahead (a session not running by then frees it); else its TTL,
+        # which ends every reservation.
+        grace, ttl = lock.slot_grace_seconds, lock.slot_ttl_seconds
+        lapses = [at + grace if at + grace > now else at + ttl for at in made]
+        return max(min(lapses) - now, 0.0) + REFILL_MARGIN_SECONDS if lapses else None
 
     async def _asked(self, cycle: Cycle, instance: str, sid: str) -> None:
         """Answer by policy the request a session's run just began to wait on (the round
@@ -311,10 +293,7 @@ class LiveReactor:
     async def _session(self, cycle: Cycle, instance: str, sid: str) -> str:
         """React to one session; "recheck" when it should be looked at again shortly."""
         pctx = self.pctx
-        try:
-            inst = pctx.cfg.instance(instance)
-        except HubError:
-            return ""
+        inst = pctx.cfg.instance(instance)  # no longer configured: a HubError, as if unread
         async with pctx.client(inst) as client:
             s = self.placed(instance, await client.get_session(sid))
             status = (await client.status(s.directory)).get(sid) if s.directory else None
@@ -347,6 +326,11 @@ class LiveReactor:
         return "recheck" if why == "starting" else ""
 
 
+def stamped(line: str) -> str:
+    """A line of the daemon's output, led by the local time."""
+    return f"{time.strftime('%Y-%m-%d %H:%M:%S')} {line}"
+
+
 def _tell(
     pctx: OpsContext, cycle: Cycle, out: Callable[[str], None], notices: Callable[[], None]
 ) -> None:
@@ -356,7 +340,7 @@ def _tell(
     done = [a for a in cycle.log.actions if a.result == "ok"]
     if done:
         words = ", ".join(f"{a.kind} {a.instance}/{a.session or a.task}" for a in done)
-        out(f"{time.strftime('%Y-%m-%d %H:%M:%S')} live: {words}")
+        out(stamped(f"live: {words}"))
     if cycle.log.actions and queue_round(pctx, cycle.log, live=True):
         notices()
 
@@ -518,5 +502,5 @@ def stop_live(live: tuple[FleetFollower, LiveReactor]) -> None:
     reactor.stop()
 
 
-__all__ = ["LiveReactor", "start_live", "stop_live"]
+__all__ = ["LiveReactor", "stamped", "start_live", "stop_live"]
 

@@ -31,8 +31,8 @@ SCHEMA_VERSION = 1
 KEEP_REPORTS = 200
 _MAX_LEAD_ITEMS = 100
 
-_LIST_ITEM = re.compile(r"^\s*(?:[-*+]|\d+[.)])\s+(.*\S)\s*$")
-_CHECKBOX = re.compile(r"^\[([ xX])\]\s*")
+# A list line: its checkbox, if any (group 1), and its text (group 2).
+_LIST_ITEM = re.compile(r"^\s*(?:[-*+]|\d+[.)])\s+(?:\[([ xX])\]\s*)?(.*?)\s*$")
 
 # Action kinds -> report sections, in the order the markdown shows them.
 SECTIONS: tuple[tuple[str, str, str], ...] = (
@@ -66,22 +66,9 @@ SESSION_STATES: tuple[tuple[str, str], ...] = (
 
 def lead_backlog_items(text: str) -> list[str]:
     """Open items of a human decision list: list lines, without ticked checkboxes (pure)."""
-    items = []
-    for line in text.splitlines():
-        m = _LIST_ITEM.match(line)
-        if not m:
-            continue
-        item = m.group(1)
-        box = _CHECKBOX.match(item)
-        if box:
-            if box.group(1) in "xX":
-                continue
-            item = item[box.end() :]
-        if item.strip():
-            items.append(item.strip())
-        if len(items) >= _MAX_LEAD_ITEMS:
-            break
-    return items
+    found = filter(None, map(_LIST_ITEM.match, text.splitlines()))
+    items = [m.group(2) for m in found if m.group(2) and m.group(1) not in ("x", "X")]
+    return items[:_MAX_LEAD_ITEMS]
 
 
 def waiting_tasks(
@@ -103,15 +90,11 @@ def waiting_tasks(
             "last_error": task.last_error or "",
         }
         if task.attempts >= max_attempts:
-            out["blocked"].append(
-                {**row, "why": f"attempts used up ({task.attempts} of {max_attempts})"}
-            )
-            continue
-        why = readiness(task, tasks, now)
-        if task.parked:
-            out["parked"].append({**row, "why": why})
-            continue
-        out["not_ready" if why else "ready"].append({**row, "why": why})
+            key, why = "blocked", f"attempts used up ({task.attempts} of {max_attempts})"
+        else:
+            why = readiness(task, tasks, now)
+            key = "parked" if task.parked else "not_ready" if why else "ready"
+        out[key].append({**row, "why": why})
     rank = {p: i for i, p in enumerate(("P0", "P1", "P2", "P3"))}
     for rows in out.values():
         rows.sort(key=lambda r: rank.get(str(r["priority"]), 9))
@@ -324,16 +307,12 @@ def write_report(pctx: OpsContext, log: RoundLog, code: int) -> tuple[Path, Path
     projects = {n: count_states(of_project(tasks, n, names), pctx.now(), most)
                 for n in names} if len(names) > 1 else None
     lead_path, lead_items = _lead(pctx)
-    doc = report_document(log, project=pctx.cfg.project_name, code=code, waiting=waiting,
-                          lead_path=lead_path, lead_items=lead_items, tasks=states,
-                          projects=projects)
-    doc = _scrub(pctx, doc)
+    doc = _scrub(pctx, report_document(
+        log, project=pctx.cfg.project_name, code=code, waiting=waiting, lead_path=lead_path,
+        lead_items=lead_items, tasks=states, projects=projects))
     markdown = pctx.redact(render_markdown(doc))
     folder = pctx.patrol_dir
-    stamp = (
-        log.started.astimezone(UTC).strftime("%Y%m%d-%H%M%S-")
-        + f"{log.started.microsecond // 1000:03d}"
-    )
+    stamp = log.started.astimezone(UTC).strftime("%Y%m%d-%H%M%S-%f")[:-3]  # to the millisecond
     for name in (f"report-{stamp}", LATEST):
         write_json_atomic(folder / f"{name}.json", doc)
         write_text_atomic(folder / f"{name}.md", markdown)

@@ -18,7 +18,7 @@ import socket
 import threading
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -39,13 +39,13 @@ from xaf_hub.errors import (
 from xaf_hub.notify.patrol import Sender, queue_failover, queue_round, send_round
 from xaf_hub.notify.record import RoundLog, StepOutcome
 from xaf_hub.ops.context import OpsContext
-from xaf_hub.patrol.context import Cycle, cycle_lock, every_project
+from xaf_hub.patrol.context import Cycle, Job, cycle_lock, every_project
 from xaf_hub.patrol.jobs.check_agents import check_agents
 from xaf_hub.patrol.jobs.fill_slots import fill_every_project
 from xaf_hub.patrol.jobs.fix_free_limit import fix_free_limit
 from xaf_hub.patrol.jobs.run_ceiling import run_ceiling_job
 from xaf_hub.patrol.jobs.sync_design import sync_design_tasks
-from xaf_hub.patrol.live import start_live, stop_live
+from xaf_hub.patrol.live import stamped, start_live, stop_live
 from xaf_hub.patrol.report import write_report
 from xaf_hub.store.backends import uses_lease
 from xaf_hub.store.gate import host_name
@@ -60,8 +60,6 @@ from xaf_hub.store.statefile import write_json_atomic
 
 if TYPE_CHECKING:
     from xaf_hub.store.redis.lease import PatrolLease
-
-Job = Callable[[OpsContext, Cycle], Awaitable[None]]
 
 # Each step serves every configured project when none is chosen (``every_project``); the
 # fill shares the servers' free slots between them (``fill_every_project``).
@@ -104,11 +102,10 @@ async def run_cycle(
             cause = exc.cause if isinstance(exc, UnreachableError) else None
             outcome = StepOutcome(name, "failed", code, pctx.redact(error), time.monotonic() - t0,
                                   cause)
+            pctx.log(f"{name}: failed (exit {outcome.code}): {outcome.error}")
         else:
             outcome = StepOutcome(name, "ok", seconds=time.monotonic() - t0)
         cycle.log.steps.append(outcome)
-        if outcome.status == "failed":
-            pctx.log(f"{name}: failed (exit {outcome.code}): {outcome.error}")
     cycle.log.finished = pctx.now()
     return cycle
 
@@ -153,20 +150,6 @@ def open_lease(pctx: OpsContext) -> PatrolLease | None:
     )
 
 
-def _take_lease(pctx: OpsContext, lease: PatrolLease) -> CycleRun | OpsContext:
-    """Hold the lease for a round: the fenced context, or why no round runs."""
-    try:
-        held = lease.acquire()
-        holder = None if held else lease.holder()
-    except UnreachableError as exc:
-        why = pctx.redact(f"no patrol lease ({exc}); no cycle run, nothing sent")
-        return CycleRun("no lease", int(ExitCode.UNREACHABLE), why)
-    if not held:
-        why = f"standby: the patrol lease is held by {holder or 'another daemon'}; no cycle run"
-        return CycleRun("standby", int(ExitCode.BUSY), why)
-    return _fenced(pctx, lease)
-
-
 def _fenced(pctx: OpsContext, lease: PatrolLease) -> OpsContext:
     """``pctx`` writing under the lease's token, and stopping as soon as the lease is lost."""
     outer = pctx.stop_requested
@@ -201,11 +184,17 @@ def run_once(
         except BusyError:
             why = "another patrol cycle is running on this machine; this one skipped"
             return CycleRun("locked", int(ExitCode.BUSY), why)
-        if lease is not None:
-            taken = _take_lease(pctx, lease)
-            if isinstance(taken, CycleRun):
-                return taken
-            pctx = taken
+        if lease is not None:  # held for the round, or why no round runs
+            try:
+                held = lease.acquire()
+                holder = None if held else lease.holder()
+            except UnreachableError as exc:
+                why = pctx.redact(f"no patrol lease ({exc}); no cycle run, nothing sent")
+                return CycleRun("no lease", int(ExitCode.UNREACHABLE), why)
+            if not held:
+                why = f"standby: the patrol lease is held by {holder or 'another daemon'}"
+                return CycleRun("standby", int(ExitCode.BUSY), f"{why}; no cycle run")
+            pctx = _fenced(pctx, lease)
             if not keep_lease:  # --once: renewed while the round runs, given back after it
                 stack.callback(_give_back, lease)
                 stack.enter_context(_renewing(lease))
@@ -344,10 +333,9 @@ def run_daemon(
         if live:  # before the first run is timed: starting it may take a moment on a busy box
             following = start_live(pctx, skip, busy, out, sender.wake, state=state)
         now = pctx.now().astimezone(UTC)
+        start = now + timedelta(seconds=0.2)  # unaligned: at once
         if aligned:
             start = first_run(now.astimezone(), interval, pctx.cfg.patrol.minute_offset)
-        else:
-            start = now + timedelta(seconds=0.2)
         beat: dict[str, Any] = {
             "schema_version": 1,
             "pid": os.getpid(),
@@ -361,7 +349,9 @@ def run_daemon(
             "role": "active" if lease is None else "standby",
         }
 
-        def save_beat() -> None:
+        def save_beat(**changes: Any) -> None:
+            """Update the heartbeat with ``changes`` and write it."""
+            beat.update(changes)
             with contextlib.suppress(OSError):
                 write_json_atomic(folder / HEARTBEAT_FILE, beat)
 
@@ -378,10 +368,8 @@ def run_daemon(
                     why = pctx.redact(f"cycle crashed: {type(exc).__name__}: {exc}")
                     result = CycleRun("ran", int(ExitCode.INTERNAL), why)
                 at = pctx.now().isoformat(timespec="seconds")
-                beat.update(ticks=beat["ticks"] + 1, last=result.status, code=result.code,
-                            tick_at=at)
-                save_beat()
-                out(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {result.message}")
+                save_beat(ticks=beat["ticks"] + 1, last=result.status, code=result.code, tick_at=at)
+                out(stamped(result.message))
 
         scheduler = BackgroundScheduler(timezone=UTC)
         trigger = IntervalTrigger(seconds=interval.total_seconds(), start_date=start, timezone=UTC)
@@ -415,7 +403,7 @@ def run_daemon(
                                              cfg.patrol.minute_offset)))
 
         def say(line: str) -> None:
-            out(pctx.redact(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {line}"))
+            out(pctx.redact(stamped(line)))
 
         def look() -> None:
             """Every WATCH_SECONDS: the config's files, then the pool (work arrived?)."""
@@ -423,8 +411,7 @@ def run_daemon(
             while not stop.wait(WATCH_SECONDS):
                 try:
                     if watch is not None and watch.look("the patrol daemon", reconfigure, say):
-                        beat["config"] = watch.state.to_json()
-                        save_beat()
+                        save_beat(config=watch.state.to_json())
                     if following is not None:
                         following[1].look_at_pool()
                     said = ""
@@ -438,7 +425,7 @@ def run_daemon(
         watcher.start()
         keeper = None
         if lease is not None:
-            args = (pctx, lease, stop, scheduler, beat, save_beat, out, sender)
+            args = (pctx, lease, stop, scheduler, save_beat, out, sender)
             keeper = threading.Thread(target=_keep_lease, args=args, name="xaf-hub patrol lease",
                                       daemon=True)
             keeper.start()
@@ -475,8 +462,7 @@ def run_daemon(
             with contextlib.suppress(HubError):
                 lease.beat("stopped", pctx.now())
             beat["role"] = "stopped"
-        beat["stopped_at"] = pctx.now().isoformat(timespec="seconds")
-        save_beat()
+        save_beat(stopped_at=pctx.now().isoformat(timespec="seconds"))
         out("patrol daemon stopped")
         return int(ExitCode.OK)
 
@@ -486,8 +472,7 @@ def _keep_lease(
     lease: PatrolLease,
     stop: threading.Event,
     scheduler: Any,
-    beat: dict[str, Any],
-    save_beat: Callable[[], None],
+    save_beat: Callable[..., None],
     out: Callable[[str], None],
     sender: Sender,
 ) -> None:
@@ -509,21 +494,18 @@ def _keep_lease(
         now_role = "active" if active else "standby"
         if now_role != role:
             role = now_role
-            beat["role"] = role
-            save_beat()
-            stamp = time.strftime("%Y-%m-%d %H:%M:%S")
-            out(f"{stamp} patrol lease: {role}" + (f" ({why})" if why else ""))
+            save_beat(role=role)
+            out(stamped(f"patrol lease: {role}" + (f" ({why})" if why else "")))
             if active:
                 # A new holder starts with a full round instead of waiting for the interval.
                 with contextlib.suppress(Exception):  # not yet started, or shutting down
                     scheduler.modify_job("patrol", next_run_time=datetime.now(UTC))
         moved_from = lease.takeover() if active else None  # any take since the last look
         if moved_from is not None:
-            stamp = time.strftime("%Y-%m-%d %H:%M:%S")
-            out(f"{stamp} patrol lease: taken over from {moved_from}")
+            out(stamped(f"patrol lease: taken over from {moved_from}"))
             line = queue_failover(pctx, moved_from, lease.host, lease.token)
             if line:
-                out(f"{stamp} {line}")
+                out(stamped(line))
             sender.wake()
         with contextlib.suppress(HubError):
             lease.beat(role, pctx.now())

@@ -32,7 +32,7 @@ from xaf_hub.patrol.context import Cycle, pool_discipline
 from xaf_hub.store.model_state import ModelState
 
 STEP = "check_agents"
-LOOKBACK = timedelta(hours=24)
+LOOKBACK = timedelta(hours=24)  # the sessions a round looks at (and fix_free_limit heals)
 # A run that "stopped without finishing" must be this quiet before it is resumed; the
 # patrol reads ``patrol.run_start_grace_seconds`` (this is its default).
 RUN_START_GRACE_MS = 60_000
@@ -87,8 +87,7 @@ async def check_agents(pctx: OpsContext, cycle: Cycle) -> None:
     """Classify every recent project session and resume the interrupted ones."""
     fleet, _ = await cycle.scan(pctx)
     cycle.note_instances(pctx, fleet)
-    now = pctx.now()
-    now_ms = to_ms(now)
+    now_ms = to_ms(pctx.now())
     horizon = now_ms - int(LOOKBACK.total_seconds() * 1000)
     items = [
         (inst, rec) for inst, rec in fleet.work_sessions() if rec.running or rec.updated >= horizon
@@ -158,31 +157,6 @@ async def resume_one(
         cycle.log.add(pctx, STEP, "resume", "skipped", rec, detail=REFUSAL_WORDS[why],
                       why=_FOR_PERSON.get(why, ""))
         return why
-    await _resume(pctx, cycle, inst, rec, run, override)
-    return ""
-
-
-async def _over_ceiling(pctx: OpsContext, inst: InstanceConfig, rec: SessionRecord) -> bool:
-    """Whether the run to resume already cost more than its ceiling, by the server's figures
-    (the hub's record of its stop may be lost with Redis)."""
-    if run_ceiling(pctx.cfg, inst) is None:
-        return False
-    try:
-        async with pctx.client(inst) as client:
-            run = await read_run(pctx, inst, rec, client)
-    except HubError:
-        return False  # not read: the resume's own send meets the same server
-    return run is not None and run.over
-
-
-async def _resume(
-    pctx: OpsContext,
-    cycle: Cycle,
-    inst: InstanceConfig,
-    rec: SessionRecord,
-    run: LastRun | None,
-    override: str | None,
-) -> None:
     # Resume on the model the run used, unless its family is blacked out meanwhile.
     model = choose_model(
         pctx, inst, (run.model if run and run.model else rec.model) or None, pctx.now()
@@ -202,20 +176,30 @@ async def _resume(
 
     sent = await cycle.attempt(pctx, STEP, "resume", rec, send(), later="tried again next cycle")
     if sent is None:
-        return
+        return ""
     for warning in sent.warnings:
         cycle.log.note(pctx, f"{STEP}: {warning}")
     await aio.blocking(
         pctx.model_state().remember_healed, resume_key(inst.name, rec.id), model, model, pctx.now()
     )
     cycle.log.touched.add((inst.name, rec.id))
-    cycle.log.add(pctx, STEP, "resume", "ok", rec, detail=_why(run), model=model or "")
+    how = "" if run is None else "stopped without finishing"
+    how = "was aborted" if run is not None and run.outcome == "interrupted" else how
+    cycle.log.add(pctx, STEP, "resume", "ok", rec, detail=how, model=model or "")
+    return ""
 
 
-def _why(run: LastRun | None) -> str:
-    if run is None:
-        return ""
-    return "was aborted" if run.outcome == "interrupted" else "stopped without finishing"
+async def _over_ceiling(pctx: OpsContext, inst: InstanceConfig, rec: SessionRecord) -> bool:
+    """Whether the run to resume already cost more than its ceiling, by the server's figures
+    (the hub's record of its stop may be lost with Redis)."""
+    if run_ceiling(pctx.cfg, inst) is None:
+        return False
+    try:
+        async with pctx.client(inst) as client:
+            run = await read_run(pctx, inst, rec, client)
+    except HubError:
+        return False  # not read: the resume's own send meets the same server
+    return run is not None and run.over
 
 
 async def answer_by_policy(

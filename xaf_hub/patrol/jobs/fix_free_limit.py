@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from datetime import timedelta
 
 from xaf_hub.config.load import InstanceConfig
 from xaf_hub.core import aio
@@ -17,20 +16,16 @@ from xaf_hub.ops.context import OpsContext
 from xaf_hub.ops.decisions import Decisions, load_decisions, person_stop
 from xaf_hub.ops.heal import STEP, HealCandidate, heal, heal_candidate
 from xaf_hub.patrol.context import Cycle, pool_discipline
-from xaf_hub.patrol.jobs.check_agents import REFUSAL_WORDS
+from xaf_hub.patrol.jobs.check_agents import LOOKBACK, REFUSAL_WORDS
 from xaf_hub.store.model_state import ModelState
 
 __all__ = ["STEP", "fix_free_limit", "heal_item"]
-
-# Failures older than this are history, not something to heal now.
-LOOKBACK = timedelta(hours=24)
 
 
 async def fix_free_limit(pctx: OpsContext, cycle: Cycle) -> None:
     """Heal every rate-limited or model-unavailable project session once."""
     fleet, _ = await cycle.scan(pctx)
-    now = pctx.now()
-    horizon = to_ms(now - LOOKBACK)
+    horizon = to_ms(pctx.now() - LOOKBACK)  # failures older than this are history, not to heal now
     items = [
         (inst, rec)
         for inst, rec in fleet.work_sessions()
@@ -38,9 +33,9 @@ async def fix_free_limit(pctx: OpsContext, cycle: Cycle) -> None:
     ]
     runs = await cycle.last_runs(pctx, items)
     state = pctx.model_state()
-    discipline = functools.cache(lambda: pool_discipline(pctx, cycle.log, STEP))  # read once
-
-    people: Decisions | None = None
+    # Each read once, when the first heal needs it.
+    discipline = functools.cache(lambda: pool_discipline(pctx, cycle.log, STEP))
+    people = functools.cache(lambda: load_decisions(pctx))
     for inst, rec in items:
         if pctx.stop_requested():
             break
@@ -48,9 +43,8 @@ async def fix_free_limit(pctx: OpsContext, cycle: Cycle) -> None:
         cand = heal_candidate(rec, run)
         if cand is None or await aio.blocking(state.was_healed, cand.key):
             continue
-        if not people:
-            people = await aio.blocking(load_decisions, pctx)
-        await heal_item(pctx, cycle, inst, rec, run, cand, state, people, discipline)
+        decisions = await aio.blocking(people)
+        await heal_item(pctx, cycle, inst, rec, run, cand, state, decisions, discipline)
 
 
 async def heal_item(
