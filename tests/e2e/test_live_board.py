@@ -60,9 +60,15 @@ def test_status_reads_the_daemons_board_and_scans_once_it_is_not_kept(hub: Hub) 
         assert listed[1]["live_age_seconds"] is None
         assert [(s["id"], s["run_state"]) for s in listed[0]["sessions"]] == [
             (s["id"], s["run_state"]) for s in listed[1]["sessions"]]
-        # dispatch plans from the board too, to the same instance a scan would choose.
-        plans = [hub.cli_json("dispatch", "--dry-run", "--new", "--text", "Add a health check",
-                              *flags)[1] for flags in ((), ("--fresh",))]
+        # dispatch plans from the board too, to the same instance a scan would choose. (Under
+        # load an instance's entry can pass its age between the calls above: then the plan
+        # scans that one, "mixed"; the next publish makes it whole again.)
+        def plan(*flags: str) -> Any:
+            return hub.cli_json("dispatch", "--dry-run", "--new", "--text", "Add a health check",
+                                *flags)[1]
+
+        plans = [hub.wait_for(lambda: (p := plan())["source"] == "live" and p, timeout=60),
+                 plan("--fresh")]
         assert [p["source"] for p in plans] == ["live", "scan"]
         assert plans[0]["instance"] == plans[1]["instance"]
         assert plans[0]["load"] == plans[1]["load"]
