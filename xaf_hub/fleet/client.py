@@ -497,7 +497,7 @@ class OpencodeClient:
                 self.notes.append(f"{self.name}: skipped {skipped} unreadable entries of {path}")
             return [i for i in items if i is not None]
 
-        # Both at once: a scan waits on them after the run state (fleet/scan.py).
+        # Both at once: a scan asks them as soon as the folder shows a run (fleet/scan.py).
         permissions, questions = await aio.gather(
             listed("/permission", wire.waiting_from_permission),
             listed("/question", wire.waiting_from_question),
