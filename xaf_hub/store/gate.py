@@ -235,6 +235,7 @@ class FileGate(Gate):
     ) -> None:
         super().__init__(cfg, host=host, clock=clock, alive=alive)
         self.root = root
+        self.slots = root / "slots"  # one file per reservation
 
     @contextlib.contextmanager
     def lock(self, instance: str) -> Iterator[None]:
@@ -271,7 +272,7 @@ class FileGate(Gate):
         observed_at: float | None = None,
     ) -> list[Reservation]:
         """Live reservations of ``instance``; dead ones are deleted on the way."""
-        folder = self.root / "slots"
+        folder = self.slots
         if not folder.is_dir():
             return []
         live = []
@@ -291,7 +292,7 @@ class FileGate(Gate):
         return live
 
     def _place(self, res: Reservation, token: str) -> Reservation:
-        return replace(res, path=self.root / "slots" / f"{safe_name(res.instance)}.{token}.slot")
+        return replace(res, path=self.slots / f"{safe_name(res.instance)}.{token}.slot")
 
     def _store(self, res: Reservation, *, guarded: bool = True) -> None:
         assert res.path is not None, "a file gate's reservation has a path"
