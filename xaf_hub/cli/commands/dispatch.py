@@ -296,8 +296,7 @@ def _plan_lines(prep: Prepared) -> list[str]:
         f"of {inst.concurrency_limit}",
         f"  model:     {prep.model or 'server default'}",
     ]
-    if plan.candidates:
-        lines.append("  candidates:")
+    lines += ["  candidates:"] if plan.candidates else []
     for c in plan.candidates:
         lines.append(f"    {c.score:.3f} (lead {c.margin:.3f})  {c.session.instance}/"
                      f"{c.session.id}  {c.session.title}  [{c.verdict}]")

@@ -258,11 +258,9 @@ def collect(ctx: Context, opts: Options, now: datetime) -> tuple[Path | None, li
     findings += repository_findings(cfg)
     live = [i for i, p in zip(cfg.instances, probes, strict=True) if p.reachable]
     findings += aio.run(stream_findings(cfg, live, ctx.transport_factory))
-    folders = [("state folder", cfg.state_dir)]
-    if cfg.lock_dir != cfg.state_dir:
-        folders.append(("lock folder", cfg.lock_dir))
-    for label, folder in folders:
-        findings.append(folder_finding(label, folder, *check_writable(folder)))
+    for label, folder in (("state folder", cfg.state_dir), ("lock folder", cfg.lock_dir)):
+        if label == "state folder" or folder != cfg.state_dir:  # the lock folder when apart
+            findings.append(folder_finding(label, folder, *check_writable(folder)))
     findings += [*_redis(cfg), *_sandbox(cfg), *_clock(cfg, now), *_patrol(cfg)]
     findings += webhook_checks(cfg.notify, cfg.state_dir, online=opts.online)
     return cfg.path, findings

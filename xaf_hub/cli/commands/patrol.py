@@ -18,7 +18,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from xaf_hub.cli.context import Context
 from xaf_hub.cli.options import HIDDEN, Answers, flag, opt
@@ -36,9 +36,6 @@ from xaf_hub.store.patrol_state import (
     pause_info,
     set_paused,
 )
-
-if TYPE_CHECKING:
-    from xaf_hub.ops.context import OpsContext
 
 EXAMPLES = """\
 examples:
@@ -71,24 +68,6 @@ class Options(Answers):
     interval_seconds: float | None = opt("--interval-seconds", help=HIDDEN)
 
 
-def _skips(opts: Options) -> list[str]:
-    """The steps the --no-* flags leave out, in cycle order."""
-    steps = ((opts.no_freelimit, "fix_free_limit"), (opts.no_check, "check_agents"),
-             (opts.no_design, "sync_design_tasks"), (opts.no_fill, "fill_slots"))
-    return [step for skipped, step in steps if skipped]
-
-
-def _pctx(ctx: Context) -> OpsContext:
-
-    def log(line: str) -> None:
-        ctx.info(line)
-        ctx.stderr.flush()
-
-    # Several projects and no --project: the patrol serves them all (patrol.context).
-    ctx.see_every_project()
-    return ctx.ops(log=log)
-
-
 def run(ctx: Context) -> int:
     """Run a cycle, the loop, or a pause/resume/status action."""
     opts = ctx.options(Options)
@@ -97,9 +76,17 @@ def run(ctx: Context) -> int:
             raise UsageError(f"patrol {opts.action} takes no --once / --interval-seconds")
         return _status(ctx) if opts.action == "status" else _pause(ctx, opts.action == "pause")
 
+    def log(line: str) -> None:
+        ctx.info(line)
+        ctx.stderr.flush()
 
-    pctx = _pctx(ctx)
-    skip = _skips(opts)
+    # Several projects and no --project: the patrol serves them all (patrol.context).
+    ctx.see_every_project()
+    pctx = ctx.ops(log=log)
+    # The steps the --no-* flags leave out, in cycle order.
+    steps = ((opts.no_freelimit, "fix_free_limit"), (opts.no_check, "check_agents"),
+             (opts.no_design, "sync_design_tasks"), (opts.no_fill, "fill_slots"))
+    skip = [step for skipped, step in steps if skipped]
     if opts.once:
         if opts.interval_seconds is not None:
             raise UsageError("--interval-seconds makes no sense with --once")
@@ -146,21 +133,14 @@ def _status(ctx: Context) -> int:
     paused = pause_info(folder)
     report = latest_report(folder)
     beat = heartbeat(folder)
-    daemon = None
-    if beat is not None:
-        daemon = {
-            "pid": beat.get("pid"),
-            "alive": daemon_alive(beat),
-            "last_tick": beat.get("tick_at"),
-            "ticks": beat.get("ticks"),
-            "last": beat.get("last"),
-        }
-    last = None
-    failed: list[object] = []
-    if report is not None:
-        failed = [s.get("name") for s in report.get("steps", []) if s.get("status") == "failed"]
-        last = {**{k: report.get(k) for k in ("started_at", "finished_at", "result", "exit_code")},
-                "failed_steps": failed, "report": str(folder / f"{LATEST}.md")}
+    daemon = None if beat is None else {
+        "pid": beat.get("pid"), "alive": daemon_alive(beat), "last_tick": beat.get("tick_at"),
+        "ticks": beat.get("ticks"), "last": beat.get("last")}
+    steps = report.get("steps", []) if report is not None else []
+    failed: list[object] = [s.get("name") for s in steps if s.get("status") == "failed"]
+    last = None if report is None else {
+        **{k: report.get(k) for k in ("started_at", "finished_at", "result", "exit_code")},
+        "failed_steps": failed, "report": str(folder / f"{LATEST}.md")}
     doc: dict[str, object] = {"state": "paused" if paused is not None else "active",
                               "paused": paused, "last_cycle": last, "daemon": daemon}
     lease = _lease_status(ctx)

@@ -22,7 +22,6 @@ import signal
 import socket
 import threading
 from dataclasses import dataclass
-from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from xaf_hub.cli.commands._common import scan
@@ -86,14 +85,6 @@ class Options:
         f"change; default {REFRESH_SECONDS})")
     public: bool = flag("--public",
                         help=f"allow a non-loopback --host; requires ${VIEWER_PASSWORD_ENV}")
-
-
-class _Stop(Exception):
-    """Raised from the SIGTERM handler to leave serve_forever."""
-
-
-def _on_sigterm(signum: int, frame: FrameType | None) -> None:
-    raise _Stop
 
 
 
@@ -187,8 +178,9 @@ def run(ctx: Context) -> int:
     restore: Any = None
     if threading.current_thread() is threading.main_thread():
         # uvicorn takes SIGINT and SIGTERM while it runs and raises them again once stopped;
-        # SIGTERM then ends here as Ctrl+C does (exit 0), not as the default handler would.
-        restore = signal.signal(signal.SIGTERM, _on_sigterm)
+        # SIGTERM then ends here as Ctrl+C does (exit 0: it raises KeyboardInterrupt too), not
+        # as the default handler would.
+        restore = signal.signal(signal.SIGTERM, signal.default_int_handler)
     stop = threading.Event()
     watcher = threading.Thread(target=look, args=(stop,), name="xaf-hub serve watch", daemon=True)
     watcher.start()
@@ -202,7 +194,7 @@ def run(ctx: Context) -> int:
         if opts.host in ("0.0.0.0", "::"):
             ctx.info(f"colleagues open {url_of(socket.gethostname(), int(port))}")
         serve(page, sock)
-    except (KeyboardInterrupt, _Stop):
+    except KeyboardInterrupt:
         pass
     finally:
         if restore is not None:

@@ -147,7 +147,6 @@ def run(ctx: Context) -> int:
     found = look(ctx, opts)
     doc = document(found)
     s, inst, err = found.session, found.inst, doc["last_error"]
-    now = int(time.time() * 1000)
     state = s.run_state + (f" ({s.retry_message})" if s.retry_message else "")
     if s.running and s.waiting is not None:
         since = f" since {fmt_time(s.waiting.since)}" if s.waiting.since else ""
@@ -162,7 +161,7 @@ def run(ctx: Context) -> int:
         ("model", doc["model"] or "server default"),
         ("cost", "unknown (the server reported none usable)" if s.cost is None
          else f"${s.cost:.4f}"),
-        ("updated", f"{fmt_time(s.updated)} ({ago(s.updated, now)})"),
+        ("updated", f"{fmt_time(s.updated)} ({ago(s.updated, int(time.time() * 1000))})"),
     ]
     if s.running and s.waiting is not None:
         rows.insert(4, ("answer", answer_hint(s.waiting)))

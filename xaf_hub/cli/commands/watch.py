@@ -16,7 +16,7 @@ import contextlib
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from xaf_hub.cli.commands._common import INSTANCE, chosen_instances, scan, scan_exit
 from xaf_hub.cli.context import Context
@@ -68,14 +68,6 @@ def _line(kind: str, s: SessionRecord, outcome: str = "") -> str:
     return f"{stamp} {kind:<8} {where}  {shorten(s.title, 40)}{extra}"
 
 
-def _record(ctx: Context, ev: FleetEvent) -> dict[str, Any]:
-    """An event's `--json` line, naming its project: its session's, else the one read as."""
-    doc = ev.to_json()
-    if ev.session is not None:
-        doc["project"] = ev.session.owner or None
-    return ctx.named(doc)  # type: ignore[no-any-return]
-
-
 def _event_line(ev: FleetEvent) -> str:
     stamp = time.strftime("%H:%M:%S")
     if ev.session is None:
@@ -113,7 +105,10 @@ def follow(
             return
         if ev.kind == "down":
             pending.discard(ev.instance)
-        ctx.out(dumps_line(_record(ctx, ev)) if ctx.json else _event_line(ev), flush=True)
+        # An event's `--json` line names its project: its session's, else the one read as.
+        mine = {"project": ev.session.owner or None} if ev.session is not None else {}
+        ctx.out(dumps_line(ctx.named({**ev.to_json(), **mine})) if ctx.json else _event_line(ev),
+                flush=True)
 
     follower = FleetFollower(ctx.config, instances, emit=show, force_polling=polled,
                              transport_factory=ctx.transport_factory, poll_seconds=poll_seconds)
@@ -142,9 +137,9 @@ def run(ctx: Context) -> int:
                       verbose=opts.verbose, polled=opts.poll)
     snap, _ = scan(ctx, instances)
     running = [s for s in snap.project_sessions() if s.running]
-    lines = [_line(shown_state(s), s) for s in running]
     ctx.answer({"running": [s.to_json() for s in running], "unreachable": snap.unreachable},
-               *lines, f"{len(running)} project session(s) running")
+               *(_line(shown_state(s), s) for s in running),
+               f"{len(running)} project session(s) running")
     if not ctx.json:
         for u in snap.unreachable:
             ctx.warn(f"{u['instance']} unreachable: {u['reason']}")
