@@ -153,15 +153,6 @@ def _state(ctx: Context, task: Task, tasks: list[Task]) -> dict[str, str]:
     return {"state": state, "state_words": task_words(state), "state_detail": why}
 
 
-def _shown_state(t: dict[str, Any]) -> str:
-    """The state column: its words, and why it waits where that is what a person asks."""
-    why = t["state_detail"]
-    return f"{t['state_words']} ({why})" if why and t["state"] in _SAY_WHY else t["state_words"]
-
-
-_SAY_WHY = ("waiting", "blocked", "person")
-
-
 def listing(ctx: Context, opts: ListOptions) -> dict[str, Any]:
     """What `backlog list --json` prints (and the MCP tool answers): the tasks in order."""
 
@@ -188,7 +179,9 @@ def _list(ctx: Context, opts: ListOptions) -> int:
         **({"project": lambda t: t["project"]} if not ctx.whole.chosen else {}),
         "id": lambda t: t["id"],
         "priority": lambda t: t["priority"],
-        "state": _shown_state,
+        # its words, and why it waits where that is what a person asks
+        "state": lambda t: f"{t['state_words']} ({t['state_detail']})" if t["state_detail"]
+        and t["state"] in ("waiting", "blocked", "person") else t["state_words"],
         "instance": lambda t: t["instance"] or "any",
         "attempts": lambda t: t["attempts"],
         "session": lambda t: f"{t['dispatched_to']}/{t['session_id']}" if t["session_id"] else "-",

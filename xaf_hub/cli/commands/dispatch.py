@@ -180,8 +180,25 @@ def carry_out(ctx: Context, opts: Options) -> Planned | Sent | Queued:
 def document(done: Planned | Sent | Queued, project: str) -> dict[str, Any]:
     """What `dispatch --json` prints (and the MCP tool answers), saying its ``project``; a dry
     run's plan whatever its refusal."""
-    if isinstance(done, Planned):
-        return _plan_document(done.prep, project)
+    if isinstance(done, Planned):  # a dry run: its plan
+        prep, plan, view = done.prep, done.prep.plan, done.prep.view
+        return {
+            "project": project,
+            "action": plan.action,
+            "instance": plan.instance.name,
+            "session_id": plan.session.id if plan.session else None,
+            "directory": plan.directory,
+            "title": plan.title,
+            "via": plan.via,
+            "load": {"running_project": view.running_project, "reserved": view.reserved,
+                     "limit": plan.instance.concurrency_limit},
+            "candidates": [c.to_json() for c in plan.candidates],
+            "model": prep.model,
+            "prompt": prep.prompt,
+            "dry_run": True,
+            # where the plan's view of the fleet came from: live, mixed, scan
+            "source": prep.source,
+        }
     if isinstance(done, Sent):
         # what the match weighed, so a caller that knows better can name the session
         return {**_sent_document(done, project),
@@ -261,26 +278,6 @@ def _confirm(ctx: Context, plan: Plan, sent: Dispatched, window: float) -> int:
     doc = _sent_document(Sent(plan, sent), cfg.project_name)
     ctx.answer({**doc, "confirm": wait_json(waited, window, line)}, f"confirm: {line}")
     return wait_exit(waited)
-
-
-def _plan_document(prep: Prepared, project: str) -> dict[str, Any]:
-    plan, view, inst = prep.plan, prep.view, prep.plan.instance
-    return {
-        "project": project,
-        "action": plan.action,
-        "instance": inst.name,
-        "session_id": plan.session.id if plan.session else None,
-        "directory": plan.directory,
-        "title": plan.title,
-        "via": plan.via,
-        "load": {"running_project": view.running_project, "reserved": view.reserved,
-                 "limit": inst.concurrency_limit},
-        "candidates": [c.to_json() for c in plan.candidates],
-        "model": prep.model,
-        "prompt": prep.prompt,
-        "dry_run": True,
-        "source": prep.source,  # where the plan's view of the fleet came from: live, mixed, scan
-    }
 
 
 def _plan_lines(prep: Prepared) -> list[str]:

@@ -53,6 +53,7 @@ def run(ctx: Context) -> int:
     hooks = [notify.webhook(opts.webhook)] if opts.webhook else list(notify.webhooks)
     secrets = cfg.secrets()
     rows: list[dict[str, Any]] = []
+    lines: list[str] = []
     code = ExitCode.OK
     for hook in hooks:
         row: dict[str, Any] = {"webhook": hook.name, "format": hook.format}
@@ -70,8 +71,6 @@ def run(ctx: Context) -> int:
             if not answer.ok:
                 code = max(code, ExitCode.UNREACHABLE if answer.retry else ExitCode.USAGE)
         rows.append(row)
-    lines: list[str] = []
-    for row in rows:
         state = "delivered" if row["delivered"] else "NOT delivered"
         lines.append(f"{row['webhook']} ({row['format']}): {state}: {row['reason']}")
         lines += [f"  receiver answered: {row['answer']}"] if row["answer"] else []

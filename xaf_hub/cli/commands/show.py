@@ -53,11 +53,6 @@ def last_of(messages: Sequence[Message], role: str) -> Message | None:
                  and (_text(m) or (role == "assistant" and m.error is not None))), None)
 
 
-def model_of(messages: Sequence[Message]) -> str:
-    """provider/model of the newest assistant (or user) message that names one."""
-    return next((m.model for m in reversed(messages) if m.model), "")
-
-
 @dataclass(frozen=True, kw_only=True)
 class Options(SessionTarget):
     """The options of `show`."""
@@ -130,7 +125,8 @@ def document(found: Found) -> dict[str, Any]:
         "waiting": s.waiting.to_json() if s.waiting is not None else None,
         "last_outcome": outcome,
         "last_error": ended,
-        "model": s.model or model_of(messages),
+        # else provider/model of the newest assistant (or user) message that names one
+        "model": s.model or next((m.model for m in reversed(messages) if m.model), ""),
         "cost": s.cost,
         "updated": iso_time(s.updated),
         "updated_ms": s.updated,
