@@ -67,9 +67,6 @@ Ctrl+C stops it.
 """
 
 
-
-
-
 @dataclass(frozen=True, kw_only=True)
 class Options:
     """The options of `serve`."""
@@ -85,10 +82,6 @@ class Options:
         f"change; default {REFRESH_SECONDS})")
     public: bool = flag("--public",
                         help=f"allow a non-loopback --host; requires ${VIEWER_PASSWORD_ENV}")
-
-
-
-
 
 
 def run(ctx: Context) -> int:
@@ -175,12 +168,11 @@ def run(ctx: Context) -> int:
     page = PageApp(viewer, log, Limits(answer_seconds=cfg.scan_timeout + Limits.answer_seconds),
                    feed_factory=follow)
     sock = listen(opts.host, opts.port)
-    restore: Any = None
-    if threading.current_thread() is threading.main_thread():
-        # uvicorn takes SIGINT and SIGTERM while it runs and raises them again once stopped;
-        # SIGTERM then ends here as Ctrl+C does (exit 0: it raises KeyboardInterrupt too), not
-        # as the default handler would.
-        restore = signal.signal(signal.SIGTERM, signal.default_int_handler)
+    # uvicorn takes SIGINT and SIGTERM while it runs and raises them again once stopped;
+    # SIGTERM then ends here as Ctrl+C does (exit 0: it raises KeyboardInterrupt too), not
+    # as the default handler would (the main thread only: a handler is set there).
+    restore: Any = (signal.signal(signal.SIGTERM, signal.default_int_handler)
+                    if threading.current_thread() is threading.main_thread() else None)
     stop = threading.Event()
     watcher = threading.Thread(target=look, args=(stop,), name="xaf-hub serve watch", daemon=True)
     watcher.start()

@@ -160,9 +160,7 @@ def run(ctx: Context) -> int:
 def _spent_from(sc: InstanceScan) -> Sequence[SessionRecord] | Tally | None:
     """What today's spend of one instance is counted from: its tally (the board's summary),
     its sessions (a scan), or nothing (it did not answer)."""
-    if not sc.reachable:
-        return None
-    return sc.tally if sc.tally is not None else sc.sessions
+    return None if not sc.reachable else sc.tally if sc.tally is not None else sc.sessions
 
 
 def _spent_cell(line: budget.BudgetLine) -> str:
@@ -184,9 +182,7 @@ def _over_budget(
         return load
     others = budget.Spend(project.spent.usd - line.spent.usd)
     refused = budget.refusal(ctx.config, sc.inst, line.spent, others)
-    if refused is None:
-        return load
-    return replace(load, dispatchable=False, reason=str(refused))
+    return load if refused is None else replace(load, dispatchable=False, reason=str(refused))
 
 
 def _queue_length(ctx: Context, now: datetime) -> int | None:
