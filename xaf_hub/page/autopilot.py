@@ -260,7 +260,12 @@ def _built(stores: Stores, cfg: Config, now_ms: int, lang: Lang) -> AutopilotVie
     got = report or {}
     figures = [(len(got[key]), text(lang, f"fig.{key}"))
                for key in ROUND_FIGURES if isinstance(got.get(key), list) and got[key]]
-    person = _needs_person(lang, got.get("needs_person"))
+    # One sentence per session the patrol leaves to a person ("interrupted by ... at ...").
+    rows = got.get("needs_person")
+    person = [Line(text(lang, "ap.needs_person",
+                        title=clean(str(r.get("title") or r.get("session"))),
+                        detail=reason(lang, str(r.get("detail")), str(r.get("why") or ""))))
+              for r in (rows if isinstance(rows, list) else []) if isinstance(r, dict)]
 
     queue: list[tuple[int, str, TaskState]] = []
     next_up: list[tuple[str, str]] = []
@@ -327,17 +332,6 @@ def _built(stores: Stores, cfg: Config, now_ms: int, lang: Lang) -> AutopilotVie
         active_host=active_host,
         ha=ha,
     )
-
-
-def _needs_person(lang: Lang, rows: object) -> list[Line]:
-    """One sentence per session the patrol leaves to a person ("interrupted by ... at ...")."""
-    out = []
-    for r in rows if isinstance(rows, list) else []:
-        if isinstance(r, dict):
-            title = clean(str(r.get("title") or r.get("session")))
-            detail = reason(lang, str(r.get("detail")), str(r.get("why") or ""))
-            out.append(Line(text(lang, "ap.needs_person", title=title, detail=detail)))
-    return out
 
 
 def reason(lang: Lang, words: str, why: str = "") -> str:

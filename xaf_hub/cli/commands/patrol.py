@@ -143,7 +143,10 @@ def _status(ctx: Context) -> int:
         "failed_steps": failed, "report": str(folder / f"{LATEST}.md")}
     doc: dict[str, object] = {"state": "paused" if paused is not None else "active",
                               "paused": paused, "last_cycle": last, "daemon": daemon}
-    lease = _lease_status(ctx)
+    # The HA lease when the gate or pool lives in Redis: active host, each known daemon.
+    lease = ctx.stores.lease_status(int(time.time() * 1000))
+    if lease is not None and "lease_error" in lease:
+        lease["lease_error"] = ctx.redact(lease["lease_error"])
     doc.update(lease or {})
     code = int(ExitCode.UNREACHABLE if lease and lease.get("lease_error") else ExitCode.OK)
     lines = ["patrol: active"]
@@ -172,15 +175,3 @@ def _status(ctx: Context) -> int:
             seen = local_iso(str(d["heartbeat"]))
             lines.append(f"  {d['host']} pid {d['pid']}: {d['role']}, heartbeat {seen}")
     return ctx.answer(doc, *lines, code=code)
-
-
-def _lease_status(ctx: Context) -> dict[str, object] | None:
-    """The HA lease when the gate or pool lives in Redis: active host, each known daemon."""
-
-    lease = ctx.stores.lease_status(int(time.time() * 1000))
-    if lease is None:
-        return None
-    doc: dict[str, object] = dict(lease)
-    if "lease_error" in lease:
-        doc["lease_error"] = ctx.redact(lease["lease_error"])
-    return doc

@@ -88,7 +88,13 @@ def measure(ctx: Context, opts: Options) -> Measured:
         ctx.warn(f"reservations unknown: {exc}")
         loads = [instance_load(sc, None, opts.allow_prod, shares=shares) for sc in scans]
     now = datetime.now(UTC)
-    queued = _queue_length(ctx, now)
+    # Pending pool tasks ready to start (None, with a warning, when the pool is unreadable).
+    # The pool alone: no operations context, so `status` from the live board loads no client.
+    try:
+        queued: int | None = queue_length(ctx.stores.pool().load(), now)
+    except HubError as exc:
+        ctx.warn(f"queue unknown: {exc}")
+        queued = None
     project, spends = budget.budget_lines(cfg, [(sc.inst, _spent_from(sc)) for sc in scans], now)
     loads = [_over_budget(ctx, x, sc, line, project)
              for x, sc, line in zip(loads, scans, spends, strict=True)]
@@ -183,13 +189,3 @@ def _over_budget(
     others = budget.Spend(project.spent.usd - line.spent.usd)
     refused = budget.refusal(ctx.config, sc.inst, line.spent, others)
     return load if refused is None else replace(load, dispatchable=False, reason=str(refused))
-
-
-def _queue_length(ctx: Context, now: datetime) -> int | None:
-    """Pending pool tasks ready to start (None, with a warning, when the pool is unreadable).
-    The pool alone: no operations context, so `status` from the live board loads no client."""
-    try:
-        return queue_length(ctx.stores.pool().load(), now)
-    except HubError as exc:
-        ctx.warn(f"queue unknown: {exc}")
-        return None
