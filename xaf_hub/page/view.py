@@ -176,20 +176,13 @@ def _row_view(s: SessionRecord, lang: Lang, now_ms: int, link: str, task_id: str
     state, outcome = session_badges(s, lang, now_ms)
     task, title = split_task(s.title, task_id)
     return RowView(
-        id=s.id,
-        title=title or text(lang, "row.untitled"),
-        task=task,
-        directory=s.directory,
+        id=s.id, title=title or text(lang, "row.untitled"), task=task, directory=s.directory,
         branch=s.branch,
         key=(f"{s.title}\n{s.directory}\n{s.id}" + (f"\n{s.branch}" if s.branch else "")).lower(),
-        state=state,
-        updated_ms=s.updated,
-        updated_words=ago(lang, s.updated, now_ms),
+        state=state, updated_ms=s.updated, updated_words=ago(lang, s.updated, now_ms),
         updated_exact=local_time_with_zone(s.updated),
-        created=local_time(s.created)[:16] or text(lang, "time.unknown"),
-        outcome=outcome,
-        cost=text(lang, "cost.unknown") if s.cost is None else f"${s.cost:,.2f}",
-        link=link,
+        created=local_time(s.created)[:16] or text(lang, "time.unknown"), outcome=outcome,
+        cost=text(lang, "cost.unknown") if s.cost is None else f"${s.cost:,.2f}", link=link,
         project=s.owner,
     )
 
@@ -240,14 +233,10 @@ def _bars(sections: Iterable[SectionView]) -> list[BarView]:
     items = [s for s in sections if s.reachable]
     peak = max((len(s.rows) for s in items), default=0) or 1
     return [
-        BarView(
-            name=s.name,
-            total=len(s.rows),
-            running=s.running,
-            # A server with any session keeps a visible sliver next to a much larger one.
-            width=max(len(s.rows) * 100 / peak, 1.5 if s.rows else 0.0),
-            running_width=s.running * 100 / peak,
-        )
+        BarView(name=s.name, total=len(s.rows), running=s.running,
+                # A server with any session keeps a visible sliver next to a much larger one.
+                width=max(len(s.rows) * 100 / peak, 1.5 if s.rows else 0.0),
+                running_width=s.running * 100 / peak)
         for s in items
     ]
 
@@ -269,16 +258,9 @@ def source_words(snap: Snapshot, lang: Lang = "en") -> str:
 
 
 def overview_context(
-    snap: Snapshot,
-    *,
-    now_ms: int,
-    title: str = "project",
-    lang: Lang = "en",
-    autopilot: Any = None,
-    live_seconds: int = 0,
-    links: Mapping[str, Any] | None = None,
-    tasks: Mapping[str, str] | None = None,
-    projects: Sequence[str] = (),
+    snap: Snapshot, *, now_ms: int, title: str = "project", lang: Lang = "en",
+    autopilot: Any = None, live_seconds: int = 0, links: Mapping[str, Any] | None = None,
+    tasks: Mapping[str, str] | None = None, projects: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Precompute the plain data the overview template lays out.
 
@@ -303,20 +285,13 @@ def overview_context(
     for name, views in rows.items():
         # A session of an instance missing from the summaries still gets a section.
         info = summaries.get(name) or InstanceSummary(name=name, url="", reachable=True)
-        sections.append(
-            SectionView(
-                name=name,
-                reachable=info.reachable,
-                reason_words=text(lang, _REASON_KEYS.get(info.cause, "reason.other")),
-                reason=info.reason,
-                production=info.danger,
-                note=info.note,
-                limit=info.limit,
-                running=counts[name][1],
-                rows=tuple(views),
-                login=getattr(links.get(name), "login", "") if any(r.link for r in views) else "",
-            )
-        )
+        sections.append(SectionView(
+            name=name, reachable=info.reachable,
+            reason_words=text(lang, _REASON_KEYS.get(info.cause, "reason.other")),
+            reason=info.reason, production=info.danger, note=info.note, limit=info.limit,
+            running=counts[name][1], rows=tuple(views),
+            login=getattr(links.get(name), "login", "") if any(r.link for r in views) else "",
+        ))
     generated = snap.generated_at or now_ms
     total = sum(len(s.rows) for s in sections)
     healthy = sum(1 for i in snap.instances if i.reachable)
@@ -335,13 +310,8 @@ def overview_context(
         "source_words": source_words(snap, lang),
         "live_seconds": live_seconds,
         "quiet_seconds": live_seconds * QUIET_REFRESH_FACTOR,
-        "cards": CardsView(
-            healthy=healthy,
-            servers=len(snap.instances),
-            sessions=total,
-            running=sum(busy for _, busy in counts.values()),
-            waiting=waiting,
-        ),
+        "cards": CardsView(healthy=healthy, servers=len(snap.instances), sessions=total,
+                           running=sum(busy for _, busy in counts.values()), waiting=waiting),
         "fleet_down": bool(snap.instances) and healthy == 0,
         "down": [s for s in sections if not s.reachable],
         "bars": _bars(sections),
