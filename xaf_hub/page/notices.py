@@ -77,13 +77,9 @@ class ChangeFeed:
     _stores: Any = field(default=None, init=False)
 
     def start(self) -> None:
-        """Start following the fleet (one follower for every viewer)."""
-
-        self._stores = Stores(self.cfg)  # Redis's copy of the board for the other hosts, if any
-        self._start()
-
-    def _start(self) -> None:
-
+        """Start following the fleet (one follower for every viewer); ``use`` starts anew."""
+        if self._stores is None:  # Redis's copy of the board for the other hosts, if any
+            self._stores = Stores(self.cfg)
         cfg = self.cfg
         self._follower = FleetFollower(
             cfg, emit=self.publish,
@@ -103,7 +99,7 @@ class ChangeFeed:
         if self._stores is not None:
             self._stores.cfg = cfg
         if old is not None:
-            self._start()
+            self.start()
 
     def live_view(self) -> list[LiveInstance]:
         """What the follower knows of each instance now ([] before it started)."""
