@@ -502,18 +502,13 @@ def _rules(base: str) -> tuple[_Rule, ...]:
     )
 
 
-def _clause_bounds(boundaries: list[int], pos: int, length: int) -> tuple[int, int]:
-    """Return (start, end) of the clause that holds position pos."""
-    i = bisect.bisect_right(boundaries, pos)
-    start = boundaries[i - 1] + 1 if i > 0 else 0
-    end = boundaries[i] if i < len(boundaries) else length
-    return start, end
-
-
 def _protected(text: str, m: re.Match[str], boundaries: list[int]) -> bool:
     """Tell whether a match sits in a negated or factual context."""
     feat_start = m.start("feat")
-    start, end = _clause_bounds(boundaries, feat_start, len(text))
+    # The clause that holds the branch token: from the boundary before it to the one after.
+    i = bisect.bisect_right(boundaries, feat_start)
+    start = boundaries[i - 1] + 1 if i > 0 else 0
+    end = boundaries[i] if i < len(boundaries) else len(text)
     return bool(
         _NEGATION.search(text, start, feat_start)
         or _FACTUAL_BEFORE.search(text, start, feat_start)
@@ -537,8 +532,7 @@ def _rewrite_once(text: str, base: str) -> str:
     for start, neg_len, _index, replacement in candidates:
         if start < cursor:
             continue
-        pieces.append(text[cursor:start])
-        pieces.append(replacement)
+        pieces += [text[cursor:start], replacement]
         cursor = start - neg_len
     pieces.append(text[cursor:])
     return "".join(pieces)
