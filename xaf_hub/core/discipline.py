@@ -57,10 +57,8 @@ def slugify(text: str, max_len: int = 40) -> str:
     # Letters or digits that have no ASCII spelling (Chinese, ß, ...) carry
     # meaning the ASCII words lose; a hash of the title keeps such slugs apart.
     lost = any(ord(ch) > 127 and unicodedata.category(ch)[0] in "LN" for ch in decomposed)
-    if not lost:
-        slug = _join_words(words, max_len)
-        if slug:
-            return slug
+    if not lost and (slug := _join_words(words, max_len)):
+        return slug
     digest = hashlib.sha1(unicodedata.normalize("NFC", text.strip()).encode("utf-8"))
     tag = digest.hexdigest()[:_HASH_LEN]
     head = _join_words(words, max_len - _HASH_LEN - 1)
@@ -191,8 +189,7 @@ def compose_prompt(
     body = strip_discipline(task_text)
     if policy == "mainline":
         body = rewrite_branch_to_mainline(body, base_branch)
-    body = body.rstrip()
-    return f"{body}\n\n{block}" if body.strip() else block
+    return f"{body.rstrip()}\n\n{block}" if body.strip() else block
 
 
 def _base_name(base_branch: str) -> str:
