@@ -167,12 +167,10 @@ class _Sender:
                                    reason=reason, now=pctx.now())
                 if answer.ok:
                     self.sent.append(ev)
-                elif answer.maybe:
-                    self.maybe.append((ev, reason))
-                    self.down = reason  # a slow receiver: the rest waits for the next pass
-                    return
-                elif answer.retry:
-                    self.down = reason
+                elif answer.maybe or answer.retry:
+                    if answer.maybe:
+                        self.maybe.append((ev, reason))
+                    self.down = reason  # a slow or down receiver: the rest waits for the next pass
                     return
                 else:
                     self.refused.append((ev, reason))
