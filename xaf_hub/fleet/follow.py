@@ -254,9 +254,7 @@ class FleetFollower:
             "/global/event", "", self.probe_seconds
         ):
             return "global"
-        if await self._open_directories(client, inst, streams):
-            return "directory"
-        return "polling"
+        return "directory" if await self._open_directories(client, inst, streams) else "polling"
 
     async def _reopen(
         self, client: OpencodeClient, inst: InstanceConfig, streams: Streams, mode: Mode
