@@ -1,15 +1,20 @@
 """The floor: the HTTP requests a hub scan needs, issued in parallel by a minimal httpx script.
 
-Run by path (``python bench/floor.py SPEC.json [--project-only]``) so that nothing but asyncio,
-json and httpx is imported. SPEC.json is ``{"page_size": N, "fan_out": N, "roots": [...],
-"exclude_substrings": [...], "instances": [{"url", "username", "password"}]}``. Per instance,
-in the order xaf_hub.fleet.scan needs their answers:
+Run by path (``python bench/floor.py SPEC.json [--project-only] [--no-waiting]``) so that
+nothing but asyncio, json and httpx is imported. SPEC.json is ``{"page_size": N, "fan_out": N,
+"roots": [...], "exclude_substrings": [...], "instances": [{"url", "username", "password"}]}``.
+Per instance, in the order xaf_hub.fleet.scan needs their answers:
 
 1. ``GET /global/health``;
 2. ``GET /experimental/session?limit=page_size``, paged with the same cursor rule as
    ``fleet.dialects.Classic.list_sessions``;
 3. ``GET /session/status?directory=D`` for every distinct directory (with --project-only:
-   every project directory, as ``dispatch`` asks), at most ``fan_out`` at once.
+   every project directory, as ``dispatch`` asks), at most ``fan_out`` at once;
+4. ``GET /permission?directory=D`` and ``GET /question?directory=D`` for the folder of each
+   session a status answer shows running (idle ones left out), once per folder, sent as soon as
+   that answer arrives and at most ``fan_out`` folders at once, as the hub asks for the runs
+   that wait for a person (xaf_hub.fleet.scan, ``_Asks``). ``--no-waiting`` leaves this round
+   out: the floor as it was before the hub asked it.
 
 Every instance runs concurrently, each with its own connection pool (as the hub). Prints one
 JSON line: the in-process time of the requests (start-up excluded), the request count and the
@@ -40,7 +45,7 @@ def _is_project(directory: str, roots: list[str], excluded: list[str]) -> bool:
 
 
 async def _scan(
-    inst: dict[str, Any], spec: dict[str, Any], project_only: bool
+    inst: dict[str, Any], spec: dict[str, Any], project_only: bool, waiting: bool
 ) -> tuple[int, int]:
     """All the requests of one instance; returns (requests, sessions)."""
     page_size, fan_out = int(spec["page_size"]), int(spec["fan_out"])
@@ -80,20 +85,34 @@ async def _scan(
             if o.get("directory")
             and (not project_only or _is_project(str(o["directory"]), roots, excluded))
         })
-        sem = asyncio.Semaphore(fan_out)
+        sem, ask_sem = asyncio.Semaphore(fan_out), asyncio.Semaphore(fan_out)
+        asked: dict[str, asyncio.Future[None]] = {}
+
+        async def ask(d: str) -> None:
+            async with ask_sem:
+                for r in await asyncio.gather(c.get("/permission", params={"directory": d}),
+                                              c.get("/question", params={"directory": d})):
+                    r.raise_for_status()
+                    r.json()
 
         async def status(d: str) -> None:
             async with sem:
                 r = await c.get("/session/status", params={"directory": d})
                 r.raise_for_status()
-                r.json()
+                part = r.json()
+            for sid, st in part.items():
+                folder = str(seen.get(sid, {}).get("directory") or "")
+                if waiting and folder and st.get("type") != "idle" and folder not in asked:
+                    asked[folder] = asyncio.ensure_future(ask(folder))
 
         await asyncio.gather(*(status(d) for d in directories))
-        return requests + len(directories), len(seen)
+        await asyncio.gather(*asked.values())
+        return requests + len(directories) + 2 * len(asked), len(seen)
 
 
-async def _all(spec: dict[str, Any], project_only: bool) -> tuple[int, int]:
-    results = await asyncio.gather(*(_scan(i, spec, project_only) for i in spec["instances"]))
+async def _all(spec: dict[str, Any], project_only: bool, waiting: bool) -> tuple[int, int]:
+    results = await asyncio.gather(*(_scan(i, spec, project_only, waiting)
+                                     for i in spec["instances"]))
     return sum(r for r, _ in results), sum(s for _, s in results)
 
 
@@ -105,7 +124,9 @@ def main(argv: list[str]) -> int:
     with open(argv[0], encoding="utf-8") as f:
         spec = json.load(f)
     t0 = time.perf_counter()
-    requests, sessions = asyncio.run(_all(spec, "--project-only" in argv[1:]))
+    flags = argv[1:]
+    requests, sessions = asyncio.run(_all(spec, "--project-only" in flags,
+                                          "--no-waiting" not in flags))
     elapsed = time.perf_counter() - t0
     print(json.dumps({"seconds": elapsed, "requests": requests, "sessions": sessions}))
     return 0

@@ -152,8 +152,7 @@ def _wall_to_instant(day: date, hour: int, tz: tzinfo) -> datetime:
     # fold=0 picks the first of two equal wall times (DST fall-back) and, for a wall time that
     # does not exist (spring-forward gap), the pre-transition offset — which lands exactly on
     # the first real instant after the gap (02:00 in a 02:00-03:00 gap is 03:00 new time).
-    wall = datetime.combine(day, wall_time(hour), tzinfo=tz)
-    return wall.astimezone(UTC)
+    return datetime.combine(day, wall_time(hour), tzinfo=tz).astimezone(UTC)
 
 
 def day_start(now: datetime, tz: tzinfo) -> datetime:

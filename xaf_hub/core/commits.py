@@ -120,13 +120,11 @@ def _glob_regex(glob: str) -> re.Pattern[str]:
         c = glob[i]
         if glob.startswith("**/", i):
             out.append("(?:.*/)?")
-            i += 3
-            continue
-        if glob.startswith("**", i):
+            i += 2  # and one more below: the three characters
+        elif glob.startswith("**", i):
             out.append(".*")
-            i += 2
-            continue
-        if c == "*":
+            i += 1
+        elif c == "*":
             out.append("[^/]*")
         elif c == "?":
             out.append("[^/]")

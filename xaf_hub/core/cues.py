@@ -160,12 +160,9 @@ def _file_keys(path: str) -> set[str]:
 def _files(text: str) -> list[str]:
     """The paths and file names written in ``text`` (folded): those with a known extension,
     products named like a file left out."""
-    out = []
-    for m in _FILE.finditer(text):
-        path = m.group(0)
-        if path.rsplit(".", 1)[1].lower() in _EXTENSIONS and path.lower() not in _PRODUCTS:
-            out.append(path)
-    return out
+    paths = [m.group(0) for m in _FILE.finditer(text)]
+    return [p for p in paths
+            if p.rsplit(".", 1)[1].lower() in _EXTENSIONS and p.lower() not in _PRODUCTS]
 
 
 def _folders(path: str) -> tuple[str, ...]:

@@ -57,10 +57,8 @@ def slugify(text: str, max_len: int = 40) -> str:
     # Letters or digits that have no ASCII spelling (Chinese, ß, ...) carry
     # meaning the ASCII words lose; a hash of the title keeps such slugs apart.
     lost = any(ord(ch) > 127 and unicodedata.category(ch)[0] in "LN" for ch in decomposed)
-    if not lost:
-        slug = _join_words(words, max_len)
-        if slug:
-            return slug
+    if not lost and (slug := _join_words(words, max_len)):
+        return slug
     digest = hashlib.sha1(unicodedata.normalize("NFC", text.strip()).encode("utf-8"))
     tag = digest.hexdigest()[:_HASH_LEN]
     head = _join_words(words, max_len - _HASH_LEN - 1)
@@ -191,8 +189,7 @@ def compose_prompt(
     body = strip_discipline(task_text)
     if policy == "mainline":
         body = rewrite_branch_to_mainline(body, base_branch)
-    body = body.rstrip()
-    return f"{body}\n\n{block}" if body.strip() else block
+    return f"{body.rstrip()}\n\n{block}" if body.strip() else block
 
 
 def _base_name(base_branch: str) -> str:
@@ -502,18 +499,13 @@ def _rules(base: str) -> tuple[_Rule, ...]:
     )
 
 
-def _clause_bounds(boundaries: list[int], pos: int, length: int) -> tuple[int, int]:
-    """Return (start, end) of the clause that holds position pos."""
-    i = bisect.bisect_right(boundaries, pos)
-    start = boundaries[i - 1] + 1 if i > 0 else 0
-    end = boundaries[i] if i < len(boundaries) else length
-    return start, end
-
-
 def _protected(text: str, m: re.Match[str], boundaries: list[int]) -> bool:
     """Tell whether a match sits in a negated or factual context."""
     feat_start = m.start("feat")
-    start, end = _clause_bounds(boundaries, feat_start, len(text))
+    # The clause that holds the branch token: from the boundary before it to the one after.
+    i = bisect.bisect_right(boundaries, feat_start)
+    start = boundaries[i - 1] + 1 if i > 0 else 0
+    end = boundaries[i] if i < len(boundaries) else len(text)
     return bool(
         _NEGATION.search(text, start, feat_start)
         or _FACTUAL_BEFORE.search(text, start, feat_start)
@@ -537,8 +529,7 @@ def _rewrite_once(text: str, base: str) -> str:
     for start, neg_len, _index, replacement in candidates:
         if start < cursor:
             continue
-        pieces.append(text[cursor:start])
-        pieces.append(replacement)
+        pieces += [text[cursor:start], replacement]
         cursor = start - neg_len
     pieces.append(text[cursor:])
     return "".join(pieces)

@@ -444,10 +444,8 @@ def holds(text: str, words: Sequence[str]) -> bool:
     runs = _runs(text)
     for word in words:
         for run in _runs(word):
-            if _CJK_CHAR.match(run):
-                if any(run in r for r in runs):
-                    return True
-            elif any(r.startswith(run[:5]) for r in runs):
+            cjk = _CJK_CHAR.match(run)
+            if any(run in r if cjk else r.startswith(run[:5]) for r in runs):
                 return True
     return False
 

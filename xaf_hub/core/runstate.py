@@ -15,16 +15,8 @@ from xaf_hub.core.outcomes import Run
 from xaf_hub.core.records import Message, Part, SessionRecord, Waiting
 
 RunVerdict = Literal[
-    "running",
-    "waiting",
-    "retrying",
-    "finished",
-    "failed",
-    "denied",
-    "aborted",
-    "interrupted",
-    "pending",
-    "idle",
+    "running", "waiting", "retrying", "finished", "failed", "denied", "aborted", "interrupted",
+    "pending", "idle",
 ]
 # The patrol's classes, in the order reports list them.
 STATES = ("running", "waiting", "stale_busy", "finished", "failed", "denied", "interrupted", "idle")
@@ -259,42 +251,40 @@ def count_states(lines: Mapping[str, int]) -> str:
 ErrorClass = Literal["rate_limited", "model_unavailable", "other", "none"]
 
 
+def _any_case(*patterns: str) -> tuple[re.Pattern[str], ...]:
+    return tuple(re.compile(p, re.IGNORECASE) for p in patterns)
+
+
 # Rate limits and spent quotas, as providers and opencode word them (API-1.18.33.md §6 and the
 # seed's incident notes). A hit here may black out a whole family until the next reset.
-RATE_LIMIT_PATTERNS: tuple[re.Pattern[str], ...] = tuple(
-    re.compile(p, re.IGNORECASE)
-    for p in (
-        r"free[ _-]?usage[ _-]?(?:limit|exceeded)",
-        r"FreeUsageLimitError|GoUsageLimitError",  # opencode zen error types in responseBody
-        r"usage[ _-]?limit[ _-]?(?:reached|exceeded)",
-        r"\brate[ _-]?limit",  # rate limit, rate_limit_error, rate-limited, ratelimit
-        r"too[ _-]?many[ _-]?requests",
-        r"quota[ _-]?(?:is[ _-]?)?(?:exhausted|exceeded|reached)",
-        r"(?:exceeded|exhausted)[ _-]?(?:your|the)?[ _-]?(?:current[ _-]?)?quota",
-        r"insufficient[ _-]?quota",
-        r"\brps\b[ _-]?(?:limit[ _-]?)?(?:exhausted|exceeded)",
-        r"resource[ _-]?exhausted",  # Google's 429 status name
-        r"(?<![\w.])429(?![\w.])",  # bare status code; not part of a port, version or number
-        r"限流|请求过于频繁|额度(?:已)?(?:用完|用尽|耗尽)|配额(?:已)?(?:用完|用尽|耗尽)",
-    )
+RATE_LIMIT_PATTERNS: tuple[re.Pattern[str], ...] = _any_case(
+    r"free[ _-]?usage[ _-]?(?:limit|exceeded)",
+    r"FreeUsageLimitError|GoUsageLimitError",  # opencode zen error types in responseBody
+    r"usage[ _-]?limit[ _-]?(?:reached|exceeded)",
+    r"\brate[ _-]?limit",  # rate limit, rate_limit_error, rate-limited, ratelimit
+    r"too[ _-]?many[ _-]?requests",
+    r"quota[ _-]?(?:is[ _-]?)?(?:exhausted|exceeded|reached)",
+    r"(?:exceeded|exhausted)[ _-]?(?:your|the)?[ _-]?(?:current[ _-]?)?quota",
+    r"insufficient[ _-]?quota",
+    r"\brps\b[ _-]?(?:limit[ _-]?)?(?:exhausted|exceeded)",
+    r"resource[ _-]?exhausted",  # Google's 429 status name
+    r"(?<![\w.])429(?![\w.])",  # bare status code; not part of a port, version or number
+    r"限流|请求过于频繁|额度(?:已)?(?:用完|用尽|耗尽)|配额(?:已)?(?:用完|用尽|耗尽)",
 )
 
 
 # The model (or its route) cannot serve at all: switch to the next model, never black out.
-MODEL_UNAVAILABLE_PATTERNS: tuple[re.Pattern[str], ...] = tuple(
-    re.compile(p, re.IGNORECASE)
-    for p in (
-        r"endpoints?[ _-]?(?:is[ _-]?)?(?:unavailable|not[ _-]?available)",
-        r"\bno[ _-]?endpoints?[ _-]?found",
-        r"\bno[ _-]?route",  # no route, no-route, no_route
-        r"model[ _-]?(?:is[ _-]?)?(?:unavailable|not[ _-]?available)",
-        r"model[ _-]?not[ _-]?found",  # model_not_found, Model not found, ProviderModelNotFound
-        r"unknown[ _-]?model",
-        r"model\b.{0,120}?\bdoes not exist",
-        r"provider[ ._-]?internal",  # provider.internal, provider internal error
-        r"not[ _-]?available[ _-]?in[ _-]?(?:the[ _-]?|your[ _-]?)?current[ _-]?"
-        r"(?:token[ _-]?)?plan",
-    )
+MODEL_UNAVAILABLE_PATTERNS: tuple[re.Pattern[str], ...] = _any_case(
+    r"endpoints?[ _-]?(?:is[ _-]?)?(?:unavailable|not[ _-]?available)",
+    r"\bno[ _-]?endpoints?[ _-]?found",
+    r"\bno[ _-]?route",  # no route, no-route, no_route
+    r"model[ _-]?(?:is[ _-]?)?(?:unavailable|not[ _-]?available)",
+    r"model[ _-]?not[ _-]?found",  # model_not_found, Model not found, ProviderModelNotFound
+    r"unknown[ _-]?model",
+    r"model\b.{0,120}?\bdoes not exist",
+    r"provider[ ._-]?internal",  # provider.internal, provider internal error
+    r"not[ _-]?available[ _-]?in[ _-]?(?:the[ _-]?|your[ _-]?)?current[ _-]?"
+    r"(?:token[ _-]?)?plan",
 )
 
 
@@ -314,10 +304,8 @@ def classify_message(text: str) -> ErrorClass:
 
 
 def _as_text(value: Any) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, str):
-        return value
+    if value is None or isinstance(value, str):
+        return value or ""
     # Some providers hand back a parsed body; search its JSON form like the string form.
     try:
         return json.dumps(value, ensure_ascii=False)
@@ -341,10 +329,6 @@ def classify_error(error: Mapping[str, Any] | None) -> ErrorClass:
     if type(code) is int and code == 429:
         return "rate_limited"
     # The name is searched too: "ProviderModelNotFoundError" says enough on its own.
-    text = "\n".join(
-        part
-        for part in (name, _as_text(data.get("message")), _as_text(data.get("responseBody")))
-        if part
-    )
-    verdict = classify_message(text)
+    parts = (name, _as_text(data.get("message")), _as_text(data.get("responseBody")))
+    verdict = classify_message("\n".join(part for part in parts if part))
     return "other" if verdict == "none" else verdict

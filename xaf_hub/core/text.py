@@ -182,10 +182,12 @@ _AUTH_ECHO = re.compile(
 )
 
 
+_HTML = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;"})
+_HTML_QUOTED = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#x27;"})
+
+
 def secret_forms(secret: str) -> set[str]:
     """How ``secret`` can show up in text: plain, URL-quoted, base64, JSON/HTML/CSV-escaped."""
-    import html  # deferred: start-up, docs/performance.md
-
     b64 = base64.b64encode(secret.encode()).decode()
     forms = {
         secret,
@@ -196,8 +198,8 @@ def secret_forms(secret: str) -> set[str]:
         b64.rstrip("="),
         json.dumps(secret, ensure_ascii=False)[1:-1],
         json.dumps(secret)[1:-1],
-        html.escape(secret),
-        html.escape(secret, quote=False),
+        secret.translate(_HTML_QUOTED),  # html.escape, without loading the html package
+        secret.translate(_HTML),
         secret.replace('"', '""'),
     }
     return {f for f in forms if f}

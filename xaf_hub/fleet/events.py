@@ -284,7 +284,9 @@ class Board:
         self.outside.add(session_id)
 
     def _remember_foreign(self, rec: SessionRecord) -> None:
-        """Keep a session outside the project that the last rescan did not list."""
+        """Leave the frames of a session outside the project alone from now on (``ignore``), and
+        keep the session when the last rescan did not list it."""
+        self.ignore(rec.id)
         if rec.id not in self.foreign and self._foreign_added < MAX_REMEMBERED:
             self._foreign_added += 1  # endless made-up sessions: the next rescan tells
             cut = MAX_FOREIGN_TEXT
@@ -296,7 +298,6 @@ class Board:
     def learn(self, rec: SessionRecord) -> list[FleetEvent]:
         """Add a session looked up after a frame named it (``missing``)."""
         if not self.is_project(rec.directory):
-            self.ignore(rec.id)
             self._remember_foreign(rec)
             return []
         if rec.id in self.sessions:
@@ -394,7 +395,7 @@ class Board:
             self.foreign[s.id] = _refreshed(self.foreign[s.id], s, MAX_FOREIGN_TEXT)
             return []
         if not self.is_project(s.directory):  # even when ignored already: an earlier frame
-            self.ignore(s.id)  # may have named it before its info came
+            # may have named it before its info came
             self._remember_foreign(session_record(self.inst.name, s, False))
             return []
         if s.id in self.outside:

@@ -188,16 +188,12 @@ class FleetFollower:
                 break
             st.up = False
             st.reason = reason
-            if connected:
-                # It was up: try again at once; down only when that fails. A stream that
-                # keeps ending right after it opened (a proxy?) is retried with back-off.
-                if time.monotonic() - began >= _SHORT_LIVED:
-                    attempt = 0
-                else:
-                    attempt += 1
-                    await self._pause(self.backoff.delay(attempt))
+            # It was up: try again at once; down only when that fails. A stream that keeps
+            # ending right after it opened (a proxy?) is retried with back-off.
+            if connected and time.monotonic() - began >= _SHORT_LIVED:
+                attempt = 0
                 continue
-            if not st.reported_down:
+            if not connected and not st.reported_down:
                 st.reported_down = True
                 self.emit(FleetEvent("down", inst.name, detail=reason, at_ms=now_ms()))
             attempt += 1
@@ -258,9 +254,7 @@ class FleetFollower:
             "/global/event", "", self.probe_seconds
         ):
             return "global"
-        if await self._open_directories(client, inst, streams):
-            return "directory"
-        return "polling"
+        return "directory" if await self._open_directories(client, inst, streams) else "polling"
 
     async def _reopen(
         self, client: OpencodeClient, inst: InstanceConfig, streams: Streams, mode: Mode

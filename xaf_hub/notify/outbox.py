@@ -198,8 +198,7 @@ def retry_delay(attempts: int) -> float:
 
 def _reap(data: dict[str, Any], now: datetime, stamp: str) -> list[str]:
     """Settle claims whose sender is gone; one line per message counted as maybe delivered."""
-    lines = []
-    kept = []
+    lines, kept = [], []
     for item in data["outbox"]:
         claim = item.get("sending")
         if isinstance(claim, dict):

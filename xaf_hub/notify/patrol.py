@@ -158,41 +158,26 @@ class _Sender:
                 ev = entry.event
                 posted = functools.partial(aio.blocking, outbox.mark_posted, state_dir, entry)
                 answer: Answer = await deliver(
-                    client,
-                    self.hook.format,
-                    functools.partial(self._outgoing, ev),
-                    retries=notify.retries,
-                    timeout=notify.timeout_seconds,
-                    deadline=self.deadline,
+                    client, self.hook.format, functools.partial(self._outgoing, ev),
+                    retries=notify.retries, timeout=notify.timeout_seconds, deadline=self.deadline,
                     on_sent=posted,
                 )
                 reason = pctx.redact(answer.reason)
-                await aio.blocking(
-                    outbox.record,
-                    state_dir,
-                    entry,
-                    outcome=answer.outcome,
-                    reason=reason,
-                    now=pctx.now(),
-                )
+                await aio.blocking(outbox.record, state_dir, entry, outcome=answer.outcome,
+                                   reason=reason, now=pctx.now())
                 if answer.ok:
                     self.sent.append(ev)
-                elif answer.maybe:
-                    self.maybe.append((ev, reason))
-                    self.down = reason  # a slow receiver: the rest waits for the next pass
-                    return
-                elif answer.retry:
-                    self.down = reason
+                elif answer.maybe or answer.retry:
+                    if answer.maybe:
+                        self.maybe.append((ev, reason))
+                    self.down = reason  # a slow or down receiver: the rest waits for the next pass
                     return
                 else:
                     self.refused.append((ev, reason))
 
 
 def send_outbox(
-    pctx: OpsContext,
-    *,
-    seconds: float,
-    due_only: bool,
+    pctx: OpsContext, *, seconds: float, due_only: bool,
     transport: httpx.AsyncBaseTransport | None = None,
 ) -> list[tuple[str, bool]]:
     """Send what is queued, each webhook side by side, for at most ``seconds``.
@@ -257,12 +242,8 @@ class Sender:
 
     POLL_SECONDS = 5.0  # how often it looks for messages whose back-off ended
 
-    def __init__(
-        self,
-        pctx: OpsContext,
-        out: Callable[[str], None],
-        transport: httpx.AsyncBaseTransport | None = None,
-    ) -> None:
+    def __init__(self, pctx: OpsContext, out: Callable[[str], None],
+                 transport: httpx.AsyncBaseTransport | None = None) -> None:
         self.pctx, self.out, self.transport = pctx, out, transport
         self.passes = 0
         self._wake = threading.Event()
@@ -299,12 +280,8 @@ class Sender:
                 return
             every, self._force = self._force, False
             try:
-                lines = send_outbox(
-                    self.pctx,
-                    seconds=self.pctx.cfg.notify.round_seconds,
-                    due_only=not every,
-                    transport=self.transport,
-                )
+                lines = send_outbox(self.pctx, seconds=self.pctx.cfg.notify.round_seconds,
+                                    due_only=not every, transport=self.transport)
             except Exception as exc:  # noqa: BLE001 - the thread must outlive one bad pass
                 lines = [(f"{STEP}: sending failed: {type(exc).__name__}: {exc}", True)]
             self.passes += 1

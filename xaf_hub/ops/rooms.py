@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import os
 import re
-import secrets
 from dataclasses import replace
 
 from xaf_hub.config.load import InstanceConfig
@@ -55,7 +55,7 @@ def room_name(task_id: str, title: str) -> str:
     (``t-20261206-ab12-fix-login-3f9a``): each attempt of a task gets a branch of its own, so
     an earlier attempt's pushed branch is never in its way, nor overwritten."""
     named = f"{task_id.lower()}-{slugify(title or task_id, 32)}"[:54].rstrip("-")
-    return f"{named}-{secrets.token_hex(2)}"
+    return f"{named}-{os.urandom(2).hex()}"
 
 
 def in_room(inst: InstanceConfig, session: SessionRecord | None) -> bool:

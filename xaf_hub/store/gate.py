@@ -11,7 +11,6 @@ import contextlib
 import json
 import os
 import re
-import secrets
 import socket
 import time
 from collections.abc import Callable, Iterator
@@ -151,7 +150,7 @@ class Gate(abc.ABC):
         now = self.clock()
         res = Reservation(None, instance, os.getpid(), self.host, now, session_id)
         # The reservation's unique name: time, pid and randomness (no dots, no colons).
-        token = f"{int(now * 1000)}-{os.getpid()}-{secrets.token_hex(3)}"
+        token = f"{int(now * 1000)}-{os.getpid()}-{os.urandom(3).hex()}"
         res = self._place(replace(res, prompt=prompt, project=project), token)
         self._store(res)
         return res

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import os
 import re
-import secrets
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -359,7 +359,7 @@ def new_task_id(now: datetime, taken: Iterable[str]) -> str:
     """Return a fresh ``T-<yyyymmdd>-<4 hex>`` id not in ``taken``."""
     used = set(taken)
     while True:
-        candidate = f"T-{now:%Y%m%d}-{secrets.token_hex(2)}"
+        candidate = f"T-{now:%Y%m%d}-{os.urandom(2).hex()}"
         if candidate not in used:
             return candidate
 

@@ -4,8 +4,11 @@ tests/unit/page/test_serve_limits.py)."""
 from __future__ import annotations
 
 import base64
+import html
 import io
 import json
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -36,6 +39,21 @@ def test_instance_secrets_cover_the_basic_credential() -> None:
 def test_every_form_is_redacted(form: str) -> None:
     text = f"before {form} after"
     assert redact(text, INST.secrets()) == "before *** after"
+
+
+@given(st.text(alphabet="&<>\"'a;#x", max_size=12))
+def test_the_html_forms_are_html_escape_s(secret: str) -> None:
+    # The forms are built without loading the html package (start-up): the same text.
+    assert {html.escape(secret), html.escape(secret, quote=False)} - {""} <= secret_forms(secret)
+
+
+def test_redacting_loads_neither_html_nor_secrets() -> None:
+    # (what httpx's own command line would load is left out, as the hub's command line does)
+    code = ("import sys\nsys.modules['httpx._main'] = None\nfrom xaf_hub.core.text import redact\n"
+            "import xaf_hub.store.gate, xaf_hub.store.tasks, xaf_hub.ops.rooms\n"
+            "redact('a', ['p<&\"'])\nprint(sorted({'html', 'secrets'} & set(sys.modules)))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
 
 
 @pytest.mark.parametrize(

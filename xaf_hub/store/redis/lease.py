@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import threading
 import time
 from datetime import datetime
@@ -110,7 +109,7 @@ class PatrolLease:
                     if self.token and self._renew(keys=[self.key], args=[self.token, ms]):
                         self._until = start + self.lease_seconds
                         return True
-                    token = f"{self.member}|{secrets.token_hex(4)}"
+                    token = f"{self.member}|{os.urandom(4).hex()}"
                     # The second key names the last daemon that took the lease.
                     holder = f"{self.prefix}:patrol:holder"
                     before = self._take(keys=[self.key, holder], args=[token, ms])
