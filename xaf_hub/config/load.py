@@ -36,7 +36,6 @@ from xaf_hub.config.reader import (
     setting,
 )
 from xaf_hub.config.reader import Reader as _Reader
-from xaf_hub.core.commits import RUNNER_CONFIG
 from xaf_hub.core.rules import ProjectRules
 from xaf_hub.errors import Cause, ConfigError, MissingPassword, UnreachableError, UsageError
 
@@ -316,6 +315,9 @@ class RepositoryConfig:
     @property
     def locked(self) -> tuple[str, ...]:
         """Every glob a task's commits must not touch: ``locked_paths`` and the defaults."""
+        # deferred: start-up (its patterns compile on import), docs/performance.md
+        from xaf_hub.core.commits import RUNNER_CONFIG
+
         return self.locked_paths + (RUNNER_CONFIG if self.locked_defaults else ())
 
     def secrets(self) -> tuple[str, ...]:

@@ -24,6 +24,9 @@ TaskState = Literal[
 Tone = Literal["good", "person", "bad", "neutral"]
 StopKind = Literal["person", "ceiling"]
 
+# The one phrase for the "waiting" verdict and class: every view says it this way.
+WAITING_WORDS = "waiting for a person"
+
 RUNS: Final[tuple[Run, ...]] = get_args(Run)
 TASK_STATES: Final[tuple[TaskState, ...]] = get_args(TaskState)
 
@@ -135,3 +138,8 @@ def task_state(
     if parked:
         return "person"
     return "blocked" if blocked else "waiting"
+
+
+def waiting_count(n: int) -> str:
+    """'1 waiting for a person' (status's reason, the patrol's report)."""
+    return f"{n} {WAITING_WORDS}"

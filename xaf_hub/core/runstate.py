@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from xaf_hub.core.outcomes import Run
+from xaf_hub.core.outcomes import WAITING_WORDS, Run, waiting_count
 from xaf_hub.core.records import Message, Part, SessionRecord, Waiting
 
 RunVerdict = Literal[
@@ -20,15 +20,6 @@ RunVerdict = Literal[
 ]
 # The patrol's classes, in the order reports list them.
 STATES = ("running", "waiting", "stale_busy", "finished", "failed", "denied", "interrupted", "idle")
-
-# The one phrase for the "waiting" verdict and class: every view says it this way.
-WAITING_WORDS = "waiting for a person"
-
-
-def waiting_count(n: int) -> str:
-    """'1 waiting for a person' (status's reason, the patrol's report)."""
-    return f"{n} {WAITING_WORDS}"
-
 
 def shown_state(rec: SessionRecord) -> str:
     """The state word a table shows: the server's run state, or ``waiting`` when the run waits

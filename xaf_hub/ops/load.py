@@ -13,7 +13,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from xaf_hub.core.runstate import waiting_count
+from xaf_hub.core.outcomes import waiting_count
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence

@@ -80,6 +80,31 @@ def test_a_command_that_talks_http_does_not_load_httpx_s_own_cli() -> None:
     assert out.split() == ["[]", "AsyncClient"]
 
 
+def test_status_loads_only_what_it_shows(tmp_path: Path) -> None:
+    # The error patterns, the commit-claim patterns, html and secrets are other commands'
+    # (start-up, docs/performance.md); an unreachable instance makes the run short.
+    import json
+    import os
+    import subprocess
+    import sys
+
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({"project": {"name": "x"}, "instances": [
+        {"name": "a", "url": "http://127.0.0.1:9", "roots": [str(tmp_path)]}]}))
+    probe = (
+        "import sys, io\n"
+        "from xaf_hub.cli.main import main\n"
+        f"code = main(['--config', {str(cfg)!r}, 'status'], stdout=io.StringIO(),"
+        " stderr=io.StringIO())\n"
+        "print(code, sorted(m for m in ('xaf_hub.core.runstate', 'xaf_hub.core.commits', 'html',"
+        " 'secrets') if m in sys.modules))\n"
+    )
+    env = {**os.environ, "XAF_HUB_HOME": str(tmp_path / "home")}
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         check=True, env=env).stdout
+    assert out.split() == ["2", "[]"]
+
+
 def test_usage_errors_exit_4(tmp_path: Path) -> None:
     err = io.StringIO()
     assert main(["status", "--no-such-flag"], stdout=io.StringIO(), stderr=err) == 4

@@ -13,9 +13,8 @@ from xaf_hub.cli.context import Context
 from xaf_hub.cli.options import opt
 from xaf_hub.core import aio
 from xaf_hub.core.clock import ago, fmt_time, iso_time
-from xaf_hub.core.outcomes import run_outcome, run_words, stop_applies
+from xaf_hub.core.outcomes import WAITING_WORDS, run_outcome, run_words, stop_applies
 from xaf_hub.core.runstate import (
-    WAITING_WORDS,
     answer_hint,
     error_text,
     last_error,
