@@ -223,9 +223,7 @@ class LiveReactor:
                     _tell(pctx, cycle, self.out, self.notices)
             except BusyError:
                 return work, LOCKED_RETRY_SECONDS  # a round (maybe another patrol) is running
-        if again.sessions or again.fill:
-            return again, self.pctx.cfg.patrol.run_start_grace_seconds + 1.0
-        return None
+        return None if again.empty() else (again, pctx.cfg.patrol.run_start_grace_seconds + 1.0)
 
     async def _react(self, work: _Work) -> tuple[Cycle, _Work]:
         pctx = self.pctx
@@ -386,15 +384,13 @@ class CeilingWatch:
     def look(self, rec: SessionRecord, after: float = 0.0) -> None:
         """Judge the run of ``rec`` in ``after`` seconds (sooner if already due sooner);
         nothing on an instance without a ceiling."""
-        try:
+        with contextlib.suppress(HubError):  # not read: as if no ceiling
             if self._watched(rec) is None:
                 return
-        except HubError:
-            return
-        with self._cond:
-            key, when = (rec.instance, rec.id), time.monotonic() + after
-            self._due[key] = (min(self._due.get(key, (when, rec))[0], when), rec)
-            self._cond.notify_all()
+            with self._cond:
+                key, when = (rec.instance, rec.id), time.monotonic() + after
+                self._due[key] = (min(self._due.get(key, (when, rec))[0], when), rec)
+                self._cond.notify_all()
 
     def _take(self) -> list[SessionRecord] | None:
         """The looks due now; None once stopped."""

@@ -295,10 +295,8 @@ def settle_check(verdict: Settlement, run: CheckRun | None, task: Task, retries:
 
 def _check_failed_for_person(verdict: Settlement, tail: str, run: CheckRun | None) -> Settlement:
     last = shorten(tail.strip().splitlines()[-1], 160) if tail.strip() else "no output"
-    exit_said = ""
-    if run is not None:
-        exit_said = " (ran out of time)" if run.code is None else f" (exit {run.code})"
-    said = f"not verified: check failed on commit {short(verdict.commit)}{exit_said}: {last}"
+    how = "" if run is None else " (ran out of time)" if run.code is None else f" (exit {run.code})"
+    said = f"not verified: check failed on commit {short(verdict.commit)}{how}: {last}"
     return Settlement("keep", reason=said, person=True, commit=verdict.commit,
                       judged="check: failed", check=run, why="check_failed")
 
