@@ -77,13 +77,8 @@ class LiveReactor:
     """Turns events into reactions, one batch at a time, in its own thread."""
 
     def __init__(
-        self,
-        pctx: OpsContext,
-        skip: Iterable[str],
-        busy: threading.Lock,
-        out: Callable[[str], None],
-        *,
-        settle_seconds: float = 1.0,
+        self, pctx: OpsContext, skip: Iterable[str], busy: threading.Lock,
+        out: Callable[[str], None], *, settle_seconds: float = 1.0,
         notices: Callable[[], None] = lambda: None,
     ) -> None:
         self.pctx = pctx
@@ -94,11 +89,8 @@ class LiveReactor:
         self.notices = notices  # wakes the sender once a reaction queued its notices
         # A session read by id with its worktree's checkout (the follower's ``placed``).
         self.placed: Callable[[str, ServerSession], ServerSession] = lambda _instance, s: s
-        self.ceiling = (
-            CeilingWatch(pctx, out, notices, lambda i, s: self.placed(i, s))
-            if CEILING not in self.skip
-            else None
-        )
+        self.ceiling = None if CEILING in self.skip else CeilingWatch(
+            pctx, out, notices, lambda i, s: self.placed(i, s))
         self._work = _Work()
         self._cond = threading.Condition()
         self._stopped = False
@@ -311,8 +303,7 @@ class LiveReactor:
         if CHECK in self.skip or rec.running:
             return ""
         now_ms = to_ms(pctx.now())
-        verdict, _detail = classify(rec, run, now_ms, pctx.cfg.patrol.stale_minutes)
-        if verdict != "interrupted":
+        if classify(rec, run, now_ms, pctx.cfg.patrol.stale_minutes)[0] != "interrupted":
             return ""
         decision = people.for_session(inst.name, rec.id, run.created_ms if run else None)
         if decision is not None:  # a person stopped or steered it: theirs, not the patrol's
@@ -355,10 +346,7 @@ class CeilingWatch:
     """
 
     def __init__(
-        self,
-        pctx: OpsContext,
-        out: Callable[[str], None],
-        notices: Callable[[], None],
+        self, pctx: OpsContext, out: Callable[[str], None], notices: Callable[[], None],
         placed: Callable[[str, ServerSession], ServerSession] = lambda _i, s: s,
     ) -> None:
         self.pctx = pctx
@@ -433,11 +421,7 @@ class CeilingWatch:
         return cycle, again
 
     async def judge(
-        self,
-        cycle: Cycle,
-        instance: str,
-        sid: str,
-        judged: set[tuple[str, str]],
+        self, cycle: Cycle, instance: str, sid: str, judged: set[tuple[str, str]],
         known: SessionRecord | None = None,
     ) -> tuple[SessionRecord, bool]:
         """Judge the run ``sid`` belongs to, once per batch (``judged``): (its root, whether
@@ -467,12 +451,8 @@ class CeilingWatch:
 
 
 def start_live(
-    pctx: OpsContext,
-    skip: Iterable[str],
-    busy: threading.Lock,
-    out: Callable[[str], None],
-    notices: Callable[[], None] = lambda: None,
-    before: LiveReactor | None = None,
+    pctx: OpsContext, skip: Iterable[str], busy: threading.Lock, out: Callable[[str], None],
+    notices: Callable[[], None] = lambda: None, before: LiveReactor | None = None,
     state: Callable[[], ConfigState | None] = lambda: None,
 ) -> tuple[FleetFollower, LiveReactor]:
     """Follow the fleet and react to it, until ``stop_live``; ``notices`` wakes the sender;

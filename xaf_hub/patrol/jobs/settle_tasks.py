@@ -84,10 +84,7 @@ async def _look_up(
 
 
 async def settle_dispatched(
-    pctx: OpsContext,
-    cycle: Cycle,
-    fleet: Fleet,
-    tasks: Sequence[Task],
+    pctx: OpsContext, cycle: Cycle, fleet: Fleet, tasks: Sequence[Task],
     scanned_at: datetime | None = None,
 ) -> None:
     """Mark finished tasks done and requeue failed ones.
@@ -219,9 +216,7 @@ async def settle_dispatched(
 
 
 async def _verify(
-    pctx: OpsContext,
-    cycle: Cycle,
-    finished: Sequence[tuple[Task, InstanceConfig | None, Sighting]],
+    pctx: OpsContext, cycle: Cycle, finished: Sequence[tuple[Task, InstanceConfig | None, Sighting]]
 ) -> dict[str, tuple[Check, str]]:
     """Look up each finished task's claimed commits on project.repository (one fetch):
     task id -> (what the mirror found, the expected branches as a reason names them).
@@ -271,18 +266,11 @@ async def _run_check(
     run: CheckRun | None = None
     if not (settled and (task.check_retries or 0) >= repo.check_retries):
         if checked[0] >= repo.check_timeout_seconds:
-            return Settlement(
-                "keep",
-                reason=f"waiting for the check: this round's checks took {checked[0]:.0f}s; "
-                "it runs next round",
-            )
+            said = f"this round's checks took {checked[0]:.0f}s; it runs next round"
+            return Settlement("keep", reason=f"waiting for the check: {said}")
         try:
-            run = await aio.blocking(
-                Mirror.of(pctx.cfg).run_check,
-                verdict.commit,
-                repo.check_command,
-                repo.check_timeout_seconds,
-            )
+            run = await aio.blocking(Mirror.of(pctx.cfg).run_check, verdict.commit,
+                                     repo.check_command, repo.check_timeout_seconds)
         except (GitFailed, BusyError, OSError) as exc:
             return Settlement("keep", reason=f"waiting for the check: it could not start: {exc}")
         checked[0] += run.seconds
@@ -306,11 +294,7 @@ def _note_judged(pctx: OpsContext, task: Task, verdict: Settlement) -> None:
 
 
 async def _send_back(
-    pctx: OpsContext,
-    cycle: Cycle,
-    inst: InstanceConfig,
-    rec: SessionRecord,
-    task: Task,
+    pctx: OpsContext, cycle: Cycle, inst: InstanceConfig, rec: SessionRecord, task: Task,
     verdict: Settlement,
 ) -> None:
     """A failed check goes back to the same session once more, with the output's end and the
@@ -341,11 +325,7 @@ async def _send_back(
 
 
 def _requeue(
-    pctx: OpsContext,
-    task: Task,
-    inst: InstanceConfig | None,
-    seen: Sighting,
-    verdict: Settlement,
+    pctx: OpsContext, task: Task, inst: InstanceConfig | None, seen: Sighting, verdict: Settlement,
     now: datetime,
 ) -> str:
     """Send a failed task back to the pool: next model, back-off or parked; say what happened."""
