@@ -233,12 +233,12 @@ def render_markdown(doc: Mapping[str, Any]) -> str:
             "pending` retries the task in a new session, or dispatch to the session again."
             if key == "needs_person" else "",
         )
-    counted = [(n, s) for s, n in (doc.get("tasks") or {}).items() if n]
-    out += ["", "## Task pool", ""]
-    out.append(", ".join(f"{n} {task_words(s)}" for n, s in counted) or "The pool is empty.")
+    def counted(states: Mapping[TaskState, int]) -> str:
+        return ", ".join(f"{n} {task_words(s)}" for s, n in states.items() if n)
+
+    out += ["", "## Task pool", "", counted(doc.get("tasks") or {}) or "The pool is empty."]
     for name, states in (doc.get("projects") or {}).items():
-        out.append(f"- {name}: " + (", ".join(
-            f"{n} {task_words(s)}" for s, n in states.items() if n) or "no task"))
+        out.append(f"- {name}: {counted(states) or 'no task'}")
     waiting = doc["waiting"]
     out += ["", "## Waiting for dispatch", ""]
     ready, later, blocked = waiting["ready"], waiting["not_ready"], waiting["blocked"]

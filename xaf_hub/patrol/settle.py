@@ -90,14 +90,6 @@ class Settlement:
     why: Why = ""  # kept for a person: why, as a code (``reason`` holds the words)
 
 
-def _age(task: Task, now: datetime) -> timedelta | None:
-    try:
-        at = parse_instant(task.dispatched_at)
-    except ValueError:
-        return None
-    return None if at is None else now - at
-
-
 def settle(
     task: Task,
     seen: Sighting,
@@ -129,7 +121,11 @@ def _settle(
         return Settlement("keep", reason="dispatched without a session id or instance")
     if not seen.configured:
         return Settlement("requeue", True, f"instance {task.dispatched_to} is no longer configured")
-    age = _age(task, now)
+    try:
+        at = parse_instant(task.dispatched_at)
+    except ValueError:
+        at = None
+    age = None if at is None else now - at
     if not seen.reachable:
         if age is not None and age > timedelta(minutes=stale_minutes):
             said = f"instance {task.dispatched_to} unreachable for more than {stale_minutes:g} min"

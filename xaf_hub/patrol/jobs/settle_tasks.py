@@ -301,8 +301,7 @@ async def _send_back(
     discipline (``ops.land.send_back``); the row records the retry before the prompt."""
     run = verdict.check
     assert run is not None
-    repo = pctx.cfg.repository
-    text = retry_text(repo.check_command, verdict.commit, run)
+    text = retry_text(pctx.cfg.repository.check_command, verdict.commit, run)
     key = (inst.name, rec.id)
     try:
         sent = await send_back(
@@ -331,11 +330,10 @@ def _requeue(
     """Send a failed task back to the pool: next model, back-off or parked; say what happened."""
     backlog = pctx.backlog()
     rec, run = seen.session, seen.run
-    if rec is not None and run is not None:
-        cand = heal_candidate(rec, run)
-        if cand is not None:
-            # The pool moves on; the abandoned session must not be healed later.
-            pctx.model_state().remember_healed(cand.key, cand.model or None, None, now)
+    cand = heal_candidate(rec, run) if rec is not None and run is not None else None
+    if cand is not None:
+        # The pool moves on; the abandoned session must not be healed later.
+        pctx.model_state().remember_healed(cand.key, cand.model or None, None, now)
     if verdict.model_named and inst is not None:
         failed = task.model or (run.model if run is not None else "") or ""
         tried = (*task.avoid_models, failed)
