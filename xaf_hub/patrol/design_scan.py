@@ -290,15 +290,14 @@ def merge_design_tasks(
             continue
         numbered = (f"{qualified}-{n}" for n in itertools.count(2))
         task_id = next(t for t in itertools.chain((item.id, qualified), numbered) if t not in taken)
-        task = Task(
+        taken.add(task_id)
+        known.append((item.spec, item.id, item.title))
+        added.append(Task(
             id=task_id,
             title=item.title,
             spec=item.spec,
             prompt=design_prompt(item),
             created_at=stamp,
             project=project,
-        )
-        taken.add(task_id)
-        known.append((item.spec, item.id, item.title))
-        added.append(task)
+        ))
     return added

@@ -80,7 +80,12 @@ def waiting_tasks(
     for task in tasks:
         if task.status != "pending":
             continue
-        row = {
+        if task.attempts >= max_attempts:
+            key, why = "blocked", f"attempts used up ({task.attempts} of {max_attempts})"
+        else:
+            why = readiness(task, tasks, now)
+            key = "parked" if task.parked else "not_ready" if why else "ready"
+        out[key].append({
             "id": task.id,
             "project": project_of(task, projects),
             "title": task.title,
@@ -88,13 +93,8 @@ def waiting_tasks(
             "instance": task.instance,
             "attempts": task.attempts,
             "last_error": task.last_error or "",
-        }
-        if task.attempts >= max_attempts:
-            key, why = "blocked", f"attempts used up ({task.attempts} of {max_attempts})"
-        else:
-            why = readiness(task, tasks, now)
-            key = "parked" if task.parked else "not_ready" if why else "ready"
-        out[key].append({**row, "why": why})
+            "why": why,
+        })
     rank = {p: i for i, p in enumerate(("P0", "P1", "P2", "P3"))}
     for rows in out.values():
         rows.sort(key=lambda r: rank.get(str(r["priority"]), 9))

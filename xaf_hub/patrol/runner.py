@@ -356,10 +356,9 @@ def run_daemon(
 
         def tick() -> None:
             with busy:
-                if stop.is_set():
+                # A standby: the lease keeper takes over and calls a round when it can.
+                if stop.is_set() or (lease is not None and not lease.held):
                     return
-                if lease is not None and not lease.held:
-                    return  # standby: the lease keeper takes over and calls a round when it can
                 try:
                     result = run_once(pctx, skip, lease=lease, keep_lease=True, send=False)
                     sender.wake(every=True)

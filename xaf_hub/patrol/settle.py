@@ -104,9 +104,7 @@ def settle(
     an interrupted session is left alone; finishing cleanly still makes the task done.
     """
     verdict = _settle(task, seen, now, stale_minutes, grace, young)
-    if not seen.decision or verdict.action == "done":
-        return verdict
-    if verdict.action == "requeue" or verdict.why == "unresumed":
+    if seen.decision and (verdict.action == "requeue" or verdict.why == "unresumed"):
         return Settlement("keep", reason=seen.decision, person=True, why="decided")
     return verdict
 
