@@ -190,10 +190,7 @@ class LiveReactor:
                 self._work.fill_tries = max(self._work.fill_tries, work.fill_tries)
 
     def _loop(self) -> None:
-        while True:
-            work = self._take()
-            if work is None:
-                return
+        while (work := self._take()) is not None:
             try:
                 retry = self._run(work)
             except Exception as exc:  # noqa: BLE001 - a bad reaction must not end the daemon
