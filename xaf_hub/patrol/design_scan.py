@@ -94,12 +94,6 @@ def _cells(line: str) -> list[str]:
     return [c.strip().replace("\\|", "|") for c in _UNESCAPED_PIPE.split(text)]
 
 
-def _is_separator(cells: Sequence[str]) -> bool:
-    """Tell a header/body separator row (``|---|:--:|``) from a content row."""
-    filled = [c.replace(" ", "") for c in cells if c.strip()]
-    return bool(filled) and all(_SEPARATOR_CELL.match(c) for c in filled)
-
-
 def _plain(cell: str) -> str:
     """Strip markdown decoration from a cell: links to their text, emphasis, code ticks."""
     text = _LINK.sub(r"\1", cell)
@@ -134,11 +128,6 @@ def _batch_id(text: str, patterns: Sequence[re.Pattern[str]]) -> tuple[bool, str
     return bool(hits), (best[2] if best else "")
 
 
-def _meaningful(text: str) -> bool:
-    """Tell whether text has a letter, digit or ideograph (not only punctuation or symbols)."""
-    return any(unicodedata.category(ch)[0] in "LN" for ch in text)
-
-
 def _title(cells: Sequence[str], code: str, markers: Sequence[re.Pattern[str]]) -> str:
     """First non-empty cell; when it is only the code and/or a marker, use the next real cell."""
     plain = [p for p in (_plain(c) for c in cells) if p]
@@ -149,7 +138,8 @@ def _title(cells: Sequence[str], code: str, markers: Sequence[re.Pattern[str]]) 
         rest = text.replace(code, " ") if code else text
         for pattern in markers:
             rest = pattern.sub(" ", rest)
-        return not _meaningful(rest)
+        # Bare: no letter, digit or ideograph left (only punctuation or symbols).
+        return not any(unicodedata.category(ch)[0] in "LN" for ch in rest)
 
     first = plain[0]
     if bare(first):
@@ -194,7 +184,8 @@ def scan_markdown(
             previous_cells = previous_cells if in_comment else None
             continue
         cells = _cells(stripped)
-        if _is_separator(cells):
+        filled = [c.replace(" ", "") for c in cells if c.strip()]
+        if filled and all(_SEPARATOR_CELL.match(c) for c in filled):  # |---|:--:|
             # A separator right after a candidate header opens a table without leading pipes.
             in_table = previous_cells is not None
             previous_cells = None
@@ -299,15 +290,14 @@ def merge_design_tasks(
             continue
         numbered = (f"{qualified}-{n}" for n in itertools.count(2))
         task_id = next(t for t in itertools.chain((item.id, qualified), numbered) if t not in taken)
-        task = Task(
+        taken.add(task_id)
+        known.append((item.spec, item.id, item.title))
+        added.append(Task(
             id=task_id,
             title=item.title,
             spec=item.spec,
             prompt=design_prompt(item),
             created_at=stamp,
             project=project,
-        )
-        taken.add(task_id)
-        known.append((item.spec, item.id, item.title))
-        added.append(task)
+        ))
     return added

@@ -77,13 +77,8 @@ class LiveReactor:
     """Turns events into reactions, one batch at a time, in its own thread."""
 
     def __init__(
-        self,
-        pctx: OpsContext,
-        skip: Iterable[str],
-        busy: threading.Lock,
-        out: Callable[[str], None],
-        *,
-        settle_seconds: float = 1.0,
+        self, pctx: OpsContext, skip: Iterable[str], busy: threading.Lock,
+        out: Callable[[str], None], *, settle_seconds: float = 1.0,
         notices: Callable[[], None] = lambda: None,
     ) -> None:
         self.pctx = pctx
@@ -94,11 +89,8 @@ class LiveReactor:
         self.notices = notices  # wakes the sender once a reaction queued its notices
         # A session read by id with its worktree's checkout (the follower's ``placed``).
         self.placed: Callable[[str, ServerSession], ServerSession] = lambda _instance, s: s
-        self.ceiling = (
-            CeilingWatch(pctx, out, notices, lambda i, s: self.placed(i, s))
-            if CEILING not in self.skip
-            else None
-        )
+        self.ceiling = None if CEILING in self.skip else CeilingWatch(
+            pctx, out, notices, lambda i, s: self.placed(i, s))
         self._work = _Work()
         self._cond = threading.Condition()
         self._stopped = False
@@ -198,10 +190,7 @@ class LiveReactor:
                 self._work.fill_tries = max(self._work.fill_tries, work.fill_tries)
 
     def _loop(self) -> None:
-        while True:
-            work = self._take()
-            if work is None:
-                return
+        while (work := self._take()) is not None:
             try:
                 retry = self._run(work)
             except Exception as exc:  # noqa: BLE001 - a bad reaction must not end the daemon
@@ -223,9 +212,7 @@ class LiveReactor:
                     _tell(pctx, cycle, self.out, self.notices)
             except BusyError:
                 return work, LOCKED_RETRY_SECONDS  # a round (maybe another patrol) is running
-        if again.sessions or again.fill:
-            return again, self.pctx.cfg.patrol.run_start_grace_seconds + 1.0
-        return None
+        return None if again.empty() else (again, pctx.cfg.patrol.run_start_grace_seconds + 1.0)
 
     async def _react(self, work: _Work) -> tuple[Cycle, _Work]:
         pctx = self.pctx
@@ -313,8 +300,7 @@ class LiveReactor:
         if CHECK in self.skip or rec.running:
             return ""
         now_ms = to_ms(pctx.now())
-        verdict, _detail = classify(rec, run, now_ms, pctx.cfg.patrol.stale_minutes)
-        if verdict != "interrupted":
+        if classify(rec, run, now_ms, pctx.cfg.patrol.stale_minutes)[0] != "interrupted":
             return ""
         decision = people.for_session(inst.name, rec.id, run.created_ms if run else None)
         if decision is not None:  # a person stopped or steered it: theirs, not the patrol's
@@ -357,10 +343,7 @@ class CeilingWatch:
     """
 
     def __init__(
-        self,
-        pctx: OpsContext,
-        out: Callable[[str], None],
-        notices: Callable[[], None],
+        self, pctx: OpsContext, out: Callable[[str], None], notices: Callable[[], None],
         placed: Callable[[str, ServerSession], ServerSession] = lambda _i, s: s,
     ) -> None:
         self.pctx = pctx
@@ -386,15 +369,13 @@ class CeilingWatch:
     def look(self, rec: SessionRecord, after: float = 0.0) -> None:
         """Judge the run of ``rec`` in ``after`` seconds (sooner if already due sooner);
         nothing on an instance without a ceiling."""
-        try:
+        with contextlib.suppress(HubError):  # not read: as if no ceiling
             if self._watched(rec) is None:
                 return
-        except HubError:
-            return
-        with self._cond:
-            key, when = (rec.instance, rec.id), time.monotonic() + after
-            self._due[key] = (min(self._due.get(key, (when, rec))[0], when), rec)
-            self._cond.notify_all()
+            with self._cond:
+                key, when = (rec.instance, rec.id), time.monotonic() + after
+                self._due[key] = (min(self._due.get(key, (when, rec))[0], when), rec)
+                self._cond.notify_all()
 
     def _take(self) -> list[SessionRecord] | None:
         """The looks due now; None once stopped."""
@@ -437,11 +418,7 @@ class CeilingWatch:
         return cycle, again
 
     async def judge(
-        self,
-        cycle: Cycle,
-        instance: str,
-        sid: str,
-        judged: set[tuple[str, str]],
+        self, cycle: Cycle, instance: str, sid: str, judged: set[tuple[str, str]],
         known: SessionRecord | None = None,
     ) -> tuple[SessionRecord, bool]:
         """Judge the run ``sid`` belongs to, once per batch (``judged``): (its root, whether
@@ -471,12 +448,8 @@ class CeilingWatch:
 
 
 def start_live(
-    pctx: OpsContext,
-    skip: Iterable[str],
-    busy: threading.Lock,
-    out: Callable[[str], None],
-    notices: Callable[[], None] = lambda: None,
-    before: LiveReactor | None = None,
+    pctx: OpsContext, skip: Iterable[str], busy: threading.Lock, out: Callable[[str], None],
+    notices: Callable[[], None] = lambda: None, before: LiveReactor | None = None,
     state: Callable[[], ConfigState | None] = lambda: None,
 ) -> tuple[FleetFollower, LiveReactor]:
     """Follow the fleet and react to it, until ``stop_live``; ``notices`` wakes the sender;

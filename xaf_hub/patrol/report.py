@@ -80,7 +80,12 @@ def waiting_tasks(
     for task in tasks:
         if task.status != "pending":
             continue
-        row = {
+        if task.attempts >= max_attempts:
+            key, why = "blocked", f"attempts used up ({task.attempts} of {max_attempts})"
+        else:
+            why = readiness(task, tasks, now)
+            key = "parked" if task.parked else "not_ready" if why else "ready"
+        out[key].append({
             "id": task.id,
             "project": project_of(task, projects),
             "title": task.title,
@@ -88,13 +93,8 @@ def waiting_tasks(
             "instance": task.instance,
             "attempts": task.attempts,
             "last_error": task.last_error or "",
-        }
-        if task.attempts >= max_attempts:
-            key, why = "blocked", f"attempts used up ({task.attempts} of {max_attempts})"
-        else:
-            why = readiness(task, tasks, now)
-            key = "parked" if task.parked else "not_ready" if why else "ready"
-        out[key].append({**row, "why": why})
+            "why": why,
+        })
     rank = {p: i for i, p in enumerate(("P0", "P1", "P2", "P3"))}
     for rows in out.values():
         rows.sort(key=lambda r: rank.get(str(r["priority"]), 9))
@@ -233,12 +233,12 @@ def render_markdown(doc: Mapping[str, Any]) -> str:
             "pending` retries the task in a new session, or dispatch to the session again."
             if key == "needs_person" else "",
         )
-    counted = [(n, s) for s, n in (doc.get("tasks") or {}).items() if n]
-    out += ["", "## Task pool", ""]
-    out.append(", ".join(f"{n} {task_words(s)}" for n, s in counted) or "The pool is empty.")
+    def counted(states: Mapping[TaskState, int]) -> str:
+        return ", ".join(f"{n} {task_words(s)}" for s, n in states.items() if n)
+
+    out += ["", "## Task pool", "", counted(doc.get("tasks") or {}) or "The pool is empty."]
     for name, states in (doc.get("projects") or {}).items():
-        out.append(f"- {name}: " + (", ".join(
-            f"{n} {task_words(s)}" for s, n in states.items() if n) or "no task"))
+        out.append(f"- {name}: {counted(states) or 'no task'}")
     waiting = doc["waiting"]
     out += ["", "## Waiting for dispatch", ""]
     ready, later, blocked = waiting["ready"], waiting["not_ready"], waiting["blocked"]

@@ -174,8 +174,7 @@ def run_once(
     written so that it says what could not be sent. The daemon passes ``send=False``: its
     ``Sender`` thread sends.
     """
-    folder = pctx.patrol_dir
-    paused = pause_info(folder)
+    paused = pause_info(pctx.patrol_dir)
     if paused is not None:
         return CycleRun("paused", 0, paused_message(paused))
     with contextlib.ExitStack() as stack:
@@ -357,10 +356,9 @@ def run_daemon(
 
         def tick() -> None:
             with busy:
-                if stop.is_set():
+                # A standby: the lease keeper takes over and calls a round when it can.
+                if stop.is_set() or (lease is not None and not lease.held):
                     return
-                if lease is not None and not lease.held:
-                    return  # standby: the lease keeper takes over and calls a round when it can
                 try:
                     result = run_once(pctx, skip, lease=lease, keep_lease=True, send=False)
                     sender.wake(every=True)
@@ -430,7 +428,9 @@ def run_daemon(
                                       daemon=True)
             keeper.start()
 
-        previous = {sig: signal.signal(sig, on_signal) for sig in _stop_signals()}
+        windows = [signal.SIGBREAK] if hasattr(signal, "SIGBREAK") else []  # console Ctrl+Break
+        stops = [signal.SIGINT, signal.SIGTERM, *windows]
+        previous = {sig: signal.signal(sig, on_signal) for sig in stops}
         save_beat()
         out(
             f"patrol daemon started (pid {os.getpid()}); every {interval.total_seconds():g}s, "
@@ -511,10 +511,3 @@ def _keep_lease(
             lease.beat(role, pctx.now())
         if stop.wait(pause):
             return
-
-
-def _stop_signals() -> list[signal.Signals]:
-    sigs = [signal.SIGINT, signal.SIGTERM]
-    if hasattr(signal, "SIGBREAK"):  # Windows console Ctrl+Break
-        sigs.append(signal.SIGBREAK)
-    return sigs

@@ -90,14 +90,6 @@ class Settlement:
     why: Why = ""  # kept for a person: why, as a code (``reason`` holds the words)
 
 
-def _age(task: Task, now: datetime) -> timedelta | None:
-    try:
-        at = parse_instant(task.dispatched_at)
-    except ValueError:
-        return None
-    return None if at is None else now - at
-
-
 def settle(
     task: Task,
     seen: Sighting,
@@ -112,9 +104,7 @@ def settle(
     an interrupted session is left alone; finishing cleanly still makes the task done.
     """
     verdict = _settle(task, seen, now, stale_minutes, grace, young)
-    if not seen.decision or verdict.action == "done":
-        return verdict
-    if verdict.action == "requeue" or verdict.why == "unresumed":
+    if seen.decision and (verdict.action == "requeue" or verdict.why == "unresumed"):
         return Settlement("keep", reason=seen.decision, person=True, why="decided")
     return verdict
 
@@ -129,7 +119,11 @@ def _settle(
         return Settlement("keep", reason="dispatched without a session id or instance")
     if not seen.configured:
         return Settlement("requeue", True, f"instance {task.dispatched_to} is no longer configured")
-    age = _age(task, now)
+    try:
+        at = parse_instant(task.dispatched_at)
+    except ValueError:
+        at = None
+    age = None if at is None else now - at
     if not seen.reachable:
         if age is not None and age > timedelta(minutes=stale_minutes):
             said = f"instance {task.dispatched_to} unreachable for more than {stale_minutes:g} min"
@@ -295,10 +289,8 @@ def settle_check(verdict: Settlement, run: CheckRun | None, task: Task, retries:
 
 def _check_failed_for_person(verdict: Settlement, tail: str, run: CheckRun | None) -> Settlement:
     last = shorten(tail.strip().splitlines()[-1], 160) if tail.strip() else "no output"
-    exit_said = ""
-    if run is not None:
-        exit_said = " (ran out of time)" if run.code is None else f" (exit {run.code})"
-    said = f"not verified: check failed on commit {short(verdict.commit)}{exit_said}: {last}"
+    how = "" if run is None else " (ran out of time)" if run.code is None else f" (exit {run.code})"
+    said = f"not verified: check failed on commit {short(verdict.commit)}{how}: {last}"
     return Settlement("keep", reason=said, person=True, commit=verdict.commit,
                       judged="check: failed", check=run, why="check_failed")
 

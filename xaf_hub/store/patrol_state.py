@@ -164,16 +164,6 @@ class SeenRun:
     run: LastRun
 
 
-def _run_json(run: LastRun) -> dict[str, Any]:
-    return {
-        "outcome": run.outcome,
-        "message_id": run.message_id,
-        "model": run.model,
-        "error": dict(run.error) if run.error is not None else None,
-        "created_ms": run.created_ms,
-    }
-
-
 class RunMemory:
     """``last-runs.json``: per (instance, session), what the last read of its last run saw.
 
@@ -256,7 +246,11 @@ class RunMemory:
 
 def seen_json(seen: SeenRun) -> dict[str, Any]:
     """One entry as the memory stores it (the file, a Redis hash field)."""
-    return {"updated": seen.updated, "run_state": seen.run_state, "run": _run_json(seen.run)}
+    run = seen.run  # its answer is never kept
+    return {"updated": seen.updated, "run_state": seen.run_state, "run": {
+        "outcome": run.outcome, "message_id": run.message_id, "model": run.model,
+        "error": dict(run.error) if run.error is not None else None, "created_ms": run.created_ms,
+    }}
 
 
 def _parse_runs(path: Path, doc: Any) -> dict[tuple[str, str], SeenRun]:

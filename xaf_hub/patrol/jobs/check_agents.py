@@ -72,15 +72,11 @@ def resume_refusal(
     finishing" less than ``grace_ms`` ago may just be starting (its status can lag behind its
     messages).
     """
-    if touched:
-        return "touched"
-    if production:
-        return "production"
-    if already_resumed:
-        return "resumed_once"
-    if run is not None and run.outcome == "running" and quiet_ms < grace_ms:
-        return "starting"
-    return ""
+    rules: tuple[tuple[Refusal, bool], ...] = (  # the first that holds, in this order
+        ("touched", touched), ("production", production), ("resumed_once", already_resumed),
+        ("starting", run is not None and run.outcome == "running" and quiet_ms < grace_ms),
+    )
+    return next((why for why, holds in rules if holds), "")
 
 
 async def check_agents(pctx: OpsContext, cycle: Cycle) -> None:

@@ -273,14 +273,8 @@ def free_slots(fleet: Fleet, gate: Gate) -> list[tuple[InstanceConfig, int, str]
 
 
 async def _dispatch(
-    pctx: OpsContext,
-    cycle: Cycle,
-    inst: InstanceConfig,
-    directory: str,
-    task: Task,
-    model: str | None,
-    override: str | None,
-    base: str | None = None,
+    pctx: OpsContext, cycle: Cycle, inst: InstanceConfig, directory: str, task: Task,
+    model: str | None, override: str | None, base: str | None = None,
 ) -> None:
     title = session_title(task)
     plan = plan_create(inst, directory, title, via=f"patrol fill_slots ({task.id})")
@@ -296,18 +290,12 @@ async def _dispatch(
         # Marked only if the row is still the one planned from: a person's change wins.
         created.append(session_id)
         try:
-            pctx.backlog().claim(
-                task, session_id, inst.name, model, pctx.now(), base=base, room=room
-            )
-        except TaskChanged:
-            raise
+            pctx.backlog().claim(task, session_id, inst.name, model, pctx.now(), base=base,
+                                 room=room)
         except HubError as exc:
-            cycle.log.error(
-                pctx,
-                STEP,
-                f"task {task.id}: session {inst.name}/{session_id} created but the pool "
-                f"could not record it, so no prompt was sent: {exc}",
-            )
+            if not isinstance(exc, TaskChanged):  # a person's change: the caller says so
+                said = f"session {inst.name}/{session_id} created but the pool could not record it"
+                cycle.log.error(pctx, STEP, f"task {task.id}: {said}, so no prompt was sent: {exc}")
             raise
 
     async with pctx.client(inst) as client:
@@ -328,11 +316,7 @@ async def _dispatch(
 
 
 async def _drop_empty(
-    pctx: OpsContext,
-    client: OpencodeClient,
-    inst: InstanceConfig,
-    created: list[str],
-    why: str,
+    pctx: OpsContext, client: OpencodeClient, inst: InstanceConfig, created: list[str], why: str
 ) -> str:
     """Delete the session created for a task that changed before its prompt (it is empty)."""
     if not created:
@@ -341,12 +325,6 @@ async def _drop_empty(
         await client.delete(created[0])
     except HubError as exc:
         return f"{why}; its empty session {created[0]} stays idle (delete failed: {exc})"
-    await aio.blocking(
-        pctx.audit,
-        "patrol.fill_slots",
-        instance=inst.name,
-        session=created[0],
-        result="deleted",
-        reason="empty session: its task changed before the prompt",
-    )
+    await aio.blocking(pctx.audit, "patrol.fill_slots", instance=inst.name, session=created[0],
+                       result="deleted", reason="empty session: its task changed before the prompt")
     return f"{why}; its empty session was deleted"

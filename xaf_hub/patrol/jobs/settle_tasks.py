@@ -84,10 +84,7 @@ async def _look_up(
 
 
 async def settle_dispatched(
-    pctx: OpsContext,
-    cycle: Cycle,
-    fleet: Fleet,
-    tasks: Sequence[Task],
+    pctx: OpsContext, cycle: Cycle, fleet: Fleet, tasks: Sequence[Task],
     scanned_at: datetime | None = None,
 ) -> None:
     """Mark finished tasks done and requeue failed ones.
@@ -219,9 +216,7 @@ async def settle_dispatched(
 
 
 async def _verify(
-    pctx: OpsContext,
-    cycle: Cycle,
-    finished: Sequence[tuple[Task, InstanceConfig | None, Sighting]],
+    pctx: OpsContext, cycle: Cycle, finished: Sequence[tuple[Task, InstanceConfig | None, Sighting]]
 ) -> dict[str, tuple[Check, str]]:
     """Look up each finished task's claimed commits on project.repository (one fetch):
     task id -> (what the mirror found, the expected branches as a reason names them).
@@ -271,18 +266,11 @@ async def _run_check(
     run: CheckRun | None = None
     if not (settled and (task.check_retries or 0) >= repo.check_retries):
         if checked[0] >= repo.check_timeout_seconds:
-            return Settlement(
-                "keep",
-                reason=f"waiting for the check: this round's checks took {checked[0]:.0f}s; "
-                "it runs next round",
-            )
+            said = f"this round's checks took {checked[0]:.0f}s; it runs next round"
+            return Settlement("keep", reason=f"waiting for the check: {said}")
         try:
-            run = await aio.blocking(
-                Mirror.of(pctx.cfg).run_check,
-                verdict.commit,
-                repo.check_command,
-                repo.check_timeout_seconds,
-            )
+            run = await aio.blocking(Mirror.of(pctx.cfg).run_check, verdict.commit,
+                                     repo.check_command, repo.check_timeout_seconds)
         except (GitFailed, BusyError, OSError) as exc:
             return Settlement("keep", reason=f"waiting for the check: it could not start: {exc}")
         checked[0] += run.seconds
@@ -306,19 +294,14 @@ def _note_judged(pctx: OpsContext, task: Task, verdict: Settlement) -> None:
 
 
 async def _send_back(
-    pctx: OpsContext,
-    cycle: Cycle,
-    inst: InstanceConfig,
-    rec: SessionRecord,
-    task: Task,
+    pctx: OpsContext, cycle: Cycle, inst: InstanceConfig, rec: SessionRecord, task: Task,
     verdict: Settlement,
 ) -> None:
     """A failed check goes back to the same session once more, with the output's end and the
     discipline (``ops.land.send_back``); the row records the retry before the prompt."""
     run = verdict.check
     assert run is not None
-    repo = pctx.cfg.repository
-    text = retry_text(repo.check_command, verdict.commit, run)
+    text = retry_text(pctx.cfg.repository.check_command, verdict.commit, run)
     key = (inst.name, rec.id)
     try:
         sent = await send_back(
@@ -341,21 +324,16 @@ async def _send_back(
 
 
 def _requeue(
-    pctx: OpsContext,
-    task: Task,
-    inst: InstanceConfig | None,
-    seen: Sighting,
-    verdict: Settlement,
+    pctx: OpsContext, task: Task, inst: InstanceConfig | None, seen: Sighting, verdict: Settlement,
     now: datetime,
 ) -> str:
     """Send a failed task back to the pool: next model, back-off or parked; say what happened."""
     backlog = pctx.backlog()
     rec, run = seen.session, seen.run
-    if rec is not None and run is not None:
-        cand = heal_candidate(rec, run)
-        if cand is not None:
-            # The pool moves on; the abandoned session must not be healed later.
-            pctx.model_state().remember_healed(cand.key, cand.model or None, None, now)
+    cand = heal_candidate(rec, run) if rec is not None and run is not None else None
+    if cand is not None:
+        # The pool moves on; the abandoned session must not be healed later.
+        pctx.model_state().remember_healed(cand.key, cand.model or None, None, now)
     if verdict.model_named and inst is not None:
         failed = task.model or (run.model if run is not None else "") or ""
         tried = (*task.avoid_models, failed)
