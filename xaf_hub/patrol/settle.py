@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
+from xaf_hub.core.clock import read_instant
 from xaf_hub.core.commits import short
 from xaf_hub.core.records import SessionRecord
 from xaf_hub.core.runstate import LastRun, classify_error, error_text
@@ -21,7 +22,7 @@ from xaf_hub.core.text import shorten
 from xaf_hub.notify.record import Why
 from xaf_hub.store.contain import CheckRun
 from xaf_hub.store.repository import Check
-from xaf_hub.store.tasks import Task, parse_instant
+from xaf_hub.store.tasks import Task
 
 # A prompt with no answer after this long was refused (e.g. a model the server does not know);
 # the patrol reads ``patrol.no_answer_grace_seconds`` (this is its default).
@@ -119,10 +120,8 @@ def _settle(
         return Settlement("keep", reason="dispatched without a session id or instance")
     if not seen.configured:
         return Settlement("requeue", True, f"instance {task.dispatched_to} is no longer configured")
-    try:
-        at = parse_instant(task.dispatched_at)
-    except ValueError:
-        at = None
+    # A time a person wrote without an offset reads as UTC (read_instant), never as naive.
+    at = read_instant(task.dispatched_at)
     age = None if at is None else now - at
     if not seen.reachable:
         if age is not None and age > timedelta(minutes=stale_minutes):

@@ -465,6 +465,15 @@ def test_settle(task: Task, seen: Sighting, action: str, infra: bool, reason: st
     assert reason in verdict.reason
 
 
+@pytest.mark.parametrize(("hours", "action"), [(2, "requeue"), (1, "keep")])
+def test_a_dispatch_time_written_without_an_offset_reads_as_utc(hours: int, action: str) -> None:
+    # The pool takes a time without an offset (a person's edit); it used to stop the round
+    # (naive minus aware), now it is UTC, as every time read from a file is.
+    naive = (NOW - timedelta(hours=hours)).replace(tzinfo=None).isoformat()
+    task = dataclasses.replace(dispatched(), dispatched_at=naive)
+    assert settle(task, Sighting(reachable=False), NOW, 90.0).action == action
+
+
 def test_a_denied_run_is_never_done_and_waits_for_a_person() -> None:
     """Its run ended because a request was refused: not the agent's finished work (it used to
     settle as done, the run reading "succeeded"), and no retry the person did not ask for."""

@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 
 from xaf_hub.config.load import InstanceConfig
 from xaf_hub.core import aio
+from xaf_hub.core.clock import read_instant
 from xaf_hub.core.commits import claimed_commits, short
 from xaf_hub.core.records import SessionRecord
 from xaf_hub.errors import BusyError, HubError, SessionNotFound, TaskChanged
@@ -39,7 +40,7 @@ from xaf_hub.store.contain import CheckRun
 from xaf_hub.store.pick import is_blocked
 from xaf_hub.store.pool import InfraPolicy
 from xaf_hub.store.repository import Check, GitFailed, Mirror, remote_name
-from xaf_hub.store.tasks import Task, parse_instant
+from xaf_hub.store.tasks import Task
 
 # Settling is the first half of the fill_slots step: its actions and errors are logged as that.
 STEP = "fill_slots"
@@ -98,7 +99,7 @@ async def settle_dispatched(
     since = None if scanned_at is None else scanned_at.replace(microsecond=0)
 
     def too_new(task: Task) -> bool:
-        when = parse_instant(task.dispatched_at)
+        when = read_instant(task.dispatched_at)
         return since is not None and when is not None and when >= since
 
     # Verified work waiting to land (or for a person to land it) is not judged again.
