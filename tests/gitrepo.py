@@ -66,6 +66,8 @@ def make_origin(root: Path) -> Origin:
     git(root, "init", "-q", "--bare", "-b", "main", str(bare))
     git(root, "clone", "-q", str(bare), str(work))
     origin = Origin(bare, work)
-    origin.commit("initial")
+    # Its own root commit: opencode names a project after it, and two origins made in the same
+    # second with the same words would be one project to a server the tests share.
+    origin.commit(f"initial of {root}")
     origin.push()
     return origin

@@ -13,13 +13,13 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from xaf_hub.config.load import InstanceConfig
 from xaf_hub.config.watch import ConfigState
 from xaf_hub.core import aio
-from xaf_hub.core.clock import to_ms
+from xaf_hub.core.clock import read_instant, to_ms
 from xaf_hub.core.records import SessionRecord
 from xaf_hub.core.runstate import classify
 from xaf_hub.errors import BusyError, HubError
@@ -45,6 +45,7 @@ from xaf_hub.patrol.jobs.fix_free_limit import heal_item
 from xaf_hub.patrol.jobs.run_ceiling import STEP as CEILING
 from xaf_hub.patrol.jobs.run_ceiling import check_run, guarded
 from xaf_hub.store.patrol_state import pause_info
+from xaf_hub.store.tasks import Task
 
 FILL = "fill_slots"
 _SESSION_KINDS = frozenset({"retry", "stopped", "error"})
@@ -71,6 +72,15 @@ class _Work:
 
     def empty(self) -> bool:
         return not self.sessions and not self.fill
+
+
+def _judged_in(pctx: OpsContext, tasks: Sequence[Task]) -> float | None:
+    """Seconds until the youngest dispatched task is old enough to be settled
+    (``patrol.just_dispatched_seconds``); None when none is that young."""
+    young, now = pctx.cfg.patrol.just_dispatched_seconds, pctx.now()
+    sent = [read_instant(t.dispatched_at) for t in tasks if t.status == "dispatched"]
+    left = [x for at in sent if at is not None and (x := young - (now - at).total_seconds()) > 0]
+    return min(left) + REFILL_MARGIN_SECONDS if left else None
 
 
 class LiveReactor:
@@ -236,14 +246,16 @@ class LiveReactor:
                 pool = await aio.blocking(pctx.backlog().load)
                 if any(t.status in ("pending", "dispatched") for t in pool.tasks):
                     await fill_every_project(pctx, cycle)
-                    wait = self._refill_in(pctx)
-                    if wait is not None:
-                        # The slot that freed may still be held by a reservation (a run sent
-                        # seconds ago): fill again when it can lapse, so queued work does not
-                        # wait for the next round. Each reservation lapses by its TTL, so
-                        # this ends; a new one comes with its own send.
+                    # The slot that freed may still be held by a reservation (a run sent
+                    # seconds ago): fill again when it can lapse, so queued work does not
+                    # wait for the next round. Each reservation lapses by its TTL, so this
+                    # ends; a new one comes with its own send. A task kept as just dispatched
+                    # (its run may have ended already, its events gone) is judged then too.
+                    waits = [w for w in (self._refill_in(pctx), _judged_in(pctx, pool.tasks))
+                             if w is not None]
+                    if waits:
                         again.fill, again.fill_tries = True, work.fill_tries + 1
-                        again.fill_wait = wait
+                        again.fill_wait = min(waits)
             except HubError as exc:
                 cycle.log.error(pctx, FILL, str(exc))
         cycle.log.finished = pctx.now()

@@ -11,7 +11,7 @@ import json
 import threading
 import time
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -235,6 +235,30 @@ def test_a_reserved_slot_is_filled_again_when_its_reservation_can_lapse(tmp_path
     late._later(_Work({("a", "ses_1"): 0.0}, True, 50, fill_wait=2.0), 61.0)
     due = late._work.sessions
     assert due[_REFILL] - time.monotonic() <= 2.0 < due[("a", "ses_1")] - time.monotonic()
+
+
+def test_a_task_kept_as_just_dispatched_is_filled_again_once_it_can_be_judged(
+    tmp_path: Path,
+) -> None:
+    """A run resumed seconds after its dispatch may end before the task is old enough to be
+    settled, and its events are spent: the reaction fills again when the youngest dispatched
+    task can be judged, so the task is settled before the next round."""
+    from xaf_hub.core.clock import format_instant
+    from xaf_hub.patrol.live import _judged_in
+    from xaf_hub.store.tasks import Task
+
+    r = _reactor(tmp_path, [])
+    now = r.pctx.now()
+    young = r.pctx.cfg.patrol.just_dispatched_seconds
+
+    def sent(tid: str, ago: float) -> Task:
+        at = format_instant(now - timedelta(seconds=ago))
+        return Task(id=tid, title=tid, status="dispatched", session_id="ses_1",
+                    dispatched_to="a", dispatched_at=at)
+
+    assert _judged_in(r.pctx, [Task(id="P", title="pending"), sent("OLD", young + 5)]) is None
+    wait = _judged_in(r.pctx, [sent("OLD", young + 5), sent("NEW", 3), sent("NEWER", 2)])
+    assert wait is not None and young - 3 - 1 < wait <= young - 3 + REFILL_MARGIN_SECONDS
 
 
 class _FakeClient:
