@@ -15,11 +15,12 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from datetime import timedelta
 
 from xaf_hub.config.load import InstanceConfig
 from xaf_hub.config.watch import ConfigState
 from xaf_hub.core import aio
-from xaf_hub.core.clock import read_instant, to_ms
+from xaf_hub.core.clock import to_ms
 from xaf_hub.core.records import SessionRecord
 from xaf_hub.core.runstate import classify
 from xaf_hub.errors import BusyError, HubError
@@ -44,6 +45,7 @@ from xaf_hub.patrol.jobs.fix_free_limit import STEP as HEAL
 from xaf_hub.patrol.jobs.fix_free_limit import heal_item
 from xaf_hub.patrol.jobs.run_ceiling import STEP as CEILING
 from xaf_hub.patrol.jobs.run_ceiling import check_run, guarded
+from xaf_hub.patrol.settle import dispatch_age
 from xaf_hub.store.patrol_state import pause_info
 from xaf_hub.store.tasks import Task
 
@@ -77,9 +79,9 @@ class _Work:
 def _judged_in(pctx: OpsContext, tasks: Sequence[Task]) -> float | None:
     """Seconds until the youngest dispatched task is old enough to be settled
     (``patrol.just_dispatched_seconds``); None when none is that young."""
-    young, now = pctx.cfg.patrol.just_dispatched_seconds, pctx.now()
-    sent = [read_instant(t.dispatched_at) for t in tasks if t.status == "dispatched"]
-    left = [x for at in sent if at is not None and (x := young - (now - at).total_seconds()) > 0]
+    young, now = timedelta(seconds=pctx.cfg.patrol.just_dispatched_seconds), pctx.now()
+    ages = [dispatch_age(t, now) for t in tasks if t.status == "dispatched"]
+    left = [(young - age).total_seconds() for age in ages if age is not None and age < young]
     return min(left) + REFILL_MARGIN_SECONDS if left else None
 
 

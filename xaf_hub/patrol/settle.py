@@ -91,6 +91,13 @@ class Settlement:
     why: Why = ""  # kept for a person: why, as a code (``reason`` holds the words)
 
 
+def dispatch_age(task: Task, now: datetime) -> timedelta | None:
+    """How long ago ``task`` was dispatched (None: no readable time). A time a person wrote
+    without an offset reads as UTC (read_instant), never as naive."""
+    at = read_instant(task.dispatched_at)
+    return None if at is None else now - at
+
+
 def settle(
     task: Task,
     seen: Sighting,
@@ -120,9 +127,7 @@ def _settle(
         return Settlement("keep", reason="dispatched without a session id or instance")
     if not seen.configured:
         return Settlement("requeue", True, f"instance {task.dispatched_to} is no longer configured")
-    # A time a person wrote without an offset reads as UTC (read_instant), never as naive.
-    at = read_instant(task.dispatched_at)
-    age = None if at is None else now - at
+    age = dispatch_age(task, now)
     if not seen.reachable:
         if age is not None and age > timedelta(minutes=stale_minutes):
             said = f"instance {task.dispatched_to} unreachable for more than {stale_minutes:g} min"
