@@ -87,7 +87,7 @@ def test_wheel_metadata_names_the_version_and_refuses_old_pythons(wheel: Path) -
         entry = zf.read(meta_name.replace("METADATA", "entry_points.txt")).decode("utf-8")
     assert meta["Version"] == xaf_hub.__version__
     assert meta["Requires-Python"] == ">=3.11"
-    assert "xaf-hub = xaf_hub.cli.main:main" in entry
+    assert "xaf-hub = xaf_hub.cli.main:run" in entry
 
 
 def test_pip_refuses_the_wheel_on_python_3_10(wheel: Path, tmp_path: Path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import atexit
 import codecs
 import contextlib
 import gc
@@ -11,6 +12,7 @@ import io
 import os
 import re
 import sys
+import threading
 import traceback
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NoReturn, TextIO
@@ -233,6 +235,32 @@ def main(argv: Sequence[str] | None = None, **context: Any) -> int:
         if ctx is not None:
             with contextlib.suppress(Exception):  # closing never hides the command's answer
                 ctx.close()
+
+
+def run() -> NoReturn:
+    """The `xaf-hub` program: ``main`` on this process's own command line, then ``leave``."""
+    leave(main())
+
+
+def leave(code: int) -> NoReturn:
+    """End the process with ``code``: its output written, its exit handlers run, the threads
+    that outlive a program awaited as at any exit, but without tearing the interpreter down.
+
+    Tearing down frees every module and object one by one and collects the cycles a scan
+    left, work nobody waits for in a process about to end (docs/performance.md). With a thread
+    still to await, or a tracer or profiler watching (it writes its findings after this), the
+    process exits the usual way."""
+    if (
+        sys.gettrace() is not None
+        or sys.getprofile() is not None
+        or any(not t.daemon and t is not threading.main_thread() for t in threading.enumerate())
+    ):
+        sys.exit(code)
+    atexit._run_exitfuncs()  # what registered itself for the exit (logging's last flush)
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):  # as at any exit: a gone reader loses nothing
+            stream.flush()
+    os._exit(code)
 
 
 def _utf8_words(words: Sequence[str]) -> None:
