@@ -247,12 +247,17 @@ def leave(code: int) -> NoReturn:
     that outlive a program awaited as at any exit, but without tearing the interpreter down.
 
     Tearing down frees every module and object one by one and collects the cycles a scan
-    left, work nobody waits for in a process about to end (docs/performance.md). With a thread
-    still to await, or a tracer or profiler watching (it writes its findings after this), the
-    process exits the usual way."""
+    left, work nobody waits for in a process about to end (docs/performance.md). The process
+    exits the usual way when something waits for that end: a thread still running, a tracer,
+    profiler or debugger (it reports after the program returns), `python -i` (its prompt),
+    or the allocator's statistics that PYTHONMALLOCSTATS prints at shutdown."""
     if (
         sys.gettrace() is not None
         or sys.getprofile() is not None
+        or "bdb" in sys.modules  # pdb's base: a debugger between breakpoints traces nothing
+        or sys.flags.inspect
+        or os.environ.get("PYTHONINSPECT")
+        or os.environ.get("PYTHONMALLOCSTATS")
         or any(not t.daemon and t is not threading.main_thread() for t in threading.enumerate())
     ):
         sys.exit(code)
