@@ -253,7 +253,7 @@ def test_confirm_wait_heals_a_stuck_retry_on_the_spot(hub: Hub, writers: list[st
         assert writers == ["heal dispatch", "mark_rest opencode dispatch.fix_free_limit"]
         rest = model_state(hub)["blackouts"]["opencode"]
         assert abs(rest["until_ms"] - an_hour_on()) < 60_000 and rest["why"] == "stated"
-        sent = agent_requests(hub, "good-model", CONTINUE_HEAD)
+        sent = hub.wait_for(lambda: agent_requests(hub, "good-model", CONTINUE_HEAD), 30)
         assert len(sent) == 1 and DISCIPLINE_MARKER in sent[0]["last_user_text"]
         # The server agrees: the session runs, on the good model, and it is not retrying.
         assert hub.status("local-a", hub.root / "app").get(sid, {}).get("type") == "busy"

@@ -257,9 +257,10 @@ def test_an_interrupt_on_one_host_holds_for_the_patrol_on_another(
         lines = {s["session"]: s for s in doc["sessions"]["interrupted"]}
         assert "interrupted by" in lines[person]["detail"], lines[person]
         head = RESUME_PROMPT.splitlines()[0]
-        resumes = [
+        # The patrol has sent the resume when it ends; the run reaches the model a moment later.
+        resumes = hub.wait_for(lambda: [
             r for r in hub.llm.requests() if not r["title_call"] and head in r["last_user_text"]
-        ]
+        ], timeout=30)
         assert len(resumes) == 1 and hub.busy_ids("lan-c") & {person, server} == {server}
     finally:
         abort_all(hub, "lan-c")
